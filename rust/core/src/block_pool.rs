@@ -1,0 +1,460 @@
+//! The block pool: reference counts, the free queue (an LRU of evictable blocks) and the prefix map.
+//!
+//! Each block is in exactly one state: *null* (block 0, never handed out); *in use* (`ref_cnt > 0`, not
+//! queued); or *free* (`ref_cnt == 0`, queued), where a free block may still carry a content key and be
+//! found by `lookup` (it is *evictable*). `allocate` pops from the queue's head and drops the popped
+//! block's key (lazy eviction). The prefix map `key -> blocks` does not de-duplicate: blocks sharing a
+//! key are chained in insertion order through `dup_next`, and `lookup` returns the first. See
+//! `python/kvsim/reference/block_pool.py` for the executable spec.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::free_queue::FreeQueue;
+use crate::{BlockId, BlockKey, KvError, Result, invalid_arg, invalid_op};
+
+const NONE: u32 = u32::MAX;
+/// The largest pool: ids must leave room for the free queue's two sentinels and `NONE`.
+pub const MAX_BLOCKS: u32 = u32::MAX - 2;
+
+/// Where blocks whose count drops to zero join the free queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeOrder {
+    /// Every freed block to the tail (vLLM v1 up to 0.20).
+    Classic,
+    /// Freed blocks without a key to the head, keyed ones to the tail (newer vLLM).
+    LifoUnhashed,
+}
+
+impl FreeOrder {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "classic" => Ok(FreeOrder::Classic),
+            "lifo_unhashed" => Ok(FreeOrder::LifoUnhashed),
+            _ => invalid_arg!("free_order '{s}' is not one of 'classic', 'lifo_unhashed'"),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FreeOrder::Classic => "classic",
+            FreeOrder::LifoUnhashed => "lifo_unhashed",
+        }
+    }
+}
+
+/// Keys are already uniformly mixed: fold the two lanes instead of hashing again.
+#[derive(Default)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    #[inline]
+    fn write_u128(&mut self, v: u128) {
+        self.0 ^= (v as u64) ^ ((v >> 64) as u64);
+    }
+}
+
+type KeyMap = HashMap<BlockKey, u32, BuildHasherDefault<KeyHasher>>;
+
+#[derive(Clone, Debug)]
+pub struct BlockPool {
+    num_blocks: u32,
+    enable_caching: bool,
+    free_order: FreeOrder,
+    ref_cnt: Vec<u32>,
+    key: Vec<Option<BlockKey>>,
+    /// Next block carrying the same key, in insertion order (`NONE` ends the chain).
+    dup_next: Vec<u32>,
+    queue: FreeQueue,
+    /// First block inserted under each key that still carries it.
+    map: KeyMap,
+    num_evictions: u64,
+}
+
+impl BlockPool {
+    pub fn new(num_blocks: u32, enable_caching: bool, free_order: FreeOrder) -> Result<Self> {
+        if !(2..=MAX_BLOCKS).contains(&num_blocks) {
+            invalid_arg!(
+                "num_blocks {num_blocks} must be between 2 and {MAX_BLOCKS} (block 0 is the null block)"
+            );
+        }
+        let n = num_blocks as usize;
+        Ok(BlockPool {
+            num_blocks,
+            enable_caching,
+            free_order,
+            ref_cnt: vec![0; n],
+            key: vec![None; n],
+            dup_next: vec![NONE; n],
+            queue: FreeQueue::new(num_blocks, 1),
+            map: KeyMap::default(),
+            num_evictions: 0,
+        })
+    }
+
+    // -- queries ---------------------------------------------------------------------------------------
+    #[inline]
+    pub fn num_blocks(&self) -> u32 {
+        self.num_blocks
+    }
+    #[inline]
+    pub fn capacity(&self) -> u32 {
+        self.num_blocks - 1
+    }
+    #[inline]
+    pub fn num_free_blocks(&self) -> u32 {
+        self.queue.len()
+    }
+    #[inline]
+    pub fn enable_caching(&self) -> bool {
+        self.enable_caching
+    }
+    #[inline]
+    pub fn free_order(&self) -> FreeOrder {
+        self.free_order
+    }
+    #[inline]
+    pub fn num_evictions(&self) -> u64 {
+        self.num_evictions
+    }
+
+    fn check_block(&self, b: u64) -> Result<BlockId> {
+        if b >= u64::from(self.num_blocks) {
+            invalid_arg!("block id {b} is out of range 0..{}", self.num_blocks - 1);
+        }
+        Ok(BlockId(b as u32))
+    }
+
+    fn check_usable(&self, b: u64) -> Result<BlockId> {
+        let id = self.check_block(b)?;
+        if id == BlockId::NULL {
+            invalid_op!("block 0 is the null block and is never allocated or freed");
+        }
+        Ok(id)
+    }
+
+    pub fn ref_cnt(&self, b: u64) -> Result<u32> {
+        Ok(self.ref_cnt[self.check_block(b)?.index()])
+    }
+
+    pub fn block_hash(&self, b: u64) -> Result<Option<BlockKey>> {
+        Ok(self.key[self.check_block(b)?.index()])
+    }
+
+    /// The count of a block known to be valid (engine-internal fast path).
+    #[inline]
+    pub fn ref_cnt_of(&self, b: BlockId) -> u32 {
+        self.ref_cnt[b.index()]
+    }
+
+    /// Head first.
+    pub fn free_block_ids(&self) -> Vec<BlockId> {
+        self.queue.iter().collect()
+    }
+
+    /// Ascending ids of every block that carries a key (in use or evictable).
+    pub fn cached_block_ids(&self) -> Vec<BlockId> {
+        (0..self.num_blocks)
+            .filter(|&b| self.key[b as usize].is_some())
+            .map(BlockId)
+            .collect()
+    }
+
+    #[inline]
+    pub fn lookup(&self, key: BlockKey) -> Option<BlockId> {
+        self.map.get(&key).map(|&b| BlockId(b))
+    }
+
+    // -- mutations -------------------------------------------------------------------------------------
+    /// Pops `num` blocks from the head into `out` (each with `ref_cnt` 1, its old key evicted), or returns
+    /// false and changes nothing.
+    pub fn allocate_into(&mut self, num: u32, out: &mut Vec<BlockId>) -> bool {
+        if num > self.queue.len() {
+            return false;
+        }
+        for _ in 0..num {
+            let b = self.queue.pop_front().expect("queue length was checked");
+            self.evict(b);
+            self.ref_cnt[b.index()] = 1;
+            out.push(b);
+        }
+        self.debug_check();
+        true
+    }
+
+    pub fn allocate(&mut self, num: u32) -> Option<Vec<BlockId>> {
+        let mut out = Vec::with_capacity(num as usize);
+        self.allocate_into(num, &mut out).then_some(out)
+    }
+
+    fn evict(&mut self, b: BlockId) {
+        let Some(key) = self.key[b.index()].take() else { return };
+        self.unmap(key, b);
+        self.num_evictions += 1;
+    }
+
+    fn unmap(&mut self, key: BlockKey, b: BlockId) {
+        let first = self.map[&key];
+        let after = std::mem::replace(&mut self.dup_next[b.index()], NONE);
+        if first == b.0 {
+            if after == NONE {
+                self.map.remove(&key);
+            } else {
+                self.map.insert(key, after);
+            }
+            return;
+        }
+        let mut cur = first;
+        while self.dup_next[cur as usize] != b.0 {
+            cur = self.dup_next[cur as usize];
+        }
+        self.dup_next[cur as usize] = after;
+    }
+
+    /// Validates a public `free` list: every id usable, none freed more often than held.
+    fn check_free_list(&self, blocks: &[u64]) -> Result<()> {
+        let mut seen: HashMap<u64, u32> = HashMap::new();
+        for &b in blocks {
+            let id = self.check_usable(b)?;
+            let times = seen.entry(b).or_insert(0);
+            *times += 1;
+            if *times > self.ref_cnt[id.index()] {
+                invalid_op!(
+                    "block {b} freed {times} times but has ref_cnt {}",
+                    self.ref_cnt[id.index()]
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops one reference per listed block, in order; blocks reaching zero join the queue (checked).
+    pub fn free(&mut self, blocks: &[u64]) -> Result<()> {
+        self.check_free_list(blocks)?;
+        self.release(blocks.iter().map(|&b| BlockId(b as u32)));
+        Ok(())
+    }
+
+    /// `free` for callers that hold the references by construction (the manager, the engine).
+    pub fn release(&mut self, blocks: impl IntoIterator<Item = BlockId>) {
+        let mut last_at_head: Option<BlockId> = None;
+        for b in blocks {
+            let rc = &mut self.ref_cnt[b.index()];
+            debug_assert!(*rc > 0, "block {b} released with ref_cnt 0");
+            *rc -= 1;
+            if *rc == 0 {
+                if self.free_order == FreeOrder::LifoUnhashed && self.key[b.index()].is_none() {
+                    self.queue.insert_after(last_at_head, b);
+                    last_at_head = Some(b);
+                } else {
+                    self.queue.push_back(b);
+                }
+            }
+        }
+        self.debug_check();
+    }
+
+    /// Takes one more reference on each block, taking free ones out of the queue (checked).
+    pub fn touch(&mut self, blocks: &[u64]) -> Result<()> {
+        for &b in blocks {
+            self.check_usable(b)?;
+        }
+        self.acquire(blocks.iter().map(|&b| BlockId(b as u32)));
+        Ok(())
+    }
+
+    /// `touch` for callers that pass valid ids by construction.
+    pub fn acquire(&mut self, blocks: impl IntoIterator<Item = BlockId>) {
+        for b in blocks {
+            if self.ref_cnt[b.index()] == 0 {
+                self.queue.remove(b);
+            }
+            self.ref_cnt[b.index()] += 1;
+        }
+        self.debug_check();
+    }
+
+    /// Gives an in-use block its content key, making it findable by `lookup` (checked).
+    pub fn register(&mut self, b: u64, key: BlockKey) -> Result<()> {
+        let id = self.check_usable(b)?;
+        if !self.enable_caching {
+            invalid_op!("cannot register a key: prefix caching is disabled");
+        }
+        if self.ref_cnt[id.index()] == 0 {
+            invalid_op!("block {b} is free and cannot be registered");
+        }
+        if self.key[id.index()].is_some() {
+            invalid_op!("block {b} already has a key");
+        }
+        self.insert_key(id, key);
+        Ok(())
+    }
+
+    /// `register` for callers that know the block is in use and unkeyed.
+    #[inline]
+    pub fn insert_key(&mut self, b: BlockId, key: BlockKey) {
+        debug_assert!(self.key[b.index()].is_none() && self.ref_cnt[b.index()] > 0);
+        self.key[b.index()] = Some(key);
+        match self.map.entry(key) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(b.0);
+            }
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let mut cur = *e.get();
+                while self.dup_next[cur as usize] != NONE {
+                    cur = self.dup_next[cur as usize];
+                }
+                self.dup_next[cur as usize] = b.0;
+            }
+        }
+        self.debug_check();
+    }
+
+    // -- checking --------------------------------------------------------------------------------------
+    #[inline]
+    fn debug_check(&self) {
+        #[cfg(debug_assertions)]
+        if let Err(e) = self.check_invariants() {
+            panic!("{e}");
+        }
+    }
+
+    /// Every block in exactly one state; queue links and counter agree; map entries point at blocks
+    /// carrying their key and every keyed block is reachable from its key's chain.
+    pub fn check_invariants(&self) -> Result<()> {
+        let fail = |m: String| Err(KvError::Internal(format!("block pool invariant broken: {m}")));
+        if let Err(m) = self.queue.check() {
+            return fail(m);
+        }
+        if self.ref_cnt[0] != 0 || self.queue.contains(BlockId::NULL) || self.key[0].is_some() {
+            return fail("the null block is in use, free or keyed".into());
+        }
+        let mut reachable = 0usize;
+        for (&key, &first) in &self.map {
+            let mut cur = first;
+            while cur != NONE {
+                if self.key[cur as usize] != Some(key) {
+                    return fail(format!("map lists block {cur} under a key it does not carry"));
+                }
+                reachable += 1;
+                if reachable > self.num_blocks as usize {
+                    return fail("a duplicate chain has a cycle".into());
+                }
+                cur = self.dup_next[cur as usize];
+            }
+        }
+        let mut keyed = 0usize;
+        for b in 1..self.num_blocks {
+            let id = BlockId(b);
+            let queued = self.queue.contains(id);
+            if (self.ref_cnt[id.index()] == 0) != queued {
+                return fail(format!(
+                    "block {b} has ref_cnt {} but in-queue is {queued}",
+                    self.ref_cnt[id.index()]
+                ));
+            }
+            keyed += usize::from(self.key[id.index()].is_some());
+        }
+        if keyed != reachable {
+            return fail(format!("{keyed} keyed blocks but {reachable} reachable from the map"));
+        }
+        if !self.enable_caching && keyed > 0 {
+            return fail("keys exist with caching disabled".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[BlockId]) -> Vec<u32> {
+        v.iter().map(|b| b.0).collect()
+    }
+
+    #[test]
+    fn allocates_from_the_head_in_ascending_order_and_skips_the_null_block() {
+        let mut p = BlockPool::new(5, true, FreeOrder::Classic).unwrap();
+        assert_eq!(ids(&p.allocate(3).unwrap()), [1, 2, 3]);
+        assert_eq!(p.num_free_blocks(), 1);
+        assert!(p.allocate(2).is_none(), "atomic: 2 > 1 free");
+        assert_eq!(p.num_free_blocks(), 1);
+    }
+
+    #[test]
+    fn free_appends_in_the_given_order_and_rejects_double_free() {
+        let mut p = BlockPool::new(5, true, FreeOrder::Classic).unwrap();
+        p.allocate(4).unwrap();
+        p.free(&[3, 1]).unwrap();
+        assert_eq!(ids(&p.free_block_ids()), [3, 1]);
+        let err = p.free(&[2, 2]).unwrap_err();
+        assert!(matches!(err, KvError::InvalidOperation(_)), "{err}");
+        assert_eq!(p.ref_cnt(2).unwrap(), 1, "nothing changed");
+        assert!(matches!(p.free(&[0]), Err(KvError::InvalidOperation(_))));
+        assert!(matches!(p.free(&[9]), Err(KvError::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn lifo_rule_puts_unhashed_blocks_at_the_head_in_order() {
+        let mut p = BlockPool::new(6, true, FreeOrder::LifoUnhashed).unwrap();
+        p.allocate(5).unwrap();
+        p.register(4, BlockKey(44)).unwrap();
+        p.free(&[5]).unwrap();
+        p.free(&[4, 3, 2]).unwrap();
+        assert_eq!(ids(&p.free_block_ids()), [3, 2, 5, 4]);
+    }
+
+    #[test]
+    fn duplicate_keys_coexist_and_lookup_returns_the_first_still_holding_it() {
+        let mut p = BlockPool::new(6, true, FreeOrder::Classic).unwrap();
+        p.allocate(3).unwrap();
+        let k = BlockKey(7);
+        p.register(2, k).unwrap();
+        p.register(1, k).unwrap();
+        p.register(3, k).unwrap();
+        assert_eq!(p.lookup(k), Some(BlockId(2)));
+        p.free(&[2, 3]).unwrap();
+        // Pop 4, 5 (unkeyed), then 2: its key goes, block 1 becomes the first holder.
+        p.allocate(3).unwrap();
+        assert_eq!(p.num_evictions(), 1);
+        assert_eq!(p.lookup(k), Some(BlockId(1)));
+        p.allocate(1).unwrap();
+        assert_eq!(p.lookup(k), Some(BlockId(1)));
+        p.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn touch_takes_an_evictable_block_out_of_the_queue() {
+        let mut p = BlockPool::new(4, true, FreeOrder::Classic).unwrap();
+        p.allocate(1).unwrap();
+        p.register(1, BlockKey(1)).unwrap();
+        p.free(&[1]).unwrap();
+        assert_eq!(ids(&p.free_block_ids()), [2, 3, 1]);
+        p.touch(&[1]).unwrap();
+        assert_eq!(ids(&p.free_block_ids()), [2, 3]);
+        assert_eq!(p.ref_cnt(1).unwrap(), 1);
+        assert_eq!(p.lookup(BlockKey(1)), Some(BlockId(1)));
+    }
+
+    #[test]
+    fn bad_sizes_and_register_misuse_are_errors() {
+        assert!(BlockPool::new(1, true, FreeOrder::Classic).is_err());
+        assert!(FreeOrder::parse("fifo").is_err());
+        let mut p = BlockPool::new(4, false, FreeOrder::Classic).unwrap();
+        p.allocate(1).unwrap();
+        assert!(matches!(p.register(1, BlockKey(1)), Err(KvError::InvalidOperation(_))));
+        let mut p = BlockPool::new(4, true, FreeOrder::Classic).unwrap();
+        assert!(matches!(p.register(1, BlockKey(1)), Err(KvError::InvalidOperation(_))));
+    }
+}

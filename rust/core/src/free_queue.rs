@@ -1,0 +1,186 @@
+//! The free-block queue: an intrusive doubly linked list threaded through the blocks.
+//!
+//! Why intrusive: a prefix-cache hit on a free block must take it out of the *middle* of the queue in
+//! O(1), and nothing may be allocated per operation (vLLM's `FreeKVCacheBlockQueue` for the same
+//! reasons). Order: the head is the next block handed out (least recently freed, so cached content
+//! freed long ago is evicted first); freed blocks join at the tail, or at the head under the
+//! `lifo_unhashed` rule. Two sentinels (`HEAD`, `TAIL` at indices `n`, `n + 1`) remove every special case.
+
+use crate::BlockId;
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Clone, Debug)]
+pub struct FreeQueue {
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    len: u32,
+    head: u32,
+    tail: u32,
+}
+
+impl FreeQueue {
+    /// A queue over ids `0..n` holding `first..n` in ascending order (ids below `first` stay out).
+    pub fn new(n: u32, first: u32) -> Self {
+        let (head, tail) = (n, n + 1);
+        let size = n as usize + 2;
+        let mut q = FreeQueue {
+            prev: vec![NONE; size],
+            next: vec![NONE; size],
+            len: 0,
+            head,
+            tail,
+        };
+        q.next[head as usize] = tail;
+        q.prev[tail as usize] = head;
+        for b in first..n {
+            q.push_back(BlockId(b));
+        }
+        q
+    }
+
+    #[inline]
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline]
+    pub fn contains(&self, b: BlockId) -> bool {
+        self.next[b.index()] != NONE
+    }
+
+    #[inline]
+    fn link_after(&mut self, at: u32, b: u32) {
+        let nx = self.next[at as usize];
+        self.prev[b as usize] = at;
+        self.next[b as usize] = nx;
+        self.next[at as usize] = b;
+        self.prev[nx as usize] = b;
+        self.len += 1;
+    }
+
+    #[inline]
+    pub fn push_back(&mut self, b: BlockId) {
+        debug_assert!(!self.contains(b), "block {b} is already queued");
+        let last = self.prev[self.tail as usize];
+        self.link_after(last, b.0);
+    }
+
+    #[inline]
+    pub fn push_front(&mut self, b: BlockId) {
+        debug_assert!(!self.contains(b), "block {b} is already queued");
+        self.link_after(self.head, b.0);
+    }
+
+    /// Links `b` right after `prev`, or at the head when `prev` is None: pushing a run of blocks to the
+    /// head in their given order is `after = None`, then `after = Some(last pushed)`.
+    #[inline]
+    pub fn insert_after(&mut self, prev: Option<BlockId>, b: BlockId) {
+        debug_assert!(!self.contains(b), "block {b} is already queued");
+        let at = prev.map_or(self.head, |p| p.0);
+        self.link_after(at, b.0);
+    }
+
+    /// Unlinks `b` from wherever it is in the queue.
+    #[inline]
+    pub fn remove(&mut self, b: BlockId) {
+        debug_assert!(self.contains(b), "block {b} is not queued");
+        let i = b.index();
+        let (p, n) = (self.prev[i], self.next[i]);
+        self.next[p as usize] = n;
+        self.prev[n as usize] = p;
+        self.prev[i] = NONE;
+        self.next[i] = NONE;
+        self.len -= 1;
+    }
+
+    #[inline]
+    pub fn pop_front(&mut self) -> Option<BlockId> {
+        let first = self.next[self.head as usize];
+        if first == self.tail {
+            return None;
+        }
+        let b = BlockId(first);
+        self.remove(b);
+        Some(b)
+    }
+
+    /// Head first.
+    pub fn iter(&self) -> impl Iterator<Item = BlockId> + '_ {
+        let mut cur = self.next[self.head as usize];
+        std::iter::from_fn(move || {
+            if cur == self.tail {
+                None
+            } else {
+                let b = cur;
+                cur = self.next[cur as usize];
+                Some(BlockId(b))
+            }
+        })
+    }
+
+    /// Checks the links both ways and the counter; returns a message on the first inconsistency.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let mut count = 0u32;
+        let mut prev = self.head;
+        let mut cur = self.next[self.head as usize];
+        while cur != self.tail {
+            if cur == NONE || cur >= self.head {
+                return Err(format!("broken link after {prev}"));
+            }
+            if self.prev[cur as usize] != prev {
+                return Err(format!("block {cur} has prev {} not {prev}", self.prev[cur as usize]));
+            }
+            count += 1;
+            if count > self.len {
+                return Err(format!("more than {} blocks linked (a cycle?)", self.len));
+            }
+            prev = cur;
+            cur = self.next[cur as usize];
+        }
+        if self.prev[self.tail as usize] != prev {
+            return Err("tail does not point at the last block".into());
+        }
+        if count != self.len {
+            return Err(format!("{count} blocks linked but the counter says {}", self.len));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(q: &FreeQueue) -> Vec<u32> {
+        q.iter().map(|b| b.0).collect()
+    }
+
+    #[test]
+    fn starts_ascending_without_reserved_ids() {
+        let q = FreeQueue::new(5, 1);
+        assert_eq!(ids(&q), [1, 2, 3, 4]);
+        assert!(!q.contains(BlockId(0)));
+        q.check().unwrap();
+    }
+
+    #[test]
+    fn pop_remove_and_both_ends() {
+        let mut q = FreeQueue::new(6, 1);
+        assert_eq!(q.pop_front(), Some(BlockId(1)));
+        q.remove(BlockId(3));
+        q.push_back(BlockId(1));
+        q.push_front(BlockId(3));
+        assert_eq!(ids(&q), [3, 2, 4, 5, 1]);
+        assert_eq!(q.len(), 5);
+        q.check().unwrap();
+        while q.pop_front().is_some() {}
+        assert!(q.is_empty());
+        q.check().unwrap();
+    }
+}

@@ -1,0 +1,298 @@
+//! kvsim._core: thin PyO3 wrappers over kvsim-core. Each method converts its arguments, calls the core
+//! once and converts the result; domain logic lives in the core.
+
+use kvsim_core::block_pool::MAX_BLOCKS;
+use kvsim_core::{BlockId, BlockKey, BlockPool, FreeOrder, KVCacheManager, KvError, Segment};
+use pyo3::prelude::*;
+
+mod errors {
+    pyo3::import_exception!(kvsim.errors, InvalidArgumentError);
+    pyo3::import_exception!(kvsim.errors, InvalidOperationError);
+    pyo3::import_exception!(kvsim.errors, InternalError);
+}
+
+/// Maps the core's error kinds onto the Python hierarchy of `kvsim.errors`.
+fn py_err(e: KvError) -> PyErr {
+    match e {
+        KvError::InvalidArgument(m) => errors::InvalidArgumentError::new_err(m),
+        KvError::InvalidOperation(m) => errors::InvalidOperationError::new_err(m),
+        KvError::Internal(m) => errors::InternalError::new_err(m),
+    }
+}
+
+trait IntoPyResult<T> {
+    fn py(self) -> PyResult<T>;
+}
+
+impl<T> IntoPyResult<T> for kvsim_core::Result<T> {
+    fn py(self) -> PyResult<T> {
+        self.map_err(py_err)
+    }
+}
+
+fn invalid(msg: String) -> PyErr {
+    errors::InvalidArgumentError::new_err(msg)
+}
+
+/// Python ints arrive as i128 so that negative or huge values get kvsim's error, not an OverflowError.
+fn u64_arg(v: i128, what: &str) -> PyResult<u64> {
+    u64::try_from(v).map_err(|_| invalid(format!("{what} {v} is not a u64")))
+}
+
+fn num_blocks_arg(v: i128) -> PyResult<u32> {
+    if (2..=i128::from(MAX_BLOCKS)).contains(&v) {
+        Ok(v as u32)
+    } else {
+        Err(invalid(format!(
+            "num_blocks {v} must be between 2 and {MAX_BLOCKS} (block 0 is the null block)"
+        )))
+    }
+}
+
+fn block_size_arg(v: i128) -> PyResult<u64> {
+    if v < 1 {
+        return Err(invalid(format!("block_size {v} must be at least 1")));
+    }
+    u64_arg(v, "block_size")
+}
+
+/// A block id for a pool of `n` blocks; out-of-range ids get the core's message.
+fn block_arg(v: i128, n: u32) -> PyResult<u64> {
+    u64::try_from(v).map_err(|_| invalid(format!("block id {v} is out of range 0..{}", n - 1)))
+}
+
+fn blocks_arg(v: &[i128], n: u32) -> PyResult<Vec<u64>> {
+    v.iter().map(|&b| block_arg(b, n)).collect()
+}
+
+fn segments_arg(v: &[(i128, i128)]) -> PyResult<Vec<Segment>> {
+    v.iter()
+        .enumerate()
+        .map(|(i, &(id, len))| {
+            let id = u64::try_from(id).map_err(|_| invalid(format!("segment {i}: id {id} is not a u64")))?;
+            if len < 1 {
+                return Err(invalid(format!("segment {i}: length {len} must be at least 1")));
+            }
+            Ok(Segment::new(id, u64_arg(len, "segment length")?))
+        })
+        .collect()
+}
+
+fn ids(v: &[BlockId]) -> Vec<u32> {
+    v.iter().map(|b| b.0).collect()
+}
+
+/// Low-level block pool: reference counts, free queue (head = next handed out), prefix map.
+#[pyclass(name = "BlockPool", module = "kvsim._core")]
+struct PyBlockPool(BlockPool);
+
+#[pymethods]
+impl PyBlockPool {
+    #[new]
+    #[pyo3(signature = (num_blocks, enable_caching = true, free_order = "classic"))]
+    fn new(num_blocks: i128, enable_caching: bool, free_order: &str) -> PyResult<Self> {
+        let n = num_blocks_arg(num_blocks)?;
+        Ok(Self(BlockPool::new(n, enable_caching, FreeOrder::parse(free_order).py()?).py()?))
+    }
+
+    #[getter]
+    fn num_blocks(&self) -> u32 {
+        self.0.num_blocks()
+    }
+    #[getter]
+    fn capacity(&self) -> u32 {
+        self.0.capacity()
+    }
+    #[getter]
+    fn num_free_blocks(&self) -> u32 {
+        self.0.num_free_blocks()
+    }
+    #[getter]
+    fn num_evictions(&self) -> u64 {
+        self.0.num_evictions()
+    }
+    #[getter]
+    fn enable_caching(&self) -> bool {
+        self.0.enable_caching()
+    }
+    #[getter]
+    fn free_order(&self) -> &'static str {
+        self.0.free_order().as_str()
+    }
+
+    fn allocate(&mut self, num: i128) -> PyResult<Option<Vec<u32>>> {
+        if num < 0 {
+            return Err(invalid(format!("cannot allocate {num} blocks: the count must not be negative")));
+        }
+        let num = u32::try_from(num).unwrap_or(u32::MAX);
+        Ok(self.0.allocate(num).map(|v| ids(&v)))
+    }
+
+    fn free(&mut self, block_ids: Vec<i128>) -> PyResult<()> {
+        let b = blocks_arg(&block_ids, self.0.num_blocks())?;
+        self.0.free(&b).py()
+    }
+
+    fn touch(&mut self, block_ids: Vec<i128>) -> PyResult<()> {
+        let b = blocks_arg(&block_ids, self.0.num_blocks())?;
+        self.0.touch(&b).py()
+    }
+
+    fn register(&mut self, block_id: i128, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        let k = key.extract::<u128>().map_err(|_| invalid(format!("key {key} is not a u128")))?;
+        let b = block_arg(block_id, self.0.num_blocks())?;
+        self.0.register(b, BlockKey(k)).py()
+    }
+
+    fn lookup(&self, key: &Bound<'_, PyAny>) -> Option<u32> {
+        key.extract::<u128>().ok().and_then(|k| self.0.lookup(BlockKey(k))).map(|b| b.0)
+    }
+
+    fn ref_cnt(&self, block_id: i128) -> PyResult<u32> {
+        self.0.ref_cnt(block_arg(block_id, self.0.num_blocks())?).py()
+    }
+
+    fn block_hash(&self, block_id: i128) -> PyResult<Option<u128>> {
+        Ok(self.0.block_hash(block_arg(block_id, self.0.num_blocks())?).py()?.map(|k| k.0))
+    }
+
+    fn free_block_ids(&self) -> Vec<u32> {
+        ids(&self.0.free_block_ids())
+    }
+
+    fn cached_block_ids(&self) -> Vec<u32> {
+        ids(&self.0.cached_block_ids())
+    }
+
+    fn check_invariants(&self) -> PyResult<()> {
+        self.0.check_invariants().py()
+    }
+}
+
+/// Per-request block tables over a block pool, with prefix caching and copy-on-write forks.
+#[pyclass(name = "KVCacheManager", module = "kvsim._core")]
+struct PyKVCacheManager(KVCacheManager);
+
+#[pymethods]
+impl PyKVCacheManager {
+    #[new]
+    #[pyo3(signature = (num_blocks, block_size, enable_caching = true, free_order = "classic"))]
+    fn new(num_blocks: i128, block_size: i128, enable_caching: bool, free_order: &str) -> PyResult<Self> {
+        let bs = block_size_arg(block_size)?;
+        let n = num_blocks_arg(num_blocks)?;
+        let order = FreeOrder::parse(free_order).py()?;
+        Ok(Self(KVCacheManager::new(n, bs, enable_caching, order).py()?))
+    }
+
+    #[getter]
+    fn num_blocks(&self) -> u32 {
+        self.0.pool().num_blocks()
+    }
+    #[getter]
+    fn block_size(&self) -> u64 {
+        self.0.block_size()
+    }
+    #[getter]
+    fn enable_caching(&self) -> bool {
+        self.0.pool().enable_caching()
+    }
+    #[getter]
+    fn num_free_blocks(&self) -> u32 {
+        self.0.pool().num_free_blocks()
+    }
+    #[getter]
+    fn num_evictions(&self) -> u64 {
+        self.0.pool().num_evictions()
+    }
+    #[getter]
+    fn num_cow_copies(&self) -> u64 {
+        self.0.num_cow_copies()
+    }
+    #[getter]
+    fn num_requests(&self) -> usize {
+        self.0.num_requests()
+    }
+
+    fn __contains__(&self, request_id: i128) -> bool {
+        u64::try_from(request_id).is_ok_and(|r| self.0.contains(r))
+    }
+
+    fn lookup(&self, segments: Vec<(i128, i128)>) -> PyResult<u64> {
+        self.0.lookup(&segments_arg(&segments)?).py()
+    }
+
+    fn allocate(
+        &mut self,
+        request_id: i128,
+        segments: Vec<(i128, i128)>,
+        num_new_tokens: i128,
+    ) -> PyResult<Option<Vec<u32>>> {
+        let rid = u64_arg(request_id, "request_id")?;
+        let segs = segments_arg(&segments)?;
+        kvsim_core::hash::validate_segments(&segs).py()?;
+        if num_new_tokens < 1 {
+            return Err(invalid(format!("num_new_tokens {num_new_tokens} must be at least 1")));
+        }
+        let n = u64_arg(num_new_tokens, "num_new_tokens")?;
+        Ok(self.0.allocate(rid, &segs, n).py()?.map(|v| ids(&v)))
+    }
+
+    fn free(&mut self, request_id: i128) -> PyResult<()> {
+        self.0.free(u64_arg(request_id, "request_id")?);
+        Ok(())
+    }
+
+    fn fork(&mut self, parent_id: i128, child_id: i128) -> PyResult<()> {
+        let parent = u64_arg(parent_id, "request_id")?;
+        self.0.block_table(parent).py()?;
+        let child = u64_arg(child_id, "request_id")?;
+        self.0.fork(parent, child).py()
+    }
+
+    fn block_table(&self, request_id: i128) -> PyResult<Vec<u32>> {
+        Ok(ids(self.0.block_table(u64_arg(request_id, "request_id")?).py()?))
+    }
+
+    fn num_computed_tokens(&self, request_id: i128) -> PyResult<u64> {
+        self.0.num_computed_tokens(u64_arg(request_id, "request_id")?).py()
+    }
+
+    fn free_block_ids(&self) -> Vec<u32> {
+        ids(&self.0.pool().free_block_ids())
+    }
+
+    fn cached_block_ids(&self) -> Vec<u32> {
+        ids(&self.0.pool().cached_block_ids())
+    }
+
+    fn ref_cnt(&self, block_id: i128) -> PyResult<u32> {
+        let pool = self.0.pool();
+        pool.ref_cnt(block_arg(block_id, pool.num_blocks())?).py()
+    }
+
+    fn block_hash(&self, block_id: i128) -> PyResult<Option<u128>> {
+        let pool = self.0.pool();
+        Ok(pool.block_hash(block_arg(block_id, pool.num_blocks())?).py()?.map(|k| k.0))
+    }
+
+    fn check_invariants(&self) -> PyResult<()> {
+        self.0.check_invariants().py()
+    }
+}
+
+/// Keys of every full block the segments describe, with the documented hash (DESIGN.md §Keys).
+#[pyfunction]
+fn block_keys(segments: Vec<(i128, i128)>, block_size: i128) -> PyResult<Vec<u128>> {
+    let segs = segments_arg(&segments)?;
+    kvsim_core::hash::validate_segments(&segs).py()?;
+    let bs = block_size_arg(block_size)?;
+    Ok(kvsim_core::hash::block_keys(&segs, bs).py()?.into_iter().map(|k| k.0).collect())
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyBlockPool>()?;
+    m.add_class::<PyKVCacheManager>()?;
+    m.add_function(wrap_pyfunction!(block_keys, m)?)?;
+    Ok(())
+}
