@@ -7,6 +7,8 @@ names the same content the engine hashed while generating it. The Rust engine co
 
 from __future__ import annotations
 
+from kvsim.errors import InvalidArgumentError
+
 OUTPUT_BIT = 1 << 63
 MAX_REQUEST_ID = (1 << 47) - 1
 MAX_SAMPLES = 1 << 16
@@ -15,9 +17,9 @@ MAX_SAMPLES = 1 << 16
 def output_id(request_id: int, sample: int = 0) -> int:
     """Content id of the tokens sample `sample` of request `request_id` generates."""
     if not 0 <= request_id <= MAX_REQUEST_ID:
-        raise ValueError(f"request_id {request_id} must be between 0 and {MAX_REQUEST_ID}")
+        raise InvalidArgumentError(f"request_id {request_id} must be between 0 and {MAX_REQUEST_ID}")
     if not 0 <= sample < MAX_SAMPLES:
-        raise ValueError(f"sample {sample} must be between 0 and {MAX_SAMPLES - 1}")
+        raise InvalidArgumentError(f"sample {sample} must be between 0 and {MAX_SAMPLES - 1}")
     return OUTPUT_BIT | (request_id << 16) | sample
 
 
