@@ -5,16 +5,13 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
+import kvsim
 import pytest
 from hypothesis import HealthCheck, settings
-
-import kvsim
 from kvsim import reference
 
 settings.register_profile("fast", max_examples=60, deadline=None)
-settings.register_profile(
-    "ci", max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+settings.register_profile("ci", max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "thorough", max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

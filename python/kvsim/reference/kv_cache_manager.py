@@ -222,7 +222,10 @@ class KVCacheManager:
                 holders[b] += 1
                 if i < req.num_keyed_blocks and self.pool.block_hash(b) is None:
                     raise InternalError(f"request {rid}: full block {b} has no key")
-            if req.num_keyed_blocks and self.pool.block_hash(req.blocks[req.num_keyed_blocks - 1]) != req.last_key:
+            if (
+                req.num_keyed_blocks
+                and self.pool.block_hash(req.blocks[req.num_keyed_blocks - 1]) != req.last_key
+            ):
                 raise InternalError(f"request {rid}: chain key differs from its last full block's key")
         for b in range(1, self.pool.num_blocks):
             if holders[b] != self.pool.ref_cnt(b):

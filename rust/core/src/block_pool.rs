@@ -128,14 +128,15 @@ impl BlockPool {
         self.num_evictions
     }
 
-    fn check_block(&self, b: u64) -> Result<BlockId> {
-        if b >= u64::from(self.num_blocks) {
+    /// Checked public entry points take ids as `i64` so that a caller's negative id gets this message.
+    fn check_block(&self, b: i64) -> Result<BlockId> {
+        if b < 0 || b >= i64::from(self.num_blocks) {
             invalid_arg!("block id {b} is out of range 0..{}", self.num_blocks - 1);
         }
         Ok(BlockId(b as u32))
     }
 
-    fn check_usable(&self, b: u64) -> Result<BlockId> {
+    fn check_usable(&self, b: i64) -> Result<BlockId> {
         let id = self.check_block(b)?;
         if id == BlockId::NULL {
             invalid_op!("block 0 is the null block and is never allocated or freed");
@@ -143,11 +144,11 @@ impl BlockPool {
         Ok(id)
     }
 
-    pub fn ref_cnt(&self, b: u64) -> Result<u32> {
+    pub fn ref_cnt(&self, b: i64) -> Result<u32> {
         Ok(self.ref_cnt[self.check_block(b)?.index()])
     }
 
-    pub fn block_hash(&self, b: u64) -> Result<Option<BlockKey>> {
+    pub fn block_hash(&self, b: i64) -> Result<Option<BlockKey>> {
         Ok(self.key[self.check_block(b)?.index()])
     }
 
@@ -198,7 +199,9 @@ impl BlockPool {
     }
 
     fn evict(&mut self, b: BlockId) {
-        let Some(key) = self.key[b.index()].take() else { return };
+        let Some(key) = self.key[b.index()].take() else {
+            return;
+        };
         self.unmap(key, b);
         self.num_evictions += 1;
     }
@@ -222,8 +225,8 @@ impl BlockPool {
     }
 
     /// Validates a public `free` list: every id usable, none freed more often than held.
-    fn check_free_list(&self, blocks: &[u64]) -> Result<()> {
-        let mut seen: HashMap<u64, u32> = HashMap::new();
+    fn check_free_list(&self, blocks: &[i64]) -> Result<()> {
+        let mut seen: HashMap<i64, u32> = HashMap::new();
         for &b in blocks {
             let id = self.check_usable(b)?;
             let times = seen.entry(b).or_insert(0);
@@ -239,7 +242,7 @@ impl BlockPool {
     }
 
     /// Drops one reference per listed block, in order; blocks reaching zero join the queue (checked).
-    pub fn free(&mut self, blocks: &[u64]) -> Result<()> {
+    pub fn free(&mut self, blocks: &[i64]) -> Result<()> {
         self.check_free_list(blocks)?;
         self.release(blocks.iter().map(|&b| BlockId(b as u32)));
         Ok(())
@@ -265,7 +268,7 @@ impl BlockPool {
     }
 
     /// Takes one more reference on each block, taking free ones out of the queue (checked).
-    pub fn touch(&mut self, blocks: &[u64]) -> Result<()> {
+    pub fn touch(&mut self, blocks: &[i64]) -> Result<()> {
         for &b in blocks {
             self.check_usable(b)?;
         }
@@ -285,7 +288,7 @@ impl BlockPool {
     }
 
     /// Gives an in-use block its content key, making it findable by `lookup` (checked).
-    pub fn register(&mut self, b: u64, key: BlockKey) -> Result<()> {
+    pub fn register(&mut self, b: i64, key: BlockKey) -> Result<()> {
         let id = self.check_usable(b)?;
         if !self.enable_caching {
             invalid_op!("cannot register a key: prefix caching is disabled");
@@ -332,7 +335,11 @@ impl BlockPool {
     /// Every block in exactly one state; queue links and counter agree; map entries point at blocks
     /// carrying their key and every keyed block is reachable from its key's chain.
     pub fn check_invariants(&self) -> Result<()> {
-        let fail = |m: String| Err(KvError::Internal(format!("block pool invariant broken: {m}")));
+        let fail = |m: String| {
+            Err(KvError::Internal(format!(
+                "block pool invariant broken: {m}"
+            )))
+        };
         if let Err(m) = self.queue.check() {
             return fail(m);
         }
@@ -344,7 +351,9 @@ impl BlockPool {
             let mut cur = first;
             while cur != NONE {
                 if self.key[cur as usize] != Some(key) {
-                    return fail(format!("map lists block {cur} under a key it does not carry"));
+                    return fail(format!(
+                        "map lists block {cur} under a key it does not carry"
+                    ));
                 }
                 reachable += 1;
                 if reachable > self.num_blocks as usize {
@@ -366,7 +375,9 @@ impl BlockPool {
             keyed += usize::from(self.key[id.index()].is_some());
         }
         if keyed != reachable {
-            return fail(format!("{keyed} keyed blocks but {reachable} reachable from the map"));
+            return fail(format!(
+                "{keyed} keyed blocks but {reachable} reachable from the map"
+            ));
         }
         if !self.enable_caching && keyed > 0 {
             return fail("keys exist with caching disabled".into());
@@ -453,8 +464,14 @@ mod tests {
         assert!(FreeOrder::parse("fifo").is_err());
         let mut p = BlockPool::new(4, false, FreeOrder::Classic).unwrap();
         p.allocate(1).unwrap();
-        assert!(matches!(p.register(1, BlockKey(1)), Err(KvError::InvalidOperation(_))));
+        assert!(matches!(
+            p.register(1, BlockKey(1)),
+            Err(KvError::InvalidOperation(_))
+        ));
         let mut p = BlockPool::new(4, true, FreeOrder::Classic).unwrap();
-        assert!(matches!(p.register(1, BlockKey(1)), Err(KvError::InvalidOperation(_))));
+        assert!(matches!(
+            p.register(1, BlockKey(1)),
+            Err(KvError::InvalidOperation(_))
+        ));
     }
 }

@@ -134,7 +134,10 @@ impl FreeQueue {
                 return Err(format!("broken link after {prev}"));
             }
             if self.prev[cur as usize] != prev {
-                return Err(format!("block {cur} has prev {} not {prev}", self.prev[cur as usize]));
+                return Err(format!(
+                    "block {cur} has prev {} not {prev}",
+                    self.prev[cur as usize]
+                ));
             }
             count += 1;
             if count > self.len {
@@ -147,7 +150,10 @@ impl FreeQueue {
             return Err("tail does not point at the last block".into());
         }
         if count != self.len {
-            return Err(format!("{count} blocks linked but the counter says {}", self.len));
+            return Err(format!(
+                "{count} blocks linked but the counter says {}",
+                self.len
+            ));
         }
         Ok(())
     }

@@ -50,7 +50,11 @@ impl KeyBuilder {
             None => (ROOT_LO, ROOT_HI),
             Some(BlockKey(k)) => (k as u64, (k >> 64) as u64),
         };
-        KeyBuilder { lo, hi, num_pieces: 0 }
+        KeyBuilder {
+            lo,
+            hi,
+            num_pieces: 0,
+        }
     }
 
     #[inline]
@@ -147,9 +151,7 @@ impl Iterator for BlockKeys<'_> {
         let lo = self.next_block * self.block_size;
         let hi = lo + self.block_size;
         // Skip segments that end at or before this block.
-        while self.seg < self.segments.len()
-            && self.seg_start + self.segments[self.seg].len <= lo
-        {
+        while self.seg < self.segments.len() && self.seg_start + self.segments[self.seg].len <= lo {
             self.seg_start += self.segments[self.seg].len;
             self.seg += 1;
         }

@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 
 use crate::hash::{BlockKeys, validate_segments};
-use crate::{BlockId, BlockKey, BlockPool, FreeOrder, KvError, Result, Segment, invalid_arg, invalid_op};
+use crate::{
+    BlockId, BlockKey, BlockPool, FreeOrder, KvError, Result, Segment, invalid_arg, invalid_op,
+};
 
 #[derive(Clone, Debug, Default)]
 struct RequestState {
@@ -82,14 +84,21 @@ impl KVCacheManager {
 
     /// Cached blocks of the longest prefix, in whole blocks, covering at most `total - 1` tokens; pushed
     /// into `hits`. Returns the key of the last hit.
-    fn find_hits(&self, segments: &[Segment], total: u64, hits: &mut Vec<BlockId>) -> Option<BlockKey> {
+    fn find_hits(
+        &self,
+        segments: &[Segment],
+        total: u64,
+        hits: &mut Vec<BlockId>,
+    ) -> Option<BlockKey> {
         let mut last = None;
         if !self.pool.enable_caching() {
             return last;
         }
         let max_blocks = (total - 1) / self.block_size;
         for key in BlockKeys::new(segments, self.block_size, 0, None, max_blocks) {
-            let Some(b) = self.pool.lookup(key) else { break };
+            let Some(b) = self.pool.lookup(key) else {
+                break;
+            };
             hits.push(b);
             last = Some(key);
         }
@@ -136,7 +145,10 @@ impl KVCacheManager {
             let last = *req.blocks.last().expect("a known request holds a block");
             let copy = computed % bs != 0 && self.pool.ref_cnt_of(last) > 1;
             let num_new_blocks = (computed + num_new_tokens).div_ceil(bs) - req.blocks.len() as u64;
-            if !self.pool.allocate_into((num_new_blocks + u64::from(copy)) as u32, &mut new) {
+            if !self
+                .pool
+                .allocate_into((num_new_blocks + u64::from(copy)) as u32, &mut new)
+            {
                 return Ok(None);
             }
             if copy {
@@ -154,7 +166,14 @@ impl KVCacheManager {
         } else {
             let mut hits = std::mem::take(&mut self.scratch);
             hits.clear();
-            let admitted = self.admit_new(request_id, segments, total, num_new_tokens, &mut hits, &mut new);
+            let admitted = self.admit_new(
+                request_id,
+                segments,
+                total,
+                num_new_tokens,
+                &mut hits,
+                &mut new,
+            );
             self.scratch = hits;
             if !admitted? {
                 return Ok(None);
@@ -180,7 +199,10 @@ impl KVCacheManager {
         let computed = hits.len() as u64 * bs;
         Self::check_room(request_id, computed, num_new_tokens, total)?;
         let num_new_blocks = (computed + num_new_tokens).div_ceil(bs) - hits.len() as u64;
-        let num_evictable = hits.iter().filter(|&&b| self.pool.ref_cnt_of(b) == 0).count() as u64;
+        let num_evictable = hits
+            .iter()
+            .filter(|&&b| self.pool.ref_cnt_of(b) == 0)
+            .count() as u64;
         if num_new_blocks + num_evictable > u64::from(self.pool.num_free_blocks()) {
             return Ok(false);
         }
@@ -207,7 +229,13 @@ impl KVCacheManager {
         let req = self.requests.get_mut(&request_id).expect("just allocated");
         let num_full = req.num_computed_tokens / self.block_size;
         let start = req.num_keyed_blocks;
-        let keys = BlockKeys::new(segments, self.block_size, start, req.last_key, num_full - start);
+        let keys = BlockKeys::new(
+            segments,
+            self.block_size,
+            start,
+            req.last_key,
+            num_full - start,
+        );
         for (i, key) in (start..).zip(keys) {
             self.pool.insert_key(req.blocks[i as usize], key);
             req.last_key = Some(key);
@@ -222,7 +250,7 @@ impl KVCacheManager {
         }
     }
 
-    /// Makes `child_id` share every block of `parent_id` (ref_cnt + 1 each), as a new sample does.
+    /// Makes `child_id` share every block of `parent_id` (`ref_cnt` + 1 each), as a new sample does.
     pub fn fork(&mut self, parent_id: u64, child_id: u64) -> Result<()> {
         let parent = self.get(parent_id)?.clone();
         if self.requests.contains_key(&child_id) {
@@ -249,27 +277,41 @@ impl KVCacheManager {
                     req.num_computed_tokens
                 ));
             }
-            let expected = if self.pool.enable_caching() { req.num_computed_tokens / bs } else { 0 };
+            let expected = if self.pool.enable_caching() {
+                req.num_computed_tokens / bs
+            } else {
+                0
+            };
             if req.num_keyed_blocks != expected {
-                return fail(format!("request {rid} has {} keyed blocks", req.num_keyed_blocks));
+                return fail(format!(
+                    "request {rid} has {} keyed blocks",
+                    req.num_keyed_blocks
+                ));
             }
             for (i, b) in req.blocks.iter().enumerate() {
                 holders[b.index()] += 1;
-                if (i as u64) < req.num_keyed_blocks && self.pool.block_hash(u64::from(b.0))?.is_none() {
+                if (i as u64) < req.num_keyed_blocks
+                    && self.pool.block_hash(i64::from(b.0))?.is_none()
+                {
                     return fail(format!("request {rid}: full block {b} has no key"));
                 }
             }
             if req.num_keyed_blocks > 0 {
                 let b = req.blocks[req.num_keyed_blocks as usize - 1];
-                if self.pool.block_hash(u64::from(b.0))? != req.last_key {
-                    return fail(format!("request {rid}: chain key differs from its last full block's key"));
+                if self.pool.block_hash(i64::from(b.0))? != req.last_key {
+                    return fail(format!(
+                        "request {rid}: chain key differs from its last full block's key"
+                    ));
                 }
             }
         }
         for b in 1..self.pool.num_blocks() {
             let rc = self.pool.ref_cnt_of(BlockId(b));
             if holders[b as usize] != rc {
-                return fail(format!("block {b}: {} holders but ref_cnt {rc}", holders[b as usize]));
+                return fail(format!(
+                    "block {b}: {} holders but ref_cnt {rc}",
+                    holders[b as usize]
+                ));
             }
         }
         Ok(())

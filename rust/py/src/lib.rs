@@ -1,5 +1,8 @@
-//! kvsim._core: thin PyO3 wrappers over kvsim-core. Each method converts its arguments, calls the core
+//! `kvsim._core`: thin PyO3 wrappers over kvsim-core. Each method converts its arguments, calls the core
 //! once and converts the result; domain logic lives in the core.
+
+// PyO3 extracts arguments into owned values; borrowing them is not an option at this boundary.
+#![allow(clippy::needless_pass_by_value)]
 
 use kvsim_core::block_pool::MAX_BLOCKS;
 use kvsim_core::{BlockId, BlockKey, BlockPool, FreeOrder, KVCacheManager, KvError, Segment};
@@ -34,7 +37,7 @@ fn invalid(msg: String) -> PyErr {
     errors::InvalidArgumentError::new_err(msg)
 }
 
-/// Python ints arrive as i128 so that negative or huge values get kvsim's error, not an OverflowError.
+/// Python ints arrive as i128 so that negative or huge values get kvsim's error, not an `OverflowError`.
 fn u64_arg(v: i128, what: &str) -> PyResult<u64> {
     u64::try_from(v).map_err(|_| invalid(format!("{what} {v} is not a u64")))
 }
@@ -56,22 +59,26 @@ fn block_size_arg(v: i128) -> PyResult<u64> {
     u64_arg(v, "block_size")
 }
 
-/// A block id for a pool of `n` blocks; out-of-range ids get the core's message.
-fn block_arg(v: i128, n: u32) -> PyResult<u64> {
-    u64::try_from(v).map_err(|_| invalid(format!("block id {v} is out of range 0..{}", n - 1)))
+/// A block id for a pool of `n` blocks; ids beyond i64 get the core's out-of-range message.
+fn block_arg(v: i128, n: u32) -> PyResult<i64> {
+    i64::try_from(v).map_err(|_| invalid(format!("block id {v} is out of range 0..{}", n - 1)))
 }
 
-fn blocks_arg(v: &[i128], n: u32) -> PyResult<Vec<u64>> {
-    v.iter().map(|&b| block_arg(b, n)).collect()
+fn blocks_arg(v: &[i128], n: u32) -> Vec<i64> {
+    // Out-of-i64 ids become -1 so that the core reports them in list order, as the reference does.
+    v.iter().map(|&b| block_arg(b, n).unwrap_or(-1)).collect()
 }
 
 fn segments_arg(v: &[(i128, i128)]) -> PyResult<Vec<Segment>> {
     v.iter()
         .enumerate()
         .map(|(i, &(id, len))| {
-            let id = u64::try_from(id).map_err(|_| invalid(format!("segment {i}: id {id} is not a u64")))?;
+            let id = u64::try_from(id)
+                .map_err(|_| invalid(format!("segment {i}: id {id} is not a u64")))?;
             if len < 1 {
-                return Err(invalid(format!("segment {i}: length {len} must be at least 1")));
+                return Err(invalid(format!(
+                    "segment {i}: length {len} must be at least 1"
+                )));
             }
             Ok(Segment::new(id, u64_arg(len, "segment length")?))
         })
@@ -92,7 +99,9 @@ impl PyBlockPool {
     #[pyo3(signature = (num_blocks, enable_caching = true, free_order = "classic"))]
     fn new(num_blocks: i128, enable_caching: bool, free_order: &str) -> PyResult<Self> {
         let n = num_blocks_arg(num_blocks)?;
-        Ok(Self(BlockPool::new(n, enable_caching, FreeOrder::parse(free_order).py()?).py()?))
+        Ok(Self(
+            BlockPool::new(n, enable_caching, FreeOrder::parse(free_order).py()?).py()?,
+        ))
     }
 
     #[getter]
@@ -122,38 +131,51 @@ impl PyBlockPool {
 
     fn allocate(&mut self, num: i128) -> PyResult<Option<Vec<u32>>> {
         if num < 0 {
-            return Err(invalid(format!("cannot allocate {num} blocks: the count must not be negative")));
+            return Err(invalid(format!(
+                "cannot allocate {num} blocks: the count must not be negative"
+            )));
         }
         let num = u32::try_from(num).unwrap_or(u32::MAX);
         Ok(self.0.allocate(num).map(|v| ids(&v)))
     }
 
     fn free(&mut self, block_ids: Vec<i128>) -> PyResult<()> {
-        let b = blocks_arg(&block_ids, self.0.num_blocks())?;
+        let b = blocks_arg(&block_ids, self.0.num_blocks());
         self.0.free(&b).py()
     }
 
     fn touch(&mut self, block_ids: Vec<i128>) -> PyResult<()> {
-        let b = blocks_arg(&block_ids, self.0.num_blocks())?;
+        let b = blocks_arg(&block_ids, self.0.num_blocks());
         self.0.touch(&b).py()
     }
 
     fn register(&mut self, block_id: i128, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        let k = key.extract::<u128>().map_err(|_| invalid(format!("key {key} is not a u128")))?;
+        let k = key
+            .extract::<u128>()
+            .map_err(|_| invalid(format!("key {key} is not a u128")))?;
         let b = block_arg(block_id, self.0.num_blocks())?;
         self.0.register(b, BlockKey(k)).py()
     }
 
     fn lookup(&self, key: &Bound<'_, PyAny>) -> Option<u32> {
-        key.extract::<u128>().ok().and_then(|k| self.0.lookup(BlockKey(k))).map(|b| b.0)
+        key.extract::<u128>()
+            .ok()
+            .and_then(|k| self.0.lookup(BlockKey(k)))
+            .map(|b| b.0)
     }
 
     fn ref_cnt(&self, block_id: i128) -> PyResult<u32> {
-        self.0.ref_cnt(block_arg(block_id, self.0.num_blocks())?).py()
+        self.0
+            .ref_cnt(block_arg(block_id, self.0.num_blocks())?)
+            .py()
     }
 
     fn block_hash(&self, block_id: i128) -> PyResult<Option<u128>> {
-        Ok(self.0.block_hash(block_arg(block_id, self.0.num_blocks())?).py()?.map(|k| k.0))
+        Ok(self
+            .0
+            .block_hash(block_arg(block_id, self.0.num_blocks())?)
+            .py()?
+            .map(|k| k.0))
     }
 
     fn free_block_ids(&self) -> Vec<u32> {
@@ -177,11 +199,18 @@ struct PyKVCacheManager(KVCacheManager);
 impl PyKVCacheManager {
     #[new]
     #[pyo3(signature = (num_blocks, block_size, enable_caching = true, free_order = "classic"))]
-    fn new(num_blocks: i128, block_size: i128, enable_caching: bool, free_order: &str) -> PyResult<Self> {
+    fn new(
+        num_blocks: i128,
+        block_size: i128,
+        enable_caching: bool,
+        free_order: &str,
+    ) -> PyResult<Self> {
         let bs = block_size_arg(block_size)?;
         let n = num_blocks_arg(num_blocks)?;
         let order = FreeOrder::parse(free_order).py()?;
-        Ok(Self(KVCacheManager::new(n, bs, enable_caching, order).py()?))
+        Ok(Self(
+            KVCacheManager::new(n, bs, enable_caching, order).py()?,
+        ))
     }
 
     #[getter]
@@ -231,7 +260,9 @@ impl PyKVCacheManager {
         let segs = segments_arg(&segments)?;
         kvsim_core::hash::validate_segments(&segs).py()?;
         if num_new_tokens < 1 {
-            return Err(invalid(format!("num_new_tokens {num_new_tokens} must be at least 1")));
+            return Err(invalid(format!(
+                "num_new_tokens {num_new_tokens} must be at least 1"
+            )));
         }
         let n = u64_arg(num_new_tokens, "num_new_tokens")?;
         Ok(self.0.allocate(rid, &segs, n).py()?.map(|v| ids(&v)))
@@ -250,11 +281,16 @@ impl PyKVCacheManager {
     }
 
     fn block_table(&self, request_id: i128) -> PyResult<Vec<u32>> {
-        Ok(ids(self.0.block_table(u64_arg(request_id, "request_id")?).py()?))
+        Ok(ids(self
+            .0
+            .block_table(u64_arg(request_id, "request_id")?)
+            .py()?))
     }
 
     fn num_computed_tokens(&self, request_id: i128) -> PyResult<u64> {
-        self.0.num_computed_tokens(u64_arg(request_id, "request_id")?).py()
+        self.0
+            .num_computed_tokens(u64_arg(request_id, "request_id")?)
+            .py()
     }
 
     fn free_block_ids(&self) -> Vec<u32> {
@@ -272,7 +308,10 @@ impl PyKVCacheManager {
 
     fn block_hash(&self, block_id: i128) -> PyResult<Option<u128>> {
         let pool = self.0.pool();
-        Ok(pool.block_hash(block_arg(block_id, pool.num_blocks())?).py()?.map(|k| k.0))
+        Ok(pool
+            .block_hash(block_arg(block_id, pool.num_blocks())?)
+            .py()?
+            .map(|k| k.0))
     }
 
     fn check_invariants(&self) -> PyResult<()> {
@@ -286,7 +325,11 @@ fn block_keys(segments: Vec<(i128, i128)>, block_size: i128) -> PyResult<Vec<u12
     let segs = segments_arg(&segments)?;
     kvsim_core::hash::validate_segments(&segs).py()?;
     let bs = block_size_arg(block_size)?;
-    Ok(kvsim_core::hash::block_keys(&segs, bs).py()?.into_iter().map(|k| k.0).collect())
+    Ok(kvsim_core::hash::block_keys(&segs, bs)
+        .py()?
+        .into_iter()
+        .map(|k| k.0)
+        .collect())
 }
 
 #[pymodule]

@@ -1,0 +1,54 @@
+# kvsim's one entry point: `make help` lists the targets. The README's two commands are `make run` and
+# `make test`; .ci/run calls `make test` on a clean clone.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PYO3_PYTHON := $(abspath $(PY))
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.DEFAULT_GOAL := help
+.PHONY: help venv dev run test lint fmt rust-test py-test bench sweep clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "maturin>=1.9.4,<2"
+	touch $@
+
+venv: $(VENV)/.installed ## Create the virtualenv with maturin
+
+dev: $(VENV)/.installed ## Build the Rust extension in release mode and install kvsim (+ test deps) into the venv
+	$(VENV)/bin/maturin develop --release --extras test -q
+
+run: dev ## The main job: replay the golden traces on both backends (replaced by the sweep later)
+	$(PY) -m kvsim.golden
+
+test: dev lint rust-test py-test ## Every check CI runs: lint, cargo test, pytest
+
+lint: dev ## cargo fmt --check, clippy -D warnings, ruff check, ruff format --check
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(VENV)/bin/ruff check python tests bench
+	$(VENV)/bin/ruff format --check python tests bench
+
+rust-test: ## The core's own tests (no Python needed)
+	cargo test
+
+py-test: dev ## pytest + hypothesis on both backends (KVSIM_HYPOTHESIS_PROFILE=fast|ci|thorough)
+	$(PY) -m pytest
+
+fmt: dev ## Format Rust and Python
+	cargo fmt --all
+	$(VENV)/bin/ruff format python tests bench
+	$(VENV)/bin/ruff check --fix python tests bench
+
+bench: dev ## Benchmarks (release build); writes the ratios into results/README.md
+	$(PY) -m pytest bench --benchmark-enable -q
+
+clean: ## Remove build outputs and the venv
+	cargo clean
+	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache .benchmarks

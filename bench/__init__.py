@@ -1,0 +1,1 @@
+"""Benchmarks (pytest-benchmark) and the sweep entry point (`python -m bench.sweep`)."""

@@ -1,0 +1,113 @@
+"""Bad input gets a clear kvsim exception naming the value, on both backends, never a crash or a hang."""
+
+from __future__ import annotations
+
+import pytest
+from kvsim.errors import InternalError, InvalidArgumentError, InvalidOperationError, KvsimError
+
+
+def test_hierarchy():
+    assert issubclass(InvalidArgumentError, ValueError)
+    assert issubclass(InvalidOperationError, ValueError)
+    assert issubclass(InternalError, RuntimeError)
+    for cls in (InvalidArgumentError, InvalidOperationError, InternalError):
+        assert issubclass(cls, KvsimError)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"num_blocks": 0, "block_size": 16}, "num_blocks 0"),
+        ({"num_blocks": -3, "block_size": 16}, "num_blocks -3"),
+        ({"num_blocks": 1, "block_size": 16}, "num_blocks 1"),
+        ({"num_blocks": 10, "block_size": 0}, "block_size 0"),
+        ({"num_blocks": 10, "block_size": -16}, "block_size -16"),
+        ({"num_blocks": 10, "block_size": 16, "free_order": "fifo"}, "free_order 'fifo'"),
+    ],
+)
+def test_bad_manager_config(backend, kwargs, fragment):
+    with pytest.raises(InvalidArgumentError, match=fragment):
+        backend.KVCacheManager(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("segments", "n", "fragment"),
+    [
+        ([(1, 10)], 0, "num_new_tokens 0"),
+        ([(1, 10)], -1, "num_new_tokens -1"),
+        ([(1, 10)], 11, "num_new_tokens 11 goes beyond the 10 tokens"),
+        ([(1, 10), (2, 0)], 3, "segment 1: length 0"),
+        ([(1, -4)], 3, "segment 0: length -4"),
+        ([(-1, 4)], 3, "segment 0: id -1"),
+        ([], 3, "segments must not be empty"),
+    ],
+)
+def test_bad_allocate_arguments(backend, segments, n, fragment):
+    m = backend.KVCacheManager(10, 4)
+    with pytest.raises(InvalidArgumentError, match=fragment):
+        m.allocate(0, segments, n)
+    assert m.num_free_blocks == 9
+    assert 0 not in m
+
+
+def test_beyond_the_segments_after_a_prefix_hit(backend):
+    m = backend.KVCacheManager(10, 4)
+    assert m.allocate(0, [(1, 12)], 12) == [1, 2, 3]
+    # 8 tokens are cached for a 12-token request: only 4 remain to compute.
+    with pytest.raises(InvalidArgumentError, match="8 already computed"):
+        m.allocate(1, [(1, 12)], 12)
+    assert m.allocate(1, [(1, 12)], 4) == [4]
+
+
+def test_request_misuse(backend):
+    m = backend.KVCacheManager(10, 4)
+    m.allocate(0, [(1, 5)], 5)
+    with pytest.raises(InvalidOperationError, match="unknown request 7"):
+        m.fork(7, 8)
+    with pytest.raises(InvalidOperationError, match="cannot fork onto request 0"):
+        m.fork(0, 0)
+    m.allocate(1, [(2, 5)], 5)
+    with pytest.raises(InvalidOperationError, match="cannot fork onto request 1"):
+        m.fork(0, 1)
+    with pytest.raises(InvalidOperationError, match="unknown request 5"):
+        m.block_table(5)
+    with pytest.raises(InvalidArgumentError, match="request_id -1"):
+        m.allocate(-1, [(1, 4)], 4)
+    m.free(5)  # freeing a request that holds no blocks is a no-op, as in vLLM
+    m.check_invariants()
+
+
+def test_pool_misuse(backend):
+    p = backend.BlockPool(5)
+    assert p.allocate(2) == [1, 2]
+    p.free([1])
+    with pytest.raises(InvalidOperationError, match="block 1 freed 1 times but has ref_cnt 0"):
+        p.free([1])
+    with pytest.raises(InvalidOperationError, match="block 2 freed 2 times"):
+        p.free([2, 2])
+    assert p.ref_cnt(2) == 1  # a rejected free changes nothing
+    with pytest.raises(InvalidOperationError, match="null block"):
+        p.free([0])
+    with pytest.raises(InvalidArgumentError, match="block id 9 is out of range"):
+        p.touch([9])
+    with pytest.raises(InvalidArgumentError, match="block id -2 is out of range"):
+        p.ref_cnt(-2)
+    with pytest.raises(InvalidArgumentError, match="cannot allocate -1 blocks"):
+        p.allocate(-1)
+    with pytest.raises(InvalidArgumentError, match="is not a u128"):
+        p.register(2, -5)
+    with pytest.raises(InvalidOperationError, match="block 3 is free"):
+        p.register(3, 5)
+    p.register(2, 5)
+    with pytest.raises(InvalidOperationError, match="already has a key"):
+        p.register(2, 6)
+    assert p.allocate(10) is None  # too many: nothing changes
+    assert p.num_free_blocks == 3
+    p.check_invariants()
+
+
+def test_register_with_caching_disabled(backend):
+    p = backend.BlockPool(4, enable_caching=False)
+    p.allocate(1)
+    with pytest.raises(InvalidOperationError, match="caching is disabled"):
+        p.register(1, 1)
