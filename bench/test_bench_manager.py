@@ -7,9 +7,10 @@ sequence because the driver is deterministic and both backends answer identicall
 
 from __future__ import annotations
 
-import kvsim
 import numpy as np
 import pytest
+
+import kvsim
 from kvsim import reference
 from kvsim.segments import output_id
 

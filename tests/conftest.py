@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
-import kvsim
 import pytest
 from hypothesis import HealthCheck, settings
+
+import kvsim
 from kvsim import reference
 
 settings.register_profile("fast", max_examples=60, deadline=None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from kvsim.errors import InternalError, InvalidArgumentError, InvalidOperationError, KvsimError
 
 

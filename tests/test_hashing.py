@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hypothesis.strategies as st
-import kvsim
 from hypothesis import given
+
+import kvsim
 from kvsim import hashing
 
 segments = st.lists(st.tuples(st.integers(0, (1 << 64) - 1), st.integers(1, 70)), min_size=1, max_size=6)

@@ -4,9 +4,10 @@ exceptions, same free queue, tables and counts after every rule, and both sets o
 from __future__ import annotations
 
 import hypothesis.strategies as st
-import kvsim
 from hypothesis import assume
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, rule
+
+import kvsim
 from kvsim import reference
 from kvsim.segments import output_id
 

@@ -4,9 +4,19 @@
 holds their pure-Python twins, the executable spec both backends are tested against.
 """
 
-from kvsim import reference
+from kvsim import gpus, models, reference, sizing, workloads
 from kvsim._core import BlockPool, KVCacheManager, block_keys
-from kvsim.errors import InternalError, InvalidArgumentError, InvalidOperationError, KvsimError
+from kvsim.config import SimConfig
+from kvsim.errors import (
+    InternalError,
+    InvalidArgumentError,
+    InvalidOperationError,
+    KvsimError,
+    TraceFormatError,
+)
+from kvsim.simulate import SimResult, simulate
+from kvsim.sizing import pool_blocks
+from kvsim.workloads import Workload
 
 __version__ = "0.1.0"
 
@@ -17,6 +27,16 @@ __all__ = [
     "InvalidOperationError",
     "KVCacheManager",
     "KvsimError",
+    "SimConfig",
+    "SimResult",
+    "TraceFormatError",
+    "Workload",
     "block_keys",
+    "gpus",
+    "models",
+    "pool_blocks",
     "reference",
+    "simulate",
+    "sizing",
+    "workloads",
 ]

@@ -19,8 +19,30 @@ class InvalidOperationError(KvsimError, ValueError):
     """A call that is not allowed in the current state (double free, fork onto an existing request)."""
 
 
+class TraceFormatError(KvsimError, ValueError):
+    """A malformed row in a trace file; the message and the attributes say where.
+
+    Attributes:
+        path: the file.
+        line: the 1-based line (for parquet, the 1-based row) of the offending record.
+        field: the field that is missing or invalid (`"json"` for a line that is not a JSON object,
+            `"header"` for a missing CSV column).
+    """
+
+    def __init__(self, path: str, line: int, field: str, reason: str) -> None:
+        super().__init__(f"{path}, line {line}, field {field!r}: {reason}")
+        self.path = path
+        self.line = line
+        self.field = field
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, str, str]]:
+        # BaseException would rebuild from the formatted message alone; keep pickling (multiprocessing) exact.
+        return (type(self), (self.path, self.line, self.field, self.reason))
+
+
 class InternalError(KvsimError, RuntimeError):
     """An internal invariant does not hold: a bug in kvsim, please report it."""
 
 
-__all__ = ["InternalError", "InvalidArgumentError", "InvalidOperationError", "KvsimError"]
+__all__ = ["InternalError", "InvalidArgumentError", "InvalidOperationError", "KvsimError", "TraceFormatError"]

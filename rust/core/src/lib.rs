@@ -6,12 +6,15 @@
 //! Python package's `kvsim.reference` is the executable spec these types are tested against.
 
 pub mod block_pool;
+pub mod block_table;
+pub mod engine;
 pub mod error;
 pub mod free_queue;
 pub mod hash;
 pub mod manager;
 
 pub use block_pool::{BlockPool, FreeOrder};
+pub use block_table::BlockTable;
 pub use error::{KvError, Result};
 pub use hash::{BlockKey, Segment};
 pub use manager::KVCacheManager;

@@ -4,29 +4,17 @@
 
 use std::collections::HashMap;
 
-use crate::hash::{BlockKeys, validate_segments};
-use crate::{
-    BlockId, BlockKey, BlockPool, FreeOrder, KvError, Result, Segment, invalid_arg, invalid_op,
-};
+use crate::block_table::BlockTable;
+use crate::hash::validate_segments;
+use crate::{BlockId, BlockPool, FreeOrder, KvError, Result, Segment, invalid_arg, invalid_op};
 
-#[derive(Clone, Debug, Default)]
-struct RequestState {
-    blocks: Vec<BlockId>,
-    num_computed_tokens: u64,
-    /// Blocks `[0, num_keyed_blocks)` carry keys; `last_key` is the key of the last of them.
-    num_keyed_blocks: u64,
-    last_key: Option<BlockKey>,
-}
-
-/// Block tables for requests. A request is known from its first successful `allocate` until `free`; its
-/// table always holds exactly `ceil(num_computed_tokens / block_size)` blocks, and with caching on its
-/// first `num_computed_tokens / block_size` blocks carry their keys (registered at allocation time, so a
-/// request admitted later in the same step can hit them).
+/// Block tables for requests, keyed by request id. A request is known from its first successful
+/// `allocate` until `free`; every allocation step is [`BlockTable`]'s.
 #[derive(Clone, Debug)]
 pub struct KVCacheManager {
     pool: BlockPool,
     block_size: u64,
-    requests: HashMap<u64, RequestState>,
+    requests: HashMap<u64, BlockTable>,
     num_cow_copies: u64,
     scratch: Vec<BlockId>,
 }
@@ -67,7 +55,7 @@ impl KVCacheManager {
         self.requests.contains_key(&request_id)
     }
 
-    fn get(&self, request_id: u64) -> Result<&RequestState> {
+    fn get(&self, request_id: u64) -> Result<&BlockTable> {
         match self.requests.get(&request_id) {
             Some(r) => Ok(r),
             None => invalid_op!("unknown request {request_id}"),
@@ -75,41 +63,18 @@ impl KVCacheManager {
     }
 
     pub fn block_table(&self, request_id: u64) -> Result<&[BlockId]> {
-        Ok(&self.get(request_id)?.blocks)
+        Ok(self.get(request_id)?.blocks())
     }
 
     pub fn num_computed_tokens(&self, request_id: u64) -> Result<u64> {
-        Ok(self.get(request_id)?.num_computed_tokens)
-    }
-
-    /// Cached blocks of the longest prefix, in whole blocks, covering at most `total - 1` tokens; pushed
-    /// into `hits`. Returns the key of the last hit.
-    fn find_hits(
-        &self,
-        segments: &[Segment],
-        total: u64,
-        hits: &mut Vec<BlockId>,
-    ) -> Option<BlockKey> {
-        let mut last = None;
-        if !self.pool.enable_caching() {
-            return last;
-        }
-        let max_blocks = (total - 1) / self.block_size;
-        for key in BlockKeys::new(segments, self.block_size, 0, None, max_blocks) {
-            let Some(b) = self.pool.lookup(key) else {
-                break;
-            };
-            hits.push(b);
-            last = Some(key);
-        }
-        last
+        Ok(self.get(request_id)?.num_computed_tokens())
     }
 
     /// Tokens a new request with this content would find cached; no side effects.
     pub fn lookup(&self, segments: &[Segment]) -> Result<u64> {
         let total = validate_segments(segments)?;
         let mut hits = Vec::new();
-        self.find_hits(segments, total, &mut hits);
+        BlockTable::find_hits(&self.pool, self.block_size, segments, total, &mut hits);
         Ok(hits.len() as u64 * self.block_size)
     }
 
@@ -139,125 +104,61 @@ impl KVCacheManager {
         }
         let bs = self.block_size;
         let mut new = Vec::new();
-        if let Some(req) = self.requests.get(&request_id) {
-            let computed = req.num_computed_tokens;
-            Self::check_room(request_id, computed, num_new_tokens, total)?;
-            let last = *req.blocks.last().expect("a known request holds a block");
-            let copy = computed % bs != 0 && self.pool.ref_cnt_of(last) > 1;
-            let num_new_blocks = (computed + num_new_tokens).div_ceil(bs) - req.blocks.len() as u64;
-            if !self
-                .pool
-                .allocate_into((num_new_blocks + u64::from(copy)) as u32, &mut new)
-            {
-                return Ok(None);
+        let table = if let Some(table) = self.requests.get_mut(&request_id) {
+            Self::check_room(
+                request_id,
+                table.num_computed_tokens(),
+                num_new_tokens,
+                total,
+            )?;
+            match table.grow(&mut self.pool, bs, num_new_tokens, &mut new) {
+                None => return Ok(None),
+                Some(copied) => self.num_cow_copies += u64::from(copied),
             }
-            if copy {
-                self.pool.release([last]);
-                self.num_cow_copies += 1;
-            }
-            let req = self.requests.get_mut(&request_id).expect("checked above");
-            if copy {
-                *req.blocks.last_mut().expect("non-empty") = new[0];
-                req.blocks.extend_from_slice(&new[1..]);
-            } else {
-                req.blocks.extend_from_slice(&new);
-            }
-            req.num_computed_tokens = computed + num_new_tokens;
+            table
         } else {
             let mut hits = std::mem::take(&mut self.scratch);
             hits.clear();
-            let admitted = self.admit_new(
-                request_id,
-                segments,
-                total,
-                num_new_tokens,
-                &mut hits,
-                &mut new,
-            );
+            let last_key = BlockTable::find_hits(&self.pool, bs, segments, total, &mut hits);
+            let computed = hits.len() as u64 * bs;
+            let room = Self::check_room(request_id, computed, num_new_tokens, total);
+            let needed = (computed + num_new_tokens).div_ceil(bs) - hits.len() as u64
+                + BlockTable::num_evictable(&self.pool, &hits);
+            let fits = needed <= u64::from(self.pool.num_free_blocks());
+            let table = (room.is_ok() && fits).then(|| {
+                BlockTable::start(
+                    &mut self.pool,
+                    bs,
+                    &hits,
+                    last_key,
+                    num_new_tokens,
+                    &mut new,
+                )
+            });
             self.scratch = hits;
-            if !admitted? {
-                return Ok(None);
-            }
-        }
-        self.register_full_blocks(request_id, segments);
-        Ok(Some(new))
-    }
-
-    /// First allocation of a request: take its cached prefix, then `num_new_tokens` more slots, or
-    /// change nothing and return false. Hits on free blocks count against the free blocks.
-    fn admit_new(
-        &mut self,
-        request_id: u64,
-        segments: &[Segment],
-        total: u64,
-        num_new_tokens: u64,
-        hits: &mut Vec<BlockId>,
-        new: &mut Vec<BlockId>,
-    ) -> Result<bool> {
-        let bs = self.block_size;
-        let last_key = self.find_hits(segments, total, hits);
-        let computed = hits.len() as u64 * bs;
-        Self::check_room(request_id, computed, num_new_tokens, total)?;
-        let num_new_blocks = (computed + num_new_tokens).div_ceil(bs) - hits.len() as u64;
-        let num_evictable = hits
-            .iter()
-            .filter(|&&b| self.pool.ref_cnt_of(b) == 0)
-            .count() as u64;
-        if num_new_blocks + num_evictable > u64::from(self.pool.num_free_blocks()) {
-            return Ok(false);
-        }
-        self.pool.acquire(hits.iter().copied());
-        let allocated = self.pool.allocate_into(num_new_blocks as u32, new);
-        debug_assert!(allocated, "capacity was checked");
-        let mut blocks = Vec::with_capacity(hits.len() + new.len());
-        blocks.extend_from_slice(hits);
-        blocks.extend_from_slice(new);
-        let state = RequestState {
-            blocks,
-            num_computed_tokens: computed + num_new_tokens,
-            num_keyed_blocks: hits.len() as u64,
-            last_key,
+            room?;
+            let Some(table) = table else { return Ok(None) };
+            self.requests.entry(request_id).or_insert(table)
         };
-        self.requests.insert(request_id, state);
-        Ok(true)
-    }
-
-    fn register_full_blocks(&mut self, request_id: u64, segments: &[Segment]) {
-        if !self.pool.enable_caching() {
-            return;
-        }
-        let req = self.requests.get_mut(&request_id).expect("just allocated");
-        let num_full = req.num_computed_tokens / self.block_size;
-        let start = req.num_keyed_blocks;
-        let keys = BlockKeys::new(
-            segments,
-            self.block_size,
-            start,
-            req.last_key,
-            num_full - start,
-        );
-        for (i, key) in (start..).zip(keys) {
-            self.pool.insert_key(req.blocks[i as usize], key);
-            req.last_key = Some(key);
-        }
-        req.num_keyed_blocks = num_full;
+        table.register_full_blocks(&mut self.pool, bs, segments);
+        Ok(Some(new))
     }
 
     /// Releases a request's blocks in reverse table order and forgets it; unknown ids are a no-op.
     pub fn free(&mut self, request_id: u64) {
-        if let Some(req) = self.requests.remove(&request_id) {
-            self.pool.release(req.blocks.iter().rev().copied());
+        if let Some(mut table) = self.requests.remove(&request_id) {
+            table.release(&mut self.pool);
         }
     }
 
     /// Makes `child_id` share every block of `parent_id` (`ref_cnt` + 1 each), as a new sample does.
     pub fn fork(&mut self, parent_id: u64, child_id: u64) -> Result<()> {
-        let parent = self.get(parent_id)?.clone();
+        self.get(parent_id)?;
         if self.requests.contains_key(&child_id) {
             invalid_op!("cannot fork onto request {child_id}: it already exists");
         }
-        self.pool.acquire(parent.blocks.iter().copied());
-        self.requests.insert(child_id, parent);
+        let child = self.requests[&parent_id].fork(&mut self.pool);
+        self.requests.insert(child_id, child);
         Ok(())
     }
 

@@ -3,10 +3,15 @@
 
 // PyO3 extracts arguments into owned values; borrowing them is not an option at this boundary.
 #![allow(clippy::needless_pass_by_value)]
+// `Python::check_signals` as a path does not satisfy `attach`'s higher-ranked closure bound.
+#![allow(clippy::redundant_closure_for_method_calls)]
 
 use kvsim_core::block_pool::MAX_BLOCKS;
+use kvsim_core::engine::{self, EngineConfig, EngineInput, Policy, TimeModel};
 use kvsim_core::{BlockId, BlockKey, BlockPool, FreeOrder, KVCacheManager, KvError, Segment};
+use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 mod errors {
     pyo3::import_exception!(kvsim.errors, InvalidArgumentError);
@@ -332,10 +337,118 @@ fn block_keys(segments: Vec<(i128, i128)>, block_size: i128) -> PyResult<Vec<u12
         .collect())
 }
 
+fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>, name: &str) -> PyResult<&'a [T]> {
+    a.as_slice()
+        .map_err(|_| invalid(format!("column {name} must be a contiguous array")))
+}
+
+/// Runs the engine over per-sequence columns (see `kvsim.engine_input`) with the GIL released; returns
+/// `(columns, counters)` as two dicts. Ctrl-C interrupts the run with `KeyboardInterrupt`.
+#[pyfunction]
+#[pyo3(signature = (
+    *, num_blocks, block_size, policy, enable_prefix_caching, free_order, max_num_seqs,
+    max_num_batched_tokens, chunked_prefill, full_prompt_gate, watermark_blocks, max_model_len,
+    time_model, iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps,
+    arrival_ps, prompt_len, target, max_gen, output_len, output_seg, seg_offsets, segment_id, segment_len
+))]
+#[allow(clippy::too_many_arguments)]
+fn run_engine<'py>(
+    py: Python<'py>,
+    num_blocks: i128,
+    block_size: i128,
+    policy: &str,
+    enable_prefix_caching: bool,
+    free_order: &str,
+    max_num_seqs: u64,
+    max_num_batched_tokens: u64,
+    chunked_prefill: bool,
+    full_prompt_gate: bool,
+    watermark_blocks: u64,
+    max_model_len: Option<u64>,
+    time_model: &str,
+    iteration_time_ps: u64,
+    c0_ps: u64,
+    c_tok_ps: u64,
+    c_ctx_ps: u64,
+    arrival_ps: PyReadonlyArray1<'py, i64>,
+    prompt_len: PyReadonlyArray1<'py, i64>,
+    target: PyReadonlyArray1<'py, i64>,
+    max_gen: PyReadonlyArray1<'py, i64>,
+    output_len: PyReadonlyArray1<'py, i64>,
+    output_seg: PyReadonlyArray1<'py, u64>,
+    seg_offsets: PyReadonlyArray1<'py, i64>,
+    segment_id: PyReadonlyArray1<'py, u64>,
+    segment_len: PyReadonlyArray1<'py, i64>,
+) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+    let time = match time_model {
+        "ticks" => TimeModel::Ticks {
+            iteration_ps: iteration_time_ps,
+        },
+        "linear" => TimeModel::Linear {
+            c0_ps,
+            c_tok_ps,
+            c_ctx_ps,
+        },
+        other => {
+            return Err(invalid(format!(
+                "time_model '{other}' is not one of 'ticks', 'linear'"
+            )));
+        }
+    };
+    let cfg = EngineConfig {
+        num_blocks: num_blocks_arg(num_blocks)?,
+        block_size: block_size_arg(block_size)?,
+        policy: Policy::parse(policy).py()?,
+        enable_prefix_caching,
+        free_order: FreeOrder::parse(free_order).py()?,
+        max_num_seqs,
+        max_num_batched_tokens,
+        chunked_prefill,
+        full_prompt_gate,
+        watermark_blocks,
+        max_model_len,
+        time,
+    };
+    let inp = EngineInput {
+        arrival_ps: slice(&arrival_ps, "arrival_ps")?,
+        prompt_len: slice(&prompt_len, "prompt_len")?,
+        target: slice(&target, "target")?,
+        max_gen: slice(&max_gen, "max_gen")?,
+        output_len: slice(&output_len, "output_len")?,
+        output_seg: slice(&output_seg, "output_seg")?,
+        seg_offsets: slice(&seg_offsets, "seg_offsets")?,
+        segment_id: slice(&segment_id, "segment_id")?,
+        segment_len: slice(&segment_len, "segment_len")?,
+    };
+    let mut signal: Option<PyErr> = None;
+    let result = py.detach(|| {
+        let mut interrupted = || {
+            Python::attach(|py| py.check_signals())
+                .map_err(|e| signal = Some(e))
+                .is_err()
+        };
+        engine::run(inp, &cfg, &mut interrupted)
+    });
+    if let Some(e) = signal {
+        return Err(e);
+    }
+    let (columns, counters) = result.py()?.columns();
+    let cols = PyDict::new(py);
+    for (name, values) in columns {
+        cols.set_item(name, values.into_pyarray(py))?;
+    }
+    let ctrs = PyDict::new(py);
+    for (name, value) in counters.pairs() {
+        ctrs.set_item(name, value)?;
+    }
+    Ok((cols, ctrs))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBlockPool>()?;
     m.add_class::<PyKVCacheManager>()?;
     m.add_function(wrap_pyfunction!(block_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(run_engine, m)?)?;
     Ok(())
 }

@@ -1,0 +1,218 @@
+"""`SimConfig`: one validated simulation configuration (pool, policy, scheduler limits, time model).
+
+Every error names the field and the value. Field names follow vLLM's spelling where vLLM has one
+(`block_size`, `enable_prefix_caching`, `max_num_seqs`, `max_num_batched_tokens`, `max_model_len`).
+DESIGN.md §Engine describes what each knob does; presets reproduce vLLM versions (SPEC §4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvsim.errors import InvalidArgumentError
+
+POLICIES = ("vllm", "reserve", "static", "orca-max", "orca-pow2", "orca-oracle")
+CONTIGUOUS_POLICIES = ("static", "orca-max", "orca-pow2", "orca-oracle")
+PLACEMENTS = ("first-fit", "buddy")
+FREE_ORDERS = ("classic", "lifo_unhashed")
+PREEMPTIONS = ("recompute", "swap")
+SAMPLINGS = ("fork-cow", "independent")
+ADMISSION_GATES = ("none", "full-prompt")
+TIME_MODELS = ("ticks", "linear")
+PS_PER_S = 10**12
+MAX_BLOCKS = (1 << 32) - 3
+
+
+def _choice(name: str, value: Any, options: tuple[str, ...]) -> None:
+    if value not in options:
+        raise InvalidArgumentError(f"{name} {value!r} is not one of {', '.join(repr(o) for o in options)}")
+
+
+def _int(name: str, value: Any, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{name} {value!r} must be an integer")
+    if value < lo or (hi is not None and value > hi):
+        bound = f"at least {lo}" if hi is None else f"between {lo} and {hi}"
+        raise InvalidArgumentError(f"{name} {value} must be {bound}")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """A simulation configuration; construct with keywords (all validated), or from a preset.
+
+    Memory: `num_blocks` counts vLLM's null block (capacity `num_blocks - 1` blocks of `block_size` tokens);
+    or give `model` and `gpu` (names or objects of `kvsim.models` / `kvsim.gpus`) and it is sized by
+    `kvsim.pool_blocks` with `gpu_memory_utilization` or `kv_cache_bytes`.
+
+    Time: `time_model="ticks"` gives every iteration `iteration_time_ps` (1 ms); `"linear"` gives
+    `c0_ps + c_tok_ps * batched_tokens + c_ctx_ps * context_tokens` (+ swap bytes over PCIe), with the
+    coefficients given or derived from `model` + `gpu` by `kvsim.sizing.linear_time_model`.
+    """
+
+    num_blocks: int | None = None
+    block_size: int = 16
+    policy: str = "vllm"
+    placement: str = "first-fit"
+    enable_prefix_caching: bool = True
+    free_order: str = "classic"
+    preemption: str = "recompute"
+    cpu_blocks: int = 0
+    sampling: str = "independent"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    chunked_prefill: bool = True
+    admission_gate: str = "none"
+    watermark: float = 0.0
+    max_model_len: int | None = None
+    time_model: str = "ticks"
+    iteration_time_ps: int = 10**9
+    c0_ps: int | None = None
+    c_tok_ps: int | None = None
+    c_ctx_ps: int | None = None
+    swap_ps_per_block: int = 0
+    model: Any = None
+    gpu: Any = None
+    gpu_memory_utilization: float = 0.9
+    kv_cache_bytes: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _int("block_size", self.block_size, 1, 1 << 20)
+        _choice("policy", self.policy, POLICIES)
+        _choice("placement", self.placement, PLACEMENTS)
+        _choice("free_order", self.free_order, FREE_ORDERS)
+        _choice("preemption", self.preemption, PREEMPTIONS)
+        _choice("sampling", self.sampling, SAMPLINGS)
+        _choice("admission_gate", self.admission_gate, ADMISSION_GATES)
+        _choice("time_model", self.time_model, TIME_MODELS)
+        for flag in ("enable_prefix_caching", "chunked_prefill"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidArgumentError(f"{flag} {getattr(self, flag)!r} must be True or False")
+        _int("max_num_seqs", self.max_num_seqs, 1)
+        _int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        _int("cpu_blocks", self.cpu_blocks, 0)
+        _int("iteration_time_ps", self.iteration_time_ps, 1)
+        _int("swap_ps_per_block", self.swap_ps_per_block, 0)
+        if not 0.0 <= float(self.watermark) < 1.0:
+            raise InvalidArgumentError(f"watermark {self.watermark!r} must be in [0, 1)")
+        if self.max_model_len is not None:
+            _int("max_model_len", self.max_model_len, 1)
+        if self.policy == "static" and self.max_model_len is None:
+            raise InvalidArgumentError(
+                "policy 'static' reserves max_model_len per request: set max_model_len"
+            )
+        if self.placement == "buddy" and self.policy not in CONTIGUOUS_POLICIES:
+            raise InvalidArgumentError(
+                f"placement 'buddy' applies to contiguous policies, not {self.policy!r}"
+            )
+        if self.preemption == "swap":
+            if self.policy != "vllm":
+                raise InvalidArgumentError(f"preemption 'swap' applies to policy 'vllm', not {self.policy!r}")
+            if self.cpu_blocks < 1:
+                raise InvalidArgumentError(f"preemption 'swap' needs cpu_blocks >= 1, got {self.cpu_blocks}")
+        if not 0.0 < float(self.gpu_memory_utilization) <= 1.0:
+            raise InvalidArgumentError(
+                f"gpu_memory_utilization {self.gpu_memory_utilization!r} must be in (0, 1]"
+            )
+        if self.num_blocks is None:
+            object.__setattr__(self, "num_blocks", self._sized_num_blocks())
+        _int("num_blocks", self.num_blocks, 2, MAX_BLOCKS)
+        if self.time_model == "linear":
+            self._fill_linear_coefficients()
+
+    def _sized_num_blocks(self) -> int:
+        if self.model is None or self.gpu is None:
+            if self.kv_cache_bytes is not None and self.model is not None:
+                from kvsim.sizing import pool_blocks
+
+                return int(pool_blocks(self.model, None, self.block_size, kv_cache_bytes=self.kv_cache_bytes))
+            raise InvalidArgumentError(
+                "num_blocks None: give num_blocks, or model and gpu (or model and kv_cache_bytes) to size the pool"
+            )
+        from kvsim.sizing import pool_blocks
+
+        return int(
+            pool_blocks(
+                self.model,
+                self.gpu,
+                self.block_size,
+                self.gpu_memory_utilization,
+                kv_cache_bytes=self.kv_cache_bytes,
+            )
+        )
+
+    def _fill_linear_coefficients(self) -> None:
+        given = [self.c0_ps, self.c_tok_ps, self.c_ctx_ps]
+        if all(c is None for c in given):
+            if self.model is None or self.gpu is None:
+                raise InvalidArgumentError(
+                    "time_model 'linear' needs c0_ps, c_tok_ps, c_ctx_ps, or model and gpu to derive them"
+                )
+            from kvsim.sizing import linear_time_model
+
+            tm = linear_time_model(self.model, self.gpu, block_size=self.block_size)
+            object.__setattr__(self, "c0_ps", int(tm.c0_ps))
+            object.__setattr__(self, "c_tok_ps", int(tm.c_tok_ps))
+            object.__setattr__(self, "c_ctx_ps", int(tm.c_ctx_ps))
+            if self.swap_ps_per_block == 0:
+                object.__setattr__(self, "swap_ps_per_block", int(tm.swap_ps_per_block))
+        for name in ("c0_ps", "c_tok_ps", "c_ctx_ps"):
+            value = getattr(self, name)
+            if value is None:
+                raise InvalidArgumentError(f"{name} None: time_model 'linear' needs all three coefficients")
+            _int(name, value, 0)
+
+    # -- derived --------------------------------------------------------------------------------------
+    @property
+    def capacity_blocks(self) -> int:
+        assert self.num_blocks is not None
+        return self.num_blocks - 1
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.capacity_blocks * self.block_size
+
+    @property
+    def is_contiguous(self) -> bool:
+        return self.policy in CONTIGUOUS_POLICIES
+
+    @property
+    def watermark_blocks(self) -> int:
+        return int(float(self.watermark) * self.capacity_blocks)
+
+    def replace(self, **changes: Any) -> SimConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        for name in ("model", "gpu"):
+            if out[name] is not None and not isinstance(out[name], str):
+                out[name] = getattr(out[name], "name", str(out[name]))
+        return out
+
+    # -- presets ---------------------------------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> SimConfig:
+        """`vllm-v1` (classic rules, vLLM ≤ 0.20), `vllm-latest` (full-prompt gate, LIFO unhashed),
+        `vllm-v0` (watermark 1 %, copy-on-write samples, swap preemption when `cpu_blocks` is given)."""
+        presets: dict[str, dict[str, Any]] = {
+            "vllm-v1": {"policy": "vllm", "free_order": "classic", "admission_gate": "none"},
+            "vllm-latest": {
+                "policy": "vllm",
+                "free_order": "lifo_unhashed",
+                "admission_gate": "full-prompt",
+            },
+            "vllm-v0": {
+                "policy": "vllm",
+                "free_order": "classic",
+                "watermark": 0.01,
+                "sampling": "fork-cow",
+                "chunked_prefill": False,
+            },
+        }
+        if name not in presets:
+            raise InvalidArgumentError(f"preset {name!r} is not one of {', '.join(map(repr, presets))}")
+        return cls(**{**presets[name], **overrides})

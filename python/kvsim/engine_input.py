@@ -1,0 +1,97 @@
+"""What both engines receive: a workload turned into integer per-sequence columns (shared by both backends).
+
+Doing this once, in numpy, keeps the two engines' inputs bit-identical: arrival times become integer
+picoseconds here (SPEC §5), generation targets are capped here, and `independent` sampling expands each
+request of `n` samples into `n` sequences here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvsim.config import PS_PER_S, SimConfig
+from kvsim.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
+
+
+@dataclass(frozen=True)
+class EngineInput:
+    """Per-sequence columns, sorted by (arrival, request row, sample). All integer, all contiguous."""
+
+    request_row: np.ndarray  # int64: the workload row this sequence belongs to
+    request_id: np.ndarray  # uint64
+    sample: np.ndarray  # int64
+    arrival_ps: np.ndarray  # int64
+    prompt_len: np.ndarray  # int64
+    target: (
+        np.ndarray
+    )  # int64: tokens this sequence generates (output_len capped by max_tokens/max_model_len)
+    max_gen: np.ndarray  # int64: the most it could generate (max_tokens capped): what reservations size for
+    output_len: np.ndarray  # int64: the true output length (orca-oracle / orca-pow2 sizing)
+    output_seg: np.ndarray  # uint64: content id of this sequence's generated tokens
+    seg_offsets: np.ndarray  # int64, len n+1, into the workload's flat segment arrays
+    segment_id: np.ndarray  # uint64
+    segment_len: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.arrival_ps)
+
+    def segments(self, i: int) -> list[tuple[int, int]]:
+        lo, hi = int(self.seg_offsets[i]), int(self.seg_offsets[i + 1])
+        return [
+            (int(a), int(b)) for a, b in zip(self.segment_id[lo:hi], self.segment_len[lo:hi], strict=True)
+        ]
+
+
+def prepare(workload: Any, config: SimConfig) -> EngineInput:
+    """Expands samples, converts seconds to picoseconds and caps generation targets."""
+    n = len(workload)
+    samples = np.asarray(workload.num_samples, dtype=np.int64)
+    reps = samples if config.sampling == "independent" else np.ones(n, dtype=np.int64)
+    rows = np.repeat(np.arange(n, dtype=np.int64), reps)
+    starts = np.cumsum(reps) - reps
+    sample = np.arange(len(rows), dtype=np.int64) - np.repeat(starts, reps)
+    arrival = np.asarray(workload.arrival, dtype=np.float64)[rows]
+    arrival_ps = np.rint(arrival * PS_PER_S).astype(np.int64)
+    prompt = np.asarray(workload.prompt_len, dtype=np.int64)[rows]
+    output = np.asarray(workload.output_len, dtype=np.int64)[rows]
+    max_tokens = np.asarray(workload.max_tokens, dtype=np.int64)[rows]
+    max_gen = max_tokens.copy()
+    if config.max_model_len is not None:
+        max_gen = np.minimum(max_gen, np.maximum(config.max_model_len - prompt, 0))
+    target = np.minimum(output, max_gen)
+    rid = np.asarray(workload.request_id, dtype=np.uint64)[rows]
+    if len(rid) and (int(rid.max()) > MAX_REQUEST_ID or int(sample.max()) >= MAX_SAMPLES):
+        raise ValueError("request ids must stay below 2**47 and samples below 2**16 to name their outputs")
+    output_seg = np.uint64(OUTPUT_BIT) | (rid << np.uint64(16)) | sample.astype(np.uint64)
+    # Stable order by arrival; the workload is sorted already, expansion keeps samples adjacent.
+    order = np.argsort(arrival_ps, kind="stable")
+    seg_offsets = np.asarray(workload.seg_offsets, dtype=np.int64)
+    seg_count = (seg_offsets[1:] - seg_offsets[:-1])[rows][order]
+    seq_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(seg_count, out=seq_offsets[1:])
+    # Gather each sequence's segments (a sequence's prompt is its request's prompt).
+    src_start = seg_offsets[:-1][rows][order]
+    idx = np.repeat(src_start - seq_offsets[:-1], seg_count) + np.arange(int(seq_offsets[-1]), dtype=np.int64)
+    seg_id = np.asarray(workload.segment_id, dtype=np.uint64)[idx]
+    seg_len = np.asarray(workload.segment_len, dtype=np.int64)[idx]
+
+    def c(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a[order])
+
+    return EngineInput(
+        request_row=c(rows),
+        request_id=c(rid),
+        sample=c(sample),
+        arrival_ps=c(arrival_ps),
+        prompt_len=c(prompt),
+        target=c(target),
+        max_gen=c(max_gen),
+        output_len=c(output),
+        output_seg=c(output_seg),
+        seg_offsets=seq_offsets,
+        segment_id=np.ascontiguousarray(seg_id),
+        segment_len=np.ascontiguousarray(seg_len),
+    )

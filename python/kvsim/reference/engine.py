@@ -1,0 +1,396 @@
+"""Reference engine: the scheduler and memory model, one model iteration at a time (SPEC §4–5).
+
+This is the executable spec of `rust/core/src/engine/`: written for clarity, slow by design. One call of
+`run(inp, config)` simulates every sequence of an `EngineInput` to completion or rejection and returns raw
+integer columns and counters; `kvsim.simulate` turns them into frames and the summary for both backends.
+DESIGN.md §Engine states the rules this code follows, in the same order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvsim.config import SimConfig
+from kvsim.engine_input import EngineInput
+from kvsim.reference.contiguous import FirstFit
+from kvsim.reference.kv_cache_manager import KVCacheManager
+
+# Reasons a sequence is rejected; the codes are shared with the Rust engine.
+REJECT_REASONS = {
+    1: "prompt_len reaches max_model_len: no room to generate",
+    2: "needs more blocks than the pool holds",
+    3: "needs a larger region than the address space",
+    4: "prompt longer than max_num_batched_tokens without chunked prefill",
+    5: "cannot be admitted even into an empty pool (watermark or admission gate)",
+}
+
+FINISHED, REJECTED = 0, 1
+COUNTERS = (
+    "num_steps",
+    "busy_ps",
+    "sum_batch",
+    "sum_batched_tokens",
+    "peak_batch",
+    "peak_allocated_tokens",
+    "w_batch",
+    "w_stored",
+    "w_allocated",
+    "w_internal",
+    "w_reserved",
+    "w_external",
+    "w_held_blocks",
+    "w_logical_blocks",
+    "num_preemptions",
+    "num_evictions",
+    "num_cow_copies",
+    "prefix_hit_tokens",
+    "prompt_tokens_admitted",
+    "recomputed_tokens",
+)
+
+
+@dataclass
+class Seq:
+    """One sequence (a request, or one sample of it) as the scheduler sees it."""
+
+    idx: int
+    prompt: list[tuple[int, int]]
+    prompt_len: int
+    target: int
+    max_gen: int
+    output_len: int
+    output_seg: int
+    generated: int = 0
+    num_computed: int = 0
+    computed_at_preemption: int = 0
+    # reserve policy: blocks promised but not yet allocated; contiguous: (start, size) region
+    reserved_blocks: int = 0
+    region: tuple[int, int] | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_len + self.generated
+
+    def segments(self) -> list[tuple[int, int]]:
+        return [*self.prompt, (self.output_seg, self.generated)] if self.generated else list(self.prompt)
+
+
+@dataclass
+class EngineOutput:
+    """Raw per-sequence columns (times in ps, -1 when it never happened) and integer counters."""
+
+    first_scheduled: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    generated: np.ndarray
+    num_preemptions: np.ndarray
+    num_swaps: np.ndarray
+    cached_tokens: np.ndarray
+    recomputed_tokens: np.ndarray
+    status: np.ndarray
+    reject_reason: np.ndarray
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+class Engine:
+    def __init__(self, inp: EngineInput, config: SimConfig) -> None:
+        self.inp, self.cfg = inp, config
+        n = len(inp)
+        self.bs = config.block_size
+        self.paged = not config.is_contiguous
+        if self.paged:
+            self.kv = KVCacheManager(
+                config.num_blocks, self.bs, config.enable_prefix_caching, config.free_order
+            )
+        else:
+            self.space = FirstFit(config.capacity_tokens)
+        self.outstanding = 0  # reserve policy: blocks promised to admitted sequences
+        self.t = 0
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self.c = dict.fromkeys(COUNTERS, 0)
+        self.cols = {k: np.full(n, -1, dtype=np.int64) for k in ("first_scheduled", "first_token", "finish")}
+        for k in ("generated", "num_preemptions", "num_swaps", "cached_tokens", "recomputed_tokens"):
+            self.cols[k] = np.zeros(n, dtype=np.int64)
+        self.cols["status"] = np.full(n, -1, dtype=np.int64)
+        self.cols["reject_reason"] = np.zeros(n, dtype=np.int64)
+
+    # -- sizes ----------------------------------------------------------------------------------------
+    def region_size(self, s: Seq) -> int:
+        policy = self.cfg.policy
+        if policy == "static":
+            assert self.cfg.max_model_len is not None
+            return self.cfg.max_model_len
+        if policy == "orca-max":
+            return s.prompt_len + s.max_gen
+        if policy == "orca-pow2":
+            return s.prompt_len + (1 << max(s.output_len - 1, 0).bit_length())
+        return s.prompt_len + s.output_len  # orca-oracle
+
+    def peak_blocks(self, s: Seq) -> int:
+        """Blocks held at the sequence's largest: its last token's K/V is never computed."""
+        if self.cfg.policy == "reserve":
+            return -(-(s.prompt_len + s.max_gen) // self.bs)
+        return -(-(s.prompt_len + s.target - 1) // self.bs)
+
+    def reject_at_arrival(self, s: Seq) -> int:
+        cfg = self.cfg
+        if s.target < 1:
+            return 1
+        if self.paged and self.peak_blocks(s) > cfg.capacity_blocks:
+            return 2
+        if not self.paged and self.region_size(s) > cfg.capacity_tokens:
+            return 3
+        if not cfg.chunked_prefill and s.prompt_len > cfg.max_num_batched_tokens:
+            return 4
+        return 0
+
+    # -- memory ---------------------------------------------------------------------------------------
+    def try_admit(self, s: Seq, budget: int) -> int:
+        """Allocates a waiting sequence's first chunk; returns its token count, or 0 if it cannot start."""
+        cfg, bs = self.cfg, self.bs
+        total = s.num_tokens
+        if not self.paged:
+            num_new = total if not cfg.chunked_prefill else min(total, budget)
+            if num_new > budget:
+                return 0
+            size = self.region_size(s)
+            start = self.space.allocate(size)
+            if start is None:
+                return 0
+            s.region = (start, size)
+            s.num_computed = num_new
+            return num_new
+        segs = s.segments()
+        hits, _ = self.kv._hits(segs, total)
+        hit = len(hits) * bs
+        num_new = total - hit
+        if cfg.chunked_prefill:
+            num_new = min(num_new, budget)
+        elif num_new > budget:
+            return 0
+        pool = self.kv.pool
+        free = pool.num_free_blocks - self.outstanding
+        evictable = sum(1 for b in hits if pool.ref_cnt(b) == 0)
+        first = -(-(hit + num_new) // bs) - len(hits)
+        if cfg.policy == "reserve":
+            need = self.peak_blocks(s) - len(hits)
+        elif cfg.admission_gate == "full-prompt":
+            need = -(-total // bs) - len(hits)
+        else:
+            need = first
+        if need + evictable + self.cfg.watermark_blocks > free:
+            return 0
+        new = self.kv.allocate(s.idx, segs, num_new)
+        assert new is not None, "capacity was checked"
+        if cfg.policy == "reserve":
+            s.reserved_blocks = need - first
+            self.outstanding += s.reserved_blocks
+        s.num_computed = hit + num_new
+        self.c["prefix_hit_tokens"] += hit
+        self.c["prompt_tokens_admitted"] += total
+        self.cols["cached_tokens"][s.idx] += hit
+        recomputed = max(0, s.computed_at_preemption - hit)
+        self.cols["recomputed_tokens"][s.idx] += recomputed
+        self.c["recomputed_tokens"] += recomputed
+        return num_new
+
+    def try_grow(self, s: Seq, num_new: int) -> bool:
+        if not self.paged:
+            s.num_computed += num_new
+            return True
+        before = self.kv.num_free_blocks
+        # Under `reserve` a sequence only ever grows into blocks it was promised at admission.
+        if self.kv.allocate(s.idx, s.segments(), num_new) is None:
+            return False
+        used = before - self.kv.num_free_blocks
+        if s.reserved_blocks:
+            taken = min(used, s.reserved_blocks)
+            s.reserved_blocks -= taken
+            self.outstanding -= taken
+        s.num_computed += num_new
+        return True
+
+    def release(self, s: Seq) -> None:
+        if self.paged:
+            self.kv.free(s.idx)
+            self.outstanding -= s.reserved_blocks
+            s.reserved_blocks = 0
+        else:
+            assert s.region is not None
+            self.space.free(*s.region)
+            s.region = None
+
+    # -- scheduling -----------------------------------------------------------------------------------
+    def preempt(self, s: Seq) -> None:
+        self.release(s)
+        s.computed_at_preemption = s.num_computed
+        s.num_computed = 0
+        self.cols["num_preemptions"][s.idx] += 1
+        self.c["num_preemptions"] += 1
+        self.waiting.appendleft(s)
+
+    def reject(self, s: Seq, reason: int) -> None:
+        self.cols["status"][s.idx] = REJECTED
+        self.cols["reject_reason"][s.idx] = reason
+        self.cols["finish"][s.idx] = self.t
+
+    def schedule(self) -> list[tuple[Seq, int]]:
+        cfg = self.cfg
+        budget = cfg.max_num_batched_tokens
+        scheduled: list[tuple[Seq, int]] = []
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            s = self.running[i]
+            num_new = min(s.num_tokens - s.num_computed, budget)
+            # `while ... else`: the else branch runs when the allocation succeeds (possibly after
+            # preempting others); `break` leaves when s itself was the victim.
+            while not self.try_grow(s, num_new):
+                victim = self.running.pop()
+                self.preempt(victim)
+                preempted = True
+                if victim is s:
+                    break
+            else:
+                scheduled.append((s, num_new))
+                budget -= num_new
+                i += 1
+                continue
+            break  # s preempted itself: it was the tail, nothing after it
+        if preempted:
+            return scheduled
+        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            s = self.waiting[0]
+            num_new = self.try_admit(s, budget)
+            if num_new == 0:
+                if not self.running:
+                    self.waiting.popleft()
+                    self.reject(s, 5)
+                    continue
+                break  # head-of-line blocking: a waiting request never preempts
+            self.waiting.popleft()
+            self.running.append(s)
+            scheduled.append((s, num_new))
+            budget -= num_new
+            if self.cols["first_scheduled"][s.idx] < 0:
+                self.cols["first_scheduled"][s.idx] = self.t
+        return scheduled
+
+    def step_time(self, scheduled: list[tuple[Seq, int]]) -> int:
+        cfg = self.cfg
+        if cfg.time_model == "ticks":
+            return cfg.iteration_time_ps
+        assert cfg.c0_ps is not None
+        assert cfg.c_tok_ps is not None
+        assert cfg.c_ctx_ps is not None
+        tokens = sum(n for _, n in scheduled)
+        context = sum(s.num_computed for s, _ in scheduled)
+        return cfg.c0_ps + cfg.c_tok_ps * tokens + cfg.c_ctx_ps * context
+
+    def measure(self, dt: int, batch: int) -> None:
+        """Time-weighted memory state during the step (after allocation, before finishing)."""
+        c, bs = self.c, self.bs
+        stored = internal = reserved = external = held = logical = 0
+        if self.paged:
+            logical = sum(-(-s.num_computed // bs) for s in self.running)
+            held = self.cfg.capacity_blocks - self.kv.num_free_blocks
+            internal = sum((-s.num_computed) % bs for s in self.running)
+            allocated = held * bs
+            stored = allocated - internal
+            reserved = self.outstanding * bs
+        else:
+            allocated = 0
+            for s in self.running:
+                assert s.region is not None
+                size = s.region[1]
+                final = s.prompt_len + s.target
+                allocated += size
+                stored += s.num_computed
+                reserved += final - s.num_computed
+                internal += size - final
+            external = self.space.external_fragmentation()
+        c["w_batch"] += dt * batch
+        c["w_stored"] += dt * stored
+        c["w_allocated"] += dt * allocated
+        c["w_internal"] += dt * internal
+        c["w_reserved"] += dt * reserved
+        c["w_external"] += dt * external
+        c["w_held_blocks"] += dt * held
+        c["w_logical_blocks"] += dt * logical
+        c["peak_allocated_tokens"] = max(c["peak_allocated_tokens"], allocated)
+
+    def run(self) -> EngineOutput:
+        inp, cols = self.inp, self.cols
+        n = len(inp)
+        seqs = [
+            Seq(
+                i,
+                inp.segments(i),
+                int(inp.prompt_len[i]),
+                int(inp.target[i]),
+                int(inp.max_gen[i]),
+                int(inp.output_len[i]),
+                int(inp.output_seg[i]),
+            )
+            for i in range(n)
+        ]
+        arrivals = [int(a) for a in inp.arrival_ps]
+        nxt = 0
+        while True:
+            while nxt < n and arrivals[nxt] <= self.t:
+                s = seqs[nxt]
+                nxt += 1
+                reason = self.reject_at_arrival(s)
+                if reason:
+                    self.reject(s, reason)
+                else:
+                    self.waiting.append(s)
+            if not self.running and not self.waiting:
+                if nxt == n:
+                    break
+                self.t = arrivals[nxt]
+                continue
+            scheduled = self.schedule()
+            if not scheduled:
+                continue  # every waiting head was rejected; no time passes
+            dt = self.step_time(scheduled)
+            self.measure(dt, len(scheduled))
+            self.t += dt
+            c = self.c
+            c["num_steps"] += 1
+            c["busy_ps"] += dt
+            c["sum_batch"] += len(scheduled)
+            c["sum_batched_tokens"] += sum(k for _, k in scheduled)
+            c["peak_batch"] = max(c["peak_batch"], len(scheduled))
+            done = []
+            for s, _ in scheduled:
+                if s.num_computed == s.num_tokens:
+                    s.generated += 1
+                    if cols["first_token"][s.idx] < 0:
+                        cols["first_token"][s.idx] = self.t
+                    if s.generated == s.target:
+                        done.append(s)
+            for s in done:
+                self.release(s)
+                self.running.remove(s)
+                cols["status"][s.idx] = FINISHED
+                cols["finish"][s.idx] = self.t
+                cols["generated"][s.idx] = s.generated
+        for s in seqs:
+            if cols["status"][s.idx] == REJECTED:
+                cols["generated"][s.idx] = 0
+        if self.paged:
+            self.c["num_evictions"] = self.kv.num_evictions
+            self.c["num_cow_copies"] = self.kv.num_cow_copies
+        self.c["makespan_ps"] = self.t
+        return EngineOutput(**cols, counters=self.c)
+
+
+def run(inp: EngineInput, config: SimConfig, **_: Any) -> EngineOutput:
+    """Simulates every sequence of `inp` under `config`, iteration by iteration."""
+    return Engine(inp, config).run()

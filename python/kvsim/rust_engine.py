@@ -1,0 +1,40 @@
+"""The Rust engine behind `kvsim.simulate(..., backend="rust")`: one call across the boundary per run."""
+
+from __future__ import annotations
+
+from kvsim import _core
+from kvsim.config import SimConfig
+from kvsim.engine_input import EngineInput
+from kvsim.reference.engine import EngineOutput
+
+
+def run(inp: EngineInput, config: SimConfig) -> EngineOutput:
+    """Simulates every sequence of `inp` under `config` in the Rust core (GIL released)."""
+    columns, counters = _core.run_engine(
+        num_blocks=config.num_blocks,
+        block_size=config.block_size,
+        policy=config.policy,
+        enable_prefix_caching=config.enable_prefix_caching,
+        free_order=config.free_order,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        chunked_prefill=config.chunked_prefill,
+        full_prompt_gate=config.admission_gate == "full-prompt",
+        watermark_blocks=config.watermark_blocks,
+        max_model_len=config.max_model_len,
+        time_model=config.time_model,
+        iteration_time_ps=config.iteration_time_ps,
+        c0_ps=config.c0_ps or 0,
+        c_tok_ps=config.c_tok_ps or 0,
+        c_ctx_ps=config.c_ctx_ps or 0,
+        arrival_ps=inp.arrival_ps,
+        prompt_len=inp.prompt_len,
+        target=inp.target,
+        max_gen=inp.max_gen,
+        output_len=inp.output_len,
+        output_seg=inp.output_seg,
+        seg_offsets=inp.seg_offsets,
+        segment_id=inp.segment_id,
+        segment_len=inp.segment_len,
+    )
+    return EngineOutput(**columns, counters=counters)

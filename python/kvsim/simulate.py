@@ -1,0 +1,190 @@
+"""`kvsim.simulate`: run a workload under a config on either backend; rows, summary, time series.
+
+Both backends receive the same `EngineInput` (see engine_input.py) and return the same raw columns and
+integer counters; everything derived from them (per-request rows, the summary) is computed here once,
+so the two backends can only differ where the engines differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from kvsim.config import PS_PER_S, SimConfig
+from kvsim.engine_input import EngineInput, prepare
+from kvsim.errors import InvalidArgumentError
+from kvsim.reference.engine import FINISHED, REJECT_REASONS, REJECTED, EngineOutput
+
+BACKENDS = ("rust", "reference")
+
+
+@dataclass
+class SimResult:
+    """What one simulation produced.
+
+    Attributes:
+        requests: one row per workload request (SPEC §7 columns; times in seconds).
+        summary: a dict of plain Python numbers, one key per SPEC §7 metric (DESIGN.md §Metrics).
+        config: the configuration that ran.
+        raw: the engine's per-sequence columns and integer counters (what the backends are compared on).
+    """
+
+    requests: pl.DataFrame
+    summary: dict[str, Any]
+    config: SimConfig
+    raw: EngineOutput
+
+
+def _run_engine(inp: EngineInput, config: SimConfig, backend: str) -> EngineOutput:
+    if backend == "reference":
+        from kvsim.reference import engine
+
+        return engine.run(inp, config)
+    from kvsim import rust_engine
+
+    return rust_engine.run(inp, config)
+
+
+def simulate(workload: Any, config: SimConfig, *, backend: str = "rust") -> SimResult:
+    """Simulates `workload` under `config`.
+
+    Args:
+        workload: a `kvsim.Workload`.
+        config: a `kvsim.SimConfig`.
+        backend: `"rust"` (the fast engine, default) or `"reference"` (the pure-Python spec).
+
+    Returns:
+        A `SimResult` with `.requests` (polars) and `.summary` (dict).
+
+    Raises:
+        InvalidArgumentError: an unknown backend or a config that is not a SimConfig.
+    """
+    if backend not in BACKENDS:
+        raise InvalidArgumentError(f"backend {backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
+    if not isinstance(config, SimConfig):
+        raise InvalidArgumentError(f"config {config!r} is not a kvsim.SimConfig")
+    inp = prepare(workload, config)
+    raw = _run_engine(inp, config, backend)
+    requests = request_rows(workload, inp, raw)
+    return SimResult(requests=requests, summary=summarize(requests, raw, config), config=config, raw=raw)
+
+
+def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataFrame:
+    """Per-request rows from per-sequence columns (samples of one request folded together)."""
+    n = len(workload)
+    rows = inp.request_row
+    big = np.iinfo(np.int64).max
+
+    def fold(values: np.ndarray, how: str, missing: int = -1) -> np.ndarray:
+        if how == "sum":
+            return np.bincount(rows, weights=values, minlength=n).astype(np.int64)
+        v = values.astype(np.int64)
+        if how == "min":
+            out = np.full(n, big, dtype=np.int64)
+            np.minimum.at(out, rows, np.where(v < 0, big, v))
+            return np.where(out == big, missing, out)
+        out = np.full(n, -1, dtype=np.int64)
+        np.maximum.at(out, rows, v)
+        return out
+
+    rejected = np.zeros(n, dtype=bool)
+    np.logical_or.at(rejected, rows, raw.status == REJECTED)
+    reason = np.zeros(n, dtype=np.int64)
+    np.maximum.at(reason, rows, raw.reject_reason)
+
+    def seconds(ps: np.ndarray) -> np.ndarray:
+        return np.where(ps < 0, np.nan, ps / PS_PER_S)
+
+    frame = pl.DataFrame(
+        {
+            "request_id": np.asarray(workload.request_id, dtype=np.uint64),
+            "arrival": np.asarray(workload.arrival, dtype=np.float64),
+            "first_scheduled": seconds(fold(raw.first_scheduled, "min")),
+            "first_token": seconds(fold(raw.first_token, "min")),
+            "finish": seconds(fold(raw.finish, "max")),
+            "prompt_len": np.asarray(workload.prompt_len, dtype=np.int64),
+            "output_len": fold(raw.generated, "sum"),
+            "num_samples": np.bincount(rows, minlength=n).astype(np.int64),
+            "num_preemptions": fold(raw.num_preemptions, "sum"),
+            "num_swaps": fold(raw.num_swaps, "sum"),
+            "cached_tokens": fold(raw.cached_tokens, "sum"),
+            "recomputed_tokens": fold(raw.recomputed_tokens, "sum"),
+            "status": np.where(rejected, "rejected", "finished"),
+            "reject_reason": [
+                REJECT_REASONS.get(int(r)) if rejected[i] else None for i, r in enumerate(reason)
+            ],
+        }
+    )
+    return frame.with_columns(pl.col(c).fill_nan(None) for c in ("first_scheduled", "first_token", "finish"))
+
+
+def _pcts(values: pl.Series, name: str, out: dict[str, Any]) -> None:
+    v = values.drop_nulls().drop_nans() if values.dtype.is_float() else values.drop_nulls()
+    for q in (50, 90, 99):
+        out[f"{name}_p{q}"] = float(v.quantile(q / 100, "linear")) if len(v) else None
+    out[f"{name}_mean"] = float(v.mean()) if len(v) else None  # type: ignore[arg-type]
+
+
+def summarize(requests: pl.DataFrame, raw: EngineOutput, config: SimConfig) -> dict[str, Any]:
+    """Every SPEC §7 metric as a plain Python number (DESIGN.md §Metrics defines each)."""
+    c = raw.counters
+    done = requests.filter(pl.col("status") == "finished")
+    s: dict[str, Any] = {
+        "num_requests": requests.height,
+        "completed": done.height,
+        "rejected": requests.height - done.height,
+    }
+    makespan = c["makespan_ps"] / PS_PER_S
+    busy = c["busy_ps"]
+    s["makespan_s"] = makespan
+    s["throughput_rps"] = done.height / makespan if makespan > 0 else 0.0
+    s["output_tokens"] = int(done["output_len"].sum())
+    s["throughput_tok_s"] = s["output_tokens"] / makespan if makespan > 0 else 0.0
+    e2e = done["finish"] - done["arrival"]
+    _pcts(done["first_token"] - done["arrival"], "ttft_s", s)
+    multi = done.filter(pl.col("output_len") > pl.col("num_samples"))
+    _pcts(
+        (multi["finish"] - multi["first_token"]) / (multi["output_len"] / multi["num_samples"] - 1),
+        "tpot_s",
+        s,
+    )
+    _pcts(e2e, "e2e_s", s)
+    _pcts(done["first_scheduled"] - done["arrival"], "queueing_s", s)
+    s["normalized_latency_s_per_token"] = (
+        float((e2e / (done["output_len"] / done["num_samples"])).mean()) if done.height else None  # type: ignore[arg-type]
+    )
+    s["num_steps"] = c["num_steps"]
+    s["mean_batch"] = c["sum_batch"] / c["num_steps"] if c["num_steps"] else 0.0
+    s["time_weighted_batch"] = c["w_batch"] / busy if busy else 0.0
+    s["peak_batch"] = c["peak_batch"]
+    s["mean_batched_tokens"] = c["sum_batched_tokens"] / c["num_steps"] if c["num_steps"] else 0.0
+    cap = config.capacity_tokens
+    denom = busy * cap
+    for key, name in (
+        ("w_stored", "kv_utilization"),
+        ("w_allocated", "kv_allocated_fraction"),
+        ("w_internal", "internal_fragmentation"),
+        ("w_reserved", "reservation_waste"),
+        ("w_external", "external_fragmentation"),
+    ):
+        s[name] = c[key] / denom if denom else 0.0
+    alloc = c["w_allocated"]
+    s["stored_share_of_allocated"] = c["w_stored"] / alloc if alloc else 0.0
+    s["peak_allocated_fraction"] = c["peak_allocated_tokens"] / cap if cap else 0.0
+    s["capacity_tokens"] = cap
+    s["prefix_hit_tokens"] = c["prefix_hit_tokens"]
+    admitted = c["prompt_tokens_admitted"]
+    s["prefix_hit_rate"] = c["prefix_hit_tokens"] / admitted if admitted else 0.0
+    s["blocks_saved_by_sharing"] = (c["w_logical_blocks"] - c["w_held_blocks"]) / busy if busy else 0.0
+    s["cow_copies"] = c["num_cow_copies"]
+    s["evictions"] = c["num_evictions"]
+    s["preemptions"] = c["num_preemptions"]
+    s["recomputed_tokens"] = c["recomputed_tokens"]
+    s["swapped_blocks"] = c.get("num_swapped_blocks", 0)
+    return s
+
+
+__all__ = ["FINISHED", "REJECTED", "SimResult", "request_rows", "simulate", "summarize"]

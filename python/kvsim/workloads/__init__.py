@@ -1,0 +1,7 @@
+"""Workloads: the `Workload` request table, synthetic generators and loaders for real serving traces."""
+
+from kvsim.workloads.generators import synthetic, traces_dir
+from kvsim.workloads.table import Workload
+from kvsim.workloads.traces import load_azure, load_mooncake, load_table
+
+__all__ = ["Workload", "load_azure", "load_mooncake", "load_table", "synthetic", "traces_dir"]

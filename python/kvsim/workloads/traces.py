@@ -1,0 +1,575 @@
+"""Loaders of real serving traces (Mooncake JSONL, Azure LLM 2023 CSV, generic tables) into `Workload`s.
+
+Each loader first parses the whole file columnar with polars and validates it vectorised; a clean file
+never goes through Python row by row. If anything is off (polars cannot parse a value, a field is missing
+or out of range), the file is read again line by line, appending to flat lists, to name the first bad
+line (`on_error="raise"`, a `TraceFormatError` with file, 1-based line and field) or to skip bad lines
+(`on_error="skip"`). Either way the returned workload's `meta["skipped_rows"]` counts the skipped lines
+(0 for a clean file) and `meta["source"]` names the file. Blank lines are ignored, not counted.
+
+Lengths must be integers >= 1: a row with a zero or negative prompt or output length is malformed. The
+published traces contain none (Azure's smallest GeneratedTokens is 6 in the code trace and 7 in the
+conversation trace; Mooncake's smallest output_length is 1), so the default `on_error="raise"` loads
+every record of them. Request ids are `first_request_id + line order` (before sorting by arrival).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
+from os import PathLike
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import polars as pl
+
+from kvsim.errors import InvalidArgumentError, TraceFormatError
+from kvsim.segments import MAX_REQUEST_ID
+from kvsim.workloads.table import Workload
+
+MOONCAKE_BLOCK = 512
+_U63 = 1 << 63
+_TIME_DIVISORS = {"s": 1.0, "ms": 1e3, "us": 1e6}
+_AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_AZURE_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?$")
+_EPOCH = datetime(1970, 1, 1)
+_TABLE_FIELDS = ("arrival", "prompt_len", "output_len", "max_tokens", "num_samples", "request_id")
+
+
+class _RowError(Exception):
+    """One bad field of one record; the line loop turns it into a `TraceFormatError` or a skip."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(reason)
+        self.field = field
+        self.reason = reason
+
+
+def _check_on_error(on_error: str) -> None:
+    if on_error not in ("raise", "skip"):
+        raise InvalidArgumentError(f"on_error {on_error!r} must be 'raise' or 'skip'")
+
+
+def _existing(path: str | PathLike[str]) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidArgumentError(f"trace file {p} does not exist")
+    return p
+
+
+def _to_int(value: Any, field: str, minimum: int = 1) -> int:
+    """An integer field: JSON ints, integral floats and decimal strings; at least `minimum`."""
+    if isinstance(value, bool) or value is None:
+        raise _RowError(field, f"{value!r} is not an integer")
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                raise _RowError(field, f"{value!r} is not an integer") from None
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != math.floor(value):
+            raise _RowError(field, f"{value!r} is not an integer")
+        value = int(value)
+    if not isinstance(value, int):
+        raise _RowError(field, f"{value!r} is not an integer")
+    if value < minimum:
+        raise _RowError(field, f"{value} must be at least {minimum}")
+    return value
+
+
+def _to_time(value: Any, field: str) -> float:
+    """A time field: a finite number >= 0 (JSON number or decimal string)."""
+    if isinstance(value, bool) or value is None:
+        raise _RowError(field, f"{value!r} is not a number")
+    try:
+        t = float(value.strip()) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        raise _RowError(field, f"{value!r} is not a number") from None
+    if not math.isfinite(t) or t < 0:
+        raise _RowError(field, f"{value!r} must be finite and >= 0")
+    return t
+
+
+def _get(record: Mapping[str, Any], field: str) -> Any:
+    if field not in record:
+        raise _RowError(field, "missing")
+    return record[field]
+
+
+def _line_loop(
+    path: Path, records: Iterator[tuple[int, Any]], parse: Callable[[Any], None], on_error: str
+) -> int:
+    """Feeds each `(line, record)` to `parse` (which appends to flat lists); returns lines skipped."""
+    skipped = 0
+    for line, record in records:
+        try:
+            parse(record)
+        except _RowError as err:
+            if on_error == "raise":
+                raise TraceFormatError(str(path), line, err.field, err.reason) from None
+            skipped += 1
+    return skipped
+
+
+def _jsonl_records(f: IO[bytes]) -> Iterator[tuple[int, Any]]:
+    """`(line, object)` for every non-blank line; a line that is not a JSON object yields the error."""
+    for line, raw in enumerate(f, 1):
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            obj = json.loads(text)
+        except ValueError as exc:
+            yield line, _RowError("json", f"not valid JSON ({exc})")
+            continue
+        yield line, obj if isinstance(obj, dict) else _RowError("json", "not a JSON object")
+
+
+def _json_record(record: Any) -> Mapping[str, Any]:
+    if isinstance(record, _RowError):
+        raise record
+    return record
+
+
+def _csv_records(path: Path, f: IO[str]) -> tuple[list[str], Iterator[tuple[int, Any]]]:
+    """The header and `(line, row as dict of strings)` for every non-blank row of the open file `f`."""
+    reader = csv.reader(f)
+    first = next(reader, None)
+    if first is None:
+        raise TraceFormatError(str(path), 1, "header", "the file is empty")
+    header = [h.strip() for h in first]
+
+    def rows() -> Iterator[tuple[int, Any]]:
+        for row in reader:
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            if len(row) > len(header):
+                yield reader.line_num, _RowError("row", f"{len(row)} fields, header has {len(header)}")
+                continue
+            yield reader.line_num, dict(zip(header, row, strict=False))
+
+    return header, rows()
+
+
+def _meta(path: Path, fmt: str, skipped: int, **extra: Any) -> dict[str, Any]:
+    return {"source": str(path), "format": fmt, "skipped_rows": skipped, **extra}
+
+
+def _first_ids(first_request_id: int, n: int) -> np.ndarray:
+    if first_request_id < 0 or first_request_id + n - 1 > MAX_REQUEST_ID:
+        raise InvalidArgumentError(
+            f"first_request_id {first_request_id} puts ids outside [0, {MAX_REQUEST_ID}]"
+        )
+    return np.arange(first_request_id, first_request_id + n, dtype=np.uint64)
+
+
+# -------------------------------------------------------------------------------------------- Mooncake
+
+
+def _mooncake_segments(
+    input_len: np.ndarray, counts: np.ndarray, block: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """CSR offsets and segment lengths: `block` each, the last of a request what remains of its input."""
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    seg_len = np.full(int(offsets[-1]), block, dtype=np.int64)
+    seg_len[offsets[1:] - 1] = input_len - block * (counts - 1)
+    return offsets, seg_len
+
+
+def _mooncake_fast(path: Path, block: int) -> tuple[np.ndarray, ...] | None:
+    schema: dict[str, Any] = {
+        "timestamp": pl.Float64,
+        "input_length": pl.Int64,
+        "output_length": pl.Int64,
+        "hash_ids": pl.List(pl.Int64),
+    }
+    try:
+        frame = pl.read_ndjson(path, schema=schema)
+    except pl.exceptions.PolarsError:
+        return None
+    if sum(frame.null_count().row(0)):
+        return None
+    ts = frame["timestamp"].to_numpy()
+    inp = frame["input_length"].to_numpy()
+    out = frame["output_length"].to_numpy()
+    counts = frame["hash_ids"].list.len().to_numpy().astype(np.int64)
+    hashes = frame["hash_ids"].explode()
+    if hashes.null_count():
+        return None
+    flat = hashes.to_numpy()
+    ok = (
+        np.isfinite(ts).all()
+        and (ts >= 0).all()
+        and (inp >= 1).all()
+        and (out >= 1).all()
+        and np.array_equal(counts, -(-inp // block))
+        and (flat >= 0).all()
+    )
+    if not ok:
+        return None
+    return ts, inp, out, counts, flat.astype(np.uint64)
+
+
+def load_mooncake(
+    path: str | PathLike[str],
+    *,
+    on_error: str = "raise",
+    first_request_id: int = 0,
+    block_size: int = MOONCAKE_BLOCK,
+) -> Workload:
+    """Loads a Mooncake trace (FAST'25 release, JSONL).
+
+    Each line `{"timestamp": ms, "input_length": n, "output_length": m, "hash_ids": [...]}` becomes one
+    request arriving at `timestamp / 1000` seconds. Its prompt is one segment per hash id, in order, of
+    `block_size` (512) tokens each except the last, which holds the rest so the lengths sum to
+    `input_length`; the hash ids are the segment ids unchanged (they are chained prefix hashes, so an
+    equal id at an equal position means an equal prefix, exactly what segments express).
+
+    Args:
+        path: the JSONL file.
+        on_error: `"raise"` on the first malformed line, or `"skip"` (count in `meta["skipped_rows"]`).
+        first_request_id: request id of the first line; later lines count up in file order.
+        block_size: tokens per hash id (512 in every published Mooncake trace).
+
+    Returns:
+        The workload, `meta` = `{"source", "format": "mooncake", "skipped_rows"}`.
+
+    Raises:
+        TraceFormatError: a malformed line (not JSON, a missing or non-integer field, a length < 1, a
+            negative timestamp, a hash id outside [0, 2**63), or `len(hash_ids) != ceil(input_length /
+            block_size)`), when `on_error="raise"`.
+        InvalidArgumentError: a missing file or a bad option.
+    """
+    _check_on_error(on_error)
+    p = _existing(path)
+    if block_size < 1:
+        raise InvalidArgumentError(f"block_size {block_size} must be at least 1")
+    fast = _mooncake_fast(p, block_size)
+    skipped = 0
+    if fast is not None:
+        ts, inp, out, counts, flat = fast
+    else:
+        ts_l: list[float] = []
+        in_l: list[int] = []
+        out_l: list[int] = []
+        cnt_l: list[int] = []
+        flat_l: list[int] = []
+
+        def parse(record: Any) -> None:
+            rec = _json_record(record)
+            t = _to_time(_get(rec, "timestamp"), "timestamp")
+            n_in = _to_int(_get(rec, "input_length"), "input_length")
+            n_out = _to_int(_get(rec, "output_length"), "output_length")
+            hashes = _get(rec, "hash_ids")
+            if not isinstance(hashes, list):
+                raise _RowError("hash_ids", f"{type(hashes).__name__} is not a list")
+            want = -(-n_in // block_size)
+            if len(hashes) != want:
+                raise _RowError(
+                    "hash_ids",
+                    f"{len(hashes)} ids for input_length {n_in}, expected ceil({n_in}/{block_size}) = {want}",
+                )
+            ids = [_to_int(h, "hash_ids", 0) for h in hashes]
+            if any(h >= _U63 for h in ids):
+                raise _RowError("hash_ids", "an id is >= 2**63 (the output-id range)")
+            ts_l.append(t)
+            in_l.append(n_in)
+            out_l.append(n_out)
+            cnt_l.append(len(ids))
+            flat_l.extend(ids)
+
+        with p.open("rb") as f:
+            skipped = _line_loop(p, _jsonl_records(f), parse, on_error)
+        ts = np.array(ts_l, dtype=np.float64)
+        inp = np.array(in_l, dtype=np.int64)
+        out = np.array(out_l, dtype=np.int64)
+        counts = np.array(cnt_l, dtype=np.int64)
+        flat = np.array(flat_l, dtype=np.uint64)
+    offsets, seg_len = _mooncake_segments(inp, counts, block_size)
+    cols = {
+        "arrival": ts / 1000.0,
+        "prompt_len": inp,
+        "output_len": out,
+        "max_tokens": out.copy(),
+        "num_samples": np.ones(len(inp), dtype=np.int64),
+        "beam": np.zeros(len(inp), dtype=np.bool_),
+        "request_id": _first_ids(first_request_id, len(inp)),
+        "seg_offsets": offsets,
+        "segment_id": flat,
+        "segment_len": seg_len,
+    }
+    return Workload._from_owned(cols, _meta(p, "mooncake", skipped, block_size=block_size))
+
+
+# ----------------------------------------------------------------------------------------------- Azure
+
+
+def _azure_ns(value: Any) -> int:
+    """`2023-11-16 18:17:03.9799600` -> integer nanoseconds since 1970 (the clock is taken as UTC)."""
+    m = _AZURE_TIME.match(value.strip()) if isinstance(value, str) else None
+    if m is None:
+        raise _RowError("TIMESTAMP", f"{value!r} is not 'YYYY-MM-DD HH:MM:SS.fffffff'")
+    try:
+        dt = datetime.fromisoformat(m.group(1))
+    except ValueError:
+        raise _RowError("TIMESTAMP", f"{value!r} is not a valid date and time") from None
+    frac = (m.group(2) or "").ljust(9, "0")
+    return (dt - _EPOCH) // _SECOND * 1_000_000_000 + int(frac)
+
+
+_SECOND = datetime(1970, 1, 1, 0, 0, 1) - _EPOCH
+
+
+def _azure_fast(path: Path) -> tuple[np.ndarray, ...] | None:
+    try:
+        frame = pl.read_csv(
+            path,
+            schema_overrides={"TIMESTAMP": pl.String, "ContextTokens": pl.Int64, "GeneratedTokens": pl.Int64},
+        )
+        if tuple(frame.columns) != _AZURE_COLUMNS:
+            return None
+        ns = frame["TIMESTAMP"].str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False)
+    except pl.exceptions.PolarsError:
+        return None
+    if ns.null_count() or frame["ContextTokens"].null_count() or frame["GeneratedTokens"].null_count():
+        return None
+    # polars accepts a missing fraction and other widths; the line loop is the definition, so only
+    # take this path when every stamp has the documented shape.
+    if not frame["TIMESTAMP"].str.contains(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{1,9}$").all():
+        return None
+    inp = frame["ContextTokens"].to_numpy()
+    out = frame["GeneratedTokens"].to_numpy()
+    if (inp < 1).any() or (out < 1).any():
+        return None
+    return ns.cast(pl.Int64).to_numpy(), inp, out
+
+
+def load_azure(path: str | PathLike[str], *, on_error: str = "raise", first_request_id: int = 0) -> Workload:
+    """Loads an Azure LLM inference trace (2023 release, `TIMESTAMP,ContextTokens,GeneratedTokens`).
+
+    Arrivals are seconds since the earliest row (the first row in the published files), computed from
+    integer nanoseconds, so the seven fractional digits survive. There is no prefix information: each
+    prompt is one unique segment (`Workload`'s default, keyed by request id).
+
+    Args:
+        path: the CSV file.
+        on_error: `"raise"` on the first malformed line, or `"skip"` (count in `meta["skipped_rows"]`).
+        first_request_id: request id of the first row; later rows count up in file order.
+
+    Returns:
+        The workload, `meta` = `{"source", "format": "azure-2023", "skipped_rows", "start"}` where
+        `start` is the earliest timestamp as written in the file.
+
+    Raises:
+        TraceFormatError: a missing header column (line 1, always raised), or a malformed row when
+            `on_error="raise"`.
+        InvalidArgumentError: a missing file or a bad option.
+    """
+    _check_on_error(on_error)
+    p = _existing(path)
+    fast = _azure_fast(p)
+    skipped = 0
+    if fast is not None:
+        ns, inp, out = fast
+    else:
+        ns_l: list[int] = []
+        in_l: list[int] = []
+        out_l: list[int] = []
+
+        def parse(record: Any) -> None:
+            rec = _json_record(record)
+            t = _azure_ns(_get(rec, "TIMESTAMP"))
+            n_in = _to_int(_get(rec, "ContextTokens"), "ContextTokens")
+            n_out = _to_int(_get(rec, "GeneratedTokens"), "GeneratedTokens")
+            ns_l.append(t)
+            in_l.append(n_in)
+            out_l.append(n_out)
+
+        with p.open(newline="") as f:
+            header, records = _csv_records(p, f)
+            for col in _AZURE_COLUMNS:
+                if col not in header:
+                    raise TraceFormatError(str(p), 1, "header", f"column {col!r} missing; header is {header}")
+            skipped = _line_loop(p, records, parse, on_error)
+        ns = np.array(ns_l, dtype=np.int64)
+        inp = np.array(in_l, dtype=np.int64)
+        out = np.array(out_l, dtype=np.int64)
+    start = int(ns.min()) if len(ns) else 0
+    arrival = (ns - start).astype(np.float64) / 1e9
+    start_text = ""
+    if len(ns):
+        start_dt = _EPOCH + _SECOND * (start // 1_000_000_000)
+        start_text = f"{start_dt.isoformat(sep=' ')}.{start % 1_000_000_000:09d}"
+    return Workload(
+        arrival=arrival,
+        prompt_len=inp,
+        output_len=out,
+        request_id=_first_ids(first_request_id, len(inp)),
+        meta=_meta(p, "azure-2023", skipped, start=start_text),
+    )
+
+
+# --------------------------------------------------------------------------------------- generic table
+
+
+def _table_format(p: Path, fmt: str | None) -> str:
+    if fmt is None:
+        suffix = p.suffix.lower()
+        fmt = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}.get(suffix)
+        if fmt is None:
+            raise InvalidArgumentError(f"cannot tell the format of {p} from {suffix!r}: pass format=")
+    if fmt not in ("csv", "jsonl", "parquet"):
+        raise InvalidArgumentError(f"format {fmt!r} must be 'csv', 'jsonl' or 'parquet'")
+    return fmt
+
+
+def _table_fast(
+    frame: pl.DataFrame, mapping: Mapping[str, str], divisor: float
+) -> dict[str, np.ndarray] | None:
+    out: dict[str, np.ndarray] = {}
+    try:
+        for ours, theirs in mapping.items():
+            dtype = pl.Float64 if ours == "arrival" else pl.Int64
+            col = frame[theirs].cast(dtype, strict=True)
+            if col.null_count():
+                return None
+            out[ours] = col.to_numpy()
+    except (pl.exceptions.PolarsError, KeyError):
+        return None
+    arrival = out["arrival"]
+    if not (np.isfinite(arrival).all() and (arrival >= 0).all()):
+        return None
+    for name in ("prompt_len", "output_len", "max_tokens", "num_samples"):
+        if name in out and (out[name] < 1).any():
+            return None
+    if "request_id" in out and (out["request_id"] < 0).any():
+        return None
+    out["arrival"] = arrival / divisor
+    return out
+
+
+def load_table(
+    path: str | PathLike[str],
+    *,
+    columns: Mapping[str, str] | None = None,
+    time_unit: str = "s",
+    format: str | None = None,
+    on_error: str = "raise",
+    first_request_id: int = 0,
+) -> Workload:
+    """Loads any table of requests (csv, jsonl or parquet) with an arrival and two lengths per row.
+
+    Args:
+        path: the file.
+        columns: our column name -> the file's: `arrival`, `prompt_len`, `output_len` are required,
+            `max_tokens`, `num_samples`, `request_id` optional; names not given map to themselves.
+        time_unit: unit of the arrival column, `"s"`, `"ms"` or `"us"`; arrivals become seconds.
+        format: `"csv"`, `"jsonl"` or `"parquet"`; by default from the suffix (.csv, .jsonl/.ndjson,
+            .parquet).
+        on_error: `"raise"` on the first malformed row, or `"skip"` (count in `meta["skipped_rows"]`).
+        first_request_id: request id of the first row when the file has no request id column.
+
+    Returns:
+        The workload; each prompt one unique segment.
+
+    Raises:
+        TraceFormatError: a missing column (line 1, field "header") or a malformed row (for parquet,
+            `line` is the 1-based row number).
+        InvalidArgumentError: a missing file, an unknown column key, format or time unit.
+    """
+    _check_on_error(on_error)
+    p = _existing(path)
+    fmt = _table_format(p, format)
+    if time_unit not in _TIME_DIVISORS:
+        raise InvalidArgumentError(f"time_unit {time_unit!r} must be one of {sorted(_TIME_DIVISORS)}")
+    divisor = _TIME_DIVISORS[time_unit]
+    given = dict(columns or {})
+    unknown = sorted(set(given) - set(_TABLE_FIELDS))
+    if unknown:
+        raise InvalidArgumentError(f"columns keys {unknown} are not among {_TABLE_FIELDS}")
+    mapping = {k: given.get(k, k) for k in ("arrival", "prompt_len", "output_len")}
+    frame: pl.DataFrame | None = None
+    if fmt == "parquet":
+        try:
+            frame = pl.read_parquet(p)
+        except pl.exceptions.PolarsError as exc:
+            raise InvalidArgumentError(f"cannot read {p} as parquet: {exc}") from None
+    try:
+        if fmt == "parquet":
+            pass
+        elif fmt == "csv":
+            frame = pl.read_csv(p, infer_schema_length=None)
+        else:
+            frame = pl.read_ndjson(p, infer_schema_length=None)
+    except pl.exceptions.PolarsError:
+        frame = None
+    if frame is not None:
+        for k in ("max_tokens", "num_samples", "request_id"):
+            if k in given or k in frame.columns:
+                mapping[k] = given.get(k, k)
+        missing = [v for v in mapping.values() if v not in frame.columns]
+        if missing:
+            raise TraceFormatError(
+                str(p), 1, "header", f"column(s) {missing} missing; columns are {frame.columns}"
+            )
+    else:
+        mapping.update({k: given[k] for k in ("max_tokens", "num_samples", "request_id") if k in given})
+    cols = _table_fast(frame, mapping, divisor) if frame is not None else None
+    skipped = 0
+    if cols is None:
+        lists: dict[str, list[Any]] = {k: [] for k in mapping}
+
+        def parse(record: Any) -> None:
+            rec = _json_record(record)
+            row = {}
+            for ours, theirs in mapping.items():
+                value = _get(rec, theirs)
+                if ours == "arrival":
+                    row[ours] = _to_time(value, theirs) / divisor
+                else:
+                    row[ours] = _to_int(value, theirs, 0 if ours == "request_id" else 1)
+            for k, v in row.items():
+                lists[k].append(v)
+
+        with contextlib.ExitStack() as stack:
+            if fmt == "csv":
+                header, records = _csv_records(p, stack.enter_context(p.open(newline="")))
+                missing = [v for v in mapping.values() if v not in header]
+                if missing:
+                    raise TraceFormatError(
+                        str(p), 1, "header", f"column(s) {missing} missing; header is {header}"
+                    )
+            elif fmt == "jsonl":
+                records = _jsonl_records(stack.enter_context(p.open("rb")))
+            else:
+                names = list(mapping.values())
+                records = (
+                    (i, dict(zip(names, values, strict=True)))
+                    for i, values in enumerate(frame.select(names).iter_rows(), 1)  # type: ignore[union-attr]
+                )
+            skipped = _line_loop(p, records, parse, on_error)
+        cols = {k: np.array(v, dtype=np.float64 if k == "arrival" else np.int64) for k, v in lists.items()}
+    n = len(cols["arrival"])
+    request_id = cols.pop("request_id", None)
+    if request_id is None:
+        request_id = _first_ids(first_request_id, n)
+    return Workload(
+        arrival=cols["arrival"],
+        prompt_len=cols["prompt_len"],
+        output_len=cols["output_len"],
+        max_tokens=cols.get("max_tokens"),
+        num_samples=cols.get("num_samples"),
+        request_id=request_id,
+        meta=_meta(p, fmt, skipped, columns=mapping, time_unit=time_unit),
+    )

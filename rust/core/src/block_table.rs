@@ -1,0 +1,172 @@
+//! One request's blocks and the steps of vLLM's `get_computed_blocks` + `allocate_slots` on it.
+//!
+//! Shared by the Python-facing [`crate::KVCacheManager`] and the engine, so that both allocate, register
+//! and free through the same code. The token layout is pictured in DESIGN.md (§"A request's blocks").
+
+use crate::hash::BlockKeys;
+use crate::{BlockId, BlockKey, BlockPool, Segment};
+
+/// A request's block table. Invariant: `blocks.len() == ceil(num_computed_tokens / block_size)`, and with
+/// caching on, blocks `[0, num_keyed_blocks)` (all full ones) carry keys, the last of them `last_key`.
+#[derive(Clone, Debug, Default)]
+pub struct BlockTable {
+    pub(crate) blocks: Vec<BlockId>,
+    pub(crate) num_computed_tokens: u64,
+    pub(crate) num_keyed_blocks: u64,
+    pub(crate) last_key: Option<BlockKey>,
+}
+
+impl BlockTable {
+    #[inline]
+    pub fn blocks(&self) -> &[BlockId] {
+        &self.blocks
+    }
+
+    #[inline]
+    pub fn num_computed_tokens(&self) -> u64 {
+        self.num_computed_tokens
+    }
+
+    #[inline]
+    pub fn num_keyed_blocks(&self) -> u64 {
+        self.num_keyed_blocks
+    }
+
+    #[inline]
+    pub fn last_key(&self) -> Option<BlockKey> {
+        self.last_key
+    }
+
+    /// Cached blocks of the longest prefix, in whole blocks, covering at most `total - 1` tokens, pushed
+    /// into `hits`; returns the key of the last hit. Walks keys from the left, stops at the first miss.
+    pub fn find_hits(
+        pool: &BlockPool,
+        block_size: u64,
+        segments: &[Segment],
+        total: u64,
+        hits: &mut Vec<BlockId>,
+    ) -> Option<BlockKey> {
+        let mut last = None;
+        if !pool.enable_caching() || total == 0 {
+            return last;
+        }
+        for key in BlockKeys::new(segments, block_size, 0, None, (total - 1) / block_size) {
+            let Some(b) = pool.lookup(key) else { break };
+            hits.push(b);
+            last = Some(key);
+        }
+        last
+    }
+
+    /// How many of `hits` are free (evictable): taking them uses free blocks.
+    pub fn num_evictable(pool: &BlockPool, hits: &[BlockId]) -> u64 {
+        hits.iter().filter(|&&b| pool.ref_cnt_of(b) == 0).count() as u64
+    }
+
+    /// A new table holding the cached prefix `hits` plus blocks for `num_new_tokens` more tokens, popped
+    /// into `new`. The caller has checked that `new_blocks + evictable hits` fit in the free blocks.
+    pub fn start(
+        pool: &mut BlockPool,
+        block_size: u64,
+        hits: &[BlockId],
+        last_key: Option<BlockKey>,
+        num_new_tokens: u64,
+        new: &mut Vec<BlockId>,
+    ) -> Self {
+        let computed = hits.len() as u64 * block_size + num_new_tokens;
+        let num_new_blocks = computed.div_ceil(block_size) - hits.len() as u64;
+        pool.acquire(hits.iter().copied());
+        let first = new.len();
+        let ok = pool.allocate_into(num_new_blocks as u32, new);
+        debug_assert!(ok, "capacity was checked by the caller");
+        let mut blocks = Vec::with_capacity(hits.len() + (new.len() - first));
+        blocks.extend_from_slice(hits);
+        blocks.extend_from_slice(&new[first..]);
+        BlockTable {
+            blocks,
+            num_computed_tokens: computed,
+            num_keyed_blocks: hits.len() as u64,
+            last_key,
+        }
+    }
+
+    /// Blocks `grow(num_new_tokens)` would pop: new blocks, plus one copy when the last block is partial
+    /// and shared (copy-on-write after a fork).
+    pub fn blocks_needed(
+        &self,
+        pool: &BlockPool,
+        block_size: u64,
+        num_new_tokens: u64,
+    ) -> (u64, bool) {
+        let c = self.num_computed_tokens;
+        let copy =
+            c % block_size != 0 && self.blocks.last().is_some_and(|&b| pool.ref_cnt_of(b) > 1);
+        let new = (c + num_new_tokens).div_ceil(block_size) - self.blocks.len() as u64;
+        (new, copy)
+    }
+
+    /// Room for `num_new_tokens` more tokens: pops the copy (if any) then the new blocks into `new`.
+    /// Returns `None`, changing nothing, when they do not fit; else whether a copy was made.
+    pub fn grow(
+        &mut self,
+        pool: &mut BlockPool,
+        block_size: u64,
+        num_new_tokens: u64,
+        new: &mut Vec<BlockId>,
+    ) -> Option<bool> {
+        let (num_new_blocks, copy) = self.blocks_needed(pool, block_size, num_new_tokens);
+        let first = new.len();
+        if !pool.allocate_into((num_new_blocks + u64::from(copy)) as u32, new) {
+            return None;
+        }
+        let mut fresh = &new[first..];
+        if copy {
+            let last = self.blocks.last_mut().expect("a partial block exists");
+            pool.release([*last]);
+            *last = fresh[0];
+            fresh = &fresh[1..];
+        }
+        self.blocks.extend_from_slice(fresh);
+        self.num_computed_tokens += num_new_tokens;
+        Some(copy)
+    }
+
+    /// Registers the key of every block that became full since the last call (caching on only).
+    pub fn register_full_blocks(
+        &mut self,
+        pool: &mut BlockPool,
+        block_size: u64,
+        segments: &[Segment],
+    ) {
+        if !pool.enable_caching() {
+            return;
+        }
+        let num_full = self.num_computed_tokens / block_size;
+        let start = self.num_keyed_blocks;
+        if num_full <= start {
+            return;
+        }
+        let keys = BlockKeys::new(segments, block_size, start, self.last_key, num_full - start);
+        for (i, key) in (start..).zip(keys) {
+            pool.insert_key(self.blocks[i as usize], key);
+            self.last_key = Some(key);
+        }
+        self.num_keyed_blocks = num_full;
+    }
+
+    /// Releases every block in reverse table order (the deepest is evicted first) and empties the table.
+    pub fn release(&mut self, pool: &mut BlockPool) {
+        pool.release(self.blocks.iter().rev().copied());
+        self.blocks.clear();
+        self.num_computed_tokens = 0;
+        self.num_keyed_blocks = 0;
+        self.last_key = None;
+    }
+
+    /// A second holder of every block (a new sample after the prompt): each `ref_cnt` + 1.
+    #[must_use]
+    pub fn fork(&self, pool: &mut BlockPool) -> Self {
+        pool.acquire(self.blocks.iter().copied());
+        self.clone()
+    }
+}

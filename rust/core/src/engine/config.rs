@@ -1,0 +1,105 @@
+//! The engine's configuration: plain enums and integers (the Python `SimConfig` validates and converts).
+
+use crate::{FreeOrder, Result, invalid_arg};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// vLLM v1: paged, grows on demand, preempts the tail of running when a block is missing.
+    Vllm,
+    /// Paged, but admits only when blocks for prompt + max tokens can be promised; never preempts.
+    Reserve,
+    /// Contiguous region of `max_model_len` tokens per request.
+    Static,
+    /// Contiguous region of prompt + max tokens (Orca, the paper's "Orca (Max)").
+    OrcaMax,
+    /// Contiguous region of prompt + the next power of two of the true output.
+    OrcaPow2,
+    /// Contiguous region of prompt + the true output.
+    OrcaOracle,
+}
+
+impl Policy {
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "vllm" => Policy::Vllm,
+            "reserve" => Policy::Reserve,
+            "static" => Policy::Static,
+            "orca-max" => Policy::OrcaMax,
+            "orca-pow2" => Policy::OrcaPow2,
+            "orca-oracle" => Policy::OrcaOracle,
+            _ => invalid_arg!(
+                "policy '{s}' is not one of 'vllm', 'reserve', 'static', 'orca-max', 'orca-pow2', 'orca-oracle'"
+            ),
+        })
+    }
+
+    pub fn is_paged(self) -> bool {
+        matches!(self, Policy::Vllm | Policy::Reserve)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeModel {
+    /// Every iteration lasts the same number of picoseconds.
+    Ticks { iteration_ps: u64 },
+    /// `c0 + c_tok · batched_tokens + c_ctx · context_tokens` picoseconds per iteration.
+    Linear {
+        c0_ps: u64,
+        c_tok_ps: u64,
+        c_ctx_ps: u64,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub num_blocks: u32,
+    pub block_size: u64,
+    pub policy: Policy,
+    pub enable_prefix_caching: bool,
+    pub free_order: FreeOrder,
+    pub max_num_seqs: u64,
+    pub max_num_batched_tokens: u64,
+    pub chunked_prefill: bool,
+    /// Admission needs blocks for the whole prompt, not just the first chunk (vLLM ≥ 0.20's gate).
+    pub full_prompt_gate: bool,
+    pub watermark_blocks: u64,
+    pub max_model_len: Option<u64>,
+    pub time: TimeModel,
+}
+
+impl EngineConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.num_blocks < 2 {
+            invalid_arg!("num_blocks {} must be at least 2", self.num_blocks);
+        }
+        if self.block_size < 1 {
+            invalid_arg!("block_size {} must be at least 1", self.block_size);
+        }
+        if self.max_num_seqs < 1 {
+            invalid_arg!("max_num_seqs {} must be at least 1", self.max_num_seqs);
+        }
+        if self.max_num_batched_tokens < 1 {
+            invalid_arg!(
+                "max_num_batched_tokens {} must be at least 1",
+                self.max_num_batched_tokens
+            );
+        }
+        if self.policy == Policy::Static && self.max_model_len.is_none() {
+            invalid_arg!("policy 'static' reserves max_model_len per request: set max_model_len");
+        }
+        if let TimeModel::Ticks { iteration_ps: 0 } = self.time {
+            invalid_arg!("iteration_time_ps 0 must be at least 1");
+        }
+        Ok(())
+    }
+
+    #[inline]
+    pub fn capacity_blocks(&self) -> u64 {
+        u64::from(self.num_blocks) - 1
+    }
+
+    #[inline]
+    pub fn capacity_tokens(&self) -> u64 {
+        self.capacity_blocks() * self.block_size
+    }
+}

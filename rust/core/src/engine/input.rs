@@ -1,0 +1,99 @@
+//! The engine's input: per-sequence columns borrowed from the caller (numpy arrays from Python), checked
+//! once so that the run itself cannot index out of bounds or underflow.
+
+use crate::{Result, invalid_arg};
+
+#[derive(Clone, Copy, Debug)]
+pub struct EngineInput<'a> {
+    pub arrival_ps: &'a [i64],
+    pub prompt_len: &'a [i64],
+    /// Tokens to generate (output length capped by max tokens and max model length).
+    pub target: &'a [i64],
+    /// The most the sequence may generate (what `reserve` and `orca-max` size for).
+    pub max_gen: &'a [i64],
+    /// The true output length (what `orca-oracle` and `orca-pow2` size for).
+    pub output_len: &'a [i64],
+    /// Content id of the sequence's generated tokens.
+    pub output_seg: &'a [u64],
+    /// CSR offsets (length n + 1) into `segment_id` / `segment_len`: each sequence's prompt segments.
+    pub seg_offsets: &'a [i64],
+    pub segment_id: &'a [u64],
+    pub segment_len: &'a [i64],
+}
+
+impl EngineInput<'_> {
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.arrival_ps.len()
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.arrival_ps.is_empty()
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let n = self.len();
+        for (name, len) in [
+            ("prompt_len", self.prompt_len.len()),
+            ("target", self.target.len()),
+            ("max_gen", self.max_gen.len()),
+            ("output_len", self.output_len.len()),
+            ("output_seg", self.output_seg.len()),
+        ] {
+            if len != n {
+                invalid_arg!("column {name} has {len} rows, arrival_ps has {n}");
+            }
+        }
+        if self.seg_offsets.len() != n + 1 || self.seg_offsets.first() != Some(&0) {
+            invalid_arg!("seg_offsets must have {} entries starting at 0", n + 1);
+        }
+        if self.segment_id.len() != self.segment_len.len() {
+            invalid_arg!("segment_id and segment_len differ in length");
+        }
+        if self.seg_offsets[n] as usize != self.segment_id.len() {
+            invalid_arg!(
+                "seg_offsets ends at {}, not at {} segments",
+                self.seg_offsets[n],
+                self.segment_id.len()
+            );
+        }
+        let mut last_arrival = 0;
+        for i in 0..n {
+            let (lo, hi) = (self.seg_offsets[i], self.seg_offsets[i + 1]);
+            if lo > hi {
+                invalid_arg!("row {i}: seg_offsets decrease ({lo} > {hi})");
+            }
+            let mut sum = 0i64;
+            for k in lo as usize..hi as usize {
+                if self.segment_len[k] < 1 {
+                    invalid_arg!(
+                        "row {i}: segment length {} must be at least 1",
+                        self.segment_len[k]
+                    );
+                }
+                sum = sum.saturating_add(self.segment_len[k]);
+            }
+            if self.prompt_len[i] < 1 || sum != self.prompt_len[i] {
+                invalid_arg!(
+                    "row {i}: prompt_len {} but segments sum to {sum}",
+                    self.prompt_len[i]
+                );
+            }
+            if self.output_len[i] < 1 || self.target[i] < 0 || self.max_gen[i] < self.target[i] {
+                invalid_arg!(
+                    "row {i}: output_len {}, target {}, max_gen {} are inconsistent",
+                    self.output_len[i],
+                    self.target[i],
+                    self.max_gen[i]
+                );
+            }
+            let a = self.arrival_ps[i];
+            if a < last_arrival {
+                invalid_arg!("row {i}: arrival_ps {a} is before the previous row's {last_arrival}");
+            }
+            last_arrival = a;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,111 @@
+//! The engine's output: per-sequence columns (times in picoseconds, -1 when it never happened) and
+//! integer counters; `kvsim.simulate` derives the request rows and the summary from them.
+
+/// Totals over the run. The `w_*` fields are time-weighted sums (picoseconds × quantity), so they are
+/// 128-bit; the Python side divides them by busy time and capacity.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub num_steps: i128,
+    pub busy_ps: i128,
+    pub makespan_ps: i128,
+    pub sum_batch: i128,
+    pub sum_batched_tokens: i128,
+    pub peak_batch: i128,
+    pub peak_allocated_tokens: i128,
+    pub w_batch: i128,
+    pub w_stored: i128,
+    pub w_allocated: i128,
+    pub w_internal: i128,
+    pub w_reserved: i128,
+    pub w_external: i128,
+    pub w_held_blocks: i128,
+    pub w_logical_blocks: i128,
+    pub num_preemptions: i128,
+    pub num_evictions: i128,
+    pub num_cow_copies: i128,
+    pub prefix_hit_tokens: i128,
+    pub prompt_tokens_admitted: i128,
+    pub recomputed_tokens: i128,
+}
+
+impl Counters {
+    /// Name and value of every counter (the names are the Python side's keys).
+    pub fn pairs(&self) -> Vec<(&'static str, i128)> {
+        vec![
+            ("num_steps", self.num_steps),
+            ("busy_ps", self.busy_ps),
+            ("makespan_ps", self.makespan_ps),
+            ("sum_batch", self.sum_batch),
+            ("sum_batched_tokens", self.sum_batched_tokens),
+            ("peak_batch", self.peak_batch),
+            ("peak_allocated_tokens", self.peak_allocated_tokens),
+            ("w_batch", self.w_batch),
+            ("w_stored", self.w_stored),
+            ("w_allocated", self.w_allocated),
+            ("w_internal", self.w_internal),
+            ("w_reserved", self.w_reserved),
+            ("w_external", self.w_external),
+            ("w_held_blocks", self.w_held_blocks),
+            ("w_logical_blocks", self.w_logical_blocks),
+            ("num_preemptions", self.num_preemptions),
+            ("num_evictions", self.num_evictions),
+            ("num_cow_copies", self.num_cow_copies),
+            ("prefix_hit_tokens", self.prefix_hit_tokens),
+            ("prompt_tokens_admitted", self.prompt_tokens_admitted),
+            ("recomputed_tokens", self.recomputed_tokens),
+        ]
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct EngineOutput {
+    pub first_scheduled: Vec<i64>,
+    pub first_token: Vec<i64>,
+    pub finish: Vec<i64>,
+    pub generated: Vec<i64>,
+    pub num_preemptions: Vec<i64>,
+    pub num_swaps: Vec<i64>,
+    pub cached_tokens: Vec<i64>,
+    pub recomputed_tokens: Vec<i64>,
+    /// 0 finished, 1 rejected.
+    pub status: Vec<i64>,
+    pub reject_reason: Vec<i64>,
+    pub counters: Counters,
+}
+
+impl EngineOutput {
+    pub fn new(n: usize) -> Self {
+        EngineOutput {
+            first_scheduled: vec![-1; n],
+            first_token: vec![-1; n],
+            finish: vec![-1; n],
+            generated: vec![0; n],
+            num_preemptions: vec![0; n],
+            num_swaps: vec![0; n],
+            cached_tokens: vec![0; n],
+            recomputed_tokens: vec![0; n],
+            status: vec![-1; n],
+            reject_reason: vec![0; n],
+            counters: Counters::default(),
+        }
+    }
+
+    /// Each column with its name (the Python side's keys).
+    pub fn columns(self) -> (Vec<(&'static str, Vec<i64>)>, Counters) {
+        (
+            vec![
+                ("first_scheduled", self.first_scheduled),
+                ("first_token", self.first_token),
+                ("finish", self.finish),
+                ("generated", self.generated),
+                ("num_preemptions", self.num_preemptions),
+                ("num_swaps", self.num_swaps),
+                ("cached_tokens", self.cached_tokens),
+                ("recomputed_tokens", self.recomputed_tokens),
+                ("status", self.status),
+                ("reject_reason", self.reject_reason),
+            ],
+            self.counters,
+        )
+    }
+}

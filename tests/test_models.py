@@ -1,0 +1,160 @@
+"""Tests of the model and GPU presets, pool sizing and the roofline time coefficients (SPEC §2, §5)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+import kvsim
+from kvsim import gpus, models, sizing
+from kvsim.errors import InvalidArgumentError
+
+GIB = 1 << 30
+
+
+def _params_from_config(m: models.Model) -> int:
+    """Parameter count re-derived from the architecture fields (an independent check of the presets)."""
+    h, layers, vocab, ffn = m.hidden_size, m.num_layers, m.vocab_size, m.intermediate_size
+    q = m.num_attention_heads * m.head_dim
+    kv = m.num_kv_heads * m.head_dim
+    if m.name.startswith("opt"):
+        # Learned positions (2048 + 2 offset rows), tied embeddings, biases everywhere, two LayerNorms
+        # per layer and a final one.
+        per_layer = 4 * h * h + 4 * h + 2 * h * ffn + ffn + h + 4 * h
+        return vocab * h + 2050 * h + layers * per_layer + 2 * h
+    # Llama family: untied embeddings, gated MLP, RMSNorm; Qwen2.5 adds q/k/v biases.
+    bias = q + 2 * kv if m.name.startswith("qwen") else 0
+    per_layer = h * q + 2 * h * kv + q * h + 3 * h * ffn + 2 * h + bias
+    return 2 * vocab * h + layers * per_layer + h
+
+
+def test_check_values_of_the_spec() -> None:
+    assert models.get("opt-13b").kv_bytes_per_token == 819_200 == 800 * 1024
+    assert models.get("llama-3-8b").kv_bytes_per_token == 131_072
+    # 12 GiB of OPT-13B KV holds 15,728 token slots (the paper's Table 1 says 15.7K).
+    assert kvsim.pool_blocks("opt-13b", None, 1, kv_cache_bytes=12 * GIB, include_null_block=False) == 15_728
+
+
+def test_kv_bytes_formula_for_every_preset() -> None:
+    for name in models.names():
+        m = models.get(name)
+        if m.is_mla:
+            expected = m.num_layers * (m.kv_lora_rank + m.qk_rope_head_dim) * 2
+        else:
+            expected = 2 * m.num_layers * m.num_kv_heads * m.head_dim * 2
+        assert m.kv_bytes_per_token == expected, name
+        assert m.num_kv_heads <= m.num_attention_heads
+        assert m.source
+
+
+def test_deepseek_v3_uses_mla() -> None:
+    m = models.get("deepseek-v3")
+    assert m.is_mla
+    assert (m.num_layers, m.kv_lora_rank, m.qk_rope_head_dim) == (61, 512, 64)
+    assert m.kv_bytes_per_token == 61 * 576 * 2
+    assert m.param_bytes == m.num_params  # fp8 weights: one byte each
+    assert m.num_active_params < m.num_params
+
+
+@pytest.mark.parametrize("name", [n for n in models.names() if n != "deepseek-v3"])
+def test_parameter_counts_match_the_architecture(name: str) -> None:
+    m = models.get(name)
+    assert m.num_params == _params_from_config(m)
+    assert m.param_bytes == 2 * m.num_params
+    assert m.num_active_params == m.num_params
+
+
+def test_gqa_and_kv_dtype() -> None:
+    l70 = models.get("llama-2-70b")
+    assert l70.num_kv_heads == 8
+    assert l70.kv_bytes_per_token == 2 * 80 * 8 * 128 * 2
+    fp8 = l70.with_kv_dtype("fp8")
+    assert fp8.kv_bytes_per_token * 2 == l70.kv_bytes_per_token
+    assert fp8.param_bytes == l70.param_bytes
+    assert l70.kv_dtype == "fp16"  # presets are immutable; with_* returns a copy
+    assert l70.with_weight_dtype("int4").param_bytes == math.ceil(l70.num_params / 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        l70.num_layers = 1  # type: ignore[misc]
+
+
+def test_unknown_names_list_the_known_ones() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        models.get("gpt-5")
+    assert "gpt-5" in str(info.value)
+    for name in ("opt-13b", "llama-2-70b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "deepseek-v3"):
+        assert name in str(info.value)
+    with pytest.raises(InvalidArgumentError, match="a100-40gb"):
+        gpus.get("a100")
+    with pytest.raises(InvalidArgumentError, match="fp8"):
+        models.get("opt-13b").with_kv_dtype("fp7")
+
+
+def test_gpu_presets() -> None:
+    expected_gib = {"rtx-2070": 8, "a100-40gb": 40, "a100-80gb": 80, "h100-80gb": 80, "h200": 141, "l4": 24}
+    assert sorted(gpus.names()) == sorted(expected_gib)
+    for name, gib in expected_gib.items():
+        g = gpus.get(name)
+        # Driver-reported totals lie between the marketed "GB" read as 10**9 and as 2**30 bytes.
+        assert 0.99 * gib * 10**9 <= g.memory_bytes <= 1.01 * gib * GIB, name
+        assert g.hbm_bandwidth > g.pcie_bandwidth > 0
+        assert g.peak_flops > 1e13
+        assert g.source
+    assert gpus.get("a100-80gb").hbm_bandwidth > gpus.get("a100-40gb").hbm_bandwidth
+
+
+def test_pool_blocks_on_a_gpu() -> None:
+    m, g = models.get("opt-13b"), gpus.get("a100-40gb")
+    kv = sizing.available_kv_bytes(m, g, 0.9)
+    assert kv == math.floor(g.memory_bytes * 0.9) - m.param_bytes
+    assert kv / GIB == pytest.approx(12, rel=0.01)  # the paper's 12 GB of KV for OPT-13B on an A100-40GB
+    blocks = kvsim.pool_blocks("opt-13b", "a100-40gb", 16)
+    assert blocks == kv // (16 * 819_200) + 1
+    assert kvsim.pool_blocks(m, g, 16, include_null_block=False) == blocks - 1
+    reserved = kvsim.pool_blocks(m, g, 16, activation_reserve_bytes=GIB)
+    assert reserved == (kv - GIB) // (16 * 819_200) + 1
+    assert kvsim.pool_blocks(m, g, 16, kv_dtype="fp8") == kv // (16 * 409_600) + 1
+    assert kvsim.pool_blocks(m, g, 16, 0.8) < blocks
+
+
+def test_pool_blocks_errors() -> None:
+    with pytest.raises(InvalidArgumentError, match="does not fit"):
+        kvsim.pool_blocks("llama-2-70b", "a100-80gb", 16)
+    with pytest.raises(InvalidArgumentError, match="one block"):
+        kvsim.pool_blocks("opt-13b", None, 16, kv_cache_bytes=16 * 819_200 - 1)
+    assert kvsim.pool_blocks("opt-13b", None, 16, kv_cache_bytes=16 * 819_200) == 2
+    with pytest.raises(InvalidArgumentError, match="block_size"):
+        kvsim.pool_blocks("opt-13b", "a100-40gb", 0)
+    with pytest.raises(InvalidArgumentError, match="gpu_memory_utilization"):
+        kvsim.pool_blocks("opt-13b", "a100-40gb", 16, 1.5)
+    with pytest.raises(InvalidArgumentError, match="kv_cache_bytes"):
+        kvsim.pool_blocks("opt-13b", None, 16)
+
+
+def test_linear_time_model_roofline() -> None:
+    m, g = models.get("opt-13b"), gpus.get("a100-40gb")
+    t = sizing.linear_time_model(m, g, block_size=16)
+    for value in dataclasses.astuple(t):
+        assert isinstance(value, int)
+        assert value > 0
+    # Weights over HBM: 25.7 GB / 1.555 TB/s = 16.5 ms per iteration.
+    assert t.c0_ps == round(m.param_bytes / g.hbm_bandwidth * 1e12)
+    assert t.c0_ps == pytest.approx(16.53e9, rel=1e-3)
+    # 2 FLOPs per parameter per token at 312 TFLOP/s = 82.4 us per token.
+    assert t.c_tok_ps == round(2 * m.num_params / g.peak_flops * 1e12)
+    # One token's KV (800 KiB) over HBM = 527 ns; over PCIe Gen4 (32 GB/s) = 25.6 us.
+    assert t.c_ctx_ps == round(819_200 / g.hbm_bandwidth * 1e12)
+    assert t.swap_ps_per_token == 25_600_000
+    assert t.swap_ps_per_block == 16 * t.swap_ps_per_token
+    assert (
+        t.iteration_ps(10, 1000, 2) == t.c0_ps + 10 * t.c_tok_ps + 1000 * t.c_ctx_ps + 2 * t.swap_ps_per_block
+    )
+    slow = sizing.linear_time_model(m, g, flops_efficiency=0.5, bandwidth_efficiency=0.5)
+    assert slow.c_tok_ps == pytest.approx(2 * t.c_tok_ps, abs=1)
+    assert slow.c0_ps == pytest.approx(2 * t.c0_ps, abs=1)
+    # MoE: FLOPs follow the active parameters, weight traffic all of them.
+    ds = sizing.linear_time_model("deepseek-v3", "h200")
+    assert ds.c_tok_ps == round(2 * 37e9 / 989.4e12 * 1e12)
+    with pytest.raises(InvalidArgumentError, match="flops_efficiency"):
+        sizing.linear_time_model(m, g, flops_efficiency=0)
