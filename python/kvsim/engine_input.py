@@ -29,7 +29,6 @@ class EngineInput:
         np.ndarray
     )  # int64: tokens this sequence generates (output_len capped by max_tokens/max_model_len)
     max_gen: np.ndarray  # int64: the most it could generate (max_tokens capped): what reservations size for
-    output_len: np.ndarray  # int64: the true output length (orca-oracle / orca-pow2 sizing)
     output_seg: np.ndarray  # uint64: content id of this sequence's generated tokens
     seg_offsets: np.ndarray  # int64, len n+1, into the workload's flat segment arrays
     segment_id: np.ndarray  # uint64
@@ -89,7 +88,6 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
         prompt_len=c(prompt),
         target=c(target),
         max_gen=c(max_gen),
-        output_len=c(output),
         output_seg=c(output_seg),
         seg_offsets=seq_offsets,
         segment_id=np.ascontiguousarray(seg_id),

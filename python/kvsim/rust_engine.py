@@ -31,7 +31,6 @@ def run(inp: EngineInput, config: SimConfig) -> EngineOutput:
         prompt_len=inp.prompt_len,
         target=inp.target,
         max_gen=inp.max_gen,
-        output_len=inp.output_len,
         output_seg=inp.output_seg,
         seg_offsets=inp.seg_offsets,
         segment_id=inp.segment_id,

@@ -24,11 +24,12 @@ REJECT_REASONS = {
     1: "prompt_len reaches max_model_len: no room to generate",
     2: "needs more blocks than the pool holds",
     3: "needs a larger region than the address space",
-    4: "prompt longer than max_num_batched_tokens without chunked prefill",
+    4: "needs more tokens in one step than max_num_batched_tokens (chunked prefill off)",
     5: "cannot be admitted even into an empty pool (watermark or admission gate)",
 }
 
 FINISHED, REJECTED = 0, 1
+NEVER = -1  # try_admit: this sequence can never start
 COUNTERS = (
     "num_steps",
     "busy_ps",
@@ -62,7 +63,6 @@ class Seq:
     prompt_len: int
     target: int
     max_gen: int
-    output_len: int
     output_seg: int
     generated: int = 0
     num_computed: int = 0
@@ -128,8 +128,8 @@ class Engine:
         if policy == "orca-max":
             return s.prompt_len + s.max_gen
         if policy == "orca-pow2":
-            return s.prompt_len + (1 << max(s.output_len - 1, 0).bit_length())
-        return s.prompt_len + s.output_len  # orca-oracle
+            return s.prompt_len + (1 << max(s.target - 1, 0).bit_length())
+        return s.prompt_len + s.target  # orca-oracle: exactly what it will generate
 
     def peak_blocks(self, s: Seq) -> int:
         """Blocks held at the sequence's largest: its last token's K/V is never computed."""
@@ -145,17 +145,18 @@ class Engine:
             return 2
         if not self.paged and self.region_size(s) > cfg.capacity_tokens:
             return 3
-        if not cfg.chunked_prefill and s.prompt_len > cfg.max_num_batched_tokens:
-            return 4
         return 0
 
     # -- memory ---------------------------------------------------------------------------------------
     def try_admit(self, s: Seq, budget: int) -> int:
-        """Allocates a waiting sequence's first chunk; returns its token count, or 0 if it cannot start."""
+        """Allocates a waiting sequence's first chunk; returns its token count, 0 if it cannot start now,
+        or NEVER if it cannot ever start (without chunked prefill, more tokens than a step's budget)."""
         cfg, bs = self.cfg, self.bs
         total = s.num_tokens
         if not self.paged:
             num_new = total if not cfg.chunked_prefill else min(total, budget)
+            if num_new > cfg.max_num_batched_tokens:
+                return NEVER
             if num_new > budget:
                 return 0
             size = self.region_size(s)
@@ -171,6 +172,8 @@ class Engine:
         num_new = total - hit
         if cfg.chunked_prefill:
             num_new = min(num_new, budget)
+        elif num_new > cfg.max_num_batched_tokens:
+            return NEVER
         elif num_new > budget:
             return 0
         pool = self.kv.pool
@@ -267,6 +270,10 @@ class Engine:
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             s = self.waiting[0]
             num_new = self.try_admit(s, budget)
+            if num_new == NEVER:
+                self.waiting.popleft()
+                self.reject(s, 4)
+                continue
             if num_new == 0:
                 if not self.running:
                     self.waiting.popleft()
@@ -334,7 +341,6 @@ class Engine:
                 int(inp.prompt_len[i]),
                 int(inp.target[i]),
                 int(inp.max_gen[i]),
-                int(inp.output_len[i]),
                 int(inp.output_seg[i]),
             )
             for i in range(n)

@@ -58,6 +58,36 @@ impl BlockTable {
         last
     }
 
+    /// `find_hits` with the request's block keys already computed (the lookup range, in order).
+    pub fn find_hits_cached(
+        pool: &BlockPool,
+        keys: &[BlockKey],
+        hits: &mut Vec<BlockId>,
+    ) -> Option<BlockKey> {
+        let mut last = None;
+        if !pool.enable_caching() {
+            return last;
+        }
+        for &key in keys {
+            let Some(b) = pool.lookup(key) else { break };
+            hits.push(b);
+            last = Some(key);
+        }
+        last
+    }
+
+    /// Keys of the blocks a lookup may hit: the full blocks among the first `total - 1` tokens.
+    pub fn lookup_keys(block_size: u64, segments: &[Segment], total: u64, out: &mut Vec<BlockKey>) {
+        out.clear();
+        out.extend(BlockKeys::new(
+            segments,
+            block_size,
+            0,
+            None,
+            total.saturating_sub(1) / block_size,
+        ));
+    }
+
     /// How many of `hits` are free (evictable): taking them uses free blocks.
     pub fn num_evictable(pool: &BlockPool, hits: &[BlockId]) -> u64 {
         hits.iter().filter(|&&b| pool.ref_cnt_of(b) == 0).count() as u64
@@ -138,18 +168,35 @@ impl BlockTable {
         block_size: u64,
         segments: &[Segment],
     ) {
+        self.register_full_blocks_cached(pool, block_size, segments, &[]);
+    }
+
+    /// `register_full_blocks`, taking block `i`'s key from `cached[i]` where given (keys computed for a
+    /// lookup just before) and hashing only the rest.
+    pub fn register_full_blocks_cached(
+        &mut self,
+        pool: &mut BlockPool,
+        block_size: u64,
+        segments: &[Segment],
+        cached: &[BlockKey],
+    ) {
         if !pool.enable_caching() {
             return;
         }
         let num_full = self.num_computed_tokens / block_size;
-        let start = self.num_keyed_blocks;
-        if num_full <= start {
-            return;
-        }
-        let keys = BlockKeys::new(segments, block_size, start, self.last_key, num_full - start);
-        for (i, key) in (start..).zip(keys) {
+        let mut i = self.num_keyed_blocks;
+        while i < num_full && (i as usize) < cached.len() {
+            let key = cached[i as usize];
             pool.insert_key(self.blocks[i as usize], key);
             self.last_key = Some(key);
+            i += 1;
+        }
+        if i < num_full {
+            let keys = BlockKeys::new(segments, block_size, i, self.last_key, num_full - i);
+            for (j, key) in (i..).zip(keys) {
+                pool.insert_key(self.blocks[j as usize], key);
+                self.last_key = Some(key);
+            }
         }
         self.num_keyed_blocks = num_full;
     }

@@ -349,7 +349,7 @@ fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>, name: &str) -> P
     *, num_blocks, block_size, policy, enable_prefix_caching, free_order, max_num_seqs,
     max_num_batched_tokens, chunked_prefill, full_prompt_gate, watermark_blocks, max_model_len,
     time_model, iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps,
-    arrival_ps, prompt_len, target, max_gen, output_len, output_seg, seg_offsets, segment_id, segment_len
+    arrival_ps, prompt_len, target, max_gen, output_seg, seg_offsets, segment_id, segment_len
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run_engine<'py>(
@@ -374,7 +374,6 @@ fn run_engine<'py>(
     prompt_len: PyReadonlyArray1<'py, i64>,
     target: PyReadonlyArray1<'py, i64>,
     max_gen: PyReadonlyArray1<'py, i64>,
-    output_len: PyReadonlyArray1<'py, i64>,
     output_seg: PyReadonlyArray1<'py, u64>,
     seg_offsets: PyReadonlyArray1<'py, i64>,
     segment_id: PyReadonlyArray1<'py, u64>,
@@ -414,7 +413,6 @@ fn run_engine<'py>(
         prompt_len: slice(&prompt_len, "prompt_len")?,
         target: slice(&target, "target")?,
         max_gen: slice(&max_gen, "max_gen")?,
-        output_len: slice(&output_len, "output_len")?,
         output_seg: slice(&output_seg, "output_seg")?,
         seg_offsets: slice(&seg_offsets, "seg_offsets")?,
         segment_id: slice(&segment_id, "segment_id")?,

@@ -11,8 +11,6 @@ pub struct EngineInput<'a> {
     pub target: &'a [i64],
     /// The most the sequence may generate (what `reserve` and `orca-max` size for).
     pub max_gen: &'a [i64],
-    /// The true output length (what `orca-oracle` and `orca-pow2` size for).
-    pub output_len: &'a [i64],
     /// Content id of the sequence's generated tokens.
     pub output_seg: &'a [u64],
     /// CSR offsets (length n + 1) into `segment_id` / `segment_len`: each sequence's prompt segments.
@@ -38,7 +36,6 @@ impl EngineInput<'_> {
             ("prompt_len", self.prompt_len.len()),
             ("target", self.target.len()),
             ("max_gen", self.max_gen.len()),
-            ("output_len", self.output_len.len()),
             ("output_seg", self.output_seg.len()),
         ] {
             if len != n {
@@ -80,10 +77,9 @@ impl EngineInput<'_> {
                     self.prompt_len[i]
                 );
             }
-            if self.output_len[i] < 1 || self.target[i] < 0 || self.max_gen[i] < self.target[i] {
+            if self.target[i] < 0 || self.max_gen[i] < self.target[i] {
                 invalid_arg!(
-                    "row {i}: output_len {}, target {}, max_gen {} are inconsistent",
-                    self.output_len[i],
+                    "row {i}: target {} and max_gen {} are inconsistent",
                     self.target[i],
                     self.max_gen[i]
                 );

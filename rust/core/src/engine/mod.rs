@@ -5,6 +5,7 @@
 pub mod config;
 pub mod contiguous;
 mod input;
+mod lockstep;
 mod output;
 
 use std::collections::VecDeque;
@@ -14,7 +15,7 @@ pub use input::EngineInput;
 pub use output::{Counters, EngineOutput};
 
 use crate::block_table::BlockTable;
-use crate::{BlockId, BlockPool, KvError, Result, Segment};
+use crate::{BlockId, BlockKey, BlockPool, KvError, Result, Segment};
 use contiguous::FirstFit;
 
 /// Reject reasons, shared with `kvsim.reference.engine.REJECT_REASONS`.
@@ -22,11 +23,15 @@ pub mod reject {
     pub const NO_ROOM_TO_GENERATE: i64 = 1;
     pub const EXCEEDS_POOL: i64 = 2;
     pub const EXCEEDS_ADDRESS_SPACE: i64 = 3;
-    pub const PROMPT_EXCEEDS_BUDGET: i64 = 4;
+    pub const EXCEEDS_STEP_BUDGET: i64 = 4;
     pub const NEVER_ADMITTED: i64 = 5;
 }
 
 const FINISHED: i64 = 0;
+/// Segment ids at or above this name generated tokens (`kvsim.segments.OUTPUT_BIT`).
+const OUTPUT_BIT: u64 = 1 << 63;
+/// `try_admit`: this sequence can never start.
+const NEVER: u64 = u64::MAX;
 const REJECTED: i64 = 1;
 /// Steps between checks of the interrupt callback (Ctrl-C from Python).
 const INTERRUPT_EVERY: u64 = 1 << 16;
@@ -40,7 +45,6 @@ struct Seq {
     prompt_len: u64,
     target: u64,
     max_gen: u64,
-    output_len: u64,
     output_seg: u64,
     generated: u64,
     num_computed: u64,
@@ -48,6 +52,20 @@ struct Seq {
     reserved_blocks: u64,
     region: Option<(u64, u64)>,
     table: BlockTable,
+    /// Order of (re)admission: the running list is sorted by it, and so are same-step events.
+    adm_no: u64,
+    /// Lockstep mode (lockstep.rs): this sequence decodes one token per step from `base_step`, when it had
+    /// computed `base_c` and generated `base_g` tokens; `next_event` is the next step it must be touched.
+    lazy: bool,
+    base_step: u64,
+    base_c: u64,
+    base_g: u64,
+    next_event: u64,
+    retiring: bool,
+    /// While waiting: the keys a lookup walks, for `keys_for` tokens of content (recomputed only when
+    /// the content grew, so a blocked head is not rehashed every step).
+    keys: Vec<BlockKey>,
+    keys_for: u64,
 }
 
 impl Seq {
@@ -57,12 +75,17 @@ impl Seq {
     }
 
     fn generate_one(&mut self) {
-        self.generated += 1;
-        if self.generated == 1 {
-            self.segs.push(Segment::new(self.output_seg, 1));
-        } else {
-            self.segs.last_mut().expect("output segment").len = self.generated;
+        self.set_generated(self.generated + 1);
+    }
+
+    /// Sets the generated count and the length of the output segment that names those tokens.
+    fn set_generated(&mut self, g: u64) {
+        if g > 0 && self.generated == 0 {
+            self.segs.push(Segment::new(self.output_seg, g));
+        } else if g > 0 {
+            self.segs.last_mut().expect("output segment").len = g;
         }
+        self.generated = g;
     }
 }
 
@@ -71,8 +94,8 @@ fn region_size(cfg: &EngineConfig, s: &Seq) -> u64 {
     match cfg.policy {
         Policy::Static => cfg.max_model_len.unwrap_or(0),
         Policy::OrcaMax => s.prompt_len + s.max_gen,
-        Policy::OrcaPow2 => s.prompt_len + s.output_len.max(1).next_power_of_two(),
-        _ => s.prompt_len + s.output_len,
+        Policy::OrcaPow2 => s.prompt_len + s.target.max(1).next_power_of_two(),
+        _ => s.prompt_len + s.target, // orca-oracle: exactly what it will generate
     }
 }
 
@@ -84,6 +107,19 @@ fn peak_blocks(cfg: &EngineConfig, s: &Seq) -> u64 {
     } else {
         (s.prompt_len + s.target - 1).div_ceil(cfg.block_size)
     }
+}
+
+/// What `record` weighs by time: token slots stored, allocated, wasted inside blocks or regions,
+/// promised for later, stranded between regions; blocks held and blocks the tables cover.
+#[derive(Clone, Copy, Debug, Default)]
+struct MemoryState {
+    stored: u64,
+    allocated: u64,
+    internal: u64,
+    reserved: u64,
+    external: u64,
+    held: u64,
+    logical: u64,
 }
 
 enum Memory {
@@ -107,6 +143,34 @@ pub struct Engine<'a> {
     new_blocks: Vec<BlockId>,
     num_rejected: u64,
     out: EngineOutput,
+    /// Steps run so far (the index of the next step).
+    step: u64,
+    next_adm: u64,
+    /// Lockstep mode state (see lockstep.rs).
+    lockstep: bool,
+    /// Lockstep events: bucket `step % len` holds `(admission number, slab index)` of sequences whose
+    /// next event is at `step` (stale entries are skipped). Its length exceeds every event distance.
+    ring: Vec<Vec<(u64, usize)>>,
+    /// Key registration of filled decode blocks may wait for the sequence's next event (lockstep.rs).
+    defer_keys: bool,
+    agg: Aggregates,
+    /// Event sequences touched in the current lockstep step, in admission order.
+    touched: Vec<usize>,
+    done: Vec<usize>,
+}
+
+/// Sums over running sequences of what `measure` needs, kept incrementally in lockstep mode.
+#[derive(Clone, Copy, Debug, Default)]
+struct Aggregates {
+    /// Tokens computed (after the current step's allocation).
+    c: u64,
+    /// Paged: unused slots in partially filled last blocks.
+    internal: i64,
+    /// Paged: blocks the sequences' tables cover (shared blocks counted per holder).
+    logical: u64,
+    /// Contiguous: prompt + target tokens, and region sizes.
+    fin: u64,
+    size: u64,
 }
 
 impl<'a> Engine<'a> {
@@ -137,6 +201,14 @@ impl<'a> Engine<'a> {
             hits: Vec::new(),
             new_blocks: Vec::new(),
             num_rejected: 0,
+            step: 0,
+            next_adm: 0,
+            lockstep: false,
+            ring: vec![Vec::new(); (cfg.block_size.max(64) as usize).next_power_of_two()],
+            defer_keys: !inp.segment_id.iter().any(|&id| id >= OUTPUT_BIT),
+            agg: Aggregates::default(),
+            touched: Vec::new(),
+            done: Vec::new(),
         })
     }
 
@@ -148,8 +220,6 @@ impl<'a> Engine<'a> {
             reject::EXCEEDS_POOL
         } else if !cfg.policy.is_paged() && region_size(cfg, s) > cfg.capacity_tokens() {
             reject::EXCEEDS_ADDRESS_SPACE
-        } else if !cfg.chunked_prefill && s.prompt_len > cfg.max_num_batched_tokens {
-            reject::PROMPT_EXCEEDS_BUDGET
         } else {
             0
         }
@@ -171,7 +241,6 @@ impl<'a> Engine<'a> {
             prompt_len: inp.prompt_len[row] as u64,
             target: inp.target[row] as u64,
             max_gen: inp.max_gen[row] as u64,
-            output_len: inp.output_len[row] as u64,
             output_seg: inp.output_seg[row],
             ..Seq::default()
         }
@@ -193,7 +262,8 @@ impl<'a> Engine<'a> {
     }
 
     // -- memory ----------------------------------------------------------------------------------------
-    /// Allocates a waiting sequence's first chunk; returns its token count, or 0 if it cannot start.
+    /// Allocates a waiting sequence's first chunk; returns its token count, 0 if it cannot start now, or
+    /// `NEVER` if it never can (chunked prefill off and more tokens than a step's budget).
     fn try_admit(&mut self, k: usize, budget: u64) -> u64 {
         let cfg = self.cfg;
         let bs = cfg.block_size;
@@ -205,6 +275,9 @@ impl<'a> Engine<'a> {
                 } else {
                     total
                 };
+                if num_new > cfg.max_num_batched_tokens {
+                    return NEVER;
+                }
                 if num_new > budget {
                     return 0;
                 }
@@ -219,13 +292,20 @@ impl<'a> Engine<'a> {
             }
             Memory::Paged(pool) => {
                 self.hits.clear();
+                let s = &mut self.slab[k];
+                if pool.enable_caching() && s.keys_for != total {
+                    BlockTable::lookup_keys(bs, &s.segs, total, &mut s.keys);
+                    s.keys_for = total;
+                }
+                let last_key = BlockTable::find_hits_cached(pool, &s.keys, &mut self.hits);
                 let s = &self.slab[k];
-                let last_key = BlockTable::find_hits(pool, bs, &s.segs, total, &mut self.hits);
                 let num_hits = self.hits.len() as u64;
                 let hit = num_hits * bs;
                 let mut num_new = total - hit;
                 if cfg.chunked_prefill {
                     num_new = num_new.min(budget);
+                } else if num_new > cfg.max_num_batched_tokens {
+                    return NEVER;
                 } else if num_new > budget {
                     return 0;
                 }
@@ -252,8 +332,10 @@ impl<'a> Engine<'a> {
                     &mut self.new_blocks,
                 );
                 let s = &mut self.slab[k];
-                table.register_full_blocks(pool, bs, &s.segs);
+                table.register_full_blocks_cached(pool, bs, &s.segs, &s.keys);
                 s.table = table;
+                s.keys = Vec::new();
+                s.keys_for = 0;
                 if cfg.policy == Policy::Reserve {
                     s.reserved_blocks = need - first;
                     self.outstanding += s.reserved_blocks;
@@ -353,14 +435,28 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        if preempted {
-            return;
+        if !preempted {
+            self.admit_waiting(budget);
         }
+    }
+
+    /// The waiting phase: admits FCFS from the head while budget, seats and memory allow, appending each
+    /// admitted sequence to `scheduled`. A head that cannot start blocks the rest (head-of-line), unless
+    /// nothing runs at all: then it can never start and is rejected.
+    fn admit_waiting(&mut self, mut budget: u64) {
+        let cfg = self.cfg;
         while let Some(&k) = self.waiting.front() {
             if budget == 0 || self.running.len() as u64 >= cfg.max_num_seqs {
                 break;
             }
             let num_new = self.try_admit(k, budget);
+            if num_new == NEVER {
+                self.waiting.pop_front();
+                let row = self.slab[k].row;
+                self.reject_row(row, reject::EXCEEDS_STEP_BUDGET);
+                self.remove(k);
+                continue;
+            }
             if num_new == 0 {
                 if self.running.is_empty() {
                     self.waiting.pop_front();
@@ -375,75 +471,87 @@ impl<'a> Engine<'a> {
             self.running.push(k);
             self.scheduled.push((k, num_new));
             budget -= num_new;
-            let row = self.slab[k].row;
-            if self.out.first_scheduled[row] < 0 {
-                self.out.first_scheduled[row] = self.t;
+            let s = &mut self.slab[k];
+            s.adm_no = self.next_adm;
+            self.next_adm += 1;
+            if self.out.first_scheduled[s.row] < 0 {
+                self.out.first_scheduled[s.row] = self.t;
             }
         }
     }
 
-    fn step_time(&self) -> u64 {
+    fn step_time(&self) -> (u64, u64) {
+        let (mut tokens, mut context) = (0u64, 0u64);
+        for &(k, n) in &self.scheduled {
+            tokens += n;
+            context += self.slab[k].num_computed;
+        }
+        (self.linear_time(tokens, context), tokens)
+    }
+
+    /// Memory state during the step (after allocation, before finishing), by walking the running list.
+    fn memory_state(&self) -> MemoryState {
+        let bs = self.cfg.block_size;
+        let mut m = MemoryState::default();
+        match &self.mem {
+            Memory::Paged(pool) => {
+                m.held = self.cfg.capacity_blocks() - u64::from(pool.num_free_blocks());
+                for &k in &self.running {
+                    let c = self.slab[k].num_computed;
+                    m.internal += (bs - c % bs) % bs;
+                    m.logical += c.div_ceil(bs);
+                }
+                m.allocated = m.held * bs;
+                m.stored = m.allocated - m.internal;
+                m.reserved = self.outstanding * bs;
+            }
+            Memory::Contiguous(space) => {
+                for &k in &self.running {
+                    let s = &self.slab[k];
+                    let size = s.region.expect("running holds a region").1;
+                    let fin = s.prompt_len + s.target;
+                    m.allocated += size;
+                    m.stored += s.num_computed;
+                    m.reserved += fin - s.num_computed;
+                    m.internal += size - fin;
+                }
+                m.external = space.external_fragmentation();
+            }
+        }
+        m
+    }
+
+    /// Adds one step of `dt` picoseconds to the counters.
+    fn record(&mut self, dt: u64, batch: u64, tokens: u64, m: MemoryState) {
+        let dt_w = i128::from(dt);
+        let c = &mut self.out.counters;
+        c.w_batch += dt_w * i128::from(batch);
+        c.w_stored += dt_w * i128::from(m.stored);
+        c.w_allocated += dt_w * i128::from(m.allocated);
+        c.w_internal += dt_w * i128::from(m.internal);
+        c.w_reserved += dt_w * i128::from(m.reserved);
+        c.w_external += dt_w * i128::from(m.external);
+        c.w_held_blocks += dt_w * i128::from(m.held);
+        c.w_logical_blocks += dt_w * i128::from(m.logical);
+        c.peak_allocated_tokens = c.peak_allocated_tokens.max(i128::from(m.allocated));
+        c.num_steps += 1;
+        c.busy_ps += dt_w;
+        c.sum_batch += i128::from(batch);
+        c.sum_batched_tokens += i128::from(tokens);
+        c.peak_batch = c.peak_batch.max(i128::from(batch));
+        self.t += dt as i64;
+        self.step += 1;
+    }
+
+    fn linear_time(&self, tokens: u64, context: u64) -> u64 {
         match self.cfg.time {
             TimeModel::Ticks { iteration_ps } => iteration_ps,
             TimeModel::Linear {
                 c0_ps,
                 c_tok_ps,
                 c_ctx_ps,
-            } => {
-                let (mut tokens, mut context) = (0u64, 0u64);
-                for &(k, n) in &self.scheduled {
-                    tokens += n;
-                    context += self.slab[k].num_computed;
-                }
-                c0_ps + c_tok_ps * tokens + c_ctx_ps * context
-            }
+            } => c0_ps + c_tok_ps * tokens + c_ctx_ps * context,
         }
-    }
-
-    /// Time-weighted memory state during the step (after allocation, before finishing).
-    fn measure(&mut self, dt: u64, batch: u64) {
-        let bs = self.cfg.block_size;
-        let (mut stored, mut internal, mut reserved, mut external, mut held, mut logical) =
-            (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
-        let allocated;
-        match &self.mem {
-            Memory::Paged(pool) => {
-                held = self.cfg.capacity_blocks() - u64::from(pool.num_free_blocks());
-                for &k in &self.running {
-                    let c = self.slab[k].num_computed;
-                    internal += (bs - c % bs) % bs;
-                    logical += c.div_ceil(bs);
-                }
-                allocated = held * bs;
-                stored = allocated - internal;
-                reserved = self.outstanding * bs;
-            }
-            Memory::Contiguous(space) => {
-                let mut a = 0;
-                for &k in &self.running {
-                    let s = &self.slab[k];
-                    let size = s.region.expect("running holds a region").1;
-                    let fin = s.prompt_len + s.target;
-                    a += size;
-                    stored += s.num_computed;
-                    reserved += fin - s.num_computed;
-                    internal += size - fin;
-                }
-                allocated = a;
-                external = space.external_fragmentation();
-            }
-        }
-        let dt = i128::from(dt);
-        let c = &mut self.out.counters;
-        c.w_batch += dt * i128::from(batch);
-        c.w_stored += dt * i128::from(stored);
-        c.w_allocated += dt * i128::from(allocated);
-        c.w_internal += dt * i128::from(internal);
-        c.w_reserved += dt * i128::from(reserved);
-        c.w_external += dt * i128::from(external);
-        c.w_held_blocks += dt * i128::from(held);
-        c.w_logical_blocks += dt * i128::from(logical);
-        c.peak_allocated_tokens = c.peak_allocated_tokens.max(i128::from(allocated));
     }
 
     fn join(&mut self, row: usize) {
@@ -457,9 +565,11 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// After a full step: every scheduled sequence whose tokens are all computed samples one; those that
+    /// reach their target finish, in scheduled order.
     fn finish_step(&mut self) {
         let t = self.t;
-        let mut done = Vec::new();
+        self.done.clear();
         for &(k, _) in &self.scheduled {
             let s = &mut self.slab[k];
             if s.num_computed == s.num_tokens() {
@@ -468,23 +578,50 @@ impl<'a> Engine<'a> {
                     self.out.first_token[s.row] = t;
                 }
                 if s.generated == s.target {
-                    done.push(k);
+                    self.done.push(k);
                 }
             }
         }
+        self.retire_done();
+    }
+
+    /// Frees and records every sequence in `done`, in order, and drops them from the running list.
+    fn retire_done(&mut self) {
+        if self.done.is_empty() {
+            return;
+        }
+        let done = std::mem::take(&mut self.done);
         for &k in &done {
             self.release(k);
-            let row = self.slab[k].row;
-            self.out.status[row] = FINISHED;
-            self.out.finish[row] = t;
-            self.out.generated[row] = self.slab[k].generated as i64;
+            let s = &mut self.slab[k];
+            s.lazy = false;
+            s.retiring = true;
+            self.out.status[s.row] = FINISHED;
+            self.out.finish[s.row] = self.t;
+            self.out.generated[s.row] = s.generated as i64;
         }
-        if !done.is_empty() {
-            self.running.retain(|k| !done.contains(k));
-            for k in done {
-                self.remove(k);
-            }
+        let slab = &self.slab;
+        self.running.retain(|&k| !slab[k].retiring);
+        for &k in &done {
+            self.remove(k);
         }
+        self.done = done;
+        self.done.clear();
+    }
+
+    /// One step with every running sequence walked explicitly (the reference's loop, rule for rule).
+    /// Returns false if nothing was scheduled (every waiting head was rejected: no time passes).
+    fn full_step(&mut self) -> bool {
+        self.schedule();
+        if self.scheduled.is_empty() {
+            return false;
+        }
+        let (dt, tokens) = self.step_time();
+        let m = self.memory_state();
+        self.record(dt, self.scheduled.len() as u64, tokens, m);
+        self.finish_step();
+        self.maybe_enter_lockstep();
+        true
     }
 
     /// Runs to completion. `interrupted` is polled every few thousand steps; when it returns true
@@ -505,32 +642,18 @@ impl<'a> Engine<'a> {
                 continue;
             }
             let rejected_before = self.num_rejected;
-            self.schedule();
-            if self.scheduled.is_empty() {
-                if self.num_rejected == rejected_before {
-                    return Err(KvError::Internal(format!(
-                        "no progress at time {} ps",
-                        self.t
-                    )));
-                }
-                continue; // every waiting head was rejected; no time passes
+            let progressed = if self.lockstep {
+                self.lockstep_step()
+            } else {
+                self.full_step()
+            };
+            if !progressed && self.num_rejected == rejected_before {
+                return Err(KvError::Internal(format!(
+                    "no progress at time {} ps",
+                    self.t
+                )));
             }
-            let dt = self.step_time();
-            let batch = self.scheduled.len() as u64;
-            self.measure(dt, batch);
-            self.t += dt as i64;
-            let c = &mut self.out.counters;
-            c.num_steps += 1;
-            c.busy_ps += i128::from(dt);
-            c.sum_batch += i128::from(batch);
-            c.sum_batched_tokens += self
-                .scheduled
-                .iter()
-                .map(|&(_, n)| i128::from(n))
-                .sum::<i128>();
-            c.peak_batch = c.peak_batch.max(i128::from(batch));
-            self.finish_step();
-            if c_steps(&self.out.counters) % INTERRUPT_EVERY == 0 && interrupted() {
+            if self.step % INTERRUPT_EVERY == 0 && interrupted() {
                 return Err(KvError::InvalidOperation("interrupted".into()));
             }
         }
@@ -540,10 +663,6 @@ impl<'a> Engine<'a> {
         self.out.counters.makespan_ps = i128::from(self.t);
         Ok(self.out)
     }
-}
-
-fn c_steps(c: &Counters) -> u64 {
-    c.num_steps as u64
 }
 
 /// Simulates every sequence of `inp` under `cfg`.

@@ -1,0 +1,301 @@
+//! Lockstep mode: event skipping (SPEC §6). While every running sequence decodes one token per step and
+//! the token budget covers them all, a sequence only needs attention at its *events*: the step it needs a
+//! new block, the step a block of its fills (its key is registered, caching on), and the step it
+//! finishes. Between events it gains one computed and one generated token per step and nothing in the
+//! pool changes, so the engine keeps it implicit: `base_step`, `base_c`, `base_g` give its state at any
+//! step; a calendar ring of per-step buckets (sorted by admission order when a step comes up: the order
+//! the reference walks the running list) holds the events; sums over the running list are kept
+//! incrementally (`Aggregates`). Work per step is then O(events + arrivals + admissions), not O(running).
+//!
+//! Key registration of a filled block may wait until the sequence's next event (its next block, its
+//! finish, its preemption, or the end of lockstep) when no prompt in the workload quotes an output: then
+//! no lookup can hit a block holding generated tokens before its owner frees it, the block is in use so
+//! no free-queue order or eviction can see the difference, and one event per block is saved.
+//!
+//! Everything else (the waiting phase, admissions, preemption of the tail, finishing) runs the same code
+//! as a full step, so results equal the reference's step for step. A step that leaves a sequence
+//! prefilling, or more running sequences than the budget, drops back to full steps.
+
+use super::{Engine, Memory, MemoryState, Seq};
+
+impl Engine<'_> {
+    #[inline]
+    fn slack(&self, c: u64) -> i64 {
+        let bs = self.cfg.block_size;
+        ((bs - c % bs) % bs) as i64
+    }
+
+    /// The aggregate contribution of sequence `s` (after the current step's allocation) in the state
+    /// `self.agg` assumes: computed tokens, block slack and blocks covered.
+    fn contribution(&self, s: &Seq) -> (u64, i64, u64) {
+        let c = s.num_computed;
+        (c, self.slack(c), c.div_ceil(self.cfg.block_size))
+    }
+
+    /// What `self.agg` holds for lazy `s` at step `j`, after the step's implicit advance.
+    fn implicit(&self, s: &Seq, j: u64) -> (u64, i64, u64) {
+        let d = j - s.base_step + 1;
+        let c = s.base_c;
+        (
+            c + d,
+            self.slack(c) - d as i64,
+            c.div_ceil(self.cfg.block_size),
+        )
+    }
+
+    fn add(&mut self, (c, int, log): (u64, i64, u64), k: usize, sign: i64) {
+        let s = &self.slab[k];
+        let (fin, size) = (s.prompt_len + s.target, s.region.map_or(0, |r| r.1));
+        let a = &mut self.agg;
+        if sign > 0 {
+            a.c += c;
+            a.internal += int;
+            a.logical += log;
+            a.fin += fin;
+            a.size += size;
+        } else {
+            a.c -= c;
+            a.internal -= int;
+            a.logical -= log;
+            a.fin -= fin;
+            a.size -= size;
+        }
+    }
+
+    /// The next step at which lazy `s` must be touched (at most one ring's length ahead: a far event
+    /// becomes a wake-up that only rebases the sequence).
+    fn next_event(&self, s: &Seq) -> u64 {
+        let bs = self.cfg.block_size;
+        let mut d = (s.target - 1 - s.base_g).min(self.ring.len() as u64 - 1); // finishes
+        if let Memory::Paged(pool) = &self.mem {
+            let r = s.base_c % bs;
+            d = d.min((bs - r) % bs); // needs a new block
+            if pool.enable_caching() && !self.defer_keys {
+                d = d.min((2 * bs - 1 - r) % bs); // fills a block: register its key
+            }
+        }
+        s.base_step + d
+    }
+
+    /// Registers keys of blocks `k` filled since its last event (deferred registration, see above).
+    fn flush_keys(&mut self, k: usize) {
+        if let Memory::Paged(pool) = &mut self.mem {
+            let s = &mut self.slab[k];
+            s.table
+                .register_full_blocks(pool, self.cfg.block_size, &s.segs);
+        }
+    }
+
+    /// Makes `k` implicit from step `from` on, with its current computed and generated counts.
+    fn make_lazy(&mut self, k: usize, from: u64) {
+        let s = &mut self.slab[k];
+        s.lazy = true;
+        s.base_step = from;
+        s.base_c = s.num_computed;
+        s.base_g = s.generated;
+        let next = self.next_event(&self.slab[k]);
+        let s = &mut self.slab[k];
+        s.next_event = next;
+        let mask = self.ring.len() - 1;
+        self.ring[next as usize & mask].push((s.adm_no, k));
+    }
+
+    /// Writes lazy `k`'s state at the start of step `j` into its fields.
+    fn sync(&mut self, k: usize, j: u64) {
+        let s = &mut self.slab[k];
+        let d = j - s.base_step;
+        s.num_computed = s.base_c + d;
+        s.table.num_computed_tokens = s.num_computed;
+        s.set_generated(s.base_g + d);
+    }
+
+    /// After a full step: enter lockstep if every running sequence decodes and the budget covers them.
+    pub(super) fn maybe_enter_lockstep(&mut self) {
+        if self.running.is_empty() || self.running.len() as u64 > self.cfg.max_num_batched_tokens {
+            return;
+        }
+        // Decoding: one pending token, and past the first (a prompt with one token left to prefill also
+        // has one pending token, but its step samples the first token, which must be recorded).
+        let decoding = |s: &Seq| s.num_tokens() - s.num_computed == 1 && s.generated >= 1;
+        if !self.running.iter().all(|&k| decoding(&self.slab[k])) {
+            return;
+        }
+        self.lockstep = true;
+        for bucket in &mut self.ring {
+            bucket.clear();
+        }
+        self.agg = super::Aggregates::default();
+        for i in 0..self.running.len() {
+            let k = self.running[i];
+            let contribution = self.contribution(&self.slab[k]);
+            self.add(contribution, k, 1);
+            self.make_lazy(k, self.step);
+        }
+    }
+
+    fn exit_lockstep(&mut self) {
+        for i in 0..self.running.len() {
+            let k = self.running[i];
+            if self.slab[k].lazy {
+                self.sync(k, self.step);
+                self.flush_keys(k);
+                self.slab[k].lazy = false;
+            }
+        }
+        for bucket in &mut self.ring {
+            bucket.clear();
+        }
+        self.lockstep = false;
+    }
+
+    /// One step in lockstep mode; same outcome as `full_step`. Returns false if nothing was scheduled.
+    pub(super) fn lockstep_step(&mut self) -> bool {
+        let step = self.step;
+        let before = self.running.len() as u64;
+        self.agg.c += before;
+        self.agg.internal -= before as i64;
+        let preempted = self.lockstep_running_phase(step);
+        let decoding = self.running.len() as u64;
+        self.scheduled.clear();
+        if !preempted {
+            self.admit_waiting(self.cfg.max_num_batched_tokens - decoding);
+        }
+        let mut tokens = decoding;
+        for i in 0..self.scheduled.len() {
+            let (k, n) = self.scheduled[i];
+            tokens += n;
+            let contribution = self.contribution(&self.slab[k]);
+            self.add(contribution, k, 1);
+        }
+        let batch = self.running.len() as u64;
+        if batch == 0 {
+            self.exit_lockstep();
+            return false;
+        }
+        let dt = self.linear_time(tokens, self.agg.c);
+        let state = self.aggregate_state();
+        self.record(dt, batch, tokens, state);
+        let prefilling = self.lockstep_sample(step);
+        if prefilling
+            || self.running.is_empty()
+            || self.running.len() as u64 > self.cfg.max_num_batched_tokens
+        {
+            self.exit_lockstep();
+        }
+        true
+    }
+
+    /// The running phase: only sequences with an event at `step` are touched, in admission order; the
+    /// others gain their token implicitly. Returns whether anything was preempted.
+    fn lockstep_running_phase(&mut self, step: u64) -> bool {
+        let mask = self.ring.len() - 1;
+        let mut bucket = std::mem::take(&mut self.ring[step as usize & mask]);
+        bucket.sort_unstable();
+        self.touched.clear();
+        let mut preempted = false;
+        for &(adm, k) in &bucket {
+            let s = &self.slab[k];
+            if !(s.lazy && s.adm_no == adm && s.next_event == step) {
+                continue; // stale: the sequence finished, was preempted, or was rebased since
+            }
+            self.sync(k, step);
+            loop {
+                let c = self.slab[k].num_computed;
+                if self.try_grow(k, 1) {
+                    // Correct the implicit advance (+1 token, -1 slack, same blocks) to the truth.
+                    self.agg.internal += self.slack(c + 1) - self.slack(c) + 1;
+                    let bs = self.cfg.block_size;
+                    self.agg.logical += (c + 1).div_ceil(bs) - c.div_ceil(bs);
+                    self.touched.push(k);
+                    break;
+                }
+                let victim = self.running.pop().expect("the growing sequence is running");
+                let held = self.implicit(&self.slab[victim], step);
+                self.add(held, victim, -1);
+                if victim != k {
+                    self.sync(victim, step);
+                }
+                self.flush_keys(victim);
+                self.slab[victim].lazy = false;
+                self.preempt(victim);
+                preempted = true;
+                if victim == k {
+                    break;
+                }
+            }
+        }
+        bucket.clear();
+        self.ring[step as usize & mask] = bucket;
+        preempted
+    }
+
+    /// Sampling after a lockstep step: touched sequences, then admitted ones (the scheduled order),
+    /// finish or go on lazily. Returns whether an admitted sequence is still prefilling.
+    fn lockstep_sample(&mut self, step: u64) -> bool {
+        let t = self.t;
+        let mut prefilling = false;
+        self.done.clear();
+        for i in 0..self.touched.len() {
+            let k = self.touched[i];
+            self.slab[k].generate_one();
+            if self.slab[k].generated == self.slab[k].target {
+                self.done.push(k);
+            } else {
+                self.make_lazy(k, step + 1);
+            }
+        }
+        for i in 0..self.scheduled.len() {
+            let k = self.scheduled[i].0;
+            let s = &mut self.slab[k];
+            if s.num_computed < s.num_tokens() {
+                prefilling = true;
+                continue;
+            }
+            s.generate_one();
+            if self.out.first_token[s.row] < 0 {
+                self.out.first_token[s.row] = t;
+            }
+            if s.generated == s.target {
+                self.done.push(k);
+            } else {
+                self.make_lazy(k, step + 1);
+            }
+        }
+        for i in 0..self.done.len() {
+            let k = self.done[i];
+            let contribution = self.contribution(&self.slab[k]);
+            self.add(contribution, k, -1);
+        }
+        self.retire_done();
+        prefilling
+    }
+
+    fn aggregate_state(&self) -> MemoryState {
+        let bs = self.cfg.block_size;
+        let a = self.agg;
+        match &self.mem {
+            Memory::Paged(pool) => {
+                let held = self.cfg.capacity_blocks() - u64::from(pool.num_free_blocks());
+                let internal = a.internal as u64;
+                MemoryState {
+                    stored: held * bs - internal,
+                    allocated: held * bs,
+                    internal,
+                    reserved: self.outstanding * bs,
+                    external: 0,
+                    held,
+                    logical: a.logical,
+                }
+            }
+            Memory::Contiguous(space) => MemoryState {
+                stored: a.c,
+                allocated: a.size,
+                internal: a.size - a.fin,
+                reserved: a.fin - a.c,
+                external: space.external_fragmentation(),
+                held: 0,
+                logical: 0,
+            },
+        }
+    }
+}

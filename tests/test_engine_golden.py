@@ -1,0 +1,569 @@
+"""Engine scenarios with hand-derived expectations (SPEC §4-7, §9), on both backends.
+
+Every expected number below is derived in a comment from the stated semantics (reference/engine.py):
+one step = one iteration; in the `ticks` time model a step lasts 1 ms; a step's tokens are computed at
+its end, where a request whose prompt is fully computed gains one generated token (so its first token
+is stamped at the end of the step that completes its prefill) and finishes when it has generated its
+target; `first_scheduled` is the start of the step that first admits it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+
+import kvsim
+from kvsim import SimConfig
+from kvsim.config import PS_PER_S
+
+BACKENDS = ["reference", "rust"]
+MS = 10**9  # picoseconds per tick (iteration_time_ps default)
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+@dataclass
+class Req:
+    """One request: `prompt` is a token count (a unique segment) or a list of (segment_id, length)."""
+
+    prompt: int | list[tuple[int, int]]
+    output: int
+    arrival: float = 0.0
+    max_tokens: int | None = None
+    samples: int = 1
+
+
+def build(reqs: list[Req]) -> kvsim.Workload:
+    """A Workload with explicit segments; an int prompt becomes a segment no other request shares."""
+    offsets, seg_id, seg_len = [0], [], []
+    for i, r in enumerate(reqs):
+        segs = [(1_000_000 + i, r.prompt)] if isinstance(r.prompt, int) else r.prompt
+        for sid, n in segs:
+            seg_id.append(sid)
+            seg_len.append(n)
+        offsets.append(len(seg_id))
+    return kvsim.Workload(
+        arrival=[r.arrival for r in reqs],
+        output_len=[r.output for r in reqs],
+        max_tokens=[r.max_tokens if r.max_tokens is not None else r.output for r in reqs],
+        num_samples=[r.samples for r in reqs],
+        seg_offsets=offsets,
+        segment_id=seg_id,
+        segment_len=seg_len,
+    )
+
+
+def ticks(values: list[float | None]) -> list[int | None]:
+    """Seconds (as rows give them) to whole 1 ms ticks, checking they are whole ticks."""
+    out: list[int | None] = []
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        t = round(v * 1000)
+        assert abs(v * 1000 - t) < 1e-6, v
+        out.append(t)
+    return out
+
+
+def col(res: kvsim.SimResult, name: str) -> list:
+    return res.requests[name].to_list()
+
+
+def run(reqs: list[Req], backend: str, **cfg) -> kvsim.SimResult:
+    return kvsim.simulate(build(reqs), SimConfig(**cfg), backend=backend)
+
+
+# -- SPEC §9: preemption by recompute -----------------------------------------------------------------
+# 11 blocks of 16 (10 usable). A and B: 80-token prompts, both admitted in step 0 (budget 200 >= 160),
+# 5 blocks each, pool full. End of step 0 (t=1): both generate token 1 (num_tokens 81, computed 80).
+# Step 1: A needs a 6th block for token 81 -> fails -> B (tail of running) is preempted: frees 5 blocks,
+# computed_at_preemption = 80, goes to the front of waiting; A takes 1 block (free 4). Nothing is admitted
+# in a step that preempted. A's computed after step j is 80+j, its table ceil((80+j)/16) blocks: 6 up to
+# j=16, 7 from j=17 (A's target 20 -> last scheduled step 19, computed 99 -> 7 blocks). B on resume
+# must prefill 81 tokens = 6 blocks; free is 10-6=4 then 3 -> B waits (head of line) until A finishes.
+# A: scheduled in steps 0..19, generates token j+1 at t=j+1 -> finish t=20.
+# Step 20 (t=20): B readmitted, prefills 81 tokens -> token 2 at t=21, token k at t=19+k -> with target
+# 10, finish t=29 = makespan. B: first_scheduled 0 (its first admission), first_token 1.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_preemption_recompute_without_caching(backend):
+    res = run(
+        [Req(80, 20), Req(80, 10)],
+        backend,
+        num_blocks=11,
+        block_size=16,
+        max_num_batched_tokens=200,
+        enable_prefix_caching=False,
+    )
+    assert col(res, "status") == ["finished", "finished"]
+    assert col(res, "output_len") == [20, 10]
+    assert ticks(col(res, "first_scheduled")) == [0, 0]
+    assert ticks(col(res, "first_token")) == [1, 1]
+    assert ticks(col(res, "finish")) == [20, 29]
+    assert col(res, "num_preemptions") == [0, 1]
+    assert col(res, "recomputed_tokens") == [0, 80]
+    assert col(res, "cached_tokens") == [0, 0]
+    s = res.summary
+    assert s["preemptions"] == 1
+    assert s["recomputed_tokens"] == 80
+    assert s["peak_batch"] == 2
+    assert res.raw.counters["makespan_ps"] == 29 * MS
+    # Steps 0..19 run A (and B in step 0), steps 20..28 run B alone: 29 steps, 2+19+9 = 30 seq-steps.
+    assert s["num_steps"] == 29
+    assert s["mean_batch"] == pytest.approx(30 / 29)
+    assert s["prefix_hit_rate"] == 0.0
+    assert s["evictions"] == 0
+
+
+# Same with prefix caching on. Free queue starts [1..10]. Step 0: A gets [1..5], B [6..10]; all 10 are
+# full blocks of unique content, so all get keys. Step 1: B preempted, freed in reverse table order to
+# the tail: queue [10,9,8,7,6]; A pops 10 (evicting B's 5th block's key) -> queue [9,8,7,6].
+# Step 16: A's computed reaches 96 -> its 6th block (10) gets A's key. Step 17: A pops 9 (evicting B's
+# 4th block's key) -> queue [8,7,6]. While A runs, B's lookup finds its blocks 6,7,8(,9) with ref_cnt 0;
+# they count against free (need 6-4=2 plus 4 evictable > 4 free; later 3+3 > 3): B stays blocked.
+# A finishes at t=20 and frees [1,2,3,4,5,10,9] reversed: queue [8,7,6,9,10,5,4,3,2,1].
+# Step 20: B (81 tokens, lookup covers at most (81-1)//16 = 5 blocks) hits [6,7,8] = 48 tokens (its 4th
+# block's key is gone), takes them out of the queue and pops 3 more: 9 (unkeyed, A's 7th), 10 (A's key:
+# eviction), 5 (A's key: eviction). cached_tokens 48, recomputed 80-48 = 32.
+# Evictions: step 1 (10), step 17 (9), step 20 (10 and 5) = 4. Timing is as without caching.
+# prefix_hit_rate = 48 hit / (80 + 80 + 81) admitted prompt tokens = 48/241.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_preemption_recompute_resumes_from_own_cached_blocks(backend):
+    res = run(
+        [Req(80, 20), Req(80, 10)],
+        backend,
+        num_blocks=11,
+        block_size=16,
+        max_num_batched_tokens=200,
+        enable_prefix_caching=True,
+    )
+    assert col(res, "status") == ["finished", "finished"]
+    assert ticks(col(res, "finish")) == [20, 29]
+    assert col(res, "num_preemptions") == [0, 1]
+    assert col(res, "cached_tokens") == [0, 48]
+    assert col(res, "recomputed_tokens") == [0, 32]
+    s = res.summary
+    assert s["preemptions"] == 1
+    assert s["recomputed_tokens"] == 32
+    assert s["prefix_hit_tokens"] == 48
+    assert s["prefix_hit_rate"] == pytest.approx(48 / 241)
+    assert s["evictions"] == 4
+
+
+# SPEC §9 with its budget of 100: step 0 admits A (80 tokens) and only a 20-token chunk of B
+# (2 blocks; 3 free). Step 1: A's 6th block (free 2), B's next 60-token chunk (budget 99 >= 60) needs
+# ceil(80/16)-2 = 3 blocks > 2 free -> B, the tail, preempts itself; it had computed 20 tokens.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_preemption_while_prefilling_in_chunks(backend):
+    res = run(
+        [Req(80, 20), Req(80, 10)],
+        backend,
+        num_blocks=11,
+        block_size=16,
+        max_num_batched_tokens=100,
+        enable_prefix_caching=False,
+    )
+    assert col(res, "num_preemptions") == [0, 1]
+    assert col(res, "recomputed_tokens") == [0, 20]
+    # B never produced a token before A finished at t=20; step 20 prefills its 80 tokens (5 blocks,
+    # free 10-0): first token t=21, token 10 at t=30.
+    assert ticks(col(res, "first_token")) == [1, 21]
+    assert ticks(col(res, "finish")) == [20, 30]
+
+
+# -- the paper's arithmetic (OPT-13B, 12 GiB of KV) ----------------------------------------------------
+# 12 GiB / (16 tokens * 819,200 B) = 983.04 -> 983 usable blocks (+ the null block = 984), 15,728 slots.
+def test_opt13b_12gib_pool_size():
+    cfg = SimConfig(model="opt-13b", kv_cache_bytes=12 * 2**30)
+    assert cfg.num_blocks == 984
+    assert cfg.capacity_tokens == 15_728
+
+
+# 20 requests at t=0: prompt 1024, max_tokens 1024, output 10 (budget 2**16, never the limit).
+# orca-max / static(2048) reserve 2048 tokens each: floor(15728/2048) = 7 at once; the 8th finds
+# 15728-14336 = 1392 free. Batches of 7, 7, 6, each finishing 10 ticks after admission: makespan 30.
+# orca-oracle: 1034 each -> floor(15728/1034) = 15; orca-pow2: 1024+16 -> 15; vllm: 64 blocks per
+# prompt -> floor(983/64) = 15, then each grows to 65 blocks (15*65 = 975 <= 983, 8 free < 64: no more
+# admissions, no preemption). Batches of 15, 5: makespan 20.
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("policy", "extra", "at_once", "makespan"),
+    [
+        ("orca-max", {}, 7, 30),
+        ("static", {"max_model_len": 2048}, 7, 30),
+        ("orca-pow2", {}, 15, 20),
+        ("orca-oracle", {}, 15, 20),
+        ("vllm", {}, 15, 20),
+    ],
+)
+def test_opt13b_batch_size(backend, policy, extra, at_once, makespan):
+    cfg = SimConfig(
+        model="opt-13b",
+        kv_cache_bytes=12 * 2**30,
+        policy=policy,
+        max_num_batched_tokens=2**16,
+        **extra,
+    )
+    res = kvsim.simulate(build([Req(1024, 10, max_tokens=1024) for _ in range(20)]), cfg, backend=backend)
+    assert res.summary["completed"] == 20
+    assert res.summary["peak_batch"] == at_once
+    starts = ticks(col(res, "first_scheduled"))
+    assert starts.count(0) == at_once
+    assert ticks([res.summary["makespan_s"]]) == [makespan]
+    assert res.summary["preemptions"] == 0
+
+
+# orca-max while 7 run: reserved 7*2048 = 14336 of 15728; 7 requests store 1024+k tokens in step k
+# (k=0..9, computed after the step's allocation = 1024 + k). Time-weighted stored share:
+# mean over the 10 ticks of 7*(1024+k) = 7*1028.5 during the first batch.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_orca_max_utilization_single_batch(backend):
+    cfg = SimConfig(
+        model="opt-13b", kv_cache_bytes=12 * 2**30, policy="orca-max", max_num_batched_tokens=2**16
+    )
+    res = kvsim.simulate(build([Req(1024, 10, max_tokens=1024) for _ in range(7)]), cfg, backend=backend)
+    s = res.summary
+    assert s["makespan_s"] == pytest.approx(0.010)
+    assert s["kv_utilization"] == pytest.approx(7 * 1028.5 / 15_728)
+    assert s["kv_allocated_fraction"] == pytest.approx(7 * 2048 / 15_728)
+    assert s["peak_allocated_fraction"] == pytest.approx(7 * 2048 / 15_728)
+    # Final length 1034 of a 2048 region: 1014 tokens never used, per request, the whole time.
+    assert s["internal_fragmentation"] == pytest.approx(7 * 1014 / 15_728)
+    # Reserved-but-not-yet-written: final - computed = 1034 - (1024+k) = 10-k, mean 5.5.
+    assert s["reservation_waste"] == pytest.approx(7 * 5.5 / 15_728)
+    # One hole of 15728-14336 tokens: no external fragmentation.
+    assert s["external_fragmentation"] == 0.0
+
+
+# -- reserve (no-thrash) --------------------------------------------------------------------------------
+# 10 usable blocks of 16, two requests: prompt 80, output 40.
+# vllm: as the preemption test: A grows into a 6th block at step 1 and preempts B; A holds 6..8 blocks
+# (peak ceil(119/16) = 8) so B (81 tokens = 6 blocks) waits until A finishes at t=40; step 40 prefills
+# B's 81 tokens -> token 2 at t=41, token 40 at t=79.
+# reserve: each needs ceil((80+40)/16) = 8 blocks reserved; A takes 5 + promises 3; B sees 10-5-3 = 2
+# free < 8 -> waits; A finishes at 40; B admitted at 40, finishes at 80. Never preempts, batch 1.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reserve_never_preempts_where_vllm_does(backend):
+    reqs = [Req(80, 40), Req(80, 40)]
+    common = {"num_blocks": 11, "block_size": 16, "max_num_batched_tokens": 200}
+    v = run(reqs, backend, policy="vllm", **common)
+    r = run(reqs, backend, policy="reserve", **common)
+    assert v.summary["preemptions"] == 1
+    assert v.summary["peak_batch"] == 2
+    assert ticks(col(v, "finish")) == [40, 79]
+    assert r.summary["preemptions"] == 0
+    assert col(r, "num_preemptions") == [0, 0]
+    assert r.summary["peak_batch"] == 1
+    assert ticks(col(r, "first_scheduled")) == [0, 40]
+    assert ticks(col(r, "finish")) == [40, 80]
+    assert r.summary["recomputed_tokens"] == 0
+    # While A alone runs under reserve: 3 blocks promised at step 0, fewer as it grows into them.
+    assert r.summary["reservation_waste"] > 0
+
+
+# reserve sizes for prompt + max_tokens, not the actual output: output 10 but max_tokens 40 still
+# needs ceil(120/16) = 8 blocks each (not ceil(89/16) = 6), so only one runs at a time.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reserve_sizes_for_max_tokens(backend):
+    res = run(
+        [Req(80, 10, max_tokens=40), Req(80, 10, max_tokens=40)],
+        backend,
+        policy="reserve",
+        num_blocks=11,
+        block_size=16,
+        max_num_batched_tokens=200,
+    )
+    # A: t=0..10; B admitted at 10, finishes at 20.
+    assert ticks(col(res, "first_scheduled")) == [0, 10]
+    assert ticks(col(res, "finish")) == [10, 20]
+    assert res.summary["peak_batch"] == 1
+
+
+# -- head-of-line blocking ------------------------------------------------------------------------------
+# 10 usable blocks. A (64 tokens = 4 blocks, output 20: peak ceil(83/16) = 6 blocks) is admitted at 0;
+# B (112 tokens = 7 blocks) then does not fit (6 free, later 5, 4) and blocks C (16 tokens = 1 block)
+# behind it, although C fits. A finishes at t=20; step 20 admits B (7 blocks) and C (1 block; 2 free).
+# B and C (output 5 each): tokens at t=21..25. Without B, C is admitted at 0 with A.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_head_of_line_blocking(backend):
+    common = {"num_blocks": 11, "block_size": 16, "max_num_batched_tokens": 512}
+    res = run([Req(64, 20), Req(112, 5), Req(16, 5)], backend, **common)
+    assert ticks(col(res, "first_scheduled")) == [0, 20, 20]
+    assert ticks(col(res, "finish")) == [20, 25, 25]
+    assert res.summary["preemptions"] == 0
+    alone = run([Req(64, 20), Req(16, 5)], backend, **common)
+    assert ticks(col(alone, "first_scheduled")) == [0, 0]
+    assert ticks(col(alone, "finish")) == [20, 5]
+
+
+# -- chunked prefill under the token budget ------------------------------------------------------------
+# 100-token prompt, budget 32: chunks 32, 32, 32, 4 in steps 0..3 -> first token at t=4; output 3 ->
+# tokens at 4, 5, 6.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_chunked_prefill_takes_ceil_prompt_over_budget_steps(backend):
+    res = run([Req(100, 3)], backend, num_blocks=64, max_num_batched_tokens=32)
+    assert math.ceil(100 / 32) == 4
+    assert ticks(col(res, "first_scheduled")) == [0]
+    assert ticks(col(res, "first_token")) == [4]
+    assert ticks(col(res, "finish")) == [6]
+    s = res.summary
+    assert s["num_steps"] == 6
+    # Batched tokens 32+32+32+4+1+1 = 102 over 6 steps.
+    assert s["mean_batched_tokens"] == pytest.approx(102 / 6)
+
+
+# A second request arriving while the first prefills in chunks waits for budget: budget 32, A prompt
+# 100 takes all of steps 0..2 (32 each), step 3 has 28 left after A's 4 -> B (prompt 20) is admitted
+# then, whole, at t=3 (arrival 0): token 1 at t=4, output 2 -> finish 5.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_chunked_prefill_budget_shared_with_waiting(backend):
+    res = run([Req(100, 3), Req(20, 2)], backend, num_blocks=64, max_num_batched_tokens=32)
+    assert ticks(col(res, "first_scheduled")) == [0, 3]
+    assert ticks(col(res, "first_token")) == [4, 4]
+    assert ticks(col(res, "finish")) == [6, 5]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prompt_over_budget_without_chunking_is_rejected(backend):
+    res = run(
+        [Req(100, 3), Req(30, 2)], backend, num_blocks=64, max_num_batched_tokens=32, chunked_prefill=False
+    )
+    assert col(res, "status") == ["rejected", "finished"]
+    reason = col(res, "reject_reason")
+    assert "max_num_batched_tokens" in reason[0]
+    assert reason[1] is None
+    assert col(res, "output_len") == [0, 2]
+    # The second one runs alone: prefill at step 0, finish at t=2.
+    assert ticks(col(res, "finish"))[1] == 2
+
+
+# -- max_num_seqs ----------------------------------------------------------------------------------------
+# 10 requests of 10 tokens / output 4 at t=0, plenty of memory and budget, max_num_seqs 3: batches of
+# 3, 3, 3, 1 each lasting 4 ticks: admitted at 0, 4, 8, 12; the last finishes at 16.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_num_seqs_caps_running_batch(backend):
+    res = run([Req(10, 4) for _ in range(10)], backend, num_blocks=200, max_num_seqs=3)
+    assert res.summary["peak_batch"] == 3
+    assert ticks(col(res, "first_scheduled")) == [0, 0, 0, 4, 4, 4, 8, 8, 8, 12]
+    assert ticks(col(res, "finish")) == [4, 4, 4, 8, 8, 8, 12, 12, 12, 16]
+    # 3 for 12 ticks, then 1 for 4 ticks.
+    assert res.summary["time_weighted_batch"] == pytest.approx((3 * 12 + 1 * 4) / 16)
+
+
+# -- prefix sharing ---------------------------------------------------------------------------------------
+SYSTEM = 7  # segment id of a shared system prompt
+
+
+# 4 requests at t=0: 100 shared tokens + 20 own (120 tokens). Request 0 registers its full blocks in
+# step 0; the others, admitted later in the same step, hit the blocks wholly inside the shared 100
+# tokens: 100//16 = 6 blocks = 96 tokens (block 6 mixes shared and own tokens). Each then holds 6 shared
+# + 2 own blocks (ceil(120/16) = 8). Output 5 each: all four run in steps 0..4 together.
+# prefix_hit_rate = 3*96 / (4*120) = 0.6. Blocks saved: 3 requests * 6 shared blocks = 18, every step.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shared_system_prompt(backend):
+    reqs = [Req([(SYSTEM, 100), (100 + i, 20)], 5) for i in range(4)]
+    res = run(reqs, backend, num_blocks=200, block_size=16)
+    assert col(res, "cached_tokens") == [0, 96, 96, 96]
+    s = res.summary
+    assert s["prefix_hit_tokens"] == 288
+    assert s["prefix_hit_rate"] == pytest.approx(0.6)
+    assert s["blocks_saved_by_sharing"] == pytest.approx(18.0)
+    assert ticks(col(res, "finish")) == [5, 5, 5, 5]
+    off = run(reqs, backend, num_blocks=200, block_size=16, enable_prefix_caching=False)
+    assert col(off, "cached_tokens") == [0, 0, 0, 0]
+    assert off.summary["prefix_hit_rate"] == 0.0
+    assert off.summary["blocks_saved_by_sharing"] == 0.0
+
+
+# Lookup covers at most prompt-1 tokens in whole blocks: a 96-token prompt identical to the first 96
+# tokens of an earlier request (6 full cached blocks) hits only (96-1)//16 = 5 blocks = 80 tokens.
+# A 97-token prompt of the same content hits all 6 (96 <= 96). A prompt sharing 40 tokens hits 2 blocks.
+# The later ones arrive at 1 ms, after request 0 (output 3, running until t=3) registered its blocks.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prefix_hit_is_whole_blocks_and_at_most_prompt_minus_one(backend):
+    reqs = [
+        Req([(SYSTEM, 120)], 3),
+        Req([(SYSTEM, 96)], 2, arrival=0.001),
+        Req([(SYSTEM, 97)], 2, arrival=0.001),
+        Req([(SYSTEM, 40), (55, 10)], 2, arrival=0.001),
+    ]
+    res = run(reqs, backend, num_blocks=200, block_size=16)
+    assert col(res, "cached_tokens") == [0, 80, 96, 32]
+    assert res.summary["prefix_hit_rate"] == pytest.approx((80 + 96 + 32) / (120 + 96 + 97 + 50))
+
+
+# Block size 1: every token is a block, so a shared prefix of 100 hits 100 tokens; prompt exactly the
+# shared 100 hits 99.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prefix_hit_block_size_one(backend):
+    reqs = [Req([(SYSTEM, 100), (1, 5)], 2), Req([(SYSTEM, 100), (2, 5)], 2), Req([(SYSTEM, 100)], 2)]
+    res = run(reqs, backend, num_blocks=400, block_size=1)
+    assert col(res, "cached_tokens") == [0, 100, 99]
+
+
+# -- rejections -------------------------------------------------------------------------------------------
+# 10 usable blocks of 16: a 200-token prompt with output 5 needs ceil(204/16) = 13 > 10 blocks at its
+# peak -> rejected at arrival; the others finish.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_request_larger_than_pool_is_rejected(backend):
+    res = run([Req(20, 3), Req(200, 5), Req(20, 3)], backend, num_blocks=11, block_size=16)
+    assert col(res, "status") == ["finished", "rejected", "finished"]
+    reason = col(res, "reject_reason")
+    assert reason[0] is None
+    assert reason[2] is None
+    assert "block" in reason[1]
+    assert col(res, "output_len") == [3, 0, 3]
+    s = res.summary
+    assert (s["completed"], s["rejected"]) == (2, 1)
+    # A request whose peak is exactly the pool fits: ceil((150+11-1)/16) = 10.
+    ok = run([Req(150, 11)], backend, num_blocks=11, block_size=16)
+    assert col(ok, "status") == ["finished"]
+    assert col(ok, "output_len") == [11]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_contiguous_region_larger_than_space_is_rejected(backend):
+    # orca-max region 150 + 20 = 170 > 160 token slots; orca-oracle region 150 + 5 = 155 fits.
+    reqs = [Req(150, 5, max_tokens=20)]
+    big = run(reqs, backend, num_blocks=11, block_size=16, policy="orca-max")
+    assert col(big, "status") == ["rejected"]
+    assert col(big, "reject_reason")[0] is not None
+    fits = run(reqs, backend, num_blocks=11, block_size=16, policy="orca-oracle")
+    assert col(fits, "status") == ["finished"]
+
+
+# max_model_len 100: a prompt of 100 leaves no room to generate -> rejected; a prompt of 90 may
+# generate at most 10 of its 50 -> finishes with 10 tokens.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prompt_reaching_max_model_len_is_rejected(backend):
+    res = run([Req(100, 5), Req(90, 50), Req(101, 5)], backend, num_blocks=64, max_model_len=100)
+    assert col(res, "status") == ["rejected", "finished", "rejected"]
+    reasons = col(res, "reject_reason")
+    assert "max_model_len" in reasons[0]
+    assert "max_model_len" in reasons[2]
+    assert col(res, "output_len") == [0, 10, 0]
+
+
+# num_blocks 2: one usable block of 16. A request fits if ceil((prompt + output - 1)/16) <= 1:
+# (10, 7) fits (16 tokens), (10, 8) needs 17 -> rejected. Arrivals spread: all terminate.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_block_pool_terminates(backend):
+    reqs = [Req(10, 7), Req(10, 8, arrival=0.0), Req(1, 16, arrival=0.002), Req(16, 1, arrival=0.002)]
+    res = run(reqs, backend, num_blocks=2, block_size=16)
+    assert col(res, "status") == ["finished", "rejected", "finished", "finished"]
+    # (10,7): t 0..7. (1,16): 16 tokens, admitted at 7 (pool busy until then), finishes at 7+16 = 23;
+    # (16,1) waits for it and runs one step: 24.
+    assert ticks(col(res, "finish")) == [7, 0, 23, 24]
+    assert res.summary["preemptions"] == 0
+
+
+# chunked_prefill off, budget 32, 4 usable blocks of 16. A (20 tokens, output 30) is admitted at 0;
+# B (30 tokens) does not fit the 12 tokens of budget left in step 0 (no chunking) and is admitted at 1:
+# tokens at t=2,3,4; at step 4 its computed tokens reach 33 and need a 3rd block while A holds 2 and B 2:
+# B, the tail, preempts itself. To resume it must prefill prompt + 3 generated = 33 > 32 tokens in one
+# step, which no pool state allows: it is rejected (when A has finished), and the reason is the budget,
+# not a watermark or admission gate (this config has neither).
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_preempted_request_outgrowing_the_budget_is_rejected_for_the_budget(backend):
+    res = run(
+        [Req(20, 30), Req(30, 30)],
+        backend,
+        num_blocks=5,
+        block_size=16,
+        max_num_batched_tokens=32,
+        chunked_prefill=False,
+        enable_prefix_caching=False,
+    )
+    assert col(res, "num_preemptions") == [0, 1]
+    assert col(res, "status") == ["finished", "rejected"]
+    assert "max_num_batched_tokens" in col(res, "reject_reason")[1]
+
+
+# watermark 0.5 of 10 blocks = 5 held back: a 96-token prompt (6 blocks) cannot start even in an empty
+# pool -> rejected; a 64-token prompt (4 blocks, 4 + 5 <= 10) runs.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_watermark_rejects_what_cannot_start_in_an_empty_pool(backend):
+    res = run([Req(96, 1), Req(64, 1)], backend, num_blocks=11, block_size=16, watermark=0.5)
+    assert col(res, "status") == ["rejected", "finished"]
+    assert col(res, "reject_reason")[0] is not None
+
+
+# -- time model `linear` ----------------------------------------------------------------------------------
+C0, CTOK, CCTX = 1_000_000, 10_000, 300
+
+
+# One request, prompt 50, output 4:
+# step 0: 50 tokens, context 50  -> C0 + 50*CTOK + 50*CCTX = 1_000_000 + 500_000 + 15_000 = 1_515_000
+# step 1: 1 token, context 51    -> 1_000_000 + 10_000 + 15_300 = 1_025_300
+# step 2: context 52             -> 1_025_600
+# step 3: context 53             -> 1_025_900
+# first token at 1_515_000 ps; finish = makespan = 1_515_000 + 3_076_800 = 4_591_800 ps.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_linear_time_single_request(backend):
+    res = run(
+        [Req(50, 4)], backend, num_blocks=64, time_model="linear", c0_ps=C0, c_tok_ps=CTOK, c_ctx_ps=CCTX
+    )
+    assert res.raw.counters["makespan_ps"] == 4_591_800
+    assert res.raw.first_token.tolist() == [1_515_000]
+    assert res.raw.finish.tolist() == [4_591_800]
+    assert res.summary["makespan_s"] == pytest.approx(4_591_800 / PS_PER_S)
+    assert res.requests["first_token"].to_list() == [pytest.approx(1_515_000 / PS_PER_S)]
+
+
+# A second request (prompt 10, output 1) arriving at 1_000 ps, during step 0, is considered at the next
+# step start, 1_515_000 ps. Step 1 batches A's decode (1 token, context 51) and B's prefill (10 tokens,
+# context 10): C0 + 11*CTOK + 61*CCTX = 1_000_000 + 110_000 + 18_300 = 1_128_300 -> t = 2_643_300,
+# where B finishes. Steps 2, 3: A alone, context 52, 53: 1_025_600 + 1_025_900 -> 4_694_800.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_linear_time_arrival_during_a_step(backend):
+    res = run(
+        [Req(50, 4), Req(10, 1, arrival=1e-9)],
+        backend,
+        num_blocks=64,
+        time_model="linear",
+        c0_ps=C0,
+        c_tok_ps=CTOK,
+        c_ctx_ps=CCTX,
+    )
+    assert res.raw.first_scheduled.tolist() == [0, 1_515_000]
+    assert res.raw.finish.tolist() == [4_694_800, 2_643_300]
+    assert res.raw.counters["makespan_ps"] == 4_694_800
+
+
+# Idle gaps are not busy time: a request arriving at 10 ms after the first finished at 2 ms starts at
+# 10 ms (ticks). Makespan 12, 4 busy steps.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_idle_gap_jumps_to_next_arrival(backend):
+    res = run([Req(10, 2), Req(10, 2, arrival=0.010)], backend, num_blocks=64)
+    assert ticks(col(res, "first_scheduled")) == [0, 10]
+    assert ticks(col(res, "finish")) == [2, 12]
+    assert res.summary["num_steps"] == 4
+    assert res.raw.counters["busy_ps"] == 4 * MS
+    assert res.raw.counters["makespan_ps"] == 12 * MS
+
+
+# -- samples (independent): n sequences per request, folded into one row -----------------------------------
+# One request, prompt 20, n=3, output 4, caching on, block 16: three sequences admitted in step 0; the
+# second and third hit the first's one full block (16 tokens; lookup covers at most 19 -> 1 block).
+# The row sums generated tokens (3*4 = 12) and cached tokens (2*16 = 32).
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_independent_samples_fold_into_one_row(backend):
+    res = run([Req(20, 4, samples=3)], backend, num_blocks=64, block_size=16)
+    assert col(res, "output_len") == [12]
+    assert col(res, "num_samples") == [3]
+    assert col(res, "cached_tokens") == [32]
+    assert ticks(col(res, "finish")) == [4]
+    assert res.summary["peak_batch"] == 3
+
+
+# -- orca-oracle sizes for the actual output ----------------------------------------------------------------
+# SPEC §2: orca-oracle reserves prompt + actual output. A request with output_len 100 capped by
+# max_tokens 10 actually generates 10 tokens, so its region is 20 + 10 = 30 tokens and there is no
+# internal fragmentation (region = final length); orca-max reserves prompt + max_tokens = 30 as well.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_orca_oracle_reserves_actual_output(backend):
+    res = run([Req(20, 100, max_tokens=10)], backend, num_blocks=11, block_size=16, policy="orca-oracle")
+    assert col(res, "output_len") == [10]
+    assert res.summary["internal_fragmentation"] == 0.0
+    assert res.summary["peak_allocated_fraction"] == pytest.approx(30 / 160)
