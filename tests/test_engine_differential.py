@@ -51,7 +51,9 @@ def configs(draw) -> kvsim.SimConfig:
     if policy == "static" and max_model_len is None:
         max_model_len = 200
     linear = draw(st.booleans())
+    sampling = draw(st.sampled_from(["independent", "fork-cow"])) if policy == "vllm" else "independent"
     return kvsim.SimConfig(
+        sampling=sampling,
         num_blocks=draw(st.integers(2, 60)),
         block_size=draw(st.sampled_from([1, 2, 4, 16])),
         policy=policy,
@@ -70,9 +72,12 @@ def configs(draw) -> kvsim.SimConfig:
     )
 
 
-def assert_same(w: Workload, cfg: kvsim.SimConfig) -> kvsim.SimResult:
-    ref = kvsim.simulate(w, cfg, backend="reference")
-    rust = kvsim.simulate(w, cfg, backend="rust")
+def assert_same(w: Workload, cfg: kvsim.SimConfig, every: int = 0) -> kvsim.SimResult:
+    ref = kvsim.simulate(w, cfg, backend="reference", record_timeseries=every)
+    rust = kvsim.simulate(w, cfg, backend="rust", record_timeseries=every)
+    if every:
+        assert rust.timeseries is not None
+        assert rust.timeseries.equals(ref.timeseries)
     for name in ("first_scheduled", "first_token", "finish", "generated", "num_preemptions", "status"):
         np.testing.assert_array_equal(getattr(rust.raw, name), getattr(ref.raw, name), err_msg=name)
     for name in ("num_swaps", "cached_tokens", "recomputed_tokens", "reject_reason"):
@@ -83,16 +88,17 @@ def assert_same(w: Workload, cfg: kvsim.SimConfig) -> kvsim.SimResult:
     return ref
 
 
-@given(workloads(), configs())
-def test_rust_engine_equals_reference(w, cfg):
-    res = assert_same(w, cfg)
+@given(workloads(), configs(), st.sampled_from([0, 1, 3]))
+def test_rust_engine_equals_reference(w, cfg, every):
+    res = assert_same(w, cfg, every)
     # Every request ends: finished or rejected with a reason.
     assert set(res.requests["status"]) <= {"finished", "rejected"}
     rejected = res.requests.filter(res.requests["status"] == "rejected")
     assert rejected["reject_reason"].null_count() == 0
 
 
-@given(workloads(max_requests=40), st.integers(2, 12), st.sampled_from([1, 4, 16]))
-def test_tiny_pools_force_preemption_and_still_agree(w, num_blocks, block_size):
-    cfg = kvsim.SimConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=16)
+@given(workloads(max_requests=40), st.integers(2, 12), st.sampled_from([1, 4, 16]), st.booleans())
+def test_tiny_pools_force_preemption_and_still_agree(w, num_blocks, block_size, fork):
+    sampling = "fork-cow" if fork else "independent"
+    cfg = kvsim.SimConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=16, sampling=sampling)
     assert_same(w, cfg)

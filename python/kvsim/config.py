@@ -107,6 +107,10 @@ class SimConfig:
             raise InvalidArgumentError(
                 f"placement 'buddy' applies to contiguous policies, not {self.policy!r}"
             )
+        if self.sampling == "fork-cow" and self.policy != "vllm":
+            raise InvalidArgumentError(
+                f"sampling 'fork-cow' shares blocks between samples of policy 'vllm', not {self.policy!r}"
+            )
         if self.preemption == "swap":
             if self.policy != "vllm":
                 raise InvalidArgumentError(f"preemption 'swap' applies to policy 'vllm', not {self.policy!r}")

@@ -1,8 +1,9 @@
 """What both engines receive: a workload turned into integer per-sequence columns (shared by both backends).
 
 Doing this once, in numpy, keeps the two engines' inputs bit-identical: arrival times become integer
-picoseconds here (SPEC §5), generation targets are capped here, and `independent` sampling expands each
-request of `n` samples into `n` sequences here.
+picoseconds here (SPEC §5), generation targets are capped here, and each request of `n` samples becomes
+`n` sequences here: independent ones (`sampling="independent"`, vLLM v1), or, with `"fork-cow"`, samples
+1..n-1 marked as forked from sample 0 when its prompt is done (`fork_parent`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from kvsim.config import PS_PER_S, SimConfig
+from kvsim.errors import InvalidArgumentError
 from kvsim.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
 
 
@@ -29,6 +31,7 @@ class EngineInput:
         np.ndarray
     )  # int64: tokens this sequence generates (output_len capped by max_tokens/max_model_len)
     max_gen: np.ndarray  # int64: the most it could generate (max_tokens capped): what reservations size for
+    fork_parent: np.ndarray  # int64: -1, or (fork-cow) the row of sample 0 this sample is forked from
     output_seg: np.ndarray  # uint64: content id of this sequence's generated tokens
     seg_offsets: np.ndarray  # int64, len n+1, into the workload's flat segment arrays
     segment_id: np.ndarray  # uint64
@@ -48,10 +51,9 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
     """Expands samples, converts seconds to picoseconds and caps generation targets."""
     n = len(workload)
     samples = np.asarray(workload.num_samples, dtype=np.int64)
-    reps = samples if config.sampling == "independent" else np.ones(n, dtype=np.int64)
-    rows = np.repeat(np.arange(n, dtype=np.int64), reps)
-    starts = np.cumsum(reps) - reps
-    sample = np.arange(len(rows), dtype=np.int64) - np.repeat(starts, reps)
+    rows = np.repeat(np.arange(n, dtype=np.int64), samples)
+    starts = np.cumsum(samples) - samples
+    sample = np.arange(len(rows), dtype=np.int64) - np.repeat(starts, samples)
     arrival = np.asarray(workload.arrival, dtype=np.float64)[rows]
     arrival_ps = np.rint(arrival * PS_PER_S).astype(np.int64)
     prompt = np.asarray(workload.prompt_len, dtype=np.int64)[rows]
@@ -63,7 +65,9 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
     target = np.minimum(output, max_gen)
     rid = np.asarray(workload.request_id, dtype=np.uint64)[rows]
     if len(rid) and (int(rid.max()) > MAX_REQUEST_ID or int(sample.max()) >= MAX_SAMPLES):
-        raise ValueError("request ids must stay below 2**47 and samples below 2**16 to name their outputs")
+        raise InvalidArgumentError(
+            "request ids must stay below 2**47 and samples below 2**16 to name their outputs"
+        )
     output_seg = np.uint64(OUTPUT_BIT) | (rid << np.uint64(16)) | sample.astype(np.uint64)
     # Stable order by arrival; the workload is sorted already, expansion keeps samples adjacent.
     order = np.argsort(arrival_ps, kind="stable")
@@ -80,6 +84,13 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
     def c(a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a[order])
 
+    # The sort is stable and a request's samples share its arrival, so they stay adjacent, sample 0 first.
+    sorted_sample = sample[order]
+    fork_parent = np.full(len(rows), -1, dtype=np.int64)
+    if config.sampling == "fork-cow":
+        pos = np.arange(len(rows), dtype=np.int64)
+        fork_parent = np.where(sorted_sample > 0, pos - sorted_sample, -1)
+
     return EngineInput(
         request_row=c(rows),
         request_id=c(rid),
@@ -88,6 +99,7 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
         prompt_len=c(prompt),
         target=c(target),
         max_gen=c(max_gen),
+        fork_parent=fork_parent,
         output_seg=c(output_seg),
         seg_offsets=seq_offsets,
         segment_id=np.ascontiguousarray(seg_id),

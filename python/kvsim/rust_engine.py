@@ -8,7 +8,7 @@ from kvsim.engine_input import EngineInput
 from kvsim.reference.engine import EngineOutput
 
 
-def run(inp: EngineInput, config: SimConfig) -> EngineOutput:
+def run(inp: EngineInput, config: SimConfig, timeseries_every: int = 0) -> EngineOutput:
     """Simulates every sequence of `inp` under `config` in the Rust core (GIL released)."""
     columns, counters = _core.run_engine(
         num_blocks=config.num_blocks,
@@ -27,13 +27,16 @@ def run(inp: EngineInput, config: SimConfig) -> EngineOutput:
         c0_ps=config.c0_ps or 0,
         c_tok_ps=config.c_tok_ps or 0,
         c_ctx_ps=config.c_ctx_ps or 0,
+        timeseries_every=timeseries_every,
         arrival_ps=inp.arrival_ps,
         prompt_len=inp.prompt_len,
         target=inp.target,
         max_gen=inp.max_gen,
+        fork_parent=inp.fork_parent,
         output_seg=inp.output_seg,
         seg_offsets=inp.seg_offsets,
         segment_id=inp.segment_id,
         segment_len=inp.segment_len,
     )
-    return EngineOutput(**columns, counters=counters)
+    timeseries = columns.pop("timeseries")
+    return EngineOutput(**columns, counters=counters, timeseries=timeseries)

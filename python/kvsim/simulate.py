@@ -30,46 +30,67 @@ class SimResult:
         summary: a dict of plain Python numbers, one key per SPEC §7 metric (DESIGN.md §Metrics).
         config: the configuration that ran.
         raw: the engine's per-sequence columns and integer counters (what the backends are compared on).
+        timeseries: with `record_timeseries`, one row per recorded step: `step`, `time_s` (the step's
+            start), `batch`, `batched_tokens`, then token slots `free_tokens`, `stored_tokens`,
+            `allocated_tokens`, `internal_tokens`, `reserved_tokens`, `external_tokens`, and
+            `free_blocks` (`free_tokens // block_size`); else None.
     """
 
     requests: pl.DataFrame
     summary: dict[str, Any]
     config: SimConfig
     raw: EngineOutput
+    timeseries: pl.DataFrame | None = None
 
 
-def _run_engine(inp: EngineInput, config: SimConfig, backend: str) -> EngineOutput:
+def _run_engine(inp: EngineInput, config: SimConfig, backend: str, every: int) -> EngineOutput:
     if backend == "reference":
         from kvsim.reference import engine
 
-        return engine.run(inp, config)
+        return engine.run(inp, config, every)
     from kvsim import rust_engine
 
-    return rust_engine.run(inp, config)
+    return rust_engine.run(inp, config, every)
 
 
-def simulate(workload: Any, config: SimConfig, *, backend: str = "rust") -> SimResult:
+def simulate(
+    workload: Any, config: SimConfig, *, backend: str = "rust", record_timeseries: bool | int = False
+) -> SimResult:
     """Simulates `workload` under `config`.
 
     Args:
         workload: a `kvsim.Workload`.
         config: a `kvsim.SimConfig`.
         backend: `"rust"` (the fast engine, default) or `"reference"` (the pure-Python spec).
+        record_timeseries: True records every step's memory state into `.timeseries`; an integer N
+            records every N-th step (memory grows with the number of recorded steps).
 
     Returns:
-        A `SimResult` with `.requests` (polars) and `.summary` (dict).
+        A `SimResult` with `.requests` (polars), `.summary` (dict) and, if asked, `.timeseries`.
 
     Raises:
-        InvalidArgumentError: an unknown backend or a config that is not a SimConfig.
+        InvalidArgumentError: an unknown backend, a config that is not a SimConfig, or a bad interval.
     """
     if backend not in BACKENDS:
         raise InvalidArgumentError(f"backend {backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
     if not isinstance(config, SimConfig):
         raise InvalidArgumentError(f"config {config!r} is not a kvsim.SimConfig")
+    every = int(record_timeseries)  # True -> every step
+    if every < 0:
+        raise InvalidArgumentError(f"record_timeseries {record_timeseries!r} must be a bool or an int >= 1")
     inp = prepare(workload, config)
-    raw = _run_engine(inp, config, backend)
+    raw = _run_engine(inp, config, backend, every)
     requests = request_rows(workload, inp, raw)
-    return SimResult(requests=requests, summary=summarize(requests, raw, config), config=config, raw=raw)
+    series = None
+    if every:
+        series = pl.DataFrame(raw.timeseries).with_columns(
+            time_s=pl.col("time_ps") / PS_PER_S, free_blocks=pl.col("free_tokens") // config.block_size
+        )
+        series = series.select(
+            "step", "time_s", *[c for c in series.columns if c not in ("step", "time_s", "time_ps")]
+        )
+    summary = summarize(requests, raw, config)
+    return SimResult(requests=requests, summary=summary, config=config, raw=raw, timeseries=series)
 
 
 def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataFrame:

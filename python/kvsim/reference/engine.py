@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -28,6 +27,19 @@ REJECT_REASONS = {
     5: "cannot be admitted even into an empty pool (watermark or admission gate)",
 }
 
+# Time-series columns (one row per recorded step; times in ps at the step's start; token counts).
+TIMESERIES = (
+    "step",
+    "time_ps",
+    "batch",
+    "batched_tokens",
+    "free_tokens",
+    "stored_tokens",
+    "allocated_tokens",
+    "internal_tokens",
+    "reserved_tokens",
+    "external_tokens",
+)
 FINISHED, REJECTED = 0, 1
 NEVER = -1  # try_admit: this sequence can never start
 COUNTERS = (
@@ -70,6 +82,14 @@ class Seq:
     # reserve policy: blocks promised but not yet allocated; contiguous: (start, size) region
     reserved_blocks: int = 0
     region: tuple[int, int] | None = None
+    # fork-cow: the samples forked from this one when its first token is sampled (until then, unforked)
+    children: list[Seq] = field(default_factory=list)
+    forked: bool = False
+
+    @property
+    def seats(self) -> int:
+        """Running slots this sequence takes when admitted: itself, plus the samples it will fork."""
+        return 1 + (0 if self.forked else len(self.children))
 
     @property
     def num_tokens(self) -> int:
@@ -94,11 +114,14 @@ class EngineOutput:
     status: np.ndarray
     reject_reason: np.ndarray
     counters: dict[str, int] = field(default_factory=dict)
+    timeseries: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class Engine:
-    def __init__(self, inp: EngineInput, config: SimConfig) -> None:
+    def __init__(self, inp: EngineInput, config: SimConfig, timeseries_every: int = 0) -> None:
         self.inp, self.cfg = inp, config
+        self.ts_every = timeseries_every
+        self.ts: dict[str, list[int]] = {name: [] for name in TIMESERIES}
         n = len(inp)
         self.bs = config.block_size
         self.paged = not config.is_contiguous
@@ -238,9 +261,11 @@ class Engine:
         self.waiting.appendleft(s)
 
     def reject(self, s: Seq, reason: int) -> None:
-        self.cols["status"][s.idx] = REJECTED
-        self.cols["reject_reason"][s.idx] = reason
-        self.cols["finish"][s.idx] = self.t
+        """Rejects `s` (and the samples it would have forked) now, with a reason code."""
+        for r in (s, *([] if s.forked else s.children)):
+            self.cols["status"][r.idx] = REJECTED
+            self.cols["reject_reason"][r.idx] = reason
+            self.cols["finish"][r.idx] = self.t
 
     def schedule(self) -> list[tuple[Seq, int]]:
         cfg = self.cfg
@@ -267,8 +292,14 @@ class Engine:
             break  # s preempted itself: it was the tail, nothing after it
         if preempted:
             return scheduled
-        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+        while self.waiting and budget > 0:
             s = self.waiting[0]
+            if len(self.running) + s.seats > cfg.max_num_seqs:
+                if not self.running:
+                    self.waiting.popleft()
+                    self.reject(s, 5)
+                    continue
+                break
             num_new = self.try_admit(s, budget)
             if num_new == NEVER:
                 self.waiting.popleft()
@@ -288,6 +319,22 @@ class Engine:
                 self.cols["first_scheduled"][s.idx] = self.t
         return scheduled
 
+    def fork(self, parent: Seq) -> list[Seq]:
+        """Forks `parent`'s samples after its first token (paper §4.4): each shares every block of the
+        parent (copy-on-write) and has sampled its own first token. Returns those already finished."""
+        parent.forked = True
+        finished = []
+        for c in parent.children:
+            self.kv.fork(parent.idx, c.idx)
+            c.num_computed = parent.num_computed
+            c.generated = 1
+            self.running.append(c)
+            self.cols["first_scheduled"][c.idx] = self.cols["first_scheduled"][parent.idx]
+            self.cols["first_token"][c.idx] = self.t
+            if c.generated == c.target:
+                finished.append(c)
+        return finished
+
     def step_time(self, scheduled: list[tuple[Seq, int]]) -> int:
         cfg = self.cfg
         if cfg.time_model == "ticks":
@@ -299,14 +346,16 @@ class Engine:
         context = sum(s.num_computed for s, _ in scheduled)
         return cfg.c0_ps + cfg.c_tok_ps * tokens + cfg.c_ctx_ps * context
 
-    def measure(self, dt: int, batch: int) -> None:
+    def measure(self, dt: int, batch: int, tokens: int) -> None:
         """Time-weighted memory state during the step (after allocation, before finishing)."""
         c, bs = self.c, self.bs
         stored = internal = reserved = external = held = logical = 0
         if self.paged:
             logical = sum(-(-s.num_computed // bs) for s in self.running)
             held = self.cfg.capacity_blocks - self.kv.num_free_blocks
-            internal = sum((-s.num_computed) % bs for s in self.running)
+            # A partial block shared by forked samples (until their first write) counts once.
+            partial = {self.kv.block_table(s.idx)[-1]: (-s.num_computed) % bs for s in self.running}
+            internal = sum(partial.values())
             allocated = held * bs
             stored = allocated - internal
             reserved = self.outstanding * bs
@@ -330,6 +379,22 @@ class Engine:
         c["w_held_blocks"] += dt * held
         c["w_logical_blocks"] += dt * logical
         c["peak_allocated_tokens"] = max(c["peak_allocated_tokens"], allocated)
+        if self.ts_every and c["num_steps"] % self.ts_every == 0:
+            free = self.cfg.capacity_tokens - allocated
+            row = (
+                c["num_steps"],
+                self.t,
+                batch,
+                tokens,
+                free,
+                stored,
+                allocated,
+                internal,
+                reserved,
+                external,
+            )
+            for name, value in zip(TIMESERIES, row, strict=True):
+                self.ts[name].append(value)
 
     def run(self) -> EngineOutput:
         inp, cols = self.inp, self.cols
@@ -345,12 +410,17 @@ class Engine:
             )
             for i in range(n)
         ]
+        for i in range(n):
+            if inp.fork_parent[i] >= 0:
+                seqs[int(inp.fork_parent[i])].children.append(seqs[i])
         arrivals = [int(a) for a in inp.arrival_ps]
         nxt = 0
         while True:
             while nxt < n and arrivals[nxt] <= self.t:
                 s = seqs[nxt]
                 nxt += 1
+                if inp.fork_parent[s.idx] >= 0:
+                    continue  # a fork-cow sample: it starts when its parent samples its first token
                 reason = self.reject_at_arrival(s)
                 if reason:
                     self.reject(s, reason)
@@ -365,7 +435,7 @@ class Engine:
             if not scheduled:
                 continue  # every waiting head was rejected; no time passes
             dt = self.step_time(scheduled)
-            self.measure(dt, len(scheduled))
+            self.measure(dt, len(scheduled), sum(k for _, k in scheduled))
             self.t += dt
             c = self.c
             c["num_steps"] += 1
@@ -381,6 +451,8 @@ class Engine:
                         cols["first_token"][s.idx] = self.t
                     if s.generated == s.target:
                         done.append(s)
+                    if s.children and not s.forked:
+                        done.extend(self.fork(s))
             for s in done:
                 self.release(s)
                 self.running.remove(s)
@@ -394,9 +466,11 @@ class Engine:
             self.c["num_evictions"] = self.kv.num_evictions
             self.c["num_cow_copies"] = self.kv.num_cow_copies
         self.c["makespan_ps"] = self.t
-        return EngineOutput(**cols, counters=self.c)
+        ts = {k: np.asarray(v, dtype=np.int64) for k, v in self.ts.items()} if self.ts_every else {}
+        return EngineOutput(**cols, counters=self.c, timeseries=ts)
 
 
-def run(inp: EngineInput, config: SimConfig, **_: Any) -> EngineOutput:
-    """Simulates every sequence of `inp` under `config`, iteration by iteration."""
-    return Engine(inp, config).run()
+def run(inp: EngineInput, config: SimConfig, timeseries_every: int = 0) -> EngineOutput:
+    """Simulates every sequence of `inp` under `config`, iteration by iteration; with
+    `timeseries_every = N > 0`, records the memory state of every N-th step."""
+    return Engine(inp, config, timeseries_every).run()

@@ -348,8 +348,8 @@ fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>, name: &str) -> P
 #[pyo3(signature = (
     *, num_blocks, block_size, policy, enable_prefix_caching, free_order, max_num_seqs,
     max_num_batched_tokens, chunked_prefill, full_prompt_gate, watermark_blocks, max_model_len,
-    time_model, iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps,
-    arrival_ps, prompt_len, target, max_gen, output_seg, seg_offsets, segment_id, segment_len
+    time_model, iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps, timeseries_every,
+    arrival_ps, prompt_len, target, max_gen, fork_parent, output_seg, seg_offsets, segment_id, segment_len
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run_engine<'py>(
@@ -370,10 +370,12 @@ fn run_engine<'py>(
     c0_ps: u64,
     c_tok_ps: u64,
     c_ctx_ps: u64,
+    timeseries_every: u64,
     arrival_ps: PyReadonlyArray1<'py, i64>,
     prompt_len: PyReadonlyArray1<'py, i64>,
     target: PyReadonlyArray1<'py, i64>,
     max_gen: PyReadonlyArray1<'py, i64>,
+    fork_parent: PyReadonlyArray1<'py, i64>,
     output_seg: PyReadonlyArray1<'py, u64>,
     seg_offsets: PyReadonlyArray1<'py, i64>,
     segment_id: PyReadonlyArray1<'py, u64>,
@@ -413,6 +415,7 @@ fn run_engine<'py>(
         prompt_len: slice(&prompt_len, "prompt_len")?,
         target: slice(&target, "target")?,
         max_gen: slice(&max_gen, "max_gen")?,
+        fork_parent: slice(&fork_parent, "fork_parent")?,
         output_seg: slice(&output_seg, "output_seg")?,
         seg_offsets: slice(&seg_offsets, "seg_offsets")?,
         segment_id: slice(&segment_id, "segment_id")?,
@@ -425,16 +428,24 @@ fn run_engine<'py>(
                 .map_err(|e| signal = Some(e))
                 .is_err()
         };
-        engine::run(inp, &cfg, &mut interrupted)
+        engine::run(inp, &cfg, timeseries_every, &mut interrupted)
     });
     if let Some(e) = signal {
         return Err(e);
     }
-    let (columns, counters) = result.py()?.columns();
+    let output = result.py()?;
+    let series = PyDict::new(py);
+    if timeseries_every > 0 {
+        for (name, values) in output.timeseries_columns() {
+            series.set_item(name, values.into_pyarray(py))?;
+        }
+    }
+    let (columns, counters) = output.columns();
     let cols = PyDict::new(py);
     for (name, values) in columns {
         cols.set_item(name, values.into_pyarray(py))?;
     }
+    cols.set_item("timeseries", series)?;
     let ctrs = PyDict::new(py);
     for (name, value) in counters.pairs() {
         ctrs.set_item(name, value)?;

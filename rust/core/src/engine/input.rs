@@ -11,6 +11,8 @@ pub struct EngineInput<'a> {
     pub target: &'a [i64],
     /// The most the sequence may generate (what `reserve` and `orca-max` size for).
     pub max_gen: &'a [i64],
+    /// -1, or (fork-cow) the earlier row of sample 0 this sample is forked from; samples follow it.
+    pub fork_parent: &'a [i64],
     /// Content id of the sequence's generated tokens.
     pub output_seg: &'a [u64],
     /// CSR offsets (length n + 1) into `segment_id` / `segment_len`: each sequence's prompt segments.
@@ -37,6 +39,7 @@ impl EngineInput<'_> {
             ("target", self.target.len()),
             ("max_gen", self.max_gen.len()),
             ("output_seg", self.output_seg.len()),
+            ("fork_parent", self.fork_parent.len()),
         ] {
             if len != n {
                 invalid_arg!("column {name} has {len} rows, arrival_ps has {n}");
@@ -83,6 +86,10 @@ impl EngineInput<'_> {
                     self.target[i],
                     self.max_gen[i]
                 );
+            }
+            let p = self.fork_parent[i];
+            if p >= i as i64 || p < -1 || (p >= 0 && self.fork_parent[p as usize] != -1) {
+                invalid_arg!("row {i}: fork_parent {p} is not -1 or an earlier sample-0 row");
             }
             let a = self.arrival_ps[i];
             if a < last_arrival {

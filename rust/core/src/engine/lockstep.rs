@@ -69,6 +69,14 @@ impl Engine<'_> {
         let mut d = (s.target - 1 - s.base_g).min(self.ring.len() as u64 - 1); // finishes
         if let Memory::Paged(pool) = &self.mem {
             let r = s.base_c % bs;
+            if r != 0
+                && s.table
+                    .blocks()
+                    .last()
+                    .is_some_and(|&b| pool.ref_cnt_of(b) > 1)
+            {
+                return s.base_step; // its next write copies a shared partial block (copy-on-write)
+            }
             d = d.min((bs - r) % bs); // needs a new block
             if pool.enable_caching() && !self.defer_keys {
                 d = d.min((2 * bs - 1 - r) % bs); // fills a block: register its key
@@ -255,9 +263,21 @@ impl Engine<'_> {
             if self.out.first_token[s.row] < 0 {
                 self.out.first_token[s.row] = t;
             }
-            if s.generated == s.target {
+            let finished = s.generated == s.target;
+            if finished {
                 self.done.push(k);
-            } else {
+            }
+            if s.num_children > 0 && !s.forked {
+                for i in self.fork(k) {
+                    let c = self.running[i];
+                    let contribution = self.contribution(&self.slab[c]);
+                    self.add(contribution, c, 1);
+                    if self.slab[c].generated < self.slab[c].target {
+                        self.make_lazy(c, step + 1);
+                    }
+                }
+            }
+            if !finished {
                 self.make_lazy(k, step + 1);
             }
         }

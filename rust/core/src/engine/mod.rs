@@ -66,12 +66,25 @@ struct Seq {
     /// the content grew, so a blocked head is not rehashed every step).
     keys: Vec<BlockKey>,
     keys_for: u64,
+    /// fork-cow: the next `num_children` rows are samples forked from this one at its first token.
+    num_children: usize,
+    forked: bool,
 }
 
 impl Seq {
     #[inline]
     fn num_tokens(&self) -> u64 {
         self.prompt_len + self.generated
+    }
+
+    /// Running slots this sequence takes when admitted: itself, plus the samples it will fork.
+    #[inline]
+    fn seats(&self) -> u64 {
+        1 + if self.forked {
+            0
+        } else {
+            self.num_children as u64
+        }
     }
 
     fn generate_one(&mut self) {
@@ -145,6 +158,8 @@ pub struct Engine<'a> {
     out: EngineOutput,
     /// Steps run so far (the index of the next step).
     step: u64,
+    /// Record the memory state of every `ts_every`-th step (0: none).
+    ts_every: u64,
     next_adm: u64,
     /// Lockstep mode state (see lockstep.rs).
     lockstep: bool,
@@ -202,6 +217,7 @@ impl<'a> Engine<'a> {
             new_blocks: Vec::new(),
             num_rejected: 0,
             step: 0,
+            ts_every: 0,
             next_adm: 0,
             lockstep: false,
             ring: vec![Vec::new(); (cfg.block_size.max(64) as usize).next_power_of_two()],
@@ -235,6 +251,10 @@ impl<'a> Engine<'a> {
         let segs = (lo..hi)
             .map(|k| Segment::new(inp.segment_id[k], inp.segment_len[k] as u64))
             .collect();
+        let num_children = inp.fork_parent[row + 1..]
+            .iter()
+            .take_while(|&&p| p == row as i64)
+            .count();
         Seq {
             row,
             segs,
@@ -242,6 +262,7 @@ impl<'a> Engine<'a> {
             target: inp.target[row] as u64,
             max_gen: inp.max_gen[row] as u64,
             output_seg: inp.output_seg[row],
+            num_children,
             ..Seq::default()
         }
     }
@@ -403,11 +424,54 @@ impl<'a> Engine<'a> {
         self.waiting.push_front(k);
     }
 
-    fn reject_row(&mut self, row: usize, reason: i64) {
-        self.out.status[row] = REJECTED;
-        self.out.reject_reason[row] = reason;
-        self.out.finish[row] = self.t;
+    /// Rejects `row` and the `num_children` sample rows it would have forked, now.
+    fn reject_rows(&mut self, row: usize, num_children: usize, reason: i64) {
+        for r in row..=row + num_children {
+            self.out.status[r] = REJECTED;
+            self.out.reject_reason[r] = reason;
+            self.out.finish[r] = self.t;
+        }
         self.num_rejected += 1;
+    }
+
+    /// Rejects waiting sequence `k` (and its unforked samples) and drops it.
+    fn reject_seq(&mut self, k: usize, reason: i64) {
+        let s = &self.slab[k];
+        let children = if s.forked { 0 } else { s.num_children };
+        self.reject_rows(s.row, children, reason);
+        self.remove(k);
+    }
+
+    /// fork-cow (paper §4.4): after `k` samples its first token, each of its samples starts sharing
+    /// every block (copy-on-write) with its own first token; those already finished go to `done`.
+    /// Returns the new slab indices in sample order.
+    fn fork(&mut self, k: usize) -> std::ops::Range<usize> {
+        let Memory::Paged(_) = &self.mem else {
+            unreachable!("fork-cow is paged only")
+        };
+        self.slab[k].forked = true;
+        let (row, n) = (self.slab[k].row, self.slab[k].num_children);
+        let first = self.running.len();
+        for child_row in row + 1..=row + n {
+            let mut c = self.make_seq(child_row);
+            let Memory::Paged(pool) = &mut self.mem else {
+                unreachable!()
+            };
+            c.table = self.slab[k].table.fork(pool);
+            c.num_computed = self.slab[k].num_computed;
+            c.set_generated(1);
+            c.adm_no = self.next_adm;
+            self.next_adm += 1;
+            self.out.first_scheduled[child_row] = self.out.first_scheduled[row];
+            self.out.first_token[child_row] = self.t;
+            let done = c.generated == c.target;
+            let ck = self.insert(c);
+            self.running.push(ck);
+            if done {
+                self.done.push(ck);
+            }
+        }
+        first..self.running.len()
     }
 
     fn schedule(&mut self) {
@@ -446,23 +510,27 @@ impl<'a> Engine<'a> {
     fn admit_waiting(&mut self, mut budget: u64) {
         let cfg = self.cfg;
         while let Some(&k) = self.waiting.front() {
-            if budget == 0 || self.running.len() as u64 >= cfg.max_num_seqs {
+            if budget == 0 {
+                break;
+            }
+            if self.running.len() as u64 + self.slab[k].seats() > cfg.max_num_seqs {
+                if self.running.is_empty() {
+                    self.waiting.pop_front();
+                    self.reject_seq(k, reject::NEVER_ADMITTED);
+                    continue;
+                }
                 break;
             }
             let num_new = self.try_admit(k, budget);
             if num_new == NEVER {
                 self.waiting.pop_front();
-                let row = self.slab[k].row;
-                self.reject_row(row, reject::EXCEEDS_STEP_BUDGET);
-                self.remove(k);
+                self.reject_seq(k, reject::EXCEEDS_STEP_BUDGET);
                 continue;
             }
             if num_new == 0 {
                 if self.running.is_empty() {
                     self.waiting.pop_front();
-                    let row = self.slab[k].row;
-                    self.reject_row(row, reject::NEVER_ADMITTED);
-                    self.remove(k);
+                    self.reject_seq(k, reject::NEVER_ADMITTED);
                     continue;
                 }
                 break; // head-of-line blocking: a waiting request never preempts
@@ -496,10 +564,23 @@ impl<'a> Engine<'a> {
         match &self.mem {
             Memory::Paged(pool) => {
                 m.held = self.cfg.capacity_blocks() - u64::from(pool.num_free_blocks());
+                // A partial block shared by forked samples (until their first write) counts once.
+                let mut shared_partial: Vec<BlockId> = Vec::new();
                 for &k in &self.running {
-                    let c = self.slab[k].num_computed;
-                    m.internal += (bs - c % bs) % bs;
+                    let s = &self.slab[k];
+                    let c = s.num_computed;
                     m.logical += c.div_ceil(bs);
+                    if c % bs == 0 {
+                        continue;
+                    }
+                    let last = *s.table.blocks().last().expect("a partial block");
+                    if pool.ref_cnt_of(last) > 1 {
+                        if shared_partial.contains(&last) {
+                            continue;
+                        }
+                        shared_partial.push(last);
+                    }
+                    m.internal += bs - c % bs;
                 }
                 m.allocated = m.held * bs;
                 m.stored = m.allocated - m.internal;
@@ -523,6 +604,21 @@ impl<'a> Engine<'a> {
 
     /// Adds one step of `dt` picoseconds to the counters.
     fn record(&mut self, dt: u64, batch: u64, tokens: u64, m: MemoryState) {
+        if self.ts_every > 0 && self.step % self.ts_every == 0 {
+            let free = self.cfg.capacity_tokens() - m.allocated;
+            self.out.timeseries.push([
+                self.step as i64,
+                self.t,
+                batch as i64,
+                tokens as i64,
+                free as i64,
+                m.stored as i64,
+                m.allocated as i64,
+                m.internal as i64,
+                m.reserved as i64,
+                m.external as i64,
+            ]);
+        }
         let dt_w = i128::from(dt);
         let c = &mut self.out.counters;
         c.w_batch += dt_w * i128::from(batch);
@@ -555,13 +651,17 @@ impl<'a> Engine<'a> {
     }
 
     fn join(&mut self, row: usize) {
+        if self.inp.fork_parent[row] >= 0 {
+            return; // a fork-cow sample: it starts when its parent samples its first token
+        }
         let s = self.make_seq(row);
+        let s_children = s.num_children;
         let reason = self.reject_at_arrival(&s);
         if reason == 0 {
             let k = self.insert(s);
             self.waiting.push_back(k);
         } else {
-            self.reject_row(row, reason);
+            self.reject_rows(row, s_children, reason);
         }
     }
 
@@ -570,7 +670,8 @@ impl<'a> Engine<'a> {
     fn finish_step(&mut self) {
         let t = self.t;
         self.done.clear();
-        for &(k, _) in &self.scheduled {
+        for i in 0..self.scheduled.len() {
+            let k = self.scheduled[i].0;
             let s = &mut self.slab[k];
             if s.num_computed == s.num_tokens() {
                 s.generate_one();
@@ -579,6 +680,9 @@ impl<'a> Engine<'a> {
                 }
                 if s.generated == s.target {
                     self.done.push(k);
+                }
+                if s.num_children > 0 && !s.forked {
+                    self.fork(k);
                 }
             }
         }
@@ -624,6 +728,13 @@ impl<'a> Engine<'a> {
         true
     }
 
+    /// Records the memory state of every `every`-th step into the output's time series (0: none).
+    #[must_use]
+    pub fn with_timeseries(mut self, every: u64) -> Self {
+        self.ts_every = every;
+        self
+    }
+
     /// Runs to completion. `interrupted` is polled every few thousand steps; when it returns true
     /// the run stops with an error (Ctrl-C from Python).
     pub fn run(mut self, interrupted: &mut dyn FnMut() -> bool) -> Result<EngineOutput> {
@@ -665,11 +776,14 @@ impl<'a> Engine<'a> {
     }
 }
 
-/// Simulates every sequence of `inp` under `cfg`.
+/// Simulates every sequence of `inp` under `cfg`, recording every `timeseries_every`-th step (0: none).
 pub fn run(
     inp: EngineInput<'_>,
     cfg: &EngineConfig,
+    timeseries_every: u64,
     interrupted: &mut dyn FnMut() -> bool,
 ) -> Result<EngineOutput> {
-    Engine::new(inp, cfg)?.run(interrupted)
+    Engine::new(inp, cfg)?
+        .with_timeseries(timeseries_every)
+        .run(interrupted)
 }

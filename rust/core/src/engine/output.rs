@@ -71,7 +71,24 @@ pub struct EngineOutput {
     pub status: Vec<i64>,
     pub reject_reason: Vec<i64>,
     pub counters: Counters,
+    /// One row per recorded step, columns as `TIMESERIES`.
+    pub timeseries: Vec<[i64; 10]>,
 }
+
+/// Time-series columns: step index, its start (ps), batch size, batched tokens, then token slots free,
+/// stored, allocated, internal slack, reserved for later, and stranded between regions.
+pub const TIMESERIES: [&str; 10] = [
+    "step",
+    "time_ps",
+    "batch",
+    "batched_tokens",
+    "free_tokens",
+    "stored_tokens",
+    "allocated_tokens",
+    "internal_tokens",
+    "reserved_tokens",
+    "external_tokens",
+];
 
 impl EngineOutput {
     pub fn new(n: usize) -> Self {
@@ -87,7 +104,17 @@ impl EngineOutput {
             status: vec![-1; n],
             reject_reason: vec![0; n],
             counters: Counters::default(),
+            timeseries: Vec::new(),
         }
+    }
+
+    /// The time series as named columns.
+    pub fn timeseries_columns(&self) -> Vec<(&'static str, Vec<i64>)> {
+        TIMESERIES
+            .iter()
+            .enumerate()
+            .map(|(i, &name)| (name, self.timeseries.iter().map(|row| row[i]).collect()))
+            .collect()
     }
 
     /// Each column with its name (the Python side's keys).
