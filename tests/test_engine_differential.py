@@ -52,8 +52,14 @@ def configs(draw) -> kvsim.SimConfig:
         max_model_len = 200
     linear = draw(st.booleans())
     sampling = draw(st.sampled_from(["independent", "fork-cow"])) if policy == "vllm" else "independent"
+    swap = policy == "vllm" and draw(st.booleans())
+    contiguous = policy in ("static", "orca-max", "orca-pow2", "orca-oracle")
     return kvsim.SimConfig(
+        placement=draw(st.sampled_from(["first-fit", "buddy"])) if contiguous else "first-fit",
         sampling=sampling,
+        preemption="swap" if swap else "recompute",
+        cpu_blocks=draw(st.integers(1, 40)) if swap else 0,
+        swap_ps_per_block=draw(st.sampled_from([0, 10**6])),
         num_blocks=draw(st.integers(2, 60)),
         block_size=draw(st.sampled_from([1, 2, 4, 16])),
         policy=policy,

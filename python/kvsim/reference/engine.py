@@ -15,7 +15,7 @@ import numpy as np
 
 from kvsim.config import SimConfig
 from kvsim.engine_input import EngineInput
-from kvsim.reference.contiguous import FirstFit
+from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.kv_cache_manager import KVCacheManager
 
 # Reasons a sequence is rejected; the codes are shared with the Rust engine.
@@ -63,6 +63,7 @@ COUNTERS = (
     "prefix_hit_tokens",
     "prompt_tokens_admitted",
     "recomputed_tokens",
+    "num_swapped_blocks",
 )
 
 
@@ -82,6 +83,7 @@ class Seq:
     # reserve policy: blocks promised but not yet allocated; contiguous: (start, size) region
     reserved_blocks: int = 0
     region: tuple[int, int] | None = None
+    swapped_blocks: int = 0  # blocks held in the CPU pool while swapped out
     # fork-cow: the samples forked from this one when its first token is sampled (until then, unforked)
     children: list[Seq] = field(default_factory=list)
     forked: bool = False
@@ -130,10 +132,14 @@ class Engine:
                 config.num_blocks, self.bs, config.enable_prefix_caching, config.free_order
             )
         else:
-            self.space = FirstFit(config.capacity_tokens)
+            space_cls = Buddy if config.placement == "buddy" else FirstFit
+            self.space: FirstFit | Buddy = space_cls(config.capacity_tokens)
         self.outstanding = 0  # reserve policy: blocks promised to admitted sequences
         self.t = 0
         self.waiting: deque[Seq] = deque()
+        self.swapped: deque[Seq] = deque()  # preempted by swapping: their blocks are in the CPU pool
+        self.cpu_used = 0
+        self.swap_blocks_step = 0
         self.running: list[Seq] = []
         self.c = dict.fromkeys(COUNTERS, 0)
         self.cols = {k: np.full(n, -1, dtype=np.int64) for k in ("first_scheduled", "first_token", "finish")}
@@ -166,7 +172,7 @@ class Engine:
             return 1
         if self.paged and self.peak_blocks(s) > cfg.capacity_blocks:
             return 2
-        if not self.paged and self.region_size(s) > cfg.capacity_tokens:
+        if not self.paged and self.region_size(s) > self.space.max_region():
             return 3
         return 0
 
@@ -182,11 +188,10 @@ class Engine:
                 return NEVER
             if num_new > budget:
                 return 0
-            size = self.region_size(s)
-            start = self.space.allocate(size)
-            if start is None:
+            region = self.space.allocate(self.region_size(s))
+            if region is None:
                 return 0
-            s.region = (start, size)
+            s.region = region
             s.num_computed = num_new
             return num_new
         segs = s.segments()
@@ -253,12 +258,43 @@ class Engine:
 
     # -- scheduling -----------------------------------------------------------------------------------
     def preempt(self, s: Seq) -> None:
+        """Swaps `s` out to the CPU pool if swapping is on and its blocks fit there, else frees it for
+        recomputation (it goes to the front of the waiting queue and starts over from token 0)."""
+        self.cols["num_preemptions"][s.idx] += 1
+        self.c["num_preemptions"] += 1
+        if self.cfg.preemption == "swap":
+            n = len(self.kv.block_table(s.idx))
+            if n <= self.cfg.cpu_blocks - self.cpu_used:
+                self.release(s)
+                s.swapped_blocks = n
+                self.cpu_used += n
+                self.swap_blocks_step += n
+                self.c["num_swapped_blocks"] += n
+                self.cols["num_swaps"][s.idx] += 1
+                self.swapped.append(s)
+                return
         self.release(s)
         s.computed_at_preemption = s.num_computed
         s.num_computed = 0
-        self.cols["num_preemptions"][s.idx] += 1
-        self.c["num_preemptions"] += 1
         self.waiting.appendleft(s)
+
+    def try_swap_in(self, s: Seq, budget: int) -> int:
+        """Brings a swapped sequence back into fresh blocks (its content returns from the CPU, its keys are
+        registered again) with room for its next chunk; returns the chunk's tokens, or 0 if it does not fit."""
+        cfg, bs = self.cfg, self.bs
+        num_new = min(s.num_tokens - s.num_computed, budget)
+        if not cfg.chunked_prefill and num_new < s.num_tokens - s.num_computed:
+            return 0
+        need = -(-(s.num_computed + num_new) // bs)
+        if need + cfg.watermark_blocks > self.kv.num_free_blocks:
+            return 0
+        self.kv._restore(s.idx, s.segments(), s.num_computed + num_new)
+        self.cpu_used -= s.swapped_blocks
+        self.swap_blocks_step += s.swapped_blocks
+        self.c["num_swapped_blocks"] += s.swapped_blocks
+        s.swapped_blocks = 0
+        s.num_computed += num_new
+        return num_new
 
     def reject(self, s: Seq, reason: int) -> None:
         """Rejects `s` (and the samples it would have forked) now, with a reason code."""
@@ -291,6 +327,25 @@ class Engine:
                 continue
             break  # s preempted itself: it was the tail, nothing after it
         if preempted:
+            return scheduled
+        # Swapped sequences come back before any new admission (FCFS, head-of-line).
+        while self.swapped and budget > 0:
+            s = self.swapped[0]
+            if len(self.running) + s.seats > cfg.max_num_seqs:
+                break
+            num_new = self.try_swap_in(s, budget)
+            if num_new == 0:
+                if not self.running:
+                    self.swapped.popleft()
+                    self.cpu_used -= s.swapped_blocks
+                    self.reject(s, 5)
+                    continue
+                break
+            self.swapped.popleft()
+            self.running.append(s)
+            scheduled.append((s, num_new))
+            budget -= num_new
+        if self.swapped:
             return scheduled
         while self.waiting and budget > 0:
             s = self.waiting[0]
@@ -338,13 +393,18 @@ class Engine:
     def step_time(self, scheduled: list[tuple[Seq, int]]) -> int:
         cfg = self.cfg
         if cfg.time_model == "ticks":
-            return cfg.iteration_time_ps
+            return cfg.iteration_time_ps + self.swap_time()
         assert cfg.c0_ps is not None
         assert cfg.c_tok_ps is not None
         assert cfg.c_ctx_ps is not None
         tokens = sum(n for _, n in scheduled)
         context = sum(s.num_computed for s, _ in scheduled)
-        return cfg.c0_ps + cfg.c_tok_ps * tokens + cfg.c_ctx_ps * context
+        return cfg.c0_ps + cfg.c_tok_ps * tokens + cfg.c_ctx_ps * context + self.swap_time()
+
+    def swap_time(self) -> int:
+        """PCIe time of the blocks swapped out or in during this step (both time models)."""
+        blocks, self.swap_blocks_step = self.swap_blocks_step, 0
+        return blocks * self.cfg.swap_ps_per_block
 
     def measure(self, dt: int, batch: int, tokens: int) -> None:
         """Time-weighted memory state during the step (after allocation, before finishing)."""
@@ -426,7 +486,7 @@ class Engine:
                     self.reject(s, reason)
                 else:
                     self.waiting.append(s)
-            if not self.running and not self.waiting:
+            if not self.running and not self.waiting and not self.swapped:
                 if nxt == n:
                     break
                 self.t = arrivals[nxt]

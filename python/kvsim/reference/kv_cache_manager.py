@@ -167,6 +167,16 @@ class KVCacheManager:
         self._register_full_blocks(req, segments)
         return new
 
+    def _restore(self, request_id: int, segments: Sequence[Segment], num_tokens: int) -> list[int]:
+        """Engine use (swap-in): a request returns into fresh blocks holding `num_tokens` computed tokens,
+        full ones registered again; no prefix lookup. The caller has checked that they fit."""
+        new = self.pool.allocate(_cdiv(num_tokens, self.block_size))
+        assert new is not None, "capacity was checked by the caller"
+        req = _Request(new, num_tokens)
+        self._requests[request_id] = req
+        self._register_full_blocks(req, segments)
+        return new
+
     @staticmethod
     def _check_room(request_id: int, computed: int, num_new_tokens: int, total: int) -> None:
         if computed + num_new_tokens > total:

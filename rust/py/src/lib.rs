@@ -348,10 +348,11 @@ fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>, name: &str) -> P
 #[pyo3(signature = (
     *, num_blocks, block_size, policy, enable_prefix_caching, free_order, max_num_seqs,
     max_num_batched_tokens, chunked_prefill, full_prompt_gate, watermark_blocks, max_model_len,
-    time_model, iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps, timeseries_every,
+    time_model, iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps, swap, cpu_blocks, swap_ps_per_block, buddy,
+    timeseries_every,
     arrival_ps, prompt_len, target, max_gen, fork_parent, output_seg, seg_offsets, segment_id, segment_len
 ))]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
 fn run_engine<'py>(
     py: Python<'py>,
     num_blocks: i128,
@@ -370,6 +371,10 @@ fn run_engine<'py>(
     c0_ps: u64,
     c_tok_ps: u64,
     c_ctx_ps: u64,
+    swap: bool,
+    cpu_blocks: u64,
+    swap_ps_per_block: u64,
+    buddy: bool,
     timeseries_every: u64,
     arrival_ps: PyReadonlyArray1<'py, i64>,
     prompt_len: PyReadonlyArray1<'py, i64>,
@@ -409,6 +414,10 @@ fn run_engine<'py>(
         watermark_blocks,
         max_model_len,
         time,
+        swap,
+        cpu_blocks,
+        swap_ps_per_block,
+        buddy,
     };
     let inp = EngineInput {
         arrival_ps: slice(&arrival_ps, "arrival_ps")?,

@@ -50,7 +50,9 @@ pub enum TimeModel {
     },
 }
 
+/// Plain knobs, one per `SimConfig` field; several are independent on/off switches.
 #[derive(Clone, Debug)]
+#[allow(clippy::struct_excessive_bools)]
 pub struct EngineConfig {
     pub num_blocks: u32,
     pub block_size: u64,
@@ -65,6 +67,13 @@ pub struct EngineConfig {
     pub watermark_blocks: u64,
     pub max_model_len: Option<u64>,
     pub time: TimeModel,
+    /// Contiguous policies: buddy placement instead of first-fit.
+    pub buddy: bool,
+    /// Preempt by swapping to a CPU pool of `cpu_blocks` (falls back to recompute when it is full).
+    pub swap: bool,
+    pub cpu_blocks: u64,
+    /// PCIe time per block swapped out or in, added to the step (both time models).
+    pub swap_ps_per_block: u64,
 }
 
 impl EngineConfig {
@@ -86,6 +95,9 @@ impl EngineConfig {
         }
         if self.policy == Policy::Static && self.max_model_len.is_none() {
             invalid_arg!("policy 'static' reserves max_model_len per request: set max_model_len");
+        }
+        if self.swap && !self.policy.is_paged() {
+            invalid_arg!("preemption 'swap' applies to paged policies");
         }
         if let TimeModel::Ticks { iteration_ps: 0 } = self.time {
             invalid_arg!("iteration_time_ps 0 must be at least 1");

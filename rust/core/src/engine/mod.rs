@@ -16,7 +16,7 @@ pub use output::{Counters, EngineOutput};
 
 use crate::block_table::BlockTable;
 use crate::{BlockId, BlockKey, BlockPool, KvError, Result, Segment};
-use contiguous::FirstFit;
+use contiguous::{Buddy, FirstFit, Space};
 
 /// Reject reasons, shared with `kvsim.reference.engine.REJECT_REASONS`.
 pub mod reject {
@@ -51,6 +51,8 @@ struct Seq {
     computed_at_preemption: u64,
     reserved_blocks: u64,
     region: Option<(u64, u64)>,
+    /// Blocks held in the CPU pool while swapped out.
+    swapped_blocks: u64,
     table: BlockTable,
     /// Order of (re)admission: the running list is sorted by it, and so are same-step events.
     adm_no: u64,
@@ -137,7 +139,7 @@ struct MemoryState {
 
 enum Memory {
     Paged(BlockPool),
-    Contiguous(FirstFit),
+    Contiguous(Space),
 }
 
 pub struct Engine<'a> {
@@ -150,6 +152,11 @@ pub struct Engine<'a> {
     slab: Vec<Seq>,
     free_slots: Vec<usize>,
     waiting: VecDeque<usize>,
+    /// Preempted by swapping: their blocks are in the CPU pool (`cpu_used` of `cpu_blocks`).
+    swapped: VecDeque<usize>,
+    cpu_used: u64,
+    /// Blocks swapped out or in during the current step (their PCIe time is added to the step).
+    swap_blocks_step: u64,
     running: Vec<usize>,
     scheduled: Vec<(usize, u64)>,
     hits: Vec<BlockId>,
@@ -199,7 +206,12 @@ impl<'a> Engine<'a> {
                 cfg.free_order,
             )?)
         } else {
-            Memory::Contiguous(FirstFit::new(cfg.capacity_tokens()))
+            let cap = cfg.capacity_tokens();
+            Memory::Contiguous(if cfg.buddy {
+                Space::Buddy(Buddy::new(cap))
+            } else {
+                Space::FirstFit(FirstFit::new(cap))
+            })
         };
         Ok(Engine {
             cfg,
@@ -211,6 +223,9 @@ impl<'a> Engine<'a> {
             slab: Vec::new(),
             free_slots: Vec::new(),
             waiting: VecDeque::new(),
+            swapped: VecDeque::new(),
+            cpu_used: 0,
+            swap_blocks_step: 0,
             running: Vec::new(),
             scheduled: Vec::new(),
             hits: Vec::new(),
@@ -234,7 +249,9 @@ impl<'a> Engine<'a> {
             reject::NO_ROOM_TO_GENERATE
         } else if cfg.policy.is_paged() && peak_blocks(cfg, s) > cfg.capacity_blocks() {
             reject::EXCEEDS_POOL
-        } else if !cfg.policy.is_paged() && region_size(cfg, s) > cfg.capacity_tokens() {
+        } else if let Memory::Contiguous(space) = &self.mem
+            && region_size(cfg, s) > space.max_region()
+        {
             reject::EXCEEDS_ADDRESS_SPACE
         } else {
             0
@@ -302,12 +319,11 @@ impl<'a> Engine<'a> {
                 if num_new > budget {
                     return 0;
                 }
-                let size = region_size(cfg, &self.slab[k]);
-                let Some(start) = space.allocate(size) else {
+                let Some(region) = space.allocate(region_size(cfg, &self.slab[k])) else {
                     return 0;
                 };
                 let s = &mut self.slab[k];
-                s.region = Some((start, size));
+                s.region = Some(region);
                 s.num_computed = num_new;
                 num_new
             }
@@ -414,14 +430,97 @@ impl<'a> Engine<'a> {
     }
 
     // -- scheduling ------------------------------------------------------------------------------------
+    /// Swaps `k` out to the CPU pool if swapping is on and its blocks fit there, else frees it for
+    /// recomputation (to the front of the waiting queue, starting over from token 0).
     fn preempt(&mut self, k: usize) {
+        let row = self.slab[k].row;
+        self.out.num_preemptions[row] += 1;
+        self.out.counters.num_preemptions += 1;
+        if self.cfg.swap {
+            let n = self.slab[k].table.blocks().len() as u64;
+            if n <= self.cfg.cpu_blocks - self.cpu_used {
+                self.release(k);
+                self.slab[k].swapped_blocks = n;
+                self.cpu_used += n;
+                self.swap_blocks_step += n;
+                self.out.counters.num_swapped_blocks += i128::from(n);
+                self.out.num_swaps[row] += 1;
+                self.swapped.push_back(k);
+                return;
+            }
+        }
         self.release(k);
         let s = &mut self.slab[k];
         s.computed_at_preemption = s.num_computed;
         s.num_computed = 0;
-        self.out.num_preemptions[s.row] += 1;
-        self.out.counters.num_preemptions += 1;
         self.waiting.push_front(k);
+    }
+
+    /// Brings swapped `k` back into fresh blocks (its content returns from the CPU; full blocks get
+    /// their keys again) with room for its next chunk; returns the chunk's tokens, or 0 if it does not fit.
+    fn try_swap_in(&mut self, k: usize, budget: u64) -> u64 {
+        let cfg = self.cfg;
+        let bs = cfg.block_size;
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("swap is paged only")
+        };
+        let s = &mut self.slab[k];
+        let pending = s.num_tokens() - s.num_computed;
+        let num_new = pending.min(budget);
+        if !cfg.chunked_prefill && num_new < pending {
+            return 0;
+        }
+        let need = (s.num_computed + num_new).div_ceil(bs);
+        if need + cfg.watermark_blocks > u64::from(pool.num_free_blocks()) {
+            return 0;
+        }
+        self.new_blocks.clear();
+        let mut table = BlockTable::start(
+            pool,
+            bs,
+            &[],
+            None,
+            s.num_computed + num_new,
+            &mut self.new_blocks,
+        );
+        table.register_full_blocks(pool, bs, &s.segs);
+        s.table = table;
+        self.cpu_used -= s.swapped_blocks;
+        self.swap_blocks_step += s.swapped_blocks;
+        self.out.counters.num_swapped_blocks += i128::from(s.swapped_blocks);
+        s.swapped_blocks = 0;
+        s.num_computed += num_new;
+        num_new
+    }
+
+    /// The swap-in phase: swapped sequences return FCFS before any new admission; returns the budget
+    /// left. Admission of waiting sequences happens only once nothing is swapped out.
+    fn admit_swapped(&mut self, mut budget: u64) -> u64 {
+        while let Some(&k) = self.swapped.front() {
+            if budget == 0
+                || self.running.len() as u64 + self.slab[k].seats() > self.cfg.max_num_seqs
+            {
+                break;
+            }
+            let num_new = self.try_swap_in(k, budget);
+            if num_new == 0 {
+                if self.running.is_empty() {
+                    self.swapped.pop_front();
+                    self.cpu_used -= self.slab[k].swapped_blocks;
+                    self.reject_seq(k, reject::NEVER_ADMITTED);
+                    continue;
+                }
+                break;
+            }
+            self.swapped.pop_front();
+            self.running.push(k);
+            self.scheduled.push((k, num_new));
+            budget -= num_new;
+            let s = &mut self.slab[k];
+            s.adm_no = self.next_adm;
+            self.next_adm += 1;
+        }
+        budget
     }
 
     /// Rejects `row` and the `num_children` sample rows it would have forked, now.
@@ -507,7 +606,11 @@ impl<'a> Engine<'a> {
     /// The waiting phase: admits FCFS from the head while budget, seats and memory allow, appending each
     /// admitted sequence to `scheduled`. A head that cannot start blocks the rest (head-of-line), unless
     /// nothing runs at all: then it can never start and is rejected.
-    fn admit_waiting(&mut self, mut budget: u64) {
+    fn admit_waiting(&mut self, budget: u64) {
+        let mut budget = self.admit_swapped(budget);
+        if !self.swapped.is_empty() {
+            return;
+        }
         let cfg = self.cfg;
         while let Some(&k) = self.waiting.front() {
             if budget == 0 {
@@ -548,7 +651,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn step_time(&self) -> (u64, u64) {
+    fn step_time(&mut self) -> (u64, u64) {
         let (mut tokens, mut context) = (0u64, 0u64);
         for &(k, n) in &self.scheduled {
             tokens += n;
@@ -639,8 +742,10 @@ impl<'a> Engine<'a> {
         self.step += 1;
     }
 
-    fn linear_time(&self, tokens: u64, context: u64) -> u64 {
-        match self.cfg.time {
+    /// The step's duration: the time model, plus PCIe time for the blocks swapped out or in.
+    fn linear_time(&mut self, tokens: u64, context: u64) -> u64 {
+        let swap = std::mem::take(&mut self.swap_blocks_step) * self.cfg.swap_ps_per_block;
+        swap + match self.cfg.time {
             TimeModel::Ticks { iteration_ps } => iteration_ps,
             TimeModel::Linear {
                 c0_ps,
@@ -745,7 +850,7 @@ impl<'a> Engine<'a> {
                 self.join(nxt);
                 nxt += 1;
             }
-            if self.running.is_empty() && self.waiting.is_empty() {
+            if self.running.is_empty() && self.waiting.is_empty() && self.swapped.is_empty() {
                 if nxt == n {
                     break;
                 }

@@ -26,6 +26,7 @@ pub struct Counters {
     pub prefix_hit_tokens: i128,
     pub prompt_tokens_admitted: i128,
     pub recomputed_tokens: i128,
+    pub num_swapped_blocks: i128,
 }
 
 impl Counters {
@@ -53,6 +54,7 @@ impl Counters {
             ("prefix_hit_tokens", self.prefix_hit_tokens),
             ("prompt_tokens_admitted", self.prompt_tokens_admitted),
             ("recomputed_tokens", self.recomputed_tokens),
+            ("num_swapped_blocks", self.num_swapped_blocks),
         ]
     }
 }
