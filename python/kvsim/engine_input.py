@@ -50,6 +50,13 @@ class EngineInput:
 def prepare(workload: Any, config: SimConfig) -> EngineInput:
     """Expands samples, converts seconds to picoseconds and caps generation targets."""
     n = len(workload)
+    beam = np.asarray(getattr(workload, "beam", np.zeros(n, dtype=bool)), dtype=bool)
+    if beam.any():
+        row = int(np.argmax(beam))
+        raise InvalidArgumentError(
+            f"row {row}: beam search (beam=True) is not simulated: candidates' pruning needs a survival "
+            "model the workload does not give; use num_samples with sampling='fork-cow' for parallel sampling"
+        )
     samples = np.asarray(workload.num_samples, dtype=np.int64)
     rows = np.repeat(np.arange(n, dtype=np.int64), samples)
     starts = np.cumsum(samples) - samples
