@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import given
 
 import kvsim
+from kvsim.segments import output_id
 from kvsim.workloads import Workload
 
 SHARED = [(1, 24), (2, 40), (3, 7)]  # system prompts many requests start with
@@ -18,6 +19,9 @@ SHARED = [(1, 24), (2, 40), (3, 7)]  # system prompts many requests start with
 def workloads(draw, max_requests: int = 24) -> Workload:
     n = draw(st.integers(1, max_requests))
     gaps = draw(st.lists(st.sampled_from([0.0, 0.0005, 0.001, 0.003, 0.02]), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, 60), min_size=n, max_size=n))
+    caps = draw(st.lists(st.one_of(st.none(), st.integers(1, 80)), min_size=n, max_size=n))
+    max_tokens = [o if c is None else c for o, c in zip(output, caps, strict=True)]
     offsets, ids, lens = [0], [], []
     for i in range(n):
         prefix = draw(st.sampled_from([None, *SHARED]))
@@ -25,16 +29,19 @@ def workloads(draw, max_requests: int = 24) -> Workload:
         if prefix is not None:
             ids.append(prefix[0])
             lens.append(prefix[1])
+        if i > 0 and draw(st.integers(0, 4)) == 0:
+            # A later turn quoting an earlier request's answer (so generated blocks can be hit).
+            j = draw(st.integers(0, i - 1))
+            ids.append(output_id(j))
+            lens.append(draw(st.integers(1, min(output[j], max_tokens[j]))))
         ids.append(1000 + i)
         lens.append(own)
         offsets.append(len(ids))
-    output = draw(st.lists(st.integers(1, 60), min_size=n, max_size=n))
-    caps = draw(st.lists(st.one_of(st.none(), st.integers(1, 80)), min_size=n, max_size=n))
     samples = draw(st.lists(st.sampled_from([1, 1, 1, 2, 3]), min_size=n, max_size=n))
     return Workload(
         arrival=np.cumsum(gaps),
         output_len=output,
-        max_tokens=[o if c is None else c for o, c in zip(output, caps, strict=True)],
+        max_tokens=max_tokens,
         num_samples=samples,
         seg_offsets=offsets,
         segment_id=np.array(ids, dtype=np.uint64),

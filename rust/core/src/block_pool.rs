@@ -75,6 +75,9 @@ pub struct BlockPool {
     key: Vec<Option<BlockKey>>,
     /// Next block carrying the same key, in insertion order (`NONE` ends the chain).
     dup_next: Vec<u32>,
+    /// Keyed without a key in the map (engine-only, see `insert_phantom`): counts as keyed for the free
+    /// order and for evictions, but no lookup can find it.
+    phantom: Vec<bool>,
     queue: FreeQueue,
     /// First block inserted under each key that still carries it.
     map: KeyMap,
@@ -96,6 +99,7 @@ impl BlockPool {
             ref_cnt: vec![0; n],
             key: vec![None; n],
             dup_next: vec![NONE; n],
+            phantom: vec![false; n],
             queue: FreeQueue::new(num_blocks, 1),
             map: KeyMap::default(),
             num_evictions: 0,
@@ -199,6 +203,10 @@ impl BlockPool {
     }
 
     fn evict(&mut self, b: BlockId) {
+        if std::mem::take(&mut self.phantom[b.index()]) {
+            self.num_evictions += 1;
+            return;
+        }
         let Some(key) = self.key[b.index()].take() else {
             return;
         };
@@ -207,16 +215,16 @@ impl BlockPool {
     }
 
     fn unmap(&mut self, key: BlockKey, b: BlockId) {
-        let first = self.map[&key];
         let after = std::mem::replace(&mut self.dup_next[b.index()], NONE);
+        // One probe in the common case: the block is the key's only holder.
+        let first = self.map.remove(&key).expect("a keyed block is mapped");
         if first == b.0 {
-            if after == NONE {
-                self.map.remove(&key);
-            } else {
+            if after != NONE {
                 self.map.insert(key, after);
             }
             return;
         }
+        self.map.insert(key, first);
         let mut cur = first;
         while self.dup_next[cur as usize] != b.0 {
             cur = self.dup_next[cur as usize];
@@ -256,7 +264,10 @@ impl BlockPool {
             debug_assert!(*rc > 0, "block {b} released with ref_cnt 0");
             *rc -= 1;
             if *rc == 0 {
-                if self.free_order == FreeOrder::LifoUnhashed && self.key[b.index()].is_none() {
+                if self.free_order == FreeOrder::LifoUnhashed
+                    && self.key[b.index()].is_none()
+                    && !self.phantom[b.index()]
+                {
                     self.queue.insert_after(last_at_head, b);
                     last_at_head = Some(b);
                 } else {
@@ -323,6 +334,22 @@ impl BlockPool {
         self.debug_check();
     }
 
+    /// Marks an in-use block as keyed without computing or mapping its key: for blocks no lookup can
+    /// ever hit (generated tokens when no prompt quotes an output). Behaves as keyed in the free order
+    /// and is counted as an eviction when reused; `materialize` gives it its real key later if needed.
+    #[inline]
+    pub fn insert_phantom(&mut self, b: BlockId) {
+        debug_assert!(self.key[b.index()].is_none() && self.ref_cnt[b.index()] > 0);
+        self.phantom[b.index()] = true;
+    }
+
+    /// Replaces a phantom key by the real one, now findable by `lookup`.
+    pub fn materialize(&mut self, b: BlockId, key: BlockKey) {
+        debug_assert!(self.phantom[b.index()]);
+        self.phantom[b.index()] = false;
+        self.insert_key(b, key);
+    }
+
     // -- checking --------------------------------------------------------------------------------------
     #[inline]
     fn debug_check(&self) {
@@ -373,6 +400,9 @@ impl BlockPool {
                 ));
             }
             keyed += usize::from(self.key[id.index()].is_some());
+            if self.phantom[id.index()] && self.key[id.index()].is_some() {
+                return fail(format!("block {b} is phantom-keyed and keyed"));
+            }
         }
         if keyed != reachable {
             return fail(format!(

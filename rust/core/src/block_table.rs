@@ -14,6 +14,9 @@ pub struct BlockTable {
     pub(crate) num_computed_tokens: u64,
     pub(crate) num_keyed_blocks: u64,
     pub(crate) last_key: Option<BlockKey>,
+    /// Blocks `[num_real_keys, num_keyed_blocks)` are phantom-keyed (engine only, see
+    /// `BlockPool::insert_phantom`); `last_key` is the key of block `num_real_keys - 1`.
+    pub(crate) num_real_keys: u64,
 }
 
 impl BlockTable {
@@ -117,6 +120,7 @@ impl BlockTable {
             num_computed_tokens: computed,
             num_keyed_blocks: hits.len() as u64,
             last_key,
+            num_real_keys: hits.len() as u64,
         }
     }
 
@@ -168,37 +172,67 @@ impl BlockTable {
         block_size: u64,
         segments: &[Segment],
     ) {
-        self.register_full_blocks_cached(pool, block_size, segments, &[]);
+        self.register_full_blocks_cached(pool, block_size, segments, &[], None);
     }
 
     /// `register_full_blocks`, taking block `i`'s key from `cached[i]` where given (keys computed for a
-    /// lookup just before) and hashing only the rest.
+    /// lookup just before) and hashing only the rest. With `phantom_from = Some(p)`, blocks reaching past
+    /// token `p` (they hold generated tokens) are phantom-keyed instead (engine only).
     pub fn register_full_blocks_cached(
         &mut self,
         pool: &mut BlockPool,
         block_size: u64,
         segments: &[Segment],
         cached: &[BlockKey],
+        phantom_from: Option<u64>,
     ) {
         if !pool.enable_caching() {
             return;
         }
         let num_full = self.num_computed_tokens / block_size;
+        let real_end = phantom_from.map_or(num_full, |p| num_full.min(p / block_size));
         let mut i = self.num_keyed_blocks;
-        while i < num_full && (i as usize) < cached.len() {
-            let key = cached[i as usize];
-            pool.insert_key(self.blocks[i as usize], key);
-            self.last_key = Some(key);
-            i += 1;
-        }
-        if i < num_full {
-            let keys = BlockKeys::new(segments, block_size, i, self.last_key, num_full - i);
-            for (j, key) in (i..).zip(keys) {
-                pool.insert_key(self.blocks[j as usize], key);
+        if i == self.num_real_keys {
+            while i < real_end && (i as usize) < cached.len() {
+                let key = cached[i as usize];
+                pool.insert_key(self.blocks[i as usize], key);
                 self.last_key = Some(key);
+                i += 1;
             }
+            if i < real_end {
+                let keys = BlockKeys::new(segments, block_size, i, self.last_key, real_end - i);
+                for (j, key) in (i..).zip(keys) {
+                    pool.insert_key(self.blocks[j as usize], key);
+                    self.last_key = Some(key);
+                }
+                i = real_end;
+            }
+            self.num_real_keys = i;
         }
-        self.num_keyed_blocks = num_full;
+        for j in i..num_full {
+            pool.insert_phantom(self.blocks[j as usize]);
+        }
+        self.num_keyed_blocks = num_full.max(self.num_keyed_blocks);
+    }
+
+    /// Gives every phantom-keyed block its real key (before the request frees them and may look its own
+    /// content up again).
+    pub fn materialize(&mut self, pool: &mut BlockPool, block_size: u64, segments: &[Segment]) {
+        let (start, end) = (self.num_real_keys, self.num_keyed_blocks);
+        if start == end {
+            return;
+        }
+        for (j, key) in (start..).zip(BlockKeys::new(
+            segments,
+            block_size,
+            start,
+            self.last_key,
+            end - start,
+        )) {
+            pool.materialize(self.blocks[j as usize], key);
+            self.last_key = Some(key);
+        }
+        self.num_real_keys = end;
     }
 
     /// Releases every block in reverse table order (the deepest is evicted first) and empties the table.
@@ -208,6 +242,7 @@ impl BlockTable {
         self.num_computed_tokens = 0;
         self.num_keyed_blocks = 0;
         self.last_key = None;
+        self.num_real_keys = 0;
     }
 
     /// A second holder of every block (a new sample after the prompt): each `ref_cnt` + 1.

@@ -89,8 +89,9 @@ impl Engine<'_> {
     fn flush_keys(&mut self, k: usize) {
         if let Memory::Paged(pool) = &mut self.mem {
             let s = &mut self.slab[k];
+            let phantom = self.defer_keys.then_some(s.prompt_len);
             s.table
-                .register_full_blocks(pool, self.cfg.block_size, &s.segs);
+                .register_full_blocks_cached(pool, self.cfg.block_size, &s.segs, &[], phantom);
         }
     }
 

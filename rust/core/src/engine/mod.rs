@@ -173,7 +173,9 @@ pub struct Engine<'a> {
     /// Lockstep events: bucket `step % len` holds `(admission number, slab index)` of sequences whose
     /// next event is at `step` (stale entries are skipped). Its length exceeds every event distance.
     ring: Vec<Vec<(u64, usize)>>,
-    /// Key registration of filled decode blocks may wait for the sequence's next event (lockstep.rs).
+    /// No prompt quotes a generated output: blocks holding generated tokens can only ever be looked up by
+    /// their own sequence after a recompute preemption, so they are phantom-keyed (no hashing, no map
+    /// entry) until then, and their registration may wait for the sequence's next lockstep event.
     defer_keys: bool,
     agg: Aggregates,
     /// Event sequences touched in the current lockstep step, in admission order.
@@ -369,7 +371,8 @@ impl<'a> Engine<'a> {
                     &mut self.new_blocks,
                 );
                 let s = &mut self.slab[k];
-                table.register_full_blocks_cached(pool, bs, &s.segs, &s.keys);
+                let phantom = self.defer_keys.then_some(s.prompt_len);
+                table.register_full_blocks_cached(pool, bs, &s.segs, &s.keys, phantom);
                 s.table = table;
                 s.keys = Vec::new();
                 s.keys_for = 0;
@@ -402,7 +405,9 @@ impl<'a> Engine<'a> {
         let Some(copied) = s.table.grow(pool, bs, num_new, &mut self.new_blocks) else {
             return false;
         };
-        s.table.register_full_blocks(pool, bs, &s.segs);
+        let phantom = self.defer_keys.then_some(s.prompt_len);
+        s.table
+            .register_full_blocks_cached(pool, bs, &s.segs, &[], phantom);
         self.out.counters.num_cow_copies += i128::from(copied);
         let used = u64::from(before - pool.num_free_blocks());
         if s.reserved_blocks > 0 {
@@ -449,6 +454,11 @@ impl<'a> Engine<'a> {
                 return;
             }
         }
+        if let Memory::Paged(pool) = &mut self.mem {
+            // It may look its own content up when it resumes: phantom keys become real first.
+            let s = &mut self.slab[k];
+            s.table.materialize(pool, self.cfg.block_size, &s.segs);
+        }
         self.release(k);
         let s = &mut self.slab[k];
         s.computed_at_preemption = s.num_computed;
@@ -483,7 +493,8 @@ impl<'a> Engine<'a> {
             s.num_computed + num_new,
             &mut self.new_blocks,
         );
-        table.register_full_blocks(pool, bs, &s.segs);
+        let phantom = self.defer_keys.then_some(s.prompt_len);
+        table.register_full_blocks_cached(pool, bs, &s.segs, &[], phantom);
         s.table = table;
         self.cpu_used -= s.swapped_blocks;
         self.swap_blocks_step += s.swapped_blocks;
