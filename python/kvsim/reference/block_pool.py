@@ -49,6 +49,7 @@ class BlockPool:
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks))
         self._cached: dict[int, dict[int, None]] = {}
         self.num_evictions = 0
+        self.num_allocated = 0
 
     # -- queries --------------------------------------------------------------------------------------
     @property
@@ -93,6 +94,7 @@ class BlockPool:
             raise InvalidArgumentError(f"cannot allocate {num} blocks: the count must not be negative")
         if num > len(self._free):
             return None
+        self.num_allocated += num
         out = []
         for _ in range(num):
             block_id, _ = self._free.popitem(last=False)

@@ -64,6 +64,7 @@ COUNTERS = (
     "prompt_tokens_admitted",
     "recomputed_tokens",
     "num_swapped_blocks",
+    "num_block_allocations",
 )
 
 
@@ -525,6 +526,7 @@ class Engine:
         if self.paged:
             self.c["num_evictions"] = self.kv.num_evictions
             self.c["num_cow_copies"] = self.kv.num_cow_copies
+            self.c["num_block_allocations"] = self.kv.pool.num_allocated
         self.c["makespan_ps"] = self.t
         ts = {k: np.asarray(v, dtype=np.int64) for k, v in self.ts.items()} if self.ts_every else {}
         return EngineOutput(**cols, counters=self.c, timeseries=ts)

@@ -82,6 +82,7 @@ pub struct BlockPool {
     /// First block inserted under each key that still carries it.
     map: KeyMap,
     num_evictions: u64,
+    num_allocated: u64,
 }
 
 impl BlockPool {
@@ -103,6 +104,7 @@ impl BlockPool {
             queue: FreeQueue::new(num_blocks, 1),
             map: KeyMap::default(),
             num_evictions: 0,
+            num_allocated: 0,
         })
     }
 
@@ -130,6 +132,11 @@ impl BlockPool {
     #[inline]
     pub fn num_evictions(&self) -> u64 {
         self.num_evictions
+    }
+    /// Blocks handed out by `allocate` so far.
+    #[inline]
+    pub fn num_allocated(&self) -> u64 {
+        self.num_allocated
     }
 
     /// Checked public entry points take ids as `i64` so that a caller's negative id gets this message.
@@ -187,6 +194,7 @@ impl BlockPool {
         if num > self.queue.len() {
             return false;
         }
+        self.num_allocated += u64::from(num);
         for _ in 0..num {
             let b = self.queue.pop_front().expect("queue length was checked");
             self.evict(b);
@@ -504,4 +512,17 @@ mod tests {
             Err(KvError::InvalidOperation(_))
         ));
     }
+}
+
+/// The floor the engine is measured against: `ops` blocks popped from the head of a free queue of
+/// `num_blocks` and pushed back at the tail, with nothing else done. Returns a checksum of the ids.
+pub fn free_list_floor(num_blocks: u32, ops: u64) -> u64 {
+    let mut q = FreeQueue::new(num_blocks.max(2), 1);
+    let mut sum = 0u64;
+    for _ in 0..ops {
+        let b = q.pop_front().expect("the queue is never empty");
+        sum = sum.wrapping_add(u64::from(b.0));
+        q.push_back(b);
+    }
+    sum
 }

@@ -462,11 +462,19 @@ fn run_engine<'py>(
     Ok((cols, ctrs))
 }
 
+/// Pops `ops` blocks from a free queue of `num_blocks` and pushes them back, nothing else (GIL
+/// released): the floor `bench/` compares the engine's time with. Returns a checksum.
+#[pyfunction]
+fn free_list_floor(py: Python<'_>, num_blocks: u32, ops: u64) -> u64 {
+    py.detach(|| kvsim_core::block_pool::free_list_floor(num_blocks, ops))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBlockPool>()?;
     m.add_class::<PyKVCacheManager>()?;
     m.add_function(wrap_pyfunction!(block_keys, m)?)?;
     m.add_function(wrap_pyfunction!(run_engine, m)?)?;
+    m.add_function(wrap_pyfunction!(free_list_floor, m)?)?;
     Ok(())
 }

@@ -886,6 +886,7 @@ impl<'a> Engine<'a> {
         }
         if let Memory::Paged(pool) = &self.mem {
             self.out.counters.num_evictions = i128::from(pool.num_evictions());
+            self.out.counters.num_block_allocations = i128::from(pool.num_allocated());
         }
         self.out.counters.makespan_ps = i128::from(self.t);
         Ok(self.out)

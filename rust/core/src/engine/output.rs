@@ -27,6 +27,7 @@ pub struct Counters {
     pub prompt_tokens_admitted: i128,
     pub recomputed_tokens: i128,
     pub num_swapped_blocks: i128,
+    pub num_block_allocations: i128,
 }
 
 impl Counters {
@@ -55,6 +56,7 @@ impl Counters {
             ("prompt_tokens_admitted", self.prompt_tokens_admitted),
             ("recomputed_tokens", self.recomputed_tokens),
             ("num_swapped_blocks", self.num_swapped_blocks),
+            ("num_block_allocations", self.num_block_allocations),
         ]
     }
 }

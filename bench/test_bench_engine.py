@@ -1,0 +1,79 @@
+"""Engine speed: the million-request run, Rust against the reference on one workload, and the floor.
+
+The workload is the paper's ShareGPT means (161.31 in / 337.99 out, lognormal spread), Poisson arrivals at
+100 requests/s, policy `vllm`, prefix caching on, block 16, 1 ms iterations, and a 1,500-block pool that
+is too small at the arrival peaks, so preemptions keep happening. Run with `make bench` (release build).
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+
+import pytest
+
+import kvsim
+from kvsim import _core
+from kvsim.workloads import synthetic
+
+from .conftest import record
+
+CONFIG = kvsim.SimConfig(num_blocks=1500, block_size=16, enable_prefix_caching=True)
+
+
+def workload(n: int):
+    return synthetic(n, arrival_rate=100, lengths="sharegpt-paper", seed=7)
+
+
+@pytest.fixture(scope="module")
+def million():
+    return workload(1_000_000)
+
+
+def test_million_requests(benchmark, million):
+    benchmark.group = "engine-1M"
+    result = benchmark.pedantic(kvsim.simulate, args=(million, CONFIG), rounds=1, iterations=1)
+    s = result.summary
+    # Sane: everything finished, the pool was under pressure, prefixes were found after preemptions.
+    assert s["completed"] == 1_000_000
+    assert s["preemptions"] > 0
+    benchmark.extra_info.update(
+        what="1,000,000 ShareGPT-like requests, vllm, caching on, block 16, 1500 blocks",
+        steps=s["num_steps"],
+        preemptions=s["preemptions"],
+        block_allocations=result.raw.counters["num_block_allocations"],
+        peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
+
+
+def test_engine_within_5x_of_the_free_list_floor(benchmark, million):
+    """The engine's time per allocated block against a loop that only pops and pushes as many blocks."""
+    from kvsim.engine_input import prepare
+    from kvsim.rust_engine import run
+
+    inp = prepare(million, CONFIG)
+    t0 = time.perf_counter()
+    out = run(inp, CONFIG)
+    engine_s = time.perf_counter() - t0
+    ops = int(out.counters["num_block_allocations"])
+    benchmark.group = "engine-floor"
+    checksum = benchmark.pedantic(_core.free_list_floor, args=(CONFIG.num_blocks, ops), rounds=3)
+    assert checksum > 0
+    floor_s = benchmark.stats.stats.median if benchmark.stats else float("nan")
+    benchmark.extra_info.update(
+        what=f"{ops:,} block pops+pushes",
+        engine_s=engine_s,
+        floor_s=floor_s,
+        engine_over_floor=engine_s / floor_s,
+    )
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_engine_20k_rust_against_reference(benchmark, backend):
+    w = workload(20_000)
+    benchmark.group = "engine-20k"
+    benchmark.extra_info["what"] = "20,000 ShareGPT-like requests, vllm, caching on, 1500 blocks"
+    rounds = 3 if backend == "rust" else 1
+    result = benchmark.pedantic(kvsim.simulate, args=(w, CONFIG), kwargs={"backend": backend}, rounds=rounds)
+    assert result.summary["completed"] == 20_000
+    record(benchmark, "engine-20k", backend)
