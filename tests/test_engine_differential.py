@@ -86,8 +86,12 @@ def configs(draw) -> kvsim.SimConfig:
 
 
 def assert_same(w: Workload, cfg: kvsim.SimConfig, every: int = 0) -> kvsim.SimResult:
-    ref = kvsim.simulate(w, cfg, backend="reference", record_timeseries=every)
-    rust = kvsim.simulate(w, cfg, backend="rust", record_timeseries=every)
+    events = every > 0  # log events in the runs that record a time series
+    ref = kvsim.simulate(w, cfg, backend="reference", record_timeseries=every, record_events=events)
+    rust = kvsim.simulate(w, cfg, backend="rust", record_timeseries=every, record_events=events)
+    if events:
+        assert rust.events is not None
+        assert rust.events.equals(ref.events)
     if every:
         assert rust.timeseries is not None
         assert rust.timeseries.equals(ref.timeseries)

@@ -8,7 +8,9 @@ from kvsim.engine_input import EngineInput
 from kvsim.reference.engine import EngineOutput
 
 
-def run(inp: EngineInput, config: SimConfig, timeseries_every: int = 0) -> EngineOutput:
+def run(
+    inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
+) -> EngineOutput:
     """Simulates every sequence of `inp` under `config` in the Rust core (GIL released)."""
     columns, counters = _core.run_engine(
         num_blocks=config.num_blocks,
@@ -32,6 +34,7 @@ def run(inp: EngineInput, config: SimConfig, timeseries_every: int = 0) -> Engin
         swap_ps_per_block=config.swap_ps_per_block,
         buddy=config.placement == "buddy",
         timeseries_every=timeseries_every,
+        record_events=record_events,
         arrival_ps=inp.arrival_ps,
         prompt_len=inp.prompt_len,
         target=inp.target,
@@ -43,4 +46,5 @@ def run(inp: EngineInput, config: SimConfig, timeseries_every: int = 0) -> Engin
         segment_len=inp.segment_len,
     )
     timeseries = columns.pop("timeseries")
-    return EngineOutput(**columns, counters=counters, timeseries=timeseries)
+    events = columns.pop("events")
+    return EngineOutput(**columns, counters=counters, timeseries=timeseries, events=events)

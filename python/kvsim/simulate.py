@@ -16,7 +16,7 @@ import polars as pl
 from kvsim.config import PS_PER_S, SimConfig
 from kvsim.engine_input import EngineInput, prepare
 from kvsim.errors import InvalidArgumentError
-from kvsim.reference.engine import FINISHED, REJECT_REASONS, REJECTED, EngineOutput
+from kvsim.reference.engine import EVENT_KINDS, FINISHED, REJECT_REASONS, REJECTED, EngineOutput
 
 BACKENDS = ("rust", "reference")
 
@@ -34,6 +34,10 @@ class SimResult:
             start), `batch`, `batched_tokens`, then token slots `free_tokens`, `stored_tokens`,
             `allocated_tokens`, `internal_tokens`, `reserved_tokens`, `external_tokens`, and
             `free_blocks` (`free_tokens // block_size`); else None.
+        events: with `record_events`, one row per event in order: `step` (steps completed when it
+            happened), `time_s`, `kind` (admit, allocate, prefix-hit, cow-copy, evict, free, preempt,
+            swap-out, swap-in, finish, reject, fork), `request_id`, `sample`, `block` (-1 for events about
+            a sequence); what the lab page replays. Else None.
     """
 
     requests: pl.DataFrame
@@ -41,20 +45,26 @@ class SimResult:
     config: SimConfig
     raw: EngineOutput
     timeseries: pl.DataFrame | None = None
+    events: pl.DataFrame | None = None
 
 
-def _run_engine(inp: EngineInput, config: SimConfig, backend: str, every: int) -> EngineOutput:
+def _run_engine(inp: EngineInput, config: SimConfig, backend: str, every: int, events: bool) -> EngineOutput:
     if backend == "reference":
         from kvsim.reference import engine
 
-        return engine.run(inp, config, every)
+        return engine.run(inp, config, every, events)
     from kvsim import rust_engine
 
-    return rust_engine.run(inp, config, every)
+    return rust_engine.run(inp, config, every, events)
 
 
 def simulate(
-    workload: Any, config: SimConfig, *, backend: str = "rust", record_timeseries: bool | int = False
+    workload: Any,
+    config: SimConfig,
+    *,
+    backend: str = "rust",
+    record_events: bool = False,
+    record_timeseries: bool | int = False,
 ) -> SimResult:
     """Simulates `workload` under `config`.
 
@@ -62,6 +72,7 @@ def simulate(
         workload: a `kvsim.Workload`.
         config: a `kvsim.SimConfig`.
         backend: `"rust"` (the fast engine, default) or `"reference"` (the pure-Python spec).
+        record_events: log every block and scheduling event into `.events` (memory grows with the log).
         record_timeseries: True records every step's memory state into `.timeseries`; an integer N
             records every N-th step (memory grows with the number of recorded steps).
 
@@ -79,7 +90,7 @@ def simulate(
     if every < 0:
         raise InvalidArgumentError(f"record_timeseries {record_timeseries!r} must be a bool or an int >= 1")
     inp = prepare(workload, config)
-    raw = _run_engine(inp, config, backend, every)
+    raw = _run_engine(inp, config, backend, every, bool(record_events))
     requests = request_rows(workload, inp, raw)
     series = None
     if every:
@@ -89,8 +100,23 @@ def simulate(
         series = series.select(
             "step", "time_s", *[c for c in series.columns if c not in ("step", "time_s", "time_ps")]
         )
+    log = None
+    if record_events:
+        seq = raw.events["seq"]
+        log = pl.DataFrame(
+            {
+                "step": raw.events["step"],
+                "time_s": raw.events["time_ps"] / PS_PER_S,
+                "kind": pl.Series(np.asarray(EVENT_KINDS)[raw.events["kind"]], dtype=pl.Categorical),
+                "request_id": inp.request_id[seq],
+                "sample": inp.sample[seq],
+                "block": raw.events["block"],
+            }
+        )
     summary = summarize(requests, raw, config)
-    return SimResult(requests=requests, summary=summary, config=config, raw=raw, timeseries=series)
+    return SimResult(
+        requests=requests, summary=summary, config=config, raw=raw, timeseries=series, events=log
+    )
 
 
 def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataFrame:

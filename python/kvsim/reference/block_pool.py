@@ -50,6 +50,8 @@ class BlockPool:
         self._cached: dict[int, dict[int, None]] = {}
         self.num_evictions = 0
         self.num_allocated = 0
+        # When a list, every evicted block id is appended to it (the engine's event log reads it).
+        self.evicted: list[int] | None = None
 
     # -- queries --------------------------------------------------------------------------------------
     @property
@@ -113,6 +115,8 @@ class BlockPool:
             del self._cached[key]
         self._key[block_id] = None
         self.num_evictions += 1
+        if self.evicted is not None:
+            self.evicted.append(block_id)
 
     def free(self, block_ids: Iterable[int]) -> None:
         """Drops one reference per listed block, in the given order; blocks reaching zero join the queue.

@@ -40,6 +40,24 @@ TIMESERIES = (
     "reserved_tokens",
     "external_tokens",
 )
+# Event log kinds (codes shared with the Rust engine): one row per event, with the step count, the time,
+# the sequence and the block (-1 when the event is about a sequence, not a block).
+EVENT_KINDS = (
+    "admit",
+    "allocate",
+    "prefix-hit",
+    "cow-copy",
+    "evict",
+    "free",
+    "preempt",
+    "swap-out",
+    "swap-in",
+    "finish",
+    "reject",
+    "fork",
+)
+EVENT = {kind: code for code, kind in enumerate(EVENT_KINDS)}
+EVENT_COLUMNS = ("step", "time_ps", "kind", "seq", "block")
 FINISHED, REJECTED = 0, 1
 NEVER = -1  # try_admit: this sequence can never start
 COUNTERS = (
@@ -118,11 +136,15 @@ class EngineOutput:
     reject_reason: np.ndarray
     counters: dict[str, int] = field(default_factory=dict)
     timeseries: dict[str, np.ndarray] = field(default_factory=dict)
+    events: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class Engine:
-    def __init__(self, inp: EngineInput, config: SimConfig, timeseries_every: int = 0) -> None:
+    def __init__(
+        self, inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
+    ) -> None:
         self.inp, self.cfg = inp, config
+        self.events: list[tuple[int, int, int, int, int]] | None = [] if record_events else None
         self.ts_every = timeseries_every
         self.ts: dict[str, list[int]] = {name: [] for name in TIMESERIES}
         n = len(inp)
@@ -132,6 +154,8 @@ class Engine:
             self.kv = KVCacheManager(
                 config.num_blocks, self.bs, config.enable_prefix_caching, config.free_order
             )
+            if record_events:
+                self.kv.pool.evicted = []
         else:
             space_cls = Buddy if config.placement == "buddy" else FirstFit
             self.space: FirstFit | Buddy = space_cls(config.capacity_tokens)
@@ -177,6 +201,23 @@ class Engine:
             return 3
         return 0
 
+    # -- event log ------------------------------------------------------------------------------------
+    def log(self, kind: str, s: Seq, block: int = -1) -> None:
+        if self.events is not None:
+            self.events.append((self.c["num_steps"], self.t, EVENT[kind], s.idx, block))
+
+    def log_allocations(self, s: Seq, new: list[int], first: str = "allocate") -> None:
+        """One event per block just popped (an eviction first if it lost a key); `first` names the first."""
+        if self.events is None:
+            return
+        assert self.kv.pool.evicted is not None
+        evicted = set(self.kv.pool.evicted)
+        self.kv.pool.evicted.clear()
+        for i, b in enumerate(new):
+            if b in evicted:
+                self.log("evict", s, b)
+            self.log(first if i == 0 else "allocate", s, b)
+
     # -- memory ---------------------------------------------------------------------------------------
     def try_admit(self, s: Seq, budget: int) -> int:
         """Allocates a waiting sequence's first chunk; returns its token count, 0 if it cannot start now,
@@ -194,6 +235,7 @@ class Engine:
                 return 0
             s.region = region
             s.num_computed = num_new
+            self.log("admit", s)
             return num_new
         segs = s.segments()
         hits, _ = self.kv._hits(segs, total)
@@ -219,6 +261,10 @@ class Engine:
             return 0
         new = self.kv.allocate(s.idx, segs, num_new)
         assert new is not None, "capacity was checked"
+        self.log("admit", s)
+        for b in hits:
+            self.log("prefix-hit", s, b)
+        self.log_allocations(s, new)
         if cfg.policy == "reserve":
             s.reserved_blocks = need - first
             self.outstanding += s.reserved_blocks
@@ -236,9 +282,12 @@ class Engine:
             s.num_computed += num_new
             return True
         before = self.kv.num_free_blocks
+        copies = self.kv.num_cow_copies
         # Under `reserve` a sequence only ever grows into blocks it was promised at admission.
-        if self.kv.allocate(s.idx, s.segments(), num_new) is None:
+        new = self.kv.allocate(s.idx, s.segments(), num_new)
+        if new is None:
             return False
+        self.log_allocations(s, new, "cow-copy" if self.kv.num_cow_copies > copies else "allocate")
         used = before - self.kv.num_free_blocks
         if s.reserved_blocks:
             taken = min(used, s.reserved_blocks)
@@ -249,6 +298,9 @@ class Engine:
 
     def release(self, s: Seq) -> None:
         if self.paged:
+            if self.events is not None:
+                for b in reversed(self.kv.block_table(s.idx)):
+                    self.log("free", s, b)
             self.kv.free(s.idx)
             self.outstanding -= s.reserved_blocks
             s.reserved_blocks = 0
@@ -266,6 +318,7 @@ class Engine:
         if self.cfg.preemption == "swap":
             n = len(self.kv.block_table(s.idx))
             if n <= self.cfg.cpu_blocks - self.cpu_used:
+                self.log("swap-out", s)
                 self.release(s)
                 s.swapped_blocks = n
                 self.cpu_used += n
@@ -274,6 +327,7 @@ class Engine:
                 self.cols["num_swaps"][s.idx] += 1
                 self.swapped.append(s)
                 return
+        self.log("preempt", s)
         self.release(s)
         s.computed_at_preemption = s.num_computed
         s.num_computed = 0
@@ -289,7 +343,9 @@ class Engine:
         need = -(-(s.num_computed + num_new) // bs)
         if need + cfg.watermark_blocks > self.kv.num_free_blocks:
             return 0
-        self.kv._restore(s.idx, s.segments(), s.num_computed + num_new)
+        new = self.kv._restore(s.idx, s.segments(), s.num_computed + num_new)
+        self.log("swap-in", s)
+        self.log_allocations(s, new)
         self.cpu_used -= s.swapped_blocks
         self.swap_blocks_step += s.swapped_blocks
         self.c["num_swapped_blocks"] += s.swapped_blocks
@@ -300,6 +356,7 @@ class Engine:
     def reject(self, s: Seq, reason: int) -> None:
         """Rejects `s` (and the samples it would have forked) now, with a reason code."""
         for r in (s, *([] if s.forked else s.children)):
+            self.log("reject", r)
             self.cols["status"][r.idx] = REJECTED
             self.cols["reject_reason"][r.idx] = reason
             self.cols["finish"][r.idx] = self.t
@@ -381,6 +438,7 @@ class Engine:
         parent.forked = True
         finished = []
         for c in parent.children:
+            self.log("fork", c)
             self.kv.fork(parent.idx, c.idx)
             c.num_computed = parent.num_computed
             c.generated = 1
@@ -515,6 +573,7 @@ class Engine:
                     if s.children and not s.forked:
                         done.extend(self.fork(s))
             for s in done:
+                self.log("finish", s)
                 self.release(s)
                 self.running.remove(s)
                 cols["status"][s.idx] = FINISHED
@@ -529,10 +588,17 @@ class Engine:
             self.c["num_block_allocations"] = self.kv.pool.num_allocated
         self.c["makespan_ps"] = self.t
         ts = {k: np.asarray(v, dtype=np.int64) for k, v in self.ts.items()} if self.ts_every else {}
-        return EngineOutput(**cols, counters=self.c, timeseries=ts)
+        events = {}
+        if self.events is not None:
+            table = np.asarray(self.events, dtype=np.int64).reshape(-1, len(EVENT_COLUMNS))
+            events = {name: np.ascontiguousarray(table[:, i]) for i, name in enumerate(EVENT_COLUMNS)}
+        return EngineOutput(**cols, counters=self.c, timeseries=ts, events=events)
 
 
-def run(inp: EngineInput, config: SimConfig, timeseries_every: int = 0) -> EngineOutput:
+def run(
+    inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
+) -> EngineOutput:
     """Simulates every sequence of `inp` under `config`, iteration by iteration; with
-    `timeseries_every = N > 0`, records the memory state of every N-th step."""
-    return Engine(inp, config, timeseries_every).run()
+    `timeseries_every = N > 0`, records the memory state of every N-th step; with `record_events`, logs
+    every block and scheduling event (`EVENT_KINDS`)."""
+    return Engine(inp, config, timeseries_every, record_events).run()

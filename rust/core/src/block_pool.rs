@@ -83,6 +83,8 @@ pub struct BlockPool {
     map: KeyMap,
     num_evictions: u64,
     num_allocated: u64,
+    /// When recording (the engine's event log), every evicted block in order.
+    evicted: Option<Vec<BlockId>>,
 }
 
 impl BlockPool {
@@ -105,6 +107,7 @@ impl BlockPool {
             map: KeyMap::default(),
             num_evictions: 0,
             num_allocated: 0,
+            evicted: None,
         })
     }
 
@@ -213,13 +216,28 @@ impl BlockPool {
     fn evict(&mut self, b: BlockId) {
         if std::mem::take(&mut self.phantom[b.index()]) {
             self.num_evictions += 1;
+        } else if let Some(key) = self.key[b.index()].take() {
+            self.unmap(key, b);
+            self.num_evictions += 1;
+        } else {
             return;
         }
-        let Some(key) = self.key[b.index()].take() else {
-            return;
-        };
-        self.unmap(key, b);
-        self.num_evictions += 1;
+        if let Some(log) = &mut self.evicted {
+            log.push(b);
+        }
+    }
+
+    /// Starts recording evicted blocks (read with `take_evicted`).
+    pub fn record_evictions(&mut self) {
+        self.evicted = Some(Vec::new());
+    }
+
+    /// The blocks evicted since the last call, in order (empty when not recording).
+    pub fn take_evicted(&mut self) -> Vec<BlockId> {
+        self.evicted
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn unmap(&mut self, key: BlockKey, b: BlockId) {

@@ -349,7 +349,7 @@ fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>, name: &str) -> P
     *, num_blocks, block_size, policy, enable_prefix_caching, free_order, max_num_seqs,
     max_num_batched_tokens, chunked_prefill, full_prompt_gate, watermark_blocks, max_model_len,
     time_model, iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps, swap, cpu_blocks, swap_ps_per_block, buddy,
-    timeseries_every,
+    timeseries_every, record_events,
     arrival_ps, prompt_len, target, max_gen, fork_parent, output_seg, seg_offsets, segment_id, segment_len
 ))]
 #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
@@ -376,6 +376,7 @@ fn run_engine<'py>(
     swap_ps_per_block: u64,
     buddy: bool,
     timeseries_every: u64,
+    record_events: bool,
     arrival_ps: PyReadonlyArray1<'py, i64>,
     prompt_len: PyReadonlyArray1<'py, i64>,
     target: PyReadonlyArray1<'py, i64>,
@@ -437,7 +438,7 @@ fn run_engine<'py>(
                 .map_err(|e| signal = Some(e))
                 .is_err()
         };
-        engine::run(inp, &cfg, timeseries_every, &mut interrupted)
+        engine::run(inp, &cfg, timeseries_every, record_events, &mut interrupted)
     });
     if let Some(e) = signal {
         return Err(e);
@@ -449,12 +450,19 @@ fn run_engine<'py>(
             series.set_item(name, values.into_pyarray(py))?;
         }
     }
+    let events = PyDict::new(py);
+    if record_events {
+        for (name, values) in output.event_columns() {
+            events.set_item(name, values.into_pyarray(py))?;
+        }
+    }
     let (columns, counters) = output.columns();
     let cols = PyDict::new(py);
     for (name, values) in columns {
         cols.set_item(name, values.into_pyarray(py))?;
     }
     cols.set_item("timeseries", series)?;
+    cols.set_item("events", events)?;
     let ctrs = PyDict::new(py);
     for (name, value) in counters.pairs() {
         ctrs.set_item(name, value)?;

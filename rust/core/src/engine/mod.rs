@@ -18,6 +18,22 @@ use crate::block_table::BlockTable;
 use crate::{BlockId, BlockKey, BlockPool, KvError, Result, Segment};
 use contiguous::{Buddy, FirstFit, Space};
 
+/// Event log kinds, shared with `kvsim.reference.engine.EVENT_KINDS`.
+pub mod event {
+    pub const ADMIT: i64 = 0;
+    pub const ALLOCATE: i64 = 1;
+    pub const PREFIX_HIT: i64 = 2;
+    pub const COW_COPY: i64 = 3;
+    pub const EVICT: i64 = 4;
+    pub const FREE: i64 = 5;
+    pub const PREEMPT: i64 = 6;
+    pub const SWAP_OUT: i64 = 7;
+    pub const SWAP_IN: i64 = 8;
+    pub const FINISH: i64 = 9;
+    pub const REJECT: i64 = 10;
+    pub const FORK: i64 = 11;
+}
+
 /// Reject reasons, shared with `kvsim.reference.engine.REJECT_REASONS`.
 pub mod reject {
     pub const NO_ROOM_TO_GENERATE: i64 = 1;
@@ -167,6 +183,8 @@ pub struct Engine<'a> {
     step: u64,
     /// Record the memory state of every `ts_every`-th step (0: none).
     ts_every: u64,
+    /// The event log, when recording: `[steps done, time, kind, row, block]`.
+    log: Option<Vec<[i64; 5]>>,
     next_adm: u64,
     /// Lockstep mode state (see lockstep.rs).
     lockstep: bool,
@@ -235,6 +253,7 @@ impl<'a> Engine<'a> {
             num_rejected: 0,
             step: 0,
             ts_every: 0,
+            log: None,
             next_adm: 0,
             lockstep: false,
             ring: vec![Vec::new(); (cfg.block_size.max(64) as usize).next_power_of_two()],
@@ -327,6 +346,8 @@ impl<'a> Engine<'a> {
                 let s = &mut self.slab[k];
                 s.region = Some(region);
                 s.num_computed = num_new;
+                let row = s.row;
+                self.log(event::ADMIT, row, -1);
                 num_new
             }
             Memory::Paged(pool) => {
@@ -388,6 +409,15 @@ impl<'a> Engine<'a> {
                 c.recomputed_tokens += i128::from(recomputed);
                 self.out.cached_tokens[s.row] += hit as i64;
                 self.out.recomputed_tokens[s.row] += recomputed as i64;
+                if self.log.is_some() {
+                    let row = s.row;
+                    self.log(event::ADMIT, row, -1);
+                    for i in 0..self.hits.len() {
+                        let b = i64::from(self.hits[i].0);
+                        self.log(event::PREFIX_HIT, row, b);
+                    }
+                    self.log_allocations(row, event::ALLOCATE);
+                }
                 num_new
             }
         }
@@ -409,6 +439,7 @@ impl<'a> Engine<'a> {
         s.table
             .register_full_blocks_cached(pool, bs, &s.segs, &[], phantom);
         self.out.counters.num_cow_copies += i128::from(copied);
+        let row = s.row;
         let used = u64::from(before - pool.num_free_blocks());
         if s.reserved_blocks > 0 {
             let taken = used.min(s.reserved_blocks);
@@ -416,10 +447,27 @@ impl<'a> Engine<'a> {
             self.outstanding -= taken;
         }
         s.num_computed += num_new;
+        if !self.new_blocks.is_empty() {
+            self.log_allocations(
+                row,
+                if copied {
+                    event::COW_COPY
+                } else {
+                    event::ALLOCATE
+                },
+            );
+        }
         true
     }
 
     fn release(&mut self, k: usize) {
+        if self.log.is_some() {
+            let row = self.slab[k].row;
+            for i in (0..self.slab[k].table.blocks().len()).rev() {
+                let b = i64::from(self.slab[k].table.blocks()[i].0);
+                self.log(event::FREE, row, b);
+            }
+        }
         let s = &mut self.slab[k];
         match &mut self.mem {
             Memory::Paged(pool) => {
@@ -444,6 +492,7 @@ impl<'a> Engine<'a> {
         if self.cfg.swap {
             let n = self.slab[k].table.blocks().len() as u64;
             if n <= self.cfg.cpu_blocks - self.cpu_used {
+                self.log(event::SWAP_OUT, row, -1);
                 self.release(k);
                 self.slab[k].swapped_blocks = n;
                 self.cpu_used += n;
@@ -454,6 +503,7 @@ impl<'a> Engine<'a> {
                 return;
             }
         }
+        self.log(event::PREEMPT, row, -1);
         if let Memory::Paged(pool) = &mut self.mem {
             // It may look its own content up when it resumes: phantom keys become real first.
             let s = &mut self.slab[k];
@@ -501,6 +551,9 @@ impl<'a> Engine<'a> {
         self.out.counters.num_swapped_blocks += i128::from(s.swapped_blocks);
         s.swapped_blocks = 0;
         s.num_computed += num_new;
+        let row = s.row;
+        self.log(event::SWAP_IN, row, -1);
+        self.log_allocations(row, event::ALLOCATE);
         num_new
     }
 
@@ -537,6 +590,7 @@ impl<'a> Engine<'a> {
     /// Rejects `row` and the `num_children` sample rows it would have forked, now.
     fn reject_rows(&mut self, row: usize, num_children: usize, reason: i64) {
         for r in row..=row + num_children {
+            self.log(event::REJECT, r, -1);
             self.out.status[r] = REJECTED;
             self.out.reject_reason[r] = reason;
             self.out.finish[r] = self.t;
@@ -563,6 +617,7 @@ impl<'a> Engine<'a> {
         let (row, n) = (self.slab[k].row, self.slab[k].num_children);
         let first = self.running.len();
         for child_row in row + 1..=row + n {
+            self.log(event::FORK, child_row, -1);
             let mut c = self.make_seq(child_row);
             let Memory::Paged(pool) = &mut self.mem else {
                 unreachable!()
@@ -812,6 +867,8 @@ impl<'a> Engine<'a> {
         }
         let done = std::mem::take(&mut self.done);
         for &k in &done {
+            let row = self.slab[k].row;
+            self.log(event::FINISH, row, -1);
             self.release(k);
             let s = &mut self.slab[k];
             s.lazy = false;
@@ -842,6 +899,47 @@ impl<'a> Engine<'a> {
         self.finish_step();
         self.maybe_enter_lockstep();
         true
+    }
+
+    /// Logs every block and scheduling event into the output (`event` kinds).
+    #[must_use]
+    pub fn with_events(mut self, record: bool) -> Self {
+        if record {
+            self.log = Some(Vec::new());
+            if let Memory::Paged(pool) = &mut self.mem {
+                pool.record_evictions();
+            }
+        }
+        self
+    }
+
+    #[inline]
+    fn log(&mut self, kind: i64, row: usize, block: i64) {
+        if let Some(log) = &mut self.log {
+            log.push([self.step as i64, self.t, kind, row as i64, block]);
+        }
+    }
+
+    /// One event per block in `new_blocks` (an eviction first if it lost a key); `first` names the first.
+    fn log_allocations(&mut self, row: usize, first: i64) {
+        if self.log.is_none() {
+            return;
+        }
+        let Memory::Paged(pool) = &mut self.mem else {
+            return;
+        };
+        let evicted = pool.take_evicted();
+        for i in 0..self.new_blocks.len() {
+            let b = self.new_blocks[i];
+            if evicted.contains(&b) {
+                self.log(event::EVICT, row, i64::from(b.0));
+            }
+            self.log(
+                if i == 0 { first } else { event::ALLOCATE },
+                row,
+                i64::from(b.0),
+            );
+        }
     }
 
     /// Records the memory state of every `every`-th step into the output's time series (0: none).
@@ -889,18 +987,24 @@ impl<'a> Engine<'a> {
             self.out.counters.num_block_allocations = i128::from(pool.num_allocated());
         }
         self.out.counters.makespan_ps = i128::from(self.t);
+        if let Some(log) = self.log.take() {
+            self.out.events = log;
+        }
         Ok(self.out)
     }
 }
 
-/// Simulates every sequence of `inp` under `cfg`, recording every `timeseries_every`-th step (0: none).
+/// Simulates every sequence of `inp` under `cfg`, recording every `timeseries_every`-th step (0: none)
+/// and, with `record_events`, every block and scheduling event.
 pub fn run(
     inp: EngineInput<'_>,
     cfg: &EngineConfig,
     timeseries_every: u64,
+    record_events: bool,
     interrupted: &mut dyn FnMut() -> bool,
 ) -> Result<EngineOutput> {
     Engine::new(inp, cfg)?
         .with_timeseries(timeseries_every)
+        .with_events(record_events)
         .run(interrupted)
 }

@@ -77,6 +77,8 @@ pub struct EngineOutput {
     pub counters: Counters,
     /// One row per recorded step, columns as `TIMESERIES`.
     pub timeseries: Vec<[i64; 10]>,
+    /// With `record_events`: `[steps done, time ps, kind, row, block or -1]` per event (`engine::event`).
+    pub events: Vec<[i64; 5]>,
 }
 
 /// Time-series columns: step index, its start (ps), batch size, batched tokens, then token slots free,
@@ -109,6 +111,7 @@ impl EngineOutput {
             reject_reason: vec![0; n],
             counters: Counters::default(),
             timeseries: Vec::new(),
+            events: Vec::new(),
         }
     }
 
@@ -118,6 +121,15 @@ impl EngineOutput {
             .iter()
             .enumerate()
             .map(|(i, &name)| (name, self.timeseries.iter().map(|row| row[i]).collect()))
+            .collect()
+    }
+
+    /// The event log as named columns.
+    pub fn event_columns(&self) -> Vec<(&'static str, Vec<i64>)> {
+        ["step", "time_ps", "kind", "seq", "block"]
+            .iter()
+            .enumerate()
+            .map(|(i, &name)| (name, self.events.iter().map(|row| row[i]).collect()))
             .collect()
     }
 
