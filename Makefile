@@ -24,8 +24,8 @@ venv: $(VENV)/.installed ## Create the virtualenv with maturin
 dev: $(VENV)/.installed ## Build the Rust extension in release mode and install kvsim (+ test deps) into the venv
 	$(VENV)/bin/maturin develop --release --extras test -q
 
-run: dev ## The main job: replay the golden traces on both backends (replaced by the sweep later)
-	$(PY) -m kvsim.golden
+run: dev ## The main job: the claims suite (results/claims.md, results/plots/*.png)
+	$(PY) -m bench.sweep
 
 test: dev lint rust-test py-test ## Every check CI runs: lint, cargo test, pytest
 

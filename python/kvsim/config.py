@@ -42,6 +42,9 @@ def _int(name: str, value: Any, lo: int, hi: int | None = None) -> None:
 class SimConfig:
     """A simulation configuration; construct with keywords (all validated), or from a preset.
 
+    Placement (`first-fit` or `buddy`) is how contiguous policies place their regions; paged policies
+    ignore it, so one sweep can cross policies with a placement.
+
     Memory: `num_blocks` counts vLLM's null block (capacity `num_blocks - 1` blocks of `block_size` tokens);
     or give `model` and `gpu` (names or objects of `kvsim.models` / `kvsim.gpus`) and it is sized by
     `kvsim.pool_blocks` with `gpu_memory_utilization` or `kv_cache_bytes`.
@@ -102,14 +105,6 @@ class SimConfig:
         if self.policy == "static" and self.max_model_len is None:
             raise InvalidArgumentError(
                 "policy 'static' reserves max_model_len per request: set max_model_len"
-            )
-        if self.placement == "buddy" and self.policy not in CONTIGUOUS_POLICIES:
-            raise InvalidArgumentError(
-                f"placement 'buddy' applies to contiguous policies, not {self.policy!r}"
-            )
-        if self.sampling == "fork-cow" and self.policy != "vllm":
-            raise InvalidArgumentError(
-                f"sampling 'fork-cow' shares blocks between samples of policy 'vllm', not {self.policy!r}"
             )
         if self.preemption == "swap":
             if self.policy != "vllm":

@@ -19,6 +19,8 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.reference.engine import EVENT_KINDS, FINISHED, REJECT_REASONS, REJECTED, EngineOutput
 
 BACKENDS = ("rust", "reference")
+# Reason code -> text, as an array so rows are labelled without a Python loop per request.
+_REASON_TEXT = np.array([None, *(REJECT_REASONS[k] for k in range(1, max(REJECT_REASONS) + 1))], dtype=object)
 
 
 @dataclass
@@ -160,9 +162,7 @@ def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataF
             "cached_tokens": fold(raw.cached_tokens, "sum"),
             "recomputed_tokens": fold(raw.recomputed_tokens, "sum"),
             "status": np.where(rejected, "rejected", "finished"),
-            "reject_reason": [
-                REJECT_REASONS.get(int(r)) if rejected[i] else None for i, r in enumerate(reason)
-            ],
+            "reject_reason": pl.Series(_REASON_TEXT[np.where(rejected, reason, 0)].tolist(), dtype=pl.String),
         }
     )
     return frame.with_columns(pl.col(c).fill_nan(None) for c in ("first_scheduled", "first_token", "finish"))

@@ -1,0 +1,68 @@
+"""The `kvsim` command line (kvsim.cli) and `python -m bench.sweep`: one run (table and --json), a sweep,
+--help that names every flag, and errors as exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from kvsim.cli import bench_main, build_parser, main
+from kvsim.sweep import CONFIG_FIELDS
+
+RUN = ["run", "--requests", "80", "--num-blocks", "150", "--time-model", "ticks", "--block-size", "32"]
+
+
+def test_run_prints_a_summary_table(capsys):
+    assert main(RUN) == 0
+    out = capsys.readouterr().out
+    assert "kv_utilization" in out
+    assert "throughput_rps" in out
+    assert "block_size=32" in out
+
+
+def test_run_json_is_machine_readable(capsys):
+    assert main([*RUN, "--json", "--policy", "orca-oracle"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["config"]["policy"] == "orca-oracle"
+    assert data["config"]["num_blocks"] == 150
+    assert data["summary"]["completed"] + data["summary"]["rejected"] == 80
+
+
+def test_run_from_toml(tmp_path, capsys):
+    path = tmp_path / "run.toml"
+    path.write_text('workload = "alpaca"\nrequests = 40\n[config]\nnum_blocks = 90\ntime_model = "ticks"\n')
+    assert main(["run", "--toml", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["num_requests"] == 40
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "claims"])
+def test_help_explains_every_flag(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args([command, "--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    if command == "run":
+        for name in CONFIG_FIELDS:
+            assert f"--{name.replace('_', '-')}" in text
+    if command == "sweep":
+        for flag in ("--grid", "--workload", "--seeds", "--executor", "--scheduler", "--workers", "--output"):
+            assert flag in text
+
+
+def test_bench_sweep_runs_a_grid(tmp_path, capsys):
+    out = tmp_path / "g.parquet"
+    args = ["--grid", "block_size=16,32", "--base", "num_blocks=150", "--base", "time_model=ticks"]
+    args += ["--requests", "60", "--seeds", "2", "--output", str(out), "--no-progress"]
+    assert bench_main(args) == 0
+    assert "4 points run" in capsys.readouterr().out
+    assert pl.read_parquet(out).height == 4
+    assert bench_main(args) == 0
+    assert "0 points run, 4 already" in capsys.readouterr().out
+
+
+def test_errors_exit_2(capsys):
+    assert bench_main(["--grid", "blok_size=8"]) == 2
+    assert "did you mean block_size" in capsys.readouterr().err
+    assert main(["run", "--policy", "paged"]) == 2
