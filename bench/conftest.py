@@ -1,8 +1,9 @@
-"""Collects benchmark timings per group and writes Rust/reference ratios into results/README.md.
+"""Collects benchmark timings and writes them into results/README.md when the session ends.
 
-Each benchmark calls `record(benchmark, group, backend)` after running; when the session ends with
-benchmarks enabled, every group that has both a `rust` and a `reference` timing gets a row in the
-section between the `<!-- bench:begin -->` / `<!-- bench:end -->` markers of results/README.md.
+Each benchmark calls `record(benchmark, group, backend)` after running: every group that has both a
+`rust` and a `reference` timing gets a ratio row between the `<!-- bench:begin -->` / `<!-- bench:end -->`
+markers. Benchmarks with a stated target call `target(what, measured, goal, unit, higher_is_better)`: a
+row between `<!-- targets:begin -->` / `<!-- targets:end -->`, with whether the target was met.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ import pytest
 
 RESULTS_README = Path(__file__).resolve().parents[1] / "results" / "README.md"
 _TIMINGS: dict[str, dict[str, tuple[float, dict]]] = {}
+_TARGETS: list[tuple[str, float, float, str, bool]] = []
+
+
+def target(what: str, measured: float, goal: float, unit: str, higher_is_better: bool = False) -> None:
+    """Records a measurement against its target (written to results/README.md at the end)."""
+    _TARGETS.append((what, measured, goal, unit, higher_is_better))
 
 
 def record(benchmark, group: str, backend: str) -> None:
@@ -38,6 +45,14 @@ def _machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
+def _replace(text: str, marker: str, block: list[str]) -> str:
+    body = "\n".join([f"<!-- {marker}:begin -->", *block, f"<!-- {marker}:end -->"])
+    pattern = rf"<!-- {marker}:begin -->.*?<!-- {marker}:end -->"
+    if re.search(pattern, text, flags=re.S):
+        return re.sub(pattern, lambda _: body, text, flags=re.S)
+    return text.rstrip() + "\n\n" + body + "\n"
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     rows = []
     for group, by_backend in sorted(_TIMINGS.items()):
@@ -51,21 +66,33 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 f"| {group} | {what} | {rust * 1e3:.2f} ms | {ref * 1e3:.1f} ms | {ref / rust:.1f}x "
                 f"| {driver * 1e3:.2f} ms | {net} |"
             )
-    if not rows or exitstatus != 0 or not RESULTS_README.exists():
+            if group == "engine-20k":
+                target("Rust engine against the reference, 20,000 requests", ref / rust, 200, "x", True)
+    if exitstatus != 0 or not RESULTS_README.exists() or not (rows or _TARGETS):
         return
     command = "python -m pytest " + " ".join(a for a in sys.argv[1:] if not a.startswith("--benchmark-json"))
-    block = "\n".join(
-        [
-            "<!-- bench:begin -->",
-            f"Command: `{command.strip()}` (release build, `make bench`). Machine: {_machine()}.",
-            "",
-            "| group | workload | Rust (median) | reference (median) | ratio | shared Python driver "
-            "| ratio net of the driver |",
-            "|---|---|---:|---:|---:|---:|---:|",
-            *rows,
-            "<!-- bench:end -->",
-        ]
-    )
+    header = f"Command: `{command.strip()}` (release build, `make bench`). Machine: {_machine()}."
     text = RESULTS_README.read_text()
-    new = re.sub(r"<!-- bench:begin -->.*?<!-- bench:end -->", lambda _: block, text, flags=re.S)
-    RESULTS_README.write_text(new)
+    if rows:
+        text = _replace(
+            text,
+            "bench",
+            [
+                header,
+                "",
+                "| group | workload | Rust (median) | reference (median) | ratio | shared Python driver "
+                "| ratio net of the driver |",
+                "|---|---|---:|---:|---:|---:|---:|",
+                *rows,
+            ],
+        )
+    if _TARGETS:
+        lines = [header, "", "| measurement | value | target | met |", "|---|---:|---:|---|"]
+        for what, measured, goal, unit, higher in _TARGETS:
+            met = measured >= goal if higher else measured <= goal
+            sign = ">=" if higher else "<="
+            lines.append(
+                f"| {what} | {measured:,.2f} {unit} | {sign} {goal:,} {unit} | {'yes' if met else 'NO'} |"
+            )
+        text = _replace(text, "targets", lines)
+    RESULTS_README.write_text(text)

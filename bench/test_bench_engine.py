@@ -16,7 +16,7 @@ import kvsim
 from kvsim import _core
 from kvsim.workloads import synthetic
 
-from .conftest import record
+from .conftest import record, target
 
 CONFIG = kvsim.SimConfig(num_blocks=1500, block_size=16, enable_prefix_caching=True)
 
@@ -37,13 +37,20 @@ def test_million_requests(benchmark, million):
     # Sane: everything finished, the pool was under pressure, prefixes were found after preemptions.
     assert s["completed"] == 1_000_000
     assert s["preemptions"] > 0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     benchmark.extra_info.update(
         what="1,000,000 ShareGPT-like requests, vllm, caching on, block 16, 1500 blocks",
         steps=s["num_steps"],
         preemptions=s["preemptions"],
         block_allocations=result.raw.counters["num_block_allocations"],
-        peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        peak_rss_mib=rss,
     )
+    if benchmark.stats:
+        what = (
+            f"kvsim.simulate, 1,000,000 requests ({s['num_steps']:,} steps, {s['preemptions']:,} preemptions)"
+        )
+        target(what, benchmark.stats.stats.median, 2.0, "s")
+    target("peak RSS of the process after the 1,000,000-request run", rss, 1024, "MiB")
 
 
 def test_engine_within_5x_of_the_free_list_floor(benchmark, million):

@@ -10,6 +10,8 @@ import pytest
 
 from kvsim.workloads import load_mooncake, synthetic
 
+from .conftest import target
+
 TRACES = Path(
     os.environ.get("KVSIM_TRACES") or Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 )
@@ -41,6 +43,13 @@ def test_synthetic_million_with_shared_prefixes(benchmark: pytest.FixtureRequest
     assert len(w.segment_id) == MILLION + MILLION // 2
     assert w.prompt_len.mean() == pytest.approx(161.31 + 128, rel=0.02)
     assert (np.diff(w.arrival) >= 0).all()
+    if benchmark.stats:
+        target(
+            "synthetic workload, 1,000,000 requests with shared prefixes",
+            benchmark.stats.stats.median,
+            2.0,
+            "s",
+        )
 
 
 def test_synthetic_conversations(benchmark: pytest.FixtureRequest) -> None:
@@ -64,3 +73,5 @@ def test_load_mooncake_conversation(benchmark: pytest.FixtureRequest) -> None:
     assert len(w) == 12_031
     assert w.prompt_len.mean() == pytest.approx(12_035, abs=0.5)
     assert w.meta["skipped_rows"] == 0
+    if benchmark.stats:
+        target("load_mooncake, conversation trace (12,031 requests)", benchmark.stats.stats.median, 1.0, "s")
