@@ -21,8 +21,22 @@ use super::{Engine, Memory, MemoryState, Seq};
 impl Engine<'_> {
     #[inline]
     fn slack(&self, c: u64) -> i64 {
-        let bs = self.cfg.block_size;
-        ((bs - c % bs) % bs) as i64
+        let r = self.rem_bs(c);
+        if r == 0 {
+            0
+        } else {
+            (self.cfg.block_size - r) as i64
+        }
+    }
+
+    /// `x % block_size`: a mask when the block size is a power of two (the usual case; no division).
+    #[inline]
+    fn rem_bs(&self, x: u64) -> u64 {
+        if self.bs_pow2 {
+            x & (self.cfg.block_size - 1)
+        } else {
+            x % self.cfg.block_size
+        }
     }
 
     /// The aggregate contribution of sequence `s` (after the current step's allocation) in the state
@@ -68,7 +82,7 @@ impl Engine<'_> {
         let bs = self.cfg.block_size;
         let mut d = (s.target - 1 - s.base_g).min(self.ring.len() as u64 - 1); // finishes
         if let Memory::Paged(pool) = &self.mem {
-            let r = s.base_c % bs;
+            let r = self.rem_bs(s.base_c);
             if r != 0
                 && s.table
                     .blocks()
@@ -77,9 +91,9 @@ impl Engine<'_> {
             {
                 return s.base_step; // its next write copies a shared partial block (copy-on-write)
             }
-            d = d.min((bs - r) % bs); // needs a new block
+            d = d.min(if r == 0 { 0 } else { bs - r }); // needs a new block
             if pool.enable_caching() && !self.defer_keys {
-                d = d.min((2 * bs - 1 - r) % bs); // fills a block: register its key
+                d = d.min(bs - 1 - r); // fills a block: register its key
             }
         }
         s.base_step + d

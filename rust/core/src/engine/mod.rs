@@ -181,6 +181,8 @@ pub struct Engine<'a> {
     out: EngineOutput,
     /// Steps run so far (the index of the next step).
     step: u64,
+    /// The block size is a power of two: remainders are masks.
+    bs_pow2: bool,
     /// Record the memory state of every `ts_every`-th step (0: none).
     ts_every: u64,
     /// The event log, when recording: `[steps done, time, kind, row, block]`.
@@ -252,6 +254,7 @@ impl<'a> Engine<'a> {
             new_blocks: Vec::new(),
             num_rejected: 0,
             step: 0,
+            bs_pow2: cfg.block_size.is_power_of_two(),
             ts_every: 0,
             log: None,
             next_adm: 0,
