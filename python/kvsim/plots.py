@@ -209,7 +209,7 @@ def draw_hit_rate(ax: Axes, res: Any, ceilings: Mapping[str, float] | None = Non
         _empty(ax, title, res.error or "no rows")
         return
     for i, trace in enumerate(sorted(set(res.frame["workload"].to_list()))):
-        blocks, hit = res.series("prefix_hit_rate", "num_blocks", workload=trace)
+        blocks, hit = res.series("prefix_hit_rate_first_admission", "num_blocks", workload=trace)
         tokens = [(b - 1) * 16 / 1024 for b in blocks]
         line = ax.plot(tokens, [100 * h for h in hit], "o-", label=trace, color=f"C{i}")
         if ceilings and trace in ceilings:

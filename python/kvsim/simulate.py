@@ -225,6 +225,8 @@ def summarize(requests: pl.DataFrame, raw: EngineOutput, config: SimConfig) -> d
     s["prefix_hit_tokens"] = c["prefix_hit_tokens"]
     admitted = c["prompt_tokens_admitted"]
     s["prefix_hit_rate"] = c["prefix_hit_tokens"] / admitted if admitted else 0.0
+    first = c["first_prompt_tokens"]
+    s["prefix_hit_rate_first_admission"] = c["first_hit_tokens"] / first if first else 0.0
     s["blocks_saved_by_sharing"] = (c["w_logical_blocks"] - c["w_held_blocks"]) / busy if busy else 0.0
     s["cow_copies"] = c["num_cow_copies"]
     s["evictions"] = c["num_evictions"]

@@ -83,6 +83,8 @@ COUNTERS = (
     "recomputed_tokens",
     "num_swapped_blocks",
     "num_block_allocations",
+    "first_hit_tokens",
+    "first_prompt_tokens",
 )
 
 
@@ -103,6 +105,7 @@ class Seq:
     reserved_blocks: int = 0
     region: tuple[int, int] | None = None
     swapped_blocks: int = 0  # blocks held in the CPU pool while swapped out
+    admitted_before: bool = False
     # fork-cow: the samples forked from this one when its first token is sampled (until then, unforked)
     children: list[Seq] = field(default_factory=list)
     forked: bool = False
@@ -271,6 +274,10 @@ class Engine:
         s.num_computed = hit + num_new
         self.c["prefix_hit_tokens"] += hit
         self.c["prompt_tokens_admitted"] += total
+        if not s.admitted_before:  # hits on a first admission: sharing between requests, not resumes
+            s.admitted_before = True
+            self.c["first_hit_tokens"] += hit
+            self.c["first_prompt_tokens"] += total
         self.cols["cached_tokens"][s.idx] += hit
         recomputed = max(0, s.computed_at_preemption - hit)
         self.cols["recomputed_tokens"][s.idx] += recomputed

@@ -69,6 +69,7 @@ struct Seq {
     region: Option<(u64, u64)>,
     /// Blocks held in the CPU pool while swapped out.
     swapped_blocks: u64,
+    admitted_before: bool,
     table: BlockTable,
     /// Order of (re)admission: the running list is sorted by it, and so are same-step events.
     adm_no: u64,
@@ -409,6 +410,12 @@ impl<'a> Engine<'a> {
                 let c = &mut self.out.counters;
                 c.prefix_hit_tokens += i128::from(hit);
                 c.prompt_tokens_admitted += i128::from(total);
+                if !s.admitted_before {
+                    // Hits on a first admission: sharing between requests, not resumes.
+                    s.admitted_before = true;
+                    c.first_hit_tokens += i128::from(hit);
+                    c.first_prompt_tokens += i128::from(total);
+                }
                 c.recomputed_tokens += i128::from(recomputed);
                 self.out.cached_tokens[s.row] += hit as i64;
                 self.out.recomputed_tokens[s.row] += recomputed as i64;

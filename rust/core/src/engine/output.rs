@@ -28,6 +28,8 @@ pub struct Counters {
     pub recomputed_tokens: i128,
     pub num_swapped_blocks: i128,
     pub num_block_allocations: i128,
+    pub first_hit_tokens: i128,
+    pub first_prompt_tokens: i128,
 }
 
 impl Counters {
@@ -57,6 +59,8 @@ impl Counters {
             ("recomputed_tokens", self.recomputed_tokens),
             ("num_swapped_blocks", self.num_swapped_blocks),
             ("num_block_allocations", self.num_block_allocations),
+            ("first_hit_tokens", self.first_hit_tokens),
+            ("first_prompt_tokens", self.first_prompt_tokens),
         ]
     }
 }
