@@ -54,6 +54,7 @@ const INTERRUPT_EVERY: u64 = 1 << 16;
 
 /// A live sequence: waiting or running. Finished and rejected ones leave the slab.
 #[derive(Debug, Default)]
+#[allow(clippy::struct_excessive_bools)] // independent flags of one sequence's life
 struct Seq {
     row: usize,
     /// Prompt segments, then this sequence's output segment once it has generated a token.
@@ -406,30 +407,36 @@ impl<'a> Engine<'a> {
                     self.outstanding += s.reserved_blocks;
                 }
                 s.num_computed = hit + num_new;
-                let recomputed = s.computed_at_preemption.saturating_sub(hit);
-                let c = &mut self.out.counters;
-                c.prefix_hit_tokens += i128::from(hit);
-                c.prompt_tokens_admitted += i128::from(total);
-                if !s.admitted_before {
-                    // Hits on a first admission: sharing between requests, not resumes.
-                    s.admitted_before = true;
-                    c.first_hit_tokens += i128::from(hit);
-                    c.first_prompt_tokens += i128::from(total);
-                }
-                c.recomputed_tokens += i128::from(recomputed);
-                self.out.cached_tokens[s.row] += hit as i64;
-                self.out.recomputed_tokens[s.row] += recomputed as i64;
-                if self.log.is_some() {
-                    let row = s.row;
-                    self.log(event::ADMIT, row, -1);
-                    for i in 0..self.hits.len() {
-                        let b = i64::from(self.hits[i].0);
-                        self.log(event::PREFIX_HIT, row, b);
-                    }
-                    self.log_allocations(row, event::ALLOCATE);
-                }
+                self.note_admission(k, hit, total);
                 num_new
             }
+        }
+    }
+
+    /// Counters, row columns and events of a paged admission that took `hit` cached tokens of `total`.
+    fn note_admission(&mut self, k: usize, hit: u64, total: u64) {
+        let s = &mut self.slab[k];
+        let recomputed = s.computed_at_preemption.saturating_sub(hit);
+        let c = &mut self.out.counters;
+        c.prefix_hit_tokens += i128::from(hit);
+        c.prompt_tokens_admitted += i128::from(total);
+        if !s.admitted_before {
+            // Hits on a first admission: sharing between requests, not resumes.
+            s.admitted_before = true;
+            c.first_hit_tokens += i128::from(hit);
+            c.first_prompt_tokens += i128::from(total);
+        }
+        c.recomputed_tokens += i128::from(recomputed);
+        self.out.cached_tokens[s.row] += hit as i64;
+        self.out.recomputed_tokens[s.row] += recomputed as i64;
+        if self.log.is_some() {
+            let row = s.row;
+            self.log(event::ADMIT, row, -1);
+            for i in 0..self.hits.len() {
+                let b = i64::from(self.hits[i].0);
+                self.log(event::PREFIX_HIT, row, b);
+            }
+            self.log_allocations(row, event::ALLOCATE);
         }
     }
 
