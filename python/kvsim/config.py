@@ -214,4 +214,7 @@ class SimConfig:
         }
         if name not in presets:
             raise InvalidArgumentError(f"preset {name!r} is not one of {', '.join(map(repr, presets))}")
-        return cls(**{**presets[name], **overrides})
+        chosen = dict(presets[name])
+        if name == "vllm-v0" and overrides.get("cpu_blocks", 0) > 0:
+            chosen["preemption"] = "swap"  # v0 swaps preempted multi-sequence groups to CPU memory
+        return cls(**{**chosen, **overrides})
