@@ -73,6 +73,7 @@ def test_engine_within_5x_of_the_free_list_floor(benchmark, million):
         floor_s=floor_s,
         engine_over_floor=engine_s / floor_s,
     )
+    target(f"engine time over a free list popping and pushing its {ops:,} blocks", engine_s / floor_s, 5, "x")
 
 
 @pytest.mark.parametrize("backend", ["rust", "reference"])

@@ -126,23 +126,24 @@ def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataF
     n = len(workload)
     rows = inp.request_row
     big = np.iinfo(np.int64).max
+    # A request's samples are adjacent and rows ascend, so each request is one run: reduce runs at once.
+    starts = np.flatnonzero(np.diff(rows, prepend=-1))
+    assert len(starts) == n, "every request has its sequences in one run"
+    single = len(rows) == n
 
     def fold(values: np.ndarray, how: str, missing: int = -1) -> np.ndarray:
+        v = values.astype(np.int64, copy=False)
         if how == "sum":
-            return np.bincount(rows, weights=values, minlength=n).astype(np.int64)
-        v = values.astype(np.int64)
+            return v.copy() if single else np.add.reduceat(v, starts)
         if how == "min":
-            out = np.full(n, big, dtype=np.int64)
-            np.minimum.at(out, rows, np.where(v < 0, big, v))
+            if single:
+                return v.copy()
+            out = np.minimum.reduceat(np.where(v < 0, big, v), starts)
             return np.where(out == big, missing, out)
-        out = np.full(n, -1, dtype=np.int64)
-        np.maximum.at(out, rows, v)
-        return out
+        return v.copy() if single else np.maximum.reduceat(v, starts)
 
-    rejected = np.zeros(n, dtype=bool)
-    np.logical_or.at(rejected, rows, raw.status == REJECTED)
-    reason = np.zeros(n, dtype=np.int64)
-    np.maximum.at(reason, rows, raw.reject_reason)
+    rejected = fold((raw.status == REJECTED).astype(np.int64), "max") > 0
+    reason = fold(raw.reject_reason, "max")
 
     def seconds(ps: np.ndarray) -> np.ndarray:
         return np.where(ps < 0, np.nan, ps / PS_PER_S)
