@@ -119,3 +119,20 @@ def test_tiny_pools_force_preemption_and_still_agree(w, num_blocks, block_size, 
     sampling = "fork-cow" if fork else "independent"
     cfg = kvsim.SimConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=16, sampling=sampling)
     assert_same(w, cfg)
+
+
+def test_forked_sample_resuming_finds_its_own_copied_block():
+    """Regression: a fork-cow sample preempted after filling its copy-on-write block must find that block
+    on resume (the Rust engine once limited the lookup as if it were a first admission)."""
+    w = Workload(
+        arrival=np.zeros(3),
+        output_len=[46, 48, 4],
+        num_samples=[3, 3, 2],
+        seg_offsets=[0, 2, 4, 6],
+        segment_id=np.array([2, 1000, 1, 1001, 1, 1002], dtype=np.uint64),
+        segment_len=[40, 41, 24, 41, 24, 44],
+    )
+    cfg = kvsim.SimConfig(num_blocks=9, block_size=16, max_num_seqs=16, sampling="fork-cow")
+    res = assert_same(w, cfg, every=1)
+    assert res.summary["preemptions"] > 0
+    assert res.requests["cached_tokens"][1] > 0

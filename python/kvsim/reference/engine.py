@@ -449,6 +449,7 @@ class Engine:
             self.kv.fork(parent.idx, c.idx)
             c.num_computed = parent.num_computed
             c.generated = 1
+            c.admitted_before = True  # admitted with its parent: a later admission is a resume
             self.running.append(c)
             self.cols["first_scheduled"][c.idx] = self.cols["first_scheduled"][parent.idx]
             self.cols["first_token"][c.idx] = self.t

@@ -6,6 +6,33 @@
 use crate::hash::BlockKeys;
 use crate::{BlockId, BlockKey, BlockPool, Segment};
 
+/// `x / block_size`, a shift when the block size is a power of two (the usual case: no division on the
+/// hot path; the test is a couple of instructions and always predicted).
+#[inline]
+pub fn div_bs(x: u64, block_size: u64) -> u64 {
+    if block_size.is_power_of_two() {
+        x >> block_size.trailing_zeros()
+    } else {
+        x / block_size
+    }
+}
+
+/// `x % block_size`, a mask when the block size is a power of two.
+#[inline]
+pub fn rem_bs(x: u64, block_size: u64) -> u64 {
+    if block_size.is_power_of_two() {
+        x & (block_size - 1)
+    } else {
+        x % block_size
+    }
+}
+
+/// `ceil(x / block_size)`: the blocks that hold `x` tokens.
+#[inline]
+pub fn blocks_for(x: u64, block_size: u64) -> u64 {
+    div_bs(x + block_size - 1, block_size)
+}
+
 /// A request's block table. Invariant: `blocks.len() == ceil(num_computed_tokens / block_size)`, and with
 /// caching on, blocks `[0, num_keyed_blocks)` (all full ones) carry keys, the last of them `last_key`.
 #[derive(Clone, Debug, Default)]
@@ -79,16 +106,18 @@ impl BlockTable {
         last
     }
 
-    /// Keys of the blocks a lookup may hit: the full blocks among the first `total - 1` tokens.
-    pub fn lookup_keys(block_size: u64, segments: &[Segment], total: u64, out: &mut Vec<BlockKey>) {
+    /// Keys of the blocks a lookup may hit: the full blocks among the first `total - 1` tokens, at most
+    /// `max_blocks` of them (a caller that knows no later block can be cached stops early).
+    pub fn lookup_keys(
+        block_size: u64,
+        segments: &[Segment],
+        total: u64,
+        max_blocks: u64,
+        out: &mut Vec<BlockKey>,
+    ) {
         out.clear();
-        out.extend(BlockKeys::new(
-            segments,
-            block_size,
-            0,
-            None,
-            total.saturating_sub(1) / block_size,
-        ));
+        let count = div_bs(total.saturating_sub(1), block_size).min(max_blocks);
+        out.extend(BlockKeys::new(segments, block_size, 0, None, count));
     }
 
     /// How many of `hits` are free (evictable): taking them uses free blocks.
@@ -98,6 +127,7 @@ impl BlockTable {
 
     /// A new table holding the cached prefix `hits` plus blocks for `num_new_tokens` more tokens, popped
     /// into `new`. The caller has checked that `new_blocks + evictable hits` fit in the free blocks.
+    /// `capacity` reserves room for the blocks the table will grow to (0: just what it holds).
     pub fn start(
         pool: &mut BlockPool,
         block_size: u64,
@@ -105,14 +135,15 @@ impl BlockTable {
         last_key: Option<BlockKey>,
         num_new_tokens: u64,
         new: &mut Vec<BlockId>,
+        capacity: usize,
     ) -> Self {
         let computed = hits.len() as u64 * block_size + num_new_tokens;
-        let num_new_blocks = computed.div_ceil(block_size) - hits.len() as u64;
+        let num_new_blocks = blocks_for(computed, block_size) - hits.len() as u64;
         pool.acquire(hits.iter().copied());
         let first = new.len();
         let ok = pool.allocate_into(num_new_blocks as u32, new);
         debug_assert!(ok, "capacity was checked by the caller");
-        let mut blocks = Vec::with_capacity(hits.len() + (new.len() - first));
+        let mut blocks = Vec::with_capacity(capacity.max(hits.len() + (new.len() - first)));
         blocks.extend_from_slice(hits);
         blocks.extend_from_slice(&new[first..]);
         BlockTable {
@@ -133,9 +164,9 @@ impl BlockTable {
         num_new_tokens: u64,
     ) -> (u64, bool) {
         let c = self.num_computed_tokens;
-        let copy =
-            c % block_size != 0 && self.blocks.last().is_some_and(|&b| pool.ref_cnt_of(b) > 1);
-        let new = (c + num_new_tokens).div_ceil(block_size) - self.blocks.len() as u64;
+        let copy = rem_bs(c, block_size) != 0
+            && self.blocks.last().is_some_and(|&b| pool.ref_cnt_of(b) > 1);
+        let new = blocks_for(c + num_new_tokens, block_size) - self.blocks.len() as u64;
         (new, copy)
     }
 
@@ -189,8 +220,8 @@ impl BlockTable {
         if !pool.enable_caching() {
             return;
         }
-        let num_full = self.num_computed_tokens / block_size;
-        let real_end = phantom_from.map_or(num_full, |p| num_full.min(p / block_size));
+        let num_full = div_bs(self.num_computed_tokens, block_size);
+        let real_end = phantom_from.map_or(num_full, |p| num_full.min(div_bs(p, block_size)));
         let mut i = self.num_keyed_blocks;
         if i == self.num_real_keys {
             while i < real_end && (i as usize) < cached.len() {

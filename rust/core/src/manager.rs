@@ -133,6 +133,7 @@ impl KVCacheManager {
                     last_key,
                     num_new_tokens,
                     &mut new,
+                    0,
                 )
             });
             self.scratch = hits;

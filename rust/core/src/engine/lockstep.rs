@@ -17,6 +17,7 @@
 //! prefilling, or more running sequences than the budget, drops back to full steps.
 
 use super::{Engine, Memory, MemoryState, Seq};
+use crate::block_table::{blocks_for, rem_bs};
 
 impl Engine<'_> {
     #[inline]
@@ -29,21 +30,16 @@ impl Engine<'_> {
         }
     }
 
-    /// `x % block_size`: a mask when the block size is a power of two (the usual case; no division).
     #[inline]
     fn rem_bs(&self, x: u64) -> u64 {
-        if self.bs_pow2 {
-            x & (self.cfg.block_size - 1)
-        } else {
-            x % self.cfg.block_size
-        }
+        rem_bs(x, self.cfg.block_size)
     }
 
     /// The aggregate contribution of sequence `s` (after the current step's allocation) in the state
     /// `self.agg` assumes: computed tokens, block slack and blocks covered.
     fn contribution(&self, s: &Seq) -> (u64, i64, u64) {
         let c = s.num_computed;
-        (c, self.slack(c), c.div_ceil(self.cfg.block_size))
+        (c, self.slack(c), blocks_for(c, self.cfg.block_size))
     }
 
     /// What `self.agg` holds for lazy `s` at step `j`, after the step's implicit advance.
@@ -53,7 +49,7 @@ impl Engine<'_> {
         (
             c + d,
             self.slack(c) - d as i64,
-            c.div_ceil(self.cfg.block_size),
+            blocks_for(c, self.cfg.block_size),
         )
     }
 
@@ -103,7 +99,7 @@ impl Engine<'_> {
     fn flush_keys(&mut self, k: usize) {
         if let Memory::Paged(pool) = &mut self.mem {
             let s = &mut self.slab[k];
-            let phantom = self.defer_keys.then_some(s.prompt_len);
+            let phantom = self.defer_keys.then_some(s.private_from);
             s.table
                 .register_full_blocks_cached(pool, self.cfg.block_size, &s.segs, &[], phantom);
         }
@@ -228,7 +224,7 @@ impl Engine<'_> {
                     // Correct the implicit advance (+1 token, -1 slack, same blocks) to the truth.
                     self.agg.internal += self.slack(c + 1) - self.slack(c) + 1;
                     let bs = self.cfg.block_size;
-                    self.agg.logical += (c + 1).div_ceil(bs) - c.div_ceil(bs);
+                    self.agg.logical += blocks_for(c + 1, bs) - blocks_for(c, bs);
                     self.touched.push(k);
                     break;
                 }

@@ -8,13 +8,14 @@ mod input;
 mod lockstep;
 mod output;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 pub use config::{EngineConfig, Policy, TimeModel};
 pub use input::EngineInput;
 pub use output::{Counters, EngineOutput};
 
-use crate::block_table::BlockTable;
+use crate::block_table::{BlockTable, blocks_for, rem_bs};
 use crate::{BlockId, BlockKey, BlockPool, KvError, Result, Segment};
 use contiguous::{Buddy, FirstFit, Space};
 
@@ -32,6 +33,24 @@ pub mod event {
     pub const FINISH: i64 = 9;
     pub const REJECT: i64 = 10;
     pub const FORK: i64 = 11;
+}
+
+/// Segment ids are already well mixed (or small distinct integers): hash them as they are.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
 }
 
 /// Reject reasons, shared with `kvsim.reference.engine.REJECT_REASONS`.
@@ -71,6 +90,9 @@ struct Seq {
     /// Blocks held in the CPU pool while swapped out.
     swapped_blocks: u64,
     admitted_before: bool,
+    /// Start of the first prompt segment no other sequence's prompt contains (`prompt_len` if none):
+    /// from there on, only this sequence can ever look its blocks up (see `defer_keys`).
+    private_from: u64,
     table: BlockTable,
     /// Order of (re)admission: the running list is sorted by it, and so are same-step events.
     adm_no: u64,
@@ -136,9 +158,9 @@ fn region_size(cfg: &EngineConfig, s: &Seq) -> u64 {
 /// room for every token it may generate.
 fn peak_blocks(cfg: &EngineConfig, s: &Seq) -> u64 {
     if cfg.policy == Policy::Reserve {
-        (s.prompt_len + s.max_gen).div_ceil(cfg.block_size)
+        blocks_for(s.prompt_len + s.max_gen, cfg.block_size)
     } else {
-        (s.prompt_len + s.target - 1).div_ceil(cfg.block_size)
+        blocks_for(s.prompt_len + s.target - 1, cfg.block_size)
     }
 }
 
@@ -183,8 +205,6 @@ pub struct Engine<'a> {
     out: EngineOutput,
     /// Steps run so far (the index of the next step).
     step: u64,
-    /// The block size is a power of two: remainders are masks.
-    bs_pow2: bool,
     /// Record the memory state of every `ts_every`-th step (0: none).
     ts_every: u64,
     /// The event log, when recording: `[steps done, time, kind, row, block]`.
@@ -195,10 +215,13 @@ pub struct Engine<'a> {
     /// Lockstep events: bucket `step % len` holds `(admission number, slab index)` of sequences whose
     /// next event is at `step` (stale entries are skipped). Its length exceeds every event distance.
     ring: Vec<Vec<(u64, usize)>>,
-    /// No prompt quotes a generated output: blocks holding generated tokens can only ever be looked up by
-    /// their own sequence after a recompute preemption, so they are phantom-keyed (no hashing, no map
-    /// entry) until then, and their registration may wait for the sequence's next lockstep event.
+    /// No prompt quotes a generated output: blocks holding generated tokens, or a prompt segment that no
+    /// other sequence's prompt contains, can only ever be looked up by their own sequence after a
+    /// recompute preemption, so they are phantom-keyed (no hashing, no map entry) until then, and their
+    /// registration may wait for the sequence's next lockstep event.
     defer_keys: bool,
+    /// How many sequences' prompts contain each segment id (only when `defer_keys`).
+    segment_uses: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
     agg: Aggregates,
     /// Event sequences touched in the current lockstep step, in admission order.
     touched: Vec<usize>,
@@ -237,6 +260,20 @@ impl<'a> Engine<'a> {
                 Space::FirstFit(FirstFit::new(cap))
             })
         };
+        let defer_keys = !inp.segment_id.iter().any(|&id| id >= OUTPUT_BIT);
+        let mut segment_uses: HashMap<u64, u32, BuildHasherDefault<IdHasher>> = HashMap::default();
+        if defer_keys && cfg.enable_prefix_caching && cfg.policy.is_paged() {
+            segment_uses.reserve(inp.segment_id.len());
+            for i in 0..inp.len() {
+                let (lo, hi) = (inp.seg_offsets[i] as usize, inp.seg_offsets[i + 1] as usize);
+                for (k, &id) in inp.segment_id[lo..hi].iter().enumerate() {
+                    // A segment repeated inside one prompt counts once for that prompt.
+                    if !inp.segment_id[lo..lo + k].contains(&id) {
+                        *segment_uses.entry(id).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
         Ok(Engine {
             cfg,
             out: EngineOutput::new(inp.len()),
@@ -256,13 +293,13 @@ impl<'a> Engine<'a> {
             new_blocks: Vec::new(),
             num_rejected: 0,
             step: 0,
-            bs_pow2: cfg.block_size.is_power_of_two(),
             ts_every: 0,
             log: None,
             next_adm: 0,
             lockstep: false,
             ring: vec![Vec::new(); (cfg.block_size.max(64) as usize).next_power_of_two()],
-            defer_keys: !inp.segment_id.iter().any(|&id| id >= OUTPUT_BIT),
+            defer_keys,
+            segment_uses,
             agg: Aggregates::default(),
             touched: Vec::new(),
             done: Vec::new(),
@@ -291,15 +328,27 @@ impl<'a> Engine<'a> {
             inp.seg_offsets[row] as usize,
             inp.seg_offsets[row + 1] as usize,
         );
-        let segs = (lo..hi)
+        let segs: Vec<Segment> = (lo..hi)
             .map(|k| Segment::new(inp.segment_id[k], inp.segment_len[k] as u64))
             .collect();
         let num_children = inp.fork_parent[row + 1..]
             .iter()
             .take_while(|&&p| p == row as i64)
             .count();
+        let mut private_from = inp.prompt_len[row] as u64;
+        if !self.segment_uses.is_empty() {
+            let mut start = 0u64;
+            for seg in &segs {
+                if self.segment_uses.get(&seg.id).copied().unwrap_or(0) <= 1 {
+                    private_from = start;
+                    break;
+                }
+                start += seg.len;
+            }
+        }
         Seq {
             row,
+            private_from,
             segs,
             prompt_len: inp.prompt_len[row] as u64,
             target: inp.target[row] as u64,
@@ -359,7 +408,14 @@ impl<'a> Engine<'a> {
                 self.hits.clear();
                 let s = &mut self.slab[k];
                 if pool.enable_caching() && s.keys_for != total {
-                    BlockTable::lookup_keys(bs, &s.segs, total, &mut s.keys);
+                    // A first admission cannot hit a block holding a segment private to this sequence:
+                    // nobody else has that content (it registered nothing yet), so stop hashing there.
+                    let limit = if s.admitted_before || !self.defer_keys {
+                        u64::MAX
+                    } else {
+                        s.private_from / bs
+                    };
+                    BlockTable::lookup_keys(bs, &s.segs, total, limit, &mut s.keys);
                     s.keys_for = total;
                 }
                 let last_key = BlockTable::find_hits_cached(pool, &s.keys, &mut self.hits);
@@ -376,11 +432,11 @@ impl<'a> Engine<'a> {
                 }
                 let free = u64::from(pool.num_free_blocks()) - self.outstanding;
                 let evictable = BlockTable::num_evictable(pool, &self.hits);
-                let first = (hit + num_new).div_ceil(bs) - num_hits;
+                let first = blocks_for(hit + num_new, bs) - num_hits;
                 let need = if cfg.policy == Policy::Reserve {
                     peak_blocks(cfg, s) - num_hits
                 } else if cfg.full_prompt_gate {
-                    total.div_ceil(bs) - num_hits
+                    blocks_for(total, bs) - num_hits
                 } else {
                     first
                 };
@@ -388,6 +444,8 @@ impl<'a> Engine<'a> {
                     return 0;
                 }
                 self.new_blocks.clear();
+                // The table will grow to the sequence's peak: reserve it once instead of doubling.
+                let peak = peak_blocks(cfg, &self.slab[k]) as usize;
                 let mut table = BlockTable::start(
                     pool,
                     bs,
@@ -395,9 +453,10 @@ impl<'a> Engine<'a> {
                     last_key,
                     num_new,
                     &mut self.new_blocks,
+                    peak,
                 );
                 let s = &mut self.slab[k];
-                let phantom = self.defer_keys.then_some(s.prompt_len);
+                let phantom = self.defer_keys.then_some(s.private_from);
                 table.register_full_blocks_cached(pool, bs, &s.segs, &s.keys, phantom);
                 s.table = table;
                 s.keys = Vec::new();
@@ -452,7 +511,7 @@ impl<'a> Engine<'a> {
         let Some(copied) = s.table.grow(pool, bs, num_new, &mut self.new_blocks) else {
             return false;
         };
-        let phantom = self.defer_keys.then_some(s.prompt_len);
+        let phantom = self.defer_keys.then_some(s.private_from);
         s.table
             .register_full_blocks_cached(pool, bs, &s.segs, &[], phantom);
         self.out.counters.num_cow_copies += i128::from(copied);
@@ -547,7 +606,7 @@ impl<'a> Engine<'a> {
         if !cfg.chunked_prefill && num_new < pending {
             return 0;
         }
-        let need = (s.num_computed + num_new).div_ceil(bs);
+        let need = blocks_for(s.num_computed + num_new, bs);
         if need + cfg.watermark_blocks > u64::from(pool.num_free_blocks()) {
             return 0;
         }
@@ -559,8 +618,9 @@ impl<'a> Engine<'a> {
             None,
             s.num_computed + num_new,
             &mut self.new_blocks,
+            0,
         );
-        let phantom = self.defer_keys.then_some(s.prompt_len);
+        let phantom = self.defer_keys.then_some(s.private_from);
         table.register_full_blocks_cached(pool, bs, &s.segs, &[], phantom);
         s.table = table;
         self.cpu_used -= s.swapped_blocks;
@@ -642,6 +702,7 @@ impl<'a> Engine<'a> {
             c.table = self.slab[k].table.fork(pool);
             c.num_computed = self.slab[k].num_computed;
             c.set_generated(1);
+            c.admitted_before = true; // admitted with its parent: a later admission is a resume
             c.adm_no = self.next_adm;
             self.next_adm += 1;
             self.out.first_scheduled[child_row] = self.out.first_scheduled[row];
@@ -755,8 +816,8 @@ impl<'a> Engine<'a> {
                 for &k in &self.running {
                     let s = &self.slab[k];
                     let c = s.num_computed;
-                    m.logical += c.div_ceil(bs);
-                    if c % bs == 0 {
+                    m.logical += blocks_for(c, bs);
+                    if rem_bs(c, bs) == 0 {
                         continue;
                     }
                     let last = *s.table.blocks().last().expect("a partial block");
@@ -766,7 +827,7 @@ impl<'a> Engine<'a> {
                         }
                         shared_partial.push(last);
                     }
-                    m.internal += bs - c % bs;
+                    m.internal += bs - rem_bs(c, bs);
                 }
                 m.allocated = m.held * bs;
                 m.stored = m.allocated - m.internal;
