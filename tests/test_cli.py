@@ -66,3 +66,22 @@ def test_errors_exit_2(capsys):
     assert bench_main(["--grid", "blok_size=8"]) == 2
     assert "did you mean block_size" in capsys.readouterr().err
     assert main(["run", "--policy", "paged"]) == 2
+
+
+def test_claims_table_prints_every_claim_with_its_verdict(tmp_path):
+    from kvsim.claims import CONFIRMED, Claim, ClaimsReport
+
+    report = ClaimsReport(
+        [
+            Claim("A-1", "a claim", "src", "1.0", "1.01", "5 %", CONFIRMED, "cmd"),
+            Claim("B-2", "another", "src", "2.0", "x" * 200, "5 %", "DIFFERS", "cmd"),
+        ],
+        tmp_path / "claims.md",
+        0.0,
+        [],
+    )
+    lines = report.table(width=40).splitlines()
+    assert lines[0].split() == ["id", "source", "ours", "verdict"]
+    assert [line.split()[0] for line in lines[2:]] == ["A-1", "B-2"]
+    assert lines[3].endswith("DIFFERS")
+    assert "…" in lines[3]  # long values are cut to the width

@@ -141,6 +141,19 @@ class ClaimsReport:
             out[c.verdict] = out.get(c.verdict, 0) + 1
         return out
 
+    def table(self, width: int = 64) -> str:
+        """The claims as a plain-text table for the terminal (claims.md has the full rows)."""
+
+        def cut(text: str, n: int) -> str:
+            return text if len(text) <= n else text[: n - 1] + "…"
+
+        rows = [("id", "source", "ours", "verdict")]
+        rows += [(c.id, cut(c.source_value, 22), cut(c.ours, width), c.verdict) for c in self.claims]
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
     def summary_line(self) -> str:
         c = self.counts()
         return (

@@ -373,6 +373,8 @@ def cmd_claims(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         reuse=args.reuse,
     )
+    print(report.table())
+    print()
     print(report.summary_line())
     return 0
 
