@@ -523,7 +523,7 @@ impl<'a> Engine<'a> {
             self.outstanding -= taken;
         }
         s.num_computed += num_new;
-        if !self.new_blocks.is_empty() {
+        if self.log.is_some() && !self.new_blocks.is_empty() {
             self.log_allocations(
                 row,
                 if copied {
