@@ -43,14 +43,15 @@ impl FreeOrder {
     }
 }
 
-/// Keys are already uniformly mixed: fold the two lanes instead of hashing again.
+/// Hasher for ids that are already well mixed (block keys, segment ids) or small distinct integers:
+/// take the value as it is (128-bit keys fold their two lanes) and spread it with one multiply.
 #[derive(Default)]
-pub struct KeyHasher(u64);
+pub struct IdHasher(u64);
 
-impl Hasher for KeyHasher {
+impl Hasher for IdHasher {
     #[inline]
     fn finish(&self) -> u64 {
-        self.0
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
     }
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
@@ -59,12 +60,16 @@ impl Hasher for KeyHasher {
         }
     }
     #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+    #[inline]
     fn write_u128(&mut self, v: u128) {
         self.0 ^= (v as u64) ^ ((v >> 64) as u64);
     }
 }
 
-type KeyMap = HashMap<BlockKey, u32, BuildHasherDefault<KeyHasher>>;
+type KeyMap = HashMap<BlockKey, u32, BuildHasherDefault<IdHasher>>;
 
 #[derive(Clone, Debug)]
 pub struct BlockPool {

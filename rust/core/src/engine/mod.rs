@@ -9,12 +9,13 @@ mod lockstep;
 mod output;
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 pub use config::{EngineConfig, Policy, TimeModel};
 pub use input::EngineInput;
 pub use output::{Counters, EngineOutput};
 
+use crate::block_pool::IdHasher;
 use crate::block_table::{BlockTable, blocks_for, rem_bs};
 use crate::{BlockId, BlockKey, BlockPool, KvError, Result, Segment};
 use contiguous::{Buddy, FirstFit, Space};
@@ -33,24 +34,6 @@ pub mod event {
     pub const FINISH: i64 = 9;
     pub const REJECT: i64 = 10;
     pub const FORK: i64 = 11;
-}
-
-/// Segment ids are already well mixed (or small distinct integers): hash them as they are.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
 }
 
 /// Reject reasons, shared with `kvsim.reference.engine.REJECT_REASONS`.
