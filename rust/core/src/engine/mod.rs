@@ -8,14 +8,12 @@ mod input;
 mod lockstep;
 mod output;
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::BuildHasherDefault;
+use std::collections::VecDeque;
 
 pub use config::{EngineConfig, Policy, TimeModel};
 pub use input::EngineInput;
 pub use output::{Counters, EngineOutput};
 
-use crate::block_pool::IdHasher;
 use crate::block_table::{BlockTable, blocks_for, rem_bs};
 use crate::{BlockId, BlockKey, BlockPool, KvError, Result, Segment};
 use contiguous::{Buddy, FirstFit, Space};
@@ -203,8 +201,9 @@ pub struct Engine<'a> {
     /// recompute preemption, so they are phantom-keyed (no hashing, no map entry) until then, and their
     /// registration may wait for the sequence's next lockstep event.
     defer_keys: bool,
-    /// How many sequences' prompts contain each segment id (only when `defer_keys`).
-    segment_uses: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
+    /// Per row, where its private content starts (`Seq::private_from`); empty unless `defer_keys` with
+    /// caching on.
+    private_from: Vec<u64>,
     agg: Aggregates,
     /// Event sequences touched in the current lockstep step, in admission order.
     touched: Vec<usize>,
@@ -223,6 +222,54 @@ struct Aggregates {
     /// Contiguous: prompt + target tokens, and region sizes.
     fin: u64,
     size: u64,
+}
+
+/// Per row: the start of its first prompt segment that no other row's prompt contains (its prompt length
+/// if none). Sorting `(segment id, segment index)` keeps this O(n log n) with sequential memory traffic
+/// (a hash map over a million distinct ids was a cache miss per lookup).
+fn private_starts(inp: &EngineInput<'_>) -> Vec<u64> {
+    let n = inp.len();
+    let mut row_of = Vec::with_capacity(inp.segment_id.len());
+    for r in 0..n {
+        let count = (inp.seg_offsets[r + 1] - inp.seg_offsets[r]) as usize;
+        row_of.extend(std::iter::repeat_n(r as u32, count));
+    }
+    let mut order: Vec<(u64, u32)> = inp
+        .segment_id
+        .iter()
+        .enumerate()
+        .map(|(k, &id)| (id, k as u32))
+        .collect();
+    order.sort_unstable();
+    let mut shared = vec![false; inp.segment_id.len()];
+    let mut i = 0;
+    while i < order.len() {
+        let mut j = i + 1;
+        while j < order.len() && order[j].0 == order[i].0 {
+            j += 1;
+        }
+        // Segment indices ascend within a group, and so do their rows: shared if the rows differ.
+        let group = &order[i..j];
+        if j - i > 1 && row_of[group[0].1 as usize] != row_of[group[j - i - 1].1 as usize] {
+            for &(_, k) in group {
+                shared[k as usize] = true;
+            }
+        }
+        i = j;
+    }
+    (0..n)
+        .map(|r| {
+            let (lo, hi) = (inp.seg_offsets[r] as usize, inp.seg_offsets[r + 1] as usize);
+            let mut start = 0u64;
+            for (&is_shared, &len) in shared[lo..hi].iter().zip(&inp.segment_len[lo..hi]) {
+                if !is_shared {
+                    return start;
+                }
+                start += len as u64;
+            }
+            start
+        })
+        .collect()
 }
 
 impl<'a> Engine<'a> {
@@ -244,19 +291,11 @@ impl<'a> Engine<'a> {
             })
         };
         let defer_keys = !inp.segment_id.iter().any(|&id| id >= OUTPUT_BIT);
-        let mut segment_uses: HashMap<u64, u32, BuildHasherDefault<IdHasher>> = HashMap::default();
-        if defer_keys && cfg.enable_prefix_caching && cfg.policy.is_paged() {
-            segment_uses.reserve(inp.segment_id.len());
-            for i in 0..inp.len() {
-                let (lo, hi) = (inp.seg_offsets[i] as usize, inp.seg_offsets[i + 1] as usize);
-                for (k, &id) in inp.segment_id[lo..hi].iter().enumerate() {
-                    // A segment repeated inside one prompt counts once for that prompt.
-                    if !inp.segment_id[lo..lo + k].contains(&id) {
-                        *segment_uses.entry(id).or_insert(0) += 1;
-                    }
-                }
-            }
-        }
+        let private_from = if defer_keys && cfg.enable_prefix_caching && cfg.policy.is_paged() {
+            private_starts(&inp)
+        } else {
+            Vec::new()
+        };
         Ok(Engine {
             cfg,
             out: EngineOutput::new(inp.len()),
@@ -282,7 +321,7 @@ impl<'a> Engine<'a> {
             lockstep: false,
             ring: vec![Vec::new(); (cfg.block_size.max(64) as usize).next_power_of_two()],
             defer_keys,
-            segment_uses,
+            private_from,
             agg: Aggregates::default(),
             touched: Vec::new(),
             done: Vec::new(),
@@ -318,17 +357,11 @@ impl<'a> Engine<'a> {
             .iter()
             .take_while(|&&p| p == row as i64)
             .count();
-        let mut private_from = inp.prompt_len[row] as u64;
-        if !self.segment_uses.is_empty() {
-            let mut start = 0u64;
-            for seg in &segs {
-                if self.segment_uses.get(&seg.id).copied().unwrap_or(0) <= 1 {
-                    private_from = start;
-                    break;
-                }
-                start += seg.len;
-            }
-        }
+        let private_from = self
+            .private_from
+            .get(row)
+            .copied()
+            .unwrap_or(inp.prompt_len[row] as u64);
         Seq {
             row,
             private_from,
@@ -1068,4 +1101,32 @@ pub fn run(
         .with_timeseries(timeseries_every)
         .with_events(record_events)
         .run(interrupted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_content_starts_at_the_first_segment_no_other_prompt_contains() {
+        // Rows: [7, 8] | [7, 9, 9] | [10, 7] | [11]; segment 9 repeats inside one prompt only.
+        let ids = [7, 8, 7, 9, 9, 10, 7, 11];
+        let lens = [4, 3, 4, 2, 2, 5, 4, 6];
+        let offsets = [0, 2, 5, 7, 8];
+        let prompt = [7, 8, 9, 6];
+        let zeros = [0i64; 4];
+        let inp = EngineInput {
+            arrival_ps: &zeros,
+            prompt_len: &prompt,
+            target: &[1; 4],
+            max_gen: &[1; 4],
+            fork_parent: &[-1; 4],
+            output_seg: &[1 << 63; 4],
+            seg_offsets: &offsets,
+            segment_id: &ids,
+            segment_len: &lens,
+        };
+        inp.validate().unwrap();
+        assert_eq!(private_starts(&inp), [4, 4, 0, 0]);
+    }
 }
