@@ -202,15 +202,22 @@ impl BlockPool {
         if num > self.queue.len() {
             return false;
         }
-        self.num_allocated += u64::from(num);
         for _ in 0..num {
-            let b = self.queue.pop_front().expect("queue length was checked");
-            self.evict(b);
-            self.ref_cnt[b.index()] = 1;
+            let b = self.allocate_one().expect("queue length was checked");
             out.push(b);
         }
-        self.debug_check();
         true
+    }
+
+    /// Pops one block from the head (`ref_cnt` 1, its old key evicted), or `None` if none is free.
+    #[inline]
+    pub fn allocate_one(&mut self) -> Option<BlockId> {
+        let b = self.queue.pop_front()?;
+        self.num_allocated += 1;
+        self.evict(b);
+        self.ref_cnt[b.index()] = 1;
+        self.debug_check();
+        Some(b)
     }
 
     pub fn allocate(&mut self, num: u32) -> Option<Vec<BlockId>> {
@@ -218,6 +225,7 @@ impl BlockPool {
         self.allocate_into(num, &mut out).then_some(out)
     }
 
+    #[inline]
     fn evict(&mut self, b: BlockId) {
         if std::mem::take(&mut self.phantom[b.index()]) {
             self.num_evictions += 1;

@@ -127,7 +127,9 @@ impl BlockTable {
 
     /// A new table holding the cached prefix `hits` plus blocks for `num_new_tokens` more tokens, popped
     /// into `new`. The caller has checked that `new_blocks + evictable hits` fit in the free blocks.
-    /// `capacity` reserves room for the blocks the table will grow to (0: just what it holds).
+    /// The table's blocks go into `buffer` (cleared; a recycled one keeps its allocation), with room
+    /// reserved for `capacity` blocks (what the table will grow to; 0: just what it holds).
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         pool: &mut BlockPool,
         block_size: u64,
@@ -136,6 +138,7 @@ impl BlockTable {
         num_new_tokens: u64,
         new: &mut Vec<BlockId>,
         capacity: usize,
+        buffer: Vec<BlockId>,
     ) -> Self {
         let computed = hits.len() as u64 * block_size + num_new_tokens;
         let num_new_blocks = blocks_for(computed, block_size) - hits.len() as u64;
@@ -143,7 +146,9 @@ impl BlockTable {
         let first = new.len();
         let ok = pool.allocate_into(num_new_blocks as u32, new);
         debug_assert!(ok, "capacity was checked by the caller");
-        let mut blocks = Vec::with_capacity(capacity.max(hits.len() + (new.len() - first)));
+        let mut blocks = buffer;
+        blocks.clear();
+        blocks.reserve(capacity.max(hits.len() + (new.len() - first)));
         blocks.extend_from_slice(hits);
         blocks.extend_from_slice(&new[first..]);
         BlockTable {
@@ -180,6 +185,16 @@ impl BlockTable {
         new: &mut Vec<BlockId>,
     ) -> Option<bool> {
         let (num_new_blocks, copy) = self.blocks_needed(pool, block_size, num_new_tokens);
+        if !copy && num_new_blocks <= 1 {
+            // The decode step's case: at most one new block, nothing shared to copy.
+            if num_new_blocks == 1 {
+                let b = pool.allocate_one()?;
+                self.blocks.push(b);
+                new.push(b);
+            }
+            self.num_computed_tokens += num_new_tokens;
+            return Some(false);
+        }
         let first = new.len();
         if !pool.allocate_into((num_new_blocks + u64::from(copy)) as u32, new) {
             return None;
@@ -209,6 +224,7 @@ impl BlockTable {
     /// `register_full_blocks`, taking block `i`'s key from `cached[i]` where given (keys computed for a
     /// lookup just before) and hashing only the rest. With `phantom_from = Some(p)`, blocks reaching past
     /// token `p` (they hold generated tokens) are phantom-keyed instead (engine only).
+    #[inline]
     pub fn register_full_blocks_cached(
         &mut self,
         pool: &mut BlockPool,
@@ -221,6 +237,32 @@ impl BlockTable {
             return;
         }
         let num_full = div_bs(self.num_computed_tokens, block_size);
+        if num_full <= self.num_keyed_blocks {
+            return; // nothing filled since the last call
+        }
+        if self.num_keyed_blocks > self.num_real_keys
+            || phantom_from.is_some_and(|p| self.num_keyed_blocks >= div_bs(p, block_size))
+        {
+            // Past the real keys: only phantom keys from here (the decode step's case).
+            for j in self.num_keyed_blocks..num_full {
+                pool.insert_phantom(self.blocks[j as usize]);
+            }
+            self.num_keyed_blocks = num_full;
+            return;
+        }
+        self.register_keys(pool, block_size, segments, cached, phantom_from, num_full);
+    }
+
+    #[inline(never)]
+    fn register_keys(
+        &mut self,
+        pool: &mut BlockPool,
+        block_size: u64,
+        segments: &[Segment],
+        cached: &[BlockKey],
+        phantom_from: Option<u64>,
+        num_full: u64,
+    ) {
         let real_end = phantom_from.map_or(num_full, |p| num_full.min(div_bs(p, block_size)));
         let mut i = self.num_keyed_blocks;
         if i == self.num_real_keys {

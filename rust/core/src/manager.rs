@@ -134,6 +134,7 @@ impl KVCacheManager {
                     num_new_tokens,
                     &mut new,
                     0,
+                    Vec::new(),
                 )
             });
             self.scratch = hits;

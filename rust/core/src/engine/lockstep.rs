@@ -76,10 +76,13 @@ impl Engine<'_> {
     /// becomes a wake-up that only rebases the sequence).
     fn next_event(&self, s: &Seq) -> u64 {
         let bs = self.cfg.block_size;
-        let mut d = (s.target - 1 - s.base_g).min(self.ring.len() as u64 - 1); // finishes
+        // Finishes; a far one becomes a wake-up. At most `ring_mask - 1` ahead of `base_step` (at most one
+        // after the current step): the current step's bucket, taken out while it is processed, is never hit.
+        let mut d = (s.target - 1 - s.base_g).min(self.ring_mask as u64 - 1);
         if let Memory::Paged(pool) = &self.mem {
             let r = self.rem_bs(s.base_c);
-            if r != 0
+            if self.forks
+                && r != 0
                 && s.table
                     .blocks()
                     .last()
@@ -88,7 +91,7 @@ impl Engine<'_> {
                 return s.base_step; // its next write copies a shared partial block (copy-on-write)
             }
             d = d.min(if r == 0 { 0 } else { bs - r }); // needs a new block
-            if pool.enable_caching() && !self.defer_keys {
+            if self.fill_events {
                 d = d.min(bs - 1 - r); // fills a block: register its key
             }
         }
@@ -105,7 +108,41 @@ impl Engine<'_> {
         }
     }
 
+    /// `try_grow(k, 1)` with the decode step's common cases inline: a new block at a block boundary, or
+    /// (a wake-up, a block filling) no allocation at all.
+    #[inline]
+    fn grow_one(&mut self, k: usize) -> bool {
+        let bs = self.cfg.block_size;
+        let caching = self.cfg.enable_prefix_caching;
+        let phantom = self.defer_keys;
+        let (Memory::Paged(pool), None) = (&mut self.mem, &self.log) else {
+            return self.try_grow(k, 1);
+        };
+        let s = &mut self.slab[k];
+        let c = s.num_computed;
+        if rem_bs(c, bs) == 0 {
+            if s.reserved_blocks > 0 {
+                return self.try_grow(k, 1);
+            }
+            let Some(b) = pool.allocate_one() else {
+                return false;
+            };
+            s.table.blocks.push(b);
+        } else if self.forks {
+            return self.try_grow(k, 1); // the last block may be shared: copy-on-write
+        }
+        s.table.num_computed_tokens = c + 1;
+        s.num_computed = c + 1;
+        if caching {
+            let from = phantom.then_some(s.private_from);
+            s.table
+                .register_full_blocks_cached(pool, bs, &s.segs, &[], from);
+        }
+        true
+    }
+
     /// Makes `k` implicit from step `from` on, with its current computed and generated counts.
+    #[inline]
     fn make_lazy(&mut self, k: usize, from: u64) {
         let s = &mut self.slab[k];
         s.lazy = true;
@@ -115,8 +152,7 @@ impl Engine<'_> {
         let next = self.next_event(&self.slab[k]);
         let s = &mut self.slab[k];
         s.next_event = next;
-        let mask = self.ring.len() - 1;
-        self.ring[next as usize & mask].push((s.adm_no, k));
+        self.ring[next as usize & self.ring_mask].push((s.adm_no, k));
     }
 
     /// Writes lazy `k`'s state at the start of step `j` into its fields.
@@ -176,7 +212,7 @@ impl Engine<'_> {
         let preempted = self.lockstep_running_phase(step);
         let decoding = self.running.len() as u64;
         self.scheduled.clear();
-        if !preempted {
+        if !preempted && (!self.waiting.is_empty() || !self.swapped.is_empty()) {
             self.admit_waiting(self.cfg.max_num_batched_tokens - decoding);
         }
         let mut tokens = decoding;
@@ -220,12 +256,20 @@ impl Engine<'_> {
             self.sync(k, step);
             loop {
                 let c = self.slab[k].num_computed;
-                if self.try_grow(k, 1) {
+                if self.grow_one(k) {
                     // Correct the implicit advance (+1 token, -1 slack, same blocks) to the truth.
                     self.agg.internal += self.slack(c + 1) - self.slack(c) + 1;
                     let bs = self.cfg.block_size;
                     self.agg.logical += blocks_for(c + 1, bs) - blocks_for(c, bs);
-                    self.touched.push(k);
+                    // Sample now: nothing later in the step reads this sequence, and it cannot be a
+                    // preemption victim (victims come from the tail: later admissions than any touched).
+                    let s = &mut self.slab[k];
+                    s.generate_one();
+                    if s.generated == s.target {
+                        self.touched.push(k); // finishes after the step
+                    } else {
+                        self.make_lazy(k, step + 1);
+                    }
                     break;
                 }
                 let victim = self.running.pop().expect("the growing sequence is running");
@@ -248,21 +292,14 @@ impl Engine<'_> {
         preempted
     }
 
-    /// Sampling after a lockstep step: touched sequences, then admitted ones (the scheduled order),
-    /// finish or go on lazily. Returns whether an admitted sequence is still prefilling.
+    /// Sampling after a lockstep step: touched sequences that reached their target (the others sampled
+    /// in the running phase), then admitted ones (the scheduled order), finish or go on lazily. Returns
+    /// whether an admitted sequence is still prefilling.
     fn lockstep_sample(&mut self, step: u64) -> bool {
         let t = self.t;
         let mut prefilling = false;
         self.done.clear();
-        for i in 0..self.touched.len() {
-            let k = self.touched[i];
-            self.slab[k].generate_one();
-            if self.slab[k].generated == self.slab[k].target {
-                self.done.push(k);
-            } else {
-                self.make_lazy(k, step + 1);
-            }
-        }
+        self.done.extend_from_slice(&self.touched);
         for i in 0..self.scheduled.len() {
             let k = self.scheduled[i].0;
             let s = &mut self.slab[k];

@@ -163,6 +163,7 @@ enum Memory {
     Contiguous(Space),
 }
 
+#[allow(clippy::struct_excessive_bools)] // independent facts about the run
 pub struct Engine<'a> {
     cfg: &'a EngineConfig,
     inp: EngineInput<'a>,
@@ -196,6 +197,11 @@ pub struct Engine<'a> {
     /// Lockstep events: bucket `step % len` holds `(admission number, slab index)` of sequences whose
     /// next event is at `step` (stale entries are skipped). Its length exceeds every event distance.
     ring: Vec<Vec<(u64, usize)>>,
+    ring_mask: usize,
+    /// Lockstep: a block filling is an event (caching on, keys not deferred).
+    fill_events: bool,
+    /// Some sample is forked (fork-cow): a shared partial block may need copying.
+    forks: bool,
     /// No prompt quotes a generated output: blocks holding generated tokens, or a prompt segment that no
     /// other sequence's prompt contains, can only ever be looked up by their own sequence after a
     /// recompute preemption, so they are phantom-keyed (no hashing, no map entry) until then, and their
@@ -296,6 +302,8 @@ impl<'a> Engine<'a> {
         } else {
             Vec::new()
         };
+        // Longer than a block (see `next_event`).
+        let ring_len = ((cfg.block_size + 1).max(64) as usize).next_power_of_two();
         Ok(Engine {
             cfg,
             out: EngineOutput::new(inp.len()),
@@ -319,7 +327,10 @@ impl<'a> Engine<'a> {
             log: None,
             next_adm: 0,
             lockstep: false,
-            ring: vec![Vec::new(); (cfg.block_size.max(64) as usize).next_power_of_two()],
+            ring: vec![Vec::new(); ring_len],
+            ring_mask: ring_len - 1,
+            fill_events: cfg.policy.is_paged() && cfg.enable_prefix_caching && !defer_keys,
+            forks: inp.fork_parent.iter().any(|&p| p >= 0),
             defer_keys,
             private_from,
             agg: Aggregates::default(),
@@ -344,15 +355,17 @@ impl<'a> Engine<'a> {
     }
 
     // -- slab ------------------------------------------------------------------------------------------
-    fn make_seq(&self, row: usize) -> Seq {
+    /// A slab slot holding a fresh sequence for `row` (a recycled slot keeps its vectors' buffers).
+    fn new_seq(&mut self, row: usize) -> usize {
+        let k = self.free_slots.pop().unwrap_or_else(|| {
+            self.slab.push(Seq::default());
+            self.slab.len() - 1
+        });
         let inp = &self.inp;
         let (lo, hi) = (
             inp.seg_offsets[row] as usize,
             inp.seg_offsets[row + 1] as usize,
         );
-        let segs: Vec<Segment> = (lo..hi)
-            .map(|k| Segment::new(inp.segment_id[k], inp.segment_len[k] as u64))
-            .collect();
         let num_children = inp.fork_parent[row + 1..]
             .iter()
             .take_while(|&&p| p == row as i64)
@@ -362,7 +375,15 @@ impl<'a> Engine<'a> {
             .get(row)
             .copied()
             .unwrap_or(inp.prompt_len[row] as u64);
-        Seq {
+        let old = &mut self.slab[k];
+        let mut segs = std::mem::take(&mut old.segs);
+        let mut blocks = std::mem::take(&mut old.table.blocks);
+        let mut keys = std::mem::take(&mut old.keys);
+        segs.clear();
+        blocks.clear();
+        keys.clear();
+        segs.extend((lo..hi).map(|k| Segment::new(inp.segment_id[k], inp.segment_len[k] as u64)));
+        *old = Seq {
             row,
             private_from,
             segs,
@@ -371,22 +392,18 @@ impl<'a> Engine<'a> {
             max_gen: inp.max_gen[row] as u64,
             output_seg: inp.output_seg[row],
             num_children,
+            table: BlockTable {
+                blocks,
+                ..BlockTable::default()
+            },
+            keys,
             ..Seq::default()
-        }
+        };
+        k
     }
 
-    fn insert(&mut self, s: Seq) -> usize {
-        if let Some(k) = self.free_slots.pop() {
-            self.slab[k] = s;
-            k
-        } else {
-            self.slab.push(s);
-            self.slab.len() - 1
-        }
-    }
-
+    /// Frees slot `k` for `new_seq` (its table is already released).
     fn remove(&mut self, k: usize) {
-        self.slab[k] = Seq::default();
         self.free_slots.push(k);
     }
 
@@ -462,6 +479,7 @@ impl<'a> Engine<'a> {
                 self.new_blocks.clear();
                 // The table will grow to the sequence's peak: reserve it once instead of doubling.
                 let peak = peak_blocks(cfg, &self.slab[k]) as usize;
+                let buffer = std::mem::take(&mut self.slab[k].table.blocks);
                 let mut table = BlockTable::start(
                     pool,
                     bs,
@@ -470,12 +488,13 @@ impl<'a> Engine<'a> {
                     num_new,
                     &mut self.new_blocks,
                     peak,
+                    buffer,
                 );
                 let s = &mut self.slab[k];
                 let phantom = self.defer_keys.then_some(s.private_from);
                 table.register_full_blocks_cached(pool, bs, &s.segs, &s.keys, phantom);
                 s.table = table;
-                s.keys = Vec::new();
+                s.keys.clear();
                 s.keys_for = 0;
                 if cfg.policy == Policy::Reserve {
                     s.reserved_blocks = need - first;
@@ -522,7 +541,6 @@ impl<'a> Engine<'a> {
             s.num_computed += num_new;
             return true;
         };
-        let before = pool.num_free_blocks();
         self.new_blocks.clear();
         let Some(copied) = s.table.grow(pool, bs, num_new, &mut self.new_blocks) else {
             return false;
@@ -530,11 +548,12 @@ impl<'a> Engine<'a> {
         let phantom = self.defer_keys.then_some(s.private_from);
         s.table
             .register_full_blocks_cached(pool, bs, &s.segs, &[], phantom);
-        self.out.counters.num_cow_copies += i128::from(copied);
         let row = s.row;
-        let used = u64::from(before - pool.num_free_blocks());
+        if copied {
+            self.out.counters.num_cow_copies += 1;
+        }
         if s.reserved_blocks > 0 {
-            let taken = used.min(s.reserved_blocks);
+            let taken = (self.new_blocks.len() as u64).min(s.reserved_blocks);
             s.reserved_blocks -= taken;
             self.outstanding -= taken;
         }
@@ -627,6 +646,7 @@ impl<'a> Engine<'a> {
             return 0;
         }
         self.new_blocks.clear();
+        let buffer = std::mem::take(&mut s.table.blocks);
         let mut table = BlockTable::start(
             pool,
             bs,
@@ -635,6 +655,7 @@ impl<'a> Engine<'a> {
             s.num_computed + num_new,
             &mut self.new_blocks,
             0,
+            buffer,
         );
         let phantom = self.defer_keys.then_some(s.private_from);
         table.register_full_blocks_cached(pool, bs, &s.segs, &[], phantom);
@@ -711,20 +732,22 @@ impl<'a> Engine<'a> {
         let first = self.running.len();
         for child_row in row + 1..=row + n {
             self.log(event::FORK, child_row, -1);
-            let mut c = self.make_seq(child_row);
+            let ck = self.new_seq(child_row);
             let Memory::Paged(pool) = &mut self.mem else {
                 unreachable!()
             };
-            c.table = self.slab[k].table.fork(pool);
-            c.num_computed = self.slab[k].num_computed;
+            let table = self.slab[k].table.fork(pool);
+            let num_computed = self.slab[k].num_computed;
+            let c = &mut self.slab[ck];
+            c.table = table;
+            c.num_computed = num_computed;
             c.set_generated(1);
             c.admitted_before = true; // admitted with its parent: a later admission is a resume
             c.adm_no = self.next_adm;
             self.next_adm += 1;
+            let done = c.generated == c.target;
             self.out.first_scheduled[child_row] = self.out.first_scheduled[row];
             self.out.first_token[child_row] = self.t;
-            let done = c.generated == c.target;
-            let ck = self.insert(c);
             self.running.push(ck);
             if done {
                 self.done.push(ck);
@@ -919,14 +942,13 @@ impl<'a> Engine<'a> {
         if self.inp.fork_parent[row] >= 0 {
             return; // a fork-cow sample: it starts when its parent samples its first token
         }
-        let s = self.make_seq(row);
-        let s_children = s.num_children;
-        let reason = self.reject_at_arrival(&s);
+        let k = self.new_seq(row);
+        let reason = self.reject_at_arrival(&self.slab[k]);
         if reason == 0 {
-            let k = self.insert(s);
             self.waiting.push_back(k);
         } else {
-            self.reject_rows(row, s_children, reason);
+            self.reject_rows(row, self.slab[k].num_children, reason);
+            self.remove(k);
         }
     }
 
