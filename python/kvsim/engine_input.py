@@ -58,6 +58,14 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
             "model the workload does not give; use num_samples with sampling='fork-cow' for parallel sampling"
         )
     samples = np.asarray(workload.num_samples, dtype=np.int64)
+    if len(samples) and samples.min() == 1 == samples.max():
+        return _prepare_single(workload, config)
+    return _prepare_expanded(workload, config, samples)
+
+
+def _prepare_expanded(workload: Any, config: SimConfig, samples: np.ndarray) -> EngineInput:
+    """`prepare` in general: each request of `n` samples becomes `n` sequences, sorted by arrival."""
+    n = len(workload)
     rows = np.repeat(np.arange(n, dtype=np.int64), samples)
     starts = np.cumsum(samples) - samples
     sample = np.arange(len(rows), dtype=np.int64) - np.repeat(starts, samples)
@@ -109,6 +117,59 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
         fork_parent=fork_parent,
         output_seg=c(output_seg),
         seg_offsets=seq_offsets,
+        segment_id=np.ascontiguousarray(seg_id),
+        segment_len=np.ascontiguousarray(seg_len),
+    )
+
+
+def _prepare_single(workload: Any, config: SimConfig) -> EngineInput:
+    """`prepare` for one sample per request (the common case): no expansion, and no reordering when the
+    arrivals are sorted already (they are in a `Workload`). Same result as the general path."""
+    n = len(workload)
+    arrival_ps = np.rint(np.asarray(workload.arrival, dtype=np.float64) * PS_PER_S).astype(np.int64)
+    if n > 1 and (arrival_ps[1:] < arrival_ps[:-1]).any():
+        order = np.argsort(arrival_ps, kind="stable")
+    else:
+        order = None
+
+    def c(a: Any, dtype: Any) -> np.ndarray:
+        a = np.asarray(a, dtype=dtype)
+        return np.ascontiguousarray(a if order is None else a[order])
+
+    prompt = np.asarray(workload.prompt_len, dtype=np.int64)
+    max_gen = np.array(workload.max_tokens, dtype=np.int64)
+    if config.max_model_len is not None:
+        max_gen = np.minimum(max_gen, np.maximum(config.max_model_len - prompt, 0))
+    target = np.minimum(np.asarray(workload.output_len, dtype=np.int64), max_gen)
+    rid = np.asarray(workload.request_id, dtype=np.uint64)
+    if n and int(rid.max()) > MAX_REQUEST_ID:
+        raise InvalidArgumentError(
+            "request ids must stay below 2**47 and samples below 2**16 to name their outputs"
+        )
+    output_seg = np.uint64(OUTPUT_BIT) | (rid << np.uint64(16))
+    seg_offsets = np.asarray(workload.seg_offsets, dtype=np.int64)
+    seg_id = np.asarray(workload.segment_id, dtype=np.uint64)
+    seg_len = np.asarray(workload.segment_len, dtype=np.int64)
+    if order is not None:
+        seg_count = (seg_offsets[1:] - seg_offsets[:-1])[order]
+        seq_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(seg_count, out=seq_offsets[1:])
+        src_start = seg_offsets[:-1][order]
+        idx = np.repeat(src_start - seq_offsets[:-1], seg_count) + np.arange(
+            int(seq_offsets[-1]), dtype=np.int64
+        )
+        seg_offsets, seg_id, seg_len = seq_offsets, seg_id[idx], seg_len[idx]
+    return EngineInput(
+        request_row=c(np.arange(n, dtype=np.int64), np.int64),
+        request_id=c(rid, np.uint64),
+        sample=np.zeros(n, dtype=np.int64),
+        arrival_ps=c(arrival_ps, np.int64),
+        prompt_len=c(prompt, np.int64),
+        target=c(target, np.int64),
+        max_gen=c(max_gen, np.int64),
+        fork_parent=np.full(n, -1, dtype=np.int64),
+        output_seg=c(output_seg, np.uint64),
+        seg_offsets=np.ascontiguousarray(seg_offsets),
         segment_id=np.ascontiguousarray(seg_id),
         segment_len=np.ascontiguousarray(seg_len),
     )

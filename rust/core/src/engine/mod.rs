@@ -994,7 +994,15 @@ impl<'a> Engine<'a> {
             self.out.generated[s.row] = s.generated as i64;
         }
         let slab = &self.slab;
-        self.running.retain(|&k| !slab[k].retiring);
+        // The running list ascends in admission order: one finisher is found by binary search.
+        let i = self
+            .running
+            .partition_point(|&j| slab[j].adm_no < slab[done[0]].adm_no);
+        if done.len() == 1 && self.running.get(i) == Some(&done[0]) {
+            self.running.remove(i);
+        } else {
+            self.running.retain(|&k| !slab[k].retiring);
+        }
         for &k in &done {
             self.remove(k);
         }

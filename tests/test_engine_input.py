@@ -1,0 +1,53 @@
+"""`prepare`'s fast path for one sample per request gives exactly what the general expansion gives."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import hypothesis.strategies as st
+import numpy as np
+from hypothesis import given
+
+import kvsim
+from kvsim.engine_input import _prepare_expanded, _prepare_single, prepare
+
+from .test_engine_differential import workloads
+
+
+def assert_same(a, b) -> None:
+    for field in dataclasses.fields(a):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        assert x.dtype == y.dtype, field.name
+        assert np.array_equal(x, y), field.name
+        assert x.flags.c_contiguous, field.name
+
+
+@given(workloads(), st.one_of(st.none(), st.integers(8, 120)), st.booleans())
+def test_single_sample_fast_path_equals_the_general_expansion(w, max_model_len, shuffle):
+    n = len(w)
+    # A duck-typed workload (any object with the columns), one sample each; shuffled arrivals exercise
+    # the reordering a `Workload` never needs (it sorts on construction).
+    order = np.random.default_rng(n).permutation(n) if shuffle else np.arange(n)
+    counts = np.diff(np.asarray(w.seg_offsets))[order]
+    starts = np.asarray(w.seg_offsets)[:-1][order]
+    idx = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)])
+
+    class Duck(SimpleNamespace):
+        def __len__(self) -> int:
+            return n
+
+    duck = Duck(
+        arrival=np.asarray(w.arrival)[order],
+        prompt_len=np.asarray(w.prompt_len)[order],
+        output_len=np.asarray(w.output_len)[order],
+        max_tokens=np.asarray(w.max_tokens)[order],
+        request_id=np.asarray(w.request_id)[order],
+        num_samples=np.ones(n, dtype=np.int64),
+        seg_offsets=np.concatenate([[0], np.cumsum(counts)]),
+        segment_id=np.asarray(w.segment_id)[idx],
+        segment_len=np.asarray(w.segment_len)[idx],
+    )
+    cfg = kvsim.SimConfig(num_blocks=64, block_size=4, max_model_len=max_model_len)
+    assert_same(_prepare_single(duck, cfg), _prepare_expanded(duck, cfg, np.ones(n, dtype=np.int64)))
+    assert_same(prepare(duck, cfg), _prepare_expanded(duck, cfg, np.ones(n, dtype=np.int64)))
