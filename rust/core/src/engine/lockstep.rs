@@ -17,6 +17,16 @@
 //! prefilling, or more running sequences than the budget, drops back to full steps.
 
 use super::{Engine, Memory, MemoryState, Seq};
+
+/// What `fast_event` did with a ring entry.
+enum Fast {
+    /// A stale entry: nothing to do.
+    Stale,
+    /// The whole event, done.
+    Done,
+    /// Not the common case: nothing changed, the general path takes it.
+    Slow,
+}
 use crate::block_table::{blocks_for, rem_bs};
 
 impl Engine<'_> {
@@ -102,10 +112,75 @@ impl Engine<'_> {
     fn flush_keys(&mut self, k: usize) {
         if let Memory::Paged(pool) = &mut self.mem {
             let s = &mut self.slab[k];
+            s.sync_output();
             let phantom = self.defer_keys.then_some(s.private_from);
             s.table
                 .register_full_blocks_cached(pool, self.cfg.block_size, &s.segs, &[], phantom);
         }
+    }
+
+    /// The running phase's common case, all of it in one place with one look at the sequence: a paged
+    /// decode step that needs no copy, no reservation and no event log, and either no block or a free
+    /// one. Does what `sync`, `grow_one`, the aggregate correction, sampling and `make_lazy` do there;
+    /// `Slow` (nothing changed) leaves the rest to them.
+    #[inline]
+    fn fast_event(&mut self, adm: u64, k: usize, step: u64) -> Fast {
+        let bs = self.cfg.block_size;
+        let s = &mut self.slab[k];
+        if !(s.lazy && s.adm_no == adm && s.next_event == step) {
+            return Fast::Stale; // the sequence finished, was preempted, or was rebased since
+        }
+        let (Memory::Paged(pool), None) = (&mut self.mem, &self.log) else {
+            return Fast::Slow;
+        };
+        let since = step - s.base_step;
+        let c = s.base_c + since; // computed before this step
+        let gen_after = s.base_g + since + 1; // generated after it
+        let rem = rem_bs(c, bs);
+        if rem == 0 {
+            if s.reserved_blocks > 0 {
+                return Fast::Slow;
+            }
+            let Some(block) = pool.allocate_one() else {
+                return Fast::Slow; // preemption
+            };
+            s.table.blocks.push(block);
+        } else if self.forks {
+            return Fast::Slow; // the last block may be shared: copy-on-write
+        }
+        s.num_computed = c + 1;
+        s.table.num_computed_tokens = c + 1;
+        s.generated = gen_after;
+        if self.cfg.enable_prefix_caching {
+            if !self.defer_keys {
+                s.sync_output(); // output blocks get real keys: hash the current output length
+            }
+            let from = self.defer_keys.then_some(s.private_from);
+            s.table
+                .register_full_blocks_cached(pool, bs, &s.segs, &[], from);
+        }
+        // The implicit advance assumed +1 token and -1 slack in the same blocks: correct it.
+        let r1 = rem_bs(c + 1, bs);
+        let slack = |x: u64| if x == 0 { 0 } else { (bs - x) as i64 };
+        self.agg.internal += slack(r1) - slack(rem) + 1;
+        self.agg.logical += u64::from(rem == 0);
+        if gen_after == s.target {
+            self.touched.push(k); // finishes after the step
+            return Fast::Done;
+        }
+        // make_lazy from step + 1 (the last block is this sequence's own: no copy-on-write ahead).
+        s.base_step = step + 1;
+        s.base_c = c + 1;
+        s.base_g = gen_after;
+        let mut dd = (s.target - 1 - gen_after).min(self.ring_mask as u64 - 1);
+        dd = dd.min(if r1 == 0 { 0 } else { bs - r1 });
+        if self.fill_events {
+            dd = dd.min(bs - 1 - r1);
+        }
+        let next = step + 1 + dd;
+        s.next_event = next;
+        self.ring[next as usize & self.ring_mask].push((adm, k));
+        Fast::Done
     }
 
     /// `try_grow(k, 1)` with the decode step's common cases inline: a new block at a block boundary, or
@@ -134,6 +209,9 @@ impl Engine<'_> {
         s.table.num_computed_tokens = c + 1;
         s.num_computed = c + 1;
         if caching {
+            if !phantom {
+                s.sync_output(); // output blocks get real keys: hash the current output length
+            }
             let from = phantom.then_some(s.private_from);
             s.table
                 .register_full_blocks_cached(pool, bs, &s.segs, &[], from);
@@ -245,13 +323,15 @@ impl Engine<'_> {
     fn lockstep_running_phase(&mut self, step: u64) -> bool {
         let mask = self.ring.len() - 1;
         let mut bucket = std::mem::take(&mut self.ring[step as usize & mask]);
-        bucket.sort_unstable();
+        if bucket.len() > 1 && !bucket.is_sorted() {
+            bucket.sort_unstable();
+        }
         self.touched.clear();
         let mut preempted = false;
         for &(adm, k) in &bucket {
-            let s = &self.slab[k];
-            if !(s.lazy && s.adm_no == adm && s.next_event == step) {
-                continue; // stale: the sequence finished, was preempted, or was rebased since
+            match self.fast_event(adm, k, step) {
+                Fast::Stale | Fast::Done => continue,
+                Fast::Slow => {}
             }
             self.sync(k, step);
             loop {
