@@ -32,7 +32,7 @@ def million():
 
 def test_million_requests(benchmark, million):
     benchmark.group = "engine-1M"
-    result = benchmark.pedantic(kvsim.simulate, args=(million, CONFIG), rounds=1, iterations=1)
+    result = benchmark.pedantic(kvsim.simulate, args=(million, CONFIG), rounds=3, iterations=1)
     s = result.summary
     # Sane: everything finished, the pool was under pressure, prefixes were found after preemptions.
     assert s["completed"] == 1_000_000
@@ -59,9 +59,12 @@ def test_engine_within_5x_of_the_free_list_floor(benchmark, million):
     from kvsim.rust_engine import run
 
     inp = prepare(million, CONFIG)
-    t0 = time.perf_counter()
-    out = run(inp, CONFIG)
-    engine_s = time.perf_counter() - t0
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        out = run(inp, CONFIG)
+        times.append(time.perf_counter() - t0)
+    engine_s = sorted(times)[1]  # the median of three: this VM's wall clock varies by tens of percent
     ops = int(out.counters["num_block_allocations"])
     benchmark.group = "engine-floor"
     checksum = benchmark.pedantic(_core.free_list_floor, args=(CONFIG.num_blocks, ops), rounds=3)

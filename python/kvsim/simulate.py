@@ -129,10 +129,13 @@ def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataF
     n = len(workload)
     rows = inp.request_row
     big = np.iinfo(np.int64).max
-    # A request's samples are adjacent and rows ascend, so each request is one run: reduce runs at once.
-    starts = np.flatnonzero(np.diff(rows, prepend=-1))
-    assert len(starts) == n, "every request has its sequences in one run"
-    single = len(rows) == n
+    single = len(rows) == n  # one sequence per request: the columns are the rows already
+    if single:
+        starts = None
+    else:
+        # A request's samples are adjacent and rows ascend, so each request is one run: reduce runs at once.
+        starts = np.flatnonzero(np.diff(rows, prepend=-1))
+        assert len(starts) == n, "every request has its sequences in one run"
 
     def fold(values: np.ndarray, how: str, missing: int = -1) -> np.ndarray:
         v = values.astype(np.int64, copy=False)
@@ -148,19 +151,23 @@ def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataF
     rejected = fold((raw.status == REJECTED).astype(np.int64), "max") > 0
     reason = fold(raw.reject_reason, "max")
 
-    def seconds(ps: np.ndarray) -> np.ndarray:
-        return np.where(ps < 0, np.nan, ps / PS_PER_S)
+    def seconds(name: str, ps: np.ndarray) -> pl.Series:
+        out = ps / PS_PER_S
+        out[ps < 0] = np.nan  # never happened: null
+        return pl.Series(name, out, nan_to_null=True)
 
     frame = pl.DataFrame(
         {
             "request_id": np.asarray(workload.request_id, dtype=np.uint64),
             "arrival": np.asarray(workload.arrival, dtype=np.float64),
-            "first_scheduled": seconds(fold(raw.first_scheduled, "min")),
-            "first_token": seconds(fold(raw.first_token, "min")),
-            "finish": seconds(fold(raw.finish, "max")),
+            "first_scheduled": seconds("first_scheduled", fold(raw.first_scheduled, "min")),
+            "first_token": seconds("first_token", fold(raw.first_token, "min")),
+            "finish": seconds("finish", fold(raw.finish, "max")),
             "prompt_len": np.asarray(workload.prompt_len, dtype=np.int64),
             "output_len": fold(raw.generated, "sum"),
-            "num_samples": np.bincount(rows, minlength=n).astype(np.int64),
+            "num_samples": np.ones(n, dtype=np.int64)
+            if single
+            else np.bincount(rows, minlength=n).astype(np.int64),
             "num_preemptions": fold(raw.num_preemptions, "sum"),
             "num_swaps": fold(raw.num_swaps, "sum"),
             "cached_tokens": fold(raw.cached_tokens, "sum"),
@@ -170,11 +177,12 @@ def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataF
             "reject_reason": _REASON_TEXT.gather(np.where(rejected, reason, 0).astype(np.uint32)),
         }
     )
-    return frame.with_columns(pl.col(c).fill_nan(None) for c in ("first_scheduled", "first_token", "finish"))
+    return frame
 
 
 def _pcts(values: np.ndarray, name: str, out: dict[str, Any]) -> None:
-    v = pl.Series(values[~np.isnan(values)])
+    nan = np.isnan(values)
+    v = pl.Series(values[~nan] if nan.any() else values)
     for q in (50, 90, 99):
         out[f"{name}_p{q}"] = float(v.quantile(q / 100, "linear")) if len(v) else None
     out[f"{name}_mean"] = float(v.mean()) if len(v) else None  # type: ignore[arg-type]

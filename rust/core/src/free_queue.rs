@@ -10,10 +10,22 @@ use crate::BlockId;
 
 const NONE: u32 = u32::MAX;
 
+/// A block's neighbours in the queue (`NONE` both when it is not queued); one array of pairs, so a link
+/// update touches one place per block.
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    prev: u32,
+    next: u32,
+}
+
+const UNLINKED: Link = Link {
+    prev: NONE,
+    next: NONE,
+};
+
 #[derive(Clone, Debug)]
 pub struct FreeQueue {
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    links: Vec<Link>,
     len: u32,
     head: u32,
     tail: u32,
@@ -25,14 +37,13 @@ impl FreeQueue {
         let (head, tail) = (n, n + 1);
         let size = n as usize + 2;
         let mut q = FreeQueue {
-            prev: vec![NONE; size],
-            next: vec![NONE; size],
+            links: vec![UNLINKED; size],
             len: 0,
             head,
             tail,
         };
-        q.next[head as usize] = tail;
-        q.prev[tail as usize] = head;
+        q.links[head as usize].next = tail;
+        q.links[tail as usize].prev = head;
         for b in first..n {
             q.push_back(BlockId(b));
         }
@@ -51,23 +62,22 @@ impl FreeQueue {
 
     #[inline]
     pub fn contains(&self, b: BlockId) -> bool {
-        self.next[b.index()] != NONE
+        self.links[b.index()].next != NONE
     }
 
     #[inline]
     fn link_after(&mut self, at: u32, b: u32) {
-        let nx = self.next[at as usize];
-        self.prev[b as usize] = at;
-        self.next[b as usize] = nx;
-        self.next[at as usize] = b;
-        self.prev[nx as usize] = b;
+        let nx = self.links[at as usize].next;
+        self.links[b as usize] = Link { prev: at, next: nx };
+        self.links[at as usize].next = b;
+        self.links[nx as usize].prev = b;
         self.len += 1;
     }
 
     #[inline]
     pub fn push_back(&mut self, b: BlockId) {
         debug_assert!(!self.contains(b), "block {b} is already queued");
-        let last = self.prev[self.tail as usize];
+        let last = self.links[self.tail as usize].prev;
         self.link_after(last, b.0);
     }
 
@@ -90,18 +100,15 @@ impl FreeQueue {
     #[inline]
     pub fn remove(&mut self, b: BlockId) {
         debug_assert!(self.contains(b), "block {b} is not queued");
-        let i = b.index();
-        let (p, n) = (self.prev[i], self.next[i]);
-        self.next[p as usize] = n;
-        self.prev[n as usize] = p;
-        self.prev[i] = NONE;
-        self.next[i] = NONE;
+        let Link { prev, next } = std::mem::replace(&mut self.links[b.index()], UNLINKED);
+        self.links[prev as usize].next = next;
+        self.links[next as usize].prev = prev;
         self.len -= 1;
     }
 
     #[inline]
     pub fn pop_front(&mut self) -> Option<BlockId> {
-        let first = self.next[self.head as usize];
+        let first = self.links[self.head as usize].next;
         if first == self.tail {
             return None;
         }
@@ -112,13 +119,13 @@ impl FreeQueue {
 
     /// Head first.
     pub fn iter(&self) -> impl Iterator<Item = BlockId> + '_ {
-        let mut cur = self.next[self.head as usize];
+        let mut cur = self.links[self.head as usize].next;
         std::iter::from_fn(move || {
             if cur == self.tail {
                 None
             } else {
                 let b = cur;
-                cur = self.next[cur as usize];
+                cur = self.links[cur as usize].next;
                 Some(BlockId(b))
             }
         })
@@ -128,15 +135,15 @@ impl FreeQueue {
     pub fn check(&self) -> std::result::Result<(), String> {
         let mut count = 0u32;
         let mut prev = self.head;
-        let mut cur = self.next[self.head as usize];
+        let mut cur = self.links[self.head as usize].next;
         while cur != self.tail {
             if cur == NONE || cur >= self.head {
                 return Err(format!("broken link after {prev}"));
             }
-            if self.prev[cur as usize] != prev {
+            if self.links[cur as usize].prev != prev {
                 return Err(format!(
                     "block {cur} has prev {} not {prev}",
-                    self.prev[cur as usize]
+                    self.links[cur as usize].prev
                 ));
             }
             count += 1;
@@ -144,9 +151,9 @@ impl FreeQueue {
                 return Err(format!("more than {} blocks linked (a cycle?)", self.len));
             }
             prev = cur;
-            cur = self.next[cur as usize];
+            cur = self.links[cur as usize].next;
         }
-        if self.prev[self.tail as usize] != prev {
+        if self.links[self.tail as usize].prev != prev {
             return Err("tail does not point at the last block".into());
         }
         if count != self.len {
