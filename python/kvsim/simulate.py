@@ -193,8 +193,9 @@ def summarize(requests: pl.DataFrame, raw: EngineOutput, config: SimConfig) -> d
     c = raw.counters
     # numpy columns of the finished requests (missing times are NaN): a million rows in milliseconds.
     finished = (requests["status"] == "finished").to_numpy()
+    every = bool(finished.all())  # then no row is dropped and float columns come without a copy
     col = {
-        name: requests[name].to_numpy()[finished]
+        name: requests[name].to_numpy() if every else requests[name].to_numpy()[finished]
         for name in ("arrival", "first_scheduled", "first_token", "finish", "output_len", "num_samples")
     }
     completed = int(finished.sum())
