@@ -35,15 +35,18 @@ pub fn blocks_for(x: u64, block_size: u64) -> u64 {
 
 /// A request's block table. Invariant: `blocks.len() == ceil(num_computed_tokens / block_size)`, and with
 /// caching on, blocks `[0, num_keyed_blocks)` (all full ones) carry keys, the last of them `last_key`.
+/// `repr(C)`: the fields a decode step touches come first, in one cache line (the engine's `Seq` relies on
+/// it).
 #[derive(Clone, Debug, Default)]
+#[repr(C)]
 pub struct BlockTable {
     pub(crate) blocks: Vec<BlockId>,
     pub(crate) num_computed_tokens: u64,
     pub(crate) num_keyed_blocks: u64,
-    pub(crate) last_key: Option<BlockKey>,
     /// Blocks `[num_real_keys, num_keyed_blocks)` are phantom-keyed (engine only, see
     /// `BlockPool::insert_phantom`); `last_key` is the key of block `num_real_keys - 1`.
     pub(crate) num_real_keys: u64,
+    pub(crate) last_key: Option<BlockKey>,
 }
 
 impl BlockTable {

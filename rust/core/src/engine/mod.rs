@@ -55,45 +55,54 @@ const REJECTED: i64 = 1;
 const INTERRUPT_EVERY: u64 = 1 << 16;
 
 /// A live sequence: waiting or running. Finished and rejected ones leave the slab.
+///
+/// Laid out by hand (`repr(C)`, one sequence per run of whole cache lines): a lockstep event reads and
+/// writes the first three lines only (counters, block table, flags); the rest is for admission,
+/// preemption and hashing.
 #[derive(Debug, Default)]
+#[repr(C, align(64))]
 #[allow(clippy::struct_excessive_bools)] // independent flags of one sequence's life
 struct Seq {
-    row: usize,
-    /// Prompt segments, then this sequence's output segment once it has generated a token.
-    segs: Vec<Segment>,
-    prompt_len: u64,
-    target: u64,
-    max_gen: u64,
-    output_seg: u64,
-    generated: u64,
-    num_computed: u64,
-    computed_at_preemption: u64,
-    reserved_blocks: u64,
-    region: Option<(u64, u64)>,
-    /// Blocks held in the CPU pool while swapped out.
-    swapped_blocks: u64,
-    admitted_before: bool,
-    /// Start of the first prompt segment no other sequence's prompt contains (`prompt_len` if none):
-    /// from there on, only this sequence can ever look its blocks up (see `defer_keys`).
-    private_from: u64,
-    table: BlockTable,
+    // -- line 0: the lockstep state and the counters it advances.
     /// Order of (re)admission: the running list is sorted by it, and so are same-step events.
     adm_no: u64,
     /// Lockstep mode (lockstep.rs): this sequence decodes one token per step from `base_step`, when it had
     /// computed `base_c` and generated `base_g` tokens; `next_event` is the next step it must be touched.
-    lazy: bool,
+    next_event: u64,
     base_step: u64,
     base_c: u64,
     base_g: u64,
-    next_event: u64,
+    target: u64,
+    num_computed: u64,
+    generated: u64,
+    // -- line 1: the block table (its key of the last registered block spills into line 2).
+    table: BlockTable,
+    // -- line 2.
+    reserved_blocks: u64,
+    /// Start of the first prompt segment no other sequence's prompt contains (`prompt_len` if none):
+    /// from there on, only this sequence can ever look its blocks up (see `defer_keys`).
+    private_from: u64,
+    lazy: bool,
     retiring: bool,
+    admitted_before: bool,
+    /// fork-cow: the next `num_children` rows are samples forked from this one at its first token.
+    forked: bool,
+    num_children: usize,
+    row: usize,
+    prompt_len: u64,
+    // -- cold.
+    /// Prompt segments, then this sequence's output segment once it has generated a token.
+    segs: Vec<Segment>,
+    max_gen: u64,
+    output_seg: u64,
+    computed_at_preemption: u64,
+    region: Option<(u64, u64)>,
+    /// Blocks held in the CPU pool while swapped out.
+    swapped_blocks: u64,
     /// While waiting: the keys a lookup walks, for `keys_for` tokens of content (recomputed only when
     /// the content grew, so a blocked head is not rehashed every step).
     keys: Vec<BlockKey>,
     keys_for: u64,
-    /// fork-cow: the next `num_children` rows are samples forked from this one at its first token.
-    num_children: usize,
-    forked: bool,
 }
 
 impl Seq {
