@@ -7,6 +7,7 @@ so the two backends can only differ where the engines differ.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +97,7 @@ def simulate(
         raise InvalidArgumentError(f"record_timeseries {record_timeseries!r} must be a bool or an int >= 1")
     inp = prepare(workload, config)
     raw = _run_engine(inp, config, backend, every, bool(record_events))
+    _freeze(raw)
     requests = request_rows(workload, inp, raw)
     series = None
     if every:
@@ -124,6 +126,14 @@ def simulate(
     )
 
 
+def _freeze(raw: EngineOutput) -> None:
+    """Makes the raw columns read-only: the request rows may share their memory (polars does not copy)."""
+    for f in dataclasses.fields(raw):
+        value = getattr(raw, f.name)
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+
+
 def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataFrame:
     """Per-request rows from per-sequence columns (samples of one request folded together)."""
     n = len(workload)
@@ -139,14 +149,14 @@ def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataF
 
     def fold(values: np.ndarray, how: str, missing: int = -1) -> np.ndarray:
         v = values.astype(np.int64, copy=False)
+        if single:
+            return v  # shared with `raw` (read-only), not copied: a million rows are 8 MB a column
         if how == "sum":
-            return v.copy() if single else np.add.reduceat(v, starts)
+            return np.add.reduceat(v, starts)
         if how == "min":
-            if single:
-                return v.copy()
             out = np.minimum.reduceat(np.where(v < 0, big, v), starts)
             return np.where(out == big, missing, out)
-        return v.copy() if single else np.maximum.reduceat(v, starts)
+        return np.maximum.reduceat(v, starts)
 
     rejected = fold((raw.status == REJECTED).astype(np.int64), "max") > 0
     reason = fold(raw.reject_reason, "max")
