@@ -908,6 +908,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Adds one step of `dt` picoseconds to the counters.
+    #[inline]
     fn record(&mut self, dt: u64, batch: u64, tokens: u64, m: MemoryState) {
         if self.ts_every > 0 && self.step % self.ts_every == 0 {
             let free = self.cfg.capacity_tokens() - m.allocated;
@@ -1001,10 +1002,15 @@ impl<'a> Engine<'a> {
     }
 
     /// Frees and records every sequence in `done`, in order, and drops them from the running list.
+    #[inline]
     fn retire_done(&mut self) {
-        if self.done.is_empty() {
-            return;
+        if !self.done.is_empty() {
+            self.retire_done_now();
         }
+    }
+
+    #[inline(never)]
+    fn retire_done_now(&mut self) {
         let done = std::mem::take(&mut self.done);
         for &k in &done {
             let row = self.slab[k].row;
