@@ -51,3 +51,45 @@ def test_single_sample_fast_path_equals_the_general_expansion(w, max_model_len, 
     cfg = kvsim.SimConfig(num_blocks=64, block_size=4, max_model_len=max_model_len)
     assert_same(_prepare_single(duck, cfg), _prepare_expanded(duck, cfg, np.ones(n, dtype=np.int64)))
     assert_same(prepare(duck, cfg), _prepare_expanded(duck, cfg, np.ones(n, dtype=np.int64)))
+
+
+@given(workloads(), st.sampled_from(["fork-cow", "independent"]))
+def test_rows_follow_the_workload_order_whatever_order_the_arrivals_come_in(w, sampling):
+    # Distinct arrivals, so both orders run the same simulation; then shuffle the rows of a duck-typed copy.
+    n = len(w)
+    arrival = np.asarray(w.arrival) + np.arange(n) * 1e-6
+    order = np.random.default_rng(n + 1).permutation(n)
+    counts = np.diff(np.asarray(w.seg_offsets))[order]
+    starts = np.asarray(w.seg_offsets)[:-1][order]
+    idx = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)])
+
+    class Duck(SimpleNamespace):
+        def __len__(self) -> int:
+            return n
+
+    columns = {
+        "prompt_len": w.prompt_len,
+        "output_len": w.output_len,
+        "max_tokens": w.max_tokens,
+        "request_id": w.request_id,
+        "num_samples": w.num_samples,
+    }
+    sorted_duck = Duck(
+        arrival=arrival,
+        seg_offsets=np.asarray(w.seg_offsets),
+        segment_id=np.asarray(w.segment_id),
+        segment_len=np.asarray(w.segment_len),
+        **{k: np.asarray(v) for k, v in columns.items()},
+    )
+    shuffled = Duck(
+        arrival=arrival[order],
+        seg_offsets=np.concatenate([[0], np.cumsum(counts)]),
+        segment_id=np.asarray(w.segment_id)[idx],
+        segment_len=np.asarray(w.segment_len)[idx],
+        **{k: np.asarray(v)[order] for k, v in columns.items()},
+    )
+    cfg = kvsim.SimConfig(num_blocks=40, block_size=4, sampling=sampling)
+    a = kvsim.simulate(sorted_duck, cfg).requests
+    b = kvsim.simulate(shuffled, cfg).requests
+    assert b["request_id"].to_list() == shuffled.request_id.tolist()  # rows in the workload's order
+    assert b.sort("request_id").equals(a.sort("request_id"))

@@ -139,24 +139,31 @@ def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataF
     n = len(workload)
     rows = inp.request_row
     big = np.iinfo(np.int64).max
-    single = len(rows) == n  # one sequence per request: the columns are the rows already
-    if single:
-        starts = None
-    else:
-        # A request's samples are adjacent and rows ascend, so each request is one run: reduce runs at once.
-        starts = np.flatnonzero(np.diff(rows, prepend=-1))
-        assert len(starts) == n, "every request has its sequences in one run"
+    single = len(rows) == n  # one sequence per request
+    # A request's samples are adjacent (sorted by arrival, stable), so each request is one run of sequences:
+    # reduce runs at once, then put the runs in workload row order (the identity for a sorted `Workload`).
+    starts = None if single else np.flatnonzero(np.diff(rows, prepend=-1))
+    assert single or len(starts) == n, "every request has its sequences in one run"
+    run_rows = rows if single else rows[starts]
+    in_order = n == 0 or bool((run_rows == np.arange(n)).all())
+
+    def place(v: np.ndarray) -> np.ndarray:
+        if in_order:
+            return v
+        out = np.empty_like(v)
+        out[run_rows] = v
+        return out
 
     def fold(values: np.ndarray, how: str, missing: int = -1) -> np.ndarray:
         v = values.astype(np.int64, copy=False)
         if single:
-            return v  # shared with `raw` (read-only), not copied: a million rows are 8 MB a column
+            return place(v)  # shared with `raw` (read-only) when in order: 8 MB a column not copied
         if how == "sum":
-            return np.add.reduceat(v, starts)
+            return place(np.add.reduceat(v, starts))
         if how == "min":
             out = np.minimum.reduceat(np.where(v < 0, big, v), starts)
-            return np.where(out == big, missing, out)
-        return np.maximum.reduceat(v, starts)
+            return place(np.where(out == big, missing, out))
+        return place(np.maximum.reduceat(v, starts))
 
     rejected = fold((raw.status == REJECTED).astype(np.int64), "max") > 0
     reason = fold(raw.reject_reason, "max")
