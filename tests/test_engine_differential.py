@@ -77,6 +77,7 @@ def configs(draw) -> kvsim.SimConfig:
         chunked_prefill=draw(st.booleans()),
         admission_gate=draw(st.sampled_from(["none", "full-prompt"])),
         watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
+        append_check=draw(st.sampled_from(["exact", "one-free-block"])) if policy == "vllm" else "exact",
         max_model_len=max_model_len,
         time_model="linear" if linear else "ticks",
         c0_ps=draw(st.integers(1, 10**9)) if linear else None,

@@ -262,6 +262,64 @@ def test_reserve_never_preempts_where_vllm_does(backend):
     assert r.summary["reservation_waste"] > 0
 
 
+# vLLM v0's first block manager wants a free block for every running sequence it schedules, needed or not.
+# 5 blocks of 4 (4 usable), A and B: 6-token prompts (2 blocks each, the second half full), output 3.
+# Step 0 admits both (pool empty: 0 free), each samples token 1 (7 tokens, 6 computed). Their last tokens
+# (7th, 8th) fit in their second blocks, so `exact` never needs a block: both finish at the end of step 2
+# (t=3), no preemption. `one-free-block`: step 1 finds 0 free for A -> preempts the tail B (6 computed,
+# frees 2), A goes on (7th token) and, nothing admitted in a step that preempted, B waits. Step 2: A's
+# 8th token, A finishes (t=3); B is readmitted in the same step (2 free = ceil(7/4) blocks for its prompt
+# and 1 generated token: 6 recomputed) and samples token 2; step 3: token 3, B finishes at t=4.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_free_block_per_running_sequence_preempts_a_full_pool(backend):
+    reqs = [Req(6, 3), Req(6, 3)]
+    common = {"num_blocks": 5, "block_size": 4, "enable_prefix_caching": False}
+    exact = run(reqs, backend, **common)
+    v0 = run(reqs, backend, append_check="one-free-block", **common)
+    assert exact.summary["preemptions"] == 0
+    assert ticks(col(exact, "finish")) == [3, 3]
+    assert v0.summary["preemptions"] == 1
+    assert col(v0, "num_preemptions") == [0, 1]
+    assert ticks(col(v0, "finish")) == [3, 4]
+    assert col(v0, "recomputed_tokens") == [0, 6]
+    assert SimConfig.preset("vllm-v0", num_blocks=5).append_check == "one-free-block"
+
+
+# The check holds decoding sequences only: a prompt prefilled in chunks that fills the pool (2 blocks of 4,
+# prompt 8 in chunks of 5 and 3: the second chunk needs no new block while 0 are free) would otherwise
+# preempt itself and start over forever. Steps 0-1 prefill, step 1 samples the only token: finish t=2.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_free_block_spares_prefill_chunks(backend):
+    res = run(
+        [Req(8, 1)],
+        backend,
+        num_blocks=3,
+        block_size=4,
+        max_num_batched_tokens=5,
+        append_check="one-free-block",
+        enable_prefix_caching=False,
+    )
+    assert res.summary["preemptions"] == 0
+    assert ticks(col(res, "finish")) == [2]
+
+
+# A request that fills the pool preempts itself under the check (0 free while it decodes): the step
+# that preempts it schedules nothing and takes no time, the next readmits it. 3 blocks of 4 (2 usable),
+# prompt 7, output 2: step 0 prefills 7 (2 blocks, 0 free), token 1 at t=1; then it preempts itself; the
+# next step recomputes its 8 tokens (7 recomputed) and samples token 2: finish t=2, two steps in all.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_free_block_request_filling_the_pool_preempts_itself_and_finishes(backend):
+    common = {"num_blocks": 3, "block_size": 4, "enable_prefix_caching": False}
+    res = run([Req(7, 2)], backend, append_check="one-free-block", **common)
+    assert res.summary["preemptions"] == 1
+    assert res.summary["num_steps"] == 2
+    assert col(res, "recomputed_tokens") == [7]
+    assert ticks(col(res, "finish")) == [2]
+    exact = run([Req(7, 2)], backend, **common)
+    assert exact.summary["preemptions"] == 0
+    assert ticks(col(exact, "finish")) == [2]
+
+
 # reserve sizes for prompt + max_tokens, not the actual output: output 10 but max_tokens 40 still
 # needs ceil(120/16) = 8 blocks each (not ceil(89/16) = 6), so only one runs at a time.
 @pytest.mark.parametrize("backend", BACKENDS)

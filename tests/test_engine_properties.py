@@ -289,6 +289,8 @@ def test_everything_that_fits_finishes(backend, reqs, cfg):
         ({"policy": "static"}, "max_model_len", "static"),
         ({"preemption": "swap"}, "cpu_blocks", "0"),
         ({"preemption": "swap", "cpu_blocks": 4, "policy": "reserve"}, "preemption", "reserve"),
+        ({"append_check": "lazy"}, "append_check", "lazy"),
+        ({"append_check": "one-free-block", "policy": "reserve"}, "append_check", "reserve"),
         ({"time_model": "linear", "c0_ps": 1, "c_tok_ps": 1}, "c_ctx_ps", "None"),
         ({"time_model": "linear", "c0_ps": -1, "c_tok_ps": 1, "c_ctx_ps": 1}, "c0_ps", "-1"),
         ({"num_blocks": None}, "num_blocks", "None"),

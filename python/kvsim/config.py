@@ -20,6 +20,7 @@ FREE_ORDERS = ("classic", "lifo_unhashed")
 PREEMPTIONS = ("recompute", "swap")
 SAMPLINGS = ("fork-cow", "independent")
 ADMISSION_GATES = ("none", "full-prompt")
+APPEND_CHECKS = ("exact", "one-free-block")
 TIME_MODELS = ("ticks", "linear")
 PS_PER_S = 10**12
 MAX_BLOCKS = (1 << 32) - 3
@@ -49,6 +50,11 @@ class SimConfig:
     or give `model` and `gpu` (names or objects of `kvsim.models` / `kvsim.gpus`) and it is sized by
     `kvsim.pool_blocks` with `gpu_memory_utilization` or `kv_cache_bytes`.
 
+    Running sequences: `append_check="exact"` schedules one if the blocks its next tokens need are free
+    (vLLM v1, and v0's second block manager); `"one-free-block"` also wants a free block for every
+    decoding sequence it schedules, needed or not (vLLM v0's first block manager, the paper's; v0 had no
+    chunked prefill, so prefill chunks are not held to it), so a full pool preempts sooner.
+
     Time: `time_model="ticks"` gives every iteration `iteration_time_ps` (1 ms); `"linear"` gives
     `c0_ps + c_tok_ps * batched_tokens + c_ctx_ps * context_tokens` (+ swap bytes over PCIe), with the
     coefficients given or derived from `model` + `gpu` by `kvsim.sizing.linear_time_model`.
@@ -68,6 +74,7 @@ class SimConfig:
     chunked_prefill: bool = True
     admission_gate: str = "none"
     watermark: float = 0.0
+    append_check: str = "exact"
     max_model_len: int | None = None
     time_model: str = "ticks"
     iteration_time_ps: int = 10**9
@@ -90,6 +97,7 @@ class SimConfig:
         _choice("sampling", self.sampling, SAMPLINGS)
         _choice("admission_gate", self.admission_gate, ADMISSION_GATES)
         _choice("time_model", self.time_model, TIME_MODELS)
+        _choice("append_check", self.append_check, APPEND_CHECKS)
         for flag in ("enable_prefix_caching", "chunked_prefill"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidArgumentError(f"{flag} {getattr(self, flag)!r} must be True or False")
@@ -105,6 +113,10 @@ class SimConfig:
         if self.policy == "static" and self.max_model_len is None:
             raise InvalidArgumentError(
                 "policy 'static' reserves max_model_len per request: set max_model_len"
+            )
+        if self.append_check == "one-free-block" and self.policy != "vllm":
+            raise InvalidArgumentError(
+                f"append_check 'one-free-block' applies to policy 'vllm', not {self.policy!r}"
             )
         if self.preemption == "swap":
             if self.policy != "vllm":
@@ -196,7 +208,8 @@ class SimConfig:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> SimConfig:
         """`vllm-v1` (classic rules, vLLM ≤ 0.20), `vllm-latest` (full-prompt gate, LIFO unhashed),
-        `vllm-v0` (watermark 1 %, copy-on-write samples, swap preemption when `cpu_blocks` is given)."""
+        `vllm-v0` (watermark 1 %, a free block per running sequence, copy-on-write samples, no chunked
+        prefill, swap preemption when `cpu_blocks` is given)."""
         presets: dict[str, dict[str, Any]] = {
             "vllm-v1": {"policy": "vllm", "free_order": "classic", "admission_gate": "none"},
             "vllm-latest": {
@@ -208,6 +221,7 @@ class SimConfig:
                 "policy": "vllm",
                 "free_order": "classic",
                 "watermark": 0.01,
+                "append_check": "one-free-block",
                 "sampling": "fork-cow",
                 "chunked_prefill": False,
             },

@@ -23,6 +23,7 @@ def run(
         chunked_prefill=config.chunked_prefill,
         full_prompt_gate=config.admission_gate == "full-prompt",
         watermark_blocks=config.watermark_blocks,
+        one_free_block=config.append_check == "one-free-block",
         max_model_len=config.max_model_len,
         time_model=config.time_model,
         iteration_time_ps=config.iteration_time_ps,

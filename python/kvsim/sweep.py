@@ -91,6 +91,8 @@ FIELD_HELP: dict[str, str] = {
     "chunked_prefill": "split long prompts over iterations (true/false, default true)",
     "admission_gate": "none, or full-prompt (admit only if the whole prompt fits, newer vLLM)",
     "watermark": "fraction of blocks kept free at admission, in [0, 1) (vLLM v0: 0.01)",
+    "append_check": "exact (a running request needs the blocks its tokens need) or one-free-block (vLLM v0: "
+    "a free block per running request, needed or not)",
     "max_model_len": "longest prompt + output in tokens; static reserves this much per request",
     "time_model": "ticks (every iteration iteration_time_ps) or linear (c0 + c_tok*tokens + c_ctx*context)",
     "iteration_time_ps": "ticks: one iteration in picoseconds (default 1e9 = 1 ms)",

@@ -106,6 +106,8 @@ class Seq:
     region: tuple[int, int] | None = None
     swapped_blocks: int = 0  # blocks held in the CPU pool while swapped out
     admitted_before: bool = False
+    # Sampled a token since its (re)admission started it over: it decodes (append_check applies).
+    decoding: bool = False
     # fork-cow: the samples forked from this one when its first token is sampled (until then, unforked)
     children: list[Seq] = field(default_factory=list)
     forked: bool = False
@@ -288,6 +290,8 @@ class Engine:
         if not self.paged:
             s.num_computed += num_new
             return True
+        if self.cfg.append_check == "one-free-block" and s.decoding and self.kv.num_free_blocks < 1:
+            return False  # vLLM v0: every decoding sequence scheduled wants a free block, needed or not
         before = self.kv.num_free_blocks
         copies = self.kv.num_cow_copies
         # Under `reserve` a sequence only ever grows into blocks it was promised at admission.
@@ -338,6 +342,7 @@ class Engine:
         self.release(s)
         s.computed_at_preemption = s.num_computed
         s.num_computed = 0
+        s.decoding = False
         self.waiting.appendleft(s)
 
     def try_swap_in(self, s: Seq, budget: int) -> int:
@@ -449,6 +454,7 @@ class Engine:
             self.kv.fork(parent.idx, c.idx)
             c.num_computed = parent.num_computed
             c.generated = 1
+            c.decoding = True
             c.admitted_before = True  # admitted with its parent: a later admission is a resume
             self.running.append(c)
             self.cols["first_scheduled"][c.idx] = self.cols["first_scheduled"][parent.idx]
@@ -574,6 +580,7 @@ class Engine:
             for s, _ in scheduled:
                 if s.num_computed == s.num_tokens:
                     s.generated += 1
+                    s.decoding = True
                     if cols["first_token"][s.idx] < 0:
                         cols["first_token"][s.idx] = self.t
                     if s.generated == s.target:

@@ -347,7 +347,8 @@ fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>, name: &str) -> P
 #[pyfunction]
 #[pyo3(signature = (
     *, num_blocks, block_size, policy, enable_prefix_caching, free_order, max_num_seqs,
-    max_num_batched_tokens, chunked_prefill, full_prompt_gate, watermark_blocks, max_model_len,
+    max_num_batched_tokens, chunked_prefill, full_prompt_gate, watermark_blocks, one_free_block = false,
+    max_model_len,
     time_model, iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps, swap, cpu_blocks, swap_ps_per_block, buddy,
     timeseries_every, record_events,
     arrival_ps, prompt_len, target, max_gen, fork_parent, output_seg, seg_offsets, segment_id, segment_len
@@ -365,6 +366,7 @@ fn run_engine<'py>(
     chunked_prefill: bool,
     full_prompt_gate: bool,
     watermark_blocks: u64,
+    one_free_block: bool,
     max_model_len: Option<u64>,
     time_model: &str,
     iteration_time_ps: u64,
@@ -413,6 +415,7 @@ fn run_engine<'py>(
         chunked_prefill,
         full_prompt_gate,
         watermark_blocks,
+        one_free_block,
         max_model_len,
         time,
         swap,

@@ -65,6 +65,9 @@ pub struct EngineConfig {
     /// Admission needs blocks for the whole prompt, not just the first chunk (vLLM ≥ 0.20's gate).
     pub full_prompt_gate: bool,
     pub watermark_blocks: u64,
+    /// vLLM v0's first block manager: a decoding sequence is scheduled only if a block is free, whether
+    /// or not it needs one (`SimConfig.append_check = "one-free-block"`).
+    pub one_free_block: bool,
     pub max_model_len: Option<u64>,
     pub time: TimeModel,
     /// Contiguous policies: buddy placement instead of first-fit.
@@ -95,6 +98,9 @@ impl EngineConfig {
         }
         if self.policy == Policy::Static && self.max_model_len.is_none() {
             invalid_arg!("policy 'static' reserves max_model_len per request: set max_model_len");
+        }
+        if self.one_free_block && self.policy != Policy::Vllm {
+            invalid_arg!("append_check 'one-free-block' applies to policy 'vllm'");
         }
         if self.swap && !self.policy.is_paged() {
             invalid_arg!("preemption 'swap' applies to paged policies");

@@ -151,6 +151,7 @@ impl Engine<'_> {
         s.num_computed = c + 1;
         s.table.num_computed_tokens = c + 1;
         s.generated = gen_after;
+        s.decoding = true;
         if self.cfg.enable_prefix_caching {
             if !self.defer_keys {
                 s.sync_output(); // output blocks get real keys: hash the current output length
@@ -240,11 +241,22 @@ impl Engine<'_> {
         s.num_computed = s.base_c + d;
         s.table.num_computed_tokens = s.num_computed;
         s.set_generated(s.base_g + d);
+        s.decoding |= d > 0; // each implicit step sampled a token
+    }
+
+    /// Under `one_free_block`, whether the pool may run empty during the next step's running phase (each
+    /// running sequence pops at most one block): then every sequence must be checked, as a full step does.
+    fn one_free_block_binds(&self) -> bool {
+        self.cfg.one_free_block
+            && matches!(&self.mem, Memory::Paged(pool) if pool.num_free_blocks() as usize <= self.running.len())
     }
 
     /// After a full step: enter lockstep if every running sequence decodes and the budget covers them.
     pub(super) fn maybe_enter_lockstep(&mut self) {
-        if self.running.is_empty() || self.running.len() as u64 > self.cfg.max_num_batched_tokens {
+        if self.running.is_empty()
+            || self.running.len() as u64 > self.cfg.max_num_batched_tokens
+            || self.one_free_block_binds()
+        {
             return;
         }
         // Decoding: one pending token, and past the first (a prompt with one token left to prefill also
@@ -283,6 +295,11 @@ impl Engine<'_> {
 
     /// One step in lockstep mode; same outcome as `full_step`. Returns false if nothing was scheduled.
     pub(super) fn lockstep_step(&mut self) -> bool {
+        if self.one_free_block_binds() {
+            // A sequence without an event could find the pool empty this step: walk them all.
+            self.exit_lockstep();
+            return self.full_step();
+        }
         let step = self.step;
         let before = self.running.len() as u64;
         self.agg.c += before;

@@ -83,6 +83,8 @@ struct Seq {
     /// from there on, only this sequence can ever look its blocks up (see `defer_keys`).
     private_from: u64,
     lazy: bool,
+    /// Sampled a token since its (re)admission started it over: it decodes (`one_free_block` applies).
+    decoding: bool,
     retiring: bool,
     admitted_before: bool,
     /// fork-cow: the next `num_children` rows are samples forked from this one at its first token.
@@ -123,6 +125,7 @@ impl Seq {
 
     fn generate_one(&mut self) {
         self.set_generated(self.generated + 1);
+        self.decoding = true;
     }
 
     /// Sets the generated count. The output segment that names those tokens is added with the first
@@ -557,6 +560,9 @@ impl<'a> Engine<'a> {
             s.num_computed += num_new;
             return true;
         };
+        if self.cfg.one_free_block && s.decoding && pool.num_free_blocks() == 0 {
+            return false; // vLLM v0: every decoding sequence scheduled wants a free block, needed or not
+        }
         self.new_blocks.clear();
         let Some(copied) = s.table.grow(pool, bs, num_new, &mut self.new_blocks) else {
             return false;
@@ -642,6 +648,7 @@ impl<'a> Engine<'a> {
         let s = &mut self.slab[k];
         s.computed_at_preemption = s.num_computed;
         s.num_computed = 0;
+        s.decoding = false;
         self.waiting.push_front(k);
     }
 
@@ -761,6 +768,7 @@ impl<'a> Engine<'a> {
             c.table = table;
             c.num_computed = num_computed;
             c.set_generated(1);
+            c.decoding = true;
             c.admitted_before = true; // admitted with its parent: a later admission is a resume
             c.adm_no = self.next_adm;
             self.next_adm += 1;
@@ -1120,13 +1128,19 @@ impl<'a> Engine<'a> {
                 self.t = self.inp.arrival_ps[nxt];
                 continue;
             }
-            let rejected_before = self.num_rejected;
+            let (rejected_before, preempted_before) =
+                (self.num_rejected, self.out.counters.num_preemptions);
             let progressed = if self.lockstep {
                 self.lockstep_step()
             } else {
                 self.full_step()
             };
-            if !progressed && self.num_rejected == rejected_before {
+            // Nothing scheduled is fine if a head was rejected or a sequence preempted itself (then no
+            // time passes, as in the reference); anything else would repeat forever.
+            if !progressed
+                && self.num_rejected == rejected_before
+                && self.out.counters.num_preemptions == preempted_before
+            {
                 return Err(KvError::Internal(format!(
                     "no progress at time {} ps",
                     self.t
