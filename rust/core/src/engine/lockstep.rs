@@ -121,7 +121,7 @@ impl Engine<'_> {
 
     /// The running phase's common case, all of it in one place with one look at the sequence: a paged
     /// decode step that needs no copy, no reservation and no event log, and either no block or a free
-    /// one. Does what `sync`, `grow_one`, the aggregate correction, sampling and `make_lazy` do there;
+    /// one. Does what `sync`, `try_grow`, the aggregate correction, sampling and `make_lazy` do there;
     /// `Slow` (nothing changed) leaves the rest to them.
     #[inline]
     fn fast_event(&mut self, adm: u64, k: usize, step: u64) -> Fast {
@@ -182,42 +182,6 @@ impl Engine<'_> {
         s.next_event = next;
         self.ring[next as usize & self.ring_mask].push((adm, k));
         Fast::Done
-    }
-
-    /// `try_grow(k, 1)` with the decode step's common cases inline: a new block at a block boundary, or
-    /// (a wake-up, a block filling) no allocation at all.
-    #[inline]
-    fn grow_one(&mut self, k: usize) -> bool {
-        let bs = self.cfg.block_size;
-        let caching = self.cfg.enable_prefix_caching;
-        let phantom = self.defer_keys;
-        let (Memory::Paged(pool), None) = (&mut self.mem, &self.log) else {
-            return self.try_grow(k, 1);
-        };
-        let s = &mut self.slab[k];
-        let c = s.num_computed;
-        if rem_bs(c, bs) == 0 {
-            if s.reserved_blocks > 0 {
-                return self.try_grow(k, 1);
-            }
-            let Some(b) = pool.allocate_one() else {
-                return false;
-            };
-            s.table.blocks.push(b);
-        } else if self.forks {
-            return self.try_grow(k, 1); // the last block may be shared: copy-on-write
-        }
-        s.table.num_computed_tokens = c + 1;
-        s.num_computed = c + 1;
-        if caching {
-            if !phantom {
-                s.sync_output(); // output blocks get real keys: hash the current output length
-            }
-            let from = phantom.then_some(s.private_from);
-            s.table
-                .register_full_blocks_cached(pool, bs, &s.segs, &[], from);
-        }
-        true
     }
 
     /// Makes `k` implicit from step `from` on, with its current computed and generated counts.
@@ -353,7 +317,7 @@ impl Engine<'_> {
             self.sync(k, step);
             loop {
                 let c = self.slab[k].num_computed;
-                if self.grow_one(k) {
+                if self.try_grow(k, 1) {
                     // Correct the implicit advance (+1 token, -1 slack, same blocks) to the truth.
                     self.agg.internal += self.slack(c + 1) - self.slack(c) + 1;
                     let bs = self.cfg.block_size;
