@@ -23,34 +23,42 @@ def assert_same(a, b) -> None:
         assert x.flags.c_contiguous, field.name
 
 
-@given(workloads(), st.one_of(st.none(), st.integers(8, 120)), st.booleans())
-def test_single_sample_fast_path_equals_the_general_expansion(w, max_model_len, shuffle):
-    n = len(w)
-    # A duck-typed workload (any object with the columns), one sample each; shuffled arrivals exercise
-    # the reordering a `Workload` never needs (it sorts on construction).
-    order = np.random.default_rng(n).permutation(n) if shuffle else np.arange(n)
+class Duck(SimpleNamespace):
+    """A duck-typed workload: any object with the columns (a `Workload` sorts its rows, this does not)."""
+
+    def __len__(self) -> int:
+        return len(self.arrival)
+
+
+def reordered(w, order: np.ndarray, arrival: np.ndarray | None = None, one_sample: bool = False) -> Duck:
+    """`w`'s rows in `order` (with `arrival` instead of w's arrival times if given)."""
     counts = np.diff(np.asarray(w.seg_offsets))[order]
     starts = np.asarray(w.seg_offsets)[:-1][order]
     idx = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)])
-
-    class Duck(SimpleNamespace):
-        def __len__(self) -> int:
-            return n
-
-    duck = Duck(
-        arrival=np.asarray(w.arrival)[order],
+    samples = np.ones(len(w), dtype=np.int64) if one_sample else np.asarray(w.num_samples)
+    return Duck(
+        arrival=(np.asarray(w.arrival) if arrival is None else arrival)[order],
         prompt_len=np.asarray(w.prompt_len)[order],
         output_len=np.asarray(w.output_len)[order],
         max_tokens=np.asarray(w.max_tokens)[order],
         request_id=np.asarray(w.request_id)[order],
-        num_samples=np.ones(n, dtype=np.int64),
+        num_samples=samples[order],
         seg_offsets=np.concatenate([[0], np.cumsum(counts)]),
         segment_id=np.asarray(w.segment_id)[idx],
         segment_len=np.asarray(w.segment_len)[idx],
     )
+
+
+@given(workloads(), st.one_of(st.none(), st.integers(8, 120)), st.booleans())
+def test_single_sample_fast_path_equals_the_general_expansion(w, max_model_len, shuffle):
+    n = len(w)
+    # Shuffled arrivals exercise the reordering a `Workload` never needs (it sorts on construction).
+    order = np.random.default_rng(n).permutation(n) if shuffle else np.arange(n)
+    duck = reordered(w, order, one_sample=True)
     cfg = kvsim.SimConfig(num_blocks=64, block_size=4, max_model_len=max_model_len)
-    assert_same(_prepare_single(duck, cfg), _prepare_expanded(duck, cfg, np.ones(n, dtype=np.int64)))
-    assert_same(prepare(duck, cfg), _prepare_expanded(duck, cfg, np.ones(n, dtype=np.int64)))
+    ones = np.ones(n, dtype=np.int64)
+    assert_same(_prepare_single(duck, cfg), _prepare_expanded(duck, cfg, ones))
+    assert_same(prepare(duck, cfg), _prepare_expanded(duck, cfg, ones))
 
 
 @given(workloads(), st.sampled_from(["fork-cow", "independent"]))
@@ -58,38 +66,10 @@ def test_rows_follow_the_workload_order_whatever_order_the_arrivals_come_in(w, s
     # Distinct arrivals, so both orders run the same simulation; then shuffle the rows of a duck-typed copy.
     n = len(w)
     arrival = np.asarray(w.arrival) + np.arange(n) * 1e-6
-    order = np.random.default_rng(n + 1).permutation(n)
-    counts = np.diff(np.asarray(w.seg_offsets))[order]
-    starts = np.asarray(w.seg_offsets)[:-1][order]
-    idx = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)])
-
-    class Duck(SimpleNamespace):
-        def __len__(self) -> int:
-            return n
-
-    columns = {
-        "prompt_len": w.prompt_len,
-        "output_len": w.output_len,
-        "max_tokens": w.max_tokens,
-        "request_id": w.request_id,
-        "num_samples": w.num_samples,
-    }
-    sorted_duck = Duck(
-        arrival=arrival,
-        seg_offsets=np.asarray(w.seg_offsets),
-        segment_id=np.asarray(w.segment_id),
-        segment_len=np.asarray(w.segment_len),
-        **{k: np.asarray(v) for k, v in columns.items()},
-    )
-    shuffled = Duck(
-        arrival=arrival[order],
-        seg_offsets=np.concatenate([[0], np.cumsum(counts)]),
-        segment_id=np.asarray(w.segment_id)[idx],
-        segment_len=np.asarray(w.segment_len)[idx],
-        **{k: np.asarray(v)[order] for k, v in columns.items()},
-    )
+    in_order = reordered(w, np.arange(n), arrival)
+    shuffled = reordered(w, np.random.default_rng(n + 1).permutation(n), arrival)
     cfg = kvsim.SimConfig(num_blocks=40, block_size=4, sampling=sampling)
-    a = kvsim.simulate(sorted_duck, cfg).requests
+    a = kvsim.simulate(in_order, cfg).requests
     b = kvsim.simulate(shuffled, cfg).requests
     assert b["request_id"].to_list() == shuffled.request_id.tolist()  # rows in the workload's order
     assert b.sort("request_id").equals(a.sort("request_id"))
