@@ -52,8 +52,9 @@ class SimConfig:
 
     Running sequences: `append_check="exact"` schedules one if the blocks its next tokens need are free
     (vLLM v1, and v0's second block manager); `"one-free-block"` also wants a free block for every
-    decoding sequence it schedules, needed or not (vLLM v0's first block manager, the paper's; v0 had no
-    chunked prefill, so prefill chunks are not held to it), so a full pool preempts sooner.
+    decoding sequence it schedules, needed or not (vLLM v0's first block manager, the paper's; a sequence
+    decodes once it has sampled since its (re)admission, so prefills, chunked or recomputed, are exempt:
+    v0 prefilled whole prompts at admission), so a full pool preempts sooner.
 
     Time: `time_model="ticks"` gives every iteration `iteration_time_ps` (1 ms); `"linear"` gives
     `c0_ps + c_tok_ps * batched_tokens + c_ctx_ps * context_tokens` (+ swap bytes over PCIe), with the
