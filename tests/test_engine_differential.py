@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import hypothesis.strategies as st
 import numpy as np
+import pytest
 from hypothesis import given
 
 import kvsim
 from kvsim.segments import output_id
-from kvsim.workloads import Workload
+from kvsim.workloads import Workload, synthetic
 
 SHARED = [(1, 24), (2, 40), (3, 7)]  # system prompts many requests start with
 
@@ -137,3 +138,46 @@ def test_forked_sample_resuming_finds_its_own_copied_block():
     res = assert_same(w, cfg, every=1)
     assert res.summary["preemptions"] > 0
     assert res.requests["cached_tokens"][1] > 0
+
+
+@pytest.mark.parametrize(
+    ("workload", "config"),
+    [
+        # Long outputs: lockstep spans of hundreds of steps, ring wrap-around; a pool tight enough to preempt.
+        ({}, {"num_blocks": 120}),
+        # Shared system prompts (real keys beside phantom ones) and prefix hits after preemption.
+        ({"num_system_prompts": 3, "system_prompt_len": 64, "sharing_ratio": 0.7}, {"num_blocks": 150}),
+        # Multi-turn: later prompts quote earlier outputs (no deferred keys), block 32.
+        ({"turns": 3, "turn_interval": 2.0}, {"num_blocks": 200, "block_size": 32}),
+        # Parallel samples forked copy-on-write, swapped out under pressure, vLLM v0's decode check.
+        (
+            {"num_samples": 3},
+            {
+                "num_blocks": 160,
+                "sampling": "fork-cow",
+                "preemption": "swap",
+                "cpu_blocks": 60,
+                "append_check": "one-free-block",
+            },
+        ),
+        # Contiguous regions: no block events, far finishes become wake-ups.
+        ({}, {"num_blocks": 400, "policy": "orca-oracle", "placement": "buddy"}),
+        (
+            {},
+            {
+                "num_blocks": 200,
+                "policy": "reserve",
+                "time_model": "linear",
+                "c0_ps": 10**9,
+                "c_tok_ps": 10**5,
+                "c_ctx_ps": 10**3,
+            },
+        ),
+    ],
+)
+def test_realistic_lengths_agree(workload, config):
+    """Paper-like lengths (hundreds of output tokens) on a few hundred requests: what the small random
+    workloads above never reach (long lockstep spans, wake-ups, many blocks per sequence)."""
+    w = synthetic(150, arrival_rate=20, lengths="sharegpt-paper", seed=3, **workload)
+    res = assert_same(w, kvsim.SimConfig(**{"block_size": 16, **config}))
+    assert res.summary["completed"] + res.summary["rejected"] == res.summary["num_requests"]
