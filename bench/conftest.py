@@ -98,7 +98,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             else ""
         )
         lines = [
-            header + load + " Times are medians of three after a warm-up run; this VM's speed drifts by "
+            header
+            + load
+            + " The 1M-request times are medians of three after a warm-up run; this VM's speed drifts by "
             "tens of percent between minutes, so a run can land on either side of a close target.",
             "",
             "| measurement | value | target | met |",
