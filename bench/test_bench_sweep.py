@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from bench.conftest import RESULTS_README, _machine
+from bench.conftest import RESULTS_README, _machine, target
 from kvsim.sweep import SweepSpec, parse_grid_args, run_sweep
 
 REQUESTS = int(os.environ.get("KVSIM_SWEEP_BENCH_REQUESTS", "1000000"))
@@ -77,8 +77,10 @@ def test_bench_sweep_24_points_threads(benchmark):
     _NUMBERS["grid_s"] = outcome.wall_s
     _NUMBERS["point_s"] = float(frame["wall_s"].median())  # type: ignore[arg-type]
     _write()
-    if REQUESTS == 1_000_000:
-        assert outcome.wall_s < 120, f"24-point grid took {outcome.wall_s:.1f} s (target < 120 s)"
+    if REQUESTS == 1_000_000:  # a target, reported met or not: wall-clock time is not asserted
+        target(
+            "24-point sweep grid of 1,000,000 requests per point, 2 thread workers", outcome.wall_s, 120, "s"
+        )
 
 
 @pytest.mark.slow
@@ -99,4 +101,4 @@ def test_bench_sweep_two_workers_scale(benchmark):
     _NUMBERS.update(one_s=one, two_s=two, speedup=one / two)
     _write()
     if REQUESTS == 1_000_000:
-        assert one / two >= 1.7, f"2 workers are {one / two:.2f}x faster than 1 (target >= 1.7x)"
+        target("sweep speed-up of 2 thread workers over 1 (4 points)", one / two, 1.7, "x", True)
