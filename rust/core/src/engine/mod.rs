@@ -236,6 +236,9 @@ pub struct Engine<'a> {
     /// Event sequences touched in the current lockstep step, in admission order.
     touched: Vec<usize>,
     done: Vec<usize>,
+    /// Paged memory: `record` sums held blocks only (allocated and stored follow from them at the end).
+    paged: bool,
+    peak_held: u64,
 }
 
 /// Sums over running sequences of what `measure` needs, kept incrementally in lockstep mode.
@@ -353,6 +356,8 @@ impl<'a> Engine<'a> {
             agg: Aggregates::default(),
             touched: Vec::new(),
             done: Vec::new(),
+            paged: cfg.policy.is_paged(),
+            peak_held: 0,
         })
     }
 
@@ -937,18 +942,23 @@ impl<'a> Engine<'a> {
         let w = |x: u64| (u128::from(dt) * u128::from(x)) as i128;
         let c = &mut self.out.counters;
         c.w_batch += w(batch);
-        c.w_stored += w(m.stored);
-        c.w_allocated += w(m.allocated);
         c.w_internal += w(m.internal);
-        c.w_held_blocks += w(m.held);
-        c.w_logical_blocks += w(m.logical);
         if m.reserved != 0 {
             c.w_reserved += w(m.reserved);
         }
-        if m.external != 0 {
-            c.w_external += w(m.external);
+        if self.paged {
+            // Allocated = held x block size and stored = allocated - internal: summed once at the end.
+            c.w_held_blocks += w(m.held);
+            c.w_logical_blocks += w(m.logical);
+            self.peak_held = self.peak_held.max(m.held);
+        } else {
+            c.w_stored += w(m.stored);
+            c.w_allocated += w(m.allocated);
+            c.peak_allocated_tokens = c.peak_allocated_tokens.max(i128::from(m.allocated));
+            if m.external != 0 {
+                c.w_external += w(m.external);
+            }
         }
-        c.peak_allocated_tokens = c.peak_allocated_tokens.max(i128::from(m.allocated));
         c.num_steps += 1;
         c.busy_ps += i128::from(dt);
         c.sum_batch += i128::from(batch);
@@ -1155,6 +1165,13 @@ impl<'a> Engine<'a> {
             self.out.counters.num_block_allocations = i128::from(pool.num_allocated());
         }
         self.out.counters.makespan_ps = i128::from(self.t);
+        if self.paged {
+            let c = &mut self.out.counters;
+            let bs = i128::from(self.cfg.block_size);
+            c.w_allocated = bs * c.w_held_blocks;
+            c.w_stored = c.w_allocated - c.w_internal;
+            c.peak_allocated_tokens = bs * i128::from(self.peak_held);
+        }
         if let Some(log) = self.log.take() {
             self.out.events = log;
         }
