@@ -237,7 +237,6 @@ pub struct Engine<'a> {
     touched: Vec<usize>,
     done: Vec<usize>,
     /// Paged memory: `record` sums held blocks only (allocated and stored follow from them at the end).
-    paged: bool,
     peak_held: u64,
 }
 
@@ -356,7 +355,6 @@ impl<'a> Engine<'a> {
             agg: Aggregates::default(),
             touched: Vec::new(),
             done: Vec::new(),
-            paged: cfg.policy.is_paged(),
             peak_held: 0,
         })
     }
@@ -946,7 +944,7 @@ impl<'a> Engine<'a> {
         if m.reserved != 0 {
             c.w_reserved += w(m.reserved);
         }
-        if self.paged {
+        if matches!(self.mem, Memory::Paged(_)) {
             // Allocated = held x block size and stored = allocated - internal: summed once at the end.
             c.w_held_blocks += w(m.held);
             c.w_logical_blocks += w(m.logical);
@@ -1043,13 +1041,19 @@ impl<'a> Engine<'a> {
         }
         let slab = &self.slab;
         // The running list ascends in admission order: one finisher is found by binary search.
-        let i = self
-            .running
-            .partition_point(|&j| slab[j].adm_no < slab[done[0]].adm_no);
-        if done.len() == 1 && self.running.get(i) == Some(&done[0]) {
-            self.running.remove(i);
-        } else {
-            self.running.retain(|&k| !slab[k].retiring);
+        let one = match done[..] {
+            [k] => Some((
+                k,
+                self.running
+                    .partition_point(|&j| slab[j].adm_no < slab[k].adm_no),
+            )),
+            _ => None,
+        };
+        match one {
+            Some((k, i)) if self.running.get(i) == Some(&k) => {
+                self.running.remove(i);
+            }
+            _ => self.running.retain(|&k| !slab[k].retiring),
         }
         for &k in &done {
             self.remove(k);
@@ -1161,17 +1165,16 @@ impl<'a> Engine<'a> {
             }
         }
         if let Memory::Paged(pool) = &self.mem {
-            self.out.counters.num_evictions = i128::from(pool.num_evictions());
-            self.out.counters.num_block_allocations = i128::from(pool.num_allocated());
-        }
-        self.out.counters.makespan_ps = i128::from(self.t);
-        if self.paged {
             let c = &mut self.out.counters;
+            c.num_evictions = i128::from(pool.num_evictions());
+            c.num_block_allocations = i128::from(pool.num_allocated());
+            // `record` summed held blocks only: allocated = held x block size, stored = allocated - internal.
             let bs = i128::from(self.cfg.block_size);
             c.w_allocated = bs * c.w_held_blocks;
             c.w_stored = c.w_allocated - c.w_internal;
             c.peak_allocated_tokens = bs * i128::from(self.peak_held);
         }
+        self.out.counters.makespan_ps = i128::from(self.t);
         if let Some(log) = self.log.take() {
             self.out.events = log;
         }
