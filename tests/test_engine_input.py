@@ -1,4 +1,4 @@
-"""`prepare`'s fast path for one sample per request gives exactly what the general expansion gives."""
+"""`prepare` (per-sequence engine input) and the request rows do not depend on the order of a workload's rows."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given
 
 import kvsim
-from kvsim.engine_input import _prepare_expanded, _prepare_single, prepare
+from kvsim.engine_input import prepare
 
 from .test_engine_differential import workloads
 
@@ -49,16 +49,25 @@ def reordered(w, order: np.ndarray, arrival: np.ndarray | None = None, one_sampl
     )
 
 
-@given(workloads(), st.one_of(st.none(), st.integers(8, 120)), st.booleans())
-def test_single_sample_fast_path_equals_the_general_expansion(w, max_model_len, shuffle):
+@given(
+    workloads(),
+    st.one_of(st.none(), st.integers(8, 120)),
+    st.sampled_from(["fork-cow", "independent"]),
+    st.booleans(),
+)
+def test_prepare_depends_on_arrivals_not_on_row_order(w, max_model_len, sampling, one_sample):
+    # Distinct arrivals; the shuffled copy must give the same sequences, naming their rows through the
+    # shuffle. One sample per request takes prepare's shortcuts (no expansion; no reordering in order).
     n = len(w)
-    # Shuffled arrivals exercise the reordering a `Workload` never needs (it sorts on construction).
-    order = np.random.default_rng(n).permutation(n) if shuffle else np.arange(n)
-    duck = reordered(w, order, one_sample=True)
-    cfg = kvsim.SimConfig(num_blocks=64, block_size=4, max_model_len=max_model_len)
-    ones = np.ones(n, dtype=np.int64)
-    assert_same(_prepare_single(duck, cfg), _prepare_expanded(duck, cfg, ones))
-    assert_same(prepare(duck, cfg), _prepare_expanded(duck, cfg, ones))
+    arrival = np.asarray(w.arrival) + np.arange(n) * 1e-6
+    order = np.random.default_rng(n).permutation(n)
+    in_order = reordered(w, np.arange(n), arrival, one_sample)
+    shuffled = reordered(w, order, arrival, one_sample)
+    cfg = kvsim.SimConfig(num_blocks=64, block_size=4, max_model_len=max_model_len, sampling=sampling)
+    a, b = prepare(in_order, cfg), prepare(shuffled, cfg)
+    assert np.array_equal(order[b.request_row], a.request_row)
+    b = dataclasses.replace(b, request_row=a.request_row)
+    assert_same(a, b)
 
 
 @given(workloads(), st.sampled_from(["fork-cow", "independent"]))
