@@ -291,6 +291,8 @@ def test_everything_that_fits_finishes(backend, reqs, cfg):
         ({"preemption": "swap", "cpu_blocks": 4, "policy": "reserve"}, "preemption", "reserve"),
         ({"append_check": "lazy"}, "append_check", "lazy"),
         ({"append_check": "one-free-block", "policy": "reserve"}, "append_check", "reserve"),
+        ({"sampling": "fork-cow", "policy": "reserve"}, "sampling", "reserve"),
+        ({"sampling": "fork-cow", "policy": "orca-max"}, "sampling", "orca-max"),
         ({"time_model": "linear", "c0_ps": 1, "c_tok_ps": 1}, "c_ctx_ps", "None"),
         ({"time_model": "linear", "c0_ps": -1, "c_tok_ps": 1, "c_ctx_ps": 1}, "c0_ps", "-1"),
         ({"num_blocks": None}, "num_blocks", "None"),
@@ -304,6 +306,19 @@ def test_config_validation_names_field_and_value(kwargs, field, value):
     msg = str(info.value)
     assert field in msg
     assert value in msg
+
+
+def test_rust_engine_rejects_forks_under_other_policies():
+    """The Rust engine checks its input on its own (a caller may bypass `SimConfig`): forked samples under
+    a contiguous policy are an error naming the option, not a panic."""
+    from kvsim import rust_engine
+    from kvsim.engine_input import prepare
+    from kvsim.workloads import synthetic
+
+    w = synthetic(4, arrival_rate=10, lengths="sharegpt-paper", seed=1, num_samples=3)
+    inp = prepare(w, SimConfig(num_blocks=64, sampling="fork-cow"))
+    with pytest.raises(InvalidArgumentError, match="fork-cow"):
+        rust_engine.run(inp, SimConfig(num_blocks=64, policy="orca-max", max_model_len=4096))
 
 
 def test_unknown_preset_is_rejected():

@@ -119,6 +119,8 @@ class SimConfig:
             raise InvalidArgumentError(
                 f"append_check 'one-free-block' applies to policy 'vllm', not {self.policy!r}"
             )
+        if self.sampling == "fork-cow" and self.policy != "vllm":
+            raise InvalidArgumentError(f"sampling 'fork-cow' applies to policy 'vllm', not {self.policy!r}")
         if self.preemption == "swap":
             if self.policy != "vllm":
                 raise InvalidArgumentError(f"preemption 'swap' applies to policy 'vllm', not {self.policy!r}")

@@ -441,7 +441,20 @@ fn run_engine<'py>(
                 .map_err(|e| signal = Some(e))
                 .is_err()
         };
-        engine::run(inp, &cfg, timeseries_every, record_events, &mut interrupted)
+        // A panic is a bug in the core: it reaches Python as `InternalError`, never as a panic.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            engine::run(inp, &cfg, timeseries_every, record_events, &mut interrupted)
+        }))
+        .unwrap_or_else(|payload| {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(KvError::Internal(format!(
+                "the engine panicked ({what}): a bug in kvsim, please report it with the workload and config"
+            )))
+        })
     });
     if let Some(e) = signal {
         return Err(e);

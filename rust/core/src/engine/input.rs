@@ -91,6 +91,13 @@ impl EngineInput<'_> {
             if p >= i as i64 || p < -1 || (p >= 0 && self.fork_parent[p as usize] != -1) {
                 invalid_arg!("row {i}: fork_parent {p} is not -1 or an earlier sample-0 row");
             }
+            // A parent's samples are the rows right after it.
+            if p >= 0 && p != i as i64 - 1 && self.fork_parent[i - 1] != p {
+                invalid_arg!(
+                    "row {i}: fork_parent {p} but row {} is not a sample of it",
+                    i - 1
+                );
+            }
             let a = self.arrival_ps[i];
             if a < last_arrival {
                 invalid_arg!("row {i}: arrival_ps {a} is before the previous row's {last_arrival}");

@@ -17,7 +17,7 @@ pub use output::{Counters, EngineOutput};
 
 use crate::block_pool::IdHasher;
 use crate::block_table::{BlockTable, blocks_for, rem_bs};
-use crate::{BlockId, BlockKey, BlockPool, KvError, Result, Segment};
+use crate::{BlockId, BlockKey, BlockPool, KvError, Result, Segment, invalid_arg};
 use contiguous::{Buddy, FirstFit, Space};
 
 /// Event log kinds, shared with `kvsim.reference.engine.EVENT_KINDS`.
@@ -301,6 +301,9 @@ impl<'a> Engine<'a> {
     pub fn new(inp: EngineInput<'a>, cfg: &'a EngineConfig) -> Result<Self> {
         cfg.validate()?;
         inp.validate()?;
+        if cfg.policy != Policy::Vllm && inp.fork_parent.iter().any(|&p| p >= 0) {
+            invalid_arg!("sampling 'fork-cow' (rows with a fork_parent) applies to policy 'vllm'");
+        }
         let mem = if cfg.policy.is_paged() {
             Memory::Paged(BlockPool::new(
                 cfg.num_blocks,
@@ -1222,5 +1225,26 @@ mod tests {
         };
         inp.validate().unwrap();
         assert_eq!(private_starts(&inp), [4, 4, 0, 0]);
+    }
+
+    #[test]
+    fn forked_samples_must_follow_their_parent() {
+        let ones = [1i64; 4];
+        let input = |fork_parent: &'static [i64]| EngineInput {
+            arrival_ps: &[0; 4],
+            prompt_len: &[1; 4],
+            target: &[1; 4],
+            max_gen: &[1; 4],
+            fork_parent,
+            output_seg: &[1 << 63; 4],
+            seg_offsets: &[0, 1, 2, 3, 4],
+            segment_id: &[1, 2, 3, 4],
+            segment_len: &ones,
+        };
+        input(&[-1, 0, 0, -1]).validate().unwrap();
+        let err = input(&[-1, -1, 0, -1]).validate().unwrap_err();
+        assert!(err.to_string().contains("row 2: fork_parent 0"), "{err}");
+        let err = input(&[-1, 0, 1, -1]).validate().unwrap_err();
+        assert!(err.to_string().contains("row 2: fork_parent 1"), "{err}");
     }
 }
