@@ -60,13 +60,15 @@ def configs(draw) -> kvsim.SimConfig:
         max_model_len = 200
     linear = draw(st.booleans())
     sampling = draw(st.sampled_from(["independent", "fork-cow"])) if policy == "vllm" else "independent"
-    swap = policy == "vllm" and draw(st.booleans())
+    preemption = draw(st.sampled_from(["recompute", "swap", "auto"])) if policy == "vllm" else "recompute"
     contiguous = policy in ("static", "orca-max", "orca-pow2", "orca-oracle")
     return kvsim.SimConfig(
         placement=draw(st.sampled_from(["first-fit", "buddy"])) if contiguous else "first-fit",
         sampling=sampling,
-        preemption="swap" if swap else "recompute",
-        cpu_blocks=draw(st.integers(1, 40)) if swap else 0,
+        preemption=preemption,
+        cpu_blocks=draw(st.integers(1 if preemption == "swap" else 0, 40))
+        if preemption != "recompute"
+        else 0,
         swap_ps_per_block=draw(st.sampled_from([0, 10**6])),
         num_blocks=draw(st.integers(2, 60)),
         block_size=draw(st.sampled_from([1, 2, 4, 16])),
@@ -121,6 +123,29 @@ def test_tiny_pools_force_preemption_and_still_agree(w, num_blocks, block_size, 
     sampling = "fork-cow" if fork else "independent"
     cfg = kvsim.SimConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=16, sampling=sampling)
     assert_same(w, cfg)
+
+
+@given(
+    workloads(max_requests=30),
+    st.integers(3, 40),
+    st.sampled_from([1, 2, 4, 16]),
+    st.sampled_from(["swap", "auto", "recompute"]),
+    st.integers(0, 40),
+    st.sampled_from(["exact", "one-free-block"]),
+)
+def test_sequence_groups_agree(w, num_blocks, block_size, preemption, cpu_blocks, append_check):
+    """fork-cow groups under pressure: gang growth, whole-group victims, groups swapped with their shared
+    blocks and restored, recompute falling back per sample."""
+    cfg = kvsim.SimConfig(
+        num_blocks=num_blocks,
+        block_size=block_size,
+        max_num_seqs=16,
+        sampling="fork-cow",
+        preemption=preemption,
+        cpu_blocks=max(cpu_blocks, 1) if preemption == "swap" else cpu_blocks,
+        append_check=append_check,
+    )
+    assert_same(w, cfg, every=1)
 
 
 def test_forked_sample_resuming_finds_its_own_copied_block():

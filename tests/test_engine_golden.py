@@ -625,3 +625,37 @@ def test_orca_oracle_reserves_actual_output(backend):
     assert col(res, "output_len") == [10]
     assert res.summary["internal_fragmentation"] == 0.0
     assert res.summary["peak_allocated_fraction"] == pytest.approx(30 / 160)
+
+
+# -- sequence groups (fork-cow, vLLM v0) ----------------------------------------------------------------
+# 7 blocks of 4 (6 usable), caching off. B (prompt 8, output 6) then A (prompt 8, 2 samples, output 3), both
+# at t=0. Step 0 admits both (2 blocks each, 2 free); at its end B samples token 1 and A forks sample A1,
+# which shares A's 2 blocks: running [B, A, A1]. Step 1: B's 9th token needs a block (1 free left); the
+# group {A, A1} needs one new block per sample (8 tokens computed: block-aligned) = 2 > 1, so the tail unit,
+# the group itself, is preempted; under "auto" a group of two is swapped whole: 2 blocks to the CPU (the
+# shared ones once), 3 free. Swap-in needs its 2 blocks + 2 new ones = 4: not while B holds 3 blocks (B's
+# 13th token takes a 4th in step 5); B finishes at the end of step 5 (t=6), the group returns in step 6
+# (shared blocks restored once, a new block each), samples token 2 at t=7 and token 3, its last, at t=8.
+# The old per-sample model would have grown A and preempted A1 alone.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_group_is_preempted_and_swapped_whole(backend):
+    reqs = [Req(8, 6), Req(8, 3, samples=2)]
+    common = {"num_blocks": 7, "block_size": 4, "enable_prefix_caching": False, "sampling": "fork-cow"}
+    res = run(reqs, backend, preemption="auto", cpu_blocks=4, **common)
+    assert ticks(col(res, "finish")) == [6, 8]
+    assert col(res, "num_preemptions") == [0, 2]
+    assert col(res, "num_swaps") == [0, 2]
+    assert res.summary["swapped_blocks"] == 4  # 2 out, 2 back
+    assert res.summary["num_steps"] == 8
+    assert res.summary["recomputed_tokens"] == 0
+    # A CPU pool too small for the group (1 block): each sample is recomputed on its own and leaves the
+    # group. Waiting [A, A1] (9 tokens each). Step 2: A takes the 3 free blocks (8 recomputed); t=3 token 2,
+    # t=4 token 3: A finishes, 3 free. Step 4 readmits A1 (8 recomputed), token 2 at t=5. Step 5: B's 13th
+    # token needs a block, 0 free: the tail A1, alone now, is preempted again (9 computed). B finishes at
+    # t=6; step 6 recomputes A1's 10 tokens (9 recomputed) and samples its last token: t=7.
+    small = run(reqs, backend, preemption="auto", cpu_blocks=1, **common)
+    assert col(small, "num_swaps") == [0, 0]
+    assert col(small, "num_preemptions") == [0, 3]
+    assert small.summary["recomputed_tokens"] == 8 + 8 + 9
+    assert ticks(col(small, "finish")) == [6, 7]
+    assert SimConfig.preset("vllm-v0", num_blocks=7).preemption == "auto"

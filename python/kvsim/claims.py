@@ -230,11 +230,12 @@ def experiments() -> list[Experiment]:
             "sharing-parallel-cow",
             ["alpaca:arrival_rate=10", "sharegpt:arrival_rate=1"],
             {"workload.num_samples": [2, 4, 6]},
-            {**OPT13B_PAPER, "sampling": "fork-cow", "preemption": "swap", "cpu_blocks": 327},
+            {**OPT13B_PAPER, "sampling": "fork-cow", "preemption": "auto", "cpu_blocks": 327},
             requests=5_000,
-            why="parallel sampling n = 2, 4, 6 with copy-on-write forks (paper §4.4) and swap preemption "
-            "(vLLM v0 swaps multi-sequence groups; 4 GiB of CPU swap = 327 blocks); Alpaca 10 req/s, "
-            "ShareGPT 1 req/s (the paper does not give the rate of Fig. 15)",
+            why="parallel sampling n = 2, 4, 6 with copy-on-write forks (paper §4.4) in sequence groups, "
+            "vLLM v0's preemption (a group is swapped whole, a lone sequence recomputed; 4 GiB of CPU "
+            "swap = 327 blocks); Alpaca 10 req/s, ShareGPT 1 req/s (the paper does not give the rate of "
+            "Fig. 15)",
         ),
         Experiment(
             "sharing-parallel-v1",

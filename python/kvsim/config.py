@@ -17,7 +17,7 @@ POLICIES = ("vllm", "reserve", "static", "orca-max", "orca-pow2", "orca-oracle")
 CONTIGUOUS_POLICIES = ("static", "orca-max", "orca-pow2", "orca-oracle")
 PLACEMENTS = ("first-fit", "buddy")
 FREE_ORDERS = ("classic", "lifo_unhashed")
-PREEMPTIONS = ("recompute", "swap")
+PREEMPTIONS = ("recompute", "swap", "auto")
 SAMPLINGS = ("fork-cow", "independent")
 ADMISSION_GATES = ("none", "full-prompt")
 APPEND_CHECKS = ("exact", "one-free-block")
@@ -55,6 +55,12 @@ class SimConfig:
     decoding sequence it schedules, needed or not (vLLM v0's first block manager, the paper's; a sequence
     decodes once it has sampled since its (re)admission, so prefills, chunked or recomputed, are exempt:
     v0 prefilled whole prompts at admission), so a full pool preempts sooner.
+
+    Samples and preemption (policy `vllm`): `sampling="fork-cow"` forks a request's samples copy-on-write
+    after its first token into a sequence group that is scheduled, preempted and swapped as one (vLLM v0);
+    `"independent"` runs them as separate sequences (vLLM v1). A preempted sequence is recomputed
+    (`preemption="recompute"`), swapped to a CPU pool of `cpu_blocks` when it fits (`"swap"`), or, as
+    vLLM v0 by default (`"auto"`), swapped if it is a group of several samples and recomputed otherwise.
 
     Time: `time_model="ticks"` gives every iteration `iteration_time_ps` (1 ms); `"linear"` gives
     `c0_ps + c_tok_ps * batched_tokens + c_ctx_ps * context_tokens` (+ swap bytes over PCIe), with the
@@ -121,6 +127,8 @@ class SimConfig:
             )
         if self.sampling == "fork-cow" and self.policy != "vllm":
             raise InvalidArgumentError(f"sampling 'fork-cow' applies to policy 'vllm', not {self.policy!r}")
+        if self.preemption == "auto" and self.policy != "vllm":
+            raise InvalidArgumentError(f"preemption 'auto' applies to policy 'vllm', not {self.policy!r}")
         if self.preemption == "swap":
             if self.policy != "vllm":
                 raise InvalidArgumentError(f"preemption 'swap' applies to policy 'vllm', not {self.policy!r}")
@@ -211,8 +219,8 @@ class SimConfig:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> SimConfig:
         """`vllm-v1` (classic rules, vLLM ≤ 0.20), `vllm-latest` (full-prompt gate, LIFO unhashed),
-        `vllm-v0` (watermark 1 %, a free block per running sequence, copy-on-write samples, no chunked
-        prefill, swap preemption when `cpu_blocks` is given)."""
+        `vllm-v0` (watermark 1 %, a free block per running sequence, copy-on-write sample groups, no
+        chunked prefill, `preemption="auto"`: groups swapped to `cpu_blocks`, lone sequences recomputed)."""
         presets: dict[str, dict[str, Any]] = {
             "vllm-v1": {"policy": "vllm", "free_order": "classic", "admission_gate": "none"},
             "vllm-latest": {
@@ -227,11 +235,10 @@ class SimConfig:
                 "append_check": "one-free-block",
                 "sampling": "fork-cow",
                 "chunked_prefill": False,
+                "preemption": "auto",
             },
         }
         if name not in presets:
             raise InvalidArgumentError(f"preset {name!r} is not one of {', '.join(map(repr, presets))}")
         chosen = dict(presets[name])
-        if name == "vllm-v0" and overrides.get("cpu_blocks", 0) > 0:
-            chosen["preemption"] = "swap"  # v0 swaps preempted multi-sequence groups to CPU memory
         return cls(**{**chosen, **overrides})

@@ -30,7 +30,7 @@ def run(
         c0_ps=config.c0_ps or 0,
         c_tok_ps=config.c_tok_ps or 0,
         c_ctx_ps=config.c_ctx_ps or 0,
-        swap=config.preemption == "swap",
+        preemption=config.preemption,
         cpu_blocks=config.cpu_blocks,
         swap_ps_per_block=config.swap_ps_per_block,
         buddy=config.placement == "buddy",

@@ -83,9 +83,11 @@ FIELD_HELP: dict[str, str] = {
     "(true/false, default true)",
     "free_order": "where freed blocks go in the free queue: classic (tail) or lifo_unhashed (unkeyed blocks "
     "to the head, newer vLLM)",
-    "preemption": "what a preempted request loses: recompute (frees everything) or swap (to cpu_blocks)",
-    "cpu_blocks": "CPU swap space in blocks (preemption=swap)",
-    "sampling": "n > 1 samples: independent sequences (vLLM v1) or fork-cow (copy-on-write, paper §4.4)",
+    "preemption": "what a preempted request loses: recompute (frees everything), swap (to cpu_blocks), "
+    "or auto (vLLM v0: swap sample groups, recompute lone sequences)",
+    "cpu_blocks": "CPU swap space in blocks (preemption=swap or auto)",
+    "sampling": "n > 1 samples: independent sequences (vLLM v1) or fork-cow (copy-on-write sequence groups, "
+    "paper §4.4, vLLM v0)",
     "max_num_seqs": "most requests running at once (default 256)",
     "max_num_batched_tokens": "token budget of one iteration (default 8192)",
     "chunked_prefill": "split long prompts over iterations (true/false, default true)",

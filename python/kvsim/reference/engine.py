@@ -104,13 +104,18 @@ class Seq:
     # reserve policy: blocks promised but not yet allocated; contiguous: (start, size) region
     reserved_blocks: int = 0
     region: tuple[int, int] | None = None
-    swapped_blocks: int = 0  # blocks held in the CPU pool while swapped out
+    swapped_blocks: int = 0  # blocks held in the CPU pool while swapped out (a group's: on its first)
+    shared_blocks: int = 0  # a swapped group (on its first member): leading blocks its members share
     admitted_before: bool = False
     # Sampled a token since its (re)admission started it over: it decodes (append_check applies).
     decoding: bool = False
     # fork-cow: the samples forked from this one when its first token is sampled (until then, unforked)
     children: list[Seq] = field(default_factory=list)
     forked: bool = False
+    # fork-cow: the sequence group (vLLM v0) this sample belongs to since its fork, named by sample 0's
+    # index; -1 for none. A group sits together in the running list and is scheduled, preempted and
+    # swapped as one.
+    group: int = -1
 
     @property
     def seats(self) -> int:
@@ -167,7 +172,8 @@ class Engine:
         self.outstanding = 0  # reserve policy: blocks promised to admitted sequences
         self.t = 0
         self.waiting: deque[Seq] = deque()
-        self.swapped: deque[Seq] = deque()  # preempted by swapping: their blocks are in the CPU pool
+        # Preempted by swapping (a sequence, or a group's running members): their blocks are in the CPU pool.
+        self.swapped: deque[list[Seq]] = deque()
         self.cpu_used = 0
         self.swap_blocks_step = 0
         self.running: list[Seq] = []
@@ -286,11 +292,14 @@ class Engine:
         self.c["recomputed_tokens"] += recomputed
         return num_new
 
-    def try_grow(self, s: Seq, num_new: int) -> bool:
+    def try_grow(self, s: Seq, num_new: int, check: bool = True) -> bool:
+        """Room for `num_new` more tokens of running `s`; False, changing nothing, if they do not fit.
+        `check=False`: a group member whose group's room was checked as a whole (`group_fits`)."""
         if not self.paged:
             s.num_computed += num_new
             return True
-        if self.cfg.append_check == "one-free-block" and s.decoding and self.kv.num_free_blocks < 1:
+        one_free = self.cfg.append_check == "one-free-block"
+        if check and one_free and s.decoding and self.kv.num_free_blocks < 1:
             return False  # vLLM v0: every decoding sequence scheduled wants a free block, needed or not
         before = self.kv.num_free_blocks
         copies = self.kv.num_cow_copies
@@ -321,29 +330,105 @@ class Engine:
             s.region = None
 
     # -- scheduling -----------------------------------------------------------------------------------
-    def preempt(self, s: Seq) -> None:
-        """Swaps `s` out to the CPU pool if swapping is on and its blocks fit there, else frees it for
+    def unit_end(self, i: int) -> int:
+        """End of the scheduling unit starting at running[i]: a sequence, or its group's members."""
+        g = self.running[i].group
+        j = i + 1
+        if g >= 0:
+            while j < len(self.running) and self.running[j].group == g:
+                j += 1
+        return j
+
+    def pop_tail_unit(self) -> list[Seq]:
+        """Takes the running list's tail unit (a sequence, or a whole group) out, in running order."""
+        g = self.running[-1].group
+        i = len(self.running) - 1
+        if g >= 0:
+            while i > 0 and self.running[i - 1].group == g:
+                i -= 1
+        unit = self.running[i:]
+        del self.running[i:]
+        return unit
+
+    def preempt_unit(self, unit: list[Seq]) -> None:
+        """Preempts a unit taken from the tail. A group of several running samples is swapped out whole
+        (`preemption` "swap" or "auto", vLLM v0) when the CPU pool holds its blocks, shared ones once;
+        otherwise each member goes on its own, from the last: swapped under "swap" if it fits, else
+        freed for recomputation (a recomputed sample leaves its group)."""
+        mode = self.cfg.preemption
+        if len(unit) > 1 and mode in ("swap", "auto"):
+            tables = [self.kv.block_table(s.idx) for s in unit]
+            shared = 0
+            while shared < len(tables[0]) and all(
+                len(t) > shared and t[shared] == tables[0][shared] for t in tables
+            ):
+                shared += 1
+            n = shared + sum(len(t) - shared for t in tables)
+            if n <= self.cfg.cpu_blocks - self.cpu_used:
+                for s in reversed(unit):
+                    self.cols["num_preemptions"][s.idx] += 1
+                    self.c["num_preemptions"] += 1
+                    self.cols["num_swaps"][s.idx] += 1
+                    self.log("swap-out", s)
+                    self.release(s)
+                unit[0].swapped_blocks = n
+                unit[0].shared_blocks = shared
+                self.cpu_used += n
+                self.swap_blocks_step += n
+                self.c["num_swapped_blocks"] += n
+                self.swapped.append(unit)
+                return
+        for s in reversed(unit):
+            self.preempt(s, swap=mode == "swap")
+
+    def preempt(self, s: Seq, swap: bool) -> None:
+        """Swaps `s` out to the CPU pool if `swap` and its blocks fit there, else frees it for
         recomputation (it goes to the front of the waiting queue and starts over from token 0)."""
         self.cols["num_preemptions"][s.idx] += 1
         self.c["num_preemptions"] += 1
-        if self.cfg.preemption == "swap":
+        if swap:
             n = len(self.kv.block_table(s.idx))
             if n <= self.cfg.cpu_blocks - self.cpu_used:
                 self.log("swap-out", s)
                 self.release(s)
                 s.swapped_blocks = n
+                s.shared_blocks = 0
                 self.cpu_used += n
                 self.swap_blocks_step += n
                 self.c["num_swapped_blocks"] += n
                 self.cols["num_swaps"][s.idx] += 1
-                self.swapped.append(s)
+                self.swapped.append([s])
                 return
         self.log("preempt", s)
         self.release(s)
         s.computed_at_preemption = s.num_computed
         s.num_computed = 0
         s.decoding = False
+        s.group = -1
         self.waiting.appendleft(s)
+
+    def group_need(self, unit: list[Seq]) -> int:
+        """Blocks a group's members pop to add their next token each, in order: a new block at a block
+        boundary, a copy of a shared partial last block (the last holder writes in place)."""
+        bs, need = self.bs, 0
+        writers: dict[int, int] = {}
+        for s in unit:
+            table = self.kv.block_table(s.idx)
+            need += -(-(s.num_computed + 1) // bs) - len(table)
+            if s.num_computed % bs:
+                last = table[-1]
+                if self.kv.pool.ref_cnt(last) - writers.get(last, 0) > 1:
+                    need += 1
+                    writers[last] = writers.get(last, 0) + 1
+        return need
+
+    def group_fits(self, unit: list[Seq]) -> bool:
+        """vLLM v0's `can_append_slots` for a group: its blocks fit (and, with `one-free-block`, a block is
+        free for every member)."""
+        free = self.kv.num_free_blocks
+        if self.cfg.append_check == "one-free-block" and len(unit) > free:
+            return False
+        return self.group_need(unit) <= free
 
     def try_swap_in(self, s: Seq, budget: int) -> int:
         """Brings a swapped sequence back into fresh blocks (its content returns from the CPU, its keys are
@@ -365,6 +450,38 @@ class Engine:
         s.num_computed += num_new
         return num_new
 
+    def try_swap_in_group(self, unit: list[Seq], budget: int) -> int:
+        """Brings a swapped group back: the blocks its members shared are restored once and shared again,
+        each member's own blocks fresh (full ones registered again), then each member grows by its next
+        token (as the running phase would). Returns the tokens scheduled, or 0 if it does not fit."""
+        bs, first, n = self.bs, unit[0], len(unit)
+        if n > budget:
+            return 0
+        c = first.num_computed  # every member of a group has computed as many tokens
+        shared = first.shared_blocks
+        identical = shared == -(-c // bs)  # swapped before their first write after the fork
+        grow = n if c % bs == 0 else (n - 1 if identical else 0)
+        if first.swapped_blocks + grow + self.cfg.watermark_blocks > self.kv.num_free_blocks:
+            return 0
+        kv = self.kv
+        prefix = c if identical else shared * bs
+        restored = kv._restore(first.idx, first.segments(), prefix)
+        for s in unit[1:]:
+            kv.fork(first.idx, s.idx)
+        for i, s in enumerate(unit):
+            own = kv.allocate(s.idx, s.segments(), c - prefix) if c > prefix else []
+            assert own is not None, "the group's room was checked"
+            self.log("swap-in", s)
+            self.log_allocations(s, (restored if i == 0 else []) + own)
+        self.cpu_used -= first.swapped_blocks
+        self.swap_blocks_step += first.swapped_blocks
+        self.c["num_swapped_blocks"] += first.swapped_blocks
+        first.swapped_blocks = first.shared_blocks = 0
+        for s in unit:
+            grown = self.try_grow(s, 1, check=False)
+            assert grown, "the group's room was checked"
+        return n
+
     def reject(self, s: Seq, reason: int) -> None:
         """Rejects `s` (and the samples it would have forked) now, with a reason code."""
         for r in (s, *([] if s.forked else s.children)):
@@ -380,15 +497,36 @@ class Engine:
         preempted = False
         i = 0
         while i < len(self.running) and budget > 0:
+            j = self.unit_end(i)
+            if j - i > 1:
+                # A group (vLLM v0): all its samples or none, each one token; its room checked as a whole.
+                unit = self.running[i:j]
+                if len(unit) > budget:
+                    break
+                while not self.group_fits(unit):
+                    victim = self.pop_tail_unit()
+                    self.preempt_unit(victim)
+                    preempted = True
+                    if victim[0] is unit[0]:
+                        break
+                else:
+                    for s in unit:
+                        grown = self.try_grow(s, 1, check=False)
+                        assert grown, "the group's room was checked"
+                        scheduled.append((s, 1))
+                    budget -= len(unit)
+                    i = j
+                    continue
+                break  # the group preempted itself: it was the tail, nothing after it
             s = self.running[i]
             num_new = min(s.num_tokens - s.num_computed, budget)
             # `while ... else`: the else branch runs when the allocation succeeds (possibly after
             # preempting others); `break` leaves when s itself was the victim.
             while not self.try_grow(s, num_new):
-                victim = self.running.pop()
-                self.preempt(victim)
+                victim = self.pop_tail_unit()
+                self.preempt_unit(victim)
                 preempted = True
-                if victim is s:
+                if victim[0] is s:
                     break
             else:
                 scheduled.append((s, num_new))
@@ -398,22 +536,29 @@ class Engine:
             break  # s preempted itself: it was the tail, nothing after it
         if preempted:
             return scheduled
-        # Swapped sequences come back before any new admission (FCFS, head-of-line).
+        # Swapped units come back before any new admission (FCFS, head-of-line).
         while self.swapped and budget > 0:
-            s = self.swapped[0]
-            if len(self.running) + s.seats > cfg.max_num_seqs:
+            unit = self.swapped[0]
+            if len(self.running) + sum(s.seats for s in unit) > cfg.max_num_seqs:
                 break
-            num_new = self.try_swap_in(s, budget)
+            if len(unit) > 1:
+                num_new = self.try_swap_in_group(unit, budget)
+            else:
+                num_new = self.try_swap_in(unit[0], budget)
             if num_new == 0:
                 if not self.running:
                     self.swapped.popleft()
-                    self.cpu_used -= s.swapped_blocks
-                    self.reject(s, 5)
+                    self.cpu_used -= unit[0].swapped_blocks
+                    for s in unit:
+                        self.reject(s, 5)
                     continue
                 break
             self.swapped.popleft()
-            self.running.append(s)
-            scheduled.append((s, num_new))
+            self.running.extend(unit)
+            if len(unit) > 1:
+                scheduled.extend((s, 1) for s in unit)
+            else:
+                scheduled.append((unit[0], num_new))
             budget -= num_new
         if self.swapped:
             return scheduled
@@ -448,6 +593,8 @@ class Engine:
         """Forks `parent`'s samples after its first token (paper §4.4): each shares every block of the
         parent (copy-on-write) and has sampled its own first token. Returns those already finished."""
         parent.forked = True
+        parent.group = parent.idx
+        at = self.running.index(parent) + 1
         finished = []
         for c in parent.children:
             self.log("fork", c)
@@ -456,7 +603,9 @@ class Engine:
             c.generated = 1
             c.decoding = True
             c.admitted_before = True  # admitted with its parent: a later admission is a resume
-            self.running.append(c)
+            c.group = parent.idx
+            self.running.insert(at, c)
+            at += 1
             self.cols["first_scheduled"][c.idx] = self.cols["first_scheduled"][parent.idx]
             self.cols["first_token"][c.idx] = self.t
             if c.generated == c.target:

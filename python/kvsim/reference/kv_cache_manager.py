@@ -172,7 +172,7 @@ class KVCacheManager:
         full ones registered again; no prefix lookup. The caller has checked that they fit."""
         new = self.pool.allocate(_cdiv(num_tokens, self.block_size))
         assert new is not None, "capacity was checked by the caller"
-        req = _Request(new, num_tokens)
+        req = _Request(list(new), num_tokens)
         self._requests[request_id] = req
         self._register_full_blocks(req, segments)
         return new

@@ -7,7 +7,7 @@
 #![allow(clippy::redundant_closure_for_method_calls)]
 
 use kvsim_core::block_pool::MAX_BLOCKS;
-use kvsim_core::engine::{self, EngineConfig, EngineInput, Policy, TimeModel};
+use kvsim_core::engine::{self, EngineConfig, EngineInput, Policy, Preemption, TimeModel};
 use kvsim_core::{BlockId, BlockKey, BlockPool, FreeOrder, KVCacheManager, KvError, Segment};
 use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
@@ -349,7 +349,7 @@ fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>, name: &str) -> P
     *, num_blocks, block_size, policy, enable_prefix_caching, free_order, max_num_seqs,
     max_num_batched_tokens, chunked_prefill, full_prompt_gate, watermark_blocks, one_free_block = false,
     max_model_len,
-    time_model, iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps, swap, cpu_blocks, swap_ps_per_block, buddy,
+    time_model, iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps, preemption, cpu_blocks, swap_ps_per_block, buddy,
     timeseries_every, record_events,
     arrival_ps, prompt_len, target, max_gen, fork_parent, output_seg, seg_offsets, segment_id, segment_len
 ))]
@@ -373,7 +373,7 @@ fn run_engine<'py>(
     c0_ps: u64,
     c_tok_ps: u64,
     c_ctx_ps: u64,
-    swap: bool,
+    preemption: &str,
     cpu_blocks: u64,
     swap_ps_per_block: u64,
     buddy: bool,
@@ -418,7 +418,7 @@ fn run_engine<'py>(
         one_free_block,
         max_model_len,
         time,
-        swap,
+        preemption: Preemption::parse(preemption).py()?,
         cpu_blocks,
         swap_ps_per_block,
         buddy,

@@ -38,6 +38,28 @@ impl Policy {
     }
 }
 
+/// What happens to a preempted sequence (and, under fork-cow, to a preempted sequence group).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preemption {
+    /// Free its blocks; it starts over from token 0 (vLLM v1).
+    Recompute,
+    /// Move its blocks to the CPU pool when they fit there, else recompute.
+    Swap,
+    /// vLLM v0's default: recompute a lone sequence, swap a group of several running samples.
+    Auto,
+}
+
+impl Preemption {
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "recompute" => Preemption::Recompute,
+            "swap" => Preemption::Swap,
+            "auto" => Preemption::Auto,
+            _ => invalid_arg!("preemption '{s}' is not one of 'recompute', 'swap', 'auto'"),
+        })
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeModel {
     /// Every iteration lasts the same number of picoseconds.
@@ -72,8 +94,8 @@ pub struct EngineConfig {
     pub time: TimeModel,
     /// Contiguous policies: buddy placement instead of first-fit.
     pub buddy: bool,
-    /// Preempt by swapping to a CPU pool of `cpu_blocks` (falls back to recompute when it is full).
-    pub swap: bool,
+    /// Swap or recompute preempted sequences (swap falls back to recompute when the CPU pool is full).
+    pub preemption: Preemption,
     pub cpu_blocks: u64,
     /// PCIe time per block swapped out or in, added to the step (both time models).
     pub swap_ps_per_block: u64,
@@ -102,8 +124,11 @@ impl EngineConfig {
         if self.one_free_block && self.policy != Policy::Vllm {
             invalid_arg!("append_check 'one-free-block' applies to policy 'vllm'");
         }
-        if self.swap && !self.policy.is_paged() {
-            invalid_arg!("preemption 'swap' applies to paged policies");
+        if self.preemption != Preemption::Recompute && self.policy != Policy::Vllm {
+            invalid_arg!(
+                "preemption {:?} applies to policy 'vllm'",
+                format!("{:?}", self.preemption).to_lowercase()
+            );
         }
         if let TimeModel::Ticks { iteration_ps: 0 } = self.time {
             invalid_arg!("iteration_time_ps 0 must be at least 1");

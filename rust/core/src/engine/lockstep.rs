@@ -16,7 +16,7 @@
 //! as a full step, so results equal the reference's step for step. A step that leaves a sequence
 //! prefilling, or more running sequences than the budget, drops back to full steps.
 
-use super::{Engine, Memory, MemoryState, Seq};
+use super::{Engine, Memory, MemoryState, Preemption, Seq};
 use crate::block_table::{blocks_for, rem_bs};
 
 /// What `fast_event` did with a ring entry.
@@ -240,11 +240,14 @@ impl Engine<'_> {
         }
         // Decoding: one pending token, and past the first (a prompt with one token left to prefill also
         // has one pending token, but its step samples the first token, which must be recorded).
-        let decoding = |s: &Seq| s.num_tokens() - s.num_computed == 1 && s.generated >= 1;
+        // A group (fork-cow) grows, is preempted and swapped as one: full steps only while one runs.
+        let decoding =
+            |s: &Seq| s.num_tokens() - s.num_computed == 1 && s.generated >= 1 && s.group.is_none();
         if !self.running.iter().all(|&k| decoding(&self.slab[k])) {
             return;
         }
         self.lockstep = true;
+        self.grouped = false;
         for bucket in &mut self.ring {
             bucket.clear();
         }
@@ -306,6 +309,7 @@ impl Engine<'_> {
         self.record(dt, batch, tokens, state);
         let prefilling = self.lockstep_sample(step);
         if prefilling
+            || self.grouped
             || self.running.is_empty()
             || self.running.len() as u64 > self.cfg.max_num_batched_tokens
         {
@@ -332,7 +336,7 @@ impl Engine<'_> {
             self.sync(k, step);
             loop {
                 let c = self.slab[k].num_computed;
-                if self.try_grow(k, 1) {
+                if self.try_grow(k, 1, true) {
                     // Correct the implicit advance (+1 token, -1 slack, same blocks) to the truth.
                     self.agg.internal += self.slack(c + 1) - self.slack(c) + 1;
                     let bs = self.cfg.block_size;
@@ -356,7 +360,8 @@ impl Engine<'_> {
                 }
                 self.flush_keys(victim);
                 self.slab[victim].lazy = false;
-                self.preempt(victim);
+                // No groups run in lockstep mode: the tail unit is one sequence.
+                self.preempt(victim, self.cfg.preemption == Preemption::Swap);
                 preempted = true;
                 if victim == k {
                     break;

@@ -11,7 +11,7 @@ mod output;
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 
-pub use config::{EngineConfig, Policy, TimeModel};
+pub use config::{EngineConfig, Policy, Preemption, TimeModel};
 pub use input::EngineInput;
 pub use output::{Counters, EngineOutput};
 
@@ -53,6 +53,9 @@ const NEVER: u64 = u64::MAX;
 const REJECTED: i64 = 1;
 /// Steps between checks of the interrupt callback (Ctrl-C from Python).
 const INTERRUPT_EVERY: u64 = 1 << 16;
+/// Spacing of admission numbers: a group's samples take the numbers right after their parent's, so the
+/// running list stays sorted by admission number with each group together.
+const ADM_STRIDE: u64 = 1 << 32;
 
 /// A live sequence: waiting or running. Finished and rejected ones leave the slab.
 ///
@@ -99,8 +102,15 @@ struct Seq {
     output_seg: u64,
     computed_at_preemption: u64,
     region: Option<(u64, u64)>,
-    /// Blocks held in the CPU pool while swapped out.
+    /// Blocks held in the CPU pool while swapped out (a group's: on its first member).
     swapped_blocks: u64,
+    /// fork-cow: the sequence group (vLLM v0) this sample belongs to since its fork, named by sample 0's
+    /// row. A group sits together in the running list and is scheduled, preempted and swapped as one.
+    group: Option<usize>,
+    /// A swapped group, on its first member: the members (running order) and the leading blocks they
+    /// share.
+    members: Vec<usize>,
+    shared_blocks: u64,
     /// While waiting: the keys a lookup walks, for `keys_for` tokens of content (recomputed only when
     /// the content grew, so a blocked head is not rehashed every step).
     keys: Vec<BlockKey>,
@@ -196,7 +206,8 @@ pub struct Engine<'a> {
     slab: Vec<Seq>,
     free_slots: Vec<usize>,
     waiting: VecDeque<usize>,
-    /// Preempted by swapping: their blocks are in the CPU pool (`cpu_used` of `cpu_blocks`).
+    /// Preempted by swapping (a sequence, or a group's first member): their blocks are in the CPU pool
+    /// (`cpu_used` of `cpu_blocks`).
     swapped: VecDeque<usize>,
     cpu_used: u64,
     /// Blocks swapped out or in during the current step (their PCIe time is added to the step).
@@ -238,6 +249,10 @@ pub struct Engine<'a> {
     done: Vec<usize>,
     /// Paged memory: `record` sums held blocks only (allocated and stored follow from them at the end).
     peak_held: u64,
+    /// `group_need`'s scratch: shared partial blocks and how many members copied them so far.
+    writers: Vec<(BlockId, u32)>,
+    /// A group started running in this step (fork or swap-in): lockstep ends after it.
+    grouped: bool,
 }
 
 /// Sums over running sequences of what `measure` needs, kept incrementally in lockstep mode.
@@ -359,6 +374,8 @@ impl<'a> Engine<'a> {
             touched: Vec::new(),
             done: Vec::new(),
             peak_held: 0,
+            writers: Vec::new(),
+            grouped: false,
         })
     }
 
@@ -559,14 +576,16 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn try_grow(&mut self, k: usize, num_new: u64) -> bool {
+    /// Room for `num_new` more tokens of running `k`; false, changing nothing, if they do not fit.
+    /// `check = false`: a group member whose group's room was checked as a whole (`group_fits`).
+    fn try_grow(&mut self, k: usize, num_new: u64, check: bool) -> bool {
         let bs = self.cfg.block_size;
         let s = &mut self.slab[k];
         let Memory::Paged(pool) = &mut self.mem else {
             s.num_computed += num_new;
             return true;
         };
-        if self.cfg.one_free_block && s.decoding && pool.num_free_blocks() == 0 {
+        if check && self.cfg.one_free_block && s.decoding && pool.num_free_blocks() == 0 {
             return false; // vLLM v0: every decoding sequence scheduled wants a free block, needed or not
         }
         self.new_blocks.clear();
@@ -623,17 +642,132 @@ impl<'a> Engine<'a> {
     }
 
     // -- scheduling ------------------------------------------------------------------------------------
-    /// Swaps `k` out to the CPU pool if swapping is on and its blocks fit there, else frees it for
-    /// recomputation (to the front of the waiting queue, starting over from token 0).
-    fn preempt(&mut self, k: usize) {
+    /// End (exclusive) of the scheduling unit starting at `running[i]`: a sequence, or its group.
+    fn unit_end(&self, i: usize) -> usize {
+        let mut j = i + 1;
+        if let Some(g) = self.slab[self.running[i]].group {
+            while j < self.running.len() && self.slab[self.running[j]].group == Some(g) {
+                j += 1;
+            }
+        }
+        j
+    }
+
+    /// Takes the running list's tail unit (a sequence, or a whole group) out, in running order.
+    fn pop_tail_unit(&mut self) -> Vec<usize> {
+        let mut i = self.running.len() - 1;
+        if let Some(g) = self.slab[self.running[i]].group {
+            while i > 0 && self.slab[self.running[i - 1]].group == Some(g) {
+                i -= 1;
+            }
+        }
+        self.running.split_off(i)
+    }
+
+    /// Preempts a unit taken from the tail. A group of several running samples is swapped out whole
+    /// (`preemption` swap or auto, vLLM v0) when the CPU pool holds its blocks, shared ones once;
+    /// otherwise each member goes on its own, from the last: swapped under `swap` if it fits, else freed
+    /// for recomputation (a recomputed sample leaves its group).
+    fn preempt_unit(&mut self, unit: Vec<usize>) {
+        let mode = self.cfg.preemption;
+        if unit.len() > 1 && mode != Preemption::Recompute {
+            let first = self.slab[unit[0]].table.blocks();
+            let mut shared = 0;
+            while shared < first.len()
+                && unit[1..]
+                    .iter()
+                    .all(|&k| self.slab[k].table.blocks().get(shared) == Some(&first[shared]))
+            {
+                shared += 1;
+            }
+            let n = (shared
+                + unit
+                    .iter()
+                    .map(|&k| self.slab[k].table.blocks().len() - shared)
+                    .sum::<usize>()) as u64;
+            if n <= self.cfg.cpu_blocks - self.cpu_used {
+                for &k in unit.iter().rev() {
+                    let row = self.slab[k].row;
+                    self.out.num_preemptions[row] += 1;
+                    self.out.counters.num_preemptions += 1;
+                    self.out.num_swaps[row] += 1;
+                    self.log(event::SWAP_OUT, row, -1);
+                    self.release(k);
+                }
+                let head = unit[0];
+                let s = &mut self.slab[head];
+                s.swapped_blocks = n;
+                s.shared_blocks = shared as u64;
+                s.members = unit;
+                self.cpu_used += n;
+                self.swap_blocks_step += n;
+                self.out.counters.num_swapped_blocks += i128::from(n);
+                self.swapped.push_back(head);
+                return;
+            }
+        }
+        for &k in unit.iter().rev() {
+            self.preempt(k, mode == Preemption::Swap);
+        }
+    }
+
+    /// Blocks the group `running[i..j]` pops for one more token each, in order: a new block at a block
+    /// boundary, a copy of a shared partial last block (its last holder writes in place).
+    fn group_need(&mut self, i: usize, j: usize) -> u64 {
+        let Memory::Paged(pool) = &self.mem else {
+            unreachable!("groups are paged only")
+        };
+        let bs = self.cfg.block_size;
+        let mut writers = std::mem::take(&mut self.writers);
+        writers.clear();
+        let mut need = 0;
+        for &k in &self.running[i..j] {
+            let s = &self.slab[k];
+            let blocks = s.table.blocks();
+            need += blocks_for(s.num_computed + 1, bs) - blocks.len() as u64;
+            if rem_bs(s.num_computed, bs) != 0 {
+                let last = *blocks.last().expect("a partial block");
+                let pos = writers.iter().position(|&(b, _)| b == last);
+                let copied = pos.map_or(0, |p| writers[p].1);
+                if pool.ref_cnt_of(last) - copied > 1 {
+                    need += 1;
+                    match pos {
+                        Some(p) => writers[p].1 += 1,
+                        None => writers.push((last, 1)),
+                    }
+                }
+            }
+        }
+        self.writers = writers;
+        need
+    }
+
+    /// vLLM v0's `can_append_slots` for the group `running[i..j]`: its blocks fit (and, with
+    /// `one_free_block`, a block is free for every member).
+    fn group_fits(&mut self, i: usize, j: usize) -> bool {
+        let free = match &self.mem {
+            Memory::Paged(pool) => u64::from(pool.num_free_blocks()),
+            Memory::Contiguous(_) => unreachable!("groups are paged only"),
+        };
+        if self.cfg.one_free_block && (j - i) as u64 > free {
+            return false;
+        }
+        self.group_need(i, j) <= free
+    }
+
+    /// Swaps `k` out to the CPU pool if `swap` and its blocks fit there, else frees it for recomputation
+    /// (to the front of the waiting queue, starting over from token 0).
+    fn preempt(&mut self, k: usize, swap: bool) {
         let row = self.slab[k].row;
         self.out.num_preemptions[row] += 1;
         self.out.counters.num_preemptions += 1;
-        if self.cfg.swap {
+        if swap {
             let n = self.slab[k].table.blocks().len() as u64;
             if n <= self.cfg.cpu_blocks - self.cpu_used {
                 self.log(event::SWAP_OUT, row, -1);
                 self.release(k);
+                self.slab[k].members.clear();
+                self.slab[k].shared_blocks = 0;
                 self.slab[k].swapped_blocks = n;
                 self.cpu_used += n;
                 self.swap_blocks_step += n;
@@ -655,6 +789,7 @@ impl<'a> Engine<'a> {
         s.computed_at_preemption = s.num_computed;
         s.num_computed = 0;
         s.decoding = false;
+        s.group = None;
         self.waiting.push_front(k);
     }
 
@@ -703,32 +838,131 @@ impl<'a> Engine<'a> {
         num_new
     }
 
-    /// The swap-in phase: swapped sequences return FCFS before any new admission; returns the budget
-    /// left. Admission of waiting sequences happens only once nothing is swapped out.
+    /// Brings swapped group `members` back: the blocks they shared are restored once and shared again,
+    /// each member's own blocks fresh (full ones registered again), then each member grows by its next
+    /// token as the running phase would. Returns the tokens scheduled, or 0 if it does not fit.
+    fn try_swap_in_group(&mut self, members: &[usize], budget: u64) -> u64 {
+        let cfg = self.cfg;
+        let bs = cfg.block_size;
+        let head = members[0];
+        let n = members.len() as u64;
+        if n > budget {
+            return 0;
+        }
+        let c = self.slab[head].num_computed; // every member of a group has computed as many tokens
+        let shared = self.slab[head].shared_blocks;
+        let identical = shared == blocks_for(c, bs); // swapped before their first write after the fork
+        let grow = if rem_bs(c, bs) == 0 {
+            n
+        } else if identical {
+            n - 1
+        } else {
+            0
+        };
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("swap is paged only")
+        };
+        let blocks = self.slab[head].swapped_blocks;
+        if blocks + grow + cfg.watermark_blocks > u64::from(pool.num_free_blocks()) {
+            return 0;
+        }
+        let prefix = if identical { c } else { shared * bs };
+        self.new_blocks.clear();
+        let s = &mut self.slab[head];
+        let buffer = std::mem::take(&mut s.table.blocks);
+        let mut table =
+            BlockTable::start(pool, bs, &[], None, prefix, &mut self.new_blocks, 0, buffer);
+        let phantom = self.defer_keys.then_some(s.private_from);
+        s.sync_output();
+        table.register_full_blocks_cached(pool, bs, &s.segs, &[], phantom);
+        s.table = table;
+        for &m in &members[1..] {
+            let table = self.slab[head].table.fork(pool);
+            self.slab[m].table = table;
+        }
+        for (i, &m) in members.iter().enumerate() {
+            if i > 0 {
+                self.new_blocks.clear();
+            }
+            let Memory::Paged(pool) = &mut self.mem else {
+                unreachable!()
+            };
+            let s = &mut self.slab[m];
+            if c > prefix {
+                let grown = s.table.grow(pool, bs, c - prefix, &mut self.new_blocks);
+                debug_assert_eq!(grown, Some(false), "the group's room was checked");
+                let phantom = self.defer_keys.then_some(s.private_from);
+                s.sync_output();
+                s.table
+                    .register_full_blocks_cached(pool, bs, &s.segs, &[], phantom);
+            }
+            let row = s.row;
+            self.log(event::SWAP_IN, row, -1);
+            self.log_allocations(row, event::ALLOCATE);
+        }
+        self.cpu_used -= blocks;
+        self.swap_blocks_step += blocks;
+        self.out.counters.num_swapped_blocks += i128::from(blocks);
+        let s = &mut self.slab[head];
+        s.swapped_blocks = 0;
+        s.shared_blocks = 0;
+        for &m in members {
+            let grown = self.try_grow(m, 1, false);
+            debug_assert!(grown, "the group's room was checked");
+        }
+        n
+    }
+
+    /// The swap-in phase: swapped sequences and groups return FCFS before any new admission; returns
+    /// the budget left. Admission of waiting sequences happens only once nothing is swapped out.
     fn admit_swapped(&mut self, mut budget: u64) -> u64 {
         while let Some(&k) = self.swapped.front() {
-            if budget == 0
-                || self.running.len() as u64 + self.slab[k].seats() > self.cfg.max_num_seqs
-            {
+            let members = std::mem::take(&mut self.slab[k].members);
+            let seats = if members.is_empty() {
+                self.slab[k].seats()
+            } else {
+                members.iter().map(|&m| self.slab[m].seats()).sum()
+            };
+            if budget == 0 || self.running.len() as u64 + seats > self.cfg.max_num_seqs {
+                self.slab[k].members = members;
                 break;
             }
-            let num_new = self.try_swap_in(k, budget);
+            let num_new = if members.is_empty() {
+                self.try_swap_in(k, budget)
+            } else {
+                self.try_swap_in_group(&members, budget)
+            };
             if num_new == 0 {
                 if self.running.is_empty() {
                     self.swapped.pop_front();
                     self.cpu_used -= self.slab[k].swapped_blocks;
-                    self.reject_seq(k, reject::NEVER_ADMITTED);
+                    if members.is_empty() {
+                        self.reject_seq(k, reject::NEVER_ADMITTED);
+                    } else {
+                        for &m in &members {
+                            self.reject_seq(m, reject::NEVER_ADMITTED);
+                        }
+                    }
                     continue;
                 }
+                self.slab[k].members = members;
                 break;
             }
             self.swapped.pop_front();
-            self.running.push(k);
-            self.scheduled.push((k, num_new));
             budget -= num_new;
-            let s = &mut self.slab[k];
-            s.adm_no = self.next_adm;
-            self.next_adm += 1;
+            if members.is_empty() {
+                self.running.push(k);
+                self.scheduled.push((k, num_new));
+                self.slab[k].adm_no = self.next_adm;
+            } else {
+                for (i, &m) in members.iter().enumerate() {
+                    self.running.push(m);
+                    self.scheduled.push((m, 1));
+                    self.slab[m].adm_no = self.next_adm + i as u64;
+                }
+                self.grouped = true;
+            }
+            self.next_adm += ADM_STRIDE;
         }
         budget
     }
@@ -760,8 +994,15 @@ impl<'a> Engine<'a> {
             unreachable!("fork-cow is paged only")
         };
         self.slab[k].forked = true;
+        self.grouped = true;
         let (row, n) = (self.slab[k].row, self.slab[k].num_children);
-        let first = self.running.len();
+        self.slab[k].group = Some(row);
+        let parent_adm = self.slab[k].adm_no;
+        // Right after the parent (the running list is sorted by admission number).
+        let at = self
+            .running
+            .partition_point(|&j| self.slab[j].adm_no <= parent_adm);
+        let mut children = Vec::with_capacity(n);
         for child_row in row + 1..=row + n {
             self.log(event::FORK, child_row, -1);
             let ck = self.new_seq(child_row);
@@ -776,17 +1017,18 @@ impl<'a> Engine<'a> {
             c.set_generated(1);
             c.decoding = true;
             c.admitted_before = true; // admitted with its parent: a later admission is a resume
-            c.adm_no = self.next_adm;
-            self.next_adm += 1;
+            c.group = Some(row);
+            c.adm_no = parent_adm + (child_row - row) as u64;
             let done = c.generated == c.target;
             self.out.first_scheduled[child_row] = self.out.first_scheduled[row];
             self.out.first_token[child_row] = self.t;
-            self.running.push(ck);
+            children.push(ck);
             if done {
                 self.done.push(ck);
             }
         }
-        first..self.running.len()
+        self.running.splice(at..at, children);
+        at..at + n
     }
 
     fn schedule(&mut self) {
@@ -796,20 +1038,46 @@ impl<'a> Engine<'a> {
         let mut preempted = false;
         let mut i = 0;
         'running: while i < self.running.len() && budget > 0 {
+            let j = self.unit_end(i);
             let k = self.running[i];
+            if j - i > 1 {
+                // A group (vLLM v0): all its samples or none, a token each; its room checked as a whole.
+                if (j - i) as u64 > budget {
+                    break;
+                }
+                while !self.group_fits(i, j) {
+                    let victim = self.pop_tail_unit();
+                    let own = victim[0] == k;
+                    self.preempt_unit(victim);
+                    preempted = true;
+                    if own {
+                        break 'running; // the group was the tail: nothing after it
+                    }
+                }
+                for idx in i..j {
+                    let m = self.running[idx];
+                    let grown = self.try_grow(m, 1, false);
+                    debug_assert!(grown, "the group's room was checked");
+                    self.scheduled.push((m, 1));
+                }
+                budget -= (j - i) as u64;
+                i = j;
+                continue;
+            }
             let s = &self.slab[k];
             let num_new = (s.num_tokens() - s.num_computed).min(budget);
             loop {
-                if self.try_grow(k, num_new) {
+                if self.try_grow(k, num_new, true) {
                     self.scheduled.push((k, num_new));
                     budget -= num_new;
                     i += 1;
                     continue 'running;
                 }
-                let victim = self.running.pop().expect("the growing sequence is running");
-                self.preempt(victim);
+                let victim = self.pop_tail_unit();
+                let own = victim[0] == k;
+                self.preempt_unit(victim);
                 preempted = true;
-                if victim == k {
+                if own {
                     break 'running; // k was the tail: nothing after it
                 }
             }
@@ -860,7 +1128,7 @@ impl<'a> Engine<'a> {
             budget -= num_new;
             let s = &mut self.slab[k];
             s.adm_no = self.next_adm;
-            self.next_adm += 1;
+            self.next_adm += ADM_STRIDE;
             if self.out.first_scheduled[s.row] < 0 {
                 self.out.first_scheduled[s.row] = self.t;
             }
@@ -1225,6 +1493,59 @@ mod tests {
         };
         inp.validate().unwrap();
         assert_eq!(private_starts(&inp), [4, 4, 0, 0]);
+    }
+
+    /// tests/test_engine_golden.py's group scenario, derived there: B (prompt 8, output 6), then A (prompt
+    /// 8, output 3) with one forked sample, 7 blocks of 4, caching off. The group {A, A1} cannot grow
+    /// beside B in step 1 and is its own victim: swapped whole under `Auto` (its 2 shared blocks once),
+    /// back after B finishes (t = 6 ms), done at t = 8 ms; with a 1-block CPU pool its samples are
+    /// recomputed one by one instead.
+    #[test]
+    fn a_group_is_preempted_and_swapped_whole() {
+        const MS: i64 = 1_000_000_000;
+        let eight = [8i64; 3];
+        let inp = EngineInput {
+            arrival_ps: &[0; 3],
+            prompt_len: &eight,
+            target: &[6, 3, 3],
+            max_gen: &[6, 3, 3],
+            fork_parent: &[-1, -1, 1],
+            output_seg: &[1 << 63, (1 << 63) + 1, (1 << 63) + 2],
+            seg_offsets: &[0, 1, 2, 3],
+            segment_id: &[1, 2, 2],
+            segment_len: &eight,
+        };
+        let cfg = |cpu_blocks| EngineConfig {
+            num_blocks: 7,
+            block_size: 4,
+            policy: Policy::Vllm,
+            enable_prefix_caching: false,
+            free_order: crate::FreeOrder::Classic,
+            max_num_seqs: 16,
+            max_num_batched_tokens: 8192,
+            chunked_prefill: true,
+            full_prompt_gate: false,
+            watermark_blocks: 0,
+            one_free_block: false,
+            max_model_len: None,
+            time: TimeModel::Ticks {
+                iteration_ps: MS as u64,
+            },
+            buddy: false,
+            preemption: Preemption::Auto,
+            cpu_blocks,
+            swap_ps_per_block: 0,
+        };
+        let swapped = run(inp, &cfg(4), 0, false, &mut || false).unwrap();
+        assert_eq!(swapped.finish, [6 * MS, 8 * MS, 8 * MS]);
+        assert_eq!(swapped.num_swaps, [0, 1, 1]);
+        assert_eq!(swapped.counters.num_swapped_blocks, 4);
+        assert_eq!(swapped.counters.num_steps, 8);
+        let split = run(inp, &cfg(1), 0, false, &mut || false).unwrap();
+        assert_eq!(split.num_swaps, [0, 0, 0]);
+        assert_eq!(split.num_preemptions, [0, 1, 2]);
+        assert_eq!(split.counters.recomputed_tokens, 8 + 8 + 9);
+        assert_eq!(split.finish, [6 * MS, 4 * MS, 7 * MS]);
     }
 
     #[test]
