@@ -62,6 +62,8 @@ def configs(draw) -> kvsim.SimConfig:
     sampling = draw(st.sampled_from(["independent", "fork-cow"])) if policy == "vllm" else "independent"
     preemption = draw(st.sampled_from(["recompute", "swap", "auto"])) if policy == "vllm" else "recompute"
     contiguous = policy in ("static", "orca-max", "orca-pow2", "orca-oracle")
+    max_num_seqs = draw(st.integers(1, 8))
+    budget = draw(st.sampled_from([1, 7, 32, 100, 512]))
     return kvsim.SimConfig(
         placement=draw(st.sampled_from(["first-fit", "buddy"])) if contiguous else "first-fit",
         sampling=sampling,
@@ -75,8 +77,8 @@ def configs(draw) -> kvsim.SimConfig:
         policy=policy,
         enable_prefix_caching=draw(st.booleans()),
         free_order=draw(st.sampled_from(["classic", "lifo_unhashed"])),
-        max_num_seqs=draw(st.integers(1, 8)),
-        max_num_batched_tokens=draw(st.sampled_from([1, 7, 32, 100, 512])),
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max(budget, max_num_seqs) if sampling == "fork-cow" else budget,
         chunked_prefill=draw(st.booleans()),
         admission_gate=draw(st.sampled_from(["none", "full-prompt"])),
         watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
@@ -184,6 +186,12 @@ def test_forked_sample_resuming_finds_its_own_copied_block():
                 "cpu_blocks": 60,
                 "append_check": "one-free-block",
             },
+        ),
+        # Sample groups in lockstep: grown whole at block boundaries, swapped whole (vLLM v0's "auto"),
+        # with shared system prompts; a CPU pool small enough that some groups are split and recomputed.
+        (
+            {"num_samples": 4, "num_system_prompts": 2, "system_prompt_len": 40, "sharing_ratio": 0.5},
+            {"num_blocks": 180, "sampling": "fork-cow", "preemption": "auto", "cpu_blocks": 50},
         ),
         # Contiguous regions: no block events, far finishes become wake-ups.
         ({}, {"num_blocks": 400, "policy": "orca-oracle", "placement": "buddy"}),

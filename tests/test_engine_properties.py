@@ -293,6 +293,11 @@ def test_everything_that_fits_finishes(backend, reqs, cfg):
         ({"append_check": "one-free-block", "policy": "reserve"}, "append_check", "reserve"),
         ({"sampling": "fork-cow", "policy": "reserve"}, "sampling", "reserve"),
         ({"sampling": "fork-cow", "policy": "orca-max"}, "sampling", "orca-max"),
+        (
+            {"sampling": "fork-cow", "max_num_batched_tokens": 8, "max_num_seqs": 9},
+            "max_num_batched_tokens",
+            "8",
+        ),
         ({"time_model": "linear", "c0_ps": 1, "c_tok_ps": 1}, "c_ctx_ps", "None"),
         ({"time_model": "linear", "c0_ps": -1, "c_tok_ps": 1, "c_ctx_ps": 1}, "c0_ps", "-1"),
         ({"num_blocks": None}, "num_blocks", "None"),

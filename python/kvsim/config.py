@@ -57,7 +57,8 @@ class SimConfig:
     v0 prefilled whole prompts at admission), so a full pool preempts sooner.
 
     Samples and preemption (policy `vllm`): `sampling="fork-cow"` forks a request's samples copy-on-write
-    after its first token into a sequence group that is scheduled, preempted and swapped as one (vLLM v0);
+    after its first token into a sequence group that is scheduled, preempted and swapped as one (vLLM v0;
+    it needs `max_num_batched_tokens >= max_num_seqs`, as v0 does, so that a group fits a step);
     `"independent"` runs them as separate sequences (vLLM v1). A preempted sequence is recomputed
     (`preemption="recompute"`), swapped to a CPU pool of `cpu_blocks` when it fits (`"swap"`), or, as
     vLLM v0 by default (`"auto"`), swapped if it is a group of several samples and recomputed otherwise.
@@ -127,6 +128,12 @@ class SimConfig:
             )
         if self.sampling == "fork-cow" and self.policy != "vllm":
             raise InvalidArgumentError(f"sampling 'fork-cow' applies to policy 'vllm', not {self.policy!r}")
+        if self.sampling == "fork-cow" and self.max_num_batched_tokens < self.max_num_seqs:
+            # A sample group decodes whole (a token per sample) and can hold max_num_seqs samples.
+            raise InvalidArgumentError(
+                f"sampling 'fork-cow' needs max_num_batched_tokens >= max_num_seqs (vLLM v0's rule), got "
+                f"max_num_batched_tokens {self.max_num_batched_tokens} < max_num_seqs {self.max_num_seqs}"
+            )
         if self.preemption == "auto" and self.policy != "vllm":
             raise InvalidArgumentError(f"preemption 'auto' applies to policy 'vllm', not {self.policy!r}")
         if self.preemption == "swap":

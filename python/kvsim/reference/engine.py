@@ -15,6 +15,7 @@ import numpy as np
 
 from kvsim.config import SimConfig
 from kvsim.engine_input import EngineInput
+from kvsim.errors import InternalError
 from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.kv_cache_manager import KVCacheManager
 
@@ -170,6 +171,7 @@ class Engine:
             space_cls = Buddy if config.placement == "buddy" else FirstFit
             self.space: FirstFit | Buddy = space_cls(config.capacity_tokens)
         self.outstanding = 0  # reserve policy: blocks promised to admitted sequences
+        self.num_rejected = 0
         self.t = 0
         self.waiting: deque[Seq] = deque()
         # Preempted by swapping (a sequence, or a group's running members): their blocks are in the CPU pool.
@@ -353,8 +355,8 @@ class Engine:
     def preempt_unit(self, unit: list[Seq]) -> None:
         """Preempts a unit taken from the tail. A group of several running samples is swapped out whole
         (`preemption` "swap" or "auto", vLLM v0) when the CPU pool holds its blocks, shared ones once;
-        otherwise each member goes on its own, from the last: swapped under "swap" if it fits, else
-        freed for recomputation (a recomputed sample leaves its group)."""
+        otherwise each member goes on its own, from the last, and leaves the group: swapped under "swap"
+        if it fits, else freed for recomputation."""
         mode = self.cfg.preemption
         if len(unit) > 1 and mode in ("swap", "auto"):
             tables = [self.kv.block_table(s.idx) for s in unit]
@@ -383,7 +385,9 @@ class Engine:
 
     def preempt(self, s: Seq, swap: bool) -> None:
         """Swaps `s` out to the CPU pool if `swap` and its blocks fit there, else frees it for
-        recomputation (it goes to the front of the waiting queue and starts over from token 0)."""
+        recomputation (it goes to the front of the waiting queue and starts over from token 0). A sample
+        preempted on its own leaves its group: it comes back as a sequence of its own."""
+        s.group = -1
         self.cols["num_preemptions"][s.idx] += 1
         self.c["num_preemptions"] += 1
         if swap:
@@ -404,7 +408,6 @@ class Engine:
         s.computed_at_preemption = s.num_computed
         s.num_computed = 0
         s.decoding = False
-        s.group = -1
         self.waiting.appendleft(s)
 
     def group_need(self, unit: list[Seq]) -> int:
@@ -484,6 +487,7 @@ class Engine:
 
     def reject(self, s: Seq, reason: int) -> None:
         """Rejects `s` (and the samples it would have forked) now, with a reason code."""
+        self.num_rejected += 1
         for r in (s, *([] if s.forked else s.children)):
             self.log("reject", r)
             self.cols["status"][r.idx] = REJECTED
@@ -713,9 +717,14 @@ class Engine:
                     break
                 self.t = arrivals[nxt]
                 continue
+            before = (self.num_rejected, self.c["num_preemptions"])
             scheduled = self.schedule()
             if not scheduled:
-                continue  # every waiting head was rejected; no time passes
+                # Fine if a head was rejected or a sequence preempted itself (no time passes); anything
+                # else would repeat forever.
+                if before == (self.num_rejected, self.c["num_preemptions"]):
+                    raise InternalError(f"no progress at time {self.t} ps")
+                continue
             dt = self.step_time(scheduled)
             self.measure(dt, len(scheduled), sum(k for _, k in scheduled))
             self.t += dt

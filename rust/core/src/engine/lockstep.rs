@@ -16,7 +16,7 @@
 //! as a full step, so results equal the reference's step for step. A step that leaves a sequence
 //! prefilling, or more running sequences than the budget, drops back to full steps.
 
-use super::{Engine, Memory, MemoryState, Preemption, Seq};
+use super::{Engine, Memory, MemoryState, Seq};
 use crate::block_table::{blocks_for, rem_bs};
 
 /// What `fast_event` did with a ring entry.
@@ -152,8 +152,8 @@ impl Engine<'_> {
         let gen_after = s.base_g + since + 1; // generated after it
         let rem = rem_bs(c, bs);
         if rem == 0 {
-            if s.reserved_blocks > 0 {
-                return Fast::Slow;
+            if s.reserved_blocks > 0 || (self.forks && s.group.is_some()) {
+                return Fast::Slow; // a group's blocks are checked as a whole (`lockstep_group`)
             }
             let Some(block) = pool.allocate_one() else {
                 return Fast::Slow; // preemption
@@ -240,14 +240,11 @@ impl Engine<'_> {
         }
         // Decoding: one pending token, and past the first (a prompt with one token left to prefill also
         // has one pending token, but its step samples the first token, which must be recorded).
-        // A group (fork-cow) grows, is preempted and swapped as one: full steps only while one runs.
-        let decoding =
-            |s: &Seq| s.num_tokens() - s.num_computed == 1 && s.generated >= 1 && s.group.is_none();
+        let decoding = |s: &Seq| s.num_tokens() - s.num_computed == 1 && s.generated >= 1;
         if !self.running.iter().all(|&k| decoding(&self.slab[k])) {
             return;
         }
         self.lockstep = true;
-        self.grouped = false;
         for bucket in &mut self.ring {
             bucket.clear();
         }
@@ -309,7 +306,6 @@ impl Engine<'_> {
         self.record(dt, batch, tokens, state);
         let prefilling = self.lockstep_sample(step);
         if prefilling
-            || self.grouped
             || self.running.is_empty()
             || self.running.len() as u64 > self.cfg.max_num_batched_tokens
         {
@@ -333,6 +329,12 @@ impl Engine<'_> {
                 Fast::Stale | Fast::Done => continue,
                 Fast::Slow => {}
             }
+            if self.forks
+                && self.slab[k].group.is_some()
+                && self.lockstep_group(k, step, &mut preempted)
+            {
+                continue;
+            }
             self.sync(k, step);
             loop {
                 let c = self.slab[k].num_computed;
@@ -352,18 +354,8 @@ impl Engine<'_> {
                     }
                     break;
                 }
-                let victim = self.running.pop().expect("the growing sequence is running");
-                let held = self.implicit(&self.slab[victim], step);
-                self.add(held, victim, -1);
-                if victim != k {
-                    self.sync(victim, step);
-                }
-                self.flush_keys(victim);
-                self.slab[victim].lazy = false;
-                // No groups run in lockstep mode: the tail unit is one sequence.
-                self.preempt(victim, self.cfg.preemption == Preemption::Swap);
                 preempted = true;
-                if victim == k {
+                if self.lockstep_preempt_tail(k, step) {
                     break;
                 }
             }
@@ -371,6 +363,70 @@ impl Engine<'_> {
         bucket.clear();
         self.ring[step as usize & mask] = bucket;
         preempted
+    }
+
+    /// Preempts the running list's tail unit (a sequence or a whole group) in the running phase, its
+    /// members' implicit state written out first; returns whether `k` was in it.
+    fn lockstep_preempt_tail(&mut self, k: usize, step: u64) -> bool {
+        let victim = self.pop_tail_unit();
+        let own = victim.contains(&k);
+        for &v in &victim {
+            let held = self.implicit(&self.slab[v], step);
+            self.add(held, v, -1);
+            self.sync(v, step); // again for `k`: the same state
+            self.flush_keys(v);
+            self.slab[v].lazy = false;
+        }
+        self.preempt_unit(victim);
+        own
+    }
+
+    /// A group member's event: if its group needs blocks this step (every member reaches a block boundary,
+    /// or writes into the partial block they share), the whole group is checked, grown (or the tail
+    /// preempted) and sampled here, as the running phase of a full step does. Returns false, with nothing
+    /// done, when the member can be handled on its own (no block needed, or alone in its group). The
+    /// members of a group compute in step and sit together in admission order, so the first of them
+    /// comes first in the bucket; each has an event at such a step.
+    fn lockstep_group(&mut self, k: usize, step: u64, preempted: &mut bool) -> bool {
+        let adm = self.slab[k].adm_no;
+        let start = self.running.partition_point(|&x| self.slab[x].adm_no < adm);
+        debug_assert_eq!(self.running.get(start), Some(&k));
+        let end = self.unit_end(start);
+        let first = start == 0 || self.slab[self.running[start - 1]].group != self.slab[k].group;
+        if end - start == 1 || !first {
+            return false;
+        }
+        for idx in start..end {
+            let member = self.running[idx];
+            self.sync(member, step);
+        }
+        if self.group_need(start, end) == 0 {
+            return false; // nothing to pop: each member on its own, at its own events
+        }
+        while !self.group_fits(start, end) {
+            *preempted = true;
+            if self.lockstep_preempt_tail(k, step) {
+                return true;
+            }
+        }
+        let bs = self.cfg.block_size;
+        for idx in start..end {
+            let member = self.running[idx];
+            let c = self.slab[member].num_computed;
+            let grown = self.try_grow(member, 1, false);
+            debug_assert!(grown, "the group's room was checked");
+            self.agg.internal += self.slack(c + 1) - self.slack(c) + 1;
+            self.agg.logical += blocks_for(c + 1, bs) - blocks_for(c, bs);
+            let seq = &mut self.slab[member];
+            seq.generate_one();
+            if seq.generated == seq.target {
+                seq.next_event = u64::MAX; // its other entries in this bucket are stale now
+                self.touched.push(member);
+            } else {
+                self.make_lazy(member, step + 1);
+            }
+        }
+        true
     }
 
     /// Sampling after a lockstep step: touched sequences that reached their target (the others sampled

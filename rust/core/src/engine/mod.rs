@@ -251,8 +251,6 @@ pub struct Engine<'a> {
     peak_held: u64,
     /// `group_need`'s scratch: shared partial blocks and how many members copied them so far.
     writers: Vec<(BlockId, u32)>,
-    /// A group started running in this step (fork or swap-in): lockstep ends after it.
-    grouped: bool,
 }
 
 /// Sums over running sequences of what `measure` needs, kept incrementally in lockstep mode.
@@ -316,8 +314,19 @@ impl<'a> Engine<'a> {
     pub fn new(inp: EngineInput<'a>, cfg: &'a EngineConfig) -> Result<Self> {
         cfg.validate()?;
         inp.validate()?;
-        if cfg.policy != Policy::Vllm && inp.fork_parent.iter().any(|&p| p >= 0) {
-            invalid_arg!("sampling 'fork-cow' (rows with a fork_parent) applies to policy 'vllm'");
+        if inp.fork_parent.iter().any(|&p| p >= 0) {
+            if cfg.policy != Policy::Vllm {
+                invalid_arg!(
+                    "sampling 'fork-cow' (rows with a fork_parent) applies to policy 'vllm'"
+                );
+            }
+            if cfg.max_num_batched_tokens < cfg.max_num_seqs {
+                invalid_arg!(
+                    "sampling 'fork-cow' needs max_num_batched_tokens >= max_num_seqs (vLLM v0's rule), got max_num_batched_tokens {} < max_num_seqs {}",
+                    cfg.max_num_batched_tokens,
+                    cfg.max_num_seqs
+                );
+            }
         }
         let mem = if cfg.policy.is_paged() {
             Memory::Paged(BlockPool::new(
@@ -375,7 +384,6 @@ impl<'a> Engine<'a> {
             done: Vec::new(),
             peak_held: 0,
             writers: Vec::new(),
-            grouped: false,
         })
     }
 
@@ -666,8 +674,8 @@ impl<'a> Engine<'a> {
 
     /// Preempts a unit taken from the tail. A group of several running samples is swapped out whole
     /// (`preemption` swap or auto, vLLM v0) when the CPU pool holds its blocks, shared ones once;
-    /// otherwise each member goes on its own, from the last: swapped under `swap` if it fits, else freed
-    /// for recomputation (a recomputed sample leaves its group).
+    /// otherwise each member goes on its own, from the last, and leaves the group: swapped under `swap`
+    /// if it fits, else freed for recomputation.
     fn preempt_unit(&mut self, unit: Vec<usize>) {
         let mode = self.cfg.preemption;
         if unit.len() > 1 && mode != Preemption::Recompute {
@@ -756,8 +764,10 @@ impl<'a> Engine<'a> {
     }
 
     /// Swaps `k` out to the CPU pool if `swap` and its blocks fit there, else frees it for recomputation
-    /// (to the front of the waiting queue, starting over from token 0).
+    /// (to the front of the waiting queue, starting over from token 0). A sample preempted on its own
+    /// leaves its group: it comes back as a sequence of its own.
     fn preempt(&mut self, k: usize, swap: bool) {
+        self.slab[k].group = None;
         let row = self.slab[k].row;
         self.out.num_preemptions[row] += 1;
         self.out.counters.num_preemptions += 1;
@@ -789,7 +799,6 @@ impl<'a> Engine<'a> {
         s.computed_at_preemption = s.num_computed;
         s.num_computed = 0;
         s.decoding = false;
-        s.group = None;
         self.waiting.push_front(k);
     }
 
@@ -960,7 +969,6 @@ impl<'a> Engine<'a> {
                     self.scheduled.push((m, 1));
                     self.slab[m].adm_no = self.next_adm + i as u64;
                 }
-                self.grouped = true;
             }
             self.next_adm += ADM_STRIDE;
         }
@@ -994,7 +1002,6 @@ impl<'a> Engine<'a> {
             unreachable!("fork-cow is paged only")
         };
         self.slab[k].forked = true;
-        self.grouped = true;
         let (row, n) = (self.slab[k].row, self.slab[k].num_children);
         self.slab[k].group = Some(row);
         let parent_adm = self.slab[k].adm_no;
@@ -1038,7 +1045,7 @@ impl<'a> Engine<'a> {
         let mut preempted = false;
         let mut i = 0;
         'running: while i < self.running.len() && budget > 0 {
-            let j = self.unit_end(i);
+            let j = if self.forks { self.unit_end(i) } else { i + 1 };
             let k = self.running[i];
             if j - i > 1 {
                 // A group (vLLM v0): all its samples or none, a token each; its room checked as a whole.
