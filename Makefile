@@ -29,11 +29,12 @@ run: dev ## The main job: the claims suite (results/claims.md, results/plots/*.p
 
 test: dev lint rust-test py-test ## Every check CI runs: lint, cargo test, pytest
 
-lint: dev ## cargo fmt --check, clippy -D warnings, ruff check, ruff format --check
+lint: dev ## cargo fmt --check, clippy -D warnings, ruff check, ruff format --check, mypy
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests bench
 	$(VENV)/bin/ruff format --check python tests bench
+	$(VENV)/bin/mypy
 
 rust-test: ## The core's own tests (no Python needed)
 	cargo test

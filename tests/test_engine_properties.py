@@ -341,6 +341,11 @@ def test_presets_and_valid_configs_construct():
     assert SimConfig.preset("vllm-latest", num_blocks=16).free_order == "lifo_unhashed"
     assert SimConfig.preset("vllm-v0", num_blocks=16).watermark_blocks == 0  # int(0.01 * 15)
     assert SimConfig.preset("vllm-v0", num_blocks=201).watermark_blocks == 2  # int(0.01 * 200)
+    # v0's 4 GiB of swap space in OPT-13B blocks of 16 tokens (800 KiB of KV per token): 327 blocks.
+    v0 = SimConfig.preset("vllm-v0", model="opt-13b", kv_cache_bytes=12 * 2**30)
+    assert (v0.preemption, v0.cpu_blocks) == ("auto", 327)
+    assert SimConfig.preset("vllm-v0", model="opt-13b", kv_cache_bytes=2**30, cpu_blocks=5).cpu_blocks == 5
+    assert SimConfig.preset("vllm-v0", num_blocks=16).cpu_blocks == 0
     for policy in CONTIGUOUS_POLICIES:
         cfg = SimConfig(num_blocks=16, policy=policy, max_model_len=64, placement="buddy")
         assert cfg.is_contiguous

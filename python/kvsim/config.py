@@ -18,6 +18,7 @@ CONTIGUOUS_POLICIES = ("static", "orca-max", "orca-pow2", "orca-oracle")
 PLACEMENTS = ("first-fit", "buddy")
 FREE_ORDERS = ("classic", "lifo_unhashed")
 PREEMPTIONS = ("recompute", "swap", "auto")
+V0_SWAP_SPACE_BYTES = 4 * 2**30  # vLLM v0's default `swap_space` (GiB of CPU memory per GPU)
 SAMPLINGS = ("fork-cow", "independent")
 ADMISSION_GATES = ("none", "full-prompt")
 APPEND_CHECKS = ("exact", "one-free-block")
@@ -227,7 +228,8 @@ class SimConfig:
     def preset(cls, name: str, **overrides: Any) -> SimConfig:
         """`vllm-v1` (classic rules, vLLM ≤ 0.20), `vllm-latest` (full-prompt gate, LIFO unhashed),
         `vllm-v0` (watermark 1 %, a free block per running sequence, copy-on-write sample groups, no
-        chunked prefill, `preemption="auto"`: groups swapped to `cpu_blocks`, lone sequences recomputed)."""
+        chunked prefill, `preemption="auto"`: groups swapped to `cpu_blocks`, lone sequences recomputed;
+        with a `model`, `cpu_blocks` defaults to v0's 4 GiB of swap space)."""
         presets: dict[str, dict[str, Any]] = {
             "vllm-v1": {"policy": "vllm", "free_order": "classic", "admission_gate": "none"},
             "vllm-latest": {
@@ -248,4 +250,15 @@ class SimConfig:
         if name not in presets:
             raise InvalidArgumentError(f"preset {name!r} is not one of {', '.join(map(repr, presets))}")
         chosen = dict(presets[name])
+        if name == "vllm-v0" and "cpu_blocks" not in overrides and overrides.get("model") is not None:
+            # v0's default swap space: 4 GiB of CPU memory per GPU, in blocks of this model's KV.
+            from kvsim.sizing import pool_blocks
+
+            chosen["cpu_blocks"] = pool_blocks(
+                overrides["model"],
+                None,
+                overrides.get("block_size", 16),
+                kv_cache_bytes=V0_SWAP_SPACE_BYTES,
+                include_null_block=False,
+            )
         return cls(**{**chosen, **overrides})

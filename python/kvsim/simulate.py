@@ -142,8 +142,9 @@ def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataF
     single = len(rows) == n  # one sequence per request
     # A request's samples are adjacent (sorted by arrival, stable), so each request is one run of sequences:
     # reduce runs at once, then put the runs in workload row order (the identity for a sorted `Workload`).
-    starts = None if single else np.flatnonzero(np.diff(rows, prepend=-1))
-    assert single or len(starts) == n, "every request has its sequences in one run"
+    # Run starts (all rows when single: then unused).
+    starts = np.arange(n) if single else np.flatnonzero(np.diff(rows, prepend=-1))
+    assert len(starts) == n, "every request has its sequences in one run"
     run_rows = rows if single else rows[starts]
     in_order = n == 0 or bool((run_rows == np.arange(n)).all())
 

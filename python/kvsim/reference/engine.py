@@ -162,6 +162,7 @@ class Engine:
         self.bs = config.block_size
         self.paged = not config.is_contiguous
         if self.paged:
+            assert config.num_blocks is not None, "SimConfig sizes the pool"
             self.kv = KVCacheManager(
                 config.num_blocks, self.bs, config.enable_prefix_caching, config.free_order
             )
