@@ -17,6 +17,7 @@ import pytest
 import kvsim
 from kvsim import SimConfig
 from kvsim.config import PS_PER_S
+from kvsim.reference.engine import REJECT_REASONS
 
 BACKENDS = ["reference", "rust"]
 MS = 10**9  # picoseconds per tick (iteration_time_ps default)
@@ -659,3 +660,39 @@ def test_group_is_preempted_and_swapped_whole(backend):
     assert small.summary["recomputed_tokens"] == 8 + 8 + 9
     assert ticks(col(small, "finish")) == [6, 7]
     assert SimConfig.preset("vllm-v0", num_blocks=7).preemption == "auto"
+
+
+# A group that outgrows the pool: 8 blocks of 4 (7 usable), caching off, one request with prompt 8 and 3
+# samples. Step 0 prefills 2 blocks (5 free); the samples fork at t=1. Step 1: 8 tokens computed, each
+# sample needs a new block: 3 of 5 (2 free), token 2 at t=2.
+# - output 4, `one-free-block`: step 2 wants a free block per sample, 3 > 2: the group, the tail unit, swaps
+#   itself out (5 blocks: 2 shared once + 3 own; nothing scheduled, no time passes). v0's `can_swap_in` wants
+#   its 5 blocks + a free block per sample = 8 > 7 even in the empty pool: rejected (reason 6) at t=2.
+#   `exact` needs no block in steps 2-3 and finishes at t=4.
+# - output 6, `exact`: tokens 3-5 fit (t=3..5); step 5 needs 3 new blocks with 2 free: swapped out, and
+#   5 + 3 > 7 can never come back: rejected at t=5. Recomputing instead splits the group and finishes it.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_group_that_outgrows_the_pool_is_rejected_once_swapped(backend):
+    common = {
+        "num_blocks": 8,
+        "block_size": 4,
+        "enable_prefix_caching": False,
+        "sampling": "fork-cow",
+        "preemption": "auto",
+        "cpu_blocks": 20,
+    }
+    v0 = run([Req(8, 4, samples=3)], backend, append_check="one-free-block", **common)
+    assert col(v0, "status") == ["rejected"]
+    assert col(v0, "reject_reason") == [REJECT_REASONS[6]]
+    assert ticks(col(v0, "finish")) == [2]
+    assert col(v0, "num_swaps") == [3]
+    assert v0.summary["swapped_blocks"] == 5
+    exact = run([Req(8, 4, samples=3)], backend, **common)
+    assert col(exact, "status") == ["finished"]
+    assert ticks(col(exact, "finish")) == [4]
+    assert exact.summary["swapped_blocks"] == 0
+    longer = run([Req(8, 6, samples=3)], backend, **common)
+    assert col(longer, "reject_reason") == [REJECT_REASONS[6]]
+    assert ticks(col(longer, "finish")) == [5]
+    recompute = run([Req(8, 6, samples=3)], backend, **{**common, "preemption": "recompute"})
+    assert col(recompute, "status") == ["finished"]

@@ -26,6 +26,7 @@ REJECT_REASONS = {
     3: "needs a larger region than the address space",
     4: "needs more tokens in one step than max_num_batched_tokens (chunked prefill off)",
     5: "cannot be admitted even into an empty pool (watermark or admission gate)",
+    6: "swapped out and cannot come back even into an empty pool (its sample group outgrew it)",
 }
 
 # Time-series columns (one row per recorded step; times in ps at the step's start; token counts).
@@ -442,6 +443,9 @@ class Engine:
         if not cfg.chunked_prefill and num_new < s.num_tokens - s.num_computed:
             return 0
         need = -(-(s.num_computed + num_new) // bs)
+        if cfg.append_check == "one-free-block" and s.decoding:
+            # vLLM v0's `can_swap_in`: its blocks plus a free block for its next token, needed or not.
+            need = max(need, -(-s.num_computed // bs) + 1)
         if need + cfg.watermark_blocks > self.kv.num_free_blocks:
             return 0
         new = self.kv._restore(s.idx, s.segments(), s.num_computed + num_new)
@@ -465,6 +469,8 @@ class Engine:
         shared = first.shared_blocks
         identical = shared == -(-c // bs)  # swapped before their first write after the fork
         grow = n if c % bs == 0 else (n - 1 if identical else 0)
+        if self.cfg.append_check == "one-free-block":
+            grow = n  # vLLM v0's `can_swap_in`: a free block per sample, needed or not
         if first.swapped_blocks + grow + self.cfg.watermark_blocks > self.kv.num_free_blocks:
             return 0
         kv = self.kv
@@ -555,7 +561,7 @@ class Engine:
                     self.swapped.popleft()
                     self.cpu_used -= unit[0].swapped_blocks
                     for s in unit:
-                        self.reject(s, 5)
+                        self.reject(s, 6)
                     continue
                 break
             self.swapped.popleft()

@@ -390,7 +390,11 @@ impl Engine<'_> {
     fn lockstep_group(&mut self, k: usize, step: u64, preempted: &mut bool) -> bool {
         let adm = self.slab[k].adm_no;
         let start = self.running.partition_point(|&x| self.slab[x].adm_no < adm);
-        debug_assert_eq!(self.running.get(start), Some(&k));
+        assert_eq!(
+            self.running.get(start),
+            Some(&k),
+            "the running list is sorted"
+        );
         let end = self.unit_end(start);
         let first = start == 0 || self.slab[self.running[start - 1]].group != self.slab[k].group;
         if end - start == 1 || !first {
@@ -414,7 +418,7 @@ impl Engine<'_> {
             let member = self.running[idx];
             let c = self.slab[member].num_computed;
             let grown = self.try_grow(member, 1, false);
-            debug_assert!(grown, "the group's room was checked");
+            assert!(grown, "the group's room was checked");
             self.agg.internal += self.slack(c + 1) - self.slack(c) + 1;
             self.agg.logical += blocks_for(c + 1, bs) - blocks_for(c, bs);
             let seq = &mut self.slab[member];

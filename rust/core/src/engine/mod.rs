@@ -43,6 +43,7 @@ pub mod reject {
     pub const EXCEEDS_ADDRESS_SPACE: i64 = 3;
     pub const EXCEEDS_STEP_BUDGET: i64 = 4;
     pub const NEVER_ADMITTED: i64 = 5;
+    pub const NEVER_SWAPPED_IN: i64 = 6;
 }
 
 const FINISHED: i64 = 0;
@@ -816,7 +817,11 @@ impl<'a> Engine<'a> {
         if !cfg.chunked_prefill && num_new < pending {
             return 0;
         }
-        let need = blocks_for(s.num_computed + num_new, bs);
+        let mut need = blocks_for(s.num_computed + num_new, bs);
+        if cfg.one_free_block && s.decoding {
+            // vLLM v0's `can_swap_in`: its blocks plus a free block for its next token, needed or not.
+            need = need.max(blocks_for(s.num_computed, bs) + 1);
+        }
         if need + cfg.watermark_blocks > u64::from(pool.num_free_blocks()) {
             return 0;
         }
@@ -861,8 +866,8 @@ impl<'a> Engine<'a> {
         let c = self.slab[head].num_computed; // every member of a group has computed as many tokens
         let shared = self.slab[head].shared_blocks;
         let identical = shared == blocks_for(c, bs); // swapped before their first write after the fork
-        let grow = if rem_bs(c, bs) == 0 {
-            n
+        let grow = if rem_bs(c, bs) == 0 || cfg.one_free_block {
+            n // with `one_free_block`, v0's `can_swap_in`: a free block per sample, needed or not
         } else if identical {
             n - 1
         } else {
@@ -899,7 +904,7 @@ impl<'a> Engine<'a> {
             let s = &mut self.slab[m];
             if c > prefix {
                 let grown = s.table.grow(pool, bs, c - prefix, &mut self.new_blocks);
-                debug_assert_eq!(grown, Some(false), "the group's room was checked");
+                assert_eq!(grown, Some(false), "the group's room was checked");
                 let phantom = self.defer_keys.then_some(s.private_from);
                 s.sync_output();
                 s.table
@@ -917,7 +922,7 @@ impl<'a> Engine<'a> {
         s.shared_blocks = 0;
         for &m in members {
             let grown = self.try_grow(m, 1, false);
-            debug_assert!(grown, "the group's room was checked");
+            assert!(grown, "the group's room was checked");
         }
         n
     }
@@ -946,10 +951,10 @@ impl<'a> Engine<'a> {
                     self.swapped.pop_front();
                     self.cpu_used -= self.slab[k].swapped_blocks;
                     if members.is_empty() {
-                        self.reject_seq(k, reject::NEVER_ADMITTED);
+                        self.reject_seq(k, reject::NEVER_SWAPPED_IN);
                     } else {
                         for &m in &members {
-                            self.reject_seq(m, reject::NEVER_ADMITTED);
+                            self.reject_seq(m, reject::NEVER_SWAPPED_IN);
                         }
                     }
                     continue;
@@ -1064,7 +1069,7 @@ impl<'a> Engine<'a> {
                 for idx in i..j {
                     let m = self.running[idx];
                     let grown = self.try_grow(m, 1, false);
-                    debug_assert!(grown, "the group's room was checked");
+                    assert!(grown, "the group's room was checked");
                     self.scheduled.push((m, 1));
                 }
                 budget -= (j - i) as u64;
