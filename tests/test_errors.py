@@ -15,6 +15,16 @@ def test_hierarchy():
         assert issubclass(cls, KvsimError)
 
 
+def test_a_panic_in_the_engine_reaches_python_as_internal_error():
+    """`run_engine` runs the engine inside a guard that turns a Rust panic (a bug) into InternalError; the
+    test hook panics inside the same guard."""
+    from kvsim import _core
+
+    with pytest.raises(InternalError, match="deliberate test panic") as info:
+        _core._panic_in_guard()
+    assert "a bug in kvsim" in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [

@@ -441,20 +441,7 @@ fn run_engine<'py>(
                 .map_err(|e| signal = Some(e))
                 .is_err()
         };
-        // A panic is a bug in the core: it reaches Python as `InternalError`, never as a panic.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            engine::run(inp, &cfg, timeseries_every, record_events, &mut interrupted)
-        }))
-        .unwrap_or_else(|payload| {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            Err(KvError::Internal(format!(
-                "the engine panicked ({what}): a bug in kvsim, please report it with the workload and config"
-            )))
-        })
+        no_panic(|| engine::run(inp, &cfg, timeseries_every, record_events, &mut interrupted))
     });
     if let Some(e) = signal {
         return Err(e);
@@ -486,6 +473,28 @@ fn run_engine<'py>(
     Ok((cols, ctrs))
 }
 
+/// Runs `f`, turning a panic (a bug in the core) into `KvError::Internal`, so that it reaches Python as
+/// `kvsim.errors.InternalError`, never as a panic.
+fn no_panic<T>(f: impl FnOnce() -> kvsim_core::Result<T>) -> kvsim_core::Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(KvError::Internal(format!(
+            "the engine panicked ({what}): a bug in kvsim, please report it with the workload and config"
+        )))
+    })
+}
+
+/// Test hook: panics inside the guard `run_engine` uses (tests/test_errors.py checks what Python sees).
+#[pyfunction]
+fn _panic_in_guard(py: Python<'_>) -> PyResult<()> {
+    py.detach(|| no_panic(|| -> kvsim_core::Result<()> { panic!("deliberate test panic") }))
+        .py()
+}
+
 /// Pops `ops` blocks from a free queue of `num_blocks` and pushes them back, nothing else (GIL
 /// released): the floor `bench/` compares the engine's time with. Returns a checksum.
 #[pyfunction]
@@ -500,5 +509,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(block_keys, m)?)?;
     m.add_function(wrap_pyfunction!(run_engine, m)?)?;
     m.add_function(wrap_pyfunction!(free_list_floor, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_in_guard, m)?)?;
     Ok(())
 }
