@@ -369,42 +369,45 @@ class Engine:
                 shared += 1
             n = shared + sum(len(t) - shared for t in tables)
             if n <= self.cfg.cpu_blocks - self.cpu_used:
-                for s in reversed(unit):
-                    self.cols["num_preemptions"][s.idx] += 1
-                    self.c["num_preemptions"] += 1
-                    self.cols["num_swaps"][s.idx] += 1
-                    self.log("swap-out", s)
-                    self.release(s)
-                unit[0].swapped_blocks = n
-                unit[0].shared_blocks = shared
-                self.cpu_used += n
-                self.swap_blocks_step += n
-                self.c["num_swapped_blocks"] += n
-                self.swapped.append(unit)
+                self.swap_out(unit, shared, n)
                 return
         for s in reversed(unit):
             self.preempt(s, swap=mode == "swap")
+
+    def preempt_tail(self, s: Seq) -> bool:
+        """Preempts the running list's tail unit; returns whether it was the unit `s` begins."""
+        victim = self.pop_tail_unit()
+        self.preempt_unit(victim)
+        return victim[0] is s
+
+    def swap_out(self, unit: list[Seq], shared: int, n: int) -> None:
+        """Moves a unit's `n` blocks to the CPU pool (the first `shared` of its tables once), its samples
+        from the last; it waits in the swapped queue as one."""
+        for s in reversed(unit):
+            self.cols["num_preemptions"][s.idx] += 1
+            self.c["num_preemptions"] += 1
+            self.cols["num_swaps"][s.idx] += 1
+            self.log("swap-out", s)
+            self.release(s)
+        unit[0].swapped_blocks = n
+        unit[0].shared_blocks = shared
+        self.cpu_used += n
+        self.swap_blocks_step += n
+        self.c["num_swapped_blocks"] += n
+        self.swapped.append(unit)
 
     def preempt(self, s: Seq, swap: bool) -> None:
         """Swaps `s` out to the CPU pool if `swap` and its blocks fit there, else frees it for
         recomputation (it goes to the front of the waiting queue and starts over from token 0). A sample
         preempted on its own leaves its group: it comes back as a sequence of its own."""
         s.group = -1
-        self.cols["num_preemptions"][s.idx] += 1
-        self.c["num_preemptions"] += 1
         if swap:
             n = len(self.kv.block_table(s.idx))
             if n <= self.cfg.cpu_blocks - self.cpu_used:
-                self.log("swap-out", s)
-                self.release(s)
-                s.swapped_blocks = n
-                s.shared_blocks = 0
-                self.cpu_used += n
-                self.swap_blocks_step += n
-                self.c["num_swapped_blocks"] += n
-                self.cols["num_swaps"][s.idx] += 1
-                self.swapped.append([s])
+                self.swap_out([s], 0, n)
                 return
+        self.cols["num_preemptions"][s.idx] += 1
+        self.c["num_preemptions"] += 1
         self.log("preempt", s)
         self.release(s)
         s.computed_at_preemption = s.num_computed
@@ -515,10 +518,8 @@ class Engine:
                 if len(unit) > budget:
                     break
                 while not self.group_fits(unit):
-                    victim = self.pop_tail_unit()
-                    self.preempt_unit(victim)
                     preempted = True
-                    if victim[0] is unit[0]:
+                    if self.preempt_tail(unit[0]):
                         break
                 else:
                     for s in unit:
@@ -534,10 +535,8 @@ class Engine:
             # `while ... else`: the else branch runs when the allocation succeeds (possibly after
             # preempting others); `break` leaves when s itself was the victim.
             while not self.try_grow(s, num_new):
-                victim = self.pop_tail_unit()
-                self.preempt_unit(victim)
                 preempted = True
-                if victim[0] is s:
+                if self.preempt_tail(s):
                     break
             else:
                 scheduled.append((s, num_new))

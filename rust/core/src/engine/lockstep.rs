@@ -377,7 +377,7 @@ impl Engine<'_> {
             self.flush_keys(v);
             self.slab[v].lazy = false;
         }
-        self.preempt_unit(victim);
+        self.preempt_unit(&victim);
         own
     }
 

@@ -677,7 +677,7 @@ impl<'a> Engine<'a> {
     /// (`preemption` swap or auto, vLLM v0) when the CPU pool holds its blocks, shared ones once;
     /// otherwise each member goes on its own, from the last, and leaves the group: swapped under `swap`
     /// if it fits, else freed for recomputation.
-    fn preempt_unit(&mut self, unit: Vec<usize>) {
+    fn preempt_unit(&mut self, unit: &[usize]) {
         let mode = self.cfg.preemption;
         if unit.len() > 1 && mode != Preemption::Recompute {
             let first = self.slab[unit[0]].table.blocks();
@@ -695,29 +695,47 @@ impl<'a> Engine<'a> {
                     .map(|&k| self.slab[k].table.blocks().len() - shared)
                     .sum::<usize>()) as u64;
             if n <= self.cfg.cpu_blocks - self.cpu_used {
-                for &k in unit.iter().rev() {
-                    let row = self.slab[k].row;
-                    self.out.num_preemptions[row] += 1;
-                    self.out.counters.num_preemptions += 1;
-                    self.out.num_swaps[row] += 1;
-                    self.log(event::SWAP_OUT, row, -1);
-                    self.release(k);
-                }
-                let head = unit[0];
-                let s = &mut self.slab[head];
-                s.swapped_blocks = n;
-                s.shared_blocks = shared as u64;
-                s.members = unit;
-                self.cpu_used += n;
-                self.swap_blocks_step += n;
-                self.out.counters.num_swapped_blocks += i128::from(n);
-                self.swapped.push_back(head);
+                self.swap_out(unit, shared as u64, n);
                 return;
             }
         }
         for &k in unit.iter().rev() {
             self.preempt(k, mode == Preemption::Swap);
         }
+    }
+
+    /// Preempts the running list's tail unit; returns whether it was the unit `k` begins.
+    fn preempt_tail(&mut self, k: usize) -> bool {
+        let victim = self.pop_tail_unit();
+        let own = victim[0] == k;
+        self.preempt_unit(&victim);
+        own
+    }
+
+    /// Moves a unit's `n` blocks to the CPU pool (the first `shared` of its tables once), its samples
+    /// from the last; it waits in the swapped queue as one, named by its first sample (which keeps the
+    /// members of a group).
+    fn swap_out(&mut self, unit: &[usize], shared: u64, n: u64) {
+        for &k in unit.iter().rev() {
+            let row = self.slab[k].row;
+            self.out.num_preemptions[row] += 1;
+            self.out.counters.num_preemptions += 1;
+            self.out.num_swaps[row] += 1;
+            self.log(event::SWAP_OUT, row, -1);
+            self.release(k);
+        }
+        let head = unit[0];
+        let s = &mut self.slab[head];
+        s.swapped_blocks = n;
+        s.shared_blocks = shared;
+        s.members.clear();
+        if unit.len() > 1 {
+            s.members.extend_from_slice(unit);
+        }
+        self.cpu_used += n;
+        self.swap_blocks_step += n;
+        self.out.counters.num_swapped_blocks += i128::from(n);
+        self.swapped.push_back(head);
     }
 
     /// Blocks the group `running[i..j]` pops for one more token each, in order: a new block at a block
@@ -769,25 +787,16 @@ impl<'a> Engine<'a> {
     /// leaves its group: it comes back as a sequence of its own.
     fn preempt(&mut self, k: usize, swap: bool) {
         self.slab[k].group = None;
-        let row = self.slab[k].row;
-        self.out.num_preemptions[row] += 1;
-        self.out.counters.num_preemptions += 1;
         if swap {
             let n = self.slab[k].table.blocks().len() as u64;
             if n <= self.cfg.cpu_blocks - self.cpu_used {
-                self.log(event::SWAP_OUT, row, -1);
-                self.release(k);
-                self.slab[k].members.clear();
-                self.slab[k].shared_blocks = 0;
-                self.slab[k].swapped_blocks = n;
-                self.cpu_used += n;
-                self.swap_blocks_step += n;
-                self.out.counters.num_swapped_blocks += i128::from(n);
-                self.out.num_swaps[row] += 1;
-                self.swapped.push_back(k);
+                self.swap_out(&[k], 0, n);
                 return;
             }
         }
+        let row = self.slab[k].row;
+        self.out.num_preemptions[row] += 1;
+        self.out.counters.num_preemptions += 1;
         self.log(event::PREEMPT, row, -1);
         if let Memory::Paged(pool) = &mut self.mem {
             // It may look its own content up when it resumes: phantom keys become real first.
@@ -1058,11 +1067,8 @@ impl<'a> Engine<'a> {
                     break;
                 }
                 while !self.group_fits(i, j) {
-                    let victim = self.pop_tail_unit();
-                    let own = victim[0] == k;
-                    self.preempt_unit(victim);
                     preempted = true;
-                    if own {
+                    if self.preempt_tail(k) {
                         break 'running; // the group was the tail: nothing after it
                     }
                 }
@@ -1085,11 +1091,8 @@ impl<'a> Engine<'a> {
                     i += 1;
                     continue 'running;
                 }
-                let victim = self.pop_tail_unit();
-                let own = victim[0] == k;
-                self.preempt_unit(victim);
                 preempted = true;
-                if own {
+                if self.preempt_tail(k) {
                     break 'running; // k was the tail: nothing after it
                 }
             }
