@@ -25,6 +25,24 @@ def test_a_panic_in_the_engine_reaches_python_as_internal_error():
     assert "a bug in kvsim" in str(info.value)
 
 
+@pytest.mark.parametrize("cls", ["BlockPool", "KVCacheManager"])
+def test_a_panic_in_a_pool_or_manager_poisons_it(cls):
+    """Every pool and manager operation runs under the same guard: a panic becomes InternalError naming
+    the operation, and the object, whose state may be half-changed, refuses every later operation."""
+    from kvsim import _core
+
+    obj = _core.BlockPool(8) if cls == "BlockPool" else _core.KVCacheManager(8, 4)
+    assert obj.free_block_ids() == list(range(1, 8))
+    with pytest.raises(InternalError, match=rf"{cls}\._panic_for_test panicked \(deliberate test panic\)"):
+        obj._panic_for_test()
+    with pytest.raises(InternalError, match=rf"{cls}\.free_block_ids: this {cls} is unusable"):
+        obj.free_block_ids()
+    with pytest.raises(InternalError, match="unusable"):
+        obj.check_invariants()
+    fresh = _core.BlockPool(8) if cls == "BlockPool" else _core.KVCacheManager(8, 4)
+    fresh.check_invariants()  # poisoning is per object
+
+
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [

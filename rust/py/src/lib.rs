@@ -12,6 +12,7 @@ use kvsim_core::{BlockId, BlockKey, BlockPool, FreeOrder, KVCacheManager, KvErro
 use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 mod errors {
     pyo3::import_exception!(kvsim.errors, InvalidArgumentError);
@@ -96,7 +97,7 @@ fn ids(v: &[BlockId]) -> Vec<u32> {
 
 /// Low-level block pool: reference counts, free queue (head = next handed out), prefix map.
 #[pyclass(name = "BlockPool", module = "kvsim._core")]
-struct PyBlockPool(BlockPool);
+struct PyBlockPool(Guarded<BlockPool>);
 
 #[pymethods]
 impl PyBlockPool {
@@ -104,34 +105,37 @@ impl PyBlockPool {
     #[pyo3(signature = (num_blocks, enable_caching = true, free_order = "classic"))]
     fn new(num_blocks: i128, enable_caching: bool, free_order: &str) -> PyResult<Self> {
         let n = num_blocks_arg(num_blocks)?;
-        Ok(Self(
-            BlockPool::new(n, enable_caching, FreeOrder::parse(free_order).py()?).py()?,
-        ))
+        let order = FreeOrder::parse(free_order).py()?;
+        let pool = catch_panic(
+            || "BlockPool()".to_owned(),
+            || BlockPool::new(n, enable_caching, order),
+        );
+        Ok(Self(Guarded::new(pool.and_then(|r| r).py()?, "BlockPool")))
     }
 
     #[getter]
     fn num_blocks(&self) -> u32 {
-        self.0.num_blocks()
+        self.0.core.num_blocks()
     }
     #[getter]
     fn capacity(&self) -> u32 {
-        self.0.capacity()
+        self.0.core.capacity()
     }
     #[getter]
     fn num_free_blocks(&self) -> u32 {
-        self.0.num_free_blocks()
+        self.0.core.num_free_blocks()
     }
     #[getter]
     fn num_evictions(&self) -> u64 {
-        self.0.num_evictions()
+        self.0.core.num_evictions()
     }
     #[getter]
     fn enable_caching(&self) -> bool {
-        self.0.enable_caching()
+        self.0.core.enable_caching()
     }
     #[getter]
     fn free_order(&self) -> &'static str {
-        self.0.free_order().as_str()
+        self.0.core.free_order().as_str()
     }
 
     fn allocate(&mut self, num: i128) -> PyResult<Option<Vec<u32>>> {
@@ -141,64 +145,73 @@ impl PyBlockPool {
             )));
         }
         let num = u32::try_from(num).unwrap_or(u32::MAX);
-        Ok(self.0.allocate(num).map(|v| ids(&v)))
+        self.0
+            .write("allocate", |p| Ok(p.allocate(num).map(|v| ids(&v))))
     }
 
     fn free(&mut self, block_ids: Vec<i128>) -> PyResult<()> {
-        let b = blocks_arg(&block_ids, self.0.num_blocks());
-        self.0.free(&b).py()
+        let b = blocks_arg(&block_ids, self.0.core.num_blocks());
+        self.0.write("free", |p| p.free(&b))
     }
 
     fn touch(&mut self, block_ids: Vec<i128>) -> PyResult<()> {
-        let b = blocks_arg(&block_ids, self.0.num_blocks());
-        self.0.touch(&b).py()
+        let b = blocks_arg(&block_ids, self.0.core.num_blocks());
+        self.0.write("touch", |p| p.touch(&b))
     }
 
     fn register(&mut self, block_id: i128, key: &Bound<'_, PyAny>) -> PyResult<()> {
         let k = key
             .extract::<u128>()
             .map_err(|_| invalid(format!("key {key} is not a u128")))?;
-        let b = block_arg(block_id, self.0.num_blocks())?;
-        self.0.register(b, BlockKey(k)).py()
+        let b = block_arg(block_id, self.0.core.num_blocks())?;
+        self.0.write("register", |p| p.register(b, BlockKey(k)))
     }
 
-    fn lookup(&self, key: &Bound<'_, PyAny>) -> Option<u32> {
-        key.extract::<u128>()
-            .ok()
-            .and_then(|k| self.0.lookup(BlockKey(k)))
-            .map(|b| b.0)
+    fn lookup(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
+        let Ok(k) = key.extract::<u128>() else {
+            return Ok(None);
+        };
+        self.0
+            .read("lookup", |p| Ok(p.lookup(BlockKey(k)).map(|b| b.0)))
     }
 
     fn ref_cnt(&self, block_id: i128) -> PyResult<u32> {
-        self.0
-            .ref_cnt(block_arg(block_id, self.0.num_blocks())?)
-            .py()
+        let b = block_arg(block_id, self.0.core.num_blocks())?;
+        self.0.read("ref_cnt", |p| p.ref_cnt(b))
     }
 
     fn block_hash(&self, block_id: i128) -> PyResult<Option<u128>> {
-        Ok(self
-            .0
-            .block_hash(block_arg(block_id, self.0.num_blocks())?)
-            .py()?
-            .map(|k| k.0))
+        let b = block_arg(block_id, self.0.core.num_blocks())?;
+        self.0
+            .read("block_hash", |p| Ok(p.block_hash(b)?.map(|k| k.0)))
     }
 
-    fn free_block_ids(&self) -> Vec<u32> {
-        ids(&self.0.free_block_ids())
+    fn free_block_ids(&self) -> PyResult<Vec<u32>> {
+        self.0
+            .read("free_block_ids", |p| Ok(ids(&p.free_block_ids())))
     }
 
-    fn cached_block_ids(&self) -> Vec<u32> {
-        ids(&self.0.cached_block_ids())
+    fn cached_block_ids(&self) -> PyResult<Vec<u32>> {
+        self.0
+            .read("cached_block_ids", |p| Ok(ids(&p.cached_block_ids())))
     }
 
     fn check_invariants(&self) -> PyResult<()> {
-        self.0.check_invariants().py()
+        self.0.read("check_invariants", BlockPool::check_invariants)
+    }
+
+    /// Test hook: panics inside this pool's guard (tests/test_errors.py checks the poisoning).
+    fn _panic_for_test(&mut self) -> PyResult<()> {
+        self.0
+            .write("_panic_for_test", |_| -> kvsim_core::Result<()> {
+                panic!("deliberate test panic")
+            })
     }
 }
 
 /// Per-request block tables over a block pool, with prefix caching and copy-on-write forks.
 #[pyclass(name = "KVCacheManager", module = "kvsim._core")]
-struct PyKVCacheManager(KVCacheManager);
+struct PyKVCacheManager(Guarded<KVCacheManager>);
 
 #[pymethods]
 impl PyKVCacheManager {
@@ -213,46 +226,52 @@ impl PyKVCacheManager {
         let bs = block_size_arg(block_size)?;
         let n = num_blocks_arg(num_blocks)?;
         let order = FreeOrder::parse(free_order).py()?;
-        Ok(Self(
-            KVCacheManager::new(n, bs, enable_caching, order).py()?,
-        ))
+        let manager = catch_panic(
+            || "KVCacheManager()".to_owned(),
+            || KVCacheManager::new(n, bs, enable_caching, order),
+        );
+        Ok(Self(Guarded::new(
+            manager.and_then(|r| r).py()?,
+            "KVCacheManager",
+        )))
     }
 
     #[getter]
     fn num_blocks(&self) -> u32 {
-        self.0.pool().num_blocks()
+        self.0.core.pool().num_blocks()
     }
     #[getter]
     fn block_size(&self) -> u64 {
-        self.0.block_size()
+        self.0.core.block_size()
     }
     #[getter]
     fn enable_caching(&self) -> bool {
-        self.0.pool().enable_caching()
+        self.0.core.pool().enable_caching()
     }
     #[getter]
     fn num_free_blocks(&self) -> u32 {
-        self.0.pool().num_free_blocks()
+        self.0.core.pool().num_free_blocks()
     }
     #[getter]
     fn num_evictions(&self) -> u64 {
-        self.0.pool().num_evictions()
+        self.0.core.pool().num_evictions()
     }
     #[getter]
     fn num_cow_copies(&self) -> u64 {
-        self.0.num_cow_copies()
+        self.0.core.num_cow_copies()
     }
     #[getter]
     fn num_requests(&self) -> usize {
-        self.0.num_requests()
+        self.0.core.num_requests()
     }
 
     fn __contains__(&self, request_id: i128) -> bool {
-        u64::try_from(request_id).is_ok_and(|r| self.0.contains(r))
+        u64::try_from(request_id).is_ok_and(|r| self.0.core.contains(r))
     }
 
     fn lookup(&self, segments: Vec<(i128, i128)>) -> PyResult<u64> {
-        self.0.lookup(&segments_arg(&segments)?).py()
+        let segs = segments_arg(&segments)?;
+        self.0.read("lookup", |m| m.lookup(&segs))
     }
 
     fn allocate(
@@ -270,57 +289,70 @@ impl PyKVCacheManager {
             )));
         }
         let n = u64_arg(num_new_tokens, "num_new_tokens")?;
-        Ok(self.0.allocate(rid, &segs, n).py()?.map(|v| ids(&v)))
+        self.0.write("allocate", |m| {
+            Ok(m.allocate(rid, &segs, n)?.map(|v| ids(&v)))
+        })
     }
 
     fn free(&mut self, request_id: i128) -> PyResult<()> {
-        self.0.free(u64_arg(request_id, "request_id")?);
-        Ok(())
+        let rid = u64_arg(request_id, "request_id")?;
+        self.0.write("free", |m| {
+            m.free(rid);
+            Ok(())
+        })
     }
 
     fn fork(&mut self, parent_id: i128, child_id: i128) -> PyResult<()> {
         let parent = u64_arg(parent_id, "request_id")?;
-        self.0.block_table(parent).py()?;
+        self.0.read("fork", |m| m.block_table(parent).map(|_| ()))?;
         let child = u64_arg(child_id, "request_id")?;
-        self.0.fork(parent, child).py()
+        self.0.write("fork", |m| m.fork(parent, child))
     }
 
     fn block_table(&self, request_id: i128) -> PyResult<Vec<u32>> {
-        Ok(ids(self
-            .0
-            .block_table(u64_arg(request_id, "request_id")?)
-            .py()?))
+        let rid = u64_arg(request_id, "request_id")?;
+        self.0.read("block_table", |m| Ok(ids(m.block_table(rid)?)))
     }
 
     fn num_computed_tokens(&self, request_id: i128) -> PyResult<u64> {
+        let rid = u64_arg(request_id, "request_id")?;
         self.0
-            .num_computed_tokens(u64_arg(request_id, "request_id")?)
-            .py()
+            .read("num_computed_tokens", |m| m.num_computed_tokens(rid))
     }
 
-    fn free_block_ids(&self) -> Vec<u32> {
-        ids(&self.0.pool().free_block_ids())
+    fn free_block_ids(&self) -> PyResult<Vec<u32>> {
+        self.0
+            .read("free_block_ids", |m| Ok(ids(&m.pool().free_block_ids())))
     }
 
-    fn cached_block_ids(&self) -> Vec<u32> {
-        ids(&self.0.pool().cached_block_ids())
+    fn cached_block_ids(&self) -> PyResult<Vec<u32>> {
+        self.0.read("cached_block_ids", |m| {
+            Ok(ids(&m.pool().cached_block_ids()))
+        })
     }
 
     fn ref_cnt(&self, block_id: i128) -> PyResult<u32> {
-        let pool = self.0.pool();
-        pool.ref_cnt(block_arg(block_id, pool.num_blocks())?).py()
+        let b = block_arg(block_id, self.0.core.pool().num_blocks())?;
+        self.0.read("ref_cnt", |m| m.pool().ref_cnt(b))
     }
 
     fn block_hash(&self, block_id: i128) -> PyResult<Option<u128>> {
-        let pool = self.0.pool();
-        Ok(pool
-            .block_hash(block_arg(block_id, pool.num_blocks())?)
-            .py()?
-            .map(|k| k.0))
+        let b = block_arg(block_id, self.0.core.pool().num_blocks())?;
+        self.0
+            .read("block_hash", |m| Ok(m.pool().block_hash(b)?.map(|k| k.0)))
     }
 
     fn check_invariants(&self) -> PyResult<()> {
-        self.0.check_invariants().py()
+        self.0
+            .read("check_invariants", KVCacheManager::check_invariants)
+    }
+
+    /// Test hook: panics inside this manager's guard (tests/test_errors.py checks the poisoning).
+    fn _panic_for_test(&mut self) -> PyResult<()> {
+        self.0
+            .write("_panic_for_test", |_| -> kvsim_core::Result<()> {
+                panic!("deliberate test panic")
+            })
     }
 }
 
@@ -330,7 +362,12 @@ fn block_keys(segments: Vec<(i128, i128)>, block_size: i128) -> PyResult<Vec<u12
     let segs = segments_arg(&segments)?;
     kvsim_core::hash::validate_segments(&segs).py()?;
     let bs = block_size_arg(block_size)?;
-    Ok(kvsim_core::hash::block_keys(&segs, bs)
+    let keys = catch_panic(
+        || "block_keys".to_owned(),
+        || kvsim_core::hash::block_keys(&segs, bs),
+    );
+    Ok(keys
+        .and_then(|r| r)
         .py()?
         .into_iter()
         .map(|k| k.0)
@@ -473,19 +510,81 @@ fn run_engine<'py>(
     Ok((cols, ctrs))
 }
 
-/// Runs `f`, turning a panic (a bug in the core) into `KvError::Internal`, so that it reaches Python as
+/// Runs `f`; a panic inside it (a bug in the core) comes back as `KvError::Internal` naming what
+/// panicked (`what()`) and the panic's message, so that it reaches Python as
 /// `kvsim.errors.InternalError`, never as a panic.
-fn no_panic<T>(f: impl FnOnce() -> kvsim_core::Result<T>) -> kvsim_core::Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let what = payload
+fn catch_panic<T>(what: impl FnOnce() -> String, f: impl FnOnce() -> T) -> Result<T, KvError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+        let msg = payload
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        Err(KvError::Internal(format!(
-            "the engine panicked ({what}): a bug in kvsim, please report it with the workload and config"
-        )))
+        KvError::Internal(format!(
+            "{} panicked ({msg}): a bug in kvsim, please report it with the inputs that led here",
+            what()
+        ))
     })
+}
+
+/// `catch_panic` around an engine run.
+fn no_panic<T>(f: impl FnOnce() -> kvsim_core::Result<T>) -> kvsim_core::Result<T> {
+    catch_panic(|| "the engine".to_owned(), f).and_then(|r| r)
+}
+
+/// A core object behind a Python class. Its operations run under `catch_panic`; after a panic its state
+/// may be half-changed, so it is *poisoned*: every later operation raises `InternalError` as well.
+struct Guarded<T> {
+    core: T,
+    class: &'static str,
+    poisoned: AtomicBool,
+}
+
+impl<T> Guarded<T> {
+    fn new(core: T, class: &'static str) -> Self {
+        Self {
+            core,
+            class,
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    fn check(&self, op: &str) -> PyResult<()> {
+        if self.poisoned.load(Ordering::Relaxed) {
+            return Err(py_err(KvError::Internal(format!(
+                "{}.{op}: this {} is unusable after an internal error in an earlier operation",
+                self.class, self.class
+            ))));
+        }
+        Ok(())
+    }
+
+    fn settle<R>(&self, r: Result<kvsim_core::Result<R>, KvError>) -> PyResult<R> {
+        if r.is_err() {
+            self.poisoned.store(true, Ordering::Relaxed);
+        }
+        r.and_then(|r| r).py()
+    }
+
+    /// Runs the read-only operation `op` under the guard.
+    fn read<R>(&self, op: &str, f: impl FnOnce(&T) -> kvsim_core::Result<R>) -> PyResult<R> {
+        self.check(op)?;
+        let r = catch_panic(|| format!("{}.{op}", self.class), || f(&self.core));
+        self.settle(r)
+    }
+
+    /// Runs the mutating operation `op` under the guard.
+    fn write<R>(
+        &mut self,
+        op: &str,
+        f: impl FnOnce(&mut T) -> kvsim_core::Result<R>,
+    ) -> PyResult<R> {
+        self.check(op)?;
+        let class = self.class;
+        let core = &mut self.core;
+        let r = catch_panic(|| format!("{class}.{op}"), || f(core));
+        self.settle(r)
+    }
 }
 
 /// Test hook: panics inside the guard `run_engine` uses (tests/test_errors.py checks what Python sees).
