@@ -18,7 +18,7 @@ import pytest
 
 RESULTS_README = Path(__file__).resolve().parents[1] / "results" / "README.md"
 _TIMINGS: dict[str, dict[str, tuple[float, dict]]] = {}
-_TARGETS: list[tuple[str, float, float, str, bool]] = []
+_TARGETS: list[tuple[str, float, float | None, str, bool]] = []
 _LOAD: list[float] = []  # 1-minute load average when the session started
 
 
@@ -29,6 +29,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def target(what: str, measured: float, goal: float, unit: str, higher_is_better: bool = False) -> None:
     """Records a measurement against its target (written to results/README.md at the end)."""
     _TARGETS.append((what, measured, goal, unit, higher_is_better))
+
+
+def measure(what: str, measured: float, unit: str) -> None:
+    """Records a measurement without a target (a row of the same table, for context)."""
+    _TARGETS.append((what, measured, None, unit, False))
 
 
 def record(benchmark, group: str, backend: str) -> None:
@@ -107,6 +112,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             "|---|---:|---:|---|",
         ]
         for what, measured, goal, unit, higher in _TARGETS:
+            if goal is None:
+                lines.append(f"| {what} | {measured:,.2f} {unit} | (none) | |")
+                continue
             met = measured >= goal if higher else measured <= goal
             sign = ">=" if higher else "<="
             lines.append(

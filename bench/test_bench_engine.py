@@ -16,7 +16,7 @@ import kvsim
 from kvsim import _core
 from kvsim.workloads import synthetic
 
-from .conftest import record, target
+from .conftest import measure, record, target
 
 CONFIG = kvsim.SimConfig(num_blocks=1500, block_size=16, enable_prefix_caching=True)
 
@@ -58,19 +58,28 @@ def test_million_requests(benchmark, million):
 
 
 def test_engine_within_5x_of_the_free_list_floor(benchmark, million):
-    """The engine's time per allocated block against a loop that only pops and pushes as many blocks."""
+    """The engine's time per allocated block against a loop that only pops and pushes as many blocks, and
+    against the step floor: the least work of any engine that advances step by step (the same steps and,
+    but for the preemptions, the same block allocations, with nothing else done)."""
     from kvsim.engine_input import prepare
-    from kvsim.rust_engine import run
+    from kvsim.rust_engine import run, step_floor
 
     inp = prepare(million, CONFIG)
     run(inp, CONFIG)  # warm-up, untimed
-    times = []
+    times, step_times = [], []
     for _ in range(3):
         t0 = time.perf_counter()
         out = run(inp, CONFIG)
         times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        least = step_floor(inp, CONFIG)
+        step_times.append(time.perf_counter() - t0)
     engine_s = sorted(times)[1]  # the median of three: this VM's wall clock varies by tens of percent
+    step_s = sorted(step_times)[1]
     ops = int(out.counters["num_block_allocations"])
+    # The step floor simulates the same run: the same steps; no more blocks (it skips preemptions).
+    assert least["steps"] == out.counters["num_steps"]
+    assert 0.99 * ops <= least["block_allocations"] <= ops
     benchmark.group = "engine-floor"
     checksum = benchmark.pedantic(_core.free_list_floor, args=(CONFIG.num_blocks, ops), rounds=3)
     assert checksum > 0
@@ -79,9 +88,17 @@ def test_engine_within_5x_of_the_free_list_floor(benchmark, million):
         what=f"{ops:,} block pops+pushes",
         engine_s=engine_s,
         floor_s=floor_s,
+        step_floor_s=step_s,
         engine_over_floor=engine_s / floor_s,
     )
     target(f"engine time over a free list popping and pushing its {ops:,} blocks", engine_s / floor_s, 5, "x")
+    measure(
+        f"step floor (the least work of a step-exact engine: {least['steps']:,} steps, "
+        f"{least['block_allocations']:,} blocks) over the free list",
+        step_s / floor_s,
+        "x",
+    )
+    measure("engine time over the step floor", engine_s / step_s, "x")
 
 
 @pytest.mark.parametrize("backend", ["rust", "reference"])

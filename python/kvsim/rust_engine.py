@@ -5,6 +5,7 @@ from __future__ import annotations
 from kvsim import _core
 from kvsim.config import SimConfig
 from kvsim.engine_input import EngineInput
+from kvsim.errors import InvalidArgumentError
 from kvsim.reference.engine import EngineOutput
 
 
@@ -49,3 +50,33 @@ def run(
     timeseries = columns.pop("timeseries")
     events = columns.pop("events")
     return EngineOutput(**columns, counters=counters, timeseries=timeseries, events=events)
+
+
+def step_floor(inp: EngineInput, config: SimConfig) -> dict[str, int]:
+    """The least work a step-exact engine does on `inp` (Rust, GIL released): the engine's steps and, where
+    the pool suffices, its block allocations, with nothing else done (`kvsim_core::floor::step_floor`).
+    The benchmarks compare the engine's time with it; it is not a simulator.
+
+    Raises:
+        InvalidArgumentError: a config or workload the floor does not model (it models policy `vllm` with
+            the `ticks` time model and one sample per request).
+    """
+    if config.policy != "vllm":
+        raise InvalidArgumentError(f"policy {config.policy!r}: the step floor models policy 'vllm' only")
+    if config.time_model != "ticks":
+        raise InvalidArgumentError(
+            f"time_model {config.time_model!r}: the step floor models the 'ticks' time model only"
+        )
+    if (inp.sample > 0).any():
+        raise InvalidArgumentError("num_samples > 1: the step floor models one sample per request only")
+    steps, allocations, finished, checksum = _core.step_floor(
+        num_blocks=config.num_blocks,
+        block_size=config.block_size,
+        iteration_ps=config.iteration_time_ps,
+        max_num_seqs=config.max_num_seqs,
+        watermark_blocks=config.watermark_blocks,
+        arrival_ps=inp.arrival_ps,
+        prompt_len=inp.prompt_len,
+        target=inp.target,
+    )
+    return {"steps": steps, "block_allocations": allocations, "finished": finished, "checksum": checksum}

@@ -456,19 +456,6 @@ impl BlockPool {
     }
 }
 
-/// The floor the engine is measured against: `ops` blocks popped from the head of a free queue of
-/// `num_blocks` and pushed back at the tail, with nothing else done. Returns a checksum of the ids.
-pub fn free_list_floor(num_blocks: u32, ops: u64) -> u64 {
-    let mut q = FreeQueue::new(num_blocks.max(2), 1);
-    let mut sum = 0u64;
-    for _ in 0..ops {
-        let b = q.pop_front().expect("the queue is never empty");
-        sum = sum.wrapping_add(u64::from(b.0));
-        q.push_back(b);
-    }
-    sum
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

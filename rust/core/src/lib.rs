@@ -9,6 +9,7 @@ pub mod block_pool;
 pub mod block_table;
 pub mod engine;
 pub mod error;
+pub mod floor;
 pub mod free_queue;
 pub mod hash;
 pub mod manager;

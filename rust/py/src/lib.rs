@@ -598,7 +598,47 @@ fn _panic_in_guard(py: Python<'_>) -> PyResult<()> {
 /// released): the floor `bench/` compares the engine's time with. Returns a checksum.
 #[pyfunction]
 fn free_list_floor(py: Python<'_>, num_blocks: u32, ops: u64) -> u64 {
-    py.detach(|| kvsim_core::block_pool::free_list_floor(num_blocks, ops))
+    py.detach(|| kvsim_core::floor::free_list_floor(num_blocks, ops))
+}
+
+/// The least work of a step-exact engine on these rows (`kvsim_core::floor::step_floor`; GIL released):
+/// returns `(steps, block_allocations, finished, checksum)`.
+#[pyfunction]
+#[pyo3(signature = (*, num_blocks, block_size, iteration_ps, max_num_seqs, watermark_blocks, arrival_ps, prompt_len, target))]
+#[allow(clippy::too_many_arguments)]
+fn step_floor<'py>(
+    py: Python<'py>,
+    num_blocks: i128,
+    block_size: i128,
+    iteration_ps: u64,
+    max_num_seqs: u64,
+    watermark_blocks: u64,
+    arrival_ps: PyReadonlyArray1<'py, i64>,
+    prompt_len: PyReadonlyArray1<'py, i64>,
+    target: PyReadonlyArray1<'py, i64>,
+) -> PyResult<(u64, u64, u64, u64)> {
+    let cfg = kvsim_core::floor::FloorConfig {
+        num_blocks: num_blocks_arg(num_blocks)?,
+        block_size: block_size_arg(block_size)?,
+        iteration_ps,
+        max_num_seqs,
+        watermark_blocks,
+    };
+    let (a, p, t) = (
+        slice(&arrival_ps, "arrival_ps")?,
+        slice(&prompt_len, "prompt_len")?,
+        slice(&target, "target")?,
+    );
+    let r = py
+        .detach(|| {
+            catch_panic(
+                || "step_floor".to_owned(),
+                || kvsim_core::floor::step_floor(a, p, t, cfg),
+            )
+        })
+        .and_then(|r| r)
+        .py()?;
+    Ok((r.steps, r.block_allocations, r.finished, r.checksum))
 }
 
 #[pymodule]
@@ -608,6 +648,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(block_keys, m)?)?;
     m.add_function(wrap_pyfunction!(run_engine, m)?)?;
     m.add_function(wrap_pyfunction!(free_list_floor, m)?)?;
+    m.add_function(wrap_pyfunction!(step_floor, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_in_guard, m)?)?;
     Ok(())
 }
