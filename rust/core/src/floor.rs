@@ -272,6 +272,13 @@ impl Sim {
             if need + self.cfg.watermark_blocks > u64::from(self.free.len())
                 || self.running >= self.cfg.max_num_seqs
             {
+                if self.running == 0 && self.done.is_empty() {
+                    // It cannot start in an empty pool (the watermark): rejected, as in the engine.
+                    self.waiting.pop_front();
+                    self.spare.push(k);
+                    self.rejected += 1;
+                    continue;
+                }
                 break;
             }
             self.waiting.pop_front();
