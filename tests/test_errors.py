@@ -39,6 +39,8 @@ def test_a_panic_in_a_pool_or_manager_poisons_it(cls):
         obj.free_block_ids()
     with pytest.raises(InternalError, match="unusable"):
         obj.check_invariants()
+    with pytest.raises(InternalError, match=rf"{cls}\.num_free_blocks: this {cls} is unusable"):
+        _ = obj.num_free_blocks  # attribute reads too: the state may be half-changed
     fresh = _core.BlockPool(8) if cls == "BlockPool" else _core.KVCacheManager(8, 4)
     fresh.check_invariants()  # poisoning is per object
 

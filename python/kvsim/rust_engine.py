@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from kvsim import _core
 from kvsim.config import SimConfig
 from kvsim.engine_input import EngineInput
 from kvsim.errors import InvalidArgumentError
 from kvsim.reference.engine import EngineOutput
+from kvsim.segments import OUTPUT_BIT
 
 
 def run(
@@ -53,14 +56,24 @@ def run(
 
 
 def step_floor(inp: EngineInput, config: SimConfig) -> dict[str, int]:
-    """The least work a step-exact engine does on `inp` (Rust, GIL released): the engine's steps and, where
-    the pool suffices, its block allocations, with nothing else done (`kvsim_core::floor::step_floor`).
-    The benchmarks compare the engine's time with it; it is not a simulator.
+    """The least work a step-exact engine does on `inp` (Rust, GIL released; `kvsim_core::floor`): the
+    engine's steps and block allocations with nothing else done, for the benchmarks to compare the
+    engine's time with. It is not a simulator: it admits whole prompts whatever the token budget and
+    never preempts, so it takes exactly the engine's steps and allocations only while the budget never
+    binds and the pool suffices; under pressure it allocates no more than the engine.
 
     Raises:
-        InvalidArgumentError: a config or workload the floor does not model (it models policy `vllm` with
-            the `ticks` time model and one sample per request).
+        InvalidArgumentError: what `check_step_floor` refuses.
     """
+    check_step_floor(inp, config)
+    return step_floor_unchecked(inp, config)
+
+
+def check_step_floor(inp: EngineInput, config: SimConfig) -> None:
+    """Raises `InvalidArgumentError` for a config or workload the step floor does not model: a policy
+    other than `vllm`, the `linear` time model, more than one sample per request, prompts that share
+    content or quote a generated output (the engine would find prefix hits), or, without chunked prefill,
+    a prompt over the token budget (the engine rejects it)."""
     if config.policy != "vllm":
         raise InvalidArgumentError(f"policy {config.policy!r}: the step floor models policy 'vllm' only")
     if config.time_model != "ticks":
@@ -69,6 +82,17 @@ def step_floor(inp: EngineInput, config: SimConfig) -> dict[str, int]:
         )
     if (inp.sample > 0).any():
         raise InvalidArgumentError("num_samples > 1: the step floor models one sample per request only")
+    if _shared_content(inp):
+        raise InvalidArgumentError("prompts share content: the step floor models private prompts only")
+    if not config.chunked_prefill and (inp.prompt_len > config.max_num_batched_tokens).any():
+        raise InvalidArgumentError(
+            f"chunked_prefill False with a prompt over max_num_batched_tokens "
+            f"{config.max_num_batched_tokens}: the engine rejects it, the step floor does not model that"
+        )
+
+
+def step_floor_unchecked(inp: EngineInput, config: SimConfig) -> dict[str, int]:
+    """`step_floor` without `check_step_floor` (the benchmark times this call alone)."""
     steps, allocations, finished, checksum = _core.step_floor(
         num_blocks=config.num_blocks,
         block_size=config.block_size,
@@ -80,3 +104,15 @@ def step_floor(inp: EngineInput, config: SimConfig) -> dict[str, int]:
         target=inp.target,
     )
     return {"steps": steps, "block_allocations": allocations, "finished": finished, "checksum": checksum}
+
+
+def _shared_content(inp: EngineInput) -> bool:
+    """Whether one content id occurs in the prompts of two sequences, or a prompt quotes a generated
+    output (output ids have the top bit set, workload ids stay below 2^63: `kvsim.segments`)."""
+    ids = inp.segment_id.astype(np.uint64, copy=False)
+    if (ids >= np.uint64(OUTPUT_BIT)).any():
+        return True
+    owner = np.repeat(np.arange(len(inp.prompt_len)), np.diff(inp.seg_offsets))
+    order = np.argsort(ids, kind="stable")  # owners stay ascending within one id
+    ids, owner = ids[order], owner[order]
+    return bool(((ids[1:] == ids[:-1]) & (owner[1:] != owner[:-1])).any())

@@ -2,9 +2,10 @@
 //!
 //! - [`free_list_floor`] only pops and pushes blocks through a free queue: the cost of the block
 //!   operations alone.
-//! - [`step_floor`] is the least a step-exact simulation of a workload does: the same steps and
-//!   (without preemption) the same block allocations as the engine, with everything else left out. It
-//!   shows how much of the engine's time any engine that advances step by step must spend.
+//! - [`step_floor`] is the least a step-exact simulation of a workload does: while the token budget
+//!   never binds and the pool suffices, the same steps and the same block allocations as the engine on
+//!   private prompts, with everything else left out. It shows how much of the engine's time an engine
+//!   that advances step by step must spend.
 
 use std::collections::VecDeque;
 
@@ -75,8 +76,10 @@ fn check(arrival_ps: &[i64], prompt_len: &[i64], target: &[i64], cfg: FloorConfi
 /// prefix lookups), one token per running sequence per step, a block popped at each block boundary,
 /// blocks freed at the finish; sequences live between their events in a calendar ring, as in the
 /// engine's lockstep mode, and each step adds the batch, held blocks and slack to time-weighted sums.
-/// A sequence that finds the pool empty goes on without its block (no preemption): the floor never does
-/// more work than the engine, and does the same where the pool suffices.
+/// A sequence that finds the pool empty goes on without its block (no preemption). On private prompts
+/// (no prefix hits) it allocates no more blocks than the engine, and exactly as many, in as many steps,
+/// while the budget never binds and the pool suffices (`kvsim.rust_engine.check_step_floor` refuses the
+/// workloads it does not model).
 pub fn step_floor(
     arrival_ps: &[i64],
     prompt_len: &[i64],
@@ -91,6 +94,9 @@ pub fn step_floor(
         while next < n && arrival_ps[next] <= sim.t {
             sim.arrive(next, prompt_len[next] as u64, target[next] as u64);
             next += 1;
+        }
+        if sim.running == 0 {
+            sim.reject_unstartable_heads();
         }
         if sim.running == 0 && sim.waiting.is_empty() {
             if next == n {
@@ -212,7 +218,9 @@ impl Sim {
         s.base_step = self.step + 1;
         s.base_c = c;
         let event = c.div_ceil(self.cfg.block_size) * self.cfg.block_size;
-        let ahead = (event.min(s.last()) - c).min(RING as u64 - 1);
+        // At most RING - 1 steps ahead of the current step, whose bucket is out while it is processed; a
+        // farther event becomes a wake-up that only reschedules.
+        let ahead = (event.min(s.last()) - c).min(RING as u64 - 2);
         self.ring[(self.step + 1 + ahead) as usize & (RING - 1)].push(k);
     }
 
@@ -263,6 +271,20 @@ impl Sim {
         self.done.clear();
     }
 
+    /// With nothing running, a waiting head that does not fit the empty pool (the watermark) never will:
+    /// rejected before any step is taken, as in the engine (no time passes).
+    fn reject_unstartable_heads(&mut self) {
+        while let Some(&k) = self.waiting.front() {
+            let need = self.slab[k].prompt.div_ceil(self.cfg.block_size);
+            if need + self.cfg.watermark_blocks <= u64::from(self.free.len()) {
+                break;
+            }
+            self.waiting.pop_front();
+            self.spare.push(k);
+            self.rejected += 1;
+        }
+    }
+
     /// Whole prompts, FCFS, while blocks and seats last.
     fn admit(&mut self) {
         let bs = self.cfg.block_size;
@@ -272,13 +294,6 @@ impl Sim {
             if need + self.cfg.watermark_blocks > u64::from(self.free.len())
                 || self.running >= self.cfg.max_num_seqs
             {
-                if self.running == 0 && self.done.is_empty() {
-                    // It cannot start in an empty pool (the watermark): rejected, as in the engine.
-                    self.waiting.pop_front();
-                    self.spare.push(k);
-                    self.rejected += 1;
-                    continue;
-                }
                 break;
             }
             self.waiting.pop_front();
@@ -409,6 +424,22 @@ mod tests {
             assert_eq!(i128::from(floor.steps), c.num_steps, "block size {bs}");
             assert_eq!(i128::from(floor.block_allocations), c.num_block_allocations);
             assert_eq!(floor.finished, n as u64);
+        }
+    }
+
+    #[test]
+    fn far_events_wake_up_across_the_ring() {
+        // Outputs longer than the ring (4096 steps), with blocks larger than it too.
+        for bs in [4096, 16] {
+            let mut r = rows(3, 7);
+            r.target = vec![20_000, 9_000, 4_097];
+            let peak: i64 = (0..3)
+                .map(|i| (r.prompt[i] + r.target[i] - 1 + bs - 1) / bs)
+                .sum();
+            let (floor, c) = both(&r, &config(peak as u32 + 1, bs as u64));
+            assert_eq!(i128::from(floor.steps), c.num_steps, "block size {bs}");
+            assert_eq!(i128::from(floor.block_allocations), c.num_block_allocations);
+            assert_eq!(floor.finished, 3);
         }
     }
 

@@ -114,28 +114,28 @@ impl PyBlockPool {
     }
 
     #[getter]
-    fn num_blocks(&self) -> u32 {
-        self.0.core.num_blocks()
+    fn num_blocks(&self) -> PyResult<u32> {
+        self.0.read("num_blocks", |p| Ok(p.num_blocks()))
     }
     #[getter]
-    fn capacity(&self) -> u32 {
-        self.0.core.capacity()
+    fn capacity(&self) -> PyResult<u32> {
+        self.0.read("capacity", |p| Ok(p.capacity()))
     }
     #[getter]
-    fn num_free_blocks(&self) -> u32 {
-        self.0.core.num_free_blocks()
+    fn num_free_blocks(&self) -> PyResult<u32> {
+        self.0.read("num_free_blocks", |p| Ok(p.num_free_blocks()))
     }
     #[getter]
-    fn num_evictions(&self) -> u64 {
-        self.0.core.num_evictions()
+    fn num_evictions(&self) -> PyResult<u64> {
+        self.0.read("num_evictions", |p| Ok(p.num_evictions()))
     }
     #[getter]
-    fn enable_caching(&self) -> bool {
-        self.0.core.enable_caching()
+    fn enable_caching(&self) -> PyResult<bool> {
+        self.0.read("enable_caching", |p| Ok(p.enable_caching()))
     }
     #[getter]
-    fn free_order(&self) -> &'static str {
-        self.0.core.free_order().as_str()
+    fn free_order(&self) -> PyResult<&'static str> {
+        self.0.read("free_order", |p| Ok(p.free_order().as_str()))
     }
 
     fn allocate(&mut self, num: i128) -> PyResult<Option<Vec<u32>>> {
@@ -237,36 +237,41 @@ impl PyKVCacheManager {
     }
 
     #[getter]
-    fn num_blocks(&self) -> u32 {
-        self.0.core.pool().num_blocks()
+    fn num_blocks(&self) -> PyResult<u32> {
+        self.0.read("num_blocks", |m| Ok(m.pool().num_blocks()))
     }
     #[getter]
-    fn block_size(&self) -> u64 {
-        self.0.core.block_size()
+    fn block_size(&self) -> PyResult<u64> {
+        self.0.read("block_size", |m| Ok(m.block_size()))
     }
     #[getter]
-    fn enable_caching(&self) -> bool {
-        self.0.core.pool().enable_caching()
+    fn enable_caching(&self) -> PyResult<bool> {
+        self.0
+            .read("enable_caching", |m| Ok(m.pool().enable_caching()))
     }
     #[getter]
-    fn num_free_blocks(&self) -> u32 {
-        self.0.core.pool().num_free_blocks()
+    fn num_free_blocks(&self) -> PyResult<u32> {
+        self.0
+            .read("num_free_blocks", |m| Ok(m.pool().num_free_blocks()))
     }
     #[getter]
-    fn num_evictions(&self) -> u64 {
-        self.0.core.pool().num_evictions()
+    fn num_evictions(&self) -> PyResult<u64> {
+        self.0
+            .read("num_evictions", |m| Ok(m.pool().num_evictions()))
     }
     #[getter]
-    fn num_cow_copies(&self) -> u64 {
-        self.0.core.num_cow_copies()
+    fn num_cow_copies(&self) -> PyResult<u64> {
+        self.0.read("num_cow_copies", |m| Ok(m.num_cow_copies()))
     }
     #[getter]
-    fn num_requests(&self) -> usize {
-        self.0.core.num_requests()
+    fn num_requests(&self) -> PyResult<usize> {
+        self.0.read("num_requests", |m| Ok(m.num_requests()))
     }
 
-    fn __contains__(&self, request_id: i128) -> bool {
-        u64::try_from(request_id).is_ok_and(|r| self.0.core.contains(r))
+    fn __contains__(&self, request_id: i128) -> PyResult<bool> {
+        self.0.read("__contains__", |m| {
+            Ok(u64::try_from(request_id).is_ok_and(|r| m.contains(r)))
+        })
     }
 
     fn lookup(&self, segments: Vec<(i128, i128)>) -> PyResult<u64> {
@@ -610,9 +615,9 @@ fn step_floor<'py>(
     py: Python<'py>,
     num_blocks: i128,
     block_size: i128,
-    iteration_ps: u64,
-    max_num_seqs: u64,
-    watermark_blocks: u64,
+    iteration_ps: i128,
+    max_num_seqs: i128,
+    watermark_blocks: i128,
     arrival_ps: PyReadonlyArray1<'py, i64>,
     prompt_len: PyReadonlyArray1<'py, i64>,
     target: PyReadonlyArray1<'py, i64>,
@@ -620,9 +625,9 @@ fn step_floor<'py>(
     let cfg = kvsim_core::floor::FloorConfig {
         num_blocks: num_blocks_arg(num_blocks)?,
         block_size: block_size_arg(block_size)?,
-        iteration_ps,
-        max_num_seqs,
-        watermark_blocks,
+        iteration_ps: u64_arg(iteration_ps, "iteration_ps")?,
+        max_num_seqs: u64_arg(max_num_seqs, "max_num_seqs")?,
+        watermark_blocks: u64_arg(watermark_blocks, "watermark_blocks")?,
     };
     let (a, p, t) = (
         slice(&arrival_ps, "arrival_ps")?,
