@@ -214,3 +214,41 @@ def test_realistic_lengths_agree(workload, config):
     w = synthetic(150, arrival_rate=20, lengths="sharegpt-paper", seed=3, **workload)
     res = assert_same(w, kvsim.SimConfig(**{"block_size": 16, **config}))
     assert res.summary["completed"] + res.summary["rejected"] == res.summary["num_requests"]
+
+
+@given(
+    st.integers(1, 12),
+    st.sampled_from([0.01, 0.05, 0.3]),
+    st.sampled_from([16, 64, 256]),
+    st.sampled_from(["vllm", "reserve", "orca-oracle", "static"]),
+    st.booleans(),
+    st.sampled_from([0, 1, 5]),
+    st.integers(0, 2**16),
+)
+def test_quiet_spans_agree(n, gap, block_size, policy, linear, every, seed):
+    """Light load with long outputs and large blocks: the Rust engine takes runs of steps in which nothing
+    happens (no event, nothing waiting, no arrival) in closed form; time, the time-weighted sums, the
+    time series and the rows must still equal the reference's step-by-step ones."""
+    rng = np.random.default_rng(seed)
+    w = Workload(
+        arrival=np.cumsum(rng.choice([0.0, gap, 3 * gap], size=n)),
+        output_len=rng.integers(1, 700, size=n),
+        seg_offsets=np.arange(n + 1),
+        segment_id=np.arange(1000, 1000 + n, dtype=np.uint64),
+        segment_len=rng.integers(1, 300, size=n),
+    )
+    time = (
+        {"time_model": "linear", "c0_ps": 7 * 10**8, "c_tok_ps": 3 * 10**5, "c_ctx_ps": 1234}
+        if linear
+        else {}
+    )
+    contiguous = policy in ("orca-oracle", "static")
+    cfg = kvsim.SimConfig(
+        num_blocks=4000 // block_size + 2 if not contiguous else 40_000 // block_size,
+        block_size=block_size,
+        policy=policy,
+        max_model_len=1200 if policy == "static" else None,
+        enable_prefix_caching=bool(seed % 2),
+        **time,
+    )
+    assert_same(w, cfg, every)

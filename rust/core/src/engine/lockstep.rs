@@ -16,7 +16,7 @@
 //! as a full step, so results equal the reference's step for step. A step that leaves a sequence
 //! prefilling, or more running sequences than the budget, drops back to full steps.
 
-use super::{Engine, Memory, MemoryState, Seq};
+use super::{Engine, INTERRUPT_EVERY, Memory, MemoryState, Seq, TimeModel};
 use crate::block_table::{blocks_for, rem_bs};
 
 /// What `fast_event` did with a ring entry.
@@ -312,6 +312,121 @@ impl Engine<'_> {
             self.exit_lockstep();
         }
         true
+    }
+
+    /// Takes the *quiet* steps from the current one on together, in closed form, and returns whether it
+    /// took any (at least two). A step is quiet when no sequence has an event in it, nothing waits or is
+    /// swapped out (so admission has nothing to try) and no arrival joins at its start: then every
+    /// running sequence gains one token, the blocks, the batch and the budget stay as they are, and the
+    /// step's duration and the memory state it is weighed with change linearly from step to step. A
+    /// recorded time-series step is never skipped.
+    #[inline(never)]
+    pub(super) fn skip_quiet_steps(&mut self, next_arrival: Option<i64>) -> bool {
+        if !self.waiting.is_empty()
+            || !self.swapped.is_empty()
+            || self.running.is_empty()
+            || self.swap_blocks_step != 0
+            || self.one_free_block_binds()
+        {
+            return false;
+        }
+        let (step, mask) = (self.step, self.ring_mask);
+        let mut span = 0u64; // quiet steps: up to the next bucket holding anything (a stale entry too)
+        while span < mask as u64 && self.ring[(step + span) as usize & mask].is_empty() {
+            span += 1;
+        }
+        if self.ts_every > 0 {
+            span = span.min((self.ts_every - step % self.ts_every) % self.ts_every);
+        }
+        // Nor a step at which `run` polls for Ctrl-C (it tests `step % INTERRUPT_EVERY == 0`).
+        span = span.min(INTERRUPT_EVERY - step % INTERRUPT_EVERY);
+        if span < 2 {
+            return false;
+        }
+        let batch = self.running.len() as u64;
+        // Step j of the span (from 0) lasts dt0 + ddt j: the context read grows by `batch` tokens a step.
+        let (dt0, ddt) = match self.cfg.time {
+            TimeModel::Ticks { iteration_ps } => (iteration_ps, 0),
+            TimeModel::Linear {
+                c0_ps,
+                c_tok_ps,
+                c_ctx_ps,
+            } => (
+                c0_ps + c_tok_ps * batch + c_ctx_ps * (self.agg.c + batch),
+                c_ctx_ps * batch,
+            ),
+        };
+        let (dt0, ddt) = (i128::from(dt0), i128::from(ddt));
+        let start = |j: u64| -> i128 {
+            let j = i128::from(j);
+            j * dt0 + ddt * (j * (j - 1) / 2) // start of step j, from the span's start
+        };
+        if let Some(arrival) = next_arrival {
+            // An arrival joins at the first step starting at or after it: the span ends before that.
+            let gap = i128::from(arrival - self.t);
+            if start(span - 1) >= gap {
+                let (mut lo, mut hi) = (1, span - 1); // start(lo - 1) < gap <= start(hi)
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if start(mid) >= gap {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                span = lo;
+            }
+        }
+        if span < 2 {
+            return false;
+        }
+        self.take_quiet_steps(span, batch, dt0, ddt);
+        true
+    }
+
+    /// Records `span` quiet steps of `batch` decoding sequences, step j lasting `dt0 + ddt j`: the sums `record`
+    /// would make one step at a time, in closed form (exact integers, so equal to the reference's).
+    fn take_quiet_steps(&mut self, span: u64, batch: u64, dt0: i128, ddt: i128) {
+        let (kk, nn) = (i128::from(span), i128::from(batch));
+        let s1 = kk * (kk - 1) / 2; // sum of j
+        let s2 = (kk - 1) * kk * (2 * kk - 1) / 6; // sum of j^2
+        let busy = dt0 * kk + ddt * s1;
+        // Sum over the span of dt_j * x_j, where x_j = x + dx j.
+        let weigh = |x: i128, dx: i128| dt0 * x * kk + (dt0 * dx + ddt * x) * s1 + ddt * dx * s2;
+        let bs = self.cfg.block_size;
+        // Step j's state: c and slack after its advance, j + 1 tokens into the span.
+        let c1 = i128::from(self.agg.c) + nn;
+        let internal1 = i128::from(self.agg.internal) - nn;
+        let ctr = &mut self.out.counters;
+        ctr.w_batch += weigh(nn, 0);
+        match &self.mem {
+            Memory::Paged(pool) => {
+                let held = self.cfg.capacity_blocks() - u64::from(pool.num_free_blocks());
+                ctr.w_internal += weigh(internal1, -nn);
+                ctr.w_reserved += weigh(i128::from(self.outstanding * bs), 0);
+                ctr.w_held_blocks += weigh(i128::from(held), 0);
+                ctr.w_logical_blocks += weigh(i128::from(self.agg.logical), 0);
+                self.peak_held = self.peak_held.max(held);
+            }
+            Memory::Contiguous(space) => {
+                let (size, fin) = (i128::from(self.agg.size), i128::from(self.agg.fin));
+                ctr.w_stored += weigh(c1, nn);
+                ctr.w_allocated += weigh(size, 0);
+                ctr.w_internal += weigh(size - fin, 0);
+                ctr.w_reserved += weigh(fin - c1, -nn);
+                ctr.w_external += weigh(i128::from(space.external_fragmentation()), 0);
+                ctr.peak_allocated_tokens = ctr.peak_allocated_tokens.max(size);
+            }
+        }
+        ctr.num_steps += kk;
+        ctr.busy_ps += busy;
+        ctr.sum_batch += kk * nn;
+        ctr.sum_batched_tokens += kk * nn;
+        ctr.peak_batch = ctr.peak_batch.max(nn);
+        self.agg.c += span * batch;
+        self.agg.internal -= (span * batch) as i64;
+        self.t += busy as i64;
+        self.step += span;
     }
 
     /// The running phase: only sequences with an event at `step` are touched, in admission order; the

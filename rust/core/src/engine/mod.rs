@@ -1431,7 +1431,11 @@ impl<'a> Engine<'a> {
             let (rejected_before, preempted_before) =
                 (self.num_rejected, self.out.counters.num_preemptions);
             let progressed = if self.lockstep {
-                self.lockstep_step()
+                // Quiet steps (see `skip_quiet_steps`) start with an empty bucket and nothing waiting.
+                (self.ring[self.step as usize & self.ring_mask].is_empty()
+                    && self.waiting.is_empty()
+                    && self.skip_quiet_steps(self.inp.arrival_ps.get(nxt).copied()))
+                    || self.lockstep_step()
             } else {
                 self.full_step()
             };
