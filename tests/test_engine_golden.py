@@ -696,3 +696,16 @@ def test_group_that_outgrows_the_pool_is_rejected_once_swapped(backend):
     assert ticks(col(longer, "finish")) == [5]
     recompute = run([Req(8, 6, samples=3)], backend, **{**common, "preemption": "recompute"})
     assert col(recompute, "status") == ["finished"]
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_fork_cow_samples_needing_more_seats_than_max_num_seqs_are_rejected_at_arrival(backend):
+    """Three fork-cow samples take three running seats; with max_num_seqs 2 they can never run: rejected
+    on arrival with their own reason (once reported as 'watermark or admission gate'), the rest runs."""
+    res = kvsim.simulate(
+        build([Req(prompt=8, output=3, samples=3), Req(prompt=8, output=3, samples=2)]),
+        SimConfig(num_blocks=20, block_size=4, max_num_seqs=2, sampling="fork-cow"),
+        backend=backend,
+    )
+    assert col(res, "status") == ["rejected", "finished"]
+    assert col(res, "reject_reason") == [REJECT_REASONS[7], None]

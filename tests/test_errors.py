@@ -142,3 +142,85 @@ def test_register_with_caching_disabled(backend):
     p.allocate(1)
     with pytest.raises(InvalidOperationError, match="caching is disabled"):
         p.register(1, 1)
+
+
+def test_a_step_past_the_clocks_range_is_an_error_on_both_backends():
+    """Steps of 2^60-2^61 ps (huge linear coefficients on a 2^20-token prompt): the third would end past
+    the 2^62 ps clock. Both engines stop at that step with the same InvalidArgumentError (the Rust engine
+    used to wrap to negative times, the reference to raise a bare OverflowError)."""
+    import kvsim
+    from kvsim.workloads import Workload
+
+    w = Workload(arrival=[0.0], prompt_len=[1 << 20], output_len=[5])
+    big = 1 << 40
+    cfg = kvsim.SimConfig(
+        num_blocks=100,
+        block_size=1 << 16,
+        max_num_batched_tokens=1 << 21,
+        time_model="linear",
+        c0_ps=big,
+        c_tok_ps=big,
+        c_ctx_ps=big,
+    )
+    messages = []
+    for engine in ("rust", "reference"):
+        with pytest.raises(InvalidArgumentError, match=r"step 2 starting at \d+ ps would end past the") as e:
+            kvsim.simulate(w, cfg, backend=engine)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+
+
+def test_a_quiet_span_reaching_the_clocks_range_stops_at_the_same_step():
+    """One long decode in a block larger than it (no events: the Rust engine jumps over quiet spans) whose
+    steps grow with the context: the run stops where the reference's step-by-step clock overflows."""
+    import kvsim
+    from kvsim.workloads import Workload
+
+    w = Workload(arrival=[0.0], prompt_len=[1], output_len=[5000])
+    big = 1 << 40
+    cfg = kvsim.SimConfig(
+        num_blocks=4, block_size=8192, time_model="linear", c0_ps=big, c_tok_ps=0, c_ctx_ps=big
+    )
+    messages = []
+    for engine in ("rust", "reference"):
+        with pytest.raises(InvalidArgumentError, match="would end past the simulated clock") as e:
+            kvsim.simulate(w, cfg, backend=engine)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+
+
+def test_arrivals_past_the_clocks_range_are_refused():
+    import kvsim
+    from kvsim.workloads import Workload
+
+    w = Workload(arrival=[0.0, 1e7], prompt_len=[4, 4], output_len=[2, 2])
+    with pytest.raises(
+        InvalidArgumentError, match=r"row 1: arrival 10000000.0 s is past the simulated clock"
+    ):
+        kvsim.simulate(w, kvsim.SimConfig(num_blocks=8))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_num_seqs", 2**64),
+        ("max_num_batched_tokens", 2**41),
+        ("cpu_blocks", 2**40),
+        ("iteration_time_ps", 2**41),
+        ("swap_ps_per_block", 2**41),
+        ("max_model_len", 2**41),
+    ],
+)
+def test_integer_knobs_are_bounded(field, value):
+    """Values that would overflow the engines' integers are refused by SimConfig, naming the field."""
+    import kvsim
+
+    with pytest.raises(InvalidArgumentError, match=rf"{field} {value} must be between"):
+        kvsim.SimConfig(num_blocks=8, **{field: value})
+
+
+def test_linear_coefficients_are_bounded():
+    import kvsim
+
+    with pytest.raises(InvalidArgumentError, match=r"c_ctx_ps 2199023255553 must be between 0 and"):
+        kvsim.SimConfig(num_blocks=8, time_model="linear", c0_ps=1, c_tok_ps=1, c_ctx_ps=2**41 + 1)

@@ -25,6 +25,13 @@ APPEND_CHECKS = ("exact", "one-free-block")
 TIME_MODELS = ("ticks", "linear")
 PS_PER_S = 10**12
 MAX_BLOCKS = (1 << 32) - 3
+# The simulated clock's range (about 53 days; the Rust engine's MAX_TIME_PS): a step that would end past
+# it stops the run with InvalidArgumentError, in both engines.
+MAX_TIME_PS = 1 << 62
+# Upper bounds of the integer knobs, far above any real setting, so that the engines' integer arithmetic
+# cannot overflow: a time coefficient up to 2^40 ps (1.1 s), token and sequence counts up to 2^40 / 2^32.
+MAX_COEFFICIENT_PS = 1 << 40
+MAX_TOKENS = 1 << 40
 
 
 def _choice(name: str, value: Any, options: tuple[str, ...]) -> None:
@@ -110,15 +117,15 @@ class SimConfig:
         for flag in ("enable_prefix_caching", "chunked_prefill"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidArgumentError(f"{flag} {getattr(self, flag)!r} must be True or False")
-        _int("max_num_seqs", self.max_num_seqs, 1)
-        _int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
-        _int("cpu_blocks", self.cpu_blocks, 0)
-        _int("iteration_time_ps", self.iteration_time_ps, 1)
-        _int("swap_ps_per_block", self.swap_ps_per_block, 0)
+        _int("max_num_seqs", self.max_num_seqs, 1, 1 << 32)
+        _int("max_num_batched_tokens", self.max_num_batched_tokens, 1, MAX_TOKENS)
+        _int("cpu_blocks", self.cpu_blocks, 0, MAX_BLOCKS)
+        _int("iteration_time_ps", self.iteration_time_ps, 1, MAX_COEFFICIENT_PS)
+        _int("swap_ps_per_block", self.swap_ps_per_block, 0, MAX_COEFFICIENT_PS)
         if not 0.0 <= float(self.watermark) < 1.0:
             raise InvalidArgumentError(f"watermark {self.watermark!r} must be in [0, 1)")
         if self.max_model_len is not None:
-            _int("max_model_len", self.max_model_len, 1)
+            _int("max_model_len", self.max_model_len, 1, MAX_TOKENS)
         if self.policy == "static" and self.max_model_len is None:
             raise InvalidArgumentError(
                 "policy 'static' reserves max_model_len per request: set max_model_len"
@@ -192,7 +199,7 @@ class SimConfig:
             value = getattr(self, name)
             if value is None:
                 raise InvalidArgumentError(f"{name} None: time_model 'linear' needs all three coefficients")
-            _int(name, value, 0)
+            _int(name, value, 0, MAX_COEFFICIENT_PS)
 
     # -- derived --------------------------------------------------------------------------------------
     @property

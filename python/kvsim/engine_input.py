@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.config import PS_PER_S, SimConfig
+from kvsim.config import MAX_TIME_PS, PS_PER_S, SimConfig
 from kvsim.errors import InvalidArgumentError
 from kvsim.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
 
@@ -73,7 +73,14 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
         a = np.asarray(column, dtype=dtype)
         return a if single else a[rows]
 
-    arrival_ps = np.rint(per_sequence(workload.arrival, np.float64) * PS_PER_S).astype(np.int64)
+    arrival_s = np.asarray(workload.arrival, dtype=np.float64)
+    if n and arrival_s.max() * PS_PER_S >= MAX_TIME_PS:
+        row = int(np.argmax(arrival_s))
+        raise InvalidArgumentError(
+            f"row {row}: arrival {float(arrival_s[row])!r} s is past the simulated clock's range "
+            f"({MAX_TIME_PS} ps, about 53 days): rebase the timestamps to the first request"
+        )
+    arrival_ps = np.rint(per_sequence(arrival_s, np.float64) * PS_PER_S).astype(np.int64)
     prompt = per_sequence(workload.prompt_len, np.int64)
     output = per_sequence(workload.output_len, np.int64)
     max_gen = np.array(per_sequence(workload.max_tokens, np.int64))

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from kvsim.config import PS_PER_S, SimConfig
+from kvsim.config import MAX_TIME_PS, PS_PER_S, SimConfig
 from kvsim.engine_input import EngineInput, prepare
 from kvsim.errors import InvalidArgumentError
 from kvsim.reference.engine import EVENT_KINDS, FINISHED, REJECT_REASONS, REJECTED, EngineOutput
@@ -93,8 +93,10 @@ def simulate(
     if not isinstance(config, SimConfig):
         raise InvalidArgumentError(f"config {config!r} is not a kvsim.SimConfig")
     every = int(record_timeseries)  # True -> every step
-    if every < 0:
-        raise InvalidArgumentError(f"record_timeseries {record_timeseries!r} must be a bool or an int >= 1")
+    if every < 0 or every > MAX_TIME_PS:
+        raise InvalidArgumentError(
+            f"record_timeseries {record_timeseries!r} must be a bool or an int between 1 and 2**62"
+        )
     inp = prepare(workload, config)
     raw = _run_engine(inp, config, backend, every, bool(record_events))
     _freeze(raw)

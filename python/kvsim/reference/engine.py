@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvsim.config import SimConfig
+from kvsim.config import MAX_TIME_PS, SimConfig
 from kvsim.engine_input import EngineInput
-from kvsim.errors import InternalError
+from kvsim.errors import InternalError, InvalidArgumentError
 from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.kv_cache_manager import KVCacheManager
 
@@ -27,6 +27,7 @@ REJECT_REASONS = {
     4: "needs more tokens in one step than max_num_batched_tokens (chunked prefill off)",
     5: "cannot be admitted even into an empty pool (watermark or admission gate)",
     6: "swapped out and cannot come back even into an empty pool (its sample group outgrew it)",
+    7: "its samples need more running seats than max_num_seqs",
 }
 
 # Time-series columns (one row per recorded step; times in ps at the step's start; token counts).
@@ -214,6 +215,8 @@ class Engine:
             return 2
         if not self.paged and self.region_size(s) > self.space.max_region():
             return 3
+        if s.seats > cfg.max_num_seqs:
+            return 7
         return 0
 
     # -- event log ------------------------------------------------------------------------------------
@@ -732,6 +735,8 @@ class Engine:
                     raise InternalError(f"no progress at time {self.t} ps")
                 continue
             dt = self.step_time(scheduled)
+            if self.t + dt > MAX_TIME_PS:
+                raise InvalidArgumentError(clock_overflow_message(self.c["num_steps"], self.t))
             self.measure(dt, len(scheduled), sum(k for _, k in scheduled))
             self.t += dt
             c = self.c
@@ -781,3 +786,12 @@ def run(
     `timeseries_every = N > 0`, records the memory state of every N-th step; with `record_events`, logs
     every block and scheduling event (`EVENT_KINDS`)."""
     return Engine(inp, config, timeseries_every, record_events).run()
+
+
+def clock_overflow_message(step: int, t: int) -> str:
+    """The error of a step that would end past `MAX_TIME_PS` (the Rust engine raises the same text)."""
+    return (
+        f"step {step} starting at {t} ps would end past the simulated clock's range of {MAX_TIME_PS} ps "
+        "(about 53 days): the time model's coefficients (iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps, "
+        "swap_ps_per_block) are too large for this workload"
+    )

@@ -16,7 +16,7 @@
 //! as a full step, so results equal the reference's step for step. A step that leaves a sequence
 //! prefilling, or more running sequences than the budget, drops back to full steps.
 
-use super::{Engine, INTERRUPT_EVERY, Memory, MemoryState, Seq, TimeModel};
+use super::{Engine, INTERRUPT_EVERY, MAX_TIME_PS, Memory, MemoryState, Seq, TimeModel};
 use crate::block_table::{blocks_for, rem_bs};
 
 /// What `fast_event` did with a ring entry.
@@ -345,18 +345,20 @@ impl Engine<'_> {
         }
         let batch = self.running.len() as u64;
         // Step j of the span (from 0) lasts dt0 + ddt j: the context read grows by `batch` tokens a step.
+        let wide = |x: u64| i128::from(x);
         let (dt0, ddt) = match self.cfg.time {
-            TimeModel::Ticks { iteration_ps } => (iteration_ps, 0),
+            TimeModel::Ticks { iteration_ps } => (wide(iteration_ps), 0),
             TimeModel::Linear {
                 c0_ps,
                 c_tok_ps,
                 c_ctx_ps,
             } => (
-                c0_ps + c_tok_ps * batch + c_ctx_ps * (self.agg.c + batch),
-                c_ctx_ps * batch,
+                wide(c0_ps)
+                    + wide(c_tok_ps) * wide(batch)
+                    + wide(c_ctx_ps) * wide(self.agg.c + batch),
+                wide(c_ctx_ps) * wide(batch),
             ),
         };
-        let (dt0, ddt) = (i128::from(dt0), i128::from(ddt));
         let start = |j: u64| -> i128 {
             let j = i128::from(j);
             j * dt0 + ddt * (j * (j - 1) / 2) // start of step j, from the span's start
@@ -377,7 +379,8 @@ impl Engine<'_> {
                 span = lo;
             }
         }
-        if span < 2 {
+        // A span running past the clock's range is left to single steps, which stop at the right one.
+        if span < 2 || i128::from(self.t) + start(span) > i128::from(MAX_TIME_PS) {
             return false;
         }
         self.take_quiet_steps(span, batch, dt0, ddt);

@@ -44,6 +44,7 @@ pub mod reject {
     pub const EXCEEDS_STEP_BUDGET: i64 = 4;
     pub const NEVER_ADMITTED: i64 = 5;
     pub const NEVER_SWAPPED_IN: i64 = 6;
+    pub const EXCEEDS_SEATS: i64 = 7;
 }
 
 const FINISHED: i64 = 0;
@@ -54,6 +55,10 @@ const NEVER: u64 = u64::MAX;
 const REJECTED: i64 = 1;
 /// Steps between checks of the interrupt callback (Ctrl-C from Python).
 const INTERRUPT_EVERY: u64 = 1 << 16;
+
+/// The simulated clock's range (2^62 ps, about 53 days): a step that would end past it is an error (the
+/// time model's coefficients are too large for the workload), in both engines alike.
+pub const MAX_TIME_PS: u64 = 1 << 62;
 /// Spacing of admission numbers: a group's samples take the numbers right after their parent's, so the
 /// running list stays sorted by admission number with each group together.
 const ADM_STRIDE: u64 = 1 << 32;
@@ -218,6 +223,8 @@ pub struct Engine<'a> {
     hits: Vec<BlockId>,
     new_blocks: Vec<BlockId>,
     num_rejected: u64,
+    /// Set (to the step) when a step would end past `MAX_TIME_PS`: `run` stops with an error.
+    clock_overflow: Option<u64>,
     out: EngineOutput,
     /// Steps run so far (the index of the next step).
     step: u64,
@@ -369,6 +376,7 @@ impl<'a> Engine<'a> {
             hits: Vec::new(),
             new_blocks: Vec::new(),
             num_rejected: 0,
+            clock_overflow: None,
             step: 0,
             ts_every: 0,
             log: None,
@@ -398,6 +406,8 @@ impl<'a> Engine<'a> {
             && region_size(cfg, s) > space.max_region()
         {
             reject::EXCEEDS_ADDRESS_SPACE
+        } else if s.seats() > cfg.max_num_seqs {
+            reject::EXCEEDS_SEATS
         } else {
             0
         }
@@ -1207,6 +1217,10 @@ impl<'a> Engine<'a> {
     /// Adds one step of `dt` picoseconds to the counters.
     #[inline]
     fn record(&mut self, dt: u64, batch: u64, tokens: u64, m: MemoryState) {
+        if (self.t as u64).saturating_add(dt) > MAX_TIME_PS {
+            self.clock_overflow = Some(self.step);
+            return;
+        }
         if self.ts_every > 0 && self.step % self.ts_every == 0 {
             let free = self.cfg.capacity_tokens() - m.allocated;
             self.out.timeseries.push([
@@ -1254,15 +1268,19 @@ impl<'a> Engine<'a> {
 
     /// The step's duration: the time model, plus PCIe time for the blocks swapped out or in.
     fn linear_time(&mut self, tokens: u64, context: u64) -> u64 {
-        let swap = std::mem::take(&mut self.swap_blocks_step) * self.cfg.swap_ps_per_block;
-        swap + match self.cfg.time {
+        let swap =
+            std::mem::take(&mut self.swap_blocks_step).saturating_mul(self.cfg.swap_ps_per_block);
+        // Saturating: a step too long for the clock (`MAX_TIME_PS`) stops the run in `record`.
+        swap.saturating_add(match self.cfg.time {
             TimeModel::Ticks { iteration_ps } => iteration_ps,
             TimeModel::Linear {
                 c0_ps,
                 c_tok_ps,
                 c_ctx_ps,
-            } => c0_ps + c_tok_ps * tokens + c_ctx_ps * context,
-        }
+            } => c0_ps
+                .saturating_add(c_tok_ps.saturating_mul(tokens))
+                .saturating_add(c_ctx_ps.saturating_mul(context)),
+        })
     }
 
     fn join(&mut self, row: usize) {
@@ -1441,6 +1459,11 @@ impl<'a> Engine<'a> {
             };
             // Nothing scheduled is fine if a head was rejected or a sequence preempted itself (then no
             // time passes, as in the reference); anything else would repeat forever.
+            if let Some(step) = self.clock_overflow {
+                return Err(KvError::InvalidArgument(clock_overflow_message(
+                    step, self.t,
+                )));
+            }
             if !progressed
                 && self.num_rejected == rejected_before
                 && self.out.counters.num_preemptions == preempted_before
@@ -1470,6 +1493,15 @@ impl<'a> Engine<'a> {
         }
         Ok(self.out)
     }
+}
+
+/// The error of a step that would end past `MAX_TIME_PS` (the reference raises the same text).
+fn clock_overflow_message(step: u64, t: i64) -> String {
+    format!(
+        "step {step} starting at {t} ps would end past the simulated clock's range of {MAX_TIME_PS} ps \
+         (about 53 days): the time model's coefficients (iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps, \
+         swap_ps_per_block) are too large for this workload"
+    )
 }
 
 /// Simulates every sequence of `inp` under `cfg`, recording every `timeseries_every`-th step (0: none)
