@@ -224,3 +224,21 @@ def test_linear_coefficients_are_bounded():
 
     with pytest.raises(InvalidArgumentError, match=r"c_ctx_ps 2199023255553 must be between 0 and"):
         kvsim.SimConfig(num_blocks=8, time_model="linear", c0_ps=1, c_tok_ps=1, c_ctx_ps=2**41 + 1)
+
+
+@pytest.mark.parametrize("field", ["prompt_len", "output_len", "max_tokens"])
+def test_token_counts_past_the_limit_are_refused(field):
+    """Lengths near 2^63 once wrapped the Rust engine's block arithmetic (a different reject reason than
+    the reference's, or an allocation abort); both backends now refuse them before running, naming the row."""
+    import kvsim
+    from kvsim.workloads import Workload
+
+    lengths = {"prompt_len": [4, 4], "output_len": [2, 2], "max_tokens": [2, 2]}
+    lengths[field] = [4, 2**63 - 1]
+    if field == "max_tokens":
+        lengths["output_len"] = [2, 2**63 - 1]
+        lengths["max_tokens"] = [2, 2**63 - 1]
+    w = Workload(arrival=[0.0, 0.0], **lengths)
+    for backend in ("rust", "reference"):
+        with pytest.raises(InvalidArgumentError, match=rf"row 1: \w+ {2**63 - 1} is above kvsim's limit"):
+            kvsim.simulate(w, kvsim.SimConfig(num_blocks=100), backend=backend)

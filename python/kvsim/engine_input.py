@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.config import MAX_TIME_PS, PS_PER_S, SimConfig
+from kvsim.config import MAX_TIME_PS, MAX_TOKENS, PS_PER_S, SimConfig
 from kvsim.errors import InvalidArgumentError
 from kvsim.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
 
@@ -82,6 +82,13 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
         )
     arrival_ps = np.rint(per_sequence(arrival_s, np.float64) * PS_PER_S).astype(np.int64)
     prompt = per_sequence(workload.prompt_len, np.int64)
+    for name in ("prompt_len", "output_len", "max_tokens"):
+        column = np.asarray(getattr(workload, name), dtype=np.int64)
+        if n and column.max() > MAX_TOKENS:
+            row = int(np.argmax(column))
+            raise InvalidArgumentError(
+                f"row {row}: {name} {int(column[row])} is above kvsim's limit of {MAX_TOKENS} tokens"
+            )
     output = per_sequence(workload.output_len, np.int64)
     max_gen = np.array(per_sequence(workload.max_tokens, np.int64))
     if config.max_model_len is not None:

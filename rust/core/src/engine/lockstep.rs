@@ -330,18 +330,17 @@ impl Engine<'_> {
         {
             return false;
         }
+        // The caps first (the bucket scan below is the costly part): at most a ring's length, never a
+        // recorded time-series step, nor a step at which `run` polls for Ctrl-C (`step %
+        // INTERRUPT_EVERY == 0`), nor one at whose start an arrival joins.
         let (step, mask) = (self.step, self.ring_mask);
-        let mut span = 0u64; // quiet steps: up to the next bucket holding anything (a stale entry too)
-        while span < mask as u64 && self.ring[(step + span) as usize & mask].is_empty() {
-            span += 1;
-        }
+        let mut span = mask as u64;
         if self.ts_every > 0 {
             span = span.min((self.ts_every - step % self.ts_every) % self.ts_every);
         }
-        // Nor a step at which `run` polls for Ctrl-C (it tests `step % INTERRUPT_EVERY == 0`).
         span = span.min(INTERRUPT_EVERY - step % INTERRUPT_EVERY);
-        if span < 2 {
-            return false;
+        if span < 2 || !self.ring[(step + 1) as usize & mask].is_empty() {
+            return false; // the next step has an event: nothing to take together
         }
         let batch = self.running.len() as u64;
         // Step j of the span (from 0) lasts dt0 + ddt j: the context read grows by `batch` tokens a step.
@@ -366,7 +365,13 @@ impl Engine<'_> {
         if let Some(arrival) = next_arrival {
             // An arrival joins at the first step starting at or after it: the span ends before that.
             let gap = i128::from(arrival - self.t);
-            if start(span - 1) >= gap {
+            if ddt == 0 {
+                // Steps of equal length: the first step starting at or after the arrival, directly.
+                if dt0 > 0 {
+                    let first = (gap + dt0 - 1) / dt0;
+                    span = span.min(u64::try_from(first).unwrap_or(u64::MAX));
+                }
+            } else if start(span - 1) >= gap {
                 let (mut lo, mut hi) = (1, span - 1); // start(lo - 1) < gap <= start(hi)
                 while lo < hi {
                     let mid = lo + (hi - lo) / 2;
@@ -378,6 +383,12 @@ impl Engine<'_> {
                 }
                 span = lo;
             }
+        }
+        // Then the events: the span ends at the next bucket holding anything (a stale entry too).
+        let limit = span;
+        span = 0;
+        while span < limit && self.ring[(step + span) as usize & mask].is_empty() {
+            span += 1;
         }
         // A span running past the clock's range is left to single steps, which stop at the right one.
         if span < 2 || i128::from(self.t) + start(span) > i128::from(MAX_TIME_PS) {
