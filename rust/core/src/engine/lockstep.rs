@@ -468,19 +468,7 @@ impl Engine<'_> {
             loop {
                 let c = self.slab[k].num_computed;
                 if self.try_grow(k, 1, true) {
-                    // Correct the implicit advance (+1 token, -1 slack, same blocks) to the truth.
-                    self.agg.internal += self.slack(c + 1) - self.slack(c) + 1;
-                    let bs = self.cfg.block_size;
-                    self.agg.logical += blocks_for(c + 1, bs) - blocks_for(c, bs);
-                    // Sample now: nothing later in the step reads this sequence, and it cannot be a
-                    // preemption victim (victims come from the tail: later admissions than any touched).
-                    let s = &mut self.slab[k];
-                    s.generate_one();
-                    if s.generated == s.target {
-                        self.touched.push(k); // finishes after the step
-                    } else {
-                        self.make_lazy(k, step + 1);
-                    }
+                    self.grown_and_sampled(k, c, step);
                     break;
                 }
                 preempted = true;
@@ -542,24 +530,33 @@ impl Engine<'_> {
                 return true;
             }
         }
-        let bs = self.cfg.block_size;
         for idx in start..end {
             let member = self.running[idx];
             let c = self.slab[member].num_computed;
             let grown = self.try_grow(member, 1, false);
             assert!(grown, "the group's room was checked");
-            self.agg.internal += self.slack(c + 1) - self.slack(c) + 1;
-            self.agg.logical += blocks_for(c + 1, bs) - blocks_for(c, bs);
-            let seq = &mut self.slab[member];
-            seq.generate_one();
-            if seq.generated == seq.target {
-                seq.next_event = u64::MAX; // its other entries in this bucket are stale now
-                self.touched.push(member);
-            } else {
-                self.make_lazy(member, step + 1);
-            }
+            self.grown_and_sampled(member, c, step);
         }
         true
+    }
+
+    /// After `k` (which had computed `c` tokens) grew by this step's token in the running phase: corrects
+    /// the implicit advance (+1 token, -1 slack, same blocks) to the truth and samples now (nothing later
+    /// in the step reads `k`, and it cannot be a preemption victim: victims come from the tail, admitted
+    /// after any touched sequence). A finisher waits for the step's end in `touched`, its other entries in
+    /// this bucket (a group's) made stale; the others go on lazily.
+    fn grown_and_sampled(&mut self, k: usize, c: u64, step: u64) {
+        let bs = self.cfg.block_size;
+        self.agg.internal += self.slack(c + 1) - self.slack(c) + 1;
+        self.agg.logical += blocks_for(c + 1, bs) - blocks_for(c, bs);
+        let s = &mut self.slab[k];
+        s.generate_one();
+        if s.generated == s.target {
+            s.next_event = u64::MAX;
+            self.touched.push(k);
+        } else {
+            self.make_lazy(k, step + 1);
+        }
     }
 
     /// Sampling after a lockstep step: touched sequences that reached their target (the others sampled
