@@ -314,8 +314,7 @@ impl Sim {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::FreeOrder;
-    use crate::engine::{self, EngineConfig, EngineInput, Policy, Preemption, TimeModel};
+    use crate::engine::{self, EngineConfig, EngineInput};
 
     const MS: i64 = 1_000_000_000;
 
@@ -360,25 +359,9 @@ mod tests {
 
     fn config(num_blocks: u32, block_size: u64) -> EngineConfig {
         EngineConfig {
-            num_blocks,
-            block_size,
-            policy: Policy::Vllm,
-            enable_prefix_caching: true,
-            free_order: FreeOrder::Classic,
             max_num_seqs: 1000,
             max_num_batched_tokens: 1 << 20,
-            chunked_prefill: true,
-            full_prompt_gate: false,
-            watermark_blocks: 0,
-            one_free_block: false,
-            max_model_len: None,
-            time: TimeModel::Ticks {
-                iteration_ps: MS as u64,
-            },
-            buddy: false,
-            preemption: Preemption::Recompute,
-            cpu_blocks: 0,
-            swap_ps_per_block: 0,
+            ..EngineConfig::for_tests(num_blocks, block_size)
         }
     }
 

@@ -102,6 +102,34 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
+    /// Unit tests' starting point: policy `vllm` with ticks of 1 ms, recompute, caching on, classic
+    /// free order, no watermark, chunked prefill, 256 seats and a budget of 8192; tests change what
+    /// they need with struct update syntax.
+    #[cfg(test)]
+    pub(crate) fn for_tests(num_blocks: u32, block_size: u64) -> Self {
+        Self {
+            num_blocks,
+            block_size,
+            policy: Policy::Vllm,
+            enable_prefix_caching: true,
+            free_order: FreeOrder::Classic,
+            max_num_seqs: 256,
+            max_num_batched_tokens: 8192,
+            chunked_prefill: true,
+            full_prompt_gate: false,
+            watermark_blocks: 0,
+            one_free_block: false,
+            max_model_len: None,
+            time: TimeModel::Ticks {
+                iteration_ps: 1_000_000_000,
+            },
+            buddy: false,
+            preemption: Preemption::Recompute,
+            cpu_blocks: 0,
+            swap_ps_per_block: 0,
+        }
+    }
+
     pub fn validate(&self) -> Result<()> {
         if self.num_blocks < 2 {
             invalid_arg!("num_blocks {} must be at least 2", self.num_blocks);

@@ -1567,25 +1567,11 @@ mod tests {
             segment_len: &eight,
         };
         let cfg = |cpu_blocks| EngineConfig {
-            num_blocks: 7,
-            block_size: 4,
-            policy: Policy::Vllm,
             enable_prefix_caching: false,
-            free_order: crate::FreeOrder::Classic,
             max_num_seqs: 16,
-            max_num_batched_tokens: 8192,
-            chunked_prefill: true,
-            full_prompt_gate: false,
-            watermark_blocks: 0,
-            one_free_block: false,
-            max_model_len: None,
-            time: TimeModel::Ticks {
-                iteration_ps: MS as u64,
-            },
-            buddy: false,
             preemption: Preemption::Auto,
             cpu_blocks,
-            swap_ps_per_block: 0,
+            ..EngineConfig::for_tests(7, 4)
         };
         let swapped = run(inp, &cfg(4), 0, false, &mut || false).unwrap();
         assert_eq!(swapped.finish, [6 * MS, 8 * MS, 8 * MS]);
