@@ -106,11 +106,8 @@ impl PyBlockPool {
     fn new(num_blocks: i128, enable_caching: bool, free_order: &str) -> PyResult<Self> {
         let n = num_blocks_arg(num_blocks)?;
         let order = FreeOrder::parse(free_order).py()?;
-        let pool = catch_panic(
-            || "BlockPool()".to_owned(),
-            || BlockPool::new(n, enable_caching, order),
-        );
-        Ok(Self(Guarded::new(pool.and_then(|r| r).py()?, "BlockPool")))
+        let pool = no_panic("BlockPool()", || BlockPool::new(n, enable_caching, order)).py()?;
+        Ok(Self(Guarded::new(pool, "BlockPool")))
     }
 
     #[getter]
@@ -226,14 +223,11 @@ impl PyKVCacheManager {
         let bs = block_size_arg(block_size)?;
         let n = num_blocks_arg(num_blocks)?;
         let order = FreeOrder::parse(free_order).py()?;
-        let manager = catch_panic(
-            || "KVCacheManager()".to_owned(),
-            || KVCacheManager::new(n, bs, enable_caching, order),
-        );
-        Ok(Self(Guarded::new(
-            manager.and_then(|r| r).py()?,
-            "KVCacheManager",
-        )))
+        let manager = no_panic("KVCacheManager()", || {
+            KVCacheManager::new(n, bs, enable_caching, order)
+        })
+        .py()?;
+        Ok(Self(Guarded::new(manager, "KVCacheManager")))
     }
 
     #[getter]
@@ -367,16 +361,8 @@ fn block_keys(segments: Vec<(i128, i128)>, block_size: i128) -> PyResult<Vec<u12
     let segs = segments_arg(&segments)?;
     kvsim_core::hash::validate_segments(&segs).py()?;
     let bs = block_size_arg(block_size)?;
-    let keys = catch_panic(
-        || "block_keys".to_owned(),
-        || kvsim_core::hash::block_keys(&segs, bs),
-    );
-    Ok(keys
-        .and_then(|r| r)
-        .py()?
-        .into_iter()
-        .map(|k| k.0)
-        .collect())
+    let keys = no_panic("block_keys", || kvsim_core::hash::block_keys(&segs, bs));
+    Ok(keys.py()?.into_iter().map(|k| k.0).collect())
 }
 
 fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>, name: &str) -> PyResult<&'a [T]> {
@@ -486,7 +472,9 @@ fn run_engine<'py>(
                 .map_err(|e| signal = Some(e))
                 .is_err()
         };
-        no_panic(|| engine::run(inp, &cfg, timeseries_every, record_events, &mut interrupted))
+        no_panic("the engine", || {
+            engine::run(inp, &cfg, timeseries_every, record_events, &mut interrupted)
+        })
     });
     if let Some(e) = signal {
         return Err(e);
@@ -535,9 +523,9 @@ fn catch_panic<T>(what: impl FnOnce() -> String, f: impl FnOnce() -> T) -> Resul
     })
 }
 
-/// `catch_panic` around an engine run.
-fn no_panic<T>(f: impl FnOnce() -> kvsim_core::Result<T>) -> kvsim_core::Result<T> {
-    catch_panic(|| "the engine".to_owned(), f).and_then(|r| r)
+/// `catch_panic` around a fallible call into the core named `what` (a panic or the call's own error).
+fn no_panic<T>(what: &str, f: impl FnOnce() -> kvsim_core::Result<T>) -> kvsim_core::Result<T> {
+    catch_panic(|| what.to_owned(), f).and_then(|r| r)
 }
 
 /// A core object behind a Python class. Its operations run under `catch_panic`; after a panic its state
@@ -598,8 +586,12 @@ impl<T> Guarded<T> {
 /// Test hook: panics inside the guard `run_engine` uses (tests/test_errors.py checks what Python sees).
 #[pyfunction]
 fn _panic_in_guard(py: Python<'_>) -> PyResult<()> {
-    py.detach(|| no_panic(|| -> kvsim_core::Result<()> { panic!("deliberate test panic") }))
-        .py()
+    py.detach(|| {
+        no_panic("the engine", || -> kvsim_core::Result<()> {
+            panic!("deliberate test panic")
+        })
+    })
+    .py()
 }
 
 /// Pops `ops` blocks from a free queue of `num_blocks` and pushes them back, nothing else (GIL
@@ -638,13 +630,7 @@ fn step_floor<'py>(
         slice(&target, "target")?,
     );
     let r = py
-        .detach(|| {
-            catch_panic(
-                || "step_floor".to_owned(),
-                || kvsim_core::floor::step_floor(a, p, t, cfg),
-            )
-        })
-        .and_then(|r| r)
+        .detach(|| no_panic("step_floor", || kvsim_core::floor::step_floor(a, p, t, cfg)))
         .py()?;
     Ok((r.steps, r.block_allocations, r.finished, r.checksum))
 }
