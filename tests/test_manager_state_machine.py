@@ -13,6 +13,48 @@ from kvsim.segments import output_id
 
 from .helpers import same_outcome
 
+# Every class of bad argument (DESIGN.md §Errors): ints past u64 and negative, floats (nan, inf), None,
+# bools, strings, lists; each must give the same class and message on both backends and change nothing.
+bad_ints = st.one_of(
+    st.integers(min_value=2**64),
+    st.integers(max_value=-1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.none(),
+    st.booleans(),
+    st.text(max_size=2),
+    st.lists(st.integers(0, 2), max_size=2),
+)
+bad_segment_lists = st.one_of(
+    bad_ints,
+    st.lists(
+        st.one_of(
+            st.tuples(bad_ints, st.integers(1, 8)),
+            st.tuples(st.integers(1, 4), st.one_of(bad_ints, st.just(0))),
+            st.tuples(st.integers(1, 4)),
+            bad_ints,
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.just([]),
+    st.just([(1, 2**63), (2, 2**63)]),
+)
+
+
+def same_error(rust, ref) -> None:
+    """Both raise kvsim's error of the same class with the same message."""
+    got = []
+    for fn in (rust, ref):
+        try:
+            fn()
+        except ValueError as e:
+            got.append((type(e).__name__, str(e)))
+        else:
+            got.append(("ok", None))
+    assert got[0] == got[1], f"rust {got[0]} != reference {got[1]}"
+    assert got[0][0] in ("InvalidArgumentError", "InvalidOperationError"), got[0]
+
+
 # A few shared content ids so that random prompts share prefixes and hit the cache.
 shared_segment = st.tuples(st.integers(1, 4), st.integers(1, 40))
 own_segment = st.tuples(st.integers(100, 10**6), st.integers(1, 40))
@@ -102,6 +144,48 @@ class ManagerMachine(RuleBasedStateMachine):
     def lookup(self, prompt):
         same_outcome(lambda: self.rust.lookup(prompt), lambda: self.ref.lookup(prompt))
 
+    def snapshot(self, m):
+        return (m.free_block_ids(), m.cached_block_ids(), m.num_requests, m.num_cow_copies, m.num_evictions)
+
+    @rule(
+        data=st.data(),
+        call=st.sampled_from(
+            ["allocate-id", "allocate-n", "free", "fork-parent", "fork-child", "block_table"]
+        ),
+        bad=bad_ints,
+    )
+    def bad_number(self, data, call: str, bad):
+        """A bad request id or token count: same class and message, nothing changed."""
+        rid = data.draw(st.sampled_from(sorted(self.content))) if self.content else 0
+        segs = self.segments(rid) if rid in self.content else [(1, 4)]
+        calls = {
+            "allocate-id": lambda m: m.allocate(bad, segs, 1),
+            "allocate-n": lambda m: m.allocate(rid, segs, bad),
+            "free": lambda m: m.free(bad),
+            "fork-parent": lambda m: m.fork(bad, self.next_id),
+            "fork-child": lambda m: m.fork(rid, bad),
+            "block_table": lambda m: m.block_table(bad),
+        }
+        if call == "fork-child" or call == "allocate-n":
+            assume(rid in self.ref)
+        before = self.snapshot(self.ref)
+        same_error(lambda: calls[call](self.rust), lambda: calls[call](self.ref))
+        assert self.snapshot(self.rust) == self.snapshot(self.ref) == before
+        assert (bad in self.rust) is (bad in self.ref) is False
+
+    @rule(segments=bad_segment_lists, new_request=st.booleans())
+    def bad_segments(self, segments, new_request: bool):
+        rid = self.next_id if new_request or not self.content else min(self.content)
+        before = self.snapshot(self.ref)
+        same_error(lambda: self.rust.allocate(rid, segments, 1), lambda: self.ref.allocate(rid, segments, 1))
+        same_error(lambda: self.rust.lookup(segments), lambda: self.ref.lookup(segments))
+        assert self.snapshot(self.rust) == self.snapshot(self.ref) == before
+
+    @rule(block=st.one_of(bad_ints, st.integers(-3, 50)))
+    def block_queries(self, block):
+        same_outcome(lambda: self.rust.ref_cnt(block), lambda: self.ref.ref_cnt(block))
+        same_outcome(lambda: self.rust.block_hash(block), lambda: self.ref.block_hash(block))
+
     @invariant()
     def same_state(self) -> None:
         if not hasattr(self, "rust"):
@@ -167,6 +251,47 @@ class PoolMachine(RuleBasedStateMachine):
     @rule(key=st.integers(0, 5))
     def lookup(self, key: int):
         assert self.rust.lookup(key) == self.ref.lookup(key)
+
+    def snapshot(self, p):
+        return (p.free_block_ids(), p.cached_block_ids(), [p.ref_cnt(b) for b in range(self.n)])
+
+    @rule(
+        data=st.data(),
+        call=st.sampled_from(["free", "touch", "allocate", "register-block", "register-key", "lookup"]),
+        bad=bad_ints,
+    )
+    def bad_argument(self, data, call: str, bad):
+        """A bad id, list, count or key, alone or inside an otherwise valid list: same class and message,
+        nothing changed."""
+        if call == "register-key" and isinstance(bad, int) and not isinstance(bad, bool) and bad >= 0:
+            bad += 1 << 128  # past u64 is still a key: past u128 is not
+        ids = data.draw(st.lists(st.integers(0, self.n - 1), max_size=3))
+        at = data.draw(st.integers(0, len(ids)))
+        with_bad = [*ids[:at], bad, *ids[at:]]
+        calls = {
+            "touch": lambda p: p.touch(with_bad),
+            "allocate": lambda p: p.allocate(bad),
+            "register-block": lambda p: p.register(bad, 1),
+            "register-key": lambda p: p.register(1, bad),
+            "lookup": lambda p: p.lookup(bad),
+        }
+        before = self.snapshot(self.ref)
+        if call == "lookup" and isinstance(bad, int) and not isinstance(bad, bool):
+            assert self.rust.lookup(bad) is None
+            assert self.ref.lookup(bad) is None
+            return
+        if call == "allocate" and isinstance(bad, int) and not isinstance(bad, bool) and bad > 0:
+            assert self.rust.allocate(bad) is None
+            assert self.ref.allocate(bad) is None
+            return
+        if call == "free":
+            # A bare bad value, or one inside a valid list (a list of small ints as `bad` is a valid list).
+            use_list = data.draw(st.booleans()) or isinstance(bad, list)
+            arg = with_bad if use_list else bad
+            same_error(lambda: self.rust.free(arg), lambda: self.ref.free(arg))
+        else:
+            same_error(lambda: calls[call](self.rust), lambda: calls[call](self.ref))
+        assert self.snapshot(self.rust) == self.snapshot(self.ref) == before
 
     @invariant()
     def same_state(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from kvsim.arguments import segments_arg, u64_arg
 from kvsim.errors import InvalidArgumentError
 
 MASK64 = (1 << 64) - 1
@@ -47,24 +48,25 @@ def block_key(parent: int | None, pieces: Sequence[Piece]) -> int:
     return (hi << 64) | lo
 
 
-def validate_segments(segments: Sequence[Segment]) -> int:
-    """Checks a request's segment list and returns its total token count.
+def checked_segments(segments: object) -> tuple[list[Segment], int]:
+    """A request's segment list as int pairs, and its total token count (the rules of `kvsim.arguments`).
 
     Raises:
-        InvalidArgumentError: an empty list, a segment id outside u64, or a length below 1.
+        InvalidArgumentError: not a list or tuple of pairs of integers, an id outside u64, a length
+            outside `[1, 2**64)`, an empty list, or more tokens in all than a u64 holds.
     """
-    if len(segments) == 0:
+    segs = segments_arg(segments)
+    if not segs:
         raise InvalidArgumentError("segments must not be empty")
-    total = 0
-    for i, (seg_id, length) in enumerate(segments):
-        if not 0 <= seg_id <= MASK64:
-            raise InvalidArgumentError(f"segment {i}: id {seg_id} is not a u64")
-        if length < 1:
-            raise InvalidArgumentError(f"segment {i}: length {length} must be at least 1")
-        total += length
+    total = sum(length for _, length in segs)
     if total > MASK64:
         raise InvalidArgumentError(f"segments describe {total} tokens, more than a u64 holds")
-    return total
+    return segs, total
+
+
+def validate_segments(segments: Sequence[Segment]) -> int:
+    """Checks a request's segment list (see `checked_segments`) and returns its total token count."""
+    return checked_segments(segments)[1]
 
 
 def block_pieces(segments: Sequence[Segment], block_size: int, block_index: int) -> list[Piece]:
@@ -99,7 +101,6 @@ def iter_block_keys(
 
 def block_keys(segments: Sequence[Segment], block_size: int) -> list[int]:
     """Keys of every full block the segments describe (a trailing partial block gets none)."""
-    total = validate_segments(segments)
-    if block_size < 1:
-        raise InvalidArgumentError(f"block_size {block_size} must be at least 1")
-    return list(iter_block_keys(segments, block_size, 0, None, total // block_size))
+    segs, total = checked_segments(segments)
+    block_size = u64_arg("block_size", block_size, 1)
+    return list(iter_block_keys(segs, block_size, 0, None, total // block_size))

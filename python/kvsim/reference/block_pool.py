@@ -5,21 +5,66 @@ The executable spec of `rust/core/src/block_pool.rs`; same API, same answers, wr
 
 from __future__ import annotations
 
+import os
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
+from typing import Any
 
+from kvsim.arguments import block_id_arg, block_ids_arg, bool_arg, int_arg
 from kvsim.errors import InternalError, InvalidArgumentError, InvalidOperationError
 
 FREE_ORDERS = ("classic", "lifo_unhashed")
 MAX_KEY = (1 << 128) - 1
-MAX_BLOCKS = (1 << 32) - 2
+# The largest pool: ids leave room for the Rust free queue's two sentinels and its "no block" marker.
+MAX_BLOCKS = (1 << 32) - 3
+# The Rust pool's bookkeeping per block at most (`POOL_BYTES_PER_BLOCK` in rust/core/src/block_pool.rs:
+# reference count, key, duplicate chain, phantom flag, free-queue links, a prefix-map entry); both
+# backends refuse a pool whose `num_blocks` times this exceeds `memory_limit()`, with the same message
+# (the reference's Python objects take more per block: it is the spec, not the tool for huge pools).
+POOL_BYTES_PER_BLOCK = 82
+MEMORY_LIMIT_ENV = "KVSIM_MEMORY_LIMIT"
 
 
-def check_free_order(free_order: str) -> None:
-    if free_order not in FREE_ORDERS:
+def memory_limit() -> int:
+    """`KVSIM_MEMORY_LIMIT` (bytes) if set, else the machine's physical memory, else no limit (2**64-1)."""
+    v = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if v.isdigit() and int(v) <= (1 << 64) - 1:
+        return int(v)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return (1 << 64) - 1
+
+
+def check_pool_memory(num_blocks: int) -> None:
+    needed = num_blocks * POOL_BYTES_PER_BLOCK
+    limit = memory_limit()
+    if needed > limit:
+        raise InvalidArgumentError(
+            f"num_blocks {num_blocks} needs {needed} bytes ({needed >> 20} MiB) of block bookkeeping "
+            f"({POOL_BYTES_PER_BLOCK} bytes per block), more than the memory limit of {limit} bytes "
+            f"({limit >> 20} MiB: this machine's physical memory, or {MEMORY_LIMIT_ENV} if set)"
+        )
+
+
+def check_free_order(free_order: Any) -> None:
+    if not isinstance(free_order, str) or free_order not in FREE_ORDERS:
         raise InvalidArgumentError(
             f"free_order {free_order!r} is not one of {', '.join(repr(o) for o in FREE_ORDERS)}"
         )
+
+
+def check_num_blocks(num_blocks: Any) -> int:
+    n = int_arg("num_blocks", num_blocks)
+    if not 2 <= n <= MAX_BLOCKS:
+        raise InvalidArgumentError(
+            f"num_blocks {n} must be between 2 and {MAX_BLOCKS} (block 0 is the null block)"
+        )
+    return n
 
 
 class BlockPool:
@@ -35,11 +80,10 @@ class BlockPool:
     """
 
     def __init__(self, num_blocks: int, enable_caching: bool = True, free_order: str = "classic") -> None:
-        if not 2 <= num_blocks <= MAX_BLOCKS:
-            raise InvalidArgumentError(
-                f"num_blocks {num_blocks} must be between 2 and {MAX_BLOCKS} (block 0 is the null block)"
-            )
+        num_blocks = check_num_blocks(num_blocks)
+        bool_arg("enable_caching", enable_caching)
         check_free_order(free_order)
+        check_pool_memory(num_blocks)
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.free_order = free_order
@@ -62,22 +106,19 @@ class BlockPool:
     def capacity(self) -> int:
         return self.num_blocks - 1
 
-    def _check_block(self, block_id: int) -> None:
-        if not 0 <= block_id < self.num_blocks:
-            raise InvalidArgumentError(f"block id {block_id} is out of range 0..{self.num_blocks - 1}")
+    def _check_block(self, block_id: Any) -> int:
+        return block_id_arg(block_id, self.num_blocks)
 
-    def _check_usable(self, block_id: int) -> None:
-        self._check_block(block_id)
+    @staticmethod
+    def _check_not_null(block_id: int) -> None:
         if block_id == 0:
             raise InvalidOperationError("block 0 is the null block and is never allocated or freed")
 
     def ref_cnt(self, block_id: int) -> int:
-        self._check_block(block_id)
-        return self._ref_cnt[block_id]
+        return self._ref_cnt[self._check_block(block_id)]
 
     def block_hash(self, block_id: int) -> int | None:
-        self._check_block(block_id)
-        return self._key[block_id]
+        return self._key[self._check_block(block_id)]
 
     def free_block_ids(self) -> list[int]:
         return list(self._free)
@@ -86,12 +127,16 @@ class BlockPool:
         return [b for b in range(self.num_blocks) if self._key[b] is not None]
 
     def lookup(self, key: int) -> int | None:
+        """The first block registered under `key` that still carries it, or None (also for any integer no
+        block can carry); InvalidArgumentError when `key` is not an integer."""
+        key = int_arg("key", key)
         holders = self._cached.get(key)
         return next(iter(holders)) if holders else None
 
     # -- mutations ------------------------------------------------------------------------------------
     def allocate(self, num: int) -> list[int] | None:
         """Pops `num` blocks from the head of the free queue, or returns None and changes nothing."""
+        num = int_arg("num", num)
         if num < 0:
             raise InvalidArgumentError(f"cannot allocate {num} blocks: the count must not be negative")
         if num > len(self._free):
@@ -121,18 +166,26 @@ class BlockPool:
     def free(self, block_ids: Iterable[int]) -> None:
         """Drops one reference per listed block, in the given order; blocks reaching zero join the queue.
 
+        `block_ids` is a list or tuple; every id is checked (type, range) before anything else.
+
         Raises:
-            InvalidOperationError: a block would be freed more often than it is held (nothing changes).
+            InvalidArgumentError: not a list or tuple of ints, or an id out of range (nothing changes).
+            InvalidOperationError: the null block, or a block would be freed more often than it is held
+                (nothing changes).
         """
-        order = list(block_ids)
+        order = block_ids_arg(block_ids, self.num_blocks)
         seen: Counter[int] = Counter()
         for block_id in order:
-            self._check_usable(block_id)
+            self._check_not_null(block_id)
             seen[block_id] += 1
             if seen[block_id] > self._ref_cnt[block_id]:
                 raise InvalidOperationError(
                     f"block {block_id} freed {seen[block_id]} times but has ref_cnt {self._ref_cnt[block_id]}"
                 )
+        self._release(order)
+
+    def _release(self, order: Iterable[int]) -> None:
+        """`free` for callers that hold the references by construction (the manager)."""
         unhashed_to_head: list[int] = []
         for block_id in order:
             self._ref_cnt[block_id] -= 1
@@ -146,10 +199,17 @@ class BlockPool:
             self._free.move_to_end(block_id, last=False)
 
     def touch(self, block_ids: Iterable[int]) -> None:
-        """Takes one more reference on each block, removing free ones from the queue (a cache hit)."""
-        order = list(block_ids)
+        """Takes one more reference on each block, removing free ones from the queue (a cache hit).
+
+        Raises as `free` does for bad ids and the null block; nothing changes then.
+        """
+        order = block_ids_arg(block_ids, self.num_blocks)
         for block_id in order:
-            self._check_usable(block_id)
+            self._check_not_null(block_id)
+        self._acquire(order)
+
+    def _acquire(self, order: Iterable[int]) -> None:
+        """`touch` for callers that pass valid ids by construction (the manager)."""
         for block_id in order:
             if self._ref_cnt[block_id] == 0:
                 del self._free[block_id]
@@ -157,9 +217,11 @@ class BlockPool:
 
     def register(self, block_id: int, key: int) -> None:
         """Gives an in-use block its content key, making it findable by `lookup`."""
+        key = int_arg("key", key)
         if not 0 <= key <= MAX_KEY:
             raise InvalidArgumentError(f"key {key} is not a u128")
-        self._check_usable(block_id)
+        block_id = self._check_block(block_id)
+        self._check_not_null(block_id)
         if not self.enable_caching:
             raise InvalidOperationError("cannot register a key: prefix caching is disabled")
         if self._ref_cnt[block_id] == 0:

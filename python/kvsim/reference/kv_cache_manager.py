@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from kvsim.arguments import as_int, request_id_arg, u64_arg
 from kvsim.errors import InternalError, InvalidArgumentError, InvalidOperationError
-from kvsim.hashing import MASK64, Segment, iter_block_keys, validate_segments
+from kvsim.hashing import Segment, checked_segments, iter_block_keys
 from kvsim.reference.block_pool import BlockPool
 
 
@@ -27,11 +29,6 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def check_request_id(request_id: int) -> None:
-    if not 0 <= request_id <= MASK64:
-        raise InvalidArgumentError(f"request_id {request_id} is not a u64")
-
-
 class KVCacheManager:
     """Block tables for requests, on a pool of `num_blocks` blocks (block 0 is the null block).
 
@@ -44,8 +41,7 @@ class KVCacheManager:
     def __init__(
         self, num_blocks: int, block_size: int, enable_caching: bool = True, free_order: str = "classic"
     ) -> None:
-        if block_size < 1:
-            raise InvalidArgumentError(f"block_size {block_size} must be at least 1")
+        block_size = u64_arg("block_size", block_size, 1)
         self.pool = BlockPool(num_blocks, enable_caching, free_order)
         self.block_size = block_size
         self.enable_caching = enable_caching
@@ -69,11 +65,14 @@ class KVCacheManager:
     def num_requests(self) -> int:
         return len(self._requests)
 
-    def __contains__(self, request_id: int) -> bool:
-        return request_id in self._requests
+    def __contains__(self, request_id: object) -> bool:
+        """Whether the request holds a table. Never raises: anything that is not a request id (a float, a
+        bool, None, an int outside u64) is not in it, as with a dict."""
+        rid = as_int(request_id)
+        return rid is not None and rid in self._requests
 
-    def _get(self, request_id: int) -> _Request:
-        check_request_id(request_id)
+    def _get(self, request_id: Any) -> _Request:
+        request_id = request_id_arg(request_id)
         req = self._requests.get(request_id)
         if req is None:
             raise InvalidOperationError(f"unknown request {request_id}")
@@ -113,8 +112,8 @@ class KVCacheManager:
 
     def lookup(self, segments: Sequence[Segment]) -> int:
         """Tokens a new request with this content would find cached; no side effects."""
-        total = validate_segments(segments)
-        return len(self._hits(segments, total)[0]) * self.block_size
+        segs, total = checked_segments(segments)
+        return len(self._hits(segs, total)[0]) * self.block_size
 
     # -- mutations ------------------------------------------------------------------------------------
     def allocate(self, request_id: int, segments: Sequence[Segment], num_new_tokens: int) -> list[int] | None:
@@ -126,12 +125,13 @@ class KVCacheManager:
         in the returned list). Returns None, changing nothing, when the blocks do not fit.
 
         Raises:
-            InvalidArgumentError: bad segments, `num_new_tokens < 1`, or more tokens than segments hold.
+            InvalidArgumentError: a `request_id` or `num_new_tokens` that is not an integer or is out of
+                range (`num_new_tokens` in `[1, 2**64)`), bad segments, or more tokens than the segments
+                hold. Every argument is checked before anything changes.
         """
-        check_request_id(request_id)
-        total = validate_segments(segments)
-        if num_new_tokens < 1:
-            raise InvalidArgumentError(f"num_new_tokens {num_new_tokens} must be at least 1")
+        request_id = request_id_arg(request_id)
+        segments, total = checked_segments(segments)
+        num_new_tokens = u64_arg("num_new_tokens", num_new_tokens, 1)
         bs = self.block_size
         req = self._requests.get(request_id)
         if req is None:
@@ -142,7 +142,7 @@ class KVCacheManager:
             num_evictable = sum(1 for b in hits if self.pool.ref_cnt(b) == 0)
             if num_new_blocks + num_evictable > self.pool.num_free_blocks:
                 return None
-            self.pool.touch(hits)
+            self.pool._acquire(hits)
             new = self.pool.allocate(num_new_blocks)
             assert new is not None
             req = _Request(hits + new, computed, len(hits), last_key)
@@ -157,7 +157,7 @@ class KVCacheManager:
             new = self.pool.allocate(num_new_blocks + copy)
             assert new is not None
             if copy:
-                self.pool.free([req.blocks[-1]])
+                self.pool._release([req.blocks[-1]])
                 req.blocks[-1] = new[0]
                 self.num_cow_copies += 1
                 req.blocks.extend(new[1:])
@@ -179,6 +179,7 @@ class KVCacheManager:
 
     @staticmethod
     def _check_room(request_id: int, computed: int, num_new_tokens: int, total: int) -> None:
+        # Rust: `computed.checked_add(num_new_tokens)` fails past u64, and then so does this (total <= u64).
         if computed + num_new_tokens > total:
             raise InvalidArgumentError(
                 f"request {request_id}: num_new_tokens {num_new_tokens} goes beyond the {total} tokens "
@@ -198,18 +199,18 @@ class KVCacheManager:
 
     def free(self, request_id: int) -> None:
         """Releases a request's blocks in reverse table order and forgets it; unknown ids are a no-op."""
-        check_request_id(request_id)
+        request_id = request_id_arg(request_id)
         req = self._requests.pop(request_id, None)
         if req is not None:
-            self.pool.free(reversed(req.blocks))
+            self.pool._release(reversed(req.blocks))
 
     def fork(self, parent_id: int, child_id: int) -> None:
         """Makes `child_id` share every block of `parent_id` (ref_cnt + 1 each), as a new sample does."""
         parent = self._get(parent_id)
-        check_request_id(child_id)
+        child_id = request_id_arg(child_id)
         if child_id in self._requests:
             raise InvalidOperationError(f"cannot fork onto request {child_id}: it already exists")
-        self.pool.touch(parent.blocks)
+        self.pool._acquire(parent.blocks)
         self._requests[child_id] = _Request(
             list(parent.blocks), parent.num_computed_tokens, parent.num_keyed_blocks, parent.last_key
         )

@@ -71,6 +71,72 @@ impl Hasher for IdHasher {
 
 type KeyMap = HashMap<BlockKey, u32, BuildHasherDefault<IdHasher>>;
 
+/// Bytes a pool keeps per block at most: its arrays (reference count, key, duplicate chain, phantom flag,
+/// free-queue links) and, when every block carries a key, the prefix map's entry and control byte.
+pub const POOL_BYTES_PER_BLOCK: u64 = (size_of::<u32>()
+    + size_of::<Option<BlockKey>>()
+    + size_of::<u32>()
+    + size_of::<bool>()
+    + FreeQueue::BYTES_PER_BLOCK
+    + size_of::<(BlockKey, u32)>()
+    + 1) as u64;
+
+/// The environment variable that overrides [`memory_limit`] (a number of bytes).
+pub const MEMORY_LIMIT_ENV: &str = "KVSIM_MEMORY_LIMIT";
+
+/// The most memory a pool's bookkeeping may take: `KVSIM_MEMORY_LIMIT` (bytes) if set, else the
+/// machine's physical memory (`MemTotal` of `/proc/meminfo`), else no limit (`u64::MAX`).
+pub fn memory_limit() -> u64 {
+    if let Some(v) = std::env::var(MEMORY_LIMIT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        return v;
+    }
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            kib.checked_mul(1024)
+        })
+        .unwrap_or(u64::MAX)
+}
+
+/// Refuses, before anything is allocated, a pool whose bookkeeping (`num_blocks` ×
+/// [`POOL_BYTES_PER_BLOCK`]) exceeds [`memory_limit`]. The one place this rule lives: the pool's and
+/// the manager's constructors and the engine all build their pool through [`BlockPool::new`].
+pub fn check_pool_memory(num_blocks: u32) -> Result<()> {
+    let needed = u64::from(num_blocks) * POOL_BYTES_PER_BLOCK;
+    let limit = memory_limit();
+    if needed > limit {
+        invalid_arg!(
+            "num_blocks {num_blocks} needs {needed} bytes ({} MiB) of block bookkeeping \
+             ({POOL_BYTES_PER_BLOCK} bytes per block), more than the memory limit of {limit} bytes \
+             ({} MiB: this machine's physical memory, or {MEMORY_LIMIT_ENV} if set)",
+            needed >> 20,
+            limit >> 20
+        );
+    }
+    Ok(())
+}
+
+fn out_of_memory(num_blocks: u32) -> KvError {
+    KvError::InvalidArgument(format!(
+        "num_blocks {num_blocks}: the memory for the pool's bookkeeping ({} bytes) cannot be allocated",
+        u64::from(num_blocks) * POOL_BYTES_PER_BLOCK
+    ))
+}
+
+/// `vec![value; n]` that reports an allocation failure instead of aborting the process.
+fn filled<T: Clone>(n: usize, value: T, num_blocks: u32) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| out_of_memory(num_blocks))?;
+    v.resize(n, value);
+    Ok(v)
+}
+
 #[derive(Clone, Debug)]
 pub struct BlockPool {
     num_blocks: u32,
@@ -99,16 +165,17 @@ impl BlockPool {
                 "num_blocks {num_blocks} must be between 2 and {MAX_BLOCKS} (block 0 is the null block)"
             );
         }
+        check_pool_memory(num_blocks)?;
         let n = num_blocks as usize;
         Ok(BlockPool {
             num_blocks,
             enable_caching,
             free_order,
-            ref_cnt: vec![0; n],
-            key: vec![None; n],
-            dup_next: vec![NONE; n],
-            phantom: vec![false; n],
-            queue: FreeQueue::new(num_blocks, 1),
+            ref_cnt: filled(n, 0, num_blocks)?,
+            key: filled(n, None, num_blocks)?,
+            dup_next: filled(n, NONE, num_blocks)?,
+            phantom: filled(n, false, num_blocks)?,
+            queue: FreeQueue::try_new(num_blocks, 1).ok_or_else(|| out_of_memory(num_blocks))?,
             map: KeyMap::default(),
             num_evictions: 0,
             num_allocated: 0,
@@ -198,8 +265,8 @@ impl BlockPool {
     // -- mutations -------------------------------------------------------------------------------------
     /// Pops `num` blocks from the head into `out` (each with `ref_cnt` 1, its old key evicted), or returns
     /// false and changes nothing.
-    pub fn allocate_into(&mut self, num: u32, out: &mut Vec<BlockId>) -> bool {
-        if num > self.queue.len() {
+    pub fn allocate_into(&mut self, num: u64, out: &mut Vec<BlockId>) -> bool {
+        if num > u64::from(self.queue.len()) {
             return false;
         }
         for _ in 0..num {
@@ -221,7 +288,11 @@ impl BlockPool {
         Some(b)
     }
 
-    pub fn allocate(&mut self, num: u32) -> Option<Vec<BlockId>> {
+    /// `allocate_into` a new vector (sized only once the count is known to fit).
+    pub fn allocate(&mut self, num: u64) -> Option<Vec<BlockId>> {
+        if num > u64::from(self.queue.len()) {
+            return None;
+        }
         let mut out = Vec::with_capacity(num as usize);
         self.allocate_into(num, &mut out).then_some(out)
     }

@@ -27,10 +27,11 @@ pub fn rem_bs(x: u64, block_size: u64) -> u64 {
     }
 }
 
-/// `ceil(x / block_size)`: the blocks that hold `x` tokens.
+/// `ceil(x / block_size)`: the blocks that hold `x` tokens. Never overflows (`x + block_size - 1`
+/// would wrap for counts or block sizes near `u64::MAX`).
 #[inline]
 pub fn blocks_for(x: u64, block_size: u64) -> u64 {
-    div_bs(x + block_size - 1, block_size)
+    div_bs(x, block_size) + u64::from(rem_bs(x, block_size) != 0)
 }
 
 /// A request's block table. Invariant: `blocks.len() == ceil(num_computed_tokens / block_size)`, and with
@@ -147,7 +148,7 @@ impl BlockTable {
         let num_new_blocks = blocks_for(computed, block_size) - hits.len() as u64;
         pool.acquire(hits.iter().copied());
         let first = new.len();
-        let ok = pool.allocate_into(num_new_blocks as u32, new);
+        let ok = pool.allocate_into(num_new_blocks, new);
         debug_assert!(ok, "capacity was checked by the caller");
         let mut blocks = buffer;
         blocks.clear();
@@ -199,7 +200,7 @@ impl BlockTable {
             return Some(false);
         }
         let first = new.len();
-        if !pool.allocate_into((num_new_blocks + u64::from(copy)) as u32, new) {
+        if !pool.allocate_into(num_new_blocks.saturating_add(u64::from(copy)), new) {
             return None;
         }
         let mut fresh = &new[first..];

@@ -32,12 +32,23 @@ pub struct FreeQueue {
 }
 
 impl FreeQueue {
+    /// Bytes per block of the queue's links.
+    pub const BYTES_PER_BLOCK: usize = size_of::<Link>();
+
     /// A queue over ids `0..n` holding `first..n` in ascending order (ids below `first` stay out).
     pub fn new(n: u32, first: u32) -> Self {
+        Self::try_new(n, first).expect("memory for the free queue")
+    }
+
+    /// `new`, or `None` when the memory for its links cannot be allocated.
+    pub fn try_new(n: u32, first: u32) -> Option<Self> {
         let (head, tail) = (n, n + 1);
         let size = n as usize + 2;
+        let mut links = Vec::new();
+        links.try_reserve_exact(size).ok()?;
+        links.resize(size, UNLINKED);
         let mut q = FreeQueue {
-            links: vec![UNLINKED; size],
+            links,
             len: 0,
             head,
             tail,
@@ -47,7 +58,7 @@ impl FreeQueue {
         for b in first..n {
             q.push_back(BlockId(b));
         }
-        q
+        Some(q)
     }
 
     #[inline]

@@ -94,17 +94,21 @@ pub fn validate_segments(segments: &[Segment]) -> Result<u64> {
     if segments.is_empty() {
         invalid_arg!("segments must not be empty");
     }
-    let mut total: u64 = 0;
+    let mut total: u128 = 0;
     for (i, s) in segments.iter().enumerate() {
         if s.len < 1 {
-            invalid_arg!("segment {i}: length {} must be at least 1", s.len);
+            invalid_arg!(
+                "segment {i}: length {} must be between 1 and {}",
+                s.len,
+                u64::MAX
+            );
         }
-        total = match total.checked_add(s.len) {
-            Some(t) => t,
-            None => invalid_arg!("segments describe more tokens than a u64 holds"),
-        };
+        total += u128::from(s.len);
     }
-    Ok(total)
+    match u64::try_from(total) {
+        Ok(t) => Ok(t),
+        Err(_) => invalid_arg!("segments describe {total} tokens, more than a u64 holds"),
+    }
 }
 
 /// Walks the keys of consecutive full blocks of a segment list, keeping a cursor into the segments so

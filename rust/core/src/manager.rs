@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::block_table::BlockTable;
+use crate::block_table::{BlockTable, blocks_for};
 use crate::hash::validate_segments;
 use crate::{BlockId, BlockPool, FreeOrder, KvError, Result, Segment, invalid_arg, invalid_op};
 
@@ -79,8 +79,12 @@ impl KVCacheManager {
     }
 
     // -- mutations -------------------------------------------------------------------------------------
+    /// `computed + num_new_tokens <= total`, without overflowing (all three may be near `u64::MAX`).
     fn check_room(request_id: u64, computed: u64, num_new_tokens: u64, total: u64) -> Result<()> {
-        if computed + num_new_tokens > total {
+        if computed
+            .checked_add(num_new_tokens)
+            .is_none_or(|end| end > total)
+        {
             invalid_arg!(
                 "request {request_id}: num_new_tokens {num_new_tokens} goes beyond the {total} tokens \
                  its segments describe ({computed} already computed)"
@@ -122,10 +126,13 @@ impl KVCacheManager {
             let last_key = BlockTable::find_hits(&self.pool, bs, segments, total, &mut hits);
             let computed = hits.len() as u64 * bs;
             let room = Self::check_room(request_id, computed, num_new_tokens, total);
-            let needed = (computed + num_new_tokens).div_ceil(bs) - hits.len() as u64
-                + BlockTable::num_evictable(&self.pool, &hits);
-            let fits = needed <= u64::from(self.pool.num_free_blocks());
-            let table = (room.is_ok() && fits).then(|| {
+            // Only with room checked is `computed + num_new_tokens` (<= total) free of overflow.
+            let fits = room.is_ok() && {
+                let needed = blocks_for(computed + num_new_tokens, bs) - hits.len() as u64;
+                needed.saturating_add(BlockTable::num_evictable(&self.pool, &hits))
+                    <= u64::from(self.pool.num_free_blocks())
+            };
+            let table = fits.then(|| {
                 BlockTable::start(
                     &mut self.pool,
                     bs,

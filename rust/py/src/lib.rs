@@ -6,12 +6,13 @@
 // `Python::check_signals` as a path does not satisfy `attach`'s higher-ranked closure bound.
 #![allow(clippy::redundant_closure_for_method_calls)]
 
-use kvsim_core::block_pool::MAX_BLOCKS;
+use kvsim_core::block_pool::{MAX_BLOCKS, POOL_BYTES_PER_BLOCK};
 use kvsim_core::engine::{self, EngineConfig, EngineInput, Policy, Preemption, TimeModel};
 use kvsim_core::{BlockId, BlockKey, BlockPool, FreeOrder, KVCacheManager, KvError, Segment};
 use numpy::{IntoPyArray, PyReadonlyArray1};
+use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 mod errors {
@@ -43,156 +44,391 @@ fn invalid(msg: String) -> PyErr {
     errors::InvalidArgumentError::new_err(msg)
 }
 
-/// Python ints arrive as i128 so that negative or huge values get kvsim's error, not an `OverflowError`.
+// -- arguments ----------------------------------------------------------------------------------------
+// The rules of DESIGN.md §Errors, shared with the reference (`python/kvsim/arguments.py`): an integer
+// argument is any object with `__index__` except a bool (else "NAME VALUE must be an integer", VALUE its
+// repr); its range is checked next, in argument order, with messages that print Python's own digits.
+
+/// Python's `repr(obj)` (what the reference's `{value!r}` prints).
+fn repr(obj: &Bound<'_, PyAny>) -> String {
+    obj.repr()
+        .map_or_else(|_| "<unprintable>".to_owned(), |r| r.to_string())
+}
+
+/// An integer argument: `value` is exact within i128 and saturated beyond it (range checks against
+/// bounds inside i128 stay right); `Display` prints the exact Python value.
+struct IntArg {
+    value: i128,
+    /// Python's digits, for a value beyond i128.
+    huge: Option<String>,
+}
+
+impl std::fmt::Display for IntArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.huge {
+            Some(text) => f.write_str(text),
+            None => self.value.fmt(f),
+        }
+    }
+}
+
+impl IntArg {
+    fn u64(&self) -> Option<u64> {
+        u64::try_from(self.value).ok()
+    }
+}
+
+/// Converts an integer argument named `name` (see the rules above).
+fn int_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<IntArg> {
+    if !obj.is_instance_of::<PyBool>() {
+        match obj.extract::<i128>() {
+            Ok(value) => return Ok(IntArg { value, huge: None }),
+            Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
+                let exact = obj.py().import("operator")?.call_method1("index", (obj,))?;
+                let negative = exact.lt(0)?;
+                return Ok(IntArg {
+                    value: if negative { i128::MIN } else { i128::MAX },
+                    huge: Some(exact.str()?.to_string()),
+                });
+            }
+            Err(_) => {}
+        }
+    }
+    Err(invalid(format!("{name} {} must be an integer", repr(obj))))
+}
+
+/// A `u64` argument: an integer in `[lo, u64::MAX]`.
+fn u64_in(obj: &Bound<'_, PyAny>, name: &str, lo: u64) -> PyResult<u64> {
+    let v = int_arg(obj, name)?;
+    match v.u64() {
+        Some(x) if x >= lo => Ok(x),
+        _ => Err(invalid(format!(
+            "{name} {v} must be between {lo} and {}",
+            u64::MAX
+        ))),
+    }
+}
+
+/// A request id: an integer in `[0, u64::MAX]`.
+fn request_id_arg(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let v = int_arg(obj, "request_id")?;
+    v.u64()
+        .ok_or_else(|| invalid(format!("request_id {v} is not a u64")))
+}
+
+fn bool_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
+    if obj.is_instance_of::<PyBool>() {
+        obj.extract()
+    } else {
+        Err(invalid(format!("{name} {} must be a bool", repr(obj))))
+    }
+}
+
+/// The constructors' defaults as Python objects (their arguments are checked like any other).
+fn default_true() -> Py<PyAny> {
+    Python::attach(|py| PyBool::new(py, true).to_owned().into_any().unbind())
+}
+
+fn default_order() -> Py<PyAny> {
+    Python::attach(|py| {
+        pyo3::types::PyString::new(py, "classic")
+            .into_any()
+            .unbind()
+    })
+}
+
+fn free_order_arg(obj: &Bound<'_, PyAny>) -> PyResult<FreeOrder> {
+    obj.extract::<&str>()
+        .ok()
+        .and_then(|s| FreeOrder::parse(s).ok())
+        .ok_or_else(|| {
+            invalid(format!(
+                "free_order {} is not one of 'classic', 'lifo_unhashed'",
+                repr(obj)
+            ))
+        })
+}
+
+/// Python ints arrive as i128 (engine knobs, validated by SimConfig first) so that negative or huge
+/// values get kvsim's error, not an `OverflowError`.
 fn u64_arg(v: i128, what: &str) -> PyResult<u64> {
     u64::try_from(v).map_err(|_| invalid(format!("{what} {v} is not a u64")))
+}
+
+fn num_blocks_msg(v: impl std::fmt::Display) -> PyErr {
+    invalid(format!(
+        "num_blocks {v} must be between 2 and {MAX_BLOCKS} (block 0 is the null block)"
+    ))
 }
 
 fn num_blocks_arg(v: i128) -> PyResult<u32> {
     if (2..=i128::from(MAX_BLOCKS)).contains(&v) {
         Ok(v as u32)
     } else {
+        Err(num_blocks_msg(v))
+    }
+}
+
+fn num_blocks_obj(obj: &Bound<'_, PyAny>) -> PyResult<u32> {
+    let v = int_arg(obj, "num_blocks")?;
+    num_blocks_arg(v.value).map_err(|_| num_blocks_msg(&v))
+}
+
+fn block_size_arg(v: i128) -> PyResult<u64> {
+    match u64::try_from(v) {
+        Ok(b) if b >= 1 => Ok(b),
+        _ => Err(invalid(format!(
+            "block_size {v} must be between 1 and {}",
+            u64::MAX
+        ))),
+    }
+}
+
+fn block_size_obj(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    u64_in(obj, "block_size", 1)
+}
+
+/// A block id of a pool of `n` blocks: an integer in `0..n`.
+fn block_arg(obj: &Bound<'_, PyAny>, n: u32) -> PyResult<i64> {
+    let v = int_arg(obj, "block id")?;
+    if (0..i128::from(n)).contains(&v.value) {
+        Ok(v.value as i64)
+    } else {
         Err(invalid(format!(
-            "num_blocks {v} must be between 2 and {MAX_BLOCKS} (block 0 is the null block)"
+            "block id {v} is out of range 0..{}",
+            n - 1
         )))
     }
 }
 
-fn block_size_arg(v: i128) -> PyResult<u64> {
-    if v < 1 {
-        return Err(invalid(format!("block_size {v} must be at least 1")));
+/// `obj` as a list or tuple (the containers both backends take), else an error naming `what`.
+fn items<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    if let Ok(l) = obj.cast::<PyList>() {
+        Ok(l.iter().collect())
+    } else if let Ok(t) = obj.cast::<PyTuple>() {
+        Ok(t.iter().collect())
+    } else {
+        Err(invalid(format!(
+            "{what}, not {}",
+            obj.get_type()
+                .name()
+                .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+        )))
     }
-    u64_arg(v, "block_size")
 }
 
-/// A block id for a pool of `n` blocks; ids beyond i64 get the core's out-of-range message.
-fn block_arg(v: i128, n: u32) -> PyResult<i64> {
-    i64::try_from(v).map_err(|_| invalid(format!("block id {v} is out of range 0..{}", n - 1)))
-}
-
-fn blocks_arg(v: &[i128], n: u32) -> Vec<i64> {
-    // Out-of-i64 ids become -1 so that the core reports them in list order, as the reference does.
-    v.iter().map(|&b| block_arg(b, n).unwrap_or(-1)).collect()
-}
-
-fn segments_arg(v: &[(i128, i128)]) -> PyResult<Vec<Segment>> {
-    v.iter()
-        .enumerate()
-        .map(|(i, &(id, len))| {
-            let id = u64::try_from(id)
-                .map_err(|_| invalid(format!("segment {i}: id {id} is not a u64")))?;
-            if len < 1 {
-                return Err(invalid(format!(
-                    "segment {i}: length {len} must be at least 1"
-                )));
-            }
-            Ok(Segment::new(id, u64_arg(len, "segment length")?))
-        })
+/// A list of block ids: every element an integer in range, checked in list order before anything else.
+fn blocks_arg(obj: &Bound<'_, PyAny>, n: u32) -> PyResult<Vec<i64>> {
+    items(obj, "block_ids must be a list or tuple of block ids")?
+        .iter()
+        .map(|b| block_arg(b, n))
         .collect()
+}
+
+/// A block key: an integer in `[0, 2^128)`.
+fn key_arg(obj: &Bound<'_, PyAny>) -> PyResult<Option<u128>> {
+    let v = int_arg(obj, "key")?;
+    Ok(if v.huge.is_some() {
+        // Beyond i128: only a positive value below 2^128 is a key.
+        obj.extract::<u128>().ok()
+    } else {
+        u128::try_from(v.value).ok()
+    })
+}
+
+/// A segment list: a list or tuple of `(segment_id, length)` pairs, each a list or tuple of two integers,
+/// `segment_id` a u64 and `length` in `[1, u64::MAX]`, checked pair by pair; then the core checks the list
+/// (not empty, total within u64).
+fn segments_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Segment>> {
+    let segs = items(
+        obj,
+        "segments must be a list or tuple of (segment_id, length) pairs",
+    )?;
+    let mut out = Vec::with_capacity(segs.len());
+    for (i, pair) in segs.iter().enumerate() {
+        let fields = items(pair, "")
+            .ok()
+            .filter(|f| f.len() == 2)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "segment {i} {} must be a (segment_id, length) pair",
+                    repr(pair)
+                ))
+            })?;
+        let id = int_arg(&fields[0], &format!("segment {i}: id"))?;
+        let id = id
+            .u64()
+            .ok_or_else(|| invalid(format!("segment {i}: id {id} is not a u64")))?;
+        let len = int_arg(&fields[1], &format!("segment {i}: length"))?;
+        let len = len.u64().filter(|&l| l >= 1).ok_or_else(|| {
+            invalid(format!(
+                "segment {i}: length {len} must be between 1 and {}",
+                u64::MAX
+            ))
+        })?;
+        out.push(Segment::new(id, len));
+    }
+    kvsim_core::hash::validate_segments(&out).py()?;
+    Ok(out)
 }
 
 fn ids(v: &[BlockId]) -> Vec<u32> {
     v.iter().map(|b| b.0).collect()
 }
 
-/// Low-level block pool: reference counts, free queue (head = next handed out), prefix map.
+/// The low-level block pool: reference counts, the free queue and the prefix map (DESIGN.md §Block pool).
+///
+/// `BlockPool(num_blocks, enable_caching=True, free_order="classic")` holds blocks `0..num_blocks`;
+/// block 0 is the null block, never handed out. The free queue starts in ascending ids; its head is the
+/// next block `allocate` hands out. `free_order` is where freed blocks join it: `"classic"` (the tail)
+/// or `"lifo_unhashed"` (unkeyed ones at the head). Free blocks keep their key until reused, so `lookup`
+/// still finds them (they are *evictable*).
+///
+/// Raises `InvalidArgumentError` for an argument of the wrong type, `num_blocks` outside
+/// `2..=4294967293`, an unknown `free_order`, or a pool whose bookkeeping (`POOL_BYTES_PER_BLOCK` bytes
+/// per block) exceeds the memory limit (`memory_limit()`).
 #[pyclass(name = "BlockPool", module = "kvsim._core")]
 struct PyBlockPool(Guarded<BlockPool>);
 
 #[pymethods]
 impl PyBlockPool {
     #[new]
-    #[pyo3(signature = (num_blocks, enable_caching = true, free_order = "classic"))]
-    fn new(num_blocks: i128, enable_caching: bool, free_order: &str) -> PyResult<Self> {
-        let n = num_blocks_arg(num_blocks)?;
-        let order = FreeOrder::parse(free_order).py()?;
-        let pool = no_panic("BlockPool()", || BlockPool::new(n, enable_caching, order)).py()?;
+    #[pyo3(
+        signature = (num_blocks, enable_caching = default_true(), free_order = default_order()),
+        text_signature = "(num_blocks, enable_caching=True, free_order='classic')"
+    )]
+    fn new<'py>(
+        py: Python<'py>,
+        num_blocks: &Bound<'py, PyAny>,
+        enable_caching: Py<PyAny>,
+        free_order: Py<PyAny>,
+    ) -> PyResult<Self> {
+        let n = num_blocks_obj(num_blocks)?;
+        let caching = bool_arg(enable_caching.bind(py), "enable_caching")?;
+        let order = free_order_arg(free_order.bind(py))?;
+        let pool = no_panic("BlockPool()", || BlockPool::new(n, caching, order)).py()?;
         Ok(Self(Guarded::new(pool, "BlockPool")))
     }
 
+    /// Blocks in the pool, the null block included.
     #[getter]
     fn num_blocks(&self) -> PyResult<u32> {
         self.0.read("num_blocks", |p| Ok(p.num_blocks()))
     }
+    /// Blocks that can be handed out: `num_blocks - 1`.
     #[getter]
     fn capacity(&self) -> PyResult<u32> {
         self.0.read("capacity", |p| Ok(p.capacity()))
     }
+    /// Blocks in the free queue (evictable cached ones included).
     #[getter]
     fn num_free_blocks(&self) -> PyResult<u32> {
         self.0.read("num_free_blocks", |p| Ok(p.num_free_blocks()))
     }
+    /// Keys dropped so far because their free block was handed out again.
     #[getter]
     fn num_evictions(&self) -> PyResult<u64> {
         self.0.read("num_evictions", |p| Ok(p.num_evictions()))
     }
+    /// Whether blocks may carry content keys (prefix caching).
     #[getter]
     fn enable_caching(&self) -> PyResult<bool> {
         self.0.read("enable_caching", |p| Ok(p.enable_caching()))
     }
+    /// `"classic"` or `"lifo_unhashed"`.
     #[getter]
     fn free_order(&self) -> PyResult<&'static str> {
         self.0.read("free_order", |p| Ok(p.free_order().as_str()))
     }
 
-    fn allocate(&mut self, num: i128) -> PyResult<Option<Vec<u32>>> {
-        if num < 0 {
+    /// Pops `num` blocks from the head of the free queue (each gets `ref_cnt` 1 and loses its old key).
+    ///
+    /// Returns their ids in order, or `None`, changing nothing, when fewer than `num` are free.
+    /// Raises `InvalidArgumentError` when `num` is not an integer or is negative.
+    fn allocate(&mut self, num: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u32>>> {
+        let v = int_arg(num, "num")?;
+        if v.value < 0 {
             return Err(invalid(format!(
-                "cannot allocate {num} blocks: the count must not be negative"
+                "cannot allocate {v} blocks: the count must not be negative"
             )));
         }
-        let num = u32::try_from(num).unwrap_or(u32::MAX);
+        let num = v.u64().unwrap_or(u64::MAX);
         self.0
             .write("allocate", |p| Ok(p.allocate(num).map(|v| ids(&v))))
     }
 
-    fn free(&mut self, block_ids: Vec<i128>) -> PyResult<()> {
-        let b = blocks_arg(&block_ids, self.0.core.num_blocks());
+    /// Drops one reference per listed block, in order; a block reaching 0 joins the free queue.
+    ///
+    /// `block_ids` is a list or tuple of ints. Raises `InvalidArgumentError` for an id that is not an
+    /// integer or is out of range, `InvalidOperationError` for the null block or a block freed more
+    /// often than it is held; a rejected call changes nothing.
+    fn free(&mut self, block_ids: &Bound<'_, PyAny>) -> PyResult<()> {
+        let b = blocks_arg(block_ids, self.0.core.num_blocks())?;
         self.0.write("free", |p| p.free(&b))
     }
 
-    fn touch(&mut self, block_ids: Vec<i128>) -> PyResult<()> {
-        let b = blocks_arg(&block_ids, self.0.core.num_blocks());
+    /// Takes one more reference on each listed block, taking free ones out of the queue (a cache hit).
+    ///
+    /// Raises as `free` does (the null block: `InvalidOperationError`); a rejected call changes nothing.
+    fn touch(&mut self, block_ids: &Bound<'_, PyAny>) -> PyResult<()> {
+        let b = blocks_arg(block_ids, self.0.core.num_blocks())?;
         self.0.write("touch", |p| p.touch(&b))
     }
 
-    fn register(&mut self, block_id: i128, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        let k = key
-            .extract::<u128>()
-            .map_err(|_| invalid(format!("key {key} is not a u128")))?;
+    /// Gives the in-use block `block_id` the content key `key` (an int in `[0, 2**128)`), so that
+    /// `lookup(key)` finds it.
+    ///
+    /// Raises `InvalidArgumentError` for a key or id that is not an integer or is out of range,
+    /// `InvalidOperationError` for the null block, a free or already keyed block, or caching disabled.
+    fn register(&mut self, block_id: &Bound<'_, PyAny>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        let k = key_arg(key)?.ok_or_else(|| {
+            invalid(format!(
+                "key {} is not a u128",
+                int_arg(key, "key").map_or_else(|_| repr(key), |v| v.to_string())
+            ))
+        })?;
         let b = block_arg(block_id, self.0.core.num_blocks())?;
         self.0.write("register", |p| p.register(b, BlockKey(k)))
     }
 
+    /// The first block registered under `key` that still carries it, or `None` (also for any integer no
+    /// block can carry). Raises `InvalidArgumentError` when `key` is not an integer.
     fn lookup(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
-        let Ok(k) = key.extract::<u128>() else {
+        let Some(k) = key_arg(key)? else {
             return Ok(None);
         };
         self.0
             .read("lookup", |p| Ok(p.lookup(BlockKey(k)).map(|b| b.0)))
     }
 
-    fn ref_cnt(&self, block_id: i128) -> PyResult<u32> {
+    /// The reference count of `block_id` (0: free or the null block).
+    ///
+    /// Raises `InvalidArgumentError` for an id that is not an integer or is out of range.
+    fn ref_cnt(&self, block_id: &Bound<'_, PyAny>) -> PyResult<u32> {
         let b = block_arg(block_id, self.0.core.num_blocks())?;
         self.0.read("ref_cnt", |p| p.ref_cnt(b))
     }
 
-    fn block_hash(&self, block_id: i128) -> PyResult<Option<u128>> {
+    /// The content key `block_id` carries, or `None`. Raises as `ref_cnt` does.
+    fn block_hash(&self, block_id: &Bound<'_, PyAny>) -> PyResult<Option<u128>> {
         let b = block_arg(block_id, self.0.core.num_blocks())?;
         self.0
             .read("block_hash", |p| Ok(p.block_hash(b)?.map(|k| k.0)))
     }
 
+    /// The free queue's block ids, head (next handed out) first.
     fn free_block_ids(&self) -> PyResult<Vec<u32>> {
         self.0
             .read("free_block_ids", |p| Ok(ids(&p.free_block_ids())))
     }
 
+    /// Ascending ids of every block that carries a key (in use or evictable).
     fn cached_block_ids(&self) -> PyResult<Vec<u32>> {
         self.0
             .read("cached_block_ids", |p| Ok(ids(&p.cached_block_ids())))
     }
 
+    /// Checks the pool's invariants (DESIGN.md §Block pool); raises `InternalError` (a bug) if one fails.
     fn check_invariants(&self) -> PyResult<()> {
         self.0.read("check_invariants", BlockPool::check_invariants)
     }
@@ -206,141 +442,186 @@ impl PyBlockPool {
     }
 }
 
-/// Per-request block tables over a block pool, with prefix caching and copy-on-write forks.
+/// Per-request block tables over a block pool, with prefix caching and copy-on-write forks (vLLM's
+/// `KVCacheManager`; DESIGN.md §A request's blocks).
+///
+/// `KVCacheManager(num_blocks, block_size, enable_caching=True, free_order="classic")`: a pool of
+/// `num_blocks` blocks (block 0 is the null block) of `block_size` tokens. Request ids are ints in
+/// `[0, 2**64)`; a request is known from its first successful `allocate` until `free`. A request's content
+/// is a list of `(segment_id, length)` pairs: the first `length` tokens of content `segment_id`.
+///
+/// Raises `InvalidArgumentError` for an argument of the wrong type, `block_size` outside
+/// `1..2**64`, and whatever `BlockPool` raises for `num_blocks`, `enable_caching` and `free_order`.
 #[pyclass(name = "KVCacheManager", module = "kvsim._core")]
 struct PyKVCacheManager(Guarded<KVCacheManager>);
 
 #[pymethods]
 impl PyKVCacheManager {
     #[new]
-    #[pyo3(signature = (num_blocks, block_size, enable_caching = true, free_order = "classic"))]
-    fn new(
-        num_blocks: i128,
-        block_size: i128,
-        enable_caching: bool,
-        free_order: &str,
+    #[pyo3(
+        signature = (num_blocks, block_size, enable_caching = default_true(), free_order = default_order()),
+        text_signature = "(num_blocks, block_size, enable_caching=True, free_order='classic')"
+    )]
+    fn new<'py>(
+        py: Python<'py>,
+        num_blocks: &Bound<'py, PyAny>,
+        block_size: &Bound<'py, PyAny>,
+        enable_caching: Py<PyAny>,
+        free_order: Py<PyAny>,
     ) -> PyResult<Self> {
-        let bs = block_size_arg(block_size)?;
-        let n = num_blocks_arg(num_blocks)?;
-        let order = FreeOrder::parse(free_order).py()?;
+        let bs = block_size_obj(block_size)?;
+        let n = num_blocks_obj(num_blocks)?;
+        let caching = bool_arg(enable_caching.bind(py), "enable_caching")?;
+        let order = free_order_arg(free_order.bind(py))?;
         let manager = no_panic("KVCacheManager()", || {
-            KVCacheManager::new(n, bs, enable_caching, order)
+            KVCacheManager::new(n, bs, caching, order)
         })
         .py()?;
         Ok(Self(Guarded::new(manager, "KVCacheManager")))
     }
 
+    /// Blocks in the pool, the null block included.
     #[getter]
     fn num_blocks(&self) -> PyResult<u32> {
         self.0.read("num_blocks", |m| Ok(m.pool().num_blocks()))
     }
+    /// Tokens per block.
     #[getter]
     fn block_size(&self) -> PyResult<u64> {
         self.0.read("block_size", |m| Ok(m.block_size()))
     }
+    /// Whether full blocks are registered and looked up (prefix caching).
     #[getter]
     fn enable_caching(&self) -> PyResult<bool> {
         self.0
             .read("enable_caching", |m| Ok(m.pool().enable_caching()))
     }
+    /// Blocks in the free queue (evictable cached ones included).
     #[getter]
     fn num_free_blocks(&self) -> PyResult<u32> {
         self.0
             .read("num_free_blocks", |m| Ok(m.pool().num_free_blocks()))
     }
+    /// Keys dropped so far because their free block was handed out again.
     #[getter]
     fn num_evictions(&self) -> PyResult<u64> {
         self.0
             .read("num_evictions", |m| Ok(m.pool().num_evictions()))
     }
+    /// Copies of a shared partial block made so far (copy-on-write after `fork`).
     #[getter]
     fn num_cow_copies(&self) -> PyResult<u64> {
         self.0.read("num_cow_copies", |m| Ok(m.num_cow_copies()))
     }
+    /// Requests holding a block table.
     #[getter]
     fn num_requests(&self) -> PyResult<usize> {
         self.0.read("num_requests", |m| Ok(m.num_requests()))
     }
 
-    fn __contains__(&self, request_id: i128) -> PyResult<bool> {
-        self.0.read("__contains__", |m| {
-            Ok(u64::try_from(request_id).is_ok_and(|r| m.contains(r)))
-        })
+    /// `request_id in manager`: whether the request holds a table. Never raises: anything that is not a
+    /// request id (a float, a bool, None, an int outside u64) is not in it, as with a dict.
+    fn __contains__(&self, request_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let rid = int_arg(request_id, "request_id").ok().and_then(|v| v.u64());
+        self.0
+            .read("__contains__", |m| Ok(rid.is_some_and(|r| m.contains(r))))
     }
 
-    fn lookup(&self, segments: Vec<(i128, i128)>) -> PyResult<u64> {
-        let segs = segments_arg(&segments)?;
+    /// Tokens a new request with content `segments` would find cached (whole blocks, at most all but
+    /// the last token); changes nothing. Raises `InvalidArgumentError` for bad segments.
+    fn lookup(&self, segments: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let segs = segments_arg(segments)?;
         self.0.read("lookup", |m| m.lookup(&segs))
     }
 
+    /// Makes room for `num_new_tokens` more tokens of request `request_id`, whose content so far is
+    /// `segments` (vLLM's `get_computed_blocks` + `allocate_slots`).
+    ///
+    /// On a request's first allocation its cached prefix is taken first and `num_new_tokens` counts from
+    /// the end of that prefix. Returns the ids of the blocks it popped (a copy-on-write copy of a shared
+    /// partial last block first), or `None`, changing nothing, when they do not fit.
+    ///
+    /// Raises `InvalidArgumentError` (changing nothing) for a `request_id` or `num_new_tokens` that is not
+    /// an integer or is out of range (`num_new_tokens` in `1..2**64`), bad `segments`, or more tokens than
+    /// `segments` describe.
     fn allocate(
         &mut self,
-        request_id: i128,
-        segments: Vec<(i128, i128)>,
-        num_new_tokens: i128,
+        request_id: &Bound<'_, PyAny>,
+        segments: &Bound<'_, PyAny>,
+        num_new_tokens: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Vec<u32>>> {
-        let rid = u64_arg(request_id, "request_id")?;
-        let segs = segments_arg(&segments)?;
-        kvsim_core::hash::validate_segments(&segs).py()?;
-        if num_new_tokens < 1 {
-            return Err(invalid(format!(
-                "num_new_tokens {num_new_tokens} must be at least 1"
-            )));
-        }
-        let n = u64_arg(num_new_tokens, "num_new_tokens")?;
+        let rid = request_id_arg(request_id)?;
+        let segs = segments_arg(segments)?;
+        let n = u64_in(num_new_tokens, "num_new_tokens", 1)?;
         self.0.write("allocate", |m| {
             Ok(m.allocate(rid, &segs, n)?.map(|v| ids(&v)))
         })
     }
 
-    fn free(&mut self, request_id: i128) -> PyResult<()> {
-        let rid = u64_arg(request_id, "request_id")?;
+    /// Releases the request's blocks in reverse table order and forgets it; an unknown id is a no-op.
+    /// Raises `InvalidArgumentError` when `request_id` is not a u64.
+    fn free(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<()> {
+        let rid = request_id_arg(request_id)?;
         self.0.write("free", |m| {
             m.free(rid);
             Ok(())
         })
     }
 
-    fn fork(&mut self, parent_id: i128, child_id: i128) -> PyResult<()> {
-        let parent = u64_arg(parent_id, "request_id")?;
+    /// Makes `child_id` share every block of `parent_id` (`ref_cnt` + 1 each), as a new sample does.
+    ///
+    /// Raises `InvalidArgumentError` for an id that is not a u64, `InvalidOperationError` for an unknown
+    /// parent or a child that already exists.
+    fn fork(&mut self, parent_id: &Bound<'_, PyAny>, child_id: &Bound<'_, PyAny>) -> PyResult<()> {
+        let parent = request_id_arg(parent_id)?;
         self.0.read("fork", |m| m.block_table(parent).map(|_| ()))?;
-        let child = u64_arg(child_id, "request_id")?;
+        let child = request_id_arg(child_id)?;
         self.0.write("fork", |m| m.fork(parent, child))
     }
 
-    fn block_table(&self, request_id: i128) -> PyResult<Vec<u32>> {
-        let rid = u64_arg(request_id, "request_id")?;
+    /// The request's block ids in token order. Raises `InvalidArgumentError` for an id that is not a
+    /// u64, `InvalidOperationError` for an unknown request.
+    fn block_table(&self, request_id: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+        let rid = request_id_arg(request_id)?;
         self.0.read("block_table", |m| Ok(ids(m.block_table(rid)?)))
     }
 
-    fn num_computed_tokens(&self, request_id: i128) -> PyResult<u64> {
-        let rid = u64_arg(request_id, "request_id")?;
+    /// Tokens the request's table holds. Raises as `block_table` does.
+    fn num_computed_tokens(&self, request_id: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let rid = request_id_arg(request_id)?;
         self.0
             .read("num_computed_tokens", |m| m.num_computed_tokens(rid))
     }
 
+    /// The pool's free queue, head (next handed out) first.
     fn free_block_ids(&self) -> PyResult<Vec<u32>> {
         self.0
             .read("free_block_ids", |m| Ok(ids(&m.pool().free_block_ids())))
     }
 
+    /// Ascending ids of every block that carries a key (in use or evictable).
     fn cached_block_ids(&self) -> PyResult<Vec<u32>> {
         self.0.read("cached_block_ids", |m| {
             Ok(ids(&m.pool().cached_block_ids()))
         })
     }
 
-    fn ref_cnt(&self, block_id: i128) -> PyResult<u32> {
+    /// The reference count of `block_id`. Raises `InvalidArgumentError` for an id that is not an integer
+    /// or is out of range.
+    fn ref_cnt(&self, block_id: &Bound<'_, PyAny>) -> PyResult<u32> {
         let b = block_arg(block_id, self.0.core.pool().num_blocks())?;
         self.0.read("ref_cnt", |m| m.pool().ref_cnt(b))
     }
 
-    fn block_hash(&self, block_id: i128) -> PyResult<Option<u128>> {
+    /// The content key `block_id` carries, or `None`. Raises as `ref_cnt` does.
+    fn block_hash(&self, block_id: &Bound<'_, PyAny>) -> PyResult<Option<u128>> {
         let b = block_arg(block_id, self.0.core.pool().num_blocks())?;
         self.0
             .read("block_hash", |m| Ok(m.pool().block_hash(b)?.map(|k| k.0)))
     }
 
+    /// Checks the pool's and the tables' invariants (DESIGN.md §A request's blocks); raises
+    /// `InternalError` (a bug) if one fails.
     fn check_invariants(&self) -> PyResult<()> {
         self.0
             .read("check_invariants", KVCacheManager::check_invariants)
@@ -355,14 +636,28 @@ impl PyKVCacheManager {
     }
 }
 
-/// Keys of every full block the segments describe, with the documented hash (DESIGN.md §Keys).
+/// The keys of every full block of `segments` for `block_size`, with the documented hash (DESIGN.md
+/// §Keys): a list of ints in `[0, 2**128)`, one per full block, chained from the first.
+///
+/// Raises `InvalidArgumentError` for bad segments or a `block_size` outside `1..2**64`.
 #[pyfunction]
-fn block_keys(segments: Vec<(i128, i128)>, block_size: i128) -> PyResult<Vec<u128>> {
-    let segs = segments_arg(&segments)?;
-    kvsim_core::hash::validate_segments(&segs).py()?;
-    let bs = block_size_arg(block_size)?;
+fn block_keys(segments: &Bound<'_, PyAny>, block_size: &Bound<'_, PyAny>) -> PyResult<Vec<u128>> {
+    let segs = segments_arg(segments)?;
+    let bs = block_size_obj(block_size)?;
     let keys = no_panic("block_keys", || kvsim_core::hash::block_keys(&segs, bs));
     Ok(keys.py()?.into_iter().map(|k| k.0).collect())
+}
+
+/// The bytes of bookkeeping a pool of `num_blocks` blocks may take (`num_blocks` ×
+/// `POOL_BYTES_PER_BLOCK`), and the limit `BlockPool`, `KVCacheManager` and the engine check it against
+/// (`KVSIM_MEMORY_LIMIT` bytes if set, else this machine's physical memory): `(needed, limit)`.
+#[pyfunction]
+fn pool_memory(num_blocks: &Bound<'_, PyAny>) -> PyResult<(u64, u64)> {
+    let n = num_blocks_obj(num_blocks)?;
+    Ok((
+        u64::from(n) * POOL_BYTES_PER_BLOCK,
+        kvsim_core::block_pool::memory_limit(),
+    ))
 }
 
 fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>, name: &str) -> PyResult<&'a [T]> {
@@ -640,6 +935,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBlockPool>()?;
     m.add_class::<PyKVCacheManager>()?;
     m.add_function(wrap_pyfunction!(block_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(pool_memory, m)?)?;
+    m.add("POOL_BYTES_PER_BLOCK", POOL_BYTES_PER_BLOCK)?;
+    m.add("MAX_BLOCKS", MAX_BLOCKS)?;
     m.add_function(wrap_pyfunction!(run_engine, m)?)?;
     m.add_function(wrap_pyfunction!(free_list_floor, m)?)?;
     m.add_function(wrap_pyfunction!(step_floor, m)?)?;
