@@ -59,12 +59,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
 from kvsim.workloads.ids import content_ids
 from kvsim.workloads.table import Workload
+from kvsim.workloads.traces import read_length_pairs
 
 PAPER_PRESETS: dict[str, tuple[float, float]] = {
     # (mean prompt tokens, mean output tokens): PagedAttention (Kwon et al., SOSP 2023) §6.1.
@@ -198,38 +198,13 @@ def _positive(name: str, value: Any) -> float:
 def _read_pairs(
     path: Path, prompt_column: str | None, output_column: str | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Reads (prompt, output) length columns from a csv, jsonl or parquet file."""
+    """Reads (prompt, output) length columns from a csv, jsonl or parquet file (`read_length_pairs`:
+    a bad value is a `TraceFormatError` naming the file, row and field)."""
     if not path.exists():
         raise InvalidArgumentError(
             f"length file {path} does not exist (set KVSIM_TRACES or pass length_params['path'])"
         )
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        frame = pl.read_parquet(path)
-    elif suffix in (".jsonl", ".ndjson"):
-        frame = pl.read_ndjson(path)
-    else:
-        frame = pl.read_csv(path)
-    if prompt_column is None or output_column is None:
-        for p, o in _EMPIRICAL_COLUMNS:
-            if p in frame.columns and o in frame.columns:
-                prompt_column, output_column = p, o
-                break
-        else:
-            raise InvalidArgumentError(
-                f"{path}: name prompt_column and output_column; columns are {frame.columns}"
-            )
-    for c in (prompt_column, output_column):
-        if c not in frame.columns:
-            raise InvalidArgumentError(f"{path}: no column {c!r}; columns are {frame.columns}")
-    prompts = frame[prompt_column].to_numpy()
-    outputs = frame[output_column].to_numpy()
-    for name, col in ((prompt_column, prompts), (output_column, outputs)):
-        if col.dtype.kind not in "iu" or len(col) == 0 or (col < 1).any():
-            raise InvalidArgumentError(
-                f"{path}: column {name!r} must hold integers >= 1 (and at least one row)"
-            )
-    return prompts.astype(np.int64), outputs.astype(np.int64)
+    return read_length_pairs(path, prompt_column, output_column, _EMPIRICAL_COLUMNS)
 
 
 def _draw_lengths(

@@ -476,6 +476,10 @@ class Workload:
         ]
         if missing:
             raise InvalidArgumentError(f"frame lacks column(s) {missing}; it has {frame.columns}")
+        for c in ("segment_id", "segment_len"):
+            dtype = frame[c].dtype
+            if not isinstance(dtype, pl.List) or not dtype.inner.is_integer():
+                raise InvalidArgumentError(f"column {c} must be lists of integers, got {frame[c].dtype}")
         if frame["segment_id"].null_count() or frame["segment_len"].null_count():
             raise InvalidArgumentError("segment_id and segment_len must not be null")
         counts = frame["segment_id"].list.len().to_numpy().astype(np.int64)
@@ -520,13 +524,21 @@ class Workload:
         Raises:
             InvalidArgumentError: the file was not written by `save`, or holds an invalid row.
         """
-        frame = pl.read_parquet(Path(path))
-        header_text = pl.read_parquet_metadata(Path(path)).get(_PARQUET_KEY)
+        try:
+            frame = pl.read_parquet(Path(path))
+            header_text = pl.read_parquet_metadata(Path(path)).get(_PARQUET_KEY)
+        except (OSError, pl.exceptions.PolarsError) as exc:
+            raise InvalidArgumentError(f"cannot read {path} as parquet: {exc}") from None
         if header_text is None:
             raise InvalidArgumentError(
                 f"{path} has no {_PARQUET_KEY!r} metadata: not written by Workload.save"
             )
-        header = json.loads(header_text)
+        try:
+            header = json.loads(header_text)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"{path}: its {_PARQUET_KEY!r} metadata is not JSON ({exc})") from None
+        if not isinstance(header, dict):
+            raise InvalidArgumentError(f"{path}: its {_PARQUET_KEY!r} metadata is not a JSON object")
         if header.get("version") != _FORMAT_VERSION:
             raise InvalidArgumentError(
                 f"{path}: workload format version {header.get('version')} is not supported"

@@ -7,7 +7,10 @@ line (`on_error="raise"`, a `TraceFormatError` with file, 1-based line and field
 (`on_error="skip"`). Either way the returned workload's `meta["skipped_rows"]` counts the skipped lines
 (0 for a clean file) and `meta["source"]` names the file. Blank lines are ignored, not counted.
 
-Lengths must be integers >= 1: a row with a zero or negative prompt or output length is malformed. The
+Lengths must be integers >= 1 and below 2**63: a row with a zero, negative, fractional (`3.5`, never
+truncated to 3) or too large length is malformed, as is a value with bytes that are not UTF-8 (named by
+its field). The length files of `synthetic(lengths="empirical" | "sharegpt-real")` go through the same
+reader (`read_length_pairs`), so what polars cannot parse is named by row and field there too. The
 published traces contain none (Azure's smallest GeneratedTokens is 6 in the code trace and 7 in the
 conversation trace; Mooncake's smallest output_length is 1), so the default `on_error="raise"` loads
 every record of them. Request ids are `first_request_id + line order` (before sorting by arrival).
@@ -64,10 +67,13 @@ def _existing(path: str | PathLike[str]) -> Path:
 
 
 def _to_int(value: Any, field: str, minimum: int = 1) -> int:
-    """An integer field: JSON ints, integral floats and decimal strings; at least `minimum`."""
+    """An integer field: JSON ints, integral floats and decimal strings; at least `minimum`, below 2**63
+    (the columns are int64). A fractional count (`3.5`) is an error, never truncated."""
     if isinstance(value, bool) or value is None:
         raise _RowError(field, f"{value!r} is not an integer")
     if isinstance(value, str):
+        if _NOT_UTF8.search(value):
+            raise _RowError(field, "not valid UTF-8")
         text = value.strip()
         try:
             value = int(text)
@@ -84,6 +90,8 @@ def _to_int(value: Any, field: str, minimum: int = 1) -> int:
         raise _RowError(field, f"{value!r} is not an integer")
     if value < minimum:
         raise _RowError(field, f"{value} must be at least {minimum}")
+    if value >= _U63:
+        raise _RowError(field, f"{value} is not below 2**63")
     return value
 
 
@@ -128,7 +136,8 @@ def _jsonl_records(f: IO[bytes]) -> Iterator[tuple[int, Any]]:
         if not text:
             continue
         try:
-            obj = json.loads(text)
+            # Bytes that are not UTF-8 become lone surrogates: inside a value, its field reports them.
+            obj = json.loads(text.decode("utf-8", "surrogateescape"))
         except ValueError as exc:
             yield line, _RowError("json", f"not valid JSON ({exc})")
             continue
@@ -141,20 +150,45 @@ def _json_record(record: Any) -> Mapping[str, Any]:
     return record
 
 
+def _open_text(path: Path) -> IO[str]:
+    """The file as text for `csv`: bytes that are not UTF-8 become lone surrogates (`surrogateescape`),
+    which `_csv_records` reports by line and field instead of a bare UnicodeDecodeError."""
+    return path.open(newline="", encoding="utf-8", errors="surrogateescape")
+
+
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
 def _csv_records(path: Path, f: IO[str]) -> tuple[list[str], Iterator[tuple[int, Any]]]:
     """The header and `(line, row as dict of strings)` for every non-blank row of the open file `f`."""
     reader = csv.reader(f)
-    first = next(reader, None)
+    try:
+        first = next(reader, None)
+    except csv.Error as exc:
+        raise TraceFormatError(str(path), 1, "header", f"not CSV ({exc})") from None
     if first is None:
         raise TraceFormatError(str(path), 1, "header", "the file is empty")
     header = [h.strip() for h in first]
+    if any(_NOT_UTF8.search(h) for h in header):
+        raise TraceFormatError(str(path), 1, "header", "not valid UTF-8")
 
     def rows() -> Iterator[tuple[int, Any]]:
-        for row in reader:
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                yield reader.line_num, _RowError("row", f"not CSV ({exc})")
+                continue
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
             if len(row) > len(header):
                 yield reader.line_num, _RowError("row", f"{len(row)} fields, header has {len(header)}")
+                continue
+            bad = next((h for h, v in zip(header, row, strict=False) if _NOT_UTF8.search(v)), None)
+            if bad is not None:
+                yield reader.line_num, _RowError(bad, "not valid UTF-8")
                 continue
             yield reader.line_num, dict(zip(header, row, strict=False))
 
@@ -396,7 +430,7 @@ def load_azure(path: str | PathLike[str], *, on_error: str = "raise", first_requ
             in_l.append(n_in)
             out_l.append(n_out)
 
-        with p.open(newline="") as f:
+        with _open_text(p) as f:
             header, records = _csv_records(p, f)
             for col in _AZURE_COLUMNS:
                 if col not in header:
@@ -441,22 +475,144 @@ def _table_fast(
     try:
         for ours, theirs in mapping.items():
             dtype = pl.Float64 if ours == "arrival" else pl.Int64
-            col = frame[theirs].cast(dtype, strict=True)
+            col = frame[theirs]
+            if ours != "arrival" and col.dtype.is_float() and not (col == col.floor()).all():
+                return None  # polars' cast truncates 3.5 to 3; the line loop names the row
+            col = col.cast(dtype, strict=True)
             if col.null_count():
                 return None
             out[ours] = col.to_numpy()
     except (pl.exceptions.PolarsError, KeyError):
         return None
-    arrival = out["arrival"]
-    if not (np.isfinite(arrival).all() and (arrival >= 0).all()):
+    arrival = out.get("arrival")
+    if arrival is not None and not (np.isfinite(arrival).all() and (arrival >= 0).all()):
         return None
     for name in ("prompt_len", "output_len", "max_tokens", "num_samples"):
         if name in out and (out[name] < 1).any():
             return None
     if "request_id" in out and (out["request_id"] < 0).any():
         return None
+    if arrival is None:
+        return out
     out["arrival"] = arrival / divisor
     return out
+
+
+def _read_frame(p: Path, fmt: str) -> pl.DataFrame | None:
+    """The whole file as a polars frame, or None when polars cannot read it (the line loop then names
+    the first bad line). An unreadable parquet file has no lines to name: InvalidArgumentError."""
+    if fmt == "parquet":
+        try:
+            return pl.read_parquet(p)
+        except pl.exceptions.PolarsError as exc:
+            raise InvalidArgumentError(f"cannot read {p} as parquet: {exc}") from None
+    try:
+        if fmt == "csv":
+            return pl.read_csv(p, infer_schema_length=None)
+        return pl.read_ndjson(p, infer_schema_length=None)
+    except pl.exceptions.PolarsError:
+        return None
+
+
+def _file_columns(p: Path, fmt: str, frame: pl.DataFrame | None) -> list[str]:
+    """The file's column names: the frame's, a CSV header, or the keys of the first JSON object."""
+    if frame is not None:
+        return list(frame.columns)
+    if fmt == "csv":
+        with _open_text(p) as f:
+            return _csv_records(p, f)[0]
+    with p.open("rb") as f:
+        for _line, record in _jsonl_records(f):
+            return list(_json_record(record))
+    return []
+
+
+def _read_columns(
+    p: Path,
+    fmt: str,
+    frame: pl.DataFrame | None,
+    mapping: Mapping[str, str],
+    divisor: float,
+    on_error: str,
+) -> tuple[dict[str, np.ndarray], int]:
+    """Columns `ours -> the file's column` of a table as arrays (`arrival` as seconds, float64; every
+    other one int64: at least 1, `request_id` at least 0), and the rows skipped. The frame's columns are
+    checked vectorised; on anything off, the file is read row by row to name the first bad row.
+
+    Raises:
+        TraceFormatError: a missing column (line 1, field "header") or a malformed row.
+    """
+    if frame is not None:
+        missing = [v for v in mapping.values() if v not in frame.columns]
+        if missing:
+            raise TraceFormatError(
+                str(p), 1, "header", f"column(s) {missing} missing; columns are {frame.columns}"
+            )
+        cols = _table_fast(frame, mapping, divisor)
+        if cols is not None:
+            return cols, 0
+    lists: dict[str, list[Any]] = {k: [] for k in mapping}
+
+    def parse(record: Any) -> None:
+        rec = _json_record(record)
+        row = {}
+        for ours, theirs in mapping.items():
+            value = _get(rec, theirs)
+            if ours == "arrival":
+                row[ours] = _to_time(value, theirs) / divisor
+            else:
+                row[ours] = _to_int(value, theirs, 0 if ours == "request_id" else 1)
+        for k, v in row.items():
+            lists[k].append(v)
+
+    with contextlib.ExitStack() as stack:
+        if fmt == "csv":
+            header, records = _csv_records(p, stack.enter_context(_open_text(p)))
+            missing = [v for v in mapping.values() if v not in header]
+            if missing:
+                raise TraceFormatError(
+                    str(p), 1, "header", f"column(s) {missing} missing; header is {header}"
+                )
+        elif fmt == "jsonl":
+            records = _jsonl_records(stack.enter_context(p.open("rb")))
+        else:
+            assert frame is not None, "a parquet file is read whole or refused"
+            names = list(mapping.values())
+            records = (
+                (i, dict(zip(names, values, strict=True)))
+                for i, values in enumerate(frame.select(names).iter_rows(), 1)
+            )
+        skipped = _line_loop(p, records, parse, on_error)
+    cols = {k: np.array(v, dtype=np.float64 if k == "arrival" else np.int64) for k, v in lists.items()}
+    return cols, skipped
+
+
+def read_length_pairs(
+    path: Path, prompt_column: str | None, output_column: str | None, candidates: tuple[tuple[str, str], ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt, output) length columns of a csv, jsonl or parquet file (by suffix; anything else is read
+    as csv), with the row-naming errors of `load_table`. Without column names, the first pair of
+    `candidates` the file has is taken.
+
+    Raises:
+        TraceFormatError: a bad value (file, row, field), a missing column, or no rows.
+        InvalidArgumentError: no candidate pair matches, or an unreadable parquet file.
+    """
+    fmt = {".parquet": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(path.suffix.lower(), "csv")
+    frame = _read_frame(path, fmt)
+    if prompt_column is None or output_column is None:
+        columns = _file_columns(path, fmt, frame)
+        for pc, oc in candidates:
+            if pc in columns and oc in columns:
+                prompt_column, output_column = pc, oc
+                break
+        else:
+            raise InvalidArgumentError(f"{path}: name prompt_column and output_column; columns are {columns}")
+    mapping = {"prompt_len": prompt_column, "output_len": output_column}
+    cols, _ = _read_columns(path, fmt, frame, mapping, 1.0, "raise")
+    if len(cols["prompt_len"]) == 0:
+        raise TraceFormatError(str(path), 1, prompt_column, "the file has no rows")
+    return cols["prompt_len"], cols["output_len"]
 
 
 def load_table(
@@ -499,67 +655,14 @@ def load_table(
     if unknown:
         raise InvalidArgumentError(f"columns keys {unknown} are not among {_TABLE_FIELDS}")
     mapping = {k: given.get(k, k) for k in ("arrival", "prompt_len", "output_len")}
-    frame: pl.DataFrame | None = None
-    if fmt == "parquet":
-        try:
-            frame = pl.read_parquet(p)
-        except pl.exceptions.PolarsError as exc:
-            raise InvalidArgumentError(f"cannot read {p} as parquet: {exc}") from None
-    try:
-        if fmt == "parquet":
-            pass
-        elif fmt == "csv":
-            frame = pl.read_csv(p, infer_schema_length=None)
-        else:
-            frame = pl.read_ndjson(p, infer_schema_length=None)
-    except pl.exceptions.PolarsError:
-        frame = None
+    frame = _read_frame(p, fmt)
     if frame is not None:
         for k in ("max_tokens", "num_samples", "request_id"):
             if k in given or k in frame.columns:
                 mapping[k] = given.get(k, k)
-        missing = [v for v in mapping.values() if v not in frame.columns]
-        if missing:
-            raise TraceFormatError(
-                str(p), 1, "header", f"column(s) {missing} missing; columns are {frame.columns}"
-            )
     else:
         mapping.update({k: given[k] for k in ("max_tokens", "num_samples", "request_id") if k in given})
-    cols = _table_fast(frame, mapping, divisor) if frame is not None else None
-    skipped = 0
-    if cols is None:
-        lists: dict[str, list[Any]] = {k: [] for k in mapping}
-
-        def parse(record: Any) -> None:
-            rec = _json_record(record)
-            row = {}
-            for ours, theirs in mapping.items():
-                value = _get(rec, theirs)
-                if ours == "arrival":
-                    row[ours] = _to_time(value, theirs) / divisor
-                else:
-                    row[ours] = _to_int(value, theirs, 0 if ours == "request_id" else 1)
-            for k, v in row.items():
-                lists[k].append(v)
-
-        with contextlib.ExitStack() as stack:
-            if fmt == "csv":
-                header, records = _csv_records(p, stack.enter_context(p.open(newline="")))
-                missing = [v for v in mapping.values() if v not in header]
-                if missing:
-                    raise TraceFormatError(
-                        str(p), 1, "header", f"column(s) {missing} missing; header is {header}"
-                    )
-            elif fmt == "jsonl":
-                records = _jsonl_records(stack.enter_context(p.open("rb")))
-            else:
-                names = list(mapping.values())
-                records = (
-                    (i, dict(zip(names, values, strict=True)))
-                    for i, values in enumerate(frame.select(names).iter_rows(), 1)  # type: ignore[union-attr]
-                )
-            skipped = _line_loop(p, records, parse, on_error)
-        cols = {k: np.array(v, dtype=np.float64 if k == "arrival" else np.int64) for k, v in lists.items()}
+    cols, skipped = _read_columns(p, fmt, frame, mapping, divisor, on_error)
     n = len(cols["arrival"])
     request_id = cols.pop("request_id", None)
     if request_id is None:
