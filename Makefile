@@ -29,12 +29,13 @@ run: dev ## The main job: the claims suite (results/claims.md, results/plots/*.p
 
 test: dev lint rust-test py-test ## Every check CI runs: lint, cargo test, pytest
 
-lint: dev ## cargo fmt --check, clippy -D warnings, ruff check, ruff format --check, mypy
+lint: dev ## cargo fmt --check, clippy -D warnings, ruff check, ruff format --check, mypy, stubtest of _core.pyi
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests bench
 	$(VENV)/bin/ruff format --check python tests bench
 	$(VENV)/bin/mypy
+	$(PY) -m mypy.stubtest kvsim._core
 
 rust-test: ## The core's own tests (no Python needed)
 	cargo test

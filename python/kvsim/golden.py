@@ -86,7 +86,7 @@ def main() -> int:
     failures = 0
     for title, steps in scenarios:
         free_order = "lifo_unhashed" if "lifo" in title else "classic"
-        managers = {
+        managers: dict[str, KVCacheManager | reference.KVCacheManager] = {
             "rust": KVCacheManager(11, 16, True, free_order),
             "reference": reference.KVCacheManager(11, 16, True, free_order),
         }

@@ -16,6 +16,7 @@ def run(
     inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
 ) -> EngineOutput:
     """Simulates every sequence of `inp` under `config` in the Rust core (GIL released)."""
+    assert config.num_blocks is not None, "SimConfig sizes the pool"
     columns, counters = _core.run_engine(
         num_blocks=config.num_blocks,
         block_size=config.block_size,
@@ -93,6 +94,7 @@ def check_step_floor(inp: EngineInput, config: SimConfig) -> None:
 
 def step_floor_unchecked(inp: EngineInput, config: SimConfig) -> dict[str, int]:
     """`step_floor` without `check_step_floor` (the benchmark times this call alone)."""
+    assert config.num_blocks is not None, "SimConfig sizes the pool"
     steps, allocations, finished, checksum = _core.step_floor(
         num_blocks=config.num_blocks,
         block_size=config.block_size,

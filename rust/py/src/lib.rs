@@ -450,6 +450,9 @@ impl PyBlockPool {
 /// `[0, 2**64)`; a request is known from its first successful `allocate` until `free`. A request's content
 /// is a list of `(segment_id, length)` pairs: the first `length` tokens of content `segment_id`.
 ///
+/// `request_id in manager` never raises: anything that is not a request id it holds (a float, a bool,
+/// `None`, an int outside u64) is not in it, as with a dict.
+///
 /// Raises `InvalidArgumentError` for an argument of the wrong type, `block_size` outside
 /// `1..2**64`, and whatever `BlockPool` raises for `num_blocks`, `enable_caching` and `free_order`.
 #[pyclass(name = "KVCacheManager", module = "kvsim._core")]
@@ -651,6 +654,7 @@ fn block_keys(segments: &Bound<'_, PyAny>, block_size: &Bound<'_, PyAny>) -> PyR
 /// The bytes of bookkeeping a pool of `num_blocks` blocks may take (`num_blocks` ×
 /// `POOL_BYTES_PER_BLOCK`), and the limit `BlockPool`, `KVCacheManager` and the engine check it against
 /// (`KVSIM_MEMORY_LIMIT` bytes if set, else this machine's physical memory): `(needed, limit)`.
+/// Raises `InvalidArgumentError` when `num_blocks` is not an integer in `2..=4294967293`.
 #[pyfunction]
 fn pool_memory(num_blocks: &Bound<'_, PyAny>) -> PyResult<(u64, u64)> {
     let n = num_blocks_obj(num_blocks)?;
@@ -667,6 +671,15 @@ fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>, name: &str) -> P
 
 /// Runs the engine over per-sequence columns (see `kvsim.engine_input`) with the GIL released; returns
 /// `(columns, counters)` as two dicts. Ctrl-C interrupts the run with `KeyboardInterrupt`.
+///
+/// The private entry point behind `kvsim.simulate(..., backend="rust")` (`kvsim.rust_engine.run`), which
+/// passes a validated `SimConfig`'s knobs by keyword and `EngineInput`'s contiguous numpy columns.
+/// `columns` maps each per-sequence output column to an array, plus `"timeseries"` and `"events"` (dicts
+/// of arrays, empty unless `timeseries_every > 0` / `record_events`); `counters` maps counter names to
+/// ints.
+///
+/// Raises `InvalidArgumentError` for a knob out of range or a column that is not contiguous, a pool too
+/// large for the memory limit, or a step past the simulated clock; `InternalError` on a bug.
 #[pyfunction]
 #[pyo3(signature = (
     *, num_blocks, block_size, policy, enable_prefix_caching, free_order, max_num_seqs,
@@ -879,6 +892,7 @@ impl<T> Guarded<T> {
 }
 
 /// Test hook: panics inside the guard `run_engine` uses (tests/test_errors.py checks what Python sees).
+/// Always raises `InternalError`.
 #[pyfunction]
 fn _panic_in_guard(py: Python<'_>) -> PyResult<()> {
     py.detach(|| {
@@ -890,7 +904,10 @@ fn _panic_in_guard(py: Python<'_>) -> PyResult<()> {
 }
 
 /// Pops `ops` blocks from a free queue of `num_blocks` and pushes them back, nothing else (GIL
-/// released): the floor `bench/` compares the engine's time with. Returns a checksum.
+/// released): the floor `bench/` compares the engine's time with. Returns a checksum of the ids popped.
+///
+/// Benchmark use only: both arguments are unsigned ints (`num_blocks` below 2**32; a bad value raises
+/// `OverflowError` or `TypeError` from the conversion).
 #[pyfunction]
 fn free_list_floor(py: Python<'_>, num_blocks: u32, ops: u64) -> u64 {
     py.detach(|| kvsim_core::floor::free_list_floor(num_blocks, ops))
@@ -898,6 +915,10 @@ fn free_list_floor(py: Python<'_>, num_blocks: u32, ops: u64) -> u64 {
 
 /// The least work of a step-exact engine on these rows (`kvsim_core::floor::step_floor`; GIL released):
 /// returns `(steps, block_allocations, finished, checksum)`.
+///
+/// Called by `kvsim.rust_engine.step_floor` (DESIGN.md §Where the time goes) with a validated
+/// `SimConfig`'s pool and scheduler knobs and `EngineInput`'s arrival, prompt and target columns.
+/// Raises `InvalidArgumentError` for a knob out of range or a column that is not contiguous.
 #[pyfunction]
 #[pyo3(signature = (*, num_blocks, block_size, iteration_ps, max_num_seqs, watermark_blocks, arrival_ps, prompt_len, target))]
 #[allow(clippy::too_many_arguments)]
