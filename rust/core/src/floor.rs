@@ -87,6 +87,7 @@ pub fn step_floor(
     cfg: FloorConfig,
 ) -> Result<StepFloor> {
     check(arrival_ps, prompt_len, target, cfg)?;
+    crate::block_pool::check_pool_memory(cfg.num_blocks)?;
     let n = arrival_ps.len();
     let mut sim = Sim::new(cfg, n);
     let mut next = 0;

@@ -906,11 +906,19 @@ fn _panic_in_guard(py: Python<'_>) -> PyResult<()> {
 /// Pops `ops` blocks from a free queue of `num_blocks` and pushes them back, nothing else (GIL
 /// released): the floor `bench/` compares the engine's time with. Returns a checksum of the ids popped.
 ///
-/// Benchmark use only: both arguments are unsigned ints (`num_blocks` below 2**32; a bad value raises
-/// `OverflowError` or `TypeError` from the conversion).
+/// Benchmark use only. Raises `InvalidArgumentError` for `num_blocks` outside `2..=4294967293` (or past
+/// the memory limit) or a negative `ops`.
 #[pyfunction]
-fn free_list_floor(py: Python<'_>, num_blocks: u32, ops: u64) -> u64 {
-    py.detach(|| kvsim_core::floor::free_list_floor(num_blocks, ops))
+fn free_list_floor(py: Python<'_>, num_blocks: i128, ops: i128) -> PyResult<u64> {
+    let n = num_blocks_arg(num_blocks)?;
+    let ops = u64_arg(ops, "ops")?;
+    kvsim_core::block_pool::check_pool_memory(n).py()?;
+    py.detach(|| {
+        no_panic("free_list_floor", || {
+            Ok(kvsim_core::floor::free_list_floor(n, ops))
+        })
+    })
+    .py()
 }
 
 /// The least work of a step-exact engine on these rows (`kvsim_core::floor::step_floor`; GIL released):
