@@ -80,6 +80,11 @@ impl IntArg {
 
 /// Converts an integer argument named `name` (see the rules above).
 fn int_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<IntArg> {
+    int_arg_named(obj, || name.to_owned())
+}
+
+/// `int_arg` with the name built only for the error message (a segment's fields, on every call).
+fn int_arg_named(obj: &Bound<'_, PyAny>, name: impl FnOnce() -> String) -> PyResult<IntArg> {
     if !obj.is_instance_of::<PyBool>() {
         match obj.extract::<i128>() {
             Ok(value) => return Ok(IntArg { value, huge: None }),
@@ -94,7 +99,11 @@ fn int_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<IntArg> {
             Err(_) => {}
         }
     }
-    Err(invalid(format!("{name} {} must be an integer", repr(obj))))
+    Err(invalid(format!(
+        "{} {} must be an integer",
+        name(),
+        repr(obj)
+    )))
 }
 
 /// A `u64` argument: an integer in `[lo, u64::MAX]`.
@@ -255,11 +264,11 @@ fn segments_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Segment>> {
                     repr(pair)
                 ))
             })?;
-        let id = int_arg(&fields[0], &format!("segment {i}: id"))?;
+        let id = int_arg_named(&fields[0], || format!("segment {i}: id"))?;
         let id = id
             .u64()
             .ok_or_else(|| invalid(format!("segment {i}: id {id} is not a u64")))?;
-        let len = int_arg(&fields[1], &format!("segment {i}: length"))?;
+        let len = int_arg_named(&fields[1], || format!("segment {i}: length"))?;
         let len = len.u64().filter(|&l| l >= 1).ok_or_else(|| {
             invalid(format!(
                 "segment {i}: length {len} must be between 1 and {}",
