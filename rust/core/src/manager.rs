@@ -227,3 +227,66 @@ impl KVCacheManager {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(id: u64, len: u64) -> Segment {
+        Segment::new(id, len)
+    }
+
+    #[test]
+    fn a_block_count_past_u32_does_not_fit_and_changes_nothing() {
+        for caching in [true, false] {
+            let mut m = KVCacheManager::new(5, 1, caching, FreeOrder::Classic).unwrap();
+            assert_eq!(
+                m.allocate(3, &[seg(1, 1)], 1).unwrap().unwrap(),
+                [BlockId(1)]
+            );
+            // 2^32 more blocks: once truncated to u32 (0 blocks), a panic with caching, `[]` without.
+            assert!(
+                m.allocate(3, &[seg(1, (1 << 32) + 1)], 1 << 32)
+                    .unwrap()
+                    .is_none()
+            );
+            assert_eq!(m.num_computed_tokens(3).unwrap(), 1);
+            m.check_invariants().unwrap();
+        }
+    }
+
+    #[test]
+    fn block_sizes_and_counts_near_u64_max_do_not_wrap() {
+        let mut m = KVCacheManager::new(4, u64::MAX, true, FreeOrder::Classic).unwrap();
+        assert_eq!(
+            m.allocate(1, &[seg(1, 5)], 5).unwrap().unwrap(),
+            [BlockId(1)]
+        );
+        m.check_invariants().unwrap();
+        let mut m = KVCacheManager::new(8, 4, true, FreeOrder::Classic).unwrap();
+        m.allocate(1, &[seg(1, 5)], 5).unwrap();
+        assert!(matches!(
+            m.allocate(1, &[seg(1, 5)], u64::MAX),
+            Err(KvError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            m.allocate(2, &[seg(1, 5)], u64::MAX),
+            Err(KvError::InvalidArgument(_))
+        ));
+        assert_eq!(m.pool().num_free_blocks(), 5);
+        m.check_invariants().unwrap();
+        assert_eq!(crate::block_table::blocks_for(u64::MAX, 1), u64::MAX);
+        assert_eq!(crate::block_table::blocks_for(u64::MAX, u64::MAX), 1);
+        assert_eq!(crate::block_table::blocks_for(5, u64::MAX), 1);
+    }
+
+    #[test]
+    fn a_pool_past_the_memory_limit_is_refused_before_allocating() {
+        let limit = crate::block_pool::memory_limit();
+        let n = crate::block_pool::MAX_BLOCKS;
+        if u64::from(n) * crate::block_pool::POOL_BYTES_PER_BLOCK > limit {
+            let err = KVCacheManager::new(n, 16, true, FreeOrder::Classic).unwrap_err();
+            assert!(err.to_string().contains("of block bookkeeping"), "{err}");
+        }
+    }
+}
