@@ -225,3 +225,22 @@ def test_clean_generated_files_load_exactly(tmp_path, rows, fmt):
     assert len(w) == len(rows) == len(order)
     lw = lengths_from(path)
     assert set(lw.prompt_len.tolist()) <= {r[1] for r in rows}
+
+
+@pytest.mark.parametrize(
+    ("call", "fragment"),
+    [
+        (lambda f: load_table(f, time_unit=["s"]), r"time_unit \['s'\] must be one of"),
+        (lambda f: load_table(f, columns=[1]), r"columns \[1\] must be a mapping"),
+        (lambda f: load_table(f, format=["csv"]), r"format \['csv'\] must be"),
+        (lambda f: load_table(5), "path 5 must be a str or os.PathLike"),
+        (lambda f: load_mooncake(f, block_size="x"), "block_size 'x' must be an integer"),
+        (lambda f: load_table(f, first_request_id=1.5), "first_request_id 1.5 must be an integer"),
+        (lambda f: load_azure(f, on_error=[]), r"on_error \[\] must be 'raise' or 'skip'"),
+    ],
+)
+def test_bad_loader_options_are_invalid_argument_errors(tmp_path, call, fragment):
+    f = tmp_path / "t.csv"
+    f.write_text("arrival,prompt_len,output_len\n0,4,2\n")
+    with pytest.raises(InvalidArgumentError, match=fragment):
+        call(f)

@@ -32,6 +32,7 @@ from typing import IO, Any
 import numpy as np
 import polars as pl
 
+from kvsim.arguments import int_arg
 from kvsim.errors import InvalidArgumentError, TraceFormatError
 from kvsim.segments import MAX_REQUEST_ID
 from kvsim.workloads.table import Workload
@@ -55,11 +56,13 @@ class _RowError(Exception):
 
 
 def _check_on_error(on_error: str) -> None:
-    if on_error not in ("raise", "skip"):
+    if not isinstance(on_error, str) or on_error not in ("raise", "skip"):
         raise InvalidArgumentError(f"on_error {on_error!r} must be 'raise' or 'skip'")
 
 
 def _existing(path: str | PathLike[str]) -> Path:
+    if not isinstance(path, str | PathLike):
+        raise InvalidArgumentError(f"path {path!r} must be a str or os.PathLike")
     p = Path(path)
     if not p.is_file():
         raise InvalidArgumentError(f"trace file {p} does not exist")
@@ -200,6 +203,7 @@ def _meta(path: Path, fmt: str, skipped: int, **extra: Any) -> dict[str, Any]:
 
 
 def _first_ids(first_request_id: int, n: int) -> np.ndarray:
+    first_request_id = int_arg("first_request_id", first_request_id)
     if first_request_id < 0 or first_request_id + n - 1 > MAX_REQUEST_ID:
         raise InvalidArgumentError(
             f"first_request_id {first_request_id} puts ids outside [0, {MAX_REQUEST_ID}]"
@@ -287,6 +291,7 @@ def load_mooncake(
     """
     _check_on_error(on_error)
     p = _existing(path)
+    block_size = int_arg("block_size", block_size)
     if block_size < 1:
         raise InvalidArgumentError(f"block_size {block_size} must be at least 1")
     fast = _mooncake_fast(p, block_size)
@@ -647,9 +652,13 @@ def load_table(
     _check_on_error(on_error)
     p = _existing(path)
     fmt = _table_format(p, format)
-    if time_unit not in _TIME_DIVISORS:
+    if not isinstance(time_unit, str) or time_unit not in _TIME_DIVISORS:
         raise InvalidArgumentError(f"time_unit {time_unit!r} must be one of {sorted(_TIME_DIVISORS)}")
     divisor = _TIME_DIVISORS[time_unit]
+    if columns is not None and not (
+        isinstance(columns, Mapping) and all(isinstance(v, str) for v in (*columns, *columns.values()))
+    ):
+        raise InvalidArgumentError(f"columns {columns!r} must be a mapping of column names (str -> str)")
     given = dict(columns or {})
     unknown = sorted(set(given) - set(_TABLE_FIELDS))
     if unknown:
