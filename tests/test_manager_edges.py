@@ -12,11 +12,12 @@ import textwrap
 import hypothesis.strategies as st
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 
 import kvsim
 from kvsim import reference
 from kvsim.errors import InvalidArgumentError
+from kvsim.workloads import Workload
 
 U64_MAX = 2**64 - 1
 
@@ -319,3 +320,34 @@ def test_bad_constructor_arguments(num_blocks, block_size, caching, order):
     kind, value = both(lambda k: k.KVCacheManager(num_blocks, block_size, caching, order).free_block_ids())
     if kind == "ok":
         assert value == list(range(1, num_blocks))
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(num_blocks=st.integers(2, 5000), limit=st.integers(0, 82 * 5000))
+def test_the_memory_limit_is_one_rule_in_both_backends(monkeypatch, num_blocks, limit):
+    """Generated pool sizes against a generated `KVSIM_MEMORY_LIMIT`: refused exactly when num_blocks × 82
+    bytes exceed it, by both backends with the same message, whether the pool, the manager or the engine
+    builds the pool."""
+    monkeypatch.setenv("KVSIM_MEMORY_LIMIT", str(limit))
+    fits = num_blocks * 82 <= limit
+    for build in (
+        lambda k: k.BlockPool(num_blocks).num_free_blocks,
+        lambda k: k.KVCacheManager(num_blocks, 4).num_free_blocks,
+    ):
+        kind, value = both(build)
+        if fits:
+            assert (kind, value) == ("ok", num_blocks - 1)
+        else:
+            assert kind == "InvalidArgumentError"
+            assert f"num_blocks {num_blocks} needs {num_blocks * 82} bytes" in value
+            assert f"memory limit of {limit} bytes" in value
+    w = Workload(arrival=[0.0], prompt_len=[4], output_len=[2])
+    outcomes = set()
+    for engine in ("rust", "reference"):
+        try:
+            kvsim.simulate(w, kvsim.SimConfig(num_blocks=num_blocks), backend=engine)
+            outcomes.add("ok")
+        except InvalidArgumentError as e:
+            outcomes.add(str(e))
+    assert len(outcomes) == 1
+    assert (outcomes == {"ok"}) is fits
