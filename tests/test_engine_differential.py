@@ -81,6 +81,7 @@ def configs(draw) -> kvsim.SimConfig:
         max_num_batched_tokens=max(budget, max_num_seqs) if sampling == "fork-cow" else budget,
         chunked_prefill=draw(st.booleans()),
         admission_gate=draw(st.sampled_from(["none", "full-prompt"])),
+        waiting_over_budget=draw(st.sampled_from(["stop", "skip"])),
         watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
         append_check=draw(st.sampled_from(["exact", "one-free-block"])) if policy == "vllm" else "exact",
         max_model_len=max_model_len,
