@@ -76,3 +76,19 @@ def test_mooncake_ceiling_counts_reused_prefixes():
         segment_len=[512, 100, 512, 512, 76, 300],
     )
     assert mooncake_ceiling(w) == pytest.approx(608 / (612 + 1100 + 300))
+
+
+@pytest.mark.parametrize(
+    ("scale", "needle"),
+    [("nan", "--scale nan"), ("0", "--scale 0"), ("-1", "--scale -1"), ("inf", "--scale inf"),
+     ("0.001", "the least scale is 0.02")],
+)  # fmt: skip
+def test_claims_refuses_a_scale_that_measures_nothing(tmp_path, capsys, scale, needle):
+    from kvsim.cli import main
+
+    assert main(["claims", "--results", str(tmp_path), "--scale", scale, "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "Traceback" not in err
+    assert needle in err
+    assert not (tmp_path / "claims.md").exists()

@@ -36,6 +36,7 @@ from kvsim.sweep import (
     SweepSpec,
     aggregate,
     make_workload,
+    progress_bar,
     rows_frame,
     run_point,
 )
@@ -369,11 +370,7 @@ def run_experiments(
     # Long points first (traces, big request counts) so the pool ends evenly.
     points.sort(key=lambda np_: -np_[1].requests * (50 if np_[1].workload.startswith("mooncake") else 1))
     rows: dict[str, list[dict[str, Any]]] = {e.name: [] for e in exps}
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(points), desc="claims", unit="pt", dynamic_ncols=True)
+    bar = progress_bar(len(points), "claims", progress)
     with cf.ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         futures = {pool.submit(run_point, p): name for name, p in points}
         for fut in cf.as_completed(futures):
@@ -889,6 +886,32 @@ def render(claims: Sequence[Claim], exps: Sequence[Experiment], results: Mapping
     return "\n".join(lines)
 
 
+MIN_SCALED_REQUESTS = 20  # below this a claim's mean is a handful of requests, not a measurement
+
+
+def check_scale(scale: Any) -> float:
+    """`scale` if it is a finite number > 0 that leaves every scaled experiment at least
+    `MIN_SCALED_REQUESTS` requests per point.
+
+    Raises:
+        InvalidArgumentError: naming the value and, for a too small one, the smallest that works.
+    """
+    if (
+        isinstance(scale, bool)
+        or not isinstance(scale, int | float)
+        or not math.isfinite(scale)
+        or scale <= 0
+    ):
+        raise InvalidArgumentError(f"scale {scale!r} must be a finite number > 0 (1 = the full suite)")
+    smallest = min(e.requests for e in experiments() if e.scalable)
+    if smallest * scale < MIN_SCALED_REQUESTS:
+        raise InvalidArgumentError(
+            f"scale {scale:g} leaves {max(0, round(smallest * scale))} requests in the smallest experiment "
+            f"(fewer than {MIN_SCALED_REQUESTS}); the least scale is {MIN_SCALED_REQUESTS / smallest:.3g}"
+        )
+    return float(scale)
+
+
 def run_claims(
     results_dir: Path = Path("results"),
     *,
@@ -914,6 +937,7 @@ def run_claims(
     Returns:
         The report (claims, path, wall time, plot paths).
     """
+    check_scale(scale)
     t0 = time.perf_counter()
     exps = experiments()
     chosen = [e for e in exps if only is None or e.name in only]
