@@ -15,7 +15,7 @@ QUICK = ["seed-fragmentation", "seed-memory-budget"]
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    return run_claims(tmp_path_factory.mktemp("r"), scale=0.1, plots=False, progress=False, only=QUICK)
+    return run_claims(tmp_path_factory.mktemp("r"), scale=0.1, progress=False, only=QUICK)
 
 
 def test_every_claim_has_a_row_with_a_verdict_and_a_command(report):
@@ -44,9 +44,9 @@ def test_ours_comes_from_the_engine(tmp_path, monkeypatch):
         row["kv_utilization"] *= 0.5
         return row
 
-    before = run_claims(tmp_path / "a", plots=False, progress=False, only=["seed-fragmentation"])
+    before = run_claims(tmp_path / "a", progress=False, only=["seed-fragmentation"])
     monkeypatch.setattr(claims, "run_point", halved)
-    after = run_claims(tmp_path / "b", plots=False, progress=False, only=["seed-fragmentation"])
+    after = run_claims(tmp_path / "b", progress=False, only=["seed-fragmentation"])
     b = next(c for c in before.claims if c.id == "S-fragmentation")
     a = next(c for c in after.claims if c.id == "S-fragmentation")
     assert b.verdict == CONFIRMED
@@ -59,7 +59,7 @@ def test_a_missing_engine_feature_is_not_testable(tmp_path, monkeypatch):
         raise NotImplementedError("placement 'buddy' is not implemented")
 
     monkeypatch.setattr(claims, "run_point", unimplemented)
-    rep = run_claims(tmp_path, plots=False, progress=False, only=["seed-memory-budget"])
+    rep = run_claims(tmp_path, progress=False, only=["seed-memory-budget"])
     c = next(c for c in rep.claims if c.id == "S-memory-budget")
     assert c.verdict == NOT_TESTABLE
     assert "buddy" in c.note

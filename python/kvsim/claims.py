@@ -50,6 +50,18 @@ SEED_TOKENS = 8192  # the seed simulators' pool: 8,192 tokens = 512 blocks of 16
 SEED_BASE = {"model": "opt-13b", "kv_cache_bytes": SEED_TOKENS * 819_200, "time_model": "ticks"}
 SEED_WORKLOAD = "synthetic:lengths=uniform,prompt_len=16/256,output_len=16/256"
 TOKEN_SHARE = "token_share"  # derived metric: stored / (allocated + external), Fig. 2's "token states"
+# Values quoted from the paper: Fig. 2's token-state shares and Fig. 13's mean batch (its bar labels).
+PAPER_FIG2 = {"orca-max": 0.204, "orca-pow2": 0.268, "orca-oracle": 0.382, "vllm": 0.963}
+PAPER_FIG13 = {
+    "fig13a-sharegpt": {"orca-max": 7.00, "orca-pow2": 9.81, "orca-oracle": 13.62, "vllm": 30.42},
+    "fig13b-alpaca": {"orca-max": 7.00, "orca-pow2": 43.24, "orca-oracle": 72.75, "vllm": 132.44},
+}
+POLICY_LABEL = {
+    "orca-max": "Orca (Max)",
+    "orca-pow2": "Orca (Pow2)",
+    "orca-oracle": "Orca (Oracle)",
+    "vllm": "vLLM",
+}
 
 
 # ------------------------------------------------------------------------------------------- model
@@ -134,6 +146,7 @@ class ClaimsReport:
     claims: list[Claim]
     path: Path
     wall_s: float
+    results: dict[str, Results] = field(default_factory=dict)
     plots: list[Path] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
@@ -436,19 +449,8 @@ def _not_testable(cid: str, claim: str, source: str, value: str, tol: str, cmd: 
 
 def _paper_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
     out: list[Claim] = []
-    # Fig. 2 and Fig. 13: values quoted from the paper (SPEC §8 restates Fig. 2 and Fig. 13a).
-    fig2 = {"orca-max": 0.204, "orca-pow2": 0.268, "orca-oracle": 0.382, "vllm": 0.963}
+    fig2, fig13, names = PAPER_FIG2, PAPER_FIG13, POLICY_LABEL
     fig2_tol = {"orca-max": 0.08, "orca-pow2": 0.08, "orca-oracle": 0.08, "vllm": 0.03}
-    fig13 = {
-        "fig13a-sharegpt": {"orca-max": 7.00, "orca-pow2": 9.81, "orca-oracle": 13.62, "vllm": 30.42},
-        "fig13b-alpaca": {"orca-max": 7.00, "orca-pow2": 43.24, "orca-oracle": 72.75, "vllm": 132.44},
-    }
-    names = {
-        "orca-max": "Orca (Max)",
-        "orca-pow2": "Orca (Pow2)",
-        "orca-oracle": "Orca (Oracle)",
-        "vllm": "vLLM",
-    }
     res = r["fig13a-sharegpt"]
     cmd = res.experiment.command(scale)
     for pol, src in fig2.items():
@@ -917,25 +919,24 @@ def run_claims(
     *,
     workers: int | None = None,
     scale: float = 1.0,
-    plots: bool = True,
     progress: bool = True,
     only: Sequence[str] | None = None,
     reuse: bool = False,
 ) -> ClaimsReport:
-    """Runs the claims suite and writes `<results_dir>/claims.md` (and the plots).
+    """Runs the claims suite and writes `<results_dir>/claims.md`; `kvsim.plots.plot_all` draws the
+    report's results (claims produce the results, plots only read them).
 
     Args:
         results_dir: output folder (claims.md, claims/*.parquet, plots/).
         workers: parallel simulations (default: CPU count).
         scale: multiplies every experiment's request count (traces are capped at their length).
-        plots: also draw `<results_dir>/plots/*.png`.
         progress: show progress on stderr.
         only: run only these experiments (the others' claims say NOT TESTABLE: not run).
         reuse: read each experiment's rows from `<results_dir>/claims/<name>.parquet` (written by an
             earlier run) instead of running it; experiments without a file run.
 
     Returns:
-        The report (claims, path, wall time, plot paths).
+        The report (claims, path, wall time, the results by experiment).
     """
     check_scale(scale)
     t0 = time.perf_counter()
@@ -963,13 +964,8 @@ def run_claims(
     path = results_dir / "claims.md"
     results_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(render(claims, exps, results, scale, wall, reused=reuse))
-    plot_paths: list[Path] = []
-    if plots:
-        from kvsim.plots import plot_all
-
-        plot_paths = plot_all(results_dir, results, workers=workers, progress=progress)
-    return ClaimsReport(claims, path, time.perf_counter() - t0, plot_paths)
+    return ClaimsReport(claims, path, time.perf_counter() - t0, results=results)
 
 
 if __name__ == "__main__":
-    print(run_claims(scale=float(sys.argv[1]) if len(sys.argv) > 1 else 1.0).summary_line())
+    print(run_claims(scale=float(sys.argv[1]) if len(sys.argv) > 1 else 1.0).summary_line())  # no plots

@@ -408,10 +408,13 @@ def cmd_claims(args: argparse.Namespace) -> int:
         Path(args.results),
         workers=args.workers,
         scale=args.scale,
-        plots=not args.no_plots,
         progress=not args.no_progress,
         reuse=args.reuse,
     )
+    if not args.no_plots:
+        from kvsim.plots import plot_all
+
+        report.plots = plot_all(Path(args.results), report.results)
     print(report.table())
     print()
     print(report.summary_line())
