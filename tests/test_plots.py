@@ -84,9 +84,9 @@ def test_titles_state_what_the_data_shows(quick):
 def test_a_title_follows_the_data_not_a_preset_conclusion(quick):
     _, results = quick
     real = results["seed-block-size"]
-    for trend in ("rises", "falls"):
+    for trend in ("up", "down"):
         frame = real.frame.with_columns(
-            (pl.col("block_size").log(2) * (1 if trend == "rises" else -1) * 100 + 1_000).alias("preemptions")
+            (pl.col("block_size").log(2) * (1 if trend == "up" else -1) * 100 + 1_000).alias("preemptions")
         )
         fake = Results(real.experiment, frame, None)
         assert f"preemptions {trend}" in plots.block_size_finding(fake)

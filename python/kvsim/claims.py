@@ -1,6 +1,6 @@
-"""The claims suite (SPEC §8): runs every claim's experiment on the engine and writes results/claims.md.
+"""The claims suite (DESIGN.md §Claims): runs every claim's experiment on the engine and writes results/claims.md.
 
-Each claim row holds the source's number (quoted from the paper or SPEC, with where), ours (computed here
+Each claim row holds the source's number (quoted from the paper or the seed simulators, with where), ours (computed here
 from the engine's summaries, never typed in), the command that reproduces ours, the tolerance (stated
 before the run, in `Claim.tolerance`) and a verdict: CONFIRMED, DIFFERS, or NOT TESTABLE with the reason.
 
@@ -647,7 +647,7 @@ def _block_size_paper(res: Results, scale: float) -> list[Claim]:
 
 def _seed_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
     out: list[Claim] = []
-    src = "SPEC §8 (seed simulators)"
+    src = "seed simulators' benchmarks (DESIGN.md §Claims)"
     res = r["seed-fragmentation"]
     cmd = res.experiment.command(scale)
     claim = "Fragmentation: contiguous reservation wastes most of the pool, paged allocation almost none"
@@ -846,7 +846,7 @@ def render(claims: Sequence[Claim], exps: Sequence[Experiment], results: Mapping
         "",
         "Written by `python -m bench.sweep` (no arguments; `kvsim claims` is the same). Every *ours* value",
         "comes from running the Rust engine in this run; *source* values are quoted from the paper",
-        f"({PAPER}) or SPEC §8. Tolerances were fixed before the run. Request counts are scaled by {scale}.",
+        f"({PAPER}) or the seed simulators' benchmarks (DESIGN.md §Claims). Tolerances were fixed before the run. Request counts are scaled by {scale}.",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}; wall time {wall_s:.0f} s"
         + (

@@ -195,7 +195,7 @@ def _claims_parser(sub: Any) -> argparse.ArgumentParser:
         "claims",
         formatter_class=_Formatter,
         help="run the claims suite: results/claims.md and results/plots/*.png",
-        description="Run every claim of SPEC §8 on the engine; write results/claims.md and the plots.",
+        description="Run every claim of DESIGN.md §Claims on the engine; write results/claims.md and the plots.",
     )
     _claims_flags(p)
     return p

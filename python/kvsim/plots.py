@@ -136,10 +136,10 @@ def _label_with_setup(ax: Axes, xlabel: str, res: Results) -> None:
 
 
 def _change(a: float, b: float, rel: float = 0.02) -> str:
-    """'rises' / 'falls' / 'stays' from a to b (within `rel` of each other: stays)."""
+    """'up' / 'down' / 'flat' from a to b (within `rel` of each other: flat)."""
     if abs(b - a) <= rel * max(abs(a), abs(b), 1e-12):
-        return "stays"
-    return "rises" if b > a else "falls"
+        return "flat"
+    return "up" if b > a else "down"
 
 
 # ------------------------------------------------------------------------------------- findings
