@@ -772,3 +772,15 @@ def test_the_0_11_preset_skips_and_the_default_stops(backend):
     new = kvsim.simulate(w, SimConfig(**knobs), backend=backend)
     assert ticks(col(old, "first_scheduled")) == [0, 2, 0, 1]
     assert ticks(col(new, "first_scheduled")) == [0, 1, 2, 3]
+
+
+def test_run_help_names_the_release_of_the_defaults(capsys):
+    from kvsim.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "vLLM 0.33.0's, the newest release checked" in text
+    assert "--waiting-over-budget" in text
+    assert "stop (default, vLLM >= 0.12" in text

@@ -908,7 +908,7 @@ def check_scale(scale: Any) -> float:
     smallest = min(e.requests for e in experiments() if e.scalable)
     if smallest * scale < MIN_SCALED_REQUESTS:
         raise InvalidArgumentError(
-            f"scale {scale:g} leaves {max(0, round(smallest * scale))} requests in the smallest experiment "
+            f"scale {scale:g} leaves {max(0, round(smallest * scale))} request(s) in the smallest experiment "
             f"(fewer than {MIN_SCALED_REQUESTS}); the least scale is {MIN_SCALED_REQUESTS / smallest:.3g}"
         )
     return float(scale)

@@ -97,7 +97,10 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
             "Run one simulation from flags or a TOML file and print the summary table.\n\n"
             "Every SimConfig field is a flag (--block-size 32 --policy orca-max ...). Unset fields take\n"
             f"the paper's setup: {DEFAULT_BASE}.\n"
-            "A TOML file may hold `workload`, `requests`, `seed`, `backend` and a [config] table."
+            "A TOML file may hold `workload`, `requests`, `seed`, `backend` and a [config] table.\n"
+            "Scheduling rules are vLLM 0.33.0's, the newest release checked (lifo_unhashed frees, the\n"
+            "full-prompt admission gate, stop at a prompt over the budget); older releases' are the\n"
+            "presets of DESIGN.md §Presets (--free-order, --admission-gate, --waiting-over-budget)."
         ),
     )
     p.add_argument("--toml", metavar="PATH", help="read the run from a TOML file (flags override it)")
