@@ -4,6 +4,8 @@ engine lacks a feature."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import kvsim
@@ -92,3 +94,16 @@ def test_claims_refuses_a_scale_that_measures_nothing(tmp_path, capsys, scale, n
     assert "Traceback" not in err
     assert needle in err
     assert not (tmp_path / "claims.md").exists()
+
+
+def test_claims_refuses_a_results_folder_it_cannot_write_before_running(tmp_path, capsys):
+    from kvsim.cli import main
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for results, needle in [(afile, "is a file, not a folder"), (Path("/proc/kvsim-test"), "cannot write")]:
+        assert main(["claims", "--results", str(results), "--scale", "0.1", "--no-plots"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err
+        assert f"--results {results}" in err
+        assert needle in err

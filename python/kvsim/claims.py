@@ -914,6 +914,26 @@ def check_scale(scale: Any) -> float:
     return float(scale)
 
 
+def check_results_dir(results_dir: Path) -> Path:
+    """Checks, before any experiment runs, that the suite can write into `results_dir` (made if missing).
+
+    Raises:
+        InvalidArgumentError: naming the folder and why not.
+    """
+    import tempfile
+
+    p = Path(results_dir)
+    if p.exists() and not p.is_dir():
+        raise InvalidArgumentError(f"results {p} is a file, not a folder")
+    try:
+        (p / "claims").mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=p / "claims", prefix=".probe-"):
+            pass
+    except OSError as exc:
+        raise InvalidArgumentError(f"results {p}: cannot write there ({exc.strerror or exc})") from None
+    return p
+
+
 def run_claims(
     results_dir: Path = Path("results"),
     *,
@@ -939,6 +959,7 @@ def run_claims(
         The report (claims, path, wall time, the results by experiment).
     """
     check_scale(scale)
+    check_results_dir(results_dir)
     t0 = time.perf_counter()
     exps = experiments()
     chosen = [e for e in exps if only is None or e.name in only]

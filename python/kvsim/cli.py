@@ -401,12 +401,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_claims(args: argparse.Namespace) -> int:
-    from kvsim.claims import check_scale, run_claims
+    from kvsim.claims import check_results_dir, check_scale, run_claims
 
-    try:
+    try:  # the messages start with the option's name: "--scale nan must be ...", "--results x: ..."
         check_scale(args.scale)
+        check_results_dir(Path(args.results))
     except InvalidArgumentError as exc:
-        raise InvalidArgumentError(f"--{exc}") from None  # "--scale nan must be ..."
+        raise InvalidArgumentError(f"--{exc}") from None
     report = run_claims(
         Path(args.results),
         workers=args.workers,
