@@ -48,6 +48,9 @@ fmt: dev ## Format Rust and Python
 	$(VENV)/bin/ruff format python tests bench
 	$(VENV)/bin/ruff check --fix python tests bench
 
+sweep: dev ## An example sweep (examples/sweep.toml -> results/example.parquet and a table)
+	$(PY) -m bench.sweep --file examples/sweep.toml
+
 bench: dev ## Benchmarks (release build); writes the ratios into results/README.md
 	$(PY) -m pytest bench --benchmark-enable -q
 

@@ -4,6 +4,8 @@ engine lacks a feature."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import kvsim
@@ -15,7 +17,7 @@ QUICK = ["seed-fragmentation", "seed-memory-budget"]
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    return run_claims(tmp_path_factory.mktemp("r"), scale=0.1, plots=False, progress=False, only=QUICK)
+    return run_claims(tmp_path_factory.mktemp("r"), scale=0.1, progress=False, only=QUICK)
 
 
 def test_every_claim_has_a_row_with_a_verdict_and_a_command(report):
@@ -44,9 +46,9 @@ def test_ours_comes_from_the_engine(tmp_path, monkeypatch):
         row["kv_utilization"] *= 0.5
         return row
 
-    before = run_claims(tmp_path / "a", plots=False, progress=False, only=["seed-fragmentation"])
+    before = run_claims(tmp_path / "a", progress=False, only=["seed-fragmentation"])
     monkeypatch.setattr(claims, "run_point", halved)
-    after = run_claims(tmp_path / "b", plots=False, progress=False, only=["seed-fragmentation"])
+    after = run_claims(tmp_path / "b", progress=False, only=["seed-fragmentation"])
     b = next(c for c in before.claims if c.id == "S-fragmentation")
     a = next(c for c in after.claims if c.id == "S-fragmentation")
     assert b.verdict == CONFIRMED
@@ -59,7 +61,7 @@ def test_a_missing_engine_feature_is_not_testable(tmp_path, monkeypatch):
         raise NotImplementedError("placement 'buddy' is not implemented")
 
     monkeypatch.setattr(claims, "run_point", unimplemented)
-    rep = run_claims(tmp_path, plots=False, progress=False, only=["seed-memory-budget"])
+    rep = run_claims(tmp_path, progress=False, only=["seed-memory-budget"])
     c = next(c for c in rep.claims if c.id == "S-memory-budget")
     assert c.verdict == NOT_TESTABLE
     assert "buddy" in c.note
@@ -76,3 +78,32 @@ def test_mooncake_ceiling_counts_reused_prefixes():
         segment_len=[512, 100, 512, 512, 76, 300],
     )
     assert mooncake_ceiling(w) == pytest.approx(608 / (612 + 1100 + 300))
+
+
+@pytest.mark.parametrize(
+    ("scale", "needle"),
+    [("nan", "--scale nan"), ("0", "--scale 0"), ("-1", "--scale -1"), ("inf", "--scale inf"),
+     ("0.001", "the least scale is 0.02")],
+)  # fmt: skip
+def test_claims_refuses_a_scale_that_measures_nothing(tmp_path, capsys, scale, needle):
+    from kvsim.cli import main
+
+    assert main(["claims", "--results", str(tmp_path), "--scale", scale, "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "Traceback" not in err
+    assert needle in err
+    assert not (tmp_path / "claims.md").exists()
+
+
+def test_claims_refuses_a_results_folder_it_cannot_write_before_running(tmp_path, capsys):
+    from kvsim.cli import main
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for results, needle in [(afile, "is a file, not a folder"), (Path("/proc/kvsim-test"), "cannot write")]:
+        assert main(["claims", "--results", str(results), "--scale", "0.1", "--no-plots"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err
+        assert f"--results {results}" in err
+        assert needle in err

@@ -81,6 +81,7 @@ def configs(draw) -> kvsim.SimConfig:
         max_num_batched_tokens=max(budget, max_num_seqs) if sampling == "fork-cow" else budget,
         chunked_prefill=draw(st.booleans()),
         admission_gate=draw(st.sampled_from(["none", "full-prompt"])),
+        waiting_over_budget=draw(st.sampled_from(["stop", "skip"])),
         watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
         append_check=draw(st.sampled_from(["exact", "one-free-block"])) if policy == "vllm" else "exact",
         max_model_len=max_model_len,
@@ -118,6 +119,30 @@ def test_rust_engine_equals_reference(w, cfg, every):
     assert set(res.requests["status"]) <= {"finished", "rejected"}
     rejected = res.requests.filter(res.requests["status"] == "rejected")
     assert rejected["reject_reason"].null_count() == 0
+
+
+@given(
+    workloads(max_requests=40),
+    st.integers(4, 80),
+    st.sampled_from([120, 160, 250]),
+    st.sampled_from(["vllm", "reserve", "orca-oracle"]),
+    st.sampled_from(["none", "full-prompt"]),
+)
+def test_skipping_prompts_over_the_budget_agrees(w, num_blocks, budget, policy, gate):
+    # Chunked prefill off with budgets near the prompt sizes (up to ~150 tokens), so prompts over the
+    # budget left are skipped often, alone or with preemption, sample groups and a full pool.
+    cfg = kvsim.SimConfig(
+        num_blocks=num_blocks,
+        block_size=4,
+        policy=policy,
+        chunked_prefill=False,
+        max_num_batched_tokens=budget,
+        max_num_seqs=8,
+        admission_gate=gate,
+        waiting_over_budget="skip",
+        max_model_len=400 if policy != "vllm" else None,
+    )
+    assert_same(w, cfg)
 
 
 @given(workloads(max_requests=40), st.integers(2, 12), st.sampled_from([1, 4, 16]), st.booleans())

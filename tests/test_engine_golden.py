@@ -397,6 +397,35 @@ def test_prompt_over_budget_without_chunking_is_rejected(backend):
     assert ticks(col(res, "finish"))[1] == 2
 
 
+# Chunked prefill off, budget 32, caching off; A 20, B 30, C 10, D 25 prompt tokens (outputs 3, 2, 2, 2)
+# all waiting at 0. `waiting_over_budget="stop"` (vLLM >= 0.12 ends the waiting loop at a prompt over the
+# budget left): step 0 admits A (12 left: B's 30 waits); step 1 A decodes (31 left), B is admitted (1
+# left, C waits); step 2 A, B decode (30 left): C; step 3 C decodes (31 left): D. Tokens come at the end
+# of each step: A at 1, 2, 3; B at 2, 3; C at 3, 4; D at 4, 5.
+# `"skip"` (vLLM 0.9.2-0.11.2): step 0 admits A and C (20 + 10, 2 left), skips B and D and puts them back
+# reversed: [D, B]; step 1 A and C decode (30 left): D (25, 5 left), B skipped again; C finishes at 2;
+# step 2 A and D decode (30 left): B takes exactly 30; A and D finish at 3, B at 4. Were the skipped put
+# back in order, step 1 would admit B (30 of 30) and leave D waiting.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prompt_over_budget_left_stops_or_is_skipped_without_chunking(backend):
+    reqs = [Req(20, 3), Req(30, 2), Req(10, 2), Req(25, 2)]
+    cfg = dict(num_blocks=64, max_num_batched_tokens=32, chunked_prefill=False, enable_prefix_caching=False)
+    stop = run(reqs, backend, **cfg)
+    assert ticks(col(stop, "first_scheduled")) == [0, 1, 2, 3]
+    assert ticks(col(stop, "first_token")) == [1, 2, 3, 4]
+    assert ticks(col(stop, "finish")) == [3, 3, 4, 5]
+    assert stop.summary["num_steps"] == 5
+    skip = run(reqs, backend, waiting_over_budget="skip", **cfg)
+    assert ticks(col(skip, "first_scheduled")) == [0, 2, 0, 1]
+    assert ticks(col(skip, "first_token")) == [1, 3, 1, 2]
+    assert ticks(col(skip, "finish")) == [3, 4, 2, 3]
+    assert skip.summary["num_steps"] == 4
+    # With chunked prefill the knob has nothing to decide: both give the same run.
+    chunked = {**cfg, "chunked_prefill": True}
+    a = run(reqs, backend, **chunked).requests
+    assert a.equals(run(reqs, backend, waiting_over_budget="skip", **chunked).requests)
+
+
 # -- max_num_seqs ----------------------------------------------------------------------------------------
 # 10 requests of 10 tokens / output 4 at t=0, plenty of memory and budget, max_num_seqs 3: batches of
 # 3, 3, 3, 1 each lasting 4 ticks: admitted at 0, 4, 8, 12; the last finishes at 16.
@@ -709,3 +738,49 @@ def test_fork_cow_samples_needing_more_seats_than_max_num_seqs_are_rejected_at_a
     )
     assert col(res, "status") == ["rejected", "finished"]
     assert col(res, "reject_reason") == [REJECT_REASONS[7], None]
+
+
+# -- presets: the release ranges of DESIGN.md §Presets --------------------------------------------------
+def test_defaults_are_the_newest_release_and_presets_name_older_ones():
+    knobs = ("free_order", "admission_gate", "waiting_over_budget", "chunked_prefill", "watermark")
+    default = SimConfig(num_blocks=16)
+    latest = SimConfig.preset("vllm-latest", num_blocks=16)
+    assert {k: getattr(default, k) for k in knobs} == {k: getattr(latest, k) for k in knobs}
+    expected = {
+        "vllm-latest": ("lifo_unhashed", "full-prompt", "stop"),
+        "vllm-0.19": ("classic", "full-prompt", "stop"),
+        "vllm-v1": ("classic", "none", "stop"),
+        "vllm-0.11": ("classic", "none", "skip"),
+        "vllm-v0": ("classic", "none", "stop"),
+    }
+    for name, (free_order, gate, over) in expected.items():
+        cfg = SimConfig.preset(name, num_blocks=16)
+        assert (cfg.free_order, cfg.admission_gate, cfg.waiting_over_budget) == (free_order, gate, over), name
+    # Each preset's docstring line names its release range.
+    doc = SimConfig.preset.__doc__ or ""
+    for name, releases in [("vllm-latest", "0.23.0 to 0.33.0"), ("vllm-0.11", "0.9.2 to 0.11.2")]:
+        assert f"`{name}`: vLLM {releases}" in doc
+
+
+# The preset that skips reproduces vLLM 0.11's order on the golden scenario above; the default stops.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_0_11_preset_skips_and_the_default_stops(backend):
+    reqs = [Req(20, 3), Req(30, 2), Req(10, 2), Req(25, 2)]
+    knobs = dict(num_blocks=64, max_num_batched_tokens=32, chunked_prefill=False, enable_prefix_caching=False)
+    w = build(reqs)
+    old = kvsim.simulate(w, SimConfig.preset("vllm-0.11", **knobs), backend=backend)
+    new = kvsim.simulate(w, SimConfig(**knobs), backend=backend)
+    assert ticks(col(old, "first_scheduled")) == [0, 2, 0, 1]
+    assert ticks(col(new, "first_scheduled")) == [0, 1, 2, 3]
+
+
+def test_run_help_names_the_release_of_the_defaults(capsys):
+    from kvsim.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "vLLM 0.33.0's, the newest release checked" in text
+    assert "--waiting-over-budget" in text
+    assert "stop (default, vLLM >= 0.12" in text

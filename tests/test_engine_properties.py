@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import kvsim
 from kvsim import SimConfig
-from kvsim.config import ADMISSION_GATES, CONTIGUOUS_POLICIES, FREE_ORDERS, POLICIES
+from kvsim.config import ADMISSION_GATES, CONTIGUOUS_POLICIES, FREE_ORDERS, POLICIES, WAITING_OVER_BUDGET
 from kvsim.errors import InvalidArgumentError
 from kvsim.segments import output_id
 
@@ -113,6 +113,7 @@ def configs(draw: st.DrawFn) -> SimConfig:
         free_order=draw(st.sampled_from(FREE_ORDERS)),
         chunked_prefill=draw(st.booleans()),
         admission_gate=draw(st.sampled_from(ADMISSION_GATES)),
+        waiting_over_budget=draw(st.sampled_from(WAITING_OVER_BUDGET)),
         watermark=draw(st.sampled_from([0.0, 0.05])),
         max_num_seqs=draw(st.sampled_from([1, 2, 5, 256])),
         max_num_batched_tokens=draw(st.sampled_from([8, 32, 100, 8192])),

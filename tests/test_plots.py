@@ -1,9 +1,20 @@
 """Plots (kvsim.plots): every PNG is written from claims results; experiments that did not run are drawn
-as a labelled 'not available' panel instead of failing."""
+as a labelled 'not available' panel; each title's stated finding is the data's (checked here against the
+rows, including made-up rows whose trend goes the other way); linear y axes start at zero; each panel
+names its setup; plots only read what claims produce (no import back)."""
 
 from __future__ import annotations
 
-from kvsim.claims import run_claims
+import ast
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+from matplotlib.figure import Figure
+
+import kvsim.plots as plots
+from kvsim.claims import Results, experiments, run_claims
 from kvsim.plots import plot_all
 
 NAMES = {
@@ -16,14 +27,117 @@ NAMES = {
     "hit_rate_vs_cache.png",
     "dashboard.png",
 }
+QUICK = ["seed-block-size", "seed-memory-budget", "seed-prefix-sharing"]
 
 
-def test_plot_all_writes_every_png(tmp_path):
-    run_claims(
-        tmp_path, scale=0.1, plots=False, progress=False, only=["seed-block-size", "seed-memory-budget"]
-    )
-    paths = plot_all(tmp_path, timeseries_requests=200)
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plots")
+    report = run_claims(out, scale=0.1, progress=False, only=QUICK)
+    return out, report.results
+
+
+def test_plot_all_writes_every_png(quick):
+    out, results = quick
+    paths = plot_all(out, results, timeseries_requests=200)
     assert {p.name for p in paths} == NAMES
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert p.stat().st_size > 10_000
+    again = plot_all(out, timeseries_requests=200)  # from the parquet files claims wrote
+    assert {p.name for p in again} == NAMES
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(x.replace(",", "")) for x in re.findall(r"-?\d[\d,]*\.?\d*", text)]
+
+
+def _axes(draw, *args) -> list:
+    n = {plots.draw_prefix_sharing: 3, plots.draw_memory_budget: 2}.get(draw, 1)
+    fig = Figure()
+    ax = list(fig.subplots(1, n, squeeze=False)[0])
+    draw(ax if n > 1 else ax[0], *args)
+    return [a for a in fig.axes if a.get_title()]
+
+
+def test_titles_state_what_the_data_shows(quick):
+    _, results = quick
+    res = results["seed-block-size"]
+    sizes, frag, _ = plots.series(res, "internal_fragmentation", "block_size")
+    _, pre, _ = plots.series(res, "preemptions", "block_size")
+    (ax,) = _axes(plots.draw_block_size, res)
+    title = ax.get_title().replace("\n", " ")
+    want = f"preemptions {plots._change(pre[0], pre[-1])} ({pre[0]:,.0f} → {pre[-1]:,.0f})"
+    assert want in title
+    assert f"({100 * frag[0]:.1f} → {100 * frag[-1]:.1f} % of the pool)" in title
+    assert f"block {sizes[0]} → {sizes[-1]}" in title
+    budget = results["seed-memory-budget"]
+    _, thr, _ = plots.series(budget, "throughput_rps", "num_blocks")
+    axes = _axes(plots.draw_memory_budget, budget)
+    assert f"({thr[0]:.3g} → {thr[-1]:.3g} req/s)" in axes[0].get_title().replace("\n", " ")
+    for a in [ax, *axes, *_axes(plots.draw_prefix_sharing, results["seed-prefix-sharing"])]:
+        assert a.get_ylim()[0] == 0  # linear axes from zero
+        assert "requests" in a.get_xlabel()  # the setup under the x axis
+        assert "opt-13b" in a.get_xlabel() or "no model" in a.get_xlabel() or "blocks" in a.get_xlabel()
+
+
+def test_a_title_follows_the_data_not_a_preset_conclusion(quick):
+    _, results = quick
+    real = results["seed-block-size"]
+    for trend in ("up", "down"):
+        frame = real.frame.with_columns(
+            (pl.col("block_size").log(2) * (1 if trend == "up" else -1) * 100 + 1_000).alias("preemptions")
+        )
+        fake = Results(real.experiment, frame, None)
+        assert f"preemptions {trend}" in plots.block_size_finding(fake)
+    # Fig. 13's finding names vLLM against Orca (Oracle) with the ratio the numbers give, equal or not.
+    exp = next(e for e in experiments() if e.name == "fig13a-sharegpt")
+    rows = [
+        {"policy": p, "seed": s, "mean_batch": b, "workload": "sharegpt", "requests": 10}
+        for p, b in {"orca-max": 7.0, "orca-pow2": 9.0, "orca-oracle": 14.0, "vllm": 14.0}.items()
+        for s in (0, 1)
+    ]
+    finding = plots.fig13_finding(Results(exp, pl.DataFrame(rows), None))
+    assert "vLLM 14.00 vs Orca (Oracle) 14.00 (1.00x)" in finding
+    assert "more" not in finding
+
+
+def test_setup_line_names_model_pool_rate_requests_and_seeds(quick):
+    _, results = quick
+    line = plots.setup_line(results["seed-memory-budget"])
+    assert "Poisson 150 req/s" in line
+    assert "× 3 seeds" in line
+    assert "blocks" not in line.split("·")[1]  # the pool varies: not stated as one value
+    sizes = plots.setup_line(results["seed-block-size"])
+    assert "all queued at t=0" in sizes
+    assert "opt-13b" in sizes
+
+
+def test_vllm_is_drawn_on_top_of_orca():
+    ts = {
+        p: pl.DataFrame(
+            {
+                "time_s": [0.0, 1.0],
+                "stored_tokens": [5, 5],
+                "allocated_tokens": [6, 6],
+                "external_tokens": [0, 0],
+            }
+        )
+        for p in ("orca-max", "orca-oracle", "vllm")
+    }
+    fig = Figure()
+    axes = fig.subplots(2, 1)
+    plots.draw_timeseries(list(axes), ts, 10, "setup")
+    lines = {line.get_label(): line for line in axes[0].get_lines()}
+    assert lines["vLLM"].get_zorder() > lines["Orca (Oracle)"].get_zorder()
+    # A thin line inside a wider band: where the two are equal both stay visible.
+    assert lines["vLLM"].get_linewidth() < lines["Orca (Oracle)"].get_linewidth()
+    assert "vLLM 50.0 %" in axes[0].get_title()
+
+
+def test_plots_read_claims_and_claims_do_not_import_plots():
+    src = Path(plots.__file__).with_name("claims.py").read_text()
+    imported = {
+        n.module for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom) and n.module is not None
+    } | {a.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Import) for a in n.names}
+    assert not any(m.startswith("kvsim.plots") for m in imported)

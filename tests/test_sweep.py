@@ -4,12 +4,16 @@ processes, a real Dask LocalCluster on 127.0.0.1), resume, TOML files and aggreg
 from __future__ import annotations
 
 import math
+import shutil
+from pathlib import Path
 
 import polars as pl
 import pytest
 
+from kvsim.cli import main
 from kvsim.errors import InvalidArgumentError
 from kvsim.sweep import (
+    ResultStore,
     SweepSpec,
     aggregate,
     parse_grid_args,
@@ -177,3 +181,128 @@ def test_aggregate_mean_and_confidence_interval():
     assert agg["x_ci95"][0] == pytest.approx(12.706 * math.sqrt(2) / math.sqrt(2))
     assert agg["x_ci95"][1] == 0.0
     assert t_quantile_975(1000) == pytest.approx(1.9623, abs=1e-3)
+
+
+# -- the result store: parts while running, one table at the end ------------------------------------------
+def _rows(ids: list[str]) -> list[dict]:
+    return [{"point_id": i, "seed": 0, "x": float(n)} for n, i in enumerate(ids)]
+
+
+def test_store_appends_parts_and_finishes_as_one_table(tmp_path):
+    out = tmp_path / "s.parquet"
+    store = ResultStore(out, flush_every_s=0.0)  # every add flushes
+    for row in _rows(["a", "b", "c"]):
+        store.add(row)
+    parts = sorted((tmp_path / "s.parquet.parts").glob("part-*.parquet"))
+    assert len(parts) == 3  # one part per flush, each holding only its new rows
+    assert [pl.read_parquet(p).height for p in parts] == [1, 1, 1]
+    assert pl.scan_parquet(parts).collect()["point_id"].to_list() == ["a", "b", "c"]
+    assert not out.exists()
+    # Interrupted here (no finish): the next store resumes from the parts.
+    again = ResultStore(out, flush_every_s=0.0)
+    assert again.done == {"a", "b", "c"}
+    again.add(_rows(["d"])[0])
+    again.finish()
+    assert not (tmp_path / "s.parquet.parts").exists()
+    assert pl.read_parquet(out)["point_id"].to_list() == ["a", "b", "c", "d"]
+    # A file and leftover parts that repeat it (finish interrupted before removing them): each point once.
+    (tmp_path / "s.parquet.parts").mkdir()
+    pl.DataFrame(_rows(["d"])).write_parquet(tmp_path / "s.parquet.parts" / "part-000000.parquet")
+    assert ResultStore(out).old["point_id"].to_list() == ["a", "b", "c", "d"]
+
+
+def test_interrupted_sweep_keeps_its_rows_and_resumes_exactly(tmp_path, monkeypatch, threads_rows):
+    import kvsim.sweep as sweep
+
+    out = tmp_path / "tiny.parquet"
+    real = sweep.run_point
+    calls = {"n": 0}
+
+    def flaky(point):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real(point)
+
+    monkeypatch.setattr(sweep, "run_point", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(tiny(), output=out, workers=1, progress=False, flush_every_s=0.0)
+    monkeypatch.setattr(sweep, "run_point", real)
+    kept = pl.read_parquet(out).height
+    assert kept == 3  # the three points before the interruption
+    rest = run_sweep(tiny(), output=out, workers=1, progress=False)
+    assert (rest.ran, rest.skipped) == (8 - kept, kept)
+    assert stable(pl.read_parquet(out)).equals(stable(threads_rows))
+
+
+def test_a_sweep_that_cannot_write_at_the_end_says_where_its_rows_are(tmp_path):
+    out = tmp_path / "d" / "s.parquet"
+    store = ResultStore(out)
+    for row in _rows(["a", "b"]):
+        store.add(row)
+    shutil.rmtree(tmp_path / "d")
+    (tmp_path / "d").write_text("now a file")  # the folder is gone: nothing can be written there
+    with pytest.raises(InvalidArgumentError, match="its 2 rows are in ") as err:
+        store.finish()
+    kept = str(err.value).rsplit(" are in ", 1)[1]
+    assert pl.read_parquet(kept)["point_id"].to_list() == ["a", "b"]
+    Path(kept).unlink()
+
+
+# -- the command line: one line, exit status 2, before any point runs -------------------------------------
+def _fails(capsys, argv: list[str], *needles: str) -> str:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "\n" not in err, err
+    assert "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def test_bad_outputs_fail_in_one_line_before_any_point(tmp_path, capsys):
+    sweep = ["sweep", "--requests", "20", "--base", "num_blocks=64", "--base", "time_model=ticks"]
+    regular = tmp_path / "file"
+    regular.write_text("x")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    other = tmp_path / "other.parquet"
+    other.write_text("not parquet")
+    _fails(capsys, [*sweep, "--output", str(regular / "x.parquet")], "--output", "is a file, not a folder")
+    _fails(capsys, [*sweep, "--output", str(folder)], "--output", "is a folder")
+    _fails(capsys, [*sweep, "--output", str(other)], "--output", "not a parquet file")
+    assert other.read_text() == "not parquet"  # refused, not overwritten
+    unwritable = Path("/proc/kvsim-test/x.parquet")  # /proc takes no new folders, even for root
+    _fails(capsys, [*sweep, "--output", str(unwritable)], "--output", "cannot write")
+    _fails(capsys, [*sweep, "--output", str(tmp_path / "a.parquet"), "--grid", "workload.arrival_rate=abc"],
+           "workload.arrival_rate=abc")  # fmt: skip
+    _fails(capsys, [*sweep, "--output", str(tmp_path / "a.parquet"), "--show", "throughput_rps,thruput"],
+           "--show thruput", "throughput_rps")  # fmt: skip
+    assert sorted(tmp_path.iterdir()) == sorted([regular, folder, other])  # no point ran, nothing written
+
+
+def test_sweep_prints_grid_order_and_only_the_varying_parameters(tmp_path, capsys):
+    out = tmp_path / "bs.parquet"
+    argv = ["sweep", "--grid", "block_size=32,8,16", "--requests", "40", "--seeds", "2", "--output", str(out),
+            "--base", "model=opt-13b", "--base", f"kv_cache_bytes={2**30}", "--base", "time_model=ticks",
+            "--show", "throughput_rps,preemptions"]  # fmt: skip
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err  # no progress bar: stderr is not a terminal
+    lines = captured.out.splitlines()
+    header = next(line for line in lines if "block_size" in line)
+    assert "num_blocks" not in header  # derived from block_size, not an axis
+    assert "swap_ps_per_block" not in header
+    body = [line for line in lines if line.startswith("│") and line.split("┆")[0].strip("│ ").isdigit()]
+    assert [int(line.split("┆")[0].strip("│ ")) for line in body] == [32, 8, 16]
+    assert all("±" in line for line in body)
+
+
+def test_the_example_sweep_file_is_valid():
+    root = Path(__file__).resolve().parent.parent
+    spec, options = SweepSpec.from_toml(root / "examples" / "sweep.toml")
+    assert options["output"] == "results/example.parquet"
+    points = spec.points()
+    assert len(points) == 3 * 2 * spec.seeds  # block sizes x policies x seeds
+    assert "sweep:" in (root / "Makefile").read_text()  # `make sweep` runs it

@@ -1,6 +1,6 @@
-"""The claims suite (SPEC §8): runs every claim's experiment on the engine and writes results/claims.md.
+"""The claims suite (DESIGN.md §Claims): runs every claim's experiment on the engine and writes results/claims.md.
 
-Each claim row holds the source's number (quoted from the paper or SPEC, with where), ours (computed here
+Each claim row holds the source's number (quoted from the paper or the seed simulators, with where), ours (computed here
 from the engine's summaries, never typed in), the command that reproduces ours, the tolerance (stated
 before the run, in `Claim.tolerance`) and a verdict: CONFIRMED, DIFFERS, or NOT TESTABLE with the reason.
 
@@ -36,6 +36,7 @@ from kvsim.sweep import (
     SweepSpec,
     aggregate,
     make_workload,
+    progress_bar,
     rows_frame,
     run_point,
 )
@@ -49,6 +50,18 @@ SEED_TOKENS = 8192  # the seed simulators' pool: 8,192 tokens = 512 blocks of 16
 SEED_BASE = {"model": "opt-13b", "kv_cache_bytes": SEED_TOKENS * 819_200, "time_model": "ticks"}
 SEED_WORKLOAD = "synthetic:lengths=uniform,prompt_len=16/256,output_len=16/256"
 TOKEN_SHARE = "token_share"  # derived metric: stored / (allocated + external), Fig. 2's "token states"
+# Values quoted from the paper: Fig. 2's token-state shares and Fig. 13's mean batch (its bar labels).
+PAPER_FIG2 = {"orca-max": 0.204, "orca-pow2": 0.268, "orca-oracle": 0.382, "vllm": 0.963}
+PAPER_FIG13 = {
+    "fig13a-sharegpt": {"orca-max": 7.00, "orca-pow2": 9.81, "orca-oracle": 13.62, "vllm": 30.42},
+    "fig13b-alpaca": {"orca-max": 7.00, "orca-pow2": 43.24, "orca-oracle": 72.75, "vllm": 132.44},
+}
+POLICY_LABEL = {
+    "orca-max": "Orca (Max)",
+    "orca-pow2": "Orca (Pow2)",
+    "orca-oracle": "Orca (Oracle)",
+    "vllm": "vLLM",
+}
 
 
 # ------------------------------------------------------------------------------------------- model
@@ -133,6 +146,7 @@ class ClaimsReport:
     claims: list[Claim]
     path: Path
     wall_s: float
+    results: dict[str, Results] = field(default_factory=dict)
     plots: list[Path] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
@@ -369,11 +383,7 @@ def run_experiments(
     # Long points first (traces, big request counts) so the pool ends evenly.
     points.sort(key=lambda np_: -np_[1].requests * (50 if np_[1].workload.startswith("mooncake") else 1))
     rows: dict[str, list[dict[str, Any]]] = {e.name: [] for e in exps}
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(points), desc="claims", unit="pt", dynamic_ncols=True)
+    bar = progress_bar(len(points), "claims", progress)
     with cf.ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         futures = {pool.submit(run_point, p): name for name, p in points}
         for fut in cf.as_completed(futures):
@@ -439,19 +449,8 @@ def _not_testable(cid: str, claim: str, source: str, value: str, tol: str, cmd: 
 
 def _paper_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
     out: list[Claim] = []
-    # Fig. 2 and Fig. 13: values quoted from the paper (SPEC §8 restates Fig. 2 and Fig. 13a).
-    fig2 = {"orca-max": 0.204, "orca-pow2": 0.268, "orca-oracle": 0.382, "vllm": 0.963}
+    fig2, fig13, names = PAPER_FIG2, PAPER_FIG13, POLICY_LABEL
     fig2_tol = {"orca-max": 0.08, "orca-pow2": 0.08, "orca-oracle": 0.08, "vllm": 0.03}
-    fig13 = {
-        "fig13a-sharegpt": {"orca-max": 7.00, "orca-pow2": 9.81, "orca-oracle": 13.62, "vllm": 30.42},
-        "fig13b-alpaca": {"orca-max": 7.00, "orca-pow2": 43.24, "orca-oracle": 72.75, "vllm": 132.44},
-    }
-    names = {
-        "orca-max": "Orca (Max)",
-        "orca-pow2": "Orca (Pow2)",
-        "orca-oracle": "Orca (Oracle)",
-        "vllm": "vLLM",
-    }
     res = r["fig13a-sharegpt"]
     cmd = res.experiment.command(scale)
     for pol, src in fig2.items():
@@ -648,7 +647,7 @@ def _block_size_paper(res: Results, scale: float) -> list[Claim]:
 
 def _seed_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
     out: list[Claim] = []
-    src = "SPEC §8 (seed simulators)"
+    src = "seed simulators' benchmarks (DESIGN.md §Claims)"
     res = r["seed-fragmentation"]
     cmd = res.experiment.command(scale)
     claim = "Fragmentation: contiguous reservation wastes most of the pool, paged allocation almost none"
@@ -847,7 +846,7 @@ def render(claims: Sequence[Claim], exps: Sequence[Experiment], results: Mapping
         "",
         "Written by `python -m bench.sweep` (no arguments; `kvsim claims` is the same). Every *ours* value",
         "comes from running the Rust engine in this run; *source* values are quoted from the paper",
-        f"({PAPER}) or SPEC §8. Tolerances were fixed before the run. Request counts are scaled by {scale}.",
+        f"({PAPER}) or the seed simulators' benchmarks (DESIGN.md §Claims). Tolerances were fixed before the run. Request counts are scaled by {scale}.",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}; wall time {wall_s:.0f} s"
         + (
@@ -889,31 +888,78 @@ def render(claims: Sequence[Claim], exps: Sequence[Experiment], results: Mapping
     return "\n".join(lines)
 
 
+MIN_SCALED_REQUESTS = 20  # below this a claim's mean is a handful of requests, not a measurement
+
+
+def check_scale(scale: Any) -> float:
+    """`scale` if it is a finite number > 0 that leaves every scaled experiment at least
+    `MIN_SCALED_REQUESTS` requests per point.
+
+    Raises:
+        InvalidArgumentError: naming the value and, for a too small one, the smallest that works.
+    """
+    if (
+        isinstance(scale, bool)
+        or not isinstance(scale, int | float)
+        or not math.isfinite(scale)
+        or scale <= 0
+    ):
+        raise InvalidArgumentError(f"scale {scale!r} must be a finite number > 0 (1 = the full suite)")
+    smallest = min(e.requests for e in experiments() if e.scalable)
+    if smallest * scale < MIN_SCALED_REQUESTS:
+        raise InvalidArgumentError(
+            f"scale {scale:g} leaves {max(0, round(smallest * scale))} request(s) in the smallest experiment "
+            f"(fewer than {MIN_SCALED_REQUESTS}); the least scale is {MIN_SCALED_REQUESTS / smallest:.3g}"
+        )
+    return float(scale)
+
+
+def check_results_dir(results_dir: Path) -> Path:
+    """Checks, before any experiment runs, that the suite can write into `results_dir` (made if missing).
+
+    Raises:
+        InvalidArgumentError: naming the folder and why not.
+    """
+    import tempfile
+
+    p = Path(results_dir)
+    if p.exists() and not p.is_dir():
+        raise InvalidArgumentError(f"results {p} is a file, not a folder")
+    try:
+        (p / "claims").mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=p / "claims", prefix=".probe-"):
+            pass
+    except OSError as exc:
+        raise InvalidArgumentError(f"results {p}: cannot write there ({exc.strerror or exc})") from None
+    return p
+
+
 def run_claims(
     results_dir: Path = Path("results"),
     *,
     workers: int | None = None,
     scale: float = 1.0,
-    plots: bool = True,
     progress: bool = True,
     only: Sequence[str] | None = None,
     reuse: bool = False,
 ) -> ClaimsReport:
-    """Runs the claims suite and writes `<results_dir>/claims.md` (and the plots).
+    """Runs the claims suite and writes `<results_dir>/claims.md`; `kvsim.plots.plot_all` draws the
+    report's results (claims produce the results, plots only read them).
 
     Args:
         results_dir: output folder (claims.md, claims/*.parquet, plots/).
         workers: parallel simulations (default: CPU count).
         scale: multiplies every experiment's request count (traces are capped at their length).
-        plots: also draw `<results_dir>/plots/*.png`.
         progress: show progress on stderr.
         only: run only these experiments (the others' claims say NOT TESTABLE: not run).
         reuse: read each experiment's rows from `<results_dir>/claims/<name>.parquet` (written by an
             earlier run) instead of running it; experiments without a file run.
 
     Returns:
-        The report (claims, path, wall time, plot paths).
+        The report (claims, path, wall time, the results by experiment).
     """
+    check_scale(scale)
+    check_results_dir(results_dir)
     t0 = time.perf_counter()
     exps = experiments()
     chosen = [e for e in exps if only is None or e.name in only]
@@ -939,13 +985,8 @@ def run_claims(
     path = results_dir / "claims.md"
     results_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(render(claims, exps, results, scale, wall, reused=reuse))
-    plot_paths: list[Path] = []
-    if plots:
-        from kvsim.plots import plot_all
-
-        plot_paths = plot_all(results_dir, results, workers=workers, progress=progress)
-    return ClaimsReport(claims, path, time.perf_counter() - t0, plot_paths)
+    return ClaimsReport(claims, path, time.perf_counter() - t0, results=results)
 
 
 if __name__ == "__main__":
-    print(run_claims(scale=float(sys.argv[1]) if len(sys.argv) > 1 else 1.0).summary_line())
+    print(run_claims(scale=float(sys.argv[1]) if len(sys.argv) > 1 else 1.0).summary_line())  # no plots

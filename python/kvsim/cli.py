@@ -23,6 +23,7 @@ from kvsim.sweep import (
     WORKLOADS,
     SweepSpec,
     aggregate,
+    check_output,
     coerce,
     make_workload,
     parse_grid_args,
@@ -96,7 +97,10 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
             "Run one simulation from flags or a TOML file and print the summary table.\n\n"
             "Every SimConfig field is a flag (--block-size 32 --policy orca-max ...). Unset fields take\n"
             f"the paper's setup: {DEFAULT_BASE}.\n"
-            "A TOML file may hold `workload`, `requests`, `seed`, `backend` and a [config] table."
+            "A TOML file may hold `workload`, `requests`, `seed`, `backend` and a [config] table.\n"
+            "Scheduling rules are vLLM 0.33.0's, the newest release checked (lifo_unhashed frees, the\n"
+            "full-prompt admission gate, stop at a prompt over the budget); older releases' are the\n"
+            "presets of DESIGN.md §Presets (--free-order, --admission-gate, --waiting-over-budget)."
         ),
     )
     p.add_argument("--toml", metavar="PATH", help="read the run from a TOML file (flags override it)")
@@ -194,7 +198,7 @@ def _claims_parser(sub: Any) -> argparse.ArgumentParser:
         "claims",
         formatter_class=_Formatter,
         help="run the claims suite: results/claims.md and results/plots/*.png",
-        description="Run every claim of SPEC §8 on the engine; write results/claims.md and the plots.",
+        description="Run every claim of DESIGN.md §Claims on the engine; write results/claims.md and the plots.",
     )
     _claims_flags(p)
     return p
@@ -325,8 +329,55 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
     return spec, options
 
 
+def _flag_error(flag: str, exc: InvalidArgumentError) -> InvalidArgumentError:
+    """`exc` reworded to name the flag the bad value came from."""
+    return InvalidArgumentError(f"{flag} {exc}")
+
+
+def known_metrics(spec: SweepSpec) -> list[str]:
+    """The metric columns a sweep's rows will have: the summary of a two-request run of the sweep's
+    first point, plus the wall times."""
+    import kvsim
+
+    point = spec.points()[0]
+    workload = make_workload(point.workload, point.workload_params, 2, point.seed)
+    summary = kvsim.simulate(workload, point.sim_config(), backend=point.backend).summary
+    return [k for k, v in summary.items() if isinstance(v, int | float)] + ["wall_s", "workload_s"]
+
+
+def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
+    """The rows aggregated across seeds, in grid order, with the parameters that vary as the axes (the
+    grid's names and, if several, the workload) and `mean ± 95 % CI` of each metric in `show`."""
+    import polars as pl
+
+    agg = aggregate(frame, metrics=show)
+    axes = [c for c in spec.grid if c in agg.columns]
+    if agg["workload"].n_unique() > 1 or not axes:
+        axes = ["workload", *axes]
+    cols = [pl.col(c) for c in axes] + [pl.col("n_seeds")]
+    for m in show:
+        mean = pl.col(f"{m}_mean").round_sig_figs(4)
+        cols.append(
+            pl.format("{} ± {}", mean, pl.col(f"{m}_ci95").round_sig_figs(2))
+            .fill_null(mean.cast(pl.String))
+            .alias(m)
+        )
+    return agg.select(cols)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     spec, options = spec_from_args(args)
+    try:
+        check_output(options["output"])
+    except InvalidArgumentError as exc:
+        raise _flag_error("--output", exc) from None
+    show = [m.strip() for m in args.show.split(",") if m.strip()]
+    known = known_metrics(spec)
+    unknown = [m for m in show if m not in known]
+    if unknown:
+        raise InvalidArgumentError(
+            f"--show {','.join(unknown)}: not a metric of a sweep row; metrics: {', '.join(known)}"
+        )
     outcome = run_sweep(
         spec,
         output=options["output"],
@@ -341,38 +392,33 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         f"{spec.name}: {outcome.ran} points run, {outcome.skipped} already in {outcome.path} "
         f"({outcome.wall_s:.1f} s)"
     )
-    show = [m for m in args.show.split(",") if m and m in outcome.frame.columns]
     if show and outcome.frame.height:
         import polars as pl
 
-        agg = aggregate(outcome.frame, metrics=show)
-        varying = [c for c in agg.columns if not c.endswith(("_mean", "_std", "_ci95")) and c != "n_seeds"]
-        varying = [c for c in varying if agg[c].n_unique() > 1] or ["workload"]
-        cols = [pl.col(c) for c in varying] + [pl.col("n_seeds")]
-        for m in show:
-            cols.append(
-                pl.format(
-                    "{} ± {}", pl.col(f"{m}_mean").round_sig_figs(4), pl.col(f"{m}_ci95").round_sig_figs(2)
-                )
-                .fill_null(pl.col(f"{m}_mean").round_sig_figs(4).cast(pl.String))
-                .alias(m)
-            )
         with pl.Config(tbl_rows=200, tbl_cols=30, tbl_width_chars=200, tbl_hide_dataframe_shape=True):
-            print(agg.select(cols))
+            print(sweep_table(outcome.frame, spec, show))
     return 0
 
 
 def cmd_claims(args: argparse.Namespace) -> int:
-    from kvsim.claims import run_claims
+    from kvsim.claims import check_results_dir, check_scale, run_claims
 
+    try:  # the messages start with the option's name: "--scale nan must be ...", "--results x: ..."
+        check_scale(args.scale)
+        check_results_dir(Path(args.results))
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"--{exc}") from None
     report = run_claims(
         Path(args.results),
         workers=args.workers,
         scale=args.scale,
-        plots=not args.no_plots,
         progress=not args.no_progress,
         reuse=args.reuse,
     )
+    if not args.no_plots:
+        from kvsim.plots import plot_all
+
+        report.plots = plot_all(Path(args.results), report.results)
     print(report.table())
     print()
     print(report.summary_line())

@@ -2,7 +2,8 @@
 
 Every error names the field and the value. Field names follow vLLM's spelling where vLLM has one
 (`block_size`, `enable_prefix_caching`, `max_num_seqs`, `max_num_batched_tokens`, `max_model_len`).
-DESIGN.md §Engine describes what each knob does; presets reproduce vLLM versions (SPEC §4).
+DESIGN.md §Engine describes what each knob does; the defaults are the newest vLLM release's rules and
+presets give older releases' (DESIGN.md §Presets).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ PREEMPTIONS = ("recompute", "swap", "auto")
 V0_SWAP_SPACE_BYTES = 4 * 2**30  # vLLM v0's default `swap_space` (GiB of CPU memory per GPU)
 SAMPLINGS = ("fork-cow", "independent")
 ADMISSION_GATES = ("none", "full-prompt")
+WAITING_OVER_BUDGET = ("stop", "skip")
 APPEND_CHECKS = ("exact", "one-free-block")
 TIME_MODELS = ("ticks", "linear")
 PS_PER_S = 10**12
@@ -58,6 +60,14 @@ class SimConfig:
     or give `model` and `gpu` (names or objects of `kvsim.models` / `kvsim.gpus`) and it is sized by
     `kvsim.pool_blocks` with `gpu_memory_utilization` or `kv_cache_bytes`.
 
+    Admission (the defaults are vLLM 0.23 and later, `preset("vllm-latest")`): a waiting sequence starts
+    if its whole prompt's blocks are free (`admission_gate="full-prompt"`; `"none"`: its first chunk's,
+    vLLM before 0.19); freed blocks without a key go to the head of the free queue
+    (`free_order="lifo_unhashed"`; `"classic"`: every one to the tail, before 0.23). With chunked prefill
+    off, a prompt over the step's budget left ends the waiting phase (`waiting_over_budget="stop"`, vLLM
+    0.12 and later) or is skipped, later ones tried and the skipped put back at the head in reverse order
+    (`"skip"`, vLLM 0.9.2 to 0.11.2).
+
     Running sequences: `append_check="exact"` schedules one if the blocks its next tokens need are free
     (vLLM v1, and v0's second block manager); `"one-free-block"` also wants a free block for every
     decoding sequence it schedules, needed or not (vLLM v0's first block manager, the paper's; a sequence
@@ -81,14 +91,15 @@ class SimConfig:
     policy: str = "vllm"
     placement: str = "first-fit"
     enable_prefix_caching: bool = True
-    free_order: str = "classic"
+    free_order: str = "lifo_unhashed"
     preemption: str = "recompute"
     cpu_blocks: int = 0
     sampling: str = "independent"
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     chunked_prefill: bool = True
-    admission_gate: str = "none"
+    admission_gate: str = "full-prompt"
+    waiting_over_budget: str = "stop"
     watermark: float = 0.0
     append_check: str = "exact"
     max_model_len: int | None = None
@@ -112,6 +123,7 @@ class SimConfig:
         _choice("preemption", self.preemption, PREEMPTIONS)
         _choice("sampling", self.sampling, SAMPLINGS)
         _choice("admission_gate", self.admission_gate, ADMISSION_GATES)
+        _choice("waiting_over_budget", self.waiting_over_budget, WAITING_OVER_BUDGET)
         _choice("time_model", self.time_model, TIME_MODELS)
         _choice("append_check", self.append_check, APPEND_CHECKS)
         for flag in ("enable_prefix_caching", "chunked_prefill"):
@@ -233,20 +245,37 @@ class SimConfig:
     # -- presets ---------------------------------------------------------------------------------------
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> SimConfig:
-        """`vllm-v1` (classic rules, vLLM ≤ 0.20), `vllm-latest` (full-prompt gate, LIFO unhashed),
-        `vllm-v0` (watermark 1 %, a free block per running sequence, copy-on-write sample groups, no
-        chunked prefill, `preemption="auto"`: groups swapped to `cpu_blocks`, lone sequences recomputed;
-        with a `model`, `cpu_blocks` defaults to v0's 4 GiB of swap space)."""
+        """The knobs of a range of vLLM releases, read from each release's `vllm/v1/core` (DESIGN.md
+        §Presets); `SimConfig()` without a preset is `vllm-latest`.
+
+        - `vllm-latest`: vLLM 0.23.0 to 0.33.0 (the newest checked): freed blocks without a key to the
+          head of the free queue (`free_order="lifo_unhashed"`), admission only if the whole prompt fits
+          (`admission_gate="full-prompt"`, `scheduler_reserve_full_isl`), and with chunked prefill off the
+          waiting loop ends at a prompt over the budget left (`waiting_over_budget="stop"`).
+        - `vllm-0.19`: vLLM 0.19.0 to 0.22.1: the full-prompt gate, classic free order, stop.
+        - `vllm-v1`: vLLM 0.12.0 to 0.18.1: classic free order (every freed block to the tail), the first
+          chunk's blocks at admission, stop.
+        - `vllm-0.11`: vLLM 0.9.2 to 0.11.2: as `vllm-v1`, but with chunked prefill off a prompt over the
+          budget left is skipped and later ones are tried (`waiting_over_budget="skip"`).
+        - `vllm-v0`: vLLM's v0 engine (the paper's): watermark 1 %, a free block per running sequence,
+          copy-on-write sample groups, no chunked prefill, `preemption="auto"` (groups swapped to
+          `cpu_blocks`, lone sequences recomputed; with a `model`, `cpu_blocks` defaults to v0's 4 GiB of
+          swap space).
+        """
+        classic = {"policy": "vllm", "free_order": "classic", "admission_gate": "none"}
         presets: dict[str, dict[str, Any]] = {
-            "vllm-v1": {"policy": "vllm", "free_order": "classic", "admission_gate": "none"},
             "vllm-latest": {
                 "policy": "vllm",
                 "free_order": "lifo_unhashed",
                 "admission_gate": "full-prompt",
+                "waiting_over_budget": "stop",
             },
+            "vllm-0.19": {**classic, "admission_gate": "full-prompt", "waiting_over_budget": "stop"},
+            "vllm-v1": {**classic, "waiting_over_budget": "stop"},
+            "vllm-0.11": {**classic, "waiting_over_budget": "skip"},
             "vllm-v0": {
-                "policy": "vllm",
-                "free_order": "classic",
+                **classic,
+                "waiting_over_budget": "stop",
                 "watermark": 0.01,
                 "append_check": "one-free-block",
                 "sampling": "fork-cow",

@@ -1,14 +1,21 @@
-"""Plots of the claims suite (matplotlib, PNG in results/plots/): each has labelled axes with units and a
-title that says what to look at.
+"""Plots of the claims suite (matplotlib, PNG in results/plots/), drawn from the results `kvsim.claims`
+produced (data flows one way: claims run the experiments and hold their rows; this module only reads
+them, or their parquet files).
 
-Figures are built as `matplotlib.figure.Figure` objects (no pyplot, so no global state, no GUI backend and
-safe from threads); each `draw_*` function fills one `Axes` from the claims' result frames, so the
-one-page dashboard reuses them. `plot_all` draws everything from `kvsim.claims` results, or reads
-`results/claims/*.parquet` when given none.
+What every figure does (DESIGN.md §Sweeps and claims): its title says what is plotted and a second line
+states what the data shows, computed from the same numbers the marks are drawn from (`*_finding`
+functions, tested against the data), never a conclusion typed in; the x label names the setup (model,
+GPU, pool, workload with its rate, requests and seeds); linear y axes start at zero; points and bars
+averaged over several seeds carry their 95 % confidence interval as error bars.
+
+Figures are `matplotlib.figure.Figure` objects (no pyplot: no global state, no GUI backend, safe from
+threads); each `draw_*` fills one `Axes`, so the one-page dashboard reuses them at a larger font.
 """
 
 from __future__ import annotations
 
+import contextlib
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,20 +28,22 @@ import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from kvsim.claims import PAPER_FIG2, PAPER_FIG13, POLICY_LABEL, Results, experiments, mooncake_ceiling
 from kvsim.errors import InvalidArgumentError
 
-PAPER_FIG2 = {"orca-max": 0.204, "orca-pow2": 0.268, "orca-oracle": 0.382, "vllm": 0.963}
-PAPER_FIG13 = {
-    "sharegpt": {"orca-max": 7.00, "orca-pow2": 9.81, "orca-oracle": 13.62, "vllm": 30.42},
-    "alpaca": {"orca-max": 7.00, "orca-pow2": 43.24, "orca-oracle": 72.75, "vllm": 132.44},
-}
-POLICY_LABEL = {
-    "orca-max": "Orca (Max)",
-    "orca-pow2": "Orca (Pow2)",
-    "orca-oracle": "Orca (Oracle)",
-    "vllm": "vLLM",
-}
 COLORS = {"token": "#2b8a3e", "reservation": "#f08c00", "internal": "#c92a2a", "external": "#5f3dc4"}
+# vLLM drawn last as a thin solid line over a wide pale Orca (Oracle) band: where the two are equal both
+# stay visible (a blue line inside a red band), where they differ each is its own line.
+POLICY_STYLE: dict[str, dict[str, Any]] = {
+    "orca-max": {"color": "#868e96", "ls": ":", "lw": 1.2, "zorder": 2},
+    "orca-pow2": {"color": "#f08c00", "ls": "-.", "lw": 1.2, "zorder": 2},
+    "orca-oracle": {"color": "#f03e3e", "ls": "-", "lw": 3.5, "zorder": 3, "alpha": 0.45},
+    "vllm": {"color": "#1c7ed6", "ls": "-", "lw": 1.0, "zorder": 4},
+}
+FONT_SIZE, DASHBOARD_FONT_SIZE = 10, 13  # points: single figures, and the dashboard read from further away
+
+
+# ----------------------------------------------------------------------------------------- helpers
 
 
 def _fig(ncols: int = 1, nrows: int = 1, size: tuple[float, float] = (7.0, 4.5)) -> tuple[Figure, Any]:
@@ -49,23 +58,186 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def _empty(ax: Axes, title: str, why: str) -> None:
-    ax.set_title(title, fontsize=9)
-    ax.text(0.5, 0.5, f"not available:\n{why}", ha="center", va="center", wrap=True, fontsize=8)
+    ax.set_title(title)
+    ax.text(0.5, 0.5, f"not available:\n{why}", ha="center", va="center", wrap=True)
     ax.set_axis_off()
+
+
+def _missing(res: Results) -> str | None:
+    if res.error:
+        return res.error
+    return None if res.frame.height else "no rows"
+
+
+def series(res: Results, metric: str, by: str, **where: Any) -> tuple[list[Any], list[float], list[float]]:
+    """(x values, means, 95 % CI half-widths; 0 for one seed) of `metric` against parameter `by`."""
+    sel = res.agg
+    for k, v in where.items():
+        sel = sel.filter(pl.col(k) == v)
+    sel = sel.sort(by)
+    ci = [0.0 if c is None else float(c) for c in sel[f"{metric}_ci95"]]
+    return sel[by].to_list(), [float(x) for x in sel[f"{metric}_mean"]], ci
+
+
+def _rate(label: str) -> str:
+    """How a workload's requests arrive, from its label (`sharegpt:max_tokens=2048`)."""
+    from kvsim.sweep import WORKLOADS, parse_workload
+
+    name, params = parse_workload(label)
+    kind = WORKLOADS[name]
+    if kind.synthetic is None:
+        return f"{name} (trace timestamps)"
+    if params.get("arrivals", kind.synthetic.get("arrivals")) == "all-at-once":
+        return f"{name} (all queued at t=0)"
+    return f"{name} (Poisson {params.get('arrival_rate', kind.synthetic.get('arrival_rate', 1.0)):g} req/s)"
+
+
+def setup_line(res: Results) -> str:
+    """The setup of an experiment's rows, read from them: model and GPU, pool (unless it varies), block
+    size (unless it varies), workloads with their arrival rates, requests and seeds."""
+    f = res.frame
+    first = f.row(0, named=True)
+
+    def varies(col: str) -> bool:
+        return col in f.columns and f[col].n_unique() > 1
+
+    parts = []
+    model = first.get("model")
+    parts.append(f"{model} on {first['gpu']}" if model and first.get("gpu") else str(model or "no model"))
+    if not varies("num_blocks") and not varies("block_size"):
+        parts.append(f"{first['num_blocks'] - 1:,} blocks × {first['block_size']} tokens")
+    elif not varies("block_size"):
+        parts.append(f"block {first['block_size']}")
+    parts.append(", ".join(sorted({_rate(w) for w in f["workload"].to_list()})))
+    seeds = f["seed"].n_unique()
+    parts.append(
+        f"{int(first['requests']):,} requests" + (f" × {seeds} seeds (95 % CI)" if seeds > 1 else "")
+    )
+    return " · ".join(parts)
+
+
+def _chars(ax: Axes, scale: float = 1.0) -> int:
+    """About how many characters of the current font (times `scale`) fit across `ax`."""
+    inches = ax.get_position().width * ax.get_figure(root=True).get_figwidth()  # type: ignore[union-attr]
+    return max(30, int(inches * 72 / (0.58 * scale * float(matplotlib.rcParams["font.size"]))))
+
+
+def _wrap(text: str, width: int) -> str:
+    return "\n".join(textwrap.fill(line, width) for line in text.split("\n"))
+
+
+def _title(ax: Axes, title: str, finding: str) -> None:
+    ax.set_title(_wrap(f"{title}\n{finding}", _chars(ax, 1.2)))
+
+
+def _label_with_setup(ax: Axes, xlabel: str, res: Results) -> None:
+    setup = _wrap(setup_line(res), _chars(ax))
+    ax.set_xlabel(f"{xlabel}\n{setup}" if xlabel else setup)
+
+
+def _change(a: float, b: float, rel: float = 0.02) -> str:
+    """'up' / 'down' / 'flat' from a to b (within `rel` of each other: flat)."""
+    if abs(b - a) <= rel * max(abs(a), abs(b), 1e-12):
+        return "flat"
+    return "up" if b > a else "down"
+
+
+# ------------------------------------------------------------------------------------- findings
+# Each returns the second title line of its plot, computed from the rows (tests check it against them).
+
+
+def fig2_finding(res: Results) -> str:
+    shares = {p: 100 * res.get("token_share", policy=p)[0] for p in PAPER_FIG2 if p in _policies(res)}
+    return "token states: " + ", ".join(f"{POLICY_LABEL[p]} {v:.1f} %" for p, v in shares.items())
+
+
+def fig13_finding(res: Results) -> str:
+    v = res.get("mean_batch", policy="vllm")[0]
+    o = res.get("mean_batch", policy="orca-oracle")[0]
+    m = res.get("mean_batch", policy="orca-max")[0]
+    return (
+        f"vLLM {v:.2f} vs Orca (Oracle) {o:.2f} ({v / o:.2f}x) and Orca (Max) {m:.2f} ({v / m:.2f}x) "
+        "requests per iteration"
+    )
+
+
+def block_size_finding(res: Results) -> str:
+    sizes, frag, _ = series(res, "internal_fragmentation", "block_size")
+    _, pre, _ = series(res, "preemptions", "block_size")
+    return (
+        f"block {sizes[0]} → {sizes[-1]}: internal fragmentation {_change(frag[0], frag[-1])} "
+        f"({100 * frag[0]:.1f} → {100 * frag[-1]:.1f} % of the pool), preemptions "
+        f"{_change(pre[0], pre[-1])} ({pre[0]:,.0f} → {pre[-1]:,.0f})"
+    )
+
+
+def block_size_paper_finding(res: Results) -> str:
+    out = []
+    for label in sorted(set(res.frame["workload"].to_list())):
+        sizes, thr, _ = series(res, "throughput_rps", "block_size", workload=label)
+        base = thr[sizes.index(16)]
+        lo, hi = min(thr) / base, max(thr) / base
+        out.append(f"{label.split(':')[0]} {lo:.2f}x-{hi:.2f}x (block {sizes[thr.index(max(thr))]} best)")
+    return "throughput relative to block 16: " + ", ".join(out)
+
+
+def prefix_sharing_findings(res: Results) -> tuple[str, str, str]:
+    ratios, hit, _ = series(res, "prefix_hit_rate", "workload.sharing_ratio", enable_prefix_caching=True)
+    _, saved, _ = series(res, "blocks_saved_by_sharing", "workload.sharing_ratio", enable_prefix_caching=True)
+    _, on, _ = series(res, "throughput_rps", "workload.sharing_ratio", enable_prefix_caching=True)
+    _, off, _ = series(res, "throughput_rps", "workload.sharing_ratio", enable_prefix_caching=False)
+    span = f"{100 * ratios[0]:.0f} → {100 * ratios[-1]:.0f} % sharing"
+    return (
+        f"{span}: hit rate {_change(hit[0], hit[-1])} ({100 * hit[0]:.1f} → {100 * hit[-1]:.1f} %)",
+        f"{span}: blocks saved {_change(saved[0], saved[-1])} ({saved[0]:,.1f} → {saved[-1]:,.1f})",
+        f"at {100 * ratios[-1]:.0f} % sharing: caching on {on[-1]:.3g} vs off {off[-1]:.3g} req/s "
+        f"({on[-1] / off[-1]:.2f}x)",
+    )
+
+
+def memory_budget_findings(res: Results) -> tuple[str, str]:
+    blocks, thr, _ = series(res, "throughput_rps", "num_blocks")
+    _, p99, _ = series(res, "e2e_s_p99", "num_blocks")
+    span = f"{blocks[0] - 1:,} → {blocks[-1] - 1:,} blocks"
+    return (
+        f"{span}: throughput {_change(thr[0], thr[-1])} ({thr[0]:.3g} → {thr[-1]:.3g} req/s)",
+        f"{span}: P99 latency {_change(p99[0], p99[-1])} ({p99[0]:.3g} → {p99[-1]:.3g} s)",
+    )
+
+
+def hit_rate_finding(res: Results, ceilings: Mapping[str, float]) -> str:
+    out = []
+    for trace in sorted(set(res.frame["workload"].to_list())):
+        _, hit, _ = series(res, "prefix_hit_rate_first_admission", "num_blocks", workload=trace)
+        ceiling = f" of a {100 * ceilings[trace]:.1f} % ceiling" if trace in ceilings else ""
+        out.append(f"{trace} {100 * hit[0]:.1f} → {100 * hit[-1]:.1f} %{ceiling}")
+    return "smallest → largest cache: " + "; ".join(out)
+
+
+def timeseries_findings(series_: Mapping[str, pl.DataFrame], capacity: int) -> tuple[str, str]:
+    stored, waste = [], []
+    for name, ts in series_.items():
+        s = ts["stored_tokens"].mean() / capacity * 100  # type: ignore[operator]
+        w = (ts["allocated_tokens"] + ts["external_tokens"] - ts["stored_tokens"]).mean() / capacity * 100  # type: ignore[operator]
+        stored.append(f"{POLICY_LABEL.get(name, name)} {s:.1f} %")
+        waste.append(f"{POLICY_LABEL.get(name, name)} {w:.1f} %")
+    return "mean over samples: " + ", ".join(stored), "mean over samples: " + ", ".join(waste)
+
+
+def _policies(res: Results) -> set[str]:
+    return set(res.frame["policy"].to_list())
 
 
 # ------------------------------------------------------------------------------------------ draw_*
 
 
-def draw_fig2(ax: Axes, res: Any) -> None:
+def draw_fig2(ax: Axes, res: Results) -> None:
     """Stacked shares of used memory per policy (token states, reservation, internal, external)."""
-    title = (
-        "Fig. 2 style: where KV memory goes (ShareGPT, OPT-13B)\npaged vLLM stores tokens in almost all of it"
-    )
-    if res.error or res.frame.height == 0:
-        _empty(ax, title, res.error or "no rows")
+    title = "Fig. 2 style: where allocated + fragmented KV memory goes"
+    if why := _missing(res):
+        _empty(ax, title, why)
         return
-    policies = [p for p in PAPER_FIG2 if p in set(res.frame["policy"].to_list())]
+    policies = [p for p in PAPER_FIG2 if p in _policies(res)]
     bottoms = [0.0] * len(policies)
     for key, metric in (
         ("token", "kv_utilization"),
@@ -85,193 +257,223 @@ def draw_fig2(ax: Axes, res: Any) -> None:
         range(len(policies)), [100 * PAPER_FIG2[p] for p in policies], marker="D", color="black",
         zorder=3, label="paper: token states",
     )  # fmt: skip
-    ax.set_xticks(range(len(policies)), [POLICY_LABEL[p] for p in policies], fontsize=8)
-    ax.set_ylabel("share of allocated + fragmented KV memory (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.set_xticks(range(len(policies)), [POLICY_LABEL[p] for p in policies])
+    ax.set_ylabel("share of allocated + fragmented memory (%)")
+    ax.set_ylim(0, 100)
+    _title(ax, title, fig2_finding(res))
+    _label_with_setup(ax, "", res)
+    # Beside the axes, so it covers no bar.
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)
 
 
-def draw_fig13(ax: Axes, res: Any, dataset: str) -> None:
-    """Mean batched requests per policy, ours next to the paper's bars."""
-    title = f"Fig. 13 style: mean batch, OPT-13B, {dataset}\nmore requests fit when memory is paged"
-    if res.error or res.frame.height == 0:
-        _empty(ax, title, res.error or "no rows")
+def draw_fig13(ax: Axes, res: Results, dataset: str) -> None:
+    """Mean batched requests per policy, ours (with seed CI) next to the paper's bars."""
+    exp = "fig13a-sharegpt" if dataset == "sharegpt" else "fig13b-alpaca"
+    title = f"Fig. 13 style: mean batch per policy, {dataset}"
+    if why := _missing(res):
+        _empty(ax, title, why)
         return
-    policies = list(PAPER_FIG13[dataset])
-    ours = [res.get("mean_batch", policy=p)[0] for p in policies]
+    policies = list(PAPER_FIG13[exp])
+    ours = [res.get("mean_batch", policy=p) for p in policies]
     x = range(len(policies))
-    ax.bar([i - 0.2 for i in x], ours, width=0.4, label="kvsim", color="#1c7ed6")
-    ax.bar(
-        [i + 0.2 for i in x],
-        [PAPER_FIG13[dataset][p] for p in policies],
-        width=0.4,
-        label="paper",
-        color="#adb5bd",
-    )
-    ax.set_xticks(list(x), [POLICY_LABEL[p] for p in policies], fontsize=8)
+    ax.bar([i - 0.2 for i in x], [m for m, _ in ours], width=0.4, label="kvsim", color="#1c7ed6",
+           yerr=[c or 0.0 for _, c in ours], capsize=3)  # fmt: skip
+    ax.bar([i + 0.2 for i in x], [PAPER_FIG13[exp][p] for p in policies], width=0.4, label="paper",
+           color="#adb5bd")  # fmt: skip
+    ax.set_xticks(list(x), [POLICY_LABEL[p] for p in policies])
     ax.set_ylabel("mean batched requests per iteration")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_ylim(bottom=0)
+    _title(ax, title, fig13_finding(res))
+    _label_with_setup(ax, "", res)
+    ax.legend(loc="upper left", fontsize="small")
 
 
-def draw_block_size(ax: Axes, res: Any) -> None:
-    """Internal fragmentation and preemptions against block size (fixed 8,192-token pool)."""
-    title = "Block size trade-off (8,192-token pool)\nbigger blocks waste more and preempt more"
-    if res.error or res.frame.height == 0:
-        _empty(ax, title, res.error or "no rows")
+def draw_block_size(ax: Axes, res: Results) -> None:
+    """Internal fragmentation and preemptions against block size (fixed pool), with seed CIs."""
+    title = "Block size: internal fragmentation and preemptions"
+    if why := _missing(res):
+        _empty(ax, title, why)
         return
-    sizes, frag = res.series("internal_fragmentation", "block_size")
-    _, pre = res.series("preemptions", "block_size")
-    ax.plot(sizes, [100 * f for f in frag], "o-", color=COLORS["internal"], label="internal fragmentation")
+    sizes, frag, frag_ci = series(res, "internal_fragmentation", "block_size")
+    _, pre, pre_ci = series(res, "preemptions", "block_size")
+    ax.errorbar(sizes, [100 * f for f in frag], yerr=[100 * c for c in frag_ci], fmt="o-", capsize=3,
+                color=COLORS["internal"], label="internal fragmentation")  # fmt: skip
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("block size (tokens)")
     ax.set_ylabel("internal fragmentation (% of pool)", color=COLORS["internal"])
+    ax.set_ylim(bottom=0)
     twin = ax.twinx()
-    twin.plot(sizes, pre, "s--", color="#495057", label="preemptions")
+    twin.errorbar(sizes, pre, yerr=pre_ci, fmt="s--", capsize=3, color="#495057", label="preemptions")
     twin.set_ylabel("preemptions (count)")
-    ax.set_title(title, fontsize=9)
+    twin.set_ylim(bottom=0)
+    _title(ax, title, block_size_finding(res))
+    _label_with_setup(ax, "block size (tokens)", res)
+    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    ax.legend(handles, [str(h.get_label()) for h in handles], loc="lower center", fontsize="small")
 
 
-def draw_block_size_paper(ax: Axes, res: Any) -> None:
-    """Saturation throughput against block size for ShareGPT and Alpaca (OPT-13B, 12 GiB)."""
-    title = (
-        "Block size vs throughput (OPT-13B, 12 GiB, queue at t=0)\nlarge blocks hurt short Alpaca requests"
-    )
-    if res.error or res.frame.height == 0:
-        _empty(ax, title, res.error or "no rows")
+def draw_block_size_paper(ax: Axes, res: Results) -> None:
+    """Saturation throughput against block size for ShareGPT and Alpaca, relative to block 16."""
+    title = "Block size vs saturation throughput"
+    if why := _missing(res):
+        _empty(ax, title, why)
         return
     for label in sorted(set(res.frame["workload"].to_list())):
-        sizes, thr = res.series("throughput_rps", "block_size", workload=label)
-        ax.plot(sizes, [t / thr[sizes.index(16)] for t in thr], "o-", label=label.split(":")[0])
+        sizes, thr, ci = series(res, "throughput_rps", "block_size", workload=label)
+        base = thr[sizes.index(16)]
+        ax.errorbar(sizes, [t / base for t in thr], yerr=[c / base for c in ci], fmt="o-", capsize=3,
+                    label=label.split(":")[0])  # fmt: skip
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("block size (tokens)")
     ax.set_ylabel("throughput relative to block 16 (x)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_ylim(bottom=0)
+    _title(ax, title, block_size_paper_finding(res))
+    _label_with_setup(ax, "block size (tokens)", res)
+    ax.legend(loc="lower left", fontsize="small")
 
 
-def draw_prefix_sharing(axes: Sequence[Axes], res: Any) -> None:
-    """Hit rate, blocks saved and throughput against the sharing ratio (three axes)."""
-    titles = (
-        "hit rate rises with sharing",
-        "blocks saved rise with sharing",
-        "caching turns sharing into throughput",
-    )
-    if res.error or res.frame.height == 0:
+def draw_prefix_sharing(axes: Sequence[Axes], res: Results) -> None:
+    """Hit rate, blocks saved and throughput against the sharing ratio (up to three axes)."""
+    titles = ("Prefix hit rate vs sharing", "Blocks saved by sharing", "Throughput, prefix caching on/off")
+    if why := _missing(res):
         for ax, t in zip(axes, titles, strict=False):
-            _empty(ax, t, res.error or "no rows")
+            _empty(ax, t, why)
         return
-    ratios, hit = res.series("prefix_hit_rate", "workload.sharing_ratio", enable_prefix_caching=True)
-    _, saved = res.series("blocks_saved_by_sharing", "workload.sharing_ratio", enable_prefix_caching=True)
+    findings = prefix_sharing_findings(res)
+    ratios, hit, hit_ci = series(res, "prefix_hit_rate", "workload.sharing_ratio", enable_prefix_caching=True)
+    _, saved, saved_ci = series(
+        res, "blocks_saved_by_sharing", "workload.sharing_ratio", enable_prefix_caching=True
+    )
     pct = [100 * r for r in ratios]
-    axes[0].plot(pct, [100 * h for h in hit], "o-")
+    axes[0].errorbar(pct, [100 * h for h in hit], yerr=[100 * c for c in hit_ci], fmt="o-", capsize=3)
     axes[0].set_ylabel("prefix hit rate (% of prompt tokens)")
     if len(axes) >= 3:
-        axes[1].plot(pct, saved, "o-", color=COLORS["token"])
+        axes[1].errorbar(pct, saved, yerr=saved_ci, fmt="o-", capsize=3, color=COLORS["token"])
         axes[1].set_ylabel("blocks saved by sharing (time-avg. blocks)")
         for on in (True, False):
-            _, thr = res.series("throughput_rps", "workload.sharing_ratio", enable_prefix_caching=on)
-            axes[2].plot(pct, thr, "o-" if on else "s--", label=f"prefix caching {'on' if on else 'off'}")
+            _, thr, ci = series(res, "throughput_rps", "workload.sharing_ratio", enable_prefix_caching=on)
+            axes[2].errorbar(pct, thr, yerr=ci, fmt="o-" if on else "s--", capsize=3,
+                             label=f"prefix caching {'on' if on else 'off'}")  # fmt: skip
         axes[2].set_ylabel("throughput (requests/s)")
-        axes[2].legend(fontsize=7)
-    for ax, t in zip(axes, titles, strict=False):
-        ax.set_xlabel("requests sharing a 256-token system prompt (%)")
-        ax.set_title(t, fontsize=9)
+        axes[2].legend(loc="lower left", fontsize="small")
+    for ax, t, finding in zip(axes, titles, findings, strict=False):
+        ax.set_ylim(bottom=0)
+        _title(ax, t, finding)
+        _label_with_setup(ax, "requests sharing a 256-token system prompt (%)", res)
 
 
-def draw_memory_budget(axes: Sequence[Axes], res: Any) -> None:
+def draw_memory_budget(axes: Sequence[Axes], res: Results) -> None:
     """Throughput and P99 end-to-end latency against the pool size."""
-    titles = ("throughput saturates once memory suffices", "P99 latency falls with memory")
-    if res.error or res.frame.height == 0:
+    titles = ("Throughput vs KV pool size", "P99 end-to-end latency vs KV pool size")
+    if why := _missing(res):
         for ax, t in zip(axes, titles, strict=False):
-            _empty(ax, t, res.error or "no rows")
+            _empty(ax, t, why)
         return
-    blocks, thr = res.series("throughput_rps", "num_blocks")
-    _, p99 = res.series("e2e_s_p99", "num_blocks")
+    findings = memory_budget_findings(res)
+    blocks, thr, thr_ci = series(res, "throughput_rps", "num_blocks")
+    _, p99, p99_ci = series(res, "e2e_s_p99", "num_blocks")
     usable = [b - 1 for b in blocks]
-    axes[0].plot(usable, thr, "o-")
+    axes[0].errorbar(usable, thr, yerr=thr_ci, fmt="o-", capsize=3)
     axes[0].set_ylabel("throughput (requests/s)")
-    axes[1].plot(usable, p99, "o-", color=COLORS["internal"])
+    axes[1].errorbar(usable, p99, yerr=p99_ci, fmt="o-", capsize=3, color=COLORS["internal"])
     axes[1].set_ylabel("P99 end-to-end latency (s)")
-    for ax, t in zip(axes, titles, strict=True):
+    for ax, t, finding in zip(axes, titles, findings, strict=True):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("KV pool (blocks of 16 tokens)")
-        ax.set_title(t, fontsize=9)
+        ax.set_ylim(bottom=0)
+        _title(ax, t, finding)
+        _label_with_setup(ax, "KV pool (usable blocks)", res)
 
 
-def draw_hit_rate(ax: Axes, res: Any, ceilings: Mapping[str, float] | None = None) -> None:
+def draw_hit_rate(ax: Axes, res: Results, ceilings: Mapping[str, float] | None = None) -> None:
     """Prefix hit rate against cache size per Mooncake trace, with each trace's reuse ceiling."""
-    title = (
-        "Prefix-cache hit rate vs cache size (Mooncake traces)\ndashed: the trace's infinite-cache ceiling"
-    )
-    if res.error or res.frame.height == 0:
-        _empty(ax, title, res.error or "no rows")
+    title = "Prefix-cache hit rate vs cache size (dashed: the trace's infinite-cache ceiling)"
+    if why := _missing(res):
+        _empty(ax, title, why)
         return
+    ceilings = ceilings or {}
     for i, trace in enumerate(sorted(set(res.frame["workload"].to_list()))):
-        blocks, hit = res.series("prefix_hit_rate_first_admission", "num_blocks", workload=trace)
+        blocks, hit, ci = series(res, "prefix_hit_rate_first_admission", "num_blocks", workload=trace)
         tokens = [(b - 1) * 16 / 1024 for b in blocks]
-        line = ax.plot(tokens, [100 * h for h in hit], "o-", label=trace, color=f"C{i}")
-        if ceilings and trace in ceilings:
+        line = ax.errorbar(tokens, [100 * h for h in hit], yerr=[100 * c for c in ci], fmt="o-", capsize=3,
+                           label=trace, color=f"C{i}")  # fmt: skip
+        if trace in ceilings:
             ax.axhline(100 * ceilings[trace], ls="--", color=line[0].get_color(), lw=1)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("prefix cache = KV pool (thousands of tokens)")
     ax.set_ylabel("prefix hit rate (% of prompt tokens)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_ylim(0, 100)
+    _title(ax, title, hit_rate_finding(res, ceilings))
+    _label_with_setup(ax, "prefix cache = KV pool (thousands of tokens)", res)
+    ax.legend(loc="upper left", fontsize="small")
 
 
-def draw_timeseries(axes: Sequence[Axes], series: Mapping[str, pl.DataFrame], capacity: int) -> None:
-    """Utilisation and waste over time, paged against contiguous."""
-    for name, ts in series.items():
+def draw_timeseries(
+    axes: Sequence[Axes], series_: Mapping[str, pl.DataFrame], capacity: int, setup: str
+) -> None:
+    """Tokens stored, and memory reserved or fragmented, over time per policy (vLLM drawn on top)."""
+    findings = timeseries_findings(series_, capacity)
+    order = sorted(series_, key=lambda n: POLICY_STYLE.get(n, {}).get("zorder", 1))
+    for name in order:
+        ts = series_[name]
         t = ts["time_s"].to_numpy()
         stored = ts["stored_tokens"].to_numpy() / capacity * 100
         waste = (
             (ts["allocated_tokens"] + ts["external_tokens"] - ts["stored_tokens"]).to_numpy() / capacity * 100
         )
-        axes[0].plot(t, stored, lw=0.8, label=POLICY_LABEL.get(name, name))
-        axes[1].plot(t, waste, lw=0.8, label=POLICY_LABEL.get(name, name))
-    axes[0].set_ylabel("KV utilisation: tokens stored (% of pool)")
-    axes[0].set_title(
-        "Utilisation over time (ShareGPT 2 req/s, OPT-13B): paged stores more tokens", fontsize=9
-    )
-    axes[1].set_ylabel("reserved, fragmented or padded (% of pool)")
-    axes[1].set_title(
-        "Fragmentation over time: contiguous reservation wastes a large part of the pool", fontsize=9
-    )
-    for ax in axes:
-        ax.set_xlabel("simulated time (s)")
-        ax.legend(fontsize=7)
+        style = POLICY_STYLE.get(name, {})
+        axes[0].plot(t, stored, label=POLICY_LABEL.get(name, name), **style)
+        if len(axes) > 1:
+            axes[1].plot(t, waste, label=POLICY_LABEL.get(name, name), **style)
+    titles = ("KV utilisation over time: tokens stored", "Memory reserved, fragmented or padded over time")
+    ylabels = ("tokens stored (% of pool)", "reserved, fragmented or padded (% of pool)")
+    for ax, title, ylabel, finding in zip(axes, titles, ylabels, findings, strict=False):
+        _title(ax, title, finding)
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(0, 100)
+        ax.set_xlabel(f"simulated time (s)\n{_wrap(setup, _chars(ax))}")
+        ax.legend(loc="upper right", fontsize="small")
 
 
 # ------------------------------------------------------------------------------------------ files
 
 
-def timeseries(requests: int = 3_000, every: int = 20) -> tuple[dict[str, pl.DataFrame], int]:
-    """Time series of vLLM and Orca (Oracle, Max) on the Fig. 13a setup (`record_timeseries=every`)."""
+def timeseries(requests: int = 3_000, every: int = 20) -> tuple[dict[str, pl.DataFrame], int, str]:
+    """Time series of Orca (Max, Oracle) and vLLM on the Fig. 13a setup (`record_timeseries=every`);
+    returns them, the pool's capacity in tokens and the setup line."""
     import kvsim
     from kvsim.sweep import DEFAULT_BASE
 
+    rate = 2.0
     w = kvsim.workloads.synthetic(
-        requests, lengths="sharegpt-paper", arrival_rate=2.0, max_tokens=2048, seed=0
+        requests, lengths="sharegpt-paper", arrival_rate=rate, max_tokens=2048, seed=0
     )
     out: dict[str, pl.DataFrame] = {}
-    capacity = 0
-    for policy in ("vllm", "orca-oracle", "orca-max"):
+    cfg = None
+    for policy in ("orca-max", "orca-oracle", "vllm"):
         cfg = kvsim.SimConfig(**DEFAULT_BASE, policy=policy, max_model_len=2048, enable_prefix_caching=False)
-        capacity = cfg.capacity_tokens
         result = kvsim.simulate(w, cfg, record_timeseries=every)
         if result.timeseries is None:
             raise InvalidArgumentError("simulate returned no time series")
         out[policy] = result.timeseries
-    return out, capacity
+    assert cfg is not None
+    setup = (
+        f"{cfg.model} on {cfg.gpu} · {cfg.capacity_blocks:,} blocks × {cfg.block_size} tokens · "
+        f"sharegpt (Poisson {rate:g} req/s) · {requests:,} requests, seed 0"
+    )
+    return out, cfg.capacity_tokens, setup
+
+
+def read_results(results_dir: Path) -> dict[str, Results]:
+    """Each experiment's rows from `<results_dir>/claims/<name>.parquet` (a missing file: an error)."""
+    results = {}
+    for e in experiments():
+        path = results_dir / "claims" / f"{e.name}.parquet"
+        frame = pl.read_parquet(path) if path.exists() else pl.DataFrame()
+        results[e.name] = Results(e, frame, None if frame.height else f"{path} missing")
+    return results
 
 
 def plot_all(
     results_dir: Path,
-    results: Mapping[str, Any] | None = None,
+    results: Mapping[str, Results] | None = None,
     *,
-    workers: int | None = None,
     progress: bool = False,
     timeseries_requests: int = 3_000,
 ) -> list[Path]:
@@ -279,20 +481,14 @@ def plot_all(
 
     Args:
         results_dir: the results folder.
-        results: `kvsim.claims.Results` by experiment name; None reads `<results_dir>/claims/*.parquet`.
-        workers: unused (the time-series simulations are short); kept for a uniform signature.
+        results: `kvsim.claims.Results` by experiment name (`ClaimsReport.results`); None reads
+            `<results_dir>/claims/*.parquet`.
         progress: print each file as it is written.
         timeseries_requests: requests of the utilisation-over-time simulations.
     """
-    from kvsim.claims import Results, experiments, mooncake_ceiling
     from kvsim.sweep import make_workload
 
-    if results is None:
-        results = {}
-        for e in experiments():
-            path = results_dir / "claims" / f"{e.name}.parquet"
-            frame = pl.read_parquet(path) if path.exists() else pl.DataFrame()
-            results[e.name] = Results(e, frame, None if frame.height else f"{path} missing")
+    results = read_results(results_dir) if results is None else results
     out_dir = results_dir / "plots"
     paths: list[Path] = []
 
@@ -302,72 +498,70 @@ def plot_all(
             print(f"wrote {p}")
 
     try:
-        series, capacity = timeseries(timeseries_requests)
-        series_error = None
+        ts, capacity, ts_setup = timeseries(timeseries_requests)
+        ts_error = None
     except (InvalidArgumentError, NotImplementedError, TypeError) as exc:
-        series, capacity, series_error = {}, 1, f"{type(exc).__name__}: {exc}"
-    fig, ax = _fig(1, 2, (8, 7))
-    if series_error:
-        _empty(ax[0][0], "utilisation over time", series_error)
-        _empty(ax[1][0], "fragmentation over time", series_error)
-    else:
-        draw_timeseries([ax[0][0], ax[1][0]], series, capacity)
-    done(_save(fig, out_dir / "utilisation_over_time.png"))
-
-    fig, ax = _fig(2, 1, (11, 4.5))
-    draw_block_size(ax[0][0], results["seed-block-size"])
-    draw_block_size_paper(ax[0][1], results["block-size-paper"])
-    done(_save(fig, out_dir / "block_size.png"))
-
-    fig, ax = _fig(3, 1, (13, 4.2))
-    draw_prefix_sharing(list(ax[0]), results["seed-prefix-sharing"])
-    done(_save(fig, out_dir / "prefix_sharing.png"))
-
-    fig, ax = _fig(2, 1, (10, 4.2))
-    draw_memory_budget(list(ax[0]), results["seed-memory-budget"])
-    done(_save(fig, out_dir / "memory_budget.png"))
-
-    fig, ax = _fig(1, 1, (7, 5))
-    draw_fig2(ax[0][0], results["fig13a-sharegpt"])
-    done(_save(fig, out_dir / "fig2_breakdown.png"))
-
-    fig, ax = _fig(2, 1, (11, 4.5))
-    draw_fig13(ax[0][0], results["fig13a-sharegpt"], "sharegpt")
-    draw_fig13(ax[0][1], results["fig13b-alpaca"], "alpaca")
-    done(_save(fig, out_dir / "fig13_batch.png"))
-
+        ts, capacity, ts_setup, ts_error = {}, 1, "", f"{type(exc).__name__}: {exc}"
     ceilings: dict[str, float] = {}
     moon = results["trace-mooncake"]
     if not moon.error and moon.frame.height:
         for trace in sorted(set(moon.frame["workload"].to_list())):
             n = int(moon.frame.filter(pl.col("workload") == trace)["requests"][0])
-            ceilings[trace] = mooncake_ceiling(make_workload(trace, {}, n, 0))
-    fig, ax = _fig(1, 1, (7, 4.5))
-    draw_hit_rate(ax[0][0], moon, ceilings)
-    done(_save(fig, out_dir / "hit_rate_vs_cache.png"))
+            # Without the trace file here (rows read back from parquet) the ceiling is not drawn.
+            with contextlib.suppress(InvalidArgumentError):
+                ceilings[trace] = mooncake_ceiling(make_workload(trace, {}, n, 0))
 
-    fig = Figure(figsize=(18, 11), layout="constrained")
-    grid = fig.subplots(2, 4)
-    fig.suptitle("kvsim claims dashboard: paged KV memory vs contiguous reservation", fontsize=13)
-    draw_fig2(grid[0][0], results["fig13a-sharegpt"])
-    draw_fig13(grid[0][1], results["fig13a-sharegpt"], "sharegpt")
-    draw_block_size(grid[0][2], results["seed-block-size"])
-    draw_hit_rate(grid[0][3], moon, ceilings)
-    draw_prefix_sharing([grid[1][0]], results["seed-prefix-sharing"])
-    draw_memory_budget([grid[1][1], grid[1][2]], results["seed-memory-budget"])
-    if series_error:
-        _empty(grid[1][3], "utilisation over time", series_error)
-    else:
-        for name, ts in series.items():
-            grid[1][3].plot(
-                ts["time_s"], ts["stored_tokens"] / capacity * 100, lw=0.7, label=POLICY_LABEL[name]
-            )
-        grid[1][3].set_xlabel("simulated time (s)")
-        grid[1][3].set_ylabel("tokens stored (% of pool)")
-        grid[1][3].set_title("utilisation over time: paged stores more", fontsize=9)
-        grid[1][3].legend(fontsize=7)
-    done(_save(fig, out_dir / "dashboard.png"))
+    with matplotlib.rc_context({"font.size": FONT_SIZE}):
+        fig, ax = _fig(1, 2, (9, 8))
+        if ts_error:
+            _empty(ax[0][0], "utilisation over time", ts_error)
+            _empty(ax[1][0], "fragmentation over time", ts_error)
+        else:
+            draw_timeseries([ax[0][0], ax[1][0]], ts, capacity, ts_setup)
+        done(_save(fig, out_dir / "utilisation_over_time.png"))
+
+        fig, ax = _fig(2, 1, (14, 5.2))
+        draw_block_size(ax[0][0], results["seed-block-size"])
+        draw_block_size_paper(ax[0][1], results["block-size-paper"])
+        done(_save(fig, out_dir / "block_size.png"))
+
+        fig, ax = _fig(3, 1, (18, 5.2))
+        draw_prefix_sharing(list(ax[0]), results["seed-prefix-sharing"])
+        done(_save(fig, out_dir / "prefix_sharing.png"))
+
+        fig, ax = _fig(2, 1, (13, 5))
+        draw_memory_budget(list(ax[0]), results["seed-memory-budget"])
+        done(_save(fig, out_dir / "memory_budget.png"))
+
+        fig, ax = _fig(1, 1, (8, 6))
+        draw_fig2(ax[0][0], results["fig13a-sharegpt"])
+        done(_save(fig, out_dir / "fig2_breakdown.png"))
+
+        fig, ax = _fig(2, 1, (15, 5.5))
+        draw_fig13(ax[0][0], results["fig13a-sharegpt"], "sharegpt")
+        draw_fig13(ax[0][1], results["fig13b-alpaca"], "alpaca")
+        done(_save(fig, out_dir / "fig13_batch.png"))
+
+        fig, ax = _fig(1, 1, (9, 5.5))
+        draw_hit_rate(ax[0][0], moon, ceilings)
+        done(_save(fig, out_dir / "hit_rate_vs_cache.png"))
+
+    with matplotlib.rc_context({"font.size": DASHBOARD_FONT_SIZE}):
+        fig = Figure(figsize=(30, 17), layout="constrained")
+        grid = fig.subplots(2, 4)
+        fig.suptitle("kvsim claims dashboard (each panel: its setup under the x axis)", fontsize="x-large")
+        draw_fig2(grid[0][0], results["fig13a-sharegpt"])
+        draw_fig13(grid[0][1], results["fig13a-sharegpt"], "sharegpt")
+        draw_block_size(grid[0][2], results["seed-block-size"])
+        draw_hit_rate(grid[0][3], moon, ceilings)
+        draw_prefix_sharing([grid[1][0]], results["seed-prefix-sharing"])
+        draw_memory_budget([grid[1][1], grid[1][2]], results["seed-memory-budget"])
+        if ts_error:
+            _empty(grid[1][3], "utilisation over time", ts_error)
+        else:
+            draw_timeseries([grid[1][3]], ts, capacity, ts_setup)
+        done(_save(fig, out_dir / "dashboard.png"))
     return paths
 
 
-__all__ = ["plot_all", "timeseries"]
+__all__ = ["plot_all", "read_results", "series", "setup_line", "timeseries"]

@@ -27,6 +27,7 @@ def run(
         max_num_batched_tokens=config.max_num_batched_tokens,
         chunked_prefill=config.chunked_prefill,
         full_prompt_gate=config.admission_gate == "full-prompt",
+        skip_over_budget=config.waiting_over_budget == "skip",
         watermark_blocks=config.watermark_blocks,
         one_free_block=config.append_check == "one-free-block",
         max_model_len=config.max_model_len,

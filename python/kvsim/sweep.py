@@ -26,6 +26,7 @@ N rows). A spec string `NAME:key=value,key=value` overrides synthetic parameters
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -34,6 +35,8 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
+import sys
 import threading
 import time
 import tomllib
@@ -81,8 +84,8 @@ FIELD_HELP: dict[str, str] = {
     "placement": "contiguous policies: first-fit or buddy placement of regions",
     "enable_prefix_caching": "share full blocks between requests through the hash-chained prefix cache "
     "(true/false, default true)",
-    "free_order": "where freed blocks go in the free queue: classic (tail) or lifo_unhashed (unkeyed blocks "
-    "to the head, newer vLLM)",
+    "free_order": "where freed blocks go in the free queue: lifo_unhashed (default, vLLM >= 0.23: unkeyed "
+    "blocks to the head) or classic (every block to the tail, vLLM < 0.23)",
     "preemption": "what a preempted request loses: recompute (frees everything), swap (to cpu_blocks), "
     "or auto (vLLM v0: swap sample groups, recompute lone sequences)",
     "cpu_blocks": "CPU swap space in blocks (preemption=swap or auto)",
@@ -91,7 +94,10 @@ FIELD_HELP: dict[str, str] = {
     "max_num_seqs": "most requests running at once (default 256)",
     "max_num_batched_tokens": "token budget of one iteration (default 8192)",
     "chunked_prefill": "split long prompts over iterations (true/false, default true)",
-    "admission_gate": "none, or full-prompt (admit only if the whole prompt fits, newer vLLM)",
+    "admission_gate": "full-prompt (default, vLLM >= 0.19: admit only if the whole prompt's blocks are "
+    "free) or none (the first chunk's, vLLM < 0.19)",
+    "waiting_over_budget": "chunked prefill off, a prompt over the step's budget left: stop (default, "
+    "vLLM >= 0.12: the waiting phase ends) or skip (vLLM 0.9.2-0.11.2: later prompts are tried)",
     "watermark": "fraction of blocks kept free at admission, in [0, 1) (vLLM v0: 0.01)",
     "append_check": "exact (a running request needs the blocks its tokens need) or one-free-block (vLLM v0: "
     "a free block per running request, needed or not)",
@@ -669,38 +675,113 @@ def _check_synthetic(name: str, params: Mapping[str, Any], grid: Mapping[str, Se
     variants: list[dict[str, Any]] = [dict(params)]
     for k, values in grid.items():
         variants = [{**v, k: x} for v in variants for x in values]
+    for k, values in grid.items():  # each grid value alone first, so the error names the grid value
+        for x in values:
+            try:
+                workloads.synthetic(**_synthetic_kwargs(name, {**params, k: x}, 2, 0))
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgumentError(
+                    f"grid {WORKLOAD_PREFIX}{k}={_fmt(x)}: not valid for workload {name} ({exc})"
+                ) from None
     for v in variants:
         try:
             workloads.synthetic(**_synthetic_kwargs(name, v, 2, 0))
-        except TypeError as exc:
-            raise InvalidArgumentError(f"workload {workload_label(name, v)}: {exc}") from None
-        except InvalidArgumentError as exc:
+        except (TypeError, ValueError) as exc:  # InvalidArgumentError is a ValueError
             raise InvalidArgumentError(f"workload {workload_label(name, v)}: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------- the store
 
 
-class ResultStore:
-    """The sweep's parquet file: rows already there (for resume) and new rows, written atomically.
+def check_output(path: str | os.PathLike[str]) -> Path:
+    """Checks, before any point runs, that a sweep can write its parquet file at `path`: not a folder,
+    not an existing file that is not parquet, and in a folder that exists or can be made and is writable.
 
-    Parquet cannot be appended in place, so the file is rewritten (to a temporary name, then renamed)
-    at most every `flush_every_s` seconds and at the end; an interrupted sweep loses at most that much.
+    Returns:
+        The path.
+
+    Raises:
+        InvalidArgumentError: why it cannot be written (the message starts with the path).
+    """
+    import tempfile
+
+    p = Path(path)
+    if p.is_dir():
+        raise InvalidArgumentError(f"{p} is a folder, not a parquet file")
+    if p.exists():
+        try:
+            pl.read_parquet_schema(p)
+        except Exception as exc:  # polars raises several kinds for a file that is not parquet
+            raise InvalidArgumentError(
+                f"{p} exists and is not a parquet file ({type(exc).__name__}); move it or choose another path"
+            ) from None
+    for parent in [p.parent, *p.parent.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InvalidArgumentError(f"{p}: {parent} is a file, not a folder")
+            break
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=f".{p.name}.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise InvalidArgumentError(f"{p}: cannot write in {p.parent} ({exc.strerror or exc})") from None
+    return p
+
+
+class ResultStore:
+    """The sweep's parquet file: rows already there (for resume) and new rows.
+
+    While a sweep runs, each flush (at most every `flush_every_s` seconds) writes only the rows that
+    arrived since the last one, as one part file in `<path>.parts/`, so a sweep's writing is linear in
+    its rows; `finish()` writes the file itself as one table (old rows, parts and new rows, to a temporary
+    name, then renamed) and removes the parts. An interrupted sweep leaves its parts: the next one reads
+    the file and the parts (`polars.scan_parquet`), and skips every point found, so resume is exact and
+    an interruption loses at most `flush_every_s` of work. A row is identified by `point_id`; a point
+    found twice (the file written, the parts not yet removed) is kept once.
+
+    Raises:
+        InvalidArgumentError: `path` cannot be written (see `check_output`), or holds what is not parquet.
     """
 
     def __init__(
         self, path: str | os.PathLike[str] | None, *, resume: bool = True, flush_every_s: float = 10.0
     ):
-        self.path = Path(path) if path is not None else None
+        self.path = check_output(path) if path is not None else None
         self.old = pl.DataFrame()
-        if self.path is not None and self.path.exists():
-            if resume:
-                self.old = pl.read_parquet(self.path)
-            else:
-                self.path.unlink()
         self.new: list[dict[str, Any]] = []
+        self.flushed = 0  # rows of `new` already in a part file
+        self._next_part = 0
         self.flush_every_s = flush_every_s
         self._last_flush = time.monotonic()
+        if self.path is None:
+            return
+        if not resume:
+            self.path.unlink(missing_ok=True)
+            shutil.rmtree(self.parts_dir, ignore_errors=True)
+            return
+        frames = []
+        if self.path.exists():
+            frames.append(pl.scan_parquet(self.path))
+        parts = sorted(self.parts_dir.glob("part-*.parquet")) if self.parts_dir.is_dir() else []
+        if parts:
+            frames.append(pl.scan_parquet(parts))
+        if frames:
+            try:
+                old = pl.concat(frames, how="diagonal_relaxed").collect()
+            except Exception as exc:  # a damaged part or file: say which store, not polars' internals
+                raise InvalidArgumentError(
+                    f"{self.path}: cannot read the rows already there ({type(exc).__name__}: {exc})"
+                ) from None
+            if "point_id" in old.columns:
+                old = old.unique(subset="point_id", keep="first", maintain_order=True)
+            self.old = old
+        self._next_part = 1 + max((int(p.stem.split("-")[1]) for p in parts), default=-1)
+
+    @property
+    def parts_dir(self) -> Path:
+        assert self.path is not None
+        return self.path.with_name(self.path.name + ".parts")
 
     @property
     def done(self) -> set[str]:
@@ -721,13 +802,56 @@ class ResultStore:
         return pl.concat([self.old, new], how="diagonal_relaxed")
 
     def flush(self) -> None:
+        """Writes the rows added since the last flush as one part file (nothing if there are none). A
+        part that cannot be written stays in memory and goes into the next part or the final file."""
         self._last_flush = time.monotonic()
-        if self.path is None or not self.new:
+        if self.path is None or self.flushed == len(self.new):
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        part = self.parts_dir / f"part-{self._next_part:06d}.parquet"
+        try:
+            self.parts_dir.mkdir(parents=True, exist_ok=True)
+            tmp = part.with_name(part.name + ".tmp")
+            rows_frame(self.new[self.flushed :]).write_parquet(tmp)
+            os.replace(tmp, part)
+        except OSError:
+            return  # kept in memory; finish() says where the rows went if the file cannot be written either
+        self._next_part += 1
+        self.flushed = len(self.new)
+
+    def finish(self) -> None:
+        """Writes the file as one table and removes the parts.
+
+        Raises:
+            InvalidArgumentError: the file cannot be written; the message says where the rows were kept
+                instead (a parquet file in the temporary folder).
+        """
+        if self.path is None or (not self.new and not self.parts_dir.is_dir()):
+            return
+        frame = self.frame()
         tmp = self.path.with_name(self.path.name + ".tmp")
-        self.frame().write_parquet(tmp)
-        os.replace(tmp, self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            frame.write_parquet(tmp)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            import tempfile
+
+            try:
+                fd, kept = tempfile.mkstemp(prefix=f"kvsim-{self.path.stem}-", suffix=".parquet")
+                os.close(fd)
+                frame.write_parquet(kept)
+            except OSError as again:
+                where = (
+                    f"; the rows flushed earlier are in {self.parts_dir}" if self.parts_dir.is_dir() else ""
+                )
+                raise InvalidArgumentError(
+                    f"cannot write {self.path} ({exc.strerror or exc}) nor a copy in the temporary folder "
+                    f"({again.strerror or again}){where}"
+                ) from None
+            raise InvalidArgumentError(
+                f"cannot write {self.path} ({exc.strerror or exc}); its {frame.height} rows are in {kept}"
+            ) from None
+        shutil.rmtree(self.parts_dir, ignore_errors=True)
 
 
 def rows_frame(rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
@@ -752,8 +876,10 @@ def rows_frame(rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
 # ------------------------------------------------------------------------------------------ running
 
 
-def _progress(total: int, desc: str, enabled: bool) -> Any:
-    if not enabled:
+def progress_bar(total: int, desc: str, enabled: bool) -> Any:
+    """A tqdm bar on stderr, or None: only when `enabled` and stderr is a terminal (in a log, a bar's
+    carriage returns would pile up into one long line)."""
+    if not enabled or not total or not sys.stderr.isatty():
         return None
     from tqdm.auto import tqdm
 
@@ -908,7 +1034,7 @@ def run_sweep(
         raise InvalidArgumentError("the grid lists the same point twice (two values resolve to one config)")
     todo = [p for p, i in zip(points, ids, strict=True) if i not in done]
     t0 = time.perf_counter()
-    bar = _progress(len(todo), spec.name, progress and bool(todo))
+    bar = progress_bar(len(todo), spec.name, progress)
     try:
         if todo:
             for row in execute(
@@ -917,13 +1043,22 @@ def run_sweep(
                 store.add(row)
                 if bar is not None:
                     bar.update(1)
+    except BaseException:
+        # Interrupted or failed: keep what ran (as a part at least) so that the next run resumes from it.
+        store.flush()
+        with contextlib.suppress(Exception):
+            store.finish()
+        raise
     finally:
         if bar is not None:
             bar.close()
-        store.flush()
+    store.finish()
     frame = store.frame()
     if frame.height and "point_id" in frame.columns:
-        frame = frame.filter(pl.col("point_id").is_in(ids))
+        # The rows of this sweep's points, in grid order (workload, then the grid as given, then seed),
+        # whatever order they completed in.
+        order = pl.DataFrame({"point_id": ids, "_grid_order": range(len(ids))})
+        frame = frame.join(order, on="point_id", how="inner").sort("_grid_order").drop("_grid_order")
     return SweepOutcome(frame, len(todo), len(points) - len(todo), time.perf_counter() - t0, store.path)
 
 
@@ -1010,11 +1145,13 @@ __all__ = [
     "SweepSpec",
     "aggregate",
     "check_grid",
+    "check_output",
     "coerce",
     "execute",
     "make_workload",
     "parse_grid_args",
     "parse_workload",
+    "progress_bar",
     "run_point",
     "run_sweep",
     "t_quantile_975",

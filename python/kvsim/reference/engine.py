@@ -63,6 +63,9 @@ EVENT = {kind: code for code, kind in enumerate(EVENT_KINDS)}
 EVENT_COLUMNS = ("step", "time_ps", "kind", "seq", "block")
 FINISHED, REJECTED = 0, 1
 NEVER = -1  # try_admit: this sequence can never start
+SKIP = (
+    -2
+)  # try_admit: chunked prefill off, more tokens than the budget left, and `waiting_over_budget="skip"`
 COUNTERS = (
     "num_steps",
     "busy_ps",
@@ -237,9 +240,15 @@ class Engine:
             self.log(first if i == 0 else "allocate", s, b)
 
     # -- memory ---------------------------------------------------------------------------------------
+    def over_budget(self) -> int:
+        """What `try_admit` answers for a whole prompt (chunked prefill off) over the budget left: 0 (wait:
+        the waiting phase ends, vLLM >= 0.12) or SKIP (try the next one, vLLM 0.9.2 to 0.11.2)."""
+        return SKIP if self.cfg.waiting_over_budget == "skip" else 0
+
     def try_admit(self, s: Seq, budget: int) -> int:
         """Allocates a waiting sequence's first chunk; returns its token count, 0 if it cannot start now,
-        or NEVER if it cannot ever start (without chunked prefill, more tokens than a step's budget)."""
+        NEVER if it cannot ever start (without chunked prefill, more tokens than a step's budget) or SKIP
+        (see `over_budget`)."""
         cfg, bs = self.cfg, self.bs
         total = s.num_tokens
         if not self.paged:
@@ -247,7 +256,7 @@ class Engine:
             if num_new > cfg.max_num_batched_tokens:
                 return NEVER
             if num_new > budget:
-                return 0
+                return self.over_budget()
             region = self.space.allocate(self.region_size(s))
             if region is None:
                 return 0
@@ -264,7 +273,7 @@ class Engine:
         elif num_new > cfg.max_num_batched_tokens:
             return NEVER
         elif num_new > budget:
-            return 0
+            return self.over_budget()
         pool = self.kv.pool
         free = pool.num_free_blocks - self.outstanding
         evictable = sum(1 for b in hits if pool.ref_cnt(b) == 0)
@@ -575,6 +584,7 @@ class Engine:
             budget -= num_new
         if self.swapped:
             return scheduled
+        skipped: list[Seq] = []
         while self.waiting and budget > 0:
             s = self.waiting[0]
             if len(self.running) + s.seats > cfg.max_num_seqs:
@@ -588,6 +598,10 @@ class Engine:
                 self.waiting.popleft()
                 self.reject(s, 4)
                 continue
+            if num_new == SKIP:
+                self.waiting.popleft()
+                skipped.append(s)
+                continue
             if num_new == 0:
                 if not self.running:
                     self.waiting.popleft()
@@ -600,6 +614,9 @@ class Engine:
             budget -= num_new
             if self.cols["first_scheduled"][s.idx] < 0:
                 self.cols["first_scheduled"][s.idx] = self.t
+        # vLLM 0.9.2-0.11.2 put skipped requests back at the head in reverse order (`prepend_request` into
+        # a queue, then `prepend_requests`, which reversed it once more): the last skipped comes first.
+        self.waiting.extendleft(skipped)
         return scheduled
 
     def fork(self, parent: Seq) -> list[Seq]:

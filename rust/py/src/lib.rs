@@ -692,7 +692,8 @@ fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>, name: &str) -> P
 #[pyfunction]
 #[pyo3(signature = (
     *, num_blocks, block_size, policy, enable_prefix_caching, free_order, max_num_seqs,
-    max_num_batched_tokens, chunked_prefill, full_prompt_gate, watermark_blocks, one_free_block = false,
+    max_num_batched_tokens, chunked_prefill, full_prompt_gate, skip_over_budget = false, watermark_blocks,
+    one_free_block = false,
     max_model_len,
     time_model, iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps, preemption, cpu_blocks, swap_ps_per_block, buddy,
     timeseries_every, record_events,
@@ -710,6 +711,7 @@ fn run_engine<'py>(
     max_num_batched_tokens: i128,
     chunked_prefill: bool,
     full_prompt_gate: bool,
+    skip_over_budget: bool,
     watermark_blocks: i128,
     one_free_block: bool,
     max_model_len: Option<i128>,
@@ -759,6 +761,7 @@ fn run_engine<'py>(
         max_num_batched_tokens: u64_arg(max_num_batched_tokens, "max_num_batched_tokens")?,
         chunked_prefill,
         full_prompt_gate,
+        skip_over_budget,
         watermark_blocks: u64_arg(watermark_blocks, "watermark_blocks")?,
         one_free_block,
         max_model_len: max_model_len

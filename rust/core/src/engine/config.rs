@@ -86,6 +86,10 @@ pub struct EngineConfig {
     pub chunked_prefill: bool,
     /// Admission needs blocks for the whole prompt, not just the first chunk (vLLM ≥ 0.20's gate).
     pub full_prompt_gate: bool,
+    /// Chunked prefill off: a waiting sequence whose tokens exceed the budget left is skipped and later
+    /// ones are tried, the skipped going back to the queue head in reverse order (vLLM 0.9.2 to 0.11.2,
+    /// `SimConfig.waiting_over_budget = "skip"`); otherwise the waiting phase ends there (vLLM ≥ 0.12).
+    pub skip_over_budget: bool,
     pub watermark_blocks: u64,
     /// vLLM v0's first block manager: a decoding sequence is scheduled only if a block is free, whether
     /// or not it needs one (`SimConfig.append_check = "one-free-block"`).
@@ -117,6 +121,7 @@ impl EngineConfig {
             max_num_batched_tokens: 8192,
             chunked_prefill: true,
             full_prompt_gate: false,
+            skip_over_budget: false,
             watermark_blocks: 0,
             one_free_block: false,
             max_model_len: None,

@@ -52,6 +52,8 @@ const FINISHED: i64 = 0;
 const OUTPUT_BIT: u64 = 1 << 63;
 /// `try_admit`: this sequence can never start.
 const NEVER: u64 = u64::MAX;
+/// `try_admit`: chunked prefill off, more tokens than the budget left, and `skip_over_budget`.
+const SKIP: u64 = u64::MAX - 1;
 const REJECTED: i64 = 1;
 /// Steps between checks of the interrupt callback (Ctrl-C from Python).
 const INTERRUPT_EVERY: u64 = 1 << 16;
@@ -173,6 +175,12 @@ fn region_size(cfg: &EngineConfig, s: &Seq) -> u64 {
     }
 }
 
+/// What `try_admit` answers for a whole prompt (chunked prefill off) over the budget left: 0 (wait: the
+/// waiting phase ends, vLLM ≥ 0.12) or `SKIP` (try the next one, vLLM 0.9.2 to 0.11.2).
+fn over_budget(cfg: &EngineConfig) -> u64 {
+    if cfg.skip_over_budget { SKIP } else { 0 }
+}
+
 /// Blocks held at the sequence's largest (its last token's K/V is never computed); `reserve` promises
 /// room for every token it may generate.
 fn peak_blocks(cfg: &EngineConfig, s: &Seq) -> u64 {
@@ -220,6 +228,8 @@ pub struct Engine<'a> {
     swap_blocks_step: u64,
     running: Vec<usize>,
     scheduled: Vec<(usize, u64)>,
+    /// Waiting sequences skipped in this step's waiting phase (`skip_over_budget`), in skip order.
+    skipped: Vec<usize>,
     hits: Vec<BlockId>,
     new_blocks: Vec<BlockId>,
     num_rejected: u64,
@@ -373,6 +383,7 @@ impl<'a> Engine<'a> {
             swap_blocks_step: 0,
             running: Vec::new(),
             scheduled: Vec::new(),
+            skipped: Vec::new(),
             hits: Vec::new(),
             new_blocks: Vec::new(),
             num_rejected: 0,
@@ -467,8 +478,9 @@ impl<'a> Engine<'a> {
     }
 
     // -- memory ----------------------------------------------------------------------------------------
-    /// Allocates a waiting sequence's first chunk; returns its token count, 0 if it cannot start now, or
-    /// `NEVER` if it never can (chunked prefill off and more tokens than a step's budget).
+    /// Allocates a waiting sequence's first chunk; returns its token count, 0 if it cannot start now,
+    /// `NEVER` if it never can (chunked prefill off and more tokens than a step's budget), or `SKIP` (see
+    /// `over_budget`).
     fn try_admit(&mut self, k: usize, budget: u64) -> u64 {
         let cfg = self.cfg;
         let bs = cfg.block_size;
@@ -484,7 +496,7 @@ impl<'a> Engine<'a> {
                     return NEVER;
                 }
                 if num_new > budget {
-                    return 0;
+                    return over_budget(cfg);
                 }
                 let Some(region) = space.allocate(region_size(cfg, &self.slab[k])) else {
                     return 0;
@@ -521,7 +533,7 @@ impl<'a> Engine<'a> {
                 } else if num_new > cfg.max_num_batched_tokens {
                     return NEVER;
                 } else if num_new > budget {
-                    return 0;
+                    return over_budget(cfg);
                 }
                 let free = u64::from(pool.num_free_blocks()) - self.outstanding;
                 let evictable = BlockTable::num_evictable(pool, &self.hits);
@@ -1139,6 +1151,11 @@ impl<'a> Engine<'a> {
                 self.reject_seq(k, reject::EXCEEDS_STEP_BUDGET);
                 continue;
             }
+            if num_new == SKIP {
+                self.waiting.pop_front();
+                self.skipped.push(k);
+                continue;
+            }
             if num_new == 0 {
                 if self.running.is_empty() {
                     self.waiting.pop_front();
@@ -1158,6 +1175,12 @@ impl<'a> Engine<'a> {
                 self.out.first_scheduled[s.row] = self.t;
             }
         }
+        // vLLM 0.9.2-0.11.2 put skipped requests back at the head in reverse order (`prepend_request`
+        // into a queue, then `prepend_requests`, which reversed it once more): the last skipped first.
+        for &k in &self.skipped {
+            self.waiting.push_front(k);
+        }
+        self.skipped.clear();
     }
 
     fn step_time(&mut self) -> (u64, u64) {
@@ -1551,6 +1574,44 @@ mod tests {
     /// beside B in step 1 and is its own victim: swapped whole under `Auto` (its 2 shared blocks once),
     /// back after B finishes (t = 6 ms), done at t = 8 ms; with a 1-block CPU pool its samples are
     /// recomputed one by one instead.
+    /// Chunked prefill off, budget 32, ticks of 1 ms, prompts A 20, B 30, C 10, D 25 (outputs 3, 2, 2, 2)
+    /// all waiting at 0. Stopping at the first prompt over the budget left (vLLM ≥ 0.12) admits them in
+    /// order, one a step: A at 0 (12 left, B's 30 waits), B at 1 (A's token leaves 31), C at 2, D at 3.
+    /// Skipping (vLLM 0.9.2 to 0.11.2): step 0 admits A and C (20 + 10), skips B and D and puts them
+    /// back reversed, D first; step 1 (A and C decode, 30 left) admits D (25) and skips B (30 > 5);
+    /// step 2 (A and D decode) admits B with exactly 30.
+    #[test]
+    fn a_prompt_over_the_budget_left_stops_or_is_skipped() {
+        const MS: i64 = 1_000_000_000;
+        let prompt = [20i64, 30, 10, 25];
+        let inp = EngineInput {
+            arrival_ps: &[0; 4],
+            prompt_len: &prompt,
+            target: &[3, 2, 2, 2],
+            max_gen: &[3, 2, 2, 2],
+            fork_parent: &[-1; 4],
+            output_seg: &[1 << 63, (1 << 63) + 1, (1 << 63) + 2, (1 << 63) + 3],
+            seg_offsets: &[0, 1, 2, 3, 4],
+            segment_id: &[1, 2, 3, 4],
+            segment_len: &prompt,
+        };
+        let cfg = |skip_over_budget| EngineConfig {
+            enable_prefix_caching: false,
+            chunked_prefill: false,
+            max_num_batched_tokens: 32,
+            skip_over_budget,
+            ..EngineConfig::for_tests(64, 16)
+        };
+        let stop = run(inp, &cfg(false), 0, false, &mut || false).unwrap();
+        assert_eq!(stop.first_scheduled, [0, MS, 2 * MS, 3 * MS]);
+        assert_eq!(stop.finish, [3 * MS, 3 * MS, 4 * MS, 5 * MS]);
+        let skip = run(inp, &cfg(true), 0, false, &mut || false).unwrap();
+        assert_eq!(skip.first_scheduled, [0, 2 * MS, 0, MS]);
+        assert_eq!(skip.first_token, [MS, 3 * MS, MS, 2 * MS]);
+        assert_eq!(skip.finish, [3 * MS, 4 * MS, 2 * MS, 3 * MS]);
+        assert_eq!(skip.counters.num_steps, 4);
+    }
+
     #[test]
     fn a_group_is_preempted_and_swapped_whole() {
         const MS: i64 = 1_000_000_000;
