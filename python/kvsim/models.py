@@ -419,6 +419,10 @@ def from_hf_config(path: str | Path, name: str | None = None) -> Model:
             f"model {str(path)!r}: torch_dtype {raw_dtype!r} is not one of {sorted(_HF_DTYPES)}"
         )
     dtype = _HF_DTYPES[raw_dtype]
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict) and quant.get("quant_method") == "fp8":
+        dtype = "fp8"  # fp8 checkpoints (DeepSeek-V3) serve fp8 weights; the KV cache stays in torch_dtype
+    kv_dtype = _HF_DTYPES[raw_dtype]
     total, active = _hf_params(
         cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick
     )
@@ -435,7 +439,7 @@ def from_hf_config(path: str | Path, name: str | None = None) -> Model:
         num_active_params=active,
         max_model_len=max_len,
         weight_dtype=dtype,
-        kv_dtype=dtype,
+        kv_dtype=kv_dtype,
         kv_lora_rank=kv_lora,
         qk_rope_head_dim=rope,
         source=str(p),
@@ -483,11 +487,12 @@ def _hf_params(
     else:
         attn = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
         if opt_like:
-            attn += heads * head_dim * 3 + 2 * kv_heads * head_dim + hidden  # biases
+            attn += heads * head_dim + 2 * kv_heads * head_dim + hidden  # q, k, v, out biases
         elif cfg.get("attention_bias") or model_type.startswith("qwen2"):
             attn += heads * head_dim + 2 * kv_heads * head_dim  # q, k, v biases (Qwen2)
     norms = 2 * hidden * (2 if opt_like else 1)
-    dense_mlp = 2 * hidden * ffn + (ffn + hidden if opt_like else 0) if opt_like else 3 * hidden * ffn
+    # Llama-like models gate their MLP (three matrices); OPT/GPT have two, with biases.
+    dense_mlp = 2 * hidden * ffn + ffn + hidden if opt_like else 3 * hidden * ffn
     experts = pick("n_routed_experts", "num_local_experts", "num_experts", default=0, required=False)
     total = active = embed + hidden * (2 if opt_like else 1)  # final norm
     if experts:
