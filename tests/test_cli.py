@@ -17,15 +17,17 @@ RUN = ["run", "--requests", "80", "--num-blocks", "150", "--time-model", "ticks"
 def test_run_prints_a_summary_table(capsys):
     assert main(RUN) == 0
     out = capsys.readouterr().out
-    assert "kv_utilization" in out
-    assert "throughput_rps" in out
+    assert "KV utilization" in out
+    assert "request throughput" in out
     assert "block_size=32" in out
+    assert "pool: 150 blocks × 32 tokens = 4,800 tokens" in out
 
 
 def test_run_json_is_machine_readable(capsys):
     assert main([*RUN, "--json", "--policy", "orca-oracle"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["config"]["policy"] == "orca-oracle"
+    assert data["pool"].startswith("pool: 150 blocks")
     assert data["config"]["num_blocks"] == 150
     assert data["summary"]["completed"] + data["summary"]["rejected"] == 80
 
@@ -46,6 +48,8 @@ def test_help_explains_every_flag(command, capsys):
     if command == "run":
         for name in CONFIG_FIELDS:
             assert f"--{name.replace('_', '-')}" in text
+        assert "(default: None)" not in text
+        assert " V " not in text
     if command == "sweep":
         for flag in ("--grid", "--workload", "--seeds", "--executor", "--scheduler", "--workers", "--output"):
             assert flag in text

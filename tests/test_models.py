@@ -211,7 +211,9 @@ def test_bad_hf_configs_name_file_and_field(tmp_path):
     with pytest.raises(InvalidArgumentError, match="is not a JSON config"):
         models.from_hf_config(broken)
     wrong = tmp_path / "w.json"
-    wrong.write_text('{"num_hidden_layers": "32", "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 1}')
+    wrong.write_text(
+        '{"num_hidden_layers": "32", "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 1}'
+    )
     with pytest.raises(InvalidArgumentError, match="'num_hidden_layers' '32'"):
         models.from_hf_config(wrong)
     with pytest.raises(InvalidArgumentError, match="cannot read"):

@@ -129,8 +129,7 @@ KNOBS: dict[str, Knob] = {
     "swap_space_bytes": Knob(
         None,
         "bytes",
-        "CPU swap space per GPU, converted to cpu_blocks with the model's KV bytes per token "
-        "(vLLM's --swap-space, in GiB when given without a unit)",
+        "CPU swap space per GPU, converted to cpu_blocks with the model's KV bytes per token",
         lo=0,
         hi=MAX_BYTES,
         optional=True,
@@ -196,7 +195,7 @@ KNOBS: dict[str, Knob] = {
     "iteration_time_ps": Knob(
         10**9,
         "duration",
-        "ticks: one iteration (units: 1ms, 120us; a bare number is ps)",
+        "ticks: the time of one iteration",
         lo=1,
         hi=MAX_COEFFICIENT_PS,
         unit="ps",

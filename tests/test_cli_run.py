@@ -1,0 +1,334 @@
+"""`kvsim run` through the real entry point (issue 13 parts 1-4, issue 12 part 4): one set of defaults,
+the pool line, vLLM's flags and units, one-line errors with exit status 2, workloads from files, notes,
+and vllm bench serve's metrics."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import kvsim
+from kvsim.cli import main
+
+SMALL = ["run", "--requests", "60", "--num-gpu-blocks-override", "200"]
+
+
+def _json(capsys, argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _error(capsys, argv):
+    """Runs a bad command: exit status 2, one line on stderr, which is returned."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+# -- part 1: one default per knob; sizing from the GPU ----------------------------------------------------------
+def test_cli_and_api_size_a_named_gpu_the_same(capsys):
+    data = _json(capsys, ["run", "--requests", "20", "--model", "llama-3-8b", "--gpu", "h100-80gb"])
+    cfg = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb")
+    assert data["config"]["num_blocks"] == cfg.num_blocks
+    assert data["config"]["time_model"] == cfg.time_model == "linear"
+    assert data["pool"] == cfg.pool.line()
+
+
+def test_gpu_memory_utilization_changes_the_pool(capsys):
+    base = ["run", "--requests", "20", "--model", "llama-3-8b", "--gpu", "h100-80gb"]
+    half = _json(capsys, [*base, "--gpu-memory-utilization", "0.5"])["config"]["num_blocks"]
+    high = _json(capsys, [*base, "--gpu-memory-utilization", "0.95"])["config"]["num_blocks"]
+    assert half < high
+
+
+def test_kv_cache_memory_bytes_and_block_override(capsys):
+    base = ["run", "--requests", "20", "--model", "opt-13b", "--gpu", "a100-40gb"]
+    assert _json(capsys, [*base, "--kv-cache-memory-bytes", "12GiB"])["config"]["num_blocks"] == 984
+    assert _json(capsys, [*base, "--num-gpu-blocks-override", "300"])["config"]["num_blocks"] == 300
+
+
+def test_every_run_prints_the_pool_line(capsys):
+    assert main(["run", "--requests", "20", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]) == 0
+    out = capsys.readouterr().out
+    assert "pool: 984 blocks × 16 tokens = 15,744 tokens = 12.0 GiB (kv_cache_bytes 12.0 GiB" in out
+
+
+def test_tensor_parallel_flag_and_a_model_that_does_not_fit(capsys):
+    line = _error(capsys, ["run", "--model", "llama-3-70b", "--gpu", "h100-80gb"])
+    assert "does not fit on h100-80gb" in line
+    data = _json(
+        capsys, ["run", "--requests", "20", "--model", "llama-3-70b", "--gpu", "h100-80gb", "-tp", "4"]
+    )
+    assert data["config"]["tensor_parallel_size"] == 4
+    assert "tp 4" in data["pool"]
+
+
+def test_fp8_kv_cache_flag(capsys):
+    base = ["run", "--requests", "20", "--model", "llama-3-8b", "--kv-cache-memory-bytes", "8GiB"]
+    fp16 = _json(capsys, base)["config"]["num_blocks"]
+    fp8 = _json(capsys, [*base, "--kv-cache-dtype", "fp8"])["config"]["num_blocks"]
+    assert fp8 - 1 == 2 * (fp16 - 1)
+
+
+def test_a_hugging_face_config_path_as_model(capsys):
+    path = str(Path(__file__).parent / "data" / "hf" / "llama-3-8b.json")
+    data = _json(capsys, ["run", "--requests", "20", "--model", path, "--gpu", "h100-80gb"])
+    assert data["config"]["num_blocks"] == kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb").num_blocks
+
+
+def test_no_pool_is_an_error_naming_the_flags(capsys):
+    line = _error(capsys, ["run"])
+    assert "--model" in line
+    assert "--num-gpu-blocks-override" in line
+
+
+# -- part 2: vLLM's flags, units, help, errors -------------------------------------------------------------------
+def test_vllm_switches_and_todays_aliases(capsys):
+    off = _json(capsys, [*SMALL, "--no-enable-prefix-caching"])["config"]
+    assert off["enable_prefix_caching"] is False
+    assert _json(capsys, [*SMALL, "--enable-prefix-caching"])["config"]["enable_prefix_caching"] is True
+    assert (
+        _json(capsys, [*SMALL, "--enable-prefix-caching", "false"])["config"]["enable_prefix_caching"]
+        is False
+    )
+    assert _json(capsys, [*SMALL, "--no-enable-chunked-prefill"])["config"]["chunked_prefill"] is False
+    assert _json(capsys, [*SMALL, "--chunked-prefill", "false"])["config"]["chunked_prefill"] is False
+    cfg = _json(
+        capsys, [*SMALL, "--max-num-seqs", "8", "--max-num-batched-tokens", "4096", "--max-model-len", "4096"]
+    )
+    assert (cfg["config"]["max_num_seqs"], cfg["config"]["max_model_len"]) == (8, 4096)
+
+
+def test_swap_space_in_gib_and_preemption_mode(capsys):
+    argv = ["run", "--requests", "20", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]
+    data = _json(capsys, [*argv, "--swap-space", "4", "--preemption-mode", "swap"])
+    assert data["config"]["preemption"] == "swap"
+    assert data["config"]["cpu_blocks"] == 4 * 2**30 // (16 * 819_200)
+    assert data["config"]["swap_space_bytes"] == "4.0 GiB"
+
+
+def test_units_for_sizes_and_durations(capsys):
+    burst = [*SMALL, "--workload", "sharegpt:arrivals=all-at-once", "--time-model", "ticks"]
+    data = _json(capsys, [*burst, "--iteration-time-ps", "5ms"])
+    assert data["config"]["iteration_time_ps"] == "5 ms"
+    one_ms = _json(capsys, [*burst, "--iteration-time-ps", "1ms"])["summary"]["makespan_s"]
+    five_ms = data["summary"]["makespan_s"]
+    assert five_ms == pytest.approx(5 * one_ms)
+    linear = _json(
+        capsys,
+        [*SMALL, "--time-model", "linear", "--c0-ps", "120us", "--c-tok-ps", "10ns", "--c-ctx-ps", "1ns"],
+    )
+    assert linear["config"]["c0_ps"] == "120 us"
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--workload", "sharegpt:arrival_rate=abc"], "--workload"),
+        (["--workload", "sharegpt:num_samples=abc"], "--workload"),
+        (["--workload", "sharegpt:turns=1.5"], "--workload"),
+        (["--seed", "-1"], "--seed"),
+        (["--workload", ""], "--workload"),
+        (["--block-size", "abc"], "--block-size"),
+        (["--block_size", "0"], "--block_size"),
+        (["--gpu-memory-utilization", "nan"], "--gpu-memory-utilization"),
+        (["--kv-cache-memory-bytes", "12XB"], "--kv-cache-memory-bytes"),
+        (["--iteration-time-ps", "1.5ps"], "--iteration-time-ps"),
+        (["--enable-prefix-caching", "maybe"], "--enable-prefix-caching"),
+        (["--requests", "0"], "--requests"),
+        (["--goodput", "ttft=5"], "--goodput"),
+        (["--percentile-metrics", "foo"], "--percentile-metrics"),
+        (["--metric-percentiles", "101"], "--metric-percentiles"),
+        (["--rows", "5"], "--rows"),
+        (["--time-scale", "-2"], "--time-scale"),
+    ],
+)
+def test_bad_values_are_one_line_naming_the_flag(capsys, argv, flag):
+    line = _error(capsys, [*SMALL, *argv])
+    assert line.startswith(f"kvsim run: error: argument {flag}:"), line
+
+
+def test_unknown_argument_shows_the_subcommand_usage(capsys):
+    assert main(["run", "--bogus", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: kvsim run")
+    assert "unrecognized arguments: --bogus 3" in err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"kvsim {kvsim.__version__}"
+
+
+def test_help_has_one_default_per_flag_and_real_metavars(capsys):
+    assert main(["run", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "(default: None)" not in text
+    for line in text.splitlines():
+        assert line.count("default") <= 1, line
+    flat = " ".join(text.split())
+    assert "--kv-cache-memory-bytes SIZE" in flat
+    assert "--block-size TOKENS" in flat
+    assert "a size: 12GiB" in flat
+    assert "max_tokens = 2048 − prompt" in flat  # what each paper preset's max_tokens is
+    assert "metrics.py" in flat
+
+
+def test_the_console_script_is_the_entry_point(tmp_path):
+    exe = Path(sys.executable).with_name("kvsim")
+    bad = subprocess.run(
+        [str(exe), "run", "--seed", "-1", "--num-blocks", "50"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1
+    assert "Traceback" not in bad.stderr
+    ok = subprocess.run([str(exe), "--version"], capture_output=True, text=True)
+    assert ok.returncode == 0
+
+
+# -- part 3: workloads from the command line ---------------------------------------------------------------------
+def _trace_file(tmp_path: Path, suffix: str) -> Path:
+    frame = pl.DataFrame(
+        {
+            "ts_ms": [0, 100, 250, 400, 800, 900],
+            "in": [30, 50, 20, 80, 40, 60],
+            "out": [10, 20, 5, 15, 25, 30],
+        }
+    )
+    path = tmp_path / f"trace{suffix}"
+    {".csv": frame.write_csv, ".jsonl": frame.write_ndjson, ".parquet": frame.write_parquet}[suffix](path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_a_trace_file_of_ones_own(capsys, tmp_path, suffix):
+    path = _trace_file(tmp_path, suffix)
+    cols = ["--trace-columns", "arrival=ts_ms,prompt_len=in,output_len=out", "--time-unit", "ms"]
+    data = _json(capsys, ["run", "--num-blocks", "100", "--workload", str(path), *cols])
+    assert data["workload"]["requests"] == 6
+    assert data["summary"]["completed"] == 6
+    window = _json(capsys, ["run", "--num-blocks", "100", "--workload", str(path), *cols, "--rows", "1:4"])
+    assert window["workload"]["requests"] == 3
+
+
+def test_a_trace_file_row_error_is_one_line(capsys, tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("arrival,prompt_len,output_len\n0,10,5\n1,abc,5\n")
+    line = _error(capsys, ["run", "--num-blocks", "100", "--workload", str(path)])
+    assert "line 3" in line
+    assert "prompt_len" in line
+
+
+def test_time_scale_replays_at_a_higher_load(capsys, tmp_path):
+    path = _trace_file(tmp_path, ".csv")
+    cols = ["--trace-columns", "arrival=ts_ms,prompt_len=in,output_len=out", "--time-unit", "ms"]
+    base = ["run", "--num-blocks", "100", "--time-model", "ticks", "--workload", str(path), *cols]
+    slow = _json(capsys, [*base, "--time-scale", "10"])["summary"]["makespan_s"]
+    fast = _json(capsys, [*base, "--time-scale", "0.1"])["summary"]["makespan_s"]
+    assert slow > fast
+    w = kvsim.sweep.make_workload("sharegpt", {"request_rate": 50.0}, 200, 0)
+    assert (len(w) - 1) / (w.arrival[-1] - w.arrival[0]) == pytest.approx(50.0)
+
+
+def test_seed_on_a_deterministic_trace_is_noted(capsys, tmp_path):
+    path = _trace_file(tmp_path, ".csv")
+    cols = ["--trace-columns", "arrival=ts_ms,prompt_len=in,output_len=out"]
+    data = _json(capsys, ["run", "--num-blocks", "100", "--workload", str(path), *cols, "--seed", "3"])
+    assert any("--seed 3 is ignored" in n for n in data["notes"])
+    assert data["seed"] is None
+
+
+def test_paper_presets_send_what_real_clients_send():
+    w = kvsim.sweep.make_workload("sharegpt", {}, 500, 0)
+    assert (w.max_tokens == 2048 - w.prompt_len).all()
+    exact = kvsim.sweep.make_workload("sharegpt", {"max_tokens": "exact"}, 500, 0)
+    assert (exact.max_tokens == exact.output_len).all()
+
+
+def test_paper_ordering_of_vllm_and_orca(capsys):
+    """With client-style max_tokens, Orca (Max) reserves the whole context and batches fewest; vLLM most
+    (requests queued at once, so memory decides the batch)."""
+    batch = {}
+    for policy in ("vllm", "orca-oracle", "orca-pow2", "orca-max"):
+        argv = ["run", "--requests", "1500", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]
+        argv += ["--policy", policy, "--max-model-len", "2048", "--workload", "sharegpt:arrivals=all-at-once"]
+        batch[policy] = _json(capsys, argv)["summary"]["mean_batch"]
+    assert batch["vllm"] > batch["orca-oracle"] > batch["orca-pow2"] > batch["orca-max"], batch
+
+
+def test_not_memory_bound_note(capsys):
+    argv = ["run", "--requests", "50", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]
+    light = _json(capsys, [*argv, "--workload", "sharegpt:arrival_rate=0.2"])
+    assert any(n.startswith("not memory-bound") for n in light["notes"])
+    heavy = _json(capsys, [*argv, "--workload", "sharegpt:arrivals=all-at-once", "--requests", "400"])
+    assert not any(n.startswith("not memory-bound") for n in heavy["notes"])
+
+
+def test_azure_with_prefix_caching_is_noted(capsys):
+    if not (kvsim.workloads.traces_dir() / "azure_llm_2023").exists():
+        pytest.skip("traces folder absent")
+    data = _json(capsys, ["run", "--requests", "200", "--num-blocks", "4000", "--workload", "azure-code"])
+    assert any("Azure traces carry no content hashes" in n for n in data["notes"])
+
+
+# -- part 4: the metrics a serving engineer reads ----------------------------------------------------------------
+def test_vllm_bench_metrics_in_ms_with_chosen_percentiles(capsys):
+    argv = [*SMALL, "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99.9"]
+    s = _json(capsys, argv)["serving"]
+    for m in ("ttft", "tpot", "itl", "e2el"):
+        for stat in ("mean", "median", "std", "p50", "p90", "p99_9"):
+            assert f"{stat}_{m}_ms" in s
+    assert s["request_throughput"] > 0
+    assert s["output_throughput"] > 0
+
+
+def test_goodput_and_slo_attainment(capsys):
+    data = _json(capsys, [*SMALL, "--goodput", "ttft:1e9", "tpot:1e9"])
+    assert data["serving"]["slo_attainment"] == 1.0
+    assert data["serving"]["request_goodput"] == pytest.approx(data["serving"]["request_throughput"])
+    tight = _json(capsys, [*SMALL, "--goodput", "ttft:0.001"])["serving"]
+    assert tight["slo_attainment"] == 0.0
+    assert tight["request_goodput"] == 0.0
+
+
+def test_human_table_groups_with_units(capsys):
+    assert main([*SMALL, "--goodput", "ttft:500"]) == 0
+    out = capsys.readouterr().out
+    for group in (
+        "== throughput ==",
+        "== latency (ms) ==",
+        "== memory ==",
+        "== cache ==",
+        "== preemption ==",
+    ):
+        assert group in out
+    assert "req/s" in out
+    assert "request goodput" in out
+
+
+def test_save_result_records_what_reproduces_the_run(capsys, tmp_path):
+    d = tmp_path / "out"
+    assert main([*SMALL, "--seed", "4", "--save-result", str(d)]) == 0
+    saved = list(d.glob("*.json"))
+    assert len(saved) == 1
+    record = json.loads(saved[0].read_text())
+    assert record["kvsim_version"] == kvsim.__version__
+    assert record["seed"] == 4
+    assert record["workload"]["name"] == "sharegpt"
+    assert record["pool"].startswith("pool: 200 blocks")
+    assert record["config"]["iteration_time_ps"] == "1 ms"
+    assert record["argv"][:2] == ["run", "--requests"]
+    assert pl.read_parquet(saved[0].with_suffix(".requests.parquet")).height == 60
+
+
+def test_save_result_at_a_file_fails_before_the_run(capsys, tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    line = _error(capsys, [*SMALL, "--save-result", str(f)])
+    assert "--save-result" in line
