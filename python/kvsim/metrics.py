@@ -302,6 +302,25 @@ def serving_metrics(
     return out
 
 
+def goodput_columns(requests: pl.DataFrame, raw: Any, goodput: Any) -> dict[str, Any]:
+    """`request_goodput`, `good_requests`, `slo_attainment` and `slo_attainment_<metric>` for the SLOs
+    `goodput` (`parse_goodput`'s forms): what `simulate(..., goodput=)` adds to the summary and a sweep
+    adds as columns (one per SLO).
+
+    Raises:
+        InvalidArgumentError: a bad SLO.
+    """
+    slos = parse_goodput(goodput)
+    if not slos:
+        return {}
+    full = serving_metrics(requests, raw, percentile_metrics=("ttft",), goodput=slos)
+    return {
+        k: v
+        for k, v in full.items()
+        if k.startswith("slo_attainment") or k in ("request_goodput", "good_requests")
+    }
+
+
 def sweep_columns(result: Any, goodput: Mapping[str, float] | None = None) -> dict[str, Any]:
     """Columns a sweep row can add for one `SimResult`: `request_goodput`, `slo_attainment` and one
     `slo_attainment_<metric>` per SLO, plus the TTFT/TPOT/E2EL statistics in ms (ITL's mean only, since
@@ -320,6 +339,7 @@ __all__ = [
     "DEFAULT_PERCENTILE_METRICS",
     "GOODPUT_METRICS",
     "LATENCY_METRICS",
+    "goodput_columns",
     "itl_distribution",
     "parse_goodput",
     "parse_metric_percentiles",
