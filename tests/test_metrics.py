@@ -3,6 +3,8 @@ per-request and per-token computations."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -51,7 +53,7 @@ def _itl_by_hand(res) -> list[float]:
         ]
         token_times = sorted(set(token_times))
         assert len(token_times) == gen, "one token per step"
-        gaps += [(b - a) / 1e9 for a, b in zip(token_times, token_times[1:], strict=False)]
+        gaps += [(b - a) / 1e9 for a, b in itertools.pairwise(token_times)]
     return gaps
 
 
@@ -114,7 +116,7 @@ def test_goodput_counts_requests_meeting_every_slo():
     assert s["request_goodput"] == pytest.approx(met.sum() / res.summary["makespan_s"])
     assert s["slo_attainment_e2el"] == pytest.approx(done.sum() / r.height)
     summary = kvsim.simulate(
-        make_workload("sharegpt", {"arrival_rate": 20.0}, 200, 1), res.config, goodput=["ttft:%s" % bound]
+        make_workload("sharegpt", {"arrival_rate": 20.0}, 200, 1), res.config, goodput=[f"ttft:{bound}"]
     ).summary
     assert summary["good_requests"] == s["good_requests"]
 
