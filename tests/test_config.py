@@ -246,3 +246,21 @@ def test_describe_uses_human_units():
     d = SimConfig(model="opt-13b", kv_cache_bytes="12GiB").describe()
     assert d["kv_cache_bytes"] == "12.0 GiB"
     assert d["iteration_time_ps"] == "1 ms"
+
+
+def test_design_md_defaults_table_is_the_knobs_table():
+    """DESIGN.md §Defaults documents the defaults in one table; it must say what KNOBS says."""
+    from pathlib import Path
+
+    from kvsim.cli import _fmt_default
+
+    text = (Path(__file__).parent.parent / "DESIGN.md").read_text()
+    section = text.split("## Defaults and sizing", 1)[1].split("\n## ", 1)[0]
+    rows = {
+        line.split("|")[1].strip().strip("`"): line.split("|")[2].strip()
+        for line in section.splitlines()
+        if line.startswith("| `")
+    }
+    assert set(rows) == {name for name in KNOBS if name != "extra"}
+    for name, shown in rows.items():
+        assert shown == (_fmt_default(name) or "unset"), name

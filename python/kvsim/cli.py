@@ -73,8 +73,6 @@ def _fmt_default(name: str) -> str:
         return fmt_bytes(d)
     if k.kind == "duration":
         return fmt_duration_ps(d).replace(" ", "")
-    if k.unit and not isinstance(d, str):
-        return f"{d} {k.unit}"
     return str(d)
 
 
@@ -744,22 +742,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
         path = save_dir / f"{stem}-{stamp}.json"
         try:
-            path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+            path.write_text(json.dumps(record, indent=2, default=str, ensure_ascii=False) + "\n")
             result.requests.write_parquet(path.with_suffix(".requests.parquet"))
         except OSError as exc:
             raise FlagError(f"argument --save-result: cannot write {path}: {exc.strerror}") from None
         record["saved"] = str(path)
     if args.json:
-        print(json.dumps(record, default=str))
+        print(json.dumps(record, default=str, ensure_ascii=False))
     else:
-        params = ",".join(f"{k}={v}" for k, v in info["params"].items() if v is not None)
+        params = ",".join(
+            f"{k}={','.join(f'{a}={b}' for a, b in v.items()) if isinstance(v, dict) else v}"
+            for k, v in info["params"].items()
+            if v is not None
+        )
         seed = f", seed {info['seed']}" if info["seed"] is not None else ""
         print(
             f"workload: {info['name']}{':' + params if params else ''}, {info['requests']:,} requests{seed}"
         )
         print(record["pool"])
         raw_cfg, human = config.to_dict(), config.describe()
-        shown = {k: human[k] for k, v in raw_cfg.items() if v is not None and v != KNOBS[k].default}
+        shown = {
+            k: human[k]
+            for k, v in raw_cfg.items()
+            if v is not None and v != KNOBS[k].default and not (k == "swap_ps_per_block" and v == 0)
+        }
         print("config: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
         print()
         print(render_table(serving, result.summary, pct_metrics, pcts))
@@ -890,6 +896,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"kvsim {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`kvsim run ... | head`): not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def bench_main(argv: Sequence[str] | None = None) -> int:
