@@ -64,9 +64,10 @@ def parse_bytes(name: str, value: Any) -> int:
     """
     if isinstance(value, str):
         amount, unit = _split(name, value)
+        unit = unit or "b"
         if unit not in SIZE_UNITS:
             raise InvalidArgumentError(
-                f"{name} {value!r}: unknown size unit {unit!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+                f"{name} {value!r}: unknown size unit (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
             )
         return _whole(name, value, amount, SIZE_UNITS[unit], "bytes")
     return _whole(name, value, _number(name, value), 1, "bytes")

@@ -1,0 +1,87 @@
+"""kvsim.units: the one parser of sizes and durations (SimConfig fields, `kvsim run` flags, sweep values)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.sweep import check_grid, coerce
+from kvsim.units import SIZE_UNITS, TIME_UNITS, parse_bytes, parse_duration_ps
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("12GiB", 12 * 2**30), ("12 gib", 12 * 2**30), ("1.5GB", 1_500_000_000), ("512", 512), ("2KiB", 2048)],
+)
+def test_sizes(text, expected):
+    assert parse_bytes("kv_cache_bytes", text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("5ms", 5 * 10**9),
+        ("120us", 120 * 10**6),
+        ("120µs", 120 * 10**6),
+        ("1.5ns", 1500),
+        ("1s", 10**12),
+        ("7", 7),
+    ],
+)
+def test_durations(text, expected):
+    assert parse_duration_ps("c0_ps", text) == expected
+
+
+@given(n=st.integers(0, 10**6), unit=st.sampled_from(sorted(SIZE_UNITS)))
+def test_every_size_unit_scales_exactly(n, unit):
+    assert parse_bytes("x", f"{n}{unit}") == n * SIZE_UNITS[unit]
+
+
+@given(n=st.integers(0, 10**6), unit=st.sampled_from(sorted(TIME_UNITS)))
+def test_every_time_unit_scales_exactly(n, unit):
+    assert parse_duration_ps("x", f"{n}{unit}") == n * TIME_UNITS[unit]
+
+
+@given(
+    bad=st.one_of(
+        st.text(alphabet="abcxyz!?-+ ", max_size=6).filter(lambda t: t.strip() not in ("",)),
+        st.sampled_from(["-1GiB", "1.5ps", "0.5B", "nan", "inf", "12 XB", "1e400GiB", "", "GiB"]),
+        st.floats(allow_nan=True).filter(lambda f: not (math.isfinite(f) and f >= 0 and f.is_integer())),
+        st.booleans(),
+        st.none(),
+    )
+)
+def test_bad_sizes_and_durations_name_the_field(bad):
+    for parse in (parse_bytes, parse_duration_ps):
+        try:
+            parse("the_field", bad)
+        except InvalidArgumentError as exc:
+            assert str(exc).startswith("the_field"), str(exc)
+        else:  # some texts are valid in one of the two syntaxes (a bare number)
+            assert isinstance(bad, str)
+
+
+def test_sweep_values_go_through_the_same_parser():
+    assert coerce("kv_cache_bytes", "12GiB") == 12 * 2**30
+    assert coerce("iteration_time_ps", "2ms") == 2 * 10**9
+    assert coerce("max_model_len", "none") is None
+    assert check_grid({"kv_cache_bytes": ["8GiB", "12GiB"]}) == {"kv_cache_bytes": [8 * 2**30, 12 * 2**30]}
+
+
+@pytest.mark.parametrize(
+    ("grid", "match"),
+    [
+        ({"workload.arrival_rate": ["abc"]}, "arrival_rate 'abc' must be a number"),
+        ({"workload.turns": [1.5]}, "turns 1.5 must be a whole number"),
+        ({"workload.num_samples": ["abc"]}, "num_samples 'abc'"),
+        ({"kv_cache_bytes": ["12XB"]}, "--grid kv_cache_bytes: kv_cache_bytes '12XB'"),
+        ({"watermark": [True]}, "watermark True must be a number"),
+    ],
+)
+def test_bad_grid_values_fail_naming_the_parameter(grid, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        check_grid(grid)
