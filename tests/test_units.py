@@ -49,20 +49,18 @@ def test_every_time_unit_scales_exactly(n, unit):
 @given(
     bad=st.one_of(
         st.text(alphabet="abcxyz!?-+ ", max_size=6).filter(lambda t: t.strip() not in ("",)),
-        st.sampled_from(["-1GiB", "1.5ps", "0.5B", "nan", "inf", "12 XB", "1e400GiB", "", "GiB"]),
+        st.sampled_from(["-1GiB", "1.5ps", "0.5B", "nan", "inf", "12 XB", "", "GiB", "5 parsecs"]),
         st.floats(allow_nan=True).filter(lambda f: not (math.isfinite(f) and f >= 0 and f.is_integer())),
         st.booleans(),
         st.none(),
     )
 )
 def test_bad_sizes_and_durations_name_the_field(bad):
+    if isinstance(bad, str) and bad.strip().replace(".", "", 1).isdigit():
+        return  # a bare number is a value in both syntaxes
     for parse in (parse_bytes, parse_duration_ps):
-        try:
+        with pytest.raises(InvalidArgumentError, match=r"^the_field"):
             parse("the_field", bad)
-        except InvalidArgumentError as exc:
-            assert str(exc).startswith("the_field"), str(exc)
-        else:  # some texts are valid in one of the two syntaxes (a bare number)
-            assert isinstance(bad, str)
 
 
 def test_sweep_values_go_through_the_same_parser():
