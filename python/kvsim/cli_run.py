@@ -391,7 +391,8 @@ def _notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]) -
     peak = s.get("peak_allocated_fraction", 0.0)
     queue = s.get("queueing_s_p99")
     e2e = s.get("e2e_s_p50")
-    if s["preemptions"] == 0 and peak < 0.9 and (queue is None or e2e is None or queue <= 0.01 * e2e):
+    calm = s["preemptions"] == 0 and s["rejected"] == 0 and peak < 0.9
+    if calm and (queue is None or e2e is None or queue <= 0.01 * e2e):
         notes.append(
             f"not memory-bound: the pool peaked at {peak:.0%} of its capacity, nothing was preempted and "
             f"requests barely queued (p99 {1000 * (queue or 0):.1f} ms); memory knobs (block size, pool size, "
