@@ -11,6 +11,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kvsim
 from kvsim.cli import main
@@ -332,3 +334,51 @@ def test_save_result_at_a_file_fails_before_the_run(capsys, tmp_path):
     f.write_text("x")
     line = _error(capsys, [*SMALL, "--save-result", str(f)])
     assert "--save-result" in line
+
+
+# -- any text for any flag: a run or one line with exit status 2, never a traceback ------------------------------
+_FLAGS = [
+    "--block-size",
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--max-model-len",
+    "--watermark",
+    "--gpu-memory-utilization",
+    "--kv-cache-memory-bytes",
+    "--iteration-time-ps",
+    "--policy",
+    "--preemption-mode",
+    "--enable-prefix-caching",
+    "--seed",
+    "--requests",
+    "--time-scale",
+    "--workload",
+    "-tp",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    flag=st.sampled_from(_FLAGS),
+    text=st.one_of(
+        st.text(alphabet="0123456789.-eE:=,/abcGiBms ", min_size=1, max_size=8),
+        st.sampled_from(["nan", "inf", "-1", "0", "1e400", "true", "none", "2**64", "sharegpt:turns=0"]),
+    ),
+)
+def test_any_flag_value_runs_or_fails_in_one_line(flag, text):
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["run", "--requests", "5", "--num-blocks", "64", "--model", "opt-13b", flag, text, "--json"]
+    if flag == "--requests":
+        argv = ["run", "--num-blocks", "64", flag, text, "--json"]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    if code == 0:
+        json.loads(out.getvalue())
+    else:
+        assert code == 2, err.getvalue()
+        lines = err.getvalue().strip().splitlines()
+        assert len(lines) == 1 or lines[0].startswith("usage:"), err.getvalue()
+        assert "Traceback" not in err.getvalue()
