@@ -382,3 +382,40 @@ def test_any_flag_value_runs_or_fails_in_one_line(flag, text):
         lines = err.getvalue().strip().splitlines()
         assert len(lines) == 1 or lines[0].startswith("usage:"), err.getvalue()
         assert "Traceback" not in err.getvalue()
+
+
+def test_cli_and_api_give_the_same_latencies(capsys):
+    """One configuration, two interfaces, one answer (the CLI once defaulted to a different time model)."""
+    argv = [
+        "run",
+        "--requests",
+        "300",
+        "--model",
+        "llama-3-8b",
+        "--gpu",
+        "h100-80gb",
+        "--workload",
+        "sharegpt:arrival_rate=20",
+    ]
+    data = _json(capsys, argv)
+    w = kvsim.sweep.make_workload("sharegpt", {"arrival_rate": 20.0}, 300, 0)
+    api = kvsim.simulate(w, kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb")).summary
+    assert data["summary"]["ttft_s_p99"] == api["ttft_s_p99"]
+    assert data["summary"]["makespan_s"] == api["makespan_s"]
+
+
+def test_preset_flag(capsys):
+    argv = [
+        "run",
+        "--requests",
+        "20",
+        "--model",
+        "opt-13b",
+        "--kv-cache-memory-bytes",
+        "12GiB",
+        "--preset",
+        "vllm-v0",
+    ]
+    cfg = _json(capsys, argv)["config"]
+    assert (cfg["append_check"], cfg["preemption"], cfg["cpu_blocks"]) == ("one-free-block", "auto", 327)
+    assert _json(capsys, [*argv, "--watermark", "0.05"])["config"]["watermark"] == 0.05
