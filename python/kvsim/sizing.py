@@ -241,7 +241,8 @@ def _blocks(kv: int, m: Model, block_size: int, knob: str) -> int:
     usable = kv // block_bytes
     if usable < 1:
         raise InvalidArgumentError(
-            f"{kv} B of KV cache cannot hold one block of {block_size} tokens of {m.name} ({block_bytes} B)"
+            f"{knob}: {kv} B of KV cache cannot hold one block of {block_size} tokens of {m.name} "
+            f"({block_bytes} B)"
         )
     if usable + 1 > MAX_BLOCKS:
         raise InvalidArgumentError(
