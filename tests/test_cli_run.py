@@ -419,3 +419,16 @@ def test_preset_flag(capsys):
     cfg = _json(capsys, argv)["config"]
     assert (cfg["append_check"], cfg["preemption"], cfg["cpu_blocks"]) == ("one-free-block", "auto", 327)
     assert _json(capsys, [*argv, "--watermark", "0.05"])["config"]["watermark"] == 0.05
+
+
+def test_a_row_window_starts_the_clock_at_its_first_request():
+    from kvsim.workload_specs import apply_trace_params
+
+    w = kvsim.sweep.make_workload("sharegpt", {}, 100, 0)
+    window = apply_trace_params(w, {"start": 40, "stop": 60}, "sharegpt")
+    assert len(window) == 20
+    assert window.arrival[0] == 0.0
+    assert window.arrival[-1] == pytest.approx(w.arrival[59] - w.arrival[40])
+    assert (window.prompt_len == w.prompt_len[40:60]).all()
+    with pytest.raises(kvsim.InvalidArgumentError, match="hold no request"):
+        apply_trace_params(w, {"start": 100}, "sharegpt")

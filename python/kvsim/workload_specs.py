@@ -5,7 +5,8 @@ paper presets' client-style `max_tokens`, and users' own trace files (`--workloa
 `kvsim.sweep.parse_workload` and `make_workload` call this module; `kvsim run` uses it for files.
 
 Trace parameters (any workload, applied after it is built, in this order):
-- `start`, `stop`: keep rows `[start, stop)` of the table (a row window; ids and content unchanged);
+- `start`, `stop`: keep rows `[start, stop)` of the table (a row window; ids and content unchanged,
+  arrivals shifted so that the window's first request arrives at 0);
 - `time_scale`: multiply every arrival time by it (0.5 replays the trace at twice the load);
 - `request_rate`: rescale arrivals so the mean rate is this many requests per second (the first
   arrival stays at its time; exclusive with `time_scale`).
@@ -169,6 +170,15 @@ def apply_trace_params(workload: Any, params: Mapping[str, Any], label: str) -> 
         if not start < min(stop, n):
             raise InvalidArgumentError(f"workload {label!r}: rows [{start}, {stop}) of {n} hold no request")
         workload = workload[start:stop]
+        if start and len(workload) and workload.arrival[0] > 0:
+            # A window replays from its first request: the clock starts there (throughput counts from 0).
+            cols = {k: np.array(v) for k, v in workload.columns().items()}
+            cols["arrival"] = cols["arrival"] - cols["arrival"][0]
+            workload = Workload._from_owned(
+                cols,
+                {**workload.meta, "rebased_s": float(workload.arrival[0])},
+                allow_foreign_outputs=workload.allow_foreign_outputs,
+            )
     if "time_scale" in params and "request_rate" in params:
         raise InvalidArgumentError(f"workload {label!r}: give time_scale or request_rate, not both")
     factor = None
