@@ -346,6 +346,8 @@ def resolve(model: Model | str) -> Model:
         raise InvalidArgumentError(f"model {model!r} must be a preset name, a config.json path or a Model")
     if model in MODELS:
         return MODELS[model]
+    if not model.strip():
+        raise InvalidArgumentError(f"model {model!r} is empty; known: {', '.join(names())}")
     path = Path(model)
     if model.endswith(".json") or path.exists():
         return from_hf_config(path)
