@@ -112,13 +112,15 @@ def test_swap_space_in_gib_and_preemption_mode(capsys):
     data = _json(capsys, [*argv, "--swap-space", "4", "--preemption-mode", "swap"])
     assert data["config"]["preemption"] == "swap"
     assert data["config"]["cpu_blocks"] == 4 * 2**30 // (16 * 819_200)
-    assert data["config"]["swap_space_bytes"] == "4.0 GiB"
+    assert data["config"]["swap_space_bytes"] == "4 GiB"
 
 
 def test_units_for_sizes_and_durations(capsys):
     burst = [*SMALL, "--workload", "sharegpt:arrivals=all-at-once", "--time-model", "ticks"]
     data = _json(capsys, [*burst, "--iteration-time-ps", "5ms"])
     assert data["config"]["iteration_time_ps"] == "5 ms"
+    odd = _json(capsys, [*burst, "--iteration-time-ps", "1234567"])["config"]["iteration_time_ps"]
+    assert odd == "1.234567 us"  # exact: a saved result reproduces the run
     one_ms = _json(capsys, [*burst, "--iteration-time-ps", "1ms"])["summary"]["makespan_s"]
     five_ms = data["summary"]["makespan_s"]
     assert five_ms == pytest.approx(5 * one_ms)
@@ -149,6 +151,12 @@ def test_units_for_sizes_and_durations(capsys):
         (["--metric-percentiles", "101"], "--metric-percentiles"),
         (["--rows", "5"], "--rows"),
         (["--time-scale", "-2"], "--time-scale"),
+        (["--time-scale", "2", "--request-rate", "5"], "--request-rate"),
+        (["--workload", "sharegpt:lengths=nosuch"], "--workload"),
+        (["--workload", "sharegpt:max_model_len=100"], "--workload"),
+        (["--model", "opt-13b", "--swap-space", "4", "--cpu-blocks", "10"], "--swap-space"),
+        (["--save-result", ""], "--save-result"),
+        (["--save-result", "a\0b"], "--save-result"),
     ],
 )
 def test_bad_values_are_one_line_naming_the_flag(capsys, argv, flag):
@@ -270,6 +278,40 @@ def test_not_memory_bound_note(capsys):
     assert any(n.startswith("not memory-bound") for n in light["notes"])
     heavy = _json(capsys, [*argv, "--workload", "sharegpt:arrivals=all-at-once", "--requests", "400"])
     assert not any(n.startswith("not memory-bound") for n in heavy["notes"])
+
+
+def test_overload_that_waits_for_seats_is_not_memory_bound(capsys):
+    """Requests queue for a seat (max_num_seqs) while the pool stays far from full and nothing is
+    preempted: swap vs recompute or the block size cannot change this answer, and the run says so."""
+    argv = [
+        "run",
+        "--requests",
+        "300",
+        "--workload",
+        "sharegpt:arrivals=all-at-once",
+        "--time-model",
+        "ticks",
+    ]
+    seats = _json(capsys, [*argv, "--num-gpu-blocks-override", "50000", "--max-num-seqs", "8"])
+    assert seats["summary"]["queueing_s_p99"] > 1
+    assert any(n.startswith("not memory-bound") and "max_num_seqs (8" in n for n in seats["notes"]), seats[
+        "notes"
+    ]
+    memory = _json(capsys, [*argv, "--num-gpu-blocks-override", "300", "--max-num-seqs", "256"])
+    assert memory["summary"]["preemptions"] > 0
+    assert not any(n.startswith("not memory-bound") for n in memory["notes"])
+
+
+def test_contiguous_policies_get_no_prefix_cache_note(capsys):
+    """Contiguous policies have no prefix cache, so 'prefix caching is on' would be wrong for them."""
+    argv = ["run", "--requests", "60", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]
+    assert any(n.startswith("prefix caching is on") for n in _json(capsys, argv)["notes"])
+    orca = _json(capsys, [*argv, "--policy", "orca-oracle"])
+    assert not any(n.startswith("prefix caching is on") for n in orca["notes"])
+
+
+def test_a_nul_byte_in_a_path_is_one_line(capsys):
+    assert _error(capsys, [*SMALL, "--toml", "a\0b"]).startswith("kvsim run: error: run file")
 
 
 def test_azure_with_prefix_caching_is_noted(capsys):

@@ -244,7 +244,7 @@ def test_configs_pickle_with_their_pool():
 
 def test_describe_uses_human_units():
     d = SimConfig(model="opt-13b", kv_cache_bytes="12GiB").describe()
-    assert d["kv_cache_bytes"] == "12.0 GiB"
+    assert d["kv_cache_bytes"] == "12 GiB"
     assert d["iteration_time_ps"] == "1 ms"
 
 
@@ -264,3 +264,30 @@ def test_design_md_defaults_table_is_the_knobs_table():
     assert set(rows) == {name for name in KNOBS if name != "extra"}
     for name, shown in rows.items():
         assert shown == (_fmt_default(name) or "unset"), name
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"model": "llama-3-8b", "gpu": "h100-80gb"},
+        {
+            "model": "opt-13b",
+            "kv_cache_bytes": 12_345_678_901,
+            "time_model": "ticks",
+            "iteration_time_ps": 1_234_567,
+        },
+        {"model": "llama-3-70b", "gpu": "h100-80gb", "tensor_parallel_size": 4, "swap_space_bytes": "1.5GiB"},
+    ],
+)
+def test_describe_reproduces_the_configuration(kwargs):
+    """Saved results carry `describe()`: its human units must read back to the same configuration
+    (a rounded `11.5 GiB` or `1.235 us` would not)."""
+    cfg = SimConfig(**kwargs)
+    described = cfg.describe()
+    again = SimConfig(**{k: v for k, v in described.items() if v is not None and k != "cpu_blocks"})
+    assert again.to_dict() == cfg.to_dict()
+
+
+def test_cpu_blocks_and_swap_space_together_name_the_field():
+    with pytest.raises(InvalidArgumentError, match=r"^swap_space_bytes .* give one of them"):
+        SimConfig(model="opt-13b", num_blocks=100, swap_space_bytes="4GiB", cpu_blocks=10)

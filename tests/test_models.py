@@ -218,3 +218,36 @@ def test_bad_hf_configs_name_file_and_field(tmp_path):
         models.from_hf_config(wrong)
     with pytest.raises(InvalidArgumentError, match="cannot read"):
         models.from_hf_config(tmp_path / "absent.json")
+
+
+def test_hf_config_with_heads_not_a_multiple_of_kv_heads_is_refused(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(
+        '{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, '
+        '"num_key_value_heads": 7, "vocab_size": 100, "intermediate_size": 10}'
+    )
+    with pytest.raises(
+        InvalidArgumentError, match="num_attention_heads 32 is not a multiple of num_key_value_heads 7"
+    ):
+        models.from_hf_config(cfg)
+
+
+def test_hf_mla_config_deepseek_v2_lite_shapes(tmp_path):
+    """DeepSeek-V2-Lite's MLA: 27 layers × (kv_lora_rank 512 + qk_rope_head_dim 64) × 2 bytes per token,
+    replicated on every GPU under tensor parallelism; fp8 halves it."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        '{"architectures": ["DeepseekV2ForCausalLM"], "hidden_size": 2048, "intermediate_size": 10944, '
+        '"kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2", '
+        '"moe_intermediate_size": 1408, "moe_layer_freq": 1, "first_k_dense_replace": 1, '
+        '"n_routed_experts": 64, "n_shared_experts": 2, "num_attention_heads": 16, '
+        '"num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16, '
+        '"q_lora_rank": null, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, '
+        '"tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 102400}'
+    )
+    m = models.from_hf_config(tmp_path)
+    assert m.is_mla
+    assert m.kv_bytes_per_token == 27 * (512 + 64) * 2
+    assert sizing.kv_bytes_per_token(m, tensor_parallel_size=2) == 27 * 576 * 2
+    assert sizing.kv_bytes_per_token(m, "fp8") == 27 * 576
+    assert 15.5e9 < m.num_params < 16e9  # published: 15.7B total

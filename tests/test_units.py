@@ -83,3 +83,23 @@ def test_sweep_values_go_through_the_same_parser():
 def test_bad_grid_values_fail_naming_the_parameter(grid, match):
     with pytest.raises(InvalidArgumentError, match=match):
         check_grid(grid)
+
+
+@given(st.integers(min_value=0, max_value=2**62))
+def test_exact_forms_read_back_to_the_same_number(n):
+    """What `SimConfig.describe()` (and so `--json` / `--save-result`) writes parses back exactly."""
+    from kvsim.units import exact_bytes, exact_duration_ps
+
+    assert parse_bytes("kv_cache_bytes", exact_bytes(n)) == n
+    assert parse_duration_ps("c0_ps", exact_duration_ps(n)) == n
+
+
+def test_exact_forms_are_human():
+    from kvsim.units import exact_bytes, exact_duration_ps
+
+    assert exact_bytes(12 * 2**30) == "12 GiB"
+    assert exact_bytes(10**12) == "1 TB"
+    assert exact_bytes(60_038_674_841) == "60.038674841 GB"
+    assert exact_bytes(512) == "512 B"
+    assert exact_duration_ps(10**9) == "1 ms"
+    assert exact_duration_ps(4_793_827_261) == "4.793827261 ms"

@@ -347,6 +347,8 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
     if args.time_scale is not None:
         trace["time_scale"] = _float_flag("--time-scale", args.time_scale)
     if args.request_rate is not None:
+        if args.time_scale is not None:
+            raise FlagError("argument --request-rate: not allowed with --time-scale (give one of them)")
         trace["request_rate"] = _float_flag("--request-rate", args.request_rate)
     if args.rows is not None:
         start, colon, stop = args.rows.partition(":")
@@ -373,11 +375,15 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
             raise FlagError("argument --trace-columns: applies to a file workload (--workload path.csv)")
         try:
             name, params = parse_workload(spec)
+            params = {**params, **trace}
+            seeded = WORKLOADS[name].seeded
+            w = make_workload(name, params, requests, seed)
         except InvalidArgumentError as exc:
-            raise FlagError(f"argument --workload: {exc}") from None
-        params = {**params, **trace}
-        seeded = WORKLOADS[name].seeded
-        w = make_workload(name, params, requests, seed)
+            # Errors of the generator itself (lengths=nosuch, max_model_len below the prompt mean) do not
+            # name the workload: say which spec gave them, and the flag (or the run file) it came from.
+            msg = str(exc) if str(exc).startswith("workload") else f"workload {spec!r}: {exc}"
+            where = "argument --workload" if args.workload is not None else f"run file {args.toml}"
+            raise FlagError(f"{where}: {msg}") from None
     if seed_given and not seeded:
         notes.append(
             f"--seed {seed} is ignored: the trace {name} is deterministic (every seed gives the same run)"
@@ -395,13 +401,32 @@ def _notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]) -
     queue = s.get("queueing_s_p99")
     e2e = s.get("e2e_s_p50")
     calm = s["preemptions"] == 0 and s["rejected"] == 0 and peak < 0.9
+    knobs = "memory knobs (block size, pool size, gpu memory utilization, preemption mode, swap space)"
     if calm and (queue is None or e2e is None or queue <= 0.01 * e2e):
         notes.append(
             f"not memory-bound: the pool peaked at {peak:.0%} of its capacity, nothing was preempted and "
-            f"requests barely queued (p99 {1000 * (queue or 0):.1f} ms); memory knobs (block size, pool size, "
-            "gpu memory utilization, preemption) cannot change this answer; raise the load to see them"
+            f"requests barely queued (p99 {1000 * (queue or 0):.1f} ms); {knobs} cannot change this answer; "
+            "raise the load to see them"
         )
-    if cfg.enable_prefix_caching and len(workload):
+    elif calm:
+        # Overloaded, but not by memory: requests queued while the pool never came near full and nothing
+        # was preempted, so admission waited for seats or for the token budget, never for blocks.
+        if s["peak_batch"] >= cfg.max_num_seqs:
+            limit = (
+                f"the batch reached max_num_seqs ({cfg.max_num_seqs} sequences, --max-num-seqs) and requests "
+                "waited for a seat"
+            )
+        else:
+            limit = (
+                f"requests waited for the token budget (max_num_batched_tokens {cfg.max_num_batched_tokens}, "
+                "--max-num-batched-tokens) and the iteration time"
+            )
+        notes.append(
+            f"not memory-bound: requests queued (p99 {1000 * queue:,.1f} ms) but the pool peaked at {peak:.0%} "
+            f"of its capacity and nothing was preempted: {limit}, not for memory; {knobs} cannot change "
+            "this answer"
+        )
+    if cfg.enable_prefix_caching and not cfg.is_contiguous and len(workload):
         ids = np.asarray(workload.segment_id)
         if len(np.unique(ids)) == len(ids) and s.get("prefix_hit_rate_first_admission", 0.0) == 0.0:
             why = (
@@ -519,6 +544,8 @@ def _check_save_dir(path: str) -> Path:
     """The `--save-result` folder, created, checked writable before the run."""
     import os
 
+    if "\0" in path or not path.strip():
+        raise FlagError(f"argument --save-result: {path!r} is not a folder name")
     d = Path(path)
     if d.exists() and not d.is_dir():
         raise FlagError(f"argument --save-result: {d} exists and is not a folder")
@@ -539,7 +566,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.toml:
         try:
             data = tomllib.loads(Path(args.toml).read_text())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not TOML, a NUL in the path
             raise InvalidArgumentError(f"run file {args.toml}: {exc}") from None
         unknown = set(data) - {"workload", "requests", "seed", "backend", "config"}
         if unknown:
@@ -556,7 +583,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         goodput = metrics.parse_goodput(args.goodput)
     except InvalidArgumentError as exc:
         raise FlagError(f"argument --goodput: {exc}") from None
-    save_dir = _check_save_dir(args.save_result) if args.save_result else None
+    save_dir = _check_save_dir(args.save_result) if args.save_result is not None else None
     config = _config_from_args(args, data)
     notes: list[str] = []
     workload, info = _workload_from_args(args, data, notes)

@@ -544,7 +544,8 @@ class SimConfig:
             raise InvalidArgumentError(f"preemption 'auto' applies to policy 'vllm', not {self.policy!r}")
         if self.swap_space_bytes is not None and self.cpu_blocks:
             raise InvalidArgumentError(
-                f"give cpu_blocks ({self.cpu_blocks}) or swap_space_bytes ({self.swap_space_bytes}), not both"
+                f"swap_space_bytes {self.swap_space_bytes} and cpu_blocks {self.cpu_blocks} both size the CPU "
+                "pool: give one of them"
             )
 
     def _size(self) -> None:
@@ -658,8 +659,11 @@ class SimConfig:
         return out
 
     def describe(self) -> dict[str, Any]:
-        """`to_dict()` in human units (sizes `12.0 GiB`, times `1 ms`), for `--json` and saved results."""
-        from kvsim.units import fmt_bytes, fmt_duration_ps
+        """`to_dict()` in human units (sizes `12 GiB`, times `1 ms`), for `--json` and saved results; each
+        value reads back exactly (`kvsim.units.exact_bytes`, `exact_duration_ps`), so the description
+        reproduces the configuration."""
+        from kvsim.units import exact_bytes as fmt_bytes
+        from kvsim.units import exact_duration_ps as fmt_duration_ps
 
         out: dict[str, Any] = {}
         for name, value in self.to_dict().items():

@@ -415,6 +415,13 @@ def from_hf_config(path: str | Path, name: str | None = None) -> Model:
     max_len = pick("max_position_embeddings", "n_positions", "seq_length", default=2048)
     kv_lora = pick("kv_lora_rank", default=0, required=False)
     rope = pick("qk_rope_head_dim", default=0, required=False)
+    if not kv_lora and (kv_heads < 1 or heads % kv_heads):
+        # Grouped-query attention shares each KV head among heads / kv_heads query heads (transformers
+        # and vLLM refuse any other ratio).
+        raise InvalidArgumentError(
+            f"model {str(path)!r}: num_attention_heads {heads} is not a multiple of num_key_value_heads "
+            f"{kv_heads}"
+        )
     raw_dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "float16"
     if raw_dtype not in _HF_DTYPES:
         raise InvalidArgumentError(

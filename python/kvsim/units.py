@@ -121,4 +121,42 @@ def fmt_duration_ps(ps: float) -> str:
     return f"{ps:.0f} ps"
 
 
-__all__ = ["SIZE_UNITS", "TIME_UNITS", "fmt_bytes", "fmt_duration_ps", "parse_bytes", "parse_duration_ps"]
+def _exact(amount: int, scale: int) -> str:
+    """`amount / scale` as a decimal with no rounding (`4.793827261`, `12`)."""
+    text = format(Decimal(amount) / Decimal(scale), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def exact_bytes(n: int) -> str:
+    """`n` bytes as text that `parse_bytes` reads back to exactly `n`, in the largest unit that keeps
+    it readable: the shortest of a whole number of the largest binary unit that divides it (`12 GiB`,
+    `512 MiB`) and the largest decimal unit, which writes any byte count exactly (`60.038674841 GB`,
+    `1 TB`)."""
+    forms = [f"{n // scale} {unit}" for unit, scale in _BINARY if n >= scale and n % scale == 0][:1]
+    forms += [f"{_exact(n, scale)} {unit}" for unit, scale in _DECIMAL if n >= scale][:1]
+    return min(forms, key=len) if forms else f"{n} B"
+
+
+_BINARY = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+_DECIMAL = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3))
+
+
+def exact_duration_ps(ps: int) -> str:
+    """`ps` picoseconds as text that `parse_duration_ps` reads back to exactly `ps` (`1 ms`,
+    `4.793827261 ms`, `120 us`)."""
+    for unit in ("s", "ms", "us", "ns"):
+        if ps >= TIME_UNITS[unit]:
+            return f"{_exact(ps, TIME_UNITS[unit])} {unit}"
+    return f"{ps} ps"
+
+
+__all__ = [
+    "SIZE_UNITS",
+    "TIME_UNITS",
+    "exact_bytes",
+    "exact_duration_ps",
+    "fmt_bytes",
+    "fmt_duration_ps",
+    "parse_bytes",
+    "parse_duration_ps",
+]
