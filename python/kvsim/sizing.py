@@ -6,9 +6,11 @@ weight bytes / tensor_parallel_size − activation reserve`, or `kv_cache_bytes`
 GPU holds `1/tp` of the weights and `max(1, kv_heads // tp)` of the KV heads (an MLA latent is replicated
 on every GPU), as vLLM shards them; the pool is one GPU's, and every GPU holds the same blocks. The
 activation reserve, when not given, is `activation_reserve_estimate`: the peak of one forward pass over
-`max_num_batched_tokens` tokens, which vLLM measures with a profiling run. kvsim's `num_blocks` counts vLLM's null block (block 0, taken at start and never handed
-out), so by default one is added: the pool then offers exactly the `floor(...)` usable blocks vLLM would
-report as "# GPU blocks". Pass `include_null_block=False` for the bare quotient.
+`max_num_batched_tokens` tokens, which vLLM measures with a profiling run. kvsim's `num_blocks` counts the null block (block 0, taken at start and never handed
+out), so by default one is added: the pool then offers the `floor(...)` usable blocks of vLLM v0 (the
+paper's, which had no null block). vLLM v1 reports `floor(...)` as "# GPU blocks" and takes its null
+block out of them, one usable block fewer (`num_blocks=floor(...)` reproduces it). Pass
+`include_null_block=False` for the bare quotient.
 
 Check: 12 GiB of OPT-13B KV (819,200 B per token) holds floor(12·2**30 / 819200) = 15,728 token slots,
 the paper's "15.7K" (Table 1). OPT-13B on an A100-40GB at utilisation 0.9 with no activation reserve
