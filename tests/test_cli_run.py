@@ -227,6 +227,22 @@ def test_a_trace_file_of_ones_own(capsys, tmp_path, suffix):
     assert window["workload"]["requests"] == 3
 
 
+def test_requests_longer_than_the_models_context_are_noted(capsys, tmp_path):
+    """vLLM's max_model_len defaults to the model's context and refuses longer requests; kvsim's default
+    runs them, and says how many a vLLM server would have refused."""
+    path = tmp_path / "long.csv"
+    pl.DataFrame(
+        {"arrival": [0.0, 1.0, 2.0], "prompt_len": [100, 2000, 3000], "output_len": [10, 100, 10]}
+    ).write_csv(path)
+    argv = ["run", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB", "--workload", str(path)]
+    notes = _json(capsys, argv)["notes"]
+    assert any(n.startswith("2 of 3 requests need more than the model's context of 2,048") for n in notes), (
+        notes
+    )
+    capped = _json(capsys, [*argv, "--max-model-len", "2048"])["notes"]
+    assert not any("model's context" in n for n in capped)
+
+
 def test_a_trace_file_row_error_is_one_line(capsys, tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("arrival,prompt_len,output_len\n0,10,5\n1,abc,5\n")

@@ -426,6 +426,22 @@ def _notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]) -
             f"of its capacity and nothing was preempted: {limit}, not for memory; {knobs} cannot change "
             "this answer"
         )
+    if cfg.model is not None and cfg.max_model_len is None and len(workload):
+        # vLLM's max_model_len defaults to the model's context length and refuses longer requests;
+        # kvsim's default is no limit, so say which requests a vLLM server would have refused.
+        from kvsim.models import resolve
+
+        context = resolve(cfg.model).max_model_len
+        want = np.asarray(workload.prompt_len) + np.minimum(
+            np.asarray(workload.output_len), np.asarray(workload.max_tokens)
+        )
+        over = int((want > context).sum())
+        if over:
+            notes.append(
+                f"{over:,} of {len(workload):,} requests need more than the model's context of {context:,} "
+                f"tokens, which vLLM (whose max_model_len defaults to it) would refuse or cut short; kvsim "
+                f"ran them whole (no max_model_len): --max-model-len {context} does as vLLM does"
+            )
     if cfg.enable_prefix_caching and not cfg.is_contiguous and len(workload):
         ids = np.asarray(workload.segment_id)
         if len(np.unique(ids)) == len(ids) and s.get("prefix_hit_rate_first_admission", 0.0) == 0.0:
