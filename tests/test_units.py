@@ -73,7 +73,10 @@ def test_sweep_values_go_through_the_same_parser():
 @pytest.mark.parametrize(
     ("grid", "match"),
     [
-        ({"workload.arrival_rate": ["abc"]}, "arrival_rate 'abc' must be a number"),
+        (
+            {"workload.arrival_rate": ["abc"]},
+            "^--grid workload.arrival_rate: arrival_rate 'abc' must be a number",
+        ),
         ({"workload.turns": [1.5]}, "turns 1.5 must be a whole number"),
         ({"workload.num_samples": ["abc"]}, "num_samples 'abc'"),
         ({"kv_cache_bytes": ["12XB"]}, "--grid kv_cache_bytes: kv_cache_bytes '12XB'"),

@@ -43,7 +43,6 @@ from kvsim.models import resolve as resolve_model
 from kvsim.units import fmt_bytes
 
 PS_PER_S = 10**12
-MAX_BLOCKS = (1 << 32) - 3  # as kvsim.config (not imported: config imports this module)
 
 
 def _resolve(model: Model | str, gpu: Gpu | str | None) -> tuple[Model, Gpu | None]:
@@ -239,6 +238,8 @@ def size_pool(
 
 
 def _blocks(kv: int, m: Model, block_size: int, knob: str) -> int:
+    from kvsim.config import MAX_BLOCKS  # the pool's limit has one home (config imports this module lazily)
+
     block_bytes = block_size * m.kv_bytes_per_token
     usable = kv // block_bytes
     if usable < 1:

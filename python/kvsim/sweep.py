@@ -506,7 +506,7 @@ def check_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
             from kvsim.workload_specs import check_param
 
             conv = [
-                check_param(name, key, _literal(v) if isinstance(v, str) else v, synthetic=True)
+                check_param(f"--grid {name}", key, _literal(v) if isinstance(v, str) else v, synthetic=True)
                 for v in values
             ]
         elif name in CONFIG_FIELDS:

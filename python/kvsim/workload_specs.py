@@ -58,7 +58,8 @@ def check_param(label: str, key: str, value: Any, *, synthetic: bool) -> Any:
     """`value` of workload parameter `key` checked and converted (ints stay ints, `a/b` ranges tuples).
 
     Args:
-        label: the workload spec, for the message.
+        label: the workload spec, for the message (or the flag it came from, such as
+            `--grid workload.arrival_rate`, when it starts with `--`).
         key: the parameter.
         value: its value (a literal parsed from text, or a TOML value).
         synthetic: whether the workload is generated (length parameters allowed) or a trace.
@@ -76,7 +77,8 @@ def check_param(label: str, key: str, value: Any, *, synthetic: bool) -> Any:
     try:
         return _convert(key, value, kind)
     except InvalidArgumentError as exc:
-        raise InvalidArgumentError(f"workload {label!r}: {exc}") from None
+        where = label if label.startswith("--") else f"workload {label!r}"
+        raise InvalidArgumentError(f"{where}: {exc}") from None
 
 
 def _number(key: str, value: Any) -> float:
