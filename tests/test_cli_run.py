@@ -490,3 +490,27 @@ def test_a_row_window_starts_the_clock_at_its_first_request():
     assert (window.prompt_len == w.prompt_len[40:60]).all()
     with pytest.raises(kvsim.InvalidArgumentError, match="hold no request"):
         apply_trace_params(w, {"start": 100}, "sharegpt")
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        'requests = "abc"',
+        "requests = 0",
+        "requests = true",
+        "requests = 1e400",
+        "seed = -3",
+        "seed = 1.5",
+        "workload = 5",
+        'backend = "gpu"',
+        "config = 3",
+        "bogus = 1",
+    ],
+)
+def test_a_bad_run_file_value_is_one_line_naming_the_file(capsys, tmp_path, head):
+    """A run file's values go through the same bounds as the flags (no traceback, no silent int())."""
+    path = tmp_path / "run.toml"
+    body = f"{head}\n" + ("[config]\nnum_blocks = 300\n" if not head.startswith("config") else "")
+    path.write_text(body)
+    line = _error(capsys, ["run", "--toml", str(path)])
+    assert line.startswith(f"kvsim run: error: run file {path}:"), line

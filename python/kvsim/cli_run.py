@@ -284,6 +284,18 @@ def _int_flag(flag: str, text: Any, lo: int) -> int:
     return value
 
 
+def _toml_int(args: argparse.Namespace, data: dict[str, Any], key: str, default: int, lo: int) -> int:
+    """Whole number `key` of a run file (the bounds of the flag of the same name)."""
+    if key not in data:
+        return default
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"run file {args.toml}: {key} {value!r} must be a whole number >= {lo}")
+    if not lo <= value <= 1 << 40:
+        raise InvalidArgumentError(f"run file {args.toml}: {key} {value} must be between {lo} and 2**40")
+    return value
+
+
 def _float_flag(flag: str, text: Any) -> float:
     import math
 
@@ -334,15 +346,13 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
     from kvsim import workload_specs as ws
 
     spec = args.workload if args.workload is not None else data.get("workload", "sharegpt")
-    requests = _int_flag("--requests", args.requests, 1) if args.requests is not None else None
-    if requests is None:
-        requests = int(data.get("requests", 10_000))
-        if requests < 1:
-            raise InvalidArgumentError(f"run file {args.toml}: requests {requests} must be at least 1")
+    requests = (
+        _int_flag("--requests", args.requests, 1)
+        if args.requests is not None
+        else _toml_int(args, data, "requests", 10_000, 1)
+    )
     seed_given = args.seed is not None or "seed" in data
-    seed = _int_flag("--seed", args.seed, 0) if args.seed is not None else int(data.get("seed", 0))
-    if seed < 0:
-        raise InvalidArgumentError(f"seed {seed} must be at least 0")
+    seed = _int_flag("--seed", args.seed, 0) if args.seed is not None else _toml_int(args, data, "seed", 0, 0)
     trace: dict[str, Any] = {}
     if args.time_scale is not None:
         trace["time_scale"] = _float_flag("--time-scale", args.time_scale)
@@ -584,6 +594,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             data = tomllib.loads(Path(args.toml).read_text())
         except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not TOML, a NUL in the path
             raise InvalidArgumentError(f"run file {args.toml}: {exc}") from None
+        if not isinstance(data.get("config", {}), dict):
+            raise InvalidArgumentError(f"run file {args.toml}: config must be a [config] table")
+        if data.get("backend", "rust") not in ("rust", "reference"):
+            raise InvalidArgumentError(
+                f"run file {args.toml}: backend {data['backend']!r} is not one of 'rust', 'reference'"
+            )
         unknown = set(data) - {"workload", "requests", "seed", "backend", "config"}
         if unknown:
             raise InvalidArgumentError(f"run file {args.toml}: unknown keys {sorted(unknown)}")
