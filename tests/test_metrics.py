@@ -138,3 +138,34 @@ def test_goodput_counts_requests_meeting_every_slo():
 def test_bad_metric_options(call, arg, match):
     with pytest.raises(InvalidArgumentError, match=match):
         call(arg)
+
+
+_ANY = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**400), max_value=10**400)
+    | st.floats()
+    | st.text(max_size=20)
+    | st.sampled_from(["ttft:500", "ttft:500 tpot:50", "ttft:500,tpot:50", "ttft,itl", "50,99"]),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5) | st.integers(), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@given(_ANY)
+def test_metric_options_parse_or_raise_invalid_argument(value):
+    """Any Python value for goodput / percentile metrics / percentiles: a result or kvsim's error, never
+    a TypeError or OverflowError from inside (a number, a huge int, a string iterated by character)."""
+    for parse in (metrics.parse_goodput, metrics.parse_percentile_metrics, metrics.parse_metric_percentiles):
+        try:
+            parse(value)
+        except InvalidArgumentError:
+            pass
+
+
+def test_goodput_text_forms():
+    assert metrics.parse_goodput("ttft:500 tpot:50") == {"ttft": 500.0, "tpot": 50.0}
+    assert metrics.parse_goodput("ttft:500,tpot:50") == {"ttft": 500.0, "tpot": 50.0}
+    assert metrics.parse_goodput(["ttft:500", "e2el:2000"]) == {"ttft": 500.0, "e2el": 2000.0}

@@ -54,13 +54,31 @@ GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 PS_PER_MS = 10**9
 
 
+def _items(what: str, value: Any, sep: str | None = ",") -> list[Any]:
+    """The items of a flag-style text (`a,b`; `sep=None` splits on spaces) or of a list or tuple.
+
+    Raises:
+        InvalidArgumentError: anything else (a number, a dict, ...).
+    """
+    if isinstance(value, str):
+        return [value] if sep is None else value.split(sep)
+    if isinstance(value, list | tuple):
+        return list(value)
+    raise InvalidArgumentError(f"{what} {value!r} must be text or a list")
+
+
 def parse_percentile_metrics(text: str | Sequence[str]) -> tuple[str, ...]:
     """`ttft,tpot,itl` -> the metric names, checked.
 
     Raises:
         InvalidArgumentError: an unknown or repeated name, or none.
     """
-    names = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
+    items = _items("percentile metrics", text)
+    if not all(isinstance(t, str) for t in items):
+        raise InvalidArgumentError(
+            f"percentile metrics {text!r} must be names ({', '.join(LATENCY_METRICS)})"
+        )
+    names = [t.strip() for t in items if t.strip()]
     if not names:
         raise InvalidArgumentError(f"percentile metrics {text!r} names none of {', '.join(LATENCY_METRICS)}")
     for n in names:
@@ -77,14 +95,14 @@ def parse_metric_percentiles(text: str | Sequence[float]) -> tuple[float, ...]:
     Raises:
         InvalidArgumentError: a value that is not a number in (0, 100].
     """
-    items = text.split(",") if isinstance(text, str) else list(text)
+    items = _items("metric percentiles", text)
     out: list[float] = []
     for item in items:
         if isinstance(item, str) and not item.strip():
             continue
         try:
             p = float(item)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise InvalidArgumentError(f"metric percentile {item!r} is not a number") from None
         if isinstance(item, bool) or not (math.isfinite(p) and 0 < p <= 100):
             raise InvalidArgumentError(f"metric percentile {item!r} must be in (0, 100]")
@@ -105,8 +123,8 @@ def parse_goodput(items: Iterable[str] | Mapping[str, float] | None) -> dict[str
         return {}
     pairs = list(items.items()) if isinstance(items, Mapping) else []
     if not isinstance(items, Mapping):
-        for item in items:
-            for part in str(item).split():
+        for item in _items("goodput", items, sep=None):
+            for part in str(item).replace(",", " ").split():
                 key, colon, value = part.partition(":")
                 if not colon:
                     raise InvalidArgumentError(f"goodput {part!r} is not METRIC:MILLISECONDS (ttft:500)")
@@ -117,7 +135,7 @@ def parse_goodput(items: Iterable[str] | Mapping[str, float] | None) -> dict[str
             raise InvalidArgumentError(f"goodput metric {key!r} is not one of {', '.join(GOODPUT_METRICS)}")
         try:
             bound = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise InvalidArgumentError(f"goodput {key}:{value} is not a number of milliseconds") from None
         if isinstance(value, bool) or not (math.isfinite(bound) and bound > 0):
             raise InvalidArgumentError(f"goodput {key}:{value} must be a positive number of milliseconds")
