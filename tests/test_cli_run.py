@@ -318,6 +318,18 @@ def test_overload_that_waits_for_seats_is_not_memory_bound(capsys):
     assert not any(n.startswith("not memory-bound") for n in memory["notes"])
 
 
+def test_rejected_requests_are_noted_with_their_reason(capsys):
+    """A pool too small for any request rejects them all: the run says so and why, rather than print a
+    table of dashes."""
+    data = _json(capsys, ["run", "--requests", "20", "--num-gpu-blocks-override", "2"])
+    assert data["summary"]["rejected"] == 20
+    assert any(
+        n.startswith("20 of 20 requests were rejected") and "needs more blocks than the pool holds: 20" in n
+        for n in data["notes"]
+    ), data["notes"]
+    assert not any("were rejected" in n for n in _json(capsys, SMALL)["notes"])
+
+
 def test_contiguous_policies_get_no_prefix_cache_note(capsys):
     """Contiguous policies have no prefix cache, so 'prefix caching is on' would be wrong for them."""
     argv = ["run", "--requests", "60", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]

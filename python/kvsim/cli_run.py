@@ -436,6 +436,13 @@ def _notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]) -
             f"of its capacity and nothing was preempted: {limit}, not for memory; {knobs} cannot change "
             "this answer"
         )
+    if s["rejected"]:
+        reasons = result.requests["reject_reason"].drop_nulls().value_counts(sort=True)
+        why = "; ".join(f"{reason}: {n:,}" for reason, n in reasons.iter_rows())
+        notes.append(
+            f"{s['rejected']:,} of {s['num_requests']:,} requests were rejected, never run ({why}); "
+            "latencies and throughput count finished requests only"
+        )
     if cfg.model is not None and cfg.max_model_len is None and len(workload):
         # vLLM's max_model_len defaults to the model's context length and refuses longer requests;
         # kvsim's default is no limit, so say which requests a vLLM server would have refused.
