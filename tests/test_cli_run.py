@@ -115,6 +115,42 @@ def test_swap_space_in_gib_and_preemption_mode(capsys):
     assert data["config"]["swap_space_bytes"] == "4 GiB"
 
 
+@pytest.mark.parametrize(("text", "blocks"), [("4", 2048), ("1.5", 768), ("1e1", 5120), ("0.5GiB", 256)])
+def test_swap_space_is_gib_as_in_vllm(capsys, text, blocks):
+    """vLLM's --swap-space is a float of GiB (int(swap_space * GiB) bytes), whatever the notation."""
+    argv = [
+        "run",
+        "--requests",
+        "10",
+        "--model",
+        "llama-3-8b",
+        "--num-blocks",
+        "500",
+        "--preemption-mode",
+        "swap",
+    ]
+    assert _json(capsys, [*argv, "--swap-space", text])["config"]["cpu_blocks"] == blocks
+
+
+def test_swap_space_smaller_than_a_block_is_named(capsys):
+    argv = [
+        "run",
+        "--requests",
+        "10",
+        "--model",
+        "llama-3-8b",
+        "--num-blocks",
+        "500",
+        "--preemption-mode",
+        "swap",
+    ]
+    line = _error(capsys, [*argv, "--swap-space", "0.001"])
+    assert line.startswith(
+        "kvsim run: error: argument --swap-space: swap_space_bytes 1073741 holds no block"
+    ), line
+    assert "out of range" in _error(capsys, [*argv, "--swap-space", "1e999999999999"])
+
+
 def test_units_for_sizes_and_durations(capsys):
     burst = [*SMALL, "--workload", "sharegpt:arrivals=all-at-once", "--time-model", "ticks"]
     data = _json(capsys, [*burst, "--iteration-time-ps", "5ms"])

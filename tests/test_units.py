@@ -106,3 +106,20 @@ def test_exact_forms_are_human():
     assert exact_bytes(512) == "512 B"
     assert exact_duration_ps(10**9) == "1 ms"
     assert exact_duration_ps(4_793_827_261) == "4.793827261 ms"
+
+
+@pytest.mark.parametrize(
+    "text", ["1e999999999999", "-1e999999999999", "1e999999", "1e41", "1e999999999999GiB"]
+)
+def test_huge_exponents_are_out_of_range(text):
+    """Decimal overflow (or a million-digit integer) must not escape the parser."""
+    with pytest.raises(InvalidArgumentError, match="out of range"):
+        parse_bytes("kv_cache_bytes", text)
+    if not text.endswith("GiB"):
+        with pytest.raises(InvalidArgumentError, match="out of range"):
+            parse_duration_ps("c0_ps", text)
+
+
+def test_a_tiny_exponent_is_not_a_whole_number():
+    with pytest.raises(InvalidArgumentError, match="not a whole number"):
+        parse_bytes("kv_cache_bytes", "1e-999999999")

@@ -264,8 +264,14 @@ class FlagError(KvsimError):
 
 def _flag_value(flag: str, name: str, text: Any) -> Any:
     """The value of knob `name` from `text`, given as `flag` (vLLM's `--swap-space` counts GiB)."""
-    if flag == "--swap-space" and isinstance(text, str) and re.fullmatch(r"\s*[\d.]+\s*", text):
-        text = f"{text.strip()}GiB"
+    bare_number = r"\s*(\d[\d_]*\.?\d*|\.\d+)([eE][+-]?\d+)?\s*"
+    if flag == "--swap-space" and isinstance(text, str) and re.fullmatch(bare_number, text):
+        # vLLM's --swap-space is a float of GiB, cut to whole bytes (int(swap_space * GiB_bytes)).
+        import contextlib
+        import decimal
+
+        with contextlib.suppress(decimal.DecimalException):  # too large for a Decimal: the parser names it
+            text = str(int(decimal.Decimal(text.strip().replace("_", "")) * 2**30))
     try:
         return coerce(name, text)
     except InvalidArgumentError as exc:

@@ -560,6 +560,11 @@ class SimConfig:
         if self.preemption == "swap":
             if self.policy != "vllm":
                 raise InvalidArgumentError(f"preemption 'swap' applies to policy 'vllm', not {self.policy!r}")
+            if self.cpu_blocks < 1 and self.swap_space_bytes:
+                raise InvalidArgumentError(
+                    f"swap_space_bytes {self.swap_space_bytes} holds no block of {self.block_size} tokens of "
+                    f"{getattr(self.model, 'name', self.model)}: preemption 'swap' needs at least one CPU block"
+                )
             if self.cpu_blocks < 1:
                 raise InvalidArgumentError(
                     f"preemption 'swap' needs cpu_blocks >= 1 (or swap_space_bytes), got {self.cpu_blocks}"

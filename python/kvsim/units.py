@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException, InvalidOperation
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
@@ -47,8 +47,13 @@ def _split(name: str, text: str) -> tuple[Decimal, str]:
 def _whole(name: str, text: Any, amount: Decimal | float | int, scale: int, what: str) -> int:
     if isinstance(amount, float) and not math.isfinite(amount):
         raise InvalidArgumentError(f"{name} {text!r} must be finite")
-    exact = Decimal(amount) * scale if not isinstance(amount, Decimal) else amount * scale
-    if exact != exact.to_integral_value():
+    try:
+        exact = Decimal(amount) * scale if not isinstance(amount, Decimal) else amount * scale
+    except DecimalException:  # an exponent past the Decimal context (1e999999999999)
+        raise InvalidArgumentError(f"{name} {text!r} is out of range") from None
+    if exact.is_finite() and exact.adjusted() > 40:  # past every knob's bound; int() would be huge
+        raise InvalidArgumentError(f"{name} {text!r} is out of range (more than 10**40)")
+    if exact != exact.to_integral_value() or (exact == 0 and amount != 0):  # (an underflow to 0)
         raise InvalidArgumentError(f"{name} {text!r} is not a whole number of {what}")
     value = int(exact)
     if value < 0:
