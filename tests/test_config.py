@@ -291,3 +291,12 @@ def test_describe_reproduces_the_configuration(kwargs):
 def test_cpu_blocks_and_swap_space_together_name_the_field():
     with pytest.raises(InvalidArgumentError, match=r"^swap_space_bytes .* give one of them"):
         SimConfig(model="opt-13b", num_blocks=100, swap_space_bytes="4GiB", cpu_blocks=10)
+
+
+def test_vllm_kv_cache_dtype_spellings():
+    """vLLM's --kv-cache-dtype takes `bfloat16`; it is kvsim's `bf16`."""
+    a = SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype="bfloat16")
+    b = SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype="bf16")
+    assert a.num_blocks == b.num_blocks == SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB").num_blocks
+    assert a == b  # one configuration (sweeps give it one point id)
+    assert a.kv_cache_dtype == "bf16"

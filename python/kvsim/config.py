@@ -32,7 +32,8 @@ APPEND_CHECKS = ("exact", "one-free-block")
 # `auto` resolves to `linear` (the roofline of kvsim.sizing) when a model and a GPU are named, else to
 # `ticks`; the engines only ever see a resolved model. Other time models extend this tuple.
 TIME_MODELS: tuple[str, ...] = ("auto", "ticks", "linear")
-KV_CACHE_DTYPES = ("auto", "fp16", "bf16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
+# vLLM's --kv-cache-dtype values (auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2) and kvsim's short names.
+KV_CACHE_DTYPES = ("auto", "bfloat16", "fp16", "bf16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
 PS_PER_S = 10**12
 MAX_BLOCKS = (1 << 32) - 3
 # The simulated clock's range (about 53 days; the Rust engine's MAX_TIME_PS): a step that would end past
@@ -60,6 +61,8 @@ class Knob:
         unit: the unit shown in `--help` and the pool line (tokens, blocks, bytes, ps, ...).
         metavar: the placeholder shown in `--help`.
         flags: extra command-line spellings (vLLM's first), besides `--<name-with-dashes>`.
+        aliases: (spelling, choice) pairs of a `choice` knob: another name for a choice, stored as the
+            choice (so two spellings are one configuration).
     """
 
     default: Any
@@ -74,6 +77,7 @@ class Knob:
     flags: tuple[str, ...] = ()
     open_lo: bool = False
     open_hi: bool = False
+    aliases: tuple[tuple[str, str], ...] = ()
 
 
 KNOBS: dict[str, Knob] = {
@@ -274,7 +278,11 @@ KNOBS: dict[str, Knob] = {
         flags=("-tp",),
     ),
     "kv_cache_dtype": Knob(
-        "auto", "choice", "KV cache dtype: auto (the model's) or fp8, bf16, ...", choices=KV_CACHE_DTYPES
+        "auto",
+        "choice",
+        "KV cache dtype: auto (the model's) or fp8, bf16 (vLLM's bfloat16), ...",
+        choices=KV_CACHE_DTYPES,
+        aliases=(("bfloat16", "bf16"),),
     ),
     "activation_reserve_bytes": Knob(
         None,
@@ -363,7 +371,7 @@ def convert(name: str, value: Any) -> Any:
     if k.kind == "choice":
         if not isinstance(value, str) or value not in k.choices:
             raise _fail(name, value, f"is not one of {', '.join(repr(o) for o in k.choices)}")
-        return value
+        return dict(k.aliases).get(value, value)
     if k.kind == "float":
         if isinstance(value, (bool, str)) or not _is_real(value):
             raise _fail(name, value, "must be a number")

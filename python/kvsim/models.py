@@ -114,7 +114,9 @@ class Model:
         return -(-self.num_params * dtype_bits(self.weight_dtype) // 8)
 
     def with_kv_dtype(self, kv_dtype: str) -> Model:
-        """The same model with its KV cache stored as `kv_dtype` (e.g. `"fp8"`)."""
+        """The same model with its KV cache stored as `kv_dtype` (e.g. `"fp8"`; vLLM's and Hugging Face's
+        spellings such as `"bfloat16"` are taken too)."""
+        kv_dtype = _HF_DTYPES.get(kv_dtype, kv_dtype)
         dtype_bits(kv_dtype)
         return dataclasses.replace(self, kv_dtype=kv_dtype)
 
