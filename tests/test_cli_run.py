@@ -263,6 +263,19 @@ def test_a_trace_file_of_ones_own(capsys, tmp_path, suffix):
     assert window["workload"]["requests"] == 3
 
 
+def test_a_file_with_absolute_timestamps_replays_from_its_first_request(capsys, tmp_path):
+    """Unix timestamps would be past the simulated clock, and an offset would count idle time into the
+    duration (and so into every throughput): a file replays from its first request, as vllm bench serve."""
+    path = tmp_path / "unix.csv"
+    pl.DataFrame(
+        {"arrival": [1.7e9, 1.7e9 + 1, 1.7e9 + 2], "prompt_len": [10, 20, 30], "output_len": [5, 5, 5]}
+    ).write_csv(path)
+    data = _json(capsys, ["run", "--num-blocks", "100", "--workload", str(path)])
+    assert data["summary"]["completed"] == 3
+    assert data["serving"]["duration_s"] < 3
+    assert any("replayed from its first request" in n for n in data["notes"])
+
+
 def test_requests_longer_than_the_models_context_are_noted(capsys, tmp_path):
     """vLLM's max_model_len defaults to the model's context and refuses longer requests; kvsim's default
     runs them, and says how many a vLLM server would have refused."""

@@ -380,6 +380,14 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
         except InvalidArgumentError as exc:
             raise FlagError(f"argument --trace-columns: {exc}") from None
         full = ws.load_file(spec, columns=columns, time_unit=args.trace_time_unit)
+        if len(full) and full.arrival[0] > 0:
+            # Its own timestamps (unix seconds, an offset): replayed from its first request, as vllm bench
+            # serve does, so the duration and the throughputs count from it.
+            notes.append(
+                f"{spec}'s arrivals start at {full.arrival[0]:,.3f} s: replayed from its first request "
+                "(every arrival shifted by that)"
+            )
+            full = ws.rebase(full)
         window = {k: v for k, v in trace.items() if k in ("start", "stop")}
         full = ws.apply_trace_params(full, window, spec) if window else full
         w = full if requests >= len(full) else full[:requests]

@@ -11,6 +11,8 @@ Trace parameters (any workload, applied after it is built, in this order):
 - `request_rate`: rescale arrivals so the mean rate is this many requests per second (the first
   arrival stays at its time; exclusive with `time_scale`).
 
+A user's own file (`kvsim run --workload path.csv`) is replayed from its first request (`rebase`).
+
 `max_tokens=context` (the default of the paper presets `sharegpt` and `alpaca`) sets each request's
 `max_tokens` to `max_model_len − prompt_len`, what vLLM's OpenAI server fills in when a client sends
 no `max_tokens`; the request still generates its drawn output length. `max_tokens=exact` is the true
@@ -155,6 +157,23 @@ def split_trace_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[
     return gen, {k: v for k, v in params.items() if k in TRACE_PARAMS}
 
 
+def rebase(workload: Any) -> Any:
+    """The workload with its clock started at its first request (arrivals shifted so the first is 0;
+    `meta["rebased_s"]` is the shift), as `vllm bench serve` replays a trace: its duration, and so every
+    throughput, counts from the first request."""
+    from kvsim.workloads import Workload
+
+    if not len(workload) or workload.arrival[0] <= 0:
+        return workload
+    cols = {k: np.array(v) for k, v in workload.columns().items()}
+    cols["arrival"] = cols["arrival"] - cols["arrival"][0]
+    return Workload._from_owned(
+        cols,
+        {**workload.meta, "rebased_s": float(workload.arrival[0])},
+        allow_foreign_outputs=workload.allow_foreign_outputs,
+    )
+
+
 def apply_trace_params(workload: Any, params: Mapping[str, Any], label: str) -> Any:
     """The workload with `start`/`stop`, `time_scale` and `request_rate` applied (module docstring).
 
@@ -172,15 +191,9 @@ def apply_trace_params(workload: Any, params: Mapping[str, Any], label: str) -> 
         if not start < min(stop, n):
             raise InvalidArgumentError(f"workload {label!r}: rows [{start}, {stop}) of {n} hold no request")
         workload = workload[start:stop]
-        if start and len(workload) and workload.arrival[0] > 0:
+        if start:
             # A window replays from its first request: the clock starts there (throughput counts from 0).
-            cols = {k: np.array(v) for k, v in workload.columns().items()}
-            cols["arrival"] = cols["arrival"] - cols["arrival"][0]
-            workload = Workload._from_owned(
-                cols,
-                {**workload.meta, "rebased_s": float(workload.arrival[0])},
-                allow_foreign_outputs=workload.allow_foreign_outputs,
-            )
+            workload = rebase(workload)
     if "time_scale" in params and "request_rate" in params:
         raise InvalidArgumentError(f"workload {label!r}: give time_scale or request_rate, not both")
     factor = None
@@ -259,5 +272,6 @@ __all__ = [
     "is_trace_file",
     "load_file",
     "parse_columns",
+    "rebase",
     "split_trace_params",
 ]
