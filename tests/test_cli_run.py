@@ -260,6 +260,8 @@ def test_a_trace_file_of_ones_own(capsys, tmp_path, suffix):
     assert data["workload"]["requests"] == 6
     assert data["summary"]["completed"] == 6
     window = _json(capsys, ["run", "--num-blocks", "100", "--workload", str(path), *cols, "--rows", "1:4"])
+    assert window["workload"]["params"]["start"] == 1  # the saved record names the window it replayed
+    assert window["workload"]["params"]["stop"] == 4
     assert window["workload"]["requests"] == 3
 
 

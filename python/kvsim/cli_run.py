@@ -392,7 +392,7 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
         full = ws.apply_trace_params(full, window, spec) if window else full
         w = full if requests >= len(full) else full[:requests]
         w = ws.apply_trace_params(w, {k: v for k, v in trace.items() if k not in window}, spec)
-        name, params = spec, {"columns": columns, "time_unit": args.trace_time_unit}
+        name, params = spec, {"columns": columns, "time_unit": args.trace_time_unit, **trace}
         seeded = False
     else:
         if args.trace_columns is not None:
