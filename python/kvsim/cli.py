@@ -135,6 +135,54 @@ def _claims_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _positive_factor(text: str) -> float:
+    """A `--scale` factor: a finite number > 0 (argparse reports the error naming the flag, exit 2)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
+    return value
+
+
+def _check_output(path: str) -> None:
+    """The sweep's output file, checked before any point runs (issue 12): a parquet file that exists,
+    or a new file in a folder that exists or can be made, writable."""
+    import os
+    import tempfile
+
+    out = Path(path)
+    if "\0" in path or not path.strip():
+        raise FlagError(f"argument --output: {path!r} is not a file name")
+    if out.is_dir():
+        raise FlagError(f"argument --output: {out} is a folder; name a .parquet file in it")
+    if out.exists():
+        try:
+            with out.open("rb") as f:
+                head = f.read(4)
+        except OSError as exc:
+            raise FlagError(f"argument --output: cannot read {out}: {exc.strerror}") from None
+        if head != b"PAR1":
+            raise FlagError(f"argument --output: {out} exists and is not a parquet file")
+        if not os.access(out, os.W_OK):
+            raise FlagError(f"argument --output: {out} is not writable")
+        return
+    parent = out.parent
+    for above in (parent, *parent.parents):
+        if above.exists():
+            if not above.is_dir():
+                raise FlagError(f"argument --output: {above} is a file, not a folder")
+            try:  # a real write: permission bits do not bind root, and some folders refuse files
+                with tempfile.NamedTemporaryFile(dir=above, prefix=".kvsim-write-check-"):
+                    pass
+            except OSError as exc:
+                raise FlagError(f"argument --output: cannot write in {above}: {exc.strerror}") from None
+            break
+
+
 def _claims_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", metavar="DIR", default=str(RESULTS), help="output folder (default: results)")
     p.add_argument(
@@ -142,7 +190,7 @@ def _claims_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--scale",
-        type=float,
+        type=_positive_factor,
         default=1.0,
         metavar="FACTOR",
         help="multiply every claim's request count (0.1 for a quick look; counts are written to claims.md) "
@@ -215,6 +263,7 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
         if getattr(args, k) is not None:
             options[k] = getattr(args, k)
     options.setdefault("output", str(RESULTS / f"{spec.name}.parquet"))
+    _check_output(str(options["output"]))
     return spec, options
 
 
