@@ -113,7 +113,8 @@ def test_sweep_output_is_checked_before_any_point_runs(tmp_path, capsys):
         ("/proc/x.parquet", "cannot write in /proc"),
     ):
         line = _one_error(capsys, [*base, str(out)])
-        assert line.startswith("kvsim sweep: error: argument --output:") and why in line, line
+        assert line.startswith("kvsim sweep: error: argument --output:"), line
+        assert why in line, line
     assert text.read_text() == "not parquet"
     fresh = tmp_path / "new" / "dir" / "x.parquet"
     assert main([*base, str(fresh)]) == 0
