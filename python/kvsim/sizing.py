@@ -244,8 +244,8 @@ def _blocks(kv: int, m: Model, block_size: int, knob: str) -> int:
     usable = kv // block_bytes
     if usable < 1:
         raise InvalidArgumentError(
-            f"{knob}: {kv} B of KV cache cannot hold one block of {block_size} tokens of {m.name} "
-            f"({block_bytes} B)"
+            f"{knob}: {fmt_bytes(kv)} ({kv} B) of KV cache cannot hold one block of {block_size} tokens of "
+            f"{m.name} ({fmt_bytes(block_bytes)}); raise {knob} or lower block_size"
         )
     if usable + 1 > MAX_BLOCKS:
         raise InvalidArgumentError(
