@@ -369,6 +369,21 @@ def test_overload_that_waits_for_seats_is_not_memory_bound(capsys):
     assert not any(n.startswith("not memory-bound") for n in memory["notes"])
 
 
+@pytest.mark.parametrize(
+    ("gpu", "server"), [("h100-80gb", "8192 --max-num-seqs 1024"), ("a100-80gb", "2048 --max-num-seqs 256")]
+)
+def test_vllm_serves_batch_defaults_by_gpu_are_noted(capsys, gpu, server):
+    """vllm serve picks max_num_batched_tokens / max_num_seqs by device; kvsim's do not depend on it."""
+    argv = ["run", "--requests", "20", "--model", "llama-3-8b", "--gpu", gpu]
+    notes = _json(capsys, argv)["notes"]
+    assert any(
+        n.startswith(f"vllm serve on {gpu} defaults to --max-num-batched-tokens {server}") for n in notes
+    )
+    tokens, seqs = kvsim.gpus.vllm_server_batch_defaults(kvsim.gpus.get(gpu))
+    matched = _json(capsys, [*argv, "--max-num-batched-tokens", str(tokens), "--max-num-seqs", str(seqs)])
+    assert not any(n.startswith("vllm serve on") for n in matched["notes"])
+
+
 def test_rejected_requests_are_noted_with_their_reason(capsys):
     """A pool too small for any request rejects them all: the run says so and why, rather than print a
     table of dashes."""

@@ -457,6 +457,18 @@ def _notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]) -
             f"{s['rejected']:,} of {s['num_requests']:,} requests were rejected, never run ({why}); "
             "latencies and throughput count finished requests only"
         )
+    if cfg.gpu is not None:
+        from kvsim.gpus import Gpu, vllm_server_batch_defaults
+        from kvsim.gpus import get as get_gpu
+
+        g = cfg.gpu if isinstance(cfg.gpu, Gpu) else get_gpu(cfg.gpu)
+        tokens, seqs = vllm_server_batch_defaults(g)
+        ours = (cfg.max_num_batched_tokens, cfg.max_num_seqs)
+        if ours == (KNOBS["max_num_batched_tokens"].default, KNOBS["max_num_seqs"].default) != (tokens, seqs):
+            notes.append(
+                f"vllm serve on {g.name} defaults to --max-num-batched-tokens {tokens} --max-num-seqs {seqs}; "
+                f"this run used kvsim's {ours[0]} and {ours[1]} (pass those flags to match the server)"
+            )
     if cfg.model is not None and cfg.max_model_len is None and len(workload):
         # vLLM's max_model_len defaults to the model's context length and refuses longer requests;
         # kvsim's default is no limit, so say which requests a vLLM server would have refused.
