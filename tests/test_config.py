@@ -300,3 +300,14 @@ def test_vllm_kv_cache_dtype_spellings():
     assert a.num_blocks == b.num_blocks == SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB").num_blocks
     assert a == b  # one configuration (sweeps give it one point id)
     assert a.kv_cache_dtype == "bf16"
+
+
+def test_an_unknown_field_is_kvsims_error_with_a_suggestion():
+    with pytest.raises(
+        InvalidArgumentError, match=r"'block_sise' is not a SimConfig field \(did you mean block_size"
+    ):
+        SimConfig(num_blocks=100, block_sise=32)
+    with pytest.raises(InvalidArgumentError, match="'blok' is not a SimConfig field"):
+        SimConfig(num_blocks=100).replace(blok=3)
+    with pytest.raises(InvalidArgumentError, match="'x' is not a SimConfig field"):
+        SimConfig.preset("vllm-v1", num_blocks=100, x=1)

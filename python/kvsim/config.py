@@ -727,6 +727,31 @@ class SimConfig:
         return cls(**{**chosen, **overrides})
 
 
+def _keyword_check(init: Any) -> Any:
+    """Wraps the dataclass `__init__`: an unknown keyword is an `InvalidArgumentError` naming it and the
+    closest fields (`block_sise` -> did you mean block_size?), not Python's bare TypeError."""
+    import difflib
+    import functools
+
+    names = [f.name for f in dataclasses.fields(SimConfig)]
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        for key in kwargs:
+            if key not in names:
+                close = difflib.get_close_matches(str(key), names, n=3)
+                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                raise InvalidArgumentError(f"{key!r} is not a SimConfig field{hint}")
+        if len(args) > len(names):
+            raise InvalidArgumentError(f"SimConfig takes at most {len(names)} values, got {len(args)}")
+        init(self, *args, **kwargs)
+
+    return checked
+
+
+setattr(SimConfig, "__init__", _keyword_check(SimConfig.__init__))  # noqa: B010
+
+
 __all__ = [
     "KNOBS",
     "PAPER_SETUP",
