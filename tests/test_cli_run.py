@@ -592,3 +592,8 @@ def test_a_bad_run_file_value_is_one_line_naming_the_file(capsys, tmp_path, head
     path.write_text(body)
     line = _error(capsys, ["run", "--toml", str(path)])
     assert line.startswith(f"kvsim run: error: run file {path}:"), line
+
+
+def test_save_result_where_nothing_can_be_written_fails_before_the_run(capsys):
+    line = _error(capsys, [*SMALL, "--save-result", "/proc/kvsim-results"])
+    assert line.startswith("kvsim run: error: argument --save-result: cannot create /proc/kvsim-results"), line

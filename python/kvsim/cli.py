@@ -27,6 +27,7 @@ from kvsim.cli_run import (
     _int_flag,
     _run_parser,
     cmd_run,
+    write_probe,
 )
 from kvsim.config import PAPER_SETUP
 from kvsim.errors import InvalidArgumentError, KvsimError
@@ -152,7 +153,6 @@ def _check_output(path: str) -> None:
     """The sweep's output file, checked before any point runs (issue 12): a parquet file that exists,
     or a new file in a folder that exists or can be made, writable."""
     import os
-    import tempfile
 
     out = Path(path)
     if "\0" in path or not path.strip():
@@ -175,11 +175,9 @@ def _check_output(path: str) -> None:
         if above.exists():
             if not above.is_dir():
                 raise FlagError(f"argument --output: {above} is a file, not a folder")
-            try:  # a real write: permission bits do not bind root, and some folders refuse files
-                with tempfile.NamedTemporaryFile(dir=above, prefix=".kvsim-write-check-"):
-                    pass
-            except OSError as exc:
-                raise FlagError(f"argument --output: cannot write in {above}: {exc.strerror}") from None
+            why = write_probe(above)
+            if why:
+                raise FlagError(f"argument --output: cannot write in {above}: {why}")
             break
 
 

@@ -419,8 +419,6 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
 
 def _check_save_dir(path: str) -> Path:
     """The `--save-result` folder, created, checked writable before the run."""
-    import os
-
     if "\0" in path or not path.strip():
         raise FlagError(f"argument --save-result: {path!r} is not a folder name")
     d = Path(path)
@@ -430,9 +428,22 @@ def _check_save_dir(path: str) -> Path:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise FlagError(f"argument --save-result: cannot create {d}: {exc.strerror}") from None
-    if not os.access(d, os.W_OK):
-        raise FlagError(f"argument --save-result: {d} is not writable")
+    why = write_probe(d)
+    if why:
+        raise FlagError(f"argument --save-result: cannot write in {d}: {why}")
     return d
+
+
+def write_probe(folder: Path) -> str | None:
+    """Why nothing can be written in `folder` (a real write of a temporary file: permission bits do not
+    bind root, and some folders refuse files), or None when a file can be."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".kvsim-write-check-"):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
