@@ -116,8 +116,9 @@ KNOBS: dict[str, Knob] = {
     "preemption": Knob(
         "recompute",
         "choice",
-        "what a preempted request loses: recompute (frees everything), swap (to the CPU pool), or auto "
-        "(vLLM v0: swap sample groups, recompute lone sequences)",
+        "what a preempted request loses: recompute (frees everything; vLLM v1 knows only this), swap (to "
+        "the CPU pool, vLLM v0's --preemption-mode swap), or auto (vLLM v0's default: swap sample groups, "
+        "recompute lone sequences)",
         choices=PREEMPTIONS,
         flags=("--preemption-mode",),
     ),
