@@ -596,4 +596,6 @@ def test_a_bad_run_file_value_is_one_line_naming_the_file(capsys, tmp_path, head
 
 def test_save_result_where_nothing_can_be_written_fails_before_the_run(capsys):
     line = _error(capsys, [*SMALL, "--save-result", "/proc/kvsim-results"])
-    assert line.startswith("kvsim run: error: argument --save-result: cannot create /proc/kvsim-results"), line
+    assert line.startswith("kvsim run: error: argument --save-result: cannot create /proc/kvsim-results"), (
+        line
+    )

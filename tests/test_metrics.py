@@ -168,3 +168,18 @@ def test_goodput_text_forms():
     assert metrics.parse_goodput("ttft:500 tpot:50") == {"ttft": 500.0, "tpot": 50.0}
     assert metrics.parse_goodput("ttft:500,tpot:50") == {"ttft": 500.0, "tpot": 50.0}
     assert metrics.parse_goodput(["ttft:500", "e2el:2000"]) == {"ttft": 500.0, "e2el": 2000.0}
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"record_timeseries": "yes"},
+        {"record_timeseries": 1.5},
+        {"record_events": "no"},
+        {"goodput": "ttft:x"},
+    ],
+)
+def test_simulate_options_are_checked_before_the_run(kwargs):
+    w = make_workload("sharegpt", {}, 5, 0)
+    with pytest.raises(InvalidArgumentError, match=next(iter(kwargs)).split("_")[0]):
+        kvsim.simulate(w, kvsim.SimConfig(num_blocks=100), **kwargs)

@@ -120,6 +120,16 @@ def simulate(
         raise InvalidArgumentError(f"backend {backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
     if not isinstance(config, SimConfig):
         raise InvalidArgumentError(f"config {config!r} is not a kvsim.SimConfig")
+    if not isinstance(record_events, bool | np.bool_):
+        raise InvalidArgumentError(f"record_events {record_events!r} must be True or False")
+    if not isinstance(record_timeseries, bool | int | np.bool_ | np.integer):
+        raise InvalidArgumentError(
+            f"record_timeseries {record_timeseries!r} must be a bool or an int between 1 and 2**62"
+        )
+    if goodput is not None:  # a bad SLO fails before the run, not after it
+        from kvsim.metrics import parse_goodput
+
+        goodput = parse_goodput(goodput)
     every = int(record_timeseries)  # True -> every step
     if every < 0 or every > MAX_TIME_PS:
         raise InvalidArgumentError(
