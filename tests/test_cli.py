@@ -17,15 +17,17 @@ RUN = ["run", "--requests", "80", "--num-blocks", "150", "--time-model", "ticks"
 def test_run_prints_a_summary_table(capsys):
     assert main(RUN) == 0
     out = capsys.readouterr().out
-    assert "kv_utilization" in out
-    assert "throughput_rps" in out
+    assert "KV utilization" in out
+    assert "request throughput" in out
     assert "block_size=32" in out
+    assert "pool: 150 blocks × 32 tokens = 4,800 tokens" in out
 
 
 def test_run_json_is_machine_readable(capsys):
     assert main([*RUN, "--json", "--policy", "orca-oracle"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["config"]["policy"] == "orca-oracle"
+    assert data["pool"].startswith("pool: 150 blocks")
     assert data["config"]["num_blocks"] == 150
     assert data["summary"]["completed"] + data["summary"]["rejected"] == 80
 
@@ -46,6 +48,8 @@ def test_help_explains_every_flag(command, capsys):
     if command == "run":
         for name in CONFIG_FIELDS:
             assert f"--{name.replace('_', '-')}" in text
+        assert "(default: None)" not in text
+        assert " V " not in text
     if command == "sweep":
         for flag in ("--grid", "--workload", "--seeds", "--executor", "--scheduler", "--workers", "--output"):
             assert flag in text
@@ -85,3 +89,40 @@ def test_claims_table_prints_every_claim_with_its_verdict(tmp_path):
     assert [line.split()[0] for line in lines[2:]] == ["A-1", "B-2"]
     assert lines[3].endswith("DIFFERS")
     assert "…" in lines[3]  # long values are cut to the width
+
+
+def _one_error(capsys, argv):
+    assert main(argv) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if "error" in line]
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_sweep_output_is_checked_before_any_point_runs(tmp_path, capsys):
+    """Issue 12 part 4: --output under a regular file, at a folder, at a file that is not parquet, or
+    where nothing can be written fails at once, one line naming the flag, and nothing runs."""
+    regular = tmp_path / "regular"
+    regular.write_text("x")
+    text = tmp_path / "notes.txt"
+    text.write_text("not parquet")
+    base = ["sweep", "--base", "num_blocks=150", "--requests", "10", "--no-progress", "--output"]
+    for out, why in (
+        (regular / "x.parquet", "is a file, not a folder"),
+        (tmp_path, "is a folder"),
+        (text, "is not a parquet file"),
+        ("/proc/x.parquet", "cannot write in /proc"),
+    ):
+        line = _one_error(capsys, [*base, str(out)])
+        assert line.startswith("kvsim sweep: error: argument --output:"), line
+        assert why in line, line
+    assert text.read_text() == "not parquet"
+    fresh = tmp_path / "new" / "dir" / "x.parquet"
+    assert main([*base, str(fresh)]) == 0
+    assert pl.read_parquet(fresh).height == 1
+
+
+@pytest.mark.parametrize("scale", ["nan", "inf", "0", "-1", "abc"])
+def test_claims_scale_must_be_a_positive_number(capsys, tmp_path, scale):
+    line = _one_error(capsys, ["claims", "--scale", scale, "--no-plots", "--results", str(tmp_path)])
+    assert line.startswith("kvsim claims: error: argument --scale:"), line
+    assert not (tmp_path / "claims.md").exists()

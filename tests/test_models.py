@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +159,95 @@ def test_linear_time_model_roofline() -> None:
     assert ds.c_tok_ps == round(2 * 37e9 / 989.4e12 * 1e12)
     with pytest.raises(InvalidArgumentError, match="flops_efficiency"):
         sizing.linear_time_model(m, g, flops_efficiency=0)
+
+
+# -- Hugging Face config.json (issue 13 part 1) ----------------------------------------------------------------
+HF = Path(__file__).parent / "data" / "hf"
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b", "mistral-7b", "opt-13b", "deepseek-v3"])
+def test_hf_config_gives_the_presets_architecture(name):
+    """Hand-written copies of the published config.json files: the model built from one has the preset's
+    KV bytes per token and (derived from the architecture) its parameter count."""
+    m = models.from_hf_config(HF / f"{name}.json")
+    p = models.get(name)
+    assert m.kv_bytes_per_token == p.kv_bytes_per_token
+    assert (m.num_layers, m.num_kv_heads, m.hidden_size) == (p.num_layers, p.num_kv_heads, p.hidden_size)
+    assert m.weight_dtype == p.weight_dtype
+    assert m.is_mla == p.is_mla
+    if name == "deepseek-v3":  # the preset holds the README's rounded 671B / 37B
+        assert m.num_params == pytest.approx(p.num_params, rel=1e-3)
+        assert m.num_active_params == pytest.approx(p.num_active_params, rel=0.02)
+    else:  # exact: the presets' counts are the safetensors totals
+        assert m.num_params == p.num_params
+
+
+def test_hf_moe_config_counts_total_and_active_experts():
+    m = models.from_hf_config(HF / "mixtral-8x7b.json")
+    assert m.num_params == pytest.approx(46.7e9, rel=1e-3)  # Mixtral's published 46.7B total
+    assert m.num_active_params == pytest.approx(12.9e9, rel=1e-2)  # and 12.9B active
+
+
+def test_simconfig_takes_a_config_path(tmp_path):
+    path = str(HF / "llama-3-8b.json")
+    by_path = kvsim.SimConfig(model=path, gpu="h100-80gb")
+    by_name = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb")
+    assert by_path.num_blocks == by_name.num_blocks
+    assert by_path.c0_ps == by_name.c0_ps
+    assert by_path.to_dict()["model"] == path
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    (folder / "config.json").write_text((HF / "llama-3-8b.json").read_text())
+    assert kvsim.SimConfig(model=str(folder), gpu="h100-80gb").num_blocks == by_name.num_blocks
+
+
+def test_bad_hf_configs_name_file_and_field(tmp_path):
+    missing = tmp_path / "c.json"
+    missing.write_text('{"hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10}')
+    with pytest.raises(InvalidArgumentError, match="num_hidden_layers"):
+        kvsim.SimConfig(model=str(missing), kv_cache_bytes="1GiB")
+    broken = tmp_path / "b.json"
+    broken.write_text("{not json")
+    with pytest.raises(InvalidArgumentError, match="is not a JSON config"):
+        models.from_hf_config(broken)
+    wrong = tmp_path / "w.json"
+    wrong.write_text(
+        '{"num_hidden_layers": "32", "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 1}'
+    )
+    with pytest.raises(InvalidArgumentError, match="'num_hidden_layers' '32'"):
+        models.from_hf_config(wrong)
+    with pytest.raises(InvalidArgumentError, match="cannot read"):
+        models.from_hf_config(tmp_path / "absent.json")
+
+
+def test_hf_config_with_heads_not_a_multiple_of_kv_heads_is_refused(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(
+        '{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, '
+        '"num_key_value_heads": 7, "vocab_size": 100, "intermediate_size": 10}'
+    )
+    with pytest.raises(
+        InvalidArgumentError, match="num_attention_heads 32 is not a multiple of num_key_value_heads 7"
+    ):
+        models.from_hf_config(cfg)
+
+
+def test_hf_mla_config_deepseek_v2_lite_shapes(tmp_path):
+    """DeepSeek-V2-Lite's MLA: 27 layers × (kv_lora_rank 512 + qk_rope_head_dim 64) × 2 bytes per token,
+    replicated on every GPU under tensor parallelism; fp8 halves it."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        '{"architectures": ["DeepseekV2ForCausalLM"], "hidden_size": 2048, "intermediate_size": 10944, '
+        '"kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2", '
+        '"moe_intermediate_size": 1408, "moe_layer_freq": 1, "first_k_dense_replace": 1, '
+        '"n_routed_experts": 64, "n_shared_experts": 2, "num_attention_heads": 16, '
+        '"num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16, '
+        '"q_lora_rank": null, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, '
+        '"tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 102400}'
+    )
+    m = models.from_hf_config(tmp_path)
+    assert m.is_mla
+    assert m.kv_bytes_per_token == 27 * (512 + 64) * 2
+    assert sizing.kv_bytes_per_token(m, tensor_parallel_size=2) == 27 * 576 * 2
+    assert sizing.kv_bytes_per_token(m, "fp8") == 27 * 576
+    assert 15.5e9 < m.num_params < 16e9  # published: 15.7B total

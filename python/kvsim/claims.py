@@ -109,7 +109,7 @@ class Experiment:
             parts += ["--workload", w]
         for k, v in self.grid.items():
             parts += ["--grid", f"{k}={','.join(_arg(x) for x in v)}"]
-        for k, v in self.base.items():
+        for k, v in spec.base.items():  # the paper's setup too: a sweep's own base is KNOBS' defaults
             parts += ["--base", f"{k}={_arg(v)}"]
         parts += ["--requests", str(spec.requests), "--seeds", str(spec.seeds)]
         parts += ["--output", f"results/claims/{self.name}.parquet"]

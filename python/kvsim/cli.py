@@ -1,123 +1,48 @@
 """The `kvsim` command line: `kvsim run` (one simulation), `kvsim sweep` (a grid), `kvsim claims` (the
 claims suite that writes results/claims.md and the plots).
 
+`kvsim run` speaks vLLM's language: its flags are vLLM's engine arguments where vLLM has one
+(`--num-gpu-blocks-override`, `--kv-cache-memory-bytes`, `--enable-prefix-caching` /
+`--no-enable-prefix-caching`, `-tp`, ...; kvsim's own spellings stay as aliases), sizes and durations take
+units (`12GiB`, `5ms`, `120us`), and it reports what `vllm bench serve` reports (`kvsim.metrics`).
+Every knob's default comes from `kvsim.config.KNOBS`, the same table SimConfig uses. Errors are one
+line on stderr naming the flag, exit status 2.
+
 `python -m bench.sweep` is `kvsim sweep` with one difference: with no arguments it runs the claims suite.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvsim.cli_run import (
+    METRICS_POINTER,
+    FlagError,
+    _add_workload_flags,
+    _Formatter,
+    _int_flag,
+    _run_parser,
+    cmd_run,
+    write_probe,
+)
+from kvsim.config import PAPER_SETUP
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.sweep import (
     CONFIG_FIELDS,
-    DEFAULT_BASE,
     EXECUTORS,
-    FIELD_HELP,
-    WORKLOADS,
     SweepSpec,
     aggregate,
     check_output,
     coerce,
-    make_workload,
     parse_grid_args,
-    parse_workload,
     run_sweep,
 )
 
 RESULTS = Path("results")
-_WORKLOAD_HELP = "; ".join(f"{k}: {v.description}" for k, v in WORKLOADS.items())
-_SUMMARY_ORDER = (
-    "num_requests",
-    "completed",
-    "rejected",
-    "makespan_s",
-    "throughput_rps",
-    "throughput_tok_s",
-    "mean_batch",
-    "peak_batch",
-    "kv_utilization",
-    "kv_allocated_fraction",
-    "internal_fragmentation",
-    "reservation_waste",
-    "external_fragmentation",
-    "stored_share_of_allocated",
-    "prefix_hit_rate",
-    "blocks_saved_by_sharing",
-    "preemptions",
-    "ttft_s_p50",
-    "ttft_s_p99",
-    "tpot_s_p50",
-    "tpot_s_p99",
-    "e2e_s_p50",
-    "e2e_s_p99",
-    "normalized_latency_s_per_token",
-)
-
-
-class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Keeps the description's line breaks and shows each flag's default."""
-
-
-def _add_workload_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
-    p.add_argument(
-        "--workload",
-        action="append" if many else "store",
-        metavar="NAME[:K=V,...]",
-        default=None,
-        help=(
-            "workload, optionally with synthetic() parameters (sharegpt:arrival_rate=4,max_tokens=2048; "
-            "other keys go to length_params, a/b is a range)"
-            + (", repeatable (crossed with the grid)" if many else "")
-            + f". Names: {_WORKLOAD_HELP}. Default: sharegpt"
-        ),
-    )
-    p.add_argument(
-        "--requests",
-        type=int,
-        default=None,
-        metavar="N",
-        help="requests per simulation (traces: the first N rows); default 10000",
-    )
-    p.add_argument("--backend", choices=("rust", "reference"), default=None, help="engine (default rust)")
-
-
-def _run_parser(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "run",
-        formatter_class=_Formatter,
-        help="run one simulation and print its summary",
-        description=(
-            "Run one simulation from flags or a TOML file and print the summary table.\n\n"
-            "Every SimConfig field is a flag (--block-size 32 --policy orca-max ...). Unset fields take\n"
-            f"the paper's setup: {DEFAULT_BASE}.\n"
-            "A TOML file may hold `workload`, `requests`, `seed`, `backend` and a [config] table.\n"
-            "Scheduling rules are vLLM 0.33.0's, the newest release checked (lifo_unhashed frees, the\n"
-            "full-prompt admission gate, stop at a prompt over the budget); older releases' are the\n"
-            "presets of DESIGN.md §Presets (--free-order, --admission-gate, --waiting-over-budget)."
-        ),
-    )
-    p.add_argument("--toml", metavar="PATH", help="read the run from a TOML file (flags override it)")
-    _add_workload_flags(p, many=False)
-    p.add_argument("--seed", type=int, default=None, help="workload seed (default 0)")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (for machines)")
-    g = p.add_argument_group("SimConfig fields")
-    for name in CONFIG_FIELDS:
-        g.add_argument(
-            f"--{name.replace('_', '-')}",
-            *([f"--{name}"] if "_" in name else []),
-            dest=f"cfg_{name}",
-            metavar="V",
-            default=None,
-            help=FIELD_HELP.get(name, name),
-        )
-    return p
 
 
 def _sweep_flags(p: argparse.ArgumentParser) -> None:
@@ -134,24 +59,28 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=V",
-        help=f"a fixed SimConfig field under the grid, repeatable; defaults {DEFAULT_BASE}",
+        help="a fixed SimConfig field under the grid, repeatable; unset fields take kvsim.config.KNOBS' "
+        f"defaults (the claims suite's base is the paper's setup: {PAPER_SETUP})",
     )
     _add_workload_flags(p, many=True)
     p.add_argument(
-        "--seeds", type=int, default=None, metavar="K", help="seeds 0..K-1 per synthetic point (default 1)"
+        "--seeds", type=int, default=None, metavar="K", help="seeds 0..K-1 per synthetic point (default: 1)"
     )
     p.add_argument("--file", metavar="PATH.toml", help="read the sweep from a TOML file (flags override it)")
     p.add_argument(
-        "--name", default=None, help="sweep name: the output is results/<name>.parquet (default sweep)"
+        "--name", default=None, help="sweep name: the output is results/<name>.parquet (default: sweep)"
     )
     p.add_argument(
-        "--output", metavar="PATH.parquet", default=None, help="output file (default results/<name>.parquet)"
+        "--output",
+        metavar="PATH.parquet",
+        default=None,
+        help="output file (default: results/<name>.parquet)",
     )
     p.add_argument(
         "--executor",
         choices=EXECUTORS,
         default=None,
-        help="threads (default; the Rust engine releases the GIL), processes, or dask",
+        help="threads (the Rust engine releases the GIL), processes, or dask (default: threads)",
     )
     p.add_argument(
         "--scheduler",
@@ -173,7 +102,8 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
         "--show",
         metavar="M1,M2,...",
         default="throughput_rps,mean_batch,kv_utilization,e2e_s_p99",
-        help="metrics to print aggregated across seeds (mean ± 95%% CI) when the sweep ends",
+        help="metrics to print aggregated across seeds (mean ± 95%% CI) when the sweep ends "
+        "(default: throughput_rps,mean_batch,kv_utilization,e2e_s_p99)",
     )
 
 
@@ -186,8 +116,10 @@ def _sweep_parser(sub: Any) -> argparse.ArgumentParser:
             "Cross a grid of SimConfig fields with workloads and seeds, run the points in parallel,\n"
             "append one row per point (parameters, summary metrics, wall time) to a parquet file.\n"
             "Points already in the file are skipped (resume). Bad grids fail before any work.\n\n"
-            "Example: kvsim sweep --grid block_size=8,16,32 --grid policy=vllm,orca-max --seeds 3"
+            "Example: kvsim sweep --base model=opt-13b --base kv_cache_bytes=12GiB \\\n"
+            "    --grid block_size=8,16,32 --grid policy=vllm,orca-max --seeds 3"
         ),
+        epilog=METRICS_POINTER,
     )
     _sweep_flags(p)
     return p
@@ -204,16 +136,63 @@ def _claims_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _positive_factor(text: str) -> float:
+    """A `--scale` factor: a finite number > 0 (argparse reports the error naming the flag, exit 2)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
+    return value
+
+
+def _check_output(path: str) -> None:
+    """The sweep's output file, checked before any point runs (issue 12): a parquet file that exists,
+    or a new file in a folder that exists or can be made, writable."""
+    import os
+
+    out = Path(path)
+    if "\0" in path or not path.strip():
+        raise FlagError(f"argument --output: {path!r} is not a file name")
+    if out.is_dir():
+        raise FlagError(f"argument --output: {out} is a folder; name a .parquet file in it")
+    if out.exists():
+        try:
+            with out.open("rb") as f:
+                head = f.read(4)
+        except OSError as exc:
+            raise FlagError(f"argument --output: cannot read {out}: {exc.strerror}") from None
+        if head != b"PAR1":
+            raise FlagError(f"argument --output: {out} exists and is not a parquet file")
+        if not os.access(out, os.W_OK):
+            raise FlagError(f"argument --output: {out} is not writable")
+        return
+    parent = out.parent
+    for above in (parent, *parent.parents):
+        if above.exists():
+            if not above.is_dir():
+                raise FlagError(f"argument --output: {above} is a file, not a folder")
+            why = write_probe(above)
+            if why:
+                raise FlagError(f"argument --output: cannot write in {above}: {why}")
+            break
+
+
 def _claims_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--results", metavar="DIR", default=str(RESULTS), help="output folder")
+    p.add_argument("--results", metavar="DIR", default=str(RESULTS), help="output folder (default: results)")
     p.add_argument(
         "--workers", type=int, default=None, metavar="N", help="parallel simulations (default: CPU count)"
     )
     p.add_argument(
         "--scale",
-        type=float,
+        type=_positive_factor,
         default=1.0,
-        help="multiply every claim's request count (0.1 for a quick look; counts are written to claims.md)",
+        metavar="FACTOR",
+        help="multiply every claim's request count (0.1 for a quick look; counts are written to claims.md) "
+        "(default: 1)",
     )
     p.add_argument("--no-plots", action="store_true", help="skip the plots")
     p.add_argument(
@@ -224,74 +203,27 @@ def _claims_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress output")
 
 
+# Subcommands: name -> (adds its parser, runs it). Another subcommand registers itself here.
+SUBCOMMANDS: dict[
+    str, tuple[Callable[[Any], argparse.ArgumentParser], Callable[[argparse.Namespace], int]]
+] = {}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The `kvsim` parser with its three subcommands."""
+    """The `kvsim` parser with its subcommands (`SUBCOMMANDS`)."""
+    from kvsim import __version__
+
     p = argparse.ArgumentParser(
         prog="kvsim",
         formatter_class=_Formatter,
         description="kvsim: simulate paged KV-cache memory management for LLM serving (vLLM PagedAttention).",
+        epilog=METRICS_POINTER,
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,sweep,claims}")
-    _run_parser(sub)
-    _sweep_parser(sub)
-    _claims_parser(sub)
+    p.add_argument("--version", action="version", version=f"kvsim {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}")
+    parsers = {name: add(sub) for name, (add, _) in SUBCOMMANDS.items()}
+    p.set_defaults(_subparsers=parsers)
     return p
-
-
-# ---------------------------------------------------------------------------------------------- run
-
-
-def _fmt_value(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
-
-
-def summary_table(summary: dict[str, Any]) -> str:
-    """The summary as an aligned two-column table (main metrics first)."""
-    keys = [k for k in _SUMMARY_ORDER if k in summary] + sorted(k for k in summary if k not in _SUMMARY_ORDER)
-    width = max(len(k) for k in keys)
-    return "\n".join(f"{k:<{width}}  {_fmt_value(summary[k])}" for k in keys)
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    import kvsim
-
-    data: dict[str, Any] = {}
-    if args.toml:
-        try:
-            data = tomllib.loads(Path(args.toml).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise InvalidArgumentError(f"run file {args.toml}: {exc}") from None
-        unknown = set(data) - {"workload", "requests", "seed", "backend", "config"}
-        if unknown:
-            raise InvalidArgumentError(f"run file {args.toml}: unknown keys {sorted(unknown)}")
-    cfg: dict[str, Any] = {**DEFAULT_BASE, **data.get("config", {})}
-    for name in CONFIG_FIELDS:
-        value = getattr(args, f"cfg_{name}")
-        if value is not None:
-            cfg[name] = value
-    for k in list(cfg):
-        if k not in CONFIG_FIELDS:
-            raise InvalidArgumentError(f"unknown SimConfig field {k!r}")
-        cfg[k] = coerce(k, cfg[k])
-    config = kvsim.SimConfig(**cfg)
-    name, params = parse_workload(args.workload or data.get("workload", "sharegpt"))
-    requests = args.requests if args.requests is not None else int(data.get("requests", 10_000))
-    seed = args.seed if args.seed is not None else int(data.get("seed", 0))
-    if requests < 1:
-        raise InvalidArgumentError(f"requests {requests} must be at least 1")
-    workload = make_workload(name, params, requests, seed)
-    result = kvsim.simulate(workload, config, backend=args.backend or data.get("backend", "rust"))
-    if args.json:
-        print(json.dumps({"config": config.to_dict(), "summary": result.summary}, default=str))
-    else:
-        print(f"workload {name} {params or ''} requests {len(workload)} seed {seed}")
-        print(f"config   {', '.join(f'{k}={v}' for k, v in config.to_dict().items() if v is not None)}\n")
-        print(summary_table(result.summary))
-    return 0
 
 
 # -------------------------------------------------------------------------------------------- sweep
@@ -311,13 +243,16 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
             raise InvalidArgumentError(f"--base {item!r}: expected NAME=VALUE")
         if key.strip() not in CONFIG_FIELDS:
             raise InvalidArgumentError(f"--base {key.strip()!r} is not a SimConfig field")
-        spec.base[key.strip()] = coerce(key.strip(), value)
+        try:
+            spec.base[key.strip()] = coerce(key.strip(), value)
+        except InvalidArgumentError as exc:
+            raise FlagError(f"argument --base: {exc}") from None
     if args.workload:
         spec.workloads = list(args.workload)
     if args.seeds is not None:
         spec.seeds = args.seeds
     if args.requests is not None:
-        spec.requests = args.requests
+        spec.requests = _int_flag("--requests", args.requests, 1)
     if args.backend:
         spec.backend = args.backend
     if args.name:
@@ -326,6 +261,7 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
         if getattr(args, k) is not None:
             options[k] = getattr(args, k)
     options.setdefault("output", str(RESULTS / f"{spec.name}.parquet"))
+    _check_output(str(options["output"]))
     return spec, options
 
 
@@ -425,14 +361,39 @@ def cmd_claims(args: argparse.Namespace) -> int:
     return 0
 
 
+SUBCOMMANDS.update(
+    {
+        "run": (_run_parser, cmd_run),
+        "sweep": (_sweep_parser, cmd_sweep),
+        "claims": (_claims_parser, cmd_claims),
+    }
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `kvsim` console script."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the `kvsim` console script: the exit status (2 for any bad input, one line)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
     try:
-        return {"run": cmd_run, "sweep": cmd_sweep, "claims": cmd_claims}[args.command](args)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # the subcommand's usage, not the top-level one
+            args._subparsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    args._argv = argv
+    try:
+        return SUBCOMMANDS[args.command][1](args)
     except KvsimError as exc:
         print(f"kvsim {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"kvsim {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader went away (`kvsim run ... | head`): not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def bench_main(argv: Sequence[str] | None = None) -> int:
@@ -447,7 +408,10 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
         "Otherwise a sweep; the flags are those of `kvsim sweep`.",
     )
     _sweep_flags(p)
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         return cmd_sweep(args)
     except KvsimError as exc:

@@ -62,6 +62,16 @@ GPUS: dict[str, Gpu] = {
 }
 
 
+def vllm_server_batch_defaults(gpu: Gpu) -> tuple[int, int]:
+    """`(max_num_batched_tokens, max_num_seqs)` that vLLM's OpenAI server (`vllm serve`) picks on `gpu`
+    when neither is given (`EngineArgs.get_batch_defaults`): 8192 and 1024 on a GPU of at least 70 GiB
+    that is not an A100 (H100, H200), else 2048 and 256. kvsim's own defaults (`kvsim.config.KNOBS`)
+    do not depend on the GPU; `kvsim run` notes the difference."""
+    if gpu.memory_bytes >= 70 * 2**30 and "a100" not in gpu.name:
+        return 8192, 1024
+    return 2048, 256
+
+
 def names() -> list[str]:
     """The preset names, sorted."""
     return sorted(GPUS)
@@ -79,4 +89,4 @@ def get(name: str) -> Gpu:
         raise InvalidArgumentError(f"unknown GPU {name!r}; known: {', '.join(names())}") from None
 
 
-__all__ = ["GPUS", "Gpu", "get", "names"]
+__all__ = ["GPUS", "Gpu", "get", "names", "vllm_server_batch_defaults"]

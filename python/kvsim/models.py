@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 
@@ -112,7 +114,9 @@ class Model:
         return -(-self.num_params * dtype_bits(self.weight_dtype) // 8)
 
     def with_kv_dtype(self, kv_dtype: str) -> Model:
-        """The same model with its KV cache stored as `kv_dtype` (e.g. `"fp8"`)."""
+        """The same model with its KV cache stored as `kv_dtype` (e.g. `"fp8"`; vLLM's and Hugging Face's
+        spellings such as `"bfloat16"` are taken too)."""
+        kv_dtype = _HF_DTYPES.get(kv_dtype, kv_dtype)
         dtype_bits(kv_dtype)
         return dataclasses.replace(self, kv_dtype=kv_dtype)
 
@@ -320,4 +324,206 @@ def get(name: str) -> Model:
         raise InvalidArgumentError(f"unknown model {name!r}; known: {', '.join(names())}") from None
 
 
-__all__ = ["DTYPE_BITS", "MODELS", "Model", "dtype_bits", "get", "names"]
+_HF_DTYPES = {
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "float32": "fp32",
+    "float": "fp32",
+    "float8_e4m3fn": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2",
+}
+_HF_CACHE: dict[tuple[str, float], Model] = {}
+
+
+def resolve(model: Model | str) -> Model:
+    """A `Model` from a `Model`, a preset name, or a path to a Hugging Face `config.json` (or its folder).
+
+    Raises:
+        InvalidArgumentError: an unknown name, or a config file that cannot be read or lacks a field.
+    """
+    if isinstance(model, Model):
+        return model
+    if not isinstance(model, str):
+        raise InvalidArgumentError(f"model {model!r} must be a preset name, a config.json path or a Model")
+    if model in MODELS:
+        return MODELS[model]
+    if not model.strip():
+        raise InvalidArgumentError(f"model {model!r} is empty; known: {', '.join(names())}")
+    path = Path(model)
+    if model.endswith(".json") or path.exists():
+        return from_hf_config(path)
+    return get(model)
+
+
+def from_hf_config(path: str | Path, name: str | None = None) -> Model:
+    """A `Model` from a Hugging Face `config.json` (a file, or a folder holding one).
+
+    Read: `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads` (default: the
+    attention heads; `multi_query` gives 1), `head_dim` (default hidden / heads), `intermediate_size`
+    (`ffn_dim` for OPT), `vocab_size`, `max_position_embeddings`, `torch_dtype` (or `dtype`), and MLA's
+    `kv_lora_rank` + `qk_rope_head_dim` (DeepSeek-V2/V3). The parameter count is not in a config: it is
+    derived from these fields (embeddings, tied or not; attention projections, MLA's low-rank ones
+    included; a gated MLP for Llama-like models, two matrices for OPT/GPT; mixture-of-experts layers
+    from `n_routed_experts` / `num_local_experts`, `moe_intermediate_size`, shared experts and
+    `first_k_dense_replace`, active parameters from `num_experts_per_tok`). The model's name is the path.
+
+    Raises:
+        InvalidArgumentError: naming the file and the missing or invalid field.
+    """
+    import json
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        stamp = p.stat().st_mtime
+    except OSError as exc:
+        raise InvalidArgumentError(f"model {str(path)!r}: cannot read {p}: {exc.strerror}") from None
+    key = (str(p), stamp)
+    if key in _HF_CACHE:
+        return _HF_CACHE[key]
+    try:
+        cfg = json.loads(p.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidArgumentError(f"model {str(path)!r}: {p} is not a JSON config: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise InvalidArgumentError(f"model {str(path)!r}: {p} does not hold a JSON object")
+    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model inside
+        cfg = {**cfg, **cfg["text_config"]}
+
+    def pick(*keys: str, default: Any = None, required: bool = True) -> Any:
+        for k in keys:
+            if cfg.get(k) is not None:
+                v = cfg[k]
+                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    raise InvalidArgumentError(
+                        f"model {str(path)!r}: field {k!r} {v!r} must be a whole number"
+                    )
+                return v
+        if required and default is None:
+            raise InvalidArgumentError(f"model {str(path)!r}: {p} has no {' / '.join(map(repr, keys))}")
+        return default
+
+    layers = pick("num_hidden_layers", "n_layer", "num_layers")
+    hidden = pick("hidden_size", "n_embd", "d_model")
+    heads = pick("num_attention_heads", "n_head")
+    if heads < 1 or layers < 1 or hidden < 1:
+        raise InvalidArgumentError(f"model {str(path)!r}: layers, hidden size and heads must be at least 1")
+    kv_heads = pick("num_key_value_heads", "n_head_kv", default=1 if cfg.get("multi_query") else heads)
+    head_dim = pick("head_dim", default=hidden // heads)
+    ffn = pick("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
+    vocab = pick("vocab_size")
+    max_len = pick("max_position_embeddings", "n_positions", "seq_length", default=2048)
+    kv_lora = pick("kv_lora_rank", default=0, required=False)
+    rope = pick("qk_rope_head_dim", default=0, required=False)
+    if not kv_lora and (kv_heads < 1 or heads % kv_heads):
+        # Grouped-query attention shares each KV head among heads / kv_heads query heads (transformers
+        # and vLLM refuse any other ratio).
+        raise InvalidArgumentError(
+            f"model {str(path)!r}: num_attention_heads {heads} is not a multiple of num_key_value_heads "
+            f"{kv_heads}"
+        )
+    raw_dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "float16"
+    if raw_dtype not in _HF_DTYPES:
+        raise InvalidArgumentError(
+            f"model {str(path)!r}: torch_dtype {raw_dtype!r} is not one of {sorted(_HF_DTYPES)}"
+        )
+    dtype = _HF_DTYPES[raw_dtype]
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict) and quant.get("quant_method") == "fp8":
+        dtype = "fp8"  # fp8 checkpoints (DeepSeek-V3) serve fp8 weights; the KV cache stays in torch_dtype
+    kv_dtype = _HF_DTYPES[raw_dtype]
+    total, active = _hf_params(
+        cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick
+    )
+    model = Model(
+        name=name or str(path),
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=ffn,
+        vocab_size=vocab,
+        num_params=total,
+        num_active_params=active,
+        max_model_len=max_len,
+        weight_dtype=dtype,
+        kv_dtype=kv_dtype,
+        kv_lora_rank=kv_lora,
+        qk_rope_head_dim=rope,
+        source=str(p),
+    )
+    _HF_CACHE[key] = model
+    return model
+
+
+def _hf_params(
+    cfg: dict[str, Any],
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    ffn: int,
+    vocab: int,
+    kv_lora: int,
+    rope: int,
+    pick: Any,
+) -> tuple[int, int]:
+    """(total, active) parameters derived from a config's architecture fields (see `from_hf_config`)."""
+    model_type = str(cfg.get("model_type", ""))
+    opt_like = model_type in ("opt", "gpt2", "gpt_neox", "gptj", "falcon", "bloom")
+    tied = bool(cfg.get("tie_word_embeddings", opt_like))
+    embed = vocab * hidden * (1 if tied else 2)
+    if opt_like and model_type == "opt":
+        embed += (pick("max_position_embeddings", default=2048) + 2) * hidden  # learned positions (offset 2)
+    if kv_lora:
+        q_lora = pick("q_lora_rank", default=0, required=False)
+        nope = pick("qk_nope_head_dim", default=head_dim, required=False)
+        v_dim = pick("v_head_dim", default=head_dim, required=False)
+        q = (
+            hidden * heads * (nope + rope)
+            if not q_lora
+            else hidden * q_lora + q_lora + q_lora * heads * (nope + rope)
+        )
+        attn = (
+            q
+            + hidden * (kv_lora + rope)
+            + kv_lora
+            + kv_lora * heads * (nope + v_dim)
+            + heads * v_dim * hidden
+        )
+    else:
+        attn = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
+        if opt_like:
+            attn += heads * head_dim + 2 * kv_heads * head_dim + hidden  # q, k, v, out biases
+        elif cfg.get("attention_bias") or model_type.startswith("qwen2"):
+            attn += heads * head_dim + 2 * kv_heads * head_dim  # q, k, v biases (Qwen2)
+    norms = 2 * hidden * (2 if opt_like else 1)
+    # Llama-like models gate their MLP (three matrices); OPT/GPT have two, with biases.
+    dense_mlp = 2 * hidden * ffn + ffn + hidden if opt_like else 3 * hidden * ffn
+    experts = pick("n_routed_experts", "num_local_experts", "num_experts", default=0, required=False)
+    total = active = embed + hidden * (2 if opt_like else 1)  # final norm
+    if experts:
+        moe_ffn = pick("moe_intermediate_size", default=ffn, required=False)
+        shared = pick("n_shared_experts", default=0, required=False)
+        per_tok = pick("num_experts_per_tok", default=1, required=False)
+        dense_layers = pick("first_k_dense_replace", default=0, required=False)
+        expert = 3 * hidden * moe_ffn
+        moe_total = experts * expert + shared * expert + hidden * experts  # router
+        moe_active = per_tok * expert + shared * expert + hidden * experts
+        total += dense_layers * (attn + dense_mlp + norms) + (layers - dense_layers) * (
+            attn + moe_total + norms
+        )
+        active += dense_layers * (attn + dense_mlp + norms) + (layers - dense_layers) * (
+            attn + moe_active + norms
+        )
+    else:
+        total += layers * (attn + dense_mlp + norms)
+        active = total
+    return total, active
+
+
+__all__ = ["DTYPE_BITS", "MODELS", "Model", "dtype_bits", "from_hf_config", "get", "names", "resolve"]

@@ -53,6 +53,31 @@ class SimResult:
     timeseries: pl.DataFrame | None = None
     events: pl.DataFrame | None = None
 
+    def serving(
+        self,
+        *,
+        percentile_metrics: Any = ("ttft", "tpot", "itl", "e2el"),
+        metric_percentiles: Any = (50, 90, 99),
+        goodput: Any = None,
+    ) -> dict[str, Any]:
+        """`vllm bench serve`'s metrics of this run (ms; goodput and SLO attainment with `goodput`, e.g.
+        `{"ttft": 500, "tpot": 50}`): `kvsim.metrics.serving_metrics`, which defines each. ITL's
+        distribution needs `record_timeseries=True` (every step); without it only its mean is exact."""
+        from kvsim.metrics import serving_metrics
+
+        starts = self.raw.timeseries.get("time_ps") if self.raw.timeseries else None
+        every_step = (
+            starts is not None and self.timeseries is not None and len(starts) == self.summary["num_steps"]
+        )
+        return serving_metrics(
+            self.requests,
+            self.raw,
+            percentile_metrics=percentile_metrics,
+            metric_percentiles=metric_percentiles,
+            goodput=goodput,
+            step_start_ps=starts if every_step else None,
+        )
+
 
 def _run_engine(inp: EngineInput, config: SimConfig, backend: str, every: int, events: bool) -> EngineOutput:
     if backend == "reference":
@@ -71,6 +96,7 @@ def simulate(
     backend: str = "rust",
     record_events: bool = False,
     record_timeseries: bool | int = False,
+    goodput: Any = None,
 ) -> SimResult:
     """Simulates `workload` under `config`.
 
@@ -81,6 +107,8 @@ def simulate(
         record_events: log every block and scheduling event into `.events` (memory grows with the log).
         record_timeseries: True records every step's memory state into `.timeseries`; an integer N
             records every N-th step (memory grows with the number of recorded steps).
+        goodput: SLO bounds in ms (`{"ttft": 500, "tpot": 50}`, `kvsim.metrics.parse_goodput`): the
+            summary then also holds `request_goodput`, `slo_attainment` and `slo_attainment_<metric>`.
 
     Returns:
         A `SimResult` with `.requests` (polars), `.summary` (dict) and, if asked, `.timeseries`.
@@ -92,6 +120,16 @@ def simulate(
         raise InvalidArgumentError(f"backend {backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
     if not isinstance(config, SimConfig):
         raise InvalidArgumentError(f"config {config!r} is not a kvsim.SimConfig")
+    if not isinstance(record_events, bool | np.bool_):
+        raise InvalidArgumentError(f"record_events {record_events!r} must be True or False")
+    if not isinstance(record_timeseries, bool | int | np.bool_ | np.integer):
+        raise InvalidArgumentError(
+            f"record_timeseries {record_timeseries!r} must be a bool or an int between 1 and 2**62"
+        )
+    if goodput is not None:  # a bad SLO fails before the run, not after it
+        from kvsim.metrics import parse_goodput
+
+        goodput = parse_goodput(goodput)
     every = int(record_timeseries)  # True -> every step
     if every < 0 or every > MAX_TIME_PS:
         raise InvalidArgumentError(
@@ -123,6 +161,10 @@ def simulate(
             }
         )
     summary = summarize(requests, raw, config)
+    if goodput is not None:
+        from kvsim.metrics import goodput_columns
+
+        summary.update(goodput_columns(requests, raw, goodput))
     return SimResult(
         requests=requests, summary=summary, config=config, raw=raw, timeseries=series, events=log
     )

@@ -1,10 +1,16 @@
 """Sizing: how many KV blocks a model gets on a GPU, and roofline coefficients of the linear time model.
 
-Pool size (SPEC §2): `kv_bytes = floor(memory · gpu_memory_utilization) - weight bytes - activation
-reserve`, or `kv_cache_bytes` given directly, and `num_blocks = floor(kv_bytes / (block_size · KV bytes
-per token))`. kvsim's `num_blocks` counts vLLM's null block (block 0, taken at start and never handed
-out), so by default one is added: the pool then offers exactly the `floor(...)` usable blocks vLLM would
-report as "# GPU blocks". Pass `include_null_block=False` for the bare quotient.
+Pool size (vLLM's way, DESIGN.md §Defaults): `kv_bytes = floor(memory · gpu_memory_utilization) −
+weight bytes / tensor_parallel_size − activation reserve`, or `kv_cache_bytes` given directly, and
+`num_blocks = floor(kv_bytes / (block_size · KV bytes per token per GPU))`. Under tensor parallelism each
+GPU holds `1/tp` of the weights and `max(1, kv_heads // tp)` of the KV heads (an MLA latent is replicated
+on every GPU), as vLLM shards them; the pool is one GPU's, and every GPU holds the same blocks. The
+activation reserve, when not given, is `activation_reserve_estimate`: the peak of one forward pass over
+`max_num_batched_tokens` tokens, which vLLM measures with a profiling run. kvsim's `num_blocks` counts the null block (block 0, taken at start and never handed
+out), so by default one is added: the pool then offers the `floor(...)` usable blocks of vLLM v0 (the
+paper's, which had no null block). vLLM v1 reports `floor(...)` as "# GPU blocks" and takes its null
+block out of them, one usable block fewer (`num_blocks=floor(...)` reproduces it). Pass
+`include_null_block=False` for the bare quotient.
 
 Check: 12 GiB of OPT-13B KV (819,200 B per token) holds floor(12·2**30 / 819200) = 15,728 token slots,
 the paper's "15.7K" (Table 1). OPT-13B on an A100-40GB at utilisation 0.9 with no activation reserve
@@ -17,27 +23,236 @@ The coefficients are a roofline, each term priced on the resource it saturates a
 - `c_tok`: each batched token (prefill or decode) costs 2 FLOPs per active parameter: 2·params / peak.
 - `c_ctx`: attention reads the KV of every context token once: KV bytes per token / HBM bandwidth.
 - swap: a swapped token's KV crosses PCIe once: KV bytes per token / PCIe bandwidth (one direction).
-Efficiency factors (default 1, the datasheet peak) scale the bandwidths and the FLOP rate down.
+Efficiency factors (default 1, the datasheet peak) scale the bandwidths and the FLOP rate down. Under
+tensor parallelism each term is one GPU's share (weights, FLOPs and KV divided by `tp`; MLA KV is read
+whole); the all-reduces between GPUs are not priced.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.gpus import Gpu
 from kvsim.gpus import get as get_gpu
 from kvsim.models import Model
-from kvsim.models import get as get_model
+from kvsim.models import resolve as resolve_model
+from kvsim.units import fmt_bytes
 
 PS_PER_S = 10**12
 
 
 def _resolve(model: Model | str, gpu: Gpu | str | None) -> tuple[Model, Gpu | None]:
-    m = get_model(model) if isinstance(model, str) else model
+    m = resolve_model(model)
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     return m, g
+
+
+def _shard(m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int) -> Model:
+    """One GPU's share of `m` under tensor parallelism: weights / tp, KV heads // tp (at least 1)."""
+    if kv_cache_dtype not in (None, "auto"):
+        m = m.with_kv_dtype(kv_cache_dtype)
+    tp = tensor_parallel_size
+    if tp == 1:
+        return m
+    if m.num_attention_heads % tp:
+        raise InvalidArgumentError(
+            f"tensor_parallel_size {tp} does not divide {m.name}'s {m.num_attention_heads} attention heads"
+        )
+    kv_heads = m.num_kv_heads if m.is_mla else max(1, m.num_kv_heads // tp)
+    return dataclasses.replace(
+        m,
+        num_kv_heads=kv_heads,
+        num_params=-(-m.num_params // tp),
+        num_active_params=-(-m.num_active_params // tp),
+    )
+
+
+def kv_bytes_per_token(
+    model: Model | str, kv_cache_dtype: str | None = None, tensor_parallel_size: int = 1
+) -> int:
+    """KV bytes one token occupies on one GPU (its share of the KV heads under tensor parallelism)."""
+    return _shard(resolve_model(model), kv_cache_dtype, tensor_parallel_size).kv_bytes_per_token
+
+
+def activation_reserve_estimate(
+    model: Model | str,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+    tensor_parallel_size: int = 1,
+) -> int:
+    """kvsim's estimate of the activation memory vLLM's profiling run finds, in bytes (DESIGN.md §Defaults).
+
+    The peak of one forward pass over `max_num_batched_tokens` tokens: per token, the residual stream and
+    the attention and MLP intermediates, `4 · hidden_size + 2 · intermediate_size / tp` values in the
+    weights' 16-bit activation dtype, plus fp32 logits for `max_num_seqs` rows of the vocabulary. vLLM
+    measures the real peak (and CUDA graph memory, not counted here); give `activation_reserve_bytes` to
+    use a measured number.
+    """
+    m = resolve_model(model)
+    per_token = 4 * m.hidden_size + 2 * -(-m.intermediate_size // tensor_parallel_size)
+    return max_num_batched_tokens * per_token * 2 + max_num_seqs * m.vocab_size * 4
+
+
+@dataclass(frozen=True)
+class PoolSizing:
+    """How a configuration's pool was sized, and the one line that says so.
+
+    Attributes:
+        num_blocks: blocks, counting vLLM's null block (what vLLM reports as "# GPU blocks").
+        block_size: tokens per block.
+        source: `num_blocks` (given), `kv_cache_bytes` (given) or `gpu` (sized from the device).
+        model: the model's name, or None.
+        kv_bytes_per_token: one GPU's KV bytes per token, or None without a model.
+        gpu: the GPU's name when sized from it.
+        gpu_memory_utilization, memory_bytes, weight_bytes, activation_reserve_bytes: the terms of the
+            GPU sizing (one GPU's weights under tensor parallelism).
+        kv_cache_bytes: the KV memory the blocks were cut from.
+        tensor_parallel_size: GPUs the model is split over.
+    """
+
+    num_blocks: int
+    block_size: int
+    source: str
+    model: str | None = None
+    kv_bytes_per_token: int | None = None
+    gpu: str | None = None
+    gpu_memory_utilization: float | None = None
+    memory_bytes: int | None = None
+    weight_bytes: int | None = None
+    activation_reserve_bytes: int | None = None
+    kv_cache_bytes: int | None = None
+    tensor_parallel_size: int = 1
+
+    @property
+    def tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+    @property
+    def pool_bytes(self) -> int | None:
+        return None if self.kv_bytes_per_token is None else self.tokens * self.kv_bytes_per_token
+
+    def line(self) -> str:
+        """`pool: 29,044 blocks × 16 tokens = 464,704 tokens = 56.7 GiB (h100-80gb × 0.90 − ...)`."""
+        head = f"pool: {self.num_blocks:,} blocks × {self.block_size} tokens = {self.tokens:,} tokens"
+        if self.pool_bytes is not None:
+            head += f" = {fmt_bytes(self.pool_bytes)}"
+        tp = f", tp {self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
+        per_token = (
+            f"{self.model} {fmt_bytes(self.kv_bytes_per_token)} per token"
+            if self.model and self.kv_bytes_per_token
+            else ""
+        )
+        if self.source == "gpu":
+            assert self.weight_bytes is not None
+            assert self.activation_reserve_bytes is not None
+            why = (
+                f"{self.gpu} × {self.gpu_memory_utilization:.2f} − {fmt_bytes(self.weight_bytes)} weights − "
+                f"{fmt_bytes(self.activation_reserve_bytes)} activations; {per_token}{tp}"
+            )
+        elif self.source == "kv_cache_bytes":
+            assert self.kv_cache_bytes is not None
+            why = f"kv_cache_bytes {fmt_bytes(self.kv_cache_bytes)}; {per_token}{tp}"
+        else:
+            why = (
+                f"num_blocks given; {per_token}{tp}" if self.model else "num_blocks given, no model: no bytes"
+            )
+        return f"{head} ({why})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **dataclasses.asdict(self),
+            "tokens": self.tokens,
+            "pool_bytes": self.pool_bytes,
+            "line": self.line(),
+        }
+
+
+def size_pool(
+    model: Model | str | None,
+    gpu: Gpu | str | None,
+    block_size: int,
+    *,
+    num_blocks: int | None = None,
+    gpu_memory_utilization: float = 0.9,
+    kv_cache_bytes: int | None = None,
+    activation_reserve_bytes: int | None = None,
+    kv_cache_dtype: str | None = None,
+    tensor_parallel_size: int = 1,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+) -> PoolSizing:
+    """The pool of a configuration: `num_blocks` if given, else from `kv_cache_bytes`, else from the GPU.
+
+    Raises:
+        InvalidArgumentError: nothing to size from, a model that does not fit, too little memory for a
+            block, or more blocks than a pool can hold (blamed on the knob that gave them).
+    """
+    m = _shard(resolve_model(model), kv_cache_dtype, tensor_parallel_size) if model is not None else None
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    tp = tensor_parallel_size
+    common: dict[str, Any] = {
+        "block_size": block_size,
+        "model": m.name if m else None,
+        "kv_bytes_per_token": m.kv_bytes_per_token if m else None,
+        "tensor_parallel_size": tp,
+    }
+    if num_blocks is not None:
+        return PoolSizing(num_blocks=num_blocks, source="num_blocks", **common)
+    if m is None:
+        raise InvalidArgumentError(
+            "num_blocks None: give num_blocks, or model and gpu (or model and kv_cache_bytes) to size the pool"
+        )
+    if kv_cache_bytes is not None:
+        blocks = _blocks(kv_cache_bytes, m, block_size, "kv_cache_bytes")
+        return PoolSizing(num_blocks=blocks, source="kv_cache_bytes", kv_cache_bytes=kv_cache_bytes, **common)
+    if g is None:
+        raise InvalidArgumentError(
+            f"num_blocks None: model {m.name!r} needs a gpu (or kv_cache_bytes, or num_blocks) to size the pool"
+        )
+    reserve = (
+        activation_reserve_estimate(m, max_num_batched_tokens, max_num_seqs, tp)
+        if activation_reserve_bytes is None
+        else activation_reserve_bytes
+    )
+    assert model is not None
+    whole = _shard(resolve_model(model), kv_cache_dtype, 1)
+    kv = available_kv_bytes(
+        whole, g, gpu_memory_utilization, activation_reserve_bytes=reserve, tensor_parallel_size=tp
+    )
+    blocks = _blocks(kv, m, block_size, "gpu_memory_utilization")
+    return PoolSizing(
+        num_blocks=blocks,
+        source="gpu",
+        gpu=g.name,
+        gpu_memory_utilization=gpu_memory_utilization,
+        memory_bytes=g.memory_bytes,
+        weight_bytes=m.param_bytes,
+        activation_reserve_bytes=reserve,
+        kv_cache_bytes=kv,
+        **common,
+    )
+
+
+def _blocks(kv: int, m: Model, block_size: int, knob: str) -> int:
+    from kvsim.config import MAX_BLOCKS  # the pool's limit has one home (config imports this module lazily)
+
+    block_bytes = block_size * m.kv_bytes_per_token
+    usable = kv // block_bytes
+    if usable < 1:
+        raise InvalidArgumentError(
+            f"{knob}: {fmt_bytes(kv)} ({kv} B) of KV cache cannot hold one block of {block_size} tokens of "
+            f"{m.name} ({fmt_bytes(block_bytes)}); raise {knob} or lower block_size"
+        )
+    if usable + 1 > MAX_BLOCKS:
+        raise InvalidArgumentError(
+            f"{knob}: {fmt_bytes(kv)} of KV cache gives {usable + 1} blocks of {block_size} tokens of {m.name}, "
+            f"more than the {MAX_BLOCKS} a pool can hold"
+        )
+    return usable + 1
 
 
 def available_kv_bytes(
@@ -46,8 +261,9 @@ def available_kv_bytes(
     gpu_memory_utilization: float = 0.9,
     *,
     activation_reserve_bytes: int = 0,
+    tensor_parallel_size: int = 1,
 ) -> int:
-    """Bytes left for the KV cache: `floor(memory · utilization) - weights - activation reserve`.
+    """Bytes left for the KV cache on one GPU: `floor(memory · utilization) - weights / tp - activations`.
 
     Raises:
         InvalidArgumentError: a utilization outside (0, 1], a negative reserve, or a model whose weights
@@ -55,6 +271,8 @@ def available_kv_bytes(
     """
     m, g = _resolve(model, gpu)
     assert g is not None
+    tp = tensor_parallel_size
+    m = _shard(m, None, tp)
     if not 0 < gpu_memory_utilization <= 1:
         raise InvalidArgumentError(f"gpu_memory_utilization {gpu_memory_utilization} must lie in (0, 1]")
     if activation_reserve_bytes < 0:
@@ -64,10 +282,12 @@ def available_kv_bytes(
     budget = math.floor(g.memory_bytes * gpu_memory_utilization)
     left = budget - m.param_bytes - activation_reserve_bytes
     if left <= 0:
+        per_gpu = f" per GPU (tensor_parallel_size {tp})" if tp > 1 else ""
         raise InvalidArgumentError(
-            f"{m.name} does not fit on {g.name}: {budget} B usable ({gpu_memory_utilization} of "
-            f"{g.memory_bytes}) minus {m.param_bytes} B of weights and {activation_reserve_bytes} B of "
-            f"activations leaves {left} B for the KV cache"
+            f"model {m.name} does not fit on {g.name}: {gpu_memory_utilization:.2f} × {fmt_bytes(g.memory_bytes)} = "
+            f"{fmt_bytes(budget)} usable − {fmt_bytes(m.param_bytes)} of weights{per_gpu} − "
+            f"{fmt_bytes(activation_reserve_bytes)} of activations leaves {fmt_bytes(left)} for the KV cache; "
+            "raise tensor_parallel_size (-tp) or gpu_memory_utilization"
         )
     return left
 
@@ -176,6 +396,7 @@ def linear_time_model(
     kv_dtype: str | None = None,
     flops_efficiency: float = 1.0,
     bandwidth_efficiency: float = 1.0,
+    tensor_parallel_size: int = 1,
 ) -> LinearTimeModel:
     """Roofline coefficients for `model` on `gpu` (module docstring: which resource prices which term).
 
@@ -186,14 +407,14 @@ def linear_time_model(
         kv_dtype: override the model's KV dtype.
         flops_efficiency: achieved fraction of peak FLOP/s, in (0, 1].
         bandwidth_efficiency: achieved fraction of HBM and PCIe bandwidth, in (0, 1].
+        tensor_parallel_size: GPUs the model is split over (each term is one GPU's share).
 
     Raises:
         InvalidArgumentError: an efficiency outside (0, 1] or a block size below 1.
     """
     m, g = _resolve(model, gpu)
     assert g is not None
-    if kv_dtype is not None:
-        m = m.with_kv_dtype(kv_dtype)
+    m = _shard(m, kv_dtype, tensor_parallel_size)
     for name, value in (
         ("flops_efficiency", flops_efficiency),
         ("bandwidth_efficiency", bandwidth_efficiency),
@@ -215,4 +436,14 @@ def linear_time_model(
     )
 
 
-__all__ = ["PS_PER_S", "LinearTimeModel", "available_kv_bytes", "linear_time_model", "pool_blocks"]
+__all__ = [
+    "PS_PER_S",
+    "LinearTimeModel",
+    "PoolSizing",
+    "activation_reserve_estimate",
+    "available_kv_bytes",
+    "kv_bytes_per_token",
+    "linear_time_model",
+    "pool_blocks",
+    "size_pool",
+]

@@ -49,18 +49,14 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.config import SimConfig
+from kvsim.config import KNOBS, PAPER_SETUP, SimConfig, convert
 from kvsim.errors import InvalidArgumentError
 
 EXECUTORS = ("threads", "processes", "dask")
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SimConfig) if f.name != "extra")
-# The paper's setup (PagedAttention §6.1): OPT-13B on one A100-40GB with 12 GiB of KV cache, roofline time.
-DEFAULT_BASE: dict[str, Any] = {
-    "model": "opt-13b",
-    "gpu": "a100-40gb",
-    "kv_cache_bytes": 12 * 2**30,
-    "time_model": "linear",
-}
+# The claims suite's base: the paper's setup (PagedAttention §6.1), OPT-13B on one A100-40GB with 12 GiB of
+# KV cache. A sweep's own base starts from KNOBS' defaults (kvsim.config), as SimConfig and `kvsim run` do.
+DEFAULT_BASE: dict[str, Any] = dict(PAPER_SETUP)
 META_COLUMNS = (
     "point_id",
     "workload",
@@ -73,58 +69,16 @@ META_COLUMNS = (
 )
 WORKLOAD_PREFIX = "workload."
 
-# One line per SimConfig field: the help of `kvsim run --<field>` and of `--grid` (see config.py).
-FIELD_HELP: dict[str, str] = {
-    "num_blocks": "KV blocks in the pool, counting vLLM's null block (default: sized from model, gpu, "
-    "kv_cache_bytes)",
-    "block_size": "tokens per KV block (default 16)",
-    "policy": "allocation policy: vllm (paged, on demand), reserve (paged, reserve prompt+max_tokens), "
-    "static (contiguous, max_model_len each), orca-max, orca-pow2, orca-oracle (contiguous, sized by "
-    "max_tokens / next power of two / the true output)",
-    "placement": "contiguous policies: first-fit or buddy placement of regions",
-    "enable_prefix_caching": "share full blocks between requests through the hash-chained prefix cache "
-    "(true/false, default true)",
-    "free_order": "where freed blocks go in the free queue: lifo_unhashed (default, vLLM >= 0.23: unkeyed "
-    "blocks to the head) or classic (every block to the tail, vLLM < 0.23)",
-    "preemption": "what a preempted request loses: recompute (frees everything), swap (to cpu_blocks), "
-    "or auto (vLLM v0: swap sample groups, recompute lone sequences)",
-    "cpu_blocks": "CPU swap space in blocks (preemption=swap or auto)",
-    "sampling": "n > 1 samples: independent sequences (vLLM v1) or fork-cow (copy-on-write sequence groups, "
-    "paper §4.4, vLLM v0)",
-    "max_num_seqs": "most requests running at once (default 256)",
-    "max_num_batched_tokens": "token budget of one iteration (default 8192)",
-    "chunked_prefill": "split long prompts over iterations (true/false, default true)",
-    "admission_gate": "full-prompt (default, vLLM >= 0.19: admit only if the whole prompt's blocks are "
-    "free) or none (the first chunk's, vLLM < 0.19)",
-    "waiting_over_budget": "chunked prefill off, a prompt over the step's budget left: stop (default, "
-    "vLLM >= 0.12: the waiting phase ends) or skip (vLLM 0.9.2-0.11.2: later prompts are tried)",
-    "watermark": "fraction of blocks kept free at admission, in [0, 1) (vLLM v0: 0.01)",
-    "append_check": "exact (a running request needs the blocks its tokens need) or one-free-block (vLLM v0: "
-    "a free block per running request, needed or not)",
-    "max_model_len": "longest prompt + output in tokens; static reserves this much per request",
-    "time_model": "ticks (every iteration iteration_time_ps) or linear (c0 + c_tok*tokens + c_ctx*context)",
-    "iteration_time_ps": "ticks: one iteration in picoseconds (default 1e9 = 1 ms)",
-    "c0_ps": "linear: fixed picoseconds per iteration (default: roofline of model on gpu)",
-    "c_tok_ps": "linear: picoseconds per batched token",
-    "c_ctx_ps": "linear: picoseconds per context token read",
-    "swap_ps_per_block": "picoseconds to move one block over PCIe (swap preemption)",
-    "model": "model preset sizing the pool and the time model (e.g. opt-13b, llama-3-8b)",
-    "gpu": "GPU preset (e.g. a100-40gb, h100-80gb)",
-    "gpu_memory_utilization": "fraction of GPU memory vLLM may use, in (0, 1] (default 0.9)",
-    "kv_cache_bytes": "KV cache bytes given directly (instead of gpu memory minus weights)",
-}
+# One line per SimConfig field: the help of `kvsim run --<field>` and of `--grid` (from kvsim.config.KNOBS).
+FIELD_HELP: dict[str, str] = {name: knob.help for name, knob in KNOBS.items() if name != "extra"}
 
 
 # ------------------------------------------------------------------------------------------- values
 
 
 def _field_kind(name: str) -> str:
-    """The value kind of a SimConfig field from its annotation: bool, int, float, str or any."""
-    ann = str(next(f.type for f in dataclasses.fields(SimConfig) if f.name == name))
-    for kind in ("bool", "float", "int", "str"):
-        if kind in ann:
-            return kind
-    return "any"
+    """The value kind of a SimConfig field (`kvsim.config.KNOBS`): int, float, bool, choice, bytes, ..."""
+    return KNOBS[name].kind
 
 
 def _literal(text: str) -> Any:
@@ -150,34 +104,24 @@ def _literal(text: str) -> Any:
 
 
 def coerce(name: str, value: Any) -> Any:
-    """`value` (flag text or a TOML value) converted to the type of SimConfig field `name`.
+    """`value` (flag text or a TOML value) converted to SimConfig field `name` by the field's own rule
+    (`kvsim.config.convert`: sizes and durations take units, `12GiB`, `5ms`; `none` unsets an optional
+    field; `true`/`false` for switches).
 
     Raises:
-        InvalidArgumentError: a value that is not of the field's type.
+        InvalidArgumentError: a value the field does not take; the message starts with the field's name.
     """
     kind = _field_kind(name)
-    v = _literal(value) if isinstance(value, str) and kind != "str" else value
-    if v is None:
-        return None
-    if kind == "bool":
-        if isinstance(v, bool):
-            return v
-        if v in (0, 1):
-            return bool(v)
-    elif kind == "int":
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-    elif kind == "float":
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            return float(v)
-    elif kind == "str":
-        if isinstance(v, str):
-            return v.strip()
-    else:
-        return v
-    raise InvalidArgumentError(f"grid parameter {name}: {value!r} is not a valid {kind}")
+    v = value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in ("none", "null"):
+            v = None
+        elif kind in ("int", "float", "bool"):
+            v = _literal(text)
+        else:  # choices, names and paths as written; sizes and durations parse their own units
+            v = text
+    return convert(name, v)
 
 
 def _unknown(name: str, known: Iterable[str], what: str) -> InvalidArgumentError:
@@ -220,13 +164,16 @@ WORKLOADS: dict[str, WorkloadKind] = {
         ),
         WorkloadKind(
             "sharegpt",
-            {"lengths": "sharegpt-paper", "arrival_rate": 2.0},
-            description="paper ShareGPT statistics (161.31 in / 337.99 out), Poisson 2 req/s",
+            {"lengths": "sharegpt-paper", "arrival_rate": 2.0, "max_tokens": "context"},
+            description="paper ShareGPT statistics (161.31 in / 337.99 out), Poisson 2 req/s, max_tokens = "
+            "2048 − prompt (vLLM's server default for a client that sends none; :max_tokens=exact for the "
+            "true output)",
         ),
         WorkloadKind(
             "alpaca",
-            {"lengths": "alpaca-paper", "arrival_rate": 30.0},
-            description="paper Alpaca statistics (19.31 in / 58.45 out), Poisson 30 req/s",
+            {"lengths": "alpaca-paper", "arrival_rate": 30.0, "max_tokens": "context"},
+            description="paper Alpaca statistics (19.31 in / 58.45 out), Poisson 30 req/s, max_tokens = "
+            "2048 − prompt",
         ),
         WorkloadKind(
             "sharegpt-real",
@@ -265,27 +212,43 @@ _SYNTHETIC_ARGS = tuple(
 def parse_workload(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """`NAME` or `NAME:key=value,...` (or a TOML table with `name`) -> (name, parameter overrides).
 
+    Every value is checked against the parameter's kind (`kvsim.workload_specs`): `arrival_rate=abc`,
+    `num_samples=abc` or `turns=1.5` fail here, naming the spec and the parameter. Traces take the
+    trace parameters (`start`, `stop`, `time_scale`, `request_rate`) only.
+
     Raises:
-        InvalidArgumentError: an unknown workload, a malformed pair, or parameters given to a trace.
+        InvalidArgumentError: an empty or unknown workload, a malformed pair, or a bad value.
     """
+    from kvsim.workload_specs import check_param
+
     if isinstance(spec, Mapping):
         params = dict(spec)
         name = params.pop("name", None)
         if not isinstance(name, str):
             raise InvalidArgumentError(f"workload table {dict(spec)!r} needs a name")
-    else:
+        label = name
+    elif isinstance(spec, str):
+        label = spec
         name, _, rest = spec.partition(":")
         params = {}
         for pair in filter(None, (p.strip() for p in rest.split(","))):
             key, eq, value = pair.partition("=")
             if not eq or not key.strip() or not value.strip():
                 raise InvalidArgumentError(f"workload {spec!r}: {pair!r} is not key=value")
+            if key.strip() in params:
+                raise InvalidArgumentError(f"workload {spec!r}: {key.strip()!r} given twice")
             params[key.strip()] = _literal(value)
+    else:
+        raise InvalidArgumentError(f"workload {spec!r} must be a NAME[:key=value,...] string or a table")
     name = name.strip()
+    if not name:
+        raise InvalidArgumentError(
+            f"workload {label!r} names no workload; known: {', '.join(sorted(WORKLOADS))}"
+        )
     if name not in WORKLOADS:
         raise _unknown(name, WORKLOADS, "workload")
-    if params and not WORKLOADS[name].seeded:
-        raise InvalidArgumentError(f"workload {name!r} is a trace and takes no parameters, got {params}")
+    seeded = WORKLOADS[name].seeded
+    params = {k: check_param(label, k, v, synthetic=seeded) for k, v in params.items()}
     return name, params
 
 
@@ -305,40 +268,59 @@ def _fmt(v: Any) -> str:
 
 
 def _synthetic_kwargs(name: str, params: Mapping[str, Any], requests: int, seed: int) -> dict[str, Any]:
+    """`synthetic()` keyword arguments of a workload (trace parameters and `max_tokens=context` are
+    applied afterwards by `make_workload`)."""
+    from kvsim.workload_specs import TRACE_PARAMS
+
     kind = WORKLOADS[name]
     assert kind.synthetic is not None
     kwargs: dict[str, Any] = {**kind.synthetic}
     length_params: dict[str, Any] = {}
     for k, v in params.items():
+        if k in TRACE_PARAMS:
+            continue
         if k in _SYNTHETIC_ARGS:
             kwargs[k] = list(v) if k == "max_tokens" and isinstance(v, tuple) else v
         else:
             length_params[k] = v
     if kwargs.get("max_tokens") is not None and isinstance(kwargs["max_tokens"], list):
         kwargs["max_tokens"] = tuple(kwargs["max_tokens"])
+    if kwargs.get("max_tokens") == "context":
+        kwargs["max_tokens"] = "exact"
     if length_params:
         kwargs["length_params"] = length_params
     return {"num_requests": requests, "seed": seed, **kwargs}
 
 
 def make_workload(name: str, params: Mapping[str, Any], requests: int, seed: int) -> Any:
-    """Builds (or loads) a workload; traces keep their first `requests` rows.
+    """Builds (or loads) a workload; traces keep their first `requests` rows (of the `start`/`stop`
+    window); then `time_scale` / `request_rate` apply (`kvsim.workload_specs`).
 
     Raises:
         InvalidArgumentError: a missing trace file or a bad parameter.
     """
     from kvsim import workloads
+    from kvsim.workload_specs import apply_trace_params, client_max_tokens, split_trace_params
 
     kind = WORKLOADS[name]
+    label = workload_label(name, params)
+    _, trace = split_trace_params(params)
     if kind.synthetic is not None:
-        return workloads.synthetic(**_synthetic_kwargs(name, params, requests, seed))
+        w = workloads.synthetic(**_synthetic_kwargs(name, params, requests, seed))
+        if {**kind.synthetic, **params}.get("max_tokens") == "context":
+            w = client_max_tokens(w, label)
+        return apply_trace_params(w, trace, label)
     assert kind.trace is not None
     loader, rel = kind.trace
     path = workloads.traces_dir() / rel
     if not path.exists():
         raise InvalidArgumentError(f"workload {name!r}: trace file {path} does not exist (set KVSIM_TRACES)")
     full = _load_trace(loader, str(path))
-    return full if requests >= len(full) else full[:requests]
+    window = {k: v for k, v in trace.items() if k in ("start", "stop")}
+    if window:
+        full = apply_trace_params(full, window, label)
+    w = full if requests >= len(full) else full[:requests]
+    return apply_trace_params(w, {k: v for k, v in trace.items() if k not in window}, label)
 
 
 _TRACE_CACHE: dict[tuple[str, str], Any] = {}
@@ -524,9 +506,17 @@ def check_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
             key = name[len(WORKLOAD_PREFIX) :]
             if not key:
                 raise InvalidArgumentError(f"grid parameter {name!r} names no workload parameter")
-            conv = [_literal(v) if isinstance(v, str) else v for v in values]
+            from kvsim.workload_specs import check_param
+
+            conv = [
+                check_param(f"--grid {name}", key, _literal(v) if isinstance(v, str) else v, synthetic=True)
+                for v in values
+            ]
         elif name in CONFIG_FIELDS:
-            conv = [coerce(name, v) for v in values]
+            try:
+                conv = [coerce(name, v) for v in values]
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"--grid {name}: {exc}") from None
         else:
             raise _unknown(name, [*CONFIG_FIELDS, "workload.<synthetic parameter>"], "grid parameter")
         seen = [json.dumps(v, default=str) for v in conv]
@@ -543,7 +533,7 @@ class SweepSpec:
     Attributes:
         name: names the output (`results/<name>.parquet`).
         grid: parameter -> values (config fields and `workload.*`), crossed.
-        base: fixed SimConfig fields under the grid (default: the paper's OPT-13B, 12 GiB setup).
+        base: fixed SimConfig fields under the grid (unset fields: `kvsim.config.KNOBS`' defaults).
         workloads: workload specs (`sharegpt`, `alpaca:arrival_rate=10`, ...), crossed with the grid.
         seeds: seeds 0..seeds-1 for synthetic workloads (traces run once).
         requests: requests per point.
@@ -552,7 +542,7 @@ class SweepSpec:
 
     name: str = "sweep"
     grid: dict[str, list[Any]] = field(default_factory=dict)
-    base: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_BASE))
+    base: dict[str, Any] = field(default_factory=dict)
     workloads: list[Any] = field(default_factory=lambda: ["sharegpt"])
     seeds: int = 1
     requests: int = 10_000
@@ -583,7 +573,7 @@ class SweepSpec:
             raise InvalidArgumentError(f"sweep file {p}: unknown keys {sorted(unknown)}")
         spec = cls(name=data.get("name", p.stem))
         if "base" in data:
-            spec.base = {**DEFAULT_BASE, **data["base"]}
+            spec.base = dict(data["base"])
         spec.grid = check_grid(data.get("grid", {}))
         spec.workloads = list(data.get("workloads", spec.workloads))
         spec.seeds = int(data.get("seeds", spec.seeds))

@@ -1,0 +1,558 @@
+"""`kvsim run`: one simulation from vLLM-style flags (or a TOML file), reported as `vllm bench serve`
+reports it, with the pool line and notes. Its flags come from `kvsim.config.KNOBS`: vLLM's spelling first
+(`--num-gpu-blocks-override`, `--kv-cache-memory-bytes`, `--enable-prefix-caching` /
+`--no-enable-prefix-caching`, `-tp`, ...), kvsim's own kept as aliases; values are text converted by
+the knob's own rule (`kvsim.sweep.coerce`, units included), so an error names the flag as typed.
+The `kvsim` parser and the other subcommands live in `kvsim.cli`; the human table and the notes in
+`kvsim.run_report`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from kvsim.config import KNOBS
+from kvsim.errors import InvalidArgumentError, KvsimError
+from kvsim.run_report import render_table, run_notes
+from kvsim.sweep import CONFIG_FIELDS, WORKLOADS, coerce, make_workload, parse_workload
+
+_WORKLOAD_HELP = "; ".join(f"{k}: {v.description}" for k, v in WORKLOADS.items())
+METRICS_POINTER = (
+    "Metrics: each is defined once in python/kvsim/metrics.py (serving metrics, vllm bench serve's) and "
+    "DESIGN.md §Metrics (the summary's memory and cache metrics)."
+)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's line breaks; adds `(default: X)` to a flag whose help names no default
+    and whose default is a value (not None, not False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS, []):
+            return text
+        if action.option_strings:
+            return f"{text} (default: {action.default})"
+        return text
+
+
+def _fmt_default(name: str) -> str:
+    """A knob's default for `--help`, in its unit."""
+    from kvsim.units import fmt_bytes, fmt_duration_ps
+
+    k = KNOBS[name]
+    d = k.default
+    if d is None:
+        return ""
+    if isinstance(d, bool):
+        return "on" if d else "off"
+    if k.kind == "bytes":
+        return fmt_bytes(d)
+    if k.kind == "duration":
+        return fmt_duration_ps(d).replace(" ", "")
+    return str(d)
+
+
+class _Given(argparse.Action):
+    """Stores `(flag as typed, text)`: the value is converted later by its knob's rule, and an error
+    names the flag the user typed."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, (option_string, values))
+
+
+class _Switch(argparse.Action):
+    """A vLLM-style switch: `--enable-x` turns it on, `--no-enable-x` off; `--enable-x false` (today's
+    spelling, with a value) is kept as an alias."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        assert option_string is not None
+        if option_string.startswith("--no-"):
+            setattr(namespace, self.dest, (option_string, "false"))
+        else:
+            setattr(namespace, self.dest, (option_string, "true" if values is None else values))
+
+
+def _knob_flags(name: str) -> list[str]:
+    """Every spelling of knob `name`: vLLM's first (if any), then `--name-with-dashes`, `--name_as_is`."""
+    k = KNOBS[name]
+    dashed = f"--{name.replace('_', '-')}"
+    flags = [*k.flags, dashed]
+    if "_" in name:
+        flags.append(f"--{name}")
+    return list(dict.fromkeys(flags))
+
+
+_UNIT_TEXT = {
+    "bytes": "a size: 12GiB, 512MiB, 1.5GB; a bare number is bytes",
+    "duration": "a time: 1ms, 120us, 5ns; a bare number is picoseconds",
+}
+
+
+def _add_knob_flags(g: Any) -> None:
+    for name in CONFIG_FIELDS:
+        k = KNOBS[name]
+        flags = _knob_flags(name)
+        default = _fmt_default(name)
+        unit = _UNIT_TEXT.get(k.kind) or (k.unit if k.unit in ("tokens", "blocks", "sequences") else "")
+        if name == "swap_space_bytes":
+            unit = "a size: 4GiB; after --swap-space a bare number is GiB, as in vLLM; default: unset, no CPU pool"
+        if default and k.kind not in ("bytes", "duration"):
+            default = str(k.default)
+        tail = "; ".join(x for x in (unit, f"default: {default}" if default else "") if x)
+        text = f"{k.help} ({tail})" if tail else k.help
+        if k.kind == "bool":
+            g.add_argument(
+                *flags, dest=f"cfg_{name}", action=_Switch, nargs="?", metavar="BOOL", default=None, help=text
+            )
+            offs = [f"--no-{f[2:]}" for f in flags if f.startswith("--") and "_" not in f]
+            g.add_argument(
+                *offs, dest=f"cfg_{name}", action=_Switch, nargs=0, default=None, help=f"turn {flags[0]} off"
+            )
+            continue
+        metavar = "{" + ",".join(k.choices) + "}" if k.kind == "choice" else (k.metavar or "VALUE")
+        g.add_argument(*flags, dest=f"cfg_{name}", action=_Given, metavar=metavar, default=None, help=text)
+
+
+def _add_workload_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
+    p.add_argument(
+        "--workload",
+        action="append" if many else "store",
+        metavar="NAME[:K=V,...]|PATH",
+        default=None,
+        help=(
+            "workload, optionally with parameters (sharegpt:arrival_rate=4,max_tokens=2048; other keys go "
+            "to synthetic()'s length_params, a/b is a range; every workload takes start=, stop= (a row "
+            "window), time_scale= or request_rate=)"
+            + (
+                ", repeatable (crossed with the grid)"
+                if many
+                else "; or a csv/jsonl/parquet file of your own (see --trace-columns)"
+            )
+            + f". Names: {_WORKLOAD_HELP} (default: sharegpt)"
+        ),
+    )
+    p.add_argument(
+        "--requests",
+        "--num-prompts",
+        type=str,
+        default=None,
+        metavar="N",
+        help="requests per simulation (traces: the first N rows) (default: 10000)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("rust", "reference"),
+        default=None,
+        help="engine: rust (fast) or reference (the pure-Python spec) (default: rust)",
+    )
+
+
+def _run_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "run",
+        formatter_class=_Formatter,
+        help="run one simulation and print its summary",
+        description=(
+            "Run one simulation from flags or a TOML file and print what vllm bench serve would, plus\n"
+            "memory, cache and preemption metrics, and the pool line (what memory is simulated).\n\n"
+            "Give --model and --gpu (the pool is sized as vLLM does: gpu memory utilization x device\n"
+            "memory - weights / tp - activations), or --model with --kv-cache-memory-bytes, or\n"
+            "--num-gpu-blocks-override. Unset knobs take kvsim.config.KNOBS' defaults (DESIGN.md\n"
+            "§Defaults); --preset starts from a vLLM release's rules. A TOML file may hold `workload`,\n"
+            "`requests`, `seed`, `backend` and a [config] table.\n\n"
+            "Scheduling rules are vLLM 0.33.0's, the newest release checked (lifo_unhashed frees, the\n"
+            "full-prompt admission gate, stop at a prompt over the budget); older releases' are the\n"
+            "presets of DESIGN.md §Presets (--preset, or --free-order, --admission-gate,\n"
+            "--waiting-over-budget).\n\n"
+            "Example: kvsim run --model llama-3-8b --gpu h100-80gb --workload sharegpt:arrival_rate=8"
+        ),
+        epilog=METRICS_POINTER,
+    )
+    p.add_argument("--toml", metavar="PATH", help="read the run from a TOML file (flags override it)")
+    w = p.add_argument_group("workload")
+    _add_workload_flags(w, many=False)  # type: ignore[arg-type]
+    w.add_argument(
+        "--seed",
+        default=None,
+        metavar="N",
+        help="workload seed, an integer >= 0 (default: 0; traces are deterministic and ignore it, with a note)",
+    )
+    w.add_argument(
+        "--trace-columns",
+        metavar="OURS=THEIRS,...",
+        default=None,
+        help="a file workload's column names: arrival, prompt_len, output_len (required), max_tokens, "
+        "num_samples, request_id (default: the same names)",
+    )
+    w.add_argument(
+        "--trace-time-unit",
+        "--time-unit",
+        choices=("s", "ms", "us"),
+        default="s",
+        help="unit of a file workload's arrival column",
+    )
+    w.add_argument(
+        "--time-scale",
+        metavar="FACTOR",
+        default=None,
+        help="multiply every arrival time by FACTOR (0.5 replays a trace at twice the load) (default: 1)",
+    )
+    w.add_argument(
+        "--request-rate",
+        metavar="REQ/S",
+        default=None,
+        help="rescale arrivals to this mean request rate (default: the workload's own)",
+    )
+    w.add_argument(
+        "--rows",
+        metavar="START:STOP",
+        default=None,
+        help="keep rows [START, STOP) of the workload (a trace window) (default: all)",
+    )
+    c = p.add_argument_group("configuration (SimConfig fields; vLLM's flag names first)")
+    c.add_argument(
+        "--preset",
+        choices=("vllm-v1", "vllm-latest", "vllm-v0"),
+        default=None,
+        help="start from a vLLM release's rules (SimConfig.preset); flags override it (default: none)",
+    )
+    _add_knob_flags(c)
+    o = p.add_argument_group("output")
+    o.add_argument("--json", action="store_true", help="print the result as one JSON object (for machines)")
+    o.add_argument(
+        "--save-result",
+        metavar="DIR",
+        default=None,
+        help="also write the result (JSON: version, resolved config, workload, seed, pool, metrics) and "
+        "the per-request rows (parquet) into DIR",
+    )
+    o.add_argument(
+        "--percentile-metrics",
+        default="ttft,tpot,itl",
+        metavar="M1,M2,...",
+        help="latency metrics to report, of ttft, tpot, itl, e2el (vllm bench serve's; itl's median, std and "
+        "percentiles record every step's time, about 80 bytes a step) (default: ttft,tpot,itl)",
+    )
+    o.add_argument(
+        "--metric-percentiles",
+        default="99",
+        metavar="P1,P2,...",
+        help="percentiles of those metrics (default: 99)",
+    )
+    o.add_argument(
+        "--goodput",
+        nargs="+",
+        default=None,
+        metavar="METRIC:MS",
+        help="SLOs in milliseconds (ttft:500 tpot:50 e2el:2000): report goodput, the requests per second "
+        "that met all of them, and SLO attainment (default: none)",
+    )
+    return p
+
+
+# ---------------------------------------------------------------------------------------------- run
+
+
+ITL_SERIES_MAX_REQUESTS = 200_000
+
+
+class FlagError(KvsimError):
+    """A bad flag value: printed as `kvsim run: error: argument --flag: ...`."""
+
+
+def _flag_value(flag: str, name: str, text: Any) -> Any:
+    """The value of knob `name` from `text`, given as `flag` (vLLM's `--swap-space` counts GiB)."""
+    bare_number = r"\s*(\d[\d_]*\.?\d*|\.\d+)([eE][+-]?\d+)?\s*"
+    if flag == "--swap-space" and isinstance(text, str) and re.fullmatch(bare_number, text):
+        # vLLM's --swap-space is a float of GiB, cut to whole bytes (int(swap_space * GiB_bytes)).
+        import contextlib
+        import decimal
+
+        with contextlib.suppress(decimal.DecimalException):  # too large for a Decimal: the parser names it
+            text = str(int(decimal.Decimal(text.strip().replace("_", "")) * 2**30))
+    try:
+        return coerce(name, text)
+    except InvalidArgumentError as exc:
+        raise FlagError(f"argument {flag}: {exc}") from None
+
+
+def _int_flag(flag: str, text: Any, lo: int) -> int:
+    try:
+        value = int(str(text).strip().replace("_", ""))
+    except ValueError:
+        raise FlagError(f"argument {flag}: {text!r} is not an integer") from None
+    if value < lo:
+        raise FlagError(f"argument {flag}: {value} must be at least {lo}")
+    if value > 1 << 40:
+        raise FlagError(f"argument {flag}: {value} must be at most 2**40")
+    return value
+
+
+def _toml_int(args: argparse.Namespace, data: dict[str, Any], key: str, default: int, lo: int) -> int:
+    """Whole number `key` of a run file (the bounds of the flag of the same name)."""
+    if key not in data:
+        return default
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"run file {args.toml}: {key} {value!r} must be a whole number >= {lo}")
+    if not lo <= value <= 1 << 40:
+        raise InvalidArgumentError(f"run file {args.toml}: {key} {value} must be between {lo} and 2**40")
+    return value
+
+
+def _float_flag(flag: str, text: Any) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise FlagError(f"argument {flag}: {text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise FlagError(f"argument {flag}: {text!r} must be a positive number")
+    return value
+
+
+def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
+    import kvsim
+
+    cfg: dict[str, Any] = {}
+    for k, v in data.get("config", {}).items():
+        if k not in CONFIG_FIELDS:
+            raise InvalidArgumentError(f"run file {args.toml}: unknown SimConfig field {k!r}")
+        try:
+            cfg[k] = coerce(k, v)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"run file {args.toml}: [config] {exc}") from None
+    flag_of: dict[str, str] = {}
+    for name in CONFIG_FIELDS:
+        given = getattr(args, f"cfg_{name}")
+        if given is not None:
+            flag, text = given
+            cfg[name] = _flag_value(flag, name, text)
+            flag_of[name] = flag
+    if cfg.get("num_blocks") is None and cfg.get("model") is None:
+        raise FlagError(
+            "no pool to simulate: give --model and --gpu (sized as vLLM does), --model with "
+            "--kv-cache-memory-bytes, or --num-gpu-blocks-override"
+        )
+    try:
+        if args.preset:
+            return kvsim.SimConfig.preset(args.preset, **cfg)
+        return kvsim.SimConfig(**cfg)
+    except InvalidArgumentError as exc:
+        field = str(exc).split(" ", 1)[0].rstrip(":")
+        if field in flag_of:
+            raise FlagError(f"argument {flag_of[field]}: {exc}") from None
+        raise
+
+
+def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: list[str]) -> tuple[Any, dict]:
+    from kvsim import workload_specs as ws
+
+    spec = args.workload if args.workload is not None else data.get("workload", "sharegpt")
+    requests = (
+        _int_flag("--requests", args.requests, 1)
+        if args.requests is not None
+        else _toml_int(args, data, "requests", 10_000, 1)
+    )
+    seed_given = args.seed is not None or "seed" in data
+    seed = _int_flag("--seed", args.seed, 0) if args.seed is not None else _toml_int(args, data, "seed", 0, 0)
+    trace: dict[str, Any] = {}
+    if args.time_scale is not None:
+        trace["time_scale"] = _float_flag("--time-scale", args.time_scale)
+    if args.request_rate is not None:
+        if args.time_scale is not None:
+            raise FlagError("argument --request-rate: not allowed with --time-scale (give one of them)")
+        trace["request_rate"] = _float_flag("--request-rate", args.request_rate)
+    if args.rows is not None:
+        start, colon, stop = args.rows.partition(":")
+        if not colon:
+            raise FlagError(f"argument --rows: {args.rows!r} is not START:STOP (1000:2000, :5000, 100:)")
+        if start.strip():
+            trace["start"] = _int_flag("--rows", start, 0)
+        if stop.strip():
+            trace["stop"] = _int_flag("--rows", stop, 1)
+    if isinstance(spec, str) and ws.is_trace_file(spec):
+        try:
+            columns = ws.parse_columns(args.trace_columns)
+        except InvalidArgumentError as exc:
+            raise FlagError(f"argument --trace-columns: {exc}") from None
+        full = ws.load_file(spec, columns=columns, time_unit=args.trace_time_unit)
+        if len(full) and full.arrival[0] > 0:
+            # Its own timestamps (unix seconds, an offset): replayed from its first request, as vllm bench
+            # serve does, so the duration and the throughputs count from it.
+            notes.append(
+                f"{spec}'s arrivals start at {full.arrival[0]:,.3f} s: replayed from its first request "
+                "(every arrival shifted by that)"
+            )
+            full = ws.rebase(full)
+        window = {k: v for k, v in trace.items() if k in ("start", "stop")}
+        full = ws.apply_trace_params(full, window, spec) if window else full
+        w = full if requests >= len(full) else full[:requests]
+        w = ws.apply_trace_params(w, {k: v for k, v in trace.items() if k not in window}, spec)
+        name, params = spec, {"columns": columns, "time_unit": args.trace_time_unit, **trace}
+        seeded = False
+    else:
+        if args.trace_columns is not None:
+            raise FlagError("argument --trace-columns: applies to a file workload (--workload path.csv)")
+        try:
+            name, params = parse_workload(spec)
+            params = {**params, **trace}
+            seeded = WORKLOADS[name].seeded
+            w = make_workload(name, params, requests, seed)
+        except InvalidArgumentError as exc:
+            # Errors of the generator itself (lengths=nosuch, max_model_len below the prompt mean) do not
+            # name the workload: say which spec gave them, and the flag (or the run file) it came from.
+            msg = str(exc) if str(exc).startswith("workload") else f"workload {spec!r}: {exc}"
+            where = "argument --workload" if args.workload is not None else f"run file {args.toml}"
+            raise FlagError(f"{where}: {msg}") from None
+    if seed_given and not seeded:
+        notes.append(
+            f"--seed {seed} is ignored: the trace {name} is deterministic (every seed gives the same run)"
+        )
+    info = {"name": name, "params": params, "requests": len(w), "seed": seed if seeded else None}
+    return w, info
+
+
+def _check_save_dir(path: str) -> Path:
+    """The `--save-result` folder, created, checked writable before the run."""
+    if "\0" in path or not path.strip():
+        raise FlagError(f"argument --save-result: {path!r} is not a folder name")
+    d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise FlagError(f"argument --save-result: {d} exists and is not a folder")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FlagError(f"argument --save-result: cannot create {d}: {exc.strerror}") from None
+    why = write_probe(d)
+    if why:
+        raise FlagError(f"argument --save-result: cannot write in {d}: {why}")
+    return d
+
+
+def write_probe(folder: Path) -> str | None:
+    """Why nothing can be written in `folder` (a real write of a temporary file: permission bits do not
+    bind root, and some folders refuse files), or None when a file can be."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".kvsim-write-check-"):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import kvsim
+    from kvsim import metrics
+
+    data: dict[str, Any] = {}
+    if args.toml:
+        try:
+            data = tomllib.loads(Path(args.toml).read_text())
+        except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not TOML, a NUL in the path
+            raise InvalidArgumentError(f"run file {args.toml}: {exc}") from None
+        if not isinstance(data.get("config", {}), dict):
+            raise InvalidArgumentError(f"run file {args.toml}: config must be a [config] table")
+        if data.get("backend", "rust") not in ("rust", "reference"):
+            raise InvalidArgumentError(
+                f"run file {args.toml}: backend {data['backend']!r} is not one of 'rust', 'reference'"
+            )
+        unknown = set(data) - {"workload", "requests", "seed", "backend", "config"}
+        if unknown:
+            raise InvalidArgumentError(f"run file {args.toml}: unknown keys {sorted(unknown)}")
+    try:
+        pct_metrics = metrics.parse_percentile_metrics(args.percentile_metrics)
+    except InvalidArgumentError as exc:
+        raise FlagError(f"argument --percentile-metrics: {exc}") from None
+    try:
+        pcts = metrics.parse_metric_percentiles(args.metric_percentiles)
+    except InvalidArgumentError as exc:
+        raise FlagError(f"argument --metric-percentiles: {exc}") from None
+    try:
+        goodput = metrics.parse_goodput(args.goodput)
+    except InvalidArgumentError as exc:
+        raise FlagError(f"argument --goodput: {exc}") from None
+    save_dir = _check_save_dir(args.save_result) if args.save_result is not None else None
+    config = _config_from_args(args, data)
+    notes: list[str] = []
+    workload, info = _workload_from_args(args, data, notes)
+    backend = args.backend or data.get("backend", "rust")
+    # ITL's distribution needs every step's time (~80 bytes a step, ~10 steps a request): kept to runs
+    # whose time series stays small; a larger run reports ITL's exact mean only, and says so.
+    record = "itl" in pct_metrics and len(workload) <= ITL_SERIES_MAX_REQUESTS
+    if "itl" in pct_metrics and not record:
+        notes.append(
+            f"ITL: mean only; its distribution records every step's time, done for runs of up to "
+            f"{ITL_SERIES_MAX_REQUESTS:,} requests (--percentile-metrics ttft,tpot,e2el leaves ITL out)"
+        )
+    result = kvsim.simulate(workload, config, backend=backend, record_timeseries=record)
+    step_starts = result.raw.timeseries["time_ps"] if result.raw.timeseries else None
+    serving = metrics.serving_metrics(
+        result.requests,
+        result.raw,
+        percentile_metrics=pct_metrics,
+        metric_percentiles=pcts,
+        goodput=goodput,
+        step_start_ps=step_starts,
+    )
+    run_notes(result, workload, info, notes)
+    out = {
+        "kvsim_version": kvsim.__version__,
+        "argv": getattr(args, "_argv", None),
+        "pool": config.pool.line(),
+        "pool_sizing": config.pool.to_dict(),
+        "config": config.describe(),
+        "workload": info,
+        "seed": info["seed"],
+        "backend": backend,
+        "goodput_slos_ms": goodput,
+        "serving": serving,
+        "summary": result.summary,
+        "notes": notes,
+    }
+    if save_dir is not None:
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"kvsim-{Path(str(info['name'])).stem}-{config.policy}")
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S-%f")
+        path = save_dir / f"{stem}-{stamp}.json"
+        try:
+            path.write_text(json.dumps(out, indent=2, default=str, ensure_ascii=False) + "\n")
+            result.requests.write_parquet(path.with_suffix(".requests.parquet"))
+        except OSError as exc:
+            raise FlagError(f"argument --save-result: cannot write {path}: {exc.strerror}") from None
+        out["saved"] = str(path)
+    if args.json:
+        print(json.dumps(out, default=str, ensure_ascii=False))
+    else:
+        params = ",".join(
+            f"{k}={','.join(f'{a}={b}' for a, b in v.items()) if isinstance(v, dict) else v}"
+            for k, v in info["params"].items()
+            if v is not None
+        )
+        seed = f", seed {info['seed']}" if info["seed"] is not None else ""
+        print(
+            f"workload: {info['name']}{':' + params if params else ''}, {info['requests']:,} requests{seed}"
+        )
+        print(out["pool"])
+        raw_cfg, human = config.to_dict(), config.describe()
+        shown = {
+            k: human[k]
+            for k, v in raw_cfg.items()
+            if v is not None and v != KNOBS[k].default and not (k == "swap_ps_per_block" and v == 0)
+        }
+        print("config: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+        print()
+        print(render_table(serving, result.summary, pct_metrics, pcts))
+        for note in notes:
+            print(f"note: {note}")
+        if save_dir is not None:
+            print(f"saved: {out['saved']}")
+    return 0

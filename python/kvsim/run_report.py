@@ -1,0 +1,196 @@
+"""What a `kvsim run` says about its result: the human table (throughput, latency in ms, memory, cache,
+preemption, with units) and the notes (not memory-bound and why, rejected requests, requests past the
+model's context, vllm serve's batch defaults, a trace that cannot hit the prefix cache). `kvsim.cli_run`
+parses the flags and calls these; each metric is defined in `kvsim.metrics` and DESIGN.md §Metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvsim.config import KNOBS
+
+
+def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]) -> None:
+    """What the user should know about this run's answer (appended to `notes`; DESIGN.md §Defaults).
+
+    Args:
+        result: the `SimResult`.
+        workload: the workload it ran.
+        info: the workload's record (`name`, `params`, ...).
+        notes: the list the notes are appended to.
+    """
+    import numpy as np
+
+    s, cfg = result.summary, result.config
+    peak = s.get("peak_allocated_fraction", 0.0)
+    queue = s.get("queueing_s_p99")
+    e2e = s.get("e2e_s_p50")
+    calm = s["preemptions"] == 0 and s["rejected"] == 0 and peak < 0.9
+    knobs = "memory knobs (block size, pool size, gpu memory utilization, preemption mode, swap space)"
+    if calm and (queue is None or e2e is None or queue <= 0.01 * e2e):
+        notes.append(
+            f"not memory-bound: the pool peaked at {peak:.0%} of its capacity, nothing was preempted and "
+            f"requests barely queued (p99 {1000 * (queue or 0):.1f} ms); {knobs} cannot change this answer; "
+            "raise the load to see them"
+        )
+    elif calm:
+        # Overloaded, but not by memory: requests queued while the pool never came near full and nothing
+        # was preempted, so admission waited for seats or for the token budget, never for blocks.
+        if s["peak_batch"] >= cfg.max_num_seqs:
+            limit = (
+                f"the batch reached max_num_seqs ({cfg.max_num_seqs} sequences, --max-num-seqs) and requests "
+                "waited for a seat"
+            )
+        else:
+            limit = (
+                f"requests waited for the token budget (max_num_batched_tokens {cfg.max_num_batched_tokens}, "
+                "--max-num-batched-tokens) and the iteration time"
+            )
+        notes.append(
+            f"not memory-bound: requests queued (p99 {1000 * queue:,.1f} ms) but the pool peaked at {peak:.0%} "
+            f"of its capacity and nothing was preempted: {limit}, not for memory; {knobs} cannot change "
+            "this answer"
+        )
+    if s["rejected"]:
+        reasons = result.requests["reject_reason"].drop_nulls().value_counts(sort=True)
+        why = "; ".join(f"{reason}: {n:,}" for reason, n in reasons.iter_rows())
+        notes.append(
+            f"{s['rejected']:,} of {s['num_requests']:,} requests were rejected, never run ({why}); "
+            "latencies and throughput count finished requests only"
+        )
+    if cfg.gpu is not None:
+        from kvsim.gpus import Gpu, vllm_server_batch_defaults
+        from kvsim.gpus import get as get_gpu
+
+        g = cfg.gpu if isinstance(cfg.gpu, Gpu) else get_gpu(cfg.gpu)
+        tokens, seqs = vllm_server_batch_defaults(g)
+        ours = (cfg.max_num_batched_tokens, cfg.max_num_seqs)
+        if ours == (KNOBS["max_num_batched_tokens"].default, KNOBS["max_num_seqs"].default) != (tokens, seqs):
+            notes.append(
+                f"vllm serve on {g.name} defaults to --max-num-batched-tokens {tokens} --max-num-seqs {seqs}; "
+                f"this run used kvsim's {ours[0]} and {ours[1]} (pass those flags to match the server)"
+            )
+    if cfg.model is not None and cfg.max_model_len is None and len(workload):
+        # vLLM's max_model_len defaults to the model's context length and refuses longer requests;
+        # kvsim's default is no limit, so say which requests a vLLM server would have refused.
+        from kvsim.models import resolve
+
+        context = resolve(cfg.model).max_model_len
+        want = np.asarray(workload.prompt_len) + np.minimum(
+            np.asarray(workload.output_len), np.asarray(workload.max_tokens)
+        )
+        over = int((want > context).sum())
+        if over:
+            notes.append(
+                f"{over:,} of {len(workload):,} requests need more than the model's context of {context:,} "
+                f"tokens, which vLLM (whose max_model_len defaults to it) would refuse or cut short; kvsim "
+                f"ran them whole (no max_model_len): --max-model-len {context} does as vLLM does"
+            )
+    if cfg.enable_prefix_caching and not cfg.is_contiguous and len(workload):
+        ids = np.asarray(workload.segment_id)
+        if len(np.unique(ids)) == len(ids) and s.get("prefix_hit_rate_first_admission", 0.0) == 0.0:
+            why = (
+                "the Azure traces carry no content hashes, so every prompt is its own"
+                if str(info["name"]).startswith("azure")
+                else "no two of its prompts share content"
+            )
+            notes.append(
+                f"prefix caching is on, but {info['name']} cannot hit the cache across requests ({why}): "
+                "its prefix hit rate is 0 whatever the cache"
+            )
+
+
+_GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
+    (
+        "throughput",
+        (
+            ("completed", "requests completed", "count"),
+            ("failed", "requests rejected", "count"),
+            ("duration_s", "duration", "s"),
+            ("request_throughput", "request throughput", "req/s"),
+            ("output_throughput", "output token throughput", "tok/s"),
+            ("total_token_throughput", "total token throughput", "tok/s"),
+            ("request_goodput", "request goodput", "req/s"),
+            ("slo_attainment", "SLO attainment", "%"),
+        ),
+    ),
+    (
+        "memory",
+        (
+            ("kv_utilization", "KV utilization (tokens stored)", "%"),
+            ("kv_allocated_fraction", "KV allocated", "%"),
+            ("peak_allocated_fraction", "peak allocated", "%"),
+            ("internal_fragmentation", "internal fragmentation", "%"),
+            ("reservation_waste", "reservation waste", "%"),
+            ("external_fragmentation", "external fragmentation", "%"),
+            ("mean_batch", "mean batch", "sequences"),
+            ("peak_batch", "peak batch", "sequences"),
+        ),
+    ),
+    (
+        "cache",
+        (
+            ("prefix_hit_rate", "prefix hit rate", "%"),
+            ("prefix_hit_rate_first_admission", "prefix hit rate (first admissions)", "%"),
+            ("blocks_saved_by_sharing", "blocks saved by sharing", "blocks"),
+            ("evictions", "evictions", "blocks"),
+            ("cow_copies", "copy-on-write copies", "blocks"),
+        ),
+    ),
+    (
+        "preemption",
+        (
+            ("preemptions", "preemptions", "count"),
+            ("recomputed_tokens", "recomputed tokens", "tokens"),
+            ("swapped_blocks", "swapped blocks (out and in)", "blocks"),
+        ),
+    ),
+)
+
+
+def _num(v: Any, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    if unit == "%":
+        return f"{100 * v:.1f} %"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if abs(v) >= 100:
+        return f"{v:,.1f}"
+    return f"{v:.4g}"
+
+
+def render_table(
+    serving: dict[str, Any], summary: dict[str, Any], metrics: Sequence[str], pcts: Sequence[float]
+) -> str:
+    """The human table: throughput, latency (ms), memory, cache and preemption groups, with units."""
+    from kvsim.metrics import _pct_key
+
+    values = {**summary, **serving}
+    lines: list[str] = []
+    for title, rows in _GROUPS:
+        shown = [(k, label, unit) for k, label, unit in rows if values.get(k) is not None or k in serving]
+        if title == "throughput":
+            shown = [r for r in shown if r[0] in values]
+        if not shown:
+            continue
+        lines.append(f"== {title} ==")
+        lines += [
+            f"  {label:<36} {_num(values[k], unit):>14} {'' if unit in ('%', 'count') else unit}"
+            for k, label, unit in shown
+        ]
+        if title == "throughput":
+            lines.append("== latency (ms) ==")
+            cols = ["mean", "median", "std", *[_pct_key(p) for p in pcts]]
+            lines.append("  " + " " * 8 + "".join(f"{c:>12}" for c in cols))
+            for m in metrics:
+                row = [serving.get(f"{c}_{m}_ms") for c in cols]
+                lines.append(f"  {m.upper():<8}" + "".join(f"{_num(v):>12}" for v in row))
+            if "itl" in metrics and serving.get("itl_inexact_sequences"):
+                lines.append(
+                    f"  (ITL: mean only; {serving['itl_inexact_sequences']:,} sequences missed steps, preempted "
+                    "or out of budget, and the engines do not record their gaps: kvsim/metrics.py)"
+                )
+    return "\n".join(lines)

@@ -1,0 +1,277 @@
+"""Workload parameters from text: the type of every parameter a `--workload NAME:key=value` spec (or a
+`workload.<key>` grid axis) may set, the trace parameters (time scale, request rate, row window), the
+paper presets' client-style `max_tokens`, and users' own trace files (`--workload path.csv`).
+
+`kvsim.sweep.parse_workload` and `make_workload` call this module; `kvsim run` uses it for files.
+
+Trace parameters (any workload, applied after it is built, in this order):
+- `start`, `stop`: keep rows `[start, stop)` of the table (a row window; ids and content unchanged,
+  arrivals shifted so that the window's first request arrives at 0);
+- `time_scale`: multiply every arrival time by it (0.5 replays the trace at twice the load);
+- `request_rate`: rescale arrivals so the mean rate is this many requests per second (the first
+  arrival stays at its time; exclusive with `time_scale`).
+
+A user's own file (`kvsim run --workload path.csv`) is replayed from its first request (`rebase`).
+
+`max_tokens=context` (the default of the paper presets `sharegpt` and `alpaca`) sets each request's
+`max_tokens` to `max_model_len − prompt_len`, what vLLM's OpenAI server fills in when a client sends
+no `max_tokens`; the request still generates its drawn output length. `max_tokens=exact` is the true
+output, an integer is a cap for all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvsim.errors import InvalidArgumentError
+
+TRACE_PARAMS = ("start", "stop", "time_scale", "request_rate")
+TRACE_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".parquet")
+# The parameters of `kvsim.workloads.synthetic` and the kind of value each takes.
+SYNTHETIC_PARAMS: dict[str, str] = {
+    "arrival_rate": "positive",
+    "arrivals": "str",
+    "burstiness": "positive",
+    "lengths": "str",
+    "max_model_len": "count",
+    "num_system_prompts": "count",
+    "system_prompt_len": "counts",
+    "sharing_ratio": "fraction",
+    "turns": "count",
+    "turn_interval": "nonnegative",
+    "num_samples": "count",
+    "beam_width": "count",
+    "max_tokens": "max_tokens",
+}
+_TRACE_KINDS = {"start": "index", "stop": "index", "time_scale": "positive", "request_rate": "positive"}
+
+
+def is_trace_file(spec: str) -> bool:
+    """Whether a `--workload` value names a file of the user's (by its suffix)."""
+    return Path(spec.partition(":")[0] if not Path(spec).exists() else spec).suffix.lower() in TRACE_SUFFIXES
+
+
+def check_param(label: str, key: str, value: Any, *, synthetic: bool) -> Any:
+    """`value` of workload parameter `key` checked and converted (ints stay ints, `a/b` ranges tuples).
+
+    Args:
+        label: the workload spec, for the message (or the flag it came from, such as
+            `--grid workload.arrival_rate`, when it starts with `--`).
+        key: the parameter.
+        value: its value (a literal parsed from text, or a TOML value).
+        synthetic: whether the workload is generated (length parameters allowed) or a trace.
+
+    Raises:
+        InvalidArgumentError: `workload 'sharegpt:turns=1.5': turns 1.5 must be a whole number >= 1`.
+    """
+    kind = _TRACE_KINDS.get(key) or (SYNTHETIC_PARAMS.get(key) if synthetic else None)
+    if kind is None and not synthetic:
+        raise InvalidArgumentError(
+            f"workload {label!r}: {key!r} is not a trace parameter ({', '.join(TRACE_PARAMS)})"
+        )
+    if kind is None:  # a length_params key: a number or an a/b range of numbers
+        kind = "length"
+    try:
+        return _convert(key, value, kind)
+    except InvalidArgumentError as exc:
+        where = label if label.startswith("--") else f"workload {label!r}"
+        raise InvalidArgumentError(f"{where}: {exc}") from None
+
+
+def _number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{key} {value!r} must be a number")
+    try:
+        v = float(value)
+    except OverflowError:
+        raise InvalidArgumentError(f"{key} {value!r} is out of range") from None
+    if not math.isfinite(v):
+        raise InvalidArgumentError(f"{key} {value!r} must be finite")
+    return v
+
+
+def _whole(key: str, value: Any, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{key} {value!r} must be a whole number >= {lo}")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise InvalidArgumentError(f"{key} {value!r} must be a whole number >= {lo}")
+    v = int(value)
+    if v < lo or v > 1 << 40:
+        raise InvalidArgumentError(f"{key} {value!r} must be a whole number between {lo} and 2**40")
+    return v
+
+
+def _convert(key: str, value: Any, kind: str) -> Any:
+    if kind == "positive":
+        v = _number(key, value)
+        if v <= 0:
+            raise InvalidArgumentError(f"{key} {value!r} must be > 0")
+        return v
+    if kind == "nonnegative":
+        v = _number(key, value)
+        if v < 0:
+            raise InvalidArgumentError(f"{key} {value!r} must be >= 0")
+        return v
+    if kind == "fraction":
+        v = _number(key, value)
+        if not 0 <= v <= 1:
+            raise InvalidArgumentError(f"{key} {value!r} must be in [0, 1]")
+        return v
+    if kind == "count":
+        return _whole(key, value, 1)
+    if kind == "index":
+        return _whole(key, value, 0)
+    if kind == "counts":
+        if isinstance(value, tuple | list):
+            return tuple(_whole(key, v, 0) for v in value)
+        return _whole(key, value, 0)
+    if kind == "str":
+        if not isinstance(value, str) or not value:
+            raise InvalidArgumentError(f"{key} {value!r} must be a name")
+        return value
+    if kind == "max_tokens":
+        if value in ("exact", "context"):
+            return value
+        if isinstance(value, str):
+            raise InvalidArgumentError(f"max_tokens {value!r} must be exact, context or a whole number >= 1")
+        return _whole(key, value, 1)
+    # length parameter: a number or a lo/hi range
+    if isinstance(value, tuple | list):
+        return tuple(_number(key, v) if not isinstance(v, int) else v for v in value)
+    if isinstance(value, str):
+        if key in ("path", "prompt_column", "output_column"):
+            return value
+        raise InvalidArgumentError(f"{key} {value!r} must be a number or a lo/hi range")
+    _number(key, value)
+    return value
+
+
+def split_trace_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(generator parameters, trace parameters)."""
+    gen = {k: v for k, v in params.items() if k not in TRACE_PARAMS}
+    return gen, {k: v for k, v in params.items() if k in TRACE_PARAMS}
+
+
+def rebase(workload: Any) -> Any:
+    """The workload with its clock started at its first request (arrivals shifted so the first is 0;
+    `meta["rebased_s"]` is the shift), as `vllm bench serve` replays a trace: its duration, and so every
+    throughput, counts from the first request."""
+    from kvsim.workloads import Workload
+
+    if not len(workload) or workload.arrival[0] <= 0:
+        return workload
+    cols = {k: np.array(v) for k, v in workload.columns().items()}
+    cols["arrival"] = cols["arrival"] - cols["arrival"][0]
+    return Workload._from_owned(
+        cols,
+        {**workload.meta, "rebased_s": float(workload.arrival[0])},
+        allow_foreign_outputs=workload.allow_foreign_outputs,
+    )
+
+
+def apply_trace_params(workload: Any, params: Mapping[str, Any], label: str) -> Any:
+    """The workload with `start`/`stop`, `time_scale` and `request_rate` applied (module docstring).
+
+    Raises:
+        InvalidArgumentError: an empty window, or `time_scale` with `request_rate`.
+    """
+    from kvsim.workloads import Workload
+
+    if not params:
+        return workload
+    n = len(workload)
+    start = int(params.get("start", 0))
+    stop = int(params.get("stop", n))
+    if start or stop < n:
+        if not start < min(stop, n):
+            raise InvalidArgumentError(f"workload {label!r}: rows [{start}, {stop}) of {n} hold no request")
+        workload = workload[start:stop]
+        if start:
+            # A window replays from its first request: the clock starts there (throughput counts from 0).
+            workload = rebase(workload)
+    if "time_scale" in params and "request_rate" in params:
+        raise InvalidArgumentError(f"workload {label!r}: give time_scale or request_rate, not both")
+    factor = None
+    if "time_scale" in params:
+        factor = float(params["time_scale"])
+    elif "request_rate" in params:
+        arrival = workload.arrival
+        span = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
+        if span <= 0:
+            raise InvalidArgumentError(
+                f"workload {label!r}: request_rate needs arrivals spread over time (all arrive at once)"
+            )
+        factor = (len(arrival) - 1) / span / float(params["request_rate"])
+    if factor is not None and factor != 1.0:
+        cols = {k: np.array(v) for k, v in workload.columns().items()}
+        first = cols["arrival"][0] if len(cols["arrival"]) else 0.0
+        cols["arrival"] = first + (cols["arrival"] - first) * factor
+        meta = {**workload.meta, "time_scale": factor}
+        workload = Workload._from_owned(cols, meta, allow_foreign_outputs=workload.allow_foreign_outputs)
+    return workload
+
+
+def client_max_tokens(workload: Any, label: str) -> Any:
+    """The workload with `max_tokens = max_model_len − prompt_len` per request (at least 1): what vLLM's
+    server fills in for a client that sends no `max_tokens`. The workload must record its
+    `max_model_len` (the paper presets do: 2048).
+
+    Raises:
+        InvalidArgumentError: a workload without a `max_model_len`.
+    """
+    from kvsim.workloads import Workload
+
+    mml = workload.meta.get("max_model_len")
+    if mml is None:
+        raise InvalidArgumentError(
+            f"workload {label!r}: max_tokens=context needs max_model_len (set it: max_model_len=2048)"
+        )
+    cols = {k: np.array(v) for k, v in workload.columns().items()}
+    cols["max_tokens"] = np.maximum(int(mml) - cols["prompt_len"], 1).astype(np.int64)
+    meta = {**workload.meta, "max_tokens": "context"}
+    return Workload._from_owned(cols, meta, allow_foreign_outputs=workload.allow_foreign_outputs)
+
+
+def load_file(path: str, *, columns: Mapping[str, str] | None, time_unit: str) -> Any:
+    """A user's trace file through `kvsim.workloads.load_table` (csv, jsonl, parquet)."""
+    from kvsim.workloads import load_table
+
+    return load_table(path, columns=columns, time_unit=time_unit)
+
+
+def parse_columns(text: str | None) -> dict[str, str] | None:
+    """`arrival=timestamp,prompt_len=input_tokens` -> a `load_table` column mapping.
+
+    Raises:
+        InvalidArgumentError: a pair that is not OURS=THEIRS.
+    """
+    if text is None:
+        return None
+    out: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        ours, eq, theirs = pair.partition("=")
+        if not eq or not ours.strip() or not theirs.strip():
+            raise InvalidArgumentError(f"{pair!r} is not OURS=THEIRS (arrival=timestamp,...)")
+        out[ours.strip()] = theirs.strip()
+    if not out:
+        raise InvalidArgumentError(f"{text!r} names no column")
+    return out
+
+
+__all__ = [
+    "SYNTHETIC_PARAMS",
+    "TRACE_PARAMS",
+    "apply_trace_params",
+    "check_param",
+    "client_max_tokens",
+    "is_trace_file",
+    "load_file",
+    "parse_columns",
+    "rebase",
+    "split_trace_params",
+]

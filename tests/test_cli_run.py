@@ -1,0 +1,601 @@
+"""`kvsim run` through the real entry point (issue 13 parts 1-4, issue 12 part 4): one set of defaults,
+the pool line, vLLM's flags and units, one-line errors with exit status 2, workloads from files, notes,
+and vllm bench serve's metrics."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kvsim
+from kvsim.cli import main
+
+SMALL = ["run", "--requests", "60", "--num-gpu-blocks-override", "200"]
+
+
+def _json(capsys, argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _error(capsys, argv):
+    """Runs a bad command: exit status 2, one line on stderr, which is returned."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+# -- part 1: one default per knob; sizing from the GPU ----------------------------------------------------------
+def test_cli_and_api_size_a_named_gpu_the_same(capsys):
+    data = _json(capsys, ["run", "--requests", "20", "--model", "llama-3-8b", "--gpu", "h100-80gb"])
+    cfg = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb")
+    assert data["config"]["num_blocks"] == cfg.num_blocks
+    assert data["config"]["time_model"] == cfg.time_model == "linear"
+    assert data["pool"] == cfg.pool.line()
+
+
+def test_gpu_memory_utilization_changes_the_pool(capsys):
+    base = ["run", "--requests", "20", "--model", "llama-3-8b", "--gpu", "h100-80gb"]
+    half = _json(capsys, [*base, "--gpu-memory-utilization", "0.5"])["config"]["num_blocks"]
+    high = _json(capsys, [*base, "--gpu-memory-utilization", "0.95"])["config"]["num_blocks"]
+    assert half < high
+
+
+def test_kv_cache_memory_bytes_and_block_override(capsys):
+    base = ["run", "--requests", "20", "--model", "opt-13b", "--gpu", "a100-40gb"]
+    assert _json(capsys, [*base, "--kv-cache-memory-bytes", "12GiB"])["config"]["num_blocks"] == 984
+    assert _json(capsys, [*base, "--num-gpu-blocks-override", "300"])["config"]["num_blocks"] == 300
+
+
+def test_every_run_prints_the_pool_line(capsys):
+    assert main(["run", "--requests", "20", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]) == 0
+    out = capsys.readouterr().out
+    assert "pool: 984 blocks × 16 tokens = 15,744 tokens = 12.0 GiB (kv_cache_bytes 12.0 GiB" in out
+
+
+def test_tensor_parallel_flag_and_a_model_that_does_not_fit(capsys):
+    line = _error(capsys, ["run", "--model", "llama-3-70b", "--gpu", "h100-80gb"])
+    assert "does not fit on h100-80gb" in line
+    data = _json(
+        capsys, ["run", "--requests", "20", "--model", "llama-3-70b", "--gpu", "h100-80gb", "-tp", "4"]
+    )
+    assert data["config"]["tensor_parallel_size"] == 4
+    assert "tp 4" in data["pool"]
+
+
+def test_fp8_kv_cache_flag(capsys):
+    base = ["run", "--requests", "20", "--model", "llama-3-8b", "--kv-cache-memory-bytes", "8GiB"]
+    fp16 = _json(capsys, base)["config"]["num_blocks"]
+    fp8 = _json(capsys, [*base, "--kv-cache-dtype", "fp8"])["config"]["num_blocks"]
+    assert fp8 - 1 == 2 * (fp16 - 1)
+
+
+def test_a_hugging_face_config_path_as_model(capsys):
+    path = str(Path(__file__).parent / "data" / "hf" / "llama-3-8b.json")
+    data = _json(capsys, ["run", "--requests", "20", "--model", path, "--gpu", "h100-80gb"])
+    assert data["config"]["num_blocks"] == kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb").num_blocks
+
+
+def test_no_pool_is_an_error_naming_the_flags(capsys):
+    line = _error(capsys, ["run"])
+    assert "--model" in line
+    assert "--num-gpu-blocks-override" in line
+
+
+# -- part 2: vLLM's flags, units, help, errors -------------------------------------------------------------------
+def test_vllm_switches_and_todays_aliases(capsys):
+    off = _json(capsys, [*SMALL, "--no-enable-prefix-caching"])["config"]
+    assert off["enable_prefix_caching"] is False
+    assert _json(capsys, [*SMALL, "--enable-prefix-caching"])["config"]["enable_prefix_caching"] is True
+    assert (
+        _json(capsys, [*SMALL, "--enable-prefix-caching", "false"])["config"]["enable_prefix_caching"]
+        is False
+    )
+    assert _json(capsys, [*SMALL, "--no-enable-chunked-prefill"])["config"]["chunked_prefill"] is False
+    assert _json(capsys, [*SMALL, "--chunked-prefill", "false"])["config"]["chunked_prefill"] is False
+    cfg = _json(
+        capsys, [*SMALL, "--max-num-seqs", "8", "--max-num-batched-tokens", "4096", "--max-model-len", "4096"]
+    )
+    assert (cfg["config"]["max_num_seqs"], cfg["config"]["max_model_len"]) == (8, 4096)
+
+
+def test_swap_space_in_gib_and_preemption_mode(capsys):
+    argv = ["run", "--requests", "20", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]
+    data = _json(capsys, [*argv, "--swap-space", "4", "--preemption-mode", "swap"])
+    assert data["config"]["preemption"] == "swap"
+    assert data["config"]["cpu_blocks"] == 4 * 2**30 // (16 * 819_200)
+    assert data["config"]["swap_space_bytes"] == "4 GiB"
+
+
+@pytest.mark.parametrize(("text", "blocks"), [("4", 2048), ("1.5", 768), ("1e1", 5120), ("0.5GiB", 256)])
+def test_swap_space_is_gib_as_in_vllm(capsys, text, blocks):
+    """vLLM's --swap-space is a float of GiB (int(swap_space * GiB) bytes), whatever the notation."""
+    argv = [
+        "run",
+        "--requests",
+        "10",
+        "--model",
+        "llama-3-8b",
+        "--num-blocks",
+        "500",
+        "--preemption-mode",
+        "swap",
+    ]
+    assert _json(capsys, [*argv, "--swap-space", text])["config"]["cpu_blocks"] == blocks
+
+
+def test_swap_space_smaller_than_a_block_is_named(capsys):
+    argv = [
+        "run",
+        "--requests",
+        "10",
+        "--model",
+        "llama-3-8b",
+        "--num-blocks",
+        "500",
+        "--preemption-mode",
+        "swap",
+    ]
+    line = _error(capsys, [*argv, "--swap-space", "0.001"])
+    assert line.startswith(
+        "kvsim run: error: argument --swap-space: swap_space_bytes 1073741 holds no block"
+    ), line
+    assert "out of range" in _error(capsys, [*argv, "--swap-space", "1e999999999999"])
+
+
+def test_units_for_sizes_and_durations(capsys):
+    burst = [*SMALL, "--workload", "sharegpt:arrivals=all-at-once", "--time-model", "ticks"]
+    data = _json(capsys, [*burst, "--iteration-time-ps", "5ms"])
+    assert data["config"]["iteration_time_ps"] == "5 ms"
+    odd = _json(capsys, [*burst, "--iteration-time-ps", "1234567"])["config"]["iteration_time_ps"]
+    assert odd == "1.234567 us"  # exact: a saved result reproduces the run
+    one_ms = _json(capsys, [*burst, "--iteration-time-ps", "1ms"])["summary"]["makespan_s"]
+    five_ms = data["summary"]["makespan_s"]
+    assert five_ms == pytest.approx(5 * one_ms)
+    linear = _json(
+        capsys,
+        [*SMALL, "--time-model", "linear", "--c0-ps", "120us", "--c-tok-ps", "10ns", "--c-ctx-ps", "1ns"],
+    )
+    assert linear["config"]["c0_ps"] == "120 us"
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--workload", "sharegpt:arrival_rate=abc"], "--workload"),
+        (["--workload", "sharegpt:num_samples=abc"], "--workload"),
+        (["--workload", "sharegpt:turns=1.5"], "--workload"),
+        (["--seed", "-1"], "--seed"),
+        (["--workload", ""], "--workload"),
+        (["--block-size", "abc"], "--block-size"),
+        (["--block_size", "0"], "--block_size"),
+        (["--gpu-memory-utilization", "nan"], "--gpu-memory-utilization"),
+        (["--kv-cache-memory-bytes", "12XB"], "--kv-cache-memory-bytes"),
+        (["--iteration-time-ps", "1.5ps"], "--iteration-time-ps"),
+        (["--enable-prefix-caching", "maybe"], "--enable-prefix-caching"),
+        (["--requests", "0"], "--requests"),
+        (["--goodput", "ttft=5"], "--goodput"),
+        (["--percentile-metrics", "foo"], "--percentile-metrics"),
+        (["--metric-percentiles", "101"], "--metric-percentiles"),
+        (["--rows", "5"], "--rows"),
+        (["--time-scale", "-2"], "--time-scale"),
+        (["--time-scale", "2", "--request-rate", "5"], "--request-rate"),
+        (["--workload", "sharegpt:lengths=nosuch"], "--workload"),
+        (["--workload", "sharegpt:max_model_len=100"], "--workload"),
+        (["--model", "opt-13b", "--swap-space", "4", "--cpu-blocks", "10"], "--swap-space"),
+        (["--save-result", ""], "--save-result"),
+        (["--save-result", "a\0b"], "--save-result"),
+    ],
+)
+def test_bad_values_are_one_line_naming_the_flag(capsys, argv, flag):
+    line = _error(capsys, [*SMALL, *argv])
+    assert line.startswith(f"kvsim run: error: argument {flag}:"), line
+
+
+def test_unknown_argument_shows_the_subcommand_usage(capsys):
+    assert main(["run", "--bogus", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: kvsim run")
+    assert "unrecognized arguments: --bogus 3" in err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"kvsim {kvsim.__version__}"
+
+
+def test_help_has_one_default_per_flag_and_real_metavars(capsys):
+    assert main(["run", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "(default: None)" not in text
+    for line in text.splitlines():
+        assert line.count("default") <= 1, line
+    flat = " ".join(text.split())
+    assert "--kv-cache-memory-bytes SIZE" in flat
+    assert "--block-size TOKENS" in flat
+    assert "a size: 12GiB" in flat
+    assert "max_tokens = 2048 − prompt" in flat  # what each paper preset's max_tokens is
+    assert "metrics.py" in flat
+
+
+def test_the_console_script_is_the_entry_point(tmp_path):
+    exe = Path(sys.executable).with_name("kvsim")
+    bad = subprocess.run(
+        [str(exe), "run", "--seed", "-1", "--num-blocks", "50"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1
+    assert "Traceback" not in bad.stderr
+    ok = subprocess.run([str(exe), "--version"], capture_output=True, text=True)
+    assert ok.returncode == 0
+
+
+# -- part 3: workloads from the command line ---------------------------------------------------------------------
+def _trace_file(tmp_path: Path, suffix: str) -> Path:
+    frame = pl.DataFrame(
+        {
+            "ts_ms": [0, 100, 250, 400, 800, 900],
+            "in": [30, 50, 20, 80, 40, 60],
+            "out": [10, 20, 5, 15, 25, 30],
+        }
+    )
+    path = tmp_path / f"trace{suffix}"
+    {".csv": frame.write_csv, ".jsonl": frame.write_ndjson, ".parquet": frame.write_parquet}[suffix](path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_a_trace_file_of_ones_own(capsys, tmp_path, suffix):
+    path = _trace_file(tmp_path, suffix)
+    cols = ["--trace-columns", "arrival=ts_ms,prompt_len=in,output_len=out", "--time-unit", "ms"]
+    data = _json(capsys, ["run", "--num-blocks", "100", "--workload", str(path), *cols])
+    assert data["workload"]["requests"] == 6
+    assert data["summary"]["completed"] == 6
+    window = _json(capsys, ["run", "--num-blocks", "100", "--workload", str(path), *cols, "--rows", "1:4"])
+    assert window["workload"]["params"]["start"] == 1  # the saved record names the window it replayed
+    assert window["workload"]["params"]["stop"] == 4
+    assert window["workload"]["requests"] == 3
+
+
+def test_a_file_with_absolute_timestamps_replays_from_its_first_request(capsys, tmp_path):
+    """Unix timestamps would be past the simulated clock, and an offset would count idle time into the
+    duration (and so into every throughput): a file replays from its first request, as vllm bench serve."""
+    path = tmp_path / "unix.csv"
+    pl.DataFrame(
+        {"arrival": [1.7e9, 1.7e9 + 1, 1.7e9 + 2], "prompt_len": [10, 20, 30], "output_len": [5, 5, 5]}
+    ).write_csv(path)
+    data = _json(capsys, ["run", "--num-blocks", "100", "--workload", str(path)])
+    assert data["summary"]["completed"] == 3
+    assert data["serving"]["duration_s"] < 3
+    assert any("replayed from its first request" in n for n in data["notes"])
+
+
+def test_requests_longer_than_the_models_context_are_noted(capsys, tmp_path):
+    """vLLM's max_model_len defaults to the model's context and refuses longer requests; kvsim's default
+    runs them, and says how many a vLLM server would have refused."""
+    path = tmp_path / "long.csv"
+    pl.DataFrame(
+        {"arrival": [0.0, 1.0, 2.0], "prompt_len": [100, 2000, 3000], "output_len": [10, 100, 10]}
+    ).write_csv(path)
+    argv = ["run", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB", "--workload", str(path)]
+    notes = _json(capsys, argv)["notes"]
+    assert any(n.startswith("2 of 3 requests need more than the model's context of 2,048") for n in notes), (
+        notes
+    )
+    capped = _json(capsys, [*argv, "--max-model-len", "2048"])["notes"]
+    assert not any("model's context" in n for n in capped)
+
+
+def test_a_trace_file_row_error_is_one_line(capsys, tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("arrival,prompt_len,output_len\n0,10,5\n1,abc,5\n")
+    line = _error(capsys, ["run", "--num-blocks", "100", "--workload", str(path)])
+    assert "line 3" in line
+    assert "prompt_len" in line
+
+
+def test_time_scale_replays_at_a_higher_load(capsys, tmp_path):
+    path = _trace_file(tmp_path, ".csv")
+    cols = ["--trace-columns", "arrival=ts_ms,prompt_len=in,output_len=out", "--time-unit", "ms"]
+    base = ["run", "--num-blocks", "100", "--time-model", "ticks", "--workload", str(path), *cols]
+    slow = _json(capsys, [*base, "--time-scale", "10"])["summary"]["makespan_s"]
+    fast = _json(capsys, [*base, "--time-scale", "0.1"])["summary"]["makespan_s"]
+    assert slow > fast
+    w = kvsim.sweep.make_workload("sharegpt", {"request_rate": 50.0}, 200, 0)
+    assert (len(w) - 1) / (w.arrival[-1] - w.arrival[0]) == pytest.approx(50.0)
+
+
+def test_seed_on_a_deterministic_trace_is_noted(capsys, tmp_path):
+    path = _trace_file(tmp_path, ".csv")
+    cols = ["--trace-columns", "arrival=ts_ms,prompt_len=in,output_len=out"]
+    data = _json(capsys, ["run", "--num-blocks", "100", "--workload", str(path), *cols, "--seed", "3"])
+    assert any("--seed 3 is ignored" in n for n in data["notes"])
+    assert data["seed"] is None
+
+
+def test_paper_presets_send_what_real_clients_send():
+    w = kvsim.sweep.make_workload("sharegpt", {}, 500, 0)
+    assert (w.max_tokens == 2048 - w.prompt_len).all()
+    exact = kvsim.sweep.make_workload("sharegpt", {"max_tokens": "exact"}, 500, 0)
+    assert (exact.max_tokens == exact.output_len).all()
+
+
+def test_paper_ordering_of_vllm_and_orca(capsys):
+    """With client-style max_tokens, Orca (Max) reserves the whole context and batches fewest; vLLM most
+    (requests queued at once, so memory decides the batch)."""
+    batch = {}
+    for policy in ("vllm", "orca-oracle", "orca-pow2", "orca-max"):
+        argv = ["run", "--requests", "1500", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]
+        argv += ["--policy", policy, "--max-model-len", "2048", "--workload", "sharegpt:arrivals=all-at-once"]
+        batch[policy] = _json(capsys, argv)["summary"]["mean_batch"]
+    assert batch["vllm"] > batch["orca-oracle"] > batch["orca-pow2"] > batch["orca-max"], batch
+
+
+def test_not_memory_bound_note(capsys):
+    argv = ["run", "--requests", "50", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]
+    light = _json(capsys, [*argv, "--workload", "sharegpt:arrival_rate=0.2"])
+    assert any(n.startswith("not memory-bound") for n in light["notes"])
+    heavy = _json(capsys, [*argv, "--workload", "sharegpt:arrivals=all-at-once", "--requests", "400"])
+    assert not any(n.startswith("not memory-bound") for n in heavy["notes"])
+
+
+def test_overload_that_waits_for_seats_is_not_memory_bound(capsys):
+    """Requests queue for a seat (max_num_seqs) while the pool stays far from full and nothing is
+    preempted: swap vs recompute or the block size cannot change this answer, and the run says so."""
+    argv = [
+        "run",
+        "--requests",
+        "300",
+        "--workload",
+        "sharegpt:arrivals=all-at-once",
+        "--time-model",
+        "ticks",
+    ]
+    seats = _json(capsys, [*argv, "--num-gpu-blocks-override", "50000", "--max-num-seqs", "8"])
+    assert seats["summary"]["queueing_s_p99"] > 1
+    assert any(n.startswith("not memory-bound") and "max_num_seqs (8" in n for n in seats["notes"]), seats[
+        "notes"
+    ]
+    memory = _json(capsys, [*argv, "--num-gpu-blocks-override", "300", "--max-num-seqs", "256"])
+    assert memory["summary"]["preemptions"] > 0
+    assert not any(n.startswith("not memory-bound") for n in memory["notes"])
+
+
+@pytest.mark.parametrize(
+    ("gpu", "server"), [("h100-80gb", "8192 --max-num-seqs 1024"), ("a100-80gb", "2048 --max-num-seqs 256")]
+)
+def test_vllm_serves_batch_defaults_by_gpu_are_noted(capsys, gpu, server):
+    """vllm serve picks max_num_batched_tokens / max_num_seqs by device; kvsim's do not depend on it."""
+    argv = ["run", "--requests", "20", "--model", "llama-3-8b", "--gpu", gpu]
+    notes = _json(capsys, argv)["notes"]
+    assert any(
+        n.startswith(f"vllm serve on {gpu} defaults to --max-num-batched-tokens {server}") for n in notes
+    )
+    tokens, seqs = kvsim.gpus.vllm_server_batch_defaults(kvsim.gpus.get(gpu))
+    matched = _json(capsys, [*argv, "--max-num-batched-tokens", str(tokens), "--max-num-seqs", str(seqs)])
+    assert not any(n.startswith("vllm serve on") for n in matched["notes"])
+
+
+def test_rejected_requests_are_noted_with_their_reason(capsys):
+    """A pool too small for any request rejects them all: the run says so and why, rather than print a
+    table of dashes."""
+    data = _json(capsys, ["run", "--requests", "20", "--num-gpu-blocks-override", "2"])
+    assert data["summary"]["rejected"] == 20
+    assert any(
+        n.startswith("20 of 20 requests were rejected") and "needs more blocks than the pool holds: 20" in n
+        for n in data["notes"]
+    ), data["notes"]
+    assert not any("were rejected" in n for n in _json(capsys, SMALL)["notes"])
+
+
+def test_contiguous_policies_get_no_prefix_cache_note(capsys):
+    """Contiguous policies have no prefix cache, so 'prefix caching is on' would be wrong for them."""
+    argv = ["run", "--requests", "60", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]
+    assert any(n.startswith("prefix caching is on") for n in _json(capsys, argv)["notes"])
+    orca = _json(capsys, [*argv, "--policy", "orca-oracle"])
+    assert not any(n.startswith("prefix caching is on") for n in orca["notes"])
+
+
+def test_a_nul_byte_in_a_path_is_one_line(capsys):
+    assert _error(capsys, [*SMALL, "--toml", "a\0b"]).startswith("kvsim run: error: run file")
+
+
+def test_azure_with_prefix_caching_is_noted(capsys):
+    if not (kvsim.workloads.traces_dir() / "azure_llm_2023").exists():
+        pytest.skip("traces folder absent")
+    data = _json(capsys, ["run", "--requests", "200", "--num-blocks", "4000", "--workload", "azure-code"])
+    assert any("Azure traces carry no content hashes" in n for n in data["notes"])
+
+
+# -- part 4: the metrics a serving engineer reads ----------------------------------------------------------------
+def test_vllm_bench_metrics_in_ms_with_chosen_percentiles(capsys):
+    argv = [*SMALL, "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99.9"]
+    s = _json(capsys, argv)["serving"]
+    for m in ("ttft", "tpot", "itl", "e2el"):
+        for stat in ("mean", "median", "std", "p50", "p90", "p99_9"):
+            assert f"{stat}_{m}_ms" in s
+    assert s["request_throughput"] > 0
+    assert s["output_throughput"] > 0
+
+
+def test_goodput_and_slo_attainment(capsys):
+    data = _json(capsys, [*SMALL, "--goodput", "ttft:1e9", "tpot:1e9"])
+    assert data["serving"]["slo_attainment"] == 1.0
+    assert data["serving"]["request_goodput"] == pytest.approx(data["serving"]["request_throughput"])
+    tight = _json(capsys, [*SMALL, "--goodput", "ttft:0.001"])["serving"]
+    assert tight["slo_attainment"] == 0.0
+    assert tight["request_goodput"] == 0.0
+
+
+def test_human_table_groups_with_units(capsys):
+    assert main([*SMALL, "--goodput", "ttft:500"]) == 0
+    out = capsys.readouterr().out
+    for group in (
+        "== throughput ==",
+        "== latency (ms) ==",
+        "== memory ==",
+        "== cache ==",
+        "== preemption ==",
+    ):
+        assert group in out
+    assert "req/s" in out
+    assert "request goodput" in out
+
+
+def test_save_result_records_what_reproduces_the_run(capsys, tmp_path):
+    d = tmp_path / "out"
+    assert main([*SMALL, "--seed", "4", "--save-result", str(d)]) == 0
+    saved = list(d.glob("*.json"))
+    assert len(saved) == 1
+    record = json.loads(saved[0].read_text())
+    assert record["kvsim_version"] == kvsim.__version__
+    assert record["seed"] == 4
+    assert record["workload"]["name"] == "sharegpt"
+    assert record["pool"].startswith("pool: 200 blocks")
+    assert record["config"]["iteration_time_ps"] == "1 ms"
+    assert record["argv"][:2] == ["run", "--requests"]
+    assert pl.read_parquet(saved[0].with_suffix(".requests.parquet")).height == 60
+
+
+def test_save_result_at_a_file_fails_before_the_run(capsys, tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    line = _error(capsys, [*SMALL, "--save-result", str(f)])
+    assert "--save-result" in line
+
+
+# -- any text for any flag: a run or one line with exit status 2, never a traceback ------------------------------
+_FLAGS = [
+    "--block-size",
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--max-model-len",
+    "--watermark",
+    "--gpu-memory-utilization",
+    "--kv-cache-memory-bytes",
+    "--iteration-time-ps",
+    "--policy",
+    "--preemption-mode",
+    "--enable-prefix-caching",
+    "--seed",
+    "--requests",
+    "--time-scale",
+    "--workload",
+    "-tp",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    flag=st.sampled_from(_FLAGS),
+    text=st.one_of(
+        st.text(alphabet="0123456789.-eE:=,/abcGiBms ", min_size=1, max_size=8),
+        st.sampled_from(["nan", "inf", "-1", "0", "1e400", "true", "none", "2**64", "sharegpt:turns=0"]),
+    ),
+)
+def test_any_flag_value_runs_or_fails_in_one_line(flag, text):
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["run", "--requests", "5", "--num-blocks", "64", "--model", "opt-13b", flag, text, "--json"]
+    if flag == "--requests":
+        argv = ["run", "--num-blocks", "64", flag, text, "--json"]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    if code == 0:
+        json.loads(out.getvalue())
+    else:
+        assert code == 2, err.getvalue()
+        lines = err.getvalue().strip().splitlines()
+        assert len(lines) == 1 or lines[0].startswith("usage:"), err.getvalue()
+        assert "Traceback" not in err.getvalue()
+
+
+def test_cli_and_api_give_the_same_latencies(capsys):
+    """One configuration, two interfaces, one answer (the CLI once defaulted to a different time model)."""
+    argv = [
+        "run",
+        "--requests",
+        "300",
+        "--model",
+        "llama-3-8b",
+        "--gpu",
+        "h100-80gb",
+        "--workload",
+        "sharegpt:arrival_rate=20",
+    ]
+    data = _json(capsys, argv)
+    w = kvsim.sweep.make_workload("sharegpt", {"arrival_rate": 20.0}, 300, 0)
+    api = kvsim.simulate(w, kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb")).summary
+    assert data["summary"]["ttft_s_p99"] == api["ttft_s_p99"]
+    assert data["summary"]["makespan_s"] == api["makespan_s"]
+
+
+def test_preset_flag(capsys):
+    argv = [
+        "run",
+        "--requests",
+        "20",
+        "--model",
+        "opt-13b",
+        "--kv-cache-memory-bytes",
+        "12GiB",
+        "--preset",
+        "vllm-v0",
+    ]
+    cfg = _json(capsys, argv)["config"]
+    assert (cfg["append_check"], cfg["preemption"], cfg["cpu_blocks"]) == ("one-free-block", "auto", 327)
+    assert _json(capsys, [*argv, "--watermark", "0.05"])["config"]["watermark"] == 0.05
+
+
+def test_a_row_window_starts_the_clock_at_its_first_request():
+    from kvsim.workload_specs import apply_trace_params
+
+    w = kvsim.sweep.make_workload("sharegpt", {}, 100, 0)
+    window = apply_trace_params(w, {"start": 40, "stop": 60}, "sharegpt")
+    assert len(window) == 20
+    assert window.arrival[0] == 0.0
+    assert window.arrival[-1] == pytest.approx(w.arrival[59] - w.arrival[40])
+    assert (window.prompt_len == w.prompt_len[40:60]).all()
+    with pytest.raises(kvsim.InvalidArgumentError, match="hold no request"):
+        apply_trace_params(w, {"start": 100}, "sharegpt")
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        'requests = "abc"',
+        "requests = 0",
+        "requests = true",
+        "requests = 1e400",
+        "seed = -3",
+        "seed = 1.5",
+        "workload = 5",
+        'backend = "gpu"',
+        "config = 3",
+        "bogus = 1",
+    ],
+)
+def test_a_bad_run_file_value_is_one_line_naming_the_file(capsys, tmp_path, head):
+    """A run file's values go through the same bounds as the flags (no traceback, no silent int())."""
+    path = tmp_path / "run.toml"
+    body = f"{head}\n" + ("[config]\nnum_blocks = 300\n" if not head.startswith("config") else "")
+    path.write_text(body)
+    line = _error(capsys, ["run", "--toml", str(path)])
+    assert line.startswith(f"kvsim run: error: run file {path}:"), line
+
+
+def test_save_result_where_nothing_can_be_written_fails_before_the_run(capsys):
+    line = _error(capsys, [*SMALL, "--save-result", "/proc/kvsim-results"])
+    assert line.startswith("kvsim run: error: argument --save-result: cannot create /proc/kvsim-results"), (
+        line
+    )

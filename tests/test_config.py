@@ -1,0 +1,313 @@
+"""SimConfig validates and converts every field where it enters (issue 12 part 2), the one table of
+defaults (KNOBS), sizing from a GPU, tensor parallelism, KV dtype and the pool line (issue 13 part 1)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pickle
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import kvsim
+from kvsim.config import KNOBS, SimConfig
+from kvsim.errors import InvalidArgumentError
+
+FIELDS = [f.name for f in dataclasses.fields(SimConfig)]
+
+
+# -- issue 12 part 2: every reproducer ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "field", "value"),
+    [
+        ({"watermark": "abc"}, "watermark", "'abc'"),
+        ({"watermark": None}, "watermark", "None"),
+        ({"watermark": 10**400}, "watermark", "401 digits"),
+        ({"watermark": "0.5"}, "watermark", "'0.5'"),
+        ({"kv_cache_bytes": math.inf, "model": "opt-13b"}, "kv_cache_bytes", "inf"),
+        ({"kv_cache_bytes": math.nan, "model": "opt-13b"}, "kv_cache_bytes", "nan"),
+        ({"kv_cache_bytes": "x", "model": "opt-13b"}, "kv_cache_bytes", "'x'"),
+        ({"model": 5}, "model", "5"),
+        ({"c_ctx_ps": 1.25}, "c_ctx_ps", "1.25"),
+        ({"kv_cache_bytes": 2**59, "model": "opt-13b", "num_blocks": None}, "kv_cache_bytes", "blocks"),
+    ],
+)
+def test_issue_12_reproducers_name_the_field(kwargs, field, value):
+    args = {"num_blocks": 16, **kwargs}
+    with pytest.raises(InvalidArgumentError) as info:
+        SimConfig(**args)
+    msg = str(info.value)
+    assert field in msg, msg
+    assert value in msg, msg
+
+
+def test_too_large_kv_cache_is_not_blamed_on_num_blocks():
+    with pytest.raises(InvalidArgumentError) as info:
+        SimConfig(model="opt-13b", kv_cache_bytes=2**59)
+    assert str(info.value).startswith("kv_cache_bytes")
+    assert "num_blocks" not in str(info.value)
+
+
+def test_c_ctx_ps_is_checked_under_ticks_too():
+    """A field the mode does not use is validated all the same."""
+    with pytest.raises(InvalidArgumentError, match="c_ctx_ps"):
+        SimConfig(num_blocks=16, time_model="ticks", c_ctx_ps=1.25)
+
+
+def test_integral_floats_and_numpy_numbers_are_converted():
+    import numpy as np
+
+    cfg = SimConfig(
+        num_blocks=np.int64(20), block_size=16.0, watermark=np.float32(0.5), iteration_time_ps=1e9
+    )
+    assert type(cfg.num_blocks) is int
+    assert cfg.num_blocks == 20
+    assert type(cfg.block_size) is int
+    assert type(cfg.watermark) is float
+    assert cfg.iteration_time_ps == 10**9
+
+
+def test_units_are_accepted_where_a_field_takes_them():
+    cfg = SimConfig(model="opt-13b", kv_cache_bytes="12GiB", iteration_time_ps="1ms")
+    assert cfg.kv_cache_bytes == 12 * 2**30
+    assert cfg.num_blocks == 984  # the paper's 15.7K token slots
+    assert cfg.iteration_time_ps == 10**9
+    assert SimConfig(num_blocks=4, c0_ps="120us").c0_ps == 120 * 10**6
+    with pytest.raises(InvalidArgumentError, match="block_size '16'"):
+        SimConfig(num_blocks=4, block_size="16")  # a count takes no string
+    with pytest.raises(InvalidArgumentError, match="whole number of picoseconds"):
+        SimConfig(num_blocks=4, iteration_time_ps="1.5ps")
+
+
+# -- a generating property test per class of bad value --------------------------------------------------------
+def _bad_values(kind: str) -> st.SearchStrategy:
+    wrong_objects = st.sampled_from([object(), [1], {"a": 1}, (1, 2), b"12", 1j])
+    common = st.one_of(wrong_objects, st.just(None))
+    if kind in ("int", "bytes", "duration"):
+        return st.one_of(
+            common,
+            st.booleans(),
+            st.floats(allow_nan=True, allow_infinity=True).filter(
+                lambda x: not (math.isfinite(x) and x.is_integer())
+            ),
+            st.integers(min_value=2**61, max_value=10**500),
+            st.integers(max_value=-1),
+            st.text(alphabet="abcxyz!?", min_size=0, max_size=5),
+        )
+    if kind == "float":
+        return st.one_of(
+            common,
+            st.booleans(),
+            st.sampled_from([math.nan, math.inf, -math.inf, 10**400, -(10**400), 2.0, -1.0]),
+            st.text(max_size=5),
+        )
+    if kind == "bool":
+        return st.one_of(common, st.integers(), st.floats(), st.text(max_size=5))
+    if kind == "choice":
+        return st.one_of(common, st.booleans(), st.integers(), st.text(max_size=8))
+    if kind in ("model", "gpu"):
+        return st.one_of(
+            wrong_objects, st.booleans(), st.integers(), st.text(alphabet="qwz", min_size=1, max_size=6)
+        )
+    return st.one_of(wrong_objects, st.booleans(), st.integers(), st.text(max_size=5))
+
+
+CHECKED = [name for name in FIELDS if name != "extra"]
+
+
+@pytest.mark.parametrize("name", CHECKED)
+@given(data=st.data())
+def test_bad_values_raise_invalid_argument_naming_the_field(name, data):
+    kind = KNOBS[name].kind
+    value = data.draw(_bad_values(kind))
+    knob = KNOBS[name]
+    if value is None and (knob.optional or kind in ("model", "gpu")):
+        return  # None means "derive it" for these
+    if kind == "choice" and value in knob.choices:
+        return
+    if kind in ("int", "bytes", "duration") and isinstance(value, str):
+        try:  # a valid size or duration text is a value, not a bad one
+            from kvsim.units import parse_bytes, parse_duration_ps
+
+            (parse_bytes if kind == "bytes" else parse_duration_ps)(name, value)
+            if kind != "int":
+                return
+        except InvalidArgumentError:
+            pass
+    args: dict = {"num_blocks": 16}
+    args[name] = value
+    with pytest.raises(InvalidArgumentError) as info:
+        SimConfig(**args)
+    assert name in str(info.value), (name, value, str(info.value))
+
+
+def test_knobs_table_is_every_field_and_its_default():
+    assert list(KNOBS) == FIELDS
+    cfg = SimConfig(num_blocks=16)
+    for name in FIELDS:
+        if name in ("num_blocks", "time_model", "swap_ps_per_block", "extra"):
+            continue
+        assert getattr(cfg, name) == KNOBS[name].default, name
+    assert cfg.time_model == "ticks"  # auto without a model and a GPU
+    assert SimConfig(model="llama-3-8b", gpu="h100-80gb").time_model == "linear"
+
+
+# -- issue 13 part 1: sizing -----------------------------------------------------------------------------------
+def test_naming_a_gpu_sizes_the_pool_vllm_s_way():
+    from kvsim.sizing import activation_reserve_estimate
+
+    cfg = SimConfig(model="llama-3-8b", gpu="h100-80gb")
+    m, g = kvsim.models.get("llama-3-8b"), kvsim.gpus.get("h100-80gb")
+    reserve = activation_reserve_estimate(m, 8192, 256)
+    kv = math.floor(g.memory_bytes * 0.9) - m.param_bytes - reserve
+    assert cfg.num_blocks == kv // (16 * m.kv_bytes_per_token) + 1
+    half = SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.5)
+    high = SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.95)
+    assert half.num_blocks < cfg.num_blocks < high.num_blocks
+    assert (
+        SimConfig(model="llama-3-8b", gpu="h100-80gb", activation_reserve_bytes=0).num_blocks > cfg.num_blocks
+    )
+
+
+def test_kv_cache_bytes_and_num_blocks_override_the_gpu():
+    assert SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes="12GiB").num_blocks == 984
+    assert SimConfig(model="opt-13b", gpu="a100-40gb", num_blocks=77).num_blocks == 77
+
+
+def test_pool_line_says_what_memory_is_simulated():
+    line = SimConfig(model="llama-3-8b", gpu="h100-80gb").pool.line()
+    assert line.startswith("pool: ")
+    n = SimConfig(model="llama-3-8b", gpu="h100-80gb").num_blocks
+    assert f"{n:,} blocks × 16 tokens = {n * 16:,} tokens" in line
+    assert "h100-80gb × 0.90 − 15.0 GiB weights − " in line
+    assert "GiB" in SimConfig(model="opt-13b", kv_cache_bytes="12GiB").pool.line()
+    assert "no model" in SimConfig(num_blocks=150).pool.line()
+
+
+def test_tensor_parallel_divides_weights_and_kv_heads():
+    one = SimConfig(model="llama-3-8b", gpu="h100-80gb")
+    two = SimConfig(model="llama-3-8b", gpu="h100-80gb", tensor_parallel_size=2)
+    # Each GPU holds half the weights and half the KV heads: more than twice the tokens per GPU.
+    assert two.pool.kv_bytes_per_token * 2 == one.pool.kv_bytes_per_token
+    assert two.pool.weight_bytes * 2 == pytest.approx(one.pool.weight_bytes, abs=2)
+    assert two.num_blocks > 2 * one.num_blocks
+    assert two.c0_ps < one.c0_ps
+    assert two.c_tok_ps < one.c_tok_ps
+    assert "tp 2" in two.pool.line()
+
+
+def test_a_70b_model_on_one_gpu_fails_with_a_clear_message():
+    with pytest.raises(InvalidArgumentError) as info:
+        SimConfig(model="llama-3-70b", gpu="h100-80gb")
+    msg = str(info.value)
+    assert "does not fit on h100-80gb" in msg
+    assert "tensor_parallel_size" in msg
+    assert SimConfig(model="llama-3-70b", gpu="h100-80gb", tensor_parallel_size=4).num_blocks > 1000
+
+
+def test_tensor_parallel_must_divide_the_heads():
+    with pytest.raises(InvalidArgumentError, match="tensor_parallel_size 3"):
+        SimConfig(model="llama-3-8b", gpu="h100-80gb", tensor_parallel_size=3)
+
+
+def test_fp8_kv_cache_doubles_the_tokens():
+    bf16 = SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB")
+    fp8 = SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype="fp8")
+    assert fp8.num_blocks - 1 == 2 * (bf16.num_blocks - 1)
+    with pytest.raises(InvalidArgumentError, match="kv_cache_dtype 'int3'"):
+        SimConfig(num_blocks=4, kv_cache_dtype="int3")
+
+
+def test_swap_space_is_converted_to_blocks_with_the_model():
+    cfg = SimConfig(model="opt-13b", kv_cache_bytes="12GiB", swap_space_bytes="4GiB", preemption="swap")
+    assert cfg.cpu_blocks == 4 * 2**30 // (16 * 819_200)
+    with pytest.raises(InvalidArgumentError, match="needs a model"):
+        SimConfig(num_blocks=10, swap_space_bytes="4GiB")
+    v0 = SimConfig.preset("vllm-v0", model="opt-13b", kv_cache_bytes="12GiB")
+    assert v0.cpu_blocks == 327
+
+
+def test_replace_derives_the_pool_again():
+    cfg = SimConfig(model="opt-13b", kv_cache_bytes="12GiB")
+    assert cfg.replace(block_size=32).num_blocks == 12 * 2**30 // (32 * 819_200) + 1
+    assert SimConfig(num_blocks=50).replace(block_size=32).num_blocks == 50
+
+
+def test_configs_pickle_with_their_pool():
+    cfg = SimConfig(model="opt-13b", kv_cache_bytes="12GiB")
+    back = pickle.loads(pickle.dumps(cfg))
+    assert back == cfg
+    assert back.pool.line() == cfg.pool.line()
+
+
+def test_describe_uses_human_units():
+    d = SimConfig(model="opt-13b", kv_cache_bytes="12GiB").describe()
+    assert d["kv_cache_bytes"] == "12 GiB"
+    assert d["iteration_time_ps"] == "1 ms"
+
+
+def test_design_md_defaults_table_is_the_knobs_table():
+    """DESIGN.md §Defaults documents the defaults in one table; it must say what KNOBS says."""
+    from pathlib import Path
+
+    from kvsim.cli_run import _fmt_default
+
+    text = (Path(__file__).parent.parent / "DESIGN.md").read_text()
+    section = text.split("## Defaults and sizing", 1)[1].split("\n## ", 1)[0]
+    rows = {
+        line.split("|")[1].strip().strip("`"): line.split("|")[2].strip()
+        for line in section.splitlines()
+        if line.startswith("| `")
+    }
+    assert set(rows) == {name for name in KNOBS if name != "extra"}
+    for name, shown in rows.items():
+        assert shown == (_fmt_default(name) or "unset"), name
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"model": "llama-3-8b", "gpu": "h100-80gb"},
+        {
+            "model": "opt-13b",
+            "kv_cache_bytes": 12_345_678_901,
+            "time_model": "ticks",
+            "iteration_time_ps": 1_234_567,
+        },
+        {"model": "llama-3-70b", "gpu": "h100-80gb", "tensor_parallel_size": 4, "swap_space_bytes": "1.5GiB"},
+    ],
+)
+def test_describe_reproduces_the_configuration(kwargs):
+    """Saved results carry `describe()`: its human units must read back to the same configuration
+    (a rounded `11.5 GiB` or `1.235 us` would not)."""
+    cfg = SimConfig(**kwargs)
+    described = cfg.describe()
+    again = SimConfig(**{k: v for k, v in described.items() if v is not None and k != "cpu_blocks"})
+    assert again.to_dict() == cfg.to_dict()
+
+
+def test_cpu_blocks_and_swap_space_together_name_the_field():
+    with pytest.raises(InvalidArgumentError, match=r"^swap_space_bytes .* give one of them"):
+        SimConfig(model="opt-13b", num_blocks=100, swap_space_bytes="4GiB", cpu_blocks=10)
+
+
+def test_vllm_kv_cache_dtype_spellings():
+    """vLLM's --kv-cache-dtype takes `bfloat16`; it is kvsim's `bf16`."""
+    a = SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype="bfloat16")
+    b = SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype="bf16")
+    assert a.num_blocks == b.num_blocks == SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB").num_blocks
+    assert a == b  # one configuration (sweeps give it one point id)
+    assert a.kv_cache_dtype == "bf16"
+
+
+def test_an_unknown_field_is_kvsims_error_with_a_suggestion():
+    with pytest.raises(
+        InvalidArgumentError, match=r"'block_sise' is not a SimConfig field \(did you mean block_size"
+    ):
+        SimConfig(num_blocks=100, block_sise=32)
+    with pytest.raises(InvalidArgumentError, match="'blok' is not a SimConfig field"):
+        SimConfig(num_blocks=100).replace(blok=3)
+    with pytest.raises(InvalidArgumentError, match="'x' is not a SimConfig field"):
+        SimConfig.preset("vllm-v1", num_blocks=100, x=1)
