@@ -227,10 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
         description="kvsim: simulate paged KV-cache memory management for LLM serving (vLLM PagedAttention).",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,sweep,claims}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,sweep,claims,validate-gpu}")
     _run_parser(sub)
     _sweep_parser(sub)
     _claims_parser(sub)
+    from kvsim.gpu import validate  # no torch until it runs (kvsim.gpu.validate: its own flags)
+
+    validate.add_arguments(sub.add_parser("validate-gpu", help="validate on real tensors (torch, kvsim[gpu])"))
     return p
 
 
@@ -383,6 +386,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `kvsim` console script."""
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "validate-gpu":
+            from kvsim.gpu.validate import run as validate_gpu
+
+            return validate_gpu(args, "kvsim validate-gpu", list(sys.argv[2:] if argv is None else argv[1:]))
         return {"run": cmd_run, "sweep": cmd_sweep, "claims": cmd_claims}[args.command](args)
     except KvsimError as exc:
         print(f"kvsim {args.command}: error: {exc}", file=sys.stderr)

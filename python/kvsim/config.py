@@ -22,7 +22,7 @@ V0_SWAP_SPACE_BYTES = 4 * 2**30  # vLLM v0's default `swap_space` (GiB of CPU me
 SAMPLINGS = ("fork-cow", "independent")
 ADMISSION_GATES = ("none", "full-prompt")
 APPEND_CHECKS = ("exact", "one-free-block")
-TIME_MODELS = ("ticks", "linear")
+TIME_MODELS = ("ticks", "linear", "calibrated")
 PS_PER_S = 10**12
 MAX_BLOCKS = (1 << 32) - 3
 # The simulated clock's range (about 53 days; the Rust engine's MAX_TIME_PS): a step that would end past
@@ -73,7 +73,9 @@ class SimConfig:
 
     Time: `time_model="ticks"` gives every iteration `iteration_time_ps` (1 ms); `"linear"` gives
     `c0_ps + c_tok_ps * batched_tokens + c_ctx_ps * context_tokens` (+ swap bytes over PCIe), with the
-    coefficients given or derived from `model` + `gpu` by `kvsim.sizing.linear_time_model`.
+    coefficients given or derived from `model` + `gpu` by `kvsim.sizing.linear_time_model`;
+    `"calibrated"` is the same model with coefficients measured on a GPU, read from `calibration` (a
+    shipped name, `kvsim.sizing.calibrations()`, or the path of a calibration JSON).
     """
 
     num_blocks: int | None = None
@@ -102,6 +104,7 @@ class SimConfig:
     gpu: Any = None
     gpu_memory_utilization: float = 0.9
     kv_cache_bytes: int | None = None
+    calibration: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -158,6 +161,12 @@ class SimConfig:
         _int("num_blocks", self.num_blocks, 2, MAX_BLOCKS)
         if self.time_model == "linear":
             self._fill_linear_coefficients()
+        elif self.time_model == "calibrated":
+            self._fill_calibrated_coefficients()
+        elif self.calibration is not None:
+            raise InvalidArgumentError(
+                f"calibration {self.calibration!r} needs time_model 'calibrated', not {self.time_model!r}"
+            )
 
     def _sized_num_blocks(self) -> int:
         if self.model is None or self.gpu is None:
@@ -200,6 +209,30 @@ class SimConfig:
             if value is None:
                 raise InvalidArgumentError(f"{name} None: time_model 'linear' needs all three coefficients")
             _int(name, value, 0, MAX_COEFFICIENT_PS)
+
+    def _fill_calibrated_coefficients(self) -> None:
+        """`time_model="calibrated"`: the linear model with measured coefficients (DESIGN.md §GPU
+        validation); coefficients given explicitly win, swap time comes from the roofline of model + gpu."""
+        if self.calibration is None:
+            raise InvalidArgumentError(
+                "time_model 'calibrated' needs calibration: a shipped name (kvsim.sizing.calibrations()) "
+                "or the path of a calibration JSON"
+            )
+        from kvsim.sizing import linear_time_model, load_calibration
+
+        cal = load_calibration(self.calibration)
+        model = getattr(self.model, "name", self.model)
+        if model is not None and model != cal.model:
+            raise InvalidArgumentError(
+                f"calibration {self.calibration!r} was measured for model {cal.model!r}, not {model!r}"
+            )
+        for name in ("c0_ps", "c_tok_ps", "c_ctx_ps"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, getattr(cal, name))
+            _int(name, getattr(self, name), 0, MAX_COEFFICIENT_PS)
+        if self.swap_ps_per_block == 0 and self.model is not None and self.gpu is not None:
+            tm = linear_time_model(self.model, self.gpu, block_size=self.block_size)
+            object.__setattr__(self, "swap_ps_per_block", int(tm.swap_ps_per_block))
 
     # -- derived --------------------------------------------------------------------------------------
     @property
