@@ -276,10 +276,14 @@ def load_calibration(name_or_path: str | Path) -> Calibration:
         values = {k: coef[k] for k in ("c0_ps", "c_tok_ps", "c_ctx_ps")}
         fields = {k: data[k] for k in ("name", "model", "device", "device_kind")}
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidArgumentError(f"calibration {text!r}: not a readable calibration file ({exc!r})") from None
+        raise InvalidArgumentError(
+            f"calibration {text!r}: not a readable calibration file ({exc!r})"
+        ) from None
     for key, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidArgumentError(f"calibration {text!r}: {key} {value!r} must be a non-negative integer")
+            raise InvalidArgumentError(
+                f"calibration {text!r}: {key} {value!r} must be a non-negative integer"
+            )
     return Calibration(**fields, gpu=data.get("gpu_preset"), **values, path=str(path))
 
 

@@ -46,7 +46,9 @@ def _events(result: Any) -> Iterable[tuple[int, str, int, int, int]]:
     )
 
 
-def _peak(result: Any, inp: EngineInput, apply: Callable[[str, int, int], None], state: Callable[[], int]) -> int:
+def _peak(
+    result: Any, inp: EngineInput, apply: Callable[[str, int, int], None], state: Callable[[], int]
+) -> int:
     """Max of `state()` at the engine's measurement points while `apply` replays the log."""
     seq_of = {(int(r), int(s)): i for i, (r, s) in enumerate(zip(inp.request_id, inp.sample, strict=True))}
     peak, phase, step = 0, "finishing", -1
@@ -171,7 +173,9 @@ def _pool(m: Model, num_blocks: int, block_size: int, device: str, meter: Meter)
     return [meter.add(torch.empty(shape, dtype=dt, device=device)) for _ in range(2 * m.num_layers)]
 
 
-def run_bytes(model: Model | str, *, device: str = "cpu", quick: bool = True, seed: int = 0) -> dict[str, Any]:
+def run_bytes(
+    model: Model | str, *, device: str = "cpu", quick: bool = True, seed: int = 0
+) -> dict[str, Any]:
     """The bytes section of the report (module docstring); every `*_agree` must be True."""
     from kvsim.gpu.numerics import sample_run
 
@@ -203,7 +207,9 @@ def run_bytes(model: Model | str, *, device: str = "cpu", quick: bool = True, se
     res = kvsim.simulate(workload, config, record_events=True)
     inp = prepare(workload, config)
     peak_blocks, held = peak_held_blocks(res, inp)
-    summary_bytes = round(res.summary["peak_allocated_fraction"] * res.summary["capacity_tokens"]) * m.kv_bytes_per_token
+    summary_bytes = (
+        round(res.summary["peak_allocated_fraction"] * res.summary["capacity_tokens"]) * m.kv_bytes_per_token
+    )
     idx = torch.as_tensor(held, device=device)
     with Meter(device) as meter:
         gathered = [meter.add(t[idx]) for t in pool]
@@ -219,7 +225,10 @@ def run_bytes(model: Model | str, *, device: str = "cpu", quick: bool = True, se
     cres = kvsim.simulate(workload, contiguous, record_events=True)
     cinp = prepare(workload, contiguous)
     peak_tokens, regions = peak_regions(cres, cinp, contiguous)
-    csummary = round(cres.summary["peak_allocated_fraction"] * cres.summary["capacity_tokens"]) * m.kv_bytes_per_token
+    csummary = (
+        round(cres.summary["peak_allocated_fraction"] * cres.summary["capacity_tokens"])
+        * m.kv_bytes_per_token
+    )
     dt = TORCH_DTYPES[m.kv_dtype]
     with Meter(device) as meter:
         reservations = [
@@ -274,14 +283,15 @@ def fits_on_device(m: Model, device: str, utilization: float = 0.9, block_size: 
     out["preset_matches_device"] = preset.memory_bytes == total
     gpu = dataclasses.replace(preset, memory_bytes=total)  # the device as measured
     cfg = kvsim.SimConfig(model=m, gpu=gpu, gpu_memory_utilization=utilization, block_size=block_size)
-    out["num_blocks"] = cfg.num_blocks
+    blocks = cfg.capacity_blocks + 1
+    out["num_blocks"] = blocks
     out["weight_bytes"] = m.param_bytes
-    out["pool_bytes"] = int(cfg.num_blocks) * block_size * m.kv_bytes_per_token
+    out["pool_bytes"] = blocks * block_size * m.kv_bytes_per_token
     out["budget"] = int(total * utilization)
     try:
         with Meter(device) as meter:
             weights = meter.add(torch.empty(m.param_bytes, dtype=torch.uint8, device=dev))
-            pool = _pool(m, int(cfg.num_blocks), block_size, device, meter)
+            pool = _pool(m, blocks, block_size, device, meter)
         free1, _ = torch.cuda.mem_get_info(dev)
         out.update(
             fits=True,

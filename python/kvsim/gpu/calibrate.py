@@ -63,7 +63,17 @@ class Shapes:
         """A CPU-sized stand-in keeping the model's layer count, head ratio and MLP kind."""
         ratio = max(1, m.num_attention_heads // m.num_kv_heads)
         kv = 2
-        return cls(64 * kv * min(ratio, 4), kv * min(ratio, 4), kv, 64, 512, 1024, m.num_layers, not m.name.startswith("opt"), "fp32")
+        return cls(
+            64 * kv * min(ratio, 4),
+            kv * min(ratio, 4),
+            kv,
+            64,
+            512,
+            1024,
+            m.num_layers,
+            not m.name.startswith("opt"),
+            "fp32",
+        )
 
 
 def grid(quick: bool, cuda: bool) -> list[tuple[int, int, int]]:
@@ -84,11 +94,15 @@ def grid(quick: bool, cuda: bool) -> list[tuple[int, int, int]]:
 # -- fitting (numpy only) -----------------------------------------------------------------------------
 
 
-def fit_linear(tokens: Sequence[float], context: Sequence[float], seconds: Sequence[float]) -> tuple[float, float, float]:
+def fit_linear(
+    tokens: Sequence[float], context: Sequence[float], seconds: Sequence[float]
+) -> tuple[float, float, float]:
     """Non-negative least squares on relative error: minimises Σ ((c0 + c_tok·tok + c_ctx·ctx − t) / t)².
     A coefficient the unconstrained fit makes negative is set to 0 and the rest refitted."""
     t = np.asarray(seconds, dtype=np.float64)
-    cols = np.column_stack([np.ones_like(t), np.asarray(tokens, float), np.asarray(context, float)]) / t[:, None]
+    cols = (
+        np.column_stack([np.ones_like(t), np.asarray(tokens, float), np.asarray(context, float)]) / t[:, None]
+    )
     active = [0, 1, 2]
     coef = np.zeros(3)
     while active:
@@ -182,7 +196,8 @@ class Layer:
             q, k, v = h[:, :qd], h[:, qd : qd + kd], h[:, qd + kd :]
             outs = []
             if batch:
-                assert tables is not None and slots is not None
+                assert tables is not None
+                assert slots is not None
                 flat_k = self.k_pool.view(-1, s.kv_heads, s.head_dim)
                 flat_v = self.v_pool.view(-1, s.kv_heads, s.head_dim)
                 idx = tables.flatten()[slots // bs] * bs + slots % bs
@@ -207,10 +222,7 @@ class Layer:
                 outs.append(a[0].transpose(0, 1).reshape(prefill, qd))
             y = x + torch.cat(outs) @ self.w_o
             u = y @ self.w_up
-            if s.gated:
-                u = torch.nn.functional.silu(u[:, : s.ffn]) * u[:, s.ffn :]
-            else:
-                u = torch.relu(u)
+            u = torch.nn.functional.silu(u[:, : s.ffn]) * u[:, s.ffn :] if s.gated else torch.relu(u)
             return y + u @ self.w_down
 
         return run

@@ -429,9 +429,7 @@ def replay(
     if skip is not None:
         return DtypeResult(dtype=dtype, layers=num_layers, skipped=skip)
     inp = prepare(workload, config)
-    seq_of = {
-        (int(r), int(s)): i for i, (r, s) in enumerate(zip(inp.request_id, inp.sample, strict=True))
-    }
+    seq_of = {(int(r), int(s)): i for i, (r, s) in enumerate(zip(inp.request_id, inp.sample, strict=True))}
     rp = Replay(inp, config.num_blocks, config.block_size, m, num_layers, dtype, device, faults, seed)
     ev = result.events
     for kind, rid, sample, block in zip(
@@ -457,11 +455,15 @@ def run_numerics(
         "num_blocks": run[1].num_blocks,
         "requests": len(run[0]),
         "events": run[2].events.height,
-        "summary": {k: run[2].summary[k] for k in ("cow_copies", "evictions", "preemptions", "prefix_hit_tokens")},
+        "summary": {
+            k: run[2].summary[k] for k in ("cow_copies", "evictions", "preemptions", "prefix_hit_tokens")
+        },
         "dtypes": {},
     }
     for dtype in DTYPES:
-        out["dtypes"][dtype] = replay(run, model, num_layers=num_layers, dtype=dtype, device=device, seed=seed).as_dict()
+        out["dtypes"][dtype] = replay(
+            run, model, num_layers=num_layers, dtype=dtype, device=device, seed=seed
+        ).as_dict()
     out["passed"] = all(d["passed"] for d in out["dtypes"].values())
     return out
 

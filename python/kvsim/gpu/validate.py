@@ -83,7 +83,9 @@ def _versions(torch: Any, device: str) -> dict[str, Any]:
                 text=True,
                 check=False,
             )
-            driver = res.stdout.strip().splitlines()[0] if res.returncode == 0 and res.stdout.strip() else driver
+            driver = (
+                res.stdout.strip().splitlines()[0] if res.returncode == 0 and res.stdout.strip() else driver
+            )
         out["driver"] = driver
     else:
         out["device"] = "CPU"
@@ -92,7 +94,9 @@ def _versions(torch: Any, device: str) -> dict[str, Any]:
     return out
 
 
-def calibration_record(model: Any, device: str, measured: dict[str, Any], versions: dict[str, Any]) -> dict[str, Any]:
+def calibration_record(
+    model: Any, device: str, measured: dict[str, Any], versions: dict[str, Any]
+) -> dict[str, Any]:
     """The calibration JSON: device, versions, grid, coefficients, errors, the roofline and the ratios."""
     from kvsim.gpu.bytes import gpu_preset_for
     from kvsim.sizing import linear_time_model
@@ -152,7 +156,18 @@ def report_markdown(data: dict[str, Any]) -> str:
         "| | |",
         "|---|---|",
     ]
-    for key in ("device", "compute_capability", "device_memory", "driver", "cuda", "cudnn", "torch", "python", "platform", "cpu"):
+    for key in (
+        "device",
+        "compute_capability",
+        "device_memory",
+        "driver",
+        "cuda",
+        "cudnn",
+        "torch",
+        "python",
+        "platform",
+        "cpu",
+    ):
         if key in v:
             lines.append(f"| {key} | {v[key]} |")
     n = data["numerics"]
@@ -239,7 +254,8 @@ def report_markdown(data: dict[str, Any]) -> str:
         f"Fit error (relative): median {_fmt(fit.get('fit_rel_error_median'))}, max {_fmt(fit.get('fit_rel_error_max'))} "
         f"over {fit['fit_points']} fitted points; held out: median {_fmt(fit.get('held_out_rel_error_median'))}, "
         f"max {_fmt(fit.get('held_out_rel_error_max'))} over {fit['held_out_points']} points.",
-        f"Saved as `{data['calibration_path']}`" + (f", shipped as `{data['shipped_path']}`." if data.get("shipped_path") else "."),
+        f"Saved as `{data['calibration_path']}`"
+        + (f", shipped as `{data['shipped_path']}`." if data.get("shipped_path") else "."),
         "",
         "| batch | context | prefill | layer (s) | head (s) | step (s) | fitted (s) |",
         "|---|---|---|---|---|---|---|",
@@ -254,28 +270,36 @@ def report_markdown(data: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace, prog: str, argv: Sequence[str] = ()) -> int:
-    try:
-        import torch
-    except ImportError:
-        print(f"{prog}: error: torch is not installed: pip install 'kvsim[gpu]' (or make gpu-test)", file=sys.stderr)
-        return 2
     from kvsim.errors import InvalidArgumentError
-    from kvsim.gpu import bytes as kvbytes
-    from kvsim.gpu import calibrate, numerics
     from kvsim.models import get as get_model
 
     model = get_model(args.model)
     if model.is_mla:
         raise InvalidArgumentError(f"model {model.name!r} caches an MLA latent; pick one with K/V heads")
     if args.layers < 1 or args.layers > model.num_layers:
-        raise InvalidArgumentError(f"layers {args.layers} must lie in [1, {model.num_layers}] for {model.name}")
+        raise InvalidArgumentError(
+            f"layers {args.layers} must lie in [1, {model.num_layers}] for {model.name}"
+        )
     device = args.device
+    if not (device in ("auto", "cpu") or device.startswith("cuda")):
+        raise InvalidArgumentError(f"device {device!r} is not one of auto, cpu, cuda, cuda:N")
+    try:
+        import torch
+    except ImportError:
+        print(
+            f"{prog}: error: torch is not installed: pip install 'kvsim[gpu]' (or make gpu-test)",
+            file=sys.stderr,
+        )
+        return 2
+    from kvsim.gpu import bytes as kvbytes
+    from kvsim.gpu import calibrate, numerics
+
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InvalidArgumentError(f"device {device!r}: torch sees no CUDA device (torch {torch.__version__})")
-    if not (device == "cpu" or device.startswith("cuda")):
-        raise InvalidArgumentError(f"device {device!r} is not one of auto, cpu, cuda, cuda:N")
+        raise InvalidArgumentError(
+            f"device {device!r}: torch sees no CUDA device (torch {torch.__version__})"
+        )
     threads = torch.get_num_threads()
     if device == "cpu":
         torch.set_num_threads(1)  # small tensors: threads only contend (measured 20x faster on 2 cores)
@@ -323,7 +347,9 @@ def run(args: argparse.Namespace, prog: str, argv: Sequence[str] = ()) -> int:
         "quick": args.quick,
         "numerics": num,
         "bytes": byt,
-        "calibration": {k: cal[k] for k in ("fit", "shapes", "timing", "grid", "roofline", "ratio_to_roofline")},
+        "calibration": {
+            k: cal[k] for k in ("fit", "shapes", "timing", "grid", "roofline", "ratio_to_roofline")
+        },
         "calibration_path": str(cal_path),
         "shipped_path": str(shipped) if shipped else None,
     }
