@@ -182,7 +182,7 @@ def run_bytes(
     m = get_model(model) if isinstance(model, str) else model
     if m.is_mla:
         raise kvsim.InvalidArgumentError(f"{m.name} caches an MLA latent; pick a model with K/V heads")
-    workload, base, _ = sample_run(24 if quick else 96, num_blocks=32 if quick else 120, seed=seed)
+    workload, base, _ = sample_run(24 if quick else 96, num_blocks=32 if quick else 64, seed=seed)
     bs = base.block_size
     block_bytes = bs * m.kv_bytes_per_token
     budget = (base.num_blocks - 1) * block_bytes + block_bytes // 2  # half a block is left over

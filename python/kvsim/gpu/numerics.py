@@ -447,7 +447,7 @@ def run_numerics(
     model: Model | str, *, device: str = "cpu", num_layers: int = 2, quick: bool = True, seed: int = 0
 ) -> dict[str, Any]:
     """The numerics section of the report: one run, replayed for fp32, fp16 and bf16."""
-    run = sample_run(24 if quick else 96, num_blocks=32 if quick else 120, seed=seed)
+    run = sample_run(24 if quick else 96, num_blocks=32 if quick else 64, seed=seed)
     out: dict[str, Any] = {
         "model": get_model(model).name if isinstance(model, str) else model.name,
         "layers": num_layers,

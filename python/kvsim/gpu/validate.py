@@ -175,8 +175,8 @@ def report_markdown(data: dict[str, Any]) -> str:
         "",
         "## Paged attention numerics",
         "",
-        f"A `kvsim.simulate` run ({n['requests']} requests, shared system prompts and 3 fork-cow samples per "
-        f"request; {n['num_blocks']} blocks of {n['block_size']}; {n['events']} events: "
+        f"A `kvsim.simulate` run ({n['requests']} requests: half share one of two system prompts, half ask "
+        f"for 3 fork-cow samples; {n['num_blocks']} blocks of {n['block_size']}; {n['events']} events: "
         f"{n['summary']['prefix_hit_tokens']} prefix-hit tokens, {n['summary']['cow_copies']} CoW copies, "
         f"{n['summary']['evictions']} evictions, {n['summary']['preemptions']} preemptions) replayed from its "
         f"event log into real pools `[num_blocks, block_size, kv_heads, head_dim]` for {n['layers']} layers of "
