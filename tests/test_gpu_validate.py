@@ -155,6 +155,19 @@ def test_calibration_errors(tmp_path: Path) -> None:
         kvsim.SimConfig(num_blocks=10, calibration=str(_calibration_file(tmp_path)))
 
 
+def test_calibrations_lists_and_loads_shipped_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = _calibration_file(tmp_path, c0_ps=123)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / "h200-llama-3-8b.json").write_text(src.read_text())
+    monkeypatch.setattr(kvsim.sizing, "CALIBRATION_DIR", shipped)
+    assert kvsim.sizing.calibrations() == ["h200-llama-3-8b"]
+    cfg = kvsim.SimConfig(model=MODEL, gpu="h200", time_model="calibrated", calibration="h200-llama-3-8b")
+    assert cfg.c0_ps == 123
+    with pytest.raises(InvalidArgumentError, match=r"shipped name \(h200-llama-3-8b\)"):
+        kvsim.sizing.load_calibration("h100-llama-3-8b")
+
+
 def test_shipped_calibrations_load_by_name() -> None:
     names = kvsim.sizing.calibrations()
     for name in names:

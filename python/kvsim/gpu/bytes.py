@@ -273,6 +273,7 @@ def fits_on_device(m: Model, device: str, utilization: float = 0.9, block_size: 
     """Allocates the model's weight bytes and the pool `SimConfig(model, gpu, utilization)` sizes; says
     how close to the device's memory that comes (CUDA only)."""
     dev = torch.device(device)
+    torch.cuda.empty_cache()  # what earlier checks left cached goes back to the device first
     free0, total = torch.cuda.mem_get_info(dev)
     preset_name = gpu_preset_for(torch.cuda.get_device_name(dev))
     out: dict[str, Any] = {"device_total": total, "free_before": free0, "preset": preset_name}
@@ -301,7 +302,7 @@ def fits_on_device(m: Model, device: str, utilization: float = 0.9, block_size: 
             share_of_device=(total - free1) / total,
         )
         del weights, pool
-    except torch.OutOfMemoryError as exc:
+    except torch.cuda.OutOfMemoryError as exc:
         out.update(fits=False, error=str(exc).splitlines()[0])
     torch.cuda.empty_cache()
     return out

@@ -161,10 +161,10 @@ class Layer:
         self.torch, self.s, self.device, self.bs = torch, s, device, block_size
         dt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[s.dtype]
         self.dt = dt
-        g = torch.Generator(device="cpu").manual_seed(0)
+        g = torch.Generator(device=device).manual_seed(0)
 
-        def w(*shape: int) -> Any:
-            return (torch.randn(*shape, generator=g) / math.sqrt(shape[0])).to(device=device, dtype=dt)
+        def w(*shape: int) -> Any:  # drawn on the device: the LM head alone is ~0.5 G values
+            return torch.randn(*shape, generator=g, device=device, dtype=dt) / math.sqrt(shape[0])
 
         qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
         self.w_qkv, self.w_o = w(s.hidden, qkv), w(s.heads * s.head_dim, s.hidden)
