@@ -242,6 +242,30 @@ def test_each_fault_is_caught(run: object, fault: str, counter: str) -> None:
 
 
 @needs_torch
+@pytest.mark.parametrize("kind", ["prefix-hit", "cow-copy"])
+def test_a_simulator_sharing_the_wrong_block_is_caught(run: object, kind: str) -> None:
+    """Not a fault of the replay: an event log in which the engine took a wrong block (a prefix hit on a
+    block of other content, a CoW copy into a block still in use) fails the checks."""
+    import dataclasses
+
+    import polars as pl
+
+    from kvsim.gpu.numerics import replay
+
+    w, cfg, res = run  # type: ignore[misc]
+    ev = res.events
+    kinds = ev["kind"].cast(str)
+    row = int(np.flatnonzero((kinds == kind).to_numpy())[3])
+    blocks = ev["block"].to_numpy().copy()
+    used = set(blocks[:row][(kinds == "allocate").to_numpy()[:row]])
+    blocks[row] = next(b for b in sorted(used) if b != blocks[row])
+    broken = dataclasses.replace(res, events=ev.with_columns(block=pl.Series(blocks)))
+    r = replay((w, cfg, broken), MODEL, num_layers=1)
+    assert not r.passed(), r.as_dict()
+    assert r.kv_mismatches > 0  # the bits a sequence reads are not its own
+
+
+@needs_torch
 def test_wrong_gather_order_fails_the_attention_threshold(run: object) -> None:
     from kvsim.gpu.numerics import THRESHOLDS, replay
 

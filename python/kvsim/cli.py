@@ -233,9 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     _claims_parser(sub)
     from kvsim.gpu import validate  # no torch until it runs (kvsim.gpu.validate: its own flags)
 
-    validate.add_arguments(
-        sub.add_parser("validate-gpu", help="validate on real tensors (torch, kvsim[gpu])")
-    )
+    validate.add_subparser(sub)
     return p
 
 

@@ -24,13 +24,28 @@ from kvsim.errors import KvsimError
 DEFAULT_MODEL = "llama-3-8b"
 
 
+DESCRIPTION = (
+    "Validate kvsim on real tensors (torch, the gpu extra): paged-attention numerics from a simulated run's "
+    "block tables, KV bytes against kvsim's sizing, and a step-time calibration of the linear time model. "
+    "Writes <out>/gpu_validation.md and .json and <out>/calibration/<gpu>-<model>.json."
+)
+
+
 def build_parser(prog: str = "python -m kvsim.gpu_validate") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=prog,
+        prog=prog, formatter_class=argparse.ArgumentDefaultsHelpFormatter, description=DESCRIPTION
+    )
+    add_arguments(p)
+    return p
+
+
+def add_subparser(sub: Any) -> argparse.ArgumentParser:
+    """`kvsim validate-gpu`: the same flags under the `kvsim` command."""
+    p = sub.add_parser(
+        "validate-gpu",
+        help="validate on real tensors with torch: results/gpu_validation.md",
+        description=DESCRIPTION,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        description="Validate kvsim on real tensors (torch): paged-attention numerics from a simulated run's "
-        "block tables, KV bytes against kvsim's sizing, and a step-time calibration of the linear time "
-        "model. Writes results/gpu_validation.md and .json.",
     )
     add_arguments(p)
     return p
@@ -374,4 +389,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m kvsim.gpu_val
         return 2
 
 
-__all__ = ["add_arguments", "build_parser", "calibration_record", "main", "report_markdown", "run"]
+__all__ = [
+    "DESCRIPTION",
+    "add_arguments",
+    "add_subparser",
+    "build_parser",
+    "calibration_record",
+    "main",
+    "report_markdown",
+    "run",
+]
