@@ -8,7 +8,7 @@ export PYO3_PYTHON := $(abspath $(PY))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dev run test lint fmt rust-test py-test bench sweep clean
+.PHONY: help venv dev run test lint fmt rust-test py-test gpu-test bench sweep clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,7 +27,7 @@ dev: $(VENV)/.installed ## Build the Rust extension in release mode and install 
 run: dev ## The main job: the claims suite (results/claims.md, results/plots/*.png)
 	$(PY) -m bench.sweep
 
-test: dev lint rust-test py-test ## Every check CI runs: lint, cargo test, pytest
+test: dev lint rust-test py-test gpu-test ## Every check CI runs: lint, cargo test, pytest, the GPU validation on CPU
 
 lint: dev ## cargo fmt --check, clippy -D warnings, ruff check, ruff format --check, mypy, stubtest of _core.pyi
 	cargo fmt --all --check
@@ -42,6 +42,10 @@ rust-test: ## The core's own tests (no Python needed)
 
 py-test: dev ## pytest + hypothesis on both backends (KVSIM_HYPOTHESIS_PROFILE=fast|ci|thorough)
 	$(PY) -m pytest
+
+gpu-test: dev ## GPU validation's tests on CPU: installs the gpu extra (torch, ~5.4 GB from PyPI), runs them
+	$(VENV)/bin/maturin develop --release --extras test,gpu -q
+	KVSIM_REQUIRE_TORCH=1 $(PY) -m pytest tests/test_gpu_validate.py -q
 
 fmt: dev ## Format Rust and Python
 	cargo fmt --all

@@ -361,11 +361,24 @@ def cmd_claims(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate_gpu_parser(sub: Any) -> argparse.ArgumentParser:
+    from kvsim.gpu import validate  # no torch until it runs (kvsim.gpu.validate: its own flags)
+
+    return validate.add_subparser(sub)
+
+
+def cmd_validate_gpu(args: argparse.Namespace) -> int:
+    from kvsim.gpu.validate import run as validate_gpu
+
+    return validate_gpu(args, "kvsim validate-gpu", list(args._argv[1:]))
+
+
 SUBCOMMANDS.update(
     {
         "run": (_run_parser, cmd_run),
         "sweep": (_sweep_parser, cmd_sweep),
         "claims": (_claims_parser, cmd_claims),
+        "validate-gpu": (_validate_gpu_parser, cmd_validate_gpu),
     }
 )
 

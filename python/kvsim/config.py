@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from os import PathLike, fspath
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ WAITING_OVER_BUDGET = ("stop", "skip")
 APPEND_CHECKS = ("exact", "one-free-block")
 # `auto` resolves to `linear` (the roofline of kvsim.sizing) when a model and a GPU are named, else to
 # `ticks`; the engines only ever see a resolved model. Other time models extend this tuple.
-TIME_MODELS: tuple[str, ...] = ("auto", "ticks", "linear")
+TIME_MODELS: tuple[str, ...] = ("auto", "ticks", "linear", "calibrated")
 # vLLM's --kv-cache-dtype values (auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2) and kvsim's short names.
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp16", "bf16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
 PS_PER_S = 10**12
@@ -55,7 +56,7 @@ class Knob:
     Attributes:
         default: the one default (SimConfig's, the CLI's, the presets' and sweep files' base).
         kind: `int`, `float`, `bool`, `choice`, `bytes` (a size, units allowed), `duration` (picoseconds,
-            units allowed), `model`, `gpu`, `dict`.
+            units allowed), `model`, `gpu`, `text` (a name or a path), `dict`.
         help: one line for `--help` (without the default, which `--help` adds).
         lo, hi: inclusive bounds of numbers (`float` knobs: see `open_lo` / `open_hi`).
         choices: the allowed strings of a `choice` knob.
@@ -306,6 +307,14 @@ KNOBS: dict[str, Knob] = {
         unit="bytes",
         metavar="SIZE",
     ),
+    "calibration": Knob(
+        None,
+        "text",
+        "time_model calibrated: a shipped calibration's name (kvsim.sizing.calibrations()) or the path of a "
+        "calibration JSON written by python -m kvsim.gpu_validate",
+        optional=True,
+        metavar="NAME|PATH",
+    ),
     "extra": Knob({}, "dict", "free-form annotations, not used by the engines"),
 }
 
@@ -439,6 +448,12 @@ def convert(name: str, value: Any) -> Any:
         elif not isinstance(value, Gpu):
             raise _fail(name, value, "must be a preset name or a kvsim.gpus.Gpu")
         return value
+    if k.kind == "text":
+        if isinstance(value, PathLike):
+            value = fspath(value)
+        if not isinstance(value, str) or not value or "\x00" in value:
+            raise _fail(name, value, "must be a non-empty string (a name or a path)")
+        return value
     if k.kind == "dict":
         if not isinstance(value, dict):
             raise _fail(name, value, "must be a dict")
@@ -500,7 +515,9 @@ class SimConfig:
     Time: `time_model="ticks"` gives every iteration `iteration_time_ps` (1 ms); `"linear"` gives
     `c0_ps + c_tok_ps * batched_tokens + c_ctx_ps * context_tokens` (+ swap bytes over PCIe), with the
     coefficients given or derived from `model` + `gpu` by `kvsim.sizing.linear_time_model`; `"auto"`
-    (the default) is linear when a model and a GPU are named, else ticks.
+    (the default) is linear when a model and a GPU are named, else ticks; `"calibrated"` is the linear
+    model with coefficients measured on a GPU, read from `calibration` (a shipped name,
+    `kvsim.sizing.calibrations()`, or the path of a calibration JSON).
     """
 
     num_blocks: int | None = default("num_blocks")
@@ -534,6 +551,7 @@ class SimConfig:
     tensor_parallel_size: int = default("tensor_parallel_size")
     kv_cache_dtype: str = default("kv_cache_dtype")
     activation_reserve_bytes: int | None = default("activation_reserve_bytes")
+    calibration: str | None = default("calibration")
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -548,6 +566,12 @@ class SimConfig:
             object.__setattr__(self, "time_model", resolved)
         if self.time_model == "linear":
             self._fill_linear_coefficients()
+        elif self.time_model == "calibrated":
+            self._fill_calibrated_coefficients()
+        elif self.calibration is not None:
+            raise InvalidArgumentError(
+                f"calibration {self.calibration!r} needs time_model 'calibrated', not {self.time_model!r}"
+            )
         if self.swap_ps_per_block is None:
             object.__setattr__(self, "swap_ps_per_block", 0)
 
@@ -652,6 +676,36 @@ class SimConfig:
             if value is None:
                 raise InvalidArgumentError(f"{name} None: time_model 'linear' needs all three coefficients")
             convert(name, value)
+
+    def _fill_calibrated_coefficients(self) -> None:
+        """`time_model="calibrated"`: the linear model with measured coefficients (DESIGN.md §GPU
+        validation); coefficients given explicitly win, swap time comes from the roofline of model + gpu."""
+        if self.calibration is None:
+            raise InvalidArgumentError(
+                "time_model 'calibrated' needs calibration: a shipped name (kvsim.sizing.calibrations()) "
+                "or the path of a calibration JSON"
+            )
+        from kvsim.sizing import linear_time_model, load_calibration
+
+        cal = load_calibration(self.calibration)
+        model = getattr(self.model, "name", self.model)
+        if model is not None and model != cal.model:
+            raise InvalidArgumentError(
+                f"calibration {self.calibration!r} was measured for model {cal.model!r}, not {model!r}"
+            )
+        for name in ("c0_ps", "c_tok_ps", "c_ctx_ps"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, getattr(cal, name))
+            convert(name, getattr(self, name))
+        if self.swap_ps_per_block is None and self.model is not None and self.gpu is not None:
+            tm = linear_time_model(
+                self.model,
+                self.gpu,
+                block_size=self.block_size,
+                kv_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
+                tensor_parallel_size=self.tensor_parallel_size,
+            )
+            object.__setattr__(self, "swap_ps_per_block", int(tm.swap_ps_per_block))
 
     # -- derived --------------------------------------------------------------------------------------
     @property

@@ -31,7 +31,7 @@ def run(
         watermark_blocks=config.watermark_blocks,
         one_free_block=config.append_check == "one-free-block",
         max_model_len=config.max_model_len,
-        time_model=config.time_model,
+        time_model="ticks" if config.time_model == "ticks" else "linear",  # calibrated is linear
         iteration_time_ps=config.iteration_time_ps,
         c0_ps=config.c0_ps or 0,
         c_tok_ps=config.c_tok_ps or 0,

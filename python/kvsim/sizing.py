@@ -26,13 +26,19 @@ The coefficients are a roofline, each term priced on the resource it saturates a
 Efficiency factors (default 1, the datasheet peak) scale the bandwidths and the FLOP rate down. Under
 tensor parallelism each term is one GPU's share (weights, FLOPs and KV divided by `tp`; MLA KV is read
 whole); the all-reduces between GPUs are not priced.
+
+Calibrations (`time_model="calibrated"`): the same linear model with coefficients measured on a GPU by
+`python -m kvsim.gpu_validate` (DESIGN.md §GPU validation). `calibrations()` lists the shipped ones
+(`kvsim/calibrations/*.json`); `load_calibration` takes such a name or the path of any calibration JSON.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
@@ -436,14 +442,84 @@ def linear_time_model(
     )
 
 
+CALIBRATION_DIR = Path(__file__).parent / "calibrations"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured coefficients of the linear time model (a `results/calibration/*.json` file).
+
+    Attributes:
+        name: `<gpu>-<model>` (`cpu-<model>` for a CPU smoke run, never shipped).
+        model: the model preset it was measured for.
+        gpu: the GPU preset of the device, or None.
+        device: the device's name as torch reports it.
+        device_kind: `cuda` or `cpu`.
+        c0_ps, c_tok_ps, c_ctx_ps: the fitted coefficients in picoseconds.
+        path: the file it was read from.
+    """
+
+    name: str
+    model: str
+    gpu: str | None
+    device: str
+    device_kind: str
+    c0_ps: int
+    c_tok_ps: int
+    c_ctx_ps: int
+    path: str
+
+
+def calibrations() -> list[str]:
+    """Names of the shipped calibrations (`load_calibration` takes them), sorted."""
+    return sorted(p.stem for p in CALIBRATION_DIR.glob("*.json"))
+
+
+def load_calibration(name_or_path: str | Path) -> Calibration:
+    """A shipped calibration by name (`h200-llama-3-8b`) or any calibration JSON by path.
+
+    Raises:
+        InvalidArgumentError: an unknown name (the message lists the shipped ones), an unreadable file,
+            or a file without the fields and non-negative integer coefficients of a calibration.
+    """
+    text = str(name_or_path)
+    path = Path(text)
+    if not (text.endswith(".json") or path.exists() or "/" in text):
+        if text not in calibrations():
+            shipped = ", ".join(calibrations()) or "none shipped yet"
+            raise InvalidArgumentError(
+                f"calibration {text!r} is neither a shipped name ({shipped}) nor a JSON file"
+            )
+        path = CALIBRATION_DIR / f"{text}.json"
+    try:
+        data = json.loads(path.read_text())
+        coef = data["coefficients"]
+        values = {k: coef[k] for k in ("c0_ps", "c_tok_ps", "c_ctx_ps")}
+        fields = {k: data[k] for k in ("name", "model", "device", "device_kind")}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidArgumentError(
+            f"calibration {text!r}: not a readable calibration file ({exc!r})"
+        ) from None
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidArgumentError(
+                f"calibration {text!r}: {key} {value!r} must be a non-negative integer"
+            )
+    return Calibration(**fields, gpu=data.get("gpu_preset"), **values, path=str(path))
+
+
 __all__ = [
+    "CALIBRATION_DIR",
     "PS_PER_S",
+    "Calibration",
     "LinearTimeModel",
     "PoolSizing",
     "activation_reserve_estimate",
     "available_kv_bytes",
+    "calibrations",
     "kv_bytes_per_token",
     "linear_time_model",
+    "load_calibration",
     "pool_blocks",
     "size_pool",
 ]
