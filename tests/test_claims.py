@@ -82,7 +82,8 @@ def test_mooncake_ceiling_counts_reused_prefixes():
 
 @pytest.mark.parametrize(
     ("scale", "needle"),
-    [("nan", "--scale nan"), ("0", "--scale 0"), ("-1", "--scale -1"), ("inf", "--scale inf"),
+    [("nan", "argument --scale: scale nan"), ("0", "argument --scale: scale 0"),
+     ("-1", "argument --scale: scale -1"), ("inf", "argument --scale: scale inf"),
      ("0.001", "the least scale is 0.02")],
 )  # fmt: skip
 def test_claims_refuses_a_scale_that_measures_nothing(tmp_path, capsys, scale, needle):
@@ -105,5 +106,5 @@ def test_claims_refuses_a_results_folder_it_cannot_write_before_running(tmp_path
         assert main(["claims", "--results", str(results), "--scale", "0.1", "--no-plots"]) == 2
         err = capsys.readouterr().err.strip()
         assert "\n" not in err
-        assert f"--results {results}" in err
+        assert f"argument --results: results {results}" in err
         assert needle in err

@@ -31,7 +31,8 @@ bad_segment_lists = st.one_of(
             st.tuples(bad_ints, st.integers(1, 8)),
             st.tuples(st.integers(1, 4), st.one_of(bad_ints, st.just(0))),
             st.tuples(st.integers(1, 4)),
-            bad_ints,
+            # a bad segment, not a pair: a list of two integers >= 1 in length would be a valid one
+            bad_ints.filter(lambda x: not (isinstance(x, list) and len(x) == 2 and x[1] >= 1)),
         ),
         min_size=1,
         max_size=3,

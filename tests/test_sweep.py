@@ -276,7 +276,7 @@ def test_bad_outputs_fail_in_one_line_before_any_point(tmp_path, capsys):
     unwritable = Path("/proc/kvsim-test/x.parquet")  # /proc takes no new folders, even for root
     _fails(capsys, [*sweep, "--output", str(unwritable)], "--output", "cannot write")
     _fails(capsys, [*sweep, "--output", str(tmp_path / "a.parquet"), "--grid", "workload.arrival_rate=abc"],
-           "workload.arrival_rate=abc")  # fmt: skip
+           "--grid workload.arrival_rate: arrival_rate 'abc'")  # fmt: skip
     _fails(capsys, [*sweep, "--output", str(tmp_path / "a.parquet"), "--show", "throughput_rps,thruput"],
            "--show thruput", "throughput_rps")  # fmt: skip
     assert sorted(tmp_path.iterdir()) == sorted([regular, folder, other])  # no point ran, nothing written

@@ -27,7 +27,6 @@ from kvsim.cli_run import (
     _int_flag,
     _run_parser,
     cmd_run,
-    write_probe,
 )
 from kvsim.config import PAPER_SETUP
 from kvsim.errors import InvalidArgumentError, KvsimError
@@ -38,6 +37,7 @@ from kvsim.sweep import (
     aggregate,
     check_output,
     coerce,
+    make_workload,
     parse_grid_args,
     run_sweep,
 )
@@ -136,51 +136,6 @@ def _claims_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _positive_factor(text: str) -> float:
-    """A `--scale` factor: a finite number > 0 (argparse reports the error naming the flag, exit 2)."""
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
-    return value
-
-
-def _check_output(path: str) -> None:
-    """The sweep's output file, checked before any point runs (issue 12): a parquet file that exists,
-    or a new file in a folder that exists or can be made, writable."""
-    import os
-
-    out = Path(path)
-    if "\0" in path or not path.strip():
-        raise FlagError(f"argument --output: {path!r} is not a file name")
-    if out.is_dir():
-        raise FlagError(f"argument --output: {out} is a folder; name a .parquet file in it")
-    if out.exists():
-        try:
-            with out.open("rb") as f:
-                head = f.read(4)
-        except OSError as exc:
-            raise FlagError(f"argument --output: cannot read {out}: {exc.strerror}") from None
-        if head != b"PAR1":
-            raise FlagError(f"argument --output: {out} exists and is not a parquet file")
-        if not os.access(out, os.W_OK):
-            raise FlagError(f"argument --output: {out} is not writable")
-        return
-    parent = out.parent
-    for above in (parent, *parent.parents):
-        if above.exists():
-            if not above.is_dir():
-                raise FlagError(f"argument --output: {above} is a file, not a folder")
-            why = write_probe(above)
-            if why:
-                raise FlagError(f"argument --output: cannot write in {above}: {why}")
-            break
-
-
 def _claims_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", metavar="DIR", default=str(RESULTS), help="output folder (default: results)")
     p.add_argument(
@@ -188,7 +143,6 @@ def _claims_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--scale",
-        type=_positive_factor,
         default=1.0,
         metavar="FACTOR",
         help="multiply every claim's request count (0.1 for a quick look; counts are written to claims.md) "
@@ -261,13 +215,12 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
         if getattr(args, k) is not None:
             options[k] = getattr(args, k)
     options.setdefault("output", str(RESULTS / f"{spec.name}.parquet"))
-    _check_output(str(options["output"]))
     return spec, options
 
 
 def _flag_error(flag: str, exc: InvalidArgumentError) -> InvalidArgumentError:
     """`exc` reworded to name the flag the bad value came from."""
-    return InvalidArgumentError(f"{flag} {exc}")
+    return InvalidArgumentError(f"argument {flag}: {exc}")
 
 
 def known_metrics(spec: SweepSpec) -> list[str]:
@@ -340,14 +293,19 @@ def cmd_claims(args: argparse.Namespace) -> int:
     from kvsim.claims import check_results_dir, check_scale, run_claims
 
     try:  # the messages start with the option's name: "--scale nan must be ...", "--results x: ..."
-        check_scale(args.scale)
+        try:
+            scale = float(args.scale)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"scale {args.scale!r} must be a finite number > 0") from None
+        check_scale(scale)
         check_results_dir(Path(args.results))
     except InvalidArgumentError as exc:
-        raise InvalidArgumentError(f"--{exc}") from None
+        flag = "--results" if str(exc).startswith("results") else "--scale"
+        raise InvalidArgumentError(f"argument {flag}: {exc}") from None
     report = run_claims(
         Path(args.results),
         workers=args.workers,
-        scale=args.scale,
+        scale=scale,
         progress=not args.no_progress,
         reuse=args.reuse,
     )
