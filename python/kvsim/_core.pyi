@@ -104,6 +104,7 @@ def run_engine(
     full_prompt_gate: bool,
     watermark_blocks: int,
     one_free_block: bool = False,
+    skip_over_budget: bool = False,
     max_model_len: int | None,
     time_model: str,
     iteration_time_ps: int,

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from os import PathLike, fspath
 from dataclasses import dataclass, field
+from os import PathLike, fspath
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError, KvsimError
