@@ -465,15 +465,11 @@ fn run_engine<'py>(
         segment_id: slice(&segment_id, "segment_id")?,
         segment_len: slice(&segment_len, "segment_len")?,
     };
-    let mut signal: Option<PyErr> = None;
-    let result = py.detach(|| {
-        let mut interrupted = || {
-            Python::attach(|py| py.check_signals())
-                .map_err(|e| signal = Some(e))
-                .is_err()
-        };
-        no_panic("the engine", || {
-            engine::run(inp, &cfg, timeseries_every, record_events, &mut interrupted)
+    let (result, signal) = py.detach(|| {
+        run_watched(|cancel| {
+            no_panic("the engine", || {
+                engine::run(inp, &cfg, timeseries_every, record_events, cancel)
+            })
         })
     });
     if let Some(e) = signal {
@@ -504,6 +500,54 @@ fn run_engine<'py>(
         ctrs.set_item(name, value)?;
     }
     Ok((cols, ctrs))
+}
+
+/// How often the watcher of a running engine checks for Ctrl-C (Python's pending signals).
+const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Runs `work` on a worker thread while this thread (GIL released) checks Python's signals every
+/// `SIGNAL_POLL`; a pending signal (Ctrl-C: `KeyboardInterrupt`) sets the cancel flag the engine reads
+/// between units of work, and comes back with the result. Signal handlers run on Python's main thread
+/// only, so the check is made here and not by the worker; on other threads it finds nothing, as before.
+fn run_watched<T: Send>(
+    work: impl FnOnce(&AtomicBool) -> kvsim_core::Result<T> + Send,
+) -> (kvsim_core::Result<T>, Option<PyErr>) {
+    let cancel = AtomicBool::new(false);
+    let mut signal = None;
+    let watcher = std::thread::current();
+    let result = std::thread::scope(|scope| {
+        let worker = std::thread::Builder::new()
+            .name("kvsim-engine".into())
+            .stack_size(8 << 20)
+            .spawn_scoped(scope, || {
+                let out = work(&cancel);
+                watcher.unpark();
+                out
+            });
+        let worker = match worker {
+            Ok(worker) => worker,
+            Err(e) => {
+                return Err(KvError::InvalidOperation(format!(
+                    "cannot start the engine's thread: {e}"
+                )));
+            }
+        };
+        while !worker.is_finished() {
+            std::thread::park_timeout(SIGNAL_POLL);
+            if signal.is_none()
+                && let Err(e) = Python::attach(|py| py.check_signals())
+            {
+                signal = Some(e);
+                cancel.store(true, Ordering::Relaxed);
+            }
+        }
+        worker.join().unwrap_or_else(|_| {
+            Err(KvError::Internal(
+                "the engine's thread panicked outside its guard".into(),
+            ))
+        })
+    });
+    (result, signal)
 }
 
 /// Runs `f`; a panic inside it (a bug in the core) comes back as `KvError::Internal` naming what

@@ -16,7 +16,7 @@
 //! as a full step, so results equal the reference's step for step. A step that leaves a sequence
 //! prefilling, or more running sequences than the budget, drops back to full steps.
 
-use super::{Engine, INTERRUPT_EVERY, MAX_TIME_PS, Memory, MemoryState, Seq, TimeModel};
+use super::{Engine, MAX_TIME_PS, Memory, MemoryState, Seq, TimeModel};
 use crate::block_table::{blocks_for, rem_bs};
 
 /// What `fast_event` did with a ring entry.
@@ -331,14 +331,13 @@ impl Engine<'_> {
             return false;
         }
         // The caps first (the bucket scan below is the costly part): at most a ring's length, never a
-        // recorded time-series step, nor a step at which `run` polls for Ctrl-C (`step %
-        // INTERRUPT_EVERY == 0`), nor one at whose start an arrival joins.
+        // recorded time-series step, nor one at whose start an arrival joins. `run` reads the cancel
+        // flag after the span, which is at most a ring's length of steps (a scan of as many buckets).
         let (step, mask) = (self.step, self.ring_mask);
         let mut span = mask as u64;
         if self.ts_every > 0 {
             span = span.min((self.ts_every - step % self.ts_every) % self.ts_every);
         }
-        span = span.min(INTERRUPT_EVERY - step % INTERRUPT_EVERY);
         if span < 2 || !self.ring[(step + 1) as usize & mask].is_empty() {
             return false; // the next step has an event: nothing to take together
         }

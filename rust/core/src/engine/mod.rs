@@ -10,6 +10,7 @@ mod output;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use config::{EngineConfig, Policy, Preemption, TimeModel};
 pub use input::EngineInput;
@@ -53,8 +54,6 @@ const OUTPUT_BIT: u64 = 1 << 63;
 /// `try_admit`: this sequence can never start.
 const NEVER: u64 = u64::MAX;
 const REJECTED: i64 = 1;
-/// Steps between checks of the interrupt callback (Ctrl-C from Python).
-const INTERRUPT_EVERY: u64 = 1 << 16;
 
 /// The simulated clock's range (2^62 ps, about 53 days): a step that would end past it is an error (the
 /// time model's coefficients are too large for the workload), in both engines alike.
@@ -259,6 +258,8 @@ pub struct Engine<'a> {
     peak_held: u64,
     /// `group_need`'s scratch: shared partial blocks and how many members copied them so far.
     writers: Vec<(BlockId, u32)>,
+    /// Set by `run`: the caller's cancel flag (Ctrl-C), read between units of work (`cancelled`).
+    cancel: Option<&'a AtomicBool>,
 }
 
 /// Sums over running sequences of what `measure` needs, kept incrementally in lockstep mode.
@@ -393,7 +394,32 @@ impl<'a> Engine<'a> {
             done: Vec::new(),
             peak_held: 0,
             writers: Vec::new(),
+            cancel: None,
         })
+    }
+
+    /// Whether the run was cancelled: a step's loops stop at the next unit (as if the budget ran out),
+    /// and `run` returns the error right after the step.
+    #[inline]
+    fn cancelled(&self) -> bool {
+        self.cancel.is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+
+    /// A cancelled run's largest structures (the pool, the slab, the output columns) are freed on a
+    /// thread of their own: returning a gigabyte to the system takes a noticeable fraction of a second,
+    /// which Ctrl-C should not wait for.
+    fn discard(&mut self) {
+        let mem = std::mem::replace(
+            &mut self.mem,
+            Memory::Contiguous(Space::FirstFit(FirstFit::new(0))),
+        );
+        let big = (
+            mem,
+            std::mem::take(&mut self.slab),
+            std::mem::take(&mut self.out),
+        );
+        // If no thread can be had, `big` is dropped here.
+        let _ = std::thread::Builder::new().spawn(move || drop(big));
     }
 
     fn reject_at_arrival(&self, s: &Seq) -> i64 {
@@ -1069,6 +1095,9 @@ impl<'a> Engine<'a> {
         let mut preempted = false;
         let mut i = 0;
         'running: while i < self.running.len() && budget > 0 {
+            if self.cancelled() {
+                return;
+            }
             let j = if self.forks { self.unit_end(i) } else { i + 1 };
             let k = self.running[i];
             if j - i > 1 {
@@ -1122,7 +1151,7 @@ impl<'a> Engine<'a> {
         }
         let cfg = self.cfg;
         while let Some(&k) = self.waiting.front() {
-            if budget == 0 {
+            if budget == 0 || self.cancelled() {
                 break;
             }
             if self.running.len() as u64 + self.slab[k].seats() > cfg.max_num_seqs {
@@ -1429,9 +1458,12 @@ impl<'a> Engine<'a> {
         self
     }
 
-    /// Runs to completion. `interrupted` is polled every few thousand steps; when it returns true
-    /// the run stops with an error (Ctrl-C from Python).
-    pub fn run(mut self, interrupted: &mut dyn FnMut() -> bool) -> Result<EngineOutput> {
+    /// Runs to completion, or until `cancel` is set (Ctrl-C from Python: the binding's watcher sets it):
+    /// the flag is read after every step or quiet span and before every admission and running unit of a
+    /// step, so a cancelled run stops within one unit of work, whatever the size of its steps, and
+    /// returns `InvalidOperation("interrupted")`.
+    pub fn run(mut self, cancel: &'a AtomicBool) -> Result<EngineOutput> {
+        self.cancel = Some(cancel);
         let n = self.inp.len();
         let mut nxt = 0usize;
         loop {
@@ -1457,6 +1489,12 @@ impl<'a> Engine<'a> {
             } else {
                 self.full_step()
             };
+            // A cancelled step may have stopped half way (`cancelled`): checked before anything reads
+            // its outcome.
+            if cancel.load(Ordering::Relaxed) {
+                self.discard();
+                return Err(KvError::InvalidOperation("interrupted".into()));
+            }
             // Nothing scheduled is fine if a head was rejected or a sequence preempted itself (then no
             // time passes, as in the reference); anything else would repeat forever.
             if let Some(step) = self.clock_overflow {
@@ -1472,9 +1510,6 @@ impl<'a> Engine<'a> {
                     "no progress at time {} ps",
                     self.t
                 )));
-            }
-            if self.step % INTERRUPT_EVERY == 0 && interrupted() {
-                return Err(KvError::InvalidOperation("interrupted".into()));
             }
         }
         if let Memory::Paged(pool) = &self.mem {
@@ -1511,12 +1546,12 @@ pub fn run(
     cfg: &EngineConfig,
     timeseries_every: u64,
     record_events: bool,
-    interrupted: &mut dyn FnMut() -> bool,
+    cancel: &AtomicBool,
 ) -> Result<EngineOutput> {
     Engine::new(inp, cfg)?
         .with_timeseries(timeseries_every)
         .with_events(record_events)
-        .run(interrupted)
+        .run(cancel)
 }
 
 #[cfg(test)]
@@ -1573,12 +1608,12 @@ mod tests {
             cpu_blocks,
             ..EngineConfig::for_tests(7, 4)
         };
-        let swapped = run(inp, &cfg(4), 0, false, &mut || false).unwrap();
+        let swapped = run(inp, &cfg(4), 0, false, &AtomicBool::new(false)).unwrap();
         assert_eq!(swapped.finish, [6 * MS, 8 * MS, 8 * MS]);
         assert_eq!(swapped.num_swaps, [0, 1, 1]);
         assert_eq!(swapped.counters.num_swapped_blocks, 4);
         assert_eq!(swapped.counters.num_steps, 8);
-        let split = run(inp, &cfg(1), 0, false, &mut || false).unwrap();
+        let split = run(inp, &cfg(1), 0, false, &AtomicBool::new(false)).unwrap();
         assert_eq!(split.num_swaps, [0, 0, 0]);
         assert_eq!(split.num_preemptions, [0, 1, 2]);
         assert_eq!(split.counters.recomputed_tokens, 8 + 8 + 9);
