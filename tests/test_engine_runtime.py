@@ -111,5 +111,6 @@ def test_sigint_interrupts_few_huge_steps(backend, n):
     finally:
         child.kill()
     words = out.split()
-    assert child.returncode == 3 and words[0] == "KeyboardInterrupt", out
+    assert child.returncode == 3, out
+    assert words[0] == "KeyboardInterrupt", out
     assert float(words[1]) - sent < 10.0
