@@ -11,6 +11,8 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.reference.engine import EngineOutput
 from kvsim.segments import OUTPUT_BIT
 
+_NO_FORKS = np.zeros(0, dtype=np.int64)
+
 
 def run(
     inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
@@ -44,7 +46,8 @@ def run(
         prompt_len=inp.prompt_len,
         target=inp.target,
         max_gen=inp.max_gen,
-        fork_parent=inp.fork_parent,
+        # A broadcast -1 (nothing forked) crosses as an empty column.
+        fork_parent=_NO_FORKS if inp.fork_parent.strides == (0,) else inp.fork_parent,
         output_seg=inp.output_seg,
         seg_offsets=inp.seg_offsets,
         segment_id=inp.segment_id,

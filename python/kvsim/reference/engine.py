@@ -135,7 +135,9 @@ class Seq:
 
 @dataclass
 class EngineOutput:
-    """Raw per-sequence columns (times in ps, -1 when it never happened) and integer counters."""
+    """Raw per-sequence columns (times in ps, -1 when it never happened) and integer counters: int64,
+    but `status` (0 finished, 1 rejected) and `reject_reason` (`REJECT_REASONS`' codes, 0 for none),
+    int8."""
 
     first_scheduled: np.ndarray
     first_token: np.ndarray
@@ -186,8 +188,8 @@ class Engine:
         self.cols = {k: np.full(n, -1, dtype=np.int64) for k in ("first_scheduled", "first_token", "finish")}
         for k in ("generated", "num_preemptions", "num_swaps", "cached_tokens", "recomputed_tokens"):
             self.cols[k] = np.zeros(n, dtype=np.int64)
-        self.cols["status"] = np.full(n, -1, dtype=np.int64)
-        self.cols["reject_reason"] = np.zeros(n, dtype=np.int64)
+        self.cols["status"] = np.full(n, -1, dtype=np.int8)
+        self.cols["reject_reason"] = np.zeros(n, dtype=np.int8)
 
     # -- sizes ----------------------------------------------------------------------------------------
     def region_size(self, s: Seq) -> int:

@@ -488,9 +488,12 @@ fn run_engine<'py>(
             events.set_item(name, values.into_pyarray(py))?;
         }
     }
-    let (columns, counters) = output.columns();
+    let (columns, codes, counters) = output.columns();
     let cols = PyDict::new(py);
     for (name, values) in columns {
+        cols.set_item(name, values.into_pyarray(py))?;
+    }
+    for (name, values) in codes {
         cols.set_item(name, values.into_pyarray(py))?;
     }
     cols.set_item("timeseries", series)?;

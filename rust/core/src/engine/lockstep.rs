@@ -286,7 +286,7 @@ impl Engine<'_> {
         let preempted = self.lockstep_running_phase(step);
         let decoding = self.running.len() as u64;
         self.scheduled.clear();
-        if !preempted && (!self.waiting.is_empty() || !self.swapped.is_empty()) {
+        if !preempted && (!self.nothing_waits() || !self.swapped.is_empty()) {
             self.admit_waiting(self.cfg.max_num_batched_tokens - decoding);
         }
         let mut tokens = decoding;
@@ -322,7 +322,7 @@ impl Engine<'_> {
     /// recorded time-series step is never skipped.
     #[inline(never)]
     pub(super) fn skip_quiet_steps(&mut self, next_arrival: Option<i64>) -> bool {
-        if !self.waiting.is_empty()
+        if !self.nothing_waits()
             || !self.swapped.is_empty()
             || self.running.is_empty()
             || self.swap_blocks_step != 0

@@ -48,12 +48,12 @@ pub mod reject {
     pub const EXCEEDS_SEATS: i64 = 7;
 }
 
-const FINISHED: i64 = 0;
+const FINISHED: i8 = 0;
 /// Segment ids at or above this name generated tokens (`kvsim.segments.OUTPUT_BIT`).
 const OUTPUT_BIT: u64 = 1 << 63;
 /// `try_admit`: this sequence can never start.
 const NEVER: u64 = u64::MAX;
-const REJECTED: i64 = 1;
+const REJECTED: i8 = 1;
 
 /// The simulated clock's range (2^62 ps, about 53 days): a step that would end past it is an error (the
 /// time model's coefficients are too large for the workload), in both engines alike.
@@ -211,6 +211,9 @@ pub struct Engine<'a> {
     slab: Vec<Seq>,
     free_slots: Vec<usize>,
     waiting: VecDeque<usize>,
+    /// Rows that arrived and wait behind `waiting`, not yet in the slab: a sequence is built when it
+    /// reaches the head (`waiting_head`), so a long queue costs a row number each, not a `Seq`.
+    fresh: VecDeque<usize>,
     /// Preempted by swapping (a sequence, or a group's first member): their blocks are in the CPU pool
     /// (`cpu_used` of `cpu_blocks`).
     swapped: VecDeque<usize>,
@@ -323,7 +326,7 @@ impl<'a> Engine<'a> {
     pub fn new(inp: EngineInput<'a>, cfg: &'a EngineConfig) -> Result<Self> {
         cfg.validate()?;
         inp.validate()?;
-        if inp.fork_parent.iter().any(|&p| p >= 0) {
+        if inp.has_forks() {
             if cfg.policy != Policy::Vllm {
                 invalid_arg!(
                     "sampling 'fork-cow' (rows with a fork_parent) applies to policy 'vllm'"
@@ -369,6 +372,7 @@ impl<'a> Engine<'a> {
             slab: Vec::new(),
             free_slots: Vec::new(),
             waiting: VecDeque::new(),
+            fresh: VecDeque::new(),
             swapped: VecDeque::new(),
             cpu_used: 0,
             swap_blocks_step: 0,
@@ -386,7 +390,7 @@ impl<'a> Engine<'a> {
             ring: vec![Vec::new(); ring_len],
             ring_mask: ring_len - 1,
             fill_events: cfg.policy.is_paged() && cfg.enable_prefix_caching && !defer_keys,
-            forks: inp.fork_parent.iter().any(|&p| p >= 0),
+            forks: inp.has_forks(),
             defer_keys,
             private_from,
             agg: Aggregates::default(),
@@ -451,10 +455,7 @@ impl<'a> Engine<'a> {
             inp.seg_offsets[row] as usize,
             inp.seg_offsets[row + 1] as usize,
         );
-        let num_children = inp.fork_parent[row + 1..]
-            .iter()
-            .take_while(|&&p| p == row as i64)
-            .count();
+        let num_children = self.num_children(row);
         let private_from = self
             .private_from
             .get(row)
@@ -1030,7 +1031,7 @@ impl<'a> Engine<'a> {
         for r in row..=row + num_children {
             self.log(event::REJECT, r, -1);
             self.out.status[r] = REJECTED;
-            self.out.reject_reason[r] = reason;
+            self.out.reject_reason[r] = reason as i8;
             self.out.finish[r] = self.t;
         }
         self.num_rejected += 1;
@@ -1150,10 +1151,10 @@ impl<'a> Engine<'a> {
             return;
         }
         let cfg = self.cfg;
-        while let Some(&k) = self.waiting.front() {
-            if budget == 0 || self.cancelled() {
+        while budget > 0 && !self.cancelled() {
+            let Some(k) = self.waiting_head() else {
                 break;
-            }
+            };
             if self.running.len() as u64 + self.slab[k].seats() > cfg.max_num_seqs {
                 if self.running.is_empty() {
                     self.waiting.pop_front();
@@ -1313,17 +1314,52 @@ impl<'a> Engine<'a> {
     }
 
     fn join(&mut self, row: usize) {
-        if self.inp.fork_parent[row] >= 0 {
+        if self.inp.fork_parent(row) >= 0 {
             return; // a fork-cow sample: it starts when its parent samples its first token
         }
-        let k = self.new_seq(row);
-        let reason = self.reject_at_arrival(&self.slab[k]);
+        let inp = &self.inp;
+        // What `reject_at_arrival` reads, without building the sequence (no heap).
+        let probe = Seq {
+            prompt_len: inp.prompt_len[row] as u64,
+            target: inp.target[row] as u64,
+            max_gen: inp.max_gen[row] as u64,
+            num_children: self.num_children(row),
+            ..Seq::default()
+        };
+        let reason = self.reject_at_arrival(&probe);
         if reason == 0 {
-            self.waiting.push_back(k);
+            self.fresh.push_back(row);
         } else {
-            self.reject_rows(row, self.slab[k].num_children, reason);
-            self.remove(k);
+            self.reject_rows(row, probe.num_children, reason);
         }
+    }
+
+    /// The fork-cow samples of `row`: the rows right after it that name it as their parent.
+    fn num_children(&self, row: usize) -> usize {
+        self.inp
+            .fork_parent
+            .get(row + 1..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(|&&p| p == row as i64)
+            .count()
+    }
+
+    /// Nothing waits to be admitted (neither built sequences nor fresh rows).
+    #[inline]
+    fn nothing_waits(&self) -> bool {
+        self.waiting.is_empty() && self.fresh.is_empty()
+    }
+
+    /// The head of the waiting queue, its sequence built if it was a fresh row.
+    fn waiting_head(&mut self) -> Option<usize> {
+        if let Some(&k) = self.waiting.front() {
+            return Some(k);
+        }
+        let row = self.fresh.pop_front()?;
+        let k = self.new_seq(row);
+        self.waiting.push_back(k);
+        Some(k)
     }
 
     /// After a full step: every scheduled sequence whose tokens are all computed samples one; those that
@@ -1471,7 +1507,7 @@ impl<'a> Engine<'a> {
                 self.join(nxt);
                 nxt += 1;
             }
-            if self.running.is_empty() && self.waiting.is_empty() && self.swapped.is_empty() {
+            if self.running.is_empty() && self.nothing_waits() && self.swapped.is_empty() {
                 if nxt == n {
                     break;
                 }
@@ -1483,7 +1519,7 @@ impl<'a> Engine<'a> {
             let progressed = if self.lockstep {
                 // Quiet steps (see `skip_quiet_steps`) start with an empty bucket and nothing waiting.
                 (self.ring[self.step as usize & self.ring_mask].is_empty()
-                    && self.waiting.is_empty()
+                    && self.nothing_waits()
                     && self.skip_quiet_steps(self.inp.arrival_ps.get(nxt).copied()))
                     || self.lockstep_step()
             } else {

@@ -75,9 +75,10 @@ pub struct EngineOutput {
     pub num_swaps: Vec<i64>,
     pub cached_tokens: Vec<i64>,
     pub recomputed_tokens: Vec<i64>,
-    /// 0 finished, 1 rejected.
-    pub status: Vec<i64>,
-    pub reject_reason: Vec<i64>,
+    /// 0 finished, 1 rejected (-1 until then).
+    pub status: Vec<i8>,
+    /// 0, or why the row was rejected (`engine::reject`).
+    pub reject_reason: Vec<i8>,
     pub counters: Counters,
     /// One row per recorded step, columns as `TIMESERIES`.
     pub timeseries: Vec<[i64; 10]>,
@@ -137,8 +138,16 @@ impl EngineOutput {
             .collect()
     }
 
-    /// Each column with its name (the Python side's keys).
-    pub fn columns(self) -> (Vec<(&'static str, Vec<i64>)>, Counters) {
+    /// Each column with its name (the Python side's keys): the 64-bit ones, then `status` and
+    /// `reject_reason`.
+    #[allow(clippy::type_complexity)]
+    pub fn columns(
+        self,
+    ) -> (
+        Vec<(&'static str, Vec<i64>)>,
+        [(&'static str, Vec<i8>); 2],
+        Counters,
+    ) {
         (
             vec![
                 ("first_scheduled", self.first_scheduled),
@@ -149,6 +158,8 @@ impl EngineOutput {
                 ("num_swaps", self.num_swaps),
                 ("cached_tokens", self.cached_tokens),
                 ("recomputed_tokens", self.recomputed_tokens),
+            ],
+            [
                 ("status", self.status),
                 ("reject_reason", self.reject_reason),
             ],
