@@ -574,8 +574,8 @@ impl Engine<'_> {
                 continue;
             }
             s.generate_one();
-            if self.out.first_token[s.row] < 0 {
-                self.out.first_token[s.row] = t;
+            if self.out.first_token[s.row - self.out_base] < 0 {
+                self.out.first_token[s.row - self.out_base] = t;
             }
             let finished = s.generated == s.target;
             if finished {

@@ -7,6 +7,7 @@ pub mod contiguous;
 mod input;
 mod lockstep;
 mod output;
+mod stream;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub use config::{EngineConfig, Policy, Preemption, TimeModel};
 pub use input::EngineInput;
 pub use output::{Counters, EngineOutput};
+pub use stream::StreamEngine;
 
 use crate::block_pool::IdHasher;
 use crate::block_table::{BlockTable, blocks_for, rem_bs};
@@ -250,7 +252,7 @@ pub struct Engine<'a> {
     /// recompute preemption, so they are phantom-keyed (no hashing, no map entry) until then, and their
     /// registration may wait for the sequence's next lockstep event.
     defer_keys: bool,
-    /// Per row, where its private content starts (`Seq::private_from`); empty unless `defer_keys` with
+    /// Per row of `inp`, where its private content starts (`Seq::private_from`); empty unless `defer_keys` with
     /// caching on.
     private_from: Vec<u64>,
     agg: Aggregates,
@@ -263,6 +265,14 @@ pub struct Engine<'a> {
     writers: Vec<(BlockId, u32)>,
     /// Set by `run`: the caller's cancel flag (Ctrl-C), read between units of work (`cancelled`).
     cancel: Option<&'a AtomicBool>,
+    /// Rows are numbered from the start of the run; `inp` holds rows from `row_base` on and the output
+    /// columns rows from `out_base` on (both 0 for a whole run; a stream moves them, `stream.rs`).
+    row_base: usize,
+    out_base: usize,
+    /// The next row to join.
+    nxt: usize,
+    /// No more input will come: `advance` runs to the end.
+    final_input: bool,
 }
 
 /// Sums over running sequences of what `measure` needs, kept incrementally in lockstep mode.
@@ -283,7 +293,7 @@ struct Aggregates {
 /// if none). Sorting the ids finds those that occur more than once (usually few); only their segments
 /// go through a map, which decides whether they are in more than one prompt. (A hash map over every id
 /// of a million-request workload was a cache miss per lookup.)
-fn private_starts(inp: &EngineInput<'_>) -> Vec<u64> {
+pub(super) fn private_starts(inp: &EngineInput<'_>) -> Vec<u64> {
     let n = inp.len();
     let mut ids = inp.segment_id.to_vec();
     ids.sort_unstable();
@@ -399,6 +409,10 @@ impl<'a> Engine<'a> {
             peak_held: 0,
             writers: Vec::new(),
             cancel: None,
+            row_base: 0,
+            out_base: 0,
+            nxt: 0,
+            final_input: true,
         })
     }
 
@@ -451,16 +465,14 @@ impl<'a> Engine<'a> {
             self.slab.len() - 1
         });
         let inp = &self.inp;
-        let (lo, hi) = (
-            inp.seg_offsets[row] as usize,
-            inp.seg_offsets[row + 1] as usize,
-        );
+        let i = row - self.row_base;
+        let (lo, hi) = (inp.seg_offsets[i] as usize, inp.seg_offsets[i + 1] as usize);
         let num_children = self.num_children(row);
         let private_from = self
             .private_from
-            .get(row)
+            .get(i)
             .copied()
-            .unwrap_or(inp.prompt_len[row] as u64);
+            .unwrap_or(inp.prompt_len[i] as u64);
         let old = &mut self.slab[k];
         let mut segs = std::mem::take(&mut old.segs);
         let mut blocks = std::mem::take(&mut old.table.blocks);
@@ -473,10 +485,10 @@ impl<'a> Engine<'a> {
             row,
             private_from,
             segs,
-            prompt_len: inp.prompt_len[row] as u64,
-            target: inp.target[row] as u64,
-            max_gen: inp.max_gen[row] as u64,
-            output_seg: inp.output_seg[row],
+            prompt_len: inp.prompt_len[i] as u64,
+            target: inp.target[i] as u64,
+            max_gen: inp.max_gen[i] as u64,
+            output_seg: inp.output_seg[i],
             num_children,
             table: BlockTable {
                 blocks,
@@ -609,8 +621,8 @@ impl<'a> Engine<'a> {
             c.first_prompt_tokens += i128::from(total);
         }
         c.recomputed_tokens += i128::from(recomputed);
-        self.out.cached_tokens[s.row] += hit as i64;
-        self.out.recomputed_tokens[s.row] += recomputed as i64;
+        self.out.cached_tokens[s.row - self.out_base] += hit as i64;
+        self.out.recomputed_tokens[s.row - self.out_base] += recomputed as i64;
         if self.log.is_some() {
             let row = s.row;
             self.log(event::ADMIT, row, -1);
@@ -755,9 +767,9 @@ impl<'a> Engine<'a> {
     fn swap_out(&mut self, unit: &[usize], shared: u64, n: u64) {
         for &k in unit.iter().rev() {
             let row = self.slab[k].row;
-            self.out.num_preemptions[row] += 1;
+            self.out.num_preemptions[row - self.out_base] += 1;
             self.out.counters.num_preemptions += 1;
-            self.out.num_swaps[row] += 1;
+            self.out.num_swaps[row - self.out_base] += 1;
             self.log(event::SWAP_OUT, row, -1);
             self.release(k);
         }
@@ -832,7 +844,7 @@ impl<'a> Engine<'a> {
             }
         }
         let row = self.slab[k].row;
-        self.out.num_preemptions[row] += 1;
+        self.out.num_preemptions[row - self.out_base] += 1;
         self.out.counters.num_preemptions += 1;
         self.log(event::PREEMPT, row, -1);
         if let Memory::Paged(pool) = &mut self.mem {
@@ -1030,9 +1042,9 @@ impl<'a> Engine<'a> {
     fn reject_rows(&mut self, row: usize, num_children: usize, reason: i64) {
         for r in row..=row + num_children {
             self.log(event::REJECT, r, -1);
-            self.out.status[r] = REJECTED;
-            self.out.reject_reason[r] = reason as i8;
-            self.out.finish[r] = self.t;
+            self.out.status[r - self.out_base] = REJECTED;
+            self.out.reject_reason[r - self.out_base] = reason as i8;
+            self.out.finish[r - self.out_base] = self.t;
         }
         self.num_rejected += 1;
     }
@@ -1078,8 +1090,9 @@ impl<'a> Engine<'a> {
             c.group = Some(row);
             c.adm_no = parent_adm + (child_row - row) as u64;
             let done = c.generated == c.target;
-            self.out.first_scheduled[child_row] = self.out.first_scheduled[row];
-            self.out.first_token[child_row] = self.t;
+            self.out.first_scheduled[child_row - self.out_base] =
+                self.out.first_scheduled[row - self.out_base];
+            self.out.first_token[child_row - self.out_base] = self.t;
             children.push(ck);
             if done {
                 self.done.push(ck);
@@ -1184,8 +1197,8 @@ impl<'a> Engine<'a> {
             let s = &mut self.slab[k];
             s.adm_no = self.next_adm;
             self.next_adm += ADM_STRIDE;
-            if self.out.first_scheduled[s.row] < 0 {
-                self.out.first_scheduled[s.row] = self.t;
+            if self.out.first_scheduled[s.row - self.out_base] < 0 {
+                self.out.first_scheduled[s.row - self.out_base] = self.t;
             }
         }
     }
@@ -1314,15 +1327,16 @@ impl<'a> Engine<'a> {
     }
 
     fn join(&mut self, row: usize) {
-        if self.inp.fork_parent(row) >= 0 {
+        let i = row - self.row_base;
+        if self.inp.fork_parent(i) >= 0 {
             return; // a fork-cow sample: it starts when its parent samples its first token
         }
         let inp = &self.inp;
         // What `reject_at_arrival` reads, without building the sequence (no heap).
         let probe = Seq {
-            prompt_len: inp.prompt_len[row] as u64,
-            target: inp.target[row] as u64,
-            max_gen: inp.max_gen[row] as u64,
+            prompt_len: inp.prompt_len[i] as u64,
+            target: inp.target[i] as u64,
+            max_gen: inp.max_gen[i] as u64,
             num_children: self.num_children(row),
             ..Seq::default()
         };
@@ -1334,11 +1348,12 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// The fork-cow samples of `row`: the rows right after it that name it as their parent.
+    /// The fork-cow samples of `row`: the rows right after it that name it as their parent (parents
+    /// are global row numbers).
     fn num_children(&self, row: usize) -> usize {
         self.inp
             .fork_parent
-            .get(row + 1..)
+            .get(row - self.row_base + 1..)
             .unwrap_or_default()
             .iter()
             .take_while(|&&p| p == row as i64)
@@ -1372,8 +1387,8 @@ impl<'a> Engine<'a> {
             let s = &mut self.slab[k];
             if s.num_computed == s.num_tokens() {
                 s.generate_one();
-                if self.out.first_token[s.row] < 0 {
-                    self.out.first_token[s.row] = t;
+                if self.out.first_token[s.row - self.out_base] < 0 {
+                    self.out.first_token[s.row - self.out_base] = t;
                 }
                 if s.generated == s.target {
                     self.done.push(k);
@@ -1404,9 +1419,9 @@ impl<'a> Engine<'a> {
             let s = &mut self.slab[k];
             s.lazy = false;
             s.retiring = true;
-            self.out.status[s.row] = FINISHED;
-            self.out.finish[s.row] = self.t;
-            self.out.generated[s.row] = s.generated as i64;
+            self.out.status[s.row - self.out_base] = FINISHED;
+            self.out.finish[s.row - self.out_base] = self.t;
+            self.out.generated[s.row - self.out_base] = s.generated as i64;
         }
         let slab = &self.slab;
         // The running list ascends in admission order: one finisher is found by binary search.
@@ -1500,34 +1515,56 @@ impl<'a> Engine<'a> {
     /// returns `InvalidOperation("interrupted")`.
     pub fn run(mut self, cancel: &'a AtomicBool) -> Result<EngineOutput> {
         self.cancel = Some(cancel);
-        let n = self.inp.len();
-        let mut nxt = 0usize;
+        self.final_input = true;
+        self.advance()?;
+        self.finish_counters();
+        Ok(self.out)
+    }
+
+    /// Steps until the run is over or, with more input to come (`final_input` false), until a step
+    /// could depend on it: rows arrive in order, so a step starting before the last arrival fed is safe
+    /// (later rows arrive no earlier), one starting at or after it is not, nor the jump of an idle
+    /// engine to the next arrival.
+    fn advance(&mut self) -> Result<()> {
+        let end = self.row_base + self.inp.len();
+        let last_arrival = self.inp.arrival_ps.last().copied().unwrap_or(0);
         loop {
-            while nxt < n && self.inp.arrival_ps[nxt] <= self.t {
-                self.join(nxt);
-                nxt += 1;
+            while self.nxt < end && self.inp.arrival_ps[self.nxt - self.row_base] <= self.t {
+                self.join(self.nxt);
+                self.nxt += 1;
             }
-            if self.running.is_empty() && self.nothing_waits() && self.swapped.is_empty() {
-                if nxt == n {
+            let idle = self.running.is_empty() && self.nothing_waits() && self.swapped.is_empty();
+            if self.nxt == end && !self.final_input && (idle || self.t >= last_arrival) {
+                return Ok(());
+            }
+            if idle {
+                if self.nxt == end {
                     break;
                 }
-                self.t = self.inp.arrival_ps[nxt];
+                self.t = self.inp.arrival_ps[self.nxt - self.row_base];
                 continue;
             }
+            let next_arrival = if self.nxt < end {
+                Some(self.inp.arrival_ps[self.nxt - self.row_base])
+            } else if self.final_input {
+                None
+            } else {
+                Some(last_arrival) // later rows arrive no earlier
+            };
             let (rejected_before, preempted_before) =
                 (self.num_rejected, self.out.counters.num_preemptions);
             let progressed = if self.lockstep {
                 // Quiet steps (see `skip_quiet_steps`) start with an empty bucket and nothing waiting.
                 (self.ring[self.step as usize & self.ring_mask].is_empty()
                     && self.nothing_waits()
-                    && self.skip_quiet_steps(self.inp.arrival_ps.get(nxt).copied()))
+                    && self.skip_quiet_steps(next_arrival))
                     || self.lockstep_step()
             } else {
                 self.full_step()
             };
             // A cancelled step may have stopped half way (`cancelled`): checked before anything reads
             // its outcome.
-            if cancel.load(Ordering::Relaxed) {
+            if self.cancelled() {
                 self.discard();
                 return Err(KvError::InvalidOperation("interrupted".into()));
             }
@@ -1548,6 +1585,11 @@ impl<'a> Engine<'a> {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// The counters summed at the end of a run.
+    fn finish_counters(&mut self) {
         if let Memory::Paged(pool) = &self.mem {
             let c = &mut self.out.counters;
             c.num_evictions = i128::from(pool.num_evictions());
@@ -1562,7 +1604,6 @@ impl<'a> Engine<'a> {
         if let Some(log) = self.log.take() {
             self.out.events = log;
         }
-        Ok(self.out)
     }
 }
 

@@ -120,6 +120,43 @@ impl EngineOutput {
         }
     }
 
+    /// Adds `n` rows in their initial state (a stream's next chunk).
+    pub fn extend_rows(&mut self, n: usize) {
+        let m = self.status.len() + n;
+        self.first_scheduled.resize(m, -1);
+        self.first_token.resize(m, -1);
+        self.finish.resize(m, -1);
+        self.generated.resize(m, 0);
+        self.num_preemptions.resize(m, 0);
+        self.num_swaps.resize(m, 0);
+        self.cached_tokens.resize(m, 0);
+        self.recomputed_tokens.resize(m, 0);
+        self.status.resize(m, -1);
+        self.reject_reason.resize(m, 0);
+    }
+
+    /// Takes the first `k` rows' columns out (counters, time series and events stay).
+    #[must_use]
+    pub fn take_front(&mut self, k: usize) -> EngineOutput {
+        fn front<T>(v: &mut Vec<T>, k: usize) -> Vec<T> {
+            let rest = v.split_off(k);
+            std::mem::replace(v, rest)
+        }
+        EngineOutput {
+            first_scheduled: front(&mut self.first_scheduled, k),
+            first_token: front(&mut self.first_token, k),
+            finish: front(&mut self.finish, k),
+            generated: front(&mut self.generated, k),
+            num_preemptions: front(&mut self.num_preemptions, k),
+            num_swaps: front(&mut self.num_swaps, k),
+            cached_tokens: front(&mut self.cached_tokens, k),
+            recomputed_tokens: front(&mut self.recomputed_tokens, k),
+            status: front(&mut self.status, k),
+            reject_reason: front(&mut self.reject_reason, k),
+            ..EngineOutput::default()
+        }
+    }
+
     /// The time series as named columns.
     pub fn timeseries_columns(&self) -> Vec<(&'static str, Vec<i64>)> {
         TIMESERIES
