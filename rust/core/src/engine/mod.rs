@@ -1164,7 +1164,7 @@ impl<'a> Engine<'a> {
             return;
         }
         let cfg = self.cfg;
-        while budget > 0 && !self.cancelled() {
+        while budget > 0 {
             let Some(k) = self.waiting_head() else {
                 break;
             };
@@ -1199,6 +1199,9 @@ impl<'a> Engine<'a> {
             self.next_adm += ADM_STRIDE;
             if self.out.first_scheduled[s.row - self.out_base] < 0 {
                 self.out.first_scheduled[s.row - self.out_base] = self.t;
+            }
+            if self.cancelled() {
+                break; // after an admission: a blocked head costs no check
             }
         }
     }
@@ -1367,10 +1370,16 @@ impl<'a> Engine<'a> {
     }
 
     /// The head of the waiting queue, its sequence built if it was a fresh row.
+    #[inline]
     fn waiting_head(&mut self) -> Option<usize> {
         if let Some(&k) = self.waiting.front() {
             return Some(k);
         }
+        self.fresh_head()
+    }
+
+    #[inline(never)]
+    fn fresh_head(&mut self) -> Option<usize> {
         let row = self.fresh.pop_front()?;
         let k = self.new_seq(row);
         self.waiting.push_back(k);
@@ -1526,52 +1535,56 @@ impl<'a> Engine<'a> {
     /// (later rows arrive no earlier), one starting at or after it is not, nor the jump of an idle
     /// engine to the next arrival.
     fn advance(&mut self) -> Result<()> {
-        let end = self.row_base + self.inp.len();
-        let last_arrival = self.inp.arrival_ps.last().copied().unwrap_or(0);
-        loop {
-            while self.nxt < end && self.inp.arrival_ps[self.nxt - self.row_base] <= self.t {
-                self.join(self.nxt);
-                self.nxt += 1;
+        // Locals for the loop's hot reads (the input's slices live as long as the engine's view).
+        let (arrivals, base, cancel) = (self.inp.arrival_ps, self.row_base, self.cancel);
+        let end = base + arrivals.len();
+        let last_arrival = arrivals.last().copied().unwrap_or(0);
+        let mut nxt = self.nxt;
+        let result = loop {
+            while nxt < end && arrivals[nxt - base] <= self.t {
+                self.join(nxt);
+                nxt += 1;
             }
-            let idle = self.running.is_empty() && self.nothing_waits() && self.swapped.is_empty();
-            if self.nxt == end && !self.final_input && (idle || self.t >= last_arrival) {
-                return Ok(());
-            }
-            if idle {
-                if self.nxt == end {
-                    break;
+            if self.running.is_empty() && self.nothing_waits() && self.swapped.is_empty() {
+                if nxt == end {
+                    break Ok(()); // the end, or (more input to come) the next arrival is not known yet
                 }
-                self.t = self.inp.arrival_ps[self.nxt - self.row_base];
+                self.t = arrivals[nxt - base];
                 continue;
             }
-            let next_arrival = if self.nxt < end {
-                Some(self.inp.arrival_ps[self.nxt - self.row_base])
-            } else if self.final_input {
-                None
-            } else {
-                Some(last_arrival) // later rows arrive no earlier
-            };
+            if nxt == end && !self.final_input && self.t >= last_arrival {
+                break Ok(()); // a later row may arrive at the start of this step
+            }
             let (rejected_before, preempted_before) =
                 (self.num_rejected, self.out.counters.num_preemptions);
             let progressed = if self.lockstep {
-                // Quiet steps (see `skip_quiet_steps`) start with an empty bucket and nothing waiting.
+                // Quiet steps (see `skip_quiet_steps`) start with an empty bucket and nothing waiting;
+                // with more input to come, later rows arrive no earlier than the last one fed.
                 (self.ring[self.step as usize & self.ring_mask].is_empty()
                     && self.nothing_waits()
-                    && self.skip_quiet_steps(next_arrival))
+                    && self.skip_quiet_steps(if nxt < end {
+                        Some(arrivals[nxt - base])
+                    } else if self.final_input {
+                        None
+                    } else {
+                        Some(last_arrival)
+                    }))
                     || self.lockstep_step()
             } else {
                 self.full_step()
             };
             // A cancelled step may have stopped half way (`cancelled`): checked before anything reads
             // its outcome.
-            if self.cancelled() {
+            if let Some(c) = cancel
+                && c.load(Ordering::Relaxed)
+            {
                 self.discard();
-                return Err(KvError::InvalidOperation("interrupted".into()));
+                break Err(KvError::InvalidOperation("interrupted".into()));
             }
             // Nothing scheduled is fine if a head was rejected or a sequence preempted itself (then no
             // time passes, as in the reference); anything else would repeat forever.
             if let Some(step) = self.clock_overflow {
-                return Err(KvError::InvalidArgument(clock_overflow_message(
+                break Err(KvError::InvalidArgument(clock_overflow_message(
                     step, self.t,
                 )));
             }
@@ -1579,13 +1592,14 @@ impl<'a> Engine<'a> {
                 && self.num_rejected == rejected_before
                 && self.out.counters.num_preemptions == preempted_before
             {
-                return Err(KvError::Internal(format!(
+                break Err(KvError::Internal(format!(
                     "no progress at time {} ps",
                     self.t
                 )));
             }
-        }
-        Ok(())
+        };
+        self.nxt = nxt;
+        result
     }
 
     /// The counters summed at the end of a run.
