@@ -1519,8 +1519,8 @@ impl<'a> Engine<'a> {
     }
 
     /// Runs to completion, or until `cancel` is set (Ctrl-C from Python: the binding's watcher sets it):
-    /// the flag is read after every step or quiet span and before every admission and running unit of a
-    /// step, so a cancelled run stops within one unit of work, whatever the size of its steps, and
+    /// the flag is read after every step or quiet span, after every admission and before every running
+    /// unit of a step, so a cancelled run stops within one unit of work, whatever the size of its steps, and
     /// returns `InvalidOperation("interrupted")`.
     pub fn run(mut self, cancel: &'a AtomicBool) -> Result<EngineOutput> {
         self.cancel = Some(cancel);
