@@ -16,6 +16,7 @@ from kvsim.errors import (
 )
 from kvsim.simulate import SimResult, simulate
 from kvsim.sizing import pool_blocks
+from kvsim.streaming import simulate_stream
 from kvsim.workloads import Workload
 
 __version__ = "0.1.0"
@@ -37,6 +38,7 @@ __all__ = [
     "pool_blocks",
     "reference",
     "simulate",
+    "simulate_stream",
     "sizing",
     "workloads",
 ]

@@ -20,7 +20,9 @@ from kvsim.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
 
 @dataclass(frozen=True)
 class EngineInput:
-    """Per-sequence columns, sorted by (arrival, request row, sample). All integer, all contiguous."""
+    """Per-sequence columns, sorted by (arrival, request row, sample). All integer and contiguous, but
+    for constants (`sample` with one sample per request, `fork_parent` with nothing forked), which are
+    read-only broadcasts taking no memory; columns equal to the workload's are the workload's arrays."""
 
     request_row: np.ndarray  # int64: the workload row this sequence belongs to
     request_id: np.ndarray  # uint64
@@ -32,6 +34,7 @@ class EngineInput:
     )  # int64: tokens this sequence generates (output_len capped by max_tokens/max_model_len)
     max_gen: np.ndarray  # int64: the most it could generate (max_tokens capped): what reservations size for
     fork_parent: np.ndarray  # int64: -1, or (fork-cow) the row of sample 0 this sample is forked from
+    # (a read-only broadcast of -1, no memory, when nothing is forked)
     output_seg: np.ndarray  # uint64: content id of this sequence's generated tokens
     seg_offsets: np.ndarray  # int64, len n+1, into the workload's flat segment arrays
     segment_id: np.ndarray  # uint64
@@ -64,7 +67,7 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
     rows = np.arange(n, dtype=np.int64) if single else np.repeat(np.arange(n, dtype=np.int64), samples)
     m = len(rows)
     if single:
-        sample = np.zeros(m, dtype=np.int64)
+        sample = np.broadcast_to(np.int64(0), (m,))  # read-only, no memory
     else:
         starts = np.cumsum(samples) - samples
         sample = np.arange(m, dtype=np.int64) - np.repeat(starts, samples)
@@ -90,10 +93,11 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
                 f"row {row}: {name} {int(column[row])} is above kvsim's limit of {MAX_TOKENS} tokens"
             )
     output = per_sequence(workload.output_len, np.int64)
-    max_gen = np.array(per_sequence(workload.max_tokens, np.int64))
+    # Shared with the workload where nothing is capped (the workload's columns are read-only).
+    max_gen = per_sequence(workload.max_tokens, np.int64)
     if config.max_model_len is not None:
         max_gen = np.minimum(max_gen, np.maximum(config.max_model_len - prompt, 0))
-    target = np.minimum(output, max_gen)
+    target = output if bool((output <= max_gen).all()) else np.minimum(output, max_gen)
     rid = per_sequence(workload.request_id, np.uint64)
     if m and (int(rid.max()) > MAX_REQUEST_ID or int(sample.max()) >= MAX_SAMPLES):
         raise InvalidArgumentError(
@@ -105,6 +109,8 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
     order = None if in_order else np.argsort(arrival_ps, kind="stable")
 
     def c(a: np.ndarray) -> np.ndarray:
+        if a.strides == (0,):
+            return a  # a broadcast constant: the same in any order
         return np.ascontiguousarray(a if order is None else a[order])
 
     seg_offsets = np.asarray(workload.seg_offsets, dtype=np.int64)
@@ -122,7 +128,7 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
         )
         seg_offsets, seg_id, seg_len = seq_offsets, seg_id[idx], seg_len[idx]
 
-    fork_parent = np.full(m, -1, dtype=np.int64)
+    fork_parent = np.broadcast_to(np.int64(-1), (m,))
     if config.sampling == "fork-cow" and not single:
         sorted_sample = c(sample)
         fork_parent = np.where(sorted_sample > 0, np.arange(m, dtype=np.int64) - sorted_sample, -1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from kvsim import _core
@@ -11,13 +13,13 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.reference.engine import EngineOutput
 from kvsim.segments import OUTPUT_BIT
 
+_NO_FORKS = np.zeros(0, dtype=np.int64)
 
-def run(
-    inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
-) -> EngineOutput:
-    """Simulates every sequence of `inp` under `config` in the Rust core (GIL released)."""
+
+def config_kwargs(config: SimConfig) -> dict[str, Any]:
+    """The engine's configuration as `_core.run_engine` / `_core.Stream` keyword arguments."""
     assert config.num_blocks is not None, "SimConfig sizes the pool"
-    columns, counters = _core.run_engine(
+    return dict(
         num_blocks=config.num_blocks,
         block_size=config.block_size,
         policy=config.policy,
@@ -40,17 +42,34 @@ def run(
         cpu_blocks=config.cpu_blocks,
         swap_ps_per_block=config.swap_ps_per_block,
         buddy=config.placement == "buddy",
+    )
+
+
+def input_kwargs(inp: EngineInput) -> dict[str, np.ndarray]:
+    """The per-sequence columns as `_core` keyword arguments (a broadcast -1 `fork_parent`, nothing
+    forked, crosses as an empty column)."""
+    return {
+        "arrival_ps": inp.arrival_ps,
+        "prompt_len": inp.prompt_len,
+        "target": inp.target,
+        "max_gen": inp.max_gen,
+        "fork_parent": _NO_FORKS if inp.fork_parent.strides == (0,) else inp.fork_parent,
+        "output_seg": inp.output_seg,
+        "seg_offsets": inp.seg_offsets,
+        "segment_id": inp.segment_id,
+        "segment_len": inp.segment_len,
+    }
+
+
+def run(
+    inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
+) -> EngineOutput:
+    """Simulates every sequence of `inp` under `config` in the Rust core (GIL released)."""
+    columns, counters = _core.run_engine(
+        **config_kwargs(config),
         timeseries_every=timeseries_every,
         record_events=record_events,
-        arrival_ps=inp.arrival_ps,
-        prompt_len=inp.prompt_len,
-        target=inp.target,
-        max_gen=inp.max_gen,
-        fork_parent=inp.fork_parent,
-        output_seg=inp.output_seg,
-        seg_offsets=inp.seg_offsets,
-        segment_id=inp.segment_id,
-        segment_len=inp.segment_len,
+        **input_kwargs(inp),
     )
     timeseries = columns.pop("timeseries")
     events = columns.pop("events")
@@ -95,7 +114,6 @@ def check_step_floor(inp: EngineInput, config: SimConfig) -> None:
 
 def step_floor_unchecked(inp: EngineInput, config: SimConfig) -> dict[str, int]:
     """`step_floor` without `check_step_floor` (the benchmark times this call alone)."""
-    assert config.num_blocks is not None, "SimConfig sizes the pool"
     steps, allocations, finished, checksum = _core.step_floor(
         num_blocks=config.num_blocks,
         block_size=config.block_size,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,14 +18,16 @@ import polars as pl
 from kvsim.config import MAX_TIME_PS, PS_PER_S, SimConfig
 from kvsim.engine_input import EngineInput, prepare
 from kvsim.errors import InvalidArgumentError
+from kvsim.exact import Mean, Quantiles
 from kvsim.reference.engine import EVENT_KINDS, FINISHED, REJECT_REASONS, REJECTED, EngineOutput
 
 BACKENDS = ("rust", "reference")
-# Code -> text, as series so rows are labelled by one gather, without a Python loop per request.
-_REASON_TEXT = pl.Series(
-    [None, *(REJECT_REASONS[k] for k in range(1, max(REJECT_REASONS) + 1))], dtype=pl.String
-)
-_STATUS_TEXT = pl.Series(["finished", "rejected"], dtype=pl.String)
+# Code -> text, as series so rows are labelled by one gather, without a Python loop per request. Enums:
+# one byte a row (a string column takes 16), compared with strings as before (`status == "finished"`).
+REASON_DTYPE = pl.Enum([REJECT_REASONS[k] for k in range(1, max(REJECT_REASONS) + 1)])
+STATUS_DTYPE = pl.Enum(["finished", "rejected"])
+_REASON_TEXT = pl.Series([None, *REASON_DTYPE.categories], dtype=REASON_DTYPE)
+_STATUS_TEXT = pl.Series(["finished", "rejected"], dtype=STATUS_DTYPE)
 
 
 @dataclass
@@ -32,7 +35,8 @@ class SimResult:
     """What one simulation produced.
 
     Attributes:
-        requests: one row per workload request (SPEC §7 columns; times in seconds).
+        requests: one row per workload request (SPEC §7 columns; times in seconds); None from
+            `simulate_stream` unless it was asked to keep the rows (`rows="memory"`).
         summary: a dict of plain Python numbers, one key per SPEC §7 metric (DESIGN.md §Metrics).
         config: the configuration that ran.
         raw: the engine's per-sequence columns and integer counters (what the backends are compared on).
@@ -44,14 +48,16 @@ class SimResult:
             happened), `time_s`, `kind` (admit, allocate, prefix-hit, cow-copy, evict, free, preempt,
             swap-out, swap-in, finish, reject, fork), `request_id`, `sample`, `block` (-1 for events about
             a sequence); what the lab page replays. Else None.
+        rows_path: `simulate_stream(rows=DIR)`: the directory holding the rows as parquet files.
     """
 
-    requests: pl.DataFrame
+    requests: pl.DataFrame | None
     summary: dict[str, Any]
     config: SimConfig
     raw: EngineOutput
     timeseries: pl.DataFrame | None = None
     events: pl.DataFrame | None = None
+    rows_path: Path | None = None
 
     def serving(
         self,
@@ -160,6 +166,7 @@ def simulate(
                 "block": raw.events["block"],
             }
         )
+    del inp  # the per-sequence input is not needed for the summary: free it first
     summary = summarize(requests, raw, config)
     if goodput is not None:
         from kvsim.metrics import goodput_columns
@@ -227,7 +234,8 @@ def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataF
             "finish": seconds("finish", fold(raw.finish, "max")),
             "prompt_len": np.asarray(workload.prompt_len, dtype=np.int64),
             "output_len": fold(raw.generated, "sum"),
-            "num_samples": np.ones(n, dtype=np.int64)
+            # The workload's own column when every request is one sequence (no copy).
+            "num_samples": np.asarray(workload.num_samples, dtype=np.int64)
             if single
             else np.bincount(rows, minlength=n).astype(np.int64),
             "num_preemptions": fold(raw.num_preemptions, "sum"),
@@ -242,54 +250,88 @@ def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput) -> pl.DataF
     return frame
 
 
-def _pcts(values: np.ndarray, name: str, out: dict[str, Any]) -> None:
-    nan = np.isnan(values)
-    v = values[~nan] if nan.any() else values
-    if not len(v):
-        out.update({f"{name}_p{q}": None for q in (50, 90, 99)} | {f"{name}_mean": None})
-        return
-    # One select: polars computes the three quantiles and the mean in parallel.
-    row = (
-        pl.DataFrame({"v": v})
-        .select(
-            *[pl.col("v").quantile(q / 100, "linear").alias(f"{name}_p{q}") for q in (50, 90, 99)],
-            pl.col("v").mean().alias(f"{name}_mean"),
-        )
-        .row(0, named=True)
-    )
-    out.update({k: float(x) for k, x in row.items()})
+_LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queueing_s")
+_QS = (0.5, 0.9, 0.99)
+
+
+class RowStats:
+    """The summary's row-derived metrics, fed request rows in order (all at once or chunk by chunk: the
+    same numbers either way, `kvsim.exact`).
+
+    Args:
+        memory_limit: latency values kept in memory per metric before they are spilled to a file.
+        spill_dir: where spill files go (default: the system's temporary directory).
+    """
+
+    def __init__(self, memory_limit: int = 1 << 24, spill_dir: Any = None) -> None:
+        self.num_requests = self.completed = self.output_tokens = 0
+        self.means = {name: Mean() for name in (*_LATENCIES, "normalized")}
+        self.quantiles = {name: Quantiles(memory_limit, spill_dir) for name in _LATENCIES}
+
+    def add(self, requests: pl.DataFrame) -> None:
+        # numpy columns of the finished requests (missing times are NaN): a million rows in milliseconds.
+        finished = (requests["status"] == "finished").to_numpy()
+        every = bool(finished.all())  # then no row is dropped and float columns come without a copy
+        col = {
+            name: requests[name].to_numpy() if every else requests[name].to_numpy()[finished]
+            for name in ("arrival", "first_scheduled", "first_token", "finish", "output_len", "num_samples")
+        }
+        self.num_requests += requests.height
+        self.completed += int(finished.sum())
+        self.output_tokens += int(col["output_len"].sum())
+        e2e = col["finish"] - col["arrival"]
+        per_sample = col["output_len"] / col["num_samples"]
+        multi = col["output_len"] > col["num_samples"]
+        values = {
+            "ttft_s": col["first_token"] - col["arrival"],
+            "tpot_s": (col["finish"] - col["first_token"])[multi] / (per_sample[multi] - 1),
+            "e2e_s": e2e,
+            "queueing_s": col["first_scheduled"] - col["arrival"],
+        }
+        for name, v in values.items():
+            v = v[~np.isnan(v)]
+            self.means[name].add(v)
+            self.quantiles[name].add(v)
+        self.means["normalized"].add(e2e / per_sample)
+
+    def result(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "num_requests": self.num_requests,
+            "completed": self.completed,
+            "rejected": self.num_requests - self.completed,
+            "output_tokens": self.output_tokens,
+        }
+        for name in _LATENCIES:
+            qs = self.quantiles[name].result(_QS)
+            self.quantiles[name].close()
+            out.update({f"{name}_p{round(q * 100)}": qs[q] for q in _QS})
+            out[f"{name}_mean"] = self.means[name].result()
+        out["normalized_latency_s_per_token"] = self.means["normalized"].result()
+        return out
 
 
 def summarize(requests: pl.DataFrame, raw: EngineOutput, config: SimConfig) -> dict[str, Any]:
     """Every SPEC §7 metric as a plain Python number (DESIGN.md §Metrics defines each)."""
-    c = raw.counters
-    # numpy columns of the finished requests (missing times are NaN): a million rows in milliseconds.
-    finished = (requests["status"] == "finished").to_numpy()
-    every = bool(finished.all())  # then no row is dropped and float columns come without a copy
-    col = {
-        name: requests[name].to_numpy() if every else requests[name].to_numpy()[finished]
-        for name in ("arrival", "first_scheduled", "first_token", "finish", "output_len", "num_samples")
-    }
-    completed = int(finished.sum())
-    s: dict[str, Any] = {
-        "num_requests": requests.height,
-        "completed": completed,
-        "rejected": requests.height - completed,
-    }
+    stats = RowStats()
+    stats.add(requests)
+    return summary_from(stats, raw.counters, config)
+
+
+def summary_from(stats: RowStats, c: dict[str, Any], config: SimConfig) -> dict[str, Any]:
+    """The summary from the row statistics and the engine's counters `c`."""
+    rows = stats.result()
+    s: dict[str, Any] = {k: rows[k] for k in ("num_requests", "completed", "rejected")}
+    completed = rows["completed"]
     makespan = c["makespan_ps"] / PS_PER_S
     busy = c["busy_ps"]
     s["makespan_s"] = makespan
     s["throughput_rps"] = completed / makespan if makespan > 0 else 0.0
-    s["output_tokens"] = int(col["output_len"].sum())
+    s["output_tokens"] = rows["output_tokens"]
     s["throughput_tok_s"] = s["output_tokens"] / makespan if makespan > 0 else 0.0
-    e2e = col["finish"] - col["arrival"]
-    _pcts(col["first_token"] - col["arrival"], "ttft_s", s)
-    per_sample = col["output_len"] / col["num_samples"]
-    multi = col["output_len"] > col["num_samples"]
-    _pcts((col["finish"] - col["first_token"])[multi] / (per_sample[multi] - 1), "tpot_s", s)
-    _pcts(e2e, "e2e_s", s)
-    _pcts(col["first_scheduled"] - col["arrival"], "queueing_s", s)
-    s["normalized_latency_s_per_token"] = float(pl.Series(e2e / per_sample).mean()) if completed else None  # type: ignore[arg-type]
+    for name in _LATENCIES:
+        for key in (*(f"{name}_p{round(q * 100)}" for q in _QS), f"{name}_mean"):
+            s[key] = rows[key]
+    s["normalized_latency_s_per_token"] = rows["normalized_latency_s_per_token"]
     s["num_steps"] = c["num_steps"]
     s["mean_batch"] = c["sum_batch"] / c["num_steps"] if c["num_steps"] else 0.0
     s["time_weighted_batch"] = c["w_batch"] / busy if busy else 0.0
@@ -323,4 +365,13 @@ def summarize(requests: pl.DataFrame, raw: EngineOutput, config: SimConfig) -> d
     return s
 
 
-__all__ = ["FINISHED", "REJECTED", "SimResult", "request_rows", "simulate", "summarize"]
+__all__ = [
+    "FINISHED",
+    "REJECTED",
+    "RowStats",
+    "SimResult",
+    "request_rows",
+    "simulate",
+    "summarize",
+    "summary_from",
+]

@@ -138,7 +138,9 @@ class Seq:
 
 @dataclass
 class EngineOutput:
-    """Raw per-sequence columns (times in ps, -1 when it never happened) and integer counters."""
+    """Raw per-sequence columns (times in ps, -1 when it never happened) and integer counters: int64,
+    but `status` (0 finished, 1 rejected) and `reject_reason` (`REJECT_REASONS`' codes, 0 for none),
+    int8."""
 
     first_scheduled: np.ndarray
     first_token: np.ndarray
@@ -163,7 +165,6 @@ class Engine:
         self.events: list[tuple[int, int, int, int, int]] | None = [] if record_events else None
         self.ts_every = timeseries_every
         self.ts: dict[str, list[int]] = {name: [] for name in TIMESERIES}
-        n = len(inp)
         self.bs = config.block_size
         self.paged = not config.is_contiguous
         if self.paged:
@@ -186,11 +187,17 @@ class Engine:
         self.swap_blocks_step = 0
         self.running: list[Seq] = []
         self.c = dict.fromkeys(COUNTERS, 0)
-        self.cols = {k: np.full(n, -1, dtype=np.int64) for k in ("first_scheduled", "first_token", "finish")}
+        # Rows fed so far (`feed`; `run` feeds `inp` whole): sequences, arrivals, global fork parents,
+        # and their output columns; `nxt` is the next row to join, `emitted` the rows `take_done` gave.
+        self.seqs: list[Seq] = []
+        self.arrivals: list[int] = []
+        self.fork_of: list[int] = []
+        self.nxt = self.emitted = 0
+        self.cols = {k: np.full(0, -1, dtype=np.int64) for k in ("first_scheduled", "first_token", "finish")}
         for k in ("generated", "num_preemptions", "num_swaps", "cached_tokens", "recomputed_tokens"):
-            self.cols[k] = np.zeros(n, dtype=np.int64)
-        self.cols["status"] = np.full(n, -1, dtype=np.int64)
-        self.cols["reject_reason"] = np.zeros(n, dtype=np.int64)
+            self.cols[k] = np.zeros(0, dtype=np.int64)
+        self.cols["status"] = np.full(0, -1, dtype=np.int8)
+        self.cols["reject_reason"] = np.zeros(0, dtype=np.int8)
 
     # -- sizes ----------------------------------------------------------------------------------------
     def region_size(self, s: Seq) -> int:
@@ -708,40 +715,55 @@ class Engine:
             for name, value in zip(TIMESERIES, row, strict=True):
                 self.ts[name].append(value)
 
-    def run(self) -> EngineOutput:
-        inp, cols = self.inp, self.cols
-        n = len(inp)
-        seqs = [
-            Seq(
-                i,
+    def feed(self, inp: EngineInput) -> None:
+        """Appends a chunk's sequences (rows numbered on from those fed before; its `fork_parent` counts
+        from the chunk's first row). Chunks come in arrival order."""
+        base = len(self.seqs)
+        m = len(inp)
+        for i in range(m):
+            s = Seq(
+                base + i,
                 inp.segments(i),
                 int(inp.prompt_len[i]),
                 int(inp.target[i]),
                 int(inp.max_gen[i]),
                 int(inp.output_seg[i]),
             )
-            for i in range(n)
-        ]
-        for i in range(n):
-            if inp.fork_parent[i] >= 0:
-                seqs[int(inp.fork_parent[i])].children.append(seqs[i])
-        arrivals = [int(a) for a in inp.arrival_ps]
-        nxt = 0
+            self.seqs.append(s)
+            parent = int(inp.fork_parent[i])
+            self.fork_of.append(base + parent if parent >= 0 else -1)
+            if parent >= 0:
+                self.seqs[base + parent].children.append(s)
+        self.arrivals.extend(int(a) for a in inp.arrival_ps)
+        for k, col in self.cols.items():
+            fill = -1 if k in ("first_scheduled", "first_token", "finish", "status") else 0
+            self.cols[k] = np.concatenate([col, np.full(m, fill, dtype=col.dtype)])
+
+    def advance(self, final: bool) -> None:
+        """Steps until the run is over or, with more input to come (`final` false), until a step could
+        depend on rows not fed yet: later rows arrive no earlier than the last one fed, so a step that
+        starts before it is safe, one at or after it is not, nor an idle jump to the next arrival."""
+        cols, seqs, arrivals = self.cols, self.seqs, self.arrivals
+        n = len(seqs)
+        last_arrival = arrivals[-1] if arrivals else 0
         while True:
-            while nxt < n and arrivals[nxt] <= self.t:
-                s = seqs[nxt]
-                nxt += 1
-                if inp.fork_parent[s.idx] >= 0:
+            while self.nxt < n and arrivals[self.nxt] <= self.t:
+                s = seqs[self.nxt]
+                self.nxt += 1
+                if self.fork_of[s.idx] >= 0:
                     continue  # a fork-cow sample: it starts when its parent samples its first token
                 reason = self.reject_at_arrival(s)
                 if reason:
                     self.reject(s, reason)
                 else:
                     self.waiting.append(s)
-            if not self.running and not self.waiting and not self.swapped:
-                if nxt == n:
+            idle = not self.running and not self.waiting and not self.swapped
+            if self.nxt == n and not final and (idle or self.t >= last_arrival):
+                return
+            if idle:
+                if self.nxt == n:
                     break
-                self.t = arrivals[nxt]
+                self.t = arrivals[self.nxt]
                 continue
             before = (self.num_rejected, self.c["num_preemptions"])
             scheduled = self.schedule()
@@ -780,14 +802,32 @@ class Engine:
                 cols["status"][s.idx] = FINISHED
                 cols["finish"][s.idx] = self.t
                 cols["generated"][s.idx] = s.generated
-        for s in seqs:
-            if cols["status"][s.idx] == REJECTED:
-                cols["generated"][s.idx] = 0
+        self.finish_counters()
+
+    def finish_counters(self) -> None:
+        """The counters summed at the end of a run."""
         if self.paged:
             self.c["num_evictions"] = self.kv.num_evictions
             self.c["num_cow_copies"] = self.kv.num_cow_copies
             self.c["num_block_allocations"] = self.kv.pool.num_allocated
         self.c["makespan_ps"] = self.t
+
+    def take_done(self) -> dict[str, np.ndarray]:
+        """The output columns of the rows done since the last call (finished or rejected, every earlier
+        row too)."""
+        status = self.cols["status"]
+        pending = np.flatnonzero(status[self.emitted :] < 0)
+        end = self.emitted + int(pending[0]) if len(pending) else len(status)
+        out = {k: v[self.emitted : end].copy() for k, v in self.cols.items()}
+        out["generated"][out["status"] == REJECTED] = 0
+        self.emitted = end
+        return out
+
+    def run(self) -> EngineOutput:
+        self.feed(self.inp)
+        self.advance(final=True)
+        cols = self.cols
+        cols["generated"][cols["status"] == REJECTED] = 0
         ts = {k: np.asarray(v, dtype=np.int64) for k, v in self.ts.items()} if self.ts_every else {}
         events = {}
         if self.events is not None:

@@ -391,7 +391,14 @@ mod tests {
             },
         )
         .unwrap();
-        let out = engine::run(inp, cfg, 0, false, &mut || false).unwrap();
+        let out = engine::run(
+            inp,
+            cfg,
+            0,
+            false,
+            &std::sync::atomic::AtomicBool::new(false),
+        )
+        .unwrap();
         (floor, out.counters)
     }
 

@@ -678,6 +678,255 @@ fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>, name: &str) -> P
         .map_err(|_| invalid(format!("column {name} must be a contiguous array")))
 }
 
+/// The engine's configuration from `run_engine`'s (and `Stream`'s) keyword arguments.
+#[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
+fn engine_config(
+    num_blocks: i128,
+    block_size: i128,
+    policy: &str,
+    enable_prefix_caching: bool,
+    free_order: &str,
+    max_num_seqs: i128,
+    max_num_batched_tokens: i128,
+    chunked_prefill: bool,
+    full_prompt_gate: bool,
+    skip_over_budget: bool,
+    watermark_blocks: i128,
+    one_free_block: bool,
+    max_model_len: Option<i128>,
+    time_model: &str,
+    iteration_time_ps: i128,
+    c0_ps: i128,
+    c_tok_ps: i128,
+    c_ctx_ps: i128,
+    preemption: &str,
+    cpu_blocks: i128,
+    swap_ps_per_block: i128,
+    buddy: bool,
+) -> PyResult<EngineConfig> {
+    let time = match time_model {
+        "ticks" => TimeModel::Ticks {
+            iteration_ps: u64_arg(iteration_time_ps, "iteration_time_ps")?,
+        },
+        "linear" => TimeModel::Linear {
+            c0_ps: u64_arg(c0_ps, "c0_ps")?,
+            c_tok_ps: u64_arg(c_tok_ps, "c_tok_ps")?,
+            c_ctx_ps: u64_arg(c_ctx_ps, "c_ctx_ps")?,
+        },
+        other => {
+            return Err(invalid(format!(
+                "time_model '{other}' is not one of 'ticks', 'linear'"
+            )));
+        }
+    };
+    Ok(EngineConfig {
+        num_blocks: num_blocks_arg(num_blocks)?,
+        block_size: block_size_arg(block_size)?,
+        policy: Policy::parse(policy).py()?,
+        enable_prefix_caching,
+        free_order: FreeOrder::parse(free_order).py()?,
+        max_num_seqs: u64_arg(max_num_seqs, "max_num_seqs")?,
+        max_num_batched_tokens: u64_arg(max_num_batched_tokens, "max_num_batched_tokens")?,
+        chunked_prefill,
+        full_prompt_gate,
+        skip_over_budget,
+        watermark_blocks: u64_arg(watermark_blocks, "watermark_blocks")?,
+        one_free_block,
+        max_model_len: max_model_len
+            .map(|v| u64_arg(v, "max_model_len"))
+            .transpose()?,
+        time,
+        preemption: Preemption::parse(preemption).py()?,
+        cpu_blocks: u64_arg(cpu_blocks, "cpu_blocks")?,
+        swap_ps_per_block: u64_arg(swap_ps_per_block, "swap_ps_per_block")?,
+        buddy,
+    })
+}
+
+/// The per-sequence input columns as the core's view (each must be contiguous).
+#[allow(clippy::too_many_arguments)]
+fn input_view<'a>(
+    arrival_ps: &'a PyReadonlyArray1<'_, i64>,
+    prompt_len: &'a PyReadonlyArray1<'_, i64>,
+    target: &'a PyReadonlyArray1<'_, i64>,
+    max_gen: &'a PyReadonlyArray1<'_, i64>,
+    fork_parent: &'a PyReadonlyArray1<'_, i64>,
+    output_seg: &'a PyReadonlyArray1<'_, u64>,
+    seg_offsets: &'a PyReadonlyArray1<'_, i64>,
+    segment_id: &'a PyReadonlyArray1<'_, u64>,
+    segment_len: &'a PyReadonlyArray1<'_, i64>,
+) -> PyResult<EngineInput<'a>> {
+    Ok(EngineInput {
+        arrival_ps: slice(arrival_ps, "arrival_ps")?,
+        prompt_len: slice(prompt_len, "prompt_len")?,
+        target: slice(target, "target")?,
+        max_gen: slice(max_gen, "max_gen")?,
+        fork_parent: slice(fork_parent, "fork_parent")?,
+        output_seg: slice(output_seg, "output_seg")?,
+        seg_offsets: slice(seg_offsets, "seg_offsets")?,
+        segment_id: slice(segment_id, "segment_id")?,
+        segment_len: slice(segment_len, "segment_len")?,
+    })
+}
+
+/// The output columns and counters as two dicts (`run_engine`'s result; `Stream.take_done`'s columns).
+fn output_dicts(
+    py: Python<'_>,
+    output: engine::EngineOutput,
+) -> PyResult<(Bound<'_, PyDict>, Bound<'_, PyDict>)> {
+    let (columns, codes, counters) = output.columns();
+    let cols = PyDict::new(py);
+    for (name, values) in columns {
+        cols.set_item(name, values.into_pyarray(py))?;
+    }
+    for (name, values) in codes {
+        cols.set_item(name, values.into_pyarray(py))?;
+    }
+    Ok((cols, counters_dict(py, &counters)?))
+}
+
+fn counters_dict<'py>(
+    py: Python<'py>,
+    counters: &engine::Counters,
+) -> PyResult<Bound<'py, PyDict>> {
+    let ctrs = PyDict::new(py);
+    for (name, value) in counters.pairs() {
+        ctrs.set_item(name, value)?;
+    }
+    Ok(ctrs)
+}
+
+/// A run fed in chunks (`kvsim.simulate_stream`; the core's `StreamEngine`): `feed` a chunk's columns
+/// (its `fork_parent` rows count from the chunk's first row; `independent`: see the core's
+/// `StreamEngine`), `advance(final_input)` steps as far as
+/// the input allows (GIL released, Ctrl-C raises `KeyboardInterrupt`), `take_done()` returns the
+/// columns of the rows done so far, `counters()` the run's counters.
+#[pyclass(name = "Stream", module = "kvsim._core")]
+struct PyStream {
+    core: engine::StreamEngine,
+}
+
+#[pymethods]
+impl PyStream {
+    #[new]
+    #[pyo3(signature = (
+        *, num_blocks, block_size, policy, enable_prefix_caching, free_order, max_num_seqs,
+        max_num_batched_tokens, chunked_prefill, full_prompt_gate, skip_over_budget = false,
+        watermark_blocks, one_free_block, max_model_len, time_model, iteration_time_ps, c0_ps, c_tok_ps,
+        c_ctx_ps, preemption, cpu_blocks, swap_ps_per_block, buddy, forks, independent = false
+    ))]
+    #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
+    fn new(
+        num_blocks: i128,
+        block_size: i128,
+        policy: &str,
+        enable_prefix_caching: bool,
+        free_order: &str,
+        max_num_seqs: i128,
+        max_num_batched_tokens: i128,
+        chunked_prefill: bool,
+        full_prompt_gate: bool,
+        skip_over_budget: bool,
+        watermark_blocks: i128,
+        one_free_block: bool,
+        max_model_len: Option<i128>,
+        time_model: &str,
+        iteration_time_ps: i128,
+        c0_ps: i128,
+        c_tok_ps: i128,
+        c_ctx_ps: i128,
+        preemption: &str,
+        cpu_blocks: i128,
+        swap_ps_per_block: i128,
+        buddy: bool,
+        forks: bool,
+        independent: bool,
+    ) -> PyResult<Self> {
+        let cfg = engine_config(
+            num_blocks,
+            block_size,
+            policy,
+            enable_prefix_caching,
+            free_order,
+            max_num_seqs,
+            max_num_batched_tokens,
+            chunked_prefill,
+            full_prompt_gate,
+            skip_over_budget,
+            watermark_blocks,
+            one_free_block,
+            max_model_len,
+            time_model,
+            iteration_time_ps,
+            c0_ps,
+            c_tok_ps,
+            c_ctx_ps,
+            preemption,
+            cpu_blocks,
+            swap_ps_per_block,
+            buddy,
+        )?;
+        let core = no_panic("Stream()", || {
+            engine::StreamEngine::new(cfg, forks, independent)
+        })
+        .py()?;
+        Ok(PyStream { core })
+    }
+
+    #[pyo3(signature = (
+        *, arrival_ps, prompt_len, target, max_gen, fork_parent, output_seg, seg_offsets, segment_id,
+        segment_len
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn feed(
+        &mut self,
+        arrival_ps: PyReadonlyArray1<'_, i64>,
+        prompt_len: PyReadonlyArray1<'_, i64>,
+        target: PyReadonlyArray1<'_, i64>,
+        max_gen: PyReadonlyArray1<'_, i64>,
+        fork_parent: PyReadonlyArray1<'_, i64>,
+        output_seg: PyReadonlyArray1<'_, u64>,
+        seg_offsets: PyReadonlyArray1<'_, i64>,
+        segment_id: PyReadonlyArray1<'_, u64>,
+        segment_len: PyReadonlyArray1<'_, i64>,
+    ) -> PyResult<()> {
+        let inp = input_view(
+            &arrival_ps,
+            &prompt_len,
+            &target,
+            &max_gen,
+            &fork_parent,
+            &output_seg,
+            &seg_offsets,
+            &segment_id,
+            &segment_len,
+        )?;
+        let core = &mut self.core;
+        no_panic("Stream.feed", || core.feed(inp)).py()
+    }
+
+    fn advance(&mut self, py: Python<'_>, final_input: bool) -> PyResult<()> {
+        let core = &mut self.core;
+        let (result, signal) = py.detach(|| {
+            run_watched(|cancel| no_panic("the engine", || core.advance(final_input, cancel)))
+        });
+        if let Some(e) = signal {
+            return Err(e);
+        }
+        result.py()
+    }
+
+    fn take_done<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let core = &mut self.core;
+        let out = no_panic("Stream.take_done", || Ok(core.take_done())).py()?;
+        Ok(output_dicts(py, out)?.0)
+    }
+
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        counters_dict(py, &self.core.counters())
+    }
+}
+
 /// Runs the engine over per-sequence columns (see `kvsim.engine_input`) with the GIL released; returns
 /// `(columns, counters)` as two dicts. Ctrl-C interrupts the run with `KeyboardInterrupt`.
 ///
@@ -736,64 +985,47 @@ fn run_engine<'py>(
     segment_id: PyReadonlyArray1<'py, u64>,
     segment_len: PyReadonlyArray1<'py, i64>,
 ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
-    let time = match time_model {
-        "ticks" => TimeModel::Ticks {
-            iteration_ps: u64_arg(iteration_time_ps, "iteration_time_ps")?,
-        },
-        "linear" => TimeModel::Linear {
-            c0_ps: u64_arg(c0_ps, "c0_ps")?,
-            c_tok_ps: u64_arg(c_tok_ps, "c_tok_ps")?,
-            c_ctx_ps: u64_arg(c_ctx_ps, "c_ctx_ps")?,
-        },
-        other => {
-            return Err(invalid(format!(
-                "time_model '{other}' is not one of 'ticks', 'linear'"
-            )));
-        }
-    };
-    let cfg = EngineConfig {
-        num_blocks: num_blocks_arg(num_blocks)?,
-        block_size: block_size_arg(block_size)?,
-        policy: Policy::parse(policy).py()?,
+    let cfg = engine_config(
+        num_blocks,
+        block_size,
+        policy,
         enable_prefix_caching,
-        free_order: FreeOrder::parse(free_order).py()?,
-        max_num_seqs: u64_arg(max_num_seqs, "max_num_seqs")?,
-        max_num_batched_tokens: u64_arg(max_num_batched_tokens, "max_num_batched_tokens")?,
+        free_order,
+        max_num_seqs,
+        max_num_batched_tokens,
         chunked_prefill,
         full_prompt_gate,
         skip_over_budget,
-        watermark_blocks: u64_arg(watermark_blocks, "watermark_blocks")?,
+        watermark_blocks,
         one_free_block,
-        max_model_len: max_model_len
-            .map(|v| u64_arg(v, "max_model_len"))
-            .transpose()?,
-        time,
-        preemption: Preemption::parse(preemption).py()?,
-        cpu_blocks: u64_arg(cpu_blocks, "cpu_blocks")?,
-        swap_ps_per_block: u64_arg(swap_ps_per_block, "swap_ps_per_block")?,
+        max_model_len,
+        time_model,
+        iteration_time_ps,
+        c0_ps,
+        c_tok_ps,
+        c_ctx_ps,
+        preemption,
+        cpu_blocks,
+        swap_ps_per_block,
         buddy,
-    };
+    )?;
     let timeseries_every = u64_arg(timeseries_every, "timeseries_every")?;
-    let inp = EngineInput {
-        arrival_ps: slice(&arrival_ps, "arrival_ps")?,
-        prompt_len: slice(&prompt_len, "prompt_len")?,
-        target: slice(&target, "target")?,
-        max_gen: slice(&max_gen, "max_gen")?,
-        fork_parent: slice(&fork_parent, "fork_parent")?,
-        output_seg: slice(&output_seg, "output_seg")?,
-        seg_offsets: slice(&seg_offsets, "seg_offsets")?,
-        segment_id: slice(&segment_id, "segment_id")?,
-        segment_len: slice(&segment_len, "segment_len")?,
-    };
-    let mut signal: Option<PyErr> = None;
-    let result = py.detach(|| {
-        let mut interrupted = || {
-            Python::attach(|py| py.check_signals())
-                .map_err(|e| signal = Some(e))
-                .is_err()
-        };
-        no_panic("the engine", || {
-            engine::run(inp, &cfg, timeseries_every, record_events, &mut interrupted)
+    let inp = input_view(
+        &arrival_ps,
+        &prompt_len,
+        &target,
+        &max_gen,
+        &fork_parent,
+        &output_seg,
+        &seg_offsets,
+        &segment_id,
+        &segment_len,
+    )?;
+    let (result, signal) = py.detach(|| {
+        run_watched(|cancel| {
+            no_panic("the engine", || {
+                engine::run(inp, &cfg, timeseries_every, record_events, cancel)
+            })
         })
     });
     if let Some(e) = signal {
@@ -812,18 +1044,58 @@ fn run_engine<'py>(
             events.set_item(name, values.into_pyarray(py))?;
         }
     }
-    let (columns, counters) = output.columns();
-    let cols = PyDict::new(py);
-    for (name, values) in columns {
-        cols.set_item(name, values.into_pyarray(py))?;
-    }
+    let (cols, ctrs) = output_dicts(py, output)?;
     cols.set_item("timeseries", series)?;
     cols.set_item("events", events)?;
-    let ctrs = PyDict::new(py);
-    for (name, value) in counters.pairs() {
-        ctrs.set_item(name, value)?;
-    }
     Ok((cols, ctrs))
+}
+
+/// How often the watcher of a running engine checks for Ctrl-C (Python's pending signals).
+const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Runs `work` on a worker thread while this thread (GIL released) checks Python's signals every
+/// `SIGNAL_POLL`; a pending signal (Ctrl-C: `KeyboardInterrupt`) sets the cancel flag the engine reads
+/// between units of work, and comes back with the result. Signal handlers run on Python's main thread
+/// only, so the check is made here and not by the worker; on other threads it finds nothing, as before.
+fn run_watched<T: Send>(
+    work: impl FnOnce(&AtomicBool) -> kvsim_core::Result<T> + Send,
+) -> (kvsim_core::Result<T>, Option<PyErr>) {
+    let cancel = AtomicBool::new(false);
+    let mut signal = None;
+    let watcher = std::thread::current();
+    let result = std::thread::scope(|scope| {
+        let worker = std::thread::Builder::new()
+            .name("kvsim-engine".into())
+            .stack_size(8 << 20)
+            .spawn_scoped(scope, || {
+                let out = work(&cancel);
+                watcher.unpark();
+                out
+            });
+        let worker = match worker {
+            Ok(worker) => worker,
+            Err(e) => {
+                return Err(KvError::InvalidOperation(format!(
+                    "cannot start the engine's thread: {e}"
+                )));
+            }
+        };
+        while !worker.is_finished() {
+            std::thread::park_timeout(SIGNAL_POLL);
+            if signal.is_none()
+                && let Err(e) = Python::attach(|py| py.check_signals())
+            {
+                signal = Some(e);
+                cancel.store(true, Ordering::Relaxed);
+            }
+        }
+        worker.join().unwrap_or_else(|_| {
+            Err(KvError::Internal(
+                "the engine's thread panicked outside its guard".into(),
+            ))
+        })
+    });
+    (result, signal)
 }
 
 /// Runs `f`; a panic inside it (a bug in the core) comes back as `KvError::Internal` naming what
@@ -975,6 +1247,7 @@ fn step_floor<'py>(
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBlockPool>()?;
     m.add_class::<PyKVCacheManager>()?;
+    m.add_class::<PyStream>()?;
     m.add_function(wrap_pyfunction!(block_keys, m)?)?;
     m.add_function(wrap_pyfunction!(pool_memory, m)?)?;
     m.add("POOL_BYTES_PER_BLOCK", POOL_BYTES_PER_BLOCK)?;

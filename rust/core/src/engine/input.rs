@@ -12,6 +12,7 @@ pub struct EngineInput<'a> {
     /// The most the sequence may generate (what `reserve` and `orca-max` size for).
     pub max_gen: &'a [i64],
     /// -1, or (fork-cow) the earlier row of sample 0 this sample is forked from; samples follow it.
+    /// Empty when no row is forked (all -1).
     pub fork_parent: &'a [i64],
     /// Content id of the sequence's generated tokens.
     pub output_seg: &'a [u64],
@@ -27,6 +28,17 @@ impl EngineInput<'_> {
         self.arrival_ps.len()
     }
 
+    /// Row `i`'s fork parent (-1 for none; `fork_parent` may be empty).
+    #[inline]
+    pub fn fork_parent(&self, i: usize) -> i64 {
+        self.fork_parent.get(i).copied().unwrap_or(-1)
+    }
+
+    /// Whether any row is forked from another.
+    pub fn has_forks(&self) -> bool {
+        self.fork_parent.iter().any(|&p| p >= 0)
+    }
+
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.arrival_ps.is_empty()
@@ -39,11 +51,16 @@ impl EngineInput<'_> {
             ("target", self.target.len()),
             ("max_gen", self.max_gen.len()),
             ("output_seg", self.output_seg.len()),
-            ("fork_parent", self.fork_parent.len()),
         ] {
             if len != n {
                 invalid_arg!("column {name} has {len} rows, arrival_ps has {n}");
             }
+        }
+        if !self.fork_parent.is_empty() && self.fork_parent.len() != n {
+            invalid_arg!(
+                "column fork_parent has {} rows, arrival_ps has {n} (or 0: none forked)",
+                self.fork_parent.len()
+            );
         }
         if self.seg_offsets.len() != n + 1 || self.seg_offsets.first() != Some(&0) {
             invalid_arg!("seg_offsets must have {} entries starting at 0", n + 1);
@@ -87,12 +104,12 @@ impl EngineInput<'_> {
                     self.max_gen[i]
                 );
             }
-            let p = self.fork_parent[i];
-            if p >= i as i64 || p < -1 || (p >= 0 && self.fork_parent[p as usize] != -1) {
+            let p = self.fork_parent(i);
+            if p >= i as i64 || p < -1 || (p >= 0 && self.fork_parent(p as usize) != -1) {
                 invalid_arg!("row {i}: fork_parent {p} is not -1 or an earlier sample-0 row");
             }
             // A parent's samples are the rows right after it.
-            if p >= 0 && p != i as i64 - 1 && self.fork_parent[i - 1] != p {
+            if p >= 0 && p != i as i64 - 1 && self.fork_parent(i - 1) != p {
                 invalid_arg!(
                     "row {i}: fork_parent {p} but row {} is not a sample of it",
                     i - 1

@@ -16,7 +16,7 @@
 //! as a full step, so results equal the reference's step for step. A step that leaves a sequence
 //! prefilling, or more running sequences than the budget, drops back to full steps.
 
-use super::{Engine, INTERRUPT_EVERY, MAX_TIME_PS, Memory, MemoryState, Seq, TimeModel};
+use super::{Engine, MAX_TIME_PS, Memory, MemoryState, Seq, TimeModel};
 use crate::block_table::{blocks_for, rem_bs};
 
 /// What `fast_event` did with a ring entry.
@@ -286,7 +286,7 @@ impl Engine<'_> {
         let preempted = self.lockstep_running_phase(step);
         let decoding = self.running.len() as u64;
         self.scheduled.clear();
-        if !preempted && (!self.waiting.is_empty() || !self.swapped.is_empty()) {
+        if !preempted && (!self.nothing_waits() || !self.swapped.is_empty()) {
             self.admit_waiting(self.cfg.max_num_batched_tokens - decoding);
         }
         let mut tokens = decoding;
@@ -322,7 +322,7 @@ impl Engine<'_> {
     /// recorded time-series step is never skipped.
     #[inline(never)]
     pub(super) fn skip_quiet_steps(&mut self, next_arrival: Option<i64>) -> bool {
-        if !self.waiting.is_empty()
+        if !self.nothing_waits()
             || !self.swapped.is_empty()
             || self.running.is_empty()
             || self.swap_blocks_step != 0
@@ -331,14 +331,13 @@ impl Engine<'_> {
             return false;
         }
         // The caps first (the bucket scan below is the costly part): at most a ring's length, never a
-        // recorded time-series step, nor a step at which `run` polls for Ctrl-C (`step %
-        // INTERRUPT_EVERY == 0`), nor one at whose start an arrival joins.
+        // recorded time-series step, nor one at whose start an arrival joins. `run` reads the cancel
+        // flag after the span, which is at most a ring's length of steps (a scan of as many buckets).
         let (step, mask) = (self.step, self.ring_mask);
         let mut span = mask as u64;
         if self.ts_every > 0 {
             span = span.min((self.ts_every - step % self.ts_every) % self.ts_every);
         }
-        span = span.min(INTERRUPT_EVERY - step % INTERRUPT_EVERY);
         if span < 2 || !self.ring[(step + 1) as usize & mask].is_empty() {
             return false; // the next step has an event: nothing to take together
         }
@@ -575,8 +574,8 @@ impl Engine<'_> {
                 continue;
             }
             s.generate_one();
-            if self.out.first_token[s.row] < 0 {
-                self.out.first_token[s.row] = t;
+            if self.out.first_token[s.row - self.out_base] < 0 {
+                self.out.first_token[s.row - self.out_base] = t;
             }
             let finished = s.generated == s.target;
             if finished {

@@ -7,13 +7,16 @@ pub mod contiguous;
 mod input;
 mod lockstep;
 mod output;
+mod stream;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use config::{EngineConfig, Policy, Preemption, TimeModel};
 pub use input::EngineInput;
 pub use output::{Counters, EngineOutput};
+pub use stream::StreamEngine;
 
 use crate::block_pool::IdHasher;
 use crate::block_table::{BlockTable, blocks_for, rem_bs};
@@ -47,16 +50,14 @@ pub mod reject {
     pub const EXCEEDS_SEATS: i64 = 7;
 }
 
-const FINISHED: i64 = 0;
+const FINISHED: i8 = 0;
 /// Segment ids at or above this name generated tokens (`kvsim.segments.OUTPUT_BIT`).
 const OUTPUT_BIT: u64 = 1 << 63;
 /// `try_admit`: this sequence can never start.
 const NEVER: u64 = u64::MAX;
 /// `try_admit`: chunked prefill off, more tokens than the budget left, and `skip_over_budget`.
 const SKIP: u64 = u64::MAX - 1;
-const REJECTED: i64 = 1;
-/// Steps between checks of the interrupt callback (Ctrl-C from Python).
-const INTERRUPT_EVERY: u64 = 1 << 16;
+const REJECTED: i8 = 1;
 
 /// The simulated clock's range (2^62 ps, about 53 days): a step that would end past it is an error (the
 /// time model's coefficients are too large for the workload), in both engines alike.
@@ -220,6 +221,9 @@ pub struct Engine<'a> {
     slab: Vec<Seq>,
     free_slots: Vec<usize>,
     waiting: VecDeque<usize>,
+    /// Rows that arrived and wait behind `waiting`, not yet in the slab: a sequence is built when it
+    /// reaches the head (`waiting_head`), so a long queue costs a row number each, not a `Seq`.
+    fresh: VecDeque<usize>,
     /// Preempted by swapping (a sequence, or a group's first member): their blocks are in the CPU pool
     /// (`cpu_used` of `cpu_blocks`).
     swapped: VecDeque<usize>,
@@ -258,7 +262,7 @@ pub struct Engine<'a> {
     /// recompute preemption, so they are phantom-keyed (no hashing, no map entry) until then, and their
     /// registration may wait for the sequence's next lockstep event.
     defer_keys: bool,
-    /// Per row, where its private content starts (`Seq::private_from`); empty unless `defer_keys` with
+    /// Per row of `inp`, where its private content starts (`Seq::private_from`); empty unless `defer_keys` with
     /// caching on.
     private_from: Vec<u64>,
     agg: Aggregates,
@@ -269,6 +273,16 @@ pub struct Engine<'a> {
     peak_held: u64,
     /// `group_need`'s scratch: shared partial blocks and how many members copied them so far.
     writers: Vec<(BlockId, u32)>,
+    /// Set by `run`: the caller's cancel flag (Ctrl-C), read between units of work (`cancelled`).
+    cancel: Option<&'a AtomicBool>,
+    /// Rows are numbered from the start of the run; `inp` holds rows from `row_base` on and the output
+    /// columns rows from `out_base` on (both 0 for a whole run; a stream moves them, `stream.rs`).
+    row_base: usize,
+    out_base: usize,
+    /// The next row to join.
+    nxt: usize,
+    /// No more input will come: `advance` runs to the end.
+    final_input: bool,
 }
 
 /// Sums over running sequences of what `measure` needs, kept incrementally in lockstep mode.
@@ -289,7 +303,7 @@ struct Aggregates {
 /// if none). Sorting the ids finds those that occur more than once (usually few); only their segments
 /// go through a map, which decides whether they are in more than one prompt. (A hash map over every id
 /// of a million-request workload was a cache miss per lookup.)
-fn private_starts(inp: &EngineInput<'_>) -> Vec<u64> {
+pub(super) fn private_starts(inp: &EngineInput<'_>) -> Vec<u64> {
     let n = inp.len();
     let mut ids = inp.segment_id.to_vec();
     ids.sort_unstable();
@@ -332,7 +346,7 @@ impl<'a> Engine<'a> {
     pub fn new(inp: EngineInput<'a>, cfg: &'a EngineConfig) -> Result<Self> {
         cfg.validate()?;
         inp.validate()?;
-        if inp.fork_parent.iter().any(|&p| p >= 0) {
+        if inp.has_forks() {
             if cfg.policy != Policy::Vllm {
                 invalid_arg!(
                     "sampling 'fork-cow' (rows with a fork_parent) applies to policy 'vllm'"
@@ -378,6 +392,7 @@ impl<'a> Engine<'a> {
             slab: Vec::new(),
             free_slots: Vec::new(),
             waiting: VecDeque::new(),
+            fresh: VecDeque::new(),
             swapped: VecDeque::new(),
             cpu_used: 0,
             swap_blocks_step: 0,
@@ -396,7 +411,7 @@ impl<'a> Engine<'a> {
             ring: vec![Vec::new(); ring_len],
             ring_mask: ring_len - 1,
             fill_events: cfg.policy.is_paged() && cfg.enable_prefix_caching && !defer_keys,
-            forks: inp.fork_parent.iter().any(|&p| p >= 0),
+            forks: inp.has_forks(),
             defer_keys,
             private_from,
             agg: Aggregates::default(),
@@ -404,7 +419,36 @@ impl<'a> Engine<'a> {
             done: Vec::new(),
             peak_held: 0,
             writers: Vec::new(),
+            cancel: None,
+            row_base: 0,
+            out_base: 0,
+            nxt: 0,
+            final_input: true,
         })
+    }
+
+    /// Whether the run was cancelled: a step's loops stop at the next unit (as if the budget ran out),
+    /// and `run` returns the error right after the step.
+    #[inline]
+    fn cancelled(&self) -> bool {
+        self.cancel.is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+
+    /// A cancelled run's largest structures (the pool, the slab, the output columns) are freed on a
+    /// thread of their own: returning a gigabyte to the system takes a noticeable fraction of a second,
+    /// which Ctrl-C should not wait for.
+    fn discard(&mut self) {
+        let mem = std::mem::replace(
+            &mut self.mem,
+            Memory::Contiguous(Space::FirstFit(FirstFit::new(0))),
+        );
+        let big = (
+            mem,
+            std::mem::take(&mut self.slab),
+            std::mem::take(&mut self.out),
+        );
+        // If no thread can be had, `big` is dropped here.
+        let _ = std::thread::Builder::new().spawn(move || drop(big));
     }
 
     fn reject_at_arrival(&self, s: &Seq) -> i64 {
@@ -432,19 +476,14 @@ impl<'a> Engine<'a> {
             self.slab.len() - 1
         });
         let inp = &self.inp;
-        let (lo, hi) = (
-            inp.seg_offsets[row] as usize,
-            inp.seg_offsets[row + 1] as usize,
-        );
-        let num_children = inp.fork_parent[row + 1..]
-            .iter()
-            .take_while(|&&p| p == row as i64)
-            .count();
+        let i = row - self.row_base;
+        let (lo, hi) = (inp.seg_offsets[i] as usize, inp.seg_offsets[i + 1] as usize);
+        let num_children = self.num_children(row);
         let private_from = self
             .private_from
-            .get(row)
+            .get(i)
             .copied()
-            .unwrap_or(inp.prompt_len[row] as u64);
+            .unwrap_or(inp.prompt_len[i] as u64);
         let old = &mut self.slab[k];
         let mut segs = std::mem::take(&mut old.segs);
         let mut blocks = std::mem::take(&mut old.table.blocks);
@@ -457,10 +496,10 @@ impl<'a> Engine<'a> {
             row,
             private_from,
             segs,
-            prompt_len: inp.prompt_len[row] as u64,
-            target: inp.target[row] as u64,
-            max_gen: inp.max_gen[row] as u64,
-            output_seg: inp.output_seg[row],
+            prompt_len: inp.prompt_len[i] as u64,
+            target: inp.target[i] as u64,
+            max_gen: inp.max_gen[i] as u64,
+            output_seg: inp.output_seg[i],
             num_children,
             table: BlockTable {
                 blocks,
@@ -594,8 +633,8 @@ impl<'a> Engine<'a> {
             c.first_prompt_tokens += i128::from(total);
         }
         c.recomputed_tokens += i128::from(recomputed);
-        self.out.cached_tokens[s.row] += hit as i64;
-        self.out.recomputed_tokens[s.row] += recomputed as i64;
+        self.out.cached_tokens[s.row - self.out_base] += hit as i64;
+        self.out.recomputed_tokens[s.row - self.out_base] += recomputed as i64;
         if self.log.is_some() {
             let row = s.row;
             self.log(event::ADMIT, row, -1);
@@ -740,9 +779,9 @@ impl<'a> Engine<'a> {
     fn swap_out(&mut self, unit: &[usize], shared: u64, n: u64) {
         for &k in unit.iter().rev() {
             let row = self.slab[k].row;
-            self.out.num_preemptions[row] += 1;
+            self.out.num_preemptions[row - self.out_base] += 1;
             self.out.counters.num_preemptions += 1;
-            self.out.num_swaps[row] += 1;
+            self.out.num_swaps[row - self.out_base] += 1;
             self.log(event::SWAP_OUT, row, -1);
             self.release(k);
         }
@@ -817,7 +856,7 @@ impl<'a> Engine<'a> {
             }
         }
         let row = self.slab[k].row;
-        self.out.num_preemptions[row] += 1;
+        self.out.num_preemptions[row - self.out_base] += 1;
         self.out.counters.num_preemptions += 1;
         self.log(event::PREEMPT, row, -1);
         if let Memory::Paged(pool) = &mut self.mem {
@@ -1015,9 +1054,9 @@ impl<'a> Engine<'a> {
     fn reject_rows(&mut self, row: usize, num_children: usize, reason: i64) {
         for r in row..=row + num_children {
             self.log(event::REJECT, r, -1);
-            self.out.status[r] = REJECTED;
-            self.out.reject_reason[r] = reason;
-            self.out.finish[r] = self.t;
+            self.out.status[r - self.out_base] = REJECTED;
+            self.out.reject_reason[r - self.out_base] = reason as i8;
+            self.out.finish[r - self.out_base] = self.t;
         }
         self.num_rejected += 1;
     }
@@ -1063,8 +1102,9 @@ impl<'a> Engine<'a> {
             c.group = Some(row);
             c.adm_no = parent_adm + (child_row - row) as u64;
             let done = c.generated == c.target;
-            self.out.first_scheduled[child_row] = self.out.first_scheduled[row];
-            self.out.first_token[child_row] = self.t;
+            self.out.first_scheduled[child_row - self.out_base] =
+                self.out.first_scheduled[row - self.out_base];
+            self.out.first_token[child_row - self.out_base] = self.t;
             children.push(ck);
             if done {
                 self.done.push(ck);
@@ -1081,6 +1121,9 @@ impl<'a> Engine<'a> {
         let mut preempted = false;
         let mut i = 0;
         'running: while i < self.running.len() && budget > 0 {
+            if self.cancelled() {
+                return;
+            }
             let j = if self.forks { self.unit_end(i) } else { i + 1 };
             let k = self.running[i];
             if j - i > 1 {
@@ -1133,10 +1176,10 @@ impl<'a> Engine<'a> {
             return;
         }
         let cfg = self.cfg;
-        while let Some(&k) = self.waiting.front() {
-            if budget == 0 {
+        while budget > 0 {
+            let Some(k) = self.waiting_head() else {
                 break;
-            }
+            };
             if self.running.len() as u64 + self.slab[k].seats() > cfg.max_num_seqs {
                 if self.running.is_empty() {
                     self.waiting.pop_front();
@@ -1171,8 +1214,11 @@ impl<'a> Engine<'a> {
             let s = &mut self.slab[k];
             s.adm_no = self.next_adm;
             self.next_adm += ADM_STRIDE;
-            if self.out.first_scheduled[s.row] < 0 {
-                self.out.first_scheduled[s.row] = self.t;
+            if self.out.first_scheduled[s.row - self.out_base] < 0 {
+                self.out.first_scheduled[s.row - self.out_base] = self.t;
+            }
+            if self.cancelled() {
+                break; // after an admission: a blocked head costs no check
             }
         }
         // vLLM 0.9.2-0.11.2 put skipped requests back at the head in reverse order (`prepend_request`
@@ -1307,17 +1353,60 @@ impl<'a> Engine<'a> {
     }
 
     fn join(&mut self, row: usize) {
-        if self.inp.fork_parent[row] >= 0 {
+        let i = row - self.row_base;
+        if self.inp.fork_parent(i) >= 0 {
             return; // a fork-cow sample: it starts when its parent samples its first token
         }
-        let k = self.new_seq(row);
-        let reason = self.reject_at_arrival(&self.slab[k]);
+        let inp = &self.inp;
+        // What `reject_at_arrival` reads, without building the sequence (no heap).
+        let probe = Seq {
+            prompt_len: inp.prompt_len[i] as u64,
+            target: inp.target[i] as u64,
+            max_gen: inp.max_gen[i] as u64,
+            num_children: self.num_children(row),
+            ..Seq::default()
+        };
+        let reason = self.reject_at_arrival(&probe);
         if reason == 0 {
-            self.waiting.push_back(k);
+            self.fresh.push_back(row);
         } else {
-            self.reject_rows(row, self.slab[k].num_children, reason);
-            self.remove(k);
+            self.reject_rows(row, probe.num_children, reason);
         }
+    }
+
+    /// The fork-cow samples of `row`: the rows right after it that name it as their parent (parents
+    /// are global row numbers).
+    fn num_children(&self, row: usize) -> usize {
+        self.inp
+            .fork_parent
+            .get(row - self.row_base + 1..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(|&&p| p == row as i64)
+            .count()
+    }
+
+    /// Nothing waits to be admitted (neither built sequences nor fresh rows).
+    #[inline]
+    fn nothing_waits(&self) -> bool {
+        self.waiting.is_empty() && self.fresh.is_empty()
+    }
+
+    /// The head of the waiting queue, its sequence built if it was a fresh row.
+    #[inline]
+    fn waiting_head(&mut self) -> Option<usize> {
+        if let Some(&k) = self.waiting.front() {
+            return Some(k);
+        }
+        self.fresh_head()
+    }
+
+    #[inline(never)]
+    fn fresh_head(&mut self) -> Option<usize> {
+        let row = self.fresh.pop_front()?;
+        let k = self.new_seq(row);
+        self.waiting.push_back(k);
+        Some(k)
     }
 
     /// After a full step: every scheduled sequence whose tokens are all computed samples one; those that
@@ -1330,8 +1419,8 @@ impl<'a> Engine<'a> {
             let s = &mut self.slab[k];
             if s.num_computed == s.num_tokens() {
                 s.generate_one();
-                if self.out.first_token[s.row] < 0 {
-                    self.out.first_token[s.row] = t;
+                if self.out.first_token[s.row - self.out_base] < 0 {
+                    self.out.first_token[s.row - self.out_base] = t;
                 }
                 if s.generated == s.target {
                     self.done.push(k);
@@ -1362,9 +1451,9 @@ impl<'a> Engine<'a> {
             let s = &mut self.slab[k];
             s.lazy = false;
             s.retiring = true;
-            self.out.status[s.row] = FINISHED;
-            self.out.finish[s.row] = self.t;
-            self.out.generated[s.row] = s.generated as i64;
+            self.out.status[s.row - self.out_base] = FINISHED;
+            self.out.finish[s.row - self.out_base] = self.t;
+            self.out.generated[s.row - self.out_base] = s.generated as i64;
         }
         let slab = &self.slab;
         // The running list ascends in admission order: one finisher is found by binary search.
@@ -1452,38 +1541,73 @@ impl<'a> Engine<'a> {
         self
     }
 
-    /// Runs to completion. `interrupted` is polled every few thousand steps; when it returns true
-    /// the run stops with an error (Ctrl-C from Python).
-    pub fn run(mut self, interrupted: &mut dyn FnMut() -> bool) -> Result<EngineOutput> {
-        let n = self.inp.len();
-        let mut nxt = 0usize;
-        loop {
-            while nxt < n && self.inp.arrival_ps[nxt] <= self.t {
+    /// Runs to completion, or until `cancel` is set (Ctrl-C from Python: the binding's watcher sets it):
+    /// the flag is read after every step or quiet span, after every admission and before every running
+    /// unit of a step, so a cancelled run stops within one unit of work, whatever the size of its steps, and
+    /// returns `InvalidOperation("interrupted")`.
+    pub fn run(mut self, cancel: &'a AtomicBool) -> Result<EngineOutput> {
+        self.cancel = Some(cancel);
+        self.final_input = true;
+        self.advance()?;
+        self.finish_counters();
+        Ok(self.out)
+    }
+
+    /// Steps until the run is over or, with more input to come (`final_input` false), until a step
+    /// could depend on it: rows arrive in order, so a step starting before the last arrival fed is safe
+    /// (later rows arrive no earlier), one starting at or after it is not, nor the jump of an idle
+    /// engine to the next arrival.
+    fn advance(&mut self) -> Result<()> {
+        // Locals for the loop's hot reads (the input's slices live as long as the engine's view).
+        let (arrivals, base, cancel) = (self.inp.arrival_ps, self.row_base, self.cancel);
+        let end = base + arrivals.len();
+        let last_arrival = arrivals.last().copied().unwrap_or(0);
+        let mut nxt = self.nxt;
+        let result = loop {
+            while nxt < end && arrivals[nxt - base] <= self.t {
                 self.join(nxt);
                 nxt += 1;
             }
-            if self.running.is_empty() && self.waiting.is_empty() && self.swapped.is_empty() {
-                if nxt == n {
-                    break;
+            if self.running.is_empty() && self.nothing_waits() && self.swapped.is_empty() {
+                if nxt == end {
+                    break Ok(()); // the end, or (more input to come) the next arrival is not known yet
                 }
-                self.t = self.inp.arrival_ps[nxt];
+                self.t = arrivals[nxt - base];
                 continue;
+            }
+            if nxt == end && !self.final_input && self.t >= last_arrival {
+                break Ok(()); // a later row may arrive at the start of this step
             }
             let (rejected_before, preempted_before) =
                 (self.num_rejected, self.out.counters.num_preemptions);
             let progressed = if self.lockstep {
-                // Quiet steps (see `skip_quiet_steps`) start with an empty bucket and nothing waiting.
+                // Quiet steps (see `skip_quiet_steps`) start with an empty bucket and nothing waiting;
+                // with more input to come, later rows arrive no earlier than the last one fed.
                 (self.ring[self.step as usize & self.ring_mask].is_empty()
-                    && self.waiting.is_empty()
-                    && self.skip_quiet_steps(self.inp.arrival_ps.get(nxt).copied()))
+                    && self.nothing_waits()
+                    && self.skip_quiet_steps(if nxt < end {
+                        Some(arrivals[nxt - base])
+                    } else if self.final_input {
+                        None
+                    } else {
+                        Some(last_arrival)
+                    }))
                     || self.lockstep_step()
             } else {
                 self.full_step()
             };
+            // A cancelled step may have stopped half way (`cancelled`): checked before anything reads
+            // its outcome.
+            if let Some(c) = cancel
+                && c.load(Ordering::Relaxed)
+            {
+                self.discard();
+                break Err(KvError::InvalidOperation("interrupted".into()));
+            }
             // Nothing scheduled is fine if a head was rejected or a sequence preempted itself (then no
             // time passes, as in the reference); anything else would repeat forever.
             if let Some(step) = self.clock_overflow {
-                return Err(KvError::InvalidArgument(clock_overflow_message(
+                break Err(KvError::InvalidArgument(clock_overflow_message(
                     step, self.t,
                 )));
             }
@@ -1491,15 +1615,18 @@ impl<'a> Engine<'a> {
                 && self.num_rejected == rejected_before
                 && self.out.counters.num_preemptions == preempted_before
             {
-                return Err(KvError::Internal(format!(
+                break Err(KvError::Internal(format!(
                     "no progress at time {} ps",
                     self.t
                 )));
             }
-            if self.step % INTERRUPT_EVERY == 0 && interrupted() {
-                return Err(KvError::InvalidOperation("interrupted".into()));
-            }
-        }
+        };
+        self.nxt = nxt;
+        result
+    }
+
+    /// The counters summed at the end of a run.
+    fn finish_counters(&mut self) {
         if let Memory::Paged(pool) = &self.mem {
             let c = &mut self.out.counters;
             c.num_evictions = i128::from(pool.num_evictions());
@@ -1514,7 +1641,6 @@ impl<'a> Engine<'a> {
         if let Some(log) = self.log.take() {
             self.out.events = log;
         }
-        Ok(self.out)
     }
 }
 
@@ -1534,12 +1660,12 @@ pub fn run(
     cfg: &EngineConfig,
     timeseries_every: u64,
     record_events: bool,
-    interrupted: &mut dyn FnMut() -> bool,
+    cancel: &AtomicBool,
 ) -> Result<EngineOutput> {
     Engine::new(inp, cfg)?
         .with_timeseries(timeseries_every)
         .with_events(record_events)
-        .run(interrupted)
+        .run(cancel)
 }
 
 #[cfg(test)]
@@ -1634,12 +1760,12 @@ mod tests {
             cpu_blocks,
             ..EngineConfig::for_tests(7, 4)
         };
-        let swapped = run(inp, &cfg(4), 0, false, &mut || false).unwrap();
+        let swapped = run(inp, &cfg(4), 0, false, &AtomicBool::new(false)).unwrap();
         assert_eq!(swapped.finish, [6 * MS, 8 * MS, 8 * MS]);
         assert_eq!(swapped.num_swaps, [0, 1, 1]);
         assert_eq!(swapped.counters.num_swapped_blocks, 4);
         assert_eq!(swapped.counters.num_steps, 8);
-        let split = run(inp, &cfg(1), 0, false, &mut || false).unwrap();
+        let split = run(inp, &cfg(1), 0, false, &AtomicBool::new(false)).unwrap();
         assert_eq!(split.num_swaps, [0, 0, 0]);
         assert_eq!(split.num_preemptions, [0, 1, 2]);
         assert_eq!(split.counters.recomputed_tokens, 8 + 8 + 9);

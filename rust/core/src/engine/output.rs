@@ -75,9 +75,10 @@ pub struct EngineOutput {
     pub num_swaps: Vec<i64>,
     pub cached_tokens: Vec<i64>,
     pub recomputed_tokens: Vec<i64>,
-    /// 0 finished, 1 rejected.
-    pub status: Vec<i64>,
-    pub reject_reason: Vec<i64>,
+    /// 0 finished, 1 rejected (-1 until then).
+    pub status: Vec<i8>,
+    /// 0, or why the row was rejected (`engine::reject`).
+    pub reject_reason: Vec<i8>,
     pub counters: Counters,
     /// One row per recorded step, columns as `TIMESERIES`.
     pub timeseries: Vec<[i64; 10]>,
@@ -119,6 +120,43 @@ impl EngineOutput {
         }
     }
 
+    /// Adds `n` rows in their initial state (a stream's next chunk).
+    pub fn extend_rows(&mut self, n: usize) {
+        let m = self.status.len() + n;
+        self.first_scheduled.resize(m, -1);
+        self.first_token.resize(m, -1);
+        self.finish.resize(m, -1);
+        self.generated.resize(m, 0);
+        self.num_preemptions.resize(m, 0);
+        self.num_swaps.resize(m, 0);
+        self.cached_tokens.resize(m, 0);
+        self.recomputed_tokens.resize(m, 0);
+        self.status.resize(m, -1);
+        self.reject_reason.resize(m, 0);
+    }
+
+    /// Takes the first `k` rows' columns out (counters, time series and events stay).
+    #[must_use]
+    pub fn take_front(&mut self, k: usize) -> EngineOutput {
+        fn front<T>(v: &mut Vec<T>, k: usize) -> Vec<T> {
+            let rest = v.split_off(k);
+            std::mem::replace(v, rest)
+        }
+        EngineOutput {
+            first_scheduled: front(&mut self.first_scheduled, k),
+            first_token: front(&mut self.first_token, k),
+            finish: front(&mut self.finish, k),
+            generated: front(&mut self.generated, k),
+            num_preemptions: front(&mut self.num_preemptions, k),
+            num_swaps: front(&mut self.num_swaps, k),
+            cached_tokens: front(&mut self.cached_tokens, k),
+            recomputed_tokens: front(&mut self.recomputed_tokens, k),
+            status: front(&mut self.status, k),
+            reject_reason: front(&mut self.reject_reason, k),
+            ..EngineOutput::default()
+        }
+    }
+
     /// The time series as named columns.
     pub fn timeseries_columns(&self) -> Vec<(&'static str, Vec<i64>)> {
         TIMESERIES
@@ -137,8 +175,16 @@ impl EngineOutput {
             .collect()
     }
 
-    /// Each column with its name (the Python side's keys).
-    pub fn columns(self) -> (Vec<(&'static str, Vec<i64>)>, Counters) {
+    /// Each column with its name (the Python side's keys): the 64-bit ones, then `status` and
+    /// `reject_reason`.
+    #[allow(clippy::type_complexity)]
+    pub fn columns(
+        self,
+    ) -> (
+        Vec<(&'static str, Vec<i64>)>,
+        [(&'static str, Vec<i8>); 2],
+        Counters,
+    ) {
         (
             vec![
                 ("first_scheduled", self.first_scheduled),
@@ -149,6 +195,8 @@ impl EngineOutput {
                 ("num_swaps", self.num_swaps),
                 ("cached_tokens", self.cached_tokens),
                 ("recomputed_tokens", self.recomputed_tokens),
+            ],
+            [
                 ("status", self.status),
                 ("reject_reason", self.reject_reason),
             ],
