@@ -1,0 +1,122 @@
+// The memory event stream: the engine's event log up to the current step, newest first, with type and
+// request filters. The rows are the engine's own (step, time, kind, request, sample, block).
+
+import { esc, int, secs } from "./format.js";
+import { B, E } from "./replay.js";
+
+const SHOWN = 150;
+export const KIND_LABELS = {
+  arrive: "request added",
+  admit: "admitted",
+  "prefix-hit": "prefix hit",
+  allocate: "allocated",
+  "cow-copy": "copy-on-write",
+  evict: "evict",
+  free: "free",
+  preempt: "preempt",
+  "swap-out": "swap out",
+  "swap-in": "swap in",
+  fork: "fork",
+  finish: "finish",
+  reject: "reject",
+};
+const ORDER = Object.keys(KIND_LABELS);
+
+export class EventStream {
+  constructor({ list, kinds, request, count, onSelectBlock }) {
+    this.list = list;
+    this.kindsRoot = kinds;
+    this.request = request;
+    this.count = count;
+    this.onSelectBlock = onSelectBlock;
+    this.hidden = new Set();
+    this.replay = null;
+    kinds.addEventListener("click", (ev) => {
+      const b = ev.target.closest("[data-kind]");
+      if (!b) return;
+      const k = b.dataset.kind;
+      if (this.hidden.has(k)) this.hidden.delete(k);
+      else this.hidden.add(k);
+      b.setAttribute("aria-pressed", String(!this.hidden.has(k)));
+      this.render();
+    });
+    request.addEventListener("input", () => this.render());
+    list.addEventListener("click", (ev) => {
+      const b = ev.target.closest("[data-block]");
+      if (b) this.onSelectBlock(Number(b.dataset.block));
+    });
+  }
+
+  setReplay(replay) {
+    this.replay = replay;
+    const present = new Set(replay.paged.events.map((e) => e[E.kind]));
+    const kinds = [...ORDER.filter((k) => present.has(k)), ...[...present].filter((k) => !ORDER.includes(k)).sort()];
+    this.kindsRoot.innerHTML = kinds.map((k) =>
+      `<button type="button" class="chip ev-${k}" data-kind="${k}" aria-pressed="${!this.hidden.has(k)}">${esc(KIND_LABELS[k] || k)}</button>`).join("");
+  }
+
+  /** The request filter as a set of request ids (by name, "req-3", or number), or null for all. */
+  _requestFilter(replay) {
+    const q = this.request.value.trim().toLowerCase();
+    if (!q) return null;
+    const ids = new Set();
+    for (const [rid, req] of replay.requests) {
+      if (String(req.name).toLowerCase() === q || String(rid) === q || (req.label || "").toLowerCase().includes(q)) ids.add(rid);
+    }
+    return ids;
+  }
+
+  _text(replay, ev) {
+    const [step, , kind, rid, sample, block] = ev;
+    const who = rid >= 0 ? `<b>${esc(replay.name(rid, sample))}</b>` : "";
+    const blk = block >= 0
+      ? `<button type="button" class="linkish mono" data-block="${block}">P_${block}</button>` : "";
+    let key = "";
+    if (block >= 0 && (kind === "prefix-hit" || kind === "allocate" || kind === "evict")) {
+      // The block's key as it stood at the state this event belongs to (the row just before for evict).
+      const row = replay.paged.blocks.rowAt(block, kind === "evict" ? Math.max(0, step - 1) : step + 1);
+      if (row && row[B.key]) key = ` <span class="mono key">${esc(row[B.key])}</span>`;
+    }
+    switch (kind) {
+      case "arrive": return `${who} arrived`;
+      case "admit": return `${who} admitted (scheduled for prefill)`;
+      case "prefix-hit": return `Prefix cache hit: ${who} shares ${blk}${key}`;
+      case "allocate": return `Allocated ${blk} for ${who}${key}`;
+      case "cow-copy": return `Copy-on-write: ${who} writes into a shared block, copy in ${blk}`;
+      case "evict": return `Evicted cached ${blk} (its key dropped for reuse)${key}`;
+      case "free": return `Freed ${blk} from ${who}`;
+      case "preempt": return `Preempted ${who} (recompute: its blocks are freed)`;
+      case "swap-out": return `Swapped out ${who} to the CPU pool`;
+      case "swap-in": return `Swapped in ${who} from the CPU pool`;
+      case "fork": return `${who} forked its samples (blocks shared copy-on-write)`;
+      case "finish": return `${who} finished`;
+      case "reject": return `${who} rejected`;
+      default: return `${who} ${blk}`;
+    }
+  }
+
+  render() {
+    const replay = this.replay;
+    if (!replay) return;
+    const events = replay.paged.events;
+    const n = replay.paged.eventCount(replay.step);
+    const reqs = this._requestFilter(replay);
+    const items = [];
+    let matched = 0;
+    for (let i = n - 1; i >= 0; i -= 1) {
+      const ev = events[i];
+      if (this.hidden.has(ev[E.kind])) continue;
+      if (reqs && !reqs.has(ev[E.rid])) continue;
+      matched += 1;
+      if (items.length < SHOWN) {
+        items.push(`<li class="ev ev-${ev[E.kind]}" data-index="${i}" data-kind="${ev[E.kind]}">
+          <span class="ev-when">step ${int(ev[E.step])} · ${secs(ev[E.time])}</span>
+          <span class="ev-kind">${esc(KIND_LABELS[ev[E.kind]] || ev[E.kind])}</span>
+          <span class="ev-text">${this._text(replay, ev)}</span></li>`);
+      }
+    }
+    this.count.textContent = `${int(n)} events by step ${int(replay.step)} of ${int(events.length)}` +
+      (matched !== n ? ` · ${int(matched)} match` : "") + (matched > SHOWN ? ` · latest ${SHOWN} shown` : "");
+    this.list.innerHTML = items.join("") || '<li class="hint">No event yet at this step (or none matches the filters).</li>';
+  }
+}
