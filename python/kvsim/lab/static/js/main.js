@@ -28,6 +28,7 @@ const lab = {
   playing: false,
   pending: null,
   runSeq: 0,
+  completed: 0, // runs answered (drawn or refused): the tests wait on it
   timings: [],
 };
 window.kvlab = lab; // for the browser tests and the page benchmark
@@ -110,9 +111,13 @@ function syncControls(bundle) {
   const q = bundle.query;
   const opts = lab.presets.options || {};
   fillSelect($("c-preset"), lab.presets.presets.map((p) => ({ name: p.name, title: p.title || p.name })), q.preset);
+  const contiguous = new Set(opts.contiguous_policies || []);
   for (const [param, list] of Object.entries(OPTION_LISTS)) {
     const sel = document.querySelector(`[data-param="${param}"]`);
-    fillSelect(sel, opts[list] || [], q[param]);
+    let values = opts[list] || [];
+    // The paged policy's list leaves out the contiguous baselines: they have their own control.
+    if (param === "policy") values = values.filter((v) => !contiguous.has(typeof v === "object" ? v.name : v));
+    fillSelect(sel, values, q[param]);
   }
   const nb = $("c-num-blocks");
   nb.value = String(q.num_blocks ?? bundle.num_blocks);
@@ -169,8 +174,11 @@ async function run(query, step) {
     if (seq !== lab.runSeq) return;
     banner(err.message);
     $("lab").setAttribute("aria-busy", "false");
-    document.body.dataset.ready = "true";
     if (lab.replay) syncControls(lab.replay.bundle); // the rejected change changed nothing
+    lab.completed += 1;
+    document.body.dataset.runs = String(lab.completed);
+    document.body.dataset.error = err.message;
+    document.body.dataset.ready = "true";
     return;
   }
   if (seq !== lab.runSeq) return; // a later change superseded this run
@@ -204,8 +212,10 @@ async function run(query, step) {
   $("foot-run").textContent = `Last run: ${int(bundle.requests.length)} requests, ${int(bundle.num_steps)} steps, ` +
     `${int(bundle.paged.events.length)} events; fetched in ${(t1 - t0).toFixed(0)} ms, drawn in ${(t2 - t1).toFixed(0)} ms.`;
   $("lab").setAttribute("aria-busy", "false");
+  lab.completed += 1;
+  document.body.dataset.runs = String(lab.completed);
+  delete document.body.dataset.error;
   document.body.dataset.ready = "true";
-  document.body.dataset.runs = String(lab.timings.length);
   writeUrl();
 }
 

@@ -98,13 +98,13 @@ export class Panels {
     ctx.fillStyle = this.colors.bg;
     ctx.fillRect(0, 0, w, h);
     const regions = r.contig.placedRegions();
-    let cap = r.bundle.contiguous.capacity_tokens;
+    let cap = r.bundle.contiguous.capacity_tokens ?? r.bundle.capacity_tokens;
     if (!cap) cap = Math.max(1, ...regions.map((g) => g.offset + g.size));
     const X = (tok) => (tok / cap) * w;
     const hatch = this._hatch(ctx);
     const track = r.contig;
     for (const g of regions) {
-      const e = track.seqIndex.get(`${g.rid}:0`);
+      const e = track.seqIndex.get(`${g.rid}:${g.sample}`);
       const row = e === undefined ? null : track.seqs.row(e);
       const usedTok = row ? Math.min(g.size, Math.max(0, row[S.ctx] + row[S.ctxRate] * (r.step - row[S.step]))) : 0;
       const x = X(g.offset);

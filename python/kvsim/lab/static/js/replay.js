@@ -118,7 +118,7 @@ export class RowTrack {
 // Field positions of the contract's rows.
 export const B = { step: 0, id: 1, state: 2, ref: 3, key: 4, reqs: 5 };
 export const S = { step: 0, rid: 1, sample: 2, status: 3, ctx: 4, ctxRate: 5, gen: 6, genRate: 7, table: 8 };
-export const R = { step: 0, rid: 1, offset: 2, size: 3 };
+export const R = { step: 0, rid: 1, offset: 2, size: 3, sample: 4 };
 export const E = { step: 0, time: 1, kind: 2, rid: 3, sample: 4, block: 5 };
 
 /** One track (paged or contiguous) of a bundle, replayable to any step. */
@@ -144,9 +144,18 @@ export class TrackReplay {
     }
     this.seqs = new RowTrack(track.seqs || [], this.seqKeys.length,
       (r) => this.seqIndex.get(`${r[S.rid]}:${r[S.sample]}`));
-    let maxRid = -1;
-    for (const r of track.regions || []) maxRid = Math.max(maxRid, r[R.rid]);
-    this.regions = new RowTrack(track.regions || [], maxRid + 1, (r) => r[R.rid]);
+    // Regions are per (request, sample) too (the 5th field, when present, is the sample).
+    this.regionIndex = new Map();
+    this.regionKeys = [];
+    for (const r of track.regions || []) {
+      const key = `${r[R.rid]}:${r[R.sample] ?? 0}`;
+      if (!this.regionIndex.has(key)) {
+        this.regionIndex.set(key, this.regionKeys.length);
+        this.regionKeys.push([r[R.rid], r[R.sample] ?? 0]);
+      }
+    }
+    this.regions = new RowTrack(track.regions || [], this.regionKeys.length,
+      (r) => this.regionIndex.get(`${r[R.rid]}:${r[R.sample] ?? 0}`));
     this.step = -1;
     this.tokens = new Int32Array(numBlocks); // tokens held per block at this step
     this.live = new Set(); // sequences whose block table is not empty
@@ -221,13 +230,17 @@ export class TrackReplay {
   block(b) {
     const row = this.blocks.row(b);
     if (!row) return { block_id: b, state: "free", ref_cnt: 0, prefix_key: null, request_ids: [], num_tokens: 0 };
+    const st = row[B.state];
+    const tokens = this.tokens[b];
+    // A block's key is registered once it is full (the row carries the key it gets): the contract's rule.
+    const keyed = st === "cached" || ((st === "private" || st === "shared") && tokens === this.blockSize);
     return {
       block_id: b,
-      state: row[B.state],
+      state: st,
       ref_cnt: row[B.ref],
-      prefix_key: row[B.key],
+      prefix_key: keyed ? row[B.key] : null,
       request_ids: row[B.reqs] || [],
-      num_tokens: this.tokens[b],
+      num_tokens: tokens,
     };
   }
 
@@ -260,7 +273,9 @@ export class TrackReplay {
     const out = [];
     for (let r = 0; r < this.regions.numEntities; r += 1) {
       const row = this.regions.row(r);
-      if (row && row[R.offset] !== null) out.push({ rid: r, offset: row[R.offset], size: row[R.size] });
+      if (row && row[R.offset] !== null) {
+        out.push({ rid: row[R.rid], sample: row[R.sample] ?? 0, offset: row[R.offset], size: row[R.size] });
+      }
     }
     return out;
   }

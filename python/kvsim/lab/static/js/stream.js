@@ -8,6 +8,7 @@ const SHOWN = 150;
 export const KIND_LABELS = {
   arrive: "request added",
   admit: "admitted",
+  schedule: "scheduled",
   "prefix-hit": "prefix hit",
   allocate: "allocated",
   "cow-copy": "copy-on-write",
@@ -72,16 +73,23 @@ export class EventStream {
     const blk = block >= 0
       ? `<button type="button" class="linkish mono" data-block="${block}">P_${block}</button>` : "";
     let key = "";
+    let anchor = false;
     if (block >= 0 && (kind === "prefix-hit" || kind === "allocate" || kind === "evict")) {
       // The block's key as it stood at the state this event belongs to (the row just before for evict).
       const row = replay.paged.blocks.rowAt(block, kind === "evict" ? Math.max(0, step - 1) : step + 1);
-      if (row && row[B.key]) key = ` <span class="mono key">${esc(row[B.key])}</span>`;
+      const k = row ? row[B.key] : null;
+      // An allocation shows its key only when it names shared content (a system prompt's block), not
+      // the request's own.
+      anchor = kind === "allocate" && !!k && !k.startsWith(`${replay.name(rid, 0)}:`);
+      if (k && (kind !== "allocate" || anchor)) key = ` <span class="mono key">${esc(k)}</span>`;
     }
     switch (kind) {
       case "arrive": return `${who} arrived`;
       case "admit": return `${who} admitted (scheduled for prefill)`;
       case "prefix-hit": return `Prefix cache hit: ${who} shares ${blk}${key}`;
-      case "allocate": return `Allocated ${blk} for ${who}${key}`;
+      case "allocate": return anchor ? `Allocated ${blk} for ${who} as the prefix-cache anchor of${key}`
+        : `Allocated ${blk} for ${who}`;
+      case "schedule": return `${who} scheduled`;
       case "cow-copy": return `Copy-on-write: ${who} writes into a shared block, copy in ${blk}`;
       case "evict": return `Evicted cached ${blk} (its key dropped for reuse)${key}`;
       case "free": return `Freed ${blk} from ${who}`;
