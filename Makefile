@@ -47,6 +47,9 @@ fmt: dev ## Format Rust and Python
 	$(VENV)/bin/ruff format python tests bench
 	$(VENV)/bin/ruff check --fix python tests bench
 
+lab: dev ## The interactive lab page: a local web server, prints its URL (Ctrl-C stops it)
+	$(VENV)/bin/kvsim lab
+
 bench: dev ## Benchmarks (release build); writes the ratios into results/README.md
 	$(PY) -m pytest bench --benchmark-enable -q
 

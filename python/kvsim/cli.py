@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError, KvsimError
+from kvsim.lab import cli as lab_cli
 from kvsim.sweep import (
     CONFIG_FIELDS,
     DEFAULT_BASE,
@@ -227,10 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
         description="kvsim: simulate paged KV-cache memory management for LLM serving (vLLM PagedAttention).",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,sweep,claims}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,sweep,claims,lab}")
     _run_parser(sub)
     _sweep_parser(sub)
     _claims_parser(sub)
+    lab_cli.add_parser(sub)
     return p
 
 
@@ -383,7 +385,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `kvsim` console script."""
     args = build_parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "sweep": cmd_sweep, "claims": cmd_claims}[args.command](args)
+        return {"run": cmd_run, "sweep": cmd_sweep, "claims": cmd_claims, "lab": lab_cli.main}[args.command](
+            args
+        )
     except KvsimError as exc:
         print(f"kvsim {args.command}: error: {exc}", file=sys.stderr)
         return 2

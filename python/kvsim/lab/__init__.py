@@ -21,7 +21,7 @@ def presets() -> list[dict[str, Any]]:
     for name in _presets.names():
         try:
             p = _presets.get(name)
-        except Exception as e:  # noqa: BLE001 - a trace preset whose trace is absent: listed with why
+        except Exception as e:
             out.append(
                 {
                     "name": name,

@@ -10,10 +10,10 @@ import dataclasses
 import time
 from typing import Any
 
+import kvsim.lab.presets as _presets
 from kvsim import models
 from kvsim.config import CONTIGUOUS_POLICIES, PLACEMENTS, PREEMPTIONS, SAMPLINGS, SimConfig
 from kvsim.errors import InvalidArgumentError
-from kvsim.lab import presets as _presets
 from kvsim.lab.state import Track, replay, state_at, tokens_at
 from kvsim.simulate import simulate
 from kvsim.workloads import Workload
@@ -231,42 +231,73 @@ def _fraction(a: float, b: float) -> float:
     return a / b if b else 0.0
 
 
+COUNT_COLUMNS = ("running", "waiting", "swapped", "finished", "rejected")
+BLOCK_COUNT_COLUMNS = ("free_blocks", "cached_blocks", "shared_blocks", "private_blocks")
+CUMULATIVE_COLUMNS = ("cow_copies", "evictions", "preemptions", "swaps")
+
+
 def metric_columns(
     paged: Track, contiguous: Track, bpt: int
 ) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
-    """The snapshot's scalar keys, one value per state 0..S (S the longer track's steps)."""
+    """The snapshot's scalar keys, one value per state 0..S (S the longer track's steps): the paged
+    track's columns hold every card's number (the contiguous ones too), each track its own counts."""
     s = max(paged.num_steps, contiguous.num_steps) + 1
     pm = {k: _pad(v, s) for k, v in paged.metrics.items()}
     cm = {k: _pad(v, s) for k, v in contiguous.metrics.items()}
     cap = contiguous.config.capacity_tokens
+    bs = paged.config.block_size
+    pairs = list(zip(pm["allocated_tokens"], pm["stored_tokens"], strict=True))
+    c_pairs = list(zip(cm["allocated_tokens"], cm["stored_tokens"], strict=True))
+    c_out: dict[str, list[Any]] = {
+        "contiguous_reserved_bytes": [a * bpt for a in cm["allocated_tokens"]],
+        "contiguous_used_bytes": [a * bpt for a in cm["stored_tokens"]],
+        "contiguous_waste_fraction": [_fraction(a - b, a) for a, b in c_pairs],
+        "contiguous_internal_fragmentation": [_fraction(a - b, a) for a, b in c_pairs],
+        "contiguous_external_bytes": [a * bpt for a in cm["external_tokens"]],
+        "contiguous_external_fragmentation": [_fraction(a, cap) for a in cm["external_tokens"]],
+    }
     p_out: dict[str, list[Any]] = {
         "paged_allocated_bytes": [a * bpt for a in pm["allocated_tokens"]],
-        "paged_stored_bytes": [a * bpt for a in pm["stored_tokens"]],
-        "paged_tail_slack_bytes": [
-            (a - b) * bpt for a, b in zip(pm["allocated_tokens"], pm["stored_tokens"], strict=True)
-        ],
-        "paged_tail_slack_fraction": [
-            _fraction(a - b, a) for a, b in zip(pm["allocated_tokens"], pm["stored_tokens"], strict=True)
-        ],
+        "paged_stored_bytes": [b * bpt for b in pm["stored_tokens"]],
+        "paged_tail_slack_bytes": [(a - b) * bpt for a, b in pairs],
+        "paged_tail_slack_fraction": [_fraction(a - b, a) for a, b in pairs],
+        "paged_tail_slack_bound_bytes": [(bs - 1) * bpt * n for n in pm["running"]],
+        "paged_external_fragmentation": [0.0] * s,
         "prefix_saved_bytes": [a * bpt for a in pm["shared_saved_tokens"]],
         "paged_reserved_bytes": [a * bpt for a in pm["reserved_tokens"]],
         "concurrency_multiplier": [
             _fraction(c, a) for c, a in zip(cm["allocated_tokens"], pm["allocated_tokens"], strict=True)
         ],
+        **c_out,
     }
-    c_out: dict[str, list[Any]] = {
-        "contiguous_reserved_bytes": [a * bpt for a in cm["allocated_tokens"]],
-        "contiguous_used_bytes": [a * bpt for a in cm["stored_tokens"]],
-        "contiguous_waste_fraction": [
-            _fraction(a - b, a) for a, b in zip(cm["allocated_tokens"], cm["stored_tokens"], strict=True)
-        ],
-        "contiguous_external_bytes": [a * bpt for a in cm["external_tokens"]],
-        "contiguous_external_fragmentation": [_fraction(a, cap) for a in cm["external_tokens"]],
-    }
-    for name in ("running", "waiting", "swapped", "finished", "rejected"):
-        p_out[name] = pm[name]
-        c_out[name] = cm[name]
+    for out, m in ((p_out, pm), (c_out, cm)):
+        for name in COUNT_COLUMNS:
+            out[f"num_{name}"] = m[name]
+        for name in BLOCK_COUNT_COLUMNS:
+            out[f"paged_{name}"] = m[name]
+        for name in CUMULATIVE_COLUMNS:
+            out[name] = m[name]
+        out["time_s"] = [t / 1e12 for t in m["time_ps"]]
     return p_out, c_out
+
+
+SCALARS = (
+    "concurrency_multiplier",
+    "prefix_saved_bytes",
+    "contiguous_reserved_bytes",
+    "contiguous_used_bytes",
+    "contiguous_waste_fraction",
+    "contiguous_internal_fragmentation",
+    "contiguous_external_bytes",
+    "contiguous_external_fragmentation",
+    "paged_allocated_bytes",
+    "paged_stored_bytes",
+    "paged_tail_slack_bytes",
+    "paged_tail_slack_fraction",
+    "paged_tail_slack_bound_bytes",
+    "paged_external_fragmentation",
+    "paged_reserved_bytes",
+)
 
 
 def _requests(p: _presets.Preset) -> list[dict[str, Any]]:
@@ -311,6 +342,8 @@ def _track_payload(t: Track, metrics: dict[str, list[Any]]) -> dict[str, Any]:
     return {
         "policy": t.config.policy,
         "num_steps": t.num_steps,
+        "capacity_tokens": t.config.capacity_tokens,
+        "event_upto": _pad(t.metrics["event_upto"], len(metrics["time_s"])),
         "summary": t.result.summary,
         "events": events,
         "metrics": metrics,
@@ -340,6 +373,7 @@ def bundle(preset: str = "copilot", *, backend: str = "rust", **overrides: Any) 
         },
         "model": info,
         "block_size": r.paged.block_size,
+        "bytes_per_token": bpt,
         "bytes_per_block": bpt * r.paged.block_size,
         "num_blocks": r.paged.num_blocks,
         "capacity_tokens": r.paged.capacity_tokens,
@@ -415,27 +449,14 @@ def snapshot_from(r: Resolved, paged: Track, contiguous: Track, step: int | None
         raise InvalidArgumentError(f"step {step!r} must be an integer")
     if not 0 <= k <= steps:
         raise InvalidArgumentError(f"step {k} must be between 0 and {steps} (the run's steps)")
-    pm, cm = metric_columns(paged, contiguous, bpt)
+    pm, _ = metric_columns(paged, contiguous, bpt)
     out: dict[str, Any] = {
         "step": k,
         "num_steps": steps,
         "bytes_per_token": bpt,
         "block_size": r.paged.block_size,
     }
-    out.update(
-        {
-            name: col[k]
-            for name, col in pm.items()
-            if name not in ("running", "waiting", "swapped", "finished", "rejected")
-        }
-    )
-    out.update(
-        {
-            name: col[k]
-            for name, col in cm.items()
-            if name not in ("running", "waiting", "swapped", "finished", "rejected")
-        }
-    )
+    out.update({name: pm[name][k] for name in SCALARS})
     out.update(track_snapshot(paged, k, bpt, r.preset))
     out["contiguous"] = track_snapshot(contiguous, k, bpt, r.preset)
     return out

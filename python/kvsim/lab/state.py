@@ -21,8 +21,6 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from kvsim.config import SimConfig
 from kvsim.engine_input import EngineInput, prepare
 from kvsim.errors import InternalError
@@ -56,6 +54,16 @@ METRIC_COLUMNS = (
     "swapped",
     "finished",
     "rejected",
+    "free_blocks",
+    "cached_blocks",
+    "shared_blocks",
+    "private_blocks",
+    "cow_copies",
+    "evictions",
+    "preemptions",
+    "swaps",
+    "event_upto",
+    "time_ps",
 )
 STATUSES = ("waiting", "running", "swapped", "preempted", "finished", "rejected")
 
@@ -182,7 +190,6 @@ def replay(
         )
         for i in range(len(inp))
     ]
-    ts_time = res.timeseries["time_s"].to_numpy() if res.timeseries.height else np.zeros(0)
     # Blocks (paged): reference counts, holders, whether a free block still carries its key.
     nb = config.num_blocks or 0
     ref = [0] * nb
@@ -298,7 +305,8 @@ def replay(
 
     def free_region(s: _Seq, k: int) -> None:
         nonlocal reserved
-        assert s.region is not None and space is not None
+        assert s.region is not None
+        assert space is not None
         space.free(*s.region)
         reserved -= s.region[1]
         region_rows.append([k, s.request_id, None, s.region[1], s.sample])
@@ -306,7 +314,11 @@ def replay(
 
     def flush_and_record(k: int) -> None:
         for b in dirty_blocks:
-            block_rows.append(block_row(b, k))
+            row = block_row(b, k)
+            bcount[bstate[b]] -= 1
+            bstate[b] = row[2]
+            bcount[row[2]] += 1
+            block_rows.append(row)
         dirty_blocks.clear()
         for i in dirty_seqs:
             s = seqs[i]
@@ -329,6 +341,12 @@ def replay(
         m["swapped"].append(counts["swapped"])
         m["finished"].append(counts["finished"])
         m["rejected"].append(counts["rejected"])
+        for name in ("free", "cached", "shared", "private"):
+            m[f"{name}_blocks"].append(bcount[name])
+        for name, v in cum.items():
+            m[name].append(v)
+        m["event_upto"].append(pos)
+        m["time_ps"].append(int(step_ps[k]) if k < len(step_ps) else makespan)
 
     # Arrival rows: a sequence appears (waiting) at the first state whose step starts at or after it.
     for s in seqs:
@@ -338,6 +356,12 @@ def replay(
 
     n_ev = len(e_kind)
     pos = 0
+    bstate = ["null"] + ["free"] * (nb - 1) if paged else []
+    bcount = dict.fromkeys(BLOCK_STATES, 0)
+    if paged:
+        bcount["free"], bcount["null"] = nb - 1, 1
+    cum = {"cow_copies": 0, "evictions": 0, "preemptions": 0, "swaps": 0}
+    makespan = int(res.raw.counters["makespan_ps"])
 
     def post_events(k: int) -> None:
         """Events carrying step count k that follow step k-1's sampling (a finish and its frees, a fork,
@@ -406,10 +430,12 @@ def replay(
                 logical += bs
             elif kind == EVICT:
                 keyed[b] = None
+                cum["evictions"] += 1
             elif kind == ALLOCATE:
                 take(b, s, 0)
                 s.table.append(b)
             elif kind == COW_COPY:
+                cum["cow_copies"] += 1
                 drop(s.table[-1], s)
                 take(b, s, 0)
                 s.table[-1] = b
@@ -427,6 +453,8 @@ def replay(
                 logical -= s.c
                 s.free_c = s.c
                 last_release[i] = kind
+                cum["preemptions"] += 1
+                cum["swaps"] += kind == SWAP_OUT
                 if kind == PREEMPT:
                     set_status(s, "preempted")
                     s.c = 0
