@@ -11,7 +11,7 @@ from typing import Any
 
 from kvsim.config import SimConfig
 from kvsim.lab import presets as _presets
-from kvsim.lab.bundle import LIMITS, bundle, resolve, snapshot
+from kvsim.lab.bundle import LIMITS, bundle, configure, resolve, snapshot
 from kvsim.workloads import Workload
 
 
@@ -52,4 +52,4 @@ def preset(name: str) -> tuple[Workload, SimConfig, int]:
     return p.workload, p.config, p.step
 
 
-__all__ = ["LIMITS", "bundle", "preset", "presets", "resolve", "snapshot"]
+__all__ = ["LIMITS", "bundle", "configure", "preset", "presets", "resolve", "snapshot"]

@@ -469,13 +469,20 @@ def snapshot(
     *,
     backend: str = "rust",
     contiguous_policy: str = "orca-oracle",
+    segment_names: dict[int, str] | None = None,
+    request_names: list[str] | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """The state the page shows at `step` (None: the end) of `workload` under `config` (paged track)
-    beside `contiguous_policy` (contiguous track), in bytes and fractions (DESIGN.md §Lab).
+    beside `contiguous_policy` (contiguous track, placed by `config.placement`), in bytes and fractions
+    (DESIGN.md §Lab). `segment_names` (content id -> name) and `request_names` make prefix keys readable.
 
     `workload` may also be a preset's name; then `config` is ignored and `overrides` apply as in
-    `bundle`.
+    `bundle` (`snapshot("copilot", step=1, block_size=32)`).
+
+    Raises:
+        InvalidArgumentError: a bad override, config or step (the message names it), or a run past
+            `LIMITS`.
     """
     if isinstance(workload, str):
         r = resolve(workload, **overrides)
@@ -489,6 +496,8 @@ def snapshot(
             workload=workload,
             config=config,
             step=0,
+            segment_names=dict(segment_names or {}),
+            request_names=list(request_names or []),
             contiguous_policy=contiguous_policy,
         )
         r = _resolve_custom(p, config, contiguous_policy)
@@ -513,3 +522,10 @@ def _resolve_custom(p: _presets.Preset, config: SimConfig, contiguous_policy: st
         max_model_len=config.max_model_len or longest,
     )
     return Resolved(p, config, contiguous, {"preset": "custom"})
+
+
+def configure(preset: str = "copilot", **overrides: Any) -> tuple[Workload, SimConfig, int]:
+    """The `(workload, paged config, step)` the server runs for `preset` with `overrides` (the query's
+    names); its contiguous track is `snapshot(..., contiguous_policy=resolved query's contiguous_policy)`."""
+    r = resolve(preset, **overrides)
+    return r.preset.workload, r.paged, r.preset.step
