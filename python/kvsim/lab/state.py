@@ -131,8 +131,17 @@ def _key_namer(inp: EngineInput, names: dict[int, str], request_names: list[str]
     """Readable prefix keys: block i of a sequence is named after the named segment its last token lies
     in (`sys-coding-agent-v1:block-1`), else after its request (`req-2:block-2`)."""
     cache: dict[tuple[int, int], str] = {}
+    rows = inp.request_row.tolist()
+    if names:
+        ids = inp.segment_id.tolist()
+        offsets = inp.seg_offsets.tolist()
+        named = [any(ids[j] in names for j in range(offsets[q], offsets[q + 1])) for q in range(len(inp))]
+    else:
+        named = [False] * len(inp)
 
     def name(seq: int, i: int) -> str:
+        if not named[seq]:  # no named content: the request's name
+            return f"{request_names[rows[seq]]}:block-{i}"
         key = (seq, i)
         got = cache.get(key)
         if got is not None:
@@ -196,6 +205,7 @@ def replay(
     holders: list[list[int]] = [[] for _ in range(nb)]
     keyed: list[str | None] = [None] * nb  # free blocks: their key's readable name, if they keep one
     shared_tok = [0] * nb  # tokens a shared block holds (its holders agree on them)
+    bidx = [0] * nb  # a held block's index in its tables (equal in all: sharing is positional)
     space: FirstFit | Buddy | None = None
     if not paged:
         space = (Buddy if config.placement == "buddy" else FirstFit)(config.capacity_tokens)
@@ -262,18 +272,20 @@ def replay(
         if r == 0:
             state, key = ("cached", keyed[b]) if keyed[b] is not None else ("free", None)
         else:
-            state = "shared" if r > 1 else "private"
-            h = seqs[holders[b][0]]
-            key = key_name(h.idx, h.table.index(b)) if caching else None
+            key = key_name(holders[b][0], bidx[b]) if caching else None
+            if r == 1:
+                return [k, b, "private", 1, key, [seqs[holders[b][0]].request_id]]
+            state = "shared"
         rids = sorted({seqs[x].request_id for x in holders[b]})
         return [k, b, state, r, key, rids]
 
-    def take(b: int, s: _Seq, tok: int) -> None:
-        """`s` takes a reference to block `b`, which holds `tok` tokens."""
+    def take(b: int, s: _Seq, tok: int, i: int) -> None:
+        """`s` takes a reference to block `b` at its table's index `i`; the block holds `tok` tokens."""
         nonlocal held, dup
         if ref[b] == 0:
             held += 1
             keyed[b] = None
+            bidx[b] = i
         elif ref[b] == 1:
             shared_tok[b] = tok
             dup += tok
@@ -388,7 +400,7 @@ def replay(
                 set_status(s, "running")
                 logical += s.c
                 for i, b in enumerate(parent.table):
-                    take(b, s, min(bs, pc - i * bs))
+                    take(b, s, min(bs, pc - i * bs), i)
                     s.table.append(b)
                 set_rates(s, k)
             elif kind == REJECT:
@@ -424,7 +436,7 @@ def replay(
                     reserved += cnt
                     region_rows.append([j + 1, s.request_id, b, cnt, s.sample])
             elif kind == PREFIX_HIT:
-                take(b, s, bs)
+                take(b, s, bs, len(s.table))
                 s.table.append(b)
                 s.c += bs
                 logical += bs
@@ -432,12 +444,12 @@ def replay(
                 keyed[b] = None
                 cum["evictions"] += 1
             elif kind == ALLOCATE:
-                take(b, s, 0)
+                take(b, s, 0, len(s.table))
                 s.table.append(b)
             elif kind == COW_COPY:
                 cum["cow_copies"] += 1
                 drop(s.table[-1], s)
-                take(b, s, 0)
+                take(b, s, 0, len(s.table) - 1)
                 s.table[-1] = b
             elif kind == SWAP_IN:
                 set_status(s, "running")
@@ -445,7 +457,7 @@ def replay(
                 if cnt > 0:  # a group member: it shares the first sample's leading blocks
                     first = seqs[first_sample[s.request_id]]
                     for x in range(cnt):
-                        take(first.table[x], s, min(bs, s.c - x * bs))
+                        take(first.table[x], s, min(bs, s.c - x * bs), x)
                         s.table.append(first.table[x])
                 else:
                     first_sample[s.request_id] = i
