@@ -117,7 +117,8 @@ def assert_same(w: Workload, cfg: kvsim.SimConfig, every: int = 0) -> kvsim.SimR
 def assert_schedule_rows_give_the_batch(res: kvsim.SimResult) -> None:
     """The log's `schedule` rows say what each step computed per sequence (a sequence scheduled without
     a row computed one token): with the time series' batch size, they give its batched tokens."""
-    assert res.events is not None and res.timeseries is not None
+    assert res.events is not None
+    assert res.timeseries is not None
     rows = res.events.filter(pl.col("kind") == "schedule")
     assert (rows["block"] == -1).all()
     counted = (

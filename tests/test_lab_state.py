@@ -141,7 +141,8 @@ def test_event_upto_cuts_the_log_at_each_state():
     b = kvsim.lab.bundle("copilot")
     upto = b["paged"]["event_upto"]
     events = b["paged"]["events"]
-    assert upto[0] == 0 and upto[-1] == len(events)
+    assert upto[0] == 0
+    assert upto[-1] == len(events)
     assert upto == sorted(upto)
     kinds = {e[2] for e in events[: upto[1]]}
     assert {"admit", "allocate", "prefix-hit"} <= kinds

@@ -272,6 +272,8 @@ def serve(host: str = "127.0.0.1", port: int = 0, open_browser: bool = False) ->
     server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning", lifespan="off"))
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn shut down gracefully on Ctrl-C, then re-raised it
     finally:
         sock.close()
     print("kvsim lab: stopped", flush=True)

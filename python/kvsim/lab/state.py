@@ -412,7 +412,10 @@ def replay(
 
     post_events(0)
     flush_and_record(0)
-    for j in range(num_steps):
+
+    def step_events(j: int) -> tuple[dict[int, None], dict[int, int]]:
+        """Step j's scheduling events (admissions, allocations, preemptions, `schedule` rows)."""
+        nonlocal pos, logical, reserved
         listed: dict[int, int] = {}
         touched: dict[int, None] = {}
         while pos < n_ev and e_step[pos] == j:
@@ -480,6 +483,10 @@ def replay(
                 set_status(s, "rejected")
             else:
                 raise InternalError(f"event kind {kind} at step {j} out of place")
+        return touched, listed
+
+    for j in range(num_steps):
+        touched, listed = step_events(j)
         # Step j computes a token for every running sequence, or its listed count.
         logical += counts["running"] + sum(listed.values()) - len(listed)
         for i in touched:
@@ -498,6 +505,18 @@ def replay(
         apply_transitions(j + 1)
         post_events(j + 1)
         flush_and_record(j + 1)
+    if pos < n_ev:
+        # An iteration that scheduled nothing after the last step (it preempted, then rejected): its
+        # events belong to the final state, and no step follows.
+        touched, _ = step_events(num_steps)
+        for i in touched:
+            seqs[i].base = num_steps
+            set_rates(seqs[i], num_steps)
+            dirty_seqs[i] = None
+        post_events(num_steps)
+        for column in metrics.values():
+            column.pop()
+        flush_and_record(num_steps)
     if pos != n_ev:
         raise InternalError(f"replay stopped at event {pos} of {n_ev}")
     seq_rows.sort(key=lambda r: r[0])  # stable: at one state, the replay's row comes after the arrival's
