@@ -207,7 +207,8 @@ def test_kvsim_lab_serves_and_stops_on_ctrl_c():
 
 def test_kvsim_lab_warns_off_loopback_and_refuses_bad_ports():
     proc, url = _start("--host", "0.0.0.0", "--port", "0")
-    out, err = _stop(proc)
+    assert url.startswith("http://0.0.0.0:")
+    _, err = _stop(proc)
     assert "WARNING" in err
     assert "not loopback" in err
     bad = subprocess.run(
