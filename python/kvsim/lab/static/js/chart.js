@@ -3,6 +3,7 @@
 // element, so scrubbing moves it without redrawing the lines. Click or drag on the chart to seek.
 
 import { bytes } from "./format.js";
+import { prepareCanvas } from "./grid.js";
 
 export const SERIES = [
   { name: "paged_allocated_bytes", label: "paged allocated", color: "#4d8dff", fill: true },
@@ -48,14 +49,7 @@ export class Chart {
   draw() {
     const replay = this.replay;
     if (!replay) return;
-    const canvas = this.canvas;
-    const dpr = window.devicePixelRatio || 1;
-    const w = Math.max(1, canvas.clientWidth);
-    const h = Math.max(1, canvas.clientHeight);
-    canvas.width = Math.round(w * dpr);
-    canvas.height = Math.round(h * dpr);
-    const ctx = canvas.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    const { ctx, w, h } = prepareCanvas(this.canvas);
     ctx.clearRect(0, 0, w, h);
     const n = replay.numSteps;
     const series = SERIES.map((s) => ({ ...s, col: replay.paged.metrics[s.name] || replay.contig.metrics[s.name] }))

@@ -5,6 +5,34 @@
 import { int } from "./format.js";
 
 export const WINDOW = 2048;
+
+// Canvas sizes in CSS pixels, measured once (and again after a resize): reading layout while drawing
+// a step would force the browser to lay out the whole page between the views' DOM writes.
+const sizes = new WeakMap();
+export function canvasSize(canvas) {
+  let s = sizes.get(canvas);
+  if (!s || s.w <= 1) {
+    s = { w: Math.max(1, canvas.clientWidth), h: Math.max(1, canvas.clientHeight) };
+    sizes.set(canvas, s);
+  }
+  return s;
+}
+export function forgetCanvasSizes(...canvases) {
+  for (const c of canvases) sizes.delete(c);
+}
+
+/** Size a canvas's backing store to its CSS size times the device pixel ratio; returns the 2D context. */
+export function prepareCanvas(canvas) {
+  const dpr = window.devicePixelRatio || 1;
+  const { w, h } = canvasSize(canvas);
+  if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
+    canvas.width = Math.round(w * dpr);
+    canvas.height = Math.round(h * dpr);
+  }
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  return { ctx, w, h };
+}
 export const STATES = ["free", "private", "shared", "cached", "null"];
 
 /** Colours of the states, read once from the stylesheet's custom properties. */
@@ -21,57 +49,52 @@ export function stateColors() {
   };
 }
 
-// Which state wins a pixel that covers several blocks (the rarer, more interesting one).
-const PRIORITY = { shared: 4, cached: 3, private: 2, null: 1, free: 0 };
+const STACK = ["private", "shared", "cached", "null"]; // bottom up; free is the rest (background)
 
 /**
- * Draw blocks [0, n) as columns over the canvas width, each pixel column showing the highest-priority
- * state among the blocks it covers; private blocks are drawn to the height of their fill.
+ * Draw blocks [0, n) as columns over the canvas width. One block per column while they fit, a private
+ * one drawn to the height of its fill; past that each pixel column is an aggregate: its height split
+ * between the states of the blocks it covers, in proportion to their counts (free is what is left).
  */
 export function drawPoolStrip(canvas, track, colors, windowRange = null) {
-  const dpr = window.devicePixelRatio || 1;
-  const w = Math.max(1, canvas.clientWidth);
-  const h = Math.max(1, canvas.clientHeight);
-  if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
-    canvas.width = Math.round(w * dpr);
-    canvas.height = Math.round(h * dpr);
-  }
-  const ctx = canvas.getContext("2d");
-  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  const { ctx, w, h } = prepareCanvas(canvas);
   ctx.fillStyle = colors.bg;
   ctx.fillRect(0, 0, w, h);
   const n = track.numBlocks;
   if (n === 0) return;
   const bs = track.blockSize;
-  const per = n / w; // blocks per pixel
-  const cols = Math.min(w, n);
+  const cols = Math.min(Math.floor(w), n);
   const colW = w / cols;
+  const gap = colW >= 4 ? 1 : 0;
+  const count = { private: 0, shared: 0, cached: 0, null: 0, free: 0 };
   for (let c = 0; c < cols; c += 1) {
     const lo = Math.floor((c * n) / cols);
     const hi = Math.max(lo + 1, Math.floor(((c + 1) * n) / cols));
-    let best = "free";
-    let fill = 0;
-    for (let b = lo; b < hi; b += 1) {
-      const row = track.blocks.row(b);
-      const st = row ? row[2] : "free";
-      if (PRIORITY[st] > PRIORITY[best]) best = st;
-      fill = Math.max(fill, track.tokens[b] / bs);
-    }
     const x = c * colW;
-    const gap = per < 0.25 ? 1 : 0;
-    if (best === "free") {
-      ctx.fillStyle = colors.free;
-      ctx.fillRect(x, h - 3, colW - gap, 3);
+    if (hi - lo === 1) {
+      const row = track.blocks.row(lo);
+      const st = row ? row[2] : "free";
+      ctx.fillStyle = colors[st];
+      const bh = st === "private" ? Math.max(3, h * (track.tokens[lo] / bs)) : st === "free" ? 3 : h;
+      if (st === "cached") ctx.globalAlpha = 0.55;
+      ctx.fillRect(x, h - bh, colW - gap, bh);
+      ctx.globalAlpha = 1;
       continue;
     }
-    ctx.fillStyle = colors[best];
-    const bh = best === "private" ? Math.max(3, h * fill) : h;
-    if (best === "cached") {
-      ctx.globalAlpha = 0.45;
-      ctx.fillRect(x, 0, colW - gap, h);
+    for (const k in count) count[k] = 0;
+    for (let b = lo; b < hi; b += 1) {
+      const row = track.blocks.row(b);
+      count[row ? row[2] : "free"] += 1;
+    }
+    let y = h;
+    for (const st of STACK) {
+      if (!count[st]) continue;
+      const bh = (h * count[st]) / (hi - lo);
+      ctx.fillStyle = colors[st];
+      if (st === "cached") ctx.globalAlpha = 0.55;
+      ctx.fillRect(x, y - bh, Math.max(1, colW - gap), bh);
       ctx.globalAlpha = 1;
-    } else {
-      ctx.fillRect(x, h - bh, colW - gap, bh);
+      y -= bh;
     }
   }
   if (windowRange) {
@@ -137,6 +160,7 @@ export class BlockGrid {
       this.cells[i] = cell;
     }
     this.root.replaceChildren(frag);
+    this.sigs = new Array(count).fill("");
     this.cols = 0;
     if (this.windowed) {
       this.caption.textContent = `Showing blocks P_${int(this.start)}–P_${int(this.start + count - 1)} of ${int(n)}` +
@@ -163,6 +187,10 @@ export class BlockGrid {
       const cell = this.cells[i];
       const blk = t.block(b);
       const st = blk.state;
+      // Touch the DOM only where the block really changed (a jump marks every block as changed).
+      const sig = `${st}|${blk.ref_cnt}|${blk.num_tokens}|${b === this.selected}`;
+      if (this.sigs[i] === sig) return;
+      this.sigs[i] = sig;
       const cls = `cell s-${st}${b === this.selected ? " selected" : ""}${blk.num_tokens > 0 && blk.num_tokens < t.blockSize ? " partial" : ""}`;
       if (cell.className !== cls) cell.className = cls;
       cell.dataset.state = st;
@@ -197,11 +225,15 @@ export class BlockGrid {
     if (b < 0 || b >= n) return;
     if (this.windowed && (b < this.start || b >= this.start + this.cells.length)) this.showWindowAround(b);
     const old = this.selected - this.start;
-    if (this.cells[old]) this.cells[old].classList.remove("selected");
+    if (this.cells[old]) {
+      this.cells[old].classList.remove("selected");
+      this.sigs[old] = "";
+    }
     this.selected = b;
     const cell = this.cells[b - this.start];
     if (cell) {
       cell.classList.add("selected");
+      this.sigs[b - this.start] = "";
       this._ensureTabStop();
       if (focus) cell.focus({ preventScroll: false });
     }

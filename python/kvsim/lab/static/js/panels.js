@@ -2,7 +2,7 @@
 // column of the bundle (computed in Python from the replayed engine state) read at the current step.
 // Elements carry the raw value in data-value so tests compare it with kvsim.lab.snapshot exactly.
 
-import { drawPoolStrip } from "./grid.js";
+import { drawPoolStrip, prepareCanvas } from "./grid.js";
 import { bytes, esc, int, metric, pct, times } from "./format.js";
 import { S } from "./replay.js";
 
@@ -88,13 +88,7 @@ export class Panels {
   drawRegions() {
     const r = this.replay;
     const canvas = $("contig-map");
-    const dpr = window.devicePixelRatio || 1;
-    const w = Math.max(1, canvas.clientWidth);
-    const h = Math.max(1, canvas.clientHeight);
-    if (canvas.width !== Math.round(w * dpr)) canvas.width = Math.round(w * dpr);
-    if (canvas.height !== Math.round(h * dpr)) canvas.height = Math.round(h * dpr);
-    const ctx = canvas.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    const { ctx, w, h } = prepareCanvas(canvas);
     ctx.fillStyle = this.colors.bg;
     ctx.fillRect(0, 0, w, h);
     const regions = r.contig.placedRegions();
@@ -104,7 +98,7 @@ export class Panels {
     const hatch = this._hatch(ctx);
     const track = r.contig;
     for (const g of regions) {
-      const e = track.seqIndex.get(`${g.rid}:${g.sample}`);
+      const e = track.seqOf(g.rid, g.sample);
       const row = e === undefined ? null : track.seqs.row(e);
       const usedTok = row ? Math.min(g.size, Math.max(0, row[S.ctx] + row[S.ctxRate] * (r.step - row[S.step]))) : 0;
       const x = X(g.offset);

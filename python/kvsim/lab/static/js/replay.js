@@ -22,7 +22,7 @@ export class RowTrack {
   /**
    * @param {Array<Array>} rows sorted by row[0] (the step)
    * @param {number} numEntities
-   * @param {(row: Array) => number} entityOf the entity index a row is about
+   * @param {((row: Array) => number) | Int32Array} entityOf the entity index a row is about (per row)
    */
   constructor(rows, numEntities, entityOf) {
     const n = rows.length;
@@ -35,7 +35,7 @@ export class RowTrack {
     this.pos = 0; // rows [0, pos) are applied
     const last = new Int32Array(numEntities).fill(-1);
     for (let i = 0; i < n; i += 1) {
-      const e = entityOf(rows[i]);
+      const e = typeof entityOf === "function" ? entityOf(rows[i]) : entityOf[i];
       this.steps[i] = rows[i][0];
       this.ent[i] = e;
       this.prev[i] = last[e];
@@ -117,7 +117,9 @@ export class RowTrack {
 
 // Field positions of the contract's rows.
 export const B = { step: 0, id: 1, state: 2, ref: 3, key: 4, reqs: 5 };
-export const S = { step: 0, rid: 1, sample: 2, status: 3, ctx: 4, ctxRate: 5, gen: 6, genRate: 7, table: 8 };
+export const S = { step: 0, rid: 1, sample: 2, status: 3, ctx: 4, ctxRate: 5, gen: 6, genRate: 7, table: 8, keep: 9 };
+// Sequence keys are request * SAMPLES + sample (numbers: faster map keys than strings).
+const SAMPLES = 1 << 16;
 export const R = { step: 0, rid: 1, offset: 2, size: 3, sample: 4 };
 export const E = { step: 0, time: 1, kind: 2, rid: 3, sample: 4, block: 5 };
 
@@ -132,34 +134,54 @@ export class TrackReplay {
     this.eventUpto = track.event_upto || null;
     this.eventSteps = Int32Array.from(this.events, (e) => e[E.step]);
     this.blocks = new RowTrack(track.blocks || [], numBlocks, (r) => r[B.id]);
-    // Sequences are (request, sample) pairs: index them in order of first appearance.
+    // Sequences are (request, sample) pairs: index them in order of first appearance. A row may give
+    // its table as a delta (a 10th field `keep`: the previous row's table[:keep] + row[8]); expand it
+    // once here so that a row always holds its whole table.
     this.seqIndex = new Map();
     this.seqKeys = [];
-    for (const r of track.seqs || []) {
-      const key = `${r[S.rid]}:${r[S.sample]}`;
-      if (!this.seqIndex.has(key)) {
-        this.seqIndex.set(key, this.seqKeys.length);
+    const seqRows = track.seqs || [];
+    const ids = new Int32Array(seqRows.length);
+    const lastTable = [];
+    for (let i = 0; i < seqRows.length; i += 1) {
+      const r = seqRows[i];
+      const key = r[S.rid] * SAMPLES + r[S.sample];
+      let e = this.seqIndex.get(key);
+      if (e === undefined) {
+        e = this.seqKeys.length;
+        this.seqIndex.set(key, e);
         this.seqKeys.push([r[S.rid], r[S.sample]]);
+        lastTable.push([]);
       }
+      ids[i] = e;
+      const keep = r[S.keep];
+      if (keep !== undefined && keep !== null) r[S.table] = lastTable[e].slice(0, keep).concat(r[S.table]);
+      lastTable[e] = r[S.table];
     }
-    this.seqs = new RowTrack(track.seqs || [], this.seqKeys.length,
-      (r) => this.seqIndex.get(`${r[S.rid]}:${r[S.sample]}`));
+    this.seqs = new RowTrack(seqRows, this.seqKeys.length, ids);
     // Regions are per (request, sample) too (the 5th field, when present, is the sample).
     this.regionIndex = new Map();
     this.regionKeys = [];
-    for (const r of track.regions || []) {
-      const key = `${r[R.rid]}:${r[R.sample] ?? 0}`;
-      if (!this.regionIndex.has(key)) {
-        this.regionIndex.set(key, this.regionKeys.length);
+    const regionOf = (r) => {
+      const key = r[R.rid] * SAMPLES + (r[R.sample] ?? 0);
+      let e = this.regionIndex.get(key);
+      if (e === undefined) {
+        e = this.regionKeys.length;
+        this.regionIndex.set(key, e);
         this.regionKeys.push([r[R.rid], r[R.sample] ?? 0]);
       }
-    }
-    this.regions = new RowTrack(track.regions || [], this.regionKeys.length,
-      (r) => this.regionIndex.get(`${r[R.rid]}:${r[R.sample] ?? 0}`));
+      return e;
+    };
+    const regionIds = Int32Array.from(track.regions || [], regionOf);
+    this.regions = new RowTrack(track.regions || [], this.regionKeys.length, regionIds);
     this.step = -1;
     this.tokens = new Int32Array(numBlocks); // tokens held per block at this step
     this.live = new Set(); // sequences whose block table is not empty
     this.changedBlocks = null;
+  }
+
+  /** The sequence entity of (request, sample), or undefined. */
+  seqOf(rid, sample) {
+    return this.seqIndex.get(rid * SAMPLES + sample);
   }
 
   /** Seek every row track to step k; remembers which blocks changed (null: all). */

@@ -4,7 +4,7 @@
 import { esc, int, secs } from "./format.js";
 import { B, E } from "./replay.js";
 
-const SHOWN = 150;
+const SHOWN = 100;
 export const KIND_LABELS = {
   arrive: "request added",
   admit: "admitted",
@@ -111,7 +111,11 @@ export class EventStream {
     const reqs = this._requestFilter(replay);
     const items = [];
     let matched = 0;
-    for (let i = n - 1; i >= 0; i -= 1) {
+    const filtered = reqs !== null || this.hidden.size > 0;
+    // Unfiltered, the newest SHOWN events are the last ones: no need to walk the whole log.
+    const stop = filtered ? 0 : Math.max(0, n - SHOWN);
+    if (!filtered) matched = n - SHOWN > 0 ? n - SHOWN : 0;
+    for (let i = n - 1; i >= stop; i -= 1) {
       const ev = events[i];
       if (this.hidden.has(ev[E.kind])) continue;
       if (reqs && !reqs.has(ev[E.rid])) continue;
