@@ -205,7 +205,8 @@ def replay(
     holders: list[list[int]] = [[] for _ in range(nb)]
     keyed: list[str | None] = [None] * nb  # free blocks: their key's readable name, if they keep one
     shared_tok = [0] * nb  # tokens a shared block holds (its holders agree on them)
-    bidx = [0] * nb  # a held block's index in its tables (equal in all: sharing is positional)
+    # A held block's readable key (its index is equal in all tables holding it: sharing is positional).
+    bkey: list[str | None] = [None] * nb
     space: FirstFit | Buddy | None = None
     if not paged:
         space = (Buddy if config.placement == "buddy" else FirstFit)(config.capacity_tokens)
@@ -219,7 +220,7 @@ def replay(
     logical = 0  # computed tokens of running sequences (L)
     dup = 0  # tokens stored once but held by several tables
     reserved = 0  # contiguous: region slots of running sequences
-    metrics: dict[str, list[int]] = {name: [] for name in METRIC_COLUMNS}
+    states: list[tuple[int, ...]] = []  # one row of METRIC_COLUMNS per state
     during: dict[str, list[int]] = {"allocated_tokens": [], "stored_tokens": [], "external_tokens": []}
     counts = dict.fromkeys((*STATUSES, "unforked"), 0)
     fork_child = (inp.fork_parent >= 0).tolist()
@@ -227,7 +228,7 @@ def replay(
         s.status = "unforked" if fork_child[s.idx] else "waiting"
         counts[s.status] += 1
     # A sequence is in the queue at state k once its arrival is at or before step k's start.
-    step_ps = res.raw.timeseries["time_ps"]
+    step_ps = res.raw.timeseries["time_ps"].tolist()
     arrivals_sorted = sorted(s.arrival_ps for s in seqs if not fork_child[s.idx])
     dirty_blocks: dict[int, None] = {}
     dirty_seqs: dict[int, None] = {}
@@ -272,7 +273,7 @@ def replay(
         if r == 0:
             state, key = ("cached", keyed[b]) if keyed[b] is not None else ("free", None)
         else:
-            key = key_name(holders[b][0], bidx[b]) if caching else None
+            key = bkey[b]
             if r == 1:
                 return [k, b, "private", 1, key, [seqs[holders[b][0]].request_id]]
             state = "shared"
@@ -285,7 +286,8 @@ def replay(
         if ref[b] == 0:
             held += 1
             keyed[b] = None
-            bidx[b] = i
+            if caching:
+                bkey[b] = key_name(s.idx, i)
         elif ref[b] == 1:
             shared_tok[b] = tok
             dup += tok
@@ -311,15 +313,25 @@ def replay(
             raise InternalError(f"free of block {b} by seq {s.idx}: not its last block {s.table}")
         drop(b, s)
         if ref[b] == 0 and caching and s.free_c >= (i + 1) * bs:
-            keyed[b] = key_name(s.idx, i)  # a full block keeps its key while free: cached
+            keyed[b] = bkey[b]  # a full block keeps its key while free: cached
         s.table.pop()
         dirty_seqs[s.idx] = None
+
+    ext = [0, False]  # the space's external fragmentation, and whether a region changed since
+
+    def external() -> int:
+        if space is None:
+            return 0
+        if ext[1]:
+            ext[0], ext[1] = space.external_fragmentation(), False
+        return int(ext[0])
 
     def free_region(s: _Seq, k: int) -> None:
         nonlocal reserved
         assert s.region is not None
         assert space is not None
         space.free(*s.region)
+        ext[1] = True
         reserved -= s.region[1]
         region_rows.append([k, s.request_id, None, s.region[1], s.sample])
         s.region = None
@@ -337,28 +349,33 @@ def replay(
             c, g = s.at(k)
             seq_rows.append([k, s.request_id, s.sample, s.status, c, s.rc, g, s.rg, list(s.table)])
         dirty_seqs.clear()
-        m = metrics
-        m["allocated_tokens"].append(held * bs if paged else reserved)
-        m["stored_tokens"].append(logical - dup if paged else logical)
-        m["shared_saved_tokens"].append(dup)
-        m["reserved_tokens"].append(reserved)
-        m["external_tokens"].append(space.external_fragmentation() if space is not None else 0)
         arrived = (
-            bisect.bisect_right(arrivals_sorted, int(step_ps[k]))
-            if k < len(step_ps)
-            else len(arrivals_sorted)
+            bisect.bisect_right(arrivals_sorted, step_ps[k]) if k < len(step_ps) else len(arrivals_sorted)
         )
-        m["running"].append(counts["running"])
-        m["waiting"].append(counts["waiting"] + counts["preempted"] - (len(arrivals_sorted) - arrived))
-        m["swapped"].append(counts["swapped"])
-        m["finished"].append(counts["finished"])
-        m["rejected"].append(counts["rejected"])
-        for name in ("free", "cached", "shared", "private"):
-            m[f"{name}_blocks"].append(bcount[name])
-        for name, v in cum.items():
-            m[name].append(v)
-        m["event_upto"].append(pos)
-        m["time_ps"].append(int(step_ps[k]) if k < len(step_ps) else makespan)
+        states.append(
+            (
+                held * bs if paged else reserved,
+                logical - dup if paged else logical,
+                dup,
+                reserved,
+                external(),
+                counts["running"],
+                counts["waiting"] + counts["preempted"] - (len(arrivals_sorted) - arrived),
+                counts["swapped"],
+                counts["finished"],
+                counts["rejected"],
+                bcount["free"],
+                bcount["cached"],
+                bcount["shared"],
+                bcount["private"],
+                cum["cow_copies"],
+                cum["evictions"],
+                cum["preemptions"],
+                cum["swaps"],
+                pos,
+                step_ps[k] if k < len(step_ps) else makespan,
+            )
+        )
 
     # Arrival rows: a sequence appears (waiting) at the first state whose step starts at or after it.
     for s in seqs:
@@ -436,6 +453,7 @@ def replay(
                     if got != (b, cnt):
                         raise InternalError(f"seq {i} at step {j}: region {(b, cnt)} logged, {got} replayed")
                     s.region = got
+                    ext[1] = True
                     reserved += cnt
                     region_rows.append([j + 1, s.request_id, b, cnt, s.sample])
             elif kind == PREFIX_HIT:
@@ -500,7 +518,7 @@ def replay(
             dirty_seqs[i] = None
         during["allocated_tokens"].append(held * bs if paged else reserved)
         during["stored_tokens"].append(logical - dup if paged else logical)
-        during["external_tokens"].append(space.external_fragmentation() if space is not None else 0)
+        during["external_tokens"].append(external())
         first_sample.clear()
         apply_transitions(j + 1)
         post_events(j + 1)
@@ -514,11 +532,13 @@ def replay(
             set_rates(seqs[i], num_steps)
             dirty_seqs[i] = None
         post_events(num_steps)
-        for column in metrics.values():
-            column.pop()
+        states.pop()
         flush_and_record(num_steps)
     if pos != n_ev:
         raise InternalError(f"replay stopped at event {pos} of {n_ev}")
+    metrics = {
+        name: list(column) for name, column in zip(METRIC_COLUMNS, zip(*states, strict=True), strict=True)
+    }
     seq_rows.sort(key=lambda r: r[0])  # stable: at one state, the replay's row comes after the arrival's
     region_rows.sort(key=lambda r: r[0])
     return Track(config, res, inp, num_steps, block_rows, seq_rows, region_rows, metrics, during)
