@@ -21,20 +21,21 @@ function refCountsMatchTables(r) {
   return { checked, bad };
 }
 
+/** Shared blocks, and the tokens sharing saves: Σ (ref_cnt − 1) × tokens held, over held blocks. */
 function sharedSummary(r) {
   const t = r.paged;
-  let extra = 0;
+  let savedTokens = 0;
   let shared = 0;
   let maxRef = 0;
   for (let b = 0; b < t.numBlocks; b += 1) {
     const blk = t.block(b);
     if (blk.ref_cnt > 1) {
-      extra += blk.ref_cnt - 1;
+      savedTokens += (blk.ref_cnt - 1) * blk.num_tokens;
       shared += 1;
       maxRef = Math.max(maxRef, blk.ref_cnt);
     }
   }
-  return { extra, shared, maxRef };
+  return { savedTokens, shared, maxRef };
 }
 
 const ok = (pass, text) => ({ pass, text });
@@ -52,14 +53,14 @@ export const EXPERIMENTS = [
     verifies: "Verifies multi-tenant de-duplication",
     check(r) {
       const { checked, bad } = refCountsMatchTables(r);
-      const { extra, shared, maxRef } = sharedSummary(r);
+      const { savedTokens, shared, maxRef } = sharedSummary(r);
       const saved = r.metric("prefix_saved_bytes");
-      const expect = extra * r.bundle.bytes_per_block;
+      const expect = savedTokens * r.bundle.bytes_per_token;
       const savedOk = saved === null ? null : saved === expect;
       const pass = bad.length === 0 && savedOk !== false;
       return ok(pass, `${int(checked)} held blocks: every ref_cnt equals the tables holding it` +
         (bad.length ? ` — except ${esc(bad.slice(0, 3).join("; "))}` : "") +
-        `. ${int(shared)} shared block${shared === 1 ? "" : "s"} (max ref ${maxRef}): Σ(ref − 1) × block bytes = ` +
+        `. ${int(shared)} shared block${shared === 1 ? "" : "s"} (max ref ${maxRef}): Σ(ref − 1) × tokens held × bytes/token = ` +
         `${bytes(expect)} ${savedOk === false ? "≠" : "="} prefix saved ${bytes(saved)}.`);
     },
   },

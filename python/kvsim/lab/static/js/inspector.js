@@ -45,6 +45,8 @@ export class Inspector {
       return;
     }
     const blk = track.block(b);
+    const panel = this.body.closest(".inspector");
+    if (panel) panel.dataset.state = blk.state;
     const bs = track.blockSize;
     const bpb = bundle.bytes_per_block;
     const bpt = bundle.bytes_per_token ?? (bundle.model && bundle.model.bytes_per_token);

@@ -110,7 +110,9 @@ function fillSelect(sel, values, current) {
 function syncControls(bundle) {
   const q = bundle.query;
   const opts = lab.presets.options || {};
-  fillSelect($("c-preset"), lab.presets.presets.map((p) => ({ name: p.name, title: p.title || p.name })), q.preset);
+  fillSelect($("c-preset"), lab.presets.presets.map((p) => ({
+    name: p.name, title: `${p.title || p.name}${p.available === false ? " (unavailable here)" : ""}`,
+  })), q.preset);
   const contiguous = new Set(opts.contiguous_policies || []);
   for (const [param, list] of Object.entries(OPTION_LISTS)) {
     const sel = document.querySelector(`[data-param="${param}"]`);

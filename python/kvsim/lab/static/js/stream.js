@@ -80,7 +80,8 @@ export class EventStream {
       const k = row ? row[B.key] : null;
       // An allocation shows its key only when it names shared content (a system prompt's block), not
       // the request's own.
-      anchor = kind === "allocate" && !!k && !k.startsWith(`${replay.name(rid, 0)}:`);
+      const own = replay.requests.get(rid);
+      anchor = kind === "allocate" && !!k && !!own && !k.startsWith(`${own.name}:`);
       if (k && (kind !== "allocate" || anchor)) key = ` <span class="mono key">${esc(k)}</span>`;
     }
     switch (kind) {
@@ -96,7 +97,7 @@ export class EventStream {
       case "preempt": return `Preempted ${who} (recompute: its blocks are freed)`;
       case "swap-out": return `Swapped out ${who} to the CPU pool`;
       case "swap-in": return `Swapped in ${who} from the CPU pool`;
-      case "fork": return `${who} forked its samples (blocks shared copy-on-write)`;
+      case "fork": return `Fork: ${who} starts on its parent’s blocks (shared copy-on-write, ref + 1 each)`;
       case "finish": return `${who} finished`;
       case "reject": return `${who} rejected`;
       default: return `${who} ${blk}`;
