@@ -251,6 +251,7 @@ def metric_columns(
     c_out: dict[str, list[Any]] = {
         "contiguous_reserved_bytes": [a * bpt for a in cm["allocated_tokens"]],
         "contiguous_used_bytes": [a * bpt for a in cm["stored_tokens"]],
+        "contiguous_wasted_bytes": [(a - b) * bpt for a, b in c_pairs],
         "contiguous_waste_fraction": [_fraction(a - b, a) for a, b in c_pairs],
         "contiguous_internal_fragmentation": [_fraction(a - b, a) for a, b in c_pairs],
         "contiguous_external_bytes": [a * bpt for a in cm["external_tokens"]],
@@ -286,6 +287,7 @@ SCALARS = (
     "prefix_saved_bytes",
     "contiguous_reserved_bytes",
     "contiguous_used_bytes",
+    "contiguous_wasted_bytes",
     "contiguous_waste_fraction",
     "contiguous_internal_fragmentation",
     "contiguous_external_bytes",
