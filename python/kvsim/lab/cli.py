@@ -14,8 +14,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Serves the kvsim lab: an interactive page that replays the engine's event log. "
         "Prints the URL; Ctrl-C stops it.",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (anything but loopback warns)")
-    p.add_argument("--port", type=int, default=0, help="port (0: a free one)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; anything but loopback warns: the lab has no authentication)",
+    )
+    p.add_argument("--port", type=int, default=0, help="port (default 0: a free one; the URL is printed)")
     p.add_argument("--open", action="store_true", help="open the page in the default browser")
     return p
 
