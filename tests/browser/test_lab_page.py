@@ -269,3 +269,65 @@ def test_every_preset_renders(lab: LabPage, name: str) -> None:
     assert verdicts
     assert "false" not in verdicts
     assert lab.page.locator("#ev-list li").count() >= 1
+
+
+def test_side_by_side_tracks_at_the_same_step(lab: LabPage) -> None:
+    """Each panel counts its own run's running sequences at the step: the snapshot's paged and contiguous."""
+    lab.open(preset="memory-pressure")
+    for k in (0, lab.step(), int(lab.page.evaluate("window.kvlab.replay.numSteps")) // 2):
+        lab.seek(k)
+        snap = python_snapshot(lab.query(), k)
+        paged = sum(r["status"] == "running" for r in snap["requests"])
+        contiguous = sum(r["status"] == "running" for r in snap["contiguous"]["requests"])
+        assert int(lab.page.get_attribute("#paged-batch", "data-running")) == paged
+        assert int(lab.page.get_attribute("#contig-batch", "data-running")) == contiguous
+
+
+def test_event_stream_filters(lab: LabPage) -> None:
+    lab.open(preset="copilot")
+    lab.seek(int(lab.page.evaluate("window.kvlab.replay.numSteps")))
+    kinds = set(lab.page.eval_on_selector_all("#ev-list li.ev", "els => els.map(e => e.dataset.kind)"))
+    assert "free" in kinds
+    lab.page.click('#ev-kinds [data-kind="free"]')
+    kinds = set(lab.page.eval_on_selector_all("#ev-list li.ev", "els => els.map(e => e.dataset.kind)"))
+    assert kinds
+    assert "free" not in kinds
+    snap = python_snapshot(lab.query(), lab.step())
+    rid = next(r["request_id"] for r in snap["requests"] if r["name"] == "req-2")
+    lab.page.fill("#ev-request", "req-2")
+    rids = set(lab.page.eval_on_selector_all("#ev-list li.ev", "els => els.map(e => Number(e.dataset.rid))"))
+    assert rids == {rid}
+    # Newest first: the steps never increase down the list.
+    steps = lab.page.eval_on_selector_all(
+        "#ev-list li.ev", "els => els.map(e => Number(e.querySelector('.ev-when').textContent.split(' ')[1]))"
+    )
+    assert steps == sorted(steps, reverse=True)
+
+
+def test_experiment_sets_up_its_preset(lab: LabPage) -> None:
+    lab.open(preset="copilot")
+    before = lab.runs()
+    lab.page.click('[data-apply="pressure"]')
+    lab.wait_ready(before + 1)
+    assert lab.query()["preset"] == "memory-pressure"
+    lab.page.click('[data-apply="block-size"]')
+    lab.wait_ready(before + 2)
+    assert int(lab.query()["block_size"]) == 32
+    assert lab.query()["preset"] == "memory-pressure"
+
+
+def test_a_large_pool_is_shown_through_a_window(lab: LabPage) -> None:
+    """Past 2,048 blocks the grid shows a window with an overview; moving past its edge moves it."""
+    big = [p for p in lab_api.presets() if p.get("available", True) and p["num_requests"] >= 2000]
+    assert big, "a preset of 2,000 requests"
+    lab.open(preset=big[0]["name"])
+    n = int(lab.page.evaluate("window.kvlab.replay.numBlocks"))
+    assert n > 2048
+    assert lab.page.locator("#grid-overview").is_visible()
+    lab.page.click('#grid .cell[data-block="1"]')
+    lab.page.keyboard.press("End")
+    assert lab.page.locator("#insp-id").inner_text() == f"P_{n - 1}"
+    ids = [c["block_id"] for c in lab.cells()]
+    assert ids[-1] == n - 1
+    assert ids[0] >= n - 2048
+    assert_blocks(lab, python_snapshot(lab.query(), lab.step()))

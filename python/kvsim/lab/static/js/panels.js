@@ -71,8 +71,21 @@ export class Panels {
     setMetric($("paged-internal"), r, "paged_tail_slack_fraction", pct);
     setMetric($("paged-external"), r, "paged_external_fragmentation", pct);
     setMetric($("paged-saved"), r, "prefix_saved_bytes", bytes);
+    this.renderBatch($("paged-batch"), r.paged, r.step);
+    this.renderBatch($("contig-batch"), r.contig, r.step);
     this.drawMaps();
     this.renderDerivation();
+  }
+
+  /** The same workload's sequences in one track at this step (each track's own engine run). */
+  renderBatch(el, track, k) {
+    const parts = [["num_running", "running"], ["num_waiting", "waiting"], ["num_swapped", "swapped"],
+      ["num_finished", "finished"], ["num_rejected", "rejected"]]
+      .map(([name, label]) => [label, track.metric(name, k)])
+      .filter(([label, v]) => v !== null && (v > 0 || label === "running" || label === "waiting"));
+    el.dataset.running = String(track.metric("num_running", k));
+    el.innerHTML = parts.length ? `At this step: ${parts.map(([label, v]) =>
+      `<b class="${label === "running" ? "run" : ""}">${int(v)}</b> ${label}`).join(" · ")}` : "";
   }
 
   drawMaps() {
@@ -110,7 +123,7 @@ export class Panels {
       ctx.strokeStyle = "rgba(255,255,255,0.55)";
       ctx.lineWidth = 1;
       ctx.strokeRect(x + 0.5, 4.5, ww - 1, h - 9);
-      if (ww > 44) {
+      if (ww > 30) {
         ctx.fillStyle = "#fff";
         ctx.font = "11px ui-sans-serif, system-ui, sans-serif";
         ctx.fillText(r.name(g.rid), x + 4, 18, ww - 8);

@@ -122,7 +122,7 @@ export class EventStream {
       if (reqs && !reqs.has(ev[E.rid])) continue;
       matched += 1;
       if (items.length < SHOWN) {
-        items.push(`<li class="ev ev-${ev[E.kind]}" data-index="${i}" data-kind="${ev[E.kind]}">
+        items.push(`<li class="ev ev-${ev[E.kind]}" data-index="${i}" data-kind="${ev[E.kind]}" data-rid="${ev[E.rid]}">
           <span class="ev-when">step ${int(ev[E.step])} · ${secs(ev[E.time])}</span>
           <span class="ev-kind">${esc(KIND_LABELS[ev[E.kind]] || ev[E.kind])}</span>
           <span class="ev-text">${this._text(replay, ev)}</span></li>`);
