@@ -12,7 +12,7 @@ from hypothesis import given
 import kvsim
 import kvsim.lab
 from kvsim.errors import InvalidArgumentError
-from kvsim.lab.bundle import resolve
+from kvsim.lab.bundle import bundle_from, resolve, run_tracks
 from kvsim.lab.presets import get as get_preset
 from kvsim.lab.state import Track, run_track, state_at, tokens_at
 from kvsim.workloads import traces_dir
@@ -177,3 +177,19 @@ def test_snapshot_of_a_configured_run_equals_the_preset_path():
     b = kvsim.lab.snapshot("copilot", step=step, block_size=32, enable_prefix_caching=False)
     scalars = [k for k, v in a.items() if not isinstance(v, (list, dict))]
     assert {k: a[k] for k in scalars} == {k: b[k] for k in scalars}
+
+
+def test_sequence_rows_as_sent_rebuild_the_replayed_tables():
+    """The bundle sends a sequence row's table as `keep` blocks of its previous row's + the rest."""
+    r = resolve("memory-pressure")
+    paged, contiguous = run_tracks(r)
+    sent = bundle_from(r, paged, contiguous)["paged"]["seqs"]
+    last: dict[tuple[int, int], list[int]] = {}
+    rebuilt = []
+    for row in sent:
+        key = (row[1], row[2])
+        table = last[key][: row[9]] + row[8] if len(row) == 10 else row[8]
+        last[key] = table
+        rebuilt.append([*row[:8], table])
+    assert rebuilt == paged.seq_rows
+    assert any(len(row) == 10 for row in sent)

@@ -350,9 +350,29 @@ def _track_payload(t: Track, metrics: dict[str, list[Any]]) -> dict[str, Any]:
         "events": events,
         "metrics": metrics,
         "blocks": t.block_rows if t.paged else [],
-        "seqs": t.seq_rows,
+        "seqs": _seq_deltas(t.seq_rows),
         "regions": t.region_rows,
     }
+
+
+def _seq_deltas(rows: list[list[Any]]) -> list[list[Any]]:
+    """Sequence rows as sent: a row whose table starts with `keep` > 0 blocks of the same sequence's
+    previous row's table carries only the rest, and `keep` as a 10th field (the page rebuilds
+    `previous[:keep] + rest`; state.py keeps whole tables)."""
+    last: dict[tuple[int, int], list[int]] = {}
+    out = []
+    for row in rows:
+        key = (row[1], row[2])
+        table = row[8]
+        prev = last.get(key)
+        last[key] = table
+        keep = 0
+        if prev:
+            n = min(len(prev), len(table))
+            while keep < n and prev[keep] == table[keep]:
+                keep += 1
+        out.append(row if keep == 0 else [*row[:8], table[keep:], keep])
+    return out
 
 
 def bundle(preset: str = "copilot", *, backend: str = "rust", **overrides: Any) -> dict[str, Any]:
@@ -360,6 +380,12 @@ def bundle(preset: str = "copilot", *, backend: str = "rust", **overrides: Any) 
     t0 = time.perf_counter()
     r = resolve(preset, **overrides)
     paged, contiguous = run_tracks(r, backend)
+    return bundle_from(r, paged, contiguous, t0)
+
+
+def bundle_from(r: Resolved, paged: Track, contiguous: Track, t0: float | None = None) -> dict[str, Any]:
+    """The bundle of tracks already run (the server keeps recent ones)."""
+    t0 = time.perf_counter() if t0 is None else t0
     info = _model_info(r.paged)
     bpt = info["bytes_per_token"]
     pm, cm = metric_columns(paged, contiguous, bpt)

@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.lab.bundle import LIMITS, bundle, options, resolve, run_tracks, snapshot_from
+from kvsim.lab.bundle import LIMITS, bundle_from, options, resolve, run_tracks, snapshot_from
 from kvsim.lab.presets import names as preset_names
 
 try:  # orjson encodes a large bundle several times faster than the standard library
@@ -160,9 +160,8 @@ async def api_run(request: Request) -> Response:
 
 
 def _run_payload(params: dict[str, Any]) -> dict[str, Any]:
-    query = dict(params)
-    preset = query.pop("preset", "copilot")
-    return bundle(preset, **query)
+    r, paged, contiguous = _tracks(params)
+    return bundle_from(r, paged, contiguous)
 
 
 async def api_state(request: Request) -> Response:
