@@ -153,7 +153,8 @@ export class BlockGrid {
       const cell = document.createElement("div");
       cell.className = "cell";
       cell.dataset.block = String(b);
-      cell.setAttribute("role", "gridcell");
+      cell.setAttribute("role", "option");
+      cell.setAttribute("aria-selected", "false");
       cell.tabIndex = -1;
       cell.innerHTML = `<span class="lbl">${b}</span><i class="badge"></i>`;
       frag.appendChild(cell);
@@ -227,12 +228,14 @@ export class BlockGrid {
     const old = this.selected - this.start;
     if (this.cells[old]) {
       this.cells[old].classList.remove("selected");
+      this.cells[old].setAttribute("aria-selected", "false");
       this.sigs[old] = "";
     }
     this.selected = b;
     const cell = this.cells[b - this.start];
     if (cell) {
       cell.classList.add("selected");
+      cell.setAttribute("aria-selected", "true");
       this.sigs[b - this.start] = "";
       this._ensureTabStop();
       if (focus) cell.focus({ preventScroll: false });

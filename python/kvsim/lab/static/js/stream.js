@@ -68,7 +68,7 @@ export class EventStream {
   }
 
   _text(replay, ev) {
-    const [step, , kind, rid, sample, block] = ev;
+    const [step, , kind, rid, sample, block, count] = ev;
     const who = rid >= 0 ? `<b>${esc(replay.name(rid, sample))}</b>` : "";
     const blk = block >= 0
       ? `<button type="button" class="linkish mono" data-block="${block}">P_${block}</button>` : "";
@@ -90,7 +90,7 @@ export class EventStream {
       case "prefix-hit": return `Prefix cache hit: ${who} shares ${blk}${key}`;
       case "allocate": return anchor ? `Allocated ${blk} for ${who} as the prefix-cache anchor of${key}`
         : `Allocated ${blk} for ${who}`;
-      case "schedule": return `${who} scheduled`;
+      case "schedule": return count > 0 ? `${who} scheduled for ${int(count)} token${count === 1 ? "" : "s"}` : `${who} scheduled`;
       case "cow-copy": return `Copy-on-write: ${who} writes into a shared block, copy in ${blk}`;
       case "evict": return `Evicted cached ${blk} (its key dropped for reuse)${key}`;
       case "free": return `Freed ${blk} from ${who}`;
