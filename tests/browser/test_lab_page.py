@@ -331,3 +331,24 @@ def test_a_large_pool_is_shown_through_a_window(lab: LabPage) -> None:
     assert ids[-1] == n - 1
     assert ids[0] >= n - 2048
     assert_blocks(lab, python_snapshot(lab.query(), lab.step()))
+
+
+def test_a_trace_preset_without_its_trace_says_so(
+    lab: LabPage, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The Mooncake preset with no traces folder: listed as unavailable, and choosing it shows why."""
+    monkeypatch.setenv("KVSIM_TRACES", str(tmp_path))  # the server runs in this process
+    lab.problems.expected_status.update({400, 404, 413, 422})
+    lab.open(preset="copilot")
+    label = lab.page.locator('#c-preset option[value="mooncake"]').inner_text()
+    assert "unavailable" in label
+    before = lab.runs()
+    lab.page.select_option("#c-preset", "mooncake")
+    lab.wait_ready(before + 1)
+    banner = lab.page.locator("#banner")
+    assert banner.is_visible()
+    assert "KVSIM_TRACES" in banner.inner_text()
+    # The refused run changed nothing: the copilot run is still shown, its preset still selected.
+    assert lab.query()["preset"] == "copilot"
+    assert lab.page.locator("#c-preset").input_value() == "copilot"
+    lab.problems.console = [m for m in lab.problems.console if "status of 4" not in m]
