@@ -432,7 +432,7 @@ def replay(
 
     def step_events(j: int) -> tuple[dict[int, None], dict[int, int]]:
         """Step j's scheduling events (admissions, allocations, preemptions, `schedule` rows)."""
-        nonlocal pos, logical, reserved
+        nonlocal pos, logical, reserved, held
         listed: dict[int, int] = {}
         touched: dict[int, None] = {}
         while pos < n_ev and e_step[pos] == j:
@@ -442,7 +442,21 @@ def replay(
                 touched[i] = None
                 materialize(s, j)
             pos += 1
-            if kind == SCHEDULE:
+            if kind == ALLOCATE:  # the commonest event: `take` of a free block, written out
+                if ref[b]:
+                    raise InternalError(f"step {j}: block {b} allocated with ref_cnt {ref[b]}")
+                held += 1
+                keyed[b] = None
+                if caching:
+                    bkey[b] = key_name(i, len(s.table))
+                ref[b] = 1
+                holders[b].append(i)
+                dirty_blocks[b] = None
+                s.table.append(b)
+            elif kind == EVICT:
+                keyed[b] = None
+                cum["evictions"] += 1
+            elif kind == SCHEDULE:
                 listed[i] = cnt
             elif kind == ADMIT:
                 set_status(s, "running")
@@ -461,12 +475,6 @@ def replay(
                 s.table.append(b)
                 s.c += bs
                 logical += bs
-            elif kind == EVICT:
-                keyed[b] = None
-                cum["evictions"] += 1
-            elif kind == ALLOCATE:
-                take(b, s, 0, len(s.table))
-                s.table.append(b)
             elif kind == COW_COPY:
                 cum["cow_copies"] += 1
                 drop(s.table[-1], s)
