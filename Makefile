@@ -8,7 +8,7 @@ export PYO3_PYTHON := $(abspath $(PY))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dev run test lint fmt rust-test py-test bench sweep clean
+.PHONY: help venv dev run test lint fmt rust-test py-test bench sweep clean lab
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
