@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from kvsim.lab.screenshots import CHROMIUM, LabThread
+from kvsim.lab.screenshots import CHROMIUM, SETTLED, LabThread
 
 playwright_sync = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed (pip install 'kvsim[browser]')"
@@ -78,6 +78,7 @@ class LabPage:
         self.wait_ready()
 
     def wait_ready(self, runs: int | None = None) -> None:
+        """Waits for the run to be drawn, off-screen views included (they catch up when idle)."""
         if runs is None:
             self.page.wait_for_selector("body[data-ready=true][data-runs]", timeout=60_000)
         else:
@@ -85,6 +86,7 @@ class LabPage:
                 f"document.body.dataset.ready === 'true' && Number(document.body.dataset.runs) >= {runs}",
                 timeout=60_000,
             )
+        self.page.wait_for_function(SETTLED, timeout=10_000)
 
     def runs(self) -> int:
         return int(self.page.evaluate("Number(document.body.dataset.runs || 0)"))
@@ -110,6 +112,7 @@ class LabPage:
             step,
         )
         self.page.wait_for_function(f"document.body.dataset.step === '{step}'", timeout=10_000)
+        self.page.wait_for_function(SETTLED, timeout=10_000)
 
     def step(self) -> int:
         return int(self.page.evaluate("Number(document.body.dataset.step)"))

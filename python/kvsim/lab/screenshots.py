@@ -51,8 +51,13 @@ class LabThread:
         self.thread.join(timeout=10)
 
 
+# Every view shows the current step (views off screen catch up when the browser is idle).
+SETTLED = "document.body.dataset.settled === document.body.dataset.step"
+
+
 def _wait_ready(page: Any) -> None:
     page.wait_for_selector("body[data-ready=true][data-runs]", timeout=120_000)
+    page.wait_for_function(SETTLED, timeout=30_000)
     err = page.evaluate("document.body.dataset.error || null")
     if err:
         raise RuntimeError(f"the page refused the run: {err}")
