@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsim.config import SimConfig
+from kvsim.errors import InvalidArgumentError
 from kvsim.lab import presets as _presets
 from kvsim.lab.bundle import LIMITS, bundle, configure, resolve, snapshot
 from kvsim.workloads import Workload
@@ -21,7 +22,7 @@ def presets() -> list[dict[str, Any]]:
     for name in _presets.names():
         try:
             p = _presets.get(name)
-        except Exception as e:
+        except InvalidArgumentError as e:  # a trace preset whose trace is absent: listed with why
             out.append(
                 {
                     "name": name,
