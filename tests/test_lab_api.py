@@ -96,6 +96,7 @@ def test_openapi_and_page(client):
         ({"step": "51"}, "step", 400),
         ({"step": "x"}, "step", 400),
         ({"preset": ["copilot", "chat"]}, "preset", 400),  # given twice
+        ({"preset": "chat", "block_size": "1"}, "events", 413),  # a run too large for the page
     ],
 )
 def test_bad_parameters_answer_4xx_naming_the_field(client, params, field, status):

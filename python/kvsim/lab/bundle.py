@@ -22,8 +22,8 @@ from kvsim.workloads import Workload
 LIMITS = {
     "max_requests": 5_000,
     "max_blocks": 65_536,
-    "max_events": 2_000_000,
-    "max_steps": 200_000,
+    "max_events": 500_000,
+    "max_steps": 50_000,
     "max_block_size": 256,
 }
 PAGED_POLICIES = ("vllm", "reserve")
@@ -197,7 +197,17 @@ def _human(n: float) -> str:
 
 
 def run_tracks(r: Resolved, backend: str = "rust") -> tuple[Track, Track]:
-    """Simulates and replays both tracks, refusing runs past the caps."""
+    """Simulates and replays both tracks, refusing runs past the caps; before running when the
+    workload alone implies more events than the cap: every block of a request that fits the pool ends in
+    a `free` row."""
+    w = r.preset.workload
+    bs, cap = r.paged.block_size, r.paged.capacity_blocks
+    blocks = ((w.prompt_len + w.output_len - 1).clip(min=1) + bs - 1) // bs
+    least = int((blocks * w.num_samples)[blocks <= cap].sum())
+    if least > LIMITS["max_events"]:
+        raise InvalidArgumentError(
+            f"events at least {least} at block_size {bs} exceed max_events {LIMITS['max_events']}"
+        )
     tracks = []
     for cfg in (r.paged, r.contiguous):
         res = simulate(r.preset.workload, cfg, backend=backend, record_events=True, record_timeseries=True)

@@ -92,7 +92,7 @@ def _parse(request: Request, allowed: dict[str, tuple[str, str]]) -> dict[str, A
 
 def _field_of(message: str) -> str:
     first = message.split(" ", 1)[0].strip("'\"")
-    return first if first in PARAMS or first in ("step", "parameter") else "query"
+    return first if first in PARAMS or first in ("step", "steps", "events", "requests") else "query"
 
 
 _cache: OrderedDict[tuple[Any, ...], tuple[Any, ...]] = OrderedDict()
