@@ -235,7 +235,7 @@ function firstBlockWith(replay, state) {
 // ---------------------------------------------------------------- step and render
 
 // Views below the fold redraw when they are on screen; off screen they are marked stale and caught up
-// when the browser is idle, so a scrub pays only for what the user sees. body[data-settled] is the step
+// when the scrubbing pauses and the browser is idle, so a scrub pays only for what the user sees. body[data-settled] is the step
 // every view shows (the tests wait for it).
 const lazy = [
   { name: "tables", el: $("seq-list").closest("section"), draw: () => tables.render() },
@@ -305,8 +305,10 @@ function render(changed) {
   $("r-step").dataset.step = String(lab.step);
   document.body.dataset.step = String(lab.step);
   if (lazy.some((v) => v.stale)) {
+    // Catch up once the user stops scrubbing (no redraw for 200 ms), in an idle period.
     delete document.body.dataset.settled;
-    if (!idleHandle) idleHandle = requestIdleCallback(catchUp, { timeout: 300 });
+    clearTimeout(idleHandle);
+    idleHandle = setTimeout(() => requestIdleCallback(catchUp, { timeout: 500 }), 200);
   } else {
     settle();
   }
