@@ -32,7 +32,6 @@ def page() -> Iterator[Any]:
         pg = browser.new_page(viewport={"width": 1400, "height": 1000})
         pg.goto(server.url + f"?preset={BIG}")
         pg.wait_for_selector("body[data-ready=true][data-runs]", timeout=120_000)
-        pg.lab_url = server.url  # type: ignore[attr-defined]
         yield pg
         browser.close()
 
