@@ -297,6 +297,14 @@ def test_event_stream_filters(lab: LabPage) -> None:
     lab.page.fill("#ev-request", "req-2")
     rids = set(lab.page.eval_on_selector_all("#ev-list li.ev", "els => els.map(e => Number(e.dataset.rid))"))
     assert rids == {rid}
+    # Clicking a request's name in the stream filters by it.
+    lab.page.fill("#ev-request", "")
+    lab.page.click('#ev-list li.ev .who[data-filter="req-3"] >> nth=0')
+    assert lab.page.input_value("#ev-request") == "req-3"
+    rid3 = next(r["request_id"] for r in snap["requests"] if r["name"] == "req-3")
+    rids = set(lab.page.eval_on_selector_all("#ev-list li.ev", "els => els.map(e => Number(e.dataset.rid))"))
+    assert rids == {rid3}
+    lab.page.fill("#ev-request", "req-2")
     # Newest first: the steps never increase down the list.
     steps = lab.page.eval_on_selector_all(
         "#ev-list li.ev", "els => els.map(e => Number(e.querySelector('.ev-when').textContent.split(' ')[1]))"
@@ -352,3 +360,16 @@ def test_a_trace_preset_without_its_trace_says_so(
     assert lab.query()["preset"] == "copilot"
     assert lab.page.locator("#c-preset").input_value() == "copilot"
     lab.problems.console = [m for m in lab.problems.console if "status of 4" not in m]
+
+
+def test_clicking_the_chart_seeks(lab: LabPage) -> None:
+    lab.open(preset="copilot")
+    n = int(lab.page.evaluate("window.kvlab.replay.numSteps"))
+    box = lab.page.locator("#chart").bounding_box()
+    assert box is not None
+    # The plot spans the canvas from its 64-pixel axis gutter to 8 pixels before the right edge.
+    x = box["x"] + 64 + (box["width"] - 72) * 0.5
+    lab.page.mouse.click(x, box["y"] + box["height"] / 2)
+    lab.page.wait_for_function(f"Math.abs(Number(document.body.dataset.step) - {n // 2}) <= 1", timeout=5_000)
+    snap = python_snapshot(lab.query(), lab.step())
+    assert_cards(lab, snap)

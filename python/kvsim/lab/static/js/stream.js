@@ -45,6 +45,11 @@ export class EventStream {
     list.addEventListener("click", (ev) => {
       const b = ev.target.closest("[data-block]");
       if (b) this.onSelectBlock(Number(b.dataset.block));
+      const who = ev.target.closest("[data-filter]");
+      if (who) {
+        this.request.value = who.dataset.filter;
+        this.render();
+      }
     });
   }
 
@@ -69,7 +74,9 @@ export class EventStream {
 
   _text(replay, ev) {
     const [step, , kind, rid, sample, block, count] = ev;
-    const who = rid >= 0 ? `<b>${esc(replay.name(rid, sample))}</b>` : "";
+    const req = replay.requests.get(rid);
+    const who = rid >= 0 ? `<button type="button" class="linkish who" data-filter="${esc(req ? req.name : rid)}"
+      title="show only this request's events">${esc(replay.name(rid, sample))}</button>` : "";
     const blk = block >= 0
       ? `<button type="button" class="linkish mono" data-block="${block}">P_${block}</button>` : "";
     let key = "";
