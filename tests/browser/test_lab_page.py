@@ -233,13 +233,21 @@ def test_url_round_trip(lab: LabPage, browser: Any) -> None:
     assert other.cells() == cells
 
 
-def test_a_bad_parameter_shows_the_servers_message(lab: LabPage) -> None:
-    lab.problems.expected_status.add(422)
-    lab.problems.expected_status.add(400)
-    lab.open(preset="copilot", block_size="seven")
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"preset": "copilot", "block_size": "seven"}, "block_size"),
+        ({"preset": "copilot", "model": "no-such-model"}, "model"),
+        ({"preset": "copilot", "num_blocks": 1}, "num_blocks"),
+    ],
+    ids=["wrong-type", "unknown-name", "out-of-range"],
+)
+def test_a_bad_parameter_shows_the_servers_message(lab: LabPage, query: dict[str, Any], field: str) -> None:
+    lab.problems.expected_status.update({400, 413, 422})
+    lab.open(**query)
     banner = lab.page.locator("#banner")
     assert banner.is_visible()
-    assert "block_size" in banner.inner_text()
+    assert field in banner.inner_text()
     # Chromium logs the 4xx answer itself as a console error; only that one is expected here.
     lab.problems.console = [m for m in lab.problems.console if "status of 4" not in m]
 
@@ -339,6 +347,24 @@ def test_a_large_pool_is_shown_through_a_window(lab: LabPage) -> None:
     assert ids[-1] == n - 1
     assert ids[0] >= n - 2048
     assert_blocks(lab, python_snapshot(lab.query(), lab.step()))
+
+
+def test_a_run_past_the_caps_is_refused_and_changes_nothing(lab: LabPage) -> None:
+    big = next(p["name"] for p in lab_api.presets() if p.get("available", True) and p["num_requests"] >= 2000)
+    lab.problems.expected_status.update({400, 413})
+    lab.open(preset=big)
+    shown = lab.cells()
+    before = lab.runs()
+    cap = int(lab.page.evaluate("window.kvlab.presets.limits.max_blocks"))
+    lab.page.locator("#c-num-blocks").fill(str(cap + 1))
+    lab.page.locator("#c-num-blocks").dispatch_event("change")
+    lab.wait_ready(before + 1)
+    assert lab.page.locator("#banner").is_visible()
+    assert "num_blocks" in lab.page.locator("#banner").inner_text()
+    assert lab.query()["preset"] == big
+    assert lab.cells() == shown
+    assert lab.page.locator("#c-num-blocks").input_value() == str(lab.query()["num_blocks"])
+    lab.problems.console = [m for m in lab.problems.console if "status of 4" not in m]
 
 
 def test_a_trace_preset_without_its_trace_says_so(
