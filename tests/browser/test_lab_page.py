@@ -67,16 +67,17 @@ def assert_tables(lab: LabPage, snap: dict[str, Any]) -> None:
     """The block-table cards (the ones shown) against the snapshot's requests."""
     cards = lab.page.eval_on_selector_all(
         "#seq-list .seq",
-        """els => els.map(e => ({rid: Number(e.dataset.rid), status: e.dataset.status,
-             ctx: Number(e.dataset.ctx), table: e.dataset.table ? e.dataset.table.split(',').map(Number) : []}))""",
+        """els => els.map(e => ({rid: Number(e.dataset.rid), sample: Number(e.dataset.sample),
+             status: e.dataset.status, ctx: Number(e.dataset.ctx),
+             table: e.dataset.table ? e.dataset.table.split(',').map(Number) : []}))""",
     )
-    by_id = {r["request_id"]: r for r in snap["requests"]}
+    assert cards or not snap["requests"], "no block-table card drawn"
+    by_id = {(r["request_id"], r.get("sample", 0)): r for r in snap["requests"]}
     for card in cards:
-        req = by_id[card["rid"]]
+        req = by_id[card["rid"], card["sample"]]
         assert card["status"] == req["status"], card
-        if req.get("num_samples", 1) == 1:
-            assert card["ctx"] == req["context_tokens"], card
-            assert card["table"] == list(req["block_table"]), card
+        assert card["ctx"] == req["context_tokens"], card
+        assert card["table"] == list(req["block_table"]), card
 
 
 def test_loads_without_console_error_or_failed_request(lab: LabPage) -> None:
@@ -158,8 +159,9 @@ def test_clicking_a_shared_block_shows_ref_count_and_requests(lab: LabPage) -> N
     assert insp.locator("#insp-id").inner_text() == f"P_{other['block_id']}"
 
 
-def test_scrubbing_shows_the_state_the_event_log_implies(lab: LabPage) -> None:
-    lab.open(preset="copilot")
+@pytest.mark.parametrize("name", ["copilot", "parallel-sampling", "memory-pressure"])
+def test_scrubbing_shows_the_state_the_event_log_implies(lab: LabPage, name: str) -> None:
+    lab.open(preset=name)
     n = int(lab.page.evaluate("window.kvlab.replay.numSteps"))
     q = lab.query()
     # Forward, to the end, then back (undoing rows, and from a keyframe), then forward again.

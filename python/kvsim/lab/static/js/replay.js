@@ -223,7 +223,7 @@ export class TrackReplay {
     return row[S.gen] + row[S.genRate] * (k - row[S.step]);
   }
 
-  /** Tokens per block: the contract's rule min(B, max(0, c - i B)) over the tables holding it. */
+  /** Tokens per block: the contract's rule min(B, max(0, c - i B)), the most any table holding it says. */
   _tokens(k) {
     const t = new Int32Array(this.numBlocks);
     const bs = this.blockSize;
@@ -242,7 +242,9 @@ export class TrackReplay {
       const row = this.blocks.row(b);
       if (!row) continue;
       const st = row[B.state];
-      if (st === "shared" || st === "cached") t[b] = bs;
+      // A held block (private or shared: a forked group's shared partial block too) holds what its
+      // tables say; a cached one is full (only full blocks carry keys); free and null hold nothing.
+      if (st === "cached") t[b] = bs;
       else if (st === "free" || st === "null") t[b] = 0;
     }
     return t;
