@@ -401,3 +401,23 @@ def test_clicking_the_chart_seeks(lab: LabPage) -> None:
     lab.page.wait_for_function(f"Math.abs(Number(document.body.dataset.step) - {n // 2}) <= 1", timeout=5_000)
     snap = python_snapshot(lab.query(), lab.step())
     assert_cards(lab, snap)
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "opt-13b", "deepseek-v3"], ids=["gqa", "mha", "mla"])
+def test_model_switch_shows_its_own_bytes_and_formula(lab: LabPage, model: str) -> None:
+    """The derivation is the bundle's formula for the chosen model (GQA counts KV heads, MLA its latent) and
+    the cards follow the engine's run with that model's bytes per token."""
+    lab.open(preset="copilot")
+    if lab.query()["model"] != model:
+        lab.change("#c-model", model)
+    bundle_model = lab.page.evaluate("window.kvlab.replay.bundle.model")
+    assert bundle_model["name"] == model
+    text = lab.page.locator("#derivation").inner_text()
+    assert bundle_model["formula"] in text
+    if bundle_model["kv_lora_rank"]:
+        assert "MLA" in text
+    elif bundle_model["num_kv_heads"] < bundle_model["num_heads"]:
+        assert f"{bundle_model['num_kv_heads']} KV heads" in text
+    snap = python_snapshot(lab.query(), lab.step())
+    assert snap["bytes_per_token"] == bundle_model["bytes_per_token"]
+    assert_cards(lab, snap)
