@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
@@ -421,3 +421,43 @@ def test_model_switch_shows_its_own_bytes_and_formula(lab: LabPage, model: str) 
     snap = python_snapshot(lab.query(), lab.step())
     assert snap["bytes_per_token"] == bundle_model["bytes_per_token"]
     assert_cards(lab, snap)
+
+
+# kvsim.lab.snapshot(preset_name, contiguous_policy=...) drops contiguous_policy (its own keyword never reaches
+# resolve), so it answers for orca-oracle while the page (bundle, /api/state) shows the chosen baseline: a bug
+# in bundle.py, reported in LAB_CONTRACT.md (08:52). Strict: once fixed these pass and the mark must go.
+_SNAPSHOT_CONTIGUOUS_BUG = pytest.mark.xfail(
+    strict=True, reason="kvsim.lab.snapshot ignores contiguous_policy with a preset name (bundle.py)"
+)
+
+
+@pytest.mark.parametrize(
+    ("selector", "value"),
+    [
+        ("#c-policy", "reserve"),
+        ("#c-preemption", "swap"),
+        ("#c-sampling", "fork-cow"),
+        pytest.param("#c-contig", "static", marks=_SNAPSHOT_CONTIGUOUS_BUG),
+        ("#c-contig", "orca-max"),  # = orca-oracle on copilot (max_tokens is the output), so unaffected
+        pytest.param("#c-contig", "orca-pow2", marks=_SNAPSHOT_CONTIGUOUS_BUG),
+        ("#c-placement", "buddy"),
+    ],
+)
+def test_each_control_reruns_the_engine(lab: LabPage, selector: str, value: str) -> None:
+    lab.open(preset="copilot")
+    lab.change(selector, value)
+    assert lab.page.locator("#banner").is_hidden()
+    assert lab.page.locator(selector).input_value() == value
+    q = lab.query()
+    assert value in q.values()
+    lab.seek(int(lab.page.evaluate("window.kvlab.replay.numSteps")) // 2)
+    # The server's /api/state for the page's own query and step ...
+    params = {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in q.items()}
+    answer = lab.page.request.get(f"{lab.server.url}api/state?{urlencode({**params, 'step': lab.step()})}")
+    assert answer.ok
+    assert_cards(lab, answer.json())
+    assert_blocks(lab, answer.json())
+    # ... and kvsim.lab.snapshot from Python.
+    snap = python_snapshot(q, lab.step())
+    assert_cards(lab, snap)
+    assert_blocks(lab, snap)
