@@ -73,7 +73,9 @@ def take(out: Path, names: Sequence[str] | None = None) -> list[Path]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise RuntimeError("screenshots need playwright: pip install 'kvsim[browser]'") from e
+        raise RuntimeError(
+            "screenshots need playwright and the lab server: pip install 'kvsim[browser]'"
+        ) from e
     if not os.path.exists(CHROMIUM):
         raise RuntimeError(f"no chromium at {CHROMIUM} (apt-get install -y chromium, or set KVSIM_CHROMIUM)")
     from kvsim import lab
