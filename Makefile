@@ -8,7 +8,7 @@ export PYO3_PYTHON := $(abspath $(PY))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dev run test lint fmt rust-test py-test gpu-test bench sweep clean
+.PHONY: help venv dev run test lint fmt rust-test py-test gpu-test bench sweep clean lab
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ fmt: dev ## Format Rust and Python
 
 sweep: dev ## An example sweep (examples/sweep.toml -> results/example.parquet and a table)
 	$(PY) -m bench.sweep --file examples/sweep.toml
+
+lab: dev ## The interactive lab page: a local web server, prints its URL (Ctrl-C stops it)
+	$(VENV)/bin/kvsim lab
 
 bench: dev ## Benchmarks (release build); writes the ratios into results/README.md
 	$(PY) -m pytest bench --benchmark-enable -q

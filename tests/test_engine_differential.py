@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hypothesis.strategies as st
 import numpy as np
+import polars as pl
 import pytest
 from hypothesis import given
 
@@ -102,6 +103,8 @@ def assert_same(w: Workload, cfg: kvsim.SimConfig, every: int = 0) -> kvsim.SimR
     if every:
         assert rust.timeseries is not None
         assert rust.timeseries.equals(ref.timeseries)
+    if events and every == 1:
+        assert_schedule_rows_give_the_batch(ref)
     for name in ("first_scheduled", "first_token", "finish", "generated", "num_preemptions", "status"):
         np.testing.assert_array_equal(getattr(rust.raw, name), getattr(ref.raw, name), err_msg=name)
     for name in ("num_swaps", "cached_tokens", "recomputed_tokens", "reject_reason"):
@@ -110,6 +113,25 @@ def assert_same(w: Workload, cfg: kvsim.SimConfig, every: int = 0) -> kvsim.SimR
     assert rust.requests.equals(ref.requests, null_equal=True)
     assert rust.summary == ref.summary
     return ref
+
+
+def assert_schedule_rows_give_the_batch(res: kvsim.SimResult) -> None:
+    """The log's `schedule` rows say what each step computed per sequence (a sequence scheduled without
+    a row computed one token): with the time series' batch size, they give its batched tokens."""
+    assert res.events is not None
+    assert res.timeseries is not None
+    rows = res.events.filter(pl.col("kind") == "schedule")
+    assert (rows["block"] == -1).all()
+    counted = (
+        rows.filter(pl.col("count") > 0)
+        .group_by("step")
+        .agg(pl.col("count").sum().alias("tokens"), pl.len().alias("listed"))
+    )
+    ts = res.timeseries.join(counted, on="step", how="left").fill_null(0)
+    expected = ts["tokens"] + ts["batch"] - ts["listed"]
+    assert (expected == ts["batched_tokens"]).all()
+    # A step's left-out sequences (count 0) were running: not in the batch.
+    assert (ts["batch"] >= ts["listed"]).all()
 
 
 @given(workloads(), configs(), st.sampled_from([0, 1, 3]))
@@ -277,3 +299,22 @@ def test_quiet_spans_agree(n, gap, block_size, policy, linear, every, seed):
         **time,
     )
     assert_same(w, cfg, every)
+
+
+def test_schedule_rows_name_chunked_prompts():
+    """A token budget of 5 and ten prompts of 3 tokens: prompts go in chunks (rows with their counts),
+    decodes have no rows; both engines write the same rows and they give every step's batched tokens."""
+    n = 10
+    w = Workload(
+        arrival=np.zeros(n),
+        output_len=[20] * n,
+        seg_offsets=list(range(n + 1)),
+        segment_id=np.arange(1, n + 1, dtype=np.uint64),
+        segment_len=[3] * n,
+    )
+    cfg = kvsim.SimConfig(num_blocks=400, block_size=16, max_num_batched_tokens=5, max_num_seqs=16)
+    res = assert_same(w, cfg, every=1)
+    assert res.events is not None
+    counts = res.events.filter(pl.col("kind") == "schedule")["count"]
+    assert (counts > 1).any()
+    assert len(counts) < res.summary["num_steps"]  # plain decodes have no row

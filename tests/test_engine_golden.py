@@ -782,3 +782,53 @@ def test_run_help_names_the_release_of_the_defaults(capsys):
     assert "vLLM 0.33.0's, the newest release checked" in text
     assert "--waiting-over-budget" in text
     assert "stop the waiting phase (vLLM 0.12 and later)" in text
+
+
+# -- the event log ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_event_log_of_a_shared_prompt_and_a_chunked_one(backend):
+    """Two requests sharing a 32-token prompt (block 16) and a third whose 40-token prompt is chunked by a
+    token budget of 48. Step 0: A admitted (blocks 1, 2 shared later, 3), `schedule` 40 (not one token);
+    B hits blocks 1, 2, allocates 4, computes 8 (its count); C gets the last 0 tokens of budget: not
+    admitted (48 = 40 + 8). Step 1: A and B decode one token each (no rows), C admitted with a 46-token
+    budget left: all 40 prompt tokens; rows for C only. Contiguous `admit` carries (start, size)."""
+    shared = [(7, 32)]
+    w = build(
+        [
+            Req(prompt=[*shared, (100, 8)], output=3),
+            Req(prompt=[*shared, (101, 8)], output=3),
+            Req(prompt=40, output=2),
+        ]
+    )
+    cfg = SimConfig(num_blocks=16, block_size=16, max_num_batched_tokens=48)
+    ev = kvsim.simulate(w, cfg, backend=backend, record_events=True).events
+    assert ev is not None
+    rows = [
+        (s, k, r, b, c) for s, k, r, b, c in ev.select("step", "kind", "request_id", "block", "count").rows()
+    ]
+    assert rows[:10] == [
+        (0, "admit", 0, -1, -1),
+        (0, "allocate", 0, 1, -1),
+        (0, "allocate", 0, 2, -1),
+        (0, "allocate", 0, 3, -1),
+        (0, "admit", 1, -1, -1),
+        (0, "prefix-hit", 1, 1, -1),
+        (0, "prefix-hit", 1, 2, -1),
+        (0, "allocate", 1, 4, -1),
+        (0, "schedule", 0, -1, 40),
+        (0, "schedule", 1, -1, 8),
+    ]
+    step1 = [r for r in rows if r[0] == 1]
+    assert step1 == [
+        (1, "admit", 2, -1, -1),
+        (1, "allocate", 2, 5, -1),
+        (1, "allocate", 2, 6, -1),
+        (1, "allocate", 2, 7, -1),
+        (1, "schedule", 2, -1, 40),
+    ]
+    # The contiguous baseline: regions placed first-fit from 0, sized prompt + target.
+    oracle = cfg.replace(policy="orca-oracle")
+    ev = kvsim.simulate(w, oracle, backend=backend, record_events=True).events
+    assert ev is not None
+    admits = ev.filter(ev["kind"] == "admit").select("request_id", "block", "count").rows()
+    assert admits == [(0, 0, 43), (1, 43, 43), (2, 86, 42)]

@@ -30,6 +30,7 @@ from kvsim.cli_run import (
 )
 from kvsim.config import PAPER_SETUP
 from kvsim.errors import InvalidArgumentError, KvsimError
+from kvsim.lab import cli as lab_cli
 from kvsim.sweep import (
     CONFIG_FIELDS,
     EXECUTORS,
@@ -337,6 +338,7 @@ SUBCOMMANDS.update(
         "sweep": (_sweep_parser, cmd_sweep),
         "claims": (_claims_parser, cmd_claims),
         "validate-gpu": (_validate_gpu_parser, cmd_validate_gpu),
+        "lab": (lab_cli.add_parser, lab_cli.main),
     }
 )
 

@@ -46,8 +46,11 @@ class SimResult:
             `free_blocks` (`free_tokens // block_size`); else None.
         events: with `record_events`, one row per event in order: `step` (steps completed when it
             happened), `time_s`, `kind` (admit, allocate, prefix-hit, cow-copy, evict, free, preempt,
-            swap-out, swap-in, finish, reject, fork), `request_id`, `sample`, `block` (-1 for events about
-            a sequence); what the lab page replays. Else None.
+            swap-out, swap-in, finish, reject, fork, schedule), `request_id`, `sample`, `block` (-1 for
+            events about a sequence; a contiguous `admit`: its region's start), `count` (`schedule`: the
+            tokens the sequence computes in that step; a contiguous `admit`: its region's size; a group
+            member's `swap-in`: the leading blocks it shares with the group's first sample; else -1);
+            what the lab page replays (DESIGN.md §Event log). Else None.
         rows_path: `simulate_stream(rows=DIR)`: the directory holding the rows as parquet files.
     """
 
@@ -164,6 +167,7 @@ def simulate(
                 "request_id": inp.request_id[seq],
                 "sample": inp.sample[seq],
                 "block": raw.events["block"],
+                "count": raw.events["count"],
             }
         )
     del inp  # the per-sequence input is not needed for the summary: free it first

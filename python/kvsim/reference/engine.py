@@ -44,7 +44,10 @@ TIMESERIES = (
     "external_tokens",
 )
 # Event log kinds (codes shared with the Rust engine): one row per event, with the step count, the time,
-# the sequence and the block (-1 when the event is about a sequence, not a block).
+# the sequence, the block (-1 when the event is about a sequence, not a block) and a count (-1 unless the
+# kind gives it one: `schedule` the tokens the sequence computes in the step, a contiguous `admit` its
+# region's size with `block` its start, a group member's `swap-in` the leading blocks it shares with the
+# group's first sample). DESIGN.md §Event log states when `schedule` rows are written.
 EVENT_KINDS = (
     "admit",
     "allocate",
@@ -58,9 +61,10 @@ EVENT_KINDS = (
     "finish",
     "reject",
     "fork",
+    "schedule",
 )
 EVENT = {kind: code for code, kind in enumerate(EVENT_KINDS)}
-EVENT_COLUMNS = ("step", "time_ps", "kind", "seq", "block")
+EVENT_COLUMNS = ("step", "time_ps", "kind", "seq", "block", "count")
 FINISHED, REJECTED = 0, 1
 NEVER = -1  # try_admit: this sequence can never start
 SKIP = (
@@ -162,7 +166,7 @@ class Engine:
         self, inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
     ) -> None:
         self.inp, self.cfg = inp, config
-        self.events: list[tuple[int, int, int, int, int]] | None = [] if record_events else None
+        self.events: list[tuple[int, int, int, int, int, int]] | None = [] if record_events else None
         self.ts_every = timeseries_every
         self.ts: dict[str, list[int]] = {name: [] for name in TIMESERIES}
         self.bs = config.block_size
@@ -230,9 +234,27 @@ class Engine:
         return 0
 
     # -- event log ------------------------------------------------------------------------------------
-    def log(self, kind: str, s: Seq, block: int = -1) -> None:
+    def log(self, kind: str, s: Seq, block: int = -1, count: int = -1) -> None:
         if self.events is not None:
-            self.events.append((self.c["num_steps"], self.t, EVENT[kind], s.idx, block))
+            self.events.append((self.c["num_steps"], self.t, EVENT[kind], s.idx, block, count))
+
+    def log_schedule(self, scheduled: list[tuple[Seq, int]]) -> None:
+        """A `schedule` row for every sequence of the step's batch that does not compute exactly one
+        token (its count), then one (count 0) for each running sequence the step left out; a running
+        sequence without a row computed one token (DESIGN.md §Event log)."""
+        if self.events is None:
+            return
+        for s, n in scheduled:
+            if n != 1:
+                self.log("schedule", s, -1, n)
+        left_out = len(self.running) - len(scheduled)
+        if left_out:
+            # The running phase scheduled a prefix of the running list; the left-out ones follow it.
+            i = 0
+            while i < len(scheduled) and self.running[i] is scheduled[i][0]:
+                i += 1
+            for s in self.running[i : i + left_out]:
+                self.log("schedule", s, -1, 0)
 
     def log_allocations(self, s: Seq, new: list[int], first: str = "allocate") -> None:
         """One event per block just popped (an eviction first if it lost a key); `first` names the first."""
@@ -269,7 +291,7 @@ class Engine:
                 return 0
             s.region = region
             s.num_computed = num_new
-            self.log("admit", s)
+            self.log("admit", s, *region)
             return num_new
         segs = s.segments()
         hits, _ = self.kv._hits(segs, total)
@@ -503,7 +525,7 @@ class Engine:
         for i, s in enumerate(unit):
             own = kv.allocate(s.idx, s.segments(), c - prefix) if c > prefix else []
             assert own is not None, "the group's room was checked"
-            self.log("swap-in", s)
+            self.log("swap-in", s, -1, shared if i > 0 else -1)
             self.log_allocations(s, (restored if i == 0 else []) + own)
         self.cpu_used -= first.swapped_blocks
         self.swap_blocks_step += first.swapped_blocks
@@ -773,6 +795,7 @@ class Engine:
                 if before == (self.num_rejected, self.c["num_preemptions"]):
                     raise InternalError(f"no progress at time {self.t} ps")
                 continue
+            self.log_schedule(scheduled)
             dt = self.step_time(scheduled)
             if self.t + dt > MAX_TIME_PS:
                 raise InvalidArgumentError(clock_overflow_message(self.c["num_steps"], self.t))

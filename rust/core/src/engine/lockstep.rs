@@ -301,6 +301,9 @@ impl Engine<'_> {
             self.exit_lockstep();
             return false;
         }
+        if self.log.is_some() {
+            self.log_schedule(decoding as usize);
+        }
         let dt = self.linear_time(tokens, self.agg.c);
         let state = self.aggregate_state();
         self.record(dt, batch, tokens, state);

@@ -37,6 +37,8 @@ pub mod event {
     pub const FINISH: i64 = 9;
     pub const REJECT: i64 = 10;
     pub const FORK: i64 = 11;
+    /// The tokens a sequence computes in a step that is not plain (see `Engine::log_schedule`).
+    pub const SCHEDULE: i64 = 12;
 }
 
 /// Reject reasons, shared with `kvsim.reference.engine.REJECT_REASONS`.
@@ -244,8 +246,8 @@ pub struct Engine<'a> {
     step: u64,
     /// Record the memory state of every `ts_every`-th step (0: none).
     ts_every: u64,
-    /// The event log, when recording: `[steps done, time, kind, row, block]`.
-    log: Option<Vec<[i64; 5]>>,
+    /// The event log, when recording: `[steps done, time, kind, row, block, count]`.
+    log: Option<Vec<[i64; 6]>>,
     next_adm: u64,
     /// Lockstep mode state (see lockstep.rs).
     lockstep: bool,
@@ -544,7 +546,7 @@ impl<'a> Engine<'a> {
                 s.region = Some(region);
                 s.num_computed = num_new;
                 let row = s.row;
-                self.log(event::ADMIT, row, -1);
+                self.log_count(event::ADMIT, row, region.0 as i64, region.1 as i64);
                 num_new
             }
             Memory::Paged(pool) => {
@@ -981,7 +983,9 @@ impl<'a> Engine<'a> {
                     .register_full_blocks_cached(pool, bs, &s.segs, &[], phantom);
             }
             let row = s.row;
-            self.log(event::SWAP_IN, row, -1);
+            // A member after the first shares the first's leading `shared` blocks (its restored ones).
+            let count = if i > 0 { shared as i64 } else { -1 };
+            self.log_count(event::SWAP_IN, row, -1, count);
             self.log_allocations(row, event::ALLOCATE);
         }
         self.cpu_used -= blocks;
@@ -1485,6 +1489,9 @@ impl<'a> Engine<'a> {
         if self.scheduled.is_empty() {
             return false;
         }
+        if self.log.is_some() {
+            self.log_schedule(0);
+        }
         let (dt, tokens) = self.step_time();
         let m = self.memory_state();
         self.record(dt, self.scheduled.len() as u64, tokens, m);
@@ -1507,8 +1514,39 @@ impl<'a> Engine<'a> {
 
     #[inline]
     fn log(&mut self, kind: i64, row: usize, block: i64) {
+        self.log_count(kind, row, block, -1);
+    }
+
+    #[inline]
+    fn log_count(&mut self, kind: i64, row: usize, block: i64, count: i64) {
         if let Some(log) = &mut self.log {
-            log.push([self.step as i64, self.t, kind, row as i64, block]);
+            log.push([self.step as i64, self.t, kind, row as i64, block, count]);
+        }
+    }
+
+    /// A `schedule` row for every sequence of the step's batch that does not compute exactly one token
+    /// (its count), then one (count 0) for each running sequence the step left out; a running sequence
+    /// without a row computed one token (DESIGN.md §Event log). The first `implicit` running sequences
+    /// computed one token each without entering `scheduled` (lockstep).
+    fn log_schedule(&mut self, implicit: usize) {
+        for i in 0..self.scheduled.len() {
+            let (k, n) = self.scheduled[i];
+            if n != 1 {
+                let row = self.slab[k].row;
+                self.log_count(event::SCHEDULE, row, -1, n as i64);
+            }
+        }
+        let left_out = self.running.len() - implicit - self.scheduled.len();
+        if left_out > 0 {
+            // The running phase scheduled a prefix of the running list; the left-out ones follow it.
+            let mut i = 0;
+            while i < self.scheduled.len() && self.running[i] == self.scheduled[i].0 {
+                i += 1;
+            }
+            for j in i..i + left_out {
+                let row = self.slab[self.running[j]].row;
+                self.log_count(event::SCHEDULE, row, -1, 0);
+            }
         }
     }
 

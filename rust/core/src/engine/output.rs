@@ -82,8 +82,9 @@ pub struct EngineOutput {
     pub counters: Counters,
     /// One row per recorded step, columns as `TIMESERIES`.
     pub timeseries: Vec<[i64; 10]>,
-    /// With `record_events`: `[steps done, time ps, kind, row, block or -1]` per event (`engine::event`).
-    pub events: Vec<[i64; 5]>,
+    /// With `record_events`: `[steps done, time ps, kind, row, block or -1, count or -1]` per event
+    /// (`engine::event`).
+    pub events: Vec<[i64; 6]>,
 }
 
 /// Time-series columns: step index, its start (ps), batch size, batched tokens, then token slots free,
@@ -168,7 +169,7 @@ impl EngineOutput {
 
     /// The event log as named columns.
     pub fn event_columns(&self) -> Vec<(&'static str, Vec<i64>)> {
-        ["step", "time_ps", "kind", "seq", "block"]
+        ["step", "time_ps", "kind", "seq", "block", "count"]
             .iter()
             .enumerate()
             .map(|(i, &name)| (name, self.events.iter().map(|row| row[i]).collect()))

@@ -1,0 +1,569 @@
+"""What the page and the API get: a run's *bundle* (both tracks' rows and metric columns) and the
+*snapshot* at one step (DESIGN.md §Lab). Both come from `state.replay` of the engine's event log; this
+module resolves a preset and its overrides into configs, checks the caps, and turns token counts into
+bytes and fractions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import kvsim.lab.presets as _presets
+from kvsim import models
+from kvsim.config import CONTIGUOUS_POLICIES, PLACEMENTS, PREEMPTIONS, SAMPLINGS, SimConfig
+from kvsim.errors import InvalidArgumentError
+from kvsim.lab.state import Track, replay, state_at, tokens_at
+from kvsim.simulate import simulate
+from kvsim.workloads import Workload
+
+# Caps on the work one page request may cause (the API and `bundle` refuse more, naming the cap).
+LIMITS = {
+    "max_requests": 5_000,
+    "max_blocks": 65_536,
+    "max_events": 500_000,
+    "max_steps": 50_000,
+    "max_block_size": 256,
+}
+PAGED_POLICIES = ("vllm", "reserve")
+BLOCK_SIZES = (8, 16, 32, 64, 128)
+OVERRIDES = (
+    "model",
+    "block_size",
+    "num_blocks",
+    "enable_prefix_caching",
+    "policy",
+    "sampling",
+    "preemption",
+    "contiguous_policy",
+    "placement",
+)
+
+
+def options() -> dict[str, list[Any]]:
+    """The values each override takes (the page's dropdowns)."""
+    return {
+        "models": models.names(),
+        "policies": [*PAGED_POLICIES, *CONTIGUOUS_POLICIES],
+        "samplings": list(SAMPLINGS),
+        "preemptions": list(PREEMPTIONS),
+        "block_sizes": list(BLOCK_SIZES),
+        "contiguous_policies": list(CONTIGUOUS_POLICIES),
+        "placements": list(PLACEMENTS),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """A preset with its overrides applied: the paged and the contiguous track's configs."""
+
+    preset: _presets.Preset
+    paged: SimConfig
+    contiguous: SimConfig
+    query: dict[str, Any]
+
+
+def _check_choice(name: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidArgumentError(f"{name} {value!r} is not one of {', '.join(map(repr, allowed))}")
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{name} {value!r} must be an integer")
+    if not lo <= value <= hi:
+        raise InvalidArgumentError(f"{name} {value} must be between {lo} and {hi}")
+    return value
+
+
+def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
+    """The preset `preset` with `overrides` (names in `OVERRIDES`, None = the preset's value) applied.
+
+    `policy` names the paged track's policy (`vllm`, `reserve`); a contiguous policy given as `policy`
+    becomes the contiguous track's (`contiguous_policy`) and the paged track runs `vllm`.
+
+    Raises:
+        InvalidArgumentError: an unknown override, a value of the wrong type or out of range, or a run
+            larger than `LIMITS` (the message names the field and the value).
+    """
+    for name in overrides:
+        if name not in OVERRIDES:
+            raise InvalidArgumentError(f"parameter {name!r} is not one of {', '.join(map(repr, OVERRIDES))}")
+    p = _presets.get(preset)
+    o = {k: v for k, v in overrides.items() if v is not None}
+    cfg = p.config
+    contiguous_policy = o.get("contiguous_policy", p.contiguous_policy)
+    _check_choice("contiguous_policy", contiguous_policy, CONTIGUOUS_POLICIES)
+    policy = o.get("policy", cfg.policy)
+    _check_choice("policy", policy, options()["policies"])
+    if policy in CONTIGUOUS_POLICIES:
+        if "contiguous_policy" in o and o["contiguous_policy"] != policy:
+            raise InvalidArgumentError(
+                f"policy {policy!r} and contiguous_policy {o['contiguous_policy']!r} disagree: give one"
+            )
+        contiguous_policy, policy = policy, "vllm"
+    model = o.get("model", cfg.model)
+    if model is not None and not isinstance(model, models.Model):
+        _check_choice("model", model, models.names())
+    block_size = _check_int("block_size", o.get("block_size", cfg.block_size), 1, LIMITS["max_block_size"])
+    num_blocks = _check_int("num_blocks", o.get("num_blocks", cfg.num_blocks), 2, LIMITS["max_blocks"])
+    caching = o.get("enable_prefix_caching", cfg.enable_prefix_caching)
+    if not isinstance(caching, bool):
+        raise InvalidArgumentError(f"enable_prefix_caching {caching!r} must be true or false")
+    sampling = o.get("sampling", cfg.sampling)
+    _check_choice("sampling", sampling, SAMPLINGS)
+    if sampling == "fork-cow" and policy != "vllm":
+        raise InvalidArgumentError(f"sampling 'fork-cow' needs policy 'vllm', not {policy!r}")
+    preemption = o.get("preemption", cfg.preemption)
+    _check_choice("preemption", preemption, PREEMPTIONS)
+    if preemption != "recompute" and policy != "vllm":
+        raise InvalidArgumentError(f"preemption {preemption!r} needs policy 'vllm', not {policy!r}")
+    placement = o.get("placement", cfg.placement)
+    _check_choice("placement", placement, PLACEMENTS)
+    n = len(p.workload)
+    if n > LIMITS["max_requests"]:
+        raise InvalidArgumentError(f"requests {n} exceed the lab's max_requests {LIMITS['max_requests']}")
+    cpu_blocks = cfg.cpu_blocks
+    if preemption != "recompute" and cpu_blocks == 0:
+        cpu_blocks = num_blocks  # a CPU pool as large as the GPU's, unless the preset sizes one
+    paged = cfg.replace(
+        model=model,
+        block_size=block_size,
+        num_blocks=num_blocks,
+        enable_prefix_caching=caching,
+        policy=policy,
+        sampling=sampling,
+        preemption=preemption,
+        cpu_blocks=cpu_blocks if preemption != "recompute" else 0,
+        placement=placement,
+    )
+    longest = int((p.workload.prompt_len + p.workload.output_len).max()) if n else 1
+    contiguous = paged.replace(
+        policy=contiguous_policy,
+        sampling="independent",
+        preemption="recompute",
+        cpu_blocks=0,
+        max_model_len=paged.max_model_len or longest,
+    )
+    query = {
+        "preset": p.name,
+        "model": model if isinstance(model, str) or model is None else model.name,
+        "block_size": block_size,
+        "num_blocks": num_blocks,
+        "enable_prefix_caching": caching,
+        "policy": policy,
+        "sampling": sampling,
+        "preemption": preemption,
+        "contiguous_policy": contiguous_policy,
+        "placement": placement,
+    }
+    return Resolved(p, paged, contiguous, query)
+
+
+def _model_info(cfg: SimConfig) -> dict[str, Any]:
+    m = cfg.model if isinstance(cfg.model, models.Model) else models.get(cfg.model)
+    bpt = m.kv_bytes_per_token
+    dtype_bytes = models.dtype_bits(m.kv_dtype) / 8
+    if m.is_mla:
+        formula = (
+            f"{m.num_layers} layers × ({m.kv_lora_rank} latent + {m.qk_rope_head_dim} rope) × "
+            f"{dtype_bytes:g} B = {bpt:,} B ({_human(bpt)}) per token (MLA: one latent, not K and V per head)"
+        )
+    else:
+        formula = (
+            f"2 × {m.num_layers} layers × {m.num_kv_heads} KV heads × {m.head_dim} head dim × "
+            f"{dtype_bytes:g} B = {bpt:,} B ({_human(bpt)}) per token"
+        )
+    return {
+        "name": m.name,
+        "num_layers": m.num_layers,
+        "num_heads": m.num_attention_heads,
+        "num_kv_heads": m.num_kv_heads,
+        "head_dim": m.head_dim,
+        "dtype": m.kv_dtype,
+        "dtype_bytes": dtype_bytes,
+        "kv_lora_rank": m.kv_lora_rank or None,
+        "bytes_per_token": bpt,
+        "formula": formula,
+    }
+
+
+def _human(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n:g} B"
+
+
+def run_tracks(r: Resolved, backend: str = "rust") -> tuple[Track, Track]:
+    """Simulates and replays both tracks, refusing runs past the caps; before running when the
+    workload alone implies more events than the cap: every block of a request that fits the pool ends in
+    a `free` row."""
+    w = r.preset.workload
+    bs, cap = r.paged.block_size, r.paged.capacity_blocks
+    blocks = ((w.prompt_len + w.output_len - 1).clip(min=1) + bs - 1) // bs
+    least = int((blocks * w.num_samples)[blocks <= cap].sum())
+    if least > LIMITS["max_events"]:
+        raise InvalidArgumentError(
+            f"events at least {least} at block_size {bs} exceed max_events {LIMITS['max_events']}"
+        )
+    tracks = []
+    for cfg in (r.paged, r.contiguous):
+        res = simulate(r.preset.workload, cfg, backend=backend, record_events=True, record_timeseries=True)
+        steps = int(res.summary["num_steps"])
+        events = 0 if res.events is None else res.events.height
+        if steps > LIMITS["max_steps"]:
+            raise InvalidArgumentError(
+                f"steps {steps} of policy {cfg.policy!r} exceed max_steps {LIMITS['max_steps']}"
+            )
+        if events > LIMITS["max_events"]:
+            raise InvalidArgumentError(
+                f"events {events} of policy {cfg.policy!r} exceed max_events {LIMITS['max_events']}"
+            )
+        tracks.append(
+            replay(
+                res,
+                r.preset.workload,
+                cfg,
+                names=r.preset.segment_names,
+                request_names=r.preset.request_names or None,
+            )
+        )
+    return tracks[0], tracks[1]
+
+
+def _pad(values: list[Any], n: int) -> list[Any]:
+    return values + [values[-1]] * (n - len(values))
+
+
+def _fraction(a: float, b: float) -> float:
+    return a / b if b else 0.0
+
+
+COUNT_COLUMNS = ("running", "waiting", "swapped", "finished", "rejected")
+BLOCK_COUNT_COLUMNS = ("free_blocks", "cached_blocks", "shared_blocks", "private_blocks")
+CUMULATIVE_COLUMNS = ("cow_copies", "evictions", "preemptions", "swaps")
+
+
+def metric_columns(
+    paged: Track, contiguous: Track, bpt: int
+) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    """The snapshot's scalar keys, one value per state 0..S (S the longer track's steps): the paged
+    track's columns hold every card's number (the contiguous ones too), each track its own counts."""
+    s = max(paged.num_steps, contiguous.num_steps) + 1
+    pm = {k: _pad(v, s) for k, v in paged.metrics.items()}
+    cm = {k: _pad(v, s) for k, v in contiguous.metrics.items()}
+    cap = contiguous.config.capacity_tokens
+    bs = paged.config.block_size
+    pairs = list(zip(pm["allocated_tokens"], pm["stored_tokens"], strict=True))
+    c_pairs = list(zip(cm["allocated_tokens"], cm["stored_tokens"], strict=True))
+    c_out: dict[str, list[Any]] = {
+        "contiguous_reserved_bytes": [a * bpt for a in cm["allocated_tokens"]],
+        "contiguous_used_bytes": [a * bpt for a in cm["stored_tokens"]],
+        "contiguous_wasted_bytes": [(a - b) * bpt for a, b in c_pairs],
+        "contiguous_waste_fraction": [_fraction(a - b, a) for a, b in c_pairs],
+        "contiguous_internal_fragmentation": [_fraction(a - b, a) for a, b in c_pairs],
+        "contiguous_external_bytes": [a * bpt for a in cm["external_tokens"]],
+        "contiguous_external_fragmentation": [_fraction(a, cap) for a in cm["external_tokens"]],
+    }
+    p_out: dict[str, list[Any]] = {
+        "paged_allocated_bytes": [a * bpt for a in pm["allocated_tokens"]],
+        "paged_stored_bytes": [b * bpt for b in pm["stored_tokens"]],
+        "paged_tail_slack_bytes": [(a - b) * bpt for a, b in pairs],
+        "paged_tail_slack_fraction": [_fraction(a - b, a) for a, b in pairs],
+        "paged_tail_slack_bound_bytes": [(bs - 1) * bpt * n for n in pm["running"]],
+        "paged_external_fragmentation": [0.0] * s,
+        "prefix_saved_bytes": [a * bpt for a in pm["shared_saved_tokens"]],
+        "paged_reserved_bytes": [a * bpt for a in pm["reserved_tokens"]],
+        "concurrency_multiplier": [
+            _fraction(c, a) for c, a in zip(cm["allocated_tokens"], pm["allocated_tokens"], strict=True)
+        ],
+        **c_out,
+    }
+    for out, m in ((p_out, pm), (c_out, cm)):
+        for name in COUNT_COLUMNS:
+            out[f"num_{name}"] = m[name]
+        for name in BLOCK_COUNT_COLUMNS:
+            out[f"paged_{name}"] = m[name]
+        for name in CUMULATIVE_COLUMNS:
+            out[name] = m[name]
+        out["time_s"] = [t / 1e12 for t in m["time_ps"]]
+    return p_out, c_out
+
+
+SCALARS = (
+    "concurrency_multiplier",
+    "prefix_saved_bytes",
+    "contiguous_reserved_bytes",
+    "contiguous_used_bytes",
+    "contiguous_wasted_bytes",
+    "contiguous_waste_fraction",
+    "contiguous_internal_fragmentation",
+    "contiguous_external_bytes",
+    "contiguous_external_fragmentation",
+    "paged_allocated_bytes",
+    "paged_stored_bytes",
+    "paged_tail_slack_bytes",
+    "paged_tail_slack_fraction",
+    "paged_tail_slack_bound_bytes",
+    "paged_external_fragmentation",
+    "paged_reserved_bytes",
+)
+
+
+def _requests(p: _presets.Preset) -> list[dict[str, Any]]:
+    w = p.workload
+    out = []
+    for i in range(len(w)):
+        segs = w.segments(i)
+        first_name = p.segment_names.get(segs[0][0]) if segs else None
+        system = segs[0][1] if first_name is not None else 0
+        prompt = int(w.prompt_len[i])
+        out.append(
+            {
+                "request_id": int(w.request_id[i]),
+                "name": p.request_names[i] if p.request_names else f"req-{i + 1}",
+                "label": p.labels[i] if p.labels else "",
+                "system_prompt": first_name,
+                "system_tokens": system,
+                "user_tokens": prompt - system,
+                "target_tokens": prompt + int(w.output_len[i]),
+                "num_samples": int(w.num_samples[i]),
+                "arrival_s": float(w.arrival[i]),
+            }
+        )
+    return out
+
+
+def _track_payload(t: Track, metrics: dict[str, list[Any]]) -> dict[str, Any]:
+    ev = t.result.events
+    assert ev is not None
+    events = list(
+        zip(
+            ev["step"].to_list(),
+            ev["time_s"].to_list(),
+            ev["kind"].cast(str).to_list(),
+            ev["request_id"].to_list(),
+            ev["sample"].to_list(),
+            ev["block"].to_list(),
+            ev["count"].to_list(),
+            strict=True,
+        )
+    )
+    return {
+        "policy": t.config.policy,
+        "num_steps": t.num_steps,
+        "capacity_tokens": t.config.capacity_tokens,
+        "event_upto": _pad(t.metrics["event_upto"], len(metrics["time_s"])),
+        "summary": t.result.summary,
+        "events": events,
+        "metrics": metrics,
+        "blocks": t.block_rows if t.paged else [],
+        "seqs": _seq_deltas(t.seq_rows),
+        "regions": t.region_rows,
+    }
+
+
+def _seq_deltas(rows: list[list[Any]]) -> list[list[Any]]:
+    """Sequence rows as sent: a row whose table starts with `keep` > 0 blocks of the same sequence's
+    previous row's table carries only the rest, and `keep` as a 10th field (the page rebuilds
+    `previous[:keep] + rest`; state.py keeps whole tables)."""
+    last: dict[tuple[int, int], list[int]] = {}
+    out = []
+    for row in rows:
+        key = (row[1], row[2])
+        table = row[8]
+        prev = last.get(key)
+        last[key] = table
+        keep = 0
+        if prev:
+            n = min(len(prev), len(table))
+            while keep < n and prev[keep] == table[keep]:
+                keep += 1
+        out.append(row if keep == 0 else [*row[:8], table[keep:], keep])
+    return out
+
+
+def bundle(preset: str = "copilot", *, backend: str = "rust", **overrides: Any) -> dict[str, Any]:
+    """The page's run payload for `preset` with `overrides` (LAB_CONTRACT's Bundle; DESIGN.md §Lab)."""
+    t0 = time.perf_counter()
+    r = resolve(preset, **overrides)
+    paged, contiguous = run_tracks(r, backend)
+    return bundle_from(r, paged, contiguous, t0)
+
+
+def bundle_from(r: Resolved, paged: Track, contiguous: Track, t0: float | None = None) -> dict[str, Any]:
+    """The bundle of tracks already run (the server keeps recent ones)."""
+    t0 = time.perf_counter() if t0 is None else t0
+    info = _model_info(r.paged)
+    bpt = info["bytes_per_token"]
+    pm, cm = metric_columns(paged, contiguous, bpt)
+    steps = max(paged.num_steps, contiguous.num_steps)
+    p = r.preset
+    return {
+        "query": r.query,
+        "preset": {
+            "name": p.name,
+            "title": p.title,
+            "description": p.description,
+            "default_step": min(p.step, steps),
+        },
+        "model": info,
+        "block_size": r.paged.block_size,
+        "bytes_per_token": bpt,
+        "bytes_per_block": bpt * r.paged.block_size,
+        "num_blocks": r.paged.num_blocks,
+        "capacity_tokens": r.paged.capacity_tokens,
+        "num_steps": steps,
+        "default_step": min(p.step, steps),
+        "requests": _requests(p),
+        "paged": _track_payload(paged, pm),
+        "contiguous": _track_payload(contiguous, cm),
+        "limits": LIMITS,
+        "elapsed_s": time.perf_counter() - t0,
+    }
+
+
+def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, Any]:
+    """Blocks and requests of one track at state k."""
+    k = max(0, min(k, t.num_steps))
+    seqs, blocks, regions = state_at(t, k)
+    bs = t.config.block_size
+    names = p.request_names or [f"req-{i + 1}" for i in range(len(p.workload))]
+    reqs = {r["request_id"]: r for r in _requests(p)}
+    held: dict[int, int] = {}  # block -> tokens it holds
+    requests = []
+    for (rid, sample), row in sorted(seqs.items()):
+        c, g = tokens_at(row, k)
+        for i, b in enumerate(row[8]):
+            held[b] = max(held.get(b, 0), min(bs, max(0, c - i * bs)))
+        r = reqs[rid]
+        region = regions.get((rid, sample))
+        requests.append(
+            {
+                "request_id": rid,
+                "sample": sample,
+                "name": r["name"] if sample == 0 else f"{r['name']}#{sample}",
+                "label": r["label"],
+                "status": row[3],
+                "system_tokens": r["system_tokens"],
+                "user_tokens": r["user_tokens"],
+                "generated_tokens": g,
+                "context_tokens": c,
+                "target_tokens": r["target_tokens"],
+                "block_table": list(row[8]),
+                "region": None
+                if region is None or region[2] is None
+                else {"offset_tokens": region[2], "size_tokens": region[3]},
+            }
+        )
+    del names
+    out_blocks = []
+    for b, row in sorted(blocks.items()):
+        state = row[2]
+        tokens = held.get(b, 0) if state in ("private", "shared") else (bs if state == "cached" else 0)
+        key = row[4] if state == "cached" or (state in ("private", "shared") and tokens == bs) else None
+        out_blocks.append(
+            {
+                "block_id": b,
+                "state": state,
+                "ref_cnt": row[3],
+                "num_tokens": tokens,
+                "prefix_key": key,
+                "request_ids": row[5],
+                "offset_bytes": b * bs * bpt,
+            }
+        )
+    return {"blocks": out_blocks, "requests": requests}
+
+
+def snapshot_from(r: Resolved, paged: Track, contiguous: Track, step: int | None) -> dict[str, Any]:
+    info = _model_info(r.paged)
+    bpt = info["bytes_per_token"]
+    steps = max(paged.num_steps, contiguous.num_steps)
+    k = steps if step is None else step
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise InvalidArgumentError(f"step {step!r} must be an integer")
+    if not 0 <= k <= steps:
+        raise InvalidArgumentError(f"step {k} must be between 0 and {steps} (the run's steps)")
+    pm, _ = metric_columns(paged, contiguous, bpt)
+    out: dict[str, Any] = {
+        "step": k,
+        "num_steps": steps,
+        "bytes_per_token": bpt,
+        "block_size": r.paged.block_size,
+    }
+    out.update({name: pm[name][k] for name in SCALARS})
+    out.update(track_snapshot(paged, k, bpt, r.preset))
+    out["contiguous"] = track_snapshot(contiguous, k, bpt, r.preset)
+    return out
+
+
+def snapshot(
+    workload: Workload | str,
+    config: SimConfig | None = None,
+    step: int | None = None,
+    *,
+    backend: str = "rust",
+    contiguous_policy: str = "orca-oracle",
+    segment_names: dict[int, str] | None = None,
+    request_names: list[str] | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """The state the page shows at `step` (None: the end) of `workload` under `config` (paged track)
+    beside `contiguous_policy` (contiguous track, placed by `config.placement`), in bytes and fractions
+    (DESIGN.md §Lab). `segment_names` (content id -> name) and `request_names` make prefix keys readable.
+
+    `workload` may also be a preset's name; then `config` is ignored and `overrides` apply as in
+    `bundle` (`snapshot("copilot", step=1, block_size=32)`).
+
+    Raises:
+        InvalidArgumentError: a bad override, config or step (the message names it), or a run past
+            `LIMITS`.
+    """
+    if isinstance(workload, str):
+        r = resolve(workload, **overrides)
+    else:
+        if not isinstance(config, SimConfig):
+            raise InvalidArgumentError(f"config {config!r} is not a kvsim.SimConfig")
+        p = _presets.Preset(
+            name="custom",
+            title="custom",
+            description="",
+            workload=workload,
+            config=config,
+            step=0,
+            segment_names=dict(segment_names or {}),
+            request_names=list(request_names or []),
+            contiguous_policy=contiguous_policy,
+        )
+        r = _resolve_custom(p, config, contiguous_policy)
+    paged, contiguous = run_tracks(r, backend)
+    return snapshot_from(r, paged, contiguous, step)
+
+
+def _resolve_custom(p: _presets.Preset, config: SimConfig, contiguous_policy: str) -> Resolved:
+    _check_choice("contiguous_policy", contiguous_policy, CONTIGUOUS_POLICIES)
+    if config.is_contiguous:
+        contiguous_policy = config.policy
+        config = config.replace(policy="vllm")
+    if config.model is None:
+        raise InvalidArgumentError("config.model None: the lab reports bytes, so the config needs a model")
+    n = len(p.workload)
+    longest = int((p.workload.prompt_len + p.workload.output_len).max()) if n else 1
+    contiguous = config.replace(
+        policy=contiguous_policy,
+        sampling="independent",
+        preemption="recompute",
+        cpu_blocks=0,
+        max_model_len=config.max_model_len or longest,
+    )
+    return Resolved(p, config, contiguous, {"preset": "custom"})
+
+
+def configure(preset: str = "copilot", **overrides: Any) -> tuple[Workload, SimConfig, int]:
+    """The `(workload, paged config, step)` the server runs for `preset` with `overrides` (the query's
+    names); its contiguous track is `snapshot(..., contiguous_policy=resolved query's contiguous_policy)`."""
+    r = resolve(preset, **overrides)
+    return r.preset.workload, r.paged, r.preset.step

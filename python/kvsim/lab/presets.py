@@ -1,0 +1,231 @@
+"""The lab's workload presets: a workload, a config, the step the page opens on, and readable names.
+
+`copilot` is the seed page's `shared-system-prompt` preset, exactly (issue 11 part 3); the others show
+what the seed page could not: real decoding over time, copy-on-write samples, preemption by recompute and
+by swap, and a slice of a real trace (DESIGN.md §Lab).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvsim.config import SimConfig
+from kvsim.errors import InvalidArgumentError
+from kvsim.workloads import Workload, load_mooncake, synthetic, traces_dir
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A preset: what `kvsim.lab.preset(name)` returns as `(workload, config, step)`, plus the names the
+    page shows (`segment_names`: content id -> name for readable prefix keys; per request a short
+    `request_names` entry and a longer `labels` entry)."""
+
+    name: str
+    title: str
+    description: str
+    workload: Workload
+    config: SimConfig
+    step: int
+    segment_names: dict[int, str] = field(default_factory=dict)
+    request_names: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    system_prompts: list[str | None] = field(default_factory=list)
+    contiguous_policy: str = "orca-oracle"
+
+
+# Content ids of the copilot preset's prompts (any distinct ids below 2^63 would do).
+SYS_CODING, SYS_DOCS = 1, 2
+
+
+def copilot() -> Preset:
+    """The seed's shared-system-prompt preset: a Llama-3-8B (128 KiB of KV per token), 64 blocks of 16
+    tokens; req-1..3 share the 32-token `sys-coding-agent-v1`, req-4 has the 16-token
+    `sys-doc-summarizer`; targets are prompt + output; all four arrive together."""
+    rows = [  # (system prompt id, its length, user prompt length, target = prompt + output, name, label)
+        (SYS_CODING, 32, 14, 78, "req-1", "Code Copilot #1 (Auth Engine)"),
+        (SYS_CODING, 32, 8, 64, "req-2", "Code Copilot #2 (Refactor Task)"),
+        (SYS_CODING, 32, 20, 84, "req-3", "Code Copilot #3 (Test Generator)"),
+        (SYS_DOCS, 16, 24, 90, "req-4", "Doc Summarizer (RFC-9110)"),
+    ]
+    ids, lens, offsets, outputs = [], [], [0], []
+    for i, (sys_id, sys_len, user, target, _, _) in enumerate(rows):
+        ids += [sys_id, 100 + i]
+        lens += [sys_len, user]
+        offsets.append(len(ids))
+        outputs.append(target - sys_len - user)
+    w = Workload(
+        arrival=np.zeros(len(rows)),
+        output_len=outputs,
+        max_tokens=outputs,
+        seg_offsets=offsets,
+        segment_id=np.array(ids, dtype=np.uint64),
+        segment_len=lens,
+    )
+    cfg = SimConfig(model="llama-3-8b", num_blocks=64, block_size=16)
+    names = {SYS_CODING: "sys-coding-agent-v1", SYS_DOCS: "sys-doc-summarizer"}
+    return Preset(
+        name="copilot",
+        title="Code copilot (shared system prompt)",
+        description=(
+            "Four requests on a Llama-3-8B: three share the 32-token system prompt sys-coding-agent-v1 "
+            "(prefix caching maps it to two blocks with ref_cnt 3), one has its own. Opens right after "
+            "all four prompts are prefilled."
+        ),
+        workload=w,
+        config=cfg,
+        step=1,
+        segment_names=names,
+        request_names=[r[4] for r in rows],
+        labels=[r[5] for r in rows],
+        system_prompts=[names[r[0]] for r in rows],
+    )
+
+
+def _table(rows: list[tuple[list[tuple[int, int]], int]], arrival: list[float], samples: int = 1) -> Workload:
+    """A workload from `(segments, output_len)` rows."""
+    ids, lens, offsets = [], [], [0]
+    for segs, _ in rows:
+        ids += [a for a, _ in segs]
+        lens += [b for _, b in segs]
+        offsets.append(len(ids))
+    out = [o for _, o in rows]
+    return Workload(
+        arrival=np.asarray(arrival, dtype=np.float64),
+        output_len=out,
+        max_tokens=out,
+        num_samples=[samples] * len(rows),
+        seg_offsets=offsets,
+        segment_id=np.array(ids, dtype=np.uint64),
+        segment_len=lens,
+    )
+
+
+def chat() -> Preset:
+    """2,000 ShareGPT-like conversations (the paper's length distributions, clipped to 512 tokens)
+    arriving at 400 per second on a Llama-3-8B with 4,096 blocks of 16: a pool that fills and drains."""
+    w = synthetic(2000, arrival_rate=400.0, lengths="sharegpt-paper", max_model_len=512, seed=1)
+    cfg = SimConfig(model="llama-3-8b", num_blocks=4096, block_size=16)
+    return Preset(
+        name="chat",
+        title="Chat (2,000 ShareGPT-like requests)",
+        description=(
+            "2,000 requests with ShareGPT's length statistics (clipped to 512 tokens) arriving at 400/s: "
+            "watch blocks appear as tokens cross block boundaries and the pool fill and drain."
+        ),
+        workload=w,
+        config=cfg,
+        step=2000,
+        request_names=[f"req-{i + 1}" for i in range(len(w))],
+    )
+
+
+def parallel_sampling() -> Preset:
+    """Three requests of three samples each (fork-cow): after the prompt, the samples share every
+    block, copy the partial last block at their first write (copy-on-write) and diverge."""
+    rows = [
+        ([(SYS_CODING, 32), (200, 21)], 40),
+        ([(SYS_CODING, 32), (201, 13)], 30),
+        ([(SYS_DOCS, 16), (202, 30)], 36),
+    ]
+    w = _table(rows, [0.0, 0.0, 0.004], samples=3)
+    cfg = SimConfig(model="llama-3-8b", num_blocks=64, block_size=16, sampling="fork-cow")
+    names = {SYS_CODING: "sys-coding-agent-v1", SYS_DOCS: "sys-doc-summarizer"}
+    return Preset(
+        name="parallel-sampling",
+        title="Parallel sampling (fork-cow)",
+        description=(
+            "Three requests with three samples each, sampled copy-on-write (paper §4.4): the samples share "
+            "their parent's blocks (ref_cnt 3) until each writes into the shared partial block."
+        ),
+        workload=w,
+        config=cfg,
+        step=2,
+        segment_names=names,
+        request_names=["req-1", "req-2", "req-3"],
+        labels=["Code Copilot (3 samples)", "Refactor (3 samples)", "Doc Summarizer (3 samples)"],
+        system_prompts=[names[r[0][0][0]] for r in rows],
+    )
+
+
+def memory_pressure() -> Preset:
+    """Ten long requests at once into 40 blocks: the pool runs out while they decode. Victims swap to a
+    CPU pool of 8 blocks while it holds them, and are recomputed when it does not."""
+    rows = [([(300 + i, 20 + 3 * i)], 60 + 5 * i) for i in range(10)]
+    w = _table(rows, [0.001 * i for i in range(10)])
+    cfg = SimConfig(model="llama-3-8b", num_blocks=40, block_size=16, preemption="swap", cpu_blocks=8)
+    return Preset(
+        name="memory-pressure",
+        title="Memory pressure (preempt: swap and recompute)",
+        description=(
+            "Ten requests that do not fit a 40-block pool together: the newest is preempted when a block "
+            "is missing, swapped to an 8-block CPU pool while it fits there and recomputed otherwise."
+        ),
+        workload=w,
+        config=cfg,
+        step=40,
+        request_names=[f"req-{i + 1}" for i in range(10)],
+    )
+
+
+MOONCAKE_FILE = "mooncake/conversation_trace.jsonl"
+MOONCAKE_SLICE = 120
+
+
+def mooncake() -> Preset:
+    """The first 120 requests of the Mooncake conversation trace (FAST'25): real prompts of thousands of
+    tokens whose hash ids share prefixes across turns."""
+    path = traces_dir() / MOONCAKE_FILE
+    if not path.exists():
+        raise InvalidArgumentError(
+            f"preset 'mooncake' needs the Mooncake conversation trace at {path}, which is absent "
+            "(set KVSIM_TRACES to the traces folder)"
+        )
+    full = load_mooncake(path)
+    w = full[:MOONCAKE_SLICE]
+    ids = np.unique(np.asarray(w.segment_id))
+    cfg = SimConfig(model="llama-3-8b", num_blocks=16384, block_size=16)
+    return Preset(
+        name="mooncake",
+        title="Mooncake conversation trace (first 120 requests)",
+        description=(
+            "A slice of the real Mooncake conversation trace: multi-turn prompts of thousands of tokens; "
+            "later turns find their conversation's earlier blocks in the prefix cache."
+        ),
+        workload=w,
+        config=cfg,
+        step=200,
+        segment_names={int(i): f"mooncake-{int(i)}" for i in ids},
+        request_names=[f"req-{i + 1}" for i in range(len(w))],
+    )
+
+
+PRESETS: dict[str, Callable[[], Preset]] = {
+    "copilot": copilot,
+    "chat": chat,
+    "parallel-sampling": parallel_sampling,
+    "memory-pressure": memory_pressure,
+    "mooncake": mooncake,
+}
+
+
+def names() -> list[str]:
+    """Preset names, in the page's order."""
+    return list(PRESETS)
+
+
+def get(name: str) -> Preset:
+    """The preset called `name`.
+
+    Raises:
+        InvalidArgumentError: an unknown name (the message lists the known ones), or a trace preset whose
+            trace is absent.
+    """
+    if not isinstance(name, str) or name not in PRESETS:
+        raise InvalidArgumentError(f"preset {name!r} is not one of {', '.join(map(repr, PRESETS))}")
+    return PRESETS[name]()
+
+
+__all__ = ["PRESETS", "Preset", "get", "load_mooncake", "names", "synthetic", "traces_dir"]

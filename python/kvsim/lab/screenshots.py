@@ -1,0 +1,138 @@
+"""Screenshots of the lab page: `python -m kvsim.lab.screenshots` writes results/lab/<preset>.png for every
+preset (the whole page at the preset's opening step) and copilot-inspector.png (the block pool with the
+inspector open on a shared block), by running the lab server in a thread and driving Debian's chromium
+with playwright (the `browser` extra). The browser tests start the server the same way (`LabThread`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kvsim.errors import InvalidArgumentError
+
+CHROMIUM = os.environ.get("KVSIM_CHROMIUM", "/usr/bin/chromium")
+WIDTH, HEIGHT = 1400, 1000
+
+
+class LabThread:
+    """The lab server (uvicorn serving `kvsim.lab.server.create_app()`) on 127.0.0.1 and a free port, in a
+    daemon thread; a context manager whose `url` is the page's address."""
+
+    def __init__(self) -> None:
+        import uvicorn
+
+        from kvsim.lab.server import create_app
+
+        config = uvicorn.Config(create_app(), host="127.0.0.1", port=0, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="kvsim-lab", daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> LabThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the lab server did not start")
+            time.sleep(0.02)
+        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
+        self.url = f"http://{host}:{port}/"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+# Every view shows the current step (views off screen catch up when the browser is idle).
+SETTLED = "document.body.dataset.settled === document.body.dataset.step"
+
+
+def _wait_ready(page: Any) -> None:
+    page.wait_for_selector("body[data-ready=true][data-runs]", timeout=120_000)
+    page.wait_for_function(SETTLED, timeout=30_000)
+    err = page.evaluate("document.body.dataset.error || null")
+    if err:
+        raise RuntimeError(f"the page refused the run: {err}")
+
+
+def take(out: Path, names: Sequence[str] | None = None) -> list[Path]:
+    """Writes the screenshots into `out`; returns their paths.
+
+    Raises:
+        InvalidArgumentError: an unknown preset name.
+        RuntimeError: playwright or chromium is missing, or the page reported an error.
+    """
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise RuntimeError(
+            "screenshots need playwright and the lab server: pip install 'kvsim[browser]'"
+        ) from e
+    if not os.path.exists(CHROMIUM):
+        raise RuntimeError(f"no chromium at {CHROMIUM} (apt-get install -y chromium, or set KVSIM_CHROMIUM)")
+    from kvsim import lab
+
+    available = [p["name"] for p in lab.presets() if p.get("available", True)]
+    wanted = list(names) if names else available
+    for n in wanted:
+        if n not in available:
+            raise InvalidArgumentError(f"preset {n!r} is not one of {', '.join(map(repr, available))}")
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    with LabThread() as server, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT}, device_scale_factor=1)
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            for name in wanted:
+                page.goto(f"{server.url}?preset={name}")
+                _wait_ready(page)
+                page.wait_for_timeout(150)  # let the canvases settle after the last resize
+                path = out / f"{name}.png"
+                page.screenshot(path=str(path), full_page=True)
+                written.append(path)
+            if "copilot" in wanted:
+                page.goto(f"{server.url}?preset=copilot")
+                _wait_ready(page)
+                page.click('#grid .cell[data-state="shared"]')
+                page.wait_for_timeout(100)
+                path = out / "copilot-inspector.png"
+                page.locator("section.pool").screenshot(path=str(path))
+                written.append(path)
+            if errors:
+                raise RuntimeError(f"the page logged errors: {errors}")
+        finally:
+            browser.close()
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kvsim.lab.screenshots", description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--out", type=Path, default=Path("results/lab"), help="output folder (default results/lab)"
+    )
+    ap.add_argument("presets", nargs="*", help="preset names (default: every available preset)")
+    args = ap.parse_args(argv)
+    try:
+        paths = take(args.out, args.presets or None)
+    except (InvalidArgumentError, RuntimeError) as e:
+        print(f"kvsim.lab.screenshots: {e}", file=sys.stderr)
+        return 2
+    for path in paths:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

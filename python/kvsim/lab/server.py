@@ -1,0 +1,294 @@
+"""The lab's HTTP server: a Starlette app over `kvsim.lab.bundle` (DESIGN.md §Lab), served by uvicorn.
+
+Routes: `/` (the page), `/static/...`, `/api/presets`, `/api/run` (a bundle), `/api/state` (a snapshot),
+`/openapi.json`. Every bad parameter is answered 400 (or 413 for a run past the caps) with
+`{"error": "<field> <value> ...", "field": "<field>"}`; nothing else is caught, so a 5xx is a bug (the
+API tests fuzz for one).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import webbrowser
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.lab.bundle import LIMITS, bundle_from, options, resolve, run_tracks, snapshot_from
+from kvsim.lab.presets import names as preset_names
+
+try:  # orjson encodes a large bundle several times faster than the standard library
+    import orjson
+except ImportError:  # pragma: no cover - the `lab` extra installs it
+    orjson = None  # type: ignore[assignment]
+
+STATIC = Path(__file__).parent / "static"
+# Query parameters: name -> (type, description). `preset` and `step` besides the overrides.
+PARAMS: dict[str, tuple[str, str]] = {
+    "preset": ("string", "workload preset (GET /api/presets lists them)"),
+    "model": ("string", "model preset (kvsim.models)"),
+    "block_size": ("integer", "tokens per block"),
+    "num_blocks": ("integer", "GPU blocks, vLLM's null block 0 included"),
+    "enable_prefix_caching": ("boolean", "prefix caching on or off"),
+    "policy": ("string", "paged policy (vllm, reserve), or a contiguous baseline"),
+    "sampling": ("string", "fork-cow or independent"),
+    "preemption": ("string", "recompute, swap or auto"),
+    "contiguous_policy": ("string", "the contiguous track's policy"),
+    "placement": ("string", "first-fit or buddy"),
+}
+TOO_LARGE = ("exceed", "max_")
+CACHE_SIZE = 8
+
+
+class Json(JSONResponse):
+    """JSON through orjson when installed (same output as Starlette's JSONResponse otherwise)."""
+
+    def render(self, content: Any) -> bytes:
+        if orjson is None:
+            return super().render(content)
+        return orjson.dumps(content)
+
+
+class BadParameter(Exception):
+    def __init__(self, field: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.field, self.message, self.status = field, message, status
+
+
+def _parse(request: Request, allowed: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in request.query_params:
+        if name not in allowed:
+            raise BadParameter(name, f"parameter {name!r} is not one of {', '.join(map(repr, allowed))}")
+        values = request.query_params.getlist(name)
+        if len(values) != 1:
+            raise BadParameter(name, f"{name} given {len(values)} times")
+        raw, kind = values[0], allowed[name][0]
+        if kind == "integer":
+            try:
+                out[name] = int(raw, 10)
+            except ValueError:
+                raise BadParameter(name, f"{name} {raw!r} must be an integer") from None
+            if abs(out[name]) > 2**62:
+                raise BadParameter(name, f"{name} {raw} is out of range")
+        elif kind == "boolean":
+            if raw not in ("true", "false", "1", "0"):
+                raise BadParameter(name, f"{name} {raw!r} must be true or false")
+            out[name] = raw in ("true", "1")
+        else:
+            out[name] = raw
+    return out
+
+
+def _field_of(message: str) -> str:
+    first = message.split(" ", 1)[0].strip("'\"")
+    return first if first in PARAMS or first in ("step", "steps", "events", "requests") else "query"
+
+
+_cache: OrderedDict[tuple[Any, ...], tuple[Any, ...]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _tracks(params: dict[str, Any]) -> tuple[Any, ...]:
+    """Resolves and runs a query (the last few are kept: the page asks for states of the run it has)."""
+    query = {k: v for k, v in params.items() if k != "step"}
+    preset = query.pop("preset", "copilot")
+    r = resolve(preset, **query)
+    key = tuple(sorted(r.query.items()))
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    paged, contiguous = run_tracks(r)
+    value = (r, paged, contiguous)
+    with _lock:
+        _cache[key] = value
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return value
+
+
+def _error(e: BadParameter) -> JSONResponse:
+    return JSONResponse({"error": e.message, "field": e.field}, status_code=e.status)
+
+
+def _invalid(e: InvalidArgumentError) -> BadParameter:
+    message = str(e)
+    status = 413 if all(t in message for t in TOO_LARGE) else 400
+    return BadParameter(_field_of(message), message, status)
+
+
+async def index(request: Request) -> Response:
+    page = STATIC / "index.html"
+    if not page.exists():
+        return JSONResponse(
+            {"error": "the page is not installed (python/kvsim/lab/static)", "field": "/"}, 404
+        )
+    return FileResponse(page)
+
+
+async def api_presets(request: Request) -> Response:
+    try:
+        _parse(request, {})
+    except BadParameter as e:
+        return _error(e)
+    from kvsim.lab import presets as list_presets  # the package's function, not the module
+
+    rows = await run_in_threadpool(list_presets)
+    return JSONResponse({"presets": rows, "options": options(), "limits": LIMITS})
+
+
+async def api_run(request: Request) -> Response:
+    try:
+        params = _parse(request, PARAMS)
+        return Json(await run_in_threadpool(_run_payload, params))
+    except BadParameter as e:
+        return _error(e)
+    except InvalidArgumentError as e:
+        return _error(_invalid(e))
+
+
+def _run_payload(params: dict[str, Any]) -> dict[str, Any]:
+    r, paged, contiguous = _tracks(params)
+    return bundle_from(r, paged, contiguous)
+
+
+async def api_state(request: Request) -> Response:
+    try:
+        params = _parse(request, {**PARAMS, "step": ("integer", "state after this many steps")})
+        return Json(await run_in_threadpool(_state_payload, params))
+    except BadParameter as e:
+        return _error(e)
+    except InvalidArgumentError as e:
+        return _error(_invalid(e))
+
+
+def _state_payload(params: dict[str, Any]) -> dict[str, Any]:
+    r, paged, contiguous = _tracks(params)
+    return snapshot_from(r, paged, contiguous, params.get("step"))
+
+
+def openapi() -> dict[str, Any]:
+    """The API's OpenAPI 3 schema (parameters with their types and allowed values)."""
+    opts = options()
+    enums = {
+        "preset": preset_names(),
+        "model": opts["models"],
+        "policy": opts["policies"],
+        "sampling": opts["samplings"],
+        "preemption": opts["preemptions"],
+        "contiguous_policy": opts["contiguous_policies"],
+        "placement": opts["placements"],
+    }
+    limits = LIMITS
+    ranges = {"block_size": (1, limits["max_block_size"]), "num_blocks": (2, limits["max_blocks"])}
+
+    def params(extra: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+        out = []
+        for name, (kind, desc) in {**PARAMS, **extra}.items():
+            schema: dict[str, Any] = {"type": kind}
+            if name in enums:
+                schema["enum"] = enums[name]
+            if name in ranges:
+                schema["minimum"], schema["maximum"] = ranges[name]
+            if name == "step":
+                schema["minimum"] = 0
+            out.append(
+                {"name": name, "in": "query", "required": False, "description": desc, "schema": schema}
+            )
+        return out
+
+    error = {
+        "description": "a bad parameter: the message names the field and the value",
+        "content": {"application/json": {"schema": {"type": "object", "required": ["error", "field"]}}},
+    }
+    ok = {"description": "JSON", "content": {"application/json": {"schema": {"type": "object"}}}}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "kvsim lab", "version": "1", "description": "DESIGN.md §Lab"},
+        "paths": {
+            "/api/presets": {"get": {"summary": "presets, options and caps", "responses": {"200": ok}}},
+            "/api/run": {
+                "get": {
+                    "summary": "a run's bundle (both tracks)",
+                    "parameters": params({}),
+                    "responses": {"200": ok, "400": error, "413": error},
+                }
+            },
+            "/api/state": {
+                "get": {
+                    "summary": "the snapshot at a step",
+                    "parameters": params({"step": ("integer", "state after this many steps")}),
+                    "responses": {"200": ok, "400": error, "413": error},
+                }
+            },
+        },
+    }
+
+
+async def api_openapi(request: Request) -> Response:
+    return JSONResponse(openapi())
+
+
+def create_app() -> Starlette:
+    """The lab's ASGI app."""
+    routes: list[BaseRoute] = [
+        Route("/", index),
+        Route("/api/presets", api_presets),
+        Route("/api/run", api_run),
+        Route("/api/state", api_state),
+        Route("/openapi.json", api_openapi),
+    ]
+    if STATIC.is_dir():
+        routes.append(Mount("/static", StaticFiles(directory=STATIC), name="static"))
+    return Starlette(routes=routes)
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def serve(host: str = "127.0.0.1", port: int = 0, open_browser: bool = False) -> None:
+    """Serves the lab on `host:port` (0: a free port) until Ctrl-C; prints the URL first."""
+    import uvicorn
+
+    if host not in LOOPBACK:
+        print(
+            f"WARNING: kvsim lab is listening on {host}, not loopback: anyone who can reach this machine "
+            "can use it (it has no authentication)",
+            file=sys.stderr,
+        )
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise InvalidArgumentError(f"host {host!r} port {port}: cannot listen there ({e.strerror})") from None
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{bound}/"
+    try:
+        # Ctrl-C at any moment from here on stops the server quietly (uvicorn shuts down gracefully on it,
+        # then re-raises it).
+        print(f"kvsim lab: {url}  (Ctrl-C stops it)", flush=True)
+        if open_browser:
+            threading.Timer(0.5, webbrowser.open, args=(url,)).start()
+        server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning", lifespan="off"))
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    print("kvsim lab: stopped", flush=True)

@@ -1,0 +1,206 @@
+// Guided experiments: what to toggle, what to look for, and a live check of the invariant on the state
+// at the current step. The checks compare numbers the bundle gives (metrics, replayed rows) with each
+// other; they derive nothing the engine did not report.
+
+import { bytes, esc, int, times } from "./format.js";
+import { S } from "./replay.js";
+
+/** Every held block's ref_cnt against the number of block tables holding it at this step. */
+function refCountsMatchTables(r) {
+  const t = r.paged;
+  const held = new Int32Array(t.numBlocks);
+  for (const e of t.live) for (const b of t.seqs.row(e)[S.table]) if (b >= 0 && b < t.numBlocks) held[b] += 1;
+  let checked = 0;
+  const bad = [];
+  for (let b = 0; b < t.numBlocks; b += 1) {
+    const blk = t.block(b);
+    if (blk.state === "null") continue;
+    if (blk.ref_cnt > 0 || held[b] > 0) checked += 1;
+    if (blk.ref_cnt !== held[b]) bad.push(`P_${b}: ref ${blk.ref_cnt}, ${held[b]} tables`);
+  }
+  return { checked, bad };
+}
+
+/** Shared blocks, and the tokens sharing saves: Σ (ref_cnt − 1) × tokens held, over held blocks. */
+function sharedSummary(r) {
+  const t = r.paged;
+  let savedTokens = 0;
+  let shared = 0;
+  let maxRef = 0;
+  for (let b = 0; b < t.numBlocks; b += 1) {
+    const blk = t.block(b);
+    if (blk.ref_cnt > 1) {
+      savedTokens += (blk.ref_cnt - 1) * blk.num_tokens;
+      shared += 1;
+      maxRef = Math.max(maxRef, blk.ref_cnt);
+    }
+  }
+  return { savedTokens, shared, maxRef };
+}
+
+const ok = (pass, text) => ({ pass, text });
+
+export const EXPERIMENTS = [
+  {
+    id: "prefix",
+    title: "Prefix caching & copy-on-write",
+    setup: { preset: "copilot", enable_prefix_caching: true },
+    setupText: "Load Copilot with prefix caching on",
+    toggle: "Open the Copilot preset. Then switch Prefix caching off and on again.",
+    look: "req-1, req-2 and req-3 share the blocks of the 32-token system prompt sys-coding-agent-v1: those " +
+      "cells are striped with a ref-count badge of 3, and the inspector lists all three requests. With caching " +
+      "off every request holds its own copy: prefix savings fall to 0 and the pool allocates more.",
+    verifies: "Verifies multi-tenant de-duplication",
+    check(r) {
+      const { checked, bad } = refCountsMatchTables(r);
+      const { savedTokens, shared, maxRef } = sharedSummary(r);
+      const saved = r.metric("prefix_saved_bytes");
+      const expect = savedTokens * r.bundle.bytes_per_token;
+      const savedOk = saved === null ? null : saved === expect;
+      const pass = bad.length === 0 && savedOk !== false;
+      return ok(pass, `${int(checked)} held blocks: every ref_cnt equals the tables holding it` +
+        (bad.length ? ` — except ${esc(bad.slice(0, 3).join("; "))}` : "") +
+        `. ${int(shared)} shared block${shared === 1 ? "" : "s"} (max ref ${maxRef}): Σ(ref − 1) × tokens held × bytes/token = ` +
+        `${bytes(expect)} ${savedOk === false ? "≠" : "="} prefix saved ${bytes(saved)}.`);
+    },
+  },
+  {
+    id: "block-size",
+    title: "Block size trade-off (16 vs 32)",
+    setup: { block_size: 32 },
+    setupText: "Switch to block size 32",
+    toggle: "Switch Block size between 16 and 32 on the same preset and step.",
+    look: "Bytes per block double and the block tables halve in length, but every sequence’s last block " +
+      "has up to twice the slack: the Paged fragmentation card rises, roughly B / 2 tokens per sequence on average.",
+    verifies: "Verifies the bounded-slack invariant",
+    check(r) {
+      const t = r.paged;
+      const bs = r.blockSize;
+      let n = 0;
+      const bad = [];
+      for (const e of t.live) {
+        const row = t.seqs.row(e);
+        const c = row[S.ctx] + row[S.ctxRate] * (r.step - row[S.step]);
+        const len = row[S.table].length;
+        const tail = c - (len - 1) * bs; // tokens in the last block
+        n += 1;
+        if (!(tail >= 1 && tail <= bs)) bad.push(`${r.name(row[S.rid], row[S.sample])}: ${c} tokens in ${len} blocks`);
+      }
+      const slack = r.metric("paged_tail_slack_bytes");
+      const bound = r.metric("paged_tail_slack_bound_bytes");
+      const boundOk = bound === null || slack === null ? null : slack <= bound;
+      return ok(bad.length === 0 && boundOk !== false,
+        `${int(n)} sequences hold blocks; each has ⌈tokens / B⌉ blocks, so its last block holds 1…${bs} tokens` +
+        ` (slack < B)${bad.length ? ` — except ${esc(bad.slice(0, 3).join("; "))}` : ""}. Tail slack ${bytes(slack)}` +
+        (bound !== null ? ` ${boundOk ? "≤" : ">"} bound ${bytes(bound)}.` : "."));
+    },
+  },
+  {
+    id: "contiguous",
+    title: "Contiguous waste vs paged concurrency",
+    setup: { preset: "chat" },
+    setupText: "Load the Chat preset",
+    toggle: "Compare the two panels at several steps (scrub), and switch the Contiguous baseline between " +
+      "orca-oracle, orca-pow2, orca-max and static.",
+    look: "Contiguous reservation locks memory for tokens not generated yet (and static for the whole context), " +
+      "and its holes show in the region map; paged memory has no external fragmentation, so the same VRAM " +
+      "holds several times the batch: the concurrency multiplier.",
+    verifies: "Verifies the concurrency multiplier",
+    check(r) {
+      const res = r.metric("contiguous_reserved_bytes");
+      const used = r.metric("contiguous_used_bytes");
+      const alloc = r.metric("paged_allocated_bytes");
+      const mult = r.metric("concurrency_multiplier");
+      const ext = r.metric("paged_external_fragmentation");
+      const ratioOk = alloc > 0 && mult !== null ? Math.abs(mult - res / alloc) <= 1e-9 * Math.max(1, mult) : null;
+      const usedOk = res !== null && used !== null ? used <= res : null;
+      const extOk = ext === null ? null : ext === 0;
+      const pass = ratioOk !== false && usedOk !== false && extOk !== false;
+      return ok(pass, `reserved ${bytes(res)} ÷ allocated ${bytes(alloc)} ${ratioOk === false ? "≠" : "="} ` +
+        `${times(mult)}; contiguous used ${bytes(used)} ${usedOk === false ? ">" : "≤"} reserved; paged external ` +
+        `fragmentation ${ext === null ? "—" : ext === 0 ? "0" : ext}.`);
+    },
+  },
+  {
+    id: "pressure",
+    title: "Memory pressure: preemption and swap",
+    setup: { preset: "memory-pressure" },
+    setupText: "Load Memory pressure",
+    toggle: "Play the Memory pressure preset; switch Preemption between recompute and swap.",
+    look: "When the pool runs out the scheduler preempts the newest running sequence: under recompute its " +
+      "blocks are freed and it waits to prefill again; under swap its blocks go to the CPU pool and come back " +
+      "later (swap out / swap in in the event stream).",
+    verifies: "Verifies a preempted sequence holds no GPU block",
+    check(r) {
+      const t = r.paged;
+      const status = new Map();
+      for (const { row } of t.sequences()) status.set(row[S.rid], row[S.status]);
+      const bad = [];
+      for (let b = 0; b < t.numBlocks; b += 1) {
+        for (const rid of t.block(b).request_ids) {
+          const st = status.get(rid);
+          if (st !== "running" && st !== "waiting") bad.push(`P_${b} mapped by ${r.name(rid)} (${st})`);
+        }
+      }
+      const out = t.sequences().filter(({ row }) => row[S.status] === "preempted" || row[S.status] === "swapped");
+      const pre = r.metric("preemptions");
+      return ok(bad.length === 0, `${int(out.length)} sequences preempted or swapped out now` +
+        (pre !== null ? `, ${int(pre)} preemptions so far` : "") +
+        (bad.length ? `; but ${esc(bad.slice(0, 3).join("; "))}` : "; none of them maps a GPU block."));
+    },
+  },
+  {
+    id: "sampling",
+    title: "Parallel sampling: fork and copy-on-write",
+    setup: { preset: "parallel-sampling" },
+    setupText: "Load Parallel sampling",
+    toggle: "Play the Parallel sampling preset from step 0; switch Sampling between fork-cow and independent.",
+    look: "After the prompt, the samples fork and share every block (ref = samples); the first sample to write " +
+      "into the shared partial block copies it (copy-on-write in the stream), full prompt blocks stay shared. " +
+      "Independent samples each prefill their own copy.",
+    verifies: "Verifies ref counts equal the tables sharing a block",
+    check(r) {
+      const { checked, bad } = refCountsMatchTables(r);
+      const { shared, maxRef } = sharedSummary(r);
+      const cow = r.metric("cow_copies");
+      return ok(bad.length === 0, `${int(checked)} held blocks, ${int(shared)} shared (max ref ${maxRef}); every ` +
+        `ref_cnt equals the tables holding it${bad.length ? ` — except ${esc(bad.slice(0, 3).join("; "))}` : ""}` +
+        (cow !== null ? `; ${int(cow)} copy-on-write copies so far.` : "."));
+    },
+  },
+];
+
+export class Experiments {
+  constructor({ root, onApply }) {
+    this.root = root;
+    this.onApply = onApply;
+    root.innerHTML = EXPERIMENTS.map((x, i) => `
+      <article class="panel exp" data-exp="${x.id}">
+        <header><span class="exp-num">${i + 1}</span><h3>${esc(x.title)}</h3></header>
+        <p><b>Toggle:</b> ${esc(x.toggle)}</p>
+        <p><b>Look for:</b> ${esc(x.look)}</p>
+        <p class="exp-check" data-check="${x.id}" aria-live="polite"></p>
+        <footer><span class="exp-verifies">${esc(x.verifies)}</span>
+          <button type="button" class="small" data-apply="${x.id}">${esc(x.setupText)}</button></footer>
+      </article>`).join("");
+    root.addEventListener("click", (ev) => {
+      const b = ev.target.closest("[data-apply]");
+      if (b) this.onApply(EXPERIMENTS.find((x) => x.id === b.dataset.apply).setup);
+    });
+  }
+
+  render(replay) {
+    for (const x of EXPERIMENTS) {
+      const el = this.root.querySelector(`[data-check="${x.id}"]`);
+      let res;
+      try {
+        res = x.check(replay);
+      } catch (err) {
+        res = { pass: null, text: `cannot check here: ${esc(err.message)}` };
+      }
+      el.dataset.pass = String(res.pass);
+      el.innerHTML = `<span class="verdict">${res.pass === true ? "✓ holds" : res.pass === false ? "✗ fails" : "·"}</span>` +
+        ` <span>at step ${int(replay.step)}: ${res.text}</span>`;
+    }
+  }
+}

@@ -1,0 +1,89 @@
+// The block inspector: everything about the selected physical block at the current step, read from the
+// replayed rows (state, ref count, key, requests) and the bundle's sizes (bytes per block and token).
+
+import { bytes, esc, hex, int } from "./format.js";
+
+const STATE_TEXT = {
+  free: "FREE (ref 0)",
+  private: "PRIVATE",
+  shared: "SHARED",
+  cached: "CACHED · free, evictable",
+  null: "NULL BLOCK",
+};
+
+const STATE_NOTE = {
+  free: "On the free queue, holds no key: the next allocation may take it.",
+  private: "Held by one sequence.",
+  shared: "Shared by several sequences (prefix cache or forked samples): written once, read by all; a write into a shared partial block copies it first (copy-on-write).",
+  cached: "Free (ref 0) but still carries its prefix key: a later request with the same prefix finds it; it is evicted only when popped for reuse.",
+  null: "vLLM’s null block: taken at start and never handed out, so capacity is one block less.",
+};
+
+export class Inspector {
+  constructor({ title, body, onSelectSeq, onSelectBlock }) {
+    this.title = title;
+    this.body = body;
+    this.onSelectSeq = onSelectSeq;
+    this.onSelectBlock = onSelectBlock;
+    body.addEventListener("click", (ev) => {
+      const seq = ev.target.closest("[data-seq]");
+      if (seq) this.onSelectSeq(Number(seq.dataset.seq));
+    });
+  }
+
+  clear() {
+    this.title.textContent = "";
+    this.body.innerHTML = '<p class="hint">Select a block in the pool.</p>';
+  }
+
+  /** Render block b of the paged track at the replay's current step. */
+  show(replay, b) {
+    const track = replay.paged;
+    const bundle = replay.bundle;
+    if (b < 0 || b >= track.numBlocks) {
+      this.clear();
+      return;
+    }
+    const blk = track.block(b);
+    const panel = this.body.closest(".inspector");
+    if (panel) panel.dataset.state = blk.state;
+    const bs = track.blockSize;
+    const bpb = bundle.bytes_per_block;
+    const bpt = bundle.bytes_per_token ?? (bundle.model && bundle.model.bytes_per_token);
+    const offset = b * bpb;
+    const width = Math.max(8, (track.numBlocks * bpb).toString(16).length);
+    const slack = blk.state === "private" ? bs - blk.num_tokens : blk.state === "shared" ? 0 : null;
+    const holders = track.holders(b);
+    const names = blk.request_ids.map((rid) => replay.name(rid));
+    const slots = [];
+    if (bs <= 256) {
+      for (let i = 0; i < bs; i += 1) {
+        slots.push(`<span class="slot${i < blk.num_tokens ? " on" : ""}">${i}</span>`);
+      }
+    }
+    this.title.innerHTML = `<b class="mono" id="insp-id">P_${b}</b>`;
+    this.body.innerHTML = `
+      <p class="insp-state s-${blk.state}-text" id="insp-state" data-state="${blk.state}">
+        <span class="cell s-${blk.state} demo" aria-hidden="true"></span>${STATE_TEXT[blk.state] || esc(blk.state)}
+        <span class="ref" id="insp-ref" data-ref="${blk.ref_cnt}">ref_cnt = ${blk.ref_cnt}</span></p>
+      <p class="hint">${STATE_NOTE[blk.state] || ""}</p>
+      <dl class="kv">
+        <dt>Base offset</dt><dd class="mono" id="insp-offset" data-offset="${offset}">${hex(offset, width)}
+          <small>(${bytes(offset)} mark · ${int(bpb)} B per block)</small></dd>
+        <dt>Occupancy</dt><dd id="insp-occupancy" data-tokens="${blk.num_tokens}"><b>${blk.num_tokens} / ${bs}</b> tokens</dd>
+        <dt>Slack</dt><dd id="insp-slack">${slack === null ? "—"
+          : `${slack} tokens <small>(${bpt ? bytes(slack * bpt) : "—"} unused)</small>`}</dd>
+        <dt>Mapped by</dt><dd id="insp-requests" data-requests="${blk.request_ids.join(",")}">${names.length
+          ? names.map((n, i) => `<span class="pill">${esc(n)}</span>${i < names.length - 1 ? " " : ""}`).join("")
+          : '<span class="hint">no sequence</span>'}</dd>
+        <dt>Prefix key</dt><dd class="mono" id="insp-key">${blk.prefix_key ? esc(blk.prefix_key)
+          : '<span class="hint">none (a partial or unkeyed block)</span>'}</dd>
+      </dl>
+      ${holders.length ? `<p class="label">Block tables holding it</p><ul class="holders">${holders.map((h) =>
+        `<li><button type="button" class="linkish" data-seq="${h.seq}">${esc(replay.name(h.rid, h.sample))}</button>
+         at L_${h.logical}</li>`).join("")}</ul>` : ""}
+      ${slots.length ? `<p class="label">Token slots in P_${b} (${bs} slots)</p><div class="slots">${slots.join("")}</div>`
+        : `<div class="usage-bar thin"><span class="used" style="width:${(100 * blk.num_tokens) / bs}%"></span></div>`}
+    `;
+  }
+}

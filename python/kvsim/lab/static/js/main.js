@@ -1,0 +1,436 @@
+// The page's wiring: controls -> api/run -> a Replay of the bundle -> the views at the current step;
+// replay controls (step, play / pause, speed, scrubber); the URL holding configuration and step.
+
+import { fetchPresets, fetchRun } from "./api.js";
+import { Chart } from "./chart.js";
+import { Experiments } from "./experiments.js";
+import { bytes, esc, int, secs } from "./format.js";
+import { BlockGrid, WINDOW, canvasSize, forgetCanvasSizes, stateColors } from "./grid.js";
+import { Inspector } from "./inspector.js";
+import { Panels } from "./panels.js";
+import { Replay } from "./replay.js";
+import { EventStream } from "./stream.js";
+import { SeqTables } from "./tables.js";
+
+const $ = (id) => document.getElementById(id);
+const PARAMS = ["preset", "model", "block_size", "num_blocks", "enable_prefix_caching", "policy", "sampling",
+  "preemption", "contiguous_policy", "placement"];
+const OPTION_LISTS = {
+  model: "models", block_size: "block_sizes", policy: "policies", sampling: "samplings",
+  preemption: "preemptions", contiguous_policy: "contiguous_policies", placement: "placements",
+};
+
+const lab = {
+  presets: null,
+  replay: null,
+  step: 0,
+  selected: -1,
+  playing: false,
+  pending: null,
+  runSeq: 0,
+  completed: 0, // runs answered (drawn or refused): the tests wait on it
+  timings: [],
+};
+window.kvlab = lab; // for the browser tests and the page benchmark
+
+const colors = stateColors();
+const panels = new Panels(colors);
+const inspector = new Inspector({
+  title: $("insp-title"),
+  body: $("insp-body"),
+  onSelectSeq: (seq) => tables.selectSeq(seq),
+});
+const grid = new BlockGrid({
+  root: $("grid"),
+  overview: $("grid-overview"),
+  overviewCanvas: $("grid-overview-canvas"),
+  caption: $("grid-window-caption"),
+  onSelect: (b) => selectBlock(b),
+});
+const tables = new SeqTables({
+  list: $("seq-list"), filter: $("seq-filter"), count: $("seq-count"),
+  onSelectBlock: (b) => grid.select(b, false),
+});
+const stream = new EventStream({
+  list: $("ev-list"), kinds: $("ev-kinds"), request: $("ev-request"), count: $("ev-count"),
+  onSelectBlock: (b) => grid.select(b, false),
+});
+const chart = new Chart({
+  canvas: $("chart"), cursor: $("chart-cursor"), legend: $("chart-legend"),
+  onSeek: (k) => requestStep(k),
+});
+const experiments = new Experiments({ root: $("exp-list"), onApply: (over) => applyOverrides(over) });
+
+function banner(msg) {
+  const el = $("banner");
+  el.hidden = !msg;
+  el.textContent = msg || "";
+}
+
+// ---------------------------------------------------------------- URL
+
+function queryFromUrl() {
+  const u = new URLSearchParams(window.location.search);
+  const q = {};
+  for (const p of PARAMS) if (u.has(p)) q[p] = u.get(p);
+  const step = u.has("step") ? Number.parseInt(u.get("step"), 10) : null;
+  return { query: q, step: Number.isFinite(step) ? step : null };
+}
+
+let urlTimer = 0;
+function writeUrl() {
+  clearTimeout(urlTimer);
+  urlTimer = setTimeout(() => {
+    const r = lab.replay;
+    if (!r) return;
+    const u = new URLSearchParams();
+    for (const p of PARAMS) {
+      const v = r.bundle.query[p];
+      if (v !== undefined && v !== null) u.set(p, String(v));
+    }
+    u.set("step", String(lab.step));
+    const url = `${window.location.pathname}?${u.toString()}`;
+    if (url !== `${window.location.pathname}${window.location.search}`) window.history.replaceState(null, "", url);
+  }, 120);
+}
+
+// ---------------------------------------------------------------- controls
+
+function fillSelect(sel, values, current) {
+  const opts = values.map((v) => (typeof v === "object" ? v : { name: v }));
+  sel.innerHTML = opts.map((o) => `<option value="${esc(o.name)}">${esc(o.title || o.name)}</option>`).join("");
+  if (current !== undefined && current !== null) {
+    if (!opts.some((o) => String(o.name) === String(current))) {
+      sel.insertAdjacentHTML("beforeend", `<option value="${esc(current)}">${esc(current)}</option>`);
+    }
+    sel.value = String(current);
+  }
+}
+
+function syncControls(bundle) {
+  const q = bundle.query;
+  const opts = lab.presets.options || {};
+  fillSelect($("c-preset"), lab.presets.presets.map((p) => ({
+    name: p.name, title: `${p.title || p.name}${p.available === false ? " (unavailable here)" : ""}`,
+  })), q.preset);
+  const contiguous = new Set(opts.contiguous_policies || []);
+  for (const [param, list] of Object.entries(OPTION_LISTS)) {
+    const sel = document.querySelector(`[data-param="${param}"]`);
+    let values = opts[list] || [];
+    // The paged policy's list leaves out the contiguous baselines: they have their own control.
+    if (param === "policy") values = values.filter((v) => !contiguous.has(typeof v === "object" ? v.name : v));
+    fillSelect(sel, values, q[param]);
+  }
+  const nb = $("c-num-blocks");
+  nb.value = String(q.num_blocks ?? bundle.num_blocks);
+  if (lab.presets.limits && lab.presets.limits.max_blocks) nb.max = String(lab.presets.limits.max_blocks);
+  const pc = $("c-prefix");
+  pc.checked = q.enable_prefix_caching === true || q.enable_prefix_caching === "true";
+  $("c-prefix-state").textContent = pc.checked ? "ACTIVE" : "OFF";
+  $("c-bpb").textContent = `${bytes(bundle.bytes_per_block)} / block`;
+  $("c-bpb").dataset.value = String(bundle.bytes_per_block);
+  const bpt = bundle.bytes_per_token ?? (bundle.model && bundle.model.bytes_per_token);
+  $("c-model-bpt").textContent = bpt ? `${bytes(bpt)} KV / token` : "";
+  $("c-pool-bytes").textContent = `${bytes(bundle.num_blocks * bundle.bytes_per_block)} of KV cache`;
+  const pre = lab.presets.presets.find((p) => p.name === q.preset);
+  $("c-preset-desc").textContent = pre ? pre.description || "" : "";
+}
+
+function readControl(el) {
+  if (el.type === "checkbox") return el.checked;
+  if (el.type === "number") return Number.parseInt(el.value, 10);
+  return el.value;
+}
+
+for (const el of document.querySelectorAll("[data-param]")) {
+  el.addEventListener("change", () => {
+    const param = el.dataset.param;
+    const value = readControl(el);
+    if (param === "preset") run({ preset: value }, null);
+    else applyOverrides({ [param]: value });
+  });
+}
+
+function applyOverrides(over) {
+  const base = lab.replay ? { ...lab.replay.bundle.query } : {};
+  let step = lab.step;
+  if (over.preset && over.preset !== base.preset) {
+    run({ ...over }, null);
+    return;
+  }
+  if (!lab.replay) step = null;
+  run({ ...base, ...over }, step);
+}
+
+// ---------------------------------------------------------------- runs
+
+async function run(query, step) {
+  const seq = ++lab.runSeq;
+  const t0 = performance.now();
+  $("lab").setAttribute("aria-busy", "true");
+  document.body.dataset.ready = "false";
+  let bundle;
+  try {
+    bundle = await fetchRun(query);
+  } catch (err) {
+    if (seq !== lab.runSeq) return;
+    banner(err.message);
+    $("lab").setAttribute("aria-busy", "false");
+    if (lab.replay) syncControls(lab.replay.bundle); // the rejected change changed nothing
+    lab.completed += 1;
+    document.body.dataset.runs = String(lab.completed);
+    document.body.dataset.error = err.message;
+    document.body.dataset.ready = "true";
+    return;
+  }
+  if (seq !== lab.runSeq) return; // a later change superseded this run
+  const t1 = performance.now();
+  banner(null);
+  // Measure the canvases before any DOM write: one layout, not one per view.
+  grid.overview.hidden = !(bundle.num_blocks > WINDOW);
+  for (const c of document.querySelectorAll("canvas")) canvasSize(c);
+  const replay = new Replay(bundle);
+  const tReplay = performance.now();
+  lab.replay = replay;
+  syncControls(bundle);
+  const scrub = $("r-scrub");
+  scrub.max = String(bundle.num_steps);
+  grid.reset(replay.paged);
+  tables.setReplay(replay);
+  stream.setReplay(replay);
+  panels.setReplay(replay);
+  $("grid-title").textContent = `GPU VRAM physical memory block pool (${int(bundle.num_blocks)} blocks · ` +
+    `${bytes(bundle.num_blocks * bundle.bytes_per_block)})`;
+  const start = step === null || step === undefined ? bundle.default_step : step;
+  lab.step = Math.max(0, Math.min(bundle.num_steps, start));
+  replay.seek(lab.step);
+  chart.setReplay(replay);
+  if (lab.selected >= bundle.num_blocks) lab.selected = -1;
+  render(null);
+  if (lab.selected < 0) {
+    // Open the inspector on the most telling block there is: shared, else held, else cached.
+    const first = ["shared", "private", "cached"].map((st) => firstBlockWith(replay, st)).find((b) => b >= 0);
+    if (first !== undefined) grid.select(first, false);
+  } else {
+    grid.select(lab.selected, false);
+  }
+  const t2 = performance.now();
+  lab.timings.push({ query, fetch_ms: t1 - t0, replay_ms: tReplay - t1, render_ms: t2 - t1, total_ms: t2 - t0,
+    views_ms: lab.lastRender });
+  $("foot-run").textContent = `Last run: ${int(bundle.requests.length)} requests, ${int(bundle.num_steps)} steps, ` +
+    `${int(bundle.paged.events.length)} events; fetched in ${(t1 - t0).toFixed(0)} ms, drawn in ${(t2 - t1).toFixed(0)} ms.`;
+  $("lab").setAttribute("aria-busy", "false");
+  lab.completed += 1;
+  document.body.dataset.runs = String(lab.completed);
+  delete document.body.dataset.error;
+  document.body.dataset.ready = "true";
+  writeUrl();
+}
+
+function firstBlockWith(replay, state) {
+  for (let b = 0; b < replay.numBlocks; b += 1) if (replay.paged.block(b).state === state) return b;
+  return -1;
+}
+
+// ---------------------------------------------------------------- step and render
+
+// Views below the fold redraw when they are on screen; off screen they are marked stale and caught up
+// when the scrubbing pauses and the browser is idle, so a scrub pays only for what the user sees. body[data-settled] is the step
+// every view shows (the tests wait for it).
+const lazy = [
+  { name: "tables", el: $("seq-list").closest("section"), draw: () => tables.render() },
+  { name: "stream", el: $("ev-list").closest("section"), draw: () => stream.render() },
+  { name: "experiments", el: $("exp-list").closest("section"), draw: () => experiments.render(lab.replay) },
+];
+const onScreen = new Set();
+let idleHandle = 0;
+
+function settle() {
+  if (lab.replay && lazy.every((v) => !v.stale)) document.body.dataset.settled = String(lab.step);
+}
+
+function catchUp() {
+  idleHandle = 0;
+  if (!lab.replay) return;
+  for (const v of lazy) {
+    if (v.stale) {
+      v.draw();
+      v.stale = false;
+    }
+  }
+  settle();
+}
+
+const observer = new IntersectionObserver((entries) => {
+  for (const e of entries) {
+    if (e.isIntersecting) onScreen.add(e.target);
+    else onScreen.delete(e.target);
+  }
+  for (const v of lazy) {
+    if (v.stale && onScreen.has(v.el) && lab.replay) {
+      v.draw();
+      v.stale = false;
+    }
+  }
+  settle();
+}, { rootMargin: "200px 0px" });
+for (const v of lazy) observer.observe(v.el);
+
+function render(changed) {
+  const r = lab.replay;
+  const marks = [performance.now()];
+  grid.update(changed);
+  marks.push(performance.now());
+  panels.render();
+  marks.push(performance.now());
+  for (const v of lazy) {
+    if (onScreen.has(v.el)) {
+      v.draw();
+      v.stale = false;
+    } else {
+      v.stale = true;
+    }
+    marks.push(performance.now());
+  }
+  chart.moveCursor(lab.step);
+  if (lab.selected >= 0) inspector.show(r, lab.selected);
+  marks.push(performance.now());
+  // Where a redraw's time goes (the page benchmark reports it); a stale view's time is 0 here.
+  lab.lastRender = Object.fromEntries(["grid", "panels", "tables", "stream", "experiments", "inspector"]
+    .map((name, i) => [name, marks[i + 1] - marks[i]]));
+  const scrub = $("r-scrub");
+  scrub.value = String(lab.step);
+  const t = r.metric("time_s");
+  $("r-step").textContent = `step ${int(lab.step)} / ${int(r.numSteps)}${t !== null ? ` · t = ${secs(t)}` : ""}`;
+  $("r-step").dataset.step = String(lab.step);
+  document.body.dataset.step = String(lab.step);
+  if (lazy.some((v) => v.stale)) {
+    // Catch up once the user stops scrubbing (no redraw for 200 ms), in an idle period.
+    delete document.body.dataset.settled;
+    clearTimeout(idleHandle);
+    idleHandle = setTimeout(() => requestIdleCallback(catchUp, { timeout: 500 }), 200);
+  } else {
+    settle();
+  }
+}
+
+function selectBlock(b) {
+  lab.selected = b;
+  if (!lab.replay) return;
+  inspector.show(lab.replay, b);
+  tables.markBlock(b);
+}
+
+/** Seek now (synchronously) and redraw what changed. */
+function seek(k) {
+  const r = lab.replay;
+  if (!r) return;
+  const step = Math.max(0, Math.min(r.numSteps, k | 0));
+  const t0 = performance.now();
+  const changed = r.seek(step);
+  lab.lastReplayMs = performance.now() - t0;
+  lab.step = step;
+  render(changed);
+  lab.lastSeekMs = performance.now() - t0;
+  writeUrl();
+}
+lab.seek = seek;
+
+/** Seek at the next frame, coalescing a burst of scrubber events into one redraw. */
+function requestStep(k) {
+  lab.pending = k;
+  if (lab.frame) return;
+  lab.frame = requestAnimationFrame(() => {
+    lab.frame = 0;
+    const p = lab.pending;
+    lab.pending = null;
+    if (p !== null) seek(p);
+  });
+}
+
+$("r-scrub").addEventListener("input", (ev) => requestStep(Number(ev.target.value)));
+$("r-start").addEventListener("click", () => seek(0));
+$("r-end").addEventListener("click", () => lab.replay && seek(lab.replay.numSteps));
+$("r-prev").addEventListener("click", () => seek(lab.step - 1));
+$("r-next").addEventListener("click", () => seek(lab.step + 1));
+$("r-default").addEventListener("click", () => lab.replay && seek(lab.replay.bundle.default_step));
+$("r-play").addEventListener("click", () => setPlaying(!lab.playing));
+$("r-link").addEventListener("click", async () => {
+  const btn = $("r-link");
+  try {
+    await navigator.clipboard.writeText(window.location.href);
+    btn.textContent = "link copied";
+  } catch {
+    btn.textContent = "see address bar";
+  }
+  setTimeout(() => { btn.textContent = "copy link"; }, 1500);
+});
+
+function setPlaying(on) {
+  const r = lab.replay;
+  if (on && r && lab.step >= r.numSteps) seek(0);
+  lab.playing = on && !!r;
+  const btn = $("r-play");
+  btn.textContent = lab.playing ? "⏸" : "▶";
+  btn.setAttribute("aria-label", lab.playing ? "Pause" : "Play");
+  if (!lab.playing) return;
+  let last = performance.now();
+  let acc = 0;
+  const tick = (now) => {
+    if (!lab.playing) return;
+    acc += ((now - last) / 1000) * Number($("r-speed").value);
+    last = now;
+    const n = Math.floor(acc);
+    if (n > 0) {
+      acc -= n;
+      const next = Math.min(lab.replay.numSteps, lab.step + n);
+      seek(next);
+      if (next >= lab.replay.numSteps) {
+        setPlaying(false);
+        return;
+      }
+    }
+    requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick);
+}
+
+document.addEventListener("keydown", (ev) => {
+  const t = ev.target;
+  if (t.closest && (t.closest("input, select, textarea, button") || t.closest("#grid"))) return;
+  if (ev.key === " ") { ev.preventDefault(); setPlaying(!lab.playing); }
+  else if (ev.key === "ArrowRight" || ev.key === ".") { ev.preventDefault(); seek(lab.step + 1); }
+  else if (ev.key === "ArrowLeft" || ev.key === ",") { ev.preventDefault(); seek(lab.step - 1); }
+  else if (ev.key === "Home") { ev.preventDefault(); seek(0); }
+  else if (ev.key === "End" && lab.replay) { ev.preventDefault(); seek(lab.replay.numSteps); }
+});
+
+let resizeTimer = 0;
+window.addEventListener("resize", () => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(() => {
+    grid.relayout();
+    forgetCanvasSizes(...document.querySelectorAll("canvas"));
+    if (lab.replay) {
+      chart.draw();
+      panels.drawMaps();
+      grid.update(null);
+    }
+  }, 100);
+});
+
+// ---------------------------------------------------------------- start
+
+async function start() {
+  try {
+    lab.presets = await fetchPresets();
+  } catch (err) {
+    banner(`cannot load the presets: ${err.message}`);
+    document.body.dataset.ready = "true";
+    return;
+  }
+  const { query, step } = queryFromUrl();
+  if (!query.preset) query.preset = lab.presets.presets[0].name;
+  await run(query, step);
+}
+lab.ready = start();

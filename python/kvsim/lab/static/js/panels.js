@@ -1,0 +1,183 @@
+// The metric cards, the contiguous and paged panels and the derivation: each value is a per-step metric
+// column of the bundle (computed in Python from the replayed engine state) read at the current step.
+// Elements carry the raw value in data-value so tests compare it with kvsim.lab.snapshot exactly.
+
+import { drawPoolStrip, prepareCanvas } from "./grid.js";
+import { bytes, esc, int, metric, pct, times } from "./format.js";
+import { S } from "./replay.js";
+
+function setMetric(el, replay, name, text = null) {
+  if (!el) return null;
+  const v = replay.metric(name);
+  el.dataset.value = v === null ? "" : String(v);
+  el.dataset.metric = name;
+  el.textContent = text !== null ? text(v) : metric(name, v);
+  el.classList.toggle("missing", v === null);
+  return v;
+}
+
+const $ = (id) => document.getElementById(id);
+
+export class Panels {
+  constructor(colors) {
+    this.colors = colors;
+    this.replay = null;
+  }
+
+  setReplay(replay) {
+    this.replay = replay;
+    const b = replay.bundle;
+    $("contig-policy").textContent = `${b.query.contiguous_policy ?? b.contiguous.policy} · ${b.query.placement ?? ""}`;
+    $("paged-policy").textContent = `${b.query.policy ?? b.paged.policy}${b.query.enable_prefix_caching === false ? " · no prefix cache" : ""}`;
+    $("paged-explain").textContent = `The KV cache is cut into fixed-size blocks of ${b.block_size} tokens ` +
+      `(${bytes(b.bytes_per_block)} each), allocated as tokens are computed and stitched together by ` +
+      "per-sequence block tables, so no request needs contiguous memory and no hole is ever too small.";
+  }
+
+  render() {
+    const r = this.replay;
+    if (!r) return;
+    // Cards.
+    setMetric($("card-multiplier"), r, "concurrency_multiplier", times);
+    setMetric($("card-prefix"), r, "prefix_saved_bytes", bytes);
+    setMetric($("card-waste"), r, "contiguous_waste_fraction", pct);
+    setMetric($("card-slack"), r, "paged_tail_slack_fraction", pct);
+    const bound = r.metric("paged_tail_slack_bound_bytes");
+    $("card-slack-note").textContent = bound !== null
+      ? `Only tail blocks have slack: ${bytes(r.metric("paged_tail_slack_bytes"))} ≤ bound ${bytes(bound)} (< B tokens per sequence)`
+      : "Only the tail block of a sequence has slack (< B tokens each)";
+    // Contiguous panel.
+    const reserved = setMetric($("contig-reserved"), r, "contiguous_reserved_bytes", bytes);
+    const used = r.metric("contiguous_used_bytes");
+    const wasted = r.hasMetric("contiguous_wasted_bytes") ? r.metric("contiguous_wasted_bytes")
+      : reserved !== null && used !== null ? reserved - used : null;
+    const waste = r.metric("contiguous_waste_fraction");
+    $("contig-used").textContent = `${bytes(used)} (${pct(waste === null ? null : 1 - waste)})`;
+    $("contig-used").dataset.value = String(used);
+    $("contig-wasted").textContent = `${bytes(wasted)} (${pct(waste)})`;
+    $("contig-wasted").dataset.value = String(wasted);
+    $("contig-used-bar").style.width = `${reserved ? (100 * used) / reserved : 0}%`;
+    $("contig-wasted-bar").style.width = `${reserved ? (100 * wasted) / reserved : 0}%`;
+    setMetric($("contig-internal"), r, r.hasMetric("contiguous_internal_fragmentation")
+      ? "contiguous_internal_fragmentation" : "contiguous_waste_fraction", pct);
+    setMetric($("contig-external"), r, "contiguous_external_fragmentation", pct);
+    // Paged panel.
+    const alloc = setMetric($("paged-allocated"), r, "paged_allocated_bytes", bytes);
+    const stored = setMetric($("paged-stored"), r, "paged_stored_bytes", bytes);
+    const slack = setMetric($("paged-slack"), r, "paged_tail_slack_bytes",
+      (v) => `${bytes(v)} (${pct(r.metric("paged_tail_slack_fraction"))})`);
+    $("paged-stored-bar").style.width = `${alloc ? (100 * stored) / alloc : 0}%`;
+    $("paged-slack-bar").style.width = `${alloc ? (100 * slack) / alloc : 0}%`;
+    setMetric($("paged-internal"), r, "paged_tail_slack_fraction", pct);
+    setMetric($("paged-external"), r, "paged_external_fragmentation", pct);
+    setMetric($("paged-saved"), r, "prefix_saved_bytes", bytes);
+    this.renderBatch($("paged-batch"), r.paged, r.step);
+    this.renderBatch($("contig-batch"), r.contig, r.step);
+    this.drawMaps();
+    this.renderDerivation();
+  }
+
+  /** The same workload's sequences in one track at this step (each track's own engine run). */
+  renderBatch(el, track, k) {
+    const parts = [["num_running", "running"], ["num_waiting", "waiting"], ["num_swapped", "swapped"],
+      ["num_finished", "finished"], ["num_rejected", "rejected"]]
+      .map(([name, label]) => [label, track.metric(name, k)])
+      .filter(([label, v]) => v !== null && (v > 0 || label === "running" || label === "waiting"));
+    el.dataset.running = String(track.metric("num_running", k));
+    el.innerHTML = parts.length ? `At this step: ${parts.map(([label, v]) =>
+      `<b class="${label === "running" ? "run" : ""}">${int(v)}</b> ${label}`).join(" · ")}` : "";
+  }
+
+  drawMaps() {
+    const r = this.replay;
+    drawPoolStrip($("paged-map"), r.paged, this.colors);
+    const counts = ["private", "shared", "cached", "free"].map((s) => [s, r.metric(`paged_${s}_blocks`)])
+      .filter(([, v]) => v !== null).map(([s, v]) => `${int(v)} ${s}`);
+    $("paged-map-caption").textContent = `${int(r.numBlocks)} blocks${counts.length ? ` · ${counts.join(" · ")}` : ""}`;
+    this.drawRegions();
+  }
+
+  /** The contiguous address space: each placed region at its offset, stored part and reserved rest. */
+  drawRegions() {
+    const r = this.replay;
+    const canvas = $("contig-map");
+    const { ctx, w, h } = prepareCanvas(canvas);
+    ctx.fillStyle = this.colors.bg;
+    ctx.fillRect(0, 0, w, h);
+    const regions = r.contig.placedRegions();
+    let cap = r.bundle.contiguous.capacity_tokens ?? r.bundle.capacity_tokens;
+    if (!cap) cap = Math.max(1, ...regions.map((g) => g.offset + g.size));
+    const X = (tok) => (tok / cap) * w;
+    const hatch = this._hatch(ctx);
+    const track = r.contig;
+    for (const g of regions) {
+      const e = track.seqOf(g.rid, g.sample);
+      const row = e === undefined ? null : track.seqs.row(e);
+      const usedTok = row ? Math.min(g.size, Math.max(0, row[S.ctx] + row[S.ctxRate] * (r.step - row[S.step]))) : 0;
+      const x = X(g.offset);
+      const ww = Math.max(1, X(g.size) - 1);
+      ctx.fillStyle = hatch;
+      ctx.fillRect(x, 4, ww, h - 8);
+      ctx.fillStyle = "#2bb8a3";
+      ctx.fillRect(x, 4, Math.max(usedTok > 0 ? 1 : 0, X(usedTok)), h - 8);
+      ctx.strokeStyle = "rgba(255,255,255,0.55)";
+      ctx.lineWidth = 1;
+      ctx.strokeRect(x + 0.5, 4.5, ww - 1, h - 9);
+      if (ww > 30) {
+        ctx.fillStyle = "#fff";
+        ctx.font = "11px ui-sans-serif, system-ui, sans-serif";
+        ctx.fillText(r.name(g.rid), x + 4, 18, ww - 8);
+      }
+    }
+    const placed = regions.reduce((a, g) => a + g.size, 0);
+    $("contig-map-caption").textContent = `${int(regions.length)} regions · ${int(placed)} of ${int(cap)} token slots reserved`;
+  }
+
+  _hatch(ctx) {
+    if (this.hatchPattern) return this.hatchPattern;
+    const c = document.createElement("canvas");
+    c.width = 8;
+    c.height = 8;
+    const g = c.getContext("2d");
+    g.fillStyle = "#5b2330";
+    g.fillRect(0, 0, 8, 8);
+    g.strokeStyle = "#ff5d73";
+    g.lineWidth = 2;
+    g.beginPath();
+    g.moveTo(0, 8);
+    g.lineTo(8, 0);
+    g.stroke();
+    this.hatchPattern = ctx.createPattern(c, "repeat");
+    return this.hatchPattern;
+  }
+
+  renderDerivation() {
+    const r = this.replay;
+    const b = r.bundle;
+    const m = b.model || {};
+    const bpt = b.bytes_per_token ?? m.bytes_per_token;
+    const arch = m.kv_lora_rank
+      ? `MLA: one compressed latent of ${int(m.kv_lora_rank)} (+ the decoupled RoPE key) per layer, not K and V per head`
+      : m.num_kv_heads && m.num_heads && m.num_kv_heads < m.num_heads
+        ? `GQA: ${int(m.num_heads)} query heads share ${int(m.num_kv_heads)} KV heads, and only KV heads are cached`
+        : "multi-head attention: every head caches its K and V";
+    const v = (name) => bytes(r.metric(name));
+    const items = [
+      `<b>Bytes per token</b> (${esc(m.name || "model")}, ${arch}): <span class="mono formula">${esc(m.formula || "—")}</span>`,
+      `<b>Bytes per block</b>: B = ${int(b.block_size)} tokens × ${int(bpt)} B = <b>${bytes(b.bytes_per_block)}</b>` +
+        ` (${int(b.bytes_per_block)} B); the pool has ${int(b.num_blocks)} blocks (block 0 is vLLM’s null block)` +
+        ` = ${bytes(b.num_blocks * b.bytes_per_block)}.`,
+      `<b>Contiguous</b> (${esc(b.query.contiguous_policy || b.contiguous.policy)}) reserves each request’s whole region when it starts:` +
+        ` <b>${v("contiguous_reserved_bytes")}</b> at step ${int(r.step)}, of which ${v("contiguous_used_bytes")} hold computed tokens.`,
+      `<b>Paged</b> allocates a block only when a token needs it: <b>${v("paged_allocated_bytes")}</b> allocated,` +
+        ` ${v("paged_stored_bytes")} stored; shared prefix blocks are held once (${v("prefix_saved_bytes")} saved).`,
+      `<b>Tail slack is bounded</b>: only a sequence’s last block can be partial, so each wastes at most B − 1 = ${int(b.block_size - 1)} tokens` +
+        ` (${bytes((b.block_size - 1) * bpt)}): slack now ${v("paged_tail_slack_bytes")}` +
+        (r.hasMetric("paged_tail_slack_bound_bytes") ? ` ≤ bound ${v("paged_tail_slack_bound_bytes")}.` : "."),
+      `<b>Concurrency multiplier</b> = contiguous reserved ÷ paged allocated = <b>${times(r.metric("concurrency_multiplier"))}</b>:` +
+        " the batch the same VRAM holds under paging against contiguous reservation.",
+    ];
+    $("deriv-model").textContent = m.name ? `(${m.name}, ${m.dtype || ""} KV)` : "";
+    $("derivation").innerHTML = items.map((t) => `<li>${t}</li>`).join("");
+  }
+}

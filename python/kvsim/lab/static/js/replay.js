@@ -1,0 +1,358 @@
+// Replay of a bundle (see LAB_CONTRACT.md / DESIGN.md "Lab"): the state at step k read from the rows the
+// server computed with the engine. Nothing is simulated here: a row says "from step s on, this entity is
+// X"; seeking to k means knowing, for every entity, its last row with step <= k. Moving forward applies
+// rows; moving back undoes them through per-row links to the entity's previous row, or restarts from a
+// keyframe (a saved copy of the per-entity row pointers) when that is cheaper. Each seek reports which
+// entities changed, so the views redraw only those.
+
+/** Index of the first element of the sorted Int32Array `a` greater than `x` (rows with step <= x). */
+export function upperBound(a, x) {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (a[mid] <= x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** Rows sorted by step, each about one entity; `cur[e]` is the row in force for entity e (or -1). */
+export class RowTrack {
+  /**
+   * @param {Array<Array>} rows sorted by row[0] (the step)
+   * @param {number} numEntities
+   * @param {((row: Array) => number) | Int32Array} entityOf the entity index a row is about (per row)
+   */
+  constructor(rows, numEntities, entityOf) {
+    const n = rows.length;
+    this.rows = rows;
+    this.numEntities = numEntities;
+    this.steps = new Int32Array(n);
+    this.ent = new Int32Array(n);
+    this.prev = new Int32Array(n);
+    this.cur = new Int32Array(numEntities).fill(-1);
+    this.pos = 0; // rows [0, pos) are applied
+    const last = new Int32Array(numEntities).fill(-1);
+    for (let i = 0; i < n; i += 1) {
+      const e = typeof entityOf === "function" ? entityOf(rows[i]) : entityOf[i];
+      this.steps[i] = rows[i][0];
+      this.ent[i] = e;
+      this.prev[i] = last[e];
+      last[e] = i;
+    }
+    // Keyframes: the pointers after every `every` rows, so a long jump back costs at most one copy of
+    // the pointers plus `every` rows.
+    this.every = Math.max(1024, numEntities);
+    this.keyframes = [{ pos: 0, cur: new Int32Array(numEntities).fill(-1) }];
+    const cur = new Int32Array(numEntities).fill(-1);
+    for (let i = 0; i < n; i += 1) {
+      cur[this.ent[i]] = i;
+      if ((i + 1) % this.every === 0) this.keyframes.push({ pos: i + 1, cur: cur.slice() });
+    }
+    this.byEntity = null;
+  }
+
+  /** Move to step k. Returns the changed entities (an array), or null when all may have changed. */
+  seek(k) {
+    const target = upperBound(this.steps, k);
+    const { pos } = this;
+    if (target === pos) return [];
+    // The nearest keyframe at or before the target.
+    let kf = this.keyframes[Math.min(this.keyframes.length - 1, Math.floor(target / this.every))];
+    if (kf.pos > target) kf = this.keyframes[0];
+    const direct = Math.abs(target - pos);
+    const viaKeyframe = this.numEntities + (target - kf.pos);
+    if (viaKeyframe < direct) {
+      this.cur.set(kf.cur);
+      for (let i = kf.pos; i < target; i += 1) this.cur[this.ent[i]] = i;
+      this.pos = target;
+      return null;
+    }
+    const changed = [];
+    if (target > pos) {
+      for (let i = pos; i < target; i += 1) {
+        this.cur[this.ent[i]] = i;
+        changed.push(this.ent[i]);
+      }
+    } else {
+      for (let i = pos - 1; i >= target; i -= 1) {
+        this.cur[this.ent[i]] = this.prev[i];
+        changed.push(this.ent[i]);
+      }
+    }
+    this.pos = target;
+    return changed;
+  }
+
+  /** The row in force for entity e, or null. */
+  row(e) {
+    const i = this.cur[e];
+    return i < 0 ? null : this.rows[i];
+  }
+
+  /** The row in force for entity e at step k, without moving (binary search over e's rows). */
+  rowAt(e, k) {
+    if (this.byEntity === null) {
+      // CSR lists of row indices per entity, in step order.
+      const start = new Int32Array(this.numEntities + 1);
+      for (let i = 0; i < this.ent.length; i += 1) start[this.ent[i] + 1] += 1;
+      for (let e2 = 0; e2 < this.numEntities; e2 += 1) start[e2 + 1] += start[e2];
+      const fill = start.slice(0, this.numEntities);
+      const idx = new Int32Array(this.ent.length);
+      for (let i = 0; i < this.ent.length; i += 1) idx[fill[this.ent[i]]++] = i;
+      this.byEntity = { start, idx };
+    }
+    const { start, idx } = this.byEntity;
+    let lo = start[e];
+    let hi = start[e + 1];
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.steps[idx[mid]] <= k) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo === start[e] ? null : this.rows[idx[lo - 1]];
+  }
+}
+
+// Field positions of the contract's rows.
+export const B = { step: 0, id: 1, state: 2, ref: 3, key: 4, reqs: 5 };
+export const S = { step: 0, rid: 1, sample: 2, status: 3, ctx: 4, ctxRate: 5, gen: 6, genRate: 7, table: 8, keep: 9 };
+// Sequence keys are request * SAMPLES + sample (numbers: faster map keys than strings).
+const SAMPLES = 1 << 16;
+export const R = { step: 0, rid: 1, offset: 2, size: 3, sample: 4 };
+export const E = { step: 0, time: 1, kind: 2, rid: 3, sample: 4, block: 5 };
+
+/** One track (paged or contiguous) of a bundle, replayable to any step. */
+export class TrackReplay {
+  constructor(track, numBlocks, blockSize) {
+    this.track = track;
+    this.blockSize = blockSize;
+    this.numBlocks = numBlocks;
+    this.metrics = track.metrics || {};
+    this.events = track.events || [];
+    this.eventUpto = track.event_upto || null;
+    this.eventSteps = Int32Array.from(this.events, (e) => e[E.step]);
+    this.blocks = new RowTrack(track.blocks || [], numBlocks, (r) => r[B.id]);
+    // Sequences are (request, sample) pairs: index them in order of first appearance. A row may give
+    // its table as a delta (a 10th field `keep`: the previous row's table[:keep] + row[8]); expand it
+    // once here so that a row always holds its whole table.
+    this.seqIndex = new Map();
+    this.seqKeys = [];
+    const seqRows = track.seqs || [];
+    const ids = new Int32Array(seqRows.length);
+    const lastTable = [];
+    for (let i = 0; i < seqRows.length; i += 1) {
+      const r = seqRows[i];
+      const key = r[S.rid] * SAMPLES + r[S.sample];
+      let e = this.seqIndex.get(key);
+      if (e === undefined) {
+        e = this.seqKeys.length;
+        this.seqIndex.set(key, e);
+        this.seqKeys.push([r[S.rid], r[S.sample]]);
+        lastTable.push([]);
+      }
+      ids[i] = e;
+      const keep = r[S.keep];
+      if (keep !== undefined && keep !== null) r[S.table] = lastTable[e].slice(0, keep).concat(r[S.table]);
+      lastTable[e] = r[S.table];
+    }
+    this.seqs = new RowTrack(seqRows, this.seqKeys.length, ids);
+    // Regions are per (request, sample) too (the 5th field, when present, is the sample).
+    this.regionIndex = new Map();
+    this.regionKeys = [];
+    const regionOf = (r) => {
+      const key = r[R.rid] * SAMPLES + (r[R.sample] ?? 0);
+      let e = this.regionIndex.get(key);
+      if (e === undefined) {
+        e = this.regionKeys.length;
+        this.regionIndex.set(key, e);
+        this.regionKeys.push([r[R.rid], r[R.sample] ?? 0]);
+      }
+      return e;
+    };
+    const regionIds = Int32Array.from(track.regions || [], regionOf);
+    this.regions = new RowTrack(track.regions || [], this.regionKeys.length, regionIds);
+    this.step = -1;
+    this.tokens = new Int32Array(numBlocks); // tokens held per block at this step
+    this.live = new Set(); // sequences whose block table is not empty
+    this.changedBlocks = null;
+  }
+
+  /** The sequence entity of (request, sample), or undefined. */
+  seqOf(rid, sample) {
+    return this.seqIndex.get(rid * SAMPLES + sample);
+  }
+
+  /** Seek every row track to step k; remembers which blocks changed (null: all). */
+  seek(k) {
+    const changedBlocks = this.blocks.seek(k);
+    const changedSeqs = this.seqs.seek(k);
+    this.regions.seek(k);
+    if (changedSeqs === null) {
+      this.live.clear();
+      for (let e = 0; e < this.seqs.numEntities; e += 1) this._noteLive(e);
+    } else {
+      for (const e of changedSeqs) this._noteLive(e);
+    }
+    this.step = k;
+    const before = this.tokens;
+    this.tokens = this._tokens(k);
+    if (changedBlocks === null) {
+      this.changedBlocks = null;
+    } else {
+      const set = new Set(changedBlocks);
+      for (let b = 0; b < this.numBlocks; b += 1) if (before[b] !== this.tokens[b]) set.add(b);
+      this.changedBlocks = set;
+    }
+    return this.changedBlocks;
+  }
+
+  _noteLive(e) {
+    const row = this.seqs.row(e);
+    if (row && row[S.table] && row[S.table].length > 0) this.live.add(e);
+    else this.live.delete(e);
+  }
+
+  /** Context tokens of a sequence row at step k (the contract's linear rate between rows). */
+  static ctxAt(row, k) {
+    return row[S.ctx] + row[S.ctxRate] * (k - row[S.step]);
+  }
+
+  static genAt(row, k) {
+    return row[S.gen] + row[S.genRate] * (k - row[S.step]);
+  }
+
+  /** Tokens per block: the contract's rule min(B, max(0, c - i B)), the most any table holding it says. */
+  _tokens(k) {
+    const t = new Int32Array(this.numBlocks);
+    const bs = this.blockSize;
+    for (const e of this.live) {
+      const row = this.seqs.row(e);
+      const c = TrackReplay.ctxAt(row, k);
+      const table = row[S.table];
+      for (let i = 0; i < table.length; i += 1) {
+        const b = table[i];
+        if (b < 0 || b >= this.numBlocks) continue;
+        const held = Math.min(bs, Math.max(0, c - i * bs));
+        if (held > t[b]) t[b] = held;
+      }
+    }
+    for (let b = 0; b < this.numBlocks; b += 1) {
+      const row = this.blocks.row(b);
+      if (!row) continue;
+      const st = row[B.state];
+      // A held block (private or shared: a forked group's shared partial block too) holds what its
+      // tables say; a cached one is full (only full blocks carry keys); free and null hold nothing.
+      if (st === "cached") t[b] = bs;
+      else if (st === "free" || st === "null") t[b] = 0;
+    }
+    return t;
+  }
+
+  /** The block as the inspector and the grid show it. */
+  block(b) {
+    const row = this.blocks.row(b);
+    if (!row) return { block_id: b, state: "free", ref_cnt: 0, prefix_key: null, request_ids: [], num_tokens: 0 };
+    const st = row[B.state];
+    const tokens = this.tokens[b];
+    // A block's key is registered once it is full (the row carries the key it gets): the contract's rule.
+    const keyed = st === "cached" || ((st === "private" || st === "shared") && tokens === this.blockSize);
+    return {
+      block_id: b,
+      state: st,
+      ref_cnt: row[B.ref],
+      prefix_key: keyed ? row[B.key] : null,
+      request_ids: row[B.reqs] || [],
+      num_tokens: tokens,
+    };
+  }
+
+  /** Where block b sits in the live tables: [{seq, rid, sample, logical}]. */
+  holders(b) {
+    const out = [];
+    for (const e of this.live) {
+      const row = this.seqs.row(e);
+      const table = row[S.table];
+      for (let i = 0; i < table.length; i += 1) {
+        if (table[i] === b) out.push({ seq: e, rid: row[S.rid], sample: row[S.sample], logical: i });
+      }
+    }
+    out.sort((x, y) => x.rid - y.rid || x.sample - y.sample);
+    return out;
+  }
+
+  /** Every sequence that has a row at this step: [{seq, row}] in (request, sample) order. */
+  sequences() {
+    const out = [];
+    for (let e = 0; e < this.seqs.numEntities; e += 1) {
+      const row = this.seqs.row(e);
+      if (row) out.push({ seq: e, row });
+    }
+    return out;
+  }
+
+  /** Contiguous regions in force: [{rid, offset, size}] with a placed (non-null) offset. */
+  placedRegions() {
+    const out = [];
+    for (let r = 0; r < this.regions.numEntities; r += 1) {
+      const row = this.regions.row(r);
+      if (row && row[R.offset] !== null) {
+        out.push({ rid: row[R.rid], sample: row[R.sample] ?? 0, offset: row[R.offset], size: row[R.size] });
+      }
+    }
+    return out;
+  }
+
+  /** Number of events that have happened by step k: the bundle's `event_upto` when present. */
+  eventCount(k) {
+    if (this.eventUpto) return this.eventUpto[Math.max(0, Math.min(k, this.eventUpto.length - 1))];
+    return upperBound(this.eventSteps, k - 1);
+  }
+
+  /** A metric's value at step k, or null when the bundle lacks it. */
+  metric(name, k) {
+    const col = this.metrics[name];
+    if (!col) return null;
+    return col[Math.max(0, Math.min(k, col.length - 1))];
+  }
+}
+
+/** A whole bundle: the paged and contiguous tracks at one shared step. */
+export class Replay {
+  constructor(bundle) {
+    this.bundle = bundle;
+    this.numSteps = bundle.num_steps;
+    this.blockSize = bundle.block_size;
+    this.numBlocks = bundle.num_blocks;
+    this.requests = new Map((bundle.requests || []).map((r) => [r.request_id, r]));
+    this.paged = new TrackReplay(bundle.paged, bundle.num_blocks, bundle.block_size);
+    this.contig = new TrackReplay(bundle.contiguous, 0, bundle.block_size);
+    this.step = -1;
+  }
+
+  seek(k) {
+    const step = Math.max(0, Math.min(this.numSteps, k | 0));
+    const changed = this.paged.seek(step);
+    this.contig.seek(step);
+    this.step = step;
+    return changed;
+  }
+
+  /** A metric at the current step: the paged track's column, else the contiguous one's. */
+  metric(name, k = this.step) {
+    const v = this.paged.metric(name, k);
+    return v !== null ? v : this.contig.metric(name, k);
+  }
+
+  hasMetric(name) {
+    return name in this.paged.metrics || name in this.contig.metrics;
+  }
+
+  /** The request's display name (req-1 ...), with the sample when it has several. */
+  name(rid, sample = 0) {
+    const req = this.requests.get(rid);
+    const base = req ? req.name : `req#${rid}`;
+    return req && req.num_samples > 1 ? `${base}·s${sample}` : base;
+  }
+}

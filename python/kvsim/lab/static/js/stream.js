@@ -1,0 +1,142 @@
+// The memory event stream: the engine's event log up to the current step, newest first, with type and
+// request filters. The rows are the engine's own (step, time, kind, request, sample, block).
+
+import { esc, int, secs } from "./format.js";
+import { B, E } from "./replay.js";
+
+const SHOWN = 100;
+export const KIND_LABELS = {
+  arrive: "request added",
+  admit: "admitted",
+  schedule: "scheduled",
+  "prefix-hit": "prefix hit",
+  allocate: "allocated",
+  "cow-copy": "copy-on-write",
+  evict: "evict",
+  free: "free",
+  preempt: "preempt",
+  "swap-out": "swap out",
+  "swap-in": "swap in",
+  fork: "fork",
+  finish: "finish",
+  reject: "reject",
+};
+const ORDER = Object.keys(KIND_LABELS);
+
+export class EventStream {
+  constructor({ list, kinds, request, count, onSelectBlock }) {
+    this.list = list;
+    this.kindsRoot = kinds;
+    this.request = request;
+    this.count = count;
+    this.onSelectBlock = onSelectBlock;
+    this.hidden = new Set();
+    this.replay = null;
+    kinds.addEventListener("click", (ev) => {
+      const b = ev.target.closest("[data-kind]");
+      if (!b) return;
+      const k = b.dataset.kind;
+      if (this.hidden.has(k)) this.hidden.delete(k);
+      else this.hidden.add(k);
+      b.setAttribute("aria-pressed", String(!this.hidden.has(k)));
+      this.render();
+    });
+    request.addEventListener("input", () => this.render());
+    list.addEventListener("click", (ev) => {
+      const b = ev.target.closest("[data-block]");
+      if (b) this.onSelectBlock(Number(b.dataset.block));
+      const who = ev.target.closest("[data-filter]");
+      if (who) {
+        this.request.value = who.dataset.filter;
+        this.render();
+      }
+    });
+  }
+
+  setReplay(replay) {
+    this.replay = replay;
+    const present = new Set(replay.paged.events.map((e) => e[E.kind]));
+    const kinds = [...ORDER.filter((k) => present.has(k)), ...[...present].filter((k) => !ORDER.includes(k)).sort()];
+    this.kindsRoot.innerHTML = kinds.map((k) =>
+      `<button type="button" class="chip ev-${k}" data-kind="${k}" aria-pressed="${!this.hidden.has(k)}">${esc(KIND_LABELS[k] || k)}</button>`).join("");
+  }
+
+  /** The request filter as a set of request ids (by name, "req-3", or number), or null for all. */
+  _requestFilter(replay) {
+    const q = this.request.value.trim().toLowerCase();
+    if (!q) return null;
+    const ids = new Set();
+    for (const [rid, req] of replay.requests) {
+      if (String(req.name).toLowerCase() === q || String(rid) === q || (req.label || "").toLowerCase().includes(q)) ids.add(rid);
+    }
+    return ids;
+  }
+
+  _text(replay, ev) {
+    const [step, , kind, rid, sample, block, count] = ev;
+    const req = replay.requests.get(rid);
+    const who = rid >= 0 ? `<button type="button" class="linkish who" data-filter="${esc(req ? req.name : rid)}"
+      title="show only this request's events">${esc(replay.name(rid, sample))}</button>` : "";
+    const blk = block >= 0
+      ? `<button type="button" class="linkish mono" data-block="${block}">P_${block}</button>` : "";
+    let key = "";
+    let anchor = false;
+    if (block >= 0 && (kind === "prefix-hit" || kind === "allocate" || kind === "evict")) {
+      // The block's key as it stood at the state this event belongs to (the row just before for evict).
+      const row = replay.paged.blocks.rowAt(block, kind === "evict" ? Math.max(0, step - 1) : step + 1);
+      const k = row ? row[B.key] : null;
+      // An allocation shows its key only when it names shared content (a system prompt's block), not
+      // the request's own.
+      const own = replay.requests.get(rid);
+      anchor = kind === "allocate" && !!k && !!own && !k.startsWith(`${own.name}:`);
+      if (k && (kind !== "allocate" || anchor)) key = ` <span class="mono key">${esc(k)}</span>`;
+    }
+    switch (kind) {
+      case "arrive": return `${who} arrived`;
+      case "admit": return `${who} admitted (scheduled for prefill)`;
+      case "prefix-hit": return `Prefix cache hit: ${who} shares ${blk}${key}`;
+      case "allocate": return anchor ? `Allocated ${blk} for ${who} as the prefix-cache anchor of${key}`
+        : `Allocated ${blk} for ${who}`;
+      case "schedule": return count > 0 ? `${who} scheduled for ${int(count)} token${count === 1 ? "" : "s"}` : `${who} scheduled`;
+      case "cow-copy": return `Copy-on-write: ${who} writes into a shared block, copy in ${blk}`;
+      case "evict": return `Evicted cached ${blk} (its key dropped for reuse)${key}`;
+      case "free": return `Freed ${blk} from ${who}`;
+      case "preempt": return `Preempted ${who} (recompute: its blocks are freed)`;
+      case "swap-out": return `Swapped out ${who} to the CPU pool`;
+      case "swap-in": return `Swapped in ${who} from the CPU pool`;
+      case "fork": return `Fork: ${who} starts on its parent’s blocks (shared copy-on-write, ref + 1 each)`;
+      case "finish": return `${who} finished`;
+      case "reject": return `${who} rejected`;
+      default: return `${who} ${blk}`;
+    }
+  }
+
+  render() {
+    const replay = this.replay;
+    if (!replay) return;
+    const events = replay.paged.events;
+    const n = replay.paged.eventCount(replay.step);
+    const reqs = this._requestFilter(replay);
+    const items = [];
+    let matched = 0;
+    const filtered = reqs !== null || this.hidden.size > 0;
+    // Unfiltered, the newest SHOWN events are the last ones: no need to walk the whole log.
+    const stop = filtered ? 0 : Math.max(0, n - SHOWN);
+    if (!filtered) matched = n - SHOWN > 0 ? n - SHOWN : 0;
+    for (let i = n - 1; i >= stop; i -= 1) {
+      const ev = events[i];
+      if (this.hidden.has(ev[E.kind])) continue;
+      if (reqs && !reqs.has(ev[E.rid])) continue;
+      matched += 1;
+      if (items.length < SHOWN) {
+        items.push(`<li class="ev ev-${ev[E.kind]}" data-index="${i}" data-kind="${ev[E.kind]}" data-rid="${ev[E.rid]}">
+          <span class="ev-when">step ${int(ev[E.step])} · ${secs(ev[E.time])}</span>
+          <span class="ev-kind">${esc(KIND_LABELS[ev[E.kind]] || ev[E.kind])}</span>
+          <span class="ev-text">${this._text(replay, ev)}</span></li>`);
+      }
+    }
+    this.count.textContent = `${int(n)} events by step ${int(replay.step)} of ${int(events.length)}` +
+      (matched !== n ? ` · ${int(matched)} match` : "") + (matched > SHOWN ? ` · latest ${SHOWN} shown` : "");
+    this.list.innerHTML = items.join("") || '<li class="hint">No event yet at this step (or none matches the filters).</li>';
+  }
+}

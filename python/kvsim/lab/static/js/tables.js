@@ -1,0 +1,155 @@
+// Sequence block tables: per sequence its request, status, token counts and the L_i -> P_k chips of its
+// block table at the current step (from the bundle's seq rows). Clicking a chip selects that block.
+
+import { esc, int, pct } from "./format.js";
+import { S, TrackReplay } from "./replay.js";
+
+const MAX_CARDS = 30;
+const MAX_CHIPS = 24;
+const ORDER = { running: 0, swapped: 1, preempted: 2, waiting: 3, finished: 4, rejected: 5 };
+const STATUS_TEXT = {
+  running: "Running",
+  waiting: "Waiting",
+  swapped: "Swapped out",
+  preempted: "Preempted",
+  finished: "Finished",
+  rejected: "Rejected",
+};
+
+export class SeqTables {
+  constructor({ list, filter, count, onSelectBlock }) {
+    this.list = list;
+    this.filter = filter;
+    this.count = count;
+    this.onSelectBlock = onSelectBlock;
+    this.selectedBlock = -1;
+    this.selectedSeq = -1;
+    this.replay = null;
+    this.cards = new Map(); // seq -> {sig, el, and the elements _update writes}
+    this.order = "";
+    list.addEventListener("click", (ev) => {
+      const chip = ev.target.closest("[data-block]");
+      if (chip) this.onSelectBlock(Number(chip.dataset.block));
+    });
+    filter.addEventListener("input", () => this.render());
+  }
+
+  setReplay(replay) {
+    this.replay = replay;
+    this.selectedSeq = -1;
+    this.cards = new Map();
+    this.order = "";
+  }
+
+  /** Match the filter box against name, label and status ("req-3", "running", "copilot"). */
+  _matches(replay, row, terms) {
+    if (terms.length === 0) return true;
+    const req = replay.requests.get(row[S.rid]);
+    const hay = `${replay.name(row[S.rid], row[S.sample])} ${req ? req.label || "" : ""} ${row[S.status]}`.toLowerCase();
+    return terms.every((t) => hay.includes(t));
+  }
+
+  render() {
+    const replay = this.replay;
+    if (!replay) return;
+    const k = replay.step;
+    const track = replay.paged;
+    const terms = this.filter.value.toLowerCase().split(/\s+/).filter(Boolean);
+    const all = track.sequences();
+    let active = 0;
+    for (const { row } of all) if (row[S.status] !== "finished" && row[S.status] !== "rejected") active += 1;
+    const shown = terms.length ? all.filter(({ row }) => this._matches(replay, row, terms)) : all;
+    shown.sort((a, b) => (ORDER[a.row[S.status]] ?? 9) - (ORDER[b.row[S.status]] ?? 9)
+      || a.row[S.rid] - b.row[S.rid] || a.row[S.sample] - b.row[S.sample]);
+    // The selected sequence first if it would be cut off.
+    if (this.selectedSeq >= 0) {
+      const at = shown.findIndex((x) => x.seq === this.selectedSeq);
+      if (at >= MAX_CARDS) shown.unshift(...shown.splice(at, 1));
+    }
+    const visible = shown.slice(0, MAX_CARDS);
+    this.count.textContent = `${int(active)} active of ${int(all.length)} sequences arrived` +
+      (shown.length > MAX_CARDS ? ` · showing ${MAX_CARDS} of ${int(shown.length)} matching` : "");
+    // Cards are kept per sequence: one whose status, table and selection did not change only gets its
+    // token counts updated (the common case while a run decodes), the others are rebuilt.
+    const keep = new Map();
+    const elements = [];
+    for (const { seq, row } of visible) {
+      const sig = `${row[S.status]}|${row[S.table].join(",")}|${seq === this.selectedSeq}`;
+      let card = this.cards.get(seq);
+      if (!card || card.sig !== sig) {
+        const holder = document.createElement("div");
+        holder.innerHTML = this._card(replay, seq, row, k);
+        const el = holder.firstElementChild;
+        el.dataset.ctx = ""; // _update fills the token counts
+        card = { sig, el, ctx: el.querySelector(".d-ctx"), ctx2: el.querySelector(".d-ctx2"),
+          gen: el.querySelector(".d-gen"), pct: el.querySelector(".d-pct"), bar: el.querySelector(".fillbar span") };
+      }
+      this._update(replay, card, row, k);
+      keep.set(seq, card);
+      elements.push(card.el);
+    }
+    this.cards = keep;
+    const order = visible.map((x) => x.seq).join(",");
+    if (order !== this.order || this.list.children.length !== elements.length
+        || elements.some((el, i) => this.list.children[i] !== el)) {
+      if (elements.length) this.list.replaceChildren(...elements);
+      else this.list.innerHTML = '<p class="hint">No sequence has arrived at this step.</p>';
+      this.order = order;
+    }
+  }
+
+  /** The numbers of a card that change every step while a sequence decodes. */
+  _update(replay, card, row, k) {
+    const ctx = TrackReplay.ctxAt(row, k);
+    const gen = TrackReplay.genAt(row, k);
+    const req = replay.requests.get(row[S.rid]) || {};
+    const target = req.target_tokens ?? null;
+    const fill = target ? Math.min(1, ctx / target) : 0;
+    const c = int(ctx);
+    if (card.el.dataset.ctx === String(ctx)) return;
+    card.el.dataset.ctx = String(ctx);
+    if (card.ctx) card.ctx.textContent = c;
+    if (card.ctx2) card.ctx2.textContent = c;
+    if (card.gen) card.gen.textContent = int(gen);
+    if (card.pct) card.pct.textContent = pct(fill, 0);
+    if (card.bar) card.bar.style.width = `${(100 * fill).toFixed(1)}%`;
+  }
+
+  _card(replay, seq, row, k) {
+    const rid = row[S.rid];
+    const req = replay.requests.get(rid) || {};
+    const status = row[S.status];
+    const ctx = TrackReplay.ctxAt(row, k);
+    const target = req.target_tokens ?? null;
+    const table = row[S.table] || [];
+    const chips = table.slice(0, MAX_CHIPS).map((b, i) =>
+      `<button type="button" class="chip-map${b === this.selectedBlock ? " sel" : ""}" data-block="${b}"
+        aria-label="logical block ${i} maps to physical block ${b}"><span>L_${i}</span>→<b>P_${b}</b></button>`);
+    if (table.length > MAX_CHIPS) chips.push(`<span class="hint">+${int(table.length - MAX_CHIPS)} more</span>`);
+    return `<article class="seq st-${status}${seq === this.selectedSeq ? " selected" : ""}" data-seq="${seq}"
+        data-rid="${rid}" data-sample="${row[S.sample]}" data-status="${status}" data-ctx="${ctx}" data-table="${table.join(",")}">
+      <header><b class="mono">${esc(replay.name(rid, row[S.sample]))}</b>
+        <span class="seq-label">${esc(req.label || "")}</span>
+        <span class="status st-${status}">${STATUS_TEXT[status] || esc(status)}${target ? ` (<span class="d-ctx">${int(ctx)}</span>/${int(target)} tok)` : ""}</span></header>
+      <p class="seq-tokens">${req.system_prompt ? `Sys prompt <b>${int(req.system_tokens)}</b> tok <span class="mono">${esc(req.system_prompt)}</span> • ` : ""}User prompt <b>${int(req.user_tokens ?? 0)}</b> tok • Generated <b class="d-gen"></b> tok</p>
+      <div class="fillbar" title="context against target"><span></span></div>
+      <p class="seq-fill">Context fill <b class="d-ctx2">${int(ctx)}</b> tokens${target ? ` · target ${int(target)} (<span class="d-pct"></span>)` : ""} · ${int(table.length)} blocks</p>
+      <div class="chips-map">${chips.join("") || '<span class="hint">no blocks</span>'}</div>
+    </article>`;
+  }
+
+  /** Highlight the chips of block b. */
+  markBlock(b) {
+    this.selectedBlock = b;
+    for (const c of this.list.querySelectorAll(".chip-map.sel")) c.classList.remove("sel");
+    for (const c of this.list.querySelectorAll(`.chip-map[data-block="${b}"]`)) c.classList.add("sel");
+  }
+
+  /** Select a sequence (from the inspector) and bring its card into view. */
+  selectSeq(seq) {
+    this.selectedSeq = seq;
+    this.render();
+    const card = this.list.querySelector(`.seq[data-seq="${seq}"]`);
+    if (card) card.scrollIntoView({ block: "nearest", behavior: "smooth" });
+  }
+}

@@ -1,0 +1,223 @@
+"""The lab's HTTP API (kvsim.lab.server) through Starlette's test client: every route, every class of bad
+parameter answered 4xx with a JSON message naming the field, a fuzz over the OpenAPI schema's parameters
+that finds no 5xx, and `kvsim lab` started and stopped with Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import warnings
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given, settings
+
+import kvsim.lab
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from kvsim.lab.server import create_app, openapi
+
+
+@pytest.fixture(scope="module")
+def client() -> TestClient:
+    return TestClient(create_app())
+
+
+def test_presets_route(client):
+    r = client.get("/api/presets")
+    assert r.status_code == 200
+    body = r.json()
+    names = [p["name"] for p in body["presets"]]
+    assert names[:4] == ["copilot", "chat", "parallel-sampling", "memory-pressure"]
+    assert "mooncake" in names
+    assert set(body["limits"]) >= {"max_requests", "max_blocks", "max_events", "max_steps"}
+    assert "vllm" in body["options"]["policies"]
+    assert 16 in body["options"]["block_sizes"]
+
+
+def test_run_route_is_the_bundle(client):
+    r = client.get(
+        "/api/run", params={"preset": "copilot", "block_size": "32", "enable_prefix_caching": "false"}
+    )
+    assert r.status_code == 200
+    body = r.json()
+    assert body["query"]["block_size"] == 32
+    assert body["query"]["enable_prefix_caching"] is False
+    expected = kvsim.lab.bundle("copilot", block_size=32, enable_prefix_caching=False)
+    for key in ("num_steps", "requests", "model", "bytes_per_block"):
+        assert body[key] == expected[key]
+    assert body["paged"]["metrics"] == json.loads(json.dumps(expected["paged"]["metrics"]))
+    assert body["paged"]["blocks"] == json.loads(json.dumps(expected["paged"]["blocks"]))
+
+
+def test_state_route_is_the_snapshot(client):
+    r = client.get("/api/state", params={"preset": "copilot", "step": "1"})
+    assert r.status_code == 200
+    assert r.json() == json.loads(json.dumps(kvsim.lab.snapshot("copilot", step=1)))
+    assert client.get("/api/state", params={"preset": "copilot"}).json()["step"] == 50  # the end
+
+
+def test_openapi_and_page(client):
+    schema = client.get("/openapi.json").json()
+    assert schema["openapi"].startswith("3.")
+    names = {p["name"] for p in schema["paths"]["/api/state"]["get"]["parameters"]}
+    assert {"preset", "block_size", "step", "enable_prefix_caching"} <= names
+    page = client.get("/")
+    assert page.status_code in (200, 404)  # the page is the frontend's; 404 JSON if absent
+    if page.status_code == 404:
+        assert "error" in page.json()
+
+
+@pytest.mark.parametrize(
+    ("params", "field", "status"),
+    [
+        ({"preset": "nope"}, "preset", 400),  # unknown preset
+        ({"blocksize": "16"}, "blocksize", 400),  # unknown name
+        ({"block_size": "sixteen"}, "block_size", 400),  # wrong type
+        ({"enable_prefix_caching": "maybe"}, "enable_prefix_caching", 400),
+        ({"block_size": "0"}, "block_size", 400),  # out of range
+        ({"block_size": "99999999999999999999999"}, "block_size", 400),
+        ({"num_blocks": "1"}, "num_blocks", 400),
+        ({"num_blocks": "1000000"}, "num_blocks", 400),  # more blocks than the lab's cap
+        ({"model": "gpt-9"}, "model", 400),
+        ({"policy": "lru"}, "policy", 400),
+        ({"policy": "reserve", "preemption": "swap"}, "preemption", 400),  # invalid combination
+        ({"policy": "orca-max", "contiguous_policy": "static"}, "policy", 400),
+        ({"block_size": "16", "preset": "copilot", "step": "-1"}, "step", 400),  # step out of range
+        ({"step": "51"}, "step", 400),
+        ({"step": "x"}, "step", 400),
+        ({"preset": ["copilot", "chat"]}, "preset", 400),  # given twice
+        ({"preset": "chat", "block_size": "1"}, "events", 413),  # a run too large for the page
+    ],
+)
+def test_bad_parameters_answer_4xx_naming_the_field(client, params, field, status):
+    route = "/api/state" if "step" in params else "/api/run"
+    r = client.get(route, params=params)
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["field"] == field
+    assert isinstance(body["error"], str)
+    assert "Traceback" not in r.text
+
+
+def test_a_run_past_the_caps_is_413(client, monkeypatch):
+    from kvsim.lab import bundle as _  # noqa: F401
+
+    caps = sys.modules["kvsim.lab.bundle"].LIMITS
+    monkeypatch.setitem(caps, "max_events", 10)
+    r = client.get("/api/run", params={"preset": "memory-pressure"})
+    assert r.status_code == 413
+    assert "max_events" in r.json()["error"]
+
+
+def _schema_params() -> dict[str, dict]:
+    ops = openapi()["paths"]["/api/state"]["get"]["parameters"]
+    return {p["name"]: p["schema"] for p in ops}
+
+
+SCHEMA = _schema_params()
+FAST_PRESETS = ["copilot", "parallel-sampling", "memory-pressure"]  # the fuzz stays quick
+
+
+def _value(name: str, schema: dict) -> st.SearchStrategy[str]:
+    junk = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=8)
+    if name == "preset":
+        return st.one_of(st.sampled_from(FAST_PRESETS), junk)
+    if "enum" in schema:
+        return st.one_of(st.sampled_from(schema["enum"]), junk)
+    if schema["type"] == "integer":
+        lo, hi = schema.get("minimum", -5), schema.get("maximum", 100)
+        hi = min(hi, 4096)  # valid sizes, kept small so that a run stays fast
+        return st.one_of(st.integers(lo - 3, hi + 3).map(str), st.integers().map(str), junk)
+    if schema["type"] == "boolean":
+        return st.one_of(st.sampled_from(["true", "false", "1", "0"]), junk)
+    return junk
+
+
+queries = st.fixed_dictionaries({}, optional={name: _value(name, s) for name, s in SCHEMA.items()})
+
+
+@settings(max_examples=int(os.environ.get("KVSIM_LAB_FUZZ", "60")), deadline=None)
+@given(queries, st.sampled_from(["/api/run", "/api/state"]))
+def test_fuzz_finds_no_5xx(client, query, route):
+    if route == "/api/run":
+        query.pop("step", None)
+    r = client.get(route, params=query)
+    assert r.status_code < 500, (query, r.text[:300])
+    if r.status_code >= 400:
+        body = r.json()
+        assert body["field"]
+        assert body["error"]
+
+
+def _start(*args: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvsim.cli", "lab", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    m = re.search(r"http://\S+/", line)
+    assert m, line
+    return proc, m.group(0)
+
+
+def _stop(proc: subprocess.Popen) -> tuple[str, str]:
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("kvsim lab did not stop within 30 s of Ctrl-C")
+    assert proc.returncode == 0, err
+    return out, err
+
+
+def test_kvsim_lab_serves_and_stops_on_ctrl_c():
+    proc, url = _start("--port", "0")
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "api/presets", timeout=10) as r:
+                    body = json.load(r)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert body["presets"][0]["name"] == "copilot"
+    finally:
+        out, err = _stop(proc)
+    assert "stopped" in out
+    assert "Traceback" not in err
+
+
+def test_kvsim_lab_warns_off_loopback_and_refuses_bad_ports():
+    proc, url = _start("--host", "0.0.0.0", "--port", "0")
+    assert url.startswith("http://0.0.0.0:")
+    _, err = _stop(proc)
+    assert "WARNING" in err
+    assert "not loopback" in err
+    bad = subprocess.run(
+        [sys.executable, "-m", "kvsim.cli", "lab", "--port", "70000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0
+    assert "port 70000" in bad.stderr

@@ -1,0 +1,195 @@
+"""The lab's replay of the event log (kvsim.lab.state) against the engine: the seed page's copilot numbers,
+what block size and prefix caching change, the engine's own time series at every step, the end state,
+every preset, and both backends giving one bundle."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+
+import kvsim
+import kvsim.lab
+from kvsim.errors import InvalidArgumentError
+from kvsim.lab.bundle import bundle_from, resolve, run_tracks
+from kvsim.lab.presets import get as get_preset
+from kvsim.lab.state import Track, run_track, state_at, tokens_at
+from kvsim.workloads import traces_dir
+from tests.test_engine_differential import configs, workloads
+
+MIB = 2**20
+KV = 128 * 1024  # Llama-3-8B: bytes of KV per token
+
+
+def check_against_engine(t: Track) -> None:
+    """The replay's memory at every step equals the engine's time series; at the end every sequence has
+    finished or been rejected with the engine's generated count, and no block is held."""
+    ts = t.result.timeseries
+    assert ts is not None
+    assert t.during["allocated_tokens"] == ts["allocated_tokens"].to_list()
+    assert t.during["stored_tokens"] == ts["stored_tokens"].to_list()
+    assert t.during["external_tokens"] == ts["external_tokens"].to_list()
+    seqs, blocks, regions = state_at(t, t.num_steps)
+    raw = t.result.raw
+    inp = t.inp
+    assert len(seqs) == len(inp)
+    for i in range(len(inp)):
+        row = seqs[(int(inp.request_id[i]), int(inp.sample[i]))]
+        status = row[3]
+        assert status == ("finished" if raw.status[i] == 0 else "rejected"), i
+        if status == "finished":
+            _, g = tokens_at(row, t.num_steps)
+            assert g == raw.generated[i], i
+        assert row[8] == []
+    assert all(r[2] in ("free", "cached", "null") for r in blocks.values())
+    assert all(r[2] is None for r in regions.values())
+    # Every state: a block's ref_cnt is the number of block tables holding it.
+    for k in sorted({0, t.num_steps // 3, t.num_steps // 2, t.num_steps}):
+        seqs, blocks, _ = state_at(t, k)
+        holds: dict[int, int] = {}
+        for row in seqs.values():
+            for b in row[8]:
+                holds[b] = holds.get(b, 0) + 1
+        for b, row in blocks.items():
+            assert row[3] == holds.get(b, 0), (k, b)
+
+
+@given(workloads(), configs())
+def test_replay_equals_the_engine_on_random_runs(w, cfg):
+    check_against_engine(run_track(w, cfg))
+
+
+@pytest.mark.parametrize("name", ["copilot", "parallel-sampling", "memory-pressure"])
+def test_presets_replay_equals_the_engine(name):
+    r = resolve(name)
+    for cfg in (r.paged, r.contiguous):
+        check_against_engine(run_track(r.preset.workload, cfg, names=r.preset.segment_names))
+
+
+def test_copilot_reproduces_the_seed_page():
+    s = kvsim.lab.snapshot("copilot", step=1)
+    assert s["contiguous_reserved_bytes"] == 316 * KV  # 39.5 MiB
+    assert s["contiguous_reserved_bytes"] / MIB == 39.5
+    assert s["paged_allocated_bytes"] == 9 * 16 * KV  # 9 blocks, 18 MiB
+    assert s["paged_stored_bytes"] == 114 * KV
+    assert s["paged_tail_slack_bytes"] == 30 * KV
+    assert s["prefix_saved_bytes"] == 64 * KV == 8 * MIB
+    assert math.isclose(s["concurrency_multiplier"], 316 / 144)
+    assert round(s["concurrency_multiplier"], 1) == 2.2
+    assert round(s["contiguous_waste_fraction"], 3) == 0.437
+    assert round(s["paged_tail_slack_fraction"], 3) == 0.208
+    held = [b for b in s["blocks"] if b["state"] in ("private", "shared")]
+    assert len(held) == 9
+    shared = [b for b in held if b["state"] == "shared"]
+    assert [(b["ref_cnt"], b["request_ids"]) for b in shared] == [(3, [0, 1, 2])] * 2
+    assert [b["prefix_key"] for b in shared] == ["sys-coding-agent-v1:block-0", "sys-coding-agent-v1:block-1"]
+    req4 = s["requests"][3]
+    first = next(b for b in s["blocks"] if b["block_id"] == req4["block_table"][0])
+    assert first["prefix_key"] == "sys-doc-summarizer:block-0"
+    ctx = [r["context_tokens"] for r in s["requests"]]
+    assert ctx == [46, 40, 52, 40]
+    assert [r["target_tokens"] for r in s["requests"]] == [78, 64, 84, 90]
+    assert [len(r["block_table"]) for r in s["requests"]] == [3, 3, 4, 3]
+    # Step 0: nothing admitted yet; the page opens on step 1.
+    assert kvsim.lab.snapshot("copilot", step=0)["paged_allocated_bytes"] == 0
+    assert kvsim.lab.preset("copilot")[2] == 1
+
+
+def test_block_size_and_prefix_caching_change_what_they_should():
+    off = kvsim.lab.snapshot("copilot", step=1, enable_prefix_caching=False)
+    assert off["prefix_saved_bytes"] == 0
+    assert off["paged_allocated_bytes"] == (3 + 3 + 4 + 3) * 16 * KV
+    assert not [b for b in off["blocks"] if b["state"] == "shared"]
+    assert off["contiguous_reserved_bytes"] == 316 * KV  # the contiguous side does not cache
+    big = kvsim.lab.snapshot("copilot", step=1, block_size=32)
+    # One shared 32-token block (the system prompt) + 1 + 1 + 1 own, req-4 two.
+    assert big["paged_allocated_bytes"] == 6 * 32 * KV
+    assert big["paged_stored_bytes"] == 114 * KV
+    assert big["prefix_saved_bytes"] == 2 * 32 * KV
+    shared = [b for b in big["blocks"] if b["state"] == "shared"]
+    assert [(b["ref_cnt"], b["num_tokens"]) for b in shared] == [(3, 32)]
+    # The slack bound: under B tokens per running sequence.
+    for s in (off, big):
+        assert s["paged_tail_slack_bytes"] < s["paged_tail_slack_bound_bytes"]
+
+
+def test_both_backends_give_one_bundle():
+    for name in ("copilot", "parallel-sampling", "memory-pressure"):
+        a = kvsim.lab.bundle(name)
+        b = kvsim.lab.bundle(name, backend="reference")
+        a.pop("elapsed_s")
+        b.pop("elapsed_s")
+        assert a == b, name
+
+
+def test_parallel_sampling_and_memory_pressure_show_their_mechanisms():
+    ps = kvsim.lab.bundle("parallel-sampling")
+    m = ps["paged"]["metrics"]
+    assert m["cow_copies"][-1] > 0
+    assert max(m["paged_shared_blocks"]) > 0
+    assert any(r[2] > 0 for r in ps["paged"]["seqs"])  # forked samples have rows of their own
+    mp = kvsim.lab.bundle("memory-pressure")
+    m = mp["paged"]["metrics"]
+    assert m["swaps"][-1] > 0  # swapped while the CPU pool holds the victim
+    assert m["preemptions"][-1] > m["swaps"][-1]  # and recomputed when it does not
+    statuses = {r[3] for r in mp["paged"]["seqs"]}
+    assert {"swapped", "preempted"} <= statuses
+
+
+def test_event_upto_cuts_the_log_at_each_state():
+    b = kvsim.lab.bundle("copilot")
+    upto = b["paged"]["event_upto"]
+    events = b["paged"]["events"]
+    assert upto[0] == 0
+    assert upto[-1] == len(events)
+    assert upto == sorted(upto)
+    kinds = {e[2] for e in events[: upto[1]]}
+    assert {"admit", "allocate", "prefix-hit"} <= kinds
+
+
+def test_mooncake_slice_or_a_clear_message():
+    if not (traces_dir() / "mooncake" / "conversation_trace.jsonl").exists():
+        with pytest.raises(InvalidArgumentError, match="Mooncake conversation trace"):
+            get_preset("mooncake")
+        return
+    p = get_preset("mooncake")
+    assert len(p.workload) == 120
+    assert all(name.startswith("mooncake-") for name in p.segment_names.values())
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(InvalidArgumentError, match="preset 'nope'"):
+        kvsim.lab.bundle("nope")
+    with pytest.raises(InvalidArgumentError, match="step 51 must be between 0 and 50"):
+        kvsim.lab.snapshot("copilot", step=51)
+    with pytest.raises(InvalidArgumentError, match="block_size 0"):
+        kvsim.lab.snapshot("copilot", block_size=0)
+    with pytest.raises(InvalidArgumentError, match="parameter 'blocksize'"):
+        kvsim.lab.bundle("copilot", blocksize=32)
+    with pytest.raises(InvalidArgumentError, match="config None"):
+        kvsim.lab.snapshot(kvsim.lab.preset("copilot")[0], None)
+
+
+def test_snapshot_of_a_configured_run_equals_the_preset_path():
+    w, cfg, step = kvsim.lab.configure("copilot", block_size=32, enable_prefix_caching=False)
+    a = kvsim.lab.snapshot(w, cfg, step=step)
+    b = kvsim.lab.snapshot("copilot", step=step, block_size=32, enable_prefix_caching=False)
+    scalars = [k for k, v in a.items() if not isinstance(v, (list, dict))]
+    assert {k: a[k] for k in scalars} == {k: b[k] for k in scalars}
+
+
+def test_sequence_rows_as_sent_rebuild_the_replayed_tables():
+    """The bundle sends a sequence row's table as `keep` blocks of its previous row's + the rest."""
+    r = resolve("memory-pressure")
+    paged, contiguous = run_tracks(r)
+    sent = bundle_from(r, paged, contiguous)["paged"]["seqs"]
+    last: dict[tuple[int, int], list[int]] = {}
+    rebuilt = []
+    for row in sent:
+        key = (row[1], row[2])
+        table = last[key][: row[9]] + row[8] if len(row) == 10 else row[8]
+        last[key] = table
+        rebuilt.append([*row[:8], table])
+    assert rebuilt == paged.seq_rows
+    assert any(len(row) == 10 for row in sent)
