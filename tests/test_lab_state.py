@@ -12,7 +12,7 @@ from hypothesis import given
 import kvsim
 import kvsim.lab
 from kvsim.errors import InvalidArgumentError
-from kvsim.lab.bundle import bundle_from, resolve, run_tracks
+from kvsim.lab.bundle import bundle_from, resolve, run_tracks, snapshot_from
 from kvsim.lab.presets import get as get_preset
 from kvsim.lab.state import Track, run_track, state_at, tokens_at
 from kvsim.workloads import traces_dir
@@ -193,3 +193,16 @@ def test_sequence_rows_as_sent_rebuild_the_replayed_tables():
         rebuilt.append([*row[:8], table])
     assert rebuilt == paged.seq_rows
     assert any(len(row) == 10 for row in sent)
+
+
+@pytest.mark.parametrize("contiguous_policy", ["static", "orca-pow2", "orca-oracle"])
+def test_snapshot_of_a_preset_takes_the_contiguous_baseline_it_is_given(contiguous_policy):
+    """`snapshot(name, contiguous_policy=...)` answers for that baseline, as `/api/state` does (it once
+    answered for the preset's default whatever was asked)."""
+    got = kvsim.lab.snapshot("copilot", step=25, contiguous_policy=contiguous_policy)
+    r = resolve("copilot", contiguous_policy=contiguous_policy)
+    paged, contiguous = run_tracks(r, "rust")
+    assert r.contiguous.policy == contiguous_policy
+    want = snapshot_from(r, paged, contiguous, 25)
+    assert got["contiguous"] == want["contiguous"]
+    assert got["contiguous_reserved_bytes"] == want["contiguous_reserved_bytes"]

@@ -423,23 +423,15 @@ def test_model_switch_shows_its_own_bytes_and_formula(lab: LabPage, model: str) 
     assert_cards(lab, snap)
 
 
-# kvsim.lab.snapshot(preset_name, contiguous_policy=...) drops contiguous_policy (its own keyword never reaches
-# resolve), so it answers for orca-oracle while the page (bundle, /api/state) shows the chosen baseline: a bug
-# in bundle.py, reported in LAB_CONTRACT.md (08:52). Strict: once fixed these pass and the mark must go.
-_SNAPSHOT_CONTIGUOUS_BUG = pytest.mark.xfail(
-    strict=True, reason="kvsim.lab.snapshot ignores contiguous_policy with a preset name (bundle.py)"
-)
-
-
 @pytest.mark.parametrize(
     ("selector", "value"),
     [
         ("#c-policy", "reserve"),
         ("#c-preemption", "swap"),
         ("#c-sampling", "fork-cow"),
-        pytest.param("#c-contig", "static", marks=_SNAPSHOT_CONTIGUOUS_BUG),
-        ("#c-contig", "orca-max"),  # = orca-oracle on copilot (max_tokens is the output), so unaffected
-        pytest.param("#c-contig", "orca-pow2", marks=_SNAPSHOT_CONTIGUOUS_BUG),
+        ("#c-contig", "static"),
+        ("#c-contig", "orca-max"),
+        ("#c-contig", "orca-pow2"),
         ("#c-placement", "buddy"),
     ],
 )

@@ -506,13 +506,14 @@ def snapshot(
     step: int | None = None,
     *,
     backend: str = "rust",
-    contiguous_policy: str = "orca-oracle",
+    contiguous_policy: str | None = None,
     segment_names: dict[int, str] | None = None,
     request_names: list[str] | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """The state the page shows at `step` (None: the end) of `workload` under `config` (paged track)
-    beside `contiguous_policy` (contiguous track, placed by `config.placement`), in bytes and fractions
+    beside `contiguous_policy` (contiguous track, placed by `config.placement`; default: the preset's, or
+    `orca-oracle` for a custom workload), in bytes and fractions
     (DESIGN.md §Lab). `segment_names` (content id -> name) and `request_names` make prefix keys readable.
 
     `workload` may also be a preset's name; then `config` is ignored and `overrides` apply as in
@@ -523,8 +524,10 @@ def snapshot(
             `LIMITS`.
     """
     if isinstance(workload, str):
-        r = resolve(workload, **overrides)
+        chosen = {} if contiguous_policy is None else {"contiguous_policy": contiguous_policy}
+        r = resolve(workload, **chosen, **overrides)
     else:
+        contiguous_policy = contiguous_policy or "orca-oracle"
         if not isinstance(config, SimConfig):
             raise InvalidArgumentError(f"config {config!r} is not a kvsim.SimConfig")
         p = _presets.Preset(
