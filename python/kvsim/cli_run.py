@@ -495,6 +495,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{ITL_SERIES_MAX_REQUESTS:,} requests (--percentile-metrics ttft,tpot,e2el leaves ITL out)"
         )
     result = kvsim.simulate(workload, config, backend=backend, record_timeseries=record)
+    assert result.requests is not None, "simulate keeps the request rows"
     step_starts = result.raw.timeseries["time_ps"] if result.raw.timeseries else None
     serving = metrics.serving_metrics(
         result.requests,

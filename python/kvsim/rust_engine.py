@@ -45,7 +45,7 @@ def config_kwargs(config: SimConfig) -> dict[str, Any]:
     )
 
 
-def input_kwargs(inp: EngineInput) -> dict[str, np.ndarray]:
+def input_kwargs(inp: EngineInput) -> dict[str, Any]:
     """The per-sequence columns as `_core` keyword arguments (a broadcast -1 `fork_parent`, nothing
     forked, crosses as an empty column)."""
     return {
@@ -114,6 +114,7 @@ def check_step_floor(inp: EngineInput, config: SimConfig) -> None:
 
 def step_floor_unchecked(inp: EngineInput, config: SimConfig) -> dict[str, int]:
     """`step_floor` without `check_step_floor` (the benchmark times this call alone)."""
+    assert config.num_blocks is not None, "SimConfig sizes the pool"
     steps, allocations, finished, checksum = _core.step_floor(
         num_blocks=config.num_blocks,
         block_size=config.block_size,

@@ -74,6 +74,10 @@ class SimResult:
         distribution needs `record_timeseries=True` (every step); without it only its mean is exact."""
         from kvsim.metrics import serving_metrics
 
+        if self.requests is None:
+            raise InvalidArgumentError(
+                "serving metrics need the request rows: this result kept none (simulate_stream rows='none')"
+            )
         starts = self.raw.timeseries.get("time_ps") if self.raw.timeseries else None
         every_step = (
             starts is not None and self.timeseries is not None and len(starts) == self.summary["num_steps"]

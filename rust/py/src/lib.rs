@@ -873,6 +873,11 @@ impl PyStream {
         Ok(PyStream { core })
     }
 
+    /// Feeds the next chunk's per-sequence columns (`kvsim.engine_input`, the same keywords as
+    /// `run_engine`), in arrival order after every row fed before.
+    ///
+    /// Raises `InvalidArgumentError` for a column that is not contiguous or a chunk out of order, and
+    /// `InternalError` on a bug.
     #[pyo3(signature = (
         *, arrival_ps, prompt_len, target, max_gen, fork_parent, output_seg, seg_offsets, segment_id,
         segment_len
@@ -905,6 +910,10 @@ impl PyStream {
         no_panic("Stream.feed", || core.feed(inp)).py()
     }
 
+    /// Takes every step that rows not fed yet cannot change (all of them when `final_input`), with the
+    /// GIL released; Ctrl-C raises `KeyboardInterrupt`.
+    ///
+    /// Raises `InvalidArgumentError` for a step past the simulated clock, `InternalError` on a bug.
     fn advance(&mut self, py: Python<'_>, final_input: bool) -> PyResult<()> {
         let core = &mut self.core;
         let (result, signal) = py.detach(|| {
@@ -916,12 +925,15 @@ impl PyStream {
         result.py()
     }
 
+    /// The output columns of the rows finished or rejected since the last call, as a dict of arrays
+    /// (the columns of `run_engine`'s first result).
     fn take_done<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let core = &mut self.core;
         let out = no_panic("Stream.take_done", || Ok(core.take_done())).py()?;
         Ok(output_dicts(py, out)?.0)
     }
 
+    /// The run's integer counters so far, as a dict (those of `run_engine`'s second result).
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         counters_dict(py, &self.core.counters())
     }

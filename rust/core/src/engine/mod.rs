@@ -1766,10 +1766,10 @@ mod tests {
             skip_over_budget,
             ..EngineConfig::for_tests(64, 16)
         };
-        let stop = run(inp, &cfg(false), 0, false, &mut || false).unwrap();
+        let stop = run(inp, &cfg(false), 0, false, &AtomicBool::new(false)).unwrap();
         assert_eq!(stop.first_scheduled, [0, MS, 2 * MS, 3 * MS]);
         assert_eq!(stop.finish, [3 * MS, 3 * MS, 4 * MS, 5 * MS]);
-        let skip = run(inp, &cfg(true), 0, false, &mut || false).unwrap();
+        let skip = run(inp, &cfg(true), 0, false, &AtomicBool::new(false)).unwrap();
         assert_eq!(skip.first_scheduled, [0, 2 * MS, 0, MS]);
         assert_eq!(skip.first_token, [MS, 3 * MS, MS, 2 * MS]);
         assert_eq!(skip.finish, [3 * MS, 4 * MS, 2 * MS, 3 * MS]);
