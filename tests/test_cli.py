@@ -51,7 +51,16 @@ def test_help_explains_every_flag(command, capsys):
         assert "(default: None)" not in text
         assert " V " not in text
     if command == "sweep":
-        for flag in ("--grid", "--workload", "--seeds", "--executor", "--scheduler", "--workers", "--output"):
+        for flag in (
+            "--grid",
+            "--workload",
+            "--seeds",
+            "--executor",
+            "--scheduler",
+            "--workers",
+            "--output",
+            "--goodput",
+        ):
             assert flag in text
 
 

@@ -305,4 +305,110 @@ def test_the_example_sweep_file_is_valid():
     assert options["output"] == "results/example.parquet"
     points = spec.points()
     assert len(points) == 3 * 2 * spec.seeds  # block sizes x policies x seeds
+    assert spec.goodput == {"ttft": 500.0, "tpot": 50.0}
+    assert points[0].goodput == spec.goodput
     assert "sweep:" in (root / "Makefile").read_text()  # `make sweep` runs it
+
+
+# ------------------------------------------------------------------------------ goodput in sweeps
+
+SLO_SWEEP = ["sweep", "--grid", "block_size=8,16", "--workload", "sharegpt:arrival_rate=20", "--seeds", "2",
+             "--requests", "150", "--base", "num_blocks=120", "--base", "time_model=ticks",
+             "--base", "max_model_len=1024", "--no-progress"]  # fmt: skip
+SLO_COLUMNS = ("request_goodput", "good_requests", "slo_attainment", "slo_attainment_ttft",
+               "slo_attainment_tpot")  # fmt: skip
+
+
+def test_sweep_goodput_columns_equal_simulate_for_the_same_point(tmp_path, capsys):
+    import kvsim
+    from kvsim.sweep import make_workload
+
+    out = tmp_path / "slo.parquet"
+    assert main([*SLO_SWEEP, "--goodput", "ttft:1000", "tpot:1.5", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    header = next(line for line in printed.splitlines() if "block_size" in line)
+    for col in ("request_goodput", "slo_attainment", "slo_attainment_ttft", "slo_attainment_tpot"):
+        assert col in header  # shown by default when there are SLOs
+    rows = pl.read_parquet(out)
+    assert rows.height == 4
+    assert set(rows["goodput_slos_ms"]) == {"ttft:1000,tpot:1.5"}
+    # the SLOs bite: some requests meet each, not all
+    for col in ("slo_attainment_ttft", "slo_attainment_tpot"):
+        assert 0 < rows[col].min() < 1, col
+    assert (rows["slo_attainment"] <= rows["slo_attainment_ttft"]).all()
+    spec = SweepSpec(grid=parse_grid_args(["block_size=8,16"]), base=dict(BASE), seeds=2, requests=150,
+                     workloads=["sharegpt:arrival_rate=20"], goodput={"ttft": 1000, "tpot": 1.5})  # fmt: skip
+    by_id = {r["point_id"]: r for r in rows.to_dicts()}
+    points = spec.points()
+    assert {p.point_id() for p in points} == set(by_id)  # the flags and the API name the same points
+    for p in points:
+        w = make_workload(p.workload, p.workload_params, p.requests, p.seed)
+        want = kvsim.simulate(w, p.sim_config(), goodput={"ttft": 1000, "tpot": 1.5}).summary
+        for col in SLO_COLUMNS:
+            assert by_id[p.point_id()][col] == want[col], col
+    agg = aggregate(rows)  # across seeds like any metric
+    assert agg.height == 2
+    for bs in (8, 16):
+        mine = rows.filter(pl.col("block_size") == bs)["request_goodput"].mean()
+        assert agg.filter(pl.col("block_size") == bs)["request_goodput_mean"].item() == pytest.approx(mine)
+
+
+def test_slos_are_part_of_the_point_identity_so_resume_never_mixes_rows(tmp_path, capsys):
+    out = tmp_path / "slo.parquet"
+    argv = [*SLO_SWEEP, "--output", str(out), "--show", "throughput_rps"]
+    assert main(argv) == 0  # no SLOs: no goodput columns
+    assert "4 points run" in capsys.readouterr().out
+    assert "request_goodput" not in pl.read_parquet(out).columns
+    assert main([*argv, "--goodput", "ttft:1000"]) == 0  # other SLOs: the points run again, as new rows
+    assert "4 points run, 0 already" in capsys.readouterr().out
+    assert main([*argv, "--goodput", "ttft:1000"]) == 0  # the same SLOs resume
+    assert "0 points run, 4 already" in capsys.readouterr().out
+    assert main([*argv, "--goodput", "ttft:2000", "--show", "slo_attainment"]) == 0
+    assert "4 points run, 0 already" in capsys.readouterr().out
+    assert main(argv) == 0  # and the sweep without SLOs still finds its rows
+    assert "0 points run, 4 already" in capsys.readouterr().out
+    rows = pl.read_parquet(out)
+    assert rows.height == 12
+    assert rows["goodput_slos_ms"].to_list().count(None) == 4
+    assert rows["goodput_slos_ms"].value_counts().height == 3
+    tight = rows.filter(pl.col("goodput_slos_ms") == "ttft:1000")["slo_attainment_ttft"].sort()
+    loose = rows.filter(pl.col("goodput_slos_ms") == "ttft:2000")["slo_attainment_ttft"].sort()
+    assert (tight <= loose).all()
+    assert (tight < loose).any()
+    assert aggregate(rows).height == 2 * 3  # block sizes x SLO sets: the SLOs group like a parameter
+
+
+def test_bad_slos_fail_in_one_line_naming_the_flag_before_any_point(tmp_path, capsys):
+    from kvsim.cli import bench_main
+
+    out = tmp_path / "bad.parquet"
+    for spec, why in (("ttft=5", "METRIC:MILLISECONDS"), ("itl:5", "not one of ttft, tpot, e2el"),
+                      ("ttft:-1", "positive"), ("ttft:abc", "not a number")):  # fmt: skip
+        line = _fails(capsys, [*SLO_SWEEP, "--output", str(out), "--goodput", spec], "--goodput", why)
+        assert line.startswith("kvsim sweep: error: argument --goodput:"), line
+        assert bench_main([*SLO_SWEEP[1:], "--output", str(out), "--goodput", spec]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        assert err[0].startswith("bench.sweep: error: argument --goodput:"), err
+    bad_file = tmp_path / "bad.toml"
+    bad_file.write_text("requests = 10\ngoodput = {ttft = 500, tpot = 0}\n[base]\nnum_blocks = 64\n")
+    _fails(capsys, ["sweep", "--file", str(bad_file), "--output", str(out)], "bad.toml", "tpot:0", "positive")
+    _fails(capsys, [*SLO_SWEEP, "--output", str(out), "--show", "request_goodput"], "--show request_goodput",
+           "need --goodput")  # fmt: skip
+    assert sorted(tmp_path.iterdir()) == [bad_file]  # nothing ran, nothing written
+    with pytest.raises(InvalidArgumentError, match="goodput"):
+        tiny(goodput="ttft:abc").points()
+
+
+def test_a_sweep_file_sets_slos_and_the_flag_overrides_them(tmp_path):
+    from kvsim.cli import build_parser, spec_from_args
+
+    path = tmp_path / "s.toml"
+    path.write_text("requests = 10\ngoodput = {ttft = 500, tpot = 50}\n[base]\nnum_blocks = 64\n")
+    spec, _ = SweepSpec.from_toml(path)
+    assert spec.goodput == {"ttft": 500.0, "tpot": 50.0}
+    assert all(p.goodput == {"ttft": 500.0, "tpot": 50.0} for p in spec.points())
+    path.write_text('requests = 10\ngoodput = "ttft:500 e2el:2000"\n[base]\nnum_blocks = 64\n')
+    assert SweepSpec.from_toml(path)[0].goodput == {"ttft": 500.0, "e2el": 2000.0}
+    args = build_parser().parse_args(["sweep", "--file", str(path), "--goodput", "tpot:20"])
+    assert spec_from_args(args)[0].goodput == {"tpot": 20.0}

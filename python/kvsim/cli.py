@@ -44,6 +44,7 @@ from kvsim.sweep import (
 )
 
 RESULTS = Path("results")
+DEFAULT_SHOW = ("throughput_rps", "mean_batch", "kv_utilization", "e2e_s_p99")
 
 
 def _sweep_flags(p: argparse.ArgumentParser) -> None:
@@ -100,11 +101,22 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
+        "--goodput",
+        nargs="+",
+        default=None,
+        metavar="METRIC:MS",
+        help="SLOs in milliseconds (ttft:500 tpot:50 e2el:2000; metrics ttft, tpot, e2el), as `kvsim run "
+        "--goodput`: every row gains request_goodput (req/s meeting all of them), good_requests, "
+        "slo_attainment and slo_attainment_<metric> per SLO, and goodput_slos_ms; the SLOs are part of "
+        "each point's identity, so a resumed sweep with other SLOs runs its points again as new rows "
+        "(default: none; a sweep file's `goodput = {ttft = 500, tpot = 50}`)",
+    )
+    p.add_argument(
         "--show",
         metavar="M1,M2,...",
-        default="throughput_rps,mean_batch,kv_utilization,e2e_s_p99",
-        help="metrics to print aggregated across seeds (mean ± 95%% CI) when the sweep ends "
-        "(default: throughput_rps,mean_batch,kv_utilization,e2e_s_p99)",
+        default=None,
+        help="metrics to print aggregated across seeds (mean ± 95%% CI) when the sweep ends (default: "
+        f"{','.join(DEFAULT_SHOW)}, and with SLOs request_goodput,slo_attainment,slo_attainment_<metric>)",
     )
 
 
@@ -212,6 +224,13 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
         spec.backend = args.backend
     if args.name:
         spec.name = args.name
+    if args.goodput is not None:
+        from kvsim.metrics import parse_goodput
+
+        try:
+            spec.goodput = parse_goodput(args.goodput)
+        except InvalidArgumentError as exc:
+            raise FlagError(f"argument --goodput: {exc}") from None
     for k in ("executor", "workers", "scheduler", "output"):
         if getattr(args, k) is not None:
             options[k] = getattr(args, k)
@@ -226,12 +245,14 @@ def _flag_error(flag: str, exc: InvalidArgumentError) -> InvalidArgumentError:
 
 def known_metrics(spec: SweepSpec) -> list[str]:
     """The metric columns a sweep's rows will have: the summary of a two-request run of the sweep's
-    first point, plus the wall times."""
+    first point (with its SLOs' goodput columns), plus the wall times."""
     import kvsim
 
     point = spec.points()[0]
     workload = make_workload(point.workload, point.workload_params, 2, point.seed)
-    summary = kvsim.simulate(workload, point.sim_config(), backend=point.backend).summary
+    summary = kvsim.simulate(
+        workload, point.sim_config(), backend=point.backend, goodput=dict(point.goodput) or None
+    ).summary
     return [k for k, v in summary.items() if isinstance(v, int | float)] + ["wall_s", "workload_s"]
 
 
@@ -261,12 +282,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_output(options["output"])
     except InvalidArgumentError as exc:
         raise _flag_error("--output", exc) from None
-    show = [m.strip() for m in args.show.split(",") if m.strip()]
     known = known_metrics(spec)
+    if args.show is None:
+        per_slo = [m for m in known if m.startswith("slo_attainment_")]
+        show = [*DEFAULT_SHOW, *(m for m in ("request_goodput", "slo_attainment") if m in known), *per_slo]
+    else:
+        show = [m.strip() for m in args.show.split(",") if m.strip()]
     unknown = [m for m in show if m not in known]
     if unknown:
+        needs_slos = any(m in ("request_goodput", "good_requests") or m.startswith("slo_") for m in unknown)
+        hint = " (goodput and SLO attainment need --goodput METRIC:MS)" if needs_slos else ""
         raise InvalidArgumentError(
-            f"--show {','.join(unknown)}: not a metric of a sweep row; metrics: {', '.join(known)}"
+            f"--show {','.join(unknown)}: not a metric of a sweep row{hint}; metrics: {', '.join(known)}"
         )
     outcome = run_sweep(
         spec,

@@ -145,6 +145,17 @@ def parse_goodput(items: Iterable[str] | Mapping[str, float] | None) -> dict[str
     return out
 
 
+def goodput_label(slos: Mapping[str, float]) -> str:
+    """The canonical text of parsed SLOs (`parse_goodput`'s output): `ttft:500,tpot:50`, metrics in
+    `GOODPUT_METRICS` order, each bound exactly (`parse_goodput` reads it back to the same dict); what a
+    sweep row records as `goodput_slos_ms`, and "" for none."""
+
+    def ms(v: float) -> str:
+        return str(int(v)) if float(v).is_integer() and abs(v) < 2**53 else repr(float(v))
+
+    return ",".join(f"{m}:{ms(slos[m])}" for m in GOODPUT_METRICS if m in slos)
+
+
 def _pct_key(p: float) -> str:
     return f"p{p:g}".replace(".", "_") if not float(p).is_integer() else f"p{int(p)}"
 
@@ -358,6 +369,7 @@ __all__ = [
     "GOODPUT_METRICS",
     "LATENCY_METRICS",
     "goodput_columns",
+    "goodput_label",
     "itl_distribution",
     "parse_goodput",
     "parse_metric_percentiles",

@@ -5,9 +5,16 @@ aggregated across seeds.
 A *point* is one simulation: a config (the base fields plus one value of every grid parameter), a named
 workload with its parameters, a seed and a request count. Its row holds every parameter, every summary
 metric (`kvsim.simulate(...).summary`) and the wall time; `point_id` (a hash of the fully resolved config,
-the workload, the seed, the request count and the backend) is what resume compares, so a point already in
-the output file is never run again. Delete the file (or pass `resume=False`) to recompute after the engine
-changes.
+the workload, the seed, the request count, the backend and the SLOs if any) is what resume compares, so a
+point already in the output file is never run again. Delete the file (or pass `resume=False`) to recompute
+after the engine changes.
+
+SLOs (`goodput={"ttft": 500, "tpot": 50}`, ms, `kvsim.metrics.parse_goodput`'s forms) add goodput and SLO
+attainment to every row (`kvsim.metrics.goodput_columns`: `request_goodput`, `good_requests`,
+`slo_attainment`, `slo_attainment_<metric>` per SLO) and the SLOs themselves as `goodput_slos_ms`
+(`ttft:500,tpot:50`). They are part of the point's identity: a sweep resumed with other SLOs runs its
+points again as new rows (told apart by `goodput_slos_ms`), never mixing them with the old ones; a sweep
+without SLOs keeps the ids it always had.
 
 Grid names are `SimConfig` field names (`block_size`, `policy`, `num_blocks`, ...), or `workload.<name>`
 for a parameter of a synthetic workload (`workload.arrival_rate`, `workload.sharing_ratio`). Everything is
@@ -68,6 +75,8 @@ META_COLUMNS = (
     "kvsim_version",
 )
 WORKLOAD_PREFIX = "workload."
+# The SLOs of a row (`ttft:500,tpot:50`, kvsim.metrics.goodput_label): a parameter, like the workload.
+SLO_COLUMN = "goodput_slos_ms"
 
 # One line per SimConfig field: the help of `kvsim run --<field>` and of `--grid` (from kvsim.config.KNOBS).
 FIELD_HELP: dict[str, str] = {name: knob.help for name, knob in KNOBS.items() if name != "extra"}
@@ -385,6 +394,7 @@ class Point:
         requests: requests to simulate (traces: at most their length).
         backend: `rust` or `reference`.
         grid: the grid parameters of this point and their values (config fields and `workload.*`).
+        goodput: SLO bounds in ms by metric (`kvsim.metrics.parse_goodput`'s output), or empty for none.
     """
 
     config: Mapping[str, Any]
@@ -394,6 +404,7 @@ class Point:
     requests: int
     backend: str = "rust"
     grid: Mapping[str, Any] = field(default_factory=dict)
+    goodput: Mapping[str, float] = field(default_factory=dict)
 
     def sim_config(self) -> SimConfig:
         return SimConfig(**self.config)
@@ -403,33 +414,35 @@ class Point:
         return json.dumps([self.workload, sorted(self.workload_params.items()), self.requests, self.seed])
 
     def point_id(self, resolved: Mapping[str, Any] | None = None) -> str:
-        """A stable hash of everything that determines this point's result."""
+        """A stable hash of everything that determines this point's row (the SLOs only when there are
+        some, so a sweep without them keeps the ids it had before SLOs existed)."""
         resolved = resolved if resolved is not None else self.sim_config().to_dict()
-        blob = json.dumps(
-            {
-                "config": resolved,
-                "workload": self.workload,
-                "workload_params": self.workload_params,
-                "seed": self.seed,
-                "requests": self.requests,
-                "backend": self.backend,
-            },
-            sort_keys=True,
-            default=str,
-        )
+        identity: dict[str, Any] = {
+            "config": resolved,
+            "workload": self.workload,
+            "workload_params": self.workload_params,
+            "seed": self.seed,
+            "requests": self.requests,
+            "backend": self.backend,
+        }
+        if self.goodput:
+            identity["goodput"] = {k: float(v) for k, v in self.goodput.items()}
+        blob = json.dumps(identity, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
 def _simulate(point: Point, workload: Any, config: SimConfig, record_timeseries: bool | int) -> Any:
     import kvsim
 
+    extra: dict[str, Any] = {"goodput": dict(point.goodput)} if point.goodput else {}
     if record_timeseries:
-        return kvsim.simulate(workload, config, backend=point.backend, record_timeseries=record_timeseries)
-    return kvsim.simulate(workload, config, backend=point.backend)
+        extra["record_timeseries"] = record_timeseries
+    return kvsim.simulate(workload, config, backend=point.backend, **extra)
 
 
 def run_point(point: Point) -> dict[str, Any]:
-    """Runs one point and returns its row: parameters, summary metrics, wall time.
+    """Runs one point and returns its row: parameters, summary metrics (with the goodput columns of its
+    SLOs, `kvsim.metrics.goodput_columns`, as `simulate(..., goodput=)` gives them), wall time.
 
     The workload is built once per process and reused by the points that share it (threads wait for
     the one building it), so `workload_s` is 0 on a cache hit.
@@ -455,6 +468,10 @@ def run_point(point: Point) -> dict[str, Any]:
     row.update(resolved)
     row.update({WORKLOAD_PREFIX + k: _plain(v) for k, v in point.workload_params.items()})
     row.update({k: _plain(v) for k, v in point.grid.items() if k.startswith(WORKLOAD_PREFIX)})
+    if point.goodput:
+        from kvsim.metrics import goodput_label
+
+        row[SLO_COLUMN] = goodput_label(point.goodput)
     row.update(result.summary)
     row["wall_s"] = wall
     row["workload_s"] = workload_s
@@ -538,6 +555,8 @@ class SweepSpec:
         seeds: seeds 0..seeds-1 for synthetic workloads (traces run once).
         requests: requests per point.
         backend: engine backend.
+        goodput: SLOs in ms (`{"ttft": 500, "tpot": 50}`, or any form `kvsim.metrics.parse_goodput`
+            takes): every row gains goodput and SLO attainment, and the SLOs join the point's identity.
     """
 
     name: str = "sweep"
@@ -547,14 +566,16 @@ class SweepSpec:
     seeds: int = 1
     requests: int = 10_000
     backend: str = "rust"
+    goodput: Any = field(default_factory=dict)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> tuple[SweepSpec, dict[str, Any]]:
         """Reads a sweep file; returns the spec and the run options it sets (executor, workers, output).
 
         The file: top-level `name`, `requests`, `seeds`, `workloads` (list of specs or tables with
-        `name`), `backend`, `executor`, `workers`, `scheduler`, `output`; table `[base]` of fixed
-        SimConfig fields; table `[grid]` of lists.
+        `name`), `backend`, `executor`, `workers`, `scheduler`, `output`; `goodput` (SLOs in ms: a
+        table `{ttft = 500, tpot = 50}`, or the flag's text `"ttft:500 tpot:50"`); table `[base]` of
+        fixed SimConfig fields; table `[grid]` of lists.
 
         Raises:
             InvalidArgumentError: a missing or malformed file or an unknown key.
@@ -566,7 +587,7 @@ class SweepSpec:
             raise InvalidArgumentError(f"sweep file {p} does not exist") from None
         except tomllib.TOMLDecodeError as exc:
             raise InvalidArgumentError(f"sweep file {p}: {exc}") from None
-        known = {"name", "requests", "seeds", "workloads", "backend", "base", "grid"}
+        known = {"name", "requests", "seeds", "workloads", "backend", "base", "grid", "goodput"}
         options = {"executor", "workers", "scheduler", "output"}
         unknown = set(data) - known - options
         if unknown:
@@ -579,6 +600,13 @@ class SweepSpec:
         spec.seeds = int(data.get("seeds", spec.seeds))
         spec.requests = int(data.get("requests", spec.requests))
         spec.backend = data.get("backend", spec.backend)
+        if "goodput" in data:
+            from kvsim.metrics import parse_goodput
+
+            try:
+                spec.goodput = parse_goodput(data["goodput"])
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"sweep file {p}: {exc}") from None
         return spec, {k: data[k] for k in options if k in data}
 
     def points(self, *, skip_invalid: bool = False) -> list[Point]:
@@ -596,6 +624,9 @@ class SweepSpec:
             raise InvalidArgumentError(f"backend {self.backend!r} is not 'rust' or 'reference'")
         if not self.workloads:
             raise InvalidArgumentError("no workloads given")
+        from kvsim.metrics import parse_goodput
+
+        slos = parse_goodput(self.goodput)
         for k in self.base:
             if k not in CONFIG_FIELDS:
                 raise _unknown(k, CONFIG_FIELDS, "base field")
@@ -646,7 +677,7 @@ class SweepSpec:
                 if not config_ok[key]:
                     continue
                 for seed in seeds:
-                    points.append(Point(cfg, wname, wp, seed, self.requests, self.backend, combo))
+                    points.append(Point(cfg, wname, wp, seed, self.requests, self.backend, combo, slos))
         if bad and not skip_invalid:
             shown = "\n  ".join(bad[:8]) + (f"\n  ... and {len(bad) - 8} more" if len(bad) > 8 else "")
             raise InvalidArgumentError(
@@ -1077,7 +1108,9 @@ def parameter_columns(frame: pl.DataFrame) -> list[str]:
     return [
         c
         for c in frame.columns
-        if c in CONFIG_FIELDS or c.startswith(WORKLOAD_PREFIX) or c in ("workload", "requests", "backend")
+        if c in CONFIG_FIELDS
+        or c.startswith(WORKLOAD_PREFIX)
+        or c in ("workload", "requests", "backend", SLO_COLUMN)
     ]
 
 
@@ -1128,6 +1161,7 @@ __all__ = [
     "DEFAULT_BASE",
     "EXECUTORS",
     "FIELD_HELP",
+    "SLO_COLUMN",
     "WORKLOADS",
     "Point",
     "ResultStore",
