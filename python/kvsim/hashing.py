@@ -103,4 +103,17 @@ def block_keys(segments: Sequence[Segment], block_size: int) -> list[int]:
     """Keys of every full block the segments describe (a trailing partial block gets none)."""
     segs, total = checked_segments(segments)
     block_size = u64_arg("block_size", block_size, 1)
-    return list(iter_block_keys(segs, block_size, 0, None, total // block_size))
+    n = total // block_size
+    from kvsim.reference.block_pool import memory_limit
+
+    limit = memory_limit()
+    if n * BYTES_PER_KEY > limit:
+        raise InvalidArgumentError(
+            f"segments describe {n} full blocks of {block_size} tokens: their keys need {n * BYTES_PER_KEY} "
+            f"bytes ({BYTES_PER_KEY} bytes per key), more than the memory limit of {limit} bytes"
+        )
+    return list(iter_block_keys(segs, block_size, 0, None, n))
+
+
+# What one key of `block_keys`' result may take, as a Python int in a list (the Rust core's BYTES_PER_KEY).
+BYTES_PER_KEY = 64

@@ -181,8 +181,20 @@ pub fn block_keys(segments: &[Segment], block_size: u64) -> Result<Vec<BlockKey>
     if block_size < 1 {
         invalid_arg!("block_size {block_size} must be at least 1");
     }
-    Ok(BlockKeys::new(segments, block_size, 0, None, total / block_size).collect())
+    let n = total / block_size;
+    let needed = u128::from(n) * u128::from(BYTES_PER_KEY);
+    let limit = crate::block_pool::memory_limit();
+    if needed > u128::from(limit) {
+        invalid_arg!(
+            "segments describe {n} full blocks of {block_size} tokens: their keys need {needed} bytes \
+             ({BYTES_PER_KEY} bytes per key), more than the memory limit of {limit} bytes"
+        );
+    }
+    Ok(BlockKeys::new(segments, block_size, 0, None, n).collect())
 }
+
+/// What one key of `block_keys`' result may take, as a Python int in a list (the limit's unit).
+pub const BYTES_PER_KEY: u64 = 64;
 
 #[cfg(test)]
 mod tests {
