@@ -17,7 +17,10 @@ evictions are read from the log, and the replay checks itself against the engine
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +71,7 @@ METRIC_COLUMNS = (
 STATUSES = ("waiting", "running", "swapped", "preempted", "finished", "rejected")
 
 
-@dataclass
+@dataclass(slots=True)
 class _Seq:
     idx: int
     request_id: int
@@ -112,6 +115,20 @@ class Track:
     @property
     def paged(self) -> bool:
         return not self.config.is_contiguous
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pauses the cyclic garbage collector: a replay allocates hundreds of thousands of small lists (rows)
+    and no cycles, and the collector's passes over them cost more than the replay itself. Re-enabled on
+    exit if it was on at entry (the first of concurrent callers re-enables it)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def run_track(
@@ -175,6 +192,17 @@ def replay(
 ) -> Track:
     """Replays `res` (simulated with `record_events` and a time series of every step) into rows and
     metric columns (see the module docstring)."""
+    with gc_paused():
+        return _replay(res, workload, config, names, request_names)
+
+
+def _replay(
+    res: SimResult,
+    workload: Any,
+    config: SimConfig,
+    names: dict[int, str] | None,
+    request_names: list[str] | None,
+) -> Track:
     if res.raw.events is None or not res.raw.events or res.timeseries is None:
         raise InternalError("replay needs a run simulated with record_events=True and record_timeseries=True")
     inp = prepare(workload, config)
@@ -268,17 +296,16 @@ def replay(
                 s.rg = 1
                 dirty_seqs[i] = None
 
+    rid = inp.request_id.tolist()  # seq -> request id
+
     def block_row(b: int, k: int) -> list[Any]:
         r = ref[b]
+        if r == 1:
+            return [k, b, "private", 1, bkey[b], [rid[holders[b][0]]]]
         if r == 0:
-            state, key = ("cached", keyed[b]) if keyed[b] is not None else ("free", None)
-        else:
-            key = bkey[b]
-            if r == 1:
-                return [k, b, "private", 1, key, [seqs[holders[b][0]].request_id]]
-            state = "shared"
-        rids = sorted({seqs[x].request_id for x in holders[b]})
-        return [k, b, state, r, key, rids]
+            key = keyed[b]
+            return [k, b, "free", 0, None, []] if key is None else [k, b, "cached", 0, key, []]
+        return [k, b, "shared", r, bkey[b], sorted({rid[x] for x in holders[b]})]
 
     def take(b: int, s: _Seq, tok: int, i: int) -> None:
         """`s` takes a reference to block `b` at its table's index `i`; the block holds `tok` tokens."""
@@ -308,13 +335,23 @@ def replay(
         dirty_blocks[b] = None
 
     def release_block(s: _Seq, b: int) -> None:
-        i = len(s.table) - 1
-        if i < 0 or s.table[i] != b:
-            raise InternalError(f"free of block {b} by seq {s.idx}: not its last block {s.table}")
-        drop(b, s)
-        if ref[b] == 0 and caching and s.free_c >= (i + 1) * bs:
-            keyed[b] = bkey[b]  # a full block keeps its key while free: cached
-        s.table.pop()
+        """`s` frees its last block `b` (`drop`, written out: the second commonest event)."""
+        nonlocal held, dup
+        table = s.table
+        i = len(table) - 1
+        if i < 0 or table[i] != b:
+            raise InternalError(f"free of block {b} by seq {s.idx}: not its last block {table}")
+        r = ref[b] - 1
+        ref[b] = r
+        holders[b].remove(s.idx)
+        if r == 0:
+            held -= 1
+            if caching and s.free_c >= (i + 1) * bs:
+                keyed[b] = bkey[b]  # a full block keeps its key while free: cached
+        else:
+            dup -= shared_tok[b]
+        dirty_blocks[b] = None
+        table.pop()
         dirty_seqs[s.idx] = None
 
     ext = [0, False]  # the space's external fragmentation, and whether a region changed since
@@ -339,15 +376,19 @@ def replay(
     def flush_and_record(k: int) -> None:
         for b in dirty_blocks:
             row = block_row(b, k)
-            bcount[bstate[b]] -= 1
-            bstate[b] = row[2]
-            bcount[row[2]] += 1
+            state = row[2]
+            if bstate[b] != state:
+                bcount[bstate[b]] -= 1
+                bstate[b] = state
+                bcount[state] += 1
             block_rows.append(row)
         dirty_blocks.clear()
         for i in dirty_seqs:
             s = seqs[i]
-            c, g = s.at(k)
-            seq_rows.append([k, s.request_id, s.sample, s.status, c, s.rc, g, s.rg, list(s.table)])
+            d = k - s.base
+            seq_rows.append(
+                [k, s.request_id, s.sample, s.status, s.c + s.rc * d, s.rc, s.g + s.rg * d, s.rg, s.table[:]]
+            )
         dirty_seqs.clear()
         arrived = (
             bisect.bisect_right(arrivals_sorted, step_ps[k]) if k < len(step_ps) else len(arrivals_sorted)
@@ -440,7 +481,11 @@ def replay(
             s = seqs[i]
             if i not in touched:
                 touched[i] = None
-                materialize(s, j)
+                d = j - s.base  # materialize(s, j), written out
+                s.c += s.rc * d
+                s.g += s.rg * d
+                s.base = j
+                s.version += 1
             pos += 1
             if kind == ALLOCATE:  # the commonest event: `take` of a free block, written out
                 if ref[b]:
@@ -453,6 +498,8 @@ def replay(
                 holders[b].append(i)
                 dirty_blocks[b] = None
                 s.table.append(b)
+            elif kind == FREE:
+                release_block(s, b)
             elif kind == EVICT:
                 keyed[b] = None
                 cum["evictions"] += 1
@@ -503,8 +550,6 @@ def replay(
                         free_region(s, j + 1)
                 else:
                     set_status(s, "swapped")
-            elif kind == FREE:
-                release_block(s, b)
             elif kind == REJECT:
                 set_status(s, "rejected")
             else:
