@@ -17,6 +17,7 @@ from kvsim import models
 from kvsim.config import CONTIGUOUS_POLICIES, PLACEMENTS, PREEMPTIONS, SAMPLINGS, SimConfig
 from kvsim.errors import InvalidArgumentError
 from kvsim.lab.state import Track, gc_paused, replay, state_at, tokens_at
+from kvsim.reference.engine import EVENT_KINDS
 from kvsim.simulate import simulate
 from kvsim.workloads import Workload
 
@@ -345,17 +346,21 @@ def _requests(p: _presets.Preset) -> list[dict[str, Any]]:
 
 
 def _track_payload(t: Track, metrics: dict[str, list[Any]]) -> dict[str, Any]:
-    ev = t.result.events
+    ev, raw = t.result.events, t.result.raw.events
     assert ev is not None
+    assert raw is not None
+    # The log's columns from the engine's arrays (what `simulate` builds the log's table from): a kind's
+    # name is one str object for all its events.
+    seq = raw["seq"]
     events = list(
         zip(
-            ev["step"].to_list(),
-            ev["time_s"].to_list(),
-            ev["kind"].cast(str).to_list(),
-            ev["request_id"].to_list(),
-            ev["sample"].to_list(),
-            ev["block"].to_list(),
-            ev["count"].to_list(),
+            raw["step"].tolist(),
+            ev["time_s"].to_numpy().tolist(),
+            [EVENT_KINDS[k] for k in raw["kind"].tolist()],
+            t.inp.request_id[seq].tolist(),
+            t.inp.sample[seq].tolist(),
+            raw["block"].tolist(),
+            raw["count"].tolist(),
             strict=True,
         )
     )

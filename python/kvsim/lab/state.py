@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kvsim.config import SimConfig
 from kvsim.engine_input import EngineInput, prepare
 from kvsim.errors import InternalError
@@ -215,6 +217,7 @@ def _replay(
     ev = res.raw.events
     e_step, e_kind, e_seq = ev["step"].tolist(), ev["kind"].tolist(), ev["seq"].tolist()
     e_block, e_count = ev["block"].tolist(), ev["count"].tolist()
+    free_run = _free_runs(ev)
     num_steps = int(res.summary["num_steps"])
     seqs = [
         _Seq(
@@ -298,15 +301,6 @@ def _replay(
 
     rid = inp.request_id.tolist()  # seq -> request id
 
-    def block_row(b: int, k: int) -> list[Any]:
-        r = ref[b]
-        if r == 1:
-            return [k, b, "private", 1, bkey[b], [rid[holders[b][0]]]]
-        if r == 0:
-            key = keyed[b]
-            return [k, b, "free", 0, None, []] if key is None else [k, b, "cached", 0, key, []]
-        return [k, b, "shared", r, bkey[b], sorted({rid[x] for x in holders[b]})]
-
     def take(b: int, s: _Seq, tok: int, i: int) -> None:
         """`s` takes a reference to block `b` at its table's index `i`; the block holds `tok` tokens."""
         nonlocal held, dup
@@ -354,6 +348,35 @@ def _replay(
         table.pop()
         dirty_seqs[s.idx] = None
 
+    def release(s: _Seq, at: int) -> int:
+        """The FREE event at `at` and the run of FREEs by `s` that follows it (a release frees a table's
+        blocks last first): when the run's blocks are the table's tail, last first, they are released
+        in one loop, as `release_block` would one by one. Returns the events consumed."""
+        nonlocal held, dup
+        m = free_run[at]
+        table = s.table
+        n = len(table)
+        if m == 1 or m > n or e_block[at : at + m] != table[n - m :][::-1]:
+            release_block(s, e_block[at])
+            return 1
+        idx = s.idx
+        full = s.free_c if caching else -1
+        for i in range(n - 1, n - m - 1, -1):
+            b = table[i]
+            r = ref[b] - 1
+            ref[b] = r
+            holders[b].remove(idx)
+            if r == 0:
+                held -= 1
+                if full >= (i + 1) * bs:
+                    keyed[b] = bkey[b]  # a full block keeps its key while free: cached
+            else:
+                dup -= shared_tok[b]
+            dirty_blocks[b] = None
+        del table[n - m :]
+        dirty_seqs[idx] = None
+        return m
+
     ext = [0, False]  # the space's external fragmentation, and whether a region changed since
 
     def external() -> int:
@@ -374,14 +397,22 @@ def _replay(
         s.region = None
 
     def flush_and_record(k: int) -> None:
-        for b in dirty_blocks:
-            row = block_row(b, k)
-            state = row[2]
+        for b in dirty_blocks:  # a block's row: its state, ref count, key and holders' request ids
+            r = ref[b]
+            if r == 1:
+                state = "private"
+                block_rows.append([k, b, state, 1, bkey[b], [rid[holders[b][0]]]])
+            elif r == 0:
+                key = keyed[b]
+                state = "free" if key is None else "cached"
+                block_rows.append([k, b, state, 0, key, []])
+            else:
+                state = "shared"
+                block_rows.append([k, b, state, r, bkey[b], sorted({rid[x] for x in holders[b]})])
             if bstate[b] != state:
                 bcount[bstate[b]] -= 1
                 bstate[b] = state
                 bcount[state] += 1
-            block_rows.append(row)
         dirty_blocks.clear()
         for i in dirty_seqs:
             s = seqs[i]
@@ -440,7 +471,7 @@ def _replay(
         while pos < n_ev and e_step[pos] == k:
             kind, s = e_kind[pos], seqs[e_seq[pos]]
             if kind == FREE and last_release.get(s.idx) == FINISH:
-                release_block(s, e_block[pos])
+                pos += release(s, pos) - 1
             elif kind == FINISH:
                 materialize(s, k)
                 logical -= s.c
@@ -499,7 +530,7 @@ def _replay(
                 dirty_blocks[b] = None
                 s.table.append(b)
             elif kind == FREE:
-                release_block(s, b)
+                pos += release(s, pos - 1) - 1
             elif kind == EVICT:
                 keyed[b] = None
                 cum["evictions"] += 1
@@ -595,6 +626,22 @@ def _replay(
     seq_rows.sort(key=lambda r: r[0])  # stable: at one state, the replay's row comes after the arrival's
     region_rows.sort(key=lambda r: r[0])
     return Track(config, res, inp, num_steps, block_rows, seq_rows, region_rows, metrics, during)
+
+
+def _free_runs(ev: dict[str, Any]) -> list[int]:
+    """Per event: how many consecutive FREE events by the same sequence in the same step start there
+    (1 for any other event)."""
+    kind, seq, step = ev["kind"], ev["seq"], ev["step"]
+    n = len(kind)
+    if n == 0:
+        return []
+    free = kind == FREE
+    # cont[i]: event i + 1 continues event i's run.
+    cont = free[1:] & free[:-1] & (seq[1:] == seq[:-1]) & (step[1:] == step[:-1])
+    idx = np.arange(n)
+    end = np.where(np.append(cont, False), n, idx)  # a run's last event: its own index
+    end = np.minimum.accumulate(end[::-1])[::-1]
+    return np.where(free, end - idx + 1, 1).tolist()
 
 
 def state_at(
