@@ -70,6 +70,15 @@ METRIC_COLUMNS = (
     "event_upto",
     "time_ps",
 )
+# Columns counting events of some kinds so far (computed from the log at the end) and the columns the
+# replay keeps as it goes.
+CUMULATIVE_KINDS = {
+    "cow_copies": [COW_COPY],
+    "evictions": [EVICT],
+    "preemptions": [PREEMPT, SWAP_OUT],
+    "swaps": [SWAP_OUT],
+}
+KEPT_COLUMNS = tuple(c for c in METRIC_COLUMNS if c not in CUMULATIVE_KINDS)
 STATUSES = ("waiting", "running", "swapped", "preempted", "finished", "rejected")
 
 
@@ -148,7 +157,8 @@ def run_track(
 
 def _key_namer(inp: EngineInput, names: dict[int, str], request_names: list[str], bs: int):
     """Readable prefix keys: block i of a sequence is named after the named segment its last token lies
-    in (`sys-coding-agent-v1:block-1`), else after its request (`req-2:block-2`)."""
+    in (`sys-coding-agent-v1:block-1`), else after its request (`req-2:block-2`). Returns the namer and,
+    per sequence without named content, the prefix its keys share (`req-2:block-`; None where named)."""
     cache: dict[tuple[int, int], str] = {}
     rows = inp.request_row.tolist()
     if names:
@@ -157,10 +167,12 @@ def _key_namer(inp: EngineInput, names: dict[int, str], request_names: list[str]
         named = [any(ids[j] in names for j in range(offsets[q], offsets[q + 1])) for q in range(len(inp))]
     else:
         named = [False] * len(inp)
+    plain = [None if named[q] else f"{request_names[rows[q]]}:block-" for q in range(len(inp))]
 
     def name(seq: int, i: int) -> str:
-        if not named[seq]:  # no named content: the request's name
-            return f"{request_names[rows[seq]]}:block-{i}"
+        prefix = plain[seq]
+        if prefix is not None:  # no named content: the request's name
+            return prefix + str(i)
         key = (seq, i)
         got = cache.get(key)
         if got is not None:
@@ -181,7 +193,7 @@ def _key_namer(inp: EngineInput, names: dict[int, str], request_names: list[str]
         cache[key] = got
         return got
 
-    return name
+    return name, plain
 
 
 def replay(
@@ -213,7 +225,7 @@ def _replay(
     caching = config.enable_prefix_caching
     n_req = len(workload)
     request_names = request_names or [f"req-{i + 1}" for i in range(n_req)]
-    key_name = _key_namer(inp, names or {}, request_names, bs)
+    key_name, key_prefix = _key_namer(inp, names or {}, request_names, bs)
     ev = res.raw.events
     e_step, e_kind, e_seq = ev["step"].tolist(), ev["kind"].tolist(), ev["seq"].tolist()
     e_block, e_count = ev["block"].tolist(), ev["count"].tolist()
@@ -440,10 +452,6 @@ def _replay(
                 bcount["cached"],
                 bcount["shared"],
                 bcount["private"],
-                cum["cow_copies"],
-                cum["evictions"],
-                cum["preemptions"],
-                cum["swaps"],
                 pos,
                 step_ps[k] if k < len(step_ps) else makespan,
             )
@@ -461,7 +469,6 @@ def _replay(
     bcount = dict.fromkeys(BLOCK_STATES, 0)
     if paged:
         bcount["free"], bcount["null"] = nb - 1, 1
-    cum = {"cow_copies": 0, "evictions": 0, "preemptions": 0, "swaps": 0}
     makespan = int(res.raw.counters["makespan_ps"])
 
     def post_events(k: int) -> None:
@@ -524,7 +531,8 @@ def _replay(
                 held += 1
                 keyed[b] = None
                 if caching:
-                    bkey[b] = key_name(i, len(s.table))
+                    prefix = key_prefix[i]
+                    bkey[b] = prefix + str(len(s.table)) if prefix is not None else key_name(i, len(s.table))
                 ref[b] = 1
                 holders[b].append(i)
                 dirty_blocks[b] = None
@@ -533,7 +541,6 @@ def _replay(
                 pos += release(s, pos - 1) - 1
             elif kind == EVICT:
                 keyed[b] = None
-                cum["evictions"] += 1
             elif kind == SCHEDULE:
                 listed[i] = cnt
             elif kind == ADMIT:
@@ -554,7 +561,6 @@ def _replay(
                 s.c += bs
                 logical += bs
             elif kind == COW_COPY:
-                cum["cow_copies"] += 1
                 drop(s.table[-1], s)
                 take(b, s, 0, len(s.table) - 1)
                 s.table[-1] = b
@@ -572,8 +578,6 @@ def _replay(
                 logical -= s.c
                 s.free_c = s.c
                 last_release[i] = kind
-                cum["preemptions"] += 1
-                cum["swaps"] += kind == SWAP_OUT
                 if kind == PREEMPT:
                     set_status(s, "preempted")
                     s.c = 0
@@ -621,8 +625,15 @@ def _replay(
     if pos != n_ev:
         raise InternalError(f"replay stopped at event {pos} of {n_ev}")
     metrics = {
-        name: list(column) for name, column in zip(METRIC_COLUMNS, zip(*states, strict=True), strict=True)
+        name: list(column) for name, column in zip(KEPT_COLUMNS, zip(*states, strict=True), strict=True)
     }
+    # The cumulative counts at state k: the events of their kinds among the first event_upto[k].
+    upto = np.array(metrics["event_upto"], np.int64)
+    kinds = ev["kind"]
+    for name, counted in CUMULATIVE_KINDS.items():
+        so_far = np.concatenate(([0], np.cumsum(np.isin(kinds, counted))))
+        metrics[name] = so_far[upto].tolist()
+    metrics = {name: metrics[name] for name in METRIC_COLUMNS}
     seq_rows.sort(key=lambda r: r[0])  # stable: at one state, the replay's row comes after the arrival's
     region_rows.sort(key=lambda r: r[0])
     return Track(config, res, inp, num_steps, block_rows, seq_rows, region_rows, metrics, during)
