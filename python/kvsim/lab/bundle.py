@@ -391,8 +391,9 @@ def _seq_deltas(rows: list[list[Any]]) -> list[list[Any]]:
         last[key] = table
         keep = 0
         if prev:
+            # The usual change: blocks appended or freed at the end (one slice compared in C).
             n = min(len(prev), len(table))
-            if prev[:n] == table[:n]:  # the usual change: blocks appended or freed at the end
+            if (table[:n] == prev) if n == len(prev) else (prev[:n] == table):
                 keep = n
             else:
                 while prev[keep] == table[keep]:
@@ -405,8 +406,9 @@ def bundle(preset: str = "copilot", *, backend: str = "rust", **overrides: Any) 
     """The page's run payload for `preset` with `overrides` (LAB_CONTRACT's Bundle; DESIGN.md §Lab)."""
     t0 = time.perf_counter()
     r = resolve(preset, **overrides)
-    paged, contiguous = run_tracks(r, backend)
-    return bundle_from(r, paged, contiguous, t0)
+    with gc_paused():  # one pause over both replays and the payload (see `state.gc_paused`)
+        paged, contiguous = run_tracks(r, backend)
+        return bundle_from(r, paged, contiguous, t0)
 
 
 def bundle_from(r: Resolved, paged: Track, contiguous: Track, t0: float | None = None) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from starlette.staticfiles import StaticFiles
 from kvsim.errors import InvalidArgumentError
 from kvsim.lab.bundle import LIMITS, bundle_from, options, resolve, run_tracks, snapshot_from
 from kvsim.lab.presets import names as preset_names
+from kvsim.lab.state import gc_paused
 
 try:  # orjson encodes a large bundle several times faster than the standard library
     import orjson
@@ -168,8 +169,9 @@ async def api_run(request: Request) -> Response:
 
 
 def _run_payload(params: dict[str, Any]) -> bytes:
-    r, paged, contiguous = _tracks(params)
-    return _encode(bundle_from(r, paged, contiguous))
+    with gc_paused():  # one pause over the replays, the payload and its encoding (`state.gc_paused`)
+        r, paged, contiguous = _tracks(params)
+        return _encode(bundle_from(r, paged, contiguous))
 
 
 async def api_state(request: Request) -> Response:
