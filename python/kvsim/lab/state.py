@@ -22,6 +22,7 @@ import gc
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -634,8 +635,8 @@ def _replay(
         so_far = np.concatenate(([0], np.cumsum(np.isin(kinds, counted))))
         metrics[name] = so_far[upto].tolist()
     metrics = {name: metrics[name] for name in METRIC_COLUMNS}
-    seq_rows.sort(key=lambda r: r[0])  # stable: at one state, the replay's row comes after the arrival's
-    region_rows.sort(key=lambda r: r[0])
+    seq_rows.sort(key=itemgetter(0))  # stable: at one state, the replay's row comes after the arrival's
+    region_rows.sort(key=itemgetter(0))
     return Track(config, res, inp, num_steps, block_rows, seq_rows, region_rows, metrics, during)
 
 
