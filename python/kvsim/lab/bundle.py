@@ -10,11 +10,14 @@ import dataclasses
 import time
 from typing import Any
 
+import numpy as np
+
 import kvsim.lab.presets as _presets
 from kvsim import models
 from kvsim.config import CONTIGUOUS_POLICIES, PLACEMENTS, PREEMPTIONS, SAMPLINGS, SimConfig
 from kvsim.errors import InvalidArgumentError
-from kvsim.lab.state import Track, replay, state_at, tokens_at
+from kvsim.lab.state import Track, gc_paused, replay, state_at, tokens_at
+from kvsim.reference.engine import EVENT_KINDS
 from kvsim.simulate import simulate
 from kvsim.workloads import Workload
 
@@ -237,8 +240,10 @@ def _pad(values: list[Any], n: int) -> list[Any]:
     return values + [values[-1]] * (n - len(values))
 
 
-def _fraction(a: float, b: float) -> float:
-    return a / b if b else 0.0
+def _fraction(a: np.ndarray, b: np.ndarray) -> list[float]:
+    """a / b elementwise, 0.0 where b is 0 (integer columns: exact in float64 below 2**53)."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return np.divide(a, b, out=np.zeros_like(a), where=b != 0).tolist()
 
 
 COUNT_COLUMNS = ("running", "waiting", "swapped", "finished", "rejected")
@@ -256,29 +261,29 @@ def metric_columns(
     cm = {k: _pad(v, s) for k, v in contiguous.metrics.items()}
     cap = contiguous.config.capacity_tokens
     bs = paged.config.block_size
-    pairs = list(zip(pm["allocated_tokens"], pm["stored_tokens"], strict=True))
-    c_pairs = list(zip(cm["allocated_tokens"], cm["stored_tokens"], strict=True))
+    # Whole columns at once (int64: bytes stay far below 2**63 within LIMITS).
+    pa, ps = np.array(pm["allocated_tokens"], np.int64), np.array(pm["stored_tokens"], np.int64)
+    ca, cs = np.array(cm["allocated_tokens"], np.int64), np.array(cm["stored_tokens"], np.int64)
+    ce = np.array(cm["external_tokens"], np.int64)
     c_out: dict[str, list[Any]] = {
-        "contiguous_reserved_bytes": [a * bpt for a in cm["allocated_tokens"]],
-        "contiguous_used_bytes": [a * bpt for a in cm["stored_tokens"]],
-        "contiguous_wasted_bytes": [(a - b) * bpt for a, b in c_pairs],
-        "contiguous_waste_fraction": [_fraction(a - b, a) for a, b in c_pairs],
-        "contiguous_internal_fragmentation": [_fraction(a - b, a) for a, b in c_pairs],
-        "contiguous_external_bytes": [a * bpt for a in cm["external_tokens"]],
-        "contiguous_external_fragmentation": [_fraction(a, cap) for a in cm["external_tokens"]],
+        "contiguous_reserved_bytes": (ca * bpt).tolist(),
+        "contiguous_used_bytes": (cs * bpt).tolist(),
+        "contiguous_wasted_bytes": ((ca - cs) * bpt).tolist(),
+        "contiguous_waste_fraction": _fraction(ca - cs, ca),
+        "contiguous_internal_fragmentation": _fraction(ca - cs, ca),
+        "contiguous_external_bytes": (ce * bpt).tolist(),
+        "contiguous_external_fragmentation": _fraction(ce, np.full(s, cap, np.int64)),
     }
     p_out: dict[str, list[Any]] = {
-        "paged_allocated_bytes": [a * bpt for a in pm["allocated_tokens"]],
-        "paged_stored_bytes": [b * bpt for b in pm["stored_tokens"]],
-        "paged_tail_slack_bytes": [(a - b) * bpt for a, b in pairs],
-        "paged_tail_slack_fraction": [_fraction(a - b, a) for a, b in pairs],
-        "paged_tail_slack_bound_bytes": [(bs - 1) * bpt * n for n in pm["running"]],
+        "paged_allocated_bytes": (pa * bpt).tolist(),
+        "paged_stored_bytes": (ps * bpt).tolist(),
+        "paged_tail_slack_bytes": ((pa - ps) * bpt).tolist(),
+        "paged_tail_slack_fraction": _fraction(pa - ps, pa),
+        "paged_tail_slack_bound_bytes": (np.array(pm["running"], np.int64) * ((bs - 1) * bpt)).tolist(),
         "paged_external_fragmentation": [0.0] * s,
-        "prefix_saved_bytes": [a * bpt for a in pm["shared_saved_tokens"]],
-        "paged_reserved_bytes": [a * bpt for a in pm["reserved_tokens"]],
-        "concurrency_multiplier": [
-            _fraction(c, a) for c, a in zip(cm["allocated_tokens"], pm["allocated_tokens"], strict=True)
-        ],
+        "prefix_saved_bytes": (np.array(pm["shared_saved_tokens"], np.int64) * bpt).tolist(),
+        "paged_reserved_bytes": (np.array(pm["reserved_tokens"], np.int64) * bpt).tolist(),
+        "concurrency_multiplier": _fraction(ca, pa),
         **c_out,
     }
     for out, m in ((p_out, pm), (c_out, cm)):
@@ -288,7 +293,7 @@ def metric_columns(
             out[f"paged_{name}"] = m[name]
         for name in CUMULATIVE_COLUMNS:
             out[name] = m[name]
-        out["time_s"] = [t / 1e12 for t in m["time_ps"]]
+        out["time_s"] = (np.array(m["time_ps"], np.int64) / 1e12).tolist()
     return p_out, c_out
 
 
@@ -314,40 +319,48 @@ SCALARS = (
 
 def _requests(p: _presets.Preset) -> list[dict[str, Any]]:
     w = p.workload
+    offsets, seg_id, seg_len = w.seg_offsets.tolist(), w.segment_id.tolist(), w.segment_len.tolist()
+    prompts, outputs = w.prompt_len.tolist(), w.output_len.tolist()
+    rids, samples, arrivals = w.request_id.tolist(), w.num_samples.tolist(), w.arrival.tolist()
+    seg_names = p.segment_names
     out = []
     for i in range(len(w)):
-        segs = w.segments(i)
-        first_name = p.segment_names.get(segs[0][0]) if segs else None
-        system = segs[0][1] if first_name is not None else 0
-        prompt = int(w.prompt_len[i])
+        lo = offsets[i]
+        first_name = seg_names.get(seg_id[lo]) if offsets[i + 1] > lo else None
+        system = seg_len[lo] if first_name is not None else 0
+        prompt = prompts[i]
         out.append(
             {
-                "request_id": int(w.request_id[i]),
+                "request_id": rids[i],
                 "name": p.request_names[i] if p.request_names else f"req-{i + 1}",
                 "label": p.labels[i] if p.labels else "",
                 "system_prompt": first_name,
                 "system_tokens": system,
                 "user_tokens": prompt - system,
-                "target_tokens": prompt + int(w.output_len[i]),
-                "num_samples": int(w.num_samples[i]),
-                "arrival_s": float(w.arrival[i]),
+                "target_tokens": prompt + outputs[i],
+                "num_samples": samples[i],
+                "arrival_s": arrivals[i],
             }
         )
     return out
 
 
 def _track_payload(t: Track, metrics: dict[str, list[Any]]) -> dict[str, Any]:
-    ev = t.result.events
+    ev, raw = t.result.events, t.result.raw.events
     assert ev is not None
+    assert raw is not None
+    # The log's columns from the engine's arrays (what `simulate` builds the log's table from): a kind's
+    # name is one str object for all its events.
+    seq = raw["seq"]
     events = list(
         zip(
-            ev["step"].to_list(),
-            ev["time_s"].to_list(),
-            ev["kind"].cast(str).to_list(),
-            ev["request_id"].to_list(),
-            ev["sample"].to_list(),
-            ev["block"].to_list(),
-            ev["count"].to_list(),
+            raw["step"].tolist(),
+            ev["time_s"].to_numpy().tolist(),
+            [EVENT_KINDS[k] for k in raw["kind"].tolist()],
+            t.inp.request_id[seq].tolist(),
+            t.inp.sample[seq].tolist(),
+            raw["block"].tolist(),
+            raw["count"].tolist(),
             strict=True,
         )
     )
@@ -378,9 +391,13 @@ def _seq_deltas(rows: list[list[Any]]) -> list[list[Any]]:
         last[key] = table
         keep = 0
         if prev:
+            # The usual change: blocks appended or freed at the end (one slice compared in C).
             n = min(len(prev), len(table))
-            while keep < n and prev[keep] == table[keep]:
-                keep += 1
+            if (table[:n] == prev) if n == len(prev) else (prev[:n] == table):
+                keep = n
+            else:
+                while prev[keep] == table[keep]:
+                    keep += 1
         out.append(row if keep == 0 else [*row[:8], table[keep:], keep])
     return out
 
@@ -389,13 +406,19 @@ def bundle(preset: str = "copilot", *, backend: str = "rust", **overrides: Any) 
     """The page's run payload for `preset` with `overrides` (LAB_CONTRACT's Bundle; DESIGN.md §Lab)."""
     t0 = time.perf_counter()
     r = resolve(preset, **overrides)
-    paged, contiguous = run_tracks(r, backend)
-    return bundle_from(r, paged, contiguous, t0)
+    with gc_paused():  # one pause over both replays and the payload (see `state.gc_paused`)
+        paged, contiguous = run_tracks(r, backend)
+        return bundle_from(r, paged, contiguous, t0)
 
 
 def bundle_from(r: Resolved, paged: Track, contiguous: Track, t0: float | None = None) -> dict[str, Any]:
     """The bundle of tracks already run (the server keeps recent ones)."""
     t0 = time.perf_counter() if t0 is None else t0
+    with gc_paused():
+        return _bundle_from(r, paged, contiguous, t0)
+
+
+def _bundle_from(r: Resolved, paged: Track, contiguous: Track, t0: float) -> dict[str, Any]:
     info = _model_info(r.paged)
     bpt = info["bytes_per_token"]
     pm, cm = metric_columns(paged, contiguous, bpt)

@@ -8,6 +8,7 @@ API tests fuzz for one).
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 import threading
@@ -26,6 +27,7 @@ from starlette.staticfiles import StaticFiles
 from kvsim.errors import InvalidArgumentError
 from kvsim.lab.bundle import LIMITS, bundle_from, options, resolve, run_tracks, snapshot_from
 from kvsim.lab.presets import names as preset_names
+from kvsim.lab.state import gc_paused
 
 try:  # orjson encodes a large bundle several times faster than the standard library
     import orjson
@@ -50,13 +52,18 @@ TOO_LARGE = ("exceed", "max_")
 CACHE_SIZE = 8
 
 
+def _encode(content: Any) -> bytes:
+    """JSON through orjson when installed (Starlette's JSONResponse encoding otherwise)."""
+    if orjson is None:
+        return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    return orjson.dumps(content)
+
+
 class Json(JSONResponse):
-    """JSON through orjson when installed (same output as Starlette's JSONResponse otherwise)."""
+    """A JSON response encoded by `_encode`."""
 
     def render(self, content: Any) -> bytes:
-        if orjson is None:
-            return super().render(content)
-        return orjson.dumps(content)
+        return _encode(content)
 
 
 class BadParameter(Exception):
@@ -152,16 +159,19 @@ async def api_presets(request: Request) -> Response:
 async def api_run(request: Request) -> Response:
     try:
         params = _parse(request, PARAMS)
-        return Json(await run_in_threadpool(_run_payload, params))
+        # Built and encoded in the worker thread: a bundle is megabytes, the event loop stays free.
+        body = await run_in_threadpool(_run_payload, params)
+        return Response(body, media_type="application/json")
     except BadParameter as e:
         return _error(e)
     except InvalidArgumentError as e:
         return _error(_invalid(e))
 
 
-def _run_payload(params: dict[str, Any]) -> dict[str, Any]:
-    r, paged, contiguous = _tracks(params)
-    return bundle_from(r, paged, contiguous)
+def _run_payload(params: dict[str, Any]) -> bytes:
+    with gc_paused():  # one pause over the replays, the payload and its encoding (`state.gc_paused`)
+        r, paged, contiguous = _tracks(params)
+        return _encode(bundle_from(r, paged, contiguous))
 
 
 async def api_state(request: Request) -> Response:

@@ -17,9 +17,15 @@ evictions are read from the log, and the replay checks itself against the engine
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
+
+import numpy as np
 
 from kvsim.config import SimConfig
 from kvsim.engine_input import EngineInput, prepare
@@ -65,10 +71,19 @@ METRIC_COLUMNS = (
     "event_upto",
     "time_ps",
 )
+# Columns counting events of some kinds so far (computed from the log at the end) and the columns the
+# replay keeps as it goes.
+CUMULATIVE_KINDS = {
+    "cow_copies": [COW_COPY],
+    "evictions": [EVICT],
+    "preemptions": [PREEMPT, SWAP_OUT],
+    "swaps": [SWAP_OUT],
+}
+KEPT_COLUMNS = tuple(c for c in METRIC_COLUMNS if c not in CUMULATIVE_KINDS)
 STATUSES = ("waiting", "running", "swapped", "preempted", "finished", "rejected")
 
 
-@dataclass
+@dataclass(slots=True)
 class _Seq:
     idx: int
     request_id: int
@@ -114,6 +129,20 @@ class Track:
         return not self.config.is_contiguous
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pauses the cyclic garbage collector: a replay allocates hundreds of thousands of small lists (rows)
+    and no cycles, and the collector's passes over them cost more than the replay itself. Re-enabled on
+    exit if it was on at entry (the first of concurrent callers re-enables it)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def run_track(
     workload: Any,
     config: SimConfig,
@@ -129,7 +158,8 @@ def run_track(
 
 def _key_namer(inp: EngineInput, names: dict[int, str], request_names: list[str], bs: int):
     """Readable prefix keys: block i of a sequence is named after the named segment its last token lies
-    in (`sys-coding-agent-v1:block-1`), else after its request (`req-2:block-2`)."""
+    in (`sys-coding-agent-v1:block-1`), else after its request (`req-2:block-2`). Returns the namer and,
+    per sequence without named content, the prefix its keys share (`req-2:block-`; None where named)."""
     cache: dict[tuple[int, int], str] = {}
     rows = inp.request_row.tolist()
     if names:
@@ -138,10 +168,12 @@ def _key_namer(inp: EngineInput, names: dict[int, str], request_names: list[str]
         named = [any(ids[j] in names for j in range(offsets[q], offsets[q + 1])) for q in range(len(inp))]
     else:
         named = [False] * len(inp)
+    plain = [None if named[q] else f"{request_names[rows[q]]}:block-" for q in range(len(inp))]
 
     def name(seq: int, i: int) -> str:
-        if not named[seq]:  # no named content: the request's name
-            return f"{request_names[rows[seq]]}:block-{i}"
+        prefix = plain[seq]
+        if prefix is not None:  # no named content: the request's name
+            return prefix + str(i)
         key = (seq, i)
         got = cache.get(key)
         if got is not None:
@@ -162,7 +194,7 @@ def _key_namer(inp: EngineInput, names: dict[int, str], request_names: list[str]
         cache[key] = got
         return got
 
-    return name
+    return name, plain
 
 
 def replay(
@@ -175,6 +207,17 @@ def replay(
 ) -> Track:
     """Replays `res` (simulated with `record_events` and a time series of every step) into rows and
     metric columns (see the module docstring)."""
+    with gc_paused():
+        return _replay(res, workload, config, names, request_names)
+
+
+def _replay(
+    res: SimResult,
+    workload: Any,
+    config: SimConfig,
+    names: dict[int, str] | None,
+    request_names: list[str] | None,
+) -> Track:
     if res.raw.events is None or not res.raw.events or res.timeseries is None:
         raise InternalError("replay needs a run simulated with record_events=True and record_timeseries=True")
     inp = prepare(workload, config)
@@ -183,10 +226,11 @@ def replay(
     caching = config.enable_prefix_caching
     n_req = len(workload)
     request_names = request_names or [f"req-{i + 1}" for i in range(n_req)]
-    key_name = _key_namer(inp, names or {}, request_names, bs)
+    key_name, key_prefix = _key_namer(inp, names or {}, request_names, bs)
     ev = res.raw.events
     e_step, e_kind, e_seq = ev["step"].tolist(), ev["kind"].tolist(), ev["seq"].tolist()
     e_block, e_count = ev["block"].tolist(), ev["count"].tolist()
+    free_run = _free_runs(ev)
     num_steps = int(res.summary["num_steps"])
     seqs = [
         _Seq(
@@ -268,17 +312,7 @@ def replay(
                 s.rg = 1
                 dirty_seqs[i] = None
 
-    def block_row(b: int, k: int) -> list[Any]:
-        r = ref[b]
-        if r == 0:
-            state, key = ("cached", keyed[b]) if keyed[b] is not None else ("free", None)
-        else:
-            key = bkey[b]
-            if r == 1:
-                return [k, b, "private", 1, key, [seqs[holders[b][0]].request_id]]
-            state = "shared"
-        rids = sorted({seqs[x].request_id for x in holders[b]})
-        return [k, b, state, r, key, rids]
+    rid = inp.request_id.tolist()  # seq -> request id
 
     def take(b: int, s: _Seq, tok: int, i: int) -> None:
         """`s` takes a reference to block `b` at its table's index `i`; the block holds `tok` tokens."""
@@ -308,14 +342,53 @@ def replay(
         dirty_blocks[b] = None
 
     def release_block(s: _Seq, b: int) -> None:
-        i = len(s.table) - 1
-        if i < 0 or s.table[i] != b:
-            raise InternalError(f"free of block {b} by seq {s.idx}: not its last block {s.table}")
-        drop(b, s)
-        if ref[b] == 0 and caching and s.free_c >= (i + 1) * bs:
-            keyed[b] = bkey[b]  # a full block keeps its key while free: cached
-        s.table.pop()
+        """`s` frees its last block `b` (`drop`, written out: the second commonest event)."""
+        nonlocal held, dup
+        table = s.table
+        i = len(table) - 1
+        if i < 0 or table[i] != b:
+            raise InternalError(f"free of block {b} by seq {s.idx}: not its last block {table}")
+        r = ref[b] - 1
+        ref[b] = r
+        holders[b].remove(s.idx)
+        if r == 0:
+            held -= 1
+            if caching and s.free_c >= (i + 1) * bs:
+                keyed[b] = bkey[b]  # a full block keeps its key while free: cached
+        else:
+            dup -= shared_tok[b]
+        dirty_blocks[b] = None
+        table.pop()
         dirty_seqs[s.idx] = None
+
+    def release(s: _Seq, at: int) -> int:
+        """The FREE event at `at` and the run of FREEs by `s` that follows it (a release frees a table's
+        blocks last first): when the run's blocks are the table's tail, last first, they are released
+        in one loop, as `release_block` would one by one. Returns the events consumed."""
+        nonlocal held, dup
+        m = free_run[at]
+        table = s.table
+        n = len(table)
+        if m == 1 or m > n or e_block[at : at + m] != table[n - m :][::-1]:
+            release_block(s, e_block[at])
+            return 1
+        idx = s.idx
+        full = s.free_c if caching else -1
+        for i in range(n - 1, n - m - 1, -1):
+            b = table[i]
+            r = ref[b] - 1
+            ref[b] = r
+            holders[b].remove(idx)
+            if r == 0:
+                held -= 1
+                if full >= (i + 1) * bs:
+                    keyed[b] = bkey[b]  # a full block keeps its key while free: cached
+            else:
+                dup -= shared_tok[b]
+            dirty_blocks[b] = None
+        del table[n - m :]
+        dirty_seqs[idx] = None
+        return m
 
     ext = [0, False]  # the space's external fragmentation, and whether a region changed since
 
@@ -337,17 +410,29 @@ def replay(
         s.region = None
 
     def flush_and_record(k: int) -> None:
-        for b in dirty_blocks:
-            row = block_row(b, k)
-            bcount[bstate[b]] -= 1
-            bstate[b] = row[2]
-            bcount[row[2]] += 1
-            block_rows.append(row)
+        for b in dirty_blocks:  # a block's row: its state, ref count, key and holders' request ids
+            r = ref[b]
+            if r == 1:
+                state = "private"
+                block_rows.append([k, b, state, 1, bkey[b], [rid[holders[b][0]]]])
+            elif r == 0:
+                key = keyed[b]
+                state = "free" if key is None else "cached"
+                block_rows.append([k, b, state, 0, key, []])
+            else:
+                state = "shared"
+                block_rows.append([k, b, state, r, bkey[b], sorted({rid[x] for x in holders[b]})])
+            if bstate[b] != state:
+                bcount[bstate[b]] -= 1
+                bstate[b] = state
+                bcount[state] += 1
         dirty_blocks.clear()
         for i in dirty_seqs:
             s = seqs[i]
-            c, g = s.at(k)
-            seq_rows.append([k, s.request_id, s.sample, s.status, c, s.rc, g, s.rg, list(s.table)])
+            d = k - s.base
+            seq_rows.append(
+                [k, s.request_id, s.sample, s.status, s.c + s.rc * d, s.rc, s.g + s.rg * d, s.rg, s.table[:]]
+            )
         dirty_seqs.clear()
         arrived = (
             bisect.bisect_right(arrivals_sorted, step_ps[k]) if k < len(step_ps) else len(arrivals_sorted)
@@ -368,10 +453,6 @@ def replay(
                 bcount["cached"],
                 bcount["shared"],
                 bcount["private"],
-                cum["cow_copies"],
-                cum["evictions"],
-                cum["preemptions"],
-                cum["swaps"],
                 pos,
                 step_ps[k] if k < len(step_ps) else makespan,
             )
@@ -389,7 +470,6 @@ def replay(
     bcount = dict.fromkeys(BLOCK_STATES, 0)
     if paged:
         bcount["free"], bcount["null"] = nb - 1, 1
-    cum = {"cow_copies": 0, "evictions": 0, "preemptions": 0, "swaps": 0}
     makespan = int(res.raw.counters["makespan_ps"])
 
     def post_events(k: int) -> None:
@@ -399,7 +479,7 @@ def replay(
         while pos < n_ev and e_step[pos] == k:
             kind, s = e_kind[pos], seqs[e_seq[pos]]
             if kind == FREE and last_release.get(s.idx) == FINISH:
-                release_block(s, e_block[pos])
+                pos += release(s, pos) - 1
             elif kind == FINISH:
                 materialize(s, k)
                 logical -= s.c
@@ -440,7 +520,11 @@ def replay(
             s = seqs[i]
             if i not in touched:
                 touched[i] = None
-                materialize(s, j)
+                d = j - s.base  # materialize(s, j), written out
+                s.c += s.rc * d
+                s.g += s.rg * d
+                s.base = j
+                s.version += 1
             pos += 1
             if kind == ALLOCATE:  # the commonest event: `take` of a free block, written out
                 if ref[b]:
@@ -448,14 +532,16 @@ def replay(
                 held += 1
                 keyed[b] = None
                 if caching:
-                    bkey[b] = key_name(i, len(s.table))
+                    prefix = key_prefix[i]
+                    bkey[b] = prefix + str(len(s.table)) if prefix is not None else key_name(i, len(s.table))
                 ref[b] = 1
                 holders[b].append(i)
                 dirty_blocks[b] = None
                 s.table.append(b)
+            elif kind == FREE:
+                pos += release(s, pos - 1) - 1
             elif kind == EVICT:
                 keyed[b] = None
-                cum["evictions"] += 1
             elif kind == SCHEDULE:
                 listed[i] = cnt
             elif kind == ADMIT:
@@ -476,7 +562,6 @@ def replay(
                 s.c += bs
                 logical += bs
             elif kind == COW_COPY:
-                cum["cow_copies"] += 1
                 drop(s.table[-1], s)
                 take(b, s, 0, len(s.table) - 1)
                 s.table[-1] = b
@@ -494,8 +579,6 @@ def replay(
                 logical -= s.c
                 s.free_c = s.c
                 last_release[i] = kind
-                cum["preemptions"] += 1
-                cum["swaps"] += kind == SWAP_OUT
                 if kind == PREEMPT:
                     set_status(s, "preempted")
                     s.c = 0
@@ -503,8 +586,6 @@ def replay(
                         free_region(s, j + 1)
                 else:
                     set_status(s, "swapped")
-            elif kind == FREE:
-                release_block(s, b)
             elif kind == REJECT:
                 set_status(s, "rejected")
             else:
@@ -545,11 +626,34 @@ def replay(
     if pos != n_ev:
         raise InternalError(f"replay stopped at event {pos} of {n_ev}")
     metrics = {
-        name: list(column) for name, column in zip(METRIC_COLUMNS, zip(*states, strict=True), strict=True)
+        name: list(column) for name, column in zip(KEPT_COLUMNS, zip(*states, strict=True), strict=True)
     }
-    seq_rows.sort(key=lambda r: r[0])  # stable: at one state, the replay's row comes after the arrival's
-    region_rows.sort(key=lambda r: r[0])
+    # The cumulative counts at state k: the events of their kinds among the first event_upto[k].
+    upto = np.array(metrics["event_upto"], np.int64)
+    kinds = ev["kind"]
+    for name, counted in CUMULATIVE_KINDS.items():
+        so_far = np.concatenate(([0], np.cumsum(np.isin(kinds, counted))))
+        metrics[name] = so_far[upto].tolist()
+    metrics = {name: metrics[name] for name in METRIC_COLUMNS}
+    seq_rows.sort(key=itemgetter(0))  # stable: at one state, the replay's row comes after the arrival's
+    region_rows.sort(key=itemgetter(0))
     return Track(config, res, inp, num_steps, block_rows, seq_rows, region_rows, metrics, during)
+
+
+def _free_runs(ev: dict[str, Any]) -> list[int]:
+    """Per event: how many consecutive FREE events by the same sequence in the same step start there
+    (1 for any other event)."""
+    kind, seq, step = ev["kind"], ev["seq"], ev["step"]
+    n = len(kind)
+    if n == 0:
+        return []
+    free = kind == FREE
+    # cont[i]: event i + 1 continues event i's run.
+    cont = free[1:] & free[:-1] & (seq[1:] == seq[:-1]) & (step[1:] == step[:-1])
+    idx = np.arange(n)
+    end = np.where(np.append(cont, False), n, idx)  # a run's last event: its own index
+    end = np.minimum.accumulate(end[::-1])[::-1]
+    return np.where(free, end - idx + 1, 1).tolist()
 
 
 def state_at(
