@@ -114,3 +114,63 @@ def test_sigint_interrupts_few_huge_steps(backend, n):
     assert child.returncode == 3, out
     assert words[0] == "KeyboardInterrupt", out
     assert float(words[1]) - sent < 10.0
+
+
+# A child whose run is almost all setup: a few requests into a huge pool (2**25 blocks: about a second to
+# build on the development VM, most of it writing the pool's arrays). `time` runs it to the end and
+# prints how long that took; `signal` reports when KeyboardInterrupt reached it.
+_SETUP_CHILD = r"""
+import sys, time, kvsim
+from kvsim.workloads import synthetic
+mode, entry = sys.argv[1], sys.argv[2]
+w = synthetic(4, arrival_rate=100, seed=1)
+cfg = kvsim.SimConfig(num_blocks=2**25, block_size=16)
+run = kvsim.simulate if entry == "simulate" else kvsim.simulate_stream
+print("ready", flush=True)
+start = time.monotonic()
+try:
+    run(w, cfg, backend="rust")
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", time.monotonic(), flush=True)
+    sys.exit(3)
+print("finished", time.monotonic() - start, flush=True)
+"""
+
+
+@pytest.mark.parametrize("entry", ["simulate", "simulate_stream"])
+def test_sigint_during_a_long_setup_raises_before_the_setup_ends(entry):
+    """A real SIGINT while the engine (run_engine) or a stream (Stream()) is still building a huge pool
+    raises KeyboardInterrupt at once, not after the setup (it used to wait for the first step).
+
+    The bound is relative: the run's own length, measured in a first child, against the latency of the
+    second child's interrupt, the signal sent a tenth of that length in (well inside the setup).
+    """
+    import signal
+    import subprocess
+    import sys
+
+    def child():
+        return subprocess.Popen(
+            [sys.executable, "-c", _SETUP_CHILD, "x", entry], stdout=subprocess.PIPE, text=True
+        )
+
+    whole = child()
+    out, _ = whole.communicate(timeout=120)
+    words = out.split()
+    assert words[1] == "finished", out
+    length = float(words[2])
+    interrupted = child()
+    try:
+        assert interrupted.stdout is not None
+        assert interrupted.stdout.readline().strip() == "ready"
+        time.sleep(length / 10)
+        sent = time.monotonic()
+        interrupted.send_signal(signal.SIGINT)
+        out, _ = interrupted.communicate(timeout=120)
+    finally:
+        interrupted.kill()
+    words = out.split()
+    assert interrupted.returncode == 3, out
+    assert words[0] == "KeyboardInterrupt", out
+    # Answered before the rest of the setup (nine tenths of the run) could have been done.
+    assert float(words[1]) - sent < length / 2, (float(words[1]) - sent, length)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kvsim.errors import InvalidArgumentError, TraceFormatError
-from kvsim.workloads import Workload, load_azure, load_mooncake, load_table, synthetic
+from kvsim.workloads import Workload, iter_table, load_azure, load_mooncake, load_table, synthetic
 
 AZURE_HEADER = b"TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
@@ -178,6 +178,8 @@ def test_generated_bad_text_tables(tmp_path, rows, data, fmt, bad, field):
         line = at + 1
     expect(lambda: load_table(path), path, line, field)
     expect(lambda: lengths_from(path), path, line, field)
+    k = data.draw(st.integers(1, len(rows)), label="chunk_rows")
+    expect(lambda: list(iter_table(path, chunk_rows=k)), path, line, field)  # the row counted in the file
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -205,6 +207,8 @@ def test_generated_bad_parquet(tmp_path, rows, data, bad, field):
     pl.DataFrame(cols, schema_overrides={field: dtype}).write_parquet(path)
     expect(lambda: load_table(path), path, at + 1, field)
     expect(lambda: lengths_from(path), path, at + 1, field)
+    k = data.draw(st.integers(1, len(rows)), label="chunk_rows")
+    expect(lambda: list(iter_table(path, chunk_rows=k)), path, at + 1, field)
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -2,6 +2,17 @@
 
 from kvsim.workloads.generators import synthetic, traces_dir
 from kvsim.workloads.table import Workload
+from kvsim.workloads.trace_chunks import iter_azure, iter_mooncake, iter_table
 from kvsim.workloads.traces import load_azure, load_mooncake, load_table
 
-__all__ = ["Workload", "load_azure", "load_mooncake", "load_table", "synthetic", "traces_dir"]
+__all__ = [
+    "Workload",
+    "iter_azure",
+    "iter_mooncake",
+    "iter_table",
+    "load_azure",
+    "load_mooncake",
+    "load_table",
+    "synthetic",
+    "traces_dir",
+]

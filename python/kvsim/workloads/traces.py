@@ -417,34 +417,53 @@ def load_azure(path: str | PathLike[str], *, on_error: str = "raise", first_requ
     """
     _check_on_error(on_error)
     p = _existing(path)
+    ns, inp, out, skipped = _azure_columns(p, on_error)
+    return _azure_workload(p, ns, inp, out, skipped, int(ns.min()) if len(ns) else 0, first_request_id)
+
+
+def _azure_columns(p: Path, on_error: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Integer-nanosecond stamps, prompt and output lengths of an Azure file, and the rows skipped."""
     fast = _azure_fast(p)
-    skipped = 0
     if fast is not None:
         ns, inp, out = fast
-    else:
-        ns_l: list[int] = []
-        in_l: list[int] = []
-        out_l: list[int] = []
+        return ns, inp, out, 0
+    ns_l: list[int] = []
+    in_l: list[int] = []
+    out_l: list[int] = []
 
-        def parse(record: Any) -> None:
-            rec = _json_record(record)
-            t = _azure_ns(_get(rec, "TIMESTAMP"))
-            n_in = _to_int(_get(rec, "ContextTokens"), "ContextTokens")
-            n_out = _to_int(_get(rec, "GeneratedTokens"), "GeneratedTokens")
-            ns_l.append(t)
-            in_l.append(n_in)
-            out_l.append(n_out)
+    def parse(record: Any) -> None:
+        rec = _json_record(record)
+        t = _azure_ns(_get(rec, "TIMESTAMP"))
+        n_in = _to_int(_get(rec, "ContextTokens"), "ContextTokens")
+        n_out = _to_int(_get(rec, "GeneratedTokens"), "GeneratedTokens")
+        ns_l.append(t)
+        in_l.append(n_in)
+        out_l.append(n_out)
 
-        with _open_text(p) as f:
-            header, records = _csv_records(p, f)
-            for col in _AZURE_COLUMNS:
-                if col not in header:
-                    raise TraceFormatError(str(p), 1, "header", f"column {col!r} missing; header is {header}")
-            skipped = _line_loop(p, records, parse, on_error)
-        ns = np.array(ns_l, dtype=np.int64)
-        inp = np.array(in_l, dtype=np.int64)
-        out = np.array(out_l, dtype=np.int64)
-    start = int(ns.min()) if len(ns) else 0
+    with _open_text(p) as f:
+        header, records = _csv_records(p, f)
+        for col in _AZURE_COLUMNS:
+            if col not in header:
+                raise TraceFormatError(str(p), 1, "header", f"column {col!r} missing; header is {header}")
+        skipped = _line_loop(p, records, parse, on_error)
+    return (
+        np.array(ns_l, dtype=np.int64),
+        np.array(in_l, dtype=np.int64),
+        np.array(out_l, dtype=np.int64),
+        skipped,
+    )
+
+
+def _azure_workload(
+    p: Path,
+    ns: np.ndarray,
+    inp: np.ndarray,
+    out: np.ndarray,
+    skipped: int,
+    start: int,
+    first_request_id: int,
+) -> Workload:
+    """The workload of Azure columns, arrivals in seconds since `start` (integer nanoseconds)."""
     arrival = (ns - start).astype(np.float64) / 1e9
     start_text = ""
     if len(ns):

@@ -10,8 +10,9 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::free_queue::FreeQueue;
+use crate::free_queue::{FreeQueue, SETUP_CHUNK};
 use crate::{BlockId, BlockKey, KvError, Result, invalid_arg, invalid_op};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 const NONE: u32 = u32::MAX;
 /// The largest pool: ids must leave room for the free queue's two sentinels and `NONE`.
@@ -128,13 +129,30 @@ fn out_of_memory(num_blocks: u32) -> KvError {
     ))
 }
 
-/// `vec![value; n]` that reports an allocation failure instead of aborting the process.
-fn filled<T: Clone>(n: usize, value: T, num_blocks: u32) -> Result<Vec<T>> {
+/// `vec![value; n]` that reports an allocation failure instead of aborting the process, asking `stop` every `SETUP_CHUNK` elements:
+/// `(vector, complete)`.
+fn filled_until<T: Clone>(
+    n: usize,
+    value: T,
+    num_blocks: u32,
+    stop: &dyn Fn() -> bool,
+) -> Result<(Vec<T>, bool)> {
     let mut v = Vec::new();
     v.try_reserve_exact(n)
         .map_err(|_| out_of_memory(num_blocks))?;
-    v.resize(n, value);
-    Ok(v)
+    while v.len() < n {
+        if stop() {
+            return Ok((v, false));
+        }
+        v.resize((v.len() + SETUP_CHUNK).min(n), value.clone());
+    }
+    Ok((v, true))
+}
+
+/// Frees `x` on a thread of its own (returning a gigabyte to the system takes a noticeable fraction of a
+/// second, which Ctrl-C should not wait for); if no thread can be had, here.
+pub fn drop_elsewhere<T: Send + 'static>(x: T) {
+    let _ = std::thread::Builder::new().spawn(move || drop(x));
 }
 
 #[derive(Clone, Debug)]
@@ -160,6 +178,18 @@ pub struct BlockPool {
 
 impl BlockPool {
     pub fn new(num_blocks: u32, enable_caching: bool, free_order: FreeOrder) -> Result<Self> {
+        Self::new_cancellable(num_blocks, enable_caching, free_order, None)
+    }
+
+    /// `new` that reads `cancel` (Ctrl-C) every `SETUP_CHUNK` blocks while it fills its arrays (a 2**26-block
+    /// pool takes seconds): once set, what was built is freed on another thread and the call returns
+    /// `InvalidOperation("interrupted")`, as a cancelled run does.
+    pub fn new_cancellable(
+        num_blocks: u32,
+        enable_caching: bool,
+        free_order: FreeOrder,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<Self> {
         if !(2..=MAX_BLOCKS).contains(&num_blocks) {
             invalid_arg!(
                 "num_blocks {num_blocks} must be between 2 and {MAX_BLOCKS} (block 0 is the null block)"
@@ -167,15 +197,43 @@ impl BlockPool {
         }
         check_pool_memory(num_blocks)?;
         let n = num_blocks as usize;
+        let stop = || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+        let interrupted = || KvError::InvalidOperation("interrupted".into());
+        let (ref_cnt, done) = filled_until(n, 0, num_blocks, &stop)?;
+        if !done {
+            drop_elsewhere(ref_cnt);
+            return Err(interrupted());
+        }
+        let (key, done) = filled_until(n, None, num_blocks, &stop)?;
+        if !done {
+            drop_elsewhere((ref_cnt, key));
+            return Err(interrupted());
+        }
+        let (dup_next, done) = filled_until(n, NONE, num_blocks, &stop)?;
+        if !done {
+            drop_elsewhere((ref_cnt, key, dup_next));
+            return Err(interrupted());
+        }
+        let (phantom, done) = filled_until(n, false, num_blocks, &stop)?;
+        if !done {
+            drop_elsewhere((ref_cnt, key, dup_next, phantom));
+            return Err(interrupted());
+        }
+        let (queue, done) = FreeQueue::try_new_until(num_blocks, 1, &stop)
+            .ok_or_else(|| out_of_memory(num_blocks))?;
+        if !done {
+            drop_elsewhere((ref_cnt, key, dup_next, phantom, queue));
+            return Err(interrupted());
+        }
         Ok(BlockPool {
             num_blocks,
             enable_caching,
             free_order,
-            ref_cnt: filled(n, 0, num_blocks)?,
-            key: filled(n, None, num_blocks)?,
-            dup_next: filled(n, NONE, num_blocks)?,
-            phantom: filled(n, false, num_blocks)?,
-            queue: FreeQueue::try_new(num_blocks, 1).ok_or_else(|| out_of_memory(num_blocks))?,
+            ref_cnt,
+            key,
+            dup_next,
+            phantom,
+            queue,
             map: KeyMap::default(),
             num_evictions: 0,
             num_allocated: 0,
@@ -530,6 +588,24 @@ impl BlockPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cancelled_setup_is_interrupted_and_an_unset_flag_builds_the_same_pool() {
+        let n = 3 * SETUP_CHUNK as u32 + 5;
+        let set = AtomicBool::new(true);
+        let err = BlockPool::new_cancellable(n, true, FreeOrder::Classic, Some(&set)).unwrap_err();
+        assert!(matches!(err, KvError::InvalidOperation(m) if m == "interrupted"));
+        let unset = AtomicBool::new(false);
+        let p = BlockPool::new_cancellable(n, true, FreeOrder::Classic, Some(&unset)).unwrap();
+        p.check_invariants().unwrap();
+        assert_eq!(p.num_free_blocks(), n - 1);
+        assert_eq!(
+            p.free_block_ids(),
+            BlockPool::new(n, true, FreeOrder::Classic)
+                .unwrap()
+                .free_block_ids()
+        );
+    }
 
     fn ids(v: &[BlockId]) -> Vec<u32> {
         v.iter().map(|b| b.0).collect()

@@ -10,6 +10,9 @@ use crate::BlockId;
 
 const NONE: u32 = u32::MAX;
 
+/// Elements a cancellable setup builds between two looks at its stop flag (about a millisecond of work).
+pub const SETUP_CHUNK: usize = 1 << 18;
+
 /// A block's neighbours in the queue (`NONE` both when it is not queued); one array of pairs, so a link
 /// update touches one place per block.
 #[derive(Clone, Copy, Debug)]
@@ -42,11 +45,28 @@ impl FreeQueue {
 
     /// `new`, or `None` when the memory for its links cannot be allocated.
     pub fn try_new(n: u32, first: u32) -> Option<Self> {
+        Self::try_new_until(n, first, &|| false).map(|(q, _)| q)
+    }
+
+    /// `try_new` that asks `stop` every `SETUP_CHUNK` blocks (a huge queue takes a second to build) and
+    /// gives up when it says so: `(queue, complete)`, a given-up queue being only fit to drop.
+    pub fn try_new_until(n: u32, first: u32, stop: &dyn Fn() -> bool) -> Option<(Self, bool)> {
         let (head, tail) = (n, n + 1);
         let size = n as usize + 2;
         let mut links = Vec::new();
         links.try_reserve_exact(size).ok()?;
-        links.resize(size, UNLINKED);
+        while links.len() < size {
+            if stop() {
+                let q = FreeQueue {
+                    links,
+                    len: 0,
+                    head,
+                    tail,
+                };
+                return Some((q, false));
+            }
+            links.resize((links.len() + SETUP_CHUNK).min(size), UNLINKED);
+        }
         let mut q = FreeQueue {
             links,
             len: 0,
@@ -55,10 +75,18 @@ impl FreeQueue {
         };
         q.links[head as usize].next = tail;
         q.links[tail as usize].prev = head;
-        for b in first..n {
-            q.push_back(BlockId(b));
+        let mut b = first;
+        while b < n {
+            if stop() {
+                return Some((q, false));
+            }
+            let end = n.min(b.saturating_add(SETUP_CHUNK as u32));
+            for id in b..end {
+                q.push_back(BlockId(id));
+            }
+            b = end;
         }
-        Some(q)
+        Some((q, true))
     }
 
     #[inline]

@@ -817,6 +817,7 @@ impl PyStream {
     ))]
     #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
     fn new(
+        py: Python<'_>,
         num_blocks: i128,
         block_size: i128,
         policy: &str,
@@ -866,11 +867,18 @@ impl PyStream {
             swap_ps_per_block,
             buddy,
         )?;
-        let core = no_panic("Stream()", || {
-            engine::StreamEngine::new(cfg, forks, independent)
-        })
-        .py()?;
-        Ok(PyStream { core })
+        // The pool is built on a watched thread, so that Ctrl-C during a long setup raises at once.
+        let (result, signal) = py.detach(|| {
+            run_watched(|cancel| {
+                no_panic("Stream()", || {
+                    engine::StreamEngine::new_cancellable(cfg, forks, independent, Some(cancel))
+                })
+            })
+        });
+        if let Some(e) = signal {
+            return Err(e);
+        }
+        Ok(PyStream { core: result.py()? })
     }
 
     /// Feeds the next chunk's per-sequence columns (`kvsim.engine_input`, the same keywords as

@@ -346,6 +346,16 @@ pub(super) fn private_starts(inp: &EngineInput<'_>) -> Vec<u64> {
 
 impl<'a> Engine<'a> {
     pub fn new(inp: EngineInput<'a>, cfg: &'a EngineConfig) -> Result<Self> {
+        Self::new_cancellable(inp, cfg, None)
+    }
+
+    /// `new` whose setup reads `cancel` (Ctrl-C) while it builds the pool (`BlockPool::new_cancellable`):
+    /// a set flag ends it with `InvalidOperation("interrupted")` within a millisecond or so.
+    pub fn new_cancellable(
+        inp: EngineInput<'a>,
+        cfg: &'a EngineConfig,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<Self> {
         cfg.validate()?;
         inp.validate()?;
         if inp.has_forks() {
@@ -363,10 +373,11 @@ impl<'a> Engine<'a> {
             }
         }
         let mem = if cfg.policy.is_paged() {
-            Memory::Paged(BlockPool::new(
+            Memory::Paged(BlockPool::new_cancellable(
                 cfg.num_blocks,
                 cfg.enable_prefix_caching,
                 cfg.free_order,
+                cancel,
             )?)
         } else {
             let cap = cfg.capacity_tokens();
@@ -1700,7 +1711,7 @@ pub fn run(
     record_events: bool,
     cancel: &AtomicBool,
 ) -> Result<EngineOutput> {
-    Engine::new(inp, cfg)?
+    Engine::new_cancellable(inp, cfg, Some(cancel))?
         .with_timeseries(timeseries_every)
         .with_events(record_events)
         .run(cancel)

@@ -87,6 +87,16 @@ impl StreamEngine {
     /// An empty run under `cfg`; `forks`: chunks may hold fork-cow samples (`fork_parent` rows);
     /// `independent`: no prompt shares content with, or quotes an output of, another chunk's requests.
     pub fn new(cfg: EngineConfig, forks: bool, independent: bool) -> Result<Self> {
+        Self::new_cancellable(cfg, forks, independent, None)
+    }
+
+    /// `new` whose setup (the pool) reads `cancel` (Ctrl-C): see `Engine::new_cancellable`.
+    pub fn new_cancellable(
+        cfg: EngineConfig,
+        forks: bool,
+        independent: bool,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<Self> {
         let cfg = Box::new(cfg);
         let buf = Box::new(Buffers {
             seg_offsets: vec![0],
@@ -94,7 +104,7 @@ impl StreamEngine {
         });
         // SAFETY: `cfg` and `buf` are boxed and owned by the `StreamEngine` that owns the engine.
         let (cfg_ref, view) = unsafe { (forever(&*cfg), forever(&*buf).view()) };
-        let mut engine = Engine::new(view, cfg_ref)?;
+        let mut engine = Engine::new_cancellable(view, cfg_ref, cancel)?;
         engine.final_input = false;
         engine.defer_keys = false;
         engine.private_from = Vec::new();
