@@ -139,56 +139,6 @@ class Stream:
 
 def block_keys(segments: _Segments, block_size: int) -> list[int]: ...
 def pool_memory(num_blocks: int) -> tuple[int, int]: ...
-
-@final
-class Stream:
-    """A Rust engine fed workload chunks in arrival order (`kvsim.simulate_stream`)."""
-
-    def __new__(
-        cls,
-        *,
-        num_blocks: int,
-        block_size: int,
-        policy: str,
-        enable_prefix_caching: bool,
-        free_order: str,
-        max_num_seqs: int,
-        max_num_batched_tokens: int,
-        chunked_prefill: bool,
-        full_prompt_gate: bool,
-        skip_over_budget: bool = False,
-        watermark_blocks: int,
-        one_free_block: bool,
-        max_model_len: int | None,
-        time_model: str,
-        iteration_time_ps: int,
-        c0_ps: int,
-        c_tok_ps: int,
-        c_ctx_ps: int,
-        preemption: str,
-        cpu_blocks: int,
-        swap_ps_per_block: int,
-        buddy: bool,
-        forks: bool,
-        independent: bool = False,
-    ) -> Stream: ...
-    def feed(
-        self,
-        *,
-        arrival_ps: npt.NDArray[np.int64],
-        prompt_len: npt.NDArray[np.int64],
-        target: npt.NDArray[np.int64],
-        max_gen: npt.NDArray[np.int64],
-        fork_parent: npt.NDArray[np.int64],
-        output_seg: npt.NDArray[np.uint64],
-        seg_offsets: npt.NDArray[np.int64],
-        segment_id: npt.NDArray[np.uint64],
-        segment_len: npt.NDArray[np.int64],
-    ) -> None: ...
-    def advance(self, final_input: bool) -> None: ...
-    def take_done(self) -> dict[str, Any]: ...
-    def counters(self) -> dict[str, int]: ...
-
 def run_engine(
     *,
     num_blocks: int,
