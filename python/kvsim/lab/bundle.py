@@ -80,6 +80,20 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
+def _contiguous_track(paged: SimConfig, workload: Workload, policy: str) -> SimConfig:
+    """The contiguous track's config: the paged track's pool under `policy`, one sequence per sample and
+    recompute (contiguous policies know nothing else), `max_model_len` the workload's longest request
+    unless the paged track sets one (what `static` reserves)."""
+    longest = int((workload.prompt_len + workload.output_len).max()) if len(workload) else 1
+    return paged.replace(
+        policy=policy,
+        sampling="independent",
+        preemption="recompute",
+        cpu_blocks=0,
+        max_model_len=paged.max_model_len or longest,
+    )
+
+
 def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
     """The preset `preset` with `overrides` (names in `OVERRIDES`, None = the preset's value) applied.
 
@@ -141,14 +155,7 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
         cpu_blocks=cpu_blocks if preemption != "recompute" else 0,
         placement=placement,
     )
-    longest = int((p.workload.prompt_len + p.workload.output_len).max()) if n else 1
-    contiguous = paged.replace(
-        policy=contiguous_policy,
-        sampling="independent",
-        preemption="recompute",
-        cpu_blocks=0,
-        max_model_len=paged.max_model_len or longest,
-    )
+    contiguous = _contiguous_track(paged, p.workload, contiguous_policy)
     query = {
         "preset": p.name,
         "model": model if isinstance(model, str) or model is None else model.name,
@@ -576,15 +583,7 @@ def _resolve_custom(p: _presets.Preset, config: SimConfig, contiguous_policy: st
         config = config.replace(policy="vllm")
     if config.model is None:
         raise InvalidArgumentError("config.model None: the lab reports bytes, so the config needs a model")
-    n = len(p.workload)
-    longest = int((p.workload.prompt_len + p.workload.output_len).max()) if n else 1
-    contiguous = config.replace(
-        policy=contiguous_policy,
-        sampling="independent",
-        preemption="recompute",
-        cpu_blocks=0,
-        max_model_len=config.max_model_len or longest,
-    )
+    contiguous = _contiguous_track(config, p.workload, contiguous_policy)
     return Resolved(p, config, contiguous, {"preset": "custom"})
 
 
