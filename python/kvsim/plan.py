@@ -276,7 +276,7 @@ def _setup(workload: Any, config: Any) -> str:
 def plan(
     workload: Any,
     config: Any,
-    slos: Mapping[str, Any] | Sequence[str] | str,
+    slos: Mapping[str, Any] | Sequence[str | SLO] | str,
     *,
     goodput: Any = None,
     start_rate: float | None = None,
@@ -326,7 +326,11 @@ def plan(
     start = base if start_rate is None else _check_positive("start_rate", start_rate)
     floor = start / RATE_RANGE if min_rate is None else _check_positive("min_rate", min_rate)
     cap = start * RATE_RANGE if max_rate is None else _check_positive("max_rate", max_rate)
-    if not floor <= start <= cap:
+    if not floor < cap:
+        raise InvalidArgumentError(f"min_rate {floor:g} must be below max_rate {cap:g}")
+    if start_rate is None:  # the workload's own rate, moved into the range asked for
+        start = min(max(start, floor), cap)
+    elif not floor <= start <= cap:
         raise InvalidArgumentError(f"start_rate {start:g} must lie in [min_rate {floor:g}, max_rate {cap:g}]")
     from kvsim.sweep import _check_executor
 
@@ -353,7 +357,7 @@ def _target(workload: Any, rate: float | None) -> tuple[Any, float]:
 def smallest_replicas(
     workload: Any,
     config: Any,
-    slos: Mapping[str, Any] | Sequence[str] | str,
+    slos: Mapping[str, Any] | Sequence[str | SLO] | str,
     *,
     rate: float | None = None,
     goodput: Any = None,
@@ -406,7 +410,7 @@ def smallest_replicas(
 def smallest_memory(
     workload: Any,
     config: Any,
-    slos: Mapping[str, Any] | Sequence[str] | str,
+    slos: Mapping[str, Any] | Sequence[str | SLO] | str,
     *,
     knob: str = "num_blocks",
     rate: float | None = None,
@@ -501,7 +505,7 @@ class BestOf:
 def best_of(
     workload: Any,
     config: Any,
-    slos: Mapping[str, Any] | Sequence[str] | str,
+    slos: Mapping[str, Any] | Sequence[str | SLO] | str,
     candidates: Sequence[Candidate | Mapping[str, Any]] | Mapping[str, Mapping[str, Any]],
     **kwargs: Any,
 ) -> BestOf:

@@ -115,7 +115,7 @@ def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
     return seconds
 
 
-def parse_slos(slos: Mapping[str, Any] | Sequence[str] | str) -> tuple[SLO, ...]:
+def parse_slos(slos: Mapping[str, Any] | Sequence[str | SLO] | str) -> tuple[SLO, ...]:
     """SLOs from a mapping (`{"ttft_p99": 2.0, "tpot_p99": "100ms"}`: numbers in seconds, or text with a
     unit) or from `METRIC:BOUND` texts (`["ttft_p99:2s", "tpot_p99:100ms", "goodput_fraction:0.99"]`,
     the CLI's `--slo`, where a time bound needs its unit).
@@ -130,6 +130,9 @@ def parse_slos(slos: Mapping[str, Any] | Sequence[str] | str) -> tuple[SLO, ...]
     else:
         items = [slos] if isinstance(slos, str) else list(slos)
         for item in items:
+            if isinstance(item, SLO):  # already parsed (parse_slos' own output)
+                pairs.append((item.metric, item.bound, False))
+                continue
             if not isinstance(item, str):
                 raise InvalidArgumentError(f"slo {item!r} is not METRIC:BOUND (ttft_p99:2s)")
             for part in item.replace(",", " ").split():
@@ -358,7 +361,8 @@ class PlanResult:
         if self.axis != "rate" and "rate" in self.probes.columns:
             cols.append("rate")
         cols += [c for c in ("completed", "rejected") if c in self.probes.columns]
-        rows = [cols]
+        units = {s.metric: "" if s.unit == "fraction" else f" ({s.unit})" for s in self.slos}
+        rows = [[c + units.get(c, "") for c in cols]]
         for r in self.probes.sort(self.axis).iter_rows(named=True):
             out = []
             for c in cols:
