@@ -460,6 +460,54 @@ def timeseries(requests: int = 3_000, every: int = 20) -> tuple[dict[str, pl.Dat
     return out, cfg.capacity_tokens, setup
 
 
+def fig12_finding(res: Results, label: str) -> str:
+    """Knee rates (seed 0) and vLLM's ratio over each Orca baseline, from the rows drawn."""
+    f = res.frame.filter((pl.col("workload") == label) & (pl.col("seed") == 0))
+    knee = {r["policy"]: r["knee_rate"] for r in f.iter_rows(named=True)}
+    v = knee.get("vllm")
+    parts = [f"vLLM {v:.3g}" if v else "vLLM -"]
+    for p in ("orca-oracle", "orca-pow2", "orca-max"):
+        k = knee.get(p)
+        parts.append(f"{POLICY_LABEL[p]} {k:.3g} ({v / k:.2f}x)" if k and v else f"{POLICY_LABEL[p]} -")
+    return "knee req/s at the SLO: " + ", ".join(parts)
+
+
+def draw_fig12(ax: Axes, res: Any, label: str) -> None:
+    """Fig. 12 style: normalised latency against request rate per policy (the capacity searches' probes,
+    seed 0), the SLO as a dashed line and each policy's knee (the highest passing rate) as a dot on it."""
+    from kvsim.claims_capacity import FIG12_SLO_S_PER_TOKEN
+
+    ds = label.split(":")[0]
+    title = f"Fig. 12 style: normalised latency against request rate, {ds}"
+    if why := _missing(res):
+        _empty(ax, title, why)
+        return
+    probes = res.probes.filter((pl.col("workload") == label) & (pl.col("seed") == 0))
+    f = res.frame.filter((pl.col("workload") == label) & (pl.col("seed") == 0))
+    for pol in ("orca-max", "orca-pow2", "orca-oracle", "vllm"):
+        mine = probes.filter(pl.col("policy") == pol).sort("rate")
+        if not mine.height:
+            continue
+        style = {k: v for k, v in POLICY_STYLE[pol].items() if k != "lw"}
+        ax.plot(mine["rate"], mine["normalized_latency"], marker=".", label=POLICY_LABEL[pol], **style)
+        knee = f.filter(pl.col("policy") == pol)["knee_rate"]
+        if knee.len() and knee[0] is not None:
+            ax.scatter([knee[0]], [FIG12_SLO_S_PER_TOKEN], color=POLICY_STYLE[pol]["color"], marker="o",
+                       s=60, edgecolor="black", zorder=5)  # fmt: skip
+    ax.axhline(
+        FIG12_SLO_S_PER_TOKEN, color="black", ls="--", lw=1, label=f"SLO {FIG12_SLO_S_PER_TOKEN} s/token"
+    )
+    ax.set_ylim(0, 1.0)  # the paper's axis; probes past the knee leave it, as its curves do
+    knees = [k for k in f["knee_rate"].to_list() if k is not None]
+    ax.set_xlim(0, 1.5 * max(knees) if knees else None)  # the far probes of the bracket search: off the axis
+    ax.set_ylabel("normalised latency (s/token)")
+    _title(ax, title, fig12_finding(res, label))
+    n = int(f["requests"][0]) if f.height else 0
+    setup = f"opt-13b on a100-40gb · 12 GiB KV · {ds} Poisson · {n:,} requests, seed 0 · roofline time"
+    ax.set_xlabel(_wrap(f"request rate (req/s)\n{setup}", _chars(ax)))
+    ax.legend(loc="upper left", fontsize="small")
+
+
 # ------------------------------------------------------------------------------- capacity search
 
 
@@ -529,8 +577,13 @@ def plan_figure(result: Any) -> Figure:
 
 def read_results(results_dir: Path) -> dict[str, Results]:
     """Each experiment's rows from `<results_dir>/claims/<name>.parquet` (a missing file: an error)."""
-    results = {}
+    from kvsim.claims_capacity import CapacityExperiment, read_capacity
+
+    results: dict[str, Results] = {}
     for e in experiments():
+        if isinstance(e, CapacityExperiment):
+            results[e.name] = read_capacity(e, results_dir)
+            continue
         path = results_dir / "claims" / f"{e.name}.parquet"
         frame = pl.read_parquet(path) if path.exists() else pl.DataFrame()
         results[e.name] = Results(e, frame, None if frame.height else f"{path} missing")
@@ -612,6 +665,11 @@ def plot_all(
         fig, ax = _fig(1, 1, (9, 5.5))
         draw_hit_rate(ax[0][0], moon, ceilings)
         done(_save(fig, out_dir / "hit_rate_vs_cache.png"))
+
+        fig, ax = _fig(2, 1, (15, 5.5))
+        for i, label in enumerate(results["fig12-capacity"].experiment.workloads):
+            draw_fig12(ax[0][i], results["fig12-capacity"], label)
+        done(_save(fig, out_dir / "fig12_capacity.png"))
 
     with matplotlib.rc_context({"font.size": DASHBOARD_FONT_SIZE}):
         fig = Figure(figsize=(30, 17), layout="constrained")
