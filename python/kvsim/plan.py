@@ -494,7 +494,7 @@ class Candidate:
 @dataclass
 class BestOf:
     """What `best_of` found: `table` (one row per candidate: `candidate`, `rate`, `status`, `monotone`,
-    `probes`, sorted by rate, best first), `best` (the label of the highest rate at SLO, None if none
+    `probes`, sorted by rate, best first; ties keep the order given), `best` (the label of the highest rate at SLO, None if none
     passed anywhere) and every candidate's `PlanResult` in `plans`."""
 
     table: pl.DataFrame
@@ -553,7 +553,7 @@ def best_of(
             "probes": [plans[c].probes.height for c in labels],
         },
         schema_overrides={"rate": pl.Float64},
-    ).sort("rate", descending=True, nulls_last=True)
+    ).sort("rate", descending=True, nulls_last=True, maintain_order=True)
     best = table["candidate"][0] if table["rate"][0] is not None else None
     return BestOf(table, best, plans)
 
