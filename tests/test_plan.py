@@ -419,3 +419,62 @@ def test_cli_errors_are_one_line_exit_2(capsys, extra, needle):
     assert err.startswith("kvsim plan: error:")
     assert "\n" not in err
     assert needle in err
+
+
+def test_cli_smallest_memory_and_compare(capsys):
+    assert main([*CLI, "--slo", "ttft_p99:1s", "--smallest", "num_blocks", "--rate", "2.5", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["axis"] == "num_blocks"
+    assert data["status"] == "converged"
+    assert {p["rate"] for p in data["probes"]} == {2.5}
+    assert main([*CLI, "--slo", "ttft_p99:1s", "--compare", "policy=orca-max,vllm"]) == 0
+    out = capsys.readouterr().out
+    assert "best: policy=vllm" in out
+    assert out.index("policy=vllm  ") < out.index("policy=orca-max  ")  # ranked, best first
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (
+            ["--smallest", "num_blocks", "--compare", "block_size=8,16"],
+            "argument --compare: not allowed with",
+        ),
+        (["--rate", "3"], "argument --rate: the target rate of --smallest"),
+        (["--smallest", "num_blocks", "--max-rate", "3"], "argument --max-rate: applies to the rate search"),
+        (["--compare", "nope=1,2"], "argument --compare: 'nope' is not a SimConfig field"),
+        (["--compare", "block_size=16"], "fewer than two values"),
+        (["--compare", "block_size=abc,16"], "argument --compare:"),
+        (["--smallest", "cpu_blocks"], "argument --smallest: invalid choice"),
+    ],
+)
+def test_cli_inverse_search_errors(capsys, extra, needle):
+    assert main([*CLI, "--slo", "ttft_p99:1s", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err
+    assert err.count("error:") == 1
+
+
+def test_memory_the_config_refuses_fails_without_a_run():
+    """A GPU share too small for the weights is memory that does not suffice, not an error."""
+    w = _workload(100)
+    config = kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", max_model_len=2048)
+    r = smallest_memory(w, config, {"ttft_p99": 2.0}, knob="gpu_memory_utilization", rate=1.0, workers=2)
+    assert r.status == "converged", r.message
+    refused = r.probes.filter(r.probes["refused"].is_not_null())
+    assert refused.height >= 1
+    assert not refused["passed"].any()
+    assert "does not fit" in refused["refused"][0]
+    assert "refused by the configuration" in r.message
+    lo, hi = r.bracket
+    assert r.value == hi
+    assert hi - lo <= 0.02 * lo
+
+
+def test_dask_probes_give_the_thread_probes():
+    w = _workload(100)
+    config = kvsim.SimConfig(**BASE)
+    a = kvsim.plan(w, config, ONE, workers=2, precision=0.05)
+    b = kvsim.plan(w, config, ONE, workers=2, precision=0.05, executor="dask")
+    assert a.bracket == b.bracket
+    assert a.probes.drop("wall_s").equals(b.probes.drop("wall_s"))

@@ -20,6 +20,7 @@ from kvsim.cli_run import (
     read_run_file,
 )
 from kvsim.errors import InvalidArgumentError
+from kvsim.plan import MEMORY_KNOBS
 from kvsim.plan_search import DEFAULT_MAX_PROBES, METRICS
 from kvsim.sweep import EXECUTORS
 
@@ -100,6 +101,26 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     s.add_argument(
         "--scheduler", metavar="ADDRESS", default=None, help="Dask scheduler address (with --executor dask)"
     )
+    s.add_argument(
+        "--smallest",
+        choices=MEMORY_KNOBS,
+        default=None,
+        help="instead of the highest rate: the smallest memory knob that meets the SLOs at --rate "
+        "(kvsim.plan.smallest_memory; --min-rate/--max-rate/--start-rate do not apply) (default: none)",
+    )
+    s.add_argument(
+        "--rate",
+        metavar="REQ/S",
+        default=None,
+        help="the target rate of --smallest (default: the workload's own)",
+    )
+    s.add_argument(
+        "--compare",
+        metavar="NAME=V1,V2,...",
+        default=None,
+        help="rank values of one SimConfig field by their highest rate under the SLOs "
+        "(kvsim.plan.best_of: block_size=8,16,32, policy=vllm,orca-oracle) (default: none)",
+    )
     o = p.add_argument_group("output")
     o.add_argument(
         "--plot", metavar="PATH.png", default=None, help="draw the probes, the bounds and the knee"
@@ -134,7 +155,40 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
         raise FlagError("argument --scheduler: needs --executor dask")
     opts["executor"] = args.executor
     opts["scheduler"] = args.scheduler
+    if args.smallest is not None and args.compare is not None:
+        raise FlagError("argument --compare: not allowed with --smallest (give one of them)")
+    if args.rate is not None and args.smallest is None:
+        raise FlagError("argument --rate: the target rate of --smallest (for the highest rate, --start-rate)")
+    if args.smallest is not None:
+        for flag, key in (
+            ("--start-rate", "start_rate"),
+            ("--min-rate", "min_rate"),
+            ("--max-rate", "max_rate"),
+        ):
+            if key in opts:
+                raise FlagError(f"argument {flag}: applies to the rate search, not to --smallest")
+        if args.rate is not None:
+            opts["rate"] = _float_flag("--rate", args.rate)
     return opts
+
+
+def _compare(text: str) -> tuple[str, list[dict[str, Any]]]:
+    """`block_size=8,16,32` -> ("block_size", [{"block_size": 8}, ...]), each value coerced."""
+    from kvsim.sweep import CONFIG_FIELDS, coerce
+
+    name, eq, values = text.partition("=")
+    name = name.strip()
+    if not eq or not values.strip():
+        raise FlagError(f"argument --compare: {text!r} is not NAME=V1,V2,... (block_size=8,16,32)")
+    if name not in CONFIG_FIELDS:
+        raise FlagError(f"argument --compare: {name!r} is not a SimConfig field")
+    try:
+        out = [{name: coerce(name, v.strip())} for v in values.split(",") if v.strip()]
+    except InvalidArgumentError as exc:
+        raise FlagError(f"argument --compare: {exc}") from None
+    if len(out) < 2:
+        raise FlagError(f"argument --compare: {text!r} gives fewer than two values to compare")
+    return name, out
 
 
 def _check_plot_path(path: str) -> None:
@@ -160,7 +214,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
     notes: list[str] = []
     workload, info = _workload_from_args(args, data, notes)
     backend = args.backend or data.get("backend", "rust")
-    result = kvsim.plan(workload, config, opts.pop("slos"), backend=backend, **opts)
+    slos = opts.pop("slos")
+    ranking = None
+    if args.smallest is not None:
+        from kvsim.plan import smallest_memory
+
+        result = smallest_memory(workload, config, slos, knob=args.smallest, backend=backend, **opts)
+    elif args.compare is not None:
+        from kvsim.plan import best_of
+
+        _, candidates = _compare(args.compare)
+        ranking = best_of(workload, config, slos, candidates, backend=backend, **opts)
+        result = (
+            ranking.plans[ranking.best]
+            if ranking.best is not None
+            else ranking.plans[ranking.table["candidate"][0]]
+        )
+    else:
+        result = kvsim.plan(workload, config, slos, backend=backend, **opts)
     plot = None
     if args.plot is not None:
         try:
@@ -176,14 +247,36 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "workload": info,
             "backend": backend,
             **result.to_dict(),
+            "compare": None
+            if ranking is None
+            else {
+                "best": ranking.best,
+                "candidates": ranking.table.to_dicts(),
+                "plans": {k: v.to_dict() for k, v in ranking.plans.items()},
+            },
             "plot": plot,
             "notes": notes,
         }
         print(json.dumps(out, default=str, ensure_ascii=False))
         return 0
-    print(f"workload: {info['name']}, {info['requests']:,} requests; probes scale its arrivals")
+    target = (
+        f"every probe at {result.probes['rate'][0]:.4g} req/s"
+        if args.smallest and result.probes.height
+        else "probes scale its arrivals"
+    )
+    print(f"workload: {info['name']}, {info['requests']:,} requests; {target}")
     print(config.pool.line())
     print()
+    if ranking is not None:
+        for label, plan in ranking.plans.items():
+            print(f"{label}: {plan.status}: {plan.message}")
+        print()
+        print(_ranking_table(ranking.table))
+        print()
+        print(f"best: {ranking.best}" if ranking.best is not None else "best: none (no candidate passed)")
+        if plot is not None:
+            print(f"plot: {plot} (the best candidate's search)")
+        return 0
     print(result.table())
     print()
     print(f"{result.status}: {result.message}")
@@ -192,6 +285,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if plot is not None:
         print(f"plot: {plot}")
     return 0
+
+
+def _ranking_table(table: Any) -> str:
+    rows = [["candidate", "rate (req/s)", "status", "monotone", "probes"]]
+    for r in table.iter_rows(named=True):
+        rate = "-" if r["rate"] is None else f"{r['rate']:.4g}"
+        rows.append([r["candidate"], rate, r["status"], "yes" if r["monotone"] else "NO", str(r["probes"])])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 __all__ = ["add_parser", "cmd_plan"]

@@ -186,6 +186,7 @@ def _search(
     workers: int | None,
     scheduler: str | None,
     setup: str,
+    refusals_fail: bool = False,
 ) -> PlanResult:
     """Runs `search` round by round: each value becomes (workload, config, extra row columns) by `make`,
     is probed in parallel, and is judged against every SLO."""
@@ -202,14 +203,30 @@ def _search(
                 break
             jobs: list[_Job] = []
             extras: list[dict[str, Any]] = []
-            for x in xs:
-                workload, config, extra = make(x)
-                jobs.append(_Job(len(jobs), probe, workload, config))
+            refused: dict[int, str] = {}
+            for i, x in enumerate(xs):
+                try:
+                    workload, config, extra = make(x)
+                except InvalidArgumentError as exc:
+                    if not refusals_fail:
+                        raise
+                    # Memory that cannot even hold the model is memory that does not suffice.
+                    refused[i] = str(exc)
+                    continue
+                jobs.append(_Job(i, probe, workload, config))
                 extras.append(extra)
-            results: list[Any] = [None] * len(jobs)
+            results: list[Any] = [None] * len(xs)
             for index, summary, wall in run(_run_job, jobs):
                 results[index] = (summary, wall)
-            for x, extra, (summary, wall) in zip(xs, extras, results, strict=True):
+            extra_of = dict(zip([j.index for j in jobs], extras, strict=True))
+            for i, x in enumerate(xs):
+                if i in refused:
+                    search.outcomes[x] = False
+                    rows.append({"round": round_no, axis: int(x) if search.integer else x, "passed": False,
+                                 **{s.metric: None for s in slos}, "refused": refused[i]})  # fmt: skip
+                    continue
+                extra = extra_of[i]
+                summary, wall = results[i]
                 missing = [s.key for s in slos if s.key not in summary]
                 if missing:
                     raise InvalidArgumentError(
@@ -430,6 +447,8 @@ def smallest_memory(
     precision asks for it).
 
     Assumes monotonicity (more memory never fails where less passes); contradicting probes are reported.
+    A value the configuration refuses (a GPU share that cannot hold the model's weights) fails its probe
+    without a simulation; the row says why in `refused`.
 
     Args:
         knob: the memory knob varied (`set_knob`).
@@ -477,8 +496,9 @@ def smallest_memory(
         return target, setter(config, x), {"rate": r}
 
     return _search(
-        search, make, run_probe, slos_, knob, executor, workers, scheduler, _setup(workload, config)
-    )
+        search, make, run_probe, slos_, knob, executor, workers, scheduler, _setup(workload, config),
+        refusals_fail=True,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -344,6 +344,10 @@ class PlanResult:
                 "below-floor": f"passes {slos} at every {self.axis} probed, down to the floor "
                 f"{self._fmt(hi)}",
             }[self.status]
+        if "refused" in self.probes.columns:
+            refused = [r for r in self.probes["refused"].to_list() if r]
+            if refused:
+                what += f"; {len(refused)} value(s) failed without a run, refused by the configuration ({refused[0]})"
         if self.violations:
             shown = ", ".join(f"{self._fmt(a)} {'fails' if self.axis == 'rate' else 'passes'} but "
                               f"{self._fmt(b)} {'passes' if self.axis == 'rate' else 'fails'}"
