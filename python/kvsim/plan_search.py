@@ -233,8 +233,8 @@ class Search:
         if left <= 0:
             return [], "probe-limit"
         w = min(self.width, left)
-        if not self.outcomes:
-            return self._fit([self.start * 2**j for j in range(w)]), None
+        if not self.outcomes:  # the start and its neighbours by factors of 2, more of them above
+            return self._fit([self.start * 2**j for j in range(-((w - 1) // 2), w // 2 + 1)]), None
         lo, hi = self.bracket()
         if hi is None:  # every probe low-like: go up
             top = max(self.outcomes)
