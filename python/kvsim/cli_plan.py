@@ -66,7 +66,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--precision",
         default="2%",
         metavar="REL",
-        help="stop when the bracket's upper rate is within this of its lower one (2%% or 0.02)",
+        help="stop when the bracket's upper rate is within this of its lower one (2%% or 0.02) (default: 2%%)",
     )
     s.add_argument(
         "--start-rate",
