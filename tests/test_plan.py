@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import json
 import math
+import types
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from kvsim.plan import (
     Candidate,
     at_rate,
     best_of,
+    cluster_probe,
     set_replicas,
     simulate_probe,
     smallest_memory,
@@ -478,3 +480,39 @@ def test_dask_probes_give_the_thread_probes():
     b = kvsim.plan(w, config, ONE, workers=2, precision=0.05, executor="dask")
     assert a.bracket == b.bracket
     assert a.probes.drop("wall_s").equals(b.probes.drop("wall_s"))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fleet:
+    """A config with a `replicas` knob, as SimConfig has once the cluster exists."""
+
+    replicas: int = 1
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+def test_smallest_replicas_runs_the_fleet_through_cluster_probe(monkeypatch):
+    """The default probe of the replica search is the fleet (`kvsim.simulate_cluster` with the config's
+    replica count), and without a cluster it refuses rather than simulating one replica."""
+    calls = []
+
+    def fake_cluster(workload, config, *, replicas, router, **kwargs):
+        calls.append((replicas, router, kwargs))
+        return types.SimpleNamespace(summary={"ttft_s_p99": 7 / replicas})
+
+    monkeypatch.setattr(kvsim, "simulate_cluster", fake_cluster, raising=False)
+    r = smallest_replicas(_workload(4), _Fleet(), ONE, workers=1)
+    assert r.value == 7
+    assert r.status == "converged"
+    assert {c[1] for c in calls} == {"round-robin"}
+    assert sorted(c[0] for c in calls) == sorted(r.probes["replicas"].to_list())
+    assert all(c[2] == {} for c in calls)
+    probe = functools.partial(cluster_probe, router="prefix-affinity", goodput={"ttft": 500})
+    probe(_workload(4), _Fleet(3))
+    assert calls[-1] == (3, "prefix-affinity", {"goodput": {"ttft": 500}})
+    monkeypatch.delattr(kvsim, "simulate_cluster")
+    with pytest.raises(InvalidArgumentError, match="no simulate_cluster"):
+        cluster_probe(_workload(4), _Fleet())
+    with pytest.raises(InvalidArgumentError, match="no simulate_cluster"):
+        smallest_replicas(_workload(4), _Fleet(), ONE, workers=1)

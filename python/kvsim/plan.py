@@ -103,6 +103,33 @@ def simulate_probe(
     return simulate(workload, config, backend=backend, goodput=goodput).summary
 
 
+def cluster_probe(
+    workload: Any, config: Any, *, router: str = "round-robin", goodput: Any = None, backend: str = "rust"
+) -> dict[str, Any]:
+    """The probe of a fleet: `kvsim.simulate_cluster(workload, config, replicas=config.replicas,
+    router=router).summary` (the default of `smallest_replicas`; a `functools.partial` of it with another
+    `router` is a `best_of` candidate's probe). Written to the cluster's documented call; `goodput` and
+    `backend` are passed only when they differ from the defaults.
+
+    Raises:
+        InvalidArgumentError: a kvsim without `simulate_cluster`, or a config without `replicas`.
+    """
+    import kvsim
+
+    simulate_cluster = getattr(kvsim, "simulate_cluster", None)
+    if simulate_cluster is None:
+        raise InvalidArgumentError("cluster probe: this kvsim has no simulate_cluster (no fleet to probe)")
+    replicas = getattr(config, "replicas", None)
+    if replicas is None:
+        raise InvalidArgumentError(f"cluster probe: config {config!r} has no replicas knob")
+    extra: dict[str, Any] = {}
+    if goodput is not None:
+        extra["goodput"] = goodput
+    if backend != "rust":
+        extra["backend"] = backend
+    return dict(simulate_cluster(workload, config, replicas=replicas, router=router, **extra).summary)
+
+
 def set_replicas(config: Any, n: int) -> Any:
     """`config` with `replicas = n` (`SimConfig.replace`): what `smallest_replicas` varies. SimConfig has a
     `replicas` knob once the cluster exists; before, `replace` refuses the unknown field by name."""
@@ -158,7 +185,9 @@ def _check_positive(name: str, value: Any) -> float:
     return float(value)
 
 
-def _resolve_probe(probe: Any, slos: Sequence[SLO], goodput: Any, backend: str) -> Callable[..., Any]:
+def _resolve_probe(
+    probe: Any, slos: Sequence[SLO], goodput: Any, backend: str, default: Callable[..., Any] | None = None
+) -> Callable[..., Any]:
     needs_goodput = any(s.metric == "goodput_fraction" for s in slos)
     if goodput is not None:
         from kvsim.metrics import parse_goodput
@@ -170,7 +199,7 @@ def _resolve_probe(probe: Any, slos: Sequence[SLO], goodput: Any, backend: str) 
             "--goodput ttft:500 tpot:50)"
         )
     if probe is None:
-        return functools.partial(simulate_probe, goodput=goodput, backend=backend)
+        return functools.partial(default or simulate_probe, goodput=goodput, backend=backend)
     if not callable(probe):
         raise InvalidArgumentError(f"probe {probe!r} is not callable (workload, config) -> summary")
     return probe  # type: ignore[no-any-return]
@@ -391,9 +420,9 @@ def smallest_replicas(
     """The smallest replica count at which the fleet meets every SLO at `rate` (integer bisection: exact).
 
     Each probe is `probe(workload at rate, replicas(config, n))`; the default `replicas` is
-    `set_replicas` (`config.replace(replicas=n)`) and the probe must be one that runs a fleet (a cluster
-    probe); on `kvsim.simulate` the count would change nothing. Assumes monotonicity (more replicas never
-    fail where fewer pass); contradicting probes are reported in `violations`.
+    `set_replicas` (`config.replace(replicas=n)`) and the default probe `cluster_probe` (a fleet:
+    `kvsim.simulate` would ignore the count). Assumes monotonicity (more replicas never fail where fewer
+    pass); contradicting probes are reported in `violations`.
 
     Args:
         rate: the target rate in requests per second (default: the workload's own).
@@ -412,7 +441,7 @@ def smallest_replicas(
     from kvsim.sweep import _check_executor
 
     width = _check_executor(executor, workers, scheduler)
-    run_probe = _resolve_probe(probe, slos_, goodput, backend)
+    run_probe = _resolve_probe(probe, slos_, goodput, backend, default=cluster_probe)
     target, r = _target(workload, rate)
     search = Search(float(start), False, True, 0.0, 1.0, float(max_replicas), max_probes, width)
 
@@ -588,6 +617,7 @@ __all__ = [
     "at_rate",
     "best_of",
     "check_precision",
+    "cluster_probe",
     "parse_slos",
     "plan",
     "set_knob",
