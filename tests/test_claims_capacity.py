@@ -107,3 +107,10 @@ def test_claims_capacity_does_not_import_plots():
     src = Path(cc.__file__).read_text()
     imported = {n.module for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom) and n.module}
     assert not any(m.startswith("kvsim.plots") for m in imported)
+
+
+def test_reuse_reads_the_searches_back(report):
+    again = run_claims(report.path.parent, scale=0.1, progress=False, only=["fig12-capacity"], reuse=True)
+    first = {c.id: (c.ours, c.verdict) for c in report.claims if c.id in IDS}
+    assert {c.id: (c.ours, c.verdict) for c in again.claims if c.id in IDS} == first
+    assert again.results["fig12-capacity"].probes.height == report.results["fig12-capacity"].probes.height
