@@ -304,7 +304,8 @@ def _search(
     )
 
 
-def _setup(workload: Any, config: Any) -> str:
+def _setup(workload: Any, config: Any, rate: float | None = None, pool: bool = True) -> str:
+    """The plot's setup line: model, GPU, pool (unless the search varies it), requests, target rate."""
     meta = getattr(workload, "meta", {}) or {}
     parts = []
     model = getattr(config, "model", None)
@@ -313,9 +314,12 @@ def _setup(workload: Any, config: Any) -> str:
         name = getattr(model, "name", model)
         parts.append(f"{name} on {getattr(gpu, 'name', gpu)}" if gpu is not None else str(name))
     if hasattr(config, "capacity_blocks"):
-        parts.append(f"{config.capacity_blocks:,} blocks × {config.block_size} tokens, {config.policy}")
+        blocks = f"{config.capacity_blocks:,} blocks × " if pool else "blocks of "
+        parts.append(f"{blocks}{config.block_size} tokens, {config.policy}")
     lengths = meta.get("lengths")
     parts.append(f"{len(workload):,} requests" + (f" ({lengths})" if lengths else ""))
+    if rate is not None:
+        parts.append(f"at {rate:.4g} req/s")
     return " · ".join(parts)
 
 
@@ -449,7 +453,7 @@ def smallest_replicas(
         return target, replicas(config, int(n)), {"rate": r}
 
     return _search(
-        search, make, run_probe, slos_, "replicas", executor, workers, scheduler, _setup(workload, config)
+        search, make, run_probe, slos_, "replicas", executor, workers, scheduler, _setup(workload, config, r)
     )
 
 
@@ -525,7 +529,7 @@ def smallest_memory(
         return target, setter(config, x), {"rate": r}
 
     return _search(
-        search, make, run_probe, slos_, knob, executor, workers, scheduler, _setup(workload, config),
+        search, make, run_probe, slos_, knob, executor, workers, scheduler, _setup(workload, config, r, False),
         refusals_fail=True,
     )  # fmt: skip
 
