@@ -24,6 +24,7 @@ from kvsim.plan import (
     at_rate,
     best_of,
     cluster_probe,
+    default_probe,
     set_replicas,
     simulate_probe,
     smallest_memory,
@@ -516,3 +517,20 @@ def test_smallest_replicas_runs_the_fleet_through_cluster_probe(monkeypatch):
         cluster_probe(_workload(4), _Fleet())
     with pytest.raises(InvalidArgumentError, match="no simulate_cluster"):
         smallest_replicas(_workload(4), _Fleet(), ONE, workers=1)
+
+
+def test_a_config_of_several_replicas_is_planned_as_a_fleet(monkeypatch):
+    calls = []
+
+    def fake_cluster(workload, config, *, replicas, router, **kwargs):
+        calls.append(replicas)
+        return types.SimpleNamespace(summary={"ttft_s_p99": workload_rate(workload) / (2.0 * replicas)})
+
+    monkeypatch.setattr(kvsim, "simulate_cluster", fake_cluster, raising=False)
+    assert default_probe(_Fleet(1)) is simulate_probe
+    assert default_probe(kvsim.SimConfig(num_blocks=64)) is simulate_probe
+    r = kvsim.plan(_workload(4), _Fleet(4), ONE, workers=2)  # passes up to 8 req/s on 4 replicas
+    assert set(calls) == {4}
+    lo, hi = r.bracket
+    assert lo <= 8.0 * (1 + 1e-9)
+    assert hi > 8.0 * (1 - 1e-9)

@@ -130,6 +130,12 @@ def cluster_probe(
     return dict(simulate_cluster(workload, config, replicas=replicas, router=router, **extra).summary)
 
 
+def default_probe(config: Any) -> Callable[..., dict[str, Any]]:
+    """`cluster_probe` for a config of several replicas (its `replicas` knob), else `simulate_probe`."""
+    replicas = getattr(config, "replicas", None)
+    return cluster_probe if isinstance(replicas, int) and replicas > 1 else simulate_probe
+
+
 def set_replicas(config: Any, n: int) -> Any:
     """`config` with `replicas = n` (`SimConfig.replace`): what `smallest_replicas` varies. SimConfig has a
     `replicas` knob once the cluster exists; before, `replace` refuses the unknown field by name."""
@@ -356,8 +362,9 @@ def plan(
         precision: the bracket's relative width to stop at (0.02 or `"2%"`).
         max_probes: at most this many simulations.
         min_rate, max_rate: the floor and cap of the bracket (default: start / 4096 and start x 4096).
-        probe: `(workload, config) -> summary` (default `simulate_probe`: `kvsim.simulate`); for processes
-            and Dask it must pickle (a module-level function or a `functools.partial` of one).
+        probe: `(workload, config) -> summary` (default `default_probe(config)`: `simulate_probe`, or
+            `cluster_probe` for a config of several replicas); for processes and Dask it must pickle (a
+            module-level function or a `functools.partial` of one).
         executor, workers, scheduler: the sweep executors (`kvsim.sweep.executor_session`); `workers`
             probes run in each round (default: the CPU count).
         backend: the engine of the default probe.
@@ -385,7 +392,7 @@ def plan(
     from kvsim.sweep import _check_executor
 
     width = _check_executor(executor, workers, scheduler)
-    run_probe = _resolve_probe(probe, slos_, goodput, backend)
+    run_probe = _resolve_probe(probe, slos_, goodput, backend, default=default_probe(config))
     search = Search(start, True, False, prec, floor, cap, max_probes, width)
 
     def make(rate: float) -> tuple[Any, Any, dict[str, Any]]:
@@ -519,7 +526,7 @@ def smallest_memory(
     from kvsim.sweep import _check_executor
 
     width = _check_executor(executor, workers, scheduler)
-    run_probe = _resolve_probe(probe, slos_, goodput, backend)
+    run_probe = _resolve_probe(probe, slos_, goodput, backend, default=default_probe(config))
     target, r = _target(workload, rate)
     integer = knob != "gpu_memory_utilization"
     search = Search(start, False, integer, prec, lo_, hi_, max_probes, width)
@@ -622,6 +629,7 @@ __all__ = [
     "best_of",
     "check_precision",
     "cluster_probe",
+    "default_probe",
     "parse_slos",
     "plan",
     "set_knob",
