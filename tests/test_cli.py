@@ -39,13 +39,13 @@ def test_run_from_toml(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["summary"]["num_requests"] == 40
 
 
-@pytest.mark.parametrize("command", ["run", "sweep", "claims"])
+@pytest.mark.parametrize("command", ["run", "plan", "sweep", "claims"])
 def test_help_explains_every_flag(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args([command, "--help"])
     assert exit_.value.code == 0
     text = capsys.readouterr().out
-    if command == "run":
+    if command in ("run", "plan"):  # plan takes run's workload and configuration flags
         for name in CONFIG_FIELDS:
             assert f"--{name.replace('_', '-')}" in text
         assert "(default: None)" not in text

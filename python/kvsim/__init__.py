@@ -14,6 +14,7 @@ from kvsim.errors import (
     KvsimError,
     TraceFormatError,
 )
+from kvsim.plan import PlanResult, plan
 from kvsim.simulate import SimResult, simulate
 from kvsim.sizing import pool_blocks
 from kvsim.streaming import simulate_stream
@@ -28,6 +29,7 @@ __all__ = [
     "InvalidOperationError",
     "KVCacheManager",
     "KvsimError",
+    "PlanResult",
     "SimConfig",
     "SimResult",
     "TraceFormatError",
@@ -35,6 +37,7 @@ __all__ = [
     "block_keys",
     "gpus",
     "models",
+    "plan",
     "pool_blocks",
     "reference",
     "simulate",

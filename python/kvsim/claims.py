@@ -221,6 +221,8 @@ def _held_blocks() -> pl.Expr:
 
 def experiments() -> list[Experiment]:
     """Every experiment the claims need (request counts before `scale`)."""
+    from kvsim.claims_capacity import capacity_experiments
+
     policies = ["orca-max", "orca-pow2", "orca-oracle", "vllm"]
     return [
         Experiment(
@@ -354,6 +356,7 @@ def experiments() -> list[Experiment]:
             seeds=1,
             why="whole traces replayed by timestamp; Llama-3-8B on an A100-80GB (utilisation 0.9)",
         ),
+        *capacity_experiments(),
     ]
 
 
@@ -963,21 +966,31 @@ def run_claims(
     t0 = time.perf_counter()
     exps = experiments()
     chosen = [e for e in exps if only is None or e.name in only]
+    from kvsim.claims_capacity import CapacityExperiment, capacity_claims, read_capacity, run_capacity
+
     results: dict[str, Results] = {}
     if reuse:
         for e in list(chosen):
             path = results_dir / "claims" / f"{e.name}.parquet"
             if path.exists():
-                results[e.name] = Results(e, pl.read_parquet(path), None)
+                reused = isinstance(e, CapacityExperiment)
+                results[e.name] = (
+                    read_capacity(e, results_dir) if reused else Results(e, pl.read_parquet(path), None)
+                )
                 chosen.remove(e)
+    # Capacity experiments' points are searches (kvsim.plan), each running its own rounds of probes.
+    searches = [e for e in chosen if isinstance(e, CapacityExperiment)]
+    sweeps = [e for e in chosen if not isinstance(e, CapacityExperiment)]
     results.update(
-        run_experiments(chosen, results_dir / "claims", workers=workers, scale=scale, progress=progress)
+        run_experiments(sweeps, results_dir / "claims", workers=workers, scale=scale, progress=progress)
     )
+    results.update(run_capacity(searches, results_dir / "claims", scale=scale))
     for e in exps:
         results.setdefault(e.name, Results(e, pl.DataFrame(), "not run (excluded by `only`)"))
     claims = [
         _sizing_claim(),
         *_paper_claims(results, scale),
+        *capacity_claims(results, scale),
         *_seed_claims(results, scale),
         *_trace_claims(results, scale),
     ]

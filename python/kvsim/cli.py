@@ -1,5 +1,5 @@
-"""The `kvsim` command line: `kvsim run` (one simulation), `kvsim sweep` (a grid), `kvsim claims` (the
-claims suite that writes results/claims.md and the plots).
+"""The `kvsim` command line: `kvsim run` (one simulation), `kvsim plan` (capacity search, `kvsim.cli_plan`),
+`kvsim sweep` (a grid), `kvsim claims` (the claims suite that writes results/claims.md and the plots).
 
 `kvsim run` speaks vLLM's language: its flags are vLLM's engine arguments where vLLM has one
 (`--num-gpu-blocks-override`, `--kv-cache-memory-bytes`, `--enable-prefix-caching` /
@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvsim import cli_plan
 from kvsim.cli_run import (
     METRICS_POINTER,
     FlagError,
@@ -362,6 +363,7 @@ def cmd_validate_gpu(args: argparse.Namespace) -> int:
 SUBCOMMANDS.update(
     {
         "run": (_run_parser, cmd_run),
+        "plan": (cli_plan.add_parser, cli_plan.cmd_plan),
         "sweep": (_sweep_parser, cmd_sweep),
         "claims": (_claims_parser, cmd_claims),
         "validate-gpu": (_validate_gpu_parser, cmd_validate_gpu),

@@ -154,27 +154,9 @@ def _add_workload_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
     )
 
 
-def _run_parser(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "run",
-        formatter_class=_Formatter,
-        help="run one simulation and print its summary",
-        description=(
-            "Run one simulation from flags or a TOML file and print what vllm bench serve would, plus\n"
-            "memory, cache and preemption metrics, and the pool line (what memory is simulated).\n\n"
-            "Give --model and --gpu (the pool is sized as vLLM does: gpu memory utilization x device\n"
-            "memory - weights / tp - activations), or --model with --kv-cache-memory-bytes, or\n"
-            "--num-gpu-blocks-override. Unset knobs take kvsim.config.KNOBS' defaults (DESIGN.md\n"
-            "§Defaults); --preset starts from a vLLM release's rules. A TOML file may hold `workload`,\n"
-            "`requests`, `seed`, `backend` and a [config] table.\n\n"
-            "Scheduling rules are vLLM 0.33.0's, the newest release checked (lifo_unhashed frees, the\n"
-            "full-prompt admission gate, stop at a prompt over the budget); older releases' are the\n"
-            "presets of DESIGN.md §Presets (--preset, or --free-order, --admission-gate,\n"
-            "--waiting-over-budget).\n\n"
-            "Example: kvsim run --model llama-3-8b --gpu h100-80gb --workload sharegpt:arrival_rate=8"
-        ),
-        epilog=METRICS_POINTER,
-    )
+def add_run_inputs(p: argparse.ArgumentParser) -> None:
+    """What one run simulates: `--toml`, the workload flags and the SimConfig knobs (`kvsim run`'s and
+    `kvsim plan`'s)."""
     p.add_argument("--toml", metavar="PATH", help="read the run from a TOML file (flags override it)")
     w = p.add_argument_group("workload")
     _add_workload_flags(w, many=False)  # type: ignore[arg-type]
@@ -224,6 +206,30 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
         help="start from a vLLM release's rules (SimConfig.preset); flags override it (default: none)",
     )
     _add_knob_flags(c)
+
+
+def _run_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "run",
+        formatter_class=_Formatter,
+        help="run one simulation and print its summary",
+        description=(
+            "Run one simulation from flags or a TOML file and print what vllm bench serve would, plus\n"
+            "memory, cache and preemption metrics, and the pool line (what memory is simulated).\n\n"
+            "Give --model and --gpu (the pool is sized as vLLM does: gpu memory utilization x device\n"
+            "memory - weights / tp - activations), or --model with --kv-cache-memory-bytes, or\n"
+            "--num-gpu-blocks-override. Unset knobs take kvsim.config.KNOBS' defaults (DESIGN.md\n"
+            "§Defaults); --preset starts from a vLLM release's rules. A TOML file may hold `workload`,\n"
+            "`requests`, `seed`, `backend` and a [config] table.\n\n"
+            "Scheduling rules are vLLM 0.33.0's, the newest release checked (lifo_unhashed frees, the\n"
+            "full-prompt admission gate, stop at a prompt over the budget); older releases' are the\n"
+            "presets of DESIGN.md §Presets (--preset, or --free-order, --admission-gate,\n"
+            "--waiting-over-budget).\n\n"
+            "Example: kvsim run --model llama-3-8b --gpu h100-80gb --workload sharegpt:arrival_rate=8"
+        ),
+        epilog=METRICS_POINTER,
+    )
+    add_run_inputs(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print the result as one JSON object (for machines)")
     o.add_argument(
@@ -450,10 +456,8 @@ def write_probe(folder: Path) -> str | None:
         return exc.strerror or str(exc)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    import kvsim
-    from kvsim import metrics
-
+def read_run_file(args: argparse.Namespace) -> dict[str, Any]:
+    """The `--toml` run file's table (empty without one), its keys checked."""
     data: dict[str, Any] = {}
     if args.toml:
         try:
@@ -469,6 +473,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         unknown = set(data) - {"workload", "requests", "seed", "backend", "config"}
         if unknown:
             raise InvalidArgumentError(f"run file {args.toml}: unknown keys {sorted(unknown)}")
+    return data
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import kvsim
+    from kvsim import metrics
+
+    data = read_run_file(args)
     try:
         pct_metrics = metrics.parse_percentile_metrics(args.percentile_metrics)
     except InvalidArgumentError as exc:

@@ -460,10 +460,130 @@ def timeseries(requests: int = 3_000, every: int = 20) -> tuple[dict[str, pl.Dat
     return out, cfg.capacity_tokens, setup
 
 
+def fig12_finding(res: Results, label: str) -> str:
+    """Knee rates (seed 0) and vLLM's ratio over each Orca baseline, from the rows drawn."""
+    f = res.frame.filter((pl.col("workload") == label) & (pl.col("seed") == 0))
+    knee = {r["policy"]: r["knee_rate"] for r in f.iter_rows(named=True)}
+    v = knee.get("vllm")
+    parts = [f"vLLM {v:.3g}" if v else "vLLM -"]
+    for p in ("orca-oracle", "orca-pow2", "orca-max"):
+        k = knee.get(p)
+        parts.append(f"{POLICY_LABEL[p]} {k:.3g} ({v / k:.2f}x)" if k and v else f"{POLICY_LABEL[p]} -")
+    return "knee req/s at the SLO: " + ", ".join(parts)
+
+
+def draw_fig12(ax: Axes, res: Any, label: str) -> None:
+    """Fig. 12 style: normalised latency against request rate per policy (the capacity searches' probes,
+    seed 0), the SLO as a dashed line and each policy's knee (the highest passing rate) as a dot on it."""
+    from kvsim.claims_capacity import FIG12_SLO_S_PER_TOKEN
+
+    ds = label.split(":")[0]
+    title = f"Fig. 12 style: normalised latency against request rate, {ds}"
+    if why := _missing(res):
+        _empty(ax, title, why)
+        return
+    probes = res.probes.filter((pl.col("workload") == label) & (pl.col("seed") == 0))
+    f = res.frame.filter((pl.col("workload") == label) & (pl.col("seed") == 0))
+    for pol in ("orca-max", "orca-pow2", "orca-oracle", "vllm"):
+        mine = probes.filter(pl.col("policy") == pol).sort("rate")
+        if not mine.height:
+            continue
+        style = {k: v for k, v in POLICY_STYLE[pol].items() if k != "lw"}
+        ax.plot(mine["rate"], mine["normalized_latency"], marker=".", label=POLICY_LABEL[pol], **style)
+        knee = f.filter(pl.col("policy") == pol)["knee_rate"]
+        if knee.len() and knee[0] is not None:
+            ax.scatter([knee[0]], [FIG12_SLO_S_PER_TOKEN], color=POLICY_STYLE[pol]["color"], marker="o",
+                       s=60, edgecolor="black", zorder=5)  # fmt: skip
+    ax.axhline(
+        FIG12_SLO_S_PER_TOKEN, color="black", ls="--", lw=1, label=f"SLO {FIG12_SLO_S_PER_TOKEN} s/token"
+    )
+    ax.set_ylim(0, 1.0)  # the paper's axis; probes past the knee leave it, as its curves do
+    knees = [k for k in f["knee_rate"].to_list() if k is not None]
+    ax.set_xlim(0, 1.5 * max(knees) if knees else None)  # the far probes of the bracket search: off the axis
+    ax.set_ylabel("normalised latency (s/token)")
+    _title(ax, title, fig12_finding(res, label))
+    n = int(f["requests"][0]) if f.height else 0
+    setup = f"opt-13b on a100-40gb · 12 GiB KV · {ds} Poisson · {n:,} requests, seed 0 · roofline time"
+    ax.set_xlabel(_wrap(f"request rate (req/s)\n{setup}", _chars(ax)))
+    ax.legend(loc="upper left", fontsize="small")
+
+
+# ------------------------------------------------------------------------------- capacity search
+
+
+def plan_finding(result: Any) -> str:
+    """The second title line of a capacity search's plot: its answer and bracket, from the result."""
+    lo, hi = result.bracket
+    fmt = result._fmt
+    if result.value is None:
+        head = f"no {result.axis} met the SLOs ({result.status})"
+    elif result.axis == "rate":
+        head = f"knee {fmt(result.value)}: highest passing rate ({fmt(hi)} fails; {result.status})"
+    else:
+        head = f"smallest passing {result.axis}: {fmt(result.value)} ({fmt(lo)} fails; {result.status})"
+    if result.violations:
+        head += f"; NOT MONOTONE ({len(result.violations)} contradicting pairs)"
+    return head
+
+
+def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
+    """One SLO metric of a capacity search against its axis: passing probes as filled dots, failing ones
+    as crosses, the bound as a dashed line, the answer as a vertical line (the knee of a rate search)."""
+    probes = result.probes.sort(result.axis)
+    title = f"capacity search: {slo.metric} against {result.axis}"
+    if probes.height == 0:
+        _empty(ax, title, "no probes")
+        return
+    xs = probes[result.axis].to_list()
+    ys = probes[slo.metric].to_list()
+    ok = probes["passed"].to_list()
+    ax.plot(xs, [float("nan") if y is None else y for y in ys], color="#adb5bd", lw=1, zorder=1)
+    ax.scatter([x for x, p in zip(xs, ok, strict=True) if p], [y for y, p in zip(ys, ok, strict=True) if p],
+               color="#1c7ed6", marker="o", zorder=3, label="probe passes (every SLO)")  # fmt: skip
+    ax.scatter([x for x, p in zip(xs, ok, strict=True) if not p],
+               [y for y, p in zip(ys, ok, strict=True) if not p],
+               color="#c92a2a", marker="x", zorder=3, label="probe fails (some SLO)")  # fmt: skip
+    ax.axhline(slo.bound, color="black", ls="--", lw=1, label=f"SLO: {slo.label()}")
+    if result.value is not None:
+        label = "knee" if result.axis == "rate" else "answer"
+        ax.axvline(result.value, color="#2b8a3e", lw=1.5, label=f"{label}: {result._fmt(result.value)}")
+    for a, b in result.violations[:10]:
+        ax.axvspan(min(a, b), max(a, b), color="#f08c00", alpha=0.15, lw=0)
+    values = [y for y in ys if y is not None and y > 0]
+    # A latency past the knee grows by orders of magnitude: a log axis keeps the bound readable.
+    if slo.upper and values and max(values) / min(values) > 20:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    if result.axis in ("rate", "kv_cache_bytes", "num_blocks") and max(xs) / max(min(xs), 1e-12) > 20:
+        ax.set_xscale("log")
+    unit = "" if slo.unit == "fraction" else f" ({slo.unit})"
+    ax.set_ylabel(f"{slo.metric}{unit}")
+    xlabel = "request rate (req/s)" if result.axis == "rate" else result.axis
+    ax.set_xlabel(_wrap(f"{xlabel}\n{result.setup}", _chars(ax)) if result.setup else xlabel)
+    _title(ax, title, plan_finding(result))
+    ax.legend(loc="best", fontsize="small")
+
+
+def plan_figure(result: Any) -> Figure:
+    """A capacity search's figure: one panel per SLO (`draw_plan`)."""
+    n = len(result.slos)
+    with matplotlib.rc_context({"font.size": FONT_SIZE}):
+        fig, ax = _fig(n, 1, (6.5 * n, 4.8))
+        for i, slo in enumerate(result.slos):
+            draw_plan(ax[0][i], result, slo)
+    return fig
+
+
 def read_results(results_dir: Path) -> dict[str, Results]:
     """Each experiment's rows from `<results_dir>/claims/<name>.parquet` (a missing file: an error)."""
-    results = {}
+    from kvsim.claims_capacity import CapacityExperiment, read_capacity
+
+    results: dict[str, Results] = {}
     for e in experiments():
+        if isinstance(e, CapacityExperiment):
+            results[e.name] = read_capacity(e, results_dir)
+            continue
         path = results_dir / "claims" / f"{e.name}.parquet"
         frame = pl.read_parquet(path) if path.exists() else pl.DataFrame()
         results[e.name] = Results(e, frame, None if frame.height else f"{path} missing")
@@ -546,6 +666,11 @@ def plot_all(
         draw_hit_rate(ax[0][0], moon, ceilings)
         done(_save(fig, out_dir / "hit_rate_vs_cache.png"))
 
+        fig, ax = _fig(2, 1, (15, 5.5))
+        for i, label in enumerate(results["fig12-capacity"].experiment.workloads):
+            draw_fig12(ax[0][i], results["fig12-capacity"], label)
+        done(_save(fig, out_dir / "fig12_capacity.png"))
+
     with matplotlib.rc_context({"font.size": DASHBOARD_FONT_SIZE}):
         fig = Figure(figsize=(30, 17), layout="constrained")
         grid = fig.subplots(2, 4)
@@ -564,4 +689,13 @@ def plot_all(
     return paths
 
 
-__all__ = ["plot_all", "read_results", "series", "setup_line", "timeseries"]
+__all__ = [
+    "draw_plan",
+    "plan_figure",
+    "plan_finding",
+    "plot_all",
+    "read_results",
+    "series",
+    "setup_line",
+    "timeseries",
+]

@@ -49,7 +49,7 @@ import time
 import tomllib
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -907,25 +907,77 @@ def progress_bar(total: int, desc: str, enabled: bool) -> Any:
     return tqdm(total=total, desc=desc, unit="pt", dynamic_ncols=True, smoothing=0.1)
 
 
-def _run_local(pool: cf.Executor, points: Sequence[Point]) -> Iterable[dict[str, Any]]:
-    with pool:
-        futures = [pool.submit(run_point, p) for p in points]
-        try:
-            for fut in cf.as_completed(futures):
-                yield fut.result()
-        finally:
-            for fut in futures:
-                fut.cancel()
+def _local_map(pool: cf.Executor, task: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[Any]:
+    futures = [pool.submit(task, item) for item in items]
+    try:
+        for fut in cf.as_completed(futures):
+            yield fut.result()
+    finally:
+        for fut in futures:
+            fut.cancel()
 
 
-def _run_dask(
-    points: Sequence[Point], workers: int, scheduler: str | None, dask_processes: bool
-) -> Iterable[dict[str, Any]]:
+def _dask_map(client: Any, task: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[Any]:
+    from distributed import as_completed
+
+    for fut in as_completed(client.map(task, list(items), pure=False)):
+        yield fut.result()
+
+
+def _check_executor(executor: str, workers: int | None, scheduler: str | None) -> int:
+    """The worker count (default: the CPU count) once the executor options are valid.
+
+    Raises:
+        InvalidArgumentError: an unknown executor, workers < 1, or a scheduler without `dask`.
+    """
+    if executor not in EXECUTORS:
+        raise InvalidArgumentError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise InvalidArgumentError(f"workers {workers!r} must be at least 1")
+    if scheduler and executor != "dask":
+        raise InvalidArgumentError("--scheduler needs --executor dask")
+    return workers or os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def executor_session(
+    executor: str = "threads",
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    dask_processes: bool = False,
+) -> Iterator[Callable[[Callable[[Any], Any], Sequence[Any]], Iterator[Any]]]:
+    """One pool of workers for several batches of tasks: yields `map(task, items)`, which runs
+    `task(item)` for every item in parallel and yields the results in completion order. What `execute`
+    runs sweep points on, and `kvsim.plan` its rounds of probes (one pool for all rounds). A task and its
+    items must pickle for `processes` and `dask` (module-level functions, plain data).
+
+    Args:
+        executor: `threads` (the Rust engine releases the GIL), `processes` (spawned) or `dask`.
+        workers: parallel workers (default: the CPU count).
+        scheduler: a Dask scheduler address (`tcp://host:port`); without it `dask` starts a LocalCluster
+            on 127.0.0.1.
+        dask_processes: LocalCluster workers as processes (True) or threads in this process (False).
+
+    Raises:
+        InvalidArgumentError: an unknown executor, workers < 1, or a scheduler without `dask`.
+    """
+    workers = _check_executor(executor, workers, scheduler)
+    if executor in ("threads", "processes"):
+        pool: cf.Executor
+        if executor == "threads":
+            pool = cf.ThreadPoolExecutor(max_workers=workers)
+        else:
+            ctx = multiprocessing.get_context("spawn")  # fork would copy polars' and Rayon's thread pools
+            pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+        with pool:
+            yield lambda task, items: _local_map(pool, task, items)
+        return
     with warnings.catch_warnings():
         # distributed warns on import about optional packages and on cluster start about ports; neither
         # matters for a sweep, and pytest turns warnings into errors.
         warnings.simplefilter("ignore")
-        from distributed import Client, LocalCluster, as_completed
+        from distributed import Client, LocalCluster
 
         cluster = None
         if scheduler:
@@ -942,9 +994,7 @@ def _run_dask(
             )
             client = Client(cluster)
     try:
-        futures = client.map(run_point, list(points), pure=False)
-        for fut in as_completed(futures):
-            yield fut.result()
+        yield lambda task, items: _dask_map(client, task, items)
     finally:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -961,32 +1011,20 @@ def execute(
     scheduler: str | None = None,
     dask_processes: bool = False,
 ) -> Iterable[dict[str, Any]]:
-    """Runs points in parallel, yielding rows in completion order.
-
-    Args:
-        points: what to run.
-        executor: `threads` (the Rust engine releases the GIL), `processes` (spawned) or `dask`.
-        workers: parallel workers (default: the CPU count).
-        scheduler: a Dask scheduler address (`tcp://host:port`); without it `dask` starts a LocalCluster
-            on 127.0.0.1.
-        dask_processes: LocalCluster workers as processes (True) or threads in this process (False).
+    """Runs points in parallel, yielding rows in completion order (`executor_session`'s options).
 
     Raises:
         InvalidArgumentError: an unknown executor, workers < 1, or a scheduler without `dask`.
     """
-    if executor not in EXECUTORS:
-        raise InvalidArgumentError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
-    workers = workers or os.cpu_count() or 1
-    if workers < 1:
-        raise InvalidArgumentError(f"workers {workers} must be at least 1")
-    if scheduler and executor != "dask":
-        raise InvalidArgumentError("--scheduler needs --executor dask")
-    if executor == "threads":
-        return _run_local(cf.ThreadPoolExecutor(max_workers=workers), points)
-    if executor == "processes":
-        ctx = multiprocessing.get_context("spawn")  # fork would copy polars' and Rayon's thread pools
-        return _run_local(cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx), points)
-    return _run_dask(points, workers, scheduler, dask_processes)
+    _check_executor(executor, workers, scheduler)
+
+    def rows() -> Iterator[dict[str, Any]]:
+        with executor_session(
+            executor, workers=workers, scheduler=scheduler, dask_processes=dask_processes
+        ) as run:
+            yield from run(run_point, points)
+
+    return rows()
 
 
 @dataclass

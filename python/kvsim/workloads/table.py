@@ -294,6 +294,11 @@ class Workload:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Workload is immutable: cannot set {name!r}")
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickles as its columns (to process pools and Dask workers): pickle's default for a class with
+        `__slots__` would set them through `__setattr__`, which an immutable table refuses."""
+        return _unpickle, (self.columns(), self.meta, self.allow_foreign_outputs)
+
     # ----------------------------------------------------------------------------------------- access
 
     def __len__(self) -> int:
@@ -582,6 +587,11 @@ class Workload:
 
 
 # ------------------------------------------------------------------------------------------ checks
+
+
+def _unpickle(cols: dict[str, np.ndarray], meta: dict[str, Any], allow_foreign_outputs: bool) -> Workload:
+    """A pickled table back (`Workload.__reduce__`): its columns were valid and sorted when pickled."""
+    return Workload._from_owned(dict(cols), meta, allow_foreign_outputs=allow_foreign_outputs, validate=False)
 
 
 def _segment_sums(offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -1,0 +1,301 @@
+"""`kvsim plan`: the highest request rate a configuration sustains under SLOs (`kvsim.plan`), from the
+same workload and configuration flags as `kvsim run`, printing every probe as a table and the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from kvsim.cli_run import (
+    METRICS_POINTER,
+    FlagError,
+    _config_from_args,
+    _float_flag,
+    _Formatter,
+    _int_flag,
+    _workload_from_args,
+    add_run_inputs,
+    read_run_file,
+)
+from kvsim.errors import InvalidArgumentError
+from kvsim.plan import MEMORY_KNOBS
+from kvsim.plan_search import DEFAULT_MAX_PROBES, METRICS
+from kvsim.sweep import EXECUTORS
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "plan",
+        formatter_class=_Formatter,
+        help="capacity search: the highest request rate that meets SLOs",
+        description=(
+            "Find the highest request rate at which a configuration meets SLOs on a workload's traffic:\n"
+            "its arrivals are scaled (a trace replays faster, a generator's rate changes), each probe is\n"
+            "a full simulation, first doubling or halving from the workload's own rate until one passes\n"
+            "and one fails, then bisecting to --precision. Probes of a round run in parallel\n"
+            "(--executor, --workers). The search assumes a lower rate never fails where a higher one\n"
+            "passes; probes that contradict it are reported (NOT MONOTONE), not hidden.\n"
+            "The workload and configuration flags are kvsim run's (DESIGN.md §Capacity search).\n\n"
+            "Example: kvsim plan --model opt-13b --gpu a100-40gb --workload sharegpt --requests 2000 \\\n"
+            "    --slo ttft_p99:2s --slo tpot_p99:100ms"
+        ),
+        epilog=METRICS_POINTER,
+    )
+    add_run_inputs(p)
+    s = p.add_argument_group("search")
+    s.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="METRIC:BOUND",
+        help="an SLO, repeatable (all must hold): a latency bound with its unit (ttft_p99:2s, "
+        "tpot_p99:100ms, normalized_latency:250ms, per token) or goodput_fraction:0.99 (with --goodput). "
+        f"Metrics: {', '.join(METRICS)} (required)",
+    )
+    s.add_argument(
+        "--goodput",
+        nargs="+",
+        default=None,
+        metavar="METRIC:MS",
+        help="per-request SLOs in milliseconds (ttft:500 tpot:50, as kvsim run --goodput) that "
+        "goodput_fraction counts (default: none)",
+    )
+    s.add_argument(
+        "--precision",
+        default="2%",
+        metavar="REL",
+        help="stop when the bracket's upper rate is within this of its lower one (2%% or 0.02) (default: 2%%)",
+    )
+    s.add_argument(
+        "--start-rate",
+        metavar="REQ/S",
+        default=None,
+        help="the first rate probed (default: the workload's own)",
+    )
+    s.add_argument(
+        "--min-rate", metavar="REQ/S", default=None, help="the floor of the search (default: start / 4096)"
+    )
+    s.add_argument(
+        "--max-rate", metavar="REQ/S", default=None, help="the cap of the search (default: start x 4096)"
+    )
+    s.add_argument(
+        "--max-probes",
+        metavar="N",
+        default=str(DEFAULT_MAX_PROBES),
+        help=f"at most N simulations (default: {DEFAULT_MAX_PROBES})",
+    )
+    s.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="threads",
+        help="where a round's probes run: threads, processes or dask (kvsim sweep's executors)",
+    )
+    s.add_argument(
+        "--workers",
+        default=None,
+        metavar="N",
+        help="probes per round, run in parallel (default: CPU count)",
+    )
+    s.add_argument(
+        "--scheduler", metavar="ADDRESS", default=None, help="Dask scheduler address (with --executor dask)"
+    )
+    s.add_argument(
+        "--smallest",
+        choices=MEMORY_KNOBS,
+        default=None,
+        help="instead of the highest rate: the smallest memory knob that meets the SLOs at --rate "
+        "(kvsim.plan.smallest_memory; --min-rate/--max-rate/--start-rate do not apply) (default: none)",
+    )
+    s.add_argument(
+        "--rate",
+        metavar="REQ/S",
+        default=None,
+        help="the target rate of --smallest (default: the workload's own)",
+    )
+    s.add_argument(
+        "--compare",
+        metavar="NAME=V1,V2,...",
+        default=None,
+        help="rank values of one SimConfig field by their highest rate under the SLOs "
+        "(kvsim.plan.best_of: block_size=8,16,32, policy=vllm,orca-oracle) (default: none)",
+    )
+    o = p.add_argument_group("output")
+    o.add_argument(
+        "--plot", metavar="PATH.png", default=None, help="draw the probes, the bounds and the knee"
+    )
+    o.add_argument("--json", action="store_true", help="print the result as one JSON object (for machines)")
+    return p
+
+
+def _search_options(args: argparse.Namespace) -> dict[str, Any]:
+    from kvsim.metrics import parse_goodput
+    from kvsim.plan_search import check_precision, parse_slos
+
+    if not args.slo:
+        raise FlagError("argument --slo: give at least one SLO (--slo ttft_p99:2s --slo tpot_p99:100ms)")
+    opts: dict[str, Any] = {}
+    for flag, key, value, convert in (
+        ("--slo", "slos", args.slo, parse_slos),
+        ("--precision", "precision", args.precision, check_precision),
+        ("--goodput", "goodput", args.goodput, lambda v: parse_goodput(v) if v is not None else None),
+    ):
+        try:
+            opts[key] = convert(value)
+        except InvalidArgumentError as exc:
+            raise FlagError(f"argument {flag}: {exc}") from None
+    for flag, key in (("--start-rate", "start_rate"), ("--min-rate", "min_rate"), ("--max-rate", "max_rate")):
+        if getattr(args, key) is not None:
+            opts[key] = _float_flag(flag, getattr(args, key))
+    opts["max_probes"] = _int_flag("--max-probes", args.max_probes, 2)
+    if args.workers is not None:
+        opts["workers"] = _int_flag("--workers", args.workers, 1)
+    if args.scheduler and args.executor != "dask":
+        raise FlagError("argument --scheduler: needs --executor dask")
+    opts["executor"] = args.executor
+    opts["scheduler"] = args.scheduler
+    if args.smallest is not None and args.compare is not None:
+        raise FlagError("argument --compare: not allowed with --smallest (give one of them)")
+    if args.rate is not None and args.smallest is None:
+        raise FlagError("argument --rate: the target rate of --smallest (for the highest rate, --start-rate)")
+    if args.smallest is not None:
+        for flag, key in (
+            ("--start-rate", "start_rate"),
+            ("--min-rate", "min_rate"),
+            ("--max-rate", "max_rate"),
+        ):
+            if key in opts:
+                raise FlagError(f"argument {flag}: applies to the rate search, not to --smallest")
+        if args.rate is not None:
+            opts["rate"] = _float_flag("--rate", args.rate)
+    return opts
+
+
+def _compare(text: str) -> tuple[str, list[dict[str, Any]]]:
+    """`block_size=8,16,32` -> ("block_size", [{"block_size": 8}, ...]), each value coerced."""
+    from kvsim.sweep import CONFIG_FIELDS, coerce
+
+    name, eq, values = text.partition("=")
+    name = name.strip()
+    if not eq or not values.strip():
+        raise FlagError(f"argument --compare: {text!r} is not NAME=V1,V2,... (block_size=8,16,32)")
+    if name not in CONFIG_FIELDS:
+        raise FlagError(f"argument --compare: {name!r} is not a SimConfig field")
+    try:
+        out = [{name: coerce(name, v.strip())} for v in values.split(",") if v.strip()]
+    except InvalidArgumentError as exc:
+        raise FlagError(f"argument --compare: {exc}") from None
+    if len(out) < 2:
+        raise FlagError(f"argument --compare: {text!r} gives fewer than two values to compare")
+    return name, out
+
+
+def _check_plot_path(path: str) -> None:
+    from pathlib import Path
+
+    p = Path(path)
+    if p.suffix.lower() != ".png":
+        raise FlagError(f"argument --plot: {path!r} must be a .png file")
+    if p.exists() and p.is_dir():
+        raise FlagError(f"argument --plot: {path} is a folder")
+    if not p.parent.exists():
+        raise FlagError(f"argument --plot: folder {p.parent} does not exist")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    import kvsim
+
+    data = read_run_file(args)
+    opts = _search_options(args)
+    if args.plot is not None:
+        _check_plot_path(args.plot)
+    config = _config_from_args(args, data)
+    notes: list[str] = []
+    workload, info = _workload_from_args(args, data, notes)
+    backend = args.backend or data.get("backend", "rust")
+    slos = opts.pop("slos")
+    ranking = None
+    if args.smallest is not None:
+        from kvsim.plan import smallest_memory
+
+        result = smallest_memory(workload, config, slos, knob=args.smallest, backend=backend, **opts)
+    elif args.compare is not None:
+        from kvsim.plan import best_of
+
+        _, candidates = _compare(args.compare)
+        ranking = best_of(workload, config, slos, candidates, backend=backend, **opts)
+        result = (
+            ranking.plans[ranking.best]
+            if ranking.best is not None
+            else ranking.plans[ranking.table["candidate"][0]]
+        )
+    else:
+        result = kvsim.plan(workload, config, slos, backend=backend, **opts)
+    plot = None
+    if args.plot is not None:
+        try:
+            plot = str(result.plot(args.plot))
+        except OSError as exc:
+            raise FlagError(f"argument --plot: cannot write {args.plot}: {exc.strerror or exc}") from None
+    if args.json:
+        out = {
+            "kvsim_version": kvsim.__version__,
+            "argv": getattr(args, "_argv", None),
+            "pool": config.pool.line(),
+            "config": config.describe(),
+            "workload": info,
+            "backend": backend,
+            **result.to_dict(),
+            "compare": None
+            if ranking is None
+            else {
+                "best": ranking.best,
+                "candidates": ranking.table.to_dicts(),
+                "plans": {k: v.to_dict() for k, v in ranking.plans.items()},
+            },
+            "plot": plot,
+            "notes": notes,
+        }
+        print(json.dumps(out, default=str, ensure_ascii=False))
+        return 0
+    target = (
+        f"every probe at {result.probes['rate'][0]:.4g} req/s"
+        if args.smallest and result.probes.height
+        else "probes scale its arrivals"
+    )
+    print(f"workload: {info['name']}, {info['requests']:,} requests; {target}")
+    print(config.pool.line())
+    print()
+    if ranking is not None:
+        for label, plan in ranking.plans.items():
+            print(f"{label}: {plan.status}: {plan.message}")
+        print()
+        print(_ranking_table(ranking.table))
+        print()
+        print(f"best: {ranking.best}" if ranking.best is not None else "best: none (no candidate passed)")
+        if plot is not None:
+            print(f"plot: {plot} (the best candidate's search)")
+        return 0
+    print(result.table())
+    print()
+    print(f"{result.status}: {result.message}")
+    for note in notes:
+        print(f"note: {note}")
+    if plot is not None:
+        print(f"plot: {plot}")
+    return 0
+
+
+def _ranking_table(table: Any) -> str:
+    rows = [["candidate", "rate (req/s)", "status", "monotone", "probes"]]
+    for r in table.iter_rows(named=True):
+        rate = "-" if r["rate"] is None else f"{r['rate']:.4g}"
+        rows.append([r["candidate"], rate, r["status"], "yes" if r["monotone"] else "NO", str(r["probes"])])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+__all__ = ["add_parser", "cmd_plan"]

@@ -1,0 +1,641 @@
+"""Capacity search (DESIGN.md §Capacity search): the highest request rate a configuration sustains under
+SLOs (`plan`), and the inverse questions: the smallest replica count (`smallest_replicas`), the smallest
+memory (`smallest_memory`) that meets a target rate, and the best of a list of candidates by rate at SLO
+(`best_of`).
+
+Every probe is a full simulation through a *probe*: a function `(workload, config) -> summary dict`
+(`simulate_probe`, `kvsim.simulate(...).summary`, by default); a cluster's summary (the same keys plus the
+fleet's) plugs in the same way. SLOs are bounds on the summary's metrics (`METRICS`): latency percentiles
+and means in seconds (`ttft_p99`, `tpot_p99`, `e2el_p99`, `queueing_p50`, ...: the summary's `ttft_s_p99`,
+..., what `kvsim.metrics` reports as `p99_ttft_ms`, in ms), the paper's normalised latency
+(`normalized_latency`, s/token) and the share of requests meeting per-request SLOs (`goodput_fraction`,
+`slo_attainment` of `kvsim.metrics`, for the `goodput={"ttft": 500, "tpot": 50}` bounds in ms that
+`--goodput ttft:500 tpot:50` gives), a lower bound.
+
+The rate is changed by scaling the workload's arrivals (`kvsim.workload_specs.apply_trace_params`'s
+`time_scale`, what `request_rate=` does): a trace replays faster or slower, and a generator's Poisson or
+gamma arrivals at `arrival_rate` scaled by `r / arrival_rate` are the arrivals it draws at rate `r`
+(numpy draws exponential gaps as a standard draw times the scale). The rate of a workload is its
+generator's `arrival_rate` (divided by an earlier `time_scale`), else its mean rate `(n - 1) / (last -
+first arrival)`, the definition of `request_rate=`.
+
+The search: a bracket (from a start rate, double until a probe fails or halve until one passes, up to a
+cap), then bisection, in geometric steps, until the bracket's upper end is within `precision` of its
+lower end (relative; 2 % by default). Each round probes `width` points at once (the workers of the sweep
+executors, `kvsim.sweep.executor_session`: threads, processes or Dask), so a round of `w` probes shrinks
+the bracket by a factor `w + 1`. The answer is the bracket's passing end: for a rate, the highest rate
+seen to pass with every probe below it passing too (the knee).
+
+Monotonicity: the search assumes a probe passes at every rate below one that passes (and, for replicas
+and memory, at every value above one that passes). Simulations are not always monotone (a slower arrival
+pattern can preempt more; a larger pool can admit a batch whose prefill delays others). A probe that
+contradicts it is never hidden: the bracket is taken at the lowest failing rate (so the answer is a rate
+below which every probe passed), and every contradicting pair is listed in `PlanResult.violations`, said
+in `message` and drawn in the plot.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.plan_search import (
+    DEFAULT_MAX_PROBES,
+    DEFAULT_PRECISION,
+    METRICS,
+    SLO,
+    PlanResult,
+    Search,
+    check_precision,
+    parse_slos,
+)
+
+RATE_RANGE = 2.0**12  # the default cap and floor of a rate search: the start rate x and / this factor
+
+# ------------------------------------------------------------------------------------------- rates
+
+
+def workload_rate(workload: Any) -> float:
+    """The request rate of a workload (module docstring): a generator's `arrival_rate` (over any
+    `time_scale` applied since), else `(n - 1) / (last - first arrival)`.
+
+    Raises:
+        InvalidArgumentError: a workload whose requests all arrive at once (it has no rate to scale).
+    """
+    meta = getattr(workload, "meta", {}) or {}
+    arrival = workload.arrival
+    span = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
+    if span <= 0:
+        raise InvalidArgumentError(
+            "capacity search scales arrivals: the workload's requests all arrive at once (use a Poisson, "
+            "gamma or constant arrival process, or a trace)"
+        )
+    rate = meta.get("arrival_rate")
+    if rate is not None and meta.get("arrivals") in ("poisson", "gamma", "constant"):
+        return float(rate) / float(meta.get("time_scale", 1.0))
+    return (len(arrival) - 1) / span
+
+
+def at_rate(workload: Any, rate: float, base_rate: float | None = None) -> Any:
+    """The workload with its arrivals scaled to `rate` requests per second (`time_scale = base / rate`)."""
+    from kvsim.workload_specs import apply_trace_params
+
+    base = workload_rate(workload) if base_rate is None else base_rate
+    return apply_trace_params(workload, {"time_scale": base / rate}, "capacity search")
+
+
+# ------------------------------------------------------------------------------------------- probes
+
+
+def simulate_probe(
+    workload: Any, config: Any, *, goodput: Any = None, backend: str = "rust"
+) -> dict[str, Any]:
+    """The default probe: `kvsim.simulate(workload, config, goodput=...).summary` (one replica)."""
+    from kvsim.simulate import simulate
+
+    return simulate(workload, config, backend=backend, goodput=goodput).summary
+
+
+def cluster_probe(
+    workload: Any, config: Any, *, router: str = "round-robin", goodput: Any = None, backend: str = "rust"
+) -> dict[str, Any]:
+    """The probe of a fleet: `kvsim.simulate_cluster(workload, config, replicas=config.replicas,
+    router=router).summary` (the default of `smallest_replicas`; a `functools.partial` of it with another
+    `router` is a `best_of` candidate's probe). Written to the cluster's documented call; `goodput` and
+    `backend` are passed only when they differ from the defaults.
+
+    Raises:
+        InvalidArgumentError: a kvsim without `simulate_cluster`, or a config without `replicas`.
+    """
+    import kvsim
+
+    simulate_cluster = getattr(kvsim, "simulate_cluster", None)
+    if simulate_cluster is None:
+        raise InvalidArgumentError("cluster probe: this kvsim has no simulate_cluster (no fleet to probe)")
+    replicas = getattr(config, "replicas", None)
+    if replicas is None:
+        raise InvalidArgumentError(f"cluster probe: config {config!r} has no replicas knob")
+    extra: dict[str, Any] = {}
+    if goodput is not None:
+        extra["goodput"] = goodput
+    if backend != "rust":
+        extra["backend"] = backend
+    return dict(simulate_cluster(workload, config, replicas=replicas, router=router, **extra).summary)
+
+
+def default_probe(config: Any) -> Callable[..., dict[str, Any]]:
+    """`cluster_probe` for a config of several replicas (its `replicas` knob), else `simulate_probe`."""
+    replicas = getattr(config, "replicas", None)
+    return cluster_probe if isinstance(replicas, int) and replicas > 1 else simulate_probe
+
+
+def set_replicas(config: Any, n: int) -> Any:
+    """`config` with `replicas = n` (`SimConfig.replace`): what `smallest_replicas` varies. SimConfig has a
+    `replicas` knob once the cluster exists; before, `replace` refuses the unknown field by name."""
+    return config.replace(replicas=n)
+
+
+def set_knob(config: Any, value: Any, *, knob: str) -> Any:
+    """`config` with one memory knob set (`num_blocks`, `kv_cache_bytes` or `gpu_memory_utilization`);
+    the knobs below it in the pool's order (DESIGN.md §Defaults: num_blocks, then kv_cache_bytes, then
+    the GPU's memory) are cleared so that the one set decides the pool."""
+    if knob == "num_blocks":
+        return config.replace(num_blocks=int(value))
+    if knob == "kv_cache_bytes":
+        return config.replace(num_blocks=None, kv_cache_bytes=int(value))
+    return config.replace(num_blocks=None, kv_cache_bytes=None, gpu_memory_utilization=float(value))
+
+
+MEMORY_KNOBS = ("num_blocks", "kv_cache_bytes", "gpu_memory_utilization")
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One probe as plain data (it pickles to processes and Dask workers when the probe does)."""
+
+    index: int
+    probe: Callable[[Any, Any], Mapping[str, Any]]
+    workload: Any
+    config: Any
+
+
+def _run_job(job: _Job) -> tuple[int, dict[str, Any], float]:
+    t0 = time.perf_counter()
+    summary = dict(job.probe(job.workload, job.config))
+    return job.index, summary, time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------------------------------ running
+
+
+def _check_count(name: str, value: Any, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise InvalidArgumentError(f"{name} {value!r} must be a whole number >= {lo}")
+    return value
+
+
+def _check_positive(name: str, value: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (math.isfinite(value) and value > 0)
+    ):
+        raise InvalidArgumentError(f"{name} {value!r} must be a positive number")
+    return float(value)
+
+
+def _resolve_probe(
+    probe: Any, slos: Sequence[SLO], goodput: Any, backend: str, default: Callable[..., Any] | None = None
+) -> Callable[..., Any]:
+    needs_goodput = any(s.metric == "goodput_fraction" for s in slos)
+    if goodput is not None:
+        from kvsim.metrics import parse_goodput
+
+        goodput = parse_goodput(goodput) or None
+    if needs_goodput and goodput is None:
+        raise InvalidArgumentError(
+            "slo goodput_fraction needs per-request SLOs: goodput={'ttft': 500, 'tpot': 50} (ms; "
+            "--goodput ttft:500 tpot:50)"
+        )
+    if probe is None:
+        return functools.partial(default or simulate_probe, goodput=goodput, backend=backend)
+    if not callable(probe):
+        raise InvalidArgumentError(f"probe {probe!r} is not callable (workload, config) -> summary")
+    return probe  # type: ignore[no-any-return]
+
+
+def _search(
+    search: Search,
+    make: Callable[[float], tuple[Any, Any, dict[str, Any]]],
+    probe: Callable[..., Any],
+    slos: Sequence[SLO],
+    axis: str,
+    executor: str,
+    workers: int | None,
+    scheduler: str | None,
+    setup: str,
+    refusals_fail: bool = False,
+) -> PlanResult:
+    """Runs `search` round by round: each value becomes (workload, config, extra row columns) by `make`,
+    is probed in parallel, and is judged against every SLO."""
+    from kvsim.sweep import executor_session
+
+    rows: list[dict[str, Any]] = []
+    status = "probe-limit"
+    with executor_session(executor, workers=workers, scheduler=scheduler) as run:
+        round_no = 0
+        while True:
+            xs, done = search.next_round()
+            if done is not None:
+                status = done
+                break
+            jobs: list[_Job] = []
+            extras: list[dict[str, Any]] = []
+            refused: dict[int, str] = {}
+            for i, x in enumerate(xs):
+                try:
+                    workload, config, extra = make(x)
+                except InvalidArgumentError as exc:
+                    if not refusals_fail:
+                        raise
+                    # Memory that cannot even hold the model is memory that does not suffice.
+                    refused[i] = str(exc)
+                    continue
+                jobs.append(_Job(i, probe, workload, config))
+                extras.append(extra)
+            results: list[Any] = [None] * len(xs)
+            for index, summary, wall in run(_run_job, jobs):
+                results[index] = (summary, wall)
+            extra_of = dict(zip([j.index for j in jobs], extras, strict=True))
+            for i, x in enumerate(xs):
+                if i in refused:
+                    search.outcomes[x] = False
+                    rows.append({"round": round_no, axis: int(x) if search.integer else x, "passed": False,
+                                 **{s.metric: None for s in slos}, "refused": refused[i]})  # fmt: skip
+                    continue
+                extra = extra_of[i]
+                summary, wall = results[i]
+                missing = [s.key for s in slos if s.key not in summary]
+                if missing:
+                    raise InvalidArgumentError(
+                        f"probe summary has no {', '.join(missing)} (the SLOs read it); keys: {', '.join(summary)}"
+                    )
+                values = {s.metric: summary[s.key] for s in slos}
+                passed = all(s.holds(values[s.metric]) for s in slos)
+                search.outcomes[x] = passed
+                row: dict[str, Any] = {
+                    "round": round_no,
+                    axis: int(x) if search.integer else x,
+                    "passed": passed,
+                }
+                row.update({k: (None if v is None else float(v)) for k, v in values.items()})
+                row.update(extra)
+                row["completed"] = summary.get("completed")
+                row["rejected"] = summary.get("rejected")
+                row["wall_s"] = wall
+                rows.append(row)
+            round_no += 1
+    lo, hi = search.bracket()
+    value = lo if search.low_ok else hi
+    if status in ("above-cap",) and not search.low_ok:
+        value = None
+    if status == "below-floor" and search.low_ok:
+        value = None
+    if status == "below-floor" and not search.low_ok and search.integer and hi == search.floor == 1:
+        status = "converged"  # one is the least count there is
+    cast = int if search.integer else float
+    schema_axis = pl.Int64 if search.integer else pl.Float64
+    frame = (
+        pl.DataFrame(rows, infer_schema_length=None)
+        if rows
+        else pl.DataFrame({axis: pl.Series([], dtype=schema_axis)})
+    )
+    return PlanResult(
+        axis=axis,
+        value=None if value is None else cast(value),
+        bracket=(None if lo is None else cast(lo), None if hi is None else cast(hi)),
+        precision=search.precision,
+        status=status,
+        slos=tuple(slos),
+        probes=frame,
+        violations=[(cast(a), cast(b)) for a, b in search.violations()],
+        setup=setup,
+    )
+
+
+def _setup(workload: Any, config: Any, rate: float | None = None, pool: bool = True) -> str:
+    """The plot's setup line: model, GPU, pool (unless the search varies it), requests, target rate."""
+    meta = getattr(workload, "meta", {}) or {}
+    parts = []
+    model = getattr(config, "model", None)
+    gpu = getattr(config, "gpu", None)
+    if model is not None:
+        name = getattr(model, "name", model)
+        parts.append(f"{name} on {getattr(gpu, 'name', gpu)}" if gpu is not None else str(name))
+    if hasattr(config, "capacity_blocks"):
+        blocks = f"{config.capacity_blocks:,} blocks × " if pool else "blocks of "
+        parts.append(f"{blocks}{config.block_size} tokens, {config.policy}")
+    lengths = meta.get("lengths")
+    parts.append(f"{len(workload):,} requests" + (f" ({lengths})" if lengths else ""))
+    if rate is not None:
+        parts.append(f"at {rate:.4g} req/s")
+    return " · ".join(parts)
+
+
+def plan(
+    workload: Any,
+    config: Any,
+    slos: Mapping[str, Any] | Sequence[str | SLO] | str,
+    *,
+    goodput: Any = None,
+    start_rate: float | None = None,
+    precision: Any = DEFAULT_PRECISION,
+    max_probes: int = DEFAULT_MAX_PROBES,
+    min_rate: float | None = None,
+    max_rate: float | None = None,
+    probe: Callable[[Any, Any], Mapping[str, Any]] | None = None,
+    executor: str = "threads",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    backend: str = "rust",
+) -> PlanResult:
+    """The highest request rate at which `config` meets every SLO on `workload`'s traffic.
+
+    Assumes monotonicity (a rate below a passing one passes); probes that contradict it are reported in
+    `violations` and `message`, never hidden, and the answer is then taken below the lowest failing
+    rate (module docstring).
+
+    Args:
+        workload: a `kvsim.Workload` with arrivals spread over time; its rate is scaled (`at_rate`).
+        config: a `SimConfig` (or what the probe takes).
+        slos: bounds (`parse_slos`): `{"ttft_p99": 2.0, "tpot_p99": 0.1}` (seconds),
+            `["ttft_p99:2s", "tpot_p99:100ms"]`, `{"goodput_fraction": 0.99}` (with `goodput`).
+        goodput: per-request SLOs in ms for `goodput_fraction` (`{"ttft": 500, "tpot": 50}`).
+        start_rate: the first rate probed (default: the workload's own, `workload_rate`).
+        precision: the bracket's relative width to stop at (0.02 or `"2%"`).
+        max_probes: at most this many simulations.
+        min_rate, max_rate: the floor and cap of the bracket (default: start / 4096 and start x 4096).
+        probe: `(workload, config) -> summary` (default `default_probe(config)`: `simulate_probe`, or
+            `cluster_probe` for a config of several replicas); for processes and Dask it must pickle (a
+            module-level function or a `functools.partial` of one).
+        executor, workers, scheduler: the sweep executors (`kvsim.sweep.executor_session`); `workers`
+            probes run in each round (default: the CPU count).
+        backend: the engine of the default probe.
+
+    Returns:
+        A `PlanResult` (axis `rate`).
+
+    Raises:
+        InvalidArgumentError: a bad SLO, precision, count, rate or executor, a workload without a rate,
+            or a probe summary lacking an SLO's key.
+    """
+    slos_ = parse_slos(slos)
+    prec = check_precision(precision)
+    _check_count("max_probes", max_probes, 2)
+    base = workload_rate(workload)
+    start = base if start_rate is None else _check_positive("start_rate", start_rate)
+    floor = start / RATE_RANGE if min_rate is None else _check_positive("min_rate", min_rate)
+    cap = start * RATE_RANGE if max_rate is None else _check_positive("max_rate", max_rate)
+    if not floor < cap:
+        raise InvalidArgumentError(f"min_rate {floor:g} must be below max_rate {cap:g}")
+    if start_rate is None:  # the workload's own rate, moved into the range asked for
+        start = min(max(start, floor), cap)
+    elif not floor <= start <= cap:
+        raise InvalidArgumentError(f"start_rate {start:g} must lie in [min_rate {floor:g}, max_rate {cap:g}]")
+    from kvsim.sweep import _check_executor
+
+    width = _check_executor(executor, workers, scheduler)
+    run_probe = _resolve_probe(probe, slos_, goodput, backend, default=default_probe(config))
+    search = Search(start, True, False, prec, floor, cap, max_probes, width)
+
+    def make(rate: float) -> tuple[Any, Any, dict[str, Any]]:
+        return at_rate(workload, rate, base), config, {}
+
+    return _search(
+        search, make, run_probe, slos_, "rate", executor, workers, scheduler, _setup(workload, config)
+    )
+
+
+def _target(workload: Any, rate: float | None) -> tuple[Any, float]:
+    base = workload_rate(workload)
+    if rate is None:
+        return workload, base
+    r = _check_positive("rate", rate)
+    return at_rate(workload, r, base), r
+
+
+def smallest_replicas(
+    workload: Any,
+    config: Any,
+    slos: Mapping[str, Any] | Sequence[str | SLO] | str,
+    *,
+    rate: float | None = None,
+    goodput: Any = None,
+    max_replicas: int = 1024,
+    start: int = 1,
+    max_probes: int = DEFAULT_MAX_PROBES,
+    probe: Callable[[Any, Any], Mapping[str, Any]] | None = None,
+    replicas: Callable[[Any, int], Any] = set_replicas,
+    executor: str = "threads",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    backend: str = "rust",
+) -> PlanResult:
+    """The smallest replica count at which the fleet meets every SLO at `rate` (integer bisection: exact).
+
+    Each probe is `probe(workload at rate, replicas(config, n))`; the default `replicas` is
+    `set_replicas` (`config.replace(replicas=n)`) and the default probe `cluster_probe` (a fleet:
+    `kvsim.simulate` would ignore the count). Assumes monotonicity (more replicas never fail where fewer
+    pass); contradicting probes are reported in `violations`.
+
+    Args:
+        rate: the target rate in requests per second (default: the workload's own).
+        max_replicas: the cap; `start`: the first count probed.
+        Others: as `plan`.
+
+    Raises:
+        InvalidArgumentError: as `plan`; and from the default `replicas`, a SimConfig without that knob.
+    """
+    slos_ = parse_slos(slos)
+    _check_count("max_replicas", max_replicas, 1)
+    _check_count("start", start, 1)
+    _check_count("max_probes", max_probes, 2)
+    if start > max_replicas:
+        raise InvalidArgumentError(f"start {start} must be at most max_replicas {max_replicas}")
+    from kvsim.sweep import _check_executor
+
+    width = _check_executor(executor, workers, scheduler)
+    run_probe = _resolve_probe(probe, slos_, goodput, backend, default=cluster_probe)
+    target, r = _target(workload, rate)
+    search = Search(float(start), False, True, 0.0, 1.0, float(max_replicas), max_probes, width)
+
+    def make(n: float) -> tuple[Any, Any, dict[str, Any]]:
+        return target, replicas(config, int(n)), {"rate": r}
+
+    return _search(
+        search, make, run_probe, slos_, "replicas", executor, workers, scheduler, _setup(workload, config, r)
+    )
+
+
+def smallest_memory(
+    workload: Any,
+    config: Any,
+    slos: Mapping[str, Any] | Sequence[str | SLO] | str,
+    *,
+    knob: str = "num_blocks",
+    rate: float | None = None,
+    goodput: Any = None,
+    low: float | None = None,
+    high: float | None = None,
+    precision: Any = DEFAULT_PRECISION,
+    max_probes: int = DEFAULT_MAX_PROBES,
+    probe: Callable[[Any, Any], Mapping[str, Any]] | None = None,
+    executor: str = "threads",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    backend: str = "rust",
+) -> PlanResult:
+    """The smallest memory (`knob`: `num_blocks`, `kv_cache_bytes` or `gpu_memory_utilization`) at which
+    `config` meets every SLO at `rate`, to `precision` (`num_blocks` bisects to the block when the
+    precision asks for it).
+
+    Assumes monotonicity (more memory never fails where less passes); contradicting probes are reported.
+    A value the configuration refuses (a GPU share that cannot hold the model's weights) fails its probe
+    without a simulation; the row says why in `refused`.
+
+    Args:
+        knob: the memory knob varied (`set_knob`).
+        rate: the target rate (default: the workload's own).
+        low, high: the floor and cap (default: num_blocks 2 and the config's own x 64; kv_cache_bytes
+            1 MiB and the config's pool bytes x 64; gpu_memory_utilization 0.01 and 1.0). The search starts
+            at the config's own value.
+        Others: as `plan`.
+
+    Raises:
+        InvalidArgumentError: an unknown knob, bad bounds, and as `plan`.
+    """
+    if knob not in MEMORY_KNOBS:
+        raise InvalidArgumentError(f"knob {knob!r} is not one of {', '.join(MEMORY_KNOBS)}")
+    slos_ = parse_slos(slos)
+    prec = check_precision(precision)
+    _check_count("max_probes", max_probes, 2)
+    if knob == "num_blocks":
+        own = float(config.num_blocks)
+        lo_d, hi_d = 2.0, own * 64
+    elif knob == "kv_cache_bytes":
+        pool = config.pool
+        if pool.kv_cache_bytes is None and pool.kv_bytes_per_token is None:
+            raise InvalidArgumentError("knob kv_cache_bytes needs a model (its KV bytes per token)")
+        own = float(pool.kv_cache_bytes or pool.num_blocks * pool.block_size * pool.kv_bytes_per_token)
+        lo_d, hi_d = float(2**20), own * 64
+    else:
+        own = float(config.gpu_memory_utilization)
+        lo_d, hi_d = 0.01, 1.0
+    lo_ = lo_d if low is None else _check_positive("low", low)
+    hi_ = hi_d if high is None else _check_positive("high", high)
+    if not lo_ < hi_:
+        raise InvalidArgumentError(f"low {lo_:g} must be below high {hi_:g}")
+    start = min(max(own, lo_), hi_)
+    from kvsim.sweep import _check_executor
+
+    width = _check_executor(executor, workers, scheduler)
+    run_probe = _resolve_probe(probe, slos_, goodput, backend, default=default_probe(config))
+    target, r = _target(workload, rate)
+    integer = knob != "gpu_memory_utilization"
+    search = Search(start, False, integer, prec, lo_, hi_, max_probes, width)
+    setter = functools.partial(set_knob, knob=knob)
+
+    def make(x: float) -> tuple[Any, Any, dict[str, Any]]:
+        return target, setter(config, x), {"rate": r}
+
+    return _search(
+        search, make, run_probe, slos_, knob, executor, workers, scheduler, _setup(workload, config, r, False),
+        refusals_fail=True,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One option for `best_of`: a label, config changes (`SimConfig.replace`), and optionally its own
+    probe (a router is a cluster probe's argument, not a config field)."""
+
+    label: str
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    probe: Callable[[Any, Any], Mapping[str, Any]] | None = None
+
+
+@dataclass
+class BestOf:
+    """What `best_of` found: `table` (one row per candidate: `candidate`, `rate`, `status`, `monotone`,
+    `probes`, sorted by rate, best first; ties keep the order given), `best` (the label of the highest rate at SLO, None if none
+    passed anywhere) and every candidate's `PlanResult` in `plans`."""
+
+    table: pl.DataFrame
+    best: str | None
+    plans: dict[str, PlanResult]
+
+
+def best_of(
+    workload: Any,
+    config: Any,
+    slos: Mapping[str, Any] | Sequence[str | SLO] | str,
+    candidates: Sequence[Candidate | Mapping[str, Any]] | Mapping[str, Mapping[str, Any]],
+    **kwargs: Any,
+) -> BestOf:
+    """The candidate (block size, policy, router, ...) that sustains the highest rate under the SLOs: one
+    `plan` per candidate (its probes in parallel), compared by the answer.
+
+    Args:
+        candidates: `Candidate`s, mappings of config changes (`[{"block_size": 8}, {"block_size": 16}]`,
+            labelled by their text), or a mapping label -> changes.
+        kwargs: `plan`'s keyword arguments (a candidate's own probe replaces `probe`).
+
+    Raises:
+        InvalidArgumentError: no candidates, two with one label, a bad change (from `SimConfig.replace`),
+            and as `plan`.
+    """
+    items: list[Candidate] = []
+    if isinstance(candidates, Mapping):
+        items = [Candidate(str(k), dict(v)) for k, v in candidates.items()]
+    else:
+        for c in candidates:
+            if isinstance(c, Candidate):
+                items.append(c)
+            elif isinstance(c, Mapping):
+                items.append(Candidate(",".join(f"{k}={v}" for k, v in c.items()), dict(c)))
+            else:
+                raise InvalidArgumentError(f"candidate {c!r} is neither a Candidate nor a mapping of changes")
+    if not items:
+        raise InvalidArgumentError("best_of needs at least one candidate")
+    labels = [c.label for c in items]
+    if len(set(labels)) != len(labels):
+        raise InvalidArgumentError(f"candidates repeat a label: {labels}")
+    plans: dict[str, PlanResult] = {}
+    for c in items:
+        cfg = config.replace(**c.changes) if c.changes else config
+        kw = dict(kwargs)
+        if c.probe is not None:
+            kw["probe"] = c.probe
+        plans[c.label] = plan(workload, cfg, slos, **kw)
+    table = pl.DataFrame(
+        {
+            "candidate": labels,
+            "rate": [plans[c].value for c in labels],
+            "status": [plans[c].status for c in labels],
+            "monotone": [plans[c].monotone for c in labels],
+            "probes": [plans[c].probes.height for c in labels],
+        },
+        schema_overrides={"rate": pl.Float64},
+    ).sort("rate", descending=True, nulls_last=True, maintain_order=True)
+    best = table["candidate"][0] if table["rate"][0] is not None else None
+    return BestOf(table, best, plans)
+
+
+__all__ = [
+    "MEMORY_KNOBS",
+    "METRICS",
+    "SLO",
+    "BestOf",
+    "Candidate",
+    "PlanResult",
+    "at_rate",
+    "best_of",
+    "check_precision",
+    "cluster_probe",
+    "default_probe",
+    "parse_slos",
+    "plan",
+    "set_knob",
+    "set_replicas",
+    "simulate_probe",
+    "smallest_memory",
+    "smallest_replicas",
+    "workload_rate",
+]

@@ -1,0 +1,430 @@
+"""The part of capacity search (`kvsim.plan`, DESIGN.md §Capacity search) that runs no simulation: SLOs
+(what a probe is judged by), the bracket-and-bisection search over one axis (`Search`: which values to
+probe next, given the outcomes so far), and what a search returns (`PlanResult`: the answer, the bracket,
+every probe, the contradictions of monotonicity, a table, a plot)."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from kvsim.errors import InvalidArgumentError
+
+# --------------------------------------------------------------------------------------------- SLOs
+
+_STATS = ("p50", "p90", "p99", "mean")
+# SLO name -> (summary key, unit, upper bound?). Latencies are the summary's (kvsim.simulate) seconds.
+METRICS: dict[str, tuple[str, str, bool]] = {
+    **{
+        f"{name}_{stat}": (f"{key}_{stat}", "s", True)
+        for name, key in (
+            ("ttft", "ttft_s"),
+            ("tpot", "tpot_s"),
+            ("e2el", "e2e_s"),
+            ("queueing", "queueing_s"),
+        )
+        for stat in _STATS
+    },
+    "normalized_latency": ("normalized_latency_s_per_token", "s/token", True),
+    "goodput_fraction": ("slo_attainment", "fraction", False),
+}
+DEFAULT_PRECISION = 0.02
+DEFAULT_MAX_PROBES = 40
+
+STATUSES = ("converged", "probe-limit", "above-cap", "below-floor")
+
+
+@dataclass(frozen=True)
+class SLO:
+    """One bound: `metric <= bound` (latencies, in seconds or s/token) or `metric >= bound`
+    (`goodput_fraction`).
+
+    Attributes:
+        metric: a name of `METRICS` (`ttft_p99`).
+        bound: seconds, seconds per token or a fraction in (0, 1].
+    """
+
+    metric: str
+    bound: float
+
+    @property
+    def key(self) -> str:
+        """The summary key the bound reads (`ttft_s_p99`)."""
+        return METRICS[self.metric][0]
+
+    @property
+    def upper(self) -> bool:
+        """Whether the bound is an upper one (a latency) rather than a lower one (a fraction)."""
+        return METRICS[self.metric][2]
+
+    @property
+    def unit(self) -> str:
+        return METRICS[self.metric][1]
+
+    def holds(self, value: float | None) -> bool:
+        """Whether `value` meets the bound (a missing value, e.g. no request finished, does not)."""
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return False
+        return value <= self.bound if self.upper else value >= self.bound
+
+    def label(self) -> str:
+        """`ttft_p99 <= 2 s`, `goodput_fraction >= 0.99`."""
+        unit = "" if self.unit == "fraction" else f" {self.unit}"
+        return f"{self.metric} {'<=' if self.upper else '>='} {self.bound:g}{unit}"
+
+
+def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
+    unit = METRICS[metric][1]
+    what = f"slo {metric}"
+    if unit == "fraction":
+        if isinstance(value, str):
+            t = value.strip()
+            try:
+                v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+            except ValueError:
+                raise InvalidArgumentError(f"{what} {value!r} is not a fraction (0.99 or 99%)") from None
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidArgumentError(f"{what} {value!r} is not a fraction (0.99 or 99%)")
+        else:
+            v = float(value)
+        if not (math.isfinite(v) and 0 < v <= 1):
+            raise InvalidArgumentError(f"{what} {value!r} must be a fraction in (0, 1]")
+        return v
+    from kvsim.units import TIME_UNITS, parse_duration_ps
+
+    if isinstance(value, str) and text_needs_unit and not value.strip().rstrip("0123456789.eE+-_ "):
+        raise InvalidArgumentError(
+            f"{what} {value!r} needs a time unit ({value.strip()}s or {value.strip()}ms)"
+        )
+    if isinstance(value, str) and value.strip().lower().endswith("/token"):
+        value = value.strip()[: -len("/token")]
+    if isinstance(value, str):
+        seconds = parse_duration_ps(what, value, bare_unit="s") / TIME_UNITS["s"]
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{what} {value!r} is not a duration (seconds, or text such as 100ms)")
+    else:
+        seconds = float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise InvalidArgumentError(f"{what} {value!r} must be a positive duration")
+    return seconds
+
+
+def parse_slos(slos: Mapping[str, Any] | Sequence[str | SLO] | str) -> tuple[SLO, ...]:
+    """SLOs from a mapping (`{"ttft_p99": 2.0, "tpot_p99": "100ms"}`: numbers in seconds, or text with a
+    unit) or from `METRIC:BOUND` texts (`["ttft_p99:2s", "tpot_p99:100ms", "goodput_fraction:0.99"]`,
+    the CLI's `--slo`, where a time bound needs its unit).
+
+    Raises:
+        InvalidArgumentError: no SLO, an unknown metric (the message lists them), a bound that is not a
+            positive duration or a fraction in (0, 1], a metric given twice.
+    """
+    pairs: list[tuple[str, Any, bool]] = []
+    if isinstance(slos, Mapping):
+        pairs = [(str(k), v, False) for k, v in slos.items()]
+    else:
+        items = [slos] if isinstance(slos, str) else list(slos)
+        for item in items:
+            if isinstance(item, SLO):  # already parsed (parse_slos' own output)
+                pairs.append((item.metric, item.bound, False))
+                continue
+            if not isinstance(item, str):
+                raise InvalidArgumentError(f"slo {item!r} is not METRIC:BOUND (ttft_p99:2s)")
+            for part in item.replace(",", " ").split():
+                name, colon, value = part.partition(":")
+                if not colon or not value.strip():
+                    raise InvalidArgumentError(f"slo {part!r} is not METRIC:BOUND (ttft_p99:2s)")
+                pairs.append((name.strip(), value.strip(), True))
+    if not pairs:
+        raise InvalidArgumentError(f"slos {slos!r} give no SLO (e.g. ttft_p99:2s)")
+    out: dict[str, SLO] = {}
+    for name, value, needs_unit in pairs:
+        if name not in METRICS:
+            raise InvalidArgumentError(f"slo metric {name!r} is not one of {', '.join(METRICS)}")
+        if name in out:
+            raise InvalidArgumentError(f"slo metric {name!r} given twice")
+        out[name] = SLO(name, _bound(name, value, needs_unit))
+    return tuple(out.values())
+
+
+def check_precision(precision: Any) -> float:
+    """A relative precision in (0, 1): a number (0.02) or a percentage text (`2%`).
+
+    Raises:
+        InvalidArgumentError: anything else.
+    """
+    v: Any = precision
+    if isinstance(precision, str):
+        t = precision.strip()
+        try:
+            v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+        except ValueError:
+            raise InvalidArgumentError(f"precision {precision!r} is not a number (0.02 or 2%)") from None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and 0 < v < 1):
+        raise InvalidArgumentError(f"precision {precision!r} must be a relative precision in (0, 1) (2%)")
+    return float(v)
+
+
+# ------------------------------------------------------------------------------------------- search
+
+
+@dataclass
+class Search:
+    """The bracket search over one positive axis (module docstring), independent of what a probe is.
+
+    `low_ok`: probes pass at low values (a rate) or at high ones (replicas, memory). A probe's outcome is
+    *low-like* when it is what low values give. The boundary lies between the highest low-like value
+    below the lowest high-like one (`lo`) and that lowest high-like value (`hi`).
+    """
+
+    start: float
+    low_ok: bool
+    integer: bool
+    precision: float
+    floor: float
+    cap: float
+    max_probes: int
+    width: int
+    outcomes: dict[float, bool] = field(default_factory=dict)  # value -> passed
+
+    def _low_like(self, x: float) -> bool:
+        return self.outcomes[x] == self.low_ok
+
+    def bracket(self) -> tuple[float | None, float | None]:
+        highs = [x for x in self.outcomes if not self._low_like(x)]
+        hi = min(highs) if highs else None
+        lows = [x for x in self.outcomes if self._low_like(x) and (hi is None or x < hi)]
+        return (max(lows) if lows else None), hi
+
+    def violations(self) -> list[tuple[float, float]]:
+        """Pairs (a high-like value, a low-like value above it): each contradicts monotonicity."""
+        xs = sorted(self.outcomes)
+        return [
+            (a, b)
+            for i, a in enumerate(xs)
+            if not self._low_like(a)
+            for b in xs[i + 1 :]
+            if self._low_like(b)
+        ]
+
+    def converged(self, lo: float, hi: float) -> bool:
+        if self.integer and hi - lo <= 1:
+            return True
+        return hi - lo <= self.precision * lo
+
+    def _fit(self, xs: Sequence[float]) -> list[float]:
+        out: list[float] = []
+        for x in xs:
+            x = min(max(x, self.floor), self.cap)
+            if self.integer:
+                x = float(round(x))
+            if x not in self.outcomes and x not in out:
+                out.append(x)
+        return out
+
+    def next_round(self) -> tuple[list[float], str | None]:
+        """The values to probe next, or ([], the final status)."""
+        left = self.max_probes - len(self.outcomes)
+        if left <= 0:
+            return [], "probe-limit"
+        w = min(self.width, left)
+        if not self.outcomes:  # the start and its neighbours by factors of 2, more of them above
+            return self._fit([self.start * 2**j for j in range(-((w - 1) // 2), w // 2 + 1)]), None
+        lo, hi = self.bracket()
+        if hi is None:  # every probe low-like: go up
+            top = max(self.outcomes)
+            if top >= self.cap:
+                return [], "above-cap"
+            return self._fit([top * 2**j for j in range(1, w + 1)]), None
+        if lo is None:  # every probe up to hi high-like: go down
+            if hi <= self.floor:
+                return [], "below-floor"
+            return self._fit([hi / 2**j for j in range(1, w + 1)]), None
+        if self.converged(lo, hi):
+            return [], "converged"
+        xs = self._fit([lo * (hi / lo) ** (i / (w + 1)) for i in range(1, w + 1)])
+        xs = [x for x in xs if lo < x < hi]
+        if not xs:  # integers: nothing left between them
+            return [], "converged"
+        return xs, None
+
+
+# ------------------------------------------------------------------------------------------- result
+
+
+@dataclass
+class PlanResult:
+    """What a capacity search found.
+
+    Attributes:
+        axis: what was searched: `rate` (requests per second), `replicas` or a memory knob.
+        value: the answer: the highest passing rate (the knee), or the smallest passing replica count or
+            memory; None when no probe passed.
+        bracket: (lower, upper) ends of the last bracket: for a rate (passes, fails), for the others
+            (fails, passes); an end is None when the search never found it.
+        precision: the relative precision asked for.
+        status: `converged` (the bracket is within the precision), `probe-limit` (max_probes reached
+            first), `above-cap` (every probe up to the cap gave what low values give: a rate that passes
+            everywhere up to `max_rate`, or replicas / memory that never suffice), `below-floor` (the
+            opposite at the floor).
+        slos: the bounds.
+        probes: one row per probe in the order run: `round`, the axis (`rate` or the knob), `passed`, one
+            column per SLO metric (its value), `rate` (the target rate of knob searches), `completed`,
+            `rejected`, `wall_s`.
+        violations: pairs that contradict monotonicity: (a failing rate, a passing rate above it); for the
+            other axes (a passing value, a failing value above it). Empty when the probes are monotone.
+        setup: a line naming the workload and configuration (for the plot).
+    """
+
+    axis: str
+    value: float | None
+    bracket: tuple[float | None, float | None]
+    precision: float
+    status: str
+    slos: tuple[SLO, ...]
+    probes: pl.DataFrame
+    violations: list[tuple[float, float]] = field(default_factory=list)
+    setup: str = ""
+
+    @property
+    def rate(self) -> float | None:
+        """The answer of a rate search (`value`)."""
+        return self.value if self.axis == "rate" else None
+
+    @property
+    def monotone(self) -> bool:
+        return not self.violations
+
+    @property
+    def achieved(self) -> float | None:
+        """The bracket's relative width `(upper - lower) / lower`, when both ends exist."""
+        lo, hi = self.bracket
+        return None if lo is None or hi is None or lo <= 0 else (hi - lo) / lo
+
+    def _fmt(self, x: float | None) -> str:
+        if x is None:
+            return "-"
+        if self.axis == "rate":
+            return f"{x:.4g} req/s"
+        if self.axis == "kv_cache_bytes":
+            from kvsim.units import fmt_bytes
+
+            return fmt_bytes(x)
+        return f"{x:.4g}" if not float(x).is_integer() else f"{int(x):,}"
+
+    @property
+    def message(self) -> str:
+        """The outcome in one or two sentences."""
+        lo, hi = self.bracket
+        slos = ", ".join(s.label() for s in self.slos)
+        n = self.probes.height
+        if self.axis == "rate":
+            what = {
+                "converged": f"highest rate meeting {slos}: {self._fmt(self.value)} (passes; "
+                f"{self._fmt(hi)} fails; within {100 * (self.achieved or 0):.2g} % ≤ {100 * self.precision:g} %)",
+                "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
+                f"{self._fmt(lo)} passes, {self._fmt(hi)} fails",
+                "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: "
+                "the configuration is not saturated (raise max_rate)",
+                "below-floor": f"fails {slos} at every rate probed, down to the floor {self._fmt(hi)}: "
+                "no rate meets the SLOs (lower min_rate, or loosen the SLOs)",
+            }[self.status]
+        else:
+            what = {
+                "converged": f"smallest {self.axis} meeting {slos}: {self._fmt(self.value)}"
+                + (f" ({self._fmt(lo)} fails)" if lo is not None else " (the smallest value probed)"),
+                "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
+                f"{self._fmt(lo)} fails, {self._fmt(hi)} passes",
+                "above-cap": f"fails {slos} at every {self.axis} probed, up to the cap {self._fmt(lo)}",
+                "below-floor": f"passes {slos} at every {self.axis} probed, down to the floor "
+                f"{self._fmt(hi)}",
+            }[self.status]
+        if "refused" in self.probes.columns:
+            refused = [r for r in self.probes["refused"].to_list() if r]
+            if refused:
+                what += f"; {len(refused)} value(s) failed without a run, refused by the configuration ({refused[0]})"
+        if self.violations:
+            shown = ", ".join(f"{self._fmt(a)} {'fails' if self.axis == 'rate' else 'passes'} but "
+                              f"{self._fmt(b)} {'passes' if self.axis == 'rate' else 'fails'}"
+                              for a, b in self.violations[:3])  # fmt: skip
+            more = f" (and {len(self.violations) - 3} more pairs)" if len(self.violations) > 3 else ""
+            what += (
+                f". NOT MONOTONE: {shown}{more}; the answer is taken below the first failure, where every "
+                "probe passed"
+            )
+        return what
+
+    def table(self) -> str:
+        """The probes as a plain-text table (sorted by the axis)."""
+        cols = ["round", self.axis, "passed", *[s.metric for s in self.slos]]
+        if self.axis != "rate" and "rate" in self.probes.columns:
+            cols.append("rate")
+        cols += [c for c in ("completed", "rejected") if c in self.probes.columns]
+        units = {s.metric: "" if s.unit == "fraction" else f" ({s.unit})" for s in self.slos}
+        rows = [[c + units.get(c, "") for c in cols]]
+        for r in self.probes.sort(self.axis).iter_rows(named=True):
+            out = []
+            for c in cols:
+                v = r[c]
+                if c == "passed":
+                    out.append("pass" if v else "FAIL")
+                elif isinstance(v, float):
+                    out.append(f"{v:.4g}")
+                elif v is None:
+                    out.append("-")
+                else:
+                    out.append(str(v))
+            rows.append(out)
+        widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+        lines = ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for JSON): the answer, bracket, status, SLOs, violations, message and every probe."""
+        return {
+            "axis": self.axis,
+            "value": self.value,
+            "bracket": list(self.bracket),
+            "precision": self.precision,
+            "achieved_precision": self.achieved,
+            "status": self.status,
+            "monotone": self.monotone,
+            "violations": [list(v) for v in self.violations],
+            "slos": [
+                {"metric": s.metric, "bound": s.bound, "unit": s.unit, "upper": s.upper} for s in self.slos
+            ],
+            "message": self.message,
+            "probes": self.probes.to_dicts(),
+        }
+
+    def figure(self) -> Any:
+        """A matplotlib Figure: each SLO metric against the axis, its bound, the answer marked
+        (`kvsim.plots.plan_figure`)."""
+        from kvsim.plots import plan_figure
+
+        return plan_figure(self)
+
+    def plot(self, path: str | os.PathLike[str]) -> Path:
+        """Writes `figure()` as a PNG to `path` and returns it."""
+        from kvsim.plots import _save
+
+        return _save(self.figure(), Path(path))
+
+
+__all__ = [
+    "DEFAULT_MAX_PROBES",
+    "DEFAULT_PRECISION",
+    "METRICS",
+    "SLO",
+    "STATUSES",
+    "PlanResult",
+    "Search",
+    "check_precision",
+    "parse_slos",
+]

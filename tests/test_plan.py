@@ -1,0 +1,536 @@
+"""Capacity search (kvsim.plan): the search finds a known threshold of a fake monotone probe within its
+precision, says clearly when the configuration passes everywhere or nowhere, reports non-monotone
+probes, and on the real engine gives a rate that passes with the next probe above it failing (checked
+by simulating again); the CLI prints the probes and the answer, and bad input is one error line."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import types
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import kvsim
+from kvsim.cli import main
+from kvsim.errors import InvalidArgumentError
+from kvsim.plan import (
+    Candidate,
+    at_rate,
+    best_of,
+    cluster_probe,
+    default_probe,
+    set_replicas,
+    simulate_probe,
+    smallest_memory,
+    smallest_replicas,
+    workload_rate,
+)
+from kvsim.plan_search import METRICS, SLO, check_precision, parse_slos
+
+BASE = {"model": "opt-13b", "gpu": "a100-40gb", "kv_cache_bytes": 12 * 2**30, "max_model_len": 2048}
+
+
+def _workload(n: int = 60, rate: float = 2.0, seed: int = 0) -> kvsim.Workload:
+    return kvsim.workloads.synthetic(
+        n, arrival_rate=rate, seed=seed, lengths="sharegpt-paper", max_model_len=2048
+    )
+
+
+def _threshold_probe(workload, config, *, threshold: float) -> dict:
+    """Fake monotone probe: `ttft_s_p99` = rate / threshold, so `ttft_p99 <= 1 s` holds iff rate <= threshold."""
+    return {"ttft_s_p99": workload_rate(workload) / threshold, "completed": len(workload), "rejected": 0}
+
+
+FAKE_CONFIG = kvsim.SimConfig(num_blocks=64)
+ONE = {"ttft_p99": 1.0}
+
+
+# ----------------------------------------------------------------------------------------- search
+
+
+@given(
+    start=st.floats(0.01, 1000),
+    log2_ratio=st.floats(-10, 10),
+    precision=st.floats(0.002, 0.3),
+    width=st.integers(1, 4),
+)
+def test_finds_a_known_threshold_within_the_precision(start, log2_ratio, precision, width):
+    threshold = start * 2**log2_ratio
+    probe = functools.partial(_threshold_probe, threshold=threshold)
+    r = kvsim.plan(
+        _workload(4), FAKE_CONFIG, ONE, probe=probe, start_rate=start, precision=precision, workers=width
+    )
+    assert r.status == "converged", r.message
+    lo, hi = r.bracket
+    assert r.value == lo
+    # (The probe sees the rate through scaled arrivals: equal to the one asked for up to rounding.)
+    assert lo <= threshold * (1 + 1e-9)
+    assert hi > threshold * (1 - 1e-9)
+    assert hi - lo <= precision * lo * (1 + 1e-12)
+    assert r.monotone
+    assert r.probes.height <= 40
+    # Every probe in the table is what the probe said at its rate.
+    for x, ttft, ok in r.probes.select("rate", "ttft_p99", "passed").iter_rows():
+        assert math.isclose(ttft, x / threshold, rel_tol=1e-9)
+        assert ok == (ttft <= 1.0)
+
+
+@given(n_star=st.integers(1, 300), width=st.integers(1, 3), start=st.integers(1, 40))
+def test_smallest_replicas_finds_the_exact_count(n_star, width, start):
+    """Integer bisection over a fake fleet whose TTFT falls with the replica count."""
+
+    def probe(workload, config):
+        return {"ttft_s_p99": n_star / config["replicas"]}
+
+    r = smallest_replicas(
+        _workload(4), {"replicas": 1}, ONE, probe=probe, replicas=lambda c, n: {**c, "replicas": n},
+        start=start, max_replicas=512, workers=width,
+    )  # fmt: skip
+    assert r.status == "converged", r.message
+    assert r.value == n_star
+    lo, hi = r.bracket
+    assert hi == n_star
+    assert lo == (None if n_star == 1 else n_star - 1)
+    assert r.probes["rate"].to_list() == [2.0] * r.probes.height  # the target rate: the workload's own
+
+
+def test_smallest_replicas_never_enough_up_to_the_cap():
+    r = smallest_replicas(
+        _workload(4), {"replicas": 1}, ONE, probe=lambda w, c: {"ttft_s_p99": 100 / c["replicas"]},
+        replicas=lambda c, n: {**c, "replicas": n}, max_replicas=50,
+    )  # fmt: skip
+    assert r.status == "above-cap"
+    assert r.value is None
+    assert r.bracket == (50, None)
+    assert "up to the cap 50" in r.message
+
+
+def test_the_default_replica_setter_sets_the_knob_or_refuses_it_by_name():
+    """`set_replicas` is `config.replace(replicas=n)`: with the cluster's knob the count is set, and
+    without it SimConfig refuses the unknown field by name (never a silent one-replica run)."""
+    config = kvsim.SimConfig(num_blocks=64)
+    if "replicas" in {f.name for f in dataclasses.fields(kvsim.SimConfig)}:
+        assert set_replicas(config, 3).replicas == 3
+    else:
+        with pytest.raises(InvalidArgumentError, match="replicas"):
+            set_replicas(config, 3)
+
+
+def test_passes_at_every_rate_up_to_the_cap():
+    probe = functools.partial(_threshold_probe, threshold=1e9)
+    r = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=probe, max_rate=100.0, workers=2)
+    assert r.status == "above-cap"
+    assert r.value == 100.0
+    assert r.bracket == (100.0, None)
+    assert r.probes["passed"].all()
+    assert "not saturated" in r.message
+    assert "100 req/s" in r.message
+
+
+def test_fails_at_the_lowest_rate():
+    probe = functools.partial(_threshold_probe, threshold=1e-9)
+    r = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=probe, min_rate=0.1, workers=2)
+    assert r.status == "below-floor"
+    assert r.value is None
+    assert r.bracket == (None, 0.1)
+    assert not r.probes["passed"].any()
+    assert "no rate meets the SLOs" in r.message
+
+
+def test_probe_limit_is_said():
+    probe = functools.partial(_threshold_probe, threshold=3.3)
+    r = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=probe, precision=1e-6, max_probes=6, workers=1)
+    assert r.status == "probe-limit"
+    assert r.probes.height == 6
+    lo, hi = r.bracket
+    assert lo is not None
+    assert hi is not None
+    assert lo <= 3.3 < hi
+    assert "stopped at 6 probes" in r.message
+
+
+def test_non_monotone_probes_are_reported_not_hidden():
+    """A probe that fails at 1 req/s but passes at 2 (and fails from 3 on): the answer stays below the
+    first failure and the contradiction is listed and said."""
+
+    def probe(workload, config):
+        rate = workload_rate(workload)
+        bad = 1.0 <= rate <= 1.1 or rate >= 3
+        return {"ttft_s_p99": 2.0 if bad else 0.5}
+
+    r = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=probe, start_rate=0.5, workers=4)
+    assert not r.monotone
+    assert (1.0, 2.0) in r.violations
+    assert r.value is not None
+    assert r.value < 1.0
+    assert r.bracket[1] == 1.0
+    assert "NOT MONOTONE" in r.message
+    assert "1 req/s fails but 2 req/s passes" in r.message
+    assert r.to_dict()["monotone"] is False
+
+
+def test_a_probe_without_the_slo_metric_is_an_error():
+    with pytest.raises(InvalidArgumentError, match="probe summary has no ttft_s_p99"):
+        kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=lambda w, c: {"e2e_s_p99": 1.0})
+
+
+# ------------------------------------------------------------------------------------------ input
+
+
+def test_slo_forms_and_units():
+    assert parse_slos({"ttft_p99": 2, "tpot_p99": "100ms"}) == (SLO("ttft_p99", 2.0), SLO("tpot_p99", 0.1))
+    assert parse_slos(["ttft_p99:2s", "normalized_latency:250ms"]) == (
+        SLO("ttft_p99", 2.0),
+        SLO("normalized_latency", 0.25),
+    )
+    assert parse_slos("goodput_fraction:99%") == (SLO("goodput_fraction", 0.99),)
+    assert SLO("goodput_fraction", 0.9).holds(0.95)
+    assert not SLO("goodput_fraction", 0.9).holds(0.85)
+    assert SLO("ttft_p99", 1.0).holds(1.0)
+    assert not SLO("ttft_p99", 1.0).holds(None)
+    # Every SLO reads a key the engine's summary has.
+    summary = kvsim.simulate(_workload(20), kvsim.SimConfig(**BASE), goodput={"ttft": 500}).summary
+    assert all(key in summary for key, _, _ in METRICS.values())
+
+
+@pytest.mark.parametrize(
+    ("slos", "needle"),
+    [
+        ({"ttft_p98": 1}, "slo metric 'ttft_p98' is not one of"),
+        (["ttft_p99:2"], "needs a time unit"),
+        (["ttft_p99"], "is not METRIC:BOUND"),
+        ({"ttft_p99": -1}, "must be a positive duration"),
+        ({"ttft_p99": float("nan")}, "must be a positive duration"),
+        ({"ttft_p99": "2 parsecs"}, "unknown time unit"),
+        ({"goodput_fraction": 1.5}, "must be a fraction in"),
+        ({"goodput_fraction": True}, "is not a fraction"),
+        (["ttft_p99:1s", "ttft_p99:2s"], "given twice"),
+        ({}, "give no SLO"),
+        ([3], "is not METRIC:BOUND"),
+    ],
+)
+def test_bad_slos_are_refused(slos, needle):
+    with pytest.raises(InvalidArgumentError, match=needle):
+        parse_slos(slos)
+
+
+@pytest.mark.parametrize("bad", [0, 1, -0.1, float("nan"), "abc", True, "200%", None])
+def test_bad_precision_is_refused(bad):
+    with pytest.raises(InvalidArgumentError, match="precision"):
+        check_precision(bad)
+
+
+def test_precision_forms():
+    assert check_precision("2%") == 0.02
+    assert check_precision(0.05) == 0.05
+
+
+def test_bad_search_arguments_are_refused():
+    w = _workload(4)
+    probe = functools.partial(_threshold_probe, threshold=1.0)
+    for kwargs, needle in (
+        ({"max_probes": 1}, "max_probes"),
+        ({"start_rate": 0}, "start_rate"),
+        ({"min_rate": 5.0, "max_rate": 1.0}, "must be below max_rate"),
+        ({"start_rate": 10.0, "max_rate": 5.0}, "must lie in"),
+        ({"executor": "gpus"}, "executor"),
+        ({"workers": 0}, "workers"),
+        ({"probe": 3}, "not callable"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=needle):
+            kvsim.plan(w, FAKE_CONFIG, ONE, **{"probe": probe, **kwargs})
+    with pytest.raises(InvalidArgumentError, match="goodput_fraction needs per-request SLOs"):
+        kvsim.plan(w, FAKE_CONFIG, {"goodput_fraction": 0.9})
+    queued = kvsim.workloads.synthetic(10, arrivals="all-at-once", seed=0)
+    with pytest.raises(InvalidArgumentError, match="all arrive at once"):
+        kvsim.plan(queued, FAKE_CONFIG, ONE, probe=probe)
+    with pytest.raises(InvalidArgumentError, match="knob 'cpu_blocks'"):
+        smallest_memory(w, FAKE_CONFIG, ONE, knob="cpu_blocks", probe=probe)
+
+
+def test_rate_scaling_is_the_generators_rate():
+    """A generator's Poisson arrivals scaled to rate r are the ones it draws at rate r."""
+    w = _workload(200, rate=2.0, seed=3)
+    assert workload_rate(w) == 2.0
+    fast = at_rate(w, 8.0)
+    assert math.isclose(workload_rate(fast), 8.0)
+    drawn = _workload(200, rate=8.0, seed=3)
+    np.testing.assert_allclose(fast.arrival, drawn.arrival, rtol=1e-12, atol=1e-12)
+    # Without a generator's rate, the mean rate of the arrivals (`request_rate=`'s definition).
+    table = kvsim.Workload(arrival=[0.0, 1.0, 4.0], prompt_len=[5, 5, 5], output_len=[2, 2, 2])
+    assert workload_rate(table) == 0.5
+    assert math.isclose(workload_rate(at_rate(table, 2.0)), 2.0)
+
+
+# ------------------------------------------------------------------------------------ real engine
+
+
+@pytest.fixture(scope="module")
+def real():
+    w = _workload(300, rate=2.0)
+    config = kvsim.SimConfig(**BASE)
+    slos = {"ttft_p99": 1.0, "tpot_p99": 0.1}
+    return w, config, slos, kvsim.plan(w, config, slos, workers=2)
+
+
+def test_real_search_brackets_the_knee(real):
+    """The answer passes and the bracket's upper rate fails when simulated again, within 2 %."""
+    w, config, slos, r = real
+    assert r.status == "converged", r.message
+    assert r.monotone, r.violations
+    lo, hi = r.bracket
+    assert hi <= lo * 1.02
+    for rate, ok in ((lo, True), (hi, False)):
+        s = kvsim.simulate(at_rate(w, rate), config).summary
+        meets = s["ttft_s_p99"] <= slos["ttft_p99"] and s["tpot_s_p99"] <= slos["tpot_p99"]
+        assert meets is ok, (rate, s["ttft_s_p99"], s["tpot_s_p99"])
+    # The probes table holds what the engine says at each rate.
+    row = r.probes.sort("rate").row(0, named=True)
+    assert row["ttft_p99"] == kvsim.simulate(at_rate(w, row["rate"]), config).summary["ttft_s_p99"]
+
+
+def test_real_search_is_the_same_on_every_executor(real):
+    w, config, slos, r = real
+    other = kvsim.plan(w, config, slos, workers=2, executor="processes")
+    assert other.value == r.value
+    assert other.bracket == r.bracket
+    assert other.probes.drop("wall_s").equals(r.probes.drop("wall_s"))
+
+
+def test_goodput_fraction_on_the_engine():
+    w = _workload(200)
+    config = kvsim.SimConfig(**BASE)
+    goodput = {"ttft": 1000, "tpot": 100}
+    r = kvsim.plan(w, config, {"goodput_fraction": 0.95}, goodput=goodput, workers=2)
+    assert r.status == "converged"
+    lo, hi = r.bracket
+    probe = functools.partial(simulate_probe, goodput=goodput)
+    assert (
+        probe(at_rate(w, lo), config)["slo_attainment"]
+        >= 0.95
+        > probe(at_rate(w, hi), config)["slo_attainment"]
+    )
+
+
+def test_smallest_memory_on_the_engine():
+    w = _workload(200, rate=2.0)
+    config = kvsim.SimConfig(**BASE)
+    slos = {"ttft_p99": 2.0}
+    r = smallest_memory(w, config, slos, knob="num_blocks", rate=2.5, low=50, workers=2)
+    assert r.status == "converged", r.message
+    lo, hi = r.bracket
+    assert lo is not None
+    assert r.value == hi
+    assert hi - lo <= max(1, 0.02 * lo)
+    fast = at_rate(w, 2.5)
+    assert kvsim.simulate(fast, config.replace(num_blocks=hi)).summary["ttft_s_p99"] <= 2.0
+    assert kvsim.simulate(fast, config.replace(num_blocks=lo)).summary["ttft_s_p99"] > 2.0
+
+
+def test_best_of_candidates_by_rate_at_slo():
+    w = _workload(200)
+    config = kvsim.SimConfig(**BASE, enable_prefix_caching=False)
+    out = best_of(
+        w, config, {"normalized_latency": 0.25},
+        [Candidate("vLLM", {"policy": "vllm"}), {"policy": "orca-max"}], workers=2,
+    )  # fmt: skip
+    assert out.best == "vLLM"
+    rates = out.table["rate"].to_list()
+    assert rates == sorted(rates, reverse=True)
+    assert out.table["candidate"].to_list() == ["vLLM", "policy=orca-max"]
+    assert out.plans["vLLM"].value == rates[0]
+    with pytest.raises(InvalidArgumentError, match="repeat a label"):
+        best_of(w, config, ONE, [{"policy": "vllm"}, {"policy": "vllm"}])
+
+
+def test_plot_marks_the_bound_and_the_knee(real, tmp_path):
+    from kvsim.plots import plan_finding
+
+    _, _, _, r = real
+    fig = r.figure()
+    axes = fig.get_axes()
+    assert len(axes) == 2  # one panel per SLO
+    for ax, slo in zip(axes, r.slos, strict=True):
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert f"SLO: {slo.label()}" in labels
+        assert any(t.startswith("knee: ") for t in labels)
+    assert f"knee {r._fmt(r.value)}" in plan_finding(r)
+    path = r.plot(tmp_path / "plan.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+CLI = [
+    "plan", "--model", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-memory-bytes", "12GiB",
+    "--max-model-len", "2048", "--workload", "sharegpt:arrival_rate=2", "--requests", "300",
+    "--workers", "2",
+]  # fmt: skip
+
+
+def test_cli_prints_the_probes_and_the_answer(capsys, tmp_path):
+    png = tmp_path / "p.png"
+    assert main([*CLI, "--slo", "ttft_p99:1s", "--slo", "tpot_p99:100ms", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "round" in out
+    assert "ttft_p99 (s)" in out
+    assert "pass" in out
+    assert "FAIL" in out
+    assert "converged: highest rate meeting ttft_p99 <= 1 s, tpot_p99 <= 0.1 s" in out
+    assert png.exists()
+    assert f"plot: {png}" in out
+
+
+def test_cli_json_is_the_api_answer(capsys):
+    assert main([*CLI, "--slo", "ttft_p99:1s", "--precision", "5%", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    from kvsim.sweep import make_workload
+
+    w = make_workload("sharegpt", {"arrival_rate": 2.0}, 300, 0)
+    config = kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes=12 * 2**30, max_model_len=2048)
+    api = kvsim.plan(w, config, {"ttft_p99": 1.0}, precision=0.05, workers=2)
+    assert data["value"] == api.value
+    assert data["status"] == "converged"
+    assert len(data["probes"]) == api.probes.height
+    assert data["precision"] == 0.05
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--slo", "ttfx_p99:1s"], "argument --slo: slo metric 'ttfx_p99' is not one of"),
+        (["--slo", "ttft_p99:1"], "argument --slo: slo ttft_p99 '1' needs a time unit"),
+        ([], "argument --slo: give at least one SLO"),
+        (["--slo", "ttft_p99:1s", "--precision", "0%"], "argument --precision:"),
+        (["--slo", "ttft_p99:1s", "--precision", "x"], "argument --precision:"),
+        (["--slo", "ttft_p99:1s", "--max-probes", "1"], "argument --max-probes:"),
+        (["--slo", "ttft_p99:1s", "--start-rate", "-2"], "argument --start-rate:"),
+        (["--slo", "ttft_p99:1s", "--plot", "x.jpg"], "argument --plot:"),
+        (["--slo", "goodput_fraction:0.9"], "goodput_fraction needs per-request SLOs"),
+        (["--slo", "ttft_p99:1s", "--scheduler", "tcp://h:1"], "argument --scheduler: needs --executor dask"),
+    ],
+)
+def test_cli_errors_are_one_line_exit_2(capsys, extra, needle):
+    assert main([*CLI, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kvsim plan: error:")
+    assert "\n" not in err
+    assert needle in err
+
+
+def test_cli_smallest_memory_and_compare(capsys):
+    assert main([*CLI, "--slo", "ttft_p99:1s", "--smallest", "num_blocks", "--rate", "2.5", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["axis"] == "num_blocks"
+    assert data["status"] == "converged"
+    assert {p["rate"] for p in data["probes"]} == {2.5}
+    assert main([*CLI, "--slo", "ttft_p99:1s", "--compare", "policy=orca-max,vllm"]) == 0
+    out = capsys.readouterr().out
+    assert "best: policy=vllm" in out
+    assert out.index("policy=vllm  ") < out.index("policy=orca-max  ")  # ranked, best first
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (
+            ["--smallest", "num_blocks", "--compare", "block_size=8,16"],
+            "argument --compare: not allowed with",
+        ),
+        (["--rate", "3"], "argument --rate: the target rate of --smallest"),
+        (["--smallest", "num_blocks", "--max-rate", "3"], "argument --max-rate: applies to the rate search"),
+        (["--compare", "nope=1,2"], "argument --compare: 'nope' is not a SimConfig field"),
+        (["--compare", "block_size=16"], "fewer than two values"),
+        (["--compare", "block_size=abc,16"], "argument --compare:"),
+        (["--smallest", "cpu_blocks"], "argument --smallest: invalid choice"),
+    ],
+)
+def test_cli_inverse_search_errors(capsys, extra, needle):
+    assert main([*CLI, "--slo", "ttft_p99:1s", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err
+    assert err.count("error:") == 1
+
+
+def test_memory_the_config_refuses_fails_without_a_run():
+    """A GPU share too small for the weights is memory that does not suffice, not an error."""
+    w = _workload(100)
+    config = kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", max_model_len=2048)
+    r = smallest_memory(w, config, {"ttft_p99": 2.0}, knob="gpu_memory_utilization", rate=1.0, workers=2)
+    assert r.status == "converged", r.message
+    refused = r.probes.filter(r.probes["refused"].is_not_null())
+    assert refused.height >= 1
+    assert not refused["passed"].any()
+    assert "does not fit" in refused["refused"][0]
+    assert "refused by the configuration" in r.message
+    lo, hi = r.bracket
+    assert r.value == hi
+    assert hi - lo <= 0.02 * lo
+
+
+def test_dask_probes_give_the_thread_probes():
+    w = _workload(100)
+    config = kvsim.SimConfig(**BASE)
+    a = kvsim.plan(w, config, ONE, workers=2, precision=0.05)
+    b = kvsim.plan(w, config, ONE, workers=2, precision=0.05, executor="dask")
+    assert a.bracket == b.bracket
+    assert a.probes.drop("wall_s").equals(b.probes.drop("wall_s"))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fleet:
+    """A config with a `replicas` knob, as SimConfig has once the cluster exists."""
+
+    replicas: int = 1
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+def test_smallest_replicas_runs_the_fleet_through_cluster_probe(monkeypatch):
+    """The default probe of the replica search is the fleet (`kvsim.simulate_cluster` with the config's
+    replica count), and without a cluster it refuses rather than simulating one replica."""
+    calls = []
+
+    def fake_cluster(workload, config, *, replicas, router, **kwargs):
+        calls.append((replicas, router, kwargs))
+        return types.SimpleNamespace(summary={"ttft_s_p99": 7 / replicas})
+
+    monkeypatch.setattr(kvsim, "simulate_cluster", fake_cluster, raising=False)
+    r = smallest_replicas(_workload(4), _Fleet(), ONE, workers=1)
+    assert r.value == 7
+    assert r.status == "converged"
+    assert {c[1] for c in calls} == {"round-robin"}
+    assert sorted(c[0] for c in calls) == sorted(r.probes["replicas"].to_list())
+    assert all(c[2] == {} for c in calls)
+    probe = functools.partial(cluster_probe, router="prefix-affinity", goodput={"ttft": 500})
+    probe(_workload(4), _Fleet(3))
+    assert calls[-1] == (3, "prefix-affinity", {"goodput": {"ttft": 500}})
+    monkeypatch.delattr(kvsim, "simulate_cluster")
+    with pytest.raises(InvalidArgumentError, match="no simulate_cluster"):
+        cluster_probe(_workload(4), _Fleet())
+    with pytest.raises(InvalidArgumentError, match="no simulate_cluster"):
+        smallest_replicas(_workload(4), _Fleet(), ONE, workers=1)
+
+
+def test_a_config_of_several_replicas_is_planned_as_a_fleet(monkeypatch):
+    calls = []
+
+    def fake_cluster(workload, config, *, replicas, router, **kwargs):
+        calls.append(replicas)
+        return types.SimpleNamespace(summary={"ttft_s_p99": workload_rate(workload) / (2.0 * replicas)})
+
+    monkeypatch.setattr(kvsim, "simulate_cluster", fake_cluster, raising=False)
+    assert default_probe(_Fleet(1)) is simulate_probe
+    assert default_probe(kvsim.SimConfig(num_blocks=64)) is simulate_probe
+    r = kvsim.plan(_workload(4), _Fleet(4), ONE, workers=2)  # passes up to 8 req/s on 4 replicas
+    assert set(calls) == {4}
+    lo, hi = r.bracket
+    assert lo <= 8.0 * (1 + 1e-9)
+    assert hi > 8.0 * (1 - 1e-9)
