@@ -264,7 +264,7 @@ def test_weighted_trades_prefix_against_queue():
     # prefix 1 against queue 1.5: the second row finds replica 0 with the whole prefix (score 1 + 0 + 0)
     # and replica 1 empty (0 + 1.5): replica 1; then both hold it and the queue decides.
     assert route(prefix=1.0, queue=1.5) == [0, 1, 0, 1, 0, 1]
-    # prefix 2 against queue 1.5: the hit wins while the queue gap is 1 (2 > 1.5): always replica 0.
+    # prefix 2 against queue 1.5: the whole hit (2) beats the emptiest queue (at most 1.5): always replica 0.
     assert route(prefix=2.0, queue=1.5) == [0] * 6
 
 
