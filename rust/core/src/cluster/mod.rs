@@ -93,6 +93,117 @@ fn unit_end(inp: &EngineInput<'_>, i: usize) -> usize {
     j
 }
 
+/// The driver's state between units: the replicas, the router's view of them, and the prompt keys of
+/// the unit being routed (one list per block size among the replicas that cache prefixes).
+struct Driver<'i> {
+    inp: EngineInput<'i>,
+    replicas: Vec<Replica>,
+    /// Per workload row (empty unless deferred keys with some replica caching): see `private_starts`.
+    private_from: Vec<u64>,
+    /// The router reads prefix hits.
+    wants_keys: bool,
+    sizes: Vec<u64>,
+    keys: Vec<Vec<BlockKey>>,
+    segs: Vec<Segment>,
+    views: Vec<Signals>,
+    snaps: Vec<Snapshot>,
+    snap_at: Option<i64>,
+}
+
+impl Driver<'_> {
+    /// The chained block keys of `row`'s prompt at every block size, for its lookup range; blocks at or
+    /// past its private content cannot be in any map (no other prompt holds them) and are not hashed.
+    fn hash_prompt(&mut self, row: usize) {
+        let inp = &self.inp;
+        let (lo, hi) = (
+            inp.seg_offsets[row] as usize,
+            inp.seg_offsets[row + 1] as usize,
+        );
+        self.segs.clear();
+        self.segs
+            .extend((lo..hi).map(|k| Segment::new(inp.segment_id[k], inp.segment_len[k] as u64)));
+        let prompt = inp.prompt_len[row] as u64;
+        for (s, &bs) in self.sizes.iter().enumerate() {
+            let limit = self.private_from.get(row).map_or(u64::MAX, |&p| p / bs);
+            BlockTable::lookup_keys(bs, &self.segs, prompt, limit, &mut self.keys[s]);
+        }
+    }
+
+    fn keys_of(&self, bs: u64) -> &[BlockKey] {
+        self.sizes
+            .binary_search(&bs)
+            .map_or(&[][..], |s| self.keys[s].as_slice())
+    }
+
+    /// The exact view for `row`, arriving at `a`: every replica advanced to `a`.
+    fn read_exact(&mut self, row: usize, a: i64, cancel: &AtomicBool) -> Result<()> {
+        let prompt = self.inp.prompt_len[row] as u64;
+        for r in 0..self.replicas.len() {
+            self.replicas[r].advance_until(a, cancel)?;
+            let rep = &self.replicas[r];
+            let bs = rep.config().block_size;
+            let (kv_used, kv_total) = rep.kv();
+            self.views[r] = Signals {
+                waiting: rep.waiting(),
+                running: rep.running(),
+                in_flight: rep.in_flight(a),
+                kv_used,
+                kv_total,
+                hit_blocks: if self.wants_keys {
+                    rep.leading_hits(self.keys_of(bs))
+                } else {
+                    0
+                },
+                lookup_blocks: prompt.saturating_sub(1) / bs,
+            };
+        }
+        Ok(())
+    }
+
+    /// The stale view for `row`, arriving at `a`: the snapshot at `floor(a / refresh) * refresh` (taken
+    /// now if it is a new instant) plus the units routed since.
+    fn read_stale(&mut self, row: usize, a: i64, refresh: i64, cancel: &AtomicBool) -> Result<()> {
+        let s = a.div_euclid(refresh) * refresh;
+        if self.snap_at != Some(s) {
+            self.snap_at = Some(s);
+            for (rep, snap) in self.replicas.iter_mut().zip(&mut self.snaps) {
+                rep.advance_until(s, cancel)?;
+                let (kv_used, kv_total) = rep.kv();
+                snap.signals = Signals {
+                    waiting: rep.waiting(),
+                    running: rep.running(),
+                    in_flight: rep.in_flight(s),
+                    kv_used,
+                    kv_total,
+                    ..Signals::default()
+                };
+                snap.keys.clear();
+                if self.wants_keys {
+                    snap.keys.extend(rep.cached_keys());
+                }
+                snap.routed = 0;
+            }
+        }
+        let prompt = self.inp.prompt_len[row] as u64;
+        for r in 0..self.replicas.len() {
+            let (rep, snap) = (&self.replicas[r], &self.snaps[r]);
+            let bs = rep.config().block_size;
+            let mut v = snap.signals;
+            v.in_flight += snap.routed;
+            v.lookup_blocks = prompt.saturating_sub(1) / bs;
+            if self.wants_keys && rep.caches_prefixes() {
+                v.hit_blocks = self
+                    .keys_of(bs)
+                    .iter()
+                    .take_while(|k| snap.keys.contains(k))
+                    .count() as u64;
+            }
+            self.views[r] = v;
+        }
+        Ok(())
+    }
+}
+
 /// Runs the workload `inp` on `cfgs.len()` replicas (replica `r` under `cfgs[r]`) behind the router
 /// `spec`, on one clock (the cluster contract): for each unit in arrival order, a router that reads
 /// state first advances every replica to the unit's arrival (or, with a stale view, to the refresh
@@ -105,7 +216,6 @@ pub fn run_cluster(
     cancel: &AtomicBool,
 ) -> Result<ClusterOutput> {
     validate(&inp, cfgs)?;
-    let n = cfgs.len();
     let defer_keys = !inp.segment_id.iter().any(|&id| id >= OUTPUT_BIT);
     let forks = inp.has_forks();
     let private_from = if defer_keys
@@ -117,17 +227,10 @@ pub fn run_cluster(
     } else {
         Vec::new()
     };
-    let mut replicas = Vec::with_capacity(n);
+    let mut replicas = Vec::with_capacity(cfgs.len());
     for cfg in cfgs {
         replicas.push(Replica::new(cfg.clone(), defer_keys, forks, Some(cancel))?);
     }
-    let mut router = Router::new(spec.clone());
-    let reads = spec.kind.reads_state();
-    let wants_keys = match spec.kind {
-        RouterKind::PrefixAffinity => true,
-        RouterKind::Weighted => spec.weights.prefix != 0.0,
-        _ => false,
-    };
     // The block sizes of the replicas whose prefix maps can hold keys: a prompt is hashed once per size.
     let mut sizes: Vec<u64> = replicas
         .iter()
@@ -136,111 +239,55 @@ pub fn run_cluster(
         .collect();
     sizes.sort_unstable();
     sizes.dedup();
-    let mut keys: Vec<Vec<BlockKey>> = vec![Vec::new(); sizes.len()];
-    let mut segs: Vec<Segment> = Vec::new();
-    let mut views = vec![Signals::default(); n];
-    let mut snaps: Vec<Snapshot> = (0..n).map(|_| Snapshot::default()).collect();
-    let mut snap_at: Option<i64> = None;
-    let refresh = spec.refresh_ps;
+    let mut d = Driver {
+        inp,
+        replicas,
+        private_from,
+        wants_keys: match spec.kind {
+            RouterKind::PrefixAffinity => true,
+            RouterKind::Weighted => spec.weights.prefix != 0.0,
+            _ => false,
+        },
+        keys: vec![Vec::new(); sizes.len()],
+        sizes,
+        segs: Vec::new(),
+        views: vec![Signals::default(); cfgs.len()],
+        snaps: (0..cfgs.len()).map(|_| Snapshot::default()).collect(),
+        snap_at: None,
+    };
+    let mut router = Router::new(spec.clone());
     let mut replica = vec![0i64; inp.len()];
-    let mut i = 0;
+    let mut row = 0;
     let mut units = 0u64;
-    while i < inp.len() {
+    while row < inp.len() {
         units += 1;
-        if units & 1023 == 0 && cancel.load(Ordering::Relaxed) {
+        if units.trailing_zeros() >= 10 && cancel.load(Ordering::Relaxed) {
             return Err(KvError::InvalidOperation("interrupted".into()));
         }
-        let j = unit_end(&inp, i);
-        let a = inp.arrival_ps[i];
-        if reads {
-            let prompt = inp.prompt_len[i] as u64;
-            if wants_keys && !sizes.is_empty() {
-                let (lo, hi) = (inp.seg_offsets[i] as usize, inp.seg_offsets[i + 1] as usize);
-                segs.clear();
-                segs.extend(
-                    (lo..hi).map(|k| Segment::new(inp.segment_id[k], inp.segment_len[k] as u64)),
-                );
-                // Blocks at or past the row's private content cannot be in any map (no other prompt
-                // holds them): they are not hashed.
-                for (s, &bs) in sizes.iter().enumerate() {
-                    let limit = private_from.get(i).map_or(u64::MAX, |&p| p / bs);
-                    BlockTable::lookup_keys(bs, &segs, prompt, limit, &mut keys[s]);
-                }
+        let end = unit_end(&inp, row);
+        let arrival = inp.arrival_ps[row];
+        if spec.kind.reads_state() {
+            if d.wants_keys && !d.sizes.is_empty() {
+                d.hash_prompt(row);
             }
-            let keys_of = |bs: u64| -> &[BlockKey] {
-                sizes
-                    .binary_search(&bs)
-                    .map_or(&[][..], |s| keys[s].as_slice())
-            };
-            if refresh > 0 {
-                let s = a.div_euclid(refresh) * refresh;
-                if snap_at != Some(s) {
-                    snap_at = Some(s);
-                    for (rep, snap) in replicas.iter_mut().zip(&mut snaps) {
-                        rep.advance_until(s, cancel)?;
-                        let (kv_used, kv_total) = rep.kv();
-                        snap.signals = Signals {
-                            waiting: rep.waiting(),
-                            running: rep.running(),
-                            in_flight: rep.in_flight(s),
-                            kv_used,
-                            kv_total,
-                            ..Signals::default()
-                        };
-                        snap.keys.clear();
-                        if wants_keys {
-                            snap.keys.extend(rep.cached_keys());
-                        }
-                        snap.routed = 0;
-                    }
-                }
-                for ((v, rep), snap) in views.iter_mut().zip(&replicas).zip(&snaps) {
-                    let bs = rep.config().block_size;
-                    *v = snap.signals;
-                    v.in_flight += snap.routed;
-                    v.lookup_blocks = prompt.saturating_sub(1) / bs;
-                    v.hit_blocks = if wants_keys && rep.caches_prefixes() {
-                        keys_of(bs)
-                            .iter()
-                            .take_while(|k| snap.keys.contains(k))
-                            .count() as u64
-                    } else {
-                        0
-                    };
-                }
+            if spec.refresh_ps > 0 {
+                d.read_stale(row, arrival, spec.refresh_ps, cancel)?;
             } else {
-                for (v, rep) in views.iter_mut().zip(&mut replicas) {
-                    rep.advance_until(a, cancel)?;
-                    let bs = rep.config().block_size;
-                    let (kv_used, kv_total) = rep.kv();
-                    *v = Signals {
-                        waiting: rep.waiting(),
-                        running: rep.running(),
-                        in_flight: rep.in_flight(a),
-                        kv_used,
-                        kv_total,
-                        hit_blocks: if wants_keys {
-                            rep.leading_hits(keys_of(bs))
-                        } else {
-                            0
-                        },
-                        lookup_blocks: prompt.saturating_sub(1) / bs,
-                    };
-                }
+                d.read_exact(row, arrival, cancel)?;
             }
         }
-        let r = router.pick(n, &views);
-        replicas[r].push(&inp, i..j, &private_from);
-        snaps[r].routed += 1;
-        replica[i..j].fill(r as i64);
-        i = j;
+        let r = router.pick(cfgs.len(), &d.views);
+        d.replicas[r].push(&inp, row..end, &d.private_from);
+        d.snaps[r].routed += 1;
+        replica[row..end].fill(r as i64);
+        row = end;
     }
-    let mut outs = Vec::with_capacity(n);
-    for rep in &mut replicas {
+    let mut outs = Vec::with_capacity(cfgs.len());
+    for rep in &mut d.replicas {
         rep.finish(cancel)?;
         outs.push(rep.take_output());
     }
-    drop(replicas);
+    drop(d);
     Ok(gather(inp.len(), &replica, outs))
 }
 
