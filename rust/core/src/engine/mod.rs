@@ -130,6 +130,8 @@ pub struct Engine<'a> {
     /// A stepped replica (`cluster::replica`): `advance` takes only steps starting before this time
     /// (`i64::MAX`: no horizon).
     horizon: i64,
+    /// `quiet_through`'s memo: at step `.0`, the buckets `.0 .. .0 + .1` were found empty.
+    quiet_checked: (u64, u64),
 }
 
 impl<'a> Engine<'a> {
@@ -226,6 +228,7 @@ impl<'a> Engine<'a> {
             nxt: 0,
             final_input: true,
             horizon: i64::MAX,
+            quiet_checked: (u64::MAX, 0),
         })
     }
 
