@@ -72,8 +72,7 @@ export function drawPoolStrip(canvas, track, colors, windowRange = null) {
     const hi = Math.max(lo + 1, Math.floor(((c + 1) * n) / cols));
     const x = c * colW;
     if (hi - lo === 1) {
-      const row = track.blocks.row(lo);
-      const st = row ? row[2] : "free";
+      const st = track.stateOf(lo);
       ctx.fillStyle = colors[st];
       const bh = st === "private" ? Math.max(3, h * (track.tokens[lo] / bs)) : st === "free" ? 3 : h;
       if (st === "cached") ctx.globalAlpha = 0.55;
@@ -83,8 +82,7 @@ export function drawPoolStrip(canvas, track, colors, windowRange = null) {
     }
     for (const k in count) count[k] = 0;
     for (let b = lo; b < hi; b += 1) {
-      const row = track.blocks.row(b);
-      count[row ? row[2] : "free"] += 1;
+      count[track.stateOf(b)] += 1;
     }
     let y = h;
     for (const st of STACK) {

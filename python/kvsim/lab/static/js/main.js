@@ -218,7 +218,7 @@ async function run(query, step) {
   lab.timings.push({ query, fetch_ms: t1 - t0, replay_ms: tReplay - t1, render_ms: t2 - t1, total_ms: t2 - t0,
     views_ms: lab.lastRender });
   $("foot-run").textContent = `Last run: ${int(bundle.requests.length)} requests, ${int(bundle.num_steps)} steps, ` +
-    `${int(bundle.paged.events.length)} events; fetched in ${(t1 - t0).toFixed(0)} ms, drawn in ${(t2 - t1).toFixed(0)} ms.`;
+    `${int(replay.paged.numEvents)} events; fetched in ${(t1 - t0).toFixed(0)} ms, drawn in ${(t2 - t1).toFixed(0)} ms.`;
   $("lab").setAttribute("aria-busy", "false");
   lab.completed += 1;
   document.body.dataset.runs = String(lab.completed);
