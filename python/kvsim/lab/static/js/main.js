@@ -91,7 +91,7 @@ function writeUrl() {
     u.set("step", String(lab.step));
     const url = `${window.location.pathname}?${u.toString()}`;
     if (url !== `${window.location.pathname}${window.location.search}`) window.history.replaceState(null, "", url);
-  }, 120);
+  }, 400); // once the scrubbing pauses: replaceState costs a frame's worth of time in chromium
 }
 
 // ---------------------------------------------------------------- controls
@@ -281,7 +281,7 @@ function render(changed) {
   const marks = [performance.now()];
   grid.update(changed);
   marks.push(performance.now());
-  panels.render();
+  panels.render(changed);
   marks.push(performance.now());
   for (const v of lazy) {
     if (onScreen.has(v.el)) {
