@@ -35,6 +35,7 @@ from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.engine import EVENT
 from kvsim.simulate import SimResult, simulate
 
+_second = itemgetter(1)
 ADMIT, ALLOCATE, PREFIX_HIT, COW_COPY = (
     EVENT["admit"],
     EVENT["allocate"],
@@ -312,7 +313,12 @@ def _grouped_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 def _key_labels(
-    inp: EngineInput, names: dict[int, str], request_names: list[str], bs: int, seq: np.ndarray, pos: np.ndarray
+    inp: EngineInput,
+    names: dict[int, str],
+    request_names: list[str],
+    bs: int,
+    seq: np.ndarray,
+    pos: np.ndarray,
 ) -> np.ndarray:
     """Readable prefix keys as label ids (into `request_names + list(names.values())`): block `pos` of
     `seq` is named after the named segment its last token lies in (`sys-coding-agent-v1:block-1`), else
@@ -368,6 +374,13 @@ def _replay(
         held_d = dup_d = np.zeros(num_steps, np.int64)
         blocks = None
     states = np.array(sp.states, np.int64).reshape(-1, len(_SeqPass.STATE_COLUMNS))
+    # Per state k: the time step k starts (the run's end after the last) and the arrivals by then.
+    step_ps = np.append(_i64(res.raw.timeseries["time_ps"]), int(res.raw.counters["makespan_ps"]))
+    arrivals = np.sort(inp.arrival_ps[inp.fork_parent < 0]).astype(np.int64)
+    at_k = step_ps[np.minimum(np.arange(s_total), len(step_ps) - 1)]
+    arrived = np.where(
+        np.arange(s_total) < len(step_ps) - 1, np.searchsorted(arrivals, at_k, "right"), len(arrivals)
+    )
     col = dict(zip(_SeqPass.STATE_COLUMNS, states.T, strict=True))
     logical, reserved = col["logical"], col["reserved"]
     state_of = {name: i for i, name in enumerate(BLOCK_STATES)}
@@ -377,10 +390,11 @@ def _replay(
         "shared_saved_tokens": dup,
         "reserved_tokens": reserved,
         "external_tokens": col["external"],
-        **{name: col[name] for name in ("running", "waiting", "swapped", "finished", "rejected")},
+        **{name: col[name] for name in ("running", "swapped", "finished", "rejected")},
+        "waiting": col["waiting"] + arrived,
         **{f"{name}_blocks": bcount[:, state_of[name]] for name in ("free", "cached", "shared", "private")},
         "event_upto": upto,
-        "time_ps": col["time_ps"],
+        "time_ps": step_ps[np.minimum(np.arange(s_total), len(step_ps) - 1)],
     }
     # The cumulative counts at state k: the events of their kinds among the first event_upto[k].
     for name, counted in CUMULATIVE_KINDS.items():
@@ -415,7 +429,6 @@ class _SeqPass:
         "swapped",
         "finished",
         "rejected",
-        "time_ps",
     )
 
     def __init__(
@@ -483,7 +496,6 @@ class _SeqPass:
         # A sequence is in the queue at state k once its arrival is at or before step k's start.
         step_ps = res.raw.timeseries["time_ps"].tolist()
         arrivals_sorted = sorted(s.arrival_ps for s in seqs if not fork_child[s.idx])
-        makespan = int(res.raw.counters["makespan_ps"])
         dirty: dict[int, None] = {}
         transitions: list[tuple[int, int, int]] = []  # heap of (state, seq, version): a prefill completes
         first_sample: dict[int, int] = {}  # request id -> its group's first sample swapped in this step
@@ -526,7 +538,12 @@ class _SeqPass:
             if space is None:
                 return 0
             if ext[1]:
-                ext[0], ext[1] = space.external_fragmentation(), False
+                if isinstance(space, FirstFit):  # free tokens outside the largest hole, as the class says
+                    holes = space.holes
+                    ext[0] = space.num_free - (max(map(_second, holes)) if holes else 0)
+                else:
+                    ext[0] = space.external_fragmentation()
+                ext[1] = False
             return int(ext[0])
 
         def free_region(s: _Seq, k: int) -> None:
@@ -545,20 +562,17 @@ class _SeqPass:
                 d = k - s.base
                 rows.append((k, i, code[s.status], s.c + s.rc * d, s.rc, s.g + s.rg * d, s.rg))
             dirty.clear()
-            arrived = (
-                bisect.bisect_right(arrivals_sorted, step_ps[k]) if k < len(step_ps) else len(arrivals_sorted)
-            )
+            # Waiting: those queued, less those not arrived by step k's start (added per state after).
             states.extend(
                 (
                     logical,
                     reserved,
                     external(),
                     counts["running"],
-                    counts["waiting"] + counts["preempted"] - (len(arrivals_sorted) - arrived),
+                    counts["waiting"] + counts["preempted"] - len(arrivals_sorted),
                     counts["swapped"],
                     counts["finished"],
                     counts["rejected"],
-                    step_ps[k] if k < len(step_ps) else makespan,
                 )
             )
 
@@ -623,7 +637,9 @@ class _SeqPass:
                         assert space is not None
                         got = space.allocate(cnt)
                         if got != (b, cnt):
-                            raise InternalError(f"seq {i} at step {j}: region {(b, cnt)} logged, {got} replayed")
+                            raise InternalError(
+                                f"seq {i} at step {j}: region {(b, cnt)} logged, {got} replayed"
+                            )
                         s.region = got
                         ext[1] = True
                         reserved += cnt
@@ -656,7 +672,32 @@ class _SeqPass:
                 pos += 1
             return touched, listed
 
+        busy = bytearray(num_steps + 2)  # step counts that some event carries
+        for v in e_step:
+            busy[min(v, num_steps + 1)] = 1
+        during_logical, during_reserved = self.during_logical.append, self.during_reserved.append
+        during_external = self.during_external.append
         for j in range(num_steps):
+            if not (busy[j] or busy[j + 1] or (transitions and transitions[0][0] <= j + 1)):
+                # Nothing happens in step j but each running sequence computing a token.
+                logical += counts["running"]
+                e = external()
+                during_logical(logical)
+                during_reserved(reserved)
+                during_external(e)
+                states.extend(
+                    (
+                        logical,
+                        reserved,
+                        e,
+                        counts["running"],
+                        counts["waiting"] + counts["preempted"] - len(arrivals_sorted),
+                        counts["swapped"],
+                        counts["finished"],
+                        counts["rejected"],
+                    )
+                )
+                continue
             touched, listed = step_events(j)
             # Step j computes a token for every running sequence, or its listed count.
             logical += counts["running"] + sum(listed.values()) - len(listed)
@@ -669,9 +710,9 @@ class _SeqPass:
                 s.base = j + 1
                 set_rates(s, j + 1)
                 dirty[i] = None
-            self.during_logical.append(logical)
-            self.during_reserved.append(reserved)
-            self.during_external.append(external())
+            during_logical(logical)
+            during_reserved(reserved)
+            during_external(external())
             first_sample.clear()
             apply_transitions(j + 1)
             post_events(j + 1)
@@ -810,7 +851,19 @@ class _BlockPass:
             bad = int(ends[frees][np.flatnonzero(z_block[frees] != block[ends][frees])[0]])
             raise InternalError(f"free of block {int(block[bad])} by seq {int(seq[bad])}: not its last block")
         self._references(
-            a_seq, a_pos, a_ev, a_sub, a_block, a_tok, z_seq, z_pos, z_ev, z_block, frees, names, request_names
+            a_seq,
+            a_pos,
+            a_ev,
+            a_sub,
+            a_block,
+            a_tok,
+            z_seq,
+            z_pos,
+            z_ev,
+            z_block,
+            frees,
+            names,
+            request_names,
         )
         self.a_seq, self.a_pos, self.a_ev, self.a_block = a_seq, a_pos, a_ev, a_block
         self.a_end = np.where(has_end, z_ev[np.maximum(pair_of_start, 0)], n)
@@ -1046,7 +1099,9 @@ def _seq_rows(
     p_k = np.r_[arr[:, 0], prow[:, 0]]
     p_seq = np.r_[arr[:, 1], prow[:, 1]]
     p_key = p_seq * width + p_k
-    p_vals = np.r_[np.zeros((len(arr), 5), np.int64), prow[:, 2:]] if len(prow) or len(arr) else np.zeros((0, 5))
+    p_vals = (
+        np.r_[np.zeros((len(arr), 5), np.int64), prow[:, 2:]] if len(prow) or len(arr) else np.zeros((0, 5))
+    )
     po = np.argsort(p_key, kind="stable")
     p_key_s = p_key[po]
     keys = np.unique(np.concatenate((g_key, p_key)))

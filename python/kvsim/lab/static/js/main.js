@@ -1,7 +1,7 @@
 // The page's wiring: controls -> api/run -> a Replay of the bundle -> the views at the current step;
 // replay controls (step, play / pause, speed, scrubber); the URL holding configuration and step.
 
-import { fetchPresets, fetchRun } from "./api.js";
+import { fetchPresets, fetchRun, lastFetch } from "./api.js";
 import { Chart } from "./chart.js";
 import { Experiments } from "./experiments.js";
 import { bytes, esc, int, secs } from "./format.js";
@@ -215,8 +215,8 @@ async function run(query, step) {
     grid.select(lab.selected, false);
   }
   const t2 = performance.now();
-  lab.timings.push({ query, fetch_ms: t1 - t0, replay_ms: tReplay - t1, render_ms: t2 - t1, total_ms: t2 - t0,
-    views_ms: lab.lastRender });
+  lab.timings.push({ query, fetch_ms: t1 - t0, server_ms: lastFetch.headers_ms, body_ms: lastFetch.body_ms,
+    bytes: lastFetch.bytes, replay_ms: tReplay - t1, render_ms: t2 - t1, total_ms: t2 - t0, views_ms: lab.lastRender });
   $("foot-run").textContent = `Last run: ${int(bundle.requests.length)} requests, ${int(bundle.num_steps)} steps, ` +
     `${int(replay.paged.numEvents)} events; fetched in ${(t1 - t0).toFixed(0)} ms, drawn in ${(t2 - t1).toFixed(0)} ms.`;
   $("lab").setAttribute("aria-busy", "false");
