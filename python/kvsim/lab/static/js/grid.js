@@ -118,6 +118,8 @@ export class BlockGrid {
     this.selected = -1;
     this.track = null;
     this.colors = null;
+    this.fresh = true;
+    this.pending = new Map();
     root.addEventListener("click", (ev) => {
       const cell = ev.target.closest(".cell");
       if (cell) this.select(Number(cell.dataset.block), true);
@@ -166,6 +168,8 @@ export class BlockGrid {
     }
     this.root.replaceChildren(frag);
     this.tabStop = null;
+    this.fresh = true;
+    this.pending = new Map(); // cell index -> the block it must describe (see `update`)
     this.sigs = new Array(count).fill("");
     this.cols = 0;
     this.geom = null;
@@ -332,19 +336,21 @@ export class BlockGrid {
     const paint = (b) => {
       const i = b - this.start;
       if (i < 0 || i >= this.cells.length) return;
-      const blk = t.block(b);
-      const st = blk.state;
+      // What the cell shows, read from the replay's columns (no row built).
+      const st = t.stateOf(b);
+      const blk = { block_id: b, state: st, ref_cnt: t.refOf(b), num_tokens: t.tokens[b] };
       // Touch the canvas and the element only where the block really changed (a jump marks every block).
       const sig = `${st}|${blk.ref_cnt}|${blk.num_tokens}`;
       if (this.sigs[i] === sig) return;
       this.sigs[i] = sig;
       todo.push(blk);
-      const cell = this.cells[i];
-      cell.dataset.state = st;
-      cell.dataset.ref = String(blk.ref_cnt);
-      cell.dataset.tokens = String(blk.num_tokens);
-      cell.setAttribute("aria-label", `P_${b}: ${st}, ref ${blk.ref_cnt}, ${blk.num_tokens} of ${bs} tokens`);
+      if (fresh) this._describe(i, blk);
+      else this.pending.set(i, blk);
     };
+    // A new bundle's (or window's) cells get their descriptions now; while scrubbing they follow in
+    // `syncCells`, once it pauses (the canvas shows each step at once).
+    const fresh = this.fresh;
+    this.fresh = false;
     if (changed === null) {
       this.geom = null; // a full redraw re-measures (after a new bundle, a resize, a window move)
       this.sigs.fill("");
@@ -353,10 +359,32 @@ export class BlockGrid {
       for (const b of changed) paint(b);
     }
     this._drawMany(todo);
+    if (fresh) this.pending.clear();
     if (this.windowed && (changed === null || changed.size !== 0)) {
       drawPoolStrip(this.overviewCanvas, t, this.colors, [this.start, this.start + this.cells.length]);
     }
     this._ensureTabStop();
+  }
+
+  /** Cell i's element describes its block: data-state, data-ref, data-tokens and the aria-label. */
+  _describe(i, blk) {
+    const cell = this.cells[i];
+    cell.dataset.state = blk.state;
+    cell.dataset.ref = String(blk.ref_cnt);
+    cell.dataset.tokens = String(blk.num_tokens);
+    cell.setAttribute("aria-label",
+      `P_${blk.block_id}: ${blk.state}, ref ${blk.ref_cnt}, ${blk.num_tokens} of ${this.track.blockSize} tokens`);
+  }
+
+  /** Whether some cell's element still describes an earlier step. */
+  hasPending() {
+    return this.pending.size > 0;
+  }
+
+  /** Bring the cells' elements up to the step the canvas shows. */
+  syncCells() {
+    for (const [i, blk] of this.pending) this._describe(i, blk);
+    this.pending.clear();
   }
 
   /** Draw cells: one by one when they are large; when small, the free, private and cached ones as one

@@ -246,7 +246,9 @@ const onScreen = new Set();
 let idleHandle = 0;
 
 function settle() {
-  if (lab.replay && lazy.every((v) => !v.stale)) document.body.dataset.settled = String(lab.step);
+  if (lab.replay && lazy.every((v) => !v.stale) && !grid.hasPending()) {
+    document.body.dataset.settled = String(lab.step);
+  }
 }
 
 function catchUp() {
@@ -258,6 +260,7 @@ function catchUp() {
       v.stale = false;
     }
   }
+  grid.syncCells();
   settle();
 }
 
@@ -304,7 +307,7 @@ function render(changed) {
   $("r-step").textContent = `step ${int(lab.step)} / ${int(r.numSteps)}${t !== null ? ` · t = ${secs(t)}` : ""}`;
   $("r-step").dataset.step = String(lab.step);
   document.body.dataset.step = String(lab.step);
-  if (lazy.some((v) => v.stale)) {
+  if (lazy.some((v) => v.stale) || grid.hasPending()) {
     // Catch up once the user stops scrubbing (no redraw for 200 ms), in an idle period.
     delete document.body.dataset.settled;
     clearTimeout(idleHandle);

@@ -183,6 +183,7 @@ export class TrackReplay {
       Array.from(holders.subarray(hOff[i], hOff[i + 1])),
     ]);
     this.blockState = bState; // per row: the state's code (the grid reads it without building rows)
+    this.blockRef = bRef;
     this.stateNames = states;
     // Sequence rows: a row's table is `keep` blocks of the sequence's previous row's table, then its tail.
     const sq = track.seqs || {};
@@ -339,6 +340,12 @@ export class TrackReplay {
       else if (st === "free" || st === "null") t[b] = 0;
     }
     return t;
+  }
+
+  /** Block b's reference count at this step, without building its row. */
+  refOf(b) {
+    const i = this.blocks.cur[b];
+    return i < 0 ? 0 : this.blockRef[i];
   }
 
   /** The state of block b at this step (a name), without building its row. */
