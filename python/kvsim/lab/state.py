@@ -41,6 +41,7 @@ from kvsim.lab.state_blocks import (
     BlockRows,
     SeqRows,
     _BlockPass,
+    _order,
     _seq_rows,
 )
 from kvsim.reference.contiguous import Buddy, FirstFit
@@ -233,7 +234,7 @@ def _event_states(
     n = len(kind)
     if n and bool((step[1:] < step[:-1]).any()):
         raise InternalError("event log not in step order")
-    order = np.argsort(seq, kind="stable")
+    order = _order(seq)
     s_sorted = seq[order]
     released = np.isin(kind, (FINISH, PREEMPT, SWAP_OUT))[order]
     last = np.maximum.accumulate(np.where(released, np.arange(n), -1)) if n else np.zeros(0, np.int64)

@@ -165,7 +165,7 @@ class _BlockPass:
         delta[kind == FREE] = -1
         self.swap_from = np.flatnonzero((kind == SWAP_IN) & (count > 0))
         delta[self.swap_from] = count[self.swap_from]
-        order = np.argsort(seq, kind="stable")  # events by (sequence, position)
+        order = _order(seq)  # events by (sequence, position)
         starts = _group_starts(seq[order])
         self.forks = np.flatnonzero(kind == FORK)
         if len(self.forks):
@@ -477,7 +477,7 @@ def _seq_rows(
     width = num_steps + 2
     n = len(seq)
     # Event groups: (sequence, state) with the table's length after them and the shortest during them.
-    order = bp.order if bp is not None else np.argsort(seq, kind="stable")
+    order = bp.order if bp is not None else _order(seq)
     gk = seq[order] * width + st[order]
     gs = _group_starts(gk)
     g_key = gk[gs]
