@@ -434,7 +434,9 @@ def encode(content: Any) -> bytes:
             return x.tolist()
         raise TypeError(f"{type(x).__name__} is not JSON serializable")
 
-    return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=default).encode()
+    return json.dumps(
+        content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=default
+    ).encode()
 
 
 def bundle(preset: str = "copilot", *, backend: str = "rust", **overrides: Any) -> dict[str, Any]:
