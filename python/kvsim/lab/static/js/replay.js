@@ -222,8 +222,19 @@ export class TrackReplay {
     };
     this.seqs = new RowTrack(sSteps, sSeq, this.seqRid.length, (i) => {
       const q = sSeq[i];
-      return [sSteps[i], this.seqRid[q], this.seqSample[q], statuses[sStatus[i]], sC[i], sRc[i], sG[i], sRg[i],
-        tableOf(i)];
+      const row = [sSteps[i], this.seqRid[q], this.seqSample[q], statuses[sStatus[i]], sC[i], sRc[i], sG[i],
+        sRg[i]];
+      // The table is rebuilt from its `keep` chain when a view first reads it (listing sequences reads
+      // their status only).
+      Object.defineProperty(row, S.table, {
+        configurable: true, enumerable: true,
+        get: () => {
+          const table = tableOf(i);
+          Object.defineProperty(row, S.table, { value: table, writable: true, enumerable: true });
+          return table;
+        },
+      });
+      return row;
     });
     // Regions are per (request, sample) too (the 5th field, when present, is the sample).
     const regions = track.regions || [];
