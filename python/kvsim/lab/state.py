@@ -41,6 +41,7 @@ from kvsim.lab.state_blocks import (
     BlockRows,
     SeqRows,
     _BlockPass,
+    _group_starts,
     _order,
     _seq_rows,
 )
@@ -244,7 +245,8 @@ def _event_states(
     after_finish = (kind == FREE) & (last_rel >= 0) & (kind[np.maximum(last_rel, 0)] == FINISH)
     pred = np.isin(kind, (FINISH, FORK, REJECT)) | after_finish
     others = np.cumsum(~pred)
-    first = np.searchsorted(step, step, "left")
+    starts = _group_starts(step)  # the log is in step order: each step count's first event
+    first = np.repeat(starts, np.diff(np.append(starts, n)))
     before = np.where(first > 0, others[np.maximum(first - 1, 0)], 0)
     post = pred & (others - before == 0)
     st = np.minimum(np.where(post, step, step + 1), num_steps)
