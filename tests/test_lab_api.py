@@ -24,6 +24,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from kvsim.lab.bundle import encode
 from kvsim.lab.server import create_app, openapi
 
 
@@ -56,7 +57,8 @@ def test_run_route_is_the_bundle(client):
     for key in ("num_steps", "requests", "model", "bytes_per_block"):
         assert body[key] == expected[key]
     assert body["paged"]["metrics"] == json.loads(json.dumps(expected["paged"]["metrics"]))
-    assert body["paged"]["blocks"] == json.loads(json.dumps(expected["paged"]["blocks"]))
+    assert body["paged"]["blocks"] == json.loads(encode(expected["paged"]["blocks"]))
+    assert body["paged"]["seqs"] == json.loads(encode(expected["paged"]["seqs"]))
 
 
 def test_state_route_is_the_snapshot(client):

@@ -7,6 +7,7 @@ bytes and fractions.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from typing import Any
 
@@ -16,10 +17,15 @@ import kvsim.lab.presets as _presets
 from kvsim import models
 from kvsim.config import CONTIGUOUS_POLICIES, PLACEMENTS, PREEMPTIONS, SAMPLINGS, SimConfig
 from kvsim.errors import InvalidArgumentError
-from kvsim.lab.state import Track, gc_paused, replay, state_at, tokens_at
+from kvsim.lab.state import BLOCK_STATES, STATUSES, Track, gc_paused, replay, state_at, tokens_at
 from kvsim.reference.engine import EVENT_KINDS
 from kvsim.simulate import simulate
 from kvsim.workloads import Workload
+
+try:  # orjson encodes a large bundle several times faster than the standard library
+    import orjson
+except ImportError:  # pragma: no cover - the `lab` extra installs it
+    orjson = None  # type: ignore[assignment]
 
 # Caps on the work one page request may cause (the API and `bundle` refuse more, naming the cap).
 LIMITS = {
@@ -352,61 +358,85 @@ def _requests(p: _presets.Preset) -> list[dict[str, Any]]:
     return out
 
 
+BLOCK_COLUMNS = ("step", "block", "state", "ref", "key_label", "key_index", "holders_count", "holders")
+SEQ_COLUMNS = (
+    "step",
+    "seq",
+    "status",
+    "computed",
+    "computed_rate",
+    "generated",
+    "generated_rate",
+    "keep",
+    "tail_count",
+    "tail",
+)
+
+
+def _block_columns(t: Track) -> dict[str, np.ndarray]:
+    b = t.blocks
+    if b is None:
+        return {name: np.zeros(0, np.int64) for name in BLOCK_COLUMNS}
+    cols = {name: getattr(b, name) for name in BLOCK_COLUMNS if hasattr(b, name)}
+    cols["holders_count"] = np.diff(b.holders_offsets)
+    return {name: cols[name] for name in BLOCK_COLUMNS}
+
+
+def _seq_columns(t: Track) -> dict[str, np.ndarray]:
+    s = t.seqs
+    cols = {name: getattr(s, name) for name in SEQ_COLUMNS if hasattr(s, name)}
+    cols["tail_count"] = np.diff(s.tail_offsets)
+    return {name: cols[name] for name in SEQ_COLUMNS}
+
+
 def _track_payload(t: Track, metrics: dict[str, list[Any]]) -> dict[str, Any]:
-    ev, raw = t.result.events, t.result.raw.events
-    assert ev is not None
+    """One track as sent: the event log, block and sequence rows as columns (numpy arrays: `encode`
+    writes them as JSON arrays), codes with their names (`event_kinds`, `block_states`, `statuses`,
+    `key_labels`), per sequence its request id and sample (`seq_request_id`, `seq_sample`). An event's
+    time is the time of the state its step count names (`metrics["time_s"][step]`) unless the track
+    sends `event_time_s`."""
+    raw = t.result.raw.events
     assert raw is not None
-    # The log's columns from the engine's arrays (what `simulate` builds the log's table from): a kind's
-    # name is one str object for all its events.
-    seq = raw["seq"]
-    events = list(
-        zip(
-            raw["step"].tolist(),
-            ev["time_s"].to_numpy().tolist(),
-            [EVENT_KINDS[k] for k in raw["kind"].tolist()],
-            t.inp.request_id[seq].tolist(),
-            t.inp.sample[seq].tolist(),
-            raw["block"].tolist(),
-            raw["count"].tolist(),
-            strict=True,
-        )
-    )
+    events = {name: raw[name] for name in ("step", "kind", "seq", "block", "count")}
+    step_ps = np.append(t.result.raw.timeseries["time_ps"], int(t.result.raw.counters["makespan_ps"]))
+    times = raw["time_ps"]
+    if len(times) and not np.array_equal(times, step_ps[np.minimum(raw["step"], len(step_ps) - 1)]):
+        events["time_s"] = times / 1e12
     return {
         "policy": t.config.policy,
         "num_steps": t.num_steps,
         "capacity_tokens": t.config.capacity_tokens,
         "event_upto": _pad(t.metrics["event_upto"], len(metrics["time_s"])),
         "summary": t.result.summary,
+        "event_kinds": list(EVENT_KINDS),
+        "block_states": list(BLOCK_STATES),
+        "statuses": list(STATUSES),
+        "key_labels": t.key_labels,
+        "seq_request_id": t.inp.request_id.astype(np.int64),
+        "seq_sample": np.broadcast_to(t.inp.sample, (len(t.inp),)).astype(np.int64),
+        "num_events": len(raw["step"]),
         "events": events,
         "metrics": metrics,
-        "blocks": t.block_rows if t.paged else [],
-        "seqs": _seq_deltas(t.seq_rows),
+        "blocks": _block_columns(t),
+        "seqs": _seq_columns(t),
         "regions": t.region_rows,
     }
 
 
-def _seq_deltas(rows: list[list[Any]]) -> list[list[Any]]:
-    """Sequence rows as sent: a row whose table starts with `keep` > 0 blocks of the same sequence's
-    previous row's table carries only the rest, and `keep` as a 10th field (the page rebuilds
-    `previous[:keep] + rest`; state.py keeps whole tables)."""
-    last: dict[tuple[int, int], list[int]] = {}
-    out = []
-    for row in rows:
-        key = (row[1], row[2])
-        table = row[8]
-        prev = last.get(key)
-        last[key] = table
-        keep = 0
-        if prev:
-            # The usual change: blocks appended or freed at the end (one slice compared in C).
-            n = min(len(prev), len(table))
-            if (table[:n] == prev) if n == len(prev) else (prev[:n] == table):
-                keep = n
-            else:
-                while prev[keep] == table[keep]:
-                    keep += 1
-        out.append(row if keep == 0 else [*row[:8], table[keep:], keep])
-    return out
+def encode(content: Any) -> bytes:
+    """`content` (a bundle, a snapshot, any JSON value) as JSON bytes, numpy arrays as JSON arrays: orjson
+    when installed, the standard library otherwise."""
+    if orjson is not None:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+
+    def default(x: Any) -> Any:
+        if isinstance(x, np.ndarray | np.generic):
+            return x.tolist()
+        raise TypeError(f"{type(x).__name__} is not JSON serializable")
+
+    return json.dumps(
+        content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=default
+    ).encode()
 
 
 def bundle(preset: str = "copilot", *, backend: str = "rust", **overrides: Any) -> dict[str, Any]:

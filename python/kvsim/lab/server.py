@@ -8,7 +8,6 @@ API tests fuzz for one).
 
 from __future__ import annotations
 
-import json
 import socket
 import sys
 import threading
@@ -25,14 +24,9 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.lab.bundle import LIMITS, bundle_from, options, resolve, run_tracks, snapshot_from
+from kvsim.lab.bundle import LIMITS, bundle_from, encode, options, resolve, run_tracks, snapshot_from
 from kvsim.lab.presets import names as preset_names
 from kvsim.lab.state import gc_paused
-
-try:  # orjson encodes a large bundle several times faster than the standard library
-    import orjson
-except ImportError:  # pragma: no cover - the `lab` extra installs it
-    orjson = None  # type: ignore[assignment]
 
 STATIC = Path(__file__).parent / "static"
 # Query parameters: name -> (type, description). `preset` and `step` besides the overrides.
@@ -53,10 +47,8 @@ CACHE_SIZE = 8
 
 
 def _encode(content: Any) -> bytes:
-    """JSON through orjson when installed (Starlette's JSONResponse encoding otherwise)."""
-    if orjson is None:
-        return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
-    return orjson.dumps(content)
+    """JSON bytes (`kvsim.lab.bundle.encode`: orjson when installed, numpy arrays as arrays)."""
+    return encode(content)
 
 
 class Json(JSONResponse):

@@ -31,10 +31,17 @@ export function times(m) {
   return `${m.toFixed(m >= 10 ? 1 : 2)}×`;
 }
 
-/** An integer with thousands separators. */
+const NUMBER = new Intl.NumberFormat("en-US"); // one formatter: toLocaleString builds one per call
+
+/** An integer with thousands separators (as Number#toLocaleString("en-US") writes it). */
 export function int(n) {
   if (n === null || n === undefined) return "—";
-  return Number(n).toLocaleString("en-US");
+  const x = Number(n);
+  if (Number.isSafeInteger(x)) {
+    const digits = String(Math.abs(x)).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+    return x < 0 ? `-${digits}` : digits;
+  }
+  return NUMBER.format(x);
 }
 
 /** A byte offset in hex, padded to the pool's width: 0x00200000. */

@@ -1,6 +1,9 @@
 // The physical block grid: one cell per block (a window of WINDOW blocks past that, with a clickable
 // overview of the whole pool), states told apart by fill, pattern, border and glyph, keyboard navigation
-// with a roving tabindex. Redraws only the cells whose block changed at this step.
+// with a roving tabindex. The cells are drawn on one canvas behind the grid's elements, which stay as
+// transparent, focusable, clickable stand-ins carrying each block's state for assistive technology (and
+// the tests); a step redraws only the cells whose block changed, and changes no element's class, so the
+// browser restyles nothing.
 
 import { int } from "./format.js";
 
@@ -72,8 +75,7 @@ export function drawPoolStrip(canvas, track, colors, windowRange = null) {
     const hi = Math.max(lo + 1, Math.floor(((c + 1) * n) / cols));
     const x = c * colW;
     if (hi - lo === 1) {
-      const row = track.blocks.row(lo);
-      const st = row ? row[2] : "free";
+      const st = track.stateOf(lo);
       ctx.fillStyle = colors[st];
       const bh = st === "private" ? Math.max(3, h * (track.tokens[lo] / bs)) : st === "free" ? 3 : h;
       if (st === "cached") ctx.globalAlpha = 0.55;
@@ -83,8 +85,7 @@ export function drawPoolStrip(canvas, track, colors, windowRange = null) {
     }
     for (const k in count) count[k] = 0;
     for (let b = lo; b < hi; b += 1) {
-      const row = track.blocks.row(b);
-      count[row ? row[2] : "free"] += 1;
+      count[track.stateOf(b)] += 1;
     }
     let y = h;
     for (const st of STACK) {
@@ -117,6 +118,8 @@ export class BlockGrid {
     this.selected = -1;
     this.track = null;
     this.colors = null;
+    this.fresh = true;
+    this.pending = new Map();
     root.addEventListener("click", (ev) => {
       const cell = ev.target.closest(".cell");
       if (cell) this.select(Number(cell.dataset.block), true);
@@ -147,6 +150,10 @@ export class BlockGrid {
     const n = this.track.numBlocks;
     const count = Math.min(WINDOW, n - this.start);
     const frag = document.createDocumentFragment();
+    this.canvas = document.createElement("canvas");
+    this.canvas.className = "grid-canvas";
+    this.canvas.setAttribute("aria-hidden", "true");
+    frag.appendChild(this.canvas);
     this.cells = new Array(count);
     for (let i = 0; i < count; i += 1) {
       const b = this.start + i;
@@ -156,16 +163,158 @@ export class BlockGrid {
       cell.setAttribute("role", "option");
       cell.setAttribute("aria-selected", "false");
       cell.tabIndex = -1;
-      cell.innerHTML = `<span class="lbl">${b}</span><i class="badge"></i>`;
       frag.appendChild(cell);
       this.cells[i] = cell;
     }
     this.root.replaceChildren(frag);
+    this.tabStop = null;
+    this.fresh = true;
+    this.pending = new Map(); // cell index -> the block it must describe (see `update`)
     this.sigs = new Array(count).fill("");
     this.cols = 0;
+    this.geom = null;
     if (this.windowed) {
       this.caption.textContent = `Showing blocks P_${int(this.start)}–P_${int(this.start + count - 1)} of ${int(n)}` +
         " (click the overview, or Page Up / Down past the edge, to move the window)";
+    }
+  }
+
+  /** Where cell i sits (CSS pixels within the grid), measured once per layout from the elements. */
+  _geometry() {
+    if (this.geom) return this.geom;
+    const c = this.cells;
+    if (!c.length) return null;
+    const size = c[0].offsetWidth;
+    const x0 = c[0].offsetLeft;
+    const y0 = c[0].offsetTop;
+    const cols = this._columns();
+    const dx = c.length > 1 && cols > 1 ? c[1].offsetLeft - x0 : size;
+    const dy = c.length > cols ? c[cols].offsetTop - y0 : size;
+    const rows = Math.ceil(c.length / cols);
+    const w = this.root.clientWidth;
+    const h = y0 + (rows - 1) * dy + size + y0;
+    const dpr = window.devicePixelRatio || 1;
+    this.canvas.style.width = `${w}px`;
+    this.canvas.style.height = `${h}px`;
+    this.canvas.width = Math.round(w * dpr);
+    this.canvas.height = Math.round(h * dpr);
+    const ctx = this.canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    const cls = this.root.className;
+    this.geom = { size, x0, y0, dx, dy, cols, ctx, w, h,
+      big: cls.includes("size-l"), medium: cls.includes("size-m"), radius: size >= 20 ? 5 : 2 };
+    return this.geom;
+  }
+
+  /** Draw block b's cell (its state's fill, pattern, border, glyph and badge, as the legend shows). */
+  _draw(b, blk) {
+    const g = this._geometry();
+    if (!g) return;
+    const i = b - this.start;
+    const col = i % g.cols;
+    const row = Math.floor(i / g.cols);
+    const x = g.x0 + col * g.dx;
+    const y = g.y0 + row * g.dy;
+    const { ctx, size, radius } = g;
+    const c = this.colors;
+    ctx.clearRect(x - 1, y - 1, size + 2, size + 2);
+    const st = blk.state;
+    const path = (inset) => {
+      ctx.beginPath();
+      ctx.roundRect(x + inset, y + inset, size - 2 * inset, size - 2 * inset, Math.max(0, radius - inset));
+    };
+    const stripes = (a, bColor, period, dir) => {
+      ctx.save();
+      path(0);
+      ctx.clip();
+      ctx.fillStyle = a;
+      ctx.fillRect(x, y, size, size);
+      ctx.strokeStyle = bColor;
+      ctx.lineWidth = period / 2;
+      ctx.beginPath();
+      for (let o = -size; o < 2 * size; o += period) {
+        if (dir > 0) {
+          ctx.moveTo(x + o, y + size);
+          ctx.lineTo(x + o + size, y);
+        } else {
+          ctx.moveTo(x + o, y);
+          ctx.lineTo(x + o + size, y + size);
+        }
+      }
+      ctx.stroke();
+      ctx.restore();
+    };
+    const border = (color, width, dash = null) => {
+      ctx.save();
+      path(width / 2);
+      ctx.strokeStyle = color;
+      ctx.lineWidth = width;
+      if (dash) ctx.setLineDash(dash);
+      ctx.stroke();
+      ctx.restore();
+    };
+    const glyph = (text, color) => {
+      if (!g.big && !g.medium) return;
+      ctx.fillStyle = color;
+      ctx.font = `${Math.round(size * 0.45)}px ui-sans-serif, system-ui, sans-serif`;
+      ctx.textAlign = "center";
+      ctx.textBaseline = "middle";
+      ctx.fillText(text, x + size / 2, y + size / 2 + 1);
+    };
+    if (st === "private") {
+      path(0);
+      ctx.fillStyle = "#1b2b48";
+      ctx.fill();
+      const fill = Math.max(0, Math.min(1, blk.num_tokens / this.track.blockSize));
+      if (fill > 0) {
+        ctx.save();
+        path(0);
+        ctx.clip();
+        ctx.fillStyle = c.private;
+        ctx.fillRect(x, y + size * (1 - fill), size, size * fill);
+        ctx.restore();
+      }
+      border("#6f9fff", 1);
+    } else if (st === "shared") {
+      stripes(c.shared, "#8250c9", 10, 1);
+      border("#e3ccff", 2);
+    } else if (st === "cached") {
+      path(0);
+      ctx.fillStyle = "rgba(227, 168, 43, 0.14)";
+      ctx.fill();
+      border(c.cached, 2, [3, 2]);
+      glyph("↺", c.cached);
+    } else if (st === "null") {
+      stripes("#3a3f47", "#2a2e34", 6, -1);
+      border("#70757d", 1);
+      glyph("∅", "#c7ccd4");
+    } else {
+      path(0);
+      ctx.fillStyle = c.free;
+      ctx.fill();
+      border("#3b4555", 1, [1, 1.5]);
+    }
+    if (g.big) {
+      ctx.fillStyle = "rgba(255, 255, 255, 0.75)";
+      ctx.font = "10px ui-monospace, SFMono-Regular, Menlo, monospace";
+      ctx.textAlign = "left";
+      ctx.textBaseline = "top";
+      ctx.fillText(String(b), x + 3, y + 2);
+    }
+    if (st === "shared" && (g.big || g.medium)) {
+      // The ref-count badge.
+      const r = 7;
+      const bx = x + size - 1 - r;
+      const by = y + size - 1 - r;
+      ctx.beginPath();
+      ctx.arc(bx, by, r, 0, 2 * Math.PI);
+      ctx.fillStyle = "#fff";
+      ctx.fill();
+      ctx.fillStyle = "#3b1a6e";
+      ctx.font = "bold 10px ui-sans-serif, system-ui, sans-serif";
+      ctx.textAlign = "center";
+      ctx.textBaseline = "middle";
+      ctx.fillText(String(blk.ref_cnt), bx, by + 1);
     }
   }
 
@@ -182,42 +331,125 @@ export class BlockGrid {
   /** Redraw the cells of the changed blocks (a Set of ids), or every cell (null). */
   update(changed) {
     const t = this.track;
+    const bs = t.blockSize;
+    const todo = [];
     const paint = (b) => {
       const i = b - this.start;
       if (i < 0 || i >= this.cells.length) return;
-      const cell = this.cells[i];
-      const blk = t.block(b);
-      const st = blk.state;
-      // Touch the DOM only where the block really changed (a jump marks every block as changed).
-      const sig = `${st}|${blk.ref_cnt}|${blk.num_tokens}|${b === this.selected}`;
+      // What the cell shows, read from the replay's columns (no row built).
+      const st = t.stateOf(b);
+      const blk = { block_id: b, state: st, ref_cnt: t.refOf(b), num_tokens: t.tokens[b] };
+      // Touch the canvas and the element only where the block really changed (a jump marks every block).
+      const sig = `${st}|${blk.ref_cnt}|${blk.num_tokens}`;
       if (this.sigs[i] === sig) return;
       this.sigs[i] = sig;
-      const cls = `cell s-${st}${b === this.selected ? " selected" : ""}${blk.num_tokens > 0 && blk.num_tokens < t.blockSize ? " partial" : ""}`;
-      if (cell.className !== cls) cell.className = cls;
-      cell.dataset.state = st;
-      cell.dataset.ref = String(blk.ref_cnt);
-      cell.dataset.tokens = String(blk.num_tokens);
-      cell.style.setProperty("--fill", String(blk.num_tokens / t.blockSize));
-      cell.lastChild.textContent = st === "shared" ? String(blk.ref_cnt) : "";
-      cell.setAttribute("aria-label",
-        `P_${b}: ${st}, ref ${blk.ref_cnt}, ${blk.num_tokens} of ${t.blockSize} tokens`);
+      todo.push(blk);
+      if (fresh) this._describe(i, blk);
+      else this.pending.set(i, blk);
     };
+    // A new bundle's (or window's) cells get their descriptions now; while scrubbing they follow in
+    // `syncCells`, once it pauses (the canvas shows each step at once).
+    const fresh = this.fresh;
+    this.fresh = false;
     if (changed === null) {
+      this.geom = null; // a full redraw re-measures (after a new bundle, a resize, a window move)
+      this.sigs.fill("");
       for (let i = 0; i < this.cells.length; i += 1) paint(this.start + i);
     } else {
       for (const b of changed) paint(b);
     }
-    if (this.windowed) {
+    this._drawMany(todo);
+    if (fresh) this.pending.clear();
+    if (this.windowed && (changed === null || changed.size !== 0)) {
       drawPoolStrip(this.overviewCanvas, t, this.colors, [this.start, this.start + this.cells.length]);
     }
     this._ensureTabStop();
   }
 
+  /** Cell i's element describes its block: data-state, data-ref, data-tokens and the aria-label. */
+  _describe(i, blk) {
+    const cell = this.cells[i];
+    cell.dataset.state = blk.state;
+    cell.dataset.ref = String(blk.ref_cnt);
+    cell.dataset.tokens = String(blk.num_tokens);
+    cell.setAttribute("aria-label",
+      `P_${blk.block_id}: ${blk.state}, ref ${blk.ref_cnt}, ${blk.num_tokens} of ${this.track.blockSize} tokens`);
+  }
+
+  /** Whether some cell's element still describes an earlier step. */
+  hasPending() {
+    return this.pending.size > 0;
+  }
+
+  /** Bring the cells' elements up to the step the canvas shows. */
+  syncCells() {
+    for (const [i, blk] of this.pending) this._describe(i, blk);
+    this.pending.clear();
+  }
+
+  /** Draw cells: one by one when they are large; when small, the free, private and cached ones as one
+   * path per state (a fill and a stroke for hundreds of cells). */
+  _drawMany(blocks) {
+    const g = this._geometry();
+    if (!g || !blocks.length) return;
+    if (g.big || g.medium) {
+      for (const blk of blocks) this._draw(blk.block_id, blk);
+      return;
+    }
+    const { ctx, size } = g;
+    const c = this.colors;
+    const bs = this.track.blockSize;
+    const at = (b) => {
+      const i = b - this.start;
+      return [g.x0 + (i % g.cols) * g.dx, g.y0 + Math.floor(i / g.cols) * g.dy];
+    };
+    const groups = { free: [], private: [], cached: [] };
+    for (const blk of blocks) {
+      const [x, y] = at(blk.block_id);
+      ctx.clearRect(x - 1, y - 1, size + 2, size + 2);
+      if (blk.state in groups) groups[blk.state].push([x, y, blk]);
+      else this._draw(blk.block_id, blk);
+    }
+    const fillRects = (items, color, part = null) => {
+      if (!items.length) return;
+      ctx.beginPath();
+      for (const [x, y, blk] of items) {
+        if (part === null) ctx.rect(x, y, size, size);
+        else {
+          const f = part(blk);
+          if (f > 0) ctx.rect(x, y + size * (1 - f), size, size * f);
+        }
+      }
+      ctx.fillStyle = color;
+      ctx.fill();
+    };
+    const strokeRects = (items, color, width, dash) => {
+      if (!items.length) return;
+      ctx.beginPath();
+      for (const [x, y] of items) ctx.rect(x + width / 2, y + width / 2, size - width, size - width);
+      ctx.strokeStyle = color;
+      ctx.lineWidth = width;
+      ctx.setLineDash(dash);
+      ctx.stroke();
+      ctx.setLineDash([]);
+    };
+    fillRects(groups.free, c.free);
+    strokeRects(groups.free, "#3b4555", 1, [1, 1.5]);
+    fillRects(groups.private, "#1b2b48");
+    fillRects(groups.private, c.private, (blk) => Math.max(0, Math.min(1, blk.num_tokens / bs)));
+    strokeRects(groups.private, "#6f9fff", 1, []);
+    fillRects(groups.cached, "rgba(227, 168, 43, 0.14)");
+    strokeRects(groups.cached, c.cached, 2, [3, 2]);
+  }
+
   _ensureTabStop() {
     const i = this.selected >= this.start && this.selected < this.start + this.cells.length
       ? this.selected - this.start : 0;
-    for (const c of this.root.querySelectorAll('.cell[tabindex="0"]')) c.tabIndex = -1;
-    if (this.cells[i]) this.cells[i].tabIndex = 0;
+    const stop = this.cells[i];
+    if (stop === this.tabStop) return;
+    if (this.tabStop) this.tabStop.tabIndex = -1;
+    if (stop) stop.tabIndex = 0;
+    this.tabStop = stop;
   }
 
   /** Select block b (and tell the page); focus it when asked (keyboard). */
@@ -229,14 +461,12 @@ export class BlockGrid {
     if (this.cells[old]) {
       this.cells[old].classList.remove("selected");
       this.cells[old].setAttribute("aria-selected", "false");
-      this.sigs[old] = "";
     }
     this.selected = b;
     const cell = this.cells[b - this.start];
     if (cell) {
       cell.classList.add("selected");
       cell.setAttribute("aria-selected", "true");
-      this.sigs[b - this.start] = "";
       this._ensureTabStop();
       if (focus) cell.focus({ preventScroll: false });
     }
@@ -274,5 +504,6 @@ export class BlockGrid {
   /** Forget the cached column count (after a resize). */
   relayout() {
     this.cols = 0;
+    this.geom = null;
   }
 }

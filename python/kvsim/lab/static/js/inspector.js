@@ -32,6 +32,7 @@ export class Inspector {
   }
 
   clear() {
+    this.lastTitle = this.lastHtml = null;
     this.title.textContent = "";
     this.body.innerHTML = '<p class="hint">Select a block in the pool.</p>';
   }
@@ -61,8 +62,8 @@ export class Inspector {
         slots.push(`<span class="slot${i < blk.num_tokens ? " on" : ""}">${i}</span>`);
       }
     }
-    this.title.innerHTML = `<b class="mono" id="insp-id">P_${b}</b>`;
-    this.body.innerHTML = `
+    const title = `<b class="mono" id="insp-id">P_${b}</b>`;
+    const html = `
       <p class="insp-state s-${blk.state}-text" id="insp-state" data-state="${blk.state}">
         <span class="cell s-${blk.state} demo" aria-hidden="true"></span>${STATE_TEXT[blk.state] || esc(blk.state)}
         <span class="ref" id="insp-ref" data-ref="${blk.ref_cnt}">ref_cnt = ${blk.ref_cnt}</span></p>
@@ -85,5 +86,10 @@ export class Inspector {
       ${slots.length ? `<p class="label">Token slots in P_${b} (${bs} slots)</p><div class="slots">${slots.join("")}</div>`
         : `<div class="usage-bar thin"><span class="used" style="width:${(100 * blk.num_tokens) / bs}%"></span></div>`}
     `;
+    // Scrubbing re-shows the selected block every step: touch the DOM only when what it shows changed.
+    if (title !== this.lastTitle) this.title.innerHTML = title;
+    if (html !== this.lastHtml) this.body.innerHTML = html;
+    this.lastTitle = title;
+    this.lastHtml = html;
   }
 }

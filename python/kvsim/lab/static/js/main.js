@@ -1,7 +1,7 @@
 // The page's wiring: controls -> api/run -> a Replay of the bundle -> the views at the current step;
 // replay controls (step, play / pause, speed, scrubber); the URL holding configuration and step.
 
-import { fetchPresets, fetchRun } from "./api.js";
+import { fetchPresets, fetchRun, lastFetch } from "./api.js";
 import { Chart } from "./chart.js";
 import { Experiments } from "./experiments.js";
 import { bytes, esc, int, secs } from "./format.js";
@@ -91,7 +91,7 @@ function writeUrl() {
     u.set("step", String(lab.step));
     const url = `${window.location.pathname}?${u.toString()}`;
     if (url !== `${window.location.pathname}${window.location.search}`) window.history.replaceState(null, "", url);
-  }, 120);
+  }, 400); // once the scrubbing pauses: replaceState costs a frame's worth of time in chromium
 }
 
 // ---------------------------------------------------------------- controls
@@ -215,10 +215,10 @@ async function run(query, step) {
     grid.select(lab.selected, false);
   }
   const t2 = performance.now();
-  lab.timings.push({ query, fetch_ms: t1 - t0, replay_ms: tReplay - t1, render_ms: t2 - t1, total_ms: t2 - t0,
-    views_ms: lab.lastRender });
+  lab.timings.push({ query, fetch_ms: t1 - t0, server_ms: lastFetch.headers_ms, body_ms: lastFetch.body_ms,
+    bytes: lastFetch.bytes, replay_ms: tReplay - t1, render_ms: t2 - t1, total_ms: t2 - t0, views_ms: lab.lastRender });
   $("foot-run").textContent = `Last run: ${int(bundle.requests.length)} requests, ${int(bundle.num_steps)} steps, ` +
-    `${int(bundle.paged.events.length)} events; fetched in ${(t1 - t0).toFixed(0)} ms, drawn in ${(t2 - t1).toFixed(0)} ms.`;
+    `${int(replay.paged.numEvents)} events; fetched in ${(t1 - t0).toFixed(0)} ms, drawn in ${(t2 - t1).toFixed(0)} ms.`;
   $("lab").setAttribute("aria-busy", "false");
   lab.completed += 1;
   document.body.dataset.runs = String(lab.completed);
@@ -246,7 +246,9 @@ const onScreen = new Set();
 let idleHandle = 0;
 
 function settle() {
-  if (lab.replay && lazy.every((v) => !v.stale)) document.body.dataset.settled = String(lab.step);
+  if (lab.replay && lazy.every((v) => !v.stale) && !grid.hasPending()) {
+    document.body.dataset.settled = String(lab.step);
+  }
 }
 
 function catchUp() {
@@ -258,6 +260,7 @@ function catchUp() {
       v.stale = false;
     }
   }
+  grid.syncCells();
   settle();
 }
 
@@ -281,7 +284,7 @@ function render(changed) {
   const marks = [performance.now()];
   grid.update(changed);
   marks.push(performance.now());
-  panels.render();
+  panels.render(changed);
   marks.push(performance.now());
   for (const v of lazy) {
     if (onScreen.has(v.el)) {
@@ -304,7 +307,7 @@ function render(changed) {
   $("r-step").textContent = `step ${int(lab.step)} / ${int(r.numSteps)}${t !== null ? ` · t = ${secs(t)}` : ""}`;
   $("r-step").dataset.step = String(lab.step);
   document.body.dataset.step = String(lab.step);
-  if (lazy.some((v) => v.stale)) {
+  if (lazy.some((v) => v.stale) || grid.hasPending()) {
     // Catch up once the user stops scrubbing (no redraw for 200 ms), in an idle period.
     delete document.body.dataset.settled;
     clearTimeout(idleHandle);

@@ -6,12 +6,33 @@ import { drawPoolStrip, prepareCanvas } from "./grid.js";
 import { bytes, esc, int, metric, pct, times } from "./format.js";
 import { S } from "./replay.js";
 
+// Writes only what changed: scrubbing redraws every step, and an unchanged write still costs the
+// browser a style and layout pass over the element.
+function setText(el, text) {
+  if (el.textContent !== text) el.textContent = text;
+}
+
+function setData(el, key, value) {
+  if (el.dataset[key] !== value) el.dataset[key] = value;
+}
+
+function setHtml(el, html) {
+  if (el._html !== html) {
+    el.innerHTML = html;
+    el._html = html;
+  }
+}
+
+function setWidth(el, width) {
+  if (el.style.width !== width) el.style.width = width;
+}
+
 function setMetric(el, replay, name, text = null) {
   if (!el) return null;
   const v = replay.metric(name);
-  el.dataset.value = v === null ? "" : String(v);
-  el.dataset.metric = name;
-  el.textContent = text !== null ? text(v) : metric(name, v);
+  setData(el, "value", v === null ? "" : String(v));
+  setData(el, "metric", name);
+  setText(el, text !== null ? text(v) : metric(name, v));
   el.classList.toggle("missing", v === null);
   return v;
 }
@@ -34,7 +55,8 @@ export class Panels {
       "per-sequence block tables, so no request needs contiguous memory and no hole is ever too small.";
   }
 
-  render() {
+  /** Redraw at the replay's step; `changed` the blocks that changed since the last (null: all). */
+  render(changed = null) {
     const r = this.replay;
     if (!r) return;
     // Cards.
@@ -43,21 +65,21 @@ export class Panels {
     setMetric($("card-waste"), r, "contiguous_waste_fraction", pct);
     setMetric($("card-slack"), r, "paged_tail_slack_fraction", pct);
     const bound = r.metric("paged_tail_slack_bound_bytes");
-    $("card-slack-note").textContent = bound !== null
+    setText($("card-slack-note"), bound !== null
       ? `Only tail blocks have slack: ${bytes(r.metric("paged_tail_slack_bytes"))} ≤ bound ${bytes(bound)} (< B tokens per sequence)`
-      : "Only the tail block of a sequence has slack (< B tokens each)";
+      : "Only the tail block of a sequence has slack (< B tokens each)");
     // Contiguous panel.
     const reserved = setMetric($("contig-reserved"), r, "contiguous_reserved_bytes", bytes);
     const used = r.metric("contiguous_used_bytes");
     const wasted = r.hasMetric("contiguous_wasted_bytes") ? r.metric("contiguous_wasted_bytes")
       : reserved !== null && used !== null ? reserved - used : null;
     const waste = r.metric("contiguous_waste_fraction");
-    $("contig-used").textContent = `${bytes(used)} (${pct(waste === null ? null : 1 - waste)})`;
-    $("contig-used").dataset.value = String(used);
-    $("contig-wasted").textContent = `${bytes(wasted)} (${pct(waste)})`;
-    $("contig-wasted").dataset.value = String(wasted);
-    $("contig-used-bar").style.width = `${reserved ? (100 * used) / reserved : 0}%`;
-    $("contig-wasted-bar").style.width = `${reserved ? (100 * wasted) / reserved : 0}%`;
+    setText($("contig-used"), `${bytes(used)} (${pct(waste === null ? null : 1 - waste)})`);
+    setData($("contig-used"), "value", String(used));
+    setText($("contig-wasted"), `${bytes(wasted)} (${pct(waste)})`);
+    setData($("contig-wasted"), "value", String(wasted));
+    setWidth($("contig-used-bar"), `${reserved ? (100 * used) / reserved : 0}%`);
+    setWidth($("contig-wasted-bar"), `${reserved ? (100 * wasted) / reserved : 0}%`);
     setMetric($("contig-internal"), r, r.hasMetric("contiguous_internal_fragmentation")
       ? "contiguous_internal_fragmentation" : "contiguous_waste_fraction", pct);
     setMetric($("contig-external"), r, "contiguous_external_fragmentation", pct);
@@ -66,14 +88,14 @@ export class Panels {
     const stored = setMetric($("paged-stored"), r, "paged_stored_bytes", bytes);
     const slack = setMetric($("paged-slack"), r, "paged_tail_slack_bytes",
       (v) => `${bytes(v)} (${pct(r.metric("paged_tail_slack_fraction"))})`);
-    $("paged-stored-bar").style.width = `${alloc ? (100 * stored) / alloc : 0}%`;
-    $("paged-slack-bar").style.width = `${alloc ? (100 * slack) / alloc : 0}%`;
+    setWidth($("paged-stored-bar"), `${alloc ? (100 * stored) / alloc : 0}%`);
+    setWidth($("paged-slack-bar"), `${alloc ? (100 * slack) / alloc : 0}%`);
     setMetric($("paged-internal"), r, "paged_tail_slack_fraction", pct);
     setMetric($("paged-external"), r, "paged_external_fragmentation", pct);
     setMetric($("paged-saved"), r, "prefix_saved_bytes", bytes);
     this.renderBatch($("paged-batch"), r.paged, r.step);
     this.renderBatch($("contig-batch"), r.contig, r.step);
-    this.drawMaps();
+    this.drawMaps(changed === null || changed.size !== 0);
     this.renderDerivation();
   }
 
@@ -83,17 +105,17 @@ export class Panels {
       ["num_finished", "finished"], ["num_rejected", "rejected"]]
       .map(([name, label]) => [label, track.metric(name, k)])
       .filter(([label, v]) => v !== null && (v > 0 || label === "running" || label === "waiting"));
-    el.dataset.running = String(track.metric("num_running", k));
-    el.innerHTML = parts.length ? `At this step: ${parts.map(([label, v]) =>
-      `<b class="${label === "running" ? "run" : ""}">${int(v)}</b> ${label}`).join(" · ")}` : "";
+    setData(el, "running", String(track.metric("num_running", k)));
+    setHtml(el, parts.length ? `At this step: ${parts.map(([label, v]) =>
+      `<b class="${label === "running" ? "run" : ""}">${int(v)}</b> ${label}`).join(" · ")}` : "");
   }
 
-  drawMaps() {
+  drawMaps(pool = true) {
     const r = this.replay;
-    drawPoolStrip($("paged-map"), r.paged, this.colors);
+    if (pool) drawPoolStrip($("paged-map"), r.paged, this.colors);
     const counts = ["private", "shared", "cached", "free"].map((s) => [s, r.metric(`paged_${s}_blocks`)])
       .filter(([, v]) => v !== null).map(([s, v]) => `${int(v)} ${s}`);
-    $("paged-map-caption").textContent = `${int(r.numBlocks)} blocks${counts.length ? ` · ${counts.join(" · ")}` : ""}`;
+    setText($("paged-map-caption"), `${int(r.numBlocks)} blocks${counts.length ? ` · ${counts.join(" · ")}` : ""}`);
     this.drawRegions();
   }
 
@@ -130,7 +152,7 @@ export class Panels {
       }
     }
     const placed = regions.reduce((a, g) => a + g.size, 0);
-    $("contig-map-caption").textContent = `${int(regions.length)} regions · ${int(placed)} of ${int(cap)} token slots reserved`;
+    setText($("contig-map-caption"), `${int(regions.length)} regions · ${int(placed)} of ${int(cap)} token slots reserved`);
   }
 
   _hatch(ctx) {
@@ -177,7 +199,7 @@ export class Panels {
       `<b>Concurrency multiplier</b> = contiguous reserved ÷ paged allocated = <b>${times(r.metric("concurrency_multiplier"))}</b>:` +
         " the batch the same VRAM holds under paging against contiguous reservation.",
     ];
-    $("deriv-model").textContent = m.name ? `(${m.name}, ${m.dtype || ""} KV)` : "";
-    $("derivation").innerHTML = items.map((t) => `<li>${t}</li>`).join("");
+    setText($("deriv-model"), m.name ? `(${m.name}, ${m.dtype || ""} KV)` : "");
+    setHtml($("derivation"), items.map((t) => `<li>${t}</li>`).join(""));
   }
 }

@@ -17,40 +17,48 @@ export function upperBound(a, x) {
   return lo;
 }
 
-/** Rows sorted by step, each about one entity; `cur[e]` is the row in force for entity e (or -1). */
+/**
+ * Rows sorted by step, each about one entity; `cur[e]` is the row in force for entity e (or -1). Rows
+ * come as columns: `steps` and `ent` (Int32Arrays) and `makeRow(i)`, which builds row i as an array (the
+ * contract's fields) when a view first asks for it.
+ */
 export class RowTrack {
-  /**
-   * @param {Array<Array>} rows sorted by row[0] (the step)
-   * @param {number} numEntities
-   * @param {((row: Array) => number) | Int32Array} entityOf the entity index a row is about (per row)
-   */
-  constructor(rows, numEntities, entityOf) {
-    const n = rows.length;
-    this.rows = rows;
+  constructor(steps, ent, numEntities, makeRow) {
+    const n = steps.length;
+    this.steps = steps;
+    this.ent = ent;
     this.numEntities = numEntities;
-    this.steps = new Int32Array(n);
-    this.ent = new Int32Array(n);
+    this.makeRow = makeRow;
+    this.cache = new Array(n);
     this.prev = new Int32Array(n);
     this.cur = new Int32Array(numEntities).fill(-1);
     this.pos = 0; // rows [0, pos) are applied
-    const last = new Int32Array(numEntities).fill(-1);
-    for (let i = 0; i < n; i += 1) {
-      const e = typeof entityOf === "function" ? entityOf(rows[i]) : entityOf[i];
-      this.steps[i] = rows[i][0];
-      this.ent[i] = e;
-      this.prev[i] = last[e];
-      last[e] = i;
-    }
     // Keyframes: the pointers after every `every` rows, so a long jump back costs at most one copy of
     // the pointers plus `every` rows.
     this.every = Math.max(1024, numEntities);
     this.keyframes = [{ pos: 0, cur: new Int32Array(numEntities).fill(-1) }];
     const cur = new Int32Array(numEntities).fill(-1);
     for (let i = 0; i < n; i += 1) {
-      cur[this.ent[i]] = i;
+      const e = ent[i];
+      this.prev[i] = cur[e];
+      cur[e] = i;
       if ((i + 1) % this.every === 0) this.keyframes.push({ pos: i + 1, cur: cur.slice() });
     }
     this.byEntity = null;
+  }
+
+  get length() {
+    return this.steps.length;
+  }
+
+  /** Row i as an array (built once). */
+  rowIndex(i) {
+    let r = this.cache[i];
+    if (r === undefined) {
+      r = this.makeRow(i);
+      this.cache[i] = r;
+    }
+    return r;
   }
 
   /** Move to step k. Returns the changed entities (an array), or null when all may have changed. */
@@ -88,7 +96,7 @@ export class RowTrack {
   /** The row in force for entity e, or null. */
   row(e) {
     const i = this.cur[e];
-    return i < 0 ? null : this.rows[i];
+    return i < 0 ? null : this.rowIndex(i);
   }
 
   /** The row in force for entity e at step k, without moving (binary search over e's rows). */
@@ -111,17 +119,26 @@ export class RowTrack {
       if (this.steps[idx[mid]] <= k) lo = mid + 1;
       else hi = mid;
     }
-    return lo === start[e] ? null : this.rows[idx[lo - 1]];
+    return lo === start[e] ? null : this.rowIndex(idx[lo - 1]);
   }
 }
 
-// Field positions of the contract's rows.
+// Field positions of the rows as views see them (built from the bundle's columns).
 export const B = { step: 0, id: 1, state: 2, ref: 3, key: 4, reqs: 5 };
-export const S = { step: 0, rid: 1, sample: 2, status: 3, ctx: 4, ctxRate: 5, gen: 6, genRate: 7, table: 8, keep: 9 };
+export const S = { step: 0, rid: 1, sample: 2, status: 3, ctx: 4, ctxRate: 5, gen: 6, genRate: 7, table: 8 };
 // Sequence keys are request * SAMPLES + sample (numbers: faster map keys than strings).
 const SAMPLES = 1 << 16;
 export const R = { step: 0, rid: 1, offset: 2, size: 3, sample: 4 };
-export const E = { step: 0, time: 1, kind: 2, rid: 3, sample: 4, block: 5 };
+export const E = { step: 0, time: 1, kind: 2, rid: 3, sample: 4, block: 5, count: 6 };
+
+const i32 = (a) => Int32Array.from(a || []);
+
+/** Exclusive prefix sums of counts: offsets[i] .. offsets[i + 1] is row i's slice. */
+function offsetsOf(counts) {
+  const out = new Int32Array(counts.length + 1);
+  for (let i = 0; i < counts.length; i += 1) out[i + 1] = out[i] + counts[i];
+  return out;
+}
 
 /** One track (paged or contiguous) of a bundle, replayable to any step. */
 export class TrackReplay {
@@ -130,35 +147,97 @@ export class TrackReplay {
     this.blockSize = blockSize;
     this.numBlocks = numBlocks;
     this.metrics = track.metrics || {};
-    this.events = track.events || [];
     this.eventUpto = track.event_upto || null;
-    this.eventSteps = Int32Array.from(this.events, (e) => e[E.step]);
-    this.blocks = new RowTrack(track.blocks || [], numBlocks, (r) => r[B.id]);
-    // Sequences are (request, sample) pairs: index them in order of first appearance. A row may give
-    // its table as a delta (a 10th field `keep`: the previous row's table[:keep] + row[8]); expand it
-    // once here so that a row always holds its whole table.
+    // Per sequence (the engine's index): its request id and sample.
+    this.seqRid = i32(track.seq_request_id);
+    this.seqSample = i32(track.seq_sample);
     this.seqIndex = new Map();
-    this.seqKeys = [];
-    const seqRows = track.seqs || [];
-    const ids = new Int32Array(seqRows.length);
-    const lastTable = [];
-    for (let i = 0; i < seqRows.length; i += 1) {
-      const r = seqRows[i];
-      const key = r[S.rid] * SAMPLES + r[S.sample];
-      let e = this.seqIndex.get(key);
-      if (e === undefined) {
-        e = this.seqKeys.length;
-        this.seqIndex.set(key, e);
-        this.seqKeys.push([r[S.rid], r[S.sample]]);
-        lastTable.push([]);
+    for (let q = 0; q < this.seqRid.length; q += 1) this.seqIndex.set(this.seqRid[q] * SAMPLES + this.seqSample[q], q);
+    // The event log, as columns.
+    const ev = track.events || {};
+    this.kindNames = track.event_kinds || [];
+    this.evStep = i32(ev.step);
+    this.evKind = Uint8Array.from(ev.kind || []);
+    this.evSeq = i32(ev.seq);
+    this.evBlock = i32(ev.block);
+    this.evCount = i32(ev.count);
+    this.evTime = ev.time_s ? Float64Array.from(ev.time_s) : null;
+    this.numEvents = this.evStep.length;
+    this.events = { length: this.numEvents };
+    this.eventSteps = this.evStep;
+    // Block rows.
+    const bl = track.blocks || {};
+    const states = track.block_states || [];
+    const labels = track.key_labels || [];
+    const bBlock = i32(bl.block);
+    const bState = Uint8Array.from(bl.state || []);
+    const bRef = i32(bl.ref);
+    const bLabel = i32(bl.key_label);
+    const bIndex = i32(bl.key_index);
+    const hOff = offsetsOf(bl.holders_count || []);
+    const holders = i32(bl.holders);
+    const bSteps = i32(bl.step);
+    this.blocks = new RowTrack(bSteps, bBlock, numBlocks, (i) => [
+      bSteps[i], bBlock[i], states[bState[i]], bRef[i],
+      bLabel[i] < 0 ? null : `${labels[bLabel[i]]}:block-${bIndex[i]}`,
+      Array.from(holders.subarray(hOff[i], hOff[i + 1])),
+    ]);
+    this.blockState = bState; // per row: the state's code (the grid reads it without building rows)
+    this.blockRef = bRef;
+    this.stateNames = states;
+    // Sequence rows: a row's table is `keep` blocks of the sequence's previous row's table, then its tail.
+    const sq = track.seqs || {};
+    const statuses = track.statuses || [];
+    const sSteps = i32(sq.step);
+    const sSeq = i32(sq.seq);
+    const sStatus = Uint8Array.from(sq.status || []);
+    const sC = i32(sq.computed);
+    const sRc = i32(sq.computed_rate);
+    const sG = i32(sq.generated);
+    const sRg = i32(sq.generated_rate);
+    const sKeep = i32(sq.keep);
+    const tOff = offsetsOf(sq.tail_count || []);
+    const tail = i32(sq.tail);
+    this.seqDepth = new Int32Array(sSteps.length); // table length per row
+    for (let i = 0; i < sSteps.length; i += 1) this.seqDepth[i] = sKeep[i] + tOff[i + 1] - tOff[i];
+    const tables = new Array(sSteps.length);
+    const tableOf = (i) => {
+      if (tables[i] !== undefined) return tables[i];
+      // Walk back to a row whose table is known or starts afresh, then rebuild forward.
+      const chain = [];
+      let j = i;
+      while (j >= 0 && tables[j] === undefined && sKeep[j] > 0) {
+        chain.push(j);
+        j = this.seqs.prev[j];
       }
-      ids[i] = e;
-      const keep = r[S.keep];
-      if (keep !== undefined && keep !== null) r[S.table] = lastTable[e].slice(0, keep).concat(r[S.table]);
-      lastTable[e] = r[S.table];
-    }
-    this.seqs = new RowTrack(seqRows, this.seqKeys.length, ids);
+      let table = j < 0 ? [] : tables[j] !== undefined ? tables[j] : Array.from(tail.subarray(tOff[j], tOff[j + 1]));
+      if (j >= 0) tables[j] = table;
+      for (let c = chain.length - 1; c >= 0; c -= 1) {
+        const r = chain[c];
+        table = table.slice(0, sKeep[r]);
+        for (let x = tOff[r]; x < tOff[r + 1]; x += 1) table.push(tail[x]);
+        tables[r] = table;
+      }
+      return tables[i];
+    };
+    this.seqs = new RowTrack(sSteps, sSeq, this.seqRid.length, (i) => {
+      const q = sSeq[i];
+      const row = [sSteps[i], this.seqRid[q], this.seqSample[q], statuses[sStatus[i]], sC[i], sRc[i], sG[i],
+        sRg[i]];
+      // The table is rebuilt from its `keep` chain when a view first reads it (listing sequences reads
+      // their status only).
+      Object.defineProperty(row, S.table, {
+        configurable: true, enumerable: true,
+        get: () => {
+          const table = tableOf(i);
+          Object.defineProperty(row, S.table, { value: table, writable: true, enumerable: true });
+          return table;
+        },
+      });
+      return row;
+    });
     // Regions are per (request, sample) too (the 5th field, when present, is the sample).
+    const regions = track.regions || [];
     this.regionIndex = new Map();
     this.regionKeys = [];
     const regionOf = (r) => {
@@ -171,8 +250,9 @@ export class TrackReplay {
       }
       return e;
     };
-    const regionIds = Int32Array.from(track.regions || [], regionOf);
-    this.regions = new RowTrack(track.regions || [], this.regionKeys.length, regionIds);
+    const regionIds = Int32Array.from(regions, regionOf);
+    this.regions = new RowTrack(Int32Array.from(regions, (r) => r[R.step]), regionIds, this.regionKeys.length,
+      (i) => regions[i]);
     this.step = -1;
     this.tokens = new Int32Array(numBlocks); // tokens held per block at this step
     this.live = new Set(); // sequences whose block table is not empty
@@ -182,6 +262,27 @@ export class TrackReplay {
   /** The sequence entity of (request, sample), or undefined. */
   seqOf(rid, sample) {
     return this.seqIndex.get(rid * SAMPLES + sample);
+  }
+
+  /** Event i as [step, time_s, kind, request id, sample, block, count]. */
+  event(i) {
+    const q = this.evSeq[i];
+    const step = this.evStep[i];
+    return [step, this.eventTime(i), this.kindNames[this.evKind[i]], q >= 0 ? this.seqRid[q] : -1,
+      q >= 0 ? this.seqSample[q] : 0, this.evBlock[i], this.evCount[i]];
+  }
+
+  eventTime(i) {
+    if (this.evTime) return this.evTime[i];
+    const t = this.metrics.time_s;
+    return t ? t[Math.min(this.evStep[i], t.length - 1)] : 0;
+  }
+
+  /** The event kinds present in the log (names). */
+  kindsPresent() {
+    const seen = new Uint8Array(256);
+    for (let i = 0; i < this.numEvents; i += 1) seen[this.evKind[i]] = 1;
+    return this.kindNames.filter((_, c) => seen[c]);
   }
 
   /** Seek every row track to step k; remembers which blocks changed (null: all). */
@@ -209,8 +310,8 @@ export class TrackReplay {
   }
 
   _noteLive(e) {
-    const row = this.seqs.row(e);
-    if (row && row[S.table] && row[S.table].length > 0) this.live.add(e);
+    const i = this.seqs.cur[e];
+    if (i >= 0 && this.seqDepth[i] > 0) this.live.add(e);
     else this.live.delete(e);
   }
 
@@ -238,16 +339,30 @@ export class TrackReplay {
         if (held > t[b]) t[b] = held;
       }
     }
+    // A held block (private or shared: a forked group's shared partial block too) holds what its
+    // tables say; a cached one is full (only full blocks carry keys); free and null hold nothing.
+    const cur = this.blocks.cur;
+    const names = this.stateNames;
     for (let b = 0; b < this.numBlocks; b += 1) {
-      const row = this.blocks.row(b);
-      if (!row) continue;
-      const st = row[B.state];
-      // A held block (private or shared: a forked group's shared partial block too) holds what its
-      // tables say; a cached one is full (only full blocks carry keys); free and null hold nothing.
+      const i = cur[b];
+      if (i < 0) continue;
+      const st = names[this.blockState[i]];
       if (st === "cached") t[b] = bs;
       else if (st === "free" || st === "null") t[b] = 0;
     }
     return t;
+  }
+
+  /** Block b's reference count at this step, without building its row. */
+  refOf(b) {
+    const i = this.blocks.cur[b];
+    return i < 0 ? 0 : this.blockRef[i];
+  }
+
+  /** The state of block b at this step (a name), without building its row. */
+  stateOf(b) {
+    const i = this.blocks.cur[b];
+    return i < 0 ? "free" : this.stateNames[this.blockState[i]];
   }
 
   /** The block as the inspector and the grid show it. */

@@ -55,7 +55,7 @@ export class EventStream {
 
   setReplay(replay) {
     this.replay = replay;
-    const present = new Set(replay.paged.events.map((e) => e[E.kind]));
+    const present = new Set(replay.paged.kindsPresent());
     const kinds = [...ORDER.filter((k) => present.has(k)), ...[...present].filter((k) => !ORDER.includes(k)).sort()];
     this.kindsRoot.innerHTML = kinds.map((k) =>
       `<button type="button" class="chip ev-${k}" data-kind="${k}" aria-pressed="${!this.hidden.has(k)}">${esc(KIND_LABELS[k] || k)}</button>`).join("");
@@ -114,8 +114,9 @@ export class EventStream {
   render() {
     const replay = this.replay;
     if (!replay) return;
-    const events = replay.paged.events;
-    const n = replay.paged.eventCount(replay.step);
+    const track = replay.paged;
+    const total = track.numEvents;
+    const n = track.eventCount(replay.step);
     const reqs = this._requestFilter(replay);
     const items = [];
     let matched = 0;
@@ -123,19 +124,24 @@ export class EventStream {
     // Unfiltered, the newest SHOWN events are the last ones: no need to walk the whole log.
     const stop = filtered ? 0 : Math.max(0, n - SHOWN);
     if (!filtered) matched = n - SHOWN > 0 ? n - SHOWN : 0;
+    const hiddenCodes = new Set(track.kindNames.map((k, c) => (this.hidden.has(k) ? c : -1)).filter((c) => c >= 0));
     for (let i = n - 1; i >= stop; i -= 1) {
-      const ev = events[i];
-      if (this.hidden.has(ev[E.kind])) continue;
-      if (reqs && !reqs.has(ev[E.rid])) continue;
+      // Filter on the columns; build the row only for what is shown.
+      if (hiddenCodes.has(track.evKind[i])) continue;
+      if (reqs) {
+        const q = track.evSeq[i];
+        if (!reqs.has(q >= 0 ? track.seqRid[q] : -1)) continue;
+      }
       matched += 1;
       if (items.length < SHOWN) {
+        const ev = track.event(i);
         items.push(`<li class="ev ev-${ev[E.kind]}" data-index="${i}" data-kind="${ev[E.kind]}" data-rid="${ev[E.rid]}">
           <span class="ev-when">step ${int(ev[E.step])} · ${secs(ev[E.time])}</span>
           <span class="ev-kind">${esc(KIND_LABELS[ev[E.kind]] || ev[E.kind])}</span>
           <span class="ev-text">${this._text(replay, ev)}</span></li>`);
       }
     }
-    this.count.textContent = `${int(n)} events by step ${int(replay.step)} of ${int(events.length)}` +
+    this.count.textContent = `${int(n)} events by step ${int(replay.step)} of ${int(total)}` +
       (matched !== n ? ` · ${int(matched)} match` : "") + (matched > SHOWN ? ` · latest ${SHOWN} shown` : "");
     this.list.innerHTML = items.join("") || '<li class="hint">No event yet at this step (or none matches the filters).</li>';
   }
