@@ -56,7 +56,7 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.config import KNOBS, PAPER_SETUP, SimConfig, convert
+from kvsim.config import CLUSTER_KNOBS, KNOBS, PAPER_SETUP, SimConfig, convert
 from kvsim.errors import InvalidArgumentError
 
 EXECUTORS = ("threads", "processes", "dask")
@@ -417,6 +417,9 @@ class Point:
         """A stable hash of everything that determines this point's row (the SLOs only when there are
         some, so a sweep without them keeps the ids it had before SLOs existed)."""
         resolved = resolved if resolved is not None else self.sim_config().to_dict()
+        # The fleet's knobs only when one differs from its default, so a one-replica point keeps the id
+        # it had before fleets existed.
+        resolved = {k: v for k, v in resolved.items() if not (k in CLUSTER_KNOBS and v == KNOBS[k].default)}
         identity: dict[str, Any] = {
             "config": resolved,
             "workload": self.workload,
