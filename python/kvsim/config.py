@@ -556,6 +556,7 @@ def _weights(name: str, value: Any) -> dict[str, float]:
     (`ROUTER_SCORERS`) to finite numbers >= 0, returned in the scorers' order."""
     from collections.abc import Mapping
 
+    given = value  # what errors show: the text or the mapping as given
     if isinstance(value, str):
         pairs: dict[str, Any] = {}
         for item in filter(None, (t.strip() for t in value.split(","))):
@@ -571,19 +572,19 @@ def _weights(name: str, value: Any) -> dict[str, float]:
                 raise _fail(name, value, f"weight {text.strip()!r} of {key!r} is not a number") from None
         value = pairs
     if not isinstance(value, Mapping):
-        raise _fail(name, value, "must be a mapping of scorer names (prefix, queue, kv) to weights")
+        raise _fail(name, given, "must be a mapping of scorer names (prefix, queue, kv) to weights")
     out: dict[str, float] = {}
     for key, w in value.items():
         if key not in ROUTER_SCORERS:
-            raise _fail(name, value, f"names an unknown scorer {key!r}; known: {', '.join(ROUTER_SCORERS)}")
+            raise _fail(name, given, f"names an unknown scorer {key!r}; known: {', '.join(ROUTER_SCORERS)}")
         if isinstance(w, bool) or not _is_real(w):
-            raise _fail(name, value, f"weight {w!r} of {key!r} must be a number")
+            raise _fail(name, given, f"weight {w!r} of {key!r} must be a number")
         f = float(w)
         if not math.isfinite(f) or f < 0:
-            raise _fail(name, value, f"weight {w!r} of {key!r} must be a finite number >= 0")
+            raise _fail(name, given, f"weight {w!r} of {key!r} must be a finite number >= 0")
         out[key] = f
     if not out:
-        raise _fail(name, value, "names no scorer (prefix, queue, kv); unset it for the default")
+        raise _fail(name, given, "names no scorer (prefix, queue, kv); unset it for the default")
     return {key: out[key] for key in ROUTER_SCORERS if key in out}
 
 
