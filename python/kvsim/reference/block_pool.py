@@ -133,6 +133,14 @@ class BlockPool:
         holders = self._cached.get(key)
         return next(iter(holders)) if holders else None
 
+    def holds_key(self, key: int) -> bool:
+        """Whether some block (in use, or free but cached) carries `key`; no argument checks (engine use)."""
+        return key in self._cached
+
+    def key_set(self) -> set[int]:
+        """Every key some block carries (a router's snapshot of the prefix map)."""
+        return set(self._cached)
+
     # -- mutations ------------------------------------------------------------------------------------
     def allocate(self, num: int) -> list[int] | None:
         """Pops `num` blocks from the head of the free queue, or returns None and changes nothing."""

@@ -16,6 +16,7 @@ import numpy as np
 from kvsim.config import MAX_TIME_PS, SimConfig
 from kvsim.engine_input import EngineInput
 from kvsim.errors import InternalError, InvalidArgumentError
+from kvsim.hashing import iter_block_keys
 from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.kv_cache_manager import KVCacheManager
 
@@ -66,6 +67,20 @@ EVENT_KINDS = (
 EVENT = {kind: code for code, kind in enumerate(EVENT_KINDS)}
 EVENT_COLUMNS = ("step", "time_ps", "kind", "seq", "block", "count")
 FINISHED, REJECTED = 0, 1
+# The per-sequence output columns (`EngineOutput`'s), their dtypes and their value before anything happens.
+COLUMN_FILL = {
+    "first_scheduled": -1,
+    "first_token": -1,
+    "finish": -1,
+    "generated": 0,
+    "num_preemptions": 0,
+    "num_swaps": 0,
+    "cached_tokens": 0,
+    "recomputed_tokens": 0,
+    "status": -1,
+    "reject_reason": 0,
+}
+COLUMN_DTYPE = {k: np.int8 if k in ("status", "reject_reason") else np.int64 for k in COLUMN_FILL}
 NEVER = -1  # try_admit: this sequence can never start
 SKIP = (
     -2
@@ -191,17 +206,19 @@ class Engine:
         self.swap_blocks_step = 0
         self.running: list[Seq] = []
         self.c = dict.fromkeys(COUNTERS, 0)
-        # Rows fed so far (`feed`; `run` feeds `inp` whole): sequences, arrivals, global fork parents,
-        # and their output columns; `nxt` is the next row to join, `emitted` the rows `take_done` gave.
+        # Rows pushed so far (`push`, `feed`; `run` feeds `inp` whole): sequences, arrivals, fork parents
+        # (as rows of this engine) and their output columns; `nxt` is the next row to join, `emitted` the
+        # rows `take_done` gave. The columns grow by doubling (their first `len(self.seqs)` entries are
+        # the rows'), so pushing rows one at a time costs amortised O(1) a row.
         self.seqs: list[Seq] = []
         self.arrivals: list[int] = []
         self.fork_of: list[int] = []
         self.nxt = self.emitted = 0
-        self.cols = {k: np.full(0, -1, dtype=np.int64) for k in ("first_scheduled", "first_token", "finish")}
-        for k in ("generated", "num_preemptions", "num_swaps", "cached_tokens", "recomputed_tokens"):
-            self.cols[k] = np.zeros(0, dtype=np.int64)
-        self.cols["status"] = np.full(0, -1, dtype=np.int8)
-        self.cols["reject_reason"] = np.zeros(0, dtype=np.int8)
+        # Rows pushed and joined that are not fork-cow samples (a replica's in-flight count: the difference).
+        self.num_units_pushed = self.num_units_joined = 0
+        self.cols: dict[str, np.ndarray] = {
+            k: np.full(0, COLUMN_FILL[k], dtype=COLUMN_DTYPE[k]) for k in COLUMN_FILL
+        }
 
     # -- sizes ----------------------------------------------------------------------------------------
     def region_size(self, s: Seq) -> int:
@@ -740,11 +757,19 @@ class Engine:
     def feed(self, inp: EngineInput) -> None:
         """Appends a chunk's sequences (rows numbered on from those fed before; its `fork_parent` counts
         from the chunk's first row). Chunks come in arrival order."""
+        self.push(inp, 0, len(inp))
+
+    def push(self, inp: EngineInput, lo: int, hi: int | None = None) -> None:
+        """Appends rows `lo..hi` of `inp` (one row if `hi` is None) as this engine's next rows; a row's
+        `fork_parent` names a row of `inp` among them (a fork-cow group is pushed together, parent first).
+        Rows come in arrival order. Amortised O(rows pushed): the columns grow by doubling."""
+        hi = lo + 1 if hi is None else hi
         base = len(self.seqs)
-        m = len(inp)
-        for i in range(m):
+        m = hi - lo
+        self._reserve(base + m)
+        for i in range(lo, hi):
             s = Seq(
-                base + i,
+                base + i - lo,
                 inp.segments(i),
                 int(inp.prompt_len[i]),
                 int(inp.target[i]),
@@ -753,33 +778,54 @@ class Engine:
             )
             self.seqs.append(s)
             parent = int(inp.fork_parent[i])
-            self.fork_of.append(base + parent if parent >= 0 else -1)
+            self.fork_of.append(base + parent - lo if parent >= 0 else -1)
             if parent >= 0:
-                self.seqs[base + parent].children.append(s)
-        self.arrivals.extend(int(a) for a in inp.arrival_ps)
+                self.seqs[base + parent - lo].children.append(s)
+            else:
+                self.num_units_pushed += 1
+            self.arrivals.append(int(inp.arrival_ps[i]))
+
+    def _reserve(self, n: int) -> None:
+        """Room for `n` rows in the output columns (doubling, so appends are amortised O(1))."""
+        cap = len(self.cols["status"])
+        if n <= cap:
+            return
+        cap = max(n, 2 * cap) if cap else n
         for k, col in self.cols.items():
-            fill = -1 if k in ("first_scheduled", "first_token", "finish", "status") else 0
-            self.cols[k] = np.concatenate([col, np.full(m, fill, dtype=col.dtype)])
+            grown = np.full(cap, COLUMN_FILL[k], dtype=col.dtype)
+            grown[: len(col)] = col
+            self.cols[k] = grown
+
+    def join_arrivals(self) -> None:
+        """Step part 1: every pushed row with `arrival <= t` joins (or is rejected at arrival)."""
+        seqs, arrivals = self.seqs, self.arrivals
+        n = len(seqs)
+        while self.nxt < n and arrivals[self.nxt] <= self.t:
+            s = seqs[self.nxt]
+            self.nxt += 1
+            if self.fork_of[s.idx] >= 0:
+                continue  # a fork-cow sample: it starts when its parent samples its first token
+            self.num_units_joined += 1
+            reason = self.reject_at_arrival(s)
+            if reason:
+                self.reject(s, reason)
+            else:
+                self.waiting.append(s)
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting and not self.swapped
 
     def advance(self, final: bool) -> None:
         """Steps until the run is over or, with more input to come (`final` false), until a step could
         depend on rows not fed yet: later rows arrive no earlier than the last one fed, so a step that
         starts before it is safe, one at or after it is not, nor an idle jump to the next arrival."""
-        cols, seqs, arrivals = self.cols, self.seqs, self.arrivals
-        n = len(seqs)
+        arrivals = self.arrivals
+        n = len(self.seqs)
         last_arrival = arrivals[-1] if arrivals else 0
         while True:
-            while self.nxt < n and arrivals[self.nxt] <= self.t:
-                s = seqs[self.nxt]
-                self.nxt += 1
-                if self.fork_of[s.idx] >= 0:
-                    continue  # a fork-cow sample: it starts when its parent samples its first token
-                reason = self.reject_at_arrival(s)
-                if reason:
-                    self.reject(s, reason)
-                else:
-                    self.waiting.append(s)
-            idle = not self.running and not self.waiting and not self.swapped
+            self.join_arrivals()
+            idle = self.idle
             if self.nxt == n and not final and (idle or self.t >= last_arrival):
                 return
             if idle:
@@ -787,45 +833,77 @@ class Engine:
                     break
                 self.t = arrivals[self.nxt]
                 continue
-            before = (self.num_rejected, self.c["num_preemptions"])
-            scheduled = self.schedule()
-            if not scheduled:
-                # Fine if a head was rejected or a sequence preempted itself (no time passes); anything
-                # else would repeat forever.
-                if before == (self.num_rejected, self.c["num_preemptions"]):
-                    raise InternalError(f"no progress at time {self.t} ps")
-                continue
-            self.log_schedule(scheduled)
-            dt = self.step_time(scheduled)
-            if self.t + dt > MAX_TIME_PS:
-                raise InvalidArgumentError(clock_overflow_message(self.c["num_steps"], self.t))
-            self.measure(dt, len(scheduled), sum(k for _, k in scheduled))
-            self.t += dt
-            c = self.c
-            c["num_steps"] += 1
-            c["busy_ps"] += dt
-            c["sum_batch"] += len(scheduled)
-            c["sum_batched_tokens"] += sum(k for _, k in scheduled)
-            c["peak_batch"] = max(c["peak_batch"], len(scheduled))
-            done = []
-            for s, _ in scheduled:
-                if s.num_computed == s.num_tokens:
-                    s.generated += 1
-                    s.decoding = True
-                    if cols["first_token"][s.idx] < 0:
-                        cols["first_token"][s.idx] = self.t
-                    if s.generated == s.target:
-                        done.append(s)
-                    if s.children and not s.forked:
-                        done.extend(self.fork(s))
-            for s in done:
-                self.log("finish", s)
-                self.release(s)
-                self.running.remove(s)
-                cols["status"][s.idx] = FINISHED
-                cols["finish"][s.idx] = self.t
-                cols["generated"][s.idx] = s.generated
+            self.step()
         self.finish_counters()
+
+    def advance_until(self, horizon: int) -> None:
+        """Runs every step that starts strictly before `horizon` (ps) and nothing else: rows with
+        `arrival <= t` join the step at `t`; an idle engine jumps to its next pushed arrival only if that
+        is before the horizon, else it stops without moving its clock. A step may end past the horizon."""
+        arrivals = self.arrivals
+        while self.t < horizon:
+            self.join_arrivals()
+            if self.idle:
+                if self.nxt < len(self.seqs) and arrivals[self.nxt] < horizon:
+                    self.t = arrivals[self.nxt]
+                    continue
+                return
+            self.step()
+
+    def finish(self) -> EngineOutput:
+        """Runs every row pushed to its end and returns the output (what `run` returns for them)."""
+        self.advance(final=True)
+        n = len(self.seqs)
+        cols = {k: v[:n] for k, v in self.cols.items()}
+        cols["generated"][cols["status"] == REJECTED] = 0
+        ts = {k: np.asarray(v, dtype=np.int64) for k, v in self.ts.items()} if self.ts_every else {}
+        events = {}
+        if self.events is not None:
+            table = np.asarray(self.events, dtype=np.int64).reshape(-1, len(EVENT_COLUMNS))
+            events = {name: np.ascontiguousarray(table[:, i]) for i, name in enumerate(EVENT_COLUMNS)}
+        return EngineOutput(**cols, counters=self.c, timeseries=ts, events=events)
+
+    def step(self) -> None:
+        """One iteration at `t` once the arrivals joined: schedule, time, measure, sample, finish."""
+        cols = self.cols
+        before = (self.num_rejected, self.c["num_preemptions"])
+        scheduled = self.schedule()
+        if not scheduled:
+            # Fine if a head was rejected or a sequence preempted itself (no time passes); anything
+            # else would repeat forever.
+            if before == (self.num_rejected, self.c["num_preemptions"]):
+                raise InternalError(f"no progress at time {self.t} ps")
+            return
+        self.log_schedule(scheduled)
+        dt = self.step_time(scheduled)
+        if self.t + dt > MAX_TIME_PS:
+            raise InvalidArgumentError(clock_overflow_message(self.c["num_steps"], self.t))
+        self.measure(dt, len(scheduled), sum(k for _, k in scheduled))
+        self.t += dt
+        c = self.c
+        c["num_steps"] += 1
+        c["busy_ps"] += dt
+        c["sum_batch"] += len(scheduled)
+        c["sum_batched_tokens"] += sum(k for _, k in scheduled)
+        c["peak_batch"] = max(c["peak_batch"], len(scheduled))
+        done = []
+        for s, _ in scheduled:
+            if s.num_computed == s.num_tokens:
+                s.generated += 1
+                s.decoding = True
+                if cols["first_token"][s.idx] < 0:
+                    cols["first_token"][s.idx] = self.t
+                if s.generated == s.target:
+                    done.append(s)
+                if s.children and not s.forked:
+                    done.extend(self.fork(s))
+        for s in done:
+            self.log("finish", s)
+            self.release(s)
+            self.running.remove(s)
+            cols["status"][s.idx] = FINISHED
+            cols["finish"][s.idx] = self.t
+            cols["generated"][s.idx] = s.generated
 
     def finish_counters(self) -> None:
         """The counters summed at the end of a run."""
@@ -838,7 +916,7 @@ class Engine:
     def take_done(self) -> dict[str, np.ndarray]:
         """The output columns of the rows done since the last call (finished or rejected, every earlier
         row too)."""
-        status = self.cols["status"]
+        status = self.cols["status"][: len(self.seqs)]
         pending = np.flatnonzero(status[self.emitted :] < 0)
         end = self.emitted + int(pending[0]) if len(pending) else len(status)
         out = {k: v[self.emitted : end].copy() for k, v in self.cols.items()}
@@ -848,15 +926,84 @@ class Engine:
 
     def run(self) -> EngineOutput:
         self.feed(self.inp)
-        self.advance(final=True)
-        cols = self.cols
-        cols["generated"][cols["status"] == REJECTED] = 0
-        ts = {k: np.asarray(v, dtype=np.int64) for k, v in self.ts.items()} if self.ts_every else {}
-        events = {}
-        if self.events is not None:
-            table = np.asarray(self.events, dtype=np.int64).reshape(-1, len(EVENT_COLUMNS))
-            events = {name: np.ascontiguousarray(table[:, i]) for i, name in enumerate(EVENT_COLUMNS)}
-        return EngineOutput(**cols, counters=self.c, timeseries=ts, events=events)
+        return self.finish()
+
+
+class Replica:
+    """A replica of a cluster (DESIGN.md §Engine): an `Engine` fed rows as they are routed to it and
+    stepped to given instants, with the signals a router reads (the cluster contract's names)."""
+
+    def __init__(
+        self, inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
+    ) -> None:
+        self.engine = Engine(inp, config, timeseries_every, record_events)
+
+    def push(self, inp: EngineInput, lo: int, hi: int | None = None) -> None:
+        self.engine.push(inp, lo, hi)
+
+    def advance_until(self, horizon_ps: int) -> None:
+        self.engine.advance_until(horizon_ps)
+
+    def finish(self) -> EngineOutput:
+        return self.engine.finish()
+
+    @property
+    def block_size(self) -> int:
+        return self.engine.bs
+
+    def waiting(self) -> int:
+        """Sequences that joined and wait to be (re)admitted: the waiting queue and the swapped units'
+        samples."""
+        e = self.engine
+        return len(e.waiting) + sum(len(unit) for unit in e.swapped)
+
+    def running(self) -> int:
+        return len(self.engine.running)
+
+    def in_flight(self) -> int:
+        """Rows pushed but not joined yet (a fork-cow group counts its parent only)."""
+        e = self.engine
+        return e.num_units_pushed - e.num_units_joined
+
+    def load(self) -> int:
+        return self.waiting() + self.running() + self.in_flight()
+
+    def kv_used(self) -> int:
+        """Paged: blocks with `ref_cnt > 0` (the null block excluded); contiguous: reserved tokens."""
+        e = self.engine
+        if e.paged:
+            return e.kv.pool.capacity - e.kv.num_free_blocks
+        return e.space.capacity - e.space.num_free
+
+    def kv_total(self) -> int:
+        """Paged: the usable blocks (`num_blocks - 1`); contiguous: the capacity in tokens."""
+        e = self.engine
+        return e.kv.pool.capacity if e.paged else e.space.capacity
+
+    def caches(self) -> bool:
+        """Whether a prompt can hit this replica's prefix cache at all (paged, caching on)."""
+        return self.engine.paged and self.engine.cfg.enable_prefix_caching
+
+    def key_set(self) -> set[int]:
+        """The keys of this replica's prefix map now (empty when it does not cache)."""
+        return self.engine.kv.pool.key_set() if self.caches() else set()
+
+    def prefix_hit_blocks(
+        self, segments: list[tuple[int, int]], prompt_len: int, keys: set[int] | None = None
+    ) -> int:
+        """Leading full blocks of a prompt, among its first `(prompt_len - 1) // block_size`, whose key
+        is in this replica's prefix map (or in `keys`, a snapshot of it): the hit it would give now."""
+        if not self.caches():
+            return 0
+        pool = self.engine.kv.pool
+        held = pool.holds_key if keys is None else keys.__contains__
+        bs = self.engine.bs
+        hit = 0
+        for key in iter_block_keys(segments, bs, 0, None, max(prompt_len - 1, 0) // bs):
+            if not held(key):
+                break
+            hit += 1
+        return hit
 
 
 def run(

@@ -1,0 +1,316 @@
+"""Reference cluster: replicas behind a router on one simulated clock (the executable spec of
+`rust/core/src/cluster/`: the driver of `mod.rs` and the routers of `router.rs`).
+
+Each unit (a sequence, or a fork-cow parent with its samples) goes, at its arrival, to the replica a
+router picks from the replicas' signals at that instant (`Replica`: waiting, running, in flight, KV used
+and total, prefix hits), exact or from a snapshot refreshed every `refresh_ps`; the replicas run their
+steps between arrivals. DESIGN.md §Engine states what each router reads, and when.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvsim.config import SimConfig
+from kvsim.engine_input import EngineInput
+from kvsim.errors import InvalidArgumentError
+from kvsim.reference.engine import COLUMN_DTYPE, COLUMN_FILL, EVENT_COLUMNS, Replica
+
+MASK64 = (1 << 64) - 1
+ROUTERS = ("round-robin", "random", "least-loaded", "least-kv", "prefix-affinity", "weighted")
+# Routers that read the replicas' state (the others need not step anyone before pushing).
+STATEFUL_ROUTERS = ("least-loaded", "least-kv", "prefix-affinity", "weighted")
+SCORERS = ("prefix", "queue", "kv")  # the weighted router's scorers, summed in this order
+DEFAULT_WEIGHTS = {"prefix": 3.0, "queue": 2.0, "kv": 2.0}
+
+
+def splitmix64(state: int) -> tuple[int, int]:
+    """One step of splitmix64: the next state and its output (all arithmetic wrapping u64)."""
+    state = (state + 0x9E3779B97F4A7C15) & MASK64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return state, z ^ (z >> 31)
+
+
+def _finite_float(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{name} {value!r} is not a number")
+    x = float(value)
+    if not math.isfinite(x):
+        raise InvalidArgumentError(f"{name} {value!r} is not finite")
+    return x
+
+
+@dataclass(frozen=True)
+class RouterSpec:
+    """Which router, with its parameters (the cluster contract §4).
+
+    Attributes:
+        name: one of `ROUTERS`.
+        seed: `random`'s splitmix64 seed (a u64).
+        refresh_ps: 0 for an exact view of the replicas; R > 0 for a snapshot taken at the latest
+            multiple of R picoseconds at or before each arrival.
+        prefix_load_cap: `prefix-affinity`'s cap c >= 1: a replica is eligible while its load is at most
+            c x (mean load + 1).
+        weights: `weighted`'s scorer weights (`prefix`, `queue`, `kv`; each a finite float >= 0); None
+            for `DEFAULT_WEIGHTS`.
+
+    Raises:
+        InvalidArgumentError: a field out of its domain, naming the field and the value.
+    """
+
+    name: str
+    seed: int = 0
+    refresh_ps: int = 0
+    prefix_load_cap: float = 1.5
+    weights: Mapping[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or self.name not in ROUTERS:
+            raise InvalidArgumentError(
+                f"router {self.name!r} is not one of {', '.join(repr(r) for r in ROUTERS)}"
+            )
+        for name, value, hi in (
+            ("router_seed", self.seed, MASK64),
+            ("router_refresh_ps", self.refresh_ps, None),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise InvalidArgumentError(f"{name} {value!r} is not an integer")
+            if value < 0 or (hi is not None and value > hi):
+                bound = f"between 0 and {hi}" if hi is not None else "at least 0"
+                raise InvalidArgumentError(f"{name} {value!r} must be {bound}")
+        object.__setattr__(self, "seed", int(self.seed))
+        object.__setattr__(self, "refresh_ps", int(self.refresh_ps))
+        cap = _finite_float("prefix_load_cap", self.prefix_load_cap)
+        if cap < 1.0:
+            raise InvalidArgumentError(f"prefix_load_cap {self.prefix_load_cap!r} must be at least 1")
+        object.__setattr__(self, "prefix_load_cap", cap)
+        if self.weights is not None:
+            if not isinstance(self.weights, Mapping):
+                raise InvalidArgumentError(
+                    f"router_weights {self.weights!r} is not a mapping of scorer names to weights"
+                )
+            weights: dict[str, float] = {}
+            for key, weight in self.weights.items():
+                if key not in SCORERS:
+                    raise InvalidArgumentError(
+                        f"router_weights names an unknown scorer {key!r} (scorers: {', '.join(SCORERS)})"
+                    )
+                w = _finite_float(f"router_weights[{key!r}]", weight)
+                if w < 0.0:
+                    raise InvalidArgumentError(f"router_weights[{key!r}] {weight!r} must not be negative")
+                weights[key] = w
+            object.__setattr__(self, "weights", weights)
+
+    def __hash__(self) -> int:
+        w = None if self.weights is None else tuple(sorted(self.weights.items()))
+        return hash((self.name, self.seed, self.refresh_ps, self.prefix_load_cap, w))
+
+    @property
+    def reads_state(self) -> bool:
+        return self.name in STATEFUL_ROUTERS
+
+    def scorer_weights(self) -> tuple[float, float, float]:
+        """`weighted`'s weights in `SCORERS` order (an absent name weighs 0.0)."""
+        w = DEFAULT_WEIGHTS if self.weights is None else self.weights
+        return w.get("prefix", 0.0), w.get("queue", 0.0), w.get("kv", 0.0)
+
+
+@dataclass
+class ClusterOutput:
+    """A cluster run's output.
+
+    Attributes:
+        columns: the single run's per-sequence output columns (`EngineOutput`'s names and dtypes) for every
+            row of the input, in its row order, plus `replica` (int64, 0-based).
+        counters: per replica, the counters dict a single run gives, over that replica's rows and steps.
+        timeseries: per replica, its time series (empty dicts unless `timeseries_every > 0`).
+        events: per replica, its event log (empty dicts unless `record_events`); `seq` is the input's row.
+    """
+
+    columns: dict[str, np.ndarray]
+    counters: list[dict[str, int]]
+    timeseries: list[dict[str, np.ndarray]] = field(default_factory=list)
+    events: list[dict[str, np.ndarray]] = field(default_factory=list)
+
+
+@dataclass
+class View:
+    """What the router reads of one replica (live, or a snapshot plus what was routed since)."""
+
+    waiting: int
+    running: int
+    in_flight: int
+    kv_used: int
+    kv_total: int
+    keys: set[int] | None  # a snapshot of the prefix map; None: look up the replica's live map
+
+    @property
+    def load(self) -> int:
+        return self.waiting + self.running + self.in_flight
+
+
+def view_of(rep: Replica, snapshot: bool) -> View:
+    return View(
+        rep.waiting(),
+        rep.running(),
+        rep.in_flight(),
+        rep.kv_used(),
+        rep.kv_total(),
+        rep.key_set() if snapshot else None,
+    )
+
+
+class Router:
+    """Picks a replica for each unit (the cluster contract §4); ties go to the lowest index."""
+
+    def __init__(self, spec: RouterSpec, replicas: list[Replica]) -> None:
+        self.spec = spec
+        self.replicas = replicas
+        self.n = len(replicas)
+        self.count = 0  # units routed so far
+        self.state = spec.seed  # random's splitmix64 state
+
+    def hits(self, r: int, view: View, segments: list[tuple[int, int]], prompt_len: int) -> int:
+        return self.replicas[r].prefix_hit_blocks(segments, prompt_len, view.keys)
+
+    def pick(self, views: list[View], segments: list[tuple[int, int]], prompt_len: int) -> int:
+        name, n = self.spec.name, self.n
+        self.count += 1
+        if name == "round-robin":
+            return (self.count - 1) % n
+        if name == "random":
+            self.state, z = splitmix64(self.state)
+            return (z * n) >> 64
+        loads = [v.load for v in views]
+        if name == "least-loaded":
+            return min(range(n), key=lambda r: (loads[r], r))
+        if name == "least-kv":
+            best = 0
+            for r in range(1, n):
+                a, b = views[r], views[best]
+                lhs, rhs = a.kv_used * b.kv_total, b.kv_used * a.kv_total  # exact rational compare
+                if lhs < rhs or (lhs == rhs and loads[r] < loads[best]):
+                    best = r
+            return best
+        if name == "prefix-affinity":
+            bound = self.spec.prefix_load_cap * float(sum(loads) + n)
+            eligible = [r for r in range(n) if float(loads[r] * n) <= bound]
+            hit = {r: self.hits(r, views[r], segments, prompt_len) for r in eligible}
+            return min(eligible, key=lambda r: (-hit[r], loads[r], r))
+        # weighted
+        wp, wq, wk = self.spec.scorer_weights()
+        lo, hi = min(loads), max(loads)
+        best, best_score = 0, -math.inf
+        for r in range(n):
+            v = views[r]
+            blocks = max(prompt_len - 1, 0) // self.replicas[r].block_size
+            prefix = float(self.hits(r, v, segments, prompt_len)) / float(blocks) if blocks else 0.0
+            queue = float(hi - loads[r]) / float(hi - lo) if hi != lo else 1.0
+            kv = 1.0 - float(v.kv_used) / float(v.kv_total)
+            score = wp * prefix + wq * queue + wk * kv
+            if score > best_score:
+                best, best_score = r, score
+        return best
+
+
+def _units(inp: EngineInput) -> list[tuple[int, int]]:
+    """Row ranges of the routed units: a sequence, or a fork-cow parent with its samples after it."""
+    fork = inp.fork_parent
+    n = len(inp)
+    out: list[tuple[int, int]] = []
+    if n and int(np.max(fork)) < 0:
+        return [(i, i + 1) for i in range(n)]
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and int(fork[j]) == i:
+            j += 1
+        out.append((i, j))
+        i = j
+    return out
+
+
+def run_cluster(
+    inp: EngineInput,
+    configs: list[SimConfig],
+    router: RouterSpec,
+    timeseries_every: int = 0,
+    record_events: bool = False,
+) -> ClusterOutput:
+    """Simulates `inp` on `len(configs)` replicas (replica r under `configs[r]`) behind `router`, on one
+    clock (the cluster contract §3): at each unit's arrival a router that reads state first steps every
+    replica to that instant (or, with `refresh_ps = R > 0`, to the latest multiple of R, when that is new,
+    and snapshots it), then the unit is pushed to the replica it picks; at the end every replica runs to
+    completion. With `timeseries_every = N > 0` or `record_events`, each replica records as a single run.
+
+    Raises:
+        InvalidArgumentError: no configs, a config that is not a `SimConfig`, a router that is not a
+            `RouterSpec`, or what a single run refuses.
+    """
+    if not isinstance(router, RouterSpec):
+        raise InvalidArgumentError(f"router {router!r} is not a RouterSpec")
+    configs = list(configs)
+    if not configs:
+        raise InvalidArgumentError("replicas 0: a cluster needs at least one replica (configs is empty)")
+    for i, cfg in enumerate(configs):
+        if not isinstance(cfg, SimConfig):
+            raise InvalidArgumentError(f"configs[{i}] {cfg!r} is not a SimConfig")
+    n = len(inp)
+    replicas = [Replica(inp, cfg, timeseries_every, record_events) for cfg in configs]
+    pick = Router(router, replicas)
+    rows_of: list[list[int]] = [[] for _ in replicas]  # each replica's rows, as input rows
+    replica = np.zeros(n, dtype=np.int64)
+    reads, every = router.reads_state, router.refresh_ps
+    window = -1  # the start of the current snapshot's window (stale view)
+    views: list[View] = []
+    routed = [0] * len(replicas)  # units routed to each replica since the snapshot
+    for lo, hi in _units(inp):
+        a = int(inp.arrival_ps[lo])
+        if reads:
+            if every:
+                s = a // every * every
+                if s != window:
+                    window = s
+                    for rep in replicas:
+                        rep.advance_until(s)
+                    views = [view_of(rep, True) for rep in replicas]
+                    routed = [0] * len(replicas)
+                now = [
+                    View(v.waiting, v.running, v.in_flight + k, v.kv_used, v.kv_total, v.keys)
+                    for v, k in zip(views, routed, strict=True)
+                ]
+            else:
+                for rep in replicas:
+                    rep.advance_until(a)
+                now = [view_of(rep, False) for rep in replicas]
+            r = pick.pick(now, inp.segments(lo), int(inp.prompt_len[lo]))
+        else:
+            r = pick.pick([], [], 0)
+        replicas[r].push(inp, lo, hi)
+        rows_of[r].extend(range(lo, hi))
+        replica[lo:hi] = r
+        routed[r] += 1
+    columns = {k: np.full(n, COLUMN_FILL[k], dtype=COLUMN_DTYPE[k]) for k in COLUMN_FILL}
+    counters, timeseries, events = [], [], []
+    for rep, rows in zip(replicas, rows_of, strict=True):
+        out = rep.finish()
+        idx = np.asarray(rows, dtype=np.int64)
+        for k in COLUMN_FILL:
+            columns[k][idx] = getattr(out, k)
+        counters.append(dict(out.counters))
+        timeseries.append(out.timeseries)
+        if out.events:
+            ev = dict(out.events)
+            ev["seq"] = idx[ev["seq"]] if len(idx) else ev["seq"]
+            events.append({k: ev[k] for k in EVENT_COLUMNS})
+        else:
+            events.append({})
+    columns["replica"] = replica
+    return ClusterOutput(columns, counters, timeseries, events)
