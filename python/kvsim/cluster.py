@@ -234,14 +234,11 @@ def _run(
         from kvsim import rust_engine
 
         out = rust_engine.run_cluster(inp, configs, spec)
-    if isinstance(out, dict):  # the binding's shape: outputs, replica, counters
-        columns = dict(out["outputs"])
-        replica = out["replica"]
-        counters = out["counters"]
-    else:  # the reference's ClusterOutput: columns (with `replica`), counters
-        columns = dict(out.columns)
-        replica = columns.pop("replica")
-        counters = out.counters
+    # The reference's ClusterOutput or the Rust wrapper's dict of the same fields: per-row columns (with
+    # `replica`) and per-replica counters.
+    columns = dict(out["columns"] if isinstance(out, dict) else out.columns)
+    counters = out["counters"] if isinstance(out, dict) else out.counters
+    replica = columns.pop("replica")
     columns = {name: np.asarray(columns[name]) for name in _COLUMNS}
     replica = np.asarray(replica, dtype=np.int64)
     return columns, replica, [dict(c) for c in counters]
