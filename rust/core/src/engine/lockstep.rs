@@ -71,13 +71,16 @@ impl Engine<'_> {
         if sign > 0 {
             a.c += c;
             a.internal += int;
-            a.logical += log;
+            a.logical = a.logical.wrapping_add(log);
             a.fin += fin;
             a.size += size;
         } else {
             a.c -= c;
             a.internal -= int;
-            a.logical -= log;
+            // Wrapping, as release builds do: contiguous policies never read `logical`, and there a
+            // finisher's covered blocks can exceed what its lazy contribution added (debug builds
+            // stopped on that; paged runs read it, and it stays exact there).
+            a.logical = a.logical.wrapping_sub(log);
             a.fin -= fin;
             a.size -= size;
         }
@@ -550,7 +553,11 @@ impl Engine<'_> {
     fn grown_and_sampled(&mut self, k: usize, c: u64, step: u64) {
         let bs = self.cfg.block_size;
         self.agg.internal += self.slack(c + 1) - self.slack(c) + 1;
-        self.agg.logical += blocks_for(c + 1, bs) - blocks_for(c, bs);
+        // Wrapping: see `add` (contiguous runs never read `logical`).
+        self.agg.logical = self
+            .agg
+            .logical
+            .wrapping_add(blocks_for(c + 1, bs) - blocks_for(c, bs));
         let s = &mut self.slab[k];
         s.generate_one();
         if s.generated == s.target {

@@ -7,6 +7,7 @@ pub mod contiguous;
 mod input;
 mod lockstep;
 mod output;
+mod stepped;
 mod stream;
 
 use std::collections::{HashMap, VecDeque};
@@ -17,6 +18,7 @@ pub use config::{EngineConfig, Policy, Preemption, TimeModel};
 pub use input::EngineInput;
 pub use output::{Counters, EngineOutput};
 pub use stream::StreamEngine;
+pub(crate) use stream::{Buffers, forever};
 
 use crate::block_pool::IdHasher;
 use crate::block_table::{BlockTable, blocks_for, rem_bs};
@@ -54,7 +56,7 @@ pub mod reject {
 
 const FINISHED: i8 = 0;
 /// Segment ids at or above this name generated tokens (`kvsim.segments.OUTPUT_BIT`).
-const OUTPUT_BIT: u64 = 1 << 63;
+pub(crate) const OUTPUT_BIT: u64 = 1 << 63;
 /// `try_admit`: this sequence can never start.
 const NEVER: u64 = u64::MAX;
 /// `try_admit`: chunked prefill off, more tokens than the budget left, and `skip_over_budget`.
@@ -285,6 +287,9 @@ pub struct Engine<'a> {
     nxt: usize,
     /// No more input will come: `advance` runs to the end.
     final_input: bool,
+    /// A stepped replica (`cluster::replica`): `advance` takes only steps starting before this time
+    /// (`i64::MAX`: no horizon).
+    horizon: i64,
 }
 
 /// Sums over running sequences of what `measure` needs, kept incrementally in lockstep mode.
@@ -305,7 +310,7 @@ struct Aggregates {
 /// if none). Sorting the ids finds those that occur more than once (usually few); only their segments
 /// go through a map, which decides whether they are in more than one prompt. (A hash map over every id
 /// of a million-request workload was a cache miss per lookup.)
-pub(super) fn private_starts(inp: &EngineInput<'_>) -> Vec<u64> {
+pub(crate) fn private_starts(inp: &EngineInput<'_>) -> Vec<u64> {
     let n = inp.len();
     let mut ids = inp.segment_id.to_vec();
     ids.sort_unstable();
@@ -437,6 +442,7 @@ impl<'a> Engine<'a> {
             out_base: 0,
             nxt: 0,
             final_input: true,
+            horizon: i64::MAX,
         })
     }
 
@@ -1621,11 +1627,18 @@ impl<'a> Engine<'a> {
                 if nxt == end {
                     break Ok(()); // the end, or (more input to come) the next arrival is not known yet
                 }
-                self.t = arrivals[nxt - base];
+                let a = arrivals[nxt - base];
+                if a >= self.horizon {
+                    break Ok(()); // a stepped replica idles at its horizon without moving its clock
+                }
+                self.t = a;
                 continue;
             }
             if nxt == end && !self.final_input && self.t >= last_arrival {
                 break Ok(()); // a later row may arrive at the start of this step
+            }
+            if self.t >= self.horizon {
+                break Ok(()); // a stepped replica: this step starts at or after its horizon
             }
             let (rejected_before, preempted_before) =
                 (self.num_rejected, self.out.counters.num_preemptions);
@@ -1634,13 +1647,13 @@ impl<'a> Engine<'a> {
                 // with more input to come, later rows arrive no earlier than the last one fed.
                 (self.ring[self.step as usize & self.ring_mask].is_empty()
                     && self.nothing_waits()
-                    && self.skip_quiet_steps(if nxt < end {
+                    && self.skip_quiet_steps(self.quiet_bound(if nxt < end {
                         Some(arrivals[nxt - base])
                     } else if self.final_input {
                         None
                     } else {
                         Some(last_arrival)
-                    }))
+                    })))
                     || self.lockstep_step()
             } else {
                 self.full_step()
@@ -1672,6 +1685,17 @@ impl<'a> Engine<'a> {
         };
         self.nxt = nxt;
         result
+    }
+
+    /// The time a quiet span must stop before: the next arrival known, or the horizon of a stepped
+    /// replica if that is earlier (a step starting at or after either is not taken together).
+    #[inline]
+    fn quiet_bound(&self, arrival: Option<i64>) -> Option<i64> {
+        if self.horizon == i64::MAX {
+            arrival
+        } else {
+            Some(arrival.map_or(self.horizon, |a| a.min(self.horizon)))
+        }
     }
 
     /// The counters summed at the end of a run.
