@@ -1619,6 +1619,12 @@ impl<'a> Engine<'a> {
         let last_arrival = arrivals.last().copied().unwrap_or(0);
         let mut nxt = self.nxt;
         let result = loop {
+            if self.t >= self.horizon {
+                // A stepped replica: the step starting at or after its horizon is not taken, nor its
+                // arrivals joined (a row arriving then is still in flight; one rejected at once is
+                // rejected by that step, as in the reference).
+                break Ok(());
+            }
             while nxt < end && arrivals[nxt - base] <= self.t {
                 self.join(nxt);
                 nxt += 1;
@@ -1636,9 +1642,6 @@ impl<'a> Engine<'a> {
             }
             if nxt == end && !self.final_input && self.t >= last_arrival {
                 break Ok(()); // a later row may arrive at the start of this step
-            }
-            if self.t >= self.horizon {
-                break Ok(()); // a stepped replica: this step starts at or after its horizon
             }
             let (rejected_before, preempted_before) =
                 (self.num_rejected, self.out.counters.num_preemptions);
