@@ -226,6 +226,7 @@ def _run(
     inp: EngineInput, configs: list[SimConfig], spec: Any, backend: str
 ) -> tuple[dict[str, np.ndarray], np.ndarray, list[dict[str, int]]]:
     """Runs the fleet on one backend: (per-sequence columns, per-sequence replica, per-replica counters)."""
+    out: Any
     if backend == "reference":
         from kvsim.reference import cluster
 
