@@ -25,6 +25,7 @@ NAMES = {
     "fig2_breakdown.png",
     "fig13_batch.png",
     "hit_rate_vs_cache.png",
+    "fleet_mooncake.png",
     "dashboard.png",
 }
 QUICK = ["seed-block-size", "seed-memory-budget", "seed-prefix-sharing"]

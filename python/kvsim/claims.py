@@ -354,7 +354,14 @@ def experiments() -> list[Experiment]:
             seeds=1,
             why="whole traces replayed by timestamp; Llama-3-8B on an A100-80GB (utilisation 0.9)",
         ),
+        *_fleet_experiments(),
     ]
+
+
+def _fleet_experiments() -> list[Experiment]:
+    from kvsim.claims_fleet import fleet_experiments  # it builds on this module's classes
+
+    return fleet_experiments()
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -958,6 +965,8 @@ def run_claims(
     Returns:
         The report (claims, path, wall time, the results by experiment).
     """
+    from kvsim.claims_fleet import fleet_claims
+
     check_scale(scale)
     check_results_dir(results_dir)
     t0 = time.perf_counter()
@@ -980,6 +989,7 @@ def run_claims(
         *_paper_claims(results, scale),
         *_seed_claims(results, scale),
         *_trace_claims(results, scale),
+        *fleet_claims(results, scale),
     ]
     wall = time.perf_counter() - t0
     path = results_dir / "claims.md"
