@@ -264,7 +264,7 @@ def test_weighted_trades_prefix_against_queue():
     # prefix 1 against queue 1.5: the second row finds replica 0 with the whole prefix (score 1 + 0 + 0)
     # and replica 1 empty (0 + 1.5): replica 1; then both hold it and the queue decides.
     assert route(prefix=1.0, queue=1.5) == [0, 1, 0, 1, 0, 1]
-    # prefix 2 against queue 1.5: the hit wins while the queue gap is 1 (2 > 1.5): always replica 0.
+    # prefix 2 against queue 1.5: the whole hit (2) beats the emptiest queue (at most 1.5): always replica 0.
     assert route(prefix=2.0, queue=1.5) == [0] * 6
 
 
@@ -377,3 +377,23 @@ def test_clock_overflow_in_a_replica_is_refused_as_in_a_run():
         engine.run(inp, cfg)
     with pytest.raises(InvalidArgumentError, match="simulated clock"):
         run_cluster(inp, [cfg, cfg], RouterSpec("least-loaded"))
+
+
+def test_run_cluster_refuses_fork_cow_rows_on_a_replica_that_cannot_fork(monkeypatch):
+    fork = kvsim.SimConfig(num_blocks=64, block_size=16, sampling="fork-cow", max_num_seqs=4)
+    w = chat(2, 1, [1, 2], output=4)
+    w = Workload(**{**w.columns(), "num_samples": np.array([2, 1])})
+    inp = prepare(w, fork)
+    assert int(inp.fork_parent[1]) == 0
+    orca = kvsim.SimConfig(num_blocks=64, block_size=16, policy="orca-max")
+    with pytest.raises(InvalidArgumentError, match=r"replica 1: sampling 'fork-cow'.*policy 'vllm'"):
+        run_cluster(inp, [fork, orca], RouterSpec("round-robin"))
+    tight = kvsim.SimConfig(num_blocks=64, block_size=16, max_num_seqs=8, max_num_batched_tokens=4)
+    with pytest.raises(InvalidArgumentError, match="max_num_batched_tokens 4 < max_num_seqs 8"):
+        run_cluster(inp, [tight], RouterSpec("round-robin"))
+    # The pools together must fit the memory limit (82 bytes a block): 2 x 64 blocks need 10,496 bytes.
+    monkeypatch.setenv("KVSIM_MEMORY_LIMIT", "10000")
+    with pytest.raises(InvalidArgumentError, match="num_blocks 128 needs 10496 bytes"):
+        run_cluster(inp, [fork, fork], RouterSpec("round-robin"))
+    with pytest.raises(InvalidArgumentError, match="timeseries_every -1"):
+        run_cluster(inp, [fork], RouterSpec("round-robin"), timeseries_every=-1)

@@ -1,6 +1,6 @@
 """Engine scenarios with hand-derived expectations (SPEC §4-7, §9), on both backends.
 
-Every expected number below is derived in a comment from the stated semantics (reference/engine.py):
+Every expected number below is derived in a comment from the stated semantics (reference/engine/):
 one step = one iteration; in the `ticks` time model a step lasts 1 ms; a step's tokens are computed at
 its end, where a request whose prompt is fully computed gains one generated token (so its first token
 is stamped at the end of the step that completes its prefill) and finishes when it has generated its

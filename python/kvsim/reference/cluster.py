@@ -19,6 +19,7 @@ import numpy as np
 from kvsim.config import SimConfig
 from kvsim.engine_input import EngineInput
 from kvsim.errors import InvalidArgumentError
+from kvsim.reference.block_pool import check_pool_memory
 from kvsim.reference.engine import COLUMN_DTYPE, COLUMN_FILL, EVENT_COLUMNS, Replica
 
 MASK64 = (1 << 64) - 1
@@ -237,6 +238,31 @@ def _units(inp: EngineInput) -> list[tuple[int, int]]:
     return out
 
 
+def _check_fleet(inp: EngineInput, configs: list[SimConfig]) -> None:
+    """What every replica must allow of the input (the Rust driver refuses the same, with the same
+    words): fork-cow rows need policy `vllm` and a budget of at least `max_num_seqs` on every replica, and
+    the pools together must fit the memory limit, as one pool must."""
+    if len(inp) and int(np.max(inp.fork_parent)) >= 0:
+        for r, cfg in enumerate(configs):
+            if cfg.policy != "vllm":
+                raise InvalidArgumentError(
+                    f"replica {r}: sampling 'fork-cow' (rows with a fork_parent) applies to policy 'vllm'"
+                )
+            if cfg.max_num_batched_tokens < cfg.max_num_seqs:
+                raise InvalidArgumentError(
+                    f"replica {r}: sampling 'fork-cow' needs max_num_batched_tokens >= max_num_seqs "
+                    f"(vLLM v0's rule), got max_num_batched_tokens {cfg.max_num_batched_tokens} < "
+                    f"max_num_seqs {cfg.max_num_seqs}"
+                )
+    total = sum(int(cfg.num_blocks or 0) for cfg in configs)
+    if total > (1 << 32) - 1:
+        raise InvalidArgumentError(
+            f"configs: the replicas' pools hold {total} blocks in all, more than one machine's bookkeeping "
+            "can address"
+        )
+    check_pool_memory(total)
+
+
 def run_cluster(
     inp: EngineInput,
     configs: list[SimConfig],
@@ -252,7 +278,8 @@ def run_cluster(
 
     Raises:
         InvalidArgumentError: no configs, a config that is not a `SimConfig`, a router that is not a
-            `RouterSpec`, or what a single run refuses.
+            `RouterSpec`, fork-cow rows on a replica that cannot fork, pools that together exceed the
+            memory limit, or what a single run refuses.
     """
     if not isinstance(router, RouterSpec):
         raise InvalidArgumentError(f"router {router!r} is not a RouterSpec")
@@ -262,6 +289,9 @@ def run_cluster(
     for i, cfg in enumerate(configs):
         if not isinstance(cfg, SimConfig):
             raise InvalidArgumentError(f"configs[{i}] {cfg!r} is not a SimConfig")
+    if isinstance(timeseries_every, bool) or not isinstance(timeseries_every, int) or timeseries_every < 0:
+        raise InvalidArgumentError(f"timeseries_every {timeseries_every!r} must be an int >= 0")
+    _check_fleet(inp, configs)
     n = len(inp)
     replicas = [Replica(inp, cfg, timeseries_every, record_events) for cfg in configs]
     pick = Router(router, replicas)

@@ -1,0 +1,215 @@
+"""Reference engine: the scheduler and memory model, one model iteration at a time (DESIGN.md §Engine).
+
+This is the executable spec of `rust/core/src/engine/` (this module: its `mod.rs`, the engine's state and
+its loop): written for clarity, slow by design. One call of `run(inp, config)` simulates every sequence
+of an `EngineInput` to completion or rejection and returns raw integer columns and counters;
+`kvsim.simulate` turns them into frames and the summary for both backends. The rules live in the
+modules beside this one, one concern each (DESIGN.md §"The reference engine's modules").
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from kvsim.config import SimConfig
+from kvsim.engine_input import EngineInput
+from kvsim.reference.contiguous import Buddy, FirstFit
+from kvsim.reference.engine.admission import Admission
+from kvsim.reference.engine.events import EVENT_COLUMNS, EventLog
+from kvsim.reference.engine.memory import Memory
+from kvsim.reference.engine.output import (
+    COLUMN_DTYPE,
+    COLUMN_FILL,
+    COUNTERS,
+    REJECTED,
+    TIMESERIES,
+    EngineOutput,
+)
+from kvsim.reference.engine.preemption import Preemption
+from kvsim.reference.engine.running import Running
+from kvsim.reference.engine.seq import Seq
+from kvsim.reference.engine.timing import Timing
+from kvsim.reference.kv_cache_manager import KVCacheManager
+
+
+class Engine(Admission, Running, Preemption, Memory, Timing, EventLog):
+    """One replica's state and its loop; each base class holds one concern's rules (as Rust's `impl
+    Engine` blocks, one per file)."""
+
+    def __init__(
+        self, inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
+    ) -> None:
+        self.inp, self.cfg = inp, config
+        self.events: list[tuple[int, int, int, int, int, int]] | None = [] if record_events else None
+        self.ts_every = timeseries_every
+        self.ts: dict[str, list[int]] = {name: [] for name in TIMESERIES}
+        self.bs = config.block_size
+        self.paged = not config.is_contiguous
+        if self.paged:
+            assert config.num_blocks is not None, "SimConfig sizes the pool"
+            self.kv = KVCacheManager(
+                config.num_blocks, self.bs, config.enable_prefix_caching, config.free_order
+            )
+            if record_events:
+                self.kv.pool.evicted = []
+        else:
+            space_cls = Buddy if config.placement == "buddy" else FirstFit
+            self.space: FirstFit | Buddy = space_cls(config.capacity_tokens)
+        self.outstanding = 0  # reserve policy: blocks promised to admitted sequences
+        self.num_rejected = 0
+        self.t = 0
+        self.waiting: deque[Seq] = deque()
+        # Preempted by swapping (a sequence, or a group's running members): their blocks are in the CPU pool.
+        self.swapped: deque[list[Seq]] = deque()
+        self.cpu_used = 0
+        self.swap_blocks_step = 0
+        self.running: list[Seq] = []
+        self.c = dict.fromkeys(COUNTERS, 0)
+        # Rows pushed so far (`push`, `feed`; `run` feeds `inp` whole): sequences, arrivals, fork parents
+        # (as rows of this engine) and their output columns; `nxt` is the next row to join, `emitted` the
+        # rows `take_done` gave. The columns grow by doubling (their first `len(self.seqs)` entries are
+        # the rows'), so pushing rows one at a time costs amortised O(1) a row.
+        self.seqs: list[Seq] = []
+        self.arrivals: list[int] = []
+        self.fork_of: list[int] = []
+        self.nxt = self.emitted = 0
+        # Rows pushed and joined that are not fork-cow samples (a replica's in-flight count: the difference).
+        self.num_units_pushed = self.num_units_joined = 0
+        self.cols: dict[str, np.ndarray] = {
+            k: np.full(0, COLUMN_FILL[k], dtype=COLUMN_DTYPE[k]) for k in COLUMN_FILL
+        }
+
+    def feed(self, inp: EngineInput) -> None:
+        """Appends a chunk's sequences (rows numbered on from those fed before; its `fork_parent` counts
+        from the chunk's first row). Chunks come in arrival order."""
+        self.push(inp, 0, len(inp))
+
+    def push(self, inp: EngineInput, lo: int, hi: int | None = None) -> None:
+        """Appends rows `lo..hi` of `inp` (one row if `hi` is None) as this engine's next rows; a row's
+        `fork_parent` names a row of `inp` among them (a fork-cow group is pushed together, parent first).
+        Rows come in arrival order. Amortised O(rows pushed): the columns grow by doubling."""
+        hi = lo + 1 if hi is None else hi
+        base = len(self.seqs)
+        m = hi - lo
+        self._reserve(base + m)
+        for i in range(lo, hi):
+            s = Seq(
+                base + i - lo,
+                inp.segments(i),
+                int(inp.prompt_len[i]),
+                int(inp.target[i]),
+                int(inp.max_gen[i]),
+                int(inp.output_seg[i]),
+            )
+            self.seqs.append(s)
+            parent = int(inp.fork_parent[i])
+            self.fork_of.append(base + parent - lo if parent >= 0 else -1)
+            if parent >= 0:
+                self.seqs[base + parent - lo].children.append(s)
+            else:
+                self.num_units_pushed += 1
+            self.arrivals.append(int(inp.arrival_ps[i]))
+
+    def _reserve(self, n: int) -> None:
+        """Room for `n` rows in the output columns (doubling, so appends are amortised O(1))."""
+        cap = len(self.cols["status"])
+        if n <= cap:
+            return
+        cap = max(n, 2 * cap) if cap else n
+        for k, col in self.cols.items():
+            grown = np.full(cap, COLUMN_FILL[k], dtype=col.dtype)
+            grown[: len(col)] = col
+            self.cols[k] = grown
+
+    def join_arrivals(self) -> None:
+        """Step part 1: every pushed row with `arrival <= t` joins (or is rejected at arrival)."""
+        seqs, arrivals = self.seqs, self.arrivals
+        n = len(seqs)
+        while self.nxt < n and arrivals[self.nxt] <= self.t:
+            s = seqs[self.nxt]
+            self.nxt += 1
+            if self.fork_of[s.idx] >= 0:
+                continue  # a fork-cow sample: it starts when its parent samples its first token
+            self.num_units_joined += 1
+            reason = self.reject_at_arrival(s)
+            if reason:
+                self.reject(s, reason)
+            else:
+                self.waiting.append(s)
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting and not self.swapped
+
+    def advance(self, final: bool) -> None:
+        """Steps until the run is over or, with more input to come (`final` false), until a step could
+        depend on rows not fed yet: later rows arrive no earlier than the last one fed, so a step that
+        starts before it is safe, one at or after it is not, nor an idle jump to the next arrival."""
+        arrivals = self.arrivals
+        n = len(self.seqs)
+        last_arrival = arrivals[-1] if arrivals else 0
+        while True:
+            self.join_arrivals()
+            idle = self.idle
+            if self.nxt == n and not final and (idle or self.t >= last_arrival):
+                return
+            if idle:
+                if self.nxt == n:
+                    break
+                self.t = arrivals[self.nxt]
+                continue
+            self.step()
+        self.finish_counters()
+
+    def advance_until(self, horizon: int) -> None:
+        """Runs every step that starts strictly before `horizon` (ps) and nothing else: rows with
+        `arrival <= t` join the step at `t`; an idle engine jumps to its next pushed arrival only if that
+        is before the horizon, else it stops without moving its clock. A step may end past the horizon."""
+        arrivals = self.arrivals
+        while self.t < horizon:
+            self.join_arrivals()
+            if self.idle:
+                if self.nxt < len(self.seqs) and arrivals[self.nxt] < horizon:
+                    self.t = arrivals[self.nxt]
+                    continue
+                return
+            self.step()
+
+    def finish(self) -> EngineOutput:
+        """Runs every row pushed to its end and returns the output (what `run` returns for them)."""
+        self.advance(final=True)
+        n = len(self.seqs)
+        cols = {k: v[:n] for k, v in self.cols.items()}
+        cols["generated"][cols["status"] == REJECTED] = 0
+        ts = {k: np.asarray(v, dtype=np.int64) for k, v in self.ts.items()} if self.ts_every else {}
+        events = {}
+        if self.events is not None:
+            table = np.asarray(self.events, dtype=np.int64).reshape(-1, len(EVENT_COLUMNS))
+            events = {name: np.ascontiguousarray(table[:, i]) for i, name in enumerate(EVENT_COLUMNS)}
+        return EngineOutput(**cols, counters=self.c, timeseries=ts, events=events)
+
+    def take_done(self) -> dict[str, np.ndarray]:
+        """The output columns of the rows done since the last call (finished or rejected, every earlier
+        row too)."""
+        status = self.cols["status"][: len(self.seqs)]
+        pending = np.flatnonzero(status[self.emitted :] < 0)
+        end = self.emitted + int(pending[0]) if len(pending) else len(status)
+        out = {k: v[self.emitted : end].copy() for k, v in self.cols.items()}
+        out["generated"][out["status"] == REJECTED] = 0
+        self.emitted = end
+        return out
+
+    def run(self) -> EngineOutput:
+        self.feed(self.inp)
+        return self.finish()
+
+
+def run(
+    inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
+) -> EngineOutput:
+    """Simulates every sequence of `inp` under `config`, iteration by iteration; with
+    `timeseries_every = N > 0`, records the memory state of every N-th step; with `record_events`, logs
+    every block and scheduling event (`EVENT_KINDS`)."""
+    return Engine(inp, config, timeseries_every, record_events).run()

@@ -1,0 +1,84 @@
+"""Memory state (DESIGN.md §Metrics; the twin of `rust/core/src/engine/memory.rs`): freeing a sequence's
+memory, the time-weighted measurement of every step and its time series, the counters summed at the end.
+"""
+
+from __future__ import annotations
+
+from kvsim.reference.engine.output import TIMESERIES
+from kvsim.reference.engine.seq import Seq
+from kvsim.reference.engine.state import State
+
+
+class Memory(State):
+    """Paged (blocks of the KV-cache manager) or contiguous (regions of a first-fit or buddy space)."""
+
+    def release(self, s: Seq) -> None:
+        if self.paged:
+            if self.events is not None:
+                for b in reversed(self.kv.block_table(s.idx)):
+                    self.log("free", s, b)
+            self.kv.free(s.idx)
+            self.outstanding -= s.reserved_blocks
+            s.reserved_blocks = 0
+        else:
+            assert s.region is not None
+            self.space.free(*s.region)
+            s.region = None
+
+    def measure(self, dt: int, batch: int, tokens: int) -> None:
+        """Time-weighted memory state during the step (after allocation, before finishing)."""
+        c, bs = self.c, self.bs
+        stored = internal = reserved = external = held = logical = 0
+        if self.paged:
+            logical = sum(-(-s.num_computed // bs) for s in self.running)
+            held = self.cfg.capacity_blocks - self.kv.num_free_blocks
+            # A partial block shared by forked samples (until their first write) counts once.
+            partial = {self.kv.block_table(s.idx)[-1]: (-s.num_computed) % bs for s in self.running}
+            internal = sum(partial.values())
+            allocated = held * bs
+            stored = allocated - internal
+            reserved = self.outstanding * bs
+        else:
+            allocated = 0
+            for s in self.running:
+                assert s.region is not None
+                size = s.region[1]
+                final = s.prompt_len + s.target
+                allocated += size
+                stored += s.num_computed
+                reserved += final - s.num_computed
+                internal += size - final
+            external = self.space.external_fragmentation()
+        c["w_batch"] += dt * batch
+        c["w_stored"] += dt * stored
+        c["w_allocated"] += dt * allocated
+        c["w_internal"] += dt * internal
+        c["w_reserved"] += dt * reserved
+        c["w_external"] += dt * external
+        c["w_held_blocks"] += dt * held
+        c["w_logical_blocks"] += dt * logical
+        c["peak_allocated_tokens"] = max(c["peak_allocated_tokens"], allocated)
+        if self.ts_every and c["num_steps"] % self.ts_every == 0:
+            free = self.cfg.capacity_tokens - allocated
+            row = (
+                c["num_steps"],
+                self.t,
+                batch,
+                tokens,
+                free,
+                stored,
+                allocated,
+                internal,
+                reserved,
+                external,
+            )
+            for name, value in zip(TIMESERIES, row, strict=True):
+                self.ts[name].append(value)
+
+    def finish_counters(self) -> None:
+        """The counters summed at the end of a run."""
+        if self.paged:
+            self.c["num_evictions"] = self.kv.num_evictions
+            self.c["num_cow_copies"] = self.kv.num_cow_copies
+            self.c["num_block_allocations"] = self.kv.pool.num_allocated
+        self.c["makespan_ps"] = self.t

@@ -1,0 +1,96 @@
+"""What a run gives back (the twin of `rust/core/src/engine/output.rs`): per-sequence columns, their codes,
+the counters and the time series' columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Reasons a sequence is rejected; the codes are shared with the Rust engine.
+REJECT_REASONS = {
+    1: "prompt_len reaches max_model_len: no room to generate",
+    2: "needs more blocks than the pool holds",
+    3: "needs a larger region than the address space",
+    4: "needs more tokens in one step than max_num_batched_tokens (chunked prefill off)",
+    5: "cannot be admitted even into an empty pool (watermark or admission gate)",
+    6: "swapped out and cannot come back even into an empty pool (its sample group outgrew it)",
+    7: "its samples need more running seats than max_num_seqs",
+}
+
+# Time-series columns (one row per recorded step; times in ps at the step's start; token counts).
+TIMESERIES = (
+    "step",
+    "time_ps",
+    "batch",
+    "batched_tokens",
+    "free_tokens",
+    "stored_tokens",
+    "allocated_tokens",
+    "internal_tokens",
+    "reserved_tokens",
+    "external_tokens",
+)
+FINISHED, REJECTED = 0, 1
+# The per-sequence output columns (`EngineOutput`'s), their dtypes and their value before anything happens.
+COLUMN_FILL = {
+    "first_scheduled": -1,
+    "first_token": -1,
+    "finish": -1,
+    "generated": 0,
+    "num_preemptions": 0,
+    "num_swaps": 0,
+    "cached_tokens": 0,
+    "recomputed_tokens": 0,
+    "status": -1,
+    "reject_reason": 0,
+}
+COLUMN_DTYPE = {k: np.int8 if k in ("status", "reject_reason") else np.int64 for k in COLUMN_FILL}
+COUNTERS = (
+    "num_steps",
+    "busy_ps",
+    "sum_batch",
+    "sum_batched_tokens",
+    "peak_batch",
+    "peak_allocated_tokens",
+    "w_batch",
+    "w_stored",
+    "w_allocated",
+    "w_internal",
+    "w_reserved",
+    "w_external",
+    "w_held_blocks",
+    "w_logical_blocks",
+    "num_preemptions",
+    "num_evictions",
+    "num_cow_copies",
+    "prefix_hit_tokens",
+    "prompt_tokens_admitted",
+    "recomputed_tokens",
+    "num_swapped_blocks",
+    "num_block_allocations",
+    "first_hit_tokens",
+    "first_prompt_tokens",
+)
+
+
+@dataclass
+class EngineOutput:
+    """Raw per-sequence columns (times in ps, -1 when it never happened) and integer counters: int64,
+    but `status` (0 finished, 1 rejected) and `reject_reason` (`REJECT_REASONS`' codes, 0 for none),
+    int8."""
+
+    first_scheduled: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    generated: np.ndarray
+    num_preemptions: np.ndarray
+    num_swaps: np.ndarray
+    cached_tokens: np.ndarray
+    recomputed_tokens: np.ndarray
+    status: np.ndarray
+    reject_reason: np.ndarray
+    counters: dict[str, int] = field(default_factory=dict)
+    timeseries: dict[str, np.ndarray] = field(default_factory=dict)
+    events: dict[str, np.ndarray] = field(default_factory=dict)

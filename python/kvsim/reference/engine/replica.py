@@ -1,0 +1,87 @@
+"""A replica of a cluster (the twin of `rust/core/src/cluster/replica.rs`): the engine pushed rows as they
+are routed to it, stepped to given instants, with the signals a router reads."""
+
+from __future__ import annotations
+
+from kvsim.config import SimConfig
+from kvsim.engine_input import EngineInput
+from kvsim.hashing import iter_block_keys
+from kvsim.reference.engine.core import Engine
+from kvsim.reference.engine.output import EngineOutput
+
+
+class Replica:
+    """A replica of a cluster (DESIGN.md §Engine): an `Engine` fed rows as they are routed to it and
+    stepped to given instants, with the signals a router reads (the cluster contract's names)."""
+
+    def __init__(
+        self, inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
+    ) -> None:
+        self.engine = Engine(inp, config, timeseries_every, record_events)
+
+    def push(self, inp: EngineInput, lo: int, hi: int | None = None) -> None:
+        self.engine.push(inp, lo, hi)
+
+    def advance_until(self, horizon_ps: int) -> None:
+        self.engine.advance_until(horizon_ps)
+
+    def finish(self) -> EngineOutput:
+        return self.engine.finish()
+
+    @property
+    def block_size(self) -> int:
+        return self.engine.bs
+
+    def waiting(self) -> int:
+        """Sequences that joined and wait to be (re)admitted: the waiting queue and the swapped units'
+        samples."""
+        e = self.engine
+        return len(e.waiting) + sum(len(unit) for unit in e.swapped)
+
+    def running(self) -> int:
+        return len(self.engine.running)
+
+    def in_flight(self) -> int:
+        """Rows pushed but not joined yet (a fork-cow group counts its parent only)."""
+        e = self.engine
+        return e.num_units_pushed - e.num_units_joined
+
+    def load(self) -> int:
+        return self.waiting() + self.running() + self.in_flight()
+
+    def kv_used(self) -> int:
+        """Paged: blocks with `ref_cnt > 0` (the null block excluded); contiguous: reserved tokens."""
+        e = self.engine
+        if e.paged:
+            return e.kv.pool.capacity - e.kv.num_free_blocks
+        return e.space.capacity - e.space.num_free
+
+    def kv_total(self) -> int:
+        """Paged: the usable blocks (`num_blocks - 1`); contiguous: the capacity in tokens."""
+        e = self.engine
+        return e.kv.pool.capacity if e.paged else e.space.capacity
+
+    def caches(self) -> bool:
+        """Whether a prompt can hit this replica's prefix cache at all (paged, caching on)."""
+        return self.engine.paged and self.engine.cfg.enable_prefix_caching
+
+    def key_set(self) -> set[int]:
+        """The keys of this replica's prefix map now (empty when it does not cache)."""
+        return self.engine.kv.pool.key_set() if self.caches() else set()
+
+    def prefix_hit_blocks(
+        self, segments: list[tuple[int, int]], prompt_len: int, keys: set[int] | None = None
+    ) -> int:
+        """Leading full blocks of a prompt, among its first `(prompt_len - 1) // block_size`, whose key
+        is in this replica's prefix map (or in `keys`, a snapshot of it): the hit it would give now."""
+        if not self.caches():
+            return 0
+        pool = self.engine.kv.pool
+        held = pool.holds_key if keys is None else keys.__contains__
+        bs = self.engine.bs
+        hit = 0
+        for key in iter_block_keys(segments, bs, 0, None, max(prompt_len - 1, 0) // bs):
+            if not held(key):
+                break
+            hit += 1
+        return hit

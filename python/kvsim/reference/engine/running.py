@@ -1,0 +1,169 @@
+"""The running phase and the step (DESIGN.md §Engine, steps 2, 4 and 5; the twin of
+`rust/core/src/engine/running.rs`): one step's schedule in vLLM's order, a running sequence's growth,
+its scheduling unit, the step itself (time, measure, sampling, finishes) and the fork of samples."""
+
+from __future__ import annotations
+
+from kvsim.config import MAX_TIME_PS
+from kvsim.errors import InternalError, InvalidArgumentError
+from kvsim.reference.engine.output import FINISHED
+from kvsim.reference.engine.seq import Seq
+from kvsim.reference.engine.state import State
+from kvsim.reference.engine.timing import clock_overflow_message
+
+
+class Running(State):
+    """The running list in admission order; a unit is a sequence or its sequence group."""
+
+    def schedule(self) -> list[tuple[Seq, int]]:
+        """One step's batch, in vLLM's order: the running phase; if it preempted nothing, swapped units
+        come back; if none is left swapped out, waiting sequences are admitted."""
+        scheduled: list[tuple[Seq, int]] = []
+        budget, preempted = self.running_phase(scheduled, self.cfg.max_num_batched_tokens)
+        if preempted:
+            return scheduled
+        budget = self.swap_in_phase(scheduled, budget)
+        if self.swapped:
+            return scheduled
+        self.waiting_phase(scheduled, budget)
+        return scheduled
+
+    def running_phase(self, scheduled: list[tuple[Seq, int]], budget: int) -> tuple[int, bool]:
+        """Step part 2 (DESIGN.md §Engine): the running list, unit by unit in admission order, while the
+        budget lasts; a unit whose blocks do not fit preempts the tail unit until they do. Appends to
+        `scheduled`; returns the budget left and whether anything was preempted."""
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            j = self.unit_end(i)
+            if j - i > 1:
+                # A group (vLLM v0): all its samples or none, each one token; its room checked as a whole.
+                unit = self.running[i:j]
+                if len(unit) > budget:
+                    break
+                while not self.group_fits(unit):
+                    preempted = True
+                    if self.preempt_tail(unit[0]):
+                        break
+                else:
+                    for s in unit:
+                        grown = self.try_grow(s, 1, check=False)
+                        assert grown, "the group's room was checked"
+                        scheduled.append((s, 1))
+                    budget -= len(unit)
+                    i = j
+                    continue
+                break  # the group preempted itself: it was the tail, nothing after it
+            s = self.running[i]
+            num_new = min(s.num_tokens - s.num_computed, budget)
+            # `while ... else`: the else branch runs when the allocation succeeds (possibly after
+            # preempting others); `break` leaves when s itself was the victim.
+            while not self.try_grow(s, num_new):
+                preempted = True
+                if self.preempt_tail(s):
+                    break
+            else:
+                scheduled.append((s, num_new))
+                budget -= num_new
+                i += 1
+                continue
+            break  # s preempted itself: it was the tail, nothing after it
+        return budget, preempted
+
+    def unit_end(self, i: int) -> int:
+        """End of the scheduling unit starting at running[i]: a sequence, or its group's members."""
+        g = self.running[i].group
+        j = i + 1
+        if g >= 0:
+            while j < len(self.running) and self.running[j].group == g:
+                j += 1
+        return j
+
+    def try_grow(self, s: Seq, num_new: int, check: bool = True) -> bool:
+        """Room for `num_new` more tokens of running `s`; False, changing nothing, if they do not fit.
+        `check=False`: a group member whose group's room was checked as a whole (`group_fits`)."""
+        if not self.paged:
+            s.num_computed += num_new
+            return True
+        one_free = self.cfg.append_check == "one-free-block"
+        if check and one_free and s.decoding and self.kv.num_free_blocks < 1:
+            return False  # vLLM v0: every decoding sequence scheduled wants a free block, needed or not
+        before = self.kv.num_free_blocks
+        copies = self.kv.num_cow_copies
+        # Under `reserve` a sequence only ever grows into blocks it was promised at admission.
+        new = self.kv.allocate(s.idx, s.segments(), num_new)
+        if new is None:
+            return False
+        self.log_allocations(s, new, "cow-copy" if self.kv.num_cow_copies > copies else "allocate")
+        used = before - self.kv.num_free_blocks
+        if s.reserved_blocks:
+            taken = min(used, s.reserved_blocks)
+            s.reserved_blocks -= taken
+            self.outstanding -= taken
+        s.num_computed += num_new
+        return True
+
+    def step(self) -> None:
+        """One iteration at `t` once the arrivals joined: schedule, time, measure, sample, finish."""
+        cols = self.cols
+        before = (self.num_rejected, self.c["num_preemptions"])
+        scheduled = self.schedule()
+        if not scheduled:
+            # Fine if a head was rejected or a sequence preempted itself (no time passes); anything
+            # else would repeat forever.
+            if before == (self.num_rejected, self.c["num_preemptions"]):
+                raise InternalError(f"no progress at time {self.t} ps")
+            return
+        self.log_schedule(scheduled)
+        dt = self.step_time(scheduled)
+        if self.t + dt > MAX_TIME_PS:
+            raise InvalidArgumentError(clock_overflow_message(self.c["num_steps"], self.t))
+        self.measure(dt, len(scheduled), sum(k for _, k in scheduled))
+        self.t += dt
+        c = self.c
+        c["num_steps"] += 1
+        c["busy_ps"] += dt
+        c["sum_batch"] += len(scheduled)
+        c["sum_batched_tokens"] += sum(k for _, k in scheduled)
+        c["peak_batch"] = max(c["peak_batch"], len(scheduled))
+        done = []
+        for s, _ in scheduled:
+            if s.num_computed == s.num_tokens:
+                s.generated += 1
+                s.decoding = True
+                if cols["first_token"][s.idx] < 0:
+                    cols["first_token"][s.idx] = self.t
+                if s.generated == s.target:
+                    done.append(s)
+                if s.children and not s.forked:
+                    done.extend(self.fork(s))
+        for s in done:
+            self.log("finish", s)
+            self.release(s)
+            self.running.remove(s)
+            cols["status"][s.idx] = FINISHED
+            cols["finish"][s.idx] = self.t
+            cols["generated"][s.idx] = s.generated
+
+    def fork(self, parent: Seq) -> list[Seq]:
+        """Forks `parent`'s samples after its first token (paper §4.4): each shares every block of the
+        parent (copy-on-write) and has sampled its own first token. Returns those already finished."""
+        parent.forked = True
+        parent.group = parent.idx
+        at = self.running.index(parent) + 1
+        finished = []
+        for c in parent.children:
+            self.log("fork", c)
+            self.kv.fork(parent.idx, c.idx)
+            c.num_computed = parent.num_computed
+            c.generated = 1
+            c.decoding = True
+            c.admitted_before = True  # admitted with its parent: a later admission is a resume
+            c.group = parent.idx
+            self.running.insert(at, c)
+            at += 1
+            self.cols["first_scheduled"][c.idx] = self.cols["first_scheduled"][parent.idx]
+            self.cols["first_token"][c.idx] = self.t
+            if c.generated == c.target:
+                finished.append(c)
+        return finished

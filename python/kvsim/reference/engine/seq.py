@@ -1,0 +1,47 @@
+"""A sequence as the scheduler sees it (the twin of `rust/core/src/engine/seq.rs`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Seq:
+    """One sequence (a request, or one sample of it) as the scheduler sees it."""
+
+    idx: int
+    prompt: list[tuple[int, int]]
+    prompt_len: int
+    target: int
+    max_gen: int
+    output_seg: int
+    generated: int = 0
+    num_computed: int = 0
+    computed_at_preemption: int = 0
+    # reserve policy: blocks promised but not yet allocated; contiguous: (start, size) region
+    reserved_blocks: int = 0
+    region: tuple[int, int] | None = None
+    swapped_blocks: int = 0  # blocks held in the CPU pool while swapped out (a group's: on its first)
+    shared_blocks: int = 0  # a swapped group (on its first member): leading blocks its members share
+    admitted_before: bool = False
+    # Sampled a token since its (re)admission started it over: it decodes (append_check applies).
+    decoding: bool = False
+    # fork-cow: the samples forked from this one when its first token is sampled (until then, unforked)
+    children: list[Seq] = field(default_factory=list)
+    forked: bool = False
+    # fork-cow: the sequence group (vLLM v0) this sample belongs to since its fork, named by sample 0's
+    # index; -1 for none. A group sits together in the running list and is scheduled, preempted and
+    # swapped as one.
+    group: int = -1
+
+    @property
+    def seats(self) -> int:
+        """Running slots this sequence takes when admitted: itself, plus the samples it will fork."""
+        return 1 + (0 if self.forked else len(self.children))
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_len + self.generated
+
+    def segments(self) -> list[tuple[int, int]]:
+        return [*self.prompt, (self.output_seg, self.generated)] if self.generated else list(self.prompt)

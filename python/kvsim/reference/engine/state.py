@@ -1,0 +1,74 @@
+"""The engine's state, declared once (the fields of Rust's `Engine` struct in `rust/core/src/engine/mod.rs`):
+every concern's module reads it; `core.Engine.__init__` builds it. For the type checker, it also names the
+methods one concern calls in another (each defined in exactly one module)."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kvsim.config import SimConfig
+from kvsim.engine_input import EngineInput
+from kvsim.reference.contiguous import Buddy, FirstFit
+from kvsim.reference.engine.seq import Seq
+from kvsim.reference.kv_cache_manager import KVCacheManager
+
+
+class State:
+    """What one replica holds between steps."""
+
+    inp: EngineInput
+    cfg: SimConfig
+    bs: int
+    paged: bool
+    kv: KVCacheManager  # paged policies
+    space: FirstFit | Buddy  # contiguous policies
+    t: int  # the clock (ps): the start of the next step
+    waiting: deque[Seq]
+    running: list[Seq]
+    # Preempted by swapping (a sequence, or a group's running members): their blocks are in the CPU pool.
+    swapped: deque[list[Seq]]
+    cpu_used: int
+    swap_blocks_step: int  # blocks swapped out or in during the current step (its PCIe time)
+    outstanding: int  # reserve policy: blocks promised to admitted sequences
+    num_rejected: int
+    c: dict[str, int]  # the counters (`COUNTERS`)
+    cols: dict[str, np.ndarray]  # the per-sequence output columns (`COLUMN_FILL`), grown by doubling
+    events: list[tuple[int, int, int, int, int, int]] | None
+    ts_every: int
+    ts: dict[str, list[int]]
+
+    if TYPE_CHECKING:
+        # events.py
+        def log(self, kind: str, s: Seq, block: int = -1, count: int = -1) -> None: ...
+        def log_schedule(self, scheduled: list[tuple[Seq, int]]) -> None: ...
+        def log_allocations(self, s: Seq, new: list[int], first: str = "allocate") -> None: ...
+
+        # admission.py
+        def region_size(self, s: Seq) -> int: ...
+        def peak_blocks(self, s: Seq) -> int: ...
+        def reject_at_arrival(self, s: Seq) -> int: ...
+        def try_admit(self, s: Seq, budget: int) -> int: ...
+        def waiting_phase(self, scheduled: list[tuple[Seq, int]], budget: int) -> None: ...
+        def reject(self, s: Seq, reason: int) -> None: ...
+
+        # running.py
+        def schedule(self) -> list[tuple[Seq, int]]: ...
+        def try_grow(self, s: Seq, num_new: int, check: bool = True) -> bool: ...
+        def step(self) -> None: ...
+        def fork(self, parent: Seq) -> list[Seq]: ...
+
+        # preemption.py
+        def preempt_tail(self, s: Seq) -> bool: ...
+        def group_fits(self, unit: list[Seq]) -> bool: ...
+        def swap_in_phase(self, scheduled: list[tuple[Seq, int]], budget: int) -> int: ...
+
+        # memory.py
+        def release(self, s: Seq) -> None: ...
+        def measure(self, dt: int, batch: int, tokens: int) -> None: ...
+        def finish_counters(self) -> None: ...
+
+        # timing.py
+        def step_time(self, scheduled: list[tuple[Seq, int]]) -> int: ...
