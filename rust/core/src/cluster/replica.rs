@@ -170,6 +170,12 @@ impl Replica {
         result
     }
 
+    /// Whether the signals at `horizon` are already those of now (every step before it quiet), so that
+    /// `advance_until(horizon)` can wait (see `Engine::quiet_through`).
+    pub fn quiet_through(&mut self, horizon: i64) -> bool {
+        self.engine.quiet_through(horizon)
+    }
+
     /// Runs to the end; the output is then `take_output`'s.
     pub fn finish(&mut self, cancel: &AtomicBool) -> Result<()> {
         // SAFETY: as in `advance_until`.

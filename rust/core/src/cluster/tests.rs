@@ -71,6 +71,17 @@ impl Cols {
 /// `n` requests: bursts and gaps of arrivals, prompts of one of three shared prefixes and a private
 /// tail, some requests with `samples` fork-cow samples (0: none), some quoting an earlier output.
 fn workload(n: usize, seed: u64, samples: usize, quote: bool) -> Cols {
+    workload_with_gaps(
+        n,
+        seed,
+        samples,
+        quote,
+        &[0, 0, 300_000_000, 2_000_000_000, 9_000_000_000],
+    )
+}
+
+/// `workload` with arrival gaps drawn from `gaps` (picoseconds).
+fn workload_with_gaps(n: usize, seed: u64, samples: usize, quote: bool, gaps: &[i64]) -> Cols {
     let mut rng = SplitMix64(seed);
     let mut c = Cols {
         seg_offsets: vec![0],
@@ -78,7 +89,7 @@ fn workload(n: usize, seed: u64, samples: usize, quote: bool) -> Cols {
     };
     let mut t = 0i64;
     for r in 0..n as u64 {
-        t += [0, 0, 300_000_000, 2_000_000_000, 9_000_000_000][rng.below(5)];
+        t += gaps[rng.below(gaps.len())];
         let shared = 8 + 8 * rng.below(4) as i64;
         let own = 1 + rng.below(30) as i64;
         let target = 1 + rng.below(40) as i64;
@@ -474,4 +485,40 @@ fn a_long_run_compacts_its_input() {
         "compacted up to row {}",
         rep.first_held_row()
     );
+}
+
+/// A replica whose steps up to an arrival are all quiet is left where it is (`quiet_through`): the same
+/// picks and rows as stepping every replica to every arrival, on dense arrivals (gaps of 0 to 20 ms,
+/// ticks of 1 ms, so quiet spans lie between them) over 2 and 4 replicas, every router that reads state.
+#[test]
+fn leaving_quiet_replicas_alone_changes_nothing() {
+    const MS: i64 = 1_000_000_000;
+    let cancel = AtomicBool::new(false);
+    let gaps = [0, MS, 3 * MS, 7 * MS, 20 * MS];
+    for (what, cfg, _) in cases() {
+        for (kind, w) in [
+            ("plain", workload_with_gaps(150, 21, 0, false, &gaps)),
+            ("forks", workload_with_gaps(100, 22, 2, false, &gaps)),
+        ] {
+            if kind == "forks" && cfg.policy != Policy::Vllm {
+                continue;
+            }
+            for n in [2, 4] {
+                let cfgs = vec![cfg.clone(); n];
+                for spec in [
+                    RouterSpec::named("least-loaded").unwrap(),
+                    RouterSpec::named("least-kv").unwrap(),
+                    RouterSpec::named("prefix-affinity").unwrap(),
+                    RouterSpec::named("weighted").unwrap(),
+                ] {
+                    let lazy = drive(w.view(), &cfgs, &spec, &cancel, true).unwrap();
+                    let eager = drive(w.view(), &cfgs, &spec, &cancel, false).unwrap();
+                    let label = format!("{what}/{kind} n={n} {:?}", spec.kind);
+                    assert_eq!(lazy.replica, eager.replica, "{label}");
+                    assert_same_rows(&lazy.out, &eager.out, &label);
+                    assert_eq!(lazy.counters, eager.counters, "{label}");
+                }
+            }
+        }
+    }
 }

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::AtomicBool;
 
-use super::{Engine, EngineConfig, EngineInput, EngineOutput, Memory, Result};
+use super::{Engine, EngineConfig, EngineInput, EngineOutput, MAX_TIME_PS, Memory, Result};
 use crate::BlockKey;
 
 impl<'a> Engine<'a> {
@@ -73,6 +73,58 @@ impl<'a> Engine<'a> {
     /// The output columns (every row pushed) and counters, once finished.
     pub(crate) fn take_output(&mut self) -> EngineOutput {
         std::mem::take(&mut self.out)
+    }
+
+    /// Whether every step that would start before `horizon` is quiet (lockstep, no event in it, nothing
+    /// waiting, swapped or about to join, no time series): then the signals at `horizon` are those of
+    /// now, and the replica need not step there (taking the span later, in one piece, is exact and
+    /// cheaper than cutting it at every arrival of the fleet). The buckets found empty are remembered
+    /// until the next step.
+    pub(crate) fn quiet_through(&mut self, horizon: i64) -> bool {
+        if !self.lockstep
+            || self.t >= horizon
+            || self.running.is_empty()
+            || !self.nothing_waits()
+            || !self.swapped.is_empty()
+            || self.swap_blocks_step != 0
+            || self.ts_every != 0
+            || self.one_free_block_binds()
+        {
+            return false;
+        }
+        let i = self.nxt - self.row_base;
+        if i < self.inp.len() && self.inp.arrival_ps[i] <= horizon {
+            return false; // a row joins before the horizon
+        }
+        let (dt0, ddt) = self.quiet_step_lengths();
+        let start = |j: u64| -> i128 {
+            let j = i128::from(j);
+            j * dt0 + ddt * (j * (j - 1) / 2)
+        };
+        // The steps starting before the horizon: 0..k.
+        let gap = i128::from(horizon - self.t);
+        let mask = self.ring_mask as u64;
+        let mut k = 1;
+        while k <= mask && start(k) < gap {
+            k += 1;
+        }
+        if k > mask || i128::from(self.t) + start(k) > i128::from(MAX_TIME_PS) {
+            return false;
+        }
+        let step = self.step;
+        let mut from = if self.quiet_checked.0 == step {
+            self.quiet_checked.1
+        } else {
+            0
+        };
+        while from < k {
+            if !self.ring[(step + from) as usize & self.ring_mask].is_empty() {
+                return false;
+            }
+            from += 1;
+        }
+        self.quiet_checked = (step, from);
+        true
     }
 
     /// Whether `row` is finished or rejected.
