@@ -499,7 +499,8 @@ def draw_fleet(axes: Sequence[Axes], fleets: Mapping[int, Results], top: float |
         _title(ax, title, finding)
         ax.set_xlabel(_wrap(setup, _chars(ax)))
         ax.legend(loc="upper center", ncol=len(ROUTERS), fontsize="small")
-    axes[0].set_ylim(0, 100 * max(top or 0.0, max(h.get_height() for h in axes[0].patches) / 100) * 1.3)
+    most = max(r["prefix_hit_rate_first_admission"] for g in got.values() for r in g.values())
+    axes[0].set_ylim(0, 100 * max(top or 0.0, most, 0.01) * 1.3)
 
 
 # ------------------------------------------------------------------------------------------ files
