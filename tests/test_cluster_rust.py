@@ -4,6 +4,9 @@ a router's picks follow its rule, and bad arguments get kvsim's errors."""
 
 from __future__ import annotations
 
+import _thread
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,3 +178,16 @@ def test_a_bad_replica_config_names_the_replica():
     bad = dict(rust_engine.config_kwargs(cfg), block_size=0)
     with pytest.raises(InvalidArgumentError, match=r"configs\[1\]: block_size 0"):
         _call(configs=[rust_engine.config_kwargs(cfg), bad])
+
+
+def test_ctrl_c_interrupts_a_cluster_run():
+    w = synthetic(200_000, arrival_rate=1600, lengths="sharegpt-paper", seed=2)
+    cfg = kvsim.SimConfig(num_blocks=1500, block_size=16)
+    inp = prepare(w, cfg)
+    timer = threading.Timer(0.05, _thread.interrupt_main)
+    timer.start()
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        rust_engine.run_cluster(inp, [cfg] * 4, Router("least-loaded"))
+    timer.cancel()
+    assert time.perf_counter() - start < 5

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -142,13 +142,18 @@ def _shared_content(inp: EngineInput) -> bool:
 
 
 class RouterLike(Protocol):
-    """What `run_cluster` reads of a router (`kvsim.reference.cluster.RouterSpec`'s fields)."""
+    """What `run_cluster` reads of a router (`kvsim.reference.cluster.RouterSpec`'s fields, read-only)."""
 
-    name: str
-    seed: int
-    refresh_ps: int
-    prefix_load_cap: float
-    weights: Mapping[str, float] | None
+    @property
+    def name(self) -> str: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def refresh_ps(self) -> int: ...
+    @property
+    def prefix_load_cap(self) -> float: ...
+    @property
+    def weights(self) -> Mapping[str, float] | Iterable[tuple[str, float]] | None: ...
 
 
 def run_cluster(inp: EngineInput, configs: list[SimConfig], router: RouterLike) -> dict[str, Any]:

@@ -65,7 +65,15 @@ fn validate(inp: &EngineInput<'_>, cfgs: &[EngineConfig]) -> Result<()> {
     // The pools together must fit the memory limit, as one does.
     let total: u64 = cfgs.iter().map(|c| u64::from(c.num_blocks)).sum();
     if let Ok(total) = u32::try_from(total) {
-        crate::block_pool::check_pool_memory(total)?;
+        if cfgs.len() > 1 {
+            crate::block_pool::check_pool_memory(total).map_err(|e| match e {
+                KvError::InvalidArgument(m) => KvError::InvalidArgument(format!(
+                    "configs: the {} replicas' pools together ({total} blocks) do not fit: {m}",
+                    cfgs.len()
+                )),
+                other => other,
+            })?;
+        }
     } else {
         invalid_arg!(
             "configs: the replicas' pools hold {total} blocks in all, more than one machine's bookkeeping can address"

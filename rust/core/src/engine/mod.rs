@@ -284,12 +284,21 @@ impl<'a> Engine<'a> {
         let (arrivals, base, cancel) = (self.inp.arrival_ps, self.row_base, self.cancel);
         let end = base + arrivals.len();
         let last_arrival = arrivals.last().copied().unwrap_or(0);
+        // A step starting at or after `horizon` is not taken (nor its arrivals joined); with more input
+        // to come, neither is one starting at or after the last arrival once every row fed has joined:
+        // each a comparison against `stop_at` on the hot path (`i64::MAX` for a whole run).
+        let horizon = self.horizon;
+        let stop_at = if self.final_input {
+            horizon
+        } else {
+            horizon.min(last_arrival)
+        };
         let mut nxt = self.nxt;
         let result = loop {
-            if self.t >= self.horizon {
-                // A stepped replica: the step starting at or after its horizon is not taken, nor its
-                // arrivals joined (a row arriving then is still in flight; one rejected at once is
-                // rejected by that step, as in the reference).
+            if self.t >= stop_at && self.t >= horizon {
+                // A stepped replica: nothing of the step starting at or after its horizon happens, the
+                // join of its arrivals neither (a row arriving then is still in flight; one rejected at
+                // once is rejected by that step, as in the reference).
                 break Ok(());
             }
             while nxt < end && arrivals[nxt - base] <= self.t {
@@ -301,14 +310,14 @@ impl<'a> Engine<'a> {
                     break Ok(()); // the end, or (more input to come) the next arrival is not known yet
                 }
                 let a = arrivals[nxt - base];
-                if a >= self.horizon {
+                if a >= horizon {
                     break Ok(()); // a stepped replica idles at its horizon without moving its clock
                 }
                 self.t = a;
                 continue;
             }
-            if nxt == end && !self.final_input && self.t >= last_arrival {
-                break Ok(()); // a later row may arrive at the start of this step
+            if self.t >= stop_at && nxt == end {
+                break Ok(()); // more input to come: a later row may arrive at the start of this step
             }
             let (rejected_before, preempted_before) =
                 (self.num_rejected, self.out.counters.num_preemptions);
@@ -317,13 +326,16 @@ impl<'a> Engine<'a> {
                 // with more input to come, later rows arrive no earlier than the last one fed.
                 (self.ring[self.step as usize & self.ring_mask].is_empty()
                     && self.nothing_waits()
-                    && self.skip_quiet_steps(self.quiet_bound(if nxt < end {
-                        Some(arrivals[nxt - base])
-                    } else if self.final_input {
-                        None
-                    } else {
-                        Some(last_arrival)
-                    })))
+                    && self.skip_quiet_steps(quiet_bound(
+                        if nxt < end {
+                            Some(arrivals[nxt - base])
+                        } else if self.final_input {
+                            None
+                        } else {
+                            Some(last_arrival)
+                        },
+                        horizon,
+                    )))
                     || self.lockstep_step()
             } else {
                 self.full_step()
@@ -357,17 +369,6 @@ impl<'a> Engine<'a> {
         result
     }
 
-    /// The time a quiet span must stop before: the next arrival known, or the horizon of a stepped
-    /// replica if that is earlier (a step starting at or after either is not taken together).
-    #[inline]
-    fn quiet_bound(&self, arrival: Option<i64>) -> Option<i64> {
-        if self.horizon == i64::MAX {
-            arrival
-        } else {
-            Some(arrival.map_or(self.horizon, |a| a.min(self.horizon)))
-        }
-    }
-
     /// The counters summed at the end of a run.
     fn finish_counters(&mut self) {
         if let Memory::Paged(pool) = &self.mem {
@@ -384,6 +385,17 @@ impl<'a> Engine<'a> {
         if let Some(log) = self.log.take() {
             self.out.events = log;
         }
+    }
+}
+
+/// The time a quiet span must stop before: the next arrival known, or the horizon of a stepped replica
+/// if that is earlier (a step starting at or after either is not taken together).
+#[inline]
+fn quiet_bound(arrival: Option<i64>, horizon: i64) -> Option<i64> {
+    if horizon == i64::MAX {
+        arrival
+    } else {
+        Some(arrival.map_or(horizon, |a| a.min(horizon)))
     }
 }
 
