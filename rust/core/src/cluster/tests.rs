@@ -485,6 +485,19 @@ fn a_long_run_compacts_its_input() {
         "compacted up to row {}",
         rep.first_held_row()
     );
+    // Groups across compactions (samples kept while their parent's input is gone), swap and quoting.
+    let cfg = EngineConfig {
+        num_blocks: 300,
+        preemption: Preemption::Auto,
+        cpu_blocks: 64,
+        ..EngineConfig::for_tests(64, 4)
+    };
+    for w in [workload(3000, 14, 2, false), workload(3000, 15, 0, true)] {
+        let whole = run(w.view(), &cfg, 0, false, &cancel).unwrap();
+        let c = run_cluster(w.view(), std::slice::from_ref(&cfg), &spec, &cancel).unwrap();
+        assert_same_rows(&c.out, &whole, "compacted groups");
+        assert_eq!(c.counters[0], whole.counters);
+    }
 }
 
 /// A replica whose steps up to an arrival are all quiet is left where it is (`quiet_through`): the same
