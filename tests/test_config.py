@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kvsim
-from kvsim.config import KNOBS, SimConfig
+from kvsim.config import KNOBS, Knob, SimConfig
 from kvsim.errors import InvalidArgumentError
 
 FIELDS = [f.name for f in dataclasses.fields(SimConfig)]
@@ -82,7 +82,7 @@ def test_units_are_accepted_where_a_field_takes_them():
 
 
 # -- a generating property test per class of bad value --------------------------------------------------------
-def _bad_values(kind: str) -> st.SearchStrategy:
+def _bad_values(kind: str, knob: Knob) -> st.SearchStrategy:
     wrong_objects = st.sampled_from([object(), [1], {"a": 1}, (1, 2), b"12", 1j])
     common = st.one_of(wrong_objects, st.just(None))
     if kind in ("int", "bytes", "duration"):
@@ -97,16 +97,34 @@ def _bad_values(kind: str) -> st.SearchStrategy:
             st.text(alphabet="abcxyz!?", min_size=0, max_size=5),
         )
     if kind == "float":
+        # Just outside the knob's bounds (its bound itself where the interval is open).
+        below = knob.lo if knob.open_lo else knob.lo - 1.0
+        above = [knob.hi if knob.open_hi else knob.hi + 1.0] if knob.hi < 1e300 else []
         return st.one_of(
             common,
             st.booleans(),
-            st.sampled_from([math.nan, math.inf, -math.inf, 10**400, -(10**400), 2.0, -1.0]),
+            st.sampled_from([math.nan, math.inf, -math.inf, 10**400, -(10**400), below, *above]),
             st.text(max_size=5),
         )
     if kind == "bool":
         return st.one_of(common, st.integers(), st.floats(), st.text(max_size=5))
     if kind == "choice":
         return st.one_of(common, st.booleans(), st.integers(), st.text(max_size=8))
+    if kind == "seconds":
+        return st.one_of(
+            common,
+            st.booleans(),
+            st.sampled_from([math.nan, math.inf, -math.inf, -1, -0.5, 10**400, 1e-13]),
+            st.text(alphabet="abcxyz!?", min_size=0, max_size=5),
+        )
+    if kind == "weights":
+        return st.one_of(
+            wrong_objects,
+            st.booleans(),
+            st.integers(),
+            st.text(alphabet="abcxyz!?=,", max_size=6),
+            st.sampled_from([{}, {"prefix": -1}, {"kv": math.nan}, {"queue": "1"}, {"prefix": True}]),
+        )
     if kind in ("model", "gpu"):
         return st.one_of(
             wrong_objects, st.booleans(), st.integers(), st.text(alphabet="qwz", min_size=1, max_size=6)
@@ -121,8 +139,8 @@ CHECKED = [name for name in FIELDS if name != "extra"]
 @given(data=st.data())
 def test_bad_values_raise_invalid_argument_naming_the_field(name, data):
     kind = KNOBS[name].kind
-    value = data.draw(_bad_values(kind))
     knob = KNOBS[name]
+    value = data.draw(_bad_values(kind, knob))
     if value is None and (knob.optional or kind in ("model", "gpu")):
         return  # None means "derive it" for these
     if kind == "choice" and value in knob.choices:

@@ -26,6 +26,7 @@ NAMES = {
     "fig13_batch.png",
     "hit_rate_vs_cache.png",
     "fig12_capacity.png",
+    "fleet_mooncake.png",
     "dashboard.png",
 }
 QUICK = ["seed-block-size", "seed-memory-budget", "seed-prefix-sharing"]

@@ -6,6 +6,7 @@ holds their pure-Python twins, the executable spec both backends are tested agai
 
 from kvsim import gpus, models, reference, sizing, workloads
 from kvsim._core import BlockPool, KVCacheManager, block_keys
+from kvsim.cluster import ClusterResult, simulate_cluster
 from kvsim.config import SimConfig
 from kvsim.errors import (
     InternalError,
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BlockPool",
+    "ClusterResult",
     "InternalError",
     "InvalidArgumentError",
     "InvalidOperationError",
@@ -41,6 +43,7 @@ __all__ = [
     "pool_blocks",
     "reference",
     "simulate",
+    "simulate_cluster",
     "simulate_stream",
     "sizing",
     "workloads",

@@ -357,7 +357,14 @@ def experiments() -> list[Experiment]:
             why="whole traces replayed by timestamp; Llama-3-8B on an A100-80GB (utilisation 0.9)",
         ),
         *capacity_experiments(),
+        *_fleet_experiments(),
     ]
+
+
+def _fleet_experiments() -> list[Experiment]:
+    from kvsim.claims_fleet import fleet_experiments  # it builds on this module's classes
+
+    return fleet_experiments()
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -961,6 +968,8 @@ def run_claims(
     Returns:
         The report (claims, path, wall time, the results by experiment).
     """
+    from kvsim.claims_fleet import fleet_claims
+
     check_scale(scale)
     check_results_dir(results_dir)
     t0 = time.perf_counter()
@@ -993,6 +1002,7 @@ def run_claims(
         *capacity_claims(results, scale),
         *_seed_claims(results, scale),
         *_trace_claims(results, scale),
+        *fleet_claims(results, scale),
     ]
     wall = time.perf_counter() - t0
     path = results_dir / "claims.md"

@@ -247,13 +247,11 @@ def _flag_error(flag: str, exc: InvalidArgumentError) -> InvalidArgumentError:
 def known_metrics(spec: SweepSpec) -> list[str]:
     """The metric columns a sweep's rows will have: the summary of a two-request run of the sweep's
     first point (with its SLOs' goodput columns), plus the wall times."""
-    import kvsim
+    from kvsim.sweep import simulate_point
 
     point = spec.points()[0]
     workload = make_workload(point.workload, point.workload_params, 2, point.seed)
-    summary = kvsim.simulate(
-        workload, point.sim_config(), backend=point.backend, goodput=dict(point.goodput) or None
-    ).summary
+    summary = simulate_point(point, workload, point.sim_config(), False).summary  # a fleet's too
     return [k for k, v in summary.items() if isinstance(v, int | float)] + ["wall_s", "workload_s"]
 
 

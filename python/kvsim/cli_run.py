@@ -17,9 +17,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from kvsim.config import KNOBS
+from kvsim.config import CLUSTER_KNOBS, KNOBS
 from kvsim.errors import InvalidArgumentError, KvsimError
-from kvsim.run_report import render_table, run_notes
+from kvsim.run_report import fleet_record, render_fleet, render_table, run_notes
 from kvsim.sweep import CONFIG_FIELDS, WORKLOADS, coerce, make_workload, parse_workload
 
 _WORKLOAD_HELP = "; ".join(f"{k}: {v.description}" for k, v in WORKLOADS.items())
@@ -67,6 +67,16 @@ class _Given(argparse.Action):
         setattr(namespace, self.dest, (option_string, values))
 
 
+class _Joined(argparse.Action):
+    """A repeatable flag (`--router-weight prefix=3 --router-weight queue=1`): the texts joined by commas,
+    converted later as one value (`prefix=3,queue=1`)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        before = getattr(namespace, self.dest, None)
+        text = values if before is None else f"{before[1]},{values}"
+        setattr(namespace, self.dest, (option_string, text))
+
+
 class _Switch(argparse.Action):
     """A vLLM-style switch: `--enable-x` turns it on, `--no-enable-x` off; `--enable-x false` (today's
     spelling, with a value) is kept as an alias."""
@@ -92,6 +102,8 @@ def _knob_flags(name: str) -> list[str]:
 _UNIT_TEXT = {
     "bytes": "a size: 12GiB, 512MiB, 1.5GB; a bare number is bytes",
     "duration": "a time: 1ms, 120us, 5ns; a bare number is picoseconds",
+    "seconds": "a time: 100ms, 2s; a bare number is seconds",
+    "weights": "NAME=WEIGHT, repeatable or comma-separated",
 }
 
 
@@ -117,7 +129,8 @@ def _add_knob_flags(g: Any) -> None:
             )
             continue
         metavar = "{" + ",".join(k.choices) + "}" if k.kind == "choice" else (k.metavar or "VALUE")
-        g.add_argument(*flags, dest=f"cfg_{name}", action=_Given, metavar=metavar, default=None, help=text)
+        action = _Joined if k.kind == "weights" else _Given
+        g.add_argument(*flags, dest=f"cfg_{name}", action=action, metavar=metavar, default=None, help=text)
 
 
 def _add_workload_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
@@ -456,6 +469,13 @@ def write_probe(folder: Path) -> str | None:
         return exc.strerror or str(exc)
 
 
+def is_fleet(config: Any) -> bool:
+    """Whether a run is a fleet (`kvsim.simulate_cluster`): more than one replica, or a fleet knob (the
+    router's) set away from its default; a fleet of one replica gives exactly what `simulate` gives, plus
+    the fleet's part."""
+    return any(getattr(config, name) != KNOBS[name].default for name in CLUSTER_KNOBS)
+
+
 def read_run_file(args: argparse.Namespace) -> dict[str, Any]:
     """The `--toml` run file's table (empty without one), its keys checked."""
     data: dict[str, Any] = {}
@@ -506,9 +526,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"ITL: mean only; its distribution records every step's time, done for runs of up to "
             f"{ITL_SERIES_MAX_REQUESTS:,} requests (--percentile-metrics ttft,tpot,e2el leaves ITL out)"
         )
-    result = kvsim.simulate(workload, config, backend=backend, record_timeseries=record)
+    fleet = is_fleet(config)
+    if fleet:
+        if "itl" in pct_metrics:
+            notes.append(
+                "ITL: mean only in a fleet (the replicas' steps interleave; no one time series gives every gap)"
+            )
+        result: Any = kvsim.simulate_cluster(workload, config, backend=backend)
+    else:
+        result = kvsim.simulate(workload, config, backend=backend, record_timeseries=record)
     assert result.requests is not None, "simulate keeps the request rows"
-    step_starts = result.raw.timeseries["time_ps"] if result.raw.timeseries else None
+    step_starts = None if fleet or not result.raw.timeseries else result.raw.timeseries["time_ps"]
     serving = metrics.serving_metrics(
         result.requests,
         result.raw,
@@ -532,6 +560,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         "summary": result.summary,
         "notes": notes,
     }
+    if fleet:
+        out["fleet"] = fleet_record(result)
     if save_dir is not None:
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"kvsim-{Path(str(info['name'])).stem}-{config.policy}")
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S-%f")
@@ -564,6 +594,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("config: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
         print()
         print(render_table(serving, result.summary, pct_metrics, pcts))
+        if fleet:
+            print(render_fleet(result))
         for note in notes:
             print(f"note: {note}")
         if save_dir is not None:

@@ -32,6 +32,12 @@ SAMPLINGS = ("fork-cow", "independent")
 ADMISSION_GATES = ("none", "full-prompt")
 WAITING_OVER_BUDGET = ("stop", "skip")
 APPEND_CHECKS = ("exact", "one-free-block")
+ROUTERS = ("round-robin", "random", "least-loaded", "least-kv", "prefix-affinity", "weighted")
+# The weighted router's scorers, in the order their terms are summed (DESIGN.md §Cluster), and its default.
+ROUTER_SCORERS = ("prefix", "queue", "kv")
+DEFAULT_ROUTER_WEIGHTS: dict[str, float] = {"prefix": 3.0, "queue": 2.0, "kv": 2.0}
+# The knobs of the fleet (`kvsim.simulate_cluster`); the engines of one replica never read them.
+CLUSTER_KNOBS = ("replicas", "router", "router_refresh_s", "router_seed", "prefix_load_cap", "router_weights")
 # `auto` resolves to `linear` (the roofline of kvsim.sizing) when a model and a GPU are named, else to
 # `ticks`; the engines only ever see a resolved model. Other time models extend this tuple.
 TIME_MODELS: tuple[str, ...] = ("auto", "ticks", "linear", "calibrated")
@@ -56,7 +62,8 @@ class Knob:
     Attributes:
         default: the one default (SimConfig's, the CLI's, the presets' and sweep files' base).
         kind: `int`, `float`, `bool`, `choice`, `bytes` (a size, units allowed), `duration` (picoseconds,
-            units allowed), `model`, `gpu`, `text` (a name or a path), `dict`.
+            units allowed), `seconds` (a float of seconds, units allowed: `100ms`), `model`, `gpu`, `text`
+            (a name or a path), `weights` (the weighted router's scorer weights), `dict`.
         help: one line for `--help` (without the default, which `--help` adds).
         lo, hi: inclusive bounds of numbers (`float` knobs: see `open_lo` / `open_hi`).
         choices: the allowed strings of a `choice` knob.
@@ -315,6 +322,55 @@ KNOBS: dict[str, Knob] = {
         optional=True,
         metavar="NAME|PATH",
     ),
+    # The fleet (DESIGN.md §Cluster): `kvsim.simulate_cluster` runs `replicas` copies of this configuration
+    # behind a router on one clock; `kvsim.simulate` runs one replica and refuses replicas > 1.
+    "replicas": Knob(
+        1,
+        "int",
+        "replicas of this configuration behind a router (kvsim.simulate_cluster; > 1 on the command line runs "
+        "a fleet)",
+        lo=1,
+        hi=1 << 16,
+        unit="replicas",
+        metavar="N",
+    ),
+    "router": Knob(
+        "round-robin",
+        "choice",
+        "fleet: the router picking each arrival's replica: round-robin, random (seeded), least-loaded "
+        "(waiting + running + in flight), least-kv (lowest KV utilisation), prefix-affinity (longest cached "
+        "prefix under a load cap), weighted (prefix, queue and kv scorers)",
+        choices=ROUTERS,
+    ),
+    "router_refresh_s": Knob(
+        0.0,
+        "seconds",
+        "fleet: the router reads KV state and cached keys refreshed every this many seconds; 0: exact, at "
+        "each arrival",
+        lo=0.0,
+        hi=MAX_TIME_PS / PS_PER_S,
+        unit="s",
+        metavar="TIME",
+        flags=("--router-refresh",),
+    ),
+    "router_seed": Knob(0, "int", "fleet: seed of the random router", lo=0, hi=1 << 60, metavar="N"),
+    "prefix_load_cap": Knob(
+        1.5,
+        "float",
+        "fleet, prefix-affinity: a replica is eligible while its load <= cap x (mean load + 1)",
+        lo=1.0,
+        hi=1e300,
+        metavar="FACTOR",
+    ),
+    "router_weights": Knob(
+        None,
+        "weights",
+        "fleet, weighted router: the scorers' weights, prefix=W,queue=W,kv=W (names left out weigh 0); "
+        "unset: prefix=3,queue=2,kv=2",
+        optional=True,
+        metavar="NAME=W",
+        flags=("--router-weight",),
+    ),
     "extra": Knob({}, "dict", "free-form annotations, not used by the engines"),
 }
 
@@ -454,11 +510,82 @@ def convert(name: str, value: Any) -> Any:
         if not isinstance(value, str) or not value or "\x00" in value:
             raise _fail(name, value, "must be a non-empty string (a name or a path)")
         return value
+    if k.kind == "seconds":
+        return _seconds(name, value, k)
+    if k.kind == "weights":
+        return _weights(name, value)
     if k.kind == "dict":
         if not isinstance(value, dict):
             raise _fail(name, value, "must be a dict")
         return value
     raise AssertionError(f"knob kind {k.kind}")  # pragma: no cover
+
+
+def _seconds(name: str, value: Any, k: Knob) -> float:
+    """A time in seconds (`router_refresh_s`): a number of seconds or text with a unit (`100ms`, `2s`; a
+    bare number in text is seconds), a whole number of picoseconds, as the engines count it."""
+    from kvsim.units import parse_duration_ps
+
+    if isinstance(value, bool):
+        raise _fail(name, value, "must be a number of seconds, not a boolean")
+    if isinstance(value, str):
+        ps = parse_duration_ps(name, value, bare_unit="s")
+    elif _is_real(value):
+        try:
+            v = float(value)
+        except OverflowError:
+            raise _fail(name, value, "is out of range") from None
+        if not math.isfinite(v):
+            raise _fail(name, value, "must be finite")
+        if v < 0:
+            raise _fail(name, value, "must not be negative")
+        if v > MAX_TIME_PS / PS_PER_S:
+            raise _fail(name, value, f"must be at most {MAX_TIME_PS / PS_PER_S:g} s (the clock's range)")
+        ps = round(v * PS_PER_S)
+        if v > 0 and ps == 0:
+            raise _fail(name, value, "is below one picosecond: give 0 (exact) or at least 1ps")
+    else:
+        raise _fail(name, value, "must be a number of seconds or a time with a unit (100ms)")
+    if ps > MAX_TIME_PS:
+        raise _fail(name, value, f"must be at most {MAX_TIME_PS / PS_PER_S:g} s (the clock's range)")
+    return ps / PS_PER_S
+
+
+def _weights(name: str, value: Any) -> dict[str, float]:
+    """The weighted router's weights: a mapping (or `prefix=3,queue=1` text) from scorer names
+    (`ROUTER_SCORERS`) to finite numbers >= 0, returned in the scorers' order."""
+    from collections.abc import Mapping
+
+    given = value  # what errors show: the text or the mapping as given
+    if isinstance(value, str):
+        pairs: dict[str, Any] = {}
+        for item in filter(None, (t.strip() for t in value.split(","))):
+            key, eq, text = item.partition("=")
+            key = key.strip()
+            if not eq or not key or not text.strip():
+                raise _fail(name, value, f"item {item!r} is not NAME=WEIGHT (prefix=3,queue=2,kv=2)")
+            if key in pairs:
+                raise _fail(name, value, f"names {key!r} twice")
+            try:
+                pairs[key] = float(text)
+            except ValueError:
+                raise _fail(name, value, f"weight {text.strip()!r} of {key!r} is not a number") from None
+        value = pairs
+    if not isinstance(value, Mapping):
+        raise _fail(name, given, "must be a mapping of scorer names (prefix, queue, kv) to weights")
+    out: dict[str, float] = {}
+    for key, w in value.items():
+        if key not in ROUTER_SCORERS:
+            raise _fail(name, given, f"names an unknown scorer {key!r}; known: {', '.join(ROUTER_SCORERS)}")
+        if isinstance(w, bool) or not _is_real(w):
+            raise _fail(name, given, f"weight {w!r} of {key!r} must be a number")
+        f = float(w)
+        if not math.isfinite(f) or f < 0:
+            raise _fail(name, given, f"weight {w!r} of {key!r} must be a finite number >= 0")
+        out[key] = f
+    if not out:
+        raise _fail(name, given, "names no scorer (prefix, queue, kv); unset it for the default")
+    return {key: out[key] for key in ROUTER_SCORERS if key in out}
 
 
 def _is_real(value: Any) -> bool:
@@ -552,6 +679,13 @@ class SimConfig:
     kv_cache_dtype: str = default("kv_cache_dtype")
     activation_reserve_bytes: int | None = default("activation_reserve_bytes")
     calibration: str | None = default("calibration")
+    replicas: int = default("replicas")
+    router: str = default("router")
+    router_refresh_s: float = default("router_refresh_s")
+    router_seed: int = default("router_seed")
+    prefix_load_cap: float = default("prefix_load_cap")
+    # A dict: compared, but left out of the hash (a dict has none).
+    router_weights: dict[str, float] | None = field(default=default("router_weights"), hash=False)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:

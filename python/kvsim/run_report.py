@@ -194,3 +194,50 @@ def render_table(
                     "or out of budget, and the engines do not record their gaps: kvsim/metrics.py)"
                 )
     return "\n".join(lines)
+
+
+def fleet_record(result: Any) -> dict[str, Any]:
+    """A fleet run's own part of `kvsim run --json` (`fleet`): the router as run, the load imbalance and
+    each replica's summary (DESIGN.md §Cluster)."""
+    import dataclasses
+
+    s = result.summary
+    return {
+        "replicas": s["replicas"],
+        "router": dataclasses.asdict(result.router),
+        "load_imbalance": s["load_imbalance"],
+        "load_imbalance_requests": s["load_imbalance_requests"],
+        "per_replica": [r.summary for r in result.replicas],
+    }
+
+
+def render_fleet(result: Any) -> str:
+    """The human fleet section: one line per replica (requests routed to it, its throughput, prefix hit
+    rate, TTFT p99 and preemptions) and the load imbalance."""
+    s = result.summary
+    spec = result.router
+    how = spec.name
+    if spec.refresh_ps:
+        from kvsim.units import fmt_duration_ps
+
+        how += f", view refreshed every {fmt_duration_ps(spec.refresh_ps)}"
+    lines = [f"== fleet: {s['replicas']} replicas, router {how} =="]
+    head = ("replica", "requests", "req/s", "hit rate", "TTFT p99 ms", "preemptions")
+    lines.append("  " + "".join(f"{h:>12}" for h in head))
+    for i, r in enumerate(result.replicas):
+        x = r.summary
+        ttft = x.get("ttft_s_p99")
+        cells = (
+            str(i),
+            f"{x['num_requests']:,}",
+            _num(x["throughput_rps"]),
+            _num(x["prefix_hit_rate"], "%"),
+            _num(None if ttft is None else 1000 * ttft),
+            f"{x['preemptions']:,}",
+        )
+        lines.append("  " + "".join(f"{c:>12}" for c in cells))
+    lines.append(
+        f"  load imbalance (max / mean): work (computed tokens) {s['load_imbalance']:.3f}, requests "
+        f"{s['load_imbalance_requests']:.3f}"
+    )
+    return "\n".join(lines)

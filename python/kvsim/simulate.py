@@ -133,6 +133,7 @@ def simulate(
         raise InvalidArgumentError(f"backend {backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
     if not isinstance(config, SimConfig):
         raise InvalidArgumentError(f"config {config!r} is not a kvsim.SimConfig")
+    check_one_replica(config, "kvsim.simulate")
     if not isinstance(record_events, bool | np.bool_):
         raise InvalidArgumentError(f"record_events {record_events!r} must be True or False")
     if not isinstance(record_timeseries, bool | int | np.bool_ | np.integer):
@@ -183,6 +184,15 @@ def simulate(
     return SimResult(
         requests=requests, summary=summary, config=config, raw=raw, timeseries=series, events=log
     )
+
+
+def check_one_replica(config: SimConfig, what: str) -> None:
+    """Refuses a fleet (`replicas > 1`) where one replica runs: `kvsim.simulate_cluster` runs fleets."""
+    if config.replicas > 1:
+        raise InvalidArgumentError(
+            f"replicas {config.replicas}: {what} runs one replica; use kvsim.simulate_cluster(workload, "
+            "config) for a fleet behind a router"
+        )
 
 
 def _freeze(raw: EngineOutput) -> None:
@@ -378,6 +388,7 @@ __all__ = [
     "REJECTED",
     "RowStats",
     "SimResult",
+    "check_one_replica",
     "request_rows",
     "simulate",
     "summarize",

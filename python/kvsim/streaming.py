@@ -25,7 +25,15 @@ from kvsim.engine_input import EngineInput, prepare
 from kvsim.errors import InvalidArgumentError
 from kvsim.reference.engine import EngineOutput
 from kvsim.segments import OUTPUT_BIT
-from kvsim.simulate import BACKENDS, RowStats, SimResult, request_rows, simulate, summary_from
+from kvsim.simulate import (
+    BACKENDS,
+    RowStats,
+    SimResult,
+    check_one_replica,
+    request_rows,
+    simulate,
+    summary_from,
+)
 from kvsim.workloads import Workload, synthetic
 
 DEFAULT_CHUNK = 1 << 20
@@ -218,6 +226,7 @@ def simulate_stream(
         raise InvalidArgumentError(f"backend {backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
     if not isinstance(config, SimConfig):
         raise InvalidArgumentError(f"config {config!r} is not a kvsim.SimConfig")
+    check_one_replica(config, "kvsim.simulate_stream")
     sink = _Sink(rows)
     parts = chunks(source, chunk_size) if isinstance(source, Workload) else iter(source)
     stats = RowStats(spill_dir=spill_dir)

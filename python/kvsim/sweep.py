@@ -56,7 +56,7 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.config import KNOBS, PAPER_SETUP, SimConfig, convert
+from kvsim.config import CLUSTER_KNOBS, KNOBS, PAPER_SETUP, SimConfig, convert
 from kvsim.errors import InvalidArgumentError
 
 EXECUTORS = ("threads", "processes", "dask")
@@ -417,6 +417,9 @@ class Point:
         """A stable hash of everything that determines this point's row (the SLOs only when there are
         some, so a sweep without them keeps the ids it had before SLOs existed)."""
         resolved = resolved if resolved is not None else self.sim_config().to_dict()
+        # The fleet's knobs only when one differs from its default, so a one-replica point keeps the id
+        # it had before fleets existed.
+        resolved = {k: v for k, v in resolved.items() if not (k in CLUSTER_KNOBS and v == KNOBS[k].default)}
         identity: dict[str, Any] = {
             "config": resolved,
             "workload": self.workload,
@@ -431,13 +434,23 @@ class Point:
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def _simulate(point: Point, workload: Any, config: SimConfig, record_timeseries: bool | int) -> Any:
+def simulate_point(point: Point, workload: Any, config: SimConfig, record_timeseries: bool | int) -> Any:
     import kvsim
 
     extra: dict[str, Any] = {"goodput": dict(point.goodput)} if point.goodput else {}
+    if is_fleet_point(point, config):
+        return kvsim.simulate_cluster(workload, config, backend=point.backend, **extra)
     if record_timeseries:
         extra["record_timeseries"] = record_timeseries
     return kvsim.simulate(workload, config, backend=point.backend, **extra)
+
+
+def is_fleet_point(point: Point, config: SimConfig) -> bool:
+    """Whether a point runs `kvsim.simulate_cluster`: it names a fleet knob (`replicas`, `router`, ...:
+    a grid axis or the base) or has more than one replica; its row then has the fleet's summary columns
+    (`load_imbalance`, `load_imbalance_requests`), with one replica too, so a `replicas` axis gives one
+    table."""
+    return config.replicas > 1 or any(name in point.config for name in CLUSTER_KNOBS)
 
 
 def run_point(point: Point) -> dict[str, Any]:
@@ -455,7 +468,7 @@ def run_point(point: Point) -> dict[str, Any]:
         lambda: make_workload(point.workload, point.workload_params, point.requests, point.seed),
     )
     t0 = time.perf_counter()
-    result = _simulate(point, workload, config, False)
+    result = simulate_point(point, workload, config, False)
     wall = time.perf_counter() - t0
     resolved = config.to_dict()
     row: dict[str, Any] = {
@@ -466,6 +479,8 @@ def run_point(point: Point) -> dict[str, Any]:
         "backend": point.backend,
     }
     row.update(resolved)
+    if row.get("router_weights") is not None:  # a mapping: one text column (`prefix=3,queue=1`)
+        row["router_weights"] = ",".join(f"{k}={v:g}" for k, v in row["router_weights"].items())
     row.update({WORKLOAD_PREFIX + k: _plain(v) for k, v in point.workload_params.items()})
     row.update({k: _plain(v) for k, v in point.grid.items() if k.startswith(WORKLOAD_PREFIX)})
     if point.goodput:

@@ -419,9 +419,13 @@ fn a_replica_reports_its_signals_at_the_horizon() {
     rep.push(&inp, 6..7, &[]);
     assert_eq!(rep.in_flight(7 * MS / 2), 2);
     assert_eq!(rep.in_flight(3 * MS), 0);
-    // The step at 3 ms starts before 3.5 ms and ends at 4 ms: the rows join at its end.
+    // The step at 3 ms starts before 3.5 ms and ends at 4 ms: the replica was mid-step at their
+    // arrival, so they stay in flight; they join the step at 4 ms, which starts after the horizon (as
+    // in the reference: nothing of a step at or after the horizon happens, its arrivals' join neither).
     rep.advance_until(7 * MS / 2, &cancel).unwrap();
-    assert_eq!((rep.waiting(), rep.in_flight(7 * MS / 2)), (3, 0));
+    assert_eq!((rep.waiting(), rep.in_flight(7 * MS / 2)), (1, 2));
+    rep.advance_until(4 * MS + 1, &cancel).unwrap();
+    assert_eq!(rep.in_flight(4 * MS), 0);
     rep.finish(&cancel).unwrap();
     let out = rep.take_output();
     assert!(out.status.iter().all(|&s| s == 0));

@@ -284,9 +284,9 @@ impl<'a> Engine<'a> {
         let (arrivals, base, cancel) = (self.inp.arrival_ps, self.row_base, self.cancel);
         let end = base + arrivals.len();
         let last_arrival = arrivals.last().copied().unwrap_or(0);
-        // A step starting at or after `horizon` is not taken; with more input to come, neither is one
-        // starting at or after the last arrival once every row fed has joined: both in one comparison
-        // on the hot path (`stop_at` is `i64::MAX` for a whole run).
+        // A step starting at or after `horizon` is not taken (nor its arrivals joined); with more input
+        // to come, neither is one starting at or after the last arrival once every row fed has joined:
+        // each a comparison against `stop_at` on the hot path (`i64::MAX` for a whole run).
         let horizon = self.horizon;
         let stop_at = if self.final_input {
             horizon
@@ -295,6 +295,12 @@ impl<'a> Engine<'a> {
         };
         let mut nxt = self.nxt;
         let result = loop {
+            if self.t >= stop_at && self.t >= horizon {
+                // A stepped replica: nothing of the step starting at or after its horizon happens, the
+                // join of its arrivals neither (a row arriving then is still in flight; one rejected at
+                // once is rejected by that step, as in the reference).
+                break Ok(());
+            }
             while nxt < end && arrivals[nxt - base] <= self.t {
                 self.join(nxt);
                 nxt += 1;
@@ -310,10 +316,8 @@ impl<'a> Engine<'a> {
                 self.t = a;
                 continue;
             }
-            if self.t >= stop_at && (nxt == end || self.t >= horizon) {
-                // A later row may arrive at the start of this step, or (a stepped replica) the step
-                // starts at or after its horizon.
-                break Ok(());
+            if self.t >= stop_at && nxt == end {
+                break Ok(()); // more input to come: a later row may arrive at the start of this step
             }
             let (rejected_before, preempted_before) =
                 (self.num_rejected, self.out.counters.num_preemptions);

@@ -1,0 +1,104 @@
+"""The fleet's claims (DESIGN.md §Claims, §Cluster): routers on the Mooncake conversation trace with 4 and
+8 replicas of the same total KV memory, held against the trace's own reuse (the infinite single cache's
+ceiling, `kvsim.claims.mooncake_ceiling`, computed from its hash ids, not by the engine).
+
+`kvsim.claims` runs these experiments with the others and adds these claims to claims.md; the rows land
+in `results/claims/fleet-mooncake-<N>.parquet`, which `kvsim.plots.draw_fleet` reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kvsim.claims import CONFIRMED, DIFFERS, Claim, Experiment, Results, _not_testable, _pct, mooncake_ceiling
+from kvsim.sweep import make_workload
+
+TRACE = "mooncake-conversation"
+ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
+FLEET_SIZES = (4, 8)
+# The fleet's total KV memory: four H100-80GB pools of Llama-3-8B as vLLM sizes them (28,628 usable blocks
+# of 16 tokens each at utilisation 0.9: `SimConfig(model="llama-3-8b", gpu="h100-80gb").capacity_blocks`),
+# split evenly over the replicas.
+TOTAL_BLOCKS = 4 * 28_628
+MARGIN = 0.01  # prefix-affinity must beat round-robin's hit rate by at least one point
+
+
+def fleet_experiments() -> list[Experiment]:
+    """One experiment per fleet size: the routers on the whole trace, the same total memory."""
+    return [
+        Experiment(
+            f"fleet-mooncake-{n}",
+            [TRACE],
+            {"router": list(ROUTERS)},
+            {
+                "model": "llama-3-8b",
+                "gpu": "h100-80gb",
+                "kv_cache_bytes": None,
+                "num_blocks": TOTAL_BLOCKS // n + 1,
+                "replicas": n,
+            },
+            requests=20_000,
+            seeds=1,
+            why=f"{n} replicas of Llama-3-8B (roofline time on an H100 each) sharing {TOTAL_BLOCKS:,} blocks "
+            f"of 16 tokens (four H100s' pools), {TOTAL_BLOCKS // n:,} each; the whole trace by timestamp; "
+            "routers with exact views",
+        )
+        for n in FLEET_SIZES
+    ]
+
+
+def ceiling(res: Results, scale: float) -> float:
+    """The trace's reuse ceiling over the requests the experiment ran."""
+    return mooncake_ceiling(make_workload(TRACE, {}, res.experiment.spec(scale).requests, 0))
+
+
+def fleet_claims(results: Mapping[str, Results], scale: float) -> list[Claim]:
+    """Per fleet size: prefix-affinity keeps more of the trace's reuse than round-robin, and no router
+    beats the single infinite cache's ceiling; the note gives TTFT p50/p99 and load imbalance per router."""
+    out: list[Claim] = []
+    for n in FLEET_SIZES:
+        res = results[f"fleet-mooncake-{n}"]
+        cmd = res.experiment.command(scale)
+        cid = f"F-mooncake-{n}"
+        claim = (
+            f"Prefix-affinity routing keeps more of the trace's prefix reuse than round-robin ({n} replicas, "
+            "the same total KV memory), and no router exceeds the single-cache ceiling"
+        )
+        source = "issue 15 §4: cache-aware routers (llm-d, Dynamo, SGLang); ceiling from the trace's hash_ids"
+        tol = f"prefix-affinity ≥ round-robin + {100 * MARGIN:.0f} pp; every router ≤ the ceiling"
+        if res.error:
+            out.append(_not_testable(cid, claim, source, "-", tol, cmd, res.error))
+            continue
+        top = ceiling(res, scale)
+        hit = {r: res.get("prefix_hit_rate_first_admission", router=r)[0] for r in ROUTERS}
+        ok = hit["prefix-affinity"] >= hit["round-robin"] + MARGIN and all(h <= top for h in hit.values())
+        ours = "; ".join(f"{r}: {_pct(h)}" for r, h in hit.items())
+        note = "; ".join(
+            f"{r}: TTFT p50 {res.get('ttft_s_p50', router=r)[0]:.2f} s, p99 {res.get('ttft_s_p99', router=r)[0]:.2f} s, "
+            f"load imbalance {res.get('load_imbalance', router=r)[0]:.2f} (requests "
+            f"{res.get('load_imbalance_requests', router=r)[0]:.2f})"
+            for r in ROUTERS
+        )
+        out.append(
+            Claim(cid, claim, source, f"qualitative; ceiling {_pct(top)}", ours, tol,
+                  CONFIRMED if ok else DIFFERS, cmd, "hit rate over first admissions' prompt tokens; " + note)
+        )  # fmt: skip
+    return out
+
+
+def fleet_summary(res: Results) -> dict[str, dict[str, Any]]:
+    """Per router: hit rate, TTFT p50 and p99 (s), load imbalance (what the plot draws)."""
+    keys = ("prefix_hit_rate_first_admission", "ttft_s_p50", "ttft_s_p99", "load_imbalance")
+    return {r: {k: res.get(k, router=r)[0] for k in keys} for r in ROUTERS}
+
+
+__all__ = [
+    "FLEET_SIZES",
+    "ROUTERS",
+    "TOTAL_BLOCKS",
+    "ceiling",
+    "fleet_claims",
+    "fleet_experiments",
+    "fleet_summary",
+]

@@ -1,0 +1,375 @@
+"""`kvsim.simulate_cluster`: a fleet of replicas behind a router on one simulated clock (DESIGN.md §Cluster).
+
+The engines run the fleet (`kvsim.reference.cluster.run_cluster`, the Rust core's `run_cluster`); this
+module turns a workload and one or several `SimConfig`s into their input, and their per-sequence columns
+and per-replica counters into rows and summaries with the single run's own helpers
+(`kvsim.simulate.request_rows`, `RowStats`, `summary_from`), so a fleet of one replica gives exactly what
+`kvsim.simulate` gives, and the two backends can only differ where the engines differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from kvsim.config import CLUSTER_KNOBS, PS_PER_S, SimConfig, convert
+from kvsim.engine_input import EngineInput, prepare
+from kvsim.errors import InvalidArgumentError
+from kvsim.reference.engine import EngineOutput
+from kvsim.simulate import BACKENDS, RowStats, SimResult, request_rows, summary_from
+
+# The router's knobs that `simulate_cluster(..., **router_overrides)` takes (`router` has its own keyword).
+ROUTER_KNOBS = ("router_refresh_s", "router_seed", "prefix_load_cap", "router_weights")
+# Fields of SimConfig that `engine_input.prepare` reads: the replicas of one fleet must agree on the
+# columns they give.
+INPUT_FIELDS = ("sampling", "max_model_len")
+_COLUMNS = tuple(
+    f.name for f in dataclasses.fields(EngineOutput) if f.name not in ("counters", "timeseries", "events")
+)
+
+
+@dataclass
+class ClusterResult:
+    """What one fleet simulation produced.
+
+    Attributes:
+        requests: one row per workload request: a single run's columns (`SimResult.requests`) plus
+            `replica` (int64, 0-based: the replica its sample 0 was routed to).
+        summary: the fleet's summary (DESIGN.md §Cluster): every key of a single run's summary,
+            computed over all rows and all replicas' counters, plus `replicas`, `router`,
+            `load_imbalance` (max / mean of the replicas' computed tokens) and `load_imbalance_requests`
+            (max / mean of the requests routed to each replica); with `goodput`, its columns.
+        replicas: one `SimResult` per replica: the rows routed to it, its summary (its own counters and
+            config) and its raw columns and counters.
+        config: the fleet's configuration as run: one `SimConfig` (with `replicas` and the router's
+            knobs as resolved) or, for heterogeneous replicas, the list of the replicas' configs.
+        raw: every sequence's engine columns (the engine input's order) and the fleet's counters
+            (sums; `makespan_ps` and the `peak_*` counters: the largest replica's).
+        replica: the replica of every sequence (the engine input's order).
+        router: the router as run (`kvsim.reference.cluster.RouterSpec`).
+    """
+
+    requests: pl.DataFrame
+    summary: dict[str, Any]
+    replicas: list[SimResult]
+    config: SimConfig | list[SimConfig]
+    raw: EngineOutput
+    replica: np.ndarray
+    router: Any
+
+    def serving(
+        self,
+        *,
+        percentile_metrics: Any = ("ttft", "tpot", "e2el"),
+        metric_percentiles: Any = (50, 90, 99),
+        goodput: Any = None,
+    ) -> dict[str, Any]:
+        """The fleet's `vllm bench serve` metrics (ms; `kvsim.metrics.serving_metrics`), over all requests,
+        with the fleet's duration (the last replica's makespan). ITL: its exact mean only (the replicas'
+        steps interleave, so no one time series gives every gap)."""
+        from kvsim.metrics import serving_metrics
+
+        return serving_metrics(
+            self.requests,
+            self.raw,
+            percentile_metrics=percentile_metrics,
+            metric_percentiles=metric_percentiles,
+            goodput=goodput,
+            step_start_ps=None,
+        )
+
+
+def simulate_cluster(
+    workload: Any,
+    config: SimConfig | Sequence[SimConfig],
+    *,
+    replicas: int | None = None,
+    router: str | None = None,
+    backend: str = "rust",
+    goodput: Any = None,
+    **router_overrides: Any,
+) -> ClusterResult:
+    """Simulates `workload` on a fleet of replicas behind a router, on one clock (DESIGN.md §Cluster).
+
+    Args:
+        workload: a `kvsim.Workload`.
+        config: a `kvsim.SimConfig` (every replica runs it; `replicas` and the router's knobs come from
+            it unless given here) or a list of them, one per replica (heterogeneous replicas: they may
+            differ in anything but what shapes the input, `sampling` and `max_model_len`, unless the
+            workload's columns come out the same; they must agree on the router's knobs).
+        replicas: how many replicas (default: `config.replicas`; with a list, None or its length).
+        router: `round-robin`, `random`, `least-loaded`, `least-kv`, `prefix-affinity` or `weighted`
+            (default: `config.router`).
+        backend: `"rust"` (default) or `"reference"`.
+        goodput: SLO bounds in ms (`{"ttft": 500, "tpot": 50}`), as `kvsim.simulate`'s, over the fleet.
+        **router_overrides: `router_refresh_s`, `router_seed`, `prefix_load_cap`, `router_weights`
+            (SimConfig's knobs of the same names, checked by the same rules).
+
+    Returns:
+        A `ClusterResult`.
+
+    Raises:
+        InvalidArgumentError: a bad backend, config, replica count, router or router knob (naming it and
+            the value), replicas whose configs give the workload different input columns (naming the
+            field), and everything `kvsim.simulate` refuses.
+    """
+    if backend not in BACKENDS:
+        raise InvalidArgumentError(f"backend {backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
+    configs, fleet = _configs(config, replicas, router, router_overrides)
+    if goodput is not None:  # a bad SLO fails before the run
+        from kvsim.metrics import parse_goodput
+
+        goodput = parse_goodput(goodput)
+    spec = router_spec(configs[0])
+    inp = prepare(workload, configs[0])
+    _check_same_input(workload, configs, inp)
+    columns, replica, counters = _run(inp, configs, spec, backend)
+    return cluster_result(workload, inp, columns, replica, counters, configs, fleet, spec, goodput)
+
+
+def _configs(
+    config: Any, replicas: Any, router: Any, overrides: dict[str, Any]
+) -> tuple[list[SimConfig], SimConfig | list[SimConfig]]:
+    """The replicas' configs (each with `replicas=1`, the fleet's router knobs) and the fleet's config."""
+    for key in overrides:
+        if key not in ROUTER_KNOBS:
+            import difflib
+
+            close = difflib.get_close_matches(str(key), [*ROUTER_KNOBS, "router", "replicas"], n=2)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise InvalidArgumentError(
+                f"{key!r} is not an argument of simulate_cluster{hint}; router knobs: {', '.join(ROUTER_KNOBS)}"
+            )
+    changes = {name: convert(name, value) for name, value in overrides.items()}
+    if router is not None:
+        changes["router"] = convert("router", router)
+    if replicas is not None:
+        replicas = convert("replicas", replicas)
+    if isinstance(config, SimConfig):
+        n = config.replicas if replicas is None else replicas
+        fleet = config.replace(**changes, replicas=n) if changes or n != config.replicas else config
+        one = fleet.replace(replicas=1) if n != 1 else fleet
+        return [one] * n, fleet
+    if not isinstance(config, list | tuple) or not config:
+        raise InvalidArgumentError(
+            f"config {config!r} must be a kvsim.SimConfig or a non-empty list of them (one per replica)"
+        )
+    for i, c in enumerate(config):
+        if not isinstance(c, SimConfig):
+            raise InvalidArgumentError(f"config[{i}] {c!r} is not a kvsim.SimConfig")
+    n = len(config)
+    if replicas is not None and replicas != n:
+        raise InvalidArgumentError(
+            f"replicas {replicas} differs from the {n} configs given (one per replica): leave replicas unset"
+        )
+    for name in CLUSTER_KNOBS:
+        if name == "replicas" or name in changes:
+            continue
+        values = [getattr(c, name) for c in config]
+        for i, v in enumerate(values):
+            if v != values[0]:
+                raise InvalidArgumentError(
+                    f"{name} {v!r} of config[{i}] differs from config[0]'s {values[0]!r}: the replicas of one "
+                    f"fleet share one router (give {name} to simulate_cluster)"
+                )
+    for i, c in enumerate(config):
+        if c.replicas not in (1, n):
+            raise InvalidArgumentError(
+                f"replicas {c.replicas} of config[{i}]: each config of the list is one replica (1, or the "
+                f"fleet's {n})"
+            )
+    each = [c.replace(**changes, replicas=1) if changes or c.replicas != 1 else c for c in config]
+    return each, list(each)
+
+
+def router_spec(config: SimConfig) -> Any:
+    """The engines' router (`kvsim.reference.cluster.RouterSpec`) from a config's router knobs."""
+    from kvsim.reference.cluster import RouterSpec
+
+    return RouterSpec(
+        name=config.router,
+        seed=config.router_seed,
+        refresh_ps=round(config.router_refresh_s * PS_PER_S),
+        prefix_load_cap=config.prefix_load_cap,
+        weights=None if config.router_weights is None else dict(config.router_weights),
+    )
+
+
+def _check_same_input(workload: Any, configs: list[SimConfig], inp: EngineInput) -> None:
+    """Refuses replicas whose configs would give the workload other input columns than config[0]'s."""
+    first = configs[0]
+    seen = {tuple(getattr(first, f) for f in INPUT_FIELDS)}
+    for i, c in enumerate(configs):
+        key = tuple(getattr(c, f) for f in INPUT_FIELDS)
+        if key in seen:
+            continue
+        other = prepare(workload, c)
+        for f in dataclasses.fields(EngineInput):
+            a, b = getattr(inp, f.name), getattr(other, f.name)
+            if a.shape != b.shape or not np.array_equal(a, b):
+                differ = [name for name in INPUT_FIELDS if getattr(c, name) != getattr(first, name)]
+                raise InvalidArgumentError(
+                    " and ".join(f"{name} {getattr(c, name)!r}" for name in differ)
+                    + f" of config[{i}] gives this workload other input columns ({f.name}) than config[0]'s "
+                    + " and ".join(f"{getattr(first, name)!r}" for name in differ)
+                    + ": the replicas of one fleet must agree on them"
+                )
+        seen.add(key)
+
+
+def _run(
+    inp: EngineInput, configs: list[SimConfig], spec: Any, backend: str
+) -> tuple[dict[str, np.ndarray], np.ndarray, list[dict[str, int]]]:
+    """Runs the fleet on one backend: (per-sequence columns, per-sequence replica, per-replica counters)."""
+    out: Any
+    if backend == "reference":
+        from kvsim.reference import cluster
+
+        out = cluster.run_cluster(inp, configs, spec)
+    else:
+        from kvsim import rust_engine
+
+        out = rust_engine.run_cluster(inp, configs, spec)
+    # The reference's ClusterOutput or the Rust wrapper's dict of the same fields: per-row columns (with
+    # `replica`) and per-replica counters.
+    columns = dict(out["columns"] if isinstance(out, dict) else out.columns)
+    counters = out["counters"] if isinstance(out, dict) else out.counters
+    replica = columns.pop("replica")
+    columns = {name: np.asarray(columns[name]) for name in _COLUMNS}
+    replica = np.asarray(replica, dtype=np.int64)
+    return columns, replica, [dict(c) for c in counters]
+
+
+def fleet_counters(counters: Sequence[dict[str, int]]) -> dict[str, int]:
+    """The fleet's counters: each replica's summed, but `makespan_ps` and the `peak_*` counters, the
+    largest replica's (the fleet's duration is its last replica's)."""
+    out: dict[str, int] = {}
+    for c in counters:
+        for key, value in c.items():
+            if key == "makespan_ps" or key.startswith("peak_"):
+                out[key] = max(out.get(key, value), value)
+            else:
+                out[key] = out.get(key, 0) + value
+    return out
+
+
+def cluster_result(
+    workload: Any,
+    inp: EngineInput,
+    columns: dict[str, np.ndarray],
+    replica: np.ndarray,
+    counters: list[dict[str, int]],
+    configs: list[SimConfig],
+    fleet: SimConfig | list[SimConfig],
+    spec: Any,
+    goodput: Any = None,
+) -> ClusterResult:
+    """Rows and summaries (fleet and per replica) from what an engine's `run_cluster` returned."""
+    n = len(configs)
+    if len(replica) != len(inp) or len(counters) != n:
+        from kvsim.errors import InternalError
+
+        raise InternalError(
+            f"the cluster engine returned {len(replica)} replicas for {len(inp)} sequences and {len(counters)} "
+            f"counter sets for {n} replicas"
+        )
+    for a in (*columns.values(), replica):
+        a.flags.writeable = False  # the rows may share their memory (polars does not copy)
+    every: dict[str, Any] = columns
+    raw = EngineOutput(**every, counters=fleet_counters(counters))
+    rows = request_rows(workload, inp, raw)
+    first = inp.sample == 0
+    per_request = np.zeros(len(workload), dtype=np.int64)
+    per_request[inp.request_row[first]] = replica[first]
+    requests = rows.with_columns(pl.Series("replica", per_request, dtype=pl.Int64))
+    per_replica: list[SimResult] = []
+    routed = np.bincount(per_request, minlength=n)
+    for r in range(n):
+        mine = replica == r
+        mine_columns: dict[str, Any] = {k: v[mine] for k, v in columns.items()}
+        sub = EngineOutput(**mine_columns, counters=counters[r])
+        rows_r = requests.filter(pl.col("replica") == r).drop("replica")
+        stats = RowStats()
+        stats.add(rows_r)
+        per_replica.append(
+            SimResult(
+                requests=rows_r,
+                summary=summary_from(stats, counters[r], configs[r]),
+                config=configs[r],
+                raw=sub,
+            )
+        )
+    stats = RowStats()
+    stats.add(rows)
+    summary = fleet_summary(stats, counters, configs)
+    work = np.array([c["sum_batched_tokens"] for c in counters], dtype=np.float64)
+    summary["replicas"] = n
+    summary["router"] = spec.name
+    summary["load_imbalance"] = _imbalance(work)
+    summary["load_imbalance_requests"] = _imbalance(routed.astype(np.float64))
+    if goodput is not None:
+        from kvsim.metrics import goodput_columns
+
+        summary.update(goodput_columns(rows, raw, goodput))
+    return ClusterResult(
+        requests=requests,
+        summary=summary,
+        replicas=per_replica,
+        config=fleet,
+        raw=raw,
+        replica=replica,
+        router=spec,
+    )
+
+
+def _imbalance(values: np.ndarray) -> float:
+    """max / mean (1.0 when every value is 0: nothing to balance)."""
+    mean = float(values.mean()) if len(values) else 0.0
+    return float(values.max()) / mean if mean > 0 else 1.0
+
+
+def fleet_summary(
+    stats: RowStats, counters: Sequence[dict[str, int]], configs: Sequence[SimConfig]
+) -> dict[str, Any]:
+    """A single run's summary keys over a fleet: the row metrics over all rows; the step and memory
+    metrics from every replica's counters (sums over replicas; fractions of capacity time-weighted over
+    each replica's busy time and capacity, `Σ w / Σ busy · capacity`; peaks the largest replica's; the
+    duration the last replica's makespan). For one replica it is `summary_from` exactly."""
+    if len(counters) == 1:
+        return summary_from(stats, counters[0], configs[0])
+    c = fleet_counters(counters)
+    s = summary_from(stats, c, configs[0])  # row metrics, duration, throughputs and the summed counts
+    busy = [x["busy_ps"] for x in counters]
+    caps = [cfg.capacity_tokens for cfg in configs]
+    denom = sum(b * cap for b, cap in zip(busy, caps, strict=True))
+    for key, name in (
+        ("w_stored", "kv_utilization"),
+        ("w_allocated", "kv_allocated_fraction"),
+        ("w_internal", "internal_fragmentation"),
+        ("w_reserved", "reservation_waste"),
+        ("w_external", "external_fragmentation"),
+    ):
+        s[name] = c[key] / denom if denom else 0.0
+    s["peak_allocated_fraction"] = max(
+        (x["peak_allocated_tokens"] / cap if cap else 0.0) for x, cap in zip(counters, caps, strict=True)
+    )
+    s["capacity_tokens"] = sum(caps)
+    s["blocks_saved_by_sharing"] = sum(
+        (x["w_logical_blocks"] - x["w_held_blocks"]) / x["busy_ps"] if x["busy_ps"] else 0.0 for x in counters
+    )
+    return s
+
+
+__all__ = [
+    "ClusterResult",
+    "cluster_result",
+    "fleet_counters",
+    "fleet_summary",
+    "router_spec",
+    "simulate_cluster",
+]
