@@ -9,7 +9,6 @@ import dataclasses
 import functools
 import json
 import math
-import types
 
 import numpy as np
 import pytest
@@ -483,54 +482,57 @@ def test_dask_probes_give_the_thread_probes():
     assert a.probes.drop("wall_s").equals(b.probes.drop("wall_s"))
 
 
-@dataclasses.dataclass(frozen=True)
-class _Fleet:
-    """A config with a `replicas` knob, as SimConfig has once the cluster exists."""
-
-    replicas: int = 1
-
-    def replace(self, **changes):
-        return dataclasses.replace(self, **changes)
+def _fleet_config(replicas: int = 1, **kw) -> kvsim.SimConfig:
+    return kvsim.SimConfig(
+        model="opt-13b", gpu="a100-40gb", kv_cache_bytes=2 * 2**30, replicas=replicas, **kw
+    )
 
 
-def test_smallest_replicas_runs_the_fleet_through_cluster_probe(monkeypatch):
-    """The default probe of the replica search is the fleet (`kvsim.simulate_cluster` with the config's
-    replica count), and without a cluster it refuses rather than simulating one replica."""
-    calls = []
-
-    def fake_cluster(workload, config, *, replicas, router, **kwargs):
-        calls.append((replicas, router, kwargs))
-        return types.SimpleNamespace(summary={"ttft_s_p99": 7 / replicas})
-
-    monkeypatch.setattr(kvsim, "simulate_cluster", fake_cluster, raising=False)
-    r = smallest_replicas(_workload(4), _Fleet(), ONE, workers=1)
-    assert r.value == 7
+def test_smallest_replicas_is_the_fleet_that_passes_where_one_fewer_fails():
+    """The replica search probes fleets (`kvsim.simulate_cluster` with the config's router): re-simulated,
+    its answer meets the SLO at the rate and one replica fewer does not."""
+    w = _workload(300, rate=6.0, seed=2)
+    slo = {"ttft_p99": 2.0}
+    r = smallest_replicas(w, _fleet_config(), slo, workers=2, max_replicas=64)
     assert r.status == "converged"
-    assert {c[1] for c in calls} == {"round-robin"}
-    assert sorted(c[0] for c in calls) == sorted(r.probes["replicas"].to_list())
-    assert all(c[2] == {} for c in calls)
-    probe = functools.partial(cluster_probe, router="prefix-affinity", goodput={"ttft": 500})
-    probe(_workload(4), _Fleet(3))
-    assert calls[-1] == (3, "prefix-affinity", {"goodput": {"ttft": 500}})
-    monkeypatch.delattr(kvsim, "simulate_cluster")
-    with pytest.raises(InvalidArgumentError, match="no simulate_cluster"):
-        cluster_probe(_workload(4), _Fleet())
-    with pytest.raises(InvalidArgumentError, match="no simulate_cluster"):
-        smallest_replicas(_workload(4), _Fleet(), ONE, workers=1)
+    n = int(r.value)
+    assert n > 1  # one replica of 2 GiB does not hold 6 req/s
+    ok = kvsim.simulate_cluster(w, _fleet_config(n)).summary["ttft_s_p99"]
+    worse = kvsim.simulate_cluster(w, _fleet_config(n - 1)).summary["ttft_s_p99"]
+    assert ok <= 2.0 < worse
+    assert sorted(r.probes["replicas"].to_list())[0] == 1
 
 
 def test_a_config_of_several_replicas_is_planned_as_a_fleet(monkeypatch):
+    """`kvsim.plan` on a config of several replicas probes the fleet with the config's router."""
+    import kvsim.cluster
+
+    real = kvsim.cluster.simulate_cluster
     calls = []
 
-    def fake_cluster(workload, config, *, replicas, router, **kwargs):
-        calls.append(replicas)
-        return types.SimpleNamespace(summary={"ttft_s_p99": workload_rate(workload) / (2.0 * replicas)})
+    def counting(workload, config, **kwargs):
+        calls.append((config.replicas, config.router, kwargs.get("router")))
+        return real(workload, config, **kwargs)
 
-    monkeypatch.setattr(kvsim, "simulate_cluster", fake_cluster, raising=False)
-    assert default_probe(_Fleet(1)) is simulate_probe
-    assert default_probe(kvsim.SimConfig(num_blocks=64)) is simulate_probe
-    r = kvsim.plan(_workload(4), _Fleet(4), ONE, workers=2)  # passes up to 8 req/s on 4 replicas
-    assert set(calls) == {4}
-    lo, hi = r.bracket
-    assert lo <= 8.0 * (1 + 1e-9)
-    assert hi > 8.0 * (1 - 1e-9)
+    monkeypatch.setattr(kvsim.cluster, "simulate_cluster", counting)
+    assert default_probe(_fleet_config(1)) is simulate_probe
+    assert default_probe(_fleet_config(4)) is cluster_probe
+    fleet = _fleet_config(4, router="least-loaded")
+    r = kvsim.plan(_workload(200, rate=4.0), fleet, {"ttft_p99": 2.0}, workers=2, max_probes=8)
+    assert calls
+    assert set(calls) == {(4, "least-loaded", None)}
+    assert r.probes.height == len(calls)
+    # A best_of candidate's probe: another router for the same fleet.
+    probe = functools.partial(cluster_probe, router="prefix-affinity")
+    summary = probe(_workload(50), fleet)
+    assert calls[-1] == (4, "least-loaded", "prefix-affinity")
+    assert summary["router"] == "prefix-affinity"
+
+
+def test_cli_smallest_replicas(capsys):
+    argv = ["plan", "--model", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-memory-bytes", "2GiB"]
+    argv += ["--workload", "sharegpt", "--requests", "300", "--slo", "ttft_p99:2s", "--workers", "2"]
+    assert main([*argv, "--smallest", "replicas", "--rate", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "replicas" in out.splitlines()[3]  # the probes' table names the count it varies
+    assert "smallest replicas meeting ttft_p99 <= 2 s" in out

@@ -103,10 +103,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--smallest",
-        choices=MEMORY_KNOBS,
+        choices=(*MEMORY_KNOBS, "replicas"),
         default=None,
-        help="instead of the highest rate: the smallest memory knob that meets the SLOs at --rate "
-        "(kvsim.plan.smallest_memory; --min-rate/--max-rate/--start-rate do not apply) (default: none)",
+        help="instead of the highest rate: the smallest memory knob, or replica count, that meets the SLOs "
+        "at --rate (kvsim.plan.smallest_memory / smallest_replicas; --min-rate/--max-rate/--start-rate do "
+        "not apply) (default: none)",
     )
     s.add_argument(
         "--rate",
@@ -216,7 +217,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     backend = args.backend or data.get("backend", "rust")
     slos = opts.pop("slos")
     ranking = None
-    if args.smallest is not None:
+    if args.smallest == "replicas":
+        from kvsim.plan import smallest_replicas
+
+        opts.pop("precision", None)  # a count is bisected exactly
+        result = smallest_replicas(workload, config, slos, backend=backend, **opts)
+    elif args.smallest is not None:
         from kvsim.plan import smallest_memory
 
         result = smallest_memory(workload, config, slos, knob=args.smallest, backend=backend, **opts)

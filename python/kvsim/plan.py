@@ -104,30 +104,15 @@ def simulate_probe(
 
 
 def cluster_probe(
-    workload: Any, config: Any, *, router: str = "round-robin", goodput: Any = None, backend: str = "rust"
+    workload: Any, config: Any, *, router: str | None = None, goodput: Any = None, backend: str = "rust"
 ) -> dict[str, Any]:
-    """The probe of a fleet: `kvsim.simulate_cluster(workload, config, replicas=config.replicas,
-    router=router).summary` (the default of `smallest_replicas`; a `functools.partial` of it with another
-    `router` is a `best_of` candidate's probe). Written to the cluster's documented call; `goodput` and
-    `backend` are passed only when they differ from the defaults.
+    """The probe of a fleet: `kvsim.simulate_cluster(workload, config).summary`, the config's own
+    `replicas` and `router` unless `router` names another (a `functools.partial` of it with another router
+    is a `best_of` candidate's probe). The default of `smallest_replicas`, and of `plan` for a config of
+    several replicas."""
+    from kvsim.cluster import simulate_cluster
 
-    Raises:
-        InvalidArgumentError: a kvsim without `simulate_cluster`, or a config without `replicas`.
-    """
-    import kvsim
-
-    simulate_cluster = getattr(kvsim, "simulate_cluster", None)
-    if simulate_cluster is None:
-        raise InvalidArgumentError("cluster probe: this kvsim has no simulate_cluster (no fleet to probe)")
-    replicas = getattr(config, "replicas", None)
-    if replicas is None:
-        raise InvalidArgumentError(f"cluster probe: config {config!r} has no replicas knob")
-    extra: dict[str, Any] = {}
-    if goodput is not None:
-        extra["goodput"] = goodput
-    if backend != "rust":
-        extra["backend"] = backend
-    return dict(simulate_cluster(workload, config, replicas=replicas, router=router, **extra).summary)
+    return dict(simulate_cluster(workload, config, router=router, goodput=goodput, backend=backend).summary)
 
 
 def default_probe(config: Any) -> Callable[..., dict[str, Any]]:
@@ -137,8 +122,7 @@ def default_probe(config: Any) -> Callable[..., dict[str, Any]]:
 
 
 def set_replicas(config: Any, n: int) -> Any:
-    """`config` with `replicas = n` (`SimConfig.replace`): what `smallest_replicas` varies. SimConfig has a
-    `replicas` knob once the cluster exists; before, `replace` refuses the unknown field by name."""
+    """`config` with `replicas = n` (`SimConfig.replace`): what `smallest_replicas` varies."""
     return config.replace(replicas=n)
 
 
