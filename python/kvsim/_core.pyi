@@ -18,6 +18,7 @@ __all__ = [
     "block_keys",
     "free_list_floor",
     "pool_memory",
+    "run_cluster",
     "run_engine",
     "step_floor",
 ]
@@ -175,6 +176,26 @@ def run_engine(
     segment_id: npt.NDArray[np.uint64],
     segment_len: npt.NDArray[np.int64],
 ) -> tuple[dict[str, Any], dict[str, int]]: ...
+def run_cluster(
+    *,
+    configs: list[dict[str, Any]] | tuple[dict[str, Any], ...],
+    router: str,
+    router_seed: int = 0,
+    router_refresh_ps: int = 0,
+    prefix_load_cap: float = 1.5,
+    router_weights: dict[str, float] | None = None,
+    timeseries_every: int = 0,
+    record_events: bool = False,
+    arrival_ps: npt.NDArray[np.int64],
+    prompt_len: npt.NDArray[np.int64],
+    target: npt.NDArray[np.int64],
+    max_gen: npt.NDArray[np.int64],
+    fork_parent: npt.NDArray[np.int64],
+    output_seg: npt.NDArray[np.uint64],
+    seg_offsets: npt.NDArray[np.int64],
+    segment_id: npt.NDArray[np.uint64],
+    segment_len: npt.NDArray[np.int64],
+) -> dict[str, Any]: ...
 def free_list_floor(num_blocks: int, ops: int) -> int: ...
 def step_floor(
     *,

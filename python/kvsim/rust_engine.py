@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -138,3 +139,38 @@ def _shared_content(inp: EngineInput) -> bool:
     order = np.argsort(ids, kind="stable")  # owners stay ascending within one id
     ids, owner = ids[order], owner[order]
     return bool(((ids[1:] == ids[:-1]) & (owner[1:] != owner[:-1])).any())
+
+
+class RouterLike(Protocol):
+    """What `run_cluster` reads of a router (`kvsim.reference.cluster.RouterSpec`'s fields)."""
+
+    name: str
+    seed: int
+    refresh_ps: int
+    prefix_load_cap: float
+    weights: Mapping[str, float] | None
+
+
+def run_cluster(inp: EngineInput, configs: list[SimConfig], router: RouterLike) -> dict[str, Any]:
+    """Runs `inp` on one Rust replica per config behind `router` on one clock (GIL released;
+    `kvsim_core::cluster`). Returns `dict(columns=..., counters=[...])`: every per-row output column in
+    workload order plus `replica` (int64), and one counters dict per replica (`run`'s counters), the
+    shape of the reference's `ClusterOutput`.
+
+    Raises:
+        InvalidArgumentError: an empty `configs`, an unknown router or a bad router parameter, and
+            everything `run` refuses.
+    """
+    weights = None if router.weights is None else dict(router.weights)
+    result = _core.run_cluster(
+        configs=[config_kwargs(c) for c in configs],
+        router=router.name,
+        router_seed=router.seed,
+        router_refresh_ps=router.refresh_ps,
+        prefix_load_cap=router.prefix_load_cap,
+        router_weights=weights,
+        **input_kwargs(inp),
+    )
+    columns = dict(result["outputs"])
+    columns["replica"] = result["replica"]
+    return {"columns": columns, "counters": list(result["counters"])}

@@ -315,6 +315,11 @@ impl BlockPool {
             .collect()
     }
 
+    /// Every key the prefix map holds (blocks in use or evictable; phantom keys are not in it).
+    pub fn cached_keys(&self) -> impl Iterator<Item = BlockKey> + '_ {
+        self.map.keys().copied()
+    }
+
     #[inline]
     pub fn lookup(&self, key: BlockKey) -> Option<BlockId> {
         self.map.get(&key).map(|&b| BlockId(b))

@@ -7,6 +7,7 @@
 
 pub mod block_pool;
 pub mod block_table;
+pub mod cluster;
 pub mod engine;
 pub mod error;
 pub mod floor;

@@ -7,6 +7,7 @@
 #![allow(clippy::redundant_closure_for_method_calls)]
 
 use kvsim_core::block_pool::{MAX_BLOCKS, POOL_BYTES_PER_BLOCK};
+use kvsim_core::cluster::{ClusterOutput, RouterSpec};
 use kvsim_core::engine::{self, EngineConfig, EngineInput, Policy, Preemption, TimeModel};
 use kvsim_core::{BlockId, BlockKey, BlockPool, FreeOrder, KVCacheManager, KvError, Segment};
 use numpy::{IntoPyArray, PyReadonlyArray1};
@@ -1070,6 +1071,276 @@ fn run_engine<'py>(
     Ok((cols, ctrs))
 }
 
+/// The keys of one replica's config dict (`run_cluster`'s `configs`): `run_engine`'s engine keywords.
+const CONFIG_KEYS: [&str; 22] = [
+    "num_blocks",
+    "block_size",
+    "policy",
+    "enable_prefix_caching",
+    "free_order",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "chunked_prefill",
+    "full_prompt_gate",
+    "skip_over_budget",
+    "watermark_blocks",
+    "one_free_block",
+    "max_model_len",
+    "time_model",
+    "iteration_time_ps",
+    "c0_ps",
+    "c_tok_ps",
+    "c_ctx_ps",
+    "preemption",
+    "cpu_blocks",
+    "swap_ps_per_block",
+    "buddy",
+];
+
+/// One replica's engine config from a dict of `run_engine`'s engine keyword arguments (`skip_over_budget`
+/// and `one_free_block` default to false, as there); a missing or unknown key, or a value of the wrong
+/// type, is an `InvalidArgumentError` naming `configs[r]` and the key.
+fn config_from_dict(r: usize, d: &Bound<'_, PyAny>) -> PyResult<EngineConfig> {
+    let d = d
+        .cast::<PyDict>()
+        .map_err(|_| invalid(format!("configs[{r}] {} must be a dict", repr(d))))?;
+    for (k, _) in d.iter() {
+        let name: String = k
+            .extract()
+            .map_err(|_| invalid(format!("configs[{r}]: key {} is not a string", repr(&k))))?;
+        if !CONFIG_KEYS.contains(&name.as_str()) {
+            return Err(invalid(format!(
+                "configs[{r}]: unknown key '{name}' (the keys are run_engine's engine arguments: {})",
+                CONFIG_KEYS.join(", ")
+            )));
+        }
+    }
+    let get = |key: &str| -> PyResult<Option<Bound<'_, PyAny>>> { d.get_item(key) };
+    let need = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+        get(key)?.ok_or_else(|| invalid(format!("configs[{r}]: missing key '{key}'")))
+    };
+    let int = |key: &str| -> PyResult<i128> {
+        Ok(int_arg_named(&need(key)?, || format!("configs[{r}]['{key}']"))?.value)
+    };
+    let flag = |key: &str, default: Option<bool>| -> PyResult<bool> {
+        match (get(key)?, default) {
+            (None, Some(v)) => Ok(v),
+            (None, None) => Err(invalid(format!("configs[{r}]: missing key '{key}'"))),
+            (Some(v), _) => bool_arg(&v, &format!("configs[{r}]['{key}']")),
+        }
+    };
+    let text = |key: &str| -> PyResult<String> {
+        let v = need(key)?;
+        v.extract()
+            .map_err(|_| invalid(format!("configs[{r}]['{key}'] {} must be a str", repr(&v))))
+    };
+    let max_model_len = match get("max_model_len")? {
+        None => {
+            return Err(invalid(format!(
+                "configs[{r}]: missing key 'max_model_len'"
+            )));
+        }
+        Some(v) if v.is_none() => None,
+        Some(v) => Some(int_arg_named(&v, || format!("configs[{r}]['max_model_len']"))?.value),
+    };
+    engine_config(
+        int("num_blocks")?,
+        int("block_size")?,
+        &text("policy")?,
+        flag("enable_prefix_caching", None)?,
+        &text("free_order")?,
+        int("max_num_seqs")?,
+        int("max_num_batched_tokens")?,
+        flag("chunked_prefill", None)?,
+        flag("full_prompt_gate", None)?,
+        flag("skip_over_budget", Some(false))?,
+        int("watermark_blocks")?,
+        flag("one_free_block", Some(false))?,
+        max_model_len,
+        &text("time_model")?,
+        int("iteration_time_ps")?,
+        int("c0_ps")?,
+        int("c_tok_ps")?,
+        int("c_ctx_ps")?,
+        &text("preemption")?,
+        int("cpu_blocks")?,
+        int("swap_ps_per_block")?,
+        flag("buddy", None)?,
+    )
+    .map_err(|e| {
+        if e.is_instance_of::<errors::InvalidArgumentError>(d.py()) {
+            invalid(format!("configs[{r}]: {}", e.value(d.py())))
+        } else {
+            e
+        }
+    })
+}
+
+/// `router_weights`: a dict of scorer name to a number (or None: the defaults).
+fn weights_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<(String, f64)>>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    let d = obj.cast::<PyDict>().map_err(|_| {
+        invalid(format!(
+            "router_weights {} must be a dict or None",
+            repr(obj)
+        ))
+    })?;
+    let mut pairs = Vec::with_capacity(d.len());
+    for (k, v) in d.iter() {
+        let name: String = k
+            .extract()
+            .map_err(|_| invalid(format!("router_weights: key {} is not a string", repr(&k))))?;
+        let value: f64 = if v.is_instance_of::<PyBool>() {
+            return Err(invalid(format!(
+                "router_weights['{name}'] {} must be a number",
+                repr(&v)
+            )));
+        } else {
+            v.extract().map_err(|_| {
+                invalid(format!(
+                    "router_weights['{name}'] {} must be a number",
+                    repr(&v)
+                ))
+            })?
+        };
+        pairs.push((name, value));
+    }
+    Ok(Some(pairs))
+}
+
+/// Runs the workload's per-sequence columns (`run_engine`'s) on a cluster of replicas behind a router,
+/// on one clock, with the GIL released (`kvsim_core::cluster::run_cluster`; DESIGN.md §Cluster).
+/// Ctrl-C interrupts it with `KeyboardInterrupt`.
+///
+/// `configs`: one dict per replica of `run_engine`'s engine keyword arguments
+/// (`kvsim.rust_engine.config_kwargs`); `router`: one of `round-robin`, `random`, `least-loaded`,
+/// `least-kv`, `prefix-affinity`, `weighted`, with `router_seed` (random), `router_refresh_ps` (0: exact
+/// view), `prefix_load_cap` and `router_weights` (weighted: scorer name to weight; None: the defaults).
+/// Time series and event logs are not recorded for clusters (`timeseries_every` must be 0 and
+/// `record_events` false).
+///
+/// Returns a dict: `outputs` (every row's output columns, in workload order, as `run_engine`'s),
+/// `replica` (each row's replica, int64) and `counters` (one dict per replica, as `run_engine`'s).
+///
+/// Raises `InvalidArgumentError` for an empty or bad `configs`, an unknown router, a negative refresh
+/// or seed, a `prefix_load_cap` below 1 or not finite, unknown or negative weights, and everything
+/// `run_engine` refuses; `InternalError` on a bug.
+#[pyfunction]
+#[pyo3(signature = (
+    *, configs, router, router_seed = None, router_refresh_ps = None, prefix_load_cap = None,
+    router_weights = None, timeseries_every = 0, record_events = false,
+    arrival_ps, prompt_len, target, max_gen, fork_parent, output_seg, seg_offsets, segment_id, segment_len
+), text_signature = "(*, configs, router, router_seed=0, router_refresh_ps=0, prefix_load_cap=1.5, router_weights=None, timeseries_every=0, record_events=False, arrival_ps, prompt_len, target, max_gen, fork_parent, output_seg, seg_offsets, segment_id, segment_len)")]
+#[allow(clippy::too_many_arguments)]
+fn run_cluster<'py>(
+    py: Python<'py>,
+    configs: &Bound<'py, PyAny>,
+    router: &Bound<'py, PyAny>,
+    router_seed: Option<Bound<'py, PyAny>>,
+    router_refresh_ps: Option<Bound<'py, PyAny>>,
+    prefix_load_cap: Option<Bound<'py, PyAny>>,
+    router_weights: Option<Bound<'py, PyAny>>,
+    timeseries_every: i128,
+    record_events: bool,
+    arrival_ps: PyReadonlyArray1<'py, i64>,
+    prompt_len: PyReadonlyArray1<'py, i64>,
+    target: PyReadonlyArray1<'py, i64>,
+    max_gen: PyReadonlyArray1<'py, i64>,
+    fork_parent: PyReadonlyArray1<'py, i64>,
+    output_seg: PyReadonlyArray1<'py, u64>,
+    seg_offsets: PyReadonlyArray1<'py, i64>,
+    segment_id: PyReadonlyArray1<'py, u64>,
+    segment_len: PyReadonlyArray1<'py, i64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let cfgs = items(configs, "configs must be a list of dicts")?
+        .iter()
+        .enumerate()
+        .map(|(r, d)| config_from_dict(r, d))
+        .collect::<PyResult<Vec<_>>>()?;
+    if timeseries_every != 0 {
+        return Err(invalid(format!(
+            "timeseries_every {timeseries_every}: clusters record no time series (use 0)"
+        )));
+    }
+    if record_events {
+        return Err(invalid(
+            "record_events True: clusters record no event log (use False)".into(),
+        ));
+    }
+    let router: String = router
+        .extract()
+        .map_err(|_| invalid(format!("router {} must be a str", repr(router))))?;
+    let seed = match &router_seed {
+        Some(v) => u64_in(v, "router_seed", 0)?,
+        None => 0,
+    };
+    let refresh = match &router_refresh_ps {
+        Some(v) => int_arg(v, "router_refresh_ps")?,
+        None => IntArg {
+            value: 0,
+            huge: None,
+        },
+    };
+    let refresh = i64::try_from(refresh.value).map_err(|_| {
+        invalid(format!(
+            "router_refresh_ps {refresh} must be between 0 and {}",
+            i64::MAX
+        ))
+    })?;
+    let cap: f64 = match &prefix_load_cap {
+        None => 1.5,
+        Some(v) if v.is_instance_of::<PyBool>() => {
+            return Err(invalid(format!(
+                "prefix_load_cap {} must be a number",
+                repr(v)
+            )));
+        }
+        Some(v) => v
+            .extract()
+            .map_err(|_| invalid(format!("prefix_load_cap {} must be a number", repr(v))))?,
+    };
+    let weights = weights_arg(router_weights.as_ref())?;
+    let spec = RouterSpec::new(&router, seed, refresh, cap, weights.as_deref()).py()?;
+    let inp = input_view(
+        &arrival_ps,
+        &prompt_len,
+        &target,
+        &max_gen,
+        &fork_parent,
+        &output_seg,
+        &seg_offsets,
+        &segment_id,
+        &segment_len,
+    )?;
+    let (result, signal) = py.detach(|| {
+        run_watched(|cancel| {
+            no_panic("the cluster", || {
+                kvsim_core::cluster::run_cluster(inp, &cfgs, &spec, cancel)
+            })
+        })
+    });
+    if let Some(e) = signal {
+        return Err(e);
+    }
+    let ClusterOutput {
+        out,
+        replica,
+        counters,
+    } = result.py()?;
+    let (cols, _) = output_dicts(py, out)?;
+    let result = PyDict::new(py);
+    result.set_item("outputs", cols)?;
+    result.set_item("replica", replica.into_pyarray(py))?;
+    let list = PyList::empty(py);
+    for c in &counters {
+        list.append(counters_dict(py, c)?)?;
+    }
+    result.set_item("counters", list)?;
+    Ok(result)
+}
+
 /// How often the watcher of a running engine checks for Ctrl-C (Python's pending signals).
 const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
@@ -1273,6 +1544,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("POOL_BYTES_PER_BLOCK", POOL_BYTES_PER_BLOCK)?;
     m.add("MAX_BLOCKS", MAX_BLOCKS)?;
     m.add_function(wrap_pyfunction!(run_engine, m)?)?;
+    m.add_function(wrap_pyfunction!(run_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(free_list_floor, m)?)?;
     m.add_function(wrap_pyfunction!(step_floor, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_in_guard, m)?)?;

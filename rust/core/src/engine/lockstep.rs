@@ -71,13 +71,16 @@ impl Engine<'_> {
         if sign > 0 {
             a.c += c;
             a.internal += int;
-            a.logical += log;
+            a.logical = a.logical.wrapping_add(log);
             a.fin += fin;
             a.size += size;
         } else {
             a.c -= c;
             a.internal -= int;
-            a.logical -= log;
+            // Wrapping, as release builds do: contiguous policies never read `logical`, and there a
+            // finisher's covered blocks can exceed what its lazy contribution added (debug builds
+            // stopped on that; paged runs read it, and it stays exact there).
+            a.logical = a.logical.wrapping_sub(log);
             a.fin -= fin;
             a.size -= size;
         }
@@ -225,7 +228,7 @@ impl Engine<'_> {
 
     /// Under `one_free_block`, whether the pool may run empty during the next step's running phase (each
     /// running sequence pops at most one block): then every sequence must be checked, as a full step does.
-    fn one_free_block_binds(&self) -> bool {
+    pub(super) fn one_free_block_binds(&self) -> bool {
         self.cfg.one_free_block
             && matches!(&self.mem, Memory::Paged(pool) if pool.num_free_blocks() as usize <= self.running.len())
     }
@@ -345,21 +348,7 @@ impl Engine<'_> {
             return false; // the next step has an event: nothing to take together
         }
         let batch = self.running.len() as u64;
-        // Step j of the span (from 0) lasts dt0 + ddt j: the context read grows by `batch` tokens a step.
-        let wide = |x: u64| i128::from(x);
-        let (dt0, ddt) = match self.cfg.time {
-            TimeModel::Ticks { iteration_ps } => (wide(iteration_ps), 0),
-            TimeModel::Linear {
-                c0_ps,
-                c_tok_ps,
-                c_ctx_ps,
-            } => (
-                wide(c0_ps)
-                    + wide(c_tok_ps) * wide(batch)
-                    + wide(c_ctx_ps) * wide(self.agg.c + batch),
-                wide(c_ctx_ps) * wide(batch),
-            ),
-        };
+        let (dt0, ddt) = self.quiet_step_lengths();
         let start = |j: u64| -> i128 {
             let j = i128::from(j);
             j * dt0 + ddt * (j * (j - 1) / 2) // start of step j, from the span's start
@@ -398,6 +387,26 @@ impl Engine<'_> {
         }
         self.take_quiet_steps(span, batch, dt0, ddt);
         true
+    }
+
+    /// Step j of a quiet span (from 0) lasts `dt0 + ddt j`: the context read grows by the batch a step.
+    #[inline]
+    pub(super) fn quiet_step_lengths(&self) -> (i128, i128) {
+        let batch = self.running.len() as u64;
+        let wide = |x: u64| i128::from(x);
+        match self.cfg.time {
+            TimeModel::Ticks { iteration_ps } => (wide(iteration_ps), 0),
+            TimeModel::Linear {
+                c0_ps,
+                c_tok_ps,
+                c_ctx_ps,
+            } => (
+                wide(c0_ps)
+                    + wide(c_tok_ps) * wide(batch)
+                    + wide(c_ctx_ps) * wide(self.agg.c + batch),
+                wide(c_ctx_ps) * wide(batch),
+            ),
+        }
     }
 
     /// Records `span` quiet steps of `batch` decoding sequences, step j lasting `dt0 + ddt j`: the sums `record`
@@ -550,7 +559,11 @@ impl Engine<'_> {
     fn grown_and_sampled(&mut self, k: usize, c: u64, step: u64) {
         let bs = self.cfg.block_size;
         self.agg.internal += self.slack(c + 1) - self.slack(c) + 1;
-        self.agg.logical += blocks_for(c + 1, bs) - blocks_for(c, bs);
+        // Wrapping: see `add` (contiguous runs never read `logical`).
+        self.agg.logical = self
+            .agg
+            .logical
+            .wrapping_add(blocks_for(c + 1, bs) - blocks_for(c, bs));
         let s = &mut self.slab[k];
         s.generate_one();
         if s.generated == s.target {

@@ -32,20 +32,20 @@ fn joined<T: Copy>(old: &[T], new: &[T]) -> Vec<T> {
 
 /// The window's columns, owned (the engine's `EngineInput` view points into them).
 #[derive(Default)]
-struct Buffers {
-    arrival_ps: Vec<i64>,
-    prompt_len: Vec<i64>,
-    target: Vec<i64>,
-    max_gen: Vec<i64>,
-    fork_parent: Vec<i64>,
-    output_seg: Vec<u64>,
-    seg_offsets: Vec<i64>,
-    segment_id: Vec<u64>,
-    segment_len: Vec<i64>,
+pub(crate) struct Buffers {
+    pub(crate) arrival_ps: Vec<i64>,
+    pub(crate) prompt_len: Vec<i64>,
+    pub(crate) target: Vec<i64>,
+    pub(crate) max_gen: Vec<i64>,
+    pub(crate) fork_parent: Vec<i64>,
+    pub(crate) output_seg: Vec<u64>,
+    pub(crate) seg_offsets: Vec<i64>,
+    pub(crate) segment_id: Vec<u64>,
+    pub(crate) segment_len: Vec<i64>,
 }
 
 impl Buffers {
-    fn view(&self) -> EngineInput<'_> {
+    pub(crate) fn view(&self) -> EngineInput<'_> {
         EngineInput {
             arrival_ps: &self.arrival_ps,
             prompt_len: &self.prompt_len,
@@ -66,7 +66,7 @@ impl Buffers {
 /// The caller keeps the viewed heap buffers alive and unchanged for as long as the engine holds the
 /// view: `StreamEngine` replaces the view before it drops or changes a buffer, and drops the engine
 /// before the buffers and the config (field order).
-unsafe fn forever<T: ?Sized>(r: &T) -> &'static T {
+pub(crate) unsafe fn forever<T: ?Sized>(r: &T) -> &'static T {
     unsafe { &*std::ptr::from_ref(r) }
 }
 

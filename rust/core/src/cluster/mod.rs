@@ -1,0 +1,339 @@
+//! A fleet on one clock (DESIGN.md §Cluster): each arriving unit (a row, or a fork-cow parent with its
+//! samples) goes to a router, which picks a replica from what it sees of the replicas at that instant;
+//! every replica is the engine stepped to the arrival (`replica.rs`), so between arrivals each runs
+//! its own steps, event skipping kept. The reference's twin is `kvsim.reference.cluster`.
+
+pub mod replica;
+pub mod router;
+
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::block_pool::IdHasher;
+use crate::block_table::BlockTable;
+use crate::engine::{
+    Counters, EngineConfig, EngineInput, EngineOutput, OUTPUT_BIT, Policy, private_starts,
+};
+use crate::{BlockKey, KvError, Result, Segment, invalid_arg};
+pub use replica::Replica;
+pub use router::{Router, RouterKind, RouterSpec, Signals, SplitMix64, Weights};
+
+/// A cluster run's result: every row's output columns in workload order (their `counters` unused),
+/// the replica of each row, and each replica's counters.
+#[derive(Debug, Default)]
+pub struct ClusterOutput {
+    pub out: EngineOutput,
+    pub replica: Vec<i64>,
+    pub counters: Vec<Counters>,
+}
+
+/// What a stale view holds of one replica, taken at the last refresh instant.
+#[derive(Default)]
+struct Snapshot {
+    signals: Signals,
+    keys: HashSet<BlockKey, BuildHasherDefault<IdHasher>>,
+    /// Units routed to the replica since the snapshot.
+    routed: u64,
+}
+
+/// Checks a cluster's configs against the workload as `Engine::new` checks one.
+fn validate(inp: &EngineInput<'_>, cfgs: &[EngineConfig]) -> Result<()> {
+    if cfgs.is_empty() {
+        invalid_arg!("configs: a cluster needs at least one replica, got 0");
+    }
+    for (r, cfg) in cfgs.iter().enumerate() {
+        cfg.validate().map_err(|e| in_replica(r, cfgs.len(), e))?;
+    }
+    inp.validate()?;
+    if inp.has_forks() {
+        for (r, cfg) in cfgs.iter().enumerate() {
+            if cfg.policy != Policy::Vllm {
+                invalid_arg!(
+                    "replica {r}: sampling 'fork-cow' (rows with a fork_parent) applies to policy 'vllm'"
+                );
+            }
+            if cfg.max_num_batched_tokens < cfg.max_num_seqs {
+                invalid_arg!(
+                    "replica {r}: sampling 'fork-cow' needs max_num_batched_tokens >= max_num_seqs (vLLM v0's rule), got max_num_batched_tokens {} < max_num_seqs {}",
+                    cfg.max_num_batched_tokens,
+                    cfg.max_num_seqs
+                );
+            }
+        }
+    }
+    // The pools together must fit the memory limit, as one does.
+    let total: u64 = cfgs.iter().map(|c| u64::from(c.num_blocks)).sum();
+    if let Ok(total) = u32::try_from(total) {
+        crate::block_pool::check_pool_memory(total)?;
+    } else {
+        invalid_arg!(
+            "configs: the replicas' pools hold {total} blocks in all, more than one machine's bookkeeping can address"
+        );
+    }
+    Ok(())
+}
+
+/// A replica's config error, naming the replica when there are several.
+fn in_replica(r: usize, n: usize, e: KvError) -> KvError {
+    match e {
+        KvError::InvalidArgument(m) if n > 1 => {
+            KvError::InvalidArgument(format!("replica {r}: {m}"))
+        }
+        other => other,
+    }
+}
+
+/// The units of `inp`: each row that is not a fork-cow sample, with the samples right after it.
+fn unit_end(inp: &EngineInput<'_>, i: usize) -> usize {
+    let mut j = i + 1;
+    while j < inp.len() && inp.fork_parent(j) == i as i64 {
+        j += 1;
+    }
+    j
+}
+
+/// The driver's state between units: the replicas, the router's view of them, and the prompt keys of
+/// the unit being routed (one list per block size among the replicas that cache prefixes).
+struct Driver<'i> {
+    inp: EngineInput<'i>,
+    replicas: Vec<Replica>,
+    /// Per workload row (empty unless deferred keys with some replica caching): see `private_starts`.
+    private_from: Vec<u64>,
+    /// The router reads prefix hits.
+    wants_keys: bool,
+    sizes: Vec<u64>,
+    keys: Vec<Vec<BlockKey>>,
+    segs: Vec<Segment>,
+    views: Vec<Signals>,
+    snaps: Vec<Snapshot>,
+    snap_at: Option<i64>,
+    /// Leave a replica whose steps up to the arrival are all quiet where it is (`Replica::quiet_through`;
+    /// off only in tests, which check it changes nothing).
+    lazy: bool,
+}
+
+impl Driver<'_> {
+    /// The chained block keys of `row`'s prompt at every block size, for its lookup range; blocks at or
+    /// past its private content cannot be in any map (no other prompt holds them) and are not hashed.
+    fn hash_prompt(&mut self, row: usize) {
+        let inp = &self.inp;
+        let (lo, hi) = (
+            inp.seg_offsets[row] as usize,
+            inp.seg_offsets[row + 1] as usize,
+        );
+        self.segs.clear();
+        self.segs
+            .extend((lo..hi).map(|k| Segment::new(inp.segment_id[k], inp.segment_len[k] as u64)));
+        let prompt = inp.prompt_len[row] as u64;
+        for (s, &bs) in self.sizes.iter().enumerate() {
+            let limit = self.private_from.get(row).map_or(u64::MAX, |&p| p / bs);
+            BlockTable::lookup_keys(bs, &self.segs, prompt, limit, &mut self.keys[s]);
+        }
+    }
+
+    fn keys_of(&self, bs: u64) -> &[BlockKey] {
+        self.sizes
+            .binary_search(&bs)
+            .map_or(&[][..], |s| self.keys[s].as_slice())
+    }
+
+    /// The exact view for `row`, arriving at `a`: every replica advanced to `a`.
+    fn read_exact(&mut self, row: usize, a: i64, cancel: &AtomicBool) -> Result<()> {
+        let prompt = self.inp.prompt_len[row] as u64;
+        for r in 0..self.replicas.len() {
+            // A replica whose steps up to `a` are all quiet shows now what it would show at `a`: it
+            // takes that span later, whole.
+            if !(self.lazy && self.replicas[r].quiet_through(a)) {
+                self.replicas[r].advance_until(a, cancel)?;
+            }
+            let rep = &self.replicas[r];
+            let bs = rep.config().block_size;
+            let (kv_used, kv_total) = rep.kv();
+            self.views[r] = Signals {
+                waiting: rep.waiting(),
+                running: rep.running(),
+                in_flight: rep.in_flight(a),
+                kv_used,
+                kv_total,
+                hit_blocks: if self.wants_keys {
+                    rep.leading_hits(self.keys_of(bs))
+                } else {
+                    0
+                },
+                lookup_blocks: prompt.saturating_sub(1) / bs,
+            };
+        }
+        Ok(())
+    }
+
+    /// The stale view for `row`, arriving at `a`: the snapshot at `floor(a / refresh) * refresh` (taken
+    /// now if it is a new instant) plus the units routed since.
+    fn read_stale(&mut self, row: usize, a: i64, refresh: i64, cancel: &AtomicBool) -> Result<()> {
+        let s = a.div_euclid(refresh) * refresh;
+        if self.snap_at != Some(s) {
+            self.snap_at = Some(s);
+            for (rep, snap) in self.replicas.iter_mut().zip(&mut self.snaps) {
+                rep.advance_until(s, cancel)?;
+                let (kv_used, kv_total) = rep.kv();
+                snap.signals = Signals {
+                    waiting: rep.waiting(),
+                    running: rep.running(),
+                    in_flight: rep.in_flight(s),
+                    kv_used,
+                    kv_total,
+                    ..Signals::default()
+                };
+                snap.keys.clear();
+                if self.wants_keys {
+                    snap.keys.extend(rep.cached_keys());
+                }
+                snap.routed = 0;
+            }
+        }
+        let prompt = self.inp.prompt_len[row] as u64;
+        for r in 0..self.replicas.len() {
+            let (rep, snap) = (&self.replicas[r], &self.snaps[r]);
+            let bs = rep.config().block_size;
+            let mut v = snap.signals;
+            v.in_flight += snap.routed;
+            v.lookup_blocks = prompt.saturating_sub(1) / bs;
+            if self.wants_keys && rep.caches_prefixes() {
+                v.hit_blocks = self
+                    .keys_of(bs)
+                    .iter()
+                    .take_while(|k| snap.keys.contains(k))
+                    .count() as u64;
+            }
+            self.views[r] = v;
+        }
+        Ok(())
+    }
+}
+
+/// Runs the workload `inp` on `cfgs.len()` replicas (replica `r` under `cfgs[r]`) behind the router
+/// `spec`, on one clock (the cluster contract): for each unit in arrival order, a router that reads
+/// state first advances every replica to the unit's arrival (or, with a stale view, to the refresh
+/// instant); the unit is pushed to the replica picked; then every replica runs to its end. `cancel`
+/// (Ctrl-C) is read between units and inside every replica's steps.
+pub fn run_cluster(
+    inp: EngineInput<'_>,
+    cfgs: &[EngineConfig],
+    spec: &RouterSpec,
+    cancel: &AtomicBool,
+) -> Result<ClusterOutput> {
+    drive(inp, cfgs, spec, cancel, true)
+}
+
+/// `run_cluster`, with `lazy` false: every replica stepped to every arrival (the tests' yardstick).
+fn drive(
+    inp: EngineInput<'_>,
+    cfgs: &[EngineConfig],
+    spec: &RouterSpec,
+    cancel: &AtomicBool,
+    lazy: bool,
+) -> Result<ClusterOutput> {
+    validate(&inp, cfgs)?;
+    let defer_keys = !inp.segment_id.iter().any(|&id| id >= OUTPUT_BIT);
+    let forks = inp.has_forks();
+    let private_from = if defer_keys
+        && cfgs
+            .iter()
+            .any(|c| c.enable_prefix_caching && c.policy.is_paged())
+    {
+        private_starts(&inp)
+    } else {
+        Vec::new()
+    };
+    let mut replicas = Vec::with_capacity(cfgs.len());
+    for cfg in cfgs {
+        replicas.push(Replica::new(cfg.clone(), defer_keys, forks, Some(cancel))?);
+    }
+    // The block sizes of the replicas whose prefix maps can hold keys: a prompt is hashed once per size.
+    let mut sizes: Vec<u64> = replicas
+        .iter()
+        .filter(|r| r.caches_prefixes())
+        .map(|r| r.config().block_size)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut d = Driver {
+        inp,
+        replicas,
+        private_from,
+        wants_keys: match spec.kind {
+            RouterKind::PrefixAffinity => true,
+            RouterKind::Weighted => spec.weights.prefix != 0.0,
+            _ => false,
+        },
+        keys: vec![Vec::new(); sizes.len()],
+        sizes,
+        segs: Vec::new(),
+        views: vec![Signals::default(); cfgs.len()],
+        snaps: (0..cfgs.len()).map(|_| Snapshot::default()).collect(),
+        snap_at: None,
+        lazy,
+    };
+    let mut router = Router::new(spec.clone());
+    let mut replica = vec![0i64; inp.len()];
+    let mut row = 0;
+    let mut units = 0u64;
+    while row < inp.len() {
+        units += 1;
+        if units.trailing_zeros() >= 10 && cancel.load(Ordering::Relaxed) {
+            return Err(KvError::InvalidOperation("interrupted".into()));
+        }
+        let end = unit_end(&inp, row);
+        let arrival = inp.arrival_ps[row];
+        if spec.kind.reads_state() {
+            if d.wants_keys && !d.sizes.is_empty() {
+                d.hash_prompt(row);
+            }
+            if spec.refresh_ps > 0 {
+                d.read_stale(row, arrival, spec.refresh_ps, cancel)?;
+            } else {
+                d.read_exact(row, arrival, cancel)?;
+            }
+        }
+        let r = router.pick(cfgs.len(), &d.views);
+        d.replicas[r].push(&inp, row..end, &d.private_from);
+        d.snaps[r].routed += 1;
+        replica[row..end].fill(r as i64);
+        row = end;
+    }
+    let mut outs = Vec::with_capacity(cfgs.len());
+    for rep in &mut d.replicas {
+        rep.finish(cancel)?;
+        outs.push(rep.take_output());
+    }
+    drop(d);
+    Ok(gather(inp.len(), &replica, outs))
+}
+
+/// Every row's columns in workload order from each replica's (rows in push order).
+fn gather(rows: usize, replica: &[i64], outs: Vec<EngineOutput>) -> ClusterOutput {
+    let mut out = EngineOutput::new(rows);
+    let mut at = vec![0usize; outs.len()];
+    for (i, &r) in replica.iter().enumerate() {
+        let (o, k) = (&outs[r as usize], at[r as usize]);
+        at[r as usize] += 1;
+        out.first_scheduled[i] = o.first_scheduled[k];
+        out.first_token[i] = o.first_token[k];
+        out.finish[i] = o.finish[k];
+        out.generated[i] = o.generated[k];
+        out.num_preemptions[i] = o.num_preemptions[k];
+        out.num_swaps[i] = o.num_swaps[k];
+        out.cached_tokens[i] = o.cached_tokens[k];
+        out.recomputed_tokens[i] = o.recomputed_tokens[k];
+        out.status[i] = o.status[k];
+        out.reject_reason[i] = o.reject_reason[k];
+    }
+    ClusterOutput {
+        out,
+        replica: replica.to_vec(),
+        counters: outs.into_iter().map(|o| o.counters).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

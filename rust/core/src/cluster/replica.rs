@@ -1,0 +1,224 @@
+//! A replica that can be stepped (DESIGN.md §The stepped replica): the engine over input columns it
+//! owns, appended in place one unit at a time (a row, or a fork-cow parent with its samples), advanced
+//! to a horizon, with the signals a router reads. Rows that are done (finished or rejected, with every
+//! earlier row) are compacted out of the input columns once they are at least half of them, so a push
+//! costs amortised O(1) and the input held stays proportional to the rows in flight; the output columns
+//! keep every row pushed.
+
+use std::sync::atomic::AtomicBool;
+
+use crate::engine::{Buffers, Engine, EngineConfig, EngineInput, EngineOutput, forever};
+use crate::{BlockKey, Result};
+
+/// Compaction waits for at least this many done rows (and for them to be half the columns).
+const COMPACT_MIN: usize = 1024;
+
+pub struct Replica {
+    /// Borrows `buf` and `cfg` (see `engine::forever`); declared first, so it is dropped first.
+    engine: Engine<'static>,
+    buf: Box<Buffers>,
+    cfg: Box<EngineConfig>,
+    /// Rows pushed so far (rows are numbered in push order from 0).
+    rows: usize,
+    /// The first row the columns hold.
+    base: usize,
+    /// Every row before this one is done.
+    done: usize,
+    /// The workload holds fork-cow samples: `fork_parent` is kept.
+    forks: bool,
+}
+
+impl Replica {
+    /// An empty replica under `cfg`. `defer_keys` (no prompt of the whole workload quotes an output)
+    /// and `forks` (the workload holds fork-cow samples) are the driver's, learnt over the whole
+    /// workload; `cancel` is read while the pool is built.
+    pub fn new(
+        cfg: EngineConfig,
+        defer_keys: bool,
+        forks: bool,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<Self> {
+        let cfg = Box::new(cfg);
+        let buf = Box::new(Buffers {
+            seg_offsets: vec![0],
+            ..Buffers::default()
+        });
+        // SAFETY: `cfg` and `buf` are boxed and owned by the `Replica` that owns the engine; the view is
+        // replaced after every change of `buf` (`refresh`).
+        let (cfg_ref, view) = unsafe { (forever(&*cfg), forever(&*buf).view()) };
+        let engine = Engine::new_stepped(view, cfg_ref, defer_keys, forks, cancel)?;
+        Ok(Replica {
+            engine,
+            buf,
+            cfg,
+            rows: 0,
+            base: 0,
+            done: 0,
+            forks,
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Rows pushed so far.
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// The first row whose input the columns still hold (rows before it were compacted away).
+    pub fn first_held_row(&self) -> usize {
+        self.base
+    }
+
+    /// Points the engine at the columns again (they may have moved).
+    fn refresh(&mut self) {
+        // SAFETY: `buf` is owned by `self` and changed only by `push` and `compact`, each followed by
+        // this call before the engine runs again.
+        let view = unsafe { forever(&*self.buf).view() };
+        self.engine.set_input(view, self.base);
+    }
+
+    /// Appends rows `rows` of `inp` (already validated by the driver): one unit, a row or a fork-cow
+    /// parent followed by its samples, arriving no earlier than every row pushed before.
+    /// `private_from` holds the whole workload's per-row value (`engine::private_starts`), or is empty.
+    pub fn push(
+        &mut self,
+        inp: &EngineInput<'_>,
+        rows: std::ops::Range<usize>,
+        private_from: &[u64],
+    ) {
+        let first = rows.start;
+        let (local, forks) = (self.rows, self.forks);
+        let b = &mut *self.buf;
+        for i in rows.clone() {
+            b.arrival_ps.push(inp.arrival_ps[i]);
+            b.prompt_len.push(inp.prompt_len[i]);
+            b.target.push(inp.target[i]);
+            b.max_gen.push(inp.max_gen[i]);
+            b.output_seg.push(inp.output_seg[i]);
+            let (lo, hi) = (inp.seg_offsets[i] as usize, inp.seg_offsets[i + 1] as usize);
+            b.segment_id.extend_from_slice(&inp.segment_id[lo..hi]);
+            b.segment_len.extend_from_slice(&inp.segment_len[lo..hi]);
+            b.seg_offsets.push(b.segment_id.len() as i64);
+            if forks {
+                let p = inp.fork_parent(i);
+                b.fork_parent.push(if p >= 0 {
+                    (local + (p as usize - first)) as i64
+                } else {
+                    -1
+                });
+            }
+        }
+        if self.engine.reads_private_from() {
+            let pf = self.engine.private_from_mut();
+            pf.extend(rows.clone().map(|i| private_from[i]));
+        }
+        self.rows += rows.len();
+        self.engine.add_output_rows(rows.len());
+        self.refresh();
+    }
+
+    /// Drops the done rows' input once they are at least half of the columns (amortised O(1) a row).
+    fn compact(&mut self) {
+        while self.done < self.rows && self.engine.row_done(self.done) {
+            self.done += 1;
+        }
+        let keep_from = self.done.min(self.engine.next_row());
+        let k = keep_from - self.base;
+        let held = self.rows - self.base;
+        if k < COMPACT_MIN || 2 * k < held {
+            return;
+        }
+        let b = &mut *self.buf;
+        let seg_lo = b.seg_offsets[k];
+        b.arrival_ps.drain(..k);
+        b.prompt_len.drain(..k);
+        b.target.drain(..k);
+        b.max_gen.drain(..k);
+        b.output_seg.drain(..k);
+        if !b.fork_parent.is_empty() {
+            b.fork_parent.drain(..k);
+        }
+        b.seg_offsets.drain(..k);
+        for o in &mut b.seg_offsets {
+            *o -= seg_lo;
+        }
+        b.segment_id.drain(..seg_lo as usize);
+        b.segment_len.drain(..seg_lo as usize);
+        if self.engine.reads_private_from() {
+            self.engine.private_from_mut().drain(..k);
+        }
+        self.base = keep_from;
+        self.refresh();
+    }
+
+    /// Runs every step that starts strictly before `horizon` (DESIGN.md §The stepped replica).
+    pub fn advance_until(&mut self, horizon: i64, cancel: &AtomicBool) -> Result<()> {
+        // SAFETY: the engine drops the reference again before `advance_until` returns.
+        let result = self
+            .engine
+            .advance_until(horizon, unsafe { forever(cancel) });
+        if result.is_ok() {
+            self.compact();
+        }
+        result
+    }
+
+    /// Whether the signals at `horizon` are already those of now (every step before it quiet), so that
+    /// `advance_until(horizon)` can wait (see `Engine::quiet_through`).
+    pub fn quiet_through(&mut self, horizon: i64) -> bool {
+        self.engine.quiet_through(horizon)
+    }
+
+    /// Runs to the end; the output is then `take_output`'s.
+    pub fn finish(&mut self, cancel: &AtomicBool) -> Result<()> {
+        // SAFETY: as in `advance_until`.
+        self.engine.finish_stepped(unsafe { forever(cancel) })
+    }
+
+    /// Every row's output columns (in push order) and the counters, after `finish`.
+    pub fn take_output(&mut self) -> EngineOutput {
+        self.engine.take_output()
+    }
+
+    // -- signals (DESIGN.md §The stepped replica) --------------------------------------------------------
+    pub fn waiting(&self) -> u64 {
+        self.engine.num_waiting()
+    }
+
+    pub fn running(&self) -> u64 {
+        self.engine.num_running()
+    }
+
+    /// Rows pushed with arrival at or before `t` that have not joined yet (a group: its parent).
+    pub fn in_flight(&self, t: i64) -> u64 {
+        self.engine.num_in_flight(t)
+    }
+
+    /// `(kv_used, kv_total)`: blocks (paged) or token slots (contiguous).
+    pub fn kv(&self) -> (u64, u64) {
+        self.engine.kv_used_total()
+    }
+
+    /// Whether this replica's prefix map can hold keys (paged, caching on).
+    pub fn caches_prefixes(&self) -> bool {
+        self.engine.caches_prefixes()
+    }
+
+    /// How many of `keys` (a prompt's chained block keys at this replica's block size), from the
+    /// first, its prefix map holds.
+    pub fn leading_hits(&self, keys: &[BlockKey]) -> u64 {
+        self.engine.leading_hits(keys)
+    }
+
+    /// The prefix map's keys (a stale router view's snapshot).
+    pub fn cached_keys(&self) -> Vec<BlockKey> {
+        self.engine.cached_keys()
+    }
+}

@@ -1,0 +1,403 @@
+//! Routers (DESIGN.md §Cluster): which replica an arriving unit goes to, from what the router sees of
+//! each replica at that instant. Names, tie rules and the order of floating-point operations follow
+//! the cluster contract exactly, so the reference (`kvsim.reference.cluster`) picks the same replica.
+
+use crate::{Result, invalid_arg};
+
+/// The router names, as `RouterSpec::parse` reads them.
+pub const ROUTERS: [&str; 6] = [
+    "round-robin",
+    "random",
+    "least-loaded",
+    "least-kv",
+    "prefix-affinity",
+    "weighted",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouterKind {
+    RoundRobin,
+    Random,
+    LeastLoaded,
+    LeastKv,
+    PrefixAffinity,
+    Weighted,
+}
+
+impl RouterKind {
+    pub fn parse(name: &str) -> Result<Self> {
+        Ok(match name {
+            "round-robin" => Self::RoundRobin,
+            "random" => Self::Random,
+            "least-loaded" => Self::LeastLoaded,
+            "least-kv" => Self::LeastKv,
+            "prefix-affinity" => Self::PrefixAffinity,
+            "weighted" => Self::Weighted,
+            other => invalid_arg!(
+                "router '{other}' is not one of {}",
+                ROUTERS.map(|r| format!("'{r}'")).join(", ")
+            ),
+        })
+    }
+
+    /// Whether the router reads the replicas' state (else the driver need not advance them to route).
+    pub fn reads_state(self) -> bool {
+        !matches!(self, Self::RoundRobin | Self::Random)
+    }
+}
+
+/// The weighted router's scorer weights (`router_weights`), summed in this order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Weights {
+    pub prefix: f64,
+    pub queue: f64,
+    pub kv: f64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Weights {
+            prefix: 3.0,
+            queue: 2.0,
+            kv: 2.0,
+        }
+    }
+}
+
+impl Weights {
+    /// Weights from `(name, weight)` pairs (absent names weigh 0); `None`: the defaults.
+    pub fn parse(pairs: Option<&[(String, f64)]>) -> Result<Self> {
+        let Some(pairs) = pairs else {
+            return Ok(Self::default());
+        };
+        let mut w = Weights {
+            prefix: 0.0,
+            queue: 0.0,
+            kv: 0.0,
+        };
+        for (name, value) in pairs {
+            let slot = match name.as_str() {
+                "prefix" => &mut w.prefix,
+                "queue" => &mut w.queue,
+                "kv" => &mut w.kv,
+                other => invalid_arg!(
+                    "router_weights: scorer '{other}' is not one of 'prefix', 'queue', 'kv'"
+                ),
+            };
+            if !value.is_finite() || *value < 0.0 {
+                invalid_arg!("router_weights['{name}'] {value} must be a finite number >= 0");
+            }
+            *slot = *value;
+        }
+        Ok(w)
+    }
+}
+
+/// A router and its parameters (`kvsim.reference.cluster.RouterSpec`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouterSpec {
+    pub kind: RouterKind,
+    /// `random`'s splitmix64 seed.
+    pub seed: u64,
+    /// The stale view's refresh period in picoseconds (0: the router reads exact state).
+    pub refresh_ps: i64,
+    /// `prefix-affinity`: a replica is eligible while load <= cap x (mean load + 1).
+    pub prefix_load_cap: f64,
+    pub weights: Weights,
+}
+
+impl RouterSpec {
+    /// Checks every parameter (whatever the router), naming the field and the value.
+    pub fn new(
+        name: &str,
+        seed: u64,
+        refresh_ps: i64,
+        prefix_load_cap: f64,
+        weights: Option<&[(String, f64)]>,
+    ) -> Result<Self> {
+        let kind = RouterKind::parse(name)?;
+        if refresh_ps < 0 {
+            invalid_arg!("router_refresh_ps {refresh_ps} must be >= 0");
+        }
+        if !prefix_load_cap.is_finite() || prefix_load_cap < 1.0 {
+            invalid_arg!("prefix_load_cap {prefix_load_cap} must be a finite number >= 1");
+        }
+        Ok(RouterSpec {
+            kind,
+            seed,
+            refresh_ps,
+            prefix_load_cap,
+            weights: Weights::parse(weights)?,
+        })
+    }
+
+    /// `name` with the defaults: seed 0, exact view, cap 1.5, the default weights.
+    pub fn named(name: &str) -> Result<Self> {
+        Self::new(name, 0, 0, 1.5, None)
+    }
+}
+
+/// splitmix64 (Steele, Lea and Flood): `random`'s stream, one draw per unit.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A replica in `0..n`: `(z * n) >> 64`.
+    pub fn below(&mut self, n: usize) -> usize {
+        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
+    }
+}
+
+/// What the router sees of one replica for one unit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Signals {
+    pub waiting: u64,
+    pub running: u64,
+    pub in_flight: u64,
+    pub kv_used: u64,
+    pub kv_total: u64,
+    /// The unit's prompt: leading full blocks cached here, and the blocks a lookup may hit
+    /// (`(prompt_len - 1) // block_size`, at this replica's block size).
+    pub hit_blocks: u64,
+    pub lookup_blocks: u64,
+}
+
+impl Signals {
+    #[inline]
+    pub fn load(&self) -> u64 {
+        self.waiting + self.running + self.in_flight
+    }
+
+    /// `self` has a strictly lower utilisation than `o` (exact: cross-multiplied).
+    fn less_utilised(&self, o: &Signals) -> bool {
+        u128::from(self.kv_used) * u128::from(o.kv_total)
+            < u128::from(o.kv_used) * u128::from(self.kv_total)
+    }
+
+    fn same_utilisation(&self, o: &Signals) -> bool {
+        u128::from(self.kv_used) * u128::from(o.kv_total)
+            == u128::from(o.kv_used) * u128::from(self.kv_total)
+    }
+}
+
+/// The router's own state: units routed (round-robin) and the random stream.
+#[derive(Clone, Debug)]
+pub struct Router {
+    pub spec: RouterSpec,
+    routed: u64,
+    rng: SplitMix64,
+}
+
+impl Router {
+    pub fn new(spec: RouterSpec) -> Self {
+        let rng = SplitMix64(spec.seed);
+        Router {
+            spec,
+            routed: 0,
+            rng,
+        }
+    }
+
+    /// The replica for the next unit among `n` (`views`: one per replica, read only by the routers
+    /// that read state).
+    pub fn pick(&mut self, n: usize, views: &[Signals]) -> usize {
+        let k = self.routed;
+        self.routed += 1;
+        match self.spec.kind {
+            RouterKind::RoundRobin => (k % n as u64) as usize,
+            RouterKind::Random => self.rng.below(n),
+            RouterKind::LeastLoaded => least_loaded(views),
+            RouterKind::LeastKv => least_kv(views),
+            RouterKind::PrefixAffinity => prefix_affinity(views, self.spec.prefix_load_cap),
+            RouterKind::Weighted => weighted(views, &self.spec.weights),
+        }
+    }
+}
+
+/// Argmin of load; ties: the lowest index.
+pub fn least_loaded(views: &[Signals]) -> usize {
+    let mut best = 0;
+    for (r, v) in views.iter().enumerate().skip(1) {
+        if v.load() < views[best].load() {
+            best = r;
+        }
+    }
+    best
+}
+
+/// Argmin of utilisation (exact); ties: lower load, then the lowest index.
+pub fn least_kv(views: &[Signals]) -> usize {
+    let mut best = 0;
+    for (r, v) in views.iter().enumerate().skip(1) {
+        let b = &views[best];
+        if v.less_utilised(b) || (v.same_utilisation(b) && v.load() < b.load()) {
+            best = r;
+        }
+    }
+    best
+}
+
+/// Among the replicas whose load is at most `cap` x (mean load + 1) (in f64:
+/// `load * n <= cap * (total + n)`), the most cached leading blocks; ties: lower load, then the lowest
+/// index.
+pub fn prefix_affinity(views: &[Signals], cap: f64) -> usize {
+    let n = views.len() as u64;
+    let total: u64 = views.iter().map(Signals::load).sum();
+    let bound = cap * (total + n) as f64;
+    let mut best: Option<usize> = None;
+    for (r, v) in views.iter().enumerate() {
+        if (v.load() * n) as f64 > bound {
+            continue;
+        }
+        match best {
+            Some(b)
+                if v.hit_blocks < views[b].hit_blocks
+                    || (v.hit_blocks == views[b].hit_blocks && v.load() >= views[b].load()) => {}
+            _ => best = Some(r),
+        }
+    }
+    // The least-loaded replica is always eligible (its load is at most the mean).
+    best.unwrap_or_else(|| least_loaded(views))
+}
+
+/// The weighted router's score of each replica: `w_prefix * prefix + w_queue * queue + w_kv * kv`, in
+/// that order, in f64.
+pub fn weighted_scores(views: &[Signals], w: &Weights) -> Vec<f64> {
+    let max = views.iter().map(Signals::load).max().unwrap_or(0);
+    let min = views.iter().map(Signals::load).min().unwrap_or(0);
+    views
+        .iter()
+        .map(|v| {
+            let prefix = if v.lookup_blocks == 0 {
+                0.0
+            } else {
+                v.hit_blocks as f64 / v.lookup_blocks as f64
+            };
+            let queue = if max == min {
+                1.0
+            } else {
+                (max - v.load()) as f64 / (max - min) as f64
+            };
+            let kv = 1.0 - v.kv_used as f64 / v.kv_total as f64;
+            w.prefix * prefix + w.queue * queue + w.kv * kv
+        })
+        .collect()
+}
+
+/// Argmax of `weighted_scores`; ties: the lowest index.
+pub fn weighted(views: &[Signals], w: &Weights) -> usize {
+    let scores = weighted_scores(views, w);
+    let mut best = 0;
+    for (r, &s) in scores.iter().enumerate().skip(1) {
+        if s > scores[best] {
+            best = r;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(waiting: u64, kv_used: u64, kv_total: u64, hit: u64, lookup: u64) -> Signals {
+        Signals {
+            waiting,
+            kv_used,
+            kv_total,
+            hit_blocks: hit,
+            lookup_blocks: lookup,
+            ..Signals::default()
+        }
+    }
+
+    #[test]
+    fn splitmix64_matches_its_published_stream() {
+        // The first outputs for seed 0 (the reference values of Vigna's splitmix64.c).
+        let mut r = SplitMix64(0);
+        assert_eq!(r.next_u64(), 0xE220_A839_7B1D_CDAF);
+        assert_eq!(r.next_u64(), 0x6E78_9E6A_A1B9_65F4);
+        assert_eq!(r.next_u64(), 0x06C4_5D18_8009_454F);
+        let mut r = SplitMix64(0);
+        // (z * 4) >> 64 is the top two bits of z: 0xE2.. -> 3, 0x6E.. -> 1, 0x06.. -> 0.
+        assert_eq!([r.below(4), r.below(4), r.below(4)], [3, 1, 0]);
+    }
+
+    #[test]
+    fn round_robin_cycles_and_least_loaded_breaks_ties_low() {
+        let mut rr = Router::new(RouterSpec::named("round-robin").unwrap());
+        let picks: Vec<usize> = (0..5).map(|_| rr.pick(3, &[])).collect();
+        assert_eq!(picks, [0, 1, 2, 0, 1]);
+        let views = [sig(3, 0, 1, 0, 0), sig(1, 0, 1, 0, 0), sig(1, 0, 1, 0, 0)];
+        assert_eq!(least_loaded(&views), 1);
+        let in_flight = Signals {
+            in_flight: 5,
+            ..Signals::default()
+        };
+        assert_eq!(least_loaded(&[in_flight, sig(4, 0, 1, 0, 0)]), 1);
+    }
+
+    #[test]
+    fn least_kv_compares_utilisation_exactly_then_load() {
+        // 1/3 < 2/5; equal utilisation 2/4 = 1/2: the lower load wins, then the lower index.
+        assert_eq!(least_kv(&[sig(0, 2, 5, 0, 0), sig(9, 1, 3, 0, 0)]), 1);
+        assert_eq!(least_kv(&[sig(2, 2, 4, 0, 0), sig(1, 1, 2, 0, 0)]), 1);
+        assert_eq!(least_kv(&[sig(1, 2, 4, 0, 0), sig(1, 1, 2, 0, 0)]), 0);
+    }
+
+    #[test]
+    fn prefix_affinity_prefers_hits_within_the_load_cap() {
+        // Loads 6, 0, 0 (mean 2): cap 1.5 allows load <= 1.5 x 3 = 4.5, so replica 0's 5 hits are out
+        // of reach and the tie at 2 hits goes to the lower load (replica 2 has load 0 as well: index).
+        let views = [sig(6, 0, 1, 5, 8), sig(0, 0, 1, 2, 8), sig(0, 0, 1, 2, 8)];
+        assert_eq!(prefix_affinity(&views, 1.5), 1);
+        // A cap of 3 (load <= 9) lets the hot replica take it.
+        assert_eq!(prefix_affinity(&views, 3.0), 0);
+        // No hits anywhere: least loaded among the eligible.
+        let cold = [sig(2, 0, 1, 0, 8), sig(1, 0, 1, 0, 8)];
+        assert_eq!(prefix_affinity(&cold, 1.5), 1);
+    }
+
+    #[test]
+    fn weighted_sums_the_scorers_in_order() {
+        // Replica 0: prefix 1.0, queue 0.0 (the most loaded), kv 1 - 1/2; replica 1: prefix 0, queue 1,
+        // kv 1 - 0: scores 3 + 0 + 1 = 4 against 0 + 2 + 2 = 4: a tie, the lower index.
+        let views = [sig(2, 1, 2, 4, 4), sig(0, 0, 2, 0, 4)];
+        let w = Weights::default();
+        assert_eq!(weighted_scores(&views, &w), [4.0, 4.0]);
+        assert_eq!(weighted(&views, &w), 0);
+        let queue_only = Weights::parse(Some(&[("queue".into(), 1.0)])).unwrap();
+        assert_eq!(weighted(&views, &queue_only), 1);
+        // No full block to look up: prefix 0.0.
+        assert_eq!(
+            weighted_scores(&[sig(0, 0, 2, 0, 0)], &w),
+            [3.0 * 0.0 + 2.0 + 2.0]
+        );
+    }
+
+    #[test]
+    fn bad_parameters_name_the_field_and_value() {
+        let err = |r: Result<RouterSpec>| r.unwrap_err().to_string();
+        assert!(err(RouterSpec::named("nearest")).contains("router 'nearest'"));
+        assert!(err(RouterSpec::new("random", 0, -1, 1.5, None)).contains("router_refresh_ps -1"));
+        assert!(err(RouterSpec::new("random", 0, 0, 0.5, None)).contains("prefix_load_cap 0.5"));
+        assert!(
+            err(RouterSpec::new("random", 0, 0, f64::NAN, None)).contains("prefix_load_cap NaN")
+        );
+        let bad = [("disk".to_string(), 1.0)];
+        assert!(err(RouterSpec::new("weighted", 0, 0, 1.5, Some(&bad))).contains("'disk'"));
+        let neg = [("kv".to_string(), -1.0)];
+        assert!(
+            err(RouterSpec::new("weighted", 0, 0, 1.5, Some(&neg)))
+                .contains("router_weights['kv'] -1")
+        );
+    }
+}

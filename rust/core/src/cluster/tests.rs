@@ -1,0 +1,520 @@
+//! The driver against whole runs: one replica fed everything is `engine::run`; round-robin over N
+//! replicas is N independent runs of the row subsets; the stale view and the replica's signals.
+
+use std::sync::atomic::AtomicBool;
+
+use super::*;
+use crate::engine::{Preemption, TimeModel, run};
+
+/// Owned input columns (a workload for tests).
+#[derive(Clone, Default)]
+struct Cols {
+    arrival_ps: Vec<i64>,
+    prompt_len: Vec<i64>,
+    target: Vec<i64>,
+    max_gen: Vec<i64>,
+    fork_parent: Vec<i64>,
+    output_seg: Vec<u64>,
+    seg_offsets: Vec<i64>,
+    segment_id: Vec<u64>,
+    segment_len: Vec<i64>,
+}
+
+impl Cols {
+    fn view(&self) -> EngineInput<'_> {
+        EngineInput {
+            arrival_ps: &self.arrival_ps,
+            prompt_len: &self.prompt_len,
+            target: &self.target,
+            max_gen: &self.max_gen,
+            fork_parent: &self.fork_parent,
+            output_seg: &self.output_seg,
+            seg_offsets: &self.seg_offsets,
+            segment_id: &self.segment_id,
+            segment_len: &self.segment_len,
+        }
+    }
+
+    /// The rows `rows` (whole units, in order) as a workload of their own.
+    fn subset(&self, rows: &[usize]) -> Cols {
+        let mut c = Cols {
+            seg_offsets: vec![0],
+            ..Cols::default()
+        };
+        let forks = !self.fork_parent.is_empty();
+        for (local, &i) in rows.iter().enumerate() {
+            c.arrival_ps.push(self.arrival_ps[i]);
+            c.prompt_len.push(self.prompt_len[i]);
+            c.target.push(self.target[i]);
+            c.max_gen.push(self.max_gen[i]);
+            c.output_seg.push(self.output_seg[i]);
+            let (lo, hi) = (
+                self.seg_offsets[i] as usize,
+                self.seg_offsets[i + 1] as usize,
+            );
+            c.segment_id.extend_from_slice(&self.segment_id[lo..hi]);
+            c.segment_len.extend_from_slice(&self.segment_len[lo..hi]);
+            c.seg_offsets.push(c.segment_id.len() as i64);
+            if forks {
+                let p = self.fork_parent[i];
+                c.fork_parent.push(if p >= 0 {
+                    (local - (i - p as usize)) as i64
+                } else {
+                    -1
+                });
+            }
+        }
+        c
+    }
+}
+
+/// `n` requests: bursts and gaps of arrivals, prompts of one of three shared prefixes and a private
+/// tail, some requests with `samples` fork-cow samples (0: none), some quoting an earlier output.
+fn workload(n: usize, seed: u64, samples: usize, quote: bool) -> Cols {
+    workload_with_gaps(
+        n,
+        seed,
+        samples,
+        quote,
+        &[0, 0, 300_000_000, 2_000_000_000, 9_000_000_000],
+    )
+}
+
+/// `workload` with arrival gaps drawn from `gaps` (picoseconds).
+fn workload_with_gaps(n: usize, seed: u64, samples: usize, quote: bool, gaps: &[i64]) -> Cols {
+    let mut rng = SplitMix64(seed);
+    let mut c = Cols {
+        seg_offsets: vec![0],
+        ..Cols::default()
+    };
+    let mut t = 0i64;
+    for r in 0..n as u64 {
+        t += gaps[rng.below(gaps.len())];
+        let shared = 8 + 8 * rng.below(4) as i64;
+        let own = 1 + rng.below(30) as i64;
+        let target = 1 + rng.below(40) as i64;
+        let mut segs = vec![(1 + rng.below(3) as u64, shared), (1000 + r, own)];
+        if quote && r > 0 && rng.below(3) == 0 {
+            segs.push((OUTPUT_BIT | ((r - 1) << 16), 1));
+        }
+        let k = if samples > 0 && rng.below(3) == 0 {
+            samples
+        } else {
+            0
+        };
+        let parent = c.arrival_ps.len() as i64;
+        for s in 0..=k as u64 {
+            c.arrival_ps.push(t);
+            c.prompt_len.push(segs.iter().map(|x| x.1).sum());
+            c.target.push(target);
+            c.max_gen.push(target + 5);
+            c.fork_parent.push(if s == 0 { -1 } else { parent });
+            c.output_seg.push(OUTPUT_BIT | (r << 16) | s);
+            for &(id, len) in &segs {
+                c.segment_id.push(id);
+                c.segment_len.push(len);
+            }
+            c.seg_offsets.push(c.segment_id.len() as i64);
+        }
+    }
+    if samples == 0 {
+        c.fork_parent.clear();
+    }
+    c
+}
+
+fn configs() -> Vec<(&'static str, EngineConfig)> {
+    let base = EngineConfig {
+        max_num_seqs: 8,
+        max_num_batched_tokens: 64,
+        ..EngineConfig::for_tests(40, 4)
+    };
+    vec![
+        ("caching", base.clone()),
+        (
+            "no caching, linear",
+            EngineConfig {
+                enable_prefix_caching: false,
+                time: TimeModel::Linear {
+                    c0_ps: 500_000_000,
+                    c_tok_ps: 3_000_000,
+                    c_ctx_ps: 1_000_000,
+                },
+                ..base.clone()
+            },
+        ),
+        (
+            "swap",
+            EngineConfig {
+                preemption: Preemption::Auto,
+                cpu_blocks: 16,
+                swap_ps_per_block: 1_000_000,
+                num_blocks: 30,
+                ..base.clone()
+            },
+        ),
+        (
+            "v0 checks",
+            EngineConfig {
+                one_free_block: true,
+                watermark_blocks: 2,
+                chunked_prefill: false,
+                skip_over_budget: true,
+                full_prompt_gate: true,
+                ..base.clone()
+            },
+        ),
+        (
+            "reserve",
+            EngineConfig {
+                policy: Policy::Reserve,
+                ..base.clone()
+            },
+        ),
+        (
+            "orca-max",
+            EngineConfig {
+                policy: Policy::OrcaMax,
+                max_num_batched_tokens: 8192,
+                num_blocks: 100,
+                ..base
+            },
+        ),
+    ]
+}
+
+fn assert_same_rows(a: &EngineOutput, b: &EngineOutput, what: &str) {
+    assert_eq!(
+        a.first_scheduled, b.first_scheduled,
+        "{what}: first_scheduled"
+    );
+    assert_eq!(a.first_token, b.first_token, "{what}: first_token");
+    assert_eq!(a.finish, b.finish, "{what}: finish");
+    assert_eq!(a.generated, b.generated, "{what}: generated");
+    assert_eq!(a.num_preemptions, b.num_preemptions, "{what}: preemptions");
+    assert_eq!(a.num_swaps, b.num_swaps, "{what}: swaps");
+    assert_eq!(a.cached_tokens, b.cached_tokens, "{what}: cached");
+    assert_eq!(
+        a.recomputed_tokens, b.recomputed_tokens,
+        "{what}: recomputed"
+    );
+    assert_eq!(a.status, b.status, "{what}: status");
+    assert_eq!(a.reject_reason, b.reject_reason, "{what}: reason");
+}
+
+/// Every config and workload kind: (name, config, workload).
+fn cases() -> Vec<(String, EngineConfig, Cols)> {
+    let mut out = Vec::new();
+    for (name, cfg) in configs() {
+        let paged = cfg.policy.is_paged();
+        for (kind, w) in [
+            ("plain", workload(120, 7, 0, false)),
+            ("quoting", workload(120, 8, 0, true)),
+            ("forks", workload(80, 9, 2, false)),
+        ] {
+            if kind == "forks" && (!paged || cfg.policy != Policy::Vllm) {
+                continue;
+            }
+            out.push((format!("{name}/{kind}"), cfg.clone(), w));
+        }
+    }
+    out
+}
+
+#[test]
+fn one_replica_fed_everything_is_the_whole_run() {
+    let cancel = AtomicBool::new(false);
+    for (what, cfg, w) in cases() {
+        let whole = run(w.view(), &cfg, 0, false, &cancel).unwrap();
+        assert!(whole.status.iter().all(|&s| s >= 0), "{what}");
+        // Routers that read state step the replica to every arrival; round-robin never does; a stale
+        // view steps it to the refresh instants.
+        for spec in [
+            RouterSpec::named("round-robin").unwrap(),
+            RouterSpec::named("least-loaded").unwrap(),
+            RouterSpec::named("prefix-affinity").unwrap(),
+            RouterSpec::new("weighted", 0, 700_000_000, 1.5, None).unwrap(),
+        ] {
+            let c = run_cluster(w.view(), std::slice::from_ref(&cfg), &spec, &cancel).unwrap();
+            let label = format!("{what} {:?}", spec.kind);
+            assert_same_rows(&c.out, &whole, &label);
+            assert_eq!(c.counters, std::slice::from_ref(&whole.counters), "{label}");
+            assert!(c.replica.iter().all(|&r| r == 0));
+        }
+    }
+}
+
+#[test]
+fn round_robin_is_independent_runs_of_the_row_subsets() {
+    let cancel = AtomicBool::new(false);
+    for (what, cfg, w) in cases() {
+        for n in [2usize, 3] {
+            // Heterogeneous: replica r has r x 8 more blocks (and, for paged, block size 4 or 8).
+            let cfgs: Vec<EngineConfig> = (0..n)
+                .map(|r| EngineConfig {
+                    num_blocks: cfg.num_blocks + 8 * r as u32,
+                    block_size: if cfg.policy.is_paged() && r == 1 {
+                        8
+                    } else {
+                        4
+                    },
+                    ..cfg.clone()
+                })
+                .collect();
+            let c = run_cluster(
+                w.view(),
+                &cfgs,
+                &RouterSpec::named("round-robin").unwrap(),
+                &cancel,
+            )
+            .unwrap();
+            // Unit k goes to replica k mod n.
+            let inp = w.view();
+            let (mut i, mut k) = (0, 0);
+            while i < inp.len() {
+                let j = unit_end(&inp, i);
+                assert!(c.replica[i..j].iter().all(|&r| r == (k % n) as i64));
+                i = j;
+                k += 1;
+            }
+            for (r, rcfg) in cfgs.iter().enumerate() {
+                let rows: Vec<usize> = (0..inp.len())
+                    .filter(|&i| c.replica[i] == r as i64)
+                    .collect();
+                let sub = w.subset(&rows);
+                let alone = run(sub.view(), rcfg, 0, false, &cancel).unwrap();
+                let mut mine = EngineOutput::new(rows.len());
+                for (l, &i) in rows.iter().enumerate() {
+                    mine.first_scheduled[l] = c.out.first_scheduled[i];
+                    mine.first_token[l] = c.out.first_token[i];
+                    mine.finish[l] = c.out.finish[i];
+                    mine.generated[l] = c.out.generated[i];
+                    mine.num_preemptions[l] = c.out.num_preemptions[i];
+                    mine.num_swaps[l] = c.out.num_swaps[i];
+                    mine.cached_tokens[l] = c.out.cached_tokens[i];
+                    mine.recomputed_tokens[l] = c.out.recomputed_tokens[i];
+                    mine.status[l] = c.out.status[i];
+                    mine.reject_reason[l] = c.out.reject_reason[i];
+                }
+                let label = format!("{what} n={n} replica {r}");
+                assert_same_rows(&mine, &alone, &label);
+                assert_eq!(c.counters[r], alone.counters, "{label}");
+            }
+        }
+    }
+}
+
+#[test]
+fn random_routing_follows_the_splitmix64_stream() {
+    let cancel = AtomicBool::new(false);
+    let w = workload(50, 3, 0, false);
+    let cfgs = vec![EngineConfig::for_tests(64, 4); 3];
+    let spec = RouterSpec::new("random", 42, 0, 1.5, None).unwrap();
+    let c = run_cluster(w.view(), &cfgs, &spec, &cancel).unwrap();
+    let mut rng = SplitMix64(42);
+    let expected: Vec<i64> = (0..50).map(|_| rng.below(3) as i64).collect();
+    assert_eq!(c.replica, expected);
+}
+
+/// With a refresh period longer than the whole run, every unit sees the snapshot at 0 (every replica
+/// empty) plus what the router sent since: least-loaded then deals units out like round-robin.
+#[test]
+fn a_stale_view_counts_what_was_routed_since_the_snapshot() {
+    let cancel = AtomicBool::new(false);
+    let w = workload(60, 5, 0, false);
+    let cfgs = vec![EngineConfig::for_tests(64, 4); 3];
+    let rr = run_cluster(
+        w.view(),
+        &cfgs,
+        &RouterSpec::named("round-robin").unwrap(),
+        &cancel,
+    )
+    .unwrap();
+    let stale = RouterSpec::new("least-loaded", 0, i64::MAX / 4, 1.5, None).unwrap();
+    let c = run_cluster(w.view(), &cfgs, &stale, &cancel).unwrap();
+    assert_eq!(c.replica, rr.replica);
+    // The exact view sees requests finish, so it deals them out differently.
+    let exact = run_cluster(
+        w.view(),
+        &cfgs,
+        &RouterSpec::named("least-loaded").unwrap(),
+        &cancel,
+    )
+    .unwrap();
+    assert_ne!(exact.replica, rr.replica);
+}
+
+/// Prefix affinity sends requests sharing a prefix to the replica that cached it, while the load cap
+/// allows; round-robin scatters them (fewer cached tokens).
+#[test]
+fn prefix_affinity_finds_the_cached_prefix() {
+    let cancel = AtomicBool::new(false);
+    let w = workload(200, 11, 0, false);
+    let cfgs = vec![
+        EngineConfig {
+            num_blocks: 200,
+            ..EngineConfig::for_tests(64, 4)
+        };
+        4
+    ];
+    let total = |spec: &RouterSpec| -> i64 {
+        run_cluster(w.view(), &cfgs, spec, &cancel)
+            .unwrap()
+            .out
+            .cached_tokens
+            .iter()
+            .sum()
+    };
+    let affinity = total(&RouterSpec::named("prefix-affinity").unwrap());
+    let rr = total(&RouterSpec::named("round-robin").unwrap());
+    assert!(affinity > rr, "affinity {affinity} vs round-robin {rr}");
+}
+
+/// The signals after `advance_until`: one replica, ticks of 1 ms, 4 seats. Rows: five at 1 ms (prompt
+/// 4, 10 tokens each) and two at 3.5 ms.
+#[test]
+fn a_replica_reports_its_signals_at_the_horizon() {
+    const MS: i64 = 1_000_000_000;
+    let cancel = AtomicBool::new(false);
+    let mut c = workload(0, 0, 0, false);
+    for (r, a) in [MS, MS, MS, MS, MS, 7 * MS / 2, 7 * MS / 2]
+        .into_iter()
+        .enumerate()
+    {
+        c.arrival_ps.push(a);
+        c.prompt_len.push(4);
+        c.target.push(10);
+        c.max_gen.push(10);
+        c.output_seg.push(OUTPUT_BIT | ((r as u64) << 16));
+        c.segment_id.push(100 + r as u64);
+        c.segment_len.push(4);
+        c.seg_offsets.push(c.segment_id.len() as i64);
+    }
+    let cfg = EngineConfig {
+        max_num_seqs: 4,
+        enable_prefix_caching: false,
+        ..EngineConfig::for_tests(64, 4)
+    };
+    let inp = c.view();
+    let mut rep = Replica::new(cfg, true, false, None).unwrap();
+    for i in 0..5 {
+        rep.push(&inp, i..i + 1, &[]);
+    }
+    // Nothing has joined at 0 before a step starts there: five rows in flight.
+    // An idle replica whose next row arrives at its horizon stays put: the rows are in flight.
+    rep.advance_until(MS, &cancel).unwrap();
+    assert_eq!((rep.waiting(), rep.running(), rep.in_flight(MS)), (0, 0, 5));
+    assert_eq!(rep.kv(), (0, 63));
+    // Advancing past it joins them before the step at 0.
+    // The step at 1 ms admits four (one block each), the fifth waits for a seat; the step at 2 ms
+    // decodes (it starts before the horizon 2 ms + 1).
+    rep.advance_until(2 * MS + 1, &cancel).unwrap();
+    assert_eq!(
+        (rep.waiting(), rep.running(), rep.in_flight(2 * MS)),
+        (1, 4, 0)
+    );
+    assert_eq!(rep.kv(), (8, 63)); // 4 + 2 tokens each after the step at 2 ms: two blocks
+    // Rows at 3.5 ms pushed while the replica's clock is at 3 ms: in flight until it advances.
+    rep.push(&inp, 5..6, &[]);
+    rep.push(&inp, 6..7, &[]);
+    assert_eq!(rep.in_flight(7 * MS / 2), 2);
+    assert_eq!(rep.in_flight(3 * MS), 0);
+    // The step at 3 ms starts before 3.5 ms and ends at 4 ms: the rows join at its end.
+    rep.advance_until(7 * MS / 2, &cancel).unwrap();
+    assert_eq!((rep.waiting(), rep.in_flight(7 * MS / 2)), (3, 0));
+    rep.finish(&cancel).unwrap();
+    let out = rep.take_output();
+    assert!(out.status.iter().all(|&s| s == 0));
+}
+
+#[test]
+fn a_bad_cluster_is_refused_naming_the_field() {
+    let cancel = AtomicBool::new(false);
+    let w = workload(5, 1, 0, false);
+    let spec = RouterSpec::named("round-robin").unwrap();
+    let err = run_cluster(w.view(), &[], &spec, &cancel).unwrap_err();
+    assert!(err.to_string().contains("configs"), "{err}");
+    let bad = EngineConfig {
+        num_blocks: 1,
+        ..EngineConfig::for_tests(64, 4)
+    };
+    let err = run_cluster(
+        w.view(),
+        &[EngineConfig::for_tests(64, 4), bad],
+        &spec,
+        &cancel,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("replica 1: num_blocks 1"), "{err}");
+    let forks = workload(10, 2, 1, false);
+    let contiguous = EngineConfig {
+        policy: Policy::OrcaMax,
+        ..EngineConfig::for_tests(64, 4)
+    };
+    let err = run_cluster(forks.view(), &[contiguous], &spec, &cancel).unwrap_err();
+    assert!(err.to_string().contains("fork-cow"), "{err}");
+}
+
+/// Compaction keeps the input proportional to the rows in flight, and the run identical.
+#[test]
+fn a_long_run_compacts_its_input() {
+    let cancel = AtomicBool::new(false);
+    let w = workload(5000, 13, 0, false);
+    let cfg = EngineConfig {
+        num_blocks: 400,
+        ..EngineConfig::for_tests(64, 4)
+    };
+    let whole = run(w.view(), &cfg, 0, false, &cancel).unwrap();
+    let spec = RouterSpec::named("least-loaded").unwrap();
+    let c = run_cluster(w.view(), std::slice::from_ref(&cfg), &spec, &cancel).unwrap();
+    assert_same_rows(&c.out, &whole, "compacted");
+    assert_eq!(c.counters[0], whole.counters);
+    let mut rep = Replica::new(cfg, true, false, None).unwrap();
+    let inp = w.view();
+    let pf = private_starts(&inp);
+    for i in 0..inp.len() {
+        rep.advance_until(inp.arrival_ps[i], &cancel).unwrap();
+        rep.push(&inp, i..i + 1, &pf);
+    }
+    assert!(
+        rep.first_held_row() > 3000,
+        "compacted up to row {}",
+        rep.first_held_row()
+    );
+}
+
+/// A replica whose steps up to an arrival are all quiet is left where it is (`quiet_through`): the same
+/// picks and rows as stepping every replica to every arrival, on dense arrivals (gaps of 0 to 20 ms,
+/// ticks of 1 ms, so quiet spans lie between them) over 2 and 4 replicas, every router that reads state.
+#[test]
+fn leaving_quiet_replicas_alone_changes_nothing() {
+    const MS: i64 = 1_000_000_000;
+    let cancel = AtomicBool::new(false);
+    let gaps = [0, MS, 3 * MS, 7 * MS, 20 * MS];
+    for (what, cfg, _) in cases() {
+        for (kind, w) in [
+            ("plain", workload_with_gaps(150, 21, 0, false, &gaps)),
+            ("forks", workload_with_gaps(100, 22, 2, false, &gaps)),
+        ] {
+            if kind == "forks" && cfg.policy != Policy::Vllm {
+                continue;
+            }
+            for n in [2, 4] {
+                let cfgs = vec![cfg.clone(); n];
+                for spec in [
+                    RouterSpec::named("least-loaded").unwrap(),
+                    RouterSpec::named("least-kv").unwrap(),
+                    RouterSpec::named("prefix-affinity").unwrap(),
+                    RouterSpec::named("weighted").unwrap(),
+                ] {
+                    let lazy = drive(w.view(), &cfgs, &spec, &cancel, true).unwrap();
+                    let eager = drive(w.view(), &cfgs, &spec, &cancel, false).unwrap();
+                    let label = format!("{what}/{kind} n={n} {:?}", spec.kind);
+                    assert_eq!(lazy.replica, eager.replica, "{label}");
+                    assert_same_rows(&lazy.out, &eager.out, &label);
+                    assert_eq!(lazy.counters, eager.counters, "{label}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! The waiting phase (DESIGN.md §Engine, step 3): swapped units come back first, then the waiting head
+//! takes its prefix hits and a chunk if the admission gate lets it; a prompt over the budget left stops
+//! the phase or is skipped.
+
+use super::{
+    ADM_STRIDE, Engine, EngineConfig, Memory, Policy, event, peak_blocks, region_size, reject,
+};
+use crate::block_table::{BlockTable, blocks_for};
+
+/// `try_admit`: this sequence can never start.
+const NEVER: u64 = u64::MAX;
+/// `try_admit`: chunked prefill off, more tokens than the budget left, and `skip_over_budget`.
+const SKIP: u64 = u64::MAX - 1;
+
+/// What `try_admit` answers for a whole prompt (chunked prefill off) over the budget left: 0 (wait: the
+/// waiting phase ends, vLLM ≥ 0.12) or `SKIP` (try the next one, vLLM 0.9.2 to 0.11.2).
+fn over_budget(cfg: &EngineConfig) -> u64 {
+    if cfg.skip_over_budget { SKIP } else { 0 }
+}
+
+impl Engine<'_> {
+    /// Allocates a waiting sequence's first chunk; returns its token count, 0 if it cannot start now,
+    /// `NEVER` if it never can (chunked prefill off and more tokens than a step's budget), or `SKIP` (see
+    /// `over_budget`).
+    pub(super) fn try_admit(&mut self, k: usize, budget: u64) -> u64 {
+        let cfg = self.cfg;
+        let bs = cfg.block_size;
+        let total = self.slab[k].num_tokens();
+        match &mut self.mem {
+            Memory::Contiguous(space) => {
+                let num_new = if cfg.chunked_prefill {
+                    total.min(budget)
+                } else {
+                    total
+                };
+                if num_new > cfg.max_num_batched_tokens {
+                    return NEVER;
+                }
+                if num_new > budget {
+                    return over_budget(cfg);
+                }
+                let Some(region) = space.allocate(region_size(cfg, &self.slab[k])) else {
+                    return 0;
+                };
+                let s = &mut self.slab[k];
+                s.region = Some(region);
+                s.num_computed = num_new;
+                let row = s.row;
+                self.log_count(event::ADMIT, row, region.0 as i64, region.1 as i64);
+                num_new
+            }
+            Memory::Paged(pool) => {
+                self.hits.clear();
+                let s = &mut self.slab[k];
+                if pool.enable_caching() && s.keys_for != total {
+                    // A first admission cannot hit a block holding a segment private to this sequence:
+                    // nobody else has that content (it registered nothing yet), so stop hashing there.
+                    let limit = if s.admitted_before || !self.defer_keys {
+                        u64::MAX
+                    } else {
+                        s.private_from / bs
+                    };
+                    s.sync_output();
+                    BlockTable::lookup_keys(bs, &s.segs, total, limit, &mut s.keys);
+                    s.keys_for = total;
+                }
+                let last_key = BlockTable::find_hits_cached(pool, &s.keys, &mut self.hits);
+                let s = &self.slab[k];
+                let num_hits = self.hits.len() as u64;
+                let hit = num_hits * bs;
+                let mut num_new = total - hit;
+                if cfg.chunked_prefill {
+                    num_new = num_new.min(budget);
+                } else if num_new > cfg.max_num_batched_tokens {
+                    return NEVER;
+                } else if num_new > budget {
+                    return over_budget(cfg);
+                }
+                let free = u64::from(pool.num_free_blocks()) - self.outstanding;
+                let evictable = BlockTable::num_evictable(pool, &self.hits);
+                let first = blocks_for(hit + num_new, bs) - num_hits;
+                let need = if cfg.policy == Policy::Reserve {
+                    peak_blocks(cfg, s) - num_hits
+                } else if cfg.full_prompt_gate {
+                    blocks_for(total, bs) - num_hits
+                } else {
+                    first
+                };
+                if need + evictable + cfg.watermark_blocks > free {
+                    return 0;
+                }
+                self.new_blocks.clear();
+                // The table will grow to the sequence's peak: reserve it once instead of doubling.
+                let peak = peak_blocks(cfg, &self.slab[k]) as usize;
+                let buffer = std::mem::take(&mut self.slab[k].table.blocks);
+                let mut table = BlockTable::start(
+                    pool,
+                    bs,
+                    &self.hits,
+                    last_key,
+                    num_new,
+                    &mut self.new_blocks,
+                    peak,
+                    buffer,
+                );
+                let s = &mut self.slab[k];
+                let phantom = self.defer_keys.then_some(s.private_from);
+                s.sync_output();
+                table.register_full_blocks_cached(pool, bs, &s.segs, &s.keys, phantom);
+                s.table = table;
+                s.keys.clear();
+                s.keys_for = 0;
+                if cfg.policy == Policy::Reserve {
+                    s.reserved_blocks = need - first;
+                    self.outstanding += s.reserved_blocks;
+                }
+                s.num_computed = hit + num_new;
+                self.note_admission(k, hit, total);
+                num_new
+            }
+        }
+    }
+
+    /// Counters, row columns and events of a paged admission that took `hit` cached tokens of `total`.
+    pub(super) fn note_admission(&mut self, k: usize, hit: u64, total: u64) {
+        let s = &mut self.slab[k];
+        let recomputed = s.computed_at_preemption.saturating_sub(hit);
+        let c = &mut self.out.counters;
+        c.prefix_hit_tokens += i128::from(hit);
+        c.prompt_tokens_admitted += i128::from(total);
+        if !s.admitted_before {
+            // Hits on a first admission: sharing between requests, not resumes.
+            s.admitted_before = true;
+            c.first_hit_tokens += i128::from(hit);
+            c.first_prompt_tokens += i128::from(total);
+        }
+        c.recomputed_tokens += i128::from(recomputed);
+        self.out.cached_tokens[s.row - self.out_base] += hit as i64;
+        self.out.recomputed_tokens[s.row - self.out_base] += recomputed as i64;
+        if self.log.is_some() {
+            let row = s.row;
+            self.log(event::ADMIT, row, -1);
+            for i in 0..self.hits.len() {
+                let b = i64::from(self.hits[i].0);
+                self.log(event::PREFIX_HIT, row, b);
+            }
+            self.log_allocations(row, event::ALLOCATE);
+        }
+    }
+
+    /// The swap-in phase: swapped sequences and groups return FCFS before any new admission; returns
+    /// the budget left. Admission of waiting sequences happens only once nothing is swapped out.
+    pub(super) fn admit_swapped(&mut self, mut budget: u64) -> u64 {
+        while let Some(&k) = self.swapped.front() {
+            let members = std::mem::take(&mut self.slab[k].members);
+            let seats = if members.is_empty() {
+                self.slab[k].seats()
+            } else {
+                members.iter().map(|&m| self.slab[m].seats()).sum()
+            };
+            if budget == 0 || self.running.len() as u64 + seats > self.cfg.max_num_seqs {
+                self.slab[k].members = members;
+                break;
+            }
+            let num_new = if members.is_empty() {
+                self.try_swap_in(k, budget)
+            } else {
+                self.try_swap_in_group(&members, budget)
+            };
+            if num_new == 0 {
+                if self.running.is_empty() {
+                    self.swapped.pop_front();
+                    self.cpu_used -= self.slab[k].swapped_blocks;
+                    if members.is_empty() {
+                        self.reject_seq(k, reject::NEVER_SWAPPED_IN);
+                    } else {
+                        for &m in &members {
+                            self.reject_seq(m, reject::NEVER_SWAPPED_IN);
+                        }
+                    }
+                    continue;
+                }
+                self.slab[k].members = members;
+                break;
+            }
+            self.swapped.pop_front();
+            budget -= num_new;
+            if members.is_empty() {
+                self.running.push(k);
+                self.scheduled.push((k, num_new));
+                self.slab[k].adm_no = self.next_adm;
+            } else {
+                for (i, &m) in members.iter().enumerate() {
+                    self.running.push(m);
+                    self.scheduled.push((m, 1));
+                    self.slab[m].adm_no = self.next_adm + i as u64;
+                }
+            }
+            self.next_adm += ADM_STRIDE;
+        }
+        budget
+    }
+
+    /// The waiting phase: admits FCFS from the head while budget, seats and memory allow, appending each
+    /// admitted sequence to `scheduled`. A head that cannot start blocks the rest (head-of-line), unless
+    /// nothing runs at all: then it can never start and is rejected.
+    pub(super) fn admit_waiting(&mut self, budget: u64) {
+        let mut budget = self.admit_swapped(budget);
+        if !self.swapped.is_empty() {
+            return;
+        }
+        let cfg = self.cfg;
+        while budget > 0 {
+            let Some(k) = self.waiting_head() else {
+                break;
+            };
+            if self.running.len() as u64 + self.slab[k].seats() > cfg.max_num_seqs {
+                if self.running.is_empty() {
+                    self.waiting.pop_front();
+                    self.reject_seq(k, reject::NEVER_ADMITTED);
+                    continue;
+                }
+                break;
+            }
+            let num_new = self.try_admit(k, budget);
+            if num_new == NEVER {
+                self.waiting.pop_front();
+                self.reject_seq(k, reject::EXCEEDS_STEP_BUDGET);
+                continue;
+            }
+            if num_new == SKIP {
+                self.waiting.pop_front();
+                self.skipped.push(k);
+                continue;
+            }
+            if num_new == 0 {
+                if self.running.is_empty() {
+                    self.waiting.pop_front();
+                    self.reject_seq(k, reject::NEVER_ADMITTED);
+                    continue;
+                }
+                break; // head-of-line blocking: a waiting request never preempts
+            }
+            self.waiting.pop_front();
+            self.running.push(k);
+            self.scheduled.push((k, num_new));
+            budget -= num_new;
+            let s = &mut self.slab[k];
+            s.adm_no = self.next_adm;
+            self.next_adm += ADM_STRIDE;
+            if self.out.first_scheduled[s.row - self.out_base] < 0 {
+                self.out.first_scheduled[s.row - self.out_base] = self.t;
+            }
+            if self.cancelled() {
+                break; // after an admission: a blocked head costs no check
+            }
+        }
+        // vLLM 0.9.2-0.11.2 put skipped requests back at the head in reverse order (`prepend_request`
+        // into a queue, then `prepend_requests`, which reversed it once more): the last skipped first.
+        for &k in &self.skipped {
+            self.waiting.push_front(k);
+        }
+        self.skipped.clear();
+    }
+}

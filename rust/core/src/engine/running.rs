@@ -1,0 +1,291 @@
+//! The running phase (DESIGN.md §Engine, step 2): each unit (a sequence, or a fork-cow group scheduled
+//! whole) grows by its tokens, preempting the tail when its blocks do not fit; the step's end samples
+//! tokens, forks samples and retires finished sequences; `full_step` is one step walked explicitly.
+
+use super::{Engine, FINISHED, Memory, event};
+use crate::block_table::{blocks_for, rem_bs};
+
+impl Engine<'_> {
+    /// Room for `num_new` more tokens of running `k`; false, changing nothing, if they do not fit.
+    /// `check = false`: a group member whose group's room was checked as a whole (`group_fits`).
+    pub(super) fn try_grow(&mut self, k: usize, num_new: u64, check: bool) -> bool {
+        let bs = self.cfg.block_size;
+        let s = &mut self.slab[k];
+        let Memory::Paged(pool) = &mut self.mem else {
+            s.num_computed += num_new;
+            return true;
+        };
+        if check && self.cfg.one_free_block && s.decoding && pool.num_free_blocks() == 0 {
+            return false; // vLLM v0: every decoding sequence scheduled wants a free block, needed or not
+        }
+        self.new_blocks.clear();
+        let Some(copied) = s.table.grow(pool, bs, num_new, &mut self.new_blocks) else {
+            return false;
+        };
+        let phantom = self.defer_keys.then_some(s.private_from);
+        s.sync_output();
+        s.table
+            .register_full_blocks_cached(pool, bs, &s.segs, &[], phantom);
+        let row = s.row;
+        if copied {
+            self.out.counters.num_cow_copies += 1;
+        }
+        if s.reserved_blocks > 0 {
+            let taken = (self.new_blocks.len() as u64).min(s.reserved_blocks);
+            s.reserved_blocks -= taken;
+            self.outstanding -= taken;
+        }
+        s.num_computed += num_new;
+        if self.log.is_some() && !self.new_blocks.is_empty() {
+            self.log_allocations(
+                row,
+                if copied {
+                    event::COW_COPY
+                } else {
+                    event::ALLOCATE
+                },
+            );
+        }
+        true
+    }
+
+    /// End (exclusive) of the scheduling unit starting at `running[i]`: a sequence, or its group.
+    pub(super) fn unit_end(&self, i: usize) -> usize {
+        let mut j = i + 1;
+        if let Some(g) = self.slab[self.running[i]].group {
+            while j < self.running.len() && self.slab[self.running[j]].group == Some(g) {
+                j += 1;
+            }
+        }
+        j
+    }
+
+    /// Blocks the group `running[i..j]` pops for one more token each, in order: a new block at a block
+    /// boundary, a copy of a shared partial last block (its last holder writes in place).
+    pub(super) fn group_need(&mut self, i: usize, j: usize) -> u64 {
+        let Memory::Paged(pool) = &self.mem else {
+            unreachable!("groups are paged only")
+        };
+        let bs = self.cfg.block_size;
+        let mut writers = std::mem::take(&mut self.writers);
+        writers.clear();
+        let mut need = 0;
+        for &k in &self.running[i..j] {
+            let s = &self.slab[k];
+            let blocks = s.table.blocks();
+            need += blocks_for(s.num_computed + 1, bs) - blocks.len() as u64;
+            if rem_bs(s.num_computed, bs) != 0 {
+                let last = *blocks.last().expect("a partial block");
+                let pos = writers.iter().position(|&(b, _)| b == last);
+                let copied = pos.map_or(0, |p| writers[p].1);
+                if pool.ref_cnt_of(last) - copied > 1 {
+                    need += 1;
+                    match pos {
+                        Some(p) => writers[p].1 += 1,
+                        None => writers.push((last, 1)),
+                    }
+                }
+            }
+        }
+        self.writers = writers;
+        need
+    }
+
+    /// vLLM v0's `can_append_slots` for the group `running[i..j]`: its blocks fit (and, with
+    /// `one_free_block`, a block is free for every member).
+    pub(super) fn group_fits(&mut self, i: usize, j: usize) -> bool {
+        let free = match &self.mem {
+            Memory::Paged(pool) => u64::from(pool.num_free_blocks()),
+            Memory::Contiguous(_) => unreachable!("groups are paged only"),
+        };
+        if self.cfg.one_free_block && (j - i) as u64 > free {
+            return false;
+        }
+        self.group_need(i, j) <= free
+    }
+
+    /// fork-cow (paper §4.4): after `k` samples its first token, each of its samples starts sharing
+    /// every block (copy-on-write) with its own first token; those already finished go to `done`.
+    /// Returns the new slab indices in sample order.
+    pub(super) fn fork(&mut self, k: usize) -> std::ops::Range<usize> {
+        let Memory::Paged(_) = &self.mem else {
+            unreachable!("fork-cow is paged only")
+        };
+        self.slab[k].forked = true;
+        let (row, n) = (self.slab[k].row, self.slab[k].num_children);
+        self.slab[k].group = Some(row);
+        let parent_adm = self.slab[k].adm_no;
+        // Right after the parent (the running list is sorted by admission number).
+        let at = self
+            .running
+            .partition_point(|&j| self.slab[j].adm_no <= parent_adm);
+        let mut children = Vec::with_capacity(n);
+        for child_row in row + 1..=row + n {
+            self.log(event::FORK, child_row, -1);
+            let ck = self.new_seq(child_row);
+            let Memory::Paged(pool) = &mut self.mem else {
+                unreachable!()
+            };
+            let table = self.slab[k].table.fork(pool);
+            let num_computed = self.slab[k].num_computed;
+            let c = &mut self.slab[ck];
+            c.table = table;
+            c.num_computed = num_computed;
+            c.set_generated(1);
+            c.decoding = true;
+            c.admitted_before = true; // admitted with its parent: a later admission is a resume
+            c.group = Some(row);
+            c.adm_no = parent_adm + (child_row - row) as u64;
+            let done = c.generated == c.target;
+            self.out.first_scheduled[child_row - self.out_base] =
+                self.out.first_scheduled[row - self.out_base];
+            self.out.first_token[child_row - self.out_base] = self.t;
+            children.push(ck);
+            if done {
+                self.done.push(ck);
+            }
+        }
+        self.running.splice(at..at, children);
+        at..at + n
+    }
+
+    pub(super) fn schedule(&mut self) {
+        let cfg = self.cfg;
+        let mut budget = cfg.max_num_batched_tokens;
+        self.scheduled.clear();
+        let mut preempted = false;
+        let mut i = 0;
+        'running: while i < self.running.len() && budget > 0 {
+            if self.cancelled() {
+                return;
+            }
+            let j = if self.forks { self.unit_end(i) } else { i + 1 };
+            let k = self.running[i];
+            if j - i > 1 {
+                // A group (vLLM v0): all its samples or none, a token each; its room checked as a whole.
+                if (j - i) as u64 > budget {
+                    break;
+                }
+                while !self.group_fits(i, j) {
+                    preempted = true;
+                    if self.preempt_tail(k) {
+                        break 'running; // the group was the tail: nothing after it
+                    }
+                }
+                for idx in i..j {
+                    let m = self.running[idx];
+                    let grown = self.try_grow(m, 1, false);
+                    assert!(grown, "the group's room was checked");
+                    self.scheduled.push((m, 1));
+                }
+                budget -= (j - i) as u64;
+                i = j;
+                continue;
+            }
+            let s = &self.slab[k];
+            let num_new = (s.num_tokens() - s.num_computed).min(budget);
+            loop {
+                if self.try_grow(k, num_new, true) {
+                    self.scheduled.push((k, num_new));
+                    budget -= num_new;
+                    i += 1;
+                    continue 'running;
+                }
+                preempted = true;
+                if self.preempt_tail(k) {
+                    break 'running; // k was the tail: nothing after it
+                }
+            }
+        }
+        if !preempted {
+            self.admit_waiting(budget);
+        }
+    }
+
+    /// After a full step: every scheduled sequence whose tokens are all computed samples one; those that
+    /// reach their target finish, in scheduled order.
+    pub(super) fn finish_step(&mut self) {
+        let t = self.t;
+        self.done.clear();
+        for i in 0..self.scheduled.len() {
+            let k = self.scheduled[i].0;
+            let s = &mut self.slab[k];
+            if s.num_computed == s.num_tokens() {
+                s.generate_one();
+                if self.out.first_token[s.row - self.out_base] < 0 {
+                    self.out.first_token[s.row - self.out_base] = t;
+                }
+                if s.generated == s.target {
+                    self.done.push(k);
+                }
+                if s.num_children > 0 && !s.forked {
+                    self.fork(k);
+                }
+            }
+        }
+        self.retire_done();
+    }
+
+    /// Frees and records every sequence in `done`, in order, and drops them from the running list.
+    #[inline]
+    pub(super) fn retire_done(&mut self) {
+        if !self.done.is_empty() {
+            self.retire_done_now();
+        }
+    }
+
+    #[inline(never)]
+    pub(super) fn retire_done_now(&mut self) {
+        let done = std::mem::take(&mut self.done);
+        for &k in &done {
+            let row = self.slab[k].row;
+            self.log(event::FINISH, row, -1);
+            self.release(k);
+            let s = &mut self.slab[k];
+            s.lazy = false;
+            s.retiring = true;
+            self.out.status[s.row - self.out_base] = FINISHED;
+            self.out.finish[s.row - self.out_base] = self.t;
+            self.out.generated[s.row - self.out_base] = s.generated as i64;
+        }
+        let slab = &self.slab;
+        // The running list ascends in admission order: one finisher is found by binary search.
+        let one = match done[..] {
+            [k] => Some((
+                k,
+                self.running
+                    .partition_point(|&j| slab[j].adm_no < slab[k].adm_no),
+            )),
+            _ => None,
+        };
+        match one {
+            Some((k, i)) if self.running.get(i) == Some(&k) => {
+                self.running.remove(i);
+            }
+            _ => self.running.retain(|&k| !slab[k].retiring),
+        }
+        for &k in &done {
+            self.remove(k);
+        }
+        self.done = done;
+        self.done.clear();
+    }
+
+    /// One step with every running sequence walked explicitly (the reference's loop, rule for rule).
+    /// Returns false if nothing was scheduled (every waiting head was rejected: no time passes).
+    pub(super) fn full_step(&mut self) -> bool {
+        self.schedule();
+        if self.scheduled.is_empty() {
+            return false;
+        }
+        if self.log.is_some() {
+            self.log_schedule(0);
+        }
+        let (dt, tokens) = self.step_time();
+        let m = self.memory_state();
+        self.record(dt, self.scheduled.len() as u64, tokens, m);
+        self.finish_step();
+        self.maybe_enter_lockstep();
+        true
+    }
+}

@@ -1,0 +1,296 @@
+//! Sequences and the slab (DESIGN.md §Engine, step 1): a live sequence's state (`Seq`), arrivals
+//! joining the waiting queue or rejected at once, building a sequence when it reaches the head, and
+//! which prompt content is private to a row (`private_starts`, what deferred keys skip).
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+use super::{Engine, EngineInput, Memory, REJECTED, event, peak_blocks, region_size, reject};
+use crate::block_pool::IdHasher;
+use crate::block_table::BlockTable;
+use crate::{BlockKey, Segment};
+
+/// A live sequence: waiting or running. Finished and rejected ones leave the slab.
+///
+/// Laid out by hand (`repr(C)`, one sequence per run of whole cache lines): a lockstep event reads and
+/// writes the first three lines only (counters, block table, flags); the rest is for admission,
+/// preemption and hashing.
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+#[allow(clippy::struct_excessive_bools)] // independent flags of one sequence's life
+pub(super) struct Seq {
+    // -- line 0: the lockstep state and the counters it advances.
+    /// Order of (re)admission: the running list is sorted by it, and so are same-step events.
+    pub(super) adm_no: u64,
+    /// Lockstep mode (lockstep.rs): this sequence decodes one token per step from `base_step`, when it had
+    /// computed `base_c` and generated `base_g` tokens; `next_event` is the next step it must be touched.
+    pub(super) next_event: u64,
+    pub(super) base_step: u64,
+    pub(super) base_c: u64,
+    pub(super) base_g: u64,
+    pub(super) target: u64,
+    pub(super) num_computed: u64,
+    pub(super) generated: u64,
+    // -- line 1: the block table (its key of the last registered block spills into line 2).
+    pub(super) table: BlockTable,
+    // -- line 2.
+    pub(super) reserved_blocks: u64,
+    /// Start of the first prompt segment no other sequence's prompt contains (`prompt_len` if none):
+    /// from there on, only this sequence can ever look its blocks up (see `defer_keys`).
+    pub(super) private_from: u64,
+    pub(super) lazy: bool,
+    /// Sampled a token since its (re)admission started it over: it decodes (`one_free_block` applies).
+    pub(super) decoding: bool,
+    pub(super) retiring: bool,
+    pub(super) admitted_before: bool,
+    /// fork-cow: the next `num_children` rows are samples forked from this one at its first token.
+    pub(super) forked: bool,
+    pub(super) num_children: usize,
+    pub(super) row: usize,
+    pub(super) prompt_len: u64,
+    // -- cold.
+    /// Prompt segments, then this sequence's output segment once it has generated a token.
+    pub(super) segs: Vec<Segment>,
+    pub(super) max_gen: u64,
+    pub(super) output_seg: u64,
+    pub(super) computed_at_preemption: u64,
+    pub(super) region: Option<(u64, u64)>,
+    /// Blocks held in the CPU pool while swapped out (a group's: on its first member).
+    pub(super) swapped_blocks: u64,
+    /// fork-cow: the sequence group (vLLM v0) this sample belongs to since its fork, named by sample 0's
+    /// row. A group sits together in the running list and is scheduled, preempted and swapped as one.
+    pub(super) group: Option<usize>,
+    /// A swapped group, on its first member: the members (running order) and the leading blocks they
+    /// share.
+    pub(super) members: Vec<usize>,
+    pub(super) shared_blocks: u64,
+    /// While waiting: the keys a lookup walks, for `keys_for` tokens of content (recomputed only when
+    /// the content grew, so a blocked head is not rehashed every step).
+    pub(super) keys: Vec<BlockKey>,
+    pub(super) keys_for: u64,
+}
+
+impl Seq {
+    #[inline]
+    pub(super) fn num_tokens(&self) -> u64 {
+        self.prompt_len + self.generated
+    }
+
+    /// Running slots this sequence takes when admitted: itself, plus the samples it will fork.
+    #[inline]
+    pub(super) fn seats(&self) -> u64 {
+        1 + if self.forked {
+            0
+        } else {
+            self.num_children as u64
+        }
+    }
+
+    pub(super) fn generate_one(&mut self) {
+        self.set_generated(self.generated + 1);
+        self.decoding = true;
+    }
+
+    /// Sets the generated count. The output segment that names those tokens is added with the first
+    /// one; its length is brought up to date by `sync_output`, before anything hashes `segs`.
+    #[inline]
+    pub(super) fn set_generated(&mut self, g: u64) {
+        if g > 0 && self.generated == 0 {
+            self.segs.push(Segment::new(self.output_seg, g));
+        }
+        self.generated = g;
+    }
+
+    /// Makes the output segment's length the generated count (before `segs` is hashed).
+    #[inline]
+    pub(super) fn sync_output(&mut self) {
+        if self.generated > 0 {
+            self.segs.last_mut().expect("output segment").len = self.generated;
+        }
+    }
+}
+
+/// Per row: the start of its first prompt segment that no other row's prompt contains (its prompt length
+/// if none). Sorting the ids finds those that occur more than once (usually few); only their segments
+/// go through a map, which decides whether they are in more than one prompt. (A hash map over every id
+/// of a million-request workload was a cache miss per lookup.)
+pub(crate) fn private_starts(inp: &EngineInput<'_>) -> Vec<u64> {
+    let n = inp.len();
+    let mut ids = inp.segment_id.to_vec();
+    ids.sort_unstable();
+    let mut repeated: Vec<u64> = ids
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    repeated.dedup();
+    drop(ids);
+    // Repeated id -> (the first row holding it, whether another row holds it too).
+    let mut rows: HashMap<u64, (usize, bool), BuildHasherDefault<IdHasher>> = HashMap::default();
+    if !repeated.is_empty() {
+        for r in 0..n {
+            for &id in &inp.segment_id[inp.seg_offsets[r] as usize..inp.seg_offsets[r + 1] as usize]
+            {
+                if repeated.binary_search(&id).is_ok() {
+                    let e = rows.entry(id).or_insert((r, false));
+                    e.1 |= e.0 != r;
+                }
+            }
+        }
+    }
+    (0..n)
+        .map(|r| {
+            let (lo, hi) = (inp.seg_offsets[r] as usize, inp.seg_offsets[r + 1] as usize);
+            let mut start = 0u64;
+            for (id, &len) in inp.segment_id[lo..hi].iter().zip(&inp.segment_len[lo..hi]) {
+                if !rows.get(id).is_some_and(|e| e.1) {
+                    return start;
+                }
+                start += len as u64;
+            }
+            start
+        })
+        .collect()
+}
+
+impl Engine<'_> {
+    pub(super) fn reject_at_arrival(&self, s: &Seq) -> i64 {
+        let cfg = self.cfg;
+        if s.target < 1 {
+            reject::NO_ROOM_TO_GENERATE
+        } else if cfg.policy.is_paged() && peak_blocks(cfg, s) > cfg.capacity_blocks() {
+            reject::EXCEEDS_POOL
+        } else if let Memory::Contiguous(space) = &self.mem
+            && region_size(cfg, s) > space.max_region()
+        {
+            reject::EXCEEDS_ADDRESS_SPACE
+        } else if s.seats() > cfg.max_num_seqs {
+            reject::EXCEEDS_SEATS
+        } else {
+            0
+        }
+    }
+
+    /// A slab slot holding a fresh sequence for `row` (a recycled slot keeps its vectors' buffers).
+    pub(super) fn new_seq(&mut self, row: usize) -> usize {
+        let k = self.free_slots.pop().unwrap_or_else(|| {
+            self.slab.push(Seq::default());
+            self.slab.len() - 1
+        });
+        let inp = &self.inp;
+        let i = row - self.row_base;
+        let (lo, hi) = (inp.seg_offsets[i] as usize, inp.seg_offsets[i + 1] as usize);
+        let num_children = self.num_children(row);
+        let private_from = self
+            .private_from
+            .get(i)
+            .copied()
+            .unwrap_or(inp.prompt_len[i] as u64);
+        let old = &mut self.slab[k];
+        let mut segs = std::mem::take(&mut old.segs);
+        let mut blocks = std::mem::take(&mut old.table.blocks);
+        let mut keys = std::mem::take(&mut old.keys);
+        segs.clear();
+        blocks.clear();
+        keys.clear();
+        segs.extend((lo..hi).map(|k| Segment::new(inp.segment_id[k], inp.segment_len[k] as u64)));
+        *old = Seq {
+            row,
+            private_from,
+            segs,
+            prompt_len: inp.prompt_len[i] as u64,
+            target: inp.target[i] as u64,
+            max_gen: inp.max_gen[i] as u64,
+            output_seg: inp.output_seg[i],
+            num_children,
+            table: BlockTable {
+                blocks,
+                ..BlockTable::default()
+            },
+            keys,
+            ..Seq::default()
+        };
+        k
+    }
+
+    /// Frees slot `k` for `new_seq` (its table is already released).
+    pub(super) fn remove(&mut self, k: usize) {
+        self.free_slots.push(k);
+    }
+
+    /// Rejects `row` and the `num_children` sample rows it would have forked, now.
+    pub(super) fn reject_rows(&mut self, row: usize, num_children: usize, reason: i64) {
+        for r in row..=row + num_children {
+            self.log(event::REJECT, r, -1);
+            self.out.status[r - self.out_base] = REJECTED;
+            self.out.reject_reason[r - self.out_base] = reason as i8;
+            self.out.finish[r - self.out_base] = self.t;
+        }
+        self.num_rejected += 1;
+    }
+
+    /// Rejects waiting sequence `k` (and its unforked samples) and drops it.
+    pub(super) fn reject_seq(&mut self, k: usize, reason: i64) {
+        let s = &self.slab[k];
+        let children = if s.forked { 0 } else { s.num_children };
+        self.reject_rows(s.row, children, reason);
+        self.remove(k);
+    }
+
+    pub(super) fn join(&mut self, row: usize) {
+        let i = row - self.row_base;
+        if self.inp.fork_parent(i) >= 0 {
+            return; // a fork-cow sample: it starts when its parent samples its first token
+        }
+        let inp = &self.inp;
+        // What `reject_at_arrival` reads, without building the sequence (no heap).
+        let probe = Seq {
+            prompt_len: inp.prompt_len[i] as u64,
+            target: inp.target[i] as u64,
+            max_gen: inp.max_gen[i] as u64,
+            num_children: self.num_children(row),
+            ..Seq::default()
+        };
+        let reason = self.reject_at_arrival(&probe);
+        if reason == 0 {
+            self.fresh.push_back(row);
+        } else {
+            self.reject_rows(row, probe.num_children, reason);
+        }
+    }
+
+    /// The fork-cow samples of `row`: the rows right after it that name it as their parent (parents
+    /// are global row numbers).
+    pub(super) fn num_children(&self, row: usize) -> usize {
+        self.inp
+            .fork_parent
+            .get(row - self.row_base + 1..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(|&&p| p == row as i64)
+            .count()
+    }
+
+    /// Nothing waits to be admitted (neither built sequences nor fresh rows).
+    #[inline]
+    pub(super) fn nothing_waits(&self) -> bool {
+        self.waiting.is_empty() && self.fresh.is_empty()
+    }
+
+    /// The head of the waiting queue, its sequence built if it was a fresh row.
+    #[inline]
+    pub(super) fn waiting_head(&mut self) -> Option<usize> {
+        if let Some(&k) = self.waiting.front() {
+            return Some(k);
+        }
+        self.fresh_head()
+    }
+
+    #[inline(never)]
+    pub(super) fn fresh_head(&mut self) -> Option<usize> {
+        let row = self.fresh.pop_front()?;
+        let k = self.new_seq(row);
+        self.waiting.push_back(k);
+        Some(k)
+    }
+}
