@@ -10,14 +10,14 @@ import itertools
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import kvsim
 from kvsim import metrics
 from kvsim.reference import engine as ref_engine
 from kvsim.simulate import prepare
 from kvsim.sweep import make_workload
-from tests.test_engine_differential import configs, workloads
+from kvsim.workloads import Workload
+from tests.test_engine_differential import assert_same, configs, workloads
 
 
 def _reference_with_token_times(w, cfg):
@@ -36,7 +36,8 @@ def _gaps_by_hand(raw, token_times) -> list[int]:
         if raw.status[row] != ref_engine.FINISHED:
             continue
         assert len(times) == raw.generated[row], "one recorded time per generated token"
-        assert times[0] == raw.first_token[row] and times[-1] == raw.finish[row]
+        assert times[0] == raw.first_token[row]
+        assert times[-1] == raw.finish[row]
         gaps += [b - a for a, b in itertools.pairwise(times)]
     return gaps
 
@@ -79,3 +80,42 @@ def test_itl_with_preemption_and_budget_is_exact():
         assert s["p99_itl_ms"] == pytest.approx(np.percentile(gaps, 99), rel=1e-12)
         assert s["mean_itl_ms"] == pytest.approx(gaps.mean(), rel=1e-12)
         assert "itl_inexact_sequences" not in s
+
+
+@settings(deadline=None)
+@given(w=workloads(max_requests=20), cfg=configs())
+def test_recorded_itl_is_every_token_gap_with_samples_and_swap(w, cfg):
+    """fork-cow groups swapped out and back, or recomputed: the samples' own tokens, gaps and all."""
+    cfg = cfg.replace(
+        sampling="fork-cow",
+        policy="vllm",
+        preemption="swap" if cfg.cpu_blocks else "auto",
+        cpu_blocks=max(cfg.cpu_blocks, 1),
+        max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.max_num_seqs),
+    )
+    raw, token_times = _reference_with_token_times(w, cfg)
+    assert _expanded(raw) == sorted(_gaps_by_hand(raw, token_times))
+
+
+def test_a_sequence_rejected_after_its_tokens_is_left_out():
+    """Row 1 is preempted (recompute) after 45 tokens and can never come back (its 46 tokens exceed the
+    32-token budget, chunked prefill off): rejected, its run is recorded but its gaps are not ITL's."""
+    w = Workload(arrival=[0.0, 0.0], output_len=[22, 46], prompt_len=[1, 1])
+    cfg = kvsim.SimConfig(
+        num_blocks=13,
+        block_size=4,
+        max_num_seqs=2,
+        max_num_batched_tokens=32,
+        chunked_prefill=False,
+        append_check="one-free-block",
+        iteration_time_ps=10**9,
+        enable_prefix_caching=False,
+        admission_gate="none",
+        watermark=0.0,
+    )
+    raw, token_times = _reference_with_token_times(w, cfg)
+    assert raw.status.tolist() == [ref_engine.FINISHED, ref_engine.REJECTED]
+    assert len(token_times[1]) == 45
+    assert 1 in raw.itl["run_row"].tolist()
+    assert _expanded(raw) == sorted(_gaps_by_hand(raw, token_times)) == [10**9] * 21
+    assert_same(w, cfg)
