@@ -92,6 +92,9 @@ pub struct EngineOutput {
     /// last step, gap ps before its first token or -1 for the sequence's first token]`, when it closed
     /// (the next token came after a break, or the sequence finished).
     pub itl_runs: Vec<[i64; 4]>,
+    /// The duration that continues the last entry of `itl_steps` once it holds two steps or more (its
+    /// last duration plus its slope: `push_step`'s common case is one comparison).
+    pub itl_next_ps: i64,
 }
 
 /// Names of `itl_steps`' then `itl_runs`' columns (the Python side's `ITL_STEPS` and `ITL_RUNS`).
@@ -138,6 +141,7 @@ impl EngineOutput {
             events: Vec::new(),
             itl_steps: Vec::new(),
             itl_runs: Vec::new(),
+            itl_next_ps: 0,
         }
     }
 
@@ -146,15 +150,18 @@ impl EngineOutput {
     /// `push_step`, the same rule, so both give the same entries).
     #[inline]
     pub fn push_step(&mut self, dt: i64) {
+        // Durations are in 0..=2^62 and slopes in -2^62..=2^62, so a wrapped sum (only 2^63 wraps, to a
+        // negative value) never equals a duration it should not.
         if let Some(last) = self.itl_steps.last_mut() {
+            if last[2] > 1 && dt == self.itl_next_ps {
+                last[2] += 1;
+                self.itl_next_ps = dt.wrapping_add(last[1]);
+                return;
+            }
             if last[2] == 1 {
                 last[1] = dt - last[0];
                 last[2] = 2;
-                return;
-            }
-            let next = i128::from(last[0]) + i128::from(last[1]) * i128::from(last[2]);
-            if i128::from(dt) == next {
-                last[2] += 1;
+                self.itl_next_ps = dt.wrapping_add(last[1]);
                 return;
             }
         }
@@ -172,6 +179,9 @@ impl EngineOutput {
         {
             debug_assert_eq!(last[1], ddt, "the span's slope");
             last[2] += (n - 3) as i64;
+            self.itl_next_ps = self
+                .itl_next_ps
+                .wrapping_add(ddt.wrapping_mul((n - 3) as i64));
         }
     }
 
@@ -276,5 +286,36 @@ impl EngineOutput {
             ],
             self.counters,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EngineOutput;
+
+    /// `push_steps` gives the entries of as many `push_step` calls, whatever came before.
+    #[test]
+    fn push_steps_equals_one_step_at_a_time() {
+        let before: [&[i64]; 4] = [&[], &[7], &[5, 9], &[4, 4, 4]];
+        for prefix in before {
+            for (dt0, ddt) in [(10, 0), (10, 3), (100, -7), (4, 0), (9, 4)] {
+                for n in 0..8u64 {
+                    let (mut bulk, mut one) = (EngineOutput::default(), EngineOutput::default());
+                    for &d in prefix {
+                        bulk.push_step(d);
+                        one.push_step(d);
+                    }
+                    bulk.push_steps(dt0, ddt, n);
+                    for j in 0..n as i64 {
+                        one.push_step(dt0 + ddt * j);
+                    }
+                    bulk.push_step(dt0 + ddt * n as i64); // the next step continues both alike
+                    one.push_step(dt0 + ddt * n as i64);
+                    assert_eq!(bulk.itl_steps, one.itl_steps, "{prefix:?} {dt0} {ddt} {n}");
+                    let total: i64 = one.itl_steps.iter().map(|e| e[2]).sum();
+                    assert_eq!(total, prefix.len() as i64 + n as i64 + 1);
+                }
+            }
+        }
     }
 }
