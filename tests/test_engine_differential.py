@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 
 import kvsim
+from kvsim.reference.engine import ITL_RUNS, ITL_STEPS
 from kvsim.segments import output_id
 from kvsim.workloads import Workload, synthetic
 
@@ -110,6 +111,11 @@ def assert_same(w: Workload, cfg: kvsim.SimConfig, every: int = 0) -> kvsim.SimR
     for name in ("num_swaps", "cached_tokens", "recomputed_tokens", "reject_reason"):
         np.testing.assert_array_equal(getattr(rust.raw, name), getattr(ref.raw, name), err_msg=name)
     assert rust.raw.counters == ref.raw.counters
+    # ITL's record (kvsim.metrics): the same step durations, run-length coded alike (lockstep spans too),
+    # and the same runs of tokens in the same order.
+    assert sorted(rust.raw.itl) == sorted(ref.raw.itl) == sorted((*ITL_STEPS, *ITL_RUNS))
+    for name in (*ITL_STEPS, *ITL_RUNS):
+        np.testing.assert_array_equal(rust.raw.itl[name], ref.raw.itl[name], err_msg=name)
     assert rust.requests.equals(ref.requests, null_equal=True)
     assert rust.summary == ref.summary
     return ref

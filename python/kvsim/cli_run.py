@@ -256,8 +256,9 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
         "--percentile-metrics",
         default="ttft,tpot,itl",
         metavar="M1,M2,...",
-        help="latency metrics to report, of ttft, tpot, itl, e2el (vllm bench serve's; itl's median, std and "
-        "percentiles record every step's time, about 80 bytes a step) (default: ttft,tpot,itl)",
+        help="latency metrics to report, of ttft, tpot, itl, e2el (vllm bench serve's, each defined in "
+        "kvsim/metrics.py; itl exactly, from every step's duration and every run of tokens the engines record) "
+        "(default: ttft,tpot,itl)",
     )
     o.add_argument(
         "--metric-percentiles",
@@ -277,9 +278,6 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 # ---------------------------------------------------------------------------------------------- run
-
-
-ITL_SERIES_MAX_REQUESTS = 200_000
 
 
 class FlagError(KvsimError):
@@ -518,32 +516,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     notes: list[str] = []
     workload, info = _workload_from_args(args, data, notes)
     backend = args.backend or data.get("backend", "rust")
-    # ITL's distribution needs every step's time (~80 bytes a step, ~10 steps a request): kept to runs
-    # whose time series stays small; a larger run reports ITL's exact mean only, and says so.
-    record = "itl" in pct_metrics and len(workload) <= ITL_SERIES_MAX_REQUESTS
-    if "itl" in pct_metrics and not record:
-        notes.append(
-            f"ITL: mean only; its distribution records every step's time, done for runs of up to "
-            f"{ITL_SERIES_MAX_REQUESTS:,} requests (--percentile-metrics ttft,tpot,e2el leaves ITL out)"
-        )
+    # ITL's distribution is exact from the engines' record (kvsim.metrics.itl_values): no time series.
     fleet = is_fleet(config)
     if fleet:
         if "itl" in pct_metrics:
             notes.append(
-                "ITL: mean only in a fleet (the replicas' steps interleave; no one time series gives every gap)"
+                "ITL: mean only in a fleet (the replicas carry no per-token record yet; the mean is exact)"
             )
         result: Any = kvsim.simulate_cluster(workload, config, backend=backend)
     else:
-        result = kvsim.simulate(workload, config, backend=backend, record_timeseries=record)
+        result = kvsim.simulate(workload, config, backend=backend)
     assert result.requests is not None, "simulate keeps the request rows"
-    step_starts = None if fleet or not result.raw.timeseries else result.raw.timeseries["time_ps"]
     serving = metrics.serving_metrics(
         result.requests,
         result.raw,
         percentile_metrics=pct_metrics,
         metric_percentiles=pcts,
         goodput=goodput,
-        step_start_ps=step_starts,
     )
     run_notes(result, workload, info, notes)
     out = {

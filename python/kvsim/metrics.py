@@ -18,16 +18,24 @@ standard deviation (population, numpy's default) and the chosen percentiles (`me
 `output_throughput` (generated tokens / duration), `total_token_throughput` (prompt + generated tokens of
 finished requests / duration), `duration_s` (the makespan: the end of the last step).
 
-ITL from what the engines give. The engines record, per sequence, the times of its first token and of
-its finish and how many tokens it generated, not every token's time. The mean ITL is exact from those
-(the token-weighted mean gap, `Σ (finish − first token) / Σ (tokens − 1)`, which is what vLLM's mean over
-all gaps is). The distribution (median, std, percentiles) is derived exactly from a recorded time series
-of every step (`simulate(..., record_timeseries=True)`): a sequence that took one token in every step
-from its first token to its finish has the step durations in between as its gaps (the last gap ends at
-its finish). A sequence that missed a step (preempted, or left out of a full token budget) has gaps the
-engines do not record; if any sequence did, the distribution is reported as None with the count
-(`itl_inexact_sequences`), never approximated. Recording each token's time in the engines would lift
-that limit.
+ITL, exactly, from what the engines record (both engines alike, compared exactly by the differential
+tests; `EngineOutput.itl`). A sequence's tokens fall into *runs*: tokens sampled in consecutive steps.
+Within a run each gap is the duration of the step that sampled the later token; the first token of a
+run after the first (the sequence was preempted by recompute or swap, left out of a step whose token
+budget was spent, or, as a v0 sample group, not scheduled) has an explicit gap: its time minus the time
+of the sequence's token before it. So the engines record every step's duration (run-length coded: a
+run of steps of durations `a, a + b, a + 2b, ...` is one entry, so a quiet span of equal or evenly
+growing steps, as lockstep mode takes them, costs one) and every run of every sequence (its row, first
+and last step and the gap before it): O(steps + sequences + breaks), never a token's time. ITL's values
+are then `{duration of step k, once per run of a finished sequence holding steps k - 1 and k}` ∪ `{each
+run's gap}`; the mean, median, std and percentiles are computed from those weighted values, exactly
+(`itl_values`). Runs of rejected sequences (a swapped-out group that can no longer fit, a preempted
+sequence that can no longer be admitted) are left out, as `vllm bench serve` leaves failed requests out.
+A fork-cow sample counts its own output tokens, as vLLM's per-request ITL over a sample's output does:
+its first token is sampled with its parent's first token (the step of the fork) and has no gap before
+it; its later tokens have gaps as any sequence's. Streamed runs (`simulate_stream`) and clusters report
+ITL's mean only (they record no runs; their ITL keys are None but the mean). With a time series of every
+step, `itl_distribution` derives the same values for runs where no sequence missed a step (a check).
 
 Goodput and SLO attainment (`goodput={"ttft": 500, "tpot": 50}`, milliseconds; keys ttft, tpot, e2el):
 a finished request meets the SLOs when each of its metrics is at most its bound (vLLM's rule; TPOT of a
@@ -245,6 +253,40 @@ def itl_distribution(raw: Any, step_start_ps: np.ndarray | None) -> tuple[np.nda
     return values, all_counts, inexact
 
 
+def itl_values(raw: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every ITL value of a run's finished sequences (ps, int64) with its count, from the engines'
+    record (module docstring); None if the run recorded none (a stream or a cluster).
+
+    The values are every step's duration (its count: the runs of finished sequences holding that step
+    and the one before) and every run's explicit gap (count 1); the counts sum to the finished sequences'
+    tokens after their first."""
+    itl = getattr(raw, "itl", None)
+    if not itl or "step_ps" not in itl:
+        return None
+    from kvsim.reference.engine import FINISHED
+
+    step_ps = np.asarray(itl["step_ps"], dtype=np.int64)
+    slope = np.asarray(itl["step_slope_ps"], dtype=np.int64)
+    repeat = np.asarray(itl["step_repeat"], dtype=np.int64)
+    n = int(repeat.sum())
+    which = np.repeat(np.arange(len(repeat)), repeat)
+    offset = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(repeat) - repeat, repeat)
+    durations = step_ps[which] + slope[which] * offset
+    row = np.asarray(itl["run_row"], dtype=np.int64)
+    keep = np.asarray(raw.status)[row] == FINISHED if len(row) else np.zeros(0, dtype=bool)
+    first = np.asarray(itl["run_first"], dtype=np.int64)[keep]
+    last = np.asarray(itl["run_last"], dtype=np.int64)[keep]
+    gap = np.asarray(itl["run_gap_ps"], dtype=np.int64)[keep]
+    # A run of steps first..last holds the gaps ending in steps first + 1 .. last.
+    diff = np.zeros(n + 1, dtype=np.int64)
+    long = last > first
+    np.add.at(diff, first[long] + 1, 1)
+    np.add.at(diff, last[long] + 1, -1)
+    counts = np.cumsum(diff)[:n]
+    gaps = gap[gap >= 0]
+    return np.concatenate([durations, gaps]), np.concatenate([counts, np.ones(len(gaps), dtype=np.int64)])
+
+
 def serving_metrics(
     requests: pl.DataFrame,
     raw: Any,
@@ -262,7 +304,8 @@ def serving_metrics(
         percentile_metrics: which of ttft, tpot, itl, e2el to report.
         metric_percentiles: which percentiles of them.
         goodput: SLO bounds in ms by metric (`parse_goodput`), or None.
-        step_start_ps: every step's start (ps), for the ITL distribution; None reports its mean only.
+        step_start_ps: every step's start (ps): the ITL distribution of a run that recorded no ITL
+            (`itl_values`), where no sequence missed a step; else ITL's mean only.
 
     Raises:
         InvalidArgumentError: a bad metric name, percentile or SLO.
@@ -310,13 +353,19 @@ def serving_metrics(
             sel = (raw.status == FINISHED) & (raw.generated >= 2)
             span = float((raw.finish[sel] - raw.first_token[sel]).sum())
             tokens = int((raw.generated[sel] - 1).sum())
-            values, counts, inexact = itl_distribution(raw, step_start_ps)
-            if step_start_ps is not None and inexact == 0:
-                _weighted_stats("itl", values, counts, percentiles, out)
+            recorded = itl_values(raw)
+            if recorded is not None:
+                values, counts = recorded
+                _weighted_stats("itl", values / PS_PER_MS, counts, percentiles, out)
+            elif step_start_ps is not None:
+                values, counts, inexact = itl_distribution(raw, step_start_ps)
+                if inexact == 0:
+                    _weighted_stats("itl", values, counts, percentiles, out)
+                else:
+                    _stats("itl", np.zeros(0), percentiles, out)
             else:
                 _stats("itl", np.zeros(0), percentiles, out)
             out["mean_itl_ms"] = span / tokens / PS_PER_MS if tokens else None
-            out["itl_inexact_sequences"] = inexact if step_start_ps is not None else None
     if slos:
         met = np.ones(completed, dtype=bool)
         values_of = {"ttft": ttft, "tpot": tpot_all, "e2el": e2el}
@@ -352,8 +401,7 @@ def goodput_columns(requests: pl.DataFrame, raw: Any, goodput: Any) -> dict[str,
 
 def sweep_columns(result: Any, goodput: Mapping[str, float] | None = None) -> dict[str, Any]:
     """Columns a sweep row can add for one `SimResult`: `request_goodput`, `slo_attainment` and one
-    `slo_attainment_<metric>` per SLO, plus the TTFT/TPOT/E2EL statistics in ms (ITL's mean only, since
-    sweeps record no time series)."""
+    `slo_attainment_<metric>` per SLO, plus the TTFT/TPOT/ITL/E2EL statistics in ms."""
     return serving_metrics(
         result.requests,
         result.raw,
@@ -371,6 +419,7 @@ __all__ = [
     "goodput_columns",
     "goodput_label",
     "itl_distribution",
+    "itl_values",
     "parse_goodput",
     "parse_metric_percentiles",
     "parse_percentile_metrics",

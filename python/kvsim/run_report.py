@@ -188,11 +188,6 @@ def render_table(
             for m in metrics:
                 row = [serving.get(f"{c}_{m}_ms") for c in cols]
                 lines.append(f"  {m.upper():<8}" + "".join(f"{_num(v):>12}" for v in row))
-            if "itl" in metrics and serving.get("itl_inexact_sequences"):
-                lines.append(
-                    f"  (ITL: mean only; {serving['itl_inexact_sequences']:,} sequences missed steps, preempted "
-                    "or out of budget, and the engines do not record their gaps: kvsim/metrics.py)"
-                )
     return "\n".join(lines)
 
 

@@ -74,7 +74,8 @@ def run(
     )
     timeseries = columns.pop("timeseries")
     events = columns.pop("events")
-    return EngineOutput(**columns, counters=counters, timeseries=timeseries, events=events)
+    itl = columns.pop("itl")
+    return EngineOutput(**columns, counters=counters, timeseries=timeseries, events=events, itl=itl)
 
 
 def step_floor(inp: EngineInput, config: SimConfig) -> dict[str, int]:

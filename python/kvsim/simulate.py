@@ -71,7 +71,9 @@ class SimResult:
     ) -> dict[str, Any]:
         """`vllm bench serve`'s metrics of this run (ms; goodput and SLO attainment with `goodput`, e.g.
         `{"ttft": 500, "tpot": 50}`): `kvsim.metrics.serving_metrics`, which defines each. ITL's
-        distribution needs `record_timeseries=True` (every step); without it only its mean is exact."""
+        distribution is exact from the engines' record (`kvsim.metrics.itl_values`); a streamed run's
+        (which records none) falls back to a time series of every step, exact only where no sequence
+        missed a step, else its mean only."""
         from kvsim.metrics import serving_metrics
 
         if self.requests is None:

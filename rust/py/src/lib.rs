@@ -954,8 +954,8 @@ impl PyStream {
 /// The private entry point behind `kvsim.simulate(..., backend="rust")` (`kvsim.rust_engine.run`), which
 /// passes a validated `SimConfig`'s knobs by keyword and `EngineInput`'s contiguous numpy columns.
 /// `columns` maps each per-sequence output column to an array, plus `"timeseries"` and `"events"` (dicts
-/// of arrays, empty unless `timeseries_every > 0` / `record_events`); `counters` maps counter names to
-/// ints.
+/// of arrays, empty unless `timeseries_every > 0` / `record_events`) and `"itl"` (ITL's record: the
+/// arrays `kvsim.metrics.itl_values` reads, always); `counters` maps counter names to ints.
 ///
 /// Raises `InvalidArgumentError` for a knob out of range or a column that is not contiguous, a pool too
 /// large for the memory limit, or a step past the simulated clock; `InternalError` on a bug.
@@ -1065,9 +1065,14 @@ fn run_engine<'py>(
             events.set_item(name, values.into_pyarray(py))?;
         }
     }
+    let itl = PyDict::new(py);
+    for (name, values) in output.itl_columns() {
+        itl.set_item(name, values.into_pyarray(py))?;
+    }
     let (cols, ctrs) = output_dicts(py, output)?;
     cols.set_item("timeseries", series)?;
     cols.set_item("events", events)?;
+    cols.set_item("itl", itl)?;
     Ok((cols, ctrs))
 }
 

@@ -23,6 +23,8 @@ from kvsim.reference.engine.output import (
     COLUMN_DTYPE,
     COLUMN_FILL,
     COUNTERS,
+    ITL_RUNS,
+    ITL_STEPS,
     REJECTED,
     TIMESERIES,
     EngineOutput,
@@ -45,6 +47,9 @@ class Engine(Admission, Running, Preemption, Memory, Timing, EventLog):
         self.events: list[tuple[int, int, int, int, int, int]] | None = [] if record_events else None
         self.ts_every = timeseries_every
         self.ts: dict[str, list[int]] = {name: [] for name in TIMESERIES}
+        self.itl_steps: list[list[int]] = []
+        self.itl_runs: list[tuple[int, int, int, int]] = []
+        self.token_times: dict[int, list[int]] | None = None
         self.bs = config.block_size
         self.paged = not config.is_contiguous
         if self.paged:
@@ -188,7 +193,11 @@ class Engine(Admission, Running, Preemption, Memory, Timing, EventLog):
         if self.events is not None:
             table = np.asarray(self.events, dtype=np.int64).reshape(-1, len(EVENT_COLUMNS))
             events = {name: np.ascontiguousarray(table[:, i]) for i, name in enumerate(EVENT_COLUMNS)}
-        return EngineOutput(**cols, counters=self.c, timeseries=ts, events=events)
+        steps = np.asarray(self.itl_steps, dtype=np.int64).reshape(-1, len(ITL_STEPS))
+        runs = np.asarray(self.itl_runs, dtype=np.int64).reshape(-1, len(ITL_RUNS))
+        itl = {name: np.ascontiguousarray(steps[:, i]) for i, name in enumerate(ITL_STEPS)}
+        itl.update({name: np.ascontiguousarray(runs[:, i]) for i, name in enumerate(ITL_RUNS)})
+        return EngineOutput(**cols, counters=self.c, timeseries=ts, events=events, itl=itl)
 
     def take_done(self) -> dict[str, np.ndarray]:
         """The output columns of the rows done since the last call (finished or rejected, every earlier

@@ -32,6 +32,12 @@ TIMESERIES = (
     "reserved_tokens",
     "external_tokens",
 )
+# ITL's record (kvsim.metrics): every step's duration, run-length coded (`ITL_STEPS`: step j of a run,
+# from 0, lasts `step_ps + j * step_slope_ps`, for `step_repeat` steps; consecutive steps join greedily,
+# `push_step`), and every run of tokens a sequence sampled in consecutive steps (`ITL_RUNS`: its row, first
+# and last step, and the gap in ps before its first token, -1 for a sequence's first token).
+ITL_STEPS = ("step_ps", "step_slope_ps", "step_repeat")
+ITL_RUNS = ("run_row", "run_first", "run_last", "run_gap_ps")
 FINISHED, REJECTED = 0, 1
 # The per-sequence output columns (`EngineOutput`'s), their dtypes and their value before anything happens.
 COLUMN_FILL = {
@@ -94,3 +100,21 @@ class EngineOutput:
     counters: dict[str, int] = field(default_factory=dict)
     timeseries: dict[str, np.ndarray] = field(default_factory=dict)
     events: dict[str, np.ndarray] = field(default_factory=dict)
+    # `ITL_STEPS` and `ITL_RUNS` columns (empty for a streamed run or a cluster: not recorded there).
+    itl: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def push_step(steps: list[list[int]], dt: int) -> None:
+    """Appends a step of `dt` ps to the run-length coded durations `[step_ps, slope, repeat]`: a run of
+    one step takes any next one (its slope set by it), a longer run one that continues its progression,
+    else a new run starts (the Rust engine's `ItlRecord::push_step`, the same greedy rule)."""
+    if steps:
+        last = steps[-1]
+        if last[2] == 1:
+            last[1] = dt - last[0]
+            last[2] = 2
+            return
+        if dt == last[0] + last[1] * last[2]:
+            last[2] += 1
+            return
+    steps.append([dt, 0, 1])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kvsim.config import MAX_TIME_PS
 from kvsim.errors import InternalError, InvalidArgumentError
-from kvsim.reference.engine.output import FINISHED
+from kvsim.reference.engine.output import FINISHED, push_step
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
 from kvsim.reference.engine.timing import clock_overflow_message
@@ -120,7 +120,9 @@ class Running(State):
             raise InvalidArgumentError(clock_overflow_message(self.c["num_steps"], self.t))
         self.measure(dt, len(scheduled), sum(k for _, k in scheduled))
         self.t += dt
+        push_step(self.itl_steps, dt)
         c = self.c
+        step = c["num_steps"]
         c["num_steps"] += 1
         c["busy_ps"] += dt
         c["sum_batch"] += len(scheduled)
@@ -129,6 +131,7 @@ class Running(State):
         done = []
         for s, _ in scheduled:
             if s.num_computed == s.num_tokens:
+                self.note_token(s, step)
                 s.generated += 1
                 s.decoding = True
                 if cols["first_token"][s.idx] < 0:
@@ -136,8 +139,9 @@ class Running(State):
                 if s.generated == s.target:
                     done.append(s)
                 if s.children and not s.forked:
-                    done.extend(self.fork(s))
+                    done.extend(self.fork(s, step))
         for s in done:
+            self.itl_runs.append((s.idx, s.run_first, step, s.run_gap))
             self.log("finish", s)
             self.release(s)
             self.running.remove(s)
@@ -145,7 +149,20 @@ class Running(State):
             cols["finish"][s.idx] = self.t
             cols["generated"][s.idx] = s.generated
 
-    def fork(self, parent: Seq) -> list[Seq]:
+    def note_token(self, s: Seq, step: int) -> None:
+        """ITL: `s` samples a token in `step`, ending at `t`. A token whose sequence sampled none in the
+        step before starts a new run (the sequence's first, or one after a break: preempted, swapped,
+        left out of a step) and closes the one before it, if any (`ITL_RUNS`)."""
+        if s.generated == 0:
+            s.run_first, s.run_gap = step, -1
+        elif s.last_step != step - 1:
+            self.itl_runs.append((s.idx, s.run_first, s.last_step, s.run_gap))
+            s.run_first, s.run_gap = step, self.t - s.last_time
+        s.last_step, s.last_time = step, self.t
+        if self.token_times is not None:
+            self.token_times.setdefault(s.idx, []).append(self.t)
+
+    def fork(self, parent: Seq, step: int) -> list[Seq]:
         """Forks `parent`'s samples after its first token (paper §4.4): each shares every block of the
         parent (copy-on-write) and has sampled its own first token. Returns those already finished."""
         parent.forked = True
@@ -156,6 +173,7 @@ class Running(State):
             self.log("fork", c)
             self.kv.fork(parent.idx, c.idx)
             c.num_computed = parent.num_computed
+            self.note_token(c, step)  # its first token: sampled with the parent's, no gap before it
             c.generated = 1
             c.decoding = True
             c.admitted_before = True  # admitted with its parent: a later admission is a resume

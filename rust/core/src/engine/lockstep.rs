@@ -224,6 +224,8 @@ impl Engine<'_> {
         s.table.num_computed_tokens = s.num_computed;
         s.set_generated(s.base_g + d);
         s.decoding |= d > 0; // each implicit step sampled a token
+        // Lazy, it sampled a token in every step before `j` since its last recorded one (ITL).
+        (s.itl_last, s.itl_last_t) = (j - 1, self.t);
     }
 
     /// Under `one_free_block`, whether the pool may run empty during the next step's running phase (each
@@ -243,7 +245,12 @@ impl Engine<'_> {
         }
         // Decoding: one pending token, and past the first (a prompt with one token left to prefill also
         // has one pending token, but its step samples the first token, which must be recorded).
-        let decoding = |s: &Seq| s.num_tokens() - s.num_computed == 1 && s.generated >= 1;
+        // And sampled in the step just taken (ITL: a lazy sequence's tokens are consecutive; one left
+        // out of that step, its budget spent, waits a full step).
+        let step = self.step;
+        let decoding = |s: &Seq| {
+            s.num_tokens() - s.num_computed == 1 && s.generated >= 1 && s.itl_last + 1 == step
+        };
         if !self.running.iter().all(|&k| decoding(&self.slab[k])) {
             return;
         }
@@ -448,6 +455,8 @@ impl Engine<'_> {
         ctr.sum_batch += kk * nn;
         ctr.sum_batched_tokens += kk * nn;
         ctr.peak_batch = ctr.peak_batch.max(nn);
+        // Exact: each step's duration is below the clock's range (checked by the caller).
+        self.out.push_steps(dt0 as i64, ddt as i64, span);
         self.agg.c += span * batch;
         self.agg.internal -= (span * batch) as i64;
         self.t += busy as i64;
@@ -584,11 +593,12 @@ impl Engine<'_> {
         self.done.extend_from_slice(&self.touched);
         for i in 0..self.scheduled.len() {
             let k = self.scheduled[i].0;
-            let s = &mut self.slab[k];
-            if s.num_computed < s.num_tokens() {
+            if self.slab[k].num_computed < self.slab[k].num_tokens() {
                 prefilling = true;
                 continue;
             }
+            self.note_token(k, step);
+            let s = &mut self.slab[k];
             s.generate_one();
             if self.out.first_token[s.row - self.out_base] < 0 {
                 self.out.first_token[s.row - self.out_base] = t;

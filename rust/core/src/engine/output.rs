@@ -85,7 +85,28 @@ pub struct EngineOutput {
     /// With `record_events`: `[steps done, time ps, kind, row, block or -1, count or -1]` per event
     /// (`engine::event`).
     pub events: Vec<[i64; 6]>,
+    /// ITL's record (`kvsim.metrics`): every step's duration, run-length coded as `[first step's ps,
+    /// slope ps, steps]` (step j of an entry, from 0, lasts `first + j * slope`; `push_step`'s greedy rule).
+    pub itl_steps: Vec<[i64; 3]>,
+    /// ITL's record: every run of tokens a sequence sampled in consecutive steps, as `[row, first step,
+    /// last step, gap ps before its first token or -1 for the sequence's first token]`, when it closed
+    /// (the next token came after a break, or the sequence finished).
+    pub itl_runs: Vec<[i64; 4]>,
+    /// The duration that continues the last entry of `itl_steps` once it holds two steps or more (its
+    /// last duration plus its slope: `push_step`'s common case is one comparison).
+    pub itl_next_ps: i64,
 }
+
+/// Names of `itl_steps`' then `itl_runs`' columns (the Python side's `ITL_STEPS` and `ITL_RUNS`).
+pub const ITL_COLUMNS: [&str; 7] = [
+    "step_ps",
+    "step_slope_ps",
+    "step_repeat",
+    "run_row",
+    "run_first",
+    "run_last",
+    "run_gap_ps",
+];
 
 /// Time-series columns: step index, its start (ps), batch size, batched tokens, then token slots free,
 /// stored, allocated, internal slack, reserved for later, and stranded between regions.
@@ -118,7 +139,69 @@ impl EngineOutput {
             counters: Counters::default(),
             timeseries: Vec::new(),
             events: Vec::new(),
+            itl_steps: Vec::new(),
+            itl_runs: Vec::new(),
+            itl_next_ps: 0,
         }
+    }
+
+    /// Appends a step of `dt` ps to `itl_steps`: an entry of one step takes any next one (its slope set
+    /// by it), a longer one a step continuing its progression; else a new entry starts (the reference's
+    /// `push_step`, the same rule, so both give the same entries).
+    #[inline]
+    pub fn push_step(&mut self, dt: i64) {
+        // Durations are in 0..=2^62 and slopes in -2^62..=2^62, so a wrapped sum (only 2^63 wraps, to a
+        // negative value) never equals a duration it should not.
+        if let Some(last) = self.itl_steps.last_mut() {
+            if last[2] > 1 && dt == self.itl_next_ps {
+                last[2] += 1;
+                self.itl_next_ps = dt.wrapping_add(last[1]);
+                return;
+            }
+            if last[2] == 1 {
+                last[1] = dt - last[0];
+                last[2] = 2;
+                self.itl_next_ps = dt.wrapping_add(last[1]);
+                return;
+            }
+        }
+        self.itl_steps.push([dt, 0, 1]);
+    }
+
+    /// Appends `n` steps lasting `dt0 + j * ddt` (j from 0): as `n` calls of `push_step`, in O(1). After
+    /// three of them the last entry holds the last two with slope `ddt`, so the rest continue it.
+    pub fn push_steps(&mut self, dt0: i64, ddt: i64, n: u64) {
+        for j in 0..n.min(3) {
+            self.push_step(dt0 + ddt * j as i64);
+        }
+        if n > 3
+            && let Some(last) = self.itl_steps.last_mut()
+        {
+            debug_assert_eq!(last[1], ddt, "the span's slope");
+            last[2] += (n - 3) as i64;
+            self.itl_next_ps = self
+                .itl_next_ps
+                .wrapping_add(ddt.wrapping_mul((n - 3) as i64));
+        }
+    }
+
+    /// ITL's record as named columns (`ITL_COLUMNS`).
+    pub fn itl_columns(&self) -> Vec<(&'static str, Vec<i64>)> {
+        let mut cols: Vec<(&'static str, Vec<i64>)> = (0..3)
+            .map(|i| {
+                (
+                    ITL_COLUMNS[i],
+                    self.itl_steps.iter().map(|e| e[i]).collect(),
+                )
+            })
+            .collect();
+        cols.extend((0..4).map(|i| {
+            (
+                ITL_COLUMNS[3 + i],
+                self.itl_runs.iter().map(|e| e[i]).collect(),
+            )
+        }));
+        cols
     }
 
     /// Adds `n` rows in their initial state (a stream's next chunk).
@@ -203,5 +286,36 @@ impl EngineOutput {
             ],
             self.counters,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EngineOutput;
+
+    /// `push_steps` gives the entries of as many `push_step` calls, whatever came before.
+    #[test]
+    fn push_steps_equals_one_step_at_a_time() {
+        let before: [&[i64]; 4] = [&[], &[7], &[5, 9], &[4, 4, 4]];
+        for prefix in before {
+            for (dt0, ddt) in [(10, 0), (10, 3), (100, -7), (4, 0), (9, 4)] {
+                for n in 0..8u64 {
+                    let (mut bulk, mut one) = (EngineOutput::default(), EngineOutput::default());
+                    for &d in prefix {
+                        bulk.push_step(d);
+                        one.push_step(d);
+                    }
+                    bulk.push_steps(dt0, ddt, n);
+                    for j in 0..n as i64 {
+                        one.push_step(dt0 + ddt * j);
+                    }
+                    bulk.push_step(dt0 + ddt * n as i64); // the next step continues both alike
+                    one.push_step(dt0 + ddt * n as i64);
+                    assert_eq!(bulk.itl_steps, one.itl_steps, "{prefix:?} {dt0} {ddt} {n}");
+                    let total: i64 = one.itl_steps.iter().map(|e| e[2]).sum();
+                    assert_eq!(total, prefix.len() as i64 + n as i64 + 1);
+                }
+            }
+        }
     }
 }

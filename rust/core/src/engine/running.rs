@@ -120,6 +120,7 @@ impl Engine<'_> {
             .running
             .partition_point(|&j| self.slab[j].adm_no <= parent_adm);
         let mut children = Vec::with_capacity(n);
+        let (t, step) = (self.t, self.step - 1);
         for child_row in row + 1..=row + n {
             self.log(event::FORK, child_row, -1);
             let ck = self.new_seq(child_row);
@@ -132,6 +133,8 @@ impl Engine<'_> {
             c.table = table;
             c.num_computed = num_computed;
             c.set_generated(1);
+            // Its first token, sampled with the parent's: no gap before it (metrics.py).
+            (c.itl_first, c.itl_gap, c.itl_last, c.itl_last_t) = (step, -1, step, t);
             c.decoding = true;
             c.admitted_before = true; // admitted with its parent: a later admission is a resume
             c.group = Some(row);
@@ -206,11 +209,13 @@ impl Engine<'_> {
     /// reach their target finish, in scheduled order.
     pub(super) fn finish_step(&mut self) {
         let t = self.t;
+        let step = self.step - 1;
         self.done.clear();
         for i in 0..self.scheduled.len() {
             let k = self.scheduled[i].0;
-            let s = &mut self.slab[k];
-            if s.num_computed == s.num_tokens() {
+            if self.slab[k].num_computed == self.slab[k].num_tokens() {
+                self.note_token(k, step);
+                let s = &mut self.slab[k];
                 s.generate_one();
                 if self.out.first_token[s.row - self.out_base] < 0 {
                     self.out.first_token[s.row - self.out_base] = t;
@@ -224,6 +229,27 @@ impl Engine<'_> {
             }
         }
         self.retire_done();
+    }
+
+    /// ITL: `k` samples a token in `step`, ending at `t` (before its generated count grows). A token
+    /// whose sequence sampled none in the step before starts a new run (its first token, or one after a
+    /// break: preempted, swapped, left out of a step) and closes the run before it, if any.
+    #[inline]
+    pub(super) fn note_token(&mut self, k: usize, step: u64) {
+        let t = self.t;
+        let s = &mut self.slab[k];
+        if s.generated == 0 {
+            (s.itl_first, s.itl_gap) = (step, -1);
+        } else if s.itl_last + 1 != step {
+            self.out.itl_runs.push([
+                s.row as i64,
+                s.itl_first as i64,
+                s.itl_last as i64,
+                s.itl_gap,
+            ]);
+            (s.itl_first, s.itl_gap) = (step, t - s.itl_last_t);
+        }
+        (s.itl_last, s.itl_last_t) = (step, t);
     }
 
     /// Frees and records every sequence in `done`, in order, and drops them from the running list.
@@ -244,6 +270,13 @@ impl Engine<'_> {
             let s = &mut self.slab[k];
             s.lazy = false;
             s.retiring = true;
+            // Its last run ends with the step just taken (a lazy sequence's `itl_last` lags).
+            self.out.itl_runs.push([
+                s.row as i64,
+                s.itl_first as i64,
+                self.step as i64 - 1,
+                s.itl_gap,
+            ]);
             self.out.status[s.row - self.out_base] = FINISHED;
             self.out.finish[s.row - self.out_base] = self.t;
             self.out.generated[s.row - self.out_base] = s.generated as i64;

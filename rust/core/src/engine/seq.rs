@@ -68,6 +68,13 @@ pub(super) struct Seq {
     /// the content grew, so a blocked head is not rehashed every step).
     pub(super) keys: Vec<BlockKey>,
     pub(super) keys_for: u64,
+    /// ITL (`EngineOutput::itl_runs`): the current run of tokens sampled in consecutive steps, from step
+    /// `itl_first` (the gap before it `itl_gap` ps, -1 for the first token) to `itl_last`, whose token
+    /// came at `itl_last_t`. While lazy, the last two are those of the step before the next `sync`.
+    pub(super) itl_first: u64,
+    pub(super) itl_gap: i64,
+    pub(super) itl_last: u64,
+    pub(super) itl_last_t: i64,
 }
 
 impl Seq {
