@@ -29,7 +29,9 @@ ROUTER_KNOBS = ("router_refresh_s", "router_seed", "prefix_load_cap", "router_we
 # columns they give.
 INPUT_FIELDS = ("sampling", "max_model_len")
 _COLUMNS = tuple(
-    f.name for f in dataclasses.fields(EngineOutput) if f.name not in ("counters", "timeseries", "events")
+    f.name
+    for f in dataclasses.fields(EngineOutput)
+    if f.name not in ("counters", "timeseries", "events", "itl")
 )
 
 
