@@ -14,9 +14,9 @@ import argparse
 import os
 import time
 
+from kvsim.engine.simulate import simulate
 from kvsim.lab.bundle import bundle, bundle_from, encode, resolve
 from kvsim.lab.state import replay
-from kvsim.simulate import simulate
 
 
 def phases(preset: str) -> dict[str, float]:

@@ -21,11 +21,11 @@ from collections.abc import Callable
 from typing import Any
 
 import kvsim
-from kvsim import rust_engine
-from kvsim.engine_input import prepare
+from kvsim.engine import rust_engine
+from kvsim.engine.engine_input import prepare
 from kvsim.workloads import synthetic
 
-sim = importlib.import_module("kvsim.simulate")  # the module (the package exports the function)
+sim = importlib.import_module("kvsim.engine.simulate")  # the module (the package exports the function)
 libc = ctypes.CDLL("libc.so.6")
 
 

@@ -16,7 +16,7 @@ import sys
 import time
 
 import kvsim
-from kvsim.streaming import synthetic_chunks
+from kvsim.engine.streaming import synthetic_chunks
 from kvsim.workloads import synthetic
 
 CONFIG = kvsim.SimConfig(num_blocks=1500, block_size=16, enable_prefix_caching=True)

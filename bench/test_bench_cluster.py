@@ -3,7 +3,7 @@ runs of 62,500 requests each, for round-robin and prefix-affinity; the target is
 
 Each replica sees the single-replica benchmark's load (`bench/test_bench_engine.py`: 100 requests/s,
 1,500 blocks of 16, caching on, 1 ms iterations): the cluster's arrivals come at 16 x 100 requests/s.
-Both sides time the Rust core only (`kvsim.rust_engine.run_cluster` against 16 `kvsim.rust_engine.run`
+Both sides time the Rust core only (`kvsim.engine.rust_engine.run_cluster` against 16 `kvsim.engine.rust_engine.run`
 calls on inputs prepared beforehand), the median of three after a warm-up. At the full size the numbers
 go into results/README.md between the cluster-bench markers.
 
@@ -23,8 +23,8 @@ import pytest
 
 import kvsim
 from bench.conftest import RESULTS_README, _machine
-from kvsim.engine_input import prepare
-from kvsim.rust_engine import run, run_cluster
+from kvsim.engine.engine_input import prepare
+from kvsim.engine.rust_engine import run, run_cluster
 from kvsim.workloads import synthetic
 
 REQUESTS = int(os.environ.get("KVSIM_CLUSTER_BENCH_REQUESTS", "1000000"))

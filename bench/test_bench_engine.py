@@ -61,8 +61,8 @@ def test_engine_within_5x_of_the_free_list_floor(benchmark, million):
     """The engine's time per allocated block against a loop that only pops and pushes as many blocks, and
     against the step floor: the least work of any engine that advances step by step (the same steps and,
     but for the preemptions, the same block allocations, with nothing else done)."""
-    from kvsim.engine_input import prepare
-    from kvsim.rust_engine import check_step_floor, run, step_floor_unchecked
+    from kvsim.engine.engine_input import prepare
+    from kvsim.engine.rust_engine import check_step_floor, run, step_floor_unchecked
 
     inp = prepare(million, CONFIG)
     check_step_floor(inp, CONFIG)  # private prompts, one sample, ticks: the floor models this run

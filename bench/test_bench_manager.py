@@ -12,7 +12,7 @@ import pytest
 
 import kvsim
 from kvsim import reference
-from kvsim.segments import output_id
+from kvsim.model.segments import output_id
 
 from .conftest import record
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from bench.conftest import RESULTS_README, _machine, target
-from kvsim.sweep import SweepSpec, parse_grid_args, run_sweep
+from kvsim.analysis.sweep import SweepSpec, parse_grid_args, run_sweep
 
 REQUESTS = int(os.environ.get("KVSIM_SWEEP_BENCH_REQUESTS", "1000000"))
 GRID = ["block_size=8,16,32,64", "policy=vllm,reserve,orca-oracle", "enable_prefix_caching=false,true"]

@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 "$PY" -c "import torch, kvsim; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
 echo "gpu_session: setup $((SECONDS - start)) s"
 status=0
-"$PY" -m kvsim.gpu_validate --device cuda --model "$MODEL" --out "$out" "$@" || status=$?
+"$PY" -m kvsim.gpu.validate --device cuda --model "$MODEL" --out "$out" "$@" || status=$?
 ls -l "$out" "$out/calibration"
 echo "gpu_session: total $((SECONDS - start)) s (validation exit status $status)"
 exit $status

@@ -1,4 +1,4 @@
-"""The claims suite (kvsim.claims): claims.md is generated from the engine's numbers (no expected value
+"""The claims suite (kvsim.analysis.claims): claims.md is generated from the engine's numbers (no expected value
 is typed into the generator), lists every claim with a verdict, and marks claims NOT TESTABLE when the
 engine lacks a feature."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import kvsim
-import kvsim.claims as claims
-from kvsim.claims import CONFIRMED, DIFFERS, NOT_TESTABLE, mooncake_ceiling, run_claims
+import kvsim.analysis.claims as claims
+from kvsim.analysis.claims import CONFIRMED, DIFFERS, NOT_TESTABLE, mooncake_ceiling, run_claims
 
 QUICK = ["seed-fragmentation", "seed-memory-budget"]
 

@@ -1,4 +1,4 @@
-"""The capacity claims (kvsim.claims_capacity): the paper's "2-4x the request rate of Orca at the same
+"""The capacity claims (kvsim.analysis.claims_capacity): the paper's "2-4x the request rate of Orca at the same
 latency" tested as ratios of knees that capacity search finds; the numbers and the verdicts come from
 the searches, and the plot draws what they found."""
 
@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 import kvsim
-import kvsim.claims_capacity as cc
-from kvsim.claims import CONFIRMED, DIFFERS, NOT_TESTABLE, run_claims
+import kvsim.analysis.claims_capacity as cc
+from kvsim.analysis.claims import CONFIRMED, DIFFERS, NOT_TESTABLE, run_claims
 
 IDS = [f"P-fig12-{ds}-{base}" for ds in ("sharegpt", "alpaca") for base in cc.PAPER_FIG12]
 
@@ -41,7 +41,7 @@ def test_each_ratio_is_a_claim_with_a_verdict_from_the_knees(report):
         assert "normalized_latency:250ms" in c.command
     # The knees are what a search on that workload and config finds again.
     row = res.frame.filter((pl.col("policy") == "vllm") & (pl.col("seed") == 0)).row(0, named=True)
-    from kvsim.sweep import make_workload, parse_workload
+    from kvsim.analysis.sweep import make_workload, parse_workload
 
     name, params = parse_workload(row["workload"])
     w = make_workload(name, params, row["requests"], 0)
@@ -88,7 +88,7 @@ def test_a_search_the_engine_cannot_run_is_not_testable(tmp_path, monkeypatch):
 def test_the_plot_draws_the_knees(report, tmp_path):
     from matplotlib.figure import Figure
 
-    from kvsim.plots import draw_fig12, fig12_finding, plot_all
+    from kvsim.analysis.plots import draw_fig12, fig12_finding, plot_all
 
     res = report.results["fig12-capacity"]
     for label in res.experiment.workloads:
@@ -106,7 +106,7 @@ def test_the_plot_draws_the_knees(report, tmp_path):
 def test_claims_capacity_does_not_import_plots():
     src = Path(cc.__file__).read_text()
     imported = {n.module for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom) and n.module}
-    assert not any(m.startswith("kvsim.plots") for m in imported)
+    assert not any(m.startswith("kvsim.analysis.plots") for m in imported)
 
 
 def test_reuse_reads_the_searches_back(report):

@@ -1,4 +1,4 @@
-"""The fleet's claims and plot (issue 15 §4, kvsim.claims_fleet): the routers on the Mooncake conversation
+"""The fleet's claims and plot (issue 15 §4, kvsim.analysis.claims_fleet): the routers on the Mooncake conversation
 trace with 4 and 8 replicas of the same total memory; ours comes from the engine's rows, the ceiling from
 the trace's hash ids, and the plot's findings from the same rows. Needs the trace (skipped only when the
 traces folder is absent)."""
@@ -10,9 +10,9 @@ import re
 import pytest
 from matplotlib.figure import Figure
 
-import kvsim.plots as plots
-from kvsim.claims import CONFIRMED, DIFFERS, run_claims
-from kvsim.claims_fleet import FLEET_SIZES, ROUTERS, TOTAL_BLOCKS, fleet_experiments, fleet_summary
+import kvsim.analysis.plots as plots
+from kvsim.analysis.claims import CONFIRMED, DIFFERS, run_claims
+from kvsim.analysis.claims_fleet import FLEET_SIZES, ROUTERS, TOTAL_BLOCKS, fleet_experiments, fleet_summary
 from kvsim.workloads import traces_dir
 
 pytestmark = pytest.mark.skipif(

@@ -8,8 +8,8 @@ import json
 import polars as pl
 import pytest
 
+from kvsim.analysis.sweep import CONFIG_FIELDS
 from kvsim.cli import bench_main, build_parser, main
-from kvsim.sweep import CONFIG_FIELDS
 
 RUN = ["run", "--requests", "80", "--num-blocks", "150", "--time-model", "ticks", "--block-size", "32"]
 
@@ -82,7 +82,7 @@ def test_errors_exit_2(capsys):
 
 
 def test_claims_table_prints_every_claim_with_its_verdict(tmp_path):
-    from kvsim.claims import CONFIRMED, Claim, ClaimsReport
+    from kvsim.analysis.claims import CONFIRMED, Claim, ClaimsReport
 
     report = ClaimsReport(
         [

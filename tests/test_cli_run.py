@@ -309,7 +309,7 @@ def test_time_scale_replays_at_a_higher_load(capsys, tmp_path):
     slow = _json(capsys, [*base, "--time-scale", "10"])["summary"]["makespan_s"]
     fast = _json(capsys, [*base, "--time-scale", "0.1"])["summary"]["makespan_s"]
     assert slow > fast
-    w = kvsim.sweep.make_workload("sharegpt", {"request_rate": 50.0}, 200, 0)
+    w = kvsim.analysis.sweep.make_workload("sharegpt", {"request_rate": 50.0}, 200, 0)
     assert (len(w) - 1) / (w.arrival[-1] - w.arrival[0]) == pytest.approx(50.0)
 
 
@@ -322,9 +322,9 @@ def test_seed_on_a_deterministic_trace_is_noted(capsys, tmp_path):
 
 
 def test_paper_presets_send_what_real_clients_send():
-    w = kvsim.sweep.make_workload("sharegpt", {}, 500, 0)
+    w = kvsim.analysis.sweep.make_workload("sharegpt", {}, 500, 0)
     assert (w.max_tokens == 2048 - w.prompt_len).all()
-    exact = kvsim.sweep.make_workload("sharegpt", {"max_tokens": "exact"}, 500, 0)
+    exact = kvsim.analysis.sweep.make_workload("sharegpt", {"max_tokens": "exact"}, 500, 0)
     assert (exact.max_tokens == exact.output_len).all()
 
 
@@ -534,7 +534,7 @@ def test_cli_and_api_give_the_same_latencies(capsys):
         "sharegpt:arrival_rate=20",
     ]
     data = _json(capsys, argv)
-    w = kvsim.sweep.make_workload("sharegpt", {"arrival_rate": 20.0}, 300, 0)
+    w = kvsim.analysis.sweep.make_workload("sharegpt", {"arrival_rate": 20.0}, 300, 0)
     api = kvsim.simulate(w, kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb")).summary
     assert data["summary"]["ttft_s_p99"] == api["ttft_s_p99"]
     assert data["summary"]["makespan_s"] == api["makespan_s"]
@@ -558,9 +558,9 @@ def test_preset_flag(capsys):
 
 
 def test_a_row_window_starts_the_clock_at_its_first_request():
-    from kvsim.workload_specs import apply_trace_params
+    from kvsim.workloads.specs import apply_trace_params
 
-    w = kvsim.sweep.make_workload("sharegpt", {}, 100, 0)
+    w = kvsim.analysis.sweep.make_workload("sharegpt", {}, 100, 0)
     window = apply_trace_params(w, {"start": 40, "stop": 60}, "sharegpt")
     assert len(window) == 20
     assert window.arrival[0] == 0.0

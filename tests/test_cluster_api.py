@@ -16,8 +16,8 @@ from hypothesis import given
 
 import kvsim
 from kvsim.cli import main
-from kvsim.config import CLUSTER_KNOBS, KNOBS
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.config import CLUSTER_KNOBS, KNOBS
 from kvsim.workloads import Workload, synthetic
 from tests.test_engine_differential import configs, workloads
 
@@ -108,7 +108,7 @@ def test_simulate_runs_one_replica_and_points_at_simulate_cluster():
 def test_sweep_ids_of_one_replica_points_do_not_change():
     """A point that names no fleet knob keeps the id it had before the knobs existed (the fleet's knobs at
     their defaults are left out of the hash); one that sets one is another point."""
-    from kvsim.sweep import Point
+    from kvsim.analysis.sweep import Point
 
     def pid(**cfg):
         return Point(
@@ -337,7 +337,7 @@ def test_cli_fleet_section_and_json(capsys):
     assert data["summary"]["load_imbalance"] == fleet["load_imbalance"]
     assert data["config"]["replicas"] == 3
     # The same numbers as the API.
-    w = kvsim.sweep.make_workload("sharegpt", {}, 60, 0)
+    w = kvsim.analysis.sweep.make_workload("sharegpt", {}, 60, 0)
     api = kvsim.simulate_cluster(
         w,
         kvsim.SimConfig(num_blocks=200, replicas=3, router="prefix-affinity", router_refresh_s=0.1),
@@ -393,7 +393,7 @@ def test_cli_fleet_errors_are_one_line_exit_2(capsys, flags, text):
 
 # -- sweeps ------------------------------------------------------------------------------------------------------
 def test_sweep_takes_replicas_and_router_as_axes():
-    from kvsim.sweep import SweepSpec, aggregate, run_sweep
+    from kvsim.analysis.sweep import SweepSpec, aggregate, run_sweep
 
     spec = SweepSpec(
         base={"num_blocks": 200},
@@ -412,7 +412,7 @@ def test_sweep_takes_replicas_and_router_as_axes():
     ]
     for row in frame.iter_rows(named=True):
         res = kvsim.simulate_cluster(
-            kvsim.sweep.make_workload("sharegpt", {}, 30, 0),
+            kvsim.analysis.sweep.make_workload("sharegpt", {}, 30, 0),
             kvsim.SimConfig(num_blocks=200, replicas=row["replicas"], router=row["router"]),
             backend="reference",
         )
@@ -426,7 +426,7 @@ def test_sweep_takes_replicas_and_router_as_axes():
 
 
 def test_sweep_weights_column_is_text():
-    from kvsim.sweep import SweepSpec, run_sweep
+    from kvsim.analysis.sweep import SweepSpec, run_sweep
 
     spec = SweepSpec(
         base={"num_blocks": 200, "replicas": 2, "router": "weighted"},

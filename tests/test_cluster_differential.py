@@ -12,8 +12,8 @@ from hypothesis import assume, given
 
 import kvsim
 from kvsim import _core
-from kvsim.config import KNOBS
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.config import KNOBS
 from tests.test_cluster_api import assert_one_replica_equal, outcome
 from tests.test_engine_differential import configs, workloads
 

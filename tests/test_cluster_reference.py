@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, given
 
 import kvsim
-from kvsim.engine_input import EngineInput, prepare
+from kvsim.engine.engine_input import EngineInput, prepare
 from kvsim.errors import InvalidArgumentError
 from kvsim.reference import engine
 from kvsim.reference.cluster import ROUTERS, RouterSpec, run_cluster, splitmix64

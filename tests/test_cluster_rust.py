@@ -1,4 +1,4 @@
-"""The Rust cluster driver through its binding (`kvsim._core.run_cluster`, `kvsim.rust_engine.run_cluster`):
+"""The Rust cluster driver through its binding (`kvsim._core.run_cluster`, `kvsim.engine.rust_engine.run_cluster`):
 one replica fed everything is the single run, round-robin over N replicas is N runs of the row subsets,
 a router's picks follow its rule, and bad arguments get kvsim's errors."""
 
@@ -16,8 +16,9 @@ import pytest
 from hypothesis import given
 
 import kvsim
-from kvsim import _core, rust_engine
-from kvsim.engine_input import EngineInput, prepare
+from kvsim import _core
+from kvsim.engine import rust_engine
+from kvsim.engine.engine_input import EngineInput, prepare
 from kvsim.errors import InvalidArgumentError
 from kvsim.workloads import synthetic
 

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kvsim
-from kvsim.config import KNOBS, Knob, SimConfig
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.config import KNOBS, Knob, SimConfig
 
 FIELDS = [f.name for f in dataclasses.fields(SimConfig)]
 
@@ -147,7 +147,7 @@ def test_bad_values_raise_invalid_argument_naming_the_field(name, data):
         return
     if kind in ("int", "bytes", "duration") and isinstance(value, str):
         try:  # a valid size or duration text is a value, not a bad one
-            from kvsim.units import parse_bytes, parse_duration_ps
+            from kvsim.model.units import parse_bytes, parse_duration_ps
 
             (parse_bytes if kind == "bytes" else parse_duration_ps)(name, value)
             if kind != "int":
@@ -174,7 +174,7 @@ def test_knobs_table_is_every_field_and_its_default():
 
 # -- issue 13 part 1: sizing -----------------------------------------------------------------------------------
 def test_naming_a_gpu_sizes_the_pool_vllm_s_way():
-    from kvsim.sizing import activation_reserve_estimate
+    from kvsim.model.sizing import activation_reserve_estimate
 
     cfg = SimConfig(model="llama-3-8b", gpu="h100-80gb")
     m, g = kvsim.models.get("llama-3-8b"), kvsim.gpus.get("h100-80gb")
@@ -270,7 +270,7 @@ def test_design_md_defaults_table_is_the_knobs_table():
     """DESIGN.md §Defaults documents the defaults in one table; it must say what KNOBS says."""
     from pathlib import Path
 
-    from kvsim.cli_run import _fmt_default
+    from kvsim.cli.run import _fmt_default
 
     text = (Path(__file__).parent.parent / "DESIGN.md").read_text()
     section = text.split("## Defaults and sizing", 1)[1].split("\n## ", 1)[0]

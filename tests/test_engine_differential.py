@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 
 import kvsim
+from kvsim.model.segments import output_id
 from kvsim.reference.engine import ITL_RUNS, ITL_STEPS
-from kvsim.segments import output_id
 from kvsim.workloads import Workload, synthetic
 
 SHARED = [(1, 24), (2, 40), (3, 7)]  # system prompts many requests start with
@@ -111,7 +111,7 @@ def assert_same(w: Workload, cfg: kvsim.SimConfig, every: int = 0) -> kvsim.SimR
     for name in ("num_swaps", "cached_tokens", "recomputed_tokens", "reject_reason"):
         np.testing.assert_array_equal(getattr(rust.raw, name), getattr(ref.raw, name), err_msg=name)
     assert rust.raw.counters == ref.raw.counters
-    # ITL's record (kvsim.metrics): the same step durations, run-length coded alike (lockstep spans too),
+    # ITL's record (kvsim.engine.metrics): the same step durations, run-length coded alike (lockstep spans too),
     # and the same runs of tokens in the same order.
     assert sorted(rust.raw.itl) == sorted(ref.raw.itl) == sorted((*ITL_STEPS, *ITL_RUNS))
     for name in (*ITL_STEPS, *ITL_RUNS):

@@ -16,7 +16,7 @@ import pytest
 
 import kvsim
 from kvsim import SimConfig
-from kvsim.config import PS_PER_S
+from kvsim.model.config import PS_PER_S
 from kvsim.reference.engine import REJECT_REASONS
 
 BACKENDS = ["reference", "rust"]

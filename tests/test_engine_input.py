@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given
 
 import kvsim
-from kvsim.engine_input import prepare
+from kvsim.engine.engine_input import prepare
 
 from .test_engine_differential import workloads
 

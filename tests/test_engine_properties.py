@@ -17,9 +17,15 @@ from hypothesis import strategies as st
 
 import kvsim
 from kvsim import SimConfig
-from kvsim.config import ADMISSION_GATES, CONTIGUOUS_POLICIES, FREE_ORDERS, POLICIES, WAITING_OVER_BUDGET
 from kvsim.errors import InvalidArgumentError
-from kvsim.segments import output_id
+from kvsim.model.config import (
+    ADMISSION_GATES,
+    CONTIGUOUS_POLICIES,
+    FREE_ORDERS,
+    POLICIES,
+    WAITING_OVER_BUDGET,
+)
+from kvsim.model.segments import output_id
 
 BACKENDS = ["reference", "rust"]
 
@@ -317,8 +323,8 @@ def test_config_validation_names_field_and_value(kwargs, field, value):
 def test_rust_engine_rejects_forks_under_other_policies():
     """The Rust engine checks its input on its own (a caller may bypass `SimConfig`): forked samples under
     a contiguous policy are an error naming the option, not a panic."""
-    from kvsim import rust_engine
-    from kvsim.engine_input import prepare
+    from kvsim.engine import rust_engine
+    from kvsim.engine.engine_input import prepare
     from kvsim.workloads import synthetic
 
     w = synthetic(4, arrival_rate=10, lengths="sharegpt-paper", seed=1, num_samples=3)

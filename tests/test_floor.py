@@ -1,4 +1,4 @@
-"""The benchmarks' step floor (`kvsim.rust_engine.step_floor`): the engine's steps and block allocations
+"""The benchmarks' step floor (`kvsim.engine.rust_engine.step_floor`): the engine's steps and block allocations
 with nothing else done, so that `bench/` can say how far the engine is from the least step-exact work."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 import kvsim
-from kvsim.engine_input import prepare
+from kvsim.engine.engine_input import prepare
+from kvsim.engine.rust_engine import run, step_floor
+from kvsim.engine.simulate import REJECTED
 from kvsim.errors import InvalidArgumentError
-from kvsim.rust_engine import run, step_floor
-from kvsim.simulate import REJECTED
 from kvsim.workloads import synthetic
 
 

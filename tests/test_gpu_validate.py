@@ -329,7 +329,7 @@ def test_bytes_agree_exactly() -> None:
 
 @needs_torch
 def test_peak_from_events_matches_the_engine() -> None:
-    from kvsim.engine_input import prepare
+    from kvsim.engine.engine_input import prepare
     from kvsim.gpu.bytes import peak_held_blocks, peak_regions
     from kvsim.gpu.numerics import sample_run
 

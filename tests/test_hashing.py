@@ -6,7 +6,7 @@ import hypothesis.strategies as st
 from hypothesis import given
 
 import kvsim
-from kvsim import hashing
+from kvsim.reference import hashing
 
 segments = st.lists(st.tuples(st.integers(0, (1 << 64) - 1), st.integers(1, 70)), min_size=1, max_size=6)
 

@@ -143,7 +143,7 @@ def test_a_rejected_call_leaves_the_reference_unchanged():
 
 def test_the_bookkeeping_estimate_is_the_cores():
     assert reference.block_pool.POOL_BYTES_PER_BLOCK == kvsim._core.POOL_BYTES_PER_BLOCK
-    assert reference.block_pool.MAX_BLOCKS == kvsim._core.MAX_BLOCKS == kvsim.config.MAX_BLOCKS
+    assert reference.block_pool.MAX_BLOCKS == kvsim._core.MAX_BLOCKS == kvsim.model.config.MAX_BLOCKS
     needed, limit = kvsim._core.pool_memory(1000)
     assert needed == 1000 * kvsim._core.POOL_BYTES_PER_BLOCK
     assert limit == reference.block_pool.memory_limit()

@@ -9,7 +9,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initial
 
 import kvsim
 from kvsim import reference
-from kvsim.segments import output_id
+from kvsim.model.segments import output_id
 
 from .helpers import same_outcome
 

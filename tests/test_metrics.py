@@ -1,4 +1,4 @@
-"""kvsim.metrics: vllm bench serve's metrics computed from the engines' columns, checked against direct
+"""kvsim.engine.metrics: vllm bench serve's metrics computed from the engines' columns, checked against direct
 per-request and per-token computations."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kvsim
-from kvsim import metrics
+from kvsim.analysis.sweep import make_workload
+from kvsim.engine import metrics
 from kvsim.errors import InvalidArgumentError
-from kvsim.sweep import make_workload
 
 
 @given(

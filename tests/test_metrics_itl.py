@@ -1,4 +1,4 @@
-"""ITL's exact record (kvsim.metrics, `EngineOutput.itl`): the multiset of values the engines' record gives
+"""ITL's exact record (kvsim.engine.metrics, `EngineOutput.itl`): the multiset of values the engines' record gives
 equals the gaps between every token's time, taken one token at a time in the reference engine, on small
 random runs with preemption (recompute and swap), fork-cow samples, token budgets and every policy; and
 the reported statistics equal numpy's on that list."""
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 
 import kvsim
-from kvsim import metrics
+from kvsim.analysis.sweep import make_workload
+from kvsim.engine import metrics
+from kvsim.engine.simulate import prepare
 from kvsim.reference import engine as ref_engine
-from kvsim.simulate import prepare
-from kvsim.sweep import make_workload
 from kvsim.workloads import Workload
 from tests.test_engine_differential import assert_same, configs, workloads
 

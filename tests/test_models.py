@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import kvsim
-from kvsim import gpus, models, sizing
 from kvsim.errors import InvalidArgumentError
+from kvsim.model import gpus, models, sizing
 
 GIB = 1 << 30
 

@@ -16,9 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kvsim
-from kvsim.cli import main
-from kvsim.errors import InvalidArgumentError
-from kvsim.plan import (
+from kvsim.analysis.plan import (
     Candidate,
     at_rate,
     best_of,
@@ -30,7 +28,9 @@ from kvsim.plan import (
     smallest_replicas,
     workload_rate,
 )
-from kvsim.plan_search import METRICS, SLO, check_precision, parse_slos
+from kvsim.analysis.plan_search import METRICS, SLO, check_precision, parse_slos
+from kvsim.cli import main
+from kvsim.errors import InvalidArgumentError
 
 BASE = {"model": "opt-13b", "gpu": "a100-40gb", "kv_cache_bytes": 12 * 2**30, "max_model_len": 2048}
 
@@ -349,7 +349,7 @@ def test_best_of_candidates_by_rate_at_slo():
 
 
 def test_plot_marks_the_bound_and_the_knee(real, tmp_path):
-    from kvsim.plots import plan_finding
+    from kvsim.analysis.plots import plan_finding
 
     _, _, _, r = real
     fig = r.figure()
@@ -389,7 +389,7 @@ def test_cli_prints_the_probes_and_the_answer(capsys, tmp_path):
 def test_cli_json_is_the_api_answer(capsys):
     assert main([*CLI, "--slo", "ttft_p99:1s", "--precision", "5%", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    from kvsim.sweep import make_workload
+    from kvsim.analysis.sweep import make_workload
 
     w = make_workload("sharegpt", {"arrival_rate": 2.0}, 300, 0)
     config = kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes=12 * 2**30, max_model_len=2048)
@@ -505,16 +505,16 @@ def test_smallest_replicas_is_the_fleet_that_passes_where_one_fewer_fails():
 
 def test_a_config_of_several_replicas_is_planned_as_a_fleet(monkeypatch):
     """`kvsim.plan` on a config of several replicas probes the fleet with the config's router."""
-    import kvsim.cluster
+    import kvsim.engine.cluster
 
-    real = kvsim.cluster.simulate_cluster
+    real = kvsim.engine.cluster.simulate_cluster
     calls = []
 
     def counting(workload, config, **kwargs):
         calls.append((config.replicas, config.router, kwargs.get("router")))
         return real(workload, config, **kwargs)
 
-    monkeypatch.setattr(kvsim.cluster, "simulate_cluster", counting)
+    monkeypatch.setattr(kvsim.engine.cluster, "simulate_cluster", counting)
     assert default_probe(_fleet_config(1)) is simulate_probe
     assert default_probe(_fleet_config(4)) is cluster_probe
     fleet = _fleet_config(4, router="least-loaded")

@@ -1,4 +1,4 @@
-"""Plots (kvsim.plots): every PNG is written from claims results; experiments that did not run are drawn
+"""Plots (kvsim.analysis.plots): every PNG is written from claims results; experiments that did not run are drawn
 as a labelled 'not available' panel; each title's stated finding is the data's (checked here against the
 rows, including made-up rows whose trend goes the other way); linear y axes start at zero; each panel
 names its setup; plots only read what claims produce (no import back)."""
@@ -13,9 +13,9 @@ import polars as pl
 import pytest
 from matplotlib.figure import Figure
 
-import kvsim.plots as plots
-from kvsim.claims import Results, experiments, run_claims
-from kvsim.plots import plot_all
+import kvsim.analysis.plots as plots
+from kvsim.analysis.claims import Results, experiments, run_claims
+from kvsim.analysis.plots import plot_all
 
 NAMES = {
     "utilisation_over_time.png",
@@ -142,4 +142,4 @@ def test_plots_read_claims_and_claims_do_not_import_plots():
     imported = {
         n.module for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom) and n.module is not None
     } | {a.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Import) for a in n.names}
-    assert not any(m.startswith("kvsim.plots") for m in imported)
+    assert not any(m.startswith("kvsim.analysis.plots") for m in imported)

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given
 
 import kvsim
-from kvsim.engine_input import EngineInput, prepare
+from kvsim.engine.engine_input import EngineInput, prepare
 from kvsim.reference import engine
 from kvsim.reference.engine import Replica
 from kvsim.workloads import Workload

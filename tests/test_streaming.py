@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 
 import kvsim
+from kvsim.engine.exact import Mean, Quantiles
+from kvsim.engine.streaming import chunks, simulate_stream, synthetic_chunks
 from kvsim.errors import InvalidArgumentError
-from kvsim.exact import Mean, Quantiles
-from kvsim.streaming import chunks, simulate_stream, synthetic_chunks
 from kvsim.workloads import Workload, synthetic
 
 from .test_engine_differential import configs, workloads

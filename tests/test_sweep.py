@@ -1,4 +1,4 @@
-"""Sweeps (kvsim.sweep): grid validation before any work, identical rows on every executor (threads,
+"""Sweeps (kvsim.analysis.sweep): grid validation before any work, identical rows on every executor (threads,
 processes, a real Dask LocalCluster on 127.0.0.1), resume, TOML files and aggregation across seeds."""
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kvsim.cli import main
-from kvsim.errors import InvalidArgumentError
-from kvsim.sweep import (
+from kvsim.analysis.sweep import (
     ResultStore,
     SweepSpec,
     aggregate,
@@ -21,6 +19,8 @@ from kvsim.sweep import (
     run_sweep,
     t_quantile_975,
 )
+from kvsim.cli import main
+from kvsim.errors import InvalidArgumentError
 
 BASE = {"num_blocks": 120, "time_model": "ticks", "max_model_len": 1024}
 VOLATILE = ("wall_s", "workload_s")
@@ -212,7 +212,7 @@ def test_store_appends_parts_and_finishes_as_one_table(tmp_path):
 
 
 def test_interrupted_sweep_keeps_its_rows_and_resumes_exactly(tmp_path, monkeypatch, threads_rows):
-    import kvsim.sweep as sweep
+    import kvsim.analysis.sweep as sweep
 
     out = tmp_path / "tiny.parquet"
     real = sweep.run_point
@@ -321,7 +321,7 @@ SLO_COLUMNS = ("request_goodput", "good_requests", "slo_attainment", "slo_attain
 
 def test_sweep_goodput_columns_equal_simulate_for_the_same_point(tmp_path, capsys):
     import kvsim
-    from kvsim.sweep import make_workload
+    from kvsim.analysis.sweep import make_workload
 
     out = tmp_path / "slo.parquet"
     assert main([*SLO_SWEEP, "--goodput", "ttft:1000", "tpot:1.5", "--output", str(out)]) == 0

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import kvsim
+from kvsim.engine.streaming import simulate_stream
 from kvsim.errors import InvalidArgumentError
-from kvsim.streaming import simulate_stream
 from kvsim.workloads import (
     Workload,
     iter_azure,

@@ -1,4 +1,4 @@
-"""kvsim.units: the one parser of sizes and durations (SimConfig fields, `kvsim run` flags, sweep values)."""
+"""kvsim.model.units: the one parser of sizes and durations (SimConfig fields, `kvsim run` flags, sweep values)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kvsim.analysis.sweep import check_grid, coerce
 from kvsim.errors import InvalidArgumentError
-from kvsim.sweep import check_grid, coerce
-from kvsim.units import SIZE_UNITS, TIME_UNITS, parse_bytes, parse_duration_ps
+from kvsim.model.units import SIZE_UNITS, TIME_UNITS, parse_bytes, parse_duration_ps
 
 
 @pytest.mark.parametrize(
@@ -91,14 +91,14 @@ def test_bad_grid_values_fail_naming_the_parameter(grid, match):
 @given(st.integers(min_value=0, max_value=2**62))
 def test_exact_forms_read_back_to_the_same_number(n):
     """What `SimConfig.describe()` (and so `--json` / `--save-result`) writes parses back exactly."""
-    from kvsim.units import exact_bytes, exact_duration_ps
+    from kvsim.model.units import exact_bytes, exact_duration_ps
 
     assert parse_bytes("kv_cache_bytes", exact_bytes(n)) == n
     assert parse_duration_ps("c0_ps", exact_duration_ps(n)) == n
 
 
 def test_exact_forms_are_human():
-    from kvsim.units import exact_bytes, exact_duration_ps
+    from kvsim.model.units import exact_bytes, exact_duration_ps
 
     assert exact_bytes(12 * 2**30) == "12 GiB"
     assert exact_bytes(10**12) == "1 TB"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import kvsim
 from kvsim.errors import InvalidArgumentError
-from kvsim.segments import OUTPUT_BIT, output_id
+from kvsim.model.segments import OUTPUT_BIT, output_id
 from kvsim.workloads import Workload, synthetic
 from kvsim.workloads.generators import PAPER_PRESETS
 from kvsim.workloads.ids import content_ids, mix63

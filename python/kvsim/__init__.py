@@ -4,10 +4,12 @@
 holds their pure-Python twins, the executable spec both backends are tested against.
 """
 
-from kvsim import gpus, models, reference, sizing, workloads
+from kvsim import reference, workloads
 from kvsim._core import BlockPool, KVCacheManager, block_keys
-from kvsim.cluster import ClusterResult, simulate_cluster
-from kvsim.config import SimConfig
+from kvsim.analysis.plan import PlanResult, plan
+from kvsim.engine.cluster import ClusterResult, simulate_cluster
+from kvsim.engine.simulate import SimResult, simulate
+from kvsim.engine.streaming import simulate_stream
 from kvsim.errors import (
     InternalError,
     InvalidArgumentError,
@@ -15,10 +17,9 @@ from kvsim.errors import (
     KvsimError,
     TraceFormatError,
 )
-from kvsim.plan import PlanResult, plan
-from kvsim.simulate import SimResult, simulate
-from kvsim.sizing import pool_blocks
-from kvsim.streaming import simulate_stream
+from kvsim.model import gpus, models, sizing
+from kvsim.model.config import SimConfig
+from kvsim.model.sizing import pool_blocks
 from kvsim.workloads import Workload
 
 __version__ = "0.1.0"

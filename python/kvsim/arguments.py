@@ -72,7 +72,7 @@ def items(value: Any, what: str) -> Sequence[Any]:
 def segments_arg(segments: Any) -> list[tuple[int, int]]:
     """A segment list as `(id, length)` int pairs, checked pair by pair: each a list or tuple of two
     integers, the id a u64 and the length in `[1, 2**64)`. The list as a whole (not empty, total within
-    u64) is `kvsim.hashing.validate_segments`'s."""
+    u64) is `kvsim.reference.hashing.validate_segments`'s."""
     out = []
     for i, pair in enumerate(
         items(segments, "segments must be a list or tuple of (segment_id, length) pairs")

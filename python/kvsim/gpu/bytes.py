@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 import kvsim
-from kvsim.engine_input import EngineInput, prepare
-from kvsim.models import Model
-from kvsim.models import get as get_model
+from kvsim.engine.engine_input import EngineInput, prepare
+from kvsim.model.models import Model
+from kvsim.model.models import get as get_model
 from kvsim.reference.engine import Engine
 
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.uint8}

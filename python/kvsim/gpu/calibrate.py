@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.models import Model
+from kvsim.model.models import Model
 
 PS_PER_S = 10**12
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvsim.engine_input import EngineInput
-from kvsim.hashing import GOLDEN, MASK64, mix64
+from kvsim.engine.engine_input import EngineInput
+from kvsim.reference.hashing import GOLDEN, MASK64, mix64
 
 _C1 = np.uint64(0xBF58476D1CE4E5B9)
 _C2 = np.uint64(0x94D049BB133111EB)
 
 
 def _mix64_np(z: np.ndarray) -> np.ndarray:
-    """`kvsim.hashing.mix64` on a uint64 array (wrapping arithmetic)."""
+    """`kvsim.reference.hashing.mix64` on a uint64 array (wrapping arithmetic)."""
     z = (z ^ (z >> np.uint64(30))) * _C1
     z = (z ^ (z >> np.uint64(27))) * _C2
     return z ^ (z >> np.uint64(31))

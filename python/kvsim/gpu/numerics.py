@@ -34,11 +34,11 @@ import numpy as np
 import torch
 
 import kvsim
-from kvsim.engine_input import EngineInput, prepare
+from kvsim.engine.engine_input import EngineInput, prepare
 from kvsim.errors import InvalidArgumentError
 from kvsim.gpu.content import kv_values, sequence_tokens, token_tags
-from kvsim.models import Model
-from kvsim.models import get as get_model
+from kvsim.model.models import Model
+from kvsim.model.models import get as get_model
 from kvsim.workloads import Workload, synthetic
 
 FAULTS = ("gather-order", "write-twice", "off-by-one", "cow-alias")

@@ -1,4 +1,4 @@
-"""`python -m kvsim.gpu_validate` (also `kvsim validate-gpu`): numerics, bytes and step-time calibration on
+"""`python -m kvsim.gpu.validate` (also `kvsim validate-gpu`): numerics, bytes and step-time calibration on
 real torch tensors, written to `results/gpu_validation.md` and `.json` (and `results/calibration/`).
 
 Runs on CUDA when present (`--device cuda`), else on CPU at small sizes; a CPU report says so at its top
@@ -31,7 +31,7 @@ DESCRIPTION = (
 )
 
 
-def build_parser(prog: str = "python -m kvsim.gpu_validate") -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m kvsim.gpu.validate") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog, formatter_class=argparse.ArgumentDefaultsHelpFormatter, description=DESCRIPTION
     )
@@ -114,7 +114,7 @@ def calibration_record(
 ) -> dict[str, Any]:
     """The calibration JSON: device, versions, grid, coefficients, errors, the roofline and the ratios."""
     from kvsim.gpu.bytes import gpu_preset_for
-    from kvsim.sizing import linear_time_model
+    from kvsim.model.sizing import linear_time_model
 
     cuda = device.startswith("cuda")
     preset = gpu_preset_for(versions["device"]) if cuda else None
@@ -280,13 +280,13 @@ def report_markdown(data: dict[str, Any]) -> str:
         lines.append(
             f"| {g['batch']} | {g['context']} | {g['prefill']} | {_fmt(g['layer_s'])} | {_fmt(g['head_s'])} | {_fmt(g['seconds'])} | {_fmt(pred)} |"
         )
-    lines += ["", "Produced by `python -m kvsim.gpu_validate` (DESIGN.md §GPU validation).", ""]
+    lines += ["", "Produced by `python -m kvsim.gpu.validate` (DESIGN.md §GPU validation).", ""]
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace, prog: str, argv: Sequence[str] = ()) -> int:
     from kvsim.errors import InvalidArgumentError
-    from kvsim.models import get as get_model
+    from kvsim.model.models import get as get_model
 
     model = get_model(args.model)
     if model.is_mla:
@@ -349,7 +349,7 @@ def run(args: argparse.Namespace, prog: str, argv: Sequence[str] = ()) -> int:
     if args.ship:
         if cal["device_kind"] != "cuda":
             raise InvalidArgumentError("--ship: only a CUDA calibration is shipped, this one ran on the CPU")
-        from kvsim.sizing import CALIBRATION_DIR
+        from kvsim.model.sizing import CALIBRATION_DIR
 
         CALIBRATION_DIR.mkdir(exist_ok=True)
         shipped = CALIBRATION_DIR / cal_path.name
@@ -379,7 +379,7 @@ def run(args: argparse.Namespace, prog: str, argv: Sequence[str] = ()) -> int:
     return 0 if data["passed"] else 1
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "python -m kvsim.gpu_validate") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m kvsim.gpu.validate") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(prog).parse_args(argv)
     try:
@@ -399,3 +399,6 @@ __all__ = [
     "report_markdown",
     "run",
 ]
+
+if __name__ == "__main__":
+    sys.exit(main())

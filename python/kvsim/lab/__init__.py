@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvsim.config import SimConfig
 from kvsim.errors import InvalidArgumentError
 from kvsim.lab import presets as _presets
 from kvsim.lab.bundle import LIMITS, bundle, configure, resolve, snapshot
+from kvsim.model.config import SimConfig
 from kvsim.workloads import Workload
 
 

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 
 import kvsim.lab.presets as _presets
-from kvsim import models
-from kvsim.config import CONTIGUOUS_POLICIES, PLACEMENTS, PREEMPTIONS, SAMPLINGS, SimConfig
+from kvsim.engine.simulate import simulate
 from kvsim.errors import InvalidArgumentError
 from kvsim.lab.state import BLOCK_STATES, STATUSES, Track, gc_paused, replay, state_at, tokens_at
+from kvsim.model import models
+from kvsim.model.config import CONTIGUOUS_POLICIES, PLACEMENTS, PREEMPTIONS, SAMPLINGS, SimConfig
 from kvsim.reference.engine import EVENT_KINDS
-from kvsim.simulate import simulate
 from kvsim.workloads import Workload
 
 try:  # orjson encodes a large bundle several times faster than the standard library

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvsim.config import SimConfig
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.config import SimConfig
 from kvsim.workloads import Workload, load_mooncake, synthetic, traces_dir
 
 

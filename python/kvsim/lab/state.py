@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.config import SimConfig
-from kvsim.engine_input import EngineInput, prepare
+from kvsim.engine.engine_input import EngineInput, prepare
+from kvsim.engine.simulate import SimResult, simulate
 from kvsim.errors import InternalError
 from kvsim.lab.state_blocks import (
     BLOCK_STATES,
@@ -45,9 +45,9 @@ from kvsim.lab.state_blocks import (
     _order,
     _seq_rows,
 )
+from kvsim.model.config import SimConfig
 from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.engine import EVENT
-from kvsim.simulate import SimResult, simulate
 
 _second = itemgetter(1)
 ADMIT, ALLOCATE, PREFIX_HIT, COW_COPY = (

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvsim.config import SimConfig
-from kvsim.engine_input import EngineInput
+from kvsim.engine.engine_input import EngineInput
 from kvsim.errors import InternalError
+from kvsim.model.config import SimConfig
 from kvsim.reference.engine import EVENT
 
 if TYPE_CHECKING:

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.config import SimConfig
-from kvsim.engine_input import EngineInput
+from kvsim.engine.engine_input import EngineInput
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.config import SimConfig
 from kvsim.reference.block_pool import check_pool_memory
 from kvsim.reference.engine import COLUMN_DTYPE, COLUMN_FILL, EVENT_COLUMNS, Replica
 

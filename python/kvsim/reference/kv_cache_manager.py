@@ -12,8 +12,8 @@ from typing import Any
 
 from kvsim.arguments import as_int, request_id_arg, u64_arg
 from kvsim.errors import InternalError, InvalidArgumentError, InvalidOperationError
-from kvsim.hashing import Segment, checked_segments, iter_block_keys
 from kvsim.reference.block_pool import BlockPool
+from kvsim.reference.hashing import Segment, checked_segments, iter_block_keys
 
 
 @dataclass

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
+from kvsim.model.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
 from kvsim.workloads.ids import content_ids
 from kvsim.workloads.table import Workload
 from kvsim.workloads.traces import read_length_pairs

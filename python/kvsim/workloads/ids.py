@@ -1,6 +1,6 @@
 """Prompt content ids: a seeded bijection onto [0, 2**63), so generated ids never collide (SPEC §3).
 
-Workloads name the content of a prompt with segment ids below `kvsim.segments.OUTPUT_BIT`; ids at or
+Workloads name the content of a prompt with segment ids below `kvsim.model.segments.OUTPUT_BIT`; ids at or
 above it are the engine's output ids. Ids drawn at random could collide (a birthday bound of about
 n²/2**64 for n ids); instead every workload numbers its contents 0, 1, 2, ... and maps the number through
 `mix63`, a splitmix64-style finaliser that is a bijection on 63-bit words, offset by a seeded key.

@@ -19,7 +19,7 @@ number of sequences: `n` of parallel sampling, or the beam width when `beam` is 
 `num_samples` beams; the flag tells the engine to prune and fork instead of sampling independently).
 
 Segment ids below 2**63 name prompt content. Ids at or above it are output ids
-(`kvsim.segments.output_id(request_id, sample)`): a prompt may quote an earlier request's generated
+(`kvsim.model.segments.output_id(request_id, sample)`): a prompt may quote an earlier request's generated
 tokens (a multi-turn conversation quotes the previous answers), so such a segment must name a request
 that comes earlier in the table, a sample it has, and at most the tokens it generates. A selection of a
 table (`w[10:20]`) may drop the quoted request; the result then carries `allow_foreign_outputs=True`,
@@ -39,7 +39,7 @@ import numpy as np
 import polars as pl
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
+from kvsim.model.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
 from kvsim.workloads.ids import DEFAULT_KEY, content_ids
 
 ROW_COLUMNS = ("request_id", "arrival", "prompt_len", "output_len", "max_tokens", "num_samples", "beam")

@@ -34,7 +34,7 @@ import polars as pl
 
 from kvsim.arguments import int_arg
 from kvsim.errors import InvalidArgumentError, TraceFormatError
-from kvsim.segments import MAX_REQUEST_ID
+from kvsim.model.segments import MAX_REQUEST_ID
 from kvsim.workloads.table import Workload
 
 MOONCAKE_BLOCK = 512

@@ -78,7 +78,7 @@ fn check(arrival_ps: &[i64], prompt_len: &[i64], target: &[i64], cfg: FloorConfi
 /// engine's lockstep mode, and each step adds the batch, held blocks and slack to time-weighted sums.
 /// A sequence that finds the pool empty goes on without its block (no preemption). On private prompts
 /// (no prefix hits) it allocates no more blocks than the engine, and exactly as many, in as many steps,
-/// while the budget never binds and the pool suffices (`kvsim.rust_engine.check_step_floor` refuses the
+/// while the budget never binds and the pool suffices (`kvsim.engine.rust_engine.check_step_floor` refuses the
 /// workloads it does not model).
 pub fn step_floor(
     arrival_ps: &[i64],

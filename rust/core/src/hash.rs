@@ -1,7 +1,7 @@
 //! Content identity: segments -> per-block pieces -> chained 128-bit block keys (SPEC §3).
 //!
 //! The function is defined once, in DESIGN.md §Keys, and computed identically by
-//! `python/kvsim/hashing.py`; a test checks the two agree on random inputs.
+//! `python/kvsim/reference/hashing.py`; a test checks the two agree on random inputs.
 
 use crate::{Result, invalid_arg};
 

@@ -882,7 +882,7 @@ impl PyStream {
         Ok(PyStream { core: result.py()? })
     }
 
-    /// Feeds the next chunk's per-sequence columns (`kvsim.engine_input`, the same keywords as
+    /// Feeds the next chunk's per-sequence columns (`kvsim.engine.engine_input`, the same keywords as
     /// `run_engine`), in arrival order after every row fed before.
     ///
     /// Raises `InvalidArgumentError` for a column that is not contiguous or a chunk out of order, and
@@ -948,14 +948,14 @@ impl PyStream {
     }
 }
 
-/// Runs the engine over per-sequence columns (see `kvsim.engine_input`) with the GIL released; returns
+/// Runs the engine over per-sequence columns (see `kvsim.engine.engine_input`) with the GIL released; returns
 /// `(columns, counters)` as two dicts. Ctrl-C interrupts the run with `KeyboardInterrupt`.
 ///
-/// The private entry point behind `kvsim.simulate(..., backend="rust")` (`kvsim.rust_engine.run`), which
+/// The private entry point behind `kvsim.simulate(..., backend="rust")` (`kvsim.engine.rust_engine.run`), which
 /// passes a validated `SimConfig`'s knobs by keyword and `EngineInput`'s contiguous numpy columns.
 /// `columns` maps each per-sequence output column to an array, plus `"timeseries"` and `"events"` (dicts
 /// of arrays, empty unless `timeseries_every > 0` / `record_events`) and `"itl"` (ITL's record: the
-/// arrays `kvsim.metrics.itl_values` reads, always); `counters` maps counter names to ints.
+/// arrays `kvsim.engine.metrics.itl_values` reads, always); `counters` maps counter names to ints.
 ///
 /// Raises `InvalidArgumentError` for a knob out of range or a column that is not contiguous, a pool too
 /// large for the memory limit, or a step past the simulated clock; `InternalError` on a bug.
@@ -1220,7 +1220,7 @@ fn weights_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<(String, f
 /// Ctrl-C interrupts it with `KeyboardInterrupt`.
 ///
 /// `configs`: one dict per replica of `run_engine`'s engine keyword arguments
-/// (`kvsim.rust_engine.config_kwargs`); `router`: one of `round-robin`, `random`, `least-loaded`,
+/// (`kvsim.engine.rust_engine.config_kwargs`); `router`: one of `round-robin`, `random`, `least-loaded`,
 /// `least-kv`, `prefix-affinity`, `weighted`, with `router_seed` (random), `router_refresh_ps` (0: exact
 /// view), `prefix_load_cap` and `router_weights` (weighted: scorer name to weight; None: the defaults).
 /// Time series and event logs are not recorded for clusters (`timeseries_every` must be 0 and
@@ -1504,7 +1504,7 @@ fn free_list_floor(py: Python<'_>, num_blocks: i128, ops: i128) -> PyResult<u64>
 /// The least work of a step-exact engine on these rows (`kvsim_core::floor::step_floor`; GIL released):
 /// returns `(steps, block_allocations, finished, checksum)`.
 ///
-/// Called by `kvsim.rust_engine.step_floor` (DESIGN.md §Where the time goes) with a validated
+/// Called by `kvsim.engine.rust_engine.step_floor` (DESIGN.md §Where the time goes) with a validated
 /// `SimConfig`'s pool and scheduler knobs and `EngineInput`'s arrival, prompt and target columns.
 /// Raises `InvalidArgumentError` for a knob out of range or a column that is not contiguous.
 #[pyfunction]

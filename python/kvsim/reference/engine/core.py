@@ -13,8 +13,8 @@ from collections import deque
 
 import numpy as np
 
-from kvsim.config import SimConfig
-from kvsim.engine_input import EngineInput
+from kvsim.engine.engine_input import EngineInput
+from kvsim.model.config import SimConfig
 from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.engine.admission import Admission
 from kvsim.reference.engine.events import EVENT_COLUMNS, EventLog

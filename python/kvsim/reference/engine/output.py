@@ -32,7 +32,7 @@ TIMESERIES = (
     "reserved_tokens",
     "external_tokens",
 )
-# ITL's record (kvsim.metrics): every step's duration, run-length coded (`ITL_STEPS`: step j of a run,
+# ITL's record (kvsim.engine.metrics): every step's duration, run-length coded (`ITL_STEPS`: step j of a run,
 # from 0, lasts `step_ps + j * step_slope_ps`, for `step_repeat` steps; consecutive steps join greedily,
 # `push_step`), and every run of tokens a sequence sampled in consecutive steps (`ITL_RUNS`: its row, first
 # and last step, and the gap in ps before its first token, -1 for a sequence's first token).

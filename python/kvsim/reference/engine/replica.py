@@ -3,11 +3,11 @@ are routed to it, stepped to given instants, with the signals a router reads."""
 
 from __future__ import annotations
 
-from kvsim.config import SimConfig
-from kvsim.engine_input import EngineInput
-from kvsim.hashing import iter_block_keys
+from kvsim.engine.engine_input import EngineInput
+from kvsim.model.config import SimConfig
 from kvsim.reference.engine.core import Engine
 from kvsim.reference.engine.output import EngineOutput
+from kvsim.reference.hashing import iter_block_keys
 
 
 class Replica:

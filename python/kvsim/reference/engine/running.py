@@ -4,8 +4,8 @@ its scheduling unit, the step itself (time, measure, sampling, finishes) and the
 
 from __future__ import annotations
 
-from kvsim.config import MAX_TIME_PS
 from kvsim.errors import InternalError, InvalidArgumentError
+from kvsim.model.config import MAX_TIME_PS
 from kvsim.reference.engine.output import FINISHED, push_step
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State

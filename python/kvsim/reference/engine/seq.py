@@ -33,7 +33,7 @@ class Seq:
     # index; -1 for none. A group sits together in the running list and is scheduled, preempted and
     # swapped as one.
     group: int = -1
-    # ITL (kvsim.metrics): the current run of tokens sampled in consecutive steps, from step `run_first`
+    # ITL (kvsim.engine.metrics): the current run of tokens sampled in consecutive steps, from step `run_first`
     # to `last_step` (its last token at `last_time` ps), and the gap before its first token (-1: the
     # sequence's first token).
     run_first: int = -1

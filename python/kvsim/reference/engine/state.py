@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvsim.config import SimConfig
-from kvsim.engine_input import EngineInput
+from kvsim.engine.engine_input import EngineInput
+from kvsim.model.config import SimConfig
 from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.kv_cache_manager import KVCacheManager

@@ -3,7 +3,7 @@ duration, swap time, and the clock's range."""
 
 from __future__ import annotations
 
-from kvsim.config import MAX_TIME_PS
+from kvsim.model.config import MAX_TIME_PS
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
 

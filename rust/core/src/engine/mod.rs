@@ -43,7 +43,7 @@ use crate::{BlockId, BlockPool, KvError, Result, invalid_arg};
 use contiguous::{Buddy, FirstFit, Space};
 
 const FINISHED: i8 = 0;
-/// Segment ids at or above this name generated tokens (`kvsim.segments.OUTPUT_BIT`).
+/// Segment ids at or above this name generated tokens (`kvsim.model.segments.OUTPUT_BIT`).
 pub(crate) const OUTPUT_BIT: u64 = 1 << 63;
 const REJECTED: i8 = 1;
 

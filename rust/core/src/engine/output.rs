@@ -85,7 +85,7 @@ pub struct EngineOutput {
     /// With `record_events`: `[steps done, time ps, kind, row, block or -1, count or -1]` per event
     /// (`engine::event`).
     pub events: Vec<[i64; 6]>,
-    /// ITL's record (`kvsim.metrics`): every step's duration, run-length coded as `[first step's ps,
+    /// ITL's record (`kvsim.engine.metrics`): every step's duration, run-length coded as `[first step's ps,
     /// slope ps, steps]` (step j of an entry, from 0, lasts `first + j * slope`; `push_step`'s greedy rule).
     pub itl_steps: Vec<[i64; 3]>,
     /// ITL's record: every run of tokens a sequence sampled in consecutive steps, as `[row, first step,

@@ -1,7 +1,7 @@
 """What a `kvsim run` says about its result: the human table (throughput, latency in ms, memory, cache,
 preemption, with units) and the notes (not memory-bound and why, rejected requests, requests past the
-model's context, vllm serve's batch defaults, a trace that cannot hit the prefix cache). `kvsim.cli_run`
-parses the flags and calls these; each metric is defined in `kvsim.metrics` and DESIGN.md §Metrics.
+model's context, vllm serve's batch defaults, a trace that cannot hit the prefix cache). `kvsim.cli.run`
+parses the flags and calls these; each metric is defined in `kvsim.engine.metrics` and DESIGN.md §Metrics.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvsim.config import KNOBS
+from kvsim.model.config import KNOBS
 
 
 def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]) -> None:
@@ -61,8 +61,8 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
             "latencies and throughput count finished requests only"
         )
     if cfg.gpu is not None:
-        from kvsim.gpus import Gpu, vllm_server_batch_defaults
-        from kvsim.gpus import get as get_gpu
+        from kvsim.model.gpus import Gpu, vllm_server_batch_defaults
+        from kvsim.model.gpus import get as get_gpu
 
         g = cfg.gpu if isinstance(cfg.gpu, Gpu) else get_gpu(cfg.gpu)
         tokens, seqs = vllm_server_batch_defaults(g)
@@ -75,7 +75,7 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
     if cfg.model is not None and cfg.max_model_len is None and len(workload):
         # vLLM's max_model_len defaults to the model's context length and refuses longer requests;
         # kvsim's default is no limit, so say which requests a vLLM server would have refused.
-        from kvsim.models import resolve
+        from kvsim.model.models import resolve
 
         context = resolve(cfg.model).max_model_len
         want = np.asarray(workload.prompt_len) + np.minimum(
@@ -166,7 +166,7 @@ def render_table(
     serving: dict[str, Any], summary: dict[str, Any], metrics: Sequence[str], pcts: Sequence[float]
 ) -> str:
     """The human table: throughput, latency (ms), memory, cache and preemption groups, with units."""
-    from kvsim.metrics import _pct_key
+    from kvsim.engine.metrics import _pct_key
 
     values = {**summary, **serving}
     lines: list[str] = []
@@ -213,7 +213,7 @@ def render_fleet(result: Any) -> str:
     spec = result.router
     how = spec.name
     if spec.refresh_ps:
-        from kvsim.units import fmt_duration_ps
+        from kvsim.model.units import fmt_duration_ps
 
         how += f", view refreshed every {fmt_duration_ps(spec.refresh_ps)}"
     lines = [f"== fleet: {s['replicas']} replicas, router {how} =="]

@@ -65,7 +65,7 @@ GPUS: dict[str, Gpu] = {
 def vllm_server_batch_defaults(gpu: Gpu) -> tuple[int, int]:
     """`(max_num_batched_tokens, max_num_seqs)` that vLLM's OpenAI server (`vllm serve`) picks on `gpu`
     when neither is given (`EngineArgs.get_batch_defaults`): 8192 and 1024 on a GPU of at least 70 GiB
-    that is not an A100 (H100, H200), else 2048 and 256. kvsim's own defaults (`kvsim.config.KNOBS`)
+    that is not an A100 (H100, H200), else 2048 and 256. kvsim's own defaults (`kvsim.model.config.KNOBS`)
     do not depend on the GPU; `kvsim run` notes the difference."""
     if gpu.memory_bytes >= 70 * 2**30 and "a100" not in gpu.name:
         return 8192, 1024

@@ -9,8 +9,8 @@ the workload, the seed, the request count, the backend and the SLOs if any) is w
 point already in the output file is never run again. Delete the file (or pass `resume=False`) to recompute
 after the engine changes.
 
-SLOs (`goodput={"ttft": 500, "tpot": 50}`, ms, `kvsim.metrics.parse_goodput`'s forms) add goodput and SLO
-attainment to every row (`kvsim.metrics.goodput_columns`: `request_goodput`, `good_requests`,
+SLOs (`goodput={"ttft": 500, "tpot": 50}`, ms, `kvsim.engine.metrics.parse_goodput`'s forms) add goodput and SLO
+attainment to every row (`kvsim.engine.metrics.goodput_columns`: `request_goodput`, `good_requests`,
 `slo_attainment`, `slo_attainment_<metric>` per SLO) and the SLOs themselves as `goodput_slos_ms`
 (`ttft:500,tpot:50`). They are part of the point's identity: a sweep resumed with other SLOs runs its
 points again as new rows (told apart by `goodput_slos_ms`), never mixing them with the old ones; a sweep
@@ -56,13 +56,13 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.config import CLUSTER_KNOBS, KNOBS, PAPER_SETUP, SimConfig, convert
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.config import CLUSTER_KNOBS, KNOBS, PAPER_SETUP, SimConfig, convert
 
 EXECUTORS = ("threads", "processes", "dask")
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SimConfig) if f.name != "extra")
 # The claims suite's base: the paper's setup (PagedAttention §6.1), OPT-13B on one A100-40GB with 12 GiB of
-# KV cache. A sweep's own base starts from KNOBS' defaults (kvsim.config), as SimConfig and `kvsim run` do.
+# KV cache. A sweep's own base starts from KNOBS' defaults (kvsim.model.config), as SimConfig and `kvsim run` do.
 DEFAULT_BASE: dict[str, Any] = dict(PAPER_SETUP)
 META_COLUMNS = (
     "point_id",
@@ -75,10 +75,10 @@ META_COLUMNS = (
     "kvsim_version",
 )
 WORKLOAD_PREFIX = "workload."
-# The SLOs of a row (`ttft:500,tpot:50`, kvsim.metrics.goodput_label): a parameter, like the workload.
+# The SLOs of a row (`ttft:500,tpot:50`, kvsim.engine.metrics.goodput_label): a parameter, like the workload.
 SLO_COLUMN = "goodput_slos_ms"
 
-# One line per SimConfig field: the help of `kvsim run --<field>` and of `--grid` (from kvsim.config.KNOBS).
+# One line per SimConfig field: the help of `kvsim run --<field>` and of `--grid` (from kvsim.model.config.KNOBS).
 FIELD_HELP: dict[str, str] = {name: knob.help for name, knob in KNOBS.items() if name != "extra"}
 
 
@@ -86,7 +86,7 @@ FIELD_HELP: dict[str, str] = {name: knob.help for name, knob in KNOBS.items() if
 
 
 def _field_kind(name: str) -> str:
-    """The value kind of a SimConfig field (`kvsim.config.KNOBS`): int, float, bool, choice, bytes, ..."""
+    """The value kind of a SimConfig field (`kvsim.model.config.KNOBS`): int, float, bool, choice, bytes, ..."""
     return KNOBS[name].kind
 
 
@@ -114,7 +114,7 @@ def _literal(text: str) -> Any:
 
 def coerce(name: str, value: Any) -> Any:
     """`value` (flag text or a TOML value) converted to SimConfig field `name` by the field's own rule
-    (`kvsim.config.convert`: sizes and durations take units, `12GiB`, `5ms`; `none` unsets an optional
+    (`kvsim.model.config.convert`: sizes and durations take units, `12GiB`, `5ms`; `none` unsets an optional
     field; `true`/`false` for switches).
 
     Raises:
@@ -221,14 +221,14 @@ _SYNTHETIC_ARGS = tuple(
 def parse_workload(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """`NAME` or `NAME:key=value,...` (or a TOML table with `name`) -> (name, parameter overrides).
 
-    Every value is checked against the parameter's kind (`kvsim.workload_specs`): `arrival_rate=abc`,
+    Every value is checked against the parameter's kind (`kvsim.workloads.specs`): `arrival_rate=abc`,
     `num_samples=abc` or `turns=1.5` fail here, naming the spec and the parameter. Traces take the
     trace parameters (`start`, `stop`, `time_scale`, `request_rate`) only.
 
     Raises:
         InvalidArgumentError: an empty or unknown workload, a malformed pair, or a bad value.
     """
-    from kvsim.workload_specs import check_param
+    from kvsim.workloads.specs import check_param
 
     if isinstance(spec, Mapping):
         params = dict(spec)
@@ -279,7 +279,7 @@ def _fmt(v: Any) -> str:
 def _synthetic_kwargs(name: str, params: Mapping[str, Any], requests: int, seed: int) -> dict[str, Any]:
     """`synthetic()` keyword arguments of a workload (trace parameters and `max_tokens=context` are
     applied afterwards by `make_workload`)."""
-    from kvsim.workload_specs import TRACE_PARAMS
+    from kvsim.workloads.specs import TRACE_PARAMS
 
     kind = WORKLOADS[name]
     assert kind.synthetic is not None
@@ -303,13 +303,13 @@ def _synthetic_kwargs(name: str, params: Mapping[str, Any], requests: int, seed:
 
 def make_workload(name: str, params: Mapping[str, Any], requests: int, seed: int) -> Any:
     """Builds (or loads) a workload; traces keep their first `requests` rows (of the `start`/`stop`
-    window); then `time_scale` / `request_rate` apply (`kvsim.workload_specs`).
+    window); then `time_scale` / `request_rate` apply (`kvsim.workloads.specs`).
 
     Raises:
         InvalidArgumentError: a missing trace file or a bad parameter.
     """
     from kvsim import workloads
-    from kvsim.workload_specs import apply_trace_params, client_max_tokens, split_trace_params
+    from kvsim.workloads.specs import apply_trace_params, client_max_tokens, split_trace_params
 
     kind = WORKLOADS[name]
     label = workload_label(name, params)
@@ -394,7 +394,7 @@ class Point:
         requests: requests to simulate (traces: at most their length).
         backend: `rust` or `reference`.
         grid: the grid parameters of this point and their values (config fields and `workload.*`).
-        goodput: SLO bounds in ms by metric (`kvsim.metrics.parse_goodput`'s output), or empty for none.
+        goodput: SLO bounds in ms by metric (`kvsim.engine.metrics.parse_goodput`'s output), or empty for none.
     """
 
     config: Mapping[str, Any]
@@ -455,7 +455,7 @@ def is_fleet_point(point: Point, config: SimConfig) -> bool:
 
 def run_point(point: Point) -> dict[str, Any]:
     """Runs one point and returns its row: parameters, summary metrics (with the goodput columns of its
-    SLOs, `kvsim.metrics.goodput_columns`, as `simulate(..., goodput=)` gives them), wall time.
+    SLOs, `kvsim.engine.metrics.goodput_columns`, as `simulate(..., goodput=)` gives them), wall time.
 
     The workload is built once per process and reused by the points that share it (threads wait for
     the one building it), so `workload_s` is 0 on a cache hit.
@@ -484,7 +484,7 @@ def run_point(point: Point) -> dict[str, Any]:
     row.update({WORKLOAD_PREFIX + k: _plain(v) for k, v in point.workload_params.items()})
     row.update({k: _plain(v) for k, v in point.grid.items() if k.startswith(WORKLOAD_PREFIX)})
     if point.goodput:
-        from kvsim.metrics import goodput_label
+        from kvsim.engine.metrics import goodput_label
 
         row[SLO_COLUMN] = goodput_label(point.goodput)
     row.update(result.summary)
@@ -538,7 +538,7 @@ def check_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
             key = name[len(WORKLOAD_PREFIX) :]
             if not key:
                 raise InvalidArgumentError(f"grid parameter {name!r} names no workload parameter")
-            from kvsim.workload_specs import check_param
+            from kvsim.workloads.specs import check_param
 
             conv = [
                 check_param(f"--grid {name}", key, _literal(v) if isinstance(v, str) else v, synthetic=True)
@@ -565,12 +565,12 @@ class SweepSpec:
     Attributes:
         name: names the output (`results/<name>.parquet`).
         grid: parameter -> values (config fields and `workload.*`), crossed.
-        base: fixed SimConfig fields under the grid (unset fields: `kvsim.config.KNOBS`' defaults).
+        base: fixed SimConfig fields under the grid (unset fields: `kvsim.model.config.KNOBS`' defaults).
         workloads: workload specs (`sharegpt`, `alpaca:arrival_rate=10`, ...), crossed with the grid.
         seeds: seeds 0..seeds-1 for synthetic workloads (traces run once).
         requests: requests per point.
         backend: engine backend.
-        goodput: SLOs in ms (`{"ttft": 500, "tpot": 50}`, or any form `kvsim.metrics.parse_goodput`
+        goodput: SLOs in ms (`{"ttft": 500, "tpot": 50}`, or any form `kvsim.engine.metrics.parse_goodput`
             takes): every row gains goodput and SLO attainment, and the SLOs join the point's identity.
     """
 
@@ -616,7 +616,7 @@ class SweepSpec:
         spec.requests = int(data.get("requests", spec.requests))
         spec.backend = data.get("backend", spec.backend)
         if "goodput" in data:
-            from kvsim.metrics import parse_goodput
+            from kvsim.engine.metrics import parse_goodput
 
             try:
                 spec.goodput = parse_goodput(data["goodput"])
@@ -639,7 +639,7 @@ class SweepSpec:
             raise InvalidArgumentError(f"backend {self.backend!r} is not 'rust' or 'reference'")
         if not self.workloads:
             raise InvalidArgumentError("no workloads given")
-        from kvsim.metrics import parse_goodput
+        from kvsim.engine.metrics import parse_goodput
 
         slos = parse_goodput(self.goodput)
         for k in self.base:

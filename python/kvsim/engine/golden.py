@@ -1,4 +1,4 @@
-"""`python -m kvsim.golden`: replays SPEC §9's golden traces on both backends and prints the pool states.
+"""`python -m kvsim.engine.golden`: replays SPEC §9's golden traces on both backends and prints the pool states.
 
 vLLM's own block ids for these traces are listed beside each step; a step whose ids differ on either
 backend is marked, and the command exits non-zero.

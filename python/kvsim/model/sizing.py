@@ -28,7 +28,7 @@ tensor parallelism each term is one GPU's share (weights, FLOPs and KV divided b
 whole); the all-reduces between GPUs are not priced.
 
 Calibrations (`time_model="calibrated"`): the same linear model with coefficients measured on a GPU by
-`python -m kvsim.gpu_validate` (DESIGN.md §GPU validation). `calibrations()` lists the shipped ones
+`python -m kvsim.gpu.validate` (DESIGN.md §GPU validation). `calibrations()` lists the shipped ones
 (`kvsim/calibrations/*.json`); `load_calibration` takes such a name or the path of any calibration JSON.
 """
 
@@ -42,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.gpus import Gpu
-from kvsim.gpus import get as get_gpu
-from kvsim.models import Model
-from kvsim.models import resolve as resolve_model
-from kvsim.units import fmt_bytes
+from kvsim.model.gpus import Gpu
+from kvsim.model.gpus import get as get_gpu
+from kvsim.model.models import Model
+from kvsim.model.models import resolve as resolve_model
+from kvsim.model.units import fmt_bytes
 
 PS_PER_S = 10**12
 
@@ -244,7 +244,9 @@ def size_pool(
 
 
 def _blocks(kv: int, m: Model, block_size: int, knob: str) -> int:
-    from kvsim.config import MAX_BLOCKS  # the pool's limit has one home (config imports this module lazily)
+    from kvsim.model.config import (
+        MAX_BLOCKS,  # the pool's limit has one home (config imports this module lazily)
+    )
 
     block_bytes = block_size * m.kv_bytes_per_token
     usable = kv // block_bytes
@@ -442,7 +444,7 @@ def linear_time_model(
     )
 
 
-CALIBRATION_DIR = Path(__file__).parent / "calibrations"
+CALIBRATION_DIR = Path(__file__).parent.parent / "calibrations"
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.claims import (
+from kvsim.analysis.claims import (
     CONFIRMED,
     DIFFERS,
     OPT13B_PAPER,
@@ -39,7 +39,7 @@ from kvsim.claims import (
     _feature_error,
     _not_testable,
 )
-from kvsim.sweep import make_workload, rows_frame, t_quantile_975, workload_label
+from kvsim.analysis.sweep import make_workload, rows_frame, t_quantile_975, workload_label
 
 FIG12_SLO_S_PER_TOKEN = 0.25
 # §6.2 on ShareGPT, over OPT-13B, 66B and 175B: 1.7-2.7x Orca (Oracle), 2.7-8x Orca (Max). The text gives

@@ -4,8 +4,8 @@ Each claim row holds the source's number (quoted from the paper or the seed simu
 from the engine's summaries, never typed in), the command that reproduces ours, the tolerance (stated
 before the run, in `Claim.tolerance`) and a verdict: CONFIRMED, DIFFERS, or NOT TESTABLE with the reason.
 
-Every experiment is a sweep (`kvsim.sweep`): all their points run in one thread pool, then each
-experiment's rows land in `results/claims/<experiment>.parquet`, which `kvsim.plots` reads. A point
+Every experiment is a sweep (`kvsim.analysis.sweep`): all their points run in one thread pool, then each
+experiment's rows land in `results/claims/<experiment>.parquet`, which `kvsim.analysis.plots` reads. A point
 that fails because the engine lacks a feature (`InvalidArgumentError` / `NotImplementedError` at run
 time) makes its claims NOT TESTABLE with the error text; any other exception is a bug and propagates.
 """
@@ -29,8 +29,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from kvsim.errors import InvalidArgumentError
-from kvsim.sweep import (
+from kvsim.analysis.sweep import (
     DEFAULT_BASE,
     Point,
     SweepSpec,
@@ -40,6 +39,7 @@ from kvsim.sweep import (
     rows_frame,
     run_point,
 )
+from kvsim.errors import InvalidArgumentError
 
 CONFIRMED, DIFFERS, NOT_TESTABLE = "CONFIRMED", "DIFFERS", "NOT TESTABLE"
 PAPER = "Kwon et al., SOSP 2023 (arXiv 2309.06180)"
@@ -221,7 +221,7 @@ def _held_blocks() -> pl.Expr:
 
 def experiments() -> list[Experiment]:
     """Every experiment the claims need (request counts before `scale`)."""
-    from kvsim.claims_capacity import capacity_experiments
+    from kvsim.analysis.claims_capacity import capacity_experiments
 
     policies = ["orca-max", "orca-pow2", "orca-oracle", "vllm"]
     return [
@@ -362,7 +362,7 @@ def experiments() -> list[Experiment]:
 
 
 def _fleet_experiments() -> list[Experiment]:
-    from kvsim.claims_fleet import fleet_experiments  # it builds on this module's classes
+    from kvsim.analysis.claims_fleet import fleet_experiments  # it builds on this module's classes
 
     return fleet_experiments()
 
@@ -570,7 +570,7 @@ def _sharing_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
             out.append(
                 Claim(cid, claim, f"{PAPER} §6.3", value, ours, tol, CONFIRMED if ok else DIFFERS, cmd, note)
             )
-    from kvsim.engine_input import EngineInput
+    from kvsim.engine.engine_input import EngineInput
 
     has_beam = "beam" in {f.name for f in dataclasses.fields(EngineInput)}
     for ds, (lo, hi) in beam.items():
@@ -828,7 +828,7 @@ def _trace_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
 
 
 def _sizing_claim() -> Claim:
-    from kvsim.sizing import pool_blocks
+    from kvsim.model.sizing import pool_blocks
 
     slots = (pool_blocks("opt-13b", None, 16, kv_cache_bytes=12 * GIB) - 1) * 16
     exact = 12 * GIB // 819_200
@@ -953,7 +953,7 @@ def run_claims(
     only: Sequence[str] | None = None,
     reuse: bool = False,
 ) -> ClaimsReport:
-    """Runs the claims suite and writes `<results_dir>/claims.md`; `kvsim.plots.plot_all` draws the
+    """Runs the claims suite and writes `<results_dir>/claims.md`; `kvsim.analysis.plots.plot_all` draws the
     report's results (claims produce the results, plots only read them).
 
     Args:
@@ -968,14 +968,19 @@ def run_claims(
     Returns:
         The report (claims, path, wall time, the results by experiment).
     """
-    from kvsim.claims_fleet import fleet_claims
+    from kvsim.analysis.claims_fleet import fleet_claims
 
     check_scale(scale)
     check_results_dir(results_dir)
     t0 = time.perf_counter()
     exps = experiments()
     chosen = [e for e in exps if only is None or e.name in only]
-    from kvsim.claims_capacity import CapacityExperiment, capacity_claims, read_capacity, run_capacity
+    from kvsim.analysis.claims_capacity import (
+        CapacityExperiment,
+        capacity_claims,
+        read_capacity,
+        run_capacity,
+    )
 
     results: dict[str, Results] = {}
     if reuse:

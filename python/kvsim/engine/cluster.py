@@ -3,7 +3,7 @@
 The engines run the fleet (`kvsim.reference.cluster.run_cluster`, the Rust core's `run_cluster`); this
 module turns a workload and one or several `SimConfig`s into their input, and their per-sequence columns
 and per-replica counters into rows and summaries with the single run's own helpers
-(`kvsim.simulate.request_rows`, `RowStats`, `summary_from`), so a fleet of one replica gives exactly what
+(`kvsim.engine.simulate.request_rows`, `RowStats`, `summary_from`), so a fleet of one replica gives exactly what
 `kvsim.simulate` gives, and the two backends can only differ where the engines differ.
 """
 
@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from kvsim.config import CLUSTER_KNOBS, PS_PER_S, SimConfig, convert
-from kvsim.engine_input import EngineInput, prepare
+from kvsim.engine.engine_input import EngineInput, prepare
+from kvsim.engine.simulate import BACKENDS, RowStats, SimResult, request_rows, summary_from
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.config import CLUSTER_KNOBS, PS_PER_S, SimConfig, convert
 from kvsim.reference.engine import EngineOutput
-from kvsim.simulate import BACKENDS, RowStats, SimResult, request_rows, summary_from
 
 # The router's knobs that `simulate_cluster(..., **router_overrides)` takes (`router` has its own keyword).
 ROUTER_KNOBS = ("router_refresh_s", "router_seed", "prefix_load_cap", "router_weights")
@@ -71,10 +71,10 @@ class ClusterResult:
         metric_percentiles: Any = (50, 90, 99),
         goodput: Any = None,
     ) -> dict[str, Any]:
-        """The fleet's `vllm bench serve` metrics (ms; `kvsim.metrics.serving_metrics`), over all requests,
+        """The fleet's `vllm bench serve` metrics (ms; `kvsim.engine.metrics.serving_metrics`), over all requests,
         with the fleet's duration (the last replica's makespan). ITL: its exact mean only (the replicas'
         steps interleave, so no one time series gives every gap)."""
-        from kvsim.metrics import serving_metrics
+        from kvsim.engine.metrics import serving_metrics
 
         return serving_metrics(
             self.requests,
@@ -124,7 +124,7 @@ def simulate_cluster(
         raise InvalidArgumentError(f"backend {backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
     configs, fleet = _configs(config, replicas, router, router_overrides)
     if goodput is not None:  # a bad SLO fails before the run
-        from kvsim.metrics import parse_goodput
+        from kvsim.engine.metrics import parse_goodput
 
         goodput = parse_goodput(goodput)
     spec = router_spec(configs[0])
@@ -234,7 +234,7 @@ def _run(
 
         out = cluster.run_cluster(inp, configs, spec)
     else:
-        from kvsim import rust_engine
+        from kvsim.engine import rust_engine
 
         out = rust_engine.run_cluster(inp, configs, spec)
     # The reference's ClusterOutput or the Rust wrapper's dict of the same fields: per-row columns (with
@@ -315,7 +315,7 @@ def cluster_result(
     summary["load_imbalance"] = _imbalance(work)
     summary["load_imbalance_requests"] = _imbalance(routed.astype(np.float64))
     if goodput is not None:
-        from kvsim.metrics import goodput_columns
+        from kvsim.engine.metrics import goodput_columns
 
         summary.update(goodput_columns(rows, raw, goodput))
     return ClusterResult(

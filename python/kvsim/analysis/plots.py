@@ -1,4 +1,4 @@
-"""Plots of the claims suite (matplotlib, PNG in results/plots/), drawn from the results `kvsim.claims`
+"""Plots of the claims suite (matplotlib, PNG in results/plots/), drawn from the results `kvsim.analysis.claims`
 produced (data flows one way: claims run the experiments and hold their rows; this module only reads
 them, or their parquet files).
 
@@ -28,7 +28,14 @@ import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from kvsim.claims import PAPER_FIG2, PAPER_FIG13, POLICY_LABEL, Results, experiments, mooncake_ceiling
+from kvsim.analysis.claims import (
+    PAPER_FIG2,
+    PAPER_FIG13,
+    POLICY_LABEL,
+    Results,
+    experiments,
+    mooncake_ceiling,
+)
 from kvsim.errors import InvalidArgumentError
 
 COLORS = {"token": "#2b8a3e", "reservation": "#f08c00", "internal": "#c92a2a", "external": "#5f3dc4"}
@@ -81,7 +88,7 @@ def series(res: Results, metric: str, by: str, **where: Any) -> tuple[list[Any],
 
 def _rate(label: str) -> str:
     """How a workload's requests arrive, from its label (`sharegpt:max_tokens=2048`)."""
-    from kvsim.sweep import WORKLOADS, parse_workload
+    from kvsim.analysis.sweep import WORKLOADS, parse_workload
 
     name, params = parse_workload(label)
     kind = WORKLOADS[name]
@@ -434,7 +441,7 @@ def draw_timeseries(
 def fleet_findings(fleets: Mapping[int, Results], top: float | None) -> tuple[str, str, str]:
     """The three fleet panels' findings, from the rows: hit rates of prefix-affinity against
     round-robin per fleet size (and the ceiling), TTFT p99's range, load imbalance's range."""
-    from kvsim.claims_fleet import fleet_summary
+    from kvsim.analysis.claims_fleet import fleet_summary
 
     got = {n: fleet_summary(res) for n, res in fleets.items()}
     hits = ", ".join(
@@ -452,7 +459,7 @@ def fleet_findings(fleets: Mapping[int, Results], top: float | None) -> tuple[st
 def draw_fleet(axes: Sequence[Axes], fleets: Mapping[int, Results], top: float | None = None) -> None:
     """Routers on a fleet (bars per router, one group per fleet size): prefix hit rate against the
     trace's ceiling, TTFT p50 and p99, load imbalance."""
-    from kvsim.claims_fleet import ROUTERS, fleet_summary
+    from kvsim.analysis.claims_fleet import ROUTERS, fleet_summary
 
     titles = (
         "Prefix hit rate by router (dashed: the trace's single-cache ceiling)",
@@ -510,7 +517,7 @@ def timeseries(requests: int = 3_000, every: int = 20) -> tuple[dict[str, pl.Dat
     """Time series of Orca (Max, Oracle) and vLLM on the Fig. 13a setup (`record_timeseries=every`);
     returns them, the pool's capacity in tokens and the setup line."""
     import kvsim
-    from kvsim.sweep import DEFAULT_BASE
+    from kvsim.analysis.sweep import DEFAULT_BASE
 
     rate = 2.0
     w = kvsim.workloads.synthetic(
@@ -547,7 +554,7 @@ def fig12_finding(res: Results, label: str) -> str:
 def draw_fig12(ax: Axes, res: Any, label: str) -> None:
     """Fig. 12 style: normalised latency against request rate per policy (the capacity searches' probes,
     seed 0), the SLO as a dashed line and each policy's knee (the highest passing rate) as a dot on it."""
-    from kvsim.claims_capacity import FIG12_SLO_S_PER_TOKEN
+    from kvsim.analysis.claims_capacity import FIG12_SLO_S_PER_TOKEN
 
     ds = label.split(":")[0]
     title = f"Fig. 12 style: normalised latency against request rate, {ds}"
@@ -649,7 +656,7 @@ def plan_figure(result: Any) -> Figure:
 
 def read_results(results_dir: Path) -> dict[str, Results]:
     """Each experiment's rows from `<results_dir>/claims/<name>.parquet` (a missing file: an error)."""
-    from kvsim.claims_capacity import CapacityExperiment, read_capacity
+    from kvsim.analysis.claims_capacity import CapacityExperiment, read_capacity
 
     results: dict[str, Results] = {}
     for e in experiments():
@@ -673,12 +680,12 @@ def plot_all(
 
     Args:
         results_dir: the results folder.
-        results: `kvsim.claims.Results` by experiment name (`ClaimsReport.results`); None reads
+        results: `kvsim.analysis.claims.Results` by experiment name (`ClaimsReport.results`); None reads
             `<results_dir>/claims/*.parquet`.
         progress: print each file as it is written.
         timeseries_requests: requests of the utilisation-over-time simulations.
     """
-    from kvsim.sweep import make_workload
+    from kvsim.analysis.sweep import make_workload
 
     results = read_results(results_dir) if results is None else results
     out_dir = results_dir / "plots"
@@ -703,7 +710,7 @@ def plot_all(
             with contextlib.suppress(InvalidArgumentError):
                 ceilings[trace] = mooncake_ceiling(make_workload(trace, {}, n, 0))
 
-    from kvsim.claims_fleet import FLEET_SIZES, TRACE
+    from kvsim.analysis.claims_fleet import FLEET_SIZES, TRACE
 
     fleets = {n: results[f"fleet-mooncake-{n}"] for n in FLEET_SIZES}
     fleet_top = None

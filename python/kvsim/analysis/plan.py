@@ -7,12 +7,12 @@ Every probe is a full simulation through a *probe*: a function `(workload, confi
 (`simulate_probe`, `kvsim.simulate(...).summary`, by default); a cluster's summary (the same keys plus the
 fleet's) plugs in the same way. SLOs are bounds on the summary's metrics (`METRICS`): latency percentiles
 and means in seconds (`ttft_p99`, `tpot_p99`, `e2el_p99`, `queueing_p50`, ...: the summary's `ttft_s_p99`,
-..., what `kvsim.metrics` reports as `p99_ttft_ms`, in ms), the paper's normalised latency
+..., what `kvsim.engine.metrics` reports as `p99_ttft_ms`, in ms), the paper's normalised latency
 (`normalized_latency`, s/token) and the share of requests meeting per-request SLOs (`goodput_fraction`,
-`slo_attainment` of `kvsim.metrics`, for the `goodput={"ttft": 500, "tpot": 50}` bounds in ms that
+`slo_attainment` of `kvsim.engine.metrics`, for the `goodput={"ttft": 500, "tpot": 50}` bounds in ms that
 `--goodput ttft:500 tpot:50` gives), a lower bound.
 
-The rate is changed by scaling the workload's arrivals (`kvsim.workload_specs.apply_trace_params`'s
+The rate is changed by scaling the workload's arrivals (`kvsim.workloads.specs.apply_trace_params`'s
 `time_scale`, what `request_rate=` does): a trace replays faster or slower, and a generator's Poisson or
 gamma arrivals at `arrival_rate` scaled by `r / arrival_rate` are the arrivals it draws at rate `r`
 (numpy draws exponential gaps as a standard draw times the scale). The rate of a workload is its
@@ -22,7 +22,7 @@ first arrival)`, the definition of `request_rate=`.
 The search: a bracket (from a start rate, double until a probe fails or halve until one passes, up to a
 cap), then bisection, in geometric steps, until the bracket's upper end is within `precision` of its
 lower end (relative; 2 % by default). Each round probes `width` points at once (the workers of the sweep
-executors, `kvsim.sweep.executor_session`: threads, processes or Dask), so a round of `w` probes shrinks
+executors, `kvsim.analysis.sweep.executor_session`: threads, processes or Dask), so a round of `w` probes shrinks
 the bracket by a factor `w + 1`. The answer is the bracket's passing end: for a rate, the highest rate
 seen to pass with every probe below it passing too (the knee).
 
@@ -45,8 +45,7 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.errors import InvalidArgumentError
-from kvsim.plan_search import (
+from kvsim.analysis.plan_search import (
     DEFAULT_MAX_PROBES,
     DEFAULT_PRECISION,
     METRICS,
@@ -56,6 +55,7 @@ from kvsim.plan_search import (
     check_precision,
     parse_slos,
 )
+from kvsim.errors import InvalidArgumentError
 
 RATE_RANGE = 2.0**12  # the default cap and floor of a rate search: the start rate x and / this factor
 
@@ -85,7 +85,7 @@ def workload_rate(workload: Any) -> float:
 
 def at_rate(workload: Any, rate: float, base_rate: float | None = None) -> Any:
     """The workload with its arrivals scaled to `rate` requests per second (`time_scale = base / rate`)."""
-    from kvsim.workload_specs import apply_trace_params
+    from kvsim.workloads.specs import apply_trace_params
 
     base = workload_rate(workload) if base_rate is None else base_rate
     return apply_trace_params(workload, {"time_scale": base / rate}, "capacity search")
@@ -98,7 +98,7 @@ def simulate_probe(
     workload: Any, config: Any, *, goodput: Any = None, backend: str = "rust"
 ) -> dict[str, Any]:
     """The default probe: `kvsim.simulate(workload, config, goodput=...).summary` (one replica)."""
-    from kvsim.simulate import simulate
+    from kvsim.engine.simulate import simulate
 
     return simulate(workload, config, backend=backend, goodput=goodput).summary
 
@@ -110,7 +110,7 @@ def cluster_probe(
     `replicas` and `router` unless `router` names another (a `functools.partial` of it with another router
     is a `best_of` candidate's probe). The default of `smallest_replicas`, and of `plan` for a config of
     several replicas."""
-    from kvsim.cluster import simulate_cluster
+    from kvsim.engine.cluster import simulate_cluster
 
     return dict(simulate_cluster(workload, config, router=router, goodput=goodput, backend=backend).summary)
 
@@ -180,7 +180,7 @@ def _resolve_probe(
 ) -> Callable[..., Any]:
     needs_goodput = any(s.metric == "goodput_fraction" for s in slos)
     if goodput is not None:
-        from kvsim.metrics import parse_goodput
+        from kvsim.engine.metrics import parse_goodput
 
         goodput = parse_goodput(goodput) or None
     if needs_goodput and goodput is None:
@@ -209,7 +209,7 @@ def _search(
 ) -> PlanResult:
     """Runs `search` round by round: each value becomes (workload, config, extra row columns) by `make`,
     is probed in parallel, and is judged against every SLO."""
-    from kvsim.sweep import executor_session
+    from kvsim.analysis.sweep import executor_session
 
     rows: list[dict[str, Any]] = []
     status = "probe-limit"
@@ -349,7 +349,7 @@ def plan(
         probe: `(workload, config) -> summary` (default `default_probe(config)`: `simulate_probe`, or
             `cluster_probe` for a config of several replicas); for processes and Dask it must pickle (a
             module-level function or a `functools.partial` of one).
-        executor, workers, scheduler: the sweep executors (`kvsim.sweep.executor_session`); `workers`
+        executor, workers, scheduler: the sweep executors (`kvsim.analysis.sweep.executor_session`); `workers`
             probes run in each round (default: the CPU count).
         backend: the engine of the default probe.
 
@@ -373,7 +373,7 @@ def plan(
         start = min(max(start, floor), cap)
     elif not floor <= start <= cap:
         raise InvalidArgumentError(f"start_rate {start:g} must lie in [min_rate {floor:g}, max_rate {cap:g}]")
-    from kvsim.sweep import _check_executor
+    from kvsim.analysis.sweep import _check_executor
 
     width = _check_executor(executor, workers, scheduler)
     run_probe = _resolve_probe(probe, slos_, goodput, backend, default=default_probe(config))
@@ -433,7 +433,7 @@ def smallest_replicas(
     _check_count("max_probes", max_probes, 2)
     if start > max_replicas:
         raise InvalidArgumentError(f"start {start} must be at most max_replicas {max_replicas}")
-    from kvsim.sweep import _check_executor
+    from kvsim.analysis.sweep import _check_executor
 
     width = _check_executor(executor, workers, scheduler)
     run_probe = _resolve_probe(probe, slos_, goodput, backend, default=cluster_probe)
@@ -507,7 +507,7 @@ def smallest_memory(
     if not lo_ < hi_:
         raise InvalidArgumentError(f"low {lo_:g} must be below high {hi_:g}")
     start = min(max(own, lo_), hi_)
-    from kvsim.sweep import _check_executor
+    from kvsim.analysis.sweep import _check_executor
 
     width = _check_executor(executor, workers, scheduler)
     run_probe = _resolve_probe(probe, slos_, goodput, backend, default=default_probe(config))

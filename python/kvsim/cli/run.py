@@ -1,10 +1,10 @@
 """`kvsim run`: one simulation from vLLM-style flags (or a TOML file), reported as `vllm bench serve`
-reports it, with the pool line and notes. Its flags come from `kvsim.config.KNOBS`: vLLM's spelling first
+reports it, with the pool line and notes. Its flags come from `kvsim.model.config.KNOBS`: vLLM's spelling first
 (`--num-gpu-blocks-override`, `--kv-cache-memory-bytes`, `--enable-prefix-caching` /
 `--no-enable-prefix-caching`, `-tp`, ...), kvsim's own kept as aliases; values are text converted by
-the knob's own rule (`kvsim.sweep.coerce`, units included), so an error names the flag as typed.
+the knob's own rule (`kvsim.analysis.sweep.coerce`, units included), so an error names the flag as typed.
 The `kvsim` parser and the other subcommands live in `kvsim.cli`; the human table and the notes in
-`kvsim.run_report`.
+`kvsim.analysis.run_report`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from kvsim.config import CLUSTER_KNOBS, KNOBS
+from kvsim.analysis.run_report import fleet_record, render_fleet, render_table, run_notes
+from kvsim.analysis.sweep import CONFIG_FIELDS, WORKLOADS, coerce, make_workload, parse_workload
 from kvsim.errors import InvalidArgumentError, KvsimError
-from kvsim.run_report import fleet_record, render_fleet, render_table, run_notes
-from kvsim.sweep import CONFIG_FIELDS, WORKLOADS, coerce, make_workload, parse_workload
+from kvsim.model.config import CLUSTER_KNOBS, KNOBS
 
 _WORKLOAD_HELP = "; ".join(f"{k}: {v.description}" for k, v in WORKLOADS.items())
 METRICS_POINTER = (
-    "Metrics: each is defined once in python/kvsim/metrics.py (serving metrics, vllm bench serve's) and "
+    "Metrics: each is defined once in python/kvsim/engine/metrics.py (serving metrics, vllm bench serve's) and "
     "DESIGN.md §Metrics (the summary's memory and cache metrics)."
 )
 
@@ -44,7 +44,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 def _fmt_default(name: str) -> str:
     """A knob's default for `--help`, in its unit."""
-    from kvsim.units import fmt_bytes, fmt_duration_ps
+    from kvsim.model.units import fmt_bytes, fmt_duration_ps
 
     k = KNOBS[name]
     d = k.default
@@ -231,7 +231,7 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
             "memory, cache and preemption metrics, and the pool line (what memory is simulated).\n\n"
             "Give --model and --gpu (the pool is sized as vLLM does: gpu memory utilization x device\n"
             "memory - weights / tp - activations), or --model with --kv-cache-memory-bytes, or\n"
-            "--num-gpu-blocks-override. Unset knobs take kvsim.config.KNOBS' defaults (DESIGN.md\n"
+            "--num-gpu-blocks-override. Unset knobs take kvsim.model.config.KNOBS' defaults (DESIGN.md\n"
             "§Defaults); --preset starts from a vLLM release's rules. A TOML file may hold `workload`,\n"
             "`requests`, `seed`, `backend` and a [config] table.\n\n"
             "Scheduling rules are vLLM 0.33.0's, the newest release checked (lifo_unhashed frees, the\n"
@@ -257,7 +257,7 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
         default="ttft,tpot,itl",
         metavar="M1,M2,...",
         help="latency metrics to report, of ttft, tpot, itl, e2el (vllm bench serve's, each defined in "
-        "kvsim/metrics.py; itl exactly, from every step's duration and every run of tokens the engines record) "
+        "kvsim/engine/metrics.py; itl exactly, from every step's duration and every run of tokens the engines record) "
         "(default: ttft,tpot,itl)",
     )
     o.add_argument(
@@ -371,7 +371,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
 
 
 def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: list[str]) -> tuple[Any, dict]:
-    from kvsim import workload_specs as ws
+    from kvsim.workloads import specs as ws
 
     spec = args.workload if args.workload is not None else data.get("workload", "sharegpt")
     requests = (
@@ -496,7 +496,7 @@ def read_run_file(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     import kvsim
-    from kvsim import metrics
+    from kvsim.engine import metrics
 
     data = read_run_file(args)
     try:
@@ -516,7 +516,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     notes: list[str] = []
     workload, info = _workload_from_args(args, data, notes)
     backend = args.backend or data.get("backend", "rust")
-    # ITL's distribution is exact from the engines' record (kvsim.metrics.itl_values): no time series.
+    # ITL's distribution is exact from the engines' record (kvsim.engine.metrics.itl_values): no time series.
     fleet = is_fleet(config)
     if fleet:
         if "itl" in pct_metrics:

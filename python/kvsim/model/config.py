@@ -5,7 +5,7 @@ line, the presets and sweep files all read.
 Every field is validated and converted where it enters (`SimConfig.__post_init__`), whether or not the
 configuration's mode uses it; every error is an `InvalidArgumentError` naming the field and the value.
 Booleans are not integers, and strings are not numbers unless the field takes a unit
-(`kv_cache_bytes="12GiB"`, `iteration_time_ps="1ms"`, see `kvsim.units`). Field names follow vLLM's
+(`kv_cache_bytes="12GiB"`, `iteration_time_ps="1ms"`, see `kvsim.model.units`). Field names follow vLLM's
 spelling where vLLM has one (`block_size`, `enable_prefix_caching`, `max_num_seqs`,
 `max_num_batched_tokens`, `max_model_len`, `gpu_memory_utilization`, `tensor_parallel_size`,
 `kv_cache_dtype`). DESIGN.md §Engine describes what each knob does and §Defaults lists the table; the
@@ -318,7 +318,7 @@ KNOBS: dict[str, Knob] = {
         None,
         "text",
         "time_model calibrated: a shipped calibration's name (kvsim.sizing.calibrations()) or the path of a "
-        "calibration JSON written by python -m kvsim.gpu_validate",
+        "calibration JSON written by python -m kvsim.gpu.validate",
         optional=True,
         metavar="NAME|PATH",
     ),
@@ -466,7 +466,7 @@ def convert(name: str, value: Any) -> Any:
             raise _fail(name, value, f"must be in {lo_b}{k.lo:g}, {k.hi:g}{hi_b}")
         return v
     if k.kind in ("int", "bytes", "duration"):
-        from kvsim.units import parse_bytes, parse_duration_ps
+        from kvsim.model.units import parse_bytes, parse_duration_ps
 
         if isinstance(value, bool):
             raise _fail(name, value, "must be an integer, not a boolean")
@@ -482,7 +482,7 @@ def convert(name: str, value: Any) -> Any:
             raise _fail(name, value, f"must be between {k.lo:.0f} and {k.hi:.0f}")
         return v
     if k.kind == "model":
-        from kvsim.models import Model, resolve
+        from kvsim.model.models import Model, resolve
 
         if not isinstance(value, str | Model):
             raise _fail(
@@ -493,8 +493,8 @@ def convert(name: str, value: Any) -> Any:
         resolve(value)  # an unknown name or a bad config file raises, naming it
         return value
     if k.kind == "gpu":
-        from kvsim.gpus import Gpu
-        from kvsim.gpus import get as get_gpu
+        from kvsim.model.gpus import Gpu
+        from kvsim.model.gpus import get as get_gpu
 
         if isinstance(value, str):
             try:
@@ -524,7 +524,7 @@ def convert(name: str, value: Any) -> Any:
 def _seconds(name: str, value: Any, k: Knob) -> float:
     """A time in seconds (`router_refresh_s`): a number of seconds or text with a unit (`100ms`, `2s`; a
     bare number in text is seconds), a whole number of picoseconds, as the engines count it."""
-    from kvsim.units import parse_duration_ps
+    from kvsim.model.units import parse_duration_ps
 
     if isinstance(value, bool):
         raise _fail(name, value, "must be a number of seconds, not a boolean")
@@ -735,7 +735,7 @@ class SimConfig:
             )
 
     def _size(self) -> None:
-        from kvsim.sizing import size_pool
+        from kvsim.model.sizing import size_pool
 
         if self.swap_space_bytes is not None:
             if self.model is None:
@@ -772,7 +772,7 @@ class SimConfig:
         object.__setattr__(self, "num_blocks", pool.num_blocks)
 
     def _swap_blocks(self, swap_bytes: int) -> int:
-        from kvsim.sizing import kv_bytes_per_token
+        from kvsim.model.sizing import kv_bytes_per_token
 
         per_block = self.block_size * kv_bytes_per_token(
             self.model, self.kv_cache_dtype, self.tensor_parallel_size
@@ -791,7 +791,7 @@ class SimConfig:
                 raise InvalidArgumentError(
                     "time_model 'linear' needs c0_ps, c_tok_ps, c_ctx_ps, or model and gpu to derive them"
                 )
-            from kvsim.sizing import linear_time_model
+            from kvsim.model.sizing import linear_time_model
 
             tm = linear_time_model(
                 self.model,
@@ -819,7 +819,7 @@ class SimConfig:
                 "time_model 'calibrated' needs calibration: a shipped name (kvsim.sizing.calibrations()) "
                 "or the path of a calibration JSON"
             )
-        from kvsim.sizing import linear_time_model, load_calibration
+        from kvsim.model.sizing import linear_time_model, load_calibration
 
         cal = load_calibration(self.calibration)
         model = getattr(self.model, "name", self.model)
@@ -881,10 +881,10 @@ class SimConfig:
 
     def describe(self) -> dict[str, Any]:
         """`to_dict()` in human units (sizes `12 GiB`, times `1 ms`), for `--json` and saved results; each
-        value reads back exactly (`kvsim.units.exact_bytes`, `exact_duration_ps`), so the description
+        value reads back exactly (`kvsim.model.units.exact_bytes`, `exact_duration_ps`), so the description
         reproduces the configuration."""
-        from kvsim.units import exact_bytes as fmt_bytes
-        from kvsim.units import exact_duration_ps as fmt_duration_ps
+        from kvsim.model.units import exact_bytes as fmt_bytes
+        from kvsim.model.units import exact_duration_ps as fmt_duration_ps
 
         out: dict[str, Any] = {}
         for name, value in self.to_dict().items():

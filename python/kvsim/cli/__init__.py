@@ -1,11 +1,11 @@
-"""The `kvsim` command line: `kvsim run` (one simulation), `kvsim plan` (capacity search, `kvsim.cli_plan`),
+"""The `kvsim` command line: `kvsim run` (one simulation), `kvsim plan` (capacity search, `kvsim.cli.plan`),
 `kvsim sweep` (a grid), `kvsim claims` (the claims suite that writes results/claims.md and the plots).
 
 `kvsim run` speaks vLLM's language: its flags are vLLM's engine arguments where vLLM has one
 (`--num-gpu-blocks-override`, `--kv-cache-memory-bytes`, `--enable-prefix-caching` /
 `--no-enable-prefix-caching`, `-tp`, ...; kvsim's own spellings stay as aliases), sizes and durations take
-units (`12GiB`, `5ms`, `120us`), and it reports what `vllm bench serve` reports (`kvsim.metrics`).
-Every knob's default comes from `kvsim.config.KNOBS`, the same table SimConfig uses. Errors are one
+units (`12GiB`, `5ms`, `120us`), and it reports what `vllm bench serve` reports (`kvsim.engine.metrics`).
+Every knob's default comes from `kvsim.model.config.KNOBS`, the same table SimConfig uses. Errors are one
 line on stderr naming the flag, exit status 2.
 
 `python -m bench.sweep` is `kvsim sweep` with one difference: with no arguments it runs the claims suite.
@@ -19,20 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kvsim import cli_plan
-from kvsim.cli_run import (
-    METRICS_POINTER,
-    FlagError,
-    _add_workload_flags,
-    _Formatter,
-    _int_flag,
-    _run_parser,
-    cmd_run,
-)
-from kvsim.config import PAPER_SETUP
-from kvsim.errors import InvalidArgumentError, KvsimError
-from kvsim.lab import cli as lab_cli
-from kvsim.sweep import (
+from kvsim.analysis.sweep import (
     CONFIG_FIELDS,
     EXECUTORS,
     SweepSpec,
@@ -43,6 +30,19 @@ from kvsim.sweep import (
     parse_grid_args,
     run_sweep,
 )
+from kvsim.cli import plan as cli_plan
+from kvsim.cli.run import (
+    METRICS_POINTER,
+    FlagError,
+    _add_workload_flags,
+    _Formatter,
+    _int_flag,
+    _run_parser,
+    cmd_run,
+)
+from kvsim.errors import InvalidArgumentError, KvsimError
+from kvsim.lab import cli as lab_cli
+from kvsim.model.config import PAPER_SETUP
 
 RESULTS = Path("results")
 DEFAULT_SHOW = ("throughput_rps", "mean_batch", "kv_utilization", "e2e_s_p99")
@@ -62,7 +62,7 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=V",
-        help="a fixed SimConfig field under the grid, repeatable; unset fields take kvsim.config.KNOBS' "
+        help="a fixed SimConfig field under the grid, repeatable; unset fields take kvsim.model.config.KNOBS' "
         f"defaults (the claims suite's base is the paper's setup: {PAPER_SETUP})",
     )
     _add_workload_flags(p, many=True)
@@ -226,7 +226,7 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
     if args.name:
         spec.name = args.name
     if args.goodput is not None:
-        from kvsim.metrics import parse_goodput
+        from kvsim.engine.metrics import parse_goodput
 
         try:
             spec.goodput = parse_goodput(args.goodput)
@@ -247,7 +247,7 @@ def _flag_error(flag: str, exc: InvalidArgumentError) -> InvalidArgumentError:
 def known_metrics(spec: SweepSpec) -> list[str]:
     """The metric columns a sweep's rows will have: the summary of a two-request run of the sweep's
     first point (with its SLOs' goodput columns), plus the wall times."""
-    from kvsim.sweep import simulate_point
+    from kvsim.analysis.sweep import simulate_point
 
     point = spec.points()[0]
     workload = make_workload(point.workload, point.workload_params, 2, point.seed)
@@ -317,7 +317,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_claims(args: argparse.Namespace) -> int:
-    from kvsim.claims import check_results_dir, check_scale, run_claims
+    from kvsim.analysis.claims import check_results_dir, check_scale, run_claims
 
     try:  # the messages start with the option's name: "--scale nan must be ...", "--results x: ..."
         try:
@@ -337,7 +337,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
         reuse=args.reuse,
     )
     if not args.no_plots:
-        from kvsim.plots import plot_all
+        from kvsim.analysis.plots import plot_all
 
         report.plots = plot_all(Path(args.results), report.results)
     print(report.table())
@@ -417,7 +417,3 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
     except KvsimError as exc:
         print(f"bench.sweep: error: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

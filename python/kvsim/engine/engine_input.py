@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.config import MAX_TIME_PS, MAX_TOKENS, PS_PER_S, SimConfig
 from kvsim.errors import InvalidArgumentError
-from kvsim.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
+from kvsim.model.config import MAX_TIME_PS, MAX_TOKENS, PS_PER_S, SimConfig
+from kvsim.model.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
 
 
 @dataclass(frozen=True)

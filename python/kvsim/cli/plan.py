@@ -8,7 +8,10 @@ import argparse
 import json
 from typing import Any
 
-from kvsim.cli_run import (
+from kvsim.analysis.plan import MEMORY_KNOBS
+from kvsim.analysis.plan_search import DEFAULT_MAX_PROBES, METRICS
+from kvsim.analysis.sweep import EXECUTORS
+from kvsim.cli.run import (
     METRICS_POINTER,
     FlagError,
     _config_from_args,
@@ -20,9 +23,6 @@ from kvsim.cli_run import (
     read_run_file,
 )
 from kvsim.errors import InvalidArgumentError
-from kvsim.plan import MEMORY_KNOBS
-from kvsim.plan_search import DEFAULT_MAX_PROBES, METRICS
-from kvsim.sweep import EXECUTORS
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -106,7 +106,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         choices=(*MEMORY_KNOBS, "replicas"),
         default=None,
         help="instead of the highest rate: the smallest memory knob, or replica count, that meets the SLOs "
-        "at --rate (kvsim.plan.smallest_memory / smallest_replicas; --min-rate/--max-rate/--start-rate do "
+        "at --rate (kvsim.analysis.plan.smallest_memory / smallest_replicas; --min-rate/--max-rate/--start-rate do "
         "not apply) (default: none)",
     )
     s.add_argument(
@@ -120,7 +120,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="NAME=V1,V2,...",
         default=None,
         help="rank values of one SimConfig field by their highest rate under the SLOs "
-        "(kvsim.plan.best_of: block_size=8,16,32, policy=vllm,orca-oracle) (default: none)",
+        "(kvsim.analysis.plan.best_of: block_size=8,16,32, policy=vllm,orca-oracle) (default: none)",
     )
     o = p.add_argument_group("output")
     o.add_argument(
@@ -131,8 +131,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def _search_options(args: argparse.Namespace) -> dict[str, Any]:
-    from kvsim.metrics import parse_goodput
-    from kvsim.plan_search import check_precision, parse_slos
+    from kvsim.analysis.plan_search import check_precision, parse_slos
+    from kvsim.engine.metrics import parse_goodput
 
     if not args.slo:
         raise FlagError("argument --slo: give at least one SLO (--slo ttft_p99:2s --slo tpot_p99:100ms)")
@@ -175,7 +175,7 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _compare(text: str) -> tuple[str, list[dict[str, Any]]]:
     """`block_size=8,16,32` -> ("block_size", [{"block_size": 8}, ...]), each value coerced."""
-    from kvsim.sweep import CONFIG_FIELDS, coerce
+    from kvsim.analysis.sweep import CONFIG_FIELDS, coerce
 
     name, eq, values = text.partition("=")
     name = name.strip()
@@ -218,16 +218,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     slos = opts.pop("slos")
     ranking = None
     if args.smallest == "replicas":
-        from kvsim.plan import smallest_replicas
+        from kvsim.analysis.plan import smallest_replicas
 
         opts.pop("precision", None)  # a count is bisected exactly
         result = smallest_replicas(workload, config, slos, backend=backend, **opts)
     elif args.smallest is not None:
-        from kvsim.plan import smallest_memory
+        from kvsim.analysis.plan import smallest_memory
 
         result = smallest_memory(workload, config, slos, knob=args.smallest, backend=backend, **opts)
     elif args.compare is not None:
-        from kvsim.plan import best_of
+        from kvsim.analysis.plan import best_of
 
         _, candidates = _compare(args.compare)
         ranking = best_of(workload, config, slos, candidates, backend=backend, **opts)

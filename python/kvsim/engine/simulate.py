@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from kvsim.config import MAX_TIME_PS, PS_PER_S, SimConfig
-from kvsim.engine_input import EngineInput, prepare
+from kvsim.engine.engine_input import EngineInput, prepare
+from kvsim.engine.exact import Mean, Quantiles
 from kvsim.errors import InvalidArgumentError
-from kvsim.exact import Mean, Quantiles
+from kvsim.model.config import MAX_TIME_PS, PS_PER_S, SimConfig
 from kvsim.reference.engine import EVENT_KINDS, FINISHED, REJECT_REASONS, REJECTED, EngineOutput
 
 BACKENDS = ("rust", "reference")
@@ -70,11 +70,11 @@ class SimResult:
         goodput: Any = None,
     ) -> dict[str, Any]:
         """`vllm bench serve`'s metrics of this run (ms; goodput and SLO attainment with `goodput`, e.g.
-        `{"ttft": 500, "tpot": 50}`): `kvsim.metrics.serving_metrics`, which defines each. ITL's
-        distribution is exact from the engines' record (`kvsim.metrics.itl_values`); a streamed run's
+        `{"ttft": 500, "tpot": 50}`): `kvsim.engine.metrics.serving_metrics`, which defines each. ITL's
+        distribution is exact from the engines' record (`kvsim.engine.metrics.itl_values`); a streamed run's
         (which records none) falls back to a time series of every step, exact only where no sequence
         missed a step, else its mean only."""
-        from kvsim.metrics import serving_metrics
+        from kvsim.engine.metrics import serving_metrics
 
         if self.requests is None:
             raise InvalidArgumentError(
@@ -99,7 +99,7 @@ def _run_engine(inp: EngineInput, config: SimConfig, backend: str, every: int, e
         from kvsim.reference import engine
 
         return engine.run(inp, config, every, events)
-    from kvsim import rust_engine
+    from kvsim.engine import rust_engine
 
     return rust_engine.run(inp, config, every, events)
 
@@ -122,7 +122,7 @@ def simulate(
         record_events: log every block and scheduling event into `.events` (memory grows with the log).
         record_timeseries: True records every step's memory state into `.timeseries`; an integer N
             records every N-th step (memory grows with the number of recorded steps).
-        goodput: SLO bounds in ms (`{"ttft": 500, "tpot": 50}`, `kvsim.metrics.parse_goodput`): the
+        goodput: SLO bounds in ms (`{"ttft": 500, "tpot": 50}`, `kvsim.engine.metrics.parse_goodput`): the
             summary then also holds `request_goodput`, `slo_attainment` and `slo_attainment_<metric>`.
 
     Returns:
@@ -143,7 +143,7 @@ def simulate(
             f"record_timeseries {record_timeseries!r} must be a bool or an int between 1 and 2**62"
         )
     if goodput is not None:  # a bad SLO fails before the run, not after it
-        from kvsim.metrics import parse_goodput
+        from kvsim.engine.metrics import parse_goodput
 
         goodput = parse_goodput(goodput)
     every = int(record_timeseries)  # True -> every step
@@ -180,7 +180,7 @@ def simulate(
     del inp  # the per-sequence input is not needed for the summary: free it first
     summary = summarize(requests, raw, config)
     if goodput is not None:
-        from kvsim.metrics import goodput_columns
+        from kvsim.engine.metrics import goodput_columns
 
         summary.update(goodput_columns(requests, raw, goodput))
     return SimResult(
@@ -276,7 +276,7 @@ _QS = (0.5, 0.9, 0.99)
 
 class RowStats:
     """The summary's row-derived metrics, fed request rows in order (all at once or chunk by chunk: the
-    same numbers either way, `kvsim.exact`).
+    same numbers either way, `kvsim.engine.exact`).
 
     Args:
         memory_limit: latency values kept in memory per metric before they are spilled to a file.

@@ -96,7 +96,7 @@ def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
         if not (math.isfinite(v) and 0 < v <= 1):
             raise InvalidArgumentError(f"{what} {value!r} must be a fraction in (0, 1]")
         return v
-    from kvsim.units import TIME_UNITS, parse_duration_ps
+    from kvsim.model.units import TIME_UNITS, parse_duration_ps
 
     if isinstance(value, str) and text_needs_unit and not value.strip().rstrip("0123456789.eE+-_ "):
         raise InvalidArgumentError(
@@ -312,7 +312,7 @@ class PlanResult:
         if self.axis == "rate":
             return f"{x:.4g} req/s"
         if self.axis == "kv_cache_bytes":
-            from kvsim.units import fmt_bytes
+            from kvsim.model.units import fmt_bytes
 
             return fmt_bytes(x)
         return f"{x:.4g}" if not float(x).is_integer() else f"{int(x):,}"
@@ -405,14 +405,14 @@ class PlanResult:
 
     def figure(self) -> Any:
         """A matplotlib Figure: each SLO metric against the axis, its bound, the answer marked
-        (`kvsim.plots.plan_figure`)."""
-        from kvsim.plots import plan_figure
+        (`kvsim.analysis.plots.plan_figure`)."""
+        from kvsim.analysis.plots import plan_figure
 
         return plan_figure(self)
 
     def plot(self, path: str | os.PathLike[str]) -> Path:
         """Writes `figure()` as a PNG to `path` and returns it."""
-        from kvsim.plots import _save
+        from kvsim.analysis.plots import _save
 
         return _save(self.figure(), Path(path))
 

@@ -8,11 +8,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from kvsim import _core
-from kvsim.config import SimConfig
-from kvsim.engine_input import EngineInput
+from kvsim.engine.engine_input import EngineInput
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.config import SimConfig
+from kvsim.model.segments import OUTPUT_BIT
 from kvsim.reference.engine import EngineOutput
-from kvsim.segments import OUTPUT_BIT
 
 _NO_FORKS = np.zeros(0, dtype=np.int64)
 
@@ -132,7 +132,7 @@ def step_floor_unchecked(inp: EngineInput, config: SimConfig) -> dict[str, int]:
 
 def _shared_content(inp: EngineInput) -> bool:
     """Whether one content id occurs in the prompts of two sequences, or a prompt quotes a generated
-    output (output ids have the top bit set, workload ids stay below 2^63: `kvsim.segments`)."""
+    output (output ids have the top bit set, workload ids stay below 2^63: `kvsim.model.segments`)."""
     ids = inp.segment_id.astype(np.uint64, copy=False)
     if (ids >= np.uint64(OUTPUT_BIT)).any():
         return True

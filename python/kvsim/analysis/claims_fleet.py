@@ -1,9 +1,9 @@
 """The fleet's claims (DESIGN.md §Claims, §Cluster): routers on the Mooncake conversation trace with 4 and
 8 replicas of the same total KV memory, held against the trace's own reuse (the infinite single cache's
-ceiling, `kvsim.claims.mooncake_ceiling`, computed from its hash ids, not by the engine).
+ceiling, `kvsim.analysis.claims.mooncake_ceiling`, computed from its hash ids, not by the engine).
 
-`kvsim.claims` runs these experiments with the others and adds these claims to claims.md; the rows land
-in `results/claims/fleet-mooncake-<N>.parquet`, which `kvsim.plots.draw_fleet` reads.
+`kvsim.analysis.claims` runs these experiments with the others and adds these claims to claims.md; the rows land
+in `results/claims/fleet-mooncake-<N>.parquet`, which `kvsim.analysis.plots.draw_fleet` reads.
 """
 
 from __future__ import annotations
@@ -11,8 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvsim.claims import CONFIRMED, DIFFERS, Claim, Experiment, Results, _not_testable, _pct, mooncake_ceiling
-from kvsim.sweep import make_workload
+from kvsim.analysis.claims import (
+    CONFIRMED,
+    DIFFERS,
+    Claim,
+    Experiment,
+    Results,
+    _not_testable,
+    _pct,
+    mooncake_ceiling,
+)
+from kvsim.analysis.sweep import make_workload
 
 TRACE = "mooncake-conversation"
 ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")

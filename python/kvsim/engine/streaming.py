@@ -20,12 +20,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from kvsim.config import SimConfig
-from kvsim.engine_input import EngineInput, prepare
-from kvsim.errors import InvalidArgumentError
-from kvsim.reference.engine import EngineOutput
-from kvsim.segments import OUTPUT_BIT
-from kvsim.simulate import (
+from kvsim.engine.engine_input import EngineInput, prepare
+from kvsim.engine.simulate import (
     BACKENDS,
     RowStats,
     SimResult,
@@ -34,6 +30,10 @@ from kvsim.simulate import (
     simulate,
     summary_from,
 )
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.config import SimConfig
+from kvsim.model.segments import OUTPUT_BIT
+from kvsim.reference.engine import EngineOutput
 from kvsim.workloads import Workload, synthetic
 
 DEFAULT_CHUNK = 1 << 20
@@ -105,14 +105,14 @@ def synthetic_chunks(
 class _Rust:
     def __init__(self, config: SimConfig, independent: bool) -> None:
         from kvsim import _core
-        from kvsim.rust_engine import config_kwargs
+        from kvsim.engine.rust_engine import config_kwargs
 
         self.core = _core.Stream(
             **config_kwargs(config), forks=config.sampling == "fork-cow", independent=independent
         )
 
     def feed(self, inp: EngineInput) -> None:
-        from kvsim.rust_engine import input_kwargs
+        from kvsim.engine.rust_engine import input_kwargs
 
         self.core.feed(**input_kwargs(inp))
 

@@ -1,0 +1,5 @@
+"""What many runs are turned into: sweeps, the claims suite, plots, run reports.
+
+- `sweep`: grids, executors, resume; `claims`: the claims suite (`python -m kvsim.analysis.claims`);
+  `plots`: its PNGs; `run_report`: the `kvsim run` table and notes. Imports the engine, never back.
+"""
