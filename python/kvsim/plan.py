@@ -70,7 +70,9 @@ def workload_rate(workload: Any) -> float:
         InvalidArgumentError: a workload whose requests all arrive at once (it has no rate to scale).
     """
     meta = getattr(workload, "meta", {}) or {}
-    arrival = workload.arrival
+    arrival = getattr(workload, "arrival", None)
+    if arrival is None:
+        raise InvalidArgumentError(f"workload {workload!r} is not a kvsim.Workload (it has no arrivals)")
     span = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
     if span <= 0:
         raise InvalidArgumentError(
@@ -116,13 +118,21 @@ def cluster_probe(
 
 
 def default_probe(config: Any) -> Callable[..., dict[str, Any]]:
-    """`cluster_probe` for a config of several replicas (its `replicas` knob), else `simulate_probe`."""
+    """`cluster_probe` for a config of several replicas (its `replicas` knob) or a list of replica configs
+    (a heterogeneous fleet), else `simulate_probe`."""
+    if isinstance(config, list | tuple):
+        return cluster_probe
     replicas = getattr(config, "replicas", None)
     return cluster_probe if isinstance(replicas, int) and replicas > 1 else simulate_probe
 
 
 def set_replicas(config: Any, n: int) -> Any:
     """`config` with `replicas = n` (`SimConfig.replace`): what `smallest_replicas` varies."""
+    if not hasattr(config, "replace"):
+        raise InvalidArgumentError(
+            f"config {type(config).__name__} has no replica count to vary: smallest_replicas needs one "
+            "SimConfig (a list of replica configs is a fleet of its own length; give replicas= a setter)"
+        )
     return config.replace(replicas=n)
 
 
@@ -166,13 +176,17 @@ def _check_count(name: str, value: Any, lo: int) -> int:
 
 
 def _check_positive(name: str, value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (math.isfinite(value) and value > 0)
-    ):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgumentError(f"{name} {value!r} must be a positive number")
-    return float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an int too large for a float
+        raise InvalidArgumentError(
+            f"{name} (an integer of {len(str(value))} digits) is out of range"
+        ) from None
+    if not (math.isfinite(v) and v > 0):
+        raise InvalidArgumentError(f"{name} {value!r} must be a positive number")
+    return v
 
 
 def _resolve_probe(
@@ -487,6 +501,10 @@ def smallest_memory(
     """
     if knob not in MEMORY_KNOBS:
         raise InvalidArgumentError(f"knob {knob!r} is not one of {', '.join(MEMORY_KNOBS)}")
+    if not hasattr(config, "replace") or not hasattr(config, knob):
+        raise InvalidArgumentError(
+            f"config {type(config).__name__} has no {knob} to vary: smallest_memory needs one SimConfig"
+        )
     slos_ = parse_slos(slos)
     prec = check_precision(precision)
     _check_count("max_probes", max_probes, 2)
@@ -566,6 +584,11 @@ def best_of(
             and as `plan`.
     """
     items: list[Candidate] = []
+    if not isinstance(candidates, Mapping | Sequence):
+        raise InvalidArgumentError(
+            f"candidates {candidates!r} must be a list of Candidates or of config changes, or a mapping "
+            "label -> changes"
+        )
     if isinstance(candidates, Mapping):
         items = [Candidate(str(k), dict(v)) for k, v in candidates.items()]
     else:

@@ -92,9 +92,9 @@ def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
         elif isinstance(value, bool) or not isinstance(value, int | float):
             raise InvalidArgumentError(f"{what} {value!r} is not a fraction (0.99 or 99%)")
         else:
-            v = float(value)
+            v = _float(value)
         if not (math.isfinite(v) and 0 < v <= 1):
-            raise InvalidArgumentError(f"{what} {value!r} must be a fraction in (0, 1]")
+            raise InvalidArgumentError(f"{what} {_shown(value)} must be a fraction in (0, 1]")
         return v
     from kvsim.units import TIME_UNITS, parse_duration_ps
 
@@ -109,10 +109,25 @@ def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
     elif isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgumentError(f"{what} {value!r} is not a duration (seconds, or text such as 100ms)")
     else:
-        seconds = float(value)
+        seconds = _float(value)
     if not (math.isfinite(seconds) and seconds > 0):
-        raise InvalidArgumentError(f"{what} {value!r} must be a positive duration")
+        raise InvalidArgumentError(f"{what} {_shown(value)} must be a positive duration")
     return seconds
+
+
+def _float(value: int | float) -> float:
+    """`float(value)`, an int too large for a float being infinite (refused as not finite)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _shown(value: Any) -> str:
+    """`repr(value)`, an int too long to show in a message as its magnitude."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return f"(an integer of {len(str(abs(value)))} digits)"
+    return repr(value)
 
 
 def parse_slos(slos: Mapping[str, Any] | Sequence[str | SLO] | str) -> tuple[SLO, ...]:
@@ -128,6 +143,10 @@ def parse_slos(slos: Mapping[str, Any] | Sequence[str | SLO] | str) -> tuple[SLO
     if isinstance(slos, Mapping):
         pairs = [(str(k), v, False) for k, v in slos.items()]
     else:
+        if not isinstance(slos, str | Sequence):
+            raise InvalidArgumentError(
+                f"slos {slos!r} must be a mapping ({{'ttft_p99': 2.0}}) or METRIC:BOUND texts (ttft_p99:2s)"
+            )
         items = [slos] if isinstance(slos, str) else list(slos)
         for item in items:
             if isinstance(item, SLO):  # already parsed (parse_slos' own output)
@@ -165,8 +184,12 @@ def check_precision(precision: Any) -> float:
             v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
         except ValueError:
             raise InvalidArgumentError(f"precision {precision!r} is not a number (0.02 or 2%)") from None
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = float(min(v, 1))  # an int is never in (0, 1); min: one too large for a float
     if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and 0 < v < 1):
-        raise InvalidArgumentError(f"precision {precision!r} must be a relative precision in (0, 1) (2%)")
+        raise InvalidArgumentError(
+            f"precision {_shown(precision)} must be a relative precision in (0, 1) (2%)"
+        )
     return float(v)
 
 
