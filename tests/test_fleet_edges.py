@@ -194,3 +194,28 @@ def test_plan_on_a_list_of_replica_configs_plans_the_fleet():
     rate = float(r.probes["rate"][0])
     direct = kvsim.simulate_cluster(P.at_rate(w, rate), fleet).summary
     assert r.probes["ttft_p99"][0] == direct["ttft_s_p99"]
+
+
+@pytest.mark.parametrize("address", ["tcp://127.0.0.1:1", "garbage", "nosuchproto://x:1"])
+def test_an_unreachable_dask_scheduler_is_an_error_naming_it(address, capsys):
+    """A scheduler that cannot be reached (or an address that is not one) is InvalidArgumentError naming
+    it, and on the command line one line with exit status 2 (it was a 60-line OSError traceback)."""
+    import warnings
+
+    import dask
+
+    from kvsim.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import distributed  # noqa: F401  (its config defaults loaded before the override below)
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        with pytest.raises(InvalidArgumentError, match="scheduler"):
+            _plan_module().plan(_workload(), CFG, SLO, max_probes=2, executor="dask", scheduler=address)
+        argv = ["plan", "--num-blocks", "200", "--requests", "20", "--workload", "synthetic:arrival_rate=20"]
+        argv += ["--slo", "ttft_p99:2s", "--executor", "dask", "--scheduler", address]
+        assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "scheduler" in err
