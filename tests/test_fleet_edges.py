@@ -219,3 +219,38 @@ def test_an_unreachable_dask_scheduler_is_an_error_naming_it(address, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert "scheduler" in err
+
+
+def test_a_replica_search_stopped_by_the_probe_limit_says_so_without_a_zero_percent_bracket():
+    """smallest_replicas bisects integers exactly (precision 0): stopped early, its message said "before the
+    bracket reached 0 %"; it says the bracket was still open, between the failing and the passing count."""
+    import functools
+
+    r = _plan_module().smallest_replicas(
+        _workload(),
+        CFG,
+        SLO,
+        max_probes=3,
+        workers=1,
+        max_replicas=1000,
+        probe=functools.partial(_replica_probe, n_star=300),
+    )
+    assert r.status == "probe-limit"
+    assert "0 %" not in r.message
+    assert "still open" in r.message
+
+
+def _replica_probe(workload, config, *, n_star: int) -> dict:
+    return {"ttft_s_p99": 1.0 if config.replicas >= n_star else 3.0}
+
+
+@given(w=bursty_workloads(), fleet=nasty_fleets(), data=st.data())
+def test_one_nasty_replica_is_simulate_exactly(w, fleet, data):
+    """A fleet of one replica is `simulate`, whatever the router and its knobs (stale views included)."""
+    from tests.test_cluster_api import assert_one_replica_equal
+
+    args = nasty_router(data.draw)
+    backend = data.draw(st.sampled_from(["rust", "reference"]))
+    one = outcome(lambda: kvsim.simulate(w, fleet[0], backend=backend))
+    alone = outcome(lambda: kvsim.simulate_cluster(w, [fleet[0]], backend=backend, **args))
+    assert_one_replica_equal(one, alone)

@@ -361,8 +361,12 @@ class PlanResult:
             what = {
                 "converged": f"smallest {self.axis} meeting {slos}: {self._fmt(self.value)}"
                 + (f" ({self._fmt(lo)} fails)" if lo is not None else " (the smallest value probed)"),
-                "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
-                f"{self._fmt(lo)} fails, {self._fmt(hi)} passes",
+                "probe-limit": (
+                    f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
+                    if self.precision > 0
+                    else f"stopped at {n} probes with the bracket still open: "  # an exact integer search
+                )
+                + f"{self._fmt(lo)} fails, {self._fmt(hi)} passes",
                 "above-cap": f"fails {slos} at every {self.axis} probed, up to the cap {self._fmt(lo)}",
                 "below-floor": f"passes {slos} at every {self.axis} probed, down to the floor "
                 f"{self._fmt(hi)}",
