@@ -254,3 +254,24 @@ def test_one_nasty_replica_is_simulate_exactly(w, fleet, data):
     one = outcome(lambda: kvsim.simulate(w, fleet[0], backend=backend))
     alone = outcome(lambda: kvsim.simulate_cluster(w, [fleet[0]], backend=backend, **args))
     assert_one_replica_equal(one, alone)
+
+
+def test_a_plan_on_a_fleet_says_it_is_a_fleet(capsys):
+    """The plot's setup line and `kvsim plan`'s header name the fleet (replicas and router) a search on a
+    fleet config probed: they showed one replica's pool only, as if a single replica had been planned."""
+    from kvsim.cli import main
+
+    fleet = CFG.replace(replicas=3, router="prefix-affinity")
+    r = _plan_module().plan(_workload(), fleet, SLO, max_probes=2, workers=1)
+    assert "3 replicas" in r.setup
+    assert "prefix-affinity" in r.setup
+    hetero = _plan_module().plan(_workload(), [CFG, CFG.replace(block_size=8)], SLO, max_probes=2, workers=1)
+    assert "2 replicas" in hetero.setup
+    single = _plan_module().plan(_workload(), CFG, SLO, max_probes=2, workers=1)
+    assert "replicas" not in single.setup
+    argv = ["plan", "--num-blocks", "200", "--requests", "20", "--workload", "synthetic:arrival_rate=20"]
+    argv += ["--slo", "ttft_p99:2s", "--max-probes", "2", "--workers", "1", "--replicas", "3"]
+    argv += ["--router", "least-loaded"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "fleet: 3 replicas, router least-loaded" in out

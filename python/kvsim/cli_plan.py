@@ -272,6 +272,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     print(f"workload: {info['name']}, {info['requests']:,} requests; {target}")
     print(config.pool.line())
+    if config.replicas > 1 and args.smallest != "replicas":  # the fleet every probe runs
+        print(f"fleet: {config.replicas} replicas, router {config.router} (pool: each replica's)")
     print()
     if ranking is not None:
         for label, plan in ranking.plans.items():

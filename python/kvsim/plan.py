@@ -309,17 +309,29 @@ def _search(
 
 
 def _setup(workload: Any, config: Any, rate: float | None = None, pool: bool = True) -> str:
-    """The plot's setup line: model, GPU, pool (unless the search varies it), requests, target rate."""
+    """The plot's setup line: model, GPU, pool (unless the search varies it), the fleet (replicas and
+    router, for a fleet config or a list of replica configs), requests, target rate."""
     meta = getattr(workload, "meta", {}) or {}
     parts = []
+    fleet = None
+    each: str | None = ""
+    if isinstance(config, list | tuple) and config:
+        fleet = f"{len(config)} replicas (heterogeneous), router {getattr(config[0], 'router', '?')}"
+        config = config[0]  # the first replica's model; its pool is not every replica's (not shown)
+        each = None
+    elif isinstance(getattr(config, "replicas", None), int) and config.replicas > 1:
+        fleet = f"{config.replicas} replicas, router {config.router}"
+        each = " each"
     model = getattr(config, "model", None)
     gpu = getattr(config, "gpu", None)
     if model is not None:
         name = getattr(model, "name", model)
         parts.append(f"{name} on {getattr(gpu, 'name', gpu)}" if gpu is not None else str(name))
-    if hasattr(config, "capacity_blocks"):
+    if hasattr(config, "capacity_blocks") and each is not None:
         blocks = f"{config.capacity_blocks:,} blocks × " if pool else "blocks of "
-        parts.append(f"{blocks}{config.block_size} tokens, {config.policy}")
+        parts.append(f"{blocks}{config.block_size} tokens, {config.policy}{each}")
+    if fleet is not None:
+        parts.append(fleet)
     lengths = meta.get("lengths")
     parts.append(f"{len(workload):,} requests" + (f" ({lengths})" if lengths else ""))
     if rate is not None:
