@@ -275,3 +275,33 @@ def test_a_plan_on_a_fleet_says_it_is_a_fleet(capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "fleet: 3 replicas, router least-loaded" in out
+
+
+@given(w=bursty_workloads(), fleet=nasty_fleets(), data=st.data())
+def test_fleet_summary_is_consistent_with_its_rows_and_replicas(w, fleet, data):
+    """The fleet's summary agrees with its rows and its replicas' summaries: counts add up, every replica's
+    rows are the fleet's rows routed to it, load imbalance is max / mean of the replicas' work and
+    requests (so within [1, N]), fractions of capacity stay in [0, 1], capacity is the replicas' sum."""
+    import polars as pl
+
+    args = nasty_router(data.draw)
+    res = outcome(lambda: kvsim.simulate_cluster(w, fleet, backend="rust", **args))
+    if isinstance(res, tuple):
+        return
+    s, n = res.summary, len(fleet)
+    assert s["replicas"] == n
+    assert s["num_requests"] == len(w) == sum(r.summary["num_requests"] for r in res.replicas)
+    assert s["completed"] == sum(r.summary["completed"] for r in res.replicas)
+    assert s["rejected"] == sum(r.summary["rejected"] for r in res.replicas)
+    routed = np.bincount(res.requests["replica"].to_numpy(), minlength=n)
+    assert routed.tolist() == [r.requests.height for r in res.replicas]
+    for i, r in enumerate(res.replicas):
+        assert res.requests.filter(pl.col("replica") == i).drop("replica").equals(r.requests, null_equal=True)
+    work = np.array([r.raw.counters["sum_batched_tokens"] for r in res.replicas], dtype=np.float64)
+    for key, values in (("load_imbalance", work), ("load_imbalance_requests", routed.astype(np.float64))):
+        expect = values.max() / values.mean() if values.mean() > 0 else 1.0
+        assert s[key] == pytest.approx(expect, rel=1e-12), key
+        assert 1.0 - 1e-12 <= s[key] <= n + 1e-12, key
+    assert s["capacity_tokens"] == sum(c.capacity_tokens for c in fleet)
+    for key in ("kv_utilization", "kv_allocated_fraction", "peak_allocated_fraction"):
+        assert -1e-12 <= s[key] <= 1.0 + 1e-12, (key, s[key])
