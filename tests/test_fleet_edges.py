@@ -305,3 +305,28 @@ def test_fleet_summary_is_consistent_with_its_rows_and_replicas(w, fleet, data):
     assert s["capacity_tokens"] == sum(c.capacity_tokens for c in fleet)
     for key in ("kv_utilization", "kv_allocated_fraction", "peak_allocated_fraction"):
         assert -1e-12 <= s[key] <= 1.0 + 1e-12, (key, s[key])
+
+
+def test_numpy_numbers_are_numbers_to_the_capacity_search():
+    """A rate, count, precision or SLO bound computed with numpy (np.float32, np.int64) is a number: it was
+    refused as "must be a positive number" / "must be a whole number" / "is not a duration"."""
+    P = _plan_module()
+    w = _workload()
+    r = P.plan(
+        w,
+        CFG,
+        {"ttft_p99": np.float32(2.0)},
+        start_rate=np.float32(20.0),
+        max_rate=np.float64(80.0),
+        precision=np.float32(0.25),
+        max_probes=np.int64(3),
+        workers=1,
+    )
+    assert r.probes.height == 3
+    assert r.slos[0].bound == 2.0
+    s = P.smallest_replicas(
+        w, CFG, SLO, rate=np.float32(20.0), max_replicas=np.int64(4), max_probes=2, workers=1
+    )
+    assert s.probes["rate"][0] == 20.0
+    with pytest.raises(InvalidArgumentError, match="max_probes"):
+        P.plan(w, CFG, SLO, max_probes=np.bool_(True))

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -170,13 +171,14 @@ def _run_job(job: _Job) -> tuple[int, dict[str, Any], float]:
 
 
 def _check_count(name: str, value: Any, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+    # numbers.Integral: Python's ints and numpy's integers (never a bool, nor numpy's bool_)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lo:
         raise InvalidArgumentError(f"{name} {value!r} must be a whole number >= {lo}")
-    return value
+    return int(value)
 
 
 def _check_positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's numbers too
         raise InvalidArgumentError(f"{name} {value!r} must be a positive number")
     try:
         v = float(value)
@@ -388,7 +390,7 @@ def plan(
     """
     slos_ = parse_slos(slos)
     prec = check_precision(precision)
-    _check_count("max_probes", max_probes, 2)
+    max_probes = _check_count("max_probes", max_probes, 2)
     base = workload_rate(workload)
     start = base if start_rate is None else _check_positive("start_rate", start_rate)
     floor = start / RATE_RANGE if min_rate is None else _check_positive("min_rate", min_rate)
@@ -454,9 +456,9 @@ def smallest_replicas(
         InvalidArgumentError: as `plan`; and from the default `replicas`, a SimConfig without that knob.
     """
     slos_ = parse_slos(slos)
-    _check_count("max_replicas", max_replicas, 1)
-    _check_count("start", start, 1)
-    _check_count("max_probes", max_probes, 2)
+    max_replicas = _check_count("max_replicas", max_replicas, 1)
+    start = _check_count("start", start, 1)
+    max_probes = _check_count("max_probes", max_probes, 2)
     if start > max_replicas:
         raise InvalidArgumentError(f"start {start} must be at most max_replicas {max_replicas}")
     from kvsim.sweep import _check_executor
@@ -519,7 +521,7 @@ def smallest_memory(
         )
     slos_ = parse_slos(slos)
     prec = check_precision(precision)
-    _check_count("max_probes", max_probes, 2)
+    max_probes = _check_count("max_probes", max_probes, 2)
     if knob == "num_blocks":
         own = float(config.num_blocks)
         lo_d, hi_d = 2.0, own * 64

@@ -6,6 +6,7 @@ every probe, the contradictions of monotonicity, a table, a plot)."""
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,7 +90,7 @@ def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
                 v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
             except ValueError:
                 raise InvalidArgumentError(f"{what} {value!r} is not a fraction (0.99 or 99%)") from None
-        elif isinstance(value, bool) or not isinstance(value, int | float):
+        elif isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise InvalidArgumentError(f"{what} {value!r} is not a fraction (0.99 or 99%)")
         else:
             v = _float(value)
@@ -106,7 +107,7 @@ def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
         value = value.strip()[: -len("/token")]
     if isinstance(value, str):
         seconds = parse_duration_ps(what, value, bare_unit="s") / TIME_UNITS["s"]
-    elif isinstance(value, bool) or not isinstance(value, int | float):
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidArgumentError(f"{what} {value!r} is not a duration (seconds, or text such as 100ms)")
     else:
         seconds = _float(value)
@@ -115,7 +116,7 @@ def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
     return seconds
 
 
-def _float(value: int | float) -> float:
+def _float(value: Any) -> float:
     """`float(value)`, an int too large for a float being infinite (refused as not finite)."""
     try:
         return float(value)
@@ -184,9 +185,12 @@ def check_precision(precision: Any) -> float:
             v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
         except ValueError:
             raise InvalidArgumentError(f"precision {precision!r} is not a number (0.02 or 2%)") from None
-    if isinstance(v, int) and not isinstance(v, bool):
-        v = float(min(v, 1))  # an int is never in (0, 1); min: one too large for a float
-    if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and 0 < v < 1):
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        v = math.nan  # refused below
+    elif isinstance(v, numbers.Integral):
+        v = 1.0  # an int is never in (0, 1) (and one may be too large for a float)
+    v = float(v)
+    if not (math.isfinite(v) and 0 < v < 1):
         raise InvalidArgumentError(
             f"precision {_shown(precision)} must be a relative precision in (0, 1) (2%)"
         )
