@@ -330,3 +330,19 @@ def test_numpy_numbers_are_numbers_to_the_capacity_search():
     assert s.probes["rate"][0] == 20.0
     with pytest.raises(InvalidArgumentError, match="max_probes"):
         P.plan(w, CFG, SLO, max_probes=np.bool_(True))
+
+
+def test_cli_smallest_replicas_starts_at_the_replicas_given(capsys):
+    """`kvsim plan --smallest replicas --replicas 4`: the count given is where the search starts (it was
+    silently ignored, the search starting at 1 whatever --replicas said)."""
+    import json
+
+    from kvsim.cli import main
+
+    argv = ["plan", "--num-blocks", "200", "--requests", "20", "--workload", "synthetic:arrival_rate=20"]
+    argv += ["--slo", "ttft_p99:2s", "--max-probes", "2", "--workers", "1", "--smallest", "replicas"]
+    assert main([*argv, "--replicas", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["probes"][0]["replicas"] == 4
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["probes"][0]["replicas"] == 1
