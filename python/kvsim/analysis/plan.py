@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,7 +71,9 @@ def workload_rate(workload: Any) -> float:
         InvalidArgumentError: a workload whose requests all arrive at once (it has no rate to scale).
     """
     meta = getattr(workload, "meta", {}) or {}
-    arrival = workload.arrival
+    arrival = getattr(workload, "arrival", None)
+    if arrival is None:
+        raise InvalidArgumentError(f"workload {workload!r} is not a kvsim.Workload (it has no arrivals)")
     span = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
     if span <= 0:
         raise InvalidArgumentError(
@@ -116,13 +119,21 @@ def cluster_probe(
 
 
 def default_probe(config: Any) -> Callable[..., dict[str, Any]]:
-    """`cluster_probe` for a config of several replicas (its `replicas` knob), else `simulate_probe`."""
+    """`cluster_probe` for a config of several replicas (its `replicas` knob) or a list of replica configs
+    (a heterogeneous fleet), else `simulate_probe`."""
+    if isinstance(config, list | tuple):
+        return cluster_probe
     replicas = getattr(config, "replicas", None)
     return cluster_probe if isinstance(replicas, int) and replicas > 1 else simulate_probe
 
 
 def set_replicas(config: Any, n: int) -> Any:
     """`config` with `replicas = n` (`SimConfig.replace`): what `smallest_replicas` varies."""
+    if not hasattr(config, "replace"):
+        raise InvalidArgumentError(
+            f"config {type(config).__name__} has no replica count to vary: smallest_replicas needs one "
+            "SimConfig (a list of replica configs is a fleet of its own length; give replicas= a setter)"
+        )
     return config.replace(replicas=n)
 
 
@@ -160,19 +171,24 @@ def _run_job(job: _Job) -> tuple[int, dict[str, Any], float]:
 
 
 def _check_count(name: str, value: Any, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+    # numbers.Integral: Python's ints and numpy's integers (never a bool, nor numpy's bool_)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lo:
         raise InvalidArgumentError(f"{name} {value!r} must be a whole number >= {lo}")
-    return value
+    return int(value)
 
 
 def _check_positive(name: str, value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (math.isfinite(value) and value > 0)
-    ):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's numbers too
         raise InvalidArgumentError(f"{name} {value!r} must be a positive number")
-    return float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an int too large for a float
+        raise InvalidArgumentError(
+            f"{name} (an integer of {len(str(value))} digits) is out of range"
+        ) from None
+    if not (math.isfinite(v) and v > 0):
+        raise InvalidArgumentError(f"{name} {value!r} must be a positive number")
+    return v
 
 
 def _resolve_probe(
@@ -295,17 +311,29 @@ def _search(
 
 
 def _setup(workload: Any, config: Any, rate: float | None = None, pool: bool = True) -> str:
-    """The plot's setup line: model, GPU, pool (unless the search varies it), requests, target rate."""
+    """The plot's setup line: model, GPU, pool (unless the search varies it), the fleet (replicas and
+    router, for a fleet config or a list of replica configs), requests, target rate."""
     meta = getattr(workload, "meta", {}) or {}
     parts = []
+    fleet = None
+    each: str | None = ""
+    if isinstance(config, list | tuple) and config:
+        fleet = f"{len(config)} replicas (heterogeneous), router {getattr(config[0], 'router', '?')}"
+        config = config[0]  # the first replica's model; its pool is not every replica's (not shown)
+        each = None
+    elif isinstance(getattr(config, "replicas", None), int) and config.replicas > 1:
+        fleet = f"{config.replicas} replicas, router {config.router}"
+        each = " each"
     model = getattr(config, "model", None)
     gpu = getattr(config, "gpu", None)
     if model is not None:
         name = getattr(model, "name", model)
         parts.append(f"{name} on {getattr(gpu, 'name', gpu)}" if gpu is not None else str(name))
-    if hasattr(config, "capacity_blocks"):
+    if hasattr(config, "capacity_blocks") and each is not None:
         blocks = f"{config.capacity_blocks:,} blocks × " if pool else "blocks of "
-        parts.append(f"{blocks}{config.block_size} tokens, {config.policy}")
+        parts.append(f"{blocks}{config.block_size} tokens, {config.policy}{each}")
+    if fleet is not None:
+        parts.append(fleet)
     lengths = meta.get("lengths")
     parts.append(f"{len(workload):,} requests" + (f" ({lengths})" if lengths else ""))
     if rate is not None:
@@ -362,7 +390,7 @@ def plan(
     """
     slos_ = parse_slos(slos)
     prec = check_precision(precision)
-    _check_count("max_probes", max_probes, 2)
+    max_probes = _check_count("max_probes", max_probes, 2)
     base = workload_rate(workload)
     start = base if start_rate is None else _check_positive("start_rate", start_rate)
     floor = start / RATE_RANGE if min_rate is None else _check_positive("min_rate", min_rate)
@@ -428,9 +456,9 @@ def smallest_replicas(
         InvalidArgumentError: as `plan`; and from the default `replicas`, a SimConfig without that knob.
     """
     slos_ = parse_slos(slos)
-    _check_count("max_replicas", max_replicas, 1)
-    _check_count("start", start, 1)
-    _check_count("max_probes", max_probes, 2)
+    max_replicas = _check_count("max_replicas", max_replicas, 1)
+    start = _check_count("start", start, 1)
+    max_probes = _check_count("max_probes", max_probes, 2)
     if start > max_replicas:
         raise InvalidArgumentError(f"start {start} must be at most max_replicas {max_replicas}")
     from kvsim.analysis.sweep import _check_executor
@@ -487,9 +515,13 @@ def smallest_memory(
     """
     if knob not in MEMORY_KNOBS:
         raise InvalidArgumentError(f"knob {knob!r} is not one of {', '.join(MEMORY_KNOBS)}")
+    if not hasattr(config, "replace") or not hasattr(config, knob):
+        raise InvalidArgumentError(
+            f"config {type(config).__name__} has no {knob} to vary: smallest_memory needs one SimConfig"
+        )
     slos_ = parse_slos(slos)
     prec = check_precision(precision)
-    _check_count("max_probes", max_probes, 2)
+    max_probes = _check_count("max_probes", max_probes, 2)
     if knob == "num_blocks":
         own = float(config.num_blocks)
         lo_d, hi_d = 2.0, own * 64
@@ -566,6 +598,11 @@ def best_of(
             and as `plan`.
     """
     items: list[Candidate] = []
+    if not isinstance(candidates, Mapping | Sequence):
+        raise InvalidArgumentError(
+            f"candidates {candidates!r} must be a list of Candidates or of config changes, or a mapping "
+            "label -> changes"
+        )
     if isinstance(candidates, Mapping):
         items = [Candidate(str(k), dict(v)) for k, v in candidates.items()]
     else:

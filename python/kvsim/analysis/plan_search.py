@@ -6,6 +6,7 @@ every probe, the contradictions of monotonicity, a table, a plot)."""
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,12 +90,12 @@ def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
                 v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
             except ValueError:
                 raise InvalidArgumentError(f"{what} {value!r} is not a fraction (0.99 or 99%)") from None
-        elif isinstance(value, bool) or not isinstance(value, int | float):
+        elif isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise InvalidArgumentError(f"{what} {value!r} is not a fraction (0.99 or 99%)")
         else:
-            v = float(value)
+            v = _float(value)
         if not (math.isfinite(v) and 0 < v <= 1):
-            raise InvalidArgumentError(f"{what} {value!r} must be a fraction in (0, 1]")
+            raise InvalidArgumentError(f"{what} {_shown(value)} must be a fraction in (0, 1]")
         return v
     from kvsim.model.units import TIME_UNITS, parse_duration_ps
 
@@ -106,13 +107,28 @@ def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
         value = value.strip()[: -len("/token")]
     if isinstance(value, str):
         seconds = parse_duration_ps(what, value, bare_unit="s") / TIME_UNITS["s"]
-    elif isinstance(value, bool) or not isinstance(value, int | float):
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidArgumentError(f"{what} {value!r} is not a duration (seconds, or text such as 100ms)")
     else:
-        seconds = float(value)
+        seconds = _float(value)
     if not (math.isfinite(seconds) and seconds > 0):
-        raise InvalidArgumentError(f"{what} {value!r} must be a positive duration")
+        raise InvalidArgumentError(f"{what} {_shown(value)} must be a positive duration")
     return seconds
+
+
+def _float(value: Any) -> float:
+    """`float(value)`, an int too large for a float being infinite (refused as not finite)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _shown(value: Any) -> str:
+    """`repr(value)`, an int too long to show in a message as its magnitude."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return f"(an integer of {len(str(abs(value)))} digits)"
+    return repr(value)
 
 
 def parse_slos(slos: Mapping[str, Any] | Sequence[str | SLO] | str) -> tuple[SLO, ...]:
@@ -128,6 +144,10 @@ def parse_slos(slos: Mapping[str, Any] | Sequence[str | SLO] | str) -> tuple[SLO
     if isinstance(slos, Mapping):
         pairs = [(str(k), v, False) for k, v in slos.items()]
     else:
+        if not isinstance(slos, str | Sequence):
+            raise InvalidArgumentError(
+                f"slos {slos!r} must be a mapping ({{'ttft_p99': 2.0}}) or METRIC:BOUND texts (ttft_p99:2s)"
+            )
         items = [slos] if isinstance(slos, str) else list(slos)
         for item in items:
             if isinstance(item, SLO):  # already parsed (parse_slos' own output)
@@ -165,8 +185,15 @@ def check_precision(precision: Any) -> float:
             v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
         except ValueError:
             raise InvalidArgumentError(f"precision {precision!r} is not a number (0.02 or 2%)") from None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and 0 < v < 1):
-        raise InvalidArgumentError(f"precision {precision!r} must be a relative precision in (0, 1) (2%)")
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        v = math.nan  # refused below
+    elif isinstance(v, numbers.Integral):
+        v = 1.0  # an int is never in (0, 1) (and one may be too large for a float)
+    v = float(v)
+    if not (math.isfinite(v) and 0 < v < 1):
+        raise InvalidArgumentError(
+            f"precision {_shown(precision)} must be a relative precision in (0, 1) (2%)"
+        )
     return float(v)
 
 
@@ -338,8 +365,12 @@ class PlanResult:
             what = {
                 "converged": f"smallest {self.axis} meeting {slos}: {self._fmt(self.value)}"
                 + (f" ({self._fmt(lo)} fails)" if lo is not None else " (the smallest value probed)"),
-                "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
-                f"{self._fmt(lo)} fails, {self._fmt(hi)} passes",
+                "probe-limit": (
+                    f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
+                    if self.precision > 0
+                    else f"stopped at {n} probes with the bracket still open: "  # an exact integer search
+                )
+                + f"{self._fmt(lo)} fails, {self._fmt(hi)} passes",
                 "above-cap": f"fails {slos} at every {self.axis} probed, up to the cap {self._fmt(lo)}",
                 "below-floor": f"passes {slos} at every {self.axis} probed, down to the floor "
                 f"{self._fmt(hi)}",

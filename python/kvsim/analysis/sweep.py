@@ -996,7 +996,10 @@ def executor_session(
 
         cluster = None
         if scheduler:
-            client = Client(scheduler)
+            try:
+                client = Client(scheduler)
+            except (OSError, ValueError) as exc:  # unreachable (a timeout is an OSError), or not an address
+                raise InvalidArgumentError(f"scheduler {scheduler!r}: cannot connect ({exc})") from None
         else:
             cluster = LocalCluster(
                 n_workers=workers,

@@ -106,8 +106,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         choices=(*MEMORY_KNOBS, "replicas"),
         default=None,
         help="instead of the highest rate: the smallest memory knob, or replica count, that meets the SLOs "
-        "at --rate (kvsim.analysis.plan.smallest_memory / smallest_replicas; --min-rate/--max-rate/--start-rate do "
-        "not apply) (default: none)",
+        "at --rate (kvsim.analysis.plan.smallest_memory / smallest_replicas, which starts at --replicas; "
+        "--min-rate/--max-rate/--start-rate do not apply) (default: none)",
     )
     s.add_argument(
         "--rate",
@@ -221,6 +221,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from kvsim.analysis.plan import smallest_replicas
 
         opts.pop("precision", None)  # a count is bisected exactly
+        # --replicas, which the search varies, is where it starts (the first count probed)
+        opts["start"] = config.replicas
+        opts["max_replicas"] = max(1024, config.replicas)
         result = smallest_replicas(workload, config, slos, backend=backend, **opts)
     elif args.smallest is not None:
         from kvsim.analysis.plan import smallest_memory
@@ -272,6 +275,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     print(f"workload: {info['name']}, {info['requests']:,} requests; {target}")
     print(config.pool.line())
+    if config.replicas > 1 and args.smallest != "replicas":  # the fleet every probe runs
+        print(f"fleet: {config.replicas} replicas, router {config.router} (pool: each replica's)")
     print()
     if ranking is not None:
         for label, plan in ranking.plans.items():

@@ -52,6 +52,8 @@ class EngineInput:
 
 def prepare(workload: Any, config: SimConfig) -> EngineInput:
     """Expands samples, converts seconds to picoseconds and caps generation targets."""
+    if not all(hasattr(workload, name) for name in ("arrival", "num_samples", "output_len", "__len__")):
+        raise InvalidArgumentError(f"workload {workload!r} is not a kvsim.Workload")
     n = len(workload)
     beam = np.asarray(getattr(workload, "beam", np.zeros(n, dtype=bool)), dtype=bool)
     if beam.any():

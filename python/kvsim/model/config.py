@@ -579,7 +579,10 @@ def _weights(name: str, value: Any) -> dict[str, float]:
             raise _fail(name, given, f"names an unknown scorer {key!r}; known: {', '.join(ROUTER_SCORERS)}")
         if isinstance(w, bool) or not _is_real(w):
             raise _fail(name, given, f"weight {w!r} of {key!r} must be a number")
-        f = float(w)
+        try:
+            f = float(w)
+        except OverflowError:
+            f = math.inf  # an int too large for a float: refused as not finite
         if not math.isfinite(f) or f < 0:
             raise _fail(name, given, f"weight {w!r} of {key!r} must be a finite number >= 0")
         out[key] = f
