@@ -13,12 +13,12 @@ from hypothesis import assume, given
 
 import kvsim
 from kvsim.errors import InvalidArgumentError
-from kvsim.segments import output_id
+from kvsim.model.segments import output_id
 from kvsim.workloads import Workload
 from tests.test_cluster_api import outcome
 from tests.test_cluster_differential import assert_fleets_equal
 
-ROUTERS = kvsim.config.ROUTERS
+ROUTERS = kvsim.model.config.ROUTERS
 CONTIGUOUS = ("static", "orca-max", "orca-pow2", "orca-oracle")
 
 
@@ -135,7 +135,7 @@ HUGE = 10**400  # an int no float holds: float(HUGE) raises OverflowError
 def _plan_module():
     import importlib
 
-    return importlib.import_module("kvsim.plan")
+    return importlib.import_module("kvsim.analysis.plan")
 
 
 def _workload() -> Workload:
