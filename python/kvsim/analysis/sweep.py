@@ -954,6 +954,27 @@ def _check_executor(executor: str, workers: int | None, scheduler: str | None) -
     return workers or os.cpu_count() or 1
 
 
+def _check_scheduler(address: str) -> None:
+    """Refuses a Dask scheduler address that is no address or (TCP) does not answer, before a `Client` is
+    built: a Client whose start failed complains again from its finaliser at the interpreter's exit."""
+    import socket
+
+    import dask
+    from dask.utils import parse_timedelta
+    from distributed.comm import parse_address, parse_host_port
+    from distributed.comm.registry import get_backend
+
+    try:
+        proto, loc = parse_address(address)
+        get_backend(proto)
+        if proto in ("tcp", "tls"):
+            host, port = parse_host_port(loc)
+            timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="s")
+            socket.create_connection((host, port), timeout=timeout).close()
+    except (OSError, ValueError, TypeError) as exc:
+        raise InvalidArgumentError(f"scheduler {address!r}: cannot connect ({exc})") from None
+
+
 @contextlib.contextmanager
 def executor_session(
     executor: str = "threads",
@@ -996,6 +1017,7 @@ def executor_session(
 
         cluster = None
         if scheduler:
+            _check_scheduler(scheduler)
             try:
                 client = Client(scheduler)
             except (OSError, ValueError) as exc:  # unreachable (a timeout is an OSError), or not an address
