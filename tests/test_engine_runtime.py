@@ -35,7 +35,9 @@ def test_results_do_not_depend_on_other_threads():
 
 
 def test_gil_is_released_during_a_run():
-    w, cfg = long_run()
+    # Five times `long_run` (a few tenths of a second): long enough that a held GIL would show as a gap.
+    w = synthetic(100_000, arrival_rate=2, lengths="sharegpt-paper", seed=3)
+    cfg = kvsim.SimConfig(num_blocks=300)
     stamps: list[float] = []
     done = threading.Event()
 
