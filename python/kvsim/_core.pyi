@@ -1,4 +1,4 @@
-# Type stub of the Rust extension `kvsim._core` (rust/py/src/lib.rs); the docstrings live there.
+# Type stub of the Rust extension `kvsim._core` (rust/py/src/); the docstrings live there.
 # `make lint` checks this file against the built module with `python -m mypy.stubtest kvsim._core`.
 # Integer arguments accept any object with `__index__` except a bool, and anything else raises
 # kvsim.errors.InvalidArgumentError (DESIGN.md §Errors): the stub says `int`, what a caller should pass.
@@ -107,7 +107,7 @@ class Stream:
         full_prompt_gate: bool,
         skip_over_budget: bool = False,
         watermark_blocks: int,
-        one_free_block: bool,
+        one_free_block: bool = False,
         max_model_len: int | None,
         time_model: str,
         iteration_time_ps: int,

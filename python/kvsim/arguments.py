@@ -1,6 +1,6 @@
 """How the block manager's and the pool's arguments are checked: the reference's half of one rule.
 
-The Rust binding (`rust/py/src/lib.rs`, "arguments") applies the same rules with the same messages, and
+The Rust binding (`rust/py/src/args.rs`) applies the same rules with the same messages, and
 tests/test_manager_state_machine.py compares the two on generated bad input (DESIGN.md §Errors):
 
 - an integer argument is any object with `__index__` (int, numpy integers) except a bool; anything

@@ -1,0 +1,162 @@
+//! `run_cluster`: a fleet of replicas behind a router on one clock (`kvsim_core::cluster`), one call
+//! across the boundary; the replicas' configs are read as `run_engine`'s knobs (`config::engine_config`).
+
+use crate::args::{Origin, int_arg, items, repr, u64_in};
+use crate::columns::{Columns, counters_dict, output_dicts};
+use crate::config::engine_config;
+use crate::errors::{IntoPyResult, invalid};
+use crate::guard::detached;
+use kvsim_core::cluster::{ClusterOutput, RouterSpec};
+use numpy::IntoPyArray;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyList};
+
+/// The router's parameters as `run_cluster` takes them (None: the default).
+fn router_spec(
+    router: &Bound<'_, PyAny>,
+    seed: Option<&Bound<'_, PyAny>>,
+    refresh_ps: Option<&Bound<'_, PyAny>>,
+    prefix_load_cap: Option<&Bound<'_, PyAny>>,
+    weights: Option<&Bound<'_, PyAny>>,
+) -> PyResult<RouterSpec> {
+    let router: String = router
+        .extract()
+        .map_err(|_| invalid(format!("router {} must be a str", repr(router))))?;
+    let seed = seed.map_or(Ok(0), |v| u64_in(v, "router_seed", 0))?;
+    let refresh = match refresh_ps {
+        Some(v) => {
+            let refresh = int_arg(v, "router_refresh_ps")?;
+            i64::try_from(refresh.value).map_err(|_| {
+                invalid(format!(
+                    "router_refresh_ps {refresh} must be between 0 and {}",
+                    i64::MAX
+                ))
+            })?
+        }
+        None => 0,
+    };
+    let cap = match prefix_load_cap {
+        None => 1.5,
+        Some(v) => number(v, || "prefix_load_cap".to_owned())?,
+    };
+    let weights = weights_arg(weights)?;
+    RouterSpec::new(&router, seed, refresh, cap, weights.as_deref()).py()
+}
+
+/// A float argument (an int or a float, never a bool).
+fn number(v: &Bound<'_, PyAny>, name: impl Fn() -> String) -> PyResult<f64> {
+    let bad = || invalid(format!("{} {} must be a number", name(), repr(v)));
+    if v.is_instance_of::<PyBool>() {
+        return Err(bad());
+    }
+    v.extract().map_err(|_| bad())
+}
+
+/// `router_weights`: a dict of scorer name to a number (or None: the defaults).
+fn weights_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<(String, f64)>>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    let d = obj.cast::<PyDict>().map_err(|_| {
+        invalid(format!(
+            "router_weights {} must be a dict or None",
+            repr(obj)
+        ))
+    })?;
+    let mut pairs = Vec::with_capacity(d.len());
+    for (k, v) in d.iter() {
+        let name: String = k
+            .extract()
+            .map_err(|_| invalid(format!("router_weights: key {} is not a string", repr(&k))))?;
+        let value = number(&v, || format!("router_weights['{name}']"))?;
+        pairs.push((name, value));
+    }
+    Ok(Some(pairs))
+}
+
+/// Runs the workload's per-sequence columns (`run_engine`'s, by keyword) on a cluster of replicas behind
+/// a router, on one clock, with the GIL released (`kvsim_core::cluster::run_cluster`; DESIGN.md
+/// §Cluster). Ctrl-C interrupts it with `KeyboardInterrupt`.
+///
+/// `configs`: one dict per replica of `run_engine`'s engine keyword arguments
+/// (`kvsim.engine.rust_engine.config_kwargs`); `router`: one of `round-robin`, `random`, `least-loaded`,
+/// `least-kv`, `prefix-affinity`, `weighted`, with `router_seed` (random), `router_refresh_ps` (0: exact
+/// view), `prefix_load_cap` and `router_weights` (weighted: scorer name to weight; None: the defaults).
+/// Time series and event logs are not recorded for clusters (`timeseries_every` must be 0 and
+/// `record_events` false).
+///
+/// Returns a dict: `outputs` (every row's output columns, in workload order, as `run_engine`'s),
+/// `replica` (each row's replica, int64) and `counters` (one dict per replica, as `run_engine`'s).
+///
+/// Raises `InvalidArgumentError` for an empty or bad `configs`, an unknown router, a negative refresh
+/// or seed, a `prefix_load_cap` below 1 or not finite, unknown or negative weights, and everything
+/// `run_engine` refuses; `InternalError` on a bug.
+#[pyfunction]
+#[pyo3(signature = (
+    *, configs, router, router_seed = None, router_refresh_ps = None, prefix_load_cap = None,
+    router_weights = None, timeseries_every = 0, record_events = false, **columns
+), text_signature = "(*, configs, router, router_seed=0, router_refresh_ps=0, prefix_load_cap=1.5, router_weights=None, timeseries_every=0, record_events=False, **columns)")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_cluster<'py>(
+    py: Python<'py>,
+    configs: &Bound<'py, PyAny>,
+    router: &Bound<'py, PyAny>,
+    router_seed: Option<Bound<'py, PyAny>>,
+    router_refresh_ps: Option<Bound<'py, PyAny>>,
+    prefix_load_cap: Option<Bound<'py, PyAny>>,
+    router_weights: Option<Bound<'py, PyAny>>,
+    timeseries_every: i128,
+    record_events: bool,
+    columns: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let cfgs = items(configs, "configs must be a list of dicts")?
+        .iter()
+        .enumerate()
+        .map(|(r, d)| {
+            let d = d
+                .cast::<PyDict>()
+                .map_err(|_| invalid(format!("configs[{r}] {} must be a dict", repr(d))))?;
+            engine_config(d, Origin::Replica(r), &[])
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    if timeseries_every != 0 {
+        return Err(invalid(format!(
+            "timeseries_every {timeseries_every}: clusters record no time series (use 0)"
+        )));
+    }
+    if record_events {
+        return Err(invalid(
+            "record_events True: clusters record no event log (use False)".into(),
+        ));
+    }
+    let spec = router_spec(
+        router,
+        router_seed.as_ref(),
+        router_refresh_ps.as_ref(),
+        prefix_load_cap.as_ref(),
+        router_weights.as_ref(),
+    )?;
+    let origin = Origin::Call("run_cluster");
+    let empty = PyDict::new(py);
+    let columns = columns.unwrap_or(&empty);
+    origin.check_keys(columns, &[&crate::columns::COLUMNS])?;
+    let columns = Columns::from_kwargs(columns, origin)?;
+    let inp = columns.view()?;
+    let ClusterOutput {
+        out,
+        replica,
+        counters,
+    } = detached(py, "the cluster", |cancel| {
+        kvsim_core::cluster::run_cluster(inp, &cfgs, &spec, cancel)
+    })?;
+    let (cols, _) = output_dicts(py, out)?;
+    let result = PyDict::new(py);
+    result.set_item("outputs", cols)?;
+    result.set_item("replica", replica.into_pyarray(py))?;
+    let list = PyList::empty(py);
+    for c in &counters {
+        list.append(counters_dict(py, c)?)?;
+    }
+    result.set_item("counters", list)?;
+    Ok(result)
+}

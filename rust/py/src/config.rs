@@ -1,0 +1,178 @@
+//! The engine's knobs as the binding reads them: one table (`KNOBS`) and one parser (`engine_config`),
+//! shared by `run_engine` and `Stream` (their keyword arguments) and by `run_cluster` (one dict per
+//! replica). `kvsim.engine.rust_engine.config_kwargs` writes them from a validated `SimConfig`.
+
+use crate::args::{Origin, block_size_arg, bool_arg, int_arg_named, num_blocks_arg, repr, u64_arg};
+use crate::errors::{InternalError, IntoPyResult, invalid};
+use kvsim_core::FreeOrder;
+use kvsim_core::engine::{EngineConfig, Policy, Preemption, TimeModel};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::cell::Cell;
+
+/// The engine's keyword arguments, in the order their values are checked; `skip_over_budget` and
+/// `one_free_block` default to false, `max_model_len` may be None, every other one is required.
+pub(crate) const KNOBS: [&str; 22] = [
+    "num_blocks",
+    "block_size",
+    "policy",
+    "enable_prefix_caching",
+    "free_order",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "chunked_prefill",
+    "full_prompt_gate",
+    "skip_over_budget",
+    "watermark_blocks",
+    "one_free_block",
+    "max_model_len",
+    "time_model",
+    "iteration_time_ps",
+    "c0_ps",
+    "c_tok_ps",
+    "c_ctx_ps",
+    "preemption",
+    "cpu_blocks",
+    "swap_ps_per_block",
+    "buddy",
+];
+
+/// Reads the knobs of one dict, each by its name in `KNOBS` (else an internal error: the table and the
+/// reads below must agree, and `engine_config` checks that every knob was read).
+struct Knobs<'a, 'py> {
+    d: &'a Bound<'py, PyDict>,
+    origin: Origin,
+    read: Cell<usize>,
+}
+
+impl<'py> Knobs<'_, 'py> {
+    fn get(&self, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        if !KNOBS.contains(&key) {
+            return Err(InternalError::new_err(format!(
+                "knob '{key}' is not in KNOBS"
+            )));
+        }
+        self.read.set(self.read.get() + 1);
+        self.d.get_item(key)
+    }
+
+    fn need(&self, key: &str) -> PyResult<Bound<'py, PyAny>> {
+        self.get(key)?.ok_or_else(|| self.origin.missing(key))
+    }
+
+    fn int(&self, key: &str) -> PyResult<i128> {
+        Ok(int_arg_named(&self.need(key)?, || self.origin.name(key))?.value)
+    }
+
+    fn opt_int(&self, key: &str) -> PyResult<Option<i128>> {
+        let v = self.need(key)?;
+        if v.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(int_arg_named(&v, || self.origin.name(key))?.value))
+    }
+
+    /// A bool; `default` is taken when the key is absent (None: required).
+    fn flag(&self, key: &str, default: Option<bool>) -> PyResult<bool> {
+        match (self.get(key)?, default) {
+            (None, Some(v)) => Ok(v),
+            (None, None) => Err(self.origin.missing(key)),
+            (Some(v), _) => bool_arg(&v, &self.origin.name(key)),
+        }
+    }
+
+    fn text(&self, key: &str) -> PyResult<String> {
+        let v = self.need(key)?;
+        v.extract().map_err(|_| {
+            invalid(format!(
+                "{} {} must be a str",
+                self.origin.name(key),
+                repr(&v)
+            ))
+        })
+    }
+}
+
+/// The engine's configuration from the knobs in `d` (`KNOBS`; keys in `also` are the caller's own and
+/// skipped). An unknown or missing key, or a value of the wrong type, is an `InvalidArgumentError`
+/// naming the key (and `configs[r]` for a replica), checked before any range; then the ranges, in
+/// `KNOBS` order.
+pub(crate) fn engine_config(
+    d: &Bound<'_, PyDict>,
+    origin: Origin,
+    also: &[&str],
+) -> PyResult<EngineConfig> {
+    origin.check_keys(d, &[&KNOBS, also])?;
+    let k = Knobs {
+        d,
+        origin,
+        read: Cell::new(0),
+    };
+    let num_blocks = k.int("num_blocks")?;
+    let block_size = k.int("block_size")?;
+    let policy = k.text("policy")?;
+    let enable_prefix_caching = k.flag("enable_prefix_caching", None)?;
+    let free_order = k.text("free_order")?;
+    let max_num_seqs = k.int("max_num_seqs")?;
+    let max_num_batched_tokens = k.int("max_num_batched_tokens")?;
+    let chunked_prefill = k.flag("chunked_prefill", None)?;
+    let full_prompt_gate = k.flag("full_prompt_gate", None)?;
+    let skip_over_budget = k.flag("skip_over_budget", Some(false))?;
+    let watermark_blocks = k.int("watermark_blocks")?;
+    let one_free_block = k.flag("one_free_block", Some(false))?;
+    let max_model_len = k.opt_int("max_model_len")?;
+    let time_model = k.text("time_model")?;
+    let iteration_time_ps = k.int("iteration_time_ps")?;
+    let c0_ps = k.int("c0_ps")?;
+    let c_tok_ps = k.int("c_tok_ps")?;
+    let c_ctx_ps = k.int("c_ctx_ps")?;
+    let preemption = k.text("preemption")?;
+    let cpu_blocks = k.int("cpu_blocks")?;
+    let swap_ps_per_block = k.int("swap_ps_per_block")?;
+    let buddy = k.flag("buddy", None)?;
+    if k.read.get() != KNOBS.len() {
+        return Err(InternalError::new_err(
+            "engine_config reads a different set of knobs than KNOBS lists",
+        ));
+    }
+    let checked = || -> PyResult<EngineConfig> {
+        let time = match time_model.as_str() {
+            "ticks" => TimeModel::Ticks {
+                iteration_ps: u64_arg(iteration_time_ps, "iteration_time_ps")?,
+            },
+            "linear" => TimeModel::Linear {
+                c0_ps: u64_arg(c0_ps, "c0_ps")?,
+                c_tok_ps: u64_arg(c_tok_ps, "c_tok_ps")?,
+                c_ctx_ps: u64_arg(c_ctx_ps, "c_ctx_ps")?,
+            },
+            other => {
+                return Err(invalid(format!(
+                    "time_model '{other}' is not one of 'ticks', 'linear'"
+                )));
+            }
+        };
+        Ok(EngineConfig {
+            num_blocks: num_blocks_arg(num_blocks)?,
+            block_size: block_size_arg(block_size)?,
+            policy: Policy::parse(&policy).py()?,
+            enable_prefix_caching,
+            free_order: FreeOrder::parse(&free_order).py()?,
+            max_num_seqs: u64_arg(max_num_seqs, "max_num_seqs")?,
+            max_num_batched_tokens: u64_arg(max_num_batched_tokens, "max_num_batched_tokens")?,
+            chunked_prefill,
+            full_prompt_gate,
+            skip_over_budget,
+            watermark_blocks: u64_arg(watermark_blocks, "watermark_blocks")?,
+            one_free_block,
+            max_model_len: max_model_len
+                .map(|v| u64_arg(v, "max_model_len"))
+                .transpose()?,
+            time,
+            preemption: Preemption::parse(&preemption).py()?,
+            cpu_blocks: u64_arg(cpu_blocks, "cpu_blocks")?,
+            swap_ps_per_block: u64_arg(swap_ps_per_block, "swap_ps_per_block")?,
+            buddy,
+        })
+    };
+    checked().map_err(|e| origin.wrap(d.py(), e))
+}
