@@ -1,0 +1,590 @@
+"""`KNOBS`: the one table of every configuration knob's default, kind, unit and help that `SimConfig`, the
+`kvsim` command line, the presets and sweep files all read, and `convert`, the one rule that checks and
+converts a knob's value where it enters (DESIGN.md §Defaults and sizing, §Errors).
+
+Booleans are not integers, and strings are not numbers unless the knob takes a unit (`kv_cache_bytes="12GiB"`,
+`iteration_time_ps="1ms"`, see `kvsim.model.units`); every error is an `InvalidArgumentError` naming the knob
+and the value. `kvsim.model.config` (SimConfig) re-exports these names: `kvsim.model.config.KNOBS` is the
+documented path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from os import PathLike, fspath
+from typing import Any
+
+from kvsim.errors import InvalidArgumentError
+
+POLICIES = ("vllm", "reserve", "static", "orca-max", "orca-pow2", "orca-oracle")
+CONTIGUOUS_POLICIES = ("static", "orca-max", "orca-pow2", "orca-oracle")
+PLACEMENTS = ("first-fit", "buddy")
+FREE_ORDERS = ("classic", "lifo_unhashed")
+PREEMPTIONS = ("recompute", "swap", "auto")
+V0_SWAP_SPACE_BYTES = 4 * 2**30  # vLLM v0's default `swap_space` (GiB of CPU memory per GPU)
+SAMPLINGS = ("fork-cow", "independent")
+ADMISSION_GATES = ("none", "full-prompt")
+WAITING_OVER_BUDGET = ("stop", "skip")
+APPEND_CHECKS = ("exact", "one-free-block")
+ROUTERS = ("round-robin", "random", "least-loaded", "least-kv", "prefix-affinity", "weighted")
+# The weighted router's scorers, in the order their terms are summed (DESIGN.md §Cluster), and its default.
+ROUTER_SCORERS = ("prefix", "queue", "kv")
+DEFAULT_ROUTER_WEIGHTS: dict[str, float] = {"prefix": 3.0, "queue": 2.0, "kv": 2.0}
+# The knobs of the fleet (`kvsim.simulate_cluster`); the engines of one replica never read them.
+CLUSTER_KNOBS = ("replicas", "router", "router_refresh_s", "router_seed", "prefix_load_cap", "router_weights")
+# `auto` resolves to `linear` (the roofline of kvsim.sizing) when a model and a GPU are named, else to
+# `ticks`; the engines only ever see a resolved model. Other time models extend this tuple.
+TIME_MODELS: tuple[str, ...] = ("auto", "ticks", "linear", "calibrated")
+# vLLM's --kv-cache-dtype values (auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2) and kvsim's short names.
+KV_CACHE_DTYPES = ("auto", "bfloat16", "fp16", "bf16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
+PS_PER_S = 10**12
+MAX_BLOCKS = (1 << 32) - 3
+# The simulated clock's range (about 53 days; the Rust engine's MAX_TIME_PS): a step that would end past
+# it stops the run with InvalidArgumentError, in both engines.
+MAX_TIME_PS = 1 << 62
+# Upper bounds of the integer knobs, far above any real setting, so that the engines' integer arithmetic
+# cannot overflow: a time coefficient up to 2^40 ps (1.1 s), token and sequence counts up to 2^40 / 2^32.
+MAX_COEFFICIENT_PS = 1 << 40
+MAX_TOKENS = 1 << 40
+MAX_BYTES = 1 << 60  # 1 EiB: any memory size above it is a typo
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One configuration knob: its default and how a value of it is checked, converted and shown.
+
+    Attributes:
+        default: the one default (SimConfig's, the CLI's, the presets' and sweep files' base).
+        kind: `int`, `float`, `bool`, `choice`, `bytes` (a size, units allowed), `duration` (picoseconds,
+            units allowed), `seconds` (a float of seconds, units allowed: `100ms`), `model`, `gpu`, `text`
+            (a name or a path), `weights` (the weighted router's scorer weights), `dict`.
+        help: one line for `--help` (without the default, which `--help` adds).
+        lo, hi: inclusive bounds of numbers (`float` knobs: see `open_lo` / `open_hi`).
+        choices: the allowed strings of a `choice` knob.
+        optional: whether None is allowed (it means "derive it", see the help).
+        unit: the unit shown in `--help` and the pool line (tokens, blocks, bytes, ps, ...).
+        metavar: the placeholder shown in `--help`.
+        flags: extra command-line spellings (vLLM's first), besides `--<name-with-dashes>`.
+        aliases: (spelling, choice) pairs of a `choice` knob: another name for a choice, stored as the
+            choice (so two spellings are one configuration).
+    """
+
+    default: Any
+    kind: str
+    help: str
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] = ()
+    optional: bool = False
+    unit: str = ""
+    metavar: str = ""
+    flags: tuple[str, ...] = ()
+    open_lo: bool = False
+    open_hi: bool = False
+    aliases: tuple[tuple[str, str], ...] = ()
+
+
+KNOBS: dict[str, Knob] = {
+    "num_blocks": Knob(
+        None,
+        "int",
+        "KV blocks in the pool, counting vLLM's null block (vLLM's --num-gpu-blocks-override); "
+        "unset: sized from model + gpu (or kv_cache_bytes)",
+        lo=2,
+        hi=MAX_BLOCKS,
+        optional=True,
+        unit="blocks",
+        metavar="N",
+        flags=("--num-gpu-blocks-override",),
+    ),
+    "block_size": Knob(16, "int", "tokens per KV block", lo=1, hi=1 << 20, unit="tokens", metavar="TOKENS"),
+    "policy": Knob(
+        "vllm",
+        "choice",
+        "allocation policy: vllm (paged, on demand), reserve (paged, reserve prompt+max_tokens), static "
+        "(contiguous, max_model_len each), orca-max, orca-pow2, orca-oracle (contiguous, sized by "
+        "max_tokens / next power of two / the true output)",
+        choices=POLICIES,
+    ),
+    "placement": Knob("first-fit", "choice", "contiguous policies: placement of regions", choices=PLACEMENTS),
+    "enable_prefix_caching": Knob(
+        True, "bool", "share full blocks between requests through the hash-chained prefix cache"
+    ),
+    "free_order": Knob(
+        "lifo_unhashed",
+        "choice",
+        "where freed blocks go in the free queue: lifo_unhashed (vLLM 0.23 and later: unkeyed blocks to "
+        "the head) or classic (every block to the tail, older vLLM)",
+        choices=FREE_ORDERS,
+    ),
+    "preemption": Knob(
+        "recompute",
+        "choice",
+        "what a preempted request loses: recompute (frees everything; vLLM v1 knows only this), swap (to "
+        "the CPU pool, vLLM v0's --preemption-mode swap), or auto (vLLM v0's default: swap sample groups, "
+        "recompute lone sequences)",
+        choices=PREEMPTIONS,
+        flags=("--preemption-mode",),
+    ),
+    "cpu_blocks": Knob(
+        0,
+        "int",
+        "CPU swap space in blocks (preemption swap or auto)",
+        lo=0,
+        hi=MAX_BLOCKS,
+        unit="blocks",
+        metavar="N",
+    ),
+    "swap_space_bytes": Knob(
+        None,
+        "bytes",
+        "CPU swap space per GPU, converted to cpu_blocks with the model's KV bytes per token",
+        lo=0,
+        hi=MAX_BYTES,
+        optional=True,
+        unit="bytes",
+        metavar="SIZE",
+        flags=("--swap-space",),
+    ),
+    "sampling": Knob(
+        "independent",
+        "choice",
+        "n > 1 samples: independent sequences (vLLM v1) or fork-cow (copy-on-write sequence groups, "
+        "paper §4.4, vLLM v0)",
+        choices=SAMPLINGS,
+    ),
+    "max_num_seqs": Knob(
+        256, "int", "most sequences running at once", lo=1, hi=1 << 32, unit="sequences", metavar="N"
+    ),
+    "max_num_batched_tokens": Knob(
+        8192, "int", "token budget of one iteration", lo=1, hi=MAX_TOKENS, unit="tokens", metavar="TOKENS"
+    ),
+    "chunked_prefill": Knob(
+        True, "bool", "split long prompts over iterations", flags=("--enable-chunked-prefill",)
+    ),
+    "admission_gate": Knob(
+        "full-prompt",
+        "choice",
+        "full-prompt (admit only if the whole prompt's blocks are free, vLLM 0.19 and later) or none (the "
+        "first chunk's blocks, older vLLM)",
+        choices=ADMISSION_GATES,
+    ),
+    "waiting_over_budget": Knob(
+        "stop",
+        "choice",
+        "chunked prefill off, a prompt over the step's budget left: stop the waiting phase (vLLM 0.12 and "
+        "later) or skip it and try later ones (vLLM 0.9.2 to 0.11.2)",
+        choices=WAITING_OVER_BUDGET,
+    ),
+    "watermark": Knob(
+        0.0,
+        "float",
+        "fraction of blocks kept free at admission (vLLM v0: 0.01)",
+        lo=0.0,
+        hi=1.0,
+        open_hi=True,
+        metavar="FRACTION",
+    ),
+    "append_check": Knob(
+        "exact",
+        "choice",
+        "exact (a running request needs the blocks its tokens need) or one-free-block (vLLM v0: a free "
+        "block per running request, needed or not)",
+        choices=APPEND_CHECKS,
+    ),
+    "max_model_len": Knob(
+        None,
+        "int",
+        "longest prompt + output; static reserves this much per request; unset: no limit",
+        lo=1,
+        hi=MAX_TOKENS,
+        optional=True,
+        unit="tokens",
+        metavar="TOKENS",
+    ),
+    "time_model": Knob(
+        "auto",
+        "choice",
+        "auto (linear when model and gpu are named, else ticks), ticks (every iteration takes "
+        "iteration_time_ps) or linear (c0 + c_tok*tokens + c_ctx*context, the roofline of model on gpu)",
+        choices=TIME_MODELS,
+    ),
+    "iteration_time_ps": Knob(
+        10**9,
+        "duration",
+        "ticks: the time of one iteration",
+        lo=1,
+        hi=MAX_COEFFICIENT_PS,
+        unit="ps",
+        metavar="TIME",
+    ),
+    "c0_ps": Knob(
+        None,
+        "duration",
+        "linear: fixed time per iteration; unset: the roofline of model on gpu",
+        lo=0,
+        hi=MAX_COEFFICIENT_PS,
+        optional=True,
+        unit="ps",
+        metavar="TIME",
+    ),
+    "c_tok_ps": Knob(
+        None,
+        "duration",
+        "linear: time per batched token; unset: the roofline",
+        lo=0,
+        hi=MAX_COEFFICIENT_PS,
+        optional=True,
+        unit="ps",
+        metavar="TIME",
+    ),
+    "c_ctx_ps": Knob(
+        None,
+        "duration",
+        "linear: time per context token read; unset: the roofline",
+        lo=0,
+        hi=MAX_COEFFICIENT_PS,
+        optional=True,
+        unit="ps",
+        metavar="TIME",
+    ),
+    "swap_ps_per_block": Knob(
+        None,
+        "duration",
+        "time to move one block over PCIe; unset: the roofline with model and gpu, else 0",
+        lo=0,
+        hi=MAX_COEFFICIENT_PS,
+        optional=True,
+        unit="ps",
+        metavar="TIME",
+    ),
+    "model": Knob(
+        None,
+        "model",
+        "model preset (opt-13b, llama-3-8b, ...) or a Hugging Face config.json path; sizes "
+        "the pool and the roofline",
+        metavar="NAME|PATH",
+    ),
+    "gpu": Knob(None, "gpu", "GPU preset (a100-40gb, h100-80gb, ...)", metavar="NAME"),
+    "gpu_memory_utilization": Knob(
+        0.9, "float", "fraction of GPU memory vLLM may use", lo=0.0, hi=1.0, open_lo=True, metavar="FRACTION"
+    ),
+    "kv_cache_bytes": Knob(
+        None,
+        "bytes",
+        "KV cache size given directly instead of gpu memory minus weights (vLLM's --kv-cache-memory-bytes)",
+        lo=0,
+        hi=MAX_BYTES,
+        optional=True,
+        unit="bytes",
+        metavar="SIZE",
+        flags=("--kv-cache-memory-bytes",),
+    ),
+    "tensor_parallel_size": Knob(
+        1,
+        "int",
+        "GPUs a model is split over: weights and KV heads divided among them",
+        lo=1,
+        hi=1 << 16,
+        unit="GPUs",
+        metavar="N",
+        flags=("-tp",),
+    ),
+    "kv_cache_dtype": Knob(
+        "auto",
+        "choice",
+        "KV cache dtype: auto (the model's) or fp8, bf16 (vLLM's bfloat16), ...",
+        choices=KV_CACHE_DTYPES,
+        aliases=(("bfloat16", "bf16"),),
+    ),
+    "activation_reserve_bytes": Knob(
+        None,
+        "bytes",
+        "GPU memory kept for activations when sizing from a gpu; unset: kvsim's estimate (DESIGN.md "
+        "§Defaults)",
+        lo=0,
+        hi=MAX_BYTES,
+        optional=True,
+        unit="bytes",
+        metavar="SIZE",
+    ),
+    "calibration": Knob(
+        None,
+        "text",
+        "time_model calibrated: a shipped calibration's name (kvsim.sizing.calibrations()) or the path of a "
+        "calibration JSON written by python -m kvsim.gpu.validate",
+        optional=True,
+        metavar="NAME|PATH",
+    ),
+    # The fleet (DESIGN.md §Cluster): `kvsim.simulate_cluster` runs `replicas` copies of this configuration
+    # behind a router on one clock; `kvsim.simulate` runs one replica and refuses replicas > 1.
+    "replicas": Knob(
+        1,
+        "int",
+        "replicas of this configuration behind a router (kvsim.simulate_cluster; > 1 on the command line runs "
+        "a fleet)",
+        lo=1,
+        hi=1 << 16,
+        unit="replicas",
+        metavar="N",
+    ),
+    "router": Knob(
+        "round-robin",
+        "choice",
+        "fleet: the router picking each arrival's replica: round-robin, random (seeded), least-loaded "
+        "(waiting + running + in flight), least-kv (lowest KV utilisation), prefix-affinity (longest cached "
+        "prefix under a load cap), weighted (prefix, queue and kv scorers)",
+        choices=ROUTERS,
+    ),
+    "router_refresh_s": Knob(
+        0.0,
+        "seconds",
+        "fleet: the router reads KV state and cached keys refreshed every this many seconds; 0: exact, at "
+        "each arrival",
+        lo=0.0,
+        hi=MAX_TIME_PS / PS_PER_S,
+        unit="s",
+        metavar="TIME",
+        flags=("--router-refresh",),
+    ),
+    "router_seed": Knob(0, "int", "fleet: seed of the random router", lo=0, hi=1 << 60, metavar="N"),
+    "prefix_load_cap": Knob(
+        1.5,
+        "float",
+        "fleet, prefix-affinity: a replica is eligible while its load <= cap x (mean load + 1)",
+        lo=1.0,
+        hi=1e300,
+        metavar="FACTOR",
+    ),
+    "router_weights": Knob(
+        None,
+        "weights",
+        "fleet, weighted router: the scorers' weights, prefix=W,queue=W,kv=W (names left out weigh 0); "
+        "unset: prefix=3,queue=2,kv=2",
+        optional=True,
+        metavar="NAME=W",
+        flags=("--router-weight",),
+    ),
+    "extra": Knob({}, "dict", "free-form annotations, not used by the engines"),
+}
+
+# The paper's setup (PagedAttention §6.1): OPT-13B on one A100-40GB with 12 GiB of KV cache, roofline time.
+# The claims suite's base; an ordinary run starts from KNOBS' defaults.
+PAPER_SETUP: dict[str, Any] = {"model": "opt-13b", "gpu": "a100-40gb", "kv_cache_bytes": 12 * 2**30}
+
+
+def default(name: str) -> Any:
+    """The default of knob `name` (a fresh copy for mutable defaults)."""
+    d = KNOBS[name].default
+    return dict(d) if isinstance(d, dict) else d
+
+
+def _fail(name: str, value: Any, why: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{name} {_show(value)} {why}")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return (
+            f"~{float(value):.3g}"
+            if abs(value) < 10**300
+            else f"(an integer of {len(str(abs(value)))} digits)"
+        )
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _integer(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise _fail(name, value, "must be an integer, not a boolean")
+    if isinstance(value, int):
+        return int(value)
+    try:
+        import numpy as np
+
+        if isinstance(value, np.integer):
+            return int(value)
+        if isinstance(value, np.floating):
+            value = float(value)
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _fail(name, value, "must be a finite integer")
+        if value.is_integer():
+            return int(value)
+    raise _fail(name, value, "must be an integer")
+
+
+def convert(name: str, value: Any) -> Any:
+    """`value` checked and converted for knob `name` (the rule `SimConfig` applies at entry).
+
+    Raises:
+        InvalidArgumentError: naming the knob and the value.
+    """
+    k = KNOBS[name]
+    if value is None:
+        if k.optional or k.kind in ("model", "gpu"):
+            return None
+        raise _fail(name, value, "must be given (None is not a value of it)")
+    if k.kind == "bool":
+        if isinstance(value, bool):
+            return value
+        try:
+            import numpy as np
+
+            if isinstance(value, np.bool_):
+                return bool(value)
+        except ImportError:  # pragma: no cover
+            pass
+        raise _fail(name, value, "must be True or False")
+    if k.kind == "choice":
+        if not isinstance(value, str) or value not in k.choices:
+            raise _fail(name, value, f"is not one of {', '.join(repr(o) for o in k.choices)}")
+        return dict(k.aliases).get(value, value)
+    if k.kind == "float":
+        return _in_range(name, value, _real(name, value, value), k)
+    if k.kind in ("int", "bytes", "duration"):
+        from kvsim.model.units import parse_bytes, parse_duration_ps
+
+        if isinstance(value, bool):
+            raise _fail(name, value, "must be an integer, not a boolean")
+        if k.kind == "bytes" and isinstance(value, str):
+            v = parse_bytes(name, value)
+        elif k.kind == "duration" and isinstance(value, str):
+            v = parse_duration_ps(name, value)
+        elif isinstance(value, str):
+            raise _fail(name, value, "must be an integer, not a string")
+        else:
+            v = _integer(name, value)
+        if (k.lo is not None and v < k.lo) or (k.hi is not None and v > k.hi):
+            raise _fail(name, value, f"must be between {k.lo:.0f} and {k.hi:.0f}")
+        return v
+    if k.kind == "model":
+        from kvsim.model.models import Model, resolve
+
+        if not isinstance(value, str | Model):
+            raise _fail(
+                name,
+                value,
+                "must be a preset name, a path to a Hugging Face config.json or a kvsim.models.Model",
+            )
+        resolve(value)  # an unknown name or a bad config file raises, naming it
+        return value
+    if k.kind == "gpu":
+        from kvsim.model.gpus import Gpu
+        from kvsim.model.gpus import get as get_gpu
+
+        if isinstance(value, str):
+            try:
+                get_gpu(value)
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"gpu {value!r}: {exc}") from None
+        elif not isinstance(value, Gpu):
+            raise _fail(name, value, "must be a preset name or a kvsim.gpus.Gpu")
+        return value
+    if k.kind == "text":
+        if isinstance(value, PathLike):
+            value = fspath(value)
+        if not isinstance(value, str) or not value or "\x00" in value:
+            raise _fail(name, value, "must be a non-empty string (a name or a path)")
+        return value
+    if k.kind == "seconds":
+        return _seconds(name, value, k)
+    if k.kind == "weights":
+        return _weights(name, value)
+    if k.kind == "dict":
+        if not isinstance(value, dict):
+            raise _fail(name, value, "must be a dict")
+        return value
+    raise AssertionError(f"knob kind {k.kind}")  # pragma: no cover
+
+
+def _real(name: str, shown: Any, value: Any, what: str = "") -> float:
+    """`value` as a finite float: an int or a float (numpy's too), never a bool or text. The one rule of
+    every real-valued knob (`float` knobs, `router_refresh_s`, each of `router_weights`' weights); errors
+    show `shown` (the value as given) and start with `what` (which part of it is wrong)."""
+    if isinstance(value, bool) or not _is_real(value):
+        raise _fail(name, shown, f"{what}must be a number")
+    try:
+        v = float(value)
+    except OverflowError:
+        raise _fail(name, shown, f"{what}is out of range") from None
+    if not math.isfinite(v):
+        raise _fail(name, shown, f"{what}must be finite")
+    return v
+
+
+def _in_range(name: str, shown: Any, v: float, k: Knob, unit: str = "") -> float:
+    """`v` if it lies within the knob's bounds (`lo`, `hi`, open where `open_lo` / `open_hi` say)."""
+    assert k.lo is not None
+    assert k.hi is not None
+    lo_ok = v > k.lo if k.open_lo else v >= k.lo
+    hi_ok = v < k.hi if k.open_hi else v <= k.hi
+    if not (lo_ok and hi_ok):
+        lo_b, hi_b = "(" if k.open_lo else "[", ")" if k.open_hi else "]"
+        raise _fail(name, shown, f"must be in {lo_b}{k.lo:g}, {k.hi:g}{hi_b}{unit}")
+    return v
+
+
+def _seconds(name: str, value: Any, k: Knob) -> float:
+    """A time in seconds (`router_refresh_s`): a number of seconds (`_real`) or text with a unit (`100ms`,
+    `2s`; a bare number in text is seconds), a whole number of picoseconds, as the engines count it,
+    within the knob's range (the clock's)."""
+    from kvsim.model.units import parse_duration_ps
+
+    if isinstance(value, str):
+        ps = parse_duration_ps(name, value, bare_unit="s")
+    else:
+        v = _in_range(name, value, _real(name, value, value), k, " s")
+        ps = round(v * PS_PER_S)
+        if v > 0 and ps == 0:
+            raise _fail(name, value, "is below one picosecond: give 0 (exact) or at least 1ps")
+    return _in_range(name, value, ps / PS_PER_S, k, " s")
+
+
+def _weights(name: str, value: Any) -> dict[str, float]:
+    """The weighted router's weights: a mapping (or `prefix=3,queue=1` text) from scorer names
+    (`ROUTER_SCORERS`) to finite numbers >= 0, returned in the scorers' order."""
+    from collections.abc import Mapping
+
+    given = value  # what errors show: the text or the mapping as given
+    if isinstance(value, str):
+        pairs: dict[str, Any] = {}
+        for item in filter(None, (t.strip() for t in value.split(","))):
+            key, eq, text = item.partition("=")
+            key = key.strip()
+            if not eq or not key or not text.strip():
+                raise _fail(name, value, f"item {item!r} is not NAME=WEIGHT (prefix=3,queue=2,kv=2)")
+            if key in pairs:
+                raise _fail(name, value, f"names {key!r} twice")
+            try:
+                pairs[key] = float(text)
+            except ValueError:
+                raise _fail(name, value, f"weight {text.strip()!r} of {key!r} is not a number") from None
+        value = pairs
+    if not isinstance(value, Mapping):
+        raise _fail(name, given, "must be a mapping of scorer names (prefix, queue, kv) to weights")
+    out: dict[str, float] = {}
+    for key, w in value.items():
+        if key not in ROUTER_SCORERS:
+            raise _fail(name, given, f"names an unknown scorer {key!r}; known: {', '.join(ROUTER_SCORERS)}")
+        f = _real(name, given, w, f"weight {w!r} of {key!r} ")
+        if f < 0:
+            raise _fail(name, given, f"weight {w!r} of {key!r} must be >= 0")
+        out[key] = f
+    if not out:
+        raise _fail(name, given, "names no scorer (prefix, queue, kv); unset it for the default")
+    return {key: out[key] for key in ROUTER_SCORERS if key in out}
+
+
+def _is_real(value: Any) -> bool:
+    if isinstance(value, int | float):
+        return True
+    try:
+        import numpy as np
+
+        return isinstance(value, np.integer | np.floating)
+    except ImportError:  # pragma: no cover
+        return False
