@@ -22,7 +22,7 @@ first arrival)`, the definition of `request_rate=`.
 The search: a bracket (from a start rate, double until a probe fails or halve until one passes, up to a
 cap), then bisection, in geometric steps, until the bracket's upper end is within `precision` of its
 lower end (relative; 2 % by default). Each round probes `width` points at once (the workers of the sweep
-executors, `kvsim.analysis.sweep.executor_session`: threads, processes or Dask), so a round of `w` probes shrinks
+executors, `kvsim.analysis.executors.executor_session`: threads, processes or Dask), so a round of `w` probes shrinks
 the bracket by a factor `w + 1`. The answer is the bracket's passing end: for a rate, the highest rate
 seen to pass with every probe below it passing too (the knee).
 
@@ -225,7 +225,7 @@ def _search(
 ) -> PlanResult:
     """Runs `search` round by round: each value becomes (workload, config, extra row columns) by `make`,
     is probed in parallel, and is judged against every SLO."""
-    from kvsim.analysis.sweep import executor_session
+    from kvsim.analysis.executors import executor_session
 
     rows: list[dict[str, Any]] = []
     status = "probe-limit"
@@ -377,7 +377,7 @@ def plan(
         probe: `(workload, config) -> summary` (default `default_probe(config)`: `simulate_probe`, or
             `cluster_probe` for a config of several replicas); for processes and Dask it must pickle (a
             module-level function or a `functools.partial` of one).
-        executor, workers, scheduler: the sweep executors (`kvsim.analysis.sweep.executor_session`); `workers`
+        executor, workers, scheduler: the sweep executors (`kvsim.analysis.executors.executor_session`); `workers`
             probes run in each round (default: the CPU count).
         backend: the engine of the default probe.
 
@@ -401,9 +401,9 @@ def plan(
         start = min(max(start, floor), cap)
     elif not floor <= start <= cap:
         raise InvalidArgumentError(f"start_rate {start:g} must lie in [min_rate {floor:g}, max_rate {cap:g}]")
-    from kvsim.analysis.sweep import _check_executor
+    from kvsim.analysis.executors import check_executor
 
-    width = _check_executor(executor, workers, scheduler)
+    width = check_executor(executor, workers, scheduler)
     run_probe = _resolve_probe(probe, slos_, goodput, backend, default=default_probe(config))
     search = Search(start, True, False, prec, floor, cap, max_probes, width)
 
@@ -461,9 +461,9 @@ def smallest_replicas(
     max_probes = _check_count("max_probes", max_probes, 2)
     if start > max_replicas:
         raise InvalidArgumentError(f"start {start} must be at most max_replicas {max_replicas}")
-    from kvsim.analysis.sweep import _check_executor
+    from kvsim.analysis.executors import check_executor
 
-    width = _check_executor(executor, workers, scheduler)
+    width = check_executor(executor, workers, scheduler)
     run_probe = _resolve_probe(probe, slos_, goodput, backend, default=cluster_probe)
     target, r = _target(workload, rate)
     search = Search(float(start), False, True, 0.0, 1.0, float(max_replicas), max_probes, width)
@@ -539,9 +539,9 @@ def smallest_memory(
     if not lo_ < hi_:
         raise InvalidArgumentError(f"low {lo_:g} must be below high {hi_:g}")
     start = min(max(own, lo_), hi_)
-    from kvsim.analysis.sweep import _check_executor
+    from kvsim.analysis.executors import check_executor
 
-    width = _check_executor(executor, workers, scheduler)
+    width = check_executor(executor, workers, scheduler)
     run_probe = _resolve_probe(probe, slos_, goodput, backend, default=default_probe(config))
     target, r = _target(workload, rate)
     integer = knob != "gpu_memory_utilization"

@@ -22,44 +22,45 @@ validated before any work starts: unknown names, empty value lists, values of th
 workloads and invalid combinations (every point's `SimConfig` is built up front) raise
 `InvalidArgumentError`.
 
-Workloads are named (`WORKLOADS`): `sharegpt` and `alpaca` (the paper's length statistics, Poisson
-arrivals), `sharegpt-real` (resampled real ShareGPT pairs), and the real traces `mooncake-conversation`,
-`mooncake-synthetic`, `azure-code`, `azure-conv` (deterministic: one seed only; `requests` keeps the first
-N rows). A spec string `NAME:key=value,key=value` overrides synthetic parameters, e.g.
-`sharegpt:arrival_rate=4,max_tokens=2048`; keys that are not `synthetic()` arguments go to its
-`length_params` (`prompt_len=16/256` is the range (16, 256)).
+Workloads are named (`WORKLOADS`, `kvsim.workloads.registry`: `sharegpt`, `alpaca`, `sharegpt-real`,
+`synthetic` and the real traces; `NAME:key=value,...` overrides parameters). Points run on
+`kvsim.analysis.executors` (threads, processes or Dask); rows go to `kvsim.analysis.sweep_store`'s
+parquet file. Those modules' names stay importable from here.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import contextlib
 import dataclasses
-import difflib
 import hashlib
-import inspect
 import json
 import math
-import multiprocessing
 import os
-import shutil
-import sys
-import threading
 import time
 import tomllib
-import warnings
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from kvsim.analysis.executors import EXECUTORS, check_executor, executor_session, progress_bar
+from kvsim.analysis.sweep_store import ResultStore, check_output, rows_frame
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS, PAPER_SETUP, SimConfig, convert
+from kvsim.workloads.registry import (
+    WORKLOAD_CACHE,
+    WORKLOADS,
+    format_value,
+    literal,
+    make_workload,
+    parse_workload,
+    synthetic_kwargs,
+    unknown_name,
+    workload_label,
+)
 
-EXECUTORS = ("threads", "processes", "dask")
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SimConfig) if f.name != "extra")
 # The claims suite's base: the paper's setup (PagedAttention §6.1), OPT-13B on one A100-40GB with 12 GiB of
 # KV cache. A sweep's own base starts from KNOBS' defaults (kvsim.model.config), as SimConfig and `kvsim run` do.
@@ -90,28 +91,6 @@ def _field_kind(name: str) -> str:
     return KNOBS[name].kind
 
 
-def _literal(text: str) -> Any:
-    """A TOML-ish scalar from flag text: int, float, true/false, none, a/b range tuple, else the string."""
-    t = text.strip()
-    low = t.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    if "/" in t:
-        parts = t.split("/")
-        values = [_literal(p) for p in parts]
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-            return tuple(values)
-        return t
-    for conv in (int, float):
-        try:
-            return conv(t)
-        except ValueError:
-            pass
-    return t
-
-
 def coerce(name: str, value: Any) -> Any:
     """`value` (flag text or a TOML value) converted to SimConfig field `name` by the field's own rule
     (`kvsim.model.config.convert`: sizes and durations take units, `12GiB`, `5ms`; `none` unsets an optional
@@ -127,256 +106,10 @@ def coerce(name: str, value: Any) -> Any:
         if text.lower() in ("none", "null"):
             v = None
         elif kind in ("int", "float", "bool"):
-            v = _literal(text)
+            v = literal(text)
         else:  # choices, names and paths as written; sizes and durations parse their own units
             v = text
     return convert(name, v)
-
-
-def _unknown(name: str, known: Iterable[str], what: str) -> InvalidArgumentError:
-    close = difflib.get_close_matches(name, list(known), n=3)
-    hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    return InvalidArgumentError(f"unknown {what} {name!r}{hint}; known: {', '.join(sorted(known))}")
-
-
-# ---------------------------------------------------------------------------------------- workloads
-
-
-@dataclass(frozen=True)
-class WorkloadKind:
-    """A named workload: a synthetic preset (its default `synthetic()` arguments) or a trace file.
-
-    Attributes:
-        name: the name used in `--workload`.
-        synthetic: default keyword arguments of `kvsim.workloads.synthetic` (None for a trace).
-        trace: (loader, path relative to the traces folder) of a real trace.
-        description: one line for `--help`.
-    """
-
-    name: str
-    synthetic: Mapping[str, Any] | None = None
-    trace: tuple[str, str] | None = None
-    description: str = ""
-
-    @property
-    def seeded(self) -> bool:
-        return self.synthetic is not None
-
-
-WORKLOADS: dict[str, WorkloadKind] = {
-    w.name: w
-    for w in (
-        WorkloadKind(
-            "synthetic",
-            {"lengths": "sharegpt-paper", "arrival_rate": 1.0},
-            description="kvsim.workloads.synthetic with its own defaults except 1 req/s; set lengths etc.",
-        ),
-        WorkloadKind(
-            "sharegpt",
-            {"lengths": "sharegpt-paper", "arrival_rate": 2.0, "max_tokens": "context"},
-            description="paper ShareGPT statistics (161.31 in / 337.99 out), Poisson 2 req/s, max_tokens = "
-            "2048 − prompt (vLLM's server default for a client that sends none; :max_tokens=exact for the "
-            "true output)",
-        ),
-        WorkloadKind(
-            "alpaca",
-            {"lengths": "alpaca-paper", "arrival_rate": 30.0, "max_tokens": "context"},
-            description="paper Alpaca statistics (19.31 in / 58.45 out), Poisson 30 req/s, max_tokens = "
-            "2048 − prompt",
-        ),
-        WorkloadKind(
-            "sharegpt-real",
-            {"lengths": "sharegpt-real", "arrival_rate": 0.5},
-            description="real ShareGPT (prompt, output) pairs resampled, Poisson 0.5 req/s",
-        ),
-        WorkloadKind(
-            "mooncake-conversation",
-            trace=("mooncake", "mooncake/conversation_trace.jsonl"),
-            description="Mooncake FAST'25 conversation trace (12,031 requests, prefix hashes)",
-        ),
-        WorkloadKind(
-            "mooncake-synthetic",
-            trace=("mooncake", "mooncake/synthetic_trace.jsonl"),
-            description="Mooncake FAST'25 synthetic trace (3,993 requests, prefix hashes)",
-        ),
-        WorkloadKind(
-            "azure-code",
-            trace=("azure", "azure_llm_2023/AzureLLMInferenceTrace_code.csv"),
-            description="Azure LLM inference 2023, code (8,819 requests)",
-        ),
-        WorkloadKind(
-            "azure-conv",
-            trace=("azure", "azure_llm_2023/AzureLLMInferenceTrace_conv.csv"),
-            description="Azure LLM inference 2023, conversation (19,366 requests)",
-        ),
-    )
-}
-_SYNTHETIC_ARGS = tuple(
-    p
-    for p in inspect.signature(__import__("kvsim.workloads", fromlist=["synthetic"]).synthetic).parameters
-    if p not in ("num_requests", "seed", "first_request_id", "length_params")
-)
-
-
-def parse_workload(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """`NAME` or `NAME:key=value,...` (or a TOML table with `name`) -> (name, parameter overrides).
-
-    Every value is checked against the parameter's kind (`kvsim.workloads.specs`): `arrival_rate=abc`,
-    `num_samples=abc` or `turns=1.5` fail here, naming the spec and the parameter. Traces take the
-    trace parameters (`start`, `stop`, `time_scale`, `request_rate`) only.
-
-    Raises:
-        InvalidArgumentError: an empty or unknown workload, a malformed pair, or a bad value.
-    """
-    from kvsim.workloads.specs import check_param
-
-    if isinstance(spec, Mapping):
-        params = dict(spec)
-        name = params.pop("name", None)
-        if not isinstance(name, str):
-            raise InvalidArgumentError(f"workload table {dict(spec)!r} needs a name")
-        label = name
-    elif isinstance(spec, str):
-        label = spec
-        name, _, rest = spec.partition(":")
-        params = {}
-        for pair in filter(None, (p.strip() for p in rest.split(","))):
-            key, eq, value = pair.partition("=")
-            if not eq or not key.strip() or not value.strip():
-                raise InvalidArgumentError(f"workload {spec!r}: {pair!r} is not key=value")
-            if key.strip() in params:
-                raise InvalidArgumentError(f"workload {spec!r}: {key.strip()!r} given twice")
-            params[key.strip()] = _literal(value)
-    else:
-        raise InvalidArgumentError(f"workload {spec!r} must be a NAME[:key=value,...] string or a table")
-    name = name.strip()
-    if not name:
-        raise InvalidArgumentError(
-            f"workload {label!r} names no workload; known: {', '.join(sorted(WORKLOADS))}"
-        )
-    if name not in WORKLOADS:
-        raise _unknown(name, WORKLOADS, "workload")
-    seeded = WORKLOADS[name].seeded
-    params = {k: check_param(label, k, v, synthetic=seeded) for k, v in params.items()}
-    return name, params
-
-
-def workload_label(name: str, params: Mapping[str, Any]) -> str:
-    """The canonical spec string of a workload (`sharegpt:arrival_rate=4`)."""
-    if not params:
-        return name
-    return name + ":" + ",".join(f"{k}={_fmt(v)}" for k, v in sorted(params.items()))
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, tuple):
-        return "/".join(_fmt(x) for x in v)
-    if isinstance(v, bool):
-        return str(v).lower()
-    return str(v)
-
-
-def _synthetic_kwargs(name: str, params: Mapping[str, Any], requests: int, seed: int) -> dict[str, Any]:
-    """`synthetic()` keyword arguments of a workload (trace parameters and `max_tokens=context` are
-    applied afterwards by `make_workload`)."""
-    from kvsim.workloads.specs import TRACE_PARAMS
-
-    kind = WORKLOADS[name]
-    assert kind.synthetic is not None
-    kwargs: dict[str, Any] = {**kind.synthetic}
-    length_params: dict[str, Any] = {}
-    for k, v in params.items():
-        if k in TRACE_PARAMS:
-            continue
-        if k in _SYNTHETIC_ARGS:
-            kwargs[k] = list(v) if k == "max_tokens" and isinstance(v, tuple) else v
-        else:
-            length_params[k] = v
-    if kwargs.get("max_tokens") is not None and isinstance(kwargs["max_tokens"], list):
-        kwargs["max_tokens"] = tuple(kwargs["max_tokens"])
-    if kwargs.get("max_tokens") == "context":
-        kwargs["max_tokens"] = "exact"
-    if length_params:
-        kwargs["length_params"] = length_params
-    return {"num_requests": requests, "seed": seed, **kwargs}
-
-
-def make_workload(name: str, params: Mapping[str, Any], requests: int, seed: int) -> Any:
-    """Builds (or loads) a workload; traces keep their first `requests` rows (of the `start`/`stop`
-    window); then `time_scale` / `request_rate` apply (`kvsim.workloads.specs`).
-
-    Raises:
-        InvalidArgumentError: a missing trace file or a bad parameter.
-    """
-    from kvsim import workloads
-    from kvsim.workloads.specs import apply_trace_params, client_max_tokens, split_trace_params
-
-    kind = WORKLOADS[name]
-    label = workload_label(name, params)
-    _, trace = split_trace_params(params)
-    if kind.synthetic is not None:
-        w = workloads.synthetic(**_synthetic_kwargs(name, params, requests, seed))
-        if {**kind.synthetic, **params}.get("max_tokens") == "context":
-            w = client_max_tokens(w, label)
-        return apply_trace_params(w, trace, label)
-    assert kind.trace is not None
-    loader, rel = kind.trace
-    path = workloads.traces_dir() / rel
-    if not path.exists():
-        raise InvalidArgumentError(f"workload {name!r}: trace file {path} does not exist (set KVSIM_TRACES)")
-    full = _load_trace(loader, str(path))
-    window = {k: v for k, v in trace.items() if k in ("start", "stop")}
-    if window:
-        full = apply_trace_params(full, window, label)
-    w = full if requests >= len(full) else full[:requests]
-    return apply_trace_params(w, {k: v for k, v in trace.items() if k not in window}, label)
-
-
-_TRACE_CACHE: dict[tuple[str, str], Any] = {}
-_TRACE_LOCK = threading.Lock()
-
-
-def _load_trace(loader: str, path: str) -> Any:
-    from kvsim import workloads
-
-    with _TRACE_LOCK:
-        if (loader, path) not in _TRACE_CACHE:
-            fn = workloads.load_mooncake if loader == "mooncake" else workloads.load_azure
-            _TRACE_CACHE[(loader, path)] = fn(path)
-        return _TRACE_CACHE[(loader, path)]
-
-
-class _WorkloadCache:
-    """A small per-process LRU of built workloads; one lock per key so two threads build it once."""
-
-    def __init__(self, size: int = 2) -> None:
-        self.size = size
-        self.items: OrderedDict[str, Any] = OrderedDict()
-        self.lock = threading.Lock()
-        self.key_locks: dict[str, threading.Lock] = {}
-
-    def get(self, key: str, build: Callable[[], Any]) -> tuple[Any, float]:
-        with self.lock:
-            if key in self.items:
-                self.items.move_to_end(key)
-                return self.items[key], 0.0
-            key_lock = self.key_locks.setdefault(key, threading.Lock())
-        with key_lock:
-            with self.lock:
-                if key in self.items:
-                    return self.items[key], 0.0
-            t0 = time.perf_counter()
-            value = build()
-            spent = time.perf_counter() - t0
-            with self.lock:
-                self.items[key] = value
-                while len(self.items) > self.size:
-                    self.items.popitem(last=False)
-                self.key_locks.pop(key, None)
-            return value, spent
-
-
-_WORKLOADS_CACHE = _WorkloadCache()
 
 
 # -------------------------------------------------------------------------------------------- points
@@ -463,7 +196,7 @@ def run_point(point: Point) -> dict[str, Any]:
     import kvsim
 
     config = point.sim_config()
-    workload, workload_s = _WORKLOADS_CACHE.get(
+    workload, workload_s = WORKLOAD_CACHE.get(
         point.workload_key,
         lambda: make_workload(point.workload, point.workload_params, point.requests, point.seed),
     )
@@ -495,7 +228,7 @@ def run_point(point: Point) -> dict[str, Any]:
 
 
 def _plain(v: Any) -> Any:
-    return _fmt(v) if isinstance(v, tuple | list) else v
+    return format_value(v) if isinstance(v, tuple | list) else v
 
 
 # ---------------------------------------------------------------------------------------------- grid
@@ -541,7 +274,7 @@ def check_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
             from kvsim.workloads.specs import check_param
 
             conv = [
-                check_param(f"--grid {name}", key, _literal(v) if isinstance(v, str) else v, synthetic=True)
+                check_param(f"--grid {name}", key, literal(v) if isinstance(v, str) else v, synthetic=True)
                 for v in values
             ]
         elif name in CONFIG_FIELDS:
@@ -550,7 +283,7 @@ def check_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
             except InvalidArgumentError as exc:
                 raise InvalidArgumentError(f"--grid {name}: {exc}") from None
         else:
-            raise _unknown(name, [*CONFIG_FIELDS, "workload.<synthetic parameter>"], "grid parameter")
+            raise unknown_name(name, [*CONFIG_FIELDS, "workload.<synthetic parameter>"], "grid parameter")
         seen = [json.dumps(v, default=str) for v in conv]
         if len(set(seen)) != len(seen):
             raise InvalidArgumentError(f"grid parameter {name} repeats a value: {list(values)}")
@@ -644,7 +377,7 @@ class SweepSpec:
         slos = parse_goodput(self.goodput)
         for k in self.base:
             if k not in CONFIG_FIELDS:
-                raise _unknown(k, CONFIG_FIELDS, "base field")
+                raise unknown_name(k, CONFIG_FIELDS, "base field")
         base = {k: coerce(k, v) for k, v in self.base.items()}
         grid = check_grid(self.grid)
         parsed = [parse_workload(w) for w in self.workloads]
@@ -714,333 +447,16 @@ def _check_synthetic(name: str, params: Mapping[str, Any], grid: Mapping[str, Se
     for k, values in grid.items():  # each grid value alone first, so the error names the grid value
         for x in values:
             try:
-                workloads.synthetic(**_synthetic_kwargs(name, {**params, k: x}, 2, 0))
+                workloads.synthetic(**synthetic_kwargs(name, {**params, k: x}, 2, 0))
             except (TypeError, ValueError) as exc:
                 raise InvalidArgumentError(
-                    f"grid {WORKLOAD_PREFIX}{k}={_fmt(x)}: not valid for workload {name} ({exc})"
+                    f"grid {WORKLOAD_PREFIX}{k}={format_value(x)}: not valid for workload {name} ({exc})"
                 ) from None
     for v in variants:
         try:
-            workloads.synthetic(**_synthetic_kwargs(name, v, 2, 0))
+            workloads.synthetic(**synthetic_kwargs(name, v, 2, 0))
         except (TypeError, ValueError) as exc:  # InvalidArgumentError is a ValueError
             raise InvalidArgumentError(f"workload {workload_label(name, v)}: {exc}") from None
-
-
-# ---------------------------------------------------------------------------------------- the store
-
-
-def check_output(path: str | os.PathLike[str]) -> Path:
-    """Checks, before any point runs, that a sweep can write its parquet file at `path`: not a folder,
-    not an existing file that is not parquet, and in a folder that exists or can be made and is writable.
-
-    Returns:
-        The path.
-
-    Raises:
-        InvalidArgumentError: why it cannot be written (the message starts with the path).
-    """
-    import tempfile
-
-    p = Path(path)
-    if p.is_dir():
-        raise InvalidArgumentError(f"{p} is a folder, not a parquet file")
-    if p.exists():
-        try:
-            pl.read_parquet_schema(p)
-        except Exception as exc:  # polars raises several kinds for a file that is not parquet
-            raise InvalidArgumentError(
-                f"{p} exists and is not a parquet file ({type(exc).__name__}); move it or choose another path"
-            ) from None
-    for parent in [p.parent, *p.parent.parents]:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InvalidArgumentError(f"{p}: {parent} is a file, not a folder")
-            break
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=f".{p.name}.", suffix=".probe"):
-            pass
-    except OSError as exc:
-        raise InvalidArgumentError(f"{p}: cannot write in {p.parent} ({exc.strerror or exc})") from None
-    return p
-
-
-class ResultStore:
-    """The sweep's parquet file: rows already there (for resume) and new rows.
-
-    While a sweep runs, each flush (at most every `flush_every_s` seconds) writes only the rows that
-    arrived since the last one, as one part file in `<path>.parts/`, so a sweep's writing is linear in
-    its rows; `finish()` writes the file itself as one table (old rows, parts and new rows, to a temporary
-    name, then renamed) and removes the parts. An interrupted sweep leaves its parts: the next one reads
-    the file and the parts (`polars.scan_parquet`), and skips every point found, so resume is exact and
-    an interruption loses at most `flush_every_s` of work. A row is identified by `point_id`; a point
-    found twice (the file written, the parts not yet removed) is kept once.
-
-    Raises:
-        InvalidArgumentError: `path` cannot be written (see `check_output`), or holds what is not parquet.
-    """
-
-    def __init__(
-        self, path: str | os.PathLike[str] | None, *, resume: bool = True, flush_every_s: float = 10.0
-    ):
-        self.path = check_output(path) if path is not None else None
-        self.old = pl.DataFrame()
-        self.new: list[dict[str, Any]] = []
-        self.flushed = 0  # rows of `new` already in a part file
-        self._next_part = 0
-        self.flush_every_s = flush_every_s
-        self._last_flush = time.monotonic()
-        if self.path is None:
-            return
-        if not resume:
-            self.path.unlink(missing_ok=True)
-            shutil.rmtree(self.parts_dir, ignore_errors=True)
-            return
-        frames = []
-        if self.path.exists():
-            frames.append(pl.scan_parquet(self.path))
-        parts = sorted(self.parts_dir.glob("part-*.parquet")) if self.parts_dir.is_dir() else []
-        if parts:
-            frames.append(pl.scan_parquet(parts))
-        if frames:
-            try:
-                old = pl.concat(frames, how="diagonal_relaxed").collect()
-            except Exception as exc:  # a damaged part or file: say which store, not polars' internals
-                raise InvalidArgumentError(
-                    f"{self.path}: cannot read the rows already there ({type(exc).__name__}: {exc})"
-                ) from None
-            if "point_id" in old.columns:
-                old = old.unique(subset="point_id", keep="first", maintain_order=True)
-            self.old = old
-        self._next_part = 1 + max((int(p.stem.split("-")[1]) for p in parts), default=-1)
-
-    @property
-    def parts_dir(self) -> Path:
-        assert self.path is not None
-        return self.path.with_name(self.path.name + ".parts")
-
-    @property
-    def done(self) -> set[str]:
-        ids = set(self.old["point_id"].to_list()) if "point_id" in self.old.columns else set()
-        return ids | {r["point_id"] for r in self.new}
-
-    def add(self, row: dict[str, Any]) -> None:
-        self.new.append(row)
-        if time.monotonic() - self._last_flush >= self.flush_every_s:
-            self.flush()
-
-    def frame(self) -> pl.DataFrame:
-        new = rows_frame(self.new)
-        if self.old.height == 0:
-            return new
-        if new.height == 0:
-            return self.old
-        return pl.concat([self.old, new], how="diagonal_relaxed")
-
-    def flush(self) -> None:
-        """Writes the rows added since the last flush as one part file (nothing if there are none). A
-        part that cannot be written stays in memory and goes into the next part or the final file."""
-        self._last_flush = time.monotonic()
-        if self.path is None or self.flushed == len(self.new):
-            return
-        part = self.parts_dir / f"part-{self._next_part:06d}.parquet"
-        try:
-            self.parts_dir.mkdir(parents=True, exist_ok=True)
-            tmp = part.with_name(part.name + ".tmp")
-            rows_frame(self.new[self.flushed :]).write_parquet(tmp)
-            os.replace(tmp, part)
-        except OSError:
-            return  # kept in memory; finish() says where the rows went if the file cannot be written either
-        self._next_part += 1
-        self.flushed = len(self.new)
-
-    def finish(self) -> None:
-        """Writes the file as one table and removes the parts.
-
-        Raises:
-            InvalidArgumentError: the file cannot be written; the message says where the rows were kept
-                instead (a parquet file in the temporary folder).
-        """
-        if self.path is None or (not self.new and not self.parts_dir.is_dir()):
-            return
-        frame = self.frame()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            frame.write_parquet(tmp)
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            import tempfile
-
-            try:
-                fd, kept = tempfile.mkstemp(prefix=f"kvsim-{self.path.stem}-", suffix=".parquet")
-                os.close(fd)
-                frame.write_parquet(kept)
-            except OSError as again:
-                where = (
-                    f"; the rows flushed earlier are in {self.parts_dir}" if self.parts_dir.is_dir() else ""
-                )
-                raise InvalidArgumentError(
-                    f"cannot write {self.path} ({exc.strerror or exc}) nor a copy in the temporary folder "
-                    f"({again.strerror or again}){where}"
-                ) from None
-            raise InvalidArgumentError(
-                f"cannot write {self.path} ({exc.strerror or exc}); its {frame.height} rows are in {kept}"
-            ) from None
-        shutil.rmtree(self.parts_dir, ignore_errors=True)
-
-
-def rows_frame(rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
-    """Rows (dicts, possibly with different keys and nulls) as one frame."""
-    if not rows:
-        return pl.DataFrame()
-    keys: dict[str, None] = {}
-    for r in rows:
-        keys.update(dict.fromkeys(r))
-    cols = {k: [r.get(k) for r in rows] for k in keys}
-    series = []
-    for k, values in cols.items():
-        kinds = {type(v) for v in values if v is not None}
-        if kinds and kinds <= {int, float} and float in kinds:
-            values = [None if v is None else float(v) for v in values]
-        elif len(kinds) > 1:
-            values = [None if v is None else str(v) for v in values]
-        series.append(pl.Series(k, values, strict=False))
-    return pl.DataFrame(series)
-
-
-# ------------------------------------------------------------------------------------------ running
-
-
-def progress_bar(total: int, desc: str, enabled: bool) -> Any:
-    """A tqdm bar on stderr, or None: only when `enabled` and stderr is a terminal (in a log, a bar's
-    carriage returns would pile up into one long line)."""
-    if not enabled or not total or not sys.stderr.isatty():
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="pt", dynamic_ncols=True, smoothing=0.1)
-
-
-def _local_map(pool: cf.Executor, task: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[Any]:
-    futures = [pool.submit(task, item) for item in items]
-    try:
-        for fut in cf.as_completed(futures):
-            yield fut.result()
-    finally:
-        for fut in futures:
-            fut.cancel()
-
-
-def _dask_map(client: Any, task: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[Any]:
-    from distributed import as_completed
-
-    for fut in as_completed(client.map(task, list(items), pure=False)):
-        yield fut.result()
-
-
-def _check_executor(executor: str, workers: int | None, scheduler: str | None) -> int:
-    """The worker count (default: the CPU count) once the executor options are valid.
-
-    Raises:
-        InvalidArgumentError: an unknown executor, workers < 1, or a scheduler without `dask`.
-    """
-    if executor not in EXECUTORS:
-        raise InvalidArgumentError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise InvalidArgumentError(f"workers {workers!r} must be at least 1")
-    if scheduler and executor != "dask":
-        raise InvalidArgumentError("--scheduler needs --executor dask")
-    return workers or os.cpu_count() or 1
-
-
-def _check_scheduler(address: str) -> None:
-    """Refuses a Dask scheduler address that is no address or (TCP) does not answer, before a `Client` is
-    built: a Client whose start failed complains again from its finaliser at the interpreter's exit."""
-    import socket
-
-    import dask
-    from dask.utils import parse_timedelta
-    from distributed.comm import parse_address, parse_host_port
-    from distributed.comm.registry import get_backend
-
-    try:
-        proto, loc = parse_address(address)
-        get_backend(proto)
-        if proto in ("tcp", "tls"):
-            host, port = parse_host_port(loc)
-            timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="s")
-            socket.create_connection((host, port), timeout=timeout).close()
-    except (OSError, ValueError, TypeError) as exc:
-        raise InvalidArgumentError(f"scheduler {address!r}: cannot connect ({exc})") from None
-
-
-@contextlib.contextmanager
-def executor_session(
-    executor: str = "threads",
-    *,
-    workers: int | None = None,
-    scheduler: str | None = None,
-    dask_processes: bool = False,
-) -> Iterator[Callable[[Callable[[Any], Any], Sequence[Any]], Iterator[Any]]]:
-    """One pool of workers for several batches of tasks: yields `map(task, items)`, which runs
-    `task(item)` for every item in parallel and yields the results in completion order. What `execute`
-    runs sweep points on, and `kvsim.plan` its rounds of probes (one pool for all rounds). A task and its
-    items must pickle for `processes` and `dask` (module-level functions, plain data).
-
-    Args:
-        executor: `threads` (the Rust engine releases the GIL), `processes` (spawned) or `dask`.
-        workers: parallel workers (default: the CPU count).
-        scheduler: a Dask scheduler address (`tcp://host:port`); without it `dask` starts a LocalCluster
-            on 127.0.0.1.
-        dask_processes: LocalCluster workers as processes (True) or threads in this process (False).
-
-    Raises:
-        InvalidArgumentError: an unknown executor, workers < 1, or a scheduler without `dask`.
-    """
-    workers = _check_executor(executor, workers, scheduler)
-    if executor in ("threads", "processes"):
-        pool: cf.Executor
-        if executor == "threads":
-            pool = cf.ThreadPoolExecutor(max_workers=workers)
-        else:
-            ctx = multiprocessing.get_context("spawn")  # fork would copy polars' and Rayon's thread pools
-            pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-        with pool:
-            yield lambda task, items: _local_map(pool, task, items)
-        return
-    with warnings.catch_warnings():
-        # distributed warns on import about optional packages and on cluster start about ports; neither
-        # matters for a sweep, and pytest turns warnings into errors.
-        warnings.simplefilter("ignore")
-        from distributed import Client, LocalCluster
-
-        cluster = None
-        if scheduler:
-            _check_scheduler(scheduler)
-            try:
-                client = Client(scheduler)
-            except (OSError, ValueError) as exc:  # unreachable (a timeout is an OSError), or not an address
-                raise InvalidArgumentError(f"scheduler {scheduler!r}: cannot connect ({exc})") from None
-        else:
-            cluster = LocalCluster(
-                n_workers=workers,
-                threads_per_worker=1,
-                processes=dask_processes,
-                protocol="tcp://",
-                host="127.0.0.1",
-                dashboard_address=None,
-                silence_logs=40,
-            )
-            client = Client(cluster)
-    try:
-        yield lambda task, items: _dask_map(client, task, items)
-    finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            client.close()
-            if cluster is not None:
-                cluster.close()
 
 
 def execute(
@@ -1056,7 +472,7 @@ def execute(
     Raises:
         InvalidArgumentError: an unknown executor, workers < 1, or a scheduler without `dask`.
     """
-    _check_executor(executor, workers, scheduler)
+    check_executor(executor, workers, scheduler)
 
     def rows() -> Iterator[dict[str, Any]]:
         with executor_session(
@@ -1120,12 +536,7 @@ def run_sweep(
         InvalidArgumentError: anything wrong with the sweep, before any point runs.
     """
     points = spec.points(skip_invalid=skip_invalid)
-    if executor not in EXECUTORS:
-        raise InvalidArgumentError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
-    if scheduler and executor != "dask":
-        raise InvalidArgumentError("--scheduler needs --executor dask")
-    if workers is not None and workers < 1:
-        raise InvalidArgumentError(f"workers {workers} must be at least 1")
+    check_executor(executor, workers, scheduler)
     store = ResultStore(output, resume=resume, flush_every_s=flush_every_s)
     done = store.done
     ids = [p.point_id() for p in points]
@@ -1234,6 +645,8 @@ def aggregate(
     return out.drop("_t")
 
 
+# The sweep's API; the names from kvsim.analysis.executors, sweep_store and kvsim.workloads.registry stay
+# importable from here, the module README names.
 __all__ = [
     "CONFIG_FIELDS",
     "DEFAULT_BASE",
@@ -1250,12 +663,15 @@ __all__ = [
     "check_output",
     "coerce",
     "execute",
+    "executor_session",
     "make_workload",
     "parse_grid_args",
     "parse_workload",
     "progress_bar",
+    "rows_frame",
     "run_point",
     "run_sweep",
+    "simulate_point",
     "t_quantile_975",
     "workload_label",
 ]

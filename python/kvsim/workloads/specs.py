@@ -2,7 +2,7 @@
 `workload.<key>` grid axis) may set, the trace parameters (time scale, request rate, row window), the
 paper presets' client-style `max_tokens`, and users' own trace files (`--workload path.csv`).
 
-`kvsim.analysis.sweep.parse_workload` and `make_workload` call this module; `kvsim run` uses it for files.
+`kvsim.workloads.registry.parse_workload` and `make_workload` call this module; `kvsim run` uses it for files.
 
 Trace parameters (any workload, applied after it is built, in this order):
 - `start`, `stop`: keep rows `[start, stop)` of the table (a row window; ids and content unchanged,

@@ -1,0 +1,306 @@
+"""The named workloads (`WORKLOADS`) that sweeps, the claims suite and `kvsim run --workload NAME` build:
+their specs parsed (`NAME:key=value,...`), built (`make_workload`, synthetic presets or real traces from
+the traces folder) and cached per process (a trace is loaded once; built workloads in a small LRU).
+
+`sharegpt` and `alpaca` (the paper's length statistics, Poisson arrivals), `sharegpt-real` (resampled real
+ShareGPT pairs), `synthetic`, and the real traces `mooncake-conversation`, `mooncake-synthetic`,
+`azure-code`, `azure-conv` (deterministic: one seed only; `requests` keeps the first N rows). A spec
+string `NAME:key=value,key=value` overrides synthetic parameters, e.g. `sharegpt:arrival_rate=4,max_tokens=2048`;
+keys that are not `synthetic()` arguments go to its `length_params` (`prompt_len=16/256` is the range
+(16, 256)); parameter kinds and trace parameters are `kvsim.workloads.specs`'.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kvsim.errors import InvalidArgumentError
+
+
+def literal(text: str) -> Any:
+    """A TOML-ish scalar from flag text: int, float, true/false, none, a/b range tuple, else the string."""
+    t = text.strip()
+    low = t.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    if "/" in t:
+        parts = t.split("/")
+        values = [literal(p) for p in parts]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            return tuple(values)
+        return t
+    for conv in (int, float):
+        try:
+            return conv(t)
+        except ValueError:
+            pass
+    return t
+
+
+def unknown_name(name: str, known: Iterable[str], what: str) -> InvalidArgumentError:
+    """The error for an unknown `what` named `name`: the closest known names, then all of them."""
+    close = difflib.get_close_matches(name, list(known), n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return InvalidArgumentError(f"unknown {what} {name!r}{hint}; known: {', '.join(sorted(known))}")
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """A named workload: a synthetic preset (its default `synthetic()` arguments) or a trace file.
+
+    Attributes:
+        name: the name used in `--workload`.
+        synthetic: default keyword arguments of `kvsim.workloads.synthetic` (None for a trace).
+        trace: (loader, path relative to the traces folder) of a real trace.
+        description: one line for `--help`.
+    """
+
+    name: str
+    synthetic: Mapping[str, Any] | None = None
+    trace: tuple[str, str] | None = None
+    description: str = ""
+
+    @property
+    def seeded(self) -> bool:
+        return self.synthetic is not None
+
+
+WORKLOADS: dict[str, WorkloadKind] = {
+    w.name: w
+    for w in (
+        WorkloadKind(
+            "synthetic",
+            {"lengths": "sharegpt-paper", "arrival_rate": 1.0},
+            description="kvsim.workloads.synthetic with its own defaults except 1 req/s; set lengths etc.",
+        ),
+        WorkloadKind(
+            "sharegpt",
+            {"lengths": "sharegpt-paper", "arrival_rate": 2.0, "max_tokens": "context"},
+            description="paper ShareGPT statistics (161.31 in / 337.99 out), Poisson 2 req/s, max_tokens = "
+            "2048 − prompt (vLLM's server default for a client that sends none; :max_tokens=exact for the "
+            "true output)",
+        ),
+        WorkloadKind(
+            "alpaca",
+            {"lengths": "alpaca-paper", "arrival_rate": 30.0, "max_tokens": "context"},
+            description="paper Alpaca statistics (19.31 in / 58.45 out), Poisson 30 req/s, max_tokens = "
+            "2048 − prompt",
+        ),
+        WorkloadKind(
+            "sharegpt-real",
+            {"lengths": "sharegpt-real", "arrival_rate": 0.5},
+            description="real ShareGPT (prompt, output) pairs resampled, Poisson 0.5 req/s",
+        ),
+        WorkloadKind(
+            "mooncake-conversation",
+            trace=("mooncake", "mooncake/conversation_trace.jsonl"),
+            description="Mooncake FAST'25 conversation trace (12,031 requests, prefix hashes)",
+        ),
+        WorkloadKind(
+            "mooncake-synthetic",
+            trace=("mooncake", "mooncake/synthetic_trace.jsonl"),
+            description="Mooncake FAST'25 synthetic trace (3,993 requests, prefix hashes)",
+        ),
+        WorkloadKind(
+            "azure-code",
+            trace=("azure", "azure_llm_2023/AzureLLMInferenceTrace_code.csv"),
+            description="Azure LLM inference 2023, code (8,819 requests)",
+        ),
+        WorkloadKind(
+            "azure-conv",
+            trace=("azure", "azure_llm_2023/AzureLLMInferenceTrace_conv.csv"),
+            description="Azure LLM inference 2023, conversation (19,366 requests)",
+        ),
+    )
+}
+_SYNTHETIC_ARGS = tuple(
+    p
+    for p in inspect.signature(__import__("kvsim.workloads", fromlist=["synthetic"]).synthetic).parameters
+    if p not in ("num_requests", "seed", "first_request_id", "length_params")
+)
+
+
+def parse_workload(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """`NAME` or `NAME:key=value,...` (or a TOML table with `name`) -> (name, parameter overrides).
+
+    Every value is checked against the parameter's kind (`kvsim.workloads.specs`): `arrival_rate=abc`,
+    `num_samples=abc` or `turns=1.5` fail here, naming the spec and the parameter. Traces take the
+    trace parameters (`start`, `stop`, `time_scale`, `request_rate`) only.
+
+    Raises:
+        InvalidArgumentError: an empty or unknown workload, a malformed pair, or a bad value.
+    """
+    from kvsim.workloads.specs import check_param
+
+    if isinstance(spec, Mapping):
+        params = dict(spec)
+        name = params.pop("name", None)
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"workload table {dict(spec)!r} needs a name")
+        label = name
+    elif isinstance(spec, str):
+        label = spec
+        name, _, rest = spec.partition(":")
+        params = {}
+        for pair in filter(None, (p.strip() for p in rest.split(","))):
+            key, eq, value = pair.partition("=")
+            if not eq or not key.strip() or not value.strip():
+                raise InvalidArgumentError(f"workload {spec!r}: {pair!r} is not key=value")
+            if key.strip() in params:
+                raise InvalidArgumentError(f"workload {spec!r}: {key.strip()!r} given twice")
+            params[key.strip()] = literal(value)
+    else:
+        raise InvalidArgumentError(f"workload {spec!r} must be a NAME[:key=value,...] string or a table")
+    name = name.strip()
+    if not name:
+        raise InvalidArgumentError(
+            f"workload {label!r} names no workload; known: {', '.join(sorted(WORKLOADS))}"
+        )
+    if name not in WORKLOADS:
+        raise unknown_name(name, WORKLOADS, "workload")
+    seeded = WORKLOADS[name].seeded
+    params = {k: check_param(label, k, v, synthetic=seeded) for k, v in params.items()}
+    return name, params
+
+
+def workload_label(name: str, params: Mapping[str, Any]) -> str:
+    """The canonical spec string of a workload (`sharegpt:arrival_rate=4`)."""
+    if not params:
+        return name
+    return name + ":" + ",".join(f"{k}={format_value(v)}" for k, v in sorted(params.items()))
+
+
+def format_value(v: Any) -> str:
+    """A parameter value as spec text (a range `16/256`, `true`/`false`)."""
+    if isinstance(v, tuple):
+        return "/".join(format_value(x) for x in v)
+    if isinstance(v, bool):
+        return str(v).lower()
+    return str(v)
+
+
+def synthetic_kwargs(name: str, params: Mapping[str, Any], requests: int, seed: int) -> dict[str, Any]:
+    """`synthetic()` keyword arguments of a workload (trace parameters and `max_tokens=context` are
+    applied afterwards by `make_workload`)."""
+    from kvsim.workloads.specs import TRACE_PARAMS
+
+    kind = WORKLOADS[name]
+    assert kind.synthetic is not None
+    kwargs: dict[str, Any] = {**kind.synthetic}
+    length_params: dict[str, Any] = {}
+    for k, v in params.items():
+        if k in TRACE_PARAMS:
+            continue
+        if k in _SYNTHETIC_ARGS:
+            kwargs[k] = list(v) if k == "max_tokens" and isinstance(v, tuple) else v
+        else:
+            length_params[k] = v
+    if kwargs.get("max_tokens") is not None and isinstance(kwargs["max_tokens"], list):
+        kwargs["max_tokens"] = tuple(kwargs["max_tokens"])
+    if kwargs.get("max_tokens") == "context":
+        kwargs["max_tokens"] = "exact"
+    if length_params:
+        kwargs["length_params"] = length_params
+    return {"num_requests": requests, "seed": seed, **kwargs}
+
+
+def make_workload(name: str, params: Mapping[str, Any], requests: int, seed: int) -> Any:
+    """Builds (or loads) a workload; traces keep their first `requests` rows (of the `start`/`stop`
+    window); then `time_scale` / `request_rate` apply (`kvsim.workloads.specs`).
+
+    Raises:
+        InvalidArgumentError: a missing trace file or a bad parameter.
+    """
+    from kvsim import workloads
+    from kvsim.workloads.specs import apply_trace_params, client_max_tokens, split_trace_params
+
+    kind = WORKLOADS[name]
+    label = workload_label(name, params)
+    _, trace = split_trace_params(params)
+    if kind.synthetic is not None:
+        w = workloads.synthetic(**synthetic_kwargs(name, params, requests, seed))
+        if {**kind.synthetic, **params}.get("max_tokens") == "context":
+            w = client_max_tokens(w, label)
+        return apply_trace_params(w, trace, label)
+    assert kind.trace is not None
+    loader, rel = kind.trace
+    path = workloads.traces_dir() / rel
+    if not path.exists():
+        raise InvalidArgumentError(f"workload {name!r}: trace file {path} does not exist (set KVSIM_TRACES)")
+    full = _load_trace(loader, str(path))
+    window = {k: v for k, v in trace.items() if k in ("start", "stop")}
+    if window:
+        full = apply_trace_params(full, window, label)
+    w = full if requests >= len(full) else full[:requests]
+    return apply_trace_params(w, {k: v for k, v in trace.items() if k not in window}, label)
+
+
+_TRACE_CACHE: dict[tuple[str, str], Any] = {}
+_TRACE_LOCK = threading.Lock()
+
+
+def _load_trace(loader: str, path: str) -> Any:
+    from kvsim import workloads
+
+    with _TRACE_LOCK:
+        if (loader, path) not in _TRACE_CACHE:
+            fn = workloads.load_mooncake if loader == "mooncake" else workloads.load_azure
+            _TRACE_CACHE[(loader, path)] = fn(path)
+        return _TRACE_CACHE[(loader, path)]
+
+
+class WorkloadCache:
+    """A small per-process LRU of built workloads; one lock per key so two threads build it once."""
+
+    def __init__(self, size: int = 2) -> None:
+        self.size = size
+        self.items: OrderedDict[str, Any] = OrderedDict()
+        self.lock = threading.Lock()
+        self.key_locks: dict[str, threading.Lock] = {}
+
+    def get(self, key: str, build: Callable[[], Any]) -> tuple[Any, float]:
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key], 0.0
+            key_lock = self.key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self.lock:
+                if key in self.items:
+                    return self.items[key], 0.0
+            t0 = time.perf_counter()
+            value = build()
+            spent = time.perf_counter() - t0
+            with self.lock:
+                self.items[key] = value
+                while len(self.items) > self.size:
+                    self.items.popitem(last=False)
+                self.key_locks.pop(key, None)
+            return value, spent
+
+
+WORKLOAD_CACHE = WorkloadCache()
+
+
+__all__ = [
+    "WORKLOADS",
+    "WORKLOAD_CACHE",
+    "WorkloadCache",
+    "WorkloadKind",
+    "format_value",
+    "literal",
+    "make_workload",
+    "parse_workload",
+    "synthetic_kwargs",
+    "unknown_name",
+    "workload_label",
+]
