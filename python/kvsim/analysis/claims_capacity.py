@@ -27,7 +27,7 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.analysis.claims import (
+from kvsim.analysis.claims_model import (
     CONFIRMED,
     DIFFERS,
     OPT13B_PAPER,
@@ -36,8 +36,8 @@ from kvsim.analysis.claims import (
     Claim,
     Experiment,
     Results,
-    _feature_error,
-    _not_testable,
+    feature_error,
+    not_testable,
 )
 from kvsim.analysis.sweep import make_workload, rows_frame, t_quantile_975, workload_label
 
@@ -151,7 +151,7 @@ def run_capacity(
                     )
                 )
         except Exception as exc:
-            if not _feature_error(exc):
+            if not feature_error(exc):
                 raise
             error = f"{type(exc).__name__}: {exc}"
         frame = rows_frame(rows) if error is None else pl.DataFrame()
@@ -222,13 +222,13 @@ def capacity_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
                 value = f"{lo:g}x - {hi:g}x"
                 tol = f"within the range ± {100 * RANGE_SLACK:.0f} %"
                 if res.error:
-                    out.append(_not_testable(cid, claim, source, value, tol, cmd, res.error))
+                    out.append(not_testable(cid, claim, source, value, tol, cmd, res.error))
                     continue
                 ratios = seed_ratios(res, label, base)
                 f = res.frame.filter(pl.col("workload") == label)
                 if not ratios:
                     why = "no knee: " + ", ".join(sorted(set(f["status"].to_list())))
-                    out.append(_not_testable(cid, claim, source, value, tol, cmd, why))
+                    out.append(not_testable(cid, claim, source, value, tol, cmd, why))
                     continue
                 mean, ci = _mean_ci(ratios)
                 ok = lo / (1 + RANGE_SLACK) <= mean <= hi * (1 + RANGE_SLACK)

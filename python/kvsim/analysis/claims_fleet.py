@@ -1,6 +1,6 @@
 """The fleet's claims (DESIGN.md §Claims, §Cluster): routers on the Mooncake conversation trace with 4 and
 8 replicas of the same total KV memory, held against the trace's own reuse (the infinite single cache's
-ceiling, `kvsim.analysis.claims.mooncake_ceiling`, computed from its hash ids, not by the engine).
+ceiling, `kvsim.analysis.claims_seed.mooncake_ceiling`, computed from its hash ids, not by the engine).
 
 `kvsim.analysis.claims` runs these experiments with the others and adds these claims to claims.md; the rows land
 in `results/claims/fleet-mooncake-<N>.parquet`, which `kvsim.analysis.plots.draw_fleet` reads.
@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvsim.analysis.claims import (
+from kvsim.analysis.claims_model import (
     CONFIRMED,
     DIFFERS,
     Claim,
     Experiment,
     Results,
-    _not_testable,
-    _pct,
-    mooncake_ceiling,
+    not_testable,
+    pct,
 )
+from kvsim.analysis.claims_seed import mooncake_ceiling
 from kvsim.analysis.sweep import make_workload
 
 TRACE = "mooncake-conversation"
@@ -77,12 +77,12 @@ def fleet_claims(results: Mapping[str, Results], scale: float) -> list[Claim]:
         source = "issue 15 §4: cache-aware routers (llm-d, Dynamo, SGLang); ceiling from the trace's hash_ids"
         tol = f"prefix-affinity ≥ round-robin + {100 * MARGIN:.0f} pp; every router ≤ the ceiling"
         if res.error:
-            out.append(_not_testable(cid, claim, source, "-", tol, cmd, res.error))
+            out.append(not_testable(cid, claim, source, "-", tol, cmd, res.error))
             continue
         top = ceiling(res, scale)
         hit = {r: res.get("prefix_hit_rate_first_admission", router=r)[0] for r in ROUTERS}
         ok = hit["prefix-affinity"] >= hit["round-robin"] + MARGIN and all(h <= top for h in hit.values())
-        ours = "; ".join(f"{r}: {_pct(h)}" for r, h in hit.items())
+        ours = "; ".join(f"{r}: {pct(h)}" for r, h in hit.items())
         note = "; ".join(
             f"{r}: TTFT p50 {res.get('ttft_s_p50', router=r)[0]:.2f} s, p99 {res.get('ttft_s_p99', router=r)[0]:.2f} s, "
             f"load imbalance {res.get('load_imbalance', router=r)[0]:.2f} (requests "
@@ -90,7 +90,7 @@ def fleet_claims(results: Mapping[str, Results], scale: float) -> list[Claim]:
             for r in ROUTERS
         )
         out.append(
-            Claim(cid, claim, source, f"qualitative; ceiling {_pct(top)}", ours, tol,
+            Claim(cid, claim, source, f"qualitative; ceiling {pct(top)}", ours, tol,
                   CONFIRMED if ok else DIFFERS, cmd, "hit rate over first admissions' prompt tokens; " + note)
         )  # fmt: skip
     return out

@@ -28,14 +28,9 @@ import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from kvsim.analysis.claims import (
-    PAPER_FIG2,
-    PAPER_FIG13,
-    POLICY_LABEL,
-    Results,
-    experiments,
-    mooncake_ceiling,
-)
+from kvsim.analysis.claims import experiments
+from kvsim.analysis.claims_model import PAPER_FIG2, PAPER_FIG13, POLICY_LABEL, Results
+from kvsim.analysis.claims_seed import mooncake_ceiling
 from kvsim.errors import InvalidArgumentError
 
 COLORS = {"token": "#2b8a3e", "reservation": "#f08c00", "internal": "#c92a2a", "external": "#5f3dc4"}

@@ -1,0 +1,62 @@
+"""claims.md: the claims suite's report (DESIGN.md §Claims), one table of claims with their verdicts, the
+notes and commands, and the experiments that ran.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Mapping, Sequence
+
+from kvsim.analysis.claims_model import CONFIRMED, DIFFERS, NOT_TESTABLE, PAPER, Claim, Experiment, Results
+
+
+def render(claims: Sequence[Claim], exps: Sequence[Experiment], results: Mapping[str, Results],
+           scale: float, wall_s: float, reused: bool = False) -> str:  # fmt: skip
+    """claims.md as text."""
+    counts = {v: sum(c.verdict == v for c in claims) for v in (CONFIRMED, DIFFERS, NOT_TESTABLE)}
+    lines = [
+        "# Claims",
+        "",
+        "Written by `python -m bench.sweep` (no arguments; `kvsim claims` is the same). Every *ours* value",
+        "comes from running the Rust engine in this run; *source* values are quoted from the paper",
+        f"({PAPER}) or the seed simulators' benchmarks (DESIGN.md §Claims). Tolerances were fixed before the run. Request counts are scaled by {scale}.",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; wall time {wall_s:.0f} s"
+        + (
+            " (rows re-read from results/claims/*.parquet of an earlier run: `kvsim claims --reuse`)."
+            if reused
+            else "."
+        ),
+        "",
+        f"**{len(claims)} claims: {counts[CONFIRMED]} CONFIRMED, {counts[DIFFERS]} DIFFERS, "
+        f"{counts[NOT_TESTABLE]} NOT TESTABLE.**",
+        "",
+        "Token share (Fig. 2) = stored tokens / (allocated + externally fragmented memory), time-weighted over",
+        "busy time; ± is the 95 % confidence half-width across seeds (Student's t).",
+        "",
+        "| id | claim | source | source's number | ours | tolerance | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in claims:
+        lines.append(
+            f"| {c.id} | {c.claim} | {c.source} | {c.source_value} | {c.ours} | {c.tolerance} | **{c.verdict}** |"
+        )
+    lines += ["", "## Notes and commands", ""]
+    for c in claims:
+        lines.append(f"- **{c.id}** ({c.verdict}){': ' + c.note if c.note else ''}")
+        lines.append(f"  `{c.command}`")
+    lines += [
+        "",
+        "## Experiments",
+        "",
+        "| experiment | points | requests per point | seeds | setup |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for e in exps:
+        res = results.get(e.name)
+        n = res.frame.height if res is not None else 0
+        status = f" (failed: {res.error})" if res is not None and res.error else ""
+        lines.append(f"| {e.name} | {n} | {e.spec(scale).requests:,} | {e.seeds} | {e.why}{status} |")
+    lines.append("")
+    return "\n".join(lines)
