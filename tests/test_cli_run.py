@@ -599,3 +599,61 @@ def test_save_result_where_nothing_can_be_written_fails_before_the_run(capsys):
     assert line.startswith("kvsim run: error: argument --save-result: cannot create /proc/kvsim-results"), (
         line
     )
+
+
+# -- the audit of the interface a vLLM user sees ------------------------------------------------------------------
+def test_preset_flag_offers_every_preset_simconfig_has(capsys):
+    """`--preset` once offered three of SimConfig.preset's five names (vllm-0.19 and vllm-0.11 missing)."""
+    from kvsim.cli.run import PRESETS
+
+    with pytest.raises(kvsim.InvalidArgumentError) as exc:
+        kvsim.SimConfig.preset("no-such-preset")
+    listed = {name.strip(" '") for name in str(exc.value).split("is not one of", 1)[1].split(",")}
+    assert set(PRESETS) == listed
+    for name in PRESETS:
+        data = _json(capsys, [*SMALL, "--preset", name])
+        expected = kvsim.SimConfig.preset(name, num_blocks=200)
+        assert data["config"]["free_order"] == expected.free_order, name
+        assert data["config"]["waiting_over_budget"] == expected.waiting_over_budget, name
+
+
+@pytest.mark.parametrize("rows", ["5:2", "7:7"])
+def test_rows_window_must_be_ordered(capsys, rows):
+    line = _error(capsys, [*SMALL, "--rows", rows])
+    assert line.startswith("kvsim run: error: argument --rows:"), line  # was "run file None: ..."
+
+
+def test_rows_window_past_the_workload_blames_rows(capsys):
+    line = _error(capsys, [*SMALL, "--rows", "100:200"])
+    assert line.startswith("kvsim run: error: argument --rows:"), line
+    assert "hold no request" in line, line
+
+
+def test_request_rate_inf_says_how_to_queue_everything_at_once(capsys):
+    """vllm bench serve's default --request-rate is inf (every request at once)."""
+    line = _error(capsys, [*SMALL, "--request-rate", "inf"])
+    assert line.startswith("kvsim run: error: argument --request-rate:")
+    assert "arrivals=all-at-once" in line
+    data = _json(capsys, [*SMALL, "--workload", "sharegpt:arrivals=all-at-once"])
+    assert data["workload"]["params"]["arrivals"] == "all-at-once"
+
+
+def test_bare_save_result_is_vllms_flag_with_result_dir(capsys, tmp_path, monkeypatch):
+    """vllm bench serve spells it `--save-result --result-dir DIR` (a flag and a folder)."""
+    d = tmp_path / "runs"
+    assert main([*SMALL, "--save-result", "--result-dir", str(d)]) == 0
+    assert len(list(d.glob("*.json"))) == 1
+    assert len(list(d.glob("*.requests.parquet"))) == 1
+    monkeypatch.chdir(tmp_path)
+    assert main([*SMALL, "--save-result"]) == 0
+    assert len(list(tmp_path.glob("kvsim-*.json"))) == 1
+    capsys.readouterr()
+    line = _error(capsys, [*SMALL, "--result-dir", str(d)])
+    assert line.startswith("kvsim run: error: argument --result-dir: applies with --save-result"), line
+    line = _error(capsys, [*SMALL, "--save-result", str(d), "--result-dir", str(d)])
+    assert line.startswith("kvsim run: error: argument --result-dir: not allowed"), line
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    line = _error(capsys, [*SMALL, "--save-result", "--result-dir", str(f)])
+    assert line.startswith("kvsim run: error: argument --result-dir:"), line
+    assert "not a folder" in line, line

@@ -34,6 +34,7 @@ from kvsim.cli import plan as cli_plan
 from kvsim.cli.run import (
     METRICS_POINTER,
     FlagError,
+    Parser,
     _add_workload_flags,
     _Formatter,
     _int_flag,
@@ -181,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The `kvsim` parser with its subcommands (`SUBCOMMANDS`)."""
     from kvsim import __version__
 
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="kvsim",
         formatter_class=_Formatter,
         description="kvsim: simulate paged KV-cache memory management for LLM serving (vLLM PagedAttention).",
@@ -235,6 +236,10 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
     for k in ("executor", "workers", "scheduler", "output"):
         if getattr(args, k) is not None:
             options[k] = getattr(args, k)
+    if args.workers is not None:
+        options["workers"] = _int_flag("--workers", args.workers, 1)
+    if args.seeds is not None:
+        _int_flag("--seeds", args.seeds, 1)
     options.setdefault("output", str(RESULTS / f"{spec.name}.parquet"))
     return spec, options
 
@@ -329,9 +334,10 @@ def cmd_claims(args: argparse.Namespace) -> int:
     except InvalidArgumentError as exc:
         flag = "--results" if str(exc).startswith("results") else "--scale"
         raise InvalidArgumentError(f"argument {flag}: {exc}") from None
+    workers = None if args.workers is None else _int_flag("--workers", args.workers, 1)
     report = run_claims(
         Path(args.results),
-        workers=args.workers,
+        workers=workers,
         scale=scale,
         progress=not args.no_progress,
         reuse=args.reuse,
@@ -401,7 +407,7 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         return main(["claims"])
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m bench.sweep",
         formatter_class=_Formatter,
         description="With no arguments: the claims suite (results/claims.md, results/plots/). "

@@ -15,7 +15,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kvsim.analysis.run_report import fleet_record, render_fleet, render_table, run_notes
 from kvsim.analysis.sweep import CONFIG_FIELDS, WORKLOADS, coerce, make_workload, parse_workload
@@ -27,6 +27,24 @@ METRICS_POINTER = (
     "Metrics: each is defined once in python/kvsim/engine/metrics.py (serving metrics, vllm bench serve's) and "
     "DESIGN.md §Metrics (the summary's memory and cache metrics)."
 )
+
+
+_BARE: Any = object()  # a bare `--save-result` (vLLM's flag form): save into --result-dir or "."
+
+# SimConfig.preset's names, newest first (DESIGN.md §Presets; a test checks they are all of them).
+PRESETS = ("vllm-latest", "vllm-0.19", "vllm-v1", "vllm-0.11", "vllm-v0")
+
+
+class Parser(argparse.ArgumentParser):
+    """kvsim's argument parser: argparse's own complaint about one flag's value (an invalid choice, a
+    missing value, `invalid int value`; its messages start with `argument --flag:`) is one line, as
+    kvsim's own checks print it; a missing or unknown argument also shows the command's usage. Subparsers
+    inherit the class (argparse's `parser_class` default)."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("argument "):
+            self.exit(2, f"{self.prog}: error: {message}\n")
+        super().error(message)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -214,9 +232,11 @@ def add_run_inputs(p: argparse.ArgumentParser) -> None:
     c = p.add_argument_group("configuration (SimConfig fields; vLLM's flag names first)")
     c.add_argument(
         "--preset",
-        choices=("vllm-v1", "vllm-latest", "vllm-v0"),
+        choices=PRESETS,
         default=None,
-        help="start from a vLLM release's rules (SimConfig.preset); flags override it (default: none)",
+        help="start from a vLLM release's rules (SimConfig.preset; DESIGN.md §Presets): vllm-latest "
+        "0.23-0.33 (the defaults), vllm-0.19 0.19-0.22, vllm-v1 0.12-0.18, vllm-0.11 0.9.2-0.11, vllm-v0 "
+        "the v0 engine; flags override it (default: none)",
     )
     _add_knob_flags(c)
 
@@ -248,9 +268,18 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
     o.add_argument(
         "--save-result",
         metavar="DIR",
+        nargs="?",
+        const=_BARE,
         default=None,
         help="also write the result (JSON: version, resolved config, workload, seed, pool, metrics) and "
-        "the per-request rows (parquet) into DIR",
+        "the per-request rows (parquet) into DIR; bare, as vllm bench serve's --save-result flag, into "
+        "--result-dir or the current folder",
+    )
+    o.add_argument(
+        "--result-dir",
+        metavar="DIR",
+        default=None,
+        help="vllm bench serve's: the folder of a bare --save-result (default: the current folder)",
     )
     o.add_argument(
         "--percentile-metrics",
@@ -387,6 +416,12 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
     if args.request_rate is not None:
         if args.time_scale is not None:
             raise FlagError("argument --request-rate: not allowed with --time-scale (give one of them)")
+        if str(args.request_rate).strip().lower() in ("inf", "infinity", "+inf"):
+            raise FlagError(
+                f"argument --request-rate: {args.request_rate!r}: vllm bench serve's inf (every request at "
+                "once) is --workload NAME:arrivals=all-at-once here (a synthetic workload); give a rate in "
+                "requests per second"
+            )
         trace["request_rate"] = _float_flag("--request-rate", args.request_rate)
     if args.rows is not None:
         start, colon, stop = args.rows.partition(":")
@@ -396,6 +431,8 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
             trace["start"] = _int_flag("--rows", start, 0)
         if stop.strip():
             trace["stop"] = _int_flag("--rows", stop, 1)
+        if trace.get("stop", 1 << 62) <= trace.get("start", 0):
+            raise FlagError(f"argument --rows: {args.rows!r}: STOP must be above START (rows [START, STOP))")
     if isinstance(spec, str) and ws.is_trace_file(spec):
         try:
             columns = ws.parse_columns(args.trace_columns)
@@ -428,7 +465,13 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
             # Errors of the generator itself (lengths=nosuch, max_model_len below the prompt mean) do not
             # name the workload: say which spec gave them, and the flag (or the run file) it came from.
             msg = str(exc) if str(exc).startswith("workload") else f"workload {spec!r}: {exc}"
-            where = "argument --workload" if args.workload is not None else f"run file {args.toml}"
+            where = (
+                f"run file {args.toml}"
+                if args.workload is None and "workload" in data
+                else "argument --rows"
+                if args.rows is not None and "rows [" in msg
+                else "argument --workload"
+            )
             raise FlagError(f"{where}: {msg}") from None
     if seed_given and not seeded:
         notes.append(
@@ -438,20 +481,38 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
     return w, info
 
 
-def _check_save_dir(path: str) -> Path:
-    """The `--save-result` folder, created, checked writable before the run."""
+def _save_dir_from_args(args: argparse.Namespace) -> Path | None:
+    """Where `--save-result` writes: its DIR, or (bare, vLLM's flag) `--result-dir` or the current folder;
+    None without it. Checked before the run."""
+    if args.save_result is None:
+        if args.result_dir is not None:
+            raise FlagError(
+                "argument --result-dir: applies with --save-result (--save-result --result-dir DIR)"
+            )
+        return None
+    if args.save_result is _BARE:
+        if args.result_dir is None:
+            return _check_save_dir(".", "--save-result")
+        return _check_save_dir(args.result_dir, "--result-dir")
+    if args.result_dir is not None:
+        raise FlagError("argument --result-dir: not allowed with --save-result DIR (name the folder once)")
+    return _check_save_dir(args.save_result, "--save-result")
+
+
+def _check_save_dir(path: str, flag: str) -> Path:
+    """The result folder (given as `flag`), created, checked writable before the run."""
     if "\0" in path or not path.strip():
-        raise FlagError(f"argument --save-result: {path!r} is not a folder name")
+        raise FlagError(f"argument {flag}: {path!r} is not a folder name")
     d = Path(path)
     if d.exists() and not d.is_dir():
-        raise FlagError(f"argument --save-result: {d} exists and is not a folder")
+        raise FlagError(f"argument {flag}: {d} exists and is not a folder")
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise FlagError(f"argument --save-result: cannot create {d}: {exc.strerror}") from None
+        raise FlagError(f"argument {flag}: cannot create {d}: {exc.strerror}") from None
     why = write_probe(d)
     if why:
-        raise FlagError(f"argument --save-result: cannot write in {d}: {why}")
+        raise FlagError(f"argument {flag}: cannot write in {d}: {why}")
     return d
 
 
@@ -511,7 +572,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         goodput = metrics.parse_goodput(args.goodput)
     except InvalidArgumentError as exc:
         raise FlagError(f"argument --goodput: {exc}") from None
-    save_dir = _check_save_dir(args.save_result) if args.save_result is not None else None
+    save_dir = _save_dir_from_args(args)
     config = _config_from_args(args, data)
     notes: list[str] = []
     workload, info = _workload_from_args(args, data, notes)
