@@ -657,3 +657,32 @@ def test_bare_save_result_is_vllms_flag_with_result_dir(capsys, tmp_path, monkey
     line = _error(capsys, [*SMALL, "--save-result", "--result-dir", str(f)])
     assert line.startswith("kvsim run: error: argument --result-dir:"), line
     assert "not a folder" in line, line
+
+
+def test_vllm_033s_gpu_memory_utilization_default_is_noted(capsys):
+    """vLLM 0.33.0's CacheConfig defaults gpu_memory_utilization to 0.92; kvsim's KNOBS keep 0.9, so a
+    GPU-sized run says how many blocks vllm serve would have had, and is quiet once the share is given."""
+    argv = ["run", "--requests", "20", "--model", "llama-3-8b", "--gpu", "h100-80gb"]
+    notes = _json(capsys, argv)["notes"]
+    theirs = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.92).num_blocks
+    ours = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb").num_blocks
+    assert theirs > ours
+    assert any(n.startswith("vLLM 0.33.0 defaults --gpu-memory-utilization to 0.92") for n in notes), notes
+    assert any(f"gives {theirs:,} blocks here, not {ours:,}" in n for n in notes), notes
+    for extra in (["--gpu-memory-utilization", "0.92"], ["--gpu-memory-utilization", "0.8"]):
+        quiet = _json(capsys, [*argv, *extra])["notes"]
+        assert not any("--gpu-memory-utilization to 0.92" in n for n in quiet), quiet
+    sized = _json(
+        capsys, ["run", "--requests", "20", "--model", "llama-3-8b", "--kv-cache-memory-bytes", "4GiB"]
+    )
+    assert not any("--gpu-memory-utilization" in n for n in sized["notes"])
+
+
+def test_vllm_serves_batch_defaults_have_a_tier_past_160_gib():
+    """vLLM 0.33.0's get_batch_defaults gives B200-class GPUs (>= 160 GiB) 16384 tokens and 1024 seqs."""
+    from kvsim.model.gpus import Gpu, vllm_server_batch_defaults
+
+    big = Gpu("b200", 180 * 2**30, 8e12, 2.2e15, 64e9, "test")
+    assert vllm_server_batch_defaults(big) == (16384, 1024)
+    assert vllm_server_batch_defaults(kvsim.gpus.get("h200")) == (8192, 1024)
+    assert vllm_server_batch_defaults(kvsim.gpus.get("a100-80gb")) == (2048, 256)

@@ -131,8 +131,9 @@ def _sweep_parser(sub: Any) -> argparse.ArgumentParser:
             "Cross a grid of SimConfig fields with workloads and seeds, run the points in parallel,\n"
             "append one row per point (parameters, summary metrics, wall time) to a parquet file.\n"
             "Points already in the file are skipped (resume). Bad grids fail before any work.\n\n"
-            "Example: kvsim sweep --base model=opt-13b --base kv_cache_bytes=12GiB \\\n"
-            "    --grid block_size=8,16,32 --grid policy=vllm,orca-max --seeds 3"
+            "Example (the paper's setup; without a gpu every step takes 1 ms and this load never fills\n"
+            "the pool, so the policies would tie): kvsim sweep --base model=opt-13b --base gpu=a100-40gb \\\n"
+            "    --base kv_cache_bytes=12GiB --grid block_size=8,16,32 --grid policy=vllm,orca-max --seeds 3"
         ),
         epilog=METRICS_POINTER,
     )

@@ -125,6 +125,27 @@ _UNIT_TEXT = {
 }
 
 
+# What each knob is in vLLM 0.33.0 (vllm/config/cache.py, config/scheduler.py, engine/arg_utils.py), where the
+# knob's help (KNOBS) does not say it: the flag it maps to and where vLLM's default differs from kvsim's.
+_VLLM_NOTES = {
+    "block_size": "vLLM's --block-size, 16 on CUDA when unset",
+    "gpu_memory_utilization": "vLLM's --gpu-memory-utilization, whose default is 0.92 in vLLM 0.33.0 "
+    "(0.9 in older releases; a run notes the difference)",
+    "max_num_seqs": "vLLM's --max-num-seqs: vllm serve picks 256 or 1024 by GPU when unset, kvsim keeps "
+    "256 (a run with --gpu notes the server's)",
+    "max_num_batched_tokens": "vLLM's --max-num-batched-tokens: vllm serve picks 2048, 8192 or 16384 by "
+    "GPU when unset, kvsim keeps 8192 (a run with --gpu notes the server's)",
+    "max_model_len": "vLLM's --max-model-len defaults to the model's context and refuses longer requests; "
+    "kvsim's unset runs them whole and notes them",
+    "admission_gate": "full-prompt is vLLM's --scheduler-reserve-full-isl (on by default), none its "
+    "--no-scheduler-reserve-full-isl",
+    "watermark": "kvsim applies it at every admission, as vLLM v0 did; vLLM 0.33.0's --watermark (default "
+    "0.0) skips it until the step has scheduled a request",
+    "kv_cache_dtype": "vLLM's --kv-cache-dtype; its float16 is fp16 here",
+    "cpu_blocks": "vLLM v0's CPU blocks; vLLM v1 has no CPU swap",
+}
+
+
 def _add_knob_flags(g: Any) -> None:
     for name in CONFIG_FIELDS:
         k = KNOBS[name]
@@ -132,11 +153,16 @@ def _add_knob_flags(g: Any) -> None:
         default = _fmt_default(name)
         unit = _UNIT_TEXT.get(k.kind) or (k.unit if k.unit in ("tokens", "blocks", "sequences") else "")
         if name == "swap_space_bytes":
-            unit = "a size: 4GiB; after --swap-space a bare number is GiB, as in vLLM; default: unset, no CPU pool"
+            unit = (
+                "vLLM v0's --swap-space, 4 GiB by default there; vLLM v1 has no CPU swap and 0.33.0 no such "
+                "flag; a size: 4GiB; after --swap-space a bare number is GiB, as in vLLM v0; default: unset, "
+                "no CPU pool"
+            )
         if default and k.kind not in ("bytes", "duration"):
             default = str(k.default)
         tail = "; ".join(x for x in (unit, f"default: {default}" if default else "") if x)
-        text = f"{k.help} ({tail})" if tail else k.help
+        what = f"{k.help}; {_VLLM_NOTES[name]}" if name in _VLLM_NOTES else k.help
+        text = f"{what} ({tail})" if tail else what
         if k.kind == "bool":
             g.add_argument(
                 *flags, dest=f"cfg_{name}", action=_Switch, nargs="?", metavar="BOOL", default=None, help=text
@@ -175,7 +201,8 @@ def _add_workload_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
         type=str,
         default=None,
         metavar="N",
-        help="requests per simulation (traces: the first N rows) (default: 10000)",
+        help="requests per simulation (traces: the first N rows; vllm bench serve's --num-prompts, whose "
+        "default is 1000) (default: 10000)",
     )
     p.add_argument(
         "--backend",
@@ -221,7 +248,10 @@ def add_run_inputs(p: argparse.ArgumentParser) -> None:
         "--request-rate",
         metavar="REQ/S",
         default=None,
-        help="rescale arrivals to this mean request rate (default: the workload's own)",
+        help="rescale arrivals to this mean request rate (vllm bench serve's --request-rate, whose default "
+        "inf, every request at once, is --workload NAME:arrivals=all-at-once here; its --burstiness B is "
+        ":arrivals=gamma,burstiness=1/sqrt(B): kvsim's burstiness is the gaps' coefficient of variation, "
+        "vLLM's the gamma shape) (default: the workload's own)",
     )
     w.add_argument(
         "--rows",
