@@ -686,3 +686,23 @@ def test_vllm_serves_batch_defaults_have_a_tier_past_160_gib():
     assert vllm_server_batch_defaults(big) == (16384, 1024)
     assert vllm_server_batch_defaults(kvsim.gpus.get("h200")) == (8192, 1024)
     assert vllm_server_batch_defaults(kvsim.gpus.get("a100-80gb")) == (2048, 256)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "needle"),
+    [
+        ("--model", "meta-llama/Meta-Llama-3-8B", "(did you mean llama-3-8b?)"),
+        ("--model", "meta-llama/Meta-Llama-3-8B", "save the hub model's config.json first"),
+        ("--model", "Llama-3-8B", "did you mean llama-3-8b"),
+        ("--model", "gpt-5", "or the path of a Hugging Face config.json"),
+        ("--gpu", "H100-80GB", "(did you mean h100-80gb?)"),
+        ("--gpu", "h100", "(did you mean h100-80gb?)"),
+        ("--gpu", "a100", "(did you mean a100-40gb, a100-80gb?)"),
+    ],
+)
+def test_a_vllm_users_model_and_gpu_names_get_a_suggestion(capsys, flag, value, needle):
+    """vLLM takes hub names (`--model meta-llama/...`) and users say `h100`: the error points at the preset."""
+    argv = ["run", "--requests", "5", "--model", "llama-3-8b", "--gpu", "h100-80gb", flag, value]
+    line = _error(capsys, argv)
+    assert line.startswith(f"kvsim run: error: argument {flag}:"), line
+    assert needle in line, line

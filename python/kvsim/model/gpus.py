@@ -93,7 +93,12 @@ def get(name: str) -> Gpu:
     try:
         return GPUS[name]
     except KeyError:
-        raise InvalidArgumentError(f"unknown GPU {name!r}; known: {', '.join(names())}") from None
+        import difflib
+
+        low = str(name).lower()
+        close = [n for n in names() if n.startswith(low)] or difflib.get_close_matches(low, names(), 2, 0.75)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise InvalidArgumentError(f"unknown GPU {name!r}{hint}; known: {', '.join(names())}") from None
 
 
 __all__ = ["GPUS", "Gpu", "get", "names", "vllm_server_batch_defaults"]
