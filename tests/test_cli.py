@@ -181,3 +181,20 @@ def test_an_unknown_subcommand_is_one_line_naming_the_known_ones(capsys):
     assert len(err) == 1, err
     assert "invalid choice: 'rnu'" in err[0], err
     assert "'run'" in err[0], err
+
+
+def test_sweep_base_typo_suggests_the_field(capsys):
+    line = _one_error(capsys, ["sweep", "--base", "blok_size=16"])
+    assert (
+        line
+        == "kvsim sweep: error: argument --base: 'blok_size' is not a SimConfig field (did you mean block_size?)"
+    )
+    line = _one_error(capsys, ["sweep", "--base", "block_size"])
+    assert line.startswith("kvsim sweep: error: argument --base: 'block_size' is not NAME=VALUE"), line
+
+
+def test_run_file_typo_suggests_the_field(capsys, tmp_path):
+    f = tmp_path / "run.toml"
+    f.write_text("[config]\nnum_blocks = 300\nblok_size = 32\n")
+    line = _one_error(capsys, ["run", "--toml", str(f)])
+    assert line.endswith("unknown SimConfig field 'blok_size' (did you mean block_size?)"), line

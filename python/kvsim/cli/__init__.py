@@ -210,9 +210,13 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
     for item in args.base:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            raise InvalidArgumentError(f"--base {item!r}: expected NAME=VALUE")
+            raise FlagError(f"argument --base: {item!r} is not NAME=VALUE (--base kv_cache_bytes=12GiB)")
         if key.strip() not in CONFIG_FIELDS:
-            raise InvalidArgumentError(f"--base {key.strip()!r} is not a SimConfig field")
+            import difflib
+
+            close = difflib.get_close_matches(key.strip(), CONFIG_FIELDS, n=3, cutoff=0.6)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise FlagError(f"argument --base: {key.strip()!r} is not a SimConfig field{hint}")
         try:
             spec.base[key.strip()] = coerce(key.strip(), value)
         except InvalidArgumentError as exc:

@@ -401,7 +401,11 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
     cfg: dict[str, Any] = {}
     for k, v in data.get("config", {}).items():
         if k not in CONFIG_FIELDS:
-            raise InvalidArgumentError(f"run file {args.toml}: unknown SimConfig field {k!r}")
+            import difflib
+
+            close = difflib.get_close_matches(str(k), CONFIG_FIELDS, n=3, cutoff=0.6)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise InvalidArgumentError(f"run file {args.toml}: unknown SimConfig field {k!r}{hint}")
         try:
             cfg[k] = coerce(k, v)
         except InvalidArgumentError as exc:
