@@ -706,3 +706,30 @@ def test_a_vllm_users_model_and_gpu_names_get_a_suggestion(capsys, flag, value, 
     line = _error(capsys, argv)
     assert line.startswith(f"kvsim run: error: argument {flag}:"), line
     assert needle in line, line
+
+
+@pytest.mark.parametrize(
+    ("flag", "text", "field", "value"),
+    [
+        ("--max-num-batched-tokens", "8K", "max_num_batched_tokens", 8192),
+        ("--max-num-batched-tokens", "8k", "max_num_batched_tokens", 8000),
+        ("--max-num-batched-tokens", "2.5k", "max_num_batched_tokens", 2500),
+        ("--max-model-len", "32K", "max_model_len", 32768),
+        ("--kv-cache-memory-bytes", "12G", "kv_cache_bytes", 12 * 2**30),
+        ("--kv-cache-memory-bytes", "12g", "kv_cache_bytes", 12 * 10**9),
+        ("--kv-cache-memory-bytes", "12GiB", "kv_cache_bytes", 12 * 2**30),
+    ],
+)
+def test_vllms_human_readable_integers_read_as_vllm_reads_them(capsys, flag, text, field, value):
+    """vLLM's --max-num-batched-tokens, --max-model-len and --kv-cache-memory-bytes take `8k` (decimal) and
+    `8K` (binary); kvsim refused them, and 12G must not mean 12 * 10^9 where vLLM means 12 GiB."""
+    argv = ["run", "--requests", "5", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB", flag, text]
+    data = _json(capsys, argv)
+    expected = kvsim.SimConfig(**{"model": "opt-13b", "kv_cache_bytes": 12 * 2**30, field: value})
+    assert data["config"][field] == expected.describe()[field]
+    assert data["config"]["num_blocks"] == expected.num_blocks
+
+
+def test_a_binary_suffix_takes_a_whole_number(capsys):
+    line = _error(capsys, [*SMALL, "--max-num-batched-tokens", "1.5K"])
+    assert line.startswith("kvsim run: error: argument --max-num-batched-tokens: '1.5K'"), line

@@ -134,14 +134,16 @@ _VLLM_NOTES = {
     "max_num_seqs": "vLLM's --max-num-seqs: vllm serve picks 256 or 1024 by GPU when unset, kvsim keeps "
     "256 (a run with --gpu notes the server's)",
     "max_num_batched_tokens": "vLLM's --max-num-batched-tokens: vllm serve picks 2048, 8192 or 16384 by "
-    "GPU when unset, kvsim keeps 8192 (a run with --gpu notes the server's)",
+    "GPU when unset, kvsim keeps 8192 (a run with --gpu notes the server's); vLLM's 8k (8,000) and 8K "
+    "(8,192) too",
     "max_model_len": "vLLM's --max-model-len defaults to the model's context and refuses longer requests; "
-    "kvsim's unset runs them whole and notes them",
+    "kvsim's unset runs them whole and notes them; vLLM's 32k (32,000) and 32K (32,768) too",
     "admission_gate": "full-prompt is vLLM's --scheduler-reserve-full-isl (on by default), none its "
     "--no-scheduler-reserve-full-isl",
     "watermark": "kvsim applies it at every admission, as vLLM v0 did; vLLM 0.33.0's --watermark (default "
     "0.0) skips it until the step has scheduled a request",
     "kv_cache_dtype": "vLLM's --kv-cache-dtype; its float16 is fp16 here",
+    "kv_cache_bytes": "vLLM's one-letter sizes too: 12G is 12 GiB, 12g 12 * 10^9 bytes",
     "cpu_blocks": "vLLM v0's CPU blocks; vLLM v1 has no CPU swap",
 }
 
@@ -353,10 +355,33 @@ def _flag_value(flag: str, name: str, text: Any) -> Any:
 
         with contextlib.suppress(decimal.DecimalException):  # too large for a Decimal: the parser names it
             text = str(int(decimal.Decimal(text.strip().replace("_", "")) * 2**30))
+    if flag in _VLLM_HUMAN_INT_FLAGS and isinstance(text, str):
+        text = _vllm_human_int(flag, text)
     try:
         return coerce(name, text)
     except InvalidArgumentError as exc:
         raise FlagError(f"argument {flag}: {exc}") from None
+
+
+# vLLM's flags that take its human-readable integers (vllm/utils/argparse_utils.py `human_readable_int`):
+# `8k` is 8,000 and `8K` 8,192 (lower case decimal, upper case binary, no fraction with a binary suffix).
+_VLLM_HUMAN_INT_FLAGS = ("--kv-cache-memory-bytes", "--max-num-batched-tokens", "--max-model-len")
+
+
+def _vllm_human_int(flag: str, text: str) -> str:
+    """`text` with vLLM's one-letter suffix (`32k`, `12G`) written out as a whole number, as vLLM reads it
+    on `flag`; anything else (`12GiB`, `8192`) unchanged, for kvsim's own parsing."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)([kKmMgGtT])\s*", text)
+    if not m:
+        return text
+    number, suffix = m.groups()
+    if suffix.islower():
+        return str(int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3)))
+    if "." in number:
+        raise FlagError(
+            f"argument {flag}: {text!r}: a binary suffix ({suffix}) takes a whole number, as in vLLM"
+        )
+    return str(int(number) * 2 ** (10 * "KMGT".index(suffix) + 10))
 
 
 def _int_flag(flag: str, text: Any, lo: int) -> int:
