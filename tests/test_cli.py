@@ -198,3 +198,22 @@ def test_run_file_typo_suggests_the_field(capsys, tmp_path):
     f.write_text("[config]\nnum_blocks = 300\nblok_size = 32\n")
     line = _one_error(capsys, ["run", "--toml", str(f)])
     assert line.endswith("unknown SimConfig field 'blok_size' (did you mean block_size?)"), line
+
+
+def test_a_sweep_without_a_pool_says_how_to_give_one(capsys, tmp_path):
+    line = _one_error(capsys, ["sweep", "--output", str(tmp_path / "s.parquet"), "--grid", "block_size=8,16"])
+    assert line.startswith("kvsim sweep: error: no pool to simulate: give --base model=NAME"), line
+    assert (
+        main(
+            [
+                "sweep",
+                "--output",
+                str(tmp_path / "s.parquet"),
+                "--requests",
+                "5",
+                "--grid",
+                "num_blocks=100,200",
+            ]
+        )
+        == 0
+    )

@@ -287,6 +287,11 @@ def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     spec, options = spec_from_args(args)
+    if not any(k in spec.base or k in spec.grid for k in ("num_blocks", "model")):
+        raise FlagError(  # else every point fails as an "invalid grid combination" `{}: num_blocks None`
+            "no pool to simulate: give --base model=NAME --base gpu=NAME (sized as vLLM does), --base "
+            "model=NAME --base kv_cache_bytes=SIZE, or --base num_blocks=N (or a --grid of one of them)"
+        )
     try:
         check_output(options["output"])
     except InvalidArgumentError as exc:
