@@ -135,3 +135,85 @@ def test_claims_scale_must_be_a_positive_number(capsys, tmp_path, scale):
     line = _one_error(capsys, ["claims", "--scale", scale, "--no-plots", "--results", str(tmp_path)])
     assert line.startswith("kvsim claims: error: argument --scale:"), line
     assert not (tmp_path / "claims.md").exists()
+
+
+@pytest.mark.parametrize("workers", ["0", "-1"])
+def test_claims_workers_must_be_at_least_one(capsys, tmp_path, workers):
+    """`--workers -1` reached ThreadPoolExecutor and ended in its traceback; 0 silently meant the CPU count."""
+    line = _one_error(capsys, ["claims", "--workers", workers, "--no-plots", "--results", str(tmp_path)])
+    assert line == f"kvsim claims: error: argument --workers: {workers} must be at least 1", line
+    assert not (tmp_path / "claims.md").exists()
+
+
+@pytest.mark.parametrize("flag", ["--workers", "--seeds"])
+def test_sweep_counts_name_their_flag(capsys, tmp_path, flag):
+    argv = ["sweep", "--base", "num_blocks=100", "--output", str(tmp_path / "s.parquet"), flag, "0"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"kvsim sweep: error: argument {flag}: 0 must be at least 1"], err
+    assert not (tmp_path / "s.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--num-blocks", "100", "--backend", "cuda"],
+        ["run", "--num-blocks", "100", "--trace-time-unit", "h"],
+        ["run", "--num-blocks", "100", "--block-size"],
+        ["sweep", "--executor", "gpu"],
+        ["plan", "--num-blocks", "100", "--smallest", "cpu_blocks"],
+        ["lab", "--port", "http"],
+        ["validate-gpu", "--layers", "two"],
+    ],
+)
+def test_argparse_value_errors_are_one_line_too(capsys, argv):
+    """argparse's own complaints about a flag's value (an invalid choice, `invalid int value`, a missing
+    value) are one line naming the flag, like kvsim's checks, not the command's whole usage."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"kvsim {argv[0]}: error: argument "), err
+
+
+def test_an_unknown_subcommand_is_one_line_naming_the_known_ones(capsys):
+    assert main(["rnu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "invalid choice: 'rnu'" in err[0], err
+    assert "'run'" in err[0], err
+
+
+def test_sweep_base_typo_suggests_the_field(capsys):
+    line = _one_error(capsys, ["sweep", "--base", "blok_size=16"])
+    assert (
+        line
+        == "kvsim sweep: error: argument --base: 'blok_size' is not a SimConfig field (did you mean block_size?)"
+    )
+    line = _one_error(capsys, ["sweep", "--base", "block_size"])
+    assert line.startswith("kvsim sweep: error: argument --base: 'block_size' is not NAME=VALUE"), line
+
+
+def test_run_file_typo_suggests_the_field(capsys, tmp_path):
+    f = tmp_path / "run.toml"
+    f.write_text("[config]\nnum_blocks = 300\nblok_size = 32\n")
+    line = _one_error(capsys, ["run", "--toml", str(f)])
+    assert line.endswith("unknown SimConfig field 'blok_size' (did you mean block_size?)"), line
+
+
+def test_a_sweep_without_a_pool_says_how_to_give_one(capsys, tmp_path):
+    line = _one_error(capsys, ["sweep", "--output", str(tmp_path / "s.parquet"), "--grid", "block_size=8,16"])
+    assert line.startswith("kvsim sweep: error: no pool to simulate: give --base model=NAME"), line
+    assert (
+        main(
+            [
+                "sweep",
+                "--output",
+                str(tmp_path / "s.parquet"),
+                "--requests",
+                "5",
+                "--grid",
+                "num_blocks=100,200",
+            ]
+        )
+        == 0
+    )

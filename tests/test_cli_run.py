@@ -599,3 +599,137 @@ def test_save_result_where_nothing_can_be_written_fails_before_the_run(capsys):
     assert line.startswith("kvsim run: error: argument --save-result: cannot create /proc/kvsim-results"), (
         line
     )
+
+
+# -- the audit of the interface a vLLM user sees ------------------------------------------------------------------
+def test_preset_flag_offers_every_preset_simconfig_has(capsys):
+    """`--preset` once offered three of SimConfig.preset's five names (vllm-0.19 and vllm-0.11 missing)."""
+    from kvsim.cli.run import PRESETS
+
+    with pytest.raises(kvsim.InvalidArgumentError) as exc:
+        kvsim.SimConfig.preset("no-such-preset")
+    listed = {name.strip(" '") for name in str(exc.value).split("is not one of", 1)[1].split(",")}
+    assert set(PRESETS) == listed
+    for name in PRESETS:
+        data = _json(capsys, [*SMALL, "--preset", name])
+        expected = kvsim.SimConfig.preset(name, num_blocks=200)
+        assert data["config"]["free_order"] == expected.free_order, name
+        assert data["config"]["waiting_over_budget"] == expected.waiting_over_budget, name
+
+
+@pytest.mark.parametrize("rows", ["5:2", "7:7"])
+def test_rows_window_must_be_ordered(capsys, rows):
+    line = _error(capsys, [*SMALL, "--rows", rows])
+    assert line.startswith("kvsim run: error: argument --rows:"), line  # was "run file None: ..."
+
+
+def test_rows_window_past_the_workload_blames_rows(capsys):
+    line = _error(capsys, [*SMALL, "--rows", "100:200"])
+    assert line.startswith("kvsim run: error: argument --rows:"), line
+    assert "hold no request" in line, line
+
+
+def test_request_rate_inf_says_how_to_queue_everything_at_once(capsys):
+    """vllm bench serve's default --request-rate is inf (every request at once)."""
+    line = _error(capsys, [*SMALL, "--request-rate", "inf"])
+    assert line.startswith("kvsim run: error: argument --request-rate:")
+    assert "arrivals=all-at-once" in line
+    data = _json(capsys, [*SMALL, "--workload", "sharegpt:arrivals=all-at-once"])
+    assert data["workload"]["params"]["arrivals"] == "all-at-once"
+
+
+def test_bare_save_result_is_vllms_flag_with_result_dir(capsys, tmp_path, monkeypatch):
+    """vllm bench serve spells it `--save-result --result-dir DIR` (a flag and a folder)."""
+    d = tmp_path / "runs"
+    assert main([*SMALL, "--save-result", "--result-dir", str(d)]) == 0
+    assert len(list(d.glob("*.json"))) == 1
+    assert len(list(d.glob("*.requests.parquet"))) == 1
+    monkeypatch.chdir(tmp_path)
+    assert main([*SMALL, "--save-result"]) == 0
+    assert len(list(tmp_path.glob("kvsim-*.json"))) == 1
+    capsys.readouterr()
+    line = _error(capsys, [*SMALL, "--result-dir", str(d)])
+    assert line.startswith("kvsim run: error: argument --result-dir: applies with --save-result"), line
+    line = _error(capsys, [*SMALL, "--save-result", str(d), "--result-dir", str(d)])
+    assert line.startswith("kvsim run: error: argument --result-dir: not allowed"), line
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    line = _error(capsys, [*SMALL, "--save-result", "--result-dir", str(f)])
+    assert line.startswith("kvsim run: error: argument --result-dir:"), line
+    assert "not a folder" in line, line
+
+
+def test_vllm_033s_gpu_memory_utilization_default_is_noted(capsys):
+    """vLLM 0.33.0's CacheConfig defaults gpu_memory_utilization to 0.92; kvsim's KNOBS keep 0.9, so a
+    GPU-sized run says how many blocks vllm serve would have had, and is quiet once the share is given."""
+    argv = ["run", "--requests", "20", "--model", "llama-3-8b", "--gpu", "h100-80gb"]
+    notes = _json(capsys, argv)["notes"]
+    theirs = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.92).num_blocks
+    ours = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb").num_blocks
+    assert theirs > ours
+    assert any(n.startswith("vLLM 0.33.0 defaults --gpu-memory-utilization to 0.92") for n in notes), notes
+    assert any(f"gives {theirs:,} blocks here, not {ours:,}" in n for n in notes), notes
+    for extra in (["--gpu-memory-utilization", "0.92"], ["--gpu-memory-utilization", "0.8"]):
+        quiet = _json(capsys, [*argv, *extra])["notes"]
+        assert not any("--gpu-memory-utilization to 0.92" in n for n in quiet), quiet
+    sized = _json(
+        capsys, ["run", "--requests", "20", "--model", "llama-3-8b", "--kv-cache-memory-bytes", "4GiB"]
+    )
+    assert not any("--gpu-memory-utilization" in n for n in sized["notes"])
+
+
+def test_vllm_serves_batch_defaults_have_a_tier_past_160_gib():
+    """vLLM 0.33.0's get_batch_defaults gives B200-class GPUs (>= 160 GiB) 16384 tokens and 1024 seqs."""
+    from kvsim.model.gpus import Gpu, vllm_server_batch_defaults
+
+    big = Gpu("b200", 180 * 2**30, 8e12, 2.2e15, 64e9, "test")
+    assert vllm_server_batch_defaults(big) == (16384, 1024)
+    assert vllm_server_batch_defaults(kvsim.gpus.get("h200")) == (8192, 1024)
+    assert vllm_server_batch_defaults(kvsim.gpus.get("a100-80gb")) == (2048, 256)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "needle"),
+    [
+        ("--model", "meta-llama/Meta-Llama-3-8B", "(did you mean llama-3-8b?)"),
+        ("--model", "meta-llama/Meta-Llama-3-8B", "save the hub model's config.json first"),
+        ("--model", "Llama-3-8B", "did you mean llama-3-8b"),
+        ("--model", "gpt-5", "or the path of a Hugging Face config.json"),
+        ("--gpu", "H100-80GB", "(did you mean h100-80gb?)"),
+        ("--gpu", "h100", "(did you mean h100-80gb?)"),
+        ("--gpu", "a100", "(did you mean a100-40gb, a100-80gb?)"),
+    ],
+)
+def test_a_vllm_users_model_and_gpu_names_get_a_suggestion(capsys, flag, value, needle):
+    """vLLM takes hub names (`--model meta-llama/...`) and users say `h100`: the error points at the preset."""
+    argv = ["run", "--requests", "5", "--model", "llama-3-8b", "--gpu", "h100-80gb", flag, value]
+    line = _error(capsys, argv)
+    assert line.startswith(f"kvsim run: error: argument {flag}:"), line
+    assert needle in line, line
+
+
+@pytest.mark.parametrize(
+    ("flag", "text", "field", "value"),
+    [
+        ("--max-num-batched-tokens", "8K", "max_num_batched_tokens", 8192),
+        ("--max-num-batched-tokens", "8k", "max_num_batched_tokens", 8000),
+        ("--max-num-batched-tokens", "2.5k", "max_num_batched_tokens", 2500),
+        ("--max-model-len", "32K", "max_model_len", 32768),
+        ("--kv-cache-memory-bytes", "12G", "kv_cache_bytes", 12 * 2**30),
+        ("--kv-cache-memory-bytes", "12g", "kv_cache_bytes", 12 * 10**9),
+        ("--kv-cache-memory-bytes", "12GiB", "kv_cache_bytes", 12 * 2**30),
+    ],
+)
+def test_vllms_human_readable_integers_read_as_vllm_reads_them(capsys, flag, text, field, value):
+    """vLLM's --max-num-batched-tokens, --max-model-len and --kv-cache-memory-bytes take `8k` (decimal) and
+    `8K` (binary); kvsim refused them, and 12G must not mean 12 * 10^9 where vLLM means 12 GiB."""
+    argv = ["run", "--requests", "5", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB", flag, text]
+    data = _json(capsys, argv)
+    expected = kvsim.SimConfig(**{"model": "opt-13b", "kv_cache_bytes": 12 * 2**30, field: value})
+    assert data["config"][field] == expected.describe()[field]
+    assert data["config"]["num_blocks"] == expected.num_blocks
+
+
+def test_a_binary_suffix_takes_a_whole_number(capsys):
+    line = _error(capsys, [*SMALL, "--max-num-batched-tokens", "1.5K"])
+    assert line.startswith("kvsim run: error: argument --max-num-batched-tokens: '1.5K'"), line

@@ -140,3 +140,13 @@ def test_an_empty_stream_is_an_empty_run():
     assert res.summary["num_requests"] == 0
     assert res.requests is not None
     assert res.requests.height == 0
+
+
+@pytest.mark.parametrize("rows", ["Memory", "NONE", " none"])
+def test_a_misspelt_rows_mode_is_refused_not_made_a_folder(tmp_path, monkeypatch, rows):
+    """`rows="Memory"` once created a folder `Memory` and wrote parquet parts into it."""
+    monkeypatch.chdir(tmp_path)
+    w = synthetic(20, arrival_rate=5, seed=0)
+    with pytest.raises(kvsim.InvalidArgumentError, match="did you mean"):
+        kvsim.simulate_stream(w, kvsim.SimConfig(num_blocks=200), rows=rows)
+    assert list(tmp_path.iterdir()) == []

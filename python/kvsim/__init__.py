@@ -24,6 +24,17 @@ from kvsim.workloads import Workload
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    """`kvsim.lab` (the lab's Python side: `kvsim.lab.snapshot(...)`) is imported on first use, so that
+    `import kvsim` stays light; any other unknown name is Python's usual AttributeError."""
+    if name == "lab":
+        import importlib
+
+        return importlib.import_module("kvsim.lab")
+    raise AttributeError(f"module 'kvsim' has no attribute {name!r}")
+
+
 __all__ = [
     "BlockPool",
     "ClusterResult",

@@ -34,6 +34,7 @@ from kvsim.cli import plan as cli_plan
 from kvsim.cli.run import (
     METRICS_POINTER,
     FlagError,
+    Parser,
     _add_workload_flags,
     _Formatter,
     _int_flag,
@@ -130,8 +131,9 @@ def _sweep_parser(sub: Any) -> argparse.ArgumentParser:
             "Cross a grid of SimConfig fields with workloads and seeds, run the points in parallel,\n"
             "append one row per point (parameters, summary metrics, wall time) to a parquet file.\n"
             "Points already in the file are skipped (resume). Bad grids fail before any work.\n\n"
-            "Example: kvsim sweep --base model=opt-13b --base kv_cache_bytes=12GiB \\\n"
-            "    --grid block_size=8,16,32 --grid policy=vllm,orca-max --seeds 3"
+            "Example (the paper's setup; without a gpu every step takes 1 ms and this load never fills\n"
+            "the pool, so the policies would tie): kvsim sweep --base model=opt-13b --base gpu=a100-40gb \\\n"
+            "    --base kv_cache_bytes=12GiB --grid block_size=8,16,32 --grid policy=vllm,orca-max --seeds 3"
         ),
         epilog=METRICS_POINTER,
     )
@@ -181,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The `kvsim` parser with its subcommands (`SUBCOMMANDS`)."""
     from kvsim import __version__
 
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="kvsim",
         formatter_class=_Formatter,
         description="kvsim: simulate paged KV-cache memory management for LLM serving (vLLM PagedAttention).",
@@ -208,9 +210,13 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
     for item in args.base:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            raise InvalidArgumentError(f"--base {item!r}: expected NAME=VALUE")
+            raise FlagError(f"argument --base: {item!r} is not NAME=VALUE (--base kv_cache_bytes=12GiB)")
         if key.strip() not in CONFIG_FIELDS:
-            raise InvalidArgumentError(f"--base {key.strip()!r} is not a SimConfig field")
+            import difflib
+
+            close = difflib.get_close_matches(key.strip(), CONFIG_FIELDS, n=3, cutoff=0.6)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise FlagError(f"argument --base: {key.strip()!r} is not a SimConfig field{hint}")
         try:
             spec.base[key.strip()] = coerce(key.strip(), value)
         except InvalidArgumentError as exc:
@@ -235,6 +241,10 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
     for k in ("executor", "workers", "scheduler", "output"):
         if getattr(args, k) is not None:
             options[k] = getattr(args, k)
+    if args.workers is not None:
+        options["workers"] = _int_flag("--workers", args.workers, 1)
+    if args.seeds is not None:
+        _int_flag("--seeds", args.seeds, 1)
     options.setdefault("output", str(RESULTS / f"{spec.name}.parquet"))
     return spec, options
 
@@ -277,6 +287,11 @@ def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     spec, options = spec_from_args(args)
+    if not any(k in spec.base or k in spec.grid for k in ("num_blocks", "model")):
+        raise FlagError(  # else every point fails as an "invalid grid combination" `{}: num_blocks None`
+            "no pool to simulate: give --base model=NAME --base gpu=NAME (sized as vLLM does), --base "
+            "model=NAME --base kv_cache_bytes=SIZE, or --base num_blocks=N (or a --grid of one of them)"
+        )
     try:
         check_output(options["output"])
     except InvalidArgumentError as exc:
@@ -329,9 +344,10 @@ def cmd_claims(args: argparse.Namespace) -> int:
     except InvalidArgumentError as exc:
         flag = "--results" if str(exc).startswith("results") else "--scale"
         raise InvalidArgumentError(f"argument {flag}: {exc}") from None
+    workers = None if args.workers is None else _int_flag("--workers", args.workers, 1)
     report = run_claims(
         Path(args.results),
-        workers=args.workers,
+        workers=workers,
         scale=scale,
         progress=not args.no_progress,
         reuse=args.reuse,
@@ -401,7 +417,7 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         return main(["claims"])
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m bench.sweep",
         formatter_class=_Formatter,
         description="With no arguments: the claims suite (results/claims.md, results/plots/). "

@@ -15,7 +15,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kvsim.analysis.run_report import fleet_record, render_fleet, render_table, run_notes
 from kvsim.analysis.sweep import CONFIG_FIELDS, WORKLOADS, coerce, make_workload, parse_workload
@@ -27,6 +27,24 @@ METRICS_POINTER = (
     "Metrics: each is defined once in python/kvsim/engine/metrics.py (serving metrics, vllm bench serve's) and "
     "DESIGN.md §Metrics (the summary's memory and cache metrics)."
 )
+
+
+_BARE: Any = object()  # a bare `--save-result` (vLLM's flag form): save into --result-dir or "."
+
+# SimConfig.preset's names, newest first (DESIGN.md §Presets; a test checks they are all of them).
+PRESETS = ("vllm-latest", "vllm-0.19", "vllm-v1", "vllm-0.11", "vllm-v0")
+
+
+class Parser(argparse.ArgumentParser):
+    """kvsim's argument parser: argparse's own complaint about one flag's value (an invalid choice, a
+    missing value, `invalid int value`; its messages start with `argument --flag:`) is one line, as
+    kvsim's own checks print it; a missing or unknown argument also shows the command's usage. Subparsers
+    inherit the class (argparse's `parser_class` default)."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("argument "):
+            self.exit(2, f"{self.prog}: error: {message}\n")
+        super().error(message)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -107,6 +125,29 @@ _UNIT_TEXT = {
 }
 
 
+# What each knob is in vLLM 0.33.0 (vllm/config/cache.py, config/scheduler.py, engine/arg_utils.py), where the
+# knob's help (KNOBS) does not say it: the flag it maps to and where vLLM's default differs from kvsim's.
+_VLLM_NOTES = {
+    "block_size": "vLLM's --block-size, 16 on CUDA when unset",
+    "gpu_memory_utilization": "vLLM's --gpu-memory-utilization, whose default is 0.92 in vLLM 0.33.0 "
+    "(0.9 in older releases; a run notes the difference)",
+    "max_num_seqs": "vLLM's --max-num-seqs: vllm serve picks 256 or 1024 by GPU when unset, kvsim keeps "
+    "256 (a run with --gpu notes the server's)",
+    "max_num_batched_tokens": "vLLM's --max-num-batched-tokens: vllm serve picks 2048, 8192 or 16384 by "
+    "GPU when unset, kvsim keeps 8192 (a run with --gpu notes the server's); vLLM's 8k (8,000) and 8K "
+    "(8,192) too",
+    "max_model_len": "vLLM's --max-model-len defaults to the model's context and refuses longer requests; "
+    "kvsim's unset runs them whole and notes them; vLLM's 32k (32,000) and 32K (32,768) too",
+    "admission_gate": "full-prompt is vLLM's --scheduler-reserve-full-isl (on by default), none its "
+    "--no-scheduler-reserve-full-isl",
+    "watermark": "kvsim applies it at every admission, as vLLM v0 did; vLLM 0.33.0's --watermark (default "
+    "0.0) skips it until the step has scheduled a request",
+    "kv_cache_dtype": "vLLM's --kv-cache-dtype; its float16 is fp16 here",
+    "kv_cache_bytes": "vLLM's one-letter sizes too: 12G is 12 GiB, 12g 12 * 10^9 bytes",
+    "cpu_blocks": "vLLM v0's CPU blocks; vLLM v1 has no CPU swap",
+}
+
+
 def _add_knob_flags(g: Any) -> None:
     for name in CONFIG_FIELDS:
         k = KNOBS[name]
@@ -114,11 +155,16 @@ def _add_knob_flags(g: Any) -> None:
         default = _fmt_default(name)
         unit = _UNIT_TEXT.get(k.kind) or (k.unit if k.unit in ("tokens", "blocks", "sequences") else "")
         if name == "swap_space_bytes":
-            unit = "a size: 4GiB; after --swap-space a bare number is GiB, as in vLLM; default: unset, no CPU pool"
+            unit = (
+                "vLLM v0's --swap-space, 4 GiB by default there; vLLM v1 has no CPU swap and 0.33.0 no such "
+                "flag; a size: 4GiB; after --swap-space a bare number is GiB, as in vLLM v0; default: unset, "
+                "no CPU pool"
+            )
         if default and k.kind not in ("bytes", "duration"):
             default = str(k.default)
         tail = "; ".join(x for x in (unit, f"default: {default}" if default else "") if x)
-        text = f"{k.help} ({tail})" if tail else k.help
+        what = f"{k.help}; {_VLLM_NOTES[name]}" if name in _VLLM_NOTES else k.help
+        text = f"{what} ({tail})" if tail else what
         if k.kind == "bool":
             g.add_argument(
                 *flags, dest=f"cfg_{name}", action=_Switch, nargs="?", metavar="BOOL", default=None, help=text
@@ -157,7 +203,8 @@ def _add_workload_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
         type=str,
         default=None,
         metavar="N",
-        help="requests per simulation (traces: the first N rows) (default: 10000)",
+        help="requests per simulation (traces: the first N rows; vllm bench serve's --num-prompts, whose "
+        "default is 1000) (default: 10000)",
     )
     p.add_argument(
         "--backend",
@@ -203,7 +250,10 @@ def add_run_inputs(p: argparse.ArgumentParser) -> None:
         "--request-rate",
         metavar="REQ/S",
         default=None,
-        help="rescale arrivals to this mean request rate (default: the workload's own)",
+        help="rescale arrivals to this mean request rate (vllm bench serve's --request-rate, whose default "
+        "inf, every request at once, is --workload NAME:arrivals=all-at-once here; its --burstiness B is "
+        ":arrivals=gamma,burstiness=1/sqrt(B): kvsim's burstiness is the gaps' coefficient of variation, "
+        "vLLM's the gamma shape) (default: the workload's own)",
     )
     w.add_argument(
         "--rows",
@@ -214,9 +264,11 @@ def add_run_inputs(p: argparse.ArgumentParser) -> None:
     c = p.add_argument_group("configuration (SimConfig fields; vLLM's flag names first)")
     c.add_argument(
         "--preset",
-        choices=("vllm-v1", "vllm-latest", "vllm-v0"),
+        choices=PRESETS,
         default=None,
-        help="start from a vLLM release's rules (SimConfig.preset); flags override it (default: none)",
+        help="start from a vLLM release's rules (SimConfig.preset; DESIGN.md §Presets): vllm-latest "
+        "0.23-0.33 (the defaults), vllm-0.19 0.19-0.22, vllm-v1 0.12-0.18, vllm-0.11 0.9.2-0.11, vllm-v0 "
+        "the v0 engine; flags override it (default: none)",
     )
     _add_knob_flags(c)
 
@@ -248,9 +300,18 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
     o.add_argument(
         "--save-result",
         metavar="DIR",
+        nargs="?",
+        const=_BARE,
         default=None,
         help="also write the result (JSON: version, resolved config, workload, seed, pool, metrics) and "
-        "the per-request rows (parquet) into DIR",
+        "the per-request rows (parquet) into DIR; bare, as vllm bench serve's --save-result flag, into "
+        "--result-dir or the current folder",
+    )
+    o.add_argument(
+        "--result-dir",
+        metavar="DIR",
+        default=None,
+        help="vllm bench serve's: the folder of a bare --save-result (default: the current folder)",
     )
     o.add_argument(
         "--percentile-metrics",
@@ -294,10 +355,33 @@ def _flag_value(flag: str, name: str, text: Any) -> Any:
 
         with contextlib.suppress(decimal.DecimalException):  # too large for a Decimal: the parser names it
             text = str(int(decimal.Decimal(text.strip().replace("_", "")) * 2**30))
+    if flag in _VLLM_HUMAN_INT_FLAGS and isinstance(text, str):
+        text = _vllm_human_int(flag, text)
     try:
         return coerce(name, text)
     except InvalidArgumentError as exc:
         raise FlagError(f"argument {flag}: {exc}") from None
+
+
+# vLLM's flags that take its human-readable integers (vllm/utils/argparse_utils.py `human_readable_int`):
+# `8k` is 8,000 and `8K` 8,192 (lower case decimal, upper case binary, no fraction with a binary suffix).
+_VLLM_HUMAN_INT_FLAGS = ("--kv-cache-memory-bytes", "--max-num-batched-tokens", "--max-model-len")
+
+
+def _vllm_human_int(flag: str, text: str) -> str:
+    """`text` with vLLM's one-letter suffix (`32k`, `12G`) written out as a whole number, as vLLM reads it
+    on `flag`; anything else (`12GiB`, `8192`) unchanged, for kvsim's own parsing."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)([kKmMgGtT])\s*", text)
+    if not m:
+        return text
+    number, suffix = m.groups()
+    if suffix.islower():
+        return str(int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3)))
+    if "." in number:
+        raise FlagError(
+            f"argument {flag}: {text!r}: a binary suffix ({suffix}) takes a whole number, as in vLLM"
+        )
+    return str(int(number) * 2 ** (10 * "KMGT".index(suffix) + 10))
 
 
 def _int_flag(flag: str, text: Any, lo: int) -> int:
@@ -342,7 +426,11 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
     cfg: dict[str, Any] = {}
     for k, v in data.get("config", {}).items():
         if k not in CONFIG_FIELDS:
-            raise InvalidArgumentError(f"run file {args.toml}: unknown SimConfig field {k!r}")
+            import difflib
+
+            close = difflib.get_close_matches(str(k), CONFIG_FIELDS, n=3, cutoff=0.6)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise InvalidArgumentError(f"run file {args.toml}: unknown SimConfig field {k!r}{hint}")
         try:
             cfg[k] = coerce(k, v)
         except InvalidArgumentError as exc:
@@ -387,6 +475,12 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
     if args.request_rate is not None:
         if args.time_scale is not None:
             raise FlagError("argument --request-rate: not allowed with --time-scale (give one of them)")
+        if str(args.request_rate).strip().lower() in ("inf", "infinity", "+inf"):
+            raise FlagError(
+                f"argument --request-rate: {args.request_rate!r}: vllm bench serve's inf (every request at "
+                "once) is --workload NAME:arrivals=all-at-once here (a synthetic workload); give a rate in "
+                "requests per second"
+            )
         trace["request_rate"] = _float_flag("--request-rate", args.request_rate)
     if args.rows is not None:
         start, colon, stop = args.rows.partition(":")
@@ -396,6 +490,8 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
             trace["start"] = _int_flag("--rows", start, 0)
         if stop.strip():
             trace["stop"] = _int_flag("--rows", stop, 1)
+        if trace.get("stop", 1 << 62) <= trace.get("start", 0):
+            raise FlagError(f"argument --rows: {args.rows!r}: STOP must be above START (rows [START, STOP))")
     if isinstance(spec, str) and ws.is_trace_file(spec):
         try:
             columns = ws.parse_columns(args.trace_columns)
@@ -428,7 +524,13 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
             # Errors of the generator itself (lengths=nosuch, max_model_len below the prompt mean) do not
             # name the workload: say which spec gave them, and the flag (or the run file) it came from.
             msg = str(exc) if str(exc).startswith("workload") else f"workload {spec!r}: {exc}"
-            where = "argument --workload" if args.workload is not None else f"run file {args.toml}"
+            where = (
+                f"run file {args.toml}"
+                if args.workload is None and "workload" in data
+                else "argument --rows"
+                if args.rows is not None and "rows [" in msg
+                else "argument --workload"
+            )
             raise FlagError(f"{where}: {msg}") from None
     if seed_given and not seeded:
         notes.append(
@@ -438,20 +540,38 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
     return w, info
 
 
-def _check_save_dir(path: str) -> Path:
-    """The `--save-result` folder, created, checked writable before the run."""
+def _save_dir_from_args(args: argparse.Namespace) -> Path | None:
+    """Where `--save-result` writes: its DIR, or (bare, vLLM's flag) `--result-dir` or the current folder;
+    None without it. Checked before the run."""
+    if args.save_result is None:
+        if args.result_dir is not None:
+            raise FlagError(
+                "argument --result-dir: applies with --save-result (--save-result --result-dir DIR)"
+            )
+        return None
+    if args.save_result is _BARE:
+        if args.result_dir is None:
+            return _check_save_dir(".", "--save-result")
+        return _check_save_dir(args.result_dir, "--result-dir")
+    if args.result_dir is not None:
+        raise FlagError("argument --result-dir: not allowed with --save-result DIR (name the folder once)")
+    return _check_save_dir(args.save_result, "--save-result")
+
+
+def _check_save_dir(path: str, flag: str) -> Path:
+    """The result folder (given as `flag`), created, checked writable before the run."""
     if "\0" in path or not path.strip():
-        raise FlagError(f"argument --save-result: {path!r} is not a folder name")
+        raise FlagError(f"argument {flag}: {path!r} is not a folder name")
     d = Path(path)
     if d.exists() and not d.is_dir():
-        raise FlagError(f"argument --save-result: {d} exists and is not a folder")
+        raise FlagError(f"argument {flag}: {d} exists and is not a folder")
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise FlagError(f"argument --save-result: cannot create {d}: {exc.strerror}") from None
+        raise FlagError(f"argument {flag}: cannot create {d}: {exc.strerror}") from None
     why = write_probe(d)
     if why:
-        raise FlagError(f"argument --save-result: cannot write in {d}: {why}")
+        raise FlagError(f"argument {flag}: cannot write in {d}: {why}")
     return d
 
 
@@ -511,7 +631,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         goodput = metrics.parse_goodput(args.goodput)
     except InvalidArgumentError as exc:
         raise FlagError(f"argument --goodput: {exc}") from None
-    save_dir = _check_save_dir(args.save_result) if args.save_result is not None else None
+    save_dir = _save_dir_from_args(args)
     config = _config_from_args(args, data)
     notes: list[str] = []
     workload, info = _workload_from_args(args, data, notes)

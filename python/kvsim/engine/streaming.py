@@ -158,6 +158,13 @@ class _Sink:
             return
         if not isinstance(rows, str | os.PathLike):
             raise InvalidArgumentError(f"rows {rows!r} is not 'memory', 'none' or a directory path")
+        if isinstance(rows, str) and rows.strip().lower() in ("memory", "none"):
+            # `rows="Memory"` is a typo, not a folder to create: a str folder of that name is refused
+            # (a pathlib.Path of it is still a folder)
+            raise InvalidArgumentError(
+                f"rows {rows!r} is not 'memory', 'none' or a directory path (did you mean "
+                f"{rows.strip().lower()!r}? a folder of that name: pass pathlib.Path({rows!r}))"
+            )
         self.mode = "parquet"
         path = Path(rows)
         if path.exists() and not path.is_dir():

@@ -62,11 +62,18 @@ GPUS: dict[str, Gpu] = {
 }
 
 
+# vLLM 0.33.0's `CacheConfig.gpu_memory_utilization` default (older releases: 0.9, kvsim's KNOBS default).
+VLLM_GPU_MEMORY_UTILIZATION = 0.92
+
+
 def vllm_server_batch_defaults(gpu: Gpu) -> tuple[int, int]:
     """`(max_num_batched_tokens, max_num_seqs)` that vLLM's OpenAI server (`vllm serve`) picks on `gpu`
-    when neither is given (`EngineArgs.get_batch_defaults`): 8192 and 1024 on a GPU of at least 70 GiB
-    that is not an A100 (H100, H200), else 2048 and 256. kvsim's own defaults (`kvsim.model.config.KNOBS`)
-    do not depend on the GPU; `kvsim run` notes the difference."""
+    when neither is given (vLLM 0.33.0's `EngineArgs.get_batch_defaults`): 16384 and 1024 on a GPU of at
+    least 160 GiB (B200), 8192 and 1024 on one of at least 70 GiB that is not an A100 (H100, H200), else
+    2048 and 256. kvsim's own defaults (`kvsim.model.config.KNOBS`) do not depend on the GPU; `kvsim run`
+    notes the difference."""
+    if gpu.memory_bytes >= 160 * 2**30:
+        return 16384, 1024
     if gpu.memory_bytes >= 70 * 2**30 and "a100" not in gpu.name:
         return 8192, 1024
     return 2048, 256
@@ -86,7 +93,12 @@ def get(name: str) -> Gpu:
     try:
         return GPUS[name]
     except KeyError:
-        raise InvalidArgumentError(f"unknown GPU {name!r}; known: {', '.join(names())}") from None
+        import difflib
+
+        low = str(name).lower()
+        close = [n for n in names() if n.startswith(low)] or difflib.get_close_matches(low, names(), 2, 0.75)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise InvalidArgumentError(f"unknown GPU {name!r}{hint}; known: {', '.join(names())}") from None
 
 
 __all__ = ["GPUS", "Gpu", "get", "names", "vllm_server_batch_defaults"]

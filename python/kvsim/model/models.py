@@ -353,7 +353,16 @@ def resolve(model: Model | str) -> Model:
     path = Path(model)
     if model.endswith(".json") or path.exists():
         return from_hf_config(path)
-    return get(model)
+    import difflib
+
+    close = difflib.get_close_matches(model.lower().rsplit("/", 1)[-1], names(), n=2, cutoff=0.75)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    hub = "/" in model  # vLLM's `--model meta-llama/Meta-Llama-3-8B`: a hub name, nothing is downloaded
+    raise InvalidArgumentError(
+        f"unknown model {model!r}{hint}; known: {', '.join(names())}; or the path of a Hugging Face config.json "
+        "(or its folder)"
+        + (": kvsim downloads nothing, so save the hub model's config.json first" if hub else "")
+    )
 
 
 def from_hf_config(path: str | Path, name: str | None = None) -> Model:
