@@ -7,7 +7,7 @@
 #![allow(clippy::redundant_closure_for_method_calls)]
 
 use kvsim_core::block_pool::{MAX_BLOCKS, POOL_BYTES_PER_BLOCK};
-use kvsim_core::cluster::{ClusterOutput, RouterSpec};
+use kvsim_core::cluster::{ClusterOutput, RouterSpec, TieBreak};
 use kvsim_core::engine::{self, EngineConfig, EngineInput, Policy, Preemption, TimeModel};
 use kvsim_core::{BlockId, BlockKey, BlockPool, FreeOrder, KVCacheManager, KvError, Segment};
 use numpy::{IntoPyArray, PyReadonlyArray1};
@@ -1222,22 +1222,24 @@ fn weights_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<(String, f
 /// `configs`: one dict per replica of `run_engine`'s engine keyword arguments
 /// (`kvsim.engine.rust_engine.config_kwargs`); `router`: one of `round-robin`, `random`, `least-loaded`,
 /// `least-kv`, `prefix-affinity`, `weighted`, with `router_seed` (random), `router_refresh_ps` (0: exact
-/// view), `prefix_load_cap` and `router_weights` (weighted: scorer name to weight; None: the defaults).
-/// Time series and event logs are not recorded for clusters (`timeseries_every` must be 0 and
+/// view), `prefix_load_cap`, `router_weights` (weighted: scorer name to weight; None: the defaults) and
+/// `router_tie_break` (`random`, the default: a tie among the best replicas is drawn from the
+/// `router_seed` stream; `lowest`: the lowest index). Time series and event logs are not recorded for clusters (`timeseries_every` must be 0 and
 /// `record_events` false).
 ///
 /// Returns a dict: `outputs` (every row's output columns, in workload order, as `run_engine`'s),
 /// `replica` (each row's replica, int64) and `counters` (one dict per replica, as `run_engine`'s).
 ///
 /// Raises `InvalidArgumentError` for an empty or bad `configs`, an unknown router, a negative refresh
-/// or seed, a `prefix_load_cap` below 1 or not finite, unknown or negative weights, and everything
+/// or seed, a `prefix_load_cap` below 1 or not finite, unknown or negative weights, an unknown
+/// `router_tie_break`, and everything
 /// `run_engine` refuses; `InternalError` on a bug.
 #[pyfunction]
 #[pyo3(signature = (
     *, configs, router, router_seed = None, router_refresh_ps = None, prefix_load_cap = None,
-    router_weights = None, timeseries_every = 0, record_events = false,
+    router_weights = None, router_tie_break = None, timeseries_every = 0, record_events = false,
     arrival_ps, prompt_len, target, max_gen, fork_parent, output_seg, seg_offsets, segment_id, segment_len
-), text_signature = "(*, configs, router, router_seed=0, router_refresh_ps=0, prefix_load_cap=1.5, router_weights=None, timeseries_every=0, record_events=False, arrival_ps, prompt_len, target, max_gen, fork_parent, output_seg, seg_offsets, segment_id, segment_len)")]
+), text_signature = "(*, configs, router, router_seed=0, router_refresh_ps=0, prefix_load_cap=1.5, router_weights=None, router_tie_break='random', timeseries_every=0, record_events=False, arrival_ps, prompt_len, target, max_gen, fork_parent, output_seg, seg_offsets, segment_id, segment_len)")]
 #[allow(clippy::too_many_arguments)]
 fn run_cluster<'py>(
     py: Python<'py>,
@@ -1247,6 +1249,7 @@ fn run_cluster<'py>(
     router_refresh_ps: Option<Bound<'py, PyAny>>,
     prefix_load_cap: Option<Bound<'py, PyAny>>,
     router_weights: Option<Bound<'py, PyAny>>,
+    router_tie_break: Option<Bound<'py, PyAny>>,
     timeseries_every: i128,
     record_events: bool,
     arrival_ps: PyReadonlyArray1<'py, i64>,
@@ -1307,7 +1310,18 @@ fn run_cluster<'py>(
             .map_err(|_| invalid(format!("prefix_load_cap {} must be a number", repr(v))))?,
     };
     let weights = weights_arg(router_weights.as_ref())?;
-    let spec = RouterSpec::new(&router, seed, refresh, cap, weights.as_deref()).py()?;
+    let tie_break = match &router_tie_break {
+        None => TieBreak::default(),
+        Some(v) => {
+            let name: String = v
+                .extract()
+                .map_err(|_| invalid(format!("router_tie_break {} must be a str", repr(v))))?;
+            TieBreak::parse(&name).py()?
+        }
+    };
+    let spec = RouterSpec::new(&router, seed, refresh, cap, weights.as_deref())
+        .py()?
+        .with_tie_break(tie_break);
     let inp = input_view(
         &arrival_ps,
         &prompt_len,
