@@ -466,3 +466,20 @@ def test_sweep_weights_column_is_text():
     )
     frame = run_sweep(spec, executor="threads", workers=1, progress=False).frame
     assert frame["router_weights"].to_list() == ["prefix=1,kv=1", None]
+
+
+def test_sweep_takes_the_tie_break_as_an_axis():
+    from kvsim.analysis.sweep import SweepSpec, run_sweep
+
+    spec = SweepSpec(
+        base={"num_blocks": 400, "replicas": 4, "router": "least-loaded"},
+        grid={"router_tie_break": ["random", "lowest"]},
+        workloads=["sharegpt:arrival_rate=0.2"],
+        requests=100,
+        backend="rust",
+    )
+    frame = run_sweep(spec, executor="threads", workers=1, progress=False).frame.sort("router_tie_break")
+    assert frame["router_tie_break"].to_list() == ["lowest", "random"]
+    lowest, drawn = frame["load_imbalance"].to_list()
+    assert lowest > 2.0, lowest  # light load: nearly everything on replica 0
+    assert drawn < 1.5, drawn
