@@ -227,6 +227,8 @@ class Router:
             bound = self.spec.prefix_load_cap * float(sum(loads) + n)
             eligible = [r for r in range(n) if float(loads[r] * n) <= bound]
             key = {r: (-self.hits(r, views[r], segments, prompt_len), loads[r]) for r in eligible}
+            if not key:  # unreachable (the least loaded is always eligible, cap >= 1); as the Rust router
+                key = {r: loads[r] for r in range(n)}
         else:  # weighted: the highest score (negated: the least key)
             wp, wq, wk = self.spec.scorer_weights()
             lo, hi = min(loads), max(loads)
