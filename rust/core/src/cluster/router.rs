@@ -170,7 +170,7 @@ impl RouterSpec {
         RouterSpec { tie_break, ..self }
     }
 
-    /// `name` with the defaults: seed 0, exact view, cap 1.5, the default weights.
+    /// `name` with the defaults: seed 0, exact view, cap 1.5, the default weights, ties drawn.
     pub fn named(name: &str) -> Result<Self> {
         Self::new(name, 0, 0, 1.5, None)
     }
