@@ -44,6 +44,7 @@ class Router:
     refresh_ps: int = 0
     prefix_load_cap: float = 1.5
     weights: dict[str, float] | None = None
+    tie_break: str = "random"
 
 
 def _timed(benchmark, key: str, f):

@@ -56,6 +56,7 @@ def test_fleet_knobs_have_their_defaults_and_units():
         1.5,
     ]
     assert cfg.router_weights is None
+    assert cfg.router_tie_break == "random"
     assert set(CLUSTER_KNOBS) <= set(KNOBS)
     assert kvsim.SimConfig(num_blocks=16, router_refresh_s="100ms").router_refresh_s == 0.1
     assert kvsim.SimConfig(num_blocks=16, router_refresh_s="2").router_refresh_s == 2.0  # bare text: seconds
@@ -84,6 +85,7 @@ def test_fleet_knobs_have_their_defaults_and_units():
         ({"router_weights": "prefix"}, "router_weights 'prefix'"),
         ({"router_weights": "prefix=x"}, "'x'"),
         ({"router_weights": {}}, "router_weights {}"),
+        ({"router_tie_break": "first"}, "router_tie_break 'first'"),
     ],
 )
 def test_bad_fleet_knobs_name_the_field_and_the_value(kwargs, shown):
@@ -382,6 +384,10 @@ def test_cli_one_replica_has_no_fleet_section(capsys):
         (["--prefix-load-cap", "0.5"], "argument --prefix-load-cap: prefix_load_cap 0.5"),
         (["--router-weight", "cache=1"], "argument --router-weight: router_weights 'cache=1'"),
         (["--router-weight", "prefix=-1"], "argument --router-weight: router_weights 'prefix=-1'"),
+        (
+            ["--router-tie-break", "first"],
+            "argument --router-tie-break: router_tie_break 'first' is not one of",
+        ),
     ],
 )
 def test_cli_fleet_errors_are_one_line_exit_2(capsys, flags, text):
@@ -389,6 +395,29 @@ def test_cli_fleet_errors_are_one_line_exit_2(capsys, flags, text):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert text in err[0], err[0]
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_light_load_spreads_over_the_fleet(backend):
+    """One request every 2 s, each done long before the next: every replica is idle at every arrival, so
+    each arrival is a tie for the routers that read state. Drawn (the default) or taken in turn, the work
+    spreads over the fleet (max / mean per-replica computed tokens near 1); settled low, all of it lands
+    on replica 0 (imbalance 4 on 4 replicas), as it did before ties were drawn."""
+    rng = np.random.default_rng(3)
+    w = Workload(
+        arrival=np.arange(200) * 2.0,
+        prompt_len=rng.integers(16, 400, 200),
+        output_len=rng.integers(1, 200, 200),
+    )
+    cfg = kvsim.SimConfig(num_blocks=400, replicas=4)
+    for router in ("least-loaded", "least-kv", "prefix-affinity", "weighted"):
+        imbalance = {}
+        for tie_break in KNOBS["router_tie_break"].choices:
+            res = kvsim.simulate_cluster(w, cfg, router=router, router_tie_break=tie_break, backend=backend)
+            imbalance[tie_break] = res.summary["load_imbalance"]
+        assert imbalance["random"] < 1.3, (router, imbalance)
+        assert imbalance["round-robin"] < 1.3, (router, imbalance)
+        assert imbalance["lowest"] > 3.0, (router, imbalance)
 
 
 # -- sweeps ------------------------------------------------------------------------------------------------------
@@ -437,3 +466,20 @@ def test_sweep_weights_column_is_text():
     )
     frame = run_sweep(spec, executor="threads", workers=1, progress=False).frame
     assert frame["router_weights"].to_list() == ["prefix=1,kv=1", None]
+
+
+def test_sweep_takes_the_tie_break_as_an_axis():
+    from kvsim.analysis.sweep import SweepSpec, run_sweep
+
+    spec = SweepSpec(
+        base={"num_blocks": 400, "replicas": 4, "router": "least-loaded"},
+        grid={"router_tie_break": ["random", "lowest"]},
+        workloads=["sharegpt:arrival_rate=0.2"],
+        requests=100,
+        backend="rust",
+    )
+    frame = run_sweep(spec, executor="threads", workers=1, progress=False).frame.sort("router_tie_break")
+    assert frame["router_tie_break"].to_list() == ["lowest", "random"]
+    lowest, drawn = frame["load_imbalance"].to_list()
+    assert lowest > 2.0, lowest  # light load: nearly everything on replica 0
+    assert drawn < 1.5, drawn

@@ -69,6 +69,7 @@ def router_args(draw) -> dict:
         "router_weights": draw(
             st.sampled_from([None, {"prefix": 1.0}, {"queue": 1.0, "kv": 0.5}, {"kv": 0.0}])
         ),
+        "router_tie_break": draw(st.sampled_from(KNOBS["router_tie_break"].choices)),
     }
 
 
@@ -137,13 +138,19 @@ def test_shared_prefix_fleet_agrees_on_a_larger_workload():
 def test_a_row_rejected_on_arrival_is_in_flight_until_its_step():
     """Two rows at t = 0 on an idle fleet; the first is rejected at once (its peak blocks exceed the pool)
     by the step at 0, which has not started when the second is routed: the first is still in flight on
-    replica 0, so least-loaded sends the second to replica 1, in both engines (hypothesis found the Rust
-    replica joining, and so rejecting, the horizon step's arrivals)."""
+    its replica (drawn among the two idle ones, or replica 0 under `lowest`), so least-loaded sends the
+    second to the other, in both engines (hypothesis found the Rust replica joining, and so rejecting, the
+    horizon step's arrivals)."""
     cfg = kvsim.SimConfig(
         num_blocks=2, block_size=1, max_num_batched_tokens=1, max_num_seqs=1, chunked_prefill=False
     )
     w = kvsim.Workload(arrival=[0.0, 0.0], output_len=[1, 1], prompt_len=[2, 1])
     for backend in ("reference", "rust"):
-        res = kvsim.simulate_cluster(w, cfg, replicas=2, router="least-loaded", backend=backend)
-        assert res.replica.tolist() == [0, 1], backend
-        assert res.requests["status"].to_list() == ["rejected", "finished"]
+        for tie_break in ("random", "lowest"):
+            res = kvsim.simulate_cluster(
+                w, cfg, replicas=2, router="least-loaded", router_tie_break=tie_break, backend=backend
+            )
+            first, second = res.replica.tolist()
+            assert second == 1 - first, (backend, tie_break)
+            assert tie_break == "random" or first == 0, backend
+            assert res.requests["status"].to_list() == ["rejected", "finished"]

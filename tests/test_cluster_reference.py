@@ -5,6 +5,7 @@ of row subsets; each router's choice on hand-built cases; stale views; splitmix6
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import hypothesis.strategies as st
 import numpy as np
@@ -177,6 +178,12 @@ def unit_starts(inp: EngineInput) -> list[tuple[int, int]]:
 
 
 # -- hand-built router cases -------------------------------------------------------------------------
+# Ties are settled low here (`tie_break="lowest"`), so that each case's picks can be written out; the
+# drawn ties (the default) have their own tests below.
+def low(name: str, **kwargs: Any) -> RouterSpec:
+    return RouterSpec(name, tie_break="lowest", **kwargs)
+
+
 def chat(
     n: int, gap_ms: float, prompt: list[int], output: int | list[int] = 200, lens: list[int] | None = None
 ) -> Workload:
@@ -200,14 +207,14 @@ def test_prefix_affinity_keeps_a_hot_prefix_until_the_load_cap():
     # both holding it, eligible both, and takes the lower load).
     cfg = kvsim.SimConfig(num_blocks=200, block_size=16, max_num_seqs=16)
     inp = prepare(chat(9, 2, [5] * 9), cfg)
-    out = run_cluster(inp, [cfg, cfg], RouterSpec("prefix-affinity"))
+    out = run_cluster(inp, [cfg, cfg], low("prefix-affinity"))
     assert out.columns["replica"].tolist() == [0] * 7 + [1, 1]
     assert out.columns["cached_tokens"].tolist() == [0] + [48] * 6 + [0, 48]
     # Without a cap worth the name, the hot prefix piles onto replica 0.
-    out = run_cluster(inp, [cfg, cfg], RouterSpec("prefix-affinity", prefix_load_cap=100.0))
+    out = run_cluster(inp, [cfg, cfg], low("prefix-affinity", prefix_load_cap=100.0))
     assert out.columns["replica"].tolist() == [0] * 9
     # Least-loaded scatters it instead (loads 0/0, 1/0, 1/1, ...).
-    out = run_cluster(inp, [cfg, cfg], RouterSpec("least-loaded"))
+    out = run_cluster(inp, [cfg, cfg], low("least-loaded"))
     assert out.columns["replica"].tolist() == [0, 1] * 4 + [0]
 
 
@@ -216,7 +223,7 @@ def test_prefix_affinity_follows_the_longest_cached_prefix():
     # unseen prompt to the less loaded (replica 1 after the A: loads 2 and 1).
     cfg = kvsim.SimConfig(num_blocks=200, block_size=16, max_num_seqs=16)
     inp = prepare(chat(5, 2, [10, 11, 10, 11, 12]), cfg)
-    out = run_cluster(inp, [cfg, cfg], RouterSpec("prefix-affinity"))
+    out = run_cluster(inp, [cfg, cfg], low("prefix-affinity"))
     assert out.columns["replica"].tolist() == [0, 1, 0, 1, 0]
     assert out.columns["cached_tokens"].tolist() == [0, 0, 48, 48, 0]
 
@@ -230,9 +237,9 @@ def test_least_kv_picks_the_emptier_pool_where_least_loaded_does_not():
     w = chat(4, 1, [1, 2, 3, 4], output=20, lens=[160, 32, 16, 16])
     w = Workload(**{**w.columns(), "arrival": np.array([0.0, 2.0, 3.0, 4.0]) / 1000})
     inp = prepare(w, cfg)
-    kv = run_cluster(inp, [cfg, cfg], RouterSpec("least-kv"))
+    kv = run_cluster(inp, [cfg, cfg], low("least-kv"))
     assert kv.columns["replica"].tolist() == [0, 1, 1, 1]
-    loaded = run_cluster(inp, [cfg, cfg], RouterSpec("least-loaded"))
+    loaded = run_cluster(inp, [cfg, cfg], low("least-loaded"))
     assert loaded.columns["replica"].tolist() == [0, 1, 0, 1]
 
 
@@ -243,7 +250,7 @@ def test_least_kv_compares_utilisation_of_pools_of_different_sizes():
     w = chat(3, 1, [1, 2, 3], lens=[32, 32, 32])
     w = Workload(**{**w.columns(), "arrival": np.array([0.0, 2.0, 3.0]) / 1000})
     inp = prepare(w, big)
-    out = run_cluster(inp, [big, small], RouterSpec("least-kv"))
+    out = run_cluster(inp, [big, small], low("least-kv"))
     assert out.columns["replica"].tolist() == [0, 1, 0]
 
 
@@ -254,9 +261,7 @@ def test_weighted_trades_prefix_against_queue():
     inp = prepare(chat(6, 2, [5] * 6), cfg)
 
     def route(**weights: float) -> list[int]:
-        return (
-            run_cluster(inp, [cfg, cfg], RouterSpec("weighted", weights=weights)).columns["replica"].tolist()
-        )
+        return run_cluster(inp, [cfg, cfg], low("weighted", weights=weights)).columns["replica"].tolist()
 
     assert route(prefix=1.0) == [0] * 6
     assert route(queue=1.0) == [0, 1, 0, 1, 0, 1]
@@ -276,19 +281,19 @@ def test_a_stale_view_sees_neither_finishes_nor_new_keys():
     w = chat(3, 1, [1, 2, 3], output=[400, 4, 4])
     w = Workload(**{**w.columns(), "arrival": np.array([0.0, 1.0, 10.0]) / 1000})
     inp = prepare(w, cfg)
-    exact = run_cluster(inp, [cfg, cfg], RouterSpec("least-loaded"))
+    exact = run_cluster(inp, [cfg, cfg], low("least-loaded"))
     assert exact.columns["replica"].tolist() == [0, 1, 1]
-    stale = run_cluster(inp, [cfg, cfg], RouterSpec("least-loaded", refresh_ps=10**12))
+    stale = run_cluster(inp, [cfg, cfg], low("least-loaded", refresh_ps=10**12))
     assert stale.columns["replica"].tolist() == [0, 1, 0]
     # A refresh every 5 ms: row 2's snapshot is taken at 10 ms (row 1 done): as exact.
-    fresh = run_cluster(inp, [cfg, cfg], RouterSpec("least-loaded", refresh_ps=5 * MS))
+    fresh = run_cluster(inp, [cfg, cfg], low("least-loaded", refresh_ps=5 * MS))
     assert fresh.columns["replica"].tolist() == [0, 1, 1]
 
     # Prefix-affinity: prompt A at 0 to replica 0, A again at 5 ms. Exact: replica 0 holds A's blocks.
     # Refreshed every 10 ms: the snapshot (at 0) holds no key, so it is least-loaded: replica 1.
     inp = prepare(chat(2, 5, [7, 7]), cfg)
-    assert run_cluster(inp, [cfg, cfg], RouterSpec("prefix-affinity")).columns["replica"].tolist() == [0, 0]
-    stale = run_cluster(inp, [cfg, cfg], RouterSpec("prefix-affinity", refresh_ps=10 * MS))
+    assert run_cluster(inp, [cfg, cfg], low("prefix-affinity")).columns["replica"].tolist() == [0, 0]
+    stale = run_cluster(inp, [cfg, cfg], low("prefix-affinity", refresh_ps=10 * MS))
     assert stale.columns["replica"].tolist() == [0, 1]
     assert stale.columns["cached_tokens"].tolist() == [0, 0]
 
@@ -298,8 +303,8 @@ def test_a_stale_view_never_refreshed_routes_like_round_robin():
     # deals the units out in turn, whatever the replicas do.
     cfg = kvsim.SimConfig(num_blocks=200, block_size=16)
     inp = prepare(chat(7, 1, list(range(7)), output=[300, 2, 2, 300, 2, 2, 2]), cfg)
-    stale = run_cluster(inp, [cfg] * 3, RouterSpec("least-loaded", refresh_ps=10**13))
-    rr = run_cluster(inp, [cfg] * 3, RouterSpec("round-robin"))
+    stale = run_cluster(inp, [cfg] * 3, low("least-loaded", refresh_ps=10**13))
+    rr = run_cluster(inp, [cfg] * 3, low("round-robin"))
     assert stale.columns["replica"].tolist() == rr.columns["replica"].tolist() == [0, 1, 2, 0, 1, 2, 0]
 
 
@@ -310,13 +315,61 @@ def test_heterogeneous_block_sizes_score_prefix_per_replica():
     a = kvsim.SimConfig(num_blocks=200, block_size=16)
     b = kvsim.SimConfig(num_blocks=100, block_size=32)
     inp = prepare(chat(4, 2, [7, 7, 7, 7]), a)
-    out = run_cluster(inp, [a, b], RouterSpec("weighted", weights={"queue": 1.0}))
+    out = run_cluster(inp, [a, b], low("weighted", weights={"queue": 1.0}))
     assert out.columns["replica"].tolist() == [0, 1, 0, 1]
     assert out.columns["cached_tokens"].tolist() == [0, 0, 48, 32]
-    out = run_cluster(inp, [b, a], RouterSpec("prefix-affinity", prefix_load_cap=100.0))
+    out = run_cluster(inp, [b, a], low("prefix-affinity", prefix_load_cap=100.0))
     # On [b, a] (block 32 first): row 1 finds A's block on replica 0 (1 of 32): replica 0 from then on.
     assert out.columns["replica"].tolist() == [0, 0, 0, 0]
     assert out.columns["cached_tokens"].tolist() == [0, 32, 32, 32]
+
+
+# -- drawn ties -------------------------------------------------------------------------------------
+def draws(seed: int, n: int, k: int) -> list[int]:
+    """The first `k` draws of the splitmix64 stream seeded `seed`, as numbers below `n`."""
+    out, state = [], seed
+    for _ in range(k):
+        state, z = splitmix64(state)
+        out.append((z * n) >> 64)
+    return out
+
+
+def test_ties_under_light_load_are_the_seeded_streams_draws():
+    # One request every second, each done within a few ms: every replica is idle at every arrival, so
+    # each unit is a four-way tie for least-loaded, least-kv and weighted without its prefix scorer (or
+    # with every weight 0). Drawn, the picks are the stream's draws, one per unit (those of `random` with
+    # the same seed), spread evenly; settled low, every unit goes to replica 0; by round-robin, unit k to
+    # replica k mod 4.
+    cfg = kvsim.SimConfig(num_blocks=200, block_size=16, max_num_seqs=16)
+    inp = prepare(chat(200, 1000, list(range(200)), output=4), cfg)
+    expect = draws(9, 4, 200)
+    assert run_cluster(inp, [cfg] * 4, RouterSpec("random", seed=9)).columns["replica"].tolist() == expect
+    for spec in (
+        RouterSpec("least-loaded", seed=9),
+        RouterSpec("least-kv", seed=9),
+        RouterSpec("weighted", seed=9, weights={"queue": 1.0, "kv": 1.0}),
+        RouterSpec("weighted", seed=9, weights={"kv": 0.0}),
+        RouterSpec("prefix-affinity", seed=9),  # no prompt repeats: no hits anywhere
+    ):
+        replica = run_cluster(inp, [cfg] * 4, spec).columns["replica"]
+        assert replica.tolist() == expect, spec
+        assert np.bincount(replica, minlength=4).max() / 50 < 1.3, spec
+        lowest = run_cluster(inp, [cfg] * 4, dataclasses.replace(spec, tie_break="lowest"))
+        assert (lowest.columns["replica"] == 0).all(), spec
+        turns = run_cluster(inp, [cfg] * 4, dataclasses.replace(spec, tie_break="round-robin"))
+        assert turns.columns["replica"].tolist() == [k % 4 for k in range(200)], spec
+
+
+def test_only_a_tie_draws():
+    # Seed 5, two replicas. Row 0 (at 0): a tie, the stream's first draw. Row 1 (1 ms later, row 0 still
+    # running): the other replica, no draw. Row 2 (1 s later, both idle again): a tie, the second draw.
+    cfg = kvsim.SimConfig(num_blocks=200, block_size=16, max_num_seqs=16)
+    w = chat(3, 1, [1, 2, 3], output=20)
+    w = Workload(**{**w.columns(), "arrival": np.array([0.0, 0.001, 1.0])})
+    inp = prepare(w, cfg)
+    first, second = draws(5, 2, 2)
+    out = run_cluster(inp, [cfg, cfg], RouterSpec("least-loaded", seed=5))
+    assert out.columns["replica"].tolist() == [first, 1 - first, second]
 
 
 # -- errors ------------------------------------------------------------------------------------------
@@ -338,6 +391,8 @@ def test_heterogeneous_block_sizes_score_prefix_per_replica():
         ({"name": "weighted", "weights": {"cache": 1.0}}, "unknown scorer 'cache'"),
         ({"name": "weighted", "weights": {"kv": "1"}}, "router_weights['kv'] '1'"),
         ({"name": "weighted", "weights": [("kv", 1.0)]}, "router_weights [('kv', 1.0)]"),
+        ({"name": "least-loaded", "tie_break": "first"}, "router_tie_break 'first'"),
+        ({"name": "least-loaded", "tie_break": None}, "router_tie_break None"),
     ],
 )
 def test_router_spec_refuses_bad_fields_naming_them(kwargs, words):

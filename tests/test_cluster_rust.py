@@ -39,6 +39,7 @@ class Router:
     refresh_ps: int = 0
     prefix_load_cap: float = 1.5
     weights: dict[str, float] | None = field(default=None)
+    tie_break: str = "random"
 
 
 def units(inp: EngineInput) -> list[range]:

@@ -435,6 +435,20 @@ def test_cli_smallest_memory_and_compare(capsys):
     assert out.index("policy=vllm  ") < out.index("policy=orca-max  ")  # ranked, best first
 
 
+def test_compare_router_weights_takes_weightings_apart_with_semicolons():
+    """A weighting is itself a list (`prefix=3,queue=1`): `--compare router_weights=` splits on ';'."""
+    from kvsim.cli.plan import _compare
+
+    name, candidates = _compare("router_weights=prefix=3,queue=1; queue=1;none")
+    assert name == "router_weights"
+    assert candidates == [
+        {"router_weights": {"prefix": 3.0, "queue": 1.0}},
+        {"router_weights": {"queue": 1.0}},
+        {"router_weights": None},
+    ]
+    assert _compare("block_size=8,16")[1] == [{"block_size": 8}, {"block_size": 16}]
+
+
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
@@ -447,6 +461,8 @@ def test_cli_smallest_memory_and_compare(capsys):
         (["--compare", "nope=1,2"], "argument --compare: 'nope' is not a SimConfig field"),
         (["--compare", "block_size=16"], "fewer than two values"),
         (["--compare", "block_size=abc,16"], "argument --compare:"),
+        (["--compare", "router_weights=prefix=3,queue=1"], "separate them with ';'"),
+        (["--compare", "router_weights=prefix=3;kv=x"], "argument --compare: router_weights 'kv=x'"),
         (["--smallest", "cpu_blocks"], "argument --smallest: invalid choice"),
     ],
 )

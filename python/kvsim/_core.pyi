@@ -184,6 +184,7 @@ def run_cluster(
     router_refresh_ps: int = 0,
     prefix_load_cap: float = 1.5,
     router_weights: dict[str, float] | None = None,
+    router_tie_break: str = "random",
     timeseries_every: int = 0,
     record_events: bool = False,
     arrival_ps: npt.NDArray[np.int64],

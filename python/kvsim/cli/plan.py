@@ -120,7 +120,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="NAME=V1,V2,...",
         default=None,
         help="rank values of one SimConfig field by their highest rate under the SLOs "
-        "(kvsim.analysis.plan.best_of: block_size=8,16,32, policy=vllm,orca-oracle) (default: none)",
+        "(kvsim.analysis.plan.best_of: block_size=8,16,32, policy=vllm,orca-oracle; router_weights, whose "
+        "one value is a list, takes them apart with ';': 'router_weights=prefix=3,queue=1;queue=1') "
+        "(default: none)",
     )
     o = p.add_argument_group("output")
     o.add_argument(
@@ -173,8 +175,14 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
+# Fields whose one value is itself a comma-separated list (`prefix=3,queue=1`): `--compare` takes their
+# values apart with ';' instead of ','.
+LIST_VALUED = ("router_weights",)
+
+
 def _compare(text: str) -> tuple[str, list[dict[str, Any]]]:
-    """`block_size=8,16,32` -> ("block_size", [{"block_size": 8}, ...]), each value coerced."""
+    """`block_size=8,16,32` -> ("block_size", [{"block_size": 8}, ...]), each value coerced;
+    `router_weights=prefix=3,queue=1;queue=1` -> two weightings (`LIST_VALUED` fields split on ';')."""
     from kvsim.analysis.sweep import CONFIG_FIELDS, coerce
 
     name, eq, values = text.partition("=")
@@ -183,12 +191,18 @@ def _compare(text: str) -> tuple[str, list[dict[str, Any]]]:
         raise FlagError(f"argument --compare: {text!r} is not NAME=V1,V2,... (block_size=8,16,32)")
     if name not in CONFIG_FIELDS:
         raise FlagError(f"argument --compare: {name!r} is not a SimConfig field")
+    sep = ";" if name in LIST_VALUED else ","
     try:
-        out = [{name: coerce(name, v.strip())} for v in values.split(",") if v.strip()]
+        out = [{name: coerce(name, v.strip())} for v in values.split(sep) if v.strip()]
     except InvalidArgumentError as exc:
         raise FlagError(f"argument --compare: {exc}") from None
     if len(out) < 2:
-        raise FlagError(f"argument --compare: {text!r} gives fewer than two values to compare")
+        hint = (
+            f" ({name}'s values are lists: separate them with ';', {name}=prefix=3,queue=1;queue=1)"
+            if name in LIST_VALUED
+            else ""
+        )
+        raise FlagError(f"argument --compare: {text!r} gives fewer than two values to compare{hint}")
     return name, out
 
 

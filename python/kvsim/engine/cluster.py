@@ -24,7 +24,7 @@ from kvsim.model.config import CLUSTER_KNOBS, PS_PER_S, SimConfig, convert
 from kvsim.reference.engine import EngineOutput
 
 # The router's knobs that `simulate_cluster(..., **router_overrides)` takes (`router` has its own keyword).
-ROUTER_KNOBS = ("router_refresh_s", "router_seed", "prefix_load_cap", "router_weights")
+ROUTER_KNOBS = ("router_refresh_s", "router_seed", "prefix_load_cap", "router_weights", "router_tie_break")
 # Fields of SimConfig that `engine_input.prepare` reads: the replicas of one fleet must agree on the
 # columns they give.
 INPUT_FIELDS = ("sampling", "max_model_len")
@@ -109,8 +109,8 @@ def simulate_cluster(
             (default: `config.router`).
         backend: `"rust"` (default) or `"reference"`.
         goodput: SLO bounds in ms (`{"ttft": 500, "tpot": 50}`), as `kvsim.simulate`'s, over the fleet.
-        **router_overrides: `router_refresh_s`, `router_seed`, `prefix_load_cap`, `router_weights`
-            (SimConfig's knobs of the same names, checked by the same rules).
+        **router_overrides: `router_refresh_s`, `router_seed`, `prefix_load_cap`, `router_weights`,
+            `router_tie_break` (SimConfig's knobs of the same names, checked by the same rules).
 
     Returns:
         A `ClusterResult`.
@@ -199,6 +199,7 @@ def router_spec(config: SimConfig) -> Any:
         refresh_ps=round(config.router_refresh_s * PS_PER_S),
         prefix_load_cap=config.prefix_load_cap,
         weights=None if config.router_weights is None else dict(config.router_weights),
+        tie_break=config.router_tie_break,
     )
 
 

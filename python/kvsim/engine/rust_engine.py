@@ -155,6 +155,8 @@ class RouterLike(Protocol):
     def prefix_load_cap(self) -> float: ...
     @property
     def weights(self) -> Mapping[str, float] | Iterable[tuple[str, float]] | None: ...
+    @property
+    def tie_break(self) -> str: ...
 
 
 def run_cluster(inp: EngineInput, configs: list[SimConfig], router: RouterLike) -> dict[str, Any]:
@@ -175,6 +177,7 @@ def run_cluster(inp: EngineInput, configs: list[SimConfig], router: RouterLike) 
         router_refresh_ps=router.refresh_ps,
         prefix_load_cap=router.prefix_load_cap,
         router_weights=weights,
+        router_tie_break=router.tie_break,
         **input_kwargs(inp),
     )
     columns = dict(result["outputs"])

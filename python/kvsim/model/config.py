@@ -38,6 +38,7 @@ from kvsim.model.knobs import (
     PREEMPTIONS,
     PS_PER_S,
     ROUTER_SCORERS,
+    ROUTER_TIE_BREAKS,
     ROUTERS,
     SAMPLINGS,
     TIME_MODELS,
@@ -135,6 +136,7 @@ class SimConfig:
     prefix_load_cap: float = default("prefix_load_cap")
     # A dict: compared, but left out of the hash (a dict has none).
     router_weights: dict[str, float] | None = field(default=default("router_weights"), hash=False)
+    router_tie_break: str = default("router_tie_break")
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -448,6 +450,7 @@ __all__ = [
     "PS_PER_S",
     "ROUTERS",
     "ROUTER_SCORERS",
+    "ROUTER_TIE_BREAKS",
     "SAMPLINGS",
     "TIME_MODELS",
     "V0_SWAP_SPACE_BYTES",

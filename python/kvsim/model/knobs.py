@@ -32,7 +32,17 @@ ROUTERS = ("round-robin", "random", "least-loaded", "least-kv", "prefix-affinity
 ROUTER_SCORERS = ("prefix", "queue", "kv")
 DEFAULT_ROUTER_WEIGHTS: dict[str, float] = {"prefix": 3.0, "queue": 2.0, "kv": 2.0}
 # The knobs of the fleet (`kvsim.simulate_cluster`); the engines of one replica never read them.
-CLUSTER_KNOBS = ("replicas", "router", "router_refresh_s", "router_seed", "prefix_load_cap", "router_weights")
+# How a router that reads state settles a tie among its best replicas (DESIGN.md §Cluster).
+ROUTER_TIE_BREAKS = ("random", "lowest", "round-robin")
+CLUSTER_KNOBS = (
+    "replicas",
+    "router",
+    "router_refresh_s",
+    "router_seed",
+    "prefix_load_cap",
+    "router_weights",
+    "router_tie_break",
+)
 # `auto` resolves to `linear` (the roofline of kvsim.sizing) when a model and a GPU are named, else to
 # `ticks`; the engines only ever see a resolved model. Other time models extend this tuple.
 TIME_MODELS: tuple[str, ...] = ("auto", "ticks", "linear", "calibrated")
@@ -348,7 +358,14 @@ KNOBS: dict[str, Knob] = {
         metavar="TIME",
         flags=("--router-refresh",),
     ),
-    "router_seed": Knob(0, "int", "fleet: seed of the random router", lo=0, hi=1 << 60, metavar="N"),
+    "router_seed": Knob(
+        0,
+        "int",
+        "fleet: seed of the router's stream (the random router's draws; ties under router_tie_break random)",
+        lo=0,
+        hi=1 << 60,
+        metavar="N",
+    ),
     "prefix_load_cap": Knob(
         1.5,
         "float",
@@ -365,6 +382,15 @@ KNOBS: dict[str, Knob] = {
         optional=True,
         metavar="NAME=W",
         flags=("--router-weight",),
+    ),
+    "router_tie_break": Knob(
+        "random",
+        "choice",
+        "fleet: how least-loaded, least-kv, prefix-affinity and weighted settle a tie among their best "
+        "replicas: random (drawn from the router_seed stream, as llm-d, SGLang and Dynamo do), lowest (the "
+        "lowest replica index, as Vidur and BLIS) or round-robin (the first at or after unit k mod N, as "
+        "vLLM's data-parallel balancer)",
+        choices=ROUTER_TIE_BREAKS,
     ),
     "extra": Knob({}, "dict", "free-form annotations, not used by the engines"),
 }

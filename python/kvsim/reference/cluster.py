@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from kvsim.engine.engine_input import EngineInput
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.config import SimConfig
+from kvsim.model.config import ROUTER_TIE_BREAKS, SimConfig
 from kvsim.reference.block_pool import check_pool_memory
 from kvsim.reference.engine import COLUMN_DTYPE, COLUMN_FILL, EVENT_COLUMNS, Replica
 
@@ -26,6 +27,7 @@ MASK64 = (1 << 64) - 1
 ROUTERS = ("round-robin", "random", "least-loaded", "least-kv", "prefix-affinity", "weighted")
 # Routers that read the replicas' state (the others need not step anyone before pushing).
 STATEFUL_ROUTERS = ("least-loaded", "least-kv", "prefix-affinity", "weighted")
+TIE_BREAKS = ROUTER_TIE_BREAKS  # how a router that reads state settles a tie among its best replicas
 SCORERS = ("prefix", "queue", "kv")  # the weighted router's scorers, summed in this order
 DEFAULT_WEIGHTS = {"prefix": 3.0, "queue": 2.0, "kv": 2.0}
 
@@ -54,13 +56,18 @@ class RouterSpec:
 
     Attributes:
         name: one of `ROUTERS`.
-        seed: `random`'s splitmix64 seed (a u64).
+        seed: the seed (a u64) of the router's splitmix64 stream: `random` draws from it once per unit,
+            the routers that read state once per tie among their best replicas (`tie_break` `random`).
         refresh_ps: 0 for an exact view of the replicas; R > 0 for a snapshot taken at the latest
             multiple of R picoseconds at or before each arrival.
         prefix_load_cap: `prefix-affinity`'s cap c >= 1: a replica is eligible while its load is at most
             c x (mean load + 1).
         weights: `weighted`'s scorer weights (`prefix`, `queue`, `kv`; each a finite float >= 0); None
             for `DEFAULT_WEIGHTS`.
+        tie_break: how a router that reads state settles a tie among its best replicas (`TIE_BREAKS`):
+            `random`, the tied replica `ties[(z * t) >> 64]` for the stream's next draw z (t tied, in
+            index order); `lowest`, the lowest index; `round-robin`, the first tied replica at or after
+            `k mod N` in cyclic order, for the unit's 0-based count k.
 
     Raises:
         InvalidArgumentError: a field out of its domain, naming the field and the value.
@@ -71,11 +78,16 @@ class RouterSpec:
     refresh_ps: int = 0
     prefix_load_cap: float = 1.5
     weights: Mapping[str, float] | None = None
+    tie_break: str = "random"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or self.name not in ROUTERS:
             raise InvalidArgumentError(
                 f"router {self.name!r} is not one of {', '.join(repr(r) for r in ROUTERS)}"
+            )
+        if not isinstance(self.tie_break, str) or self.tie_break not in TIE_BREAKS:
+            raise InvalidArgumentError(
+                f"router_tie_break {self.tie_break!r} is not one of {', '.join(repr(t) for t in TIE_BREAKS)}"
             )
         for name, value, hi in (
             ("router_seed", self.seed, MASK64),
@@ -111,7 +123,7 @@ class RouterSpec:
 
     def __hash__(self) -> int:
         w = None if self.weights is None else tuple(sorted(self.weights.items()))
-        return hash((self.name, self.seed, self.refresh_ps, self.prefix_load_cap, w))
+        return hash((self.name, self.seed, self.refresh_ps, self.prefix_load_cap, w, self.tie_break))
 
     @property
     def reads_state(self) -> bool:
@@ -169,17 +181,33 @@ def view_of(rep: Replica, snapshot: bool) -> View:
 
 
 class Router:
-    """Picks a replica for each unit (the cluster contract §4); ties go to the lowest index."""
+    """Picks a replica for each unit (the cluster contract §4): the routers that read state find the
+    replicas tied for best and settle a tie by `spec.tie_break`."""
 
     def __init__(self, spec: RouterSpec, replicas: list[Replica]) -> None:
         self.spec = spec
         self.replicas = replicas
         self.n = len(replicas)
         self.count = 0  # units routed so far
-        self.state = spec.seed  # random's splitmix64 state
+        self.state = spec.seed  # the splitmix64 state: random's draws and the ties' draws
 
     def hits(self, r: int, view: View, segments: list[tuple[int, int]], prompt_len: int) -> int:
         return self.replicas[r].prefix_hit_blocks(segments, prompt_len, view.keys)
+
+    def draw(self, n: int) -> int:
+        """The next draw z of the stream, as a number below n: (z * n) >> 64."""
+        self.state, z = splitmix64(self.state)
+        return (z * n) >> 64
+
+    def settle(self, ties: list[int]) -> int:
+        """One of the tied best replicas (in index order) for the unit just counted: the only one, a
+        draw, the lowest, or the first at or after k mod N cyclically (k: the unit's 0-based count)."""
+        if len(ties) == 1 or self.spec.tie_break == "lowest":
+            return ties[0]
+        if self.spec.tie_break == "round-robin":
+            k = self.count - 1
+            return min(ties, key=lambda r: (r - k) % self.n)
+        return ties[self.draw(len(ties))]
 
     def pick(self, views: list[View], segments: list[tuple[int, int]], prompt_len: int) -> int:
         name, n = self.spec.name, self.n
@@ -187,38 +215,33 @@ class Router:
         if name == "round-robin":
             return (self.count - 1) % n
         if name == "random":
-            self.state, z = splitmix64(self.state)
-            return (z * n) >> 64
+            return self.draw(n)
         loads = [v.load for v in views]
+        key: dict[int, Any]
         if name == "least-loaded":
-            return min(range(n), key=lambda r: (loads[r], r))
-        if name == "least-kv":
-            best = 0
-            for r in range(1, n):
-                a, b = views[r], views[best]
-                lhs, rhs = a.kv_used * b.kv_total, b.kv_used * a.kv_total  # exact rational compare
-                if lhs < rhs or (lhs == rhs and loads[r] < loads[best]):
-                    best = r
-            return best
-        if name == "prefix-affinity":
+            key = {r: loads[r] for r in range(n)}
+        elif name == "least-kv":
+            # Utilisation kv_used / kv_total as an exact rational, then load.
+            key = {r: (Fraction(views[r].kv_used, views[r].kv_total), loads[r]) for r in range(n)}
+        elif name == "prefix-affinity":
             bound = self.spec.prefix_load_cap * float(sum(loads) + n)
             eligible = [r for r in range(n) if float(loads[r] * n) <= bound]
-            hit = {r: self.hits(r, views[r], segments, prompt_len) for r in eligible}
-            return min(eligible, key=lambda r: (-hit[r], loads[r], r))
-        # weighted
-        wp, wq, wk = self.spec.scorer_weights()
-        lo, hi = min(loads), max(loads)
-        best, best_score = 0, -math.inf
-        for r in range(n):
-            v = views[r]
-            blocks = max(prompt_len - 1, 0) // self.replicas[r].block_size
-            prefix = float(self.hits(r, v, segments, prompt_len)) / float(blocks) if blocks else 0.0
-            queue = float(hi - loads[r]) / float(hi - lo) if hi != lo else 1.0
-            kv = 1.0 - float(v.kv_used) / float(v.kv_total)
-            score = wp * prefix + wq * queue + wk * kv
-            if score > best_score:
-                best, best_score = r, score
-        return best
+            key = {r: (-self.hits(r, views[r], segments, prompt_len), loads[r]) for r in eligible}
+            if not key:  # unreachable (the least loaded is always eligible, cap >= 1); as the Rust router
+                key = {r: loads[r] for r in range(n)}
+        else:  # weighted: the highest score (negated: the least key)
+            wp, wq, wk = self.spec.scorer_weights()
+            lo, hi = min(loads), max(loads)
+            key = {}
+            for r in range(n):
+                v = views[r]
+                blocks = max(prompt_len - 1, 0) // self.replicas[r].block_size
+                prefix = float(self.hits(r, v, segments, prompt_len)) / float(blocks) if blocks else 0.0
+                queue = float(hi - loads[r]) / float(hi - lo) if hi != lo else 1.0
+                kv = 1.0 - float(v.kv_used) / float(v.kv_total)
+                key[r] = -(wp * prefix + wq * queue + wk * kv)
+        best = min(key.values())
+        return self.settle([r for r in sorted(key) if key[r] == best])
 
 
 def _units(inp: EngineInput) -> list[tuple[int, int]]:

@@ -6,7 +6,7 @@ use crate::columns::{Columns, counters_dict, output_dicts};
 use crate::config::engine_config;
 use crate::errors::{IntoPyResult, invalid};
 use crate::guard::detached;
-use kvsim_core::cluster::{ClusterOutput, RouterSpec};
+use kvsim_core::cluster::{ClusterOutput, RouterSpec, TieBreak};
 use numpy::IntoPyArray;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList};
@@ -18,6 +18,7 @@ fn router_spec(
     refresh_ps: Option<&Bound<'_, PyAny>>,
     prefix_load_cap: Option<&Bound<'_, PyAny>>,
     weights: Option<&Bound<'_, PyAny>>,
+    tie_break: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<RouterSpec> {
     let router: String = router
         .extract()
@@ -40,7 +41,18 @@ fn router_spec(
         Some(v) => number(v, || "prefix_load_cap".to_owned())?,
     };
     let weights = weights_arg(weights)?;
-    RouterSpec::new(&router, seed, refresh, cap, weights.as_deref()).py()
+    let tie_break = match tie_break.filter(|v| !v.is_none()) {
+        None => TieBreak::default(),
+        Some(v) => {
+            let name: String = v
+                .extract()
+                .map_err(|_| invalid(format!("router_tie_break {} must be a str", repr(v))))?;
+            TieBreak::parse(&name).py()?
+        }
+    };
+    Ok(RouterSpec::new(&router, seed, refresh, cap, weights.as_deref())
+        .py()?
+        .with_tie_break(tie_break))
 }
 
 /// A float argument (an int or a float, never a bool).
@@ -81,7 +93,9 @@ fn weights_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<(String, f
 /// `configs`: one dict per replica of `run_engine`'s engine keyword arguments
 /// (`kvsim.engine.rust_engine.config_kwargs`); `router`: one of `round-robin`, `random`, `least-loaded`,
 /// `least-kv`, `prefix-affinity`, `weighted`, with `router_seed` (random), `router_refresh_ps` (0: exact
-/// view), `prefix_load_cap` and `router_weights` (weighted: scorer name to weight; None: the defaults).
+/// view), `prefix_load_cap`, `router_weights` (weighted: scorer name to weight; None: the defaults) and
+/// `router_tie_break` (`random`, the default: a tie among the best replicas is drawn from the
+/// `router_seed` stream; `lowest`: the lowest index; `round-robin`: the first at or after unit k mod N).
 /// Time series and event logs are not recorded for clusters (`timeseries_every` must be 0 and
 /// `record_events` false).
 ///
@@ -89,13 +103,14 @@ fn weights_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<(String, f
 /// `replica` (each row's replica, int64) and `counters` (one dict per replica, as `run_engine`'s).
 ///
 /// Raises `InvalidArgumentError` for an empty or bad `configs`, an unknown router, a negative refresh
-/// or seed, a `prefix_load_cap` below 1 or not finite, unknown or negative weights, and everything
+/// or seed, a `prefix_load_cap` below 1 or not finite, unknown or negative weights, an unknown
+/// `router_tie_break`, and everything
 /// `run_engine` refuses; `InternalError` on a bug.
 #[pyfunction]
 #[pyo3(signature = (
     *, configs, router, router_seed = None, router_refresh_ps = None, prefix_load_cap = None,
-    router_weights = None, timeseries_every = 0, record_events = false, **columns
-), text_signature = "(*, configs, router, router_seed=0, router_refresh_ps=0, prefix_load_cap=1.5, router_weights=None, timeseries_every=0, record_events=False, **columns)")]
+    router_weights = None, router_tie_break = None, timeseries_every = 0, record_events = false, **columns
+), text_signature = "(*, configs, router, router_seed=0, router_refresh_ps=0, prefix_load_cap=1.5, router_weights=None, router_tie_break='random', timeseries_every=0, record_events=False, **columns)")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_cluster<'py>(
     py: Python<'py>,
@@ -105,6 +120,7 @@ pub(crate) fn run_cluster<'py>(
     router_refresh_ps: Option<Bound<'py, PyAny>>,
     prefix_load_cap: Option<Bound<'py, PyAny>>,
     router_weights: Option<Bound<'py, PyAny>>,
+    router_tie_break: Option<Bound<'py, PyAny>>,
     timeseries_every: i128,
     record_events: bool,
     columns: Option<&Bound<'py, PyDict>>,
@@ -135,6 +151,7 @@ pub(crate) fn run_cluster<'py>(
         router_refresh_ps.as_ref(),
         prefix_load_cap.as_ref(),
         router_weights.as_ref(),
+        router_tie_break.as_ref(),
     )?;
     let origin = Origin::Call("run_cluster");
     let empty = PyDict::new(py);

@@ -17,7 +17,7 @@ use crate::engine::{
 };
 use crate::{BlockKey, KvError, Result, Segment, invalid_arg};
 pub use replica::Replica;
-pub use router::{Router, RouterKind, RouterSpec, Signals, SplitMix64, Weights};
+pub use router::{Router, RouterKind, RouterSpec, Signals, SplitMix64, TieBreak, Weights};
 
 /// A cluster run's result: every row's output columns in workload order (their `counters` unused),
 /// the replica of each row, and each replica's counters.

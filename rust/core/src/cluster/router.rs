@@ -46,6 +46,36 @@ impl RouterKind {
     }
 }
 
+/// How a router that reads state settles a tie among its best replicas (`router_tie_break`).
+pub const TIE_BREAKS: [&str; 3] = ["random", "lowest", "round-robin"];
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TieBreak {
+    /// One draw from the router's splitmix64 stream picks among the tied replicas (llm-d's max-score
+    /// picker, SGLang's cache-aware router, Dynamo's KV router).
+    #[default]
+    Random,
+    /// The lowest replica index (Vidur's and BLIS's least-loaded, kvsim before ties were drawn).
+    Lowest,
+    /// The first tied replica at or after `k mod N` in cyclic order, for the unit's 0-based count k
+    /// (vLLM's data-parallel balancer, whose scan start advances by one per request).
+    RoundRobin,
+}
+
+impl TieBreak {
+    pub fn parse(name: &str) -> Result<Self> {
+        Ok(match name {
+            "random" => Self::Random,
+            "lowest" => Self::Lowest,
+            "round-robin" => Self::RoundRobin,
+            other => invalid_arg!(
+                "router_tie_break '{other}' is not one of {}",
+                TIE_BREAKS.map(|r| format!("'{r}'")).join(", ")
+            ),
+        })
+    }
+}
+
 /// The weighted router's scorer weights (`router_weights`), summed in this order.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Weights {
@@ -104,6 +134,8 @@ pub struct RouterSpec {
     /// `prefix-affinity`: a replica is eligible while load <= cap x (mean load + 1).
     pub prefix_load_cap: f64,
     pub weights: Weights,
+    /// How a tie among the best replicas is settled (routers that read state).
+    pub tie_break: TieBreak,
 }
 
 impl RouterSpec {
@@ -128,16 +160,24 @@ impl RouterSpec {
             refresh_ps,
             prefix_load_cap,
             weights: Weights::parse(weights)?,
+            tie_break: TieBreak::default(),
         })
     }
 
-    /// `name` with the defaults: seed 0, exact view, cap 1.5, the default weights.
+    /// `self` settling ties by `tie_break`.
+    #[must_use]
+    pub fn with_tie_break(self, tie_break: TieBreak) -> Self {
+        RouterSpec { tie_break, ..self }
+    }
+
+    /// `name` with the defaults: seed 0, exact view, cap 1.5, the default weights, ties drawn.
     pub fn named(name: &str) -> Result<Self> {
         Self::new(name, 0, 0, 1.5, None)
     }
 }
 
-/// splitmix64 (Steele, Lea and Flood): `random`'s stream, one draw per unit.
+/// splitmix64 (Steele, Lea and Flood): `random`'s stream, one draw per unit; the routers that read
+/// state draw from it only to settle a tie.
 #[derive(Clone, Debug)]
 pub struct SplitMix64(pub u64);
 
@@ -188,12 +228,15 @@ impl Signals {
     }
 }
 
-/// The router's own state: units routed (round-robin) and the random stream.
+/// The router's own state: units routed (round-robin), the random stream, and the tied replicas of
+/// the unit being routed.
 #[derive(Clone, Debug)]
 pub struct Router {
     pub spec: RouterSpec,
     routed: u64,
     rng: SplitMix64,
+    ties: Vec<usize>,
+    scores: Vec<f64>,
 }
 
 impl Router {
@@ -203,6 +246,8 @@ impl Router {
             spec,
             routed: 0,
             rng,
+            ties: Vec::new(),
+            scores: Vec::new(),
         }
     }
 
@@ -211,97 +256,192 @@ impl Router {
     pub fn pick(&mut self, n: usize, views: &[Signals]) -> usize {
         let k = self.routed;
         self.routed += 1;
+        let ties = &mut self.ties;
         match self.spec.kind {
-            RouterKind::RoundRobin => (k % n as u64) as usize,
-            RouterKind::Random => self.rng.below(n),
-            RouterKind::LeastLoaded => least_loaded(views),
-            RouterKind::LeastKv => least_kv(views),
-            RouterKind::PrefixAffinity => prefix_affinity(views, self.spec.prefix_load_cap),
-            RouterKind::Weighted => weighted(views, &self.spec.weights),
+            RouterKind::RoundRobin => return (k % n as u64) as usize,
+            RouterKind::Random => return self.rng.below(n),
+            RouterKind::LeastLoaded => least_loaded_ties(views, ties),
+            RouterKind::LeastKv => least_kv_ties(views, ties),
+            RouterKind::PrefixAffinity => {
+                prefix_affinity_ties(views, self.spec.prefix_load_cap, ties);
+            }
+            RouterKind::Weighted => {
+                weighted_scores_into(views, &self.spec.weights, &mut self.scores);
+                max_score_ties(&self.scores, ties);
+            }
+        }
+        settle(&self.ties, self.spec.tie_break, &mut self.rng, k, n)
+    }
+}
+
+/// One of the tied best replicas `ties` (in index order, never empty) among `n`, for the unit of
+/// 0-based count `k`: the only one; else `ties[(z * t) >> 64]` for the next draw z of the router's
+/// stream (`random`, t tied), the lowest (`lowest`), or the first at or after `k mod n` in cyclic order
+/// (`round-robin`: the tied r of least `(r - k) mod n`).
+pub fn settle(
+    ties: &[usize],
+    tie_break: TieBreak,
+    rng: &mut SplitMix64,
+    k: u64,
+    n: usize,
+) -> usize {
+    match (ties.len(), tie_break) {
+        (1, _) | (_, TieBreak::Lowest) => ties[0],
+        (t, TieBreak::Random) => ties[rng.below(t)],
+        (_, TieBreak::RoundRobin) => {
+            let start = (k % n as u64) as usize;
+            // `ties` ascends: the first at or after the start, else (wrapping) the first of all.
+            ties.iter()
+                .copied()
+                .find(|&r| r >= start)
+                .unwrap_or(ties[0])
         }
     }
+}
+
+/// Keeps in `ties` the replicas (in index order) whose key equals the least key under `better`
+/// (`better(a, b)`: a is strictly better than b; `same(a, b)`: neither is).
+fn best_by(
+    n: usize,
+    ties: &mut Vec<usize>,
+    mut eligible: impl FnMut(usize) -> bool,
+    mut better: impl FnMut(usize, usize) -> bool,
+    mut same: impl FnMut(usize, usize) -> bool,
+) {
+    ties.clear();
+    for r in 0..n {
+        if !eligible(r) {
+            continue;
+        }
+        match ties.first() {
+            Some(&b) if better(b, r) => {}
+            Some(&b) if same(r, b) => ties.push(r),
+            _ => {
+                ties.clear();
+                ties.push(r);
+            }
+        }
+    }
+}
+
+/// The replicas of least load.
+pub fn least_loaded_ties(views: &[Signals], ties: &mut Vec<usize>) {
+    let load = |r: usize| views[r].load();
+    best_by(
+        views.len(),
+        ties,
+        |_| true,
+        |a, b| load(a) < load(b),
+        |a, b| load(a) == load(b),
+    );
 }
 
 /// Argmin of load; ties: the lowest index.
 pub fn least_loaded(views: &[Signals]) -> usize {
-    let mut best = 0;
-    for (r, v) in views.iter().enumerate().skip(1) {
-        if v.load() < views[best].load() {
-            best = r;
-        }
-    }
-    best
+    let mut ties = Vec::new();
+    least_loaded_ties(views, &mut ties);
+    ties[0]
+}
+
+/// The replicas of least utilisation (exact), and among those of least load.
+pub fn least_kv_ties(views: &[Signals], ties: &mut Vec<usize>) {
+    best_by(
+        views.len(),
+        ties,
+        |_| true,
+        |a, b| {
+            let (a, b) = (&views[a], &views[b]);
+            a.less_utilised(b) || (a.same_utilisation(b) && a.load() < b.load())
+        },
+        |a, b| {
+            let (a, b) = (&views[a], &views[b]);
+            a.same_utilisation(b) && a.load() == b.load()
+        },
+    );
 }
 
 /// Argmin of utilisation (exact); ties: lower load, then the lowest index.
 pub fn least_kv(views: &[Signals]) -> usize {
-    let mut best = 0;
-    for (r, v) in views.iter().enumerate().skip(1) {
-        let b = &views[best];
-        if v.less_utilised(b) || (v.same_utilisation(b) && v.load() < b.load()) {
-            best = r;
-        }
-    }
-    best
+    let mut ties = Vec::new();
+    least_kv_ties(views, &mut ties);
+    ties[0]
 }
 
 /// Among the replicas whose load is at most `cap` x (mean load + 1) (in f64:
-/// `load * n <= cap * (total + n)`), the most cached leading blocks; ties: lower load, then the lowest
-/// index.
-pub fn prefix_affinity(views: &[Signals], cap: f64) -> usize {
+/// `load * n <= cap * (total + n)`), those of the most cached leading blocks, and among those of least
+/// load. The least-loaded replica is always eligible (its load is at most the mean).
+pub fn prefix_affinity_ties(views: &[Signals], cap: f64, ties: &mut Vec<usize>) {
     let n = views.len() as u64;
     let total: u64 = views.iter().map(Signals::load).sum();
     let bound = cap * (total + n) as f64;
-    let mut best: Option<usize> = None;
-    for (r, v) in views.iter().enumerate() {
-        if (v.load() * n) as f64 > bound {
-            continue;
-        }
-        match best {
-            Some(b)
-                if v.hit_blocks < views[b].hit_blocks
-                    || (v.hit_blocks == views[b].hit_blocks && v.load() >= views[b].load()) => {}
-            _ => best = Some(r),
-        }
+    let key = |r: usize| (views[r].hit_blocks, std::cmp::Reverse(views[r].load()));
+    best_by(
+        views.len(),
+        ties,
+        |r| (views[r].load() * n) as f64 <= bound,
+        |a, b| key(a) > key(b),
+        |a, b| key(a) == key(b),
+    );
+    if ties.is_empty() {
+        // Unreachable in exact arithmetic and in f64 (cap >= 1); never an empty pick.
+        least_loaded_ties(views, ties);
     }
-    // The least-loaded replica is always eligible (its load is at most the mean).
-    best.unwrap_or_else(|| least_loaded(views))
+}
+
+/// `prefix_affinity_ties`' first: ties go to the lowest index.
+pub fn prefix_affinity(views: &[Signals], cap: f64) -> usize {
+    let mut ties = Vec::new();
+    prefix_affinity_ties(views, cap, &mut ties);
+    ties[0]
 }
 
 /// The weighted router's score of each replica: `w_prefix * prefix + w_queue * queue + w_kv * kv`, in
 /// that order, in f64.
 pub fn weighted_scores(views: &[Signals], w: &Weights) -> Vec<f64> {
+    let mut out = Vec::new();
+    weighted_scores_into(views, w, &mut out);
+    out
+}
+
+/// `weighted_scores` into `out` (cleared first).
+pub fn weighted_scores_into(views: &[Signals], w: &Weights, out: &mut Vec<f64>) {
     let max = views.iter().map(Signals::load).max().unwrap_or(0);
     let min = views.iter().map(Signals::load).min().unwrap_or(0);
-    views
-        .iter()
-        .map(|v| {
-            let prefix = if v.lookup_blocks == 0 {
-                0.0
-            } else {
-                v.hit_blocks as f64 / v.lookup_blocks as f64
-            };
-            let queue = if max == min {
-                1.0
-            } else {
-                (max - v.load()) as f64 / (max - min) as f64
-            };
-            let kv = 1.0 - v.kv_used as f64 / v.kv_total as f64;
-            w.prefix * prefix + w.queue * queue + w.kv * kv
-        })
-        .collect()
+    out.clear();
+    out.extend(views.iter().map(|v| {
+        let prefix = if v.lookup_blocks == 0 {
+            0.0
+        } else {
+            v.hit_blocks as f64 / v.lookup_blocks as f64
+        };
+        let queue = if max == min {
+            1.0
+        } else {
+            (max - v.load()) as f64 / (max - min) as f64
+        };
+        let kv = 1.0 - v.kv_used as f64 / v.kv_total as f64;
+        w.prefix * prefix + w.queue * queue + w.kv * kv
+    }));
+}
+
+/// The replicas of the highest score (exactly equal f64s tie; all-zero weights tie every replica).
+pub fn max_score_ties(scores: &[f64], ties: &mut Vec<usize>) {
+    best_by(
+        scores.len(),
+        ties,
+        |_| true,
+        |a, b| scores[a] > scores[b],
+        // Exactly equal scores tie (the contract compares f64s exactly, as the reference does).
+        #[allow(clippy::float_cmp)]
+        |a, b| scores[a] == scores[b],
+    );
 }
 
 /// Argmax of `weighted_scores`; ties: the lowest index.
 pub fn weighted(views: &[Signals], w: &Weights) -> usize {
-    let scores = weighted_scores(views, w);
-    let mut best = 0;
-    for (r, &s) in scores.iter().enumerate().skip(1) {
-        if s > scores[best] {
-            best = r;
-        }
-    }
-    best
+    let mut ties = Vec::new();
+    max_score_ties(&weighted_scores(views, w), &mut ties);
+    ties[0]
 }
 
 #[cfg(test)]
@@ -380,6 +520,71 @@ mod tests {
         assert_eq!(
             weighted_scores(&[sig(0, 0, 2, 0, 0)], &w),
             [3.0 * 0.0 + 2.0 + 2.0]
+        );
+    }
+
+    #[test]
+    fn each_router_finds_every_replica_tied_for_best() {
+        let mut ties = Vec::new();
+        let loads = [2, 1, 1, 3, 1].map(|w| sig(w, 0, 1, 0, 0));
+        least_loaded_ties(&loads, &mut ties);
+        assert_eq!(ties, [1, 2, 4]);
+        // least-kv: 1/2 = 2/4 (exact) at the same load tie; 1/3 is lower but the load breaks 2/4 vs 1/2.
+        least_kv_ties(
+            &[sig(1, 1, 2, 0, 0), sig(1, 2, 4, 0, 0), sig(2, 1, 2, 0, 0)],
+            &mut ties,
+        );
+        assert_eq!(ties, [0, 1]);
+        least_kv_ties(&[sig(1, 1, 2, 0, 0), sig(5, 1, 3, 0, 0)], &mut ties);
+        assert_eq!(ties, [1]);
+        // prefix-affinity: loads 6, 0, 0, 0 (cap 1.5: load <= 1.5 x 2.5), hits 5, 2, 2, 1: replica 0 is
+        // out of reach, 1 and 2 tie on hits and load.
+        let views = [
+            sig(6, 0, 1, 5, 8),
+            sig(0, 0, 1, 2, 8),
+            sig(0, 0, 1, 2, 8),
+            sig(0, 0, 1, 1, 8),
+        ];
+        prefix_affinity_ties(&views, 1.5, &mut ties);
+        assert_eq!(ties, [1, 2]);
+        // weighted: all-zero weights score every replica 0.0: all tie (they went to replica 0 before).
+        let zero = Weights::parse(Some(&[("kv".into(), 0.0)])).unwrap();
+        max_score_ties(&weighted_scores(&views, &zero), &mut ties);
+        assert_eq!(ties, [0, 1, 2, 3]);
+        max_score_ties(&[4.0, 4.0, 3.0, 4.0], &mut ties);
+        assert_eq!(ties, [0, 1, 3]);
+    }
+
+    #[test]
+    fn a_tie_is_settled_by_one_draw_or_the_lowest_index() {
+        let ties = [1, 3, 4];
+        let mut rng = SplitMix64(11);
+        let z = SplitMix64(11).next_u64();
+        let expect = ties[((u128::from(z) * 3) >> 64) as usize];
+        assert_eq!(settle(&ties, TieBreak::Random, &mut rng, 0, 5), expect);
+        assert_eq!(settle(&ties, TieBreak::Lowest, &mut rng, 0, 5), 1);
+        // Round-robin: the first tied at or after k mod 5, wrapping: k = 0, 2, 4, 5 + 4, 7.
+        let rr = |k| settle(&ties, TieBreak::RoundRobin, &mut SplitMix64(0), k, 5);
+        assert_eq!([rr(0), rr(2), rr(4), rr(9), rr(7)], [1, 3, 4, 4, 3]);
+        assert_eq!(settle(&[0, 2], TieBreak::RoundRobin, &mut rng, 3, 5), 0);
+        // One replica: no draw (the stream is where one draw left it).
+        let mut one = SplitMix64(11);
+        assert_eq!(settle(&[2], TieBreak::Random, &mut one, 0, 5), 2);
+        assert_eq!(one.0, SplitMix64(11).0);
+        // Over many ties of four, each replica about a quarter.
+        let mut counts = [0u32; 4];
+        for _ in 0..4000 {
+            counts[settle(&[0, 1, 2, 3], TieBreak::Random, &mut rng, 0, 4)] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| (900..1100).contains(&c)),
+            "{counts:?}"
+        );
+        assert!(
+            TieBreak::parse("first")
+                .unwrap_err()
+                .to_string()
+                .contains("router_tie_break 'first'")
         );
     }
 

@@ -317,7 +317,8 @@ fn random_routing_follows_the_splitmix64_stream() {
 }
 
 /// With a refresh period longer than the whole run, every unit sees the snapshot at 0 (every replica
-/// empty) plus what the router sent since: least-loaded then deals units out like round-robin.
+/// empty) plus what the router sent since: least-loaded settling ties low then deals units out like
+/// round-robin.
 #[test]
 fn a_stale_view_counts_what_was_routed_since_the_snapshot() {
     let cancel = AtomicBool::new(false);
@@ -330,17 +331,16 @@ fn a_stale_view_counts_what_was_routed_since_the_snapshot() {
         &cancel,
     )
     .unwrap();
-    let stale = RouterSpec::new("least-loaded", 0, i64::MAX / 4, 1.5, None).unwrap();
+    let stale = RouterSpec::new("least-loaded", 0, i64::MAX / 4, 1.5, None)
+        .unwrap()
+        .with_tie_break(TieBreak::Lowest);
     let c = run_cluster(w.view(), &cfgs, &stale, &cancel).unwrap();
     assert_eq!(c.replica, rr.replica);
     // The exact view sees requests finish, so it deals them out differently.
-    let exact = run_cluster(
-        w.view(),
-        &cfgs,
-        &RouterSpec::named("least-loaded").unwrap(),
-        &cancel,
-    )
-    .unwrap();
+    let exact_spec = RouterSpec::named("least-loaded")
+        .unwrap()
+        .with_tie_break(TieBreak::Lowest);
+    let exact = run_cluster(w.view(), &cfgs, &exact_spec, &cancel).unwrap();
     assert_ne!(exact.replica, rr.replica);
 }
 
@@ -534,4 +534,79 @@ fn leaving_quiet_replicas_alone_changes_nothing() {
             }
         }
     }
+}
+
+/// Under light load every replica is idle at every arrival (one request a second, each done in under
+/// 50 ms): every unit is a tie among all replicas for least-loaded, least-kv and a weighted router
+/// without the prefix scorer. Drawn (`random`, the default), the picks are the `router_seed` stream's
+/// draws `(z * 4) >> 64`, one per unit, as the random router's, and spread evenly; settled low they all
+/// go to replica 0 (what every router did before ties were drawn); by `round-robin`, unit k to k mod 4.
+#[test]
+fn ties_under_light_load_are_drawn_from_the_seeded_stream() {
+    const S: i64 = 1_000_000_000_000;
+    let cancel = AtomicBool::new(false);
+    let w = workload_with_gaps(400, 31, 0, false, &[S]);
+    let cfgs = vec![EngineConfig::for_tests(64, 4); 4];
+    let no_prefix = [("queue".to_string(), 1.0), ("kv".to_string(), 1.0)];
+    let zero = [("kv".to_string(), 0.0)];
+    for spec in [
+        RouterSpec::new("least-loaded", 7, 0, 1.5, None).unwrap(),
+        RouterSpec::new("least-kv", 7, 0, 1.5, None).unwrap(),
+        RouterSpec::new("weighted", 7, 0, 1.5, Some(&no_prefix)).unwrap(),
+        RouterSpec::new("weighted", 7, 0, 1.5, Some(&zero)).unwrap(),
+    ] {
+        let label = format!("{:?} {:?}", spec.kind, spec.weights);
+        let drawn = run_cluster(w.view(), &cfgs, &spec, &cancel).unwrap();
+        let mut rng = SplitMix64(7);
+        let stream: Vec<i64> = (0..400).map(|_| rng.below(4) as i64).collect();
+        assert_eq!(drawn.replica, stream, "{label}");
+        let mut units = [0u32; 4];
+        for &r in &drawn.replica {
+            units[r as usize] += 1;
+        }
+        let max = *units.iter().max().unwrap();
+        assert!(
+            f64::from(max) / 100.0 < 1.25,
+            "{label}: units per replica {units:?}"
+        );
+        let low = spec.clone().with_tie_break(TieBreak::Lowest);
+        let lowest = run_cluster(w.view(), &cfgs, &low, &cancel).unwrap();
+        assert!(lowest.replica.iter().all(|&r| r == 0), "{label}");
+        let turns = spec.clone().with_tie_break(TieBreak::RoundRobin);
+        let turns = run_cluster(w.view(), &cfgs, &turns, &cancel).unwrap();
+        assert!(
+            turns
+                .replica
+                .iter()
+                .enumerate()
+                .all(|(k, &r)| r == k as i64 % 4),
+            "{label}"
+        );
+        assert!(
+            drawn.out.status.iter().all(|&s| s == 0),
+            "{label}: every request finishes"
+        );
+    }
+}
+
+/// A tie draws; a unique best does not: the stream advances only at ties, one draw each, in order (an
+/// idle fleet's tie, two picks with one least-loaded replica, then a tie again gets the second draw).
+#[test]
+fn only_ties_consume_draws() {
+    let mut router = Router::new(RouterSpec::new("least-loaded", 3, 0, 1.5, None).unwrap());
+    let idle = [Signals::default(); 3];
+    let busy = |r: usize| {
+        let mut v = [Signals::default(); 3];
+        for (i, s) in v.iter_mut().enumerate() {
+            s.waiting = if i == r { 0 } else { 2 };
+        }
+        v
+    };
+    let mut rng = SplitMix64(3);
+    let first = rng.below(3);
+    let second = rng.below(3);
+    assert_eq!(router.pick(3, &idle), first);
+    assert_eq!(router.pick(3, &busy(2)), 2);
+    assert_eq!(router.pick(3, &busy(0)), 0);
+    assert_eq!(router.pick(3, &idle), second);
 }
