@@ -50,9 +50,11 @@ fn router_spec(
             TieBreak::parse(&name).py()?
         }
     };
-    Ok(RouterSpec::new(&router, seed, refresh, cap, weights.as_deref())
-        .py()?
-        .with_tie_break(tie_break))
+    Ok(
+        RouterSpec::new(&router, seed, refresh, cap, weights.as_deref())
+            .py()?
+            .with_tie_break(tie_break),
+    )
 }
 
 /// A float argument (an int or a float, never a bool).
