@@ -659,23 +659,21 @@ def test_bare_save_result_is_vllms_flag_with_result_dir(capsys, tmp_path, monkey
     assert "not a folder" in line, line
 
 
-def test_vllm_033s_gpu_memory_utilization_default_is_noted(capsys):
-    """vLLM 0.33.0's CacheConfig defaults gpu_memory_utilization to 0.92; kvsim's KNOBS keep 0.9, so a
-    GPU-sized run says how many blocks vllm serve would have had, and is quiet once the share is given."""
+def test_gpu_memory_utilization_default_is_vllm_033s_and_presets_keep_their_own(capsys):
+    """vLLM 0.20.0 and later default --gpu-memory-utilization to 0.92 (once kvsim kept 0.9 and a run
+    noted the difference): `kvsim run --gpu` sizes at 0.92 unless a preset of an older release or the
+    flag says otherwise, and no run notes a difference any more."""
     argv = ["run", "--requests", "20", "--model", "llama-3-8b", "--gpu", "h100-80gb"]
-    notes = _json(capsys, argv)["notes"]
-    theirs = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.92).num_blocks
-    ours = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb").num_blocks
-    assert theirs > ours
-    assert any(n.startswith("vLLM 0.33.0 defaults --gpu-memory-utilization to 0.92") for n in notes), notes
-    assert any(f"gives {theirs:,} blocks here, not {ours:,}" in n for n in notes), notes
-    for extra in (["--gpu-memory-utilization", "0.92"], ["--gpu-memory-utilization", "0.8"]):
-        quiet = _json(capsys, [*argv, *extra])["notes"]
-        assert not any("--gpu-memory-utilization to 0.92" in n for n in quiet), quiet
-    sized = _json(
-        capsys, ["run", "--requests", "20", "--model", "llama-3-8b", "--kv-cache-memory-bytes", "4GiB"]
-    )
-    assert not any("--gpu-memory-utilization" in n for n in sized["notes"])
+    for extra, share in (
+        ([], 0.92),
+        (["--preset", "vllm-0.19"], 0.9),
+        (["--preset", "vllm-v0", "--gpu-memory-utilization", "0.8"], 0.8),
+    ):
+        data = _json(capsys, [*argv, *extra])
+        assert data["config"]["gpu_memory_utilization"] == share, extra
+        blocks = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=share).num_blocks
+        assert f"{blocks:,} blocks" in data["pool"], data["pool"]
+        assert not any("--gpu-memory-utilization" in n for n in data["notes"]), data["notes"]
 
 
 def test_vllm_serves_batch_defaults_have_a_tier_past_160_gib():

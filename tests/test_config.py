@@ -179,7 +179,7 @@ def test_naming_a_gpu_sizes_the_pool_vllm_s_way():
     cfg = SimConfig(model="llama-3-8b", gpu="h100-80gb")
     m, g = kvsim.models.get("llama-3-8b"), kvsim.gpus.get("h100-80gb")
     reserve = activation_reserve_estimate(m, 8192, 256)
-    kv = math.floor(g.memory_bytes * 0.9) - m.param_bytes - reserve
+    kv = math.floor(g.memory_bytes * 0.92) - m.param_bytes - reserve  # 0.92: vLLM 0.20.0 on (§Presets)
     assert cfg.num_blocks == kv // (16 * m.kv_bytes_per_token) + 1
     half = SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.5)
     high = SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.95)
@@ -199,7 +199,11 @@ def test_pool_line_says_what_memory_is_simulated():
     assert line.startswith("pool: ")
     n = SimConfig(model="llama-3-8b", gpu="h100-80gb").num_blocks
     assert f"{n:,} blocks × 16 tokens = {n * 16:,} tokens" in line
-    assert "h100-80gb × 0.90 − 15.0 GiB weights − " in line
+    assert "h100-80gb × 0.92 − 15.0 GiB weights − " in line
+    assert (
+        "h100-80gb × 0.90 − "
+        in SimConfig.preset("vllm-0.19", model="llama-3-8b", gpu="h100-80gb").pool.line()
+    )
     assert "GiB" in SimConfig(model="opt-13b", kv_cache_bytes="12GiB").pool.line()
     assert "no model" in SimConfig(num_blocks=150).pool.line()
 

@@ -748,6 +748,7 @@ def test_defaults_are_the_newest_release_and_presets_name_older_ones():
     assert {k: getattr(default, k) for k in knobs} == {k: getattr(latest, k) for k in knobs}
     expected = {
         "vllm-latest": ("lifo_unhashed", "full-prompt", "stop"),
+        "vllm-0.20": ("classic", "full-prompt", "stop"),
         "vllm-0.19": ("classic", "full-prompt", "stop"),
         "vllm-v1": ("classic", "none", "stop"),
         "vllm-0.11": ("classic", "none", "skip"),
@@ -758,8 +759,48 @@ def test_defaults_are_the_newest_release_and_presets_name_older_ones():
         assert (cfg.free_order, cfg.admission_gate, cfg.waiting_over_budget) == (free_order, gate, over), name
     # Each preset's docstring line names its release range.
     doc = SimConfig.preset.__doc__ or ""
-    for name, releases in [("vllm-latest", "0.23.0 to 0.33.0"), ("vllm-0.11", "0.9.2 to 0.11.2")]:
+    for name, releases in [
+        ("vllm-latest", "0.23.0 to 0.33.0"),
+        ("vllm-0.20", "0.20.0 to 0.22.1"),
+        ("vllm-0.19", "0.19.0 to 0.19.1"),
+        ("vllm-0.11", "0.9.2 to 0.11.2"),
+    ]:
         assert f"`{name}`: vLLM {releases}" in doc
+
+
+# DESIGN.md §Defaults' activation estimate at max_num_batched_tokens 8192 and max_num_seqs 256.
+_LLAMA3_8B_ACTIVATIONS = 8192 * (4 * 4096 + 2 * 14336) * 2 + 256 * 128256 * 4
+
+
+def _vllm_pool_blocks(utilization: float) -> int:
+    """Llama-3-8B's pool on an H100-80GB by vLLM's rule as DESIGN.md §Defaults writes it, from the
+    published config (meta-llama/Meta-Llama-3-8B config.json) and the H100's 81,559 MiB, not from kvsim's
+    sizing code: floor(memory × utilization) − bf16 weights − the activation reserve, in blocks of 16
+    tokens, plus the null block."""
+    memory = 81559 * 2**20
+    weights = 8_030_261_248 * 2
+    activations = _LLAMA3_8B_ACTIVATIONS
+    per_token = 32 * 2 * 8 * 128 * 2  # layers × (K, V) × KV heads × head dim × bf16
+    return (math.floor(memory * utilization) - weights - activations) // (16 * per_token) + 1
+
+
+def test_gpu_sized_pools_follow_each_presets_gpu_memory_utilization():
+    """vLLM 0.20.0 raised CacheConfig.gpu_memory_utilization's default from 0.9 to 0.92 (DESIGN.md
+    §Presets): the defaults (vLLM 0.33.0) and `vllm-0.20` size Llama-3-8B on an H100 at 0.92, the
+    presets of older releases at 0.9, and an explicit share wins over any preset."""
+    sized = {"model": "llama-3-8b", "gpu": "h100-80gb"}
+    newest = _vllm_pool_blocks(0.92)
+    assert SimConfig(**sized).num_blocks == newest
+    assert (
+        kvsim.pool_blocks("llama-3-8b", "h100-80gb", 16, activation_reserve_bytes=_LLAMA3_8B_ACTIVATIONS)
+        == newest
+    )
+    for name in ("vllm-latest", "vllm-0.20"):
+        assert SimConfig.preset(name, **sized).num_blocks == newest, name
+    for name in ("vllm-0.19", "vllm-v1", "vllm-0.11", "vllm-v0"):
+        assert SimConfig.preset(name, **sized).num_blocks == _vllm_pool_blocks(0.9), name
+    assert SimConfig.preset("vllm-v0", gpu_memory_utilization=0.92, **sized).num_blocks == newest
+    assert _vllm_pool_blocks(0.9) < newest
 
 
 # The preset that skips reproduces vLLM 0.11's order on the golden scenario above; the default stops.

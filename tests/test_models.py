@@ -110,13 +110,17 @@ def test_pool_blocks_on_a_gpu() -> None:
     kv = sizing.available_kv_bytes(m, g, 0.9)
     assert kv == math.floor(g.memory_bytes * 0.9) - m.param_bytes
     assert kv / GIB == pytest.approx(12, rel=0.01)  # the paper's 12 GB of KV for OPT-13B on an A100-40GB
-    blocks = kvsim.pool_blocks("opt-13b", "a100-40gb", 16)
+    blocks = kvsim.pool_blocks("opt-13b", "a100-40gb", 16, 0.9)  # the paper's vLLM (v0) share
     assert blocks == kv // (16 * 819_200) + 1
-    assert kvsim.pool_blocks(m, g, 16, include_null_block=False) == blocks - 1
-    reserved = kvsim.pool_blocks(m, g, 16, activation_reserve_bytes=GIB)
+    assert kvsim.pool_blocks(m, g, 16, 0.9, include_null_block=False) == blocks - 1
+    reserved = kvsim.pool_blocks(m, g, 16, 0.9, activation_reserve_bytes=GIB)
     assert reserved == (kv - GIB) // (16 * 819_200) + 1
-    assert kvsim.pool_blocks(m, g, 16, kv_dtype="fp8") == kv // (16 * 409_600) + 1
+    assert kvsim.pool_blocks(m, g, 16, 0.9, kv_dtype="fp8") == kv // (16 * 409_600) + 1
     assert kvsim.pool_blocks(m, g, 16, 0.8) < blocks
+    # Unset, the share is vLLM 0.20.0 and later's 0.92 (DESIGN.md §Presets), as SimConfig's.
+    newest = (math.floor(g.memory_bytes * 0.92) - m.param_bytes) // (16 * 819_200) + 1
+    assert kvsim.pool_blocks(m, g, 16) == newest > blocks
+    assert sizing.available_kv_bytes(m, g) == math.floor(g.memory_bytes * 0.92) - m.param_bytes
 
 
 def test_pool_blocks_errors() -> None:

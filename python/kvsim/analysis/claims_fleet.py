@@ -22,14 +22,14 @@ from kvsim.analysis.claims_model import (
 )
 from kvsim.analysis.claims_seed import mooncake_ceiling
 from kvsim.analysis.sweep import make_workload
+from kvsim.model.config import SimConfig
 
 TRACE = "mooncake-conversation"
 ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
 FLEET_SIZES = (4, 8)
-# The fleet's total KV memory: four H100-80GB pools of Llama-3-8B as vLLM sizes them (28,628 usable blocks
-# of 16 tokens each at utilisation 0.9: `SimConfig(model="llama-3-8b", gpu="h100-80gb").capacity_blocks`),
-# split evenly over the replicas.
-TOTAL_BLOCKS = 4 * 28_628
+# The fleet's total KV memory: four H100-80GB pools of Llama-3-8B as vLLM 0.33.0 sizes them (usable blocks
+# of 16 tokens at its default utilisation 0.92), split evenly over the replicas.
+TOTAL_BLOCKS = 4 * SimConfig(model="llama-3-8b", gpu="h100-80gb").capacity_blocks
 MARGIN = 0.01  # prefix-affinity must beat round-robin's hit rate by at least one point
 
 

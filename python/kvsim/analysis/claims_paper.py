@@ -83,10 +83,11 @@ def paper_experiments() -> list[Experiment]:
                 "model": "llama-2-13b",
                 "gpu": "a100-40gb",
                 "kv_cache_bytes": None,
+                "gpu_memory_utilization": 0.9,  # the paper's vLLM (v0) default, not 0.33.0's 0.92
                 "enable_prefix_caching": True,
             },
             requests=5_000,
-            why="LLaMA-13B on an A100-40GB (utilisation 0.9), every request = the shared 1-shot (80 tokens) "
+            why="LLaMA-13B on an A100-40GB (utilisation 0.9, the paper's vLLM v0 default), every request = the shared 1-shot (80 tokens) "
             "or 5-shot (341 tokens) prefix + a sentence; WMT16 lengths are not in the traces folder, so "
             "sentence and translation lengths are assumed lognormal with mean 30 tokens; all requests "
             "queued at t=0 (saturation throughput)",

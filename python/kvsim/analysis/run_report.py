@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import KNOBS
 
 
@@ -73,19 +72,6 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
                 f"vllm serve on {g.name} defaults to --max-num-batched-tokens {tokens} --max-num-seqs {seqs}; "
                 f"this run used kvsim's {ours[0]} and {ours[1]} (pass those flags to match the server)"
             )
-        if cfg.pool.source == "gpu" and cfg.gpu_memory_utilization == KNOBS["gpu_memory_utilization"].default:
-            from kvsim.model.gpus import VLLM_GPU_MEMORY_UTILIZATION as VLLM_GMU
-
-            try:
-                vllm_blocks = cfg.replace(gpu_memory_utilization=VLLM_GMU).num_blocks
-            except InvalidArgumentError:  # cannot happen for a larger share; never hide the run for a note
-                vllm_blocks = None
-            if vllm_blocks is not None and vllm_blocks != cfg.num_blocks:
-                notes.append(
-                    f"vLLM 0.33.0 defaults --gpu-memory-utilization to {VLLM_GMU} (kvsim, like older vLLM: "
-                    f"{cfg.gpu_memory_utilization}), which gives {vllm_blocks:,} blocks here, not "
-                    f"{cfg.num_blocks:,} (pass --gpu-memory-utilization {VLLM_GMU} to match it)"
-                )
     if cfg.model is not None and cfg.max_model_len is None and len(workload):
         # vLLM's max_model_len defaults to the model's context length and refuses longer requests;
         # kvsim's default is no limit, so say which requests a vLLM server would have refused.

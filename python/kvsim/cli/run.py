@@ -32,7 +32,7 @@ METRICS_POINTER = (
 _BARE: Any = object()  # a bare `--save-result` (vLLM's flag form): save into --result-dir or "."
 
 # SimConfig.preset's names, newest first (DESIGN.md §Presets; a test checks they are all of them).
-PRESETS = ("vllm-latest", "vllm-0.19", "vllm-v1", "vllm-0.11", "vllm-v0")
+PRESETS = ("vllm-latest", "vllm-0.20", "vllm-0.19", "vllm-v1", "vllm-0.11", "vllm-v0")
 
 
 class Parser(argparse.ArgumentParser):
@@ -129,8 +129,6 @@ _UNIT_TEXT = {
 # knob's help (KNOBS) does not say it: the flag it maps to and where vLLM's default differs from kvsim's.
 _VLLM_NOTES = {
     "block_size": "vLLM's --block-size, 16 on CUDA when unset",
-    "gpu_memory_utilization": "vLLM's --gpu-memory-utilization, whose default is 0.92 in vLLM 0.33.0 "
-    "(0.9 in older releases; a run notes the difference)",
     "max_num_seqs": "vLLM's --max-num-seqs: vllm serve picks 256 or 1024 by GPU when unset, kvsim keeps "
     "256 (a run with --gpu notes the server's)",
     "max_num_batched_tokens": "vLLM's --max-num-batched-tokens: vllm serve picks 2048, 8192 or 16384 by "
@@ -267,7 +265,7 @@ def add_run_inputs(p: argparse.ArgumentParser) -> None:
         choices=PRESETS,
         default=None,
         help="start from a vLLM release's rules (SimConfig.preset; DESIGN.md §Presets): vllm-latest "
-        "0.23-0.33 (the defaults), vllm-0.19 0.19-0.22, vllm-v1 0.12-0.18, vllm-0.11 0.9.2-0.11, vllm-v0 "
+        "0.23-0.33 (the defaults), vllm-0.20 0.20-0.22, vllm-0.19 0.19, vllm-v1 0.12-0.18, vllm-0.11 0.9.2-0.11, vllm-v0 "
         "the v0 engine; flags override it (default: none)",
     )
     _add_knob_flags(c)

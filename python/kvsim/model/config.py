@@ -358,7 +358,9 @@ class SimConfig:
           head of the free queue (`free_order="lifo_unhashed"`), admission only if the whole prompt fits
           (`admission_gate="full-prompt"`, `scheduler_reserve_full_isl`), and with chunked prefill off the
           waiting loop ends at a prompt over the budget left (`waiting_over_budget="stop"`).
-        - `vllm-0.19`: vLLM 0.19.0 to 0.22.1: the full-prompt gate, classic free order, stop.
+        - `vllm-0.20`: vLLM 0.20.0 to 0.22.1: the full-prompt gate, classic free order, stop.
+        - `vllm-0.19`: vLLM 0.19.0 to 0.19.1: as `vllm-0.20`, with `gpu_memory_utilization` 0.9 (0.20.0
+          raised vLLM's default to 0.92, the knob's; every older preset sets 0.9 too).
         - `vllm-v1`: vLLM 0.12.0 to 0.18.1: classic free order (every freed block to the tail), the first
           chunk's blocks at admission, stop.
         - `vllm-0.11`: vLLM 0.9.2 to 0.11.2: as `vllm-v1`, but with chunked prefill off a prompt over the
@@ -368,13 +370,25 @@ class SimConfig:
           `cpu_blocks`, lone sequences recomputed; with a `model`, `cpu_blocks` defaults to v0's 4 GiB of
           swap space).
         """
-        classic = {"policy": "vllm", "free_order": "classic", "admission_gate": "none"}
+        # Before 0.20.0 vLLM's CacheConfig defaulted gpu_memory_utilization to 0.9 (DESIGN.md §Presets).
+        classic = {
+            "policy": "vllm",
+            "free_order": "classic",
+            "admission_gate": "none",
+            "gpu_memory_utilization": 0.9,
+        }
         presets: dict[str, dict[str, Any]] = {
             "vllm-latest": {
                 "policy": "vllm",
                 "free_order": "lifo_unhashed",
                 "admission_gate": "full-prompt",
                 "waiting_over_budget": "stop",
+            },
+            "vllm-0.20": {
+                **classic,
+                "admission_gate": "full-prompt",
+                "waiting_over_budget": "stop",
+                "gpu_memory_utilization": 0.92,
             },
             "vllm-0.19": {**classic, "admission_gate": "full-prompt", "waiting_over_budget": "stop"},
             "vllm-v1": {**classic, "waiting_over_budget": "stop"},

@@ -62,10 +62,6 @@ GPUS: dict[str, Gpu] = {
 }
 
 
-# vLLM 0.33.0's `CacheConfig.gpu_memory_utilization` default (older releases: 0.9, kvsim's KNOBS default).
-VLLM_GPU_MEMORY_UTILIZATION = 0.92
-
-
 def vllm_server_batch_defaults(gpu: Gpu) -> tuple[int, int]:
     """`(max_num_batched_tokens, max_num_seqs)` that vLLM's OpenAI server (`vllm serve`) picks on `gpu`
     when neither is given (vLLM 0.33.0's `EngineArgs.get_batch_defaults`): 16384 and 1024 on a GPU of at

@@ -278,7 +278,14 @@ KNOBS: dict[str, Knob] = {
     ),
     "gpu": Knob(None, "gpu", "GPU preset (a100-40gb, h100-80gb, ...)", metavar="NAME"),
     "gpu_memory_utilization": Knob(
-        0.9, "float", "fraction of GPU memory vLLM may use", lo=0.0, hi=1.0, open_lo=True, metavar="FRACTION"
+        0.92,
+        "float",
+        "fraction of GPU memory vLLM may use: vLLM's --gpu-memory-utilization, 0.92 from vLLM 0.20.0 on "
+        "(the presets vllm-0.19 and older set their releases' 0.9)",
+        lo=0.0,
+        hi=1.0,
+        open_lo=True,
+        metavar="FRACTION",
     ),
     "kv_cache_bytes": Knob(
         None,

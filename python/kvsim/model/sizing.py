@@ -44,9 +44,13 @@ from typing import Any
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.gpus import Gpu
 from kvsim.model.gpus import get as get_gpu
+from kvsim.model.knobs import KNOBS
 from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
 from kvsim.model.units import fmt_bytes
+
+# The default share of device memory: the knob's (KNOBS), vLLM 0.20.0 and later's 0.92.
+GPU_MEMORY_UTILIZATION: float = KNOBS["gpu_memory_utilization"].default
 
 PS_PER_S = 10**12
 
@@ -183,7 +187,7 @@ def size_pool(
     block_size: int,
     *,
     num_blocks: int | None = None,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
     kv_cache_bytes: int | None = None,
     activation_reserve_bytes: int | None = None,
     kv_cache_dtype: str | None = None,
@@ -266,7 +270,7 @@ def _blocks(kv: int, m: Model, block_size: int, knob: str) -> int:
 def available_kv_bytes(
     model: Model | str,
     gpu: Gpu | str,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
     *,
     activation_reserve_bytes: int = 0,
     tensor_parallel_size: int = 1,
@@ -304,7 +308,7 @@ def pool_blocks(
     model: Model | str,
     gpu: Gpu | str | None,
     block_size: int,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
     *,
     kv_cache_bytes: int | None = None,
     activation_reserve_bytes: int = 0,
