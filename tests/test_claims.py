@@ -108,3 +108,22 @@ def test_claims_refuses_a_results_folder_it_cannot_write_before_running(tmp_path
         assert "\n" not in err
         assert f"argument --results: results {results}" in err
         assert needle in err
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True])
+def test_run_claims_refuses_workers_below_one_before_running(tmp_path, workers):
+    """From Python, workers=0 once meant the CPU count and -1 raised ThreadPoolExecutor's bare ValueError
+    after the suite had started; now both name the field, and nothing is written."""
+    with pytest.raises(kvsim.InvalidArgumentError, match=rf"workers {workers!r} must be at least 1"):
+        run_claims(tmp_path / "r", progress=False, only=["seed-fragmentation"], workers=workers)
+    assert not (tmp_path / "r").exists()
+
+
+def test_claims_cli_refuses_workers_below_one(tmp_path, capsys):
+    from kvsim.cli import main
+
+    assert main(["claims", "--results", str(tmp_path), "--workers", "0", "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "--workers" in err
+    assert not (tmp_path / "claims.md").exists()

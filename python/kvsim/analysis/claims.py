@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -51,6 +50,7 @@ from kvsim.analysis.claims_model import (
 from kvsim.analysis.claims_paper import paper_claims, paper_experiments, sizing_claim
 from kvsim.analysis.claims_report import render
 from kvsim.analysis.claims_seed import mooncake_ceiling, seed_claims, seed_experiments, trace_claims
+from kvsim.analysis.executors import check_workers
 from kvsim.analysis.sweep import Point, progress_bar, rows_frame, run_point
 from kvsim.errors import InvalidArgumentError
 
@@ -68,7 +68,12 @@ def run_experiments(
     scale: float = 1.0,
     progress: bool = True,
 ) -> dict[str, Results]:
-    """Runs every point of every experiment in one thread pool; writes `<out_dir>/<name>.parquet`."""
+    """Runs every point of every experiment in one thread pool; writes `<out_dir>/<name>.parquet`.
+
+    Raises:
+        InvalidArgumentError: `workers` below 1 (None is the CPU count).
+    """
+    count = check_workers(workers)
     points: list[tuple[str, Point]] = []
     errors: dict[str, str] = {}
     for e in exps:
@@ -80,7 +85,7 @@ def run_experiments(
     points.sort(key=lambda np_: -np_[1].requests * (50 if np_[1].workload.startswith("mooncake") else 1))
     rows: dict[str, list[dict[str, Any]]] = {e.name: [] for e in exps}
     bar = progress_bar(len(points), "claims", progress)
-    with cf.ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+    with cf.ThreadPoolExecutor(max_workers=count) as pool:
         futures = {pool.submit(run_point, p): name for name, p in points}
         for fut in cf.as_completed(futures):
             name = futures[fut]
@@ -170,7 +175,7 @@ def run_claims(
 
     Args:
         results_dir: output folder (claims.md, claims/*.parquet, plots/).
-        workers: parallel simulations (default: CPU count).
+        workers: parallel simulations, at least 1 (default, None: the CPU count).
         scale: multiplies every experiment's request count (traces are capped at their length).
         progress: show progress on stderr.
         only: run only these experiments (the others' claims say NOT TESTABLE: not run).
@@ -181,6 +186,7 @@ def run_claims(
         The report (claims, path, wall time, the results by experiment).
     """
     check_scale(scale)
+    check_workers(workers)
     check_results_dir(results_dir)
     t0 = time.perf_counter()
     exps = experiments()

@@ -55,10 +55,20 @@ def check_executor(executor: str, workers: int | None, scheduler: str | None) ->
     """
     if executor not in EXECUTORS:
         raise InvalidArgumentError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise InvalidArgumentError(f"workers {workers!r} must be at least 1")
+    count = check_workers(workers)
     if scheduler and executor != "dask":
         raise InvalidArgumentError("--scheduler needs --executor dask")
+    return count
+
+
+def check_workers(workers: int | None) -> int:
+    """The worker count: `workers`, or the CPU count when it is None.
+
+    Raises:
+        InvalidArgumentError: `workers` is not an integer of at least 1 (0 is not "the CPU count").
+    """
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise InvalidArgumentError(f"workers {workers!r} must be at least 1")
     return workers or os.cpu_count() or 1
 
 
