@@ -111,6 +111,17 @@ def test_bad_grid_flags_fail(grid, message):
         parse_grid_args(grid)
 
 
+def test_grid_takes_router_weights_candidates_apart_with_semicolons():
+    """A weighting is itself a comma list: `--grid router_weights=prefix=3,queue=1` was two points
+    (`prefix=3` and `queue=1`); it is one, and ';' separates candidates, as `kvsim plan --compare` does."""
+    one = parse_grid_args(["router_weights=prefix=3,queue=1"])
+    assert one == {"router_weights": [{"prefix": 3.0, "queue": 1.0}]}
+    two = parse_grid_args(["router_weights=prefix=3,queue=1; queue=1", "block_size=8,16"])
+    assert two == {"router_weights": [{"prefix": 3.0, "queue": 1.0}, {"queue": 1.0}], "block_size": [8, 16]}
+    with pytest.raises(InvalidArgumentError, match="empty value"):
+        parse_grid_args(["router_weights=prefix=3;;queue=1"])
+
+
 def test_invalid_combinations_fail_before_any_work(tmp_path):
     out = tmp_path / "bad.parquet"
     spec = tiny(grid=["policy=vllm,static,orca-max", "preemption=recompute,swap"])

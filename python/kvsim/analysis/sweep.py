@@ -234,8 +234,20 @@ def _plain(v: Any) -> Any:
 # ---------------------------------------------------------------------------------------------- grid
 
 
+# Fields whose one value is itself a comma-separated list (`prefix=3,queue=1`): `--grid` and `kvsim plan
+# --compare` take their candidates apart with ';' instead of ','.
+LIST_VALUED = ("router_weights",)
+
+
+def value_separator(name: str) -> str:
+    """The separator between the candidate values of `name` on a command line: ';' for `LIST_VALUED`
+    fields, else ','."""
+    return ";" if name in LIST_VALUED else ","
+
+
 def parse_grid_args(items: Sequence[str]) -> dict[str, list[Any]]:
-    """`["block_size=8,16", "policy=vllm,orca-max"]` -> `{"block_size": [8, 16], "policy": [...]}`.
+    """`["block_size=8,16", "policy=vllm,orca-max"]` -> `{"block_size": [8, 16], "policy": [...]}`;
+    `router_weights=prefix=3,queue=1;queue=1` -> two weightings (`LIST_VALUED` fields split on ';').
 
     Raises:
         InvalidArgumentError: a missing `=`, an unknown or repeated name, an empty or repeated value.
@@ -248,7 +260,7 @@ def parse_grid_args(items: Sequence[str]) -> dict[str, list[Any]]:
             raise InvalidArgumentError(f"--grid {item!r}: expected NAME=V1,V2,...")
         if name in grid:
             raise InvalidArgumentError(f"--grid {name} given twice; list all its values once")
-        raw = values.split(",")
+        raw = values.split(value_separator(name))
         if not values.strip() or any(not v.strip() for v in raw):
             raise InvalidArgumentError(f"--grid {name}: empty value in {values!r}")
         grid[name] = list(raw)

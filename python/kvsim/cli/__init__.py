@@ -56,7 +56,8 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=V1,V2,...",
         help="a grid parameter and its values, repeatable (crossed). NAME is a SimConfig field "
-        f"({', '.join(CONFIG_FIELDS)}) or workload.<synthetic parameter> (workload.arrival_rate=1,2,4)",
+        f"({', '.join(CONFIG_FIELDS)}) or workload.<synthetic parameter> (workload.arrival_rate=1,2,4); "
+        "router_weights' values are lists, separated by ';' (router_weights='prefix=3,queue=1;queue=1')",
     )
     p.add_argument(
         "--base",

@@ -175,15 +175,10 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
-# Fields whose one value is itself a comma-separated list (`prefix=3,queue=1`): `--compare` takes their
-# values apart with ';' instead of ','.
-LIST_VALUED = ("router_weights",)
-
-
 def _compare(text: str) -> tuple[str, list[dict[str, Any]]]:
     """`block_size=8,16,32` -> ("block_size", [{"block_size": 8}, ...]), each value coerced;
     `router_weights=prefix=3,queue=1;queue=1` -> two weightings (`LIST_VALUED` fields split on ';')."""
-    from kvsim.analysis.sweep import CONFIG_FIELDS, coerce
+    from kvsim.analysis.sweep import CONFIG_FIELDS, LIST_VALUED, coerce, value_separator
 
     name, eq, values = text.partition("=")
     name = name.strip()
@@ -191,7 +186,7 @@ def _compare(text: str) -> tuple[str, list[dict[str, Any]]]:
         raise FlagError(f"argument --compare: {text!r} is not NAME=V1,V2,... (block_size=8,16,32)")
     if name not in CONFIG_FIELDS:
         raise FlagError(f"argument --compare: {name!r} is not a SimConfig field")
-    sep = ";" if name in LIST_VALUED else ","
+    sep = value_separator(name)
     try:
         out = [{name: coerce(name, v.strip())} for v in values.split(sep) if v.strip()]
     except InvalidArgumentError as exc:
