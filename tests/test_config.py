@@ -322,6 +322,18 @@ def test_vllm_kv_cache_dtype_spellings():
     assert a.num_blocks == b.num_blocks == SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB").num_blocks
     assert a == b  # one configuration (sweeps give it one point id)
     assert a.kv_cache_dtype == "bf16"
+    # vLLM 0.33.0's CacheDType also has float16 (once refused here, where fp16 was asked for) and the fp8s.
+    c = SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype="float16")
+    assert c == SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype="fp16")
+    assert c.kv_cache_dtype == "fp16"
+    assert c.num_blocks == a.num_blocks
+    halves = {
+        SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype=d).num_blocks - 1
+        for d in ("fp8", "fp8_e4m3", "fp8_e5m2")
+    }
+    assert halves == {2 * (a.num_blocks - 1)}
+    with pytest.raises(InvalidArgumentError, match="kv_cache_dtype 'nvfp4' is not one of"):
+        SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype="nvfp4")
 
 
 def test_an_unknown_field_is_kvsims_error_with_a_suggestion():

@@ -140,7 +140,7 @@ _VLLM_NOTES = {
     "--no-scheduler-reserve-full-isl",
     "watermark": "kvsim applies it at every admission, as vLLM v0 did; vLLM 0.33.0's --watermark (default "
     "0.0) skips it until the step has scheduled a request",
-    "kv_cache_dtype": "vLLM's --kv-cache-dtype; its float16 is fp16 here",
+    "kv_cache_dtype": "vLLM's --kv-cache-dtype",
     "kv_cache_bytes": "vLLM's one-letter sizes too: 12G is 12 GiB, 12g 12 * 10^9 bytes",
     "cpu_blocks": "vLLM v0's CPU blocks; vLLM v1 has no CPU swap",
 }

@@ -46,8 +46,9 @@ CLUSTER_KNOBS = (
 # `auto` resolves to `linear` (the roofline of kvsim.sizing) when a model and a GPU are named, else to
 # `ticks`; the engines only ever see a resolved model. Other time models extend this tuple.
 TIME_MODELS: tuple[str, ...] = ("auto", "ticks", "linear", "calibrated")
-# vLLM's --kv-cache-dtype values (auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2) and kvsim's short names.
-KV_CACHE_DTYPES = ("auto", "bfloat16", "fp16", "bf16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
+# vLLM's --kv-cache-dtype values that kvsim models (vLLM 0.33.0's `CacheDType`: auto, float16, bfloat16, fp8,
+# fp8_e4m3, fp8_e5m2; not its scaled and 4-bit formats) and kvsim's short names.
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp16", "bf16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
 PS_PER_S = 10**12
 MAX_BLOCKS = (1 << 32) - 3
 # The simulated clock's range (about 53 days; the Rust engine's MAX_TIME_PS): a step that would end past
@@ -311,9 +312,9 @@ KNOBS: dict[str, Knob] = {
     "kv_cache_dtype": Knob(
         "auto",
         "choice",
-        "KV cache dtype: auto (the model's) or fp8, bf16 (vLLM's bfloat16), ...",
+        "KV cache dtype: auto (the model's) or fp8, bf16 (vLLM's bfloat16), fp16 (vLLM's float16), ...",
         choices=KV_CACHE_DTYPES,
-        aliases=(("bfloat16", "bf16"),),
+        aliases=(("bfloat16", "bf16"), ("float16", "fp16")),
     ),
     "activation_reserve_bytes": Knob(
         None,
