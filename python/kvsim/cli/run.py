@@ -125,27 +125,6 @@ _UNIT_TEXT = {
 }
 
 
-# What each knob is in vLLM 0.33.0 (vllm/config/cache.py, config/scheduler.py, engine/arg_utils.py), where the
-# knob's help (KNOBS) does not say it: the flag it maps to and where vLLM's default differs from kvsim's.
-_VLLM_NOTES = {
-    "block_size": "vLLM's --block-size, 16 on CUDA when unset",
-    "max_num_seqs": "vLLM's --max-num-seqs: vllm serve picks 256 or 1024 by GPU when unset, kvsim keeps "
-    "256 (a run with --gpu notes the server's)",
-    "max_num_batched_tokens": "vLLM's --max-num-batched-tokens: vllm serve picks 2048, 8192 or 16384 by "
-    "GPU when unset, kvsim keeps 8192 (a run with --gpu notes the server's); vLLM's 8k (8,000) and 8K "
-    "(8,192) too",
-    "max_model_len": "vLLM's --max-model-len defaults to the model's context and refuses longer requests; "
-    "kvsim's unset runs them whole and notes them; vLLM's 32k (32,000) and 32K (32,768) too",
-    "admission_gate": "full-prompt is vLLM's --scheduler-reserve-full-isl (on by default), none its "
-    "--no-scheduler-reserve-full-isl",
-    "watermark": "kvsim applies it at every admission, as vLLM v0 did; vLLM 0.33.0's --watermark (default "
-    "0.0) skips it until the step has scheduled a request",
-    "kv_cache_dtype": "vLLM's --kv-cache-dtype",
-    "kv_cache_bytes": "vLLM's one-letter sizes too: 12G is 12 GiB, 12g 12 * 10^9 bytes",
-    "cpu_blocks": "vLLM v0's CPU blocks; vLLM v1 has no CPU swap",
-}
-
-
 def _add_knob_flags(g: Any) -> None:
     for name in CONFIG_FIELDS:
         k = KNOBS[name]
@@ -161,8 +140,7 @@ def _add_knob_flags(g: Any) -> None:
         if default and k.kind not in ("bytes", "duration"):
             default = str(k.default)
         tail = "; ".join(x for x in (unit, f"default: {default}" if default else "") if x)
-        what = f"{k.help}; {_VLLM_NOTES[name]}" if name in _VLLM_NOTES else k.help
-        text = f"{what} ({tail})" if tail else what
+        text = f"{k.help} ({tail})" if tail else k.help
         if k.kind == "bool":
             g.add_argument(
                 *flags, dest=f"cfg_{name}", action=_Switch, nargs="?", metavar="BOOL", default=None, help=text

@@ -109,7 +109,15 @@ KNOBS: dict[str, Knob] = {
         metavar="N",
         flags=("--num-gpu-blocks-override",),
     ),
-    "block_size": Knob(16, "int", "tokens per KV block", lo=1, hi=1 << 20, unit="tokens", metavar="TOKENS"),
+    "block_size": Knob(
+        16,
+        "int",
+        "tokens per KV block; vLLM's --block-size, 16 on CUDA when unset",
+        lo=1,
+        hi=1 << 20,
+        unit="tokens",
+        metavar="TOKENS",
+    ),
     "policy": Knob(
         "vllm",
         "choice",
@@ -141,7 +149,7 @@ KNOBS: dict[str, Knob] = {
     "cpu_blocks": Knob(
         0,
         "int",
-        "CPU swap space in blocks (preemption swap or auto)",
+        "CPU swap space in blocks (preemption swap or auto); vLLM v0's CPU blocks; vLLM v1 has no CPU swap",
         lo=0,
         hi=MAX_BLOCKS,
         unit="blocks",
@@ -166,10 +174,25 @@ KNOBS: dict[str, Knob] = {
         choices=SAMPLINGS,
     ),
     "max_num_seqs": Knob(
-        256, "int", "most sequences running at once", lo=1, hi=1 << 32, unit="sequences", metavar="N"
+        256,
+        "int",
+        "most sequences running at once; vLLM's --max-num-seqs: vllm serve picks 256 or 1024 by GPU when "
+        "unset, kvsim keeps 256 (a run with --gpu notes the server's)",
+        lo=1,
+        hi=1 << 32,
+        unit="sequences",
+        metavar="N",
     ),
     "max_num_batched_tokens": Knob(
-        8192, "int", "token budget of one iteration", lo=1, hi=MAX_TOKENS, unit="tokens", metavar="TOKENS"
+        8192,
+        "int",
+        "token budget of one iteration; vLLM's --max-num-batched-tokens: vllm serve picks 2048, 8192 or "
+        "16384 by GPU when unset, kvsim keeps 8192 (a run with --gpu notes the server's); vLLM's 8k (8,000) "
+        "and 8K (8,192) too",
+        lo=1,
+        hi=MAX_TOKENS,
+        unit="tokens",
+        metavar="TOKENS",
     ),
     "chunked_prefill": Knob(
         True, "bool", "split long prompts over iterations", flags=("--enable-chunked-prefill",)
@@ -178,7 +201,8 @@ KNOBS: dict[str, Knob] = {
         "full-prompt",
         "choice",
         "full-prompt (admit only if the whole prompt's blocks are free, vLLM 0.19 and later) or none (the "
-        "first chunk's blocks, older vLLM)",
+        "first chunk's blocks, older vLLM); full-prompt is vLLM's --scheduler-reserve-full-isl (on by "
+        "default), none its --no-scheduler-reserve-full-isl",
         choices=ADMISSION_GATES,
     ),
     "waiting_over_budget": Knob(
@@ -191,7 +215,9 @@ KNOBS: dict[str, Knob] = {
     "watermark": Knob(
         0.0,
         "float",
-        "fraction of blocks kept free at admission (vLLM v0: 0.01)",
+        "fraction of blocks kept free at admission (vLLM v0: 0.01); kvsim applies it at every admission, as "
+        "vLLM v0 did; vLLM v1's --watermark (0.24.0 and later, default 0.0) keeps it free only while some "
+        "request is running",
         lo=0.0,
         hi=1.0,
         open_hi=True,
@@ -207,7 +233,9 @@ KNOBS: dict[str, Knob] = {
     "max_model_len": Knob(
         None,
         "int",
-        "longest prompt + output; static reserves this much per request; unset: no limit",
+        "longest prompt + output; static reserves this much per request; unset: no limit; vLLM's "
+        "--max-model-len defaults to the model's context and refuses longer requests; kvsim's unset runs "
+        "them whole and notes them; vLLM's 32k (32,000) and 32K (32,768) too",
         lo=1,
         hi=MAX_TOKENS,
         optional=True,
@@ -291,7 +319,8 @@ KNOBS: dict[str, Knob] = {
     "kv_cache_bytes": Knob(
         None,
         "bytes",
-        "KV cache size given directly instead of gpu memory minus weights (vLLM's --kv-cache-memory-bytes)",
+        "KV cache size given directly instead of gpu memory minus weights (vLLM's --kv-cache-memory-bytes); "
+        "vLLM's one-letter sizes too: 12G is 12 GiB, 12g 12 * 10^9 bytes",
         lo=0,
         hi=MAX_BYTES,
         optional=True,
@@ -312,7 +341,8 @@ KNOBS: dict[str, Knob] = {
     "kv_cache_dtype": Knob(
         "auto",
         "choice",
-        "KV cache dtype: auto (the model's) or fp8, bf16 (vLLM's bfloat16), fp16 (vLLM's float16), ...",
+        "KV cache dtype: auto (the model's) or fp8, bf16 (vLLM's bfloat16), fp16 (vLLM's float16), ...; "
+        "vLLM's --kv-cache-dtype",
         choices=KV_CACHE_DTYPES,
         aliases=(("bfloat16", "bf16"), ("float16", "fp16")),
     ),
