@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use config::{EngineConfig, Policy, Preemption, TimeModel};
 pub use input::EngineInput;
-pub use output::{Counters, EngineOutput};
+pub use output::{Counters, EngineOutput, StepDurations};
 pub use stream::StreamEngine;
 pub(crate) use stream::{Buffers, forever};
 
