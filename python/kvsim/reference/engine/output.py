@@ -107,7 +107,7 @@ class EngineOutput:
 def push_step(steps: list[list[int]], dt: int) -> None:
     """Appends a step of `dt` ps to the run-length coded durations `[step_ps, slope, repeat]`: a run of
     one step takes any next one (its slope set by it), a longer run one that continues its progression,
-    else a new run starts (the Rust engine's `ItlRecord::push_step`, the same greedy rule)."""
+    else a new run starts (the Rust engine's `StepDurations::push`, the same greedy rule)."""
     if steps:
         last = steps[-1]
         if last[2] == 1:

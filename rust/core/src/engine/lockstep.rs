@@ -456,7 +456,7 @@ impl Engine<'_> {
         ctr.sum_batched_tokens += kk * nn;
         ctr.peak_batch = ctr.peak_batch.max(nn);
         // Exact: each step's duration is below the clock's range (checked by the caller).
-        self.out.push_steps(dt0 as i64, ddt as i64, span);
+        self.out.itl_steps.push_steps(dt0 as i64, ddt as i64, span);
         self.agg.c += span * batch;
         self.agg.internal -= (span * batch) as i64;
         self.t += busy as i64;

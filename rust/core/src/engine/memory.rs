@@ -175,7 +175,7 @@ impl Engine<'_> {
         c.sum_batch += i128::from(batch);
         c.sum_batched_tokens += i128::from(tokens);
         c.peak_batch = c.peak_batch.max(i128::from(batch));
-        self.out.push_step(dt as i64);
+        self.out.itl_steps.push(dt as i64);
         self.t += dt as i64;
         self.step += 1;
     }

@@ -65,7 +65,7 @@ impl Counters {
     }
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct EngineOutput {
     pub first_scheduled: Vec<i64>,
     pub first_token: Vec<i64>,
@@ -85,16 +85,12 @@ pub struct EngineOutput {
     /// With `record_events`: `[steps done, time ps, kind, row, block or -1, count or -1]` per event
     /// (`engine::event`).
     pub events: Vec<[i64; 6]>,
-    /// ITL's record (`kvsim.engine.metrics`): every step's duration, run-length coded as `[first step's ps,
-    /// slope ps, steps]` (step j of an entry, from 0, lasts `first + j * slope`; `push_step`'s greedy rule).
-    pub itl_steps: Vec<[i64; 3]>,
+    /// ITL's record (`kvsim.engine.metrics`): every step's duration, run-length coded (`StepDurations`).
+    pub itl_steps: StepDurations,
     /// ITL's record: every run of tokens a sequence sampled in consecutive steps, as `[row, first step,
     /// last step, gap ps before its first token or -1 for the sequence's first token]`, when it closed
     /// (the next token came after a break, or the sequence finished).
     pub itl_runs: Vec<[i64; 4]>,
-    /// The duration that continues the last entry of `itl_steps` once it holds two steps or more (its
-    /// last duration plus its slope: `push_step`'s common case is one comparison).
-    pub itl_next_ps: i64,
 }
 
 /// Names of `itl_steps`' then `itl_runs`' columns (the Python side's `ITL_STEPS` and `ITL_RUNS`).
@@ -107,6 +103,90 @@ pub const ITL_COLUMNS: [&str; 7] = [
     "run_last",
     "run_gap_ps",
 ];
+
+/// Every step's duration, run-length coded as entries `[first step's ps, slope ps, steps]` (step j of an
+/// entry, from 0, lasts `first + j * slope`), joined greedily: an entry of one step takes any next one
+/// (its slope set by it), a longer one a step continuing its progression; else a new entry starts (the
+/// reference's `push_step`, the same rule, so both give the same entries).
+///
+/// The last entry is kept open outside the list, with the duration that would continue it: `record`
+/// calls `push` every step, and its common case is one comparison and two adds.
+#[derive(Clone, Debug)]
+pub struct StepDurations {
+    closed: Vec<[i64; 3]>,
+    /// The last entry (`[_, _, 0]` before the first step).
+    open: [i64; 3],
+    /// The duration that continues `open` once it holds two steps or more; `NO_NEXT` (no duration)
+    /// while it holds fewer, so that every such step takes the slow path.
+    next_ps: i64,
+}
+
+/// No step lasts this long (durations are in 0..=2^62).
+const NO_NEXT: i64 = i64::MIN;
+
+impl Default for StepDurations {
+    fn default() -> Self {
+        StepDurations {
+            closed: Vec::new(),
+            open: [0, 0, 0],
+            next_ps: NO_NEXT,
+        }
+    }
+}
+
+impl StepDurations {
+    /// Appends a step of `dt` ps.
+    #[inline]
+    pub fn push(&mut self, dt: i64) {
+        // Durations are in 0..=2^62 and slopes in -2^62..=2^62, so a wrapped sum (only 2^63 wraps, to
+        // `NO_NEXT`) never equals a duration it should not.
+        if dt == self.next_ps {
+            self.open[2] += 1;
+            self.next_ps = dt.wrapping_add(self.open[1]);
+        } else {
+            self.push_new(dt);
+        }
+    }
+
+    /// `push`'s other cases: the first step, the second of an entry (its slope), a step that breaks the
+    /// progression (a new entry).
+    #[cold]
+    #[inline(never)]
+    fn push_new(&mut self, dt: i64) {
+        match self.open[2] {
+            0 => self.open = [dt, 0, 1],
+            1 => {
+                self.open[1] = dt - self.open[0];
+                self.open[2] = 2;
+                self.next_ps = dt.wrapping_add(self.open[1]);
+            }
+            _ => {
+                self.closed.push(self.open);
+                self.open = [dt, 0, 1];
+                self.next_ps = NO_NEXT;
+            }
+        }
+    }
+
+    /// Appends `n` steps lasting `dt0 + j * ddt` (j from 0): as `n` calls of `push`, in O(1). After
+    /// three of them the open entry holds the last two with slope `ddt`, so the rest continue it.
+    pub fn push_steps(&mut self, dt0: i64, ddt: i64, n: u64) {
+        for j in 0..n.min(3) {
+            self.push(dt0 + ddt * j as i64);
+        }
+        if n > 3 {
+            debug_assert_eq!(self.open[1], ddt, "the span's slope");
+            self.open[2] += (n - 3) as i64;
+            self.next_ps = self.next_ps.wrapping_add(ddt.wrapping_mul((n - 3) as i64));
+        }
+    }
+
+    /// The entries, in order.
+    pub fn entries(&self) -> impl Iterator<Item = [i64; 3]> + '_ {
+        let open = (self.open[2] > 0).then_some(self.open);
+        self.closed.iter().copied().chain(open)
+    }
+}
 
 /// Time-series columns: step index, its start (ps), batch size, batched tokens, then token slots free,
 /// stored, allocated, internal slack, reserved for later, and stranded between regions.
@@ -122,6 +202,12 @@ pub const TIMESERIES: [&str; 10] = [
     "reserved_tokens",
     "external_tokens",
 ];
+
+impl Default for EngineOutput {
+    fn default() -> Self {
+        EngineOutput::new(0)
+    }
+}
 
 impl EngineOutput {
     pub fn new(n: usize) -> Self {
@@ -139,49 +225,8 @@ impl EngineOutput {
             counters: Counters::default(),
             timeseries: Vec::new(),
             events: Vec::new(),
-            itl_steps: Vec::new(),
+            itl_steps: StepDurations::default(),
             itl_runs: Vec::new(),
-            itl_next_ps: 0,
-        }
-    }
-
-    /// Appends a step of `dt` ps to `itl_steps`: an entry of one step takes any next one (its slope set
-    /// by it), a longer one a step continuing its progression; else a new entry starts (the reference's
-    /// `push_step`, the same rule, so both give the same entries).
-    #[inline]
-    pub fn push_step(&mut self, dt: i64) {
-        // Durations are in 0..=2^62 and slopes in -2^62..=2^62, so a wrapped sum (only 2^63 wraps, to a
-        // negative value) never equals a duration it should not.
-        if let Some(last) = self.itl_steps.last_mut() {
-            if last[2] > 1 && dt == self.itl_next_ps {
-                last[2] += 1;
-                self.itl_next_ps = dt.wrapping_add(last[1]);
-                return;
-            }
-            if last[2] == 1 {
-                last[1] = dt - last[0];
-                last[2] = 2;
-                self.itl_next_ps = dt.wrapping_add(last[1]);
-                return;
-            }
-        }
-        self.itl_steps.push([dt, 0, 1]);
-    }
-
-    /// Appends `n` steps lasting `dt0 + j * ddt` (j from 0): as `n` calls of `push_step`, in O(1). After
-    /// three of them the last entry holds the last two with slope `ddt`, so the rest continue it.
-    pub fn push_steps(&mut self, dt0: i64, ddt: i64, n: u64) {
-        for j in 0..n.min(3) {
-            self.push_step(dt0 + ddt * j as i64);
-        }
-        if n > 3
-            && let Some(last) = self.itl_steps.last_mut()
-        {
-            debug_assert_eq!(last[1], ddt, "the span's slope");
-            last[2] += (n - 3) as i64;
-            self.itl_next_ps = self
-                .itl_next_ps
-                .wrapping_add(ddt.wrapping_mul((n - 3) as i64));
         }
     }
 
@@ -191,7 +236,7 @@ impl EngineOutput {
             .map(|i| {
                 (
                     ITL_COLUMNS[i],
-                    self.itl_steps.iter().map(|e| e[i]).collect(),
+                    self.itl_steps.entries().map(|e| e[i]).collect(),
                 )
             })
             .collect();
@@ -291,31 +336,75 @@ impl EngineOutput {
 
 #[cfg(test)]
 mod tests {
-    use super::EngineOutput;
+    use super::StepDurations;
 
-    /// `push_steps` gives the entries of as many `push_step` calls, whatever came before.
+    /// The reference's `push_step`, on a list of entries.
+    fn push_listed(entries: &mut Vec<[i64; 3]>, dt: i64) {
+        if let Some(last) = entries.last_mut() {
+            if last[2] == 1 {
+                last[1] = dt - last[0];
+                last[2] = 2;
+                return;
+            }
+            // Unbounded, as Python's integers.
+            if i128::from(dt) == i128::from(last[0]) + i128::from(last[1]) * i128::from(last[2]) {
+                last[2] += 1;
+                return;
+            }
+        }
+        entries.push([dt, 0, 1]);
+    }
+
+    /// `push_steps` gives the entries of as many `push` calls, whatever came before, and `push` those
+    /// of the reference's rule.
     #[test]
     fn push_steps_equals_one_step_at_a_time() {
-        let before: [&[i64]; 4] = [&[], &[7], &[5, 9], &[4, 4, 4]];
+        let before: [&[i64]; 5] = [&[], &[7], &[5, 9], &[4, 4, 4], &[0, 0, 3, 6]];
         for prefix in before {
-            for (dt0, ddt) in [(10, 0), (10, 3), (100, -7), (4, 0), (9, 4)] {
+            for (dt0, ddt) in [(10, 0), (10, 3), (100, -7), (4, 0), (9, 4), (0, 0)] {
                 for n in 0..8u64 {
-                    let (mut bulk, mut one) = (EngineOutput::default(), EngineOutput::default());
+                    let (mut bulk, mut one) = (StepDurations::default(), StepDurations::default());
+                    let mut listed = Vec::new();
                     for &d in prefix {
-                        bulk.push_step(d);
-                        one.push_step(d);
+                        bulk.push(d);
+                        one.push(d);
+                        push_listed(&mut listed, d);
                     }
                     bulk.push_steps(dt0, ddt, n);
                     for j in 0..n as i64 {
-                        one.push_step(dt0 + ddt * j);
+                        one.push(dt0 + ddt * j);
+                        push_listed(&mut listed, dt0 + ddt * j);
                     }
-                    bulk.push_step(dt0 + ddt * n as i64); // the next step continues both alike
-                    one.push_step(dt0 + ddt * n as i64);
-                    assert_eq!(bulk.itl_steps, one.itl_steps, "{prefix:?} {dt0} {ddt} {n}");
-                    let total: i64 = one.itl_steps.iter().map(|e| e[2]).sum();
+                    let next = dt0 + ddt * n as i64; // the next step continues both alike
+                    bulk.push(next);
+                    one.push(next);
+                    push_listed(&mut listed, next);
+                    let entries: Vec<_> = one.entries().collect();
+                    assert_eq!(
+                        bulk.entries().collect::<Vec<_>>(),
+                        entries,
+                        "{prefix:?} {dt0} {ddt} {n}"
+                    );
+                    assert_eq!(entries, listed, "{prefix:?} {dt0} {ddt} {n}");
+                    let total: i64 = entries.iter().map(|e| e[2]).sum();
                     assert_eq!(total, prefix.len() as i64 + n as i64 + 1);
                 }
             }
         }
+    }
+
+    /// Durations at the ends of their range: a progression whose next duration would wrap (2^63) ends
+    /// its entry, as the reference's (unbounded integers) does.
+    #[test]
+    fn extreme_durations() {
+        let big = 1_i64 << 62;
+        let mut d = StepDurations::default();
+        let mut listed = Vec::new();
+        for dt in [0, big, 0, big, big, 0, 0, 0] {
+            d.push(dt);
+            push_listed(&mut listed, dt);
+        }
+        assert_eq!(d.entries().collect::<Vec<_>>(), listed);
+        assert_eq!(StepDurations::default().entries().count(), 0);
     }
 }

@@ -241,15 +241,24 @@ impl Engine<'_> {
         if s.generated == 0 {
             (s.itl_first, s.itl_gap) = (step, -1);
         } else if s.itl_last + 1 != step {
-            self.out.itl_runs.push([
-                s.row as i64,
-                s.itl_first as i64,
-                s.itl_last as i64,
-                s.itl_gap,
-            ]);
-            (s.itl_first, s.itl_gap) = (step, t - s.itl_last_t);
+            self.break_run(k, step);
         }
+        let s = &mut self.slab[k];
         (s.itl_last, s.itl_last_t) = (step, t);
+    }
+
+    /// `note_token` after a break: records `k`'s run that ended before it and starts the next at `step`.
+    #[cold]
+    #[inline(never)]
+    fn break_run(&mut self, k: usize, step: u64) {
+        let s = &mut self.slab[k];
+        self.out.itl_runs.push([
+            s.row as i64,
+            s.itl_first as i64,
+            s.itl_last as i64,
+            s.itl_gap,
+        ]);
+        (s.itl_first, s.itl_gap) = (step, self.t - s.itl_last_t);
     }
 
     /// Frees and records every sequence in `done`, in order, and drops them from the running list.
