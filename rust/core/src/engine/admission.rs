@@ -19,6 +19,17 @@ fn over_budget(cfg: &EngineConfig) -> u64 {
 }
 
 impl Engine<'_> {
+    /// The blocks an admission leaves free now: the watermark, at every admission (vLLM v0) or, with
+    /// `watermark_while_running`, only while some sequence runs, those admitted earlier in this step
+    /// included (vLLM v1 0.24.0 and later: `allocate_slots(..., has_scheduled_reqs=bool(self.running))`).
+    pub(super) fn admission_watermark(&self) -> u64 {
+        if self.cfg.watermark_while_running && self.running.is_empty() {
+            0
+        } else {
+            self.cfg.watermark_blocks
+        }
+    }
+
     /// Allocates a waiting sequence's first chunk; returns its token count, 0 if it cannot start now,
     /// `NEVER` if it never can (chunked prefill off and more tokens than a step's budget), or `SKIP` (see
     /// `over_budget`).
@@ -26,6 +37,7 @@ impl Engine<'_> {
         let cfg = self.cfg;
         let bs = cfg.block_size;
         let total = self.slab[k].num_tokens();
+        let watermark = self.admission_watermark();
         match &mut self.mem {
             Memory::Contiguous(space) => {
                 let num_new = if cfg.chunked_prefill {
@@ -86,7 +98,7 @@ impl Engine<'_> {
                 } else {
                     first
                 };
-                if need + evictable + cfg.watermark_blocks > free {
+                if need + evictable + watermark > free {
                     return 0;
                 }
                 self.new_blocks.clear();
