@@ -568,13 +568,48 @@ def test_preempted_request_outgrowing_the_budget_is_rejected_for_the_budget(back
     assert "max_num_batched_tokens" in col(res, "reject_reason")[1]
 
 
-# watermark 0.5 of 10 blocks = 5 held back: a 96-token prompt (6 blocks) cannot start even in an empty
-# pool -> rejected; a 64-token prompt (4 blocks, 4 + 5 <= 10) runs.
+# vLLM v0's rule (`watermark_rule="always"`): watermark 0.5 of 10 blocks = 5 held back at every admission:
+# a 96-token prompt (6 blocks) cannot start even in an empty pool -> rejected; a 64-token prompt (4
+# blocks, 4 + 5 <= 10) runs.
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_watermark_rejects_what_cannot_start_in_an_empty_pool(backend):
-    res = run([Req(96, 1), Req(64, 1)], backend, num_blocks=11, block_size=16, watermark=0.5)
+    cfg = dict(num_blocks=11, block_size=16, watermark=0.5, watermark_rule="always")
+    res = run([Req(96, 1), Req(64, 1)], backend, **cfg)
     assert col(res, "status") == ["rejected", "finished"]
     assert col(res, "reject_reason")[0] is not None
+
+
+# Watermark 0.1 of 11 blocks (10 usable, block 0 null): `always` holds int(0.1 * 10) = 1 block back at every
+# admission, so a 160-token prompt (10 blocks) never starts (10 + 1 > 10) and is rejected; vLLM v1 from
+# 0.24.0 (`while-running`, the default) holds int(0.1 * 11) = 1 back only while a request runs
+# (`has_scheduled_reqs=bool(self.running)`), so into the idle engine the prompt is admitted and finishes.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_while_running_watermark_lets_an_idle_engine_admit_what_always_refuses(backend):
+    cfg = dict(num_blocks=11, block_size=16, watermark=0.1)
+    always = run([Req(160, 1)], backend, watermark_rule="always", **cfg)
+    assert col(always, "status") == ["rejected"]
+    assert col(always, "reject_reason") == [REJECT_REASONS[5]]
+    idle = run([Req(160, 1)], backend, **cfg)
+    assert SimConfig(**cfg).watermark_rule == "while-running"
+    assert col(idle, "status") == ["finished"]
+    assert ticks(col(idle, "first_token")) == [1]
+
+
+# The watermark of a request admitted while another runs, in the same step: A (prompt 60 = 4 blocks, output 4,
+# its tokens stay within 64 slots) and B (prompt 96 = 6 blocks, output 1) both wait at 0 in 10 usable blocks.
+# Step 0: A enters the idle engine without a watermark (6 free); vLLM appends it to `running` before trying
+# B, so B pays it: 6 + 1 > 6 -> B waits (head of line) until A finishes at t=4 ms, then enters the idle
+# engine. Without a watermark both start at 0 (4 + 6 = 10 blocks).
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_while_running_watermark_is_paid_by_the_second_admission_of_a_step(backend):
+    reqs = [Req(60, 4), Req(96, 1)]
+    cfg = dict(num_blocks=11, block_size=16)
+    paid = run(reqs, backend, watermark=0.1, **cfg)
+    assert ticks(col(paid, "first_scheduled")) == [0, 4]
+    assert ticks(col(paid, "finish")) == [4, 5]
+    free = run(reqs, backend, watermark=0.0, **cfg)
+    assert ticks(col(free, "first_scheduled")) == [0, 0]
+    assert ticks(col(free, "finish")) == [4, 1]
 
 
 # -- time model `linear` ----------------------------------------------------------------------------------
@@ -742,7 +777,14 @@ def test_fork_cow_samples_needing_more_seats_than_max_num_seqs_are_rejected_at_a
 
 # -- presets: the release ranges of DESIGN.md §Presets --------------------------------------------------
 def test_defaults_are_the_newest_release_and_presets_name_older_ones():
-    knobs = ("free_order", "admission_gate", "waiting_over_budget", "chunked_prefill", "watermark")
+    knobs = (
+        "free_order",
+        "admission_gate",
+        "waiting_over_budget",
+        "chunked_prefill",
+        "watermark",
+        "watermark_rule",
+    )
     default = SimConfig(num_blocks=16)
     latest = SimConfig.preset("vllm-latest", num_blocks=16)
     assert {k: getattr(default, k) for k in knobs} == {k: getattr(latest, k) for k in knobs}

@@ -24,6 +24,7 @@ from kvsim.model.config import (
     FREE_ORDERS,
     POLICIES,
     WAITING_OVER_BUDGET,
+    WATERMARK_RULES,
 )
 from kvsim.model.segments import output_id
 
@@ -121,6 +122,7 @@ def configs(draw: st.DrawFn) -> SimConfig:
         admission_gate=draw(st.sampled_from(ADMISSION_GATES)),
         waiting_over_budget=draw(st.sampled_from(WAITING_OVER_BUDGET)),
         watermark=draw(st.sampled_from([0.0, 0.05])),
+        watermark_rule=draw(st.sampled_from(WATERMARK_RULES)),
         max_num_seqs=draw(st.sampled_from([1, 2, 5, 256])),
         max_num_batched_tokens=draw(st.sampled_from([8, 32, 100, 8192])),
         max_model_len=max_model_len,
@@ -338,6 +340,14 @@ def test_unknown_preset_is_rejected():
         SimConfig.preset("vllm-v9", num_blocks=16)
 
 
+@pytest.mark.parametrize("name", ["vllm-0.20", "vllm-0.19", "vllm-v1", "vllm-0.11"])
+def test_presets_before_0_24_refuse_a_watermark(name):
+    """vLLM v1 has no watermark before 0.24.0: a preset of those releases refuses one, naming it."""
+    with pytest.raises(InvalidArgumentError, match=rf"watermark 0.1: preset '{name}' has none"):
+        SimConfig.preset(name, num_blocks=16, watermark=0.1)
+    assert SimConfig.preset(name, num_blocks=16, watermark=0.0).watermark_blocks == 0
+
+
 def test_replace_validates_again():
     cfg = SimConfig(num_blocks=16)
     with pytest.raises(InvalidArgumentError, match="max_num_seqs"):
@@ -348,6 +358,11 @@ def test_presets_and_valid_configs_construct():
     assert SimConfig.preset("vllm-latest", num_blocks=16).free_order == "lifo_unhashed"
     assert SimConfig.preset("vllm-v0", num_blocks=16).watermark_blocks == 0  # int(0.01 * 15)
     assert SimConfig.preset("vllm-v0", num_blocks=201).watermark_blocks == 2  # int(0.01 * 200)
+    assert SimConfig.preset("vllm-v0", num_blocks=16).watermark_rule == "always"
+    # vLLM v1 (while-running) counts its null block: int(0.01 * 200) = 2 where v0's int(0.01 * 199) = 1.
+    assert SimConfig(num_blocks=200, watermark=0.01).watermark_blocks == 2
+    assert SimConfig(num_blocks=200, watermark=0.01, watermark_rule="always").watermark_blocks == 1
+    assert SimConfig.preset("vllm-latest", num_blocks=16, watermark=0.1).watermark_rule == "while-running"
     # v0's 4 GiB of swap space in OPT-13B blocks of 16 tokens (800 KiB of KV per token): 327 blocks.
     v0 = SimConfig.preset("vllm-v0", model="opt-13b", kv_cache_bytes=12 * 2**30)
     assert (v0.preemption, v0.cpu_blocks) == ("auto", 327)

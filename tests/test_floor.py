@@ -55,6 +55,7 @@ def test_step_floor_does_no_more_than_the_engine_under_pressure():
         ({"time_model": "linear", "c0_ps": 1, "c_tok_ps": 1, "c_ctx_ps": 0}, 1, "time_model 'linear'"),
         ({}, 2, "num_samples > 1"),
         ({"chunked_prefill": False, "max_num_batched_tokens": 64}, 1, "chunked_prefill False"),
+        ({"watermark": 0.1}, 1, "watermark_rule 'while-running' with watermark 0.1"),
     ],
 )
 def test_step_floor_refuses_what_it_does_not_model(kwargs, samples, fragment):
@@ -80,10 +81,10 @@ def test_step_floor_refuses_shared_prompts():
 
 
 def test_step_floor_rejects_what_cannot_start_without_taking_a_step():
-    """A head that does not fit the empty pool (the watermark) is rejected at no time cost, as in the
+    """A head that does not fit the empty pool (vLLM v0's watermark, held at every admission) is rejected at no time cost, as in the
     engine: the later arrivals keep their times and the steps agree."""
     w = private([(0.0, 30, 2), (0.0005, 8, 3), (0.01, 30, 2), (0.0105, 8, 3)])
-    cfg = kvsim.SimConfig(num_blocks=10, block_size=4, watermark=0.5)
+    cfg = kvsim.SimConfig(num_blocks=10, block_size=4, watermark=0.5, watermark_rule="always")
     inp = prepare(w, cfg)
     out = run(inp, cfg)
     least = step_floor(inp, cfg)

@@ -423,3 +423,19 @@ def test_a_sweep_file_sets_slos_and_the_flag_overrides_them(tmp_path):
     assert SweepSpec.from_toml(path)[0].goodput == {"ttft": 500.0, "e2el": 2000.0}
     args = build_parser().parse_args(["sweep", "--file", str(path), "--goodput", "tpot:20"])
     assert spec_from_args(args)[0].goodput == {"tpot": 20.0}
+
+
+def test_the_watermark_rule_is_part_of_a_point_identity_only_with_a_watermark():
+    """Without a watermark both rules run alike and a point keeps the id it had before the rule existed;
+    with one, the rule names another point (the default's results changed with it)."""
+    from kvsim.analysis.sweep import Point
+
+    def pid(**cfg):
+        return Point(
+            config={"num_blocks": 100, **cfg}, workload="sharegpt", workload_params={}, seed=0, requests=10
+        ).point_id()
+
+    assert pid() == pid(watermark_rule="always") == pid(watermark=0.0, watermark_rule="always")
+    assert pid(watermark=0.1) != pid(watermark=0.1, watermark_rule="always")
+    assert pid(watermark=0.1) == pid(watermark=0.1, watermark_rule="while-running")
+    assert pid(watermark=0.1) != pid()

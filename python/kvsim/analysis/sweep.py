@@ -153,6 +153,10 @@ class Point:
         # The fleet's knobs only when one differs from its default, so a one-replica point keeps the id
         # it had before fleets existed.
         resolved = {k: v for k, v in resolved.items() if not (k in CLUSTER_KNOBS and v == KNOBS[k].default)}
+        # The watermark's rule only with a watermark (without one both rules run alike), so a point
+        # without one keeps the id it had before the rule existed.
+        if not resolved.get("watermark"):
+            resolved.pop("watermark_rule", None)
         identity: dict[str, Any] = {
             "config": resolved,
             "workload": self.workload,

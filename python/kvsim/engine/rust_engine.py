@@ -32,6 +32,7 @@ def config_kwargs(config: SimConfig) -> dict[str, Any]:
         full_prompt_gate=config.admission_gate == "full-prompt",
         skip_over_budget=config.waiting_over_budget == "skip",
         watermark_blocks=config.watermark_blocks,
+        watermark_while_running=config.watermark_rule == "while-running",
         one_free_block=config.append_check == "one-free-block",
         max_model_len=config.max_model_len,
         time_model="ticks" if config.time_model == "ticks" else "linear",  # calibrated is linear
@@ -94,7 +95,8 @@ def step_floor(inp: EngineInput, config: SimConfig) -> dict[str, int]:
 
 def check_step_floor(inp: EngineInput, config: SimConfig) -> None:
     """Raises `InvalidArgumentError` for a config or workload the step floor does not model: a policy
-    other than `vllm`, the `linear` time model, more than one sample per request, prompts that share
+    other than `vllm`, the `linear` time model, a watermark under `watermark_rule="while-running"` (the
+    floor holds it at every admission), more than one sample per request, prompts that share
     content or quote a generated output (the engine would find prefix hits), or, without chunked prefill,
     a prompt over the token budget (the engine rejects it)."""
     if config.policy != "vllm":
@@ -102,6 +104,11 @@ def check_step_floor(inp: EngineInput, config: SimConfig) -> None:
     if config.time_model != "ticks":
         raise InvalidArgumentError(
             f"time_model {config.time_model!r}: the step floor models the 'ticks' time model only"
+        )
+    if config.watermark_blocks > 0 and config.watermark_rule != "always":
+        raise InvalidArgumentError(
+            f"watermark_rule {config.watermark_rule!r} with watermark {config.watermark}: the step floor "
+            "models the 'always' rule only"
         )
     if (inp.sample > 0).any():
         raise InvalidArgumentError("num_samples > 1: the step floor models one sample per request only")

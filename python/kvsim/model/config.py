@@ -44,6 +44,7 @@ from kvsim.model.knobs import (
     TIME_MODELS,
     V0_SWAP_SPACE_BYTES,
     WAITING_OVER_BUDGET,
+    WATERMARK_RULES,
     Knob,
     convert,
     default,
@@ -73,7 +74,10 @@ class SimConfig:
     (`free_order="lifo_unhashed"`; `"classic"`: every one to the tail, before 0.23). With chunked prefill
     off, a prompt over the step's budget left ends the waiting phase (`waiting_over_budget="stop"`, vLLM
     0.12 and later) or is skipped, later ones tried and the skipped put back at the head in reverse order
-    (`"skip"`, vLLM 0.9.2 to 0.11.2).
+    (`"skip"`, vLLM 0.9.2 to 0.11.2). A `watermark` fraction of the blocks is kept free at admission
+    only while some request runs, `int(watermark * num_blocks)` blocks (`watermark_rule="while-running"`,
+    vLLM v1 0.24.0 and later, whose `--watermark` defaults to 0), or at every admission (swap-ins
+    included), `int(watermark * (num_blocks - 1))` blocks (`"always"`, vLLM v0: 1 %).
 
     Running sequences: `append_check="exact"` schedules one if the blocks its next tokens need are free
     (vLLM v1, and v0's second block manager); `"one-free-block"` also wants a free block for every
@@ -113,6 +117,7 @@ class SimConfig:
     admission_gate: str = default("admission_gate")
     waiting_over_budget: str = default("waiting_over_budget")
     watermark: float = default("watermark")
+    watermark_rule: str = default("watermark_rule")
     append_check: str = default("append_check")
     max_model_len: int | None = default("max_model_len")
     time_model: str = default("time_model")
@@ -308,7 +313,11 @@ class SimConfig:
 
     @property
     def watermark_blocks(self) -> int:
-        return int(float(self.watermark) * self.capacity_blocks)
+        """The blocks the watermark keeps free: vLLM v1 counts its null block (`num_blocks`), vLLM v0 had
+        none (its `num_gpu_blocks` is kvsim's capacity)."""
+        assert self.num_blocks is not None
+        blocks = self.num_blocks if self.watermark_rule == "while-running" else self.capacity_blocks
+        return int(float(self.watermark) * blocks)
 
     @property
     def pool(self) -> Any:
@@ -357,7 +366,9 @@ class SimConfig:
         - `vllm-latest`: vLLM 0.23.0 to 0.33.0 (the newest checked): freed blocks without a key to the
           head of the free queue (`free_order="lifo_unhashed"`), admission only if the whole prompt fits
           (`admission_gate="full-prompt"`, `scheduler_reserve_full_isl`), and with chunked prefill off the
-          waiting loop ends at a prompt over the budget left (`waiting_over_budget="stop"`).
+          waiting loop ends at a prompt over the budget left (`waiting_over_budget="stop"`); no watermark
+          (vLLM's default), and one given is kept free while some request runs
+          (`watermark_rule="while-running"`, vLLM 0.24.0 and later).
         - `vllm-0.20`: vLLM 0.20.0 to 0.22.1: the full-prompt gate, classic free order, stop.
         - `vllm-0.19`: vLLM 0.19.0 to 0.19.1: as `vllm-0.20`, with `gpu_memory_utilization` 0.9 (0.20.0
           raised vLLM's default to 0.92, the knob's; every older preset sets 0.9 too).
@@ -365,7 +376,10 @@ class SimConfig:
           chunk's blocks at admission, stop.
         - `vllm-0.11`: vLLM 0.9.2 to 0.11.2: as `vllm-v1`, but with chunked prefill off a prompt over the
           budget left is skipped and later ones are tried (`waiting_over_budget="skip"`).
-        - `vllm-v0`: vLLM's v0 engine (the paper's): watermark 1 %, a free block per running sequence,
+        - The presets older than 0.24.0 (`vllm-0.20` to `vllm-0.11`) have no watermark: one given to
+          them is refused.
+        - `vllm-v0`: vLLM's v0 engine (the paper's): watermark 1 % at every admission
+          (`watermark_rule="always"`), a free block per running sequence,
           copy-on-write sample groups, no chunked prefill, `preemption="auto"` (groups swapped to
           `cpu_blocks`, lone sequences recomputed; with a `model`, `cpu_blocks` defaults to v0's 4 GiB of
           swap space).
@@ -383,6 +397,7 @@ class SimConfig:
                 "free_order": "lifo_unhashed",
                 "admission_gate": "full-prompt",
                 "waiting_over_budget": "stop",
+                "watermark_rule": "while-running",
             },
             "vllm-0.20": {
                 **classic,
@@ -397,6 +412,7 @@ class SimConfig:
                 **classic,
                 "waiting_over_budget": "stop",
                 "watermark": 0.01,
+                "watermark_rule": "always",
                 "append_check": "one-free-block",
                 "sampling": "fork-cow",
                 "chunked_prefill": False,
@@ -413,7 +429,13 @@ class SimConfig:
             and "swap_space_bytes" not in overrides
         ):
             chosen["swap_space_bytes"] = V0_SWAP_SPACE_BYTES  # v0's default: 4 GiB of CPU memory per GPU
-        return cls(**{**chosen, **overrides})
+        config = cls(**{**chosen, **overrides})
+        if name not in ("vllm-latest", "vllm-v0") and config.watermark > 0:
+            raise InvalidArgumentError(
+                f"watermark {config.watermark!r}: preset {name!r} has none (vLLM v1 has no watermark before "
+                "0.24.0; 'vllm-latest' and 'vllm-v0' take one)"
+            )
+        return config
 
 
 def _keyword_check(init: Any) -> Any:
@@ -469,6 +491,7 @@ __all__ = [
     "TIME_MODELS",
     "V0_SWAP_SPACE_BYTES",
     "WAITING_OVER_BUDGET",
+    "WATERMARK_RULES",
     "InvalidArgumentError",
     "Knob",
     "KvsimError",

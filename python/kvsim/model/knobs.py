@@ -26,6 +26,7 @@ V0_SWAP_SPACE_BYTES = 4 * 2**30  # vLLM v0's default `swap_space` (GiB of CPU me
 SAMPLINGS = ("fork-cow", "independent")
 ADMISSION_GATES = ("none", "full-prompt")
 WAITING_OVER_BUDGET = ("stop", "skip")
+WATERMARK_RULES = ("while-running", "always")
 APPEND_CHECKS = ("exact", "one-free-block")
 ROUTERS = ("round-robin", "random", "least-loaded", "least-kv", "prefix-affinity", "weighted")
 # The weighted router's scorers, in the order their terms are summed (DESIGN.md §Cluster), and its default.
@@ -215,13 +216,20 @@ KNOBS: dict[str, Knob] = {
     "watermark": Knob(
         0.0,
         "float",
-        "fraction of blocks kept free at admission (vLLM v0: 0.01); kvsim applies it at every admission, as "
-        "vLLM v0 did; vLLM v1's --watermark (0.24.0 and later, default 0.0) keeps it free only while some "
-        "request is running",
+        "fraction of blocks kept free at admission (vLLM v0: 0.01; vLLM v1's --watermark from 0.24.0, default "
+        "0.0; none before 0.24.0); watermark_rule says when it is kept",
         lo=0.0,
         hi=1.0,
         open_hi=True,
         metavar="FRACTION",
+    ),
+    "watermark_rule": Knob(
+        "while-running",
+        "choice",
+        "while-running (vLLM v1 0.24.0 and later: the watermark is kept free only while some request "
+        "runs, int(watermark x num_blocks) blocks, the null block counted) or always (vLLM v0: at every "
+        "admission, int(watermark x (num_blocks - 1)) blocks)",
+        choices=WATERMARK_RULES,
     ),
     "append_check": Knob(
         "exact",

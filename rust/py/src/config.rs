@@ -10,9 +10,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::cell::Cell;
 
-/// The engine's keyword arguments, in the order their values are checked; `skip_over_budget` and
-/// `one_free_block` default to false, `max_model_len` may be None, every other one is required.
-pub(crate) const KNOBS: [&str; 22] = [
+/// The engine's keyword arguments, in the order their values are checked; `skip_over_budget`,
+/// `watermark_while_running` and `one_free_block` default to false, `max_model_len` may be None, every other one is required.
+pub(crate) const KNOBS: [&str; 23] = [
     "num_blocks",
     "block_size",
     "policy",
@@ -24,6 +24,7 @@ pub(crate) const KNOBS: [&str; 22] = [
     "full_prompt_gate",
     "skip_over_budget",
     "watermark_blocks",
+    "watermark_while_running",
     "one_free_block",
     "max_model_len",
     "time_model",
@@ -119,6 +120,7 @@ pub(crate) fn engine_config(
     let full_prompt_gate = k.flag("full_prompt_gate", None)?;
     let skip_over_budget = k.flag("skip_over_budget", Some(false))?;
     let watermark_blocks = k.int("watermark_blocks")?;
+    let watermark_while_running = k.flag("watermark_while_running", Some(false))?;
     let one_free_block = k.flag("one_free_block", Some(false))?;
     let max_model_len = k.opt_int("max_model_len")?;
     let time_model = k.text("time_model")?;
@@ -163,6 +165,7 @@ pub(crate) fn engine_config(
             full_prompt_gate,
             skip_over_budget,
             watermark_blocks: u64_arg(watermark_blocks, "watermark_blocks")?,
+            watermark_while_running,
             one_free_block,
             max_model_len: max_model_len
                 .map(|v| u64_arg(v, "max_model_len"))

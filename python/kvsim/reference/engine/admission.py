@@ -1,7 +1,7 @@
 """Admission (DESIGN.md §Engine, steps 1 and 3; the twin of `rust/core/src/engine/admission.rs`): what a
 sequence needs (its region or peak blocks), rejection at arrival, the waiting phase with its gate
-(`admission_gate`, watermark, promised blocks) and what a prompt over the budget does
-(`waiting_over_budget`), and rejections."""
+(`admission_gate`, the watermark as `watermark_rule` applies it, promised blocks) and what a prompt over
+the budget does (`waiting_over_budget`), and rejections."""
 
 from __future__ import annotations
 
@@ -45,6 +45,14 @@ class Admission(State):
         if s.seats > cfg.max_num_seqs:
             return 7
         return 0
+
+    def admission_watermark(self) -> int:
+        """The blocks an admission leaves free now: the watermark at every admission (`watermark_rule=
+        "always"`, vLLM v0) or only while some sequence runs, those admitted earlier in this step included
+        (`"while-running"`, vLLM v1 0.24.0 and later: `has_scheduled_reqs=bool(self.running)`)."""
+        if self.cfg.watermark_rule == "while-running" and not self.running:
+            return 0
+        return self.cfg.watermark_blocks
 
     def over_budget(self) -> int:
         """What `try_admit` answers for a whole prompt (chunked prefill off) over the budget left: 0 (wait:
@@ -90,7 +98,7 @@ class Admission(State):
             need = -(-total // bs) - len(hits)
         else:
             need = first
-        if need + evictable + self.cfg.watermark_blocks > free:
+        if need + evictable + self.admission_watermark() > free:
             return 0
         new = self.kv.allocate(s.idx, segs, num_new)
         assert new is not None, "capacity was checked"

@@ -117,7 +117,7 @@ class Preemption(State):
         if cfg.append_check == "one-free-block" and s.decoding:
             # vLLM v0's `can_swap_in`: its blocks plus a free block for its next token, needed or not.
             need = max(need, -(-s.num_computed // bs) + 1)
-        if need + cfg.watermark_blocks > self.kv.num_free_blocks:
+        if need + self.admission_watermark() > self.kv.num_free_blocks:
             return 0
         new = self.kv._restore(s.idx, s.segments(), s.num_computed + num_new)
         self.log("swap-in", s)
@@ -142,7 +142,7 @@ class Preemption(State):
         grow = n if c % bs == 0 else (n - 1 if identical else 0)
         if self.cfg.append_check == "one-free-block":
             grow = n  # vLLM v0's `can_swap_in`: a free block per sample, needed or not
-        if first.swapped_blocks + grow + self.cfg.watermark_blocks > self.kv.num_free_blocks:
+        if first.swapped_blocks + grow + self.admission_watermark() > self.kv.num_free_blocks:
             return 0
         kv = self.kv
         prefix = c if identical else shared * bs

@@ -19,6 +19,17 @@ fn over_budget(cfg: &EngineConfig) -> u64 {
 }
 
 impl Engine<'_> {
+    /// The blocks an admission leaves free now: the watermark, at every admission (vLLM v0) or, with
+    /// `watermark_while_running`, only while some sequence runs, those admitted earlier in this step
+    /// included (vLLM v1 0.24.0 and later: `allocate_slots(..., has_scheduled_reqs=bool(self.running))`).
+    pub(super) fn admission_watermark(&self) -> u64 {
+        if self.cfg.watermark_while_running && self.running.is_empty() {
+            0
+        } else {
+            self.cfg.watermark_blocks
+        }
+    }
+
     /// Allocates a waiting sequence's first chunk; returns its token count, 0 if it cannot start now,
     /// `NEVER` if it never can (chunked prefill off and more tokens than a step's budget), or `SKIP` (see
     /// `over_budget`).
@@ -26,6 +37,7 @@ impl Engine<'_> {
         let cfg = self.cfg;
         let bs = cfg.block_size;
         let total = self.slab[k].num_tokens();
+        let watermark = self.admission_watermark();
         match &mut self.mem {
             Memory::Contiguous(space) => {
                 let num_new = if cfg.chunked_prefill {
@@ -86,7 +98,7 @@ impl Engine<'_> {
                 } else {
                     first
                 };
-                if need + evictable + cfg.watermark_blocks > free {
+                if need + evictable + watermark > free {
                     return 0;
                 }
                 self.new_blocks.clear();
@@ -261,5 +273,71 @@ impl Engine<'_> {
             self.waiting.push_front(k);
         }
         self.skipped.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{EngineInput, EngineOutput, reject, run};
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    const MS: i64 = 1_000_000_000;
+
+    /// Private prompts all waiting at 0, outputs as given, in 11 blocks of 16 (10 usable).
+    fn simulate(
+        prompt: &[i64],
+        target: &[i64],
+        watermark: u64,
+        while_running: bool,
+    ) -> EngineOutput {
+        let n = prompt.len();
+        let output_seg: Vec<u64> = (0..n as u64).map(|i| (1 << 63) + i).collect();
+        let offsets: Vec<i64> = (0..=n as i64).collect();
+        let ids: Vec<u64> = (1..=n as u64).collect();
+        let inp = EngineInput {
+            arrival_ps: &vec![0; n],
+            prompt_len: prompt,
+            target,
+            max_gen: target,
+            fork_parent: &vec![-1; n],
+            output_seg: &output_seg,
+            seg_offsets: &offsets,
+            segment_id: &ids,
+            segment_len: prompt,
+        };
+        let cfg = EngineConfig {
+            watermark_blocks: watermark,
+            watermark_while_running: while_running,
+            ..EngineConfig::for_tests(11, 16)
+        };
+        run(inp, &cfg, 0, false, &AtomicBool::new(false)).unwrap()
+    }
+
+    /// A 160-token prompt takes all 10 blocks: held back at every admission (vLLM v0) the watermark's
+    /// block makes it unstartable (rejected, reason 5); held only while a request runs (vLLM v1 ≥ 0.24)
+    /// the idle engine admits it.
+    #[test]
+    fn an_idle_engine_pays_no_watermark_while_running() {
+        let always = simulate(&[160], &[1], 1, false);
+        assert_eq!(always.reject_reason, [reject::NEVER_ADMITTED as i8]);
+        let idle = simulate(&[160], &[1], 1, true);
+        assert_eq!(idle.reject_reason, [0]);
+        assert_eq!(idle.finish, [MS]);
+    }
+
+    /// A (60 tokens, 4 blocks, output 4) enters the idle engine; B (96 tokens, 6 blocks) is tried after A
+    /// joined the running list in the same step, so it pays the watermark (6 + 1 > 6) and waits for A's
+    /// finish at 4 ms under both rules; without a watermark both start at 0.
+    #[test]
+    fn the_second_admission_of_a_step_pays_the_watermark() {
+        for while_running in [true, false] {
+            let paid = simulate(&[60, 96], &[4, 1], 1, while_running);
+            assert_eq!(paid.first_scheduled, [0, 4 * MS], "{while_running}");
+            assert_eq!(paid.finish, [4 * MS, 5 * MS], "{while_running}");
+        }
+        let free = simulate(&[60, 96], &[4, 1], 0, true);
+        assert_eq!(free.first_scheduled, [0, 0]);
+        assert_eq!(free.finish, [4 * MS, MS]);
     }
 }

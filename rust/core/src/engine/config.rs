@@ -90,7 +90,12 @@ pub struct EngineConfig {
     /// ones are tried, the skipped going back to the queue head in reverse order (vLLM 0.9.2 to 0.11.2,
     /// `SimConfig.waiting_over_budget = "skip"`); otherwise the waiting phase ends there (vLLM ≥ 0.12).
     pub skip_over_budget: bool,
+    /// Blocks an admission (a waiting or preempted sequence's, or a swap-in) leaves free.
     pub watermark_blocks: u64,
+    /// The watermark is held free only while some sequence is running, those admitted earlier in the
+    /// same step included (vLLM v1 0.24.0 and later, `SimConfig.watermark_rule = "while-running"`);
+    /// otherwise at every admission (vLLM v0, `"always"`).
+    pub watermark_while_running: bool,
     /// vLLM v0's first block manager: a decoding sequence is scheduled only if a block is free, whether
     /// or not it needs one (`SimConfig.append_check = "one-free-block"`).
     pub one_free_block: bool,
@@ -123,6 +128,7 @@ impl EngineConfig {
             full_prompt_gate: false,
             skip_over_budget: false,
             watermark_blocks: 0,
+            watermark_while_running: false,
             one_free_block: false,
             max_model_len: None,
             time: TimeModel::Ticks {

@@ -117,6 +117,7 @@ impl Engine<'_> {
     pub(super) fn try_swap_in(&mut self, k: usize, budget: u64) -> u64 {
         let cfg = self.cfg;
         let bs = cfg.block_size;
+        let watermark = self.admission_watermark();
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("swap is paged only")
         };
@@ -131,7 +132,7 @@ impl Engine<'_> {
             // vLLM v0's `can_swap_in`: its blocks plus a free block for its next token, needed or not.
             need = need.max(blocks_for(s.num_computed, bs) + 1);
         }
-        if need + cfg.watermark_blocks > u64::from(pool.num_free_blocks()) {
+        if need + watermark > u64::from(pool.num_free_blocks()) {
             return 0;
         }
         self.new_blocks.clear();
@@ -182,11 +183,12 @@ impl Engine<'_> {
         } else {
             0
         };
+        let watermark = self.admission_watermark();
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("swap is paged only")
         };
         let blocks = self.slab[head].swapped_blocks;
-        if blocks + grow + cfg.watermark_blocks > u64::from(pool.num_free_blocks()) {
+        if blocks + grow + watermark > u64::from(pool.num_free_blocks()) {
             return 0;
         }
         let prefix = if identical { c } else { shared * bs };
