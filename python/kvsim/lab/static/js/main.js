@@ -228,7 +228,7 @@ async function run(query, step) {
 }
 
 function firstBlockWith(replay, state) {
-  for (let b = 0; b < replay.numBlocks; b += 1) if (replay.paged.block(b).state === state) return b;
+  for (let b = 0; b < replay.numBlocks; b += 1) if (replay.paged.stateOf(b) === state) return b;
   return -1;
 }
 
@@ -244,6 +244,10 @@ const lazy = [
 ];
 const onScreen = new Set();
 let idleHandle = 0;
+// The block grid draws only on screen too: off screen it keeps the blocks that changed (`grid.defer`).
+const poolSection = $("grid").closest("section");
+lazy.push({ name: "grid", el: poolSection, draw: () => grid.catchUp(), get stale() { return grid.hasDeferred(); },
+  set stale(_) {} });
 
 function settle() {
   if (lab.replay && lazy.every((v) => !v.stale) && !grid.hasPending()) {
@@ -282,11 +286,13 @@ for (const v of lazy) observer.observe(v.el);
 function render(changed) {
   const r = lab.replay;
   const marks = [performance.now()];
-  grid.update(changed);
+  if (onScreen.has(poolSection)) grid.update(changed);
+  else grid.defer(changed);
   marks.push(performance.now());
   panels.render(changed);
   marks.push(performance.now());
   for (const v of lazy) {
+    if (v.name === "grid") continue;
     if (onScreen.has(v.el)) {
       v.draw();
       v.stale = false;
