@@ -74,16 +74,27 @@ class SeqRows:
 
 def _order(*keys: np.ndarray) -> np.ndarray:
     """Indices that sort by several non-negative integer keys, the first the most significant: stable
-    sorts from the least significant key up (a radix sort for keys below 2**16; the logs' columns are
-    mostly runs already in order, which a merge sort takes in linear time)."""
+    sorts from the least significant key up (radix sorts of 16-bit digits for keys below 2**32, a merge
+    sort past that)."""
     order: np.ndarray | None = None
-    for k in reversed(keys):
-        k = k if order is None else k[order]
-        small = len(k) == 0 or int(k.max()) < 2**16
-        o = np.argsort(k.astype(np.uint16) if small else k, kind="stable")
-        order = o if order is None else order[o]
+    for key in reversed(keys):
+        top = int(key.max()) if len(key) else 0
+        # A key below 2**32 as two 16-bit digits (low first): numpy's stable sort of 16-bit keys is a
+        # radix sort, of wider ones a merge sort.
+        digits = [key] if top >= 2**32 else [key & 0xFFFF, key >> 16] if top >= 2**16 else [key]
+        for k in digits:
+            k = k if order is None else k[order]
+            o = np.argsort(k.astype(np.uint16) if top < 2**32 else k, kind="stable")
+            order = o if order is None else order[o]
     assert order is not None
     return order
+
+
+def _unique(keys: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of `keys`, by a stable sort (linear on a few sorted runs, as here):
+    numpy 2's `np.unique` hashes, which takes a hundred times longer on these columns."""
+    a = np.sort(keys, kind="stable")
+    return a[np.r_[True, a[1:] != a[:-1]]] if len(a) else a
 
 
 def _group_starts(keys: np.ndarray) -> np.ndarray:
@@ -501,7 +512,7 @@ def _seq_rows(
     )
     po = np.argsort(p_key, kind="stable")
     p_key_s = p_key[po]
-    keys = np.unique(np.concatenate((g_key, p_key)))
+    keys = _unique(np.concatenate((g_key, p_key)))
     k_seq, k_step = keys // width, keys % width
     i = np.searchsorted(p_key_s, keys, "right") - 1
     if (i < 0).any() or (p_key_s[np.maximum(i, 0)] // width != k_seq).any():
