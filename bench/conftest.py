@@ -30,7 +30,8 @@ RUN_PREFIX = "Run: "
 TARGETS_NOTE = (
     "Each group is one run (its command, date, machine and load average); a later run of the same tests "
     "replaces their rows. The 1M-request times are medians of three after a warm-up run; this VM's speed "
-    "drifts by tens of percent between minutes, so a run can land on either side of a close target."
+    "drifts by tens of percent between minutes, so a run can land on either side of a close target. A load "
+    "average above ~1.5 on its 2 cores means other jobs shared them: that run's numbers are pessimistic."
 )
 TARGETS_HEAD = ["| measurement | value | target | met | test |", "|---|---:|---:|---|---|"]
 BENCH_HEAD = [
