@@ -2,8 +2,8 @@
 // {"error": "...", "field": "..."}; they surface as an Error whose message is the server's.
 
 /** Where the last request's time went: until the response's headers (the server's work), then until its
- * body was read and parsed (transfer and JSON.parse). */
-export const lastFetch = { headers_ms: 0, body_ms: 0, bytes: 0 };
+ * body was read (transfer_ms) and parsed, its typed columns decoded (body_ms, both). */
+export const lastFetch = { headers_ms: 0, body_ms: 0, transfer_ms: 0, bytes: 0 };
 
 // A typed column (DESIGN.md "Lab", the bundle): {"dtype": ..., "base64": little-endian bytes}.
 const ARRAYS = { int8: Int8Array, uint8: Uint8Array, int16: Int16Array, uint16: Uint16Array, int32: Int32Array,
@@ -43,13 +43,17 @@ async function getJson(url, signal) {
   const res = await fetch(url, { signal, headers: { Accept: "application/json" } });
   const t1 = performance.now();
   let body = null;
+  let t2 = t1;
   try {
-    body = typedColumns(await res.json());
+    const text = await res.text();
+    t2 = performance.now();
+    body = typedColumns(JSON.parse(text));
   } catch {
     body = null;
   }
   lastFetch.headers_ms = t1 - t0;
   lastFetch.body_ms = performance.now() - t1;
+  lastFetch.transfer_ms = t2 - t1;
   lastFetch.bytes = Number(res.headers.get("content-length") || 0);
   if (!res.ok) {
     const msg = body && body.error ? body.error : `${res.status} ${res.statusText}`;

@@ -215,7 +215,7 @@ async function run(query, step) {
     grid.select(lab.selected, false);
   }
   const t2 = performance.now();
-  lab.timings.push({ query, fetch_ms: t1 - t0, server_ms: lastFetch.headers_ms, body_ms: lastFetch.body_ms,
+  lab.timings.push({ query, fetch_ms: t1 - t0, server_ms: lastFetch.headers_ms, body_ms: lastFetch.body_ms, transfer_ms: lastFetch.transfer_ms,
     bytes: lastFetch.bytes, replay_ms: tReplay - t1, render_ms: t2 - t1, total_ms: t2 - t0, views_ms: lab.lastRender });
   $("foot-run").textContent = `Last run: ${int(bundle.requests.length)} requests, ${int(bundle.num_steps)} steps, ` +
     `${int(replay.paged.numEvents)} events; fetched in ${(t1 - t0).toFixed(0)} ms, drawn in ${(t2 - t1).toFixed(0)} ms.`;
