@@ -74,18 +74,14 @@ class SeqRows:
 
 def _order(*keys: np.ndarray) -> np.ndarray:
     """Indices that sort by several non-negative integer keys, the first the most significant: stable
-    sorts from the least significant key up (radix sorts of 16-bit digits for keys below 2**32, a merge
-    sort past that)."""
+    sorts from the least significant key up (a radix sort for keys below 2**16; the logs' columns are
+    mostly runs already in order, which a merge sort takes in linear time)."""
     order: np.ndarray | None = None
-    for key in reversed(keys):
-        top = int(key.max()) if len(key) else 0
-        # A key below 2**32 as two 16-bit digits (low first): numpy's stable sort of 16-bit keys is a
-        # radix sort, of wider ones a merge sort.
-        digits = [key] if top >= 2**32 else [key & 0xFFFF, key >> 16] if top >= 2**16 else [key]
-        for k in digits:
-            k = k if order is None else k[order]
-            o = np.argsort(k.astype(np.uint16) if top < 2**32 else k, kind="stable")
-            order = o if order is None else order[o]
+    for k in reversed(keys):
+        k = k if order is None else k[order]
+        small = len(k) == 0 or int(k.max()) < 2**16
+        o = np.argsort(k.astype(np.uint16) if small else k, kind="stable")
+        order = o if order is None else order[o]
     assert order is not None
     return order
 
