@@ -1,6 +1,6 @@
 """CPU seconds of building a lab bundle, per phase (DESIGN.md §Lab, Cost): both engine runs with the
 event log and a time series, the two replays (`kvsim.lab.state.replay`), the payload (`bundle_from`) and
-its encoding (`kvsim.lab.bundle.encode`: orjson, numpy columns as arrays); then the whole of
+its encoding (`kvsim.lab.bundle.encode`: orjson, numpy columns as typed columns); then the whole of
 `encode(kvsim.lab.bundle(preset))` (the bundle freed inside the timed span). CPU time
 (`time.process_time`), not wall time, so that a loaded machine still gives comparable numbers; the best
 and the median of `--rounds` rounds, and the load average.

@@ -15,6 +15,7 @@ import urllib.request
 import warnings
 
 import hypothesis.strategies as st
+import numpy as np
 import pytest
 from hypothesis import given, settings
 
@@ -24,7 +25,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from kvsim.lab.bundle import encode
+from kvsim.lab.bundle import COLUMN_DTYPES, column, decode, encode
 from kvsim.lab.server import create_app, openapi
 
 
@@ -50,15 +51,47 @@ def test_run_route_is_the_bundle(client):
         "/api/run", params={"preset": "copilot", "block_size": "32", "enable_prefix_caching": "false"}
     )
     assert r.status_code == 200
-    body = r.json()
+    assert r.headers["content-type"] == "application/json"
+    body = decode(r.content)
     assert body["query"]["block_size"] == 32
     assert body["query"]["enable_prefix_caching"] is False
     expected = kvsim.lab.bundle("copilot", block_size=32, enable_prefix_caching=False)
     for key in ("num_steps", "requests", "model", "bytes_per_block"):
         assert body[key] == expected[key]
-    assert body["paged"]["metrics"] == json.loads(json.dumps(expected["paged"]["metrics"]))
-    assert body["paged"]["blocks"] == json.loads(encode(expected["paged"]["blocks"]))
-    assert body["paged"]["seqs"] == json.loads(encode(expected["paged"]["seqs"]))
+    for group in ("metrics", "events", "blocks", "seqs"):
+        got, want = body["paged"][group], expected["paged"][group]
+        assert set(got) == set(want), group
+        for name, values in want.items():
+            assert np.array_equal(got[name], np.asarray(values)), (group, name)
+    # The same run again is the same bytes (the server keeps the encoded bundle).
+    again = client.get(
+        "/api/run", params={"preset": "copilot", "enable_prefix_caching": "false", "block_size": "32"}
+    )
+    assert again.content == r.content
+
+
+def test_bundle_columns_are_typed_and_narrow(client):
+    """Numbers arrive as typed columns ({"dtype", "base64"} of little-endian bytes), each in the
+    narrowest dtype that holds it; integers past int32 as float64, exactly."""
+    raw = json.loads(client.get("/api/run", params={"preset": "copilot"}).content)
+    cols = raw["paged"]["events"]
+    assert set(cols) >= {"step", "kind", "seq", "block", "count"}
+    for c in cols.values():
+        assert set(c) == {"dtype", "base64"}
+        assert c["dtype"] in COLUMN_DTYPES
+    assert cols["kind"]["dtype"] in ("int8", "uint8")
+    b = kvsim.lab.bundle("copilot")
+    big = raw["paged"]["metrics"]["paged_allocated_bytes"]
+    assert big["dtype"] == "int32"  # 64 blocks of 16 tokens of 128 KiB: under 2**31 bytes
+    assert (
+        decode(json.dumps(big)).tolist()
+        == np.asarray(b["paged"]["metrics"]["paged_allocated_bytes"]).tolist()
+    )
+    with pytest.raises(ValueError, match="past float64"):
+        column(np.array([2**60], np.int64))
+    past = json.loads(encode(np.array([-1, 2**31], np.int64)))
+    assert past["dtype"] == "float64"
+    assert decode(json.dumps(past)).tolist() == [-1, 2**31]
 
 
 def test_state_route_is_the_snapshot(client):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 
@@ -144,7 +145,7 @@ def test_event_upto_cuts_the_log_at_each_state():
     events = b["paged"]["events"]
     assert upto[0] == 0
     assert upto[-1] == len(events["step"]) == b["paged"]["num_events"]
-    assert upto == sorted(upto)
+    assert (np.diff(upto) >= 0).all()  # a numpy column, like every number list of a bundle
     kinds = {b["paged"]["event_kinds"][c] for c in events["kind"][: upto[1]]}
     assert {"admit", "allocate", "prefix-hit"} <= kinds
 

@@ -6,6 +6,8 @@ bytes and fractions.
 
 from __future__ import annotations
 
+import base64
+import concurrent.futures
 import dataclasses
 import json
 import time
@@ -224,39 +226,46 @@ def run_tracks(r: Resolved, backend: str = "rust") -> tuple[Track, Track]:
         raise InvalidArgumentError(
             f"events at least {least} at block_size {bs} exceed max_events {LIMITS['max_events']}"
         )
-    tracks = []
-    for cfg in (r.paged, r.contiguous):
-        res = simulate(r.preset.workload, cfg, backend=backend, record_events=True, record_timeseries=True)
-        steps = int(res.summary["num_steps"])
-        events = 0 if res.events is None else res.events.height
-        if steps > LIMITS["max_steps"]:
-            raise InvalidArgumentError(
-                f"steps {steps} of policy {cfg.policy!r} exceed max_steps {LIMITS['max_steps']}"
-            )
-        if events > LIMITS["max_events"]:
-            raise InvalidArgumentError(
-                f"events {events} of policy {cfg.policy!r} exceed max_events {LIMITS['max_events']}"
-            )
-        tracks.append(
-            replay(
-                res,
-                r.preset.workload,
-                cfg,
-                names=r.preset.segment_names,
-                request_names=r.preset.request_names or None,
-            )
+    # The contiguous track runs in a second thread beside the paged one: the engine runs release the GIL,
+    # so the shorter track's replay (Python) overlaps the paged engine run (Rust). Each track is its own
+    # objects; the result is the same as running them one after the other.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kvsim-lab-track") as pool:
+        contiguous = pool.submit(_run_track, r, r.contiguous, backend)
+        paged = _run_track(r, r.paged, backend)
+        return paged, contiguous.result()
+
+
+def _run_track(r: Resolved, cfg: SimConfig, backend: str) -> Track:
+    res = simulate(r.preset.workload, cfg, backend=backend, record_events=True, record_timeseries=True)
+    steps = int(res.summary["num_steps"])
+    events = 0 if res.events is None else res.events.height
+    if steps > LIMITS["max_steps"]:
+        raise InvalidArgumentError(
+            f"steps {steps} of policy {cfg.policy!r} exceed max_steps {LIMITS['max_steps']}"
         )
-    return tracks[0], tracks[1]
+    if events > LIMITS["max_events"]:
+        raise InvalidArgumentError(
+            f"events {events} of policy {cfg.policy!r} exceed max_events {LIMITS['max_events']}"
+        )
+    return replay(
+        res,
+        r.preset.workload,
+        cfg,
+        names=r.preset.segment_names,
+        request_names=r.preset.request_names or None,
+    )
 
 
-def _pad(values: list[Any], n: int) -> list[Any]:
-    return values + [values[-1]] * (n - len(values))
+def _pad(values: Any, n: int) -> np.ndarray:
+    """A per-state column (a list or an array) as an array of n values, its last value repeated."""
+    a = np.asarray(values)
+    return np.concatenate((a, np.repeat(a[-1:], n - len(a)))) if len(a) < n else a
 
 
-def _fraction(a: np.ndarray, b: np.ndarray) -> list[float]:
+def _fraction(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a / b elementwise, 0.0 where b is 0 (integer columns: exact in float64 below 2**53)."""
     a, b = a.astype(np.float64), b.astype(np.float64)
-    return np.divide(a, b, out=np.zeros_like(a), where=b != 0).tolist()
+    return np.divide(a, b, out=np.zeros_like(a), where=b != 0)
 
 
 COUNT_COLUMNS = ("running", "waiting", "swapped", "finished", "rejected")
@@ -266,36 +275,36 @@ CUMULATIVE_COLUMNS = ("cow_copies", "evictions", "preemptions", "swaps")
 
 def metric_columns(
     paged: Track, contiguous: Track, bpt: int
-) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
-    """The snapshot's scalar keys, one value per state 0..S (S the longer track's steps): the paged
-    track's columns hold every card's number (the contiguous ones too), each track its own counts."""
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The snapshot's scalar keys, one value per state 0..S (S the longer track's steps), as arrays: the
+    paged track's columns hold every card's number (the contiguous ones too), each track its own counts."""
     s = max(paged.num_steps, contiguous.num_steps) + 1
-    pm = {k: _pad(v, s) for k, v in paged.metrics.items()}
-    cm = {k: _pad(v, s) for k, v in contiguous.metrics.items()}
+    pm = {k: _pad(v, s).astype(np.int64) for k, v in paged.metrics.items()}
+    cm = {k: _pad(v, s).astype(np.int64) for k, v in contiguous.metrics.items()}
     cap = contiguous.config.capacity_tokens
     bs = paged.config.block_size
-    # Whole columns at once (int64: bytes stay far below 2**63 within LIMITS).
-    pa, ps = np.array(pm["allocated_tokens"], np.int64), np.array(pm["stored_tokens"], np.int64)
-    ca, cs = np.array(cm["allocated_tokens"], np.int64), np.array(cm["stored_tokens"], np.int64)
-    ce = np.array(cm["external_tokens"], np.int64)
-    c_out: dict[str, list[Any]] = {
-        "contiguous_reserved_bytes": (ca * bpt).tolist(),
-        "contiguous_used_bytes": (cs * bpt).tolist(),
-        "contiguous_wasted_bytes": ((ca - cs) * bpt).tolist(),
+    # Whole columns at once (int64: bytes stay far below 2**53 within LIMITS).
+    pa, ps = pm["allocated_tokens"], pm["stored_tokens"]
+    ca, cs = cm["allocated_tokens"], cm["stored_tokens"]
+    ce = cm["external_tokens"]
+    c_out: dict[str, np.ndarray] = {
+        "contiguous_reserved_bytes": ca * bpt,
+        "contiguous_used_bytes": cs * bpt,
+        "contiguous_wasted_bytes": (ca - cs) * bpt,
         "contiguous_waste_fraction": _fraction(ca - cs, ca),
         "contiguous_internal_fragmentation": _fraction(ca - cs, ca),
-        "contiguous_external_bytes": (ce * bpt).tolist(),
+        "contiguous_external_bytes": ce * bpt,
         "contiguous_external_fragmentation": _fraction(ce, np.full(s, cap, np.int64)),
     }
-    p_out: dict[str, list[Any]] = {
-        "paged_allocated_bytes": (pa * bpt).tolist(),
-        "paged_stored_bytes": (ps * bpt).tolist(),
-        "paged_tail_slack_bytes": ((pa - ps) * bpt).tolist(),
+    p_out: dict[str, np.ndarray] = {
+        "paged_allocated_bytes": pa * bpt,
+        "paged_stored_bytes": ps * bpt,
+        "paged_tail_slack_bytes": (pa - ps) * bpt,
         "paged_tail_slack_fraction": _fraction(pa - ps, pa),
-        "paged_tail_slack_bound_bytes": (np.array(pm["running"], np.int64) * ((bs - 1) * bpt)).tolist(),
-        "paged_external_fragmentation": [0.0] * s,
-        "prefix_saved_bytes": (np.array(pm["shared_saved_tokens"], np.int64) * bpt).tolist(),
-        "paged_reserved_bytes": (np.array(pm["reserved_tokens"], np.int64) * bpt).tolist(),
+        "paged_tail_slack_bound_bytes": pm["running"] * ((bs - 1) * bpt),
+        "paged_external_fragmentation": np.zeros(s),
+        "prefix_saved_bytes": pm["shared_saved_tokens"] * bpt,
+        "paged_reserved_bytes": pm["reserved_tokens"] * bpt,
         "concurrency_multiplier": _fraction(ca, pa),
         **c_out,
     }
@@ -306,7 +315,7 @@ def metric_columns(
             out[f"paged_{name}"] = m[name]
         for name in CUMULATIVE_COLUMNS:
             out[name] = m[name]
-        out["time_s"] = (np.array(m["time_ps"], np.int64) / 1e12).tolist()
+        out["time_s"] = m["time_ps"] / 1e12
     return p_out, c_out
 
 
@@ -389,7 +398,7 @@ def _seq_columns(t: Track) -> dict[str, np.ndarray]:
     return {name: cols[name] for name in SEQ_COLUMNS}
 
 
-def _track_payload(t: Track, metrics: dict[str, list[Any]]) -> dict[str, Any]:
+def _track_payload(t: Track, metrics: dict[str, np.ndarray]) -> dict[str, Any]:
     """One track as sent: the event log, block and sequence rows as columns (numpy arrays: `encode`
     writes them as JSON arrays), codes with their names (`event_kinds`, `block_states`, `statuses`,
     `key_labels`), per sequence its request id and sample (`seq_request_id`, `seq_sample`). An event's
@@ -423,19 +432,76 @@ def _track_payload(t: Track, metrics: dict[str, list[Any]]) -> dict[str, Any]:
     }
 
 
+# A numpy array in a bundle is sent as a *typed column*: {"dtype": name, "base64": its little-endian bytes},
+# the narrowest of these that holds every value (integers past int32 go as float64, exact below 2**53).
+# The page reads it as a TypedArray without parsing a number; `decode` turns it back into an array.
+COLUMN_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "float64")
+_INT_RANGES = [(name, np.iinfo(name)) for name in COLUMN_DTYPES[:-1]]
+
+
+def _column_dtype(a: np.ndarray) -> str:
+    if a.dtype.kind == "f":
+        return "float64"
+    if a.dtype.kind not in "biu":
+        raise TypeError(f"an array of {a.dtype} is not a column")
+    if not len(a):
+        return "int32"
+    lo, hi = int(a.min()), int(a.max())
+    for name, info in _INT_RANGES:
+        if info.min <= lo and hi <= info.max:
+            return name
+    if max(-lo, hi) > 2**53:
+        raise ValueError(f"a column value {max(-lo, hi)} is past float64's exact integers")
+    return "float64"
+
+
+def column(a: np.ndarray) -> dict[str, str]:
+    """`a` (one-dimensional numbers) as a typed column."""
+    a = np.asarray(a)
+    if a.ndim != 1:
+        raise ValueError(f"a column is one-dimensional, not of shape {a.shape}")
+    dtype = _column_dtype(a)
+    data = np.ascontiguousarray(a, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
+    return {"dtype": dtype, "base64": base64.b64encode(data).decode("ascii")}
+
+
+def _is_column(x: Any) -> bool:
+    return isinstance(x, dict) and len(x) == 2 and x.get("dtype") in COLUMN_DTYPES and "base64" in x
+
+
+def decode(body: bytes | str) -> Any:
+    """A bundle as `encode` wrote it (JSON bytes or text) with every typed column turned back into a
+    numpy array (integers as int64, floats as float64)."""
+    return _columns_to_arrays(json.loads(body))
+
+
+def _columns_to_arrays(value: Any) -> Any:
+    if _is_column(value):
+        raw = base64.b64decode(value["base64"])
+        a = np.frombuffer(raw, np.dtype(value["dtype"]).newbyteorder("<"))
+        return a.astype(np.float64 if value["dtype"] == "float64" else np.int64)
+    if isinstance(value, dict):
+        return {k: _columns_to_arrays(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_columns_to_arrays(v) for v in value]
+    return value
+
+
+def _default(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return column(x)
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"{type(x).__name__} is not JSON serializable")
+
+
 def encode(content: Any) -> bytes:
-    """`content` (a bundle, a snapshot, any JSON value) as JSON bytes, numpy arrays as JSON arrays: orjson
-    when installed, the standard library otherwise."""
+    """`content` (a bundle, a snapshot, any JSON value) as JSON bytes, numpy arrays as typed columns
+    (`column`; `decode` reads them back): orjson when installed, the standard library otherwise."""
     if orjson is not None:
-        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
-
-    def default(x: Any) -> Any:
-        if isinstance(x, np.ndarray | np.generic):
-            return x.tolist()
-        raise TypeError(f"{type(x).__name__} is not JSON serializable")
-
+        return orjson.dumps(content, default=_default)
     return json.dumps(
-        content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=default
+        content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_default
     ).encode()
 
 
@@ -554,7 +620,7 @@ def snapshot_from(r: Resolved, paged: Track, contiguous: Track, step: int | None
         "bytes_per_token": bpt,
         "block_size": r.paged.block_size,
     }
-    out.update({name: pm[name][k] for name in SCALARS})
+    out.update({name: pm[name][k].item() for name in SCALARS})
     out.update(track_snapshot(paged, k, bpt, r.preset))
     out["contiguous"] = track_snapshot(contiguous, k, bpt, r.preset)
     return out

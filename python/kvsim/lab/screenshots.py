@@ -53,6 +53,9 @@ class LabThread:
 
 # Every view shows the current step (views off screen catch up when the browser is idle).
 SETTLED = "document.body.dataset.settled === document.body.dataset.step"
+# A full-page capture paints the page past the viewport, where `content-visibility: auto` (lab.css: the
+# sections below the fold) skips painting; a user scrolling there sees them painted, so the capture does.
+PAINT_ALL = "section { content-visibility: visible !important; }"
 
 
 def _wait_ready(page: Any) -> None:
@@ -98,6 +101,7 @@ def take(out: Path, names: Sequence[str] | None = None) -> list[Path]:
             for name in wanted:
                 page.goto(f"{server.url}?preset={name}")
                 _wait_ready(page)
+                page.add_style_tag(content=PAINT_ALL)
                 page.wait_for_timeout(150)  # let the canvases settle after the last resize
                 path = out / f"{name}.png"
                 page.screenshot(path=str(path), full_page=True)

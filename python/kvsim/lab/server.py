@@ -47,7 +47,7 @@ CACHE_SIZE = 8
 
 
 def _encode(content: Any) -> bytes:
-    """JSON bytes (`kvsim.lab.bundle.encode`: orjson when installed, numpy arrays as arrays)."""
+    """JSON bytes (`kvsim.lab.bundle.encode`: orjson when installed, numpy arrays as typed columns)."""
     return encode(content)
 
 
@@ -95,15 +95,28 @@ def _field_of(message: str) -> str:
 
 
 _cache: OrderedDict[tuple[Any, ...], tuple[Any, ...]] = OrderedDict()
+_bodies: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()  # the encoded bundles of the runs in _cache
 _lock = threading.Lock()
 
 
-def _tracks(params: dict[str, Any]) -> tuple[Any, ...]:
-    """Resolves and runs a query (the last few are kept: the page asks for states of the run it has)."""
+def _key(params: dict[str, Any]) -> tuple[tuple[Any, ...], Any]:
+    """The resolved query's cache key, and the resolved query."""
     query = {k: v for k, v in params.items() if k != "step"}
     preset = query.pop("preset", "copilot")
     r = resolve(preset, **query)
-    key = tuple(sorted(r.query.items()))
+    return tuple(sorted(r.query.items())), r
+
+
+def _remember(store: OrderedDict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
+    with _lock:
+        store[key] = value
+        while len(store) > CACHE_SIZE:
+            store.popitem(last=False)
+
+
+def _tracks(params: dict[str, Any], resolved: tuple[tuple[Any, ...], Any] | None = None) -> tuple[Any, ...]:
+    """Resolves and runs a query (the last few are kept: the page asks for states of the run it has)."""
+    key, r = resolved or _key(params)
     with _lock:
         hit = _cache.get(key)
         if hit is not None:
@@ -111,10 +124,7 @@ def _tracks(params: dict[str, Any]) -> tuple[Any, ...]:
             return hit
     paged, contiguous = run_tracks(r)
     value = (r, paged, contiguous)
-    with _lock:
-        _cache[key] = value
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+    _remember(_cache, key, value)
     return value
 
 
@@ -161,9 +171,19 @@ async def api_run(request: Request) -> Response:
 
 
 def _run_payload(params: dict[str, Any]) -> bytes:
+    """The encoded bundle; a run asked for again is sent as the bytes encoded before."""
+    resolved = _key(params)
+    key = resolved[0]
+    with _lock:
+        body = _bodies.get(key)
+        if body is not None:
+            _bodies.move_to_end(key)
+            return body
     with gc_paused():  # one pause over the replays, the payload and its encoding (`state.gc_paused`)
-        r, paged, contiguous = _tracks(params)
-        return _encode(bundle_from(r, paged, contiguous))
+        r, paged, contiguous = _tracks(params, resolved)
+        body = _encode(bundle_from(r, paged, contiguous))
+    _remember(_bodies, key, body)
+    return body
 
 
 async def api_state(request: Request) -> Response:

@@ -53,52 +53,99 @@ export function stateColors() {
 }
 
 const STACK = ["private", "shared", "cached", "null"]; // bottom up; free is the rest (background)
+const CACHED_ALPHA = 0.55;
+
+const strips = new WeakMap(); // canvas -> its ImageData, reused while its size holds
+
+// CSS colours as packed RGBA pixels (little-endian, as an ImageData's Uint32 view holds them).
+const pixels = new Map();
+function pixel(color, alpha = 1, under = null) {
+  const key = `${color}|${alpha}|${under}`;
+  let v = pixels.get(key);
+  if (v === undefined) {
+    const probe = document.createElement("canvas");
+    probe.width = 1;
+    probe.height = 1;
+    const ctx = probe.getContext("2d", { willReadFrequently: true });
+    if (under) {
+      ctx.fillStyle = under;
+      ctx.fillRect(0, 0, 1, 1);
+    }
+    ctx.globalAlpha = alpha;
+    ctx.fillStyle = color;
+    ctx.fillRect(0, 0, 1, 1);
+    const [r, g, b] = ctx.getImageData(0, 0, 1, 1).data;
+    v = ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+    pixels.set(key, v);
+  }
+  return v;
+}
 
 /**
  * Draw blocks [0, n) as columns over the canvas width. One block per column while they fit, a private
  * one drawn to the height of its fill; past that each pixel column is an aggregate: its height split
  * between the states of the blocks it covers, in proportion to their counts (free is what is left).
+ * Written as one ImageData (a fill per column and state), not as thousands of fillRect calls.
  */
 export function drawPoolStrip(canvas, track, colors, windowRange = null) {
   const { ctx, w, h } = prepareCanvas(canvas);
-  ctx.fillStyle = colors.bg;
-  ctx.fillRect(0, 0, w, h);
+  const W = canvas.width;
+  const H = canvas.height;
+  const dpr = W / w;
+  let img = strips.get(canvas);
+  if (!img || img.width !== W || img.height !== H) {
+    img = ctx.createImageData(W, H);
+    strips.set(canvas, img);
+  }
+  const buf = new Uint32Array(img.data.buffer);
+  buf.fill(pixel(colors.bg));
   const n = track.numBlocks;
-  if (n === 0) return;
-  const bs = track.blockSize;
-  const cols = Math.min(Math.floor(w), n);
-  const colW = w / cols;
-  const gap = colW >= 4 ? 1 : 0;
-  const count = { private: 0, shared: 0, cached: 0, null: 0, free: 0 };
-  for (let c = 0; c < cols; c += 1) {
-    const lo = Math.floor((c * n) / cols);
-    const hi = Math.max(lo + 1, Math.floor(((c + 1) * n) / cols));
-    const x = c * colW;
-    if (hi - lo === 1) {
-      const st = track.stateOf(lo);
-      ctx.fillStyle = colors[st];
-      const bh = st === "private" ? Math.max(3, h * (track.tokens[lo] / bs)) : st === "free" ? 3 : h;
-      if (st === "cached") ctx.globalAlpha = 0.55;
-      ctx.fillRect(x, h - bh, colW - gap, bh);
-      ctx.globalAlpha = 1;
-      continue;
-    }
-    for (const k in count) count[k] = 0;
-    for (let b = lo; b < hi; b += 1) {
-      count[track.stateOf(b)] += 1;
-    }
-    let y = h;
-    for (const st of STACK) {
-      if (!count[st]) continue;
-      const bh = (h * count[st]) / (hi - lo);
-      ctx.fillStyle = colors[st];
-      if (st === "cached") ctx.globalAlpha = 0.55;
-      ctx.fillRect(x, y - bh, Math.max(1, colW - gap), bh);
-      ctx.globalAlpha = 1;
-      y -= bh;
+  if (n > 0) {
+    const bs = track.blockSize;
+    const cols = Math.min(Math.floor(w), n);
+    const colW = w / cols;
+    const gap = colW >= 4 ? 1 : 0;
+    // The state of each row's code, as an index into STACK (4: free).
+    const order = track.stateNames.map((name) => (STACK.includes(name) ? STACK.indexOf(name) : 4));
+    const fills = STACK.map((st) => (st === "cached" ? pixel(colors[st], CACHED_ALPHA, colors.bg) : pixel(colors[st])));
+    const freeFill = pixel(colors.free);
+    const cur = track.blocks.cur;
+    const codes = track.blockState;
+    const stackOf = (b) => (cur[b] < 0 ? 4 : order[codes[cur[b]]]);
+    const count = new Float64Array(5);
+    const paint = (x0, x1, top, bottom, value) => {
+      const a = Math.max(0, Math.round(top * dpr));
+      const z = Math.min(H, Math.round(bottom * dpr));
+      for (let y = a; y < z; y += 1) {
+        const row = y * W;
+        for (let x = x0; x < x1; x += 1) buf[row + x] = value; // a few pixels: cheaper than fill()
+      }
+    };
+    for (let c = 0; c < cols; c += 1) {
+      const lo = Math.floor((c * n) / cols);
+      const hi = Math.max(lo + 1, Math.floor(((c + 1) * n) / cols));
+      const x = c * colW;
+      const x0 = Math.round(x * dpr);
+      if (hi - lo === 1) {
+        const k = stackOf(lo);
+        const bh = k === 0 ? Math.max(3, h * (track.tokens[lo] / bs)) : k === 4 ? 3 : h;
+        paint(x0, Math.min(W, Math.round((x + colW - gap) * dpr)), h - bh, h, k === 4 ? freeFill : fills[k]);
+        continue;
+      }
+      count.fill(0);
+      for (let b = lo; b < hi; b += 1) count[stackOf(b)] += 1;
+      const x1 = Math.min(W, Math.max(x0 + 1, Math.round((x + Math.max(1, colW - gap)) * dpr)));
+      let y = h;
+      for (let k = 0; k < 4; k += 1) {
+        if (!count[k]) continue;
+        const bh = (h * count[k]) / (hi - lo);
+        paint(x0, x1, y - bh, y, fills[k]);
+        y -= bh;
+      }
     }
   }
-  if (windowRange) {
+  ctx.putImageData(img, 0, 0);
+  if (windowRange && n > 0) {
     const [a, b] = windowRange;
     ctx.strokeStyle = "#ffffff";
     ctx.lineWidth = 2;
@@ -142,6 +189,7 @@ export class BlockGrid {
     this.overview.hidden = !this.windowed;
     this.root.className = `grid ${n <= 96 ? "size-l" : n <= 512 ? "size-m" : n <= 1024 ? "size-s" : "size-xs"}`;
     this.start = 0;
+    this.deferred = undefined;
     this._build();
     if (this.selected >= n) this.selected = -1;
   }
@@ -149,6 +197,10 @@ export class BlockGrid {
   _build() {
     const n = this.track.numBlocks;
     const count = Math.min(WINDOW, n - this.start);
+    if (count === this.cells.length && this.canvas && this.canvas.parentNode === this.root) {
+      this._reuse();
+      return;
+    }
     const frag = document.createDocumentFragment();
     this.canvas = document.createElement("canvas");
     this.canvas.className = "grid-canvas";
@@ -167,6 +219,28 @@ export class BlockGrid {
       this.cells[i] = cell;
     }
     this.root.replaceChildren(frag);
+    this._fresh();
+  }
+
+  /** The same number of cells as before (a new run, a window moved): the elements are kept, renumbered
+   * and described afresh by the next `update` (building 2,048 elements again costs a run ~10 ms, and the
+   * browser their style and layout). */
+  _reuse() {
+    for (let i = 0; i < this.cells.length; i += 1) {
+      const cell = this.cells[i];
+      cell.dataset.block = String(this.start + i);
+      if (cell.classList.contains("selected")) {
+        cell.classList.remove("selected");
+        cell.setAttribute("aria-selected", "false");
+      }
+    }
+    if (this.tabStop) this.tabStop.tabIndex = -1;
+    this._fresh();
+  }
+
+  _fresh() {
+    const n = this.track.numBlocks;
+    const count = this.cells.length;
     this.tabStop = null;
     this.fresh = true;
     this.pending = new Map(); // cell index -> the block it must describe (see `update`)
@@ -201,24 +275,23 @@ export class BlockGrid {
     const ctx = this.canvas.getContext("2d");
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     const cls = this.root.className;
+    this.sprites = new Map(); // a cell's look -> its canvas (sizes change with the geometry)
     this.geom = { size, x0, y0, dx, dy, cols, ctx, w, h,
       big: cls.includes("size-l"), medium: cls.includes("size-m"), radius: size >= 20 ? 5 : 2 };
     return this.geom;
   }
 
-  /** Draw block b's cell (its state's fill, pattern, border, glyph and badge, as the legend shows). */
-  _draw(b, blk) {
-    const g = this._geometry();
-    if (!g) return;
-    const i = b - this.start;
-    const col = i % g.cols;
-    const row = Math.floor(i / g.cols);
-    const x = g.x0 + col * g.dx;
-    const y = g.y0 + row * g.dy;
-    const { ctx, size, radius } = g;
+  /** Paint a cell's look at (x, y) on ctx: its state's fill, pattern, border, glyph and badge, as the
+   * legend shows (the block id label aside: `_drawMany` writes it). Small cells (`!g.big && !g.medium`)
+   * free, private and cached are plain squares. */
+  _paint(ctx, x, y, blk, g) {
+    const { size, radius } = g;
     const c = this.colors;
-    ctx.clearRect(x - 1, y - 1, size + 2, size + 2);
     const st = blk.state;
+    if (!g.big && !g.medium && (st === "free" || st === "private" || st === "cached")) {
+      this._paintSmall(ctx, x, y, blk, size);
+      return;
+    }
     const path = (inset) => {
       ctx.beginPath();
       ctx.roundRect(x + inset, y + inset, size - 2 * inset, size - 2 * inset, Math.max(0, radius - inset));
@@ -294,13 +367,6 @@ export class BlockGrid {
       ctx.fill();
       border("#3b4555", 1, [1, 1.5]);
     }
-    if (g.big) {
-      ctx.fillStyle = "rgba(255, 255, 255, 0.75)";
-      ctx.font = "10px ui-monospace, SFMono-Regular, Menlo, monospace";
-      ctx.textAlign = "left";
-      ctx.textBaseline = "top";
-      ctx.fillText(String(b), x + 3, y + 2);
-    }
     if (st === "shared" && (g.big || g.medium)) {
       // The ref-count badge.
       const r = 7;
@@ -318,6 +384,61 @@ export class BlockGrid {
     }
   }
 
+  _paintSmall(ctx, x, y, blk, size) {
+    const c = this.colors;
+    const square = (fill, stroke, width, dash) => {
+      ctx.fillStyle = fill;
+      ctx.fillRect(x, y, size, size);
+      ctx.beginPath();
+      ctx.rect(x + width / 2, y + width / 2, size - width, size - width);
+      ctx.strokeStyle = stroke;
+      ctx.lineWidth = width;
+      ctx.setLineDash(dash);
+      ctx.stroke();
+      ctx.setLineDash([]);
+    };
+    if (blk.state === "free") square(c.free, "#3b4555", 1, [1, 1.5]);
+    else if (blk.state === "cached") {
+      ctx.clearRect(x, y, size, size);
+      square("rgba(227, 168, 43, 0.14)", c.cached, 2, [3, 2]);
+    } else {
+      ctx.fillStyle = "#1b2b48";
+      ctx.fillRect(x, y, size, size);
+      const f = Math.max(0, Math.min(1, blk.num_tokens / this.track.blockSize));
+      if (f > 0) {
+        ctx.fillStyle = c.private;
+        ctx.fillRect(x, y + size * (1 - f), size, size * f);
+      }
+      ctx.beginPath();
+      ctx.rect(x + 0.5, y + 0.5, size - 1, size - 1);
+      ctx.strokeStyle = "#6f9fff";
+      ctx.lineWidth = 1;
+      ctx.stroke();
+    }
+  }
+
+  /** The look of a cell as a small canvas, drawn once per distinct look (state, tokens held when
+   * private, ref count when its badge shows) and then copied: one blit per changed cell instead of its
+   * paths, clips, dashes and text, which a software canvas rasterizes slowly. */
+  _sprite(blk, g) {
+    const st = blk.state;
+    const badge = st === "shared" && (g.big || g.medium);
+    const key = `${st}|${st === "private" ? blk.num_tokens : ""}|${badge ? blk.ref_cnt : ""}`;
+    let sprite = this.sprites.get(key);
+    if (sprite === undefined) {
+      const dpr = window.devicePixelRatio || 1;
+      const side = g.size + 2;
+      sprite = document.createElement("canvas");
+      sprite.width = Math.round(side * dpr);
+      sprite.height = Math.round(side * dpr);
+      const ctx = sprite.getContext("2d");
+      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+      this._paint(ctx, 1, 1, blk, g);
+      this.sprites.set(key, sprite);
+    }
+    return sprite;
+  }
+
   showWindowAround(b) {
     if (!this.windowed) return;
     const n = this.track.numBlocks;
@@ -328,8 +449,35 @@ export class BlockGrid {
     this.update(null);
   }
 
-  /** Redraw the cells of the changed blocks (a Set of ids), or every cell (null). */
+  /** Remember the blocks that changed (a Set of ids, or null: all) for a later `update`: the grid is off
+   * screen, so a scrub need not draw it. */
+  defer(changed) {
+    if (this.deferred === undefined) this.deferred = changed === null ? null : new Set(changed);
+    else if (this.deferred !== null) {
+      if (changed === null) this.deferred = null;
+      else for (const b of changed) this.deferred.add(b);
+    }
+  }
+
+  /** Whether `defer` holds changes the canvas does not show yet. */
+  hasDeferred() {
+    return this.deferred !== undefined;
+  }
+
+  /** Draw what `defer` kept. */
+  catchUp() {
+    if (this.deferred !== undefined) this.update(new Set());
+  }
+
+  /** Redraw the cells of the changed blocks (a Set of ids), or every cell (null); with what `defer`
+   * kept. */
   update(changed) {
+    if (this.deferred !== undefined) {
+      const kept = this.deferred;
+      this.deferred = undefined;
+      if (kept === null || changed === null) changed = null;
+      else for (const b of kept) changed.add(b);
+    }
     const t = this.track;
     const bs = t.blockSize;
     const todo = [];
@@ -387,59 +535,29 @@ export class BlockGrid {
     this.pending.clear();
   }
 
-  /** Draw cells: one by one when they are large; when small, the free, private and cached ones as one
-   * path per state (a fill and a stroke for hundreds of cells). */
+  /** Draw cells: each its look's sprite (`_sprite`), then, on large cells, its block id. */
   _drawMany(blocks) {
     const g = this._geometry();
     if (!g || !blocks.length) return;
-    if (g.big || g.medium) {
-      for (const blk of blocks) this._draw(blk.block_id, blk);
-      return;
-    }
     const { ctx, size } = g;
-    const c = this.colors;
-    const bs = this.track.blockSize;
-    const at = (b) => {
-      const i = b - this.start;
-      return [g.x0 + (i % g.cols) * g.dx, g.y0 + Math.floor(i / g.cols) * g.dy];
-    };
-    const groups = { free: [], private: [], cached: [] };
+    const side = size + 2;
     for (const blk of blocks) {
-      const [x, y] = at(blk.block_id);
-      ctx.clearRect(x - 1, y - 1, size + 2, size + 2);
-      if (blk.state in groups) groups[blk.state].push([x, y, blk]);
-      else this._draw(blk.block_id, blk);
+      const i = blk.block_id - this.start;
+      const x = g.x0 + (i % g.cols) * g.dx;
+      const y = g.y0 + Math.floor(i / g.cols) * g.dy;
+      ctx.clearRect(x - 1, y - 1, side, side);
+      ctx.drawImage(this._sprite(blk, g), x - 1, y - 1, side, side);
     }
-    const fillRects = (items, color, part = null) => {
-      if (!items.length) return;
-      ctx.beginPath();
-      for (const [x, y, blk] of items) {
-        if (part === null) ctx.rect(x, y, size, size);
-        else {
-          const f = part(blk);
-          if (f > 0) ctx.rect(x, y + size * (1 - f), size, size * f);
-        }
+    if (g.big) {
+      ctx.fillStyle = "rgba(255, 255, 255, 0.75)";
+      ctx.font = "10px ui-monospace, SFMono-Regular, Menlo, monospace";
+      ctx.textAlign = "left";
+      ctx.textBaseline = "top";
+      for (const blk of blocks) {
+        const i = blk.block_id - this.start;
+        ctx.fillText(String(blk.block_id), g.x0 + (i % g.cols) * g.dx + 3, g.y0 + Math.floor(i / g.cols) * g.dy + 2);
       }
-      ctx.fillStyle = color;
-      ctx.fill();
-    };
-    const strokeRects = (items, color, width, dash) => {
-      if (!items.length) return;
-      ctx.beginPath();
-      for (const [x, y] of items) ctx.rect(x + width / 2, y + width / 2, size - width, size - width);
-      ctx.strokeStyle = color;
-      ctx.lineWidth = width;
-      ctx.setLineDash(dash);
-      ctx.stroke();
-      ctx.setLineDash([]);
-    };
-    fillRects(groups.free, c.free);
-    strokeRects(groups.free, "#3b4555", 1, [1, 1.5]);
-    fillRects(groups.private, "#1b2b48");
-    fillRects(groups.private, c.private, (blk) => Math.max(0, Math.min(1, blk.num_tokens / bs)));
-    strokeRects(groups.private, "#6f9fff", 1, []);
-    fillRects(groups.cached, "rgba(227, 168, 43, 0.14)");
-    strokeRects(groups.cached, c.cached, 2, [3, 2]);
+    }
   }
 
   _ensureTabStop() {

@@ -215,7 +215,7 @@ async function run(query, step) {
     grid.select(lab.selected, false);
   }
   const t2 = performance.now();
-  lab.timings.push({ query, fetch_ms: t1 - t0, server_ms: lastFetch.headers_ms, body_ms: lastFetch.body_ms,
+  lab.timings.push({ query, fetch_ms: t1 - t0, server_ms: lastFetch.headers_ms, body_ms: lastFetch.body_ms, transfer_ms: lastFetch.transfer_ms,
     bytes: lastFetch.bytes, replay_ms: tReplay - t1, render_ms: t2 - t1, total_ms: t2 - t0, views_ms: lab.lastRender });
   $("foot-run").textContent = `Last run: ${int(bundle.requests.length)} requests, ${int(bundle.num_steps)} steps, ` +
     `${int(replay.paged.numEvents)} events; fetched in ${(t1 - t0).toFixed(0)} ms, drawn in ${(t2 - t1).toFixed(0)} ms.`;
@@ -228,7 +228,7 @@ async function run(query, step) {
 }
 
 function firstBlockWith(replay, state) {
-  for (let b = 0; b < replay.numBlocks; b += 1) if (replay.paged.block(b).state === state) return b;
+  for (let b = 0; b < replay.numBlocks; b += 1) if (replay.paged.stateOf(b) === state) return b;
   return -1;
 }
 
@@ -244,6 +244,10 @@ const lazy = [
 ];
 const onScreen = new Set();
 let idleHandle = 0;
+// The block grid draws only on screen too: off screen it keeps the blocks that changed (`grid.defer`).
+const poolSection = $("grid").closest("section");
+lazy.push({ name: "grid", el: poolSection, draw: () => grid.catchUp(), get stale() { return grid.hasDeferred(); },
+  set stale(_) {} });
 
 function settle() {
   if (lab.replay && lazy.every((v) => !v.stale) && !grid.hasPending()) {
@@ -282,11 +286,13 @@ for (const v of lazy) observer.observe(v.el);
 function render(changed) {
   const r = lab.replay;
   const marks = [performance.now()];
-  grid.update(changed);
+  if (onScreen.has(poolSection)) grid.update(changed);
+  else grid.defer(changed);
   marks.push(performance.now());
   panels.render(changed);
   marks.push(performance.now());
   for (const v of lazy) {
+    if (v.name === "grid") continue;
     if (onScreen.has(v.el)) {
       v.draw();
       v.stale = false;

@@ -132,25 +132,32 @@ export class Panels {
     const X = (tok) => (tok / cap) * w;
     const hatch = this._hatch(ctx);
     const track = r.contig;
+    // Regions are disjoint: each layer (reserved hatch, used fill, outline, label) is one path over all
+    // of them, not a fill and a stroke per region (the outlines alone cost ~2 ms a step in software).
+    const boxes = [];
     for (const g of regions) {
       const e = track.seqOf(g.rid, g.sample);
       const row = e === undefined ? null : track.seqs.row(e);
       const usedTok = row ? Math.min(g.size, Math.max(0, row[S.ctx] + row[S.ctxRate] * (r.step - row[S.step]))) : 0;
-      const x = X(g.offset);
-      const ww = Math.max(1, X(g.size) - 1);
-      ctx.fillStyle = hatch;
-      ctx.fillRect(x, 4, ww, h - 8);
-      ctx.fillStyle = "#2bb8a3";
-      ctx.fillRect(x, 4, Math.max(usedTok > 0 ? 1 : 0, X(usedTok)), h - 8);
-      ctx.strokeStyle = "rgba(255,255,255,0.55)";
-      ctx.lineWidth = 1;
-      ctx.strokeRect(x + 0.5, 4.5, ww - 1, h - 9);
-      if (ww > 30) {
-        ctx.fillStyle = "#fff";
-        ctx.font = "11px ui-sans-serif, system-ui, sans-serif";
-        ctx.fillText(r.name(g.rid), x + 4, 18, ww - 8);
-      }
+      boxes.push({ g, x: X(g.offset), ww: Math.max(1, X(g.size) - 1), used: Math.max(usedTok > 0 ? 1 : 0, X(usedTok)) });
     }
+    const layer = (rect) => {
+      ctx.beginPath();
+      for (const b of boxes) rect(b);
+    };
+    layer((b) => ctx.rect(b.x, 4, b.ww, h - 8));
+    ctx.fillStyle = hatch;
+    ctx.fill();
+    layer((b) => b.used > 0 && ctx.rect(b.x, 4, b.used, h - 8));
+    ctx.fillStyle = "#2bb8a3";
+    ctx.fill();
+    layer((b) => ctx.rect(b.x + 0.5, 4.5, b.ww - 1, h - 9));
+    ctx.strokeStyle = "rgba(255,255,255,0.55)";
+    ctx.lineWidth = 1;
+    ctx.stroke();
+    ctx.fillStyle = "#fff";
+    ctx.font = "11px ui-sans-serif, system-ui, sans-serif";
+    for (const b of boxes) if (b.ww > 30) ctx.fillText(r.name(b.g.rid), b.x + 4, 18, b.ww - 8);
     const placed = regions.reduce((a, g) => a + g.size, 0);
     setText($("contig-map-caption"), `${int(regions.length)} regions · ${int(placed)} of ${int(cap)} token slots reserved`);
   }
@@ -183,23 +190,35 @@ export class Panels {
       : m.num_kv_heads && m.num_heads && m.num_kv_heads < m.num_heads
         ? `GQA: ${int(m.num_heads)} query heads share ${int(m.num_kv_heads)} KV heads, and only KV heads are cached`
         : "multi-head attention: every head caches its K and V";
-    const v = (name) => bytes(r.metric(name));
+    // The list is written once per bundle with a span for each number of the step; a step sets only
+    // those spans' text (rewriting the list's HTML each step cost the browser a layout of every item).
+    const v = (name) => `<span data-deriv="${name}"></span>`;
     const items = [
       `<b>Bytes per token</b> (${esc(m.name || "model")}, ${arch}): <span class="mono formula">${esc(m.formula || "—")}</span>`,
       `<b>Bytes per block</b>: B = ${int(b.block_size)} tokens × ${int(bpt)} B = <b>${bytes(b.bytes_per_block)}</b>` +
         ` (${int(b.bytes_per_block)} B); the pool has ${int(b.num_blocks)} blocks (block 0 is vLLM’s null block)` +
         ` = ${bytes(b.num_blocks * b.bytes_per_block)}.`,
       `<b>Contiguous</b> (${esc(b.query.contiguous_policy || b.contiguous.policy)}) reserves each request’s whole region when it starts:` +
-        ` <b>${v("contiguous_reserved_bytes")}</b> at step ${int(r.step)}, of which ${v("contiguous_used_bytes")} hold computed tokens.`,
+        ` <b>${v("contiguous_reserved_bytes")}</b> at step <span data-deriv="step"></span>, of which ${v("contiguous_used_bytes")} hold computed tokens.`,
       `<b>Paged</b> allocates a block only when a token needs it: <b>${v("paged_allocated_bytes")}</b> allocated,` +
         ` ${v("paged_stored_bytes")} stored; shared prefix blocks are held once (${v("prefix_saved_bytes")} saved).`,
       `<b>Tail slack is bounded</b>: only a sequence’s last block can be partial, so each wastes at most B − 1 = ${int(b.block_size - 1)} tokens` +
         ` (${bytes((b.block_size - 1) * bpt)}): slack now ${v("paged_tail_slack_bytes")}` +
         (r.hasMetric("paged_tail_slack_bound_bytes") ? ` ≤ bound ${v("paged_tail_slack_bound_bytes")}.` : "."),
-      `<b>Concurrency multiplier</b> = contiguous reserved ÷ paged allocated = <b>${times(r.metric("concurrency_multiplier"))}</b>:` +
+      `<b>Concurrency multiplier</b> = contiguous reserved ÷ paged allocated = <b>${v("concurrency_multiplier")}</b>:` +
         " the batch the same VRAM holds under paging against contiguous reservation.",
     ];
     setText($("deriv-model"), m.name ? `(${m.name}, ${m.dtype || ""} KV)` : "");
-    setHtml($("derivation"), items.map((t) => `<li>${t}</li>`).join(""));
+    const list = $("derivation");
+    const html = items.map((t) => `<li>${t}</li>`).join("");
+    if (list._html !== html) {
+      setHtml(list, html);
+      this.derivSpans = [...list.querySelectorAll("[data-deriv]")];
+    }
+    for (const el of this.derivSpans) {
+      const name = el.dataset.deriv;
+      setText(el, name === "step" ? int(r.step) : name === "concurrency_multiplier"
+        ? times(r.metric(name)) : bytes(r.metric(name)));
+    }
   }
 }

@@ -131,7 +131,10 @@ const SAMPLES = 1 << 16;
 export const R = { step: 0, rid: 1, offset: 2, size: 3, sample: 4 };
 export const E = { step: 0, time: 1, kind: 2, rid: 3, sample: 4, block: 5, count: 6 };
 
-const i32 = (a) => Int32Array.from(a || []);
+// Columns arrive as TypedArrays (api.js `typedColumns`): used as they are when of the right type, else
+// converted (a native copy).
+const i32 = (a) => (a instanceof Int32Array ? a : new Int32Array(a || []));
+const u8 = (a) => (a instanceof Uint8Array ? a : new Uint8Array(a || []));
 
 /** Exclusive prefix sums of counts: offsets[i] .. offsets[i + 1] is row i's slice. */
 function offsetsOf(counts) {
@@ -157,11 +160,11 @@ export class TrackReplay {
     const ev = track.events || {};
     this.kindNames = track.event_kinds || [];
     this.evStep = i32(ev.step);
-    this.evKind = Uint8Array.from(ev.kind || []);
+    this.evKind = u8(ev.kind);
     this.evSeq = i32(ev.seq);
     this.evBlock = i32(ev.block);
     this.evCount = i32(ev.count);
-    this.evTime = ev.time_s ? Float64Array.from(ev.time_s) : null;
+    this.evTime = ev.time_s ? new Float64Array(ev.time_s) : null;
     this.numEvents = this.evStep.length;
     this.events = { length: this.numEvents };
     this.eventSteps = this.evStep;
@@ -170,7 +173,7 @@ export class TrackReplay {
     const states = track.block_states || [];
     const labels = track.key_labels || [];
     const bBlock = i32(bl.block);
-    const bState = Uint8Array.from(bl.state || []);
+    const bState = u8(bl.state);
     const bRef = i32(bl.ref);
     const bLabel = i32(bl.key_label);
     const bIndex = i32(bl.key_index);
@@ -190,7 +193,7 @@ export class TrackReplay {
     const statuses = track.statuses || [];
     const sSteps = i32(sq.step);
     const sSeq = i32(sq.seq);
-    const sStatus = Uint8Array.from(sq.status || []);
+    const sStatus = u8(sq.status);
     const sC = i32(sq.computed);
     const sRc = i32(sq.computed_rate);
     const sG = i32(sq.generated);
