@@ -11,7 +11,7 @@ use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::block_pool::IdHasher;
-use crate::block_table::BlockTable;
+use crate::block_table::{BlockTable, div_bs};
 use crate::engine::{
     Counters, EngineConfig, EngineInput, EngineOutput, OUTPUT_BIT, Policy, RouterReads,
     private_starts,
@@ -129,6 +129,8 @@ struct Driver<'i> {
     quiet_until: Vec<i64>,
     /// Replicas stepped by the exact view (the tests read it).
     advances: u64,
+    /// Each replica's block size.
+    block_size: Vec<u64>,
 }
 
 impl Driver<'_> {
@@ -161,26 +163,36 @@ impl Driver<'_> {
     fn read_exact(&mut self, row: usize, a: i64, cancel: &AtomicBool) -> Result<()> {
         let prompt = self.inp.prompt_len[row] as u64;
         for r in 0..self.replicas.len() {
+            let bs = self.block_size[r];
+            self.views[r].lookup_blocks = div_bs(prompt.saturating_sub(1), bs);
+            if self.wants_keys {
+                let keys = self.keys_of(bs);
+                self.views[r].hit_blocks = if keys.is_empty() {
+                    0
+                } else {
+                    self.replicas[r].leading_hits(keys)
+                };
+            }
+            if self.lazy && a <= self.quiet_until[r] {
+                continue; // the rest of its view holds (none in flight)
+            }
             // A replica whose steps up to `a` leave the signals the router reads as they are (but for
             // the running count it tells) shows now what it would show at `a`: it takes those steps
             // later, in one piece. Its `kv_used` is then now's, read only by routers that need no more.
             let mut running = None;
-            if !self.lazy || a > self.quiet_until[r] {
-                match self.replicas[r].quiet_through(a, self.reads) {
-                    Some((until, n)) if self.lazy => {
-                        self.quiet_until[r] = until;
-                        running = Some(n);
-                    }
-                    _ => {
-                        self.replicas[r].advance_until(a, cancel)?;
-                        self.moved[r] = true;
-                        self.quiet_until[r] = i64::MIN;
-                        self.advances += 1;
-                    }
+            match self.replicas[r].quiet_through(a, self.reads) {
+                Some((until, n)) if self.lazy => {
+                    self.quiet_until[r] = until;
+                    running = Some(n);
+                }
+                _ => {
+                    self.replicas[r].advance_until(a, cancel)?;
+                    self.moved[r] = true;
+                    self.quiet_until[r] = i64::MIN;
+                    self.advances += 1;
                 }
             }
             let rep = &self.replicas[r];
-            let bs = rep.config().block_size;
             let v = &mut self.views[r];
             if self.moved[r] {
                 // Waiting, running and the KV counts change only when the replica steps.
@@ -193,13 +205,8 @@ impl Driver<'_> {
                 v.running = n;
             }
             v.in_flight = rep.in_flight(a);
-            v.lookup_blocks = prompt.saturating_sub(1) / bs;
-            v.hit_blocks = 0;
-            if self.wants_keys {
-                let keys = self.keys_of(bs);
-                if !keys.is_empty() {
-                    self.views[r].hit_blocks = self.replicas[r].leading_hits(keys);
-                }
+            if v.in_flight > 0 {
+                self.quiet_until[r] = i64::MIN; // rows in flight: read again at the next arrival
             }
         }
         Ok(())
@@ -319,6 +326,7 @@ fn drive(
         moved: vec![true; cfgs.len()],
         quiet_until: vec![i64::MIN; cfgs.len()],
         advances: 0,
+        block_size: cfgs.iter().map(|c| c.block_size).collect(),
     };
     let mut router = Router::new(spec.clone());
     let mut replica = vec![0i64; inp.len()];

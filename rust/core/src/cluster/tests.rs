@@ -544,11 +544,12 @@ fn leaving_quiet_replicas_alone_changes_nothing() {
 /// fills and pops), finishes, preemptions (the smallest pool), under ticks and the linear model; the
 /// counters show each case was met.
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, its cases and its checks
 fn a_replica_vouches_only_for_what_stepping_shows() {
     const MS: i64 = 1_000_000_000;
     let cancel = AtomicBool::new(false);
-    let w = workload_with_gaps(60, 31, 0, false, &[0, MS / 4, MS, 3 * MS]);
-    let inp = w.view();
+    let work = workload_with_gaps(60, 31, 0, false, &[0, MS / 4, MS, 3 * MS]);
+    let inp = work.view();
     let pf = private_starts(&inp);
     let linear = TimeModel::Linear {
         c0_ps: 500_000_000,
@@ -586,60 +587,70 @@ fn a_replica_vouches_only_for_what_stepping_shows() {
         let mut keys = Vec::new();
         let segs = [Segment::new(2, 32), Segment::new(9_999, 9)];
         BlockTable::lookup_keys(4, &segs, 41, u64::MAX, &mut keys);
-        for r in reads {
+        for read in reads {
             let new = || Replica::new(cfg.clone(), true, false, None).unwrap();
-            let (mut a, mut b) = (new(), new());
+            let (mut lazy, mut stepped) = (new(), new());
             let mut pushed = 0;
-            let mut h = 0;
+            let mut at_h = 0;
             let mut turn = 0u64;
-            while h < 400 * MS {
-                h += MS / 3;
+            while at_h < 400 * MS {
+                at_h += MS / 3;
                 turn += 1;
-                // Rows arriving before `h` are pushed first (to both).
-                while pushed < inp.len() && inp.arrival_ps[pushed] < h {
-                    a.push(&inp, pushed..pushed + 1, &pf);
-                    b.push(&inp, pushed..pushed + 1, &pf);
+                // Rows arriving before `at_h` are pushed first (to both).
+                while pushed < inp.len() && inp.arrival_ps[pushed] < at_h {
+                    lazy.push(&inp, pushed..pushed + 1, &pf);
+                    stepped.push(&inp, pushed..pushed + 1, &pf);
                     pushed += 1;
                 }
-                b.advance_until(h, &cancel).unwrap();
-                match a.quiet_through(h, r) {
+                stepped.advance_until(at_h, &cancel).unwrap();
+                match lazy.quiet_through(at_h, read) {
                     Some((until, running)) => {
-                        assert!(until >= h, "{blocks} {r:?}: until {until} < h {h}");
-                        // C: the same rows, stepped to `until` (rows arriving after `h` are not
+                        assert!(
+                            until >= at_h,
+                            "{blocks} {read:?}: until {until} < at_h {at_h}"
+                        );
+                        // C: the same rows, stepped to `until` (rows arriving after `at_h` are not
                         // pushed yet); every few turns, as it is built afresh.
-                        let c = (turn % 5 == 0).then(|| {
-                            let mut c = new();
-                            c.push(&inp, 0..pushed, &pf);
-                            c.advance_until(until.min(h + 100 * MS), &cancel).unwrap();
-                            (c, until.min(h + 100 * MS))
+                        let far = (turn % 5 == 0).then(|| {
+                            let mut ahead = new();
+                            ahead.push(&inp, 0..pushed, &pf);
+                            ahead
+                                .advance_until(until.min(at_h + 100 * MS), &cancel)
+                                .unwrap();
+                            (ahead, until.min(at_h + 100 * MS))
                         });
-                        for (rep, at) in [Some((&b, h)), c.as_ref().map(|(c, u)| (c, *u))]
-                            .into_iter()
-                            .flatten()
+                        for (rep, at) in
+                            [Some((&stepped, at_h)), far.as_ref().map(|(f, u)| (f, *u))]
+                                .into_iter()
+                                .flatten()
                         {
-                            let what = format!("{blocks} {time:?} {r:?} at {at} (asked {h})");
-                            assert_eq!(rep.waiting(), a.waiting(), "{what}: waiting");
-                            assert_eq!(rep.in_flight(at), a.in_flight(h), "{what}: in flight");
+                            let what = format!("{blocks} {time:?} {read:?} at {at} (asked {at_h})");
+                            assert_eq!(rep.waiting(), lazy.waiting(), "{what}: waiting");
+                            assert_eq!(
+                                rep.in_flight(at),
+                                lazy.in_flight(at_h),
+                                "{what}: in flight"
+                            );
                             assert_eq!(rep.running(), running, "{what}: running");
-                            if r.kv {
-                                assert_eq!(rep.kv(), a.kv(), "{what}: kv");
+                            if read.kv {
+                                assert_eq!(rep.kv(), lazy.kv(), "{what}: kv");
                             }
-                            if r.keys {
+                            if read.keys {
                                 let hits = rep.leading_hits(&keys);
-                                assert_eq!(hits, a.leading_hits(&keys), "{what}: hits");
+                                assert_eq!(hits, lazy.leading_hits(&keys), "{what}: hits");
                             }
-                            seen[1] += u64::from(rep.running() < a.running());
-                            seen[2] += u64::from(rep.kv() != a.kv());
+                            seen[1] += u64::from(rep.running() < lazy.running());
+                            seen[2] += u64::from(rep.kv() != lazy.kv());
                         }
                         seen[0] += 1;
                     }
                     None => seen[3] += 1,
                 }
-                a.advance_until(h, &cancel).unwrap();
+                lazy.advance_until(at_h, &cancel).unwrap();
             }
-            a.finish(&cancel).unwrap();
-            b.finish(&cancel).unwrap();
-            let (oa, ob) = (a.take_output(), b.take_output());
+            lazy.finish(&cancel).unwrap();
+            stepped.finish(&cancel).unwrap();
+            let (oa, ob) = (lazy.take_output(), stepped.take_output());
             assert_same_rows(&oa, &ob, "vouching changes nothing");
             assert_eq!(oa.counters, ob.counters);
         }

@@ -139,18 +139,19 @@ impl<'a> Engine<'a> {
     /// batch (ticks), so the steps' start times stay known.
     pub(crate) fn quiet_through(&mut self, horizon: i64, reads: RouterReads) -> Option<(i64, u64)> {
         let running = self.running.len() as u64;
-        if self.t >= horizon {
-            return Some((self.t, running)); // `advance_until` would do nothing
-        }
         let i = self.nxt - self.row_base;
         let next_row = self.inp.arrival_ps.get(i).copied().unwrap_or(i64::MAX);
+        if self.t >= horizon {
+            // `advance_until` would do nothing up to the clock (and the rows in flight stay so up
+            // to the next one's arrival).
+            return Some((self.t.min(next_row - 1).max(horizon), running));
+        }
         if next_row <= horizon {
             return None; // a row joins before the horizon
         }
         let m = &self.quiet;
-        if !(m.step == self.step && m.reads == reads && horizon <= m.until)
-            && !self.quiet_scan(horizon, reads)
-        {
+        let known = m.step == self.step && m.reads == reads && horizon <= m.until;
+        if !known && !self.quiet_scan(horizon, reads) {
             return None;
         }
         let m = &self.quiet;
@@ -226,7 +227,7 @@ impl<'a> Engine<'a> {
 
     /// Whether the `k` steps from now are neutral for a router reading `reads` (see `quiet_through`),
     /// writing the steps at which sequences finish into `self.quiet.finishes` (sorted).
-    fn quiet_steps(&mut self, k: u64, reads: RouterReads) -> bool {
+    fn quiet_steps(&mut self, span: u64, reads: RouterReads) -> bool {
         let (step, bs) = (self.step, self.cfg.block_size);
         let may_finish = matches!(self.cfg.time, TimeModel::Ticks { .. }) && !reads.kv;
         let paged = self.cfg.policy.is_paged();
@@ -235,17 +236,17 @@ impl<'a> Engine<'a> {
         finishes.clear();
         let mut pops = 0u64;
         let mut neutral = true;
-        for &s in &self.running {
-            let q = &self.slab[s];
-            if !q.lazy {
+        for &slot in &self.running {
+            let seq = &self.slab[slot];
+            if !seq.lazy {
                 neutral = false;
                 break;
             }
-            let since = step - q.base_step;
-            let (c, g) = (q.base_c + since, q.base_g + since); // computed and generated now
+            let since = step - seq.base_step;
+            let (c, generated) = (seq.base_c + since, seq.base_g + since); // computed and generated now
             // It samples its last token in step `step + left - 1` (and frees its blocks after it).
-            let left = q.target - g;
-            let steps = if left <= k {
+            let left = seq.target - generated;
+            let steps = if left <= span {
                 if !may_finish {
                     neutral = false;
                     break;
@@ -253,25 +254,25 @@ impl<'a> Engine<'a> {
                 finishes.push(step + left - 1);
                 left
             } else {
-                k
+                span
             };
             if !paged {
                 continue;
             }
             // Its steps compute tokens c .. c + steps; one at a block boundary pops a block.
-            let p = div_bs(c + steps - 1, bs) + 1 - div_bs(c + bs - 1, bs);
-            if p > 0 && reads.kv {
+            let popped = div_bs(c + steps - 1, bs) + 1 - div_bs(c + bs - 1, bs);
+            if popped > 0 && reads.kv {
                 neutral = false;
                 break;
             }
-            pops += p;
+            pops += popped;
             if keys {
                 // Blocks full by then beyond the keyed ones get keys at its events: phantom ones only
                 // past its real keys or (deferred keys) from its private content on.
-                let t = &q.table;
-                let phantom_only = t.num_keyed_blocks > t.num_real_keys
-                    || (self.defer_keys && t.num_keyed_blocks >= div_bs(q.private_from, bs));
-                if div_bs(c + steps, bs) > t.num_keyed_blocks && !phantom_only {
+                let table = &seq.table;
+                let phantom_only = table.num_keyed_blocks > table.num_real_keys
+                    || (self.defer_keys && table.num_keyed_blocks >= div_bs(seq.private_from, bs));
+                if div_bs(c + steps, bs) > table.num_keyed_blocks && !phantom_only {
                     neutral = false;
                     break;
                 }
@@ -288,10 +289,10 @@ impl<'a> Engine<'a> {
             } else if keys && pool.maps_keys() {
                 // The blocks popped are the free queue's first ones (blocks freed meanwhile join at
                 // the head, taken first, or at the tail, not reached): none may lose a mapped key.
-                let mut b = None;
+                let mut block = None;
                 for _ in 0..pops {
-                    b = pool.next_free(b);
-                    if pool.is_mapped(b.expect("enough free blocks")) {
+                    block = pool.next_free(block);
+                    if pool.is_mapped(block.expect("enough free blocks")) {
                         neutral = false;
                         break;
                     }
