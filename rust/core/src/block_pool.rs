@@ -302,6 +302,24 @@ impl BlockPool {
         self.ref_cnt[b.index()]
     }
 
+    /// The free block after `b` (the first when `b` is `None`), in the order allocations pop them.
+    #[inline]
+    pub fn next_free(&self, b: Option<BlockId>) -> Option<BlockId> {
+        self.queue.next_after(b)
+    }
+
+    /// Whether the prefix map holds any key.
+    #[inline]
+    pub fn maps_keys(&self) -> bool {
+        !self.map.is_empty()
+    }
+
+    /// Whether `b` carries a key of the prefix map (a phantom key is in no map).
+    #[inline]
+    pub fn is_mapped(&self, b: BlockId) -> bool {
+        self.key[b.index()].is_some()
+    }
+
     /// Head first.
     pub fn free_block_ids(&self) -> Vec<BlockId> {
         self.queue.iter().collect()

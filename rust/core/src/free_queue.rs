@@ -156,6 +156,14 @@ impl FreeQueue {
         Some(b)
     }
 
+    /// The block after `b` in the queue (the head when `b` is `None`), in the order `pop_front` takes
+    /// them; `None` past the tail.
+    #[inline]
+    pub fn next_after(&self, b: Option<BlockId>) -> Option<BlockId> {
+        let next = self.links[b.map_or(self.head, |b| b.0) as usize].next;
+        (next != self.tail).then_some(BlockId(next))
+    }
+
     /// Head first.
     pub fn iter(&self) -> impl Iterator<Item = BlockId> + '_ {
         let mut cur = self.links[self.head as usize].next;

@@ -11,9 +11,10 @@ use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::block_pool::IdHasher;
-use crate::block_table::BlockTable;
+use crate::block_table::{BlockTable, div_bs};
 use crate::engine::{
-    Counters, EngineConfig, EngineInput, EngineOutput, OUTPUT_BIT, Policy, private_starts,
+    Counters, EngineConfig, EngineInput, EngineOutput, OUTPUT_BIT, Policy, RouterReads,
+    private_starts,
 };
 use crate::{BlockKey, KvError, Result, Segment, invalid_arg};
 pub use replica::Replica;
@@ -116,9 +117,20 @@ struct Driver<'i> {
     views: Vec<Signals>,
     snaps: Vec<Snapshot>,
     snap_at: Option<i64>,
-    /// Leave a replica whose steps up to the arrival are all quiet where it is (`Replica::quiet_through`;
-    /// off only in tests, which check it changes nothing).
+    /// Leave a replica whose steps up to the arrival leave what the router reads as it is where it is
+    /// (`Replica::quiet_through`; off only in tests, which check it changes nothing).
     lazy: bool,
+    /// What the router reads besides the load.
+    reads: RouterReads,
+    /// Per replica: stepped since `views` last read its waiting, running and KV counts.
+    moved: Vec<bool>,
+    /// Per replica: what the router reads is now what it is at every instant up to this one (the
+    /// replica's `quiet_through`, lowered by the rows pushed since).
+    quiet_until: Vec<i64>,
+    /// Replicas stepped by the exact view (the tests read it).
+    advances: u64,
+    /// Each replica's block size.
+    block_size: Vec<u64>,
 }
 
 impl Driver<'_> {
@@ -146,31 +158,56 @@ impl Driver<'_> {
             .map_or(&[][..], |s| self.keys[s].as_slice())
     }
 
-    /// The exact view for `row`, arriving at `a`: every replica advanced to `a`.
+    /// The exact view for `row`, arriving at `a`: every replica advanced to `a` (or vouching for what
+    /// it would show there, `Replica::quiet_through`).
     fn read_exact(&mut self, row: usize, a: i64, cancel: &AtomicBool) -> Result<()> {
         let prompt = self.inp.prompt_len[row] as u64;
         for r in 0..self.replicas.len() {
-            // A replica whose steps up to `a` are all quiet shows now what it would show at `a`: it
-            // takes that span later, whole.
-            if !(self.lazy && self.replicas[r].quiet_through(a)) {
-                self.replicas[r].advance_until(a, cancel)?;
+            let bs = self.block_size[r];
+            self.views[r].lookup_blocks = div_bs(prompt.saturating_sub(1), bs);
+            if self.wants_keys {
+                let keys = self.keys_of(bs);
+                self.views[r].hit_blocks = if keys.is_empty() {
+                    0
+                } else {
+                    self.replicas[r].leading_hits(keys)
+                };
+            }
+            if self.lazy && a <= self.quiet_until[r] {
+                continue; // the rest of its view holds (none in flight)
+            }
+            // A replica whose steps up to `a` leave the signals the router reads as they are (but for
+            // the running count it tells) shows now what it would show at `a`: it takes those steps
+            // later, in one piece. Its `kv_used` is then now's, read only by routers that need no more.
+            let mut running = None;
+            match self.replicas[r].quiet_through(a, self.reads) {
+                Some((until, n)) if self.lazy => {
+                    self.quiet_until[r] = until;
+                    running = Some(n);
+                }
+                _ => {
+                    self.replicas[r].advance_until(a, cancel)?;
+                    self.moved[r] = true;
+                    self.quiet_until[r] = i64::MIN;
+                    self.advances += 1;
+                }
             }
             let rep = &self.replicas[r];
-            let bs = rep.config().block_size;
-            let (kv_used, kv_total) = rep.kv();
-            self.views[r] = Signals {
-                waiting: rep.waiting(),
-                running: rep.running(),
-                in_flight: rep.in_flight(a),
-                kv_used,
-                kv_total,
-                hit_blocks: if self.wants_keys {
-                    rep.leading_hits(self.keys_of(bs))
-                } else {
-                    0
-                },
-                lookup_blocks: prompt.saturating_sub(1) / bs,
-            };
+            let v = &mut self.views[r];
+            if self.moved[r] {
+                // Waiting, running and the KV counts change only when the replica steps.
+                (v.kv_used, v.kv_total) = rep.kv();
+                v.waiting = rep.waiting();
+                v.running = rep.running();
+                self.moved[r] = false;
+            }
+            if let Some(n) = running {
+                v.running = n;
+            }
+            v.in_flight = rep.in_flight(a);
+            if v.in_flight > 0 {
+                self.quiet_until[r] = i64::MIN; // rows in flight: read again at the next arrival
+            }
         }
         Ok(())
     }
@@ -214,6 +251,9 @@ impl Driver<'_> {
                     .count() as u64;
             }
             self.views[r] = v;
+            // The exact view's caches (a run reads one kind of view; kept true all the same).
+            self.moved[r] = true;
+            self.quiet_until[r] = i64::MIN;
         }
         Ok(())
     }
@@ -230,17 +270,18 @@ pub fn run_cluster(
     spec: &RouterSpec,
     cancel: &AtomicBool,
 ) -> Result<ClusterOutput> {
-    drive(inp, cfgs, spec, cancel, true)
+    drive(inp, cfgs, spec, cancel, true).map(|(out, _)| out)
 }
 
-/// `run_cluster`, with `lazy` false: every replica stepped to every arrival (the tests' yardstick).
+/// `run_cluster`, with `lazy` false: every replica stepped to every arrival (the tests' yardstick);
+/// also returns how many times the exact view stepped a replica.
 fn drive(
     inp: EngineInput<'_>,
     cfgs: &[EngineConfig],
     spec: &RouterSpec,
     cancel: &AtomicBool,
     lazy: bool,
-) -> Result<ClusterOutput> {
+) -> Result<(ClusterOutput, u64)> {
     validate(&inp, cfgs)?;
     let defer_keys = !inp.segment_id.iter().any(|&id| id >= OUTPUT_BIT);
     let forks = inp.has_forks();
@@ -281,6 +322,11 @@ fn drive(
         snaps: (0..cfgs.len()).map(|_| Snapshot::default()).collect(),
         snap_at: None,
         lazy,
+        reads: router_reads(spec),
+        moved: vec![true; cfgs.len()],
+        quiet_until: vec![i64::MIN; cfgs.len()],
+        advances: 0,
+        block_size: cfgs.iter().map(|c| c.block_size).collect(),
     };
     let mut router = Router::new(spec.clone());
     let mut replica = vec![0i64; inp.len()];
@@ -305,6 +351,7 @@ fn drive(
         }
         let r = router.pick(cfgs.len(), &d.views);
         d.replicas[r].push(&inp, row..end, &d.private_from);
+        d.quiet_until[r] = d.quiet_until[r].min(arrival - 1);
         d.snaps[r].routed += 1;
         replica[row..end].fill(r as i64);
         row = end;
@@ -314,8 +361,33 @@ fn drive(
         rep.finish(cancel)?;
         outs.push(rep.take_output());
     }
+    let advances = d.advances;
     drop(d);
-    Ok(gather(inp.len(), &replica, outs))
+    Ok((gather(inp.len(), &replica, outs), advances))
+}
+
+/// What `spec`'s router reads of a replica besides its load (`router::Router::pick`'s rules): a
+/// weighted scorer of weight 0 adds `0.0 * s`, the same whatever `s` is.
+fn router_reads(spec: &RouterSpec) -> RouterReads {
+    match spec.kind {
+        RouterKind::LeastLoaded => RouterReads::default(),
+        RouterKind::LeastKv => RouterReads {
+            kv: true,
+            keys: false,
+        },
+        RouterKind::PrefixAffinity => RouterReads {
+            kv: false,
+            keys: true,
+        },
+        RouterKind::Weighted => RouterReads {
+            kv: spec.weights.kv != 0.0,
+            keys: spec.weights.prefix != 0.0,
+        },
+        RouterKind::RoundRobin | RouterKind::Random => RouterReads {
+            kv: true,
+            keys: true,
+        },
+    }
 }
 
 /// Every row's columns in workload order from each replica's (rows in push order).

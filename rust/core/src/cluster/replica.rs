@@ -7,7 +7,9 @@
 
 use std::sync::atomic::AtomicBool;
 
-use crate::engine::{Buffers, Engine, EngineConfig, EngineInput, EngineOutput, forever};
+use crate::engine::{
+    Buffers, Engine, EngineConfig, EngineInput, EngineOutput, RouterReads, forever,
+};
 use crate::{BlockKey, Result};
 
 /// Compaction waits for at least this many done rows (and for them to be half the columns).
@@ -170,10 +172,12 @@ impl Replica {
         result
     }
 
-    /// Whether the signals at `horizon` are already those of now (every step before it quiet), so that
-    /// `advance_until(horizon)` can wait (see `Engine::quiet_through`).
-    pub fn quiet_through(&mut self, horizon: i64) -> bool {
-        self.engine.quiet_through(horizon)
+    /// Whether a router reading `reads` can read this replica at `horizon` without stepping it there:
+    /// `Some((until, running))` when what it reads at every horizon from `horizon` to `until` is what
+    /// it reads now, but for the running count, `running` there (valid while no row arriving at or
+    /// before `until` is pushed); see `Engine::quiet_through`.
+    pub fn quiet_through(&mut self, horizon: i64, reads: RouterReads) -> Option<(i64, u64)> {
+        self.engine.quiet_through(horizon, reads)
     }
 
     /// Runs to the end; the output is then `take_output`'s.

@@ -524,8 +524,8 @@ fn leaving_quiet_replicas_alone_changes_nothing() {
                     RouterSpec::named("prefix-affinity").unwrap(),
                     RouterSpec::named("weighted").unwrap(),
                 ] {
-                    let lazy = drive(w.view(), &cfgs, &spec, &cancel, true).unwrap();
-                    let eager = drive(w.view(), &cfgs, &spec, &cancel, false).unwrap();
+                    let (lazy, _) = drive(w.view(), &cfgs, &spec, &cancel, true).unwrap();
+                    let (eager, _) = drive(w.view(), &cfgs, &spec, &cancel, false).unwrap();
                     let label = format!("{what}/{kind} n={n} {:?}", spec.kind);
                     assert_eq!(lazy.replica, eager.replica, "{label}");
                     assert_same_rows(&lazy.out, &eager.out, &label);
@@ -609,4 +609,167 @@ fn only_ties_consume_draws() {
     assert_eq!(router.pick(3, &busy(2)), 2);
     assert_eq!(router.pick(3, &busy(0)), 0);
     assert_eq!(router.pick(3, &idle), second);
+}
+/// The quietness rule itself (`Replica::quiet_through`): replica A, asked about a horizon `h`, vouches
+/// for every horizon up to `until` with a running count; replicas B and C, fed the same rows, are
+/// stepped to `h` and to `until` and must show what A vouched for (waiting, in flight, running, and
+/// where the router reads them the KV counts and the prefix hit of a prompt sharing a prefix). Then A
+/// steps to `h` too. Shared prefixes in a small pool (evictions of mapped keys), long outputs (block
+/// fills and pops), finishes, preemptions (the smallest pool), under ticks and the linear model; the
+/// counters show each case was met.
+#[test]
+#[allow(clippy::too_many_lines)] // one scenario, its cases and its checks
+fn a_replica_vouches_only_for_what_stepping_shows() {
+    const MS: i64 = 1_000_000_000;
+    let cancel = AtomicBool::new(false);
+    let work = workload_with_gaps(60, 31, 0, false, &[0, MS / 4, MS, 3 * MS]);
+    let inp = work.view();
+    let pf = private_starts(&inp);
+    let linear = TimeModel::Linear {
+        c0_ps: 500_000_000,
+        c_tok_ps: 3_000_000,
+        c_ctx_ps: 1_000_000,
+    };
+    let reads = [
+        RouterReads::default(),
+        RouterReads {
+            kv: true,
+            keys: false,
+        },
+        RouterReads {
+            kv: false,
+            keys: true,
+        },
+    ];
+    // (vouched, across a finish, across a pop, refused) over every case.
+    let mut seen = [0u64; 4];
+    for (blocks, time) in [
+        (40, None),
+        (24, None),
+        (200, None),
+        (40, Some(linear)),
+        (200, Some(linear)),
+    ] {
+        let mut cfg = EngineConfig {
+            max_num_seqs: 8,
+            ..EngineConfig::for_tests(blocks, 4)
+        };
+        if let Some(t) = time {
+            cfg.time = t;
+        }
+        // The keys of a prompt on shared prefix 2 (32 tokens) and a tail of its own.
+        let mut keys = Vec::new();
+        let segs = [Segment::new(2, 32), Segment::new(9_999, 9)];
+        BlockTable::lookup_keys(4, &segs, 41, u64::MAX, &mut keys);
+        for read in reads {
+            let new = || Replica::new(cfg.clone(), true, false, None).unwrap();
+            let (mut lazy, mut stepped) = (new(), new());
+            let mut pushed = 0;
+            let mut at_h = 0;
+            let mut turn = 0u64;
+            while at_h < 400 * MS {
+                at_h += MS / 3;
+                turn += 1;
+                // Rows arriving before `at_h` are pushed first (to both).
+                while pushed < inp.len() && inp.arrival_ps[pushed] < at_h {
+                    lazy.push(&inp, pushed..pushed + 1, &pf);
+                    stepped.push(&inp, pushed..pushed + 1, &pf);
+                    pushed += 1;
+                }
+                stepped.advance_until(at_h, &cancel).unwrap();
+                match lazy.quiet_through(at_h, read) {
+                    Some((until, running)) => {
+                        assert!(
+                            until >= at_h,
+                            "{blocks} {read:?}: until {until} < at_h {at_h}"
+                        );
+                        // C: the same rows, stepped to `until` (rows arriving after `at_h` are not
+                        // pushed yet); every few turns, as it is built afresh.
+                        let far = (turn % 5 == 0).then(|| {
+                            let mut ahead = new();
+                            ahead.push(&inp, 0..pushed, &pf);
+                            ahead
+                                .advance_until(until.min(at_h + 100 * MS), &cancel)
+                                .unwrap();
+                            (ahead, until.min(at_h + 100 * MS))
+                        });
+                        for (rep, at) in
+                            [Some((&stepped, at_h)), far.as_ref().map(|(f, u)| (f, *u))]
+                                .into_iter()
+                                .flatten()
+                        {
+                            let what = format!("{blocks} {time:?} {read:?} at {at} (asked {at_h})");
+                            assert_eq!(rep.waiting(), lazy.waiting(), "{what}: waiting");
+                            assert_eq!(
+                                rep.in_flight(at),
+                                lazy.in_flight(at_h),
+                                "{what}: in flight"
+                            );
+                            assert_eq!(rep.running(), running, "{what}: running");
+                            if read.kv {
+                                assert_eq!(rep.kv(), lazy.kv(), "{what}: kv");
+                            }
+                            if read.keys {
+                                let hits = rep.leading_hits(&keys);
+                                assert_eq!(hits, lazy.leading_hits(&keys), "{what}: hits");
+                            }
+                            seen[1] += u64::from(rep.running() < lazy.running());
+                            seen[2] += u64::from(rep.kv() != lazy.kv());
+                        }
+                        seen[0] += 1;
+                    }
+                    None => seen[3] += 1,
+                }
+                lazy.advance_until(at_h, &cancel).unwrap();
+            }
+            lazy.finish(&cancel).unwrap();
+            stepped.finish(&cancel).unwrap();
+            let (oa, ob) = (lazy.take_output(), stepped.take_output());
+            assert_same_rows(&oa, &ob, "vouching changes nothing");
+            assert_eq!(oa.counters, ob.counters);
+        }
+    }
+    assert!(
+        seen.iter().all(|&n| n > 0),
+        "vouched, across a finish, a pop, refused: {seen:?}"
+    );
+}
+
+/// The lazy driver steps replicas far less often than the yardstick on a busy fleet, and picks the
+/// same: ticks and linear, shared prefixes, a small pool.
+#[test]
+fn the_lazy_driver_steps_less_and_picks_the_same() {
+    const MS: i64 = 1_000_000_000;
+    let cancel = AtomicBool::new(false);
+    let w = workload_with_gaps(400, 41, 0, false, &[0, MS / 4, MS / 2, MS]);
+    for time in [
+        TimeModel::Ticks {
+            iteration_ps: MS as u64,
+        },
+        TimeModel::Linear {
+            c0_ps: 500_000_000,
+            c_tok_ps: 3_000_000,
+            c_ctx_ps: 1_000_000,
+        },
+    ] {
+        let cfg = EngineConfig {
+            max_num_seqs: 16,
+            time,
+            ..EngineConfig::for_tests(120, 4)
+        };
+        let cfgs = vec![cfg; 4];
+        for name in ["least-loaded", "prefix-affinity", "least-kv", "weighted"] {
+            let spec = RouterSpec::named(name).unwrap();
+            let (lazy, stepped) = drive(w.view(), &cfgs, &spec, &cancel, true).unwrap();
+            let (eager, all) = drive(w.view(), &cfgs, &spec, &cancel, false).unwrap();
+            let label = format!("{name} {time:?}");
+            assert_eq!(lazy.replica, eager.replica, "{label}");
+            assert_same_rows(&lazy.out, &eager.out, &label);
+            assert_eq!(lazy.counters, eager.counters, "{label}");
+            assert!(stepped < all, "{label}: {stepped} of {all}");
+            if name != "least-kv" {
+                assert!(2 * stepped < all, "{label}: {stepped} of {all}");
+            }
+        }
+    }
 }

@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub use config::{EngineConfig, Policy, Preemption, TimeModel};
 pub use input::EngineInput;
 pub use output::{Counters, EngineOutput, StepDurations};
+pub use stepped::RouterReads;
 pub use stream::StreamEngine;
 pub(crate) use stream::{Buffers, forever};
 
@@ -130,8 +131,8 @@ pub struct Engine<'a> {
     /// A stepped replica (`cluster::replica`): `advance` takes only steps starting before this time
     /// (`i64::MAX`: no horizon).
     horizon: i64,
-    /// `quiet_through`'s memo: at step `.0`, the buckets `.0 .. .0 + .1` were found empty.
-    quiet_checked: (u64, u64),
+    /// `quiet_through`'s memo of the steps it found neutral (reset by every advance).
+    quiet: stepped::QuietMemo,
 }
 
 impl<'a> Engine<'a> {
@@ -228,7 +229,7 @@ impl<'a> Engine<'a> {
             nxt: 0,
             final_input: true,
             horizon: i64::MAX,
-            quiet_checked: (u64::MAX, 0),
+            quiet: stepped::QuietMemo::new(),
         })
     }
 

@@ -4,8 +4,50 @@
 
 use std::sync::atomic::AtomicBool;
 
-use super::{Engine, EngineConfig, EngineInput, EngineOutput, MAX_TIME_PS, Memory, Result};
+use super::{
+    Engine, EngineConfig, EngineInput, EngineOutput, MAX_TIME_PS, Memory, Result, TimeModel,
+};
 use crate::BlockKey;
+use crate::block_table::div_bs;
+
+/// What a router reads of a replica besides its load (waiting + running + in flight), which every
+/// router that reads state reads: the KV counts (`kv_used`), the prefix map (leading hits). Decides
+/// which events leave its view unchanged (`Engine::quiet_through`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouterReads {
+    pub kv: bool,
+    pub keys: bool,
+}
+
+/// `quiet_through`'s findings at one step, kept until the next advance: the `k` steps from `step` on
+/// leave what a router reading `reads` sees as it is but for the sequences finishing in them, at the
+/// steps `finishes` (sorted; ticks only, where steps last the same whatever the batch), and every
+/// horizon up to `until` (the start of step `step + k`) is reached by steps among them.
+#[derive(Debug)]
+pub(crate) struct QuietMemo {
+    step: u64,
+    reads: RouterReads,
+    k: u64,
+    until: i64,
+    finishes: Vec<u64>,
+}
+
+/// Steps `quiet_through` tries to vouch for past the horizon asked (a fleet's next arrivals come soon
+/// after it); the most it looks at.
+const QUIET_AHEAD: u64 = 32;
+const QUIET_MAX: u64 = 1 << 12;
+
+impl QuietMemo {
+    pub(crate) fn new() -> Self {
+        QuietMemo {
+            step: u64::MAX,
+            reads: RouterReads::default(),
+            k: 0,
+            until: i64::MIN,
+            finishes: Vec::new(),
+        }
+    }
+}
 
 impl<'a> Engine<'a> {
     /// An engine with no rows yet over `view` (empty), taking `defer_keys` (no prompt of the whole
@@ -51,6 +93,7 @@ impl<'a> Engine<'a> {
 
     /// Runs every step that starts strictly before `horizon` (and nothing else), reading `cancel`.
     pub(crate) fn advance_until(&mut self, horizon: i64, cancel: &'a AtomicBool) -> Result<()> {
+        self.quiet.step = u64::MAX;
         self.cancel = Some(cancel);
         self.horizon = horizon;
         let result = self.advance();
@@ -75,56 +118,190 @@ impl<'a> Engine<'a> {
         std::mem::take(&mut self.out)
     }
 
-    /// Whether every step that would start before `horizon` is quiet (lockstep, no event in it, nothing
-    /// waiting, swapped or about to join, no time series): then the signals at `horizon` are those of
-    /// now, and the replica need not step there (taking the span later, in one piece, is exact and
-    /// cheaper than cutting it at every arrival of the fleet). The buckets found empty are remembered
-    /// until the next step.
-    pub(crate) fn quiet_through(&mut self, horizon: i64) -> bool {
+    /// Whether the signals `reads` names and the load (every router that reads state reads it) can be
+    /// read at `horizon` without stepping there: `Some((until, running))` when the replica's waiting
+    /// count, in-flight rows (none), KV counts (where read) and prefix map (where read) at every
+    /// horizon from `horizon` up to `until` are those of now, and its running count there is `running`;
+    /// `None` when it must step. Taking those steps later, in one piece, is exact and cheaper than
+    /// cutting the lockstep run at every arrival of the fleet. Valid while no row arriving at or
+    /// before `until` is pushed.
+    ///
+    /// In lockstep, with nothing waiting, swapped out or joining before `horizon`, every running
+    /// sequence's state at a later step follows from its base (`Seq::base_step`) until something
+    /// happens that is not a plain decode: so `quiet_scan` reads, in closed form, what each sequence
+    /// does in the steps before the horizon (and a few past it): the blocks it pops, whether it fills a
+    /// block that would get a mapped key, and the step it finishes. Those steps are *neutral* when no
+    /// block pop can fail (the free blocks cover them all: no preemption; `one_free_block` keeps a
+    /// margin), the popped blocks (the free queue's first ones, frees of finishing sequences joining at
+    /// the head or the tail only) carry no mapped key and no mapped key is registered (where the
+    /// router reads the prefix map), nothing is popped nor freed (where it reads the KV counts), and
+    /// finishes, which lower the running count, come only where steps last the same whatever the
+    /// batch (ticks), so the steps' start times stay known.
+    pub(crate) fn quiet_through(&mut self, horizon: i64, reads: RouterReads) -> Option<(i64, u64)> {
+        let running = self.running.len() as u64;
+        let i = self.nxt - self.row_base;
+        let next_row = self.inp.arrival_ps.get(i).copied().unwrap_or(i64::MAX);
+        if self.t >= horizon {
+            // `advance_until` would do nothing up to the clock (and the rows in flight stay so up
+            // to the next one's arrival).
+            return Some((self.t.min(next_row - 1).max(horizon), running));
+        }
+        if next_row <= horizon {
+            return None; // a row joins before the horizon
+        }
+        let m = &self.quiet;
+        let known = m.step == self.step && m.reads == reads && horizon <= m.until;
+        if !known && !self.quiet_scan(horizon, reads) {
+            return None;
+        }
+        let m = &self.quiet;
+        let mut until = m.until;
+        let mut gone = 0;
+        if !m.finishes.is_empty() {
+            // Ticks: step j from now starts at t + j dt; the steps starting before the horizon are
+            // the first ceil((horizon - t) / dt).
+            let (dt, _) = self.quiet_step_lengths();
+            let k = ((i128::from(horizon - self.t) + dt - 1) / dt) as u64;
+            gone = m.finishes.partition_point(|&f| f < self.step + k);
+            if let Some(&f) = m.finishes.get(gone) {
+                until = until.min(self.t + ((f - self.step) as i128 * dt) as i64);
+            }
+        }
+        Some((until.min(next_row - 1), running - gone as u64))
+    }
+
+    /// `quiet_through`'s look at the running sequences: vouches for the steps before `horizon` and up
+    /// to `QUIET_AHEAD` past them, or else those before it only; false if not even those are neutral.
+    #[inline(never)]
+    fn quiet_scan(&mut self, horizon: i64, reads: RouterReads) -> bool {
         if !self.lockstep
-            || self.t >= horizon
             || self.running.is_empty()
             || !self.nothing_waits()
             || !self.swapped.is_empty()
             || self.swap_blocks_step != 0
             || self.ts_every != 0
+            || self.outstanding != 0
+            || self.forks
             || self.one_free_block_binds()
         {
             return false;
         }
-        let i = self.nxt - self.row_base;
-        if i < self.inp.len() && self.inp.arrival_ps[i] <= horizon {
-            return false; // a row joins before the horizon
-        }
+        // The steps starting before the horizon: 0..need. Neutral steps keep the batch (but for
+        // finishes, under ticks), so step j lasts `dt0 + ddt j` and starts at `j dt0 + ddt j (j-1)/2`.
         let (dt0, ddt) = self.quiet_step_lengths();
+        let gap = i128::from(horizon - self.t);
         let start = |j: u64| -> i128 {
             let j = i128::from(j);
-            j * dt0 + ddt * (j * (j - 1) / 2)
+            j * dt0 + ddt * ((j * (j - 1)) >> 1)
         };
-        // The steps starting before the horizon: 0..k.
-        let gap = i128::from(horizon - self.t);
-        let mask = self.ring_mask as u64;
-        let mut k = 1;
-        while k <= mask && start(k) < gap {
-            k += 1;
-        }
-        if k > mask || i128::from(self.t) + start(k) > i128::from(MAX_TIME_PS) {
-            return false;
-        }
-        let step = self.step;
-        let mut from = if self.quiet_checked.0 == step {
-            self.quiet_checked.1
-        } else {
-            0
-        };
-        while from < k {
-            if !self.ring[(step + from) as usize & self.ring_mask].is_empty() {
+        let need = if ddt == 0 {
+            if dt0 <= 0 {
                 return false;
             }
-            from += 1;
+            u64::try_from((gap + dt0 - 1) / dt0).unwrap_or(u64::MAX)
+        } else {
+            let (mut lo, mut hi) = (1u64, QUIET_MAX + 1); // start(lo - 1) < gap; the answer <= hi
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if start(mid) >= gap {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            lo
+        };
+        if need > QUIET_MAX {
+            return false;
         }
-        self.quiet_checked = (step, from);
-        true
+        for k in [need + QUIET_AHEAD, need] {
+            let end = i128::from(self.t) + start(k);
+            if end <= i128::from(MAX_TIME_PS) && self.quiet_steps(k, reads) {
+                let m = &mut self.quiet;
+                (m.step, m.reads, m.k, m.until) = (self.step, reads, k, end as i64);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Whether the `k` steps from now are neutral for a router reading `reads` (see `quiet_through`),
+    /// writing the steps at which sequences finish into `self.quiet.finishes` (sorted).
+    fn quiet_steps(&mut self, span: u64, reads: RouterReads) -> bool {
+        let (step, bs) = (self.step, self.cfg.block_size);
+        let may_finish = matches!(self.cfg.time, TimeModel::Ticks { .. }) && !reads.kv;
+        let paged = self.cfg.policy.is_paged();
+        let keys = reads.keys && paged && self.cfg.enable_prefix_caching;
+        let mut finishes = std::mem::take(&mut self.quiet.finishes);
+        finishes.clear();
+        let mut pops = 0u64;
+        let mut neutral = true;
+        for &slot in &self.running {
+            let seq = &self.slab[slot];
+            if !seq.lazy {
+                neutral = false;
+                break;
+            }
+            let since = step - seq.base_step;
+            let (c, generated) = (seq.base_c + since, seq.base_g + since); // computed and generated now
+            // It samples its last token in step `step + left - 1` (and frees its blocks after it).
+            let left = seq.target - generated;
+            let steps = if left <= span {
+                if !may_finish {
+                    neutral = false;
+                    break;
+                }
+                finishes.push(step + left - 1);
+                left
+            } else {
+                span
+            };
+            if !paged {
+                continue;
+            }
+            // Its steps compute tokens c .. c + steps; one at a block boundary pops a block.
+            let popped = div_bs(c + steps - 1, bs) + 1 - div_bs(c + bs - 1, bs);
+            if popped > 0 && reads.kv {
+                neutral = false;
+                break;
+            }
+            pops += popped;
+            if keys {
+                // Blocks full by then beyond the keyed ones get keys at its events: phantom ones only
+                // past its real keys or (deferred keys) from its private content on.
+                let table = &seq.table;
+                let phantom_only = table.num_keyed_blocks > table.num_real_keys
+                    || (self.defer_keys && table.num_keyed_blocks >= div_bs(seq.private_from, bs));
+                if div_bs(c + steps, bs) > table.num_keyed_blocks && !phantom_only {
+                    neutral = false;
+                    break;
+                }
+            }
+        }
+        if neutral && pops > 0 {
+            let Memory::Paged(pool) = &self.mem else {
+                unreachable!("only paged sequences pop blocks");
+            };
+            let free = u64::from(pool.num_free_blocks());
+            if pops > free || (self.cfg.one_free_block && free - pops <= self.running.len() as u64)
+            {
+                neutral = false; // a block might not be there: preemption, or a full step
+            } else if keys && pool.maps_keys() {
+                // The blocks popped are the free queue's first ones (blocks freed meanwhile join at
+                // the head, taken first, or at the tail, not reached): none may lose a mapped key.
+                let mut block = None;
+                for _ in 0..pops {
+                    block = pool.next_free(block);
+                    if pool.is_mapped(block.expect("enough free blocks")) {
+                        neutral = false;
+                        break;
+                    }
+                }
+            }
+        }
+        finishes.sort_unstable();
+        self.quiet.finishes = finishes;
+        neutral
     }
 
     /// Whether `row` is finished or rejected.
