@@ -256,3 +256,27 @@ def test_kvsim_lab_warns_off_loopback_and_refuses_bad_ports():
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0
     assert "port 70000" in bad.stderr
+
+
+def test_unknown_endpoints_and_methods_answer_json(client: TestClient) -> None:
+    """Starlette's own 404 and 405 under /api/ are JSON with the error and the field, like kvsim's."""
+    r = client.get("/api/no-such-thing")
+    assert r.status_code == 404
+    assert r.headers["content-type"].startswith("application/json")
+    assert r.json()["field"] == "path"
+    assert "/api/no-such-thing" in r.json()["error"]
+    r = client.delete("/api/presets")
+    assert r.status_code == 405
+    assert r.json()["field"] == "method"
+    assert "DELETE" in r.json()["error"]
+    assert client.get("/no-such-page").status_code == 404
+
+
+def test_an_address_that_cannot_be_listened_on_warns_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """A host that cannot be bound is one error, without the not-loopback warning first."""
+    from kvsim.errors import InvalidArgumentError
+    from kvsim.lab.server import serve
+
+    with pytest.raises(InvalidArgumentError, match=r"999\.1\.1\.1"):
+        serve("999.1.1.1", 0)
+    assert "WARNING" not in capsys.readouterr().err

@@ -18,6 +18,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -263,6 +264,22 @@ async def api_openapi(request: Request) -> Response:
     return JSONResponse(openapi())
 
 
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own HTTP errors (an unknown path, a wrong method): JSON like every other API answer,
+    plain text only outside `/api/`."""
+    code = exc.status_code if isinstance(exc, HTTPException) else 500
+    detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+    if request.url.path.startswith("/api/") or request.url.path == "/openapi.json":
+        field = "path"
+        if code == 404:
+            detail = f"path {request.url.path!r}: no such endpoint (see /openapi.json)"
+        elif code == 405:
+            field = "method"
+            detail = f"method {request.method!r} is not allowed on {request.url.path!r}"
+        return JSONResponse({"error": detail, "field": field}, status_code=code)
+    return Response(str(detail), status_code=code, media_type="text/plain")
+
+
 def create_app() -> Starlette:
     """The lab's ASGI app."""
     routes: list[BaseRoute] = [
@@ -274,7 +291,7 @@ def create_app() -> Starlette:
     ]
     if STATIC.is_dir():
         routes.append(Mount("/static", StaticFiles(directory=STATIC), name="static"))
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -284,12 +301,6 @@ def serve(host: str = "127.0.0.1", port: int = 0, open_browser: bool = False) ->
     """Serves the lab on `host:port` (0: a free port) until Ctrl-C; prints the URL first."""
     import uvicorn
 
-    if host not in LOOPBACK:
-        print(
-            f"WARNING: kvsim lab is listening on {host}, not loopback: anyone who can reach this machine "
-            "can use it (it has no authentication)",
-            file=sys.stderr,
-        )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -299,6 +310,12 @@ def serve(host: str = "127.0.0.1", port: int = 0, open_browser: bool = False) ->
         sock.close()
         raise InvalidArgumentError(f"host {host!r} port {port}: cannot listen there ({e.strerror})") from None
     bound = sock.getsockname()[1]
+    if host not in LOOPBACK:  # said once the address is known to be one this machine can listen on
+        print(
+            f"WARNING: kvsim lab is listening on {host}, not loopback: anyone who can reach this machine "
+            "can use it (it has no authentication)",
+            file=sys.stderr,
+        )
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}/"
     try:
