@@ -165,16 +165,10 @@ impl Driver<'_> {
         for r in 0..self.replicas.len() {
             let bs = self.block_size[r];
             self.views[r].lookup_blocks = div_bs(prompt.saturating_sub(1), bs);
-            if self.wants_keys {
-                let keys = self.keys_of(bs);
-                self.views[r].hit_blocks = if keys.is_empty() {
-                    0
-                } else {
-                    self.replicas[r].leading_hits(keys)
-                };
-            }
             if self.lazy && a <= self.quiet_until[r] {
-                continue; // the rest of its view holds (none in flight)
+                // The rest of its view holds (none in flight); its prefix map is the one at `a`.
+                self.read_hits(r, bs);
+                continue;
             }
             // A replica whose steps up to `a` leave the signals the router reads as they are (but for
             // the running count it tells) shows now what it would show at `a`: it takes those steps
@@ -208,8 +202,23 @@ impl Driver<'_> {
             if v.in_flight > 0 {
                 self.quiet_until[r] = i64::MIN; // rows in flight: read again at the next arrival
             }
+            // Looked up only now: the steps just taken may have registered or evicted keys.
+            self.read_hits(r, bs);
         }
         Ok(())
+    }
+
+    /// Replica `r`'s leading prefix hits for the unit being routed, from its prefix map as it is now
+    /// (stepped to the arrival, or vouched for up to it).
+    fn read_hits(&mut self, r: usize, bs: u64) {
+        if self.wants_keys {
+            let keys = self.keys_of(bs);
+            self.views[r].hit_blocks = if keys.is_empty() {
+                0
+            } else {
+                self.replicas[r].leading_hits(keys)
+            };
+        }
     }
 
     /// The stale view for `row`, arriving at `a`: the snapshot at `floor(a / refresh) * refresh` (taken
