@@ -119,6 +119,6 @@ export class Chart {
     const n = this.replay.numSteps;
     const { x0, pw } = this.geometry;
     const x = x0 + (n === 0 ? 0 : (k / n) * pw);
-    this.cursor.style.transform = `translateX(${x.toFixed(1)}px)`;
+    this.cursor.style.backgroundPositionX = `${x.toFixed(1)}px`;
   }
 }
