@@ -125,13 +125,7 @@ def test_nasty_fleets_agree(w, fleet, data):
     args = nasty_router(data.draw)
     ref = outcome(lambda: kvsim.simulate_cluster(w, fleet, backend="reference", **args))
     rust = outcome(lambda: kvsim.simulate_cluster(w, fleet, backend="rust", **args))
-    try:
-        assert_fleets_equal(rust, ref)
-    except AssertionError:
-        import pickle
-        pickle.dump((w, fleet, args), open("/tmp/fail.pkl", "wb"))
-        raise
-
+    assert_fleets_equal(rust, ref)
 
 
 def test_prefix_hits_are_read_after_the_replica_steps_to_the_arrival():
@@ -152,7 +146,9 @@ def test_prefix_hits_are_read_after_the_replica_steps_to_the_arrival():
     )
     common = {"sampling": "fork-cow", "max_num_batched_tokens": 512, "chunked_prefill": False}
     fleet = [
-        kvsim.SimConfig(num_blocks=40, block_size=4, preemption="swap", cpu_blocks=4, max_num_seqs=6, **common),
+        kvsim.SimConfig(
+            num_blocks=40, block_size=4, preemption="swap", cpu_blocks=4, max_num_seqs=6, **common
+        ),
         kvsim.SimConfig(
             num_blocks=2, enable_prefix_caching=False, free_order="classic", max_num_seqs=3, **common
         ),
@@ -161,6 +157,7 @@ def test_prefix_hits_are_read_after_the_replica_steps_to_the_arrival():
     ref = kvsim.simulate_cluster(w, fleet, backend="reference", **args)
     rust = kvsim.simulate_cluster(w, fleet, backend="rust", **args)
     assert_fleets_equal(rust, ref)
+
 
 # -- arguments that once escaped as bare Python exceptions ---------------------------------------------------------
 HUGE = 10**400  # an int no float holds: float(HUGE) raises OverflowError
