@@ -11,33 +11,19 @@ from __future__ import annotations
 import sys
 import time
 
-from bench.test_bench_cluster import CONFIG, RATE_PER_REPLICA, REPLICAS, Router
-from kvsim.engine.engine_input import prepare
+from bench.test_bench_cluster import CONFIG, REPLICAS, Router, make_inputs
 from kvsim.engine.rust_engine import run, run_cluster
-from kvsim.workloads import synthetic
 
 
 def main(argv: list[str]) -> None:
     if len(argv) != 2 or not argv[0].isdigit():
         raise SystemExit("usage: python -m bench.cluster_profile N ROUTER|singles")
     n, which = int(argv[0]), argv[1]
+    fleet, singles = make_inputs(n)
+    start = time.perf_counter()
     if which == "singles":
-        inputs = [
-            prepare(
-                synthetic(
-                    n // REPLICAS, arrival_rate=RATE_PER_REPLICA, lengths="sharegpt-paper", seed=100 + r
-                ),
-                CONFIG,
-            )
-            for r in range(REPLICAS)
-        ]
-        start = time.perf_counter()
-        steps = sum(int(run(inp, CONFIG).counters["num_steps"]) for inp in inputs)
+        steps = sum(int(run(inp, CONFIG).counters["num_steps"]) for inp in singles)
     else:
-        fleet = prepare(
-            synthetic(n, arrival_rate=RATE_PER_REPLICA * REPLICAS, lengths="sharegpt-paper", seed=7), CONFIG
-        )
-        start = time.perf_counter()
         res = run_cluster(fleet, [CONFIG] * REPLICAS, Router(which))
         steps = sum(int(c["num_steps"]) for c in res["counters"])
     print(f"{which}: {time.perf_counter() - start:.3f} s, {steps:,} steps")

@@ -55,22 +55,27 @@ def _timed(benchmark, key: str, f):
     return result
 
 
-@pytest.fixture(scope="module")
-def inputs():
+def make_inputs(requests: int) -> tuple:
+    """The benchmark's prepared inputs: `requests` rows for the fleet and 16 single runs of a 16th each."""
     fleet = prepare(
-        synthetic(REQUESTS, arrival_rate=RATE_PER_REPLICA * REPLICAS, lengths="sharegpt-paper", seed=7),
+        synthetic(requests, arrival_rate=RATE_PER_REPLICA * REPLICAS, lengths="sharegpt-paper", seed=7),
         CONFIG,
     )
     singles = [
         prepare(
             synthetic(
-                REQUESTS // REPLICAS, arrival_rate=RATE_PER_REPLICA, lengths="sharegpt-paper", seed=100 + r
+                requests // REPLICAS, arrival_rate=RATE_PER_REPLICA, lengths="sharegpt-paper", seed=100 + r
             ),
             CONFIG,
         )
         for r in range(REPLICAS)
     ]
     return fleet, singles
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    return make_inputs(REQUESTS)
 
 
 def test_bench_sixteen_single_runs(benchmark, inputs):
