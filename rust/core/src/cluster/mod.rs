@@ -198,10 +198,9 @@ impl Driver<'_> {
             if let Some(n) = running {
                 v.running = n;
             }
+            // Every row pushed to it has arrived by `a`: those not joined stay in flight for the
+            // vouch (their joins leave the load as it is, `Engine::quiet_through`).
             v.in_flight = rep.in_flight(a);
-            if v.in_flight > 0 {
-                self.quiet_until[r] = i64::MIN; // rows in flight: read again at the next arrival
-            }
             // Looked up only now: the steps just taken may have registered or evicted keys.
             self.read_hits(r, bs);
         }

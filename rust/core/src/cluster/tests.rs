@@ -82,6 +82,16 @@ fn workload(n: usize, seed: u64, samples: usize, quote: bool) -> Cols {
 
 /// `workload` with arrival gaps drawn from `gaps` (picoseconds).
 fn workload_with_gaps(n: usize, seed: u64, samples: usize, quote: bool, gaps: &[i64]) -> Cols {
+    generate(n, seed, samples, quote, gaps, true)
+}
+
+/// `workload_with_gaps` with every prompt its own (no shared prefix: nothing a prefix map can hit)
+/// and outputs of up to 300 tokens.
+fn private_workload(n: usize, seed: u64, gaps: &[i64]) -> Cols {
+    generate(n, seed, 0, false, gaps, false)
+}
+
+fn generate(n: usize, seed: u64, samples: usize, quote: bool, gaps: &[i64], shared: bool) -> Cols {
     let mut rng = SplitMix64(seed);
     let mut c = Cols {
         seg_offsets: vec![0],
@@ -90,10 +100,15 @@ fn workload_with_gaps(n: usize, seed: u64, samples: usize, quote: bool, gaps: &[
     let mut t = 0i64;
     for r in 0..n as u64 {
         t += gaps[rng.below(gaps.len())];
-        let shared = 8 + 8 * rng.below(4) as i64;
+        let shared_len = 8 + 8 * rng.below(4) as i64;
         let own = 1 + rng.below(30) as i64;
-        let target = 1 + rng.below(40) as i64;
-        let mut segs = vec![(1 + rng.below(3) as u64, shared), (1000 + r, own)];
+        let target = 1 + rng.below(if shared { 40 } else { 300 }) as i64;
+        let prefix = 1 + rng.below(3) as u64;
+        let mut segs = if shared {
+            vec![(prefix, shared_len), (1000 + r, own)]
+        } else {
+            vec![(1000 + r, shared_len + own)]
+        };
         if quote && r > 0 && rng.below(3) == 0 {
             segs.push((OUTPUT_BIT | ((r - 1) << 16), 1));
         }
@@ -512,6 +527,7 @@ fn leaving_quiet_replicas_alone_changes_nothing() {
         for (kind, w) in [
             ("plain", workload_with_gaps(150, 21, 0, false, &gaps)),
             ("forks", workload_with_gaps(100, 22, 2, false, &gaps)),
+            ("private", private_workload(150, 23, &gaps)),
         ] {
             if kind == "forks" && cfg.policy != Policy::Vllm {
                 continue;
@@ -612,19 +628,22 @@ fn only_ties_consume_draws() {
 }
 /// The quietness rule itself (`Replica::quiet_through`): replica A, asked about a horizon `h`, vouches
 /// for every horizon up to `until` with a running count; replicas B and C, fed the same rows, are
-/// stepped to `h` and to `until` and must show what A vouched for (waiting, in flight, running, and
-/// where the router reads them the KV counts and the prefix hit of a prompt sharing a prefix). Then A
-/// steps to `h` too. Shared prefixes in a small pool (evictions of mapped keys), long outputs (block
-/// fills and pops), finishes, preemptions (the smallest pool), under ticks and the linear model; the
-/// counters show each case was met.
+/// stepped to `h` and to `until` and must show what A vouched for (the load: waiting + running + in
+/// flight, and where the router reads them the KV counts and the prefix hit of a prompt sharing a
+/// prefix). Then A steps to `h` too. Shared prefixes in a small pool (evictions of mapped keys), and
+/// prompts all private (rows joining while A vouches), long outputs (block fills and pops), finishes,
+/// preemptions (the smallest pool), under ticks and the linear model; the counters show each case
+/// was met.
 #[test]
 #[allow(clippy::too_many_lines)] // one scenario, its cases and its checks
 fn a_replica_vouches_only_for_what_stepping_shows() {
     const MS: i64 = 1_000_000_000;
     let cancel = AtomicBool::new(false);
-    let work = workload_with_gaps(60, 31, 0, false, &[0, MS / 4, MS, 3 * MS]);
-    let inp = work.view();
-    let pf = private_starts(&inp);
+    let gaps = [0, MS / 4, MS, 3 * MS];
+    let works = [
+        workload_with_gaps(60, 31, 0, false, &gaps),
+        private_workload(60, 32, &gaps),
+    ];
     let linear = TimeModel::Linear {
         c0_ps: 500_000_000,
         c_tok_ps: 3_000_000,
@@ -641,12 +660,13 @@ fn a_replica_vouches_only_for_what_stepping_shows() {
             keys: true,
         },
     ];
-    // (vouched, across a finish, across a pop, refused) over every case.
-    let mut seen = [0u64; 4];
+    // (vouched, across a finish, across a pop, refused, across a join) over every case.
+    let mut seen = [0u64; 5];
     for (blocks, time) in [
         (40, None),
         (24, None),
         (200, None),
+        (1000, None),
         (40, Some(linear)),
         (200, Some(linear)),
     ] {
@@ -661,8 +681,11 @@ fn a_replica_vouches_only_for_what_stepping_shows() {
         let mut keys = Vec::new();
         let segs = [Segment::new(2, 32), Segment::new(9_999, 9)];
         BlockTable::lookup_keys(4, &segs, 41, u64::MAX, &mut keys);
-        for read in reads {
-            let new = || Replica::new(cfg.clone(), true, false, None).unwrap();
+        for (work, read) in works.iter().flat_map(|w| reads.map(|r| (w, r))) {
+            let (inp, new) = (work.view(), || {
+                Replica::new(cfg.clone(), true, false, None).unwrap()
+            });
+            let pf = private_starts(&inp);
             let (mut lazy, mut stepped) = (new(), new());
             let mut pushed = 0;
             let mut at_h = 0;
@@ -699,13 +722,11 @@ fn a_replica_vouches_only_for_what_stepping_shows() {
                                 .flatten()
                         {
                             let what = format!("{blocks} {time:?} {read:?} at {at} (asked {at_h})");
-                            assert_eq!(rep.waiting(), lazy.waiting(), "{what}: waiting");
                             assert_eq!(
-                                rep.in_flight(at),
-                                lazy.in_flight(at_h),
-                                "{what}: in flight"
+                                rep.waiting() + rep.running() + rep.in_flight(at),
+                                lazy.waiting() + running + lazy.in_flight(at_h),
+                                "{what}: load"
                             );
-                            assert_eq!(rep.running(), running, "{what}: running");
                             if read.kv {
                                 assert_eq!(rep.kv(), lazy.kv(), "{what}: kv");
                             }
@@ -715,6 +736,7 @@ fn a_replica_vouches_only_for_what_stepping_shows() {
                             }
                             seen[1] += u64::from(rep.running() < lazy.running());
                             seen[2] += u64::from(rep.kv() != lazy.kv());
+                            seen[4] += u64::from(rep.in_flight(at) < lazy.in_flight(at_h));
                         }
                         seen[0] += 1;
                     }
@@ -731,17 +753,37 @@ fn a_replica_vouches_only_for_what_stepping_shows() {
     }
     assert!(
         seen.iter().all(|&n| n > 0),
-        "vouched, across a finish, a pop, refused: {seen:?}"
+        "vouched, across a finish, a pop, refused, a join: {seen:?}"
     );
 }
 
 /// The lazy driver steps replicas far less often than the yardstick on a busy fleet, and picks the
-/// same: ticks and linear, shared prefixes, a small pool.
+/// same: ticks and linear, shared prefixes, a small pool; and, with prompts all private under ticks
+/// (rows join while their replica vouches), least-loaded and prefix-affinity step a replica less
+/// than once per unit routed.
 #[test]
 fn the_lazy_driver_steps_less_and_picks_the_same() {
     const MS: i64 = 1_000_000_000;
     let cancel = AtomicBool::new(false);
-    let w = workload_with_gaps(400, 41, 0, false, &[0, MS / 4, MS / 2, MS]);
+    let gaps = [0, MS / 4, MS / 2, MS];
+    let private = private_workload(400, 42, &gaps);
+    let cfgs = vec![
+        EngineConfig {
+            max_num_seqs: 64,
+            ..EngineConfig::for_tests(2000, 4)
+        };
+        4
+    ];
+    for name in ["least-loaded", "prefix-affinity"] {
+        let spec = RouterSpec::named(name).unwrap();
+        let (lazy, stepped) = drive(private.view(), &cfgs, &spec, &cancel, true).unwrap();
+        let (eager, all) = drive(private.view(), &cfgs, &spec, &cancel, false).unwrap();
+        assert_eq!(lazy.replica, eager.replica, "{name} private");
+        assert_same_rows(&lazy.out, &eager.out, name);
+        assert_eq!(lazy.counters, eager.counters, "{name} private");
+        assert!(stepped < 400, "{name} private: {stepped} of {all}");
+    }
+    let w = workload_with_gaps(400, 41, 0, false, &gaps);
     for time in [
         TimeModel::Ticks {
             iteration_ps: MS as u64,
