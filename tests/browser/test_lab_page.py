@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlencode, urlparse
 import pytest
 
 import kvsim.lab as lab_api
+from kvsim.lab.screenshots import SETTLED
 
 from .conftest import LabPage
 
@@ -399,6 +400,7 @@ def test_clicking_the_chart_seeks(lab: LabPage) -> None:
     x = box["x"] + 64 + (box["width"] - 72) * 0.5
     lab.page.mouse.click(x, box["y"] + box["height"] / 2)
     lab.page.wait_for_function(f"Math.abs(Number(document.body.dataset.step) - {n // 2}) <= 1", timeout=5_000)
+    lab.page.wait_for_function(SETTLED, timeout=10_000)  # the panels' detail below the fold follows
     snap = python_snapshot(lab.query(), lab.step())
     assert_cards(lab, snap)
 

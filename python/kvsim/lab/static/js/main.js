@@ -238,6 +238,12 @@ function firstBlockWith(replay, state) {
 // when the scrubbing pauses and the browser is idle, so a scrub pays only for what the user sees. body[data-settled] is the step
 // every view shows (the tests wait for it).
 const lazy = [
+  // Each track's detail (bars, fragmentation, maps) sits just below the fold of a usual window: it is
+  // watched without a margin (`near: false`), so a scrub at the top does not redraw it (its canvases and
+  // texts cost a step's frame ~10 ms of paint, commit and raster on this VM); the derivation below it.
+  { name: "detail", els: [...document.querySelectorAll(".track-detail")], near: false,
+    draw: (changed) => panels.renderDetail(changed) },
+  { name: "derivation", el: $("derivation").closest("section"), draw: () => panels.renderDerivation() },
   { name: "tables", el: $("seq-list").closest("section"), draw: () => tables.render() },
   { name: "stream", el: $("ev-list").closest("section"), draw: () => stream.render() },
   { name: "experiments", el: $("exp-list").closest("section"), draw: () => experiments.render(lab.replay) },
@@ -247,6 +253,7 @@ const lazy = [
     draw: () => lab.selected >= 0 && inspector.show(lab.replay, lab.selected) },
 ];
 const onScreen = new Set();
+const visible = (v) => (v.els || [v.el]).some((el) => onScreen.has(el));
 let idleHandle = 0;
 // The block grid draws only on screen too: off screen it keeps the blocks that changed (`grid.defer`).
 const poolSection = $("grid").closest("section");
@@ -272,20 +279,23 @@ function catchUp() {
   settle();
 }
 
-const observer = new IntersectionObserver((entries) => {
+function onIntersect(entries) {
   for (const e of entries) {
     if (e.isIntersecting) onScreen.add(e.target);
     else onScreen.delete(e.target);
   }
   for (const v of lazy) {
-    if (v.stale && onScreen.has(v.el) && lab.replay) {
-      v.draw();
+    if (v.stale && visible(v) && lab.replay) {
+      v.draw(null);
       v.stale = false;
     }
   }
   settle();
-}, { rootMargin: "200px 0px" });
-for (const v of lazy) observer.observe(v.el);
+}
+// Most views count as on screen 200 px before they scroll in, so they are drawn before they show.
+const observer = new IntersectionObserver(onIntersect, { rootMargin: "200px 0px" });
+const exact = new IntersectionObserver(onIntersect);
+for (const v of lazy) for (const el of v.els || [v.el]) (v.near === false ? exact : observer).observe(el);
 
 function render(changed) {
   const r = lab.replay;
@@ -293,12 +303,12 @@ function render(changed) {
   if (onScreen.has(poolSection)) grid.update(changed);
   else grid.defer(changed);
   marks.push(performance.now());
-  panels.render(changed);
+  panels.render();
   marks.push(performance.now());
   for (const v of lazy) {
     if (v.name === "grid") continue;
-    if (onScreen.has(v.el)) {
-      v.draw();
+    if (visible(v)) {
+      v.draw(v.stale ? null : changed);
       v.stale = false;
     } else {
       v.stale = true;
@@ -307,7 +317,7 @@ function render(changed) {
   }
   chart.moveCursor(lab.step);
   // Where a redraw's time goes (the page benchmark reports it); a stale view's time is 0 here.
-  lab.lastRender = Object.fromEntries(["grid", "panels", "tables", "stream", "experiments", "inspector"]
+  lab.lastRender = Object.fromEntries(["grid", "panels", ...lazy.filter((v) => v.name !== "grid").map((v) => v.name)]
     .map((name, i) => [name, marks[i + 1] - marks[i]]));
   const scrub = $("r-scrub");
   scrub.value = String(lab.step);

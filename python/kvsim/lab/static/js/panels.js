@@ -55,8 +55,9 @@ export class Panels {
       "per-sequence block tables, so no request needs contiguous memory and no hole is ever too small.";
   }
 
-  /** Redraw at the replay's step; `changed` the blocks that changed since the last (null: all). */
-  render(changed = null) {
+  /** Redraw the top of the panels at the replay's step: the cards, each track's headline figure and its
+   * batch (what the page's first screen shows). */
+  render() {
     const r = this.replay;
     if (!r) return;
     // Cards.
@@ -68,8 +69,19 @@ export class Panels {
     setText($("card-slack-note"), bound !== null
       ? `Only tail blocks have slack: ${bytes(r.metric("paged_tail_slack_bytes"))} ≤ bound ${bytes(bound)} (< B tokens per sequence)`
       : "Only the tail block of a sequence has slack (< B tokens each)");
+    setMetric($("contig-reserved"), r, "contiguous_reserved_bytes", bytes);
+    setMetric($("paged-allocated"), r, "paged_allocated_bytes", bytes);
+    this.renderBatch($("paged-batch"), r.paged, r.step);
+    this.renderBatch($("contig-batch"), r.contig, r.step);
+  }
+
+  /** Redraw each track's detail (bars, fragmentation, maps) at the replay's step; `changed` the blocks
+   * that changed since its last redraw (null: unknown, the pool map is redrawn). */
+  renderDetail(changed = null) {
+    const r = this.replay;
+    if (!r) return;
     // Contiguous panel.
-    const reserved = setMetric($("contig-reserved"), r, "contiguous_reserved_bytes", bytes);
+    const reserved = r.metric("contiguous_reserved_bytes");
     const used = r.metric("contiguous_used_bytes");
     const wasted = r.hasMetric("contiguous_wasted_bytes") ? r.metric("contiguous_wasted_bytes")
       : reserved !== null && used !== null ? reserved - used : null;
@@ -84,7 +96,7 @@ export class Panels {
       ? "contiguous_internal_fragmentation" : "contiguous_waste_fraction", pct);
     setMetric($("contig-external"), r, "contiguous_external_fragmentation", pct);
     // Paged panel.
-    const alloc = setMetric($("paged-allocated"), r, "paged_allocated_bytes", bytes);
+    const alloc = r.metric("paged_allocated_bytes");
     const stored = setMetric($("paged-stored"), r, "paged_stored_bytes", bytes);
     const slack = setMetric($("paged-slack"), r, "paged_tail_slack_bytes",
       (v) => `${bytes(v)} (${pct(r.metric("paged_tail_slack_fraction"))})`);
@@ -93,10 +105,7 @@ export class Panels {
     setMetric($("paged-internal"), r, "paged_tail_slack_fraction", pct);
     setMetric($("paged-external"), r, "paged_external_fragmentation", pct);
     setMetric($("paged-saved"), r, "prefix_saved_bytes", bytes);
-    this.renderBatch($("paged-batch"), r.paged, r.step);
-    this.renderBatch($("contig-batch"), r.contig, r.step);
     this.drawMaps(changed === null || changed.size !== 0);
-    this.renderDerivation();
   }
 
   /** The same workload's sequences in one track at this step (each track's own engine run). */
