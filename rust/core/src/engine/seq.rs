@@ -249,8 +249,20 @@ impl Engine<'_> {
         if self.inp.fork_parent(i) >= 0 {
             return; // a fork-cow sample: it starts when its parent samples its first token
         }
+        let (reason, num_children) = self.row_rejected_at_arrival(row);
+        if reason == 0 {
+            self.fresh.push_back(row);
+        } else {
+            self.reject_rows(row, num_children, reason);
+        }
+    }
+
+    /// `reject_at_arrival` for `row` (not a fork-cow sample), without building its sequence (no heap),
+    /// and the samples it would fork.
+    #[inline]
+    pub(super) fn row_rejected_at_arrival(&self, row: usize) -> (i64, usize) {
         let inp = &self.inp;
-        // What `reject_at_arrival` reads, without building the sequence (no heap).
+        let i = row - self.row_base;
         let probe = Seq {
             prompt_len: inp.prompt_len[i] as u64,
             target: inp.target[i] as u64,
@@ -258,12 +270,7 @@ impl Engine<'_> {
             num_children: self.num_children(row),
             ..Seq::default()
         };
-        let reason = self.reject_at_arrival(&probe);
-        if reason == 0 {
-            self.fresh.push_back(row);
-        } else {
-            self.reject_rows(row, probe.num_children, reason);
-        }
+        (self.reject_at_arrival(&probe), probe.num_children)
     }
 
     /// The fork-cow samples of `row`: the rows right after it that name it as their parent (parents

@@ -4,7 +4,6 @@
 
 use std::sync::atomic::AtomicBool;
 
-use super::seq::Seq;
 use super::{
     Engine, EngineConfig, EngineInput, EngineOutput, MAX_TIME_PS, Memory, Policy, Result, TimeModel,
 };
@@ -448,17 +447,9 @@ impl<'a> Engine<'a> {
             return Some(0); // it joins after them
         }
         let k = k - j0;
-        let row = self.row_base + i;
-        let probe = Seq {
-            prompt_len: inp.prompt_len[i] as u64,
-            target: inp.target[i] as u64,
-            max_gen: inp.max_gen[i] as u64,
-            num_children: self.num_children(row),
-            ..Seq::default()
-        };
-        let (prompt, target) = (probe.prompt_len, probe.target);
-        if inp.fork_parent(i) >= 0
-            || self.reject_at_arrival(&probe) != 0
+        let (prompt, target) = (inp.prompt_len[i] as u64, inp.target[i] as u64);
+        // No fork-cow sample is met: a workload with forks never vouches (`quiet_scan`).
+        if self.row_rejected_at_arrival(self.row_base + i).0 != 0
             || target <= k
             || (!cfg.chunked_prefill && prompt > cfg.max_num_batched_tokens)
             || (keys && div_bs(self.private_from[i], cfg.block_size) > 0)
