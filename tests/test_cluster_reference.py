@@ -446,9 +446,9 @@ def test_run_cluster_refuses_fork_cow_rows_on_a_replica_that_cannot_fork(monkeyp
     tight = kvsim.SimConfig(num_blocks=64, block_size=16, max_num_seqs=8, max_num_batched_tokens=4)
     with pytest.raises(InvalidArgumentError, match="max_num_batched_tokens 4 < max_num_seqs 8"):
         run_cluster(inp, [tight], RouterSpec("round-robin"))
-    # The pools together must fit the memory limit (82 bytes a block): 2 x 64 blocks need 10,496 bytes.
-    monkeypatch.setenv("KVSIM_MEMORY_LIMIT", "10000")
-    with pytest.raises(InvalidArgumentError, match="num_blocks 128 needs 10496 bytes"):
+    # The pools together must fit the memory limit (66 bytes a block): 2 x 64 blocks need 8,448 bytes.
+    monkeypatch.setenv("KVSIM_MEMORY_LIMIT", "8000")
+    with pytest.raises(InvalidArgumentError, match="num_blocks 128 needs 8448 bytes"):
         run_cluster(inp, [fork, fork], RouterSpec("round-robin"))
     with pytest.raises(InvalidArgumentError, match="timeseries_every -1"):
         run_cluster(inp, [fork], RouterSpec("round-robin"), timeseries_every=-1)

@@ -191,7 +191,7 @@ def test_a_pool_too_large_for_the_machine_is_refused_not_aborted(expr):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "refused: num_blocks" in proc.stdout
     assert (
-        "of block bookkeeping (82 bytes per block), more than the memory limit of 25769803776" in proc.stdout
+        "of block bookkeeping (66 bytes per block), more than the memory limit of 25769803776" in proc.stdout
     )
 
 
@@ -336,13 +336,13 @@ def test_bad_constructor_arguments(num_blocks, block_size, caching, order):
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(num_blocks=st.integers(2, 5000), limit=st.integers(0, 82 * 5000))
+@given(num_blocks=st.integers(2, 5000), limit=st.integers(0, 66 * 5000))
 def test_the_memory_limit_is_one_rule_in_both_backends(monkeypatch, num_blocks, limit):
-    """Generated pool sizes against a generated `KVSIM_MEMORY_LIMIT`: refused exactly when num_blocks × 82
-    bytes exceed it, by both backends with the same message, whether the pool, the manager or the engine
+    """Generated pool sizes against a generated `KVSIM_MEMORY_LIMIT`: refused exactly when num_blocks × 66
+    (`POOL_BYTES_PER_BLOCK`) bytes exceed it, by both backends with the same message, whether the pool, the manager or the engine
     builds the pool."""
     monkeypatch.setenv("KVSIM_MEMORY_LIMIT", str(limit))
-    fits = num_blocks * 82 <= limit
+    fits = num_blocks * 66 <= limit
     for build in (
         lambda k: k.BlockPool(num_blocks).num_free_blocks,
         lambda k: k.KVCacheManager(num_blocks, 4).num_free_blocks,
@@ -352,7 +352,7 @@ def test_the_memory_limit_is_one_rule_in_both_backends(monkeypatch, num_blocks, 
             assert (kind, value) == ("ok", num_blocks - 1)
         else:
             assert kind == "InvalidArgumentError"
-            assert f"num_blocks {num_blocks} needs {num_blocks * 82} bytes" in value
+            assert f"num_blocks {num_blocks} needs {num_blocks * 66} bytes" in value
             assert f"memory limit of {limit} bytes" in value
     w = Workload(arrival=[0.0], prompt_len=[4], output_len=[2])
     outcomes = set()

@@ -18,10 +18,10 @@ MAX_KEY = (1 << 128) - 1
 # The largest pool: ids leave room for the Rust free queue's two sentinels and its "no block" marker.
 MAX_BLOCKS = (1 << 32) - 3
 # The Rust pool's bookkeeping per block at most (`POOL_BYTES_PER_BLOCK` in rust/core/src/block_pool.rs:
-# reference count, key, duplicate chain, phantom flag, free-queue links, a prefix-map entry); both
+# reference count, key, duplicate chain, tag, free-queue links, a prefix-map entry); both
 # backends refuse a pool whose `num_blocks` times this exceeds `memory_limit()`, with the same message
 # (the reference's Python objects take more per block: it is the spec, not the tool for huge pools).
-POOL_BYTES_PER_BLOCK = 82
+POOL_BYTES_PER_BLOCK = 66
 MEMORY_LIMIT_ENV = "KVSIM_MEMORY_LIMIT"
 
 

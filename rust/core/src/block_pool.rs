@@ -72,12 +72,26 @@ impl Hasher for IdHasher {
 
 type KeyMap = HashMap<BlockKey, u32, BuildHasherDefault<IdHasher>>;
 
-/// Bytes a pool keeps per block at most: its arrays (reference count, key, duplicate chain, phantom flag,
+/// What a block carries: the state a release and an allocation read, one byte per block so that a pool's
+/// tags stay in cache while its keys (16 bytes each) are read only for keyed blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Tag {
+    /// No key.
+    Unkeyed,
+    /// Its key (in `key`) is in the prefix map.
+    Keyed,
+    /// Keyed without a key in the map (engine-only, see `insert_phantom`): counts as keyed for the free
+    /// order and for evictions, but no lookup can find it.
+    Phantom,
+}
+
+/// Bytes a pool keeps per block at most: its arrays (reference count, key, duplicate chain, tag,
 /// free-queue links) and, when every block carries a key, the prefix map's entry and control byte.
 pub const POOL_BYTES_PER_BLOCK: u64 = (size_of::<u32>()
-    + size_of::<Option<BlockKey>>()
+    + size_of::<BlockKey>()
     + size_of::<u32>()
-    + size_of::<bool>()
+    + size_of::<Tag>()
     + FreeQueue::BYTES_PER_BLOCK
     + size_of::<(BlockKey, u32)>()
     + 1) as u64;
@@ -161,12 +175,11 @@ pub struct BlockPool {
     enable_caching: bool,
     free_order: FreeOrder,
     ref_cnt: Vec<u32>,
-    key: Vec<Option<BlockKey>>,
+    /// A block's key, meaningful only while its tag is `Keyed`.
+    key: Vec<BlockKey>,
     /// Next block carrying the same key, in insertion order (`NONE` ends the chain).
     dup_next: Vec<u32>,
-    /// Keyed without a key in the map (engine-only, see `insert_phantom`): counts as keyed for the free
-    /// order and for evictions, but no lookup can find it.
-    phantom: Vec<bool>,
+    tag: Vec<Tag>,
     queue: FreeQueue,
     /// First block inserted under each key that still carries it.
     map: KeyMap,
@@ -204,7 +217,7 @@ impl BlockPool {
             drop_elsewhere(ref_cnt);
             return Err(interrupted());
         }
-        let (key, done) = filled_until(n, None, num_blocks, &stop)?;
+        let (key, done) = filled_until(n, BlockKey(0), num_blocks, &stop)?;
         if !done {
             drop_elsewhere((ref_cnt, key));
             return Err(interrupted());
@@ -214,15 +227,15 @@ impl BlockPool {
             drop_elsewhere((ref_cnt, key, dup_next));
             return Err(interrupted());
         }
-        let (phantom, done) = filled_until(n, false, num_blocks, &stop)?;
+        let (tag, done) = filled_until(n, Tag::Unkeyed, num_blocks, &stop)?;
         if !done {
-            drop_elsewhere((ref_cnt, key, dup_next, phantom));
+            drop_elsewhere((ref_cnt, key, dup_next, tag));
             return Err(interrupted());
         }
         let (queue, done) = FreeQueue::try_new_until(num_blocks, 1, &stop)
             .ok_or_else(|| out_of_memory(num_blocks))?;
         if !done {
-            drop_elsewhere((ref_cnt, key, dup_next, phantom, queue));
+            drop_elsewhere((ref_cnt, key, dup_next, tag, queue));
             return Err(interrupted());
         }
         Ok(BlockPool {
@@ -232,7 +245,7 @@ impl BlockPool {
             ref_cnt,
             key,
             dup_next,
-            phantom,
+            tag,
             queue,
             map: KeyMap::default(),
             num_evictions: 0,
@@ -293,7 +306,13 @@ impl BlockPool {
     }
 
     pub fn block_hash(&self, b: i64) -> Result<Option<BlockKey>> {
-        Ok(self.key[self.check_block(b)?.index()])
+        Ok(self.key_of(self.check_block(b)?))
+    }
+
+    /// The key of `b` when it is in the prefix map.
+    #[inline]
+    fn key_of(&self, b: BlockId) -> Option<BlockKey> {
+        (self.tag[b.index()] == Tag::Keyed).then(|| self.key[b.index()])
     }
 
     /// The count of a block known to be valid (engine-internal fast path).
@@ -317,7 +336,7 @@ impl BlockPool {
     /// Whether `b` carries a key of the prefix map (a phantom key is in no map).
     #[inline]
     pub fn is_mapped(&self, b: BlockId) -> bool {
-        self.key[b.index()].is_some()
+        self.tag[b.index()] == Tag::Keyed
     }
 
     /// Head first.
@@ -328,7 +347,7 @@ impl BlockPool {
     /// Ascending ids of every block that carries a key (in use or evictable).
     pub fn cached_block_ids(&self) -> Vec<BlockId> {
         (0..self.num_blocks)
-            .filter(|&b| self.key[b as usize].is_some())
+            .filter(|&b| self.tag[b as usize] == Tag::Keyed)
             .map(BlockId)
             .collect()
     }
@@ -380,14 +399,12 @@ impl BlockPool {
 
     #[inline]
     fn evict(&mut self, b: BlockId) {
-        if std::mem::take(&mut self.phantom[b.index()]) {
-            self.num_evictions += 1;
-        } else if let Some(key) = self.key[b.index()].take() {
-            self.unmap(key, b);
-            self.num_evictions += 1;
-        } else {
-            return;
+        match std::mem::replace(&mut self.tag[b.index()], Tag::Unkeyed) {
+            Tag::Unkeyed => return,
+            Tag::Phantom => {}
+            Tag::Keyed => self.unmap(self.key[b.index()], b),
         }
+        self.num_evictions += 1;
         if let Some(log) = &mut self.evicted {
             log.push(b);
         }
@@ -456,9 +473,7 @@ impl BlockPool {
             debug_assert!(*rc > 0, "block {b} released with ref_cnt 0");
             *rc -= 1;
             if *rc == 0 {
-                if self.free_order == FreeOrder::LifoUnhashed
-                    && self.key[b.index()].is_none()
-                    && !self.phantom[b.index()]
+                if self.free_order == FreeOrder::LifoUnhashed && self.tag[b.index()] == Tag::Unkeyed
                 {
                     self.queue.insert_after(last_at_head, b);
                     last_at_head = Some(b);
@@ -499,7 +514,7 @@ impl BlockPool {
         if self.ref_cnt[id.index()] == 0 {
             invalid_op!("block {b} is free and cannot be registered");
         }
-        if self.key[id.index()].is_some() {
+        if self.tag[id.index()] == Tag::Keyed {
             invalid_op!("block {b} already has a key");
         }
         self.insert_key(id, key);
@@ -509,8 +524,9 @@ impl BlockPool {
     /// `register` for callers that know the block is in use and unkeyed.
     #[inline]
     pub fn insert_key(&mut self, b: BlockId, key: BlockKey) {
-        debug_assert!(self.key[b.index()].is_none() && self.ref_cnt[b.index()] > 0);
-        self.key[b.index()] = Some(key);
+        debug_assert!(self.tag[b.index()] != Tag::Keyed && self.ref_cnt[b.index()] > 0);
+        self.tag[b.index()] = Tag::Keyed;
+        self.key[b.index()] = key;
         match self.map.entry(key) {
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(b.0);
@@ -531,14 +547,14 @@ impl BlockPool {
     /// and is counted as an eviction when reused; `materialize` gives it its real key later if needed.
     #[inline]
     pub fn insert_phantom(&mut self, b: BlockId) {
-        debug_assert!(self.key[b.index()].is_none() && self.ref_cnt[b.index()] > 0);
-        self.phantom[b.index()] = true;
+        debug_assert!(self.tag[b.index()] == Tag::Unkeyed && self.ref_cnt[b.index()] > 0);
+        self.tag[b.index()] = Tag::Phantom;
     }
 
     /// Replaces a phantom key by the real one, now findable by `lookup`.
     pub fn materialize(&mut self, b: BlockId, key: BlockKey) {
-        debug_assert!(self.phantom[b.index()]);
-        self.phantom[b.index()] = false;
+        debug_assert!(self.tag[b.index()] == Tag::Phantom);
+        self.tag[b.index()] = Tag::Unkeyed;
         self.insert_key(b, key);
     }
 
@@ -562,14 +578,15 @@ impl BlockPool {
         if let Err(m) = self.queue.check() {
             return fail(m);
         }
-        if self.ref_cnt[0] != 0 || self.queue.contains(BlockId::NULL) || self.key[0].is_some() {
+        if self.ref_cnt[0] != 0 || self.queue.contains(BlockId::NULL) || self.tag[0] != Tag::Unkeyed
+        {
             return fail("the null block is in use, free or keyed".into());
         }
         let mut reachable = 0usize;
         for (&key, &first) in &self.map {
             let mut cur = first;
             while cur != NONE {
-                if self.key[cur as usize] != Some(key) {
+                if self.key_of(BlockId(cur)) != Some(key) {
                     return fail(format!(
                         "map lists block {cur} under a key it does not carry"
                     ));
@@ -591,10 +608,7 @@ impl BlockPool {
                     self.ref_cnt[id.index()]
                 ));
             }
-            keyed += usize::from(self.key[id.index()].is_some());
-            if self.phantom[id.index()] && self.key[id.index()].is_some() {
-                return fail(format!("block {b} is phantom-keyed and keyed"));
-            }
+            keyed += usize::from(self.tag[id.index()] == Tag::Keyed);
         }
         if keyed != reachable {
             return fail(format!(

@@ -131,6 +131,8 @@ struct Driver<'i> {
     advances: u64,
     /// Each replica's block size.
     block_size: Vec<u64>,
+    /// Every view's `hit_blocks` is 0 (set while routing units without keys).
+    hits_zero: bool,
 }
 
 impl Driver<'_> {
@@ -162,10 +164,26 @@ impl Driver<'_> {
     /// it would show there, `Replica::quiet_through`).
     fn read_exact(&mut self, row: usize, a: i64, cancel: &AtomicBool) -> Result<()> {
         let prompt = self.inp.prompt_len[row] as u64;
+        // A unit with no key to look up (the router reads no prefix, or no full block of its prompt
+        // comes before its private content) hits 0 blocks everywhere, and its lookup size is then
+        // unread (no hit scores 0 whatever it is): a replica vouched for up to `a` is not looked at.
+        let hits = self.wants_keys && self.keys.iter().any(|k| !k.is_empty());
+        if !hits && !self.hits_zero {
+            for v in &mut self.views {
+                v.hit_blocks = 0;
+            }
+        }
+        self.hits_zero = !hits;
         for r in 0..self.replicas.len() {
+            let quiet = self.lazy && a <= self.quiet_until[r];
+            if quiet && !hits {
+                continue;
+            }
             let bs = self.block_size[r];
-            self.views[r].lookup_blocks = div_bs(prompt.saturating_sub(1), bs);
-            if self.lazy && a <= self.quiet_until[r] {
+            if hits {
+                self.views[r].lookup_blocks = div_bs(prompt.saturating_sub(1), bs);
+            }
+            if quiet {
                 // The rest of its view holds (none in flight); its prefix map is the one at `a`.
                 self.read_hits(r, bs);
                 continue;
@@ -202,22 +220,22 @@ impl Driver<'_> {
             // vouch (their joins leave the load as it is, `Engine::quiet_through`).
             v.in_flight = rep.in_flight(a);
             // Looked up only now: the steps just taken may have registered or evicted keys.
-            self.read_hits(r, bs);
+            if hits {
+                self.read_hits(r, bs);
+            }
         }
         Ok(())
     }
 
     /// Replica `r`'s leading prefix hits for the unit being routed, from its prefix map as it is now
-    /// (stepped to the arrival, or vouched for up to it).
+    /// (stepped to the arrival, or vouched for up to it); the router reads prefix hits.
     fn read_hits(&mut self, r: usize, bs: u64) {
-        if self.wants_keys {
-            let keys = self.keys_of(bs);
-            self.views[r].hit_blocks = if keys.is_empty() {
-                0
-            } else {
-                self.replicas[r].leading_hits(keys)
-            };
-        }
+        let keys = self.keys_of(bs);
+        self.views[r].hit_blocks = if keys.is_empty() {
+            0
+        } else {
+            self.replicas[r].leading_hits(keys)
+        };
     }
 
     /// The stale view for `row`, arriving at `a`: the snapshot at `floor(a / refresh) * refresh` (taken
@@ -263,6 +281,7 @@ impl Driver<'_> {
             self.moved[r] = true;
             self.quiet_until[r] = i64::MIN;
         }
+        self.hits_zero = false;
         Ok(())
     }
 }
@@ -335,6 +354,7 @@ fn drive(
         quiet_until: vec![i64::MIN; cfgs.len()],
         advances: 0,
         block_size: cfgs.iter().map(|c| c.block_size).collect(),
+        hits_zero: true,
     };
     let mut router = Router::new(spec.clone());
     let mut replica = vec![0i64; inp.len()];

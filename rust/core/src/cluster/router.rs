@@ -374,14 +374,24 @@ pub fn prefix_affinity_ties(views: &[Signals], cap: f64, ties: &mut Vec<usize>) 
     let n = views.len() as u64;
     let total: u64 = views.iter().map(Signals::load).sum();
     let bound = cap * (total + n) as f64;
-    let key = |r: usize| (views[r].hit_blocks, std::cmp::Reverse(views[r].load()));
-    best_by(
-        views.len(),
-        ties,
-        |r| (views[r].load() * n) as f64 <= bound,
-        |a, b| key(a) > key(b),
-        |a, b| key(a) == key(b),
-    );
+    // `best_by` in one pass that reads each view once (the router runs once a unit, over every
+    // replica): the best so far is (most hits, least load).
+    ties.clear();
+    let (mut hits, mut load) = (0u64, u64::MAX);
+    for (r, v) in views.iter().enumerate() {
+        let l = v.load();
+        if (l * n) as f64 > bound {
+            continue;
+        }
+        let h = v.hit_blocks;
+        if ties.is_empty() || h > hits || (h == hits && l < load) {
+            ties.clear();
+            (hits, load) = (h, l);
+        } else if h != hits || l != load {
+            continue;
+        }
+        ties.push(r);
+    }
     if ties.is_empty() {
         // Unreachable in exact arithmetic and in f64 (cap >= 1); never an empty pick.
         least_loaded_ties(views, ties);
