@@ -394,3 +394,36 @@ def test_cli_smallest_replicas_starts_at_the_replicas_given(capsys):
     assert out["probes"][0]["replicas"] == 4
     assert main([*argv, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["probes"][0]["replicas"] == 1
+
+
+def test_smallest_memory_of_a_fleet_searches_within_the_memory_limit(monkeypatch):
+    """A fleet's pools count together against the memory limit: the default cap (the config's own x 64)
+    stays within what the limit lets every replica's pool hold, so no probe is refused mid-search (it
+    once raised the cluster's memory error out of the whole search); a `high` beyond it is refused up
+    front, naming it."""
+    P = _plan_module()
+    per_block = kvsim._core.POOL_BYTES_PER_BLOCK
+    fleet = CFG.replace(replicas=4, num_blocks=100)
+    # Room for 4 pools of 3,000 blocks, below the default cap of 100 x 64 = 6,400 blocks a replica.
+    monkeypatch.setenv("KVSIM_MEMORY_LIMIT", str(4 * 3000 * per_block))
+    seen: list[int] = []
+
+    def probe(workload, config):
+        # The fleet's own run (the engine refuses pools over the limit), judged as if only 5,000 blocks
+        # or more held the SLO: the search climbs from 100 to its cap and finds nothing below it.
+        seen.append(config.num_blocks)
+        summary = dict(P.cluster_probe(workload, config))
+        summary["ttft_s_p99"] = 1.0 if config.num_blocks >= 5000 else 10.0
+        return summary
+
+    r = P.smallest_memory(_workload(), fleet, SLO, rate=20.0, probe=probe, max_probes=12)
+    assert max(seen) == 3000, seen
+    assert r.status == "above-cap", r.status
+    assert r.value is None
+    with pytest.raises(
+        InvalidArgumentError, match="high 5000: 5000 blocks per replica are more than the 3000"
+    ):
+        P.smallest_memory(_workload(), fleet, SLO, rate=20.0, high=5000)
+    # The cap the limit sets is the pools' own, with the same rule as the engine's.
+    with pytest.raises(InvalidArgumentError, match="num_blocks 12004 needs"):
+        kvsim.simulate_cluster(_workload(), CFG.replace(replicas=4, num_blocks=3001))

@@ -46,6 +46,7 @@ from typing import Any
 
 import polars as pl
 
+from kvsim._core import POOL_BYTES_PER_BLOCK
 from kvsim.analysis.plan_search import (
     DEFAULT_MAX_PROBES,
     DEFAULT_PRECISION,
@@ -507,11 +508,13 @@ def smallest_memory(
         rate: the target rate (default: the workload's own).
         low, high: the floor and cap (default: num_blocks 2 and the config's own x 64; kv_cache_bytes
             1 MiB and the config's pool bytes x 64; gpu_memory_utilization 0.01 and 1.0). The search starts
-            at the config's own value.
+            at the config's own value. The default cap of num_blocks and kv_cache_bytes stays within what
+            the memory limit lets the pools hold (all replicas' together); a `high` beyond it is refused.
         Others: as `plan`.
 
     Raises:
-        InvalidArgumentError: an unknown knob, bad bounds, and as `plan`.
+        InvalidArgumentError: an unknown knob, bad bounds (a `high` whose pools exceed the memory limit),
+            and as `plan`.
     """
     if knob not in MEMORY_KNOBS:
         raise InvalidArgumentError(f"knob {knob!r} is not one of {', '.join(MEMORY_KNOBS)}")
@@ -522,15 +525,18 @@ def smallest_memory(
     slos_ = parse_slos(slos)
     prec = check_precision(precision)
     max_probes = _check_count("max_probes", max_probes, 2)
+    most = _most_blocks(config)
     if knob == "num_blocks":
         own = float(config.num_blocks)
-        lo_d, hi_d = 2.0, own * 64
+        lo_d, hi_d = 2.0, min(own * 64, most)
     elif knob == "kv_cache_bytes":
         pool = config.pool
         if pool.kv_cache_bytes is None and pool.kv_bytes_per_token is None:
             raise InvalidArgumentError("knob kv_cache_bytes needs a model (its KV bytes per token)")
         own = float(pool.kv_cache_bytes or pool.num_blocks * pool.block_size * pool.kv_bytes_per_token)
         lo_d, hi_d = float(2**20), own * 64
+        if pool.kv_bytes_per_token:
+            hi_d = min(hi_d, most * pool.block_size * pool.kv_bytes_per_token)
     else:
         own = float(config.gpu_memory_utilization)
         lo_d, hi_d = 0.01, 1.0
@@ -538,6 +544,14 @@ def smallest_memory(
     hi_ = hi_d if high is None else _check_positive("high", high)
     if not lo_ < hi_:
         raise InvalidArgumentError(f"low {lo_:g} must be below high {hi_:g}")
+    if high is not None and knob != "gpu_memory_utilization":
+        blocks = set_knob(config, hi_, knob=knob).num_blocks
+        if blocks is not None and blocks > most:
+            raise InvalidArgumentError(
+                f"high {hi_:g}: {blocks} blocks per replica are more than the {int(most)} whose bookkeeping "
+                f"fits the memory limit ({_replica_count(config)} replica(s) of "
+                f"{POOL_BYTES_PER_BLOCK} bytes per block against {_memory_limit()} bytes)"
+            )
     start = min(max(own, lo_), hi_)
     from kvsim.analysis.executors import check_executor
 
@@ -555,6 +569,28 @@ def smallest_memory(
         search, make, run_probe, slos_, knob, executor, workers, scheduler, _setup(workload, config, r, False),
         refusals_fail=True,
     )  # fmt: skip
+
+
+def _memory_limit() -> int:
+    from kvsim._core import pool_memory
+
+    return int(pool_memory(2)[1])
+
+
+def _replica_count(config: Any) -> int:
+    replicas = getattr(config, "replicas", None)
+    return replicas if isinstance(replicas, int) and replicas > 1 else 1
+
+
+def _most_blocks(config: Any) -> float:
+    """The most blocks per replica whose pools' bookkeeping fits the memory limit (DESIGN.md §Memory
+    limits; a fleet's pools count together): a probe above it would be refused by the engine, so a
+    memory search's default cap stays at or below it. A single contiguous replica keeps no per-block
+    arrays: no bound."""
+    n = _replica_count(config)
+    if n == 1 and getattr(config, "is_contiguous", False):
+        return math.inf
+    return float(_memory_limit() // (POOL_BYTES_PER_BLOCK * n))
 
 
 @dataclass(frozen=True)
