@@ -615,4 +615,39 @@ mod tests {
                 .contains("router_weights['kv'] -1")
         );
     }
+
+    /// The definition `prefix_affinity_ties` computes in one pass: eligible by the f64 test on each
+    /// replica, best by (most hits, least load), ties in index order.
+    fn prefix_affinity_by_definition(views: &[Signals], cap: f64) -> Vec<usize> {
+        let n = views.len() as u64;
+        let total: u64 = views.iter().map(Signals::load).sum();
+        let bound = cap * (total + n) as f64;
+        let key = |r: usize| (views[r].hit_blocks, std::cmp::Reverse(views[r].load()));
+        let mut ties = Vec::new();
+        best_by(
+            views.len(),
+            &mut ties,
+            |r| (views[r].load() * n) as f64 <= bound,
+            |a, b| key(a) > key(b),
+            |a, b| key(a) == key(b),
+        );
+        ties
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn prefix_affinity_in_one_pass_is_its_definition(
+            loads in proptest::collection::vec((0u64..40, 0u64..40, 0u64..4), 1..20),
+            cap in proptest::prop_oneof![1.0f64..3.0, proptest::strategy::Just(1.0), proptest::strategy::Just(1e300)],
+            scale in proptest::prop_oneof![proptest::strategy::Just(1u64), proptest::strategy::Just(1u64 << 40)],
+        ) {
+            let views: Vec<Signals> = loads
+                .iter()
+                .map(|&(w, r, h)| Signals { waiting: w * scale, running: r, hit_blocks: h, ..Signals::default() })
+                .collect();
+            let mut ties = Vec::new();
+            prefix_affinity_ties(&views, cap, &mut ties);
+            proptest::prop_assert_eq!(ties, prefix_affinity_by_definition(&views, cap));
+        }
+    }
 }

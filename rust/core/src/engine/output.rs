@@ -251,6 +251,20 @@ impl EngineOutput {
 
     /// Adds `n` rows in their initial state (a stream's next chunk).
     pub fn extend_rows(&mut self, n: usize) {
+        if n == 1 {
+            // A fleet's replica takes its rows one at a time: ten pushes, not ten resizes.
+            self.first_scheduled.push(-1);
+            self.first_token.push(-1);
+            self.finish.push(-1);
+            self.generated.push(0);
+            self.num_preemptions.push(0);
+            self.num_swaps.push(0);
+            self.cached_tokens.push(0);
+            self.recomputed_tokens.push(0);
+            self.status.push(-1);
+            self.reject_reason.push(0);
+            return;
+        }
         let m = self.status.len() + n;
         self.first_scheduled.resize(m, -1);
         self.first_token.resize(m, -1);
