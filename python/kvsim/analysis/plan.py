@@ -124,8 +124,7 @@ def default_probe(config: Any) -> Callable[..., dict[str, Any]]:
     (a heterogeneous fleet), else `simulate_probe`."""
     if isinstance(config, list | tuple):
         return cluster_probe
-    replicas = getattr(config, "replicas", None)
-    return cluster_probe if isinstance(replicas, int) and replicas > 1 else simulate_probe
+    return cluster_probe if _replica_count(config) > 1 else simulate_probe
 
 
 def set_replicas(config: Any, n: int) -> Any:

@@ -554,8 +554,7 @@ impl BlockPool {
     /// Replaces a phantom key by the real one, now findable by `lookup`.
     pub fn materialize(&mut self, b: BlockId, key: BlockKey) {
         debug_assert!(self.tag[b.index()] == Tag::Phantom);
-        self.tag[b.index()] = Tag::Unkeyed;
-        self.insert_key(b, key);
+        self.insert_key(b, key); // the tag: phantom -> keyed
     }
 
     // -- checking --------------------------------------------------------------------------------------

@@ -251,8 +251,9 @@ impl EngineOutput {
 
     /// Adds `n` rows in their initial state (a stream's next chunk).
     pub fn extend_rows(&mut self, n: usize) {
-        if n == 1 {
-            // A fleet's replica takes its rows one at a time: ten pushes, not ten resizes.
+        // Pushes, not resizes: a fleet's replica adds its rows one at a time, where ten one-element
+        // resizes cost more (results/README.md §Cluster speed); a stream's chunk takes the same pushes.
+        for _ in 0..n {
             self.first_scheduled.push(-1);
             self.first_token.push(-1);
             self.finish.push(-1);
@@ -263,19 +264,7 @@ impl EngineOutput {
             self.recomputed_tokens.push(0);
             self.status.push(-1);
             self.reject_reason.push(0);
-            return;
         }
-        let m = self.status.len() + n;
-        self.first_scheduled.resize(m, -1);
-        self.first_token.resize(m, -1);
-        self.finish.resize(m, -1);
-        self.generated.resize(m, 0);
-        self.num_preemptions.resize(m, 0);
-        self.num_swaps.resize(m, 0);
-        self.cached_tokens.resize(m, 0);
-        self.recomputed_tokens.resize(m, 0);
-        self.status.resize(m, -1);
-        self.reject_reason.resize(m, 0);
     }
 
     /// Takes the first `k` rows' columns out (counters, time series and events stay).
