@@ -421,21 +421,31 @@ fn router_reads(spec: &RouterSpec) -> RouterReads {
 /// Every row's columns in workload order from each replica's (rows in push order).
 fn gather(rows: usize, replica: &[i64], outs: Vec<EngineOutput>) -> ClusterOutput {
     let mut out = EngineOutput::new(rows);
+    // A column at a time: its reads are one stream a replica (a row at a time would be ten).
     let mut at = vec![0usize; outs.len()];
-    for (i, &r) in replica.iter().enumerate() {
-        let (o, k) = (&outs[r as usize], at[r as usize]);
-        at[r as usize] += 1;
-        out.first_scheduled[i] = o.first_scheduled[k];
-        out.first_token[i] = o.first_token[k];
-        out.finish[i] = o.finish[k];
-        out.generated[i] = o.generated[k];
-        out.num_preemptions[i] = o.num_preemptions[k];
-        out.num_swaps[i] = o.num_swaps[k];
-        out.cached_tokens[i] = o.cached_tokens[k];
-        out.recomputed_tokens[i] = o.recomputed_tokens[k];
-        out.status[i] = o.status[k];
-        out.reject_reason[i] = o.reject_reason[k];
+    macro_rules! columns {
+        ($($col:ident),*) => {$(
+            let cols: Vec<&[_]> = outs.iter().map(|o| o.$col.as_slice()).collect();
+            at.fill(0);
+            for (dst, &r) in out.$col.iter_mut().zip(replica) {
+                let r = r as usize;
+                *dst = cols[r][at[r]];
+                at[r] += 1;
+            }
+        )*};
     }
+    columns!(
+        first_scheduled,
+        first_token,
+        finish,
+        generated,
+        num_preemptions,
+        num_swaps,
+        cached_tokens,
+        recomputed_tokens,
+        status,
+        reject_reason
+    );
     ClusterOutput {
         out,
         replica: replica.to_vec(),

@@ -122,7 +122,7 @@ impl Replica {
             pf.extend(rows.clone().map(|i| private_from[i]));
         }
         self.rows += rows.len();
-        self.engine.add_output_rows(rows.len());
+        self.engine.cover_output_rows(self.rows);
         self.refresh();
     }
 
@@ -188,7 +188,7 @@ impl Replica {
 
     /// Every row's output columns (in push order) and the counters, after `finish`.
     pub fn take_output(&mut self) -> EngineOutput {
-        self.engine.take_output()
+        self.engine.take_output(self.rows)
     }
 
     // -- signals (DESIGN.md §The stepped replica) --------------------------------------------------------

@@ -326,14 +326,19 @@ fn best_by(
 
 /// The replicas of least load.
 pub fn least_loaded_ties(views: &[Signals], ties: &mut Vec<usize>) {
-    let load = |r: usize| views[r].load();
-    best_by(
-        views.len(),
-        ties,
-        |_| true,
-        |a, b| load(a) < load(b),
-        |a, b| load(a) == load(b),
-    );
+    // `best_by` in one pass over the loads (the router runs once a unit, over every replica).
+    ties.clear();
+    let mut least = u64::MAX;
+    for (r, v) in views.iter().enumerate() {
+        let l = v.load();
+        if l < least {
+            ties.clear();
+            least = l;
+        }
+        if l == least {
+            ties.push(r);
+        }
+    }
 }
 
 /// Argmin of load; ties: the lowest index.
@@ -372,7 +377,18 @@ pub fn least_kv(views: &[Signals]) -> usize {
 /// load. The least-loaded replica is always eligible (its load is at most the mean).
 pub fn prefix_affinity_ties(views: &[Signals], cap: f64, ties: &mut Vec<usize>) {
     let n = views.len() as u64;
-    let total: u64 = views.iter().map(Signals::load).sum();
+    let (mut total, mut hit) = (0u64, false);
+    for v in views {
+        total += v.load();
+        hit |= v.hit_blocks != 0;
+    }
+    if !hit {
+        // No replica holds a block of the prompt: the best are the eligible ones of least load, which
+        // are those of least load overall (each is eligible: its load is at most the mean, and cap
+        // >= 1 keeps it so in f64), with no eligibility test to make.
+        least_loaded_ties(views, ties);
+        return;
+    }
     let bound = cap * (total + n) as f64;
     // `best_by` in one pass that reads each view once (the router runs once a unit, over every
     // replica): the best so far is (most hits, least load).
@@ -636,14 +652,36 @@ mod tests {
 
     proptest::proptest! {
         #[test]
+        fn least_loaded_in_one_pass_is_its_definition(
+            loads in proptest::collection::vec((0u64..6, 0u64..6, 0u64..3), 1..20),
+        ) {
+            let views: Vec<Signals> = loads
+                .iter()
+                .map(|&(w, r, f)| Signals { waiting: w, running: r, in_flight: f, ..Signals::default() })
+                .collect();
+            let load = |r: usize| views[r].load();
+            let mut want = Vec::new();
+            best_by(views.len(), &mut want, |_| true, |a, b| load(a) < load(b), |a, b| load(a) == load(b));
+            let mut ties = Vec::new();
+            least_loaded_ties(&views, &mut ties);
+            proptest::prop_assert_eq!(ties, want);
+        }
+
+        #[test]
         fn prefix_affinity_in_one_pass_is_its_definition(
             loads in proptest::collection::vec((0u64..40, 0u64..40, 0u64..4), 1..20),
+            no_hits in proptest::bool::ANY,
             cap in proptest::prop_oneof![1.0f64..3.0, proptest::strategy::Just(1.0), proptest::strategy::Just(1e300)],
             scale in proptest::prop_oneof![proptest::strategy::Just(1u64), proptest::strategy::Just(1u64 << 40)],
         ) {
             let views: Vec<Signals> = loads
                 .iter()
-                .map(|&(w, r, h)| Signals { waiting: w * scale, running: r, hit_blocks: h, ..Signals::default() })
+                .map(|&(w, r, h)| Signals {
+                    waiting: w * scale,
+                    running: r,
+                    hit_blocks: if no_hits { 0 } else { h },
+                    ..Signals::default()
+                })
                 .collect();
             let mut ties = Vec::new();
             prefix_affinity_ties(&views, cap, &mut ties);

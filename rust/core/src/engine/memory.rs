@@ -9,21 +9,33 @@ use crate::{BlockId, BlockPool};
 
 /// The region a contiguous policy reserves for a sequence, in token slots.
 pub(super) fn region_size(cfg: &EngineConfig, s: &Seq) -> u64 {
+    region_size_of(cfg, s.prompt_len, s.target, s.max_gen)
+}
+
+/// `region_size` of a sequence of prompt `prompt`, target `target` and output cap `max_gen`.
+#[inline]
+pub(super) fn region_size_of(cfg: &EngineConfig, prompt: u64, target: u64, max_gen: u64) -> u64 {
     match cfg.policy {
         Policy::Static => cfg.max_model_len.unwrap_or(0),
-        Policy::OrcaMax => s.prompt_len + s.max_gen,
-        Policy::OrcaPow2 => s.prompt_len + s.target.max(1).next_power_of_two(),
-        _ => s.prompt_len + s.target, // orca-oracle: exactly what it will generate
+        Policy::OrcaMax => prompt + max_gen,
+        Policy::OrcaPow2 => prompt + target.max(1).next_power_of_two(),
+        _ => prompt + target, // orca-oracle: exactly what it will generate
     }
 }
 
 /// Blocks held at the sequence's largest (its last token's K/V is never computed); `reserve` promises
 /// room for every token it may generate.
 pub(super) fn peak_blocks(cfg: &EngineConfig, s: &Seq) -> u64 {
+    peak_blocks_of(cfg, s.prompt_len, s.target, s.max_gen)
+}
+
+/// `peak_blocks` of a sequence of prompt `prompt`, target `target` (at least 1) and output cap `max_gen`.
+#[inline]
+pub(super) fn peak_blocks_of(cfg: &EngineConfig, prompt: u64, target: u64, max_gen: u64) -> u64 {
     if cfg.policy == Policy::Reserve {
-        blocks_for(s.prompt_len + s.max_gen, cfg.block_size)
+        blocks_for(prompt + max_gen, cfg.block_size)
     } else {
-        blocks_for(s.prompt_len + s.target - 1, cfg.block_size)
+        blocks_for(prompt + target - 1, cfg.block_size)
     }
 }
 

@@ -35,7 +35,9 @@ pub use stream::StreamEngine;
 pub(crate) use stream::{Buffers, forever};
 
 pub use events::{event, reject};
-use memory::{Aggregates, Memory, MemoryState, peak_blocks, region_size};
+use memory::{
+    Aggregates, Memory, MemoryState, peak_blocks, peak_blocks_of, region_size, region_size_of,
+};
 use seq::Seq;
 pub(crate) use seq::private_starts;
 use timing::clock_overflow_message;
@@ -445,6 +447,22 @@ mod tests {
         };
         inp.validate().unwrap();
         assert_eq!(private_starts(&inp), [4, 4, 0, 0]);
+    }
+
+    proptest::proptest! {
+        /// Spread over buckets or sorted in one piece, the repeated ids are those a plain sort finds.
+        #[test]
+        fn repeated_ids_are_those_a_sort_finds(
+            ids in proptest::collection::vec(proptest::prop_oneof![0u64..50, proptest::num::u64::ANY], 0..400),
+            in_cache in 1usize..80,
+        ) {
+            let mut sorted = ids.clone();
+            sorted.sort_unstable();
+            let mut want: Vec<u64> = sorted.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
+            want.dedup();
+            proptest::prop_assert_eq!(seq::repeated_ids_by(&ids, in_cache), want.clone());
+            proptest::prop_assert_eq!(seq::repeated_ids(&ids), want);
+        }
     }
 
     /// tests/test_engine_golden.py's group scenario, derived there: B (prompt 8, output 6), then A (prompt

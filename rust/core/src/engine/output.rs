@@ -249,22 +249,33 @@ impl EngineOutput {
         cols
     }
 
-    /// Adds `n` rows in their initial state (a stream's next chunk).
+    /// Adds `n` rows in their initial state (a stream's next chunk, a replica's next ones).
     pub fn extend_rows(&mut self, n: usize) {
-        // Pushes, not resizes: a fleet's replica adds its rows one at a time, where ten one-element
-        // resizes cost more (results/README.md §Cluster speed); a stream's chunk takes the same pushes.
-        for _ in 0..n {
-            self.first_scheduled.push(-1);
-            self.first_token.push(-1);
-            self.finish.push(-1);
-            self.generated.push(0);
-            self.num_preemptions.push(0);
-            self.num_swaps.push(0);
-            self.cached_tokens.push(0);
-            self.recomputed_tokens.push(0);
-            self.status.push(-1);
-            self.reject_reason.push(0);
-        }
+        let k = self.status.len() + n;
+        self.first_scheduled.resize(k, -1);
+        self.first_token.resize(k, -1);
+        self.finish.resize(k, -1);
+        self.generated.resize(k, 0);
+        self.num_preemptions.resize(k, 0);
+        self.num_swaps.resize(k, 0);
+        self.cached_tokens.resize(k, 0);
+        self.recomputed_tokens.resize(k, 0);
+        self.status.resize(k, -1);
+        self.reject_reason.resize(k, 0);
+    }
+
+    /// Keeps the first `k` rows' columns (counters, time series and events stay).
+    pub fn truncate_rows(&mut self, k: usize) {
+        self.first_scheduled.truncate(k);
+        self.first_token.truncate(k);
+        self.finish.truncate(k);
+        self.generated.truncate(k);
+        self.num_preemptions.truncate(k);
+        self.num_swaps.truncate(k);
+        self.cached_tokens.truncate(k);
+        self.recomputed_tokens.truncate(k);
+        self.status.truncate(k);
+        self.reject_reason.truncate(k);
     }
 
     /// Takes the first `k` rows' columns out (counters, time series and events stay).

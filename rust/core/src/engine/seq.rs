@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
-use super::{Engine, EngineInput, Memory, REJECTED, event, peak_blocks, region_size, reject};
+use super::{Engine, EngineInput, Memory, REJECTED, event, peak_blocks_of, region_size_of, reject};
 use crate::block_pool::IdHasher;
 use crate::block_table::BlockTable;
 use crate::{BlockKey, Segment};
@@ -118,20 +118,12 @@ impl Seq {
 }
 
 /// Per row: the start of its first prompt segment that no other row's prompt contains (its prompt length
-/// if none). Sorting the ids finds those that occur more than once (usually few); only their segments
-/// go through a map, which decides whether they are in more than one prompt. (A hash map over every id
-/// of a million-request workload was a cache miss per lookup.)
+/// if none). Sorting the ids finds those that occur more than once (usually few, `repeated_ids`); only
+/// their segments go through a map, which decides whether they are in more than one prompt. (A hash map
+/// over every id of a million-request workload was a cache miss per lookup.)
 pub(crate) fn private_starts(inp: &EngineInput<'_>) -> Vec<u64> {
     let n = inp.len();
-    let mut ids = inp.segment_id.to_vec();
-    ids.sort_unstable();
-    let mut repeated: Vec<u64> = ids
-        .windows(2)
-        .filter(|w| w[0] == w[1])
-        .map(|w| w[0])
-        .collect();
-    repeated.dedup();
-    drop(ids);
+    let repeated = repeated_ids(inp.segment_id);
     // Repeated id -> (the first row holding it, whether another row holds it too).
     let mut rows: HashMap<u64, (usize, bool), BuildHasherDefault<IdHasher>> = HashMap::default();
     if !repeated.is_empty() {
@@ -160,18 +152,77 @@ pub(crate) fn private_starts(inp: &EngineInput<'_>) -> Vec<u64> {
         .collect()
 }
 
+/// Ids sorted in one piece at most this many (their 8-byte copies fit a core's cache); more are first
+/// spread over buckets of about this size.
+const SORT_IN_CACHE: usize = 1 << 15;
+
+/// The ids that occur more than once in `ids`, ascending, each once. Past `SORT_IN_CACHE` ids, equal ids
+/// are first gathered into one of a power of two of buckets (by the top bits of `mix64(id)`), each then
+/// sorted in cache: a million ids sorted in one piece took twice the time, most of it in misses.
+pub(crate) fn repeated_ids(ids: &[u64]) -> Vec<u64> {
+    repeated_ids_by(ids, SORT_IN_CACHE)
+}
+
+/// `repeated_ids` with buckets of about `in_cache` ids (the tests' small ones exercise the buckets).
+pub(crate) fn repeated_ids_by(ids: &[u64], in_cache: usize) -> Vec<u64> {
+    fn sorted_repeats(ids: &mut [u64], out: &mut Vec<u64>) {
+        ids.sort_unstable();
+        let from = out.len();
+        out.extend(ids.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]));
+        let mut k = from;
+        for j in from..out.len() {
+            if k == from || out[k - 1] != out[j] {
+                out[k] = out[j];
+                k += 1;
+            }
+        }
+        out.truncate(k);
+    }
+    let mut out = Vec::new();
+    let buckets = ids.len().div_ceil(in_cache.max(1)).next_power_of_two();
+    if buckets == 1 {
+        sorted_repeats(&mut ids.to_vec(), &mut out);
+        return out;
+    }
+    let shift = u64::BITS - buckets.trailing_zeros();
+    let bucket = |id: u64| (crate::hash::mix64(id) >> shift) as usize;
+    let mut start = vec![0usize; buckets + 1];
+    for &id in ids {
+        start[bucket(id) + 1] += 1;
+    }
+    for b in 0..buckets {
+        start[b + 1] += start[b];
+    }
+    let mut at = start.clone();
+    let mut spread = vec![0u64; ids.len()];
+    for &id in ids {
+        let b = bucket(id);
+        spread[at[b]] = id;
+        at[b] += 1;
+    }
+    for b in 0..buckets {
+        sorted_repeats(&mut spread[start[b]..start[b + 1]], &mut out);
+    }
+    out.sort_unstable(); // each bucket's are ascending and distinct; buckets hold distinct ids
+    out
+}
+
 impl Engine<'_> {
-    pub(super) fn reject_at_arrival(&self, s: &Seq) -> i64 {
+    /// Why a sequence of prompt `prompt`, target `target` and output cap `max_gen`, taking `seats`
+    /// running slots (`Seq::seats`), is rejected at arrival (`reject`), or 0.
+    fn reject_at_arrival(&self, prompt: u64, target: u64, max_gen: u64, seats: u64) -> i64 {
         let cfg = self.cfg;
-        if s.target < 1 {
+        if target < 1 {
             reject::NO_ROOM_TO_GENERATE
-        } else if cfg.policy.is_paged() && peak_blocks(cfg, s) > cfg.capacity_blocks() {
+        } else if cfg.policy.is_paged()
+            && peak_blocks_of(cfg, prompt, target, max_gen) > cfg.capacity_blocks()
+        {
             reject::EXCEEDS_POOL
         } else if let Memory::Contiguous(space) = &self.mem
-            && region_size(cfg, s) > space.max_region()
+            && region_size_of(cfg, prompt, target, max_gen) > space.max_region()
         {
             reject::EXCEEDS_ADDRESS_SPACE
-        } else if s.seats() > cfg.max_num_seqs {
+        } else if seats > cfg.max_num_seqs {
             reject::EXCEEDS_SEATS
         } else {
             0
@@ -257,20 +308,20 @@ impl Engine<'_> {
         }
     }
 
-    /// `reject_at_arrival` for `row` (not a fork-cow sample), without building its sequence (no heap),
-    /// and the samples it would fork.
+    /// `reject_at_arrival` for `row` (not a fork-cow sample: itself and the samples it will fork take
+    /// a seat each), without building its sequence, and the samples it would fork.
     #[inline]
     pub(super) fn row_rejected_at_arrival(&self, row: usize) -> (i64, usize) {
         let inp = &self.inp;
         let i = row - self.row_base;
-        let probe = Seq {
-            prompt_len: inp.prompt_len[i] as u64,
-            target: inp.target[i] as u64,
-            max_gen: inp.max_gen[i] as u64,
-            num_children: self.num_children(row),
-            ..Seq::default()
-        };
-        (self.reject_at_arrival(&probe), probe.num_children)
+        let children = self.num_children(row);
+        let reason = self.reject_at_arrival(
+            inp.prompt_len[i] as u64,
+            inp.target[i] as u64,
+            inp.max_gen[i] as u64,
+            1 + children as u64,
+        );
+        (reason, children)
     }
 
     /// The fork-cow samples of `row`: the rows right after it that name it as their parent (parents

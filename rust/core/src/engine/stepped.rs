@@ -41,14 +41,17 @@ pub(crate) struct QuietMemo {
 }
 
 /// Steps `quiet_through` tries to vouch for past the horizon asked (a fleet's next arrivals come soon
-/// after it); the most it looks at.
-const QUIET_AHEAD: u64 = 32;
+/// after it). 32 cost 1.5 % more instructions than 128 (callgrind, as below) and missed a 2 MiB last
+/// level as often (cachegrind).
+const QUIET_AHEAD: u64 = 128;
 /// `QUIET_AHEAD` while rows join: the replica lags behind the fleet's clock, and each look costs one
 /// pass over its running list and the rows waiting to join (callgrind, `python -m bench.cluster_profile
 /// 100000 prefix-affinity`: `run_cluster` takes 1,738, 1,676, 1,663 and 1,791 M instructions at 32,
 /// 64, 128 and 256 steps ahead; the 16 single runs 1,229 M).
 const QUIET_AHEAD_JOINING: u64 = 128;
 const QUIET_MAX: u64 = 1 << 12;
+/// The fewest rows the output columns grow by (`cover_output_rows`).
+const OUTPUT_ROWS_MIN: usize = 1024;
 
 impl QuietMemo {
     pub(crate) fn new() -> Self {
@@ -102,9 +105,16 @@ impl<'a> Engine<'a> {
         self.row_base = row_base;
     }
 
-    /// Adds `n` rows to the output columns (rows just pushed).
-    pub(crate) fn add_output_rows(&mut self, n: usize) {
-        self.out.extend_rows(n);
+    /// Makes the output columns hold the first `rows` rows (every row pushed so far). They grow a run
+    /// of rows at a time, by half their length at least: a fleet's replica gets its rows one at a time,
+    /// and ten one-row pushes a row cost more in instructions and in cache lines held than the engine's
+    /// writes to them (results/README.md §Cluster speed). `take_output` cuts them to the rows pushed.
+    pub(crate) fn cover_output_rows(&mut self, rows: usize) {
+        let have = self.out.status.len();
+        if rows > have {
+            self.out
+                .extend_rows((rows - have).max(have / 2).max(OUTPUT_ROWS_MIN));
+        }
     }
 
     /// Runs every step that starts strictly before `horizon` (and nothing else), reading `cancel`.
@@ -129,9 +139,11 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// The output columns (every row pushed) and counters, once finished.
-    pub(crate) fn take_output(&mut self) -> EngineOutput {
-        std::mem::take(&mut self.out)
+    /// The output columns of the first `rows` rows (every row pushed) and the counters, once finished.
+    pub(crate) fn take_output(&mut self, rows: usize) -> EngineOutput {
+        let mut out = std::mem::take(&mut self.out);
+        out.truncate_rows(rows);
+        out
     }
 
     /// Whether the signals `reads` names and the load (every router that reads state reads it) can be
@@ -266,6 +278,11 @@ impl<'a> Engine<'a> {
         } else {
             &[need + QUIET_AHEAD, need][..]
         };
+        if cover > first && !self.rows_may_join(first, cover, spans[0], reads) {
+            // `quiet_cover` would refuse them whatever the running sequences do: not worth a pass
+            // over those (most looks that fail fail here: a short row joining).
+            return false;
+        }
         for &k in spans {
             let end = i128::from(self.t) + start(k);
             if end > i128::from(MAX_TIME_PS) {
@@ -422,6 +439,21 @@ impl<'a> Engine<'a> {
         }
         (self.quiet.rows, self.quiet.pops) = (to, pops);
         true
+    }
+
+    /// `quiet_cover`'s test of each row from absolute row `from` to `to` alone (not of their blocks
+    /// against the free ones): whether each may join in the next `k` steps.
+    fn rows_may_join(&self, from: usize, to: usize, k: u64, reads: RouterReads) -> bool {
+        let keys = reads.keys && self.caches_prefixes();
+        if keys
+            && (!self.defer_keys || matches!(&self.mem, Memory::Paged(pool) if pool.maps_keys()))
+        {
+            return false;
+        }
+        (from..to).all(|row| {
+            self.quiet_join_blocks(row - self.row_base, k, keys)
+                .is_some()
+        })
     }
 
     /// For row `i` of the input view joining in the next `k` steps: the most blocks it can hold by
