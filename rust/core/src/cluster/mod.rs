@@ -133,6 +133,9 @@ struct Driver<'i> {
     block_size: Vec<u64>,
     /// Every view's `hit_blocks` is 0 (set while routing units without keys).
     hits_zero: bool,
+    /// The fleet's output columns, in workload order: rows done move here from their replica as it
+    /// steps (`Replica::drain_done`), the rest at the end (`gather`).
+    out: EngineOutput,
 }
 
 impl Driver<'_> {
@@ -199,6 +202,7 @@ impl Driver<'_> {
                 }
                 _ => {
                     self.replicas[r].advance_until(a, cancel)?;
+                    self.replicas[r].drain_done(&mut self.out);
                     self.moved[r] = true;
                     self.quiet_until[r] = i64::MIN;
                     self.advances += 1;
@@ -246,6 +250,7 @@ impl Driver<'_> {
             self.snap_at = Some(s);
             for (rep, snap) in self.replicas.iter_mut().zip(&mut self.snaps) {
                 rep.advance_until(s, cancel)?;
+                rep.drain_done(&mut self.out);
                 let (kv_used, kv_total) = rep.kv();
                 snap.signals = Signals {
                     waiting: rep.waiting(),
@@ -355,6 +360,7 @@ fn drive(
         advances: 0,
         block_size: cfgs.iter().map(|c| c.block_size).collect(),
         hits_zero: true,
+        out: EngineOutput::new(inp.len()),
     };
     let mut router = Router::new(spec.clone());
     let mut replica = vec![0i64; inp.len()];
@@ -384,14 +390,21 @@ fn drive(
         replica[row..end].fill(r as i64);
         row = end;
     }
-    let mut outs = Vec::with_capacity(cfgs.len());
     for rep in &mut d.replicas {
         rep.finish(cancel)?;
-        outs.push(rep.take_output());
     }
     let advances = d.advances;
+    let (mut out, replicas) = (std::mem::take(&mut d.out), std::mem::take(&mut d.replicas));
     drop(d);
-    Ok((gather(inp.len(), &replica, outs), advances))
+    let counters = gather(&mut out, &replica, replicas);
+    Ok((
+        ClusterOutput {
+            out,
+            replica,
+            counters,
+        },
+        advances,
+    ))
 }
 
 /// What `spec`'s router reads of a replica besides its load (`router::Router::pick`'s rules): a
@@ -418,19 +431,33 @@ fn router_reads(spec: &RouterSpec) -> RouterReads {
     }
 }
 
-/// Every row's columns in workload order from each replica's (rows in push order).
-fn gather(rows: usize, replica: &[i64], outs: Vec<EngineOutput>) -> ClusterOutput {
-    let mut out = EngineOutput::new(rows);
-    // A column at a time: its reads are one stream a replica (a row at a time would be ten).
+/// The rows each replica still holds (`Replica::rows_held`, a suffix of its rows) into `out`, in
+/// workload order a column at a time (one read stream a replica; a row at a time would be ten), from
+/// the first of them on; returns each replica's counters.
+fn gather(out: &mut EngineOutput, replica: &[i64], mut replicas: Vec<Replica>) -> Vec<Counters> {
+    let first: Vec<usize> = replicas
+        .iter()
+        .map(|r| r.rows_held().first().copied().unwrap_or(usize::MAX))
+        .collect();
+    let from = first
+        .iter()
+        .copied()
+        .min()
+        .unwrap_or(usize::MAX)
+        .min(replica.len());
+    let outs: Vec<EngineOutput> = replicas.iter_mut().map(Replica::take_output).collect();
     let mut at = vec![0usize; outs.len()];
     macro_rules! columns {
         ($($col:ident),*) => {$(
             let cols: Vec<&[_]> = outs.iter().map(|o| o.$col.as_slice()).collect();
             at.fill(0);
-            for (dst, &r) in out.$col.iter_mut().zip(replica) {
+            for (i, (dst, &r)) in out.$col[from..].iter_mut().zip(&replica[from..]).enumerate() {
                 let r = r as usize;
-                *dst = cols[r][at[r]];
-                at[r] += 1;
+                // A replica's rows before its first held one moved out as they were done.
+                if from + i >= first[r] {
+                    *dst = cols[r][at[r]];
+                    at[r] += 1;
+                }
             }
         )*};
     }
@@ -446,11 +473,7 @@ fn gather(rows: usize, replica: &[i64], outs: Vec<EngineOutput>) -> ClusterOutpu
         status,
         reject_reason
     );
-    ClusterOutput {
-        out,
-        replica: replica.to_vec(),
-        counters: outs.into_iter().map(|o| o.counters).collect(),
-    }
+    outs.into_iter().map(|o| o.counters).collect()
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //! owns, appended in place one unit at a time (a row, or a fork-cow parent with its samples), advanced
 //! to a horizon, with the signals a router reads. Rows that are done (finished or rejected, with every
 //! earlier row) are compacted out of the input columns once they are at least half of them, so a push
-//! costs amortised O(1) and the input held stays proportional to the rows in flight; the output columns
-//! keep every row pushed.
+//! costs amortised O(1) and the input held stays proportional to the rows in flight; their output moves
+//! to the fleet's columns the same way when the driver asks (`drain_done`), or stays to the end.
 
 use std::sync::atomic::AtomicBool;
 
@@ -28,6 +28,9 @@ pub struct Replica {
     done: usize,
     /// The workload holds fork-cow samples: `fork_parent` is kept.
     forks: bool,
+    /// The caller's row of each row whose output the engine still holds (from its `out_base` on):
+    /// where `drain_done` puts it.
+    global: Vec<usize>,
 }
 
 impl Replica {
@@ -57,6 +60,7 @@ impl Replica {
             base: 0,
             done: 0,
             forks,
+            global: Vec::new(),
         })
     }
 
@@ -122,8 +126,27 @@ impl Replica {
             pf.extend(rows.clone().map(|i| private_from[i]));
         }
         self.rows += rows.len();
-        self.engine.cover_output_rows(self.rows);
+        self.global.extend(rows.clone());
         self.refresh();
+    }
+
+    /// Moves the output of the rows done (with every earlier row) into `dst`, each at its row there
+    /// (the `rows` range `push` was given), once they are at least `COMPACT_MIN` and half of the rows
+    /// whose output the engine holds (amortised O(1) a row): a fleet's replicas then hold the output of
+    /// the rows in flight, not of every row, and its rows are written while they are in cache.
+    pub fn drain_done(&mut self, dst: &mut EngineOutput) {
+        let base = self.engine.out_base();
+        let (k, held) = (self.done - base, self.rows - base);
+        if k < COMPACT_MIN || 2 * k < held {
+            return;
+        }
+        self.engine.move_output_front(&self.global[..k], dst);
+        self.global.drain(..k);
+    }
+
+    /// The caller's rows whose output `take_output` returns, in order (those `drain_done` left).
+    pub fn rows_held(&self) -> &[usize] {
+        &self.global
     }
 
     /// Drops the done rows' input once they are at least half of the columns (amortised O(1) a row).
@@ -162,6 +185,9 @@ impl Replica {
 
     /// Runs every step that starts strictly before `horizon` (DESIGN.md §The stepped replica).
     pub fn advance_until(&mut self, horizon: i64, cancel: &AtomicBool) -> Result<()> {
+        // Only steps write output rows: a replica that first steps at the end (round-robin's) makes
+        // its columns once, at their size.
+        self.engine.cover_output_rows(self.rows);
         // SAFETY: the engine drops the reference again before `advance_until` returns.
         let result = self
             .engine
@@ -182,11 +208,13 @@ impl Replica {
 
     /// Runs to the end; the output is then `take_output`'s.
     pub fn finish(&mut self, cancel: &AtomicBool) -> Result<()> {
+        self.engine.cover_output_rows(self.rows);
         // SAFETY: as in `advance_until`.
         self.engine.finish_stepped(unsafe { forever(cancel) })
     }
 
-    /// Every row's output columns (in push order) and the counters, after `finish`.
+    /// The output columns of the rows `drain_done` left (`rows_held`, in push order) and the counters,
+    /// after `finish`.
     pub fn take_output(&mut self) -> EngineOutput {
         self.engine.take_output(self.rows)
     }

@@ -326,19 +326,21 @@ fn best_by(
 
 /// The replicas of least load.
 pub fn least_loaded_ties(views: &[Signals], ties: &mut Vec<usize>) {
-    // `best_by` in one pass over the loads (the router runs once a unit, over every replica).
+    let least = views.iter().map(Signals::load).min().unwrap_or(0);
+    loaded_at(views, least, ties);
+}
+
+/// The replicas (in index order) whose load is `load`. Two passes, the least load first, branch less
+/// than one keeping the best so far (the router runs once a unit, over every replica).
+fn loaded_at(views: &[Signals], load: u64, ties: &mut Vec<usize>) {
     ties.clear();
-    let mut least = u64::MAX;
-    for (r, v) in views.iter().enumerate() {
-        let l = v.load();
-        if l < least {
-            ties.clear();
-            least = l;
-        }
-        if l == least {
-            ties.push(r);
-        }
-    }
+    ties.extend(
+        views
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.load() == load)
+            .map(|(r, _)| r),
+    );
 }
 
 /// Argmin of load; ties: the lowest index.
@@ -377,16 +379,18 @@ pub fn least_kv(views: &[Signals]) -> usize {
 /// load. The least-loaded replica is always eligible (its load is at most the mean).
 pub fn prefix_affinity_ties(views: &[Signals], cap: f64, ties: &mut Vec<usize>) {
     let n = views.len() as u64;
-    let (mut total, mut hit) = (0u64, false);
+    let (mut total, mut least, mut hit) = (0u64, u64::MAX, false);
     for v in views {
-        total += v.load();
+        let l = v.load();
+        total += l;
+        least = least.min(l);
         hit |= v.hit_blocks != 0;
     }
     if !hit {
         // No replica holds a block of the prompt: the best are the eligible ones of least load, which
         // are those of least load overall (each is eligible: its load is at most the mean, and cap
         // >= 1 keeps it so in f64), with no eligibility test to make.
-        least_loaded_ties(views, ties);
+        loaded_at(views, least, ties);
         return;
     }
     let bound = cap * (total + n) as f64;

@@ -264,6 +264,32 @@ impl EngineOutput {
         self.reject_reason.resize(k, 0);
     }
 
+    /// Moves the first `to.len()` rows' columns into `dst`, the `j`-th to row `to[j]` there, and drops
+    /// them here (the rows after them move to the front).
+    pub fn move_front_into(&mut self, to: &[usize], dst: &mut EngineOutput) {
+        let k = to.len();
+        macro_rules! columns {
+            ($($col:ident),*) => {$(
+                for (&v, &g) in self.$col[..k].iter().zip(to) {
+                    dst.$col[g] = v;
+                }
+                self.$col.drain(..k);
+            )*};
+        }
+        columns!(
+            first_scheduled,
+            first_token,
+            finish,
+            generated,
+            num_preemptions,
+            num_swaps,
+            cached_tokens,
+            recomputed_tokens,
+            status,
+            reject_reason
+        );
+    }
+
     /// Keeps the first `k` rows' columns (counters, time series and events stay).
     pub fn truncate_rows(&mut self, k: usize) {
         self.first_scheduled.truncate(k);

@@ -105,16 +105,30 @@ impl<'a> Engine<'a> {
         self.row_base = row_base;
     }
 
-    /// Makes the output columns hold the first `rows` rows (every row pushed so far). They grow a run
-    /// of rows at a time, by half their length at least: a fleet's replica gets its rows one at a time,
-    /// and ten one-row pushes a row cost more in instructions and in cache lines held than the engine's
-    /// writes to them (results/README.md §Cluster speed). `take_output` cuts them to the rows pushed.
+    /// Makes the output columns hold the rows before absolute row `rows` (every row pushed so far;
+    /// they hold rows from `out_base` on). They grow a run of rows at a time, by half their length at
+    /// least: a fleet's replica gets its rows one at a time, and ten one-row pushes a row cost more in
+    /// instructions and in cache lines held than the engine's writes to them (results/README.md
+    /// §Cluster speed). `take_output` cuts them to the rows pushed.
     pub(crate) fn cover_output_rows(&mut self, rows: usize) {
-        let have = self.out.status.len();
-        if rows > have {
+        let (need, have) = (rows - self.out_base, self.out.status.len());
+        if need > have {
             self.out
-                .extend_rows((rows - have).max(have / 2).max(OUTPUT_ROWS_MIN));
+                .extend_rows((need - have).max(have / 2).max(OUTPUT_ROWS_MIN));
         }
+    }
+
+    /// The first row the output columns hold (rows before it were moved out, `move_output_front`).
+    pub(crate) fn out_base(&self) -> usize {
+        self.out_base
+    }
+
+    /// Moves the output of the `to.len()` rows from `out_base` on, every one of them done (never
+    /// written again), into `dst`: the `j`-th to row `to[j]` there.
+    pub(crate) fn move_output_front(&mut self, to: &[usize], dst: &mut EngineOutput) {
+        debug_assert!((0..to.len()).all(|j| self.row_done(self.out_base + j)));
+        self.out.move_front_into(to, dst);
+        self.out_base += to.len();
     }
 
     /// Runs every step that starts strictly before `horizon` (and nothing else), reading `cancel`.
@@ -139,10 +153,11 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// The output columns of the first `rows` rows (every row pushed) and the counters, once finished.
+    /// The output columns of the rows from `out_base` to absolute row `rows` (every row pushed) and
+    /// the counters, once finished.
     pub(crate) fn take_output(&mut self, rows: usize) -> EngineOutput {
         let mut out = std::mem::take(&mut self.out);
-        out.truncate_rows(rows);
+        out.truncate_rows(rows - self.out_base);
         out
     }
 

@@ -299,23 +299,60 @@ fn round_robin_is_independent_runs_of_the_row_subsets() {
                     .collect();
                 let sub = w.subset(&rows);
                 let alone = run(sub.view(), rcfg, 0, false, &cancel).unwrap();
-                let mut mine = EngineOutput::new(rows.len());
-                for (l, &i) in rows.iter().enumerate() {
-                    mine.first_scheduled[l] = c.out.first_scheduled[i];
-                    mine.first_token[l] = c.out.first_token[i];
-                    mine.finish[l] = c.out.finish[i];
-                    mine.generated[l] = c.out.generated[i];
-                    mine.num_preemptions[l] = c.out.num_preemptions[i];
-                    mine.num_swaps[l] = c.out.num_swaps[i];
-                    mine.cached_tokens[l] = c.out.cached_tokens[i];
-                    mine.recomputed_tokens[l] = c.out.recomputed_tokens[i];
-                    mine.status[l] = c.out.status[i];
-                    mine.reject_reason[l] = c.out.reject_reason[i];
-                }
                 let label = format!("{what} n={n} replica {r}");
-                assert_same_rows(&mine, &alone, &label);
+                assert_same_rows(&rows_of(&c.out, &rows), &alone, &label);
                 assert_eq!(c.counters[r], alone.counters, "{label}");
             }
+        }
+    }
+}
+
+/// The output columns of `rows` of `out`, in that order.
+fn rows_of(out: &EngineOutput, rows: &[usize]) -> EngineOutput {
+    let mut mine = EngineOutput::new(rows.len());
+    for (l, &i) in rows.iter().enumerate() {
+        mine.first_scheduled[l] = out.first_scheduled[i];
+        mine.first_token[l] = out.first_token[i];
+        mine.finish[l] = out.finish[i];
+        mine.generated[l] = out.generated[i];
+        mine.num_preemptions[l] = out.num_preemptions[i];
+        mine.num_swaps[l] = out.num_swaps[i];
+        mine.cached_tokens[l] = out.cached_tokens[i];
+        mine.recomputed_tokens[l] = out.recomputed_tokens[i];
+        mine.status[l] = out.status[i];
+        mine.reject_reason[l] = out.reject_reason[i];
+    }
+    mine
+}
+
+/// Whatever the router, a replica's rows come out as a run of its rows alone would give them; in a
+/// long run of routers that step the replicas, most rows move to the fleet's columns while it runs
+/// (`Replica::drain_done`), the rest at the end.
+#[test]
+fn a_long_fleet_moves_its_done_rows_out_exactly() {
+    let cancel = AtomicBool::new(false);
+    let w = workload(6000, 21, 0, false);
+    let cfgs: Vec<EngineConfig> = (0..3)
+        .map(|r| EngineConfig {
+            num_blocks: 300 + 40 * r,
+            ..EngineConfig::for_tests(64, 4)
+        })
+        .collect();
+    for name in ["least-loaded", "prefix-affinity", "least-kv"] {
+        let c = run_cluster(w.view(), &cfgs, &RouterSpec::named(name).unwrap(), &cancel).unwrap();
+        for (r, cfg) in cfgs.iter().enumerate() {
+            let rows: Vec<usize> = (0..w.view().len())
+                .filter(|&i| c.replica[i] == r as i64)
+                .collect();
+            assert!(
+                rows.len() > 1000,
+                "{name}: replica {r} has {} rows",
+                rows.len()
+            );
+            let alone = run(w.subset(&rows).view(), cfg, 0, false, &cancel).unwrap();
+            let label = format!("{name} replica {r}");
+            assert_same_rows(&rows_of(&c.out, &rows), &alone, &label);
+            assert_eq!(c.counters[r], alone.counters, "{label}");
         }
     }
 }
@@ -501,6 +538,13 @@ fn a_long_run_compacts_its_input() {
         "compacted up to row {}",
         rep.first_held_row()
     );
+    // The done rows' output moves out the same way, each to its row.
+    let mut moved = EngineOutput::new(inp.len());
+    rep.drain_done(&mut moved);
+    let first = rep.rows_held()[0];
+    assert!(first > 3000, "output moved up to row {first}");
+    let done: Vec<usize> = (0..first).collect();
+    assert_same_rows(&rows_of(&moved, &done), &rows_of(&whole, &done), "moved");
     // Groups across compactions (samples kept while their parent's input is gone), swap and quoting.
     let cfg = EngineConfig {
         num_blocks: 300,
