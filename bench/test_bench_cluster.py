@@ -5,8 +5,9 @@ Each replica sees the single-replica benchmark's load (`bench/test_bench_engine.
 1,500 blocks of 16, caching on, 1 ms iterations): the cluster's arrivals come at 16 x 100 requests/s.
 Every side times the Rust core only (`kvsim.engine.rust_engine.run_cluster` against 16
 `kvsim.engine.rust_engine.run` calls on inputs prepared beforehand). The sides take turns: after a
-warm-up of each, `ROUNDS` rounds of singles, round-robin and prefix-affinity, each round's order rotated,
-and each side's median is reported. This VM's speed drifts by tens of percent between minutes; sides
+warm-up of each, `ROUNDS` rounds of singles, round-robin and prefix-affinity, one in each of the six
+orders of the three (each side in each place and after each other side twice), and each side's median
+is reported; a side's result is freed outside its timed span. This VM's speed drifts by tens of percent between minutes; sides
 timed one after the other (three rounds of one, then three of the next) put that drift into the ratio.
 At the full size the numbers go into results/README.md between the cluster-bench markers.
 
@@ -18,6 +19,7 @@ At the full size the numbers go into results/README.md between the cluster-bench
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import statistics
@@ -37,7 +39,7 @@ REPLICAS = 16
 RATE_PER_REPLICA = 100.0
 CONFIG = kvsim.SimConfig(num_blocks=1500, block_size=16, enable_prefix_caching=True)
 TARGET = 1.5
-ROUNDS = 5
+ROUNDS = 6  # every order of the three sides (`itertools.permutations`)
 ROUTERS = ("round-robin", "prefix-affinity")
 
 
@@ -76,15 +78,19 @@ def inputs():
     return make_inputs(REQUESTS)
 
 
-def test_bench_cluster_of_sixteen_against_sixteen_single_runs(request, inputs):
+def test_bench_cluster_of_sixteen_against_sixteen_single_runs(benchmark, inputs):
+    # The sides are timed here, taking turns, which pytest-benchmark's rounds of one function cannot
+    # do; its fixture times the warm-up and carries its options (disabled, `--benchmark-skip`).
     fleet, singles = inputs
     configs = [CONFIG] * REPLICAS
     sides = {
         "singles": lambda: [run(inp, CONFIG) for inp in singles],
         **{r: (lambda r=r: run_cluster(fleet, configs, Router(r))) for r in ROUTERS},
     }
-    # The warm-up (under --benchmark-disable, the only run), checked.
-    outs = {side: f() for side, f in sides.items()}
+    # The warm-up, each side once, checked: pytest-benchmark's own row (its only run under
+    # --benchmark-disable); the ratios come from the rounds after it.
+    benchmark.group = "cluster"
+    outs = benchmark.pedantic(lambda: {side: f() for side, f in sides.items()}, rounds=1, iterations=1)
     assert all((o.status == 0).all() for o in outs["singles"])
     for router in ROUTERS:
         res = outs[router]
@@ -93,16 +99,16 @@ def test_bench_cluster_of_sixteen_against_sixteen_single_runs(request, inputs):
         counts = [int((res["columns"]["replica"] == r).sum()) for r in range(REPLICAS)]
         assert min(counts) > 0, (router, counts)
     del outs
-    cfg = request.config
-    if cfg.getoption("benchmark_disable") and not cfg.getoption("benchmark_enable"):
-        return  # pytest-benchmark's rule: timed only when enabled
+    if benchmark.disabled:
+        return
     times: dict[str, list[float]] = {side: [] for side in sides}
-    order = list(sides)
-    for i in range(ROUNDS):
-        for side in order[i % len(order) :] + order[: i % len(order)]:
+    # Every order of the three sides once: each side in each place, after each other side, twice.
+    for order in itertools.permutations(sides):
+        for side in order:
             start = time.perf_counter()
-            sides[side]()
+            result = sides[side]()
             times[side].append(time.perf_counter() - start)
+            del result  # freed outside the timed span
     medians = {side: statistics.median(t) for side, t in times.items()}
     for router in ROUTERS:
         print(
