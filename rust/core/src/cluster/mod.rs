@@ -14,7 +14,7 @@ use crate::block_pool::IdHasher;
 use crate::block_table::{BlockTable, div_bs};
 use crate::engine::{
     Counters, EngineConfig, EngineInput, EngineOutput, OUTPUT_BIT, Policy, RouterReads,
-    private_starts,
+    for_each_row_column, private_starts,
 };
 use crate::{BlockKey, KvError, Result, Segment, invalid_arg};
 pub use replica::Replica;
@@ -447,11 +447,15 @@ fn gather(out: &mut EngineOutput, replica: &[i64], mut replicas: Vec<Replica>) -
         .min(replica.len());
     let outs: Vec<EngineOutput> = replicas.iter_mut().map(Replica::take_output).collect();
     let mut at = vec![0usize; outs.len()];
-    macro_rules! columns {
-        ($($col:ident),*) => {$(
+    macro_rules! gather_column {
+        ($col:ident, $init:expr) => {
             let cols: Vec<&[_]> = outs.iter().map(|o| o.$col.as_slice()).collect();
             at.fill(0);
-            for (i, (dst, &r)) in out.$col[from..].iter_mut().zip(&replica[from..]).enumerate() {
+            for (i, (dst, &r)) in out.$col[from..]
+                .iter_mut()
+                .zip(&replica[from..])
+                .enumerate()
+            {
                 let r = r as usize;
                 // A replica's rows before its first held one moved out as they were done.
                 if from + i >= first[r] {
@@ -459,20 +463,9 @@ fn gather(out: &mut EngineOutput, replica: &[i64], mut replicas: Vec<Replica>) -
                     at[r] += 1;
                 }
             }
-        )*};
+        };
     }
-    columns!(
-        first_scheduled,
-        first_token,
-        finish,
-        generated,
-        num_preemptions,
-        num_swaps,
-        cached_tokens,
-        recomputed_tokens,
-        status,
-        reject_reason
-    );
+    for_each_row_column!(gather_column);
     outs.into_iter().map(|o| o.counters).collect()
 }
 

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use config::{EngineConfig, Policy, Preemption, TimeModel};
 pub use input::EngineInput;
+pub(crate) use output::for_each_row_column;
 pub use output::{Counters, EngineOutput, StepDurations};
 pub use stepped::RouterReads;
 pub use stream::StreamEngine;

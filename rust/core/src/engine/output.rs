@@ -65,7 +65,26 @@ impl Counters {
     }
 }
 
-#[derive(Clone, Debug)]
+/// Calls `$m!(column, initial value)` for each per-row output column of `EngineOutput`, in order: the
+/// one list that every place handling a row's columns goes through (making, growing, cutting, moving
+/// and gathering them).
+macro_rules! for_each_row_column {
+    ($m:ident) => {
+        $m!(first_scheduled, -1);
+        $m!(first_token, -1);
+        $m!(finish, -1);
+        $m!(generated, 0);
+        $m!(num_preemptions, 0);
+        $m!(num_swaps, 0);
+        $m!(cached_tokens, 0);
+        $m!(recomputed_tokens, 0);
+        $m!(status, -1);
+        $m!(reject_reason, 0);
+    };
+}
+pub(crate) use for_each_row_column;
+
+#[derive(Clone, Debug, Default)]
 pub struct EngineOutput {
     pub first_scheduled: Vec<i64>,
     pub first_token: Vec<i64>,
@@ -203,31 +222,18 @@ pub const TIMESERIES: [&str; 10] = [
     "external_tokens",
 ];
 
-impl Default for EngineOutput {
-    fn default() -> Self {
-        EngineOutput::new(0)
-    }
-}
-
 impl EngineOutput {
+    /// `n` rows in their initial state (`for_each_row_column`'s values; `vec!` leaves a zero column's
+    /// pages untouched until written).
     pub fn new(n: usize) -> Self {
-        EngineOutput {
-            first_scheduled: vec![-1; n],
-            first_token: vec![-1; n],
-            finish: vec![-1; n],
-            generated: vec![0; n],
-            num_preemptions: vec![0; n],
-            num_swaps: vec![0; n],
-            cached_tokens: vec![0; n],
-            recomputed_tokens: vec![0; n],
-            status: vec![-1; n],
-            reject_reason: vec![0; n],
-            counters: Counters::default(),
-            timeseries: Vec::new(),
-            events: Vec::new(),
-            itl_steps: StepDurations::default(),
-            itl_runs: Vec::new(),
+        let mut out = EngineOutput::default();
+        macro_rules! make {
+            ($col:ident, $init:expr) => {
+                out.$col = vec![$init; n];
+            };
         }
+        for_each_row_column!(make);
+        out
     }
 
     /// ITL's record as named columns (`ITL_COLUMNS`).
@@ -252,78 +258,51 @@ impl EngineOutput {
     /// Adds `n` rows in their initial state (a stream's next chunk, a replica's next ones).
     pub fn extend_rows(&mut self, n: usize) {
         let k = self.status.len() + n;
-        self.first_scheduled.resize(k, -1);
-        self.first_token.resize(k, -1);
-        self.finish.resize(k, -1);
-        self.generated.resize(k, 0);
-        self.num_preemptions.resize(k, 0);
-        self.num_swaps.resize(k, 0);
-        self.cached_tokens.resize(k, 0);
-        self.recomputed_tokens.resize(k, 0);
-        self.status.resize(k, -1);
-        self.reject_reason.resize(k, 0);
+        macro_rules! grow {
+            ($col:ident, $init:expr) => {
+                self.$col.resize(k, $init);
+            };
+        }
+        for_each_row_column!(grow);
     }
 
     /// Moves the first `to.len()` rows' columns into `dst`, the `j`-th to row `to[j]` there, and drops
     /// them here (the rows after them move to the front).
     pub fn move_front_into(&mut self, to: &[usize], dst: &mut EngineOutput) {
         let k = to.len();
-        macro_rules! columns {
-            ($($col:ident),*) => {$(
+        macro_rules! move_front {
+            ($col:ident, $init:expr) => {
                 for (&v, &g) in self.$col[..k].iter().zip(to) {
                     dst.$col[g] = v;
                 }
                 self.$col.drain(..k);
-            )*};
+            };
         }
-        columns!(
-            first_scheduled,
-            first_token,
-            finish,
-            generated,
-            num_preemptions,
-            num_swaps,
-            cached_tokens,
-            recomputed_tokens,
-            status,
-            reject_reason
-        );
+        for_each_row_column!(move_front);
     }
 
     /// Keeps the first `k` rows' columns (counters, time series and events stay).
     pub fn truncate_rows(&mut self, k: usize) {
-        self.first_scheduled.truncate(k);
-        self.first_token.truncate(k);
-        self.finish.truncate(k);
-        self.generated.truncate(k);
-        self.num_preemptions.truncate(k);
-        self.num_swaps.truncate(k);
-        self.cached_tokens.truncate(k);
-        self.recomputed_tokens.truncate(k);
-        self.status.truncate(k);
-        self.reject_reason.truncate(k);
+        macro_rules! cut {
+            ($col:ident, $init:expr) => {
+                self.$col.truncate(k);
+            };
+        }
+        for_each_row_column!(cut);
     }
 
     /// Takes the first `k` rows' columns out (counters, time series and events stay).
     #[must_use]
     pub fn take_front(&mut self, k: usize) -> EngineOutput {
-        fn front<T>(v: &mut Vec<T>, k: usize) -> Vec<T> {
-            let rest = v.split_off(k);
-            std::mem::replace(v, rest)
+        let mut front = EngineOutput::default();
+        macro_rules! take {
+            ($col:ident, $init:expr) => {
+                let rest = self.$col.split_off(k);
+                front.$col = std::mem::replace(&mut self.$col, rest);
+            };
         }
-        EngineOutput {
-            first_scheduled: front(&mut self.first_scheduled, k),
-            first_token: front(&mut self.first_token, k),
-            finish: front(&mut self.finish, k),
-            generated: front(&mut self.generated, k),
-            num_preemptions: front(&mut self.num_preemptions, k),
-            num_swaps: front(&mut self.num_swaps, k),
-            cached_tokens: front(&mut self.cached_tokens, k),
-            recomputed_tokens: front(&mut self.recomputed_tokens, k),
-            status: front(&mut self.status, k),
-            reject_reason: front(&mut self.reject_reason, k),
-            ..EngineOutput::default()
-        }
+        for_each_row_column!(take);
+        front
     }
 
     /// The time series as named columns.

@@ -310,18 +310,12 @@ fn round_robin_is_independent_runs_of_the_row_subsets() {
 /// The output columns of `rows` of `out`, in that order.
 fn rows_of(out: &EngineOutput, rows: &[usize]) -> EngineOutput {
     let mut mine = EngineOutput::new(rows.len());
-    for (l, &i) in rows.iter().enumerate() {
-        mine.first_scheduled[l] = out.first_scheduled[i];
-        mine.first_token[l] = out.first_token[i];
-        mine.finish[l] = out.finish[i];
-        mine.generated[l] = out.generated[i];
-        mine.num_preemptions[l] = out.num_preemptions[i];
-        mine.num_swaps[l] = out.num_swaps[i];
-        mine.cached_tokens[l] = out.cached_tokens[i];
-        mine.recomputed_tokens[l] = out.recomputed_tokens[i];
-        mine.status[l] = out.status[i];
-        mine.reject_reason[l] = out.reject_reason[i];
+    macro_rules! pick {
+        ($col:ident, $init:expr) => {
+            mine.$col = rows.iter().map(|&i| out.$col[i]).collect();
+        };
     }
+    crate::engine::for_each_row_column!(pick);
     mine
 }
 
