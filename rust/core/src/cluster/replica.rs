@@ -15,6 +15,12 @@ use crate::{BlockKey, Result};
 /// Compaction waits for at least this many done rows (and for them to be half the columns).
 const COMPACT_MIN: usize = 1024;
 
+/// Whether `k` done rows of `held` are worth moving out now: at least `COMPACT_MIN` and half of them,
+/// so the rows left behind move at most as often as they are held (amortised O(1) a row).
+fn worth_moving(k: usize, held: usize) -> bool {
+    k >= COMPACT_MIN && 2 * k >= held
+}
+
 pub struct Replica {
     /// Borrows `buf` and `cfg` (see `engine::forever`); declared first, so it is dropped first.
     engine: Engine<'static>,
@@ -131,13 +137,13 @@ impl Replica {
     }
 
     /// Moves the output of the rows done (with every earlier row) into `dst`, each at its row there
-    /// (the `rows` range `push` was given), once they are at least `COMPACT_MIN` and half of the rows
-    /// whose output the engine holds (amortised O(1) a row): a fleet's replicas then hold the output of
+    /// (the `rows` range `push` was given), once they are worth it (`worth_moving`, of the rows whose
+    /// output the engine holds): a fleet's replicas then hold the output of
     /// the rows in flight, not of every row, and its rows are written while they are in cache.
     pub fn drain_done(&mut self, dst: &mut EngineOutput) {
         let base = self.engine.out_base();
         let (k, held) = (self.done - base, self.rows - base);
-        if k < COMPACT_MIN || 2 * k < held {
+        if !worth_moving(k, held) {
             return;
         }
         self.engine.move_output_front(&self.global[..k], dst);
@@ -156,8 +162,7 @@ impl Replica {
         }
         let keep_from = self.done.min(self.engine.next_row());
         let k = keep_from - self.base;
-        let held = self.rows - self.base;
-        if k < COMPACT_MIN || 2 * k < held {
+        if !worth_moving(k, self.rows - self.base) {
             return;
         }
         let b = &mut *self.buf;

@@ -167,21 +167,13 @@ pub(crate) fn repeated_ids(ids: &[u64]) -> Vec<u64> {
 pub(crate) fn repeated_ids_by(ids: &[u64], in_cache: usize) -> Vec<u64> {
     fn sorted_repeats(ids: &mut [u64], out: &mut Vec<u64>) {
         ids.sort_unstable();
-        let from = out.len();
         out.extend(ids.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]));
-        let mut k = from;
-        for j in from..out.len() {
-            if k == from || out[k - 1] != out[j] {
-                out[k] = out[j];
-                k += 1;
-            }
-        }
-        out.truncate(k);
     }
     let mut out = Vec::new();
     let buckets = ids.len().div_ceil(in_cache.max(1)).next_power_of_two();
     if buckets == 1 {
         sorted_repeats(&mut ids.to_vec(), &mut out);
+        out.dedup();
         return out;
     }
     let shift = u64::BITS - buckets.trailing_zeros();
@@ -203,7 +195,8 @@ pub(crate) fn repeated_ids_by(ids: &[u64], in_cache: usize) -> Vec<u64> {
     for b in 0..buckets {
         sorted_repeats(&mut spread[start[b]..start[b + 1]], &mut out);
     }
-    out.sort_unstable(); // each bucket's are ascending and distinct; buckets hold distinct ids
+    out.sort_unstable(); // buckets hold distinct ids: the repeats of one id are all in one
+    out.dedup();
     out
 }
 

@@ -293,7 +293,7 @@ impl<'a> Engine<'a> {
         } else {
             &[need + QUIET_AHEAD, need][..]
         };
-        if cover > first && !self.rows_may_join(first, cover, spans[0], reads) {
+        if cover > first && self.join_blocks(first, cover, spans[0], reads).is_none() {
             // `quiet_cover` would refuse them whatever the running sequences do: not worth a pass
             // over those (most looks that fail fail here: a short row joining).
             return false;
@@ -433,42 +433,36 @@ impl<'a> Engine<'a> {
         if !m.joins {
             return false;
         }
-        let (k, keys) = (m.k, m.reads.keys && self.caches_prefixes());
-        let Memory::Paged(pool) = &self.mem else {
+        let Some(blocks) = self.join_blocks(m.rows, to, m.k, m.reads) else {
             return false;
         };
-        // Where the router reads the prefix map: an empty map (no hit, no eviction) that the rows add
-        // no key to (deferred keys, and no full block of a prompt before its private content).
-        if keys && (!self.defer_keys || pool.maps_keys()) {
-            return false;
-        }
-        let mut pops = m.pops;
-        for row in m.rows..to {
-            match self.quiet_join_blocks(row - self.row_base, k, keys) {
-                Some(n) => pops += n,
-                None => return false,
-            }
-        }
-        if pops > u64::from(pool.num_free_blocks()) {
+        let pops = m.pops + blocks;
+        if let Memory::Paged(pool) = &self.mem
+            && pops > u64::from(pool.num_free_blocks())
+        {
             return false;
         }
         (self.quiet.rows, self.quiet.pops) = (to, pops);
         true
     }
 
-    /// `quiet_cover`'s test of each row from absolute row `from` to `to` alone (not of their blocks
-    /// against the free ones): whether each may join in the next `k` steps.
-    fn rows_may_join(&self, from: usize, to: usize, k: u64, reads: RouterReads) -> bool {
+    /// The most blocks the rows from absolute row `from` to `to` hold by the end of the next `k`
+    /// steps, each joining (or waiting) in them without changing the load (`quiet_join_blocks`), or
+    /// `None` if one might not: paged memory only and, where the router reads the prefix map, an
+    /// empty map (no hit, no eviction) that the rows add no key to (deferred keys, and no full block
+    /// of a prompt before its private content). `quiet_cover` adds them to the steps' pops; a look
+    /// asks first, before its pass over the running sequences.
+    fn join_blocks(&self, from: usize, to: usize, k: u64, reads: RouterReads) -> Option<u64> {
+        let Memory::Paged(pool) = &self.mem else {
+            return None;
+        };
         let keys = reads.keys && self.caches_prefixes();
-        if keys
-            && (!self.defer_keys || matches!(&self.mem, Memory::Paged(pool) if pool.maps_keys()))
-        {
-            return false;
+        if keys && (!self.defer_keys || pool.maps_keys()) {
+            return None;
         }
-        (from..to).all(|row| {
-            self.quiet_join_blocks(row - self.row_base, k, keys)
-                .is_some()
-        })
+        (from..to)
+            .map(|row| self.quiet_join_blocks(row - self.row_base, k, keys))
+            .sum()
     }
 
     /// For row `i` of the input view joining in the next `k` steps: the most blocks it can hold by

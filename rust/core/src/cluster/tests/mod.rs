@@ -309,7 +309,7 @@ fn round_robin_is_independent_runs_of_the_row_subsets() {
 
 /// The output columns of `rows` of `out`, in that order.
 fn rows_of(out: &EngineOutput, rows: &[usize]) -> EngineOutput {
-    let mut mine = EngineOutput::new(rows.len());
+    let mut mine = EngineOutput::default();
     macro_rules! pick {
         ($col:ident, $init:expr) => {
             mine.$col = rows.iter().map(|&i| out.$col[i]).collect();
