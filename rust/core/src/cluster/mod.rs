@@ -177,56 +177,84 @@ impl Driver<'_> {
             }
         }
         self.hits_zero = !hits;
-        for r in 0..self.replicas.len() {
-            let quiet = self.lazy && a <= self.quiet_until[r];
-            if quiet && !hits {
-                continue;
+        if hits || !self.lazy {
+            for r in 0..self.replicas.len() {
+                self.look_at(r, a, prompt, hits, cancel)?;
             }
-            let bs = self.block_size[r];
-            if hits {
-                self.views[r].lookup_blocks = div_bs(prompt.saturating_sub(1), bs);
+            return Ok(());
+        }
+        // Only the replicas whose vouch ends before `a`, found without a branch a replica (which one
+        // it is changes from unit to unit: a branch each would be mispredicted).
+        for lo in (0..self.replicas.len()).step_by(64) {
+            let mut due = 0u64;
+            for (j, &q) in self.quiet_until[lo..].iter().take(64).enumerate() {
+                due |= u64::from(a > q) << j;
             }
-            if quiet {
-                // The rest of its view holds (none in flight); its prefix map is the one at `a`.
-                self.read_hits(r, bs);
-                continue;
+            while due != 0 {
+                self.look_at(lo + due.trailing_zeros() as usize, a, prompt, hits, cancel)?;
+                due &= due - 1;
             }
-            // A replica whose steps up to `a` leave the signals the router reads as they are (but for
-            // the running count it tells) shows now what it would show at `a`: it takes those steps
-            // later, in one piece. Its `kv_used` is then now's, read only by routers that need no more.
-            let mut running = None;
-            match self.replicas[r].quiet_through(a, self.reads) {
-                Some((until, n)) if self.lazy => {
-                    self.quiet_until[r] = until;
-                    running = Some(n);
-                }
-                _ => {
-                    self.replicas[r].advance_until(a, cancel)?;
-                    self.replicas[r].drain_done(&mut self.out);
-                    self.moved[r] = true;
-                    self.quiet_until[r] = i64::MIN;
-                    self.advances += 1;
-                }
+        }
+        Ok(())
+    }
+
+    /// `read_exact`'s look at replica `r` for a unit of prompt length `prompt` arriving at `a`.
+    fn look_at(
+        &mut self,
+        r: usize,
+        a: i64,
+        prompt: u64,
+        hits: bool,
+        cancel: &AtomicBool,
+    ) -> Result<()> {
+        let quiet = self.lazy && a <= self.quiet_until[r];
+        if quiet && !hits {
+            return Ok(());
+        }
+        let bs = self.block_size[r];
+        if hits {
+            self.views[r].lookup_blocks = div_bs(prompt.saturating_sub(1), bs);
+        }
+        if quiet {
+            // The rest of its view holds (none in flight); its prefix map is the one at `a`.
+            self.read_hits(r, bs);
+            return Ok(());
+        }
+        // A replica whose steps up to `a` leave the signals the router reads as they are (but for
+        // the running count it tells) shows now what it would show at `a`: it takes those steps
+        // later, in one piece. Its `kv_used` is then now's, read only by routers that need no more.
+        let mut running = None;
+        match self.replicas[r].quiet_through(a, self.reads) {
+            Some((until, n)) if self.lazy => {
+                self.quiet_until[r] = until;
+                running = Some(n);
             }
-            let rep = &self.replicas[r];
-            let v = &mut self.views[r];
-            if self.moved[r] {
-                // Waiting, running and the KV counts change only when the replica steps.
-                (v.kv_used, v.kv_total) = rep.kv();
-                v.waiting = rep.waiting();
-                v.running = rep.running();
-                self.moved[r] = false;
+            _ => {
+                self.replicas[r].advance_until(a, cancel)?;
+                self.replicas[r].drain_done(&mut self.out);
+                self.moved[r] = true;
+                self.quiet_until[r] = i64::MIN;
+                self.advances += 1;
             }
-            if let Some(n) = running {
-                v.running = n;
-            }
-            // Every row pushed to it has arrived by `a`: those not joined stay in flight for the
-            // vouch (their joins leave the load as it is, `Engine::quiet_through`).
-            v.in_flight = rep.in_flight(a);
-            // Looked up only now: the steps just taken may have registered or evicted keys.
-            if hits {
-                self.read_hits(r, bs);
-            }
+        }
+        let rep = &self.replicas[r];
+        let v = &mut self.views[r];
+        if self.moved[r] {
+            // Waiting, running and the KV counts change only when the replica steps.
+            (v.kv_used, v.kv_total) = rep.kv();
+            v.waiting = rep.waiting();
+            v.running = rep.running();
+            self.moved[r] = false;
+        }
+        if let Some(n) = running {
+            v.running = n;
+        }
+        // Every row pushed to it has arrived by `a`: those not joined stay in flight for the
+        // vouch (their joins leave the load as it is, `Engine::quiet_through`).
+        v.in_flight = rep.in_flight(a);
+        // Looked up only now: the steps just taken may have registered or evicted keys.
+        if hits {
+            self.read_hits(r, bs);
         }
         Ok(())
     }
@@ -326,6 +354,10 @@ fn drive(
     } else {
         Vec::new()
     };
+    if !spec.kind.reads_state() {
+        let out = run_independent(&inp, cfgs, spec, cancel, &private_from, defer_keys, forks)?;
+        return Ok((out, 0));
+    }
     let mut replicas = Vec::with_capacity(cfgs.len());
     for cfg in cfgs {
         replicas.push(Replica::new(cfg.clone(), defer_keys, forks, Some(cancel))?);
@@ -394,9 +426,11 @@ fn drive(
         rep.finish(cancel)?;
     }
     let advances = d.advances;
-    let (mut out, replicas) = (std::mem::take(&mut d.out), std::mem::take(&mut d.replicas));
+    let mut out = std::mem::take(&mut d.out);
+    let first: Vec<usize> = d.replicas.iter().map(first_held).collect();
+    let outs = d.replicas.iter_mut().map(Replica::take_output).collect();
     drop(d);
-    let counters = gather(&mut out, &replica, replicas);
+    let counters = gather(&mut out, &replica, outs, &first);
     Ok((
         ClusterOutput {
             out,
@@ -431,21 +465,92 @@ fn router_reads(spec: &RouterSpec) -> RouterReads {
     }
 }
 
-/// The rows each replica still holds (`Replica::rows_held`, a suffix of its rows) into `out`, in
-/// workload order a column at a time (one read stream a replica; a row at a time would be ten), from
-/// the first of them on; returns each replica's counters.
-fn gather(out: &mut EngineOutput, replica: &[i64], mut replicas: Vec<Replica>) -> Vec<Counters> {
-    let first: Vec<usize> = replicas
-        .iter()
-        .map(|r| r.rows_held().first().copied().unwrap_or(usize::MAX))
-        .collect();
+/// A router that reads no state (round-robin, random) picks the same replicas whatever they do, and
+/// the interleaved drive steps none of them before its end: the fleet is its replicas' runs side by
+/// side, each on its own rows. So every unit is routed first; then each replica is made, given its
+/// rows in workload order, run to its end and dropped, one after the other (one replica's input and
+/// state in memory at a time, its rows' in cache while it runs), and its output kept for `gather`.
+fn run_independent(
+    inp: &EngineInput<'_>,
+    cfgs: &[EngineConfig],
+    spec: &RouterSpec,
+    cancel: &AtomicBool,
+    private_from: &[u64],
+    defer_keys: bool,
+    forks: bool,
+) -> Result<ClusterOutput> {
+    let n = cfgs.len();
+    let mut router = Router::new(spec.clone());
+    let mut replica = vec![0i64; inp.len()];
+    // Each replica's units, by their first row in workload order (a counting sort of the picks).
+    let mut offset = vec![0usize; n + 1];
+    let (mut row, mut units) = (0, 0u64);
+    while row < inp.len() {
+        units += 1;
+        if units.trailing_zeros() >= 10 && cancel.load(Ordering::Relaxed) {
+            return Err(KvError::InvalidOperation("interrupted".into()));
+        }
+        let end = unit_end(inp, row);
+        let r = router.pick(n, &[]);
+        replica[row..end].fill(r as i64);
+        offset[r + 1] += 1;
+        row = end;
+    }
+    for r in 0..n {
+        offset[r + 1] += offset[r];
+    }
+    let mut starts = vec![0usize; offset[n]];
+    let mut at = offset.clone();
+    row = 0;
+    while row < inp.len() {
+        let r = replica[row] as usize;
+        starts[at[r]] = row;
+        at[r] += 1;
+        row = unit_end(inp, row);
+    }
+    let mut outs = Vec::with_capacity(n);
+    let mut first = Vec::with_capacity(n);
+    for (r, cfg) in cfgs.iter().enumerate() {
+        let mut rep = Replica::new(cfg.clone(), defer_keys, forks, Some(cancel))?;
+        for (k, &start) in starts[offset[r]..offset[r + 1]].iter().enumerate() {
+            if k.trailing_zeros() >= 10 && k > 0 && cancel.load(Ordering::Relaxed) {
+                return Err(KvError::InvalidOperation("interrupted".into()));
+            }
+            rep.push(inp, start..unit_end(inp, start), private_from);
+        }
+        rep.finish(cancel)?;
+        first.push(first_held(&rep));
+        outs.push(rep.take_output());
+    }
+    let mut out = EngineOutput::new(inp.len());
+    let counters = gather(&mut out, &replica, outs, &first);
+    Ok(ClusterOutput {
+        out,
+        replica,
+        counters,
+    })
+}
+
+/// The first row whose output `rep` still holds (`Replica::rows_held`), or none.
+fn first_held(rep: &Replica) -> usize {
+    rep.rows_held().first().copied().unwrap_or(usize::MAX)
+}
+
+/// The rows each replica still holds (`outs[r]`, from row `first[r]` on: a suffix of its rows) into
+/// `out`, in workload order a column at a time (one read stream a replica; a row at a time would be
+/// ten), from the first of them on; returns each replica's counters.
+fn gather(
+    out: &mut EngineOutput,
+    replica: &[i64],
+    outs: Vec<EngineOutput>,
+    first: &[usize],
+) -> Vec<Counters> {
     let from = first
         .iter()
         .copied()
         .min()
         .unwrap_or(usize::MAX)
         .min(replica.len());
-    let outs: Vec<EngineOutput> = replicas.iter_mut().map(Replica::take_output).collect();
     let mut at = vec![0usize; outs.len()];
     macro_rules! gather_column {
         ($col:ident, $init:expr) => {

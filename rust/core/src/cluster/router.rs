@@ -330,17 +330,18 @@ pub fn least_loaded_ties(views: &[Signals], ties: &mut Vec<usize>) {
     loaded_at(views, least, ties);
 }
 
-/// The replicas (in index order) whose load is `load`. Two passes, the least load first, branch less
-/// than one keeping the best so far (the router runs once a unit, over every replica).
+/// The replicas (in index order) whose load is `load`. Two passes, the least load first, then this one
+/// with no branch a replica: each index is written at the end and kept if its load is `load` (the
+/// router runs once a unit, over every replica; which ones tie changes from unit to unit).
 fn loaded_at(views: &[Signals], load: u64, ties: &mut Vec<usize>) {
     ties.clear();
-    ties.extend(
-        views
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.load() == load)
-            .map(|(r, _)| r),
-    );
+    ties.resize(views.len(), 0);
+    let mut k = 0;
+    for (r, v) in views.iter().enumerate() {
+        ties[k] = r;
+        k += usize::from(v.load() == load);
+    }
+    ties.truncate(k);
 }
 
 /// Argmin of load; ties: the lowest index.
