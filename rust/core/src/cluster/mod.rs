@@ -138,7 +138,48 @@ struct Driver<'i> {
     out: EngineOutput,
 }
 
+/// How many rows ahead of the unit being routed the driver asks for the input's lines (`prefetch`).
+const PREFETCH_AHEAD: usize = 16;
+
+/// Asks the CPU to bring the line of `s[i]` into its caches (a hint; nothing if `i` is out of range or
+/// the target has no such instruction).
+#[inline]
+fn prefetch<T>(s: &[T], i: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(x) = s.get(i) {
+        // SAFETY: a prefetch reads nothing and faults on nothing; SSE is part of x86-64.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                std::ptr::from_ref(x).cast::<i8>(),
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (s, i);
+}
+
 impl Driver<'_> {
+    /// The lines of row `row` in the columns a push and the prompt's keys read: the fleet's input is
+    /// read once, a row at a time, between the looks and the steps that fill the caches with the
+    /// replicas' state, so the hardware's own stride prefetch loses track of it (each line of a column
+    /// missed, on the way to memory, in `Replica::push`: perf's samples there sat on those loads).
+    #[inline]
+    fn prefetch_input(&self, row: usize) {
+        let inp = &self.inp;
+        prefetch(inp.arrival_ps, row);
+        prefetch(inp.prompt_len, row);
+        prefetch(inp.target, row);
+        prefetch(inp.max_gen, row);
+        prefetch(inp.output_seg, row);
+        prefetch(inp.fork_parent, row);
+        prefetch(inp.seg_offsets, row + PREFETCH_AHEAD);
+        if let Some(&lo) = inp.seg_offsets.get(row) {
+            prefetch(inp.segment_id, lo as usize);
+            prefetch(inp.segment_len, lo as usize);
+        }
+        prefetch(&self.private_from, row);
+    }
+
     /// The chained block keys of `row`'s prompt at every block size, for its lookup range; blocks at or
     /// past its private content cannot be in any map (no other prompt holds them) and are not hashed.
     fn hash_prompt(&mut self, row: usize) {
@@ -405,6 +446,10 @@ fn drive(
         }
         let end = unit_end(&inp, row);
         let arrival = inp.arrival_ps[row];
+        if units % 4 == 0 {
+            // A line holds 8 rows of the 64-bit columns: every 4th unit asks for each line twice.
+            d.prefetch_input(row + PREFETCH_AHEAD);
+        }
         if spec.kind.reads_state() {
             if d.wants_keys && !d.sizes.is_empty() {
                 d.hash_prompt(row);
