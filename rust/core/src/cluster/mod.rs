@@ -159,7 +159,9 @@ fn prefetch<T>(s: &[T], i: usize) {
 }
 
 impl Driver<'_> {
-    /// The lines of row `row` in the columns a push and the prompt's keys read: the fleet's input is
+    /// The lines of row `row` in the columns a push and the prompt's keys read (of `seg_offsets`, of
+    /// the row `PREFETCH_AHEAD` further: the segments' line is found from it, fetched a turn before,
+    /// with a real load): the fleet's input is
     /// read once, a row at a time, between the looks and the steps that fill the caches with the
     /// replicas' state, so the hardware's own stride prefetch loses track of it (each line of a column
     /// missed, on the way to memory, in `Replica::push`: perf's samples there sat on those loads).
@@ -395,6 +397,7 @@ fn drive(
     } else {
         Vec::new()
     };
+    // Past this, the router reads state (the interleaved drive).
     if !spec.kind.reads_state() {
         let out = run_independent(&inp, cfgs, spec, cancel, &private_from, defer_keys, forks)?;
         return Ok((out, 0));
@@ -450,15 +453,13 @@ fn drive(
             // A line holds 8 rows of the 64-bit columns: every 4th unit asks for each line twice.
             d.prefetch_input(row + PREFETCH_AHEAD);
         }
-        if spec.kind.reads_state() {
-            if d.wants_keys && !d.sizes.is_empty() {
-                d.hash_prompt(row);
-            }
-            if spec.refresh_ps > 0 {
-                d.read_stale(row, arrival, spec.refresh_ps, cancel)?;
-            } else {
-                d.read_exact(row, arrival, cancel)?;
-            }
+        if d.wants_keys && !d.sizes.is_empty() {
+            d.hash_prompt(row);
+        }
+        if spec.refresh_ps > 0 {
+            d.read_stale(row, arrival, spec.refresh_ps, cancel)?;
+        } else {
+            d.read_exact(row, arrival, cancel)?;
         }
         let r = router.pick(cfgs.len(), &d.views);
         d.replicas[r].push(&inp, row..end, &d.private_from);
@@ -503,6 +504,7 @@ fn router_reads(spec: &RouterSpec) -> RouterReads {
             kv: spec.weights.kv != 0.0,
             keys: spec.weights.prefix != 0.0,
         },
+        // Not driven by `Driver` (`run_independent`); what they would read is everything.
         RouterKind::RoundRobin | RouterKind::Random => RouterReads {
             kv: true,
             keys: true,

@@ -41,6 +41,28 @@ fn leaving_quiet_replicas_alone_changes_nothing() {
     }
 }
 
+/// Past 64 replicas the driver finds those due a look a mask of 64 at a time (`Driver::read_exact`): 70
+/// replicas, private prompts on dense arrivals (no unit looks up a key, so only the due are looked at),
+/// the same picks and rows as stepping every replica to every arrival, and fewer steps.
+#[test]
+fn seventy_replicas_are_looked_at_in_masks_of_sixty_four() {
+    const MS: i64 = 1_000_000_000;
+    let cancel = AtomicBool::new(false);
+    let w = private_workload(600, 24, &[0, MS / 8, MS / 2]);
+    let cfgs = vec![EngineConfig::for_tests(64, 4); 70];
+    for name in ["least-loaded", "prefix-affinity"] {
+        let spec = RouterSpec::named(name).unwrap();
+        let (lazy, stepped) = drive(w.view(), &cfgs, &spec, &cancel, true).unwrap();
+        let (eager, all) = drive(w.view(), &cfgs, &spec, &cancel, false).unwrap();
+        assert_eq!(lazy.replica, eager.replica, "{name}");
+        assert_same_rows(&lazy.out, &eager.out, name);
+        assert_eq!(lazy.counters, eager.counters, "{name}");
+        assert!(stepped < all, "{name}: {stepped} advances against {all}");
+        // Replicas past the first mask got units.
+        assert!(lazy.replica.iter().any(|&r| r >= 64), "{name}");
+    }
+}
+
 /// The quietness rule itself (`Replica::quiet_through`): replica A, asked about a horizon `h`, vouches
 /// for every horizon up to `until` with a running count; replicas B and C, fed the same rows, are
 /// stepped to `h` and to `until` and must show what A vouched for (the load: waiting + running + in
