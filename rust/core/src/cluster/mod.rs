@@ -93,6 +93,14 @@ fn in_replica(r: usize, n: usize, e: KvError) -> KvError {
     }
 }
 
+/// Ctrl-C, read at the `k`-th unit (from 1) of a loop over the units when `k` is a multiple of 1,024.
+fn every_1024th(k: u64, cancel: &AtomicBool) -> Result<()> {
+    if k.trailing_zeros() >= 10 && cancel.load(Ordering::Relaxed) {
+        return Err(KvError::InvalidOperation("interrupted".into()));
+    }
+    Ok(())
+}
+
 /// The units of `inp`: each row that is not a fork-cow sample, with the samples right after it.
 fn unit_end(inp: &EngineInput<'_>, i: usize) -> usize {
     let mut j = i + 1;
@@ -444,9 +452,7 @@ fn drive(
     let mut units = 0u64;
     while row < inp.len() {
         units += 1;
-        if units.trailing_zeros() >= 10 && cancel.load(Ordering::Relaxed) {
-            return Err(KvError::InvalidOperation("interrupted".into()));
-        }
+        every_1024th(units, cancel)?;
         let end = unit_end(&inp, row);
         let arrival = inp.arrival_ps[row];
         if units % 4 == 0 {
@@ -534,9 +540,7 @@ fn run_independent(
     let (mut row, mut units) = (0, 0u64);
     while row < inp.len() {
         units += 1;
-        if units.trailing_zeros() >= 10 && cancel.load(Ordering::Relaxed) {
-            return Err(KvError::InvalidOperation("interrupted".into()));
-        }
+        every_1024th(units, cancel)?;
         let end = unit_end(inp, row);
         let r = router.pick(n, &[]);
         replica[row..end].fill(r as i64);
@@ -560,9 +564,7 @@ fn run_independent(
     for (r, cfg) in cfgs.iter().enumerate() {
         let mut rep = Replica::new(cfg.clone(), defer_keys, forks, Some(cancel))?;
         for (k, &start) in starts[offset[r]..offset[r + 1]].iter().enumerate() {
-            if k.trailing_zeros() >= 10 && k > 0 && cancel.load(Ordering::Relaxed) {
-                return Err(KvError::InvalidOperation("interrupted".into()));
-            }
+            every_1024th(k as u64 + 1, cancel)?;
             rep.push(inp, start..unit_end(inp, start), private_from);
         }
         rep.finish(cancel)?;

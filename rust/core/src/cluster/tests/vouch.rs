@@ -4,13 +4,29 @@
 
 use super::*;
 
+/// The lazy driver against the yardstick that steps every replica to every arrival (`drive(..., lazy =
+/// false)`): the same picks, rows and counters; returns how often each stepped a replica (lazy, eager).
+fn lazy_matches_eager(
+    w: &Cols,
+    cfgs: &[EngineConfig],
+    spec: &RouterSpec,
+    label: &str,
+) -> (u64, u64) {
+    let cancel = AtomicBool::new(false);
+    let (lazy, stepped) = drive(w.view(), cfgs, spec, &cancel, true).unwrap();
+    let (eager, all) = drive(w.view(), cfgs, spec, &cancel, false).unwrap();
+    assert_eq!(lazy.replica, eager.replica, "{label}");
+    assert_same_rows(&lazy.out, &eager.out, label);
+    assert_eq!(lazy.counters, eager.counters, "{label}");
+    (stepped, all)
+}
+
 /// A replica whose steps up to an arrival are all quiet is left where it is (`quiet_through`): the same
 /// picks and rows as stepping every replica to every arrival, on dense arrivals (gaps of 0 to 20 ms,
 /// ticks of 1 ms, so quiet spans lie between them) over 2 and 4 replicas, every router that reads state.
 #[test]
 fn leaving_quiet_replicas_alone_changes_nothing() {
     const MS: i64 = 1_000_000_000;
-    let cancel = AtomicBool::new(false);
     let gaps = [0, MS, 3 * MS, 7 * MS, 20 * MS];
     for (what, cfg, _) in cases() {
         for (kind, w) in [
@@ -29,12 +45,8 @@ fn leaving_quiet_replicas_alone_changes_nothing() {
                     RouterSpec::named("prefix-affinity").unwrap(),
                     RouterSpec::named("weighted").unwrap(),
                 ] {
-                    let (lazy, _) = drive(w.view(), &cfgs, &spec, &cancel, true).unwrap();
-                    let (eager, _) = drive(w.view(), &cfgs, &spec, &cancel, false).unwrap();
                     let label = format!("{what}/{kind} n={n} {:?}", spec.kind);
-                    assert_eq!(lazy.replica, eager.replica, "{label}");
-                    assert_same_rows(&lazy.out, &eager.out, &label);
-                    assert_eq!(lazy.counters, eager.counters, "{label}");
+                    lazy_matches_eager(&w, &cfgs, &spec, &label);
                 }
             }
         }
@@ -52,14 +64,11 @@ fn seventy_replicas_are_looked_at_in_masks_of_sixty_four() {
     let cfgs = vec![EngineConfig::for_tests(64, 4); 70];
     for name in ["least-loaded", "prefix-affinity"] {
         let spec = RouterSpec::named(name).unwrap();
-        let (lazy, stepped) = drive(w.view(), &cfgs, &spec, &cancel, true).unwrap();
-        let (eager, all) = drive(w.view(), &cfgs, &spec, &cancel, false).unwrap();
-        assert_eq!(lazy.replica, eager.replica, "{name}");
-        assert_same_rows(&lazy.out, &eager.out, name);
-        assert_eq!(lazy.counters, eager.counters, "{name}");
+        let (stepped, all) = lazy_matches_eager(&w, &cfgs, &spec, name);
         assert!(stepped < all, "{name}: {stepped} advances against {all}");
         // Replicas past the first mask got units.
-        assert!(lazy.replica.iter().any(|&r| r >= 64), "{name}");
+        let c = run_cluster(w.view(), &cfgs, &spec, &cancel).unwrap();
+        assert!(c.replica.iter().any(|&r| r >= 64), "{name}");
     }
 }
 
@@ -201,7 +210,6 @@ fn a_replica_vouches_only_for_what_stepping_shows() {
 #[test]
 fn the_lazy_driver_steps_less_and_picks_the_same() {
     const MS: i64 = 1_000_000_000;
-    let cancel = AtomicBool::new(false);
     let gaps = [0, MS / 4, MS / 2, MS];
     let private = private_workload(400, 42, &gaps);
     let cfgs = vec![
@@ -213,11 +221,7 @@ fn the_lazy_driver_steps_less_and_picks_the_same() {
     ];
     for name in ["least-loaded", "prefix-affinity"] {
         let spec = RouterSpec::named(name).unwrap();
-        let (lazy, stepped) = drive(private.view(), &cfgs, &spec, &cancel, true).unwrap();
-        let (eager, all) = drive(private.view(), &cfgs, &spec, &cancel, false).unwrap();
-        assert_eq!(lazy.replica, eager.replica, "{name} private");
-        assert_same_rows(&lazy.out, &eager.out, name);
-        assert_eq!(lazy.counters, eager.counters, "{name} private");
+        let (stepped, all) = lazy_matches_eager(&private, &cfgs, &spec, &format!("{name} private"));
         assert!(stepped < 400, "{name} private: {stepped} of {all}");
     }
     let w = workload_with_gaps(400, 41, 0, false, &gaps);
@@ -239,12 +243,8 @@ fn the_lazy_driver_steps_less_and_picks_the_same() {
         let cfgs = vec![cfg; 4];
         for name in ["least-loaded", "prefix-affinity", "least-kv", "weighted"] {
             let spec = RouterSpec::named(name).unwrap();
-            let (lazy, stepped) = drive(w.view(), &cfgs, &spec, &cancel, true).unwrap();
-            let (eager, all) = drive(w.view(), &cfgs, &spec, &cancel, false).unwrap();
             let label = format!("{name} {time:?}");
-            assert_eq!(lazy.replica, eager.replica, "{label}");
-            assert_same_rows(&lazy.out, &eager.out, &label);
-            assert_eq!(lazy.counters, eager.counters, "{label}");
+            let (stepped, all) = lazy_matches_eager(&w, &cfgs, &spec, &label);
             assert!(stepped < all, "{label}: {stepped} of {all}");
             if name != "least-kv" {
                 assert!(2 * stepped < all, "{label}: {stepped} of {all}");
