@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.layers import FULL, Layer
 
 # Bits per element, so sub-byte formats (int4 weights) stay exact in integer arithmetic.
 DTYPE_BITS: dict[str, int] = {
@@ -67,6 +68,8 @@ class Model:
         kv_lora_rank: MLA latent width (0 for non-MLA models).
         qk_rope_head_dim: MLA decoupled RoPE key width (0 for non-MLA models).
         source: where the numbers come from.
+        layers: each decoder layer's cache (`kvsim.model.layers.Layer`: full attention, sliding window,
+            chunked local, Mamba state, shared); empty: `num_layers` full-attention layers.
     """
 
     name: str
@@ -85,10 +88,15 @@ class Model:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     source: str = ""
+    layers: tuple[Layer, ...] = ()
 
     def __post_init__(self) -> None:
         dtype_bits(self.weight_dtype)
         dtype_bits(self.kv_dtype)
+        if self.layers and len(self.layers) != self.num_layers:
+            raise InvalidArgumentError(
+                f"model {self.name}: {len(self.layers)} layer specs for {self.num_layers} layers"
+            )
         for field in ("num_layers", "num_kv_heads", "head_dim", "num_params", "num_active_params"):
             if getattr(self, field) < 1:
                 raise InvalidArgumentError(f"{field} {getattr(self, field)} must be at least 1")
@@ -98,14 +106,28 @@ class Model:
         """Whether the model caches an MLA latent instead of per-head K and V."""
         return self.kv_lora_rank > 0
 
+    def layer_list(self) -> tuple[Layer, ...]:
+        """Every decoder layer's cache (`num_layers` full-attention layers when `layers` is empty)."""
+        return self.layers or (FULL,) * self.num_layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether some layer keeps other than full attention (sliding window, chunked, state, shared)."""
+        return any(layer.kind != "full" for layer in self.layers)
+
     @property
     def kv_bytes_per_token(self) -> int:
-        """Bytes of KV cache one token occupies across all layers (SPEC §2)."""
+        """Bytes of KV cache one token occupies across all layers if every attention layer kept it (the
+        full-attention count; a hybrid model's pool is sized by `kvsim.model.layers.kv_layout`)."""
         if self.is_mla:
             coef, width = 1, self.kv_lora_rank + self.qk_rope_head_dim
-        else:
-            coef, width = 2, self.num_kv_heads * self.head_dim
-        bits = coef * self.num_layers * width * dtype_bits(self.kv_dtype)
+            bits = coef * self.num_layers * width * dtype_bits(self.kv_dtype)
+            return -(-bits // 8)
+        bits = 0
+        for layer in self.layer_list():
+            if layer.kind in ("full", "sliding_window", "chunked_local"):
+                heads = layer.num_kv_heads or self.num_kv_heads
+                bits += 2 * heads * (layer.head_dim or self.head_dim) * dtype_bits(self.kv_dtype)
         return -(-bits // 8)
 
     @property

@@ -45,6 +45,7 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.model.gpus import Gpu
 from kvsim.model.gpus import get as get_gpu
 from kvsim.model.knobs import KNOBS
+from kvsim.model.layers import KVLayout, kv_layout
 from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
 from kvsim.model.units import fmt_bytes
@@ -122,6 +123,7 @@ class PoolSizing:
             GPU sizing (one GPU's weights under tensor parallelism).
         kv_cache_bytes: the KV memory the blocks were cut from.
         tensor_parallel_size: GPUs the model is split over.
+        layout: the model's KV-cache groups (`kvsim.model.layers.KVLayout`), or None without a model.
     """
 
     num_blocks: int
@@ -136,6 +138,7 @@ class PoolSizing:
     activation_reserve_bytes: int | None = None
     kv_cache_bytes: int | None = None
     tensor_parallel_size: int = 1
+    layout: KVLayout | None = None
 
     @property
     def tokens(self) -> int:
@@ -143,6 +146,8 @@ class PoolSizing:
 
     @property
     def pool_bytes(self) -> int | None:
+        if self.layout is not None:
+            return self.num_blocks * self.layout.bytes_per_block
         return None if self.kv_bytes_per_token is None else self.tokens * self.kv_bytes_per_token
 
     def line(self) -> str:
@@ -173,8 +178,15 @@ class PoolSizing:
         return f"{head} ({why})"
 
     def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "layout"}
+        if self.layout is not None:
+            out["kv_groups"] = [
+                {k: v for k, v in dataclasses.asdict(g).items() if k != "layer_ids"}
+                for g in self.layout.groups
+            ]
+            out["bytes_per_block"] = self.layout.bytes_per_block
         return {
-            **dataclasses.asdict(self),
+            **out,
             "tokens": self.tokens,
             "pool_bytes": self.pool_bytes,
             "line": self.line(),
@@ -194,8 +206,15 @@ def size_pool(
     tensor_parallel_size: int = 1,
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
+    enable_prefix_caching: bool = True,
+    hybrid_kv_cache_manager: str = "auto",
+    max_model_len: int | None = None,
 ) -> PoolSizing:
     """The pool of a configuration: `num_blocks` if given, else from `kv_cache_bytes`, else from the GPU.
+
+    With a model, the blocks are cut by `kvsim.model.layers.kv_layout`: one block id takes the largest
+    KV-cache group's layers' pages (for a model of full-attention layers, `block_size` × its KV bytes per
+    token), as vLLM's `get_kv_cache_config_from_groups` cuts them.
 
     Raises:
         InvalidArgumentError: nothing to size from, a model that does not fit, too little memory for a
@@ -204,11 +223,22 @@ def size_pool(
     m = _shard(resolve_model(model), kv_cache_dtype, tensor_parallel_size) if model is not None else None
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     tp = tensor_parallel_size
+    layout = None
+    if model is not None:
+        layout = kv_layout(
+            _shard(resolve_model(model), kv_cache_dtype, 1),
+            block_size,
+            tensor_parallel_size=tp,
+            enable_prefix_caching=enable_prefix_caching,
+            hybrid_kv_cache_manager=hybrid_kv_cache_manager,
+            max_model_len=max_model_len,
+        )
     common: dict[str, Any] = {
         "block_size": block_size,
         "model": m.name if m else None,
         "kv_bytes_per_token": m.kv_bytes_per_token if m else None,
         "tensor_parallel_size": tp,
+        "layout": layout,
     }
     if num_blocks is not None:
         return PoolSizing(num_blocks=num_blocks, source="num_blocks", **common)
@@ -217,7 +247,8 @@ def size_pool(
             "num_blocks None: give num_blocks, or model and gpu (or model and kv_cache_bytes) to size the pool"
         )
     if kv_cache_bytes is not None:
-        blocks = _blocks(kv_cache_bytes, m, block_size, "kv_cache_bytes")
+        assert layout is not None
+        blocks = _blocks(kv_cache_bytes, m, layout, "kv_cache_bytes")
         return PoolSizing(num_blocks=blocks, source="kv_cache_bytes", kv_cache_bytes=kv_cache_bytes, **common)
     if g is None:
         raise InvalidArgumentError(
@@ -233,7 +264,8 @@ def size_pool(
     kv = available_kv_bytes(
         whole, g, gpu_memory_utilization, activation_reserve_bytes=reserve, tensor_parallel_size=tp
     )
-    blocks = _blocks(kv, m, block_size, "gpu_memory_utilization")
+    assert layout is not None
+    blocks = _blocks(kv, m, layout, "gpu_memory_utilization")
     return PoolSizing(
         num_blocks=blocks,
         source="gpu",
@@ -247,12 +279,13 @@ def size_pool(
     )
 
 
-def _blocks(kv: int, m: Model, block_size: int, knob: str) -> int:
+def _blocks(kv: int, m: Model, layout: KVLayout, knob: str) -> int:
     from kvsim.model.config import (
         MAX_BLOCKS,  # the pool's limit has one home (config imports this module lazily)
     )
 
-    block_bytes = block_size * m.kv_bytes_per_token
+    block_size = layout.block_size
+    block_bytes = layout.bytes_per_block
     usable = kv // block_bytes
     if usable < 1:
         raise InvalidArgumentError(

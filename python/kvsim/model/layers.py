@@ -1,0 +1,408 @@
+"""A model's layers as vLLM's KV-cache manager sees them, and the KV-cache groups vLLM forms from them.
+
+Every decoder layer of a model keeps one kind of cache (vLLM 0.33.0's `KVCacheSpec` of that layer,
+`vllm/v1/kv_cache_interface.py`):
+
+- `full`: full attention, every token's K and V (MLA: one latent per token; `FullAttentionSpec`,
+  `MLAAttentionSpec`);
+- `sliding_window`: the last `window` tokens (`SlidingWindowSpec`);
+- `chunked_local`: the tokens of the current chunk of `window` tokens (`ChunkedLocalAttentionSpec`,
+  Llama 4's local layers);
+- `mamba`: a recurrent state of fixed size per request, whatever its length (`MambaSpec`: Mamba 1 and 2,
+  gated delta net / linear attention, Kimi's KDA);
+- `shared`: a layer that reads another layer's KV (`kv_sharing_target_layer_name`): no cache of its own.
+
+`kv_layout` groups them exactly as vLLM does (`vllm/v1/core/kv_cache_planning.py`: `get_kv_cache_groups`,
+`unify_kv_cache_spec_page_size`, `_get_kv_cache_groups_uniform_page_size`; the attention block size a
+Mamba state needs, `vllm/platforms/interface.py`: `_align_hybrid_block_size`), and gives the bytes one
+block takes across a group's layers, the scheduler's block size and the per-request block counts behind
+vLLM's start-up figures (`vllm/v1/core/kv_cache_utils.py`: `get_max_concurrency_for_kv_cache_config`).
+DESIGN.md §Hybrid attention states each rule with its source.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvsim.errors import InvalidArgumentError
+
+LAYER_KINDS = ("full", "sliding_window", "chunked_local", "mamba", "shared")
+# What kvsim's engine and its `kv_groups` configuration call each group kind (the engines' integer codes
+# are the positions in this tuple).
+GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba")
+
+# vLLM's FlashAttention backend takes kernel blocks in multiples of 16 tokens: the attention block size a
+# Mamba state raises is a multiple of it (`_align_hybrid_block_size`: `kernel_block_alignment_size`).
+KERNEL_BLOCK_ALIGNMENT = 16
+
+
+@dataclass(frozen=True)
+class MambaState:
+    """The shape of one layer's recurrent state per request, as vLLM's `MambaStateShapeCalculator`
+    (`vllm/model_executor/layers/mamba/mamba_utils.py`) gives it, before tensor parallelism.
+
+    Attributes:
+        conv_channels: channels of the convolution state (split over tensor-parallel ranks).
+        conv_width: its length (`conv_kernel - 1`); 0 without one (plain linear attention).
+        ssm_heads: heads of the temporal (SSM / recurrent) state (split over ranks).
+        ssm_per_head: elements of the temporal state per head.
+        mamba2_groups: Mamba 2's `n_groups` (conv channels gain `2 · n_groups · state_size`, the groups
+            padded up to the ranks when they do not divide, `extra_groups_for_head_shards`); 0 otherwise.
+        mamba2_state_size: Mamba 2's `ssm_state_size` (with `mamba2_groups`).
+        ssm_bits: bits per element of the temporal state (0: the model's dtype; 32 where vLLM keeps it in
+            float32: KDA's recurrent state, Nemotron-H's `mamba_ssm_cache_dtype`).
+        checkpoint_blocks: blocks a request holds for a prefill checkpoint with prefix caching on (vLLM's
+            `num_prefill_checkpoint_blocks`: 1 for the Mamba 2 mixer and the gated delta net, which export
+            a block-boundary state from inside a forward pass).
+    """
+
+    conv_channels: int
+    conv_width: int
+    ssm_heads: int
+    ssm_per_head: int
+    mamba2_groups: int = 0
+    mamba2_state_size: int = 0
+    ssm_bits: int = 0
+    checkpoint_blocks: int = 0
+
+    def page_bytes(self, tp: int, dtype_bits: int) -> int:
+        """Bytes of one request's state on one of `tp` ranks, the conv state in `dtype_bits`."""
+        groups = self.mamba2_groups
+        if groups and groups % tp:
+            groups += tp - groups  # extra_groups_for_head_shards: replicate to accompany the head shards
+        conv = self.conv_channels + 2 * groups * self.mamba2_state_size
+        for what, n in (("conv channels", conv), ("state heads", self.ssm_heads)):
+            if n % tp:
+                raise InvalidArgumentError(
+                    f"tensor_parallel_size {tp} does not divide the Mamba state's {n} {what}"
+                )
+        ssm_bits = self.ssm_bits or dtype_bits
+        conv_bits = (conv // tp) * self.conv_width * dtype_bits
+        return (conv_bits + (self.ssm_heads // tp) * self.ssm_per_head * ssm_bits) // 8
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One decoder layer's cache (see the module docstring for the kinds).
+
+    Attributes:
+        kind: one of `LAYER_KINDS`.
+        window: the sliding window (`sliding_window`) or the chunk (`chunked_local`), in tokens.
+        num_kv_heads, head_dim: this layer's KV heads and head width where they differ from the model's
+            (Gemma 4's global layers); None: the model's.
+        state: the recurrent state's shape (`mamba`).
+    """
+
+    kind: str
+    window: int = 0
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    state: MambaState | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in LAYER_KINDS:
+            raise InvalidArgumentError(f"layer kind {self.kind!r} is not one of {', '.join(LAYER_KINDS)}")
+        if self.kind in ("sliding_window", "chunked_local") and self.window < 1:
+            raise InvalidArgumentError(f"a {self.kind} layer needs a window of at least 1 token")
+        if (self.kind == "mamba") != (self.state is not None):
+            raise InvalidArgumentError("a mamba layer, and only a mamba layer, has a state shape")
+
+
+FULL = Layer("full")
+
+
+@dataclass(frozen=True)
+class KVGroup:
+    """One KV-cache group: layers of one spec sharing a block table per request (vLLM's
+    `KVCacheGroupSpec`).
+
+    Attributes:
+        kind: one of `GROUP_KINDS`.
+        window: the sliding window or chunk in tokens (0 for `full` and `mamba`).
+        block_size: tokens per block in this group (a Mamba group: the tokens a state block stands for).
+        num_layers: the group's layers, padding included (every group of a hybrid model is padded to the
+            same count).
+        layer_ids: the model's layers in the group.
+        page_bytes: bytes of one block in one of the group's layers (one GPU's, padded to the pool's page;
+            the first layer's where a one-kind group's layers differ).
+        bytes_per_block: bytes of one block across the group's layers, padding layers included.
+        checkpoint_blocks: a Mamba group's prefill-checkpoint blocks per request (prefix caching on).
+    """
+
+    kind: str
+    window: int
+    block_size: int
+    num_layers: int
+    layer_ids: tuple[int, ...]
+    page_bytes: int
+    bytes_per_block: int
+    checkpoint_blocks: int = 0
+
+    def max_blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int, align: bool) -> int:
+        """The blocks one request of `max_model_len` tokens holds at most in this group (vLLM's
+        `max_memory_usage_bytes` / page size, which its start-up figures divide by)."""
+        bs = self.block_size
+        if self.kind == "full":
+            return -(-max_model_len // bs)
+        if self.kind == "sliding_window":
+            return -(-min(self.window - 1 + max_in_flight_tokens, max_model_len) // bs) + 1
+        if self.kind == "chunked_local":
+            return -(-min(self.window + max_in_flight_tokens, max_model_len) // bs)
+        # mamba: "align" keeps the last two states and a prefill checkpoint, "none" one state.
+        return 2 + self.checkpoint_blocks if align else 1
+
+    def admission_cap(self, max_model_len: int, max_in_flight_tokens: int) -> int | None:
+        """The per-request cap of the full-prompt admission check (vLLM's
+        `max_admission_blocks_per_request`): sliding-window and chunked-local groups only."""
+        if self.kind in ("sliding_window", "chunked_local"):
+            return self.max_blocks_per_request(max_model_len, max_in_flight_tokens, False)
+        return None
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """The KV-cache groups of a model on one GPU, and what the pool's arithmetic needs of them.
+
+    Attributes:
+        groups: in vLLM's group order (the buckets in the order their first layer appears).
+        bytes_per_block: bytes one block id takes in the pool: the largest group's layers × page
+            (`_get_kv_cache_bytes_per_block`); a block id is held by one group at a time.
+        block_size: the attention block size after the Mamba alignment (what vLLM's cache config holds).
+        scheduler_block_size: the least common multiple of the groups' block sizes: prefix hits land on it.
+        hybrid: more than one group (vLLM's `HybridKVCacheCoordinator`).
+        mamba_align: Mamba groups keep checkpoints for prefix caching (`mamba_cache_mode="align"`).
+        promoted: the hybrid manager is off, local layers counted as full attention.
+    """
+
+    groups: tuple[KVGroup, ...]
+    bytes_per_block: int
+    block_size: int
+    scheduler_block_size: int
+    mamba_align: bool = False
+    promoted: bool = False
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def hybrid(self) -> bool:
+        return len(self.groups) > 1
+
+    @property
+    def single_full(self) -> bool:
+        """One full-attention group: the engine's classic case."""
+        return len(self.groups) == 1 and self.groups[0].kind == "full"
+
+    def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
+        """Blocks of all groups one request of `max_model_len` tokens holds at most."""
+        return sum(
+            g.max_blocks_per_request(max_model_len, max_in_flight_tokens, self.mamba_align)
+            for g in self.groups
+        )
+
+    def max_concurrency(self, num_blocks: int, max_model_len: int, max_in_flight_tokens: int) -> float:
+        """vLLM's "Maximum concurrency for L tokens per request": `num_blocks` (with the null block, as
+        vLLM's `kv_cache_config.num_blocks`) over the blocks one request of `max_model_len` holds."""
+        return num_blocks / self.blocks_per_request(max_model_len, max_in_flight_tokens)
+
+    def describe(self) -> str:
+        """`2 groups: sliding_window 128 ×18 layers, full ×18 layers; block 16; 1 block = 2.25 MiB`."""
+        from kvsim.model.units import fmt_bytes
+
+        parts = []
+        for g in self.groups:
+            what = f"{g.kind} {g.window}" if g.window else g.kind
+            bs = f" block {g.block_size}" if g.block_size != self.block_size else ""
+            parts.append(f"{what} ×{g.num_layers}{bs}")
+        return (
+            f"{len(self.groups)} group{'s' if len(self.groups) != 1 else ''}: {', '.join(parts)}; block "
+            f"{self.block_size}, 1 block = {fmt_bytes(self.bytes_per_block)}"
+        )
+
+
+def _attention_page(layer: Layer, model: Any, tp: int, kv_bits: int, block_size: int) -> int:
+    """One block's bytes in one attention layer on one of `tp` ranks (vLLM's `page_size_bytes`)."""
+    if model.is_mla:
+        width, coef, heads = model.kv_lora_rank + model.qk_rope_head_dim, 1, 1
+    else:
+        heads = layer.num_kv_heads or model.num_kv_heads
+        heads = max(1, heads // tp)  # ModelConfig.get_num_kv_heads: replicated when tp > heads
+        width, coef = layer.head_dim or model.head_dim, 2
+    return block_size * heads * coef * width * kv_bits // 8
+
+
+def _with_checkpoints(group: KVGroup, layers: list[Layer]) -> KVGroup:
+    """A Mamba group with its layers' prefill-checkpoint blocks."""
+    import dataclasses
+
+    if group.kind != "mamba":
+        return group
+    blocks = max((layers[i].state.checkpoint_blocks for i in group.layer_ids if layers[i].state), default=0)
+    return dataclasses.replace(group, checkpoint_blocks=blocks)
+
+
+def kv_layout(
+    model: Any,
+    block_size: int,
+    *,
+    tensor_parallel_size: int = 1,
+    kv_bits: int | None = None,
+    enable_prefix_caching: bool = True,
+    hybrid_kv_cache_manager: str = "auto",
+    max_model_len: int | None = None,
+) -> KVLayout:
+    """The KV-cache groups of `model` (a `kvsim.model.models.Model`) as vLLM 0.33.0 forms them.
+
+    Args:
+        block_size: the attention block size asked for (`--block-size`); a Mamba state may raise it.
+        tensor_parallel_size: ranks the model is split over (KV heads and states are per rank).
+        kv_bits: bits per KV element (default: the model's KV dtype).
+        enable_prefix_caching: with Mamba layers, checkpoints are kept for prefix caching
+            (`mamba_cache_mode="align"`, vLLM's default with caching on); without, one state per request
+            in a block of `max_model_len` tokens.
+        hybrid_kv_cache_manager: `"auto"` (vLLM's default: on, but off for chunked local attention),
+            `"on"` (for chunked local attention: vLLM's `VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`)
+            or `"off"` (`--disable-hybrid-kv-cache-manager`: local layers counted as full attention).
+        max_model_len: the context length (the model's when None).
+
+    Raises:
+        InvalidArgumentError: a layout vLLM refuses (naming why).
+    """
+    from kvsim.model.models import dtype_bits
+
+    tp = tensor_parallel_size
+    bits = kv_bits if kv_bits is not None else dtype_bits(model.kv_dtype)
+    weight_bits = dtype_bits(model.weight_dtype) if model.weight_dtype in ("fp16", "bf16", "fp32") else 16
+    mml = max_model_len if max_model_len is not None else model.max_model_len
+    layers = list(model.layer_list())
+    has_local = any(lay.kind in ("sliding_window", "chunked_local") for lay in layers)
+    has_chunked = any(lay.kind == "chunked_local" for lay in layers)
+    has_full = any(lay.kind == "full" for lay in layers)
+    has_mamba = any(lay.kind == "mamba" for lay in layers)
+    if hybrid_kv_cache_manager not in ("auto", "on", "off"):
+        raise InvalidArgumentError(
+            f"hybrid_kv_cache_manager {hybrid_kv_cache_manager!r} is not one of 'auto', 'on', 'off'"
+        )
+    hybrid_on = hybrid_kv_cache_manager == "on" or (hybrid_kv_cache_manager == "auto" and not has_chunked)
+    notes: list[str] = []
+    promoted = False
+    if not hybrid_on and has_full and has_local:
+        # unify_hybrid_kv_cache_specs: sliding-window and chunked-local layers allocated as full attention.
+        layers = [FULL if lay.kind in ("sliding_window", "chunked_local") else lay for lay in layers]
+        promoted = True
+        notes.append(
+            "hybrid KV-cache manager off: local-attention layers keep every token (vLLM's default for chunked "
+            "local attention; hybrid_kv_cache_manager='on' frees them)"
+            if has_chunked and hybrid_kv_cache_manager == "auto"
+            else "hybrid KV-cache manager off: local-attention layers keep every token"
+        )
+    if has_mamba and not hybrid_on:
+        raise InvalidArgumentError(
+            f"model {model.name}: Mamba / linear-attention layers need vLLM's hybrid KV-cache manager "
+            "(hybrid_kv_cache_manager 'off' is refused by vLLM for them)"
+        )
+    cached = [(i, lay) for i, lay in enumerate(layers) if lay.kind != "shared"]
+    if not cached:
+        raise InvalidArgumentError(
+            f"model {model.name} keeps no KV cache (attention-free): kvsim models the KV cache only"
+        )
+    align = has_mamba and enable_prefix_caching
+    # The attention block size: raised until an attention page holds a Mamba state
+    # (`_align_hybrid_block_size`, the first attention layer's page per token against the largest state).
+    attn_bs = block_size
+    mamba_page = 0
+    if has_mamba:
+        mamba_page = max(lay.state.page_bytes(tp, weight_bits) for _, lay in cached if lay.state is not None)
+        first_attn = next((lay for _, lay in cached if lay.kind != "mamba"), None)
+        if first_attn is not None:
+            per_token = _attention_page(first_attn, model, tp, bits, 1)
+            align_to = max(KERNEL_BLOCK_ALIGNMENT, block_size)
+            needed = align_to * -(-mamba_page // (align_to * per_token))
+            needed = KERNEL_BLOCK_ALIGNMENT * -(-needed // KERNEL_BLOCK_ALIGNMENT)
+            if attn_bs < needed:
+                attn_bs = needed
+                notes.append(
+                    f"attention block size raised to {attn_bs} tokens so that a block holds a Mamba state "
+                    f"(vLLM's _align_hybrid_block_size)"
+                )
+    # Per layer: (kind, window, block size, page bytes).
+    specs: list[tuple[int, tuple[str, int, int, int]]] = []
+    for i, lay in cached:
+        if lay.kind == "mamba":
+            assert lay.state is not None
+            bs = attn_bs if align else mml
+            specs.append((i, ("mamba", 0, bs, lay.state.page_bytes(tp, weight_bits))))
+        else:
+            window = lay.window if lay.kind in ("sliding_window", "chunked_local") else 0
+            page = _attention_page(lay, model, tp, bits, attn_bs)
+            specs.append((i, (lay.kind, window, attn_bs, page)))
+    if has_mamba:
+        # The Mamba page is padded to the attention page (mamba_page_size_padded).
+        attn_page = max((s[3] for _, s in specs if s[0] != "mamba"), default=mamba_page)
+        if attn_page < mamba_page:
+            attn_page = mamba_page  # attention-free apart from states: the state page is the page
+        specs = [(i, (s[0], s[1], s[2], attn_page) if s[0] == "mamba" else s) for i, s in specs]
+    distinct = {s for _, s in specs}
+    kinds = {(s[0], s[1]) for s in distinct}
+    if len(distinct) == 1 or (len(kinds) == 1 and len({s[2] for s in distinct}) == 1):
+        # One spec (most models), or one kind with per-layer pages (UniformTypeKVCacheSpecs): one group,
+        # a block taking every layer's page.
+        (kind, window), bs = next(iter(kinds)), next(iter(distinct))[2]
+        page_sum = sum(s[3] for _, s in specs)
+        ids = tuple(i for i, _ in specs)
+        group = _with_checkpoints(
+            KVGroup(kind, window, bs, len(specs), ids, specs[0][1][3], page_sum), layers
+        )
+        return KVLayout((group,), page_sum, attn_bs, bs, align, promoted, tuple(notes))
+    # unify_kv_cache_spec_page_size: the smaller pages grow to the largest by a larger block size (or, for
+    # a page that does not divide it, padding).
+    max_page = max(s[3] for _, s in specs)
+    unified: list[tuple[int, tuple[str, int, int, int]]] = []
+    for i, (kind, window, bs, page) in specs:
+        if page != max_page and kind != "mamba":
+            if max_page % page == 0:
+                bs, page = bs * (max_page // page), max_page
+            elif not model.is_mla:
+                page = max_page  # padded
+            else:
+                raise InvalidArgumentError(
+                    f"model {model.name}: layer {i}'s page of {page} B does not divide the largest page "
+                    f"({max_page} B) and an MLA page cannot be padded (vLLM refuses this layout)"
+                )
+        unified.append((i, (kind, window, bs, max_page if kind == "mamba" else page)))
+    buckets: dict[tuple[str, int, int, int], list[int]] = {}
+    for i, spec in unified:
+        buckets.setdefault(spec, []).append(i)
+    sizes = [len(v) for v in buckets.values()]
+    group_size = min(sizes)
+    if max(sizes) < group_size * 1.5:
+        group_size = max(sizes)
+    groups: list[KVGroup] = []
+    for (kind, window, bs, page), ids in buckets.items():
+        n = -(-len(ids) // group_size)
+        for k in range(n):
+            groups.append(KVGroup(kind, window, bs, group_size, tuple(ids[k::n]), page, group_size * page))
+    groups = [_with_checkpoints(g, layers) for g in groups]
+    sched = math.lcm(*(g.block_size for g in groups))
+    return KVLayout(
+        tuple(groups),
+        max(g.bytes_per_block for g in groups),
+        attn_bs,
+        sched,
+        align,
+        promoted,
+        tuple(notes),
+    )
+
+
+__all__ = [
+    "FULL",
+    "GROUP_KINDS",
+    "KERNEL_BLOCK_ALIGNMENT",
+    "LAYER_KINDS",
+    "KVGroup",
+    "KVLayout",
+    "Layer",
+    "MambaState",
+    "kv_layout",
+]
