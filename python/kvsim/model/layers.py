@@ -237,7 +237,8 @@ def _with_checkpoints(group: KVGroup, layers: list[Layer]) -> KVGroup:
 
     if group.kind != "mamba":
         return group
-    blocks = max((layers[i].state.checkpoint_blocks for i in group.layer_ids if layers[i].state), default=0)
+    states = [layers[i].state for i in group.layer_ids]
+    blocks = max((st.checkpoint_blocks for st in states if st is not None), default=0)
     return dataclasses.replace(group, checkpoint_blocks=blocks)
 
 
