@@ -371,7 +371,7 @@ class SimConfig:
 
     @property
     def capacity_tokens(self) -> int:
-        return self.capacity_blocks * self.block_size
+        return self.capacity_blocks * self.engine_block_size
 
     @property
     def is_contiguous(self) -> bool:
