@@ -117,13 +117,134 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 
+# Layer layouts of real models (their published config.json: layer kinds, windows, KV heads, head width),
+# grouped by vLLM's own `get_kv_cache_groups` (`vllm/v1/core/kv_cache_planning.py`) at block 16, bf16 KV,
+# one GPU: its groups (kind, window, block size, layers), the bytes of one block, and its start-up
+# figure "Maximum concurrency" for a pool of 10,000 blocks at the model's context length (max_num_batched
+# tokens 8192, asynchronous scheduling: two batches in flight).
+# Each layout: (name, [(kind, window, kv_heads, head_dim) per layer], max_model_len).
+LAYOUTS: list[tuple[str, list[tuple[str, int, int, int]], int]] = [
+    # openai/gpt-oss-120b: 36 layers, even ones a 128-token window, 8 KV heads of 64.
+    ("gpt-oss-120b", [("sliding_window" if i % 2 == 0 else "full", 128, 8, 64) for i in range(36)], 131072),
+    # google/gemma-3-27b-it: 62 layers, every sixth global, a 1024-token window, 16 KV heads of 128.
+    (
+        "gemma-3-27b",
+        [("full" if (i + 1) % 6 == 0 else "sliding_window", 1024, 16, 128) for i in range(62)],
+        131072,
+    ),
+    # meta-llama/Llama-4-Scout-17B-16E: 48 layers, every fourth global (NoPE), the others chunked local
+    # attention of 8192 tokens, 8 KV heads of 128.
+    (
+        "llama-4-scout",
+        [("full" if (i + 1) % 4 == 0 else "chunked_local", 8192, 8, 128) for i in range(48)],
+        10485760,
+    ),
+    # A model whose global layers have a larger head (Gemma 4's global_head_dim): unequal pages.
+    (
+        "wide-global",
+        [("full", 0, 8, 256) if (i + 1) % 6 == 0 else ("sliding_window", 512, 8, 128) for i in range(30)],
+        65536,
+    ),
+    # Every layer a sliding window (Mistral-7B-v0.1: 32 layers, 4096 tokens, 8 KV heads of 128).
+    ("mistral-7b-v0.1", [("sliding_window", 4096, 8, 128)] * 32, 32768),
+]
+
+
+def record_layouts() -> list[dict[str, Any]]:
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.core.kv_cache_planning import get_kv_cache_config_from_groups, get_kv_cache_groups
+    from vllm.v1.core.kv_cache_utils import get_max_concurrency_for_kv_cache_config
+    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, FullAttentionSpec, SlidingWindowSpec
+
+    out = []
+    for name, layers, max_model_len in LAYOUTS:
+        vc = _vllm_config(16, 8192, 256, max_model_len, True, async_scheduling=True)
+        vc.scheduler_config.disable_hybrid_kv_cache_manager = False
+        # A layer-outer layout: vLLM unifies unequal pages (its packed block-outer grouping, which some
+        # backends choose, is a departure of kvsim: DESIGN.md §Hybrid attention).
+        vc.cache_config.kv_cache_layout = "LBHNC"
+        specs = {}
+        for i, (kind, window, heads, head_dim) in enumerate(layers):
+            common = dict(block_size=16, num_kv_heads=heads, head_size=head_dim, dtype=torch.bfloat16)
+            if kind == "full":
+                specs[f"layers.{i}"] = FullAttentionSpec(**common)
+            elif kind == "sliding_window":
+                specs[f"layers.{i}"] = SlidingWindowSpec(**common, sliding_window=window)
+            else:
+                specs[f"layers.{i}"] = ChunkedLocalAttentionSpec(**common, attention_chunk_size=window)
+        with set_current_vllm_config(vc):
+            groups = get_kv_cache_groups(vc, specs)
+            config = get_kv_cache_config_from_groups(vc, groups, 10**12)
+            per_block = 10**12 // config.num_blocks
+            config.num_blocks = 10_000
+            concurrency = get_max_concurrency_for_kv_cache_config(vc, config)
+        out.append(
+            {
+                "name": name,
+                "layers": layers,
+                "max_model_len": max_model_len,
+                "groups": [
+                    {
+                        "kind": type(g.kv_cache_spec).__name__,
+                        "block_size": g.kv_cache_spec.block_size,
+                        "layers": [int(n.split(".")[1]) for n in g.layer_names],
+                    }
+                    for g in groups
+                ],
+                "bytes_per_block": per_block,
+                "max_concurrency_10000_blocks": concurrency,
+            }
+        )
+    return out
+
+
+def _vllm_config(
+    block_size: int, budget: int, max_num_seqs: int, max_model_len: int, caching: bool, async_scheduling: bool
+) -> Any:
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+
+    model_dir = Path("/tmp/kvsim-golden-model")
+    model_dir.mkdir(exist_ok=True)
+    (model_dir / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 1,
+                "vocab_size": 1000,
+                "max_position_embeddings": 1 << 24,
+                "torch_dtype": "float16",
+            }
+        )
+    )
+    mc = ModelConfig(
+        model=str(model_dir), skip_tokenizer_init=True, max_model_len=max_model_len, dtype="float16"
+    )
+    schc = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=budget,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=True,
+        async_scheduling=async_scheduling,
+        is_encoder_decoder=False,
+    )
+    cc = CacheConfig(block_size=block_size, enable_prefix_caching=caching)
+    return VllmConfig(
+        model_config=mc, scheduler_config=schc, cache_config=cc, device_config=DeviceConfig("cpu")
+    )
+
+
 def token_ids(segments: list[tuple[int, int]]) -> list[int]:
     return [c * 100_000 + i for c, n in segments for i in range(n)]
 
 
 def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     import torch
-    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -143,38 +264,8 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     init_none_hash(sha256)
     caching = sc.get("enable_prefix_caching", True)
     max_model_len = 256
-    model_dir = Path("/tmp/kvsim-golden-model")
-    model_dir.mkdir(exist_ok=True)
-    (model_dir / "config.json").write_text(
-        json.dumps(
-            {
-                "architectures": ["LlamaForCausalLM"],
-                "model_type": "llama",
-                "hidden_size": 64,
-                "intermediate_size": 128,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 4,
-                "num_key_value_heads": 1,
-                "vocab_size": 1000,
-                "max_position_embeddings": 4096,
-                "torch_dtype": "float16",
-            }
-        )
-    )
     attn_bs = min(bs for kind, _, bs in sc["groups"] if kind != "mamba")
-    mc = ModelConfig(
-        model=str(model_dir), skip_tokenizer_init=True, max_model_len=max_model_len, dtype="float16"
-    )
-    schc = SchedulerConfig(
-        max_num_seqs=sc["max_num_seqs"],
-        max_num_batched_tokens=sc["max_num_batched_tokens"],
-        max_model_len=max_model_len,
-        enable_chunked_prefill=True,
-        async_scheduling=False,
-        is_encoder_decoder=False,
-    )
-    cc = CacheConfig(block_size=attn_bs, enable_prefix_caching=caching)
-    vc = VllmConfig(model_config=mc, scheduler_config=schc, cache_config=cc, device_config=DeviceConfig("cpu"))
+    vc = _vllm_config(attn_bs, sc["max_num_batched_tokens"], sc["max_num_seqs"], 256, caching, False)
     vc.cache_config.num_gpu_blocks = sc["num_blocks"]
 
     def spec(kind: str, window: int, bs: int) -> Any:
@@ -185,13 +276,14 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
             return SlidingWindowSpec(**common, sliding_window=window)
         if kind == "chunked_local":
             return ChunkedLocalAttentionSpec(**common, attention_chunk_size=window)
-        return MambaSpec(
-            block_size=bs, shapes=((2, 16),), dtypes=(torch.float16,), mamba_cache_mode="none"
-        )
+        return MambaSpec(block_size=bs, shapes=((2, 16),), dtypes=(torch.float16,), mamba_cache_mode="none")
 
     groups = [KVCacheGroupSpec([f"layer{i}"], spec(*g)) for i, g in enumerate(sc["groups"])]
     kvc = KVCacheConfig(
-        num_blocks=sc["num_blocks"], kv_cache_tensors=[], kv_cache_groups=groups, prefix_cache_retention_interval=0
+        num_blocks=sc["num_blocks"],
+        kv_cache_tensors=[],
+        kv_cache_groups=groups,
+        prefix_cache_retention_interval=0,
     )
     import math
 
@@ -238,6 +330,9 @@ def main(argv: list[str]) -> int:
     out = Path(argv[1] if len(argv) > 1 else "tests/data/vllm_hybrid")
     out.mkdir(parents=True, exist_ok=True)
     only = set(argv[2:])
+    if not only or "layouts" in only:
+        (out / "layouts.json").write_text(json.dumps(record_layouts(), separators=(",", ":")) + "\n")
+        print("layouts: recorded")
     for name, sc in SCENARIOS.items():
         if only and name not in only:
             continue

@@ -154,3 +154,22 @@ def test_one_full_attention_group_is_the_classic_engine():
     w = Workload(arrival=[0.0, 0.0], prompt_len=[30, 40], output_len=[5, 5])
     res = kvsim.simulate(w, cfg)
     assert not any(k.startswith("w_group_blocks") for k in res.raw.counters)
+
+
+@given(workloads(max_requests=30), hybrid_configs(), st.sampled_from(["round-robin", "least-kv", "random"]))
+def test_a_fleet_of_hybrid_replicas_agrees(w, cfg, router):
+    """Replicas of a hybrid model behind a router that reads their state: Rust == reference."""
+    a = kvsim.simulate_cluster(w, cfg, replicas=2, router=router)
+    b = kvsim.simulate_cluster(w, cfg, replicas=2, router=router, backend="reference")
+    assert a.requests.equals(b.requests, null_equal=True)
+    assert a.summary == b.summary
+
+
+def test_prefix_reading_routers_are_refused_for_hybrid_replicas():
+    cfg = kvsim.SimConfig(model=toy([Layer("sliding_window", 8), Layer("full")]), num_blocks=40)
+    w = Workload(arrival=[0.0], prompt_len=[10], output_len=[2])
+    for router, extra in (("prefix-affinity", {}), ("weighted", {})):
+        with pytest.raises(kvsim.InvalidArgumentError, match="prefix caches"):
+            kvsim.simulate_cluster(w, cfg, replicas=2, router=router, **extra)
+    ok = kvsim.simulate_cluster(w, cfg, replicas=2, router="weighted", router_weights={"prefix": 0.0})
+    assert ok.summary["completed"] == 1

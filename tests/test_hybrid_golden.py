@@ -107,7 +107,9 @@ def test_kvsim_makes_vllms_decisions(name, backend):
     res = kvsim.simulate(w, cfg, backend=backend, record_events=True, record_timeseries=True)
     ours = tables_by_step(res, len(sc["groups"]))
     ts = res.timeseries
-    free_by_ms = {round(t * 1000): f // cfg.engine_block_size for t, f in zip(ts["time_s"], ts["free_tokens"])}
+    free_by_ms = {
+        round(t * 1000): f // cfg.engine_block_size for t, f in zip(ts["time_s"], ts["free_tokens"])
+    }
     for ms, step in enumerate(sc["steps"]):
         theirs = {r: [[b for b in g if b != 0] for g in t] for r, t in step["tables"].items()}
         if not step["scheduled"]:

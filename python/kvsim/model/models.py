@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.layers import FULL, Layer
+from kvsim.model.layers import FULL, Layer, layers_from_hf_config
 
 # Bits per element, so sub-byte formats (int4 weights) stay exact in integer arithmetic.
 DTYPE_BITS: dict[str, int] = {
@@ -485,6 +485,7 @@ def from_hf_config(path: str | Path, name: str | None = None) -> Model:
         kv_lora_rank=kv_lora,
         qk_rope_head_dim=rope,
         source=str(p),
+        layers=layers_from_hf_config(cfg, layers, str(path)),
     )
     _HF_CACHE[key] = model
     return model

@@ -53,13 +53,16 @@ class Replica:
         """Paged: blocks with `ref_cnt > 0` (the null block excluded); contiguous: reserved tokens."""
         e = self.engine
         if e.paged:
-            return e.kv.pool.capacity - e.kv.num_free_blocks
+            pool = e.hkv.pool if e.hybrid else e.kv.pool
+            return pool.capacity - pool.num_free_blocks
         return e.space.capacity - e.space.num_free
 
     def kv_total(self) -> int:
         """Paged: the usable blocks (`num_blocks - 1`); contiguous: the capacity in tokens."""
         e = self.engine
-        return e.kv.pool.capacity if e.paged else e.space.capacity
+        if e.paged:
+            return (e.hkv.pool if e.hybrid else e.kv.pool).capacity
+        return e.space.capacity
 
     def caches(self) -> bool:
         """Whether a prompt can hit this replica's prefix cache at all (paged, caching on)."""

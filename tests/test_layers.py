@@ -1,0 +1,182 @@
+"""A model's layers and the KV-cache groups vLLM forms from them (DESIGN.md §Hybrid attention):
+`kvsim.model.layers.kv_layout` against vLLM 0.33.0's own `get_kv_cache_groups` on real models' layer
+layouts (recorded by `scripts/vllm_hybrid_golden.py` into tests/data/vllm_hybrid/layouts.json), and the
+layer kinds `from_hf_config` reads from a config.json, family by family."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+import kvsim
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.layers import Layer, MambaState, kv_layout, layers_from_hf_config
+from kvsim.model.models import Model
+
+LAYOUTS = json.loads((Path(__file__).parent / "data" / "vllm_hybrid" / "layouts.json").read_text())
+KIND = {
+    "FullAttentionSpec": "full",
+    "SlidingWindowSpec": "sliding_window",
+    "ChunkedLocalAttentionSpec": "chunked_local",
+}
+
+
+def model_of(layers: list[list]) -> Model:
+    """A bf16 model with the recorded layers (kind, window, KV heads, head width)."""
+    specs = tuple(
+        Layer(kind, window if kind != "full" else 0, num_kv_heads=heads, head_dim=head_dim)
+        for kind, window, heads, head_dim in layers
+    )
+    return Model(
+        name="recorded",
+        num_layers=len(specs),
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_kv_heads=specs[0].num_kv_heads or 8,
+        head_dim=specs[0].head_dim or 128,
+        intermediate_size=8192,
+        vocab_size=1000,
+        num_params=10**9,
+        num_active_params=10**9,
+        max_model_len=131072,
+        weight_dtype="bf16",
+        kv_dtype="bf16",
+        layers=specs,
+    )
+
+
+@pytest.mark.parametrize("recorded", LAYOUTS, ids=[r["name"] for r in LAYOUTS])
+def test_groups_are_vllms(recorded):
+    m = model_of(recorded["layers"])
+    layout = kv_layout(m, 16, hybrid_kv_cache_manager="on", max_model_len=recorded["max_model_len"])
+    ours = [(g.kind, g.block_size, list(g.layer_ids)) for g in layout.groups]
+    theirs = [(KIND[g["kind"]], g["block_size"], g["layers"]) for g in recorded["groups"]]
+    assert ours == theirs
+    assert layout.bytes_per_block == recorded["bytes_per_block"]
+    concurrency = layout.max_concurrency(10_000, recorded["max_model_len"], 2 * 8192)
+    assert concurrency == pytest.approx(recorded["max_concurrency_10000_blocks"], rel=1e-12)
+
+
+def test_gpt_oss_keeps_a_window_on_half_its_layers():
+    """gpt-oss-120b at 128K context: the sliding-window half holds ceil((127 + 2 × 8192) / 16) + 1 = 1,033
+    blocks a request, the full half 8,192: vLLM's concurrency is 10,000 / 9,225, not 10,000 / 8,192 / 2."""
+    rec = next(r for r in LAYOUTS if r["name"] == "gpt-oss-120b")
+    layout = kv_layout(model_of(rec["layers"]), 16, max_model_len=131072)
+    assert layout.blocks_per_request(131072, 16384) == 8192 + 1032 + 1
+    off = kv_layout(model_of(rec["layers"]), 16, hybrid_kv_cache_manager="off", max_model_len=131072)
+    assert off.promoted and len(off.groups) == 1
+    assert off.bytes_per_block == 2 * layout.bytes_per_block  # one block id across all 36 layers
+
+
+def test_chunked_local_attention_is_full_attention_unless_asked():
+    """vLLM keeps the hybrid manager off for chunked local attention by default (a latency regression),
+    so Llama 4's local layers keep every token unless `hybrid_kv_cache_manager="on"`."""
+    rec = next(r for r in LAYOUTS if r["name"] == "llama-4-scout")
+    auto = kv_layout(model_of(rec["layers"]), 16)
+    assert auto.promoted and [g.kind for g in auto.groups] == ["full"]
+    assert "chunked local" in auto.notes[0]
+    on = kv_layout(model_of(rec["layers"]), 16, hybrid_kv_cache_manager="on")
+    assert [g.kind for g in on.groups] == ["chunked_local"] * 3 + ["full"]
+
+
+def test_a_mamba_state_raises_the_attention_block():
+    """Qwen3-Next-80B-A3B's gated delta net (16 key heads, 32 value heads of 128, conv kernel 4) in bf16:
+    a 1,097,728-byte state (vLLM's gated_delta_net_state_shape: conv (8192, 3), temporal (32, 128, 128));
+    its 2 KV heads of 256 make a 2,048-byte attention page per token, so the attention block grows to
+    16 × ceil(1,097,728 / (16 × 2,048)) = 544 tokens, vLLM's "Setting attention block size to 544 tokens"
+    for this model."""
+    gdn = MambaState(
+        conv_channels=128 * 16 * 2 + 128 * 32, conv_width=3, ssm_heads=32, ssm_per_head=128 * 128
+    )
+    assert gdn.page_bytes(1, 16) == 1_097_728
+    layers = tuple(Layer("full") if (i + 1) % 4 == 0 else Layer("mamba", state=gdn) for i in range(48))
+    m = dataclasses.replace(
+        model_of([["full", 0, 2, 256]]), num_layers=48, layers=layers, num_kv_heads=2, head_dim=256
+    )
+    layout = kv_layout(m, 16, enable_prefix_caching=False)
+    assert layout.block_size == 544
+    assert [g.kind for g in layout.groups] == ["mamba"] * 3 + ["full"]
+    assert {g.page_bytes for g in layout.groups} == {544 * 2048}
+    with pytest.raises(InvalidArgumentError, match="prefix caching"):
+        kvsim.SimConfig(model=m, num_blocks=100)  # mamba_cache_mode 'align' is not modelled yet
+    with pytest.raises(InvalidArgumentError, match="hybrid KV-cache manager"):
+        kv_layout(m, 16, hybrid_kv_cache_manager="off")
+
+
+# -- config.json, family by family ---------------------------------------------------------------------
+def hf(**fields) -> dict:
+    return {"hidden_size": 64, **fields}
+
+
+@pytest.mark.parametrize(
+    ("cfg", "expect"),
+    [
+        # transformers' layer_types (gpt-oss, Gemma 3 and later checkpoints write it)
+        (hf(layer_types=["sliding_attention", "full_attention"] * 2, sliding_window=128), "SFSF"),
+        # gpt-oss without layer_types: vLLM's gpt_oss.py slides the even layers
+        (hf(model_type="gpt_oss", sliding_window=128), "SFSF"),
+        # Gemma 3's sliding_window_pattern 6: every sixth layer global (Gemma3TextConfig)
+        (hf(model_type="gemma3_text", sliding_window=1024, sliding_window_pattern=2), "SFSF"),
+        # Llama 4: chunked local attention on the RoPE layers (no_rope_layers 1), NoPE layers global
+        (hf(model_type="llama4_text", attention_chunk_size=8192, no_rope_layers=[1, 1, 1, 0]), "CCCF"),
+        (hf(model_type="llama4_text", attention_chunk_size=8192), "CCCF"),  # default interval 4
+        # Qwen2/3 with use_sliding_window false (the published checkpoints): full attention
+        (hf(model_type="qwen2", sliding_window=131072, use_sliding_window=False), "FFFF"),
+        (hf(model_type="qwen2", sliding_window=4096, use_sliding_window=True, max_window_layers=2), "FFSS"),
+        # Mistral-7B-v0.1: a model-wide sliding_window, every layer (vLLM's CacheConfig.sliding_window)
+        (hf(model_type="mistral", sliding_window=4096), "SSSS"),
+        (hf(model_type="mistral", sliding_window=None), "FFFF"),
+        (hf(model_type="llama"), "FFFF"),
+    ],
+)
+def test_layer_kinds_from_a_config(cfg, expect):
+    layers = layers_from_hf_config(cfg, 4, "test") or (Layer("full"),) * 4
+    letters = {"full": "F", "sliding_window": "S", "chunked_local": "C", "mamba": "M"}
+    assert "".join(letters[lay.kind] for lay in layers) == expect
+
+
+def test_state_layers_from_a_config():
+    qwen3_next = hf(
+        model_type="qwen3_next",
+        full_attention_interval=4,
+        linear_num_key_heads=16,
+        linear_num_value_heads=32,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+    )
+    layers = layers_from_hf_config(qwen3_next, 8, "test")
+    assert [lay.kind for lay in layers] == ["mamba", "mamba", "mamba", "full"] * 2
+    assert layers[0].state is not None and layers[0].state.page_bytes(1, 16) == 1_097_728
+    jamba = hf(model_type="jamba", hidden_size=4096, attn_layer_period=8, attn_layer_offset=4)
+    kinds = [lay.kind for lay in layers_from_hf_config(jamba, 8, "test")]
+    assert kinds == ["mamba"] * 4 + ["full"] + ["mamba"] * 3
+    nemo = hf(
+        model_type="nemotron_h",
+        hybrid_override_pattern="M-M*",
+        mamba_num_heads=128,
+        mamba_head_dim=64,
+        ssm_state_size=128,
+        n_groups=8,
+        conv_kernel=4,
+    )
+    kinds = [lay.kind for lay in layers_from_hf_config(nemo, 4, "test")]
+    assert kinds == ["mamba", "shared", "mamba", "full"]
+
+
+@pytest.mark.parametrize(
+    ("cfg", "field"),
+    [
+        (hf(layer_types=["full_attention", "mystery"] * 2), "mystery"),
+        (hf(layer_types=["full_attention"] * 3), "layer_types"),
+        (hf(model_type="minimax", attn_type_list=[0, 1, 0, 1]), "attn_type_list"),
+        (hf(model_type="custom", attention_chunk_size=8192), "attention_chunk_size"),
+        (hf(layer_types=["sliding_attention"] * 4), "sliding_window"),
+    ],
+)
+def test_what_cannot_be_modelled_is_refused_by_name(cfg, field):
+    with pytest.raises(InvalidArgumentError, match=field):
+        layers_from_hf_config(cfg, 4, "test")
