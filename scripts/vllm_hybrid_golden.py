@@ -263,7 +263,6 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
 
     init_none_hash(sha256)
     caching = sc.get("enable_prefix_caching", True)
-    max_model_len = 256
     attn_bs = min(bs for kind, _, bs in sc["groups"] if kind != "mamba")
     vc = _vllm_config(attn_bs, sc["max_num_batched_tokens"], sc["max_num_seqs"], 256, caching, False)
     vc.cache_config.num_gpu_blocks = sc["num_blocks"]

@@ -108,7 +108,8 @@ def test_kvsim_makes_vllms_decisions(name, backend):
     ours = tables_by_step(res, len(sc["groups"]))
     ts = res.timeseries
     free_by_ms = {
-        round(t * 1000): f // cfg.engine_block_size for t, f in zip(ts["time_s"], ts["free_tokens"])
+        round(t * 1000): f // cfg.engine_block_size
+        for t, f in zip(ts["time_s"], ts["free_tokens"], strict=True)
     }
     for ms, step in enumerate(sc["steps"]):
         theirs = {r: [[b for b in g if b != 0] for g in t] for r, t in step["tables"].items()}

@@ -67,7 +67,8 @@ def test_gpt_oss_keeps_a_window_on_half_its_layers():
     layout = kv_layout(model_of(rec["layers"]), 16, max_model_len=131072)
     assert layout.blocks_per_request(131072, 16384) == 8192 + 1032 + 1
     off = kv_layout(model_of(rec["layers"]), 16, hybrid_kv_cache_manager="off", max_model_len=131072)
-    assert off.promoted and len(off.groups) == 1
+    assert off.promoted
+    assert len(off.groups) == 1
     assert off.bytes_per_block == 2 * layout.bytes_per_block  # one block id across all 36 layers
 
 
@@ -76,7 +77,8 @@ def test_chunked_local_attention_is_full_attention_unless_asked():
     so Llama 4's local layers keep every token unless `hybrid_kv_cache_manager="on"`."""
     rec = next(r for r in LAYOUTS if r["name"] == "llama-4-scout")
     auto = kv_layout(model_of(rec["layers"]), 16)
-    assert auto.promoted and [g.kind for g in auto.groups] == ["full"]
+    assert auto.promoted
+    assert [g.kind for g in auto.groups] == ["full"]
     assert "chunked local" in auto.notes[0]
     on = kv_layout(model_of(rec["layers"]), 16, hybrid_kv_cache_manager="on")
     assert [g.kind for g in on.groups] == ["chunked_local"] * 3 + ["full"]
@@ -150,7 +152,8 @@ def test_state_layers_from_a_config():
     )
     layers = layers_from_hf_config(qwen3_next, 8, "test")
     assert [lay.kind for lay in layers] == ["mamba", "mamba", "mamba", "full"] * 2
-    assert layers[0].state is not None and layers[0].state.page_bytes(1, 16) == 1_097_728
+    assert layers[0].state is not None
+    assert layers[0].state.page_bytes(1, 16) == 1_097_728
     jamba = hf(model_type="jamba", hidden_size=4096, attn_layer_period=8, attn_layer_offset=4)
     kinds = [lay.kind for lay in layers_from_hf_config(jamba, 8, "test")]
     assert kinds == ["mamba"] * 4 + ["full"] + ["mamba"] * 3

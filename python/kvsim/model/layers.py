@@ -501,17 +501,17 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
         assert state is not None
         return _trim([FULL if i % period == offset else Layer("mamba", state=state) for i in range(n)])
     if model_type == "nemotron_h":
-        pattern = cfg.get("hybrid_override_pattern")
-        if not isinstance(pattern, str) or len(pattern) != n:
+        letters = cfg.get("hybrid_override_pattern")
+        if not isinstance(letters, str) or len(letters) != n:
             raise InvalidArgumentError(f"model {where}: 'hybrid_override_pattern' must name the {n} layers")
         assert state is not None
         kinds = {"M": Layer("mamba", state=state), "*": FULL, "-": Layer("shared"), "E": Layer("shared")}
-        if set(pattern) - set(kinds):
+        if set(letters) - set(kinds):
             raise InvalidArgumentError(
-                f"model {where}: 'hybrid_override_pattern' letters {sorted(set(pattern) - set(kinds))} are "
+                f"model {where}: 'hybrid_override_pattern' letters {sorted(set(letters) - set(kinds))} are "
                 "not Mamba (M), attention (*), MLP (-) or MoE (E)"
             )
-        return _trim([kinds[c] for c in pattern])
+        return _trim([kinds[c] for c in letters])
     if model_type == "kimi_linear":
         lac = cfg.get("linear_attn_config")
         if not isinstance(lac, dict) or not isinstance(lac.get("kda_layers"), list):
