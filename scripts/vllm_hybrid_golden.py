@@ -199,6 +199,61 @@ def record_layouts() -> list[dict[str, Any]]:
     return out
 
 
+# The claims suite's capacity claim (kvsim.analysis.claims_hybrid): vLLM's "Maximum concurrency" for two
+# models at each context length, 40 GiB of KV cache (--kv-cache-memory-bytes), block 16, bf16,
+# max_num_batched_tokens 8192, asynchronous scheduling, prefix caching on.
+CAPACITY_CONTEXTS = [4096, 8192, 16384, 32768, 65536, 131072]
+CAPACITY_KV_BYTES = 40 * 2**30
+
+
+def record_capacity() -> dict[str, Any]:
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.core.kv_cache_planning import get_kv_cache_config_from_groups, get_kv_cache_groups
+    from vllm.v1.core.kv_cache_utils import get_max_concurrency_for_kv_cache_config
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec, SlidingWindowSpec
+
+    out: dict[str, Any] = {}
+    for name in ("gpt-oss-120b", "qwen3-next-80b-a3b"):
+        rows = []
+        for ctx in CAPACITY_CONTEXTS:
+            vc = _vllm_config(16, 8192, 256, ctx, True, async_scheduling=True)
+            vc.scheduler_config.disable_hybrid_kv_cache_manager = False  # a GPU platform's default
+            vc.cache_config.kv_cache_layout = "LBHNC"
+            specs: dict[str, Any] = {}
+            if name == "gpt-oss-120b":
+                # openai/gpt-oss-120b config.json: 36 layers, even ones a 128-token window, 8 KV heads of 64.
+                for i in range(36):
+                    common = dict(block_size=16, num_kv_heads=8, head_size=64, dtype=torch.bfloat16)
+                    specs[f"layers.{i}"] = (
+                        SlidingWindowSpec(**common, sliding_window=128) if i % 2 == 0 else FullAttentionSpec(**common)
+                    )
+            else:
+                # Qwen/Qwen3-Next-80B-A3B-Instruct config.json: 48 layers, every fourth full attention (2 KV
+                # heads of 256), the others a gated delta net (16 key / 32 value heads of 128, conv kernel 4).
+                # vLLM raises the attention block to 544 tokens for its state (_align_hybrid_block_size:
+                # 16 × ceil(1,097,728 / (16 × 2,048))) and pads the state's page to the attention page.
+                vc.cache_config.mamba_cache_mode = "align"
+                attn = FullAttentionSpec(block_size=544, num_kv_heads=2, head_size=256, dtype=torch.bfloat16)
+                state = MambaSpec(
+                    block_size=544,
+                    shapes=((3, 8192), (32, 128, 128)),
+                    dtypes=(torch.bfloat16, torch.bfloat16),
+                    page_size_padded=attn.page_size_bytes,
+                    mamba_cache_mode="align",
+                    num_prefill_checkpoint_blocks=1,
+                )
+                for i in range(48):
+                    specs[f"layers.{i}"] = attn if (i + 1) % 4 == 0 else state
+            with set_current_vllm_config(vc):
+                groups = get_kv_cache_groups(vc, specs)
+                config = get_kv_cache_config_from_groups(vc, groups, CAPACITY_KV_BYTES)
+                concurrency = get_max_concurrency_for_kv_cache_config(vc, config)
+            rows.append({"context": ctx, "num_blocks": config.num_blocks, "max_concurrency": concurrency})
+        out[name] = rows
+    return out
+
+
 def _vllm_config(
     block_size: int, budget: int, max_num_seqs: int, max_model_len: int, caching: bool, async_scheduling: bool
 ) -> Any:
@@ -329,6 +384,9 @@ def main(argv: list[str]) -> int:
     out = Path(argv[1] if len(argv) > 1 else "tests/data/vllm_hybrid")
     out.mkdir(parents=True, exist_ok=True)
     only = set(argv[2:])
+    if not only or "capacity" in only:
+        (out / "capacity.json").write_text(json.dumps(record_capacity(), indent=1) + "\n")
+        print("capacity: recorded")
     if not only or "layouts" in only:
         (out / "layouts.json").write_text(json.dumps(record_layouts(), separators=(",", ":")) + "\n")
         print("layouts: recorded")

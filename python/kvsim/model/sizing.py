@@ -151,16 +151,27 @@ class PoolSizing:
         return None if self.kv_bytes_per_token is None else self.tokens * self.kv_bytes_per_token
 
     def line(self) -> str:
-        """`pool: 29,044 blocks × 16 tokens = 464,704 tokens = 56.7 GiB (h100-80gb × 0.90 − ...)`."""
-        head = f"pool: {self.num_blocks:,} blocks × {self.block_size} tokens = {self.tokens:,} tokens"
-        if self.pool_bytes is not None:
-            head += f" = {fmt_bytes(self.pool_bytes)}"
+        """`pool: 29,044 blocks × 16 tokens = 464,704 tokens = 56.7 GiB (h100-80gb × 0.90 − ...)`; for a
+        model of several KV-cache groups, `pool: 54,200 blocks = 57.2 GiB in 2 groups (sliding_window
+        128 ×18, full ×18; block 16, 1 block = 1.1 MiB) (h100-80gb × 0.92 − ...)`."""
+        layout = self.layout
         tp = f", tp {self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
-        per_token = (
-            f"{self.model} {fmt_bytes(self.kv_bytes_per_token)} per token"
-            if self.model and self.kv_bytes_per_token
-            else ""
-        )
+        if layout is not None and not layout.single_full:
+            head = f"pool: {self.num_blocks:,} blocks"
+            if self.pool_bytes is not None:
+                head += f" = {fmt_bytes(self.pool_bytes)}"
+            groups = layout.describe()
+            head += f" in {groups}"
+            per_token = f"{self.model} {fmt_bytes(self.kv_bytes_per_token or 0)} per token if every layer kept it"
+        else:
+            head = f"pool: {self.num_blocks:,} blocks × {self.block_size} tokens = {self.tokens:,} tokens"
+            if self.pool_bytes is not None:
+                head += f" = {fmt_bytes(self.pool_bytes)}"
+            per_token = (
+                f"{self.model} {fmt_bytes(self.kv_bytes_per_token)} per token"
+                if self.model and self.kv_bytes_per_token
+                else ""
+            )
         if self.source == "gpu":
             assert self.weight_bytes is not None
             assert self.activation_reserve_bytes is not None
