@@ -226,7 +226,9 @@ def record_capacity() -> dict[str, Any]:
                 for i in range(36):
                     common = dict(block_size=16, num_kv_heads=8, head_size=64, dtype=torch.bfloat16)
                     specs[f"layers.{i}"] = (
-                        SlidingWindowSpec(**common, sliding_window=128) if i % 2 == 0 else FullAttentionSpec(**common)
+                        SlidingWindowSpec(**common, sliding_window=128)
+                        if i % 2 == 0
+                        else FullAttentionSpec(**common)
                     )
             else:
                 # Qwen/Qwen3-Next-80B-A3B-Instruct config.json: 48 layers, every fourth full attention (2 KV

@@ -30,10 +30,24 @@ def draw_hybrid_capacity(ax: Axes, frame: pl.DataFrame) -> None:
         x = f["context"].to_list()
         color = COLORS.get(model, "#495057")
         ax.plot(x, f["max_concurrency"].to_list(), color=color, lw=2, label=f"{model}, hybrid (kvsim)")
-        ax.plot(x, f["max_concurrency_all_full"].to_list(), color=color, ls=":", lw=1.5,
-                label=f"{model}, every layer full attention")
-        ax.plot(x, f["vllm_max_concurrency"].to_list(), color=color, ls="none", marker="o", mfc="none",
-                ms=8, label=f"{model}, vLLM 0.33.0's figure")
+        ax.plot(
+            x,
+            f["max_concurrency_all_full"].to_list(),
+            color=color,
+            ls=":",
+            lw=1.5,
+            label=f"{model}, every layer full attention",
+        )
+        ax.plot(
+            x,
+            f["vllm_max_concurrency"].to_list(),
+            color=color,
+            ls="none",
+            marker="o",
+            mfc="none",
+            ms=8,
+            label=f"{model}, vLLM 0.33.0's figure",
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ctxs = sorted(set(frame["context"].to_list()))
@@ -44,8 +58,10 @@ def draw_hybrid_capacity(ax: Axes, frame: pl.DataFrame) -> None:
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
-    ax.set_title("Concurrency by context length: hybrid layers vs full-attention accounting\n"
-                 + hybrid_finding(frame), fontsize="medium")
+    ax.set_title(
+        "Concurrency by context length: hybrid layers vs full-attention accounting\n" + hybrid_finding(frame),
+        fontsize="medium",
+    )
 
 
 def plot_hybrid_capacity(frame: pl.DataFrame, path: Path) -> Path:

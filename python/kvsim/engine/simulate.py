@@ -158,7 +158,7 @@ def simulate(
     series = None
     if every:
         series = pl.DataFrame(raw.timeseries).with_columns(
-            time_s=pl.col("time_ps") / PS_PER_S, free_blocks=pl.col("free_tokens") // config.block_size
+            time_s=pl.col("time_ps") / PS_PER_S, free_blocks=pl.col("free_tokens") // config.engine_block_size
         )
         series = series.select(
             "step", "time_s", *[c for c in series.columns if c not in ("step", "time_s", "time_ps")]

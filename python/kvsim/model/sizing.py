@@ -162,7 +162,9 @@ class PoolSizing:
                 head += f" = {fmt_bytes(self.pool_bytes)}"
             groups = layout.describe()
             head += f" in {groups}"
-            per_token = f"{self.model} {fmt_bytes(self.kv_bytes_per_token or 0)} per token if every layer kept it"
+            per_token = (
+                f"{self.model} {fmt_bytes(self.kv_bytes_per_token or 0)} per token if every layer kept it"
+            )
         else:
             head = f"pool: {self.num_blocks:,} blocks × {self.block_size} tokens = {self.tokens:,} tokens"
             if self.pool_bytes is not None:

@@ -92,13 +92,13 @@ pub(crate) fn slice<'a, T: Element>(
 }
 
 /// Named columns as a dict of numpy arrays (each `Vec` moved into its array).
-pub(crate) fn arrays<T: Element>(
+pub(crate) fn arrays<T: Element, S: AsRef<str>>(
     py: Python<'_>,
-    columns: impl IntoIterator<Item = (&'static str, Vec<T>)>,
+    columns: impl IntoIterator<Item = (S, Vec<T>)>,
 ) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     for (name, values) in columns {
-        d.set_item(name, values.into_pyarray(py))?;
+        d.set_item(name.as_ref(), values.into_pyarray(py))?;
     }
     Ok(d)
 }

@@ -91,6 +91,7 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Timing, EventLog):
         self.c = dict.fromkeys(COUNTERS, 0)
         for g in range(len(groups)):  # hybrid: time-weighted and peak blocks each group's tables hold
             self.c[f"w_group_blocks_{g}"] = self.c[f"peak_group_blocks_{g}"] = 0
+            self.ts[f"blocks_group_{g}"] = []
         # Rows pushed so far (`push`, `feed`; `run` feeds `inp` whole): sequences, arrivals, fork parents
         # (as rows of this engine) and their output columns; `nxt` is the next row to join, `emitted` the
         # rows `take_done` gave. The columns grow by doubling (their first `len(self.seqs)` entries are

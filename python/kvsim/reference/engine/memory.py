@@ -39,6 +39,8 @@ class Memory(State):
             for g, n in enumerate(per_group):
                 c[f"w_group_blocks_{g}"] += dt * n
                 c[f"peak_group_blocks_{g}"] = max(c[f"peak_group_blocks_{g}"], n)
+                if self.ts_every and c["num_steps"] % self.ts_every == 0:
+                    self.ts[f"blocks_group_{g}"].append(n)
         elif self.paged:
             logical = sum(-(-s.num_computed // bs) for s in self.running)
             held = self.cfg.capacity_blocks - self.kv.num_free_blocks

@@ -202,8 +202,8 @@ impl Engine<'_> {
     }
 
     /// Adds a step of `dt` ps of each group's blocks in the running tables to `out.group_blocks`
-    /// (time-weighted sum, peak).
-    pub(super) fn record_group_blocks(&mut self, dt: u64) {
+    /// (time-weighted sum, peak), and to the time series when `recording`.
+    pub(super) fn record_group_blocks(&mut self, dt: u64, recording: bool) {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
         let n = groups.len();
         if self.out.counters.group_blocks.len() < n {
@@ -223,6 +223,9 @@ impl Engine<'_> {
             let e = &mut self.out.counters.group_blocks[g];
             e[0] += (u128::from(dt) * u128::from(held)) as i128;
             e[1] = e[1].max(i128::from(held));
+            if recording {
+                self.out.group_timeseries.push(held as i64);
+            }
         }
     }
 

@@ -170,7 +170,8 @@ impl Engine<'_> {
         }
         // One 64x64->128 multiply each (the products fit: both factors are below 2^64).
         if self.cfg.groups.is_some() {
-            self.record_group_blocks(dt);
+            let recording = self.ts_every > 0 && self.step % self.ts_every == 0;
+            self.record_group_blocks(dt, recording);
         }
         let w = |x: u64| (u128::from(dt) * u128::from(x)) as i128;
         let c = &mut self.out.counters;

@@ -105,6 +105,9 @@ pub struct EngineOutput {
     pub counters: Counters,
     /// One row per recorded step, columns as `TIMESERIES`.
     pub timeseries: Vec<[i64; 10]>,
+    /// A hybrid model: each recorded step's blocks per KV-cache group in the running tables, one row of
+    /// `groups` values per `timeseries` row (columns `blocks_group_<g>`).
+    pub group_timeseries: Vec<i64>,
     /// With `record_events`: `[steps done, time ps, kind, row, block or -1, count or -1]` per event
     /// (`engine::event`).
     pub events: Vec<[i64; 6]>,
@@ -310,12 +313,32 @@ impl EngineOutput {
     }
 
     /// The time series as named columns.
-    pub fn timeseries_columns(&self) -> Vec<(&'static str, Vec<i64>)> {
-        TIMESERIES
+    pub fn timeseries_columns(&self) -> Vec<(String, Vec<i64>)> {
+        let mut cols: Vec<(String, Vec<i64>)> = TIMESERIES
             .iter()
             .enumerate()
-            .map(|(i, &name)| (name, self.timeseries.iter().map(|row| row[i]).collect()))
-            .collect()
+            .map(|(i, &name)| {
+                (
+                    name.to_string(),
+                    self.timeseries.iter().map(|row| row[i]).collect(),
+                )
+            })
+            .collect();
+        let groups = self.counters.group_blocks.len();
+        if groups > 0 {
+            for g in 0..groups {
+                cols.push((
+                    format!("blocks_group_{g}"),
+                    self.group_timeseries
+                        .iter()
+                        .skip(g)
+                        .step_by(groups)
+                        .copied()
+                        .collect(),
+                ));
+            }
+        }
+        cols
     }
 
     /// The event log as named columns.
