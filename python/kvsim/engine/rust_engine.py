@@ -13,6 +13,7 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import SimConfig
 from kvsim.model.segments import OUTPUT_BIT
 from kvsim.reference.engine import EngineOutput
+from kvsim.reference.kv_groups import KINDS
 
 _NO_FORKS = np.zeros(0, dtype=np.int64)
 
@@ -20,9 +21,20 @@ _NO_FORKS = np.zeros(0, dtype=np.int64)
 def config_kwargs(config: SimConfig) -> dict[str, Any]:
     """The engine's configuration as `_core.run_engine` / `_core.Stream` keyword arguments."""
     assert config.num_blocks is not None, "SimConfig sizes the pool"
+    groups = config.kv_groups
+    hybrid: dict[str, Any] = {}
+    if groups:
+        hybrid = dict(
+            kv_groups=[
+                (KINDS.index(g.kind), g.window, g.block_size, -1 if g.cap is None else g.cap) for g in groups
+            ],
+            scheduler_block_size=config.pool.layout.scheduler_block_size,
+            retention_interval=config.prefix_cache_retention_interval,
+        )
     return dict(
+        **hybrid,
         num_blocks=config.num_blocks,
-        block_size=config.block_size,
+        block_size=config.engine_block_size,
         policy=config.policy,
         enable_prefix_caching=config.enable_prefix_caching,
         free_order=config.free_order,

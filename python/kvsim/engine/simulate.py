@@ -383,6 +383,9 @@ def summary_from(stats: RowStats, c: dict[str, Any], config: SimConfig) -> dict[
     s["preemptions"] = c["num_preemptions"]
     s["recomputed_tokens"] = c["recomputed_tokens"]
     s["swapped_blocks"] = c.get("num_swapped_blocks", 0)
+    for g in range(len(config.kv_groups)):  # a hybrid model: each KV-cache group's blocks
+        s[f"mean_group_blocks_{g}"] = c[f"w_group_blocks_{g}"] / busy if busy else 0.0
+        s[f"peak_group_blocks_{g}"] = c[f"peak_group_blocks_{g}"]
     return s
 
 

@@ -121,6 +121,8 @@ class SimConfig:
     placement: str = default("placement")
     enable_prefix_caching: bool = default("enable_prefix_caching")
     free_order: str = default("free_order")
+    hybrid_kv_cache_manager: str = default("hybrid_kv_cache_manager")
+    prefix_cache_retention_interval: int | None = default("prefix_cache_retention_interval")
     preemption: str = default("preemption")
     cpu_blocks: int = default("cpu_blocks")
     swap_space_bytes: int | None = default("swap_space_bytes")
@@ -281,6 +283,8 @@ class SimConfig:
             tensor_parallel_size=self.tensor_parallel_size,
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs,
+            enable_prefix_caching=self.enable_prefix_caching,
+            hybrid_kv_cache_manager=self.hybrid_kv_cache_manager,
             max_model_len=self.max_model_len,
             quantization=self.quantization,
             enforce_eager=self.enforce_eager,
@@ -288,6 +292,67 @@ class SimConfig:
         )
         object.__setattr__(self, "_pool", pool)
         object.__setattr__(self, "num_blocks", pool.num_blocks)
+        self._check_hybrid()
+
+    def _check_hybrid(self) -> None:
+        """A model whose KV-cache groups are not one full-attention group runs vLLM v1's hybrid manager
+        (DESIGN.md §Hybrid attention): only v1's rules apply to it."""
+        layout = self.pool.layout
+        if layout is None or layout.single_full:
+            return
+        name = getattr(self.model, "name", self.model)
+        what = f"model {name} has {layout.describe()}: vLLM's hybrid KV-cache manager (v1) serves it, so"
+        for knob, value, v1 in (
+            ("policy", self.policy, "vllm"),
+            ("preemption", self.preemption, "recompute"),
+            ("sampling", self.sampling, "independent"),
+            ("append_check", self.append_check, "exact"),
+            ("watermark_rule", self.watermark_rule, "while-running"),
+        ):
+            if value != v1:
+                raise InvalidArgumentError(f"{what} {knob} {value!r} does not apply (only {v1!r})")
+        if layout.mamba_align:
+            raise InvalidArgumentError(
+                f"{what} its Mamba states with prefix caching (vLLM's mamba_cache_mode 'align', block-aligned "
+                "state checkpoints) are not modelled yet: run with enable_prefix_caching=False "
+                "(--no-enable-prefix-caching)"
+            )
+        retention = self.prefix_cache_retention_interval
+        if retention and retention % layout.scheduler_block_size:
+            raise InvalidArgumentError(
+                f"prefix_cache_retention_interval {retention} must be a multiple of the scheduler's block size "
+                f"{layout.scheduler_block_size} (vLLM's rule)"
+            )
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        """vLLM 0.33's bound on tokens scheduled but not yet settled: two batches of
+        `max_num_batched_tokens` (its asynchronous scheduling, on by default); it caps what a
+        sliding-window or chunked-local group counts at admission (DESIGN.md §Hybrid attention)."""
+        return 2 * self.max_num_batched_tokens
+
+    @property
+    def kv_groups(self) -> tuple[Any, ...]:
+        """The engine's KV-cache groups (`kvsim.reference.kv_groups.GroupSpec`), in vLLM's order; empty for
+        one full-attention group (the engines' classic path)."""
+        from kvsim.reference.kv_groups import GroupSpec
+
+        layout = self.pool.layout
+        if layout is None or layout.single_full:
+            return ()
+        mml = self.max_model_len or resolve_model_len(self.model)
+        out = []
+        for g in layout.groups:
+            cap = g.admission_cap(mml, self.max_in_flight_tokens)
+            bs = g.block_size if g.kind != "mamba" or layout.mamba_align else mml
+            out.append(GroupSpec(g.kind, g.window, bs, cap))
+        return tuple(out)
+
+    @property
+    def engine_block_size(self) -> int:
+        """The block size the engines use: the attention block size after a Mamba state raised it."""
+        layout = self.pool.layout
+        return layout.block_size if layout is not None else self.block_size
 
     def _swap_blocks(self, swap_bytes: int) -> int:
         from kvsim.model.sizing import kv_bytes_per_token
@@ -373,7 +438,7 @@ class SimConfig:
 
     @property
     def capacity_tokens(self) -> int:
-        return self.capacity_blocks * self.block_size
+        return self.capacity_blocks * self.engine_block_size
 
     @property
     def is_contiguous(self) -> bool:
@@ -509,6 +574,13 @@ class SimConfig:
                 "0.24.0; 'vllm-latest' and 'vllm-v0' take one)"
             )
         return config
+
+
+def resolve_model_len(model: Any) -> int:
+    """A model's context length (`max_position_embeddings`), what vLLM's `max_model_len` defaults to."""
+    from kvsim.model.models import resolve
+
+    return int(resolve(model).max_model_len)
 
 
 def _keyword_check(init: Any) -> Any:

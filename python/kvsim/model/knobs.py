@@ -30,6 +30,7 @@ ADMISSION_GATES = ("none", "full-prompt")
 WAITING_OVER_BUDGET = ("stop", "skip")
 WATERMARK_RULES = ("while-running", "always")
 APPEND_CHECKS = ("exact", "one-free-block")
+HYBRID_MANAGER = ("auto", "on", "off")
 ROUTERS = ("round-robin", "random", "least-loaded", "least-kv", "prefix-affinity", "weighted")
 # The weighted router's scorers, in the order their terms are summed (DESIGN.md §Cluster), and its default.
 ROUTER_SCORERS = ("prefix", "queue", "kv")
@@ -132,6 +133,27 @@ KNOBS: dict[str, Knob] = {
     "placement": Knob("first-fit", "choice", "contiguous policies: placement of regions", choices=PLACEMENTS),
     "enable_prefix_caching": Knob(
         True, "bool", "share full blocks between requests through the hash-chained prefix cache"
+    ),
+    "hybrid_kv_cache_manager": Knob(
+        "auto",
+        "choice",
+        "vLLM's hybrid KV-cache manager for models with sliding-window, chunked-local or state layers: auto "
+        "(vLLM's default: on, off for chunked local attention), on (vLLM's "
+        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1), off (--disable-hybrid-kv-cache-manager: "
+        "every attention layer keeps every token)",
+        choices=HYBRID_MANAGER,
+    ),
+    "prefix_cache_retention_interval": Knob(
+        0,
+        "int",
+        "sliding-window groups key only the blocks a later request can hit: the prompt's end and shared "
+        "prefixes (0, vLLM's default), also one per this many tokens (a multiple of the scheduler's block "
+        "size), or every block (unset, None)",
+        lo=0,
+        hi=MAX_TOKENS,
+        optional=True,
+        unit="tokens",
+        metavar="TOKENS",
     ),
     "free_order": Knob(
         "lifo_unhashed",

@@ -382,7 +382,9 @@ def kv_layout(
     for (kind, window, bs, page), members in buckets.items():
         n = -(-len(members) // group_size)
         for k in range(n):
-            groups.append(KVGroup(kind, window, bs, group_size, tuple(members[k::n]), page, group_size * page))
+            groups.append(
+                KVGroup(kind, window, bs, group_size, tuple(members[k::n]), page, group_size * page)
+            )
     groups = [_with_checkpoints(g, layers) for g in groups]
     sched = math.lcm(*(g.block_size for g in groups))
     return KVLayout(

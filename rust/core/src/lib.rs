@@ -13,6 +13,7 @@ pub mod error;
 pub mod floor;
 pub mod free_queue;
 pub mod hash;
+pub mod kv_groups;
 pub mod manager;
 
 pub use block_pool::{BlockPool, FreeOrder};

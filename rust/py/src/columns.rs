@@ -125,5 +125,9 @@ pub(crate) fn counters_dict<'py>(
     for (name, value) in counters.pairs() {
         ctrs.set_item(name, value)?;
     }
+    for (g, [w, peak]) in counters.group_blocks.iter().enumerate() {
+        ctrs.set_item(format!("w_group_blocks_{g}"), w)?;
+        ctrs.set_item(format!("peak_group_blocks_{g}"), peak)?;
+    }
     Ok(ctrs)
 }

@@ -6,13 +6,16 @@ use crate::args::{Origin, block_size_arg, bool_arg, int_arg_named, num_blocks_ar
 use crate::errors::{InternalError, IntoPyResult, invalid};
 use kvsim_core::FreeOrder;
 use kvsim_core::engine::{EngineConfig, Policy, Preemption, TimeModel};
+use kvsim_core::kv_groups::{GroupKind, GroupSpec, Groups};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::cell::Cell;
 
 /// The engine's keyword arguments, in the order their values are checked; `skip_over_budget`,
-/// `watermark_while_running` and `one_free_block` default to false, `max_model_len` may be None, every other one is required.
-pub(crate) const KNOBS: [&str; 23] = [
+/// `watermark_while_running` and `one_free_block` default to false, `max_model_len` may be None,
+/// `kv_groups` (a hybrid model's groups), `scheduler_block_size` and `retention_interval` are optional;
+/// every other one is required.
+pub(crate) const KNOBS: [&str; 26] = [
     "num_blocks",
     "block_size",
     "policy",
@@ -36,6 +39,9 @@ pub(crate) const KNOBS: [&str; 23] = [
     "cpu_blocks",
     "swap_ps_per_block",
     "buddy",
+    "kv_groups",
+    "scheduler_block_size",
+    "retention_interval",
 ];
 
 /// Reads the knobs of one dict, each by its name in `KNOBS` (else an internal error: the table and the
@@ -94,6 +100,52 @@ impl<'py> Knobs<'_, 'py> {
     }
 }
 
+/// A hybrid model's groups (`kv_groups`: (kind, window, block_size, cap or -1) tuples, with
+/// `scheduler_block_size` and `retention_interval`), checked into the core's types; None without groups.
+#[allow(clippy::type_complexity)]
+fn kv_groups(k: &Knobs<'_, '_>) -> PyResult<Option<(Vec<GroupSpec>, u64, Option<u64>)>> {
+    let groups = k.get("kv_groups")?.filter(|v| !v.is_none());
+    let sched = k.get("scheduler_block_size")?.filter(|v| !v.is_none());
+    let retention = k.get("retention_interval")?.filter(|v| !v.is_none());
+    let Some(v) = groups else {
+        return Ok(None);
+    };
+    let name = |key: &str| k.origin.name(key);
+    let tuples: Vec<(i64, i64, i64, i64)> = v.extract().map_err(|_| {
+        invalid(format!(
+            "{} {} must be a list of (kind, window, block_size, cap) integer tuples",
+            name("kv_groups"),
+            repr(&v)
+        ))
+    })?;
+    let Some(sched) = sched else {
+        return Err(k.origin.missing("scheduler_block_size"));
+    };
+    let sched = u64_arg(
+        int_arg_named(&sched, || name("scheduler_block_size"))?.value,
+        "scheduler_block_size",
+    )?;
+    let retention = match retention {
+        Some(r) => Some(u64_arg(
+            int_arg_named(&r, || name("retention_interval"))?.value,
+            "retention_interval",
+        )?),
+        None => None,
+    };
+    let specs = tuples
+        .into_iter()
+        .map(|(kind, window, bs, cap)| {
+            Ok(GroupSpec {
+                kind: GroupKind::from_code(kind).py()?,
+                window: u64_arg(i128::from(window), "kv_groups window")?,
+                block_size: u64_arg(i128::from(bs), "kv_groups block_size")?,
+                cap: u64::try_from(cap).ok(),
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(Some((specs, sched, retention)))
+}
+
 /// The engine's configuration from the knobs in `d` (`KNOBS`; keys in `also` are the caller's own and
 /// skipped). An unknown or missing key, or a value of the wrong type, is an `InvalidArgumentError`
 /// naming the key (and `configs[r]` for a replica), checked before any range; then the ranges, in
@@ -132,6 +184,7 @@ pub(crate) fn engine_config(
     let cpu_blocks = k.int("cpu_blocks")?;
     let swap_ps_per_block = k.int("swap_ps_per_block")?;
     let buddy = k.flag("buddy", None)?;
+    let groups = kv_groups(&k)?;
     if k.read.get() != KNOBS.len() {
         return Err(InternalError::new_err(
             "engine_config reads a different set of knobs than KNOBS lists",
@@ -175,6 +228,9 @@ pub(crate) fn engine_config(
             cpu_blocks: u64_arg(cpu_blocks, "cpu_blocks")?,
             swap_ps_per_block: u64_arg(swap_ps_per_block, "swap_ps_per_block")?,
             buddy,
+            groups: groups
+                .map(|(specs, sched, retention)| Groups::new(specs, sched, retention).py())
+                .transpose()?,
         })
     };
     checked().map_err(|e| origin.wrap(d.py(), e))

@@ -30,6 +30,8 @@ class Admission(State):
 
     def peak_blocks(self, s: Seq) -> int:
         """Blocks held at the sequence's largest: its last token's K/V is never computed."""
+        if self.hybrid:
+            return self.hybrid_peak_blocks(s)
         if self.cfg.policy == "reserve":
             return -(-(s.prompt_len + s.max_gen) // self.bs)
         return -(-(s.prompt_len + s.target - 1) // self.bs)
@@ -78,6 +80,8 @@ class Admission(State):
             s.num_computed = num_new
             self.log("admit", s, *region)
             return num_new
+        if self.hybrid:
+            return self.hybrid_try_admit(s, budget)
         segs = s.segments()
         hits, _ = self.kv._hits(segs, total)
         hit = len(hits) * bs
@@ -110,6 +114,11 @@ class Admission(State):
             s.reserved_blocks = need - first
             self.outstanding += s.reserved_blocks
         s.num_computed = hit + num_new
+        self.note_admission(s, hit, total)
+        return num_new
+
+    def note_admission(self, s: Seq, hit: int, total: int) -> None:
+        """Counters and row columns of a paged admission that took `hit` cached tokens of `total`."""
         self.c["prefix_hit_tokens"] += hit
         self.c["prompt_tokens_admitted"] += total
         if not s.admitted_before:  # hits on a first admission: sharing between requests, not resumes
@@ -120,7 +129,6 @@ class Admission(State):
         recomputed = max(0, s.computed_at_preemption - hit)
         self.cols["recomputed_tokens"][s.idx] += recomputed
         self.c["recomputed_tokens"] += recomputed
-        return num_new
 
     def waiting_phase(self, scheduled: list[tuple[Seq, int]], budget: int) -> None:
         """Step part 3b, once nothing is swapped out: the waiting queue's head is admitted while it fits

@@ -18,6 +18,7 @@ from kvsim.model.config import SimConfig
 from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.engine.admission import Admission
 from kvsim.reference.engine.events import EVENT_COLUMNS, EventLog
+from kvsim.reference.engine.hybrid import Hybrid
 from kvsim.reference.engine.memory import Memory
 from kvsim.reference.engine.output import (
     COLUMN_DTYPE,
@@ -34,9 +35,10 @@ from kvsim.reference.engine.running import Running
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.timing import Timing
 from kvsim.reference.kv_cache_manager import KVCacheManager
+from kvsim.reference.kv_groups import HybridKVCacheManager
 
 
-class Engine(Admission, Running, Preemption, Memory, Timing, EventLog):
+class Engine(Admission, Running, Preemption, Memory, Hybrid, Timing, EventLog):
     """One replica's state and its loop; each base class holds one concern's rules (as Rust's `impl
     Engine` blocks, one per file)."""
 
@@ -50,9 +52,24 @@ class Engine(Admission, Running, Preemption, Memory, Timing, EventLog):
         self.itl_steps: list[list[int]] = []
         self.itl_runs: list[tuple[int, int, int, int]] = []
         self.token_times: dict[int, list[int]] | None = None
-        self.bs = config.block_size
+        self.bs = config.engine_block_size
         self.paged = not config.is_contiguous
-        if self.paged:
+        groups = config.kv_groups
+        self.hybrid = bool(groups)
+        if self.hybrid:
+            assert config.num_blocks is not None, "SimConfig sizes the pool"
+            layout = config.pool.layout
+            self.hkv = HybridKVCacheManager(
+                config.num_blocks,
+                groups,
+                layout.scheduler_block_size,
+                config.enable_prefix_caching,
+                config.free_order,
+                config.prefix_cache_retention_interval,
+            )
+            if record_events:
+                self.hkv.pool.evicted = []
+        elif self.paged:
             assert config.num_blocks is not None, "SimConfig sizes the pool"
             self.kv = KVCacheManager(
                 config.num_blocks, self.bs, config.enable_prefix_caching, config.free_order
@@ -72,6 +89,8 @@ class Engine(Admission, Running, Preemption, Memory, Timing, EventLog):
         self.swap_blocks_step = 0
         self.running: list[Seq] = []
         self.c = dict.fromkeys(COUNTERS, 0)
+        for g in range(len(groups)):  # hybrid: time-weighted and peak blocks each group's tables hold
+            self.c[f"w_group_blocks_{g}"] = self.c[f"peak_group_blocks_{g}"] = 0
         # Rows pushed so far (`push`, `feed`; `run` feeds `inp` whole): sequences, arrivals, fork parents
         # (as rows of this engine) and their output columns; `nxt` is the next row to join, `emitted` the
         # rows `take_done` gave. The columns grow by doubling (their first `len(self.seqs)` entries are

@@ -25,6 +25,7 @@ EVENT_KINDS = (
     "reject",
     "fork",
     "schedule",
+    "window",
 )
 EVENT = {kind: code for code, kind in enumerate(EVENT_KINDS)}
 EVENT_COLUMNS = ("step", "time_ps", "kind", "seq", "block", "count")

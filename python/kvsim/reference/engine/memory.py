@@ -13,7 +13,9 @@ class Memory(State):
     """Paged (blocks of the KV-cache manager) or contiguous (regions of a first-fit or buddy space)."""
 
     def release(self, s: Seq) -> None:
-        if self.paged:
+        if self.hybrid:
+            self.hybrid_release(s)
+        elif self.paged:
             if self.events is not None:
                 for b in reversed(self.kv.block_table(s.idx)):
                     self.log("free", s, b)
@@ -29,7 +31,15 @@ class Memory(State):
         """Time-weighted memory state during the step (after allocation, before finishing)."""
         c, bs = self.c, self.bs
         stored = internal = reserved = external = held = logical = 0
-        if self.paged:
+        if self.hybrid:
+            held = self.cfg.capacity_blocks - self.hkv.num_free_blocks
+            internal, logical, per_group = self.hybrid_state()
+            allocated = held * bs
+            stored = allocated - internal
+            for g, n in enumerate(per_group):
+                c[f"w_group_blocks_{g}"] += dt * n
+                c[f"peak_group_blocks_{g}"] = max(c[f"peak_group_blocks_{g}"], n)
+        elif self.paged:
             logical = sum(-(-s.num_computed // bs) for s in self.running)
             held = self.cfg.capacity_blocks - self.kv.num_free_blocks
             # A partial block shared by forked samples (until their first write) counts once.
@@ -77,7 +87,10 @@ class Memory(State):
 
     def finish_counters(self) -> None:
         """The counters summed at the end of a run."""
-        if self.paged:
+        if self.hybrid:
+            self.c["num_evictions"] = self.hkv.num_evictions
+            self.c["num_block_allocations"] = self.hkv.pool.num_allocated
+        elif self.paged:
             self.c["num_evictions"] = self.kv.num_evictions
             self.c["num_cow_copies"] = self.kv.num_cow_copies
             self.c["num_block_allocations"] = self.kv.pool.num_allocated

@@ -85,6 +85,8 @@ class Running(State):
         if not self.paged:
             s.num_computed += num_new
             return True
+        if self.hybrid:
+            return self.hybrid_try_grow(s, num_new)
         one_free = self.cfg.append_check == "one-free-block"
         if check and one_free and s.decoding and self.kv.num_free_blocks < 1:
             return False  # vLLM v0: every decoding sequence scheduled wants a free block, needed or not

@@ -8,13 +8,13 @@ use super::{
 use crate::block_table::{BlockTable, blocks_for};
 
 /// `try_admit`: this sequence can never start.
-const NEVER: u64 = u64::MAX;
+pub(super) const NEVER: u64 = u64::MAX;
 /// `try_admit`: chunked prefill off, more tokens than the budget left, and `skip_over_budget`.
 const SKIP: u64 = u64::MAX - 1;
 
 /// What `try_admit` answers for a whole prompt (chunked prefill off) over the budget left: 0 (wait: the
 /// waiting phase ends, vLLM ≥ 0.12) or `SKIP` (try the next one, vLLM 0.9.2 to 0.11.2).
-fn over_budget(cfg: &EngineConfig) -> u64 {
+pub(super) fn over_budget(cfg: &EngineConfig) -> u64 {
     if cfg.skip_over_budget { SKIP } else { 0 }
 }
 
@@ -61,6 +61,7 @@ impl Engine<'_> {
                 self.log_count(event::ADMIT, row, region.0 as i64, region.1 as i64);
                 num_new
             }
+            Memory::Paged(_) if cfg.groups.is_some() => self.hybrid_try_admit(k, budget),
             Memory::Paged(pool) => {
                 self.hits.clear();
                 let s = &mut self.slab[k];
@@ -128,12 +129,25 @@ impl Engine<'_> {
                 }
                 s.num_computed = hit + num_new;
                 self.note_admission(k, hit, total);
+                if self.log.is_some() {
+                    self.log_admission(self.slab[k].row);
+                }
                 num_new
             }
         }
     }
 
-    /// Counters, row columns and events of a paged admission that took `hit` cached tokens of `total`.
+    /// A paged admission's events: `admit`, a `prefix-hit` per block in `hits`, an `allocate` per new block.
+    fn log_admission(&mut self, row: usize) {
+        self.log(event::ADMIT, row, -1);
+        for i in 0..self.hits.len() {
+            let b = i64::from(self.hits[i].0);
+            self.log(event::PREFIX_HIT, row, b);
+        }
+        self.log_allocations(row, event::ALLOCATE);
+    }
+
+    /// Counters and row columns of a paged admission that took `hit` cached tokens of `total`.
     pub(super) fn note_admission(&mut self, k: usize, hit: u64, total: u64) {
         let s = &mut self.slab[k];
         let recomputed = s.computed_at_preemption.saturating_sub(hit);
@@ -149,15 +163,6 @@ impl Engine<'_> {
         c.recomputed_tokens += i128::from(recomputed);
         self.out.cached_tokens[s.row - self.out_base] += hit as i64;
         self.out.recomputed_tokens[s.row - self.out_base] += recomputed as i64;
-        if self.log.is_some() {
-            let row = s.row;
-            self.log(event::ADMIT, row, -1);
-            for i in 0..self.hits.len() {
-                let b = i64::from(self.hits[i].0);
-                self.log(event::PREFIX_HIT, row, b);
-            }
-            self.log_allocations(row, event::ALLOCATE);
-        }
     }
 
     /// The swap-in phase: swapped sequences and groups return FCFS before any new admission; returns

@@ -1,5 +1,6 @@
 //! The engine's configuration: plain enums and integers (the Python `SimConfig` validates and converts).
 
+use crate::kv_groups::Groups;
 use crate::{FreeOrder, Result, invalid_arg};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +109,9 @@ pub struct EngineConfig {
     pub cpu_blocks: u64,
     /// PCIe time per block swapped out or in, added to the step (both time models).
     pub swap_ps_per_block: u64,
+    /// Several KV-cache groups (or one that is not full attention): vLLM's hybrid manager serves the
+    /// pool (DESIGN.md §Hybrid attention). None: one full-attention group, the classic path.
+    pub groups: Option<Groups>,
 }
 
 impl EngineConfig {
@@ -138,6 +142,7 @@ impl EngineConfig {
             preemption: Preemption::Recompute,
             cpu_blocks: 0,
             swap_ps_per_block: 0,
+            groups: None,
         }
     }
 
@@ -168,6 +173,16 @@ impl EngineConfig {
                 "preemption {:?} applies to policy 'vllm'",
                 format!("{:?}", self.preemption).to_lowercase()
             );
+        }
+        if self.groups.is_some() {
+            if self.policy != Policy::Vllm {
+                invalid_arg!("KV-cache groups (a hybrid model) apply to policy 'vllm' only");
+            }
+            if self.preemption != Preemption::Recompute || self.one_free_block {
+                invalid_arg!(
+                    "KV-cache groups (a hybrid model) take vLLM v1's rules: preemption 'recompute', append_check 'exact'"
+                );
+            }
         }
         if let TimeModel::Ticks { iteration_ps: 0 } = self.time {
             invalid_arg!("iteration_time_ps 0 must be at least 1");

@@ -19,6 +19,8 @@ pub mod event {
     pub const FORK: i64 = 11;
     /// The tokens a sequence computes in a step that is not plain (see `Engine::log_schedule`).
     pub const SCHEDULE: i64 = 12;
+    /// A block that left a sliding window or a local chunk (freed, the null block in its place).
+    pub const WINDOW: i64 = 13;
 }
 
 /// Reject reasons, shared with `kvsim.reference.engine.REJECT_REASONS`.
@@ -38,6 +40,7 @@ impl Engine<'_> {
     pub fn with_events(mut self, record: bool) -> Self {
         if record {
             self.log = Some(Vec::new());
+            // A hybrid pool logs `count` = the block's group on its block events.
             if let Memory::Paged(pool) = &mut self.mem {
                 pool.record_evictions();
             }

@@ -238,6 +238,7 @@ impl Engine<'_> {
     /// After a full step: enter lockstep if every running sequence decodes and the budget covers them.
     pub(super) fn maybe_enter_lockstep(&mut self) {
         if self.running.is_empty()
+            || self.cfg.groups.is_some()
             || self.running.len() as u64 > self.cfg.max_num_batched_tokens
             || self.one_free_block_binds()
         {

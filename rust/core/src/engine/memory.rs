@@ -73,6 +73,10 @@ pub(super) struct Aggregates {
 
 impl Engine<'_> {
     pub(super) fn release(&mut self, k: usize) {
+        if self.cfg.groups.is_some() {
+            self.hybrid_release(k);
+            return;
+        }
         if self.log.is_some() {
             let row = self.slab[k].row;
             for i in (0..self.slab[k].table.blocks().len()).rev() {
@@ -99,6 +103,9 @@ impl Engine<'_> {
         let bs = self.cfg.block_size;
         let mut m = MemoryState::default();
         match &self.mem {
+            Memory::Paged(pool) if self.cfg.groups.is_some() => {
+                return self.hybrid_memory_state(pool);
+            }
             Memory::Paged(pool) => {
                 m.held = self.cfg.capacity_blocks() - u64::from(pool.num_free_blocks());
                 // A partial block shared by forked samples (until their first write) counts once.
@@ -162,6 +169,9 @@ impl Engine<'_> {
             ]);
         }
         // One 64x64->128 multiply each (the products fit: both factors are below 2^64).
+        if self.cfg.groups.is_some() {
+            self.record_group_blocks(dt);
+        }
         let w = |x: u64| (u128::from(dt) * u128::from(x)) as i128;
         let c = &mut self.out.counters;
         c.w_batch += w(batch);

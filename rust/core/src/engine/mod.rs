@@ -13,6 +13,7 @@ mod admission;
 pub mod config;
 pub mod contiguous;
 mod events;
+mod hybrid;
 mod input;
 mod lockstep;
 mod memory;
@@ -84,6 +85,9 @@ pub struct Engine<'a> {
     skipped: Vec<usize>,
     hits: Vec<BlockId>,
     new_blocks: Vec<BlockId>,
+    /// A hybrid pool: the waiting head's lookup, and the (block, group) pairs an operation touched.
+    lookup: crate::kv_groups::Lookup,
+    group_new: Vec<(BlockId, usize)>,
     num_rejected: u64,
     /// Set (to the step) when a step would end past `MAX_TIME_PS`: `run` stops with an error.
     clock_overflow: Option<u64>,
@@ -181,7 +185,8 @@ impl<'a> Engine<'a> {
                 Space::FirstFit(FirstFit::new(cap))
             })
         };
-        let defer_keys = !inp.segment_id.iter().any(|&id| id >= OUTPUT_BIT);
+        // A hybrid pool keys its blocks as it allocates them (no phantom keys, no lockstep).
+        let defer_keys = cfg.groups.is_none() && !inp.segment_id.iter().any(|&id| id >= OUTPUT_BIT);
         let private_from = if defer_keys && cfg.enable_prefix_caching && cfg.policy.is_paged() {
             private_starts(&inp)
         } else {
@@ -189,7 +194,7 @@ impl<'a> Engine<'a> {
         };
         // Longer than a block (see `next_event`).
         let ring_len = ((cfg.block_size + 1).max(64) as usize).next_power_of_two();
-        Ok(Engine {
+        let mut engine = Engine {
             cfg,
             out: EngineOutput::new(inp.len()),
             inp,
@@ -208,6 +213,8 @@ impl<'a> Engine<'a> {
             skipped: Vec::new(),
             hits: Vec::new(),
             new_blocks: Vec::new(),
+            lookup: crate::kv_groups::Lookup::default(),
+            group_new: Vec::new(),
             num_rejected: 0,
             clock_overflow: None,
             step: 0,
@@ -233,7 +240,11 @@ impl<'a> Engine<'a> {
             final_input: true,
             horizon: i64::MAX,
             quiet: stepped::QuietMemo::new(),
-        })
+        };
+        if let Some(groups) = &cfg.groups {
+            engine.out.counters.group_blocks = vec![[0, 0]; groups.len()];
+        }
+        Ok(engine)
     }
 
     /// Whether the run was cancelled: a step's loops stop at the next unit (as if the budget ran out),

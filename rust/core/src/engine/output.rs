@@ -30,6 +30,10 @@ pub struct Counters {
     pub num_block_allocations: i128,
     pub first_hit_tokens: i128,
     pub first_prompt_tokens: i128,
+    /// A hybrid pool's groups (DESIGN.md §Hybrid attention): per group, the time-weighted sum (ps ×
+    /// blocks) and the peak of the blocks the running tables hold (the Python side's
+    /// `w_group_blocks_<g>`, `peak_group_blocks_<g>`). Empty for one full-attention group.
+    pub group_blocks: Vec<[i128; 2]>,
 }
 
 impl Counters {

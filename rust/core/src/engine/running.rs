@@ -15,6 +15,9 @@ impl Engine<'_> {
             s.num_computed += num_new;
             return true;
         };
+        if self.cfg.groups.is_some() {
+            return self.hybrid_try_grow(k, num_new);
+        }
         if check && self.cfg.one_free_block && s.decoding && pool.num_free_blocks() == 0 {
             return false; // vLLM v0: every decoding sequence scheduled wants a free block, needed or not
         }

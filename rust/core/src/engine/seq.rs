@@ -75,6 +75,8 @@ pub(super) struct Seq {
     pub(super) itl_gap: i64,
     pub(super) itl_last: u64,
     pub(super) itl_last_t: i64,
+    /// A hybrid pool (DESIGN.md §Hybrid attention): the sequence's per-group tables and keys.
+    pub(super) hybrid: Option<Box<super::hybrid::HybridSeq>>,
 }
 
 impl Seq {
@@ -208,7 +210,11 @@ impl Engine<'_> {
         if target < 1 {
             reject::NO_ROOM_TO_GENERATE
         } else if cfg.policy.is_paged()
-            && peak_blocks_of(cfg, prompt, target, max_gen) > cfg.capacity_blocks()
+            && if cfg.groups.is_some() {
+                self.hybrid_peak_blocks(prompt + target - 1)
+            } else {
+                peak_blocks_of(cfg, prompt, target, max_gen)
+            } > cfg.capacity_blocks()
         {
             reject::EXCEEDS_POOL
         } else if let Memory::Contiguous(space) = &self.mem
@@ -241,6 +247,10 @@ impl Engine<'_> {
         let mut segs = std::mem::take(&mut old.segs);
         let mut blocks = std::mem::take(&mut old.table.blocks);
         let mut keys = std::mem::take(&mut old.keys);
+        let mut hybrid = old.hybrid.take();
+        if let Some(h) = hybrid.as_mut() {
+            h.keys.clear();
+        }
         segs.clear();
         blocks.clear();
         keys.clear();
@@ -259,6 +269,7 @@ impl Engine<'_> {
                 ..BlockTable::default()
             },
             keys,
+            hybrid,
             ..Seq::default()
         };
         k

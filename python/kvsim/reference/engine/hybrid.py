@@ -1,0 +1,108 @@
+"""A model with several KV-cache groups (DESIGN.md §Hybrid attention; the twin of
+`rust/core/src/engine/hybrid.rs`): what a sequence needs at its largest, its admission (the lookup every
+group agrees on, the full-prompt check with the windows' caps, the first chunk's room), its growth (blocks
+leaving a window freed first), its release, and the memory a step weighs. The scheduler's rules (budget,
+seats, watermark, head-of-line, preemption) are the engine's own, unchanged."""
+
+from __future__ import annotations
+
+from kvsim.reference.engine.seq import Seq
+from kvsim.reference.engine.state import State
+from kvsim.reference.kv_groups import NULL, HybridKVCacheManager
+
+NEVER = -1
+SKIP = -2
+
+
+class Hybrid(State):
+    """The engine's memory operations when its pool serves several KV-cache groups (`self.hybrid`)."""
+
+    hkv: HybridKVCacheManager
+
+    def hybrid_peak_blocks(self, s: Seq) -> int:
+        """Blocks of all groups the sequence holds at most: full attention every token's, a window or
+        chunk at most its admission cap, a state its one block (what rejection at arrival compares)."""
+        last = s.prompt_len + s.target - 1
+        total = 0
+        for spec in self.hkv.groups:
+            n = -(-last // spec.block_size)
+            total += min(n, spec.cap) if spec.cap is not None else n
+        return total
+
+    def hybrid_try_admit(self, s: Seq, budget: int) -> int:
+        """`try_admit` for a hybrid pool: 0 if the head cannot start now, NEVER, SKIP, or its first
+        chunk's tokens (vLLM's `get_computed_blocks` + `allocate_slots(full_sequence_must_fit=...)`)."""
+        cfg, kv = self.cfg, self.hkv
+        total = s.num_tokens
+        segs = s.segments()
+        hit = kv.lookup(segs, total - 1)
+        num_new = total - hit.tokens
+        if cfg.chunked_prefill:
+            num_new = min(num_new, budget)
+        elif num_new > cfg.max_num_batched_tokens:
+            return NEVER
+        elif num_new > budget:
+            return self.over_budget()
+        watermark = self.admission_watermark()
+        free = kv.num_free_blocks
+        if cfg.admission_gate == "full-prompt" and (
+            kv.need(s.idx, total, hit, hit.tokens, capped=True) + watermark > free
+        ):
+            return 0
+        end = hit.tokens + num_new
+        if kv.need(s.idx, end, hit, hit.tokens) + watermark > free:
+            return 0
+        new = kv.admit(s.idx, segs, hit, end, end, s.prompt_len)
+        self.log("admit", s)
+        for g, blocks in enumerate(hit.hits):
+            skipped = kv.groups[g].skipped(hit.tokens) // kv.groups[g].block_size
+            for b in blocks[skipped:]:
+                if b != NULL:
+                    self.log("prefix-hit", s, b, g)
+        self.log_group_allocations(s, new)
+        s.num_computed = end
+        self.note_admission(s, hit.tokens, total)
+        return num_new
+
+    def hybrid_try_grow(self, s: Seq, num_new: int) -> bool:
+        """Room for `num_new` more tokens of running `s`: blocks that left a window are freed first
+        (whether or not the rest fits), then every group's new blocks must be free."""
+        kv = self.hkv
+        for b, g in kv.remove_skipped(s.idx, s.num_computed):
+            self.log("window", s, b, g)
+        end = s.num_computed + num_new
+        if kv.need(s.idx, end, None, s.num_computed) > kv.num_free_blocks:
+            return False
+        new = kv.grow(s.idx, s.segments(), end, end)
+        self.log_group_allocations(s, new)
+        s.num_computed = end
+        return True
+
+    def hybrid_release(self, s: Seq) -> None:
+        for b, g in self.hkv.free(s.idx):
+            self.log("free", s, b, g)
+
+    def log_group_allocations(self, s: Seq, new: list[tuple[int, int]]) -> None:
+        """One `allocate` per block popped (`count`: its group), an `evict` first if it lost a key."""
+        if self.events is None:
+            return
+        evicted = self.hkv.pool.evicted
+        assert evicted is not None
+        lost = set(evicted)
+        evicted.clear()
+        for b, g in new:
+            if b in lost:
+                self.log("evict", s, b, g)
+            self.log("allocate", s, b, g)
+
+    def hybrid_state(self) -> tuple[int, int, list[int]]:
+        """(slots left empty in partly filled blocks, blocks the running tables hold, those per group)."""
+        kv = self.hkv
+        internal = 0
+        per_group = [0] * len(kv.groups)
+        for s in self.running:
+            for g, (spec, table) in enumerate(zip(kv.groups, kv.tables(s.idx), strict=True)):
+                per_group[g] += sum(b != NULL for b in table)
+                if spec.kind != "mamba" and table:
+                    internal += -s.num_computed % spec.block_size
+        return internal, sum(per_group), per_group

@@ -1,0 +1,233 @@
+//! A model with several KV-cache groups (DESIGN.md §Hybrid attention; the twin of
+//! `python/kvsim/reference/engine/hybrid.py`): a sequence's admission (the lookup every group agrees on,
+//! the full-prompt check with the windows' caps, the first chunk's room), its growth (blocks leaving a
+//! window freed first), its release, and the memory a step weighs. The scheduler's rules (budget, seats,
+//! watermark, head-of-line, preemption) are the engine's own, unchanged; such a run takes full steps only.
+
+use super::admission::{NEVER, over_budget};
+use super::{Engine, Memory, MemoryState, event};
+use crate::kv_groups::{GroupKind, Groups, HybridTables, KeyCache};
+use crate::{BlockId, BlockPool};
+
+/// A sequence's state in a hybrid pool (boxed in `Seq::hybrid`, so a model of one group pays 8 bytes).
+#[derive(Debug, Default)]
+pub(super) struct HybridSeq {
+    pub(super) tables: HybridTables,
+    pub(super) keys: KeyCache,
+}
+
+impl Engine<'_> {
+    #[inline]
+    fn groups(&self) -> &Groups {
+        self.cfg.groups.as_ref().expect("a hybrid pool")
+    }
+
+    /// `try_admit` for a hybrid pool: 0 if the head cannot start now, `NEVER`, `SKIP`, or its first
+    /// chunk's tokens (vLLM's `get_computed_blocks` + `allocate_slots(full_sequence_must_fit=...)`).
+    pub(super) fn hybrid_try_admit(&mut self, k: usize, budget: u64) -> u64 {
+        let cfg = self.cfg;
+        let groups = cfg.groups.as_ref().expect("a hybrid pool");
+        let watermark = self.admission_watermark();
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let s = &mut self.slab[k];
+        let total = s.num_tokens();
+        s.sync_output();
+        let hs = s.hybrid.get_or_insert_with(Box::default);
+        groups.lookup(pool, &s.segs, &mut hs.keys, total - 1, &mut self.lookup);
+        let hit = self.lookup.tokens;
+        let mut num_new = total - hit;
+        if cfg.chunked_prefill {
+            num_new = num_new.min(budget);
+        } else if num_new > cfg.max_num_batched_tokens {
+            return NEVER;
+        } else if num_new > budget {
+            return over_budget(cfg);
+        }
+        let free = u64::from(pool.num_free_blocks());
+        if cfg.full_prompt_gate
+            && groups.need(pool, None, total, Some(&self.lookup), hit, true) + watermark > free
+        {
+            return 0;
+        }
+        let end = hit + num_new;
+        if groups.need(pool, None, end, Some(&self.lookup), hit, false) + watermark > free {
+            return 0;
+        }
+        self.group_new.clear();
+        let prompt = s.prompt_len;
+        groups.admit(
+            pool,
+            &mut hs.tables,
+            &mut hs.keys,
+            &s.segs,
+            &self.lookup,
+            end,
+            end,
+            prompt,
+            &mut self.group_new,
+        );
+        s.num_computed = end;
+        if self.log.is_some() {
+            let row = s.row;
+            self.log(event::ADMIT, row, -1);
+            for g in 0..groups.len() {
+                let skipped = groups.specs()[g].skipped(hit) / groups.specs()[g].block_size;
+                for i in skipped as usize..self.lookup.hits[g].len() {
+                    let b = self.lookup.hits[g][i];
+                    if b != BlockId::NULL {
+                        self.log_count(event::PREFIX_HIT, row, i64::from(b.0), g as i64);
+                    }
+                }
+            }
+            self.log_group_allocations(row);
+        }
+        self.note_admission(k, hit, total);
+        num_new
+    }
+
+    /// Room for `num_new` more tokens of running `k`: blocks that left a window are freed first (whether
+    /// or not the rest fits), then every group's new blocks must be free.
+    pub(super) fn hybrid_try_grow(&mut self, k: usize, num_new: u64) -> bool {
+        let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let s = &mut self.slab[k];
+        let hs = s.hybrid.as_mut().expect("a running sequence holds tables");
+        self.group_new.clear();
+        groups.remove_skipped(pool, &mut hs.tables, s.num_computed, &mut self.group_new);
+        let row = s.row;
+        if self.log.is_some() {
+            for i in 0..self.group_new.len() {
+                let (b, g) = self.group_new[i];
+                self.log_count(event::WINDOW, row, i64::from(b.0), g as i64);
+            }
+        }
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!()
+        };
+        let s = &mut self.slab[k];
+        let end = s.num_computed + num_new;
+        let tables = &s
+            .hybrid
+            .as_ref()
+            .expect("a running sequence holds tables")
+            .tables;
+        if groups.need(pool, Some(tables), end, None, s.num_computed, false)
+            > u64::from(pool.num_free_blocks())
+        {
+            return false;
+        }
+        s.sync_output();
+        let hs = s.hybrid.as_mut().expect("a running sequence holds tables");
+        self.group_new.clear();
+        groups.grow(
+            pool,
+            &mut hs.tables,
+            &mut hs.keys,
+            &s.segs,
+            end,
+            end,
+            &mut self.group_new,
+        );
+        s.num_computed = end;
+        if self.log.is_some() {
+            self.log_group_allocations(row);
+        }
+        true
+    }
+
+    /// Frees sequence `k`'s tables (finish or recompute preemption).
+    pub(super) fn hybrid_release(&mut self, k: usize) {
+        let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let s = &mut self.slab[k];
+        let Some(hs) = s.hybrid.as_mut() else {
+            return;
+        };
+        self.group_new.clear();
+        groups.free(pool, &mut hs.tables, &mut self.group_new);
+        let row = s.row;
+        if self.log.is_some() {
+            for i in 0..self.group_new.len() {
+                let (b, g) = self.group_new[i];
+                self.log_count(event::FREE, row, i64::from(b.0), g as i64);
+            }
+        }
+    }
+
+    /// One `allocate` per block in `group_blocks` (`count`: its group), an `evict` first if it lost a key.
+    fn log_group_allocations(&mut self, row: usize) {
+        let Memory::Paged(pool) = &mut self.mem else {
+            return;
+        };
+        let evicted = pool.take_evicted();
+        for i in 0..self.group_new.len() {
+            let (b, g) = self.group_new[i];
+            if evicted.contains(&b) {
+                self.log_count(event::EVICT, row, i64::from(b.0), g as i64);
+            }
+            self.log_count(event::ALLOCATE, row, i64::from(b.0), g as i64);
+        }
+    }
+
+    /// The step's memory state (after allocation, before finishing), walking the running tables: slots
+    /// left in partly filled blocks of every group but a state's, and the blocks the tables hold.
+    pub(super) fn hybrid_memory_state(&self, pool: &BlockPool) -> MemoryState {
+        let groups = self.groups();
+        let mut m = MemoryState {
+            held: self.cfg.capacity_blocks() - u64::from(pool.num_free_blocks()),
+            ..MemoryState::default()
+        };
+        for &k in &self.running {
+            let s = &self.slab[k];
+            let Some(hs) = s.hybrid.as_ref() else {
+                continue;
+            };
+            for (spec, table) in groups.specs().iter().zip(&hs.tables.tables) {
+                m.logical += table.blocks.iter().filter(|&&b| b != BlockId::NULL).count() as u64;
+                if spec.kind != GroupKind::Mamba && !table.blocks.is_empty() {
+                    let r = s.num_computed % spec.block_size;
+                    m.internal += if r == 0 { 0 } else { spec.block_size - r };
+                }
+            }
+        }
+        m.allocated = m.held * self.cfg.block_size;
+        m.stored = m.allocated - m.internal;
+        m
+    }
+
+    /// Adds a step of `dt` ps of each group's blocks in the running tables to `out.group_blocks`
+    /// (time-weighted sum, peak).
+    pub(super) fn record_group_blocks(&mut self, dt: u64) {
+        let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
+        let n = groups.len();
+        if self.out.counters.group_blocks.len() < n {
+            self.out.counters.group_blocks.resize(n, [0, 0]);
+        }
+        for g in 0..n {
+            let mut held = 0u64;
+            for &k in &self.running {
+                if let Some(hs) = self.slab[k].hybrid.as_ref() {
+                    held += hs.tables.tables[g]
+                        .blocks
+                        .iter()
+                        .filter(|&&b| b != BlockId::NULL)
+                        .count() as u64;
+                }
+            }
+            let e = &mut self.out.counters.group_blocks[g];
+            e[0] += (u128::from(dt) * u128::from(held)) as i128;
+            e[1] = e[1].max(i128::from(held));
+        }
+    }
+
+    /// The blocks a sequence of `last` tokens with a slot holds at most in a hybrid pool.
+    pub(super) fn hybrid_peak_blocks(&self, last: u64) -> u64 {
+        self.groups().peak_blocks(last)
+    }
+}

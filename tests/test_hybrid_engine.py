@@ -1,0 +1,156 @@
+"""Hybrid attention in the engines (DESIGN.md §Hybrid attention): the Rust engine and the Python reference
+agree exactly on random hybrid layouts (sliding windows, local chunks, Mamba states, several groups of a
+kind, unequal pages), and the rules hold as properties: windows free their blocks, the hybrid manager
+switched off is a model of full-attention layers, one group of full attention is today's engine."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given
+
+import kvsim
+from kvsim.model.layers import Layer, MambaState
+from kvsim.model.models import Model
+from kvsim.workloads import Workload
+from tests.test_engine_differential import assert_same, workloads
+
+BASE = Model(
+    name="toy",
+    num_layers=1,
+    hidden_size=256,
+    num_attention_heads=4,
+    num_kv_heads=2,
+    head_dim=64,
+    intermediate_size=512,
+    vocab_size=1000,
+    num_params=10**6,
+    num_active_params=10**6,
+    max_model_len=512,
+)
+# A state of 2 KiB per request at tp 1 (16-bit): a page of 16 attention tokens (16 × 2 × 2 × 64 × 2 B).
+STATE = MambaState(conv_channels=64, conv_width=3, ssm_heads=4, ssm_per_head=208)
+
+
+def toy(layers: list[Layer], name: str = "toy") -> Model:
+    return dataclasses.replace(BASE, name=name, num_layers=len(layers), layers=tuple(layers))
+
+
+@st.composite
+def layer_lists(draw) -> list[Layer]:
+    """2-10 layers: full attention, sliding windows, local chunks, Mamba states, shared layers."""
+    n = draw(st.integers(2, 10))
+    window = draw(st.sampled_from([1, 3, 5, 8, 17, 40]))
+    chunk = draw(st.sampled_from([4, 8, 32]))
+    kinds = draw(
+        st.lists(
+            st.sampled_from(["full", "full", "sliding_window", "chunked_local", "mamba", "shared"]),
+            min_size=n,
+            max_size=n,
+        )
+    )
+    if "chunked_local" in kinds and "sliding_window" in kinds:  # vLLM refuses both in one model
+        kinds = [k if k != "chunked_local" else "full" for k in kinds]
+    if all(k == "shared" for k in kinds):
+        kinds[0] = "full"
+    wide = draw(st.booleans())  # some full layers with twice the head width: unequal pages
+    out = []
+    for k in kinds:
+        if k == "sliding_window":
+            out.append(Layer(k, window))
+        elif k == "chunked_local":
+            out.append(Layer(k, chunk))
+        elif k == "mamba":
+            out.append(Layer(k, state=STATE))
+        elif k == "full" and wide and draw(st.booleans()):
+            out.append(Layer(k, head_dim=128))
+        else:
+            out.append(Layer(k))
+    return out
+
+
+@st.composite
+def hybrid_configs(draw) -> kvsim.SimConfig:
+    layers = draw(layer_lists())
+    has_mamba = any(lay.kind == "mamba" for lay in layers)
+    caching = False if has_mamba else draw(st.booleans())
+    manager = "on" if has_mamba else draw(st.sampled_from(["auto", "on", "off"]))
+    bs = draw(st.sampled_from([1, 2, 4, 16]))
+    model = toy(layers)
+    budget = draw(st.sampled_from([7, 32, 100, 512]))
+    cfg = kvsim.SimConfig(
+        model=model,
+        block_size=bs,
+        num_blocks=draw(st.integers(2, 80)),
+        enable_prefix_caching=caching,
+        hybrid_kv_cache_manager=manager,
+        free_order=draw(st.sampled_from(["classic", "lifo_unhashed"])),
+        max_num_seqs=draw(st.integers(1, 8)),
+        max_num_batched_tokens=budget,
+        chunked_prefill=draw(st.booleans()),
+        admission_gate=draw(st.sampled_from(["none", "full-prompt"])),
+        waiting_over_budget=draw(st.sampled_from(["stop", "skip"])),
+        watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
+        max_model_len=draw(st.one_of(st.none(), st.integers(60, 300))),
+    )
+    layout = cfg.pool.layout
+    retention = draw(st.sampled_from([0, 0, None, layout.scheduler_block_size * 2]))
+    return cfg.replace(prefix_cache_retention_interval=retention)
+
+
+@given(workloads(), hybrid_configs(), st.sampled_from([0, 1, 3]))
+def test_rust_engine_equals_reference_on_hybrid_layouts(w, cfg, every):
+    res = assert_same(w, cfg, every)
+    assert set(res.requests["status"]) <= {"finished", "rejected"}
+
+
+@given(workloads(), st.integers(6, 60), st.sampled_from([4, 16]))
+def test_the_manager_off_is_a_model_of_full_attention_layers(w, num_blocks, bs):
+    """`hybrid_kv_cache_manager="off"` counts sliding-window layers as full attention
+    (`unify_hybrid_kv_cache_specs`): the same decisions as the model whose layers are all full attention."""
+    mixed = toy([Layer("sliding_window", 8), Layer("full")] * 2, "mixed")
+    full = toy([Layer("full")] * 4, "full")
+    common = dict(num_blocks=num_blocks, block_size=bs, max_num_seqs=4)
+    off = kvsim.SimConfig(model=mixed, hybrid_kv_cache_manager="off", **common)
+    assert off.kv_groups == ()
+    a = kvsim.simulate(w, off, record_events=True)
+    b = kvsim.simulate(w, kvsim.SimConfig(model=full, **common), record_events=True)
+    assert a.events.equals(b.events)
+    assert a.summary == b.summary
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_window_holds_its_blocks_then_frees_them(backend):
+    """One 400-token prompt on a sliding window of 32 tokens (and a full group), block 16: the window's
+    table keeps ceil(31 / 16) + 1 blocks once decoding, freed at the request's next allocation, while the
+    full group keeps every block."""
+    model = toy([Layer("sliding_window", 32), Layer("full")], "swa")
+    cfg = kvsim.SimConfig(model=model, num_blocks=200, block_size=16, max_num_batched_tokens=512)
+    w = Workload(arrival=[0.0], prompt_len=[400], output_len=[40])
+    res = kvsim.simulate(w, cfg, backend=backend, record_events=True)
+    ev = res.events
+    window = ev.filter(ev["kind"] == "window")
+    # The prompt's 25 window blocks, held through the prefill step, leave at the next allocation except
+    # the 2 the window still reads (tokens 369-399 span blocks 23 and 24).
+    first = window.filter(window["step"] == window["step"].min())
+    assert first.height == 23
+    allocs = ev.filter(ev["kind"] == "allocate")
+    assert allocs.filter(allocs["count"] == 0).height == 25 + 3  # 400 -> 439 tokens: blocks 25..27
+    assert allocs.filter(allocs["count"] == 1).height == 28
+    frees = ev.filter(ev["kind"] == "free")
+    assert frees.filter(frees["count"] == 0).height == 28 - window.height
+    s = res.summary
+    assert s["peak_group_blocks_1"] == 28
+    assert s["peak_group_blocks_0"] == 25
+
+
+def test_one_full_attention_group_is_the_classic_engine():
+    """A model whose layers are all full attention has one group: the engines' classic path, nothing of
+    the hybrid one (no groups handed over, no group counters)."""
+    cfg = kvsim.SimConfig(model=toy([Layer("full")] * 3), num_blocks=50)
+    assert cfg.kv_groups == ()
+    w = Workload(arrival=[0.0, 0.0], prompt_len=[30, 40], output_len=[5, 5])
+    res = kvsim.simulate(w, cfg)
+    assert not any(k.startswith("w_group_blocks") for k in res.raw.counters)
