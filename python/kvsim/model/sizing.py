@@ -1,7 +1,9 @@
 """Sizing: how many KV blocks a model gets on a GPU, and roofline coefficients of the linear time model.
 
 Pool size (vLLM's way, DESIGN.md §Defaults): `kv_bytes = floor(memory · gpu_memory_utilization) −
-weight bytes / tensor_parallel_size − activation reserve`, or `kv_cache_bytes` given directly, and
+weight bytes / tensor_parallel_size − activation peak − non-torch memory − CUDA graphs`
+(`kvsim.model.memory`; the weights as vLLM loads them, `kvsim.model.quant`), or `kv_cache_bytes` given
+directly, and
 `num_blocks = floor(kv_bytes / (block_size · KV bytes per token per GPU))`. Under tensor parallelism each
 GPU holds `1/tp` of the weights and `max(1, kv_heads // tp)` of the KV heads (an MLA latent is replicated
 on every GPU), as vLLM shards them; the pool is one GPU's, and every GPU holds the same blocks. The
