@@ -70,7 +70,8 @@ PUBLISHED = {
     "qwen3-235b-a22b": (235, 22, 0.02),  # model card: 235B total, 22B activated
     "gpt-oss-20b": (20.9, None, 0.01),  # model card: 20.9B total (3.6B active without the embedding)
     "gpt-oss-120b": (116.8, None, 0.01),  # model card: 116.8B total (5.1B active without the embedding)
-    "phi-4": (14.7, None, 0.01),  # model card: 14B; safetensors 14.66B
+    "phi-4": (14.7, None, 0.01),  # Hugging Face's safetensors count: 14.7B
+    "mistral-small-24b": (24, None, 0.02),  # model card: 24B
     "gemma-3-27b": (27.0, None, 0.02),  # language model of the 27B (the vision tower's 0.4B is not counted)
     "llama-4-scout": (109, 17, 0.02),  # model card: 109B total (vision included), 17B active
 }

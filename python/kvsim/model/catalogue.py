@@ -192,6 +192,25 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "layer_types": ["sliding_attention", "full_attention"] * 18,
         },
     ),
+    # mistralai/Mistral-Small-24B-Instruct-2501: 40 layers, d 5120, 32 heads, 8 KV heads of 128, ffn 32768,
+    # vocab 131072, 32,768 positions (Mistral Small 3.x's language model).
+    "mistral-small-24b": (
+        "mistralai/Mistral-Small-24B-Instruct-2501",
+        {
+            "model_type": "mistral",
+            "head_dim": 128,
+            "hidden_size": 5120,
+            "intermediate_size": 32768,
+            "max_position_embeddings": 32768,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 40,
+            "num_key_value_heads": 8,
+            "sliding_window": None,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "vocab_size": 131072,
+        },
+    ),
     # microsoft/phi-4: 40 layers, d 5120, 40 heads, 10 KV heads, ffn 17920, vocab 100352, 16,384 positions.
     "phi-4": (
         "microsoft/phi-4",
@@ -263,6 +282,8 @@ ALIASES: dict[str, str] = {
     "llama-3.1-70b-instruct": "llama-3.1-70b",
     "llama-3.1-405b-instruct": "llama-3.1-405b",
     "gemma-3-27b-it": "gemma-3-27b",
+    "mistral-small-24b-instruct-2501": "mistral-small-24b",
+    "mistral-small-24b-base-2501": "mistral-small-24b",
     "llama-4-scout-17b-16e": "llama-4-scout",
     "llama-4-scout-17b-16e-instruct": "llama-4-scout",
     # The 2024 presets under their Hugging Face ids' last parts.
