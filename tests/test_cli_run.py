@@ -201,10 +201,11 @@ def test_bad_values_are_one_line_naming_the_flag(capsys, argv, flag):
 
 
 def test_unknown_argument_shows_the_subcommand_usage(capsys):
-    assert main(["run", "--bogus", "3"]) == 2
+    # `3` would be the positional MODEL (`kvsim run MODEL`, as vllm serve MODEL): two words are unknown.
+    assert main(["run", "--bogus", "3", "4"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: kvsim run")
-    assert "unrecognized arguments: --bogus 3" in err
+    assert "unrecognized arguments: --bogus 4" in err
 
 
 def test_version(capsys):
@@ -370,18 +371,40 @@ def test_overload_that_waits_for_seats_is_not_memory_bound(capsys):
 
 
 @pytest.mark.parametrize(
-    ("gpu", "server"), [("h100-80gb", "8192 --max-num-seqs 1024"), ("a100-80gb", "2048 --max-num-seqs 256")]
+    ("gpu", "tokens", "seqs"), [("h100-80gb", 8192, 1024), ("a100-80gb", 2048, 256), ("b200", 16384, 1024)]
 )
-def test_vllm_serves_batch_defaults_by_gpu_are_noted(capsys, gpu, server):
-    """vllm serve picks max_num_batched_tokens / max_num_seqs by device; kvsim's do not depend on it."""
+def test_vllm_serves_batch_defaults_by_gpu_are_used_and_said(capsys, gpu, tokens, seqs):
+    """With a GPU named, unset --max-num-seqs / --max-num-batched-tokens take what vllm serve picks on it
+    (0.33.0's get_batch_defaults), and the run says so; given flags win and silence the note."""
     argv = ["run", "--requests", "20", "--model", "llama-3-8b", "--gpu", gpu]
-    notes = _json(capsys, argv)["notes"]
+    data = _json(capsys, argv)
+    assert (data["config"]["max_num_batched_tokens"], data["config"]["max_num_seqs"]) == (tokens, seqs)
     assert any(
-        n.startswith(f"vllm serve on {gpu} defaults to --max-num-batched-tokens {server}") for n in notes
-    )
-    tokens, seqs = kvsim.gpus.vllm_server_batch_defaults(kvsim.gpus.get(gpu))
-    matched = _json(capsys, [*argv, "--max-num-batched-tokens", str(tokens), "--max-num-seqs", str(seqs)])
-    assert not any(n.startswith("vllm serve on") for n in matched["notes"])
+        n.startswith(
+            f"--max-num-seqs {seqs} and --max-num-batched-tokens {tokens}: what vllm serve picks on {gpu}"
+        )
+        for n in data["notes"]
+    ), data["notes"]
+    matched = _json(capsys, [*argv, "--max-num-batched-tokens", "4096", "--max-num-seqs", "64"])
+    assert (matched["config"]["max_num_batched_tokens"], matched["config"]["max_num_seqs"]) == (4096, 64)
+    assert not any("what vllm serve picks" in n for n in matched["notes"])
+    # A release preset picks by its own release's rule: before 0.28.0 no tier past 160 GiB.
+    older = _json(capsys, [*argv, "--preset", "vllm-0.20"])
+    expected = (8192, 1024) if gpu == "b200" else (tokens, seqs)
+    assert (older["config"]["max_num_batched_tokens"], older["config"]["max_num_seqs"]) == expected
+
+
+def test_vllms_batch_refusal_and_caps_hold(capsys):
+    """With a GPU named (vLLM's deployment), vLLM refuses a budget below the sequences when both are given;
+    a defaulted max_num_seqs is capped by the budget given instead (vLLM's min), so
+    --max-num-batched-tokens 128 alone runs. A pool in blocks without a GPU simulates any pair."""
+    gpu = ["run", "--requests", "20", "--model", "llama-3-8b", "--gpu", "h100-80gb"]
+    line = _error(capsys, [*gpu, "--max-num-batched-tokens", "128", "--max-num-seqs", "256"])
+    assert "max_num_batched_tokens (128) must be greater than or equal to max_num_seqs (256)" in line, line
+    data = _json(capsys, [*gpu, "--max-num-batched-tokens", "128"])
+    assert data["config"]["max_num_seqs"] == 128
+    free = _json(capsys, [*SMALL, "--max-num-batched-tokens", "128", "--max-num-seqs", "256"])
+    assert (free["config"]["max_num_batched_tokens"], free["config"]["max_num_seqs"]) == (128, 256)
 
 
 def test_rejected_requests_are_noted_with_their_reason(capsys):
@@ -671,7 +694,10 @@ def test_gpu_memory_utilization_default_is_vllm_033s_and_presets_keep_their_own(
     ):
         data = _json(capsys, [*argv, *extra])
         assert data["config"]["gpu_memory_utilization"] == share, extra
-        blocks = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=share).num_blocks
+        preset = extra[1] if extra else "vllm-latest"
+        blocks = kvsim.SimConfig.preset(
+            preset, model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=share
+        ).num_blocks
         assert f"{blocks:,} blocks" in data["pool"], data["pool"]
         assert not any("--gpu-memory-utilization" in n for n in data["notes"]), data["notes"]
 
@@ -689,12 +715,12 @@ def test_vllm_serves_batch_defaults_have_a_tier_past_160_gib():
 @pytest.mark.parametrize(
     ("flag", "value", "needle"),
     [
-        ("--model", "meta-llama/Meta-Llama-3-8B", "(did you mean llama-3-8b?)"),
-        ("--model", "meta-llama/Meta-Llama-3-8B", "save the hub model's config.json first"),
-        ("--model", "Llama-3-8B", "did you mean llama-3-8b"),
+        ("--model", "meta-llama/Meta-Llama-3-8B-Nope", "(did you mean llama-3-8b"),
+        ("--model", "meta-llama/Meta-Llama-3-8B-Nope", "not in the Hugging Face cache (looked for "),
+        ("--model", "Llama-3-8B-Nope", "did you mean llama-3-8b"),
         ("--model", "gpt-5", "or the path of a Hugging Face config.json"),
-        ("--gpu", "H100-80GB", "(did you mean h100-80gb?)"),
-        ("--gpu", "h100", "(did you mean h100-80gb?)"),
+        ("--gpu", "H100", "(did you mean h100-80gb, h100-pcie?)"),
+        ("--gpu", "h100", "(did you mean h100-80gb, h100-pcie?)"),
         ("--gpu", "a100", "(did you mean a100-40gb, a100-80gb?)"),
     ],
 )
@@ -712,7 +738,7 @@ def test_a_vllm_users_model_and_gpu_names_get_a_suggestion(capsys, flag, value, 
         ("--max-num-batched-tokens", "8K", "max_num_batched_tokens", 8192),
         ("--max-num-batched-tokens", "8k", "max_num_batched_tokens", 8000),
         ("--max-num-batched-tokens", "2.5k", "max_num_batched_tokens", 2500),
-        ("--max-model-len", "32K", "max_model_len", 32768),
+        ("--max-model-len", "2K", "max_model_len", 2048),
         ("--kv-cache-memory-bytes", "12G", "kv_cache_bytes", 12 * 2**30),
         ("--kv-cache-memory-bytes", "12g", "kv_cache_bytes", 12 * 10**9),
         ("--kv-cache-memory-bytes", "12GiB", "kv_cache_bytes", 12 * 2**30),

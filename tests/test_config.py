@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import pickle
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -164,21 +165,28 @@ def test_bad_values_raise_invalid_argument_naming_the_field(name, data):
 def test_knobs_table_is_every_field_and_its_default():
     assert list(KNOBS) == FIELDS
     cfg = SimConfig(num_blocks=16)
+    derived = ("num_blocks", "time_model", "swap_ps_per_block", "max_num_seqs", "max_num_batched_tokens")
     for name in FIELDS:
-        if name in ("num_blocks", "time_model", "swap_ps_per_block", "extra"):
+        if name in (*derived, "extra"):
             continue
         assert getattr(cfg, name) == KNOBS[name].default, name
+    # Unset batch limits without a GPU are vLLM's defaults on a small GPU (its LLM class): 8192 and 256.
+    assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (8192, 256)
     assert cfg.time_model == "ticks"  # auto without a model and a GPU
     assert SimConfig(model="llama-3-8b", gpu="h100-80gb").time_model == "linear"
 
 
 # -- issue 13 part 1: sizing -----------------------------------------------------------------------------------
 def test_naming_a_gpu_sizes_the_pool_vllm_s_way():
+    from kvsim.model.memory import NON_TORCH_BYTES, cudagraph_estimate
     from kvsim.model.sizing import activation_reserve_estimate
 
     cfg = SimConfig(model="llama-3-8b", gpu="h100-80gb")
     m, g = kvsim.models.get("llama-3-8b"), kvsim.gpus.get("h100-80gb")
-    reserve = activation_reserve_estimate(m, 8192, 256)
+    # vllm serve's batch limits on an H100 (8192 tokens, 1024 sequences) size the profiling pass; vLLM also
+    # keeps non-torch memory and (0.20.0 on) the CUDA graphs' estimate from the KV cache.
+    assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (8192, 1024)
+    reserve = activation_reserve_estimate(m, 8192, 1024) + NON_TORCH_BYTES + cudagraph_estimate(m, 1024, 8192)
     kv = math.floor(g.memory_bytes * 0.92) - m.param_bytes - reserve  # 0.92: vLLM 0.20.0 on (§Presets)
     assert cfg.num_blocks == kv // (16 * m.kv_bytes_per_token) + 1
     half = SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.5)
@@ -225,8 +233,38 @@ def test_a_70b_model_on_one_gpu_fails_with_a_clear_message():
         SimConfig(model="llama-3-70b", gpu="h100-80gb")
     msg = str(info.value)
     assert "does not fit on h100-80gb" in msg
-    assert "tensor_parallel_size" in msg
+    # 131.4 GiB of weights exceed the 79.6 GiB device: vLLM fails while loading, and says what to do.
+    assert "Failed to load model - not enough GPU memory" in msg
+    assert "--tensor-parallel-size" in msg
     assert SimConfig(model="llama-3-70b", gpu="h100-80gb", tensor_parallel_size=4).num_blocks > 1000
+
+
+def test_weights_that_load_but_leave_no_kv_memory_get_vllm_s_refusal():
+    """gpt-oss-120b's 60.8 GiB of weights load on an H100, but at a share of 0.77 (61.3 GiB) the activations
+    and CUDA graphs leave nothing: vLLM's "No available memory for the cache blocks", with the numbers."""
+    path = str(Path(__file__).parent / "data" / "hf" / "gpt-oss-120b.json")
+    with pytest.raises(InvalidArgumentError) as info:
+        SimConfig(model=path, gpu="h100-80gb", gpu_memory_utilization=0.77)
+    msg = str(info.value)
+    assert "No available memory for the cache blocks" in msg
+    assert "60.8 GiB of weights" in msg
+    assert SimConfig(model=path, gpu="h100-80gb").num_blocks > 1000
+
+
+def test_a_context_over_the_pool_gets_vllm_s_refusal_and_estimate():
+    """Llama-3.1-8B's 131,072-token context needs 16 GiB of KV; an L4 leaves about 5: vLLM refuses to start
+    and names the longest context that fits, which kvsim's --max-model-len then accepts."""
+    path = str(Path(__file__).parent / "data" / "hf" / "llama-3.1-8b.json")
+    with pytest.raises(InvalidArgumentError) as info:
+        SimConfig(model=path, gpu="l4")
+    msg = str(info.value)
+    assert "To serve at least one request with the model's max seq len (131072), (16.0 GiB KV cache" in msg
+    fits = int(msg.split("the estimated maximum model length is ")[1].split(".")[0])
+    assert 8192 < fits < 131072
+    cfg = SimConfig(model=path, gpu="l4", max_model_len=fits)
+    assert cfg.pool.figures.max_concurrency >= 1
+    with pytest.raises(InvalidArgumentError, match="max seq len"):
+        SimConfig(model=path, gpu="l4", max_model_len=fits + 16)
 
 
 def test_tensor_parallel_must_divide_the_heads():

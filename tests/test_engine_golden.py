@@ -814,35 +814,44 @@ def test_defaults_are_the_newest_release_and_presets_name_older_ones():
 _LLAMA3_8B_ACTIVATIONS = 8192 * (4 * 4096 + 2 * 14336) * 2 + 256 * 128256 * 4
 
 
-def _vllm_pool_blocks(utilization: float) -> int:
+def _vllm_pool_blocks(utilization: float, seqs: int = 1024, graphs: bool = True) -> int:
     """Llama-3-8B's pool on an H100-80GB by vLLM's rule as DESIGN.md §Defaults writes it, from the
     published config (meta-llama/Meta-Llama-3-8B config.json) and the H100's 81,559 MiB, not from kvsim's
-    sizing code: floor(memory × utilization) − bf16 weights − the activation reserve, in blocks of 16
-    tokens, plus the null block."""
+    sizing code: floor(memory × utilization) − bf16 weights − the activation peak (8,192 tokens, `seqs`
+    rows of logits: vllm serve's limits on an H100 are 8192 and 1024) − 0.16 GiB of non-torch memory − the
+    CUDA graphs (0.20.0 on: 51 capture sizes up to 512, each PIECEWISE and FULL, the first priced as a
+    512-token pass, the other 101 at 1 MiB), in blocks of 16 tokens, plus the null block."""
     memory = 81559 * 2**20
     weights = 8_030_261_248 * 2
-    activations = _LLAMA3_8B_ACTIVATIONS
+    activations = 8192 * (4 * 4096 + 2 * 14336) * 2 + seqs * 128256 * 4
+    non_torch = 16 * 2**30 // 100
+    cudagraphs = 512 * (4 * 4096 + 2 * 14336) * 2 + 101 * 2**20 if graphs else 0
     per_token = 32 * 2 * 8 * 128 * 2  # layers × (K, V) × KV heads × head dim × bf16
-    return (math.floor(memory * utilization) - weights - activations) // (16 * per_token) + 1
+    left = math.floor(memory * utilization) - weights - activations - non_torch - cudagraphs
+    return left // (16 * per_token) + 1
 
 
 def test_gpu_sized_pools_follow_each_presets_gpu_memory_utilization():
-    """vLLM 0.20.0 raised CacheConfig.gpu_memory_utilization's default from 0.9 to 0.92 (DESIGN.md
-    §Presets): the defaults (vLLM 0.33.0) and `vllm-0.20` size Llama-3-8B on an H100 at 0.92, the
-    presets of older releases at 0.9, and an explicit share wins over any preset."""
+    """vLLM 0.20.0 raised CacheConfig.gpu_memory_utilization's default from 0.9 to 0.92 and began keeping
+    CUDA graphs' memory from the KV cache (DESIGN.md §Presets): the defaults (vLLM 0.33.0) and `vllm-0.20`
+    size Llama-3-8B on an H100 at 0.92 less the graphs, the presets of older releases at 0.9 without them
+    (v0 with its 256 sequences), and an explicit share wins over any preset."""
     sized = {"model": "llama-3-8b", "gpu": "h100-80gb"}
     newest = _vllm_pool_blocks(0.92)
     assert SimConfig(**sized).num_blocks == newest
-    assert (
-        kvsim.pool_blocks("llama-3-8b", "h100-80gb", 16, activation_reserve_bytes=_LLAMA3_8B_ACTIVATIONS)
-        == newest
-    )
+    # pool_blocks takes the whole non-KV reserve as given (no estimate of its own).
+    reserve = _LLAMA3_8B_ACTIVATIONS
+    expected = (math.floor(81559 * 2**20 * 0.92) - 8_030_261_248 * 2 - reserve) // (16 * 131072) + 1
+    assert kvsim.pool_blocks("llama-3-8b", "h100-80gb", 16, activation_reserve_bytes=reserve) == expected
     for name in ("vllm-latest", "vllm-0.20"):
         assert SimConfig.preset(name, **sized).num_blocks == newest, name
-    for name in ("vllm-0.19", "vllm-v1", "vllm-0.11", "vllm-v0"):
-        assert SimConfig.preset(name, **sized).num_blocks == _vllm_pool_blocks(0.9), name
-    assert SimConfig.preset("vllm-v0", gpu_memory_utilization=0.92, **sized).num_blocks == newest
-    assert _vllm_pool_blocks(0.9) < newest
+    for name in ("vllm-0.19", "vllm-v1", "vllm-0.11"):
+        assert SimConfig.preset(name, **sized).num_blocks == _vllm_pool_blocks(0.9, graphs=False), name
+    assert SimConfig.preset("vllm-v0", **sized).num_blocks == _vllm_pool_blocks(0.9, 256, False)
+    assert SimConfig.preset("vllm-v0", gpu_memory_utilization=0.92, **sized).num_blocks == _vllm_pool_blocks(
+        0.92, 256, False
+    )
+    assert _vllm_pool_blocks(0.9, graphs=False) < _vllm_pool_blocks(0.92, graphs=False)
 
 
 # The preset that skips reproduces vLLM 0.11's order on the golden scenario above; the default stops.

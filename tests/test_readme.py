@@ -80,3 +80,12 @@ def test_the_readme_pool_line_is_the_configs():
 
     cfg = kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes="12GiB")
     assert f"cfg.pool.line()  # '{cfg.pool.line()}'" in (ROOT / "README.md").read_text()
+
+
+def test_the_readme_startup_table_is_what_its_command_prints():
+    """README's table of models x GPUs is `python -m kvsim.analysis.startup_table`'s output, verbatim."""
+    from kvsim.analysis.startup_table import table
+
+    readme = (ROOT / "README.md").read_text()
+    assert "python -m kvsim.analysis.startup_table" in readme
+    assert table() in readme

@@ -28,8 +28,9 @@ TRACE = "mooncake-conversation"
 ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
 FLEET_SIZES = (4, 8)
 # The fleet's total KV memory: four H100-80GB pools of Llama-3-8B as vLLM 0.33.0 sizes them (usable blocks
-# of 16 tokens at its default utilisation 0.92), split evenly over the replicas.
-TOTAL_BLOCKS = 4 * SimConfig(model="llama-3-8b", gpu="h100-80gb").capacity_blocks
+# of 16 tokens at its default utilisation 0.92, vllm serve's batch limits on an H100), rounded down to a
+# multiple of every fleet size so that it splits evenly over the replicas.
+TOTAL_BLOCKS = 4 * SimConfig(model="llama-3-8b", gpu="h100-80gb").capacity_blocks // 8 * 8
 MARGIN = 0.01  # prefix-affinity must beat round-robin's hit rate by at least one point
 
 

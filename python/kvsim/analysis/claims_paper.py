@@ -84,6 +84,7 @@ def paper_experiments() -> list[Experiment]:
                 "gpu": "a100-40gb",
                 "kv_cache_bytes": None,
                 "gpu_memory_utilization": 0.9,  # the paper's vLLM (v0) default, not 0.33.0's 0.92
+                "cudagraph_memory_bytes": 0,  # v0 kept no CUDA-graph memory from the KV cache (before 0.20.0)
                 "enable_prefix_caching": True,
             },
             requests=5_000,

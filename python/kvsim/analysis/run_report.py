@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvsim.model.config import KNOBS
-
 
 def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]) -> None:
     """What the user should know about this run's answer (appended to `notes`; DESIGN.md §Defaults).
@@ -60,18 +58,18 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
             f"{s['rejected']:,} of {s['num_requests']:,} requests were rejected, never run ({why}); "
             "latencies and throughput count finished requests only"
         )
-    if cfg.gpu is not None:
-        from kvsim.model.gpus import Gpu, vllm_server_batch_defaults
-        from kvsim.model.gpus import get as get_gpu
+    given = getattr(cfg, "_given", {})
+    derived = [k for k in ("max_num_seqs", "max_num_batched_tokens") if given.get(k) is None]
+    if cfg.gpu is not None and derived:
+        from kvsim.model.gpus import resolve as resolve_gpu
 
-        g = cfg.gpu if isinstance(cfg.gpu, Gpu) else get_gpu(cfg.gpu)
-        tokens, seqs = vllm_server_batch_defaults(g)
-        ours = (cfg.max_num_batched_tokens, cfg.max_num_seqs)
-        if ours == (KNOBS["max_num_batched_tokens"].default, KNOBS["max_num_seqs"].default) != (tokens, seqs):
-            notes.append(
-                f"vllm serve on {g.name} defaults to --max-num-batched-tokens {tokens} --max-num-seqs {seqs}; "
-                f"this run used kvsim's {ours[0]} and {ours[1]} (pass those flags to match the server)"
-            )
+        g = resolve_gpu(cfg.gpu)
+        flags = {"max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens"}
+        picked = " and ".join(f"{flags[k]} {getattr(cfg, k)}" for k in derived)
+        notes.append(
+            f"{picked}: what vllm serve picks on {g.name} when not given (batch_rule {cfg.batch_rule}, "
+            "DESIGN.md §Defaults and sizing); pass the flags to choose others"
+        )
     if cfg.model is not None and cfg.max_model_len is None and len(workload):
         # vLLM's max_model_len defaults to the model's context length and refuses longer requests;
         # kvsim's default is no limit, so say which requests a vLLM server would have refused.

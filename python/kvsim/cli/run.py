@@ -247,6 +247,43 @@ def add_run_inputs(p: argparse.ArgumentParser) -> None:
         "the v0 engine; flags override it (default: none)",
     )
     _add_knob_flags(c)
+    _add_gpu_flags(p.add_argument_group("a GPU of your own (instead of, or on top of, --gpu NAME)"))
+
+
+# --gpu-* flags describing a GPU (kvsim.gpus.from_spec's keys): alone they describe a new GPU (memory,
+# bandwidth and tflops needed), after --gpu NAME they replace that preset's figures.
+_GPU_FLAGS = {
+    "--gpu-memory": ("memory", "SIZE", "device memory as the driver reports it: 48GiB, 23034MiB"),
+    "--gpu-bandwidth": ("bandwidth", "RATE", "memory bandwidth: 864GB/s, 3.35TB/s"),
+    "--gpu-tflops": ("tflops", "TFLOPS", "peak dense bf16 tensor TFLOPS (the roofline's rate)"),
+    "--gpu-fp8-tflops": ("fp8_tflops", "TFLOPS", "peak dense fp8 tensor TFLOPS (kept for reference)"),
+    "--gpu-fp4-tflops": ("fp4_tflops", "TFLOPS", "peak dense fp4 tensor TFLOPS (kept for reference)"),
+    "--gpu-link": ("link", "RATE", "host link, one direction: 32GB/s (PCIe 4.0 x16, the default), 64GB/s"),
+    "--gpu-name": ("name", "NAME", "the described GPU's name in the output (default: custom-gpu)"),
+}
+
+
+def _add_gpu_flags(g: Any) -> None:
+    for flag, (key, metavar, text) in _GPU_FLAGS.items():
+        g.add_argument(flag, dest=f"gpu_{key}", metavar=metavar, default=None, help=text)
+
+
+def _gpu_from_flags(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
+    """Replace `cfg["gpu"]` with the GPU the --gpu-* flags describe (on top of --gpu NAME when given)."""
+    from kvsim.model import gpus
+
+    spec = {key: getattr(args, f"gpu_{key}", None) for key, _, _ in _GPU_FLAGS.values()}
+    spec = {k: v for k, v in spec.items() if v is not None}
+    if not spec:
+        return
+    try:
+        base = gpus.resolve(cfg["gpu"]) if cfg.get("gpu") is not None else None
+        cfg["gpu"] = gpus.from_spec(spec, "--gpu-* flags", base)
+    except InvalidArgumentError as exc:
+        text = str(exc).replace("--gpu-* flags: ", "")
+        key = next((k for k in spec if text.startswith(k) or f" {k} " in f" {text} "), None)
+        flag = next((f for f, (k, _, _) in _GPU_FLAGS.items() if k == key), "--gpu-memory")
+        raise FlagError(f"argument {flag}: {text}") from None
 
 
 def _run_parser(sub: Any) -> argparse.ArgumentParser:
@@ -269,6 +306,14 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
             "Example: kvsim run --model llama-3-8b --gpu h100-80gb --workload sharegpt:arrival_rate=8"
         ),
         epilog=METRICS_POINTER,
+    )
+    p.add_argument(
+        "model_arg",
+        nargs="?",
+        metavar="MODEL",
+        default=None,
+        help="the model, as vllm serve MODEL takes it (= --model MODEL): a preset, a config.json, or a Hugging "
+        "Face id read from the local Hugging Face cache",
     )
     add_run_inputs(p)
     o = p.add_argument_group("output")
@@ -418,6 +463,15 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
             flag, text = given
             cfg[name] = _flag_value(flag, name, text)
             flag_of[name] = flag
+    positional = getattr(args, "model_arg", None)
+    if positional is not None:
+        if "model" in flag_of:
+            raise FlagError(
+                f"argument {flag_of['model']}: the model is given twice (MODEL {positional!r} too)"
+            )
+        cfg["model"] = _flag_value("MODEL", "model", positional)
+        flag_of["model"] = "MODEL"
+    _gpu_from_flags(args, cfg)
     if cfg.get("num_blocks") is None and cfg.get("model") is None:
         raise FlagError(
             "no pool to simulate: give --model and --gpu (sized as vLLM does), --model with "
@@ -635,6 +689,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         "kvsim_version": kvsim.__version__,
         "argv": getattr(args, "_argv", None),
         "pool": config.pool.line(),
+        # vLLM's four start-up figures (DESIGN.md §Defaults and sizing), as vLLM logs them.
+        "startup": config.pool.figures.lines() if config.pool.figures is not None else [],
         "pool_sizing": config.pool.to_dict(),
         "config": config.describe(),
         "workload": info,
@@ -670,6 +726,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"workload: {info['name']}{':' + params if params else ''}, {info['requests']:,} requests{seed}"
         )
         print(out["pool"])
+        for line in out["startup"]:
+            print(f"vllm: {line}")
         raw_cfg, human = config.to_dict(), config.describe()
         shown = {
             k: human[k]

@@ -50,9 +50,23 @@ from kvsim.model.knobs import (
     default,
 )
 
+# vLLM's defaults without a GPU to pick by (its LLM class on a GPU under 70 GiB or an A100).
+KNOB_DEFAULT_TOKENS = 8192
+KNOB_DEFAULT_SEQS = 256
+
 # Fields a config derives when they are left unset: `replace` derives them again rather than keeping the
 # values derived for the old configuration.
-_DERIVED = ("num_blocks", "time_model", "c0_ps", "c_tok_ps", "c_ctx_ps", "swap_ps_per_block", "cpu_blocks")
+_DERIVED = (
+    "num_blocks",
+    "time_model",
+    "c0_ps",
+    "c_tok_ps",
+    "c_ctx_ps",
+    "swap_ps_per_block",
+    "cpu_blocks",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+)
 
 
 @dataclass(frozen=True)
@@ -106,15 +120,16 @@ class SimConfig:
     policy: str = default("policy")
     placement: str = default("placement")
     enable_prefix_caching: bool = default("enable_prefix_caching")
-    free_order: str = default("free_order")
     hybrid_kv_cache_manager: str = default("hybrid_kv_cache_manager")
     prefix_cache_retention_interval: int | None = default("prefix_cache_retention_interval")
+    free_order: str = default("free_order")
     preemption: str = default("preemption")
     cpu_blocks: int = default("cpu_blocks")
     swap_space_bytes: int | None = default("swap_space_bytes")
     sampling: str = default("sampling")
-    max_num_seqs: int = default("max_num_seqs")
-    max_num_batched_tokens: int = default("max_num_batched_tokens")
+    max_num_seqs: int = default("max_num_seqs")  # None until derived: always an int after init
+    max_num_batched_tokens: int = default("max_num_batched_tokens")  # likewise
+    batch_rule: str = default("batch_rule")
     chunked_prefill: bool = default("chunked_prefill")
     admission_gate: str = default("admission_gate")
     waiting_over_budget: str = default("waiting_over_budget")
@@ -134,6 +149,9 @@ class SimConfig:
     kv_cache_bytes: int | None = default("kv_cache_bytes")
     tensor_parallel_size: int = default("tensor_parallel_size")
     kv_cache_dtype: str = default("kv_cache_dtype")
+    quantization: str | None = default("quantization")
+    enforce_eager: bool = default("enforce_eager")
+    cudagraph_memory_bytes: int | None = default("cudagraph_memory_bytes")
     activation_reserve_bytes: int | None = default("activation_reserve_bytes")
     calibration: str | None = default("calibration")
     replicas: int = default("replicas")
@@ -151,6 +169,7 @@ class SimConfig:
         object.__setattr__(self, "_given", given)
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, convert(f.name, getattr(self, f.name)))
+        self._batch_limits()
         self._check_combinations()
         self._size()
         if self.time_model == "auto":
@@ -166,6 +185,45 @@ class SimConfig:
             )
         if self.swap_ps_per_block is None:
             object.__setattr__(self, "swap_ps_per_block", 0)
+
+    def _batch_limits(self) -> None:
+        """`max_num_seqs` and `max_num_batched_tokens` left unset. With a GPU named they take what `vllm serve`
+        picks on it (vLLM 0.33.0's `EngineArgs._set_default_max_num_seqs_and_batched_tokens_args`, by
+        `batch_rule`: `kvsim.gpus.vllm_server_batch_defaults`), then vLLM's caps: a defaulted budget at
+        least the context with chunked prefill off and at most `max_num_seqs` × the context, defaulted
+        sequences at most the budget; both given, a budget below the sequences is vLLM's refusal. Without a
+        GPU (a pool given in blocks or bytes, kvsim's own experiments) they are 8192 and 256, vLLM's `LLM`
+        class on a small GPU, and any pair is simulated."""
+        from kvsim.model.gpus import resolve as resolve_gpu
+        from kvsim.model.gpus import vllm_server_batch_defaults
+        from kvsim.model.models import resolve
+
+        tokens, seqs = self.max_num_batched_tokens, self.max_num_seqs
+        if self.gpu is None:
+            object.__setattr__(
+                self, "max_num_batched_tokens", KNOB_DEFAULT_TOKENS if tokens is None else tokens
+            )
+            object.__setattr__(self, "max_num_seqs", KNOB_DEFAULT_SEQS if seqs is None else seqs)
+            return
+        context = self.max_model_len
+        if context is None and self.model is not None:
+            context = resolve(self.model).max_model_len
+        t0, s0 = vllm_server_batch_defaults(resolve_gpu(self.gpu), self.batch_rule, context or 2048)
+        if tokens is None:
+            tokens = t0
+            if context is not None:
+                if not self.chunked_prefill:
+                    tokens = max(context, tokens)
+                tokens = min((seqs or s0) * context, tokens)
+        if seqs is None:
+            seqs = min(s0, tokens)
+        elif self.max_num_batched_tokens is not None and tokens < seqs:
+            raise InvalidArgumentError(
+                f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs ({seqs}) "
+                "(vLLM's SchedulerConfig refuses it)"
+            )
+        object.__setattr__(self, "max_num_batched_tokens", tokens)
+        object.__setattr__(self, "max_num_seqs", seqs)
 
     def _check_combinations(self) -> None:
         if self.policy == "static" and self.max_model_len is None:
@@ -228,6 +286,9 @@ class SimConfig:
             enable_prefix_caching=self.enable_prefix_caching,
             hybrid_kv_cache_manager=self.hybrid_kv_cache_manager,
             max_model_len=self.max_model_len,
+            quantization=self.quantization,
+            enforce_eager=self.enforce_eager,
+            cudagraph_memory_bytes=self.cudagraph_memory_bytes,
         )
         object.__setattr__(self, "_pool", pool)
         object.__setattr__(self, "num_blocks", pool.num_blocks)
@@ -316,7 +377,7 @@ class SimConfig:
             from kvsim.model.sizing import linear_time_model
 
             tm = linear_time_model(
-                self.model,
+                self._served_model(),
                 self.gpu,
                 block_size=self.block_size,
                 kv_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
@@ -362,6 +423,12 @@ class SimConfig:
                 tensor_parallel_size=self.tensor_parallel_size,
             )
             object.__setattr__(self, "swap_ps_per_block", int(tm.swap_ps_per_block))
+
+    def _served_model(self) -> Any:
+        """The model as vLLM loads it (`quantization` applied)."""
+        from kvsim.model.models import resolve
+
+        return resolve(self.model).with_quantization(self.quantization)
 
     # -- derived --------------------------------------------------------------------------------------
     @property
@@ -456,6 +523,9 @@ class SimConfig:
             "free_order": "classic",
             "admission_gate": "none",
             "gpu_memory_utilization": 0.9,
+            # Before 0.28.0 vllm serve had no 160 GiB tier; before 0.20.0 vLLM did not subtract CUDA graphs.
+            "batch_rule": "serve-0.9",
+            "cudagraph_memory_bytes": 0,
         }
         presets: dict[str, dict[str, Any]] = {
             "vllm-latest": {
@@ -470,6 +540,7 @@ class SimConfig:
                 "admission_gate": "full-prompt",
                 "waiting_over_budget": "stop",
                 "gpu_memory_utilization": 0.92,
+                "cudagraph_memory_bytes": None,
             },
             "vllm-0.19": {**classic, "admission_gate": "full-prompt", "waiting_over_budget": "stop"},
             "vllm-v1": {**classic, "waiting_over_budget": "stop"},
@@ -483,6 +554,7 @@ class SimConfig:
                 "sampling": "fork-cow",
                 "chunked_prefill": False,
                 "preemption": "auto",
+                "batch_rule": "v0",
             },
         }
         if name not in presets:

@@ -1,19 +1,28 @@
-"""GPU presets: memory, HBM bandwidth, peak dense fp16/bf16 FLOP/s and PCIe bandwidth (SPEC §2, §5).
+"""GPU presets: memory, HBM bandwidth, peak dense FLOP/s per dtype and host link (SPEC §2, §5), and GPUs
+described by the user (`from_spec`, `from_file`: flags or a small TOML/JSON file).
 
-`memory_bytes` is the total device memory the driver reports (`nvidia-smi` / `torch.cuda.mem_get_info`,
-which vLLM's `gpu_memory_utilization` multiplies), in bytes; the marketing "GB" is close to but not the
-same number. `hbm_bandwidth` and `peak_flops` are datasheet peaks (dense, no structured sparsity).
-`pcie_bandwidth` is one direction of the host link (datasheets quote both directions added), which
-is what a swap-out or swap-in crosses.
+`memory_bytes` is the total device memory the driver reports (`nvidia-smi`, which vLLM's
+`gpu_memory_utilization` multiplies), in bytes; the marketing "GB" is close to but not the same number.
+Where no driver-reported total was found (GB200, AMD Instinct), the datasheet's capacity is taken in GiB
+(HBM stacks are binary-sized) and the comment says so. `hbm_bandwidth` and the FLOP rates are datasheet
+peaks, dense (no structured sparsity: datasheets quoting "with sparsity" are halved); GeForce cards are
+given at their FP32-accumulate tensor rate (what bf16 GEMMs use), which their whitepapers list at half
+the FP16-accumulate rate. `pcie_bandwidth` is one direction of the host link (datasheets quote both
+directions added), which is what a swap-out or swap-in crosses. The time model prices FLOPs at
+`peak_flops` (bf16); `fp8_flops` and `fp4_flops` are kept for reference (0: no tensor-core support).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 
 MIB = 1 << 20
+GIB = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,8 @@ class Gpu:
         peak_flops: peak dense fp16/bf16 tensor FLOP/s.
         pcie_bandwidth: host link bandwidth, one direction, bytes per second.
         source: where the numbers come from.
+        fp8_flops: peak dense fp8 tensor FLOP/s (0: no fp8 tensor cores).
+        fp4_flops: peak dense fp4 tensor FLOP/s (0: no fp4 tensor cores).
     """
 
     name: str
@@ -35,42 +46,207 @@ class Gpu:
     peak_flops: float
     pcie_bandwidth: float
     source: str = ""
+    fp8_flops: float = 0.0
+    fp4_flops: float = 0.0
+
+
+def _g(
+    name: str, mem: int, bw: float, bf16: float, link: float, source: str, fp8: float = 0.0, fp4: float = 0.0
+) -> Gpu:
+    return Gpu(name, mem, bw, bf16, link, source, fp8, fp4)
 
 
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
         # Turing whitepaper (RTX 2070 Founders Edition): 8 GB GDDR6, 448 GB/s, 59.7 TFLOPS fp16 tensor
-        # (fp16 accumulate; GeForce halves fp32-accumulate); PCIe 3.0 x16 (~16 GB/s each way).
-        Gpu(
-            "rtx-2070", 8192 * MIB, 448e9, 59.7e12, 16e9, "NVIDIA Turing architecture whitepaper, Appendix A"
+        # (fp16 accumulate; GeForce halves fp32-accumulate); PCIe 3.0 x16 (~16 GB/s each way). kvsim's first
+        # target card; kept at the rate it was specified with.
+        _g("rtx-2070", 8192 * MIB, 448e9, 59.7e12, 16e9, "NVIDIA Turing architecture whitepaper, Appendix A"),
+        # GA102 whitepaper (RTX 3090): 24 GB GDDR6X, 936 GB/s, 71 TFLOPS fp16 tensor with fp32 accumulate
+        # (142 with fp16 accumulate); PCIe 4.0 x16 (32 GB/s each way); nvidia-smi reports 24,576 MiB.
+        _g(
+            "rtx-3090",
+            24576 * MIB,
+            936e9,
+            71e12,
+            32e9,
+            "NVIDIA Ampere GA102 GPU architecture whitepaper, Table 9",
         ),
+        # Ada whitepaper (RTX 4090): 24 GB GDDR6X, 1,008 GB/s, 165.2 TFLOPS fp16/bf16 tensor with fp32
+        # accumulate, 330.3 fp8 (fp32 accumulate), dense; PCIe 4.0 x16; nvidia-smi reports 24,564 MiB.
+        _g(
+            "rtx-4090",
+            24564 * MIB,
+            1008e9,
+            165.2e12,
+            32e9,
+            "NVIDIA Ada GPU architecture whitepaper, Appendix A",
+            fp8=330.3e12,
+        ),
+        # RTX Blackwell whitepaper (RTX 5090): 32 GB GDDR7, 1,792 GB/s, 209.5 TFLOPS fp16/bf16 tensor with fp32
+        # accumulate, 419 fp8, 1,676 fp4 (3,352 "AI TOPS" with sparsity), dense; PCIe 5.0 x16 (64 GB/s each
+        # way); nvidia-smi reports 32,607 MiB.
+        _g(
+            "rtx-5090",
+            32607 * MIB,
+            1792e9,
+            209.5e12,
+            64e9,
+            "NVIDIA RTX Blackwell GPU architecture whitepaper",
+            fp8=419e12,
+            fp4=1676e12,
+        ),
+        # RTX PRO 6000 Blackwell Server Edition datasheet: 96 GB GDDR7, 1,597 GB/s, 4 PFLOPS fp4 with sparsity
+        # (2 dense; fp8 1, bf16 0.5 dense); PCIe 5.0 x16; nvidia-smi reports 97,887 MiB.
+        _g(
+            "rtx-pro-6000",
+            97887 * MIB,
+            1597e9,
+            500e12,
+            64e9,
+            "NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet",
+            fp8=1000e12,
+            fp4=2000e12,
+        ),
+        # A10 datasheet (NVIDIA publishes none for AWS's A10G; the A10's figures): 24 GB GDDR6, 600 GB/s,
+        # 125 TFLOPS bf16 dense (250 with sparsity); PCIe 4.0 x16; an A10G's nvidia-smi reports 23,028 MiB.
+        _g("a10g", 23028 * MIB, 600e9, 125e12, 32e9, "NVIDIA A10 Tensor Core GPU datasheet (AWS A10G)"),
+        # L4 datasheet: 24 GB GDDR6, 300 GB/s, 121 TFLOPS bf16 dense (242 with sparsity), 242.5 fp8 dense,
+        # PCIe Gen4 x16; nvidia-smi reports 23,034 MiB.
+        _g("l4", 23034 * MIB, 300e9, 121e12, 32e9, "NVIDIA L4 Tensor Core GPU datasheet", fp8=242.5e12),
+        # L40S datasheet: 48 GB GDDR6, 864 GB/s, 362.05 TFLOPS bf16 dense (733 with sparsity), 733 fp8
+        # dense, PCIe Gen4 x16 (64 GB/s both ways); nvidia-smi reports 46,068 MiB.
+        _g("l40s", 46068 * MIB, 864e9, 362.05e12, 32e9, "NVIDIA L40S GPU datasheet", fp8=733e12),
         # A100 datasheet (SXM4 40GB): 1,555 GB/s, 312 TFLOPS bf16/fp16 dense, PCIe Gen4 64 GB/s (both ways).
-        Gpu("a100-40gb", 40960 * MIB, 1555e9, 312e12, 32e9, "NVIDIA A100 Tensor Core GPU datasheet"),
+        _g("a100-40gb", 40960 * MIB, 1555e9, 312e12, 32e9, "NVIDIA A100 Tensor Core GPU datasheet"),
         # A100 datasheet (SXM4 80GB): 2,039 GB/s, 312 TFLOPS dense, PCIe Gen4.
-        Gpu("a100-80gb", 81920 * MIB, 2039e9, 312e12, 32e9, "NVIDIA A100 Tensor Core GPU datasheet"),
-        # H100 datasheet (SXM5 80GB): 3.35 TB/s, 989 TFLOPS bf16 dense (1,979 with sparsity), PCIe Gen5
-        # 128 GB/s (both ways); nvidia-smi reports 81,559 MiB.
-        Gpu("h100-80gb", 81559 * MIB, 3.35e12, 989.4e12, 64e9, "NVIDIA H100 Tensor Core GPU datasheet"),
-        # H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, 989 TFLOPS bf16 dense, PCIe Gen5; nvidia-smi
-        # reports 143,771 MiB.
-        Gpu("h200", 143771 * MIB, 4.8e12, 989.4e12, 64e9, "NVIDIA H200 Tensor Core GPU datasheet"),
-        # L4 datasheet: 24 GB GDDR6, 300 GB/s, 121 TFLOPS bf16 dense (242 with sparsity), PCIe Gen4 x16;
-        # nvidia-smi reports 23,034 MiB.
-        Gpu("l4", 23034 * MIB, 300e9, 121e12, 32e9, "NVIDIA L4 Tensor Core GPU datasheet"),
+        _g("a100-80gb", 81920 * MIB, 2039e9, 312e12, 32e9, "NVIDIA A100 Tensor Core GPU datasheet"),
+        # H100 datasheet (SXM5 80GB): 3.35 TB/s, 989 TFLOPS bf16 dense (1,979 with sparsity), 1,979 fp8
+        # dense, PCIe Gen5 128 GB/s (both ways); nvidia-smi reports 81,559 MiB.
+        _g(
+            "h100-80gb",
+            81559 * MIB,
+            3.35e12,
+            989.4e12,
+            64e9,
+            "NVIDIA H100 Tensor Core GPU datasheet",
+            fp8=1978.9e12,
+        ),
+        # H100 datasheet (PCIe 80GB): 2 TB/s, 756 TFLOPS bf16 dense (1,513 with sparsity), 1,513 fp8 dense,
+        # PCIe Gen5; nvidia-smi reports 81,559 MiB as for the SXM part.
+        _g(
+            "h100-pcie",
+            81559 * MIB,
+            2.0e12,
+            756e12,
+            64e9,
+            "NVIDIA H100 Tensor Core GPU datasheet (PCIe)",
+            fp8=1513e12,
+        ),
+        # H20 product brief: 96 GB HBM3, 4.0 TB/s, 148 TFLOPS bf16 dense, 296 fp8 dense, PCIe Gen5 x16;
+        # nvidia-smi reports 97,871 MiB.
+        _g("h20", 97871 * MIB, 4.0e12, 148e12, 64e9, "NVIDIA H20 product brief", fp8=296e12),
+        # H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, 989 TFLOPS bf16 dense, 1,979 fp8 dense, PCIe Gen5;
+        # nvidia-smi reports 143,771 MiB.
+        _g(
+            "h200",
+            143771 * MIB,
+            4.8e12,
+            989.4e12,
+            64e9,
+            "NVIDIA H200 Tensor Core GPU datasheet",
+            fp8=1978.9e12,
+        ),
+        # HGX B200 datasheet, per GPU (1/8 of the board): 180 GB HBM3e, 7.7 TB/s, 2.25 PFLOPS bf16, 4.5 fp8,
+        # 9 fp4 dense (the sheet's 36 / 72 / 144 PFLOPS per 8 GPUs are with sparsity); PCIe Gen6 x16
+        # (128 GB/s each way); nvidia-smi reports 183,359 MiB.
+        _g(
+            "b200",
+            183359 * MIB,
+            7.7e12,
+            2250e12,
+            128e9,
+            "NVIDIA HGX B200 datasheet",
+            fp8=4500e12,
+            fp4=9000e12,
+        ),
+        # GB200 NVL72 datasheet, per GPU (1/72 of the rack): 186 GB HBM3e (13.4 TB / 72), 8 TB/s, 2.5 PFLOPS
+        # bf16, 5 fp8, 10 fp4 dense (the sheet's 360 / 720 / 1,440 PFLOPS are with sparsity); host link:
+        # NVLink-C2C to Grace, 900 GB/s both ways. No driver-reported total found: 186 GiB.
+        _g(
+            "gb200",
+            186 * GIB,
+            8.0e12,
+            2500e12,
+            450e9,
+            "NVIDIA GB200 NVL72 datasheet",
+            fp8=5000e12,
+            fp4=10000e12,
+        ),
+        # AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, 1,307.4 TFLOPS bf16 dense (2,614.9 with
+        # sparsity), 2,614.9 fp8 dense, PCIe Gen5 x16 (128 GB/s both ways). No driver-reported total found:
+        # 192 GiB.
+        _g(
+            "mi300x",
+            192 * GIB,
+            5.3e12,
+            1307.4e12,
+            64e9,
+            "AMD Instinct MI300X accelerator datasheet",
+            fp8=2614.9e12,
+        ),
+        # AMD Instinct MI325X datasheet: 256 GB HBM3E, 6 TB/s, 1,307.4 TFLOPS bf16 dense, 2,614.9 fp8 dense,
+        # PCIe Gen5 x16. No driver-reported total found: 256 GiB.
+        _g(
+            "mi325x",
+            256 * GIB,
+            6.0e12,
+            1307.4e12,
+            64e9,
+            "AMD Instinct MI325X accelerator datasheet",
+            fp8=2614.9e12,
+        ),
+        # AMD Instinct MI355X datasheet: 288 GB HBM3E, 8 TB/s, 2,516.6 TFLOPS bf16 dense, 5,033.2 fp8 and
+        # 10,066.3 fp4 (MXFP4) dense, PCIe Gen5 x16. No driver-reported total found: 288 GiB.
+        _g(
+            "mi355x",
+            288 * GIB,
+            8.0e12,
+            2516.6e12,
+            64e9,
+            "AMD Instinct MI355X accelerator datasheet",
+            fp8=5033.2e12,
+            fp4=10066.3e12,
+        ),
     )
 }
 
 
-def vllm_server_batch_defaults(gpu: Gpu) -> tuple[int, int]:
+# How `vllm serve` picks `--max-num-batched-tokens` and `--max-num-seqs` when they are not given
+# (`EngineArgs.get_batch_defaults`, read in each release's wheel): `serve-0.28` is 0.28.0 to 0.33.0 (a tier
+# for GPUs of at least 160 GiB), `serve-0.9` is 0.9.0 to 0.27.1 (70 GiB and not an A100, else the small
+# tier), `v0` is the v0 engine (256 sequences, max(max_model_len, 2048) tokens with chunked prefill off).
+BATCH_RULES = ("serve-0.28", "serve-0.9", "v0")
+
+
+def vllm_server_batch_defaults(
+    gpu: Gpu, rule: str = "serve-0.28", max_model_len: int = 2048
+) -> tuple[int, int]:
     """`(max_num_batched_tokens, max_num_seqs)` that vLLM's OpenAI server (`vllm serve`) picks on `gpu`
-    when neither is given (vLLM 0.33.0's `EngineArgs.get_batch_defaults`): 16384 and 1024 on a GPU of at
-    least 160 GiB (B200), 8192 and 1024 on one of at least 70 GiB that is not an A100 (H100, H200), else
-    2048 and 256. kvsim's own defaults (`kvsim.model.config.KNOBS`) do not depend on the GPU; `kvsim run`
-    notes the difference."""
-    if gpu.memory_bytes >= 160 * 2**30:
+    when neither is given, by `rule` (`BATCH_RULES`). vLLM 0.33.0's `EngineArgs.get_batch_defaults`
+    (`serve-0.28`, from 0.28.0): 16384 and 1024 on a GPU of at least 160 GiB (B200, MI300X), 8192 and
+    1024 on one of at least 70 GiB that is not an A100 (H100, H200), else 2048 and 256; 0.9.0 to 0.27.1
+    (`serve-0.9`) had no 160 GiB tier; the v0 engine (`v0`) took 256 sequences and, chunked prefill off,
+    max(max_model_len, 2048) tokens. (0.33.0 also keeps NVIDIA's GB10 on the small tier; no preset is a
+    GB10.) `kvsim.model.config.SimConfig` applies vLLM's caps on top (`max_num_seqs` at most the tokens)."""
+    if rule not in BATCH_RULES:
+        raise InvalidArgumentError(f"batch_rule {rule!r} is not one of {', '.join(BATCH_RULES)}")
+    if rule == "v0":
+        return max(max_model_len, 2048), 256
+    if rule == "serve-0.28" and gpu.memory_bytes >= 160 * GIB:
         return 16384, 1024
-    if gpu.memory_bytes >= 70 * 2**30 and "a100" not in gpu.name:
+    if gpu.memory_bytes >= 70 * GIB and "a100" not in gpu.name.lower():
         return 8192, 1024
     return 2048, 256
 
@@ -81,7 +257,7 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Gpu:
-    """The preset called `name`: `rtx-2070`, `a100-40gb`, `a100-80gb`, `h100-80gb`, `h200`, `l4`.
+    """The preset called `name` (`names()`: `h100-80gb`, `b200`, `rtx-4090`, `mi300x`, ...).
 
     Raises:
         InvalidArgumentError: an unknown name; the message lists the known ones.
@@ -92,9 +268,153 @@ def get(name: str) -> Gpu:
         import difflib
 
         low = str(name).lower()
+        if low in GPUS:
+            return GPUS[low]
         close = [n for n in names() if n.startswith(low)] or difflib.get_close_matches(low, names(), 2, 0.75)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise InvalidArgumentError(f"unknown GPU {name!r}{hint}; known: {', '.join(names())}") from None
+        raise InvalidArgumentError(
+            f"unknown GPU {name!r}{hint}; known: {', '.join(names())}; or a GPU file (.toml / .json) or "
+            "--gpu-memory with the other --gpu-* flags"
+        ) from None
 
 
-__all__ = ["GPUS", "Gpu", "get", "names", "vllm_server_batch_defaults"]
+# A described GPU's fields: (key, unit) -> the Gpu field. Sizes take units (48GiB), rates GB/s or TB/s
+# (bytes per second: 864GB/s), FLOP rates TFLOPS as a plain number.
+SPEC_KEYS = ("name", "memory", "bandwidth", "tflops", "fp8_tflops", "fp4_tflops", "link")
+
+
+def _rate(key: str, value: Any, where: str) -> float:
+    """A bandwidth in bytes per second: a number, or text with a unit (`864GB/s`, `3.35TB/s`, `32 GB/s`)."""
+    import math
+    import re
+
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"{where}: {key} {value!r} must be a bandwidth such as 864GB/s")
+    if isinstance(value, int | float):
+        rate = float(value)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKMGT]?)(i?)B/s\s*", str(value))
+        if not m:
+            raise InvalidArgumentError(
+                f"{where}: {key} {value!r} is not a bandwidth (a number of bytes per second, or 864GB/s, 3.35TB/s)"
+            )
+        base = 1024 if m.group(3) else 1000
+        rate = float(m.group(1)) * base ** " kMGT".index((m.group(2) or " ").replace("K", "k"))
+    if not (math.isfinite(rate) and rate > 0):
+        raise InvalidArgumentError(f"{where}: {key} {value!r} must be a positive bandwidth")
+    return rate
+
+
+def _tflops(key: str, value: Any, where: str, required: bool) -> float:
+    import math
+
+    if value is None and not required:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise InvalidArgumentError(f"{where}: {key} {value!r} must be a number of TFLOPS")
+    try:
+        v = float(value)
+    except ValueError:
+        raise InvalidArgumentError(f"{where}: {key} {value!r} must be a number of TFLOPS") from None
+    if not (math.isfinite(v) and v > 0):
+        raise InvalidArgumentError(f"{where}: {key} {value!r} must be a positive number of TFLOPS")
+    return v * 1e12
+
+
+def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None) -> Gpu:
+    """A `Gpu` from a description: `memory` (a size: `48GiB`), `bandwidth` (`864GB/s`), `tflops` (dense
+    bf16), `fp8_tflops`, `fp4_tflops`, `link` (host link, one direction: `32GB/s`), `name`. With `base` (a
+    preset), the keys given replace its figures; without, `memory`, `bandwidth` and `tflops` are needed
+    and `link` defaults to PCIe 4.0's 32 GB/s. The same numbers give the same answers as a preset.
+
+    Raises:
+        InvalidArgumentError: an unknown key, a missing figure or a bad value, naming it and `where`.
+    """
+    from kvsim.model.units import parse_bytes
+
+    unknown = sorted(set(spec) - set(SPEC_KEYS))
+    if unknown:
+        raise InvalidArgumentError(f"{where}: unknown key {unknown[0]!r}; a GPU takes {', '.join(SPEC_KEYS)}")
+    missing = [k for k in ("memory", "bandwidth", "tflops") if spec.get(k) is None]
+    if base is None and missing:
+        raise InvalidArgumentError(
+            f"{where}: a GPU needs {', '.join(missing)} (memory 48GiB, bandwidth 864GB/s, tflops 362)"
+        )
+    fields: dict[str, Any] = {} if base is None else dataclasses.asdict(base)
+    if spec.get("memory") is not None:
+        try:
+            fields["memory_bytes"] = parse_bytes("memory", spec["memory"])
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{where}: {exc}") from None
+        if fields["memory_bytes"] < 1:
+            raise InvalidArgumentError(f"{where}: memory {spec['memory']!r} must be above 0")
+    if spec.get("bandwidth") is not None:
+        fields["hbm_bandwidth"] = _rate("bandwidth", spec["bandwidth"], where)
+    if spec.get("tflops") is not None:
+        fields["peak_flops"] = _tflops("tflops", spec["tflops"], where, True)
+    for key, attr in (("fp8_tflops", "fp8_flops"), ("fp4_tflops", "fp4_flops")):
+        if key in spec:
+            fields[attr] = _tflops(key, spec[key], where, False)
+    if spec.get("link") is not None:
+        fields["pcie_bandwidth"] = _rate("link", spec["link"], where)
+    fields.setdefault("pcie_bandwidth", 32e9)
+    fields.setdefault("fp8_flops", 0.0)
+    fields.setdefault("fp4_flops", 0.0)
+    name = spec.get("name") or (f"{base.name}-custom" if base is not None else "custom-gpu")
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidArgumentError(f"{where}: name {name!r} must be a non-empty string")
+    fields["name"] = name
+    fields["source"] = f"described by {where}"
+    return Gpu(**fields)
+
+
+def from_file(path: str | Path) -> Gpu:
+    """A `Gpu` from a TOML or JSON file of `from_spec`'s keys (a `[gpu]` table, or top-level keys); a
+    `preset` key starts from that preset.
+
+    Raises:
+        InvalidArgumentError: an unreadable file or a bad description, naming the file.
+    """
+    import json
+    import tomllib
+
+    p = Path(path)
+    where = f"GPU file {p}"
+    try:
+        text = p.read_text()
+        data = json.loads(text) if p.suffix.lower() == ".json" else tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidArgumentError(f"{where}: cannot read it: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("gpu"), dict):
+        data = data["gpu"]
+    if not isinstance(data, dict):
+        raise InvalidArgumentError(f"{where}: must hold a table of {', '.join(SPEC_KEYS)}")
+    data = dict(data)
+    base = get(str(data.pop("preset"))) if "preset" in data else None
+    data.setdefault("name", p.stem)
+    return from_spec(data, where, base)
+
+
+def resolve(gpu: Gpu | str) -> Gpu:
+    """A `Gpu` from a `Gpu`, a preset name (case-insensitive), or a GPU file path (`.toml` / `.json`)."""
+    if isinstance(gpu, Gpu):
+        return gpu
+    if isinstance(gpu, str) and (
+        gpu.lower().endswith((".toml", ".json")) or ("/" in gpu and Path(gpu).exists())
+    ):
+        return from_file(gpu)
+    return get(gpu)
+
+
+__all__ = [
+    "BATCH_RULES",
+    "GPUS",
+    "SPEC_KEYS",
+    "Gpu",
+    "from_file",
+    "from_spec",
+    "get",
+    "names",
+    "resolve",
+    "vllm_server_batch_defaults",
+]

@@ -16,6 +16,8 @@ from os import PathLike, fspath
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.gpus import BATCH_RULES
+from kvsim.model.quant import QUANTIZATION_CHOICES
 
 POLICIES = ("vllm", "reserve", "static", "orca-max", "orca-pow2", "orca-oracle")
 CONTIGUOUS_POLICIES = ("static", "orca-max", "orca-pow2", "orca-oracle")
@@ -197,25 +199,37 @@ KNOBS: dict[str, Knob] = {
         choices=SAMPLINGS,
     ),
     "max_num_seqs": Knob(
-        256,
+        None,
         "int",
-        "most sequences running at once; vLLM's --max-num-seqs: vllm serve picks 256 or 1024 by GPU when "
-        "unset, kvsim keeps 256 (a run with --gpu notes the server's)",
+        "most sequences running at once; vLLM's --max-num-seqs; unset: what vllm serve picks on the GPU named "
+        "(batch_rule: 1024 on a GPU of 70 GiB or more that is not an A100, else 256), at most "
+        "max_num_batched_tokens; 256 without a GPU",
         lo=1,
         hi=1 << 32,
+        optional=True,
         unit="sequences",
         metavar="N",
     ),
     "max_num_batched_tokens": Knob(
-        8192,
+        None,
         "int",
-        "token budget of one iteration; vLLM's --max-num-batched-tokens: vllm serve picks 2048, 8192 or "
-        "16384 by GPU when unset, kvsim keeps 8192 (a run with --gpu notes the server's); vLLM's 8k (8,000) "
-        "and 8K (8,192) too",
+        "token budget of one iteration; vLLM's --max-num-batched-tokens; unset: what vllm serve picks on the GPU "
+        "named (batch_rule: 16384, 8192 or 2048 by GPU memory), 8192 without a GPU; vLLM's 8k (8,000) and 8K "
+        "(8,192) too",
         lo=1,
         hi=MAX_TOKENS,
+        optional=True,
         unit="tokens",
         metavar="TOKENS",
+    ),
+    "batch_rule": Knob(
+        "serve-0.28",
+        "choice",
+        "how unset max_num_seqs / max_num_batched_tokens are picked with a GPU: vllm serve's rule of 0.28.0 to "
+        "0.33.0 (serve-0.28: 16384 / 1024 on >= 160 GiB, 8192 / 1024 on >= 70 GiB not an A100, else 2048 / "
+        "256), of 0.9.0 to 0.27.1 (serve-0.9: no 160 GiB tier) or of the v0 engine (v0: 256 sequences, "
+        "max(max_model_len, 2048) tokens); the presets set their release's",
+        choices=BATCH_RULES,
     ),
     "chunked_prefill": Knob(
         True, "bool", "split long prompts over iterations", flags=("--enable-chunked-prefill",)
@@ -331,11 +345,18 @@ KNOBS: dict[str, Knob] = {
     "model": Knob(
         None,
         "model",
-        "model preset (opt-13b, llama-3-8b, ...) or a Hugging Face config.json path; sizes "
-        "the pool and the roofline",
+        "model preset (llama-3.1-8b, gpt-oss-120b, qwen3-32b, ...), a Hugging Face config.json path, or a "
+        "Hugging Face id read from the local Hugging Face cache (HF_HOME; nothing is downloaded); sizes the "
+        "pool and the roofline",
         metavar="NAME|PATH",
     ),
-    "gpu": Knob(None, "gpu", "GPU preset (a100-40gb, h100-80gb, ...)", metavar="NAME"),
+    "gpu": Knob(
+        None,
+        "gpu",
+        "GPU preset (h100-80gb, b200, rtx-4090, mi300x, ...) or a GPU file (.toml / .json: memory, bandwidth, "
+        "tflops, link); --gpu-memory and the other --gpu-* flags describe one too",
+        metavar="NAME|PATH",
+    ),
     "gpu_memory_utilization": Knob(
         0.92,
         "float",
@@ -376,11 +397,38 @@ KNOBS: dict[str, Knob] = {
         choices=KV_CACHE_DTYPES,
         aliases=(("bfloat16", "bf16"), ("float16", "fp16")),
     ),
+    "quantization": Knob(
+        None,
+        "choice",
+        "vLLM's --quantization: fp8 quantizes an unquantized model's linear layers at load time (per tensor); "
+        "another value must name the checkpoint's own method (its quantization_config is read either way); "
+        "unset: the checkpoint's",
+        choices=QUANTIZATION_CHOICES,
+        optional=True,
+        flags=("--quantization", "-q"),
+    ),
+    "enforce_eager": Knob(
+        False,
+        "bool",
+        "vLLM's --enforce-eager: no CUDA graphs, so no CUDA-graph memory is kept from the KV cache",
+    ),
+    "cudagraph_memory_bytes": Knob(
+        None,
+        "bytes",
+        "CUDA-graph memory kept from the KV cache (vLLM 0.20.0 and later subtract its estimate, logged as "
+        "'Estimated CUDA graph memory'); unset: kvsim's estimate (DESIGN.md §Defaults); the presets of older "
+        "releases set 0",
+        lo=0,
+        hi=MAX_BYTES,
+        optional=True,
+        unit="bytes",
+        metavar="SIZE",
+    ),
     "activation_reserve_bytes": Knob(
         None,
         "bytes",
-        "GPU memory kept for activations when sizing from a gpu; unset: kvsim's estimate (DESIGN.md "
-        "§Defaults)",
+        "GPU memory kept besides weights and KV when sizing from a gpu (activations, non-torch memory and CUDA "
+        "graphs together, a measured total); unset: kvsim's estimates of the three (DESIGN.md §Defaults)",
         lo=0,
         hi=MAX_BYTES,
         optional=True,
@@ -465,7 +513,15 @@ KNOBS: dict[str, Knob] = {
 
 # The paper's setup (PagedAttention §6.1): OPT-13B on one A100-40GB with 12 GiB of KV cache, roofline time.
 # The claims suite's base; an ordinary run starts from KNOBS' defaults.
-PAPER_SETUP: dict[str, Any] = {"model": "opt-13b", "gpu": "a100-40gb", "kv_cache_bytes": 12 * 2**30}
+# Its batch limits are pinned at 8192 tokens and 256 sequences (kvsim's defaults when the claims were set, and
+# vLLM's LLM class on an A100), not what vllm serve picks on an A100 (2048 and 256; DESIGN.md §Defaults).
+PAPER_SETUP: dict[str, Any] = {
+    "model": "opt-13b",
+    "gpu": "a100-40gb",
+    "kv_cache_bytes": 12 * 2**30,
+    "max_num_batched_tokens": 8192,
+    "max_num_seqs": 256,
+}
 
 
 def default(name: str) -> Any:
@@ -568,7 +624,7 @@ def convert(name: str, value: Any) -> Any:
         return value
     if k.kind == "gpu":
         from kvsim.model.gpus import Gpu
-        from kvsim.model.gpus import get as get_gpu
+        from kvsim.model.gpus import resolve as get_gpu
 
         if isinstance(value, str):
             try:
@@ -576,7 +632,7 @@ def convert(name: str, value: Any) -> Any:
             except InvalidArgumentError as exc:
                 raise InvalidArgumentError(f"gpu {value!r}: {exc}") from None
         elif not isinstance(value, Gpu):
-            raise _fail(name, value, "must be a preset name or a kvsim.gpus.Gpu")
+            raise _fail(name, value, "must be a preset name, a GPU file or a kvsim.gpus.Gpu")
         return value
     if k.kind == "text":
         if isinstance(value, PathLike):

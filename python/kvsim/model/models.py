@@ -32,6 +32,7 @@ DTYPE_BITS: dict[str, int] = {
     "fp8_e5m2": 8,
     "int8": 8,
     "int4": 4,
+    "fp4": 4,
 }
 
 
@@ -70,6 +71,12 @@ class Model:
         source: where the numbers come from.
         layers: each decoder layer's cache (`kvsim.model.layers.Layer`: full attention, sliding window,
             chunked local, Mamba state, shared); empty: `num_layers` full-attention layers.
+        weight_bytes: bytes the weights take as vLLM loads them, scales and zero points included
+            (`kvsim.model.quant`); 0: `num_params` x `weight_dtype`.
+        quantization: vLLM's quantization method of the weights (`""`: none), with what it quantizes.
+        num_experts, experts_per_token, expert_ffn: the routed experts (0 for a dense model).
+        config_json: the Hugging Face config fields the model was built from (JSON), so that
+            `with_quantization` can price them again; empty for the 2024 presets.
     """
 
     name: str
@@ -89,6 +96,12 @@ class Model:
     qk_rope_head_dim: int = 0
     source: str = ""
     layers: tuple[Layer, ...] = ()
+    weight_bytes: int = 0
+    quantization: str = ""
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_ffn: int = 0
+    config_json: str = dataclasses.field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         dtype_bits(self.weight_dtype)
@@ -132,7 +145,10 @@ class Model:
 
     @property
     def param_bytes(self) -> int:
-        """Bytes the weights occupy: parameter count x weight dtype size."""
+        """Bytes the weights occupy as vLLM loads them: `weight_bytes` when known (quantized checkpoints,
+        scales included), else parameter count x weight dtype size."""
+        if self.weight_bytes:
+            return self.weight_bytes
         return -(-self.num_params * dtype_bits(self.weight_dtype) // 8)
 
     def with_kv_dtype(self, kv_dtype: str) -> Model:
@@ -145,7 +161,27 @@ class Model:
     def with_weight_dtype(self, weight_dtype: str) -> Model:
         """The same model with its weights stored as `weight_dtype` (e.g. `"int4"`)."""
         dtype_bits(weight_dtype)
-        return dataclasses.replace(self, weight_dtype=weight_dtype)
+        return dataclasses.replace(self, weight_dtype=weight_dtype, weight_bytes=0, quantization="")
+
+    def with_quantization(self, quantization: str | None) -> Model:
+        """The same model loaded with vLLM's `--quantization` (`fp8` quantizes an unquantized model's linear
+        layers at load time; another value must name the checkpoint's own method). None: unchanged.
+
+        Raises:
+            InvalidArgumentError: a value vLLM would refuse for this checkpoint, or a model without its
+                config fields (the 2024 presets: give their config.json).
+        """
+        if quantization is None:
+            return self
+        if not self.config_json:
+            raise InvalidArgumentError(
+                f"quantization {quantization!r}: model {self.name} keeps no config.json fields to quantize; give "
+                "its config.json (or a catalogue preset)"
+            )
+        import json
+
+        rebuilt = _from_dict(json.loads(self.config_json), self.name, self.source, self.source, quantization)
+        return dataclasses.replace(rebuilt, layers=self.layers)
 
 
 def _dense(
@@ -263,19 +299,24 @@ MODELS: dict[str, Model] = {
             _HF.format("meta-llama/Meta-Llama-3-70B"),
             "bf16",
         ),
-        # mistralai/Mistral-7B-v0.1 config.json: 32 layers, d 4096, 32 heads, 8 KV heads, ffn 14336.
-        _dense(
-            "mistral-7b",
-            32,
-            4096,
-            32,
-            8,
-            14336,
-            32000,
-            7_241_732_096,
-            32768,
-            _HF.format("mistralai/Mistral-7B-v0.1"),
-            "bf16",
+        # mistralai/Mistral-7B-v0.1 config.json: 32 layers, d 4096, 32 heads, 8 KV heads, ffn 14336, and
+        # "sliding_window": 4096 with no layer_types: vLLM gives every layer that window (its
+        # CacheConfig.sliding_window, vllm/engine/arg_utils.py), one sliding-window group.
+        dataclasses.replace(
+            _dense(
+                "mistral-7b",
+                32,
+                4096,
+                32,
+                8,
+                14336,
+                32000,
+                7_241_732_096,
+                32768,
+                _HF.format("mistralai/Mistral-7B-v0.1"),
+                "bf16",
+            ),
+            layers=(Layer("sliding_window", 4096),) * 32,
         ),
         # Qwen/Qwen2.5-7B config.json: 28 layers, d 3584, 28 heads, 4 KV heads, ffn 18944, vocab 152064.
         _dense(
@@ -335,15 +376,16 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Model:
-    """The preset called `name` (lower case, dashed: `opt-13b`, `llama-3-8b`, `deepseek-v3`, ...).
+    """The preset called `name` (lower case, dashed: `opt-13b`, `llama-3.1-8b`, `gpt-oss-120b`, ...; any
+    case, and `-instruct` names of the catalogue's models, resolve too).
 
     Raises:
         InvalidArgumentError: an unknown name; the message lists the known ones.
     """
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise InvalidArgumentError(f"unknown model {name!r}; known: {', '.join(names())}") from None
+    found = MODELS.get(name) or _preset(name)
+    if found is None:
+        raise InvalidArgumentError(f"unknown model {name!r}; known: {', '.join(names())}")
+    return found
 
 
 _HF_DTYPES = {
@@ -355,14 +397,66 @@ _HF_DTYPES = {
     "float8_e4m3fn": "fp8_e4m3",
     "float8_e5m2": "fp8_e5m2",
 }
-_HF_CACHE: dict[tuple[str, float], Model] = {}
+_HF_CACHE: dict[tuple[str, float, str | None, str | None], Model] = {}
+
+
+def hf_cache_dir() -> Path:
+    """Where the Hugging Face hub keeps downloaded repositories: `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else
+    `$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub` (huggingface_hub's own order)."""
+    import os
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "huggingface" / "hub"
+
+
+def _is_hub_id(text: str) -> bool:
+    """`org/name` as the Hugging Face hub spells a repository (one slash, no path-like parts)."""
+    import re
+
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", text) is not None and ".." not in text
+
+
+def cached_config(repo_id: str) -> Path | None:
+    """The `config.json` of hub repository `repo_id` in the local Hugging Face cache, or None: the snapshot
+    `refs/main` names, else the most recent snapshot holding one. Nothing is downloaded."""
+    repo = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+    snapshots = repo / "snapshots"
+    try:
+        ref = (repo / "refs" / "main").read_text().strip()
+    except OSError:
+        ref = ""
+    if ref and (snapshots / ref / "config.json").is_file():
+        return snapshots / ref / "config.json"
+    try:
+        found = [d / "config.json" for d in snapshots.iterdir() if (d / "config.json").is_file()]
+    except OSError:
+        return None
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def _preset(name: str) -> Model | None:
+    """The preset called `name`, case-insensitively, or through an alias (`llama-3.1-8b-instruct`)."""
+    from kvsim.model.catalogue import ALIASES
+
+    low = name.lower()
+    low = ALIASES.get(low, low)
+    return MODELS.get(low)
 
 
 def resolve(model: Model | str) -> Model:
-    """A `Model` from a `Model`, a preset name, or a path to a Hugging Face `config.json` (or its folder).
+    """A `Model` from a `Model`, a preset name (any case; `-instruct` names resolve to their preset), a path
+    to a Hugging Face `config.json` (or its folder), or a Hugging Face id (`org/name`) read from the local
+    Hugging Face cache (`hf_cache_dir`; nothing is downloaded; when it is not there, the preset its last
+    part names, lower-cased).
 
     Raises:
-        InvalidArgumentError: an unknown name, or a config file that cannot be read or lacks a field.
+        InvalidArgumentError: an unknown name (the known ones and where the cache was looked for), or a
+            config file that cannot be read or lacks a field.
     """
     if isinstance(model, Model):
         return model
@@ -372,35 +466,57 @@ def resolve(model: Model | str) -> Model:
         return MODELS[model]
     if not model.strip():
         raise InvalidArgumentError(f"model {model!r} is empty; known: {', '.join(names())}")
+    preset = _preset(model)
+    if preset is not None:
+        return preset
     path = Path(model)
     if model.endswith(".json") or path.exists():
         return from_hf_config(path)
+    if _is_hub_id(model):
+        cached = cached_config(model)
+        if cached is not None:
+            return from_hf_config(cached, name=model)
+        preset = _preset(model.rsplit("/", 1)[1])
+        if preset is not None:
+            return preset
     import difflib
 
-    close = difflib.get_close_matches(model.lower().rsplit("/", 1)[-1], names(), n=2, cutoff=0.75)
+    from kvsim.model.catalogue import ALIASES
+
+    spellings = {**{n: n for n in names()}, **ALIASES}
+    close = difflib.get_close_matches(model.lower().rsplit("/", 1)[-1], list(spellings), n=3, cutoff=0.75)
+    close = list(dict.fromkeys(spellings[c] for c in close))
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    hub = "/" in model  # vLLM's `--model meta-llama/Meta-Llama-3-8B`: a hub name, nothing is downloaded
+    where = ""
+    if _is_hub_id(model):
+        repo = hf_cache_dir() / ("models--" + model.replace("/", "--"))
+        where = (
+            f": not in the Hugging Face cache (looked for {repo}/snapshots/*/config.json; set HF_HOME or "
+            "HF_HUB_CACHE, or download it with huggingface-cli); kvsim downloads nothing"
+        )
     raise InvalidArgumentError(
-        f"unknown model {model!r}{hint}; known: {', '.join(names())}; or the path of a Hugging Face config.json "
-        "(or its folder)"
-        + (": kvsim downloads nothing, so save the hub model's config.json first" if hub else "")
+        f"unknown model {model!r}{hint}{where}; known: {', '.join(names())}; or the path of a Hugging Face "
+        "config.json (or its folder)"
     )
 
 
-def from_hf_config(path: str | Path, name: str | None = None) -> Model:
+def from_hf_config(path: str | Path, name: str | None = None, quantization: str | None = None) -> Model:
     """A `Model` from a Hugging Face `config.json` (a file, or a folder holding one).
 
     Read: `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads` (default: the
     attention heads; `multi_query` gives 1), `head_dim` (default hidden / heads), `intermediate_size`
-    (`ffn_dim` for OPT), `vocab_size`, `max_position_embeddings`, `torch_dtype` (or `dtype`), and MLA's
-    `kv_lora_rank` + `qk_rope_head_dim` (DeepSeek-V2/V3). The parameter count is not in a config: it is
-    derived from these fields (embeddings, tied or not; attention projections, MLA's low-rank ones
-    included; a gated MLP for Llama-like models, two matrices for OPT/GPT; mixture-of-experts layers
-    from `n_routed_experts` / `num_local_experts`, `moe_intermediate_size`, shared experts and
-    `first_k_dense_replace`, active parameters from `num_experts_per_tok`). The model's name is the path.
+    (`ffn_dim` for OPT), `vocab_size`, `max_position_embeddings`, `torch_dtype` (or `dtype`), MLA's
+    `kv_lora_rank` + `qk_rope_head_dim` (DeepSeek-V2/V3), and `quantization_config` (`kvsim.model.quant`:
+    fp8, MXFP4, NVFP4, AWQ, GPTQ, compressed-tensors). The parameter count is not in a config: it is
+    derived from these fields (`kvsim.model.params`: embeddings, tied or not; attention projections, MLA's
+    low-rank ones included; a gated MLP for Llama-like models, two matrices for OPT/GPT; mixture-of-experts
+    layers from `n_routed_experts` / `num_local_experts` / `num_experts`, `moe_intermediate_size`, shared
+    experts, `first_k_dense_replace`, `decoder_sparse_step`, `moe_layers`; active parameters from
+    `num_experts_per_tok`). A multimodal config's `text_config` is read (the vision tower is not counted).
+    The model's name is `name`, else the path. `quantization` is vLLM's `--quantization`.
 
     Raises:
-        InvalidArgumentError: naming the file and the missing or invalid field.
+        InvalidArgumentError: naming the file and the missing, invalid or unmodelled field.
     """
     import json
 
@@ -411,7 +527,7 @@ def from_hf_config(path: str | Path, name: str | None = None) -> Model:
         stamp = p.stat().st_mtime
     except OSError as exc:
         raise InvalidArgumentError(f"model {str(path)!r}: cannot read {p}: {exc.strerror}") from None
-    key = (str(p), stamp)
+    key = (str(p), stamp, name, quantization)
     if key in _HF_CACHE:
         return _HF_CACHE[key]
     try:
@@ -420,6 +536,72 @@ def from_hf_config(path: str | Path, name: str | None = None) -> Model:
         raise InvalidArgumentError(f"model {str(path)!r}: {p} is not a JSON config: {exc}") from None
     if not isinstance(cfg, dict):
         raise InvalidArgumentError(f"model {str(path)!r}: {p} does not hold a JSON object")
+    model = _from_dict(cfg, name or str(path), str(path), str(p), quantization)
+    _HF_CACHE[key] = model
+    return model
+
+
+# The config.json fields a Model is built from (kept in `Model.config_json` so it can be priced again).
+_KEPT_FIELDS = (
+    "model_type",
+    "num_hidden_layers",
+    "n_layer",
+    "num_layers",
+    "hidden_size",
+    "n_embd",
+    "d_model",
+    "num_attention_heads",
+    "n_head",
+    "num_key_value_heads",
+    "n_head_kv",
+    "multi_query",
+    "head_dim",
+    "intermediate_size",
+    "ffn_dim",
+    "n_inner",
+    "intermediate_size_mlp",
+    "vocab_size",
+    "max_position_embeddings",
+    "n_positions",
+    "seq_length",
+    "torch_dtype",
+    "dtype",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "q_lora_rank",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "tie_word_embeddings",
+    "attention_bias",
+    "n_routed_experts",
+    "num_local_experts",
+    "num_experts",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "num_shared_experts",
+    "shared_expert_intermediate_size",
+    "num_experts_per_tok",
+    "experts_per_token",
+    "first_k_dense_replace",
+    "decoder_sparse_step",
+    "interleave_moe_layer_step",
+    "moe_layers",
+    "moe_layer_freq",
+    "mlp_only_layers",
+    "topk_method",
+    "quantization_config",
+)
+
+
+def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantization: str | None) -> Model:
+    """The `Model` of config fields `cfg` (see `from_hf_config`); `where` names it in errors."""
+    import json
+
+    from kvsim.model import quant
+    from kvsim.model.params import param_breakdown
+
+    path = where
+    p = source
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model inside
         cfg = {**cfg, **cfg["text_config"]}
 
@@ -461,15 +643,19 @@ def from_hf_config(path: str | Path, name: str | None = None) -> Model:
             f"model {str(path)!r}: torch_dtype {raw_dtype!r} is not one of {sorted(_HF_DTYPES)}"
         )
     dtype = _HF_DTYPES[raw_dtype]
-    quant = cfg.get("quantization_config")
-    if isinstance(quant, dict) and quant.get("quant_method") == "fp8":
-        dtype = "fp8"  # fp8 checkpoints (DeepSeek-V3) serve fp8 weights; the KV cache stays in torch_dtype
-    kv_dtype = _HF_DTYPES[raw_dtype]
-    total, active = _hf_params(
-        cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick
-    )
+    checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}")
+    q = quant.with_flag(checkpoint, quantization, f"model {str(path)!r}")
+    b = param_breakdown(cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick)
+    weight_dtype = dtype
+    if q.method:
+        # The dtype of the quantized layers; the rest stay in torch_dtype (weight_bytes has the exact sum).
+        first = next(iter(q.formats.values()), None)
+        kind = first.kind if first else ""
+        weight_dtype = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4"}.get(kind, "int4")
+        if kind == "int" and first is not None and first.bits == 8:
+            weight_dtype = "int8"
     model = Model(
-        name=name or str(path),
+        name=name,
         num_layers=layers,
         hidden_size=hidden,
         num_attention_heads=heads,
@@ -477,85 +663,45 @@ def from_hf_config(path: str | Path, name: str | None = None) -> Model:
         head_dim=head_dim,
         intermediate_size=ffn,
         vocab_size=vocab,
-        num_params=total,
-        num_active_params=active,
+        num_params=b.total,
+        num_active_params=b.active,
         max_model_len=max_len,
-        weight_dtype=dtype,
-        kv_dtype=kv_dtype,
+        weight_dtype=weight_dtype,
+        # The KV cache stays in torch_dtype whatever the weights' quantization, unless the checkpoint
+        # quantizes it too (vLLM's --kv-cache-dtype auto then resolves to fp8).
+        kv_dtype="fp8" if q.kv_fp8 else dtype,
         kv_lora_rank=kv_lora,
         qk_rope_head_dim=rope,
         source=str(p),
         layers=layers_from_hf_config(cfg, layers, str(path)),
+        weight_bytes=q.weight_bytes(b, dtype_bits(dtype)),
+        quantization=q.describe() if q.method else "",
+        num_experts=b.num_experts,
+        experts_per_token=b.experts_per_token,
+        expert_ffn=b.expert_ffn,
+        config_json=json.dumps({k: cfg[k] for k in _KEPT_FIELDS if k in cfg}, sort_keys=True),
     )
-    _HF_CACHE[key] = model
     return model
 
 
-def _hf_params(
-    cfg: dict[str, Any],
-    layers: int,
-    hidden: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    ffn: int,
-    vocab: int,
-    kv_lora: int,
-    rope: int,
-    pick: Any,
-) -> tuple[int, int]:
-    """(total, active) parameters derived from a config's architecture fields (see `from_hf_config`)."""
-    model_type = str(cfg.get("model_type", ""))
-    opt_like = model_type in ("opt", "gpt2", "gpt_neox", "gptj", "falcon", "bloom")
-    tied = bool(cfg.get("tie_word_embeddings", opt_like))
-    embed = vocab * hidden * (1 if tied else 2)
-    if opt_like and model_type == "opt":
-        embed += (pick("max_position_embeddings", default=2048) + 2) * hidden  # learned positions (offset 2)
-    if kv_lora:
-        q_lora = pick("q_lora_rank", default=0, required=False)
-        nope = pick("qk_nope_head_dim", default=head_dim, required=False)
-        v_dim = pick("v_head_dim", default=head_dim, required=False)
-        q = (
-            hidden * heads * (nope + rope)
-            if not q_lora
-            else hidden * q_lora + q_lora + q_lora * heads * (nope + rope)
-        )
-        attn = (
-            q
-            + hidden * (kv_lora + rope)
-            + kv_lora
-            + kv_lora * heads * (nope + v_dim)
-            + heads * v_dim * hidden
-        )
-    else:
-        attn = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
-        if opt_like:
-            attn += heads * head_dim + 2 * kv_heads * head_dim + hidden  # q, k, v, out biases
-        elif cfg.get("attention_bias") or model_type.startswith("qwen2"):
-            attn += heads * head_dim + 2 * kv_heads * head_dim  # q, k, v biases (Qwen2)
-    norms = 2 * hidden * (2 if opt_like else 1)
-    # Llama-like models gate their MLP (three matrices); OPT/GPT have two, with biases.
-    dense_mlp = 2 * hidden * ffn + ffn + hidden if opt_like else 3 * hidden * ffn
-    experts = pick("n_routed_experts", "num_local_experts", "num_experts", default=0, required=False)
-    total = active = embed + hidden * (2 if opt_like else 1)  # final norm
-    if experts:
-        moe_ffn = pick("moe_intermediate_size", default=ffn, required=False)
-        shared = pick("n_shared_experts", default=0, required=False)
-        per_tok = pick("num_experts_per_tok", default=1, required=False)
-        dense_layers = pick("first_k_dense_replace", default=0, required=False)
-        expert = 3 * hidden * moe_ffn
-        moe_total = experts * expert + shared * expert + hidden * experts  # router
-        moe_active = per_tok * expert + shared * expert + hidden * experts
-        total += dense_layers * (attn + dense_mlp + norms) + (layers - dense_layers) * (
-            attn + moe_total + norms
-        )
-        active += dense_layers * (attn + dense_mlp + norms) + (layers - dense_layers) * (
-            attn + moe_active + norms
-        )
-    else:
-        total += layers * (attn + dense_mlp + norms)
-        active = total
-    return total, active
+def _add_catalogue() -> None:
+    """The 2025-2026 presets (`kvsim.model.catalogue`), built from their config fields."""
+    from kvsim.model.catalogue import presets
+
+    MODELS.update(presets())
 
 
-__all__ = ["DTYPE_BITS", "MODELS", "Model", "dtype_bits", "from_hf_config", "get", "names", "resolve"]
+_add_catalogue()
+
+__all__ = [
+    "DTYPE_BITS",
+    "MODELS",
+    "Model",
+    "cached_config",
+    "dtype_bits",
+    "from_hf_config",
+    "get",
+    "hf_cache_dir",
+    "names",
+    "resolve",
+]

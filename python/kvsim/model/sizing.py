@@ -1,7 +1,9 @@
 """Sizing: how many KV blocks a model gets on a GPU, and roofline coefficients of the linear time model.
 
 Pool size (vLLM's way, DESIGN.md §Defaults): `kv_bytes = floor(memory · gpu_memory_utilization) −
-weight bytes / tensor_parallel_size − activation reserve`, or `kv_cache_bytes` given directly, and
+weight bytes / tensor_parallel_size − activation peak − non-torch memory − CUDA graphs`
+(`kvsim.model.memory`; the weights as vLLM loads them, `kvsim.model.quant`), or `kv_cache_bytes` given
+directly, and
 `num_blocks = floor(kv_bytes / (block_size · KV bytes per token per GPU))`. Under tensor parallelism each
 GPU holds `1/tp` of the weights and `max(1, kv_heads // tp)` of the KV heads (an MLA latent is replicated
 on every GPU), as vLLM shards them; the pool is one GPU's, and every GPU holds the same blocks. The
@@ -43,9 +45,10 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.gpus import Gpu
-from kvsim.model.gpus import get as get_gpu
+from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.knobs import KNOBS
 from kvsim.model.layers import KVLayout, kv_layout
+from kvsim.model.memory import StartupFigures, format_gib, non_kv_memory
 from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
 from kvsim.model.units import fmt_bytes
@@ -79,6 +82,7 @@ def _shard(m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int) -> M
         num_kv_heads=kv_heads,
         num_params=-(-m.num_params // tp),
         num_active_params=-(-m.num_active_params // tp),
+        weight_bytes=-(-m.weight_bytes // tp),
     )
 
 
@@ -95,17 +99,18 @@ def activation_reserve_estimate(
     max_num_seqs: int = 256,
     tensor_parallel_size: int = 1,
 ) -> int:
-    """kvsim's estimate of the activation memory vLLM's profiling run finds, in bytes (DESIGN.md §Defaults).
+    """kvsim's estimate of the activation memory vLLM's profiling run finds, in bytes (DESIGN.md §Defaults;
+    `kvsim.model.memory.activation_peak`).
 
     The peak of one forward pass over `max_num_batched_tokens` tokens: per token, the residual stream and
     the attention and MLP intermediates, `4 · hidden_size + 2 · intermediate_size / tp` values in the
-    weights' 16-bit activation dtype, plus fp32 logits for `max_num_seqs` rows of the vocabulary. vLLM
-    measures the real peak (and CUDA graph memory, not counted here); give `activation_reserve_bytes` to
-    use a measured number.
+    weights' 16-bit activation dtype (a mixture-of-experts layer's routed copies when larger), plus fp32
+    logits for `max_num_seqs` rows of the vocabulary. vLLM measures the real peak; give
+    `activation_reserve_bytes` to use a measured number.
     """
-    m = resolve_model(model)
-    per_token = 4 * m.hidden_size + 2 * -(-m.intermediate_size // tensor_parallel_size)
-    return max_num_batched_tokens * per_token * 2 + max_num_seqs * m.vocab_size * 4
+    from kvsim.model.memory import activation_peak
+
+    return activation_peak(resolve_model(model), max_num_batched_tokens, max_num_seqs, tensor_parallel_size)
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,9 @@ class PoolSizing:
         kv_cache_bytes: the KV memory the blocks were cut from.
         tensor_parallel_size: GPUs the model is split over.
         layout: the model's KV-cache groups (`kvsim.model.layers.KVLayout`), or None without a model.
+        non_torch_bytes, cudagraph_bytes: the other non-KV terms of the GPU sizing (`kvsim.model.memory`);
+            None when `activation_reserve_bytes` was a measured total.
+        figures: vLLM's four start-up figures (`kvsim.model.memory.StartupFigures`), or None without a model.
     """
 
     num_blocks: int
@@ -139,6 +147,9 @@ class PoolSizing:
     kv_cache_bytes: int | None = None
     tensor_parallel_size: int = 1
     layout: KVLayout | None = None
+    non_torch_bytes: int | None = None
+    cudagraph_bytes: int | None = None
+    figures: StartupFigures | None = None
 
     @property
     def tokens(self) -> int:
@@ -177,9 +188,14 @@ class PoolSizing:
         if self.source == "gpu":
             assert self.weight_bytes is not None
             assert self.activation_reserve_bytes is not None
+            others = ""
+            if self.non_torch_bytes is not None and self.cudagraph_bytes is not None:
+                others = f" − {fmt_bytes(self.non_torch_bytes)} non-torch"
+                if self.cudagraph_bytes:
+                    others += f" − {fmt_bytes(self.cudagraph_bytes)} CUDA graphs"
             why = (
                 f"{self.gpu} × {self.gpu_memory_utilization:.2f} − {fmt_bytes(self.weight_bytes)} weights − "
-                f"{fmt_bytes(self.activation_reserve_bytes)} activations; {per_token}{tp}"
+                f"{fmt_bytes(self.activation_reserve_bytes)} activations{others}; {per_token}{tp}"
             )
         elif self.source == "kv_cache_bytes":
             assert self.kv_cache_bytes is not None
@@ -191,7 +207,12 @@ class PoolSizing:
         return f"{head} ({why})"
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "layout"}
+        out = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("layout", "figures")
+        }
+        out["startup"] = None if self.figures is None else self.figures.to_dict()
         if self.layout is not None:
             out["kv_groups"] = [
                 {k: v for k, v in dataclasses.asdict(g).items() if k != "layer_ids"}
@@ -222,24 +243,33 @@ def size_pool(
     enable_prefix_caching: bool = True,
     hybrid_kv_cache_manager: str = "auto",
     max_model_len: int | None = None,
+    quantization: str | None = None,
+    enforce_eager: bool = False,
+    cudagraph_memory_bytes: int | None = None,
 ) -> PoolSizing:
     """The pool of a configuration: `num_blocks` if given, else from `kv_cache_bytes`, else from the GPU.
 
     With a model, the blocks are cut by `kvsim.model.layers.kv_layout`: one block id takes the largest
     KV-cache group's layers' pages (for a model of full-attention layers, `block_size` × its KV bytes per
-    token), as vLLM's `get_kv_cache_config_from_groups` cuts them.
+    token), as vLLM's `get_kv_cache_config_from_groups` cuts them. From a GPU, the KV memory is vLLM's
+    (`kvsim.model.memory`): the share of device memory less the weights (`quantization`: vLLM's
+    `--quantization`), the activation peak, non-torch memory and CUDA graphs (none with `enforce_eager`).
+    With a model the result carries vLLM's four start-up figures (`PoolSizing.figures`).
 
     Raises:
-        InvalidArgumentError: nothing to size from, a model that does not fit, too little memory for a
-            block, or more blocks than a pool can hold (blamed on the knob that gave them).
+        InvalidArgumentError: nothing to size from, a model that does not fit (vLLM's refusals: no memory
+            for the cache blocks, or too little for one request of `max_model_len` tokens, with vLLM's
+            numbers), too little memory for a block, or more blocks than a pool can hold (blamed on the
+            knob that gave them).
     """
-    m = _shard(resolve_model(model), kv_cache_dtype, tensor_parallel_size) if model is not None else None
+    base = resolve_model(model).with_quantization(quantization) if model is not None else None
+    m = _shard(base, kv_cache_dtype, tensor_parallel_size) if base is not None else None
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     tp = tensor_parallel_size
     layout = None
-    if model is not None:
+    if base is not None:
         layout = kv_layout(
-            _shard(resolve_model(model), kv_cache_dtype, 1),
+            _shard(base, kv_cache_dtype, 1),
             block_size,
             tensor_parallel_size=tp,
             enable_prefix_caching=enable_prefix_caching,
@@ -253,31 +283,66 @@ def size_pool(
         "tensor_parallel_size": tp,
         "layout": layout,
     }
+    context = max_model_len if max_model_len is not None else (m.max_model_len if m else 0)
+    in_flight = 2 * max_num_batched_tokens  # vLLM's async scheduling keeps two batches in flight
+
+    def figures(vllm_blocks: int, available: int | None) -> StartupFigures | None:
+        if m is None or layout is None:
+            return None
+        concurrency = layout.max_concurrency(vllm_blocks, context, in_flight)
+        return StartupFigures(
+            m.param_bytes, available, int(concurrency * context), context, concurrency, vllm_blocks
+        )
+
+    nonkv = None
+    available = None
+    if m is not None and g is not None and kv_cache_bytes is None:
+        nonkv = non_kv_memory(
+            m,
+            tp=tp,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            enforce_eager=enforce_eager,
+            activation_reserve_bytes=activation_reserve_bytes,
+            cudagraph_memory_bytes=cudagraph_memory_bytes,
+            blackwell=g.name in ("b200", "gb200"),
+        )
+        if num_blocks is not None:
+            budget = math.floor(g.memory_bytes * gpu_memory_utilization)
+            available = budget - m.param_bytes - nonkv.total
     if num_blocks is not None:
-        return PoolSizing(num_blocks=num_blocks, source="num_blocks", **common)
+        return PoolSizing(
+            num_blocks=num_blocks, source="num_blocks", figures=figures(num_blocks, available), **common
+        )
     if m is None:
         raise InvalidArgumentError(
             "num_blocks None: give num_blocks, or model and gpu (or model and kv_cache_bytes) to size the pool"
         )
+    assert layout is not None
     if kv_cache_bytes is not None:
-        assert layout is not None
         blocks = _blocks(kv_cache_bytes, m, layout, "kv_cache_bytes")
-        return PoolSizing(num_blocks=blocks, source="kv_cache_bytes", kv_cache_bytes=kv_cache_bytes, **common)
+        return PoolSizing(
+            num_blocks=blocks,
+            source="kv_cache_bytes",
+            kv_cache_bytes=kv_cache_bytes,
+            figures=figures(blocks - 1, kv_cache_bytes),
+            **common,
+        )
     if g is None:
         raise InvalidArgumentError(
             f"num_blocks None: model {m.name!r} needs a gpu (or kv_cache_bytes, or num_blocks) to size the pool"
         )
-    reserve = (
-        activation_reserve_estimate(m, max_num_batched_tokens, max_num_seqs, tp)
-        if activation_reserve_bytes is None
-        else activation_reserve_bytes
-    )
-    assert model is not None
-    whole = _shard(resolve_model(model), kv_cache_dtype, 1)
+    assert nonkv is not None
+    whole = _shard(base, kv_cache_dtype, 1) if base is not None else m
     kv = available_kv_bytes(
-        whole, g, gpu_memory_utilization, activation_reserve_bytes=reserve, tensor_parallel_size=tp
+        whole,
+        g,
+        gpu_memory_utilization,
+        activation_reserve_bytes=nonkv.total,
+        tensor_parallel_size=tp,
+        breakdown=None if nonkv.measured else (nonkv.activation, nonkv.non_torch, nonkv.cudagraph),
     )
-    assert layout is not None
+    _check_one_request(kv, m, layout, context, in_flight, "gpu_memory_utilization")
     blocks = _blocks(kv, m, layout, "gpu_memory_utilization")
     return PoolSizing(
         num_blocks=blocks,
@@ -286,9 +351,41 @@ def size_pool(
         gpu_memory_utilization=gpu_memory_utilization,
         memory_bytes=g.memory_bytes,
         weight_bytes=m.param_bytes,
-        activation_reserve_bytes=reserve,
+        activation_reserve_bytes=nonkv.activation,
         kv_cache_bytes=kv,
+        non_torch_bytes=None if nonkv.measured else nonkv.non_torch,
+        cudagraph_bytes=None if nonkv.measured else nonkv.cudagraph,
+        figures=figures(blocks - 1, kv),
         **common,
+    )
+
+
+def _check_one_request(kv: int, m: Model, layout: KVLayout, context: int, in_flight: int, knob: str) -> None:
+    """vLLM's start-up check (`_check_enough_kv_cache_memory`): the KV memory less the null block must hold
+    one request of `max_model_len` tokens; else its refusal, with its numbers and the longest context
+    that fits (its binary search, `estimate_max_model_len`)."""
+    bpb = layout.bytes_per_block
+    room = kv - bpb
+    if room <= 0 or context < 1:
+        return  # _blocks refuses a pool without one block
+    needed = layout.blocks_per_request(context, in_flight) * bpb
+    if needed <= room:
+        return
+    lo, hi, best = 1, context, 0
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if layout.blocks_per_request(mid, in_flight) * bpb <= room:
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    estimate = (
+        f"Based on the available memory, the estimated maximum model length is {best}. " if best else ""
+    )
+    raise InvalidArgumentError(
+        f"{knob}: model {m.name} does not fit one request: To serve at least one request with the model's max "
+        f"seq len ({context}), ({format_gib(needed)} GiB KV cache is needed, which is larger than the available "
+        f"KV cache memory ({format_gib(room)} GiB). {estimate}Try increasing `gpu_memory_utilization` or "
+        "decreasing `max_model_len` (vLLM's refusal; kvsim's --max-model-len sets the context)"
     )
 
 
@@ -320,12 +417,15 @@ def available_kv_bytes(
     *,
     activation_reserve_bytes: int = 0,
     tensor_parallel_size: int = 1,
+    breakdown: tuple[int, int, int] | None = None,
 ) -> int:
-    """Bytes left for the KV cache on one GPU: `floor(memory · utilization) - weights / tp - activations`.
+    """Bytes left for the KV cache on one GPU: `floor(memory · utilization) − weights / tp − non-KV memory`
+    (`activation_reserve_bytes`: activations, non-torch memory and CUDA graphs together; `breakdown`, the
+    three, only words the error).
 
     Raises:
         InvalidArgumentError: a utilization outside (0, 1], a negative reserve, or a model whose weights
-            and reserve do not fit (the message gives all the numbers).
+            and reserve do not fit (vLLM's refusal, with all the numbers).
     """
     m, g = _resolve(model, gpu)
     assert g is not None
@@ -341,11 +441,26 @@ def available_kv_bytes(
     left = budget - m.param_bytes - activation_reserve_bytes
     if left <= 0:
         per_gpu = f" per GPU (tensor_parallel_size {tp})" if tp > 1 else ""
+        if breakdown is None:
+            others = f"{fmt_bytes(activation_reserve_bytes)} of activations"
+        else:
+            act, non_torch, graphs = breakdown
+            others = f"{fmt_bytes(act)} of activations − {fmt_bytes(non_torch)} non-torch − {fmt_bytes(graphs)} CUDA graphs"
+        if m.param_bytes > g.memory_bytes:
+            vllm = (
+                "vLLM: Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization to free "
+                "memory for weights, increasing --tensor-parallel-size, or using --quantization"
+            )
+        else:
+            vllm = (
+                f"vLLM: Available KV cache memory: {format_gib(left)} GiB; No available memory for the cache "
+                "blocks. Try increasing `gpu_memory_utilization`; or raise tensor_parallel_size (-tp) or use "
+                "--quantization"
+            )
         raise InvalidArgumentError(
             f"model {m.name} does not fit on {g.name}: {gpu_memory_utilization:.2f} × {fmt_bytes(g.memory_bytes)} = "
             f"{fmt_bytes(budget)} usable − {fmt_bytes(m.param_bytes)} of weights{per_gpu} − "
-            f"{fmt_bytes(activation_reserve_bytes)} of activations leaves {fmt_bytes(left)} for the KV cache; "
-            "raise tensor_parallel_size (-tp) or gpu_memory_utilization"
+            f"{others} leaves {fmt_bytes(left)} for the KV cache. {vllm}"
         )
     return left
 

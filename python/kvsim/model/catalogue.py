@@ -1,0 +1,317 @@
+"""The 2025-2026 model catalogue: presets built from their published `config.json` fields.
+
+Each entry holds the fields of the model's Hugging Face `config.json` that kvsim reads (copied from the
+file at the URL in its comment; `tests/data/hf/<name>.json` keeps the published files and
+`tests/test_catalogue.py` checks every entry against them field by field), and is turned into a
+`kvsim.model.models.Model` by the same code as `--model config.json` (`models._from_dict`), so a preset
+and its checkpoint's config give the same answers. Names are the Hugging Face id's last part, lower-cased;
+`ALIASES` maps the instruct / chat ids onto the same architecture. Models whose layers are not all full
+attention carry `layers=` (`kvsim.model.layers.Layer`), built here from the same config fields
+(`layer_types`, `sliding_window` with `sliding_window_pattern`, `attention_chunk_size` with
+`no_rope_layers`), as vLLM 0.33.0 builds each layer's KV-cache spec.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_HF = "https://huggingface.co/{}/blob/main/config.json"
+
+_LLAMA31 = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}
+_QWEN3 = {
+    "model_type": "qwen3",
+    "attention_bias": False,
+    "head_dim": 128,
+    "max_position_embeddings": 40960,
+    "num_key_value_heads": 8,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 151936,
+}
+_GPT_OSS = {
+    "model_type": "gpt_oss",
+    "attention_bias": True,
+    "experts_per_token": 4,
+    "head_dim": 64,
+    "hidden_size": 2880,
+    "intermediate_size": 2880,
+    "max_position_embeddings": 131072,
+    "num_attention_heads": 64,
+    "num_experts_per_tok": 4,
+    "num_key_value_heads": 8,
+    "quantization_config": {
+        "modules_to_not_convert": [
+            "model.layers.*.self_attn",
+            "model.layers.*.mlp.router",
+            "model.embed_tokens",
+            "lm_head",
+        ],
+        "quant_method": "mxfp4",
+    },
+    "sliding_window": 128,
+    "tie_word_embeddings": False,
+    "vocab_size": 201088,
+}
+
+# name -> (Hugging Face id, config.json fields kvsim reads)
+ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
+    # meta-llama/Llama-3.1-8B: 32 layers, d 4096, 32 heads, 8 KV heads, ffn 14336, 131,072 positions.
+    "llama-3.1-8b": ("meta-llama/Llama-3.1-8B", _LLAMA31),
+    # meta-llama/Llama-3.1-70B: 80 layers, d 8192, 64 heads, 8 KV heads, ffn 28672.
+    "llama-3.1-70b": (
+        "meta-llama/Llama-3.1-70B",
+        {
+            **_LLAMA31,
+            "hidden_size": 8192,
+            "intermediate_size": 28672,
+            "num_attention_heads": 64,
+            "num_hidden_layers": 80,
+        },
+    ),
+    # meta-llama/Llama-3.1-405B: 126 layers, d 16384, 128 heads, 8 KV heads, ffn 53248.
+    "llama-3.1-405b": (
+        "meta-llama/Llama-3.1-405B",
+        {
+            **_LLAMA31,
+            "hidden_size": 16384,
+            "intermediate_size": 53248,
+            "num_attention_heads": 128,
+            "num_hidden_layers": 126,
+        },
+    ),
+    # Qwen/Qwen3-8B: 36 layers, d 4096, 32 heads, 8 KV heads of 128, ffn 12288, 40,960 positions.
+    "qwen3-8b": (
+        "Qwen/Qwen3-8B",
+        {
+            **_QWEN3,
+            "hidden_size": 4096,
+            "intermediate_size": 12288,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 36,
+        },
+    ),
+    # Qwen/Qwen3-32B: 64 layers, d 5120, 64 heads, 8 KV heads of 128, ffn 25600.
+    "qwen3-32b": (
+        "Qwen/Qwen3-32B",
+        {
+            **_QWEN3,
+            "hidden_size": 5120,
+            "intermediate_size": 25600,
+            "num_attention_heads": 64,
+            "num_hidden_layers": 64,
+        },
+    ),
+    # Qwen/Qwen3-32B-AWQ: Qwen3-32B's architecture, AWQ 4-bit weights in groups of 128 with zero points.
+    "qwen3-32b-awq": (
+        "Qwen/Qwen3-32B-AWQ",
+        {
+            **_QWEN3,
+            "hidden_size": 5120,
+            "intermediate_size": 25600,
+            "num_attention_heads": 64,
+            "num_hidden_layers": 64,
+            "torch_dtype": "float16",
+            "quantization_config": {
+                "bits": 4,
+                "group_size": 128,
+                "modules_to_not_convert": None,
+                "quant_method": "awq",
+                "version": "gemm",
+                "zero_point": True,
+            },
+        },
+    ),
+    # Qwen/Qwen3-30B-A3B: 48 layers, d 2048, 32 heads, 4 KV heads, 128 experts of 768, 8 per token.
+    "qwen3-30b-a3b": (
+        "Qwen/Qwen3-30B-A3B",
+        {
+            **_QWEN3,
+            "model_type": "qwen3_moe",
+            "decoder_sparse_step": 1,
+            "hidden_size": 2048,
+            "intermediate_size": 6144,
+            "mlp_only_layers": [],
+            "moe_intermediate_size": 768,
+            "num_attention_heads": 32,
+            "num_experts": 128,
+            "num_experts_per_tok": 8,
+            "num_hidden_layers": 48,
+            "num_key_value_heads": 4,
+        },
+    ),
+    # Qwen/Qwen3-235B-A22B: 94 layers, d 4096, 64 heads, 4 KV heads, 128 experts of 1536, 8 per token.
+    "qwen3-235b-a22b": (
+        "Qwen/Qwen3-235B-A22B",
+        {
+            **_QWEN3,
+            "model_type": "qwen3_moe",
+            "decoder_sparse_step": 1,
+            "hidden_size": 4096,
+            "intermediate_size": 12288,
+            "mlp_only_layers": [],
+            "moe_intermediate_size": 1536,
+            "num_attention_heads": 64,
+            "num_experts": 128,
+            "num_experts_per_tok": 8,
+            "num_hidden_layers": 94,
+            "num_key_value_heads": 4,
+        },
+    ),
+    # openai/gpt-oss-20b: 24 layers alternating 128-token sliding windows and full attention, 32 experts,
+    # MXFP4 experts (attention, router, embeddings and lm_head in bf16).
+    "gpt-oss-20b": (
+        "openai/gpt-oss-20b",
+        {
+            **_GPT_OSS,
+            "num_hidden_layers": 24,
+            "num_local_experts": 32,
+            "layer_types": ["sliding_attention", "full_attention"] * 12,
+        },
+    ),
+    # openai/gpt-oss-120b: 36 layers as gpt-oss-20b's, 128 experts.
+    "gpt-oss-120b": (
+        "openai/gpt-oss-120b",
+        {
+            **_GPT_OSS,
+            "num_hidden_layers": 36,
+            "num_local_experts": 128,
+            "layer_types": ["sliding_attention", "full_attention"] * 18,
+        },
+    ),
+    # mistralai/Mistral-Small-24B-Instruct-2501: 40 layers, d 5120, 32 heads, 8 KV heads of 128, ffn 32768,
+    # vocab 131072, 32,768 positions (Mistral Small 3.x's language model).
+    "mistral-small-24b": (
+        "mistralai/Mistral-Small-24B-Instruct-2501",
+        {
+            "model_type": "mistral",
+            "head_dim": 128,
+            "hidden_size": 5120,
+            "intermediate_size": 32768,
+            "max_position_embeddings": 32768,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 40,
+            "num_key_value_heads": 8,
+            "sliding_window": None,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "vocab_size": 131072,
+        },
+    ),
+    # microsoft/phi-4: 40 layers, d 5120, 40 heads, 10 KV heads, ffn 17920, vocab 100352, 16,384 positions.
+    "phi-4": (
+        "microsoft/phi-4",
+        {
+            "model_type": "phi3",
+            "hidden_size": 5120,
+            "intermediate_size": 17920,
+            "max_position_embeddings": 16384,
+            "num_attention_heads": 40,
+            "num_hidden_layers": 40,
+            "num_key_value_heads": 10,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "vocab_size": 100352,
+        },
+    ),
+    # google/gemma-3-27b-it (text_config): 62 layers, d 5376, 32 heads, 16 KV heads of 128, ffn 21504,
+    # five 1,024-token sliding-window layers to one full-attention layer.
+    "gemma-3-27b": (
+        "google/gemma-3-27b-it",
+        {
+            "model_type": "gemma3_text",
+            "head_dim": 128,
+            "hidden_size": 5376,
+            "intermediate_size": 21504,
+            "max_position_embeddings": 131072,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 62,
+            "num_key_value_heads": 16,
+            "sliding_window": 1024,
+            "sliding_window_pattern": 6,
+            "torch_dtype": "bfloat16",
+            "vocab_size": 262208,
+        },
+    ),
+    # meta-llama/Llama-4-Scout-17B-16E-Instruct (text_config): 48 layers, d 5120, 40 heads, 8 KV heads of
+    # 128; every layer 16 experts of 8192 (one per token) and a shared expert; three of every four layers
+    # attend within 8,192-token chunks (RoPE layers), the fourth (no RoPE) to everything.
+    "llama-4-scout": (
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        {
+            "model_type": "llama4_text",
+            "attention_chunk_size": 8192,
+            "head_dim": 128,
+            "hidden_size": 5120,
+            "interleave_moe_layer_step": 1,
+            "intermediate_size": 8192,
+            "intermediate_size_mlp": 16384,
+            "max_position_embeddings": 10485760,
+            "moe_layers": list(range(48)),
+            "no_rope_layers": [1, 1, 1, 0] * 12,
+            "num_attention_heads": 40,
+            "num_experts_per_tok": 1,
+            "num_hidden_layers": 48,
+            "num_key_value_heads": 8,
+            "num_local_experts": 16,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "use_qk_norm": True,
+            "vocab_size": 202048,
+        },
+    ),
+}
+
+# Other Hugging Face names of the same architectures (instruct / chat / reasoning releases).
+ALIASES: dict[str, str] = {
+    "llama-3.1-8b-instruct": "llama-3.1-8b",
+    "meta-llama-3.1-8b-instruct": "llama-3.1-8b",
+    "llama-3.1-70b-instruct": "llama-3.1-70b",
+    "llama-3.1-405b-instruct": "llama-3.1-405b",
+    "gemma-3-27b-it": "gemma-3-27b",
+    "mistral-small-24b-instruct-2501": "mistral-small-24b",
+    "mistral-small-24b-base-2501": "mistral-small-24b",
+    "llama-4-scout-17b-16e": "llama-4-scout",
+    "llama-4-scout-17b-16e-instruct": "llama-4-scout",
+    # The 2024 presets under their Hugging Face ids' last parts.
+    "meta-llama-3-8b": "llama-3-8b",
+    "meta-llama-3-8b-instruct": "llama-3-8b",
+    "meta-llama-3-70b": "llama-3-70b",
+    "meta-llama-3-70b-instruct": "llama-3-70b",
+    "llama-2-7b-hf": "llama-2-7b",
+    "llama-2-13b-hf": "llama-2-13b",
+    "llama-2-70b-hf": "llama-2-70b",
+    "mistral-7b-v0.1": "mistral-7b",
+    "qwen2.5-7b-instruct": "qwen2.5-7b",
+    "qwen2.5-72b-instruct": "qwen2.5-72b",
+    # deepseek-ai/DeepSeek-R1's config.json is DeepSeek-V3's architecture (61 layers, MLA, 256 experts).
+    "deepseek-r1": "deepseek-v3",
+    "deepseek-r1-0528": "deepseek-v3",
+    "deepseek-v3-0324": "deepseek-v3",
+}
+
+
+def presets() -> dict[str, Any]:
+    """The catalogue's `Model`s by name."""
+    from kvsim.model.models import _from_dict
+
+    out = {}
+    for name, (hf_id, fields) in ENTRIES.items():
+        url = _HF.format(hf_id)
+        # Layer kinds (sliding windows, local chunks) come from the same fields, as from a config.json
+        # (`kvsim.model.layers.layers_from_hf_config`).
+        out[name] = _from_dict(dict(fields), name, url, url, None)
+    return out
+
+
+__all__ = ["ALIASES", "ENTRIES", "presets"]

@@ -1,0 +1,199 @@
+"""What vLLM keeps on a GPU besides the weights and the KV cache, and the four start-up figures vLLM logs
+(DESIGN.md §Defaults and sizing, "Memory").
+
+vLLM 0.33.0 (`vllm/v1/worker/gpu_worker.py` `determine_available_memory`, `vllm/utils/mem_utils.py`
+`memory_profiling`, `vllm/v1/worker/utils.py` `request_memory`) leaves for the KV cache
+
+    total memory x gpu_memory_utilization − weights − activation peak − non-torch memory − CUDA graphs
+
+where the activation peak is the torch allocator's peak over a profiling forward pass of
+`max_num_batched_tokens` tokens (plus the sampler over `max_num_seqs` rows), non-torch memory what the
+process holds outside torch's allocator (NCCL, cuBLAS workspaces), and the CUDA-graph term the estimate of
+`profile_cudagraph_memory` (subtracted from 0.20.0 on, `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`; none
+with `--enforce-eager`). vLLM measures all three; kvsim estimates them (`non_kv_memory`), and
+`activation_reserve_bytes` replaces the three with a measured total, `cudagraph_memory_bytes` the last.
+`--kv-cache-memory-bytes` skips all of it, as in vLLM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+GIB = 1 << 30
+MIB = 1 << 20
+# vLLM's floor for one captured graph's memory (`profile_cudagraph_memory`: "at least 1 MiB per graph for
+# driver overhead").
+GRAPH_FLOOR_BYTES = 1 * MIB
+# Non-torch memory (NCCL, cuBLAS and attention workspaces) as vLLM's profiler reported it: 0.16 GiB on one
+# H100 (vLLM 0.8 start-up logs quoted in kubernetes-sigs/gateway-api-inference-extension#550 and
+# generative-computing/mellea#416: "non_torch_memory takes 0.16GiB"), 0.33 GiB per GPU at
+# tensor_parallel_size 2 (vllm-project/vllm#14452, RTX 5090 x2: "non_torch_memory takes 0.33GiB").
+NON_TORCH_BYTES = 16 * GIB // 100
+NON_TORCH_BYTES_TP = 33 * GIB // 100
+
+
+def activation_peak(model: Any, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1) -> int:
+    """kvsim's estimate of the activation peak vLLM's profiling run finds, in bytes.
+
+    Per token of the `max_num_batched_tokens` pass: the residual stream and the attention and MLP
+    intermediates, `4 · hidden_size + 2 · intermediate_size / tp` 16-bit values (a mixture-of-experts
+    layer: `experts_per_token · 3 · expert_ffn / tp` when larger, fused MoE's intermediate caches for each
+    routed copy of the token); plus fp32 logits for `max_num_seqs` rows of the vocabulary (the sampler's
+    dummy run).
+    """
+    mlp = 2 * -(-model.intermediate_size // tp)
+    if getattr(model, "num_experts", 0):
+        mlp = max(mlp, model.experts_per_token * 3 * -(-model.expert_ffn // tp))
+    per_token = 4 * model.hidden_size + mlp
+    return max_num_batched_tokens * per_token * 2 + max_num_seqs * model.vocab_size * 4
+
+
+def cudagraph_capture_sizes(
+    max_num_seqs: int, max_num_batched_tokens: int, blackwell: bool = False
+) -> list[int]:
+    """The batch sizes vLLM 0.33.0 captures CUDA graphs for by default (`VllmConfig`'s
+    `_set_cudagraph_sizes`): up to min(2 · max_num_seqs, 512 (1024 on Blackwell B200/GB200),
+    max_num_batched_tokens): 1, 2, 4, then every 8 below 256, every 16 from 256, plus max_num_seqs
+    (uniform decode) and max_num_batched_tokens when they fit."""
+    top = min(2 * max_num_seqs, 1024 if blackwell else 512, max_num_batched_tokens)
+    sizes = [i for i in (1, 2, 4) if i <= top]
+    if top >= 8:
+        sizes += list(range(8, min(top + 1, 256), 8))
+    if top >= 256:
+        sizes += list(range(256, top + 1, 16))
+    if max_num_batched_tokens <= top:
+        sizes.append(max_num_batched_tokens)
+    if max_num_seqs <= top:
+        sizes.append(max_num_seqs)
+    return sorted(set(sizes))
+
+
+def cudagraph_estimate(
+    model: Any, max_num_seqs: int, max_num_batched_tokens: int, tp: int = 1, blackwell: bool = False
+) -> int:
+    """kvsim's estimate of vLLM's "Estimated CUDA graph memory", in bytes.
+
+    vLLM captures FULL graphs for decode batches up to `max_num_seqs` and PIECEWISE graphs for every
+    capture size (`cudagraph_mode` FULL_AND_PIECEWISE, its default), and estimates the first capture's
+    memory plus, for each further graph, the second capture's (at least 1 MiB). kvsim prices the first
+    capture as one forward pass's activations at the largest capture size (`activation_peak` without
+    logits) and every further graph at vLLM's 1 MiB floor. vLLM measures this; give
+    `cudagraph_memory_bytes` (its log line "Estimated CUDA graph memory: X GiB total") to use the number.
+    """
+    sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, blackwell)
+    graphs = len(sizes) + sum(1 for s in sizes if s <= max_num_seqs)
+    first = activation_peak(model, sizes[-1], 0, tp)
+    return first + (graphs - 1) * GRAPH_FLOOR_BYTES
+
+
+@dataclass(frozen=True)
+class NonKV:
+    """What a GPU holds besides the weights and the KV cache (bytes): `activation` (the profiling pass's
+    peak), `non_torch`, `cudagraph`; `measured` when a total was given (`activation_reserve_bytes`)."""
+
+    activation: int
+    non_torch: int
+    cudagraph: int
+    measured: bool = False
+
+    @property
+    def total(self) -> int:
+        return self.activation + self.non_torch + self.cudagraph
+
+
+def non_kv_memory(
+    model: Any,
+    *,
+    tp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    enforce_eager: bool,
+    activation_reserve_bytes: int | None,
+    cudagraph_memory_bytes: int | None,
+    blackwell: bool = False,
+) -> NonKV:
+    """The non-KV memory of one GPU (see the module docstring): a measured total if given, else kvsim's
+    estimates; CUDA graphs count nothing under `enforce_eager` (nothing is captured)."""
+    if activation_reserve_bytes is not None:
+        return NonKV(activation_reserve_bytes, 0, 0, measured=True)
+    if enforce_eager:
+        graphs = 0
+    elif cudagraph_memory_bytes is not None:
+        graphs = cudagraph_memory_bytes
+    else:
+        graphs = cudagraph_estimate(model, max_num_seqs, max_num_batched_tokens, tp, blackwell)
+    return NonKV(
+        activation_peak(model, max_num_batched_tokens, max_num_seqs, tp),
+        NON_TORCH_BYTES if tp == 1 else NON_TORCH_BYTES_TP,
+        graphs,
+    )
+
+
+def format_gib(b: int) -> str:
+    """Bytes as vLLM prints GiB (`format_gib`: rounded to 2 decimals)."""
+    return f"{round(b / GIB, 2)}"
+
+
+@dataclass(frozen=True)
+class StartupFigures:
+    """The four figures vLLM logs at start-up, as kvsim computes them for a configuration.
+
+    Attributes:
+        model_loading_bytes: one GPU's weights ("Model loading took X GiB memory").
+        available_kv_bytes: the KV cache's memory ("Available KV cache memory: Y GiB"); None when the
+            pool was given in blocks without a GPU.
+        kv_cache_tokens: "GPU KV cache size: N tokens" (`int(max_concurrency × max_model_len)`, vLLM
+            0.33.0's `get_kv_cache_capacity`).
+        max_model_len: the context the concurrency is for (the model's unless `max_model_len` is set).
+        max_concurrency: "Maximum concurrency for L tokens per request: Z×": vLLM's `num_blocks` (kvsim's
+            less its extra null block) over the blocks one request of `max_model_len` tokens holds.
+        num_blocks: vLLM's `num_gpu_blocks` (its log's "# GPU blocks").
+    """
+
+    model_loading_bytes: int
+    available_kv_bytes: int | None
+    kv_cache_tokens: int
+    max_model_len: int
+    max_concurrency: float
+    num_blocks: int
+
+    def lines(self) -> list[str]:
+        """The four lines, worded as vLLM 0.33.0 logs them."""
+        out = [f"Model loading took {format_gib(self.model_loading_bytes)} GiB memory"]
+        if self.available_kv_bytes is not None:
+            out.append(f"Available KV cache memory: {format_gib(self.available_kv_bytes)} GiB")
+        out.append(f"GPU KV cache size: {self.kv_cache_tokens:,} tokens")
+        out.append(
+            f"Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x"
+        )
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model_loading_gib": round(self.model_loading_bytes / GIB, 2),
+            "model_loading_bytes": self.model_loading_bytes,
+            "available_kv_cache_gib": None
+            if self.available_kv_bytes is None
+            else round(self.available_kv_bytes / GIB, 2),
+            "available_kv_cache_bytes": self.available_kv_bytes,
+            "gpu_kv_cache_tokens": self.kv_cache_tokens,
+            "max_model_len": self.max_model_len,
+            "max_concurrency": self.max_concurrency,
+            "num_gpu_blocks": self.num_blocks,
+            "lines": self.lines(),
+        }
+
+
+__all__ = [
+    "GRAPH_FLOOR_BYTES",
+    "NON_TORCH_BYTES",
+    "NON_TORCH_BYTES_TP",
+    "NonKV",
+    "StartupFigures",
+    "activation_peak",
+    "cudagraph_capture_sizes",
+    "cudagraph_estimate",
+    "format_gib",
+    "non_kv_memory",
+]

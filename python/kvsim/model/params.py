@@ -1,0 +1,208 @@
+"""A model's parameters by module, derived from a Hugging Face `config.json` (DESIGN.md §Defaults and sizing).
+
+`param_breakdown` lists every weight matrix of a decoder-only transformer as vLLM builds it, grouped by the
+module it belongs to, so that a quantization (`kvsim.model.quant`) can price each group in its own format:
+
+- `embed` (`model.embed_tokens`) and `lm_head` (absent when the embeddings are tied);
+- `attn`: q, k, v and o projections (MLA: its low-rank projections), per layer;
+- `mlp`: a dense layer's gated MLP (three matrices; OPT/GPT: two), per layer;
+- `experts`: every routed expert's matrices (in memory all of them; per token `num_experts_per_tok`);
+- `shared_experts`: experts every token passes through (DeepSeek, Llama 4, Qwen2-MoE);
+- `router`: the gate picking the experts;
+- `other`: norms, biases, attention sinks, learned positions: kept in the checkpoint's dtype.
+
+A `Matrix` is `count` matrices of `rows` x `cols` (output x input features). The totals equal the published
+parameter counts of the checkpoints the test-suite holds (Llama, Qwen2.5/3, gpt-oss, Mixtral, DeepSeek-V3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+GROUPS = ("embed", "lm_head", "attn", "mlp", "experts", "shared_experts", "router", "other")
+# A representative module name per group, as vLLM names the modules of a Llama-like model: what a
+# checkpoint's ignore lists (`ignore`, `modules_to_not_convert`, `exclude_modules`) are matched against.
+MODULE_NAMES: dict[str, tuple[str, ...]] = {
+    "embed": ("model.embed_tokens",),
+    "lm_head": ("lm_head",),
+    "attn": (
+        "model.layers.0.self_attn.q_proj",
+        "model.layers.0.self_attn.k_proj",
+        "model.layers.0.self_attn.v_proj",
+        "model.layers.0.self_attn.o_proj",
+        "model.layers.0.self_attn.qkv_proj",
+    ),
+    "mlp": ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj"),
+    "experts": ("model.layers.0.mlp.experts", "model.layers.0.mlp.experts.0.gate_proj"),
+    "shared_experts": ("model.layers.0.mlp.shared_experts", "model.layers.0.mlp.shared_expert.gate_proj"),
+    "router": ("model.layers.0.mlp.gate", "model.layers.0.mlp.router"),
+    "other": (),
+}
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """`count` weight matrices of `rows` (output features) x `cols` (input features)."""
+
+    rows: int
+    cols: int
+    count: int = 1
+
+    @property
+    def params(self) -> int:
+        return self.rows * self.cols * self.count
+
+
+@dataclass
+class Breakdown:
+    """A model's weight matrices by group (`GROUPS`), the loose parameters of `other`, and the MoE shape.
+
+    Attributes:
+        matrices: group -> its matrices.
+        other: parameters outside matrices (norms, biases, sinks, learned positions).
+        active_experts: of `experts`, the fraction a token touches (`num_experts_per_tok / num_experts`).
+        num_experts, experts_per_token, expert_ffn: the routed experts (0 for a dense model).
+    """
+
+    matrices: dict[str, list[Matrix]] = field(default_factory=lambda: {g: [] for g in GROUPS})
+    other: int = 0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_ffn: int = 0
+
+    def add(self, group: str, rows: int, cols: int, count: int = 1) -> None:
+        if count and rows and cols:
+            self.matrices[group].append(Matrix(rows, cols, count))
+
+    def params(self, group: str) -> int:
+        return sum(m.params for m in self.matrices[group])
+
+    @property
+    def total(self) -> int:
+        return sum(self.params(g) for g in GROUPS) + self.other
+
+    @property
+    def active(self) -> int:
+        """Parameters one token touches: every group, but only `experts_per_token` of the routed experts."""
+        experts = self.params("experts")
+        used = experts * self.experts_per_token // self.num_experts if self.num_experts else experts
+        return self.total - experts + used
+
+
+def _layer_flags(cfg: dict[str, Any], layers: int, experts: int, pick: Any) -> list[bool]:
+    """Which decoder layers hold routed experts (True) rather than a dense MLP."""
+    if not experts:
+        return [False] * layers
+    moe_layers = cfg.get("moe_layers")
+    if isinstance(moe_layers, list) and all(isinstance(i, int) for i in moe_layers):  # Llama 4
+        wanted = set(moe_layers)
+        return [i in wanted for i in range(layers)]
+    freq = cfg.get("moe_layer_freq")
+    if isinstance(freq, list) and len(freq) == layers:  # a per-layer mask
+        return [bool(x) for x in freq]
+    dense_first = pick("first_k_dense_replace", default=0, required=False)
+    step = pick("decoder_sparse_step", "interleave_moe_layer_step", default=1, required=False) or 1
+    if isinstance(freq, int) and freq > 1:
+        step = freq
+    only_mlp = set(cfg.get("mlp_only_layers") or [])
+    return [i >= dense_first and (i + 1) % step == 0 and i not in only_mlp for i in range(layers)]
+
+
+def param_breakdown(
+    cfg: dict[str, Any],
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    ffn: int,
+    vocab: int,
+    kv_lora: int,
+    rope: int,
+    pick: Any,
+) -> Breakdown:
+    """The weight matrices of the model `cfg` describes (see the module docstring)."""
+    model_type = str(cfg.get("model_type", ""))
+    opt_like = model_type in ("opt", "gpt2", "gpt_neox", "gptj", "falcon", "bloom")
+    # transformers' default: Gemma and OPT-like models tie their embeddings unless the config says not.
+    tied = bool(cfg.get("tie_word_embeddings", opt_like or model_type.startswith("gemma")))
+    b = Breakdown()
+    b.add("embed", vocab, hidden)
+    if not tied:
+        b.add("lm_head", vocab, hidden)
+    if model_type == "opt":
+        b.other += (
+            pick("max_position_embeddings", default=2048) + 2
+        ) * hidden  # learned positions (offset 2)
+    # Attention.
+    if kv_lora:
+        q_lora = pick("q_lora_rank", default=0, required=False)
+        nope = pick("qk_nope_head_dim", default=head_dim, required=False)
+        v_dim = pick("v_head_dim", default=head_dim, required=False)
+        if q_lora:
+            b.add("attn", q_lora, hidden, layers)
+            b.add("attn", heads * (nope + rope), q_lora, layers)
+            b.other += q_lora * layers  # q_a_layernorm
+        else:
+            b.add("attn", heads * (nope + rope), hidden, layers)
+        b.add("attn", kv_lora + rope, hidden, layers)
+        b.add("attn", heads * (nope + v_dim), kv_lora, layers)
+        b.add("attn", hidden, heads * v_dim, layers)
+        b.other += kv_lora * layers  # kv_a_layernorm
+    else:
+        b.add("attn", heads * head_dim, hidden, layers)
+        b.add("attn", kv_heads * head_dim, hidden, 2 * layers)
+        b.add("attn", hidden, heads * head_dim, layers)
+        if opt_like:
+            b.other += (heads * head_dim + 2 * kv_heads * head_dim + hidden) * layers  # q, k, v, out biases
+        elif cfg.get("attention_bias") or model_type.startswith("qwen2"):
+            b.other += (heads * head_dim + 2 * kv_heads * head_dim) * layers  # q, k, v biases (Qwen2)
+            if model_type == "gpt_oss":
+                b.other += (hidden + heads) * layers  # o_proj's bias and the attention sinks
+        if model_type.startswith(("qwen3", "gemma3")):
+            b.other += 2 * head_dim * layers  # q_norm, k_norm (Llama 4's qk norm has no weight)
+    # Norms: two per layer (Gemma 2/3: four), the final one; OPT/GPT's LayerNorms have biases.
+    per_layer_norms = 4 if model_type.startswith(("gemma2", "gemma3")) else 2
+    b.other += (per_layer_norms * hidden * layers + hidden) * (2 if opt_like else 1)
+    # MLP and experts.
+    experts = pick("n_routed_experts", "num_local_experts", "num_experts", default=0, required=False)
+    moe_flags = _layer_flags(cfg, layers, experts, pick)
+    n_moe = sum(moe_flags)
+    n_dense = layers - n_moe
+    dense_ffn = (
+        pick("intermediate_size_mlp", default=ffn, required=False) if model_type.startswith("llama4") else ffn
+    )
+    if opt_like:
+        b.add("mlp", ffn, hidden, n_dense)
+        b.add("mlp", hidden, ffn, n_dense)
+        b.other += (ffn + hidden) * n_dense  # fc1, fc2 biases
+    else:
+        b.add("mlp", dense_ffn, hidden, 2 * n_dense)  # gate, up
+        b.add("mlp", hidden, dense_ffn, n_dense)  # down
+    if experts:
+        # gpt-oss and Llama 4 give the expert width as intermediate_size; the others as moe_intermediate_size.
+        moe_ffn = pick("moe_intermediate_size", default=ffn, required=False)
+        per_tok = pick("num_experts_per_tok", "experts_per_token", default=1, required=False)
+        b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
+        b.add("experts", moe_ffn, hidden, 2 * experts * n_moe)
+        b.add("experts", hidden, moe_ffn, experts * n_moe)
+        if model_type == "gpt_oss":
+            b.other += (2 * moe_ffn + hidden) * experts * n_moe  # the experts' biases
+            b.other += experts * n_moe  # the router's bias
+        shared = pick("n_shared_experts", "num_shared_experts", default=0, required=False)
+        shared_ffn = moe_ffn * shared
+        if cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE / Qwen3-Next: one shared expert
+            shared_ffn = pick("shared_expert_intermediate_size", default=0, required=False)
+            b.add("router", 1, hidden, n_moe)  # its sigmoid gate
+        if model_type.startswith("llama4"):
+            shared_ffn = moe_ffn  # one shared expert of the routed width
+        b.add("shared_experts", shared_ffn, hidden, 2 * n_moe)
+        b.add("shared_experts", hidden, shared_ffn, n_moe)
+        b.add("router", experts, hidden, n_moe)
+        if cfg.get("topk_method") == "noaux_tc" or model_type == "deepseek_v3":
+            b.other += experts * n_moe  # e_score_correction_bias
+    return b
+
+
+__all__ = ["GROUPS", "MODULE_NAMES", "Breakdown", "Matrix", "param_breakdown"]

@@ -1,0 +1,411 @@
+"""Weights as vLLM loads them: a checkpoint's `quantization_config` (or vLLM's `--quantization`) priced
+module group by module group (DESIGN.md §Defaults and sizing, "Weights").
+
+Each weight matrix (`kvsim.model.params.Matrix`, `rows` output x `cols` input features) costs its packed
+values plus the scales and zero points vLLM 0.33.0 allocates beside them
+(`vllm/model_executor/layers/quantization/`):
+
+| format | values | beside them | vLLM |
+|---|---|---|---|
+| `fp8` per tensor | 1 byte | one fp32 scale per matrix | `fp8.py` `Fp8LinearMethod`; compressed-tensors `strategy: tensor` |
+| `fp8` per channel | 1 byte | one fp32 scale per output row | compressed-tensors `strategy: channel` |
+| `fp8` block B0xB1 | 1 byte | one fp32 scale per B0xB1 block | `weight_block_size` (DeepSeek-V3: 128x128) |
+| `mxfp4` | 4 bits | one 8-bit (E8M0) scale per 32 inputs | `mxfp4.py` (gpt-oss: experts only) |
+| `nvfp4` | 4 bits | one fp8 scale per 16 inputs, swizzled into 128-row x 4-column tiles; fp32 global scales | `modelopt.py` `ModelOptNvFp4LinearMethod`; compressed-tensors `nvfp4-pack-quantized` |
+| `int` (AWQ) | b bits | fp16 scale and b-bit zero point per group of inputs | `awq.py` (`qweight`, `scales`, `qzeros`) |
+| `int` (GPTQ) | b bits | fp16 scale and b-bit zero point per group; an int32 `g_idx` per input | `gptq.py` |
+| `int` (compressed-tensors) | b bits | a scale per group (or channel), zero points when asymmetric | `compressed_tensors_wNa16.py`, `..._w8a8_int8.py` |
+
+What stays in the checkpoint's dtype: the embeddings and norms always, the `lm_head` unless a GPTQ
+checkpoint says `lm_head: true`, the MoE routers (vLLM's MoE models build their gate without the quant
+config), and every module the checkpoint's `ignore` / `modules_to_not_convert` / `exclude_modules` /
+`ignored_layers` names. MXFP4 quantizes only the routed experts (its linear method is the unquantized one).
+A checkpoint that quantizes its KV cache to fp8 (modelopt `kv_cache_quant_algo: FP8`, compressed-tensors'
+8-bit float `kv_cache_scheme`) makes vLLM's `--kv-cache-dtype auto` fp8. bitsandbytes is refused: vLLM
+0.33.0 has no such method.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.params import GROUPS, MODULE_NAMES, Breakdown, Matrix
+
+# The groups each method quantizes (others stay in the checkpoint's dtype).
+LINEAR_GROUPS = ("attn", "mlp", "experts", "shared_experts")
+# vLLM's `--quantization` values kvsim models: `fp8` quantizes an unquantized checkpoint at load time
+# (per tensor); the others name a quantized checkpoint's own method (vLLM's aliases included).
+QUANTIZATION_CHOICES = (
+    "fp8",
+    "awq",
+    "awq_marlin",
+    "gptq",
+    "gptq_marlin",
+    "compressed-tensors",
+    "mxfp4",
+    "modelopt",
+    "modelopt_fp4",
+)
+_ALIASES = {"awq_marlin": "awq", "gptq_marlin": "gptq", "modelopt_fp4": "modelopt"}
+
+
+@dataclass(frozen=True)
+class Format:
+    """How one matrix is stored: `kind` (`dense`, `fp8`, `mxfp4`, `nvfp4`, `int`) and its parameters."""
+
+    kind: str
+    bits: int = 16
+    strategy: str = "tensor"  # fp8: tensor, channel, block; int: group, channel
+    block: tuple[int, int] = (0, 0)
+    group: int = 0
+    zeros: bool = False
+    g_idx: bool = False
+
+    def matrix_bytes(self, m: Matrix) -> int:
+        """Bytes of `m` in this format, scales and zero points included."""
+        rows, cols = m.rows, m.cols
+        if self.kind == "dense":
+            one = -(-rows * cols * self.bits // 8)
+        elif self.kind == "fp8":
+            one = rows * cols
+            if self.strategy == "block":
+                b0, b1 = self.block
+                one += -(-rows // b0) * -(-cols // b1) * 4
+            elif self.strategy == "channel":
+                one += rows * 4
+            else:
+                one += 4
+        elif self.kind == "mxfp4":
+            one = -(-rows * cols // 2) + rows * -(-cols // 32)
+        elif self.kind == "nvfp4":
+            scale_cols = -(-cols // 16)
+            one = -(-rows * cols // 2) + _round_up(rows, 128) * _round_up(scale_cols, 4) + 8
+        else:  # int
+            groups = -(-cols // self.group) if self.group > 0 else 1
+            one = -(-rows * cols * self.bits // 8) + groups * rows * 2  # values + fp16 scales
+            if self.zeros:
+                one += -(-groups * rows * self.bits // 8)
+            if self.g_idx:
+                one += cols * 4
+        return one * m.count
+
+    def describe(self) -> str:
+        if self.kind == "dense":
+            return f"{self.bits}-bit"
+        if self.kind == "fp8":
+            return (
+                "fp8 block {}x{}".format(*self.block)
+                if self.strategy == "block"
+                else f"fp8 per {self.strategy}"
+            )
+        if self.kind == "int":
+            per = f"group {self.group}" if self.group > 0 else "per channel"
+            return f"int{self.bits} {per}"
+        return self.kind
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """A checkpoint's weights: the method (vLLM's name) and each group's format.
+
+    Attributes:
+        method: vLLM's quantization method (`""`: none).
+        formats: group -> `Format`; groups not named keep the checkpoint's dtype.
+        ignored: the checkpoint's ignore patterns, as given.
+        kv_fp8: the checkpoint quantizes the KV cache to fp8 (modelopt's `kv_cache_quant_algo: FP8`,
+            compressed-tensors' 8-bit float `kv_cache_scheme`): vLLM's `--kv-cache-dtype auto` then resolves
+            to fp8 (`resolve_kv_cache_dtype_string`, `Attention.__init__`).
+    """
+
+    method: str = ""
+    formats: dict[str, Format] = field(default_factory=dict)
+    ignored: tuple[str, ...] = ()
+    kv_fp8: bool = False
+
+    def weight_bytes(self, b: Breakdown, dtype_bits: int) -> int:
+        """Bytes of every weight of `b`, quantized groups in their formats, the rest at `dtype_bits`."""
+        dense = Format("dense", dtype_bits)
+        total = -(-b.other * dtype_bits // 8)
+        for group in GROUPS:
+            fmt = self.formats.get(group, dense)
+            total += sum(fmt.matrix_bytes(m) for m in b.matrices[group])
+        return total
+
+    def describe(self) -> str:
+        """`mxfp4: experts mxfp4; rest 16-bit` (which groups are quantized, how)."""
+        if not self.method:
+            return "unquantized"
+        parts = [f"{g} {f.describe()}" for g, f in self.formats.items()]
+        return f"{self.method}: {', '.join(parts) or 'nothing quantized'}"
+
+
+NONE = Quantization()
+
+
+def _matches(pattern: str, name: str) -> bool:
+    """Whether an ignore-list entry names module `name` (vLLM's spellings: `re:` regexes, globs, exact
+    names, a module's prefix, or a dotted component such as `self_attn`)."""
+    if pattern.startswith("re:"):
+        return re.match(pattern[3:], name) is not None
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern + ".*")
+    if name == pattern or name.startswith(pattern + "."):
+        return True
+    return f".{pattern}." in f".{name}." or name.endswith("." + pattern)
+
+
+def _skipped(groups: tuple[str, ...], ignored: list[str]) -> tuple[str, ...]:
+    """`groups` less those every representative module of which an ignore pattern names."""
+    kept = []
+    for g in groups:
+        names = MODULE_NAMES[g]
+        if names and all(any(_matches(p, n) for p in ignored) for n in names[:1]):
+            continue
+        kept.append(g)
+    return tuple(kept)
+
+
+def _ignore_list(qc: dict[str, Any], where: str, *keys: str) -> list[str]:
+    for key in keys:
+        value = qc.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InvalidArgumentError(
+                f"{where}: quantization_config.{key} {value!r} must be a list of names"
+            )
+        return list(value)
+    return []
+
+
+def _int_field(qc: dict[str, Any], where: str, *keys: str, default: int | None = None) -> int:
+    for key in keys:
+        if key in qc and qc[key] is not None:
+            v = qc[key]
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise InvalidArgumentError(f"{where}: quantization_config.{key} {v!r} must be a whole number")
+            return v
+    if default is None:
+        raise InvalidArgumentError(f"{where}: quantization_config has no {' / '.join(keys)}")
+    return default
+
+
+def _fp8(qc: dict[str, Any], where: str) -> Quantization:
+    block = qc.get("weight_block_size")
+    if block is not None:
+        if not (
+            isinstance(block, list) and len(block) == 2 and all(isinstance(x, int) and x > 0 for x in block)
+        ):
+            raise InvalidArgumentError(f"{where}: weight_block_size {block!r} must be two whole numbers")
+        fmt = Format("fp8", 8, "block", (block[0], block[1]))
+    else:
+        fmt = Format("fp8", 8, "tensor")
+    ignored = _ignore_list(qc, where, "ignored_layers", "modules_to_not_convert")
+    groups = _skipped(LINEAR_GROUPS, ignored)
+    return Quantization("fp8", {g: fmt for g in groups}, tuple(ignored))
+
+
+def _awq(qc: dict[str, Any], where: str) -> Quantization:
+    bits = _int_field(qc, where, "bits", "w_bit")
+    group = _int_field(qc, where, "group_size", "q_group_size")
+    if bits not in (4, 8):
+        raise InvalidArgumentError(f"{where}: AWQ bits {bits} is not 4 or 8 (vLLM's AWQ kernels)")
+    if qc.get("zero_point") is False:
+        raise InvalidArgumentError(f"{where}: AWQ zero_point false: vLLM 0.33.0's AWQ takes zero points only")
+    fmt = Format("int", bits, "group", group=group, zeros=True)
+    ignored = _ignore_list(qc, where, "modules_to_not_convert")
+    return Quantization("awq", {g: fmt for g in _skipped(LINEAR_GROUPS, ignored)}, tuple(ignored))
+
+
+def _gptq(qc: dict[str, Any], where: str) -> Quantization:
+    bits = _int_field(qc, where, "bits")
+    group = _int_field(qc, where, "group_size", default=-1)
+    if bits not in (2, 3, 4, 8):
+        raise InvalidArgumentError(f"{where}: GPTQ bits {bits} is not 2, 3, 4 or 8")
+    if qc.get("dynamic"):
+        raise InvalidArgumentError(
+            f"{where}: quantization_config.dynamic (per-module GPTQ overrides) is not modelled by kvsim"
+        )
+    fmt = Format("int", bits, "group", group=group, zeros=True, g_idx=True)
+    ignored = _ignore_list(qc, where, "modules_to_not_convert")
+    groups = _skipped(LINEAR_GROUPS, ignored)
+    formats = {g: fmt for g in groups}
+    if qc.get("lm_head"):
+        formats["lm_head"] = fmt
+    return Quantization("gptq", formats, tuple(ignored))
+
+
+def _mxfp4(qc: dict[str, Any], where: str) -> Quantization:
+    ignored = _ignore_list(qc, where, "modules_to_not_convert", "ignored_layers")
+    groups = _skipped(("experts",), ignored)
+    return Quantization("mxfp4", {g: Format("mxfp4", 4) for g in groups}, tuple(ignored))
+
+
+def _modelopt(qc: dict[str, Any], where: str) -> Quantization:
+    algo = qc.get("quant_algo")
+    if isinstance(qc.get("quantization"), dict):  # hf_quant_config.json's nesting
+        algo = algo or qc["quantization"].get("quant_algo")
+    ignored = _ignore_list(qc, where, "exclude_modules", "ignore")
+    groups = _skipped(LINEAR_GROUPS, ignored)
+    inner = qc["quantization"] if isinstance(qc.get("quantization"), dict) else qc
+    kv_algo = inner.get("kv_cache_quant_algo") or qc.get("kv_cache_quant_algo")
+    if kv_algo is not None and str(kv_algo).upper() != "FP8":
+        raise InvalidArgumentError(
+            f"{where}: modelopt kv_cache_quant_algo {kv_algo!r} is not modelled by kvsim (FP8 is: an fp8 KV cache)"
+        )
+    kv_fp8 = kv_algo is not None
+    if algo == "FP8":
+        return Quantization(
+            "modelopt", {g: Format("fp8", 8, "tensor") for g in groups}, tuple(ignored), kv_fp8
+        )
+    if algo == "NVFP4":
+        group = _int_field(qc, where, "group_size", default=16)
+        if group != 16:
+            raise InvalidArgumentError(f"{where}: NVFP4 group_size {group}: vLLM's NVFP4 takes groups of 16")
+        return Quantization("modelopt_fp4", {g: Format("nvfp4", 4) for g in groups}, tuple(ignored), kv_fp8)
+    raise InvalidArgumentError(
+        f"{where}: modelopt quant_algo {algo!r} is not modelled by kvsim (FP8 and NVFP4 are)"
+    )
+
+
+def _ct_format(weights: dict[str, Any], fmt_name: str, where: str) -> Format:
+    bits = weights.get("num_bits")
+    kind = weights.get("type")
+    strategy = weights.get("strategy")
+    group = weights.get("group_size") or 0
+    if kind == "float" and bits == 8:
+        if strategy == "block":
+            block = weights.get("block_structure") or [128, 128]
+            return Format("fp8", 8, "block", (int(block[0]), int(block[1])))
+        if strategy in ("tensor", "channel"):
+            return Format("fp8", 8, strategy)
+    if kind == "float" and bits == 4 and strategy in ("tensor_group", "group") and group == 16:
+        return Format("nvfp4", 4)
+    if kind == "int" and bits in (4, 8) and strategy in ("group", "channel"):
+        zeros = not weights.get("symmetric", True)
+        g_idx = weights.get("actorder") == "group"
+        if bits == 8 and strategy == "channel" and fmt_name == "int-quantized":
+            return Format("fp8", 8, "channel")  # int8 w8a8: a byte per weight, an fp32 scale per row
+        return Format(
+            "int", bits, strategy, group=group if strategy == "group" else -1, zeros=zeros, g_idx=g_idx
+        )
+    raise InvalidArgumentError(
+        f"{where}: compressed-tensors weights {weights!r} (format {fmt_name!r}) are not modelled by kvsim "
+        "(fp8 per tensor / channel / block, nvfp4, int4 / int8 per group or channel are)"
+    )
+
+
+def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
+    kv_scheme = qc.get("kv_cache_scheme")
+    if kv_scheme is not None and not (
+        isinstance(kv_scheme, dict) and kv_scheme.get("num_bits") == 8 and kv_scheme.get("type") == "float"
+    ):
+        raise InvalidArgumentError(
+            f"{where}: quantization_config.kv_cache_scheme {kv_scheme!r} is not modelled by kvsim (an 8-bit float "
+            "scheme, an fp8 KV cache, is)"
+        )
+    groups_cfg = qc.get("config_groups")
+    if not isinstance(groups_cfg, dict) or not groups_cfg:
+        raise InvalidArgumentError(f"{where}: compressed-tensors quantization_config has no config_groups")
+    if len(groups_cfg) > 1:
+        raise InvalidArgumentError(
+            f"{where}: compressed-tensors with {len(groups_cfg)} config_groups (mixed schemes) is not modelled by "
+            "kvsim"
+        )
+    (scheme,) = groups_cfg.values()
+    targets = scheme.get("targets") or []
+    if "Linear" not in targets:
+        raise InvalidArgumentError(
+            f"{where}: compressed-tensors targets {targets!r}: kvsim models a scheme targeting 'Linear'"
+        )
+    weights = scheme.get("weights")
+    if not isinstance(weights, dict):
+        raise InvalidArgumentError(f"{where}: compressed-tensors config group has no weights scheme")
+    fmt = _ct_format(weights, str(scheme.get("format") or qc.get("format") or ""), where)
+    ignored = _ignore_list(qc, where, "ignore")
+    return Quantization(
+        "compressed-tensors", {g: fmt for g in _skipped(LINEAR_GROUPS, ignored)}, tuple(ignored)
+    )
+
+
+_PARSERS = {
+    "fp8": _fp8,
+    "awq": _awq,
+    "gptq": _gptq,
+    "mxfp4": _mxfp4,
+    "modelopt": _modelopt,
+    "compressed-tensors": _compressed_tensors,
+}
+
+
+def from_config(qc: Any, where: str) -> Quantization:
+    """The `Quantization` a checkpoint's `quantization_config` describes (`where` names the file in errors).
+
+    Raises:
+        InvalidArgumentError: a method or a field kvsim does not model, named.
+    """
+    if qc is None:
+        return NONE
+    if not isinstance(qc, dict):
+        raise InvalidArgumentError(f"{where}: quantization_config {qc!r} must be a JSON object")
+    method = qc.get("quant_method")
+    if method == "bitsandbytes":
+        raise InvalidArgumentError(
+            f"{where}: quant_method 'bitsandbytes': vLLM 0.33.0 has no bitsandbytes quantization (it is not "
+            "one of its QuantizationMethods), so kvsim cannot size it as vLLM would load it"
+        )
+    parser = _PARSERS.get(str(method))
+    if parser is None:
+        raise InvalidArgumentError(
+            f"{where}: quant_method {method!r} is not modelled by kvsim; known: {', '.join(sorted(_PARSERS))}"
+        )
+    return parser(qc, where)
+
+
+def with_flag(checkpoint: Quantization, flag: str | None, where: str) -> Quantization:
+    """The quantization vLLM applies given `--quantization flag` (None: the checkpoint's).
+
+    `fp8` on an unquantized checkpoint quantizes every linear layer per tensor at load time (vLLM's online
+    fp8); any other value must name the checkpoint's own method (or one of vLLM's aliases for it:
+    `awq_marlin`, `gptq_marlin`, `modelopt_fp4`), as vLLM's `ModelConfig._verify_quantization` requires.
+    """
+    if flag is None:
+        return checkpoint
+    if flag not in QUANTIZATION_CHOICES:
+        raise InvalidArgumentError(
+            f"quantization {flag!r} is not one of {', '.join(QUANTIZATION_CHOICES)} (the values kvsim models)"
+        )
+    if not checkpoint.method:
+        if flag != "fp8":
+            raise InvalidArgumentError(
+                f"quantization {flag!r}: {where} is not a {flag} checkpoint (it has no quantization_config); "
+                "only 'fp8' quantizes an unquantized checkpoint at load time"
+            )
+        return Quantization("fp8", {g: Format("fp8", 8, "tensor") for g in LINEAR_GROUPS})
+    wanted = _ALIASES.get(flag, flag)
+    have = _ALIASES.get(checkpoint.method, checkpoint.method)
+    if wanted != have:
+        raise InvalidArgumentError(
+            f"quantization {flag!r}: Quantization method specified in the model config ({checkpoint.method}) does "
+            f"not match the quantization method specified in the `quantization` argument ({flag}) (vLLM's check)"
+        )
+    return checkpoint
+
+
+__all__ = [
+    "LINEAR_GROUPS",
+    "NONE",
+    "QUANTIZATION_CHOICES",
+    "Format",
+    "Quantization",
+    "from_config",
+    "with_flag",
+]

@@ -1,0 +1,426 @@
+"""The 2026 catalogue (models, GPUs), weights as vLLM loads them (quantization), vLLM's memory accounting
+and start-up figures (issue 25; DESIGN.md §Defaults and sizing)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import kvsim
+from kvsim.errors import InvalidArgumentError
+from kvsim.model import catalogue, gpus, memory, models, quant, sizing
+
+HF = Path(__file__).parent / "data" / "hf"
+GIB = 1 << 30
+
+# Fields every preset is compared on (the config's numbers; layers are checked against the raw config below).
+FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "num_params",
+    "num_active_params",
+    "max_model_len",
+    "weight_dtype",
+    "kv_dtype",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "weight_bytes",
+    "quantization",
+    "num_experts",
+    "experts_per_token",
+    "expert_ffn",
+)
+
+
+def _text(cfg: dict) -> dict:
+    return {**cfg, **cfg["text_config"]} if isinstance(cfg.get("text_config"), dict) else cfg
+
+
+@pytest.mark.parametrize("name", sorted(catalogue.ENTRIES))
+def test_every_catalogue_preset_is_its_published_config(name):
+    """Field by field: the preset's config fields are the published file's, and the model built from the
+    file is the preset."""
+    published = _text(json.loads((HF / f"{name}.json").read_text()))
+    _, fields = catalogue.ENTRIES[name]
+    for key, value in fields.items():
+        assert published.get(key) == value, (name, key)
+    preset = models.get(name)
+    from_file = models.from_hf_config(HF / f"{name}.json")
+    for f in FIELDS:
+        assert getattr(preset, f) == getattr(from_file, f), (name, f)
+    assert preset.source.startswith("https://huggingface.co/")
+
+
+# Published totals (model cards): parameters in billions, total and active, and the tolerance of the rounding.
+PUBLISHED = {
+    "llama-3.1-8b": (8.030261248, None, 1e-9),  # safetensors total 8,030,261,248
+    "llama-3.1-70b": (70.553706496, None, 1e-9),  # safetensors total 70,553,706,496
+    "llama-3.1-405b": (405.85, None, 1e-3),  # model card: 405B (safetensors 405.85B)
+    "qwen3-8b": (8.2, None, 0.01),  # model card: 8.2B
+    "qwen3-32b": (32.8, None, 0.01),  # model card: 32.8B
+    "qwen3-30b-a3b": (30.5, 3.3, 0.02),  # model card: 30.5B total, 3.3B activated
+    "qwen3-235b-a22b": (235, 22, 0.02),  # model card: 235B total, 22B activated
+    "gpt-oss-20b": (20.9, None, 0.01),  # model card: 20.9B total (3.6B active without the embedding)
+    "gpt-oss-120b": (116.8, None, 0.01),  # model card: 116.8B total (5.1B active without the embedding)
+    "phi-4": (14.7, None, 0.01),  # Hugging Face's safetensors count: 14.7B
+    "mistral-small-24b": (24, None, 0.02),  # model card: 24B
+    "gemma-3-27b": (27.0, None, 0.02),  # language model of the 27B (the vision tower's 0.4B is not counted)
+    "llama-4-scout": (109, 17, 0.02),  # model card: 109B total (vision included), 17B active
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_counts_match_the_model_cards(name):
+    total, active, rel = PUBLISHED[name]
+    m = models.get(name)
+    assert m.num_params / 1e9 == pytest.approx(total, rel=rel)
+    if active is not None:
+        assert m.num_active_params / 1e9 == pytest.approx(active, rel=0.05)
+    else:
+        assert m.num_active_params <= m.num_params
+
+
+def test_hybrid_presets_carry_their_layers_from_the_config():
+    """gpt-oss alternates 128-token windows with full attention (layer_types); Gemma 3 has one full layer in
+    six (sliding_window_pattern); Llama 4's RoPE layers attend within 8,192-token chunks."""
+    oss = models.get("gpt-oss-120b")
+    raw = json.loads((HF / "gpt-oss-120b.json").read_text())
+    kinds = ["sliding_window" if t == "sliding_attention" else "full" for t in raw["layer_types"]]
+    assert [lay.kind for lay in oss.layers] == kinds
+    assert {lay.window for lay in oss.layers if lay.kind == "sliding_window"} == {raw["sliding_window"]}
+    gemma = models.get("gemma-3-27b")
+    assert sum(lay.kind == "full" for lay in gemma.layers) == 62 // 6
+    assert gemma.layers[5].kind == "full"
+    assert gemma.layers[4].window == 1024
+    scout = models.get("llama-4-scout")
+    rope = _text(json.loads((HF / "llama-4-scout.json").read_text()))["no_rope_layers"]
+    assert [lay.kind == "chunked_local" for lay in scout.layers] == [bool(r) for r in rope]
+    assert all(m.is_hybrid for m in (oss, gemma, scout))
+    assert not models.get("qwen3-32b").is_hybrid
+
+
+def test_names_follow_the_hugging_face_id():
+    """`llama-3.1-8b-instruct` and `llama-3.1-8b` are one preset; any case; a hub id not in the local cache
+    falls back to the preset its last part names."""
+    base = models.get("llama-3.1-8b")
+    assert models.get("llama-3.1-8b-instruct") is base
+    assert models.resolve("Llama-3.1-8B-Instruct") is base
+    assert models.resolve("meta-llama/Llama-3.1-8B-Instruct") is base
+    assert models.get("deepseek-r1") is models.get("deepseek-v3")
+
+
+def test_a_hub_id_reads_the_local_hugging_face_cache(tmp_path, monkeypatch):
+    """`--model org/name` reads config.json from $HF_HOME/hub's snapshot that refs/main names; nothing is
+    downloaded, and a missing one is an error naming where kvsim looked."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    repo = tmp_path / "hub" / "models--acme--Tiny-Qwen3"
+    snap = repo / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    (snap / "config.json").write_text((HF / "qwen3-8b.json").read_text())
+    m = models.resolve("acme/Tiny-Qwen3")
+    assert m.name == "acme/Tiny-Qwen3"
+    assert m.num_params == models.get("qwen3-8b").num_params
+    with pytest.raises(InvalidArgumentError) as info:
+        models.resolve("acme/Absent-Model")
+    msg = str(info.value)
+    assert str(tmp_path / "hub" / "models--acme--Absent-Model") in msg
+    assert "downloads nothing" in msg
+
+
+# -- quantization -------------------------------------------------------------------------------------------
+
+
+def test_mxfp4_prices_the_experts_at_4_25_bits_and_the_rest_in_bf16():
+    """gpt-oss-120b: every expert matrix at 4 bits plus an 8-bit scale per 32 inputs; attention, router,
+    embeddings, lm_head, biases and norms at 2 bytes (re-derived here from the config)."""
+    cfg = json.loads((HF / "gpt-oss-120b.json").read_text())
+    h, f, e, n = (
+        cfg["hidden_size"],
+        cfg["intermediate_size"],
+        cfg["num_local_experts"],
+        cfg["num_hidden_layers"],
+    )
+    expert_weights = n * e * (h * 2 * f + f * h)
+    expert_bytes = n * e * (2 * f * h // 2 + 2 * f * (h // 32) + h * f // 2 + h * (f // 32))
+    m = models.get("gpt-oss-120b")
+    rest = m.num_params - expert_weights
+    assert m.weight_bytes == expert_bytes + 2 * rest
+    assert m.weight_bytes / GIB == pytest.approx(60.77, abs=0.01)
+    # vLLM 0.14.1 logged 64.38 GiB on an H100 (vllm-project/vllm#33155): its Triton backend pads the experts.
+    assert m.weight_bytes / GIB < 64.38
+
+
+def test_awq_and_gptq_count_scales_zero_points_and_g_idx():
+    """AWQ int4 in groups of 128: half a byte a weight, an fp16 scale and a 4-bit zero per group; GPTQ adds
+    an int32 g_idx per input row."""
+    one = quant.Format("int", 4, "group", group=128, zeros=True)
+    from kvsim.model.params import Matrix
+
+    m = Matrix(4096, 4096)
+    assert one.matrix_bytes(m) == 4096 * 4096 // 2 + 32 * 4096 * 2 + 32 * 4096 // 2
+    gptq = quant.Format("int", 4, "group", group=128, zeros=True, g_idx=True)
+    assert gptq.matrix_bytes(m) == one.matrix_bytes(m) + 4096 * 4
+    awq = models.get("qwen3-32b-awq")
+    dense = models.get("qwen3-32b")
+    assert awq.num_params == dense.num_params
+    # The embeddings and lm_head stay fp16 (2 x 151936 x 5120 x 2 bytes); the linear layers ~4.16 bits.
+    embeds = 2 * 151936 * 5120 * 2
+    linear = dense.num_params - 2 * 151936 * 5120
+    assert awq.weight_bytes == pytest.approx(embeds + linear * (4 + 20 / 128) / 8, rel=1e-3)
+
+
+def test_nvfp4_fp8_block_and_compressed_tensors(tmp_path):
+    """A ModelOpt NVFP4 checkpoint: 4 bits + an fp8 scale per 16 inputs (scale tiles of 128 rows x 4), lm_head
+    excluded, and its FP8 KV cache makes --kv-cache-dtype auto fp8; compressed-tensors fp8 per channel; a
+    checkpoint ignoring attention keeps it in bf16."""
+    base = json.loads((HF / "llama-3.1-8b.json").read_text())
+    nv = {
+        **base,
+        "quantization_config": {
+            "quant_method": "modelopt",
+            "quant_algo": "NVFP4",
+            "group_size": 16,
+            "exclude_modules": ["lm_head"],
+            "kv_cache_quant_algo": "FP8",
+        },
+    }
+    (tmp_path / "nv.json").write_text(json.dumps(nv))
+    m = models.from_hf_config(tmp_path / "nv.json")
+    dense = models.get("llama-3.1-8b")
+    assert m.kv_dtype == "fp8"
+    assert m.kv_bytes_per_token * 2 == dense.kv_bytes_per_token
+    h = 4096
+    linear = dense.num_params - 2 * 128256 * h - (2 * 32 + 1) * h  # less embeddings, lm_head, norms
+    assert m.weight_bytes / (linear * 4.5 / 8 + 2 * (2 * 128256 * h + 65 * h)) == pytest.approx(1, rel=2e-3)
+    ct = {
+        **base,
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "format": "float-quantized",
+            "ignore": ["lm_head", "re:.*self_attn.*"],
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True},
+                }
+            },
+        },
+    }
+    (tmp_path / "ct.json").write_text(json.dumps(ct))
+    c = models.from_hf_config(tmp_path / "ct.json")
+    attn = 32 * (2 * h * h + 2 * h * 1024)
+    mlp = 32 * 3 * h * 14336
+    # the MLP at a byte a weight plus an fp32 scale per output row; attention (ignored) at 2 bytes
+    assert c.weight_bytes == dense.param_bytes - mlp + 32 * (2 * 14336 + h) * 4
+    assert attn > 0
+
+
+def test_unmodelled_quantization_is_refused_by_name(tmp_path):
+    base = json.loads((HF / "llama-3.1-8b.json").read_text())
+    for qc, needle in (
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "vLLM 0.33.0 has no bitsandbytes"),
+        ({"quant_method": "gguf"}, "quant_method 'gguf' is not modelled"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": 128, "dynamic": {"-:.*": {}}}, "dynamic"),
+        ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "quant_algo 'W4A8_AWQ'"),
+    ):
+        p = tmp_path / "q.json"
+        p.write_text(json.dumps({**base, "quantization_config": qc}))
+        models._HF_CACHE.clear()
+        with pytest.raises(InvalidArgumentError, match=needle):
+            models.from_hf_config(p)
+
+
+def test_vllms_quantization_flag():
+    """--quantization fp8 halves an unquantized model's linear layers at load time; naming another method than
+    the checkpoint's is vLLM's refusal; naming the checkpoint's (or its alias) changes nothing."""
+    bf16 = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
+    fp8 = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", quantization="fp8")
+    embeds = 2 * 128256 * 4096 * 2
+    assert fp8.pool.weight_bytes == pytest.approx(embeds + (bf16.pool.weight_bytes - embeds) / 2, rel=1e-3)
+    assert fp8.num_blocks > bf16.num_blocks
+    with pytest.raises(InvalidArgumentError, match=r"model config \(awq\) does not match .* \(gptq\)"):
+        kvsim.SimConfig(model="qwen3-32b-awq", gpu="h100-80gb", quantization="gptq")
+    same = kvsim.SimConfig(model="qwen3-32b-awq", gpu="h100-80gb", quantization="awq_marlin")
+    assert same.num_blocks == kvsim.SimConfig(model="qwen3-32b-awq", gpu="h100-80gb").num_blocks
+    with pytest.raises(InvalidArgumentError, match="only 'fp8' quantizes an unquantized checkpoint"):
+        kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", quantization="awq")
+
+
+# -- memory accounting and start-up figures ------------------------------------------------------------------
+
+
+def test_vllms_four_startup_figures_for_one_full_attention_group():
+    """Model loading = one GPU's weights; Available KV = the sized KV bytes; concurrency = vLLM's blocks
+    (kvsim's less its extra null block) over ceil(L / 16); tokens = int(concurrency x L)."""
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", max_model_len=32768)
+    fig = cfg.pool.figures
+    assert fig.model_loading_bytes == models.get("llama-3.1-8b").param_bytes
+    assert fig.available_kv_bytes == cfg.pool.kv_cache_bytes
+    assert fig.num_blocks == cfg.num_blocks - 1
+    assert fig.max_concurrency == fig.num_blocks / (32768 // 16)
+    assert fig.kv_cache_tokens == int(fig.max_concurrency * 32768) == fig.num_blocks * 16
+    lines = fig.lines()
+    assert lines[0] == f"Model loading took {round(fig.model_loading_bytes / GIB, 2)} GiB memory"
+    assert lines[3] == f"Maximum concurrency for 32,768 tokens per request: {fig.max_concurrency:.2f}x"
+    # --kv-cache-memory-bytes skips the profiling: the figure is the bytes given.
+    given = kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes="20GiB")
+    assert given.pool.figures.available_kv_bytes == 20 * GIB
+    # --num-gpu-blocks-override: vLLM's num_blocks is the override itself.
+    over = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", num_blocks=5000)
+    assert over.pool.figures.num_blocks == 5000
+
+
+def test_non_kv_memory_terms_and_enforce_eager():
+    """The pool is the share less weights, the activation peak, non-torch memory and CUDA graphs;
+    --enforce-eager keeps nothing for graphs; a measured graph figure replaces the estimate; releases before
+    0.20.0 subtracted no graph memory; activation_reserve_bytes replaces all three."""
+    base = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
+    p = base.pool
+    g = gpus.get("h100-80gb")
+    assert p.kv_cache_bytes == math.floor(g.memory_bytes * 0.92) - p.weight_bytes - (
+        p.activation_reserve_bytes + p.non_torch_bytes + p.cudagraph_bytes
+    )
+    assert p.non_torch_bytes == memory.NON_TORCH_BYTES
+    assert p.cudagraph_bytes == memory.cudagraph_estimate(models.get("llama-3.1-8b"), 1024, 8192) > 0
+    eager = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", enforce_eager=True)
+    assert eager.pool.cudagraph_bytes == 0
+    assert eager.pool.kv_cache_bytes == p.kv_cache_bytes + p.cudagraph_bytes
+    measured = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", cudagraph_memory_bytes="2GiB")
+    assert measured.pool.kv_cache_bytes == p.kv_cache_bytes + p.cudagraph_bytes - 2 * GIB
+    old = kvsim.SimConfig.preset("vllm-0.19", model="llama-3.1-8b", gpu="h100-80gb")
+    assert old.pool.cudagraph_bytes == 0
+    tp = kvsim.SimConfig(model="llama-3.1-70b", gpu="h100-80gb", tensor_parallel_size=4)
+    assert tp.pool.non_torch_bytes == memory.NON_TORCH_BYTES_TP
+    total = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", activation_reserve_bytes="3GiB")
+    assert total.pool.kv_cache_bytes == math.floor(g.memory_bytes * 0.92) - p.weight_bytes - 3 * GIB
+
+
+def test_cudagraph_capture_sizes_are_vllms():
+    """vLLM 0.33.0's default sizes: 1, 2, 4, 8..248 by 8, 256..512 by 16 (51), capped at 2 x max_num_seqs."""
+    sizes = memory.cudagraph_capture_sizes(1024, 8192)
+    assert sizes[:4] == [1, 2, 4, 8]
+    assert sizes[-1] == 512
+    assert len(sizes) == 3 + 31 + 17
+    assert memory.cudagraph_capture_sizes(4, 8192) == [1, 2, 4, 8]
+    assert memory.cudagraph_capture_sizes(1024, 8192, blackwell=True)[-1] == 1024
+
+
+def test_moe_activation_peak_counts_the_routed_copies():
+    m = models.get("qwen3-30b-a3b")
+    per_token = 4 * m.hidden_size + max(2 * m.intermediate_size, 8 * 3 * 768)
+    assert sizing.activation_reserve_estimate(m, 1000, 0) == 1000 * per_token * 2
+
+
+# -- GPUs -----------------------------------------------------------------------------------------------------
+
+
+def test_a_described_gpu_answers_as_the_preset_with_its_numbers(tmp_path):
+    """A GPU described by a file (or flags, tests/test_cli_run.py) with an L40S's numbers sizes the same pool
+    and the same roofline as the preset; a preset with one figure replaced changes only that."""
+    l40s = gpus.get("l40s")
+    f = tmp_path / "card.toml"
+    f.write_text(
+        f'memory = "{l40s.memory_bytes}"\nbandwidth = "864GB/s"\ntflops = 362.05\nfp8_tflops = 733\nlink = "32GB/s"\n'
+        'name = "l40s"\n'
+    )
+    mine = gpus.from_file(f)
+    a = kvsim.SimConfig(model="qwen3-8b", gpu=str(f), max_model_len=8192)
+    b = kvsim.SimConfig(model="qwen3-8b", gpu="l40s", max_model_len=8192)
+    assert (a.num_blocks, a.c0_ps, a.c_tok_ps, a.c_ctx_ps) == (b.num_blocks, b.c0_ps, b.c_tok_ps, b.c_ctx_ps)
+    assert mine.hbm_bandwidth == l40s.hbm_bandwidth
+    assert mine.peak_flops == pytest.approx(l40s.peak_flops)
+    bigger = gpus.from_spec({"memory": "96GiB"}, base=l40s)
+    assert bigger.hbm_bandwidth == l40s.hbm_bandwidth
+    assert bigger.memory_bytes == 96 * GIB
+    for spec, needle in (
+        ({"memory": "48GiB", "bandwidth": "864GB/s"}, "needs tflops"),
+        ({"memory": "48GiB", "bandwidth": "fast", "tflops": 1}, "is not a bandwidth"),
+        ({"memory": "48GiB", "bandwidth": "1TB/s", "tflops": 1, "colour": "red"}, "unknown key 'colour'"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=needle):
+            gpus.from_spec(spec)
+
+
+# -- kvsim run ------------------------------------------------------------------------------------------------
+
+
+def _run_json(capsys, argv):
+    from kvsim.cli import main
+
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_kvsim_run_prints_vllms_four_startup_figures(capsys):
+    """The issue's own command: gpt-oss-120b (MXFP4 experts) on one H100 starts, and the run prints vLLM's
+    four start-up lines, the same as the JSON's and the config's."""
+    from kvsim.cli import main
+
+    argv = ["run", "--model", "gpt-oss-120b", "--gpu", "h100-80gb", "--requests", "20"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    cfg = kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-80gb")
+    lines = cfg.pool.figures.lines()
+    assert [f"vllm: {line}" for line in lines] == [x for x in out.splitlines() if x.startswith("vllm: ")]
+    assert lines[0] == "Model loading took 60.77 GiB memory"
+    assert lines[1].startswith("Available KV cache memory: ")
+    assert lines[3].startswith("Maximum concurrency for 131,072 tokens per request: ")
+    data = _run_json(capsys, argv)
+    assert data["startup"] == lines
+    assert data["pool_sizing"]["startup"]["gpu_kv_cache_tokens"] == cfg.pool.figures.kv_cache_tokens
+
+
+def test_a_positional_model_is_vllm_serves_spelling(capsys):
+    a = _run_json(capsys, ["run", "qwen3-8b", "--gpu", "l40s", "--max-model-len", "8192", "--requests", "10"])
+    b = _run_json(
+        capsys, ["run", "--model", "qwen3-8b", "--gpu", "l40s", "--max-model-len", "8192", "--requests", "10"]
+    )
+    assert a["pool"] == b["pool"]
+    assert a["summary"] == b["summary"]
+    from kvsim.cli import main
+
+    assert main(["run", "qwen3-8b", "--model", "qwen3-8b", "--gpu", "l40s"]) == 2
+    assert "the model is given twice" in capsys.readouterr().err
+
+
+def test_gpu_flags_describe_a_gpu_as_a_preset_would(capsys):
+    """--gpu-memory/--gpu-bandwidth/--gpu-tflops/--gpu-link with an L40S's datasheet numbers give the L40S's
+    pool and latencies; on top of --gpu NAME they replace that preset's figures; a bad value is one line
+    naming the flag."""
+    from kvsim.cli import main
+
+    l40s = gpus.get("l40s")
+    common = ["run", "qwen3-8b", "--max-model-len", "8192", "--requests", "30"]
+    preset = _run_json(capsys, [*common, "--gpu", "l40s"])
+    flags = [
+        "--gpu-memory",
+        str(l40s.memory_bytes),
+        "--gpu-bandwidth",
+        "864GB/s",
+        "--gpu-tflops",
+        "362.05",
+        "--gpu-link",
+        "32GB/s",
+        "--gpu-name",
+        "l40s",
+    ]
+    described = _run_json(capsys, [*common, *flags])
+    assert described["pool"] == preset["pool"]
+    assert described["serving"] == preset["serving"]
+    more = _run_json(capsys, [*common, "--gpu", "l40s", "--gpu-memory", "96GiB"])
+    assert more["pool_sizing"]["kv_cache_bytes"] > preset["pool_sizing"]["kv_cache_bytes"]
+    assert main([*common, "--gpu-memory", "48GiB", "--gpu-bandwidth", "fast", "--gpu-tflops", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kvsim run: error: argument --gpu-bandwidth:"), err
+    assert len(err.splitlines()) == 1
