@@ -34,6 +34,7 @@ from kvsim.analysis.claims_capacity import (
     run_capacity,
 )
 from kvsim.analysis.claims_fleet import fleet_claims, fleet_experiments
+from kvsim.analysis.claims_hybrid import hybrid_claims
 from kvsim.analysis.claims_model import (
     CONFIRMED,
     DIFFERS,
@@ -212,6 +213,7 @@ def run_claims(
         results.setdefault(e.name, Results(e, pl.DataFrame(), "not run (excluded by `only`)"))
     claims = [
         sizing_claim(),
+        *hybrid_claims(results_dir),
         *paper_claims(results, scale),
         *capacity_claims(results, scale),
         *seed_claims(results, scale),

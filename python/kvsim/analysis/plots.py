@@ -758,6 +758,13 @@ def plot_all(
         draw_fleet(list(ax[0]), fleets, fleet_top)
         done(_save(fig, out_dir / "fleet_mooncake.png"))
 
+        from kvsim.analysis.claims_hybrid import capacity_rows
+        from kvsim.analysis.plots_hybrid import draw_hybrid_capacity
+
+        fig, ax = _fig(1, 1, (9, 5.8))
+        draw_hybrid_capacity(ax[0][0], capacity_rows())
+        done(_save(fig, out_dir / "hybrid_capacity.png"))
+
     with matplotlib.rc_context({"font.size": DASHBOARD_FONT_SIZE}):
         fig = Figure(figsize=(30, 17), layout="constrained")
         grid = fig.subplots(2, 4)

@@ -18,10 +18,10 @@ COLORS = {"gpt-oss-120b": "#1c7ed6", "qwen3-next-80b-a3b": "#2b8a3e"}
 
 def hybrid_finding(frame: pl.DataFrame) -> str:
     """What the data shows: each model's gain over full-attention accounting at the longest context."""
-    ctx = frame["context"].max()
+    ctx = max(frame["context"].to_list())
     last = frame.filter(pl.col("context") == ctx)
     parts = [f"{m}: {r:.2f}×" for m, r in zip(last["model"].to_list(), last["ratio"].to_list(), strict=True)]
-    return f"at {int(ctx) // 1024}K tokens, hybrid accounting serves " + ", ".join(parts) + " the requests"
+    return f"at {ctx // 1024}K tokens, hybrid accounting serves " + ", ".join(parts) + " the requests"
 
 
 def draw_hybrid_capacity(ax: Axes, frame: pl.DataFrame) -> None:
