@@ -173,3 +173,21 @@ def test_prefix_reading_routers_are_refused_for_hybrid_replicas():
             kvsim.simulate_cluster(w, cfg, replicas=2, router=router, **extra)
     ok = kvsim.simulate_cluster(w, cfg, replicas=2, router="weighted", router_weights={"prefix": 0.0})
     assert ok.summary["completed"] == 1
+
+
+def test_kvsim_run_says_what_the_groups_hold(capsys):
+    """`kvsim run` of a hybrid model: its pool line names the groups, a table gives each group's blocks, and
+    vLLM's switch turns the manager off (one group of every layer's tokens)."""
+    from kvsim.cli import main
+
+    argv = ["run", "--model", "gpt-oss-120b", "--gpu", "h100-80gb", "--requests", "60"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "in 2 groups: sliding_window 128 ×18, full ×18" in out
+    table = out[out.index("== KV-cache groups") :].splitlines()
+    window, full = (float(line.split()[-2].replace(",", "")) for line in table[2:4])
+    assert 0 < window < full  # a window of 128 tokens holds fewer blocks than the full layers
+    assert main([*argv, "--disable-hybrid-kv-cache-manager"]) == 0
+    out = capsys.readouterr().out
+    assert "in 2 groups" not in out
+    assert "KV-cache groups" not in out

@@ -189,6 +189,20 @@ def render_table(
     return "\n".join(lines)
 
 
+def render_groups(config: Any, summary: dict[str, Any]) -> str:
+    """A hybrid model's KV-cache groups (DESIGN.md §Hybrid attention): each group's kind and the blocks its
+    tables held, time-weighted and at their peak; empty for one full-attention group."""
+    groups = config.kv_groups
+    if not groups:
+        return ""
+    lines = ["== KV-cache groups (blocks held) ==", f"  {'group':<28} {'mean':>14} {'peak':>14}"]
+    for g, spec in enumerate(groups):
+        what = f"{g}: {spec.kind}" + (f" {spec.window}" if spec.window else "")
+        mean, peak = summary[f"mean_group_blocks_{g}"], summary[f"peak_group_blocks_{g}"]
+        lines.append(f"  {what:<28} {_num(mean):>14} {_num(peak):>14}")
+    return "\n".join(lines)
+
+
 def fleet_record(result: Any) -> dict[str, Any]:
     """A fleet run's own part of `kvsim run --json` (`fleet`): the router as run, the load imbalance and
     each replica's summary (DESIGN.md §Cluster)."""

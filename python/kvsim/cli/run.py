@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kvsim.analysis.run_report import fleet_record, render_fleet, render_table, run_notes
+from kvsim.analysis.run_report import fleet_record, render_fleet, render_groups, render_table, run_notes
 from kvsim.analysis.sweep import CONFIG_FIELDS, WORKLOADS, coerce, make_workload, parse_workload
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
@@ -153,6 +153,15 @@ def _add_knob_flags(g: Any) -> None:
         metavar = "{" + ",".join(k.choices) + "}" if k.kind == "choice" else (k.metavar or "VALUE")
         action = _Joined if k.kind == "weights" else _Given
         g.add_argument(*flags, dest=f"cfg_{name}", action=action, metavar=metavar, default=None, help=text)
+        if name == "hybrid_kv_cache_manager":  # vLLM's switch, without a value
+            g.add_argument(
+                "--disable-hybrid-kv-cache-manager",
+                dest=f"cfg_{name}",
+                action="store_const",
+                const=("--disable-hybrid-kv-cache-manager", "off"),
+                default=None,
+                help="vLLM's spelling of --hybrid-kv-cache-manager off",
+            )
 
 
 def _add_workload_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
@@ -737,6 +746,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("config: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
         print()
         print(render_table(serving, result.summary, pct_metrics, pcts))
+        groups = render_groups(config, result.summary)
+        if groups:
+            print(groups)
         if fleet:
             print(render_fleet(result))
         for note in notes:
