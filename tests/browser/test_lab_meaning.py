@@ -294,3 +294,76 @@ def test_chart_cursor_ticks_and_lines(sized_lab: LabPage) -> None:
     contiguous = lab.page.evaluate(CHART_PIXELS, [0xFF, 0x5D, 0x73])
     assert allocated > 1.2, allocated  # 0.66 when the stored line was drawn over it
     assert contiguous > 0.3, contiguous
+
+
+VIEWPORT_FITS = """() => {
+  // Elements whose box reaches past the viewport's right edge (outside any scrolling box of their own).
+  const w = document.documentElement.clientWidth, out = [];
+  for (const el of document.querySelectorAll('main *, header *')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.right <= w + 0.5) continue;
+    let p = el.parentElement, clipped = false;
+    while (p && p !== document.body) {
+      const o = getComputedStyle(p).overflowX;
+      if (o === 'auto' || o === 'scroll' || o === 'hidden') { clipped = true; break; }
+      p = p.parentElement;
+    }
+    if (!clipped) out.push(`${el.tagName.toLowerCase()}#${el.id}.${el.className} right ${Math.round(r.right)}`);
+  }
+  return {scroll: document.documentElement.scrollWidth, width: w, wide: out.slice(0, 8)};
+}"""
+
+
+@pytest.mark.parametrize("viewport", ["phone", "small-phone"])
+@pytest.mark.parametrize("preset", ["copilot", "chat", "memory-pressure"])
+def test_the_page_fits_a_phone(browser: Any, lab_server: Any, viewport: str, preset: str) -> None:
+    """From 360 px up nothing is wider than the screen (at 390 px the page was 442-489 px wide), the
+    scrubber, step label, chart and cards are on screen, the event text has room, and the experiments'
+    buttons can be clicked."""
+    from .conftest import VIEWPORTS, _lab_page
+
+    pages = _lab_page(browser, lab_server, VIEWPORTS[viewport])
+    lab = next(pages)
+    try:
+        lab.open(preset=preset)
+        fits = lab.page.evaluate(VIEWPORT_FITS)
+        assert fits["scroll"] <= fits["width"], fits
+        assert fits["wide"] == [], fits
+        width = fits["width"]
+        for sel in ("#r-scrub", "#r-step", "#chart", ".cards", "#c-preset", "#c-contig", "#r-link"):
+            box = lab.page.locator(sel).bounding_box()
+            assert box is not None, sel
+            assert box["x"] >= 0, (sel, box)
+            assert box["x"] + box["width"] <= width + 0.5, (sel, box)
+        lab.page.locator("#ev-list").scroll_into_view_if_needed()
+        lab.page.wait_for_function("document.body.dataset.settled === document.body.dataset.step")
+        text = lab.page.locator("#ev-list .ev-text").first.bounding_box()
+        assert text is not None
+        assert text["width"] >= 0.6 * width, text  # the event's words, not a 70 px column
+        # Scrolled through, the lazily drawn sections still fit.
+        fits = lab.page.evaluate(VIEWPORT_FITS)
+        assert fits["scroll"] <= fits["width"], fits
+        before = lab.runs()
+        lab.page.click('[data-apply="block-size"]', timeout=5_000)  # playwright checks it can be clicked
+        lab.wait_ready(before + 1)
+        assert int(lab.query()["block_size"]) == 32
+        fits = lab.page.evaluate(VIEWPORT_FITS)
+        assert fits["scroll"] <= fits["width"], fits
+    finally:
+        next(pages, None)
+
+
+@pytest.mark.parametrize("name", [p["name"] for p in lab_api.presets() if p.get("available", True)])
+def test_every_preset_renders_on_a_phone(browser: Any, lab_server: Any, name: str) -> None:
+    from .conftest import PHONE, _lab_page
+
+    pages = _lab_page(browser, lab_server, PHONE)
+    lab = next(pages)
+    try:
+        lab.open(preset=name)
+        assert lab.page.locator("#banner").is_hidden()
+        assert_cards(lab, python_snapshot(lab.query(), lab.step()))
+        fits = lab.page.evaluate(VIEWPORT_FITS)
+        assert fits["scroll"] <= fits["width"], fits
+    finally:
+        next(pages, None)

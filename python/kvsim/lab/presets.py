@@ -150,7 +150,7 @@ def chat() -> Preset:
         config=cfg,
         step=2000,
         request_names=[f"req-{i + 1}" for i in range(len(w))],
-        max_tokens=f"no max_tokens, so the context's rest: {CHAT_MAX_MODEL_LEN} − prompt",
+        max_tokens=f"the context's rest, {CHAT_MAX_MODEL_LEN:,} − prompt (they send no max_tokens)",
     )
 
 
@@ -233,7 +233,7 @@ def mooncake() -> Preset:
         step=200,
         segment_names={int(i): f"mooncake-{int(i)}" for i in ids},
         request_names=[f"req-{i + 1}" for i in range(len(w))],
-        max_tokens=f"max_tokens {MOONCAKE_MAX_TOKENS} each (the trace records no cap)",
+        max_tokens=f"max_tokens {MOONCAKE_MAX_TOKENS:,} each, the trace recording none",
     )
 
 

@@ -177,7 +177,7 @@ function syncControls(bundle) {
   $("c-model-bpt").textContent = bpt ? `${bytes(bpt)} KV / token` : "";
   const pre = lab.presets.presets.find((p) => p.name === q.preset);
   const asks = bundle.preset && bundle.preset.max_tokens
-    ? ` Clients ask for ${bundle.preset.max_tokens} (what orca-max reserves).` : "";
+    ? ` Clients ask for ${bundle.preset.max_tokens}: what orca-max reserves.` : "";
   $("c-preset-desc").textContent = pre ? `${pre.description || ""}${asks}` : "";
 }
 
