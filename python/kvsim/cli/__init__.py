@@ -31,16 +31,8 @@ from kvsim.analysis.sweep import (
     run_sweep,
 )
 from kvsim.cli import plan as cli_plan
-from kvsim.cli.run import (
-    METRICS_POINTER,
-    FlagError,
-    Parser,
-    _add_workload_flags,
-    _Formatter,
-    _int_flag,
-    _run_parser,
-    cmd_run,
-)
+from kvsim.cli.flags import METRICS_POINTER, Parser, _add_workload_flags, _Formatter, _run_parser
+from kvsim.cli.run import FlagError, _int_flag, cmd_run
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.lab import cli as lab_cli
 from kvsim.model.config import PAPER_SETUP

@@ -1,0 +1,112 @@
+"""What `kvsim run` and `kvsim sweep` print must not mislead: the help leads with examples and groups every
+flag where a reader looks for it, a run without a GPU says its times are ticks, a flag that would do
+nothing is refused, and a sweep shows the columns its axes move."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import pytest
+
+from kvsim.cli import build_parser, main
+from kvsim.cli.flags import GROUPS, RUN_EXAMPLES, VLLM_FLAGS, VLLM_V0_FLAGS, _knob_flags
+from kvsim.model.config import CLUSTER_KNOBS
+
+# Section titles of `kvsim run --help`, in order.
+SECTIONS = ["workload", *GROUPS.values(), "output"]
+
+
+def run_help(capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["run", "--help"]) == 0
+    return capsys.readouterr().out
+
+
+def sections(text: str) -> dict[str, str]:
+    """The help's text under each group title (a title is a line that ends with a colon, not indented)."""
+    out: dict[str, str] = {}
+    title = ""
+    for line in text.splitlines():
+        if line and not line.startswith(" ") and line.endswith(":"):
+            title = line[:-1]
+            out[title] = ""
+        elif title:
+            out[title] += line + "\n"
+    return out
+
+
+def listed(section: str) -> set[str]:
+    """The flags a help section lists (its invocation lines: `  --flag METAVAR, --alias   help`)."""
+    out: set[str] = set()
+    for line in section.splitlines():
+        if line.startswith("  -"):
+            invocation = re.split(r"\s{2,}", line.strip())[0]
+            out |= {w.strip(",") for w in invocation.split() if w.startswith("-")}
+    return out
+
+
+def test_run_help_leads_with_examples_that_parse(capsys):
+    text = run_help(capsys)
+    head = text.splitlines()[:12]
+    assert "Examples:" in head, head
+    for _, line in RUN_EXAMPLES:
+        assert line in text
+        args = build_parser().parse_args(shlex.split(line)[1:])  # every flag of it exists
+        assert args.command == "run"
+
+
+def test_run_help_groups_every_flag(capsys):
+    """vLLM's engine flags, vLLM v0's, kvsim's own, the fleet's and output each under their own title (the
+    help was one 250-line list); every flag is still there, an underscore twin parses without a line."""
+    text = run_help(capsys)
+    found = sections(text)
+    titles = [t for t in found if any(t.startswith(s.split(" (")[0]) for s in SECTIONS)]
+    assert [t.split(" (")[0].split(":")[0] for t in titles] == [
+        s.split(" (")[0].split(":")[0] for s in SECTIONS
+    ]
+    by_title = {t.split(" (")[0].split(":")[0]: found[t] for t in titles}
+    vllm, v0 = by_title["vLLM's engine flags"], by_title["vLLM v0's flags"]
+    own, fleet = by_title["kvsim's own knobs"], by_title["fleet"]
+    vllm, v0, own, fleet, output = (listed(t) for t in (vllm, v0, own, fleet, by_title["output"]))
+    for name in VLLM_FLAGS:
+        assert _knob_flags(name)[0] in vllm, name
+    for name in VLLM_V0_FLAGS:
+        assert _knob_flags(name)[0] in v0, name
+    for name in CLUSTER_KNOBS:
+        assert _knob_flags(name)[0] in fleet, name
+    for flag in ("--policy", "--gpu", "--time-model", "--free-order", "--preset"):
+        assert flag in own, flag
+        assert flag not in vllm, flag
+    assert {"--json", "--save-result", "--goodput"} <= output
+    # Every option string is listed, but for the underscore twins, which still parse.
+    every = listed(text)
+    parser = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    for action in parser._actions:
+        for flag in action.option_strings:
+            twin = flag.replace("_", "-")
+            shown = flag in every
+            assert shown == (twin == flag or twin not in action.option_strings), flag
+    assert main(["run", "--block_size", "32", "--num_blocks", "200", "--requests", "10", "--json"]) == 0
+
+
+def test_a_run_without_a_gpu_says_its_times_are_ticks(capsys):
+    """With no GPU every step takes 1 ms: the throughput and latency groups say their times are ticks and a
+    note says why (it printed "TTFT 1.415" ms unqualified); with a GPU they are the roofline's."""
+    argv = ["run", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB", "--workload", "alpaca"]
+    assert main([*argv, "--requests", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "== latency (ms of ticks: 1 ms a step, not a GPU's time) ==" in out
+    assert "== throughput (seconds of ticks: 1 ms a step, not a GPU's time) ==" in out
+    assert "note: times are ticks: with no GPU named every step takes 1 ms" in out
+    assert main([*argv, "--requests", "300", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["config"]["time_model"] == "ticks"
+    assert any(n.startswith("times are ticks") for n in data["notes"])
+    assert (
+        main(["run", "--model", "opt-13b", "--gpu", "a100-40gb", "--workload", "alpaca", "--requests", "300"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "ticks" not in out
+    assert "== latency (ms) ==" in out
