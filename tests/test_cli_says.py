@@ -110,3 +110,51 @@ def test_a_run_without_a_gpu_says_its_times_are_ticks(capsys):
     out = capsys.readouterr().out
     assert "ticks" not in out
     assert "== latency (ms) ==" in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--model", "opt-13b", "--gpu", "a100-40gb", "--swap-space", "4"], "--swap-space"),
+        (
+            [
+                "--model",
+                "opt-13b",
+                "--gpu",
+                "a100-40gb",
+                "--swap-space",
+                "4",
+                "--preemption-mode",
+                "recompute",
+            ],
+            "--swap-space",
+        ),
+        (["--num-gpu-blocks-override", "200", "--cpu-blocks", "8"], "--cpu-blocks"),
+    ],
+)
+def test_swap_space_with_recompute_is_refused(capsys, flags, named):
+    """A CPU swap space with preemption recompute did nothing, silently. vLLM 0.33.0 has no --swap-space
+    (its engine preempts by recompute only; vllm serve refuses the flag), so kvsim refuses it there too:
+    one line, exit status 2, saying which preemption would use it."""
+    assert main(["run", *flags, "--requests", "20"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"kvsim run: error: argument {named}: ")
+    assert "would do nothing: preemption is 'recompute'" in err[0]
+    assert "--preemption-mode swap or auto" in err[0]
+    assert "Traceback" not in err[0]
+
+
+def test_swap_space_is_used_where_something_swaps(capsys, tmp_path):
+    argv = ["run", "--model", "opt-13b", "--gpu", "a100-40gb", "--requests", "20", "--json"]
+    for more in (["--preemption-mode", "swap"], ["--preemption-mode", "auto"], ["--preset", "vllm-v0"]):
+        assert main([*argv, "--swap-space", "4", *more]) == 0
+        assert json.loads(capsys.readouterr().out)["config"]["cpu_blocks"] > 0
+    # The v0 preset's own 4 GiB (not given) stays with recompute asked for, as v0 allocated it.
+    assert main([*argv, "--preset", "vllm-v0", "--preemption-mode", "recompute"]) == 0
+    capsys.readouterr()
+    # A run file's [config] is named as such.
+    path = tmp_path / "run.toml"
+    path.write_text("[config]\nnum_blocks = 200\ncpu_blocks = 8\n")
+    assert main(["run", "--toml", str(path), "--requests", "20"]) == 2
+    assert f"run file {path}: [config] cpu_blocks: a CPU pool of 8 blocks" in capsys.readouterr().err

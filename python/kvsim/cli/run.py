@@ -133,14 +133,44 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
             "--kv-cache-memory-bytes, or --num-gpu-blocks-override"
         )
     try:
-        if args.preset:
-            return kvsim.SimConfig.preset(args.preset, **cfg)
-        return kvsim.SimConfig(**cfg)
+        config = kvsim.SimConfig.preset(args.preset, **cfg) if args.preset else kvsim.SimConfig(**cfg)
     except InvalidArgumentError as exc:
         field = str(exc).split(" ", 1)[0].rstrip(":")
         if field in flag_of:
             raise FlagError(f"argument {flag_of[field]}: {exc}") from None
         raise
+    _refuse_idle_swap(args, config, cfg, flag_of)
+    return config
+
+
+def _refuse_idle_swap(
+    args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
+) -> None:
+    """A CPU swap space given (`--swap-space`, `--cpu-blocks`, or the run file's) with preemption
+    `recompute` would do nothing: a victim's blocks are freed, never swapped. vLLM 0.33.0, whose engine
+    preempts by recompute only, has no such flag (neither vllm/engine/arg_utils.py nor
+    vllm/config/cache.py names swap_space), so `vllm serve --swap-space 4` stops at argparse's
+    "unrecognized arguments"; kvsim refuses it too, saying what would use it."""
+    from kvsim.model.units import fmt_bytes
+
+    if config.preemption != "recompute":
+        return
+    for name in ("swap_space_bytes", "cpu_blocks"):
+        value = cfg.get(name)
+        if not value:  # not given, or 0 (no CPU pool, which is what recompute has)
+            continue
+        where = f"argument {flag_of[name]}" if name in flag_of else f"run file {args.toml}: [config] {name}"
+        what = (
+            f"a CPU swap space of {fmt_bytes(value)}"
+            if name == "swap_space_bytes"
+            else f"a CPU pool of {value} blocks"
+        )
+        raise FlagError(
+            f"{where}: {what} would do nothing: preemption is 'recompute', which frees a "
+            "preempted request's blocks and never swaps (vLLM 0.33.0 preempts only so and has no "
+            "--swap-space: vllm serve refuses the flag); add --preemption-mode swap or auto (vLLM v0's) "
+            "to swap to it, or drop it"
+        )
 
 
 def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: list[str]) -> tuple[Any, dict]:
