@@ -44,6 +44,10 @@ def test_presets_route(client):
     assert set(body["limits"]) >= {"max_requests", "max_blocks", "max_events", "max_steps"}
     assert "vllm" in body["options"]["policies"]
     assert 16 in body["options"]["block_sizes"]
+    # Each preset says what its clients ask for (what orca-max reserves).
+    asks = {p["name"]: p.get("max_tokens") for p in body["presets"] if p["available"]}
+    assert asks["copilot"] == "max_tokens 128 each"
+    assert "2,048 − prompt" in asks["chat"]
 
 
 def test_run_route_is_the_bundle(client):
