@@ -1,7 +1,7 @@
 """CPU seconds of building a lab bundle, per phase (DESIGN.md §Lab, Cost): both engine runs with the
 event log and a time series, the two replays (`kvsim.lab.state.replay`), the payload (`bundle_from`) and
 its encoding (`kvsim.lab.bundle.encode`: orjson, numpy columns as typed columns); then the whole of
-`encode(kvsim.lab.bundle(preset))` (the bundle freed inside the timed span). CPU time
+`encode(kvsim.lab.bundle(preset))` (the bundle freed inside the timed span) and the body's size. CPU time
 (`time.process_time`), not wall time, so that a loaded machine still gives comparable numbers; the best
 and the median of `--rounds` rounds, and the load average.
 
@@ -50,14 +50,16 @@ def main() -> None:
     parts = "  ".join(f"{k} {v:.3f}" for k, v in best.items())
     print(f"{a.preset}: {parts}  total {sum(best.values()):.3f} s CPU (best of {a.rounds})")
     whole = []
+    size = 0
     for _ in range(a.rounds):
         t0 = time.process_time()
-        encode(bundle(a.preset))  # the bundle is freed inside the timed span, as a server's would be
+        size = len(encode(bundle(a.preset)))  # the bundle is freed inside the timed span, as a server's is
         whole.append(time.process_time() - t0)
     whole.sort()
     print(
         f"{a.preset}: encode(kvsim.lab.bundle({a.preset!r})) {whole[0]:.3f} s CPU best, "
-        f"{whole[len(whole) // 2]:.3f} s median of {a.rounds}; load average {os.getloadavg()[0]:.2f}"
+        f"{whole[len(whole) // 2]:.3f} s median of {a.rounds}; body {size / 1e6:.1f} MB; load average "
+        f"{os.getloadavg()[0]:.2f}"
     )
 
 

@@ -41,10 +41,12 @@ def page() -> Iterator[Any]:
 
 
 def _rerun(pg: Any, num_blocks: int) -> dict[str, float]:
-    """Changes the pool size as a user does and waits for the new run to be drawn; the page's own timing."""
+    """Changes the pool size as a user does (the KV cache memory of `num_blocks` blocks, in MiB) and waits
+    for the new run to be drawn; the page's own timing."""
     before = pg.evaluate("window.kvlab.completed")
-    pg.fill("#c-num-blocks", str(num_blocks))
-    pg.dispatch_event("#c-num-blocks", "change")
+    mib = num_blocks * pg.evaluate("window.kvlab.replay.bundle.bytes_per_block") / 2**20
+    pg.fill("#c-kv-memory", f"{mib:g}")
+    pg.dispatch_event("#c-kv-memory", "change")
     pg.wait_for_function(f"window.kvlab.completed > {before} && document.body.dataset.ready === 'true'")
     return pg.evaluate("window.kvlab.timings[window.kvlab.timings.length - 1]")
 

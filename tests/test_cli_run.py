@@ -461,9 +461,9 @@ def test_goodput_and_slo_attainment(capsys):
 def test_human_table_groups_with_units(capsys):
     assert main([*SMALL, "--goodput", "ttft:500"]) == 0
     out = capsys.readouterr().out
-    for group in (
-        "== throughput ==",
-        "== latency (ms) ==",
+    for group in (  # no GPU: the timed groups say their times are ticks (tests/test_cli_says.py)
+        "== throughput (seconds of ticks: 1 ms a step, not a GPU's time) ==",
+        "== latency (ms of ticks: 1 ms a step, not a GPU's time) ==",
         "== memory ==",
         "== cache ==",
         "== preemption ==",
@@ -627,7 +627,7 @@ def test_save_result_where_nothing_can_be_written_fails_before_the_run(capsys):
 # -- the audit of the interface a vLLM user sees ------------------------------------------------------------------
 def test_preset_flag_offers_every_preset_simconfig_has(capsys):
     """`--preset` once offered three of SimConfig.preset's five names (vllm-0.19 and vllm-0.11 missing)."""
-    from kvsim.cli.run import PRESETS
+    from kvsim.cli.flags import PRESETS
 
     with pytest.raises(kvsim.InvalidArgumentError) as exc:
         kvsim.SimConfig.preset("no-such-preset")

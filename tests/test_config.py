@@ -312,7 +312,7 @@ def test_design_md_defaults_table_is_the_knobs_table():
     """DESIGN.md §Defaults documents the defaults in one table; it must say what KNOBS says."""
     from pathlib import Path
 
-    from kvsim.cli.run import _fmt_default
+    from kvsim.cli.flags import _fmt_default
 
     text = (Path(__file__).parent.parent / "DESIGN.md").read_text()
     section = text.split("## Defaults and sizing", 1)[1].split("\n## ", 1)[0]

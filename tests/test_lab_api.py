@@ -44,6 +44,10 @@ def test_presets_route(client):
     assert set(body["limits"]) >= {"max_requests", "max_blocks", "max_events", "max_steps"}
     assert "vllm" in body["options"]["policies"]
     assert 16 in body["options"]["block_sizes"]
+    # Each preset says what its clients ask for (what orca-max reserves).
+    asks = {p["name"]: p.get("max_tokens") for p in body["presets"] if p["available"]}
+    assert asks["copilot"] == "max_tokens 128 each"
+    assert "2,048 − prompt" in asks["chat"]
 
 
 def test_run_route_is_the_bundle(client):
@@ -62,7 +66,7 @@ def test_run_route_is_the_bundle(client):
         got, want = body["paged"][group], expected["paged"][group]
         assert set(got) == set(want), group
         for name, values in want.items():
-            assert np.array_equal(got[name], np.asarray(values)), (group, name)
+            assert np.array_equal(got[name], np.asarray(values), equal_nan=True), (group, name)
     # The same run again is the same bytes (the server keeps the encoded bundle).
     again = client.get(
         "/api/run", params={"preset": "copilot", "enable_prefix_caching": "false", "block_size": "32"}
@@ -98,7 +102,49 @@ def test_state_route_is_the_snapshot(client):
     r = client.get("/api/state", params={"preset": "copilot", "step": "1"})
     assert r.status_code == 200
     assert r.json() == json.loads(json.dumps(kvsim.lab.snapshot("copilot", step=1)))
-    assert client.get("/api/state", params={"preset": "copilot"}).json()["step"] == 50  # the end
+
+
+@pytest.mark.parametrize("preset", ["copilot", "memory-pressure"])
+def test_state_without_a_step_is_the_opening_step(client, preset):
+    """`/api/state` with no step answers for the step the page opens on, not the run's end (where every
+    preset has finished and every number is 0)."""
+    opening = kvsim.lab.preset(preset)[2]
+    body = client.get("/api/state", params={"preset": preset}).json()
+    assert body["step"] == opening
+    assert body["paged_allocated_bytes"] > 0
+    assert body == json.loads(json.dumps(kvsim.lab.snapshot(preset, step=opening)))
+
+
+def test_a_contiguous_baseline_given_as_policy_is_refused(client):
+    """`policy` is the paged track's: a contiguous baseline there is refused, naming the parameter that
+    takes it (it once became the contiguous_policy silently)."""
+    r = client.get("/api/run", params={"preset": "copilot", "policy": "orca-max"})
+    assert r.status_code == 400
+    body = r.json()
+    assert body["field"] == "policy"
+    assert "contiguous_policy=orca-max" in body["error"]
+    assert client.get("/api/presets").json()["options"]["policies"] == ["vllm", "reserve"]
+
+
+def test_a_run_too_long_for_the_page_says_what_runs(client):
+    """A run past a cap answers 413 in plain words with a change that runs, and that change does run."""
+    gib = 2**30
+    r = client.get(
+        "/api/run", params={"preset": "chat", "kv_cache_bytes": str(gib), "contiguous_policy": "orca-max"}
+    )
+    assert r.status_code == 413
+    body = r.json()
+    assert body["field"] == "steps"
+    assert "the contiguous run (policy 'orca-max') takes" in body["error"]
+    assert "more than the 50,000 the page replays" in body["error"]
+    m = re.search(r"a KV cache of ([\d.]+) GiB runs", body["error"])
+    assert m, body["error"]
+    fixed = {
+        "preset": "chat",
+        "kv_cache_bytes": str(int(float(m.group(1)) * gib)),
+        "contiguous_policy": "orca-max",
+    }
+    assert client.get("/api/state", params=fixed).status_code == 200
 
 
 def test_openapi_and_page(client):
@@ -123,6 +169,9 @@ def test_openapi_and_page(client):
         ({"block_size": "99999999999999999999999"}, "block_size", 400),
         ({"num_blocks": "1"}, "num_blocks", 400),
         ({"num_blocks": "1000000"}, "num_blocks", 400),  # more blocks than the lab's cap
+        ({"kv_cache_bytes": "4194303"}, "kv_cache_bytes", 400),  # under 2 blocks of 2 MiB
+        ({"kv_cache_bytes": str(2**40)}, "kv_cache_bytes", 400),  # more blocks than the lab's cap
+        ({"kv_cache_bytes": str(2**27), "num_blocks": "64"}, "num_blocks", 400),  # both size the pool
         ({"model": "gpt-9"}, "model", 400),
         ({"policy": "lru"}, "policy", 400),
         ({"policy": "reserve", "preemption": "swap"}, "preemption", 400),  # invalid combination
@@ -149,7 +198,8 @@ def test_a_run_past_the_caps_is_413(client, monkeypatch):
 
     caps = sys.modules["kvsim.lab.bundle"].LIMITS
     monkeypatch.setitem(caps, "max_events", 10)
-    r = client.get("/api/run", params={"preset": "memory-pressure"})
+    # A configuration no other test asks for: the server keeps recent runs, checked when they ran.
+    r = client.get("/api/run", params={"preset": "memory-pressure", "placement": "buddy"})
     assert r.status_code == 413
     assert "max_events" in r.json()["error"]
 

@@ -221,3 +221,103 @@ def test_snapshot_of_a_preset_takes_the_contiguous_baseline_it_is_given(contiguo
     want = snapshot_from(r, paged, contiguous, 25)
     assert got["contiguous"] == want["contiguous"]
     assert got["contiguous_reserved_bytes"] == want["contiguous_reserved_bytes"]
+
+
+def _running(snap: dict) -> tuple[int, int]:
+    """Running sequences of the paged and the contiguous track."""
+    paged = sum(r["status"] == "running" for r in snap["requests"])
+    return paged, sum(r["status"] == "running" for r in snap["contiguous"]["requests"])
+
+
+def test_concurrency_multiplier_is_sequences_per_byte_paged_over_contiguous():
+    """The multiplier compares what each side holds per sequence it runs: (reserved ÷ contiguous running)
+    ÷ (allocated ÷ paged running), None where a side runs nothing. Once the pool is full it still says
+    which side fits more sequences (it was reserved ÷ allocated: 0.92 where paged ran 8 and contiguous 4)."""
+    b = kvsim.lab.bundle("memory-pressure", contiguous_policy="orca-pow2")
+    pm, cm = b["paged"]["metrics"], b["contiguous"]["metrics"]
+    for k in range(b["num_steps"] + 1):
+        res, alloc = cm["contiguous_reserved_bytes"][k], pm["paged_allocated_bytes"][k]
+        cr, pr = cm["num_running"][k], pm["num_running"][k]
+        got = pm["concurrency_multiplier"][k]
+        if min(res, alloc, cr, pr) == 0:
+            assert math.isnan(got), k
+        else:
+            assert math.isclose(got, (res / cr) / (alloc / pr), rel_tol=1e-12), k
+    s = kvsim.lab.snapshot("memory-pressure", step=40, contiguous_policy="orca-pow2")
+    paged, contiguous = _running(s)
+    assert paged > contiguous  # the paged pool runs more sequences ...
+    assert s["contiguous_reserved_bytes"] >= 0.9 * s["paged_allocated_bytes"]  # ... in the same full pool
+    assert s["concurrency_multiplier"] > 1
+    # Nothing running (before the first step, after the last): no ratio, not 0 ÷ 0 = 0.
+    for step in (0, 50):
+        assert kvsim.lab.snapshot("copilot", step=step)["concurrency_multiplier"] is None
+
+
+@pytest.mark.parametrize("name", ["copilot", "chat", "parallel-sampling", "memory-pressure"])
+def test_presets_ask_for_a_max_tokens_that_orca_max_reserves(name):
+    """Each request asks for more tokens than it generates (a client's max_tokens), so Orca (Max)
+    reserves more than Orca (Oracle) and the baselines' runs differ (they were the same bytes)."""
+    w = kvsim.lab.preset(name)[0]
+    assert (w.max_tokens >= w.output_len).all()
+    assert (w.max_tokens > w.output_len).mean() > 0.5
+    r_max, r_oracle = (
+        resolve(name, contiguous_policy="orca-max"),
+        resolve(name, contiguous_policy="orca-oracle"),
+    )
+    runs = [kvsim.simulate(w, r.contiguous, record_timeseries=True) for r in (r_max, r_oracle)]
+    series = [res.timeseries["allocated_tokens"].to_list() for res in runs]
+    assert series[0] != series[1]
+    assert max(series[0]) >= max(series[1])
+
+
+def test_chat_lengths_rarely_reach_the_clip():
+    """The chat preset's lengths are the paper's ShareGPT distribution in a 2,048-token context: the clip
+    binds for under 1 % of requests (at 512 tokens it bound for 681 of the 763 arrived by step 2,000),
+    so the cards show many different targets."""
+    w, _, step = kvsim.lab.preset("chat")
+    target = w.prompt_len + w.output_len
+    assert (target >= 2048).mean() < 0.01
+    s = kvsim.lab.snapshot("chat", step=step)
+    targets = [r["target_tokens"] for r in s["requests"]]
+    assert len(targets) > 500
+    assert max(targets.count(t) for t in set(targets)) < 0.05 * len(targets)
+
+
+@pytest.mark.parametrize("name", ["copilot", "memory-pressure", "chat"])
+def test_block_size_and_model_keep_the_memory_and_derive_the_blocks(name):
+    """As vLLM sizes a pool: the KV cache's bytes stay, its blocks are memory ÷ bytes per block (the pool
+    once kept its block count, so block size 32 doubled the memory and the pressure went away)."""
+    base = kvsim.lab.bundle(name)
+    pool = base["num_blocks"] * base["bytes_per_block"]
+    assert base["kv_cache_bytes"] == pool
+    for change in ({"block_size": 32}, {"block_size": 8}, {"model": "qwen2.5-7b"}):
+        b = kvsim.lab.bundle(name, **change)
+        assert b["kv_cache_bytes"] == pool
+        assert b["num_blocks"] == pool // b["bytes_per_block"], change
+        assert pool - b["bytes_per_block"] < b["num_blocks"] * b["bytes_per_block"] <= pool
+    # The memory-pressure preset's CPU pool keeps its bytes too.
+    r16, r32 = resolve("memory-pressure"), resolve("memory-pressure", block_size=32)
+    assert r16.paged.cpu_blocks * 16 == r32.paged.cpu_blocks * 32
+    # An explicit block count is kept (vLLM's --num-gpu-blocks-override).
+    assert kvsim.lab.bundle("copilot", num_blocks=64, block_size=32)["num_blocks"] == 64
+
+
+def test_sequences_are_named_as_the_page_names_them():
+    """A request with several samples names each `req-1·s0`, `req-1·s1` (the API said `req-1#1` where
+    the page said `req-1·s1`), and a block lists the sequences holding it, as many as its ref_cnt."""
+    s = kvsim.lab.snapshot("parallel-sampling", step=6)
+    names = [r["name"] for r in s["requests"]]
+    assert names[:3] == ["req-1·s0", "req-1·s1", "req-1·s2"]
+    assert len(set(names)) == len(names)
+    held = [b for b in s["blocks"] if b["ref_cnt"] > 0 and b["state"] != "null"]
+    assert held
+    for b in held:
+        assert len(b["sequences"]) == b["ref_cnt"], b
+        assert set(b["sequences"]) <= set(names)
+    assert max(b["ref_cnt"] for b in held) > len(max(held, key=lambda b: b["ref_cnt"])["request_ids"])
+    assert [r["name"] for r in kvsim.lab.snapshot("copilot", step=1)["requests"]] == [
+        "req-1",
+        "req-2",
+        "req-3",
+        "req-4",
+    ]

@@ -303,7 +303,8 @@ def test_sweep_prints_grid_order_and_only_the_varying_parameters(tmp_path, capsy
     assert "\r" not in captured.err  # no progress bar: stderr is not a terminal
     lines = captured.out.splitlines()
     header = next(line for line in lines if "block_size" in line)
-    assert "num_blocks" not in header  # derived from block_size, not an axis
+    # num_blocks, derived (1 GiB cut into blocks of each size), shows beside the axis: it differs.
+    assert [c.strip("│ ") for c in header.split("┆")][:2] == ["block_size", "num_blocks"]
     assert "swap_ps_per_block" not in header
     body = [line for line in lines if line.startswith("│") and line.split("┆")[0].strip("│ ").isdigit()]
     assert [int(line.split("┆")[0].strip("│ ")) for line in body] == [32, 8, 16]

@@ -133,10 +133,31 @@ class LabPage:
         return self.page.evaluate("window.kvlab.replay.bundle.query")
 
 
+# The sizes the page is tested at: a desktop window, a phone (iPhone 12-15's CSS pixels) and the narrowest
+# phone the layout supports.
+DESKTOP = {"width": 1440, "height": 900}
+PHONE = {"width": 390, "height": 844}
+SMALL_PHONE = {"width": 360, "height": 640}
+VIEWPORTS = {"desktop": DESKTOP, "phone": PHONE, "small-phone": SMALL_PHONE}
+
+
 @pytest.fixture
 def lab(browser: Any, lab_server: LabThread | ExternalServer) -> Iterator[LabPage]:
-    """A fresh page; after the test, asserts that nothing went wrong in it."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    """A fresh page in a desktop window; after the test, asserts that nothing went wrong in it."""
+    yield from _lab_page(browser, lab_server, DESKTOP)
+
+
+@pytest.fixture(params=["desktop", "phone"])
+def sized_lab(request: Any, browser: Any, lab_server: LabThread | ExternalServer) -> Iterator[LabPage]:
+    """`lab` at a desktop window and at a phone's viewport (the test runs once at each)."""
+    yield from _lab_page(browser, lab_server, VIEWPORTS[request.param])
+
+
+def _lab_page(
+    browser: Any, lab_server: LabThread | ExternalServer, viewport: dict[str, int]
+) -> Iterator[LabPage]:
+    phone = viewport["width"] < 600
+    context = browser.new_context(viewport=viewport, is_mobile=phone, has_touch=phone)
     page = context.new_page()
     problems = Problems()
     page.on(

@@ -44,9 +44,13 @@ def same(a: float | None, b: float | None) -> bool:
 
 def assert_cards(lab: LabPage, snap: dict[str, Any]) -> None:
     shown = {sel: lab.value(sel) for sel in CARDS}
-    want = {sel: float(snap[key]) for sel, key in CARDS.items()}
+    want = {sel: None if snap[key] is None else float(snap[key]) for sel, key in CARDS.items()}
     bad = {sel: (shown[sel], want[sel]) for sel in CARDS if not same(shown[sel], want[sel])}
     assert bad == {}, f"cards differ from the snapshot at step {snap['step']}"
+    # An undefined value (the multiplier while a side runs nothing) reads "—", not a number.
+    for sel in CARDS:
+        if want[sel] is None:
+            assert lab.page.inner_text(sel) == "—", sel
 
 
 def assert_blocks(lab: LabPage, snap: dict[str, Any]) -> None:
@@ -359,14 +363,19 @@ def test_a_run_past_the_caps_is_refused_and_changes_nothing(lab: LabPage) -> Non
     shown = lab.cells()
     before = lab.runs()
     cap = int(lab.page.evaluate("window.kvlab.presets.limits.max_blocks"))
-    lab.page.locator("#c-num-blocks").fill(str(cap + 1))
-    lab.page.locator("#c-num-blocks").dispatch_event("change")
+    mib = (cap + 1) * int(lab.page.evaluate("window.kvlab.replay.bundle.bytes_per_block")) / 2**20
+    shown_memory = lab.page.locator("#c-kv-memory").input_value()
+    lab.page.locator("#c-kv-memory").fill(str(mib))
+    lab.page.locator("#c-kv-memory").dispatch_event("change")
     lab.wait_ready(before + 1)
     assert lab.page.locator("#banner").is_visible()
-    assert "num_blocks" in lab.page.locator("#banner").inner_text()
+    text = lab.page.locator("#banner").inner_text()
+    assert "kv_cache_bytes" in text
+    assert f"more than the page draws (max_blocks {cap:,})" in text
     assert lab.query()["preset"] == big
     assert lab.cells() == shown
-    assert lab.page.locator("#c-num-blocks").input_value() == str(lab.query()["num_blocks"])
+    assert lab.page.locator("#c-kv-memory").input_value() == shown_memory
+    assert float(shown_memory) * 2**20 == lab.query()["kv_cache_bytes"]
     lab.problems.console = [m for m in lab.problems.console if "status of 4" not in m]
 
 

@@ -27,10 +27,18 @@ def png_size(path: Path) -> tuple[int, int]:
 def test_writes_a_preset_and_the_inspector(tmp_path: Path) -> None:
     done = run("--out", str(tmp_path), "copilot")
     assert done.returncode == 0, done.stderr
-    assert [Path(p).name for p in done.stdout.split()] == ["copilot.png", "copilot-inspector.png"]
+    assert [Path(p).name for p in done.stdout.split()] == [
+        "copilot.png",
+        "copilot-phone.png",
+        "copilot-inspector.png",
+    ]
     width, height = png_size(tmp_path / "copilot.png")
     assert width == screenshots.WIDTH
     assert height > screenshots.HEIGHT  # the whole page, not the viewport
+    # The phone's capture is the phone's width: the page is no wider than the screen.
+    w, h = png_size(tmp_path / "copilot-phone.png")
+    assert w == screenshots.PHONE_WIDTH
+    assert h > height
     w, h = png_size(tmp_path / "copilot-inspector.png")
     assert 0 < w <= screenshots.WIDTH
     assert 0 < h < height

@@ -22,6 +22,15 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
     import numpy as np
 
     s, cfg = result.summary, result.config
+    if cfg.time_model == "ticks":
+        from kvsim.model.units import fmt_duration_ps
+
+        tick = fmt_duration_ps(cfg.iteration_time_ps)
+        notes.append(
+            f"times are ticks: with no GPU named every step takes {tick} (time_model ticks, "
+            "--iteration-time-ps), so the duration, the throughputs and the latencies count steps, not a "
+            "GPU's time; --gpu NAME times each step by the roofline of the model on that GPU"
+        )
     peak = s.get("peak_allocated_fraction", 0.0)
     queue = s.get("queueing_s_p99")
     e2e = s.get("e2e_s_p50")
@@ -161,26 +170,33 @@ def _num(v: Any, unit: str = "") -> str:
 
 
 def render_table(
-    serving: dict[str, Any], summary: dict[str, Any], metrics: Sequence[str], pcts: Sequence[float]
+    serving: dict[str, Any],
+    summary: dict[str, Any],
+    metrics: Sequence[str],
+    pcts: Sequence[float],
+    tick: str | None = None,
 ) -> str:
-    """The human table: throughput, latency (ms), memory, cache and preemption groups, with units."""
+    """The human table: throughput, latency (ms), memory, cache and preemption groups, with units.
+    `tick` (a run whose time model is ticks: its step's time, `1 ms`) heads the timed groups with it, so
+    they read as ticks, not a GPU's time."""
     from kvsim.engine.metrics import _pct_key
 
     values = {**summary, **serving}
     lines: list[str] = []
+    ticks = f" of ticks: {tick} a step, not a GPU's time" if tick else ""
     for title, rows in _GROUPS:
         shown = [(k, label, unit) for k, label, unit in rows if values.get(k) is not None or k in serving]
         if title == "throughput":
             shown = [r for r in shown if r[0] in values]
         if not shown:
             continue
-        lines.append(f"== {title} ==")
+        lines.append(f"== {title}{' (seconds' + ticks + ')' if title == 'throughput' and tick else ''} ==")
         lines += [
             f"  {label:<36} {_num(values[k], unit):>14} {'' if unit in ('%', 'count') else unit}"
             for k, label, unit in shown
         ]
         if title == "throughput":
-            lines.append("== latency (ms) ==")
+            lines.append(f"== latency (ms{ticks}) ==")
             cols = ["mean", "median", "std", *[_pct_key(p) for p in pcts]]
             lines.append("  " + " " * 8 + "".join(f"{c:>12}" for c in cols))
             for m in metrics:

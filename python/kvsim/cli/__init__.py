@@ -31,22 +31,82 @@ from kvsim.analysis.sweep import (
     run_sweep,
 )
 from kvsim.cli import plan as cli_plan
-from kvsim.cli.run import (
-    METRICS_POINTER,
-    FlagError,
-    Parser,
-    _add_workload_flags,
-    _Formatter,
-    _int_flag,
-    _run_parser,
-    cmd_run,
-)
+from kvsim.cli.flags import METRICS_POINTER, Parser, _add_workload_flags, _Formatter, _run_parser
+from kvsim.cli.run import FlagError, _int_flag, cmd_run
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.lab import cli as lab_cli
 from kvsim.model.config import PAPER_SETUP
 
 RESULTS = Path("results")
 DEFAULT_SHOW = ("throughput_rps", "mean_batch", "kv_utilization", "e2e_s_p99")
+# What each swept knob moves, shown before DEFAULT_SHOW when it is a grid axis (a sweep over block size
+# printed identical throughput, batch and utilisation for 16 and 32, and not what block size changes).
+_POOL = ("peak_allocated_fraction", "preemptions")
+AXIS_METRICS: dict[str, tuple[str, ...]] = {
+    "block_size": ("internal_fragmentation", "preemptions"),
+    **dict.fromkeys(
+        (
+            "num_blocks",
+            "kv_cache_bytes",
+            "gpu_memory_utilization",
+            "gpu",
+            "model",
+            "tensor_parallel_size",
+            "kv_cache_dtype",
+            "activation_reserve_bytes",
+        ),
+        _POOL,
+    ),
+    "policy": ("mean_batch", "reservation_waste", "external_fragmentation", "preemptions"),
+    "placement": ("external_fragmentation", "preemptions"),
+    "enable_prefix_caching": ("prefix_hit_rate", "blocks_saved_by_sharing"),
+    "free_order": ("prefix_hit_rate", "evictions"),
+    **dict.fromkeys(
+        ("preemption", "cpu_blocks", "swap_space_bytes"),
+        ("preemptions", "recomputed_tokens", "swapped_blocks"),
+    ),
+    "sampling": ("cow_copies", "blocks_saved_by_sharing"),
+    **dict.fromkeys(("max_num_seqs", "max_num_batched_tokens", "chunked_prefill"), ("preemptions",)),
+    **dict.fromkeys(
+        ("watermark", "watermark_rule", "admission_gate", "append_check"),
+        ("preemptions", "peak_allocated_fraction"),
+    ),
+    **dict.fromkeys(
+        (
+            "replicas",
+            "router",
+            "router_refresh_s",
+            "router_seed",
+            "prefix_load_cap",
+            "router_weights",
+            "router_tie_break",
+        ),
+        ("prefix_hit_rate", "load_imbalance"),
+    ),
+}
+# Configuration columns a sweep derives (the pool's blocks from its memory): shown beside the axes when
+# they differ between points.
+DERIVED_AXES = ("num_blocks", "cpu_blocks")
+
+
+# After the metrics the axes move: the throughput and the tail latency (what any knob is for).
+AFTER_MOVED = ("throughput_rps", "e2e_s_p99")
+
+
+def default_show(spec: SweepSpec, known: Sequence[str]) -> list[str]:
+    """The metrics a sweep prints unless `--show` names them: those its grid's axes move (`AXIS_METRICS`)
+    and `AFTER_MOVED`, or `DEFAULT_SHOW` for axes with none (a workload's rate), then goodput and SLO
+    attainment when it has SLOs; each once, known ones only."""
+    moved = [m for axis in spec.grid for m in AXIS_METRICS.get(axis, ())]
+    per_slo = [m for m in known if m.startswith("slo_attainment_")]
+    wanted = [
+        *moved,
+        *(AFTER_MOVED if moved else DEFAULT_SHOW),
+        "request_goodput",
+        "slo_attainment",
+        *per_slo,
+    ]
+    return [m for m in dict.fromkeys(wanted) if m in known]
 
 
 def _sweep_flags(p: argparse.ArgumentParser) -> None:
@@ -118,8 +178,11 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
         "--show",
         metavar="M1,M2,...",
         default=None,
-        help="metrics to print aggregated across seeds (mean ± 95%% CI) when the sweep ends (default: "
-        f"{','.join(DEFAULT_SHOW)}, and with SLOs request_goodput,slo_attainment,slo_attainment_<metric>)",
+        help="metrics to print aggregated across seeds (mean ± 95%% CI) when the sweep ends (default: what "
+        "the grid's axes move, e.g. internal_fragmentation,preemptions for block_size, then "
+        f"{','.join(AFTER_MOVED)}; {','.join(DEFAULT_SHOW)} for axes that name none (a workload's "
+        "rate); with SLOs request_goodput,slo_attainment,slo_attainment_<metric>. A pool's derived "
+        "num_blocks shows beside the axes when it differs)",
     )
 
 
@@ -275,6 +338,7 @@ def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
     axes = [c for c in spec.grid if c in agg.columns]
     if agg["workload"].n_unique() > 1 or not axes:
         axes = ["workload", *axes]
+    axes += [c for c in DERIVED_AXES if c in agg.columns and c not in axes and agg[c].n_unique() > 1]
     cols = [pl.col(c) for c in axes] + [pl.col("n_seeds")]
     for m in show:
         mean = pl.col(f"{m}_mean").round_sig_figs(4)
@@ -299,8 +363,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise _flag_error("--output", exc) from None
     known = known_metrics(spec)
     if args.show is None:
-        per_slo = [m for m in known if m.startswith("slo_attainment_")]
-        show = [*DEFAULT_SHOW, *(m for m in ("request_goodput", "slo_attainment") if m in known), *per_slo]
+        show = default_show(spec, known)
     else:
         show = [m.strip() for m in args.show.split(",") if m.strip()]
     unknown = [m for m in show if m not in known]

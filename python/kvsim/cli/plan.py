@@ -11,15 +11,13 @@ from typing import Any
 from kvsim.analysis.plan import MEMORY_KNOBS
 from kvsim.analysis.plan_search import DEFAULT_MAX_PROBES, METRICS
 from kvsim.analysis.sweep import EXECUTORS
+from kvsim.cli.flags import METRICS_POINTER, _Formatter, add_run_inputs
 from kvsim.cli.run import (
-    METRICS_POINTER,
     FlagError,
     _config_from_args,
     _float_flag,
-    _Formatter,
     _int_flag,
     _workload_from_args,
-    add_run_inputs,
     read_run_file,
 )
 from kvsim.errors import InvalidArgumentError

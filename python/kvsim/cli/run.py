@@ -3,8 +3,8 @@ reports it, with the pool line and notes. Its flags come from `kvsim.model.confi
 (`--num-gpu-blocks-override`, `--kv-cache-memory-bytes`, `--enable-prefix-caching` /
 `--no-enable-prefix-caching`, `-tp`, ...), kvsim's own kept as aliases; values are text converted by
 the knob's own rule (`kvsim.analysis.sweep.coerce`, units included), so an error names the flag as typed.
-The `kvsim` parser and the other subcommands live in `kvsim.cli`; the human table and the notes in
-`kvsim.analysis.run_report`.
+The flags and `--help` are `kvsim.cli.flags`'; the `kvsim` parser and the other subcommands live in
+`kvsim.cli`; the human table and the notes in `kvsim.analysis.run_report`.
 """
 
 from __future__ import annotations
@@ -15,358 +15,13 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from kvsim.analysis.run_report import fleet_record, render_fleet, render_groups, render_table, run_notes
 from kvsim.analysis.sweep import CONFIG_FIELDS, WORKLOADS, coerce, make_workload, parse_workload
+from kvsim.cli.flags import _BARE, GPU_FLAGS
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
-
-_WORKLOAD_HELP = "; ".join(f"{k}: {v.description}" for k, v in WORKLOADS.items())
-METRICS_POINTER = (
-    "Metrics: each is defined once in python/kvsim/engine/metrics.py (serving metrics, vllm bench serve's) and "
-    "DESIGN.md §Metrics (the summary's memory and cache metrics)."
-)
-
-
-_BARE: Any = object()  # a bare `--save-result` (vLLM's flag form): save into --result-dir or "."
-
-# SimConfig.preset's names, newest first (DESIGN.md §Presets; a test checks they are all of them).
-PRESETS = ("vllm-latest", "vllm-0.20", "vllm-0.19", "vllm-v1", "vllm-0.11", "vllm-v0")
-
-
-class Parser(argparse.ArgumentParser):
-    """kvsim's argument parser: argparse's own complaint about one flag's value (an invalid choice, a
-    missing value, `invalid int value`; its messages start with `argument --flag:`) is one line, as
-    kvsim's own checks print it; a missing or unknown argument also shows the command's usage. Subparsers
-    inherit the class (argparse's `parser_class` default)."""
-
-    def error(self, message: str) -> NoReturn:
-        if message.startswith("argument "):
-            self.exit(2, f"{self.prog}: error: {message}\n")
-        super().error(message)
-
-
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the description's line breaks; adds `(default: X)` to a flag whose help names no default
-    and whose default is a value (not None, not False)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS, []):
-            return text
-        if action.option_strings:
-            return f"{text} (default: {action.default})"
-        return text
-
-
-def _fmt_default(name: str) -> str:
-    """A knob's default for `--help`, in its unit."""
-    from kvsim.model.units import fmt_bytes, fmt_duration_ps
-
-    k = KNOBS[name]
-    d = k.default
-    if d is None:
-        return ""
-    if isinstance(d, bool):
-        return "on" if d else "off"
-    if k.kind == "bytes":
-        return fmt_bytes(d)
-    if k.kind == "duration":
-        return fmt_duration_ps(d).replace(" ", "")
-    return str(d)
-
-
-class _Given(argparse.Action):
-    """Stores `(flag as typed, text)`: the value is converted later by its knob's rule, and an error
-    names the flag the user typed."""
-
-    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
-        setattr(namespace, self.dest, (option_string, values))
-
-
-class _Joined(argparse.Action):
-    """A repeatable flag (`--router-weight prefix=3 --router-weight queue=1`): the texts joined by commas,
-    converted later as one value (`prefix=3,queue=1`)."""
-
-    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
-        before = getattr(namespace, self.dest, None)
-        text = values if before is None else f"{before[1]},{values}"
-        setattr(namespace, self.dest, (option_string, text))
-
-
-class _Switch(argparse.Action):
-    """A vLLM-style switch: `--enable-x` turns it on, `--no-enable-x` off; `--enable-x false` (today's
-    spelling, with a value) is kept as an alias."""
-
-    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
-        assert option_string is not None
-        if option_string.startswith("--no-"):
-            setattr(namespace, self.dest, (option_string, "false"))
-        else:
-            setattr(namespace, self.dest, (option_string, "true" if values is None else values))
-
-
-def _knob_flags(name: str) -> list[str]:
-    """Every spelling of knob `name`: vLLM's first (if any), then `--name-with-dashes`, `--name_as_is`."""
-    k = KNOBS[name]
-    dashed = f"--{name.replace('_', '-')}"
-    flags = [*k.flags, dashed]
-    if "_" in name:
-        flags.append(f"--{name}")
-    return list(dict.fromkeys(flags))
-
-
-_UNIT_TEXT = {
-    "bytes": "a size: 12GiB, 512MiB, 1.5GB; a bare number is bytes",
-    "duration": "a time: 1ms, 120us, 5ns; a bare number is picoseconds",
-    "seconds": "a time: 100ms, 2s; a bare number is seconds",
-    "weights": "NAME=WEIGHT, repeatable or comma-separated",
-}
-
-
-def _add_knob_flags(g: Any) -> None:
-    for name in CONFIG_FIELDS:
-        k = KNOBS[name]
-        flags = _knob_flags(name)
-        default = _fmt_default(name)
-        unit = _UNIT_TEXT.get(k.kind) or (k.unit if k.unit in ("tokens", "blocks", "sequences") else "")
-        if name == "swap_space_bytes":
-            unit = (
-                "vLLM v0's --swap-space, 4 GiB by default there; vLLM v1 has no CPU swap and 0.33.0 no such "
-                "flag; a size: 4GiB; after --swap-space a bare number is GiB, as in vLLM v0; default: unset, "
-                "no CPU pool"
-            )
-        if default and k.kind not in ("bytes", "duration"):
-            default = str(k.default)
-        tail = "; ".join(x for x in (unit, f"default: {default}" if default else "") if x)
-        text = f"{k.help} ({tail})" if tail else k.help
-        if k.kind == "bool":
-            g.add_argument(
-                *flags, dest=f"cfg_{name}", action=_Switch, nargs="?", metavar="BOOL", default=None, help=text
-            )
-            offs = [f"--no-{f[2:]}" for f in flags if f.startswith("--") and "_" not in f]
-            g.add_argument(
-                *offs, dest=f"cfg_{name}", action=_Switch, nargs=0, default=None, help=f"turn {flags[0]} off"
-            )
-            continue
-        metavar = "{" + ",".join(k.choices) + "}" if k.kind == "choice" else (k.metavar or "VALUE")
-        action = _Joined if k.kind == "weights" else _Given
-        g.add_argument(*flags, dest=f"cfg_{name}", action=action, metavar=metavar, default=None, help=text)
-        if name == "hybrid_kv_cache_manager":  # vLLM's switch, without a value
-            g.add_argument(
-                "--disable-hybrid-kv-cache-manager",
-                dest=f"cfg_{name}",
-                action="store_const",
-                const=("--disable-hybrid-kv-cache-manager", "off"),
-                default=None,
-                help="vLLM's spelling of --hybrid-kv-cache-manager off",
-            )
-
-
-def _add_workload_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
-    p.add_argument(
-        "--workload",
-        action="append" if many else "store",
-        metavar="NAME[:K=V,...]|PATH",
-        default=None,
-        help=(
-            "workload, optionally with parameters (sharegpt:arrival_rate=4,max_tokens=2048; other keys go "
-            "to synthetic()'s length_params, a/b is a range; every workload takes start=, stop= (a row "
-            "window), time_scale= or request_rate=)"
-            + (
-                ", repeatable (crossed with the grid)"
-                if many
-                else "; or a csv/jsonl/parquet file of your own (see --trace-columns)"
-            )
-            + f". Names: {_WORKLOAD_HELP} (default: sharegpt)"
-        ),
-    )
-    p.add_argument(
-        "--requests",
-        "--num-prompts",
-        type=str,
-        default=None,
-        metavar="N",
-        help="requests per simulation (traces: the first N rows; vllm bench serve's --num-prompts, whose "
-        "default is 1000) (default: 10000)",
-    )
-    p.add_argument(
-        "--backend",
-        choices=("rust", "reference"),
-        default=None,
-        help="engine: rust (fast) or reference (the pure-Python spec) (default: rust)",
-    )
-
-
-def add_run_inputs(p: argparse.ArgumentParser) -> None:
-    """What one run simulates: `--toml`, the workload flags and the SimConfig knobs (`kvsim run`'s and
-    `kvsim plan`'s)."""
-    p.add_argument("--toml", metavar="PATH", help="read the run from a TOML file (flags override it)")
-    w = p.add_argument_group("workload")
-    _add_workload_flags(w, many=False)  # type: ignore[arg-type]
-    w.add_argument(
-        "--seed",
-        default=None,
-        metavar="N",
-        help="workload seed, an integer >= 0 (default: 0; traces are deterministic and ignore it, with a note)",
-    )
-    w.add_argument(
-        "--trace-columns",
-        metavar="OURS=THEIRS,...",
-        default=None,
-        help="a file workload's column names: arrival, prompt_len, output_len (required), max_tokens, "
-        "num_samples, request_id (default: the same names)",
-    )
-    w.add_argument(
-        "--trace-time-unit",
-        "--time-unit",
-        choices=("s", "ms", "us"),
-        default="s",
-        help="unit of a file workload's arrival column",
-    )
-    w.add_argument(
-        "--time-scale",
-        metavar="FACTOR",
-        default=None,
-        help="multiply every arrival time by FACTOR (0.5 replays a trace at twice the load) (default: 1)",
-    )
-    w.add_argument(
-        "--request-rate",
-        metavar="REQ/S",
-        default=None,
-        help="rescale arrivals to this mean request rate (vllm bench serve's --request-rate, whose default "
-        "inf, every request at once, is --workload NAME:arrivals=all-at-once here; its --burstiness B is "
-        ":arrivals=gamma,burstiness=1/sqrt(B): kvsim's burstiness is the gaps' coefficient of variation, "
-        "vLLM's the gamma shape) (default: the workload's own)",
-    )
-    w.add_argument(
-        "--rows",
-        metavar="START:STOP",
-        default=None,
-        help="keep rows [START, STOP) of the workload (a trace window) (default: all)",
-    )
-    c = p.add_argument_group("configuration (SimConfig fields; vLLM's flag names first)")
-    c.add_argument(
-        "--preset",
-        choices=PRESETS,
-        default=None,
-        help="start from a vLLM release's rules (SimConfig.preset; DESIGN.md §Presets): vllm-latest "
-        "0.23-0.33 (the defaults), vllm-0.20 0.20-0.22, vllm-0.19 0.19, vllm-v1 0.12-0.18, vllm-0.11 0.9.2-0.11, vllm-v0 "
-        "the v0 engine; flags override it (default: none)",
-    )
-    _add_knob_flags(c)
-    _add_gpu_flags(p.add_argument_group("a GPU of your own (instead of, or on top of, --gpu NAME)"))
-
-
-# --gpu-* flags describing a GPU (kvsim.gpus.from_spec's keys): alone they describe a new GPU (memory,
-# bandwidth and tflops needed), after --gpu NAME they replace that preset's figures.
-_GPU_FLAGS = {
-    "--gpu-memory": ("memory", "SIZE", "device memory as the driver reports it: 48GiB, 23034MiB"),
-    "--gpu-bandwidth": ("bandwidth", "RATE", "memory bandwidth: 864GB/s, 3.35TB/s"),
-    "--gpu-tflops": ("tflops", "TFLOPS", "peak dense bf16 tensor TFLOPS (the roofline's rate)"),
-    "--gpu-fp8-tflops": ("fp8_tflops", "TFLOPS", "peak dense fp8 tensor TFLOPS (kept for reference)"),
-    "--gpu-fp4-tflops": ("fp4_tflops", "TFLOPS", "peak dense fp4 tensor TFLOPS (kept for reference)"),
-    "--gpu-link": ("link", "RATE", "host link, one direction: 32GB/s (PCIe 4.0 x16, the default), 64GB/s"),
-    "--gpu-name": ("name", "NAME", "the described GPU's name in the output (default: custom-gpu)"),
-}
-
-
-def _add_gpu_flags(g: Any) -> None:
-    for flag, (key, metavar, text) in _GPU_FLAGS.items():
-        g.add_argument(flag, dest=f"gpu_{key}", metavar=metavar, default=None, help=text)
-
-
-def _gpu_from_flags(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
-    """Replace `cfg["gpu"]` with the GPU the --gpu-* flags describe (on top of --gpu NAME when given)."""
-    from kvsim.model import gpus
-
-    spec = {key: getattr(args, f"gpu_{key}", None) for key, _, _ in _GPU_FLAGS.values()}
-    spec = {k: v for k, v in spec.items() if v is not None}
-    if not spec:
-        return
-    try:
-        base = gpus.resolve(cfg["gpu"]) if cfg.get("gpu") is not None else None
-        cfg["gpu"] = gpus.from_spec(spec, "--gpu-* flags", base)
-    except InvalidArgumentError as exc:
-        text = str(exc).replace("--gpu-* flags: ", "")
-        key = next((k for k in spec if text.startswith(k) or f" {k} " in f" {text} "), None)
-        flag = next((f for f, (k, _, _) in _GPU_FLAGS.items() if k == key), "--gpu-memory")
-        raise FlagError(f"argument {flag}: {text}") from None
-
-
-def _run_parser(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "run",
-        formatter_class=_Formatter,
-        help="run one simulation and print its summary",
-        description=(
-            "Run one simulation from flags or a TOML file and print what vllm bench serve would, plus\n"
-            "memory, cache and preemption metrics, and the pool line (what memory is simulated).\n\n"
-            "Give --model and --gpu (the pool is sized as vLLM does: gpu memory utilization x device\n"
-            "memory - weights / tp - activations), or --model with --kv-cache-memory-bytes, or\n"
-            "--num-gpu-blocks-override. Unset knobs take kvsim.model.config.KNOBS' defaults (DESIGN.md\n"
-            "§Defaults); --preset starts from a vLLM release's rules. A TOML file may hold `workload`,\n"
-            "`requests`, `seed`, `backend` and a [config] table.\n\n"
-            "Scheduling rules are vLLM 0.33.0's, the newest release checked (lifo_unhashed frees, the\n"
-            "full-prompt admission gate, stop at a prompt over the budget); older releases' are the\n"
-            "presets of DESIGN.md §Presets (--preset, or --free-order, --admission-gate,\n"
-            "--waiting-over-budget).\n\n"
-            "Example: kvsim run --model llama-3-8b --gpu h100-80gb --workload sharegpt:arrival_rate=8"
-        ),
-        epilog=METRICS_POINTER,
-    )
-    p.add_argument(
-        "model_arg",
-        nargs="?",
-        metavar="MODEL",
-        default=None,
-        help="the model, as vllm serve MODEL takes it (= --model MODEL): a preset, a config.json, or a Hugging "
-        "Face id read from the local Hugging Face cache",
-    )
-    add_run_inputs(p)
-    o = p.add_argument_group("output")
-    o.add_argument("--json", action="store_true", help="print the result as one JSON object (for machines)")
-    o.add_argument(
-        "--save-result",
-        metavar="DIR",
-        nargs="?",
-        const=_BARE,
-        default=None,
-        help="also write the result (JSON: version, resolved config, workload, seed, pool, metrics) and "
-        "the per-request rows (parquet) into DIR; bare, as vllm bench serve's --save-result flag, into "
-        "--result-dir or the current folder",
-    )
-    o.add_argument(
-        "--result-dir",
-        metavar="DIR",
-        default=None,
-        help="vllm bench serve's: the folder of a bare --save-result (default: the current folder)",
-    )
-    o.add_argument(
-        "--percentile-metrics",
-        default="ttft,tpot,itl",
-        metavar="M1,M2,...",
-        help="latency metrics to report, of ttft, tpot, itl, e2el (vllm bench serve's, each defined in "
-        "kvsim/engine/metrics.py; itl exactly, from every step's duration and every run of tokens the engines record) "
-        "(default: ttft,tpot,itl)",
-    )
-    o.add_argument(
-        "--metric-percentiles",
-        default="99",
-        metavar="P1,P2,...",
-        help="percentiles of those metrics (default: 99)",
-    )
-    o.add_argument(
-        "--goodput",
-        nargs="+",
-        default=None,
-        metavar="METRIC:MS",
-        help="SLOs in milliseconds (ttft:500 tpot:50 e2el:2000): report goodput, the requests per second "
-        "that met all of them, and SLO attainment (default: none)",
-    )
-    return p
-
 
 # ---------------------------------------------------------------------------------------------- run
 
@@ -450,6 +105,24 @@ def _float_flag(flag: str, text: Any) -> float:
     return value
 
 
+def _gpu_from_flags(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
+    """Replace `cfg["gpu"]` with the GPU the --gpu-* flags describe (on top of --gpu NAME when given)."""
+    from kvsim.model import gpus
+
+    spec = {key: getattr(args, f"gpu_{key}", None) for key, _, _ in GPU_FLAGS.values()}
+    spec = {k: v for k, v in spec.items() if v is not None}
+    if not spec:
+        return
+    try:
+        base = gpus.resolve(cfg["gpu"]) if cfg.get("gpu") is not None else None
+        cfg["gpu"] = gpus.from_spec(spec, "--gpu-* flags", base)
+    except InvalidArgumentError as exc:
+        text = str(exc).replace("--gpu-* flags: ", "")
+        key = next((k for k in spec if text.startswith(k) or f" {k} " in f" {text} "), None)
+        flag = next((f for f, (k, _, _) in GPU_FLAGS.items() if k == key), "--gpu-memory")
+        raise FlagError(f"argument {flag}: {text}") from None
+
+
 def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
     import kvsim
 
@@ -487,14 +160,44 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
             "--kv-cache-memory-bytes, or --num-gpu-blocks-override"
         )
     try:
-        if args.preset:
-            return kvsim.SimConfig.preset(args.preset, **cfg)
-        return kvsim.SimConfig(**cfg)
+        config = kvsim.SimConfig.preset(args.preset, **cfg) if args.preset else kvsim.SimConfig(**cfg)
     except InvalidArgumentError as exc:
         field = str(exc).split(" ", 1)[0].rstrip(":")
         if field in flag_of:
             raise FlagError(f"argument {flag_of[field]}: {exc}") from None
         raise
+    _refuse_idle_swap(args, config, cfg, flag_of)
+    return config
+
+
+def _refuse_idle_swap(
+    args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
+) -> None:
+    """A CPU swap space given (`--swap-space`, `--cpu-blocks`, or the run file's) with preemption
+    `recompute` would do nothing: a victim's blocks are freed, never swapped. vLLM 0.33.0, whose engine
+    preempts by recompute only, has no such flag (neither vllm/engine/arg_utils.py nor
+    vllm/config/cache.py names swap_space), so `vllm serve --swap-space 4` stops at argparse's
+    "unrecognized arguments"; kvsim refuses it too, saying what would use it."""
+    from kvsim.model.units import fmt_bytes
+
+    if config.preemption != "recompute":
+        return
+    for name in ("swap_space_bytes", "cpu_blocks"):
+        value = cfg.get(name)
+        if not value:  # not given, or 0 (no CPU pool, which is what recompute has)
+            continue
+        where = f"argument {flag_of[name]}" if name in flag_of else f"run file {args.toml}: [config] {name}"
+        what = (
+            f"a CPU swap space of {fmt_bytes(value)}"
+            if name == "swap_space_bytes"
+            else f"a CPU pool of {value} blocks"
+        )
+        raise FlagError(
+            f"{where}: {what} would do nothing: preemption is 'recompute', which frees a "
+            "preempted request's blocks and never swaps (vLLM 0.33.0 preempts only so and has no "
+            "--swap-space: vllm serve refuses the flag); add --preemption-mode swap or auto (vLLM v0's) "
+            "to swap to it, or drop it"
+        )
 
 
 def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: list[str]) -> tuple[Any, dict]:
@@ -745,7 +448,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         }
         print("config: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
         print()
-        print(render_table(serving, result.summary, pct_metrics, pcts))
+        from kvsim.model.units import fmt_duration_ps
+
+        tick = fmt_duration_ps(config.iteration_time_ps) if config.time_model == "ticks" else None
+        print(render_table(serving, result.summary, pct_metrics, pcts, tick))
         groups = render_groups(config, result.summary)
         if groups:
             print(groups)

@@ -32,7 +32,7 @@ DESCRIPTION = (
 
 
 def build_parser(prog: str = "python -m kvsim.gpu.validate") -> argparse.ArgumentParser:
-    from kvsim.cli.run import Parser  # a bad flag value is one line, as under `kvsim validate-gpu`
+    from kvsim.cli.flags import Parser  # a bad flag value is one line, as under `kvsim validate-gpu`
 
     p = Parser(prog=prog, formatter_class=argparse.ArgumentDefaultsHelpFormatter, description=DESCRIPTION)
     add_arguments(p)

@@ -17,7 +17,8 @@ from kvsim.workloads import Workload
 
 
 def presets() -> list[dict[str, Any]]:
-    """The presets: name, title, description, number of requests, the step the page opens on."""
+    """The presets: name, title, description, number of requests, the step the page opens on, what their
+    clients ask for as max_tokens (in words)."""
     out = []
     for name in _presets.names():
         try:
@@ -41,6 +42,7 @@ def presets() -> list[dict[str, Any]]:
                 "description": p.description,
                 "num_requests": len(p.workload),
                 "default_step": p.step,
+                "max_tokens": p.max_tokens,
                 "available": True,
             }
         )

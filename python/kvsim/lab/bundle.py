@@ -1,15 +1,12 @@
 """What the page and the API get: a run's *bundle* (both tracks' rows and metric columns) and the
 *snapshot* at one step (DESIGN.md §Lab). Both come from `state.replay` of the engine's event log; this
-module resolves a preset and its overrides into configs, checks the caps, and turns token counts into
-bytes and fractions.
+module runs a resolved query (`kvsim.lab.query`), refuses a run past the caps in plain words with a
+change that runs, and turns token counts into bytes and fractions.
 """
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
-import dataclasses
-import json
 import time
 from typing import Any
 
@@ -18,165 +15,29 @@ import numpy as np
 import kvsim.lab.presets as _presets
 from kvsim.engine.simulate import simulate
 from kvsim.errors import InvalidArgumentError
+from kvsim.lab.columns import COLUMN_DTYPES, column, decode, encode
+from kvsim.lab.query import (
+    BLOCK_SIZES,
+    LIMITS,
+    MAX_KV_CACHE_BYTES,
+    OVERRIDES,
+    PAGED_POLICIES,
+    REQUIRES,
+    Resolved,
+    TooLarge,
+    _bytes_per_token,
+    _check_choice,
+    _contiguous_track,
+    options,
+    preset_kv_cache_bytes,
+    resolve,
+)
 from kvsim.lab.state import BLOCK_STATES, STATUSES, Track, gc_paused, replay, state_at, tokens_at
 from kvsim.model import models
-from kvsim.model.config import CONTIGUOUS_POLICIES, PLACEMENTS, PREEMPTIONS, SAMPLINGS, SimConfig
+from kvsim.model.config import CONTIGUOUS_POLICIES, SimConfig
+from kvsim.model.units import fmt_bytes
 from kvsim.reference.engine import EVENT_KINDS
 from kvsim.workloads import Workload
-
-try:  # orjson encodes a large bundle several times faster than the standard library
-    import orjson
-except ImportError:  # pragma: no cover - the `lab` extra installs it
-    orjson = None  # type: ignore[assignment]
-
-# Caps on the work one page request may cause (the API and `bundle` refuse more, naming the cap).
-LIMITS = {
-    "max_requests": 5_000,
-    "max_blocks": 65_536,
-    "max_events": 500_000,
-    "max_steps": 50_000,
-    "max_block_size": 256,
-}
-PAGED_POLICIES = ("vllm", "reserve")
-BLOCK_SIZES = (8, 16, 32, 64, 128)
-OVERRIDES = (
-    "model",
-    "block_size",
-    "num_blocks",
-    "enable_prefix_caching",
-    "policy",
-    "sampling",
-    "preemption",
-    "contiguous_policy",
-    "placement",
-)
-
-
-def options() -> dict[str, list[Any]]:
-    """The values each override takes (the page's dropdowns)."""
-    return {
-        "models": models.names(),
-        "policies": [*PAGED_POLICIES, *CONTIGUOUS_POLICIES],
-        "samplings": list(SAMPLINGS),
-        "preemptions": list(PREEMPTIONS),
-        "block_sizes": list(BLOCK_SIZES),
-        "contiguous_policies": list(CONTIGUOUS_POLICIES),
-        "placements": list(PLACEMENTS),
-    }
-
-
-@dataclasses.dataclass(frozen=True)
-class Resolved:
-    """A preset with its overrides applied: the paged and the contiguous track's configs."""
-
-    preset: _presets.Preset
-    paged: SimConfig
-    contiguous: SimConfig
-    query: dict[str, Any]
-
-
-def _check_choice(name: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
-    if not isinstance(value, str) or value not in allowed:
-        raise InvalidArgumentError(f"{name} {value!r} is not one of {', '.join(map(repr, allowed))}")
-
-
-def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentError(f"{name} {value!r} must be an integer")
-    if not lo <= value <= hi:
-        raise InvalidArgumentError(f"{name} {value} must be between {lo} and {hi}")
-    return value
-
-
-def _contiguous_track(paged: SimConfig, workload: Workload, policy: str) -> SimConfig:
-    """The contiguous track's config: the paged track's pool under `policy`, one sequence per sample and
-    recompute (contiguous policies know nothing else), `max_model_len` the workload's longest request
-    unless the paged track sets one (what `static` reserves)."""
-    longest = int((workload.prompt_len + workload.output_len).max()) if len(workload) else 1
-    return paged.replace(
-        policy=policy,
-        sampling="independent",
-        preemption="recompute",
-        cpu_blocks=0,
-        max_model_len=paged.max_model_len or longest,
-    )
-
-
-def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
-    """The preset `preset` with `overrides` (names in `OVERRIDES`, None = the preset's value) applied.
-
-    `policy` names the paged track's policy (`vllm`, `reserve`); a contiguous policy given as `policy`
-    becomes the contiguous track's (`contiguous_policy`) and the paged track runs `vllm`.
-
-    Raises:
-        InvalidArgumentError: an unknown override, a value of the wrong type or out of range, or a run
-            larger than `LIMITS` (the message names the field and the value).
-    """
-    for name in overrides:
-        if name not in OVERRIDES:
-            raise InvalidArgumentError(f"parameter {name!r} is not one of {', '.join(map(repr, OVERRIDES))}")
-    p = _presets.get(preset)
-    o = {k: v for k, v in overrides.items() if v is not None}
-    cfg = p.config
-    contiguous_policy = o.get("contiguous_policy", p.contiguous_policy)
-    _check_choice("contiguous_policy", contiguous_policy, CONTIGUOUS_POLICIES)
-    policy = o.get("policy", cfg.policy)
-    _check_choice("policy", policy, options()["policies"])
-    if policy in CONTIGUOUS_POLICIES:
-        if "contiguous_policy" in o and o["contiguous_policy"] != policy:
-            raise InvalidArgumentError(
-                f"policy {policy!r} and contiguous_policy {o['contiguous_policy']!r} disagree: give one"
-            )
-        contiguous_policy, policy = policy, "vllm"
-    model = o.get("model", cfg.model)
-    if model is not None and not isinstance(model, models.Model):
-        _check_choice("model", model, models.names())
-    block_size = _check_int("block_size", o.get("block_size", cfg.block_size), 1, LIMITS["max_block_size"])
-    num_blocks = _check_int("num_blocks", o.get("num_blocks", cfg.num_blocks), 2, LIMITS["max_blocks"])
-    caching = o.get("enable_prefix_caching", cfg.enable_prefix_caching)
-    if not isinstance(caching, bool):
-        raise InvalidArgumentError(f"enable_prefix_caching {caching!r} must be true or false")
-    sampling = o.get("sampling", cfg.sampling)
-    _check_choice("sampling", sampling, SAMPLINGS)
-    if sampling == "fork-cow" and policy != "vllm":
-        raise InvalidArgumentError(f"sampling 'fork-cow' needs policy 'vllm', not {policy!r}")
-    preemption = o.get("preemption", cfg.preemption)
-    _check_choice("preemption", preemption, PREEMPTIONS)
-    if preemption != "recompute" and policy != "vllm":
-        raise InvalidArgumentError(f"preemption {preemption!r} needs policy 'vllm', not {policy!r}")
-    placement = o.get("placement", cfg.placement)
-    _check_choice("placement", placement, PLACEMENTS)
-    n = len(p.workload)
-    if n > LIMITS["max_requests"]:
-        raise InvalidArgumentError(f"requests {n} exceed the lab's max_requests {LIMITS['max_requests']}")
-    cpu_blocks = cfg.cpu_blocks
-    if preemption != "recompute" and cpu_blocks == 0:
-        cpu_blocks = num_blocks  # a CPU pool as large as the GPU's, unless the preset sizes one
-    paged = cfg.replace(
-        model=model,
-        block_size=block_size,
-        num_blocks=num_blocks,
-        enable_prefix_caching=caching,
-        policy=policy,
-        sampling=sampling,
-        preemption=preemption,
-        cpu_blocks=cpu_blocks if preemption != "recompute" else 0,
-        placement=placement,
-    )
-    contiguous = _contiguous_track(paged, p.workload, contiguous_policy)
-    query = {
-        "preset": p.name,
-        "model": model if isinstance(model, str) or model is None else model.name,
-        "block_size": block_size,
-        "num_blocks": num_blocks,
-        "enable_prefix_caching": caching,
-        "policy": policy,
-        "sampling": sampling,
-        "preemption": preemption,
-        "contiguous_policy": contiguous_policy,
-        "placement": placement,
-    }
-    return Resolved(p, paged, contiguous, query)
 
 
 def _model_info(cfg: SimConfig) -> dict[str, Any]:
@@ -215,16 +76,17 @@ def _human(n: float) -> str:
 
 
 def run_tracks(r: Resolved, backend: str = "rust") -> tuple[Track, Track]:
-    """Simulates and replays both tracks, refusing runs past the caps; before running when the
-    workload alone implies more events than the cap: every block of a request that fits the pool ends in
-    a `free` row."""
-    w = r.preset.workload
-    bs, cap = r.paged.block_size, r.paged.capacity_blocks
-    blocks = ((w.prompt_len + w.output_len - 1).clip(min=1) + bs - 1) // bs
-    least = int((blocks * w.num_samples)[blocks <= cap].sum())
+    """Simulates and replays both tracks, refusing runs past the caps (`TooLarge`, with a change that
+    runs where one is found): before running when the workload alone implies more events than the cap,
+    else after the engine runs (which are fast), before the replays."""
+    least = _least_events(r)
     if least > LIMITS["max_events"]:
-        raise InvalidArgumentError(
-            f"events at least {least} at block_size {bs} exceed max_events {LIMITS['max_events']}"
+        raise _too_large(
+            r,
+            "events",
+            f"this workload takes at least {least:,} memory events at block size {r.paged.block_size}, "
+            f"more than the {LIMITS['max_events']:,} the page replays (max_events)",
+            backend,
         )
     # The contiguous track runs in a second thread beside the paged one: the engine runs release the GIL,
     # so the shorter track's replay (Python) overlaps the paged engine run (Rust). Each track is its own
@@ -232,27 +94,117 @@ def run_tracks(r: Resolved, backend: str = "rust") -> tuple[Track, Track]:
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kvsim-lab-track") as pool:
         contiguous = pool.submit(_run_track, r, r.contiguous, backend)
         paged = _run_track(r, r.paged, backend)
-        return paged, contiguous.result()
+        tracks = (paged, contiguous.result())
+    for t, cfg, side in zip(tracks, (r.paged, r.contiguous), ("paged", "contiguous"), strict=True):
+        if not isinstance(t, Track):
+            field, count, cap = t
+            what = "memory events" if field == "events" else "steps"
+            raise _too_large(
+                r,
+                field,
+                f"the {side} run (policy {cfg.policy!r}) takes {count:,} {what}, more than the "
+                f"{LIMITS[cap]:,} the page replays ({cap})",
+                backend,
+            )
+    return tracks  # type: ignore[return-value]
 
 
-def _run_track(r: Resolved, cfg: SimConfig, backend: str) -> Track:
-    res = simulate(r.preset.workload, cfg, backend=backend, record_events=True, record_timeseries=True)
+def _run_track(r: Resolved, cfg: SimConfig, backend: str) -> Track | tuple[str, int, str]:
+    """The track replayed, or the cap its engine run exceeds (`_over_caps`), before any replay."""
+    res = _simulate(r, cfg, backend)
+    return _over_caps(res) or _replay(r, cfg, res)
+
+
+def _least_events(r: Resolved) -> int:
+    """Events the workload implies whatever the policy: every block of a request that fits the pool ends
+    in a `free` row."""
+    w = r.preset.workload
+    bs, cap = r.paged.block_size, r.paged.capacity_blocks
+    blocks = ((w.prompt_len + w.output_len - 1).clip(min=1) + bs - 1) // bs
+    return int((blocks * w.num_samples)[blocks <= cap].sum())
+
+
+def _simulate(r: Resolved, cfg: SimConfig, backend: str) -> Any:
+    return simulate(r.preset.workload, cfg, backend=backend, record_events=True, record_timeseries=True)
+
+
+def _over_caps(res: Any) -> tuple[str, int, str] | None:
+    """`(field, count, cap name)` of the first cap a run exceeds, or None."""
     steps = int(res.summary["num_steps"])
-    events = 0 if res.events is None else res.events.height
     if steps > LIMITS["max_steps"]:
-        raise InvalidArgumentError(
-            f"steps {steps} of policy {cfg.policy!r} exceed max_steps {LIMITS['max_steps']}"
-        )
+        return "steps", steps, "max_steps"
+    events = 0 if res.events is None else res.events.height
     if events > LIMITS["max_events"]:
-        raise InvalidArgumentError(
-            f"events {events} of policy {cfg.policy!r} exceed max_events {LIMITS['max_events']}"
-        )
+        return "events", events, "max_events"
+    return None
+
+
+def _replay(r: Resolved, cfg: SimConfig, res: Any) -> Track:
     return replay(
         res,
         r.preset.workload,
         cfg,
         names=r.preset.segment_names,
         request_names=r.preset.request_names or None,
+    )
+
+
+def _fits(r: Resolved, backend: str) -> bool:
+    """Whether both tracks of `r` run within the caps (engine runs only, no replay)."""
+    if _least_events(r) > LIMITS["max_events"]:
+        return False
+    return all(_over_caps(_simulate(r, cfg, backend)) is None for cfg in (r.paged, r.contiguous))
+
+
+def _candidates(r: Resolved, field: str) -> list[tuple[str, dict[str, Any]]]:
+    """Changes to try, in the order the message would suggest them: `(words, overrides)`."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    bs = r.paged.block_size
+    if field == "events":
+        out += [(f"block size {b} (fewer, larger blocks)", {"block_size": b}) for b in BLOCK_SIZES if b > bs]
+    else:
+        assert r.paged.num_blocks is not None, "a config sizes its pool when it is made"
+        pool = r.paged.num_blocks * bs * _bytes_per_token(r.paged.model)
+        for f in (2, 4):
+            out.append(
+                (f"a KV cache of {fmt_bytes(f * pool)} (more runs at once)", {"kv_cache_bytes": f * pool})
+            )
+        for policy in ("orca-oracle", "orca-pow2"):
+            if policy != r.contiguous.policy:
+                out.append(
+                    (
+                        f"contiguous baseline {policy!r} (it reserves less per request)",
+                        {"contiguous_policy": policy},
+                    )
+                )
+    return out
+
+
+def _too_large(r: Resolved, field: str, what: str, backend: str) -> TooLarge:
+    """The refusal of a run past a cap, in plain words, with the first change that runs (tried, engine
+    runs only: a few tenths of a second on the refusal's path)."""
+    tried = []
+    if r.query.get("preset") != "custom":
+        base = {k: v for k, v in r.query.items() if k != "preset"}
+        for words, change in _candidates(r, field):
+            query = {**base, **change}
+            if "kv_cache_bytes" in change:
+                query.pop("num_blocks", None)
+            try:
+                candidate = resolve(r.query["preset"], **query)
+            except InvalidArgumentError:
+                continue
+            name, _, why = words.partition(" (")
+            if _fits(candidate, backend):
+                return TooLarge(field, f"{field}: {what}; {name} runs ({why}")
+            tried.append(name)
+    if not tried:
+        return TooLarge(field, f"{field}: {what}; choose a smaller workload preset")
+    listed = tried[0] if len(tried) == 1 else f"{', '.join(tried[:-1])} and {tried[-1]}"
+    return TooLarge(
+        field,
+        f"{field}: {what}; {listed} do{'es' if len(tried) == 1 else ''} not run either: choose a "
+        "smaller workload preset",
     )
 
 
@@ -266,6 +218,22 @@ def _fraction(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a / b elementwise, 0.0 where b is 0 (integer columns: exact in float64 below 2**53)."""
     a, b = a.astype(np.float64), b.astype(np.float64)
     return np.divide(a, b, out=np.zeros_like(a), where=b != 0)
+
+
+def concurrency_multiplier(
+    reserved: np.ndarray, contiguous_running: np.ndarray, allocated: np.ndarray, paged_running: np.ndarray
+) -> np.ndarray:
+    """Sequences the same memory holds paged, per sequence the contiguous side holds, at each state: each
+    side's bytes per running sequence, contiguous ÷ paged, i.e. (reserved ÷ contiguous running) ÷
+    (allocated ÷ paged running). NaN (the page's "—") where a side runs nothing or holds nothing: a
+    ratio of 0 ÷ 0 says nothing. A full pool does not make it 1: the side that fits more sequences into
+    it has the smaller footprint."""
+    r, cr = reserved.astype(np.float64), contiguous_running.astype(np.float64)
+    a, pr = allocated.astype(np.float64), paged_running.astype(np.float64)
+    out = np.full(len(r), np.nan)
+    ok = (r > 0) & (cr > 0) & (a > 0) & (pr > 0)
+    np.divide(r * pr, a * cr, out=out, where=ok)
+    return out
 
 
 COUNT_COLUMNS = ("running", "waiting", "swapped", "finished", "rejected")
@@ -305,7 +273,7 @@ def metric_columns(
         "paged_external_fragmentation": np.zeros(s),
         "prefix_saved_bytes": pm["shared_saved_tokens"] * bpt,
         "paged_reserved_bytes": pm["reserved_tokens"] * bpt,
-        "concurrency_multiplier": _fraction(ca, pa),
+        "concurrency_multiplier": concurrency_multiplier(ca, cm["running"], pa, pm["running"]),
         **c_out,
     }
     for out, m in ((p_out, pm), (c_out, cm)):
@@ -342,7 +310,7 @@ SCALARS = (
 def _requests(p: _presets.Preset) -> list[dict[str, Any]]:
     w = p.workload
     offsets, seg_id, seg_len = w.seg_offsets.tolist(), w.segment_id.tolist(), w.segment_len.tolist()
-    prompts, outputs = w.prompt_len.tolist(), w.output_len.tolist()
+    prompts, outputs, max_tokens = w.prompt_len.tolist(), w.output_len.tolist(), w.max_tokens.tolist()
     rids, samples, arrivals = w.request_id.tolist(), w.num_samples.tolist(), w.arrival.tolist()
     seg_names = p.segment_names
     out = []
@@ -360,6 +328,7 @@ def _requests(p: _presets.Preset) -> list[dict[str, Any]]:
                 "system_tokens": system,
                 "user_tokens": prompt - system,
                 "target_tokens": prompt + outputs[i],
+                "max_tokens": max_tokens[i],
                 "num_samples": samples[i],
                 "arrival_s": arrivals[i],
             }
@@ -413,6 +382,7 @@ def _track_payload(t: Track, metrics: dict[str, np.ndarray]) -> dict[str, Any]:
         events["time_s"] = times / 1e12
     return {
         "policy": t.config.policy,
+        "max_model_len": t.config.max_model_len,
         "num_steps": t.num_steps,
         "capacity_tokens": t.config.capacity_tokens,
         "event_upto": _pad(t.metrics["event_upto"], len(metrics["time_s"])),
@@ -430,79 +400,6 @@ def _track_payload(t: Track, metrics: dict[str, np.ndarray]) -> dict[str, Any]:
         "seqs": _seq_columns(t),
         "regions": t.region_rows,
     }
-
-
-# A numpy array in a bundle is sent as a *typed column*: {"dtype": name, "base64": its little-endian bytes},
-# the narrowest of these that holds every value (integers past int32 go as float64, exact below 2**53).
-# The page reads it as a TypedArray without parsing a number; `decode` turns it back into an array.
-COLUMN_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "float64")
-_INT_RANGES = [(name, np.iinfo(name)) for name in COLUMN_DTYPES[:-1]]
-
-
-def _column_dtype(a: np.ndarray) -> str:
-    if a.dtype.kind == "f":
-        return "float64"
-    if a.dtype.kind not in "biu":
-        raise TypeError(f"an array of {a.dtype} is not a column")
-    if not len(a):
-        return "int32"
-    lo, hi = int(a.min()), int(a.max())
-    for name, info in _INT_RANGES:
-        if info.min <= lo and hi <= info.max:
-            return name
-    if max(-lo, hi) > 2**53:
-        raise ValueError(f"a column value {max(-lo, hi)} is past float64's exact integers")
-    return "float64"
-
-
-def column(a: np.ndarray) -> dict[str, str]:
-    """`a` (one-dimensional numbers) as a typed column."""
-    a = np.asarray(a)
-    if a.ndim != 1:
-        raise ValueError(f"a column is one-dimensional, not of shape {a.shape}")
-    dtype = _column_dtype(a)
-    data = np.ascontiguousarray(a, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
-    return {"dtype": dtype, "base64": base64.b64encode(data).decode("ascii")}
-
-
-def _is_column(x: Any) -> bool:
-    return isinstance(x, dict) and len(x) == 2 and x.get("dtype") in COLUMN_DTYPES and "base64" in x
-
-
-def decode(body: bytes | str) -> Any:
-    """A bundle as `encode` wrote it (JSON bytes or text) with every typed column turned back into a
-    numpy array (integers as int64, floats as float64)."""
-    return _columns_to_arrays(json.loads(body))
-
-
-def _columns_to_arrays(value: Any) -> Any:
-    if _is_column(value):
-        raw = base64.b64decode(value["base64"])
-        a = np.frombuffer(raw, np.dtype(value["dtype"]).newbyteorder("<"))
-        return a.astype(np.float64 if value["dtype"] == "float64" else np.int64)
-    if isinstance(value, dict):
-        return {k: _columns_to_arrays(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_columns_to_arrays(v) for v in value]
-    return value
-
-
-def _default(x: Any) -> Any:
-    if isinstance(x, np.ndarray):
-        return column(x)
-    if isinstance(x, np.generic):
-        return x.item()
-    raise TypeError(f"{type(x).__name__} is not JSON serializable")
-
-
-def encode(content: Any) -> bytes:
-    """`content` (a bundle, a snapshot, any JSON value) as JSON bytes, numpy arrays as typed columns
-    (`column`; `decode` reads them back): orjson when installed, the standard library otherwise."""
-    if orjson is not None:
-        return orjson.dumps(content, default=_default)
-    return json.dumps(
-        content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_default
-    ).encode()
 
 
 def bundle(preset: str = "copilot", *, backend: str = "rust", **overrides: Any) -> dict[str, Any]:
@@ -534,12 +431,16 @@ def _bundle_from(r: Resolved, paged: Track, contiguous: Track, t0: float) -> dic
             "title": p.title,
             "description": p.description,
             "default_step": min(p.step, steps),
+            "max_tokens": p.max_tokens,
         },
         "model": info,
         "block_size": r.paged.block_size,
         "bytes_per_token": bpt,
         "bytes_per_block": bpt * r.paged.block_size,
         "num_blocks": r.paged.num_blocks,
+        # The pool's memory as asked for (blocks are cut from it; a remainder under a block is unused),
+        # None when the query gave a block count.
+        "kv_cache_bytes": r.query.get("kv_cache_bytes"),
         "capacity_tokens": r.paged.capacity_tokens,
         "num_steps": steps,
         "default_step": min(p.step, steps),
@@ -551,26 +452,34 @@ def _bundle_from(r: Resolved, paged: Track, contiguous: Track, t0: float) -> dic
     }
 
 
+def sequence_name(request: str, num_samples: int, sample: int) -> str:
+    """A sequence's name as the page writes it: the request's (`req-1`), with `·s<sample>` when the
+    request has several samples (`req-1·s0`, `req-1·s1`)."""
+    return f"{request}·s{sample}" if num_samples > 1 else request
+
+
 def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, Any]:
     """Blocks and requests of one track at state k."""
     k = max(0, min(k, t.num_steps))
     seqs, blocks, regions = state_at(t, k)
     bs = t.config.block_size
-    names = p.request_names or [f"req-{i + 1}" for i in range(len(p.workload))]
     reqs = {r["request_id"]: r for r in _requests(p)}
     held: dict[int, int] = {}  # block -> tokens it holds
+    holders: dict[int, list[str]] = {}  # block -> the sequences whose tables hold it
     requests = []
     for (rid, sample), row in sorted(seqs.items()):
         c, g = tokens_at(row, k)
+        r = reqs[rid]
+        name = sequence_name(r["name"], r["num_samples"], sample)
         for i, b in enumerate(row[8]):
             held[b] = max(held.get(b, 0), min(bs, max(0, c - i * bs)))
-        r = reqs[rid]
+            holders.setdefault(b, []).append(name)
         region = regions.get((rid, sample))
         requests.append(
             {
                 "request_id": rid,
                 "sample": sample,
-                "name": r["name"] if sample == 0 else f"{r['name']}#{sample}",
+                "name": name,
                 "label": r["label"],
                 "status": row[3],
                 "system_tokens": r["system_tokens"],
@@ -584,7 +493,6 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
                 else {"offset_tokens": region[2], "size_tokens": region[3]},
             }
         )
-    del names
     out_blocks = []
     for b, row in sorted(blocks.items()):
         state = row[2]
@@ -598,17 +506,26 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
                 "num_tokens": tokens,
                 "prefix_key": key,
                 "request_ids": row[5],
+                "sequences": holders.get(b, []),
                 "offset_bytes": b * bs * bpt,
             }
         )
     return {"blocks": out_blocks, "requests": requests}
 
 
+def _scalar(v: np.generic) -> int | float | None:
+    """A column's value as JSON takes it: NaN (undefined, as the multiplier with nothing running) is None."""
+    x = v.item()
+    return None if isinstance(x, float) and np.isnan(x) else x
+
+
 def snapshot_from(r: Resolved, paged: Track, contiguous: Track, step: int | None) -> dict[str, Any]:
     info = _model_info(r.paged)
     bpt = info["bytes_per_token"]
     steps = max(paged.num_steps, contiguous.num_steps)
-    k = steps if step is None else step
+    # None: the step the page opens on (a workload of your own has none: its end).
+    opening = steps if r.query.get("preset") == "custom" else min(r.preset.step, steps)
+    k = opening if step is None else step
     if isinstance(k, bool) or not isinstance(k, int):
         raise InvalidArgumentError(f"step {step!r} must be an integer")
     if not 0 <= k <= steps:
@@ -620,7 +537,7 @@ def snapshot_from(r: Resolved, paged: Track, contiguous: Track, step: int | None
         "bytes_per_token": bpt,
         "block_size": r.paged.block_size,
     }
-    out.update({name: pm[name][k].item() for name in SCALARS})
+    out.update({name: _scalar(pm[name][k]) for name in SCALARS})
     out.update(track_snapshot(paged, k, bpt, r.preset))
     out["contiguous"] = track_snapshot(contiguous, k, bpt, r.preset)
     return out
@@ -637,7 +554,8 @@ def snapshot(
     request_names: list[str] | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
-    """The state the page shows at `step` (None: the end) of `workload` under `config` (paged track)
+    """The state the page shows at `step` (None: the step the page opens on, a preset's; the end for a
+    workload of your own) of `workload` under `config` (paged track)
     beside `contiguous_policy` (contiguous track, placed by `config.placement`; default: the preset's, or
     `orca-oracle` for a custom workload), in bytes and fractions
     (DESIGN.md §Lab). `segment_names` (content id -> name) and `request_names` make prefix keys readable.
@@ -688,3 +606,32 @@ def configure(preset: str = "copilot", **overrides: Any) -> tuple[Workload, SimC
     names); its contiguous track is `snapshot(..., contiguous_policy=resolved query's contiguous_policy)`."""
     r = resolve(preset, **overrides)
     return r.preset.workload, r.paged, r.preset.step
+
+
+__all__ = [
+    "BLOCK_SIZES",
+    "COLUMN_DTYPES",
+    "LIMITS",
+    "MAX_KV_CACHE_BYTES",
+    "OVERRIDES",
+    "PAGED_POLICIES",
+    "REQUIRES",
+    "Resolved",
+    "TooLarge",
+    "bundle",
+    "bundle_from",
+    "column",
+    "concurrency_multiplier",
+    "configure",
+    "decode",
+    "encode",
+    "metric_columns",
+    "options",
+    "preset_kv_cache_bytes",
+    "resolve",
+    "run_tracks",
+    "sequence_name",
+    "snapshot",
+    "snapshot_from",
+    "track_snapshot",
+]

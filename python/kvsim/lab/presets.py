@@ -15,6 +15,7 @@ import numpy as np
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import SimConfig
 from kvsim.workloads import Workload, load_mooncake, synthetic, traces_dir
+from kvsim.workloads.specs import client_max_tokens
 
 
 @dataclass(frozen=True)
@@ -34,16 +35,35 @@ class Preset:
     labels: list[str] = field(default_factory=list)
     system_prompts: list[str | None] = field(default_factory=list)
     contiguous_policy: str = "orca-oracle"
+    max_tokens: str = ""  # what the clients ask for, in words (the page and `presets()` show it)
+
+
+def with_max_tokens(w: Workload, max_tokens: int) -> Workload:
+    """`w` whose every request asks for `max_tokens` (what a client sends; the request still stops at its
+    true output, but `orca-max` reserves prompt + max_tokens, as the paper's Orca (Max) does)."""
+    if max_tokens < int(w.output_len.max()):
+        raise ValueError(f"max_tokens {max_tokens} is below a request's output")  # a preset's bug
+    cols = {k: np.array(v) for k, v in w.columns().items()}
+    cols["max_tokens"] = np.full(len(w), max_tokens, dtype=np.int64)
+    return Workload._from_owned(cols, w.meta, allow_foreign_outputs=w.allow_foreign_outputs)
 
 
 # Content ids of the copilot preset's prompts (any distinct ids below 2^63 would do).
 SYS_CODING, SYS_DOCS = 1, 2
+# What the small presets' clients ask for (above every true output, so only `orca-max` reads it).
+COPILOT_MAX_TOKENS = 128
+SAMPLING_MAX_TOKENS = 64
+PRESSURE_MAX_TOKENS = 128
+MOONCAKE_MAX_TOKENS = 1024
+# The chat preset's context: the paper's (OPT's 2,048 tokens), whose clip the lengths rarely reach.
+CHAT_MAX_MODEL_LEN = 2048
 
 
 def copilot() -> Preset:
     """The seed's shared-system-prompt preset: a Llama-3-8B (128 KiB of KV per token), 64 blocks of 16
     tokens; req-1..3 share the 32-token `sys-coding-agent-v1`, req-4 has the 16-token
-    `sys-doc-summarizer`; targets are prompt + output; all four arrive together."""
+    `sys-doc-summarizer`; targets are prompt + output; all four arrive together, each asking for
+    max_tokens 128 (what `orca-max` reserves; each stops at its target)."""
     rows = [  # (system prompt id, its length, user prompt length, target = prompt + output, name, label)
         (SYS_CODING, 32, 14, 78, "req-1", "Code Copilot #1 (Auth Engine)"),
         (SYS_CODING, 32, 8, 64, "req-2", "Code Copilot #2 (Refactor Task)"),
@@ -59,7 +79,7 @@ def copilot() -> Preset:
     w = Workload(
         arrival=np.zeros(len(rows)),
         output_len=outputs,
-        max_tokens=outputs,
+        max_tokens=np.full(len(rows), COPILOT_MAX_TOKENS),
         seg_offsets=offsets,
         segment_id=np.array(ids, dtype=np.uint64),
         segment_len=lens,
@@ -81,11 +101,14 @@ def copilot() -> Preset:
         request_names=[r[4] for r in rows],
         labels=[r[5] for r in rows],
         system_prompts=[names[r[0]] for r in rows],
+        max_tokens=f"max_tokens {COPILOT_MAX_TOKENS} each",
     )
 
 
-def _table(rows: list[tuple[list[tuple[int, int]], int]], arrival: list[float], samples: int = 1) -> Workload:
-    """A workload from `(segments, output_len)` rows."""
+def _table(
+    rows: list[tuple[list[tuple[int, int]], int]], arrival: list[float], max_tokens: int, samples: int = 1
+) -> Workload:
+    """A workload from `(segments, output_len)` rows, every request asking for `max_tokens`."""
     ids, lens, offsets = [], [], [0]
     for segs, _ in rows:
         ids += [a for a, _ in segs]
@@ -95,7 +118,7 @@ def _table(rows: list[tuple[list[tuple[int, int]], int]], arrival: list[float], 
     return Workload(
         arrival=np.asarray(arrival, dtype=np.float64),
         output_len=out,
-        max_tokens=out,
+        max_tokens=[max_tokens] * len(rows),
         num_samples=[samples] * len(rows),
         seg_offsets=offsets,
         segment_id=np.array(ids, dtype=np.uint64),
@@ -104,21 +127,30 @@ def _table(rows: list[tuple[list[tuple[int, int]], int]], arrival: list[float], 
 
 
 def chat() -> Preset:
-    """2,000 ShareGPT-like conversations (the paper's length distributions, clipped to 512 tokens)
-    arriving at 400 per second on a Llama-3-8B with 4,096 blocks of 16: a pool that fills and drains."""
-    w = synthetic(2000, arrival_rate=400.0, lengths="sharegpt-paper", max_model_len=512, seed=1)
+    """2,000 ShareGPT-like conversations arriving at 400 per second on a Llama-3-8B with 4,096 blocks of
+    16: a pool that fills and drains. Lengths are the paper's ShareGPT distribution (`sharegpt-paper`:
+    the paper's means, real ShareGPT's spread) in the paper's 2,048-token context, a clip that binds for
+    one request in 2,000; clients send no max_tokens, so each asks for the rest of the context
+    (2,048 − prompt), which `orca-max` reserves, as the paper's Orca (Max) and `kvsim run`'s `sharegpt`
+    preset do."""
+    w = synthetic(
+        2000, arrival_rate=400.0, lengths="sharegpt-paper", max_model_len=CHAT_MAX_MODEL_LEN, seed=1
+    )
+    w = client_max_tokens(w, "chat")
     cfg = SimConfig(model="llama-3-8b", num_blocks=4096, block_size=16)
     return Preset(
         name="chat",
         title="Chat (2,000 ShareGPT-like requests)",
         description=(
-            "2,000 requests with ShareGPT's length statistics (clipped to 512 tokens) arriving at 400/s: "
-            "watch blocks appear as tokens cross block boundaries and the pool fill and drain."
+            "2,000 requests with ShareGPT's lengths (the paper's distribution, 2,048-token context) "
+            "arriving at 400/s: watch blocks appear as tokens cross block boundaries and the pool fill "
+            "and drain."
         ),
         workload=w,
         config=cfg,
         step=2000,
         request_names=[f"req-{i + 1}" for i in range(len(w))],
+        max_tokens=f"the context's rest, {CHAT_MAX_MODEL_LEN:,} − prompt (they send no max_tokens)",
     )
 
 
@@ -130,7 +162,7 @@ def parallel_sampling() -> Preset:
         ([(SYS_CODING, 32), (201, 13)], 30),
         ([(SYS_DOCS, 16), (202, 30)], 36),
     ]
-    w = _table(rows, [0.0, 0.0, 0.004], samples=3)
+    w = _table(rows, [0.0, 0.0, 0.004], SAMPLING_MAX_TOKENS, samples=3)
     cfg = SimConfig(model="llama-3-8b", num_blocks=64, block_size=16, sampling="fork-cow")
     names = {SYS_CODING: "sys-coding-agent-v1", SYS_DOCS: "sys-doc-summarizer"}
     return Preset(
@@ -147,6 +179,7 @@ def parallel_sampling() -> Preset:
         request_names=["req-1", "req-2", "req-3"],
         labels=["Code Copilot (3 samples)", "Refactor (3 samples)", "Doc Summarizer (3 samples)"],
         system_prompts=[names[r[0][0][0]] for r in rows],
+        max_tokens=f"max_tokens {SAMPLING_MAX_TOKENS} each",
     )
 
 
@@ -154,11 +187,11 @@ def memory_pressure() -> Preset:
     """Ten long requests at once into 40 blocks: the pool runs out while they decode. Victims swap to a
     CPU pool of 8 blocks while it holds them, and are recomputed when it does not."""
     rows = [([(300 + i, 20 + 3 * i)], 60 + 5 * i) for i in range(10)]
-    w = _table(rows, [0.001 * i for i in range(10)])
+    w = _table(rows, [0.001 * i for i in range(10)], PRESSURE_MAX_TOKENS)
     cfg = SimConfig(model="llama-3-8b", num_blocks=40, block_size=16, preemption="swap", cpu_blocks=8)
     return Preset(
         name="memory-pressure",
-        title="Memory pressure (preempt: swap and recompute)",
+        title="Memory pressure (swap and recompute)",
         description=(
             "Ten requests that do not fit a 40-block pool together: the newest is preempted when a block "
             "is missing, swapped to an 8-block CPU pool while it fits there and recomputed otherwise."
@@ -167,6 +200,7 @@ def memory_pressure() -> Preset:
         config=cfg,
         step=40,
         request_names=[f"req-{i + 1}" for i in range(10)],
+        max_tokens=f"max_tokens {PRESSURE_MAX_TOKENS} each",
     )
 
 
@@ -184,12 +218,12 @@ def mooncake() -> Preset:
             "(set KVSIM_TRACES to the traces folder)"
         )
     full = load_mooncake(path)
-    w = full[:MOONCAKE_SLICE]
+    w = with_max_tokens(full[:MOONCAKE_SLICE], MOONCAKE_MAX_TOKENS)
     ids = np.unique(np.asarray(w.segment_id))
     cfg = SimConfig(model="llama-3-8b", num_blocks=16384, block_size=16)
     return Preset(
         name="mooncake",
-        title="Mooncake conversation trace (first 120 requests)",
+        title="Mooncake trace (first 120 requests)",
         description=(
             "A slice of the real Mooncake conversation trace: multi-turn prompts of thousands of tokens; "
             "later turns find their conversation's earlier blocks in the prefix cache."
@@ -199,6 +233,7 @@ def mooncake() -> Preset:
         step=200,
         segment_names={int(i): f"mooncake-{int(i)}" for i in ids},
         request_names=[f"req-{i + 1}" for i in range(len(w))],
+        max_tokens=f"max_tokens {MOONCAKE_MAX_TOKENS:,} each, the trace recording none",
     )
 
 

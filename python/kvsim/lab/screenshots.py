@@ -1,7 +1,8 @@
 """Screenshots of the lab page: `python -m kvsim.lab.screenshots` writes results/lab/<preset>.png for every
-preset (the whole page at the preset's opening step) and copilot-inspector.png (the block pool with the
-inspector open on a shared block), by running the lab server in a thread and driving Debian's chromium
-with playwright (the `browser` extra). The browser tests start the server the same way (`LabThread`).
+preset (the whole page at the preset's opening step in a 1440×900 desktop window), <preset>-phone.png (the
+same at a phone's 390×844) and copilot-inspector.png (the block pool with the inspector open on a shared
+block), by running the lab server in a thread and driving Debian's chromium with playwright (the `browser`
+extra). The browser tests start the server the same way (`LabThread`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 from kvsim.errors import InvalidArgumentError
 
 CHROMIUM = os.environ.get("KVSIM_CHROMIUM", "/usr/bin/chromium")
-WIDTH, HEIGHT = 1400, 1000
+WIDTH, HEIGHT = 1440, 900
+PHONE_WIDTH, PHONE_HEIGHT = 390, 844
 
 
 class LabThread:
@@ -93,19 +95,27 @@ def take(out: Path, names: Sequence[str] | None = None) -> list[Path]:
     with LabThread() as server, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
         try:
+            errors: list[str] = []
+            phone = browser.new_context(
+                viewport={"width": PHONE_WIDTH, "height": PHONE_HEIGHT},
+                device_scale_factor=1,
+                is_mobile=True,
+                has_touch=True,
+            ).new_page()
             context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT}, device_scale_factor=1)
             page = context.new_page()
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
+            for p_ in (page, phone):
+                p_.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+                p_.on("pageerror", lambda e: errors.append(str(e)))
             for name in wanted:
-                page.goto(f"{server.url}?preset={name}")
-                _wait_ready(page)
-                page.add_style_tag(content=PAINT_ALL)
-                page.wait_for_timeout(150)  # let the canvases settle after the last resize
-                path = out / f"{name}.png"
-                page.screenshot(path=str(path), full_page=True)
-                written.append(path)
+                for view, suffix in ((page, ""), (phone, "-phone")):
+                    view.goto(f"{server.url}?preset={name}")
+                    _wait_ready(view)
+                    view.add_style_tag(content=PAINT_ALL)
+                    view.wait_for_timeout(150)  # let the canvases settle after the last resize
+                    path = out / f"{name}{suffix}.png"
+                    view.screenshot(path=str(path), full_page=True)
+                    written.append(path)
             if "copilot" in wanted:
                 page.goto(f"{server.url}?preset=copilot")
                 _wait_ready(page)

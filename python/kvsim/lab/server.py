@@ -25,7 +25,17 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.lab.bundle import LIMITS, bundle_from, encode, options, resolve, run_tracks, snapshot_from
+from kvsim.lab.bundle import (
+    LIMITS,
+    MAX_KV_CACHE_BYTES,
+    TooLarge,
+    bundle_from,
+    encode,
+    options,
+    resolve,
+    run_tracks,
+    snapshot_from,
+)
 from kvsim.lab.presets import names as preset_names
 from kvsim.lab.state import gc_paused
 
@@ -35,15 +45,18 @@ PARAMS: dict[str, tuple[str, str]] = {
     "preset": ("string", "workload preset (GET /api/presets lists them)"),
     "model": ("string", "model preset (kvsim.models)"),
     "block_size": ("integer", "tokens per block"),
-    "num_blocks": ("integer", "GPU blocks, vLLM's null block 0 included"),
+    "kv_cache_bytes": (
+        "integer",
+        "KV cache memory in bytes (default: the preset's); the blocks are cut from it, as vLLM sizes them",
+    ),
+    "num_blocks": ("integer", "GPU blocks, vLLM's null block 0 included (instead of kv_cache_bytes)"),
     "enable_prefix_caching": ("boolean", "prefix caching on or off"),
-    "policy": ("string", "paged policy (vllm, reserve), or a contiguous baseline"),
+    "policy": ("string", "the paged track's policy (vllm, reserve)"),
     "sampling": ("string", "fork-cow or independent"),
     "preemption": ("string", "recompute, swap or auto"),
     "contiguous_policy": ("string", "the contiguous track's policy"),
     "placement": ("string", "first-fit or buddy"),
 }
-TOO_LARGE = ("exceed", "max_")
 CACHE_SIZE = 8
 
 
@@ -135,8 +148,9 @@ def _error(e: BadParameter) -> JSONResponse:
 
 def _invalid(e: InvalidArgumentError) -> BadParameter:
     message = str(e)
-    status = 413 if all(t in message for t in TOO_LARGE) else 400
-    return BadParameter(_field_of(message), message, status)
+    if isinstance(e, TooLarge):
+        return BadParameter(e.field, message, 413)
+    return BadParameter(_field_of(message), message, 400)
 
 
 async def index(request: Request) -> Response:
@@ -215,7 +229,11 @@ def openapi() -> dict[str, Any]:
         "placement": opts["placements"],
     }
     limits = LIMITS
-    ranges = {"block_size": (1, limits["max_block_size"]), "num_blocks": (2, limits["max_blocks"])}
+    ranges = {
+        "block_size": (1, limits["max_block_size"]),
+        "num_blocks": (2, limits["max_blocks"]),
+        "kv_cache_bytes": (1, MAX_KV_CACHE_BYTES),
+    }
 
     def params(extra: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
         out = []

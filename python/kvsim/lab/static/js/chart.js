@@ -2,15 +2,37 @@
 // contiguous baseline reserves) drawn once per bundle; the cursor at the current step is a separate
 // element, so scrubbing moves it without redrawing the lines. Click or drag on the chart to seek.
 
-import { bytes } from "./format.js";
 import { prepareCanvas } from "./grid.js";
 
+// Drawn in this order. Stored is never above allocated (allocated = stored + tail slack): stored is an
+// area, and allocated a line drawn over it, so where the two meet (a small slack) both stay visible.
 export const SERIES = [
-  { name: "paged_allocated_bytes", label: "paged allocated", color: "#4d8dff", fill: true },
-  { name: "paged_stored_bytes", label: "paged stored", color: "#35c28a" },
+  { name: "paged_stored_bytes", label: "paged stored", color: "#35c28a", area: true },
   { name: "paged_tail_slack_bytes", label: "tail slack", color: "#ff9f43" },
+  { name: "paged_allocated_bytes", label: "paged allocated", color: "#4d8dff", width: 2 },
   { name: "contiguous_reserved_bytes", label: "contiguous reserved", color: "#ff5d73", dash: [5, 4] },
 ];
+// The plot's margins inside the canvas (the cursor box covers the plot only: not the step labels below).
+export const PAD = { l: 64, r: 8, t: 8, b: 16 };
+const UNITS = [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10], ["B", 1]];
+
+/** Y ticks at round values: a step of 1, 2 or 5 × 10^k in the unit of the largest value, from 0 to the
+ * first multiple at or above `ymax`: [{value, label}]. */
+export function niceTicks(ymax, target = 3) {
+  if (!(ymax > 0)) return [{ value: 0, label: "0 B" }, { value: 1, label: "1 B" }];
+  const [unit, size] = UNITS.find(([, u]) => ymax >= u) || UNITS[UNITS.length - 1];
+  const raw = ymax / size / target;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * mag).find((x) => x >= raw) * size;
+  const n = Math.ceil(ymax / step - 1e-9);
+  const ticks = [];
+  for (let i = 0; i <= n; i += 1) {
+    const v = i * step;
+    const x = v / size;
+    ticks.push({ value: v, label: i === 0 ? "0 B" : `${Number.isInteger(x) ? x : Number(x.toPrecision(3))} ${unit}` });
+  }
+  return ticks;
+}
 
 export class Chart {
   constructor({ canvas, cursor, legend, onSeek }) {
@@ -35,15 +57,17 @@ export class Chart {
     canvas.addEventListener("pointerup", () => {
       dragging = false;
     });
-    this.padL = 64;
-    this.padR = 8;
+    this.padL = PAD.l;
+    this.padR = PAD.r;
+    // The cursor moves across the plot only: its box stops above the step labels (it once hid "step 0").
+    Object.assign(cursor.style, { top: `${PAD.t}px`, bottom: `${PAD.b}px` });
   }
 
   setReplay(replay) {
     this.replay = replay;
     this.draw();
     this.legend.innerHTML = SERIES.filter((s) => replay.hasMetric(s.name)).map((s) =>
-      `<span><i style="background:${s.color}"></i>${s.label}</span>`).join("");
+      `<span><i class="${s.area ? "area" : s.dash ? "dash" : ""}" style="--c:${s.color}"></i>${s.label}</span>`).join("");
   }
 
   draw() {
@@ -54,11 +78,13 @@ export class Chart {
     const n = replay.numSteps;
     const series = SERIES.map((s) => ({ ...s, col: replay.paged.metrics[s.name] || replay.contig.metrics[s.name] }))
       .filter((s) => s.col);
-    let ymax = 0;
-    for (const s of series) for (const v of s.col) if (v > ymax) ymax = v;
-    if (ymax <= 0) ymax = 1;
-    const padT = 8;
-    const padB = 16;
+    let top = 0;
+    for (const s of series) for (const v of s.col) if (v > top) top = v;
+    const ticks = niceTicks(top);
+    const ymax = ticks[ticks.length - 1].value;
+    this.canvas.dataset.yticks = JSON.stringify(ticks);
+    const padT = PAD.t;
+    const padB = PAD.b;
     const x0 = this.padL;
     const pw = w - this.padL - this.padR;
     const ph = h - padT - padB;
@@ -70,13 +96,13 @@ export class Chart {
     ctx.fillStyle = "rgba(230,236,245,0.6)";
     ctx.font = "11px ui-sans-serif, system-ui, sans-serif";
     ctx.textAlign = "right";
-    for (const f of [0, 0.5, 1]) {
-      const y = Math.round(Y(ymax * f)) + 0.5;
+    for (const t of ticks) {
+      const y = Math.round(Y(t.value)) + 0.5;
       ctx.beginPath();
       ctx.moveTo(x0, y);
       ctx.lineTo(x0 + pw, y);
       ctx.stroke();
-      ctx.fillText(bytes(ymax * f), x0 - 6, y + 4);
+      ctx.fillText(t.label, x0 - 6, Math.min(h - padB, Math.max(padT + 8, y + 4)));
     }
     ctx.textAlign = "left";
     ctx.fillText("step 0", x0, h - 3);
@@ -95,19 +121,20 @@ export class Chart {
         if (c === 0) ctx.moveTo(x, Y(v));
         else ctx.lineTo(x, Y(v));
       }
-      ctx.setLineDash(s.dash || []);
-      ctx.strokeStyle = s.color;
-      ctx.lineWidth = 1.6;
-      ctx.stroke();
-      if (s.fill) {
+      if (s.area) {
         ctx.lineTo(X(n), Y(0));
         ctx.lineTo(x0, Y(0));
         ctx.closePath();
-        ctx.globalAlpha = 0.12;
+        ctx.globalAlpha = 0.45;
         ctx.fillStyle = s.color;
         ctx.fill();
         ctx.globalAlpha = 1;
+        continue;
       }
+      ctx.setLineDash(s.dash || []);
+      ctx.strokeStyle = s.color;
+      ctx.lineWidth = s.width || 1.6;
+      ctx.stroke();
     }
     ctx.setLineDash([]);
     this.geometry = { x0, pw, w };

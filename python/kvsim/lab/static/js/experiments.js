@@ -39,6 +39,31 @@ function sharedSummary(r) {
 }
 
 const ok = (pass, text) => ({ pass, text });
+// A check that does not apply to this preset or step: no verdict, and why (pass null).
+const notHere = (why) => ({ pass: null, text: why });
+
+/** Blocks shared by sequences of different requests (prefix caching), and by samples of one request
+ * (forks), at this step. */
+function sharing(r) {
+  const t = r.paged;
+  const holders = new Map(); // block -> request ids of the tables holding it (one pass over the tables)
+  for (const e of t.live) {
+    const row = t.seqs.row(e);
+    for (const b of row[S.table]) {
+      if (t.refOf(b) < 2) continue;
+      if (!holders.has(b)) holders.set(b, []);
+      holders.get(b).push(row[S.rid]);
+    }
+  }
+  let across = 0;
+  let within = 0;
+  for (const rids of holders.values()) {
+    const distinct = new Set(rids).size;
+    if (distinct > 1) across += 1;
+    if (distinct < rids.length) within += 1;
+  }
+  return { across, within };
+}
 
 export const EXPERIMENTS = [
   {
@@ -51,16 +76,24 @@ export const EXPERIMENTS = [
       "cells are striped with a ref-count badge of 3, and the inspector lists all three requests. With caching " +
       "off every request holds its own copy: prefix savings fall to 0 and the pool allocates more.",
     verifies: "Verifies multi-tenant de-duplication",
+    condition: "every held block’s ref_cnt equals the block tables holding it, and prefix saved = " +
+      "Σ (ref_cnt − 1) × tokens held × bytes per token, while two requests share a block",
     check(r) {
+      if (r.bundle.query.enable_prefix_caching === false) return notHere("prefix caching is off, so no request shares another’s blocks.");
+      const { across } = sharing(r);
+      if (across === 0) {
+        return notHere(`no block is shared by two requests at step ${int(r.step)}` +
+          " (here requests share no prompt, or not at this step: load Copilot, or scrub).");
+      }
       const { checked, bad } = refCountsMatchTables(r);
       const { savedTokens, shared, maxRef } = sharedSummary(r);
       const saved = r.metric("prefix_saved_bytes");
       const expect = savedTokens * r.bundle.bytes_per_token;
       const savedOk = saved === null ? null : saved === expect;
       const pass = bad.length === 0 && savedOk !== false;
-      return ok(pass, `${int(checked)} held blocks: every ref_cnt equals the tables holding it` +
-        (bad.length ? ` — except ${esc(bad.slice(0, 3).join("; "))}` : "") +
-        `. ${int(shared)} shared block${shared === 1 ? "" : "s"} (max ref ${maxRef}): Σ(ref − 1) × tokens held × bytes/token = ` +
+      return ok(pass, `${int(checked)} held blocks: ` + (bad.length ? `ref_cnt differs from the tables holding it at ${esc(bad.slice(0, 3).join("; "))}`
+        : "every ref_cnt equals the tables holding it") +
+        `. ${int(across)} block${across === 1 ? "" : "s"} shared across requests, ${int(shared)} shared in all (max ref ${maxRef}): Σ(ref − 1) × tokens held × bytes/token = ` +
         `${bytes(expect)} ${savedOk === false ? "≠" : "="} prefix saved ${bytes(saved)}.`);
     },
   },
@@ -70,9 +103,12 @@ export const EXPERIMENTS = [
     setup: { block_size: 32 },
     setupText: "Switch to block size 32",
     toggle: "Switch Block size between 16 and 32 on the same preset and step.",
-    look: "Bytes per block double and the block tables halve in length, but every sequence’s last block " +
-      "has up to twice the slack: the Paged fragmentation card rises, roughly B / 2 tokens per sequence on average.",
+    look: "The KV cache keeps its memory, so at 32 it has half the blocks, each twice the bytes, and the block " +
+      "tables halve in length; but every sequence’s last block has up to twice the slack: the Paged " +
+      "fragmentation card rises, roughly B / 2 tokens per sequence on average.",
     verifies: "Verifies the bounded-slack invariant",
+    condition: "each sequence holding blocks has ⌈tokens / B⌉ of them, so its last block holds 1…B tokens, " +
+      "and the tail slack stays within the bound of B − 1 tokens per running sequence",
     check(r) {
       const t = r.paged;
       const bs = r.blockSize;
@@ -82,17 +118,19 @@ export const EXPERIMENTS = [
         const row = t.seqs.row(e);
         const c = row[S.ctx] + row[S.ctxRate] * (r.step - row[S.step]);
         const len = row[S.table].length;
+        if (len === 0) continue;
         const tail = c - (len - 1) * bs; // tokens in the last block
         n += 1;
         if (!(tail >= 1 && tail <= bs)) bad.push(`${r.name(row[S.rid], row[S.sample])}: ${c} tokens in ${len} blocks`);
       }
+      if (n === 0) return notHere(`no sequence holds a block at step ${int(r.step)}: scrub to a step where one runs.`);
       const slack = r.metric("paged_tail_slack_bytes");
       const bound = r.metric("paged_tail_slack_bound_bytes");
       const boundOk = bound === null || slack === null ? null : slack <= bound;
       return ok(bad.length === 0 && boundOk !== false,
-        `${int(n)} sequences hold blocks; each has ⌈tokens / B⌉ blocks, so its last block holds 1…${bs} tokens` +
-        ` (slack < B)${bad.length ? ` — except ${esc(bad.slice(0, 3).join("; "))}` : ""}. Tail slack ${bytes(slack)}` +
-        (bound !== null ? ` ${boundOk ? "≤" : ">"} bound ${bytes(bound)}.` : "."));
+        `${int(n)} sequences hold blocks; ` + (bad.length ? `not ⌈tokens / B⌉ blocks for ${esc(bad.slice(0, 3).join("; "))}`
+          : `each has ⌈tokens / B⌉ blocks, so its last block holds 1…${bs} tokens (slack < B)`) +
+        `. Tail slack ${bytes(slack)}` + (bound !== null ? ` ${boundOk ? "≤" : ">"} bound ${bytes(bound)}.` : "."));
     },
   },
   {
@@ -102,23 +140,33 @@ export const EXPERIMENTS = [
     setupText: "Load the Chat preset",
     toggle: "Compare the two panels at several steps (scrub), and switch the Contiguous baseline between " +
       "orca-oracle, orca-pow2, orca-max and static.",
-    look: "Contiguous reservation locks memory for tokens not generated yet (and static for the whole context), " +
-      "and its holes show in the region map; paged memory has no external fragmentation, so the same VRAM " +
-      "holds several times the batch: the concurrency multiplier.",
+    look: "Contiguous reservation locks memory for tokens not generated yet: the exact output (orca-oracle), a " +
+      "power of two of it (orca-pow2), what the client asked for (orca-max) or the whole context (static); " +
+      "its holes show in the region map. Paged memory has no external fragmentation, so the same memory holds " +
+      "more sequences: each panel’s batch, and the concurrency multiplier.",
     verifies: "Verifies the concurrency multiplier",
+    condition: "multiplier = (contiguous reserved ÷ its running sequences) ÷ (paged allocated ÷ its running " +
+      "sequences), contiguous used ≤ reserved, and paged external fragmentation 0, while both sides run",
     check(r) {
       const res = r.metric("contiguous_reserved_bytes");
       const used = r.metric("contiguous_used_bytes");
       const alloc = r.metric("paged_allocated_bytes");
       const mult = r.metric("concurrency_multiplier");
       const ext = r.metric("paged_external_fragmentation");
-      const ratioOk = alloc > 0 && mult !== null ? Math.abs(mult - res / alloc) <= 1e-9 * Math.max(1, mult) : null;
-      const usedOk = res !== null && used !== null ? used <= res : null;
+      const pRun = r.paged.metric("num_running", r.step);
+      const cRun = r.contig.metric("num_running", r.step);
+      if (!pRun || !cRun || !res || !alloc) {
+        return notHere(`at step ${int(r.step)} ${!pRun ? "the paged" : "the contiguous"} side runs nothing, so ` +
+          "there is no batch to compare (the multiplier shows —): scrub to a step where both run.");
+      }
+      const want = (res / cRun) / (alloc / pRun);
+      const ratioOk = mult !== null && Number.isFinite(mult) && Math.abs(mult - want) <= 1e-9 * Math.max(1, want);
+      const usedOk = used === null ? null : used <= res;
       const extOk = ext === null ? null : ext === 0;
-      const pass = ratioOk !== false && usedOk !== false && extOk !== false;
-      return ok(pass, `reserved ${bytes(res)} ÷ allocated ${bytes(alloc)} ${ratioOk === false ? "≠" : "="} ` +
-        `${times(mult)}; contiguous used ${bytes(used)} ${usedOk === false ? ">" : "≤"} reserved; paged external ` +
-        `fragmentation ${ext === null ? "—" : ext === 0 ? "0" : ext}.`);
+      const pass = ratioOk && usedOk !== false && extOk !== false;
+      return ok(pass, `(${bytes(res)} ÷ ${int(cRun)}) ÷ (${bytes(alloc)} ÷ ${int(pRun)}) = ${times(want)} ` +
+        `${ratioOk ? "=" : "≠"} multiplier ${times(Number.isFinite(mult) ? mult : null)}; contiguous used ${bytes(used)} ` +
+        `${usedOk === false ? ">" : "≤"} reserved; paged external fragmentation ${ext === null ? "—" : ext === 0 ? "0" : ext}.`);
     },
   },
   {
@@ -131,20 +179,30 @@ export const EXPERIMENTS = [
       "blocks are freed and it waits to prefill again; under swap its blocks go to the CPU pool and come back " +
       "later (swap out / swap in in the event stream).",
     verifies: "Verifies a preempted sequence holds no GPU block",
+    condition: "no GPU block is mapped by a sequence that is preempted or swapped out, while one is",
     check(r) {
       const t = r.paged;
-      const status = new Map();
-      for (const { row } of t.sequences()) status.set(row[S.rid], row[S.status]);
-      const bad = [];
-      for (let b = 0; b < t.numBlocks; b += 1) {
-        for (const rid of t.block(b).request_ids) {
-          const st = status.get(rid);
-          if (st !== "running" && st !== "waiting") bad.push(`P_${b} mapped by ${r.name(rid)} (${st})`);
-        }
-      }
       const out = t.sequences().filter(({ row }) => row[S.status] === "preempted" || row[S.status] === "swapped");
       const pre = r.metric("preemptions");
-      return ok(bad.length === 0, `${int(out.length)} sequences preempted or swapped out now` +
+      if (out.length === 0) {
+        return notHere(pre ? `no sequence is preempted or swapped out at step ${int(r.step)} (${int(pre)} ` +
+          "preemptions so far: scrub to one)." : `nothing has been preempted by step ${int(r.step)}: the pool ` +
+          "has not run out here (load Memory pressure and play it).");
+      }
+      // Both sources: the sequences' block tables, and the blocks' own rows (which requests map them).
+      const bad = [];
+      const away = (st) => st === "preempted" || st === "swapped";
+      const allAway = new Map(); // request -> whether every sequence of it is preempted or swapped
+      for (const { row } of t.sequences()) {
+        const st = row[S.status];
+        allAway.set(row[S.rid], (allAway.get(row[S.rid]) ?? true) && away(st));
+        if (away(st) && row[S.table].length) bad.push(`${r.name(row[S.rid], row[S.sample])} (${st}) maps P_${row[S.table][0]}`);
+      }
+      for (let b = 0; b < t.numBlocks && bad.length < 3; b += 1) {
+        if (t.refOf(b) === 0) continue;
+        for (const rid of t.block(b).request_ids) if (allAway.get(rid)) bad.push(`P_${b} mapped by ${r.name(rid)} (away)`);
+      }
+      return ok(bad.length === 0, `${int(out.length)} sequence${out.length === 1 ? "" : "s"} preempted or swapped out now` +
         (pre !== null ? `, ${int(pre)} preemptions so far` : "") +
         (bad.length ? `; but ${esc(bad.slice(0, 3).join("; "))}` : "; none of them maps a GPU block."));
     },
@@ -159,12 +217,18 @@ export const EXPERIMENTS = [
       "into the shared partial block copies it (copy-on-write in the stream), full prompt blocks stay shared. " +
       "Independent samples each prefill their own copy.",
     verifies: "Verifies ref counts equal the tables sharing a block",
+    condition: "every held block’s ref_cnt equals the block tables holding it, while samples of one request " +
+      "share a block",
     check(r) {
+      if (r.bundle.query.sampling !== "fork-cow") return notHere("sampling is independent: samples fork nothing, each prefills its own blocks.");
+      if (!r.bundle.requests.some((q) => q.num_samples > 1)) return notHere("no request here has more than one sample (load Parallel sampling).");
+      const { within } = sharing(r);
+      if (within === 0) return notHere(`no block is shared by samples of one request at step ${int(r.step)}: scrub to a step after a fork.`);
       const { checked, bad } = refCountsMatchTables(r);
       const { shared, maxRef } = sharedSummary(r);
       const cow = r.metric("cow_copies");
-      return ok(bad.length === 0, `${int(checked)} held blocks, ${int(shared)} shared (max ref ${maxRef}); every ` +
-        `ref_cnt equals the tables holding it${bad.length ? ` — except ${esc(bad.slice(0, 3).join("; "))}` : ""}` +
+      return ok(bad.length === 0, `${int(checked)} held blocks, ${int(within)} shared by samples, ${int(shared)} shared in all (max ref ${maxRef}); ` +
+        (bad.length ? `ref_cnt differs from the tables holding it at ${esc(bad.slice(0, 3).join("; "))}` : "every ref_cnt equals the tables holding it") +
         (cow !== null ? `; ${int(cow)} copy-on-write copies so far.` : "."));
     },
   },
@@ -179,6 +243,7 @@ export class Experiments {
         <header><span class="exp-num">${i + 1}</span><h3>${esc(x.title)}</h3></header>
         <p><b>Toggle:</b> ${esc(x.toggle)}</p>
         <p><b>Look for:</b> ${esc(x.look)}</p>
+        <p class="exp-condition"><b>Check:</b> ${esc(x.condition)}.</p>
         <p class="exp-check" data-check="${x.id}" aria-live="polite"></p>
         <footer><span class="exp-verifies">${esc(x.verifies)}</span>
           <button type="button" class="small" data-apply="${x.id}">${esc(x.setupText)}</button></footer>
@@ -199,8 +264,9 @@ export class Experiments {
         res = { pass: null, text: `cannot check here: ${esc(err.message)}` };
       }
       el.dataset.pass = String(res.pass);
-      el.innerHTML = `<span class="verdict">${res.pass === true ? "✓ holds" : res.pass === false ? "✗ fails" : "·"}</span>` +
-        ` <span>at step ${int(replay.step)}: ${res.text}</span>`;
+      const verdict = res.pass === true ? "✓ holds" : res.pass === false ? "✗ fails" : "— not here";
+      el.innerHTML = `<span class="verdict">${verdict}</span> <span>${res.pass === null ? res.text
+        : `at step ${int(replay.step)}: ${res.text}`}</span>`;
     }
   }
 }

@@ -55,7 +55,8 @@ export class Inspector {
     const width = Math.max(8, (track.numBlocks * bpb).toString(16).length);
     const slack = blk.state === "private" ? bs - blk.num_tokens : blk.state === "shared" ? 0 : null;
     const holders = track.holders(b);
-    const names = blk.request_ids.map((rid) => replay.name(rid));
+    // One pill per block table holding the block (a request's samples each hold it): as many as ref_cnt.
+    const names = holders.map((h) => replay.name(h.rid, h.sample));
     const slots = [];
     if (bs <= 256) {
       for (let i = 0; i < bs; i += 1) {
@@ -74,7 +75,8 @@ export class Inspector {
         <dt>Occupancy</dt><dd id="insp-occupancy" data-tokens="${blk.num_tokens}"><b>${blk.num_tokens} / ${bs}</b> tokens</dd>
         <dt>Slack</dt><dd id="insp-slack">${slack === null ? "—"
           : `${slack} tokens <small>(${bpt ? bytes(slack * bpt) : "—"} unused)</small>`}</dd>
-        <dt>Mapped by</dt><dd id="insp-requests" data-requests="${blk.request_ids.join(",")}">${names.length
+        <dt>Mapped by</dt><dd id="insp-requests" data-requests="${blk.request_ids.join(",")}"
+          data-sequences="${esc(names.join(","))}">${names.length
           ? names.map((n, i) => `<span class="pill">${esc(n)}</span>${i < names.length - 1 ? " " : ""}`).join("")
           : '<span class="hint">no sequence</span>'}</dd>
         <dt>Prefix key</dt><dd class="mono" id="insp-key">${blk.prefix_key ? esc(blk.prefix_key)

@@ -13,8 +13,9 @@ import { EventStream } from "./stream.js";
 import { SeqTables } from "./tables.js";
 
 const $ = (id) => document.getElementById(id);
-const PARAMS = ["preset", "model", "block_size", "num_blocks", "enable_prefix_caching", "policy", "sampling",
-  "preemption", "contiguous_policy", "placement"];
+const PARAMS = ["preset", "model", "block_size", "kv_cache_bytes", "num_blocks", "enable_prefix_caching", "policy",
+  "sampling", "preemption", "contiguous_policy", "placement"];
+const MIB = 2 ** 20;
 const OPTION_LISTS = {
   model: "models", block_size: "block_sizes", policy: "policies", sampling: "samplings",
   preemption: "preemptions", contiguous_policy: "contiguous_policies", placement: "placements",
@@ -60,6 +61,7 @@ const chart = new Chart({
   onSeek: (k) => requestStep(k),
 });
 const experiments = new Experiments({ root: $("exp-list"), onApply: (over) => applyOverrides(over) });
+lab.experiments = experiments; // the tests re-check a state they alter
 
 function banner(msg) {
   const el = $("banner");
@@ -98,7 +100,8 @@ function writeUrl() {
 
 function fillSelect(sel, values, current) {
   const opts = values.map((v) => (typeof v === "object" ? v : { name: v }));
-  sel.innerHTML = opts.map((o) => `<option value="${esc(o.name)}">${esc(o.title || o.name)}</option>`).join("");
+  sel.innerHTML = opts.map((o) => `<option value="${esc(o.name)}"${o.why ? ` disabled data-why="${esc(o.why)}"` : ""}>` +
+    `${esc(o.title || o.name)}${o.why ? ` (${esc(o.why)})` : ""}</option>`).join("");
   if (current !== undefined && current !== null) {
     if (!opts.some((o) => String(o.name) === String(current))) {
       sel.insertAdjacentHTML("beforeend", `<option value="${esc(current)}">${esc(current)}</option>`);
@@ -107,37 +110,80 @@ function fillSelect(sel, values, current) {
   }
 }
 
+/** The pool's memory: what the query asked for, else its blocks' bytes (a block count was given). */
+function poolBytes(bundle) {
+  return bundle.kv_cache_bytes ?? bundle.num_blocks * bundle.bytes_per_block;
+}
+
+/** Why option `value` of `param` would be refused next to the current query (null: it runs as far as the
+ * page can tell): a value another needs (the server's `requires`), or a block size or model whose blocks
+ * do not fit the pool's memory (fewer than 2, or more than the page draws). */
+function whyNot(param, value, bundle) {
+  const opts = lab.presets.options || {};
+  const q = bundle.query;
+  const requires = opts.requires || {};
+  const need = (requires[param] || {})[value] || {};
+  for (const [other, allowed] of Object.entries(need)) {
+    if (!allowed.includes(q[other])) return `needs ${other} ${allowed.join(" or ")}`;
+  }
+  for (const [other, values] of Object.entries(requires)) {
+    if (other === param) continue;
+    const theirs = (values[q[other]] || {})[param];
+    if (theirs && !theirs.includes(value)) return `${other} ${q[other]} needs ${theirs.join(" or ")}`;
+  }
+  if ((param === "block_size" || param === "model") && q.num_blocks === undefined) {
+    const bpt = param === "model" ? (opts.model_bytes_per_token || {})[value] : bundle.bytes_per_token;
+    const size = param === "block_size" ? Number(value) : bundle.block_size;
+    if (bpt) {
+      const blocks = Math.floor(poolBytes(bundle) / (size * bpt));
+      const cap = (lab.presets.limits || {}).max_blocks;
+      if (blocks < 2) return `${bytes(poolBytes(bundle))} holds under 2 blocks`;
+      if (cap && blocks > cap) return `${int(blocks)} blocks, over the page's ${int(cap)}`;
+    }
+  }
+  return null;
+}
+
 function syncControls(bundle) {
   const q = bundle.query;
   const opts = lab.presets.options || {};
   fillSelect($("c-preset"), lab.presets.presets.map((p) => ({
     name: p.name, title: `${p.title || p.name}${p.available === false ? " (unavailable here)" : ""}`,
   })), q.preset);
-  const contiguous = new Set(opts.contiguous_policies || []);
   for (const [param, list] of Object.entries(OPTION_LISTS)) {
     const sel = document.querySelector(`[data-param="${param}"]`);
-    let values = opts[list] || [];
-    // The paged policy's list leaves out the contiguous baselines: they have their own control.
-    if (param === "policy") values = values.filter((v) => !contiguous.has(typeof v === "object" ? v.name : v));
+    const values = (opts[list] || []).map((v) => (typeof v === "object" ? v : { name: v }))
+      .map((o) => (String(o.name) === String(q[param]) ? o : { ...o, why: whyNot(param, o.name, bundle) }));
     fillSelect(sel, values, q[param]);
   }
-  const nb = $("c-num-blocks");
-  nb.value = String(q.num_blocks ?? bundle.num_blocks);
-  if (lab.presets.limits && lab.presets.limits.max_blocks) nb.max = String(lab.presets.limits.max_blocks);
+  const mem = $("c-kv-memory");
+  const pool = poolBytes(bundle);
+  mem.value = String(Number((pool / MIB).toFixed(3)));
+  mem.dataset.value = String(pool);
+  const cap = (lab.presets.limits || {}).max_blocks;
+  mem.min = String((2 * bundle.bytes_per_block) / MIB);
+  if (cap) mem.max = String((cap * bundle.bytes_per_block) / MIB);
+  const derived = q.num_blocks === undefined;
+  $("c-pool-blocks").textContent = derived
+    ? `= ${int(bundle.num_blocks)} blocks of ${bytes(bundle.bytes_per_block)}, cut from the memory as vLLM does`
+    : `${int(bundle.num_blocks)} blocks given (num_blocks) × ${bytes(bundle.bytes_per_block)}`;
   const pc = $("c-prefix");
   pc.checked = q.enable_prefix_caching === true || q.enable_prefix_caching === "true";
   $("c-prefix-state").textContent = pc.checked ? "ACTIVE" : "OFF";
-  $("c-bpb").textContent = `${bytes(bundle.bytes_per_block)} / block`;
+  $("c-bpb").textContent = `${bytes(bundle.bytes_per_block)} / block; ${derived
+    ? "memory kept, blocks follow" : "block count kept"}`;
   $("c-bpb").dataset.value = String(bundle.bytes_per_block);
   const bpt = bundle.bytes_per_token ?? (bundle.model && bundle.model.bytes_per_token);
   $("c-model-bpt").textContent = bpt ? `${bytes(bpt)} KV / token` : "";
-  $("c-pool-bytes").textContent = `${bytes(bundle.num_blocks * bundle.bytes_per_block)} of KV cache`;
   const pre = lab.presets.presets.find((p) => p.name === q.preset);
-  $("c-preset-desc").textContent = pre ? pre.description || "" : "";
+  const asks = bundle.preset && bundle.preset.max_tokens
+    ? ` Clients ask for ${bundle.preset.max_tokens}: what orca-max reserves.` : "";
+  $("c-preset-desc").textContent = pre ? `${pre.description || ""}${asks}` : "";
 }
 
 function readControl(el) {
   if (el.type === "checkbox") return el.checked;
+  if (el.dataset.param === "kv_cache_bytes") return Math.round(Number.parseFloat(el.value) * MIB);
   if (el.type === "number") return Number.parseInt(el.value, 10);
   return el.value;
 }
@@ -153,6 +199,12 @@ for (const el of document.querySelectorAll("[data-param]")) {
 
 function applyOverrides(over) {
   const base = lab.replay ? { ...lab.replay.bundle.query } : {};
+  // The pool is memory: a new memory replaces a block count, and a new block size or model keeps the
+  // memory (the server cuts it into blocks), even when the page shows a block count a link gave.
+  if (lab.replay && base.num_blocks !== undefined && ("block_size" in over || "model" in over)) {
+    base.kv_cache_bytes = poolBytes(lab.replay.bundle);
+  }
+  if ("kv_cache_bytes" in over || "block_size" in over || "model" in over) delete base.num_blocks;
   let step = lab.step;
   if (over.preset && over.preset !== base.preset) {
     run({ ...over }, null);

@@ -29,13 +29,27 @@ function setWidth(el, width) {
 
 function setMetric(el, replay, name, text = null) {
   if (!el) return null;
-  const v = replay.metric(name);
+  let v = replay.metric(name);
+  if (Number.isNaN(v)) v = null; // undefined at this step (the multiplier with a side running nothing)
   setData(el, "value", v === null ? "" : String(v));
   setData(el, "metric", name);
   setText(el, text !== null ? text(v) : metric(name, v));
   el.classList.toggle("missing", v === null);
   return v;
 }
+
+// What each contiguous baseline reserves per request: the panel's title and its explanation.
+const BASELINES = {
+  static: ["Contiguous static pre-allocation", (b) => `Each request reserves the whole context up front ` +
+    `(max_model_len = ${b.contiguous.max_model_len ? int(b.contiguous.max_model_len) : "—"} tokens, the ` +
+    "longest request here), whatever it will use."],
+  "orca-max": ["Contiguous reservation: prompt + max_tokens", () => "Each request reserves its prompt plus " +
+    "the max_tokens its client asked for (Orca (Max)); it stops at its true output, so the rest stays locked."],
+  "orca-pow2": ["Contiguous reservation: next power of two", () => "Each request reserves its prompt plus the " +
+    "next power of two of its target length (Orca (Pow2)): a guess that overshoots by up to 2×."],
+  "orca-oracle": ["Contiguous reservation: exact length (oracle)", () => "Each request reserves its prompt " +
+    "plus exactly the output it will generate (Orca (Oracle): known in advance, which no real server can)."],
+};
 
 const $ = (id) => document.getElementById(id);
 
@@ -48,7 +62,12 @@ export class Panels {
   setReplay(replay) {
     this.replay = replay;
     const b = replay.bundle;
-    $("contig-policy").textContent = `${b.query.contiguous_policy ?? b.contiguous.policy} · ${b.query.placement ?? ""}`;
+    const baseline = b.query.contiguous_policy ?? b.contiguous.policy;
+    $("contig-policy").textContent = `${baseline} · ${b.query.placement ?? ""}`;
+    const [title, explain] = BASELINES[baseline] || ["Contiguous reservation", () => ""];
+    $("contig-title").textContent = title;
+    $("contig-explain").textContent = `${explain(b)} Slots for tokens not generated yet stay locked, and the ` +
+      "gaps between regions cannot host a request that needs more than the largest gap.";
     $("paged-policy").textContent = `${b.query.policy ?? b.paged.policy}${b.query.enable_prefix_caching === false ? " · no prefix cache" : ""}`;
     $("paged-explain").textContent = `The KV cache is cut into fixed-size blocks of ${b.block_size} tokens ` +
       `(${bytes(b.bytes_per_block)} each), allocated as tokens are computed and stitched together by ` +
@@ -166,7 +185,9 @@ export class Panels {
     ctx.stroke();
     ctx.fillStyle = "#fff";
     ctx.font = "11px ui-sans-serif, system-ui, sans-serif";
-    for (const b of boxes) if (b.ww > 30) ctx.fillText(r.name(b.g.rid), b.x + 4, 18, b.ww - 8);
+    for (const b of boxes) if (b.ww > 30) ctx.fillText(r.name(b.g.rid, b.g.sample), b.x + 4, 18, b.ww - 8);
+    this.regionLabels = boxes.filter((b) => b.ww > 30).map((b) => r.name(b.g.rid, b.g.sample));
+    canvas.dataset.labels = this.regionLabels.join(",");
     const placed = regions.reduce((a, g) => a + g.size, 0);
     setText($("contig-map-caption"), `${int(regions.length)} regions · ${int(placed)} of ${int(cap)} token slots reserved`);
   }
@@ -214,8 +235,9 @@ export class Panels {
       `<b>Tail slack is bounded</b>: only a sequence’s last block can be partial, so each wastes at most B − 1 = ${int(b.block_size - 1)} tokens` +
         ` (${bytes((b.block_size - 1) * bpt)}): slack now ${v("paged_tail_slack_bytes")}` +
         (r.hasMetric("paged_tail_slack_bound_bytes") ? ` ≤ bound ${v("paged_tail_slack_bound_bytes")}.` : "."),
-      `<b>Concurrency multiplier</b> = contiguous reserved ÷ paged allocated = <b>${v("concurrency_multiplier")}</b>:` +
-        " the batch the same VRAM holds under paging against contiguous reservation.",
+      `<b>Concurrency multiplier</b> = (contiguous reserved ÷ its running sequences) ÷ (paged allocated ÷ its` +
+        ` running sequences) = <b>${v("concurrency_multiplier")}</b>: how many sequences paging fits into the memory` +
+        " one contiguous sequence holds, at each side’s own batch (— when a side runs nothing).",
     ];
     setText($("deriv-model"), m.name ? `(${m.name}, ${m.dtype || ""} KV)` : "");
     const list = $("derivation");
@@ -226,8 +248,9 @@ export class Panels {
     }
     for (const el of this.derivSpans) {
       const name = el.dataset.deriv;
+      const value = r.metric(name);
       setText(el, name === "step" ? int(r.step) : name === "concurrency_multiplier"
-        ? times(r.metric(name)) : bytes(r.metric(name)));
+        ? times(Number.isNaN(value) ? null : value) : bytes(value));
     }
   }
 }
