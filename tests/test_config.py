@@ -165,7 +165,14 @@ def test_bad_values_raise_invalid_argument_naming_the_field(name, data):
 def test_knobs_table_is_every_field_and_its_default():
     assert list(KNOBS) == FIELDS
     cfg = SimConfig(num_blocks=16)
-    derived = ("num_blocks", "time_model", "swap_ps_per_block", "max_num_seqs", "max_num_batched_tokens")
+    derived = (
+        "num_blocks",
+        "time_model",
+        "swap_ps_per_block",
+        "kv_offloading_ps_per_block",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+    )
     for name in FIELDS:
         if name in (*derived, "extra"):
             continue

@@ -27,6 +27,8 @@ NAMES = {
     "hit_rate_vs_cache.png",
     "fig12_capacity.png",
     "fleet_mooncake.png",
+    "hybrid_capacity.png",
+    "cpu_tier.png",
     "dashboard.png",
 }
 QUICK = ["seed-block-size", "seed-memory-budget", "seed-prefix-sharing"]

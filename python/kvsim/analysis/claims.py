@@ -51,6 +51,7 @@ from kvsim.analysis.claims_model import (
 from kvsim.analysis.claims_paper import paper_claims, paper_experiments, sizing_claim
 from kvsim.analysis.claims_report import render
 from kvsim.analysis.claims_seed import mooncake_ceiling, seed_claims, seed_experiments, trace_claims
+from kvsim.analysis.claims_tier import tier_claims, tier_experiments
 from kvsim.analysis.executors import check_workers
 from kvsim.analysis.sweep import Point, progress_bar, rows_frame, run_point
 from kvsim.errors import InvalidArgumentError
@@ -58,7 +59,13 @@ from kvsim.errors import InvalidArgumentError
 
 def experiments() -> list[Experiment]:
     """Every experiment the claims need (request counts before `scale`), in claims.md's order."""
-    return [*paper_experiments(), *seed_experiments(), *capacity_experiments(), *fleet_experiments()]
+    return [
+        *paper_experiments(),
+        *seed_experiments(),
+        *capacity_experiments(),
+        *fleet_experiments(),
+        *tier_experiments(),
+    ]
 
 
 def run_experiments(
@@ -219,6 +226,7 @@ def run_claims(
         *seed_claims(results, scale),
         *trace_claims(results, scale),
         *fleet_claims(results, scale),
+        *tier_claims(results, scale),
     ]
     wall = time.perf_counter() - t0
     path = results_dir / "claims.md"

@@ -765,6 +765,24 @@ def plot_all(
         draw_hybrid_capacity(ax[0][0], capacity_rows())
         done(_save(fig, out_dir / "hybrid_capacity.png"))
 
+        from kvsim.analysis.claims_tier import TRACES as TIER_TRACES
+        from kvsim.analysis.plots_tier import draw_tier_hits, draw_tier_ttft
+
+        fig, ax = _fig(2, 1, (17, 6.5))
+        tier = results["tier-mooncake"]
+        tier_top: dict[str, float] = {}
+        if not tier.error and tier.frame.height:
+            n = int(tier.frame["requests"][0])
+            with contextlib.suppress(InvalidArgumentError):  # no trace file here: no ceiling drawn
+                tier_top = {t: mooncake_ceiling(make_workload(t, {}, n, 0)) for t in TIER_TRACES}
+        if tier.error or not tier.frame.height:
+            _empty(ax[0][0], "hit rate against total cache", tier.error or "no rows")
+            _empty(ax[0][1], "TTFT without and with the tier", tier.error or "no rows")
+        else:
+            draw_tier_hits(ax[0][0], tier, tier_top)
+            draw_tier_ttft(ax[0][1], tier)
+        done(_save(fig, out_dir / "cpu_tier.png"))
+
     with matplotlib.rc_context({"font.size": DASHBOARD_FONT_SIZE}):
         fig = Figure(figsize=(30, 17), layout="constrained")
         grid = fig.subplots(2, 4)

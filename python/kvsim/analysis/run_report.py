@@ -219,6 +219,43 @@ def render_groups(config: Any, summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render_tier(config: Any, summary: dict[str, Any]) -> str:
+    """The CPU tier (DESIGN.md §CPU tier): where the prompt tokens came from (GPU prefix cache, the tier,
+    computed), what moved over the host link each way, stores dropped or skipped, evictions, the time
+    requests waited for their loads and the tier's occupancy; vLLM's metric names in brackets where
+    vLLM has one. Empty without a tier."""
+    if not config.kv_offloading_chunks:
+        return ""
+    s = summary
+    from kvsim.model.units import fmt_bytes
+
+    def moved(name: str) -> str:
+        b = s[f"{name}ed_bytes"]
+        return f"{s[f'{name}ed_blocks']:,} blocks" + (f", {fmt_bytes(b)}" if b is not None else "")
+
+    size = config.kv_offloading_chunks
+    rows = [
+        ("GPU prefix hits [prefix_cache_hits]", f"{100 * s['prefix_hit_rate']:.1f} % of prompt tokens"),
+        ("CPU tier hits [external_prefix_cache_hits]", f"{100 * s['cpu_hit_rate']:.1f} % of prompt tokens"),
+        ("computed (misses)", f"{100 * s['miss_rate']:.1f} % of prompt tokens"),
+        ("hits, first admissions (GPU + CPU)", f"{100 * s['hit_rate_first_admission']:.1f} %"),
+        ("loads [kv_offload_load_bytes]", f"{s['loads']:,} ({moved('load')})"),
+        ("stores [kv_offload_store_bytes]", f"{s['stores']:,} ({moved('store')})"),
+        ("stores dropped, tier full [allocation_failure]", f"{s['stores_failed']:,}"),
+        ("stores skipped (store threshold)", f"{s['stores_skipped']:,}"),
+        ("evicted chunks", f"{s['cpu_evictions']:,}"),
+        ("waiting for loads, mean per load", f"{1000 * s['load_wait_s_mean']:.3g} ms"),
+        (
+            "tier occupancy, mean / peak",
+            f"{100 * s['cpu_tier_occupancy']:.1f} % / "
+            f"{100 * s['cpu_tier_peak_occupancy']:.1f} % of {size:,} chunks",
+        ),
+    ]
+    lines = ["== CPU tier =="]
+    lines += [f"  {label:<46} {value}" for label, value in rows]
+    return "\n".join(lines)
+
+
 def fleet_record(result: Any) -> dict[str, Any]:
     """A fleet run's own part of `kvsim run --json` (`fleet`): the router as run, the load imbalance and
     each replica's summary (DESIGN.md §Cluster)."""

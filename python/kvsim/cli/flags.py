@@ -132,6 +132,7 @@ def _knob_flags(name: str) -> list[str]:
 
 _UNIT_TEXT = {
     "bytes": "a size: 12GiB, 512MiB, 1.5GB; a bare number is bytes",
+    "gib": "GiB, as vLLM's flag: 64, 0.5; or a size with its unit: 512MiB",
     "duration": "a time: 1ms, 120us, 5ns; a bare number is picoseconds",
     "seconds": "a time: 100ms, 2s; a bare number is seconds",
     "weights": "NAME=WEIGHT, repeatable or comma-separated",
@@ -154,6 +155,7 @@ VLLM_FLAGS = (
     "max_num_batched_tokens",
     "chunked_prefill",
     "watermark",
+    "kv_offloading_size",
 )
 VLLM_V0_FLAGS = ("preemption", "swap_space_bytes")
 GROUPS = {

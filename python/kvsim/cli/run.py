@@ -17,7 +17,14 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from kvsim.analysis.run_report import fleet_record, render_fleet, render_groups, render_table, run_notes
+from kvsim.analysis.run_report import (
+    fleet_record,
+    render_fleet,
+    render_groups,
+    render_table,
+    render_tier,
+    run_notes,
+)
 from kvsim.analysis.sweep import CONFIG_FIELDS, WORKLOADS, coerce, make_workload, parse_workload
 from kvsim.cli.flags import _BARE, GPU_FLAGS
 from kvsim.errors import InvalidArgumentError, KvsimError
@@ -452,9 +459,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         tick = fmt_duration_ps(config.iteration_time_ps) if config.time_model == "ticks" else None
         print(render_table(serving, result.summary, pct_metrics, pcts, tick))
-        groups = render_groups(config, result.summary)
-        if groups:
-            print(groups)
+        for section in (render_groups(config, result.summary), render_tier(config, result.summary)):
+            if section:
+                print(section)
         if fleet:
             print(render_fleet(result))
         for note in notes:

@@ -302,7 +302,7 @@ def cluster_result(
         a.flags.writeable = False  # the rows may share their memory (polars does not copy)
     every: dict[str, Any] = columns
     raw = EngineOutput(**every, counters=fleet_counters(counters))
-    rows = request_rows(workload, inp, raw)
+    rows = request_rows(workload, inp, raw, tier=any(c.kv_offloading_chunks for c in configs))
     first = inp.sample == 0
     per_request = np.zeros(len(workload), dtype=np.int64)
     per_request[inp.request_row[first]] = replica[first]

@@ -56,6 +56,17 @@ def config_kwargs(config: SimConfig) -> dict[str, Any]:
         cpu_blocks=config.cpu_blocks,
         swap_ps_per_block=config.swap_ps_per_block,
         buddy=config.placement == "buddy",
+        cpu_tier=(
+            config.kv_offloading_chunks,
+            config.kv_offloading_eviction_policy,
+            config.kv_offloading_prompt_only,
+            config.kv_offloading_blocks_per_chunk,
+            config.kv_offloading_store_threshold,
+            config.kv_offloading_ps_per_block,
+            config.kv_offloading_latency_ps,
+        )
+        if config.kv_offloading_chunks
+        else None,
     )
 
 

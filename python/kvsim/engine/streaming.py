@@ -46,6 +46,8 @@ _COLUMNS = (
     "num_swaps",
     "cached_tokens",
     "recomputed_tokens",
+    "cpu_hit_tokens",
+    "load_wait_ps",
     "status",
     "reject_reason",
 )
@@ -258,7 +260,9 @@ def simulate_stream(
             rest = {k: v[m:] for k, v in merged.items()}
             done[:] = [rest] if len(rest["status"]) else []
             held -= m
-            frame = request_rows(w, inp, _raw({k: v[:m] for k, v in merged.items()}, {}))
+            frame = request_rows(
+                w, inp, _raw({k: v[:m] for k, v in merged.items()}, {}), tier=config.kv_offloading_chunks > 0
+            )
             stats.add(frame)
             sink.add(frame)
 
@@ -313,6 +317,8 @@ def _raw(cols: dict[str, np.ndarray], counters: dict[str, int]) -> EngineOutput:
         num_swaps=cols["num_swaps"],
         cached_tokens=cols["cached_tokens"],
         recomputed_tokens=cols["recomputed_tokens"],
+        cpu_hit_tokens=cols["cpu_hit_tokens"],
+        load_wait_ps=cols["load_wait_ps"],
         status=cols["status"],
         reject_reason=cols["reject_reason"],
         counters=counters,

@@ -64,6 +64,8 @@ _DERIVED = (
     "c_ctx_ps",
     "swap_ps_per_block",
     "cpu_blocks",
+    "kv_offloading_chunks",
+    "kv_offloading_ps_per_block",
     "max_num_seqs",
     "max_num_batched_tokens",
 )
@@ -126,6 +128,14 @@ class SimConfig:
     preemption: str = default("preemption")
     cpu_blocks: int = default("cpu_blocks")
     swap_space_bytes: int | None = default("swap_space_bytes")
+    kv_offloading_size: float | None = default("kv_offloading_size")
+    kv_offloading_chunks: int = default("kv_offloading_chunks")
+    kv_offloading_eviction_policy: str = default("kv_offloading_eviction_policy")
+    kv_offloading_prompt_only: bool = default("kv_offloading_prompt_only")
+    kv_offloading_blocks_per_chunk: int = default("kv_offloading_blocks_per_chunk")
+    kv_offloading_store_threshold: int = default("kv_offloading_store_threshold")
+    kv_offloading_ps_per_block: int = default("kv_offloading_ps_per_block")  # None until derived
+    kv_offloading_latency_ps: int = default("kv_offloading_latency_ps")
     sampling: str = default("sampling")
     max_num_seqs: int = default("max_num_seqs")  # None until derived: always an int after init
     max_num_batched_tokens: int = default("max_num_batched_tokens")  # likewise
@@ -293,6 +303,91 @@ class SimConfig:
         object.__setattr__(self, "_pool", pool)
         object.__setattr__(self, "num_blocks", pool.num_blocks)
         self._check_hybrid()
+        self._size_cpu_tier()
+
+    # vLLM's CPU tier pads each chunk to this many bytes (`CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT`).
+    CPU_CHUNK_ALIGNMENT = 4096
+
+    @property
+    def kv_offloading_chunk_bytes(self) -> int | None:
+        """Host bytes one CPU-tier chunk takes: its blocks' KV on every tensor-parallel rank, padded to
+        4 KiB (vLLM 0.33.0's `CPUOffloadingSpec`); None without a model."""
+        per_token = self.pool.kv_bytes_per_token
+        if per_token is None:
+            return None
+        raw = (
+            per_token
+            * self.engine_block_size
+            * self.tensor_parallel_size
+            * self.kv_offloading_blocks_per_chunk
+        )
+        return -(-raw // self.CPU_CHUNK_ALIGNMENT) * self.CPU_CHUNK_ALIGNMENT
+
+    @property
+    def kv_offloading_block_bytes(self) -> int | None:
+        """Host bytes one GPU block's KV takes across the tensor-parallel ranks (what a load or a store
+        moves per block, unpadded); None without a model."""
+        per_token = self.pool.kv_bytes_per_token
+        if per_token is None:
+            return None
+        return per_token * self.engine_block_size * self.tensor_parallel_size
+
+    def _size_cpu_tier(self) -> None:
+        """The CPU tier (DESIGN.md §CPU tier): its chunks from `kv_offloading_size`, its transfer time per
+        block from the GPU's host link, and the configurations it is modelled for."""
+        size = self.kv_offloading_size
+        if size is not None:
+            if self.kv_offloading_chunks:
+                raise InvalidArgumentError(
+                    f"kv_offloading_size {size} and kv_offloading_chunks {self.kv_offloading_chunks} both size "
+                    "the CPU tier: give one of them"
+                )
+            chunk = self.kv_offloading_chunk_bytes
+            if chunk is None:
+                raise InvalidArgumentError(
+                    f"kv_offloading_size {size}: converting it to chunks needs a model (or give "
+                    "kv_offloading_chunks)"
+                )
+            chunks = int(size * 2**30) // chunk  # vLLM: cpu_bytes_to_use = size * (1 << 30)
+            if chunks > MAX_BLOCKS:
+                raise InvalidArgumentError(
+                    f"kv_offloading_size {size} gives {chunks} CPU-tier chunks, more than {MAX_BLOCKS}"
+                )
+            object.__setattr__(self, "kv_offloading_chunks", chunks)
+        if self.kv_offloading_ps_per_block is None:
+            per_token = self.pool.kv_bytes_per_token
+            ps = 0
+            if per_token is not None and self.gpu is not None:
+                from kvsim.model.gpus import resolve as resolve_gpu
+
+                link = resolve_gpu(self.gpu).pcie_bandwidth
+                ps = round(per_token * self.engine_block_size * PS_PER_S / link)
+            object.__setattr__(self, "kv_offloading_ps_per_block", convert("kv_offloading_ps_per_block", ps))
+        if not self.kv_offloading_chunks:
+            return
+        what = f"the CPU tier (kv_offloading_size {self.kv_offloading_size})"
+        if self.kv_offloading_size is None:
+            what = f"the CPU tier (kv_offloading_chunks {self.kv_offloading_chunks})"
+        layout = self.pool.layout
+        if layout is not None and not layout.single_full:
+            raise InvalidArgumentError(
+                f"{what} is modelled for a model of one full-attention group; "
+                f"{getattr(self.model, 'name', self.model)} has {layout.describe()}"
+            )
+        for knob, value, needed in (
+            ("policy", self.policy, "vllm"),
+            ("enable_prefix_caching", self.enable_prefix_caching, True),
+            ("preemption", self.preemption, "recompute"),
+            ("sampling", self.sampling, "independent"),
+            ("waiting_over_budget", self.waiting_over_budget, "stop"),
+            ("append_check", self.append_check, "exact"),
+            ("watermark_rule", self.watermark_rule, "while-running"),
+        ):
+            if value != needed:
+                raise InvalidArgumentError(
+                    f"{what} runs with vLLM v1's scheduler, where its offloading lives: {knob} {value!r} "
+                    f"does not apply (only {needed!r})"
+                )
 
     def _check_hybrid(self) -> None:
         """A model whose KV-cache groups are not one full-attention group runs vLLM v1's hybrid manager

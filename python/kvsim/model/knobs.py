@@ -71,7 +71,8 @@ class Knob:
 
     Attributes:
         default: the one default (SimConfig's, the CLI's, the presets' and sweep files' base).
-        kind: `int`, `float`, `bool`, `choice`, `bytes` (a size, units allowed), `duration` (picoseconds,
+        kind: `int`, `float`, `bool`, `choice`, `bytes` (a size, units allowed), `gib` (a float of GiB, or a
+            size with its unit), `duration` (picoseconds,
             units allowed), `seconds` (a float of seconds, units allowed: `100ms`), `model`, `gpu`, `text`
             (a name or a path), `weights` (the weighted router's scorer weights), `dict`.
         help: one line for `--help` (without the default, which `--help` adds).
@@ -190,6 +191,77 @@ KNOBS: dict[str, Knob] = {
         unit="bytes",
         metavar="SIZE",
         flags=("--swap-space",),
+    ),
+    "kv_offloading_size": Knob(
+        None,
+        "gib",
+        "the CPU tier: host memory for KV blocks, in GiB as vLLM's --kv-offloading-size; its native "
+        "offloading stores computed blocks there and loads them back on a hit; unset: no tier",
+        lo=0,
+        hi=MAX_BYTES / 2**30,
+        optional=True,
+        unit="GiB",
+        metavar="SIZE",
+    ),
+    "kv_offloading_chunks": Knob(
+        0,
+        "int",
+        "the CPU tier's size in chunks (derived from kv_offloading_size with a model; give it directly "
+        "without one); 0: no tier",
+        lo=0,
+        hi=MAX_BLOCKS,
+        unit="chunks",
+        metavar="N",
+    ),
+    "kv_offloading_eviction_policy": Knob(
+        "lru",
+        "choice",
+        "how the CPU tier evicts: lru (vLLM's default) or arc (adaptive replacement); vLLM's "
+        "kv_connector_extra_config eviction_policy",
+        choices=("lru", "arc"),
+    ),
+    "kv_offloading_prompt_only": Knob(
+        True,
+        "bool",
+        "store only prompt tokens in the CPU tier (vLLM's default, its offload_prompt_only)",
+    ),
+    "kv_offloading_blocks_per_chunk": Knob(
+        1,
+        "int",
+        "GPU blocks per CPU-tier chunk, the unit the tier stores, loads and evicts (vLLM's blocks_per_chunk)",
+        lo=1,
+        hi=1 << 20,
+        unit="blocks",
+        metavar="N",
+    ),
+    "kv_offloading_store_threshold": Knob(
+        0,
+        "int",
+        "offers of a chunk before the CPU tier stores it (vLLM's store_threshold; under 2: every offer)",
+        lo=0,
+        hi=1 << 30,
+        metavar="N",
+    ),
+    "kv_offloading_ps_per_block": Knob(
+        None,
+        "duration",
+        "time to move one block to or from the CPU tier over the host link; unset: the block's bytes per "
+        "GPU over the GPU's host link (model and gpu), else 0",
+        lo=0,
+        hi=MAX_COEFFICIENT_PS,
+        optional=True,
+        unit="ps",
+        metavar="TIME",
+    ),
+    "kv_offloading_latency_ps": Knob(
+        6_000_000,
+        "duration",
+        "fixed time of each transfer to or from the CPU tier (a cudaMemcpyAsync's submission: 5-7 us, "
+        "DualPath, arXiv 2602.21548, §5.2)",
+        lo=0,
+        hi=MAX_COEFFICIENT_PS,
+        unit="ps",
+        metavar="TIME",
     ),
     "sampling": Knob(
         "independent",
@@ -594,6 +666,17 @@ def convert(name: str, value: Any) -> Any:
             raise _fail(name, value, f"is not one of {', '.join(repr(o) for o in k.choices)}")
         return dict(k.aliases).get(value, value)
     if k.kind == "float":
+        return _in_range(name, value, _real(name, value, value), k)
+    if k.kind == "gib":
+        # A float of GiB, as vLLM's flag (`64`, `0.5`); text may carry a size unit (`512MiB`).
+        from kvsim.model.units import parse_bytes
+
+        if isinstance(value, str):
+            try:
+                number = float(value.replace("_", ""))
+            except ValueError:
+                number = parse_bytes(name, value) / 2**30
+            return _in_range(name, value, _real(name, value, number), k)
         return _in_range(name, value, _real(name, value, value), k)
     if k.kind in ("int", "bytes", "duration"):
         from kvsim.model.units import parse_bytes, parse_duration_ps

@@ -61,21 +61,21 @@ def _whole(name: str, text: Any, amount: Decimal | float | int, scale: int, what
     return value
 
 
-def parse_bytes(name: str, value: Any) -> int:
-    """`value` (an int, an integral float, or text such as `12GiB`) as a whole number of bytes.
+def parse_bytes(name: str, value: Any, bare_unit: str = "b") -> int:
+    """`value` (a number in `bare_unit`, bytes by default, or text such as `12GiB`) as whole bytes.
 
     Raises:
         InvalidArgumentError: naming `name` and the value, for anything that is not a size.
     """
     if isinstance(value, str):
         amount, unit = _split(name, value)
-        unit = unit or "b"
+        unit = unit or bare_unit
         if unit not in SIZE_UNITS:
             raise InvalidArgumentError(
                 f"{name} {value!r}: unknown size unit (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
             )
         return _whole(name, value, amount, SIZE_UNITS[unit], "bytes")
-    return _whole(name, value, _number(name, value), 1, "bytes")
+    return _whole(name, value, _number(name, value), SIZE_UNITS[bare_unit], "bytes")
 
 
 def parse_duration_ps(name: str, value: Any, bare_unit: str = "ps") -> int:

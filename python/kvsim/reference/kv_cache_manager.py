@@ -177,6 +177,25 @@ class KVCacheManager:
         self._register_full_blocks(req, segments)
         return new
 
+    def _admit_load(
+        self, request_id: int, hits: list[int], last_key: int | None, num_tokens: int
+    ) -> list[int]:
+        """Engine use (a load from the CPU tier, DESIGN.md §CPU tier): a request takes its prefix hits and
+        fresh blocks up to `num_tokens` (a whole number of blocks) whose content is still on its way: they
+        get keys only when the load lands (`_cache_loaded`). The caller has checked that they fit."""
+        self.pool._acquire(hits)
+        new = self.pool.allocate(num_tokens // self.block_size - len(hits))
+        assert new is not None, "capacity was checked by the caller"
+        self._requests[request_id] = _Request(hits + new, num_tokens, len(hits), last_key)
+        return new
+
+    def _cache_loaded(self, request_id: int, segments: Sequence[Segment], num_computed: int) -> None:
+        """Engine use: a load landed; its blocks get their keys, and the request counts `num_computed`
+        tokens (one short of the prompt when the load covered all of it: that token is computed again)."""
+        req = self._requests[request_id]
+        self._register_full_blocks(req, segments)
+        req.num_computed_tokens = num_computed
+
     @staticmethod
     def _check_room(request_id: int, computed: int, num_new_tokens: int, total: int) -> None:
         # Rust: `computed.checked_add(num_new_tokens)` fails past u64, and then so does this (total <= u64).
@@ -227,7 +246,8 @@ class KVCacheManager:
                     f"request {rid} holds {len(req.blocks)} blocks for {req.num_computed_tokens} tokens"
                 )
             expected_keyed = req.num_computed_tokens // bs if self.enable_caching else 0
-            if req.num_keyed_blocks != expected_keyed:
+            # A load that covered the whole prompt keys its last block and computes its last token again.
+            if not expected_keyed <= req.num_keyed_blocks <= max(expected_keyed, len(req.blocks)):
                 raise InternalError(f"request {rid} has {req.num_keyed_blocks} keyed blocks")
             for i, b in enumerate(req.blocks):
                 holders[b] += 1

@@ -2,12 +2,14 @@
 //!
 //! Layers, bottom up: [`hash`] (content keys of blocks), [`free_queue`] (the intrusive LRU list),
 //! [`block_pool`] (reference counts, free queue, prefix map), [`manager`] (per-request block tables,
-//! prefix lookup, copy-on-write). DESIGN.md at the repository root describes the semantics; the
+//! prefix lookup, copy-on-write), and beside them [`cpu_tier`] (the host-memory tier of vLLM's native
+//! offloading). DESIGN.md at the repository root describes the semantics; the
 //! Python package's `kvsim.reference` is the executable spec these types are tested against.
 
 pub mod block_pool;
 pub mod block_table;
 pub mod cluster;
+pub mod cpu_tier;
 pub mod engine;
 pub mod error;
 pub mod floor;

@@ -5,7 +5,8 @@
 use crate::args::{Origin, block_size_arg, bool_arg, int_arg_named, num_blocks_arg, repr, u64_arg};
 use crate::errors::{InternalError, IntoPyResult, invalid};
 use kvsim_core::FreeOrder;
-use kvsim_core::engine::{EngineConfig, Policy, Preemption, TimeModel};
+use kvsim_core::cpu_tier::Eviction;
+use kvsim_core::engine::{EngineConfig, Policy, Preemption, TierConfig, TimeModel};
 use kvsim_core::kv_groups::{GroupKind, GroupSpec, Groups};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -13,9 +14,11 @@ use std::cell::Cell;
 
 /// The engine's keyword arguments, in the order their values are checked; `skip_over_budget`,
 /// `watermark_while_running` and `one_free_block` default to false, `max_model_len` may be None,
-/// `kv_groups` (a hybrid model's groups), `scheduler_block_size` and `retention_interval` are optional;
+/// `kv_groups` (a hybrid model's groups), `scheduler_block_size`, `retention_interval` and `cpu_tier` (the
+/// CPU tier: (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold, ps_per_block, latency_ps))
+/// are optional;
 /// every other one is required.
-pub(crate) const KNOBS: [&str; 26] = [
+pub(crate) const KNOBS: [&str; 27] = [
     "num_blocks",
     "block_size",
     "policy",
@@ -42,6 +45,7 @@ pub(crate) const KNOBS: [&str; 26] = [
     "kv_groups",
     "scheduler_block_size",
     "retention_interval",
+    "cpu_tier",
 ];
 
 /// Reads the knobs of one dict, each by its name in `KNOBS` (else an internal error: the table and the
@@ -150,6 +154,47 @@ fn kv_groups(k: &Knobs<'_, '_>) -> PyResult<Option<(Vec<GroupSpec>, u64, Option<
 /// skipped). An unknown or missing key, or a value of the wrong type, is an `InvalidArgumentError`
 /// naming the key (and `configs[r]` for a replica), checked before any range; then the ranges, in
 /// `KNOBS` order.
+/// The CPU tier (`cpu_tier`: (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold,
+/// ps_per_block, latency_ps)), checked into the core's type; None without one.
+fn cpu_tier(k: &Knobs<'_, '_>) -> PyResult<Option<TierConfig>> {
+    let Some(v) = k.get("cpu_tier")?.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let name = k.origin.name("cpu_tier");
+    let (chunks, eviction, prompt_only, bpc, threshold, per_block, latency): (
+        i128,
+        String,
+        bool,
+        i128,
+        i128,
+        i128,
+        i128,
+    ) = v.extract().map_err(|_| {
+        invalid(format!(
+            "{name} {} must be (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold, ps_per_block, latency_ps)",
+            repr(&v)
+        ))
+    })?;
+    let eviction = match eviction.as_str() {
+        "lru" => Eviction::Lru,
+        "arc" => Eviction::Arc,
+        other => {
+            return Err(invalid(format!(
+                "{name} eviction '{other}' is not one of 'lru', 'arc'"
+            )));
+        }
+    };
+    Ok(Some(TierConfig {
+        chunks: u64_arg(chunks, "cpu_tier chunks")?,
+        eviction,
+        prompt_only,
+        blocks_per_chunk: u64_arg(bpc, "cpu_tier blocks_per_chunk")?,
+        store_threshold: u64_arg(threshold, "cpu_tier store_threshold")?,
+        ps_per_block: u64_arg(per_block, "cpu_tier ps_per_block")?,
+        latency_ps: u64_arg(latency, "cpu_tier latency_ps")?,
+    }))
+}
+
 pub(crate) fn engine_config(
     d: &Bound<'_, PyDict>,
     origin: Origin,
@@ -185,6 +230,7 @@ pub(crate) fn engine_config(
     let swap_ps_per_block = k.int("swap_ps_per_block")?;
     let buddy = k.flag("buddy", None)?;
     let groups = kv_groups(&k)?;
+    let tier = cpu_tier(&k)?;
     if k.read.get() != KNOBS.len() {
         return Err(InternalError::new_err(
             "engine_config reads a different set of knobs than KNOBS lists",
@@ -231,6 +277,7 @@ pub(crate) fn engine_config(
             groups: groups
                 .map(|(specs, sched, retention)| Groups::new(specs, sched, retention).py())
                 .transpose()?,
+            tier,
         })
     };
     checked().map_err(|e| origin.wrap(d.py(), e))

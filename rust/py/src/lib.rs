@@ -3,7 +3,7 @@
 //! map): `errors` (the core's errors as kvsim's exceptions), `guard` (panics, poisoning, the GIL released
 //! under a Ctrl-C watch), `args` (Python arguments into the core's types), `config` (the engine's knobs),
 //! `columns` (columns in and out), and the wrappers: `pool`, `manager`, `engine`, `stream`, `cluster`,
-//! `floor`.
+//! `floor`, `cpu_tier`.
 
 // PyO3 extracts arguments into owned values; borrowing them is not an option at this boundary.
 #![allow(clippy::needless_pass_by_value)]
@@ -14,6 +14,7 @@ mod args;
 mod cluster;
 mod columns;
 mod config;
+mod cpu_tier;
 mod engine;
 mod errors;
 mod floor;
@@ -30,6 +31,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::PyBlockPool>()?;
     m.add_class::<manager::PyKVCacheManager>()?;
     m.add_class::<stream::PyStream>()?;
+    m.add_class::<cpu_tier::PyCpuTier>()?;
     m.add_function(wrap_pyfunction!(pool::block_keys, m)?)?;
     m.add_function(wrap_pyfunction!(pool::pool_memory, m)?)?;
     m.add("POOL_BYTES_PER_BLOCK", POOL_BYTES_PER_BLOCK)?;

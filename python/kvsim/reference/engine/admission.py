@@ -117,16 +117,18 @@ class Admission(State):
         self.note_admission(s, hit, total)
         return num_new
 
-    def note_admission(self, s: Seq, hit: int, total: int) -> None:
-        """Counters and row columns of a paged admission that took `hit` cached tokens of `total`."""
+    def note_admission(self, s: Seq, hit: int, total: int, cpu_hit: int = 0) -> None:
+        """Counters and row columns of a paged admission that took `hit` cached tokens of `total` on the
+        GPU and `cpu_hit` more from the CPU tier."""
         self.c["prefix_hit_tokens"] += hit
         self.c["prompt_tokens_admitted"] += total
         if not s.admitted_before:  # hits on a first admission: sharing between requests, not resumes
             s.admitted_before = True
             self.c["first_hit_tokens"] += hit
+            self.c["first_cpu_hit_tokens"] += cpu_hit
             self.c["first_prompt_tokens"] += total
         self.cols["cached_tokens"][s.idx] += hit
-        recomputed = max(0, s.computed_at_preemption - hit)
+        recomputed = max(0, s.computed_at_preemption - hit - cpu_hit)
         self.cols["recomputed_tokens"][s.idx] += recomputed
         self.c["recomputed_tokens"] += recomputed
 

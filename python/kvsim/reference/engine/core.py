@@ -20,6 +20,7 @@ from kvsim.reference.engine.admission import Admission
 from kvsim.reference.engine.events import EVENT_COLUMNS, EventLog
 from kvsim.reference.engine.hybrid import Hybrid
 from kvsim.reference.engine.memory import Memory
+from kvsim.reference.engine.offload import Offload
 from kvsim.reference.engine.output import (
     COLUMN_DTYPE,
     COLUMN_FILL,
@@ -38,7 +39,7 @@ from kvsim.reference.kv_cache_manager import KVCacheManager
 from kvsim.reference.kv_groups import HybridKVCacheManager
 
 
-class Engine(Admission, Running, Preemption, Memory, Hybrid, Timing, EventLog):
+class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, EventLog):
     """One replica's state and its loop; each base class holds one concern's rules (as Rust's `impl
     Engine` blocks, one per file)."""
 
@@ -88,6 +89,7 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Timing, EventLog):
         self.cpu_used = 0
         self.swap_blocks_step = 0
         self.running: list[Seq] = []
+        self.init_tier()
         self.c = dict.fromkeys(COUNTERS, 0)
         for g in range(len(groups)):  # hybrid: time-weighted and peak blocks each group's tables hold
             self.c[f"w_group_blocks_{g}"] = self.c[f"peak_group_blocks_{g}"] = 0
@@ -166,7 +168,7 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Timing, EventLog):
 
     @property
     def idle(self) -> bool:
-        return not self.running and not self.waiting and not self.swapped
+        return not self.running and not self.waiting and not self.swapped and not self.held
 
     def advance(self, final: bool) -> None:
         """Steps until the run is over or, with more input to come (`final` false), until a step could
@@ -180,10 +182,18 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Timing, EventLog):
             idle = self.idle
             if self.nxt == n and not final and (idle or self.t >= last_arrival):
                 return
+            if self.stalled:  # CPU tier: waits for a transfer or the next arrival
+                self.resolve_stall(None)
+                continue
             if idle:
+                if self.finished_last:  # CPU tier: the finished requests' last stores, in a step of their own
+                    self.tier_empty_step()
+                    continue
                 if self.nxt == n:
                     break
                 self.t = arrivals[self.nxt]
+                if self.tier is not None:
+                    self.observe()
                 continue
             self.step()
         self.finish_counters()
@@ -195,9 +205,18 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Timing, EventLog):
         arrivals = self.arrivals
         while self.t < horizon:
             self.join_arrivals()
+            if self.stalled:
+                if not self.resolve_stall(horizon):
+                    return
+                continue
             if self.idle:
+                if self.finished_last:
+                    self.tier_empty_step()
+                    continue
                 if self.nxt < len(self.seqs) and arrivals[self.nxt] < horizon:
                     self.t = arrivals[self.nxt]
+                    if self.tier is not None:
+                        self.observe()
                     continue
                 return
             self.step()

@@ -26,6 +26,14 @@ EVENT_KINDS = (
     "fork",
     "schedule",
     "window",
+    # The CPU tier (DESIGN.md §CPU tier): a store or a load starts (`count`: its chunks), the tier holds
+    # `count` tokens of a request beyond its GPU hits, a store evicts a chunk, a transfer is observed done.
+    "store",
+    "load",
+    "cpu-hit",
+    "cpu-evict",
+    "store-done",
+    "load-done",
 )
 EVENT = {kind: code for code, kind in enumerate(EVENT_KINDS)}
 EVENT_COLUMNS = ("step", "time_ps", "kind", "seq", "block", "count")

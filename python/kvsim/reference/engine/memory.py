@@ -61,6 +61,8 @@ class Memory(State):
                 reserved += final - s.num_computed
                 internal += size - final
             external = self.space.external_fragmentation()
+        if self.tier is not None:
+            self.tier_measure(dt)
         c["w_batch"] += dt * batch
         c["w_stored"] += dt * stored
         c["w_allocated"] += dt * allocated

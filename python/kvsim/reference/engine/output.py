@@ -49,6 +49,8 @@ COLUMN_FILL = {
     "num_swaps": 0,
     "cached_tokens": 0,
     "recomputed_tokens": 0,
+    "cpu_hit_tokens": 0,
+    "load_wait_ps": 0,
     "status": -1,
     "reject_reason": 0,
 }
@@ -78,6 +80,20 @@ COUNTERS = (
     "num_block_allocations",
     "first_hit_tokens",
     "first_prompt_tokens",
+    # The CPU tier (DESIGN.md §CPU tier); 0 without one.
+    "cpu_hit_tokens",
+    "first_cpu_hit_tokens",
+    "num_loads",
+    "loaded_blocks",
+    "num_stores",
+    "stored_blocks",
+    "cpu_evictions",
+    "stores_failed",
+    "stores_skipped",
+    "num_flushes",
+    "load_wait_ps",
+    "w_cpu_chunks",
+    "peak_cpu_chunks",
 )
 
 
@@ -95,6 +111,8 @@ class EngineOutput:
     num_swaps: np.ndarray
     cached_tokens: np.ndarray
     recomputed_tokens: np.ndarray
+    cpu_hit_tokens: np.ndarray
+    load_wait_ps: np.ndarray
     status: np.ndarray
     reject_reason: np.ndarray
     counters: dict[str, int] = field(default_factory=dict)

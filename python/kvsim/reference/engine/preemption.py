@@ -78,6 +78,9 @@ class Preemption(State):
         self.c["num_preemptions"] += 1
         self.log("preempt", s)
         self.release(s)
+        s.prefilling = False
+        if self.tier is not None:
+            self.preempted_now.append(s)
         s.computed_at_preemption = s.num_computed
         s.num_computed = 0
         s.decoding = False

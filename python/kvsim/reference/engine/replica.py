@@ -33,10 +33,10 @@ class Replica:
         return self.engine.bs
 
     def waiting(self) -> int:
-        """Sequences that joined and wait to be (re)admitted: the waiting queue and the swapped units'
-        samples."""
+        """Sequences that joined and wait to be (re)admitted: the waiting queue, the swapped units' samples
+        and those holding blocks for a load from the CPU tier."""
         e = self.engine
-        return len(e.waiting) + sum(len(unit) for unit in e.swapped)
+        return len(e.waiting) + sum(len(unit) for unit in e.swapped) + len(e.held)
 
     def running(self) -> int:
         return len(self.engine.running)

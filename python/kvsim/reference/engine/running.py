@@ -25,7 +25,10 @@ class Running(State):
         budget = self.swap_in_phase(scheduled, budget)
         if self.swapped:
             return scheduled
-        self.waiting_phase(scheduled, budget)
+        if self.tier is not None:
+            self.tier_waiting_phase(scheduled, budget)
+        else:
+            self.waiting_phase(scheduled, budget)
         return scheduled
 
     def running_phase(self, scheduled: list[tuple[Seq, int]], budget: int) -> tuple[int, bool]:
@@ -96,6 +99,8 @@ class Running(State):
         new = self.kv.allocate(s.idx, s.segments(), num_new)
         if new is None:
             return False
+        if self.tier is not None:
+            self.touched.update(new)
         self.log_allocations(s, new, "cow-copy" if self.kv.num_cow_copies > copies else "allocate")
         used = before - self.kv.num_free_blocks
         if s.reserved_blocks:
@@ -109,15 +114,28 @@ class Running(State):
         """One iteration at `t` once the arrivals joined: schedule, time, measure, sample, finish."""
         cols = self.cols
         before = (self.num_rejected, self.c["num_preemptions"])
+        loads = self.c["num_loads"]
         scheduled = self.schedule()
+        tier = self.tier is not None
         if not scheduled:
             # Fine if a head was rejected or a sequence preempted itself (no time passes); anything
-            # else would repeat forever.
-            if before == (self.num_rejected, self.c["num_preemptions"]):
+            # else would repeat forever. With a CPU tier, a step may also wait for transfers: it offers
+            # the stores of requests finished before and observes; if nothing changed, the engine stalls
+            # until a transfer ends or a request arrives (`resolve_stall`).
+            changed = before != (self.num_rejected, self.c["num_preemptions"])
+            if tier:
+                changed = self.tier_empty_step() or changed or loads != self.c["num_loads"]
+                self.stalled = not changed
+            elif not changed:
                 raise InternalError(f"no progress at time {self.t} ps")
             return
         self.log_schedule(scheduled)
         dt = self.step_time(scheduled)
+        if tier:
+            for s, _ in scheduled:
+                s.prefilling = s.prefilling and s.num_computed < s.num_tokens
+            _, flush_end = self.offer_stores(scheduled, self.t + dt)
+            dt = max(dt, flush_end - self.t)
         if self.t + dt > MAX_TIME_PS:
             raise InvalidArgumentError(clock_overflow_message(self.c["num_steps"], self.t))
         self.measure(dt, len(scheduled), sum(k for _, k in scheduled))
@@ -145,11 +163,16 @@ class Running(State):
         for s in done:
             self.itl_runs.append((s.idx, s.run_first, step, s.run_gap))
             self.log("finish", s)
+            if tier:
+                self.tier_finished(s)
             self.release(s)
             self.running.remove(s)
             cols["status"][s.idx] = FINISHED
             cols["finish"][s.idx] = self.t
             cols["generated"][s.idx] = s.generated
+        if tier:
+            self.finished_last.extend(done)
+            self.observe()
 
     def note_token(self, s: Seq, step: int) -> None:
         """ITL: `s` samples a token in `step`, ending at `t`. A token whose sequence sampled none in the

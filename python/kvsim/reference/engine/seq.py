@@ -33,6 +33,16 @@ class Seq:
     # index; -1 for none. A group sits together in the running list and is scheduled, preempted and
     # swapped as one.
     group: int = -1
+    # CPU tier (DESIGN.md §CPU tier): transfers in flight for it, the next chunk a store offers, whether a
+    # load holds its blocks (`held`) and has landed, whether it still prefills (vLLM's
+    # `_inflight_prefills`, which a load's admission reserves blocks for), when its load was admitted.
+    jobs: int = 0
+    next_store: int = 0
+    held: bool = False
+    loaded: bool = False
+    prefilling: bool = False
+    load_at: int = -1
+    table: list[int] = field(default_factory=list)  # a finished one's blocks, for its last stores
     # ITL (kvsim.engine.metrics): the current run of tokens sampled in consecutive steps, from step `run_first`
     # to `last_step` (its last token at `last_time` ps), and the gap before its first token (-1: the
     # sequence's first token).

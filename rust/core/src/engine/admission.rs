@@ -62,22 +62,11 @@ impl Engine<'_> {
                 num_new
             }
             Memory::Paged(_) if cfg.groups.is_some() => self.hybrid_try_admit(k, budget),
-            Memory::Paged(pool) => {
-                self.hits.clear();
-                let s = &mut self.slab[k];
-                if pool.enable_caching() && s.keys_for != total {
-                    // A first admission cannot hit a block holding a segment private to this sequence:
-                    // nobody else has that content (it registered nothing yet), so stop hashing there.
-                    let limit = if s.admitted_before || !self.defer_keys {
-                        u64::MAX
-                    } else {
-                        s.private_from / bs
-                    };
-                    s.sync_output();
-                    BlockTable::lookup_keys(bs, &s.segs, total, limit, &mut s.keys);
-                    s.keys_for = total;
-                }
-                let last_key = BlockTable::find_hits_cached(pool, &s.keys, &mut self.hits);
+            Memory::Paged(_) => {
+                let last_key = self.gpu_hits(k);
+                let Memory::Paged(pool) = &mut self.mem else {
+                    unreachable!()
+                };
                 let s = &self.slab[k];
                 let num_hits = self.hits.len() as u64;
                 let hit = num_hits * bs;
@@ -128,13 +117,38 @@ impl Engine<'_> {
                     self.outstanding += s.reserved_blocks;
                 }
                 s.num_computed = hit + num_new;
-                self.note_admission(k, hit, total);
+                self.note_admission(k, hit, total, 0);
                 if self.log.is_some() {
                     self.log_admission(self.slab[k].row);
                 }
                 num_new
             }
         }
+    }
+
+    /// A waiting sequence's cached prefix (one full-attention group): its hits into `self.hits`, the key
+    /// of the last one returned (the lookup's keys are kept in the sequence until its content grows).
+    pub(super) fn gpu_hits(&mut self, k: usize) -> Option<crate::BlockKey> {
+        let bs = self.cfg.block_size;
+        self.hits.clear();
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("paged only")
+        };
+        let s = &mut self.slab[k];
+        let total = s.num_tokens();
+        if pool.enable_caching() && s.keys_for != total {
+            // A first admission cannot hit a block holding a segment private to this sequence:
+            // nobody else has that content (it registered nothing yet), so stop hashing there.
+            let limit = if s.admitted_before || !self.defer_keys {
+                u64::MAX
+            } else {
+                s.private_from / bs
+            };
+            s.sync_output();
+            BlockTable::lookup_keys(bs, &s.segs, total, limit, &mut s.keys);
+            s.keys_for = total;
+        }
+        BlockTable::find_hits_cached(pool, &s.keys, &mut self.hits)
     }
 
     /// A paged admission's events: `admit`, a `prefix-hit` per block in `hits`, an `allocate` per new block.
@@ -147,10 +161,11 @@ impl Engine<'_> {
         self.log_allocations(row, event::ALLOCATE);
     }
 
-    /// Counters and row columns of a paged admission that took `hit` cached tokens of `total`.
-    pub(super) fn note_admission(&mut self, k: usize, hit: u64, total: u64) {
+    /// Counters and row columns of a paged admission that took `hit` cached tokens of `total` on the GPU
+    /// and `cpu_hit` more from the CPU tier.
+    pub(super) fn note_admission(&mut self, k: usize, hit: u64, total: u64, cpu_hit: u64) {
         let s = &mut self.slab[k];
-        let recomputed = s.computed_at_preemption.saturating_sub(hit);
+        let recomputed = s.computed_at_preemption.saturating_sub(hit + cpu_hit);
         let c = &mut self.out.counters;
         c.prefix_hit_tokens += i128::from(hit);
         c.prompt_tokens_admitted += i128::from(total);
@@ -158,6 +173,7 @@ impl Engine<'_> {
             // Hits on a first admission: sharing between requests, not resumes.
             s.admitted_before = true;
             c.first_hit_tokens += i128::from(hit);
+            c.first_cpu_hit_tokens += i128::from(cpu_hit);
             c.first_prompt_tokens += i128::from(total);
         }
         c.recomputed_tokens += i128::from(recomputed);
@@ -224,6 +240,10 @@ impl Engine<'_> {
     pub(super) fn admit_waiting(&mut self, budget: u64) {
         let mut budget = self.admit_swapped(budget);
         if !self.swapped.is_empty() {
+            return;
+        }
+        if self.tier.is_some() {
+            self.tier_admit_waiting(budget);
             return;
         }
         let cfg = self.cfg;

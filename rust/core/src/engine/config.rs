@@ -112,6 +112,26 @@ pub struct EngineConfig {
     /// Several KV-cache groups (or one that is not full attention): vLLM's hybrid manager serves the
     /// pool (DESIGN.md §Hybrid attention). None: one full-attention group, the classic path.
     pub groups: Option<Groups>,
+    /// vLLM's native KV offloading to a CPU tier (DESIGN.md §CPU tier); None: no tier.
+    pub tier: Option<TierConfig>,
+}
+
+/// The CPU tier's knobs (`SimConfig.kv_offloading_*`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TierConfig {
+    /// Chunks the tier holds (at least 1).
+    pub chunks: u64,
+    pub eviction: crate::cpu_tier::Eviction,
+    /// Store prompt tokens only (vLLM's default).
+    pub prompt_only: bool,
+    /// GPU blocks per chunk.
+    pub blocks_per_chunk: u64,
+    /// Offers of a chunk before it is stored (under 2: every offer).
+    pub store_threshold: u64,
+    /// Time to move one block over the host link, each way.
+    pub ps_per_block: u64,
+    /// Fixed time of each transfer.
+    pub latency_ps: u64,
 }
 
 impl EngineConfig {
@@ -143,6 +163,7 @@ impl EngineConfig {
             cpu_blocks: 0,
             swap_ps_per_block: 0,
             groups: None,
+            tier: None,
         }
     }
 
@@ -181,6 +202,23 @@ impl EngineConfig {
             if self.preemption != Preemption::Recompute || self.one_free_block {
                 invalid_arg!(
                     "KV-cache groups (a hybrid model) take vLLM v1's rules: preemption 'recompute', append_check 'exact'"
+                );
+            }
+        }
+        if let Some(tier) = &self.tier {
+            if tier.chunks < 1 || tier.blocks_per_chunk < 1 {
+                invalid_arg!("the CPU tier needs at least 1 chunk of at least 1 block");
+            }
+            if self.policy != Policy::Vllm
+                || !self.enable_prefix_caching
+                || self.preemption != Preemption::Recompute
+                || self.skip_over_budget
+                || self.one_free_block
+                || !self.watermark_while_running
+                || self.groups.is_some()
+            {
+                invalid_arg!(
+                    "the CPU tier takes vLLM v1's rules: policy 'vllm', prefix caching on, preemption 'recompute', waiting_over_budget 'stop', append_check 'exact', watermark_rule 'while-running', one full-attention group"
                 );
             }
         }

@@ -21,6 +21,15 @@ pub mod event {
     pub const SCHEDULE: i64 = 12;
     /// A block that left a sliding window or a local chunk (freed, the null block in its place).
     pub const WINDOW: i64 = 13;
+    /// The CPU tier (DESIGN.md §CPU tier): a store or a load starts (`count`: its chunks), a request's
+    /// hit in the tier (`count`: tokens beyond its GPU hits), a store evicts a chunk, a transfer is seen
+    /// complete (`count`: its chunks).
+    pub const STORE: i64 = 14;
+    pub const LOAD: i64 = 15;
+    pub const CPU_HIT: i64 = 16;
+    pub const CPU_EVICT: i64 = 17;
+    pub const STORE_DONE: i64 = 18;
+    pub const LOAD_DONE: i64 = 19;
 }
 
 /// Reject reasons, shared with `kvsim.reference.engine.REJECT_REASONS`.

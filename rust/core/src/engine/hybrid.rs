@@ -83,7 +83,7 @@ impl Engine<'_> {
             }
             self.log_group_allocations(row);
         }
-        self.note_admission(k, hit, total);
+        self.note_admission(k, hit, total, 0);
         num_new
     }
 

@@ -241,6 +241,7 @@ impl Engine<'_> {
             || self.cfg.groups.is_some()
             || self.running.len() as u64 > self.cfg.max_num_batched_tokens
             || self.one_free_block_binds()
+            || (self.tier.is_some() && !self.tier_quiet())
         {
             return;
         }
@@ -287,10 +288,12 @@ impl Engine<'_> {
     pub(super) fn lockstep_step(&mut self) -> bool {
         if self.one_free_block_binds() {
             // A sequence without an event could find the pool empty this step: walk them all.
+            // A sequence without an event could find the pool empty this step: walk them all.
             self.exit_lockstep();
             return self.full_step();
         }
         let step = self.step;
+        let marks = self.progress_marks();
         let before = self.running.len() as u64;
         self.agg.c += before;
         self.agg.internal -= before as i64;
@@ -310,16 +313,26 @@ impl Engine<'_> {
         let batch = self.running.len() as u64;
         if batch == 0 {
             self.exit_lockstep();
-            return false;
+            return self.tier.is_some() && self.tier_scheduled_nothing(marks);
         }
         if self.log.is_some() {
             self.log_schedule(decoding as usize);
         }
-        let dt = self.linear_time(tokens, self.agg.c);
+        let mut dt = self.linear_time(tokens, self.agg.c);
+        if self.tier.is_some() {
+            // The admitted requests' stores and the finished ones' (the decoding ones offer nothing:
+            // `tier_quiet`), and the flush.
+            dt = self.tier_step_stores(dt);
+        }
         let state = self.aggregate_state();
         self.record(dt, batch, tokens, state);
         let prefilling = self.lockstep_sample(step);
+        let tier_moves = self.tier.is_some() && {
+            self.observe();
+            !self.tier_stays_quiet()
+        };
         if prefilling
+            || tier_moves
             || self.running.is_empty()
             || self.running.len() as u64 > self.cfg.max_num_batched_tokens
         {
@@ -382,6 +395,22 @@ impl Engine<'_> {
                 }
                 span = lo;
             }
+        }
+        if let Some(end) = self.tier.is_some().then(|| self.next_transfer()).flatten() {
+            // A CPU tier: a transfer is seen at the end of the first step ending at or after its end,
+            // which is taken alone: the span holds only steps ending before it (step j ends when step
+            // j + 1 starts).
+            let gap = i128::from(end - self.t);
+            let (mut lo, mut hi) = (0u64, span); // steps 0..lo end before `end`
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                if start(mid) < gap {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            span = span.min(lo);
         }
         // Then the events: the span ends at the next bucket holding anything (a stale entry too).
         let limit = span;
@@ -450,6 +479,12 @@ impl Engine<'_> {
                 ctr.w_external += weigh(i128::from(space.external_fragmentation()), 0);
                 ctr.peak_allocated_tokens = ctr.peak_allocated_tokens.max(size);
             }
+        }
+        if let Some(tier) = &self.tier {
+            // A quiet tier holds still.
+            let used = i128::from(tier.cpu.used());
+            ctr.w_cpu_chunks += busy * used;
+            ctr.peak_cpu_chunks = ctr.peak_cpu_chunks.max(used);
         }
         ctr.num_steps += kk;
         ctr.busy_ps += busy;

@@ -17,6 +17,7 @@ mod hybrid;
 mod input;
 mod lockstep;
 mod memory;
+mod offload;
 mod output;
 mod preemption;
 mod running;
@@ -28,7 +29,7 @@ mod timing;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use config::{EngineConfig, Policy, Preemption, TimeModel};
+pub use config::{EngineConfig, Policy, Preemption, TierConfig, TimeModel};
 pub use input::EngineInput;
 pub(crate) use output::for_each_row_column;
 pub use output::{Counters, EngineOutput, StepDurations};
@@ -140,6 +141,8 @@ pub struct Engine<'a> {
     horizon: i64,
     /// `quiet_through`'s memo of the steps it found neutral (reset by every advance).
     quiet: stepped::QuietMemo,
+    /// The CPU tier and its transfers (DESIGN.md §CPU tier), None without one.
+    tier: Option<Box<offload::Tier>>,
 }
 
 impl<'a> Engine<'a> {
@@ -185,7 +188,8 @@ impl<'a> Engine<'a> {
                 Space::FirstFit(FirstFit::new(cap))
             })
         };
-        // A hybrid pool keys its blocks as it allocates them (no phantom keys, no lockstep).
+        // A hybrid pool keys its blocks as it allocates them (no phantom keys, no lockstep). (A CPU tier
+        // names its chunks by keys of its own, `Seq::tier_keys`: the pool's may stay phantom.)
         let defer_keys = cfg.groups.is_none() && !inp.segment_id.iter().any(|&id| id >= OUTPUT_BIT);
         let private_from = if defer_keys && cfg.enable_prefix_caching && cfg.policy.is_paged() {
             private_starts(&inp)
@@ -240,6 +244,9 @@ impl<'a> Engine<'a> {
             final_input: true,
             horizon: i64::MAX,
             quiet: stepped::QuietMemo::new(),
+            tier: cfg
+                .tier
+                .map(|t| Box::new(offload::Tier::new(t, cfg.block_size))),
         };
         if let Some(groups) = &cfg.groups {
             engine.out.counters.group_blocks = vec![[0, 0]; groups.len()];
@@ -323,18 +330,42 @@ impl<'a> Engine<'a> {
                 nxt += 1;
             }
             if self.running.is_empty() && self.nothing_waits() && self.swapped.is_empty() {
+                if nxt == end && !self.final_input {
+                    break Ok(()); // more input to come: the next arrival is not known yet
+                }
+                if let Some(tier) = &self.tier
+                    && !tier.finished_last.is_empty()
+                {
+                    // The finished requests' last stores, in a step of their own.
+                    self.tier_empty_step();
+                    continue;
+                }
                 if nxt == end {
-                    break Ok(()); // the end, or (more input to come) the next arrival is not known yet
+                    break Ok(()); // the end
                 }
                 let a = arrivals[nxt - base];
                 if a >= horizon {
                     break Ok(()); // a stepped replica idles at its horizon without moving its clock
                 }
                 self.t = a;
+                if self.tier.is_some() {
+                    self.observe();
+                }
                 continue;
             }
             if self.t >= stop_at && nxt == end {
                 break Ok(()); // more input to come: a later row may arrive at the start of this step
+            }
+            if let Some(tier) = &self.tier
+                && tier.stalled
+            {
+                // Waits for a transfer or the next arrival (a stepped replica: not past its horizon).
+                let arrival = (nxt < end).then(|| arrivals[nxt - base]);
+                match self.resolve_stall(arrival, horizon) {
+                    Ok(true) => continue,
+                    Ok(false) => break Ok(()),
+                    Err(e) => break Err(e),
+                }
             }
             let (rejected_before, preempted_before) =
                 (self.num_rejected, self.out.counters.num_preemptions);

@@ -30,6 +30,20 @@ pub struct Counters {
     pub num_block_allocations: i128,
     pub first_hit_tokens: i128,
     pub first_prompt_tokens: i128,
+    /// The CPU tier (DESIGN.md §CPU tier); 0 without one.
+    pub cpu_hit_tokens: i128,
+    pub first_cpu_hit_tokens: i128,
+    pub num_loads: i128,
+    pub loaded_blocks: i128,
+    pub num_stores: i128,
+    pub stored_blocks: i128,
+    pub cpu_evictions: i128,
+    pub stores_failed: i128,
+    pub stores_skipped: i128,
+    pub num_flushes: i128,
+    pub load_wait_ps: i128,
+    pub w_cpu_chunks: i128,
+    pub peak_cpu_chunks: i128,
     /// A hybrid pool's groups (DESIGN.md §Hybrid attention): per group, the time-weighted sum (ps ×
     /// blocks) and the peak of the blocks the running tables hold (the Python side's
     /// `w_group_blocks_<g>`, `peak_group_blocks_<g>`). Empty for one full-attention group.
@@ -65,6 +79,19 @@ impl Counters {
             ("num_block_allocations", self.num_block_allocations),
             ("first_hit_tokens", self.first_hit_tokens),
             ("first_prompt_tokens", self.first_prompt_tokens),
+            ("cpu_hit_tokens", self.cpu_hit_tokens),
+            ("first_cpu_hit_tokens", self.first_cpu_hit_tokens),
+            ("num_loads", self.num_loads),
+            ("loaded_blocks", self.loaded_blocks),
+            ("num_stores", self.num_stores),
+            ("stored_blocks", self.stored_blocks),
+            ("cpu_evictions", self.cpu_evictions),
+            ("stores_failed", self.stores_failed),
+            ("stores_skipped", self.stores_skipped),
+            ("num_flushes", self.num_flushes),
+            ("load_wait_ps", self.load_wait_ps),
+            ("w_cpu_chunks", self.w_cpu_chunks),
+            ("peak_cpu_chunks", self.peak_cpu_chunks),
         ]
     }
 }
@@ -82,6 +109,8 @@ macro_rules! for_each_row_column {
         $m!(num_swaps, 0);
         $m!(cached_tokens, 0);
         $m!(recomputed_tokens, 0);
+        $m!(cpu_hit_tokens, 0);
+        $m!(load_wait_ps, 0);
         $m!(status, -1);
         $m!(reject_reason, 0);
     };
@@ -98,6 +127,9 @@ pub struct EngineOutput {
     pub num_swaps: Vec<i64>,
     pub cached_tokens: Vec<i64>,
     pub recomputed_tokens: Vec<i64>,
+    /// Tokens of the row loaded from the CPU tier, and the time it waited for its loads.
+    pub cpu_hit_tokens: Vec<i64>,
+    pub load_wait_ps: Vec<i64>,
     /// 0 finished, 1 rejected (-1 until then).
     pub status: Vec<i8>,
     /// 0, or why the row was rejected (`engine::reject`).
@@ -370,6 +402,8 @@ impl EngineOutput {
                 ("num_swaps", self.num_swaps),
                 ("cached_tokens", self.cached_tokens),
                 ("recomputed_tokens", self.recomputed_tokens),
+                ("cpu_hit_tokens", self.cpu_hit_tokens),
+                ("load_wait_ps", self.load_wait_ps),
             ],
             [
                 ("status", self.status),

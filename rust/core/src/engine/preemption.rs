@@ -109,6 +109,10 @@ impl Engine<'_> {
         s.computed_at_preemption = s.num_computed;
         s.num_computed = 0;
         s.decoding = false;
+        s.prefilling = false;
+        if let Some(tier) = &mut self.tier {
+            tier.preempted_now.push(k);
+        }
         self.waiting.push_front(k);
     }
 

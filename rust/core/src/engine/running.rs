@@ -28,8 +28,13 @@ impl Engine<'_> {
         let phantom = self.defer_keys.then_some(s.private_from);
         s.sync_output();
         s.table
-            .register_full_blocks_cached(pool, bs, &s.segs, &[], phantom);
+            .register_full_blocks_cached(pool, bs, &s.segs, &s.tier_keys, phantom);
         let row = s.row;
+        if let Some(tier) = &mut self.tier
+            && !self.lockstep
+        {
+            tier.touched.extend_from_slice(&self.new_blocks);
+        }
         if copied {
             self.out.counters.num_cow_copies += 1;
         }
@@ -278,6 +283,9 @@ impl Engine<'_> {
         for &k in &done {
             let row = self.slab[k].row;
             self.log(event::FINISH, row, -1);
+            if self.tier.is_some() {
+                self.tier_finished(k);
+            }
             self.release(k);
             let s = &mut self.slab[k];
             s.lazy = false;
@@ -319,17 +327,24 @@ impl Engine<'_> {
     /// One step with every running sequence walked explicitly (the reference's loop, rule for rule).
     /// Returns false if nothing was scheduled (every waiting head was rejected: no time passes).
     pub(super) fn full_step(&mut self) -> bool {
+        let before = self.progress_marks();
         self.schedule();
         if self.scheduled.is_empty() {
-            return false;
+            return self.tier.is_some() && self.tier_scheduled_nothing(before);
         }
         if self.log.is_some() {
             self.log_schedule(0);
         }
-        let (dt, tokens) = self.step_time();
+        let (mut dt, tokens) = self.step_time();
+        if self.tier.is_some() {
+            dt = self.tier_step_stores(dt);
+        }
         let m = self.memory_state();
         self.record(dt, self.scheduled.len() as u64, tokens, m);
         self.finish_step();
+        if self.tier.is_some() {
+            self.observe();
+        }
         self.maybe_enter_lockstep();
         true
     }

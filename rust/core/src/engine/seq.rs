@@ -77,6 +77,16 @@ pub(super) struct Seq {
     pub(super) itl_last_t: i64,
     /// A hybrid pool (DESIGN.md §Hybrid attention): the sequence's per-group tables and keys.
     pub(super) hybrid: Option<Box<super::hybrid::HybridSeq>>,
+    /// The CPU tier (DESIGN.md §CPU tier; offload.rs): transfers in flight for it, the next chunk a store
+    /// offers, whether a load holds its blocks (`held`) and has landed, whether it still prefills (vLLM's
+    /// `_inflight_prefills`), when its load was admitted, and its full blocks' content keys so far.
+    pub(super) jobs: u32,
+    pub(super) next_store: u64,
+    pub(super) held: bool,
+    pub(super) loaded: bool,
+    pub(super) prefilling: bool,
+    pub(super) load_at: i64,
+    pub(super) tier_keys: Vec<BlockKey>,
 }
 
 impl Seq {
@@ -247,6 +257,8 @@ impl Engine<'_> {
         let mut segs = std::mem::take(&mut old.segs);
         let mut blocks = std::mem::take(&mut old.table.blocks);
         let mut keys = std::mem::take(&mut old.keys);
+        let mut tier_keys = std::mem::take(&mut old.tier_keys);
+        tier_keys.clear();
         let mut hybrid = old.hybrid.take();
         if let Some(h) = hybrid.as_mut() {
             h.keys.clear();
@@ -270,6 +282,7 @@ impl Engine<'_> {
             },
             keys,
             hybrid,
+            tier_keys,
             ..Seq::default()
         };
         k
@@ -343,7 +356,9 @@ impl Engine<'_> {
     /// Nothing waits to be admitted (neither built sequences nor fresh rows).
     #[inline]
     pub(super) fn nothing_waits(&self) -> bool {
-        self.waiting.is_empty() && self.fresh.is_empty()
+        self.waiting.is_empty()
+            && self.fresh.is_empty()
+            && self.tier.as_ref().is_none_or(|t| t.held.is_empty())
     }
 
     /// The head of the waiting queue, its sequence built if it was a fresh row.

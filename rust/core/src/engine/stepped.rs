@@ -512,15 +512,17 @@ impl<'a> Engine<'a> {
         self.nxt
     }
 
-    /// Sequences waiting to be (re)admitted: the waiting queue, rows joined but not built yet, and the
-    /// sequences of the swapped-out units (each sample of a swapped group).
+    /// Sequences waiting to be (re)admitted: the waiting queue, rows joined but not built yet, the
+    /// sequences of the swapped-out units (each sample of a swapped group) and those holding blocks for
+    /// a load from the CPU tier.
     pub(crate) fn num_waiting(&self) -> u64 {
         let swapped: usize = self
             .swapped
             .iter()
             .map(|&k| self.slab[k].members.len().max(1))
             .sum();
-        (self.waiting.len() + self.fresh.len() + swapped) as u64
+        let held = self.tier.as_ref().map_or(0, |t| t.held.len());
+        (self.waiting.len() + self.fresh.len() + swapped + held) as u64
     }
 
     /// Sequences in the running list.

@@ -1,0 +1,182 @@
+"""The CPU tier's claims (DESIGN.md §CPU tier, §Claims): both Mooncake traces on an H100 with two GPU pools
+(vLLM's for Llama-3-8B, and one of 2^16 tokens) and CPU tiers of 0 to 2^26 tokens, the hit rate held against the trace's own reuse ceiling (`kvsim.analysis.claims_seed.
+mooncake_ceiling`, computed from its hash ids, not by the engine) and TTFT with the loads' time charged;
+and a fleet of 4 behind its routers with and without tiers.
+
+`kvsim.analysis.claims` runs these experiments with the others; the rows land in
+`results/claims/tier-mooncake.parquet` and `tier-fleet-mooncake.parquet`, which
+`kvsim.analysis.plots_tier.draw_tier` reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import pairwise
+from typing import Any
+
+from kvsim.analysis.claims_model import CONFIRMED, DIFFERS, Claim, Experiment, Results, not_testable, pct
+from kvsim.analysis.claims_seed import mooncake_ceiling
+from kvsim.analysis.sweep import make_workload
+from kvsim.model.config import SimConfig
+
+TRACES = ("mooncake-conversation", "mooncake-synthetic")
+# A quarter of the traces' rate: one H100 serves them without a queue that grows without end (the traces
+# come from a cluster; at their own rate one GPU's TTFT is minutes).
+TIME_SCALE = 4.0
+# The GPU pools, in blocks of 16 (the null block counted): 2^16 tokens, and vLLM's for Llama-3-8B on an
+# H100-80GB (utilisation 0.92).
+H100_BLOCKS: int = SimConfig(model="llama-3-8b", gpu="h100-80gb").capacity_blocks + 1
+POOLS = (2**12 + 1, H100_BLOCKS)
+# The tier in chunks of one 16-token block: 0 and 2^20 to 2^26 tokens (Llama-3-8B's 128 KiB a token: up
+# to 8 TiB of host memory, more than a server holds; the largest shows where the trace's reuse ends).
+TIER_TOKENS = (0, 2**20, 2**22, 2**24, 2**26)
+TIER_CHUNKS = [t // 16 for t in TIER_TOKENS]
+BASE = {"model": "llama-3-8b", "gpu": "h100-80gb", "kv_cache_bytes": None, "enable_prefix_caching": True}
+FLEET_ROUTERS = ("round-robin", "prefix-affinity")
+FLEET_REPLICAS = 4
+FLEET_TIER_TOKENS = 2**22  # per replica: 512 GiB of Llama-3-8B's KV in host memory
+# The fleet's GPU pools: the fleet claims' (four H100-80GB pools of Llama-3-8B), split over 4 replicas.
+FLEET_BLOCKS = SimConfig(model="llama-3-8b", gpu="h100-80gb").capacity_blocks // 8 * 8
+MARGIN = 0.05  # the largest tier's hit rate within 5 points of the ceiling
+
+
+def tier_experiments() -> list[Experiment]:
+    return [
+        Experiment(
+            "tier-mooncake",
+            [f"{t}:time_scale={TIME_SCALE}" for t in TRACES],
+            {"num_blocks": list(POOLS), "kv_offloading_chunks": TIER_CHUNKS},
+            dict(BASE),
+            requests=20_000,
+            seeds=1,
+            why=f"whole traces at a quarter of their rate (arrivals × {TIME_SCALE:g}); Llama-3-8B on an H100-80GB "
+            f"(roofline time) with a GPU pool of 2^16 tokens and vLLM's ({(H100_BLOCKS - 1) * 16:,} tokens), each "
+            "with a CPU tier of 0 and 2^20-2^26 tokens (vLLM's native offloading, LRU, prompt tokens only, "
+            "transfers on the H100's 64 GB/s host link)",
+        ),
+        Experiment(
+            "tier-fleet-mooncake",
+            [TRACES[0]],
+            {"router": list(FLEET_ROUTERS), "kv_offloading_chunks": [0, FLEET_TIER_TOKENS // 16]},
+            {**BASE, "num_blocks": FLEET_BLOCKS // FLEET_REPLICAS + 1, "replicas": FLEET_REPLICAS},
+            requests=20_000,
+            seeds=1,
+            why=f"{FLEET_REPLICAS} replicas of Llama-3-8B (roofline time on an H100 each) sharing four H100s' "
+            f"pools ({FLEET_BLOCKS:,} blocks of 16 tokens), without and with a CPU tier of 2^22 tokens each; the "
+            "conversation trace by timestamp",
+        ),
+    ]
+
+
+def hit_rate(res: Results, **where: Any) -> float:
+    """Hits over first admissions' prompt tokens: the GPU's and the tier's (the GPU's alone without one)."""
+    row = res.agg
+    for k, v in where.items():
+        row = row.filter(row[k] == v)
+    value = (
+        row["hit_rate_first_admission_mean"][0] if "hit_rate_first_admission_mean" in row.columns else None
+    )
+    if value is None:
+        value = row["prefix_hit_rate_first_admission_mean"][0]
+    return float(value)
+
+
+def ceiling(res: Results, trace: str, scale: float) -> float:
+    """The trace's reuse ceiling over the requests the experiment ran (timing does not enter it)."""
+    return mooncake_ceiling(make_workload(trace, {}, res.experiment.spec(scale).requests, 0))
+
+
+def pool_label(num_blocks: int) -> str:
+    return f"{(num_blocks - 1) * 16 // 1024}K-token pool"
+
+
+def tier_claims(results: Mapping[str, Results], scale: float) -> list[Claim]:
+    out: list[Claim] = []
+    res = results["tier-mooncake"]
+    cmd = res.experiment.command(scale)
+    source = "issue 27: the trace's reuse ceiling from its hash_ids (computed, not the engine)"
+    for trace in TRACES:
+        cid = f"C-tier-{trace}"
+        claim = (
+            f"A CPU tier brings the prefix hit rate up to the trace's reuse ceiling where the GPU pool alone "
+            f"keeps little of it, {trace}"
+        )
+        label = f"{trace}:time_scale={TIME_SCALE}"
+        tol = f"non-decreasing in tier size on each pool; the largest tier within {100 * MARGIN:.0f} pp of the ceiling"
+        if res.error:
+            out.append(not_testable(cid, claim, source, "-", tol, cmd, res.error))
+            continue
+        top = ceiling(res, trace, scale)
+        ok = True
+        parts = []
+        for pool in POOLS:
+            rates = [
+                hit_rate(res, workload=label, num_blocks=pool, kv_offloading_chunks=c) for c in TIER_CHUNKS
+            ]
+            ok &= all(b >= a - 0.01 for a, b in pairwise(rates))
+            ok &= abs(rates[-1] - top) <= MARGIN
+            parts.append(f"{pool_label(pool)}: " + ", ".join(pct(r) for r in rates))
+        out.append(
+            Claim(cid, claim, source, pct(top), "; ".join(parts) + " (tier 0, 2^20, 2^22, 2^24, 2^26 tokens)", tol,
+                  CONFIRMED if ok else DIFFERS, cmd, "hits (GPU + tier) over first admissions' prompt tokens")
+        )  # fmt: skip
+        cid = f"C-tier-ttft-{trace}"
+        claim = (
+            f"Loads from the tier cost time, yet serving hits from it beats recomputing them: mean TTFT falls "
+            f"with the largest tier on each pool, {trace}"
+        )
+        tol = "mean TTFT with the 2^26-token tier < without; mean load wait > 0"
+        if res.error:
+            out.append(
+                not_testable(cid, claim, "LMCache / vLLM offloading's TTFT claims", "-", tol, cmd, res.error)
+            )
+            continue
+        ok = True
+        parts = []
+        notes = []
+        for pool in POOLS:
+            where = {"workload": label, "num_blocks": pool}
+            off = res.get("ttft_s_mean", **where, kv_offloading_chunks=0)[0]
+            on = res.get("ttft_s_mean", **where, kv_offloading_chunks=TIER_CHUNKS[-1])[0]
+            wait = res.get("load_wait_s_mean", **where, kv_offloading_chunks=TIER_CHUNKS[-1])[0]
+            p99_off = res.get("ttft_s_p99", **where, kv_offloading_chunks=0)[0]
+            p99_on = res.get("ttft_s_p99", **where, kv_offloading_chunks=TIER_CHUNKS[-1])[0]
+            ok &= on < off and wait > 0
+            parts.append(f"{pool_label(pool)}: {off:.3g} s -> {on:.3g} s")
+            notes.append(
+                f"{pool_label(pool)}: p99 {p99_off:.3g} s -> {p99_on:.3g} s, mean load wait {1000 * wait:.3g} ms"
+            )
+        out.append(
+            Claim(cid, claim, "LMCache / vLLM offloading's TTFT claims (qualitative)", "lower TTFT",
+                  "; ".join(parts), tol, CONFIRMED if ok else DIFFERS, cmd, "; ".join(notes))
+        )  # fmt: skip
+    res = results["tier-fleet-mooncake"]
+    cmd = res.experiment.command(scale)
+    cid = f"F-tier-mooncake-{FLEET_REPLICAS}"
+    claim = f"A CPU tier on each replica raises every router's hit rate in a fleet of {FLEET_REPLICAS}"
+    tol = "each router's hit rate higher with the tiers, and at most the single-cache ceiling"
+    source = "issue 27 §4: the fleet's routers with CPU tiers; ceiling from the trace's hash_ids"
+    if res.error:
+        out.append(not_testable(cid, claim, source, "-", tol, cmd, res.error))
+        return out
+    chunks = FLEET_TIER_TOKENS // 16
+    rate = {
+        (r, c): hit_rate(res, router=r, kv_offloading_chunks=c) for r in FLEET_ROUTERS for c in (0, chunks)
+    }
+    top = ceiling(res, TRACES[0], scale)
+    ok = all(top >= rate[(r, chunks)] > rate[(r, 0)] for r in FLEET_ROUTERS)
+    gap = {c: rate[("prefix-affinity", c)] - rate[("round-robin", c)] for c in (0, chunks)}
+    ours = "; ".join(f"{r}: {pct(rate[(r, 0)])} -> {pct(rate[(r, chunks)])}" for r in FLEET_ROUTERS)
+    note = f"prefix-affinity's lead over round-robin {pct(gap[0])} -> {pct(gap[chunks])}; " + "; ".join(
+        f"{r}{' with tiers' if c else ''}: TTFT p50 {res.get('ttft_s_p50', router=r, kv_offloading_chunks=c)[0]:.3g} s, "
+        f"p99 {res.get('ttft_s_p99', router=r, kv_offloading_chunks=c)[0]:.3g} s"
+        for r in FLEET_ROUTERS
+        for c in (0, chunks)
+    )
+    out.append(
+        Claim(cid, claim, source, f"qualitative; ceiling {pct(top)}", ours, tol, CONFIRMED if ok else DIFFERS, cmd, note)
+    )  # fmt: skip
+    return out
+
+
+__all__ = ["POOLS", "TIER_CHUNKS", "TIER_TOKENS", "TRACES", "hit_rate", "tier_claims", "tier_experiments"]

@@ -1,0 +1,455 @@
+"""The CPU tier in the engine (DESIGN.md §CPU tier; the twin of `rust/core/src/engine/offload.rs`): the
+waiting phase with held requests and skips, a waiting request's hits continued into the tier and its
+load's admission, a landed load's resumption, the stores a step offers, the transfers on the host link
+and when the engine observes them, and the stall of an engine that waits for nothing but transfers.
+
+vLLM 0.33.0's rules: `vllm/v1/core/sched/scheduler.py` (the waiting loop, `skip_request`,
+`_update_waiting_for_remote_kv`, `_inflight_prefill_reserved_blocks`),
+`vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py` (`get_num_new_matched_tokens`,
+`update_state_after_alloc`, `_build_store_jobs`); the tier itself is `kvsim.reference.cpu_tier`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass
+
+from kvsim.errors import InternalError
+from kvsim.reference.cpu_tier import MISS, PENDING, CpuTier
+from kvsim.reference.engine.admission import NEVER, SKIP
+from kvsim.reference.engine.seq import Seq
+from kvsim.reference.engine.state import State
+from kvsim.reference.hashing import iter_block_keys
+
+
+@dataclass(eq=False)
+class Job:
+    """A transfer on the host link: a load (CPU to GPU) or a store (GPU to CPU) of a request's chunks."""
+
+    load: bool
+    seq: Seq
+    keys: list[int]
+    blocks: list[int]  # the GPU blocks it reads (a store) or writes (a load)
+    end: int  # ps: when its last byte has moved
+    avail: int  # the first observation (numbered from 1) that may see it complete
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class Offload(State):
+    """The engine's CPU tier (`self.tier`, None without one)."""
+
+    tier: CpuTier | None
+    held: deque[Seq]  # vLLM's `kv_holding_waiting`: requests that hold blocks for a load
+    loads: deque[Job]  # in flight, in order of their end (one link each way, first come first served)
+    stores: deque[Job]
+    loading: Counter[int]  # chunks that loads in flight read (vLLM's `_chunks_being_loaded`)
+    load_free: int  # when each direction of the link is free again
+    store_free: int
+    num_observed: int  # observations so far (DESIGN.md §CPU tier: Time)
+    finished_last: list[Seq]  # finished in the step before: their last stores are offered next step
+    stalled: bool  # the last step scheduled nothing and changed nothing: the engine waits for a transfer
+    block_keys: dict[int, list[int]]  # a sequence's full blocks' content keys, as far as computed
+    skipped_held: list[Seq]  # the waiting phase's held requests set aside in this pass
+    # vLLM's flush: stores of finished requests fence the blocks they read, and a step that allocates a
+    # fenced block, or preempts a request with stores in flight, waits for those stores.
+    fences: dict[int, list[Job]]
+    touched: set[int]  # blocks this step allocated or took as hits
+    preempted_now: list[Seq]
+
+    def init_tier(self) -> None:
+        cfg = self.cfg
+        self.tier = None
+        self.held = deque()
+        self.loads, self.stores = deque(), deque()
+        self.loading = Counter()
+        self.load_free = self.store_free = 0
+        self.num_observed = 0
+        self.finished_last = []
+        self.stalled = False
+        self.block_keys = {}
+        self.skipped_held = []
+        self.fences = {}
+        self.touched = set()
+        self.preempted_now = []
+        if cfg.kv_offloading_chunks:
+            self.tier = CpuTier(
+                cfg.kv_offloading_chunks, cfg.kv_offloading_eviction_policy, cfg.kv_offloading_store_threshold
+            )
+            self.tpc = self.bs * cfg.kv_offloading_blocks_per_chunk
+
+    # -- keys -----------------------------------------------------------------------------------------
+    def chunk_keys(self, s: Seq, n: int) -> list[int]:
+        """The content keys of `s`'s first `n` chunks: each its last block's (the chain names the prefix)."""
+        bpc = self.cfg.kv_offloading_blocks_per_chunk
+        keys = self.block_keys.setdefault(s.idx, [])
+        need = n * bpc
+        if len(keys) < need:
+            last = keys[-1] if keys else None
+            keys.extend(iter_block_keys(s.segments(), self.bs, len(keys), last, need - len(keys)))
+        return keys[bpc - 1 : need : bpc]
+
+    # -- the waiting phase ----------------------------------------------------------------------------
+    def tier_waiting_phase(self, scheduled: list[tuple[Seq, int]], budget: int) -> None:
+        """Step part 3b with a CPU tier (vLLM's waiting loop): held requests first, then the waiting
+        queue; a request that cannot be decided now is skipped and put back at the head of its queue, in
+        order, after the pass; a load admitted joins the held ones."""
+        cfg = self.cfg
+        skipped_held: list[Seq] = []
+        self.skipped_held = skipped_held  # held all the same (`inflight_reserved` counts them)
+        skipped_waiting: list[Seq] = []
+        while budget > 0:
+            from_held = bool(self.held)
+            queue = self.held if from_held else self.waiting
+            if not queue or len(self.running) >= cfg.max_num_seqs:
+                break
+            s = queue[0]
+            if from_held:
+                if not s.loaded:
+                    skipped_held.append(queue.popleft())
+                    continue
+                num_new = self.try_resume_loaded(s, budget)
+            else:
+                found = self.tier_lookup(s)
+                if found is None:
+                    skipped_waiting.append(queue.popleft())
+                    continue
+                hits, last_key, local, ext = found
+                if ext:
+                    if self.admit_load(s, hits, last_key, local, ext):
+                        skipped_held.append(queue.popleft())
+                        continue
+                    num_new = 0
+                else:
+                    num_new = self.try_admit(s, budget)
+            if num_new == NEVER:
+                queue.popleft()
+                if from_held:
+                    self.release(s)
+                    s.held = s.prefilling = False
+                self.reject(s, 4)
+                continue
+            assert num_new != SKIP, "waiting_over_budget 'skip' is refused with a CPU tier"
+            if num_new == 0:
+                if not self.running and not self.held and not skipped_held:
+                    queue.popleft()
+                    self.reject(s, 5)
+                    continue
+                break  # head-of-line blocking: a waiting request never preempts
+            queue.popleft()
+            s.held = False
+            s.prefilling = s.num_computed < s.num_tokens
+            self.touched.update(self.kv.block_table(s.idx))
+            self.running.append(s)
+            scheduled.append((s, num_new))
+            budget -= num_new
+            if self.cols["first_scheduled"][s.idx] < 0:
+                self.cols["first_scheduled"][s.idx] = self.t
+        self.held.extendleft(reversed(skipped_held))
+        self.waiting.extendleft(reversed(skipped_waiting))
+
+    def tier_lookup(self, s: Seq) -> tuple[list[int], int | None, int, int] | None:
+        """A waiting request's GPU prefix hits and the tokens the tier holds beyond them (vLLM's
+        `get_num_new_matched_tokens`): (hits, their last key, hit tokens, tokens to load), or None if it
+        must be skipped (a store of its own in flight, a chunk of its hit still being stored, or being
+        loaded by another request)."""
+        assert self.tier is not None
+        s.next_store = 0  # a lookup starts it over: every chunk is offered again
+        if s.jobs:
+            return None
+        total = s.num_tokens
+        hits, last_key = self.kv._hits(s.segments(), total)
+        local = len(hits) * self.bs
+        tpc = self.tpc
+        num_chunks = total // tpc
+        if num_chunks * tpc - local < tpc:
+            return hits, last_key, local, 0
+        keys = self.chunk_keys(s, num_chunks)
+        start = local // tpc
+        count = 0
+        pending = False
+        for key in keys[start:]:
+            found = self.tier.lookup(key)
+            if found == MISS:
+                break
+            count += 1
+            pending |= found == PENDING
+        if count == 0:
+            return hits, last_key, local, 0
+        if pending:
+            return None
+        ext = (start + count) * tpc - local
+        if ext < tpc:
+            return hits, last_key, local, 0
+        if self.loading and any(key in self.loading for key in keys[start : start + count]):
+            return None
+        return hits, last_key, local, ext
+
+    def inflight_reserved(self) -> int:
+        """Blocks the requests still prefilling (running, held, or set aside held in this pass) need to
+        finish their prompts (vLLM's `_inflight_prefill_reserved_blocks`)."""
+        mml = self.cfg.max_model_len
+        out = 0
+        for s in (*self.running, *self.held, *self.skipped_held):
+            if s.prefilling:
+                tokens = s.num_tokens if mml is None else min(s.num_tokens, mml)
+                out += max(0, _cdiv(tokens, self.bs) - len(self.kv.block_table(s.idx)))
+        return out
+
+    def admit_load(self, s: Seq, hits: list[int], last_key: int | None, local: int, ext: int) -> bool:
+        """Admits the load of `ext` tokens from the tier after `local` GPU hits if its blocks fit (the
+        full-prompt gate, the watermark and the blocks the requests still prefilling need); False changes
+        nothing."""
+        assert self.tier is not None
+        cfg, bs, pool = self.cfg, self.bs, self.kv.pool
+        total = s.num_tokens
+        free = pool.num_free_blocks
+        evictable = sum(1 for b in hits if pool.ref_cnt(b) == 0)
+        watermark = self.admission_watermark()
+        full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
+        if cfg.admission_gate == "full-prompt" and _cdiv(full, bs) - len(hits) + evictable + watermark > free:
+            return False
+        end = local + ext
+        if end // bs - len(hits) + evictable + watermark > free - self.inflight_reserved():
+            return False
+        new = self.kv._admit_load(s.idx, hits, last_key, end)
+        self.touched.update(hits)
+        self.touched.update(new)
+        self.log("admit", s)
+        for b in hits:
+            self.log("prefix-hit", s, b)
+        self.log_allocations(s, new)
+        tpc = self.tpc
+        first = (local // bs) // cfg.kv_offloading_blocks_per_chunk
+        keys = self.chunk_keys(s, end // tpc)[first:]
+        self.tier.prepare_load(s.idx, [(k, first + i) for i, k in enumerate(keys)])
+        self.loading.update(keys)
+        blocks = end // bs - local // bs
+        start = max(self.t, self.load_free)
+        self.load_free = start + cfg.kv_offloading_latency_ps + blocks * cfg.kv_offloading_ps_per_block
+        self.loads.append(Job(True, s, keys, list(new), self.load_free, self.num_observed + 1))
+        s.jobs += 1
+        s.held = s.prefilling = True
+        s.loaded = False
+        s.load_at = self.t
+        s.num_computed = end
+        s.next_store = end // tpc  # vLLM's chunk-level policy: stores resume after the loaded chunks
+        # Hits count the tokens the request does not compute: a load of its whole prompt leaves the last
+        # token to compute again, as the GPU's hits stop one token short.
+        hit = ext - (end == total)
+        c = self.c
+        c["cpu_hit_tokens"] += hit
+        c["num_loads"] += 1
+        c["loaded_blocks"] += blocks
+        self.cols["cpu_hit_tokens"][s.idx] += hit
+        self.log("cpu-hit", s, -1, hit)
+        self.log("load", s, -1, len(keys))
+        self.note_admission(s, local, total, hit)
+        return True
+
+    def try_resume_loaded(self, s: Seq, budget: int) -> int:
+        """A held request whose load has landed, admitted as a resumed one (vLLM: WAITING with computed
+        tokens): its next chunk allocated after the full-prompt gate and the watermark; the tokens it
+        computes, 0 if it cannot start now, or NEVER."""
+        cfg, bs, kv = self.cfg, self.bs, self.kv
+        total = s.num_tokens
+        num_new = total - s.num_computed
+        if cfg.chunked_prefill:
+            num_new = min(num_new, budget)
+        elif num_new > cfg.max_num_batched_tokens:
+            return NEVER
+        elif num_new > budget:
+            return 0
+        table = len(kv.block_table(s.idx))
+        watermark = self.admission_watermark()
+        free = kv.num_free_blocks
+        full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
+        if cfg.admission_gate == "full-prompt" and _cdiv(full, bs) - table + watermark > free:
+            return 0
+        if _cdiv(s.num_computed + num_new, bs) - table + watermark > free:
+            return 0
+        new = kv.allocate(s.idx, s.segments(), num_new)
+        assert new is not None, "capacity was checked"
+        self.log_allocations(s, new)
+        s.num_computed += num_new
+        return num_new
+
+    def land(self, s: Seq) -> None:
+        """A held request's load is observed complete: its blocks take their keys; a load of the whole
+        prompt leaves its last token to compute (vLLM's `_update_waiting_for_remote_kv`)."""
+        s.loaded = True
+        if s.num_computed == s.num_tokens:
+            s.num_computed -= 1
+        self.kv._cache_loaded(s.idx, s.segments(), s.num_computed)
+        wait = self.t - s.load_at
+        self.c["load_wait_ps"] += wait
+        self.cols["load_wait_ps"][s.idx] += wait
+
+    # -- stores ---------------------------------------------------------------------------------------
+    def offer_stores(self, scheduled: list[tuple[Seq, int]], step_end: int) -> tuple[bool, int]:
+        """Step part 4 (vLLM's `build_connector_meta`): the full chunks each scheduled request has computed
+        after this step and each request finished in the step before has, prompt tokens only by default,
+        offered to the tier from the first not offered yet; a store starts when the step ends. Then the
+        finished ones are done with the tier. A store this step must wait for (a preempted request's, or
+        one reading a block this step allocated: vLLM's flush) is seen at this step's end. Returns whether
+        a store was planned and when the last store the step waits for ends (0 if none)."""
+        tier, cfg = self.tier, self.cfg
+        assert tier is not None
+        observation = self.num_observed + 1
+        flushed: list[Job] = []
+        for s in self.preempted_now:
+            flushed.extend(job for job in self.stores if job.seq is s)
+        self.preempted_now = []
+        if self.fences and self.touched:
+            for b in self.touched:
+                flushed.extend(self.fences.get(b, ()))
+        planned = False
+        finished = self.finished_last
+        self.finished_last = []
+        bpc = cfg.kv_offloading_blocks_per_chunk
+        for s, done in [*((s, False) for s, _ in scheduled), *((s, True) for s in finished)]:
+            n = max(s.prompt_len, s.num_tokens - 1) if done else s.num_computed
+            n = min(n, s.num_tokens)
+            if cfg.kv_offloading_prompt_only:
+                n = min(n, s.prompt_len)
+            num_chunks = n // self.tpc
+            start = s.next_store
+            if num_chunks <= start:
+                continue
+            keys = self.chunk_keys(s, num_chunks)[start:]
+            out = tier.prepare_store(s.idx, [(k, start + i) for i, k in enumerate(keys)])
+            if out is None:
+                self.c["stores_failed"] += 1
+                continue
+            stored, evicted = out
+            self.c["cpu_evictions"] += len(evicted)
+            for _ in evicted:
+                self.log("cpu-evict", s)
+            s.next_store = num_chunks
+            if not stored:
+                continue
+            table = s.table if done else self.kv.block_table(s.idx)
+            chosen = set(stored)
+            blocks = [
+                table[(start + i) * bpc + j] for i, k in enumerate(keys) if k in chosen for j in range(bpc)
+            ]
+            begin = max(step_end, self.store_free)
+            self.store_free = (
+                begin + cfg.kv_offloading_latency_ps + len(blocks) * cfg.kv_offloading_ps_per_block
+            )
+            job = Job(False, s, stored, blocks, self.store_free, observation + 1)
+            self.stores.append(job)
+            s.jobs += 1
+            self.c["num_stores"] += 1
+            self.c["stored_blocks"] += len(blocks)
+            self.log("store", s, -1, len(stored))
+            planned = True
+            if done:
+                self.fence(job)
+                if not self.touched.isdisjoint(blocks):
+                    flushed.append(job)
+        for s in finished:
+            tier.finish(s.idx)
+            self.block_keys.pop(s.idx, None)
+            s.table = []
+        self.touched.clear()
+        self.c["stores_skipped"] = tier.num_stores_skipped
+        flush_end = 0
+        for job in dict.fromkeys(flushed):  # each once, in order
+            job.avail = min(job.avail, observation)
+            self.c["num_flushes"] += 1
+            flush_end = max(flush_end, job.end)
+        return planned, flush_end
+
+    def fence(self, job: Job) -> None:
+        for b in job.blocks:
+            self.fences.setdefault(b, []).append(job)
+
+    def unfence(self, job: Job) -> None:
+        for b in job.blocks:
+            jobs = self.fences.get(b)
+            if jobs is not None and job in jobs:
+                jobs.remove(job)
+                if not jobs:
+                    del self.fences[b]
+
+    def tier_finished(self, s: Seq) -> None:
+        """A request finished (its blocks are about to be freed): the stores it has in flight fence the
+        blocks they read, and its table is kept for the stores it will offer next step."""
+        s.table = self.kv.block_table(s.idx)
+        for job in self.stores:
+            if job.seq is s:
+                self.fence(job)
+
+    # -- observing transfers --------------------------------------------------------------------------
+    def observe(self) -> bool:
+        """An observation point at `t` (a step's end, an idle jump, a stall's end): every transfer that
+        has ended and that this observation may see completes. Returns whether one did."""
+        tier = self.tier
+        assert tier is not None
+        self.num_observed += 1
+        t, now = self.t, self.num_observed
+        seen = False
+        if any(job.end <= t and job.avail <= now for job in self.loads):
+            kept: deque[Job] = deque()
+            for job in self.loads:
+                if job.end > t or job.avail > now:
+                    kept.append(job)
+                    continue
+                tier.complete_load(job.keys)
+                self.loading.subtract(job.keys)
+                self.loading = +self.loading
+                job.seq.jobs -= 1
+                self.land(job.seq)
+                self.log("load-done", job.seq, -1, len(job.keys))
+            self.loads = kept
+            seen = True
+        if any(job.end <= t and job.avail <= now for job in self.stores):
+            kept = deque()
+            for job in self.stores:
+                if job.end > t or job.avail > now:
+                    kept.append(job)
+                    continue
+                tier.complete_store(job.keys)
+                self.unfence(job)
+                job.seq.jobs -= 1
+                self.log("store-done", job.seq, -1, len(job.keys))
+            self.stores = kept
+            seen = True
+        return seen
+
+    def next_transfer(self) -> int | None:
+        """When the earliest transfer in flight ends (not before now), None if none is."""
+        ends = [job.end for q in (self.loads, self.stores) for job in q]
+        return max(self.t, min(ends)) if ends else None
+
+    def tier_empty_step(self) -> bool:
+        """A step that scheduled nothing: the finished requests' stores are offered now, then the
+        engine observes; returns whether anything changed."""
+        planned, flush_end = self.offer_stores([], self.t)
+        self.t = max(self.t, flush_end)
+        return self.observe() or planned
+
+    def resolve_stall(self, limit: int | None) -> bool:
+        """A stalled engine jumps to the earliest end of a transfer or the next arrival, if before `limit`
+        (None: no limit), and observes there; False if it must wait for the caller."""
+        target = self.next_transfer()
+        if self.nxt < len(self.seqs):
+            arrival = self.arrivals[self.nxt]
+            target = arrival if target is None else min(target, arrival)
+        if target is None:
+            raise InternalError(f"no progress at time {self.t} ps")
+        if limit is not None and target >= limit:
+            return False
+        self.t = target
+        self.stalled = False
+        self.observe()
+        return True
+
+    def tier_measure(self, dt: int) -> None:
+        assert self.tier is not None
+        used = self.tier.used
+        self.c["w_cpu_chunks"] += dt * used
+        self.c["peak_cpu_chunks"] = max(self.c["peak_cpu_chunks"], used)

@@ -1,0 +1,1259 @@
+//! The CPU tier: the chunks vLLM's native offloading keeps in host memory and the policy that evicts
+//! them (vLLM 0.33.0's `vllm/v1/kv_offload/cpu/manager.py`, `policies/lru.py`, `policies/arc.py`).
+//!
+//! `python/kvsim/reference/cpu_tier.py` is the executable spec: every decision here (what is stored,
+//! which chunk is evicted, the ARC target) equals the spec's, and `tests/test_cpu_tier.py` drives both
+//! side by side. A chunk is named by its content key; it is *pending* while its store is in flight
+//! (neither readable nor evictable), else *ready*, and *pinned* while loads read it. A request's accesses
+//! (stores offered, loads) are recorded once per key with the key's position in the request (its chunk
+//! index), which the eviction policies rank by.
+//!
+//! Memory is O(chunks held + live requests' accesses + the store-threshold tracker (at most `tracker`
+//! keys)): a request's record is dropped at `finish`, ARC's ghost lists stay within `capacity`, and the
+//! LRU heap of lazily deleted entries is rebuilt from the live ones when it doubles (vLLM's
+//! `_maybe_compact_heap`; the spec never compacts, which changes no decision: see `lru_evict`).
+
+use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::hash::BuildHasherDefault;
+
+use crate::block_pool::IdHasher;
+use crate::{BlockKey, KvError, Result, invalid_arg, invalid_op};
+
+/// `lookup`: the tier does not hold the key.
+pub const MISS: u8 = 0;
+/// `lookup`: the chunk is held and ready (a load may read it).
+pub const HIT: u8 = 1;
+/// `lookup`: the chunk is held but its store is still in flight.
+pub const PENDING: u8 = 2;
+
+/// The store-threshold tracker's size when none is given (vLLM's `max_tracker_size`).
+pub const DEFAULT_TRACKER: usize = 64_000;
+
+/// Which chunk the tier gives up when it needs room (vLLM's `cache_policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Eviction {
+    /// Least recently used by request rank (`policies/lru.py`).
+    Lru,
+    /// Adaptive replacement: T1/T2, ghosts B1/B2, an adaptive T1 target (`policies/arc.py`).
+    Arc,
+}
+
+impl Eviction {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "lru" => Ok(Eviction::Lru),
+            "arc" => Ok(Eviction::Arc),
+            _ => invalid_arg!("eviction '{s}' is not one of 'lru', 'arc'"),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Eviction::Lru => "lru",
+            Eviction::Arc => "arc",
+        }
+    }
+}
+
+type Hasher = BuildHasherDefault<IdHasher>;
+type KeyMap<V> = HashMap<BlockKey, V, Hasher>;
+type KeySet = HashSet<BlockKey, Hasher>;
+
+/// The LRU's order of a chunk, smaller evicted first: `(request rank, -position)` while a request that
+/// touched it runs (its tail before its head), `(n, -0)` once re-ranked at a request's finish. The
+/// position is kept as `Reverse(position)`, which orders as the spec's `-position`.
+type Rank = (u64, Reverse<u64>);
+
+/// One held chunk: pending until its store completes, pinned by `pins` loads in flight.
+#[derive(Clone, Copy, Debug, Default)]
+struct Chunk {
+    ready: bool,
+    pins: u64,
+}
+
+impl Chunk {
+    /// vLLM's `ref_cnt == 0`: ready and read by no load.
+    fn evictable(self) -> bool {
+        self.ready && self.pins == 0
+    }
+}
+
+/// Keys in order, least recent first, with O(log n) move-to-end and removal: Python's `OrderedDict`
+/// (ARC's T1/T2/B1/B2, the threshold tracker). Each key holds a stamp, unique and increasing with each
+/// move to the end; `order` maps stamps back to keys.
+#[derive(Clone, Debug)]
+struct Recency<V> {
+    slot: KeyMap<(u64, V)>,
+    order: BTreeMap<u64, BlockKey>,
+    next: u64,
+}
+
+impl<V> Default for Recency<V> {
+    fn default() -> Self {
+        Self {
+            slot: KeyMap::default(),
+            order: BTreeMap::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<V> Recency<V> {
+    fn len(&self) -> usize {
+        self.slot.len()
+    }
+
+    fn contains(&self, key: BlockKey) -> bool {
+        self.slot.contains_key(&key)
+    }
+
+    fn get(&self, key: BlockKey) -> Option<&V> {
+        self.slot.get(&key).map(|(_, v)| v)
+    }
+
+    fn stamp(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// `d[key] = value`: a new key goes to the end, a present one keeps its place.
+    fn set(&mut self, key: BlockKey, value: V) {
+        let stamp = self.next + 1;
+        match self.slot.entry(key) {
+            Entry::Occupied(mut e) => e.get_mut().1 = value,
+            Entry::Vacant(e) => {
+                e.insert((stamp, value));
+                self.next = stamp;
+                self.order.insert(stamp, key);
+            }
+        }
+    }
+
+    /// `d.move_to_end(key)` for a present key; false (nothing changed) for an absent one.
+    fn move_to_end(&mut self, key: BlockKey) -> bool {
+        let stamp = self.stamp();
+        let Some((old, _)) = self.slot.get_mut(&key) else {
+            return false;
+        };
+        self.order.remove(old);
+        *old = stamp;
+        self.order.insert(stamp, key);
+        true
+    }
+
+    fn remove(&mut self, key: BlockKey) -> Option<V> {
+        let (stamp, value) = self.slot.remove(&key)?;
+        self.order.remove(&stamp);
+        Some(value)
+    }
+
+    /// `d.popitem(last=False)`: the least recent key.
+    fn pop_front(&mut self) -> Option<BlockKey> {
+        let (_, key) = self.order.pop_first()?;
+        self.slot.remove(&key);
+        Some(key)
+    }
+
+    /// Keys whose stamp is at least `from`, least recent first, with their stamps.
+    fn since(&self, from: u64) -> impl Iterator<Item = (u64, BlockKey)> + '_ {
+        self.order.range(from..).map(|(&s, &k)| (s, k))
+    }
+
+    fn keys(&self) -> impl Iterator<Item = BlockKey> + '_ {
+        self.order.values().copied()
+    }
+
+    fn check(&self, what: &str) -> std::result::Result<(), String> {
+        if self.slot.len() != self.order.len() {
+            return Err(format!(
+                "{what} holds {} keys but orders {}",
+                self.slot.len(),
+                self.order.len()
+            ));
+        }
+        for (&stamp, key) in &self.order {
+            if self.slot.get(key).map(|s| s.0) != Some(stamp) {
+                return Err(format!("{what} orders key {} under a stale stamp", key.0));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What one live request did to the tier (vLLM's `_RequestCacheAccess` and the LRU's request rank);
+/// dropped at its `finish`.
+#[derive(Clone, Debug, Default)]
+struct Access {
+    /// The LRU's request rank, 0 until first needed.
+    rank: u64,
+    /// Keys seen, in order of first access, with their position then.
+    order: Vec<(BlockKey, u64)>,
+    seen: KeySet,
+    inserted: KeySet,
+    reused: KeySet,
+    store_misses: KeySet,
+}
+
+/// A tier's policy state in the spec's terms ([`CpuTier::internals`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Internals {
+    /// LRU: `(key, request rank, -position)` of every chunk, evicted first first.
+    pub ranks: Vec<(BlockKey, u64, i128)>,
+    /// ARC: T1, T2, B1, B2, least recent first.
+    pub arc: [Vec<BlockKey>; 4],
+    /// The threshold tracker: `(key, offers)`, least recent first.
+    pub tracker: Vec<(BlockKey, u64)>,
+}
+
+/// `capacity` chunks of host memory and the policy that evicts them.
+///
+/// Invariants (`check_invariants`): `num_evictable` counts the ready, unpinned chunks; under LRU every
+/// chunk has a rank, `evictable` is exactly the evictable chunks and each has a heap entry carrying its
+/// current rank; under ARC the chunks are T1 ∪ T2 (disjoint), the ghosts B1, B2 hold no chunk, are
+/// disjoint and within `capacity` keys; the tracker holds at most `tracker` keys.
+#[derive(Clone, Debug)]
+pub struct CpuTier {
+    capacity: u64,
+    eviction: Eviction,
+    chunks: KeyMap<Chunk>,
+    num_evictable: u64,
+    accesses: HashMap<u64, Access, Hasher>,
+    /// Offers a key needs before a store admits it; 0: no threshold (vLLM's `store_threshold` < 2).
+    threshold: u64,
+    tracker: usize,
+    counts: Recency<u64>,
+    // LRU.
+    next_rank: u64,
+    rank: KeyMap<Rank>,
+    evictable: KeySet,
+    heap: BinaryHeap<Reverse<(Rank, BlockKey)>>,
+    // ARC: T1/T2 least recent first, their ghosts, the adaptive T1 target.
+    t1: Recency<()>,
+    t2: Recency<()>,
+    b1: Recency<()>,
+    b2: Recency<()>,
+    target: f64,
+    num_evicted: u64,
+    num_stores_skipped: u64,
+}
+
+impl CpuTier {
+    /// A tier of `capacity` chunks. With `store_threshold` >= 2 a new key is stored only once it has
+    /// been offered that many times (offers counted in a tracker of [`DEFAULT_TRACKER`] keys); below 2
+    /// every offer may store.
+    pub fn new(capacity: u64, eviction: Eviction, store_threshold: u64) -> Self {
+        Self::with_tracker(capacity, eviction, store_threshold, DEFAULT_TRACKER)
+    }
+
+    /// [`CpuTier::new`] with a tracker of `tracker` keys.
+    pub fn with_tracker(
+        capacity: u64,
+        eviction: Eviction,
+        store_threshold: u64,
+        tracker: usize,
+    ) -> Self {
+        Self {
+            capacity,
+            eviction,
+            chunks: KeyMap::default(),
+            num_evictable: 0,
+            accesses: HashMap::default(),
+            threshold: if store_threshold >= 2 {
+                store_threshold
+            } else {
+                0
+            },
+            tracker,
+            counts: Recency::default(),
+            next_rank: 0,
+            rank: KeyMap::default(),
+            evictable: KeySet::default(),
+            heap: BinaryHeap::new(),
+            t1: Recency::default(),
+            t2: Recency::default(),
+            b1: Recency::default(),
+            b2: Recency::default(),
+            target: 0.0,
+            num_evicted: 0,
+            num_stores_skipped: 0,
+        }
+    }
+
+    // -- queries -----------------------------------------------------------------------------------
+    /// [`MISS`], [`HIT`] (ready) or [`PENDING`] (its store in flight).
+    pub fn lookup(&self, key: BlockKey) -> u8 {
+        match self.chunks.get(&key) {
+            None => MISS,
+            Some(c) if c.ready => HIT,
+            Some(_) => PENDING,
+        }
+    }
+
+    /// Chunks held, pending ones included.
+    pub fn used(&self) -> u64 {
+        self.chunks.len() as u64
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub fn eviction(&self) -> Eviction {
+        self.eviction
+    }
+
+    /// Chunks evicted so far to make room for stores.
+    pub fn num_evicted(&self) -> u64 {
+        self.num_evicted
+    }
+
+    /// New chunks offered but not stored because their key had too few offers (the store threshold).
+    pub fn num_stores_skipped(&self) -> u64 {
+        self.num_stores_skipped
+    }
+
+    /// Chunks that may be evicted now: ready and pinned by no load.
+    pub fn num_evictable(&self) -> u64 {
+        self.num_evictable
+    }
+
+    /// ARC's adaptive target for T1's size (0 under LRU).
+    pub fn target(&self) -> f64 {
+        self.target
+    }
+
+    /// The policy's order, for tests that compare it with the spec's: under LRU every chunk with its
+    /// rank as the spec writes it, `(key, request rank, -position)`, smallest (evicted first) first;
+    /// under ARC T1, T2, B1, B2, least recent first; and the tracker's `(key, offers)`, least recent
+    /// first.
+    pub fn internals(&self) -> Internals {
+        let mut ranks: Vec<(BlockKey, u64, i128)> = self
+            .rank
+            .iter()
+            .map(|(&k, &(r, Reverse(pos)))| (k, r, -i128::from(pos)))
+            .collect();
+        ranks.sort_by_key(|&(k, r, neg_pos)| (r, neg_pos, k));
+        Internals {
+            ranks,
+            arc: [&self.t1, &self.t2, &self.b1, &self.b2].map(|l| l.keys().collect()),
+            tracker: self
+                .counts
+                .keys()
+                .map(|k| (k, self.counts.get(k).copied().unwrap_or(0)))
+                .collect(),
+        }
+    }
+
+    // -- preconditions ------------------------------------------------------------------------------
+    /// Whether `prepare_load(keys)` is allowed: every key held and ready. Nothing changes.
+    pub fn check_prepare_load(&self, keys: &[(BlockKey, u64)]) -> Result<()> {
+        for &(key, _) in keys {
+            match self.lookup(key) {
+                MISS => invalid_op!("cannot load chunk {}: the CPU tier does not hold it", key.0),
+                PENDING => invalid_op!(
+                    "cannot load chunk {}: its store has not completed (pending)",
+                    key.0
+                ),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `complete_load(keys)` is allowed: every key held and pinned by at least as many loads as
+    /// it appears in `keys`. Nothing changes.
+    pub fn check_complete_load(&self, keys: &[BlockKey]) -> Result<()> {
+        let mut uses: KeyMap<u64> = KeyMap::default();
+        for &key in keys {
+            let n = uses.entry(key).or_insert(0);
+            *n += 1;
+            let pins = match self.chunks.get(&key) {
+                None => invalid_op!(
+                    "cannot complete a load of chunk {}: the CPU tier does not hold it",
+                    key.0
+                ),
+                Some(c) => c.pins,
+            };
+            if *n > pins {
+                invalid_op!(
+                    "cannot complete {n} loads of chunk {}: only {pins} loads pin it",
+                    key.0
+                );
+            }
+        }
+        Ok(())
+    }
+
+    // -- access bookkeeping -------------------------------------------------------------------------
+    /// Records `rid`'s first access to each key (vLLM's `_record_request_cache_access`): under LRU a
+    /// held chunk moves up to `(request rank, -position)` if that is newer; `reused` keys count as reuses
+    /// unless this request inserted them.
+    fn record(&mut self, rid: u64, keys: &[(BlockKey, u64)], reused: &[BlockKey]) {
+        let a = self.accesses.entry(rid).or_default();
+        let first = a.order.len();
+        for &(key, pos) in keys {
+            if a.seen.insert(key) {
+                a.order.push((key, pos));
+            }
+        }
+        if a.order.len() > first && self.eviction == Eviction::Lru {
+            if a.rank == 0 {
+                self.next_rank += 1;
+                a.rank = self.next_rank;
+            }
+            let r = a.rank;
+            for &(key, pos) in &a.order[first..] {
+                let Some(current) = self.rank.get_mut(&key) else {
+                    continue;
+                };
+                let rank = (r, Reverse(pos));
+                if *current >= rank {
+                    continue;
+                }
+                *current = rank;
+                if self.evictable.contains(&key) {
+                    self.heap.push(Reverse((rank, key)));
+                }
+            }
+        }
+        for &key in reused {
+            if !a.inserted.contains(&key) {
+                a.reused.insert(key);
+            }
+        }
+        self.compact_heap();
+    }
+
+    // -- evictability -------------------------------------------------------------------------------
+    fn mark_evictable(&mut self, key: BlockKey) {
+        self.num_evictable += 1;
+        if self.eviction == Eviction::Lru {
+            self.evictable.insert(key);
+            self.heap.push(Reverse((self.rank[&key], key)));
+            self.compact_heap();
+        }
+    }
+
+    fn mark_pinned(&mut self, key: BlockKey) {
+        self.num_evictable -= 1;
+        if self.eviction == Eviction::Lru {
+            self.evictable.remove(&key);
+        }
+    }
+
+    /// Rebuilds the LRU heap from the evictable chunks once stale entries make up half of it (vLLM's
+    /// `_maybe_compact_heap`), so that it stays O(chunks held).
+    fn compact_heap(&mut self) {
+        if self.heap.len() < 64.max(2 * self.evictable.len()) {
+            return;
+        }
+        let live: Vec<_> = self
+            .evictable
+            .iter()
+            .map(|&key| Reverse((self.rank[&key], key)))
+            .collect();
+        self.heap = BinaryHeap::from(live);
+    }
+
+    /// Removes `n` evictable chunks not in `protected`, appending their keys to `out` in eviction order;
+    /// false (nothing changed) if there are fewer.
+    fn evict(&mut self, n: usize, protected: &KeySet, out: &mut Vec<BlockKey>) -> bool {
+        match self.eviction {
+            Eviction::Lru => self.lru_evict(n, protected, out),
+            Eviction::Arc => self.arc_evict(n, protected, out),
+        }
+    }
+
+    /// The `n` smallest `(rank, key)` among evictable chunks not protected. The heap's entries may be
+    /// stale (the key no longer evictable or re-ranked since) or repeated; only the live ones are
+    /// taken, each once, so what is chosen depends on the set of live entries alone, not on the heap's
+    /// shape (hence compacting it changes no decision).
+    fn lru_evict(&mut self, n: usize, protected: &KeySet, out: &mut Vec<BlockKey>) -> bool {
+        let mut selected: Vec<(Rank, BlockKey)> = Vec::with_capacity(n);
+        let mut deferred = Vec::new();
+        let mut chosen = KeySet::default();
+        while selected.len() < n {
+            let Some(Reverse(entry)) = self.heap.pop() else {
+                break;
+            };
+            let (rank, key) = entry;
+            if !self.evictable.contains(&key)
+                || self.rank.get(&key) != Some(&rank)
+                || chosen.contains(&key)
+            {
+                continue;
+            }
+            if protected.contains(&key) {
+                deferred.push(entry);
+                continue;
+            }
+            selected.push(entry);
+            chosen.insert(key);
+        }
+        self.heap.extend(deferred.into_iter().map(Reverse));
+        if selected.len() < n {
+            self.heap.extend(selected.into_iter().map(Reverse));
+            return false;
+        }
+        for (_, key) in selected {
+            self.evictable.remove(&key);
+            self.chunks.remove(&key);
+            self.rank.remove(&key);
+            out.push(key);
+        }
+        self.compact_heap();
+        true
+    }
+
+    /// ARC's choice of `n` victims: from T1 while its (virtual) size is at least the target's integer
+    /// part, else from T2, else from T1; then each victim becomes a ghost (T1 -> B1, T2 -> B2) and the
+    /// ghost lists are trimmed to `capacity` from their least recent end.
+    fn arc_evict(&mut self, n: usize, protected: &KeySet, out: &mut Vec<BlockKey>) -> bool {
+        // Python's int(target): the target is never negative, so truncation is the floor.
+        let target = self.target as u64;
+        let mut t1_size = self.t1.len() as u64;
+        // Where each list's scan resumes (None: exhausted). A scan passes over chunks that stay
+        // unevictable for the whole call (not ready, pinned, protected) and the ones already taken,
+        // so resuming after the last pick finds what the spec's scan from the head finds.
+        let mut from1 = Some(0);
+        let mut from2 = Some(0);
+        let mut picks: Vec<(BlockKey, bool)> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut pick = None;
+            if t1_size >= target {
+                pick = self.arc_pick(true, protected, &mut from1);
+            }
+            if pick.is_none() {
+                pick = self
+                    .arc_pick(false, protected, &mut from2)
+                    .or_else(|| self.arc_pick(true, protected, &mut from1));
+            }
+            let Some(pick) = pick else {
+                return false;
+            };
+            t1_size -= u64::from(pick.1);
+            picks.push(pick);
+        }
+        for (key, from_t1) in picks {
+            if from_t1 {
+                self.t1.remove(key);
+                self.b1.set(key, ());
+            } else {
+                self.t2.remove(key);
+                self.b2.set(key, ());
+            }
+            self.chunks.remove(&key);
+            out.push(key);
+        }
+        for ghost in [&mut self.b1, &mut self.b2] {
+            while ghost.len() as u64 > self.capacity {
+                ghost.pop_front();
+            }
+        }
+        true
+    }
+
+    /// The least recent evictable, unprotected chunk of T1 (`in_t1`) or T2 at or after stamp `*from`;
+    /// moves `*from` past it, or to None when there is none.
+    fn arc_pick(
+        &self,
+        in_t1: bool,
+        protected: &KeySet,
+        from: &mut Option<u64>,
+    ) -> Option<(BlockKey, bool)> {
+        let list = if in_t1 { &self.t1 } else { &self.t2 };
+        let start = (*from)?;
+        for (stamp, key) in list.since(start) {
+            if self.chunks[&key].evictable() && !protected.contains(&key) {
+                *from = Some(stamp + 1);
+                return Some((key, in_t1));
+            }
+        }
+        *from = None;
+        None
+    }
+
+    /// ARC learns from its ghosts before a store inserts (`on_store_miss`), tail to head: a B1 hit
+    /// raises the target by max(1, |B2|/|B1|) up to `capacity`, a B2 hit lowers it by max(1, |B1|/|B2|)
+    /// down to 0; the ghost moves to its list's most recent end.
+    fn arc_store_misses(&mut self, keys: &[BlockKey]) {
+        for &key in keys.iter().rev() {
+            if self.b1.contains(key) {
+                let delta = f64::max(1.0, self.b2.len() as f64 / self.b1.len() as f64);
+                self.target = f64::min(self.target + delta, self.capacity as f64);
+                self.b1.move_to_end(key);
+            } else if self.b2.contains(key) {
+                let delta = f64::max(1.0, self.b1.len() as f64 / self.b2.len() as f64);
+                self.target = f64::max(self.target - delta, 0.0);
+                self.b2.move_to_end(key);
+            }
+        }
+    }
+
+    // -- loads and stores ---------------------------------------------------------------------------
+    /// Pins ready chunks for a load (`prepare_load`) and records the accesses; `keys` are
+    /// `(key, position)` pairs, the position the chunk's index in request `rid`.
+    ///
+    /// # Panics
+    /// If a key is not held or is pending ([`CpuTier::check_prepare_load`] says so first).
+    pub fn prepare_load(&mut self, rid: u64, keys: &[(BlockKey, u64)]) {
+        for &(key, _) in keys {
+            let c = self
+                .chunks
+                .get_mut(&key)
+                .expect("prepare_load of a chunk the CPU tier does not hold");
+            assert!(c.ready, "prepare_load of a pending chunk");
+            c.pins += 1;
+            if c.pins == 1 {
+                self.mark_pinned(key);
+            }
+        }
+        let reused: Vec<BlockKey> = keys.iter().map(|&(k, _)| k).collect();
+        self.record(rid, keys, &reused);
+        self.debug_check();
+    }
+
+    /// A load of `keys` is done: each unpinned once; a chunk no load pins any more is evictable again.
+    ///
+    /// # Panics
+    /// If a key is not held or not pinned ([`CpuTier::check_complete_load`] says so first).
+    pub fn complete_load(&mut self, keys: &[BlockKey]) {
+        for &key in keys {
+            let c = self
+                .chunks
+                .get_mut(&key)
+                .expect("complete_load of a chunk the CPU tier does not hold");
+            assert!(c.pins > 0, "complete_load of a chunk no load pins");
+            c.pins -= 1;
+            if c.pins == 0 {
+                self.mark_evictable(key);
+            }
+        }
+        self.debug_check();
+    }
+
+    /// Offers request `rid`'s chunks (`prepare_store`; `(key, position)` pairs). Keys the tier lacks
+    /// (and, with a threshold, has seen offered often enough) are stored as pending chunks, evicting
+    /// others if needed, never one offered here. `Some(())`: `stored` holds the keys stored now, in offer
+    /// order, and `evicted` the keys evicted for them, in eviction order (both are cleared first).
+    /// `None` when the tier cannot make room: nothing is stored or evicted, but the offers are counted
+    /// and the accesses recorded, as in vLLM.
+    pub fn prepare_store(
+        &mut self,
+        rid: u64,
+        keys: &[(BlockKey, u64)],
+        stored: &mut Vec<BlockKey>,
+        evicted: &mut Vec<BlockKey>,
+    ) -> Option<()> {
+        stored.clear();
+        evicted.clear();
+        if self.threshold > 0 {
+            self.count_offers(keys);
+        }
+        let mut to_store: Vec<(BlockKey, u64)> = Vec::new();
+        let mut ready_existing: Vec<BlockKey> = Vec::new();
+        for &(key, pos) in keys {
+            match self.chunks.get(&key) {
+                None => to_store.push((key, pos)),
+                Some(c) if c.ready => ready_existing.push(key),
+                Some(_) => {}
+            }
+        }
+        if self.threshold > 0 {
+            let before = to_store.len();
+            to_store.retain(|&(k, _)| self.counts.get(k).copied().unwrap_or(0) >= self.threshold);
+            self.num_stores_skipped += (before - to_store.len()) as u64;
+        }
+        let a = self.accesses.entry(rid).or_default();
+        let misses: Vec<BlockKey> = to_store
+            .iter()
+            .map(|&(k, _)| k)
+            .filter(|k| !a.store_misses.contains(k))
+            .collect();
+        a.store_misses.extend(misses.iter().copied());
+        if !misses.is_empty() && self.eviction == Eviction::Arc {
+            self.arc_store_misses(&misses);
+        }
+        let recorded: KeySet = to_store
+            .iter()
+            .map(|&(k, _)| k)
+            .chain(ready_existing.iter().copied())
+            .collect();
+        let accessed: Vec<(BlockKey, u64)> = keys
+            .iter()
+            .copied()
+            .filter(|(k, _)| recorded.contains(k))
+            .collect();
+        self.record(rid, &accessed, &ready_existing);
+        if to_store.is_empty() {
+            self.debug_check();
+            return Some(());
+        }
+        let need = to_store.len() as i128 - (i128::from(self.capacity) - self.chunks.len() as i128);
+        if need > 0 {
+            if need > i128::from(self.num_evictable) {
+                self.debug_check();
+                return None;
+            }
+            let protected: KeySet = keys.iter().map(|&(k, _)| k).collect();
+            if !self.evict(need as usize, &protected, evicted) {
+                self.debug_check();
+                return None;
+            }
+            self.num_evictable -= evicted.len() as u64;
+            self.num_evicted += evicted.len() as u64;
+        }
+        let a = self.accesses.get_mut(&rid).expect("recorded above");
+        for &(key, pos) in &to_store {
+            self.chunks.insert(key, Chunk::default());
+            match self.eviction {
+                Eviction::Lru => {
+                    if a.rank == 0 {
+                        self.next_rank += 1;
+                        a.rank = self.next_rank;
+                    }
+                    self.rank.insert(key, (a.rank, Reverse(pos)));
+                }
+                Eviction::Arc => {
+                    self.b1.remove(key);
+                    self.b2.remove(key);
+                    self.t1.set(key, ());
+                }
+            }
+            a.inserted.insert(key);
+            stored.push(key);
+        }
+        self.debug_check();
+        Some(())
+    }
+
+    /// Stores of `keys` are done: each pending chunk among them becomes ready (and evictable); keys
+    /// not held or already ready are ignored.
+    pub fn complete_store(&mut self, keys: &[BlockKey]) {
+        for &key in keys {
+            if let Some(c) = self.chunks.get_mut(&key)
+                && !c.ready
+            {
+                c.ready = true;
+                self.mark_evictable(key);
+            }
+        }
+        self.debug_check();
+    }
+
+    /// vLLM's `_record_accesses`: one more offer of each key, in a tracker of `tracker` keys. Keys
+    /// already tracked move to its most recent end and are protected; a new key displaces the least
+    /// recent unprotected one when the tracker is full, or is not tracked if none is left.
+    fn count_offers(&mut self, keys: &[(BlockKey, u64)]) {
+        let mut protected = KeySet::default();
+        for &(key, _) in keys {
+            if self.counts.move_to_end(key) {
+                if let Some((_, n)) = self.counts.slot.get_mut(&key) {
+                    *n += 1;
+                }
+                protected.insert(key);
+            }
+        }
+        let mut unprotected = self.counts.len() - protected.len();
+        for &(key, _) in keys {
+            if self.counts.contains(key) {
+                continue;
+            }
+            if self.counts.len() >= self.tracker {
+                if unprotected == 0 {
+                    continue;
+                }
+                self.counts.pop_front();
+                unprotected -= 1;
+            }
+            self.counts.set(key, 1);
+        }
+    }
+
+    /// Request `rid` finished (`on_request_finished`): its keys, ordered by position (ties in order of
+    /// first access), are re-ranked from its last chunk to its first, so its first is the most recent.
+    /// LRU: each held one gets a fresh rank. ARC: one it only inserted moves to the most recent end of
+    /// its list; one it reused moves from T1 to T2, or to T2's most recent end. Its record is dropped.
+    pub fn finish(&mut self, rid: u64) {
+        let Some(a) = self.accesses.remove(&rid) else {
+            return;
+        };
+        let mut ordered = a.order;
+        ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
+        for &(key, _) in ordered.iter().rev() {
+            if !self.chunks.contains_key(&key) {
+                continue;
+            }
+            match self.eviction {
+                Eviction::Lru => {
+                    self.next_rank += 1;
+                    let rank = (self.next_rank, Reverse(0));
+                    self.rank.insert(key, rank);
+                    if self.evictable.contains(&key) {
+                        self.heap.push(Reverse((rank, key)));
+                    }
+                }
+                Eviction::Arc => {
+                    let reused = a.reused.contains(&key);
+                    if a.inserted.contains(&key) && !reused {
+                        if !self.t1.move_to_end(key) {
+                            self.t2.move_to_end(key);
+                        }
+                    } else if reused {
+                        if self.t1.remove(key).is_some() {
+                            self.t2.set(key, ());
+                        } else {
+                            self.t2.move_to_end(key);
+                        }
+                    }
+                }
+            }
+        }
+        self.compact_heap();
+        self.debug_check();
+    }
+
+    // -- checking -----------------------------------------------------------------------------------
+    #[inline]
+    fn debug_check(&self) {
+        #[cfg(debug_assertions)]
+        if let Err(e) = self.check_invariants() {
+            panic!("{e}");
+        }
+    }
+
+    /// Checks the invariants listed on [`CpuTier`]; `KvError::Internal` (a bug) if one fails.
+    pub fn check_invariants(&self) -> Result<()> {
+        self.invariants()
+            .map_err(|m| KvError::Internal(format!("CPU tier invariant broken: {m}")))
+    }
+
+    fn invariants(&self) -> std::result::Result<(), String> {
+        let evictable = self.chunks.values().filter(|c| c.evictable()).count() as u64;
+        if evictable != self.num_evictable {
+            return Err(format!(
+                "num_evictable is {} but {evictable} chunks are evictable",
+                self.num_evictable
+            ));
+        }
+        if self.chunks.len() as u64 > self.capacity {
+            return Err(format!(
+                "{} chunks held, capacity {}",
+                self.chunks.len(),
+                self.capacity
+            ));
+        }
+        self.counts.check("the tracker")?;
+        if self.counts.len() > self.tracker || (self.threshold == 0 && self.counts.len() > 0) {
+            return Err(format!(
+                "the tracker holds {} keys (size {}, threshold {})",
+                self.counts.len(),
+                self.tracker,
+                self.threshold
+            ));
+        }
+        for (rid, a) in &self.accesses {
+            if a.order.len() != a.seen.len() {
+                return Err(format!(
+                    "request {rid}'s record of first accesses is inconsistent"
+                ));
+            }
+        }
+        match self.eviction {
+            Eviction::Lru => self.lru_invariants(),
+            Eviction::Arc => self.arc_invariants(),
+        }
+    }
+
+    fn lru_invariants(&self) -> std::result::Result<(), String> {
+        if self.t1.len() + self.t2.len() + self.b1.len() + self.b2.len() > 0 || self.target != 0.0 {
+            return Err("ARC state under LRU".into());
+        }
+        if self.rank.len() != self.chunks.len()
+            || self.rank.keys().any(|k| !self.chunks.contains_key(k))
+        {
+            return Err("the ranked keys are not the chunks held".into());
+        }
+        let live: HashSet<(Rank, BlockKey)> = self.heap.iter().map(|e| e.0).collect();
+        for (key, c) in &self.chunks {
+            if c.evictable() != self.evictable.contains(key) {
+                return Err(format!("chunk {} is misfiled as (not) evictable", key.0));
+            }
+            if c.evictable() && !live.contains(&(self.rank[key], *key)) {
+                return Err(format!(
+                    "evictable chunk {} has no current heap entry",
+                    key.0
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn arc_invariants(&self) -> std::result::Result<(), String> {
+        if !self.rank.is_empty() || !self.evictable.is_empty() || !self.heap.is_empty() {
+            return Err("LRU state under ARC".into());
+        }
+        for (list, name) in [
+            (&self.t1, "T1"),
+            (&self.t2, "T2"),
+            (&self.b1, "B1"),
+            (&self.b2, "B2"),
+        ] {
+            list.check(name)?;
+        }
+        if self.t1.len() + self.t2.len() != self.chunks.len()
+            || self.t1.keys().any(|k| self.t2.contains(k))
+            || self
+                .chunks
+                .keys()
+                .any(|&k| !self.t1.contains(k) && !self.t2.contains(k))
+        {
+            return Err("the chunks held are not T1 and T2, disjoint".into());
+        }
+        for (ghost, other, name) in [(&self.b1, &self.b2, "B1"), (&self.b2, &self.b1, "B2")] {
+            if ghost.len() as u64 > self.capacity {
+                return Err(format!(
+                    "{name} holds {} ghosts, capacity {}",
+                    ghost.len(),
+                    self.capacity
+                ));
+            }
+            if ghost
+                .keys()
+                .any(|k| other.contains(k) || self.chunks.contains_key(&k))
+            {
+                return Err(format!("a ghost of {name} is held or in the other list"));
+            }
+        }
+        if !(0.0..=self.capacity as f64).contains(&self.target) {
+            return Err(format!(
+                "target {} outside 0..={}",
+                self.target, self.capacity
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(n: u128) -> BlockKey {
+        BlockKey(n)
+    }
+
+    /// Keys `ns` at positions 0, 1, ...
+    fn at(ns: &[u128]) -> Vec<(BlockKey, u64)> {
+        ns.iter()
+            .enumerate()
+            .map(|(i, &n)| (k(n), i as u64))
+            .collect()
+    }
+
+    fn keys(ns: &[u128]) -> Vec<BlockKey> {
+        ns.iter().map(|&n| k(n)).collect()
+    }
+
+    /// `prepare_store`: Some((stored, evicted)) or None.
+    fn store(t: &mut CpuTier, rid: u64, ks: &[(BlockKey, u64)]) -> Option<(Vec<u128>, Vec<u128>)> {
+        let (mut stored, mut evicted) = (Vec::new(), Vec::new());
+        t.prepare_store(rid, ks, &mut stored, &mut evicted)?;
+        Some((
+            stored.iter().map(|k| k.0).collect(),
+            evicted.iter().map(|k| k.0).collect(),
+        ))
+    }
+
+    /// Stores `ns` for `rid` (positions 0, 1, ...), completes the store and finishes the request.
+    fn fill(t: &mut CpuTier, rid: u64, ns: &[u128]) {
+        store(t, rid, &at(ns)).unwrap();
+        t.complete_store(&keys(ns));
+        t.finish(rid);
+    }
+
+    #[test]
+    fn lookup_tells_missing_pending_and_ready_chunks_apart() {
+        let mut t = CpuTier::new(4, Eviction::Lru, 0);
+        assert_eq!(t.lookup(k(1)), MISS);
+        assert_eq!(store(&mut t, 1, &at(&[1, 2])), Some((vec![1, 2], vec![])));
+        assert_eq!(
+            (t.lookup(k(1)), t.used(), t.num_evictable()),
+            (PENDING, 2, 0)
+        );
+        t.complete_store(&keys(&[1, 9]));
+        assert_eq!((t.lookup(k(1)), t.lookup(k(2))), (HIT, PENDING));
+        assert_eq!(t.num_evictable(), 1);
+        // offering held keys again stores nothing
+        assert_eq!(store(&mut t, 2, &at(&[1, 2])), Some((vec![], vec![])));
+    }
+
+    #[test]
+    fn lru_evicts_a_running_requests_tail_first_and_a_finished_requests_tail_first() {
+        let mut t = CpuTier::new(3, Eviction::Lru, 0);
+        store(&mut t, 1, &at(&[1, 2, 3])).unwrap();
+        t.complete_store(&keys(&[1, 2, 3]));
+        // request 1 still runs: ranks (r, -position), its last chunk the oldest
+        assert_eq!(store(&mut t, 2, &at(&[4])), Some((vec![4], vec![3])));
+        t.finish(1);
+        t.complete_store(&keys(&[4]));
+        t.finish(2);
+        // finish re-ranked 2 then 1 (the first chunk newest); request 2 finished later
+        assert_eq!(
+            store(&mut t, 3, &at(&[5, 6])),
+            Some((vec![5, 6], vec![2, 1]))
+        );
+        assert_eq!(t.num_evicted(), 3);
+    }
+
+    #[test]
+    fn a_load_moves_a_chunk_up_and_pins_protect_it() {
+        let mut t = CpuTier::new(3, Eviction::Lru, 0);
+        fill(&mut t, 1, &[1, 2, 3]);
+        // request 2 reads chunk 3 (the oldest): it becomes the newest
+        t.prepare_load(2, &[(k(3), 0)]);
+        assert_eq!(t.num_evictable(), 2);
+        assert_eq!(
+            store(&mut t, 3, &at(&[7, 8])),
+            Some((vec![7, 8], vec![2, 1]))
+        );
+        // pinned: not evictable, so there is no room
+        assert_eq!(store(&mut t, 3, &at(&[7, 8, 9])), None);
+        assert!(t.check_complete_load(&keys(&[3, 3])).is_err());
+        assert!(t.check_complete_load(&keys(&[5])).is_err());
+        t.check_complete_load(&keys(&[3])).unwrap();
+        t.complete_load(&keys(&[3]));
+        t.complete_store(&keys(&[7, 8]));
+        assert_eq!(store(&mut t, 4, &at(&[9])), Some((vec![9], vec![3])));
+    }
+
+    #[test]
+    fn pending_chunks_are_neither_loadable_nor_evictable() {
+        let mut t = CpuTier::new(2, Eviction::Lru, 0);
+        store(&mut t, 1, &at(&[1, 2])).unwrap();
+        assert!(t.check_prepare_load(&at(&[1])).is_err());
+        assert!(t.check_prepare_load(&at(&[5])).is_err());
+        assert_eq!(store(&mut t, 2, &at(&[3])), None);
+        t.complete_store(&keys(&[1]));
+        t.check_prepare_load(&at(&[1])).unwrap();
+        assert_eq!(store(&mut t, 2, &at(&[3])), Some((vec![3], vec![1])));
+    }
+
+    #[test]
+    fn an_offered_chunk_is_never_evicted_and_eviction_is_all_or_nothing() {
+        for eviction in [Eviction::Lru, Eviction::Arc] {
+            let mut t = CpuTier::new(2, eviction, 0);
+            fill(&mut t, 1, &[1, 2]);
+            // 1 is the oldest but offered again: 2 goes instead
+            assert_eq!(
+                store(&mut t, 2, &at(&[1, 3])),
+                Some((vec![3], vec![2])),
+                "{eviction:?}"
+            );
+            // two needed, one evictable (3 is pending): nothing changes
+            assert_eq!(store(&mut t, 3, &at(&[4, 5])), None);
+            assert_eq!((t.used(), t.lookup(k(1)), t.num_evicted()), (2, HIT, 1));
+            // one needed, but the only evictable chunk is offered
+            assert_eq!(store(&mut t, 3, &at(&[1, 6])), None);
+        }
+    }
+
+    #[test]
+    fn arc_ghost_hits_move_the_target() {
+        let mut t = CpuTier::new(2, Eviction::Arc, 0);
+        fill(&mut t, 1, &[1, 2]);
+        // T1 = [2, 1] (finish made 1 the most recent); target 0, so T1 gives its least recent
+        assert_eq!(store(&mut t, 2, &at(&[3])), Some((vec![3], vec![2])));
+        t.complete_store(&keys(&[3]));
+        t.finish(2);
+        // 2 comes back: a B1 hit raises the target by max(1, |B2|/|B1|) = 1
+        assert_eq!(store(&mut t, 3, &at(&[2])), Some((vec![2], vec![1])));
+        assert!((t.target() - 1.0).abs() < f64::EPSILON);
+        t.complete_store(&keys(&[2]));
+        t.finish(3);
+        // request 4 reads 3: reused, so T1 -> T2 at its finish
+        t.prepare_load(4, &[(k(3), 0)]);
+        t.complete_load(&keys(&[3]));
+        t.finish(4);
+        // T1 = [2], T2 = [3], B1 = [1]: |T1| 1 >= 1, T1 gives 2
+        assert_eq!(store(&mut t, 5, &at(&[4])), Some((vec![4], vec![2])));
+        t.complete_store(&keys(&[4]));
+        t.finish(5);
+        // T1 = [4], target 1: T1 gives 4 -> B1 = [1, 2, 4], trimmed to capacity: [2, 4]
+        assert_eq!(store(&mut t, 6, &at(&[5])), Some((vec![5], vec![4])));
+        assert_eq!(t.b1.keys().map(|k| k.0).collect::<Vec<_>>(), [2, 4]);
+        t.complete_store(&keys(&[5]));
+        t.finish(6);
+        // 1 is no ghost any more: the target stays; 4 is one: target += max(1, 0/2) -> 2 (= capacity,
+        // the cap), and |T1| 1 < 2: T2 gives 3
+        assert_eq!(store(&mut t, 7, &at(&[4])), Some((vec![4], vec![3])));
+        assert!((t.target() - 2.0).abs() < f64::EPSILON);
+        t.complete_store(&keys(&[4]));
+        t.finish(7);
+        // 3 is a B2 ghost: target -= max(1, |B1|/|B2|) = max(1, 1/1) -> 1; |T1| 2 >= 1: T1 gives 5
+        assert_eq!(store(&mut t, 8, &at(&[3])), Some((vec![3], vec![5])));
+        assert!((t.target() - 1.0).abs() < f64::EPSILON);
+        t.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn arc_ghost_lists_stay_within_capacity() {
+        let mut t = CpuTier::new(3, Eviction::Arc, 0);
+        for rid in 0..50u64 {
+            let n = u128::from(rid) * 2;
+            fill(&mut t, rid, &[n, n + 1]);
+        }
+        assert!(t.b1.len() <= 3 && t.b2.len() <= 3);
+        assert_eq!(t.used(), 3);
+    }
+
+    #[test]
+    fn the_threshold_stores_a_key_at_its_nth_offer() {
+        let mut t = CpuTier::new(4, Eviction::Lru, 2);
+        assert_eq!(store(&mut t, 1, &at(&[1, 2])), Some((vec![], vec![])));
+        assert_eq!(t.num_stores_skipped(), 2);
+        assert_eq!(store(&mut t, 2, &at(&[2, 3])), Some((vec![2], vec![])));
+        assert_eq!(t.num_stores_skipped(), 3);
+        // a threshold of 1 is none
+        let mut t = CpuTier::new(4, Eviction::Lru, 1);
+        assert_eq!(store(&mut t, 1, &at(&[1])), Some((vec![1], vec![])));
+    }
+
+    #[test]
+    fn a_full_tracker_forgets_its_least_recent_unprotected_key() {
+        let mut t = CpuTier::with_tracker(8, Eviction::Lru, 2, 2);
+        store(&mut t, 1, &at(&[1, 2])).unwrap();
+        // 3 displaces 1, the least recent
+        store(&mut t, 1, &at(&[3])).unwrap();
+        assert_eq!(t.counts.keys().map(|k| k.0).collect::<Vec<_>>(), [2, 3]);
+        // 2 and 3 offered again are protected: 4 finds no room and is not tracked
+        assert_eq!(
+            store(&mut t, 2, &at(&[2, 3, 4])),
+            Some((vec![2, 3], vec![]))
+        );
+        assert_eq!(t.counts.keys().map(|k| k.0).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(t.num_stores_skipped(), 4);
+        // 1 was forgotten: its count starts again
+        assert_eq!(store(&mut t, 3, &at(&[1])), Some((vec![], vec![])));
+    }
+
+    #[test]
+    fn memory_does_not_grow_with_finished_requests() {
+        for eviction in [Eviction::Lru, Eviction::Arc] {
+            let mut t = CpuTier::with_tracker(16, eviction, 2, 100);
+            for rid in 0..3_000u64 {
+                // a fresh chunk (stored at its second offer) and rereads of a few old ones
+                let n = u128::from(rid);
+                for _ in 0..2 {
+                    let mut stored = Vec::new();
+                    t.prepare_store(rid, &[(k(n), 0)], &mut stored, &mut Vec::new());
+                    t.complete_store(&stored);
+                }
+                let old: Vec<_> = (1..4)
+                    .map(|d| (k(n.saturating_sub(d)), d as u64))
+                    .filter(|&(key, _)| t.lookup(key) == HIT)
+                    .collect();
+                t.prepare_load(rid, &old);
+                t.complete_load(&old.iter().map(|&(key, _)| key).collect::<Vec<_>>());
+                t.finish(rid);
+            }
+            assert!(t.num_evicted() > 2_900, "{eviction:?}");
+            assert!(t.accesses.is_empty());
+            assert!(t.heap.len() <= 64.max(2 * t.evictable.len()));
+            assert!(t.b1.len() <= 16 && t.b2.len() <= 16);
+            assert!(t.counts.len() <= 100);
+            assert!(t.rank.len() <= 16 && t.chunks.len() <= 16);
+        }
+    }
+
+    #[test]
+    fn rereads_without_evictions_keep_the_lru_heap_small() {
+        let mut t = CpuTier::new(1000, Eviction::Lru, 0);
+        fill(&mut t, 0, &[1, 2, 3]);
+        for rid in 1..5_000u64 {
+            t.prepare_load(rid, &at(&[1, 2, 3]));
+            t.complete_load(&keys(&[1, 2, 3]));
+            t.finish(rid);
+        }
+        assert!(t.heap.len() <= 64, "{}", t.heap.len());
+        assert!(t.accesses.is_empty());
+    }
+
+    #[test]
+    fn eviction_names_parse() {
+        assert_eq!(Eviction::parse("arc").unwrap(), Eviction::Arc);
+        assert_eq!(
+            Eviction::parse(Eviction::Lru.as_str()).unwrap(),
+            Eviction::Lru
+        );
+        assert!(Eviction::parse("fifo").is_err());
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Store(u64, Vec<u8>),
+        Load(u64, Vec<u8>),
+        CompleteLoad(usize),
+        CompleteStore(usize),
+        Finish(u64),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let ks = || proptest::collection::vec(0u8..16, 0..5);
+        prop_oneof![
+            (0u64..4, ks()).prop_map(|(r, v)| Op::Store(r, v)),
+            (0u64..4, ks()).prop_map(|(r, v)| Op::Load(r, v)),
+            (0usize..8).prop_map(Op::CompleteLoad),
+            (0usize..8).prop_map(Op::CompleteStore),
+            (0u64..4).prop_map(Op::Finish),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Random legal operations keep every invariant (debug builds check them after each one).
+        #[test]
+        fn random_operations_keep_the_invariants(
+            cap in 1u64..10,
+            arc in proptest::bool::ANY,
+            threshold in 0u64..4,
+            ops in proptest::collection::vec(op(), 0..120),
+        ) {
+            let eviction = if arc { Eviction::Arc } else { Eviction::Lru };
+            let mut t = CpuTier::with_tracker(cap, eviction, threshold, 6);
+            let (mut loads, mut stores): (Vec<Vec<BlockKey>>, Vec<Vec<BlockKey>>) = (vec![], vec![]);
+            for op in ops {
+                match op {
+                    Op::Store(rid, v) => {
+                        let ks: Vec<_> = v.iter().enumerate().map(|(i, &n)| (k(n.into()), i as u64)).collect();
+                        let mut stored = Vec::new();
+                        if t.prepare_store(rid, &ks, &mut stored, &mut Vec::new()).is_some() {
+                            proptest::prop_assert!(t.used() <= cap);
+                            stores.push(stored);
+                        }
+                    }
+                    Op::Load(rid, v) => {
+                        let ks: Vec<_> = v.iter().enumerate().map(|(i, &n)| (k(n.into()), i as u64))
+                            .filter(|&(key, _)| t.lookup(key) == HIT).collect();
+                        t.prepare_load(rid, &ks);
+                        loads.push(ks.iter().map(|&(key, _)| key).collect());
+                    }
+                    Op::CompleteLoad(i) if !loads.is_empty() => {
+                        let ks = loads.swap_remove(i % loads.len());
+                        t.check_complete_load(&ks).unwrap();
+                        t.complete_load(&ks);
+                    }
+                    Op::CompleteStore(i) if !stores.is_empty() => {
+                        let ks = stores.swap_remove(i % stores.len());
+                        t.complete_store(&ks);
+                    }
+                    Op::Finish(rid) => t.finish(rid),
+                    _ => {}
+                }
+                t.check_invariants().unwrap();
+            }
+        }
+    }
+}

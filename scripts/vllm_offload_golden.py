@@ -1,0 +1,411 @@
+"""Records vLLM's own CPU-tier decisions (its native KV offloading) into golden files.
+
+Run with a Python that has vLLM installed (its scheduler, KV-cache manager and `OffloadingConnector`'s
+scheduler side run on CPU; torch and the wheel's pure-Python dependencies are enough, no GPU):
+
+    /tmp/venv-vllm/bin/python scripts/vllm_offload_golden.py tests/data/vllm_offload
+
+Each scenario drives `vllm.v1.core.sched.scheduler.Scheduler` with `--kv-offloading-size` set (vLLM builds
+the `OffloadingConnector` with its CPU manager, LRU or ARC) step by step. The workers are replaced by a
+stand-in that reports a load done in the step that issued it and a store in the step after (kvsim's
+transfers of zero duration: DESIGN.md §CPU tier, Time), and a flushed job at once. Requests join before a
+step that follows one which computed tokens (or before the first step, or when vLLM holds nothing at all),
+so that kvsim, whose steps that compute nothing take no time, sees them at the same point. Per step that
+computed tokens it records the tokens each request was scheduled, every request's block table, the loads
+and stores issued since the step before (request and chunks) and the chunks in the tier.
+`tests/test_offload_golden.py` replays each scenario on both of kvsim's engines. kvsim never imports
+vLLM: CI reads the files only.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+# Content `c`'s token `i` is token id `c * 100_000 + i` (kvsim's segment (c, n) is the first n tokens of
+# content c); request r's k-th output token is 900_000 + r * 1000 + k (never shared).
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "store_then_load": {
+        # A small GPU pool: the shared prefix is evicted from the GPU and comes back from the tier.
+        "num_blocks": 14,
+        "block_size": 4,
+        "cpu_chunks": 16,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 32,
+        "requests": [
+            (0, [(1, 24)], 3),
+            (4, [(2, 30)], 3),
+            (8, [(1, 24), (3, 5)], 4),
+            (12, [(1, 24)], 2),
+        ],
+    },
+    "pending_store_defers": {
+        # The second request's prefix is in the tier but still being stored: it waits a step.
+        "num_blocks": 40,
+        "block_size": 4,
+        "cpu_chunks": 20,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 64,
+        "requests": [(0, [(5, 16)], 3), (1, [(5, 16)], 2), (1, [(5, 12), (6, 3)], 2)],
+    },
+    "being_loaded_defers": {
+        # Two requests want the same chunks from the tier: the second waits for the first's load.
+        "num_blocks": 12,
+        "block_size": 4,
+        "cpu_chunks": 20,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 64,
+        "requests": [
+            (0, [(7, 20)], 2),
+            (3, [(8, 30)], 2),
+            (6, [(7, 20), (9, 2)], 3),
+            (6, [(7, 20), (10, 3)], 3),
+        ],
+    },
+    "tier_full": {
+        # Four chunks of tier: stores that cannot evict enough are dropped and offered again later.
+        "num_blocks": 20,
+        "block_size": 4,
+        "cpu_chunks": 4,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 16,
+        "requests": [
+            (0, [(11, 12)], 6),
+            (0, [(12, 10)], 6),
+            (2, [(13, 14)], 4),
+            (9, [(11, 12), (14, 2)], 2),
+            (9, [(12, 8)], 2),
+        ],
+    },
+    "two_blocks_per_chunk": {
+        "num_blocks": 16,
+        "block_size": 4,
+        "blocks_per_chunk": 2,
+        "cpu_chunks": 10,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 32,
+        "requests": [
+            (0, [(15, 26)], 2),
+            (3, [(16, 30)], 2),
+            (6, [(15, 26), (17, 4)], 2),
+            (7, [(15, 17)], 2),
+        ],
+    },
+    "preempt_with_store_in_flight": {
+        # A preemption while the victim's stores are in flight: vLLM flushes them.
+        "num_blocks": 14,
+        "block_size": 4,
+        "cpu_chunks": 40,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 16,
+        "requests": [(0, [(18, 20)], 14), (0, [(19, 18)], 14), (1, [(20, 9)], 12)],
+    },
+    "whole_prompt_loaded": {
+        # A prompt of whole chunks, all in the tier: its last token is computed again.
+        "num_blocks": 10,
+        "block_size": 4,
+        "cpu_chunks": 20,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 32,
+        "requests": [(0, [(21, 16)], 2), (3, [(22, 28)], 2), (6, [(21, 16)], 3)],
+    },
+    "arc_eviction": {
+        "num_blocks": 12,
+        "block_size": 4,
+        "cpu_chunks": 6,
+        "eviction_policy": "arc",
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 32,
+        "requests": [
+            (0, [(23, 12)], 2),
+            (2, [(24, 12)], 2),
+            (4, [(23, 12), (25, 2)], 2),
+            (6, [(26, 12)], 2),
+            (8, [(23, 12)], 2),
+            (10, [(24, 12)], 2),
+        ],
+    },
+    "hit_fences_finished_store": {
+        # A request finishes with its prompt's last chunk still being stored; the next one hits those
+        # blocks on the GPU in the next step: vLLM flushes the store.
+        "num_blocks": 30,
+        "block_size": 4,
+        "cpu_chunks": 20,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 32,
+        "requests": [(0, [(30, 16)], 1), (1, [(30, 16), (31, 3)], 2), (1, [(32, 8)], 1)],
+    },
+    "store_threshold": {
+        "num_blocks": 12,
+        "block_size": 4,
+        "cpu_chunks": 10,
+        "store_threshold": 2,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 32,
+        "requests": [
+            (0, [(27, 12)], 2),
+            (2, [(28, 16)], 2),
+            (4, [(27, 12)], 2),
+            (7, [(29, 20)], 2),
+            (10, [(27, 12)], 2),
+        ],
+    },
+}
+
+
+def random_scenario(seed: int) -> dict[str, Any]:
+    """Traffic with a few shared prefixes among requests of their own on a GPU pool too small to keep
+    the prefixes (so hits move to the tier) and a small tier (LRU or ARC)."""
+    rng = random.Random(seed)
+    bs = rng.choice([2, 4])
+    num_blocks = rng.randint(10, 20)
+    prefixes = [(100 + seed * 10 + k, rng.randint(4, 6 * bs)) for k in range(rng.randint(1, 3))]
+    requests = []
+    for i in range(rng.randint(8, 16)):
+        segments = []
+        if rng.random() < 0.6:
+            c, n = rng.choice(prefixes)
+            segments.append((c, rng.randint(max(1, n // 2), n)))
+        if rng.random() < 0.7 or not segments:
+            segments.append((200 + seed * 20 + i, rng.randint(1, 5 * bs)))
+        tokens = rng.randint(1, 8)
+        # Every request fits the pool (vLLM would wait for ever for one that does not; kvsim refuses it).
+        if -(-(sum(n for _, n in segments) + tokens) // bs) <= num_blocks - 2:
+            requests.append((rng.randint(0, 30), segments, tokens))
+    requests.sort(key=lambda r: r[0])
+    return {
+        "num_blocks": num_blocks,
+        "block_size": bs,
+        "blocks_per_chunk": rng.choice([1, 1, 2]),
+        "cpu_chunks": rng.randint(3, 16),
+        "eviction_policy": rng.choice(["lru", "lru", "arc"]),
+        "store_threshold": rng.choice([0, 0, 0, 2]),
+        "max_num_seqs": rng.randint(2, 4),
+        "max_num_batched_tokens": rng.choice([8, 16, 32]),
+        "requests": requests,
+    }
+
+
+for _seed in range(16):
+    SCENARIOS[f"random_{_seed}"] = random_scenario(_seed)
+
+MAX_MODEL_LEN = 256
+PAGE_BYTES = 4096  # one GPU block's bytes in the recorder's KV-cache config
+
+
+def token_ids(segments: list[tuple[int, int]]) -> list[int]:
+    return [c * 100_000 + i for c, n in segments for i in range(n)]
+
+
+def _model_dir() -> Path:
+    model_dir = Path("/tmp/kvsim-golden-model")
+    model_dir.mkdir(exist_ok=True)
+    (model_dir / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 1,
+                "vocab_size": 1000,
+                "max_position_embeddings": 1 << 24,
+                "torch_dtype": "float16",
+            }
+        )
+    )
+    return model_dir
+
+
+def _scheduler(sc: dict[str, Any]) -> Any:
+    import torch
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    bs, n = sc["block_size"], sc["num_blocks"]
+    bpc = sc.get("blocks_per_chunk", 1)
+    mc = ModelConfig(
+        model=str(_model_dir()), skip_tokenizer_init=True, max_model_len=MAX_MODEL_LEN, dtype="float16"
+    )
+    schc = SchedulerConfig(
+        max_num_seqs=sc["max_num_seqs"],
+        max_num_batched_tokens=sc["max_num_batched_tokens"],
+        max_model_len=MAX_MODEL_LEN,
+        enable_chunked_prefill=True,
+        async_scheduling=False,
+        is_encoder_decoder=False,
+    )
+    cc = CacheConfig(
+        block_size=bs,
+        enable_prefix_caching=True,
+        kv_offloading_size=sc["cpu_chunks"] * PAGE_BYTES * bpc / 2**30,
+    )
+    vc = VllmConfig(
+        model_config=mc, scheduler_config=schc, cache_config=cc, device_config=DeviceConfig("cpu")
+    )
+    extra = vc.kv_transfer_config.kv_connector_extra_config
+    extra["eviction_policy"] = sc.get("eviction_policy", "lru")
+    if bpc != 1:
+        extra["blocks_per_chunk"] = bpc
+    if sc.get("store_threshold"):
+        extra["store_threshold"] = sc["store_threshold"]
+    spec = FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype=torch.float16)
+    kvc = KVCacheConfig(
+        num_blocks=n,
+        kv_cache_tensors=[
+            KVCacheTensor(
+                size=n * PAGE_BYTES, layers=["f0"], layer_stride=n * PAGE_BYTES, block_stride=PAGE_BYTES
+            )
+        ],
+        kv_cache_groups=[KVCacheGroupSpec(["f0"], spec)],
+    )
+    vc.cache_config.num_gpu_blocks = n
+    return Scheduler(vc, kvc, StructuredOutputManager(vc), block_size=bs, hash_block_size=bs)
+
+
+class Worker:
+    """Stands in for the workers: a load is done in the step that issued it, a store in the step after, a
+    flushed job at once."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, int, str, bool]] = []  # (due step, job, request, is load)
+
+    def run(self, step: int, meta: Any) -> Any:
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingWorkerMetadata
+        from vllm.v1.outputs import KVConnectorOutput
+
+        for jid, job in meta.load_jobs.items():
+            self.pending.append((step, jid, job.req_id, True))
+        for jid, job in meta.store_jobs.items():
+            self.pending.append((step + 1, jid, job.req_id, False))
+        flush = set(meta.jobs_to_flush or ())
+        self.pending = [(step if p[1] in flush else p[0], *p[1:]) for p in self.pending]
+        done = [p for p in self.pending if p[0] <= step]
+        self.pending = [p for p in self.pending if p[0] > step]
+        wm = OffloadingWorkerMetadata()
+        received = set()
+        for _, jid, rid, is_load in done:
+            wm.mark_completed(jid)
+            if is_load:
+                received.add(rid)
+        return KVConnectorOutput(
+            finished_recving=received, kv_connector_worker_meta=wm if wm.completed_jobs else None
+        ), len(flush)
+
+
+def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    init_none_hash(sha256)
+    s = _scheduler(sc)
+    bs = sc["block_size"]
+    connector = s.connector.connector_scheduler
+    manager = connector.manager
+    hasher = get_request_block_hasher(bs, sha256)
+    worker = Worker()
+    pending = list(enumerate(sc["requests"]))
+    steps: list[dict[str, Any]] = []
+    arrivals: dict[int, int] = {}
+    loads: list[list[Any]] = []
+    stores: list[list[Any]] = []
+    flushes = 0
+    # kvsim's clock (ms): a step that computed tokens lasts 1 ms, one that did not none; requests that join
+    # an idle vLLM (after its steps that only finished transfers) join kvsim half a millisecond later, so
+    # that kvsim too observes those transfers before they arrive.
+    clock = 0.0
+    last_computed = True
+    for step in range(600):
+        idle = not s.has_requests() and not connector._jobs
+        if last_computed or idle:
+            due = [(rid, r) for rid, r in pending if r[0] <= step]
+            if due and not last_computed:
+                clock += 0.5
+            for rid, (arrival, segments, max_tokens) in due:
+                params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+                s.add_request(Request(str(rid), token_ids(segments), params, None, block_hasher=hasher))
+                pending.remove((rid, (arrival, segments, max_tokens)))
+                arrivals[rid] = clock
+        out = s.schedule()
+        meta = out.kv_connector_metadata
+        for job in meta.load_jobs.values():
+            loads.append(
+                [job.req_id, len(job.src_spec.block_ids) if hasattr(job.src_spec, "block_ids") else -1]
+            )
+        for job in meta.store_jobs.values():
+            stores.append(
+                [job.req_id, len(job.dst_spec.block_ids) if hasattr(job.dst_spec, "block_ids") else -1]
+            )
+        output, flushed = worker.run(step, meta)
+        flushes += flushed
+        ids = list(out.num_scheduled_tokens)
+        if ids:
+            coordinator = s.kv_cache_manager.coordinator
+            steps.append(
+                {
+                    "scheduled": dict(out.num_scheduled_tokens),
+                    "tables": {
+                        r: [b.block_id for b in coordinator.get_blocks(r)[0]]
+                        for r in sorted(s.requests, key=int)
+                        if coordinator.get_blocks(r)[0]
+                    },
+                    "loads": loads,
+                    "stores": stores,
+                    "tier_chunks": manager._num_chunks - manager._get_num_free_chunks(),
+                }
+            )
+            loads, stores = [], []
+            clock += 1
+        last_computed = bool(ids)
+        sampled = []
+        for r in ids:
+            req = s.requests[r]
+            done = req.num_computed_tokens >= req.num_tokens
+            sampled.append([900_000 + int(r) * 1000 + req.num_output_tokens] if done else [])
+        mro = ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=sampled,
+            kv_connector_output=output,
+        )
+        s.update_from_output(out, mro)
+        if not s.has_requests() and not pending and not connector._jobs:
+            break
+    else:
+        raise RuntimeError(f"{name}: did not finish")
+    return {
+        "name": name,
+        "vllm": "0.33.0",
+        **sc,
+        "arrivals": [arrivals[i] for i in range(len(sc["requests"]))],
+        "steps": steps,
+        "trailing": {"loads": loads, "stores": stores},
+        "flushes": flushes,
+    }
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[1] if len(argv) > 1 else "tests/data/vllm_offload")
+    out.mkdir(parents=True, exist_ok=True)
+    only = set(argv[2:])
+    for name, sc in SCENARIOS.items():
+        if only and name not in only:
+            continue
+        data = record(name, sc)
+        (out / f"{name}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
+        print(f"{name}: {len(data['steps'])} steps, {data['flushes']} flushes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,215 @@
+"""The Rust CPU tier (`kvsim._core.CpuTier`) against its executable spec (`kvsim.reference.cpu_tier`):
+hypothesis drives both through random legal operation sequences (only what the spec's preconditions allow)
+and compares, after each operation, every result, the counters, ARC's target (bit for bit), the lookup of
+every key and the policy's whole order (LRU ranks, ARC's T1/T2/B1/B2, the threshold tracker)."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import event, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from kvsim import _core
+from kvsim.errors import InvalidArgumentError, InvalidOperationError
+from kvsim.reference.cpu_tier import HIT, MISS, PENDING, CpuTier
+
+# A small universe so that keys repeat across requests, with values that exercise the whole u128 range
+# (the LRU breaks rank ties by key, so the order of large keys matters).
+KEYS = [
+    *range(10),
+    2**63,
+    2**64 - 1,
+    2**64,
+    2**64 + 5,
+    2**100,
+    2**101 + 3,
+    2**127,
+    2**127 + 1,
+    2**128 - 2,
+    2**128 - 1,
+]
+SLOTS = 4  # requests live at once; a finished one's slot takes a fresh request id
+
+key_positions = st.one_of(
+    # any keys at any positions (ties in position too)
+    st.lists(st.tuples(st.sampled_from(KEYS), st.integers(0, 6)), max_size=6),
+    # a request's chunks in order: a window of a fixed chain, at their own positions
+    st.tuples(st.integers(0, len(KEYS) - 1), st.integers(0, 6)).map(
+        lambda w: [(KEYS[i], i) for i in range(w[0], min(len(KEYS), w[0] + w[1]))]
+    ),
+)
+
+
+def internals(t: CpuTier):
+    """The spec's policy state as `kvsim._core.CpuTier._internals` gives the Rust one."""
+    ranks = sorted(((k, *t.rank[k]) for k in t.rank), key=lambda e: (e[1], e[2], e[0]))
+    return (ranks, list(t.t1), list(t.t2), list(t.b1), list(t.b2), list(t.counts.items()))
+
+
+class CpuTierMachine(RuleBasedStateMachine):
+    @initialize(
+        capacity=st.integers(1, 12),
+        eviction=st.sampled_from(["lru", "arc"]),
+        threshold=st.sampled_from([0, 0, 2, 3]),
+        tracker=st.sampled_from([64_000, 64_000, 1, 3, 5]),
+    )
+    def setup(self, capacity: int, eviction: str, threshold: int, tracker: int) -> None:
+        self.rust = _core.CpuTier(capacity, eviction, threshold, tracker)
+        self.ref = CpuTier(capacity, eviction, threshold, tracker)
+        self.rids = list(range(SLOTS))
+        self.next_rid = SLOTS
+        self.loads: list[list[int]] = []  # keys each load in flight pins
+        self.stores: list[list[int]] = []  # keys each store in flight wrote
+
+    def both(self, name: str, *args):
+        got = getattr(self.rust, name)(*args)
+        want = getattr(self.ref, name)(*args)
+        assert got == want, f"{name}{args}: rust {got}, reference {want}"
+        return want
+
+    @rule(slot=st.integers(0, SLOTS - 1), keys=key_positions, done=st.booleans())
+    def prepare_store(self, slot: int, keys: list[tuple[int, int]], done: bool) -> None:
+        """A store offered; `done`: its transfer completes at once."""
+        target, skipped = self.ref.target, self.ref.num_stores_skipped
+        out = self.both("prepare_store", self.rids[slot], keys)
+        if out is not None and out[0]:
+            if done:
+                self.both("complete_store", out[0])
+            else:
+                self.stores.append(out[0])
+        event(f"{self.ref.eviction}: {'no room' if out is None else 'evicted' if out[1] else 'stored'}")
+        if self.ref.target != target:
+            event("arc: a ghost moved the target")
+        if self.ref.num_stores_skipped != skipped:
+            event("threshold: a store skipped")
+        if len(self.ref.counts) == self.ref.tracker:
+            event("threshold: the tracker is full")
+
+    @rule(i=st.integers(0, 7))
+    def complete_store(self, i: int) -> None:
+        """One of the stores in flight completes (none: nothing happens)."""
+        if self.stores:
+            self.both("complete_store", self.stores.pop(i % len(self.stores)))
+
+    @rule(slot=st.integers(0, SLOTS - 1), data=st.data(), done=st.booleans())
+    def prepare_load(self, slot: int, data: st.DataObject, done: bool) -> None:
+        """A load of ready keys (the only ones a load may read); `done`: it completes at once."""
+        ready = [k for k in KEYS if self.ref.lookup(k) == HIT]
+        keys = []
+        if ready:
+            keys = data.draw(st.lists(st.tuples(st.sampled_from(ready), st.integers(0, 6)), max_size=5))
+        self.both("prepare_load", self.rids[slot], keys)
+        if done:
+            self.both("complete_load", [k for k, _ in keys])
+        else:
+            self.loads.append([k for k, _ in keys])
+
+    @rule(i=st.integers(0, 7))
+    def complete_load(self, i: int) -> None:
+        if self.loads:
+            self.both("complete_load", self.loads.pop(i % len(self.loads)))
+
+    @rule(slot=st.integers(0, SLOTS - 1), start=st.integers(0, len(KEYS) - 1), n=st.integers(1, 8))
+    def serve(self, slot: int, start: int, n: int) -> None:
+        """A whole request, as the engine runs one: it reads the ready chunks of its chain window, offers
+        all of them for storing, both transfers complete, and it finishes."""
+        rid = self.rids[slot]
+        chain = [(KEYS[i], i - start) for i in range(start, min(len(KEYS), start + n))]
+        hits = [(k, p) for k, p in chain if self.ref.lookup(k) == HIT]
+        self.both("prepare_load", rid, hits)
+        out = self.both("prepare_store", rid, chain)
+        self.both("complete_load", [k for k, _ in hits])
+        if out is not None:
+            self.both("complete_store", out[0])
+        self.finish(slot)
+
+    @rule(slot=st.integers(0, SLOTS - 1))
+    def finish(self, slot: int) -> None:
+        self.both("finish", self.rids[slot])
+        self.rids[slot] = self.next_rid
+        self.next_rid += 1
+
+    @invariant()
+    def same_state(self) -> None:
+        if not hasattr(self, "rust"):
+            return
+        r, p = self.rust, self.ref
+        assert (r.used, r.num_evictable, r.num_evicted, r.num_stores_skipped) == (
+            p.used,
+            p.num_evictable,
+            p.num_evicted,
+            p.num_stores_skipped,
+        )
+        assert r.target.hex() == float(p.target).hex()
+        assert [r.lookup(k) for k in KEYS] == [p.lookup(k) for k in KEYS]
+        assert p.used <= p.capacity
+        assert r._internals() == internals(p)
+        r.check_invariants()
+
+
+TestCpuTierMachine = CpuTierMachine.TestCase
+# Enough sequences to reach ARC's ghosts, full trackers and failed stores in a few seconds; the profile
+# (KVSIM_HYPOTHESIS_PROFILE=thorough) asks for more.
+TestCpuTierMachine.settings = settings(
+    max_examples=max(200, settings.default.max_examples), stateful_step_count=60, deadline=None
+)
+
+
+def test_lookup_store_and_load_follow_the_spec_on_a_small_scenario():
+    t = _core.CpuTier(2, "lru")
+    assert t.prepare_store(7, [(1, 0), (2, 1)]) == ([1, 2], [])
+    assert [t.lookup(1), t.lookup(3), t.lookup(2**200)] == [PENDING, MISS, MISS]
+    t.complete_store([1, 2])
+    t.finish(7)
+    t.prepare_load(8, [(2, 0)])
+    # 1 was request 7's first chunk, ranked newest at its finish; 2 is pinned, so there is no room
+    assert t.prepare_store(9, [(3, 0), (4, 1)]) is None
+    t.complete_load([2])
+    t.finish(8)
+    assert t.prepare_store(9, [(3, 0)]) == ([3], [1])
+    assert (t.used, t.num_evicted, t.capacity, t.eviction) == (2, 1, 2, "lru")
+
+
+def test_misuse_raises_and_changes_nothing():
+    t = _core.CpuTier(4, "arc")
+    t.prepare_store(1, [(5, 0)])
+    with pytest.raises(InvalidOperationError, match="pending"):
+        t.prepare_load(2, [(5, 0)])
+    with pytest.raises(InvalidOperationError, match="does not hold"):
+        t.prepare_load(2, [(6, 0)])
+    t.complete_store([5])
+    with pytest.raises(InvalidOperationError, match="only 0 loads pin it"):
+        t.complete_load([5])
+    t.prepare_load(2, [(5, 0)])
+    with pytest.raises(InvalidOperationError, match="cannot complete 2 loads"):
+        t.complete_load([5, 5])
+    assert t.num_evictable == 0
+    t.complete_load([5])
+    assert t.num_evictable == 1
+    t.check_invariants()
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: _core.CpuTier(-1), "capacity -1 must be between 0 and"),
+        (lambda: _core.CpuTier(4, "fifo"), "eviction 'fifo' is not one of 'lru', 'arc'"),
+        (lambda: _core.CpuTier(4, "lru", True), "store_threshold True must be an integer"),
+        (lambda: _core.CpuTier(4).prepare_store(-1, []), "rid -1 must be between 0 and"),
+        (
+            lambda: _core.CpuTier(4).prepare_store(0, [(2**128, 0)]),
+            r"keys\[0\]: key 340282366920938463463374607431768211456 is not a u128",
+        ),
+        (lambda: _core.CpuTier(4).prepare_store(0, [(1, -2)]), r"keys\[0\]: position -2 must be between"),
+        (lambda: _core.CpuTier(4).prepare_store(0, [1]), r"keys\[0\] 1 must be a \(key, position\) pair"),
+        (lambda: _core.CpuTier(4).prepare_load(0, {1: 0}), "keys must be a list or tuple"),
+        (lambda: _core.CpuTier(4).complete_store([1.5]), r"keys\[0\] 1.5 must be an integer"),
+        (lambda: _core.CpuTier(4).complete_load([-1]), r"keys\[0\] -1 is not a u128"),
+        (lambda: _core.CpuTier(4).lookup("1"), "must be an integer"),
+        (lambda: _core.CpuTier(4).finish(None), "rid None must be an integer"),
+    ],
+)
+def test_bad_arguments_raise_invalid_argument(call, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        call()

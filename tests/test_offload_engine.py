@@ -1,0 +1,182 @@
+"""The CPU tier in the engines (DESIGN.md §CPU tier): the Rust engine and the Python reference agree
+exactly on random tier sizes, chunk sizes, eviction policies, store thresholds, link times and traffic
+(alone and in fleets), and the tier's rules hold as properties: a request whose prefix the tier holds
+waits for its load, and nothing else; the tier off is today's engine; occupancy stays within the tier."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import given
+
+import kvsim
+from kvsim.errors import InvalidArgumentError
+from kvsim.workloads import Workload
+from tests.test_engine_differential import assert_same, workloads
+
+
+@st.composite
+def tier_configs(draw) -> kvsim.SimConfig:
+    linear = draw(st.booleans())
+    budget = draw(st.sampled_from([7, 32, 100, 512]))
+    return kvsim.SimConfig(
+        num_blocks=draw(st.integers(4, 60)),
+        block_size=draw(st.sampled_from([1, 2, 4, 16])),
+        free_order=draw(st.sampled_from(["classic", "lifo_unhashed"])),
+        max_num_seqs=draw(st.integers(1, 8)),
+        max_num_batched_tokens=budget,
+        chunked_prefill=draw(st.booleans()),
+        admission_gate=draw(st.sampled_from(["none", "full-prompt"])),
+        watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
+        max_model_len=draw(st.one_of(st.none(), st.integers(60, 300))),
+        time_model="linear" if linear else "ticks",
+        c0_ps=draw(st.integers(1, 10**9)) if linear else None,
+        c_tok_ps=draw(st.integers(0, 10**6)) if linear else None,
+        c_ctx_ps=draw(st.integers(0, 10**4)) if linear else None,
+        kv_offloading_chunks=draw(st.integers(1, 40)),
+        kv_offloading_blocks_per_chunk=draw(st.sampled_from([1, 1, 2, 3])),
+        kv_offloading_eviction_policy=draw(st.sampled_from(["lru", "arc"])),
+        kv_offloading_store_threshold=draw(st.sampled_from([0, 0, 2, 3])),
+        kv_offloading_prompt_only=draw(st.booleans()),
+        kv_offloading_ps_per_block=draw(st.sampled_from([0, 0, 10**5, 10**8, 3 * 10**9])),
+        kv_offloading_latency_ps=draw(st.sampled_from([0, 6 * 10**6, 2 * 10**9])),
+    )
+
+
+@given(workloads(), tier_configs(), st.sampled_from([0, 1, 3]))
+def test_rust_engine_equals_reference_with_a_cpu_tier(w, cfg, every):
+    res = assert_same(w, cfg, every)
+    s = res.summary
+    assert set(res.requests["status"]) <= {"finished", "rejected"}
+    assert 0 <= s["cpu_tier_peak_occupancy"] <= 1
+    assert s["loaded_blocks"] >= s["loads"]
+    # Every token a request took from the tier was loaded: whole chunks beyond its GPU hits.
+    assert res.requests["cpu_hit_tokens"].sum() == s["cpu_hit_tokens"]
+    assert (res.requests["load_wait_s"] >= 0).all()
+
+
+@given(
+    workloads(max_requests=30),
+    tier_configs(),
+    st.integers(2, 4),
+    st.sampled_from(["round-robin", "least-loaded", "least-kv", "prefix-affinity", "random"]),
+)
+def test_a_fleet_of_replicas_with_cpu_tiers_agrees(w, cfg, replicas, router):
+    cfg = cfg.replace(replicas=replicas, router=router)
+    ref = kvsim.simulate_cluster(w, cfg, backend="reference")
+    rust = kvsim.simulate_cluster(w, cfg, backend="rust")
+    assert rust.requests.equals(ref.requests, null_equal=True)
+    assert rust.summary == ref.summary
+
+
+@given(workloads(), tier_configs())
+def test_no_tier_is_todays_engine(w, cfg):
+    """`kv_offloading_chunks=0` is the engine without a tier: the same decisions, no tier columns."""
+    off = cfg.replace(kv_offloading_chunks=0)
+    plain = kvsim.SimConfig(**{k: v for k, v in off.to_dict().items() if not k.startswith("kv_offloading")})
+    a = kvsim.simulate(w, off, record_events=True)
+    b = kvsim.simulate(w, plain, record_events=True)
+    assert a.events.equals(b.events)
+    assert a.summary == b.summary
+    assert "cpu_hit_tokens" not in a.requests.columns
+
+
+def shared_prefix_workload(gap_s: float) -> Workload:
+    """A 64-token prefix; 20 private requests of 40 tokens in between push it out of a 12-block GPU pool
+    (their full blocks cycle through the free queue); then the prefix again."""
+    ids, lens, offsets = [], [], [0]
+    arrival = []
+    for i in range(22):
+        if i in (0, 21):
+            ids.append(7)
+            lens.append(64)
+        ids.append(100 + i)
+        lens.append(40)
+        offsets.append(len(ids))
+        arrival.append(i * gap_s)
+    return Workload(
+        arrival=arrival, output_len=[2] * 22, seg_offsets=offsets, segment_id=ids, segment_len=lens
+    )
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_hit_in_the_tier_waits_for_its_load(backend):
+    """The last request finds its 64-token prefix in the tier, not on the GPU: it loads 4 blocks of 16,
+    waits the link's time (latency + 4 blocks × 50 ms) neither running nor computing, then computes only
+    its own 40 tokens."""
+    w = shared_prefix_workload(0.01)
+    base = dict(num_blocks=13, block_size=16, max_num_seqs=2, kv_offloading_latency_ps=5 * 10**9)
+    cfg = kvsim.SimConfig(**base, kv_offloading_chunks=64, kv_offloading_ps_per_block=50 * 10**9)
+    res = kvsim.simulate(w, cfg, backend=backend, record_events=True)
+    last = res.requests.row(21, named=True)
+    assert last["cpu_hit_tokens"] == 64
+    assert last["cached_tokens"] == 0
+    assert last["load_wait_s"] >= 0.205  # 5 ms + 4 × 50 ms, seen at the first step end after it
+    assert last["first_scheduled"] - last["arrival"] >= 0.205
+    ev = res.events.filter(res.events["request_id"] == 21)
+    loads = ev.filter(ev["kind"] == "load")
+    assert loads["count"].to_list() == [4]
+    sched = ev.filter(ev["kind"] == "schedule")
+    assert sched["count"].to_list()[0] == 40  # only its own tokens are computed
+    # Without the tier the prefix is computed again.
+    plain = kvsim.simulate(w, kvsim.SimConfig(**base), backend=backend)
+    assert plain.requests.row(21, named=True)["cached_tokens"] == 0
+    assert plain.summary["prefix_hit_tokens"] == res.summary["prefix_hit_tokens"]
+
+
+def test_the_tier_is_sized_from_host_memory_as_vllm_sizes_it():
+    """64 GiB of Llama-3.1-8B at block 16: a chunk is 16 tokens × 128 KiB = 2 MiB (a multiple of 4 KiB),
+    so 32,768 chunks; a block moves over an H100's host link (64 GB/s one way) in 2 MiB / 64 GB/s."""
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size="64GiB")
+    assert cfg.kv_offloading_chunk_bytes == 2 * 2**20
+    assert cfg.kv_offloading_chunks == 32_768
+    link = kvsim.gpus.resolve("h100-80gb").pcie_bandwidth
+    assert cfg.kv_offloading_ps_per_block == round(2 * 2**20 * 10**12 / link)
+    # vLLM's flag is GiB: a bare number is GiB.
+    assert (
+        kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size=64).kv_offloading_chunks
+        == 32_768
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        (dict(kv_offloading_size="1GiB"), "needs a model"),
+        (dict(kv_offloading_chunks=10, policy="reserve"), "policy 'reserve' does not apply"),
+        (dict(kv_offloading_chunks=10, enable_prefix_caching=False), "enable_prefix_caching False"),
+        (dict(kv_offloading_chunks=10, waiting_over_budget="skip"), "waiting_over_budget 'skip'"),
+        (dict(kv_offloading_chunks=10, preemption="swap", cpu_blocks=4), "preemption 'swap'"),
+        (dict(kv_offloading_chunks=10, kv_offloading_eviction_policy="fifo"), "is not one of 'lru', 'arc'"),
+    ],
+)
+def test_what_the_tier_cannot_model_is_refused_by_name(changes, says):
+    with pytest.raises(InvalidArgumentError, match=says):
+        kvsim.SimConfig(num_blocks=20, **changes)
+
+
+def test_a_hybrid_model_with_a_tier_is_refused():
+    with pytest.raises(InvalidArgumentError, match="one full-attention group"):
+        kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-80gb", kv_offloading_size="8GiB")
+
+
+def test_more_tier_more_hits_on_repeated_prefixes():
+    """Eight prefixes visited round-robin through a GPU pool that holds two: a tier that holds them all
+    turns the misses into hits, one that holds fewer adds nothing (LRU over a cycle)."""
+    ids, lens, offsets, arrival = [], [], [0], []
+    for i in range(64):
+        ids += [1 + i % 8, 1000 + i]
+        lens += [48, 4]
+        offsets.append(len(ids))
+        arrival.append(i * 0.05)
+    w = Workload(arrival=arrival, output_len=[2] * 64, seg_offsets=offsets, segment_id=ids, segment_len=lens)
+    base = dict(num_blocks=10, block_size=16, max_num_seqs=1)
+    plain = kvsim.simulate(w, kvsim.SimConfig(**base)).summary["prefix_hit_rate_first_admission"]
+    rates = {}
+    for chunks in (1, 24):
+        s = kvsim.simulate(w, kvsim.SimConfig(**base, kv_offloading_chunks=chunks)).summary
+        rates[chunks] = s["hit_rate_first_admission"]
+    # LRU over a cycle of 8 prefixes: a tier of fewer than 8 prefixes (3 chunks each) never hits.
+    assert rates[1] == plain
+    assert np.isclose(rates[24], 48 * 56 / (52 * 64))  # every visit after the first of each prefix hits

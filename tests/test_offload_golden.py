@@ -1,0 +1,128 @@
+"""kvsim against vLLM 0.33.0's own native KV offloading (DESIGN.md §CPU tier).
+
+`scripts/vllm_offload_golden.py` drove vLLM's real `Scheduler` with `kv_offloading_size` set (its
+`OffloadingConnector` and CPU manager, on CPU from its PyPI wheel) through each scenario, with workers that
+report a load done in its own step and a store in the next (kvsim's transfers of zero duration), and
+recorded per step that computed tokens: every request's block table after scheduling, the loads and stores
+issued since the step before (request, chunks) and the chunks the tier holds
+(`tests/data/vllm_offload/*.json`). Both of kvsim's engines replay the same requests and must make the
+same decisions: the tables are rebuilt from kvsim's event log (prefix hits and allocations append, a
+`free` removes), loads and stores are its `load` and `store` rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import kvsim
+from kvsim.workloads import Workload
+
+DATA = Path(__file__).parent / "data" / "vllm_offload"
+SCENARIOS = sorted(p.stem for p in DATA.glob("*.json"))
+
+
+def test_every_recorded_scenario_is_here():
+    assert len(SCENARIOS) >= 16, SCENARIOS
+
+
+def config_of(sc: dict) -> kvsim.SimConfig:
+    return kvsim.SimConfig(
+        num_blocks=sc["num_blocks"],
+        block_size=sc["block_size"],
+        max_num_seqs=sc["max_num_seqs"],
+        max_num_batched_tokens=sc["max_num_batched_tokens"],
+        max_model_len=256,
+        kv_offloading_chunks=sc["cpu_chunks"],
+        kv_offloading_blocks_per_chunk=sc.get("blocks_per_chunk", 1),
+        kv_offloading_eviction_policy=sc.get("eviction_policy", "lru"),
+        kv_offloading_store_threshold=sc.get("store_threshold", 0),
+        kv_offloading_ps_per_block=0,
+        kv_offloading_latency_ps=0,
+    )
+
+
+def workload_of(sc: dict) -> Workload:
+    offsets, ids, lens = [0], [], []
+    for _, segments, _ in sc["requests"]:
+        for content, n in segments:
+            ids.append(content)
+            lens.append(n)
+        offsets.append(len(ids))
+    return Workload(
+        arrival=[ms * 1e-3 for ms in sc["arrivals"]],
+        output_len=[m for _, _, m in sc["requests"]],
+        seg_offsets=offsets,
+        segment_id=ids,
+        segment_len=lens,
+    )
+
+
+def by_step(res: kvsim.SimResult, steps: int) -> list[dict]:
+    """After each step's scheduling: every request's table; and the loads and stores issued since the
+    step before, from the event log (its `step` column counts the steps that computed tokens before)."""
+    assert res.events is not None
+    tables: dict[str, list[int]] = {}
+    out = [{"tables": {}, "loads": [], "stores": []} for _ in range(steps + 1)]
+    rows = list(res.events.iter_rows(named=True))
+    i = 0
+    for j in range(steps + 1):
+        while i < len(rows) and rows[i]["step"] <= j:
+            e = rows[i]
+            i += 1
+            r, kind = str(e["request_id"]), e["kind"]
+            if kind in ("prefix-hit", "allocate"):
+                tables.setdefault(r, []).append(e["block"])
+            elif kind == "free":
+                tables[r].remove(e["block"])
+                if not tables[r]:
+                    del tables[r]
+            elif kind in ("load", "store"):
+                out[j][kind + "s"].append([r, e["count"]])
+        out[j]["tables"] = {r: list(t) for r, t in tables.items()}
+    return out
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_kvsim_offloads_as_vllm_does(name, backend):
+    sc = json.loads((DATA / f"{name}.json").read_text())
+    res = kvsim.simulate(
+        workload_of(sc), config_of(sc), backend=backend, record_events=True, record_timeseries=True
+    )
+    steps = sc["steps"]
+    ours = by_step(res, len(steps))
+    for j, step in enumerate(steps):
+        mine = ours[j]
+        assert mine["tables"] == step["tables"], (
+            f"step {j}: tables kvsim {mine['tables']} vLLM {step['tables']}"
+        )
+        assert mine["loads"] == step["loads"], f"step {j}: loads kvsim {mine['loads']} vLLM {step['loads']}"
+        assert mine["stores"] == step["stores"], (
+            f"step {j}: stores kvsim {mine['stores']} vLLM {step['stores']}"
+        )
+    trailing = ours[len(steps)]
+    assert trailing["loads"] == sc["trailing"]["loads"]
+    assert trailing["stores"] == sc["trailing"]["stores"]
+    # Per request: the step vLLM first scheduled it and the step of its last token (kvsim's event log
+    # counts steps that computed tokens, as the recording does).
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for j, step in enumerate(steps):
+        for r in step["scheduled"]:
+            first.setdefault(int(r), j)
+            last[int(r)] = j
+    n = len(sc["requests"])
+    assert res.timeseries is not None
+    # Steps in tenths of a millisecond (kvsim's steps last 1 ms; requests joining an idle engine, half).
+    step_at = {
+        round(t * 1e4): int(j) for j, t in zip(res.timeseries["step"], res.timeseries["time_s"], strict=True)
+    }
+    req = res.requests.sort("request_id")
+    assert [step_at[round(t * 1e4)] for t in req["first_scheduled"]] == [first[r] for r in range(n)]
+    # A request finishes at the end of its last step, 1 ms after its start.
+    assert [step_at[round(t * 1e4) - 10] for t in req["finish"]] == [last[r] for r in range(n)]
+    assert res.summary["completed"] == n
+    assert res.raw.counters["num_flushes"] == sc["flushes"]
