@@ -676,9 +676,9 @@ def seq_rows(hr: HybridRows, inp: EngineInput, sp: Any, num_steps: int, num_grou
             out.append((k, q, status, c + rc * d, rc, gen + rg * d, rg, keeps, tails))
     out.sort(key=lambda r: (r[0], r[1]))
     keep_col = np.array([m for r in out for m in r[7]], np.int64).reshape(-1)
-    tails = [r[8][g] for r in out for g in range(num_groups)]
-    t_count = np.fromiter((len(t) for t in tails), np.int64, len(tails))
-    tail = np.fromiter((b for t in tails for b in t), np.int64, int(t_count.sum()))
+    flat_tails = [r[8][g] for r in out for g in range(num_groups)]
+    t_count = np.fromiter((len(t) for t in flat_tails), np.int64, len(flat_tails))
+    tail = np.fromiter((b for t in flat_tails for b in t), np.int64, int(t_count.sum()))
     rid, sample = inp.request_id.astype(np.int64), np.broadcast_to(inp.sample, (len(inp),)).astype(np.int64)
     col = np.array([r[:7] for r in out], np.int64).reshape(-1, 7)
     q = col[:, 1]
