@@ -25,9 +25,11 @@ from kvsim.lab.query import (
     REQUIRES,
     Resolved,
     TooLarge,
-    _bytes_per_token,
     _check_choice,
     _contiguous_track,
+    bytes_per_block,
+    check_layout,
+    lab_model,
     options,
     preset_kv_cache_bytes,
     resolve,
@@ -41,8 +43,12 @@ from kvsim.workloads import Workload
 
 
 def _model_info(cfg: SimConfig) -> dict[str, Any]:
-    m = cfg.model if isinstance(cfg.model, models.Model) else models.get(cfg.model)
+    m = lab_model(cfg.model)
     bpt = m.kv_bytes_per_token
+    if cfg.kv_groups:
+        # A hybrid model: a block's token slots (its bytes ÷ the engine's block size), the unit of the
+        # engine's token measures; `groups` and `layout` give the bytes group by group.
+        bpt = cfg.pool.layout.bytes_per_block // cfg.engine_block_size
     dtype_bytes = models.dtype_bits(m.kv_dtype) / 8
     if m.is_mla:
         formula = (
@@ -54,6 +60,12 @@ def _model_info(cfg: SimConfig) -> dict[str, Any]:
             f"2 × {m.num_layers} layers × {m.num_kv_heads} KV heads × {m.head_dim} head dim × "
             f"{dtype_bytes:g} B = {bpt:,} B ({_human(bpt)}) per token"
         )
+    if cfg.kv_groups:
+        formula = (
+            f"{_human(cfg.pool.layout.bytes_per_block)} per block ÷ {cfg.engine_block_size} tokens = {bpt:,} B "
+            f"({_human(bpt)}) per token slot of a block; every layer as full attention would keep "
+            f"{m.kv_bytes_per_token:,} B ({_human(m.kv_bytes_per_token)}) per token"
+        )
     return {
         "name": m.name,
         "num_layers": m.num_layers,
@@ -64,7 +76,117 @@ def _model_info(cfg: SimConfig) -> dict[str, Any]:
         "dtype_bytes": dtype_bytes,
         "kv_lora_rank": m.kv_lora_rank or None,
         "bytes_per_token": bpt,
+        "full_attention_bytes_per_token": m.kv_bytes_per_token,
         "formula": formula,
+    }
+
+
+def _layout_info(cfg: SimConfig, kv_bytes: int | None) -> dict[str, Any] | None:
+    """A hybrid model's KV-cache groups and the pool's arithmetic, as vLLM forms them (`kv_layout`; DESIGN.md
+    §Hybrid attention): per group its kind, window, layers, block size, one layer's page (with how it is
+    made) and a block's bytes; how the page sizes were unified; the pool's blocks. None for a model whose
+    layers are one group of full attention."""
+    if not cfg.kv_groups:
+        return None
+    from kvsim.model.layers import _attention_page
+    from kvsim.model.models import dtype_bits
+
+    m = lab_model(cfg.model)
+    lay = cfg.pool.layout
+    layers = m.layer_list()
+    tp = cfg.tensor_parallel_size
+    bits = dtype_bits(m.kv_dtype)
+    weight_bits = dtype_bits(m.weight_dtype) if m.weight_dtype in ("fp16", "bf16", "fp32") else 16
+    kinds: dict[str, int] = {}
+    for layer in layers:
+        if layer.kind != "shared":
+            key = f"{layer.kind} {layer.window}" if layer.window else layer.kind
+            kinds[key] = kinds.get(key, 0) + 1
+    groups = []
+    for g, (grp, spec) in enumerate(zip(lay.groups, cfg.kv_groups, strict=True)):
+        first = layers[grp.layer_ids[0]]
+        label = f"{grp.kind} {grp.window}" if grp.window else grp.kind
+        info: dict[str, Any] = {
+            "index": g,
+            "kind": grp.kind,
+            "window": grp.window,
+            "label": label,
+            "block_size": spec.block_size,
+            "num_layers": grp.num_layers,
+            "layer_ids": list(grp.layer_ids),
+            "page_bytes": grp.page_bytes,
+            "bytes_per_block": grp.bytes_per_block,
+        }
+        if grp.kind == "mamba":
+            assert first.state is not None
+            st = first.state
+            state_bytes = st.page_bytes(tp, weight_bits)
+            extra = st.mamba2_groups + (tp - st.mamba2_groups if st.mamba2_groups % tp else 0)
+            conv = (st.conv_channels + 2 * extra * st.mamba2_state_size) // tp
+            ssm_bits = st.ssm_bits or weight_bits
+            info["state_bytes"] = state_bytes
+            info["page_formula"] = (
+                f"one request's state: conv {conv:,} channels × {st.conv_width} × {weight_bits // 8} B + SSM "
+                f"{st.ssm_heads // tp} heads × {st.ssm_per_head:,} × {ssm_bits // 8} B = {state_bytes:,} B, "
+                "padded to the attention page"
+            )
+            info["blocks_per_request"] = 1
+        else:
+            heads = max(1, (first.num_kv_heads or m.num_kv_heads) // tp)
+            width = first.head_dim or m.head_dim
+            page = _attention_page(first, m, tp, bits, spec.block_size)
+            info["page_formula"] = (
+                f"{spec.block_size} tokens × {m.kv_lora_rank + m.qk_rope_head_dim} latent"
+                if m.is_mla
+                else f"{spec.block_size} tokens × 2 (K, V) × {heads} KV heads × {width} head dim"
+            ) + f" × {bits // 8} B = {page:,} B"
+            if grp.kind == "sliding_window":
+                info["blocks_per_request"] = -(-(grp.window - 1) // spec.block_size) + 1
+        groups.append(info)
+    group_size = lay.groups[0].num_layers
+    counts = sorted(kinds.values())
+    rule = (
+        f"the smallest kind's {counts[0]} layers"
+        if group_size == counts[0]
+        else f"the largest kind's {counts[-1]}, under 1.5 × the smallest's {counts[0]}"
+    )
+    split = []
+    for k, n in kinds.items():
+        parts = -(-n // group_size)
+        pad = parts * group_size - n
+        split.append(
+            f"{k} ×{n} → {parts} group{'s' if parts != 1 else ''}"
+            + (f" (+{pad} padding layers)" if pad else "")
+        )
+    unify = [
+        f"layers of one kind share block tables, in groups of {group_size} layers ({rule}: "
+        f"vLLM's _get_kv_cache_groups_uniform_page_size): " + ", ".join(split),
+        *lay.notes,
+    ]
+    pages = {g["page_bytes"] for g in groups}
+    if len(pages) == 1:
+        state = any(g["kind"] == "mamba" for g in groups)
+        unify.append(
+            f"every group's page is {next(iter(pages)):,} B (one layer's {lay.block_size} tokens"
+            + (", and a state padded to it" if state else "")
+            + f"): one block id is that page in each of a group's {group_size} layers"
+        )
+    return {
+        "groups": groups,
+        "block_size": lay.block_size,
+        "asked_block_size": cfg.block_size,
+        "scheduler_block_size": lay.scheduler_block_size,
+        "bytes_per_block": lay.bytes_per_block,
+        "group_size": group_size,
+        # Attention layers (full, sliding window, chunked): each would keep every token's K and V if counted
+        # as full attention (`model.full_attention_bytes_per_token`).
+        "attention_layers": sum(
+            layer.kind in ("full", "sliding_window", "chunked_local") for layer in layers
+        ),
+        "describe": lay.describe(),
+        "unify": unify,
+        "kv_cache_bytes": kv_bytes,
+        "num_blocks": cfg.num_blocks,
     }
 
 
@@ -75,10 +197,12 @@ def _human(n: float) -> str:
     return f"{n:g} B"
 
 
-def run_tracks(r: Resolved, backend: str = "rust") -> tuple[Track, Track]:
-    """Simulates and replays both tracks, refusing runs past the caps (`TooLarge`, with a change that
-    runs where one is found): before running when the workload alone implies more events than the cap,
-    else after the engine runs (which are fast), before the replays."""
+def run_tracks(r: Resolved, backend: str = "rust") -> tuple[Track, Track | None]:
+    """Simulates and replays both tracks (the contiguous one None for a hybrid model), refusing runs past
+    the caps (`TooLarge`, with a change that runs where one is found): before running when the workload
+    alone implies more events than the cap, else after the engine runs (which are fast), before the
+    replays."""
+    check_layout(r.paged)
     least = _least_events(r)
     if least > LIMITS["max_events"]:
         raise _too_large(
@@ -91,11 +215,16 @@ def run_tracks(r: Resolved, backend: str = "rust") -> tuple[Track, Track]:
     # The contiguous track runs in a second thread beside the paged one: the engine runs release the GIL,
     # so the shorter track's replay (Python) overlaps the paged engine run (Rust). Each track is its own
     # objects; the result is the same as running them one after the other.
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kvsim-lab-track") as pool:
-        contiguous = pool.submit(_run_track, r, r.contiguous, backend)
-        paged = _run_track(r, r.paged, backend)
-        tracks = (paged, contiguous.result())
+    if r.contiguous is None:  # a hybrid model: no contiguous baseline (`query._contiguous_track`)
+        tracks: tuple[Any, Any] = (_run_track(r, r.paged, backend), None)
+    else:
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kvsim-lab-track") as pool:
+            contiguous = pool.submit(_run_track, r, r.contiguous, backend)
+            paged = _run_track(r, r.paged, backend)
+            tracks = (paged, contiguous.result())
     for t, cfg, side in zip(tracks, (r.paged, r.contiguous), ("paged", "contiguous"), strict=True):
+        if t is None or cfg is None:
+            continue
         if not isinstance(t, Track):
             field, count, cap = t
             what = "memory events" if field == "events" else "steps"
@@ -119,7 +248,9 @@ def _least_events(r: Resolved) -> int:
     """Events the workload implies whatever the policy: every block of a request that fits the pool ends
     in a `free` row."""
     w = r.preset.workload
-    bs, cap = r.paged.block_size, r.paged.capacity_blocks
+    bs, cap = r.paged.engine_block_size, r.paged.capacity_blocks
+    if r.paged.kv_groups and all(g.kind == "mamba" for g in r.paged.kv_groups):
+        bs = int(w.prompt_len.max() + w.output_len.max()) if len(w) else 1  # one state block a request
     blocks = ((w.prompt_len + w.output_len - 1).clip(min=1) + bs - 1) // bs
     return int((blocks * w.num_samples)[blocks <= cap].sum())
 
@@ -153,7 +284,9 @@ def _fits(r: Resolved, backend: str) -> bool:
     """Whether both tracks of `r` run within the caps (engine runs only, no replay)."""
     if _least_events(r) > LIMITS["max_events"]:
         return False
-    return all(_over_caps(_simulate(r, cfg, backend)) is None for cfg in (r.paged, r.contiguous))
+    return all(
+        _over_caps(_simulate(r, cfg, backend)) is None for cfg in (r.paged, r.contiguous) if cfg is not None
+    )
 
 
 def _candidates(r: Resolved, field: str) -> list[tuple[str, dict[str, Any]]]:
@@ -164,13 +297,13 @@ def _candidates(r: Resolved, field: str) -> list[tuple[str, dict[str, Any]]]:
         out += [(f"block size {b} (fewer, larger blocks)", {"block_size": b}) for b in BLOCK_SIZES if b > bs]
     else:
         assert r.paged.num_blocks is not None, "a config sizes its pool when it is made"
-        pool = r.paged.num_blocks * bs * _bytes_per_token(r.paged.model)
+        pool = r.paged.num_blocks * bytes_per_block(r.paged.model, bs)
         for f in (2, 4):
             out.append(
                 (f"a KV cache of {fmt_bytes(f * pool)} (more runs at once)", {"kv_cache_bytes": f * pool})
             )
         for policy in ("orca-oracle", "orca-pow2"):
-            if policy != r.contiguous.policy:
+            if r.contiguous is not None and policy != r.contiguous.policy:
                 out.append(
                     (
                         f"contiguous baseline {policy!r} (it reserves less per request)",
@@ -242,41 +375,53 @@ CUMULATIVE_COLUMNS = ("cow_copies", "evictions", "preemptions", "swaps")
 
 
 def metric_columns(
-    paged: Track, contiguous: Track, bpt: int
+    paged: Track, contiguous: Track | None, bpt: int
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """The snapshot's scalar keys, one value per state 0..S (S the longer track's steps), as arrays: the
-    paged track's columns hold every card's number (the contiguous ones too), each track its own counts."""
-    s = max(paged.num_steps, contiguous.num_steps) + 1
+    paged track's columns hold every card's number (the contiguous ones too), each track its own counts.
+    Without a contiguous track (a hybrid model) the contiguous keys and the multiplier are left out (the
+    snapshot's None, the page's "—"), and the paged track adds its blocks per KV-cache group
+    (`paged_group_blocks_<g>`)."""
+    s = max(paged.num_steps, contiguous.num_steps if contiguous is not None else 0) + 1
     pm = {k: _pad(v, s).astype(np.int64) for k, v in paged.metrics.items()}
-    cm = {k: _pad(v, s).astype(np.int64) for k, v in contiguous.metrics.items()}
-    cap = contiguous.config.capacity_tokens
-    bs = paged.config.block_size
+    bs = paged.config.engine_block_size
     # Whole columns at once (int64: bytes stay far below 2**53 within LIMITS).
     pa, ps = pm["allocated_tokens"], pm["stored_tokens"]
-    ca, cs = cm["allocated_tokens"], cm["stored_tokens"]
-    ce = cm["external_tokens"]
-    c_out: dict[str, np.ndarray] = {
-        "contiguous_reserved_bytes": ca * bpt,
-        "contiguous_used_bytes": cs * bpt,
-        "contiguous_wasted_bytes": (ca - cs) * bpt,
-        "contiguous_waste_fraction": _fraction(ca - cs, ca),
-        "contiguous_internal_fragmentation": _fraction(ca - cs, ca),
-        "contiguous_external_bytes": ce * bpt,
-        "contiguous_external_fragmentation": _fraction(ce, np.full(s, cap, np.int64)),
-    }
+    # Tail slack: at most B − 1 slots per running sequence in each table with token slots (one per
+    # attention group of a hybrid model; a state block has none).
+    tables = sum(g.kind != "mamba" for g in paged.groups) if paged.groups else 1
+    c_out: dict[str, np.ndarray] = {}
     p_out: dict[str, np.ndarray] = {
         "paged_allocated_bytes": pa * bpt,
         "paged_stored_bytes": ps * bpt,
         "paged_tail_slack_bytes": (pa - ps) * bpt,
         "paged_tail_slack_fraction": _fraction(pa - ps, pa),
-        "paged_tail_slack_bound_bytes": pm["running"] * ((bs - 1) * bpt),
+        "paged_tail_slack_bound_bytes": pm["running"] * (tables * (bs - 1) * bpt),
         "paged_external_fragmentation": np.zeros(s),
         "prefix_saved_bytes": pm["shared_saved_tokens"] * bpt,
         "paged_reserved_bytes": pm["reserved_tokens"] * bpt,
-        "concurrency_multiplier": concurrency_multiplier(ca, cm["running"], pa, pm["running"]),
-        **c_out,
     }
-    for out, m in ((p_out, pm), (c_out, cm)):
+    for g in range(len(paged.groups)):
+        p_out[f"paged_group_blocks_{g}"] = pm[f"group_blocks_{g}"]
+    tracks: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = [(p_out, pm)]
+    if contiguous is not None:
+        cm = {k: _pad(v, s).astype(np.int64) for k, v in contiguous.metrics.items()}
+        cap = contiguous.config.capacity_tokens
+        ca, cs = cm["allocated_tokens"], cm["stored_tokens"]
+        ce = cm["external_tokens"]
+        c_out = {
+            "contiguous_reserved_bytes": ca * bpt,
+            "contiguous_used_bytes": cs * bpt,
+            "contiguous_wasted_bytes": (ca - cs) * bpt,
+            "contiguous_waste_fraction": _fraction(ca - cs, ca),
+            "contiguous_internal_fragmentation": _fraction(ca - cs, ca),
+            "contiguous_external_bytes": ce * bpt,
+            "contiguous_external_fragmentation": _fraction(ce, np.full(s, cap, np.int64)),
+        }
+        p_out["concurrency_multiplier"] = concurrency_multiplier(ca, cm["running"], pa, pm["running"])
+        p_out.update(c_out)
+        tracks.append((c_out, cm))
+    for out, m in tracks:
         for name in COUNT_COLUMNS:
             out[f"num_{name}"] = m[name]
         for name in BLOCK_COUNT_COLUMNS:
@@ -337,6 +482,8 @@ def _requests(p: _presets.Preset) -> list[dict[str, Any]]:
 
 
 BLOCK_COLUMNS = ("step", "block", "state", "ref", "key_label", "key_index", "holders_count", "holders")
+# A hybrid model's block rows add the block's KV-cache group (-1 while free).
+HYBRID_BLOCK_COLUMNS = (*BLOCK_COLUMNS, "group")
 SEQ_COLUMNS = (
     "step",
     "seq",
@@ -355,9 +502,10 @@ def _block_columns(t: Track) -> dict[str, np.ndarray]:
     b = t.blocks
     if b is None:
         return {name: np.zeros(0, np.int64) for name in BLOCK_COLUMNS}
-    cols = {name: getattr(b, name) for name in BLOCK_COLUMNS if hasattr(b, name)}
+    names = BLOCK_COLUMNS if b.group is None else HYBRID_BLOCK_COLUMNS
+    cols = {name: getattr(b, name) for name in names if hasattr(b, name)}
     cols["holders_count"] = np.diff(b.holders_offsets)
-    return {name: cols[name] for name in BLOCK_COLUMNS}
+    return {name: cols[name] for name in names}
 
 
 def _seq_columns(t: Track) -> dict[str, np.ndarray]:
@@ -398,6 +546,9 @@ def _track_payload(t: Track, metrics: dict[str, np.ndarray]) -> dict[str, Any]:
         "metrics": metrics,
         "blocks": _block_columns(t),
         "seqs": _seq_columns(t),
+        # Tables per sequence row: a hybrid model's rows have one per KV-cache group (`keep` and
+        # `tail_count` then run over (row, group)).
+        "num_groups": t.seqs.num_groups,
         "regions": t.region_rows,
     }
 
@@ -411,19 +562,22 @@ def bundle(preset: str = "copilot", *, backend: str = "rust", **overrides: Any) 
         return bundle_from(r, paged, contiguous, t0)
 
 
-def bundle_from(r: Resolved, paged: Track, contiguous: Track, t0: float | None = None) -> dict[str, Any]:
+def bundle_from(
+    r: Resolved, paged: Track, contiguous: Track | None, t0: float | None = None
+) -> dict[str, Any]:
     """The bundle of tracks already run (the server keeps recent ones)."""
     t0 = time.perf_counter() if t0 is None else t0
     with gc_paused():
         return _bundle_from(r, paged, contiguous, t0)
 
 
-def _bundle_from(r: Resolved, paged: Track, contiguous: Track, t0: float) -> dict[str, Any]:
+def _bundle_from(r: Resolved, paged: Track, contiguous: Track | None, t0: float) -> dict[str, Any]:
     info = _model_info(r.paged)
     bpt = info["bytes_per_token"]
     pm, cm = metric_columns(paged, contiguous, bpt)
-    steps = max(paged.num_steps, contiguous.num_steps)
+    steps = max(paged.num_steps, contiguous.num_steps if contiguous is not None else 0)
     p = r.preset
+    bs = r.paged.engine_block_size
     return {
         "query": r.query,
         "preset": {
@@ -434,19 +588,22 @@ def _bundle_from(r: Resolved, paged: Track, contiguous: Track, t0: float) -> dic
             "max_tokens": p.max_tokens,
         },
         "model": info,
-        "block_size": r.paged.block_size,
+        # The engine's block size (a Mamba state may raise the one asked for: `query.block_size`).
+        "block_size": bs,
         "bytes_per_token": bpt,
-        "bytes_per_block": bpt * r.paged.block_size,
+        "bytes_per_block": bpt * bs,
         "num_blocks": r.paged.num_blocks,
         # The pool's memory as asked for (blocks are cut from it; a remainder under a block is unused),
         # None when the query gave a block count.
         "kv_cache_bytes": r.query.get("kv_cache_bytes"),
         "capacity_tokens": r.paged.capacity_tokens,
+        # A hybrid model's KV-cache groups and the pool's arithmetic (None: one full-attention group).
+        "layout": _layout_info(r.paged, r.query.get("kv_cache_bytes")),
         "num_steps": steps,
         "default_step": min(p.step, steps),
         "requests": _requests(p),
         "paged": _track_payload(paged, pm),
-        "contiguous": _track_payload(contiguous, cm),
+        "contiguous": None if contiguous is None else _track_payload(contiguous, cm),
         "limits": LIMITS,
         "elapsed_s": time.perf_counter() - t0,
     }
@@ -459,10 +616,15 @@ def sequence_name(request: str, num_samples: int, sample: int) -> str:
 
 
 def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, Any]:
-    """Blocks and requests of one track at state k."""
+    """Blocks and requests of one track at state k. A hybrid model's requests have `block_tables`, one
+    per KV-cache group (block 0 where a window's tokens left; `block_table` is None), and its blocks their
+    `group`; a block holds min(B, computed − i·B) tokens at position i of a group of block size B (a
+    state block: the computed tokens its state covers), a cached one B, and shows its key only while it
+    has one."""
     k = max(0, min(k, t.num_steps))
     seqs, blocks, regions = state_at(t, k)
-    bs = t.config.block_size
+    groups = t.groups
+    bs = t.config.engine_block_size
     reqs = {r["request_id"]: r for r in _requests(p)}
     held: dict[int, int] = {}  # block -> tokens it holds
     holders: dict[int, list[str]] = {}  # block -> the sequences whose tables hold it
@@ -471,9 +633,17 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
         c, g = tokens_at(row, k)
         r = reqs[rid]
         name = sequence_name(r["name"], r["num_samples"], sample)
-        for i, b in enumerate(row[8]):
-            held[b] = max(held.get(b, 0), min(bs, max(0, c - i * bs)))
-            holders.setdefault(b, []).append(name)
+        tables = row[9] if groups else [row[8]]
+        sizes = [spec.block_size for spec in groups] if groups else [bs]
+        for x, table in enumerate(tables):
+            size = sizes[x]
+            state = bool(groups) and groups[x].kind == "mamba"
+            for i, b in enumerate(table):
+                if b == 0 and groups:
+                    continue
+                tokens = c if state else min(size, max(0, c - i * size))
+                held[b] = max(held.get(b, 0), tokens)
+                holders.setdefault(b, []).append(name)
         region = regions.get((rid, sample))
         requests.append(
             {
@@ -487,7 +657,8 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
                 "generated_tokens": g,
                 "context_tokens": c,
                 "target_tokens": r["target_tokens"],
-                "block_table": list(row[8]),
+                "block_table": None if groups else list(row[8]),
+                **({"block_tables": [list(x) for x in row[9]]} if groups else {}),
                 "region": None
                 if region is None or region[2] is None
                 else {"offset_tokens": region[2], "size_tokens": region[3]},
@@ -496,8 +667,13 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
     out_blocks = []
     for b, row in sorted(blocks.items()):
         state = row[2]
-        tokens = held.get(b, 0) if state in ("private", "shared") else (bs if state == "cached" else 0)
-        key = row[4] if state == "cached" or (state in ("private", "shared") and tokens == bs) else None
+        group = row[6] if groups else None
+        size = groups[group].block_size if groups and group is not None and group >= 0 else bs
+        tokens = held.get(b, 0) if state in ("private", "shared") else (size if state == "cached" else 0)
+        if groups:
+            key = row[4]
+        else:
+            key = row[4] if state == "cached" or (state in ("private", "shared") and tokens == bs) else None
         out_blocks.append(
             {
                 "block_id": b,
@@ -508,6 +684,7 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
                 "request_ids": row[5],
                 "sequences": holders.get(b, []),
                 "offset_bytes": b * bs * bpt,
+                **({"group": group} if groups else {}),
             }
         )
     return {"blocks": out_blocks, "requests": requests}
@@ -519,10 +696,10 @@ def _scalar(v: np.generic) -> int | float | None:
     return None if isinstance(x, float) and np.isnan(x) else x
 
 
-def snapshot_from(r: Resolved, paged: Track, contiguous: Track, step: int | None) -> dict[str, Any]:
+def snapshot_from(r: Resolved, paged: Track, contiguous: Track | None, step: int | None) -> dict[str, Any]:
     info = _model_info(r.paged)
     bpt = info["bytes_per_token"]
-    steps = max(paged.num_steps, contiguous.num_steps)
+    steps = max(paged.num_steps, contiguous.num_steps if contiguous is not None else 0)
     # None: the step the page opens on (a workload of your own has none: its end).
     opening = steps if r.query.get("preset") == "custom" else min(r.preset.step, steps)
     k = opening if step is None else step
@@ -535,11 +712,21 @@ def snapshot_from(r: Resolved, paged: Track, contiguous: Track, step: int | None
         "step": k,
         "num_steps": steps,
         "bytes_per_token": bpt,
-        "block_size": r.paged.block_size,
+        "block_size": r.paged.engine_block_size,
     }
-    out.update({name: _scalar(pm[name][k]) for name in SCALARS})
+    out.update({name: _scalar(pm[name][k]) if name in pm else None for name in SCALARS})
+    if paged.groups:
+        out["groups"] = [
+            {
+                "kind": g.kind,
+                "window": g.window,
+                "block_size": g.block_size,
+                "blocks": int(pm[f"paged_group_blocks_{i}"][k]),
+            }
+            for i, g in enumerate(paged.groups)
+        ]
     out.update(track_snapshot(paged, k, bpt, r.preset))
-    out["contiguous"] = track_snapshot(contiguous, k, bpt, r.preset)
+    out["contiguous"] = None if contiguous is None else track_snapshot(contiguous, k, bpt, r.preset)
     return out
 
 

@@ -2,7 +2,8 @@
 
 `copilot` is the seed page's `shared-system-prompt` preset, exactly (issue 11 part 3); the others show
 what the seed page could not: real decoding over time, copy-on-write samples, preemption by recompute and
-by swap, and a slice of a real trace (DESIGN.md §Lab).
+by swap, a slice of a real trace, and models whose layers are not all full attention (vLLM's hybrid
+KV-cache manager: sliding windows, state layers) (DESIGN.md §Lab).
 """
 
 from __future__ import annotations
@@ -204,6 +205,89 @@ def memory_pressure() -> Preset:
     )
 
 
+# The hybrid presets' content ids and what their clients ask for.
+SYS_AGENT = 3
+WINDOW_MAX_TOKENS = 256
+STATE_MAX_TOKENS = 512
+
+
+def sliding_window() -> Preset:
+    """gpt-oss-20b (DESIGN.md §Hybrid attention): 12 layers of 128-token sliding windows alternating with 12
+    of full attention, two KV-cache groups of 12 layers sharing one pool of 96 blocks of 16 tokens. Three
+    requests share the 160-token system prompt `sys-agent-v2`, a fourth has its own: each full-attention
+    table keeps every block, each sliding-window table frees the blocks that leave the window (the null
+    block takes their place). The sliding-window group keys only the blocks a later request could hit
+    (vLLM's sparse retention): req-1's end at its own prompt's end, so req-2 finds no hit, but its lookup
+    marks the shared prompt's end (the junction) and keys those blocks, so req-3 hits all 160 tokens."""
+    rows = [
+        ([(SYS_AGENT, 160), (400, 40)], 60),
+        ([(SYS_AGENT, 160), (401, 24)], 90),
+        ([(SYS_AGENT, 160), (402, 56)], 70),
+        ([(403, 120)], 150),
+    ]
+    w = _table(rows, [0.0, 0.012, 0.03, 0.034], WINDOW_MAX_TOKENS)
+    cfg = SimConfig(model="gpt-oss-20b", num_blocks=96, block_size=16)
+    names = {SYS_AGENT: "sys-agent-v2"}
+    return Preset(
+        name="sliding-window",
+        title="Sliding window (gpt-oss-20b)",
+        description=(
+            "gpt-oss-20b: 12 sliding-window layers (128 tokens) and 12 full-attention layers, two KV-cache "
+            "groups sharing one pool. Each request has a table per group: the full-attention one keeps every "
+            "block, the sliding-window one frees blocks as they leave the window (the null block takes their "
+            "place). Three requests share the 160-token sys-agent-v2; the window keeps keys only where a later "
+            "request could hit them, so req-2 misses and req-3 hits."
+        ),
+        workload=w,
+        config=cfg,
+        step=40,
+        segment_names=names,
+        request_names=["req-1", "req-2", "req-3", "req-4"],
+        labels=["Agent #1", "Agent #2", "Agent #3", "Summarizer"],
+        system_prompts=[names.get(r[0][0][0]) for r in rows],
+        max_tokens=f"max_tokens {WINDOW_MAX_TOKENS} each",
+    )
+
+
+def state_layers() -> Preset:
+    """Qwen3-Next-80B-A3B (DESIGN.md §Hybrid attention): 36 gated-delta-net layers, whose state per
+    request has a fixed size whatever its length, and 12 of full attention: four KV-cache groups of 12
+    layers (three of states, one of attention). A state needs a page of 1.05 MiB per layer, so vLLM raises
+    the attention block size to 544 tokens to match it; each request holds one block in each state group
+    and ⌈tokens / 544⌉ in the attention group. Six requests of 300 to 1,500 tokens in 24 blocks: the later
+    ones wait for room. Prefix caching is off: kvsim does not model vLLM's state checkpoints for it."""
+    rows = [
+        ([(500, 900)], 220),
+        ([(501, 420)], 300),
+        ([(502, 1500)], 160),
+        ([(503, 640)], 260),
+        ([(504, 1100)], 120),
+        ([(505, 300)], 340),
+    ]
+    w = _table(rows, [0.0, 0.02, 0.05, 0.08, 0.12, 0.15], STATE_MAX_TOKENS)
+    from kvsim.lab.query import lab_model
+
+    cfg = SimConfig(
+        model=lab_model("qwen3-next-80b-a3b"), num_blocks=24, block_size=16, enable_prefix_caching=False
+    )
+    return Preset(
+        name="state-layers",
+        title="State layers (Qwen3-Next-80B)",
+        description=(
+            "Qwen3-Next-80B-A3B: 36 linear-attention (gated delta net) layers keep a fixed-size state per "
+            "request, 12 full-attention layers keep every token. Four KV-cache groups of 12 layers share one "
+            "pool; the attention block grows to 544 tokens so that one block holds a layer's state. Each "
+            "request holds one block per state group, whatever its length, and ⌈tokens / 544⌉ for attention; "
+            "in 24 blocks the later requests wait for room."
+        ),
+        workload=w,
+        config=cfg,
+        step=120,
+        request_names=[f"req-{i + 1}" for i in range(len(rows))],
+        max_tokens=f"max_tokens {STATE_MAX_TOKENS} each",
+    )
+
+
 MOONCAKE_FILE = "mooncake/conversation_trace.jsonl"
 MOONCAKE_SLICE = 120
 
@@ -243,6 +327,8 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "parallel-sampling": parallel_sampling,
     "memory-pressure": memory_pressure,
     "mooncake": mooncake,
+    "sliding-window": sliding_window,
+    "state-layers": state_layers,
 }
 
 

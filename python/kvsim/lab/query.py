@@ -1,17 +1,27 @@
 """A lab query resolved (DESIGN.md §Lab, bundle.py): a preset and its overrides checked and turned into the
 paged and the contiguous track's configs, the pool as memory cut into blocks, the caps on one request's
-work (`LIMITS`, `TooLarge`), and the values the page's controls offer (`options`).
+work (`LIMITS`, `TooLarge`), the values the page's controls offer (`options`) and which values need
+another's (`requires`: the one table the server checks and the page disables options by).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import kvsim.lab.presets as _presets
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import models
-from kvsim.model.config import CONTIGUOUS_POLICIES, PLACEMENTS, PREEMPTIONS, SAMPLINGS, SimConfig
+from kvsim.model.config import (
+    CONTIGUOUS_POLICIES,
+    HYBRID_ONLY,
+    PLACEMENTS,
+    PREEMPTIONS,
+    SAMPLINGS,
+    SimConfig,
+)
+from kvsim.model.layers import KVLayout, kv_layout
 from kvsim.model.units import fmt_bytes
 from kvsim.workloads import Workload
 
@@ -38,11 +48,17 @@ OVERRIDES = (
     "contiguous_policy",
     "placement",
 )
-# Values that run only beside another parameter's (the page disables an option whose need is unmet).
-REQUIRES: dict[str, dict[str, dict[str, list[str]]]] = {
+# Values that run only beside another parameter's (the page disables an option whose need is unmet);
+# `requires()` adds each hybrid model's (vLLM's hybrid KV-cache manager, `HYBRID_ONLY`).
+REQUIRES: dict[str, dict[str, dict[str, list[Any]]]] = {
     "sampling": {"fork-cow": {"policy": ["vllm"]}},
     "preemption": {"swap": {"policy": ["vllm"]}, "auto": {"policy": ["vllm"]}},
 }
+# Models the page offers beyond kvsim's presets: Qwen3-Next-80B-A3B (36 gated-delta-net state layers, 12
+# full attention), from the config fields the hybrid-capacity claim reads and holds to vLLM's recorded
+# figures (`kvsim.analysis.claims_hybrid.QWEN3_NEXT`; not a `kvsim.models` preset: its weights are not
+# counted there).
+EXTRA_MODELS = ("qwen3-next-80b-a3b",)
 
 
 class TooLarge(InvalidArgumentError):
@@ -55,19 +71,109 @@ class TooLarge(InvalidArgumentError):
         self.field = field
 
 
+def model_names() -> list[str]:
+    """The models the page offers: kvsim's presets and `EXTRA_MODELS`, by name."""
+    return sorted({*models.names(), *EXTRA_MODELS})
+
+
+def lab_model(model: Any) -> models.Model:
+    """A model the lab runs: a `Model`, a preset's name, or one of `EXTRA_MODELS`."""
+    if isinstance(model, models.Model):
+        return model
+    return _named_model(model)
+
+
+@functools.cache
+def _named_model(name: str) -> models.Model:
+    if name in EXTRA_MODELS:
+        from kvsim.analysis.claims_hybrid import model as claim_model
+
+        return claim_model(name)  # type: ignore[no-any-return]
+    return models.get(name)
+
+
+def layout(model: Any, block_size: int) -> KVLayout:
+    """The model's KV-cache groups on one GPU at `block_size`, as vLLM forms them (`kv_layout`: its
+    hybrid KV-cache manager on, as `vllm serve` runs it; Mamba states without prefix caching, as the lab
+    runs them, which gives the same bytes per block as with it)."""
+    if isinstance(model, str):
+        return _named_layout(model, block_size)
+    return kv_layout(lab_model(model), block_size, enable_prefix_caching=False)
+
+
+@functools.cache
+def _named_layout(name: str, block_size: int) -> KVLayout:
+    return kv_layout(lab_model(name), block_size, enable_prefix_caching=False)
+
+
+def bytes_per_block(model: Any, block_size: int) -> int:
+    """Bytes one block id takes in the pool (`KVLayout.bytes_per_block`: block size × KV bytes per token
+    for a model of full-attention layers; for a hybrid model, the largest group's layers × page)."""
+    return layout(model, block_size).bytes_per_block
+
+
+def check_layout(cfg: SimConfig) -> None:
+    """Refuses a hybrid layout whose blocks the page cannot show in the engine's token slots: every
+    attention group's block size the engine's, a block's bytes a whole number per slot (true of every
+    model the page offers; a custom model with unequal attention pages is refused, naming why).
+
+    Raises:
+        InvalidArgumentError: such a layout.
+    """
+    if not cfg.kv_groups:
+        return
+    lay = cfg.pool.layout
+    bs = cfg.engine_block_size
+    odd = [g for g in cfg.kv_groups if g.kind != "mamba" and g.block_size != bs]
+    if odd or lay.bytes_per_block % bs:
+        name = getattr(cfg.model, "name", cfg.model)
+        raise InvalidArgumentError(
+            f"model {name} has {lay.describe()}: the lab shows blocks of one block size ({bs} tokens), and "
+            "this layout's attention groups have others (unequal pages); run it with kvsim.simulate"
+        )
+
+
+def is_hybrid(model: Any) -> bool:
+    """Whether vLLM serves the model with its hybrid KV-cache manager: its layers are not one group of
+    full attention (as `SimConfig.kv_groups` decides it)."""
+    return not layout(model, 16).single_full
+
+
+@functools.cache
+def requires() -> dict[str, dict[str, dict[str, list[Any]]]]:
+    """Which values need another's: `REQUIRES`, and for each hybrid model the only values of the lab's
+    knobs vLLM's hybrid KV-cache manager takes (`kvsim.model.config.HYBRID_ONLY`), with prefix caching
+    off where it has Mamba states (kvsim does not model their prefix-caching checkpoints)."""
+    out = {param: dict(values) for param, values in REQUIRES.items()}
+    hybrid: dict[str, dict[str, list[Any]]] = {}
+    for name in model_names():
+        if not is_hybrid(name):
+            continue
+        need: dict[str, list[Any]] = {k: [v] for k, v in HYBRID_ONLY.items() if k in OVERRIDES}
+        if any(g.kind == "mamba" for g in layout(name, 16).groups):
+            need["enable_prefix_caching"] = [False]
+        hybrid[name] = need
+    out["model"] = hybrid
+    return out
+
+
 def options() -> dict[str, Any]:
     """The values each override takes (the page's dropdowns), which values need another's
-    (`requires`), and each model's KV bytes per token (the page derives the blocks a memory holds)."""
+    (`requires`), each model's KV bytes per token and per block at each block size (the page derives the
+    blocks a memory holds), and which models are hybrid."""
+    names = model_names()
     return {
-        "models": models.names(),
+        "models": names,
         "policies": list(PAGED_POLICIES),
         "samplings": list(SAMPLINGS),
         "preemptions": list(PREEMPTIONS),
         "block_sizes": list(BLOCK_SIZES),
         "contiguous_policies": list(CONTIGUOUS_POLICIES),
         "placements": list(PLACEMENTS),
-        "requires": REQUIRES,
-        "model_bytes_per_token": {n: models.get(n).kv_bytes_per_token for n in models.names()},
+        "requires": requires(),
+        "model_bytes_per_token": {n: lab_model(n).kv_bytes_per_token for n in names},
+        "model_bytes_per_block": {n: {b: bytes_per_block(n, b) for b in BLOCK_SIZES} for n in names},
+        "hybrid_models": [n for n in names if is_hybrid(n)],
     }
 
 
@@ -77,7 +183,7 @@ class Resolved:
 
     preset: _presets.Preset
     paged: SimConfig
-    contiguous: SimConfig
+    contiguous: SimConfig | None  # None for a hybrid model: kvsim has no contiguous baseline for one
     query: dict[str, Any]
 
 
@@ -94,10 +200,14 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
-def _contiguous_track(paged: SimConfig, workload: Workload, policy: str) -> SimConfig:
+def _contiguous_track(paged: SimConfig, workload: Workload, policy: str) -> SimConfig | None:
     """The contiguous track's config: the paged track's pool under `policy`, one sequence per sample and
     recompute (contiguous policies know nothing else), `max_model_len` the workload's longest request
-    unless the paged track sets one (what `static` reserves)."""
+    unless the paged track sets one (what `static` reserves). None for a model served by vLLM's hybrid
+    KV-cache manager: kvsim's contiguous baselines reserve one full-attention KV per token, which such a
+    model does not keep (its windows and states have no contiguous counterpart here)."""
+    if paged.kv_groups:
+        return None
     longest = int((workload.prompt_len + workload.output_len).max()) if len(workload) else 1
     return paged.replace(
         policy=policy,
@@ -110,23 +220,22 @@ def _contiguous_track(paged: SimConfig, workload: Workload, policy: str) -> SimC
 
 
 def _bytes_per_token(model: Any) -> int:
-    m = model if isinstance(model, models.Model) else models.get(model)
-    return int(m.kv_bytes_per_token)
+    return int(lab_model(model).kv_bytes_per_token)
 
 
 def preset_kv_cache_bytes(p: _presets.Preset) -> int:
-    """The KV cache memory of a preset's pool: its blocks × tokens per block × its model's bytes per
-    token (what the page keeps when the block size or the model changes)."""
+    """The KV cache memory of a preset's pool: its blocks × its model's bytes per block (block size ×
+    bytes per token for full attention; what the page keeps when the block size or the model changes)."""
     c = p.config
     assert c.num_blocks is not None, "a config sizes its pool when it is made"
-    return c.num_blocks * c.block_size * _bytes_per_token(c.model)
+    return c.num_blocks * bytes_per_block(c.model, c.block_size)
 
 
 def _pool_blocks(kv_bytes: int, block_size: int, model: Any) -> int:
     """The blocks `kv_bytes` of KV cache holds (vLLM's `num_gpu_blocks`: memory ÷ bytes per block, its
     null block included), refused in plain words below 2 or past the page's cap."""
     name = model if isinstance(model, str) else model.name
-    per_block = block_size * _bytes_per_token(model)
+    per_block = bytes_per_block(model, block_size)
     blocks = kv_bytes // per_block
     if blocks < 2:
         raise InvalidArgumentError(
@@ -143,6 +252,38 @@ def _pool_blocks(kv_bytes: int, block_size: int, model: Any) -> int:
             f"{fmt_bytes(cap * per_block)}, or choose a larger block size"
         )
     return blocks
+
+
+def _check_requires(values: dict[str, Any]) -> None:
+    """Refuses a combination `requires()` excludes, naming both values (the rule the page disables
+    options by)."""
+    table = requires()
+    for param, value in values.items():
+        need = table.get(param, {}).get(value) if isinstance(value, str) else None
+        for other, allowed in (need or {}).items():
+            if values.get(other) in allowed:
+                continue
+            why = ""
+            if param == "model":
+                what = layout(value, 16)
+                why = (
+                    f" (its layers form {len(what.groups)} KV-cache group{'s' if len(what.groups) != 1 else ''}: "
+                    "vLLM's hybrid KV-cache manager serves it"
+                    + (
+                        "; kvsim does not model its Mamba states with prefix caching yet"
+                        if other == "enable_prefix_caching"
+                        else ""
+                    )
+                    + ")"
+                )
+            shown = " or ".join(_word(a) for a in allowed)
+            raise InvalidArgumentError(
+                f"{param} {value!r} needs {other} {shown}, not {_word(values.get(other))}{why}"
+            )
+
+
+def _word(v: Any) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else repr(v)
 
 
 def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
@@ -175,7 +316,7 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
     _check_choice("policy", policy, PAGED_POLICIES)
     model = o.get("model", cfg.model)
     if not isinstance(model, models.Model):
-        _check_choice("model", model, models.names())
+        _check_choice("model", model, model_names())
     block_size = _check_int("block_size", o.get("block_size", cfg.block_size), 1, LIMITS["max_block_size"])
     if "num_blocks" in o and "kv_cache_bytes" in o:
         raise InvalidArgumentError(
@@ -195,14 +336,20 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
         raise InvalidArgumentError(f"enable_prefix_caching {caching!r} must be true or false")
     sampling = o.get("sampling", cfg.sampling)
     _check_choice("sampling", sampling, SAMPLINGS)
-    if sampling == "fork-cow" and policy != "vllm":
-        raise InvalidArgumentError(f"sampling 'fork-cow' needs policy 'vllm', not {policy!r}")
     preemption = o.get("preemption", cfg.preemption)
     _check_choice("preemption", preemption, PREEMPTIONS)
-    if preemption != "recompute" and policy != "vllm":
-        raise InvalidArgumentError(f"preemption {preemption!r} needs policy 'vllm', not {policy!r}")
     placement = o.get("placement", cfg.placement)
     _check_choice("placement", placement, PLACEMENTS)
+    model_name = model if isinstance(model, str) else model.name
+    _check_requires(
+        {
+            "model": model_name,
+            "policy": policy,
+            "sampling": sampling,
+            "preemption": preemption,
+            "enable_prefix_caching": caching,
+        }
+    )
     n = len(p.workload)
     if n > LIMITS["max_requests"]:
         raise TooLarge("requests", f"requests {n} exceed the lab's max_requests {LIMITS['max_requests']}")
@@ -214,7 +361,7 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
         else:
             cpu_blocks = num_blocks  # a CPU pool as large as the GPU's
     paged = cfg.replace(
-        model=model,
+        model=model if isinstance(model, models.Model) or model not in EXTRA_MODELS else lab_model(model),
         block_size=block_size,
         num_blocks=num_blocks,
         enable_prefix_caching=caching,
@@ -227,7 +374,7 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
     contiguous = _contiguous_track(paged, p.workload, contiguous_policy)
     query: dict[str, Any] = {
         "preset": p.name,
-        "model": model if isinstance(model, str) else model.name,
+        "model": model_name,
         "block_size": block_size,
         **({"num_blocks": num_blocks} if kv_bytes is None else {"kv_cache_bytes": kv_bytes}),
         "enable_prefix_caching": caching,

@@ -2,7 +2,8 @@
 preset (the whole page at the preset's opening step in a 1440×900 desktop window), <preset>-phone.png (the
 same at a phone's 390×844) and copilot-inspector.png (the block pool with the inspector open on a shared
 block), by running the lab server in a thread and driving Debian's chromium with playwright (the `browser`
-extra). The browser tests start the server the same way (`LabThread`).
+extra), each saved as a 256-colour PNG (`_shrink`). The browser tests start the server the same way
+(`LabThread`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,21 @@ def _wait_ready(page: Any) -> None:
         raise RuntimeError(f"the page refused the run: {err}")
 
 
+def _shrink(path: Path) -> None:
+    """Rewrites a screenshot as a 256-colour PNG (median cut, no dither): the page's flat panels and few
+    colours survive it, at about a third of the bytes. Left as captured without Pillow (which matplotlib,
+    a kvsim dependency, brings)."""
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - depends on the environment
+        return
+    with Image.open(path) as im:
+        small = im.convert("RGB").quantize(
+            colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE
+        )
+    small.save(path, optimize=True)
+
+
 def take(out: Path, names: Sequence[str] | None = None) -> list[Path]:
     """Writes the screenshots into `out`; returns their paths.
 
@@ -115,6 +131,7 @@ def take(out: Path, names: Sequence[str] | None = None) -> list[Path]:
                     view.wait_for_timeout(150)  # let the canvases settle after the last resize
                     path = out / f"{name}{suffix}.png"
                     view.screenshot(path=str(path), full_page=True)
+                    _shrink(path)
                     written.append(path)
             if "copilot" in wanted:
                 page.goto(f"{server.url}?preset=copilot")
@@ -123,6 +140,7 @@ def take(out: Path, names: Sequence[str] | None = None) -> list[Path]:
                 page.wait_for_timeout(100)
                 path = out / "copilot-inspector.png"
                 page.locator("section.pool").screenshot(path=str(path))
+                _shrink(path)
                 written.append(path)
             if errors:
                 raise RuntimeError(f"the page logged errors: {errors}")

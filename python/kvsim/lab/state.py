@@ -45,6 +45,9 @@ from kvsim.lab.state_blocks import (
     _order,
     _seq_rows,
 )
+from kvsim.lab.state_hybrid import block_rows as hybrid_block_rows
+from kvsim.lab.state_hybrid import internal_tokens, replay_hybrid
+from kvsim.lab.state_hybrid import seq_rows as hybrid_seq_rows
 from kvsim.model.config import SimConfig
 from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.engine import EVENT
@@ -58,7 +61,7 @@ ADMIT, ALLOCATE, PREFIX_HIT, COW_COPY = (
 )
 EVICT, FREE, PREEMPT, SWAP_OUT = EVENT["evict"], EVENT["free"], EVENT["preempt"], EVENT["swap-out"]
 SWAP_IN, FINISH, REJECT, FORK = EVENT["swap-in"], EVENT["finish"], EVENT["reject"], EVENT["fork"]
-SCHEDULE = EVENT["schedule"]
+SCHEDULE, WINDOW = EVENT["schedule"], EVENT["window"]
 # Events that happen after their step's sampling (their `step` is the count after it): they belong to the
 # state they carry. Scheduling events of step j belong to state j + 1.
 POST_STEP = {FINISH, FORK, REJECT}
@@ -143,41 +146,62 @@ class Track:
     def paged(self) -> bool:
         return not self.config.is_contiguous
 
+    @property
+    def groups(self) -> tuple[Any, ...]:
+        """A hybrid model's KV-cache groups (`SimConfig.kv_groups`); empty for one table per sequence."""
+        return self.config.kv_groups if self.paged else ()
+
     def key(self, label: int, index: int) -> str | None:
         return None if label < 0 else f"{self.key_labels[label]}:block-{index}"
 
     @functools.cached_property
     def block_rows(self) -> list[list[Any]]:
-        """The block rows as lists `[step, block, state, ref_cnt, prefix_key, request_ids]`."""
+        """The block rows as lists `[step, block, state, ref_cnt, prefix_key, request_ids]`, and for a
+        hybrid model the block's KV-cache group (-1 while free) after them."""
         b = self.blocks
         if b is None:
             return []
         off = b.holders_offsets.tolist()
         holders = b.holders.tolist()
         labels, index = b.key_label.tolist(), b.key_index.tolist()
-        return [
+        out = [
             [k, blk, BLOCK_STATES[s], r, self.key(labels[i], index[i]), holders[off[i] : off[i + 1]]]
             for i, (k, blk, s, r) in enumerate(
                 zip(b.step.tolist(), b.block.tolist(), b.state.tolist(), b.ref.tolist(), strict=True)
             )
         ]
+        if b.group is not None:
+            for row, g in zip(out, b.group.tolist(), strict=True):
+                row.append(g)
+        return out
 
     @functools.cached_property
     def seq_rows(self) -> list[list[Any]]:
         """The sequence rows as lists `[step, request, sample, status, computed, rate, generated, rate,
-        block table]` with whole tables."""
+        block table]` with whole tables; a hybrid model's rows add `tables`, one per KV-cache group (block
+        0 where a window's tokens left), and their `block table` is the blocks those hold, group by group."""
         s = self.seqs
         off, tail = s.tail_offsets.tolist(), s.tail.tolist()
-        last: dict[int, list[int]] = {}
+        ng = s.num_groups
+        keeps = s.keep.tolist()
+        last: dict[int, list[list[int]]] = {}
         out = []
         cols = (s.step, s.seq, s.request_id, s.sample, s.status, s.computed, s.computed_rate)
-        more = (s.generated, s.generated_rate, s.keep)
-        for i, (k, q, rid, sample, status, c, rc, g, rg, keep) in enumerate(
+        more = (s.generated, s.generated_rate)
+        for i, (k, q, rid, sample, status, c, rc, g, rg) in enumerate(
             zip(*(a.tolist() for a in (*cols, *more)), strict=True)
         ):
-            table = last.get(q, [])[:keep] + tail[off[i] : off[i + 1]]
-            last[q] = table
-            out.append([k, rid, sample, STATUSES[status], c, rc, g, rg, table])
+            before = last.get(q) or [[] for _ in range(ng)]
+            tables = [
+                before[x][: keeps[i * ng + x]] + tail[off[i * ng + x] : off[i * ng + x + 1]]
+                for x in range(ng)
+            ]
+            last[q] = tables
+            if self.groups:
+                held = [b for t in tables for b in t if b != 0]
+                out.append([k, rid, sample, STATUSES[status], c, rc, g, rg, held, tables])
+            else:
+                out.append([k, rid, sample, STATUSES[status], c, rc, g, rg, tables[0]])
         return out
 
 
@@ -272,12 +296,21 @@ def _replay(
     block, count = _i64(ev["block"]), _i64(ev["count"])
     num_steps = int(res.summary["num_steps"])
     st, post, last_rel = _event_states(step, kind, seq, num_steps)
-    sp = _SeqPass(res, inp, config, step, kind, seq, block, count, post, num_steps)
+    hr = None
+    if paged and config.kv_groups:
+        # A hybrid model: the manager's pass first, for the tokens each admission's prefix hit covered.
+        hr = replay_hybrid(inp, config, step, kind, seq, block, count, post, num_steps)
+    sp = _SeqPass(res, inp, config, step, kind, seq, block, count, post, num_steps, hr.hits if hr else None)
     upto = np.searchsorted(st, np.arange(num_steps + 1), "right")  # events in states 0..k
     during_at = np.searchsorted(step, np.arange(1, num_steps + 1), "left")  # events through step j
     labels = [*request_names, *(names or {}).values()]
     s_total = num_steps + 1
     zeros = np.zeros(s_total, np.int64)
+    if paged and config.kv_groups:
+        assert hr is not None
+        return _replay_hybrid(
+            res, inp, config, kind, upto, num_steps, sp, hr, names or {}, request_names, labels
+        )
     if paged:
         bp = _BlockPass(inp, config, kind, seq, block, count, st, last_rel, sp, upto, during_at)
         bp.run(names or {}, request_names)
@@ -326,6 +359,78 @@ def _replay(
     return Track(config, res, inp, num_steps, blocks, seqs, region_rows, metrics, during, labels)
 
 
+def _replay_hybrid(
+    res: SimResult,
+    inp: EngineInput,
+    config: SimConfig,
+    kind: np.ndarray,
+    upto: np.ndarray,
+    num_steps: int,
+    sp: _SeqPass,
+    hr: Any,
+    names: dict[int, str],
+    request_names: list[str],
+    labels: list[str],
+) -> Track:
+    """A hybrid model's track: blocks and tables from the manager's pass (`state_hybrid`), tokens and
+    sequence counts from the sequences' pass. Token measures are the engine's: a block is the engine's
+    block size of token slots, less the slots left empty in each attention group's partly filled last
+    block (a state block counts as full)."""
+    bs = config.engine_block_size
+    groups = config.kv_groups
+    s_total = num_steps + 1
+    blocks = hybrid_block_rows(hr, inp, config, names, request_names)
+    seqs = hybrid_seq_rows(hr, inp, sp, num_steps, len(groups))
+    attention = [g.block_size for g in groups if g.kind != "mamba"]
+    running, finished = STATUSES.index("running"), STATUSES.index("finished")
+    internal, internal_d = internal_tokens(
+        seqs.step,
+        seqs.seq,
+        seqs.status,
+        seqs.computed,
+        seqs.computed_rate,
+        running,
+        finished,
+        attention,
+        num_steps,
+    )
+    states = np.array(sp.states, np.int64).reshape(-1, len(_SeqPass.STATE_COLUMNS))
+    col = dict(zip(_SeqPass.STATE_COLUMNS, states.T, strict=True))
+    step_ps = np.append(_i64(res.raw.timeseries["time_ps"]), int(res.raw.counters["makespan_ps"]))
+    arrivals = np.sort(inp.arrival_ps[inp.fork_parent < 0]).astype(np.int64)
+    at_k = step_ps[np.minimum(np.arange(s_total), len(step_ps) - 1)]
+    arrived = np.where(
+        np.arange(s_total) < len(step_ps) - 1, np.searchsorted(arrivals, at_k, "right"), len(arrivals)
+    )
+    allocated = hr.held * bs
+    bc = hr.block_counts
+    state_of = {name: i for i, name in enumerate(BLOCK_STATES)}
+    metrics: dict[str, Any] = {
+        "allocated_tokens": allocated,
+        "stored_tokens": allocated - internal,
+        "shared_saved_tokens": hr.shared_saved,
+        "reserved_tokens": np.zeros(s_total, np.int64),
+        "external_tokens": np.zeros(s_total, np.int64),
+        **{name: col[name] for name in ("running", "swapped", "finished", "rejected")},
+        "waiting": col["waiting"] + arrived,
+        **{f"{name}_blocks": bc[:, state_of[name]] for name in ("free", "cached", "shared", "private")},
+        "event_upto": upto,
+        "time_ps": at_k,
+    }
+    for name, counted in CUMULATIVE_KINDS.items():
+        metrics[name] = np.r_[0, np.cumsum(np.isin(kind, counted))][upto]
+    metrics = {name: np.asarray(metrics[name]).tolist() for name in METRIC_COLUMNS}
+    for g in range(len(groups)):
+        metrics[f"group_blocks_{g}"] = hr.group_blocks[:, g].tolist()
+    held_d = hr.held_during * bs
+    during = {
+        "allocated_tokens": held_d.tolist(),
+        "stored_tokens": (held_d - internal_d).tolist(),
+        "external_tokens": [0] * num_steps,
+    }
+    return Track(config, res, inp, num_steps, blocks, seqs, [], metrics, during, labels)
+
+
 class _SeqPass:
     """The sequences' side of the replay, in Python over the events that are not about blocks (admit,
     schedule, prefix-hit, preempt, swap, finish, fork, reject: a few per request): status, computed and
@@ -358,7 +463,11 @@ class _SeqPass:
         count: np.ndarray,
         post: np.ndarray,
         num_steps: int,
+        hits: dict[int, int] | None = None,
     ) -> None:
+        # A hybrid model's admissions: event index -> the tokens its prefix hit covered (its prefix-hit
+        # rows are per group, and a window's hit starts past the tokens it skips).
+        self.hits = hits
         self.rows: list[tuple[int, int, int, int, int, int, int]] = []  # (k, seq, status, c, rc, g, rg)
         self.arrivals: list[tuple[int, int]] = []  # (k, seq): it appears, waiting
         self.aux: dict[int, int] = {}  # event index -> a release's, swap-in's or fork parent's tokens
@@ -386,7 +495,8 @@ class _SeqPass:
         bs = config.block_size
         paged = not config.is_contiguous
         code = {s: i for i, s in enumerate(STATUSES)}
-        pick = np.flatnonzero(~np.isin(kind, (ALLOCATE, FREE, EVICT, COW_COPY)))
+        pick = np.flatnonzero(~np.isin(kind, (ALLOCATE, FREE, EVICT, COW_COPY, WINDOW)))
+        hits = self.hits
         e_idx = pick.tolist()
         e_step, e_kind, e_seq = step[pick].tolist(), kind[pick].tolist(), seq[pick].tolist()
         e_block, e_count, e_post = block[pick].tolist(), count[pick].tolist(), post[pick].tolist()
@@ -548,6 +658,9 @@ class _SeqPass:
                 elif kind == ADMIT:
                     set_status(s, "running")
                     s.c = 0
+                    if hits is not None:
+                        s.c = hits[e_idx[pos]]
+                        logical += s.c
                     if not paged:
                         assert space is not None
                         got = space.allocate(cnt)
@@ -560,8 +673,9 @@ class _SeqPass:
                         reserved += cnt
                         self.region_rows.append([j + 1, s.request_id, b, cnt, s.sample])
                 elif kind == PREFIX_HIT:
-                    s.c += bs
-                    logical += bs
+                    if hits is None:
+                        s.c += bs
+                        logical += bs
                 elif kind == SWAP_IN:
                     set_status(s, "running")
                     logical += s.c

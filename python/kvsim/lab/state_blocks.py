@@ -44,6 +44,9 @@ class BlockRows:
     key_index: np.ndarray
     holders_offsets: np.ndarray
     holders: np.ndarray
+    # A hybrid model's (`kvsim.lab.state_hybrid`): the KV-cache group of the block while held or cached,
+    # -1 when free; None for one table per sequence.
+    group: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.step)
@@ -53,7 +56,9 @@ class BlockRows:
 class SeqRows:
     """Sequence rows as columns, sorted by step: status (`STATUSES` index), computed and generated tokens
     and their rates from `step` on, and the block table as `keep` blocks of the same sequence's previous
-    row's table followed by `tail[tail_offsets[i]:tail_offsets[i + 1]]`."""
+    row's table followed by `tail[tail_offsets[i]:tail_offsets[i + 1]]`. A hybrid model's sequences have
+    one table per KV-cache group (`num_groups`): `keep` and `tail_offsets` then run over (row, group),
+    entry `i * num_groups + g` for group g of row i, and block 0 stands where a window's tokens left."""
 
     step: np.ndarray
     seq: np.ndarray
@@ -67,6 +72,7 @@ class SeqRows:
     keep: np.ndarray
     tail_offsets: np.ndarray
     tail: np.ndarray
+    num_groups: int = 1
 
     def __len__(self) -> int:
         return len(self.step)

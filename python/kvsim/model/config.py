@@ -54,6 +54,17 @@ from kvsim.model.knobs import (
 KNOB_DEFAULT_TOKENS = 8192
 KNOB_DEFAULT_SEQS = 256
 
+# The knobs vLLM's hybrid KV-cache manager (v1) fixes for a model whose KV-cache groups are not one
+# full-attention group, and the only value each takes then (`SimConfig._check_hybrid`; the lab's page
+# disables the other values with this table, `kvsim.lab.query.requires`).
+HYBRID_ONLY: dict[str, str] = {
+    "policy": "vllm",
+    "preemption": "recompute",
+    "sampling": "independent",
+    "append_check": "exact",
+    "watermark_rule": "while-running",
+}
+
 # Fields a config derives when they are left unset: `replace` derives them again rather than keeping the
 # values derived for the old configuration.
 _DERIVED = (
@@ -397,13 +408,8 @@ class SimConfig:
             return
         name = getattr(self.model, "name", self.model)
         what = f"model {name} has {layout.describe()}: vLLM's hybrid KV-cache manager (v1) serves it, so"
-        for knob, value, v1 in (
-            ("policy", self.policy, "vllm"),
-            ("preemption", self.preemption, "recompute"),
-            ("sampling", self.sampling, "independent"),
-            ("append_check", self.append_check, "exact"),
-            ("watermark_rule", self.watermark_rule, "while-running"),
-        ):
+        for knob, v1 in HYBRID_ONLY.items():
+            value = getattr(self, knob)
             if value != v1:
                 raise InvalidArgumentError(f"{what} {knob} {value!r} does not apply (only {v1!r})")
         if layout.mamba_align:
@@ -712,6 +718,7 @@ __all__ = [
     "CONTIGUOUS_POLICIES",
     "DEFAULT_ROUTER_WEIGHTS",
     "FREE_ORDERS",
+    "HYBRID_ONLY",
     "KNOBS",
     "KV_CACHE_DTYPES",
     "MAX_BLOCKS",

@@ -76,7 +76,7 @@ export class Chart {
     const { ctx, w, h } = prepareCanvas(this.canvas);
     ctx.clearRect(0, 0, w, h);
     const n = replay.numSteps;
-    const series = SERIES.map((s) => ({ ...s, col: replay.paged.metrics[s.name] || replay.contig.metrics[s.name] }))
+    const series = SERIES.map((s) => ({ ...s, col: replay.paged.metrics[s.name] || (replay.contig && replay.contig.metrics[s.name]) }))
       .filter((s) => s.col);
     let top = 0;
     for (const s of series) for (const v of s.col) if (v > top) top = v;

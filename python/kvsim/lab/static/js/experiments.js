@@ -39,6 +39,35 @@ function sharedSummary(r) {
 }
 
 const ok = (pass, text) => ({ pass, text });
+
+/** The block-size check on a hybrid model: every attention-group table of a sequence holding blocks has
+ * ⌈tokens / B⌉ entries (null blocks included), its last block 1…B tokens, a state table one block; and
+ * the slack within its bound (B − 1 per attention group and sequence). */
+function hybridTables(r) {
+  const t = r.paged;
+  const bad = [];
+  let n = 0;
+  for (const e of t.live) {
+    const row = t.seqs.row(e);
+    const c = row[S.ctx] + row[S.ctxRate] * (r.step - row[S.step]);
+    n += 1;
+    r.groups.forEach((g, x) => {
+      const len = row[S.tables][x].length;
+      const want = g.kind === "mamba" ? 1 : Math.ceil(c / g.block_size);
+      if (len !== want) bad.push(`${r.name(row[S.rid], row[S.sample])} G${x}: ${len} entries for ${c} tokens`);
+    });
+  }
+  if (n === 0) return notHere(`no sequence holds a block at step ${int(r.step)}: scrub to a step where one runs.`);
+  const slack = r.metric("paged_tail_slack_bytes");
+  const bound = r.metric("paged_tail_slack_bound_bytes");
+  const boundOk = bound === null || slack === null ? null : slack <= bound;
+  return ok(bad.length === 0 && boundOk !== false,
+    `${int(n)} sequences hold blocks; ` + (bad.length ? `not ⌈tokens / B⌉ entries for ${esc(bad.slice(0, 3).join("; "))}`
+      : `each attention-group table has ⌈tokens / B⌉ entries${
+        r.groups.some((g) => g.kind === "sliding_window" || g.kind === "chunked_local") ? " (null blocks where a window left)" : ""}${
+        r.groups.some((g) => g.kind === "mamba") ? " and each state table one block" : ""}`) +
+    `. Tail slack ${bytes(slack)}` + (bound !== null ? ` ${boundOk ? "≤" : ">"} bound ${bytes(bound)}.` : "."));
+}
 // A check that does not apply to this preset or step: no verdict, and why (pass null).
 const notHere = (why) => ({ pass: null, text: why });
 
@@ -114,6 +143,7 @@ export const EXPERIMENTS = [
       const bs = r.blockSize;
       let n = 0;
       const bad = [];
+      if (r.groups) return hybridTables(r);
       for (const e of t.live) {
         const row = t.seqs.row(e);
         const c = row[S.ctx] + row[S.ctxRate] * (r.step - row[S.step]);
@@ -148,6 +178,7 @@ export const EXPERIMENTS = [
     condition: "multiplier = (contiguous reserved ÷ its running sequences) ÷ (paged allocated ÷ its running " +
       "sequences), contiguous used ≤ reserved, and paged external fragmentation 0, while both sides run",
     check(r) {
+      if (!r.contig) return notHere("no contiguous baseline for a model served by vLLM’s hybrid KV-cache manager, so nothing to compare.");
       const res = r.metric("contiguous_reserved_bytes");
       const used = r.metric("contiguous_used_bytes");
       const alloc = r.metric("paged_allocated_bytes");

@@ -52,6 +52,33 @@ export function stateColors() {
   };
 }
 
+// A hybrid model's KV-cache groups are told apart by colour (a hue per kind: full attention blue, sliding
+// window teal, chunked local gold, state layers pink; several groups of a kind in shades of it), the
+// block's state by its pattern as without groups (filled to its tokens, striped when shared, a dashed
+// outline when cached).
+const KIND_HUES = { full: 218, sliding_window: 168, chunked_local: 45, mamba: 330 };
+
+/** Per group {main, dark, empty} colours (CSS strings). */
+export function groupColors(groups) {
+  const byKind = new Map();
+  for (const g of groups) byKind.set(g.kind, (byKind.get(g.kind) || 0) + 1);
+  const seen = new Map();
+  return groups.map((g) => {
+    const n = byKind.get(g.kind);
+    const i = seen.get(g.kind) || 0;
+    seen.set(g.kind, i + 1);
+    const spread = n > 1 ? (i - (n - 1) / 2) / (n - 1) : 0; // -0.5 .. 0.5
+    const hue = (KIND_HUES[g.kind] ?? 0) + spread * 28;
+    const light = 62 + spread * 22;
+    return {
+      main: `hsl(${hue.toFixed(0)} 78% ${light.toFixed(0)}%)`,
+      dark: `hsl(${hue.toFixed(0)} 60% ${(light - 20).toFixed(0)}%)`,
+      border: `hsl(${hue.toFixed(0)} 90% ${Math.min(88, light + 14).toFixed(0)}%)`,
+      empty: `hsl(${hue.toFixed(0)} 35% 17%)`,
+    };
+  });
+}
+
 const STACK = ["private", "shared", "cached", "null"]; // bottom up; free is the rest (background)
 const CACHED_ALPHA = 0.55;
 
@@ -184,6 +211,7 @@ export class BlockGrid {
   reset(track) {
     this.track = track;
     this.colors = stateColors();
+    this.groupColors = track.groups ? groupColors(track.groups) : null;
     const n = track.numBlocks;
     this.windowed = n > WINDOW;
     this.overview.hidden = !this.windowed;
@@ -286,10 +314,12 @@ export class BlockGrid {
    * free, private and cached are plain squares. */
   _paint(ctx, x, y, blk, g) {
     const { size, radius } = g;
-    const c = this.colors;
+    // A hybrid model's held or cached block takes its group's colours.
+    const gc = this.groupColors && blk.group >= 0 ? this.groupColors[blk.group] : null;
+    const c = gc ? { ...this.colors, private: gc.main, shared: gc.main, cached: gc.main } : this.colors;
     const st = blk.state;
     if (!g.big && !g.medium && (st === "free" || st === "private" || st === "cached")) {
-      this._paintSmall(ctx, x, y, blk, size);
+      this._paintSmall(ctx, x, y, blk, size, c, gc);
       return;
     }
     const path = (inset) => {
@@ -336,9 +366,9 @@ export class BlockGrid {
     };
     if (st === "private") {
       path(0);
-      ctx.fillStyle = "#1b2b48";
+      ctx.fillStyle = gc ? gc.empty : "#1b2b48";
       ctx.fill();
-      const fill = Math.max(0, Math.min(1, blk.num_tokens / this.track.blockSize));
+      const fill = this._fill(blk);
       if (fill > 0) {
         ctx.save();
         path(0);
@@ -347,13 +377,14 @@ export class BlockGrid {
         ctx.fillRect(x, y + size * (1 - fill), size, size * fill);
         ctx.restore();
       }
-      border("#6f9fff", 1);
+      border(gc ? gc.border : "#6f9fff", 1);
+      if (gc && this.track.groups[blk.group].kind === "mamba") glyph("S", "#1b1020");
     } else if (st === "shared") {
-      stripes(c.shared, "#8250c9", 10, 1);
-      border("#e3ccff", 2);
+      stripes(c.shared, gc ? gc.dark : "#8250c9", 10, 1);
+      border(gc ? "#ffffff" : "#e3ccff", 2);
     } else if (st === "cached") {
       path(0);
-      ctx.fillStyle = "rgba(227, 168, 43, 0.14)";
+      ctx.fillStyle = gc ? gc.empty : "rgba(227, 168, 43, 0.14)";
       ctx.fill();
       border(c.cached, 2, [3, 2]);
       glyph("↺", c.cached);
@@ -384,8 +415,14 @@ export class BlockGrid {
     }
   }
 
-  _paintSmall(ctx, x, y, blk, size) {
-    const c = this.colors;
+  /** How full a block's cell is drawn: its tokens of its group's block size (a state block: full). */
+  _fill(blk) {
+    const t = this.track;
+    if (t.groups && blk.group >= 0 && t.groups[blk.group].kind === "mamba") return 1;
+    return Math.max(0, Math.min(1, blk.num_tokens / t.groupBlockSize(blk.group)));
+  }
+
+  _paintSmall(ctx, x, y, blk, size, c = this.colors, gc = null) {
     const square = (fill, stroke, width, dash) => {
       ctx.fillStyle = fill;
       ctx.fillRect(x, y, size, size);
@@ -400,18 +437,18 @@ export class BlockGrid {
     if (blk.state === "free") square(c.free, "#3b4555", 1, [1, 1.5]);
     else if (blk.state === "cached") {
       ctx.clearRect(x, y, size, size);
-      square("rgba(227, 168, 43, 0.14)", c.cached, 2, [3, 2]);
+      square(gc ? gc.empty : "rgba(227, 168, 43, 0.14)", c.cached, 2, [3, 2]);
     } else {
-      ctx.fillStyle = "#1b2b48";
+      ctx.fillStyle = gc ? gc.empty : "#1b2b48";
       ctx.fillRect(x, y, size, size);
-      const f = Math.max(0, Math.min(1, blk.num_tokens / this.track.blockSize));
+      const f = this._fill(blk);
       if (f > 0) {
         ctx.fillStyle = c.private;
         ctx.fillRect(x, y + size * (1 - f), size, size * f);
       }
       ctx.beginPath();
       ctx.rect(x + 0.5, y + 0.5, size - 1, size - 1);
-      ctx.strokeStyle = "#6f9fff";
+      ctx.strokeStyle = gc ? gc.border : "#6f9fff";
       ctx.lineWidth = 1;
       ctx.stroke();
     }
@@ -423,7 +460,7 @@ export class BlockGrid {
   _sprite(blk, g) {
     const st = blk.state;
     const badge = st === "shared" && (g.big || g.medium);
-    const key = `${st}|${st === "private" ? blk.num_tokens : ""}|${badge ? blk.ref_cnt : ""}`;
+    const key = `${st}|${st === "private" ? this._fill(blk) : ""}|${badge ? blk.ref_cnt : ""}|${blk.group ?? -1}`;
     let sprite = this.sprites.get(key);
     if (sprite === undefined) {
       const dpr = window.devicePixelRatio || 1;
@@ -486,9 +523,9 @@ export class BlockGrid {
       if (i < 0 || i >= this.cells.length) return;
       // What the cell shows, read from the replay's columns (no row built).
       const st = t.stateOf(b);
-      const blk = { block_id: b, state: st, ref_cnt: t.refOf(b), num_tokens: t.tokens[b] };
+      const blk = { block_id: b, state: st, ref_cnt: t.refOf(b), num_tokens: t.tokens[b], group: t.groupOf(b) };
       // Touch the canvas and the element only where the block really changed (a jump marks every block).
-      const sig = `${st}|${blk.ref_cnt}|${blk.num_tokens}`;
+      const sig = `${st}|${blk.ref_cnt}|${blk.num_tokens}|${blk.group}`;
       if (this.sigs[i] === sig) return;
       this.sigs[i] = sig;
       todo.push(blk);
@@ -520,6 +557,16 @@ export class BlockGrid {
     cell.dataset.state = blk.state;
     cell.dataset.ref = String(blk.ref_cnt);
     cell.dataset.tokens = String(blk.num_tokens);
+    const groups = this.track.groups;
+    if (groups) {
+      cell.dataset.group = String(blk.group);
+      const g = blk.group >= 0 ? groups[blk.group] : null;
+      const what = g === null ? "" : `group ${blk.group} (${g.label}), `;
+      const tokens = g && g.kind === "mamba" ? `a state of ${blk.num_tokens} tokens`
+        : `${blk.num_tokens} of ${this.track.groupBlockSize(blk.group)} tokens`;
+      cell.setAttribute("aria-label", `P_${blk.block_id}: ${what}${blk.state}, ref ${blk.ref_cnt}, ${tokens}`);
+      return;
+    }
     cell.setAttribute("aria-label",
       `P_${blk.block_id}: ${blk.state}, ref ${blk.ref_cnt}, ${blk.num_tokens} of ${this.track.blockSize} tokens`);
   }

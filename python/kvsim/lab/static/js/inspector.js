@@ -2,6 +2,7 @@
 // replayed rows (state, ref count, key, requests) and the bundle's sizes (bytes per block and token).
 
 import { bytes, esc, hex, int } from "./format.js";
+import { groupColors } from "./grid.js";
 
 const STATE_TEXT = {
   free: "FREE (ref 0)",
@@ -48,17 +49,20 @@ export class Inspector {
     const blk = track.block(b);
     const panel = this.body.closest(".inspector");
     if (panel) panel.dataset.state = blk.state;
-    const bs = track.blockSize;
+    // A hybrid model's block: its group's block size, and a state block holds a state, not token slots.
+    const group = track.groups && blk.group >= 0 ? track.groups[blk.group] : null;
+    const state = group !== null && group.kind === "mamba";
+    const bs = track.groupBlockSize(blk.group);
     const bpb = bundle.bytes_per_block;
-    const bpt = bundle.bytes_per_token ?? (bundle.model && bundle.model.bytes_per_token);
+    const bpt = group ? bpb / bs : bundle.bytes_per_token ?? (bundle.model && bundle.model.bytes_per_token);
     const offset = b * bpb;
     const width = Math.max(8, (track.numBlocks * bpb).toString(16).length);
-    const slack = blk.state === "private" ? bs - blk.num_tokens : blk.state === "shared" ? 0 : null;
+    const slack = state ? null : blk.state === "private" ? bs - blk.num_tokens : blk.state === "shared" ? 0 : null;
     const holders = track.holders(b);
     // One pill per block table holding the block (a request's samples each hold it): as many as ref_cnt.
     const names = holders.map((h) => replay.name(h.rid, h.sample));
     const slots = [];
-    if (bs <= 256) {
+    if (bs <= 256 && !state) {
       for (let i = 0; i < bs; i += 1) {
         slots.push(`<span class="slot${i < blk.num_tokens ? " on" : ""}">${i}</span>`);
       }
@@ -72,7 +76,12 @@ export class Inspector {
       <dl class="kv">
         <dt>Base offset</dt><dd class="mono" id="insp-offset" data-offset="${offset}">${hex(offset, width)}
           <small>(${bytes(offset)} mark · ${int(bpb)} B per block)</small></dd>
-        <dt>Occupancy</dt><dd id="insp-occupancy" data-tokens="${blk.num_tokens}"><b>${blk.num_tokens} / ${bs}</b> tokens</dd>
+        ${track.groups ? `<dt>KV-cache group</dt><dd id="insp-group" data-group="${blk.group}">${group
+          ? `G${blk.group} · ${esc(group.label)} · ${int(group.num_layers)} layers: a page in each (${bytes(group.page_bytes)})`
+          : '<span class="hint">none (free)</span>'}</dd>` : ""}
+        <dt>Occupancy</dt><dd id="insp-occupancy" data-tokens="${blk.num_tokens}">${state
+          ? `a state of <b>${int(blk.num_tokens)}</b> tokens (fixed size, whatever the length)`
+          : `<b>${blk.num_tokens} / ${bs}</b> tokens`}</dd>
         <dt>Slack</dt><dd id="insp-slack">${slack === null ? "—"
           : `${slack} tokens <small>(${bpt ? bytes(slack * bpt) : "—"} unused)</small>`}</dd>
         <dt>Mapped by</dt><dd id="insp-requests" data-requests="${blk.request_ids.join(",")}"
@@ -84,9 +93,10 @@ export class Inspector {
       </dl>
       ${holders.length ? `<p class="label">Block tables holding it</p><ul class="holders">${holders.map((h) =>
         `<li><button type="button" class="linkish" data-seq="${h.seq}">${esc(replay.name(h.rid, h.sample))}</button>
-         at L_${h.logical}</li>`).join("")}</ul>` : ""}
-      ${slots.length ? `<p class="label">Token slots in P_${b} (${bs} slots)</p><div class="slots">${slots.join("")}</div>`
-        : `<div class="usage-bar thin"><span class="used" style="width:${(100 * blk.num_tokens) / bs}%"></span></div>`}
+         at L_${h.logical}${track.groups ? ` of G${h.group}` : ""}</li>`).join("")}</ul>` : ""}
+      ${slots.length ? `<p class="label">Token slots in P_${b} (${bs} slots)</p><div class="slots${group ? " grouped" : ""}"
+        ${group ? `style="--g:${groupColors(track.groups)[blk.group].main}"` : ""}>${slots.join("")}</div>`
+        : `<div class="usage-bar thin"><span class="used" style="width:${state ? 100 : (100 * blk.num_tokens) / bs}%"></span></div>`}
     `;
     // Scrubbing re-shows the selected block every step: touch the DOM only when what it shows changed.
     if (title !== this.lastTitle) this.title.innerHTML = title;

@@ -5,7 +5,7 @@ import { fetchPresets, fetchRun, lastFetch } from "./api.js";
 import { Chart } from "./chart.js";
 import { Experiments } from "./experiments.js";
 import { bytes, esc, int, secs } from "./format.js";
-import { BlockGrid, WINDOW, canvasSize, forgetCanvasSizes, stateColors } from "./grid.js";
+import { BlockGrid, WINDOW, canvasSize, forgetCanvasSizes, groupColors, stateColors } from "./grid.js";
 import { Inspector } from "./inspector.js";
 import { Panels } from "./panels.js";
 import { Replay } from "./replay.js";
@@ -115,27 +115,41 @@ function poolBytes(bundle) {
   return bundle.kv_cache_bytes ?? bundle.num_blocks * bundle.bytes_per_block;
 }
 
+// How a parameter and its values read in a reason ("needs prefix caching off", not "... false").
+const PARAM_WORDS = { enable_prefix_caching: "prefix caching" };
+const valueWord = (param, v) => (param === "enable_prefix_caching" ? (v === true || v === "true" ? "on" : "off") : String(v));
+const sameValue = (a, b) => String(a) === String(b);
+
 /** Why option `value` of `param` would be refused next to the current query (null: it runs as far as the
- * page can tell): a value another needs (the server's `requires`), or a block size or model whose blocks
- * do not fit the pool's memory (fewer than 2, or more than the page draws). */
+ * page can tell): a value another needs (the server's `requires`, one table for both: a hybrid model needs
+ * vLLM's v1 knobs, and prefix caching off where it has state layers), or a block size or model whose
+ * blocks do not fit the pool's memory (fewer than 2, or more than the page draws). */
 function whyNot(param, value, bundle) {
   const opts = lab.presets.options || {};
   const q = bundle.query;
   const requires = opts.requires || {};
   const need = (requires[param] || {})[value] || {};
   for (const [other, allowed] of Object.entries(need)) {
-    if (!allowed.includes(q[other])) return `needs ${other} ${allowed.join(" or ")}`;
+    if (!allowed.some((a) => sameValue(a, q[other]))) {
+      return `needs ${PARAM_WORDS[other] || other} ${allowed.map((a) => valueWord(other, a)).join(" or ")}`;
+    }
   }
   for (const [other, values] of Object.entries(requires)) {
     if (other === param) continue;
     const theirs = (values[q[other]] || {})[param];
-    if (theirs && !theirs.includes(value)) return `${other} ${q[other]} needs ${theirs.join(" or ")}`;
+    if (theirs && !theirs.some((a) => sameValue(a, value))) {
+      const words = PARAM_WORDS[param] ? `${PARAM_WORDS[param]} ` : "";
+      return `${other} ${q[other]} needs ${words}${theirs.map((a) => valueWord(param, a)).join(" or ")}`;
+    }
   }
   if ((param === "block_size" || param === "model") && q.num_blocks === undefined) {
-    const bpt = param === "model" ? (opts.model_bytes_per_token || {})[value] : bundle.bytes_per_token;
-    const size = param === "block_size" ? Number(value) : bundle.block_size;
-    if (bpt) {
-      const blocks = Math.floor(poolBytes(bundle) / (size * bpt));
+    // Bytes per block as the server cuts the pool (a hybrid model's: its largest group's layers × page).
+    const model = param === "model" ? value : q.model;
+    const size = param === "block_size" ? Number(value) : Number(q.block_size);
+    const perModel = (opts.model_bytes_per_block || {})[model] || {};
+    const bpb = perModel[size] ?? (param === "block_size" && !bundle.layout ? size * bundle.bytes_per_token : null);
+    if (bpb) {
+      const blocks = Math.floor(poolBytes(bundle) / bpb);
       const cap = (lab.presets.limits || {}).max_blocks;
       if (blocks < 2) return `${bytes(poolBytes(bundle))} holds under 2 blocks`;
       if (cap && blocks > cap) return `${int(blocks)} blocks, over the page's ${int(cap)}`;
@@ -169,15 +183,32 @@ function syncControls(bundle) {
     : `${int(bundle.num_blocks)} blocks given (num_blocks) × ${bytes(bundle.bytes_per_block)}`;
   const pc = $("c-prefix");
   pc.checked = q.enable_prefix_caching === true || q.enable_prefix_caching === "true";
+  // The switch too is refused where the server would refuse it (a model with state layers needs it off).
+  const flip = whyNot("enable_prefix_caching", !pc.checked, bundle);
+  pc.disabled = flip !== null;
   $("c-prefix-state").textContent = pc.checked ? "ACTIVE" : "OFF";
-  $("c-bpb").textContent = `${bytes(bundle.bytes_per_block)} / block; ${derived
+  $("c-prefix-why").textContent = flip ? `fixed: ${flip}` : "";
+  if (flip) pc.dataset.why = flip;
+  else delete pc.dataset.why;
+  const layout = bundle.layout;
+  const raised = layout && layout.block_size !== Number(q.block_size)
+    ? `raised to ${int(layout.block_size)} tokens (a block holds a state); ` : "";
+  $("c-bpb").textContent = `${raised}${bytes(bundle.bytes_per_block)} / block; ${derived
     ? "memory kept, blocks follow" : "block count kept"}`;
   $("c-bpb").dataset.value = String(bundle.bytes_per_block);
   const bpt = bundle.bytes_per_token ?? (bundle.model && bundle.model.bytes_per_token);
-  $("c-model-bpt").textContent = bpt ? `${bytes(bpt)} KV / token` : "";
+  $("c-model-bpt").textContent = layout
+    ? `${int(layout.groups.length)} KV-cache groups of ${int(layout.group_size)} layers`
+    : bpt ? `${bytes(bpt)} KV / token` : "";
+  // A hybrid model has no contiguous baseline: its controls say so rather than offer what does not run.
+  for (const id of ["c-contig", "c-placement"]) {
+    const sel = $(id);
+    sel.disabled = !bundle.contiguous;
+    sel.title = bundle.contiguous ? "" : "no contiguous baseline for a model served by vLLM's hybrid KV-cache manager";
+  }
   const pre = lab.presets.presets.find((p) => p.name === q.preset);
   const asks = bundle.preset && bundle.preset.max_tokens
-    ? ` Clients ask for ${bundle.preset.max_tokens}: what orca-max reserves.` : "";
+    ? ` Clients ask for ${bundle.preset.max_tokens}${bundle.contiguous ? ": what orca-max reserves" : ""}.` : "";
   $("c-preset-desc").textContent = pre ? `${pre.description || ""}${asks}` : "";
 }
 
@@ -252,7 +283,9 @@ async function run(query, step) {
   stream.setReplay(replay);
   panels.setReplay(replay);
   $("grid-title").textContent = `GPU VRAM physical memory block pool (${int(bundle.num_blocks)} blocks · ` +
-    `${bytes(bundle.num_blocks * bundle.bytes_per_block)})`;
+    `${bytes(bundle.num_blocks * bundle.bytes_per_block)}` +
+    `${bundle.layout ? ` · ${int(bundle.layout.groups.length)} KV-cache groups` : ""})`;
+  setGroupLegend(replay);
   const start = step === null || step === undefined ? bundle.default_step : step;
   lab.step = Math.max(0, Math.min(bundle.num_steps, start));
   replay.seek(lab.step);
@@ -277,6 +310,46 @@ async function run(query, step) {
   delete document.body.dataset.error;
   document.body.dataset.ready = "true";
   writeUrl();
+}
+
+/** A hybrid model's groups under the grid: each one's colour, kind, window, layers and the blocks it holds
+ * at this step (`paged_group_blocks_<g>`); hidden for one table per sequence. */
+function setGroupLegend(replay) {
+  const list = $("grid-groups");
+  const groups = replay.groups;
+  $("grid").closest(".grid-panel").classList.toggle("hybrid", !!groups);
+  list.hidden = !groups;
+  $("grid-groups-hint").hidden = !groups;
+  if (!groups) {
+    list.innerHTML = "";
+    return;
+  }
+  const colors = groupColors(groups);
+  list.innerHTML = groups.map((g, i) => {
+    const ids = g.layer_ids;
+    const layers = ids.length === g.num_layers ? `${int(g.num_layers)} layers`
+      : `${int(ids.length)} layers + ${int(g.num_layers - ids.length)} padding`;
+    const what = g.kind === "sliding_window" ? `sliding window of ${int(g.window)} tokens`
+      : g.kind === "chunked_local" ? `chunked local attention, chunks of ${int(g.window)}`
+        : g.kind === "mamba" ? "state (Mamba / linear attention)" : "full attention";
+    return `<li data-group="${i}" data-kind="${esc(g.kind)}" data-window="${g.window}" data-layers="${ids.length}">` +
+      `<span class="swatch" style="--g:${colors[i].main}" aria-hidden="true"></span>` +
+      `<span><b>G${i}</b> ${esc(what)} · ${esc(layers)} (${esc(ids.length > 6 ? `${ids.slice(0, 4).join(", ")}, …` : ids.join(", "))})` +
+      ` · <b class="group-blocks" data-group-blocks="${i}"></b> blocks held</span></li>`;
+  }).join("");
+  lab.groupCounts = [...list.querySelectorAll("[data-group-blocks]")];
+  renderGroupCounts();
+}
+
+function renderGroupCounts() {
+  const r = lab.replay;
+  if (!r || !r.groups || !lab.groupCounts) return;
+  for (const el of lab.groupCounts) {
+    const v = r.metric(`paged_group_blocks_${el.dataset.groupBlocks}`);
+    const text = int(v);
+    if (el.textContent !== text) el.textContent = text;
+    el.dataset.value = String(v);
+  }
 }
 
 function firstBlockWith(replay, state) {
@@ -356,6 +429,7 @@ function render(changed) {
   else grid.defer(changed);
   marks.push(performance.now());
   panels.render();
+  renderGroupCounts();
   marks.push(performance.now());
   for (const v of lazy) {
     if (v.name === "grid") continue;

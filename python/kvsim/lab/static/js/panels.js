@@ -62,16 +62,46 @@ export class Panels {
   setReplay(replay) {
     this.replay = replay;
     const b = replay.bundle;
-    const baseline = b.query.contiguous_policy ?? b.contiguous.policy;
-    $("contig-policy").textContent = `${baseline} · ${b.query.placement ?? ""}`;
-    const [title, explain] = BASELINES[baseline] || ["Contiguous reservation", () => ""];
-    $("contig-title").textContent = title;
-    $("contig-explain").textContent = `${explain(b)} Slots for tokens not generated yet stay locked, and the ` +
-      "gaps between regions cannot host a request that needs more than the largest gap.";
+    const contig = $("contig-title").closest(".track-contig");
+    contig.classList.toggle("absent", !b.contiguous);
+    if (b.contiguous) {
+      const baseline = b.query.contiguous_policy ?? b.contiguous.policy;
+      $("contig-policy").textContent = `${baseline} · ${b.query.placement ?? ""}`;
+      const [title, explain] = BASELINES[baseline] || ["Contiguous reservation", () => ""];
+      $("contig-title").textContent = title;
+      $("contig-explain").textContent = `${explain(b)} Slots for tokens not generated yet stay locked, and the ` +
+        "gaps between regions cannot host a request that needs more than the largest gap.";
+    } else {
+      // A hybrid model: kvsim's contiguous baselines reserve one full-attention KV per token, which this
+      // model does not keep; nothing is simulated on this side, and the page says so.
+      $("contig-policy").textContent = "not simulated";
+      $("contig-title").textContent = "Contiguous reservation: no baseline for this model";
+      const kinds = new Set(b.layout.groups.map((g) => g.kind));
+      const notKept = [kinds.has("sliding_window") && "sliding windows", kinds.has("chunked_local") && "local chunks",
+        kinds.has("mamba") && "state layers"].filter(Boolean).join(" and ");
+      $("contig-explain").textContent = `${b.model.name} is served by vLLM’s hybrid KV-cache manager ` +
+        `(${b.layout.groups.length} KV-cache groups: ${b.layout.groups.map((g) => g.label).join(", ")}). kvsim’s ` +
+        `contiguous baselines reserve every layer’s K and V for every token, which its ${notKept || "layers"} do ` +
+        "not keep, so there is no contiguous run to compare with: the cards and the chart show the paged side only.";
+    }
     $("paged-policy").textContent = `${b.query.policy ?? b.paged.policy}${b.query.enable_prefix_caching === false ? " · no prefix cache" : ""}`;
-    $("paged-explain").textContent = `The KV cache is cut into fixed-size blocks of ${b.block_size} tokens ` +
-      `(${bytes(b.bytes_per_block)} each), allocated as tokens are computed and stitched together by ` +
-      "per-sequence block tables, so no request needs contiguous memory and no hole is ever too small.";
+    const kinds = b.layout ? new Set(b.layout.groups.map((g) => g.kind)) : new Set();
+    const rules = [kinds.has("full") && "full attention keeps every block",
+      kinds.has("sliding_window") && "a sliding window frees the blocks that leave it (the null block takes their place)",
+      kinds.has("chunked_local") && "a local chunk frees the chunks before it (the null block takes their place)",
+      kinds.has("mamba") && "a state layer holds one block whatever the length"].filter(Boolean);
+    $("paged-explain").textContent = b.layout
+      ? `One pool of blocks of ${bytes(b.bytes_per_block)}, shared by ${b.layout.groups.length} KV-cache groups of ` +
+        `${b.layout.group_size} layers: a block id is one page in each layer of the group holding it. Each request ` +
+        `has a block table per group: ${rules.join(", ")}.`
+      : `The KV cache is cut into fixed-size blocks of ${b.block_size} tokens ` +
+        `(${bytes(b.bytes_per_block)} each), allocated as tokens are computed and stitched together by ` +
+        "per-sequence block tables, so no request needs contiguous memory and no hole is ever too small.";
+    $("card-multiplier").closest(".card").querySelector(".card-note").textContent = b.contiguous
+      ? "Sequences paging fits in the memory one contiguous sequence holds, at each side’s batch (— when a side runs nothing)"
+      : "— here: no contiguous baseline for a hybrid model";
+    $("card-waste").closest(".card").querySelector(".card-note").textContent = b.contiguous
+      ? "Reserved for tokens not (yet) generated" : "— here: no contiguous baseline for a hybrid model";
   }
 
   /** Redraw the top of the panels at the replay's step: the cards, each track's headline figure and its
@@ -85,13 +115,14 @@ export class Panels {
     setMetric($("card-waste"), r, "contiguous_waste_fraction", pct);
     setMetric($("card-slack"), r, "paged_tail_slack_fraction", pct);
     const bound = r.metric("paged_tail_slack_bound_bytes");
+    const per = r.groups ? "< B tokens per sequence and attention group" : "< B tokens per sequence";
     setText($("card-slack-note"), bound !== null
-      ? `Only tail blocks have slack: ${bytes(r.metric("paged_tail_slack_bytes"))} ≤ bound ${bytes(bound)} (< B tokens per sequence)`
-      : "Only the tail block of a sequence has slack (< B tokens each)");
+      ? `Only tail blocks have slack: ${bytes(r.metric("paged_tail_slack_bytes"))} ≤ bound ${bytes(bound)} (${per})`
+      : `Only the tail block of a sequence has slack (${per})`);
     setMetric($("contig-reserved"), r, "contiguous_reserved_bytes", bytes);
     setMetric($("paged-allocated"), r, "paged_allocated_bytes", bytes);
     this.renderBatch($("paged-batch"), r.paged, r.step);
-    this.renderBatch($("contig-batch"), r.contig, r.step);
+    if (r.contig) this.renderBatch($("contig-batch"), r.contig, r.step);
   }
 
   /** Redraw each track's detail (bars, fragmentation, maps) at the replay's step; `changed` the blocks
@@ -105,6 +136,15 @@ export class Panels {
     const wasted = r.hasMetric("contiguous_wasted_bytes") ? r.metric("contiguous_wasted_bytes")
       : reserved !== null && used !== null ? reserved - used : null;
     const waste = r.metric("contiguous_waste_fraction");
+    if (!r.contig) {
+      // No contiguous track: its figures read "—" (their data-value empty), not zeros.
+      for (const id of ["contig-used", "contig-wasted"]) {
+        setText($(id), "—");
+        setData($(id), "value", "");
+      }
+      setMetric($("contig-internal"), r, "contiguous_internal_fragmentation", pct);
+      setMetric($("contig-external"), r, "contiguous_external_fragmentation", pct);
+    } else {
     setText($("contig-used"), `${bytes(used)} (${pct(waste === null ? null : 1 - waste)})`);
     setData($("contig-used"), "value", String(used));
     setText($("contig-wasted"), `${bytes(wasted)} (${pct(waste)})`);
@@ -114,6 +154,7 @@ export class Panels {
     setMetric($("contig-internal"), r, r.hasMetric("contiguous_internal_fragmentation")
       ? "contiguous_internal_fragmentation" : "contiguous_waste_fraction", pct);
     setMetric($("contig-external"), r, "contiguous_external_fragmentation", pct);
+    }
     // Paged panel.
     const alloc = r.metric("paged_allocated_bytes");
     const stored = setMetric($("paged-stored"), r, "paged_stored_bytes", bytes);
@@ -154,6 +195,12 @@ export class Panels {
     const { ctx, w, h } = prepareCanvas(canvas);
     ctx.fillStyle = this.colors.bg;
     ctx.fillRect(0, 0, w, h);
+    if (!r.contig) {
+      this.regionLabels = [];
+      canvas.dataset.labels = "";
+      setText($("contig-map-caption"), "no contiguous baseline");
+      return;
+    }
     const regions = r.contig.placedRegions();
     let cap = r.bundle.contiguous.capacity_tokens ?? r.bundle.capacity_tokens;
     if (!cap) cap = Math.max(1, ...regions.map((g) => g.offset + g.size));
@@ -210,6 +257,59 @@ export class Panels {
     return this.hatchPattern;
   }
 
+  /** A hybrid model's derivation: per group its layers, page and block bytes; how the pages were made one
+   * size; how many blocks the pool holds and why; the blocks each group holds at this step. Every number
+   * is the bundle's (`layout`, computed in Python as vLLM forms the groups) or a metric column at the step. */
+  _hybridItems(v) {
+    const r = this.replay;
+    const b = r.bundle;
+    const L = b.layout;
+    const m = b.model || {};
+    const groupLines = L.groups.map((g) => {
+      const ids = g.layer_ids;
+      const layers = ids.length === g.num_layers ? `${int(g.num_layers)} layers`
+        : `${int(ids.length)} layers + ${int(g.num_layers - ids.length)} padding`;
+      const list = ids.length > 8 ? `${ids.slice(0, 6).join(", ")}, …` : ids.join(", ");
+      const per = g.kind === "sliding_window"
+        ? `; while it decodes a request holds at most ⌈(${int(g.window)} − 1) / ${int(g.block_size)}⌉ + 1 = ` +
+          `${int(g.blocks_per_request)} of them: a block whose tokens left the window is freed at the request’s next ` +
+          "step, the null block in its place (a prompt computed in one step holds all its blocks until then)"
+        : g.kind === "mamba" ? "; a request holds one block, whatever its length"
+          : "; a request holds ⌈tokens / B⌉ of them";
+      return `<li data-group="${g.index}"><b>G${g.index} ${esc(g.label)}</b>: ${esc(layers)} (${esc(list)}); one layer’s page ` +
+        `<span class="mono formula">${esc(g.page_formula)}</span>${g.page_bytes !== (g.state_bytes ?? g.page_bytes) ? ` → ${int(g.page_bytes)} B` : ""}; ` +
+        `a block = ${int(g.num_layers)} layers × ${bytes(g.page_bytes)} = <b>${bytes(g.bytes_per_block)}</b>` +
+        ` (${int(g.bytes_per_block)} B)${per}.</li>`;
+    }).join("");
+    const pool = b.kv_cache_bytes !== null && b.kv_cache_bytes !== undefined
+      ? `KV cache ${bytes(b.kv_cache_bytes)} ÷ ${bytes(b.bytes_per_block)} per block = <b>${int(b.num_blocks)} blocks</b>` +
+        " (whole blocks, as vLLM’s num_gpu_blocks; block 0 is its null block)"
+      : `<b>${int(b.num_blocks)} blocks</b> given (num_blocks) × ${bytes(b.bytes_per_block)} = ${bytes(b.num_blocks * b.bytes_per_block)}` +
+        " (block 0 is vLLM’s null block)";
+    const held = L.groups.map((g) => `G${g.index} <span data-deriv="group:${g.index}"></span>`).join(", ");
+    const attention = L.groups.filter((g) => g.kind !== "mamba").length;
+    return [
+      `<b>KV-cache groups</b> (${esc(m.name || "model")}, vLLM’s hybrid KV-cache manager: a group’s layers share ` +
+        `one block table per request): <ul class="deriv-groups">${groupLines}</ul>`,
+      `<b>One page size</b>: ${L.unify.map((u) => esc(u)).join("; ")}; so a block id takes ` +
+        `max over groups (layers × page) = <b>${bytes(b.bytes_per_block)}</b>, whichever group holds it.`,
+      `<b>The pool</b>: ${pool}. A block’s ${int(b.block_size)} token slots take ${bytes(b.bytes_per_token)} each ` +
+        "(its group’s layers only)" + (L.groups.some((g) => g.kind === "sliding_window" || g.kind === "chunked_local")
+        ? `; were every attention layer to keep every token (its ${int(L.attention_layers)} attention layers as full ` +
+          `attention, vLLM’s --disable-hybrid-kv-cache-manager), a token would take ${bytes(m.full_attention_bytes_per_token)}.`
+        : "."),
+      `<b>Held at step <span data-deriv="step"></span></b>, group by group (blocks × ${bytes(b.bytes_per_block)}): ${held}; ` +
+        `in all <b>${v("paged_allocated_bytes")}</b> allocated, ${v("paged_stored_bytes")} stored` +
+        `${L.groups.some((g) => g.kind === "mamba") ? " (a state block counted full)" : ""}; shared prefix blocks ` +
+        `are held once (${v("prefix_saved_bytes")} saved).`,
+      `<b>Tail slack is bounded</b>: only a table’s last block can be partial, ${attention === 1
+        ? "in its one attention group" : `in each of its ${int(attention)} attention groups`}, so a sequence wastes at most ${int(attention)} × (B − 1) = ` +
+        `${int(attention * (b.block_size - 1))} token slots: slack now ${v("paged_tail_slack_bytes")}` +
+        (r.hasMetric("paged_tail_slack_bound_bytes") ? ` ≤ bound ${v("paged_tail_slack_bound_bytes")}.` : "."),
+      "<b>Concurrency multiplier</b>: — (no contiguous baseline for a model served by the hybrid KV-cache manager).",
+    ];
+  }
+
   renderDerivation() {
     const r = this.replay;
     const b = r.bundle;
@@ -223,7 +323,7 @@ export class Panels {
     // The list is written once per bundle with a span for each number of the step; a step sets only
     // those spans' text (rewriting the list's HTML each step cost the browser a layout of every item).
     const v = (name) => `<span data-deriv="${name}"></span>`;
-    const items = [
+    const items = b.layout ? this._hybridItems(v) : [
       `<b>Bytes per token</b> (${esc(m.name || "model")}, ${arch}): <span class="mono formula">${esc(m.formula || "—")}</span>`,
       `<b>Bytes per block</b>: B = ${int(b.block_size)} tokens × ${int(bpt)} B = <b>${bytes(b.bytes_per_block)}</b>` +
         ` (${int(b.bytes_per_block)} B); the pool has ${int(b.num_blocks)} blocks (block 0 is vLLM’s null block)` +
@@ -248,6 +348,12 @@ export class Panels {
     }
     for (const el of this.derivSpans) {
       const name = el.dataset.deriv;
+      if (name.startsWith("group:")) {
+        const n = r.metric(`paged_group_blocks_${name.slice(6)}`);
+        setData(el, "value", String(n));
+        setText(el, `${int(n)} blocks = ${bytes(n * b.bytes_per_block)}`);
+        continue;
+      }
       const value = r.metric(name);
       setText(el, name === "step" ? int(r.step) : name === "concurrency_multiplier"
         ? times(Number.isNaN(value) ? null : value) : bytes(value));

@@ -123,9 +123,11 @@ export class RowTrack {
   }
 }
 
-// Field positions of the rows as views see them (built from the bundle's columns).
-export const B = { step: 0, id: 1, state: 2, ref: 3, key: 4, reqs: 5 };
-export const S = { step: 0, rid: 1, sample: 2, status: 3, ctx: 4, ctxRate: 5, gen: 6, genRate: 7, table: 8 };
+// Field positions of the rows as views see them (built from the bundle's columns). A hybrid model's block
+// rows add the block's KV-cache group (-1 while free); its sequence rows add `tables`, one per group (block
+// 0, vLLM's null block, where a window's tokens left), and their `table` is the blocks those hold.
+export const B = { step: 0, id: 1, state: 2, ref: 3, key: 4, reqs: 5, group: 6 };
+export const S = { step: 0, rid: 1, sample: 2, status: 3, ctx: 4, ctxRate: 5, gen: 6, genRate: 7, table: 8, tables: 9 };
 // Sequence keys are request * SAMPLES + sample (numbers: faster map keys than strings).
 const SAMPLES = 1 << 16;
 export const R = { step: 0, rid: 1, offset: 2, size: 3, sample: 4 };
@@ -143,12 +145,15 @@ function offsetsOf(counts) {
   return out;
 }
 
-/** One track (paged or contiguous) of a bundle, replayable to any step. */
+/** One track (paged or contiguous) of a bundle, replayable to any step; `groups` a hybrid model's KV-cache
+ * groups (the bundle's `layout.groups`), null for one table per sequence. */
 export class TrackReplay {
-  constructor(track, numBlocks, blockSize) {
+  constructor(track, numBlocks, blockSize, groups = null) {
     this.track = track;
     this.blockSize = blockSize;
     this.numBlocks = numBlocks;
+    this.groups = groups && groups.length ? groups : null;
+    this.numGroups = track.num_groups || 1;
     this.metrics = track.metrics || {};
     this.eventUpto = track.event_upto || null;
     // Per sequence (the engine's index): its request id and sample.
@@ -180,13 +185,16 @@ export class TrackReplay {
     const hOff = offsetsOf(bl.holders_count || []);
     const holders = i32(bl.holders);
     const bSteps = i32(bl.step);
+    const bGroup = bl.group ? i32(bl.group) : null;
     this.blocks = new RowTrack(bSteps, bBlock, numBlocks, (i) => [
       bSteps[i], bBlock[i], states[bState[i]], bRef[i],
       bLabel[i] < 0 ? null : `${labels[bLabel[i]]}:block-${bIndex[i]}`,
       Array.from(holders.subarray(hOff[i], hOff[i + 1])),
+      bGroup ? bGroup[i] : -1,
     ]);
     this.blockState = bState; // per row: the state's code (the grid reads it without building rows)
     this.blockRef = bRef;
+    this.blockGroup = bGroup;
     this.stateNames = states;
     // Sequence rows: a row's table is `keep` blocks of the sequence's previous row's table, then its tail.
     const sq = track.seqs || {};
@@ -201,42 +209,56 @@ export class TrackReplay {
     const sKeep = i32(sq.keep);
     const tOff = offsetsOf(sq.tail_count || []);
     const tail = i32(sq.tail);
-    this.seqDepth = new Int32Array(sSteps.length); // table length per row
-    for (let i = 0; i < sSteps.length; i += 1) this.seqDepth[i] = sKeep[i] + tOff[i + 1] - tOff[i];
-    const tables = new Array(sSteps.length);
-    const tableOf = (i) => {
-      if (tables[i] !== undefined) return tables[i];
+    const G = this.numGroups;
+    // Table lengths per row (all groups'); `keep` and `tail_count` run over (row, group).
+    this.seqDepth = new Int32Array(sSteps.length);
+    for (let i = 0; i < sSteps.length; i += 1) {
+      for (let g = 0; g < G; g += 1) this.seqDepth[i] += sKeep[i * G + g] + tOff[i * G + g + 1] - tOff[i * G + g];
+    }
+    // One table per group per row, rebuilt from the `keep` chain when a view first reads it.
+    const tables = new Array(sSteps.length * G);
+    const tableOf = (i, g) => {
+      const at = (r) => r * G + g;
+      if (tables[at(i)] !== undefined) return tables[at(i)];
       // Walk back to a row whose table is known or starts afresh, then rebuild forward.
       const chain = [];
       let j = i;
-      while (j >= 0 && tables[j] === undefined && sKeep[j] > 0) {
+      while (j >= 0 && tables[at(j)] === undefined && sKeep[at(j)] > 0) {
         chain.push(j);
         j = this.seqs.prev[j];
       }
-      let table = j < 0 ? [] : tables[j] !== undefined ? tables[j] : Array.from(tail.subarray(tOff[j], tOff[j + 1]));
-      if (j >= 0) tables[j] = table;
+      let table = j < 0 ? [] : tables[at(j)] !== undefined ? tables[at(j)]
+        : Array.from(tail.subarray(tOff[at(j)], tOff[at(j) + 1]));
+      if (j >= 0) tables[at(j)] = table;
       for (let c = chain.length - 1; c >= 0; c -= 1) {
         const r = chain[c];
-        table = table.slice(0, sKeep[r]);
-        for (let x = tOff[r]; x < tOff[r + 1]; x += 1) table.push(tail[x]);
-        tables[r] = table;
+        table = table.slice(0, sKeep[at(r)]);
+        for (let x = tOff[at(r)]; x < tOff[at(r) + 1]; x += 1) table.push(tail[x]);
+        tables[at(r)] = table;
       }
-      return tables[i];
+      return tables[at(i)];
     };
+    const hybrid = this.groups !== null;
     this.seqs = new RowTrack(sSteps, sSeq, this.seqRid.length, (i) => {
       const q = sSeq[i];
       const row = [sSteps[i], this.seqRid[q], this.seqSample[q], statuses[sStatus[i]], sC[i], sRc[i], sG[i],
         sRg[i]];
       // The table is rebuilt from its `keep` chain when a view first reads it (listing sequences reads
-      // their status only).
-      Object.defineProperty(row, S.table, {
+      // their status only). A hybrid model's `table` is the blocks its group tables hold (no null block).
+      const lazy = (field, make) => Object.defineProperty(row, field, {
         configurable: true, enumerable: true,
         get: () => {
-          const table = tableOf(i);
-          Object.defineProperty(row, S.table, { value: table, writable: true, enumerable: true });
-          return table;
+          const value = make();
+          Object.defineProperty(row, field, { value, writable: true, enumerable: true });
+          return value;
         },
       });
+      if (hybrid) {
+        lazy(S.tables, () => Array.from({ length: G }, (_, g) => tableOf(i, g)));
+        lazy(S.table, () => row[S.tables].flat().filter((b) => b > 0));
+      } else {
+        lazy(S.table, () => tableOf(i, 0));
+      }
       return row;
     });
     // Regions are per (request, sample) too (the 5th field, when present, is the sample).
@@ -327,19 +349,30 @@ export class TrackReplay {
     return row[S.gen] + row[S.genRate] * (k - row[S.step]);
   }
 
-  /** Tokens per block: the contract's rule min(B, max(0, c - i B)), the most any table holding it says. */
+  /** The block size of group g (the track's own without groups). */
+  groupBlockSize(g) {
+    return this.groups && g >= 0 ? this.groups[g].block_size : this.blockSize;
+  }
+
+  /** Tokens per block: the contract's rule min(B, max(0, c - i B)), the most any table holding it says
+   * (a hybrid model's: B its group's, and a state block the tokens its state covers, c). */
   _tokens(k) {
     const t = new Int32Array(this.numBlocks);
     const bs = this.blockSize;
     for (const e of this.live) {
       const row = this.seqs.row(e);
       const c = TrackReplay.ctxAt(row, k);
-      const table = row[S.table];
-      for (let i = 0; i < table.length; i += 1) {
-        const b = table[i];
-        if (b < 0 || b >= this.numBlocks) continue;
-        const held = Math.min(bs, Math.max(0, c - i * bs));
-        if (held > t[b]) t[b] = held;
+      const tables = this.groups ? row[S.tables] : [row[S.table]];
+      for (let g = 0; g < tables.length; g += 1) {
+        const table = tables[g];
+        const size = this.groups ? this.groups[g].block_size : bs;
+        const state = this.groups !== null && this.groups[g].kind === "mamba";
+        for (let i = 0; i < table.length; i += 1) {
+          const b = table[i];
+          if (b < 0 || b >= this.numBlocks || (this.groups && b === 0)) continue;
+          const held = state ? c : Math.min(size, Math.max(0, c - i * size));
+          if (held > t[b]) t[b] = held;
+        }
       }
     }
     // A held block (private or shared: a forked group's shared partial block too) holds what its
@@ -350,10 +383,16 @@ export class TrackReplay {
       const i = cur[b];
       if (i < 0) continue;
       const st = names[this.blockState[i]];
-      if (st === "cached") t[b] = bs;
+      if (st === "cached") t[b] = this.groups ? this.groupBlockSize(this.blockGroup[i]) : bs;
       else if (st === "free" || st === "null") t[b] = 0;
     }
     return t;
+  }
+
+  /** The KV-cache group of block b at this step (-1 while free, or without groups). */
+  groupOf(b) {
+    const i = this.blocks.cur[b];
+    return i < 0 || !this.blockGroup ? -1 : this.blockGroup[i];
   }
 
   /** Block b's reference count at this step, without building its row. */
@@ -375,7 +414,9 @@ export class TrackReplay {
     const st = row[B.state];
     const tokens = this.tokens[b];
     // A block's key is registered once it is full (the row carries the key it gets): the contract's rule.
-    const keyed = st === "cached" || ((st === "private" || st === "shared") && tokens === this.blockSize);
+    // A hybrid model's row carries a key only while the block has one (a window keys few of its blocks).
+    const keyed = this.groups ? true
+      : st === "cached" || ((st === "private" || st === "shared") && tokens === this.blockSize);
     return {
       block_id: b,
       state: st,
@@ -383,17 +424,21 @@ export class TrackReplay {
       prefix_key: keyed ? row[B.key] : null,
       request_ids: row[B.reqs] || [],
       num_tokens: tokens,
+      group: row[B.group],
     };
   }
 
-  /** Where block b sits in the live tables: [{seq, rid, sample, logical}]. */
+  /** Where block b sits in the live tables: [{seq, rid, sample, logical, group}] (group 0 without groups). */
   holders(b) {
     const out = [];
     for (const e of this.live) {
       const row = this.seqs.row(e);
-      const table = row[S.table];
-      for (let i = 0; i < table.length; i += 1) {
-        if (table[i] === b) out.push({ seq: e, rid: row[S.rid], sample: row[S.sample], logical: i });
+      const tables = this.groups ? row[S.tables] : [row[S.table]];
+      for (let g = 0; g < tables.length; g += 1) {
+        const table = tables[g];
+        for (let i = 0; i < table.length; i += 1) {
+          if (table[i] === b) out.push({ seq: e, rid: row[S.rid], sample: row[S.sample], logical: i, group: g });
+        }
       }
     }
     out.sort((x, y) => x.rid - y.rid || x.sample - y.sample);
@@ -436,23 +481,25 @@ export class TrackReplay {
   }
 }
 
-/** A whole bundle: the paged and contiguous tracks at one shared step. */
+/** A whole bundle: the paged and contiguous tracks at one shared step. A hybrid model's bundle has no
+ * contiguous track (`contig` null) and its KV-cache groups (`groups`). */
 export class Replay {
   constructor(bundle) {
     this.bundle = bundle;
     this.numSteps = bundle.num_steps;
     this.blockSize = bundle.block_size;
     this.numBlocks = bundle.num_blocks;
+    this.groups = bundle.layout ? bundle.layout.groups : null;
     this.requests = new Map((bundle.requests || []).map((r) => [r.request_id, r]));
-    this.paged = new TrackReplay(bundle.paged, bundle.num_blocks, bundle.block_size);
-    this.contig = new TrackReplay(bundle.contiguous, 0, bundle.block_size);
+    this.paged = new TrackReplay(bundle.paged, bundle.num_blocks, bundle.block_size, this.groups);
+    this.contig = bundle.contiguous ? new TrackReplay(bundle.contiguous, 0, bundle.block_size) : null;
     this.step = -1;
   }
 
   seek(k) {
     const step = Math.max(0, Math.min(this.numSteps, k | 0));
     const changed = this.paged.seek(step);
-    this.contig.seek(step);
+    if (this.contig) this.contig.seek(step);
     this.step = step;
     return changed;
   }
@@ -460,11 +507,11 @@ export class Replay {
   /** A metric at the current step: the paged track's column, else the contiguous one's. */
   metric(name, k = this.step) {
     const v = this.paged.metric(name, k);
-    return v !== null ? v : this.contig.metric(name, k);
+    return v !== null || !this.contig ? v : this.contig.metric(name, k);
   }
 
   hasMetric(name) {
-    return name in this.paged.metrics || name in this.contig.metrics;
+    return name in this.paged.metrics || (this.contig !== null && name in this.contig.metrics);
   }
 
   /** The request's display name (req-1 ...), with the sample when it has several. */

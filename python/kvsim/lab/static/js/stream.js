@@ -20,6 +20,7 @@ export const KIND_LABELS = {
   fork: "fork",
   finish: "finish",
   reject: "reject",
+  window: "left window",
 };
 const ORDER = Object.keys(KIND_LABELS);
 
@@ -79,6 +80,10 @@ export class EventStream {
       title="show only this request's events">${esc(replay.name(rid, sample))}</button>` : "";
     const blk = block >= 0
       ? `<button type="button" class="linkish mono" data-block="${block}">P_${block}</button>` : "";
+    // A hybrid model's block events name the block's KV-cache group (the event's count).
+    const groups = replay.groups;
+    const g = groups && count >= 0 && count < groups.length ? groups[count] : null;
+    const tag = g && kind !== "schedule" ? ` <span class="hint">G${count} ${esc(g.label)}</span>` : "";
     let key = "";
     let anchor = false;
     if (block >= 0 && (kind === "prefix-hit" || kind === "allocate" || kind === "evict")) {
@@ -91,6 +96,14 @@ export class EventStream {
       anchor = kind === "allocate" && !!k && !!own && !k.startsWith(`${own.name}:`);
       if (k && (kind !== "allocate" || anchor)) key = ` <span class="mono key">${esc(k)}</span>`;
     }
+    if (kind === "window") {
+      return `${blk} left ${who}’s ${g ? esc(g.label) : "window"} table (G${count}): freed, vLLM’s null block takes its ` +
+        "place there (the window no longer reads its tokens)";
+    }
+    return this._plain(kind, who, blk, key, anchor, count) + tag;
+  }
+
+  _plain(kind, who, blk, key, anchor, count) {
     switch (kind) {
       case "arrive": return `${who} arrived`;
       case "admit": return `${who} admitted (scheduled for prefill)`;

@@ -2,6 +2,7 @@
 // block table at the current step (from the bundle's seq rows). Clicking a chip selects that block.
 
 import { esc, int, pct } from "./format.js";
+import { groupColors } from "./grid.js";
 import { S, TrackReplay } from "./replay.js";
 
 const MAX_CARDS = 30;
@@ -39,6 +40,13 @@ export class SeqTables {
     this.selectedSeq = -1;
     this.cards = new Map();
     this.order = "";
+    this.colors = replay.groups ? groupColors(replay.groups) : null;
+  }
+
+  /** A sequence's tables as the card's data attribute: one table, or a hybrid model's per group joined by
+   * "|" (block 0, the null block, where a window's tokens left). */
+  static tablesText(replay, row) {
+    return replay.groups ? row[S.tables].map((t) => t.join(",")).join("|") : row[S.table].join(",");
   }
 
   /** Match the filter box against name, label and status ("req-3", "running", "copilot"). */
@@ -74,7 +82,7 @@ export class SeqTables {
     const keep = new Map();
     const elements = [];
     for (const { seq, row } of visible) {
-      const sig = `${row[S.status]}|${row[S.table].join(",")}|${seq === this.selectedSeq}`;
+      const sig = `${row[S.status]}|${SeqTables.tablesText(replay, row)}|${seq === this.selectedSeq}`;
       let card = this.cards.get(seq);
       if (!card || card.sig !== sig) {
         const holder = document.createElement("div");
@@ -115,6 +123,40 @@ export class SeqTables {
     if (card.bar) card.bar.style.width = `${(100 * fill).toFixed(1)}%`;
   }
 
+  /** The chips of one table: L_i → P_k, each a button selecting its block (from `start`, at most `max`). */
+  _chips(table, start, max, group = null) {
+    const chips = [];
+    const end = Math.min(table.length, start + max);
+    for (let i = start; i < end; i += 1) {
+      const b = table[i];
+      const where = group === null ? "" : ` of group ${group}`;
+      chips.push(`<button type="button" class="chip-map${b === this.selectedBlock ? " sel" : ""}" data-block="${b}"
+        aria-label="logical block ${i}${where} maps to physical block ${b}"><span>L_${i}</span>→<b>P_${b}</b></button>`);
+    }
+    if (table.length > end) chips.push(`<span class="hint">+${int(table.length - end)} more</span>`);
+    return chips;
+  }
+
+  /** A hybrid model's tables, a row per KV-cache group: the leading null blocks (tokens a window or chunk
+   * left) as one dim chip, then the blocks held. */
+  _groupRows(replay, row) {
+    return replay.groups.map((g, x) => {
+      const table = row[S.tables][x] || [];
+      let lead = 0;
+      while (lead < table.length && table[lead] === 0) lead += 1;
+      const chips = [];
+      if (lead > 0) {
+        const span = lead === 1 ? "L_0" : `L_0–L_${lead - 1}`;
+        chips.push(`<span class="chip-map null" data-null="${lead}" title="${lead === 1 ? "this block" : "these blocks"} left the ` +
+          `window: freed, vLLM’s null block (P_0) in ${lead === 1 ? "its" : "their"} place">${span}→∅ <small>(left)</small></span>`);
+      }
+      chips.push(...this._chips(table, lead, Math.max(4, Math.floor(MAX_CHIPS / replay.groups.length) + 4), x));
+      if (table.length === 0) chips.push('<span class="hint">no blocks</span>');
+      return `<div class="group-row" data-group="${x}"><span class="group-tag" style="--g:${this.colors[x].main}"
+        title="${esc(g.label)}, ${g.num_layers} layers">G${x} ${esc(g.label)}</span>${chips.join("")}</div>`;
+    }).join("");
+  }
+
   _card(replay, seq, row, k) {
     const rid = row[S.rid];
     const req = replay.requests.get(rid) || {};
@@ -122,19 +164,19 @@ export class SeqTables {
     const ctx = TrackReplay.ctxAt(row, k);
     const target = req.target_tokens ?? null;
     const table = row[S.table] || [];
-    const chips = table.slice(0, MAX_CHIPS).map((b, i) =>
-      `<button type="button" class="chip-map${b === this.selectedBlock ? " sel" : ""}" data-block="${b}"
-        aria-label="logical block ${i} maps to physical block ${b}"><span>L_${i}</span>→<b>P_${b}</b></button>`);
-    if (table.length > MAX_CHIPS) chips.push(`<span class="hint">+${int(table.length - MAX_CHIPS)} more</span>`);
+    const chips = replay.groups ? [] : this._chips(table, 0, MAX_CHIPS);
+    const held = replay.groups ? `${int(table.length)} blocks held in ${replay.groups.length} tables` : `${int(table.length)} blocks`;
     return `<article class="seq st-${status}${seq === this.selectedSeq ? " selected" : ""}" data-seq="${seq}"
-        data-rid="${rid}" data-sample="${row[S.sample]}" data-status="${status}" data-ctx="${ctx}" data-table="${table.join(",")}">
+        data-rid="${rid}" data-sample="${row[S.sample]}" data-status="${status}" data-ctx="${ctx}"
+        data-table="${esc(SeqTables.tablesText(replay, row))}">
       <header><b class="mono">${esc(replay.name(rid, row[S.sample]))}</b>
         <span class="seq-label">${esc(req.label || "")}</span>
         <span class="status st-${status}">${STATUS_TEXT[status] || esc(status)}${target ? ` (<span class="d-ctx">${int(ctx)}</span>/${int(target)} tok)` : ""}</span></header>
       <p class="seq-tokens">${req.system_prompt ? `Sys prompt <b>${int(req.system_tokens)}</b> tok <span class="mono">${esc(req.system_prompt)}</span> • ` : ""}User prompt <b>${int(req.user_tokens ?? 0)}</b> tok • Generated <b class="d-gen"></b> tok</p>
       <div class="fillbar" title="context against target"><span></span></div>
-      <p class="seq-fill">Context fill <b class="d-ctx2">${int(ctx)}</b> tokens${target ? ` · target ${int(target)} (<span class="d-pct"></span>)` : ""} · ${int(table.length)} blocks</p>
-      <div class="chips-map">${chips.join("") || '<span class="hint">no blocks</span>'}</div>
+      <p class="seq-fill">Context fill <b class="d-ctx2">${int(ctx)}</b> tokens${target ? ` · target ${int(target)} (<span class="d-pct"></span>)` : ""} · ${held}</p>
+      ${replay.groups ? `<div class="group-rows">${this._groupRows(replay, row)}</div>`
+        : `<div class="chips-map">${chips.join("") || '<span class="hint">no blocks</span>'}</div>`}
     </article>`;
   }
 

@@ -1,0 +1,699 @@
+"""The blocks' side of the replay in `kvsim.lab.state` for a model served by vLLM's hybrid KV-cache manager
+(DESIGN.md §Hybrid attention, §Lab): one block table per KV-cache group, the null block where a window's
+tokens were skipped, keys only where vLLM's sparse retention puts them.
+
+The event log says which blocks each request took, hit, freed and left a window with (`count`: the
+group), but not everything the page shows: how many tokens a prefix hit covered (a sliding-window group
+hits from the right, so its hit blocks start past the null blocks of the tokens it skips) and which
+freed blocks kept a key (sliding-window groups key only the blocks a later request could hit, ending at
+the prompt's replay boundary and at a shared prefix's junction, which the log does not name). So the pass
+drives the reference `HybridKVCacheManager` (the executable spec of the engine's manager) with the log's
+decisions, in the log's order: the requests the log admits, grows, preempts and finishes, with the tokens
+the log schedules; the manager's answers (hit blocks, allocated block ids, evictions, blocks leaving a
+window, frees) must equal the log's rows one by one, else the pass stops with `InternalError`, as the
+contiguous replay does when a logged placement differs. Nothing is decided here: which requests run, when
+and with how many tokens is read from the log; the manager only says which block ids that gives, exactly
+as the engine's did, and what it kept cached.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvsim.engine.engine_input import EngineInput
+from kvsim.errors import InternalError
+from kvsim.model.config import SimConfig
+from kvsim.reference.engine import EVENT
+from kvsim.reference.kv_groups import NULL, HybridKVCacheManager
+
+ADMIT, ALLOCATE, PREFIX_HIT, EVICT = EVENT["admit"], EVENT["allocate"], EVENT["prefix-hit"], EVENT["evict"]
+FREE, PREEMPT, FINISH, REJECT = EVENT["free"], EVENT["preempt"], EVENT["finish"], EVENT["reject"]
+SCHEDULE, WINDOW = EVENT["schedule"], EVENT["window"]
+NAMES = {code: kind for kind, code in EVENT.items()}
+# Block states (as `state_blocks.BLOCK_STATES`).
+FREE_S, PRIVATE_S, SHARED_S, CACHED_S, NULL_S = range(5)
+WAITING, RUNNING, PREEMPTED, DONE = range(4)
+
+
+@dataclass
+class HybridRows:
+    """What the pass gives: block rows (with each block's group), table snapshots, per-state counts, and
+    per admission the tokens its prefix hit covered.
+
+    Attributes:
+        block_rows: `(state, block, block state, ref_cnt, key record or -1, request ids, group or -1)`.
+        key_records: `(sequence, table position, group)` of each key a block received.
+        table_rows: `(state, sequence, keeps, tails)`: from that state on, a sequence's table in group g
+            is the first `keeps[g]` blocks of its table before, then `tails[g]` (block 0 where a window's
+            tokens were skipped).
+        hits: admission event index -> the tokens its prefix hit covered.
+        held, shared_saved, group_blocks, block_counts: per state 0..S: blocks held, tokens a shared block
+            stores once for its extra holders (Σ (ref_cnt − 1) × block size), blocks held per group, and
+            blocks per block state.
+        held_during: per step j: blocks held after step j's allocation, before its finishes (what the
+            engine's time series measures).
+    """
+
+    block_rows: list[tuple[int, int, int, int, int, tuple[int, ...], int]]
+    key_records: list[tuple[int, int, int]]
+    table_rows: list[tuple[int, int, tuple[int, ...], tuple[tuple[int, ...], ...]]]
+    hits: dict[int, int]
+    held: np.ndarray
+    shared_saved: np.ndarray
+    group_blocks: np.ndarray
+    block_counts: np.ndarray
+    held_during: np.ndarray
+
+
+class _HybridPass:
+    """The replay of a hybrid run's blocks by the reference manager, driven by the log (module docstring)."""
+
+    def __init__(
+        self,
+        inp: EngineInput,
+        config: SimConfig,
+        step: np.ndarray,
+        kind: np.ndarray,
+        seq: np.ndarray,
+        block: np.ndarray,
+        count: np.ndarray,
+        post: np.ndarray,
+        num_steps: int,
+    ) -> None:
+        self.inp, self.config = inp, config
+        self.groups = list(config.kv_groups)
+        layout = config.pool.layout
+        assert config.num_blocks is not None, "a config sizes its pool when it is made"
+        self.num_blocks = config.num_blocks
+        self.kv = HybridKVCacheManager(
+            config.num_blocks,
+            self.groups,
+            layout.scheduler_block_size,
+            config.enable_prefix_caching,
+            config.free_order,
+            config.prefix_cache_retention_interval,
+        )
+        self.kv.pool.evicted = []
+        self.sched_bs = layout.scheduler_block_size
+        self.caching = config.enable_prefix_caching
+        self.step_, self.kind, self.seq = step.tolist(), kind.tolist(), seq.tolist()
+        self.block, self.count, self.post = block.tolist(), count.tolist(), post.tolist()
+        self.num_steps = num_steps
+        n = len(inp)
+        self.prompt = inp.prompt_len.tolist()
+        self.rid = inp.request_id.astype(np.int64).tolist()
+        self.status = [WAITING] * n
+        self.c = [0] * n  # computed tokens at `base`
+        self.g = [0] * n  # generated tokens at `base`
+        self.base = [0] * n
+        self.decode = [False] * n  # while running: one computed and one generated token per step
+        self.serial = [0] * n  # admission order: the running list's order
+        self.version = [0] * n
+        self.next_serial = 0
+        self.running: set[int] = set()
+        self.active: set[int] = set()  # running sequences not decoding (prefill chunks): advanced each step
+        self.due: list[tuple[int, int, int, int]] = []  # (step, serial, seq, version): a decode step keys
+        # Blocks: holders (sequence indices), the group of the last take, its key record.
+        self.holders: dict[int, list[int]] = {}
+        self.group_of = [-1] * self.num_blocks
+        self.key_of = [-1] * self.num_blocks
+        self.shown: list[tuple[int, int, int, tuple[int, ...], int] | None] = [None] * self.num_blocks
+        self.registered: list[int] = []
+        original = self.kv.pool.register
+
+        def register(block_id: int, key: int) -> None:
+            original(block_id, key)
+            self.registered.append(block_id)
+
+        self.kv.pool.register = register  # type: ignore[method-assign]
+        self.touched_blocks: set[int] = set()
+        # Sequences whose tables changed since the last flush: per group the first position that changed.
+        self.dirty: dict[int, list[int]] = {}
+        self.lengths: dict[int, list[int]] = {}  # each sequence's table lengths at the last flush
+        self.row_of: dict[int, int] = {}  # each sequence's latest table row
+        # Outputs.
+        self.block_rows: list[tuple[int, int, int, int, int, tuple[int, ...], int]] = []
+        self.key_records: list[tuple[int, int, int]] = []
+        self.table_rows: list[tuple[int, int, tuple[int, ...], tuple[tuple[int, ...], ...]]] = []
+        self.hits: dict[int, int] = {}
+        s_total = num_steps + 1
+        self.held = np.zeros(s_total, np.int64)
+        self.shared_saved = np.zeros(s_total, np.int64)
+        self.group_blocks = np.zeros((s_total, len(self.groups)), np.int64)
+        self.block_counts = np.zeros((s_total, 5), np.int64)
+        self.held_during = np.zeros(num_steps, np.int64)
+        # Running tallies of the rows shown (state, shared tokens, held per group).
+        self.count_now = [0] * 5
+        self.count_now[FREE_S], self.count_now[NULL_S] = self.num_blocks - 1, 1
+        self.saved_now = 0
+        self.group_now = [0] * len(self.groups)
+
+    # -- tokens ---------------------------------------------------------------------------------------
+    def at(self, s: int, k: int) -> tuple[int, int]:
+        """Computed and generated tokens of `s` at state k (a decoding sequence gains one of each a step)."""
+        if self.decode[s] and self.status[s] == RUNNING:
+            d = k - self.base[s]
+            return self.c[s] + d, self.g[s] + d
+        return self.c[s], self.g[s]
+
+    def materialize(self, s: int, k: int) -> None:
+        self.c[s], self.g[s] = self.at(s, k)
+        self.base[s] = k
+        self.version[s] += 1
+
+    def segments(self, s: int, g: int) -> list[tuple[int, int]]:
+        segs = self.inp.segments(s)
+        return [*segs, (int(self.inp.output_seg[s]), g)] if g else segs
+
+    def schedule_due(self, s: int) -> None:
+        """With caching on, the next step at which a decoding `s` completes a block of the scheduler's
+        block size: its keys grow then (the step needs the manager, though the log has no row for it)."""
+        if not self.caching or not (self.decode[s] and self.status[s] == RUNNING):
+            return
+        c0 = self.c[s]
+        j = self.base[s] + (-(c0 + 1)) % self.sched_bs
+        heapq.heappush(self.due, (j, self.serial[s], s, self.version[s]))
+
+    # -- the log's rows against the manager's answers ---------------------------------------------------
+    def expect(self, i: int, hi: int, kind: int, s: int, b: int, g: int, j: int) -> None:
+        if i >= hi or (self.kind[i], self.seq[i], self.block[i], self.count[i]) != (kind, s, b, g):
+            got = (
+                "nothing"
+                if i >= hi
+                else f"{NAMES[self.kind[i]]} of block {self.block[i]} (group {self.count[i]}) for seq {self.seq[i]}"
+            )
+            raise InternalError(
+                f"the hybrid replay at step {j}: the manager gives {NAMES[kind]} of block {b} (group {g}) for "
+                f"seq {s}, the log has {got}"
+            )
+
+    def mark(self, s: int, g: int, position: int) -> None:
+        """Group g's table of `s` changed from `position` on (a new table, or an emptied one: 0)."""
+        d = self.dirty.get(s)
+        if d is None:
+            d = self.dirty[s] = list(self.lengths.get(s) or [0] * len(self.groups))
+        if position < d[g]:
+            d[g] = position
+
+    def mark_all(self, s: int) -> None:
+        for g in range(len(self.groups)):
+            self.mark(s, g, 0)
+
+    def take(self, s: int, b: int, g: int) -> None:
+        self.holders.setdefault(b, []).append(s)
+        self.group_of[b] = g
+        self.touched_blocks.add(b)
+
+    def release(self, s: int, b: int) -> None:
+        hs = self.holders.get(b)
+        if not hs or s not in hs:
+            raise InternalError(f"the hybrid replay: seq {s} releases block {b} it does not hold")
+        hs.remove(s)
+        self.touched_blocks.add(b)
+
+    def note_keys(self, s: int) -> None:
+        """Key records for the blocks the last manager call on `s` registered (their table positions)."""
+        if not self.registered:
+            return
+        tables = self.kv._requests[s].tables
+        want = set(self.registered)
+        where: dict[int, tuple[int, int]] = {}
+        for g, t in enumerate(tables):
+            blocks = t.blocks
+            for i in range(len(blocks) - 1, -1, -1):  # keys are given to a table's newest full blocks
+                if blocks[i] in want:
+                    where[blocks[i]] = (g, i)
+                    if len(where) == len(want):
+                        break
+                elif blocks[i] == NULL:
+                    break
+        for b in self.registered:
+            g, i = where[b]
+            self.key_of[b] = len(self.key_records)
+            self.key_records.append((s, i, g))
+            self.touched_blocks.add(b)
+        self.registered.clear()
+
+    def allocations(self, s: int, new: list[tuple[int, int]], i: int, hi: int, j: int) -> int:
+        """Matches the blocks a manager call popped (an `evict` before each that lost a key) with the log."""
+        evicted = self.kv.pool.evicted
+        assert evicted is not None
+        lost = set(evicted)
+        evicted.clear()
+        if new:
+            tables = self.kv._requests[s].tables
+            added = [0] * len(self.groups)
+            for _, g in new:
+                added[g] += 1
+            for g, n in enumerate(added):
+                if n:
+                    self.mark(s, g, len(tables[g].blocks) - n)
+        for b, g in new:
+            if b in lost:
+                self.expect(i, hi, EVICT, s, b, g, j)
+                i += 1
+                self.key_of[b] = -1
+            self.expect(i, hi, ALLOCATE, s, b, g, j)
+            i += 1
+            self.take(s, b, g)
+        self.note_keys(s)
+        return i
+
+    def frees(self, s: int, freed: list[tuple[int, int]], kind: int, i: int, hi: int, j: int) -> int:
+        for b, g in freed:
+            self.expect(i, hi, kind, s, b, g, j)
+            i += 1
+            self.release(s, b)
+        return i
+
+    # -- the run --------------------------------------------------------------------------------------
+    def run(self) -> HybridRows:
+        steps, post = self.step_, self.post
+        n_ev = len(steps)
+        i = 0
+        for j in range(self.num_steps + 1):
+            # Post events carrying step count j (finishes and their frees, rejections): state j.
+            while i < n_ev and steps[i] == j and post[i]:
+                i = self.post_event(i, n_ev, j)
+            self.flush(j)
+            hi = i
+            while hi < n_ev and steps[hi] == j:
+                hi += 1
+            if j == self.num_steps:
+                # An iteration that scheduled nothing after the last step (it preempted, then rejected).
+                if hi > i:
+                    self.schedule_step(j, i, hi, ran=False)
+                    self.flush(j)
+                i = hi
+                break
+            self.schedule_step(j, i, hi, ran=True)
+            self.held_during[j] = self.num_blocks - 1 - self.kv.num_free_blocks
+            i = hi
+        if i != n_ev:
+            raise InternalError(f"the hybrid replay stopped at event {i} of {n_ev}")
+        return HybridRows(
+            self.block_rows,
+            self.key_records,
+            self.table_rows,
+            self.hits,
+            self.held,
+            self.shared_saved,
+            self.group_blocks,
+            self.block_counts,
+            self.held_during,
+        )
+
+    def post_event(self, i: int, hi: int, j: int) -> int:
+        kind, s = self.kind[i], self.seq[i]
+        if kind == FINISH:
+            i += 1
+            self.materialize(s, j)
+            self.status[s] = DONE
+            self.running.discard(s)
+            self.active.discard(s)
+            i = self.frees(s, self.kv.free(s), FREE, i, hi, j)
+            self.mark_all(s)
+            return i
+        if kind == REJECT:
+            self.status[s] = DONE
+            return i + 1
+        raise InternalError(f"the hybrid replay: event {NAMES[kind]} at step {j} out of place")
+
+    def schedule_step(self, j: int, lo: int, hi: int, ran: bool) -> None:
+        """Step j's scheduling: the running phase (windows, preemptions, growth, in the running list's
+        order), then the waiting phase (admissions), then the tokens the step computed."""
+        kind, seq, count = self.kind, self.seq, self.count
+        listed: dict[int, int] = {}
+        touched: set[int] = set()
+        for e in range(lo, hi):
+            k, s = kind[e], seq[e]
+            if k == SCHEDULE:
+                listed[s] = count[e]
+            elif k in (WINDOW, ALLOCATE, EVICT, PREEMPT, FREE) and self.status[s] == RUNNING:
+                touched.add(s)
+        work = touched | self.active
+        while self.due and self.due[0][0] <= j:
+            _, _, s, version = heapq.heappop(self.due)
+            if version == self.version[s] and self.status[s] == RUNNING:
+                work.add(s)
+        work &= self.running
+        i = lo
+        stopped = False
+        grown: set[int] = set()
+        for s in sorted(work, key=self.serial.__getitem__):
+            if self.status[s] != RUNNING or listed.get(s) == 0 or (not ran and s not in touched):
+                continue
+            c, g = self.at(s, j)
+            # Blocks leave a window only where the log says so: the manager, in the engine's state, frees
+            # nothing for a sequence without `window` rows (only its keys grow: below).
+            left = self.kv.remove_skipped(s, c) if s in touched else []
+            if left:
+                i = self.frees(s, left, WINDOW, i, hi, j)
+                for x, spec in enumerate(self.groups):
+                    n = sum(1 for _, gx in left if gx == x)
+                    if n:
+                        self.mark(s, x, spec.skipped(c) // spec.block_size - n)
+            while i < hi and kind[i] == PREEMPT:
+                v = seq[i]
+                i = self.frees(v, self.kv.free(v), FREE, i + 1, hi, j)
+                self.materialize(v, j)
+                self.c[v] = 0
+                self.status[v] = PREEMPTED
+                self.running.discard(v)
+                self.active.discard(v)
+                self.mark_all(v)
+                if v == s:
+                    stopped = True
+                    break
+            if stopped:
+                break
+            if not ran:
+                continue
+            num_new = listed.get(s, 1)
+            end = c + num_new
+            new = self.kv.grow(s, self.segments(s, g), end, end)
+            i = self.allocations(s, new, i, hi, j)
+            grown.add(s)
+        # The waiting phase.
+        while i < hi:
+            k, s = kind[i], seq[i]
+            if k == ADMIT:
+                i = self.admit(s, i, hi, j, listed.get(s, 1))
+                grown.add(s)
+            elif k == REJECT:
+                self.status[s] = DONE
+                i += 1
+            elif k == SCHEDULE:
+                i += 1
+            else:
+                raise InternalError(
+                    f"the hybrid replay at step {j}: the log has {NAMES[k]} of block {self.block[i]} for seq {s} "
+                    "where the manager expects none"
+                )
+        if not ran:
+            return
+        # The tokens step j computed: every running sequence not left out, `listed` tokens or one.
+        for s in grown | {s for s in listed if self.status[s] == RUNNING}:
+            self.advance(s, j, listed.get(s, 1))
+
+    def admit(self, s: int, i: int, hi: int, j: int, num_new: int) -> int:
+        """An admission: the manager's lookup (its hit blocks against the log's), then its blocks."""
+        e = i
+        i += 1
+        self.materialize(s, j)
+        g = self.g[s]
+        total = self.prompt[s] + g
+        segs = self.segments(s, g)
+        kv = self.kv
+        hit = kv.lookup(segs, total - 1)
+        for gi, blocks in enumerate(hit.hits):
+            spec = self.groups[gi]
+            skipped = spec.skipped(hit.tokens) // spec.block_size
+            for b in blocks[skipped:]:
+                if b != NULL:
+                    self.expect(i, hi, PREFIX_HIT, s, b, gi, j)
+                    i += 1
+                    self.take(s, b, gi)
+        end = hit.tokens + num_new
+        new = kv.admit(s, segs, hit, end, end, self.prompt[s])
+        i = self.allocations(s, new, i, hi, j)
+        self.hits[e] = hit.tokens
+        self.status[s] = RUNNING
+        self.running.add(s)
+        self.serial[s] = self.next_serial
+        self.next_serial += 1
+        self.c[s], self.base[s], self.decode[s] = hit.tokens, j, False
+        self.version[s] += 1
+        self.mark_all(s)
+        return i
+
+    def advance(self, s: int, j: int, num_new: int) -> None:
+        """`s` computed `num_new` tokens in step j (it samples one once all its tokens are computed)."""
+        if self.status[s] != RUNNING:
+            return
+        if self.decode[s] and num_new == 1:
+            if s in self.active:
+                self.active.discard(s)
+            self.materialize(s, j + 1)  # lazily: one of each a step
+            self.schedule_due(s)
+            return
+        c, g = self.at(s, j)
+        c += num_new
+        if c == self.prompt[s] + g:
+            g += 1
+        self.c[s], self.g[s], self.base[s] = c, g, j + 1
+        self.version[s] += 1
+        self.decode[s] = c == self.prompt[s] + g - 1
+        if self.decode[s]:
+            self.active.discard(s)
+            self.schedule_due(s)
+        else:
+            self.active.add(s)
+
+    # -- rows -----------------------------------------------------------------------------------------
+    def flush(self, k: int) -> None:
+        """Rows for state k: the blocks and tables touched since the last flush, and the state's counts."""
+        pool = self.kv.pool
+        ref_cnt, key = pool._ref_cnt, pool._key  # read only (the pool's own arrays: no per-call checks)
+        rid, holders_of, groups = self.rid, self.holders, self.groups
+        for b in sorted(self.touched_blocks):
+            if b == NULL:
+                continue
+            ref = ref_cnt[b]
+            keyed = key[b] is not None
+            if not keyed:
+                self.key_of[b] = -1
+            state = SHARED_S if ref >= 2 else PRIVATE_S if ref == 1 else CACHED_S if keyed else FREE_S
+            g = self.group_of[b] if state != FREE_S else -1
+            hs = holders_of.get(b)
+            holders = (rid[hs[0]],) if hs and len(hs) == 1 else tuple(sorted({rid[x] for x in hs or ()}))
+            shown = (state, ref, self.key_of[b], holders, g)
+            old = self.shown[b]
+            if old == shown:
+                continue
+            old_state, old_ref, old_g = (FREE_S, 0, -1) if old is None else (old[0], old[1], old[4])
+            self.count_now[old_state] -= 1
+            self.count_now[state] += 1
+            bs = groups[g].block_size if g >= 0 else 0
+            old_bs = groups[old_g].block_size if old_g >= 0 else 0
+            self.saved_now += max(0, ref - 1) * bs - max(0, old_ref - 1) * old_bs
+            if old_ref > 0:
+                self.group_now[old_g] -= 1
+            if ref > 0:
+                self.group_now[g] += 1
+            self.shown[b] = shown
+            self.block_rows.append((k, b, state, ref, self.key_of[b], holders, g))
+        self.touched_blocks.clear()
+        for s in sorted(self.dirty):
+            keeps = self.dirty[s]
+            req = self.kv._requests.get(s)
+            tables = [t.blocks for t in req.tables] if req is not None else [[] for _ in groups]
+            lengths = [len(t) for t in tables]
+            keeps = [min(m, n) for m, n in zip(keeps, lengths, strict=True)]
+            tails = tuple(tuple(t[m:]) for t, m in zip(tables, keeps, strict=True))
+            at = self.row_of.get(s)
+            if at is not None and self.table_rows[at][0] == k:
+                # A second change within one state (the final one's leftover events): one diff against
+                # the table before the first.
+                _, _, keeps1, tails1 = self.table_rows[at]
+                merged = [
+                    (m1, t1[: m2 - m1] + t2) if m2 > m1 else (m2, t2)
+                    for m1, t1, m2, t2 in zip(keeps1, tails1, keeps, tails, strict=True)
+                ]
+                self.table_rows[at] = (k, s, tuple(m for m, _ in merged), tuple(t for _, t in merged))
+            else:
+                self.row_of[s] = len(self.table_rows)
+                self.table_rows.append((k, s, tuple(keeps), tails))
+            self.lengths[s] = lengths
+        self.dirty.clear()
+        self.held[k] = self.num_blocks - 1 - self.kv.num_free_blocks
+        self.shared_saved[k] = self.saved_now
+        self.group_blocks[k] = self.group_now
+        self.block_counts[k] = self.count_now
+
+
+def replay_hybrid(
+    inp: EngineInput,
+    config: SimConfig,
+    step: np.ndarray,
+    kind: np.ndarray,
+    seq: np.ndarray,
+    block: np.ndarray,
+    count: np.ndarray,
+    post: np.ndarray,
+    num_steps: int,
+) -> HybridRows:
+    """The blocks of a hybrid run (module docstring): rows, counts and the tokens each admission hit."""
+    return _HybridPass(inp, config, step, kind, seq, block, count, post, num_steps).run()
+
+
+def internal_tokens(
+    step: np.ndarray,
+    seq: np.ndarray,
+    status: np.ndarray,
+    computed: np.ndarray,
+    rate: np.ndarray,
+    running: int,
+    finished: int,
+    block_sizes: list[int],
+    num_steps: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Token slots left empty in partly filled blocks (the engine's `internal`: per running sequence and
+    attention group, −computed mod the group's block size), per state 0..S and during each step j (after
+    its allocation, before its finishes: the sequences running at state j + 1 and those that finished
+    then), from sequence rows sorted by (step, seq)."""
+    s_total = num_steps + 1
+    state_out = np.zeros(s_total, np.int64)
+    during = np.zeros(num_steps, np.int64)
+    if len(step) == 0 or not block_sizes:
+        return state_out, during
+    order = np.lexsort((step, seq))  # by sequence, then step
+    q, k0 = seq[order], step[order]
+    end = np.r_[k0[1:], 0]
+    last = np.r_[q[1:] != q[:-1], True]
+    end = np.where(last, s_total, end)
+    st, c0, r = status[order], computed[order], rate[order]
+    run = st == running
+    lengths = np.where(run, end - k0, 0)
+    total = int(lengths.sum())
+    if total:
+        idx = np.repeat(np.arange(len(order)), lengths)
+        offs = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        ks = k0[idx] + offs
+        cs = c0[idx] + r[idx] * offs
+        slack = np.zeros(total, np.int64)
+        for b in block_sizes:
+            slack += -cs % b
+        state_out += np.bincount(ks, slack, minlength=s_total).astype(np.int64)
+    during[:] = state_out[1:]
+    fin = (st == finished) & (k0 >= 1) & (k0 <= num_steps)
+    if fin.any():
+        extra = np.zeros(int(fin.sum()), np.int64)
+        for b in block_sizes:
+            extra += -c0[fin] % b
+        np.add.at(during, k0[fin] - 1, extra)
+    return state_out, during
+
+
+__all__ = ["HybridRows", "internal_tokens", "replay_hybrid"]
+
+
+def block_rows(
+    hr: HybridRows,
+    inp: EngineInput,
+    config: SimConfig,
+    names: dict[int, str],
+    request_names: list[str],
+) -> Any:
+    """`BlockRows` (with each row's group) from the pass's rows: every block's initial row at state 0
+    (block 0 vLLM's null block, the others free), then the pass's, in step order. A key's label and index
+    name the content of the block it was registered for (`state_blocks._key_labels`, at its group's block
+    size)."""
+    from kvsim.lab.state_blocks import BlockRows, _key_labels
+
+    nb = config.num_blocks or 0
+    groups = list(config.kv_groups)
+    recs = np.array(hr.key_records, np.int64).reshape(-1, 3)
+    label = np.full(len(recs), -1, np.int64)
+    for g, spec in enumerate(groups):
+        m = recs[:, 2] == g
+        if m.any():
+            label[m] = _key_labels(inp, names, request_names, spec.block_size, recs[m, 0], recs[m, 1])
+    rows = hr.block_rows
+    n = len(rows)
+    step = np.fromiter((r[0] for r in rows), np.int64, n)
+    blk = np.fromiter((r[1] for r in rows), np.int64, n)
+    state = np.fromiter((r[2] for r in rows), np.int64, n)
+    ref = np.fromiter((r[3] for r in rows), np.int64, n)
+    key = np.fromiter((r[4] for r in rows), np.int64, n)
+    group = np.fromiter((r[6] for r in rows), np.int64, n)
+    counts = np.fromiter((len(r[5]) for r in rows), np.int64, n)
+    flat = np.fromiter((h for r in rows for h in r[5]), np.int64, int(counts.sum()))
+    keyed = key >= 0
+    k_label = np.where(keyed, label[np.maximum(key, 0)] if len(recs) else -1, -1)
+    k_index = np.where(keyed, recs[np.maximum(key, 0), 1] if len(recs) else -1, -1)
+    init = np.arange(nb, dtype=np.int64)
+    none = np.full(nb, -1, np.int64)
+    offsets = np.zeros(nb + n + 1, np.int64)
+    np.cumsum(counts, out=offsets[nb + 1 :])
+    return BlockRows(
+        step=np.concatenate((np.zeros(nb, np.int64), step)),
+        block=np.concatenate((init, blk)),
+        state=np.concatenate((np.where(init == 0, NULL_S, FREE_S), state)),
+        ref=np.concatenate((np.zeros(nb, np.int64), ref)),
+        key_label=np.concatenate((none, k_label)),
+        key_index=np.concatenate((none, k_index)),
+        holders_offsets=offsets,
+        holders=flat,
+        group=np.concatenate((none, group)),
+    )
+
+
+def seq_rows(hr: HybridRows, inp: EngineInput, sp: Any, num_steps: int, num_groups: int) -> Any:
+    """`SeqRows` with one table per group: a row at each state where a sequence's tokens change rate, it
+    arrives, or one of its tables changes (tokens from the sequences' pass, tables from the manager's);
+    row i's table in group g is `keep[i·G + g]` blocks of the sequence's previous row's table in g, then
+    `tail[tail_offsets[i·G + g] : tail_offsets[i·G + g + 1]]`."""
+    from kvsim.lab.state_blocks import SeqRows
+
+    tok: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
+    for k, q in sp.arrivals:
+        tok.setdefault(q, []).append((k, 0, 0, 0, 0, 0))
+    for k, q, status, c, rc, g, rg in sp.rows:
+        tok.setdefault(q, []).append((k, status, c, rc, g, rg))
+    tab: dict[int, list[tuple[int, tuple[int, ...], tuple[tuple[int, ...], ...]]]] = {}
+    for k, q, keeps, tails in hr.table_rows:
+        tab.setdefault(q, []).append((k, keeps, tails))
+    out: list[tuple[int, int, int, int, int, int, int, tuple[int, ...], tuple[tuple[int, ...], ...]]] = []
+    none: tuple[tuple[int, ...], ...] = tuple(() for _ in range(num_groups))
+    for q, rows in tok.items():
+        rows.sort(key=lambda r: r[0])  # stable: a later row of one state wins
+        changes = tab.get(q, [])
+        if changes and changes[0][0] < rows[0][0]:
+            raise InternalError(f"the hybrid replay: seq {q} has blocks before it arrives")
+        # Table changes carry their diff against the table before; a state with a token row only keeps
+        # the whole table (a table's length is tracked to say so).
+        at_change = {k: (keeps, tails) for k, keeps, tails in changes}
+        steps = sorted({r[0] for r in rows} | set(at_change))
+        lengths = [0] * num_groups
+        ti = 0
+        cur_tok = rows[0]
+        for k in steps:
+            while ti < len(rows) and rows[ti][0] <= k:
+                cur_tok = rows[ti]
+                ti += 1
+            if k in at_change:
+                keeps, tails = at_change[k]
+                lengths = [m + len(t) for m, t in zip(keeps, tails, strict=True)]
+            else:
+                keeps, tails = tuple(lengths), none
+            d = k - cur_tok[0]
+            status, c, rc, gen, rg = cur_tok[1:]
+            out.append((k, q, status, c + rc * d, rc, gen + rg * d, rg, keeps, tails))
+    out.sort(key=lambda r: (r[0], r[1]))
+    keep_col = np.array([m for r in out for m in r[7]], np.int64).reshape(-1)
+    flat_tails = [r[8][g] for r in out for g in range(num_groups)]
+    t_count = np.fromiter((len(t) for t in flat_tails), np.int64, len(flat_tails))
+    tail = np.fromiter((b for t in flat_tails for b in t), np.int64, int(t_count.sum()))
+    rid, sample = inp.request_id.astype(np.int64), np.broadcast_to(inp.sample, (len(inp),)).astype(np.int64)
+    col = np.array([r[:7] for r in out], np.int64).reshape(-1, 7)
+    q = col[:, 1]
+    return SeqRows(
+        step=col[:, 0],
+        seq=q,
+        request_id=rid[q],
+        sample=sample[q],
+        status=col[:, 2],
+        computed=col[:, 3],
+        computed_rate=col[:, 4],
+        generated=col[:, 5],
+        generated_rate=col[:, 6],
+        keep=keep_col,
+        tail_offsets=np.r_[0, np.cumsum(t_count)].astype(np.int64),
+        tail=tail,
+        num_groups=num_groups,
+    )
