@@ -27,6 +27,7 @@ NAMES = {
     "hit_rate_vs_cache.png",
     "fig12_capacity.png",
     "fleet_mooncake.png",
+    "hybrid_capacity.png",
     "dashboard.png",
 }
 QUICK = ["seed-block-size", "seed-memory-budget", "seed-prefix-sharing"]

@@ -28,7 +28,7 @@ mod timing;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use config::{EngineConfig, Policy, Preemption, TimeModel};
+pub use config::{AttnClass, AttnKind, EngineConfig, Policy, Preemption, Roofline, TimeModel};
 pub use input::EngineInput;
 pub(crate) use output::for_each_row_column;
 pub use output::{Counters, EngineOutput, StepDurations};
@@ -118,6 +118,8 @@ pub struct Engine<'a> {
     /// caching on.
     private_from: Vec<u64>,
     agg: Aggregates,
+    /// The roofline's attention sums of the current step, one per class (`timing::AttnSums`).
+    attn_sums: Vec<timing::AttnSums>,
     /// Event sequences touched in the current lockstep step, in admission order.
     touched: Vec<usize>,
     done: Vec<usize>,
@@ -229,6 +231,7 @@ impl<'a> Engine<'a> {
             defer_keys,
             private_from,
             agg: Aggregates::default(),
+            attn_sums: Vec::new(),
             touched: Vec::new(),
             done: Vec::new(),
             peak_held: 0,
