@@ -53,6 +53,7 @@ from kvsim.analysis.claims_report import render
 from kvsim.analysis.claims_seed import mooncake_ceiling, seed_claims, seed_experiments, trace_claims
 from kvsim.analysis.executors import check_workers
 from kvsim.analysis.sweep import Point, progress_bar, rows_frame, run_point
+from kvsim.analysis.validate import validation_claims
 from kvsim.errors import InvalidArgumentError
 
 
@@ -219,6 +220,7 @@ def run_claims(
         *seed_claims(results, scale),
         *trace_claims(results, scale),
         *fleet_claims(results, scale),
+        *validation_claims(),
     ]
     wall = time.perf_counter() - t0
     path = results_dir / "claims.md"
