@@ -182,7 +182,8 @@ impl Roofline {
     pub fn base(&self, tokens: u64, seqs: u64) -> u128 {
         let (t, s) = (u128::from(tokens), u128::from(seqs));
         let w = u128::from;
-        let dense = (w(self.dense_mem_ps) + w(self.dense_mem_tok_ps) * t).max(w(self.dense_flop_tok_ps) * t);
+        let dense = (w(self.dense_mem_ps) + w(self.dense_mem_tok_ps) * t)
+            .max(w(self.dense_flop_tok_ps) * t);
         let mut total = w(self.fixed_ps)
             + w(self.seq_ps) * s
             + w(self.tok_ps) * t
@@ -225,10 +226,13 @@ impl Roofline {
             ("head_mem_ps", self.head_mem_ps),
             ("head_flop_seq_ps", self.head_flop_seq_ps),
         ];
-        let classes = self
-            .attention
-            .iter()
-            .flat_map(|a| [("kv_ps", a.kv_ps), ("flop_ps", a.flop_ps), ("mixed_kv_ps", a.mixed_kv_ps)]);
+        let classes = self.attention.iter().flat_map(|a| {
+            [
+                ("kv_ps", a.kv_ps),
+                ("flop_ps", a.flop_ps),
+                ("mixed_kv_ps", a.mixed_kv_ps),
+            ]
+        });
         let table = self.moe_mem_ps.iter().map(|&v| ("moe_mem_ps", v));
         for (name, v) in scalars.into_iter().chain(classes).chain(table) {
             if v > MAX_COEFFICIENT_PS {

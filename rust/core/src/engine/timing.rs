@@ -52,7 +52,8 @@ impl super::config::AttnClass {
         if x.xp == 0 {
             return decode;
         }
-        let prefill = (u128::from(self.kv_ps) * x.xp).max(u128::from(self.flop_ps).saturating_mul(x.yp));
+        let prefill =
+            (u128::from(self.kv_ps) * x.xp).max(u128::from(self.flop_ps).saturating_mul(x.yp));
         decode.saturating_add(prefill)
     }
 }
