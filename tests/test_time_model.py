@@ -298,3 +298,25 @@ def test_the_quiet_spans_of_a_real_model_are_exact():
     ref, rust = kvsim.simulate(w, cfg, backend="reference"), kvsim.simulate(w, cfg)
     assert rust.raw.counters == ref.raw.counters
     assert rust.summary == ref.summary
+
+
+def test_a_gpu_file_names_its_peer_link(tmp_path):
+    """`peer_link` in a GPU file is the link the collectives cross (without it, the host link)."""
+    from kvsim.model.gpus import from_file
+
+    path = tmp_path / "pcie.toml"
+    path.write_text('preset = "h100-80gb"\nname = "h100-pcie-peer"\npeer_link = "32GB/s"\n')
+    slow = from_file(path)
+    assert slow.peer_bandwidth == 32e9
+    m = kvsim.models.get("qwen3-32b")
+    fast, pcie = (
+        roofline_time_model(m, g, tensor_parallel_size=2) for g in (kvsim.gpus.get("h100-80gb"), slow)
+    )
+    per = {
+        g: {t.name: t.ps for t in r.terms}["tp_allreduce_tok"] for g, r in (("fast", fast), ("pcie", pcie))
+    }
+    assert per["pcie"] == pytest.approx(per["fast"] * 450 / 32)
+    with pytest.raises(InvalidArgumentError, match="peer_link 'fast' is not a bandwidth"):
+        kvsim.model.gpus.from_spec(
+            {"memory": "48GiB", "bandwidth": "864GB/s", "tflops": 362, "peer_link": "fast"}
+        )
