@@ -38,7 +38,7 @@ def test_cli_and_api_size_a_named_gpu_the_same(capsys):
     data = _json(capsys, ["run", "--requests", "20", "--model", "llama-3-8b", "--gpu", "h100-80gb"])
     cfg = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb")
     assert data["config"]["num_blocks"] == cfg.num_blocks
-    assert data["config"]["time_model"] == cfg.time_model == "linear"
+    assert data["config"]["time_model"] == cfg.time_model == "roofline"
     assert data["pool"] == cfg.pool.line()
 
 

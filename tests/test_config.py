@@ -180,7 +180,7 @@ def test_knobs_table_is_every_field_and_its_default():
     # Unset batch limits without a GPU are vLLM's defaults on a small GPU (its LLM class): 8192 and 256.
     assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (8192, 256)
     assert cfg.time_model == "ticks"  # auto without a model and a GPU
-    assert SimConfig(model="llama-3-8b", gpu="h100-80gb").time_model == "linear"
+    assert SimConfig(model="llama-3-8b", gpu="h100-80gb").time_model == "roofline"
 
 
 # -- issue 13 part 1: sizing -----------------------------------------------------------------------------------
@@ -230,8 +230,17 @@ def test_tensor_parallel_divides_weights_and_kv_heads():
     assert two.pool.kv_bytes_per_token * 2 == one.pool.kv_bytes_per_token
     assert two.pool.weight_bytes * 2 == pytest.approx(one.pool.weight_bytes, abs=2)
     assert two.num_blocks > 2 * one.num_blocks
-    assert two.c0_ps < one.c0_ps
-    assert two.c_tok_ps < one.c_tok_ps
+    # The roofline prices one GPU's share: half the dense weights and FLOPs, half the KV heads read.
+    r1, r2 = one.roofline, two.roofline
+    assert r2.dense_mem_ps * 2 == pytest.approx(r1.dense_mem_ps, rel=1e-6)
+    assert r2.dense_flop_tok_ps * 2 == pytest.approx(r1.dense_flop_tok_ps, rel=1e-6)
+    assert r2.attention[0].kv_ps * 2 == pytest.approx(r1.attention[0].kv_ps, rel=1e-4)
+    # ... and adds the all-reduces: 2 per layer of the hidden state, per token over NVLink, plus latency.
+    assert r2.fixed_ps > r1.fixed_ps == 0
+    lin1 = SimConfig(model="llama-3-8b", gpu="h100-80gb", time_model="linear")
+    lin2 = SimConfig(model="llama-3-8b", gpu="h100-80gb", tensor_parallel_size=2, time_model="linear")
+    assert lin2.c0_ps < lin1.c0_ps
+    assert lin2.c_tok_ps < lin1.c_tok_ps
     assert "tp 2" in two.pool.line()
 
 

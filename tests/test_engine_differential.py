@@ -1,8 +1,11 @@
 """The Rust engine and the Python reference agree exactly: every per-sequence column, every counter, the
 request rows and the summary, on random workloads and configs (tiny pools that force preemption, heavy
-prefix sharing, several samples, every policy, both free orders, both time models)."""
+prefix sharing, several samples, every policy, both free orders, every time model: ticks, linear and the
+roofline with random coefficients, windowed attention classes and expert tables)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import hypothesis.strategies as st
 import numpy as np
@@ -12,6 +15,7 @@ from hypothesis import given
 
 import kvsim
 from kvsim.model.segments import output_id
+from kvsim.model.timing import CHUNKED, FULL, SLIDING, AttentionClass, RooflineTimeModel
 from kvsim.reference.engine import ITL_RUNS, ITL_STEPS
 from kvsim.workloads import Workload, synthetic
 
@@ -53,6 +57,33 @@ def workloads(draw, max_requests: int = 24) -> Workload:
 
 
 @st.composite
+def rooflines(draw, windows: bool = True) -> RooflineTimeModel:
+    """Random roofline coefficients in every regime: memory- or compute-bound dense and expert terms (the
+    crossover within a step's tokens), a random experts table (its last entry past its end), one to three
+    attention classes, windowed ones (sliding, chunked) unless `windows` is False."""
+    small = st.integers(0, 10**4)
+    kinds = [FULL, SLIDING, CHUNKED] if windows else [FULL]
+    classes = []
+    for kind in draw(st.lists(st.sampled_from(kinds), min_size=1, max_size=3)):
+        window = 0 if kind == FULL else draw(st.integers(1, 64))
+        classes.append(AttentionClass(kind, window, draw(small), draw(small), draw(small)))
+    table = draw(st.lists(st.integers(0, 10**9), max_size=40))
+    return RooflineTimeModel(
+        fixed_ps=draw(st.integers(0, 10**9)),
+        seq_ps=draw(st.integers(0, 10**6)),
+        tok_ps=draw(st.integers(0, 10**6)),
+        dense_mem_ps=draw(st.integers(0, 10**9)),
+        dense_mem_tok_ps=draw(st.integers(0, 10**5)),
+        dense_flop_tok_ps=draw(st.integers(0, 10**8)),
+        moe_mem_ps=tuple(table),
+        moe_flop_tok_ps=draw(st.integers(0, 10**8)) if table else 0,
+        head_mem_ps=draw(st.integers(0, 10**8)),
+        head_flop_seq_ps=draw(st.integers(0, 10**7)),
+        attention=tuple(classes),
+    )
+
+
+@st.composite
 def configs(draw) -> kvsim.SimConfig:
     policy = draw(
         st.sampled_from(["vllm", "vllm", "reserve", "static", "orca-max", "orca-pow2", "orca-oracle"])
@@ -60,13 +91,14 @@ def configs(draw) -> kvsim.SimConfig:
     max_model_len = draw(st.one_of(st.none(), st.integers(20, 300)))
     if policy == "static" and max_model_len is None:
         max_model_len = 200
-    linear = draw(st.booleans())
+    time = draw(st.sampled_from(["ticks", "linear", "roofline"]))
+    linear = time == "linear"
     sampling = draw(st.sampled_from(["independent", "fork-cow"])) if policy == "vllm" else "independent"
     preemption = draw(st.sampled_from(["recompute", "swap", "auto"])) if policy == "vllm" else "recompute"
     contiguous = policy in ("static", "orca-max", "orca-pow2", "orca-oracle")
     max_num_seqs = draw(st.integers(1, 8))
     budget = draw(st.sampled_from([1, 7, 32, 100, 512]))
-    return kvsim.SimConfig(
+    cfg = kvsim.SimConfig(
         placement=draw(st.sampled_from(["first-fit", "buddy"])) if contiguous else "first-fit",
         sampling=sampling,
         preemption=preemption,
@@ -93,6 +125,7 @@ def configs(draw) -> kvsim.SimConfig:
         c_tok_ps=draw(st.integers(0, 10**6)) if linear else None,
         c_ctx_ps=draw(st.integers(0, 10**4)) if linear else None,
     )
+    return cfg.with_roofline(draw(rooflines())) if time == "roofline" else cfg
 
 
 def assert_same(w: Workload, cfg: kvsim.SimConfig, every: int = 0) -> kvsim.SimResult:
@@ -275,14 +308,18 @@ def test_realistic_lengths_agree(workload, config):
     st.sampled_from([0.01, 0.05, 0.3]),
     st.sampled_from([16, 64, 256]),
     st.sampled_from(["vllm", "reserve", "orca-oracle", "static"]),
-    st.booleans(),
+    st.sampled_from(["ticks", "linear", "roofline", "roofline-windows"]),
     st.sampled_from([0, 1, 5]),
     st.integers(0, 2**16),
+    rooflines(windows=False),
 )
-def test_quiet_spans_agree(n, gap, block_size, policy, linear, every, seed):
+def test_quiet_spans_agree(n, gap, block_size, policy, time_model, every, seed, roofline):
     """Light load with long outputs and large blocks: the Rust engine takes runs of steps in which nothing
     happens (no event, nothing waiting, no arrival) in closed form; time, the time-weighted sums, the
-    time series and the rows must still equal the reference's step-by-step ones."""
+    time series and the rows must still equal the reference's step-by-step ones. Under the roofline a
+    quiet step lasts base(batch) + max(kv, flop) · keys read, affine in the step index; a windowed class
+    (its keys stop growing at the window) keeps the Rust engine in full steps."""
+    linear = time_model == "linear"
     rng = np.random.default_rng(seed)
     w = Workload(
         arrival=np.cumsum(rng.choice([0.0, gap, 3 * gap], size=n)),
@@ -305,6 +342,11 @@ def test_quiet_spans_agree(n, gap, block_size, policy, linear, every, seed):
         enable_prefix_caching=bool(seed % 2),
         **time,
     )
+    if time_model == "roofline-windows":
+        window = AttentionClass(SLIDING, 1 + seed % 300, 5000, 700, 9000)
+        roofline = dataclasses.replace(roofline, attention=(*roofline.attention, window))
+    if time_model.startswith("roofline"):
+        cfg = cfg.with_roofline(roofline)
     assert_same(w, cfg, every)
 
 

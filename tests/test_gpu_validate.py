@@ -151,8 +151,17 @@ def test_calibration_errors(tmp_path: Path) -> None:
             time_model="calibrated",
             calibration=str(_calibration_file(tmp_path)),
         )
-    with pytest.raises(InvalidArgumentError, match="needs time_model 'calibrated'"):
-        kvsim.SimConfig(num_blocks=10, calibration=str(_calibration_file(tmp_path)))
+    # A linear calibration makes `auto` the calibrated linear model; ticks and the roofline refuse it.
+    assert (
+        kvsim.SimConfig(num_blocks=10, calibration=str(_calibration_file(tmp_path))).time_model
+        == "calibrated"
+    )
+    with pytest.raises(InvalidArgumentError, match="needs time_model 'roofline', 'calibrated' or 'auto'"):
+        kvsim.SimConfig(num_blocks=10, time_model="ticks", calibration=str(_calibration_file(tmp_path)))
+    with pytest.raises(InvalidArgumentError, match="holds linear coefficients"):
+        kvsim.SimConfig(
+            model=MODEL, gpu="h200", time_model="roofline", calibration=str(_calibration_file(tmp_path))
+        )
 
 
 def test_calibrations_lists_and_loads_shipped_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,10 +179,17 @@ def test_calibrations_lists_and_loads_shipped_files(tmp_path: Path, monkeypatch:
 
 def test_shipped_calibrations_load_by_name() -> None:
     names = kvsim.sizing.calibrations()
+    assert names  # kvsim calibrate's, fitted to the profiled GPUs
     for name in names:
         cal = kvsim.sizing.load_calibration(name)
-        assert cal.device_kind == "cuda"  # CPU smoke runs are never shipped
         assert name == cal.name
+        if cal.kind == "linear":
+            assert cal.device_kind == "cuda"  # CPU smoke runs are never shipped
+        else:  # a roofline calibration: its GPU's preset, any model on it
+            cfg = kvsim.SimConfig(model="qwen3-8b", gpu=cal.gpu, calibration=name)
+            assert cfg.time_model == "roofline"
+            fixed = cal.efficiencies.step_overhead_ps + 36 * cal.efficiencies.layer_overhead_ps  # 36 layers
+            assert cfg.roofline.fixed_ps == pytest.approx(fixed, abs=1)
 
 
 # -- numerics --------------------------------------------------------------------------------------------

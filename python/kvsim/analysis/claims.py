@@ -54,6 +54,7 @@ from kvsim.analysis.claims_seed import mooncake_ceiling, seed_claims, seed_exper
 from kvsim.analysis.claims_tier import tier_claims, tier_experiments
 from kvsim.analysis.executors import check_workers
 from kvsim.analysis.sweep import Point, progress_bar, rows_frame, run_point
+from kvsim.analysis.validate import validation_claims
 from kvsim.errors import InvalidArgumentError
 
 
@@ -227,6 +228,7 @@ def run_claims(
         *trace_claims(results, scale),
         *fleet_claims(results, scale),
         *tier_claims(results, scale),
+        *validation_claims(),
     ]
     wall = time.perf_counter() - t0
     path = results_dir / "claims.md"

@@ -153,6 +153,11 @@ class Point:
         # The fleet's knobs only when one differs from its default, so a one-replica point keeps the id
         # it had before fleets existed.
         resolved = {k: v for k, v in resolved.items() if not (k in CLUSTER_KNOBS and v == KNOBS[k].default)}
+        # Data and expert parallelism likewise (a point without them keeps its id from before them; a point
+        # with a model and a GPU has a new id anyway: its time model became the roofline).
+        for k in ("data_parallel_size", "enable_expert_parallel"):
+            if resolved.get(k) == KNOBS[k].default:
+                resolved.pop(k, None)
         # The watermark's rule only with a watermark (without one both rules run alike), so a point
         # without one keeps the id it had before the rule existed.
         if not resolved.get("watermark"):

@@ -1,5 +1,6 @@
 """The `kvsim` command line: `kvsim run` (one simulation), `kvsim plan` (capacity search, `kvsim.cli.plan`),
-`kvsim sweep` (a grid), `kvsim claims` (the claims suite that writes results/claims.md and the plots).
+`kvsim sweep` (a grid), `kvsim claims` (the claims suite that writes results/claims.md and the plots),
+`kvsim calibrate` (the roofline's efficiencies fitted to measured profiles, `kvsim.cli.calibrate`).
 
 `kvsim run` speaks vLLM's language: its flags are vLLM's engine arguments where vLLM has one
 (`--num-gpu-blocks-override`, `--kv-cache-memory-bytes`, `--enable-prefix-caching` /
@@ -30,6 +31,7 @@ from kvsim.analysis.sweep import (
     parse_grid_args,
     run_sweep,
 )
+from kvsim.cli import calibrate as cli_calibrate
 from kvsim.cli import plan as cli_plan
 from kvsim.cli.flags import METRICS_POINTER, Parser, _add_workload_flags, _Formatter, _run_parser
 from kvsim.cli.run import FlagError, _int_flag, cmd_run
@@ -445,6 +447,7 @@ SUBCOMMANDS.update(
         "sweep": (_sweep_parser, cmd_sweep),
         "claims": (_claims_parser, cmd_claims),
         "validate-gpu": (_validate_gpu_parser, cmd_validate_gpu),
+        "calibrate": (cli_calibrate.add_parser, cli_calibrate.cmd_calibrate),
         "lab": (lab_cli.add_parser, lab_cli.main),
     }
 )

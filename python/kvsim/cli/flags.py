@@ -148,6 +148,8 @@ VLLM_FLAGS = (
     "kv_cache_bytes",
     "gpu_memory_utilization",
     "tensor_parallel_size",
+    "data_parallel_size",
+    "enable_expert_parallel",
     "kv_cache_dtype",
     "max_model_len",
     "enable_prefix_caching",

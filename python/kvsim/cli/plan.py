@@ -259,6 +259,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "kvsim_version": kvsim.__version__,
             "argv": getattr(args, "_argv", None),
             "pool": config.pool.line(),
+            "time": config.time_line(),
             "config": config.describe(),
             "workload": info,
             "backend": backend,
@@ -282,6 +283,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     print(f"workload: {info['name']}, {info['requests']:,} requests; {target}")
     print(config.pool.line())
+    print(config.time_line())
     if config.replicas > 1 and args.smallest != "replicas":  # the fleet every probe runs
         print(f"fleet: {config.replicas} replicas, router {config.router} (pool: each replica's)")
     print()

@@ -408,6 +408,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "kvsim_version": kvsim.__version__,
         "argv": getattr(args, "_argv", None),
         "pool": config.pool.line(),
+        "time": config.time_line(),
         # vLLM's four start-up figures (DESIGN.md §Defaults and sizing), as vLLM logs them.
         "startup": config.pool.figures.lines() if config.pool.figures is not None else [],
         "pool_sizing": config.pool.to_dict(),
@@ -447,6 +448,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(out["pool"])
         for line in out["startup"]:
             print(f"vllm: {line}")
+        print(out["time"])
         raw_cfg, human = config.to_dict(), config.describe()
         shown = {
             k: human[k]

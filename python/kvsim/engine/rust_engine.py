@@ -47,7 +47,9 @@ def config_kwargs(config: SimConfig) -> dict[str, Any]:
         watermark_while_running=config.watermark_rule == "while-running",
         one_free_block=config.append_check == "one-free-block",
         max_model_len=config.max_model_len,
-        time_model="ticks" if config.time_model == "ticks" else "linear",  # calibrated is linear
+        # calibrated is linear (a roofline calibration resolves to roofline)
+        time_model=config.time_model if config.time_model in ("ticks", "roofline") else "linear",
+        roofline=None if config.roofline is None else config.roofline.engine_kwargs(),
         iteration_time_ps=config.iteration_time_ps,
         c0_ps=config.c0_ps or 0,
         c_tok_ps=config.c_tok_ps or 0,

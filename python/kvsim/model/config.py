@@ -169,6 +169,8 @@ class SimConfig:
     gpu_memory_utilization: float = default("gpu_memory_utilization")
     kv_cache_bytes: int | None = default("kv_cache_bytes")
     tensor_parallel_size: int = default("tensor_parallel_size")
+    data_parallel_size: int = default("data_parallel_size")
+    enable_expert_parallel: bool = default("enable_expert_parallel")
     kv_cache_dtype: str = default("kv_cache_dtype")
     quantization: str | None = default("quantization")
     enforce_eager: bool = default("enforce_eager")
@@ -193,19 +195,165 @@ class SimConfig:
         self._batch_limits()
         self._check_combinations()
         self._size()
-        if self.time_model == "auto":
-            resolved = "linear" if self.model is not None and self.gpu is not None else "ticks"
-            object.__setattr__(self, "time_model", resolved)
+        self._resolve_time_model()
         if self.time_model == "linear":
             self._fill_linear_coefficients()
         elif self.time_model == "calibrated":
             self._fill_calibrated_coefficients()
-        elif self.calibration is not None:
-            raise InvalidArgumentError(
-                f"calibration {self.calibration!r} needs time_model 'calibrated', not {self.time_model!r}"
-            )
+        elif self.time_model == "roofline":
+            self._fill_roofline()
         if self.swap_ps_per_block is None:
             object.__setattr__(self, "swap_ps_per_block", 0)
+
+    def _resolve_time_model(self) -> None:
+        """`auto`: the roofline when a model and a GPU are named (with a calibration's efficiencies when one
+        is given), else ticks; `calibrated` with a roofline calibration is the roofline. A calibration
+        given to ticks or linear, or a roofline without a model and a GPU, is refused."""
+        named = self.model is not None and self.gpu is not None
+        cal = None
+        if self.calibration is not None:
+            from kvsim.model.sizing import load_calibration
+
+            cal = load_calibration(self.calibration)
+        object.__setattr__(self, "_calibration", cal)
+        kind = getattr(cal, "kind", None)
+        tm = self.time_model
+        if tm == "auto":
+            if kind == "linear":
+                tm = "calibrated"
+            elif kind == "roofline" and not named:
+                raise InvalidArgumentError(
+                    f"calibration {self.calibration!r} holds the roofline's efficiencies: it needs a model and a "
+                    "gpu (--model, --gpu)"
+                )
+            else:
+                tm = "roofline" if named else "ticks"
+        elif tm == "calibrated" and kind == "roofline":
+            tm = "roofline"
+        elif tm in ("ticks", "linear") and cal is not None:
+            raise InvalidArgumentError(
+                f"calibration {self.calibration!r} needs time_model 'roofline', 'calibrated' or 'auto', not {tm!r}"
+            )
+        elif tm == "roofline" and kind == "linear":
+            raise InvalidArgumentError(
+                f"calibration {self.calibration!r} holds linear coefficients (python -m kvsim.gpu.validate): it "
+                "needs time_model 'calibrated', not 'roofline'"
+            )
+        if tm == "roofline" and not named:
+            raise InvalidArgumentError(
+                "time_model 'roofline' needs a model and a gpu (--model, --gpu) to price a step"
+            )
+        object.__setattr__(self, "time_model", tm)
+
+    def _fill_roofline(self) -> None:
+        """The roofline's integer coefficients (`kvsim.model.timing.roofline_time_model`) for this model on
+        this GPU, with the calibration's efficiencies when given; swap time from PCIe as for `linear`."""
+        from kvsim.model.gpus import resolve as resolve_gpu
+        from kvsim.model.models import resolve
+        from kvsim.model.sizing import linear_time_model
+        from kvsim.model.timing import roofline_time_model
+
+        cal = self._calibration  # type: ignore[attr-defined]
+        gpu = resolve_gpu(self.gpu)
+        eff = None
+        if cal is not None:
+            if cal.gpu is not None and cal.gpu != gpu.name:
+                raise InvalidArgumentError(
+                    f"calibration {self.calibration!r} was fitted on gpu {cal.gpu!r}, not {gpu.name!r}: its "
+                    "efficiencies hold for that GPU only"
+                )
+            eff = cal.efficiencies
+        # Each layer's own kind: a window kept as full attention by the KV-cache manager still attends
+        # over the window.
+        rt = roofline_time_model(
+            resolve(self.model),
+            gpu,
+            tensor_parallel_size=self.tensor_parallel_size,
+            data_parallel_size=self.data_parallel_size,
+            expert_parallel=self.enable_expert_parallel,
+            kv_cache_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
+            quantization=self.quantization,
+            efficiencies=eff,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+        )
+        object.__setattr__(self, "_roofline", rt)
+        if self.swap_ps_per_block is None:
+            tm = linear_time_model(
+                self._served_model(),
+                self.gpu,
+                block_size=self.block_size,
+                kv_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
+                tensor_parallel_size=self.tensor_parallel_size,
+            )
+            object.__setattr__(self, "swap_ps_per_block", int(tm.swap_ps_per_block))
+
+    def with_roofline(self, roofline: Any) -> SimConfig:
+        """A copy whose steps are timed by `roofline` (a `kvsim.model.timing.RooflineTimeModel` of
+        hand-set coefficients; no model or GPU needed), everything else unchanged. `replace` keeps them
+        unless it changes `time_model`; `to_dict` names the time model, not these coefficients.
+
+        Raises:
+            InvalidArgumentError: not a `RooflineTimeModel`.
+        """
+        from kvsim.model.timing import RooflineTimeModel
+
+        if not isinstance(roofline, RooflineTimeModel):
+            raise InvalidArgumentError(
+                f"roofline {roofline!r} must be a kvsim.model.timing.RooflineTimeModel"
+            )
+        new = dataclasses.replace(self)
+        object.__setattr__(new, "_given", self._given)  # type: ignore[attr-defined]
+        object.__setattr__(new, "time_model", "roofline")
+        object.__setattr__(new, "_roofline", roofline)
+        object.__setattr__(new, "_hand_roofline", roofline)
+        return new
+
+    def time_line(self) -> str:
+        """What a step costs, one line (`kvsim run` prints it under the pool line): `time: roofline of
+        llama-3-8b on h100-80gb, datasheet figures (...): a step of 64 decodes at 1,024 tokens 9.5 ms, a
+        prefill chunk of 2,048 tokens 38.1 ms`; ticks say they are ticks."""
+        from kvsim.model.units import fmt_duration_ps
+
+        if self.time_model == "ticks":
+            return (
+                f"time: ticks, every step {fmt_duration_ps(self.iteration_time_ps)} (no GPU named: not a GPU's time; "
+                "--model with --gpu prices steps with the roofline)"
+            )
+        if self.time_model in ("linear", "calibrated"):
+            assert self.c0_ps is not None
+            assert self.c_tok_ps is not None
+            assert self.c_ctx_ps is not None
+            what = f"calibration {self.calibration}" if self.time_model == "calibrated" else "linear"
+            return (
+                f"time: {what}: {fmt_duration_ps(self.c0_ps)} a step + {fmt_duration_ps(self.c_tok_ps)} a token + "
+                f"{fmt_duration_ps(self.c_ctx_ps)} a context token read"
+            )
+        rt = self.roofline
+        model = getattr(self.model, "name", self.model)
+        gpu = getattr(self.gpu, "name", self.gpu)
+        if getattr(self, "_hand_roofline", None) is not None:
+            head = "time: roofline of hand-set coefficients"
+        elif self.calibration is not None:
+            head = f"time: roofline of {model} on {gpu}, calibration {self.calibration}"
+        else:
+            head = (
+                f"time: roofline of {model} on {gpu}, datasheet figures (efficiencies 1: an optimistic bound; "
+                "--calibration NAME for a profiled GPU's)"
+            )
+        seqs = min(64, self.max_num_seqs)
+        chunk = min(2048, self.max_num_batched_tokens)
+        decode = rt.step_ps([(1024, 1)] * seqs)
+        prefill = rt.step_ps([(chunk, chunk)])
+        return (
+            f"{head}: a step of {seqs} decodes at 1,024 tokens {fmt_duration_ps(decode)}, a prefill chunk of "
+            f"{chunk:,} tokens {fmt_duration_ps(prefill)}"
+        )
+
+    @property
+    def roofline(self) -> Any:
+        """The roofline's coefficients (`kvsim.model.timing.RooflineTimeModel`) under `time_model="roofline"`,
+        else None."""
+        return getattr(self, "_roofline", None)
 
     def _batch_limits(self) -> None:
         """`max_num_seqs` and `max_num_batched_tokens` left unset. With a GPU named they take what `vllm serve`
@@ -310,6 +458,8 @@ class SimConfig:
             quantization=self.quantization,
             enforce_eager=self.enforce_eager,
             cudagraph_memory_bytes=self.cudagraph_memory_bytes,
+            data_parallel_size=self.data_parallel_size,
+            enable_expert_parallel=self.enable_expert_parallel,
         )
         object.__setattr__(self, "_pool", pool)
         object.__setattr__(self, "num_blocks", pool.num_blocks)
@@ -503,9 +653,9 @@ class SimConfig:
                 "time_model 'calibrated' needs calibration: a shipped name (kvsim.sizing.calibrations()) "
                 "or the path of a calibration JSON"
             )
-        from kvsim.model.sizing import linear_time_model, load_calibration
+        from kvsim.model.sizing import linear_time_model
 
-        cal = load_calibration(self.calibration)
+        cal = self._calibration  # type: ignore[attr-defined]
         model = getattr(self.model, "name", self.model)
         if model is not None and model != cal.model:
             raise InvalidArgumentError(
@@ -562,7 +712,9 @@ class SimConfig:
         """A copy with some fields changed (validated again; derived fields are derived again)."""
         given: dict[str, Any] = self._given  # type: ignore[attr-defined]
         kept = {name: value for name, value in given.items() if name not in changes}
-        return dataclasses.replace(self, **{**kept, **changes})
+        new = dataclasses.replace(self, **{**kept, **changes})
+        hand = getattr(self, "_hand_roofline", None)
+        return new.with_roofline(hand) if hand is not None and "time_model" not in changes else new
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, resolved (the sized `num_blocks`, the time model's coefficients), models and GPUs

@@ -38,6 +38,8 @@ class Gpu:
         source: where the numbers come from.
         fp8_flops: peak dense fp8 tensor FLOP/s (0: no fp8 tensor cores).
         fp4_flops: peak dense fp4 tensor FLOP/s (0: no fp4 tensor cores).
+        peer_bandwidth: the GPU-to-GPU link (NVLink, Infinity Fabric), one direction, bytes per second,
+            what tensor- and expert-parallel collectives cross; 0: none, they cross the host link (PCIe).
     """
 
     name: str
@@ -48,12 +50,21 @@ class Gpu:
     source: str = ""
     fp8_flops: float = 0.0
     fp4_flops: float = 0.0
+    peer_bandwidth: float = 0.0
 
 
 def _g(
-    name: str, mem: int, bw: float, bf16: float, link: float, source: str, fp8: float = 0.0, fp4: float = 0.0
+    name: str,
+    mem: int,
+    bw: float,
+    bf16: float,
+    link: float,
+    source: str,
+    fp8: float = 0.0,
+    fp4: float = 0.0,
+    peer: float = 0.0,
 ) -> Gpu:
-    return Gpu(name, mem, bw, bf16, link, source, fp8, fp4)
+    return Gpu(name, mem, bw, bf16, link, source, fp8, fp4, peer)
 
 
 GPUS: dict[str, Gpu] = {
@@ -118,12 +129,29 @@ GPUS: dict[str, Gpu] = {
         # L40S datasheet: 48 GB GDDR6, 864 GB/s, 362.05 TFLOPS bf16 dense (733 with sparsity), 733 fp8
         # dense, PCIe Gen4 x16 (64 GB/s both ways); nvidia-smi reports 46,068 MiB.
         _g("l40s", 46068 * MIB, 864e9, 362.05e12, 32e9, "NVIDIA L40S GPU datasheet", fp8=733e12),
-        # A100 datasheet (SXM4 40GB): 1,555 GB/s, 312 TFLOPS bf16/fp16 dense, PCIe Gen4 64 GB/s (both ways).
-        _g("a100-40gb", 40960 * MIB, 1555e9, 312e12, 32e9, "NVIDIA A100 Tensor Core GPU datasheet"),
-        # A100 datasheet (SXM4 80GB): 2,039 GB/s, 312 TFLOPS dense, PCIe Gen4.
-        _g("a100-80gb", 81920 * MIB, 2039e9, 312e12, 32e9, "NVIDIA A100 Tensor Core GPU datasheet"),
+        # A100 datasheet (SXM4 40GB): 1,555 GB/s, 312 TFLOPS bf16/fp16 dense, PCIe Gen4 64 GB/s (both ways),
+        # NVLink 600 GB/s (both ways).
+        _g(
+            "a100-40gb",
+            40960 * MIB,
+            1555e9,
+            312e12,
+            32e9,
+            "NVIDIA A100 Tensor Core GPU datasheet",
+            peer=300e9,
+        ),
+        # A100 datasheet (SXM4 80GB): 2,039 GB/s, 312 TFLOPS dense, PCIe Gen4, NVLink 600 GB/s.
+        _g(
+            "a100-80gb",
+            81920 * MIB,
+            2039e9,
+            312e12,
+            32e9,
+            "NVIDIA A100 Tensor Core GPU datasheet",
+            peer=300e9,
+        ),
         # H100 datasheet (SXM5 80GB): 3.35 TB/s, 989 TFLOPS bf16 dense (1,979 with sparsity), 1,979 fp8
-        # dense, PCIe Gen5 128 GB/s (both ways); nvidia-smi reports 81,559 MiB.
+        # dense, PCIe Gen5 128 GB/s (both ways), NVLink 900 GB/s (both ways); nvidia-smi reports 81,559 MiB.
         _g(
             "h100-80gb",
             81559 * MIB,
@@ -132,6 +160,7 @@ GPUS: dict[str, Gpu] = {
             64e9,
             "NVIDIA H100 Tensor Core GPU datasheet",
             fp8=1978.9e12,
+            peer=450e9,
         ),
         # H100 datasheet (PCIe 80GB): 2 TB/s, 756 TFLOPS bf16 dense (1,513 with sparsity), 1,513 fp8 dense,
         # PCIe Gen5; nvidia-smi reports 81,559 MiB as for the SXM part.
@@ -144,11 +173,11 @@ GPUS: dict[str, Gpu] = {
             "NVIDIA H100 Tensor Core GPU datasheet (PCIe)",
             fp8=1513e12,
         ),
-        # H20 product brief: 96 GB HBM3, 4.0 TB/s, 148 TFLOPS bf16 dense, 296 fp8 dense, PCIe Gen5 x16;
-        # nvidia-smi reports 97,871 MiB.
-        _g("h20", 97871 * MIB, 4.0e12, 148e12, 64e9, "NVIDIA H20 product brief", fp8=296e12),
-        # H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, 989 TFLOPS bf16 dense, 1,979 fp8 dense, PCIe Gen5;
-        # nvidia-smi reports 143,771 MiB.
+        # H20 product brief: 96 GB HBM3, 4.0 TB/s, 148 TFLOPS bf16 dense, 296 fp8 dense, PCIe Gen5 x16, NVLink
+        # 900 GB/s (both ways); nvidia-smi reports 97,871 MiB.
+        _g("h20", 97871 * MIB, 4.0e12, 148e12, 64e9, "NVIDIA H20 product brief", fp8=296e12, peer=450e9),
+        # H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, 989 TFLOPS bf16 dense, 1,979 fp8 dense, PCIe Gen5,
+        # NVLink 900 GB/s (both ways); nvidia-smi reports 143,771 MiB.
         _g(
             "h200",
             143771 * MIB,
@@ -157,10 +186,11 @@ GPUS: dict[str, Gpu] = {
             64e9,
             "NVIDIA H200 Tensor Core GPU datasheet",
             fp8=1978.9e12,
+            peer=450e9,
         ),
         # HGX B200 datasheet, per GPU (1/8 of the board): 180 GB HBM3e, 7.7 TB/s, 2.25 PFLOPS bf16, 4.5 fp8,
         # 9 fp4 dense (the sheet's 36 / 72 / 144 PFLOPS per 8 GPUs are with sparsity); PCIe Gen6 x16
-        # (128 GB/s each way); nvidia-smi reports 183,359 MiB.
+        # (128 GB/s each way), NVLink 1.8 TB/s per GPU (both ways); nvidia-smi reports 183,359 MiB.
         _g(
             "b200",
             183359 * MIB,
@@ -170,10 +200,12 @@ GPUS: dict[str, Gpu] = {
             "NVIDIA HGX B200 datasheet",
             fp8=4500e12,
             fp4=9000e12,
+            peer=900e9,
         ),
         # GB200 NVL72 datasheet, per GPU (1/72 of the rack): 186 GB HBM3e (13.4 TB / 72), 8 TB/s, 2.5 PFLOPS
         # bf16, 5 fp8, 10 fp4 dense (the sheet's 360 / 720 / 1,440 PFLOPS are with sparsity); host link:
-        # NVLink-C2C to Grace, 900 GB/s both ways. No driver-reported total found: 186 GiB.
+        # NVLink-C2C to Grace, 900 GB/s both ways; NVLink 1.8 TB/s per GPU (both ways) to the other 71. No
+        # driver-reported total found: 186 GiB.
         _g(
             "gb200",
             186 * GIB,
@@ -183,10 +215,11 @@ GPUS: dict[str, Gpu] = {
             "NVIDIA GB200 NVL72 datasheet",
             fp8=5000e12,
             fp4=10000e12,
+            peer=900e9,
         ),
         # AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, 1,307.4 TFLOPS bf16 dense (2,614.9 with
-        # sparsity), 2,614.9 fp8 dense, PCIe Gen5 x16 (128 GB/s both ways). No driver-reported total found:
-        # 192 GiB.
+        # sparsity), 2,614.9 fp8 dense, PCIe Gen5 x16 (128 GB/s both ways), Infinity Fabric 896 GB/s peak
+        # aggregate (7 links, taken as 448 GB/s each way). No driver-reported total found: 192 GiB.
         _g(
             "mi300x",
             192 * GIB,
@@ -195,9 +228,11 @@ GPUS: dict[str, Gpu] = {
             64e9,
             "AMD Instinct MI300X accelerator datasheet",
             fp8=2614.9e12,
+            peer=448e9,
         ),
         # AMD Instinct MI325X datasheet: 256 GB HBM3E, 6 TB/s, 1,307.4 TFLOPS bf16 dense, 2,614.9 fp8 dense,
-        # PCIe Gen5 x16. No driver-reported total found: 256 GiB.
+        # PCIe Gen5 x16, Infinity Fabric 896 GB/s peak aggregate (taken as 448 GB/s each way). No
+        # driver-reported total found: 256 GiB.
         _g(
             "mi325x",
             256 * GIB,
@@ -206,9 +241,11 @@ GPUS: dict[str, Gpu] = {
             64e9,
             "AMD Instinct MI325X accelerator datasheet",
             fp8=2614.9e12,
+            peer=448e9,
         ),
         # AMD Instinct MI355X datasheet: 288 GB HBM3E, 8 TB/s, 2,516.6 TFLOPS bf16 dense, 5,033.2 fp8 and
-        # 10,066.3 fp4 (MXFP4) dense, PCIe Gen5 x16. No driver-reported total found: 288 GiB.
+        # 10,066.3 fp4 (MXFP4) dense, PCIe Gen5 x16 (its Infinity Fabric figure is not recorded here: its
+        # collectives are priced over PCIe). No driver-reported total found: 288 GiB.
         _g(
             "mi355x",
             288 * GIB,
@@ -280,7 +317,7 @@ def get(name: str) -> Gpu:
 
 # A described GPU's fields: (key, unit) -> the Gpu field. Sizes take units (48GiB), rates GB/s or TB/s
 # (bytes per second: 864GB/s), FLOP rates TFLOPS as a plain number.
-SPEC_KEYS = ("name", "memory", "bandwidth", "tflops", "fp8_tflops", "fp4_tflops", "link")
+SPEC_KEYS = ("name", "memory", "bandwidth", "tflops", "fp8_tflops", "fp4_tflops", "link", "peer_link")
 
 
 def _rate(key: str, value: Any, where: str) -> float:
@@ -323,7 +360,8 @@ def _tflops(key: str, value: Any, where: str, required: bool) -> float:
 
 def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None) -> Gpu:
     """A `Gpu` from a description: `memory` (a size: `48GiB`), `bandwidth` (`864GB/s`), `tflops` (dense
-    bf16), `fp8_tflops`, `fp4_tflops`, `link` (host link, one direction: `32GB/s`), `name`. With `base` (a
+    bf16), `fp8_tflops`, `fp4_tflops`, `link` (host link, one direction: `32GB/s`), `peer_link` (GPU-to-GPU link such as NVLink,
+    one direction; unset: the host link), `name`. With `base` (a
     preset), the keys given replace its figures; without, `memory`, `bandwidth` and `tflops` are needed
     and `link` defaults to PCIe 4.0's 32 GB/s. The same numbers give the same answers as a preset.
 
@@ -357,9 +395,12 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
             fields[attr] = _tflops(key, spec[key], where, False)
     if spec.get("link") is not None:
         fields["pcie_bandwidth"] = _rate("link", spec["link"], where)
+    if spec.get("peer_link") is not None:
+        fields["peer_bandwidth"] = _rate("peer_link", spec["peer_link"], where)
     fields.setdefault("pcie_bandwidth", 32e9)
     fields.setdefault("fp8_flops", 0.0)
     fields.setdefault("fp4_flops", 0.0)
+    fields.setdefault("peer_bandwidth", 0.0)
     name = spec.get("name") or (f"{base.name}-custom" if base is not None else "custom-gpu")
     if not isinstance(name, str) or not name.strip():
         raise InvalidArgumentError(f"{where}: name {name!r} must be a non-empty string")

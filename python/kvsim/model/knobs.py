@@ -47,9 +47,10 @@ CLUSTER_KNOBS = (
     "router_weights",
     "router_tie_break",
 )
-# `auto` resolves to `linear` (the roofline of kvsim.sizing) when a model and a GPU are named, else to
-# `ticks`; the engines only ever see a resolved model. Other time models extend this tuple.
-TIME_MODELS: tuple[str, ...] = ("auto", "ticks", "linear", "calibrated")
+# `auto` resolves to `roofline` (kvsim.model.timing) when a model and a GPU are named, else to `ticks`;
+# `calibrated` is the linear model with a measured calibration's coefficients (or the roofline with a
+# roofline calibration's efficiencies); the engines only ever see ticks, linear or roofline.
+TIME_MODELS: tuple[str, ...] = ("auto", "ticks", "linear", "roofline", "calibrated")
 # vLLM's --kv-cache-dtype values that kvsim models (vLLM 0.33.0's `CacheDType`: auto, float16, bfloat16, fp8,
 # fp8_e4m3, fp8_e5m2; not its scaled and 4-bit formats) and kvsim's short names.
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp16", "bf16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -361,8 +362,10 @@ KNOBS: dict[str, Knob] = {
     "time_model": Knob(
         "auto",
         "choice",
-        "auto (linear when model and gpu are named, else ticks), ticks (every iteration takes "
-        "iteration_time_ps) or linear (c0 + c_tok*tokens + c_ctx*context, the roofline of model on gpu)",
+        "auto (roofline when model and gpu are named, else ticks), ticks (every iteration takes "
+        "iteration_time_ps: times are ticks, not a GPU's), roofline (per operator the larger of its memory and "
+        "compute time on gpu, DESIGN.md §Time model), linear (c0 + c_tok*tokens + c_ctx*context) or "
+        "calibrated (a calibration's linear coefficients)",
         choices=TIME_MODELS,
     ),
     "iteration_time_ps": Knob(
@@ -461,6 +464,25 @@ KNOBS: dict[str, Knob] = {
         metavar="N",
         flags=("-tp",),
     ),
+    "data_parallel_size": Knob(
+        1,
+        "int",
+        "vLLM's --data-parallel-size: engine ranks serving the model side by side; kvsim simulates one rank "
+        "(--replicas N for all of them); with enable_expert_parallel the experts are spread over tp x dp GPUs "
+        "and every rank's tokens reach them",
+        lo=1,
+        hi=1 << 16,
+        unit="ranks",
+        metavar="N",
+        flags=("-dp",),
+    ),
+    "enable_expert_parallel": Knob(
+        False,
+        "bool",
+        "vLLM's --enable-expert-parallel: a mixture-of-experts model's experts lie whole on tp x dp GPUs (the "
+        "weights per GPU, and the roofline's all-gather and reduce-scatter of hidden states per MoE layer)",
+        flags=("-ep",),
+    ),
     "kv_cache_dtype": Knob(
         "auto",
         "choice",
@@ -510,8 +532,9 @@ KNOBS: dict[str, Knob] = {
     "calibration": Knob(
         None,
         "text",
-        "time_model calibrated: a shipped calibration's name (kvsim.sizing.calibrations()) or the path of a "
-        "calibration JSON written by python -m kvsim.gpu.validate",
+        "a shipped calibration's name (kvsim.sizing.calibrations()) or the path of a calibration JSON: the "
+        "roofline's efficiencies fitted by kvsim calibrate (for its GPU, any model), or the linear coefficients "
+        "of python -m kvsim.gpu.validate (time_model calibrated)",
         optional=True,
         metavar="NAME|PATH",
     ),

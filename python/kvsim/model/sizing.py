@@ -86,6 +86,25 @@ def _shard(m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int) -> M
     )
 
 
+def expert_parallel_weight_bytes(
+    model: Model | str, quantization: str | None, tensor_parallel_size: int, data_parallel_size: int
+) -> int:
+    """One GPU's weights under vLLM's expert parallelism (`--enable-expert-parallel`): the routed experts
+    lie whole on `tp · dp` GPUs, the rest is split by `tp` as without it."""
+    from kvsim.model.timing import weight_groups
+
+    m = resolve_model(model)
+    experts = weight_groups(m, quantization)["experts"].bytes
+    rest = m.with_quantization(quantization).param_bytes - experts
+    ep = tensor_parallel_size * data_parallel_size
+    if m.num_experts % ep:
+        raise InvalidArgumentError(
+            f"expert parallelism over {ep} GPUs (tensor_parallel_size × data_parallel_size) does not divide "
+            f"{m.name}'s {m.num_experts} experts"
+        )
+    return -(-rest // tensor_parallel_size) + -(-experts // ep)
+
+
 def kv_bytes_per_token(
     model: Model | str, kv_cache_dtype: str | None = None, tensor_parallel_size: int = 1
 ) -> int:
@@ -246,6 +265,8 @@ def size_pool(
     quantization: str | None = None,
     enforce_eager: bool = False,
     cudagraph_memory_bytes: int | None = None,
+    data_parallel_size: int = 1,
+    enable_expert_parallel: bool = False,
 ) -> PoolSizing:
     """The pool of a configuration: `num_blocks` if given, else from `kv_cache_bytes`, else from the GPU.
 
@@ -264,6 +285,18 @@ def size_pool(
     """
     base = resolve_model(model).with_quantization(quantization) if model is not None else None
     m = _shard(base, kv_cache_dtype, tensor_parallel_size) if base is not None else None
+    ep_weights = None
+    if (
+        model is not None
+        and m is not None
+        and base is not None
+        and enable_expert_parallel
+        and base.num_experts
+    ):
+        ep_weights = expert_parallel_weight_bytes(
+            model, quantization, tensor_parallel_size, data_parallel_size
+        )
+        m = dataclasses.replace(m, weight_bytes=ep_weights)
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     tp = tensor_parallel_size
     layout = None
@@ -341,6 +374,7 @@ def size_pool(
         activation_reserve_bytes=nonkv.total,
         tensor_parallel_size=tp,
         breakdown=None if nonkv.measured else (nonkv.activation, nonkv.non_torch, nonkv.cudagraph),
+        weight_bytes=ep_weights,
     )
     _check_one_request(kv, m, layout, context, in_flight, "gpu_memory_utilization")
     blocks = _blocks(kv, m, layout, "gpu_memory_utilization")
@@ -418,6 +452,7 @@ def available_kv_bytes(
     activation_reserve_bytes: int = 0,
     tensor_parallel_size: int = 1,
     breakdown: tuple[int, int, int] | None = None,
+    weight_bytes: int | None = None,
 ) -> int:
     """Bytes left for the KV cache on one GPU: `floor(memory · utilization) − weights / tp − non-KV memory`
     (`activation_reserve_bytes`: activations, non-torch memory and CUDA graphs together; `breakdown`, the
@@ -431,6 +466,8 @@ def available_kv_bytes(
     assert g is not None
     tp = tensor_parallel_size
     m = _shard(m, None, tp)
+    if weight_bytes is not None:  # one GPU's weights under expert parallelism
+        m = dataclasses.replace(m, weight_bytes=weight_bytes)
     if not 0 < gpu_memory_utilization <= 1:
         raise InvalidArgumentError(f"gpu_memory_utilization {gpu_memory_utilization} must lie in (0, 1]")
     if activation_reserve_bytes < 0:
@@ -635,6 +672,32 @@ class Calibration:
     c_tok_ps: int
     c_ctx_ps: int
     path: str
+    kind: str = "linear"
+
+
+@dataclass(frozen=True)
+class RooflineCalibration:
+    """The roofline's efficiencies fitted to a GPU's measured profiles (`kvsim calibrate`): they hold for
+    that GPU and any model (DESIGN.md §Time model).
+
+    Attributes:
+        name: the calibration's name (`<gpu>-<profiled model>`, or what `--name` gave).
+        gpu: the GPU preset it was fitted on (the roofline refuses it on another).
+        model: the model whose profile was fitted (the efficiencies apply to any).
+        efficiencies: `kvsim.model.timing.Efficiencies`.
+        source: the profile (format and files) it was fitted to.
+        fit: the fit's error on the rows fitted and on the held-out rows.
+        path: the file it was read from.
+    """
+
+    name: str
+    gpu: str
+    model: str
+    efficiencies: Any
+    source: str
+    fit: dict[str, Any]
+    path: str
+    kind: str = "roofline"
 
 
 def calibrations() -> list[str]:
@@ -642,8 +705,10 @@ def calibrations() -> list[str]:
     return sorted(p.stem for p in CALIBRATION_DIR.glob("*.json"))
 
 
-def load_calibration(name_or_path: str | Path) -> Calibration:
-    """A shipped calibration by name (`h200-llama-3-8b`) or any calibration JSON by path.
+def load_calibration(name_or_path: str | Path) -> Calibration | RooflineCalibration:
+    """A shipped calibration by name (`rtx-pro-6000-llama-3.1-8b`) or any calibration JSON by path: the
+    roofline's efficiencies (`"kind": "roofline"`, written by `kvsim calibrate`) or the linear model's
+    coefficients (written by `python -m kvsim.gpu.validate`).
 
     Raises:
         InvalidArgumentError: an unknown name (the message lists the shipped ones), an unreadable file,
@@ -660,6 +725,8 @@ def load_calibration(name_or_path: str | Path) -> Calibration:
         path = CALIBRATION_DIR / f"{text}.json"
     try:
         data = json.loads(path.read_text())
+        if isinstance(data, dict) and data.get("kind") == "roofline":
+            return _roofline_calibration(text, data, path)
         coef = data["coefficients"]
         values = {k: coef[k] for k in ("c0_ps", "c_tok_ps", "c_ctx_ps")}
         fields = {k: data[k] for k in ("name", "model", "device", "device_kind")}
@@ -675,15 +742,39 @@ def load_calibration(name_or_path: str | Path) -> Calibration:
     return Calibration(**fields, gpu=data.get("gpu_preset"), **values, path=str(path))
 
 
+def _roofline_calibration(text: str, data: dict[str, Any], path: Path) -> RooflineCalibration:
+    from kvsim.model.timing import Efficiencies
+
+    try:
+        fields = {k: data[k] for k in ("name", "gpu", "model")}
+        raw = data["efficiencies"]
+        if not isinstance(raw, dict) or not all(isinstance(v, str) for v in fields.values()):
+            raise TypeError("efficiencies must be an object and name, gpu, model strings")
+        eff = Efficiencies.from_dict(raw, f"calibration {text!r}")
+    except (KeyError, TypeError) as exc:
+        raise InvalidArgumentError(
+            f"calibration {text!r}: not a readable roofline calibration ({exc!r})"
+        ) from None
+    return RooflineCalibration(
+        **fields,
+        efficiencies=eff,
+        source=str(data.get("source", "")),
+        fit=dict(data.get("fit") or {}),
+        path=str(path),
+    )
+
+
 __all__ = [
     "CALIBRATION_DIR",
     "PS_PER_S",
     "Calibration",
     "LinearTimeModel",
     "PoolSizing",
+    "RooflineCalibration",
     "activation_reserve_estimate",
     "available_kv_bytes",
     "calibrations",
+    "expert_parallel_weight_bytes",
     "kv_bytes_per_token",
     "linear_time_model",
     "load_calibration",

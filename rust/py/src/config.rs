@@ -6,7 +6,9 @@ use crate::args::{Origin, block_size_arg, bool_arg, int_arg_named, num_blocks_ar
 use crate::errors::{InternalError, IntoPyResult, invalid};
 use kvsim_core::FreeOrder;
 use kvsim_core::cpu_tier::Eviction;
-use kvsim_core::engine::{EngineConfig, Policy, Preemption, TierConfig, TimeModel};
+use kvsim_core::engine::{
+    AttnClass, AttnKind, EngineConfig, Policy, Preemption, Roofline, TierConfig, TimeModel,
+};
 use kvsim_core::kv_groups::{GroupKind, GroupSpec, Groups};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -14,11 +16,12 @@ use std::cell::Cell;
 
 /// The engine's keyword arguments, in the order their values are checked; `skip_over_budget`,
 /// `watermark_while_running` and `one_free_block` default to false, `max_model_len` may be None,
+/// `roofline` (the roofline's coefficients, a dict) is needed by `time_model` "roofline" only,
 /// `kv_groups` (a hybrid model's groups), `scheduler_block_size`, `retention_interval` and `cpu_tier` (the
 /// CPU tier: (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold, ps_per_block, latency_ps))
 /// are optional;
 /// every other one is required.
-pub(crate) const KNOBS: [&str; 27] = [
+pub(crate) const KNOBS: [&str; 28] = [
     "num_blocks",
     "block_size",
     "policy",
@@ -38,6 +41,7 @@ pub(crate) const KNOBS: [&str; 27] = [
     "c0_ps",
     "c_tok_ps",
     "c_ctx_ps",
+    "roofline",
     "preemption",
     "cpu_blocks",
     "swap_ps_per_block",
@@ -150,6 +154,62 @@ fn kv_groups(k: &Knobs<'_, '_>) -> PyResult<Option<(Vec<GroupSpec>, u64, Option<
     Ok(Some((specs, sched, retention)))
 }
 
+/// The roofline's coefficients (`kvsim.model.timing.RooflineTimeModel.engine_kwargs`): a dict of
+/// non-negative integers, `moe_mem_ps` a list of them and `attention` a list of (kind, window, kv_ps,
+/// flop_ps, mixed_kv_ps) tuples; checked into the core's `Roofline`.
+fn roofline_arg(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Roofline> {
+    let d = v
+        .cast::<PyDict>()
+        .map_err(|_| invalid(format!("{name} {} must be a dict", repr(v))))?;
+    let field = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+        d.get_item(key)?
+            .ok_or_else(|| invalid(format!("{name} has no '{key}'")))
+    };
+    let int = |key: &str| -> PyResult<u64> {
+        u64_arg(
+            int_arg_named(&field(key)?, || format!("{name}['{key}']"))?.value,
+            key,
+        )
+    };
+    let table: Vec<i64> = field("moe_mem_ps")?
+        .extract()
+        .map_err(|_| invalid(format!("{name}['moe_mem_ps'] must be a list of integers")))?;
+    let classes: Vec<(i64, i64, i64, i64, i64)> = field("attention")?.extract().map_err(|_| {
+        invalid(format!(
+            "{name}['attention'] must be a list of (kind, window, kv_ps, flop_ps, mixed_kv_ps) integer tuples"
+        ))
+    })?;
+    let r = Roofline {
+        fixed_ps: int("fixed_ps")?,
+        seq_ps: int("seq_ps")?,
+        tok_ps: int("tok_ps")?,
+        dense_mem_ps: int("dense_mem_ps")?,
+        dense_mem_tok_ps: int("dense_mem_tok_ps")?,
+        dense_flop_tok_ps: int("dense_flop_tok_ps")?,
+        moe_mem_ps: table
+            .into_iter()
+            .map(|x| u64_arg(i128::from(x), "moe_mem_ps"))
+            .collect::<PyResult<_>>()?,
+        moe_flop_tok_ps: int("moe_flop_tok_ps")?,
+        head_mem_ps: int("head_mem_ps")?,
+        head_flop_seq_ps: int("head_flop_seq_ps")?,
+        attention: classes
+            .into_iter()
+            .map(|(kind, window, kv, flop, mixed)| {
+                Ok(AttnClass {
+                    kind: AttnKind::from_code(kind).py()?,
+                    window: u64_arg(i128::from(window), "attention window")?,
+                    kv_ps: u64_arg(i128::from(kv), "attention kv_ps")?,
+                    flop_ps: u64_arg(i128::from(flop), "attention flop_ps")?,
+                    mixed_kv_ps: u64_arg(i128::from(mixed), "attention mixed_kv_ps")?,
+                })
+            })
+            .collect::<PyResult<_>>()?,
+    };
+    r.validate().py()?;
+    Ok(r)
+}
+
 /// The engine's configuration from the knobs in `d` (`KNOBS`; keys in `also` are the caller's own and
 /// skipped). An unknown or missing key, or a value of the wrong type, is an `InvalidArgumentError`
 /// naming the key (and `configs[r]` for a replica), checked before any range; then the ranges, in
@@ -225,6 +285,7 @@ pub(crate) fn engine_config(
     let c0_ps = k.int("c0_ps")?;
     let c_tok_ps = k.int("c_tok_ps")?;
     let c_ctx_ps = k.int("c_ctx_ps")?;
+    let roofline = k.get("roofline")?.filter(|v| !v.is_none());
     let preemption = k.text("preemption")?;
     let cpu_blocks = k.int("cpu_blocks")?;
     let swap_ps_per_block = k.int("swap_ps_per_block")?;
@@ -246,9 +307,15 @@ pub(crate) fn engine_config(
                 c_tok_ps: u64_arg(c_tok_ps, "c_tok_ps")?,
                 c_ctx_ps: u64_arg(c_ctx_ps, "c_ctx_ps")?,
             },
+            "roofline" => {
+                let Some(r) = &roofline else {
+                    return Err(k.origin.missing("roofline"));
+                };
+                TimeModel::Roofline(Box::new(roofline_arg(r, &k.origin.name("roofline"))?))
+            }
             other => {
                 return Err(invalid(format!(
-                    "time_model '{other}' is not one of 'ticks', 'linear'"
+                    "time_model '{other}' is not one of 'ticks', 'linear', 'roofline'"
                 )));
             }
         };

@@ -1,21 +1,26 @@
-"""Time models (DESIGN.md §Engine, step 4; the twin of `rust/core/src/engine/timing.rs`): a step's
-duration, swap time, and the clock's range."""
+"""Time models (DESIGN.md §Engine, step 4, and §Time model; the twin of `rust/core/src/engine/timing.rs`): a
+step's duration, swap time, and the clock's range."""
 
 from __future__ import annotations
 
 from kvsim.model.config import MAX_TIME_PS
+from kvsim.model.timing import FULL, SLIDING, RooflineTimeModel
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
 
 
 class Timing(State):
     """`ticks`: a fixed iteration time; `linear`: c0 + c_tok x batched tokens + c_ctx x context read;
-    both plus the PCIe time of the blocks swapped in the step."""
+    `roofline`: per operator group the larger of its memory and compute time (`roofline_step`); each plus
+    the PCIe time of the blocks swapped in the step."""
 
     def step_time(self, scheduled: list[tuple[Seq, int]]) -> int:
         cfg = self.cfg
         if cfg.time_model == "ticks":
             return cfg.iteration_time_ps + self.swap_time()
+        if cfg.time_model == "roofline":
+            rows = [(s.num_computed, n) for s, n in scheduled]
+            return roofline_step(cfg.roofline, rows) + self.swap_time()
         assert cfg.c0_ps is not None
         assert cfg.c_tok_ps is not None
         assert cfg.c_ctx_ps is not None
@@ -24,9 +29,71 @@ class Timing(State):
         return cfg.c0_ps + cfg.c_tok_ps * tokens + cfg.c_ctx_ps * context + self.swap_time()
 
     def swap_time(self) -> int:
-        """PCIe time of the blocks swapped out or in during this step (both time models)."""
+        """PCIe time of the blocks swapped out or in during this step (every time model)."""
         blocks, self.swap_blocks_step = self.swap_blocks_step, 0
         return blocks * self.cfg.swap_ps_per_block
+
+
+def keys_and_pairs(kind: int, window: int, c: int, n: int) -> tuple[int, int]:
+    """Keys a sequence reads and query-key pairs it forms in one layer of an attention class, when it has
+    `c` tokens computed after the step, `n` of them computed in it (queries at positions c − n .. c − 1):
+    full attention reads all `c` keys and each query attends to position + 1 of them; a sliding window of
+    `w` reads the last `w + n − 1` and each query attends to min(position + 1, w); chunked local attention
+    reads from the start of the first query's chunk of `w` and each query attends to its chunk's keys up
+    to itself."""
+    if kind == FULL:
+        return c, n * c - n * (n - 1) // 2
+    if kind == SLIDING:
+        lo, hi = c - n + 1, c  # each query attends to min(q, w) keys, q = lo .. hi
+        if hi <= window:
+            pairs = (lo + hi) * n // 2
+        elif lo >= window:
+            pairs = window * n
+        else:
+            pairs = (lo + window) * (window - lo + 1) // 2 + (hi - window) * window
+        return min(c, window + n - 1), pairs
+
+    def upto(m: int) -> int:  # pairs of the queries at positions 0 .. m - 1
+        q, r = divmod(m, window)
+        return q * (window * (window + 1) // 2) + r * (r + 1) // 2
+
+    return c - (c - n) // window * window, upto(c) - upto(c - n)
+
+
+def roofline_step(rt: RooflineTimeModel, rows: list[tuple[int, int]]) -> int:
+    """The roofline's picoseconds for a step whose scheduled sequences have (tokens computed after the
+    step, tokens computed in it) = `rows` (DESIGN.md §Time model):
+
+        fixed + seq·S + tok·T + max(dense_mem + dense_mem_tok·T, dense_flop·T)
+        + max(moe_mem[min(T, len − 1)], moe_flop·T) + max(head_mem, head_flop·S)
+        + Σ_class max(kv', flop)·Xd + max(kv·Xp, flop·Yp)
+
+    with T the batched tokens, S the sequences, and per attention class Xd the keys read by sequences
+    computing one token, Xp and Yp the keys read and the query-key pairs of the others; kv' is the class's
+    kv when no sequence prefills (Xp = 0), its mixed_kv otherwise."""
+    tokens = sum(n for _, n in rows)
+    seqs = len(rows)
+    total = (
+        rt.fixed_ps
+        + rt.seq_ps * seqs
+        + rt.tok_ps * tokens
+        + max(rt.dense_mem_ps + rt.dense_mem_tok_ps * tokens, rt.dense_flop_tok_ps * tokens)
+        + max(rt.head_mem_ps, rt.head_flop_seq_ps * seqs)
+    )
+    if rt.moe_mem_ps:
+        total += max(rt.moe_mem_ps[min(tokens, len(rt.moe_mem_ps) - 1)], rt.moe_flop_tok_ps * tokens)
+    for a in rt.attention:
+        xd = xp = yp = 0
+        for c, n in rows:
+            keys, pairs = keys_and_pairs(a.kind, a.window, c, n)
+            if n == 1:
+                xd += keys
+            else:
+                xp += keys
+                yp += pairs
+        decode = max(a.mixed_ps if xp else a.kv_ps, a.flop_ps)
+        total += decode * xd + max(a.kv_ps * xp, a.flop_ps * yp)
+    return total
 
 
 def clock_overflow_message(step: int, t: int) -> str:
@@ -34,5 +101,5 @@ def clock_overflow_message(step: int, t: int) -> str:
     return (
         f"step {step} starting at {t} ps would end past the simulated clock's range of {MAX_TIME_PS} ps "
         "(about 53 days): the time model's coefficients (iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps, "
-        "swap_ps_per_block) are too large for this workload"
+        "the roofline's, swap_ps_per_block) are too large for this workload"
     )

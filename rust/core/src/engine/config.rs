@@ -61,7 +61,7 @@ impl Preemption {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TimeModel {
     /// Every iteration lasts the same number of picoseconds.
     Ticks { iteration_ps: u64 },
@@ -71,6 +71,191 @@ pub enum TimeModel {
         c_tok_ps: u64,
         c_ctx_ps: u64,
     },
+    /// Per operator group the larger of its memory and compute time (DESIGN.md §Time model).
+    Roofline(Box<Roofline>),
+}
+
+/// The largest roofline coefficient (2^40 ps, about 1.1 s; `kvsim.model.knobs.MAX_COEFFICIENT_PS`): with
+/// it the roofline's sums fit 128 bits (`Roofline::base`).
+pub const MAX_COEFFICIENT_PS: u64 = 1 << 40;
+
+/// Attention classes of the roofline: the keys each query attends to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttnKind {
+    /// Every key before it.
+    Full,
+    /// The last `window` keys, itself included.
+    Sliding,
+    /// The keys of its own chunk of `window` tokens, up to itself.
+    Chunked,
+}
+
+impl AttnKind {
+    pub fn from_code(code: i64) -> Result<Self> {
+        Ok(match code {
+            0 => AttnKind::Full,
+            1 => AttnKind::Sliding,
+            2 => AttnKind::Chunked,
+            _ => invalid_arg!(
+                "attention class kind {code} is not 0 (full), 1 (sliding window) or 2 (chunked local)"
+            ),
+        })
+    }
+}
+
+/// One attention class: picoseconds per key read and per query-key pair, its layers summed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnClass {
+    pub kind: AttnKind,
+    pub window: u64,
+    pub kv_ps: u64,
+    pub flop_ps: u64,
+    /// Per key a decoding sequence reads in a step that also prefills (the prefill kernel's path).
+    pub mixed_kv_ps: u64,
+}
+
+impl AttnClass {
+    /// Keys read and query-key pairs of a sequence with `c` tokens computed after a step that computed
+    /// `n` of them (queries at positions c − n .. c − 1; `keys_and_pairs` of the reference).
+    #[inline]
+    pub fn keys_and_pairs(&self, c: u64, n: u64) -> (u128, u128) {
+        let (c, n) = (u128::from(c), u128::from(n));
+        let w = u128::from(self.window);
+        match self.kind {
+            AttnKind::Full => (c, n * c - n * (n - 1) / 2),
+            AttnKind::Sliding => {
+                let (lo, hi) = (c - n + 1, c);
+                let pairs = if hi <= w {
+                    (lo + hi) * n / 2
+                } else if lo >= w {
+                    w * n
+                } else {
+                    (lo + w) * (w - lo + 1) / 2 + (hi - w) * w
+                };
+                (c.min(w + n - 1), pairs)
+            }
+            AttnKind::Chunked => {
+                let upto = |m: u128| (m / w) * (w * (w + 1) / 2) + (m % w) * (m % w + 1) / 2;
+                (c - (c - n) / w * w, upto(c) - upto(c - n))
+            }
+        }
+    }
+
+    /// Per key read by a decoding sequence in a step of decodes only (its keys and pairs are equal).
+    #[inline]
+    pub fn decode_ps(&self) -> u64 {
+        self.kv_ps.max(self.flop_ps)
+    }
+
+    /// The same in a step where some sequence prefills.
+    #[inline]
+    pub fn mixed_decode_ps(&self) -> u64 {
+        self.mixed_kv_ps.max(self.flop_ps)
+    }
+}
+
+/// The roofline's integer coefficients (`kvsim.model.timing.RooflineTimeModel`): a step of `T` tokens
+/// over `S` sequences lasts `fixed + seq·S + tok·T + max(dense_mem + dense_mem_tok·T, dense_flop·T) +
+/// max(moe_mem[min(T, len − 1)], moe_flop·T) + max(head_mem, head_flop·S) + Σ_class max(kv', flop)·Xd +
+/// max(kv·Xp, flop·Yp)` picoseconds (`Xd` the keys read by sequences computing one token, `Xp`, `Yp` the
+/// keys and pairs of the others; `kv'` is `kv`, or `mixed_kv` when some sequence prefills).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Roofline {
+    pub fixed_ps: u64,
+    pub seq_ps: u64,
+    pub tok_ps: u64,
+    pub dense_mem_ps: u64,
+    pub dense_mem_tok_ps: u64,
+    pub dense_flop_tok_ps: u64,
+    /// Picoseconds of the routed experts a batch of `T` tokens touches, by `T` (empty: no experts).
+    pub moe_mem_ps: Vec<u64>,
+    pub moe_flop_tok_ps: u64,
+    pub head_mem_ps: u64,
+    pub head_flop_seq_ps: u64,
+    pub attention: Vec<AttnClass>,
+}
+
+impl Roofline {
+    /// Everything but attention, exactly: every coefficient is at most `MAX_COEFFICIENT_PS` (2^40,
+    /// `validate`), so each product is below 2^104 and their sum fits 128 bits.
+    #[inline]
+    pub fn base(&self, tokens: u64, seqs: u64) -> u128 {
+        let (t, s) = (u128::from(tokens), u128::from(seqs));
+        let w = u128::from;
+        let dense = (w(self.dense_mem_ps) + w(self.dense_mem_tok_ps) * t)
+            .max(w(self.dense_flop_tok_ps) * t);
+        let mut total = w(self.fixed_ps)
+            + w(self.seq_ps) * s
+            + w(self.tok_ps) * t
+            + dense
+            + w(self.head_mem_ps).max(w(self.head_flop_seq_ps) * s);
+        if let Some(&last) = self.moe_mem_ps.last() {
+            let mem = usize::try_from(tokens)
+                .ok()
+                .and_then(|i| self.moe_mem_ps.get(i).copied())
+                .unwrap_or(last);
+            total += w(mem).max(w(self.moe_flop_tok_ps) * t);
+        }
+        total
+    }
+
+    /// A windowed class keeps the engine in full steps: a decoding sequence's keys stop growing at its
+    /// window, so the step time is not affine across a quiet span.
+    pub fn needs_full_steps(&self) -> bool {
+        self.attention.iter().any(|a| a.kind != AttnKind::Full)
+    }
+
+    /// Per key read by a decoding sequence, over the (full-attention) classes.
+    #[inline]
+    pub fn decode_ps(&self) -> u128 {
+        self.attention
+            .iter()
+            .map(|a| u128::from(a.decode_ps()))
+            .sum()
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let scalars = [
+            ("fixed_ps", self.fixed_ps),
+            ("seq_ps", self.seq_ps),
+            ("tok_ps", self.tok_ps),
+            ("dense_mem_ps", self.dense_mem_ps),
+            ("dense_mem_tok_ps", self.dense_mem_tok_ps),
+            ("dense_flop_tok_ps", self.dense_flop_tok_ps),
+            ("moe_flop_tok_ps", self.moe_flop_tok_ps),
+            ("head_mem_ps", self.head_mem_ps),
+            ("head_flop_seq_ps", self.head_flop_seq_ps),
+        ];
+        let classes = self.attention.iter().flat_map(|a| {
+            [
+                ("kv_ps", a.kv_ps),
+                ("flop_ps", a.flop_ps),
+                ("mixed_kv_ps", a.mixed_kv_ps),
+            ]
+        });
+        let table = self.moe_mem_ps.iter().map(|&v| ("moe_mem_ps", v));
+        for (name, v) in scalars.into_iter().chain(classes).chain(table) {
+            if v > MAX_COEFFICIENT_PS {
+                invalid_arg!("roofline {name} {v} must be at most {MAX_COEFFICIENT_PS} ps");
+            }
+        }
+        for a in &self.attention {
+            if (a.kind == AttnKind::Full) != (a.window == 0) {
+                invalid_arg!(
+                    "attention class {:?} with window {}: sliding and chunked classes need a window, full none",
+                    a.kind,
+                    a.window
+                );
+            }
+        }
+        if self.moe_mem_ps.is_empty() && self.moe_flop_tok_ps != 0 {
+            invalid_arg!(
+                "roofline moe_flop_tok_ps {} without a moe_mem_ps table",
+                self.moe_flop_tok_ps
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Plain knobs, one per `SimConfig` field; several are independent on/off switches.
@@ -222,8 +407,12 @@ impl EngineConfig {
                 );
             }
         }
-        if let TimeModel::Ticks { iteration_ps: 0 } = self.time {
-            invalid_arg!("iteration_time_ps 0 must be at least 1");
+        match &self.time {
+            TimeModel::Ticks { iteration_ps: 0 } => {
+                invalid_arg!("iteration_time_ps 0 must be at least 1");
+            }
+            TimeModel::Roofline(r) => r.validate()?,
+            _ => {}
         }
         Ok(())
     }

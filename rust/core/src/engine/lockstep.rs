@@ -239,6 +239,7 @@ impl Engine<'_> {
     pub(super) fn maybe_enter_lockstep(&mut self) {
         if self.running.is_empty()
             || self.cfg.groups.is_some()
+            || matches!(&self.cfg.time, TimeModel::Roofline(r) if r.needs_full_steps())
             || self.running.len() as u64 > self.cfg.max_num_batched_tokens
             || self.one_free_block_binds()
             || (self.tier.is_some() && !self.tier_quiet())
@@ -304,6 +305,7 @@ impl Engine<'_> {
             self.admit_waiting(self.cfg.max_num_batched_tokens - decoding);
         }
         let mut tokens = decoding;
+        let decoding_keys = self.agg.c; // the running sequences' keys, before the admissions join
         for i in 0..self.scheduled.len() {
             let (k, n) = self.scheduled[i];
             tokens += n;
@@ -318,7 +320,11 @@ impl Engine<'_> {
         if self.log.is_some() {
             self.log_schedule(decoding as usize);
         }
-        let mut dt = self.linear_time(tokens, self.agg.c);
+        let mut dt = if matches!(self.cfg.time, TimeModel::Roofline(_)) {
+            self.lockstep_time(tokens, decoding_keys)
+        } else {
+            self.linear_time(tokens, self.agg.c)
+        };
         if self.tier.is_some() {
             // The admitted requests' stores and the finished ones' (the decoding ones offer nothing:
             // `tier_quiet`), and the flush.
@@ -427,22 +433,38 @@ impl Engine<'_> {
     }
 
     /// Step j of a quiet span (from 0) lasts `dt0 + ddt j`: the context read grows by the batch a step.
+    /// The roofline's is affine too: every term but decode attention depends on the batch alone, and
+    /// decode attention is `max(kv, flop)` per key read (full attention only: a window keeps the
+    /// engine out of lockstep). A duration past `i64` (saturated) is past the clock's range: the
+    /// caller leaves such a span to single steps.
     #[inline]
     pub(super) fn quiet_step_lengths(&self) -> (i128, i128) {
         let batch = self.running.len() as u64;
         let wide = |x: u64| i128::from(x);
-        match self.cfg.time {
-            TimeModel::Ticks { iteration_ps } => (wide(iteration_ps), 0),
+        match &self.cfg.time {
+            TimeModel::Ticks { iteration_ps } => (wide(*iteration_ps), 0),
             TimeModel::Linear {
                 c0_ps,
                 c_tok_ps,
                 c_ctx_ps,
             } => (
-                wide(c0_ps)
-                    + wide(c_tok_ps) * wide(batch)
-                    + wide(c_ctx_ps) * wide(self.agg.c + batch),
-                wide(c_ctx_ps) * wide(batch),
+                wide(*c0_ps)
+                    + wide(*c_tok_ps) * wide(batch)
+                    + wide(*c_ctx_ps) * wide(self.agg.c + batch),
+                wide(*c_ctx_ps) * wide(batch),
             ),
+            TimeModel::Roofline(r) => {
+                let dec = r.decode_ps();
+                let keys = u128::from(self.agg.c + batch);
+                let cap =
+                    |x: u128| i128::try_from(x.min(u128::from(u64::MAX))).unwrap_or(i128::MAX);
+                (
+                    cap(r
+                        .base(batch, batch)
+                        .saturating_add(dec.saturating_mul(keys))),
+                    cap(dec.saturating_mul(u128::from(batch))),
+                )
+            }
         }
     }
 

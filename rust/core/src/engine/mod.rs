@@ -29,7 +29,9 @@ mod timing;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use config::{EngineConfig, Policy, Preemption, TierConfig, TimeModel};
+pub use config::{
+    AttnClass, AttnKind, EngineConfig, Policy, Preemption, Roofline, TierConfig, TimeModel,
+};
 pub use input::EngineInput;
 pub(crate) use output::for_each_row_column;
 pub use output::{Counters, EngineOutput, StepDurations};
@@ -119,6 +121,8 @@ pub struct Engine<'a> {
     /// caching on.
     private_from: Vec<u64>,
     agg: Aggregates,
+    /// The roofline's attention sums of the current step, one per class (`timing::AttnSums`).
+    attn_sums: Vec<timing::AttnSums>,
     /// Event sequences touched in the current lockstep step, in admission order.
     touched: Vec<usize>,
     done: Vec<usize>,
@@ -233,6 +237,7 @@ impl<'a> Engine<'a> {
             defer_keys,
             private_from,
             agg: Aggregates::default(),
+            attn_sums: Vec::new(),
             touched: Vec::new(),
             done: Vec::new(),
             peak_held: 0,

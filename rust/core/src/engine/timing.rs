@@ -1,10 +1,92 @@
-//! Time models (DESIGN.md §Engine): a step's duration (ticks, or the linear model over tokens and
-//! context) plus its swap time, and the clock's range.
+//! Time models (DESIGN.md §Engine, §Time model): a step's duration (ticks, the linear model over tokens
+//! and context, or the roofline over the step's per-operator aggregates) plus its swap time, and the
+//! clock's range. The twin of `python/kvsim/reference/engine/timing.py`.
 
+use super::config::{AttnKind, Roofline};
 use super::{Engine, MAX_TIME_PS, TimeModel};
 
+/// A roofline step's attention aggregates, one class's: keys read by sequences computing one token
+/// (`xd`), keys read and query-key pairs of the others (`xp`, `yp`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct AttnSums {
+    pub xd: u128,
+    pub xp: u128,
+    pub yp: u128,
+}
+
+impl Roofline {
+    /// The step's picoseconds, one `AttnSums` per class, saturating at `u64::MAX` (past
+    /// `MAX_TIME_PS`: `record` stops the run).
+    #[inline]
+    pub(super) fn time(&self, tokens: u64, seqs: u64, sums: &[AttnSums]) -> u64 {
+        let mut total = self.base(tokens, seqs);
+        for (a, x) in self.attention.iter().zip(sums) {
+            total = total.saturating_add(a.attention_ps(x));
+        }
+        u64::try_from(total).unwrap_or(u64::MAX)
+    }
+
+    /// The same when every class reads the same keys and pairs (full attention only: lockstep).
+    #[inline]
+    pub(super) fn time_uniform(&self, tokens: u64, seqs: u64, x: &AttnSums) -> u64 {
+        let mut total = self.base(tokens, seqs);
+        for a in &self.attention {
+            total = total.saturating_add(a.attention_ps(x));
+        }
+        u64::try_from(total).unwrap_or(u64::MAX)
+    }
+}
+
+impl super::config::AttnClass {
+    /// `max(kv', flop) · Xd + max(kv · Xp, flop · Yp)`: keys read by decodes are below 2^73 (2^32
+    /// sequences of at most 2^41 tokens), so with coefficients of at most 2^40 the decode and key terms
+    /// fit 128 bits; pairs may not, and saturate.
+    #[inline]
+    fn attention_ps(&self, x: &AttnSums) -> u128 {
+        let per_key = if x.xp > 0 {
+            self.mixed_decode_ps()
+        } else {
+            self.decode_ps()
+        };
+        let decode = u128::from(per_key) * x.xd;
+        if x.xp == 0 {
+            return decode;
+        }
+        let prefill =
+            (u128::from(self.kv_ps) * x.xp).max(u128::from(self.flop_ps).saturating_mul(x.yp));
+        decode.saturating_add(prefill)
+    }
+}
+
 impl Engine<'_> {
+    /// The step's duration and batched tokens, from the scheduled sequences (full steps).
     pub(super) fn step_time(&mut self) -> (u64, u64) {
+        let cfg = self.cfg;
+        if let TimeModel::Roofline(r) = &cfg.time {
+            let mut tokens = 0u64;
+            self.attn_sums.clear();
+            self.attn_sums
+                .resize(r.attention.len(), AttnSums::default());
+            for &(k, n) in &self.scheduled {
+                tokens += n;
+                let c = self.slab[k].num_computed;
+                for (a, x) in r.attention.iter().zip(self.attn_sums.iter_mut()) {
+                    let (keys, pairs) = if a.kind == AttnKind::Full && n == 1 {
+                        (u128::from(c), 0)
+                    } else {
+                        a.keys_and_pairs(c, n)
+                    };
+                    if n == 1 {
+                        x.xd += keys;
+                    } else {
+                        x.xp += keys;
+                        x.yp += pairs;
+                    }
+                }
+            }
+            let dt = r.time(tokens, self.scheduled.len() as u64, &self.attn_sums);
+            return (self.with_swap(dt), tokens);
+        }
         let (mut tokens, mut context) = (0u64, 0u64);
         for &(k, n) in &self.scheduled {
             tokens += n;
@@ -13,13 +95,36 @@ impl Engine<'_> {
         (self.linear_time(tokens, context), tokens)
     }
 
+    /// A lockstep step's duration under the roofline: the running sequences, each computing one token,
+    /// read `xd` keys; the scheduled admissions (`self.scheduled`) add theirs; `tokens` in all. Only
+    /// full-attention classes reach lockstep.
+    pub(super) fn lockstep_time(&mut self, tokens: u64, xd: u64) -> u64 {
+        let cfg = self.cfg;
+        let TimeModel::Roofline(r) = &cfg.time else {
+            unreachable!("ticks and linear take linear_time");
+        };
+        let mut x = AttnSums {
+            xd: u128::from(xd),
+            ..AttnSums::default()
+        };
+        for &(k, n) in &self.scheduled {
+            let c = u128::from(self.slab[k].num_computed);
+            if n == 1 {
+                x.xd += c;
+            } else {
+                let n = u128::from(n);
+                x.xp += c;
+                x.yp += n * c - n * (n - 1) / 2;
+            }
+        }
+        let dt = r.time_uniform(tokens, self.running.len() as u64, &x);
+        self.with_swap(dt)
+    }
+
     /// The step's duration: the time model, plus PCIe time for the blocks swapped out or in.
     pub(super) fn linear_time(&mut self, tokens: u64, context: u64) -> u64 {
-        let swap =
-            std::mem::take(&mut self.swap_blocks_step).saturating_mul(self.cfg.swap_ps_per_block);
-        // Saturating: a step too long for the clock (`MAX_TIME_PS`) stops the run in `record`.
-        swap.saturating_add(match self.cfg.time {
-            TimeModel::Ticks { iteration_ps } => iteration_ps,
+        let dt = match &self.cfg.time {
+            TimeModel::Ticks { iteration_ps } => *iteration_ps,
             TimeModel::Linear {
                 c0_ps,
                 c_tok_ps,
@@ -27,7 +132,20 @@ impl Engine<'_> {
             } => c0_ps
                 .saturating_add(c_tok_ps.saturating_mul(tokens))
                 .saturating_add(c_ctx_ps.saturating_mul(context)),
-        })
+            TimeModel::Roofline(_) => {
+                unreachable!("the roofline is timed by step_time / lockstep_time")
+            }
+        };
+        self.with_swap(dt)
+    }
+
+    /// `dt` plus the PCIe time of the blocks swapped in this step (saturating: a step too long for the
+    /// clock stops the run in `record`).
+    #[inline]
+    fn with_swap(&mut self, dt: u64) -> u64 {
+        let swap =
+            std::mem::take(&mut self.swap_blocks_step).saturating_mul(self.cfg.swap_ps_per_block);
+        swap.saturating_add(dt)
     }
 }
 
@@ -36,6 +154,6 @@ pub(super) fn clock_overflow_message(step: u64, t: i64) -> String {
     format!(
         "step {step} starting at {t} ps would end past the simulated clock's range of {MAX_TIME_PS} ps \
          (about 53 days): the time model's coefficients (iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps, \
-         swap_ps_per_block) are too large for this workload"
+         the roofline's, swap_ps_per_block) are too large for this workload"
     )
 }

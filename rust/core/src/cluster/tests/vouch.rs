@@ -95,6 +95,7 @@ fn a_replica_vouches_only_for_what_stepping_shows() {
         c_tok_ps: 3_000_000,
         c_ctx_ps: 1_000_000,
     };
+    let roofline = test_roofline();
     let reads = [
         RouterReads::default(),
         RouterReads {
@@ -113,15 +114,16 @@ fn a_replica_vouches_only_for_what_stepping_shows() {
         (24, None),
         (200, None),
         (1000, None),
-        (40, Some(linear)),
+        (40, Some(linear.clone())),
         (200, Some(linear)),
+        (200, Some(roofline)),
     ] {
         let mut cfg = EngineConfig {
             max_num_seqs: 8,
             ..EngineConfig::for_tests(blocks, 4)
         };
-        if let Some(t) = time {
-            cfg.time = t;
+        if let Some(t) = &time {
+            cfg.time = t.clone();
         }
         // The keys of a prompt on shared prefix 2 (32 tokens) and a tail of its own.
         let mut keys = Vec::new();
@@ -234,10 +236,11 @@ fn the_lazy_driver_steps_less_and_picks_the_same() {
             c_tok_ps: 3_000_000,
             c_ctx_ps: 1_000_000,
         },
+        test_roofline(),
     ] {
         let cfg = EngineConfig {
             max_num_seqs: 16,
-            time,
+            time: time.clone(),
             ..EngineConfig::for_tests(120, 4)
         };
         let cfgs = vec![cfg; 4];
@@ -251,4 +254,29 @@ fn the_lazy_driver_steps_less_and_picks_the_same() {
             }
         }
     }
+}
+
+/// A roofline whose dense term crosses from memory- to compute-bound within a step's tokens, with an
+/// experts table and one full-attention class (quiet spans stay affine).
+fn test_roofline() -> TimeModel {
+    use crate::engine::{AttnClass, AttnKind, Roofline};
+    TimeModel::Roofline(Box::new(Roofline {
+        fixed_ps: 200_000_000,
+        seq_ps: 1_000_000,
+        tok_ps: 500_000,
+        dense_mem_ps: 300_000_000,
+        dense_mem_tok_ps: 10_000,
+        dense_flop_tok_ps: 20_000_000,
+        moe_mem_ps: vec![0, 50_000_000, 90_000_000, 120_000_000],
+        moe_flop_tok_ps: 5_000_000,
+        head_mem_ps: 40_000_000,
+        head_flop_seq_ps: 2_000_000,
+        attention: vec![AttnClass {
+            kind: AttnKind::Full,
+            window: 0,
+            kv_ps: 900_000,
+            flop_ps: 400_000,
+            mixed_kv_ps: 2_000_000,
+        }],
+    }))
 }

@@ -1,0 +1,798 @@
+"""`kvsim calibrate`: the roofline's efficiencies fitted to measured profiles (DESIGN.md §Time model).
+
+A profile is a set of measured operator (or step) times. Each is predicted by the roofline's own terms
+(`kvsim.model.timing`) for the operator's shape on the profiled GPU, and the efficiencies (and fixed
+costs) are fitted to minimise the mean squared log ratio of predicted to measured time, per operator
+family (each family weighs the same, whatever its rows). Every `holdout_every`-th row of a family is
+held out of the fit, and the report gives the median and 90th-percentile relative error on the fitted
+and on the held-out rows. Formats (`read_profile`, `--format`):
+
+- `llmservingsim`: LLMServingSim's per-layer profiles of vLLM (casys-kaist/LLMServingSim,
+  `profiles/<gpu>/<model>/`: `meta.yaml` and `tp<N>/dense.csv` (`layer, tokens, time_us`: the four
+  projections fit `gemm_memory`, `gemm_compute` and a kernel floor; the elementwise kernels are
+  predicted, not fitted), `attention.csv` (`prefill_chunk, kv_prefill, n_decode, kv_decode, time_us`, one
+  layer's attention for one prefill chunk and `n_decode` decodes: `attention_memory`,
+  `attention_compute` and the attention kernel's floor), `per_sequence.csv` (`layer, sequences,
+  time_us`: the LM head joins the projections; the sampler gives the per-sequence overhead and its
+  fixed cost));
+- `vidur`: Vidur's per-operator CSV (microsoft/vidur: `time_stats.<op>.median` in ms against
+  `num_tokens` and `num_tensor_parallel_workers`; `attn_pre_proj`, `attn_post_proj`, `mlp_up_proj`,
+  `mlp_down_proj` fit the projections, the elementwise operators are predicted);
+- `splitwise`: Splitwise's batch timings (Mutinifni/splitwise-sim `perf_model.csv`: `prompt_time` of a
+  batch of prompts and `token_time` of a decode step, ms, by tensor parallelism): whole steps, priced by
+  the full roofline, fit `gemm_memory`, `gemm_compute`, `attention_memory`, the collective latency and
+  the step overhead;
+- `gpu-validate`: the step timings of `python -m kvsim.gpu.validate` (`results/gpu_validation.json`:
+  its `calibration.grid`, one decoder layer times the layers plus the LM head): whole steps, as Splitwise's.
+
+The fit is a Nelder-Mead search (numpy only) over the efficiencies in (0, 1] and the overheads at least 0,
+from the datasheet's efficiencies; it is deterministic.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.gpus import Gpu
+from kvsim.model.gpus import resolve as resolve_gpu
+from kvsim.model.models import Model
+from kvsim.model.models import resolve as resolve_model
+from kvsim.model.timing import Efficiencies, RooflineTimeModel, roofline_time_model
+
+FORMATS = ("llmservingsim", "vidur", "splitwise", "gpu-validate")
+PS = 1e12
+# The profiles' names for GPUs and models, and kvsim's presets.
+GPU_NAMES = {
+    "rtxpro6000": "rtx-pro-6000",
+    "rtx4090": "rtx-4090",
+    "a100": "a100-80gb",  # Vidur's A100: its projections stream weights at up to 1.65 TB/s, above the 40GB's 1.555
+    "a100-80gb": "a100-80gb",
+    "h100-80gb": "h100-80gb",
+}
+MODEL_NAMES = {"llama2-70b": "llama-2-70b", "meta-llama-3-8b": "llama-3-8b"}
+
+
+@dataclass
+class Family:
+    """One operator family's rows: the features its prediction reads (numpy columns), the measured
+    seconds, and a label per row (the operator's name)."""
+
+    name: str
+    seconds: np.ndarray
+    features: dict[str, np.ndarray]
+    label: np.ndarray
+
+
+@dataclass
+class Profile:
+    """A parsed profile: its GPU and model presets, its families, and where it came from."""
+
+    gpu: Gpu
+    model: Model
+    source: str
+    families: list[Family]
+    fmt: str
+    tensor_parallel_size: int = 1
+    steps: list[tuple[int, list[tuple[int, int]], float, str]] = field(default_factory=list)
+
+
+# -- readers ---------------------------------------------------------------------------------------------
+
+
+def _preset_gpu(name: str, where: str) -> Gpu:
+    key = re.sub(r"[^a-z0-9-]", "", name.lower())
+    if key in GPU_NAMES:
+        return resolve_gpu(GPU_NAMES[key])
+    try:
+        return resolve_gpu(name)
+    except InvalidArgumentError:
+        raise InvalidArgumentError(
+            f"{where}: GPU {name!r} is not a kvsim preset; give --gpu NAME (a preset or a GPU file)"
+        ) from None
+
+
+def _preset_model(name: str, where: str) -> Model:
+    last = name.split("/")[-1].lower()
+    for candidate in (MODEL_NAMES.get(last), last):
+        if candidate:
+            try:
+                return resolve_model(candidate)
+            except InvalidArgumentError:
+                continue
+    raise InvalidArgumentError(f"{where}: model {name!r} is not a kvsim preset; give --model NAME")
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError as exc:
+        raise InvalidArgumentError(f"profile {path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def _num(row: dict[str, str], key: str, where: str) -> float:
+    try:
+        v = float(row[key])
+    except (KeyError, TypeError, ValueError):
+        raise InvalidArgumentError(f"{where}: column {key!r} missing or not a number in {row}") from None
+    if not math.isfinite(v) or v < 0:
+        raise InvalidArgumentError(f"{where}: column {key!r} {row[key]!r} must be a number at least 0")
+    return v
+
+
+def _meta(path: Path) -> dict[str, str]:
+    """The top-level `key: value` lines of LLMServingSim's meta.yaml."""
+    out: dict[str, str] = {}
+    try:
+        text = path.read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        m = re.match(r"^([A-Za-z_]+):\s*(.+?)\s*$", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip("'\"")
+    return out
+
+
+def _gemm_shapes(m: Model, tp: int) -> dict[str, tuple[int, int]]:
+    """(output, input) features of a Llama-like layer's projections and LM head on one of `tp` GPUs."""
+    h, d = m.hidden_size, m.head_dim
+    q, kv = m.num_attention_heads * d // tp, max(1, m.num_kv_heads // tp) * d
+    ffn = m.intermediate_size // tp
+    return {
+        "qkv_proj": (q + 2 * kv, h),
+        "o_proj": (h, q),
+        "gate_up_proj": (2 * ffn, h),
+        "down_proj": (h, ffn),
+        "lm_head": (m.vocab_size // tp, h),
+    }
+
+
+def _elementwise_bytes(m: Model, tp: int, op: str) -> int:
+    """Bytes one token moves through an elementwise kernel (16-bit activations: read and write)."""
+    h, d = m.hidden_size, m.head_dim
+    q, kv = m.num_attention_heads * d // tp, max(1, m.num_kv_heads // tp) * d
+    return (
+        2
+        * {
+            "act_fn": 3 * m.intermediate_size // tp,
+            "mlp_act": 3 * m.intermediate_size // tp,
+            "layernorm": 2 * h,
+            "final_layernorm": 2 * h,
+            "input_layernorm": 2 * h,
+            "post_attention_layernorm": 2 * h,
+            "rotary_emb": 2 * (q + kv),
+            "attn_rope": 2 * (q + kv),
+            "embedding": 2 * h,
+            "emb": 2 * h,
+            "add": 3 * h,
+        }[op]
+    )
+
+
+def _gemm_family(
+    m: Model, gpu: Gpu, rows: list[tuple[str, int, int, float]], name: str = "projections"
+) -> Family:
+    """Rows (op, tokens, tp, seconds) of matrix multiplications with the model's weights."""
+    wbytes = 2  # the profiles run bf16 weights
+    cols: dict[str, list[float]] = {"bytes": [], "flops": []}
+    secs, labels = [], []
+    for op, tokens, tp, seconds in rows:
+        out, inp = _gemm_shapes(m, tp)[op]
+        cols["bytes"].append(out * inp * wbytes + tokens * (out + inp) * 2)
+        cols["flops"].append(2 * out * inp * tokens)
+        secs.append(seconds)
+        labels.append(op)
+    return Family(
+        name,
+        np.array(secs),
+        {k: np.array(v, dtype=float) for k, v in cols.items()},
+        np.array(labels),
+    )
+
+
+def _elementwise_family(m: Model, rows: list[tuple[str, int, int, float]]) -> Family:
+    secs, labels, nbytes = [], [], []
+    for op, tokens, tp, seconds in rows:
+        nbytes.append(tokens * _elementwise_bytes(m, tp, op))
+        secs.append(seconds)
+        labels.append(op)
+    return Family("elementwise", np.array(secs), {"bytes": np.array(nbytes, dtype=float)}, np.array(labels))
+
+
+def read_llmservingsim(path: Path, gpu: str | None, model: str | None) -> Profile:
+    """LLMServingSim's `profiles/<gpu>/<model>/` folder (module docstring)."""
+    meta = _meta(path / "meta.yaml")
+    where = f"profile {path}"
+    g = resolve_gpu(gpu) if gpu else _preset_gpu(meta.get("hardware") or path.parent.name, where)
+    m = resolve_model(model) if model else _preset_model(meta.get("model") or path.name, where)
+    tps = sorted(p for p in path.glob("tp*") if p.is_dir())
+    if not tps:
+        raise InvalidArgumentError(f"{where}: no tp<N>/ folder of dense.csv, attention.csv, per_sequence.csv")
+    gemm: list[tuple[str, int, int, float]] = []
+    elem: list[tuple[str, int, int, float]] = []
+    att: list[tuple[int, int, int, int, int, float]] = []
+    sampler: list[tuple[int, int, float]] = []
+    files = []
+    for folder in tps:
+        tp = int(folder.name[2:]) if folder.name[2:].isdigit() else 1
+        dense = folder / "dense.csv"
+        for row in _read_csv(dense):
+            op, t, s = (
+                row.get("layer", ""),
+                int(_num(row, "tokens", str(dense))),
+                _num(row, "time_us", str(dense)) / 1e6,
+            )
+            if op in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
+                gemm.append((op, t, tp, s))
+            elif op in ("act_fn", "layernorm", "final_layernorm", "rotary_emb", "embedding"):
+                elem.append((op, t, tp, s))
+        attention = folder / "attention.csv"
+        for row in _read_csv(attention):
+            att.append(
+                (
+                    int(_num(row, "prefill_chunk", str(attention))),
+                    int(_num(row, "kv_prefill", str(attention))),
+                    int(_num(row, "n_decode", str(attention))),
+                    int(_num(row, "kv_decode", str(attention))),
+                    tp,
+                    _num(row, "time_us", str(attention)) / 1e6,
+                )
+            )
+        per_seq = folder / "per_sequence.csv"
+        for row in _read_csv(per_seq):
+            op, n, s = (
+                row.get("layer", ""),
+                int(_num(row, "sequences", str(per_seq))),
+                _num(row, "time_us", str(per_seq)) / 1e6,
+            )
+            if op == "lm_head":
+                gemm.append(("lm_head", n, tp, s))
+            elif op == "sampler":
+                sampler.append((n, tp, s))
+        files.append(folder.name)
+    if not gemm or not att:
+        raise InvalidArgumentError(f"{where}: no projection or attention rows (dense.csv, attention.csv)")
+    families = [_gemm_family(m, g, gemm), _attention_family(m, att)]
+    if sampler:
+        families.append(
+            Family(
+                "sampler",
+                np.array([s for _, _, s in sampler]),
+                {"seqs": np.array([n for n, _, _ in sampler], dtype=float)},
+                np.array(["sampler"] * len(sampler)),
+            )
+        )
+    if elem:
+        families.append(_elementwise_family(m, elem))
+    source = (
+        f"LLMServingSim profile {path.parent.name}/{path.name} ({', '.join(files)}: dense.csv, attention.csv, "
+        "per_sequence.csv; vLLM 0.19.0, eager, bf16)"
+    )
+    return Profile(g, m, source, families, "llmservingsim", int(tps[0].name[2:] or 1))
+
+
+def _attention_family(m: Model, rows: list[tuple[int, int, int, int, int, float]]) -> Family:
+    """One layer's attention: a prefill chunk `pc` over `kp` keys already cached and `nd` decodes over
+    `kd` keys each (their own key added)."""
+    d = m.head_dim
+    cols: dict[str, list[float]] = {"xd": [], "xp": [], "yp": [], "kvb": [], "fl": []}
+    secs = []
+    for pc, kp, nd, kd, tp, s in rows:
+        c = kp + pc
+        cols["xd"].append(nd * (kd + 1))
+        cols["xp"].append(c if pc else 0)
+        cols["yp"].append(pc * c - pc * (pc - 1) // 2 if pc else 0)
+        cols["kvb"].append(2 * max(1, m.num_kv_heads // tp) * d * 2)
+        cols["fl"].append(4 * (m.num_attention_heads // tp) * d)
+        secs.append(s)
+    return Family(
+        "attention",
+        np.array(secs),
+        {k: np.array(v, dtype=float) for k, v in cols.items()},
+        np.array(["attention"] * len(secs)),
+    )
+
+
+VIDUR_OPS = {
+    "attn_pre_proj": "qkv_proj",
+    "attn_post_proj": "o_proj",
+    "mlp_up_proj": "gate_up_proj",
+    "mlp_down_proj": "down_proj",
+}
+VIDUR_ELEMENTWISE = ("emb", "input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
+
+
+def read_vidur(path: Path, gpu: str | None, model: str | None) -> Profile:
+    """Vidur's per-operator CSV of a model's non-attention operators (module docstring). Times are read
+    as milliseconds: the projections' FLOPs at the A100's rate give that unit (the file does not say)."""
+    where = f"profile {path}"
+    stem = path.stem  # a100-meta-llama-3-8b-mlp
+    m_gpu = re.match(r"^([a-z0-9]+)-(.+?)(-mlp|-attention)?$", stem)
+    g = resolve_gpu(gpu) if gpu else _preset_gpu(m_gpu.group(1) if m_gpu else stem, where)
+    m = resolve_model(model) if model else _preset_model(m_gpu.group(2) if m_gpu else stem, where)
+    gemm, elem = [], []
+    for row in _read_csv(path):
+        t = int(_num(row, "num_tokens", where))
+        tp = int(_num(row, "num_tensor_parallel_workers", where))
+        for op, ours in VIDUR_OPS.items():
+            gemm.append((ours, t, tp, _num(row, f"time_stats.{op}.median", where) / 1e3))
+        for op in VIDUR_ELEMENTWISE:
+            elem.append((op, t, tp, _num(row, f"time_stats.{op}.median", where) / 1e3))
+    if not gemm:
+        raise InvalidArgumentError(f"{where}: no rows")
+    source = f"Vidur per-operator profile {path.name} (microsoft/vidur; medians, ms)"
+    return Profile(g, m, source, [_gemm_family(m, g, gemm), _elementwise_family(m, elem)], "vidur")
+
+
+def read_splitwise(path: Path, gpu: str | None, model: str | None) -> list[Profile]:
+    """Splitwise's `perf_model.csv`: one profile per (model, hardware) kvsim has presets for (module
+    docstring); rows of other models or GPUs are skipped and named."""
+    where = f"profile {path}"
+    groups: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for row in _read_csv(path):
+        groups.setdefault((row.get("model", ""), row.get("hardware", "")), []).append(row)
+    out = []
+    for (mname, hw), rows in sorted(groups.items()):
+        try:
+            g = resolve_gpu(gpu) if gpu else _preset_gpu(hw, where)
+            m = resolve_model(model) if model else _preset_model(mname, where)
+        except InvalidArgumentError:
+            continue
+        if gpu and hw != gpu and GPU_NAMES.get(hw) != gpu:
+            continue
+        steps = []
+        for row in rows:
+            prompt = int(_num(row, "prompt_size", where))
+            batch = int(_num(row, "batch_size", where))
+            tokens = int(_num(row, "token_size", where))
+            tp = int(_num(row, "tensor_parallel", where))
+            steps.append((tp, [(prompt, prompt)] * batch, _num(row, "prompt_time", where) / 1e3, "prefill"))
+            if tokens > 1:
+                mid = prompt + tokens // 2  # decode steps' keys grow linearly: the middle step is their mean
+                steps.append((tp, [(mid, 1)] * batch, _num(row, "token_time", where) / 1e3, "decode"))
+        source = f"Splitwise batch timings {path.name} ({mname} on {hw}; Mutinifni/splitwise-sim)"
+        out.append(Profile(g, m, source, [], "splitwise", steps=steps))
+    if not out:
+        raise InvalidArgumentError(f"{where}: no rows of a model and GPU kvsim has presets for")
+    return out
+
+
+def read_gpu_validate(path: Path, gpu: str | None, model: str | None) -> Profile:
+    """`results/gpu_validation.json` of `python -m kvsim.gpu.validate` (its step grid; a CPU run is no
+    calibration and is refused)."""
+    where = f"profile {path}"
+    try:
+        data = json.loads(path.read_text())
+        grid = data["calibration"]["grid"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidArgumentError(f"{where}: not a kvsim.gpu.validate report ({exc!r})") from None
+    if data.get("device_kind") != "cuda" and gpu is None:
+        raise InvalidArgumentError(
+            f"{where}: ran on {data.get('device_kind')!r}, not a GPU: its timings calibrate nothing (give --gpu to "
+            "fit it anyway)"
+        )
+    g = resolve_gpu(gpu) if gpu else _preset_gpu(str(data.get("gpu_preset") or data.get("device", "")), where)
+    m = resolve_model(model) if model else _preset_model(str(data.get("model", "")), where)
+    steps = []
+    for p in grid:
+        rows = [(int(p["context"]) + 1, 1)] * int(p["batch"])
+        if int(p["prefill"]):
+            rows.append((int(p["prefill"]), int(p["prefill"])))
+        steps.append((1, rows, float(p["seconds"]), "step"))
+    return Profile(g, m, f"kvsim.gpu.validate timings {path.name}", [], "gpu-validate", steps=steps)
+
+
+def read_profile(
+    path: str | Path, fmt: str = "auto", gpu: str | None = None, model: str | None = None
+) -> list[Profile]:
+    """The profiles in `path` (a folder or a file) in format `fmt` (`FORMATS`, or `auto`: by what the
+    path holds).
+
+    Raises:
+        InvalidArgumentError: a path that is not there, an unknown format, or rows that do not parse.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InvalidArgumentError(f"profile {p}: no such file or folder")
+    if fmt == "auto":
+        if p.is_dir():
+            fmt = "llmservingsim"
+        elif p.suffix == ".json":
+            fmt = "gpu-validate"
+        else:
+            header = p.read_text(errors="replace").split("\n", 1)[0]
+            fmt = "splitwise" if "prompt_time" in header else "vidur"
+    if fmt not in FORMATS:
+        raise InvalidArgumentError(f"format {fmt!r} is not one of {', '.join(('auto', *FORMATS))}")
+    if fmt == "llmservingsim":
+        if not p.is_dir():
+            raise InvalidArgumentError(
+                f"profile {p}: an LLMServingSim profile is a folder (profiles/<gpu>/<model>)"
+            )
+        return [read_llmservingsim(p, gpu, model)]
+    if fmt == "vidur":
+        return [read_vidur(p, gpu, model)]
+    if fmt == "splitwise":
+        return read_splitwise(p, gpu, model)
+    return [read_gpu_validate(p, gpu, model)]
+
+
+# -- predictions -------------------------------------------------------------------------------------------
+
+# The fitted parameters: efficiencies in (0, 1] and overheads in seconds (at least 0).
+RATE_PARAMS = (
+    "gemm_memory",
+    "gemm_compute",
+    "attention_memory",
+    "attention_compute",
+    "attention_mixed",
+    "link",
+)
+
+
+def predict(f: Family, p: dict[str, float], gpu: Gpu, model: Model) -> np.ndarray:
+    """Seconds the roofline's terms give family `f`'s rows under parameters `p`."""
+    bw, fl = gpu.hbm_bandwidth, gpu.peak_flops
+    x = f.features
+    if f.name == "projections":
+        mem = x["bytes"] / (bw * p["gemm_memory"])
+        comp = x["flops"] / (fl * p["gemm_compute"])
+        return np.maximum(mem, comp) + p["gemm_floor"]
+    if f.name == "elementwise":
+        return x["bytes"] / (bw * p["gemm_memory"]) + p["elementwise_floor"]
+    if f.name == "attention":
+        kv = x["kvb"] / (bw * p["attention_memory"])
+        mixed = x["kvb"] / (bw * p["attention_mixed"])
+        flop = x["fl"] / (fl * p["attention_compute"])
+        decode = np.where(x["xp"] > 0, np.maximum(mixed, flop), np.maximum(kv, flop))
+        return decode * x["xd"] + np.maximum(kv * x["xp"], flop * x["yp"]) + p["attention_floor"]
+    if f.name == "sampler":
+        per = 4 * model.vocab_size / (bw * p["gemm_memory"]) + p["seq_overhead"]
+        return p["sampler_fixed"] + per * x["seqs"]
+    raise AssertionError(f.name)
+
+
+# The fit's stages, in order: a family, the rows of it that isolate the parameters (None: all, each
+# operator weighing the same), the parameters fitted there (the earlier stages' held fixed). Attention's
+# decode-only rows give the KV read rate and the kernel's floor, its prefill-only rows the FLOP rate, its
+# mixed rows (a chunk beside decodes) the decodes' rate there.
+STAGES: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
+    ("projections", None, ("gemm_memory", "gemm_compute", "gemm_floor")),
+    ("attention", "decode only", ("attention_memory", "attention_floor")),
+    ("attention", "prefill only", ("attention_compute",)),
+    ("attention", "mixed", ("attention_mixed",)),
+    ("elementwise", None, ("elementwise_floor",)),
+    ("sampler", None, ("seq_overhead", "sampler_fixed")),
+)
+FAMILY_PARAMS = {
+    fam: tuple(p for f, _, names in STAGES if f == fam for p in names)
+    for fam in ("projections", "attention", "elementwise", "sampler")
+}
+
+
+def _groups(f: Family) -> dict[str, np.ndarray]:
+    """A family's row groups: attention's decode-only, prefill-only and mixed batches; the other families'
+    operators."""
+    if f.name == "attention":
+        x = f.features
+        decode, prefill = x["xp"] == 0, x["xd"] == 0
+        return {"decode only": decode, "prefill only": prefill, "mixed": ~decode & ~prefill}
+    return {op: f.label == op for op in sorted(set(f.label.tolist()))}
+
+
+def _nelder_mead(
+    f: Callable[[np.ndarray], float], x0: np.ndarray, iters: int = 4000, tol: float = 1e-12
+) -> np.ndarray:
+    """Minimises `f` from `x0` (the standard reflection, expansion, contraction and shrink steps)."""
+    n = len(x0)
+    simplex = [x0] + [x0 + np.eye(n)[i] * (0.5 if x0[i] == 0 else 0.25 * abs(x0[i]) + 0.25) for i in range(n)]
+    values = [f(s) for s in simplex]
+    for _ in range(iters):
+        order = np.argsort(values)
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        if abs(values[-1] - values[0]) <= tol * (abs(values[0]) + tol):
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        worst = simplex[-1]
+        xr = centroid + (centroid - worst)
+        fr = f(xr)
+        if fr < values[0]:
+            xe = centroid + 2 * (centroid - worst)
+            fe = f(xe)
+            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = xr, fr
+        else:
+            xc = centroid + 0.5 * (worst - centroid)
+            fc = f(xc)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = xc, fc
+            else:
+                best = simplex[0]
+                simplex = [best + 0.5 * (s - best) for s in simplex]
+                values = [f(s) for s in simplex]
+    return simplex[int(np.argmin(values))]
+
+
+def _to_params(names: Sequence[str], z: np.ndarray) -> dict[str, float]:
+    """Unconstrained `z` to parameters: rates through a logistic into (0, 1], overheads squared (µs)."""
+    out = {}
+    for name, v in zip(names, z, strict=True):
+        if name in RATE_PARAMS:
+            out[name] = float(1 / (1 + math.exp(-v)))
+        else:
+            out[name] = float(v * v) * 1e-6
+    return out
+
+
+def _from_params(names: Sequence[str], p: dict[str, float]) -> np.ndarray:
+    z = []
+    for name in names:
+        v = p[name]
+        if name in RATE_PARAMS:
+            v = min(max(v, 1e-6), 1 - 1e-9)
+            z.append(math.log(v / (1 - v)))
+        else:
+            z.append(math.sqrt(max(v, 0.0) * 1e6))
+    return np.array(z)
+
+
+def _loss(pred: np.ndarray, meas: np.ndarray) -> float:
+    return float(np.mean(np.log(np.maximum(pred, 1e-15) / np.maximum(meas, 1e-15)) ** 2))
+
+
+def _errors(pred: np.ndarray, meas: np.ndarray) -> dict[str, float]:
+    rel = np.abs(pred - meas) / meas
+    if not len(rel):
+        return {"median": float("nan"), "p90": float("nan")}
+    return {"median": float(np.median(rel)), "p90": float(np.quantile(rel, 0.9))}
+
+
+def _split(n: int, every: int) -> tuple[np.ndarray, np.ndarray]:
+    held = (np.arange(n) % every) == every - 1 if every > 1 else np.zeros(n, dtype=bool)
+    return ~held, held
+
+
+START = {
+    "gemm_memory": 0.8,
+    "gemm_compute": 0.8,
+    "attention_memory": 0.8,
+    "attention_compute": 0.6,
+    "attention_mixed": 0.5,
+    "link": 0.8,
+    "gemm_floor": 2e-6,
+    "elementwise_floor": 2e-6,
+    "attention_floor": 5e-6,
+    "seq_overhead": 1e-7,
+    "sampler_fixed": 2e-5,
+    "step_overhead": 1e-3,
+    "collective_hop": 3e-6,
+}
+
+
+@dataclass
+class Calibration:
+    """A fitted calibration: what `kvsim calibrate` prints and writes."""
+
+    name: str
+    gpu: str
+    model: str
+    source: str
+    efficiencies: Efficiencies
+    params: dict[str, float]
+    fit: dict[str, Any]
+    command: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "roofline",
+            "name": self.name,
+            "gpu": self.gpu,
+            "model": self.model,
+            "source": self.source,
+            "command": self.command,
+            "efficiencies": self.efficiencies.to_dict(),
+            "fitted": {k: round(v, 9) for k, v in self.params.items()},
+            "fit": self.fit,
+        }
+
+    def table(self) -> str:
+        """The fit's error per family, then the efficiencies."""
+        lines = [f"calibration {self.name}: {self.source}", ""]
+        head = f"{'family':<14}{'rows':>7}{'held out':>10}{'fit median':>12}{'fit p90':>10}{'held-out median':>17}{'held-out p90':>14}"
+        lines += [head, "-" * len(head)]
+        for fam, e in self.fit["families"].items():
+            mark = ""
+            lines.append(
+                f"{fam:<14}{e['rows']:>7}{e['held_out']:>10}{e['fit']['median']:>12.1%}{e['fit']['p90']:>10.1%}"
+                f"{e['held_out_error']['median']:>17.1%}{e['held_out_error']['p90']:>14.1%}{mark}"
+            )
+        lines += ["", "efficiencies:"]
+        for k, v in self.efficiencies.to_dict().items():
+            lines.append(f"  {k:<20} {v:,.4g}" if isinstance(v, float) else f"  {k:<20} {v:,} ps")
+        return "\n".join(lines)
+
+
+def fit_operators(profile: Profile, holdout_every: int = 5) -> Calibration:
+    """Fits an operator profile (LLMServingSim, Vidur): each family's parameters on its rows, every
+    `holdout_every`-th row held out (module docstring)."""
+    gpu, model = profile.gpu, profile.model
+    params = dict(START)
+    report: dict[str, Any] = {}
+    masks = {f.name: _split(len(f.seconds), holdout_every) for f in profile.families}
+    families = {f.name: f for f in profile.families}
+    fitted: dict[str, float] = {}
+    for fam, group, names in STAGES:
+        f = families.get(fam)
+        if f is None:
+            continue
+        rows = masks[fam][0] & (_groups(f)[group] if group else True)
+        if not rows.any():
+            continue
+        sub = Family(f.name, f.seconds[rows], {k: v[rows] for k, v in f.features.items()}, f.label[rows])
+        strata = [
+            g
+            for g in ([np.ones(len(sub.seconds), dtype=bool)] if group else _groups(sub).values())
+            if g.any()
+        ]
+
+        def loss(
+            z: np.ndarray, names: Sequence[str] = names, sub: Family = sub, strata: list[np.ndarray] = strata
+        ) -> float:
+            pred = predict(sub, {**params, **_to_params(names, z)}, gpu, model)
+            return sum(_loss(pred[g], sub.seconds[g]) for g in strata) / len(strata)
+
+        best = _nelder_mead(loss, _from_params(names, params))
+        params.update(_to_params(names, best))
+        fitted.update({k: params[k] for k in names})
+    for f in profile.families:
+        fit_rows, held = masks[f.name]
+        pred = predict(f, params, gpu, model)
+        per_op = {}
+        for op, sel in _groups(f).items():
+            if sel.any():
+                per_op[op] = _errors(pred[sel], f.seconds[sel])
+        report[f.name] = {
+            "rows": int(fit_rows.sum()),
+            "held_out": int(held.sum()),
+            "fitted": [k for k in FAMILY_PARAMS.get(f.name, ()) if k in fitted],
+            "fit": _errors(pred[fit_rows], f.seconds[fit_rows]),
+            "held_out_error": _errors(pred[held], f.seconds[held]),
+            "operators": per_op,
+        }
+    fams = {f.name for f in profile.families}
+    has = {name: name in fams for name in FAMILY_PARAMS}
+    gemm_floor, elem_floor = params["gemm_floor"], params["elementwise_floor"] if has["elementwise"] else 0.0
+    att_floor = params["attention_floor"] if has["attention"] else 0.0
+    sampler_fixed = params["sampler_fixed"] if has["sampler"] else 0.0
+    eff = Efficiencies(
+        gemm_memory=round(params["gemm_memory"], 4),
+        gemm_compute=round(params["gemm_compute"], 4),
+        attention_memory=round(params["attention_memory"], 4) if has["attention"] else 1.0,
+        attention_compute=round(params["attention_compute"], 4) if has["attention"] else 1.0,
+        attention_mixed=round(params["attention_mixed"], 4) if has["attention"] else 1.0,
+        # Per step: the LM head's floor, the embedding's and the final norm's, the sampler's fixed cost.
+        step_overhead_ps=round((gemm_floor + 2 * elem_floor + sampler_fixed) * PS),
+        # Per layer: four projections, four elementwise kernels (two norms, rotary, activation), attention.
+        layer_overhead_ps=round((4 * gemm_floor + 4 * elem_floor + att_floor) * PS),
+        seq_overhead_ps=round(params["seq_overhead"] * PS) if has["sampler"] else 0,
+    )
+    return Calibration(
+        name=f"{gpu.name}-{model.name}",
+        gpu=gpu.name,
+        model=model.name,
+        source=profile.source,
+        efficiencies=eff,
+        params=fitted,
+        fit={
+            "held_out_every": holdout_every,
+            "objective": "mean squared log ratio, per family",
+            "families": report,
+        },
+    )
+
+
+STEP_PARAMS = ("gemm_memory", "gemm_compute", "attention_memory", "step_overhead", "collective_hop")
+
+
+def _step_model(profile: Profile, p: dict[str, float], tp: int) -> RooflineTimeModel:
+    eff = Efficiencies(
+        gemm_memory=p["gemm_memory"],
+        gemm_compute=p["gemm_compute"],
+        attention_memory=p["attention_memory"],
+        step_overhead_ps=round(p["step_overhead"] * PS),
+        collective_hop_ps=round(p["collective_hop"] * PS),
+    )
+    return roofline_time_model(profile.model, profile.gpu, tensor_parallel_size=tp, efficiencies=eff)
+
+
+def _predict_steps(profile: Profile, p: dict[str, float], idx: np.ndarray) -> np.ndarray:
+    models: dict[int, RooflineTimeModel] = {}
+    out = []
+    for i in idx:
+        tp, rows, _, _ = profile.steps[i]
+        if tp not in models:
+            models[tp] = _step_model(profile, p, tp)
+        out.append(models[tp].step_ps(rows) / PS)
+    return np.array(out)
+
+
+def fit_steps(profile: Profile, holdout_every: int = 5) -> Calibration:
+    """Fits whole-step timings (Splitwise, kvsim.gpu.validate) with the full roofline: `gemm_memory`,
+    `gemm_compute`, `attention_memory`, the step overhead and, with several GPUs, the collective latency."""
+    n = len(profile.steps)
+    fit_rows, held = _split(n, holdout_every)
+    meas = np.array([s for _, _, s, _ in profile.steps])
+    multi = any(tp > 1 for tp, _, _, _ in profile.steps)
+    names = STEP_PARAMS if multi else STEP_PARAMS[:-1]
+    params = dict(START)
+    if not multi:
+        params["collective_hop"] = Efficiencies().collective_hop_ps / PS
+    idx_fit = np.flatnonzero(fit_rows)
+
+    def loss(z: np.ndarray) -> float:
+        return _loss(_predict_steps(profile, {**params, **_to_params(names, z)}, idx_fit), meas[idx_fit])
+
+    best = _nelder_mead(loss, _from_params(names, params), iters=600, tol=1e-9)
+    params.update(_to_params(names, best))
+    pred = _predict_steps(profile, params, np.arange(n))
+    labels = np.array([f"{kind} tp{tp}" for tp, _, _, kind in profile.steps])
+    per = {op: _errors(pred[labels == op], meas[labels == op]) for op in sorted(set(labels.tolist()))}
+    report = {
+        "steps": {
+            "rows": int(fit_rows.sum()),
+            "held_out": int(held.sum()),
+            "fitted": list(names),
+            "fit": _errors(pred[fit_rows], meas[fit_rows]),
+            "held_out_error": _errors(pred[held], meas[held]),
+            "operators": per,
+        }
+    }
+    eff = Efficiencies(
+        gemm_memory=round(params["gemm_memory"], 4),
+        gemm_compute=round(params["gemm_compute"], 4),
+        attention_memory=round(params["attention_memory"], 4),
+        step_overhead_ps=round(params["step_overhead"] * PS),
+        collective_hop_ps=round(params["collective_hop"] * PS),
+    )
+    return Calibration(
+        name=f"{profile.gpu.name}-{profile.model.name}",
+        gpu=profile.gpu.name,
+        model=profile.model.name,
+        source=profile.source,
+        efficiencies=eff,
+        params={k: params[k] for k in names},
+        fit={"held_out_every": holdout_every, "objective": "mean squared log ratio", "families": report},
+    )
+
+
+def calibrate(profile: Profile, holdout_every: int = 5) -> Calibration:
+    """The calibration of one profile (operator or step format)."""
+    if holdout_every < 2:
+        raise InvalidArgumentError(f"holdout_every {holdout_every} must be at least 2 (a row in N held out)")
+    return fit_steps(profile, holdout_every) if profile.steps else fit_operators(profile, holdout_every)
+
+
+__all__ = [
+    "FORMATS",
+    "Calibration",
+    "Family",
+    "Profile",
+    "calibrate",
+    "fit_operators",
+    "fit_steps",
+    "predict",
+    "read_profile",
+]

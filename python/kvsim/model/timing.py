@@ -1,0 +1,660 @@
+"""The roofline step-time model (DESIGN.md §Time model): a step's duration from the GPU's and the model's
+figures and a few efficiencies, as integer picosecond coefficients that both engines evaluate exactly.
+
+A step (one model iteration) of `T` batched tokens over `S` scheduled sequences costs, on one GPU of the
+tensor-parallel group (every term is one GPU's share, picoseconds, `max` of a memory and a compute time
+per operator group: the larger of streaming its bytes and computing its FLOPs):
+
+    fixed + seq · S + tok · T                                          overheads, elementwise, collectives
+    + max(dense_mem + dense_mem_tok · T, dense_flop · T)               attention projections, dense MLP,
+                                                                       shared experts, router
+    + max(moe_mem[min(T, len - 1)], moe_flop · T)                      routed experts touched
+    + max(head_mem, head_flop · S)                                     LM head, one row per sequence
+    + Σ_class max(kv', flop) · Xd + max(kv · Xp, flop · Yp)            attention, per layer class
+
+where, for each attention class (full attention, a sliding window, chunked local attention; a hybrid
+model has several), `Xd` sums the keys read by the sequences that compute one token (decode), `Xp` the
+keys read and `Yp` the query-key pairs of those that compute more (prefill chunks): a sequence that has
+`c` tokens computed after the step, `n` of them in this step, reads `c` keys and forms `n·c − n(n−1)/2`
+pairs under full attention (a window caps both: `kvsim.reference.engine.timing.keys_and_pairs`). A
+decode's keys cost `kv' = kv` in a step of decodes only and `kv' = mixed_kv` in a step that also prefills:
+vLLM runs one attention kernel per layer and step, and with a prefill chunk in it the decodes go through
+the prefill path (LLMServingSim's profile of vLLM 0.19 on an RTX PRO 6000 times 128 decodes over 1,024 keys at 405 µs
+alone and at 672-761 µs beside a chunk of 16 to 512 tokens). `moe_mem` is tabulated per token count
+(the expected number of experts a batch touches is not linear in its tokens). The engines see only these
+integers (`RooflineTimeModel`); `roofline_time_model` derives them, `Efficiencies` scale the datasheet
+rates (1: the datasheet peak), and a calibration (`kvsim calibrate`) fits them to measured profiles.
+
+In a step where every sequence decodes (the engines' quiet spans, DESIGN.md §Event skipping), `T` and `S`
+are the batch and every term but `Xd` is constant, and `Xd` grows by the batch each step: the step's
+duration is affine in the step index, as the closed-form sums need. A model whose attention has a window
+keeps the engine in full steps (`needs_full_steps`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.gpus import Gpu
+from kvsim.model.knobs import MAX_COEFFICIENT_PS
+from kvsim.model.layers import Layer
+from kvsim.model.models import Model
+
+PS_PER_S = 10**12
+
+# Attention classes: the engines' integer codes.
+FULL, SLIDING, CHUNKED = 0, 1, 2
+ATTENTION_KINDS = ("full", "sliding_window", "chunked_local")
+
+# The longest table of expected experts touched (tokens 0 .. MOE_TABLE_MAX - 1): past it (or past the
+# token budget, or where it reaches its saturated value) the last entry holds.
+MOE_TABLE_MAX = 1 << 16
+
+# Collective latency per ring step (one hop between two GPUs), 3 µs: NCCL's small-message all-reduce took
+# ~6 µs on 2 NVLink H100s (2 hops; NVIDIA/nccl#1259, nccl-tests all_reduce_perf -g 2 with CUDA graphs) and
+# 42.6 µs on 8 PCIe RTX 4090s (14 hops, ~3 µs each; NVIDIA/nccl#1530, ring, 8 B).
+COLLECTIVE_HOP_PS = 3_000_000
+
+
+@dataclass(frozen=True)
+class Efficiencies:
+    """The fraction of each datasheet rate a step achieves, and the fixed costs a roofline has no figure
+    for. The defaults are the datasheet's (efficiency 1, no overhead): `kvsim calibrate` fits them to
+    measured profiles (DESIGN.md §Time model).
+
+    Attributes:
+        gemm_memory: of HBM bandwidth, streaming weights (dense, experts, LM head) and activations.
+        gemm_compute: of the peak FLOP rate, in matrix multiplications.
+        attention_memory: of HBM bandwidth, reading the KV cache (and Mamba states).
+        attention_compute: of the peak FLOP rate, in attention's query-key and probability-value products.
+        attention_mixed: of HBM bandwidth, reading a decoding sequence's keys in a step that also prefills.
+        link: of the GPU-to-GPU link's bandwidth, in collectives.
+        step_overhead_ps: fixed time per step (the CPU's scheduling and input preparation not hidden
+            behind the GPU, launch gaps).
+        layer_overhead_ps: fixed time per decoder layer per step (its kernels' floors).
+        seq_overhead_ps: time per scheduled sequence (sampling and bookkeeping beyond the logits pass).
+        collective_hop_ps: latency of one ring step of a collective.
+    """
+
+    gemm_memory: float = 1.0
+    gemm_compute: float = 1.0
+    attention_memory: float = 1.0
+    attention_compute: float = 1.0
+    attention_mixed: float = 1.0
+    link: float = 1.0
+    step_overhead_ps: int = 0
+    layer_overhead_ps: int = 0
+    seq_overhead_ps: int = 0
+    collective_hop_ps: int = COLLECTIVE_HOP_PS
+
+    RATES = (
+        "gemm_memory",
+        "gemm_compute",
+        "attention_memory",
+        "attention_compute",
+        "attention_mixed",
+        "link",
+    )
+    OVERHEADS = ("step_overhead_ps", "layer_overhead_ps", "seq_overhead_ps", "collective_hop_ps")
+
+    def __post_init__(self) -> None:
+        for name in self.RATES:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not (0 < v <= 1):
+                raise InvalidArgumentError(f"efficiency {name} {v!r} must lie in (0, 1]")
+        for name in self.OVERHEADS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not (0 <= v <= MAX_COEFFICIENT_PS):
+                raise InvalidArgumentError(
+                    f"{name} {v!r} must be a whole number of picoseconds in [0, {MAX_COEFFICIENT_PS}]"
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str) -> Efficiencies:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise InvalidArgumentError(
+                f"{where}: unknown efficiency {unknown[0]!r}; known: {', '.join(sorted(known))}"
+            )
+        try:
+            return cls(**d)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{where}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class AttentionClass:
+    """The attention layers of one kind and window: picoseconds per key read (`kv_ps`, their KV bytes
+    over HBM bandwidth), per key a decoding sequence reads in a step that also prefills (`mixed_kv_ps`;
+    None: `kv_ps`) and per query-key pair (`flop_ps`, their FLOPs over the FLOP rate), summed over the
+    class's layers."""
+
+    kind: int
+    window: int
+    kv_ps: int
+    flop_ps: int
+    mixed_kv_ps: int | None = None
+    layers: int = 0
+
+    @property
+    def mixed_ps(self) -> int:
+        return self.kv_ps if self.mixed_kv_ps is None else self.mixed_kv_ps
+
+    @property
+    def decode_ps(self) -> int:
+        """Per key a decoding sequence reads in a step of decodes only: its keys and pairs are equal, so
+        one max for both."""
+        return max(self.kv_ps, self.flop_ps)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One term of the model as derived: its name, value (picoseconds, per its unit), the figures behind it."""
+
+    name: str
+    ps: float
+    unit: str
+    how: str
+
+
+@dataclass(frozen=True)
+class RooflineTimeModel:
+    """Integer picosecond coefficients of the roofline (module docstring), exactly what the engines
+    evaluate; `terms` says where each came from (not read by the engines)."""
+
+    fixed_ps: int
+    seq_ps: int
+    tok_ps: int
+    dense_mem_ps: int
+    dense_mem_tok_ps: int
+    dense_flop_tok_ps: int
+    moe_mem_ps: tuple[int, ...]
+    moe_flop_tok_ps: int
+    head_mem_ps: int
+    head_flop_seq_ps: int
+    attention: tuple[AttentionClass, ...]
+    terms: tuple[Term, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        names = (
+            "fixed_ps",
+            "seq_ps",
+            "tok_ps",
+            "dense_mem_ps",
+            "dense_mem_tok_ps",
+            "dense_flop_tok_ps",
+            "moe_flop_tok_ps",
+            "head_mem_ps",
+            "head_flop_seq_ps",
+        )
+        values = [(n, getattr(self, n)) for n in names]
+        values += [("moe_mem_ps", v) for v in self.moe_mem_ps]
+        for a in self.attention:
+            values += [("attention kv_ps", a.kv_ps), ("attention flop_ps", a.flop_ps)]
+            values += [("attention mixed_kv_ps", a.mixed_ps)]
+            if a.kind not in (FULL, SLIDING, CHUNKED) or (a.kind != FULL) != (a.window > 0):
+                raise InvalidArgumentError(
+                    f"attention class kind {a.kind} window {a.window}: a window belongs to sliding (1) and "
+                    "chunked (2) classes only"
+                )
+        for name, v in values:
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_COEFFICIENT_PS:
+                raise InvalidArgumentError(
+                    f"roofline {name} {v!r} must be a whole number of picoseconds in [0, {MAX_COEFFICIENT_PS}] "
+                    "(a model far too large for this GPU, or an efficiency far too low)"
+                )
+        if not self.moe_mem_ps and self.moe_flop_tok_ps:
+            raise InvalidArgumentError("roofline moe_flop_tok_ps without a moe_mem_ps table")
+
+    @property
+    def needs_full_steps(self) -> bool:
+        """A windowed class: a decoding sequence's keys stop growing at the window, so the step time is
+        not affine across a quiet span; the engines take full steps."""
+        return any(a.kind != FULL for a in self.attention)
+
+    @property
+    def decode_ps(self) -> int:
+        """Per key read by a decoding sequence, all classes (full attention only when it matters)."""
+        return sum(a.decode_ps for a in self.attention)
+
+    def base_ps(self, tokens: int, seqs: int) -> int:
+        """Everything but attention, for a step of `tokens` batched tokens over `seqs` sequences."""
+        moe = 0
+        if self.moe_mem_ps:
+            moe = max(self.moe_mem_ps[min(tokens, len(self.moe_mem_ps) - 1)], self.moe_flop_tok_ps * tokens)
+        return (
+            self.fixed_ps
+            + self.seq_ps * seqs
+            + self.tok_ps * tokens
+            + max(self.dense_mem_ps + self.dense_mem_tok_ps * tokens, self.dense_flop_tok_ps * tokens)
+            + moe
+            + max(self.head_mem_ps, self.head_flop_seq_ps * seqs)
+        )
+
+    def step_ps(self, scheduled: Iterable[tuple[int, int]]) -> int:
+        """The step's picoseconds: `scheduled` holds, per sequence, (tokens computed after the step,
+        tokens computed in it); the engines' integers (the formula is the reference engine's,
+        `kvsim.reference.engine.timing.roofline_step`)."""
+        from kvsim.reference.engine.timing import roofline_step
+
+        return roofline_step(self, list(scheduled))
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """The coefficients as the Rust binding reads them (`roofline=`)."""
+        return {
+            "fixed_ps": self.fixed_ps,
+            "seq_ps": self.seq_ps,
+            "tok_ps": self.tok_ps,
+            "dense_mem_ps": self.dense_mem_ps,
+            "dense_mem_tok_ps": self.dense_mem_tok_ps,
+            "dense_flop_tok_ps": self.dense_flop_tok_ps,
+            "moe_mem_ps": list(self.moe_mem_ps),
+            "moe_flop_tok_ps": self.moe_flop_tok_ps,
+            "head_mem_ps": self.head_mem_ps,
+            "head_flop_seq_ps": self.head_flop_seq_ps,
+            "attention": [(a.kind, a.window, a.kv_ps, a.flop_ps, a.mixed_ps) for a in self.attention],
+        }
+
+    def describe(self) -> str:
+        """The derived terms, one line each (`kvsim run --json`'s `time_model.terms` lists them too)."""
+        return "\n".join(f"{t.name}: {t.ps:,.0f} ps {t.unit} ({t.how})" for t in self.terms)
+
+
+# -- derivation ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WeightGroup:
+    """One module group's weights on the whole model: parameters, bytes as loaded, and whether its
+    matrix multiplications run at the fp8 (or fp4) rate."""
+
+    params: int
+    bytes: int
+    rate: str = "bf16"
+
+
+def weight_groups(model: Model, quantization: str | None = None) -> dict[str, WeightGroup]:
+    """The model's weights by module group (`kvsim.model.params.GROUPS`), priced as vLLM loads them
+    (`kvsim.model.quant`): the parameters, the bytes and the tensor-core rate each group computes at
+    (fp8 checkpoints and vLLM's online fp8 at the fp8 rate, NVFP4 at the fp4 rate, the rest at bf16:
+    weight-only formats such as AWQ, GPTQ and MXFP4 dequantize to bf16)."""
+    from kvsim.model import quant
+    from kvsim.model.models import _HF_DTYPES, dtype_bits
+    from kvsim.model.params import GROUPS, param_breakdown
+
+    if model.config_json:
+        cfg = json.loads(model.config_json)
+        dtype = _HF_DTYPES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or "float16"), "fp16")
+    else:  # the 2024 presets: a Llama-like (OPT: two-matrix MLP, tied embeddings) layout from their fields
+        opt = model.name.startswith("opt")
+        cfg = {"model_type": "opt" if opt else "llama", "tie_word_embeddings": opt}
+        dtype = model.weight_dtype
+
+    def pick(*keys: str, default: Any = None, required: bool = True) -> Any:
+        for k in keys:
+            v = cfg.get(k)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+        return default
+
+    where = f"model {model.name!r}"
+    b = param_breakdown(
+        cfg,
+        model.num_layers,
+        model.hidden_size,
+        model.num_attention_heads,
+        model.num_kv_heads,
+        model.head_dim,
+        model.intermediate_size,
+        model.vocab_size,
+        model.kv_lora_rank,
+        model.qk_rope_head_dim,
+        pick,
+    )
+    q = quant.with_flag(quant.from_config(cfg.get("quantization_config"), where), quantization, where)
+    bits = dtype_bits(dtype)
+    dense = quant.Format("dense", bits)
+    out = {}
+    for g in GROUPS:
+        fmt = q.formats.get(g, dense)
+        nbytes = sum(fmt.matrix_bytes(m) for m in b.matrices[g])
+        rate = {"fp8": "fp8", "nvfp4": "fp4"}.get(fmt.kind, "bf16")
+        out[g] = WeightGroup(b.params(g), nbytes, rate)
+    out["other"] = WeightGroup(b.other, -(-b.other * bits // 8))
+    return out
+
+
+def _flops(gpu: Gpu, rate: str) -> float:
+    if rate == "fp8" and gpu.fp8_flops:
+        return gpu.fp8_flops
+    if rate == "fp4" and gpu.fp4_flops:
+        return gpu.fp4_flops
+    return gpu.peak_flops
+
+
+def peer_bandwidth(gpu: Gpu) -> float:
+    """One direction of the GPU-to-GPU link (NVLink, Infinity Fabric), else the host link (PCIe)."""
+    return getattr(gpu, "peer_bandwidth", 0.0) or gpu.pcie_bandwidth
+
+
+def roofline_time_model(
+    model: Model,
+    gpu: Gpu,
+    *,
+    tensor_parallel_size: int = 1,
+    data_parallel_size: int = 1,
+    expert_parallel: bool = False,
+    kv_cache_dtype: str | None = None,
+    quantization: str | None = None,
+    efficiencies: Efficiencies | None = None,
+    max_num_batched_tokens: int = 8192,
+    layers: tuple[Layer, ...] | None = None,
+) -> RooflineTimeModel:
+    """The roofline of `model` (unquantized checkpoint fields; `quantization` is vLLM's flag) on `gpu`
+    (module docstring; DESIGN.md §Time model derives each term and says what it leaves out).
+
+    Args:
+        tensor_parallel_size: GPUs each layer is split over (weights, heads, FLOPs divided; two
+            all-reduces of the hidden state per layer over the peer link).
+        data_parallel_size, expert_parallel: vLLM's `--data-parallel-size` and `--enable-expert-parallel`:
+            the experts are spread over `tp · dp` GPUs, whole, and every rank's tokens reach them (the other
+            ranks' batches taken as large as this one's), an all-gather and a reduce-scatter of the hidden
+            states per MoE layer (vLLM's default all-to-all).
+        kv_cache_dtype: the KV cache's dtype when not the model's.
+        efficiencies: fractions of the datasheet rates and the overheads (default: the datasheet's).
+        max_num_batched_tokens: the longest step, which bounds the experts table.
+        layers: each layer's attention kind (default: the model's); a layer kept as full attention by the
+            KV-cache manager still attends over its window.
+
+    Raises:
+        InvalidArgumentError: a coefficient beyond the engines' bound, or a split the model does not allow.
+    """
+    from kvsim.model.models import dtype_bits
+
+    eff = efficiencies or Efficiencies()
+    tp, dp = tensor_parallel_size, data_parallel_size
+    if tp < 1 or dp < 1:
+        raise InvalidArgumentError(
+            f"tensor_parallel_size {tp} and data_parallel_size {dp} must be at least 1"
+        )
+    ep = tp * dp if expert_parallel and model.num_experts else 1
+    if model.num_experts and ep > 1 and model.num_experts % ep:
+        raise InvalidArgumentError(
+            f"expert parallelism over {ep} GPUs does not divide {model.name}'s {model.num_experts} experts"
+        )
+    groups = weight_groups(model, quantization)
+    hbm = gpu.hbm_bandwidth
+    link = peer_bandwidth(gpu) * eff.link
+    mem_rate = hbm * eff.gemm_memory
+    att_mem = hbm * eff.attention_memory
+    att_mixed = hbm * eff.attention_mixed
+    att_flops = gpu.peak_flops * eff.attention_compute
+    act = 2  # bytes of a bf16/fp16 activation
+    h, L = model.hidden_size, model.num_layers
+    terms: list[Term] = []
+
+    def ps(seconds: float) -> float:
+        return seconds * PS_PER_S
+
+    # Dense matrix multiplications: attention projections, dense MLP, shared experts, router; one GPU's 1/tp.
+    dense = [groups[g] for g in ("attn", "mlp", "shared_experts", "router")]
+    dense_bytes = sum(g.bytes for g in dense) / tp
+    dense_flop_tok = sum(2 * g.params / tp / (_flops(gpu, g.rate) * eff.gemm_compute) for g in dense)
+    # Activations in and out of each matrix, per token.
+    moe_layers = _moe_layer_count(model)
+    dense_layers = L - moe_layers
+    q_width = model.num_attention_heads * model.head_dim // tp
+    kv_width = max(1, model.num_kv_heads // tp) * model.head_dim
+    mlp_width = model.intermediate_size // tp
+    per_layer_act = (h + q_width + 2 * kv_width) + (q_width + h)  # qkv in/out, o in/out
+    act_tok = L * per_layer_act + dense_layers * (h + 2 * mlp_width + mlp_width + h)
+    dense_mem_tok = act_tok * act / mem_rate
+    terms.append(
+        Term(
+            "dense_mem",
+            ps(dense_bytes / mem_rate),
+            "per step",
+            f"{dense_bytes:,.0f} B of dense weights / HBM",
+        )
+    )
+    terms.append(
+        Term("dense_mem_tok", ps(dense_mem_tok), "per token", f"{act_tok * act:,} B of activations / HBM")
+    )
+    terms.append(
+        Term("dense_flop_tok", ps(dense_flop_tok), "per token", "2 FLOPs per dense parameter / tensor rate")
+    )
+
+    # Routed experts: the expected experts a batch touches, tabulated by tokens.
+    moe_table: tuple[int, ...] = ()
+    moe_flop_tok = 0.0
+    if model.num_experts:
+        e, k = model.num_experts, model.experts_per_token
+        experts = groups["experts"]
+        share = ep if ep > 1 else tp  # EP: whole experts on each of ep GPUs; else each expert split by tp
+        per_gpu_bytes = experts.bytes / share
+        senders = dp if ep > 1 else 1  # every DP rank's tokens reach a GPU's experts under EP
+        full = round(ps(per_gpu_bytes / mem_rate))
+        table = []
+        limit = min(max_num_batched_tokens, MOE_TABLE_MAX - 1)
+        miss = 1 - k / e
+        for t in range(limit + 1):
+            v = round(ps(per_gpu_bytes * (1 - miss ** (t * senders)) / mem_rate))
+            table.append(v)
+            if v == full:
+                break
+        moe_table = tuple(table)
+        moe_flop_tok = (
+            2 * experts.params * (k / e) * senders / share / (_flops(gpu, experts.rate) * eff.gemm_compute)
+        )
+        terms.append(
+            Term(
+                "moe_mem",
+                ps(per_gpu_bytes / mem_rate),
+                "per step, all experts touched",
+                f"{per_gpu_bytes:,.0f} B of experts on one GPU / HBM × E[touched] = {e}·(1 − (1 − {k}/{e})^(T·{senders}))",
+            )
+        )
+        terms.append(
+            Term(
+                "moe_flop_tok",
+                ps(moe_flop_tok),
+                "per token",
+                f"2 FLOPs × {k} of {e} experts' parameters / tensor rate",
+            )
+        )
+
+    # LM head: vocabulary × hidden, split by tp; one row per scheduled sequence.
+    head = groups["lm_head"] if groups["lm_head"].params else groups["embed"]
+    head_bytes = head.bytes / tp
+    head_mem = head_bytes / mem_rate
+    head_flop_seq = 2 * head.params / tp / (_flops(gpu, head.rate) * eff.gemm_compute)
+    terms.append(Term("head_mem", ps(head_mem), "per step", f"{head_bytes:,.0f} B of LM head / HBM"))
+    terms.append(
+        Term(
+            "head_flop_seq", ps(head_flop_seq), "per sequence", "2 FLOPs per LM-head parameter / tensor rate"
+        )
+    )
+
+    # Attention classes from each layer's kind.
+    kv_bits = dtype_bits(kv_cache_dtype) if kv_cache_dtype else dtype_bits(model.kv_dtype)
+    classes: dict[tuple[int, int], list[float]] = {}
+    state_bytes = 0.0
+    for lay in layers if layers is not None else model.layer_list():
+        if lay.kind == "mamba":
+            assert lay.state is not None
+            state_bytes += 2 * lay.state.page_bytes(
+                tp, dtype_bits(model.weight_dtype) if model.weight_dtype in ("fp16", "bf16", "fp32") else 16
+            )
+            continue
+        kind = {"sliding_window": SLIDING, "chunked_local": CHUNKED}.get(lay.kind, FULL)
+        window = lay.window if kind != FULL else 0
+        heads = model.num_attention_heads // tp
+        if model.is_mla:
+            width = model.kv_lora_rank + model.qk_rope_head_dim
+            kv_bytes = width * kv_bits / 8
+            flops = 2 * heads * width + 2 * heads * model.kv_lora_rank
+        else:
+            kvh = max(1, (lay.num_kv_heads or model.num_kv_heads) // tp)
+            hd = lay.head_dim or model.head_dim
+            kv_bytes = 2 * kvh * hd * kv_bits / 8
+            flops = 4 * heads * hd
+        acc = classes.setdefault((kind, window), [0.0, 0.0, 0.0, 0])
+        acc[0] += kv_bytes / att_mem
+        acc[1] += flops / att_flops
+        acc[2] += kv_bytes / att_mixed
+        acc[3] += 1
+    attention = tuple(
+        AttentionClass(kind, window, round(ps(kv)), round(ps(fl)), round(ps(mixed)), int(n))
+        for (kind, window), (kv, fl, mixed, n) in sorted(classes.items())
+    )
+    for a in attention:
+        what = ATTENTION_KINDS[a.kind] + (f" {a.window}" if a.window else "")
+        terms.append(
+            Term(f"attention {what} kv", a.kv_ps, "per key read", f"{a.layers} layers' KV bytes / HBM")
+        )
+        terms.append(
+            Term(
+                f"attention {what} flop",
+                a.flop_ps,
+                "per query-key pair",
+                f"{a.layers} layers × 4·heads·head_dim FLOPs / tensor rate",
+            )
+        )
+
+    # Per token, outside the max: elementwise kernels (norms, rotary, activation, KV write, embedding).
+    elem = L * (6 * h + 2 * (q_width + kv_width) + 2 * kv_width) + dense_layers * 3 * mlp_width + 2 * h
+    if model.num_experts:
+        moe_width = (
+            model.experts_per_token * model.expert_ffn * (dp if ep > 1 else 1) // (ep if ep > 1 else tp)
+        )
+        elem += moe_layers * 3 * moe_width
+    tok = elem * act / mem_rate
+    terms.append(
+        Term(
+            "elementwise_tok",
+            ps(elem * act / mem_rate),
+            "per token",
+            f"{elem * act:,} B of norms, rotary, activation, KV write / HBM",
+        )
+    )
+    fixed = eff.step_overhead_ps / PS_PER_S + L * eff.layer_overhead_ps / PS_PER_S
+    # Tensor parallelism: two ring all-reduces of the hidden state per layer.
+    if tp > 1:
+        hops = 2 * (tp - 1)
+        fixed += 2 * L * hops * eff.collective_hop_ps / PS_PER_S
+        ar_tok = 2 * L * (2 * (tp - 1) / tp) * h * act / link
+        tok += ar_tok
+        terms.append(
+            Term(
+                "tp_allreduce_tok",
+                ps(ar_tok),
+                "per token",
+                f"2 all-reduces × {L} layers × 2(tp−1)/tp × hidden / link",
+            )
+        )
+        terms.append(
+            Term(
+                "tp_allreduce",
+                2 * L * hops * eff.collective_hop_ps,
+                "per step",
+                f"2 × {L} layers × {hops} ring steps × hop latency",
+            )
+        )
+    # Expert parallelism: vLLM's default all-to-all (`all2all_backend="allgather_reducescatter"`,
+    # vllm/config/parallel.py) gathers every rank's hidden states before each MoE layer and reduce-scatters
+    # its output after: per own token, each ring moves (ep − 1) hidden states through this GPU's link.
+    if ep > 1:
+        fixed += 2 * moe_layers * (ep - 1) * eff.collective_hop_ps / PS_PER_S
+        a2a_tok = 2 * moe_layers * (ep - 1) * h * act / link
+        tok += a2a_tok
+        terms.append(
+            Term(
+                "ep_gather_scatter_tok",
+                ps(a2a_tok),
+                "per token",
+                f"all-gather + reduce-scatter × {moe_layers} MoE layers × (ep−1) × hidden / link",
+            )
+        )
+        terms.append(
+            Term(
+                "ep_gather_scatter",
+                2 * moe_layers * (ep - 1) * eff.collective_hop_ps,
+                "per step",
+                f"2 × {moe_layers} MoE layers × {ep - 1} ring steps × hop latency",
+            )
+        )
+    # Per sequence: one pass over the fp32 logits (sampling), the logits gathered under tp, Mamba states.
+    vocab = model.vocab_size
+    seq = 4 * vocab / mem_rate + eff.seq_overhead_ps / PS_PER_S + state_bytes / att_mem
+    if tp > 1:
+        seq += 4 * vocab * (tp - 1) / tp / link
+    terms.append(
+        Term(
+            "seq",
+            ps(seq),
+            "per sequence",
+            "fp32 logits pass (+ gather under tp, Mamba state read and write, overhead)",
+        )
+    )
+    terms.append(
+        Term("fixed", ps(fixed), "per step", "step overhead + layers × layer overhead + collective latencies")
+    )
+
+    return RooflineTimeModel(
+        fixed_ps=round(ps(fixed)),
+        seq_ps=round(ps(seq)),
+        tok_ps=round(ps(tok)),
+        dense_mem_ps=round(ps(dense_bytes / mem_rate)),
+        dense_mem_tok_ps=round(ps(dense_mem_tok)),
+        dense_flop_tok_ps=round(ps(dense_flop_tok)),
+        moe_mem_ps=moe_table,
+        moe_flop_tok_ps=round(ps(moe_flop_tok)),
+        head_mem_ps=round(ps(head_mem)),
+        head_flop_seq_ps=round(ps(head_flop_seq)),
+        attention=attention,
+        terms=tuple(terms),
+    )
+
+
+def _moe_layer_count(model: Model) -> int:
+    """Decoder layers holding routed experts."""
+    if not model.num_experts:
+        return 0
+    from kvsim.model.params import _layer_flags
+
+    cfg = json.loads(model.config_json) if model.config_json else {}
+
+    def pick(*keys: str, default: Any = None, required: bool = True) -> Any:
+        for k in keys:
+            v = cfg.get(k)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+        return default
+
+    return sum(_layer_flags(cfg, model.num_layers, model.num_experts, pick))
+
+
+__all__ = [
+    "ATTENTION_KINDS",
+    "CHUNKED",
+    "COLLECTIVE_HOP_PS",
+    "FULL",
+    "SLIDING",
+    "AttentionClass",
+    "Efficiencies",
+    "RooflineTimeModel",
+    "Term",
+    "WeightGroup",
+    "peer_bandwidth",
+    "roofline_time_model",
+    "weight_groups",
+]

@@ -1,0 +1,322 @@
+"""The roofline time model (DESIGN.md §Time model): each coefficient from the GPU's and the model's figures,
+the max of memory and compute per operator group, the experts table, tensor and expert parallelism, windowed
+attention, exactness in both engines on real models, the configuration's rules and its errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import given
+
+import kvsim
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.timing import (
+    CHUNKED,
+    FULL,
+    SLIDING,
+    AttentionClass,
+    Efficiencies,
+    RooflineTimeModel,
+    roofline_time_model,
+    weight_groups,
+)
+from kvsim.reference.engine.timing import keys_and_pairs, roofline_step
+from kvsim.workloads import synthetic
+
+PS = 1e12
+
+
+def brute(kind: int, w: int, c: int, n: int) -> tuple[int, int]:
+    """Keys read and pairs formed, query by query (position p = c - n .. c - 1)."""
+    keys: set[int] = set()
+    pairs = 0
+    for p in range(c - n, c):
+        if kind == FULL:
+            seen = range(p + 1)
+        elif kind == SLIDING:
+            seen = range(max(0, p - w + 1), p + 1)
+        else:
+            seen = range(p // w * w, p + 1)
+        keys.update(seen)
+        pairs += len(seen)
+    return len(keys), pairs
+
+
+@given(st.sampled_from([FULL, SLIDING, CHUNKED]), st.integers(1, 40), st.integers(1, 200), st.data())
+def test_keys_and_pairs_are_the_queries_own(kind, window, c, data):
+    n = data.draw(st.integers(1, c))
+    w = 0 if kind == FULL else window
+    assert keys_and_pairs(kind, w, c, n) == brute(kind, window, c, n)
+
+
+LLAMA, PRO = kvsim.models.get("llama-3.1-8b"), kvsim.gpus.get("rtx-pro-6000")
+
+
+def test_each_term_is_bytes_or_flops_over_the_datasheet_rate():
+    m, g = LLAMA, PRO
+    rt = roofline_time_model(m, g, max_num_batched_tokens=2048)
+    h, layers, d = m.hidden_size, m.num_layers, m.head_dim
+    q, kv = m.num_attention_heads * d, m.num_kv_heads * d
+    dense_params = layers * (h * (q + 2 * kv) + q * h + 3 * h * m.intermediate_size)
+    # Llama-3.1-8B in bf16: 2 bytes a weight, 1,597 GB/s, 500 TFLOPS bf16 dense (the datasheet's).
+    assert rt.dense_mem_ps == round(2 * dense_params / 1597e9 * PS)
+    assert rt.dense_flop_tok_ps == round(2 * dense_params / 500e12 * PS)
+    assert rt.head_mem_ps == round(2 * m.vocab_size * h / 1597e9 * PS)
+    assert rt.head_flop_seq_ps == round(2 * m.vocab_size * h / 500e12 * PS)
+    (a,) = rt.attention
+    assert (a.kind, a.window, a.layers) == (FULL, 0, layers)
+    assert a.kv_ps == round(layers * 2 * kv * 2 / 1597e9 * PS)  # K and V of 8 heads of 128, bf16
+    assert a.flop_ps == round(layers * 4 * q / 500e12 * PS)
+    assert rt.moe_mem_ps == ()
+    assert rt.fixed_ps == 0
+
+
+def test_a_step_is_the_larger_of_streaming_and_computing():
+    rt = roofline_time_model(LLAMA, PRO, max_num_batched_tokens=8192)
+    ridge = rt.dense_mem_ps / (rt.dense_flop_tok_ps - rt.dense_mem_tok_ps)  # tokens where compute catches up
+    assert 200 < ridge < 400  # 500 TFLOPS over 1.6 TB/s: ~313 FLOPs per byte, a bf16 weight 2 bytes
+    base = [rt.base_ps(t, 1) - rt.tok_ps * t - rt.seq_ps - rt.head_mem_ps for t in (1, 8, 1024, 4096)]
+    assert base[0] == rt.dense_mem_ps + rt.dense_mem_tok_ps  # memory-bound: the weights
+    assert base[1] == rt.dense_mem_ps + 8 * rt.dense_mem_tok_ps
+    assert base[2] == 1024 * rt.dense_flop_tok_ps  # compute-bound past the ridge
+    assert base[3] == 4 * base[2]
+    # Decode attention is memory-bound (GQA: 4 query heads per KV head): a key costs its bytes.
+    (a,) = rt.attention
+    assert a.decode_ps == a.kv_ps > a.flop_ps
+    one = roofline_step(rt, [(1000, 1)])
+    assert roofline_step(rt, [(2000, 1)]) - one == 1000 * a.kv_ps
+    # A 2,048-token prefill: its pairs, not its keys, price its attention.
+    chunk = roofline_step(rt, [(2048, 2048)]) - rt.base_ps(2048, 1)
+    assert chunk == a.flop_ps * (2048 * 2048 - 2048 * 2047 // 2) > a.kv_ps * 2048
+
+
+def test_tensor_parallelism_halves_the_weights_and_adds_all_reduces():
+    m, g = kvsim.models.get("qwen3-32b"), kvsim.gpus.get("h100-80gb")
+    one, two = (roofline_time_model(m, g, tensor_parallel_size=tp) for tp in (1, 2))
+    assert two.dense_mem_ps == pytest.approx(one.dense_mem_ps / 2, abs=1)
+    assert two.head_mem_ps == pytest.approx(one.head_mem_ps / 2, abs=1)
+    # Two all-reduces of the hidden state per layer: 2 (tp - 1) / tp of it crosses NVLink (450 GB/s a way).
+    per_token = 2 * m.num_layers * 1 * m.hidden_size * 2 / 450e9 * PS
+    terms = {t.name: t.ps for t in two.terms}
+    assert terms["tp_allreduce_tok"] == pytest.approx(per_token, rel=1e-9)
+    assert two.tok_ps == round(terms["tp_allreduce_tok"] + terms["elementwise_tok"])
+    assert two.fixed_ps == 2 * m.num_layers * 2 * Efficiencies().collective_hop_ps
+    # Without NVLink the same bytes cross PCIe (64 GB/s a way on the RTX PRO 6000): slower.
+    pcie = roofline_time_model(m, PRO, tensor_parallel_size=2)
+    assert pcie.tok_ps > two.tok_ps
+
+
+def test_experts_touched_grow_with_the_batch_and_saturate():
+    m = kvsim.models.get("qwen3-30b-a3b")
+    rt = roofline_time_model(m, PRO, max_num_batched_tokens=2048)
+    table = rt.moe_mem_ps
+    experts = weight_groups(m)["experts"].bytes
+    full = round(experts / 1597e9 * PS)
+    assert table[0] == 0
+    assert table[-1] == full
+    assert len(table) < 2048
+    assert all(a <= b for a, b in itertools.pairwise(table))
+    e, k = m.num_experts, m.experts_per_token
+    for t in (1, 8, 64):  # E (1 - (1 - k/E)^T) of E experts touched, uniform routing
+        assert table[t] == round(experts * (1 - (1 - k / e) ** t) / 1597e9 * PS)
+    assert table[1] == pytest.approx(full * k / e, rel=1e-6)
+    # Expert parallelism over 2 GPUs (DP 2): each holds half the experts, and both ranks' tokens reach them.
+    ep = roofline_time_model(m, PRO, data_parallel_size=2, expert_parallel=True, max_num_batched_tokens=2048)
+    assert ep.moe_mem_ps[-1] == round(experts / 2 / 1597e9 * PS)
+    assert ep.moe_mem_ps[4] == round(experts / 2 * (1 - (1 - k / e) ** 8) / 1597e9 * PS)
+    assert ep.moe_flop_tok_ps == rt.moe_flop_tok_ps  # 2 ranks' tokens over 2 GPUs: the same per token
+    assert ep.fixed_ps > 0
+    assert ep.tok_ps > rt.tok_ps
+    # The pool: one GPU holds the rest of the weights and half the experts.
+    cfg = kvsim.SimConfig(
+        model=m, gpu=PRO, data_parallel_size=2, enable_expert_parallel=True, max_model_len=32768
+    )
+    alone = kvsim.SimConfig(model=m, gpu=PRO, max_model_len=32768)
+    assert cfg.pool.weight_bytes == pytest.approx(alone.pool.weight_bytes - experts / 2, rel=1e-6)
+    assert cfg.num_blocks > alone.num_blocks
+
+
+def test_windowed_layers_read_their_window():
+    m = kvsim.models.get("gpt-oss-20b")
+    rt = roofline_time_model(m, kvsim.gpus.get("h100-80gb"))
+    kinds = sorted((a.kind, a.window) for a in rt.attention)
+    assert kinds == [(FULL, 0), (SLIDING, 128)]
+    assert rt.needs_full_steps
+    full, slide = sorted(rt.attention, key=lambda a: a.kind)
+    # A decode at 10,000 tokens reads 10,000 keys of the full layers and 128 of the windowed ones.
+    step = roofline_step(rt, [(10_000, 1)]) - rt.base_ps(1, 1)
+    assert step == full.decode_ps * 10_000 + slide.decode_ps * 128
+
+
+def test_decodes_beside_a_prefill_cost_the_mixed_rate():
+    eff = Efficiencies(attention_memory=0.9, attention_mixed=0.45)
+    rt = roofline_time_model(LLAMA, PRO, efficiencies=eff)
+    (a,) = rt.attention
+    assert a.mixed_ps == pytest.approx(2 * a.kv_ps, abs=2)
+    alone = roofline_step(rt, [(1000, 1)] * 4) - rt.base_ps(4, 4)
+    beside = roofline_step(rt, [(1000, 1)] * 4 + [(64, 64)]) - rt.base_ps(68, 5)
+    prefill = max(a.kv_ps * 64, a.flop_ps * (64 * 64 - 64 * 63 // 2))
+    assert alone == 4000 * a.kv_ps
+    assert beside == 4000 * a.mixed_ps + prefill
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"model": "llama-3.1-8b", "gpu": "rtx-pro-6000", "max_num_seqs": 32, "max_num_batched_tokens": 512},
+        {"model": "gpt-oss-20b", "gpu": "h100-80gb", "max_num_batched_tokens": 512},  # windows: full steps
+        {"model": "gpt-oss-20b", "gpu": "h100-80gb", "hybrid_kv_cache_manager": "off"},  # ... in one group
+        {"model": "qwen3-30b-a3b", "gpu": "h100-80gb", "num_blocks": 1500, "max_num_batched_tokens": 256},
+        {
+            "model": "qwen3-32b",
+            "gpu": "rtx-pro-6000",
+            "tensor_parallel_size": 2,
+            "calibration": "rtx-pro-6000-llama-3.1-8b",
+        },
+    ],
+)
+def test_real_models_run_alike_in_both_engines(kw):
+    """Paper-like lengths, prefill chunks beside decodes, preemption in the small pool: the derived
+    coefficients give both engines the same clock and rows."""
+    w = synthetic(120, arrival_rate=30, lengths="sharegpt-paper", seed=5)
+    cfg = kvsim.SimConfig(**kw)
+    assert cfg.time_model == "roofline"
+    ref = kvsim.simulate(w, cfg, backend="reference")
+    rust = kvsim.simulate(w, cfg)
+    assert rust.raw.counters == ref.raw.counters
+    assert rust.requests.equals(ref.requests, null_equal=True)
+    assert rust.summary == ref.summary
+
+
+def test_auto_is_the_roofline_with_a_model_and_a_gpu():
+    cfg = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb")
+    assert cfg.time_model == "roofline"
+    assert cfg.roofline is not None
+    assert kvsim.SimConfig(num_blocks=64).roofline is None
+    assert kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb", time_model="linear").roofline is None
+    assert cfg.time_line().startswith("time: roofline of llama-3-8b on h100-80gb, datasheet figures")
+    assert kvsim.SimConfig(num_blocks=64).time_line().startswith("time: ticks, every step 1 ms")
+    cal = kvsim.SimConfig(model="qwen3-8b", gpu="rtx-pro-6000", calibration="rtx-pro-6000-llama-3.1-8b")
+    assert cal.time_model == "roofline"
+    assert cal.roofline.dense_mem_ps > roofline_time_model(kvsim.models.get("qwen3-8b"), PRO).dense_mem_ps
+
+
+def test_hand_set_coefficients_survive_replace():
+    rt = RooflineTimeModel(1, 2, 3, 4, 5, 6, (), 0, 7, 8, (AttentionClass(FULL, 0, 9, 10, 11),))
+    cfg = kvsim.SimConfig(num_blocks=64).with_roofline(rt)
+    assert cfg.time_model == "roofline"
+    assert cfg.roofline is rt
+    again = cfg.replace(block_size=32)
+    assert again.roofline is rt
+    assert again.block_size == 32
+    assert cfg.replace(time_model="ticks").roofline is None
+    with pytest.raises(InvalidArgumentError, match=r"must be a kvsim\.model\.timing\.RooflineTimeModel"):
+        cfg.with_roofline("fast")
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"num_blocks": 64, "time_model": "roofline"}, "needs a model and a gpu"),
+        (
+            {"num_blocks": 64, "calibration": "rtx-pro-6000-llama-3.1-8b"},
+            "holds the roofline's efficiencies: it needs a model and a gpu",
+        ),
+        (
+            {"model": "llama-3-8b", "gpu": "h100-80gb", "calibration": "rtx-pro-6000-llama-3.1-8b"},
+            "was fitted on gpu 'rtx-pro-6000', not 'h100-80gb'",
+        ),
+        (
+            {
+                "model": "llama-3-8b",
+                "gpu": "h100-80gb",
+                "time_model": "linear",
+                "calibration": "rtx-4090-llama-3.1-8b",
+            },
+            "needs time_model 'roofline', 'calibrated' or 'auto', not 'linear'",
+        ),
+        (
+            {
+                "model": "qwen3-30b-a3b",
+                "gpu": "h100-80gb",
+                "data_parallel_size": 3,
+                "enable_expert_parallel": True,
+            },
+            "does not divide qwen3-30b-a3b's 128 experts",
+        ),
+    ],
+)
+def test_time_model_errors_name_the_knob(kw, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        kvsim.SimConfig(**kw)
+
+
+def test_coefficients_are_bounded_and_checked():
+    with pytest.raises(InvalidArgumentError, match="efficiency gemm_memory 0 must lie in"):
+        Efficiencies(gemm_memory=0)
+    with pytest.raises(InvalidArgumentError, match="step_overhead_ps -1"):
+        Efficiencies(step_overhead_ps=-1)
+    with pytest.raises(InvalidArgumentError, match=r"roofline \w+ \d+ must be a whole number of picoseconds"):
+        roofline_time_model(
+            kvsim.models.get("llama-3-70b"), kvsim.gpus.get("l4"), efficiencies=Efficiencies(gemm_memory=1e-6)
+        )
+    with pytest.raises(InvalidArgumentError, match="a window belongs to sliding"):
+        RooflineTimeModel(0, 0, 0, 0, 0, 0, (), 0, 0, 0, (AttentionClass(FULL, 16, 1, 1),))
+    with pytest.raises(InvalidArgumentError, match="moe_flop_tok_ps without a moe_mem_ps table"):
+        RooflineTimeModel(0, 0, 0, 0, 0, 0, (), 5, 0, 0, ())
+
+
+def test_the_binding_refuses_a_bad_roofline():
+    from kvsim import _core
+    from kvsim.engine.engine_input import prepare
+    from kvsim.engine.rust_engine import config_kwargs, input_kwargs
+
+    cfg = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb")
+    kw = config_kwargs(cfg)
+    inp = input_kwargs(prepare(synthetic(2, seed=1), cfg))
+    bad = dict(kw["roofline"], attention=[(3, 0, 1, 1, 1)])
+    with pytest.raises(InvalidArgumentError, match="attention class kind 3"):
+        _core.run_engine(**{**kw, "roofline": bad}, timeseries_every=0, record_events=False, **inp)
+    with pytest.raises(InvalidArgumentError, match="roofline"):
+        _core.run_engine(**{**kw, "roofline": None}, timeseries_every=0, record_events=False, **inp)
+
+
+def test_the_quiet_spans_of_a_real_model_are_exact():
+    """Light load on a real roofline: the Rust engine's quiet spans (decode steps in closed form) and the
+    reference's steps give the same clock."""
+    n = 12
+    rng = np.random.default_rng(3)
+    w = kvsim.Workload(
+        arrival=np.cumsum(rng.choice([0.0, 0.5, 2.0], size=n)),
+        output_len=rng.integers(200, 900, size=n),
+        prompt_len=rng.integers(10, 3000, size=n),
+    )
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", block_size=64)
+    ref, rust = kvsim.simulate(w, cfg, backend="reference"), kvsim.simulate(w, cfg)
+    assert rust.raw.counters == ref.raw.counters
+    assert rust.summary == ref.summary
+
+
+def test_a_gpu_file_names_its_peer_link(tmp_path):
+    """`peer_link` in a GPU file is the link the collectives cross (without it, the host link)."""
+    from kvsim.model.gpus import from_file
+
+    path = tmp_path / "pcie.toml"
+    path.write_text('preset = "h100-80gb"\nname = "h100-pcie-peer"\npeer_link = "32GB/s"\n')
+    slow = from_file(path)
+    assert slow.peer_bandwidth == 32e9
+    m = kvsim.models.get("qwen3-32b")
+    fast, pcie = (
+        roofline_time_model(m, g, tensor_parallel_size=2) for g in (kvsim.gpus.get("h100-80gb"), slow)
+    )
+    per = {
+        g: {t.name: t.ps for t in r.terms}["tp_allreduce_tok"] for g, r in (("fast", fast), ("pcie", pcie))
+    }
+    assert per["pcie"] == pytest.approx(per["fast"] * 450 / 32)
+    with pytest.raises(InvalidArgumentError, match="peer_link 'fast' is not a bandwidth"):
+        kvsim.model.gpus.from_spec(
+            {"memory": "48GiB", "bandwidth": "864GB/s", "tflops": 362, "peer_link": "fast"}
+        )
