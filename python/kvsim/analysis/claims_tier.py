@@ -118,7 +118,10 @@ def tier_claims(results: Mapping[str, Results], scale: float) -> list[Claim]:
             parts.append(f"{pool_label(pool)}: " + ", ".join(pct(r) for r in rates))
         out.append(
             Claim(cid, claim, source, pct(top), "; ".join(parts) + " (tier 0, 2^20, 2^22, 2^24, 2^26 tokens)", tol,
-                  CONFIRMED if ok else DIFFERS, cmd, "hits (GPU + tier) over first admissions' prompt tokens")
+                  CONFIRMED if ok else DIFFERS, cmd,
+                  "hits (GPU + tier) over first admissions' prompt tokens; the ceiling counts hits as the GPU's, "
+                  "a block short of the prompt's end, while a load of a whole block-aligned prompt leaves only "
+                  "its last token to compute, so the tier may pass it by a little")
         )  # fmt: skip
         cid = f"C-tier-ttft-{trace}"
         claim = (
