@@ -180,3 +180,18 @@ def test_more_tier_more_hits_on_repeated_prefixes():
     # LRU over a cycle of 8 prefixes: a tier of fewer than 8 prefixes (3 chunks each) never hits.
     assert rates[1] == plain
     assert np.isclose(rates[24], 48 * 56 / (52 * 64))  # every visit after the first of each prefix hits
+
+
+@given(workloads(max_requests=30), tier_configs(), st.integers(1, 31))
+def test_a_streamed_run_with_a_tier_equals_the_whole_run(w, cfg, size):
+    """Fed in chunks (`simulate_stream`), a run with a CPU tier makes the same decisions as the whole run
+    on both engines: a stalled engine waits for rows not fed yet rather than jumping past them."""
+    from kvsim.engine.streaming import chunks, simulate_stream
+
+    whole = kvsim.simulate(w, cfg, backend="reference")
+    for backend in ("rust", "reference"):
+        res = simulate_stream(chunks(w, size), cfg, backend=backend, rows="memory")
+        assert res.requests is not None
+        assert res.requests.equals(whole.requests, null_equal=True), backend
+        assert res.summary == whole.summary, backend
+        assert res.raw.counters == whole.raw.counters, backend
