@@ -95,14 +95,21 @@ class Hybrid(State):
                 self.log("evict", s, b, g)
             self.log("allocate", s, b, g)
 
-    def hybrid_state(self) -> tuple[int, int, list[int]]:
-        """(slots left empty in partly filled blocks, blocks the running tables hold, those per group)."""
+    def hybrid_state(self) -> tuple[int, int, list[int], int]:
+        """(slots left empty in partly filled blocks, blocks the running tables hold, those per group, the
+        slots an attention group's blocks hold beyond the engine's block size: distinct blocks of a group of
+        block size B_g count B_g - B more each; zero unless unequal pages raised a group's block size)."""
         kv = self.hkv
         internal = 0
         per_group = [0] * len(kv.groups)
+        wide = [g for g, spec in enumerate(kv.groups) if spec.kind != "mamba" and spec.block_size != self.bs]
+        distinct: dict[int, set[int]] = {g: set() for g in wide}
         for s in self.running:
             for g, (spec, table) in enumerate(zip(kv.groups, kv.tables(s.idx), strict=True)):
                 per_group[g] += sum(b != NULL for b in table)
+                if g in distinct:
+                    distinct[g].update(b for b in table if b != NULL)
                 if spec.kind != "mamba" and table:
                     internal += -s.num_computed % spec.block_size
-        return internal, sum(per_group), per_group
+        extra = sum(len(distinct[g]) * (kv.groups[g].block_size - self.bs) for g in wide)
+        return internal, sum(per_group), per_group, extra

@@ -33,8 +33,8 @@ class Memory(State):
         stored = internal = reserved = external = held = logical = 0
         if self.hybrid:
             held = self.cfg.capacity_blocks - self.hkv.num_free_blocks
-            internal, logical, per_group = self.hybrid_state()
-            allocated = held * bs
+            internal, logical, per_group, extra = self.hybrid_state()
+            allocated = held * bs + extra
             stored = allocated - internal
             for g, n in enumerate(per_group):
                 c[f"w_group_blocks_{g}"] += dt * n

@@ -6,7 +6,7 @@
 
 use super::admission::{NEVER, over_budget};
 use super::{Engine, Memory, MemoryState, event};
-use crate::kv_groups::{GroupKind, Groups, HybridTables, KeyCache};
+use crate::kv_groups::{GroupKind, GroupSpec, Groups, HybridTables, KeyCache};
 use crate::{BlockId, BlockPool};
 
 /// A sequence's state in a hybrid pool (boxed in `Seq::hybrid`, so a model of one group pays 8 bytes).
@@ -183,20 +183,38 @@ impl Engine<'_> {
             held: self.cfg.capacity_blocks() - u64::from(pool.num_free_blocks()),
             ..MemoryState::default()
         };
+        let bs = self.cfg.block_size;
+        // Unequal pages: an attention group's distinct held blocks count B_g slots, not B (§Metrics).
+        let wide = |spec: &GroupSpec| spec.kind != GroupKind::Mamba && spec.block_size != bs;
+        let any_wide = groups.specs().iter().any(wide);
+        let mut distinct: Vec<Vec<BlockId>> =
+            vec![Vec::new(); if any_wide { groups.len() } else { 0 }];
         for &k in &self.running {
             let s = &self.slab[k];
             let Some(hs) = s.hybrid.as_ref() else {
                 continue;
             };
-            for (spec, table) in groups.specs().iter().zip(&hs.tables.tables) {
+            for (g, (spec, table)) in groups.specs().iter().zip(&hs.tables.tables).enumerate() {
                 m.logical += table.blocks.iter().filter(|&&b| b != BlockId::NULL).count() as u64;
+                if any_wide && wide(spec) {
+                    distinct[g]
+                        .extend(table.blocks.iter().copied().filter(|&b| b != BlockId::NULL));
+                }
                 if spec.kind != GroupKind::Mamba && !table.blocks.is_empty() {
                     let r = s.num_computed % spec.block_size;
                     m.internal += if r == 0 { 0 } else { spec.block_size - r };
                 }
             }
         }
-        m.allocated = m.held * self.cfg.block_size;
+        for (spec, ids) in groups.specs().iter().zip(&mut distinct) {
+            if ids.is_empty() {
+                continue;
+            }
+            ids.sort_unstable();
+            ids.dedup();
+            m.extra += ids.len() as i64 * (spec.block_size as i64 - bs as i64);
+        }
+        m.allocated = (m.held * bs).saturating_add_signed(m.extra);
         m.stored = m.allocated - m.internal;
         m
     }

@@ -703,6 +703,7 @@ impl Engine<'_> {
                     external: 0,
                     held,
                     logical: a.logical,
+                    extra: 0,
                 }
             }
             Memory::Contiguous(space) => MemoryState {
@@ -713,6 +714,7 @@ impl Engine<'_> {
                 external: space.external_fragmentation(),
                 held: 0,
                 logical: 0,
+                extra: 0,
             },
         }
     }

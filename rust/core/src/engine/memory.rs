@@ -50,6 +50,9 @@ pub(super) struct MemoryState {
     pub(super) external: u64,
     pub(super) held: u64,
     pub(super) logical: u64,
+    /// A hybrid pool of unequal pages: the slots its attention groups' distinct held blocks hold beyond
+    /// `held x block size` (B_g - B each); zero otherwise.
+    pub(super) extra: i64,
 }
 
 pub(super) enum Memory {
@@ -188,6 +191,10 @@ impl Engine<'_> {
             c.w_held_blocks += w(m.held);
             c.w_logical_blocks += w(m.logical);
             self.peak_held = self.peak_held.max(m.held);
+            if m.extra != 0 {
+                self.w_extra_slots += i128::from(dt) * i128::from(m.extra);
+                self.peak_allocated_extra = self.peak_allocated_extra.max(i128::from(m.allocated));
+            }
         } else {
             c.w_stored += w(m.stored);
             c.w_allocated += w(m.allocated);

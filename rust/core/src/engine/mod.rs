@@ -128,6 +128,10 @@ pub struct Engine<'a> {
     done: Vec<usize>,
     /// Paged memory: `record` sums held blocks only (allocated and stored follow from them at the end).
     peak_held: u64,
+    /// The peak of held x block size + `MemoryState::extra` over the steps where `extra` is not zero.
+    peak_allocated_extra: i128,
+    /// The time-weighted sum of `MemoryState::extra` (added to `w_allocated` at the end).
+    w_extra_slots: i128,
     /// `group_need`'s scratch: shared partial blocks and how many members copied them so far.
     writers: Vec<(BlockId, u32)>,
     /// Set by `run`: the caller's cancel flag (Ctrl-C), read between units of work (`cancelled`).
@@ -241,6 +245,8 @@ impl<'a> Engine<'a> {
             touched: Vec::new(),
             done: Vec::new(),
             peak_held: 0,
+            peak_allocated_extra: 0,
+            w_extra_slots: 0,
             writers: Vec::new(),
             cancel: None,
             row_base: 0,
@@ -433,9 +439,10 @@ impl<'a> Engine<'a> {
             c.num_block_allocations = i128::from(pool.num_allocated());
             // `record` summed held blocks only: allocated = held x block size, stored = allocated - internal.
             let bs = i128::from(self.cfg.block_size);
-            c.w_allocated = bs * c.w_held_blocks;
+            c.w_allocated = bs * c.w_held_blocks + self.w_extra_slots;
             c.w_stored = c.w_allocated - c.w_internal;
-            c.peak_allocated_tokens = bs * i128::from(self.peak_held);
+            c.peak_allocated_tokens =
+                (bs * i128::from(self.peak_held)).max(self.peak_allocated_extra);
         }
         self.out.counters.makespan_ps = i128::from(self.t);
         if let Some(log) = self.log.take() {
