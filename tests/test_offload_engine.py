@@ -195,3 +195,20 @@ def test_a_streamed_run_with_a_tier_equals_the_whole_run(w, cfg, size):
         assert res.requests.equals(whole.requests, null_equal=True), backend
         assert res.summary == whole.summary, backend
         assert res.raw.counters == whole.raw.counters, backend
+
+
+def test_a_fleets_tier_metrics_are_over_every_replicas_tier():
+    """The fleet summary: the tiers' chunks summed, occupancy time-weighted over each replica's busy time
+    and tier (so between the replicas' own), the peak the fullest replica's."""
+    from kvsim.workloads import synthetic
+
+    w = synthetic(300, arrival_rate=50, lengths="sharegpt-paper", seed=3)
+    cfg = kvsim.SimConfig(num_blocks=300, block_size=16, enable_prefix_caching=True, kv_offloading_chunks=400)
+    r = kvsim.simulate_cluster(w, cfg, replicas=3, router="round-robin")
+    s, each = r.summary, [x.summary for x in r.replicas]
+    assert s["cpu_tier_chunks"] == 3 * 400
+    occ = [x["cpu_tier_occupancy"] for x in each]
+    assert min(occ) <= s["cpu_tier_occupancy"] <= max(occ)
+    assert 0 < s["cpu_tier_occupancy"] <= 1
+    assert s["cpu_tier_peak_occupancy"] == max(x["cpu_tier_peak_occupancy"] for x in each)
+    assert s["stores"] == sum(x["stores"] for x in each)

@@ -382,6 +382,14 @@ def fleet_summary(
     s["blocks_saved_by_sharing"] = sum(
         (x["w_logical_blocks"] - x["w_held_blocks"]) / x["busy_ps"] if x["busy_ps"] else 0.0 for x in counters
     )
+    if "cpu_tier_chunks" in s:  # CPU tiers: the fleet's chunks, occupancy over each tier's busy time
+        chunks = [cfg.kv_offloading_chunks for cfg in configs]
+        tier_denom = sum(b * k for b, k in zip(busy, chunks, strict=True))
+        s["cpu_tier_chunks"] = sum(chunks)
+        s["cpu_tier_occupancy"] = c["w_cpu_chunks"] / tier_denom if tier_denom else 0.0
+        s["cpu_tier_peak_occupancy"] = max(
+            (x["peak_cpu_chunks"] / k if k else 0.0) for x, k in zip(counters, chunks, strict=True)
+        )
     return s
 
 
