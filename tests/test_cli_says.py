@@ -190,3 +190,16 @@ def test_a_sweep_shows_what_its_axes_move(capsys, tmp_path):
     assert "num_blocks" not in header  # the same pool at every point
     header, _ = sweep_table(capsys, tmp_path, "--grid", "block_size=16,32", "--show", "throughput_rps")
     assert header == ["block_size", "num_blocks", "n_seeds", "throughput_rps"]
+
+
+def test_the_config_line_names_tier_knobs_only_with_a_tier(capsys):
+    """A run without a CPU tier lists no kv_offloading_* knob (its derived link time is moot); one with a
+    tier lists its size, chunks and link time."""
+    base = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requests", "20"]
+    assert main(base) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("config: "))
+    assert "kv_offloading" not in line
+    assert main([*base, "--kv-offloading-size", "4"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("config: "))
+    assert "kv_offloading_chunks=2048" in line
+    assert "kv_offloading_ps_per_block=" in line

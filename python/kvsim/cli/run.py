@@ -453,7 +453,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         shown = {
             k: human[k]
             for k, v in raw_cfg.items()
-            if v is not None and v != KNOBS[k].default and not (k == "swap_ps_per_block" and v == 0)
+            if v is not None
+            and v != KNOBS[k].default
+            and not (k == "swap_ps_per_block" and v == 0)
+            and not (k.startswith("kv_offloading_") and not config.kv_offloading_chunks)  # no tier: moot
         }
         print("config: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
         print()
