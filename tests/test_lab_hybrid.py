@@ -116,6 +116,11 @@ def test_replay_equals_the_engine_on_random_sliding_windows(w, cfg):
 
 @given(workloads(), hybrid_configs())
 def test_replay_equals_the_engine_on_random_hybrid_layouts(w, cfg):
+    odd = [g for g in cfg.kv_groups if g.kind != "mamba" and g.block_size != cfg.engine_block_size]
+    if odd or cfg.pool.layout.bytes_per_block % cfg.engine_block_size:  # unequal pages: the lab refuses
+        with pytest.raises(InvalidArgumentError, match="unequal pages"):
+            run_track(w, cfg)
+        return
     t = run_track(w, cfg)
     check_against_engine(t)
     if t.groups:

@@ -375,7 +375,11 @@ def _replay_hybrid(
     """A hybrid model's track: blocks and tables from the manager's pass (`state_hybrid`), tokens and
     sequence counts from the sequences' pass. Token measures are the engine's: a block is the engine's
     block size of token slots, less the slots left empty in each attention group's partly filled last
-    block (a state block counts as full)."""
+    block (a state block counts as full). A layout of unequal attention pages is refused (`check_layout`):
+    its wider blocks hold more slots than the page draws."""
+    from kvsim.lab.query import check_layout
+
+    check_layout(config)
     bs = config.engine_block_size
     groups = config.kv_groups
     s_total = num_steps + 1
