@@ -74,6 +74,8 @@ PUBLISHED = {
     "mistral-small-24b": (24, None, 0.02),  # model card: 24B
     "gemma-3-27b": (27.0, None, 0.02),  # language model of the 27B (the vision tower's 0.4B is not counted)
     "llama-4-scout": (109, 17, 0.02),  # model card: 109B total (vision included), 17B active
+    "qwen3-next-80b-a3b": (80, None, 0.02),  # model card: 80B total (3B activated: below, without embeddings)
+    "minimax-m2": (230, None, 0.02),  # model card: 230B total (10B active: below, without embeddings)
 }
 
 
@@ -424,3 +426,184 @@ def test_gpu_flags_describe_a_gpu_as_a_preset_would(capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("kvsim run: error: argument --gpu-bandwidth:"), err
     assert len(err.splitlines()) == 1
+
+
+# -- 2026 families: state layers, full-attention MoE, refusals ------------------------------------------------
+
+
+def test_qwen3_next_state_and_kv_bytes_from_the_config_by_hand():
+    """Qwen3-Next: 36 gated delta net layers keep a state per request, 12 gated-attention layers keep KV.
+    Per token (bf16): 2 (K, V) x 2 KV heads x 256 x 2 bytes = 2,048 B a full layer, x 12 = 24,576 B.
+    Per request a delta-net layer keeps its convolution state, conv_dim = 2 x 16 x 128 + 32 x 128 = 8,192
+    channels x (kernel 4 - 1) x 2 B, and its recurrent state, 32 value heads x 128 x 128 x 2 B (vLLM's
+    gated_delta_net_state_shape): 49,152 + 1,048,576 = 1,097,728 B. A 16-token attention block (32 KiB)
+    cannot hold it, so vLLM raises the block to 16 x ceil(1,097,728 / (16 x 2,048)) = 544 tokens."""
+    from kvsim.model.layers import kv_layout
+
+    cfg = json.loads((HF / "qwen3-next-80b-a3b.json").read_text())
+    m = models.get("qwen3-next-80b-a3b")
+    kinds = [lay.kind for lay in m.layers]
+    assert kinds == (["mamba"] * 3 + ["full"]) * 12
+    per_layer = 2 * cfg["num_key_value_heads"] * cfg["head_dim"] * 2
+    assert per_layer == 2048
+    assert m.kv_bytes_per_token == 12 * per_layer
+    conv_dim = 2 * 16 * 128 + 32 * 128
+    state = conv_dim * (4 - 1) * 2 + 32 * 128 * 128 * 2
+    assert state == 1_097_728
+    st = m.layers[0].state
+    assert st is not None
+    assert st.page_bytes(1, 16) == state
+    layout = kv_layout(m, 16, enable_prefix_caching=False)
+    assert layout.block_size == 16 * -(-state // (16 * per_layer)) == 544
+    assert {g.kind for g in layout.groups} == {"mamba", "full"}
+    assert all(g.page_bytes == 544 * per_layer for g in layout.groups)
+    # Two GPUs halve the KV heads and the state's heads and channels.
+    assert st.page_bytes(2, 16) == state // 2
+
+
+def test_qwen3_next_weights_count_the_gated_delta_net_and_the_gated_attention():
+    """The parameters re-derived by hand: per delta-net layer in_proj_qkvz (2048 -> 2 x 2048 + 2 x 4096),
+    in_proj_ba (2048 -> 64), out_proj (4096 -> 2048), conv1d 8,192 x 4, dt_bias and A_log 32 each, a norm
+    of 128; per attention layer a query twice as wide (its output gate), k, v, o and two 256-wide norms;
+    512 + 1 shared experts of 512 per layer with a router and the shared expert's gate; embeddings and
+    lm_head. The model card's 80B total, 79B without embeddings, 3B activated (rounded)."""
+    h, layers, lin, full = 2048, 48, 36, 12
+    delta = h * (2 * 2048 + 2 * 4096) + h * 64 + 4096 * h + 8192 * 4 + 32 + 32 + 128
+    attn = h * 16 * 256 * 2 + 2 * h * 2 * 256 + 16 * 256 * h + 2 * 256
+    moe = 512 * 3 * h * 512 + 3 * h * 512 + 512 * h + h
+    embeds = 2 * 151936 * h
+    norms = (2 * layers + 1) * h
+    total = lin * delta + full * attn + layers * moe + embeds + norms
+    m = models.get("qwen3-next-80b-a3b")
+    assert m.num_params == total
+    assert (m.num_params - embeds) / 1e9 == pytest.approx(79, rel=0.01)
+    active = m.num_params - layers * 512 * 3 * h * 512 + layers * 10 * 3 * h * 512
+    assert m.num_active_params == active
+    assert (active - embeds) / 1e9 == pytest.approx(3, rel=0.1)
+
+
+def test_qwen3_next_runs_as_vllm_serves_it():
+    """On two H200s without prefix caching (vLLM's Mamba 'align' mode is not modelled: refused by name), the
+    four start-up figures come out; with prefix caching on, the refusal names the knob."""
+    cfg = kvsim.SimConfig(
+        model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2, enable_prefix_caching=False
+    )
+    fig = cfg.pool.figures
+    assert fig.model_loading_bytes == models.get("qwen3-next-80b-a3b").param_bytes // 2
+    assert fig.max_concurrency > 1
+    with pytest.raises(InvalidArgumentError, match="enable_prefix_caching"):
+        kvsim.SimConfig(model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2)
+
+
+def test_minimax_m2_is_full_attention_moe_in_fp8_blocks():
+    """MiniMax-M2: every layer full attention (vLLM's minimax_m2.py), 62 x 2 x 8 x 128 x 2 B = 253,952 B a
+    token; 256 experts of 1536 per layer at a byte a weight plus an fp32 scale per 128 x 128 block, the
+    router, embeddings and lm_head at 2 bytes; 230B total and 10B active (without embeddings) on the card."""
+    m = models.get("minimax-m2")
+    assert not m.is_hybrid
+    assert m.kv_bytes_per_token == 62 * 2 * 8 * 128 * 2
+    h, f, e, n = 3072, 1536, 256, 62
+
+    def blocks(rows, cols):
+        return -(-rows // 128) * -(-cols // 128)
+
+    experts = n * e * (2 * (f * h + 4 * blocks(f, h)) + h * f + 4 * blocks(h, f))
+    attn = n * (
+        (48 * 128 + 2 * 8 * 128) * h
+        + 4 * (blocks(48 * 128, h) + 2 * blocks(8 * 128, h))
+        + h * 48 * 128
+        + 4 * blocks(h, 48 * 128)
+    )
+    embeds = 2 * 200064 * h
+    router = n * e * h
+    rest = m.num_params - embeds - router - n * (3 * f * h * e + (48 + 2 * 8) * 128 * h + 48 * 128 * h)
+    assert m.weight_bytes == experts + attn + 2 * (embeds + router + rest)
+    assert (m.num_active_params - embeds) / 1e9 == pytest.approx(10, rel=0.05)
+    bad = {**json.loads((HF / "minimax-m2.json").read_text()), "attn_type_list": [0] + [1] * 61}
+    with pytest.raises(InvalidArgumentError, match="attn_type_list"):
+        models._from_dict(bad, "m", "m", "m", None)
+
+
+def test_deepseek_v4_compressed_attention_is_refused_by_name():
+    """DeepSeek-V4's KV is compressed by per-layer ratios (`compress_ratios`): no kvsim layer kind holds it, so
+    the config is refused rather than priced as MLA or sliding windows."""
+    cfg = {
+        "model_type": "deepseek_v4",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 1,
+        "head_dim": 512,
+        "vocab_size": 100,
+        "sliding_window": 128,
+        "compress_ratios": [4, 128],
+    }
+    with pytest.raises(InvalidArgumentError, match="DeepSeek-V4's compressed attention"):
+        models._from_dict(cfg, "v4", "v4", "v4", None)
+
+
+def test_quantization_flag_keeps_a_hybrid_presets_layers_fields():
+    """--quantization fp8 re-prices a preset from its kept config fields: Gemma 3's sliding window and
+    Qwen3-Next's delta-net fields are among them (the window was lost before, and the rebuild refused)."""
+    for name in ("gemma-3-27b", "qwen3-next-80b-a3b"):
+        dense = models.get(name)
+        fp8 = dense.with_quantization("fp8")
+        assert fp8.num_params == dense.num_params
+        assert fp8.weight_bytes < 0.6 * dense.param_bytes
+
+
+def test_kimi_linear_is_refused_by_name():
+    """Kimi-Linear's KDA layers are state layers kvsim reads (`layers_from_hf_config`), but their weights are
+    not counted: the config is refused by its model_type rather than priced as MLA everywhere."""
+    cfg = {
+        "model_type": "kimi_linear",
+        "num_hidden_layers": 4,
+        "hidden_size": 64,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "vocab_size": 100,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "linear_attn_config": {"kda_layers": [1, 2, 3], "num_heads": 8, "head_dim": 32},
+    }
+    with pytest.raises(InvalidArgumentError, match="kimi_linear"):
+        models._from_dict(cfg, "k", "k", "k", None)
+
+
+def test_qwen3_5_keeps_its_recurrent_state_in_mamba_ssm_dtype():
+    """Qwen3.5 (a `text_config` with `linear_attention` layer types) keeps the delta net's temporal state
+    in its config's `mamba_ssm_dtype` (float32: 4 bytes), the convolution in the model's dtype; without the
+    field, Qwen3-Next's rule (the model's dtype) holds."""
+    text = {
+        "model_type": "qwen3_5_moe_text",
+        "num_hidden_layers": 4,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "vocab_size": 1000,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "attn_output_gate": True,
+        "dtype": "bfloat16",
+        "mamba_ssm_dtype": "float32",
+    }
+    m = models._from_dict({"model_type": "qwen3_5_moe", "text_config": text}, "q", "q", "q", None)
+    st = m.layers[0].state
+    assert st is not None
+    assert st.page_bytes(1, 16) == 8192 * 3 * 2 + 32 * 128 * 128 * 4
+    plain = models._from_dict({**text, "mamba_ssm_dtype": None}, "q", "q", "q", None)
+    st2 = plain.layers[0].state
+    assert st2 is not None
+    assert st2.page_bytes(1, 16) == 8192 * 3 * 2 + 32 * 128 * 128 * 2
+    # One gated-attention layer: q (and its gate) 2 x 4096, k and v 512 each, o 4096, from d 2048.
+    delta = 2048 * (2 * 2048 + 2 * 4096) + 2048 * 64 + 4096 * 2048
+    attn = 2048 * 8192 + 2 * 2048 * 512 + 4096 * 2048
+    dense = 3 * 2048 * 2048 * 4 * 4  # the default MLP width 4 x hidden, 4 layers
+    assert m.num_params - plain.num_params == 0
+    matrices = m.num_params - 2 * 1000 * 2048 - dense
+    assert matrices - 3 * delta - attn == 3 * (8192 * 4 + 32 + 32 + 128) + 2 * 256 + 9 * 2048

@@ -8,7 +8,8 @@ and its checkpoint's config give the same answers. Names are the Hugging Face id
 `ALIASES` maps the instruct / chat ids onto the same architecture. Models whose layers are not all full
 attention carry `layers=` (`kvsim.model.layers.Layer`), built here from the same config fields
 (`layer_types`, `sliding_window` with `sliding_window_pattern`, `attention_chunk_size` with
-`no_rope_layers`), as vLLM 0.33.0 builds each layer's KV-cache spec.
+`no_rope_layers`, Qwen3-Next's `full_attention_interval` with its gated delta net's `linear_*` state
+fields), as vLLM 0.33.0 builds each layer's KV-cache spec.
 """
 
 from __future__ import annotations
@@ -270,6 +271,67 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 202048,
         },
     ),
+    # Qwen/Qwen3-Next-80B-A3B-Instruct: 48 layers, d 2048; three gated delta net layers (16 key heads and 32
+    # value heads of 128, a 4-wide convolution) to one gated-attention layer (16 heads, 2 KV heads of 256,
+    # full_attention_interval 4); 512 experts of 512, 10 per token, one shared expert of 512; 262,144
+    # positions. Model card: "80B in total and 3B activated", 79B without the embeddings.
+    "qwen3-next-80b-a3b": (
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        {
+            "model_type": "qwen3_next",
+            "decoder_sparse_step": 1,
+            "full_attention_interval": 4,
+            "head_dim": 256,
+            "hidden_size": 2048,
+            "intermediate_size": 5120,
+            "linear_conv_kernel_dim": 4,
+            "linear_key_head_dim": 128,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 32,
+            "linear_value_head_dim": 128,
+            "max_position_embeddings": 262144,
+            "mlp_only_layers": [],
+            "moe_intermediate_size": 512,
+            "num_attention_heads": 16,
+            "num_experts": 512,
+            "num_experts_per_tok": 10,
+            "num_hidden_layers": 48,
+            "num_key_value_heads": 2,
+            "shared_expert_intermediate_size": 512,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "vocab_size": 151936,
+        },
+    ),
+    # MiniMaxAI/MiniMax-M2: 62 full-attention layers (attn_type_list all 1), d 3072, 48 heads, 8 KV heads of
+    # 128, q/k norms over all heads; 256 experts of 1536 (intermediate_size), 8 per token, no shared expert;
+    # 196,608 positions; fp8 weights in 128 x 128 blocks, router and lm_head unquantized. Model card: 230B
+    # total, 10B active.
+    "minimax-m2": (
+        "MiniMaxAI/MiniMax-M2",
+        {
+            "model_type": "minimax_m2",
+            "attn_type_list": [1] * 62,
+            "head_dim": 128,
+            "hidden_size": 3072,
+            "intermediate_size": 1536,
+            "max_position_embeddings": 196608,
+            "num_attention_heads": 48,
+            "num_experts_per_tok": 8,
+            "num_hidden_layers": 62,
+            "num_key_value_heads": 8,
+            "num_local_experts": 256,
+            "quantization_config": {
+                "activation_scheme": "dynamic",
+                "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"],
+                "quant_method": "fp8",
+                "weight_block_size": [128, 128],
+            },
+            "shared_intermediate_size": 0,
+            "tie_word_embeddings": False,
+            "vocab_size": 200064,
+        },
+    ),
 }
 
 # Other Hugging Face names of the same architectures (instruct / chat / reasoning releases).
@@ -283,6 +345,9 @@ ALIASES: dict[str, str] = {
     "mistral-small-24b-base-2501": "mistral-small-24b",
     "llama-4-scout-17b-16e": "llama-4-scout",
     "llama-4-scout-17b-16e-instruct": "llama-4-scout",
+    "qwen3-next-80b-a3b-instruct": "qwen3-next-80b-a3b",
+    "qwen3-next-80b-a3b-thinking": "qwen3-next-80b-a3b",
+    "minimax-m2.1": "minimax-m2",
     # The 2024 presets under their Hugging Face ids' last parts.
     "meta-llama-3-8b": "llama-3-8b",
     "meta-llama-3-8b-instruct": "llama-3-8b",

@@ -590,6 +590,24 @@ _KEPT_FIELDS = (
     "mlp_only_layers",
     "topk_method",
     "quantization_config",
+    # The layers' kinds and state shapes (`layers_from_hf_config`, `params._gated_delta_net`).
+    "layer_types",
+    "sliding_window",
+    "sliding_window_pattern",
+    "attention_chunk_size",
+    "no_rope_layers",
+    "use_sliding_window",
+    "max_window_layers",
+    "full_attention_interval",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "attn_output_gate",
+    "mamba_ssm_dtype",
+    "attn_type_list",
+    "compress_ratios",
 )
 
 
@@ -645,6 +663,13 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     dtype = _HF_DTYPES[raw_dtype]
     checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}")
     q = quant.with_flag(checkpoint, quantization, f"model {str(path)!r}")
+    if str(cfg.get("model_type", "")).startswith("kimi_linear"):
+        # Its KDA layers' projections (q, k, v, the gates' low-rank pairs, short convolutions) are not in
+        # `kvsim.model.params`: pricing them as MLA attention would be a guess, so the model is refused.
+        raise InvalidArgumentError(
+            f"model {str(path)!r}: model_type 'kimi_linear' (Kimi-Linear): its KDA layers' weights are not "
+            "counted by kvsim, so its weights cannot be priced"
+        )
     b = param_breakdown(cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick)
     weight_dtype = dtype
     if q.method:

@@ -4,7 +4,8 @@
 module it belongs to, so that a quantization (`kvsim.model.quant`) can price each group in its own format:
 
 - `embed` (`model.embed_tokens`) and `lm_head` (absent when the embeddings are tied);
-- `attn`: q, k, v and o projections (MLA: its low-rank projections), per layer;
+- `attn`: q, k, v and o projections (MLA: its low-rank projections), per layer; a gated delta net layer's
+  input and output projections in their stead (Qwen3-Next, Qwen3.5);
 - `mlp`: a dense layer's gated MLP (three matrices; OPT/GPT: two), per layer;
 - `experts`: every routed expert's matrices (in memory all of them; per token `num_experts_per_tok`);
 - `shared_experts`: experts every token passes through (DeepSeek, Llama 4, Qwen2-MoE);
@@ -109,6 +110,35 @@ def _layer_flags(cfg: dict[str, Any], layers: int, experts: int, pick: Any) -> l
     return [i >= dense_first and (i + 1) % step == 0 and i not in only_mlp for i in range(layers)]
 
 
+def _linear_attention_layers(cfg: dict[str, Any], layers: int) -> int:
+    """Decoder layers whose mixer is a gated delta net (Qwen3-Next / Qwen3.5's `linear_attention` layers,
+    from `layer_types`, else Qwen3-Next's `full_attention_interval`), as
+    `kvsim.model.layers.layers_from_hf_config` reads them."""
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        return sum(t == "linear_attention" for t in types)
+    if cfg.get("model_type") == "qwen3_next" or cfg.get("linear_num_value_heads") is not None:
+        interval = cfg.get("full_attention_interval") or 4
+        return sum(1 for i in range(layers) if (i + 1) % interval)
+    return 0
+
+
+def _gated_delta_net(b: Breakdown, cfg: dict[str, Any], hidden: int, n: int, pick: Any) -> None:
+    """The weights of `n` gated delta net layers as vLLM 0.33.0 builds them
+    (`vllm/model_executor/models/qwen3_next.py`, `Qwen3NextGatedDeltaNet`): `in_proj_qkvz` (hidden ->
+    2·key_dim + 2·value_dim), `in_proj_ba` (hidden -> 2·value heads), `out_proj` (value_dim -> hidden), and
+    outside the matrices the depthwise `conv1d` (conv_dim x kernel, conv_dim = 2·key_dim + value_dim),
+    `dt_bias` and `A_log` (one per value head) and the gated RMS norm (one value head's width)."""
+    nk, nv = pick("linear_num_key_heads"), pick("linear_num_value_heads")
+    hk, hv = pick("linear_key_head_dim"), pick("linear_value_head_dim")
+    kernel = pick("linear_conv_kernel_dim", default=4, required=False)
+    key_dim, value_dim = nk * hk, nv * hv
+    b.add("attn", 2 * key_dim + 2 * value_dim, hidden, n)  # in_proj_qkvz
+    b.add("attn", 2 * nv, hidden, n)  # in_proj_ba
+    b.add("attn", hidden, value_dim, n)  # out_proj
+    b.other += ((2 * key_dim + value_dim) * kernel + 2 * nv + hv) * n  # conv1d, dt_bias, A_log, norm
+
+
 def param_breakdown(
     cfg: dict[str, Any],
     layers: int,
@@ -151,17 +181,27 @@ def param_breakdown(
         b.add("attn", hidden, heads * v_dim, layers)
         b.other += kv_lora * layers  # kv_a_layernorm
     else:
-        b.add("attn", heads * head_dim, hidden, layers)
-        b.add("attn", kv_heads * head_dim, hidden, 2 * layers)
-        b.add("attn", hidden, heads * head_dim, layers)
+        # Gated DeltaNet layers (Qwen3-Next, Qwen3.5) replace attention by their mixer (below); the attention
+        # layers that remain of such a model gate their output with a second query-sized projection.
+        n_linear = _linear_attention_layers(cfg, layers)
+        n_attn = layers - n_linear
+        gated = n_linear > 0 or bool(cfg.get("attn_output_gate"))
+        b.add("attn", heads * head_dim * (2 if gated else 1), hidden, n_attn)
+        b.add("attn", kv_heads * head_dim, hidden, 2 * n_attn)
+        b.add("attn", hidden, heads * head_dim, n_attn)
         if opt_like:
             b.other += (heads * head_dim + 2 * kv_heads * head_dim + hidden) * layers  # q, k, v, out biases
         elif cfg.get("attention_bias") or model_type.startswith("qwen2"):
             b.other += (heads * head_dim + 2 * kv_heads * head_dim) * layers  # q, k, v biases (Qwen2)
             if model_type == "gpt_oss":
                 b.other += (hidden + heads) * layers  # o_proj's bias and the attention sinks
-        if model_type.startswith(("qwen3", "gemma3")):
-            b.other += 2 * head_dim * layers  # q_norm, k_norm (Llama 4's qk norm has no weight)
+        if model_type.startswith(("qwen3", "gemma3", "minimax_m2")):
+            # q_norm, k_norm: one head's width (Qwen3, Gemma 3; Llama 4's qk norm has no weight), or every
+            # head's (MiniMax-M2's per-layer qk norm over the whole projection).
+            width = (heads + kv_heads) * head_dim if model_type.startswith("minimax_m2") else 2 * head_dim
+            b.other += width * n_attn
+        if n_linear:
+            _gated_delta_net(b, cfg, hidden, n_linear, pick)
     # Norms: two per layer (Gemma 2/3: four), the final one; OPT/GPT's LayerNorms have biases.
     per_layer_norms = 4 if model_type.startswith(("gemma2", "gemma3")) else 2
     b.other += (per_layer_norms * hidden * layers + hidden) * (2 if opt_like else 1)
