@@ -318,7 +318,8 @@ MODELS: dict[str, Model] = {
             ),
             layers=(Layer("sliding_window", 4096),) * 32,
         ),
-        # Qwen/Qwen2.5-7B config.json: 28 layers, d 3584, 28 heads, 4 KV heads, ffn 18944, vocab 152064.
+        # Qwen/Qwen2.5-7B-Instruct config.json: 28 layers, d 3584, 28 heads, 4 KV heads, ffn 18944, vocab
+        # 152064, 32,768 positions (the base Qwen/Qwen2.5-7B's says 131,072; this preset holds the Instruct's).
         _dense(
             "qwen2.5-7b",
             28,
@@ -329,10 +330,11 @@ MODELS: dict[str, Model] = {
             152064,
             7_615_616_512,
             32768,
-            _HF.format("Qwen/Qwen2.5-7B"),
+            _HF.format("Qwen/Qwen2.5-7B-Instruct"),
             "bf16",
         ),
-        # Qwen/Qwen2.5-72B config.json: 80 layers, d 8192, 64 heads, 8 KV heads, ffn 29568.
+        # Qwen/Qwen2.5-72B-Instruct config.json: 80 layers, d 8192, 64 heads, 8 KV heads, ffn 29568, 32,768
+        # positions (the base model's: 131,072).
         _dense(
             "qwen2.5-72b",
             80,
@@ -343,7 +345,7 @@ MODELS: dict[str, Model] = {
             152064,
             72_706_203_648,
             32768,
-            _HF.format("Qwen/Qwen2.5-72B"),
+            _HF.format("Qwen/Qwen2.5-72B-Instruct"),
             "bf16",
         ),
         # deepseek-ai/DeepSeek-V3 config.json: 61 layers, d 7168, 128 heads, MLA kv_lora_rank 512 +
