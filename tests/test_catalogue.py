@@ -110,6 +110,7 @@ PUBLISHED = {
     "phi-4": (14.7, None, 0.01),  # Hugging Face's safetensors count: 14.7B
     "mistral-small-24b": (24, None, 0.02),  # model card: 24B
     "gemma-3-27b": (27.0, None, 0.02),  # language model of the 27B (the vision tower's 0.4B is not counted)
+    "gemma-3-12b": (12.0, None, 0.025),  # model card: 12B (vision tower included); exact figures below
     "llama-4-scout": (109, 17, 0.02),  # model card: 109B total (vision included), 17B active
     "qwen3-next-80b-a3b": (80, None, 0.02),  # model card: 80B total (3B activated: below, without embeddings)
     "minimax-m2": (230, None, 0.02),  # model card: 230B total (10B active: below, without embeddings)
@@ -644,3 +645,20 @@ def test_qwen3_5_keeps_its_recurrent_state_in_mamba_ssm_dtype():
     assert m.num_params - plain.num_params == 0
     matrices = m.num_params - 2 * 1000 * 2048 - dense
     assert matrices - 3 * delta - attn == 3 * (8192 * 4 + 32 + 32 + 128) + 2 * 256 + 9 * 2048
+
+
+def test_gemma_3_non_embedding_parameters_are_the_technical_reports():
+    """Gemma 3 technical report (arXiv 2503.19786, Table 1): 12B has 10,759M non-embedding parameters and 27B
+    25,600M (a 417M vision encoder apart); kvsim's count less the tied embeddings (vocabulary x width)."""
+    for name, width, published in (("gemma-3-12b", 3840, 10_759e6), ("gemma-3-27b", 5376, 25_600e6)):
+        m = models.get(name)
+        assert m.num_params - 262208 * width == pytest.approx(published, rel=2e-4)
+
+
+def test_gemma_3_12b_kv_bytes_by_hand():
+    """Gemma 3 12B: 48 layers of 8 KV heads x 256, bf16: 2 x 8 x 256 x 2 B = 8,192 B a layer, 393,216 B a
+    token if every layer kept it; 40 layers keep only the last 1,024 tokens, 8 keep every token."""
+    m = models.get("gemma-3-12b")
+    assert m.kv_bytes_per_token == 48 * 2 * 8 * 256 * 2
+    assert sum(lay.kind == "full" for lay in m.layers) == 8
+    assert {lay.window for lay in m.layers if lay.kind == "sliding_window"} == {1024}

@@ -244,6 +244,26 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 262208,
         },
     ),
+    # google/gemma-3-12b-it (text_config): 48 layers, d 3840, 16 heads, 8 KV heads of 256, ffn 15360, five
+    # 1,024-token sliding-window layers to one full-attention layer (layer_types), 131,072 positions.
+    "gemma-3-12b": (
+        "google/gemma-3-12b-it",
+        {
+            "model_type": "gemma3_text",
+            "dtype": "bfloat16",
+            "head_dim": 256,
+            "hidden_size": 3840,
+            "intermediate_size": 15360,
+            "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 8,
+            "max_position_embeddings": 131072,
+            "num_attention_heads": 16,
+            "num_hidden_layers": 48,
+            "num_key_value_heads": 8,
+            "sliding_window": 1024,
+            "sliding_window_pattern": 6,
+            "vocab_size": 262208,
+        },
+    ),
     # meta-llama/Llama-4-Scout-17B-16E-Instruct (text_config): 48 layers, d 5120, 40 heads, 8 KV heads of
     # 128; every layer 16 experts of 8192 (one per token) and a shared expert; three of every four layers
     # attend within 8,192-token chunks (RoPE layers), the fourth (no RoPE) to everything.
@@ -341,6 +361,7 @@ ALIASES: dict[str, str] = {
     "llama-3.1-70b-instruct": "llama-3.1-70b",
     "llama-3.1-405b-instruct": "llama-3.1-405b",
     "gemma-3-27b-it": "gemma-3-27b",
+    "gemma-3-12b-it": "gemma-3-12b",
     "mistral-small-24b-instruct-2501": "mistral-small-24b",
     "mistral-small-24b-base-2501": "mistral-small-24b",
     "llama-4-scout-17b-16e": "llama-4-scout",
