@@ -112,6 +112,7 @@ PUBLISHED = {
     "gemma-3-27b": (27.0, None, 0.02),  # language model of the 27B (the vision tower's 0.4B is not counted)
     "gemma-3-12b": (12.0, None, 0.025),  # model card: 12B (vision tower included); exact figures below
     "llama-4-scout": (109, 17, 0.02),  # model card: 109B total (vision included), 17B active
+    "llama-4-maverick": (400, 17, 0.02),  # model card: 400B total (402B with vision), 17B active
     "qwen3-next-80b-a3b": (80, None, 0.02),  # model card: 80B total (3B activated: below, without embeddings)
     "minimax-m2": (230, None, 0.02),  # model card: 230B total (10B active: below, without embeddings)
 }
@@ -662,3 +663,21 @@ def test_gemma_3_12b_kv_bytes_by_hand():
     assert m.kv_bytes_per_token == 48 * 2 * 8 * 256 * 2
     assert sum(lay.kind == "full" for lay in m.layers) == 8
     assert {lay.window for lay in m.layers if lay.kind == "sliding_window"} == {1024}
+
+
+def test_llama_4_maverick_alternates_moe_and_dense_layers():
+    """Maverick (interleave_moe_layer_step 2): layers 1, 3, ..., 47 hold 128 experts of 8192 plus a shared
+    expert of 8192, the others a dense MLP of 16384; its attention is Scout's (12 full layers, 36 in
+    8,192-token chunks: 2 x 8 x 128 x 2 B = 4,096 B a layer a token if every layer kept every token)."""
+    m = models.get("llama-4-maverick")
+    h = 5120
+    attn = h * 40 * 128 + 2 * h * 8 * 128 + 40 * 128 * h
+    moe = 128 * 3 * h * 8192 + 3 * h * 8192 + 128 * h
+    dense = 3 * h * 16384
+    embeds = 2 * 202048 * h
+    norms = (2 * 48 + 1) * h
+    assert m.num_params == 48 * attn + 24 * moe + 24 * dense + embeds + norms
+    assert m.num_active_params == m.num_params - 24 * 127 * 3 * h * 8192
+    assert sum(lay.kind == "full" for lay in m.layers) == 12
+    assert {lay.window for lay in m.layers if lay.kind == "chunked_local"} == {8192}
+    assert m.kv_bytes_per_token == 48 * 4096

@@ -352,6 +352,31 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 200064,
         },
     ),
+    # meta-llama/Llama-4-Maverick-17B-128E-Instruct (text_config): Scout's 48 layers and attention (three of
+    # four layers in 8,192-token chunks), every second layer 128 experts of 8192 (one per token) and a
+    # shared expert, the others a dense MLP of 16384 (interleave_moe_layer_step 2); no qk norm; 1,048,576
+    # positions. Model card: 400B total, 17B active.
+    "llama-4-maverick": (
+        "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+        {
+            "model_type": "llama4_text",
+            "attention_chunk_size": 8192,
+            "head_dim": 128,
+            "hidden_size": 5120,
+            "interleave_moe_layer_step": 2,
+            "intermediate_size": 8192,
+            "intermediate_size_mlp": 16384,
+            "max_position_embeddings": 1048576,
+            "num_attention_heads": 40,
+            "num_experts_per_tok": 1,
+            "num_hidden_layers": 48,
+            "num_key_value_heads": 8,
+            "num_local_experts": 128,
+            "torch_dtype": "bfloat16",
+            "use_qk_norm": False,
+            "vocab_size": 202048,
+        },
+    ),
 }
 
 # Other Hugging Face names of the same architectures (instruct / chat / reasoning releases).
@@ -366,6 +391,8 @@ ALIASES: dict[str, str] = {
     "mistral-small-24b-base-2501": "mistral-small-24b",
     "llama-4-scout-17b-16e": "llama-4-scout",
     "llama-4-scout-17b-16e-instruct": "llama-4-scout",
+    "llama-4-maverick-17b-128e": "llama-4-maverick",
+    "llama-4-maverick-17b-128e-instruct": "llama-4-maverick",
     "qwen3-next-80b-a3b-instruct": "qwen3-next-80b-a3b",
     "qwen3-next-80b-a3b-thinking": "qwen3-next-80b-a3b",
     "minimax-m2.1": "minimax-m2",
