@@ -581,6 +581,25 @@ def test_deepseek_v4_compressed_attention_is_refused_by_name():
         models._from_dict(cfg, "v4", "v4", "v4", None)
 
 
+def test_gemma_4_is_refused_by_name():
+    """Gemma 4's global layers (512-wide heads, their own KV head count), KV shared across layers and per-layer
+    embeddings are not kvsim's: a Gemma 4 config is refused, naming the fields."""
+    text = {
+        "model_type": "gemma4_text",
+        "num_hidden_layers": 6,
+        "hidden_size": 64,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "vocab_size": 100,
+        "sliding_window": 512,
+        "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+    }
+    with pytest.raises(InvalidArgumentError, match=r"Gemma 4 .*'global_head_dim'"):
+        models._from_dict({"model_type": "gemma4", "text_config": text}, "g4", "g4", "g4", None)
+
+
 def test_quantization_flag_keeps_a_hybrid_presets_layers_fields():
     """--quantization fp8 re-prices a preset from its kept config fields: Gemma 3's sliding window and
     Qwen3-Next's delta-net fields are among them (the window was lost before, and the rebuild refused)."""

@@ -452,6 +452,16 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
             f"model {where}: DeepSeek-V4's compressed attention (model_type {model_type!r}, field "
             "'compress_ratios') is not modelled: kvsim has no layer kind for a KV cache compressed by a ratio"
         )
+    if model_type.startswith("gemma4"):
+        # vLLM's gemma4.py: global layers of `global_head_dim` with `num_global_key_value_heads` (K loaded
+        # into V's slot too, `attention_k_eq_v`), the last `num_kv_shared_layers` reading earlier layers'
+        # KV, per-layer embeddings, double-wide MLPs on shared layers, an MoE block beside the MLP: kvsim
+        # prices none of these weights, so the model is refused rather than half modelled.
+        raise InvalidArgumentError(
+            f"model {where}: Gemma 4 (model_type {model_type!r}) is not modelled: its global layers "
+            "('global_head_dim', 'num_global_key_value_heads', 'attention_k_eq_v'), KV shared across layers "
+            "('num_kv_shared_layers'), per-layer embeddings and MoE block are not in kvsim's layers and weights"
+        )
     if model_type == "minimax_m2":
         # vLLM's minimax_m2.py builds every layer as full attention; its `attn_type_list` marks them 1
         # (MiniMax-Text-01's lightning-attention layers are 0, which MiniMax-M2 has none of).
