@@ -115,6 +115,7 @@ PUBLISHED = {
     "llama-4-maverick": (400, 17, 0.02),  # model card: 400B total (402B with vision), 17B active
     "qwen3-next-80b-a3b": (80, None, 0.02),  # model card: 80B total (3B activated: below, without embeddings)
     "minimax-m2": (230, None, 0.02),  # model card: 230B total (10B active: below, without embeddings)
+    "kimi-linear-48b-a3b": (48, None, 0.025),  # model card: 48B total (rounded; 49.12B counted), 3B activated
 }
 
 
@@ -610,24 +611,6 @@ def test_quantization_flag_keeps_a_hybrid_presets_layers_fields():
         assert fp8.weight_bytes < 0.6 * dense.param_bytes
 
 
-def test_kimi_linear_is_refused_by_name():
-    """Kimi-Linear's KDA layers are state layers kvsim reads (`layers_from_hf_config`), but their weights are
-    not counted: the config is refused by its model_type rather than priced as MLA everywhere."""
-    cfg = {
-        "model_type": "kimi_linear",
-        "num_hidden_layers": 4,
-        "hidden_size": 64,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 8,
-        "vocab_size": 100,
-        "kv_lora_rank": 512,
-        "qk_rope_head_dim": 64,
-        "linear_attn_config": {"kda_layers": [1, 2, 3], "num_heads": 8, "head_dim": 32},
-    }
-    with pytest.raises(InvalidArgumentError, match="kimi_linear"):
-        models._from_dict(cfg, "k", "k", "k", None)
-
-
 def test_qwen3_5_keeps_its_recurrent_state_in_mamba_ssm_dtype():
     """Qwen3.5 (a `text_config` with `linear_attention` layer types) keeps the delta net's temporal state
     in its config's `mamba_ssm_dtype` (float32: 4 bytes), the convolution in the model's dtype; without the
@@ -700,3 +683,34 @@ def test_llama_4_maverick_alternates_moe_and_dense_layers():
     assert sum(lay.kind == "full" for lay in m.layers) == 12
     assert {lay.window for lay in m.layers if lay.kind == "chunked_local"} == {8192}
     assert m.kv_bytes_per_token == 48 * 4096
+
+
+def test_kimi_linear_state_kv_and_weights_by_hand():
+    """Kimi-Linear-48B-A3B: 7 MLA layers keep one latent per token, (512 + 64) x 2 B = 1,152 B, 8,064 B a
+    token; 20 KDA layers keep per request three short-convolution states, 3 x 32 x 128 channels x (4 - 1) x
+    2 B, and a float32 recurrent state, 32 heads x 128 x 128 x 4 B (vLLM's kda_state_shape / kda_state_dtype):
+    73,728 + 2,097,152 = 2,170,880 B; vLLM raises the attention block to 16 x ceil(2,170,880 / (16 x 1,152))
+    = 1,888 tokens. Weights: KDA's q, k, v, o, the two gates' low-rank pairs, b_proj; MLA without a q
+    low-rank; 256 experts of 1024 and a shared expert on 26 layers, a dense MLP of 9216 on the first."""
+    from kvsim.model.layers import kv_layout
+
+    m = models.get("kimi-linear-48b-a3b")
+    assert [lay.kind for lay in m.layers].count("mamba") == 20
+    assert m.kv_bytes_per_token == 7 * (512 + 64) * 2 == 8064
+    state = 3 * 32 * 128 * 3 * 2 + 32 * 128 * 128 * 4
+    st = m.layers[0].state
+    assert st is not None
+    assert st.page_bytes(1, 16) == state == 2_170_880
+    assert kv_layout(m, 16, enable_prefix_caching=False).block_size == 16 * -(-state // (16 * 1152)) == 1888
+    h, p, d = 2304, 32 * 128, 128
+    kda = 3 * h * p + 2 * h * d + 2 * d * p + h * 32 + p * h + 3 * p * 4 + p + 32 + d
+    mla = h * 32 * 192 + h * 576 + 512 * 32 * 256 + 32 * 128 * h + 512
+    moe = 256 * 3 * h * 1024 + 3 * h * 1024 + 256 * h
+    dense = 3 * h * 9216
+    embeds = 2 * 163840 * h
+    norms = (2 * 27 + 1) * h
+    assert m.num_params == 20 * kda + 7 * mla + 26 * moe + dense + embeds + norms
+    active = m.num_params - 26 * 248 * 3 * h * 1024
+    assert m.num_active_params == active
+    assert (active - embeds) / 1e9 == pytest.approx(3, rel=0.1)  # the card's "3B activated"
+    assert m.max_model_len == 1048576

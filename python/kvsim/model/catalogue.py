@@ -377,6 +377,43 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 202048,
         },
     ),
+    # moonshotai/Kimi-Linear-48B-A3B-Instruct: 27 layers, d 2304; 20 KDA state layers (32 heads of 128, short
+    # convolutions of 4) and 7 MLA full-attention layers (kv_lora_rank 512 + rope 64; layers 4, 8, ..., 24,
+    # 27, 1-based); 256 experts of 1024, 8 per token, a shared expert, the first layer dense (9216);
+    # 1,048,576 tokens (model_max_length). Model card: 48B total, 3B activated.
+    "kimi-linear-48b-a3b": (
+        "moonshotai/Kimi-Linear-48B-A3B-Instruct",
+        {
+            "model_type": "kimi_linear",
+            "dtype": "bfloat16",
+            "first_k_dense_replace": 1,
+            "hidden_size": 2304,
+            "intermediate_size": 9216,
+            "kv_lora_rank": 512,
+            "linear_attn_config": {
+                "full_attn_layers": [4, 8, 12, 16, 20, 24, 27],
+                "head_dim": 128,
+                "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
+                "num_heads": 32,
+                "short_conv_kernel_size": 4,
+            },
+            "model_max_length": 1048576,
+            "moe_intermediate_size": 1024,
+            "moe_layer_freq": 1,
+            "num_attention_heads": 32,
+            "num_experts": 256,
+            "num_experts_per_token": 8,
+            "num_hidden_layers": 27,
+            "num_key_value_heads": 32,
+            "num_shared_experts": 1,
+            "q_lora_rank": None,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "tie_word_embeddings": False,
+            "v_head_dim": 128,
+            "vocab_size": 163840,
+        },
+    ),
 }
 
 # Other Hugging Face names of the same architectures (instruct / chat / reasoning releases).
@@ -396,6 +433,8 @@ ALIASES: dict[str, str] = {
     "qwen3-next-80b-a3b-instruct": "qwen3-next-80b-a3b",
     "qwen3-next-80b-a3b-thinking": "qwen3-next-80b-a3b",
     "minimax-m2.1": "minimax-m2",
+    "kimi-linear-48b-a3b-instruct": "kimi-linear-48b-a3b",
+    "kimi-linear-48b-a3b-base": "kimi-linear-48b-a3b",
     # The 2024 presets under their Hugging Face ids' last parts.
     "meta-llama-3-8b": "llama-3-8b",
     "meta-llama-3-8b-instruct": "llama-3-8b",

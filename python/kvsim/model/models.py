@@ -133,8 +133,9 @@ class Model:
         """Bytes of KV cache one token occupies across all layers if every attention layer kept it (the
         full-attention count; a hybrid model's pool is sized by `kvsim.model.layers.kv_layout`)."""
         if self.is_mla:
-            coef, width = 1, self.kv_lora_rank + self.qk_rope_head_dim
-            bits = coef * self.num_layers * width * dtype_bits(self.kv_dtype)
+            # One latent per token in each attention layer (Kimi-Linear's KDA layers keep a state instead).
+            attention = sum(lay.kind != "mamba" and lay.kind != "shared" for lay in self.layer_list())
+            bits = attention * (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bits(self.kv_dtype)
             return -(-bits // 8)
         bits = 0
         for layer in self.layer_list():
@@ -584,6 +585,9 @@ _KEPT_FIELDS = (
     "shared_expert_intermediate_size",
     "num_experts_per_tok",
     "experts_per_token",
+    "num_experts_per_token",
+    "model_max_length",
+    "linear_attn_config",
     "first_k_dense_replace",
     "decoder_sparse_step",
     "interleave_moe_layer_step",
@@ -647,7 +651,9 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     head_dim = pick("head_dim", default=hidden // heads)
     ffn = pick("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
     vocab = pick("vocab_size")
-    max_len = pick("max_position_embeddings", "n_positions", "seq_length", default=2048)
+    # vLLM derives the context from these keys (the smallest of those present, `model_max_length` among
+    # them); kvsim takes the first present. Kimi-Linear's config states only `model_max_length`.
+    max_len = pick("max_position_embeddings", "n_positions", "seq_length", "model_max_length", default=2048)
     kv_lora = pick("kv_lora_rank", default=0, required=False)
     rope = pick("qk_rope_head_dim", default=0, required=False)
     if not kv_lora and (kv_heads < 1 or heads % kv_heads):
@@ -665,13 +671,6 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     dtype = _HF_DTYPES[raw_dtype]
     checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}")
     q = quant.with_flag(checkpoint, quantization, f"model {str(path)!r}")
-    if str(cfg.get("model_type", "")).startswith("kimi_linear"):
-        # Its KDA layers' projections (q, k, v, the gates' low-rank pairs, short convolutions) are not in
-        # `kvsim.model.params`: pricing them as MLA attention would be a guess, so the model is refused.
-        raise InvalidArgumentError(
-            f"model {str(path)!r}: model_type 'kimi_linear' (Kimi-Linear): its KDA layers' weights are not "
-            "counted by kvsim, so its weights cannot be priced"
-        )
     b = param_breakdown(cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick)
     weight_dtype = dtype
     if q.method:

@@ -111,16 +111,40 @@ def _layer_flags(cfg: dict[str, Any], layers: int, experts: int, pick: Any) -> l
 
 
 def _linear_attention_layers(cfg: dict[str, Any], layers: int) -> int:
-    """Decoder layers whose mixer is a gated delta net (Qwen3-Next / Qwen3.5's `linear_attention` layers,
-    from `layer_types`, else Qwen3-Next's `full_attention_interval`), as
-    `kvsim.model.layers.layers_from_hf_config` reads them."""
+    """Decoder layers whose mixer is a state layer: a gated delta net (Qwen3-Next / Qwen3.5's
+    `linear_attention` layers, from `layer_types`, else Qwen3-Next's `full_attention_interval`) or Kimi's
+    KDA (`linear_attn_config.kda_layers`), as `kvsim.model.layers.layers_from_hf_config` reads them."""
     types = cfg.get("layer_types")
     if isinstance(types, list) and len(types) == layers:
         return sum(t == "linear_attention" for t in types)
+    lac = cfg.get("linear_attn_config")
+    if str(cfg.get("model_type", "")).startswith("kimi_linear") and isinstance(lac, dict):
+        return len(lac.get("kda_layers") or [])  # Kimi-Linear's KDA layers (1-based indices)
     if cfg.get("model_type") == "qwen3_next" or cfg.get("linear_num_value_heads") is not None:
         interval = cfg.get("full_attention_interval") or 4
         return sum(1 for i in range(layers) if (i + 1) % interval)
     return 0
+
+
+def _kimi_delta_attention(b: Breakdown, cfg: dict[str, Any], hidden: int, n: int) -> None:
+    """The weights of `n` Kimi Delta Attention layers as vLLM 0.33.0 builds them
+    (`vllm/model_executor/layers/kda.py`, `KimiDeltaAttention`), P = `num_heads` x `head_dim` of the
+    config's `linear_attn_config`: q, k, v (hidden -> P each), the forget gate's low-rank pair `f_a_proj`
+    (hidden -> head_dim) and `f_b_proj` (head_dim -> P), `b_proj` (hidden -> heads), the output gate's
+    `g_a_proj` / `g_b_proj` (as f's), `o_proj` (P -> hidden); outside the matrices the three short
+    convolutions (P x kernel each), `dt_bias` (P), `A_log` (heads) and the output norm (head_dim). vLLM keeps
+    the convolutions, `dt_bias` and `A_log` in float32; they are counted here in the checkpoint's dtype
+    (0.05M of a layer's 39M at Kimi-Linear-48B's sizes)."""
+    lac = cfg["linear_attn_config"]
+    heads, head_dim = int(lac["num_heads"]), int(lac["head_dim"])
+    kernel = int(lac.get("short_conv_kernel_size", 4))
+    p = heads * head_dim
+    b.add("attn", p, hidden, 3 * n)  # q, k, v
+    b.add("attn", head_dim, hidden, 2 * n)  # f_a_proj, g_a_proj
+    b.add("attn", p, head_dim, 2 * n)  # f_b_proj, g_b_proj
+    b.add("attn", heads, hidden, n)  # b_proj
+    b.add("attn", hidden, p, n)  # o_proj
+    b.other += (3 * p * kernel + p + heads + head_dim) * n
 
 
 def _gated_delta_net(b: Breakdown, cfg: dict[str, Any], hidden: int, n: int, pick: Any) -> None:
@@ -165,26 +189,27 @@ def param_breakdown(
         b.other += (
             pick("max_position_embeddings", default=2048) + 2
         ) * hidden  # learned positions (offset 2)
-    # Attention.
+    # Attention. State layers (Qwen3-Next / Qwen3.5's gated delta net, Kimi-Linear's KDA) replace it with
+    # their mixer (below).
+    n_linear = _linear_attention_layers(cfg, layers)
+    n_attn = layers - n_linear
     if kv_lora:
         q_lora = pick("q_lora_rank", default=0, required=False)
         nope = pick("qk_nope_head_dim", default=head_dim, required=False)
         v_dim = pick("v_head_dim", default=head_dim, required=False)
         if q_lora:
-            b.add("attn", q_lora, hidden, layers)
-            b.add("attn", heads * (nope + rope), q_lora, layers)
-            b.other += q_lora * layers  # q_a_layernorm
+            b.add("attn", q_lora, hidden, n_attn)
+            b.add("attn", heads * (nope + rope), q_lora, n_attn)
+            b.other += q_lora * n_attn  # q_a_layernorm
         else:
-            b.add("attn", heads * (nope + rope), hidden, layers)
-        b.add("attn", kv_lora + rope, hidden, layers)
-        b.add("attn", heads * (nope + v_dim), kv_lora, layers)
-        b.add("attn", hidden, heads * v_dim, layers)
-        b.other += kv_lora * layers  # kv_a_layernorm
+            b.add("attn", heads * (nope + rope), hidden, n_attn)
+        b.add("attn", kv_lora + rope, hidden, n_attn)
+        b.add("attn", heads * (nope + v_dim), kv_lora, n_attn)
+        b.add("attn", hidden, heads * v_dim, n_attn)
+        b.other += kv_lora * n_attn  # kv_a_layernorm
     else:
-        # Gated DeltaNet layers (Qwen3-Next, Qwen3.5) replace attention by their mixer (below); the attention
-        # layers that remain of such a model gate their output with a second query-sized projection.
-        n_linear = _linear_attention_layers(cfg, layers)
-        n_attn = layers - n_linear
+        # The attention layers that remain of a gated delta net model gate their output with a second
+        # query-sized projection.
         gated = n_linear > 0 or bool(cfg.get("attn_output_gate"))
         b.add("attn", heads * head_dim * (2 if gated else 1), hidden, n_attn)
         b.add("attn", kv_heads * head_dim, hidden, 2 * n_attn)
@@ -200,8 +225,10 @@ def param_breakdown(
             # head's (MiniMax-M2's per-layer qk norm over the whole projection).
             width = (heads + kv_heads) * head_dim if model_type.startswith("minimax_m2") else 2 * head_dim
             b.other += width * n_attn
-        if n_linear:
-            _gated_delta_net(b, cfg, hidden, n_linear, pick)
+    if n_linear and model_type.startswith("kimi_linear"):
+        _kimi_delta_attention(b, cfg, hidden, n_linear)
+    elif n_linear:
+        _gated_delta_net(b, cfg, hidden, n_linear, pick)
     # Norms: two per layer (Gemma 2/3: four), the final one; OPT/GPT's LayerNorms have biases.
     per_layer_norms = 4 if model_type.startswith(("gemma2", "gemma3")) else 2
     b.other += (per_layer_norms * hidden * layers + hidden) * (2 if opt_like else 1)
@@ -223,7 +250,9 @@ def param_breakdown(
     if experts:
         # gpt-oss and Llama 4 give the expert width as intermediate_size; the others as moe_intermediate_size.
         moe_ffn = pick("moe_intermediate_size", default=ffn, required=False)
-        per_tok = pick("num_experts_per_tok", "experts_per_token", default=1, required=False)
+        per_tok = pick(
+            "num_experts_per_tok", "experts_per_token", "num_experts_per_token", default=1, required=False
+        )
         b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
         b.add("experts", moe_ffn, hidden, 2 * experts * n_moe)
         b.add("experts", hidden, moe_ffn, experts * n_moe)
