@@ -113,7 +113,12 @@ PUBLISHED = {
     "gemma-3-12b": (12.0, None, 0.025),  # model card: 12B (vision tower included); exact figures below
     "llama-4-scout": (109, 17, 0.02),  # model card: 109B total (vision included), 17B active
     "llama-4-maverick": (400, 17, 0.02),  # model card: 400B total (402B with vision), 17B active
-    "qwen3-next-80b-a3b": (80, None, 0.02),  # model card: 80B total (3B activated: below, without embeddings)
+    "qwen3-next-80b-a3b": (80, None, 0.02),
+    "qwen3.6-35b-a3b": (
+        35,
+        None,
+        0.02,
+    ),  # model card: 35B total (the vision encoder not counted), 3B activated  # model card: 80B total (3B activated: below, without embeddings)
     "minimax-m2": (230, None, 0.02),  # model card: 230B total (10B active: below, without embeddings)
     "kimi-linear-48b-a3b": (48, None, 0.025),  # model card: 48B total (rounded; 49.12B counted), 3B activated
 }
@@ -714,3 +719,25 @@ def test_kimi_linear_state_kv_and_weights_by_hand():
     assert m.num_active_params == active
     assert (active - embeds) / 1e9 == pytest.approx(3, rel=0.1)  # the card's "3B activated"
     assert m.max_model_len == 1048576
+
+
+def test_qwen3_6_state_in_float32_and_weights_by_hand():
+    """Qwen3.6-35B-A3B (Qwen3.5's architecture): a delta-net layer keeps 8,192 conv channels x 3 x 2 B and a
+    float32 recurrent state, 32 x 128 x 128 x 4 B: 2,146,304 B; a gated-attention layer 2 x 2 x 256 x 2 B =
+    2,048 B a token, so vLLM's block is 16 x ceil(2,146,304 / (16 x 2,048)) = 1,056 tokens. Weights: as
+    Qwen3-Next's mixer and gated attention, 256 experts of 512 and a shared expert on every layer."""
+    from kvsim.model.layers import kv_layout
+
+    m = models.get("qwen3.6-35b-a3b")
+    st = m.layers[0].state
+    assert st is not None
+    state = 8192 * 3 * 2 + 32 * 128 * 128 * 4
+    assert st.page_bytes(1, 16) == state == 2_146_304
+    assert m.kv_bytes_per_token == 10 * 2048
+    assert kv_layout(m, 16, enable_prefix_caching=False).block_size == 16 * -(-state // (16 * 2048)) == 1056
+    h = 2048
+    delta = h * (2 * 2048 + 2 * 4096) + h * 64 + 4096 * h + 8192 * 4 + 32 + 32 + 128
+    attn = h * 16 * 256 * 2 + 2 * h * 2 * 256 + 16 * 256 * h + 2 * 256
+    moe = 256 * 3 * h * 512 + 3 * h * 512 + 256 * h + h
+    total = 30 * delta + 10 * attn + 40 * moe + 2 * 248320 * h + (2 * 40 + 1) * h
+    assert m.num_params == total

@@ -323,6 +323,38 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 151936,
         },
     ),
+    # Qwen/Qwen3.6-35B-A3B (text_config, Qwen3.5's architecture): 40 layers, d 2048; three gated delta net
+    # layers (16 key / 32 value heads of 128, temporal state in float32: mamba_ssm_dtype) to one gated
+    # attention layer (16 heads, 2 KV heads of 256); 256 experts of 512, 8 per token, a shared expert of
+    # 512; vocabulary 248320; 262,144 positions. Model card: 35B total, 3B activated.
+    "qwen3.6-35b-a3b": (
+        "Qwen/Qwen3.6-35B-A3B",
+        {
+            "model_type": "qwen3_5_moe_text",
+            "attn_output_gate": True,
+            "dtype": "bfloat16",
+            "full_attention_interval": 4,
+            "head_dim": 256,
+            "hidden_size": 2048,
+            "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 10,
+            "linear_conv_kernel_dim": 4,
+            "linear_key_head_dim": 128,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 32,
+            "linear_value_head_dim": 128,
+            "mamba_ssm_dtype": "float32",
+            "max_position_embeddings": 262144,
+            "moe_intermediate_size": 512,
+            "num_attention_heads": 16,
+            "num_experts": 256,
+            "num_experts_per_tok": 8,
+            "num_hidden_layers": 40,
+            "num_key_value_heads": 2,
+            "shared_expert_intermediate_size": 512,
+            "tie_word_embeddings": False,
+            "vocab_size": 248320,
+        },
+    ),
     # MiniMaxAI/MiniMax-M2: 62 full-attention layers (attn_type_list all 1), d 3072, 48 heads, 8 KV heads of
     # 128, q/k norms over all heads; 256 experts of 1536 (intermediate_size), 8 per token, no shared expert;
     # 196,608 positions; fp8 weights in 128 x 128 blocks, router and lm_head unquantized. Model card: 230B
