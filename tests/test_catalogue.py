@@ -59,6 +59,43 @@ def test_every_catalogue_preset_is_its_published_config(name):
     assert preset.source.startswith("https://huggingface.co/")
 
 
+# The 2024 presets written by hand (`kvsim.model.models.MODELS`), each against its published config.json:
+# every field the hand preset states. DeepSeek-V3's preset holds its README's rounded 671B / 37B and prices
+# a byte a parameter (fp8, not the file's 128 x 128 blocks with their scales), and states no experts (its
+# roofline takes the 37B active): those fields are compared with the README's rounding; its head_dim is
+# MLA's (unused), the file's the default hidden / heads.
+HAND_PRESETS = ("qwen2.5-7b", "qwen2.5-72b", "deepseek-v3")
+
+
+@pytest.mark.parametrize("name", HAND_PRESETS)
+def test_the_hand_written_presets_are_their_published_configs(name):
+    preset = models.get(name)
+    from_file = models.from_hf_config(HF / f"{name}.json")
+    rounded = {
+        "num_params",
+        "num_active_params",
+        "weight_bytes",
+        "quantization",
+        "num_experts",
+        "experts_per_token",
+        "expert_ffn",
+    }
+    exact = [f for f in FIELDS if not (name == "deepseek-v3" and (f in rounded or f == "head_dim"))]
+    for f in exact:
+        if f == "weight_bytes":
+            assert preset.param_bytes == from_file.param_bytes, (name, f)
+        else:
+            assert getattr(preset, f) == getattr(from_file, f), (name, f)
+    assert preset.kv_bytes_per_token == from_file.kv_bytes_per_token
+    if name == "deepseek-v3":
+        assert from_file.num_params / 1e9 == pytest.approx(671, rel=1e-3)  # README: 671B (MTP excluded)
+        assert from_file.num_active_params / 1e9 == pytest.approx(37, rel=0.02)  # README: 37B activated
+        assert from_file.param_bytes == pytest.approx(
+            preset.param_bytes, rel=0.005
+        )  # bf16 embeddings, scales
+    assert preset.source.startswith("https://huggingface.co/")
+
+
 # Published totals (model cards): parameters in billions, total and active, and the tolerance of the rounding.
 PUBLISHED = {
     "llama-3.1-8b": (8.030261248, None, 1e-9),  # safetensors total 8,030,261,248
@@ -73,7 +110,17 @@ PUBLISHED = {
     "phi-4": (14.7, None, 0.01),  # Hugging Face's safetensors count: 14.7B
     "mistral-small-24b": (24, None, 0.02),  # model card: 24B
     "gemma-3-27b": (27.0, None, 0.02),  # language model of the 27B (the vision tower's 0.4B is not counted)
+    "gemma-3-12b": (12.0, None, 0.025),  # model card: 12B (vision tower included); exact figures below
     "llama-4-scout": (109, 17, 0.02),  # model card: 109B total (vision included), 17B active
+    "llama-4-maverick": (400, 17, 0.02),  # model card: 400B total (402B with vision), 17B active
+    "qwen3-next-80b-a3b": (80, None, 0.02),
+    "qwen3.6-35b-a3b": (
+        35,
+        None,
+        0.02,
+    ),  # model card: 35B total (the vision encoder not counted), 3B activated  # model card: 80B total (3B activated: below, without embeddings)
+    "minimax-m2": (230, None, 0.02),  # model card: 230B total (10B active: below, without embeddings)
+    "kimi-linear-48b-a3b": (48, None, 0.025),  # model card: 48B total (rounded; 49.12B counted), 3B activated
 }
 
 
@@ -424,3 +471,273 @@ def test_gpu_flags_describe_a_gpu_as_a_preset_would(capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("kvsim run: error: argument --gpu-bandwidth:"), err
     assert len(err.splitlines()) == 1
+
+
+# -- 2026 families: state layers, full-attention MoE, refusals ------------------------------------------------
+
+
+def test_qwen3_next_state_and_kv_bytes_from_the_config_by_hand():
+    """Qwen3-Next: 36 gated delta net layers keep a state per request, 12 gated-attention layers keep KV.
+    Per token (bf16): 2 (K, V) x 2 KV heads x 256 x 2 bytes = 2,048 B a full layer, x 12 = 24,576 B.
+    Per request a delta-net layer keeps its convolution state, conv_dim = 2 x 16 x 128 + 32 x 128 = 8,192
+    channels x (kernel 4 - 1) x 2 B, and its recurrent state, 32 value heads x 128 x 128 x 2 B (vLLM's
+    gated_delta_net_state_shape): 49,152 + 1,048,576 = 1,097,728 B. A 16-token attention block (32 KiB)
+    cannot hold it, so vLLM raises the block to 16 x ceil(1,097,728 / (16 x 2,048)) = 544 tokens."""
+    from kvsim.model.layers import kv_layout
+
+    cfg = json.loads((HF / "qwen3-next-80b-a3b.json").read_text())
+    m = models.get("qwen3-next-80b-a3b")
+    kinds = [lay.kind for lay in m.layers]
+    assert kinds == (["mamba"] * 3 + ["full"]) * 12
+    per_layer = 2 * cfg["num_key_value_heads"] * cfg["head_dim"] * 2
+    assert per_layer == 2048
+    assert m.kv_bytes_per_token == 12 * per_layer
+    conv_dim = 2 * 16 * 128 + 32 * 128
+    state = conv_dim * (4 - 1) * 2 + 32 * 128 * 128 * 2
+    assert state == 1_097_728
+    st = m.layers[0].state
+    assert st is not None
+    assert st.page_bytes(1, 16) == state
+    layout = kv_layout(m, 16, enable_prefix_caching=False)
+    assert layout.block_size == 16 * -(-state // (16 * per_layer)) == 544
+    assert {g.kind for g in layout.groups} == {"mamba", "full"}
+    assert all(g.page_bytes == 544 * per_layer for g in layout.groups)
+    # Two GPUs halve the KV heads and the state's heads and channels.
+    assert st.page_bytes(2, 16) == state // 2
+
+
+def test_qwen3_next_weights_count_the_gated_delta_net_and_the_gated_attention():
+    """The parameters re-derived by hand: per delta-net layer in_proj_qkvz (2048 -> 2 x 2048 + 2 x 4096),
+    in_proj_ba (2048 -> 64), out_proj (4096 -> 2048), conv1d 8,192 x 4, dt_bias and A_log 32 each, a norm
+    of 128; per attention layer a query twice as wide (its output gate), k, v, o and two 256-wide norms;
+    512 + 1 shared experts of 512 per layer with a router and the shared expert's gate; embeddings and
+    lm_head. The model card's 80B total, 79B without embeddings, 3B activated (rounded)."""
+    h, layers, lin, full = 2048, 48, 36, 12
+    delta = h * (2 * 2048 + 2 * 4096) + h * 64 + 4096 * h + 8192 * 4 + 32 + 32 + 128
+    attn = h * 16 * 256 * 2 + 2 * h * 2 * 256 + 16 * 256 * h + 2 * 256
+    moe = 512 * 3 * h * 512 + 3 * h * 512 + 512 * h + h
+    embeds = 2 * 151936 * h
+    norms = (2 * layers + 1) * h
+    total = lin * delta + full * attn + layers * moe + embeds + norms
+    m = models.get("qwen3-next-80b-a3b")
+    assert m.num_params == total
+    assert (m.num_params - embeds) / 1e9 == pytest.approx(79, rel=0.01)
+    active = m.num_params - layers * 512 * 3 * h * 512 + layers * 10 * 3 * h * 512
+    assert m.num_active_params == active
+    assert (active - embeds) / 1e9 == pytest.approx(3, rel=0.1)
+
+
+def test_qwen3_next_runs_as_vllm_serves_it():
+    """On two H200s without prefix caching (vLLM's Mamba 'align' mode is not modelled: refused by name), the
+    four start-up figures come out; with prefix caching on, the refusal names the knob."""
+    cfg = kvsim.SimConfig(
+        model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2, enable_prefix_caching=False
+    )
+    fig = cfg.pool.figures
+    assert fig.model_loading_bytes == models.get("qwen3-next-80b-a3b").param_bytes // 2
+    assert fig.max_concurrency > 1
+    with pytest.raises(InvalidArgumentError, match="enable_prefix_caching"):
+        kvsim.SimConfig(model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2)
+
+
+def test_minimax_m2_is_full_attention_moe_in_fp8_blocks():
+    """MiniMax-M2: every layer full attention (vLLM's minimax_m2.py), 62 x 2 x 8 x 128 x 2 B = 253,952 B a
+    token; 256 experts of 1536 per layer at a byte a weight plus an fp32 scale per 128 x 128 block, the
+    router, embeddings and lm_head at 2 bytes; 230B total and 10B active (without embeddings) on the card."""
+    m = models.get("minimax-m2")
+    assert not m.is_hybrid
+    assert m.kv_bytes_per_token == 62 * 2 * 8 * 128 * 2
+    h, f, e, n = 3072, 1536, 256, 62
+
+    def blocks(rows, cols):
+        return -(-rows // 128) * -(-cols // 128)
+
+    experts = n * e * (2 * (f * h + 4 * blocks(f, h)) + h * f + 4 * blocks(h, f))
+    attn = n * (
+        (48 * 128 + 2 * 8 * 128) * h
+        + 4 * (blocks(48 * 128, h) + 2 * blocks(8 * 128, h))
+        + h * 48 * 128
+        + 4 * blocks(h, 48 * 128)
+    )
+    embeds = 2 * 200064 * h
+    router = n * e * h
+    rest = m.num_params - embeds - router - n * (3 * f * h * e + (48 + 2 * 8) * 128 * h + 48 * 128 * h)
+    assert m.weight_bytes == experts + attn + 2 * (embeds + router + rest)
+    assert (m.num_active_params - embeds) / 1e9 == pytest.approx(10, rel=0.05)
+    bad = {**json.loads((HF / "minimax-m2.json").read_text()), "attn_type_list": [0] + [1] * 61}
+    with pytest.raises(InvalidArgumentError, match="attn_type_list"):
+        models._from_dict(bad, "m", "m", "m", None)
+
+
+def test_deepseek_v4_compressed_attention_is_refused_by_name():
+    """DeepSeek-V4's KV is compressed by per-layer ratios (`compress_ratios`): no kvsim layer kind holds it, so
+    the config is refused rather than priced as MLA or sliding windows."""
+    cfg = {
+        "model_type": "deepseek_v4",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 1,
+        "head_dim": 512,
+        "vocab_size": 100,
+        "sliding_window": 128,
+        "compress_ratios": [4, 128],
+    }
+    with pytest.raises(InvalidArgumentError, match="DeepSeek-V4's compressed attention"):
+        models._from_dict(cfg, "v4", "v4", "v4", None)
+
+
+def test_gemma_4_is_refused_by_name():
+    """Gemma 4's global layers (512-wide heads, their own KV head count), KV shared across layers and per-layer
+    embeddings are not kvsim's: a Gemma 4 config is refused, naming the fields."""
+    text = {
+        "model_type": "gemma4_text",
+        "num_hidden_layers": 6,
+        "hidden_size": 64,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "vocab_size": 100,
+        "sliding_window": 512,
+        "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+    }
+    with pytest.raises(InvalidArgumentError, match=r"Gemma 4 .*'global_head_dim'"):
+        models._from_dict({"model_type": "gemma4", "text_config": text}, "g4", "g4", "g4", None)
+
+
+def test_quantization_flag_keeps_a_hybrid_presets_layers_fields():
+    """--quantization fp8 re-prices a preset from its kept config fields: Gemma 3's sliding window and
+    Qwen3-Next's delta-net fields are among them (the window was lost before, and the rebuild refused)."""
+    for name in ("gemma-3-27b", "qwen3-next-80b-a3b"):
+        dense = models.get(name)
+        fp8 = dense.with_quantization("fp8")
+        assert fp8.num_params == dense.num_params
+        assert fp8.weight_bytes < 0.6 * dense.param_bytes
+
+
+def test_qwen3_5_keeps_its_recurrent_state_in_mamba_ssm_dtype():
+    """Qwen3.5 (a `text_config` with `linear_attention` layer types) keeps the delta net's temporal state
+    in its config's `mamba_ssm_dtype` (float32: 4 bytes), the convolution in the model's dtype; without the
+    field, Qwen3-Next's rule (the model's dtype) holds."""
+    text = {
+        "model_type": "qwen3_5_moe_text",
+        "num_hidden_layers": 4,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "vocab_size": 1000,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "attn_output_gate": True,
+        "dtype": "bfloat16",
+        "mamba_ssm_dtype": "float32",
+    }
+    m = models._from_dict({"model_type": "qwen3_5_moe", "text_config": text}, "q", "q", "q", None)
+    st = m.layers[0].state
+    assert st is not None
+    assert st.page_bytes(1, 16) == 8192 * 3 * 2 + 32 * 128 * 128 * 4
+    plain = models._from_dict({**text, "mamba_ssm_dtype": None}, "q", "q", "q", None)
+    st2 = plain.layers[0].state
+    assert st2 is not None
+    assert st2.page_bytes(1, 16) == 8192 * 3 * 2 + 32 * 128 * 128 * 2
+    # One gated-attention layer: q (and its gate) 2 x 4096, k and v 512 each, o 4096, from d 2048.
+    delta = 2048 * (2 * 2048 + 2 * 4096) + 2048 * 64 + 4096 * 2048
+    attn = 2048 * 8192 + 2 * 2048 * 512 + 4096 * 2048
+    dense = 3 * 2048 * 2048 * 4 * 4  # the default MLP width 4 x hidden, 4 layers
+    assert m.num_params - plain.num_params == 0
+    matrices = m.num_params - 2 * 1000 * 2048 - dense
+    assert matrices - 3 * delta - attn == 3 * (8192 * 4 + 32 + 32 + 128) + 2 * 256 + 9 * 2048
+
+
+def test_gemma_3_non_embedding_parameters_are_the_technical_reports():
+    """Gemma 3 technical report (arXiv 2503.19786, Table 1): 12B has 10,759M non-embedding parameters and 27B
+    25,600M (a 417M vision encoder apart); kvsim's count less the tied embeddings (vocabulary x width)."""
+    for name, width, published in (("gemma-3-12b", 3840, 10_759e6), ("gemma-3-27b", 5376, 25_600e6)):
+        m = models.get(name)
+        assert m.num_params - 262208 * width == pytest.approx(published, rel=2e-4)
+
+
+def test_gemma_3_12b_kv_bytes_by_hand():
+    """Gemma 3 12B: 48 layers of 8 KV heads x 256, bf16: 2 x 8 x 256 x 2 B = 8,192 B a layer, 393,216 B a
+    token if every layer kept it; 40 layers keep only the last 1,024 tokens, 8 keep every token."""
+    m = models.get("gemma-3-12b")
+    assert m.kv_bytes_per_token == 48 * 2 * 8 * 256 * 2
+    assert sum(lay.kind == "full" for lay in m.layers) == 8
+    assert {lay.window for lay in m.layers if lay.kind == "sliding_window"} == {1024}
+
+
+def test_llama_4_maverick_alternates_moe_and_dense_layers():
+    """Maverick (interleave_moe_layer_step 2): layers 1, 3, ..., 47 hold 128 experts of 8192 plus a shared
+    expert of 8192, the others a dense MLP of 16384; its attention is Scout's (12 full layers, 36 in
+    8,192-token chunks: 2 x 8 x 128 x 2 B = 4,096 B a layer a token if every layer kept every token)."""
+    m = models.get("llama-4-maverick")
+    h = 5120
+    attn = h * 40 * 128 + 2 * h * 8 * 128 + 40 * 128 * h
+    moe = 128 * 3 * h * 8192 + 3 * h * 8192 + 128 * h
+    dense = 3 * h * 16384
+    embeds = 2 * 202048 * h
+    norms = (2 * 48 + 1) * h
+    assert m.num_params == 48 * attn + 24 * moe + 24 * dense + embeds + norms
+    assert m.num_active_params == m.num_params - 24 * 127 * 3 * h * 8192
+    assert sum(lay.kind == "full" for lay in m.layers) == 12
+    assert {lay.window for lay in m.layers if lay.kind == "chunked_local"} == {8192}
+    assert m.kv_bytes_per_token == 48 * 4096
+
+
+def test_kimi_linear_state_kv_and_weights_by_hand():
+    """Kimi-Linear-48B-A3B: 7 MLA layers keep one latent per token, (512 + 64) x 2 B = 1,152 B, 8,064 B a
+    token; 20 KDA layers keep per request three short-convolution states, 3 x 32 x 128 channels x (4 - 1) x
+    2 B, and a float32 recurrent state, 32 heads x 128 x 128 x 4 B (vLLM's kda_state_shape / kda_state_dtype):
+    73,728 + 2,097,152 = 2,170,880 B; vLLM raises the attention block to 16 x ceil(2,170,880 / (16 x 1,152))
+    = 1,888 tokens. Weights: KDA's q, k, v, o, the two gates' low-rank pairs, b_proj; MLA without a q
+    low-rank; 256 experts of 1024 and a shared expert on 26 layers, a dense MLP of 9216 on the first."""
+    from kvsim.model.layers import kv_layout
+
+    m = models.get("kimi-linear-48b-a3b")
+    assert [lay.kind for lay in m.layers].count("mamba") == 20
+    assert m.kv_bytes_per_token == 7 * (512 + 64) * 2 == 8064
+    state = 3 * 32 * 128 * 3 * 2 + 32 * 128 * 128 * 4
+    st = m.layers[0].state
+    assert st is not None
+    assert st.page_bytes(1, 16) == state == 2_170_880
+    assert kv_layout(m, 16, enable_prefix_caching=False).block_size == 16 * -(-state // (16 * 1152)) == 1888
+    h, p, d = 2304, 32 * 128, 128
+    kda = 3 * h * p + 2 * h * d + 2 * d * p + h * 32 + p * h + 3 * p * 4 + p + 32 + d
+    mla = h * 32 * 192 + h * 576 + 512 * 32 * 256 + 32 * 128 * h + 512
+    moe = 256 * 3 * h * 1024 + 3 * h * 1024 + 256 * h
+    dense = 3 * h * 9216
+    embeds = 2 * 163840 * h
+    norms = (2 * 27 + 1) * h
+    assert m.num_params == 20 * kda + 7 * mla + 26 * moe + dense + embeds + norms
+    active = m.num_params - 26 * 248 * 3 * h * 1024
+    assert m.num_active_params == active
+    assert (active - embeds) / 1e9 == pytest.approx(3, rel=0.1)  # the card's "3B activated"
+    assert m.max_model_len == 1048576
+
+
+def test_qwen3_6_state_in_float32_and_weights_by_hand():
+    """Qwen3.6-35B-A3B (Qwen3.5's architecture): a delta-net layer keeps 8,192 conv channels x 3 x 2 B and a
+    float32 recurrent state, 32 x 128 x 128 x 4 B: 2,146,304 B; a gated-attention layer 2 x 2 x 256 x 2 B =
+    2,048 B a token, so vLLM's block is 16 x ceil(2,146,304 / (16 x 2,048)) = 1,056 tokens. Weights: as
+    Qwen3-Next's mixer and gated attention, 256 experts of 512 and a shared expert on every layer."""
+    from kvsim.model.layers import kv_layout
+
+    m = models.get("qwen3.6-35b-a3b")
+    st = m.layers[0].state
+    assert st is not None
+    state = 8192 * 3 * 2 + 32 * 128 * 128 * 4
+    assert st.page_bytes(1, 16) == state == 2_146_304
+    assert m.kv_bytes_per_token == 10 * 2048
+    assert kv_layout(m, 16, enable_prefix_caching=False).block_size == 16 * -(-state // (16 * 2048)) == 1056
+    h = 2048
+    delta = h * (2 * 2048 + 2 * 4096) + h * 64 + 4096 * h + 8192 * 4 + 32 + 32 + 128
+    attn = h * 16 * 256 * 2 + 2 * h * 2 * 256 + 16 * 256 * h + 2 * 256
+    moe = 256 * 3 * h * 512 + 3 * h * 512 + 256 * h + h
+    total = 30 * delta + 10 * attn + 40 * moe + 2 * 248320 * h + (2 * 40 + 1) * h
+    assert m.num_params == total

@@ -41,10 +41,12 @@ def test_check_values_of_the_spec() -> None:
 def test_kv_bytes_formula_for_every_preset() -> None:
     for name in models.names():
         m = models.get(name)
+        # Attention layers only: a state layer (Qwen3-Next's gated delta net, Kimi's KDA) keeps no KV per token.
+        attention = sum(lay.kind != "mamba" for lay in m.layer_list())
         if m.is_mla:
-            expected = m.num_layers * (m.kv_lora_rank + m.qk_rope_head_dim) * 2
+            expected = attention * (m.kv_lora_rank + m.qk_rope_head_dim) * 2
         else:
-            expected = 2 * m.num_layers * m.num_kv_heads * m.head_dim * 2
+            expected = 2 * attention * m.num_kv_heads * m.head_dim * 2
         assert m.kv_bytes_per_token == expected, name
         assert m.num_kv_heads <= m.num_attention_heads
         assert m.source

@@ -48,50 +48,12 @@ VLLM_CONCURRENCY: dict[str, tuple[int, tuple[float, ...]]] = {
 }
 
 
-# Qwen/Qwen3-Next-80B-A3B-Instruct's config.json fields that decide its KV cache (no preset: kvsim's
-# parameter count has no gated delta net yet; the model card's 80B total and 3B active stand in).
-QWEN3_NEXT: dict[str, Any] = {
-    "model_type": "qwen3_next",
-    "num_hidden_layers": 48,
-    "hidden_size": 2048,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 2,
-    "head_dim": 256,
-    "full_attention_interval": 4,
-    "linear_num_key_heads": 16,
-    "linear_num_value_heads": 32,
-    "linear_key_head_dim": 128,
-    "linear_value_head_dim": 128,
-    "linear_conv_kernel_dim": 4,
-    "max_position_embeddings": 262144,
-}
-
-
 def model(name: str) -> Any:
-    """The claim's model: a preset, or Qwen3-Next from its config fields (`QWEN3_NEXT`)."""
-    from kvsim.model.layers import layers_from_hf_config
-    from kvsim.model.models import Model, get
+    """The claim's model: a catalogue preset (Qwen3-Next-80B-A3B's from its published config fields,
+    `kvsim.model.catalogue`)."""
+    from kvsim.model.models import get
 
-    if name != "qwen3-next-80b-a3b":
-        return get(name)
-    f = QWEN3_NEXT
-    return Model(
-        name=name,
-        num_layers=f["num_hidden_layers"],
-        hidden_size=f["hidden_size"],
-        num_attention_heads=f["num_attention_heads"],
-        num_kv_heads=f["num_key_value_heads"],
-        head_dim=f["head_dim"],
-        intermediate_size=5120,
-        vocab_size=151936,
-        num_params=80_000_000_000,
-        num_active_params=3_000_000_000,
-        max_model_len=f["max_position_embeddings"],
-        weight_dtype="bf16",
-        kv_dtype="bf16",
-        source="https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct/blob/main/config.json",
-        layers=layers_from_hf_config(dict(f), f["num_hidden_layers"], name),
-    )
+    return get(name)
 
 
 def capacity_rows() -> pl.DataFrame:

@@ -21,6 +21,16 @@ ROWS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("gpt-oss-120b", "h100-80gb", {}, ""),
     ("llama-3.1-70b", "h100-80gb", {"tensor_parallel_size": 4}, "-tp 4"),
     ("qwen3-235b-a22b", "b200", {"tensor_parallel_size": 4}, "-tp 4"),
+    ("gemma-3-12b", "l40s", {}, ""),
+    ("minimax-m2", "h200", {"tensor_parallel_size": 4}, "-tp 4"),
+    # State-layer models run without prefix caching (vLLM's Mamba 'align' mode is not modelled).
+    (
+        "qwen3-next-80b-a3b",
+        "h200",
+        {"tensor_parallel_size": 2, "enable_prefix_caching": False},
+        "-tp 2 --no-enable-prefix-caching",
+    ),
+    ("kimi-linear-48b-a3b", "h200", {"enable_prefix_caching": False}, "--no-enable-prefix-caching"),
 )
 
 

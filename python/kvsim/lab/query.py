@@ -54,11 +54,9 @@ REQUIRES: dict[str, dict[str, dict[str, list[Any]]]] = {
     "sampling": {"fork-cow": {"policy": ["vllm"]}},
     "preemption": {"swap": {"policy": ["vllm"]}, "auto": {"policy": ["vllm"]}},
 }
-# Models the page offers beyond kvsim's presets: Qwen3-Next-80B-A3B (36 gated-delta-net state layers, 12
-# full attention), from the config fields the hybrid-capacity claim reads and holds to vLLM's recorded
-# figures (`kvsim.analysis.claims_hybrid.QWEN3_NEXT`; not a `kvsim.models` preset: its weights are not
-# counted there).
-EXTRA_MODELS = ("qwen3-next-80b-a3b",)
+# Models the page offers beyond kvsim's presets (none now: Qwen3-Next-80B-A3B, which the page offered from
+# the hybrid claim's config fields, is a catalogue preset with its weights counted).
+EXTRA_MODELS: tuple[str, ...] = ()
 
 
 class TooLarge(InvalidArgumentError):

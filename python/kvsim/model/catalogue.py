@@ -8,7 +8,8 @@ and its checkpoint's config give the same answers. Names are the Hugging Face id
 `ALIASES` maps the instruct / chat ids onto the same architecture. Models whose layers are not all full
 attention carry `layers=` (`kvsim.model.layers.Layer`), built here from the same config fields
 (`layer_types`, `sliding_window` with `sliding_window_pattern`, `attention_chunk_size` with
-`no_rope_layers`), as vLLM 0.33.0 builds each layer's KV-cache spec.
+`no_rope_layers`, Qwen3-Next's `full_attention_interval` with its gated delta net's `linear_*` state
+fields), as vLLM 0.33.0 builds each layer's KV-cache spec.
 """
 
 from __future__ import annotations
@@ -243,6 +244,26 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 262208,
         },
     ),
+    # google/gemma-3-12b-it (text_config): 48 layers, d 3840, 16 heads, 8 KV heads of 256, ffn 15360, five
+    # 1,024-token sliding-window layers to one full-attention layer (layer_types), 131,072 positions.
+    "gemma-3-12b": (
+        "google/gemma-3-12b-it",
+        {
+            "model_type": "gemma3_text",
+            "dtype": "bfloat16",
+            "head_dim": 256,
+            "hidden_size": 3840,
+            "intermediate_size": 15360,
+            "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 8,
+            "max_position_embeddings": 131072,
+            "num_attention_heads": 16,
+            "num_hidden_layers": 48,
+            "num_key_value_heads": 8,
+            "sliding_window": 1024,
+            "sliding_window_pattern": 6,
+            "vocab_size": 262208,
+        },
+    ),
     # meta-llama/Llama-4-Scout-17B-16E-Instruct (text_config): 48 layers, d 5120, 40 heads, 8 KV heads of
     # 128; every layer 16 experts of 8192 (one per token) and a shared expert; three of every four layers
     # attend within 8,192-token chunks (RoPE layers), the fourth (no RoPE) to everything.
@@ -270,6 +291,161 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 202048,
         },
     ),
+    # Qwen/Qwen3-Next-80B-A3B-Instruct: 48 layers, d 2048; three gated delta net layers (16 key heads and 32
+    # value heads of 128, a 4-wide convolution) to one gated-attention layer (16 heads, 2 KV heads of 256,
+    # full_attention_interval 4); 512 experts of 512, 10 per token, one shared expert of 512; 262,144
+    # positions. Model card: "80B in total and 3B activated", 79B without the embeddings.
+    "qwen3-next-80b-a3b": (
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        {
+            "model_type": "qwen3_next",
+            "decoder_sparse_step": 1,
+            "full_attention_interval": 4,
+            "head_dim": 256,
+            "hidden_size": 2048,
+            "intermediate_size": 5120,
+            "linear_conv_kernel_dim": 4,
+            "linear_key_head_dim": 128,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 32,
+            "linear_value_head_dim": 128,
+            "max_position_embeddings": 262144,
+            "mlp_only_layers": [],
+            "moe_intermediate_size": 512,
+            "num_attention_heads": 16,
+            "num_experts": 512,
+            "num_experts_per_tok": 10,
+            "num_hidden_layers": 48,
+            "num_key_value_heads": 2,
+            "shared_expert_intermediate_size": 512,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "vocab_size": 151936,
+        },
+    ),
+    # Qwen/Qwen3.6-35B-A3B (text_config, Qwen3.5's architecture): 40 layers, d 2048; three gated delta net
+    # layers (16 key / 32 value heads of 128, temporal state in float32: mamba_ssm_dtype) to one gated
+    # attention layer (16 heads, 2 KV heads of 256); 256 experts of 512, 8 per token, a shared expert of
+    # 512; vocabulary 248320; 262,144 positions. Model card: 35B total, 3B activated.
+    "qwen3.6-35b-a3b": (
+        "Qwen/Qwen3.6-35B-A3B",
+        {
+            "model_type": "qwen3_5_moe_text",
+            "attn_output_gate": True,
+            "dtype": "bfloat16",
+            "full_attention_interval": 4,
+            "head_dim": 256,
+            "hidden_size": 2048,
+            "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 10,
+            "linear_conv_kernel_dim": 4,
+            "linear_key_head_dim": 128,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 32,
+            "linear_value_head_dim": 128,
+            "mamba_ssm_dtype": "float32",
+            "max_position_embeddings": 262144,
+            "moe_intermediate_size": 512,
+            "num_attention_heads": 16,
+            "num_experts": 256,
+            "num_experts_per_tok": 8,
+            "num_hidden_layers": 40,
+            "num_key_value_heads": 2,
+            "shared_expert_intermediate_size": 512,
+            "tie_word_embeddings": False,
+            "vocab_size": 248320,
+        },
+    ),
+    # MiniMaxAI/MiniMax-M2: 62 full-attention layers (attn_type_list all 1), d 3072, 48 heads, 8 KV heads of
+    # 128, q/k norms over all heads; 256 experts of 1536 (intermediate_size), 8 per token, no shared expert;
+    # 196,608 positions; fp8 weights in 128 x 128 blocks, router and lm_head unquantized. Model card: 230B
+    # total, 10B active.
+    "minimax-m2": (
+        "MiniMaxAI/MiniMax-M2",
+        {
+            "model_type": "minimax_m2",
+            "attn_type_list": [1] * 62,
+            "head_dim": 128,
+            "hidden_size": 3072,
+            "intermediate_size": 1536,
+            "max_position_embeddings": 196608,
+            "num_attention_heads": 48,
+            "num_experts_per_tok": 8,
+            "num_hidden_layers": 62,
+            "num_key_value_heads": 8,
+            "num_local_experts": 256,
+            "quantization_config": {
+                "activation_scheme": "dynamic",
+                "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"],
+                "quant_method": "fp8",
+                "weight_block_size": [128, 128],
+            },
+            "shared_intermediate_size": 0,
+            "tie_word_embeddings": False,
+            "vocab_size": 200064,
+        },
+    ),
+    # meta-llama/Llama-4-Maverick-17B-128E-Instruct (text_config): Scout's 48 layers and attention (three of
+    # four layers in 8,192-token chunks), every second layer 128 experts of 8192 (one per token) and a
+    # shared expert, the others a dense MLP of 16384 (interleave_moe_layer_step 2); no qk norm; 1,048,576
+    # positions. Model card: 400B total, 17B active.
+    "llama-4-maverick": (
+        "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+        {
+            "model_type": "llama4_text",
+            "attention_chunk_size": 8192,
+            "head_dim": 128,
+            "hidden_size": 5120,
+            "interleave_moe_layer_step": 2,
+            "intermediate_size": 8192,
+            "intermediate_size_mlp": 16384,
+            "max_position_embeddings": 1048576,
+            "num_attention_heads": 40,
+            "num_experts_per_tok": 1,
+            "num_hidden_layers": 48,
+            "num_key_value_heads": 8,
+            "num_local_experts": 128,
+            "torch_dtype": "bfloat16",
+            "use_qk_norm": False,
+            "vocab_size": 202048,
+        },
+    ),
+    # moonshotai/Kimi-Linear-48B-A3B-Instruct: 27 layers, d 2304; 20 KDA state layers (32 heads of 128, short
+    # convolutions of 4) and 7 MLA full-attention layers (kv_lora_rank 512 + rope 64; layers 4, 8, ..., 24,
+    # 27, 1-based); 256 experts of 1024, 8 per token, a shared expert, the first layer dense (9216);
+    # 1,048,576 tokens (model_max_length). Model card: 48B total, 3B activated.
+    "kimi-linear-48b-a3b": (
+        "moonshotai/Kimi-Linear-48B-A3B-Instruct",
+        {
+            "model_type": "kimi_linear",
+            "dtype": "bfloat16",
+            "first_k_dense_replace": 1,
+            "hidden_size": 2304,
+            "intermediate_size": 9216,
+            "kv_lora_rank": 512,
+            "linear_attn_config": {
+                "full_attn_layers": [4, 8, 12, 16, 20, 24, 27],
+                "head_dim": 128,
+                "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
+                "num_heads": 32,
+                "short_conv_kernel_size": 4,
+            },
+            "model_max_length": 1048576,
+            "moe_intermediate_size": 1024,
+            "moe_layer_freq": 1,
+            "num_attention_heads": 32,
+            "num_experts": 256,
+            "num_experts_per_token": 8,
+            "num_hidden_layers": 27,
+            "num_key_value_heads": 32,
+            "num_shared_experts": 1,
+            "q_lora_rank": None,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "tie_word_embeddings": False,
+            "v_head_dim": 128,
+            "vocab_size": 163840,
+        },
+    ),
 }
 
 # Other Hugging Face names of the same architectures (instruct / chat / reasoning releases).
@@ -279,10 +455,18 @@ ALIASES: dict[str, str] = {
     "llama-3.1-70b-instruct": "llama-3.1-70b",
     "llama-3.1-405b-instruct": "llama-3.1-405b",
     "gemma-3-27b-it": "gemma-3-27b",
+    "gemma-3-12b-it": "gemma-3-12b",
     "mistral-small-24b-instruct-2501": "mistral-small-24b",
     "mistral-small-24b-base-2501": "mistral-small-24b",
     "llama-4-scout-17b-16e": "llama-4-scout",
     "llama-4-scout-17b-16e-instruct": "llama-4-scout",
+    "llama-4-maverick-17b-128e": "llama-4-maverick",
+    "llama-4-maverick-17b-128e-instruct": "llama-4-maverick",
+    "qwen3-next-80b-a3b-instruct": "qwen3-next-80b-a3b",
+    "qwen3-next-80b-a3b-thinking": "qwen3-next-80b-a3b",
+    "minimax-m2.1": "minimax-m2",
+    "kimi-linear-48b-a3b-instruct": "kimi-linear-48b-a3b",
+    "kimi-linear-48b-a3b-base": "kimi-linear-48b-a3b",
     # The 2024 presets under their Hugging Face ids' last parts.
     "meta-llama-3-8b": "llama-3-8b",
     "meta-llama-3-8b-instruct": "llama-3-8b",

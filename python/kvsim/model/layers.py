@@ -444,6 +444,34 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
             raise InvalidArgumentError(f"model {where}: sliding-window layers but no 'sliding_window'")
         return Layer("sliding_window", window)
 
+    if model_type.startswith("deepseek_v4") or cfg.get("compress_ratios") is not None:
+        # DeepSeek-V4 keeps per layer a sliding window plus KV compressed by `compress_ratios` (with an
+        # indexer choosing the compressed blocks): no kvsim layer kind holds that, so it is refused rather
+        # than priced as something else.
+        raise InvalidArgumentError(
+            f"model {where}: DeepSeek-V4's compressed attention (model_type {model_type!r}, field "
+            "'compress_ratios') is not modelled: kvsim has no layer kind for a KV cache compressed by a ratio"
+        )
+    if model_type.startswith("gemma4"):
+        # vLLM's gemma4.py: global layers of `global_head_dim` with `num_global_key_value_heads` (K loaded
+        # into V's slot too, `attention_k_eq_v`), the last `num_kv_shared_layers` reading earlier layers'
+        # KV, per-layer embeddings, double-wide MLPs on shared layers, an MoE block beside the MLP: kvsim
+        # prices none of these weights, so the model is refused rather than half modelled.
+        raise InvalidArgumentError(
+            f"model {where}: Gemma 4 (model_type {model_type!r}) is not modelled: its global layers "
+            "('global_head_dim', 'num_global_key_value_heads', 'attention_k_eq_v'), KV shared across layers "
+            "('num_kv_shared_layers'), per-layer embeddings and MoE block are not in kvsim's layers and weights"
+        )
+    if model_type == "minimax_m2":
+        # vLLM's minimax_m2.py builds every layer as full attention; its `attn_type_list` marks them 1
+        # (MiniMax-Text-01's lightning-attention layers are 0, which MiniMax-M2 has none of).
+        kinds = cfg.get("attn_type_list")
+        if kinds is not None and (not isinstance(kinds, list) or any(k != 1 for k in kinds)):
+            raise InvalidArgumentError(
+                f"model {where}: MiniMax-M2's 'attn_type_list' must mark every layer 1 (full attention); "
+                "linear (lightning) attention layers are not modelled"
+            )
+        return ()
     state = _hf_state(cfg, model_type, where, field_int)
     types = cfg.get("layer_types")
     if types is not None:
@@ -546,12 +574,22 @@ def _hf_state(cfg: dict[str, Any], model_type: str, where: str, field_int: Any) 
     if model_type == "qwen3_next" or cfg.get("linear_num_value_heads") is not None:
         nk, nv = field_int("linear_num_key_heads"), field_int("linear_num_value_heads")
         hk, hv = field_int("linear_key_head_dim"), field_int("linear_value_head_dim")
-        # gated_delta_net_state_shape: conv (hk·nk·2 + hv·nv, kernel − 1), temporal (nv, hv, hk).
+        # gated_delta_net_state_shape: conv (hk·nk·2 + hv·nv, kernel − 1), temporal (nv, hv, hk). Qwen3.5
+        # keeps the temporal state in its config's `mamba_ssm_dtype` (vLLM's
+        # Qwen3_5ForConditionalGenerationConfig sets mamba_ssm_cache_dtype from it when left 'auto');
+        # Qwen3-Next in the model's dtype.
+        ssm_dtype = cfg.get("mamba_ssm_dtype") if model_type.startswith("qwen3_5") else None
+        ssm_bits = {None: 0, "float32": 32, "bfloat16": 16, "float16": 16}.get(ssm_dtype)
+        if ssm_bits is None:
+            raise InvalidArgumentError(
+                f"model {where}: field 'mamba_ssm_dtype' {ssm_dtype!r} is not float32, bfloat16 or float16"
+            )
         return MambaState(
             conv_channels=hk * nk * 2 + hv * nv,
             conv_width=field_int("linear_conv_kernel_dim", 4) - 1,
             ssm_heads=nv,
             ssm_per_head=hv * hk,
+            ssm_bits=ssm_bits,
             checkpoint_blocks=1,
         )
     if model_type == "jamba":

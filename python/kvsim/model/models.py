@@ -133,8 +133,9 @@ class Model:
         """Bytes of KV cache one token occupies across all layers if every attention layer kept it (the
         full-attention count; a hybrid model's pool is sized by `kvsim.model.layers.kv_layout`)."""
         if self.is_mla:
-            coef, width = 1, self.kv_lora_rank + self.qk_rope_head_dim
-            bits = coef * self.num_layers * width * dtype_bits(self.kv_dtype)
+            # One latent per token in each attention layer (Kimi-Linear's KDA layers keep a state instead).
+            attention = sum(lay.kind != "mamba" and lay.kind != "shared" for lay in self.layer_list())
+            bits = attention * (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bits(self.kv_dtype)
             return -(-bits // 8)
         bits = 0
         for layer in self.layer_list():
@@ -318,7 +319,8 @@ MODELS: dict[str, Model] = {
             ),
             layers=(Layer("sliding_window", 4096),) * 32,
         ),
-        # Qwen/Qwen2.5-7B config.json: 28 layers, d 3584, 28 heads, 4 KV heads, ffn 18944, vocab 152064.
+        # Qwen/Qwen2.5-7B-Instruct config.json: 28 layers, d 3584, 28 heads, 4 KV heads, ffn 18944, vocab
+        # 152064, 32,768 positions (the base Qwen/Qwen2.5-7B's says 131,072; this preset holds the Instruct's).
         _dense(
             "qwen2.5-7b",
             28,
@@ -329,10 +331,11 @@ MODELS: dict[str, Model] = {
             152064,
             7_615_616_512,
             32768,
-            _HF.format("Qwen/Qwen2.5-7B"),
+            _HF.format("Qwen/Qwen2.5-7B-Instruct"),
             "bf16",
         ),
-        # Qwen/Qwen2.5-72B config.json: 80 layers, d 8192, 64 heads, 8 KV heads, ffn 29568.
+        # Qwen/Qwen2.5-72B-Instruct config.json: 80 layers, d 8192, 64 heads, 8 KV heads, ffn 29568, 32,768
+        # positions (the base model's: 131,072).
         _dense(
             "qwen2.5-72b",
             80,
@@ -343,7 +346,7 @@ MODELS: dict[str, Model] = {
             152064,
             72_706_203_648,
             32768,
-            _HF.format("Qwen/Qwen2.5-72B"),
+            _HF.format("Qwen/Qwen2.5-72B-Instruct"),
             "bf16",
         ),
         # deepseek-ai/DeepSeek-V3 config.json: 61 layers, d 7168, 128 heads, MLA kv_lora_rank 512 +
@@ -582,6 +585,9 @@ _KEPT_FIELDS = (
     "shared_expert_intermediate_size",
     "num_experts_per_tok",
     "experts_per_token",
+    "num_experts_per_token",
+    "model_max_length",
+    "linear_attn_config",
     "first_k_dense_replace",
     "decoder_sparse_step",
     "interleave_moe_layer_step",
@@ -590,6 +596,24 @@ _KEPT_FIELDS = (
     "mlp_only_layers",
     "topk_method",
     "quantization_config",
+    # The layers' kinds and state shapes (`layers_from_hf_config`, `params._gated_delta_net`).
+    "layer_types",
+    "sliding_window",
+    "sliding_window_pattern",
+    "attention_chunk_size",
+    "no_rope_layers",
+    "use_sliding_window",
+    "max_window_layers",
+    "full_attention_interval",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "attn_output_gate",
+    "mamba_ssm_dtype",
+    "attn_type_list",
+    "compress_ratios",
 )
 
 
@@ -627,7 +651,9 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     head_dim = pick("head_dim", default=hidden // heads)
     ffn = pick("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
     vocab = pick("vocab_size")
-    max_len = pick("max_position_embeddings", "n_positions", "seq_length", default=2048)
+    # vLLM derives the context from these keys (the smallest of those present, `model_max_length` among
+    # them); kvsim takes the first present. Kimi-Linear's config states only `model_max_length`.
+    max_len = pick("max_position_embeddings", "n_positions", "seq_length", "model_max_length", default=2048)
     kv_lora = pick("kv_lora_rank", default=0, required=False)
     rope = pick("qk_rope_head_dim", default=0, required=False)
     if not kv_lora and (kv_heads < 1 or heads % kv_heads):

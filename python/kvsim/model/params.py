@@ -4,7 +4,8 @@
 module it belongs to, so that a quantization (`kvsim.model.quant`) can price each group in its own format:
 
 - `embed` (`model.embed_tokens`) and `lm_head` (absent when the embeddings are tied);
-- `attn`: q, k, v and o projections (MLA: its low-rank projections), per layer;
+- `attn`: q, k, v and o projections (MLA: its low-rank projections), per layer; a gated delta net layer's
+  input and output projections in their stead (Qwen3-Next, Qwen3.5);
 - `mlp`: a dense layer's gated MLP (three matrices; OPT/GPT: two), per layer;
 - `experts`: every routed expert's matrices (in memory all of them; per token `num_experts_per_tok`);
 - `shared_experts`: experts every token passes through (DeepSeek, Llama 4, Qwen2-MoE);
@@ -109,6 +110,59 @@ def _layer_flags(cfg: dict[str, Any], layers: int, experts: int, pick: Any) -> l
     return [i >= dense_first and (i + 1) % step == 0 and i not in only_mlp for i in range(layers)]
 
 
+def _linear_attention_layers(cfg: dict[str, Any], layers: int) -> int:
+    """Decoder layers whose mixer is a state layer: a gated delta net (Qwen3-Next / Qwen3.5's
+    `linear_attention` layers, from `layer_types`, else Qwen3-Next's `full_attention_interval`) or Kimi's
+    KDA (`linear_attn_config.kda_layers`), as `kvsim.model.layers.layers_from_hf_config` reads them."""
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        return sum(t == "linear_attention" for t in types)
+    lac = cfg.get("linear_attn_config")
+    if str(cfg.get("model_type", "")).startswith("kimi_linear") and isinstance(lac, dict):
+        return len(lac.get("kda_layers") or [])  # Kimi-Linear's KDA layers (1-based indices)
+    if cfg.get("model_type") == "qwen3_next" or cfg.get("linear_num_value_heads") is not None:
+        interval = cfg.get("full_attention_interval") or 4
+        return sum(1 for i in range(layers) if (i + 1) % interval)
+    return 0
+
+
+def _kimi_delta_attention(b: Breakdown, cfg: dict[str, Any], hidden: int, n: int) -> None:
+    """The weights of `n` Kimi Delta Attention layers as vLLM 0.33.0 builds them
+    (`vllm/model_executor/layers/kda.py`, `KimiDeltaAttention`), P = `num_heads` x `head_dim` of the
+    config's `linear_attn_config`: q, k, v (hidden -> P each), the forget gate's low-rank pair `f_a_proj`
+    (hidden -> head_dim) and `f_b_proj` (head_dim -> P), `b_proj` (hidden -> heads), the output gate's
+    `g_a_proj` / `g_b_proj` (as f's), `o_proj` (P -> hidden); outside the matrices the three short
+    convolutions (P x kernel each), `dt_bias` (P), `A_log` (heads) and the output norm (head_dim). vLLM keeps
+    the convolutions, `dt_bias` and `A_log` in float32; they are counted here in the checkpoint's dtype
+    (0.05M of a layer's 39M at Kimi-Linear-48B's sizes)."""
+    lac = cfg["linear_attn_config"]
+    heads, head_dim = int(lac["num_heads"]), int(lac["head_dim"])
+    kernel = int(lac.get("short_conv_kernel_size", 4))
+    p = heads * head_dim
+    b.add("attn", p, hidden, 3 * n)  # q, k, v
+    b.add("attn", head_dim, hidden, 2 * n)  # f_a_proj, g_a_proj
+    b.add("attn", p, head_dim, 2 * n)  # f_b_proj, g_b_proj
+    b.add("attn", heads, hidden, n)  # b_proj
+    b.add("attn", hidden, p, n)  # o_proj
+    b.other += (3 * p * kernel + p + heads + head_dim) * n
+
+
+def _gated_delta_net(b: Breakdown, cfg: dict[str, Any], hidden: int, n: int, pick: Any) -> None:
+    """The weights of `n` gated delta net layers as vLLM 0.33.0 builds them
+    (`vllm/model_executor/models/qwen3_next.py`, `Qwen3NextGatedDeltaNet`): `in_proj_qkvz` (hidden ->
+    2·key_dim + 2·value_dim), `in_proj_ba` (hidden -> 2·value heads), `out_proj` (value_dim -> hidden), and
+    outside the matrices the depthwise `conv1d` (conv_dim x kernel, conv_dim = 2·key_dim + value_dim),
+    `dt_bias` and `A_log` (one per value head) and the gated RMS norm (one value head's width)."""
+    nk, nv = pick("linear_num_key_heads"), pick("linear_num_value_heads")
+    hk, hv = pick("linear_key_head_dim"), pick("linear_value_head_dim")
+    kernel = pick("linear_conv_kernel_dim", default=4, required=False)
+    key_dim, value_dim = nk * hk, nv * hv
+    b.add("attn", 2 * key_dim + 2 * value_dim, hidden, n)  # in_proj_qkvz
+    b.add("attn", 2 * nv, hidden, n)  # in_proj_ba
+    b.add("attn", hidden, value_dim, n)  # out_proj
+    b.other += ((2 * key_dim + value_dim) * kernel + 2 * nv + hv) * n  # conv1d, dt_bias, A_log, norm
+
+
 def param_breakdown(
     cfg: dict[str, Any],
     layers: int,
@@ -135,33 +189,46 @@ def param_breakdown(
         b.other += (
             pick("max_position_embeddings", default=2048) + 2
         ) * hidden  # learned positions (offset 2)
-    # Attention.
+    # Attention. State layers (Qwen3-Next / Qwen3.5's gated delta net, Kimi-Linear's KDA) replace it with
+    # their mixer (below).
+    n_linear = _linear_attention_layers(cfg, layers)
+    n_attn = layers - n_linear
     if kv_lora:
         q_lora = pick("q_lora_rank", default=0, required=False)
         nope = pick("qk_nope_head_dim", default=head_dim, required=False)
         v_dim = pick("v_head_dim", default=head_dim, required=False)
         if q_lora:
-            b.add("attn", q_lora, hidden, layers)
-            b.add("attn", heads * (nope + rope), q_lora, layers)
-            b.other += q_lora * layers  # q_a_layernorm
+            b.add("attn", q_lora, hidden, n_attn)
+            b.add("attn", heads * (nope + rope), q_lora, n_attn)
+            b.other += q_lora * n_attn  # q_a_layernorm
         else:
-            b.add("attn", heads * (nope + rope), hidden, layers)
-        b.add("attn", kv_lora + rope, hidden, layers)
-        b.add("attn", heads * (nope + v_dim), kv_lora, layers)
-        b.add("attn", hidden, heads * v_dim, layers)
-        b.other += kv_lora * layers  # kv_a_layernorm
+            b.add("attn", heads * (nope + rope), hidden, n_attn)
+        b.add("attn", kv_lora + rope, hidden, n_attn)
+        b.add("attn", heads * (nope + v_dim), kv_lora, n_attn)
+        b.add("attn", hidden, heads * v_dim, n_attn)
+        b.other += kv_lora * n_attn  # kv_a_layernorm
     else:
-        b.add("attn", heads * head_dim, hidden, layers)
-        b.add("attn", kv_heads * head_dim, hidden, 2 * layers)
-        b.add("attn", hidden, heads * head_dim, layers)
+        # The attention layers that remain of a gated delta net model gate their output with a second
+        # query-sized projection.
+        gated = n_linear > 0 or bool(cfg.get("attn_output_gate"))
+        b.add("attn", heads * head_dim * (2 if gated else 1), hidden, n_attn)
+        b.add("attn", kv_heads * head_dim, hidden, 2 * n_attn)
+        b.add("attn", hidden, heads * head_dim, n_attn)
         if opt_like:
             b.other += (heads * head_dim + 2 * kv_heads * head_dim + hidden) * layers  # q, k, v, out biases
         elif cfg.get("attention_bias") or model_type.startswith("qwen2"):
             b.other += (heads * head_dim + 2 * kv_heads * head_dim) * layers  # q, k, v biases (Qwen2)
             if model_type == "gpt_oss":
                 b.other += (hidden + heads) * layers  # o_proj's bias and the attention sinks
-        if model_type.startswith(("qwen3", "gemma3")):
-            b.other += 2 * head_dim * layers  # q_norm, k_norm (Llama 4's qk norm has no weight)
+        if model_type.startswith(("qwen3", "gemma3", "minimax_m2")):
+            # q_norm, k_norm: one head's width (Qwen3, Gemma 3; Llama 4's qk norm has no weight), or every
+            # head's (MiniMax-M2's per-layer qk norm over the whole projection).
+            width = (heads + kv_heads) * head_dim if model_type.startswith("minimax_m2") else 2 * head_dim
+            b.other += width * n_attn
+    if n_linear and model_type.startswith("kimi_linear"):
+        _kimi_delta_attention(b, cfg, hidden, n_linear)
+    elif n_linear:
+        _gated_delta_net(b, cfg, hidden, n_linear, pick)
     # Norms: two per layer (Gemma 2/3: four), the final one; OPT/GPT's LayerNorms have biases.
     per_layer_norms = 4 if model_type.startswith(("gemma2", "gemma3")) else 2
     b.other += (per_layer_norms * hidden * layers + hidden) * (2 if opt_like else 1)
@@ -183,7 +250,9 @@ def param_breakdown(
     if experts:
         # gpt-oss and Llama 4 give the expert width as intermediate_size; the others as moe_intermediate_size.
         moe_ffn = pick("moe_intermediate_size", default=ffn, required=False)
-        per_tok = pick("num_experts_per_tok", "experts_per_token", default=1, required=False)
+        per_tok = pick(
+            "num_experts_per_tok", "experts_per_token", "num_experts_per_token", default=1, required=False
+        )
         b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
         b.add("experts", moe_ffn, hidden, 2 * experts * n_moe)
         b.add("experts", hidden, moe_ffn, experts * n_moe)
