@@ -212,3 +212,25 @@ def test_a_fleets_tier_metrics_are_over_every_replicas_tier():
     assert 0 < s["cpu_tier_occupancy"] <= 1
     assert s["cpu_tier_peak_occupancy"] == max(x["cpu_tier_peak_occupancy"] for x in each)
     assert s["stores"] == sum(x["stores"] for x in each)
+
+
+def test_the_summary_names_transfers_as_design_does():
+    """DESIGN.md §Metrics: `loads`, `loaded_blocks`, `loaded_bytes`, `stores`, `stored_blocks`,
+    `stored_bytes`; the blocks are the engine's counters and the bytes the blocks' host bytes."""
+    from kvsim.workloads import synthetic
+
+    w = synthetic(200, arrival_rate=50, lengths="sharegpt-paper", seed=5)
+    cfg = kvsim.SimConfig(
+        model="llama-3.1-8b",
+        gpu="h100-80gb",
+        num_blocks=400,
+        enable_prefix_caching=True,
+        kv_offloading_size=1,
+    )
+    r = kvsim.simulate(w, cfg)
+    s, c = r.summary, r.raw.counters
+    assert s["stored_blocks"] == c["stored_blocks"] > 0
+    assert s["loaded_blocks"] == c["loaded_blocks"]
+    assert s["stored_bytes"] == s["stored_blocks"] * cfg.kv_offloading_block_bytes
+    assert s["loaded_bytes"] == s["loaded_blocks"] * cfg.kv_offloading_block_bytes
+    assert not any(k.startswith("storeed") for k in s)

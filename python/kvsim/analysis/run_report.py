@@ -230,8 +230,9 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
     from kvsim.model.units import fmt_bytes
 
     def moved(name: str) -> str:
-        b = s[f"{name}ed_bytes"]
-        return f"{s[f'{name}ed_blocks']:,} blocks" + (f", {fmt_bytes(b)}" if b is not None else "")
+        done = {"load": "loaded", "store": "stored"}[name]
+        b = s[f"{done}_bytes"]
+        return f"{s[f'{done}_blocks']:,} blocks" + (f", {fmt_bytes(b)}" if b is not None else "")
 
     size = config.kv_offloading_chunks
     rows = [
