@@ -277,11 +277,16 @@ def _i64(a: Any) -> np.ndarray:
 
 
 def _event_states(
-    step: np.ndarray, kind: np.ndarray, seq: np.ndarray, num_steps: int
+    step: np.ndarray,
+    kind: np.ndarray,
+    seq: np.ndarray,
+    num_steps: int,
+    before_step: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per event: the state it belongs to, whether it follows its step's sampling (a finish and the frees
     after it, a fork, a reject: the leading run of such events among those carrying one step count; with
-    a CPU tier, every event up to a count's last observation), and
+    a CPU tier, every event up to a count's last observation and every one `before_step` marks: it
+    happened before its step count's step started), and
     the index of its sequence's latest release (finish, preempt, swap-out) at or before it (-1: none)."""
     n = len(kind)
     if n and bool((step[1:] < step[:-1]).any()):
@@ -309,6 +314,8 @@ def _event_states(
         last_done[done] = done
         group_last = np.maximum.reduceat(last_done, starts)
         post |= np.arange(n) <= np.repeat(group_last, np.diff(np.append(starts, n)))
+    if before_step is not None:
+        post |= before_step
     st = np.minimum(np.where(post, step, step + 1), num_steps)
     return st, post, last_rel
 
@@ -331,7 +338,14 @@ def _replay(
     step, kind, seq = _i64(ev["step"]), _i64(ev["kind"]), _i64(ev["seq"])
     block, count = _i64(ev["block"]), _i64(ev["count"])
     num_steps = int(res.summary["num_steps"])
-    st, post, last_rel = _event_states(step, kind, seq, num_steps)
+    # Per state k: the time step k starts (the run's end after the last).
+    step_ps = np.append(_i64(res.raw.timeseries["time_ps"]), int(res.raw.counters["makespan_ps"]))
+    before_step = None
+    if config.kv_offloading_chunks:
+        # A CPU tier: what a step that scheduled nothing did (loads admitted, the finished requests' last
+        # stores) carries the count of the next step but happened before it started.
+        before_step = _i64(ev["time_ps"]) < step_ps[np.minimum(step, len(step_ps) - 1)]
+    st, post, last_rel = _event_states(step, kind, seq, num_steps, before_step)
     hr = None
     if paged and config.kv_groups:
         # A hybrid model: the manager's pass first, for the tokens each admission's prefix hit covered.
@@ -358,8 +372,7 @@ def _replay(
         held_d = dup_d = np.zeros(num_steps, np.int64)
         blocks = None
     states = np.array(sp.states, np.int64).reshape(-1, len(_SeqPass.STATE_COLUMNS))
-    # Per state k: the time step k starts (the run's end after the last) and the arrivals by then.
-    step_ps = np.append(_i64(res.raw.timeseries["time_ps"]), int(res.raw.counters["makespan_ps"]))
+    # Per state k: the arrivals by the time step k starts.
     arrivals = np.sort(inp.arrival_ps[inp.fork_parent < 0]).astype(np.int64)
     at_k = step_ps[np.minimum(np.arange(s_total), len(step_ps) - 1)]
     arrived = np.where(
@@ -385,8 +398,7 @@ def _replay(
         metrics[name] = np.r_[0, np.cumsum(np.isin(kind, counted))][upto]
     metrics = {name: np.asarray(metrics[name]).tolist() for name in METRIC_COLUMNS}
     if config.kv_offloading_chunks:
-        tier_k = tier_states(step, post, _i64(ev["time_ps"]), step_ps)
-        tier = tier_columns(kind, count, tier_k)
+        tier = tier_columns(kind, count, np.minimum(np.where(post, step, step + 1), num_steps))
         metrics.update({k: _pad_to(v, s_total).tolist() for k, v in tier.items()})
     dl = np.array(sp.during_logical, np.int64)
     during = {
@@ -471,21 +483,9 @@ def _replay_hybrid(
     return Track(config, res, inp, num_steps, blocks, seqs, [], metrics, during, labels)
 
 
-def tier_states(
-    step: np.ndarray, post: np.ndarray, time_ps: np.ndarray, step_ps: np.ndarray
-) -> np.ndarray:
-    """The state each event belongs to, for the CPU tier's columns: as `_event_states` says (`post`: a
-    transfer seen complete, and what a step that scheduled nothing did before it, belong to state
-    `step`; a scheduling event of step `step` to `step + 1`), and also state `step` for what happened
-    before step `step` started with no observation after it (the finished requests' last stores, offered
-    in a step of their own that schedules nothing)."""
-    n = len(step_ps)
-    started = step_ps[np.minimum(step, n - 1)]
-    return np.minimum(np.where(post | (time_ps < started), step, step + 1), n - 1)
-
-
 def tier_columns(kind: np.ndarray, count: np.ndarray, states: np.ndarray) -> dict[str, np.ndarray]:
-    """The CPU tier at each state k (`states`: each event's, `tier_states`; DESIGN.md §CPU tier): a
+    """The CPU tier at each state k (`states`: each event's, as `_event_states` gives them, with the
+    events a step that scheduled nothing did before step k in state k; DESIGN.md §CPU tier): a
     `store` adds `count` pending chunks (after a `cpu-evict` row per chunk it evicted first), its
     `store-done` makes them ready, a `load` pins `count` chunks until its `load-done`; a `cpu-hit`
     counts the tokens a load spares computing. Chunks held = stored − evicted (pending included, as the
