@@ -34,7 +34,16 @@ from kvsim.lab.query import (
     preset_kv_cache_bytes,
     resolve,
 )
-from kvsim.lab.state import BLOCK_STATES, STATUSES, Track, gc_paused, replay, state_at, tokens_at
+from kvsim.lab.state import (
+    BLOCK_STATES,
+    STATUSES,
+    TIER_COLUMNS,
+    Track,
+    gc_paused,
+    replay,
+    state_at,
+    tokens_at,
+)
 from kvsim.model import models
 from kvsim.model.config import CONTIGUOUS_POLICIES, SimConfig
 from kvsim.model.units import fmt_bytes
@@ -187,6 +196,29 @@ def _layout_info(cfg: SimConfig, kv_bytes: int | None) -> dict[str, Any] | None:
         "unify": unify,
         "kv_cache_bytes": kv_bytes,
         "num_blocks": cfg.num_blocks,
+    }
+
+
+def tier_info(cfg: SimConfig, t: Track, tier_bytes: int | None) -> dict[str, Any] | None:
+    """The CPU tier's constants (DESIGN.md §CPU tier), None without one: its chunks and their bytes
+    (a chunk's blocks' KV padded to 4 KiB, as vLLM's `CPUOffloadingSpec`), the memory asked for, the
+    eviction policy, the link's time, and the run's totals the log has no row for (`stores_failed`:
+    stores that found no room; `stores_skipped`: under the store threshold)."""
+    if not cfg.kv_offloading_chunks:
+        return None
+    summary = t.result.summary
+    return {
+        "chunks": cfg.kv_offloading_chunks,
+        "chunk_bytes": cfg.kv_offloading_chunk_bytes,
+        "bytes": tier_bytes,
+        "blocks_per_chunk": cfg.kv_offloading_blocks_per_chunk,
+        "eviction_policy": cfg.kv_offloading_eviction_policy,
+        "prompt_only": cfg.kv_offloading_prompt_only,
+        "latency_s": cfg.kv_offloading_latency_ps / 1e12,
+        "s_per_block": cfg.kv_offloading_ps_per_block / 1e12,
+        "stores_failed": int(summary["stores_failed"]),
+        "stores_skipped": int(summary["stores_skipped"]),
+        "load_wait_s_total": float(summary["load_wait_s_total"]),
     }
 
 
@@ -369,7 +401,7 @@ def concurrency_multiplier(
     return out
 
 
-COUNT_COLUMNS = ("running", "waiting", "swapped", "finished", "rejected")
+COUNT_COLUMNS = ("running", "waiting", "swapped", "finished", "rejected", "held")
 BLOCK_COUNT_COLUMNS = ("free_blocks", "cached_blocks", "shared_blocks", "private_blocks")
 CUMULATIVE_COLUMNS = ("cow_copies", "evictions", "preemptions", "swaps")
 
@@ -403,6 +435,9 @@ def metric_columns(
     }
     for g in range(len(paged.groups)):
         p_out[f"paged_group_blocks_{g}"] = pm[f"group_blocks_{g}"]
+    for name in TIER_COLUMNS:  # a CPU tier's (`state.tier_columns`)
+        if name in pm:
+            p_out[name] = pm[name]
     tracks: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = [(p_out, pm)]
     if contiguous is not None:
         cm = {k: _pad(v, s).astype(np.int64) for k, v in contiguous.metrics.items()}
@@ -599,6 +634,8 @@ def _bundle_from(r: Resolved, paged: Track, contiguous: Track | None, t0: float)
         "capacity_tokens": r.paged.capacity_tokens,
         # A hybrid model's KV-cache groups and the pool's arithmetic (None: one full-attention group).
         "layout": _layout_info(r.paged, r.query.get("kv_cache_bytes")),
+        # The CPU tier's constants (None: no tier); its state per step is in the paged metric columns.
+        "tier": tier_info(r.paged, paged, r.query.get("kv_offloading_bytes")),
         "num_steps": steps,
         "default_step": min(p.step, steps),
         "requests": _requests(p),
@@ -725,6 +762,14 @@ def snapshot_from(r: Resolved, paged: Track, contiguous: Track | None, step: int
             }
             for i, g in enumerate(paged.groups)
         ]
+    tier = tier_info(r.paged, paged, r.query.get("kv_offloading_bytes"))
+    if tier is not None:
+        at = {name: int(pm[name][k]) for name in TIER_COLUMNS}
+        tier.update(at)
+        tier["ready_chunks"] = at["cpu_chunks"] - at["cpu_pending_chunks"]
+        tier["free_chunks"] = tier["chunks"] - at["cpu_chunks"]
+    out["tier"] = tier
+    out["num_held"] = int(pm["num_held"][k])
     out.update(track_snapshot(paged, k, bpt, r.preset))
     out["contiguous"] = None if contiguous is None else track_snapshot(contiguous, k, bpt, r.preset)
     return out
