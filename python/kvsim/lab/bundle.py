@@ -766,7 +766,8 @@ def snapshot_from(r: Resolved, paged: Track, contiguous: Track | None, step: int
     if tier is not None:
         at = {name: int(pm[name][k]) for name in TIER_COLUMNS}
         tier.update(at)
-        tier["ready_chunks"] = at["cpu_chunks"] - at["cpu_pending_chunks"]
+        # The chunks as the page draws them: pinned by a load, ready (not pinned), pending, free.
+        tier["ready_chunks"] = at["cpu_chunks"] - at["cpu_pending_chunks"] - at["cpu_loading_chunks"]
         tier["free_chunks"] = tier["chunks"] - at["cpu_chunks"]
     out["tier"] = tier
     out["num_held"] = int(pm["num_held"][k])

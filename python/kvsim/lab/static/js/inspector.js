@@ -3,6 +3,7 @@
 
 import { bytes, esc, hex, int } from "./format.js";
 import { groupColors } from "./grid.js";
+import { S } from "./replay.js";
 
 const STATE_TEXT = {
   free: "FREE (ref 0)",
@@ -67,12 +68,21 @@ export class Inspector {
         slots.push(`<span class="slot${i < blk.num_tokens ? " on" : ""}">${i}</span>`);
       }
     }
+    // A CPU tier: a holder held for its load (its blocks allocated when the load was admitted).
+    const held = holders.filter((h) => {
+      const st = track.seqs.row(h.seq)[S.status];
+      return st === "loading" || st === "loaded";
+    }).map((h) => replay.name(h.rid, h.sample));
+    const heldNote = held.length ? `<p class="hint insp-held" id="insp-held">Held by ${esc(held.join(", "))}, ` +
+      "held for a CPU-tier load: the blocks it found on the GPU hold their KV already; the ones the load fills " +
+      "receive it over the host link and take their prefix keys when the load is seen complete.</p>" : "";
     const title = `<b class="mono" id="insp-id">P_${b}</b>`;
     const html = `
       <p class="insp-state s-${blk.state}-text" id="insp-state" data-state="${blk.state}">
         <span class="cell s-${blk.state} demo" aria-hidden="true"></span>${STATE_TEXT[blk.state] || esc(blk.state)}
         <span class="ref" id="insp-ref" data-ref="${blk.ref_cnt}">ref_cnt = ${blk.ref_cnt}</span></p>
       <p class="hint">${STATE_NOTE[blk.state] || ""}</p>
+      ${heldNote}
       <dl class="kv">
         <dt>Base offset</dt><dd class="mono" id="insp-offset" data-offset="${offset}">${hex(offset, width)}
           <small>(${bytes(offset)} mark · ${int(bpb)} B per block)</small></dd>

@@ -170,8 +170,8 @@ export class Panels {
 
   /** The same workload's sequences in one track at this step (each track's own engine run). */
   renderBatch(el, track, k) {
-    const parts = [["num_running", "running"], ["num_waiting", "waiting"], ["num_swapped", "swapped"],
-      ["num_finished", "finished"], ["num_rejected", "rejected"]]
+    const parts = [["num_running", "running"], ["num_held", "held for CPU-tier loads"], ["num_waiting", "waiting"],
+      ["num_swapped", "swapped"], ["num_finished", "finished"], ["num_rejected", "rejected"]]
       .map(([name, label]) => [label, track.metric(name, k)])
       .filter(([label, v]) => v !== null && (v > 0 || label === "running" || label === "waiting"));
     setData(el, "running", String(track.metric("num_running", k)));
