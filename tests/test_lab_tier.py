@@ -91,7 +91,7 @@ def _by_index(t, seqs):
     ]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(workloads(max_requests=25), tier_configs())
 def test_the_replayed_tier_is_the_engines_at_every_state(w, cfg):
     if len(w) == 0:
@@ -122,8 +122,8 @@ def test_the_cpu_tier_preset_loads_what_the_gpu_lost():
     assert s["num_held"] == 1
     assert seen[p.step]["held"] == {7: "loading"}
     # Held: its context stays the loaded prompt from step to step (it computes nothing).
-    before = snapshot("cpu-tier", step=p.step - 1)
-    ctx = {q["name"]: q["context_tokens"] for q in before["requests"]}
+    after = snapshot("cpu-tier", step=p.step + 1)
+    ctx = {q["name"]: q["context_tokens"] for q in after["requests"]}
     assert ctx["req-8"] == held[0]["context_tokens"] == 96
     # The last request hits the reloaded document on the GPU.
     end = snapshot("cpu-tier", step=None)
@@ -156,3 +156,9 @@ def test_a_tier_is_refused_where_the_engine_refuses_one(preset, overrides, says)
     with pytest.raises(InvalidArgumentError, match="kv_offloading_bytes") as e:
         resolve(preset, **{"kv_offloading_bytes": 64 * 2**20, **overrides})
     assert says in str(e.value)
+
+
+@pytest.mark.parametrize(("preset", "tier_bytes"), [("cpu-tier", None), ("copilot", 8 * 2**20)])
+def test_presets_with_a_tier_replay_as_the_engine_runs(preset, tier_bytes):
+    r = resolve(preset, kv_offloading_bytes=tier_bytes)
+    check_tier(r.preset.workload, r.paged)

@@ -453,7 +453,10 @@ def metric_columns(
             "contiguous_external_bytes": ce * bpt,
             "contiguous_external_fragmentation": _fraction(ce, np.full(s, cap, np.int64)),
         }
-        p_out["concurrency_multiplier"] = concurrency_multiplier(ca, cm["running"], pa, pm["running"])
+        # The paged side's sequences holding blocks: running, and those a CPU tier holds for their loads.
+        p_out["concurrency_multiplier"] = concurrency_multiplier(
+            ca, cm["running"], pa, pm["running"] + pm["held"]
+        )
         p_out.update(c_out)
         tracks.append((c_out, cm))
     for out, m in tracks:

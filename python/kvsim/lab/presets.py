@@ -244,11 +244,11 @@ def cpu_tier() -> Preset:
             "A 24-block GPU pool and a 32-chunk CPU tier (vLLM's native KV offloading): req-1's document "
             "is stored to the tier, six other requests push it out of the GPU, and req-8 loads it back "
             "from the tier instead of computing it, held while the load is in flight (the link is given "
-            "a 2.5 ms latency so that the load spans steps). Opens with req-8 held for its load."
+            "a 2.5 ms latency so that the load spans steps). Opens at the step that starts req-8's load."
         ),
         workload=w,
         config=cfg,
-        step=42,
+        step=41,
         segment_names=names,
         request_names=[f"req-{i + 1}" for i in range(len(rows))],
         max_tokens=f"max_tokens {TIER_MAX_TOKENS} each",

@@ -807,6 +807,10 @@ class _SeqPass:
                 else:
                     set_status(s, "swapped")
             elif kind == REJECT:
+                if i in held_tokens:  # a held request that can never run: its blocks are freed
+                    logical -= held_tokens.pop(i)
+                    held_order.remove(i)
+                    landed.discard(i)
                 set_status(s, "rejected")
             elif kind == LOAD:
                 # A load admitted: its blocks hold the GPU hits and the loaded chunks, `cnt` chunks from

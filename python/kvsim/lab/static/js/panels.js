@@ -336,7 +336,7 @@ export class Panels {
         ` (${bytes((b.block_size - 1) * bpt)}): slack now ${v("paged_tail_slack_bytes")}` +
         (r.hasMetric("paged_tail_slack_bound_bytes") ? ` ≤ bound ${v("paged_tail_slack_bound_bytes")}.` : "."),
       `<b>Concurrency multiplier</b> = (contiguous reserved ÷ its running sequences) ÷ (paged allocated ÷ its` +
-        ` running sequences) = <b>${v("concurrency_multiplier")}</b>: how many sequences paging fits into the memory` +
+        ` running sequences${r.bundle.tier ? ", and those held for a CPU-tier load" : ""}) = <b>${v("concurrency_multiplier")}</b>: how many sequences paging fits into the memory` +
         " one contiguous sequence holds, at each side’s own batch (— when a side runs nothing).",
     ];
     setText($("deriv-model"), m.name ? `(${m.name}, ${m.dtype || ""} KV)` : "");
