@@ -218,13 +218,15 @@ def _schema_params() -> dict[str, dict]:
 
 
 SCHEMA = _schema_params()
-FAST_PRESETS = ["copilot", "parallel-sampling", "memory-pressure"]  # the fuzz stays quick
+FAST_PRESETS = ["copilot", "parallel-sampling", "memory-pressure", "cpu-tier"]  # the fuzz stays quick
 
 
 def _value(name: str, schema: dict) -> st.SearchStrategy[str]:
     junk = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=8)
     if name == "preset":
         return st.one_of(st.sampled_from(FAST_PRESETS), junk)
+    if name == "kv_offloading_bytes":  # CPU tiers of a few chunks of a 16-token Llama-3-8B block, and junk
+        return st.one_of(st.sampled_from([0, 2**21, 2**23, 2**26]).map(str), junk)
     if "enum" in schema:
         return st.one_of(st.sampled_from(schema["enum"]), junk)
     if schema["type"] == "integer":

@@ -29,18 +29,22 @@ CHUNKS_DRAWN = """() => {
   };
   const ref = {loading: rgb('--c-tier-loading'), ready: rgb('--c-tier-ready'), pending: rgb('--c-tier-pending'),
     free: rgb('--c-free')};
+  const mark = rgb('--c-text');
   const ctx = canvas.getContext('2d');
-  const out = {loading: 0, ready: 0, pending: 0, free: 0};
+  const near = (p, c) => (p[0] - c[0]) ** 2 + (p[1] - c[1]) ** 2 + (p[2] - c[2]) ** 2;
+  const out = {loading: 0, ready: 0, pending: 0, free: 0, outlined_loading: 0, outlined_pending: 0};
   for (let i = 0; i < n; i += 1) {
-    const x = Math.floor(((i % cols) * cell + cell * 0.45) * k);
-    const y = Math.floor((Math.floor(i / cols) * cell + cell * 0.45) * k);
-    const p = ctx.getImageData(x, y, 1, 1).data;
+    const x0 = (i % cols) * cell, y0 = Math.floor(i / cols) * cell;
+    const p = ctx.getImageData(Math.floor((x0 + cell * 0.45) * k), Math.floor((y0 + cell * 0.45) * k), 1, 1).data;
     let best = null, dist = Infinity;
     for (const [name, c] of Object.entries(ref)) {
-      const d = (p[0] - c[0]) ** 2 + (p[1] - c[1]) ** 2 + (p[2] - c[2]) ** 2;
+      const d = near(p, c);
       if (d < dist) { dist = d; best = name; }
     }
     out[best] += 1;
+    // An outline (this step's transfer) at the cell's edge: the mark's colour, not the fill's.
+    const e = ctx.getImageData(Math.floor((x0 + 1) * k), Math.floor((y0 + 1) * k), 1, 1).data;
+    if (near(e, mark) < near(e, ref[best])) out[`outlined_${best}`] = (out[`outlined_${best}`] || 0) + 1;
   }
   return out;
 }"""
@@ -57,7 +61,17 @@ def assert_tier(lab: LabPage, snap: dict[str, Any]) -> None:
         "pending": tier["cpu_pending_chunks"],
         "free": tier["free_chunks"],
     }
-    assert lab.page.evaluate(CHUNKS_DRAWN) == want, f"chunks drawn at step {snap['step']}"
+    drawn = lab.page.evaluate(CHUNKS_DRAWN)
+    # This step's transfers outlined: the chunks its stores and loads planned (as the log counts them).
+    k = snap["step"]
+    q = lab.query()
+    prev = python_snapshot(q, k - 1)["tier"] if k > 0 else None
+    stored = tier["cpu_stored_chunks"] - (prev["cpu_stored_chunks"] if prev else 0)
+    loaded = tier["cpu_loaded_chunks"] - (prev["cpu_loaded_chunks"] if prev else 0)
+    want["outlined_pending"] = min(stored, tier["cpu_pending_chunks"])
+    want["outlined_loading"] = min(loaded, tier["cpu_loading_chunks"])
+    assert {name: drawn.get(name, 0) for name in want} == want, f"chunks drawn at step {k}"
+    assert sum(drawn.get(f"outlined_{s}", 0) for s in ("ready", "free")) == 0
     for name in STATS:
         assert lab.value(f'[data-tier-stat="{name}"]') == tier[name], name
     assert lab.value('[data-tier-stat="used"]') == tier["cpu_chunks"]

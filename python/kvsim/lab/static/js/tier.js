@@ -211,7 +211,9 @@ export class TierView {
   /** The requests held for their loads at this step: loading, or landed and not yet resumed. */
   renderHeld(r) {
     const held = [];
-    for (const { row } of r.paged.sequences()) {
+    // Only scan the sequences while the tier holds some (a long run's rows are built on demand).
+    const scan = (r.metric("num_held") ?? 0) > 0 ? r.paged.sequences() : [];
+    for (const { row } of scan) {
       const st = row[3];
       if (st === "loading" || st === "loaded") held.push(`${r.name(row[1], row[2])} (${st === "loading" ? "load in flight" : "landed, resumes next"})`);
     }
