@@ -148,19 +148,30 @@ def test_the_tier_control_runs_a_tier_and_a_refused_one_changes_nothing(sized_la
     snap = python_snapshot(lab.query(), lab.step())
     assert snap["tier"]["chunks"] == 32
     assert_tier(lab, snap)
-    before = lab.query()
-    # A policy the tier does not run with: the server's reason on the page, the run as it was.
+    # With a tier, the values it does not run with are offered disabled, saying why.
+    why = lab.page.get_attribute('#c-policy option[value="reserve"]', "data-why")
+    assert why == "the CPU tier needs policy vllm"
+    assert (
+        lab.page.get_attribute('#c-preemption option[value="swap"]', "data-why")
+        == "the CPU tier needs preemption recompute"
+    )
+    assert lab.page.is_disabled("#c-prefix")
+    assert "the CPU tier needs prefix caching on" in lab.page.inner_text("#c-prefix-why")
+    # 0 turns the tier off; then a policy it does not run with, then a tier: the server's reason on the
+    # page, the run as it was.
+    lab.change("#c-tier", 0)
+    assert lab.page.locator("#tier-panel").is_hidden()
     lab.change("#c-policy", "reserve")
+    before = lab.query()
+    assert "needs policy vllm" in lab.page.inner_text("#c-tier-chunks")
+    lab.change("#c-tier", 64)
     banner = lab.page.locator("#banner")
     assert banner.is_visible()
     assert "kv_offloading_bytes" in banner.inner_text()
     assert "needs policy 'vllm'" in banner.inner_text()
     assert lab.query() == before
-    assert lab.page.input_value("#c-policy") == "vllm"
-    assert lab.page.locator("#tier-panel").is_visible()
-    # 0 turns the tier off.
-    lab.change("#c-tier", 0)
-    assert lab.page.locator("#banner").is_hidden()
+    assert lab.page.input_value("#c-policy") == "reserve"
+    assert lab.page.input_value("#c-tier") == "0"
     assert lab.page.locator("#tier-panel").is_hidden()
     lab.problems.console = [m for m in lab.problems.console if "status of 4" not in m]
 

@@ -145,6 +145,14 @@ function whyNot(param, value, bundle) {
       return `${other} ${q[other]} needs ${words}${theirs.map((a) => valueWord(param, a)).join(" or ")}`;
     }
   }
+  // A CPU tier runs with vLLM v1's knobs and a model of one full-attention group (the server's rule).
+  if (Number(q.kv_offloading_bytes || 0) > 0) {
+    const needed = (opts.tier_needs || {})[param];
+    if (needed !== undefined && !sameValue(needed, value)) {
+      return `the CPU tier needs ${PARAM_WORDS[param] || param} ${valueWord(param, needed)}`;
+    }
+    if (param === "model" && (opts.hybrid_models || []).includes(value)) return "the CPU tier needs full attention";
+  }
   if ((param === "block_size" || param === "model") && q.num_blocks === undefined) {
     // Bytes per block as the server cuts the pool (a hybrid model's: its largest group's layers × page).
     const model = param === "model" ? value : q.model;
