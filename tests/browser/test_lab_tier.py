@@ -118,6 +118,18 @@ def test_a_held_request_is_shown_neither_running_nor_computing(lab: LabPage) -> 
     assert ctx == req8["context_tokens"]
     lab.seek(42)
     assert int(lab.page.locator('#seq-list .seq[data-rid="7"]').get_attribute("data-ctx") or -1) == ctx
+    # A block the load is filling has no key until the load lands (step 43), then the snapshot's.
+    block = req8["block_table"][1]
+    for step, loading in ((41, True), (43, False)):
+        lab.seek(step)
+        lab.page.locator(f'#grid .cell[data-block="{block}"]').click()
+        lab.page.wait_for_function("document.body.dataset.settled === document.body.dataset.step")
+        want = next(b for b in python_snapshot(q, step)["blocks"] if b["block_id"] == block)
+        assert bool(want.get("loading")) == loading
+        key = lab.page.inner_text("#insp-key")
+        assert (want["prefix_key"] is None) == loading
+        assert ("none yet" in key) if loading else (key == want["prefix_key"])
+        assert lab.page.get_attribute("#insp-held", "data-filling") == ("true" if loading else "false")
     # The step that admitted the load (state 41) names the transfer and the tokens it spares.
     lab.seek(41)
     flows = lab.page.eval_on_selector_all(

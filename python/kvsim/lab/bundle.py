@@ -655,6 +655,25 @@ def sequence_name(request: str, num_samples: int, sample: int) -> str:
     return f"{request}·s{sample}" if num_samples > 1 else request
 
 
+def loading_hits(t: Track, seq: int, k: int) -> int:
+    """Blocks a request held for a CPU-tier load at state k found on the GPU (its `prefix-hit` rows
+    between its last `admit` and its `load`, among the first `event_upto[k]` events): the blocks after
+    them are being filled by the load and take their keys when it lands."""
+    ev = t.result.raw.events
+    assert ev is not None
+    n = int(t.metrics["event_upto"][min(k, len(t.metrics["event_upto"]) - 1)])
+    kinds = ev["kind"][:n]
+    mine = np.flatnonzero(ev["seq"][:n] == seq)
+    codes = kinds[mine]
+    loads = np.flatnonzero(codes == EVENT_KINDS.index("load"))
+    if not len(loads):
+        return 0
+    last = loads[-1]
+    admits = np.flatnonzero(codes[:last] == EVENT_KINDS.index("admit"))
+    first = admits[-1] if len(admits) else 0
+    return int((codes[first:last] == EVENT_KINDS.index("prefix-hit")).sum())
+
+
 def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, Any]:
     """Blocks and requests of one track at state k. A hybrid model's requests have `block_tables`, one
     per KV-cache group (block 0 where a window's tokens left; `block_table` is None), and its blocks their
@@ -668,12 +687,18 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
     reqs = {r["request_id"]: r for r in _requests(p)}
     held: dict[int, int] = {}  # block -> tokens it holds
     holders: dict[int, list[str]] = {}  # block -> the sequences whose tables hold it
+    filling: set[int] = set()  # blocks a CPU-tier load in flight is filling (no key until it lands)
+    index = {
+        (int(r), int(s_)): i for i, (r, s_) in enumerate(zip(t.inp.request_id, t.inp.sample, strict=True))
+    }
     requests = []
     for (rid, sample), row in sorted(seqs.items()):
         c, g = tokens_at(row, k)
         r = reqs[rid]
         name = sequence_name(r["name"], r["num_samples"], sample)
         tables = row[9] if groups else [row[8]]
+        if row[3] == "loading":
+            filling.update(row[8][loading_hits(t, index[(rid, sample)], k) :])
         sizes = [spec.block_size for spec in groups] if groups else [bs]
         for x, table in enumerate(tables):
             size = sizes[x]
@@ -714,6 +739,8 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
             key = row[4]
         else:
             key = row[4] if state == "cached" or (state in ("private", "shared") and tokens == bs) else None
+            if b in filling:
+                key = None
         out_blocks.append(
             {
                 "block_id": b,
@@ -725,6 +752,7 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
                 "sequences": holders.get(b, []),
                 "offset_bytes": b * bs * bpt,
                 **({"group": group} if groups else {}),
+                **({"loading": True} if b in filling else {}),
             }
         )
     return {"blocks": out_blocks, "requests": requests}
