@@ -699,6 +699,16 @@ class _SeqPass:
 
         pos = 0
 
+        def reject(s: _Seq) -> None:
+            """A request rejected; one held for a load (it can never run) releases its blocks' tokens."""
+            nonlocal logical
+            i = s.idx
+            if i in held_tokens:
+                logical -= held_tokens.pop(i)
+                held_order.remove(i)
+                landed.discard(i)
+            set_status(s, "rejected")
+
         def land(s: _Seq, k: int) -> None:
             """A load seen complete: held until resumed; a load of the whole prompt leaves its last token
             to compute again (vLLM's `_update_waiting_for_remote_kv`)."""
@@ -738,7 +748,7 @@ class _SeqPass:
                     src[e_idx[pos]] = parent.idx
                     set_rates(s, k)
                 elif kind == REJECT:
-                    set_status(s, "rejected")
+                    reject(s)
                 else:  # CPU tier: a step that scheduled nothing, or a stall, before step k
                     before: dict[int, None] = {}
                     one(k, before, {})
@@ -807,11 +817,7 @@ class _SeqPass:
                 else:
                     set_status(s, "swapped")
             elif kind == REJECT:
-                if i in held_tokens:  # a held request that can never run: its blocks are freed
-                    logical -= held_tokens.pop(i)
-                    held_order.remove(i)
-                    landed.discard(i)
-                set_status(s, "rejected")
+                reject(s)
             elif kind == LOAD:
                 # A load admitted: its blocks hold the GPU hits and the loaded chunks, `cnt` chunks from
                 # the one holding the first token after the hits; the request is held, not running.
