@@ -194,3 +194,42 @@ def test_the_control_says_what_a_tier_needs(lab: LabPage, preset: str) -> None:
     hint = lab.page.inner_text("#c-tier-chunks")
     assert "a tier" in hint
     assert ("needs preemption recompute" in hint) if preset == "memory-pressure" else ("hybrid" in hint)
+
+
+def test_a_tier_of_many_chunks_is_one_bar_of_their_states(lab: LabPage) -> None:
+    """Past 2,048 chunks (a cell each would be a few pixels) the tier is one bar of the states' shares: its
+    pixels, left to right, are the snapshot's counts in the cells' order."""
+    lab.open(preset="copilot", kv_offloading_bytes=4098 * 2**20, step=3)
+    snap = python_snapshot(lab.query(), 3)
+    tier = snap["tier"]
+    assert tier["chunks"] == 2049
+    assert lab.page.get_attribute("#tier-canvas", "data-mode") == "bar"
+    assert lab.page.locator("#tier-fresh-legend").is_hidden()
+    shares = lab.page.evaluate(
+        """() => {
+      const canvas = document.querySelector('#tier-canvas');
+      const ctx = canvas.getContext('2d');
+      const css = getComputedStyle(document.documentElement);
+      const rgb = (name) => {
+        const c = document.createElement('canvas'); c.width = c.height = 1;
+        const x = c.getContext('2d'); x.fillStyle = css.getPropertyValue(name).trim(); x.fillRect(0, 0, 1, 1);
+        return Array.from(x.getImageData(0, 0, 1, 1).data.slice(0, 3));
+      };
+      const ref = {ready: rgb('--c-tier-ready'), free: rgb('--c-free')};
+      const row = ctx.getImageData(0, Math.floor(canvas.height / 2), canvas.width, 1).data;
+      const out = {ready: 0, free: 0, width: canvas.width};
+      for (let x = 0; x < canvas.width; x += 1) {
+        const p = row.slice(4 * x, 4 * x + 3);
+        for (const [name, c] of Object.entries(ref)) {
+          if (Math.abs(p[0] - c[0]) + Math.abs(p[1] - c[1]) + Math.abs(p[2] - c[2]) < 12) out[name] += 1;
+        }
+      }
+      return out;
+    }"""
+    )
+    assert tier["cpu_pending_chunks"] == 0
+    assert tier["cpu_loading_chunks"] == 0
+    # Each state's share of the bar's pixels is its share of the chunks (within a pixel at each edge).
+    assert abs(shares["ready"] - shares["width"] * tier["ready_chunks"] / 2049) <= 2
+    assert abs(shares["free"] - shares["width"] * tier["free_chunks"] / 2049) <= 2
+    assert tier["ready_chunks"] > 0

@@ -12,6 +12,13 @@ export const TIER_KINDS = ["store", "load", "cpu-hit", "cpu-evict", "store-done"
 // Cell states in drawing order, with the column each count comes from.
 export const CHUNK_STATES = ["loading", "ready", "pending", "free"];
 const MAX_LINES = 8;
+// Past this many chunks the tier is drawn as one bar of the four states' shares, not a cell each.
+export const MAX_CELLS = 2048;
+
+/** A short duration, in µs below a millisecond (a link's latency is a few µs). */
+function span(t) {
+  return t < 1e-3 ? `${Number((t * 1e6).toPrecision(3))} µs` : secs(t);
+}
 
 function setText(el, text) {
   if (el.textContent !== text) el.textContent = text;
@@ -81,8 +88,8 @@ export class TierView {
     this.colors = this.colors || tierColors();
     setText(this.title, `CPU tier · host memory (${int(tier.chunks)} chunks × ${bytes(tier.chunk_bytes)} = ` +
       `${bytes(tier.chunks * tier.chunk_bytes)})`);
-    const link = tier.s_per_block > 0 ? `${secs(tier.latency_s)} + ${secs(tier.s_per_block)} a block`
-      : `${secs(tier.latency_s)} a transfer`;
+    const link = tier.s_per_block > 0 ? `${span(tier.latency_s)} + ${span(tier.s_per_block)} a block`
+      : `${span(tier.latency_s)} a transfer (no time per block: no GPU is given to derive its host link from)`;
     setText(this.caption, `vLLM’s native KV offloading: a chunk is ${int(tier.blocks_per_chunk)} GPU ` +
       `block${tier.blocks_per_chunk === 1 ? "" : "s"} of one request, stored as its tokens are computed` +
       `${tier.prompt_only ? " (prompt tokens only)" : ""}, evicted ${tier.eviction_policy.toUpperCase()}; the link takes ` +
@@ -91,9 +98,12 @@ export class TierView {
     forgetCanvasSizes(this.canvas);
     const { w } = canvasSize(this.canvas);
     const { cell, rows } = tierLayout(tier.chunks, w);
-    this.canvas.style.height = `${rows * cell}px`;
+    const bar = tier.chunks > MAX_CELLS;
+    this.canvas.style.height = bar ? "28px" : `${rows * cell}px`;
     forgetCanvasSizes(this.canvas); // measured again at its new height when drawn
     this.canvas.dataset.cell = String(cell);
+    this.canvas.dataset.mode = bar ? "bar" : "cells";
+    this.root.querySelector("#tier-fresh-legend").hidden = bar; // a bar outlines nothing
     const failed = this.stats.stores_failed;
     if (failed) {
       setText(failed, int(tier.stores_failed));
@@ -148,6 +158,20 @@ export class TierView {
     const { ctx, w, h } = prepareCanvas(this.canvas);
     const col = this.colors;
     ctx.clearRect(0, 0, w, h);
+    if (c.chunks > MAX_CELLS) {
+      // One bar: each state's share of the chunks, in the cells' order (a cell each would be a few pixels).
+      let x = 0;
+      for (const st of CHUNK_STATES) {
+        const width = (w * c[st]) / c.chunks;
+        ctx.fillStyle = col[st];
+        ctx.fillRect(x, 0, width, h);
+        x += width;
+      }
+      this.canvas.dataset.drawn = JSON.stringify({ loading: c.loading, ready: c.ready, pending: c.pending, free: c.free });
+      this.canvas.setAttribute("aria-label", `CPU tier chunks: ${int(c.loading)} being loaded, ${int(c.ready)} ready, ` +
+        `${int(c.pending)} pending (store in flight), ${int(c.free)} free`);
+      return;
+    }
     const { cell, cols } = tierLayout(c.chunks, w);
     const gap = cell >= 8 ? 2 : cell >= 5 ? 1 : 0;
     const runs = [["loading", c.loading], ["ready", c.ready], ["pending", c.pending], ["free", c.free]];
