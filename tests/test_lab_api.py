@@ -181,6 +181,14 @@ def test_openapi_and_page(client):
         ({"step": "x"}, "step", 400),
         ({"preset": ["copilot", "chat"]}, "preset", 400),  # given twice
         ({"preset": "chat", "block_size": "1"}, "events", 413),  # a run too large for the page
+        # A CPU tier where the engine does not model one, or of no chunk: refused naming the tier.
+        ({"kv_offloading_bytes": str(2**26), "policy": "reserve"}, "kv_offloading_bytes", 400),
+        ({"preset": "memory-pressure", "kv_offloading_bytes": str(2**26)}, "kv_offloading_bytes", 400),
+        ({"preset": "sliding-window", "kv_offloading_bytes": str(2**26)}, "kv_offloading_bytes", 400),
+        ({"preset": "cpu-tier", "enable_prefix_caching": "false"}, "kv_offloading_bytes", 400),
+        ({"kv_offloading_bytes": "4096"}, "kv_offloading_bytes", 400),  # under one 2 MiB chunk
+        ({"kv_offloading_bytes": "-1"}, "kv_offloading_bytes", 400),
+        ({"kv_offloading_bytes": "1.5"}, "kv_offloading_bytes", 400),
     ],
 )
 def test_bad_parameters_answer_4xx_naming_the_field(client, params, field, status):
@@ -210,13 +218,15 @@ def _schema_params() -> dict[str, dict]:
 
 
 SCHEMA = _schema_params()
-FAST_PRESETS = ["copilot", "parallel-sampling", "memory-pressure"]  # the fuzz stays quick
+FAST_PRESETS = ["copilot", "parallel-sampling", "memory-pressure", "cpu-tier"]  # the fuzz stays quick
 
 
 def _value(name: str, schema: dict) -> st.SearchStrategy[str]:
     junk = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=8)
     if name == "preset":
         return st.one_of(st.sampled_from(FAST_PRESETS), junk)
+    if name == "kv_offloading_bytes":  # CPU tiers of a few chunks of a 16-token Llama-3-8B block, and junk
+        return st.one_of(st.sampled_from([0, 2**21, 2**23, 2**26]).map(str), junk)
     if "enum" in schema:
         return st.one_of(st.sampled_from(schema["enum"]), junk)
     if schema["type"] == "integer":

@@ -34,7 +34,16 @@ from kvsim.lab.query import (
     preset_kv_cache_bytes,
     resolve,
 )
-from kvsim.lab.state import BLOCK_STATES, STATUSES, Track, gc_paused, replay, state_at, tokens_at
+from kvsim.lab.state import (
+    BLOCK_STATES,
+    STATUSES,
+    TIER_COLUMNS,
+    Track,
+    gc_paused,
+    replay,
+    state_at,
+    tokens_at,
+)
 from kvsim.model import models
 from kvsim.model.config import CONTIGUOUS_POLICIES, SimConfig
 from kvsim.model.units import fmt_bytes
@@ -187,6 +196,29 @@ def _layout_info(cfg: SimConfig, kv_bytes: int | None) -> dict[str, Any] | None:
         "unify": unify,
         "kv_cache_bytes": kv_bytes,
         "num_blocks": cfg.num_blocks,
+    }
+
+
+def tier_info(cfg: SimConfig, t: Track, tier_bytes: int | None) -> dict[str, Any] | None:
+    """The CPU tier's constants (DESIGN.md §CPU tier), None without one: its chunks and their bytes
+    (a chunk's blocks' KV padded to 4 KiB, as vLLM's `CPUOffloadingSpec`), the memory asked for, the
+    eviction policy, the link's time, and the run's totals the log has no row for (`stores_failed`:
+    stores that found no room; `stores_skipped`: under the store threshold)."""
+    if not cfg.kv_offloading_chunks:
+        return None
+    summary = t.result.summary
+    return {
+        "chunks": cfg.kv_offloading_chunks,
+        "chunk_bytes": cfg.kv_offloading_chunk_bytes,
+        "bytes": tier_bytes,
+        "blocks_per_chunk": cfg.kv_offloading_blocks_per_chunk,
+        "eviction_policy": cfg.kv_offloading_eviction_policy,
+        "prompt_only": cfg.kv_offloading_prompt_only,
+        "latency_s": cfg.kv_offloading_latency_ps / 1e12,
+        "s_per_block": cfg.kv_offloading_ps_per_block / 1e12,
+        "stores_failed": int(summary["stores_failed"]),
+        "stores_skipped": int(summary["stores_skipped"]),
+        "load_wait_s_total": float(summary["load_wait_s_total"]),
     }
 
 
@@ -369,7 +401,7 @@ def concurrency_multiplier(
     return out
 
 
-COUNT_COLUMNS = ("running", "waiting", "swapped", "finished", "rejected")
+COUNT_COLUMNS = ("running", "waiting", "swapped", "finished", "rejected", "held")
 BLOCK_COUNT_COLUMNS = ("free_blocks", "cached_blocks", "shared_blocks", "private_blocks")
 CUMULATIVE_COLUMNS = ("cow_copies", "evictions", "preemptions", "swaps")
 
@@ -403,6 +435,9 @@ def metric_columns(
     }
     for g in range(len(paged.groups)):
         p_out[f"paged_group_blocks_{g}"] = pm[f"group_blocks_{g}"]
+    for name in TIER_COLUMNS:  # a CPU tier's (`state.tier_columns`)
+        if name in pm:
+            p_out[name] = pm[name]
     tracks: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = [(p_out, pm)]
     if contiguous is not None:
         cm = {k: _pad(v, s).astype(np.int64) for k, v in contiguous.metrics.items()}
@@ -418,7 +453,10 @@ def metric_columns(
             "contiguous_external_bytes": ce * bpt,
             "contiguous_external_fragmentation": _fraction(ce, np.full(s, cap, np.int64)),
         }
-        p_out["concurrency_multiplier"] = concurrency_multiplier(ca, cm["running"], pa, pm["running"])
+        # The paged side's sequences holding blocks: running, and those a CPU tier holds for their loads.
+        p_out["concurrency_multiplier"] = concurrency_multiplier(
+            ca, cm["running"], pa, pm["running"] + pm["held"]
+        )
         p_out.update(c_out)
         tracks.append((c_out, cm))
     for out, m in tracks:
@@ -599,6 +637,8 @@ def _bundle_from(r: Resolved, paged: Track, contiguous: Track | None, t0: float)
         "capacity_tokens": r.paged.capacity_tokens,
         # A hybrid model's KV-cache groups and the pool's arithmetic (None: one full-attention group).
         "layout": _layout_info(r.paged, r.query.get("kv_cache_bytes")),
+        # The CPU tier's constants (None: no tier); its state per step is in the paged metric columns.
+        "tier": tier_info(r.paged, paged, r.query.get("kv_offloading_bytes")),
         "num_steps": steps,
         "default_step": min(p.step, steps),
         "requests": _requests(p),
@@ -615,6 +655,25 @@ def sequence_name(request: str, num_samples: int, sample: int) -> str:
     return f"{request}·s{sample}" if num_samples > 1 else request
 
 
+def loading_hits(t: Track, seq: int, k: int) -> int:
+    """Blocks a request held for a CPU-tier load at state k found on the GPU (its `prefix-hit` rows
+    between its last `admit` and its `load`, among the first `event_upto[k]` events): the blocks after
+    them are being filled by the load and take their keys when it lands."""
+    ev = t.result.raw.events
+    assert ev is not None
+    n = int(t.metrics["event_upto"][min(k, len(t.metrics["event_upto"]) - 1)])
+    kinds = ev["kind"][:n]
+    mine = np.flatnonzero(ev["seq"][:n] == seq)
+    codes = kinds[mine]
+    loads = np.flatnonzero(codes == EVENT_KINDS.index("load"))
+    if not len(loads):
+        return 0
+    last = loads[-1]
+    admits = np.flatnonzero(codes[:last] == EVENT_KINDS.index("admit"))
+    first = admits[-1] if len(admits) else 0
+    return int((codes[first:last] == EVENT_KINDS.index("prefix-hit")).sum())
+
+
 def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, Any]:
     """Blocks and requests of one track at state k. A hybrid model's requests have `block_tables`, one
     per KV-cache group (block 0 where a window's tokens left; `block_table` is None), and its blocks their
@@ -628,12 +687,18 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
     reqs = {r["request_id"]: r for r in _requests(p)}
     held: dict[int, int] = {}  # block -> tokens it holds
     holders: dict[int, list[str]] = {}  # block -> the sequences whose tables hold it
+    filling: set[int] = set()  # blocks a CPU-tier load in flight is filling (no key until it lands)
+    index = {
+        (int(r), int(s_)): i for i, (r, s_) in enumerate(zip(t.inp.request_id, t.inp.sample, strict=True))
+    }
     requests = []
     for (rid, sample), row in sorted(seqs.items()):
         c, g = tokens_at(row, k)
         r = reqs[rid]
         name = sequence_name(r["name"], r["num_samples"], sample)
         tables = row[9] if groups else [row[8]]
+        if row[3] == "loading":
+            filling.update(row[8][loading_hits(t, index[(rid, sample)], k) :])
         sizes = [spec.block_size for spec in groups] if groups else [bs]
         for x, table in enumerate(tables):
             size = sizes[x]
@@ -674,6 +739,8 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
             key = row[4]
         else:
             key = row[4] if state == "cached" or (state in ("private", "shared") and tokens == bs) else None
+            if b in filling:
+                key = None
         out_blocks.append(
             {
                 "block_id": b,
@@ -685,6 +752,7 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
                 "sequences": holders.get(b, []),
                 "offset_bytes": b * bs * bpt,
                 **({"group": group} if groups else {}),
+                **({"loading": True} if b in filling else {}),
             }
         )
     return {"blocks": out_blocks, "requests": requests}
@@ -725,6 +793,15 @@ def snapshot_from(r: Resolved, paged: Track, contiguous: Track | None, step: int
             }
             for i, g in enumerate(paged.groups)
         ]
+    tier = tier_info(r.paged, paged, r.query.get("kv_offloading_bytes"))
+    if tier is not None:
+        at = {name: int(pm[name][k]) for name in TIER_COLUMNS}
+        tier.update(at)
+        # The chunks as the page draws them: pinned by a load, ready (not pinned), pending, free.
+        tier["ready_chunks"] = at["cpu_chunks"] - at["cpu_pending_chunks"] - at["cpu_loading_chunks"]
+        tier["free_chunks"] = tier["chunks"] - at["cpu_chunks"]
+    out["tier"] = tier
+    out["num_held"] = int(pm["num_held"][k])
     out.update(track_snapshot(paged, k, bpt, r.preset))
     out["contiguous"] = None if contiguous is None else track_snapshot(contiguous, k, bpt, r.preset)
     return out

@@ -205,6 +205,56 @@ def memory_pressure() -> Preset:
     )
 
 
+# The CPU-tier preset's shared document, what its clients ask for, its tier and its link's latency.
+DOC_CONTRACT = 4
+TIER_MAX_TOKENS = 64
+TIER_CHUNKS = 32
+TIER_LATENCY_PS = 2_500_000_000  # 2.5 ms: a load spans a few of the preset's 1 ms steps
+
+
+def cpu_tier() -> Preset:
+    """vLLM's native KV offloading (DESIGN.md §CPU tier) on a Llama-3-8B with 24 GPU blocks of 16 tokens
+    and a CPU tier of 32 chunks (one block each, 2 MiB: 64 MiB of host memory). req-1 reads the 96-token
+    document `contract-v3`; its full blocks are stored to the tier as they are computed. Six requests of
+    their own push the document's cached blocks out of the GPU pool; req-8 asks about the document again:
+    no GPU hit, six chunks in the tier, so it loads them and waits for the load, neither running nor
+    computing, then computes only its question; req-9 then hits the reloaded blocks on the GPU. The
+    link's latency is 2.5 ms (given, not a GPU's: this preset's time is one millisecond a step, so a load
+    at PCIe speed would land within the step that starts it)."""
+    rows = [
+        ([(DOC_CONTRACT, 96), (500, 16)], 8),
+        *[([(501 + i, 64 + 8 * (i % 3))], 10 + 2 * i) for i in range(6)],
+        ([(DOC_CONTRACT, 96), (510, 24)], 10),
+        ([(DOC_CONTRACT, 96), (511, 12)], 6),
+    ]
+    arrival = [0.0, 0.004, 0.008, 0.012, 0.016, 0.020, 0.024, 0.040, 0.050]
+    w = _table(rows, arrival, TIER_MAX_TOKENS)
+    cfg = SimConfig(
+        model="llama-3-8b",
+        num_blocks=24,
+        block_size=16,
+        kv_offloading_chunks=TIER_CHUNKS,
+        kv_offloading_latency_ps=TIER_LATENCY_PS,
+    )
+    names = {DOC_CONTRACT: "contract-v3"}
+    return Preset(
+        name="cpu-tier",
+        title="CPU tier (KV offloading)",
+        description=(
+            "A 24-block GPU pool and a 32-chunk CPU tier (vLLM's native KV offloading): req-1's document "
+            "is stored to the tier, six other requests push it out of the GPU, and req-8 loads it back "
+            "from the tier instead of computing it, held while the load is in flight (the link is given "
+            "a 2.5 ms latency so that the load spans steps). Opens at the step that starts req-8's load."
+        ),
+        workload=w,
+        config=cfg,
+        step=41,
+        segment_names=names,
+        request_names=[f"req-{i + 1}" for i in range(len(rows))],
+        max_tokens=f"max_tokens {TIER_MAX_TOKENS} each",
+    )
+
+
 # The hybrid presets' content ids and what their clients ask for.
 SYS_AGENT = 3
 WINDOW_MAX_TOKENS = 256
@@ -326,6 +376,7 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "chat": chat,
     "parallel-sampling": parallel_sampling,
     "memory-pressure": memory_pressure,
+    "cpu-tier": cpu_tier,
     "mooncake": mooncake,
     "sliding-window": sliding_window,
     "state-layers": state_layers,

@@ -47,7 +47,17 @@ OVERRIDES = (
     "preemption",
     "contiguous_policy",
     "placement",
+    "kv_offloading_bytes",
 )
+# The CPU tier (vLLM's native KV offloading, DESIGN.md §CPU tier): what it runs with (`SimConfig` refuses
+# the rest); the lab says which value stops it, naming both.
+TIER_NEEDS: dict[str, Any] = {
+    "policy": "vllm",
+    "enable_prefix_caching": True,
+    "preemption": "recompute",
+    "sampling": "independent",
+}
+MAX_TIER_CHUNKS = 65_536  # the chunks the page draws, as `max_blocks` bounds the GPU pool
 # Values that run only beside another parameter's (the page disables an option whose need is unmet);
 # `requires()` adds each hybrid model's (vLLM's hybrid KV-cache manager, `HYBRID_ONLY`).
 REQUIRES: dict[str, dict[str, dict[str, list[Any]]]] = {
@@ -172,6 +182,9 @@ def options() -> dict[str, Any]:
         "model_bytes_per_token": {n: lab_model(n).kv_bytes_per_token for n in names},
         "model_bytes_per_block": {n: {b: bytes_per_block(n, b) for b in BLOCK_SIZES} for n in names},
         "hybrid_models": [n for n in names if is_hybrid(n)],
+        # A CPU tier (`kv_offloading_bytes`) runs only with these values, and not on a hybrid model.
+        "tier_needs": TIER_NEEDS,
+        "max_tier_chunks": MAX_TIER_CHUNKS,
     }
 
 
@@ -213,6 +226,8 @@ def _contiguous_track(paged: SimConfig, workload: Workload, policy: str) -> SimC
         preemption="recompute",
         cpu_blocks=0,
         swap_space_bytes=None,
+        kv_offloading_size=None,
+        kv_offloading_chunks=0,
         max_model_len=paged.max_model_len or longest,
     )
 
@@ -227,6 +242,12 @@ def preset_kv_cache_bytes(p: _presets.Preset) -> int:
     c = p.config
     assert c.num_blocks is not None, "a config sizes its pool when it is made"
     return c.num_blocks * bytes_per_block(c.model, c.block_size)
+
+
+def preset_tier_bytes(p: _presets.Preset) -> int:
+    """A preset's CPU tier in bytes (0: none): its chunks × its chunk bytes, as vLLM sizes it."""
+    c = p.config
+    return c.kv_offloading_chunks * (c.kv_offloading_chunk_bytes or 0)
 
 
 def _pool_blocks(kv_bytes: int, block_size: int, model: Any) -> int:
@@ -278,6 +299,58 @@ def _check_requires(values: dict[str, Any]) -> None:
             raise InvalidArgumentError(
                 f"{param} {value!r} needs {other} {shown}, not {_word(values.get(other))}{why}"
             )
+
+
+def tier_size(tier_bytes: Any, values: dict[str, Any], model: Any) -> float | None:
+    """`kv_offloading_bytes` checked and turned into the engine's `kv_offloading_size` (GiB, as vLLM's
+    `--kv-offloading-size`; exact: bytes ÷ 2**30): None for 0 (no tier). Refused, naming the value and
+    the one that stops it, where the engine does not model a tier (a hybrid model, or any of
+    `TIER_NEEDS` changed); `check_tier_chunks` refuses a tier of no chunk or more than the page draws.
+
+    Raises:
+        InvalidArgumentError: as above.
+    """
+    n = _check_int("kv_offloading_bytes", tier_bytes, 0, MAX_KV_CACHE_BYTES)
+    if n == 0:
+        return None
+    what = f"kv_offloading_bytes {n} ({fmt_bytes(n)} of CPU tier)"
+    name = model if isinstance(model, str) else model.name
+    if is_hybrid(model):
+        raise InvalidArgumentError(
+            f"{what} needs a model of one full-attention group, not {name} ({layout(model, 16).describe()}): "
+            "kvsim models vLLM's KV offloading for full attention only"
+        )
+    for knob, needed in TIER_NEEDS.items():
+        if values[knob] != needed:
+            raise InvalidArgumentError(
+                f"{what} needs {knob} {_word(needed)}, not {_word(values[knob])} (vLLM's native KV "
+                "offloading runs with v1's scheduler and its prefix cache)"
+            )
+    return n / 2**30
+
+
+def check_tier_chunks(tier_bytes: int, cfg: SimConfig) -> None:
+    """Refuses a CPU tier that holds no chunk (vLLM's chunk: a block's KV padded to 4 KiB,
+    `SimConfig.kv_offloading_chunk_bytes`), or more than the page draws (`MAX_TIER_CHUNKS`).
+
+    Raises:
+        InvalidArgumentError: such a tier, naming `kv_offloading_bytes` and a size that runs.
+    """
+    chunk = cfg.kv_offloading_chunk_bytes
+    assert chunk is not None, "the lab's configs have a model"
+    chunks = cfg.kv_offloading_chunks
+    what = f"kv_offloading_bytes {tier_bytes} ({fmt_bytes(tier_bytes)} of CPU tier)"
+    name = getattr(cfg.model, "name", cfg.model)
+    if chunks < 1:
+        raise InvalidArgumentError(
+            f"{what} holds no chunk (one {cfg.block_size}-token block of {name}: {fmt_bytes(chunk)}): give "
+            f"the tier at least {fmt_bytes(chunk)}"
+        )
+    if chunks > MAX_TIER_CHUNKS:
+        raise InvalidArgumentError(
+            f"{what} holds {chunks:,} chunks, more than the page draws ({MAX_TIER_CHUNKS:,}): give it at "
+            f"most {fmt_bytes(MAX_TIER_CHUNKS * chunk)}"
+        )
 
 
 def _word(v: Any) -> str:
@@ -348,6 +421,12 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
             "enable_prefix_caching": caching,
         }
     )
+    tier_bytes = o.get("kv_offloading_bytes", preset_tier_bytes(p))
+    tier = tier_size(
+        tier_bytes,
+        {"policy": policy, "enable_prefix_caching": caching, "preemption": preemption, "sampling": sampling},
+        model,
+    )
     n = len(p.workload)
     if n > LIMITS["max_requests"]:
         raise TooLarge("requests", f"requests {n} exceed the lab's max_requests {LIMITS['max_requests']}")
@@ -368,7 +447,11 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
         preemption=preemption,
         cpu_blocks=cpu_blocks,
         placement=placement,
+        kv_offloading_size=tier,
+        kv_offloading_chunks=0,
     )
+    if tier is not None:
+        check_tier_chunks(tier_bytes, paged)
     contiguous = _contiguous_track(paged, p.workload, contiguous_policy)
     query: dict[str, Any] = {
         "preset": p.name,
@@ -381,5 +464,6 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
         "preemption": preemption,
         "contiguous_policy": contiguous_policy,
         "placement": placement,
+        "kv_offloading_bytes": tier_bytes,
     }
     return Resolved(p, paged, contiguous, query)

@@ -56,6 +56,10 @@ PARAMS: dict[str, tuple[str, str]] = {
     "preemption": ("string", "recompute, swap or auto"),
     "contiguous_policy": ("string", "the contiguous track's policy"),
     "placement": ("string", "first-fit or buddy"),
+    "kv_offloading_bytes": (
+        "integer",
+        "CPU tier (vLLM's native KV offloading) in bytes of host memory, 0 for none (default: the preset's)",
+    ),
 }
 CACHE_SIZE = 8
 
@@ -233,6 +237,7 @@ def openapi() -> dict[str, Any]:
         "block_size": (1, limits["max_block_size"]),
         "num_blocks": (2, limits["max_blocks"]),
         "kv_cache_bytes": (1, MAX_KV_CACHE_BYTES),
+        "kv_offloading_bytes": (0, MAX_KV_CACHE_BYTES),
     }
 
     def params(extra: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:

@@ -62,9 +62,14 @@ ADMIT, ALLOCATE, PREFIX_HIT, COW_COPY = (
 EVICT, FREE, PREEMPT, SWAP_OUT = EVENT["evict"], EVENT["free"], EVENT["preempt"], EVENT["swap-out"]
 SWAP_IN, FINISH, REJECT, FORK = EVENT["swap-in"], EVENT["finish"], EVENT["reject"], EVENT["fork"]
 SCHEDULE, WINDOW = EVENT["schedule"], EVENT["window"]
+# The CPU tier's events (DESIGN.md §CPU tier): a load or a store planned, a request's tokens in the tier,
+# a chunk evicted from it (scheduling events of their step), a transfer seen complete (at an observation
+# point: the count of steps completed then, so they belong to that state, as a finish does).
+STORE, LOAD, CPU_HIT, CPU_EVICT = EVENT["store"], EVENT["load"], EVENT["cpu-hit"], EVENT["cpu-evict"]
+STORE_DONE, LOAD_DONE = EVENT["store-done"], EVENT["load-done"]
 # Events that happen after their step's sampling (their `step` is the count after it): they belong to the
 # state they carry. Scheduling events of step j belong to state j + 1.
-POST_STEP = {FINISH, FORK, REJECT}
+POST_STEP = {FINISH, FORK, REJECT, STORE_DONE, LOAD_DONE}
 
 # Token counts per state (the page's cards read them, times bytes per token) and sequence counts.
 METRIC_COLUMNS = (
@@ -86,6 +91,7 @@ METRIC_COLUMNS = (
     "evictions",
     "preemptions",
     "swaps",
+    "held",
     "event_upto",
     "time_ps",
 )
@@ -98,7 +104,22 @@ CUMULATIVE_KINDS = {
     "swaps": [SWAP_OUT],
 }
 KEPT_COLUMNS = tuple(c for c in METRIC_COLUMNS if c not in CUMULATIVE_KINDS)
-STATUSES = ("waiting", "running", "swapped", "preempted", "finished", "rejected")
+# `loading`: held by the CPU tier while its load is in flight (its blocks allocated, neither running nor
+# computing); `loaded`: its load seen complete, held until the scheduler resumes it (DESIGN.md §CPU tier).
+STATUSES = ("waiting", "running", "swapped", "preempted", "finished", "rejected", "loading", "loaded")
+# The CPU tier's columns, one value per state (`tier_columns`): chunks held (pending included), chunks
+# whose store is in flight, chunks pinned by loads in flight, and cumulative counts from the log.
+TIER_COLUMNS = (
+    "cpu_chunks",
+    "cpu_pending_chunks",
+    "cpu_loading_chunks",
+    "cpu_hit_tokens",
+    "cpu_loads",
+    "cpu_loaded_chunks",
+    "cpu_stores",
+    "cpu_stored_chunks",
+    "cpu_evictions",
+)
 
 
 @dataclass(slots=True)
@@ -246,15 +267,26 @@ def replay(
         return _replay(res, workload, config, names, request_names)
 
 
+def _pad_to(a: np.ndarray, n: int) -> np.ndarray:
+    """A cumulative column of at most n states as n, its last value repeated."""
+    return np.concatenate((a, np.repeat(a[-1:], n - len(a))))[:n]
+
+
 def _i64(a: Any) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
 def _event_states(
-    step: np.ndarray, kind: np.ndarray, seq: np.ndarray, num_steps: int
+    step: np.ndarray,
+    kind: np.ndarray,
+    seq: np.ndarray,
+    num_steps: int,
+    before_step: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per event: the state it belongs to, whether it follows its step's sampling (a finish and the frees
-    after it, a fork, a reject: the leading run of such events among those carrying one step count), and
+    after it, a fork, a reject: the leading run of such events among those carrying one step count; with
+    a CPU tier, every event up to a count's last observation and every one `before_step` marks: it
+    happened before its step count's step started), and
     the index of its sequence's latest release (finish, preempt, swap-out) at or before it (-1: none)."""
     n = len(kind)
     if n and bool((step[1:] < step[:-1]).any()):
@@ -267,12 +299,23 @@ def _event_states(
     last_rel = np.empty(n, np.int64)
     last_rel[order] = np.where((last >= 0) & (s_sorted[safe] == s_sorted), order[safe], -1)
     after_finish = (kind == FREE) & (last_rel >= 0) & (kind[np.maximum(last_rel, 0)] == FINISH)
-    pred = np.isin(kind, (FINISH, FORK, REJECT)) | after_finish
+    pred = np.isin(kind, tuple(POST_STEP)) | after_finish
     others = np.cumsum(~pred)
     starts = _group_starts(step)  # the log is in step order: each step count's first event
     first = np.repeat(starts, np.diff(np.append(starts, n)))
     before = np.where(first > 0, others[np.maximum(first - 1, 0)], 0)
     post = pred & (others - before == 0)
+    # With a CPU tier, an observation (a transfer seen complete) ends whatever carries its step count before
+    # it: a step that scheduled nothing (it admits loads, offers stores and observes without counting) or a
+    # stall. Everything up to a count's last observation happened before that step started.
+    done = np.flatnonzero(np.isin(kind, (STORE_DONE, LOAD_DONE)))
+    if len(done):
+        last_done = np.full(n, -1, np.int64)
+        last_done[done] = done
+        group_last = np.maximum.reduceat(last_done, starts)
+        post |= np.arange(n) <= np.repeat(group_last, np.diff(np.append(starts, n)))
+    if before_step is not None:
+        post |= before_step
     st = np.minimum(np.where(post, step, step + 1), num_steps)
     return st, post, last_rel
 
@@ -295,7 +338,14 @@ def _replay(
     step, kind, seq = _i64(ev["step"]), _i64(ev["kind"]), _i64(ev["seq"])
     block, count = _i64(ev["block"]), _i64(ev["count"])
     num_steps = int(res.summary["num_steps"])
-    st, post, last_rel = _event_states(step, kind, seq, num_steps)
+    # Per state k: the time step k starts (the run's end after the last).
+    step_ps = np.append(_i64(res.raw.timeseries["time_ps"]), int(res.raw.counters["makespan_ps"]))
+    before_step = None
+    if config.kv_offloading_chunks:
+        # A CPU tier: what a step that scheduled nothing did (loads admitted, the finished requests' last
+        # stores) carries the count of the next step but happened before it started.
+        before_step = _i64(ev["time_ps"]) < step_ps[np.minimum(step, len(step_ps) - 1)]
+    st, post, last_rel = _event_states(step, kind, seq, num_steps, before_step)
     hr = None
     if paged and config.kv_groups:
         # A hybrid model: the manager's pass first, for the tokens each admission's prefix hit covered.
@@ -322,8 +372,7 @@ def _replay(
         held_d = dup_d = np.zeros(num_steps, np.int64)
         blocks = None
     states = np.array(sp.states, np.int64).reshape(-1, len(_SeqPass.STATE_COLUMNS))
-    # Per state k: the time step k starts (the run's end after the last) and the arrivals by then.
-    step_ps = np.append(_i64(res.raw.timeseries["time_ps"]), int(res.raw.counters["makespan_ps"]))
+    # Per state k: the arrivals by the time step k starts.
     arrivals = np.sort(inp.arrival_ps[inp.fork_parent < 0]).astype(np.int64)
     at_k = step_ps[np.minimum(np.arange(s_total), len(step_ps) - 1)]
     arrived = np.where(
@@ -338,7 +387,7 @@ def _replay(
         "shared_saved_tokens": dup,
         "reserved_tokens": reserved,
         "external_tokens": col["external"],
-        **{name: col[name] for name in ("running", "swapped", "finished", "rejected")},
+        **{name: col[name] for name in ("running", "swapped", "finished", "rejected", "held")},
         "waiting": col["waiting"] + arrived,
         **{f"{name}_blocks": bcount[:, state_of[name]] for name in ("free", "cached", "shared", "private")},
         "event_upto": upto,
@@ -348,6 +397,9 @@ def _replay(
     for name, counted in CUMULATIVE_KINDS.items():
         metrics[name] = np.r_[0, np.cumsum(np.isin(kind, counted))][upto]
     metrics = {name: np.asarray(metrics[name]).tolist() for name in METRIC_COLUMNS}
+    if config.kv_offloading_chunks:
+        tier = tier_columns(kind, count, np.minimum(np.where(post, step, step + 1), num_steps))
+        metrics.update({k: _pad_to(v, s_total).tolist() for k, v in tier.items()})
     dl = np.array(sp.during_logical, np.int64)
     during = {
         "allocated_tokens": (held_d * bs if paged else np.array(sp.during_reserved, np.int64)).tolist(),
@@ -415,7 +467,7 @@ def _replay_hybrid(
         "shared_saved_tokens": hr.shared_saved,
         "reserved_tokens": np.zeros(s_total, np.int64),
         "external_tokens": np.zeros(s_total, np.int64),
-        **{name: col[name] for name in ("running", "swapped", "finished", "rejected")},
+        **{name: col[name] for name in ("running", "swapped", "finished", "rejected", "held")},
         "waiting": col["waiting"] + arrived,
         **{f"{name}_blocks": bc[:, state_of[name]] for name in ("free", "cached", "shared", "private")},
         "event_upto": upto,
@@ -433,6 +485,36 @@ def _replay_hybrid(
         "external_tokens": [0] * num_steps,
     }
     return Track(config, res, inp, num_steps, blocks, seqs, [], metrics, during, labels)
+
+
+def tier_columns(kind: np.ndarray, count: np.ndarray, states: np.ndarray) -> dict[str, np.ndarray]:
+    """The CPU tier at each state k (`states`: each event's, as `_event_states` gives them, with the
+    events a step that scheduled nothing did before step k in state k; DESIGN.md §CPU tier): a
+    `store` adds `count` pending chunks (after a `cpu-evict` row per chunk it evicted first), its
+    `store-done` makes them ready, a `load` pins `count` chunks until its `load-done`; a `cpu-hit`
+    counts the tokens a load spares computing. Chunks held = stored − evicted (pending included, as the
+    engine's occupancy counts them)."""
+    s_total = int(states.max(initial=0)) + 1 if len(states) else 1
+
+    def total(code: int, weighted: bool = True) -> np.ndarray:
+        pick = kind == code
+        w = count[pick] if weighted else np.ones(int(pick.sum()), np.int64)
+        return np.cumsum(np.bincount(states[pick], weights=w, minlength=s_total)).astype(np.int64)
+
+    stored, done = total(STORE), total(STORE_DONE)
+    loaded, landed = total(LOAD), total(LOAD_DONE)
+    evicted = total(CPU_EVICT, False)
+    return {
+        "cpu_chunks": stored - evicted,
+        "cpu_pending_chunks": stored - done,
+        "cpu_loading_chunks": loaded - landed,
+        "cpu_hit_tokens": total(CPU_HIT),
+        "cpu_loads": total(LOAD, False),
+        "cpu_loaded_chunks": loaded,
+        "cpu_stores": total(STORE, False),
+        "cpu_stored_chunks": stored,
+        "cpu_evictions": evicted,
+    }
 
 
 class _SeqPass:
@@ -453,6 +535,7 @@ class _SeqPass:
         "swapped",
         "finished",
         "rejected",
+        "held",
     )
 
     def __init__(
@@ -529,6 +612,13 @@ class _SeqPass:
         transitions: list[tuple[int, int, int]] = []  # heap of (state, seq, version): a prefill completes
         first_sample: dict[int, int] = {}  # request id -> its group's first sample swapped in this step
         rows, aux, src, states = self.rows, self.aux, self.src, self.states
+        # The CPU tier: a held request's tokens (its blocks are full: a load ends on a chunk boundary), the
+        # held queue in the order loads were admitted, and which of them have landed.
+        tpc = bs * config.kv_offloading_blocks_per_chunk
+        held_tokens: dict[int, int] = {}
+        held_order: list[int] = []
+        landed: set[int] = set()
+        batch = res.raw.timeseries["batch"].tolist() if config.kv_offloading_chunks else []
         ext = [0, False]  # the space's external fragmentation, and whether a region changed since
 
         def set_status(s: _Seq, status: str) -> None:
@@ -602,6 +692,7 @@ class _SeqPass:
                     counts["swapped"],
                     counts["finished"],
                     counts["rejected"],
+                    counts["loading"] + counts["loaded"],
                 )
             )
 
@@ -611,6 +702,25 @@ class _SeqPass:
                 self.arrivals.append((min(bisect.bisect_left(step_ps, s.arrival_ps), num_steps), s.idx))
 
         pos = 0
+
+        def reject(s: _Seq) -> None:
+            """A request rejected; one held for a load (it can never run) releases its blocks' tokens."""
+            nonlocal logical
+            i = s.idx
+            if i in held_tokens:
+                logical -= held_tokens.pop(i)
+                held_order.remove(i)
+                landed.discard(i)
+            set_status(s, "rejected")
+
+        def land(s: _Seq, k: int) -> None:
+            """A load seen complete: held until resumed; a load of the whole prompt leaves its last token
+            to compute again (vLLM's `_update_waiting_for_remote_kv`)."""
+            materialize(s, k)
+            set_status(s, "loaded")
+            landed.add(s.idx)
+            if s.c == s.prompt_len + s.g:
+                s.c -= 1
 
         def post_events(k: int) -> None:
             """Events carrying step count k that follow step k-1's sampling (a finish, a fork, a reject):
@@ -626,6 +736,11 @@ class _SeqPass:
                     aux[e_idx[pos]] = s.c
                     if s.region is not None:
                         free_region(s, k)
+                elif kind == LOAD_DONE:
+                    land(s, k)
+                elif kind == STORE_DONE:
+                    pos += 1
+                    continue
                 elif kind == FORK:
                     parent = seqs[fork_parent[s.idx]]
                     pc, _ = parent.at(k)
@@ -637,14 +752,15 @@ class _SeqPass:
                     src[e_idx[pos]] = parent.idx
                     set_rates(s, k)
                 elif kind == REJECT:
-                    set_status(s, "rejected")
-                else:
-                    raise InternalError(f"event kind {kind} at step {k} out of place")
+                    reject(s)
+                else:  # CPU tier: a step that scheduled nothing, or a stall, before step k
+                    before: dict[int, None] = {}
+                    one(k, before, {})
+                    for i in before:
+                        seqs[i].base = k
+                        set_rates(seqs[i], k)
                 dirty[s.idx] = None
                 pos += 1
-
-        post_events(0)
-        flush_and_record(0)
 
         def step_events(j: int) -> tuple[dict[int, None], dict[int, int]]:
             """Step j's scheduling events (admissions, prefix hits, preemptions, `schedule` rows)."""
@@ -652,58 +768,103 @@ class _SeqPass:
             listed: dict[int, int] = {}
             touched: dict[int, None] = {}
             while pos < n_ev and e_step[pos] == j:
-                kind, i, b, cnt = e_kind[pos], e_seq[pos], e_block[pos], e_count[pos]
-                s = seqs[i]
-                if i not in touched:
-                    touched[i] = None
-                    materialize(s, j)
-                if kind == SCHEDULE:
-                    listed[i] = cnt
-                elif kind == ADMIT:
-                    set_status(s, "running")
-                    s.c = 0
-                    if hits is not None:
-                        s.c = hits[e_idx[pos]]
-                        logical += s.c
-                    if not paged:
-                        assert space is not None
-                        got = space.allocate(cnt)
-                        if got != (b, cnt):
-                            raise InternalError(
-                                f"seq {i} at step {j}: region {(b, cnt)} logged, {got} replayed"
-                            )
-                        s.region = got
-                        ext[1] = True
-                        reserved += cnt
-                        self.region_rows.append([j + 1, s.request_id, b, cnt, s.sample])
-                elif kind == PREFIX_HIT:
-                    if hits is None:
-                        s.c += bs
-                        logical += bs
-                elif kind == SWAP_IN:
-                    set_status(s, "running")
-                    logical += s.c
-                    if cnt > 0:  # a group member: it shares the first sample's leading blocks
-                        src[e_idx[pos]] = first_sample[s.request_id]
-                        aux[e_idx[pos]] = s.c
-                    else:
-                        first_sample[s.request_id] = i
-                elif kind in (PREEMPT, SWAP_OUT):
-                    logical -= s.c
-                    aux[e_idx[pos]] = s.c
-                    if kind == PREEMPT:
-                        set_status(s, "preempted")
-                        s.c = 0
-                        if s.region is not None:
-                            free_region(s, j + 1)
-                    else:
-                        set_status(s, "swapped")
-                elif kind == REJECT:
-                    set_status(s, "rejected")
-                else:
-                    raise InternalError(f"event kind {kind} at step {j} out of place")
+                one(j, touched, listed)
                 pos += 1
             return touched, listed
+
+        def one(j: int, touched: dict[int, None], listed: dict[int, int]) -> None:
+            """The scheduling event at `pos`, of step j (or, with a CPU tier, of a step before j that
+            scheduled nothing: then `post_events` passes it, and j is the state it belongs to)."""
+            nonlocal logical, reserved
+            kind, i, b, cnt = e_kind[pos], e_seq[pos], e_block[pos], e_count[pos]
+            s = seqs[i]
+            if i not in touched:
+                touched[i] = None
+                materialize(s, j)
+            if kind == SCHEDULE:
+                listed[i] = cnt
+            elif kind == ADMIT:
+                set_status(s, "running")
+                s.c = 0
+                if hits is not None:
+                    s.c = hits[e_idx[pos]]
+                    logical += s.c
+                if not paged:
+                    assert space is not None
+                    got = space.allocate(cnt)
+                    if got != (b, cnt):
+                        raise InternalError(f"seq {i} at step {j}: region {(b, cnt)} logged, {got} replayed")
+                    s.region = got
+                    ext[1] = True
+                    reserved += cnt
+                    self.region_rows.append([j + 1, s.request_id, b, cnt, s.sample])
+            elif kind == PREFIX_HIT:
+                if hits is None:
+                    s.c += bs
+                    logical += bs
+            elif kind == SWAP_IN:
+                set_status(s, "running")
+                logical += s.c
+                if cnt > 0:  # a group member: it shares the first sample's leading blocks
+                    src[e_idx[pos]] = first_sample[s.request_id]
+                    aux[e_idx[pos]] = s.c
+                else:
+                    first_sample[s.request_id] = i
+            elif kind in (PREEMPT, SWAP_OUT):
+                logical -= s.c
+                aux[e_idx[pos]] = s.c
+                if kind == PREEMPT:
+                    set_status(s, "preempted")
+                    s.c = 0
+                    if s.region is not None:
+                        free_region(s, j + 1)
+                else:
+                    set_status(s, "swapped")
+            elif kind == REJECT:
+                reject(s)
+            elif kind == LOAD:
+                # A load admitted: its blocks hold the GPU hits and the loaded chunks, `cnt` chunks from
+                # the one holding the first token after the hits; the request is held, not running.
+                end = ((s.c // bs) * bs // tpc + cnt) * tpc
+                logical += end - s.c
+                s.c = end
+                held_tokens[i] = end
+                held_order.append(i)
+                set_status(s, "loading")
+            elif kind == LOAD_DONE:  # observed after a step that scheduled nothing
+                land(s, j)
+            elif kind in (STORE, CPU_HIT, CPU_EVICT, STORE_DONE):
+                pass  # the tier's own (`tier_columns`): a request's tokens and status stay
+            else:
+                raise InternalError(f"event kind {kind} at step {j} out of place")
+
+        post_events(0)
+        flush_and_record(0)
+
+        def resume(j: int, touched: dict[int, None], listed: dict[int, int]) -> int:
+            """Held requests whose loads landed resume first in step j, in the held queue's order, until one
+            cannot (vLLM: the held queue before the waiting one). The log has no row for a resume (a
+            request resuming to compute one token, a whole prompt loaded, has neither a `schedule` row nor
+            an allocation), so their number is the step's batch beyond the running sequences it schedules.
+            Returns the change of the running sequences' tokens."""
+            m = batch[j] - counts["running"] + sum(1 for v in listed.values() if v == 0)
+            ready = [i for i in held_order if i in landed]
+            if (
+                m < 0
+                or m > len(ready)
+                or any(seqs[i].status == "loaded" and i not in ready[:m] for i in listed)
+            ):
+                raise InternalError(f"step {j}: {m} held requests resumed of {len(ready)} landed")
+            delta = 0
+            for i in ready[:m]:
+                s = seqs[i]
+                materialize(s, j)
+                set_status(s, "running")
+                delta += s.c - held_tokens.pop(i)
+                held_order.remove(i)
+                landed.discard(i)
+                touched[i] = None
+            return delta
 
         busy = bytearray(num_steps + 2)  # step counts that some event carries
         for v in e_step:
@@ -711,7 +872,7 @@ class _SeqPass:
         during_logical, during_reserved = self.during_logical.append, self.during_reserved.append
         during_external = self.during_external.append
         for j in range(num_steps):
-            if not (busy[j] or busy[j + 1] or (transitions and transitions[0][0] <= j + 1)):
+            if not (busy[j] or busy[j + 1] or landed or (transitions and transitions[0][0] <= j + 1)):
                 # Nothing happens in step j but each running sequence computing a token.
                 logical += counts["running"]
                 e = external()
@@ -728,10 +889,13 @@ class _SeqPass:
                         counts["swapped"],
                         counts["finished"],
                         counts["rejected"],
+                        counts["loading"] + counts["loaded"],
                     )
                 )
                 continue
             touched, listed = step_events(j)
+            if landed:
+                logical += resume(j, touched, listed)
             # Step j computes a token for every running sequence, or its listed count.
             logical += counts["running"] + sum(listed.values()) - len(listed)
             for i in touched:

@@ -176,7 +176,7 @@ export const EXPERIMENTS = [
       "more sequences: each panel’s batch, and the concurrency multiplier.",
     verifies: "Verifies the concurrency multiplier",
     condition: "multiplier = (contiguous reserved ÷ its running sequences) ÷ (paged allocated ÷ its running " +
-      "sequences), contiguous used ≤ reserved, and paged external fragmentation 0, while both sides run",
+      "sequences, and those held for a CPU-tier load), contiguous used ≤ reserved, and paged external fragmentation 0, while both sides run",
     check(r) {
       if (!r.contig) return notHere("no contiguous baseline for a model served by vLLM’s hybrid KV-cache manager, so nothing to compare.");
       const res = r.metric("contiguous_reserved_bytes");
@@ -184,7 +184,8 @@ export const EXPERIMENTS = [
       const alloc = r.metric("paged_allocated_bytes");
       const mult = r.metric("concurrency_multiplier");
       const ext = r.metric("paged_external_fragmentation");
-      const pRun = r.paged.metric("num_running", r.step);
+      // The paged side's sequences holding blocks: running, and any held for a CPU-tier load.
+      const pRun = r.paged.metric("num_running", r.step) + (r.paged.metric("num_held", r.step) ?? 0);
       const cRun = r.contig.metric("num_running", r.step);
       if (!pRun || !cRun || !res || !alloc) {
         return notHere(`at step ${int(r.step)} ${!pRun ? "the paged" : "the contiguous"} side runs nothing, so ` +

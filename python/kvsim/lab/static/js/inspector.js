@@ -3,6 +3,7 @@
 
 import { bytes, esc, hex, int } from "./format.js";
 import { groupColors } from "./grid.js";
+import { S } from "./replay.js";
 
 const STATE_TEXT = {
   free: "FREE (ref 0)",
@@ -67,12 +68,26 @@ export class Inspector {
         slots.push(`<span class="slot${i < blk.num_tokens ? " on" : ""}">${i}</span>`);
       }
     }
+    // A CPU tier: a holder held for its load (its blocks allocated when the load was admitted); a block
+    // past its GPU hits is being filled by the load in flight, and takes its key when the load lands.
+    const held = holders.filter((h) => {
+      const st = track.seqs.row(h.seq)[S.status];
+      return st === "loading" || st === "loaded";
+    }).map((h) => replay.name(h.rid, h.sample));
+    const filling = holders.some((h) => track.seqs.row(h.seq)[S.status] === "loading" &&
+      h.logical >= track.loadingHits(h.seq, replay.step));
+    const heldNote = held.length ? `<p class="hint insp-held" id="insp-held" data-filling="${filling}">Held by ` +
+      `${esc(held.join(", "))}, held for a CPU-tier load: ${filling
+        ? "this block is being filled by the load in flight (its KV arrives over the host link) and takes its prefix key when the load is seen complete."
+        : "this block holds its KV already (found on the GPU, or the load has landed)."}</p>` : "";
+    const key = filling ? null : blk.prefix_key;
     const title = `<b class="mono" id="insp-id">P_${b}</b>`;
     const html = `
       <p class="insp-state s-${blk.state}-text" id="insp-state" data-state="${blk.state}">
         <span class="cell s-${blk.state} demo" aria-hidden="true"></span>${STATE_TEXT[blk.state] || esc(blk.state)}
         <span class="ref" id="insp-ref" data-ref="${blk.ref_cnt}">ref_cnt = ${blk.ref_cnt}</span></p>
       <p class="hint">${STATE_NOTE[blk.state] || ""}</p>
+      ${heldNote}
       <dl class="kv">
         <dt>Base offset</dt><dd class="mono" id="insp-offset" data-offset="${offset}">${hex(offset, width)}
           <small>(${bytes(offset)} mark · ${int(bpb)} B per block)</small></dd>
@@ -88,7 +103,8 @@ export class Inspector {
           data-sequences="${esc(names.join(","))}">${names.length
           ? names.map((n, i) => `<span class="pill">${esc(n)}</span>${i < names.length - 1 ? " " : ""}`).join("")
           : '<span class="hint">no sequence</span>'}</dd>
-        <dt>Prefix key</dt><dd class="mono" id="insp-key">${blk.prefix_key ? esc(blk.prefix_key)
+        <dt>Prefix key</dt><dd class="mono" id="insp-key">${key ? esc(key) : filling
+          ? '<span class="hint">none yet (taken when the load lands)</span>'
           : '<span class="hint">none (a partial or unkeyed block)</span>'}</dd>
       </dl>
       ${holders.length ? `<p class="label">Block tables holding it</p><ul class="holders">${holders.map((h) =>

@@ -11,10 +11,11 @@ import { Panels } from "./panels.js";
 import { Replay } from "./replay.js";
 import { EventStream } from "./stream.js";
 import { SeqTables } from "./tables.js";
+import { TierView } from "./tier.js";
 
 const $ = (id) => document.getElementById(id);
 const PARAMS = ["preset", "model", "block_size", "kv_cache_bytes", "num_blocks", "enable_prefix_caching", "policy",
-  "sampling", "preemption", "contiguous_policy", "placement"];
+  "sampling", "preemption", "contiguous_policy", "placement", "kv_offloading_bytes"];
 const MIB = 2 ** 20;
 const OPTION_LISTS = {
   model: "models", block_size: "block_sizes", policy: "policies", sampling: "samplings",
@@ -60,6 +61,8 @@ const chart = new Chart({
   canvas: $("chart"), cursor: $("chart-cursor"), legend: $("chart-legend"),
   onSeek: (k) => requestStep(k),
 });
+const tier = new TierView({ root: $("tier-panel") });
+lab.tier = tier;
 const experiments = new Experiments({ root: $("exp-list"), onApply: (over) => applyOverrides(over) });
 lab.experiments = experiments; // the tests re-check a state they alter
 
@@ -142,6 +145,14 @@ function whyNot(param, value, bundle) {
       return `${other} ${q[other]} needs ${words}${theirs.map((a) => valueWord(param, a)).join(" or ")}`;
     }
   }
+  // A CPU tier runs with vLLM v1's knobs and a model of one full-attention group (the server's rule).
+  if (Number(q.kv_offloading_bytes || 0) > 0) {
+    const needed = (opts.tier_needs || {})[param];
+    if (needed !== undefined && !sameValue(needed, value)) {
+      return `the CPU tier needs ${PARAM_WORDS[param] || param} ${valueWord(param, needed)}`;
+    }
+    if (param === "model" && (opts.hybrid_models || []).includes(value)) return "the CPU tier needs full attention";
+  }
   if ((param === "block_size" || param === "model") && q.num_blocks === undefined) {
     // Bytes per block as the server cuts the pool (a hybrid model's: its largest group's layers × page).
     const model = param === "model" ? value : q.model;
@@ -181,6 +192,7 @@ function syncControls(bundle) {
   $("c-pool-blocks").textContent = derived
     ? `= ${int(bundle.num_blocks)} blocks of ${bytes(bundle.bytes_per_block)}, cut from the memory as vLLM does`
     : `${int(bundle.num_blocks)} blocks given (num_blocks) × ${bytes(bundle.bytes_per_block)}`;
+  syncTier(bundle);
   const pc = $("c-prefix");
   pc.checked = q.enable_prefix_caching === true || q.enable_prefix_caching === "true";
   // The switch too is refused where the server would refuse it (a model with state layers needs it off).
@@ -212,9 +224,33 @@ function syncControls(bundle) {
   $("c-preset-desc").textContent = pre ? `${pre.description || ""}${asks}` : "";
 }
 
+/** The CPU tier's control: its memory in MiB (0: none), the chunks it gives, and what it needs where the
+ * current query stops it (the server refuses such a run, naming the value; the page says it first). */
+function syncTier(bundle) {
+  const q = bundle.query;
+  const opts = lab.presets.options || {};
+  const input = $("c-tier");
+  const tb = Number(q.kv_offloading_bytes || 0);
+  input.value = String(Number((tb / MIB).toFixed(3)));
+  input.dataset.value = String(tb);
+  const t = bundle.tier;
+  let hint = t ? `= ${int(t.chunks)} chunks of ${bytes(t.chunk_bytes)} (a block's KV padded to 4 KiB, as vLLM sizes it)`
+    : "0: no tier";
+  const needs = opts.tier_needs || {};
+  const stop = bundle.layout ? `model ${q.model} is hybrid (the tier models full attention only)`
+    : Object.entries(needs).filter(([k, v]) => !sameValue(q[k], v))
+      .map(([k, v]) => `needs ${PARAM_WORDS[k] || k} ${valueWord(k, v)}`).join(", ");
+  if (!t && stop) hint = `0: no tier; a tier ${stop}`;
+  $("c-tier-chunks").textContent = hint;
+  if (!t && stop) input.dataset.why = stop;
+  else delete input.dataset.why;
+}
+
 function readControl(el) {
   if (el.type === "checkbox") return el.checked;
-  if (el.dataset.param === "kv_cache_bytes") return Math.round(Number.parseFloat(el.value) * MIB);
+  if (el.dataset.param === "kv_cache_bytes" || el.dataset.param === "kv_offloading_bytes") {
+    return Math.round(Number.parseFloat(el.value) * MIB);
+  }
   if (el.type === "number") return Number.parseInt(el.value, 10);
   return el.value;
 }
@@ -282,6 +318,7 @@ async function run(query, step) {
   tables.setReplay(replay);
   stream.setReplay(replay);
   panels.setReplay(replay);
+  tier.setReplay(replay);
   $("grid-title").textContent = `GPU VRAM physical memory block pool (${int(bundle.num_blocks)} blocks · ` +
     `${bytes(bundle.num_blocks * bundle.bytes_per_block)}` +
     `${bundle.layout ? ` · ${int(bundle.layout.groups.length)} KV-cache groups` : ""})`;
@@ -374,6 +411,8 @@ const lazy = [
   { name: "experiments", el: $("exp-list").closest("section"), draw: () => experiments.render(lab.replay) },
   // The inspector sits (sticky) in the pool's section: on screen exactly when that section is. Its HTML,
   // rewritten when the selected block changes, makes chromium re-layerize the page, so off screen it waits.
+  // The CPU tier sits in the pool's section too (hidden without a tier: it then draws nothing).
+  { name: "tier", el: $("grid").closest("section"), draw: () => tier.render() },
   { name: "inspector", el: $("grid").closest("section"),
     draw: () => lab.selected >= 0 && inspector.show(lab.replay, lab.selected) },
 ];
@@ -562,6 +601,7 @@ window.addEventListener("resize", () => {
       chart.draw();
       panels.drawMaps();
       grid.update(null);
+      tier.relayout();
     }
   }, 100);
 });

@@ -170,8 +170,8 @@ export class Panels {
 
   /** The same workload's sequences in one track at this step (each track's own engine run). */
   renderBatch(el, track, k) {
-    const parts = [["num_running", "running"], ["num_waiting", "waiting"], ["num_swapped", "swapped"],
-      ["num_finished", "finished"], ["num_rejected", "rejected"]]
+    const parts = [["num_running", "running"], ["num_held", "held for CPU-tier loads"], ["num_waiting", "waiting"],
+      ["num_swapped", "swapped"], ["num_finished", "finished"], ["num_rejected", "rejected"]]
       .map(([name, label]) => [label, track.metric(name, k)])
       .filter(([label, v]) => v !== null && (v > 0 || label === "running" || label === "waiting"));
     setData(el, "running", String(track.metric("num_running", k)));
@@ -336,7 +336,7 @@ export class Panels {
         ` (${bytes((b.block_size - 1) * bpt)}): slack now ${v("paged_tail_slack_bytes")}` +
         (r.hasMetric("paged_tail_slack_bound_bytes") ? ` ≤ bound ${v("paged_tail_slack_bound_bytes")}.` : "."),
       `<b>Concurrency multiplier</b> = (contiguous reserved ÷ its running sequences) ÷ (paged allocated ÷ its` +
-        ` running sequences) = <b>${v("concurrency_multiplier")}</b>: how many sequences paging fits into the memory` +
+        ` running sequences${r.bundle.tier ? ", and those held for a CPU-tier load" : ""}) = <b>${v("concurrency_multiplier")}</b>: how many sequences paging fits into the memory` +
         " one contiguous sequence holds, at each side’s own batch (— when a side runs nothing).",
     ];
     setText($("deriv-model"), m.name ? `(${m.name}, ${m.dtype || ""} KV)` : "");

@@ -467,6 +467,25 @@ export class TrackReplay {
     return out;
   }
 
+  /** A CPU tier: the blocks sequence q, held for a load at step k, found on the GPU (its prefix-hit rows
+   * between its last admit and its load); the blocks after them are being filled by the load and take
+   * their keys when it lands (`bundle.loading_hits`). */
+  loadingHits(q, k) {
+    const load = this.kindNames.indexOf("load");
+    const admit = this.kindNames.indexOf("admit");
+    const hit = this.kindNames.indexOf("prefix-hit");
+    let i = this.eventCount(k) - 1;
+    while (i >= 0 && !(this.evSeq[i] === q && this.evKind[i] === load)) i -= 1;
+    if (i < 0) return 0;
+    let hits = 0;
+    for (i -= 1; i >= 0; i -= 1) {
+      if (this.evSeq[i] !== q) continue;
+      if (this.evKind[i] === admit) break;
+      if (this.evKind[i] === hit) hits += 1;
+    }
+    return hits;
+  }
+
   /** Number of events that have happened by step k: the bundle's `event_upto` when present. */
   eventCount(k) {
     if (this.eventUpto) return this.eventUpto[Math.max(0, Math.min(k, this.eventUpto.length - 1))];

@@ -21,6 +21,12 @@ export const KIND_LABELS = {
   finish: "finish",
   reject: "reject",
   window: "left window",
+  "cpu-hit": "CPU-tier hit",
+  load: "load CPU → GPU",
+  "load-done": "load landed",
+  store: "store GPU → CPU",
+  "store-done": "store landed",
+  "cpu-evict": "CPU-tier evict",
 };
 const ORDER = Object.keys(KIND_LABELS);
 
@@ -120,6 +126,12 @@ export class EventStream {
       case "fork": return `Fork: ${who} starts on its parent’s blocks (shared copy-on-write, ref + 1 each)`;
       case "finish": return `${who} finished`;
       case "reject": return `${who} rejected`;
+      case "cpu-hit": return `${who} finds ${int(count)} token${count === 1 ? "" : "s"} in the CPU tier beyond its GPU hits (not computed)`;
+      case "load": return `Load of ${int(count)} chunk${count === 1 ? "" : "s"} CPU → GPU for ${who}: held until it lands`;
+      case "load-done": return `Load of ${int(count)} chunk${count === 1 ? "" : "s"} for ${who} seen complete: its blocks take their keys`;
+      case "store": return `Store of ${int(count)} chunk${count === 1 ? "" : "s"} of ${who} GPU → CPU planned (pending in the tier)`;
+      case "store-done": return `Store of ${int(count)} chunk${count === 1 ? "" : "s"} of ${who} seen complete: ready in the tier`;
+      case "cpu-evict": return `A CPU-tier chunk evicted to make room for ${who}’s store`;
       default: return `${who} ${blk}`;
     }
   }

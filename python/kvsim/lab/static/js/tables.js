@@ -7,7 +7,7 @@ import { S, TrackReplay } from "./replay.js";
 
 const MAX_CARDS = 30;
 const MAX_CHIPS = 24;
-const ORDER = { running: 0, swapped: 1, preempted: 2, waiting: 3, finished: 4, rejected: 5 };
+const ORDER = { running: 0, loading: 1, loaded: 1, swapped: 2, preempted: 3, waiting: 4, finished: 5, rejected: 6 };
 const STATUS_TEXT = {
   running: "Running",
   waiting: "Waiting",
@@ -15,6 +15,10 @@ const STATUS_TEXT = {
   preempted: "Preempted",
   finished: "Finished",
   rejected: "Rejected",
+  // A CPU tier: held for its load (blocks allocated, neither running nor computing), or landed and held
+  // until the scheduler resumes it.
+  loading: "Loading from CPU",
+  loaded: "Loaded, resumes",
 };
 
 export class SeqTables {

@@ -1,0 +1,235 @@
+"""The lab page with a CPU tier (vLLM's native KV offloading, DESIGN.md §CPU tier), at a desktop window and a
+phone's viewport: the tier drawn beside the GPU pool, its chunks by state read back from the canvas's
+pixels and its counters equal `kvsim.lab.snapshot` (itself checked against the reference engine's tier,
+tests/test_lab_tier.py) at steps forward and back; the transfers of a step named from the log; the request
+held for its load shown as held (not running) in the tier panel, the batch line and its card; the tier
+control runs a tier and a refused one changes nothing, the server's reason on the page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .conftest import LabPage
+from .test_lab_page import assert_blocks, python_snapshot
+
+# The tier canvas's cells, each classified by the nearest of the four state colours at its middle.
+CHUNKS_DRAWN = """() => {
+  const canvas = document.querySelector('#tier-canvas');
+  const cell = Number(canvas.dataset.cell);
+  const k = canvas.width / canvas.clientWidth;
+  const cols = Math.max(1, Math.floor(canvas.clientWidth / cell));
+  const n = Number(document.querySelector('#tier-panel').dataset.chunks);
+  const css = getComputedStyle(document.documentElement);
+  const rgb = (name) => {
+    const c = document.createElement('canvas'); c.width = c.height = 1;
+    const x = c.getContext('2d'); x.fillStyle = css.getPropertyValue(name).trim(); x.fillRect(0, 0, 1, 1);
+    return Array.from(x.getImageData(0, 0, 1, 1).data.slice(0, 3));
+  };
+  const ref = {loading: rgb('--c-tier-loading'), ready: rgb('--c-tier-ready'), pending: rgb('--c-tier-pending'),
+    free: rgb('--c-free')};
+  const mark = rgb('--c-text');
+  const ctx = canvas.getContext('2d');
+  const near = (p, c) => (p[0] - c[0]) ** 2 + (p[1] - c[1]) ** 2 + (p[2] - c[2]) ** 2;
+  const out = {loading: 0, ready: 0, pending: 0, free: 0, outlined_loading: 0, outlined_pending: 0};
+  for (let i = 0; i < n; i += 1) {
+    const x0 = (i % cols) * cell, y0 = Math.floor(i / cols) * cell;
+    const p = ctx.getImageData(Math.floor((x0 + cell * 0.45) * k), Math.floor((y0 + cell * 0.45) * k), 1, 1).data;
+    let best = null, dist = Infinity;
+    for (const [name, c] of Object.entries(ref)) {
+      const d = near(p, c);
+      if (d < dist) { dist = d; best = name; }
+    }
+    out[best] += 1;
+    // An outline (this step's transfer) at the cell's edge: the mark's colour, not the fill's.
+    const e = ctx.getImageData(Math.floor((x0 + 1) * k), Math.floor((y0 + 1) * k), 1, 1).data;
+    if (near(e, mark) < near(e, ref[best])) out[`outlined_${best}`] = (out[`outlined_${best}`] || 0) + 1;
+  }
+  return out;
+}"""
+STATS = ("cpu_hit_tokens", "cpu_loads", "cpu_stores", "cpu_evictions")
+
+
+def assert_tier(lab: LabPage, snap: dict[str, Any]) -> None:
+    """The tier panel at this step against the snapshot: the chunks drawn by state (pixels), the counters,
+    the requests held for their loads."""
+    tier = snap["tier"]
+    want = {
+        "loading": tier["cpu_loading_chunks"],
+        "ready": tier["ready_chunks"],
+        "pending": tier["cpu_pending_chunks"],
+        "free": tier["free_chunks"],
+    }
+    drawn = lab.page.evaluate(CHUNKS_DRAWN)
+    # This step's transfers outlined: the chunks its stores and loads planned (as the log counts them).
+    k = snap["step"]
+    q = lab.query()
+    prev = python_snapshot(q, k - 1)["tier"] if k > 0 else None
+    stored = tier["cpu_stored_chunks"] - (prev["cpu_stored_chunks"] if prev else 0)
+    loaded = tier["cpu_loaded_chunks"] - (prev["cpu_loaded_chunks"] if prev else 0)
+    want["outlined_pending"] = min(stored, tier["cpu_pending_chunks"])
+    want["outlined_loading"] = min(loaded, tier["cpu_loading_chunks"])
+    assert {name: drawn.get(name, 0) for name in want} == want, f"chunks drawn at step {k}"
+    assert sum(drawn.get(f"outlined_{s}", 0) for s in ("ready", "free")) == 0
+    for name in STATS:
+        assert lab.value(f'[data-tier-stat="{name}"]') == tier[name], name
+    assert lab.value('[data-tier-stat="used"]') == tier["cpu_chunks"]
+    assert lab.value('[data-tier-stat="stores_failed"]') == tier["stores_failed"]
+    held = sorted(r["name"] for r in snap["requests"] if r["status"] in ("loading", "loaded"))
+    assert lab.value('[data-tier-stat="num_held"]') == len(held) == snap["num_held"]
+    text = lab.page.inner_text("#tier-held") if held else ""
+    for name in held:
+        assert name in text
+    # The batch line counts them apart from the running ones.
+    batch = lab.page.inner_text("#paged-batch")
+    assert (f"{len(held)} held for CPU-tier loads" in batch) == bool(held)
+
+
+def test_the_tier_drawn_is_the_snapshots_forward_and_back(sized_lab: LabPage) -> None:
+    lab = sized_lab
+    lab.open(preset="cpu-tier")
+    assert lab.page.locator("#tier-panel").is_visible()
+    q = lab.query()
+    # The opening step (req-8 loading), the first stores pending, the tier full with an eviction, the load
+    # landing, the end; then back.
+    for step in (lab.step(), 1, 5, 24, 25, 43, 44, 56, 41, 4, 0):
+        if step != lab.step():
+            lab.seek(step)
+        snap = python_snapshot(q, step)
+        assert_tier(lab, snap)
+        assert_blocks(lab, snap)
+    # Nothing wider than the screen.
+    overflow = lab.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0
+
+
+def test_a_held_request_is_shown_neither_running_nor_computing(lab: LabPage) -> None:
+    lab.open(preset="cpu-tier", step=41)
+    q = lab.query()
+    snap = python_snapshot(q, 41)
+    req8 = next(r for r in snap["requests"] if r["name"] == "req-8")
+    assert req8["status"] == "loading"
+    card = lab.page.locator('#seq-list .seq[data-rid="7"]')
+    assert card.get_attribute("data-status") == "loading"
+    assert "Loading from CPU" in (card.text_content() or "")
+    # Its context does not grow while it is held: the same at the next step.
+    ctx = int(card.get_attribute("data-ctx") or -1)
+    assert ctx == req8["context_tokens"]
+    lab.seek(42)
+    assert int(lab.page.locator('#seq-list .seq[data-rid="7"]').get_attribute("data-ctx") or -1) == ctx
+    # A block the load is filling has no key until the load lands (step 43), then the snapshot's.
+    block = req8["block_table"][1]
+    for step, loading in ((41, True), (43, False)):
+        lab.seek(step)
+        lab.page.locator(f'#grid .cell[data-block="{block}"]').click()
+        lab.page.wait_for_function("document.body.dataset.settled === document.body.dataset.step")
+        want = next(b for b in python_snapshot(q, step)["blocks"] if b["block_id"] == block)
+        assert bool(want.get("loading")) == loading
+        key = lab.page.inner_text("#insp-key")
+        assert (want["prefix_key"] is None) == loading
+        assert ("none yet" in key) if loading else (key == want["prefix_key"])
+        assert lab.page.get_attribute("#insp-held", "data-filling") == ("true" if loading else "false")
+    # The step that admitted the load (state 41) names the transfer and the tokens it spares.
+    lab.seek(41)
+    flows = lab.page.eval_on_selector_all(
+        "#tier-flows [data-flow]", "els => els.map(e => [e.dataset.flow, e.textContent])"
+    )
+    kinds = [k for k, _ in flows]
+    assert "load" in kinds
+    assert "hit" in kinds
+    load = next(t for k, t in flows if k == "load")
+    assert "6 chunks" in load
+    assert "req-8" in load
+    # And the event stream has the engine's rows.
+    lab.page.locator("#ev-list").scroll_into_view_if_needed()
+    lab.page.wait_for_function("document.body.dataset.settled === document.body.dataset.step")
+    text = lab.page.text_content("#ev-list") or ""
+    assert "Load of 6 chunks CPU → GPU for req-8" in text
+
+
+def test_the_tier_control_runs_a_tier_and_a_refused_one_changes_nothing(sized_lab: LabPage) -> None:
+    lab = sized_lab
+    lab.problems.expected_status.add(400)
+    lab.open(preset="copilot")
+    assert lab.page.locator("#tier-panel").is_hidden()
+    lab.change("#c-tier", 64)
+    assert lab.query()["kv_offloading_bytes"] == 64 * 2**20
+    assert lab.page.locator("#tier-panel").is_visible()
+    assert "= 32 chunks" in lab.page.inner_text("#c-tier-chunks")
+    snap = python_snapshot(lab.query(), lab.step())
+    assert snap["tier"]["chunks"] == 32
+    assert_tier(lab, snap)
+    # With a tier, the values it does not run with are offered disabled, saying why.
+    why = lab.page.get_attribute('#c-policy option[value="reserve"]', "data-why")
+    assert why == "the CPU tier needs policy vllm"
+    assert (
+        lab.page.get_attribute('#c-preemption option[value="swap"]', "data-why")
+        == "the CPU tier needs preemption recompute"
+    )
+    assert lab.page.is_disabled("#c-prefix")
+    assert "the CPU tier needs prefix caching on" in lab.page.inner_text("#c-prefix-why")
+    # 0 turns the tier off; then a policy it does not run with, then a tier: the server's reason on the
+    # page, the run as it was.
+    lab.change("#c-tier", 0)
+    assert lab.page.locator("#tier-panel").is_hidden()
+    lab.change("#c-policy", "reserve")
+    before = lab.query()
+    assert "needs policy vllm" in lab.page.inner_text("#c-tier-chunks")
+    lab.change("#c-tier", 64)
+    banner = lab.page.locator("#banner")
+    assert banner.is_visible()
+    assert "kv_offloading_bytes" in banner.inner_text()
+    assert "needs policy 'vllm'" in banner.inner_text()
+    assert lab.query() == before
+    assert lab.page.input_value("#c-policy") == "reserve"
+    assert lab.page.input_value("#c-tier") == "0"
+    assert lab.page.locator("#tier-panel").is_hidden()
+    lab.problems.console = [m for m in lab.problems.console if "status of 4" not in m]
+
+
+@pytest.mark.parametrize("preset", ["memory-pressure", "sliding-window"])
+def test_the_control_says_what_a_tier_needs(lab: LabPage, preset: str) -> None:
+    lab.open(preset=preset)
+    hint = lab.page.inner_text("#c-tier-chunks")
+    assert "a tier" in hint
+    assert ("needs preemption recompute" in hint) if preset == "memory-pressure" else ("hybrid" in hint)
+
+
+def test_a_tier_of_many_chunks_is_one_bar_of_their_states(lab: LabPage) -> None:
+    """Past 2,048 chunks (a cell each would be a few pixels) the tier is one bar of the states' shares: its
+    pixels, left to right, are the snapshot's counts in the cells' order."""
+    lab.open(preset="copilot", kv_offloading_bytes=4098 * 2**20, step=3)
+    snap = python_snapshot(lab.query(), 3)
+    tier = snap["tier"]
+    assert tier["chunks"] == 2049
+    assert lab.page.get_attribute("#tier-canvas", "data-mode") == "bar"
+    assert lab.page.locator("#tier-fresh-legend").is_hidden()
+    shares = lab.page.evaluate(
+        """() => {
+      const canvas = document.querySelector('#tier-canvas');
+      const ctx = canvas.getContext('2d');
+      const css = getComputedStyle(document.documentElement);
+      const rgb = (name) => {
+        const c = document.createElement('canvas'); c.width = c.height = 1;
+        const x = c.getContext('2d'); x.fillStyle = css.getPropertyValue(name).trim(); x.fillRect(0, 0, 1, 1);
+        return Array.from(x.getImageData(0, 0, 1, 1).data.slice(0, 3));
+      };
+      const ref = {ready: rgb('--c-tier-ready'), free: rgb('--c-free')};
+      const row = ctx.getImageData(0, Math.floor(canvas.height / 2), canvas.width, 1).data;
+      const out = {ready: 0, free: 0, width: canvas.width};
+      for (let x = 0; x < canvas.width; x += 1) {
+        const p = row.slice(4 * x, 4 * x + 3);
+        for (const [name, c] of Object.entries(ref)) {
+          if (Math.abs(p[0] - c[0]) + Math.abs(p[1] - c[1]) + Math.abs(p[2] - c[2]) < 12) out[name] += 1;
+        }
+      }
+      return out;
+    }"""
+    )
+    assert tier["cpu_pending_chunks"] == 0
+    assert tier["cpu_loading_chunks"] == 0
+    # Each state's share of the bar's pixels is its share of the chunks (within a pixel at each edge).
+    assert abs(shares["ready"] - shares["width"] * tier["ready_chunks"] / 2049) <= 2
+    assert abs(shares["free"] - shares["width"] * tier["free_chunks"] / 2049) <= 2
+    assert tier["ready_chunks"] > 0
