@@ -63,6 +63,8 @@ class ClusterResult:
     raw: EngineOutput
     replica: np.ndarray
     router: Any
+    # Prefill/decode disaggregation: the prefill replicas' counters (`replicas` holds the decode pool).
+    prefill_counters: list[dict[str, int]] = dataclasses.field(default_factory=list)
 
     def serving(
         self,
@@ -94,6 +96,11 @@ def simulate_cluster(
     router: str | None = None,
     backend: str = "rust",
     goodput: Any = None,
+    prefill_replicas: int = 0,
+    pd_threshold_tokens: int = 0,
+    pd_link_bandwidth: float = 50e9,
+    pd_link_latency_s: float = 0.0,
+    pd_link_ps_per_block: int | None = None,
     **router_overrides: Any,
 ) -> ClusterResult:
     """Simulates `workload` on a fleet of replicas behind a router, on one clock (DESIGN.md §Cluster).
@@ -109,6 +116,16 @@ def simulate_cluster(
             (default: `config.router`).
         backend: `"rust"` (default) or `"reference"`.
         goodput: SLO bounds in ms (`{"ttft": 500, "tpot": 50}`), as `kvsim.simulate`'s, over the fleet.
+        prefill_replicas: P >= 0 prefill replicas (DESIGN.md §Prefill/decode disaggregation); 0, the
+            default, is the aggregated fleet. With P > 0 the `replicas` are the decode pool, and every
+            prefill replica runs config[0].
+        pd_threshold_tokens: conditional disaggregation: a request whose prompt part not cached on its
+            decode replica is under this many tokens prefills there (0: every request is disaggregated).
+        pd_link_bandwidth: a decode replica's inbound link, bytes per second per GPU (default 50e9: a
+            400 Gb/s NIC per GPU).
+        pd_link_latency_s: a transfer's fixed time on that link, seconds.
+        pd_link_ps_per_block: a block's time on that link, ps (default: the model's KV bytes of a block
+            on one GPU over `pd_link_bandwidth`; needed without a model).
         **router_overrides: `router_refresh_s`, `router_seed`, `prefix_load_cap`, `router_weights`,
             `router_tie_break` (SimConfig's knobs of the same names, checked by the same rules).
 
@@ -129,10 +146,132 @@ def simulate_cluster(
         goodput = parse_goodput(goodput)
     spec = router_spec(configs[0])
     _check_hybrid_router(configs, spec)
+    pd = _pd_spec(
+        configs,
+        spec,
+        prefill_replicas,
+        pd_threshold_tokens,
+        pd_link_bandwidth,
+        pd_link_latency_s,
+        pd_link_ps_per_block,
+    )
     inp = prepare(workload, configs[0])
     _check_same_input(workload, configs, inp)
-    columns, replica, counters = _run(inp, configs, spec, backend)
-    return cluster_result(workload, inp, columns, replica, counters, configs, fleet, spec, goodput)
+    if pd is not None and len(inp) and (int(np.max(inp.fork_parent)) >= 0 or int(np.max(inp.sample)) > 0):
+        raise InvalidArgumentError(
+            f"sampling {configs[0].sampling!r} with several samples a request: a disaggregated fleet "
+            "(prefill_replicas > 0) routes one sequence a request (DESIGN.md §Prefill/decode disaggregation)"
+        )
+    columns, replica, counters, extra = _run(inp, configs, spec, backend, pd)
+    result = cluster_result(
+        workload, inp, columns, replica, counters[: len(configs)], configs, fleet, spec, goodput
+    )
+    if pd is not None:
+        _pd_result(result, workload, inp, columns, extra, counters, configs, pd)
+    return result
+
+
+def _int_arg(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise InvalidArgumentError(f"{name} {value!r} is not an integer")
+    if not lo <= int(value) <= hi:
+        raise InvalidArgumentError(f"{name} {value!r} must be between {lo} and {hi}")
+    return int(value)
+
+
+def _real_arg(name: str, value: Any, positive: bool) -> float:
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise InvalidArgumentError(f"{name} {value!r} is not a number")
+    x = float(value)
+    if not math.isfinite(x) or x < 0 or (positive and x == 0):
+        raise InvalidArgumentError(
+            f"{name} {value!r} must be a finite number {'> 0' if positive else '>= 0'}"
+        )
+    return x
+
+
+# Bounds of the disaggregation knobs (DESIGN.md §Engine bounds every integer knob far above real settings).
+MAX_PREFILL_REPLICAS = 4096
+MAX_PD_TOKENS = 1 << 40
+MAX_PD_PS = 1 << 40
+
+
+def _pd_spec(
+    configs: list[SimConfig],
+    spec: Any,
+    prefill_replicas: Any,
+    threshold: Any,
+    bandwidth: Any,
+    latency_s: Any,
+    ps_per_block: Any,
+) -> Any:
+    """The prefill pool (`kvsim.reference.cluster.PdSpec`), or None for an aggregated fleet; refuses what
+    is not modelled, naming the field (DESIGN.md §Prefill/decode disaggregation)."""
+    from kvsim.reference.cluster import PdSpec
+
+    p = _int_arg("prefill_replicas", prefill_replicas, 0, MAX_PREFILL_REPLICAS)
+    threshold = _int_arg("pd_threshold_tokens", threshold, 0, MAX_PD_TOKENS)
+    bandwidth = _real_arg("pd_link_bandwidth", bandwidth, True)
+    latency = round(_real_arg("pd_link_latency_s", latency_s, False) * PS_PER_S)
+    if latency > MAX_PD_PS:
+        raise InvalidArgumentError(
+            f"pd_link_latency_s {latency_s!r} must be at most {MAX_PD_PS / PS_PER_S} s"
+        )
+    if ps_per_block is not None:
+        ps_per_block = _int_arg("pd_link_ps_per_block", ps_per_block, 0, MAX_PD_PS)
+    if p == 0:
+        return None
+    first = configs[0]
+    for i, c in enumerate(configs):
+        if c != first:
+            raise InvalidArgumentError(
+                f"config[{i}] differs from config[0]: a disaggregated fleet runs one config in both pools "
+                "(per-pool configs, prefill_config, are not modelled yet)"
+            )
+    if spec.refresh_ps:
+        raise InvalidArgumentError(
+            f"router_refresh_s {first.router_refresh_s!r}: a disaggregated fleet's routers read the replicas "
+            "exactly (snapshots are not modelled with a prefill pool); set it to 0"
+        )
+    what = f"prefill_replicas {p}"
+    if first.kv_offloading_chunks:
+        raise InvalidArgumentError(
+            f"{what}: kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled with a prefill "
+            "pool (the connector and the tier would share the held queue)"
+        )
+    if first.kv_groups:
+        raise InvalidArgumentError(
+            f"{what}: model {getattr(first.model, 'name', first.model)} has several KV-cache groups (hybrid "
+            "attention), whose transfer is not modelled"
+        )
+    for knob, needed in (
+        ("policy", "vllm"),
+        ("preemption", "recompute"),
+        ("waiting_over_budget", "stop"),
+        ("append_check", "exact"),
+        ("watermark_rule", "while-running"),
+    ):
+        value = getattr(first, knob)
+        if value != needed:
+            raise InvalidArgumentError(
+                f"{knob} {value!r}: a disaggregated fleet's decode replicas hold requests for their transfers "
+                f"as vLLM v1's scheduler does, modelled for {knob} {needed!r}"
+            )
+    if ps_per_block is None:
+        per_token = first.pool.kv_bytes_per_token
+        if per_token is None:
+            raise InvalidArgumentError(
+                f"{what}: pd_link_ps_per_block is needed without a model (the KV bytes of a block are unknown)"
+            )
+        ps_per_block = round(per_token * first.engine_block_size * PS_PER_S / bandwidth)
+        if ps_per_block > MAX_PD_PS:
+            raise InvalidArgumentError(
+                f"pd_link_bandwidth {bandwidth!r} makes a block's transfer last {ps_per_block} ps, more than "
+                f"{MAX_PD_PS}"
+            )
+    return PdSpec(p, threshold, latency, ps_per_block)
 
 
 def _configs(
@@ -243,26 +382,30 @@ def _check_same_input(workload: Any, configs: list[SimConfig], inp: EngineInput)
 
 
 def _run(
-    inp: EngineInput, configs: list[SimConfig], spec: Any, backend: str
-) -> tuple[dict[str, np.ndarray], np.ndarray, list[dict[str, int]]]:
-    """Runs the fleet on one backend: (per-sequence columns, per-sequence replica, per-replica counters)."""
+    inp: EngineInput, configs: list[SimConfig], spec: Any, backend: str, pd: Any = None
+) -> tuple[dict[str, np.ndarray], np.ndarray, list[dict[str, int]], dict[str, np.ndarray]]:
+    """Runs the fleet on one backend: (per-sequence columns, per-sequence replica, per-replica counters,
+    the disaggregated fleet's extra columns)."""
+    from kvsim.reference.cluster import PD_COLUMNS
+
     out: Any
     if backend == "reference":
         from kvsim.reference import cluster
 
-        out = cluster.run_cluster(inp, configs, spec)
+        out = cluster.run_cluster(inp, configs, spec, pd=pd)
     else:
         from kvsim.engine import rust_engine
 
-        out = rust_engine.run_cluster(inp, configs, spec)
+        out = rust_engine.run_cluster(inp, configs, spec, pd=pd)
     # The reference's ClusterOutput or the Rust wrapper's dict of the same fields: per-row columns (with
     # `replica`) and per-replica counters.
     columns = dict(out["columns"] if isinstance(out, dict) else out.columns)
     counters = out["counters"] if isinstance(out, dict) else out.counters
     replica = columns.pop("replica")
+    extra = {name: np.asarray(columns.pop(name), dtype=np.int64) for name in PD_COLUMNS if name in columns}
     columns = {name: np.asarray(columns[name]) for name in _COLUMNS}
     replica = np.asarray(replica, dtype=np.int64)
-    return columns, replica, [dict(c) for c in counters]
+    return columns, replica, [dict(c) for c in counters], extra
 
 
 def fleet_counters(counters: Sequence[dict[str, int]]) -> dict[str, int]:
@@ -383,6 +526,78 @@ def fleet_summary(
         (x["w_logical_blocks"] - x["w_held_blocks"]) / x["busy_ps"] if x["busy_ps"] else 0.0 for x in counters
     )
     return s
+
+
+def _pd_result(
+    result: ClusterResult,
+    workload: Any,
+    inp: EngineInput,
+    columns: dict[str, np.ndarray],
+    extra: dict[str, np.ndarray],
+    counters: list[dict[str, int]],
+    configs: list[SimConfig],
+    pd: Any,
+) -> None:
+    """A disaggregated fleet's rows and summary keys (DESIGN.md §Prefill/decode disaggregation, Metrics):
+    per request the prefill replica and TTFT split into prefill queueing, prefill, transfer and decode
+    queueing; per fleet the transfers, their bytes, the links' and the pools' utilisation."""
+    d = len(configs)
+    decode_c, prefill_c = counters[:d], counters[d:]
+    result.prefill_counters = prefill_c
+    arrival = inp.arrival_ps
+    pre = extra["prefill_replica"]
+    remote = (pre >= 0) & (extra["prefill_finish"] >= 0) & (columns["first_token"] >= 0)
+    first = extra["prefill_first_scheduled"]
+    f = extra["prefill_finish"]
+    ttft = np.where(columns["first_token"] >= 0, columns["first_token"] - arrival, -1)
+    split = {
+        "ttft_prefill_queue_s": np.where(remote, first - arrival, 0),
+        "ttft_prefill_s": np.where(remote, f - first, 0),
+        "ttft_transfer_s": np.where(remote, columns["load_wait_ps"], 0),
+    }
+    split["ttft_decode_queue_s"] = (
+        ttft - split["ttft_prefill_queue_s"] - split["ttft_prefill_s"] - split["ttft_transfer_s"]
+    )
+    rows = inp.request_row
+    new = [pl.Series("prefill_replica", _per_request(workload, rows, pre, -1), dtype=pl.Int64)]
+    done = columns["first_token"] >= 0
+    for name, v in split.items():
+        per = np.full(len(workload), np.nan)
+        per[rows[done]] = v[done] / PS_PER_S
+        new.append(pl.Series(name, per, dtype=pl.Float64))
+    result.requests = result.requests.with_columns(new)
+    s = result.summary
+    for name, v in split.items():
+        x = v[done] / PS_PER_S
+        s[f"{name.removesuffix('_s')}_p50_s"] = float(np.percentile(x, 50)) if len(x) else 0.0
+        s[f"{name.removesuffix('_s')}_p99_s"] = float(np.percentile(x, 99)) if len(x) else 0.0
+    first_cfg = configs[0]
+    per_token = first_cfg.pool.kv_bytes_per_token
+    blocks = sum(c["pd_transfer_blocks"] for c in decode_c)
+    makespan = max((c.get("makespan_ps", 0) for c in counters), default=0)
+    s["prefill_replicas"] = pd.prefill_replicas
+    s["pd_disaggregated"] = int((pre >= 0).sum())
+    s["pd_local_prefills"] = int(len(pre) - (pre >= 0).sum())
+    s["pd_transfers"] = sum(c["pd_transfers"] for c in decode_c)
+    s["pd_transfer_blocks"] = blocks
+    s["pd_transfer_bytes"] = (
+        blocks * per_token * first_cfg.engine_block_size * first_cfg.tensor_parallel_size
+        if per_token is not None
+        else None
+    )
+    link_busy = sum(c["pd_link_busy_ps"] for c in decode_c)
+    s["pd_link_utilization"] = link_busy / (d * makespan) if makespan else 0.0
+    for pool, cs in (("decode", decode_c), ("prefill", prefill_c)):
+        busy = sum(c["busy_ps"] for c in cs)
+        steps = sum(c["num_steps"] for c in cs)
+        s[f"{pool}_pool_utilization"] = busy / (len(cs) * makespan) if makespan else 0.0
+        s[f"{pool}_pool_mean_batch"] = sum(c["sum_batch"] for c in cs) / steps if steps else 0.0
+
+
+def _per_request(workload: Any, rows: np.ndarray, values: np.ndarray, fill: int) -> np.ndarray:
+    out = np.full(len(workload), fill, dtype=np.int64)
+    out[rows] = values
+    return out
 
 
 __all__ = [
