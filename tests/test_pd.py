@@ -203,8 +203,8 @@ def test_a_model_gives_the_transfer_its_bytes():
     ("change", "args", "words"),
     [
         ({}, {"prefill_replicas": -1}, "prefill_replicas -1"),
-        ({}, {"prefill_replicas": 1.5}, "prefill_replicas 1.5 is not an integer"),
-        ({}, {"prefill_replicas": True}, "prefill_replicas True is not an integer"),
+        ({}, {"prefill_replicas": 1.5}, "prefill_replicas 1.5 must be an integer"),
+        ({}, {"prefill_replicas": True}, "prefill_replicas True must be an integer"),
         ({}, {"pd_threshold_tokens": -3}, "pd_threshold_tokens -3"),
         ({}, {"pd_link_bandwidth": 0}, "pd_link_bandwidth 0"),
         ({}, {"pd_link_latency_s": float("nan")}, "pd_link_latency_s nan"),
@@ -234,3 +234,65 @@ def test_per_pool_configs_are_refused():
     cfgs = [kvsim.SimConfig(num_blocks=60, block_size=4), kvsim.SimConfig(num_blocks=70, block_size=4)]
     with pytest.raises(InvalidArgumentError, match=r"config\[1\] differs from config\[0\]"):
         kvsim.simulate_cluster(synthetic(3), cfgs, prefill_replicas=1, pd_link_ps_per_block=1)
+
+
+# -- the command line ------------------------------------------------------------------------------------------------
+RUN = ["run", "--requests", "80", "--num-gpu-blocks-override", "300", "--block-size", "4"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_kvsim_run_prints_the_split(capsys, backend):
+    import json
+
+    from kvsim.cli import main
+
+    argv = [
+        *RUN,
+        "--backend",
+        backend,
+        "--replicas",
+        "2",
+        "--prefill-replicas",
+        "1",
+        "--pd-link-ps-per-block",
+    ]
+    argv += ["1000000", "--pd-link-latency", "50us", "--router", "least-loaded"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    section = out.split("== disaggregation: 1 prefill : 2 decode replicas; ", 1)[1].splitlines()
+    assert [line.split()[0] for line in section[2:6]] == ["prefill", "prefill", "transfer", "decode"]
+    assert section[6].lstrip().startswith("transfers: ")
+    assert "link utilisation" in section[6]
+    assert "pool utilisation (busy / makespan): prefill" in section[7]
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    pd = data["fleet"]["disaggregation"]
+    assert pd["prefill_replicas"] == 1
+    assert pd["pd_transfers"] > 0
+    assert pd["ttft_transfer_p50_s"] >= 50e-6
+    assert data["summary"]["pd_transfers"] == pd["pd_transfers"]
+    assert main([*RUN, "--replicas", "2", "--json"]) == 0
+    assert "disaggregation" not in json.loads(capsys.readouterr().out)["fleet"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "text"),
+    [
+        (["--prefill-replicas", "-1"], "argument --prefill-replicas: prefill_replicas -1"),
+        (["--prefill-replicas", "1"], "pd_link_ps_per_block is needed without a model"),
+        (["--pd-threshold", "x"], "argument --pd-threshold: pd_threshold_tokens 'x'"),
+        (["--pd-link-bandwidth", "0"], "argument --pd-link-bandwidth: pd_link_bandwidth 0"),
+        (["--pd-link-latency=-1ms"], "argument --pd-link-latency: pd_link_latency_s '-1ms'"),
+        (
+            ["--prefill-replicas", "1", "--pd-link-ps-per-block", "1", "--preemption-mode", "swap"],
+            "preemption 'swap'",
+        ),
+    ],
+)
+def test_kvsim_run_disaggregation_errors_are_one_line_exit_2(capsys, flags, text):
+    from kvsim.cli import main
+
+    assert main([*RUN, *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert text in err[0], err[0]

@@ -25,6 +25,14 @@ from kvsim.reference.engine import EngineOutput
 
 # The router's knobs that `simulate_cluster(..., **router_overrides)` takes (`router` has its own keyword).
 ROUTER_KNOBS = ("router_refresh_s", "router_seed", "prefix_load_cap", "router_weights", "router_tie_break")
+# The prefill pool's knobs (DESIGN.md §Prefill/decode disaggregation), taken the same way.
+PD_KNOBS = (
+    "prefill_replicas",
+    "pd_threshold_tokens",
+    "pd_link_bandwidth",
+    "pd_link_latency_s",
+    "pd_link_ps_per_block",
+)
 # Fields of SimConfig that `engine_input.prepare` reads: the replicas of one fleet must agree on the
 # columns they give.
 INPUT_FIELDS = ("sampling", "max_model_len")
@@ -96,11 +104,6 @@ def simulate_cluster(
     router: str | None = None,
     backend: str = "rust",
     goodput: Any = None,
-    prefill_replicas: int = 0,
-    pd_threshold_tokens: int = 0,
-    pd_link_bandwidth: float = 50e9,
-    pd_link_latency_s: float = 0.0,
-    pd_link_ps_per_block: int | None = None,
     **router_overrides: Any,
 ) -> ClusterResult:
     """Simulates `workload` on a fleet of replicas behind a router, on one clock (DESIGN.md §Cluster).
@@ -116,18 +119,15 @@ def simulate_cluster(
             (default: `config.router`).
         backend: `"rust"` (default) or `"reference"`.
         goodput: SLO bounds in ms (`{"ttft": 500, "tpot": 50}`), as `kvsim.simulate`'s, over the fleet.
-        prefill_replicas: P >= 0 prefill replicas (DESIGN.md §Prefill/decode disaggregation); 0, the
-            default, is the aggregated fleet. With P > 0 the `replicas` are the decode pool, and every
-            prefill replica runs config[0].
-        pd_threshold_tokens: conditional disaggregation: a request whose prompt part not cached on its
-            decode replica is under this many tokens prefills there (0: every request is disaggregated).
-        pd_link_bandwidth: a decode replica's inbound link, bytes per second per GPU (default 50e9: a
-            400 Gb/s NIC per GPU).
-        pd_link_latency_s: a transfer's fixed time on that link, seconds.
-        pd_link_ps_per_block: a block's time on that link, ps (default: the model's KV bytes of a block
-            on one GPU over `pd_link_bandwidth`; needed without a model).
         **router_overrides: `router_refresh_s`, `router_seed`, `prefix_load_cap`, `router_weights`,
-            `router_tie_break` (SimConfig's knobs of the same names, checked by the same rules).
+            `router_tie_break` (SimConfig's knobs of the same names, checked by the same rules), and the
+            prefill pool's (DESIGN.md §Prefill/decode disaggregation): `prefill_replicas` (P > 0: a
+            disaggregated fleet whose `replicas` are the decode pool; every prefill replica runs
+            config[0]), `pd_threshold_tokens` (a request whose prompt part not cached on its decode
+            replica is under this prefills there; 0: every request is disaggregated),
+            `pd_link_bandwidth` (a decode replica's inbound link, bytes/s per GPU), `pd_link_latency_s`,
+            `pd_link_ps_per_block` (a block's time on the link; unset: the model's KV bytes of a block
+            on one GPU over the bandwidth).
 
     Returns:
         A `ClusterResult`.
@@ -146,15 +146,7 @@ def simulate_cluster(
         goodput = parse_goodput(goodput)
     spec = router_spec(configs[0])
     _check_hybrid_router(configs, spec)
-    pd = _pd_spec(
-        configs,
-        spec,
-        prefill_replicas,
-        pd_threshold_tokens,
-        pd_link_bandwidth,
-        pd_link_latency_s,
-        pd_link_ps_per_block,
-    )
+    pd = _pd_spec(configs, spec)
     inp = prepare(workload, configs[0])
     _check_same_input(workload, configs, inp)
     if pd is not None and len(inp) and (int(np.max(inp.fork_parent)) >= 0 or int(np.max(inp.sample)) > 0):
@@ -171,59 +163,16 @@ def simulate_cluster(
     return result
 
 
-def _int_arg(name: str, value: Any, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise InvalidArgumentError(f"{name} {value!r} is not an integer")
-    if not lo <= int(value) <= hi:
-        raise InvalidArgumentError(f"{name} {value!r} must be between {lo} and {hi}")
-    return int(value)
-
-
-def _real_arg(name: str, value: Any, positive: bool) -> float:
-    import math
-
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise InvalidArgumentError(f"{name} {value!r} is not a number")
-    x = float(value)
-    if not math.isfinite(x) or x < 0 or (positive and x == 0):
-        raise InvalidArgumentError(
-            f"{name} {value!r} must be a finite number {'> 0' if positive else '>= 0'}"
-        )
-    return x
-
-
-# Bounds of the disaggregation knobs (DESIGN.md §Engine bounds every integer knob far above real settings).
-MAX_PREFILL_REPLICAS = 4096
-MAX_PD_TOKENS = 1 << 40
-MAX_PD_PS = 1 << 40
-
-
-def _pd_spec(
-    configs: list[SimConfig],
-    spec: Any,
-    prefill_replicas: Any,
-    threshold: Any,
-    bandwidth: Any,
-    latency_s: Any,
-    ps_per_block: Any,
-) -> Any:
-    """The prefill pool (`kvsim.reference.cluster.PdSpec`), or None for an aggregated fleet; refuses what
-    is not modelled, naming the field (DESIGN.md §Prefill/decode disaggregation)."""
+def _pd_spec(configs: list[SimConfig], spec: Any) -> Any:
+    """The prefill pool (`kvsim.reference.cluster.PdSpec`) from config[0]'s knobs, or None for an
+    aggregated fleet; refuses what is not modelled, naming the field (DESIGN.md §Prefill/decode
+    disaggregation)."""
     from kvsim.reference.cluster import PdSpec
 
-    p = _int_arg("prefill_replicas", prefill_replicas, 0, MAX_PREFILL_REPLICAS)
-    threshold = _int_arg("pd_threshold_tokens", threshold, 0, MAX_PD_TOKENS)
-    bandwidth = _real_arg("pd_link_bandwidth", bandwidth, True)
-    latency = round(_real_arg("pd_link_latency_s", latency_s, False) * PS_PER_S)
-    if latency > MAX_PD_PS:
-        raise InvalidArgumentError(
-            f"pd_link_latency_s {latency_s!r} must be at most {MAX_PD_PS / PS_PER_S} s"
-        )
-    if ps_per_block is not None:
-        ps_per_block = _int_arg("pd_link_ps_per_block", ps_per_block, 0, MAX_PD_PS)
+    first = configs[0]
+    p = first.prefill_replicas
     if p == 0:
         return None
-    first = configs[0]
     for i, c in enumerate(configs):
         if c != first:
             raise InvalidArgumentError(
@@ -259,19 +208,21 @@ def _pd_spec(
                 f"{knob} {value!r}: a disaggregated fleet's decode replicas hold requests for their transfers "
                 f"as vLLM v1's scheduler does, modelled for {knob} {needed!r}"
             )
+    ps_per_block = first.pd_link_ps_per_block
     if ps_per_block is None:
         per_token = first.pool.kv_bytes_per_token
         if per_token is None:
             raise InvalidArgumentError(
                 f"{what}: pd_link_ps_per_block is needed without a model (the KV bytes of a block are unknown)"
             )
-        ps_per_block = round(per_token * first.engine_block_size * PS_PER_S / bandwidth)
-        if ps_per_block > MAX_PD_PS:
+        ps_per_block = round(per_token * first.engine_block_size * PS_PER_S / first.pd_link_bandwidth)
+        if ps_per_block > 1 << 40:
             raise InvalidArgumentError(
-                f"pd_link_bandwidth {bandwidth!r} makes a block's transfer last {ps_per_block} ps, more than "
-                f"{MAX_PD_PS}"
+                f"pd_link_bandwidth {first.pd_link_bandwidth!r} makes a block's transfer last {ps_per_block} "
+                f"ps, more than {1 << 40}"
             )
-    return PdSpec(p, threshold, latency, ps_per_block)
+    latency = round(first.pd_link_latency_s * PS_PER_S)
+    return PdSpec(p, first.pd_threshold_tokens, latency, ps_per_block)
 
 
 def _configs(
@@ -279,10 +230,10 @@ def _configs(
 ) -> tuple[list[SimConfig], SimConfig | list[SimConfig]]:
     """The replicas' configs (each with `replicas=1`, the fleet's router knobs) and the fleet's config."""
     for key in overrides:
-        if key not in ROUTER_KNOBS:
+        if key not in ROUTER_KNOBS and key not in PD_KNOBS:
             import difflib
 
-            close = difflib.get_close_matches(str(key), [*ROUTER_KNOBS, "router", "replicas"], n=2)
+            close = difflib.get_close_matches(str(key), [*ROUTER_KNOBS, *PD_KNOBS, "router", "replicas"], n=2)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise InvalidArgumentError(
                 f"{key!r} is not an argument of simulate_cluster{hint}; router knobs: {', '.join(ROUTER_KNOBS)}"
