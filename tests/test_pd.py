@@ -9,7 +9,7 @@ from __future__ import annotations
 import hypothesis.strategies as st
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 
 import kvsim
 from kvsim.errors import InvalidArgumentError
@@ -109,8 +109,13 @@ def assert_fleets_equal(rust, ref) -> None:
 
 
 @settings(max_examples=400, deadline=None)
-@given(w=pd_workloads(), cfg=pd_configs(), args=pd_args())
-def test_both_engines_agree_on_disaggregated_fleets(w, cfg, args):
+@given(w=pd_workloads(), cfg=pd_configs(), args=pd_args(), prefill=st.one_of(st.none(), pd_configs()))
+def test_both_engines_agree_on_disaggregated_fleets(w, cfg, args, prefill):
+    if prefill is not None:  # another prefill pool: memory, block size, batch limits, time
+        try:
+            args["prefill_config"] = prefill.replace(max_model_len=cfg.max_model_len)
+        except InvalidArgumentError:
+            assume(False)
     ref = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="reference", **args))
     rust = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="rust", **args))
     assert_fleets_equal(rust, ref)
@@ -230,10 +235,40 @@ def test_what_is_not_modelled_is_refused_by_name(change, args, words, backend):
         kvsim.simulate_cluster(w, cfg, replicas=2, backend=backend, **kw)
 
 
-def test_per_pool_configs_are_refused():
+def test_a_decode_pool_runs_one_config():
     cfgs = [kvsim.SimConfig(num_blocks=60, block_size=4), kvsim.SimConfig(num_blocks=70, block_size=4)]
     with pytest.raises(InvalidArgumentError, match=r"config\[1\] differs from config\[0\]"):
         kvsim.simulate_cluster(synthetic(3), cfgs, prefill_replicas=1, pd_link_ps_per_block=1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_prefill_pool_may_run_its_own_config(backend):
+    """A prefill pool of bigger blocks, more memory, slower steps and fewer seats: its counters are its
+    own (its step time), the decode replicas' those of their config."""
+    w = workload()
+    slow = CFG.replace(num_blocks=400, block_size=16, max_num_seqs=2, iteration_time_ps=3 * 10**9)
+    kw = {"replicas": 2, "router": "least-loaded", "prefill_replicas": 2, "pd_link_ps_per_block": 10**6}
+    same = kvsim.simulate_cluster(w, CFG, backend=backend, **kw)
+    own = kvsim.simulate_cluster(w, CFG, backend=backend, prefill_config=slow, **kw)
+    assert all(c["busy_ps"] == 3 * 10**9 * c["num_steps"] for c in own.prefill_counters)
+    assert all(c["busy_ps"] == 10**9 * c["num_steps"] for c in same.prefill_counters)
+    assert all(c["peak_batch"] <= 2 for c in own.prefill_counters)
+    assert own.summary["ttft_prefill_p50_s"] > same.summary["ttft_prefill_p50_s"]
+
+
+@pytest.mark.parametrize(
+    ("prefill", "args", "words"),
+    [
+        ("not a config", {}, "prefill_config 'not a config' is not a kvsim.SimConfig"),
+        (kvsim.SimConfig(num_blocks=60), {"prefill_replicas": 0}, "prefill_replicas is 0"),
+        (kvsim.SimConfig(num_blocks=60, max_model_len=100), {}, "prefill_config's max_model_len 100"),
+        (kvsim.SimConfig(num_blocks=60, sampling="fork-cow"), {}, "prefill_config's sampling 'fork-cow'"),
+    ],
+)
+def test_a_prefill_config_that_cannot_serve_the_fleet_is_refused(prefill, args, words):
+    kw = {"prefill_replicas": 1, "pd_link_ps_per_block": 5, **args}
+    with pytest.raises(InvalidArgumentError, match=words):
+        kvsim.simulate_cluster(synthetic(5), kvsim.SimConfig(num_blocks=60), prefill_config=prefill, **kw)
 
 
 # -- the command line ------------------------------------------------------------------------------------------------

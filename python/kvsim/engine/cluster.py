@@ -104,6 +104,7 @@ def simulate_cluster(
     router: str | None = None,
     backend: str = "rust",
     goodput: Any = None,
+    prefill_config: SimConfig | None = None,
     **router_overrides: Any,
 ) -> ClusterResult:
     """Simulates `workload` on a fleet of replicas behind a router, on one clock (DESIGN.md §Cluster).
@@ -119,6 +120,9 @@ def simulate_cluster(
             (default: `config.router`).
         backend: `"rust"` (default) or `"reference"`.
         goodput: SLO bounds in ms (`{"ttft": 500, "tpot": 50}`), as `kvsim.simulate`'s, over the fleet.
+        prefill_config: a disaggregated fleet's prefill replicas' config (default: the decode replicas'):
+            another GPU, tensor parallelism, pool or batch limits; the same model, KV dtype, `sampling`
+            and `max_model_len`; its fleet knobs are not read.
         **router_overrides: `router_refresh_s`, `router_seed`, `prefix_load_cap`, `router_weights`,
             `router_tie_break` (SimConfig's knobs of the same names, checked by the same rules), and the
             prefill pool's (DESIGN.md §Prefill/decode disaggregation): `prefill_replicas` (P > 0: a
@@ -146,7 +150,7 @@ def simulate_cluster(
         goodput = parse_goodput(goodput)
     spec = router_spec(configs[0])
     _check_hybrid_router(configs, spec)
-    pd = _pd_spec(configs, spec)
+    pd = _pd_spec(configs, spec, prefill_config)
     inp = prepare(workload, configs[0])
     _check_same_input(workload, configs, inp)
     if pd is not None and len(inp) and (int(np.max(inp.fork_parent)) >= 0 or int(np.max(inp.sample)) > 0):
@@ -163,7 +167,7 @@ def simulate_cluster(
     return result
 
 
-def _pd_spec(configs: list[SimConfig], spec: Any) -> Any:
+def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) -> Any:
     """The prefill pool (`kvsim.reference.cluster.PdSpec`) from config[0]'s knobs, or None for an
     aggregated fleet; refuses what is not modelled, naming the field (DESIGN.md §Prefill/decode
     disaggregation)."""
@@ -171,8 +175,24 @@ def _pd_spec(configs: list[SimConfig], spec: Any) -> Any:
 
     first = configs[0]
     p = first.prefill_replicas
+    if prefill_config is not None and not isinstance(prefill_config, SimConfig):
+        raise InvalidArgumentError(f"prefill_config {prefill_config!r} is not a kvsim.SimConfig")
     if p == 0:
+        if prefill_config is not None:
+            raise InvalidArgumentError("prefill_config is given but prefill_replicas is 0 (no prefill pool)")
         return None
+    if prefill_config is not None:
+        for knob in ("model", "kv_cache_dtype", "sampling", "max_model_len"):
+            a, b = getattr(prefill_config, knob), getattr(first, knob)
+            if a != b:
+                raise InvalidArgumentError(
+                    f"prefill_config's {knob} {a!r} differs from the decode replicas' {b!r}: both pools of a "
+                    "disaggregated fleet run one model on one workload"
+                )
+        if prefill_config.kv_groups:
+            raise InvalidArgumentError(
+                "prefill_config: a hybrid model's transfer (several KV-cache groups) is not modelled"
+            )
     for i, c in enumerate(configs):
         if c != first:
             raise InvalidArgumentError(
@@ -222,7 +242,7 @@ def _pd_spec(configs: list[SimConfig], spec: Any) -> Any:
                 f"ps, more than {1 << 40}"
             )
     latency = round(first.pd_link_latency_s * PS_PER_S)
-    return PdSpec(p, first.pd_threshold_tokens, latency, ps_per_block)
+    return PdSpec(p, first.pd_threshold_tokens, latency, ps_per_block, prefill_config)
 
 
 def _configs(

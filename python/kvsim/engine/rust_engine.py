@@ -216,6 +216,7 @@ def run_cluster(
         pd_threshold_tokens=0 if pd is None else pd.threshold_tokens,
         pd_link_latency_ps=0 if pd is None else pd.link_latency_ps,
         pd_link_ps_per_block=0 if pd is None else pd.link_ps_per_block,
+        prefill_config=None if pd is None or pd.prefill_config is None else config_kwargs(pd.prefill_config),
         **input_kwargs(inp),
     )
     columns = dict(result["outputs"])

@@ -142,17 +142,19 @@ class PdSpec:
     `kvsim.engine.cluster`.
 
     Attributes:
-        prefill_replicas: P >= 1 prefill replicas (every one runs the decode replicas' `configs[0]`).
+        prefill_replicas: P >= 1 prefill replicas.
         threshold_tokens: a request whose prompt part not cached on its decode replica is under this
             prefills there (conditional disaggregation); 0: every request is disaggregated.
         link_latency_ps: a transfer's fixed time on a decode replica's inbound link.
         link_ps_per_block: a block's time on that link.
+        prefill_config: the prefill replicas' config (None: the decode replicas' `configs[0]`).
     """
 
     prefill_replicas: int
     threshold_tokens: int = 0
     link_latency_ps: int = 0
     link_ps_per_block: int = 0
+    prefill_config: SimConfig | None = None
 
 
 # The fleet's extra per-row columns with a prefill pool: the prefill replica (-1: prefilled locally on its
@@ -340,9 +342,10 @@ def run_cluster(
             raise InvalidArgumentError(f"configs[{i}] {cfg!r} is not a SimConfig")
     if isinstance(timeseries_every, bool) or not isinstance(timeseries_every, int) or timeseries_every < 0:
         raise InvalidArgumentError(f"timeseries_every {timeseries_every!r} must be an int >= 0")
-    _check_fleet(inp, configs)
     if pd is not None:
+        _check_fleet(inp, [*configs, *[pd.prefill_config or configs[0]] * pd.prefill_replicas])
         return _run_pd(inp, configs, router, timeseries_every, record_events, pd)
+    _check_fleet(inp, configs)
     n = len(inp)
     replicas = [Replica(inp, cfg, timeseries_every, record_events) for cfg in configs]
     pick = Router(router, replicas)
@@ -430,14 +433,15 @@ def _run_pd(
     pd: PdSpec,
 ) -> ClusterOutput:
     """The disaggregated fleet (DESIGN.md §Prefill/decode disaggregation): `configs` are the decode
-    replicas; `pd.prefill_replicas` more run `configs[0]`. Every replica is stepped to every arrival; a
+    replicas; `pd.prefill_replicas` more run `pd.prefill_config` (or `configs[0]`). Every replica is stepped to every arrival; a
     unit's decode replica is picked first, then, unless its uncached prompt part is under the threshold,
     its prefill replica, which runs it to its first token; at that finish it joins its decode replica as a
     remote request. Counters, time series and events: the decode replicas', then the prefill replicas'."""
     n = len(inp)
     link = (pd.link_latency_ps, pd.link_ps_per_block)
     decode = [Replica(inp, cfg, timeseries_every, record_events, link) for cfg in configs]
-    prefill = [Replica(inp, configs[0], timeseries_every, record_events) for _ in range(pd.prefill_replicas)]
+    prefill_cfg = pd.prefill_config or configs[0]
+    prefill = [Replica(inp, prefill_cfg, timeseries_every, record_events) for _ in range(pd.prefill_replicas)]
     route_d = Router(router, decode)
     route_p = Router(dataclasses.replace(router, seed=(router.seed + 1) & MASK64), prefill)
     rows_d: list[list[int]] = [[] for _ in decode]

@@ -89,6 +89,44 @@ fn weights_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<(String, f
     Ok(Some(pairs))
 }
 
+/// The prefill pool's arguments of `run_cluster` (None: the default, 0 / no config).
+fn pd_args(
+    prefill_replicas: Option<&Bound<'_, PyAny>>,
+    pd_threshold_tokens: Option<&Bound<'_, PyAny>>,
+    pd_link_latency_ps: Option<&Bound<'_, PyAny>>,
+    pd_link_ps_per_block: Option<&Bound<'_, PyAny>>,
+    prefill_config: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(PdSpec, Option<kvsim_core::engine::EngineConfig>)> {
+    let prefill_cfg = match prefill_config.filter(|v| !v.is_none()) {
+        None => None,
+        Some(d) => {
+            let d = d.cast::<PyDict>().map_err(|_| {
+                invalid(format!("prefill_config {} must be a dict or None", repr(d)))
+            })?;
+            Some(engine_config(d, Origin::Call("run_cluster"), &[])?)
+        }
+    };
+    let prefill = prefill_replicas.map_or(Ok(0), |v| u64_in(v, "prefill_replicas", 0))?;
+    let prefill = usize::try_from(prefill)
+        .ok()
+        .filter(|&p| p <= 4096)
+        .ok_or_else(|| {
+            invalid(format!(
+                "prefill_replicas {prefill} must be between 0 and 4096"
+            ))
+        })?;
+    let pd = PdSpec {
+        prefill_replicas: prefill,
+        threshold_tokens: pd_threshold_tokens
+            .map_or(Ok(0), |v| u64_in(v, "pd_threshold_tokens", 0))?,
+        link_latency_ps: pd_link_latency_ps
+            .map_or(Ok(0), |v| u64_in(v, "pd_link_latency_ps", 0))?,
+        link_ps_per_block: pd_link_ps_per_block
+            .map_or(Ok(0), |v| u64_in(v, "pd_link_ps_per_block", 0))?,
+    };
+    Ok((pd, prefill_cfg))
+}
+
 /// Runs the workload's per-sequence columns (`run_engine`'s, by keyword) on a cluster of replicas behind
 /// a router, on one clock, with the GIL released (`kvsim_core::cluster::run_cluster`; DESIGN.md
 /// §Cluster). Ctrl-C interrupts it with `KeyboardInterrupt`.
@@ -105,7 +143,8 @@ fn weights_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<(String, f
 /// With `prefill_replicas` P > 0 the fleet is disaggregated (DESIGN.md §Prefill/decode
 /// disaggregation; `kvsim_core::cluster::pd::run_pd`): `configs` are the decode replicas, P prefill
 /// replicas run `configs[0]`, `pd_threshold_tokens` is the conditional disaggregation's threshold and
-/// `pd_link_latency_ps`, `pd_link_ps_per_block` a decode replica's inbound link.
+/// `pd_link_latency_ps`, `pd_link_ps_per_block` a decode replica's inbound link; `prefill_config` (a
+/// dict as `configs[r]`, or None) the prefill replicas' config.
 ///
 /// Returns a dict: `outputs` (every row's output columns, in workload order, as `run_engine`'s),
 /// `replica` (each row's replica, int64) and `counters` (one dict per replica, as `run_engine`'s; with
@@ -120,8 +159,9 @@ fn weights_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<(String, f
 #[pyo3(signature = (
     *, configs, router, router_seed = None, router_refresh_ps = None, prefix_load_cap = None,
     router_weights = None, router_tie_break = None, timeseries_every = 0, record_events = false,
-    prefill_replicas = None, pd_threshold_tokens = None, pd_link_latency_ps = None, pd_link_ps_per_block = None, **columns
-), text_signature = "(*, configs, router, router_seed=0, router_refresh_ps=0, prefix_load_cap=1.5, router_weights=None, router_tie_break='random', timeseries_every=0, record_events=False, prefill_replicas=0, pd_threshold_tokens=0, pd_link_latency_ps=0, pd_link_ps_per_block=0, **columns)")]
+    prefill_replicas = None, pd_threshold_tokens = None, pd_link_latency_ps = None, pd_link_ps_per_block = None,
+    prefill_config = None, **columns
+), text_signature = "(*, configs, router, router_seed=0, router_refresh_ps=0, prefix_load_cap=1.5, router_weights=None, router_tie_break='random', timeseries_every=0, record_events=False, prefill_replicas=0, pd_threshold_tokens=0, pd_link_latency_ps=0, pd_link_ps_per_block=0, prefill_config=None, **columns)")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_cluster<'py>(
     py: Python<'py>,
@@ -138,31 +178,16 @@ pub(crate) fn run_cluster<'py>(
     pd_threshold_tokens: Option<Bound<'py, PyAny>>,
     pd_link_latency_ps: Option<Bound<'py, PyAny>>,
     pd_link_ps_per_block: Option<Bound<'py, PyAny>>,
+    prefill_config: Option<Bound<'py, PyAny>>,
     columns: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let prefill = prefill_replicas
-        .as_ref()
-        .map_or(Ok(0), |v| u64_in(v, "prefill_replicas", 0))?;
-    let prefill = usize::try_from(prefill)
-        .ok()
-        .filter(|&p| p <= 4096)
-        .ok_or_else(|| {
-            invalid(format!(
-                "prefill_replicas {prefill} must be between 0 and 4096"
-            ))
-        })?;
-    let pd = PdSpec {
-        prefill_replicas: prefill,
-        threshold_tokens: pd_threshold_tokens
-            .as_ref()
-            .map_or(Ok(0), |v| u64_in(v, "pd_threshold_tokens", 0))?,
-        link_latency_ps: pd_link_latency_ps
-            .as_ref()
-            .map_or(Ok(0), |v| u64_in(v, "pd_link_latency_ps", 0))?,
-        link_ps_per_block: pd_link_ps_per_block
-            .as_ref()
-            .map_or(Ok(0), |v| u64_in(v, "pd_link_ps_per_block", 0))?,
-    };
+    let (pd, prefill_cfg) = pd_args(
+        prefill_replicas.as_ref(),
+        pd_threshold_tokens.as_ref(),
+        pd_link_latency_ps.as_ref(),
+        pd_link_ps_per_block.as_ref(),
+        prefill_config.as_ref(),
+    )?;
     let cfgs = items(configs, "configs must be a list of dicts")?
         .iter()
         .enumerate()
@@ -209,7 +234,7 @@ pub(crate) fn run_cluster<'py>(
         prefill_finish,
     } = detached(py, "the cluster", |cancel| {
         if pd.prefill_replicas > 0 {
-            kvsim_core::cluster::pd::run_pd(inp, &cfgs, &spec, &pd, cancel)
+            kvsim_core::cluster::pd::run_pd(inp, &cfgs, prefill_cfg.as_ref(), &spec, &pd, cancel)
         } else {
             kvsim_core::cluster::run_cluster(inp, &cfgs, &spec, cancel).map(|cluster| PdOutput {
                 cluster,

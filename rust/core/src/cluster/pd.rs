@@ -45,6 +45,7 @@ pub struct PdOutput {
 fn check(
     inp: &EngineInput<'_>,
     cfgs: &[EngineConfig],
+    prefill_cfg: &EngineConfig,
     spec: &RouterSpec,
     pd: &PdSpec,
 ) -> Result<()> {
@@ -54,8 +55,16 @@ fn check(
         );
     }
     let mut all = cfgs.to_vec();
-    all.extend(std::iter::repeat_n(cfgs[0].clone(), pd.prefill_replicas));
+    all.extend(std::iter::repeat_n(
+        prefill_cfg.clone(),
+        pd.prefill_replicas,
+    ));
     validate(inp, &all)?;
+    if prefill_cfg.groups.is_some() {
+        invalid_arg!(
+            "prefill_config: a hybrid model's transfer (several KV-cache groups) is not modelled"
+        );
+    }
     if inp.has_forks() {
         invalid_arg!("sampling 'fork-cow': a disaggregated fleet routes one sequence a request");
     }
@@ -107,8 +116,11 @@ fn signals(rep: &Replica, a: i64, keys: &[BlockKey], prompt: u64) -> Signals {
 struct PdDriver<'i, 'p> {
     inp: EngineInput<'i>,
     pd: &'p PdSpec,
+    /// Each pool's block size and whether its prefix maps can hold keys.
     bs: u64,
     caching: bool,
+    bs_p: u64,
+    caching_p: bool,
     wants_keys: bool,
     private_from: Vec<u64>,
     decode: Vec<Replica>,
@@ -124,7 +136,10 @@ struct PdDriver<'i, 'p> {
     /// Known hand-offs not yet delivered: (prefill finish, prefill replica, input row, decode replica).
     handoffs: Vec<(i64, usize, usize, usize)>,
     segs: Vec<Segment>,
+    /// The unit's prompt keys at the decode pool's block size and, for a router that reads prefix
+    /// hits, at the prefill pool's.
     keys: Vec<BlockKey>,
+    keys_p: Vec<BlockKey>,
     views_d: Vec<Signals>,
     views_p: Vec<Signals>,
 }
@@ -176,7 +191,10 @@ impl PdDriver<'_, '_> {
         }
         let prompt = inp.prompt_len[row] as u64;
         self.keys.clear();
-        if self.caching && (self.wants_keys || self.pd.threshold_tokens > 0) {
+        self.keys_p.clear();
+        let want_d = self.caching && (self.wants_keys || self.pd.threshold_tokens > 0);
+        let want_p = self.caching_p && self.wants_keys;
+        if want_d || want_p {
             let (lo, hi) = (
                 inp.seg_offsets[row] as usize,
                 inp.seg_offsets[row + 1] as usize,
@@ -185,11 +203,16 @@ impl PdDriver<'_, '_> {
             self.segs.extend(
                 (lo..hi).map(|k| Segment::new(inp.segment_id[k], inp.segment_len[k] as u64)),
             );
-            let limit = self
-                .private_from
-                .get(row)
-                .map_or(u64::MAX, |&p| p / self.bs);
-            BlockTable::lookup_keys(self.bs, &self.segs, prompt, limit, &mut self.keys);
+            let private = self.private_from.get(row).copied();
+            for (want, bs, keys) in [
+                (want_d, self.bs, &mut self.keys),
+                (want_p, self.bs_p, &mut self.keys_p),
+            ] {
+                if want {
+                    let limit = private.map_or(u64::MAX, |p| p / bs);
+                    BlockTable::lookup_keys(bs, &self.segs, prompt, limit, keys);
+                }
+            }
         }
         let router_keys: &[BlockKey] = if self.wants_keys { &self.keys } else { &[] };
         for (v, rep) in self.views_d.iter_mut().zip(&self.decode) {
@@ -208,7 +231,7 @@ impl PdDriver<'_, '_> {
             return Ok(());
         }
         for (v, rep) in self.views_p.iter_mut().zip(&self.prefill) {
-            *v = signals(rep, a, router_keys, prompt);
+            *v = signals(rep, a, &self.keys_p, prompt);
         }
         let p = self.route_p.pick(self.prefill.len(), &self.views_p);
         self.prefill[p].push_pd(&inp, row, &self.private_from, None, true, false);
@@ -282,12 +305,14 @@ impl PdDriver<'_, '_> {
     }
 }
 
-/// Runs `inp` on the decode replicas `cfgs` and `pd.prefill_replicas` prefill replicas under `cfgs[0]`
-/// behind the router `spec` on one clock (DESIGN.md §Prefill/decode disaggregation). The prefill pool's
-/// router is `spec` with the seed plus 1 (wrapping): its own stream and count.
+/// Runs `inp` on the decode replicas `cfgs` and `pd.prefill_replicas` prefill replicas under
+/// `prefill_cfg` (None: `cfgs[0]`) behind the router `spec` on one clock (DESIGN.md §Prefill/decode
+/// disaggregation). The prefill pool's router is `spec` with the seed plus 1 (wrapping): its own
+/// stream and count.
 pub fn run_pd(
     inp: EngineInput<'_>,
     cfgs: &[EngineConfig],
+    prefill_cfg: Option<&EngineConfig>,
     spec: &RouterSpec,
     pd: &PdSpec,
     cancel: &AtomicBool,
@@ -295,12 +320,14 @@ pub fn run_pd(
     if cfgs.is_empty() {
         invalid_arg!("configs: a cluster needs at least one replica, got 0");
     }
-    check(&inp, cfgs, spec, pd)?;
+    let prefill_cfg = prefill_cfg.unwrap_or(&cfgs[0]);
+    check(&inp, cfgs, prefill_cfg, spec, pd)?;
     let n = inp.len();
     let cfg = &cfgs[0];
     let defer_keys = !inp.segment_id.iter().any(|&id| id >= OUTPUT_BIT);
-    let caching = cfg.enable_prefix_caching && cfg.policy.is_paged();
-    let private_from = if defer_keys && caching {
+    let caches = |c: &EngineConfig| c.enable_prefix_caching && c.policy.is_paged();
+    let (caching, caching_p) = (caches(cfg), caches(prefill_cfg));
+    let private_from = if defer_keys && (caching || caching_p) {
         private_starts(&inp)
     } else {
         Vec::new()
@@ -313,13 +340,20 @@ pub fn run_pd(
     }
     let mut prefill = Vec::with_capacity(pd.prefill_replicas);
     for _ in 0..pd.prefill_replicas {
-        prefill.push(Replica::new(cfg.clone(), defer_keys, false, Some(cancel))?);
+        prefill.push(Replica::new(
+            prefill_cfg.clone(),
+            defer_keys,
+            false,
+            Some(cancel),
+        )?);
     }
     let mut d = PdDriver {
         inp,
         pd,
         bs: cfg.block_size,
         caching,
+        bs_p: prefill_cfg.block_size,
+        caching_p,
         wants_keys: match spec.kind {
             RouterKind::PrefixAffinity => true,
             RouterKind::Weighted => spec.weights.prefix != 0.0,
@@ -339,6 +373,7 @@ pub fn run_pd(
         handoffs: Vec::new(),
         segs: Vec::new(),
         keys: Vec::new(),
+        keys_p: Vec::new(),
         views_d: vec![Signals::default(); decode.len()],
         views_p: vec![Signals::default(); prefill.len()],
         decode,

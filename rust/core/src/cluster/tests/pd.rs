@@ -52,7 +52,7 @@ fn prefilling_every_request_locally_is_the_aggregated_fleet() {
                 let spec = RouterSpec::named(router).unwrap();
                 let cfgs = vec![cfg.clone(); 3];
                 let agg = run_cluster(w.view(), &cfgs, &spec, &cancel).unwrap();
-                let out = run_pd(w.view(), &cfgs, &spec, &pd(u64::MAX), &cancel).unwrap();
+                let out = run_pd(w.view(), &cfgs, None, &spec, &pd(u64::MAX), &cancel).unwrap();
                 let what = format!("{name}/{kind}/{router}");
                 assert_same_rows(&out.cluster.out, &agg.out, &what);
                 assert_eq!(out.cluster.replica, agg.replica, "{what}");
@@ -72,7 +72,7 @@ fn a_disaggregated_request_gets_its_first_token_on_a_prefill_replica_first() {
         let spec = RouterSpec::named("least-loaded").unwrap();
         let cfgs = vec![cfg.clone(); 2];
         let spec_pd = pd(0);
-        let out = run_pd(w.view(), &cfgs, &spec, &spec_pd, &cancel).unwrap();
+        let out = run_pd(w.view(), &cfgs, None, &spec, &spec_pd, &cancel).unwrap();
         let o = &out.cluster.out;
         let mut finished = 0;
         for row in 0..w.arrival_ps.len() {
@@ -119,7 +119,7 @@ fn what_a_disaggregated_fleet_does_not_model_is_refused() {
     };
     let spec = RouterSpec::named("least-loaded").unwrap();
     let err = |w: &Cols, cfgs: &[EngineConfig], spec: &RouterSpec, p: &PdSpec| {
-        run_pd(w.view(), cfgs, spec, p, &cancel)
+        run_pd(w.view(), cfgs, None, spec, p, &cancel)
             .unwrap_err()
             .to_string()
     };
