@@ -189,6 +189,8 @@ def test_the_ttft_split_adds_up_and_the_links_queue(backend):
     assert 0 < r.summary["pd_link_utilization"] <= 1
     assert 0 < r.summary["prefill_pool_utilization"] <= 1
     assert r.summary["ttft_transfer_p99_s"] >= r.summary["ttft_transfer_p50_s"] > 0
+    util = (r.summary["prefill_pool_utilization"], r.summary["decode_pool_utilization"])
+    assert r.summary["pd_pool_imbalance"] == max(util) / min(util) >= 1
     # Prefill replicas generate one token a request; decode replicas the rest.
     assert all(x["num_steps"] > 0 for x in r.prefill_counters)
 
@@ -299,6 +301,7 @@ def test_kvsim_run_prints_the_split(capsys, backend):
     assert section[6].lstrip().startswith("transfers: ")
     assert "link utilisation" in section[6]
     assert "pool utilisation (busy / makespan): prefill" in section[7]
+    assert "pool imbalance (busier / idler utilisation): " in section[8]
     assert main([*argv, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     pd = data["fleet"]["disaggregation"]

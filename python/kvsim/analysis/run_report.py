@@ -291,6 +291,7 @@ PD_KEYS = (
     "decode_pool_mean_batch",
     "prefill_pool_utilization",
     "prefill_pool_mean_batch",
+    "pd_pool_imbalance",
 )
 
 
@@ -324,6 +325,11 @@ def render_pd(s: dict[str, Any]) -> str:
         f"  pool utilisation (busy / makespan): prefill {100 * s['prefill_pool_utilization']:.1f} %, decode "
         f"{100 * s['decode_pool_utilization']:.1f} %; mean batch: prefill {s['prefill_pool_mean_batch']:.2f}, "
         f"decode {s['decode_pool_mean_batch']:.2f}"
+    )
+    ratio = s["pd_pool_imbalance"]
+    lines.append(
+        "  pool imbalance (busier / idler utilisation): "
+        + ("one pool idle" if ratio is None else f"{ratio:.2f}")
     )
     return "\n".join(lines)
 

@@ -563,6 +563,11 @@ def _pd_result(
         steps = sum(c["num_steps"] for c in cs)
         s[f"{pool}_pool_utilization"] = busy / (len(cs) * makespan) if makespan else 0.0
         s[f"{pool}_pool_mean_batch"] = sum(c["sum_batch"] for c in cs) / steps if steps else 0.0
+    # The imbalance between the pools: the busier pool's utilisation over the idler's (1: balanced;
+    # None: one pool never stepped while the other did).
+    hi = max(s["prefill_pool_utilization"], s["decode_pool_utilization"])
+    lo = min(s["prefill_pool_utilization"], s["decode_pool_utilization"])
+    s["pd_pool_imbalance"] = hi / lo if lo > 0 else (1.0 if hi == 0 else None)
 
 
 def _per_request(workload: Any, rows: np.ndarray, values: np.ndarray, fill: int) -> np.ndarray:
