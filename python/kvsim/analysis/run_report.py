@@ -269,7 +269,70 @@ def fleet_record(result: Any) -> dict[str, Any]:
         "load_imbalance": s["load_imbalance"],
         "load_imbalance_requests": s["load_imbalance_requests"],
         "per_replica": [r.summary for r in result.replicas],
+        **({"disaggregation": pd_record(s)} if s.get("prefill_replicas") else {}),
     }
+
+
+# A disaggregated fleet's summary keys (DESIGN.md §Prefill/decode disaggregation, Metrics).
+PD_PARTS = (
+    ("prefill queueing", "ttft_prefill_queue"),
+    ("prefill", "ttft_prefill"),
+    ("transfer", "ttft_transfer"),
+    ("decode queueing", "ttft_decode_queue"),
+)
+PD_KEYS = (
+    "prefill_replicas",
+    "pd_disaggregated",
+    "pd_local_prefills",
+    "pd_transfers",
+    "pd_transfer_blocks",
+    "pd_transfer_bytes",
+    "pd_link_utilization",
+    "decode_pool_utilization",
+    "decode_pool_mean_batch",
+    "prefill_pool_utilization",
+    "prefill_pool_mean_batch",
+    "pd_pool_imbalance",
+)
+
+
+def pd_record(s: dict[str, Any]) -> dict[str, Any]:
+    """A disaggregated fleet's part of `fleet`: the TTFT split's percentiles, the transfers, the links'
+    and the pools' utilisation."""
+    out = {k: s[k] for k in PD_KEYS}
+    for _, key in PD_PARTS:
+        for q in ("p50", "p99"):
+            out[f"{key}_{q}_s"] = s[f"{key}_{q}_s"]
+    return out
+
+
+def render_pd(s: dict[str, Any]) -> str:
+    """The human disaggregation section: TTFT split into its four parts (p50, p99), the transfers and
+    the utilisation of the links and of each pool."""
+    lines = [
+        f"== disaggregation: {s['prefill_replicas']} prefill : {s['replicas']} decode replicas; "
+        f"{s['pd_disaggregated']:,} requests disaggregated, {s['pd_local_prefills']:,} prefilled locally ==",
+        "  " + "".join(f"{h:>18}" for h in ("TTFT part", "p50 ms", "p99 ms")),
+    ]
+    for label, key in PD_PARTS:
+        cells = (label, _num(1000 * s[f"{key}_p50_s"]), _num(1000 * s[f"{key}_p99_s"]))
+        lines.append("  " + "".join(f"{c:>18}" for c in cells))
+    size = s["pd_transfer_bytes"]
+    moved = f"{s['pd_transfer_blocks']:,} blocks" + ("" if size is None else f", {size / 1e9:,.2f} GB")
+    lines.append(
+        f"  transfers: {s['pd_transfers']:,} ({moved}); link utilisation {100 * s['pd_link_utilization']:.2f} %"
+    )
+    lines.append(
+        f"  pool utilisation (busy / makespan): prefill {100 * s['prefill_pool_utilization']:.1f} %, decode "
+        f"{100 * s['decode_pool_utilization']:.1f} %; mean batch: prefill {s['prefill_pool_mean_batch']:.2f}, "
+        f"decode {s['decode_pool_mean_batch']:.2f}"
+    )
+    ratio = s["pd_pool_imbalance"]
+    lines.append(
+        "  pool imbalance (busier / idler utilisation): "
+        + ("one pool idle" if ratio is None else f"{ratio:.2f}")
+    )
+    return "\n".join(lines)
 
 
 def render_fleet(result: Any) -> str:
@@ -301,4 +364,6 @@ def render_fleet(result: Any) -> str:
         f"  load imbalance (max / mean): work (computed tokens) {s['load_imbalance']:.3f}, requests "
         f"{s['load_imbalance_requests']:.3f}"
     )
+    if s.get("prefill_replicas"):
+        lines.append(render_pd(s))
     return "\n".join(lines)

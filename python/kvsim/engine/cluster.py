@@ -25,6 +25,14 @@ from kvsim.reference.engine import EngineOutput
 
 # The router's knobs that `simulate_cluster(..., **router_overrides)` takes (`router` has its own keyword).
 ROUTER_KNOBS = ("router_refresh_s", "router_seed", "prefix_load_cap", "router_weights", "router_tie_break")
+# The prefill pool's knobs (DESIGN.md §Prefill/decode disaggregation), taken the same way.
+PD_KNOBS = (
+    "prefill_replicas",
+    "pd_threshold_tokens",
+    "pd_link_bandwidth",
+    "pd_link_latency_s",
+    "pd_link_ps_per_block",
+)
 # Fields of SimConfig that `engine_input.prepare` reads: the replicas of one fleet must agree on the
 # columns they give.
 INPUT_FIELDS = ("sampling", "max_model_len")
@@ -63,6 +71,8 @@ class ClusterResult:
     raw: EngineOutput
     replica: np.ndarray
     router: Any
+    # Prefill/decode disaggregation: the prefill replicas' counters (`replicas` holds the decode pool).
+    prefill_counters: list[dict[str, int]] = dataclasses.field(default_factory=list)
 
     def serving(
         self,
@@ -94,6 +104,7 @@ def simulate_cluster(
     router: str | None = None,
     backend: str = "rust",
     goodput: Any = None,
+    prefill_config: SimConfig | None = None,
     **router_overrides: Any,
 ) -> ClusterResult:
     """Simulates `workload` on a fleet of replicas behind a router, on one clock (DESIGN.md §Cluster).
@@ -109,8 +120,18 @@ def simulate_cluster(
             (default: `config.router`).
         backend: `"rust"` (default) or `"reference"`.
         goodput: SLO bounds in ms (`{"ttft": 500, "tpot": 50}`), as `kvsim.simulate`'s, over the fleet.
+        prefill_config: a disaggregated fleet's prefill replicas' config (default: the decode replicas'):
+            another GPU, tensor parallelism, pool or batch limits; the same model, KV dtype, `sampling`
+            and `max_model_len`; its fleet knobs are not read.
         **router_overrides: `router_refresh_s`, `router_seed`, `prefix_load_cap`, `router_weights`,
-            `router_tie_break` (SimConfig's knobs of the same names, checked by the same rules).
+            `router_tie_break` (SimConfig's knobs of the same names, checked by the same rules), and the
+            prefill pool's (DESIGN.md §Prefill/decode disaggregation): `prefill_replicas` (P > 0: a
+            disaggregated fleet whose `replicas` are the decode pool; every prefill replica runs
+            config[0]), `pd_threshold_tokens` (a request whose prompt part not cached on its decode
+            replica is under this prefills there; 0: every request is disaggregated),
+            `pd_link_bandwidth` (a decode replica's inbound link, bytes/s per GPU), `pd_link_latency_s`,
+            `pd_link_ps_per_block` (a block's time on the link; unset: the model's KV bytes of a block
+            on one GPU over the bandwidth).
 
     Returns:
         A `ClusterResult`.
@@ -129,10 +150,99 @@ def simulate_cluster(
         goodput = parse_goodput(goodput)
     spec = router_spec(configs[0])
     _check_hybrid_router(configs, spec)
+    pd = _pd_spec(configs, spec, prefill_config)
     inp = prepare(workload, configs[0])
     _check_same_input(workload, configs, inp)
-    columns, replica, counters = _run(inp, configs, spec, backend)
-    return cluster_result(workload, inp, columns, replica, counters, configs, fleet, spec, goodput)
+    if pd is not None and len(inp) and (int(np.max(inp.fork_parent)) >= 0 or int(np.max(inp.sample)) > 0):
+        raise InvalidArgumentError(
+            f"sampling {configs[0].sampling!r} with several samples a request: a disaggregated fleet "
+            "(prefill_replicas > 0) routes one sequence a request (DESIGN.md §Prefill/decode disaggregation)"
+        )
+    columns, replica, counters, extra = _run(inp, configs, spec, backend, pd)
+    result = cluster_result(
+        workload, inp, columns, replica, counters[: len(configs)], configs, fleet, spec, goodput
+    )
+    if pd is not None:
+        _pd_result(result, workload, inp, columns, extra, counters, configs, pd)
+    return result
+
+
+def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) -> Any:
+    """The prefill pool (`kvsim.reference.cluster.PdSpec`) from config[0]'s knobs, or None for an
+    aggregated fleet; refuses what is not modelled, naming the field (DESIGN.md §Prefill/decode
+    disaggregation)."""
+    from kvsim.reference.cluster import PdSpec
+
+    first = configs[0]
+    p = first.prefill_replicas
+    if prefill_config is not None and not isinstance(prefill_config, SimConfig):
+        raise InvalidArgumentError(f"prefill_config {prefill_config!r} is not a kvsim.SimConfig")
+    if p == 0:
+        if prefill_config is not None:
+            raise InvalidArgumentError("prefill_config is given but prefill_replicas is 0 (no prefill pool)")
+        return None
+    if prefill_config is not None:
+        for knob in ("model", "kv_cache_dtype", "sampling", "max_model_len"):
+            a, b = getattr(prefill_config, knob), getattr(first, knob)
+            if a != b:
+                raise InvalidArgumentError(
+                    f"prefill_config's {knob} {a!r} differs from the decode replicas' {b!r}: both pools of a "
+                    "disaggregated fleet run one model on one workload"
+                )
+        if prefill_config.kv_groups:
+            raise InvalidArgumentError(
+                "prefill_config: a hybrid model's transfer (several KV-cache groups) is not modelled"
+            )
+    for i, c in enumerate(configs):
+        if c != first:
+            raise InvalidArgumentError(
+                f"config[{i}] differs from config[0]: a disaggregated fleet runs one config in both pools "
+                "(per-pool configs, prefill_config, are not modelled yet)"
+            )
+    if spec.refresh_ps:
+        raise InvalidArgumentError(
+            f"router_refresh_s {first.router_refresh_s!r}: a disaggregated fleet's routers read the replicas "
+            "exactly (snapshots are not modelled with a prefill pool); set it to 0"
+        )
+    what = f"prefill_replicas {p}"
+    if first.kv_offloading_chunks:
+        raise InvalidArgumentError(
+            f"{what}: kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled with a prefill "
+            "pool (the connector and the tier would share the held queue)"
+        )
+    if first.kv_groups:
+        raise InvalidArgumentError(
+            f"{what}: model {getattr(first.model, 'name', first.model)} has several KV-cache groups (hybrid "
+            "attention), whose transfer is not modelled"
+        )
+    for knob, needed in (
+        ("policy", "vllm"),
+        ("preemption", "recompute"),
+        ("waiting_over_budget", "stop"),
+        ("append_check", "exact"),
+        ("watermark_rule", "while-running"),
+    ):
+        value = getattr(first, knob)
+        if value != needed:
+            raise InvalidArgumentError(
+                f"{knob} {value!r}: a disaggregated fleet's decode replicas hold requests for their transfers "
+                f"as vLLM v1's scheduler does, modelled for {knob} {needed!r}"
+            )
+    ps_per_block = first.pd_link_ps_per_block
+    if ps_per_block is None:
+        per_token = first.pool.kv_bytes_per_token
+        if per_token is None:
+            raise InvalidArgumentError(
+                f"{what}: pd_link_ps_per_block is needed without a model (the KV bytes of a block are unknown)"
+            )
+        ps_per_block = round(per_token * first.engine_block_size * PS_PER_S / first.pd_link_bandwidth)
+        if ps_per_block > 1 << 40:
+            raise InvalidArgumentError(
+                f"pd_link_bandwidth {first.pd_link_bandwidth!r} makes a block's transfer last {ps_per_block} "
+                f"ps, more than {1 << 40}"
+            )
+    latency = round(first.pd_link_latency_s * PS_PER_S)
+    return PdSpec(p, first.pd_threshold_tokens, latency, ps_per_block, prefill_config)
 
 
 def _configs(
@@ -140,10 +250,10 @@ def _configs(
 ) -> tuple[list[SimConfig], SimConfig | list[SimConfig]]:
     """The replicas' configs (each with `replicas=1`, the fleet's router knobs) and the fleet's config."""
     for key in overrides:
-        if key not in ROUTER_KNOBS:
+        if key not in ROUTER_KNOBS and key not in PD_KNOBS:
             import difflib
 
-            close = difflib.get_close_matches(str(key), [*ROUTER_KNOBS, "router", "replicas"], n=2)
+            close = difflib.get_close_matches(str(key), [*ROUTER_KNOBS, *PD_KNOBS, "router", "replicas"], n=2)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise InvalidArgumentError(
                 f"{key!r} is not an argument of simulate_cluster{hint}; router knobs: {', '.join(ROUTER_KNOBS)}"
@@ -243,26 +353,30 @@ def _check_same_input(workload: Any, configs: list[SimConfig], inp: EngineInput)
 
 
 def _run(
-    inp: EngineInput, configs: list[SimConfig], spec: Any, backend: str
-) -> tuple[dict[str, np.ndarray], np.ndarray, list[dict[str, int]]]:
-    """Runs the fleet on one backend: (per-sequence columns, per-sequence replica, per-replica counters)."""
+    inp: EngineInput, configs: list[SimConfig], spec: Any, backend: str, pd: Any = None
+) -> tuple[dict[str, np.ndarray], np.ndarray, list[dict[str, int]], dict[str, np.ndarray]]:
+    """Runs the fleet on one backend: (per-sequence columns, per-sequence replica, per-replica counters,
+    the disaggregated fleet's extra columns)."""
+    from kvsim.reference.cluster import PD_COLUMNS
+
     out: Any
     if backend == "reference":
         from kvsim.reference import cluster
 
-        out = cluster.run_cluster(inp, configs, spec)
+        out = cluster.run_cluster(inp, configs, spec, pd=pd)
     else:
         from kvsim.engine import rust_engine
 
-        out = rust_engine.run_cluster(inp, configs, spec)
+        out = rust_engine.run_cluster(inp, configs, spec, pd=pd)
     # The reference's ClusterOutput or the Rust wrapper's dict of the same fields: per-row columns (with
     # `replica`) and per-replica counters.
     columns = dict(out["columns"] if isinstance(out, dict) else out.columns)
     counters = out["counters"] if isinstance(out, dict) else out.counters
     replica = columns.pop("replica")
+    extra = {name: np.asarray(columns.pop(name), dtype=np.int64) for name in PD_COLUMNS if name in columns}
     columns = {name: np.asarray(columns[name]) for name in _COLUMNS}
     replica = np.asarray(replica, dtype=np.int64)
-    return columns, replica, [dict(c) for c in counters]
+    return columns, replica, [dict(c) for c in counters], extra
 
 
 def fleet_counters(counters: Sequence[dict[str, int]]) -> dict[str, int]:
@@ -391,6 +505,83 @@ def fleet_summary(
             (x["peak_cpu_chunks"] / k if k else 0.0) for x, k in zip(counters, chunks, strict=True)
         )
     return s
+
+
+def _pd_result(
+    result: ClusterResult,
+    workload: Any,
+    inp: EngineInput,
+    columns: dict[str, np.ndarray],
+    extra: dict[str, np.ndarray],
+    counters: list[dict[str, int]],
+    configs: list[SimConfig],
+    pd: Any,
+) -> None:
+    """A disaggregated fleet's rows and summary keys (DESIGN.md §Prefill/decode disaggregation, Metrics):
+    per request the prefill replica and TTFT split into prefill queueing, prefill, transfer and decode
+    queueing; per fleet the transfers, their bytes, the links' and the pools' utilisation."""
+    d = len(configs)
+    decode_c, prefill_c = counters[:d], counters[d:]
+    result.prefill_counters = prefill_c
+    arrival = inp.arrival_ps
+    pre = extra["prefill_replica"]
+    remote = (pre >= 0) & (extra["prefill_finish"] >= 0) & (columns["first_token"] >= 0)
+    first = extra["prefill_first_scheduled"]
+    f = extra["prefill_finish"]
+    ttft = np.where(columns["first_token"] >= 0, columns["first_token"] - arrival, -1)
+    split = {
+        "ttft_prefill_queue_s": np.where(remote, first - arrival, 0),
+        "ttft_prefill_s": np.where(remote, f - first, 0),
+        "ttft_transfer_s": np.where(remote, columns["load_wait_ps"], 0),
+    }
+    split["ttft_decode_queue_s"] = (
+        ttft - split["ttft_prefill_queue_s"] - split["ttft_prefill_s"] - split["ttft_transfer_s"]
+    )
+    rows = inp.request_row
+    new = [pl.Series("prefill_replica", _per_request(workload, rows, pre, -1), dtype=pl.Int64)]
+    done = columns["first_token"] >= 0
+    for name, v in split.items():
+        per = np.full(len(workload), np.nan)
+        per[rows[done]] = v[done] / PS_PER_S
+        new.append(pl.Series(name, per, dtype=pl.Float64))
+    result.requests = result.requests.with_columns(new)
+    s = result.summary
+    for name, v in split.items():
+        x = v[done] / PS_PER_S
+        s[f"{name.removesuffix('_s')}_p50_s"] = float(np.percentile(x, 50)) if len(x) else 0.0
+        s[f"{name.removesuffix('_s')}_p99_s"] = float(np.percentile(x, 99)) if len(x) else 0.0
+    first_cfg = configs[0]
+    per_token = first_cfg.pool.kv_bytes_per_token
+    blocks = sum(c["pd_transfer_blocks"] for c in decode_c)
+    makespan = max((c.get("makespan_ps", 0) for c in counters), default=0)
+    s["prefill_replicas"] = pd.prefill_replicas
+    s["pd_disaggregated"] = int((pre >= 0).sum())
+    s["pd_local_prefills"] = int(len(pre) - (pre >= 0).sum())
+    s["pd_transfers"] = sum(c["pd_transfers"] for c in decode_c)
+    s["pd_transfer_blocks"] = blocks
+    s["pd_transfer_bytes"] = (
+        blocks * per_token * first_cfg.engine_block_size * first_cfg.tensor_parallel_size
+        if per_token is not None
+        else None
+    )
+    link_busy = sum(c["pd_link_busy_ps"] for c in decode_c)
+    s["pd_link_utilization"] = link_busy / (d * makespan) if makespan else 0.0
+    for pool, cs in (("decode", decode_c), ("prefill", prefill_c)):
+        busy = sum(c["busy_ps"] for c in cs)
+        steps = sum(c["num_steps"] for c in cs)
+        s[f"{pool}_pool_utilization"] = busy / (len(cs) * makespan) if makespan else 0.0
+        s[f"{pool}_pool_mean_batch"] = sum(c["sum_batch"] for c in cs) / steps if steps else 0.0
+    # The imbalance between the pools: the busier pool's utilisation over the idler's (1: balanced;
+    # None: one pool never stepped while the other did).
+    hi = max(s["prefill_pool_utilization"], s["decode_pool_utilization"])
+    lo = min(s["prefill_pool_utilization"], s["decode_pool_utilization"])
+    s["pd_pool_imbalance"] = hi / lo if lo > 0 else (1.0 if hi == 0 else None)
+
+
+def _per_request(workload: Any, rows: np.ndarray, values: np.ndarray, fill: int) -> np.ndarray:
+    out = np.full(len(workload), fill, dtype=np.int64)
+    out[rows] = values
+    return out
 
 
 __all__ = [

@@ -191,7 +191,9 @@ class RouterLike(Protocol):
     def tie_break(self) -> str: ...
 
 
-def run_cluster(inp: EngineInput, configs: list[SimConfig], router: RouterLike) -> dict[str, Any]:
+def run_cluster(
+    inp: EngineInput, configs: list[SimConfig], router: RouterLike, pd: Any = None
+) -> dict[str, Any]:
     """Runs `inp` on one Rust replica per config behind `router` on one clock (GIL released;
     `kvsim_core::cluster`). Returns `dict(columns=..., counters=[...])`: every per-row output column in
     workload order plus `replica` (int64), and one counters dict per replica (`run`'s counters), the
@@ -210,8 +212,16 @@ def run_cluster(inp: EngineInput, configs: list[SimConfig], router: RouterLike) 
         prefix_load_cap=router.prefix_load_cap,
         router_weights=weights,
         router_tie_break=router.tie_break,
+        prefill_replicas=0 if pd is None else pd.prefill_replicas,
+        pd_threshold_tokens=0 if pd is None else pd.threshold_tokens,
+        pd_link_latency_ps=0 if pd is None else pd.link_latency_ps,
+        pd_link_ps_per_block=0 if pd is None else pd.link_ps_per_block,
+        prefill_config=None if pd is None or pd.prefill_config is None else config_kwargs(pd.prefill_config),
         **input_kwargs(inp),
     )
     columns = dict(result["outputs"])
     columns["replica"] = result["replica"]
+    for name in ("prefill_replica", "prefill_first_scheduled", "prefill_finish"):
+        if name in result:
+            columns[name] = result[name]
     return {"columns": columns, "counters": list(result["counters"])}

@@ -196,6 +196,11 @@ def check_one_replica(config: SimConfig, what: str) -> None:
             f"replicas {config.replicas}: {what} runs one replica; use kvsim.simulate_cluster(workload, "
             "config) for a fleet behind a router"
         )
+    if config.prefill_replicas > 0:
+        raise InvalidArgumentError(
+            f"prefill_replicas {config.prefill_replicas}: {what} runs one replica; use "
+            "kvsim.simulate_cluster(workload, config) for a disaggregated fleet"
+        )
 
 
 def _freeze(raw: EngineOutput) -> None:

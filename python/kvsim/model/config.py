@@ -185,6 +185,11 @@ class SimConfig:
     # A dict: compared, but left out of the hash (a dict has none).
     router_weights: dict[str, float] | None = field(default=default("router_weights"), hash=False)
     router_tie_break: str = default("router_tie_break")
+    prefill_replicas: int = default("prefill_replicas")
+    pd_threshold_tokens: int = default("pd_threshold_tokens")
+    pd_link_bandwidth: float = default("pd_link_bandwidth")
+    pd_link_latency_s: float = default("pd_link_latency_s")
+    pd_link_ps_per_block: int | None = default("pd_link_ps_per_block")
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:

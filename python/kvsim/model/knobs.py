@@ -46,6 +46,12 @@ CLUSTER_KNOBS = (
     "prefix_load_cap",
     "router_weights",
     "router_tie_break",
+    # Prefill/decode disaggregation (DESIGN.md §Prefill/decode disaggregation).
+    "prefill_replicas",
+    "pd_threshold_tokens",
+    "pd_link_bandwidth",
+    "pd_link_latency_s",
+    "pd_link_ps_per_block",
 )
 # `auto` resolves to `roofline` (kvsim.model.timing) when a model and a GPU are named, else to `ticks`;
 # `calibrated` is the linear model with a measured calibration's coefficients (or the roofline with a
@@ -602,6 +608,62 @@ KNOBS: dict[str, Knob] = {
         "lowest replica index, as Vidur and BLIS) or round-robin (the first at or after unit k mod N, as "
         "vLLM's data-parallel balancer)",
         choices=ROUTER_TIE_BREAKS,
+    ),
+    # Prefill/decode disaggregation (DESIGN.md §Prefill/decode disaggregation): `replicas` are then the
+    # decode pool.
+    "prefill_replicas": Knob(
+        0,
+        "int",
+        "fleet: prefill replicas (vLLM's NIXL connector, llm-d, Dynamo): each request's decode replica is "
+        "picked first, a prefill replica computes its prompt and first token, its full blocks move to the "
+        "decode replica, which decodes; 0: an aggregated fleet",
+        lo=0,
+        hi=4096,
+        unit="replicas",
+        metavar="P",
+    ),
+    "pd_threshold_tokens": Knob(
+        0,
+        "int",
+        "fleet, disaggregated: a request whose prompt part not cached on its decode replica is under this "
+        "prefills there (conditional disaggregation, llm-d's nonCachedTokens); 0: every request is "
+        "disaggregated",
+        lo=0,
+        hi=1 << 40,
+        unit="tokens",
+        metavar="TOKENS",
+        flags=("--pd-threshold",),
+    ),
+    "pd_link_bandwidth": Knob(
+        50e9,
+        "float",
+        "fleet, disaggregated: a decode replica's inbound link, bytes per second per GPU (a 400 Gb/s NIC per "
+        "GPU, as NVIDIA's DGX H100/H200)",
+        lo=1.0,
+        hi=1e300,
+        unit="B/s",
+        metavar="BYTES/S",
+    ),
+    "pd_link_latency_s": Knob(
+        0.0,
+        "seconds",
+        "fleet, disaggregated: a transfer's fixed time on the link",
+        lo=0.0,
+        hi=(1 << 40) / PS_PER_S,
+        unit="s",
+        metavar="TIME",
+        flags=("--pd-link-latency",),
+    ),
+    "pd_link_ps_per_block": Knob(
+        None,
+        "int",
+        "fleet, disaggregated: a block's time on the link; unset: the model's KV bytes of a block on one "
+        "GPU over pd_link_bandwidth (needed without a model)",
+        optional=True,
+        lo=0,
+        hi=1 << 40,
+        unit="ps",
+        metavar="PS",
     ),
     "extra": Knob({}, "dict", "free-form annotations, not used by the engines"),
 }

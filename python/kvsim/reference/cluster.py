@@ -9,6 +9,7 @@ steps between arrivals. DESIGN.md §Engine states what each router reads, and wh
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from kvsim.engine.engine_input import EngineInput
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import ROUTER_TIE_BREAKS, SimConfig
 from kvsim.reference.block_pool import check_pool_memory
-from kvsim.reference.engine import COLUMN_DTYPE, COLUMN_FILL, EVENT_COLUMNS, Replica
+from kvsim.reference.engine import COLUMN_DTYPE, COLUMN_FILL, EVENT_COLUMNS, FINISHED, Replica
 
 MASK64 = (1 << 64) - 1
 ROUTERS = ("round-robin", "random", "least-loaded", "least-kv", "prefix-affinity", "weighted")
@@ -133,6 +134,32 @@ class RouterSpec:
         """`weighted`'s weights in `SCORERS` order (an absent name weighs 0.0)."""
         w = DEFAULT_WEIGHTS if self.weights is None else self.weights
         return w.get("prefix", 0.0), w.get("queue", 0.0), w.get("kv", 0.0)
+
+
+@dataclass(frozen=True)
+class PdSpec:
+    """A disaggregated fleet's prefill pool (DESIGN.md §Prefill/decode disaggregation), checked by
+    `kvsim.engine.cluster`.
+
+    Attributes:
+        prefill_replicas: P >= 1 prefill replicas.
+        threshold_tokens: a request whose prompt part not cached on its decode replica is under this
+            prefills there (conditional disaggregation); 0: every request is disaggregated.
+        link_latency_ps: a transfer's fixed time on a decode replica's inbound link.
+        link_ps_per_block: a block's time on that link.
+        prefill_config: the prefill replicas' config (None: the decode replicas' `configs[0]`).
+    """
+
+    prefill_replicas: int
+    threshold_tokens: int = 0
+    link_latency_ps: int = 0
+    link_ps_per_block: int = 0
+    prefill_config: SimConfig | None = None
+
+
+# The fleet's extra per-row columns with a prefill pool: the prefill replica (-1: prefilled locally on its
+# decode replica), when it first scheduled the request and when it finished it (-1: not disaggregated).
+PD_COLUMNS = ("prefill_replica", "prefill_first_scheduled", "prefill_finish")
 
 
 @dataclass
@@ -292,6 +319,7 @@ def run_cluster(
     router: RouterSpec,
     timeseries_every: int = 0,
     record_events: bool = False,
+    pd: PdSpec | None = None,
 ) -> ClusterOutput:
     """Simulates `inp` on `len(configs)` replicas (replica r under `configs[r]`) behind `router`, on one
     clock (the cluster contract §3): at each unit's arrival a router that reads state first steps every
@@ -314,6 +342,9 @@ def run_cluster(
             raise InvalidArgumentError(f"configs[{i}] {cfg!r} is not a SimConfig")
     if isinstance(timeseries_every, bool) or not isinstance(timeseries_every, int) or timeseries_every < 0:
         raise InvalidArgumentError(f"timeseries_every {timeseries_every!r} must be an int >= 0")
+    if pd is not None:
+        _check_fleet(inp, [*configs, *[pd.prefill_config or configs[0]] * pd.prefill_replicas])
+        return _run_pd(inp, configs, router, timeseries_every, record_events, pd)
     _check_fleet(inp, configs)
     n = len(inp)
     replicas = [Replica(inp, cfg, timeseries_every, record_events) for cfg in configs]
@@ -367,3 +398,114 @@ def run_cluster(
             events.append({})
     columns["replica"] = replica
     return ClusterOutput(columns, counters, timeseries, events)
+
+
+def _gather(
+    inp: EngineInput, reps: list[Replica], rows_of: list[list[int]], columns: dict[str, np.ndarray], take: Any
+) -> tuple[list[dict[str, int]], list[dict[str, np.ndarray]], list[dict[str, np.ndarray]], list[Any]]:
+    """Runs each replica to its end and writes its rows' columns where `take(row, columns of the replica,
+    its index)` allows; returns its counters, time series, events and outputs."""
+    counters, timeseries, events, outs = [], [], [], []
+    for rep, rows in zip(reps, rows_of, strict=True):
+        out = rep.finish()
+        idx = np.asarray(rows, dtype=np.int64)
+        keep = np.asarray([take(int(r), out, i) for i, r in enumerate(rows)], dtype=bool)
+        for k in COLUMN_FILL:
+            columns[k][idx[keep]] = getattr(out, k)[keep] if len(idx) else getattr(out, k)
+        counters.append(dict(out.counters))
+        timeseries.append(out.timeseries)
+        if out.events:
+            ev = dict(out.events)
+            ev["seq"] = idx[ev["seq"]] if len(idx) else ev["seq"]
+            events.append({k: ev[k] for k in EVENT_COLUMNS})
+        else:
+            events.append({})
+        outs.append(out)
+    return counters, timeseries, events, outs
+
+
+def _run_pd(
+    inp: EngineInput,
+    configs: list[SimConfig],
+    router: RouterSpec,
+    timeseries_every: int,
+    record_events: bool,
+    pd: PdSpec,
+) -> ClusterOutput:
+    """The disaggregated fleet (DESIGN.md §Prefill/decode disaggregation): `configs` are the decode
+    replicas; `pd.prefill_replicas` more run `pd.prefill_config` (or `configs[0]`). Every replica is stepped to every arrival; a
+    unit's decode replica is picked first, then, unless its uncached prompt part is under the threshold,
+    its prefill replica, which runs it to its first token; at that finish it joins its decode replica as a
+    remote request. Counters, time series and events: the decode replicas', then the prefill replicas'."""
+    n = len(inp)
+    link = (pd.link_latency_ps, pd.link_ps_per_block)
+    decode = [Replica(inp, cfg, timeseries_every, record_events, link) for cfg in configs]
+    prefill_cfg = pd.prefill_config or configs[0]
+    prefill = [Replica(inp, prefill_cfg, timeseries_every, record_events) for _ in range(pd.prefill_replicas)]
+    route_d = Router(router, decode)
+    route_p = Router(dataclasses.replace(router, seed=(router.seed + 1) & MASK64), prefill)
+    rows_d: list[list[int]] = [[] for _ in decode]
+    rows_p: list[list[int]] = [[] for _ in prefill]
+    replica = np.zeros(n, dtype=np.int64)
+    pre = np.full(n, -1, dtype=np.int64)
+    pending: list[list[tuple[int, int, int]]] = [[] for _ in prefill]  # (engine row, input row, decode)
+    handoffs: list[tuple[int, int, int, int]] = []  # (finish, prefill replica, input row, decode replica)
+
+    def collect() -> None:
+        for p, rep in enumerate(prefill):
+            status, finish = rep.engine.cols["status"], rep.engine.cols["finish"]
+            keep = []
+            for k, row, d in pending[p]:
+                if status[k] < 0:
+                    keep.append((k, row, d))
+                elif status[k] == FINISHED:
+                    handoffs.append((int(finish[k]), p, row, d))
+            pending[p] = keep
+
+    def deliver(limit: int | None) -> None:
+        handoffs.sort()
+        i = 0
+        while i < len(handoffs) and (limit is None or handoffs[i][0] <= limit):
+            f, _, row, d = handoffs[i]
+            decode[d].push(inp, row, row + 1, arrival=f, remote=True)
+            rows_d[d].append(row)
+            i += 1
+        del handoffs[:i]
+
+    for lo, hi in _units(inp):
+        a = int(inp.arrival_ps[lo])
+        for rep in prefill:
+            rep.advance_until(a)
+        collect()
+        deliver(a)
+        for rep in decode:
+            rep.advance_until(a)
+        segments, prompt_len = inp.segments(lo), int(inp.prompt_len[lo])
+        d = route_d.pick([view_of(rep, False) for rep in decode], segments, prompt_len)
+        replica[lo:hi] = d
+        uncached = prompt_len - decode[d].prefix_hit_blocks(segments, prompt_len) * decode[d].block_size
+        if uncached < pd.threshold_tokens:
+            decode[d].push(inp, lo, hi)
+            rows_d[d].extend(range(lo, hi))
+            continue
+        p = route_p.pick([view_of(rep, False) for rep in prefill], segments, prompt_len)
+        prefill[p].push(inp, lo, hi, first_token_only=True)
+        pending[p].append((len(prefill[p].engine.seqs) - 1, lo, d))
+        rows_p[p].append(lo)
+        pre[lo] = p
+    columns = {k: np.full(n, COLUMN_FILL[k], dtype=COLUMN_DTYPE[k]) for k in COLUMN_FILL}
+    pc, pt, pe, pouts = _gather(inp, prefill, rows_p, columns, lambda r, out, i: out.status[i] != FINISHED)
+    collect()
+    deliver(None)
+    dc, dt, de, _ = _gather(inp, decode, rows_d, columns, lambda r, out, i: True)
+    first = np.full(n, -1, dtype=np.int64)
+    finish = np.full(n, -1, dtype=np.int64)
+    for rows, out in zip(rows_p, pouts, strict=True):
+        idx = np.asarray(rows, dtype=np.int64)
+        first[idx] = out.first_scheduled
+        finish[idx] = out.finish
+    columns["replica"] = replica
+    columns["prefill_replica"] = pre
+    columns["prefill_first_scheduled"] = first
+    columns["prefill_finish"] = finish
+    return ClusterOutput(columns, dc + pc, dt + pt, de + pe)

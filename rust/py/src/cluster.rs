@@ -6,6 +6,7 @@ use crate::columns::{Columns, counters_dict, output_dicts};
 use crate::config::engine_config;
 use crate::errors::{IntoPyResult, invalid};
 use crate::guard::detached;
+use kvsim_core::cluster::pd::{PdOutput, PdSpec};
 use kvsim_core::cluster::{ClusterOutput, RouterSpec, TieBreak};
 use numpy::IntoPyArray;
 use pyo3::prelude::*;
@@ -88,6 +89,44 @@ fn weights_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<(String, f
     Ok(Some(pairs))
 }
 
+/// The prefill pool's arguments of `run_cluster` (None: the default, 0 / no config).
+fn pd_args(
+    prefill_replicas: Option<&Bound<'_, PyAny>>,
+    pd_threshold_tokens: Option<&Bound<'_, PyAny>>,
+    pd_link_latency_ps: Option<&Bound<'_, PyAny>>,
+    pd_link_ps_per_block: Option<&Bound<'_, PyAny>>,
+    prefill_config: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(PdSpec, Option<kvsim_core::engine::EngineConfig>)> {
+    let prefill_cfg = match prefill_config.filter(|v| !v.is_none()) {
+        None => None,
+        Some(d) => {
+            let d = d.cast::<PyDict>().map_err(|_| {
+                invalid(format!("prefill_config {} must be a dict or None", repr(d)))
+            })?;
+            Some(engine_config(d, Origin::Call("run_cluster"), &[])?)
+        }
+    };
+    let prefill = prefill_replicas.map_or(Ok(0), |v| u64_in(v, "prefill_replicas", 0))?;
+    let prefill = usize::try_from(prefill)
+        .ok()
+        .filter(|&p| p <= 4096)
+        .ok_or_else(|| {
+            invalid(format!(
+                "prefill_replicas {prefill} must be between 0 and 4096"
+            ))
+        })?;
+    let pd = PdSpec {
+        prefill_replicas: prefill,
+        threshold_tokens: pd_threshold_tokens
+            .map_or(Ok(0), |v| u64_in(v, "pd_threshold_tokens", 0))?,
+        link_latency_ps: pd_link_latency_ps
+            .map_or(Ok(0), |v| u64_in(v, "pd_link_latency_ps", 0))?,
+        link_ps_per_block: pd_link_ps_per_block
+            .map_or(Ok(0), |v| u64_in(v, "pd_link_ps_per_block", 0))?,
+    };
+    Ok((pd, prefill_cfg))
+}
+
 /// Runs the workload's per-sequence columns (`run_engine`'s, by keyword) on a cluster of replicas behind
 /// a router, on one clock, with the GIL released (`kvsim_core::cluster::run_cluster`; DESIGN.md
 /// §Cluster). Ctrl-C interrupts it with `KeyboardInterrupt`.
@@ -101,8 +140,16 @@ fn weights_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<(String, f
 /// Time series and event logs are not recorded for clusters (`timeseries_every` must be 0 and
 /// `record_events` false).
 ///
+/// With `prefill_replicas` P > 0 the fleet is disaggregated (DESIGN.md §Prefill/decode
+/// disaggregation; `kvsim_core::cluster::pd::run_pd`): `configs` are the decode replicas, P prefill
+/// replicas run `configs[0]`, `pd_threshold_tokens` is the conditional disaggregation's threshold and
+/// `pd_link_latency_ps`, `pd_link_ps_per_block` a decode replica's inbound link; `prefill_config` (a
+/// dict as `configs[r]`, or None) the prefill replicas' config.
+///
 /// Returns a dict: `outputs` (every row's output columns, in workload order, as `run_engine`'s),
-/// `replica` (each row's replica, int64) and `counters` (one dict per replica, as `run_engine`'s).
+/// `replica` (each row's replica, int64) and `counters` (one dict per replica, as `run_engine`'s; with
+/// a prefill pool, the decode replicas' then the prefill replicas', and `prefill_replica`,
+/// `prefill_first_scheduled`, `prefill_finish`: per row, int64).
 ///
 /// Raises `InvalidArgumentError` for an empty or bad `configs`, an unknown router, a negative refresh
 /// or seed, a `prefix_load_cap` below 1 or not finite, unknown or negative weights, an unknown
@@ -111,8 +158,10 @@ fn weights_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<(String, f
 #[pyfunction]
 #[pyo3(signature = (
     *, configs, router, router_seed = None, router_refresh_ps = None, prefix_load_cap = None,
-    router_weights = None, router_tie_break = None, timeseries_every = 0, record_events = false, **columns
-), text_signature = "(*, configs, router, router_seed=0, router_refresh_ps=0, prefix_load_cap=1.5, router_weights=None, router_tie_break='random', timeseries_every=0, record_events=False, **columns)")]
+    router_weights = None, router_tie_break = None, timeseries_every = 0, record_events = false,
+    prefill_replicas = None, pd_threshold_tokens = None, pd_link_latency_ps = None, pd_link_ps_per_block = None,
+    prefill_config = None, **columns
+), text_signature = "(*, configs, router, router_seed=0, router_refresh_ps=0, prefix_load_cap=1.5, router_weights=None, router_tie_break='random', timeseries_every=0, record_events=False, prefill_replicas=0, pd_threshold_tokens=0, pd_link_latency_ps=0, pd_link_ps_per_block=0, prefill_config=None, **columns)")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_cluster<'py>(
     py: Python<'py>,
@@ -125,8 +174,20 @@ pub(crate) fn run_cluster<'py>(
     router_tie_break: Option<Bound<'py, PyAny>>,
     timeseries_every: i128,
     record_events: bool,
+    prefill_replicas: Option<Bound<'py, PyAny>>,
+    pd_threshold_tokens: Option<Bound<'py, PyAny>>,
+    pd_link_latency_ps: Option<Bound<'py, PyAny>>,
+    pd_link_ps_per_block: Option<Bound<'py, PyAny>>,
+    prefill_config: Option<Bound<'py, PyAny>>,
     columns: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let (pd, prefill_cfg) = pd_args(
+        prefill_replicas.as_ref(),
+        pd_threshold_tokens.as_ref(),
+        pd_link_latency_ps.as_ref(),
+        pd_link_ps_per_block.as_ref(),
+        prefill_config.as_ref(),
+    )?;
     let cfgs = items(configs, "configs must be a list of dicts")?
         .iter()
         .enumerate()
@@ -161,15 +222,36 @@ pub(crate) fn run_cluster<'py>(
     origin.check_keys(columns, &[&crate::columns::COLUMNS])?;
     let columns = Columns::from_kwargs(columns, origin)?;
     let inp = columns.view()?;
-    let ClusterOutput {
-        out,
-        replica,
-        counters,
+    let PdOutput {
+        cluster:
+            ClusterOutput {
+                out,
+                replica,
+                counters,
+            },
+        prefill_replica,
+        prefill_first_scheduled,
+        prefill_finish,
     } = detached(py, "the cluster", |cancel| {
-        kvsim_core::cluster::run_cluster(inp, &cfgs, &spec, cancel)
+        if pd.prefill_replicas > 0 {
+            kvsim_core::cluster::pd::run_pd(inp, &cfgs, prefill_cfg.as_ref(), &spec, &pd, cancel)
+        } else {
+            kvsim_core::cluster::run_cluster(inp, &cfgs, &spec, cancel).map(|cluster| PdOutput {
+                cluster,
+                ..PdOutput::default()
+            })
+        }
     })?;
     let (cols, _) = output_dicts(py, out)?;
     let result = PyDict::new(py);
+    if pd.prefill_replicas > 0 {
+        result.set_item("prefill_replica", prefill_replica.into_pyarray(py))?;
+        result.set_item(
+            "prefill_first_scheduled",
+            prefill_first_scheduled.into_pyarray(py),
+        )?;
+        result.set_item("prefill_finish", prefill_finish.into_pyarray(py))?;
+    }
     result.set_item("outputs", cols)?;
     result.set_item("replica", replica.into_pyarray(py))?;
     let list = PyList::empty(py);

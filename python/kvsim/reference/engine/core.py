@@ -44,9 +44,16 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
     Engine` blocks, one per file)."""
 
     def __init__(
-        self, inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
+        self,
+        inp: EngineInput,
+        config: SimConfig,
+        timeseries_every: int = 0,
+        record_events: bool = False,
+        pd_link: tuple[int, int] | None = None,
     ) -> None:
         self.inp, self.cfg = inp, config
+        # A decode replica of a disaggregated fleet: its inbound link's (latency ps, ps per block).
+        self.pd_link = pd_link
         self.events: list[tuple[int, int, int, int, int, int]] | None = [] if record_events else None
         self.ts_every = timeseries_every
         self.ts: dict[str, list[int]] = {name: [] for name in TIMESERIES}
@@ -113,10 +120,23 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
         from the chunk's first row). Chunks come in arrival order."""
         self.push(inp, 0, len(inp))
 
-    def push(self, inp: EngineInput, lo: int, hi: int | None = None) -> None:
+    def push(
+        self,
+        inp: EngineInput,
+        lo: int,
+        hi: int | None = None,
+        *,
+        arrival: int | None = None,
+        first_token_only: bool = False,
+        remote: bool = False,
+    ) -> None:
         """Appends rows `lo..hi` of `inp` (one row if `hi` is None) as this engine's next rows; a row's
         `fork_parent` names a row of `inp` among them (a fork-cow group is pushed together, parent first).
-        Rows come in arrival order. Amortised O(rows pushed): the columns grow by doubling."""
+        Rows come in arrival order. Amortised O(rows pushed): the columns grow by doubling.
+
+        Prefill/decode disaggregation (one row): `arrival` replaces the row's arrival (a hand-off joins its
+        decode replica when its prefill finished); `first_token_only` caps its target at 1 (vLLM's
+        `max_tokens=1` on a prefill replica); `remote` marks its prompt as computed on a prefill replica."""
         hi = lo + 1 if hi is None else hi
         base = len(self.seqs)
         m = hi - lo
@@ -126,10 +146,11 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                 base + i - lo,
                 inp.segments(i),
                 int(inp.prompt_len[i]),
-                int(inp.target[i]),
-                int(inp.max_gen[i]),
+                min(int(inp.target[i]), 1) if first_token_only else int(inp.target[i]),
+                min(int(inp.max_gen[i]), 1) if first_token_only else int(inp.max_gen[i]),
                 int(inp.output_seg[i]),
             )
+            s.remote = remote
             self.seqs.append(s)
             parent = int(inp.fork_parent[i])
             self.fork_of.append(base + parent - lo if parent >= 0 else -1)
@@ -137,7 +158,7 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                 self.seqs[base + parent - lo].children.append(s)
             else:
                 self.num_units_pushed += 1
-            self.arrivals.append(int(inp.arrival_ps[i]))
+            self.arrivals.append(int(inp.arrival_ps[i]) if arrival is None else arrival)
 
     def _reserve(self, n: int) -> None:
         """Room for `n` rows in the output columns (doubling, so appends are amortised O(1))."""
@@ -192,7 +213,7 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                 if self.nxt == n:
                     break
                 self.t = arrivals[self.nxt]
-                if self.tier is not None:
+                if self.connector:
                     self.observe()
                 continue
             self.step()
@@ -215,7 +236,7 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                     continue
                 if self.nxt < len(self.seqs) and arrivals[self.nxt] < horizon:
                     self.t = arrivals[self.nxt]
-                    if self.tier is not None:
+                    if self.connector:
                         self.observe()
                     continue
                 return

@@ -32,6 +32,7 @@ class Job:
     blocks: list[int]  # the GPU blocks it reads (a store) or writes (a load)
     end: int  # ps: when its last byte has moved
     avail: int  # the first observation (numbered from 1) that may see it complete
+    remote: bool = False  # a decode replica's transfer from the prefill pool (no tier chunks)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -48,6 +49,7 @@ class Offload(State):
     loading: Counter[int]  # chunks that loads in flight read (vLLM's `_chunks_being_loaded`)
     load_free: int  # when each direction of the link is free again
     store_free: int
+    pd_free: int
     num_observed: int  # observations so far (DESIGN.md §CPU tier: Time)
     finished_last: list[Seq]  # finished in the step before: their last stores are offered next step
     stalled: bool  # the last step scheduled nothing and changed nothing: the engine waits for a transfer
@@ -74,6 +76,8 @@ class Offload(State):
         self.fences = {}
         self.touched = set()
         self.preempted_now = []
+        self.pd_free = 0  # when a decode replica's inbound link is free again
+        self.connector = bool(cfg.kv_offloading_chunks) or self.pd_link is not None
         if cfg.kv_offloading_chunks:
             self.tier = CpuTier(
                 cfg.kv_offloading_chunks, cfg.kv_offloading_eviction_policy, cfg.kv_offloading_store_threshold
@@ -118,7 +122,12 @@ class Offload(State):
                     continue
                 hits, last_key, local, ext = found
                 if ext:
-                    if self.admit_load(s, hits, last_key, local, ext):
+                    admitted = (
+                        self.admit_remote(s, hits, last_key, local, ext)
+                        if s.remote
+                        else self.admit_load(s, hits, last_key, local, ext)
+                    )
+                    if admitted:
                         skipped_held.append(queue.popleft())
                         continue
                     num_new = 0
@@ -140,6 +149,7 @@ class Offload(State):
                 break  # head-of-line blocking: a waiting request never preempts
             queue.popleft()
             s.held = False
+            s.remote = False  # one transfer per request (vLLM clears `do_remote_prefill` once allocated)
             s.prefilling = s.num_computed < s.num_tokens
             self.touched.update(self.kv.block_table(s.idx))
             self.running.append(s)
@@ -154,8 +164,14 @@ class Offload(State):
         """A waiting request's GPU prefix hits and the tokens the tier holds beyond them (vLLM's
         `get_num_new_matched_tokens`): (hits, their last key, hit tokens, tokens to load), or None if it
         must be skipped (a store of its own in flight, a chunk of its hit still being stored, or being
-        loaded by another request)."""
-        assert self.tier is not None
+        loaded by another request). A decode replica's remote request (or any request on one without a
+        tier): its GPU hits and, if remote, the tokens up to its prompt's last full block beyond them."""
+        if self.tier is None or s.remote:
+            total = s.num_tokens
+            hits, last_key = self.kv._hits(s.segments(), total)
+            local = len(hits) * self.bs
+            ext = total // self.bs * self.bs - local if s.remote else 0
+            return hits, last_key, local, max(ext, 0)
         s.next_store = 0  # a lookup starts it over: every chunk is offered again
         if s.jobs:
             return None
@@ -249,6 +265,48 @@ class Offload(State):
         self.note_admission(s, local, total, hit)
         return True
 
+    def admit_remote(self, s: Seq, hits: list[int], last_key: int | None, local: int, ext: int) -> bool:
+        """A decode replica admits a remote request's transfer of `ext` tokens (its prompt's full blocks
+        after `local` GPU hits) if the blocks fit, by a load's rules (the full-prompt gate, the watermark
+        and the blocks the requests still prefilling need); the transfer queues on the inbound link.
+        False changes nothing."""
+        assert self.pd_link is not None
+        cfg, bs, pool = self.cfg, self.bs, self.kv.pool
+        total = s.num_tokens
+        free = pool.num_free_blocks
+        evictable = sum(1 for b in hits if pool.ref_cnt(b) == 0)
+        watermark = self.admission_watermark()
+        full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
+        if cfg.admission_gate == "full-prompt" and _cdiv(full, bs) - len(hits) + evictable + watermark > free:
+            return False
+        end = local + ext
+        if end // bs - len(hits) + evictable + watermark > free - self.inflight_reserved():
+            return False
+        new = self.kv._admit_load(s.idx, hits, last_key, end)
+        self.touched.update(hits)
+        self.touched.update(new)
+        self.log("admit", s)
+        for b in hits:
+            self.log("prefix-hit", s, b)
+        self.log_allocations(s, new)
+        blocks = end // bs - local // bs
+        latency, per_block = self.pd_link
+        duration = latency + blocks * per_block
+        self.pd_free = max(self.t, self.pd_free) + duration
+        self.loads.append(Job(True, s, [], list(new), self.pd_free, self.num_observed + 1, remote=True))
+        s.jobs += 1
+        s.held = s.prefilling = True
+        s.loaded = False
+        s.remote = False
+        s.load_at = self.t
+        s.num_computed = end
+        c = self.c
+        c["pd_transfers"] += 1
+        c["pd_transfer_blocks"] += blocks
+        c["pd_link_busy_ps"] += duration
+        self.note_admission(s, local, total)
+        return True
+
     def try_resume_loaded(self, s: Seq, budget: int) -> int:
         """A held request whose load has landed, admitted as a resumed one (vLLM: WAITING with computed
         tokens): its next chunk allocated after the full-prompt gate and the watermark; the tokens it
@@ -296,7 +354,11 @@ class Offload(State):
         one reading a block this step allocated: vLLM's flush) is seen at this step's end. Returns whether
         a store was planned and when the last store the step waits for ends (0 if none)."""
         tier, cfg = self.tier, self.cfg
-        assert tier is not None
+        if tier is None:  # a decode replica's connector: no stores
+            self.preempted_now = []
+            self.finished_last = []
+            self.touched.clear()
+            return False, 0
         observation = self.num_observed + 1
         flushed: list[Job] = []
         for s in self.preempted_now:
@@ -378,6 +440,8 @@ class Offload(State):
     def tier_finished(self, s: Seq) -> None:
         """A request finished (its blocks are about to be freed): the stores it has in flight fence the
         blocks they read, and its table is kept for the stores it will offer next step."""
+        if self.tier is None:
+            return
         s.table = self.kv.block_table(s.idx)
         for job in self.stores:
             if job.seq is s:
@@ -388,7 +452,6 @@ class Offload(State):
         """An observation point at `t` (a step's end, an idle jump, a stall's end): every transfer that
         has ended and that this observation may see completes. Returns whether one did."""
         tier = self.tier
-        assert tier is not None
         self.num_observed += 1
         t, now = self.t, self.num_observed
         seen = False
@@ -398,12 +461,15 @@ class Offload(State):
                 if job.end > t or job.avail > now:
                     kept.append(job)
                     continue
-                tier.complete_load(job.keys)
-                self.loading.subtract(job.keys)
-                self.loading = +self.loading
+                if not job.remote:
+                    assert tier is not None
+                    tier.complete_load(job.keys)
+                    self.loading.subtract(job.keys)
+                    self.loading = +self.loading
                 job.seq.jobs -= 1
                 self.land(job.seq)
-                self.log("load-done", job.seq, -1, len(job.keys))
+                if not job.remote:
+                    self.log("load-done", job.seq, -1, len(job.keys))
             self.loads = kept
             seen = True
         if any(job.end <= t and job.avail <= now for job in self.stores):
@@ -412,6 +478,7 @@ class Offload(State):
                 if job.end > t or job.avail > now:
                     kept.append(job)
                     continue
+                assert tier is not None
                 tier.complete_store(job.keys)
                 self.unfence(job)
                 job.seq.jobs -= 1

@@ -94,6 +94,11 @@ COUNTERS = (
     "load_wait_ps",
     "w_cpu_chunks",
     "peak_cpu_chunks",
+    # Prefill/decode disaggregation (DESIGN.md §Prefill/decode disaggregation): a decode replica's transfers
+    # from the prefill pool, their blocks and their summed durations on its inbound link; 0 elsewhere.
+    "pd_transfers",
+    "pd_transfer_blocks",
+    "pd_link_busy_ps",
 )
 
 

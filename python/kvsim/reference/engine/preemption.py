@@ -79,7 +79,7 @@ class Preemption(State):
         self.log("preempt", s)
         self.release(s)
         s.prefilling = False
-        if self.tier is not None:
+        if self.connector:
             self.preempted_now.append(s)
         s.computed_at_preemption = s.num_computed
         s.num_computed = 0

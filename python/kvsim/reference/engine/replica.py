@@ -15,12 +15,26 @@ class Replica:
     stepped to given instants, with the signals a router reads (the cluster contract's names)."""
 
     def __init__(
-        self, inp: EngineInput, config: SimConfig, timeseries_every: int = 0, record_events: bool = False
+        self,
+        inp: EngineInput,
+        config: SimConfig,
+        timeseries_every: int = 0,
+        record_events: bool = False,
+        pd_link: tuple[int, int] | None = None,
     ) -> None:
-        self.engine = Engine(inp, config, timeseries_every, record_events)
+        self.engine = Engine(inp, config, timeseries_every, record_events, pd_link)
 
-    def push(self, inp: EngineInput, lo: int, hi: int | None = None) -> None:
-        self.engine.push(inp, lo, hi)
+    def push(
+        self,
+        inp: EngineInput,
+        lo: int,
+        hi: int | None = None,
+        *,
+        arrival: int | None = None,
+        first_token_only: bool = False,
+        remote: bool = False,
+    ) -> None:
+        self.engine.push(inp, lo, hi, arrival=arrival, first_token_only=first_token_only, remote=remote)
 
     def advance_until(self, horizon_ps: int) -> None:
         self.engine.advance_until(horizon_ps)

@@ -25,7 +25,7 @@ class Running(State):
         budget = self.swap_in_phase(scheduled, budget)
         if self.swapped:
             return scheduled
-        if self.tier is not None:
+        if self.connector:
             self.tier_waiting_phase(scheduled, budget)
         else:
             self.waiting_phase(scheduled, budget)
@@ -99,7 +99,7 @@ class Running(State):
         new = self.kv.allocate(s.idx, s.segments(), num_new)
         if new is None:
             return False
-        if self.tier is not None:
+        if self.connector:
             self.touched.update(new)
         self.log_allocations(s, new, "cow-copy" if self.kv.num_cow_copies > copies else "allocate")
         used = before - self.kv.num_free_blocks
@@ -114,9 +114,9 @@ class Running(State):
         """One iteration at `t` once the arrivals joined: schedule, time, measure, sample, finish."""
         cols = self.cols
         before = (self.num_rejected, self.c["num_preemptions"])
-        loads = self.c["num_loads"]
+        loads = self.c["num_loads"] + self.c["pd_transfers"]  # loads or transfers admitted: progress
         scheduled = self.schedule()
-        tier = self.tier is not None
+        tier = self.connector
         if not scheduled:
             # Fine if a head was rejected or a sequence preempted itself (no time passes); anything
             # else would repeat forever. With a CPU tier, a step may also wait for transfers: it offers
@@ -124,7 +124,9 @@ class Running(State):
             # until a transfer ends or a request arrives (`resolve_stall`).
             changed = before != (self.num_rejected, self.c["num_preemptions"])
             if tier:
-                changed = self.tier_empty_step() or changed or loads != self.c["num_loads"]
+                changed = (
+                    self.tier_empty_step() or changed or loads != self.c["num_loads"] + self.c["pd_transfers"]
+                )
                 self.stalled = not changed
             elif not changed:
                 raise InternalError(f"no progress at time {self.t} ps")
@@ -171,7 +173,8 @@ class Running(State):
             cols["finish"][s.idx] = self.t
             cols["generated"][s.idx] = s.generated
         if tier:
-            self.finished_last.extend(done)
+            if self.tier is not None:
+                self.finished_last.extend(done)
             self.observe()
 
     def note_token(self, s: Seq, step: int) -> None:

@@ -43,6 +43,9 @@ class Seq:
     prefilling: bool = False
     load_at: int = -1
     table: list[int] = field(default_factory=list)  # a finished one's blocks, for its last stores
+    # Prefill/decode disaggregation: its prompt was computed on a prefill replica; its full blocks' KV
+    # comes over the decode replica's inbound link (vLLM's `do_remote_prefill`).
+    remote: bool = False
     # ITL (kvsim.engine.metrics): the current run of tokens sampled in consecutive steps, from step `run_first`
     # to `last_step` (its last token at `last_time` ps), and the gap before its first token (-1: the
     # sequence's first token).

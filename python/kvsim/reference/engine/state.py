@@ -42,6 +42,9 @@ class State:
     # The CPU tier (DESIGN.md §CPU tier; offload.py): None without one; requests holding blocks for a
     # load; those finished in the step before (their last stores come next step); a stalled engine.
     tier: CpuTier | None
+    # The held queue's machinery runs: a CPU tier, or a decode replica's connector (`pd_link`).
+    connector: bool
+    pd_link: tuple[int, int] | None
     touched: set[int]
     preempted_now: list[Seq]
     held: deque[Seq]

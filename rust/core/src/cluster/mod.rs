@@ -3,6 +3,7 @@
 //! every replica is the engine stepped to the arrival (`replica.rs`), so between arrivals each runs
 //! its own steps, event skipping kept. The reference's twin is `kvsim.reference.cluster`.
 
+pub mod pd;
 pub mod replica;
 pub mod router;
 

@@ -136,6 +136,47 @@ impl Replica {
         self.refresh();
     }
 
+    /// Prefill/decode disaggregation: appends row `row` of `inp` as `push` does, with its arrival
+    /// replaced by `arrival` (a hand-off joins its decode replica when its prefill finished), its target
+    /// capped at 1 with `first_token_only` (vLLM's `max_tokens=1` on a prefill replica), and marked
+    /// remote with `remote` (a prefill replica computed its prompt).
+    pub fn push_pd(
+        &mut self,
+        inp: &EngineInput<'_>,
+        row: usize,
+        private_from: &[u64],
+        arrival: Option<i64>,
+        first_token_only: bool,
+        remote: bool,
+    ) {
+        self.push(inp, row..row + 1, private_from);
+        let b = &mut *self.buf;
+        if let Some(a) = arrival {
+            *b.arrival_ps.last_mut().expect("a row pushed") = a;
+        }
+        if first_token_only {
+            for col in [&mut b.target, &mut b.max_gen] {
+                let x = col.last_mut().expect("a row pushed");
+                *x = (*x).min(1);
+            }
+        }
+        if remote {
+            self.engine.mark_remote(self.rows - 1);
+        }
+        self.refresh();
+    }
+
+    /// Makes this replica a decode replica of a disaggregated fleet (`Engine::set_pd_link`).
+    pub fn set_pd_link(&mut self, latency_ps: u64, ps_per_block: u64) {
+        self.engine.set_pd_link(latency_ps, ps_per_block);
+    }
+
+    /// Row `row`'s (in push order) status, first schedule and finish (`Engine::row_outcome`); its
+    /// output must still be held (`drain_done` not called past it).
+    pub fn row_outcome(&self, row: usize) -> (i8, i64, i64) {
+        self.engine.row_outcome(row)
+    }
+
     /// Moves the output of the rows done (with every earlier row) into `dst`, each at its row there
     /// (the `rows` range `push` was given), once they are worth it (`worth_moving`, of the rows whose
     /// output the engine holds): a fleet's replicas then hold the output of

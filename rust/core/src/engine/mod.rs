@@ -50,7 +50,7 @@ use timing::clock_overflow_message;
 use crate::{BlockId, BlockPool, KvError, Result, invalid_arg};
 use contiguous::{Buddy, FirstFit, Space};
 
-const FINISHED: i8 = 0;
+pub(crate) const FINISHED: i8 = 0;
 /// Segment ids at or above this name generated tokens (`kvsim.model.segments.OUTPUT_BIT`).
 pub(crate) const OUTPUT_BIT: u64 = 1 << 63;
 const REJECTED: i8 = 1;
@@ -149,8 +149,11 @@ pub struct Engine<'a> {
     horizon: i64,
     /// `quiet_through`'s memo of the steps it found neutral (reset by every advance).
     quiet: stepped::QuietMemo,
-    /// The CPU tier and its transfers (DESIGN.md §CPU tier), None without one.
+    /// The CPU tier and its transfers (DESIGN.md §CPU tier), None without one; a decode replica of a
+    /// disaggregated fleet holds its connector here (`set_pd_link`).
     tier: Option<Box<offload::Tier>>,
+    /// Rows whose prompt a prefill replica computed (`mark_remote`), until their sequence is built.
+    remote_rows: std::collections::HashSet<usize>,
 }
 
 impl<'a> Engine<'a> {
@@ -258,6 +261,7 @@ impl<'a> Engine<'a> {
             tier: cfg
                 .tier
                 .map(|t| Box::new(offload::Tier::new(t, cfg.block_size))),
+            remote_rows: std::collections::HashSet::new(),
         };
         if let Some(groups) = &cfg.groups {
             engine.out.counters.group_blocks = vec![[0, 0]; groups.len()];

@@ -31,6 +31,8 @@ pub(super) struct Job {
     end: i64,
     /// The first observation (numbered from 1) that may see it complete.
     avail: u64,
+    /// A decode replica's transfer from the prefill pool (no tier chunks).
+    remote: bool,
 }
 
 /// A request that finished in the step before: what its last stores need (it has left the slab).
@@ -76,11 +78,38 @@ pub(super) struct Tier {
     offer: Vec<(BlockKey, u64)>,
     stored: Vec<BlockKey>,
     evicted: Vec<BlockKey>,
+    /// A CPU tier (false: a decode replica's connector only, no chunks, no stores).
+    has_cpu: bool,
+    /// A decode replica's inbound link: (latency ps, ps per block), and when it is free again.
+    pd_link: Option<(u64, u64)>,
+    pd_free: i64,
 }
 
 impl Tier {
+    /// A decode replica's connector (DESIGN.md §Prefill/decode disaggregation): the held queue and the
+    /// transfers over its inbound link, no CPU tier.
+    pub(super) fn connector(latency_ps: u64, ps_per_block: u64, block_size: u64) -> Self {
+        let cfg = TierConfig {
+            chunks: 0,
+            eviction: crate::cpu_tier::Eviction::Lru,
+            prompt_only: true,
+            blocks_per_chunk: 1,
+            store_threshold: 0,
+            ps_per_block: 0,
+            latency_ps: 0,
+        };
+        Tier {
+            has_cpu: false,
+            pd_link: Some((latency_ps, ps_per_block)),
+            ..Tier::new(cfg, block_size)
+        }
+    }
+
     pub(super) fn new(cfg: TierConfig, block_size: u64) -> Self {
         Tier {
+            has_cpu: true,
+            pd_link: None,
+            pd_free: 0,
             cfg,
             cpu: CpuTier::new(cfg.chunks, cfg.eviction, cfg.store_threshold),
             tpc: block_size * cfg.blocks_per_chunk,
@@ -217,7 +246,7 @@ impl Engine<'_> {
                         local,
                         ext,
                     } if ext > 0 => {
-                        if self.admit_load(k, last_key, local, ext) {
+                        if self.admit_transfer(k, last_key, local, ext) {
                             self.waiting.pop_front();
                             self.tier_mut().skipped_held.push(k);
                             continue;
@@ -255,6 +284,7 @@ impl Engine<'_> {
             }
             let s = &mut self.slab[k];
             s.held = false;
+            s.remote = false; // one transfer per request (vLLM clears `do_remote_prefill` once allocated)
             s.prefilling = s.num_computed < s.num_tokens();
             self.running.push(k);
             self.scheduled.push((k, num_new));
@@ -266,11 +296,8 @@ impl Engine<'_> {
             if self.out.first_scheduled[row - self.out_base] < 0 {
                 self.out.first_scheduled[row - self.out_base] = self.t;
             }
-            let blocks = self.slab[k].table.blocks().len();
-            for i in 0..blocks {
-                let b = self.slab[k].table.blocks()[i];
-                self.tier_mut().touched.push(b);
-            }
+            let tier = self.tier.as_deref_mut().expect("a CPU tier");
+            tier.touched.extend_from_slice(self.slab[k].table.blocks());
             if self.cancelled() {
                 break;
             }
@@ -289,6 +316,23 @@ impl Engine<'_> {
     /// hit still being stored, or one another request is loading.
     fn tier_lookup(&mut self, k: usize) -> Found {
         let bs = self.cfg.block_size;
+        if !self.tier_ref().has_cpu || self.slab[k].remote {
+            // A decode replica's request: its GPU hits and, if remote, the tokens up to its prompt's
+            // last full block beyond them.
+            let total = self.slab[k].num_tokens();
+            let last_key = self.gpu_hits(k);
+            let local = self.hits.len() as u64 * bs;
+            let ext = if self.slab[k].remote {
+                (total / bs * bs).saturating_sub(local)
+            } else {
+                0
+            };
+            return Found::Hits {
+                last_key,
+                local,
+                ext,
+            };
+        }
         self.slab[k].next_store = 0; // a lookup starts it over: every chunk is offered again
         if self.slab[k].jobs > 0 {
             return Found::Skip;
@@ -446,6 +490,111 @@ impl Engine<'_> {
         true
     }
 
+    /// A request's load from the tier, or a remote request's transfer (`admit_load`, `admit_remote`).
+    fn admit_transfer(
+        &mut self,
+        k: usize,
+        last_key: Option<BlockKey>,
+        local: u64,
+        ext: u64,
+    ) -> bool {
+        if self.slab[k].remote {
+            self.admit_remote(k, last_key, local, ext)
+        } else {
+            self.admit_load(k, last_key, local, ext)
+        }
+    }
+
+    /// A decode replica admits a remote request's transfer of `ext` tokens (its prompt's full blocks
+    /// after `local` GPU hits, in `self.hits`) if the blocks fit, by a load's rules; the transfer queues
+    /// on the inbound link. False changes nothing.
+    fn admit_remote(&mut self, k: usize, last_key: Option<BlockKey>, local: u64, ext: u64) -> bool {
+        let cfg = self.cfg;
+        let bs = cfg.block_size;
+        let total = self.slab[k].num_tokens();
+        let watermark = self.admission_watermark();
+        let Memory::Paged(pool) = &self.mem else {
+            unreachable!("a decode replica is paged")
+        };
+        let free = u64::from(pool.num_free_blocks());
+        let num_hits = self.hits.len() as u64;
+        let evictable = BlockTable::num_evictable(pool, &self.hits);
+        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
+        if cfg.full_prompt_gate && blocks_for(full, bs) - num_hits + evictable + watermark > free {
+            return false;
+        }
+        let end = local + ext;
+        let reserved = self.inflight_reserved();
+        if (end / bs - num_hits + evictable + watermark).saturating_add(reserved) > free {
+            return false;
+        }
+        self.new_blocks.clear();
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!()
+        };
+        let buffer = std::mem::take(&mut self.slab[k].table.blocks);
+        let table = BlockTable::start(
+            pool,
+            bs,
+            &self.hits,
+            last_key,
+            end - local,
+            &mut self.new_blocks,
+            0,
+            buffer,
+        );
+        let s = &mut self.slab[k];
+        s.table = table;
+        s.keys.clear();
+        s.keys_for = 0;
+        let row = s.row;
+        let t = self.t;
+        {
+            let tier = self.tier.as_deref_mut().expect("a connector");
+            tier.touched.extend_from_slice(&self.hits);
+            tier.touched.extend_from_slice(&self.new_blocks);
+        }
+        if self.log.is_some() {
+            self.log(event::ADMIT, row, -1);
+            for i in 0..self.hits.len() {
+                let b = i64::from(self.hits[i].0);
+                self.log(event::PREFIX_HIT, row, b);
+            }
+            self.log_allocations(row, event::ALLOCATE);
+        }
+        let blocks = end / bs - local / bs;
+        let tier = self.tier.as_deref_mut().expect("a connector");
+        let (latency, per_block) = tier.pd_link.expect("a decode replica's link");
+        let duration = latency.saturating_add(blocks.saturating_mul(per_block));
+        tier.pd_free = t.max(tier.pd_free).saturating_add(duration as i64);
+        tier.next_job += 1;
+        let job = Job {
+            id: tier.next_job,
+            k,
+            row,
+            keys: Vec::new(),
+            blocks: self.new_blocks.clone(),
+            end: tier.pd_free,
+            avail: tier.num_observed + 1,
+            remote: true,
+        };
+        tier.loads.push(job);
+        let s = &mut self.slab[k];
+        s.jobs += 1;
+        s.held = true;
+        s.prefilling = true;
+        s.loaded = false;
+        s.remote = false;
+        s.load_at = t;
+        s.num_computed = end;
+        let c = &mut self.out.counters;
+        c.pd_transfers += 1;
+        c.pd_transfer_blocks += i128::from(blocks);
+        c.pd_link_busy_ps += i128::from(duration);
+        self.note_admission(k, local, total, 0);
+        true
+    }
+
     /// The load of `k`'s chunks holding tokens `local..end` (its blocks just allocated, in
     /// `self.new_blocks`): the chunks pinned, the transfer on the link from now, the request held.
     /// Returns the chunks it loads.
@@ -484,6 +633,7 @@ impl Engine<'_> {
             blocks: self.new_blocks.clone(),
             end: tier.load_free,
             avail: tier.num_observed + 1,
+            remote: false,
         };
         tier.loads.push(job);
         let s = &mut self.slab[k];
@@ -576,6 +726,14 @@ impl Engine<'_> {
     /// whether a store was planned and when the last store the step waits for ends (0 if none).
     pub(super) fn offer_stores(&mut self, step_end: i64) -> (bool, i64) {
         let mut tier = self.tier.take().expect("a CPU tier");
+        if !tier.has_cpu {
+            // A decode replica's connector: no stores.
+            tier.preempted_now.clear();
+            tier.finished_last.clear();
+            tier.touched.clear();
+            self.tier = Some(tier);
+            return (false, 0);
+        }
         let observation = tier.num_observed + 1;
         let mut flushed: Vec<u64> = Vec::new();
         for &k in &tier.preempted_now {
@@ -726,6 +884,7 @@ impl Engine<'_> {
             blocks,
             end: tier.store_free,
             avail: tier.num_observed + 2,
+            remote: false,
         });
         true
     }
@@ -733,6 +892,9 @@ impl Engine<'_> {
     /// A request finishes (its blocks are about to be freed): the stores it has in flight fence the
     /// blocks they read, and what its last stores need is kept for the next step.
     pub(super) fn tier_finished(&mut self, k: usize) {
+        if !self.tier_ref().has_cpu {
+            return;
+        }
         self.tier_keys_for_finish(k);
         let s = &self.slab[k];
         let retired = Retired {
@@ -786,6 +948,11 @@ impl Engine<'_> {
             for job in loads {
                 if !done(&job) {
                     tier.loads.push(job);
+                    continue;
+                }
+                if job.remote {
+                    self.slab[job.k].jobs -= 1;
+                    self.land(job.k);
                     continue;
                 }
                 tier.cpu.complete_load(&job.keys);
@@ -879,6 +1046,9 @@ impl Engine<'_> {
     /// steps schedule, offer (`tier_step_stores`) and observe as full ones do.
     pub(super) fn tier_quiet(&self) -> bool {
         let tier = self.tier_ref();
+        if !tier.has_cpu {
+            return true;
+        }
         if !(tier.cfg.prompt_only && tier.fences.is_empty()) {
             return false;
         }
@@ -903,18 +1073,23 @@ impl Engine<'_> {
     /// (the decoding requests offer nothing), so only they are looked at.
     pub(super) fn tier_stays_quiet(&self) -> bool {
         let tier = self.tier_ref();
-        tier.fences.is_empty()
-            && self.scheduled.iter().all(|&(k, _)| {
-                let s = &self.slab[k];
-                s.next_store >= s.prompt_len / tier.tpc
-            })
+        !tier.has_cpu
+            || tier.fences.is_empty()
+                && self.scheduled.iter().all(|&(k, _)| {
+                    let s = &self.slab[k];
+                    s.next_store >= s.prompt_len / tier.tpc
+                })
     }
 
     /// What a step that schedules nothing may have changed before: loads admitted, rejections,
     /// preemptions (`tier_scheduled_nothing` compares).
     pub(super) fn progress_marks(&self) -> (i128, u64, i128) {
         let c = &self.out.counters;
-        (c.num_loads, self.num_rejected, c.num_preemptions)
+        (
+            c.num_loads + c.pd_transfers,
+            self.num_rejected,
+            c.num_preemptions,
+        )
     }
 
     /// A step that scheduled nothing, with a CPU tier (a full step's or a lockstep step's): it offers

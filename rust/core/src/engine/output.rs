@@ -44,6 +44,11 @@ pub struct Counters {
     pub load_wait_ps: i128,
     pub w_cpu_chunks: i128,
     pub peak_cpu_chunks: i128,
+    /// Prefill/decode disaggregation (DESIGN.md §Prefill/decode disaggregation): a decode replica's
+    /// transfers from the prefill pool, their blocks and their summed durations on its inbound link.
+    pub pd_transfers: i128,
+    pub pd_transfer_blocks: i128,
+    pub pd_link_busy_ps: i128,
     /// A hybrid pool's groups (DESIGN.md §Hybrid attention): per group, the time-weighted sum (ps ×
     /// blocks) and the peak of the blocks the running tables hold (the Python side's
     /// `w_group_blocks_<g>`, `peak_group_blocks_<g>`). Empty for one full-attention group.
@@ -92,6 +97,9 @@ impl Counters {
             ("load_wait_ps", self.load_wait_ps),
             ("w_cpu_chunks", self.w_cpu_chunks),
             ("peak_cpu_chunks", self.peak_cpu_chunks),
+            ("pd_transfers", self.pd_transfers),
+            ("pd_transfer_blocks", self.pd_transfer_blocks),
+            ("pd_link_busy_ps", self.pd_link_busy_ps),
         ]
     }
 }

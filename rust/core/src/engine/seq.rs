@@ -87,6 +87,9 @@ pub(super) struct Seq {
     pub(super) prefilling: bool,
     pub(super) load_at: i64,
     pub(super) tier_keys: Vec<BlockKey>,
+    /// Prefill/decode disaggregation: a prefill replica computed its prompt; its full blocks' KV comes
+    /// over the decode replica's inbound link (vLLM's `do_remote_prefill`).
+    pub(super) remote: bool,
 }
 
 impl Seq {
@@ -253,6 +256,8 @@ impl Engine<'_> {
             .get(i)
             .copied()
             .unwrap_or(inp.prompt_len[i] as u64);
+        let remote = !self.remote_rows.is_empty() && self.remote_rows.remove(&row);
+        let inp = &self.inp;
         let old = &mut self.slab[k];
         let mut segs = std::mem::take(&mut old.segs);
         let mut blocks = std::mem::take(&mut old.table.blocks);
@@ -283,6 +288,7 @@ impl Engine<'_> {
             keys,
             hybrid,
             tier_keys,
+            remote,
             ..Seq::default()
         };
         k

@@ -5,7 +5,8 @@
 use std::sync::atomic::AtomicBool;
 
 use super::{
-    Engine, EngineConfig, EngineInput, EngineOutput, MAX_TIME_PS, Memory, Policy, Result, TimeModel,
+    Engine, EngineConfig, EngineInput, EngineOutput, MAX_TIME_PS, Memory, Policy, Result,
+    TimeModel, offload,
 };
 use crate::BlockKey;
 use crate::block_table::{blocks_for, div_bs};
@@ -510,6 +511,37 @@ impl<'a> Engine<'a> {
     #[inline]
     pub(crate) fn next_row(&self) -> usize {
         self.nxt
+    }
+
+    /// Makes this engine a decode replica of a disaggregated fleet (DESIGN.md §Prefill/decode
+    /// disaggregation): the held queue's machinery with transfers over an inbound link of `latency_ps`
+    /// plus `ps_per_block` a block. The engine has no CPU tier (the caller refuses one).
+    pub fn set_pd_link(&mut self, latency_ps: u64, ps_per_block: u64) {
+        debug_assert!(
+            self.tier.is_none(),
+            "a CPU tier with a prefill pool is refused"
+        );
+        self.tier = Some(Box::new(offload::Tier::connector(
+            latency_ps,
+            ps_per_block,
+            self.cfg.block_size,
+        )));
+    }
+
+    /// Row `row` (pushed, not joined yet) is a remote request: a prefill replica computed its prompt.
+    pub fn mark_remote(&mut self, row: usize) {
+        self.remote_rows.insert(row);
+    }
+
+    /// Row `row`'s status (-1 while in flight), first schedule and finish (ps; -1 for none yet); its
+    /// output must still be held (no `move_output_front` past it).
+    pub fn row_outcome(&self, row: usize) -> (i8, i64, i64) {
+        let i = row - self.out_base;
+        (
+            self.out.status[i],
+            self.out.first_scheduled[i],
+            self.out.finish[i],
+        )
     }
 
     /// Sequences waiting to be (re)admitted: the waiting queue, rows joined but not built yet, the

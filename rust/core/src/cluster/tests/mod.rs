@@ -629,4 +629,5 @@ fn only_ties_consume_draws() {
     assert_eq!(router.pick(3, &idle), second);
 }
 
+mod pd;
 mod vouch;

@@ -1,0 +1,141 @@
+//! The disaggregated fleet (`cluster/pd.rs`): with every request prefilled locally it is the aggregated
+//! fleet of its decode replicas; with every request disaggregated each finished request got its first
+//! token on a prefill replica before its decode replica's, and the links carried what the counters say;
+//! what is not modelled is refused. (The Python differential tests hold it to the reference.)
+
+use super::*;
+use crate::cluster::pd::{PdSpec, run_pd};
+use crate::engine::TimeModel;
+
+fn pd(threshold: u64) -> PdSpec {
+    PdSpec {
+        prefill_replicas: 2,
+        threshold_tokens: threshold,
+        link_latency_ps: 50_000_000,
+        link_ps_per_block: 3_000_000,
+    }
+}
+
+fn decode_configs() -> Vec<(&'static str, EngineConfig)> {
+    let base = EngineConfig {
+        max_num_seqs: 8,
+        max_num_batched_tokens: 64,
+        watermark_while_running: true,
+        ..EngineConfig::for_tests(60, 4)
+    };
+    vec![
+        ("caching", base.clone()),
+        (
+            "no caching, linear",
+            EngineConfig {
+                enable_prefix_caching: false,
+                time: TimeModel::Linear {
+                    c0_ps: 500_000_000,
+                    c_tok_ps: 3_000_000,
+                    c_ctx_ps: 1_000_000,
+                },
+                ..base
+            },
+        ),
+    ]
+}
+
+#[test]
+fn prefilling_every_request_locally_is_the_aggregated_fleet() {
+    let cancel = AtomicBool::new(false);
+    for (name, cfg) in decode_configs() {
+        for (kind, w) in [
+            ("plain", workload(150, 21, 0, false)),
+            ("quoting", workload(150, 22, 0, true)),
+        ] {
+            for router in ["least-loaded", "prefix-affinity", "round-robin"] {
+                let spec = RouterSpec::named(router).unwrap();
+                let cfgs = vec![cfg.clone(); 3];
+                let agg = run_cluster(w.view(), &cfgs, &spec, &cancel).unwrap();
+                let out = run_pd(w.view(), &cfgs, None, &spec, &pd(u64::MAX), &cancel).unwrap();
+                let what = format!("{name}/{kind}/{router}");
+                assert_same_rows(&out.cluster.out, &agg.out, &what);
+                assert_eq!(out.cluster.replica, agg.replica, "{what}");
+                assert_eq!(out.cluster.counters[..3], agg.counters[..], "{what}");
+                assert!(out.cluster.counters[3..].iter().all(|c| c.num_steps == 0));
+                assert!(out.prefill_replica.iter().all(|&p| p == -1), "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_disaggregated_request_gets_its_first_token_on_a_prefill_replica_first() {
+    let cancel = AtomicBool::new(false);
+    for (name, cfg) in decode_configs() {
+        let w = workload(150, 23, 0, true);
+        let spec = RouterSpec::named("least-loaded").unwrap();
+        let cfgs = vec![cfg.clone(); 2];
+        let spec_pd = pd(0);
+        let out = run_pd(w.view(), &cfgs, None, &spec, &spec_pd, &cancel).unwrap();
+        let o = &out.cluster.out;
+        let mut finished = 0;
+        for row in 0..w.arrival_ps.len() {
+            if o.status[row] != 0 {
+                continue;
+            }
+            finished += 1;
+            let p = out.prefill_replica[row];
+            assert!((0..2).contains(&p), "{name}: row {row} prefilled on {p}");
+            let (start, f) = (out.prefill_first_scheduled[row], out.prefill_finish[row]);
+            assert!(w.arrival_ps[row] <= start && start < f, "{name}: row {row}");
+            // The decode replica computes at least the prompt's last token once the transfer landed.
+            assert!(o.first_token[row] > f, "{name}: row {row}");
+            assert_eq!(o.generated[row], w.target[row], "{name}: row {row}");
+        }
+        assert!(finished > 100, "{name}: {finished} finished");
+        let decode = &out.cluster.counters[..2];
+        let transfers: i128 = decode.iter().map(|c| c.pd_transfers).sum();
+        let blocks: i128 = decode.iter().map(|c| c.pd_transfer_blocks).sum();
+        let busy: i128 = decode.iter().map(|c| c.pd_link_busy_ps).sum();
+        assert!(transfers > 100, "{name}: {transfers} transfers");
+        assert_eq!(
+            busy,
+            transfers * i128::from(spec_pd.link_latency_ps)
+                + blocks * i128::from(spec_pd.link_ps_per_block),
+            "{name}"
+        );
+        // The prefill pool computed the prompts: both its replicas stepped.
+        assert!(
+            out.cluster.counters[2..]
+                .iter()
+                .all(|c| c.num_steps > 0 && c.prompt_tokens_admitted > 0),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn what_a_disaggregated_fleet_does_not_model_is_refused() {
+    let cancel = AtomicBool::new(false);
+    let cfg = EngineConfig {
+        watermark_while_running: true,
+        ..EngineConfig::for_tests(60, 4)
+    };
+    let spec = RouterSpec::named("least-loaded").unwrap();
+    let err = |w: &Cols, cfgs: &[EngineConfig], spec: &RouterSpec, p: &PdSpec| {
+        run_pd(w.view(), cfgs, None, spec, p, &cancel)
+            .unwrap_err()
+            .to_string()
+    };
+    let forks = workload(20, 1, 2, false);
+    assert!(err(&forks, std::slice::from_ref(&cfg), &spec, &pd(0)).contains("fork-cow"));
+    let plain = workload(20, 1, 0, false);
+    let stale = RouterSpec::new("least-loaded", 0, 1_000, 1.5, None).unwrap();
+    assert!(err(&plain, std::slice::from_ref(&cfg), &stale, &pd(0)).contains("router_refresh_ps"));
+    let v0 = EngineConfig {
+        one_free_block: true,
+        ..cfg.clone()
+    };
+    assert!(err(&plain, &[v0], &spec, &pd(0)).contains("append_check 'exact'"));
+    let none = PdSpec {
+        prefill_replicas: 0,
+        ..pd(0)
+    };
+    assert!(err(&plain, &[cfg], &spec, &none).contains("prefill_replicas 0"));
+}

@@ -1,0 +1,357 @@
+"""Prefill/decode disaggregation (issue 28, DESIGN.md §Prefill/decode disaggregation): both engines give
+exactly the same rows, counters and summaries on random disaggregated fleets; a fleet without a prefill
+pool is today's; a disaggregated fleet whose every request prefills locally is the aggregated fleet of
+its decode replicas; the TTFT split adds up; the links queue their transfers; what is not modelled is
+refused by name."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+
+import kvsim
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.config import KNOBS
+from kvsim.model.segments import output_id
+from kvsim.workloads import Workload, synthetic
+from tests.test_cluster_api import outcome
+from tests.test_engine_differential import SHARED
+
+ROUTERS = KNOBS["router"].choices
+BACKENDS = ("reference", "rust")
+SPLIT = ("ttft_prefill_queue_s", "ttft_prefill_s", "ttft_transfer_s", "ttft_decode_queue_s")
+
+
+@st.composite
+def pd_workloads(draw, max_requests: int = 20) -> Workload:
+    """One sequence a request (a disaggregated fleet routes one), shared system prompts, quoted answers."""
+    n = draw(st.integers(1, max_requests))
+    gaps = draw(st.lists(st.sampled_from([0.0, 0.0005, 0.001, 0.003, 0.02]), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
+    offsets, ids, lens = [0], [], []
+    for i in range(n):
+        prefix = draw(st.sampled_from([None, *SHARED]))
+        if prefix is not None:
+            ids.append(prefix[0])
+            lens.append(prefix[1])
+        if i > 0 and draw(st.integers(0, 4)) == 0:
+            j = draw(st.integers(0, i - 1))
+            ids.append(output_id(j))
+            lens.append(draw(st.integers(1, output[j])))
+        ids.append(1000 + i)
+        lens.append(draw(st.integers(1, 70)))
+        offsets.append(len(ids))
+    return Workload(
+        arrival=np.cumsum(gaps),
+        output_len=output,
+        seg_offsets=offsets,
+        segment_id=np.array(ids, dtype=np.uint64),
+        segment_len=lens,
+    )
+
+
+@st.composite
+def pd_configs(draw) -> kvsim.SimConfig:
+    """Configs under the rules the held queue is modelled for (vLLM v1's), ticks or linear time."""
+    linear = draw(st.booleans())
+    max_num_seqs = draw(st.integers(1, 8))
+    return kvsim.SimConfig(
+        num_blocks=draw(st.integers(4, 80)),
+        block_size=draw(st.sampled_from([1, 2, 4, 16])),
+        enable_prefix_caching=draw(st.booleans()),
+        free_order=draw(st.sampled_from(["classic", "lifo_unhashed"])),
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=draw(st.sampled_from([1, 7, 32, 100, 512])),
+        chunked_prefill=draw(st.booleans()),
+        admission_gate=draw(st.sampled_from(["none", "full-prompt"])),
+        watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
+        max_model_len=draw(st.one_of(st.none(), st.integers(30, 300))),
+        time_model="linear" if linear else "ticks",
+        c0_ps=draw(st.integers(1, 10**9)) if linear else None,
+        c_tok_ps=draw(st.integers(0, 10**6)) if linear else None,
+        c_ctx_ps=draw(st.integers(0, 10**4)) if linear else None,
+    )
+
+
+@st.composite
+def pd_args(draw) -> dict:
+    return {
+        "replicas": draw(st.integers(1, 3)),
+        "prefill_replicas": draw(st.integers(1, 3)),
+        "router": draw(st.sampled_from(ROUTERS)),
+        "router_seed": draw(st.integers(0, 2**64 - 1)),
+        "router_tie_break": draw(st.sampled_from(KNOBS["router_tie_break"].choices)),
+        "pd_threshold_tokens": draw(st.sampled_from([0, 0, 1, 16, 60, 10**6])),
+        "pd_link_latency_s": draw(st.sampled_from([0.0, 1e-6, 1e-3])),
+        "pd_link_ps_per_block": draw(st.sampled_from([0, 1, 10**6, 10**9])),
+    }
+
+
+def assert_fleets_equal(rust, ref) -> None:
+    if isinstance(rust, tuple) or isinstance(ref, tuple):
+        assert rust == ref
+        return
+    assert rust.requests.equals(ref.requests, null_equal=True)
+    for name in ("first_scheduled", "first_token", "finish", "generated", "status", "load_wait_ps"):
+        np.testing.assert_array_equal(getattr(rust.raw, name), getattr(ref.raw, name), err_msg=name)
+    assert rust.raw.counters == ref.raw.counters
+    assert [r.raw.counters for r in rust.replicas] == [r.raw.counters for r in ref.replicas]
+    assert rust.prefill_counters == ref.prefill_counters
+    assert rust.summary.keys() == ref.summary.keys()
+    for key, value in ref.summary.items():
+        other = rust.summary[key]
+        if isinstance(value, float) and np.isnan(value):
+            assert np.isnan(other), key
+        else:
+            assert other == value, key
+
+
+@settings(max_examples=400, deadline=None)
+@given(w=pd_workloads(), cfg=pd_configs(), args=pd_args(), prefill=st.one_of(st.none(), pd_configs()))
+def test_both_engines_agree_on_disaggregated_fleets(w, cfg, args, prefill):
+    if prefill is not None:  # another prefill pool: memory, block size, batch limits, time
+        try:
+            args["prefill_config"] = prefill.replace(max_model_len=cfg.max_model_len)
+        except InvalidArgumentError:
+            assume(False)
+    ref = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="reference", **args))
+    rust = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="rust", **args))
+    assert_fleets_equal(rust, ref)
+
+
+def workload(n: int = 160) -> Workload:
+    return synthetic(n, seed=3, arrival_rate=40.0, system_prompt_len=32, num_system_prompts=2)
+
+
+CFG = kvsim.SimConfig(num_blocks=150, block_size=4, max_num_batched_tokens=64, max_num_seqs=8)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("router", ["round-robin", "least-loaded", "prefix-affinity", "weighted"])
+def test_a_fleet_without_a_prefill_pool_is_todays_fleet(backend, router):
+    w = workload()
+    today = kvsim.simulate_cluster(w, CFG, replicas=3, router=router, backend=backend)
+    none = kvsim.simulate_cluster(w, CFG, replicas=3, router=router, backend=backend, prefill_replicas=0)
+    assert none.requests.equals(today.requests, null_equal=True)
+    assert none.summary == today.summary
+    assert [r.raw.counters for r in none.replicas] == [r.raw.counters for r in today.replicas]
+    assert none.prefill_counters == []
+    assert "prefill_replica" not in none.requests.columns
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("router", ["round-robin", "least-loaded", "prefix-affinity", "least-kv"])
+def test_a_fleet_prefilling_every_request_locally_is_the_aggregated_fleet(backend, router):
+    """A threshold above every prompt sends every request to its decode replica: the decode replicas'
+    connector (the held queue's machinery, no transfer) then changes nothing, and the prefill pool
+    stays idle."""
+    w = workload()
+    agg = kvsim.simulate_cluster(w, CFG, replicas=2, router=router, backend=backend)
+    pd = kvsim.simulate_cluster(
+        w, CFG, replicas=2, router=router, backend=backend, prefill_replicas=2,
+        pd_threshold_tokens=10**6, pd_link_ps_per_block=10**6,
+    )  # fmt: skip
+    rows = pd.requests.select(agg.requests.columns)
+    assert rows.equals(agg.requests, null_equal=True)
+    assert [r.raw.counters for r in pd.replicas] == [r.raw.counters for r in agg.replicas]
+    assert all(c["num_steps"] == 0 for c in pd.prefill_counters)
+    assert pd.summary["pd_local_prefills"] == len(w)
+    assert pd.summary["pd_transfers"] == 0
+    assert (pd.requests["prefill_replica"] == -1).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_ttft_split_adds_up_and_the_links_queue(backend):
+    latency_s, per_block = 2e-4, 10**7  # 10 us a block: transfers queue on busy links
+    r = kvsim.simulate_cluster(
+        workload(), CFG, replicas=2, router="least-loaded", backend=backend, prefill_replicas=2,
+        pd_link_latency_s=latency_s, pd_link_ps_per_block=per_block,
+    )  # fmt: skip
+    q = r.requests.filter(r.requests["status"] == "finished")
+    assert len(q) > 50
+    total = sum(q[name].to_numpy() for name in SPLIT)
+    ttft = (q["first_token"] - q["arrival"]).to_numpy()
+    np.testing.assert_allclose(total, ttft, rtol=0, atol=1e-9)
+    assert (q["prefill_replica"] >= 0).all()  # threshold 0: every request disaggregated
+    for name in SPLIT:
+        assert (q[name].to_numpy() >= -1e-12).all(), name
+    # Every transfer lasts its latency plus its blocks; a transfer waits on a busy link, so a request's
+    # transfer time is at least its own duration's latency (it is seen at a step's end after its end).
+    moved = q.filter(q["ttft_transfer_s"] > 0)
+    assert (moved["ttft_transfer_s"].to_numpy() >= latency_s - 1e-12).all()
+    c = [x.raw.counters for x in r.replicas]
+    transfers = sum(x["pd_transfers"] for x in c)
+    blocks = sum(x["pd_transfer_blocks"] for x in c)
+    assert sum(x["pd_link_busy_ps"] for x in c) == transfers * round(latency_s * 1e12) + blocks * per_block
+    assert r.summary["pd_transfers"] == transfers > 0
+    assert 0 < r.summary["pd_link_utilization"] <= 1
+    assert 0 < r.summary["prefill_pool_utilization"] <= 1
+    assert r.summary["ttft_transfer_p99_s"] >= r.summary["ttft_transfer_p50_s"] > 0
+    util = (r.summary["prefill_pool_utilization"], r.summary["decode_pool_utilization"])
+    assert r.summary["pd_pool_imbalance"] == max(util) / min(util) >= 1
+    # Prefill replicas generate one token a request; decode replicas the rest.
+    assert all(x["num_steps"] > 0 for x in r.prefill_counters)
+
+
+def test_a_model_gives_the_transfer_its_bytes():
+    cfg = kvsim.SimConfig(model="opt-13b", gpu="A100-80GB", num_blocks=2000, block_size=16)
+    w = synthetic(40, seed=1, arrival_rate=5.0)
+    r = kvsim.simulate_cluster(w, cfg, replicas=1, prefill_replicas=1, pd_link_bandwidth=50e9)
+    per_token = cfg.pool.kv_bytes_per_token
+    assert r.summary["pd_transfer_bytes"] == r.summary["pd_transfer_blocks"] * per_token * 16
+    # A slower link makes every transfer longer.
+    slow = kvsim.simulate_cluster(w, cfg, replicas=1, prefill_replicas=1, pd_link_bandwidth=1e9)
+    assert slow.summary["ttft_transfer_p50_s"] > r.summary["ttft_transfer_p50_s"]
+
+
+@pytest.mark.parametrize(
+    ("change", "args", "words"),
+    [
+        ({}, {"prefill_replicas": -1}, "prefill_replicas -1"),
+        ({}, {"prefill_replicas": 1.5}, "prefill_replicas 1.5 must be an integer"),
+        ({}, {"prefill_replicas": True}, "prefill_replicas True must be an integer"),
+        ({}, {"pd_threshold_tokens": -3}, "pd_threshold_tokens -3"),
+        ({}, {"pd_link_bandwidth": 0}, "pd_link_bandwidth 0"),
+        ({}, {"pd_link_latency_s": float("nan")}, "pd_link_latency_s nan"),
+        ({}, {"pd_link_ps_per_block": -1}, "pd_link_ps_per_block -1"),
+        ({}, {"pd_link_ps_per_block": None}, "pd_link_ps_per_block is needed without a model"),
+        ({}, {"router_refresh_s": 0.01}, "router_refresh_s"),
+        ({"kv_offloading_chunks": 10}, {}, "kv_offloading_size / kv_offloading_chunks"),
+        ({"preemption": "swap", "cpu_blocks": 10}, {}, "preemption 'swap'"),
+        ({"policy": "reserve"}, {}, "policy 'reserve'"),
+        ({"waiting_over_budget": "skip"}, {}, "waiting_over_budget 'skip'"),
+        ({"sampling": "fork-cow"}, {"samples": 2}, "sampling 'fork-cow'"),
+        ({"sampling": "independent"}, {"samples": 2}, "sampling 'independent'"),
+    ],
+)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_what_is_not_modelled_is_refused_by_name(change, args, words, backend):
+    args = dict(args)
+    samples = args.pop("samples", 1)
+    w = synthetic(5, seed=1, num_samples=samples)
+    cfg = kvsim.SimConfig(num_blocks=60, block_size=4, **change)
+    kw = {"prefill_replicas": 1, "pd_link_ps_per_block": 5, **args}
+    with pytest.raises(InvalidArgumentError, match=words.replace("(", r"\(").replace(".", r"\.")):
+        kvsim.simulate_cluster(w, cfg, replicas=2, backend=backend, **kw)
+
+
+def test_a_decode_pool_runs_one_config():
+    cfgs = [kvsim.SimConfig(num_blocks=60, block_size=4), kvsim.SimConfig(num_blocks=70, block_size=4)]
+    with pytest.raises(InvalidArgumentError, match=r"config\[1\] differs from config\[0\]"):
+        kvsim.simulate_cluster(synthetic(3), cfgs, prefill_replicas=1, pd_link_ps_per_block=1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_prefill_pool_may_run_its_own_config(backend):
+    """A prefill pool of bigger blocks, more memory, slower steps and fewer seats: its counters are its
+    own (its step time), the decode replicas' those of their config."""
+    w = workload()
+    slow = CFG.replace(num_blocks=400, block_size=16, max_num_seqs=2, iteration_time_ps=3 * 10**9)
+    kw = {"replicas": 2, "router": "least-loaded", "prefill_replicas": 2, "pd_link_ps_per_block": 10**6}
+    same = kvsim.simulate_cluster(w, CFG, backend=backend, **kw)
+    own = kvsim.simulate_cluster(w, CFG, backend=backend, prefill_config=slow, **kw)
+    assert all(c["busy_ps"] == 3 * 10**9 * c["num_steps"] for c in own.prefill_counters)
+    assert all(c["busy_ps"] == 10**9 * c["num_steps"] for c in same.prefill_counters)
+    assert all(c["peak_batch"] <= 2 for c in own.prefill_counters)
+    assert own.summary["ttft_prefill_p50_s"] > same.summary["ttft_prefill_p50_s"]
+
+
+@pytest.mark.parametrize(
+    ("prefill", "args", "words"),
+    [
+        ("not a config", {}, "prefill_config 'not a config' is not a kvsim.SimConfig"),
+        (kvsim.SimConfig(num_blocks=60), {"prefill_replicas": 0}, "prefill_replicas is 0"),
+        (kvsim.SimConfig(num_blocks=60, max_model_len=100), {}, "prefill_config's max_model_len 100"),
+        (kvsim.SimConfig(num_blocks=60, sampling="fork-cow"), {}, "prefill_config's sampling 'fork-cow'"),
+    ],
+)
+def test_a_prefill_config_that_cannot_serve_the_fleet_is_refused(prefill, args, words):
+    kw = {"prefill_replicas": 1, "pd_link_ps_per_block": 5, **args}
+    with pytest.raises(InvalidArgumentError, match=words):
+        kvsim.simulate_cluster(synthetic(5), kvsim.SimConfig(num_blocks=60), prefill_config=prefill, **kw)
+
+
+# -- the command line ------------------------------------------------------------------------------------------------
+RUN = ["run", "--requests", "80", "--num-gpu-blocks-override", "300", "--block-size", "4"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_kvsim_run_prints_the_split(capsys, backend):
+    import json
+
+    from kvsim.cli import main
+
+    argv = [
+        *RUN,
+        "--backend",
+        backend,
+        "--replicas",
+        "2",
+        "--prefill-replicas",
+        "1",
+        "--pd-link-ps-per-block",
+    ]
+    argv += ["1000000", "--pd-link-latency", "50us", "--router", "least-loaded"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    section = out.split("== disaggregation: 1 prefill : 2 decode replicas; ", 1)[1].splitlines()
+    assert [line.split()[0] for line in section[2:6]] == ["prefill", "prefill", "transfer", "decode"]
+    assert section[6].lstrip().startswith("transfers: ")
+    assert "link utilisation" in section[6]
+    assert "pool utilisation (busy / makespan): prefill" in section[7]
+    assert "pool imbalance (busier / idler utilisation): " in section[8]
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    pd = data["fleet"]["disaggregation"]
+    assert pd["prefill_replicas"] == 1
+    assert pd["pd_transfers"] > 0
+    assert pd["ttft_transfer_p50_s"] >= 50e-6
+    assert data["summary"]["pd_transfers"] == pd["pd_transfers"]
+    assert main([*RUN, "--replicas", "2", "--json"]) == 0
+    assert "disaggregation" not in json.loads(capsys.readouterr().out)["fleet"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "text"),
+    [
+        (["--prefill-replicas", "-1"], "argument --prefill-replicas: prefill_replicas -1"),
+        (["--prefill-replicas", "1"], "pd_link_ps_per_block is needed without a model"),
+        (["--pd-threshold", "x"], "argument --pd-threshold: pd_threshold_tokens 'x'"),
+        (["--pd-link-bandwidth", "0"], "argument --pd-link-bandwidth: pd_link_bandwidth 0"),
+        (["--pd-link-latency=-1ms"], "argument --pd-link-latency: pd_link_latency_s '-1ms'"),
+        (
+            ["--prefill-replicas", "1", "--pd-link-ps-per-block", "1", "--preemption-mode", "swap"],
+            "preemption 'swap'",
+        ),
+    ],
+)
+def test_kvsim_run_disaggregation_errors_are_one_line_exit_2(capsys, flags, text):
+    from kvsim.cli import main
+
+    assert main([*RUN, *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert text in err[0], err[0]
+
+
+def test_ctrl_c_interrupts_a_disaggregated_run():
+    """Ctrl-C during a disaggregated run raises KeyboardInterrupt (the driver reads the cancel flag
+    between units and inside every replica's steps; the binding turns it into the interrupt, not an
+    error). No wall-clock bound is asserted: the interrupt fires a quarter into a measured run."""
+    import _thread
+    import threading
+    import time
+
+    w = synthetic(300_000, seed=1, arrival_rate=2000.0)
+    cfg = kvsim.SimConfig(num_blocks=4000, block_size=16, pd_link_ps_per_block=10**6)
+    kw = {"replicas": 2, "prefill_replicas": 2, "router": "least-loaded"}
+    start = time.perf_counter()
+    whole = kvsim.simulate_cluster(w, cfg, **kw)
+    timer = threading.Timer(0.25 * (time.perf_counter() - start), _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        kvsim.simulate_cluster(w, cfg, **kw)
+    timer.cancel()
+    assert whole.summary["completed"] == len(w)
