@@ -157,7 +157,11 @@ def test_cli_split_json(capsys):
     ("extra", "needle"),
     [
         (["--split", "--max-gpus", "0"], "argument --max-gpus: 0 must be at least 1"),
-        (["--split", "--max-gpus", "1"], "max_gpus 1 holds 1 replica(s)"),
+        (["--split", "--max-gpus", "1"], "argument --max-gpus: max_gpus 1 holds 1 replica(s)"),
+        (
+            ["--split", "--max-gpus", "3", "--tensor-parallel-size", "2"],
+            "a split needs one prefill and one decode",
+        ),
         (["--max-gpus", "4"], "argument --max-gpus: the GPU limit of --split"),
         (["--split", "--smallest", "replicas"], "argument --smallest: not allowed with --split"),
         (["--split", "--start-rate", "3"], "argument --start-rate: applies to the rate search"),

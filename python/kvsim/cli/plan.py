@@ -362,7 +362,12 @@ def _split(
     for key in ("pd_threshold_tokens", "pd_link_bandwidth", "pd_link_latency_s"):
         if getattr(args, key, None) is not None:
             opts[key] = getattr(args, key)
-    result = best_split(workload, config, slos, backend=backend, **opts)
+    try:
+        result = best_split(workload, config, slos, backend=backend, **opts)
+    except InvalidArgumentError as exc:
+        if str(exc).startswith("max_gpus"):  # the flag's own message, as the other flags'
+            raise FlagError(f"argument --max-gpus: {exc}") from None
+        raise
     if args.json:
         out = {
             "kvsim_version": kvsim.__version__,
