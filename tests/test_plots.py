@@ -29,6 +29,7 @@ NAMES = {
     "fleet_mooncake.png",
     "hybrid_capacity.png",
     "cpu_tier.png",
+    "pd_goodput.png",
     "dashboard.png",
 }
 QUICK = ["seed-block-size", "seed-memory-budget", "seed-prefix-sharing"]

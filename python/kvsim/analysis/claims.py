@@ -49,6 +49,7 @@ from kvsim.analysis.claims_model import (
     feature_error,
 )
 from kvsim.analysis.claims_paper import paper_claims, paper_experiments, sizing_claim
+from kvsim.analysis.claims_pd import PdExperiment, pd_claims, pd_experiments, read_pd, run_pd
 from kvsim.analysis.claims_report import render
 from kvsim.analysis.claims_seed import mooncake_ceiling, seed_claims, seed_experiments, trace_claims
 from kvsim.analysis.claims_tier import tier_claims, tier_experiments
@@ -66,6 +67,7 @@ def experiments() -> list[Experiment]:
         *capacity_experiments(),
         *fleet_experiments(),
         *tier_experiments(),
+        *pd_experiments(),
     ]
 
 
@@ -209,14 +211,19 @@ def run_claims(
                 results[e.name] = (
                     read_capacity(e, results_dir) if reused else Results(e, pl.read_parquet(path), None)
                 )
+                if isinstance(e, PdExperiment):
+                    results[e.name] = read_pd(e, results_dir)
                 chosen.remove(e)
     # Capacity experiments' points are searches (kvsim.plan), each running its own rounds of probes.
     searches = [e for e in chosen if isinstance(e, CapacityExperiment)]
-    sweeps = [e for e in chosen if not isinstance(e, CapacityExperiment)]
+    # The disaggregation experiment's points are searches too (kvsim.analysis.claims_pd).
+    pds = [e for e in chosen if isinstance(e, PdExperiment)]
+    sweeps = [e for e in chosen if not isinstance(e, CapacityExperiment | PdExperiment)]
     results.update(
         run_experiments(sweeps, results_dir / "claims", workers=workers, scale=scale, progress=progress)
     )
     results.update(run_capacity(searches, results_dir / "claims", scale=scale))
+    results.update(run_pd(pds, results_dir / "claims"))
     for e in exps:
         results.setdefault(e.name, Results(e, pl.DataFrame(), "not run (excluded by `only`)"))
     claims = [
@@ -228,6 +235,7 @@ def run_claims(
         *trace_claims(results, scale),
         *fleet_claims(results, scale),
         *tier_claims(results, scale),
+        *pd_claims(results, scale),
         *validation_claims(),
     ]
     wall = time.perf_counter() - t0

@@ -652,11 +652,15 @@ def plan_figure(result: Any) -> Figure:
 def read_results(results_dir: Path) -> dict[str, Results]:
     """Each experiment's rows from `<results_dir>/claims/<name>.parquet` (a missing file: an error)."""
     from kvsim.analysis.claims_capacity import CapacityExperiment, read_capacity
+    from kvsim.analysis.claims_pd import PdExperiment, read_pd
 
     results: dict[str, Results] = {}
     for e in experiments():
         if isinstance(e, CapacityExperiment):
             results[e.name] = read_capacity(e, results_dir)
+            continue
+        if isinstance(e, PdExperiment):
+            results[e.name] = read_pd(e, results_dir)
             continue
         path = results_dir / "claims" / f"{e.name}.parquet"
         frame = pl.read_parquet(path) if path.exists() else pl.DataFrame()
@@ -782,6 +786,16 @@ def plot_all(
             draw_tier_hits(ax[0][0], tier, tier_top)
             draw_tier_ttft(ax[0][1], tier)
         done(_save(fig, out_dir / "cpu_tier.png"))
+
+        from kvsim.analysis.plots_pd import plot_pd_goodput
+
+        pd_res = results["pd-goodput"]
+        if pd_res.error or not pd_res.frame.height:
+            fig, ax = _fig(1, 1, (7.5, 5.8))
+            _empty(ax[0][0], "goodput per GPU against SLO tightness", pd_res.error or "no rows")
+            done(_save(fig, out_dir / "pd_goodput.png"))
+        else:
+            done(plot_pd_goodput(pd_res.frame, out_dir / "pd_goodput.png"))
 
     with matplotlib.rc_context({"font.size": DASHBOARD_FONT_SIZE}):
         fig = Figure(figsize=(30, 17), layout="constrained")

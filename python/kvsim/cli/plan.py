@@ -122,6 +122,19 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "one value is a list, takes them apart with ';': 'router_weights=prefix=3,queue=1;queue=1') "
         "(default: none)",
     )
+    s.add_argument(
+        "--split",
+        action="store_true",
+        help="instead of the highest rate: the cheapest prefill:decode split (prefill/decode "
+        "disaggregation) that meets the SLOs at --rate, against the fewest aggregated replicas meeting them, "
+        "both with their goodput per GPU (kvsim.analysis.plan_pd.best_split; DESIGN.md §Capacity search)",
+    )
+    s.add_argument(
+        "--max-gpus",
+        metavar="N",
+        default=None,
+        help="with --split: the GPU limit of both fleets (replicas x tensor-parallel size) (default: 16)",
+    )
     o = p.add_argument_group("output")
     o.add_argument(
         "--plot", metavar="PATH.png", default=None, help="draw the probes, the bounds and the knee"
@@ -156,9 +169,31 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
         raise FlagError("argument --scheduler: needs --executor dask")
     opts["executor"] = args.executor
     opts["scheduler"] = args.scheduler
+    if args.max_gpus is not None and not args.split:
+        raise FlagError("argument --max-gpus: the GPU limit of --split")
+    if args.split:
+        for flag, given in (
+            ("--smallest", args.smallest),
+            ("--compare", args.compare),
+            ("--plot", args.plot),
+        ):
+            if given is not None:
+                raise FlagError(f"argument {flag}: not allowed with --split")
+        for flag, key in (
+            ("--start-rate", "start_rate"),
+            ("--min-rate", "min_rate"),
+            ("--max-rate", "max_rate"),
+        ):
+            if key in opts:
+                raise FlagError(f"argument {flag}: applies to the rate search, not to --split")
+        opts.pop("precision", None)  # counts are bisected exactly
+        opts["max_gpus"] = _int_flag("--max-gpus", args.max_gpus if args.max_gpus is not None else 16, 1)
+        if args.rate is not None:
+            opts["rate"] = _float_flag("--rate", args.rate)
+        return opts
     if args.smallest is not None and args.compare is not None:
         raise FlagError("argument --compare: not allowed with --smallest (give one of them)")
-    if args.rate is not None and args.smallest is None:
+    if args.rate is not None and args.smallest is None and not args.split:
         raise FlagError("argument --rate: the target rate of --smallest (for the highest rate, --start-rate)")
     if args.smallest is not None:
         for flag, key in (
@@ -224,6 +259,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     backend = args.backend or data.get("backend", "rust")
     slos = opts.pop("slos")
     ranking = None
+    if args.split:
+        return _split(args, workload, config, info, notes, backend, slos, opts)
     if args.smallest == "replicas":
         from kvsim.analysis.plan import smallest_replicas
 
@@ -304,6 +341,71 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     if plot is not None:
         print(f"plot: {plot}")
+    return 0
+
+
+def _split(
+    args: argparse.Namespace,
+    workload: Any,
+    config: Any,
+    info: dict[str, Any],
+    notes: list[str],
+    backend: str,
+    slos: Any,
+    opts: dict[str, Any],
+) -> int:
+    """`kvsim plan --split`: `best_split`, printed as one table of its searches and the two fleets."""
+    import kvsim
+    from kvsim.analysis.plan_pd import best_split
+
+    # The disaggregated fleet's knobs, where kvsim run's flags give them (else simulate_cluster's defaults).
+    for key in ("pd_threshold_tokens", "pd_link_bandwidth", "pd_link_latency_s"):
+        if getattr(args, key, None) is not None:
+            opts[key] = getattr(args, key)
+    try:
+        result = best_split(workload, config, slos, backend=backend, **opts)
+    except InvalidArgumentError as exc:
+        if str(exc).startswith("max_gpus"):  # the flag's own message, as the other flags'
+            raise FlagError(f"argument --max-gpus: {exc}") from None
+        raise
+    if args.json:
+        out = {
+            "kvsim_version": kvsim.__version__,
+            "argv": getattr(args, "_argv", None),
+            "pool": config.pool.line(),
+            "time": config.time_line(),
+            "config": config.describe(),
+            "workload": info,
+            "backend": backend,
+            **result.to_dict(),
+            "notes": notes,
+        }
+        print(json.dumps(out, default=str, ensure_ascii=False))
+        return 0
+    print(f"workload: {info['name']}, {info['requests']:,} requests; every probe at {result.rate:.4g} req/s")
+    print(config.pool.line())
+    print(config.time_line())
+    print(
+        f"fleets: replicas of {result.gpus_per_replica} GPU(s) each, router {config.router}, at most "
+        f"{result.max_gpus} GPUs; P=<p>: the fewest decode replicas with p prefill replicas"
+    )
+    print()
+    rows = [["fleet", "prefill", "decode", "GPUs", "req/s per GPU", "status", "probes", "monotone"]]
+    for r in result.table().iter_rows(named=True):
+        rows.append(
+            [r["fleet"], str(r["prefill"]), "-" if r["decode"] is None else str(r["decode"]),
+             "-" if r["gpus"] is None else str(r["gpus"]),
+             "-" if r["goodput_per_gpu"] is None else f"{r['goodput_per_gpu']:.4g}",
+             r["status"], str(r["probes"]), "yes" if r["monotone"] else "NO"]
+        )  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    print("\n".join(lines))
+    print()
+    print(result.message)
+    for note in notes:
+        print(f"note: {note}")
     return 0
 
 

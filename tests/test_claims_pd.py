@@ -1,0 +1,153 @@
+"""The disaggregation claims' computation (kvsim.analysis.claims_pd; DESIGN.md §Claims), not their numbers:
+the best fleet of each family per GPU, the verdicts both ways on made-up knees, the runs shared across SLO
+levels giving what simulate_cluster(goodput=) gives, a tiny experiment's rows and their round trip, the
+plot."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import polars as pl
+import pytest
+
+import kvsim
+from kvsim.analysis import claims_pd
+from kvsim.analysis.claims import experiments
+from kvsim.analysis.claims_model import CONFIRMED, DIFFERS, NOT_TESTABLE
+from kvsim.analysis.claims_pd import (
+    CachedProbe,
+    FleetRuns,
+    PdResults,
+    comparison,
+    level_goodput,
+    pd_claims,
+    pd_experiments,
+    read_pd,
+    run_pd,
+)
+from kvsim.analysis.plan import at_rate
+from kvsim.analysis.plan_pd import best_per_gpu
+
+MODEL = {"model": "llama-3.1-8b", "gpu": "h100-80gb"}
+
+
+def test_best_per_gpu_picks_each_familys_best_per_gpu():
+    knees = {(0, 1): 10.0, (0, 2): 22.0, (1, 1): 30.0, (1, 2): 33.0, (2, 1): None}
+    best = best_per_gpu(knees)
+    assert best["aggregated"] == ((0, 2), 11.0)
+    assert best["disaggregated"] == ((1, 1), 15.0)
+    assert best["ratio"] == pytest.approx(15.0 / 11.0)
+    assert best_per_gpu(knees, gpus_per_replica=2)["aggregated"] == ((0, 2), 5.5)
+    none = best_per_gpu({(0, 1): None, (1, 1): 3.0})
+    assert none["aggregated"] is None
+    assert none["ratio"] is None
+
+
+def test_level_goodput_scales_the_base_latencies():
+    assert level_goodput(0.02, 0.005, ("x", 5.0, 1.5)) == pytest.approx({"ttft": 100.0, "tpot": 7.5})
+
+
+def _frame(tight: dict, loose: dict, workloads=("sharegpt", "mooncake-conversation")) -> pl.DataFrame:
+    rows = []
+    for w in workloads:
+        for idx, (level, knees) in enumerate((("tight TPOT", tight), ("loose", loose))):
+            for (p, d), knee in knees.items():
+                rows.append({"workload": w, "requests": 100, "level": level, "level_index": idx,
+                             "ttft_slo_ms": 50.0, "tpot_slo_ms": 5.0 * (idx + 1), "prefill": p, "decode": d,
+                             "gpus": p + d, "knee_rate": knee,
+                             "goodput_per_gpu": None if knee is None else knee / (p + d),
+                             "status": "converged", "violations": 0, "sustained": True})  # fmt: skip
+    return pl.DataFrame(rows)
+
+
+def _verdicts(frame: pl.DataFrame) -> dict[str, str]:
+    e = pd_experiments()[0]
+    return {c.id: c.verdict for c in pd_claims({e.name: PdResults(e, frame, None)})}
+
+
+def test_the_direction_confirmed_and_its_opposite_differs():
+    # disaggregation wins at the tight level (1:1 at 15/GPU against 10/GPU), loses when loose
+    agreeing = _frame({(0, 1): 10.0, (0, 2): 20.0, (1, 1): 30.0}, {(0, 1): 50.0, (0, 2): 100.0, (1, 1): 60.0})
+    v = _verdicts(agreeing)
+    assert set(v.values()) == {CONFIRMED}
+    assert len(v) == 4
+    # the opposite direction: both claims differ
+    opposite = _frame(
+        {(0, 1): 10.0, (0, 2): 20.0, (1, 1): 12.0}, {(0, 1): 50.0, (0, 2): 100.0, (1, 1): 140.0}
+    )
+    assert set(_verdicts(opposite).values()) == {DIFFERS}
+    # a tie within the knees' precision is no win (tight differs) and no loss (loose holds)
+    tie = _frame({(0, 1): 10.0, (1, 1): 20.5}, {(0, 1): 10.0, (1, 1): 20.5})
+    v = _verdicts(tie)
+    assert v["D-pd-sharegpt-tight"] == DIFFERS
+    assert v["D-pd-sharegpt-loose"] == CONFIRMED
+
+
+def test_a_missing_family_or_run_is_not_testable():
+    no_split = _frame({(0, 1): 10.0, (1, 1): None}, {(0, 1): 10.0, (1, 1): None})
+    assert set(_verdicts(no_split).values()) == {NOT_TESTABLE}
+    e = pd_experiments()[0]
+    claims = pd_claims({e.name: PdResults(e, pl.DataFrame(), "boom")})
+    assert {c.verdict for c in claims} == {NOT_TESTABLE}
+    assert all(c.note == "boom" for c in claims)
+
+
+def test_comparison_orders_levels_and_names_the_best_fleets():
+    frame = _frame({(0, 1): 10.0, (0, 2): 20.0, (1, 1): 30.0}, {(0, 1): 50.0, (1, 1): 60.0})
+    levels = comparison(frame, "sharegpt")
+    assert [lv["level"] for lv in levels] == ["tight TPOT", "loose"]
+    assert levels[0]["disaggregated"] == ((1, 1), 15.0)
+    assert levels[1]["aggregated"] == ((0, 1), 50.0)
+
+
+def test_shared_runs_give_what_simulate_cluster_with_goodput_gives():
+    w = at_rate(kvsim.workloads.synthetic(120, arrival_rate=1.0, seed=0, lengths="sharegpt-paper",
+                                          max_model_len=2048), 40.0)  # fmt: skip
+    config = kvsim.SimConfig(**MODEL, replicas=1)
+    runs = FleetRuns(1)
+    for g in ({"ttft": 30.0, "tpot": 6.0}, {"ttft": 100.0, "tpot": 5.0}):
+        got = CachedProbe(runs, tuple(g.items()))(w, config)
+        want = kvsim.simulate_cluster(w, config, prefill_replicas=1, goodput=g).summary
+        assert got["slo_attainment"] == want["slo_attainment"]
+        assert got["ttft_s_p99"] == want["ttft_s_p99"]
+    assert runs.runs == 1  # the second level reused the run
+
+
+def test_a_tiny_experiment_writes_rows_that_read_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(claims_pd, "_runs", {})
+    e = dataclasses.replace(
+        pd_experiments()[0],
+        workloads=["sharegpt"],
+        counts={"sharegpt": 150},
+        levels=(("tight TPOT", 5.0, 1.25), ("loose", 10.0, 5.0)),
+        fleets=((0, 1), (1, 1)),
+    )
+    res = run_pd([e], tmp_path / "claims")[e.name]
+    assert res.error is None
+    f = res.frame
+    assert f.height == 4
+    assert set(f["level"]) == {"tight TPOT", "loose"}
+    for r in f.iter_rows(named=True):
+        if r["knee_rate"] is not None:
+            assert r["goodput_per_gpu"] == pytest.approx(r["knee_rate"] / r["gpus"])
+        assert r["tpot_slo_ms"] == pytest.approx(
+            r["base_tpot_p50_s"] * 1000 * (1.25 if r["level"] == "tight TPOT" else 5.0)
+        )
+    back = read_pd(e, tmp_path)
+    assert back.frame.equals(f)
+    claims = {c.id: c for c in pd_claims({e.name: res})}  # both workloads' claims; Mooncake's: no rows
+    assert claims["D-pd-mooncake-tight"].verdict == NOT_TESTABLE
+    assert claims["D-pd-mooncake-tight"].note == "no rows for mooncake-conversation"
+    assert claims["D-pd-sharegpt-tight"].verdict in (CONFIRMED, DIFFERS, NOT_TESTABLE)
+    assert not math.isnan(f["base_ttft_p90_s"][0])
+
+
+def test_the_experiment_is_registered_and_drawn(tmp_path):
+    assert "pd-goodput" in [e.name for e in experiments()]
+    from kvsim.analysis.plots_pd import plot_pd_goodput
+
+    frame = _frame({(0, 1): 10.0, (1, 1): 30.0}, {(0, 1): 50.0, (1, 1): 60.0})
+    path = plot_pd_goodput(frame, tmp_path / "pd.png")
+    assert path.exists()
+    assert path.stat().st_size > 10_000

@@ -1,0 +1,175 @@
+"""Capacity search for prefill/decode disaggregation (DESIGN.md §Capacity search, "Disaggregated splits";
+issue 28 item 4): the split search finds the cheapest split a brute force finds, on fleets whose pass/fail
+is monotone in each pool's size (a stand-in probe) and on the engine's tiny fleets (where the assumption
+is checked by the brute force itself); its refusals and the CLI's."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kvsim
+from kvsim.analysis.plan import cluster_probe
+from kvsim.analysis.plan_pd import best_split, pd_probe
+from kvsim.analysis.plan_search import parse_slos
+from kvsim.cli import main
+from kvsim.errors import InvalidArgumentError
+
+MODEL = {"model": "llama-3.1-8b", "gpu": "h100-80gb"}
+
+
+def _workload(n: int = 200, rate: float = 60.0) -> kvsim.Workload:
+    return kvsim.workloads.synthetic(
+        n, arrival_rate=rate, seed=0, lengths="sharegpt-paper", max_model_len=2048
+    )
+
+
+def _need_probe(workload, config, *, need: tuple[int, ...], prefill: int, calls: list) -> dict:
+    """Passes (ttft_s_p99 = 0) when the decode replicas reach need[prefill], else fails (1)."""
+    calls.append((prefill, config.replicas))
+    return {"ttft_s_p99": 0.0 if config.replicas >= need[prefill] else 1.0}
+
+
+def _brute(need: tuple[int, ...], most: int) -> tuple[int | None, tuple[int, int] | None]:
+    agg = next((d for d in range(1, most + 1) if d >= need[0]), None)
+    splits = [(p, d) for p in range(1, most) for d in range(1, most - p + 1) if d >= need[p]]
+    return agg, (min(splits, key=lambda s: (s[0] + s[1], s[0])) if splits else None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    first=st.integers(1, 12),
+    drops=st.lists(st.integers(0, 3), min_size=12, max_size=12),
+    agg=st.integers(1, 14),
+    max_gpus=st.integers(2, 12),
+)
+def test_split_search_equals_the_brute_force_on_monotone_fleets(first, drops, agg, max_gpus):
+    # need[P] for P >= 1: nonincreasing in P (more prefill replicas never need more decode replicas)
+    need = [agg, first]
+    for d in drops:
+        need.append(max(1, need[-1] - d))
+    calls: list = []
+
+    def probes(p):
+        return functools.partial(_need_probe, need=tuple(need), prefill=p, calls=calls)
+
+    r = best_split(_workload(20, 2.0), kvsim.SimConfig(**MODEL), {"ttft_p99": 0.5}, max_gpus=max_gpus,
+                   probes=probes, workers=2)  # fmt: skip
+    want_agg, want_split = _brute(tuple(need), max_gpus)
+    assert r.aggregated == want_agg
+    assert r.split == want_split
+    assert r.violations == []
+    if r.split is not None:  # every split with fewer GPUs was either probed to fail or pruned by the rules
+        assert r.split_gpus == sum(r.split)
+        assert r.split_goodput_per_gpu == pytest.approx(r.rate / sum(r.split))
+    assert all(p + d <= max_gpus for p, d in calls)
+
+
+def test_split_search_on_a_tiny_engine_fleet_equals_the_brute_force():
+    w = _workload()
+    config = kvsim.SimConfig(**MODEL)
+    slos = parse_slos({"tpot_p99": 0.0065, "ttft_p99": 0.1})
+    passes = {}
+    for p in range(4):
+        for d in range(1, 5 - p):
+            s = pd_probe(w, config.replace(replicas=d), prefill_replicas=p)
+            passes[p, d] = all(x.holds(s[x.key]) for x in slos)
+    # The search's assumption, checked where it is cheap: monotone in each pool's size on this fleet.
+    for (p, d), ok in passes.items():
+        if ok and (p, d + 1) in passes:
+            assert passes[p, d + 1]
+        if ok and p > 0 and (p + 1, d) in passes:
+            assert passes[p + 1, d]
+    r = best_split(w, config, slos, max_gpus=4, workers=2)
+    agg = min((d for (p, d), ok in passes.items() if p == 0 and ok), default=None)
+    split = min(((p, d) for (p, d), ok in passes.items() if p > 0 and ok), key=lambda s: (sum(s), s[0]),
+                default=None)  # fmt: skip
+    assert r.aggregated == agg
+    assert r.split == split
+    assert r.aggregated is not None  # the case is not vacuous
+    assert r.split is not None
+    assert f"aggregated: {agg} replicas = {agg} GPUs" in r.message
+    assert f"disaggregated: {split[0]} prefill : {split[1]} decode" in r.message
+
+
+def test_pd_probe_without_a_prefill_pool_is_the_aggregated_fleets():
+    w = _workload(60, 20.0)
+    config = kvsim.SimConfig(**MODEL, replicas=2)
+    assert pd_probe(w, config) == cluster_probe(w, config)
+
+
+def test_an_slo_no_fleet_meets_is_said_plainly():
+    r = best_split(_workload(30, 5.0), kvsim.SimConfig(**MODEL), {"tpot_p99": 1e-6}, max_gpus=3, workers=2)
+    assert r.aggregated is None
+    assert r.split is None
+    assert "aggregated: no fleet of at most 3 GPUs meets tpot_p99 <= 1e-06 s" in r.message
+    assert "disaggregated: no split of at most 3 GPUs meets the SLOs" in r.message
+    assert r.split_goodput_per_gpu is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"max_gpus": 1}, "max_gpus 1 holds 1 replica(s)"),
+        ({"max_gpus": 0}, "max_gpus 0 must be a whole number >= 1"),
+        ({"rate": -1.0}, "rate -1.0 must be a positive number"),
+        ({"max_gpus": 3, "pd_link_bandwidth": 0.0}, "pd_link_bandwidth"),
+    ],
+)
+def test_bad_split_arguments_are_refused_by_name(kwargs, needle):
+    with pytest.raises(InvalidArgumentError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        best_split(_workload(20, 2.0), kvsim.SimConfig(**MODEL), {"ttft_p99": 1.0}, workers=2, **kwargs)
+
+
+def test_a_list_of_configs_is_refused():
+    with pytest.raises(InvalidArgumentError, match="needs one SimConfig"):
+        best_split(_workload(20, 2.0), [kvsim.SimConfig(**MODEL)] * 2, {"ttft_p99": 1.0})
+
+
+CLI = [
+    "plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--workload", "sharegpt:arrival_rate=60",
+    "--requests", "200", "--workers", "2", "--slo", "tpot_p99:6.5ms", "--slo", "ttft_p99:100ms",
+]  # fmt: skip
+
+
+def test_cli_split_prints_both_fleets(capsys):
+    assert main([*CLI, "--split", "--max-gpus", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "aggregated: 2 replicas = 2 GPUs, 30 req/s per GPU" in out
+    assert "disaggregated: 1 prefill : 2 decode = 3 GPUs, 20 req/s per GPU" in out
+    assert "the aggregated fleet saves 1 GPU(s)" in out
+    assert "P=1" in out
+
+
+def test_cli_split_json(capsys):
+    assert main([*CLI, "--split", "--max-gpus", "4", "--rate", "30", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["rate"] == 30.0
+    assert data["max_gpus"] == 4
+    assert {s["fleet"] for s in data["searches"]} >= {"aggregated", "P=1"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--split", "--max-gpus", "0"], "argument --max-gpus: 0 must be at least 1"),
+        (["--split", "--max-gpus", "1"], "argument --max-gpus: max_gpus 1 holds 1 replica(s)"),
+        (
+            ["--split", "--max-gpus", "3", "--tensor-parallel-size", "2"],
+            "a split needs one prefill and one decode",
+        ),
+        (["--max-gpus", "4"], "argument --max-gpus: the GPU limit of --split"),
+        (["--split", "--smallest", "replicas"], "argument --smallest: not allowed with --split"),
+        (["--split", "--start-rate", "3"], "argument --start-rate: applies to the rate search"),
+        (["--split", "--rate", "x"], "argument --rate: 'x' is not a number"),
+    ],
+)
+def test_cli_split_errors_are_one_line_exit_2(capsys, extra, needle):
+    assert main([*CLI, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err
+    assert len(err.splitlines()) == 1
