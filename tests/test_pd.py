@@ -355,3 +355,12 @@ def test_ctrl_c_interrupts_a_disaggregated_run():
         kvsim.simulate_cluster(w, cfg, **kw)
     timer.cancel()
     assert whole.summary["completed"] == len(w)
+
+
+def test_the_link_bandwidth_takes_a_unit():
+    """`pd_link_bandwidth` as `--pd-link-bandwidth 25GB/s` (or bytes per second); text that is no
+    bandwidth is refused by name."""
+    assert kvsim.SimConfig(num_blocks=100, pd_link_bandwidth="25GB/s").pd_link_bandwidth == 25e9
+    assert kvsim.SimConfig(num_blocks=100, pd_link_bandwidth="1e9").pd_link_bandwidth == 1e9
+    with pytest.raises(InvalidArgumentError, match="pd_link_bandwidth 'fast' is not a bandwidth"):
+        kvsim.SimConfig(num_blocks=100, pd_link_bandwidth="fast")

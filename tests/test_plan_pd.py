@@ -173,3 +173,16 @@ def test_cli_split_errors_are_one_line_exit_2(capsys, extra, needle):
     err = capsys.readouterr().err.strip()
     assert needle in err
     assert len(err.splitlines()) == 1
+
+
+def test_the_probe_takes_the_configs_pd_knobs_unless_given():
+    """`pd_probe` runs the config's `pd_threshold_tokens` and link (what `kvsim plan --split
+    --pd-threshold ...` sets); a knob passed to it overrides the config's."""
+    w = kvsim.workloads.synthetic(60, seed=1, arrival_rate=20.0)
+    cfg = kvsim.SimConfig(num_blocks=400, replicas=1, pd_threshold_tokens=1 << 30, pd_link_ps_per_block=10**6)
+    local = pd_probe(w, cfg, prefill_replicas=1)
+    assert local["pd_transfers"] == 0
+    assert local["pd_local_prefills"] == 60
+    moved = pd_probe(w, cfg, prefill_replicas=1, pd_threshold_tokens=0)
+    assert moved["pd_local_prefills"] == 0
+    assert moved["pd_transfers"] > 0

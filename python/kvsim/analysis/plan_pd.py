@@ -46,9 +46,9 @@ def pd_probe(
     config: Any,
     *,
     prefill_replicas: int = 0,
-    pd_threshold_tokens: int = 0,
-    pd_link_bandwidth: float = 50e9,
-    pd_link_latency_s: float = 0.0,
+    pd_threshold_tokens: int | None = None,
+    pd_link_bandwidth: float | None = None,
+    pd_link_latency_s: float | None = None,
     goodput: Any = None,
     backend: str = "rust",
 ) -> dict[str, Any]:
@@ -56,16 +56,15 @@ def pd_probe(
     (`config.replicas` decode replicas; P = 0: the aggregated fleet of `config.replicas` replicas)."""
     from kvsim.engine.cluster import simulate_cluster
 
+    knobs: dict[str, Any] = {
+        "pd_threshold_tokens": pd_threshold_tokens,
+        "pd_link_bandwidth": pd_link_bandwidth,
+        "pd_link_latency_s": pd_link_latency_s,
+    }
+    given: dict[str, Any] = {k: v for k, v in knobs.items() if v is not None}  # None: the config's own
     return dict(
         simulate_cluster(
-            workload,
-            config,
-            prefill_replicas=prefill_replicas,
-            pd_threshold_tokens=pd_threshold_tokens,
-            pd_link_bandwidth=pd_link_bandwidth,
-            pd_link_latency_s=pd_link_latency_s,
-            goodput=goodput,
-            backend=backend,
+            workload, config, prefill_replicas=prefill_replicas, goodput=goodput, backend=backend, **given
         ).summary
     )
 
@@ -219,9 +218,9 @@ def best_split(
     rate: float | None = None,
     max_gpus: int = 16,
     goodput: Any = None,
-    pd_threshold_tokens: int = 0,
-    pd_link_bandwidth: float = 50e9,
-    pd_link_latency_s: float = 0.0,
+    pd_threshold_tokens: int | None = None,
+    pd_link_bandwidth: float | None = None,
+    pd_link_latency_s: float | None = None,
     max_probes: int = DEFAULT_MAX_PROBES,
     executor: str = "threads",
     workers: int | None = None,
@@ -240,7 +239,8 @@ def best_split(
         rate: the target rate, req/s (default: the workload's own).
         max_gpus: the GPU limit (replicas x TP) of both fleets; a split needs at least 2 replicas.
         pd_threshold_tokens, pd_link_bandwidth, pd_link_latency_s: the disaggregated fleet's knobs
-            (`kvsim.simulate_cluster`).
+            (`kvsim.simulate_cluster`; None: the config's own, as `kvsim plan --split` sets them from
+            `--pd-threshold`, `--pd-link-bandwidth`, `--pd-link-latency`).
         max_probes: at most this many probes per bisection.
         probes: `P -> probe` of a fleet of P prefill replicas (default: `pd_probe` with these knobs;
             P = 0 is the aggregated fleet).
@@ -323,9 +323,9 @@ def fleet_knee(
     prefill: int,
     decode: int,
     goodput: Any = None,
-    pd_threshold_tokens: int = 0,
-    pd_link_bandwidth: float = 50e9,
-    pd_link_latency_s: float = 0.0,
+    pd_threshold_tokens: int | None = None,
+    pd_link_bandwidth: float | None = None,
+    pd_link_latency_s: float | None = None,
     backend: str = "rust",
     **plan_kwargs: Any,
 ) -> PlanResult:

@@ -358,10 +358,7 @@ def _split(
     import kvsim
     from kvsim.analysis.plan_pd import best_split
 
-    # The disaggregated fleet's knobs, where kvsim run's flags give them (else simulate_cluster's defaults).
-    for key in ("pd_threshold_tokens", "pd_link_bandwidth", "pd_link_latency_s"):
-        if getattr(args, key, None) is not None:
-            opts[key] = getattr(args, key)
+    # The disaggregated fleet's knobs are the config's (--pd-threshold, --pd-link-bandwidth, ...).
     try:
         result = best_split(workload, config, slos, backend=backend, **opts)
     except InvalidArgumentError as exc:

@@ -751,6 +751,19 @@ def convert(name: str, value: Any) -> Any:
             raise _fail(name, value, f"is not one of {', '.join(repr(o) for o in k.choices)}")
         return dict(k.aliases).get(value, value)
     if k.kind == "float":
+        if k.unit == "B/s" and isinstance(value, str):  # a bandwidth may carry its unit: 25GB/s, 3.2TB/s
+            try:
+                number = float(value.replace("_", ""))
+            except ValueError:
+                from kvsim.model.gpus import _rate
+
+                try:
+                    number = _rate(name, value, name)
+                except InvalidArgumentError:
+                    raise _fail(
+                        name, value, "is not a bandwidth (bytes per second, or 25GB/s, 3.2TB/s)"
+                    ) from None
+            return _in_range(name, value, _real(name, value, number), k)
         return _in_range(name, value, _real(name, value, value), k)
     if k.kind == "gib":
         # A float of GiB, as vLLM's flag (`64`, `0.5`); text may carry a size unit (`512MiB`).
