@@ -66,11 +66,15 @@ type KeySet = HashSet<BlockKey, Hasher>;
 /// position is kept as `Reverse(position)`, which orders as the spec's `-position`.
 type Rank = (u64, Reverse<u64>);
 
-/// One held chunk: pending until its store completes, pinned by `pins` loads in flight.
+/// One held chunk: pending until its store completes, pinned by `pins` loads in flight, and (LRU) its
+/// rank. One map entry per chunk holds all of it (the LRU's ranks and its evictable set were maps of
+/// their own: three hash tables per chunk held, and most of a tier's cost; results/README.md).
 #[derive(Clone, Copy, Debug, Default)]
 struct Chunk {
     ready: bool,
-    pins: u64,
+    pins: u32,
+    /// The LRU's rank (unused under ARC).
+    rank: Rank,
 }
 
 impl Chunk {
@@ -182,6 +186,13 @@ impl<V> Recency<V> {
     }
 }
 
+/// `Access::flags`: the key was accessed (it is in `order`), inserted by the request, reused by it, a
+/// store miss of it (vLLM's `_RequestCacheAccess` sets).
+const SEEN: u8 = 1;
+const INSERTED: u8 = 2;
+const REUSED: u8 = 4;
+const STORE_MISS: u8 = 8;
+
 /// What one live request did to the tier (vLLM's `_RequestCacheAccess` and the LRU's request rank);
 /// dropped at its `finish`.
 #[derive(Clone, Debug, Default)]
@@ -190,10 +201,24 @@ struct Access {
     rank: u64,
     /// Keys seen, in order of first access, with their position then.
     order: Vec<(BlockKey, u64)>,
-    seen: KeySet,
-    inserted: KeySet,
-    reused: KeySet,
-    store_misses: KeySet,
+    /// Each key's `SEEN`, `INSERTED`, `REUSED` and `STORE_MISS` bits: vLLM's four sets in one map.
+    flags: KeyMap<u8>,
+}
+
+impl Access {
+    #[inline]
+    fn has(&self, key: BlockKey, flag: u8) -> bool {
+        self.flags.get(&key).is_some_and(|f| f & flag != 0)
+    }
+
+    /// Sets `flag` on `key`; returns whether it was unset.
+    #[inline]
+    fn set(&mut self, key: BlockKey, flag: u8) -> bool {
+        let f = self.flags.entry(key).or_insert(0);
+        let was = *f & flag == 0;
+        *f |= flag;
+        was
+    }
 }
 
 /// A tier's policy state in the spec's terms ([`CpuTier::internals`]).
@@ -209,9 +234,9 @@ pub struct Internals {
 
 /// `capacity` chunks of host memory and the policy that evicts them.
 ///
-/// Invariants (`check_invariants`): `num_evictable` counts the ready, unpinned chunks; under LRU every
-/// chunk has a rank, `evictable` is exactly the evictable chunks and each has a heap entry carrying its
-/// current rank; under ARC the chunks are T1 ∪ T2 (disjoint), the ghosts B1, B2 hold no chunk, are
+/// Invariants (`check_invariants`): `num_evictable` counts the ready, unpinned chunks; under LRU, once
+/// the heap is live (built at the first eviction: a tier that never fills never orders its chunks),
+/// each evictable chunk has a heap entry carrying its current rank, and before that the heap is empty; under ARC the chunks are T1 ∪ T2 (disjoint), the ghosts B1, B2 hold no chunk, are
 /// disjoint and within `capacity` keys; the tracker holds at most `tracker` keys.
 #[derive(Clone, Debug)]
 pub struct CpuTier {
@@ -226,9 +251,9 @@ pub struct CpuTier {
     counts: Recency<u64>,
     // LRU.
     next_rank: u64,
-    rank: KeyMap<Rank>,
-    evictable: KeySet,
     heap: BinaryHeap<Reverse<(Rank, BlockKey)>>,
+    /// Whether `heap` is kept (from the first eviction on): before, pushes are skipped.
+    heap_live: bool,
     // ARC: T1/T2 least recent first, their ghosts, the adaptive T1 target.
     t1: Recency<()>,
     t2: Recency<()>,
@@ -237,6 +262,10 @@ pub struct CpuTier {
     target: f64,
     num_evicted: u64,
     num_stores_skipped: u64,
+    /// `prepare_store`'s scratch.
+    scratch_store: Vec<(BlockKey, u64)>,
+    scratch_ready: Vec<BlockKey>,
+    scratch_accessed: Vec<(BlockKey, u64)>,
 }
 
 impl CpuTier {
@@ -268,9 +297,8 @@ impl CpuTier {
             tracker,
             counts: Recency::default(),
             next_rank: 0,
-            rank: KeyMap::default(),
-            evictable: KeySet::default(),
             heap: BinaryHeap::new(),
+            heap_live: false,
             t1: Recency::default(),
             t2: Recency::default(),
             b1: Recency::default(),
@@ -278,6 +306,9 @@ impl CpuTier {
             target: 0.0,
             num_evicted: 0,
             num_stores_skipped: 0,
+            scratch_store: Vec::new(),
+            scratch_ready: Vec::new(),
+            scratch_accessed: Vec::new(),
         }
     }
 
@@ -329,11 +360,14 @@ impl CpuTier {
     /// under ARC T1, T2, B1, B2, least recent first; and the tracker's `(key, offers)`, least recent
     /// first.
     pub fn internals(&self) -> Internals {
-        let mut ranks: Vec<(BlockKey, u64, i128)> = self
-            .rank
-            .iter()
-            .map(|(&k, &(r, Reverse(pos)))| (k, r, -i128::from(pos)))
-            .collect();
+        let mut ranks: Vec<(BlockKey, u64, i128)> = if self.eviction == Eviction::Lru {
+            self.chunks
+                .iter()
+                .map(|(&k, c)| (k, c.rank.0, -i128::from(c.rank.1.0)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         ranks.sort_by_key(|&(k, r, neg_pos)| (r, neg_pos, k));
         Internals {
             ranks,
@@ -374,7 +408,7 @@ impl CpuTier {
                     "cannot complete a load of chunk {}: the CPU tier does not hold it",
                     key.0
                 ),
-                Some(c) => c.pins,
+                Some(c) => u64::from(c.pins),
             };
             if *n > pins {
                 invalid_op!(
@@ -394,7 +428,7 @@ impl CpuTier {
         let a = self.accesses.entry(rid).or_default();
         let first = a.order.len();
         for &(key, pos) in keys {
-            if a.seen.insert(key) {
+            if a.set(key, SEEN) {
                 a.order.push((key, pos));
             }
         }
@@ -405,54 +439,57 @@ impl CpuTier {
             }
             let r = a.rank;
             for &(key, pos) in &a.order[first..] {
-                let Some(current) = self.rank.get_mut(&key) else {
+                let Some(c) = self.chunks.get_mut(&key) else {
                     continue;
                 };
                 let rank = (r, Reverse(pos));
-                if *current >= rank {
+                if c.rank >= rank {
                     continue;
                 }
-                *current = rank;
-                if self.evictable.contains(&key) {
+                c.rank = rank;
+                if self.heap_live && c.evictable() {
                     self.heap.push(Reverse((rank, key)));
                 }
             }
         }
         for &key in reused {
-            if !a.inserted.contains(&key) {
-                a.reused.insert(key);
+            if !a.has(key, INSERTED) {
+                a.set(key, REUSED);
             }
         }
         self.compact_heap();
     }
 
     // -- evictability -------------------------------------------------------------------------------
-    fn mark_evictable(&mut self, key: BlockKey) {
+    /// Chunk `key` (held, of rank `rank`) has become evictable.
+    fn mark_evictable(&mut self, key: BlockKey, rank: Rank) {
         self.num_evictable += 1;
-        if self.eviction == Eviction::Lru {
-            self.evictable.insert(key);
-            self.heap.push(Reverse((self.rank[&key], key)));
+        if self.heap_live {
+            self.heap.push(Reverse((rank, key)));
             self.compact_heap();
         }
     }
 
-    fn mark_pinned(&mut self, key: BlockKey) {
+    fn mark_pinned(&mut self) {
         self.num_evictable -= 1;
-        if self.eviction == Eviction::Lru {
-            self.evictable.remove(&key);
-        }
     }
 
     /// Rebuilds the LRU heap from the evictable chunks once stale entries make up half of it (vLLM's
     /// `_maybe_compact_heap`), so that it stays O(chunks held).
     fn compact_heap(&mut self) {
-        if self.heap.len() < 64.max(2 * self.evictable.len()) {
+        if self.heap.len() < 64.max(2 * self.num_evictable as usize) {
             return;
         }
+        self.rebuild_heap();
+    }
+
+    /// The heap of the evictable chunks' current entries, each once.
+    fn rebuild_heap(&mut self) {
         let live: Vec<_> = self
-            .evictable
+            .chunks
             .iter()
-            .map(|&key| Reverse((self.rank[&key], key)))
+            .filter(|(_, c)| c.evictable())
+            .map(|(&key, c)| Reverse((c.rank, key)))
             .collect();
         self.heap = BinaryHeap::from(live);
     }
@@ -471,6 +508,11 @@ impl CpuTier {
     /// taken, each once, so what is chosen depends on the set of live entries alone, not on the heap's
     /// shape (hence compacting it changes no decision).
     fn lru_evict(&mut self, n: usize, protected: &KeySet, out: &mut Vec<BlockKey>) -> bool {
+        if !self.heap_live {
+            // The first eviction: the heap is built from the live entries, which alone decide.
+            self.heap_live = true;
+            self.rebuild_heap();
+        }
         let mut selected: Vec<(Rank, BlockKey)> = Vec::with_capacity(n);
         let mut deferred = Vec::new();
         let mut chosen = KeySet::default();
@@ -479,8 +521,10 @@ impl CpuTier {
                 break;
             };
             let (rank, key) = entry;
-            if !self.evictable.contains(&key)
-                || self.rank.get(&key) != Some(&rank)
+            if !self
+                .chunks
+                .get(&key)
+                .is_some_and(|c| c.evictable() && c.rank == rank)
                 || chosen.contains(&key)
             {
                 continue;
@@ -498,9 +542,7 @@ impl CpuTier {
             return false;
         }
         for (_, key) in selected {
-            self.evictable.remove(&key);
             self.chunks.remove(&key);
-            self.rank.remove(&key);
             out.push(key);
         }
         self.compact_heap();
@@ -607,7 +649,7 @@ impl CpuTier {
             assert!(c.ready, "prepare_load of a pending chunk");
             c.pins += 1;
             if c.pins == 1 {
-                self.mark_pinned(key);
+                self.mark_pinned();
             }
         }
         let reused: Vec<BlockKey> = keys.iter().map(|&(k, _)| k).collect();
@@ -628,7 +670,8 @@ impl CpuTier {
             assert!(c.pins > 0, "complete_load of a chunk no load pins");
             c.pins -= 1;
             if c.pins == 0 {
-                self.mark_evictable(key);
+                let rank = c.rank;
+                self.mark_evictable(key, rank);
             }
         }
         self.debug_check();
@@ -652,69 +695,92 @@ impl CpuTier {
         if self.threshold > 0 {
             self.count_offers(keys);
         }
-        let mut to_store: Vec<(BlockKey, u64)> = Vec::new();
-        let mut ready_existing: Vec<BlockKey> = Vec::new();
+        // Scratch kept between calls: the keys to store, the ready ones offered again, the accesses.
+        let mut to_store = std::mem::take(&mut self.scratch_store);
+        let mut ready_existing = std::mem::take(&mut self.scratch_ready);
+        let mut accessed = std::mem::take(&mut self.scratch_accessed);
+        to_store.clear();
+        ready_existing.clear();
+        accessed.clear();
+        let mut skipped = 0;
         for &(key, pos) in keys {
             match self.chunks.get(&key) {
-                None => to_store.push((key, pos)),
+                None => {
+                    if self.threshold > 0
+                        && self.counts.get(key).copied().unwrap_or(0) < self.threshold
+                    {
+                        skipped += 1;
+                        continue;
+                    }
+                    to_store.push((key, pos));
+                }
                 Some(c) if c.ready => ready_existing.push(key),
-                Some(_) => {}
+                Some(_) => continue,
             }
+            // Stored or reused: an access (a repeated key has the same fate each time).
+            accessed.push((key, pos));
         }
-        if self.threshold > 0 {
-            let before = to_store.len();
-            to_store.retain(|&(k, _)| self.counts.get(k).copied().unwrap_or(0) >= self.threshold);
-            self.num_stores_skipped += (before - to_store.len()) as u64;
-        }
+        self.num_stores_skipped += skipped;
         let a = self.accesses.entry(rid).or_default();
-        let misses: Vec<BlockKey> = to_store
-            .iter()
-            .map(|&(k, _)| k)
-            .filter(|k| !a.store_misses.contains(k))
-            .collect();
-        a.store_misses.extend(misses.iter().copied());
-        if !misses.is_empty() && self.eviction == Eviction::Arc {
+        let mut misses: Vec<BlockKey> = Vec::new();
+        if self.eviction == Eviction::Arc {
+            misses.extend(
+                to_store
+                    .iter()
+                    .map(|&(k, _)| k)
+                    .filter(|&k| !a.has(k, STORE_MISS)),
+            );
+        }
+        for &(key, _) in &to_store {
+            a.set(key, STORE_MISS);
+        }
+        if !misses.is_empty() {
             self.arc_store_misses(&misses);
         }
-        let recorded: KeySet = to_store
-            .iter()
-            .map(|&(k, _)| k)
-            .chain(ready_existing.iter().copied())
-            .collect();
-        let accessed: Vec<(BlockKey, u64)> = keys
-            .iter()
-            .copied()
-            .filter(|(k, _)| recorded.contains(k))
-            .collect();
         self.record(rid, &accessed, &ready_existing);
+        let result = self.insert_stored(rid, keys, &to_store, stored, evicted);
+        self.scratch_store = to_store;
+        self.scratch_ready = ready_existing;
+        self.scratch_accessed = accessed;
+        self.debug_check();
+        result
+    }
+
+    /// `prepare_store`'s second half: room for `to_store` (evicting chunks not offered in `keys`) and
+    /// the pending chunks; None if there is no room.
+    fn insert_stored(
+        &mut self,
+        rid: u64,
+        keys: &[(BlockKey, u64)],
+        to_store: &[(BlockKey, u64)],
+        stored: &mut Vec<BlockKey>,
+        evicted: &mut Vec<BlockKey>,
+    ) -> Option<()> {
         if to_store.is_empty() {
-            self.debug_check();
             return Some(());
         }
         let need = to_store.len() as i128 - (i128::from(self.capacity) - self.chunks.len() as i128);
         if need > 0 {
             if need > i128::from(self.num_evictable) {
-                self.debug_check();
                 return None;
             }
             let protected: KeySet = keys.iter().map(|&(k, _)| k).collect();
             if !self.evict(need as usize, &protected, evicted) {
-                self.debug_check();
                 return None;
             }
             self.num_evictable -= evicted.len() as u64;
             self.num_evicted += evicted.len() as u64;
         }
         let a = self.accesses.get_mut(&rid).expect("recorded above");
-        for &(key, pos) in &to_store {
-            self.chunks.insert(key, Chunk::default());
+        for &(key, pos) in to_store {
+            let mut chunk = Chunk::default();
             match self.eviction {
                 Eviction::Lru => {
                     if a.rank == 0 {
                         self.next_rank += 1;
                         a.rank = self.next_rank;
                     }
-                    self.rank.insert(key, (a.rank, Reverse(pos)));
+                    chunk.rank = (a.rank, Reverse(pos));
                 }
                 Eviction::Arc => {
                     self.b1.remove(key);
@@ -722,10 +788,10 @@ impl CpuTier {
                     self.t1.set(key, ());
                 }
             }
-            a.inserted.insert(key);
+            self.chunks.insert(key, chunk);
+            a.set(key, INSERTED);
             stored.push(key);
         }
-        self.debug_check();
         Some(())
     }
 
@@ -737,7 +803,8 @@ impl CpuTier {
                 && !c.ready
             {
                 c.ready = true;
-                self.mark_evictable(key);
+                let rank = c.rank;
+                self.mark_evictable(key, rank);
             }
         }
         self.debug_check();
@@ -777,10 +844,10 @@ impl CpuTier {
     /// LRU: each held one gets a fresh rank. ARC: one it only inserted moves to the most recent end of
     /// its list; one it reused moves from T1 to T2, or to T2's most recent end. Its record is dropped.
     pub fn finish(&mut self, rid: u64) {
-        let Some(a) = self.accesses.remove(&rid) else {
+        let Some(mut a) = self.accesses.remove(&rid) else {
             return;
         };
-        let mut ordered = a.order;
+        let mut ordered = std::mem::take(&mut a.order);
         ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
         for &(key, _) in ordered.iter().rev() {
             if !self.chunks.contains_key(&key) {
@@ -790,14 +857,15 @@ impl CpuTier {
                 Eviction::Lru => {
                     self.next_rank += 1;
                     let rank = (self.next_rank, Reverse(0));
-                    self.rank.insert(key, rank);
-                    if self.evictable.contains(&key) {
+                    let c = self.chunks.get_mut(&key).expect("held");
+                    c.rank = rank;
+                    if self.heap_live && c.evictable() {
                         self.heap.push(Reverse((rank, key)));
                     }
                 }
                 Eviction::Arc => {
-                    let reused = a.reused.contains(&key);
-                    if a.inserted.contains(&key) && !reused {
+                    let reused = a.has(key, REUSED);
+                    if a.has(key, INSERTED) && !reused {
                         if !self.t1.move_to_end(key) {
                             self.t2.move_to_end(key);
                         }
@@ -855,7 +923,7 @@ impl CpuTier {
             ));
         }
         for (rid, a) in &self.accesses {
-            if a.order.len() != a.seen.len() {
+            if a.order.len() != a.flags.values().filter(|&&f| f & SEEN != 0).count() {
                 return Err(format!(
                     "request {rid}'s record of first accesses is inconsistent"
                 ));
@@ -871,17 +939,16 @@ impl CpuTier {
         if self.t1.len() + self.t2.len() + self.b1.len() + self.b2.len() > 0 || self.target != 0.0 {
             return Err("ARC state under LRU".into());
         }
-        if self.rank.len() != self.chunks.len()
-            || self.rank.keys().any(|k| !self.chunks.contains_key(k))
-        {
-            return Err("the ranked keys are not the chunks held".into());
+        if !self.heap_live {
+            return if self.heap.is_empty() {
+                Ok(())
+            } else {
+                Err("the LRU heap holds entries before it is live".into())
+            };
         }
         let live: HashSet<(Rank, BlockKey)> = self.heap.iter().map(|e| e.0).collect();
         for (key, c) in &self.chunks {
-            if c.evictable() != self.evictable.contains(key) {
-                return Err(format!("chunk {} is misfiled as (not) evictable", key.0));
-            }
-            if c.evictable() && !live.contains(&(self.rank[key], *key)) {
+            if c.evictable() && !live.contains(&(c.rank, *key)) {
                 return Err(format!(
                     "evictable chunk {} has no current heap entry",
                     key.0
@@ -892,7 +959,7 @@ impl CpuTier {
     }
 
     fn arc_invariants(&self) -> std::result::Result<(), String> {
-        if !self.rank.is_empty() || !self.evictable.is_empty() || !self.heap.is_empty() {
+        if self.heap_live || !self.heap.is_empty() {
             return Err("LRU state under ARC".into());
         }
         for (list, name) in [
@@ -1161,10 +1228,10 @@ mod tests {
             }
             assert!(t.num_evicted() > 2_900, "{eviction:?}");
             assert!(t.accesses.is_empty());
-            assert!(t.heap.len() <= 64.max(2 * t.evictable.len()));
+            assert!(t.heap.len() <= 64.max(2 * t.num_evictable as usize));
             assert!(t.b1.len() <= 16 && t.b2.len() <= 16);
             assert!(t.counts.len() <= 100);
-            assert!(t.rank.len() <= 16 && t.chunks.len() <= 16);
+            assert!(t.chunks.len() <= 16);
         }
     }
 
