@@ -187,7 +187,8 @@ impl<V> Recency<V> {
 }
 
 /// `Access::flags`: the key was accessed (it is in `order`), inserted by the request, reused by it, a
-/// store miss of it (vLLM's `_RequestCacheAccess` sets).
+/// store miss of it (vLLM's `_RequestCacheAccess` sets). Only ARC reads the last three: under LRU they
+/// are not kept.
 const SEEN: u8 = 1;
 const INSERTED: u8 = 2;
 const REUSED: u8 = 4;
@@ -203,9 +204,46 @@ struct Access {
     order: Vec<(BlockKey, u64)>,
     /// Each key's `SEEN`, `INSERTED`, `REUSED` and `STORE_MISS` bits: vLLM's four sets in one map.
     flags: KeyMap<u8>,
+    /// Whether `flags` holds the keys seen: always under ARC; under LRU (which reads no other bit)
+    /// once `order` is longer than `SCAN_SEEN`, below which a scan of `order` finds them for less.
+    mapped: bool,
 }
 
+/// Keys seen a request's record finds by scanning `order` rather than hashing (LRU).
+const SCAN_SEEN: usize = 24;
+
 impl Access {
+    fn new(arc: bool) -> Self {
+        Access {
+            mapped: arc,
+            ..Access::default()
+        }
+    }
+
+    /// Records a first access to `key` at `pos`; false if it was seen before.
+    #[inline]
+    fn first_seen(&mut self, key: BlockKey, pos: u64) -> bool {
+        if self.mapped {
+            if !self.set(key, SEEN) {
+                return false;
+            }
+            self.order.push((key, pos));
+            return true;
+        }
+        if self.order.iter().any(|&(k, _)| k == key) {
+            return false;
+        }
+        self.order.push((key, pos));
+        if self.order.len() > SCAN_SEEN {
+            self.mapped = true;
+            self.flags.reserve(self.order.len());
+            for &(k, _) in &self.order {
+                *self.flags.entry(k).or_insert(0) |= SEEN;
+            }
+        }
+        true
+    }
+
     #[inline]
     fn has(&self, key: BlockKey, flag: u8) -> bool {
         self.flags.get(&key).is_some_and(|f| f & flag != 0)
@@ -266,6 +304,7 @@ pub struct CpuTier {
     scratch_store: Vec<(BlockKey, u64)>,
     scratch_ready: Vec<BlockKey>,
     scratch_accessed: Vec<(BlockKey, u64)>,
+    scratch_absent: Vec<bool>,
 }
 
 impl CpuTier {
@@ -309,6 +348,7 @@ impl CpuTier {
             scratch_store: Vec::new(),
             scratch_ready: Vec::new(),
             scratch_accessed: Vec::new(),
+            scratch_absent: Vec::new(),
         }
     }
 
@@ -424,37 +464,49 @@ impl CpuTier {
     /// Records `rid`'s first access to each key (vLLM's `_record_request_cache_access`): under LRU a
     /// held chunk moves up to `(request rank, -position)` if that is newer; `reused` keys count as reuses
     /// unless this request inserted them.
-    fn record(&mut self, rid: u64, keys: &[(BlockKey, u64)], reused: &[BlockKey]) {
-        let a = self.accesses.entry(rid).or_default();
-        let first = a.order.len();
-        for &(key, pos) in keys {
-            if a.set(key, SEEN) {
-                a.order.push((key, pos));
-            }
+    /// `absent[i]` (when given) says that `keys[i]` is not held: no rank to move up.
+    fn record(
+        &mut self,
+        rid: u64,
+        keys: &[(BlockKey, u64)],
+        absent: Option<&[bool]>,
+        reused: &[BlockKey],
+    ) {
+        let arc = self.eviction == Eviction::Arc;
+        let a = self.accesses.entry(rid).or_insert_with(|| Access::new(arc));
+        if a.order.is_empty() {
+            a.order.reserve(keys.len());
         }
-        if a.order.len() > first && self.eviction == Eviction::Lru {
+        for (i, &(key, pos)) in keys.iter().enumerate() {
+            if !a.first_seen(key, pos) || arc {
+                continue;
+            }
+            // LRU: a held chunk moves up to this request's rank and its position, if newer.
             if a.rank == 0 {
                 self.next_rank += 1;
                 a.rank = self.next_rank;
             }
-            let r = a.rank;
-            for &(key, pos) in &a.order[first..] {
-                let Some(c) = self.chunks.get_mut(&key) else {
-                    continue;
-                };
-                let rank = (r, Reverse(pos));
-                if c.rank >= rank {
-                    continue;
-                }
-                c.rank = rank;
-                if self.heap_live && c.evictable() {
-                    self.heap.push(Reverse((rank, key)));
-                }
+            if absent.is_some_and(|absent| absent[i]) {
+                continue;
+            }
+            let Some(c) = self.chunks.get_mut(&key) else {
+                continue;
+            };
+            let rank = (a.rank, Reverse(pos));
+            if c.rank >= rank {
+                continue;
+            }
+            c.rank = rank;
+            if self.heap_live && c.evictable() {
+                self.heap.push(Reverse((rank, key)));
             }
         }
-        for &key in reused {
-            if !a.has(key, INSERTED) {
-                a.set(key, REUSED);
+        if self.eviction == Eviction::Arc {
+            // Only ARC reads the reuses (and the inserts and store misses that decide them).
+            for &key in reused {
+                if !a.has(key, INSERTED) {
+                    a.set(key, REUSED);
+                }
             }
         }
         self.compact_heap();
@@ -653,7 +705,7 @@ impl CpuTier {
             }
         }
         let reused: Vec<BlockKey> = keys.iter().map(|&(k, _)| k).collect();
-        self.record(rid, keys, &reused);
+        self.record(rid, keys, None, &reused);
         self.debug_check();
     }
 
@@ -699,9 +751,11 @@ impl CpuTier {
         let mut to_store = std::mem::take(&mut self.scratch_store);
         let mut ready_existing = std::mem::take(&mut self.scratch_ready);
         let mut accessed = std::mem::take(&mut self.scratch_accessed);
+        let mut absent = std::mem::take(&mut self.scratch_absent);
         to_store.clear();
         ready_existing.clear();
         accessed.clear();
+        absent.clear();
         let mut skipped = 0;
         for &(key, pos) in keys {
             match self.chunks.get(&key) {
@@ -713,35 +767,42 @@ impl CpuTier {
                         continue;
                     }
                     to_store.push((key, pos));
+                    absent.push(true);
                 }
-                Some(c) if c.ready => ready_existing.push(key),
+                Some(c) if c.ready => {
+                    ready_existing.push(key);
+                    absent.push(false);
+                }
                 Some(_) => continue,
             }
             // Stored or reused: an access (a repeated key has the same fate each time).
             accessed.push((key, pos));
         }
         self.num_stores_skipped += skipped;
-        let a = self.accesses.entry(rid).or_default();
-        let mut misses: Vec<BlockKey> = Vec::new();
         if self.eviction == Eviction::Arc {
-            misses.extend(
-                to_store
-                    .iter()
-                    .map(|&(k, _)| k)
-                    .filter(|&k| !a.has(k, STORE_MISS)),
-            );
+            // Only ARC learns from store misses.
+            let a = self
+                .accesses
+                .entry(rid)
+                .or_insert_with(|| Access::new(true));
+            let misses: Vec<BlockKey> = to_store
+                .iter()
+                .map(|&(k, _)| k)
+                .filter(|&k| !a.has(k, STORE_MISS))
+                .collect();
+            for &(key, _) in &to_store {
+                a.set(key, STORE_MISS);
+            }
+            if !misses.is_empty() {
+                self.arc_store_misses(&misses);
+            }
         }
-        for &(key, _) in &to_store {
-            a.set(key, STORE_MISS);
-        }
-        if !misses.is_empty() {
-            self.arc_store_misses(&misses);
-        }
-        self.record(rid, &accessed, &ready_existing);
+        self.record(rid, &accessed, Some(&absent), &ready_existing);
         let result = self.insert_stored(rid, keys, &to_store, stored, evicted);
         self.scratch_store = to_store;
         self.scratch_ready = ready_existing;
         self.scratch_accessed = accessed;
+        self.scratch_absent = absent;
         self.debug_check();
         result
     }
@@ -786,10 +847,10 @@ impl CpuTier {
                     self.b1.remove(key);
                     self.b2.remove(key);
                     self.t1.set(key, ());
+                    a.set(key, INSERTED);
                 }
             }
             self.chunks.insert(key, chunk);
-            a.set(key, INSERTED);
             stored.push(key);
         }
         Some(())
@@ -848,22 +909,26 @@ impl CpuTier {
             return;
         };
         let mut ordered = std::mem::take(&mut a.order);
-        ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
+        if !ordered.is_sorted_by_key(|&(_, pos)| pos) {
+            ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
+        }
         for &(key, _) in ordered.iter().rev() {
-            if !self.chunks.contains_key(&key) {
-                continue;
-            }
             match self.eviction {
                 Eviction::Lru => {
+                    let Some(c) = self.chunks.get_mut(&key) else {
+                        continue;
+                    };
                     self.next_rank += 1;
                     let rank = (self.next_rank, Reverse(0));
-                    let c = self.chunks.get_mut(&key).expect("held");
                     c.rank = rank;
                     if self.heap_live && c.evictable() {
                         self.heap.push(Reverse((rank, key)));
                     }
                 }
                 Eviction::Arc => {
+                    if !self.chunks.contains_key(&key) {
+                        continue;
+                    }
                     let reused = a.has(key, REUSED);
                     if a.has(key, INSERTED) && !reused {
                         if !self.t1.move_to_end(key) {
@@ -923,7 +988,12 @@ impl CpuTier {
             ));
         }
         for (rid, a) in &self.accesses {
-            if a.order.len() != a.flags.values().filter(|&&f| f & SEEN != 0).count() {
+            let seen = if a.mapped {
+                a.flags.values().filter(|&&f| f & SEEN != 0).count()
+            } else {
+                a.order.iter().map(|&(k, _)| k).collect::<KeySet>().len()
+            };
+            if a.order.len() != seen {
                 return Err(format!(
                     "request {rid}'s record of first accesses is inconsistent"
                 ));
@@ -1246,6 +1316,33 @@ mod tests {
         }
         assert!(t.heap.len() <= 64, "{}", t.heap.len());
         assert!(t.accesses.is_empty());
+    }
+
+    #[test]
+    fn a_long_requests_keys_are_recorded_once_whether_scanned_or_mapped() {
+        // More keys than `SCAN_SEEN`: the record moves from scanning to its map midway, and keys seen
+        // before (offered again) are not recorded twice: finishing re-ranks each key once, the first
+        // chunk newest.
+        let n = 2 * SCAN_SEEN as u128 + 3;
+        let mut t = CpuTier::new(1000, Eviction::Lru, 0);
+        let first: Vec<u128> = (1..=n / 2).collect();
+        let all: Vec<u128> = (1..=n).collect();
+        store(&mut t, 7, &at(&first)).unwrap();
+        t.complete_store(&keys(&first));
+        let again = store(&mut t, 7, &at(&all)).unwrap();
+        assert_eq!(again.0, ((n / 2 + 1)..=n).collect::<Vec<_>>());
+        t.finish(7);
+        let ranks = t.internals().ranks;
+        assert_eq!(ranks.len(), n as usize);
+        // Request 7 took rank 1; the finish gave ranks 2..=n+1 from the last key to the first.
+        for (key, rank, neg_pos) in ranks {
+            assert_eq!(
+                (rank, neg_pos),
+                ((n + 2 - key.0) as u64, 0),
+                "key {}",
+                key.0
+            );
+        }
     }
 
     #[test]

@@ -575,6 +575,17 @@ impl Engine<'_> {
     /// one reading a block this step allocated: vLLM's flush) is seen at this step's end. Returns
     /// whether a store was planned and when the last store the step waits for ends (0 if none).
     pub(super) fn offer_stores(&mut self, step_end: i64) -> (bool, i64) {
+        if self.scheduled.is_empty() {
+            // Most steps: nobody to offer for, nothing to flush.
+            let tier = self.tier_mut();
+            if tier.preempted_now.is_empty()
+                && tier.finished_last.is_empty()
+                && tier.fences.is_empty()
+            {
+                tier.touched.clear();
+                return (false, 0);
+            }
+        }
         let mut tier = self.tier.take().expect("a CPU tier");
         let observation = tier.num_observed + 1;
         let mut flushed: Vec<u64> = Vec::new();
@@ -733,15 +744,21 @@ impl Engine<'_> {
     /// A request finishes (its blocks are about to be freed): the stores it has in flight fence the
     /// blocks they read, and what its last stores need is kept for the next step.
     pub(super) fn tier_finished(&mut self, k: usize) {
-        self.tier_keys_for_finish(k);
+        let offers = self.tier_keys_for_finish(k);
         let s = &self.slab[k];
+        // Its keys and blocks only if its last offer has chunks to offer (`offer_one` reads them then).
+        let (keys, blocks) = if offers {
+            (s.tier_keys.clone(), s.table.blocks().to_vec())
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let retired = Retired {
             row: s.row,
             prompt_len: s.prompt_len,
             num_tokens: s.num_tokens(),
             next_store: s.next_store,
-            keys: s.tier_keys.clone(),
-            blocks: s.table.blocks().to_vec(),
+            keys,
+            blocks,
         };
         let row = s.row;
         let tier = self.tier_mut();
@@ -757,8 +774,9 @@ impl Engine<'_> {
         tier.finished_last.push(retired);
     }
 
-    /// The keys a finished request's last stores need: its chunks up to its offloadable tokens.
-    fn tier_keys_for_finish(&mut self, k: usize) {
+    /// The keys a finished request's last stores need: its chunks up to its offloadable tokens. Returns
+    /// whether it has chunks left to offer.
+    fn tier_keys_for_finish(&mut self, k: usize) -> bool {
         let tier = self.tier_ref();
         let (tpc, bpc, prompt_only) = (tier.tpc, tier.cfg.blocks_per_chunk, tier.cfg.prompt_only);
         let s = &self.slab[k];
@@ -770,12 +788,21 @@ impl Engine<'_> {
         let num_chunks = n / tpc;
         if num_chunks > s.next_store {
             self.ensure_tier_keys(k, num_chunks * bpc);
+            return true;
         }
+        false
     }
 
     /// An observation point at `t` (a step's end, an idle jump, a stall's end): every transfer that has
     /// ended and that this observation may see completes. Returns whether one did.
     pub(super) fn observe(&mut self) -> bool {
+        {
+            let tier = self.tier_mut();
+            if tier.loads.is_empty() && tier.stores.is_empty() {
+                tier.num_observed += 1;
+                return false;
+            }
+        }
         let mut tier = self.tier.take().expect("a CPU tier");
         tier.num_observed += 1;
         let (t, now) = (self.t, tier.num_observed);
