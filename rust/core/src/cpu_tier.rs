@@ -207,6 +207,15 @@ struct Access {
     /// Whether `flags` holds the keys seen: always under ARC; under LRU (which reads no other bit)
     /// once `order` is longer than `SCAN_SEEN`, below which a scan of `order` finds them for less.
     mapped: bool,
+    /// While scanning: a 256-bit filter of the keys in `order` (a clear bit: not seen, no scan).
+    filter: [u64; 4],
+}
+
+/// A key's bit in `Access::filter`.
+#[inline]
+fn filter_bit(key: BlockKey) -> (usize, u64) {
+    let h = ((key.0 as u64) ^ ((key.0 >> 64) as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56;
+    ((h >> 6) as usize, 1 << (h & 63))
 }
 
 /// Keys seen a request's record finds by scanning `order` rather than hashing (LRU).
@@ -230,9 +239,11 @@ impl Access {
             self.order.push((key, pos));
             return true;
         }
-        if self.order.iter().any(|&(k, _)| k == key) {
+        let (word, bit) = filter_bit(key);
+        if self.filter[word] & bit != 0 && self.order.iter().any(|&(k, _)| k == key) {
             return false;
         }
+        self.filter[word] |= bit;
         self.order.push((key, pos));
         if self.order.len() > SCAN_SEEN {
             self.mapped = true;
