@@ -181,6 +181,7 @@ impl Engine<'_> {
     /// The waiting phase with a CPU tier (vLLM's waiting loop): held requests first, then the waiting
     /// queue; a request that cannot be decided now is skipped and put back at the head of its queue, in
     /// order, after the pass; a load admitted joins the held ones.
+    #[inline(never)]
     pub(super) fn tier_admit_waiting(&mut self, mut budget: u64) {
         let cfg = self.cfg;
         let mut skipped_waiting: Vec<usize> = Vec::new();
@@ -574,6 +575,7 @@ impl Engine<'_> {
     /// finished ones are done with the tier. A store this step must wait for (a preempted request's, or
     /// one reading a block this step allocated: vLLM's flush) is seen at this step's end. Returns
     /// whether a store was planned and when the last store the step waits for ends (0 if none).
+    #[inline(never)]
     pub(super) fn offer_stores(&mut self, step_end: i64) -> (bool, i64) {
         if self.scheduled.is_empty() {
             // Most steps: nobody to offer for, nothing to flush.
@@ -743,6 +745,7 @@ impl Engine<'_> {
 
     /// A request finishes (its blocks are about to be freed): the stores it has in flight fence the
     /// blocks they read, and what its last stores need is kept for the next step.
+    #[inline(never)]
     pub(super) fn tier_finished(&mut self, k: usize) {
         let offers = self.tier_keys_for_finish(k);
         let s = &self.slab[k];
@@ -795,6 +798,7 @@ impl Engine<'_> {
 
     /// An observation point at `t` (a step's end, an idle jump, a stall's end): every transfer that has
     /// ended and that this observation may see completes. Returns whether one did.
+    #[inline(never)]
     pub(super) fn observe(&mut self) -> bool {
         {
             let tier = self.tier_mut();
@@ -863,6 +867,7 @@ impl Engine<'_> {
 
     /// A step that scheduled nothing: the finished requests' stores are offered now, then the engine
     /// observes; returns whether anything changed.
+    #[inline(never)]
     pub(super) fn tier_empty_step(&mut self) -> bool {
         self.scheduled.clear(); // (an idle engine's last step's batch may still be there)
         let (planned, flush_end) = self.offer_stores(self.t);
@@ -873,6 +878,7 @@ impl Engine<'_> {
     /// A stalled engine jumps to the earliest end of a transfer or `arrival` (the next row's), if before
     /// `limit`, and observes there: `Ok(true)`; `Ok(false)` if it must wait for the caller; an error if
     /// nothing can ever happen.
+    #[inline(never)]
     pub(super) fn resolve_stall(
         &mut self,
         arrival: Option<i64>,
@@ -904,6 +910,7 @@ impl Engine<'_> {
     /// step's allocations must be watched for them: §CPU tier, flush). Lockstep mode may then run
     /// (lockstep.rs): its admissions, loads, stores and transfers are the full step's, as lockstep
     /// steps schedule, offer (`tier_step_stores`) and observe as full ones do.
+    #[inline(never)]
     pub(super) fn tier_quiet(&self) -> bool {
         let tier = self.tier_ref();
         if !(tier.cfg.prompt_only && tier.fences.is_empty()) {
@@ -917,6 +924,7 @@ impl Engine<'_> {
 
     /// A step's tier work after scheduling, its duration `dt` so far: the scheduled requests still
     /// prefilling, the stores offered (from the step's end) and the flush; returns the step's duration.
+    #[inline(never)]
     pub(super) fn tier_step_stores(&mut self, dt: u64) -> u64 {
         for i in 0..self.scheduled.len() {
             let s = &mut self.slab[self.scheduled[i].0];
@@ -928,6 +936,7 @@ impl Engine<'_> {
 
     /// `tier_quiet` after a lockstep step that was: only the step's admissions can have changed it
     /// (the decoding requests offer nothing), so only they are looked at.
+    #[inline(never)]
     pub(super) fn tier_stays_quiet(&self) -> bool {
         let tier = self.tier_ref();
         tier.fences.is_empty()
@@ -948,6 +957,7 @@ impl Engine<'_> {
     /// the stores of requests finished before and observes; if nothing changed since `before`
     /// (`progress_marks`), the engine stalls until a transfer ends or a request arrives
     /// (`resolve_stall`). Returns true: the step counts as progress (a stall resolves it).
+    #[inline(never)]
     pub(super) fn tier_scheduled_nothing(&mut self, before: (i128, u64, i128)) -> bool {
         let changed = self.tier_empty_step() || self.progress_marks() != before;
         self.tier_mut().stalled = !changed;
@@ -955,6 +965,7 @@ impl Engine<'_> {
     }
 
     /// The tier's occupancy during a step of `dt`.
+    #[inline(never)]
     pub(super) fn tier_record(&mut self, dt: u64) {
         let used = self.tier_ref().cpu.used();
         let c = &mut self.out.counters;
