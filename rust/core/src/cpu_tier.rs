@@ -316,6 +316,9 @@ pub struct CpuTier {
     scratch_ready: Vec<BlockKey>,
     scratch_accessed: Vec<(BlockKey, u64)>,
     scratch_absent: Vec<bool>,
+    /// Finished requests' `Access::order` vectors, for later requests' records (at most as many as
+    /// requests had records at once).
+    spare_orders: Vec<Vec<(BlockKey, u64)>>,
 }
 
 impl CpuTier {
@@ -360,6 +363,7 @@ impl CpuTier {
             scratch_ready: Vec::new(),
             scratch_accessed: Vec::new(),
             scratch_absent: Vec::new(),
+            spare_orders: Vec::new(),
         }
     }
 
@@ -484,7 +488,12 @@ impl CpuTier {
         reused: &[BlockKey],
     ) {
         let arc = self.eviction == Eviction::Arc;
-        let a = self.accesses.entry(rid).or_insert_with(|| Access::new(arc));
+        let spare = &mut self.spare_orders;
+        let a = self.accesses.entry(rid).or_insert_with(|| {
+            let mut a = Access::new(arc);
+            a.order = spare.pop().unwrap_or_default();
+            a
+        });
         if a.order.is_empty() {
             a.order.reserve(keys.len());
         }
@@ -955,6 +964,8 @@ impl CpuTier {
                 }
             }
         }
+        ordered.clear();
+        self.spare_orders.push(ordered); // for a later request's record
         self.compact_heap();
         self.debug_check();
     }

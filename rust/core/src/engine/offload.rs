@@ -76,6 +76,9 @@ pub(super) struct Tier {
     offer: Vec<(BlockKey, u64)>,
     stored: Vec<BlockKey>,
     evicted: Vec<BlockKey>,
+    /// Vectors of stores seen complete, for later stores' keys and blocks.
+    spare_keys: Vec<Vec<BlockKey>>,
+    spare_blocks: Vec<Vec<BlockId>>,
 }
 
 impl Tier {
@@ -101,7 +104,16 @@ impl Tier {
             offer: Vec::new(),
             stored: Vec::new(),
             evicted: Vec::new(),
+            spare_keys: Vec::new(),
+            spare_blocks: Vec::new(),
         }
+    }
+
+    /// The keys just stored (`stored`), in a spare vector if there is one.
+    fn stored_keys(&mut self) -> Vec<BlockKey> {
+        let mut keys = self.spare_keys.pop().unwrap_or_default();
+        keys.extend_from_slice(&self.stored);
+        keys
     }
 
     fn fence(&mut self, id: u64, blocks: &[BlockId]) {
@@ -604,7 +616,7 @@ impl Engine<'_> {
             }
         }
         let mut planned = false;
-        let finished = std::mem::take(&mut tier.finished_last);
+        let mut finished = std::mem::take(&mut tier.finished_last);
         for i in 0..self.scheduled.len() {
             let k = self.scheduled[i].0;
             planned |= self.offer_one(&mut tier, Some(k), None, step_end, &mut flushed);
@@ -615,6 +627,8 @@ impl Engine<'_> {
         for r in &finished {
             tier.cpu.finish(r.row as u64);
         }
+        finished.clear();
+        tier.finished_last = finished; // (its buffer kept)
         tier.touched.clear();
         self.out.counters.stores_skipped = i128::from(tier.cpu.num_stores_skipped());
         let mut flush_end = 0;
@@ -684,6 +698,7 @@ impl Engine<'_> {
             offer,
             stored,
             evicted,
+            spare_blocks,
             ..
         } = &mut *tier;
         stored.clear();
@@ -696,7 +711,8 @@ impl Engine<'_> {
             return false;
         }
         // The blocks of the chunks stored (a subsequence of the offer), in order.
-        let mut blocks = Vec::with_capacity(stored.len() * bpc as usize);
+        let mut blocks = spare_blocks.pop().unwrap_or_default();
+        blocks.reserve(stored.len() * bpc as usize);
         let mut j = 0;
         for &(key, c) in offer.iter() {
             if j < stored.len() && stored[j] == key {
@@ -731,11 +747,12 @@ impl Engine<'_> {
                 flushed.push(id);
             }
         }
+        let keys = tier.stored_keys();
         tier.stores.push(Job {
             id,
             k: k.unwrap_or(usize::MAX),
             row,
-            keys: tier.stored.clone(),
+            keys,
             blocks,
             end: tier.store_free,
             avail: tier.num_observed + 2,
@@ -835,18 +852,31 @@ impl Engine<'_> {
             seen = true;
         }
         if tier.stores.iter().any(done) {
-            let stores = std::mem::take(&mut tier.stores);
-            for job in stores {
-                if !done(&job) {
-                    tier.stores.push(job);
+            let mut i = 0;
+            while i < tier.stores.len() {
+                if !done(&tier.stores[i]) {
+                    i += 1;
                     continue;
                 }
-                tier.cpu.complete_store(&job.keys);
-                tier.unfence(job.id, &job.blocks);
-                if job.k != usize::MAX && self.slab[job.k].row == job.row {
-                    self.slab[job.k].jobs -= 1;
+                let Job {
+                    id,
+                    k,
+                    row,
+                    mut keys,
+                    mut blocks,
+                    ..
+                } = tier.stores.remove(i);
+                tier.cpu.complete_store(&keys);
+                tier.unfence(id, &blocks);
+                if k != usize::MAX && self.slab[k].row == row {
+                    self.slab[k].jobs -= 1;
                 }
-                self.log_count(event::STORE_DONE, job.row, -1, job.keys.len() as i64);
+                self.log_count(event::STORE_DONE, row, -1, keys.len() as i64);
+                // Its vectors serve a later store (`offer_one`).
+                keys.clear();
+                blocks.clear();
+                tier.spare_keys.push(keys);
+                tier.spare_blocks.push(blocks);
             }
             seen = true;
         }
