@@ -9,9 +9,11 @@
 //! index), which the eviction policies rank by.
 //!
 //! Memory is O(chunks held + live requests' accesses + the store-threshold tracker (at most `tracker`
-//! keys)): a request's record is dropped at `finish`, ARC's ghost lists stay within `capacity`, and the
-//! LRU heap of lazily deleted entries is rebuilt from the live ones when it doubles (vLLM's
-//! `_maybe_compact_heap`; the spec never compacts, which changes no decision: see `lru_evict`).
+//! keys)), never O(capacity): a request's record is dropped at `finish`, ARC's ghost lists stay within
+//! `capacity`, and the LRU heap of lazily deleted entries is rebuilt from the live ones when it doubles
+//! (vLLM's `_maybe_compact_heap`; the spec never compacts, which changes no decision: see `lru_evict`).
+//! The LRU heap is built only at the first eviction (a tier that never fills orders nothing), from the
+//! chunks' ranks, which live in the chunk map's entries (one hash table entry per chunk held).
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
