@@ -71,18 +71,35 @@ type Rank = (u64, Reverse<u64>);
 /// One held chunk: pending until its store completes, pinned by `pins` loads in flight, and (LRU) its
 /// rank. One map entry per chunk holds all of it (the LRU's ranks and its evictable set were maps of
 /// their own: three hash tables per chunk held, and most of a tier's cost; results/README.md).
+/// 16 bytes (a table entry of 32 with its key): the rank's position is a chunk's index in its request,
+/// kept in 32 bits, and a chunk is pinned by at most one load at a time in the engine (a lookup skips
+/// a chunk being loaded), by fewer than 2^16 here.
 #[derive(Clone, Copy, Debug, Default)]
 struct Chunk {
+    /// The LRU's rank (unused under ARC): the request rank and the position.
+    req: u64,
+    pos: u32,
+    pins: u16,
     ready: bool,
-    pins: u32,
-    /// The LRU's rank (unused under ARC).
-    rank: Rank,
 }
+
+const _: () = assert!(size_of::<Chunk>() == 16);
 
 impl Chunk {
     /// vLLM's `ref_cnt == 0`: ready and read by no load.
     fn evictable(self) -> bool {
         self.ready && self.pins == 0
+    }
+
+    #[inline]
+    fn rank(self) -> Rank {
+        (self.req, Reverse(u64::from(self.pos)))
+    }
+
+    #[inline]
+    fn set_rank(&mut self, (req, Reverse(pos)): Rank) {
+        self.req = req;
+        self.pos = u32::try_from(pos).expect("a chunk position below 2^32");
     }
 }
 
@@ -420,7 +437,7 @@ impl CpuTier {
         let mut ranks: Vec<(BlockKey, u64, i128)> = if self.eviction == Eviction::Lru {
             self.chunks
                 .iter()
-                .map(|(&k, c)| (k, c.rank.0, -i128::from(c.rank.1.0)))
+                .map(|(&k, c)| (k, c.req, -i128::from(c.pos)))
                 .collect()
         } else {
             Vec::new()
@@ -515,10 +532,10 @@ impl CpuTier {
                 continue;
             };
             let rank = (a.rank, Reverse(pos));
-            if c.rank >= rank {
+            if c.rank() >= rank {
                 continue;
             }
-            c.rank = rank;
+            c.set_rank(rank);
             if self.heap_live && c.evictable() {
                 self.heap.push(Reverse((rank, key)));
             }
@@ -563,7 +580,7 @@ impl CpuTier {
             .chunks
             .iter()
             .filter(|(_, c)| c.evictable())
-            .map(|(&key, c)| Reverse((c.rank, key)))
+            .map(|(&key, c)| Reverse((c.rank(), key)))
             .collect();
         self.heap = BinaryHeap::from(live);
     }
@@ -598,7 +615,7 @@ impl CpuTier {
             if !self
                 .chunks
                 .get(&key)
-                .is_some_and(|c| c.evictable() && c.rank == rank)
+                .is_some_and(|c| c.evictable() && c.rank() == rank)
                 || chosen.contains(&key)
             {
                 continue;
@@ -721,7 +738,10 @@ impl CpuTier {
                 .get_mut(&key)
                 .expect("prepare_load of a chunk the CPU tier does not hold");
             assert!(c.ready, "prepare_load of a pending chunk");
-            c.pins += 1;
+            c.pins = c
+                .pins
+                .checked_add(1)
+                .expect("fewer than 2^16 loads pin a chunk");
             if c.pins == 1 {
                 self.mark_pinned();
             }
@@ -744,7 +764,7 @@ impl CpuTier {
             assert!(c.pins > 0, "complete_load of a chunk no load pins");
             c.pins -= 1;
             if c.pins == 0 {
-                let rank = c.rank;
+                let rank = c.rank();
                 self.mark_evictable(key, rank);
             }
         }
@@ -863,7 +883,7 @@ impl CpuTier {
                         self.next_rank += 1;
                         a.rank = self.next_rank;
                     }
-                    chunk.rank = (a.rank, Reverse(pos));
+                    chunk.set_rank((a.rank, Reverse(pos)));
                 }
                 Eviction::Arc => {
                     self.b1.remove(key);
@@ -886,7 +906,7 @@ impl CpuTier {
                 && !c.ready
             {
                 c.ready = true;
-                let rank = c.rank;
+                let rank = c.rank();
                 self.mark_evictable(key, rank);
             }
         }
@@ -942,7 +962,7 @@ impl CpuTier {
                     };
                     self.next_rank += 1;
                     let rank = (self.next_rank, Reverse(0));
-                    c.rank = rank;
+                    c.set_rank(rank);
                     if self.heap_live && c.evictable() {
                         self.heap.push(Reverse((rank, key)));
                     }
@@ -1042,7 +1062,7 @@ impl CpuTier {
         }
         let live: HashSet<(Rank, BlockKey)> = self.heap.iter().map(|e| e.0).collect();
         for (key, c) in &self.chunks {
-            if c.evictable() && !live.contains(&(c.rank, *key)) {
+            if c.evictable() && !live.contains(&(c.rank(), *key)) {
                 return Err(format!(
                     "evictable chunk {} has no current heap entry",
                     key.0
