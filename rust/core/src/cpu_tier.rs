@@ -30,6 +30,12 @@ pub const HIT: u8 = 1;
 /// `lookup`: the chunk is held but its store is still in flight.
 pub const PENDING: u8 = 2;
 
+/// The largest position a key may have (a chunk's index in its request: kept in 32 bits).
+pub const MAX_POSITION: u64 = u32::MAX as u64;
+
+/// The most loads that may pin one chunk at once (the engine pins a chunk once at a time).
+pub const MAX_PINS: u64 = u16::MAX as u64;
+
 /// The store-threshold tracker's size when none is given (vLLM's `max_tracker_size`).
 pub const DEFAULT_TRACKER: usize = 64_000;
 
@@ -455,8 +461,10 @@ impl CpuTier {
     }
 
     // -- preconditions ------------------------------------------------------------------------------
-    /// Whether `prepare_load(keys)` is allowed: every key held and ready. Nothing changes.
+    /// Whether `prepare_load(keys)` is allowed: every key held and ready, and pinned by fewer than
+    /// [`MAX_PINS`] loads with these. Nothing changes.
     pub fn check_prepare_load(&self, keys: &[(BlockKey, u64)]) -> Result<()> {
+        let mut uses: KeyMap<u64> = KeyMap::default();
         for &(key, _) in keys {
             match self.lookup(key) {
                 MISS => invalid_op!("cannot load chunk {}: the CPU tier does not hold it", key.0),
@@ -465,6 +473,12 @@ impl CpuTier {
                     key.0
                 ),
                 _ => {}
+            }
+            let n = uses.entry(key).or_insert(0);
+            *n += 1;
+            let pins = u64::from(self.chunks[&key].pins);
+            if pins + *n > MAX_PINS {
+                invalid_op!("cannot load chunk {}: {pins} loads pin it already", key.0);
             }
         }
         Ok(())
