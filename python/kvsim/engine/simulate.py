@@ -421,13 +421,10 @@ def tier_summary(c: dict[str, Any], config: SimConfig) -> dict[str, Any]:
         (c["first_hit_tokens"] + c["first_cpu_hit_tokens"]) / first if first else 0.0
     )
     block_bytes = config.kv_offloading_block_bytes
-    for name, jobs, blocks in (
-        ("load", "num_loads", "loaded_blocks"),
-        ("store", "num_stores", "stored_blocks"),
-    ):
+    for name, jobs, done in (("load", "num_loads", "loaded"), ("store", "num_stores", "stored")):
         s[f"{name}s"] = c[jobs]
-        s[f"{name}ed_blocks"] = c[blocks]
-        s[f"{name}ed_bytes"] = c[blocks] * block_bytes if block_bytes is not None else None
+        s[f"{done}_blocks"] = c[f"{done}_blocks"]
+        s[f"{done}_bytes"] = c[f"{done}_blocks"] * block_bytes if block_bytes is not None else None
     s["stores_failed"] = c["stores_failed"]
     s["stores_skipped"] = c["stores_skipped"]
     s["cpu_evictions"] = c["cpu_evictions"]
