@@ -123,6 +123,9 @@ impl Tier {
     }
 
     fn unfence(&mut self, id: u64, blocks: &[BlockId]) {
+        if self.fences.is_empty() {
+            return; // (a prompt-only tier's usual case: nothing fenced)
+        }
         for b in blocks {
             if let Some(ids) = self.fences.get_mut(b) {
                 if let Some(p) = ids.iter().position(|&j| j == id) {
