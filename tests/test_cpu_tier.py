@@ -190,6 +190,21 @@ def test_misuse_raises_and_changes_nothing():
     t.check_invariants()
 
 
+def test_a_chunk_takes_at_most_65535_pins():
+    """The core keeps a chunk's pins in 16 bits (the engine pins a chunk once at a time): one load more
+    is refused by name and changes nothing."""
+    t = _core.CpuTier(2)
+    t.prepare_store(1, [(5, 0)])
+    t.complete_store([5])
+    t.prepare_load(2, [(5, 0)] * 65_534)
+    with pytest.raises(InvalidOperationError, match="cannot load chunk 5: 65534 loads pin it already"):
+        t.prepare_load(3, [(5, 0), (5, 1)])
+    t.prepare_load(3, [(5, 0)])
+    t.complete_load([5] * 65_535)
+    assert t.num_evictable == 1
+    t.check_invariants()
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -202,6 +217,10 @@ def test_misuse_raises_and_changes_nothing():
             r"keys\[0\]: key 340282366920938463463374607431768211456 is not a u128",
         ),
         (lambda: _core.CpuTier(4).prepare_store(0, [(1, -2)]), r"keys\[0\]: position -2 must be between"),
+        (
+            lambda: _core.CpuTier(4).prepare_load(0, [(1, 0), (2, 2**32)]),
+            r"keys\[1\]: position 4294967296 must be between 0 and 4294967295",
+        ),
         (lambda: _core.CpuTier(4).prepare_store(0, [1]), r"keys\[0\] 1 must be a \(key, position\) pair"),
         (lambda: _core.CpuTier(4).prepare_load(0, {1: 0}), "keys must be a list or tuple"),
         (lambda: _core.CpuTier(4).complete_store([1.5]), r"keys\[0\] 1.5 must be an integer"),

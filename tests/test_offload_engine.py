@@ -51,6 +51,8 @@ def test_rust_engine_equals_reference_with_a_cpu_tier(w, cfg, every):
     assert set(res.requests["status"]) <= {"finished", "rejected"}
     assert 0 <= s["cpu_tier_peak_occupancy"] <= 1
     assert s["loaded_blocks"] >= s["loads"]
+    assert s["stored_blocks"] >= s["stores"]  # (the names DESIGN.md §Metrics gives)
+    assert s["stored_bytes"] is None or s["stored_bytes"] >= s["stored_blocks"]
     # Every token a request took from the tier was loaded: whole chunks beyond its GPU hits.
     assert res.requests["cpu_hit_tokens"].sum() == s["cpu_hit_tokens"]
     assert (res.requests["load_wait_s"] >= 0).all()

@@ -9,9 +9,11 @@
 //! index), which the eviction policies rank by.
 //!
 //! Memory is O(chunks held + live requests' accesses + the store-threshold tracker (at most `tracker`
-//! keys)): a request's record is dropped at `finish`, ARC's ghost lists stay within `capacity`, and the
-//! LRU heap of lazily deleted entries is rebuilt from the live ones when it doubles (vLLM's
-//! `_maybe_compact_heap`; the spec never compacts, which changes no decision: see `lru_evict`).
+//! keys)), never O(capacity): a request's record is dropped at `finish`, ARC's ghost lists stay within
+//! `capacity`, and the LRU heap of lazily deleted entries is rebuilt from the live ones when it doubles
+//! (vLLM's `_maybe_compact_heap`; the spec never compacts, which changes no decision: see `lru_evict`).
+//! The LRU heap is built only at the first eviction (a tier that never fills orders nothing), from the
+//! chunks' ranks, which live in the chunk map's entries (one hash table entry per chunk held).
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
@@ -27,6 +29,12 @@ pub const MISS: u8 = 0;
 pub const HIT: u8 = 1;
 /// `lookup`: the chunk is held but its store is still in flight.
 pub const PENDING: u8 = 2;
+
+/// The largest position a key may have (a chunk's index in its request: kept in 32 bits).
+pub const MAX_POSITION: u64 = u32::MAX as u64;
+
+/// The most loads that may pin one chunk at once (the engine pins a chunk once at a time).
+pub const MAX_PINS: u64 = u16::MAX as u64;
 
 /// The store-threshold tracker's size when none is given (vLLM's `max_tracker_size`).
 pub const DEFAULT_TRACKER: usize = 64_000;
@@ -66,17 +74,38 @@ type KeySet = HashSet<BlockKey, Hasher>;
 /// position is kept as `Reverse(position)`, which orders as the spec's `-position`.
 type Rank = (u64, Reverse<u64>);
 
-/// One held chunk: pending until its store completes, pinned by `pins` loads in flight.
+/// One held chunk: pending until its store completes, pinned by `pins` loads in flight, and (LRU) its
+/// rank. One map entry per chunk holds all of it (the LRU's ranks and its evictable set were maps of
+/// their own: three hash tables per chunk held, and most of a tier's cost; results/README.md).
+/// 16 bytes (a table entry of 32 with its key): the rank's position is a chunk's index in its request,
+/// kept in 32 bits, and a chunk is pinned by at most one load at a time in the engine (a lookup skips
+/// a chunk being loaded), by fewer than 2^16 here.
 #[derive(Clone, Copy, Debug, Default)]
 struct Chunk {
+    /// The LRU's rank (unused under ARC): the request rank and the position.
+    req: u64,
+    pos: u32,
+    pins: u16,
     ready: bool,
-    pins: u64,
 }
+
+const _: () = assert!(size_of::<Chunk>() == 16);
 
 impl Chunk {
     /// vLLM's `ref_cnt == 0`: ready and read by no load.
     fn evictable(self) -> bool {
         self.ready && self.pins == 0
+    }
+
+    #[inline]
+    fn rank(self) -> Rank {
+        (self.req, Reverse(u64::from(self.pos)))
+    }
+
+    #[inline]
+    fn set_rank(&mut self, (req, Reverse(pos)): Rank) {
+        self.req = req;
+        self.pos = u32::try_from(pos).expect("a chunk position below 2^32");
     }
 }
 
@@ -182,6 +211,14 @@ impl<V> Recency<V> {
     }
 }
 
+/// `Access::flags`: the key was accessed (it is in `order`), inserted by the request, reused by it, a
+/// store miss of it (vLLM's `_RequestCacheAccess` sets). Only ARC reads the last three: under LRU they
+/// are not kept.
+const SEEN: u8 = 1;
+const INSERTED: u8 = 2;
+const REUSED: u8 = 4;
+const STORE_MISS: u8 = 8;
+
 /// What one live request did to the tier (vLLM's `_RequestCacheAccess` and the LRU's request rank);
 /// dropped at its `finish`.
 #[derive(Clone, Debug, Default)]
@@ -190,10 +227,72 @@ struct Access {
     rank: u64,
     /// Keys seen, in order of first access, with their position then.
     order: Vec<(BlockKey, u64)>,
-    seen: KeySet,
-    inserted: KeySet,
-    reused: KeySet,
-    store_misses: KeySet,
+    /// Each key's `SEEN`, `INSERTED`, `REUSED` and `STORE_MISS` bits: vLLM's four sets in one map.
+    flags: KeyMap<u8>,
+    /// Whether `flags` holds the keys seen: always under ARC; under LRU (which reads no other bit)
+    /// once `order` is longer than `SCAN_SEEN`, below which a scan of `order` finds them for less.
+    mapped: bool,
+    /// While scanning: a 256-bit filter of the keys in `order` (a clear bit: not seen, no scan).
+    filter: [u64; 4],
+}
+
+/// A key's bit in `Access::filter`.
+#[inline]
+fn filter_bit(key: BlockKey) -> (usize, u64) {
+    let h = ((key.0 as u64) ^ ((key.0 >> 64) as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56;
+    ((h >> 6) as usize, 1 << (h & 63))
+}
+
+/// Keys seen a request's record finds by scanning `order` rather than hashing (LRU).
+const SCAN_SEEN: usize = 24;
+
+impl Access {
+    fn new(arc: bool) -> Self {
+        Access {
+            mapped: arc,
+            ..Access::default()
+        }
+    }
+
+    /// Records a first access to `key` at `pos`; false if it was seen before.
+    #[inline]
+    fn first_seen(&mut self, key: BlockKey, pos: u64) -> bool {
+        if self.mapped {
+            if !self.set(key, SEEN) {
+                return false;
+            }
+            self.order.push((key, pos));
+            return true;
+        }
+        let (word, bit) = filter_bit(key);
+        if self.filter[word] & bit != 0 && self.order.iter().any(|&(k, _)| k == key) {
+            return false;
+        }
+        self.filter[word] |= bit;
+        self.order.push((key, pos));
+        if self.order.len() > SCAN_SEEN {
+            self.mapped = true;
+            self.flags.reserve(self.order.len());
+            for &(k, _) in &self.order {
+                *self.flags.entry(k).or_insert(0) |= SEEN;
+            }
+        }
+        true
+    }
+
+    #[inline]
+    fn has(&self, key: BlockKey, flag: u8) -> bool {
+        self.flags.get(&key).is_some_and(|f| f & flag != 0)
+    }
+
+    /// Sets `flag` on `key`; returns whether it was unset.
+    #[inline]
+    fn set(&mut self, key: BlockKey, flag: u8) -> bool {
+        let f = self.flags.entry(key).or_insert(0);
+        let was = *f & flag == 0;
+        *f |= flag;
+        was
+    }
 }
 
 /// A tier's policy state in the spec's terms ([`CpuTier::internals`]).
@@ -209,9 +308,9 @@ pub struct Internals {
 
 /// `capacity` chunks of host memory and the policy that evicts them.
 ///
-/// Invariants (`check_invariants`): `num_evictable` counts the ready, unpinned chunks; under LRU every
-/// chunk has a rank, `evictable` is exactly the evictable chunks and each has a heap entry carrying its
-/// current rank; under ARC the chunks are T1 ∪ T2 (disjoint), the ghosts B1, B2 hold no chunk, are
+/// Invariants (`check_invariants`): `num_evictable` counts the ready, unpinned chunks; under LRU, once
+/// the heap is live (built at the first eviction: a tier that never fills never orders its chunks),
+/// each evictable chunk has a heap entry carrying its current rank, and before that the heap is empty; under ARC the chunks are T1 ∪ T2 (disjoint), the ghosts B1, B2 hold no chunk, are
 /// disjoint and within `capacity` keys; the tracker holds at most `tracker` keys.
 #[derive(Clone, Debug)]
 pub struct CpuTier {
@@ -226,9 +325,9 @@ pub struct CpuTier {
     counts: Recency<u64>,
     // LRU.
     next_rank: u64,
-    rank: KeyMap<Rank>,
-    evictable: KeySet,
     heap: BinaryHeap<Reverse<(Rank, BlockKey)>>,
+    /// Whether `heap` is kept (from the first eviction on): before, pushes are skipped.
+    heap_live: bool,
     // ARC: T1/T2 least recent first, their ghosts, the adaptive T1 target.
     t1: Recency<()>,
     t2: Recency<()>,
@@ -237,6 +336,14 @@ pub struct CpuTier {
     target: f64,
     num_evicted: u64,
     num_stores_skipped: u64,
+    /// `prepare_store`'s scratch.
+    scratch_store: Vec<(BlockKey, u64)>,
+    scratch_ready: Vec<BlockKey>,
+    scratch_accessed: Vec<(BlockKey, u64)>,
+    scratch_absent: Vec<bool>,
+    /// Finished requests' `Access::order` vectors, for later requests' records (at most as many as
+    /// requests had records at once).
+    spare_orders: Vec<Vec<(BlockKey, u64)>>,
 }
 
 impl CpuTier {
@@ -268,9 +375,8 @@ impl CpuTier {
             tracker,
             counts: Recency::default(),
             next_rank: 0,
-            rank: KeyMap::default(),
-            evictable: KeySet::default(),
             heap: BinaryHeap::new(),
+            heap_live: false,
             t1: Recency::default(),
             t2: Recency::default(),
             b1: Recency::default(),
@@ -278,6 +384,11 @@ impl CpuTier {
             target: 0.0,
             num_evicted: 0,
             num_stores_skipped: 0,
+            scratch_store: Vec::new(),
+            scratch_ready: Vec::new(),
+            scratch_accessed: Vec::new(),
+            scratch_absent: Vec::new(),
+            spare_orders: Vec::new(),
         }
     }
 
@@ -329,11 +440,14 @@ impl CpuTier {
     /// under ARC T1, T2, B1, B2, least recent first; and the tracker's `(key, offers)`, least recent
     /// first.
     pub fn internals(&self) -> Internals {
-        let mut ranks: Vec<(BlockKey, u64, i128)> = self
-            .rank
-            .iter()
-            .map(|(&k, &(r, Reverse(pos)))| (k, r, -i128::from(pos)))
-            .collect();
+        let mut ranks: Vec<(BlockKey, u64, i128)> = if self.eviction == Eviction::Lru {
+            self.chunks
+                .iter()
+                .map(|(&k, c)| (k, c.req, -i128::from(c.pos)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         ranks.sort_by_key(|&(k, r, neg_pos)| (r, neg_pos, k));
         Internals {
             ranks,
@@ -347,8 +461,10 @@ impl CpuTier {
     }
 
     // -- preconditions ------------------------------------------------------------------------------
-    /// Whether `prepare_load(keys)` is allowed: every key held and ready. Nothing changes.
+    /// Whether `prepare_load(keys)` is allowed: every key held and ready, and pinned by fewer than
+    /// [`MAX_PINS`] loads with these. Nothing changes.
     pub fn check_prepare_load(&self, keys: &[(BlockKey, u64)]) -> Result<()> {
+        let mut uses: KeyMap<u64> = KeyMap::default();
         for &(key, _) in keys {
             match self.lookup(key) {
                 MISS => invalid_op!("cannot load chunk {}: the CPU tier does not hold it", key.0),
@@ -357,6 +473,12 @@ impl CpuTier {
                     key.0
                 ),
                 _ => {}
+            }
+            let n = uses.entry(key).or_insert(0);
+            *n += 1;
+            let pins = u64::from(self.chunks[&key].pins);
+            if pins + *n > MAX_PINS {
+                invalid_op!("cannot load chunk {}: {pins} loads pin it already", key.0);
             }
         }
         Ok(())
@@ -374,7 +496,7 @@ impl CpuTier {
                     "cannot complete a load of chunk {}: the CPU tier does not hold it",
                     key.0
                 ),
-                Some(c) => c.pins,
+                Some(c) => u64::from(c.pins),
             };
             if *n > pins {
                 invalid_op!(
@@ -390,69 +512,89 @@ impl CpuTier {
     /// Records `rid`'s first access to each key (vLLM's `_record_request_cache_access`): under LRU a
     /// held chunk moves up to `(request rank, -position)` if that is newer; `reused` keys count as reuses
     /// unless this request inserted them.
-    fn record(&mut self, rid: u64, keys: &[(BlockKey, u64)], reused: &[BlockKey]) {
-        let a = self.accesses.entry(rid).or_default();
-        let first = a.order.len();
-        for &(key, pos) in keys {
-            if a.seen.insert(key) {
-                a.order.push((key, pos));
-            }
+    /// `absent[i]` (when given) says that `keys[i]` is not held: no rank to move up.
+    fn record(
+        &mut self,
+        rid: u64,
+        keys: &[(BlockKey, u64)],
+        absent: Option<&[bool]>,
+        reused: &[BlockKey],
+    ) {
+        let arc = self.eviction == Eviction::Arc;
+        let spare = &mut self.spare_orders;
+        let a = self.accesses.entry(rid).or_insert_with(|| {
+            let mut a = Access::new(arc);
+            a.order = spare.pop().unwrap_or_default();
+            a
+        });
+        if a.order.is_empty() {
+            a.order.reserve(keys.len());
         }
-        if a.order.len() > first && self.eviction == Eviction::Lru {
+        for (i, &(key, pos)) in keys.iter().enumerate() {
+            if !a.first_seen(key, pos) || arc {
+                continue;
+            }
+            // LRU: a held chunk moves up to this request's rank and its position, if newer.
             if a.rank == 0 {
                 self.next_rank += 1;
                 a.rank = self.next_rank;
             }
-            let r = a.rank;
-            for &(key, pos) in &a.order[first..] {
-                let Some(current) = self.rank.get_mut(&key) else {
-                    continue;
-                };
-                let rank = (r, Reverse(pos));
-                if *current >= rank {
-                    continue;
-                }
-                *current = rank;
-                if self.evictable.contains(&key) {
-                    self.heap.push(Reverse((rank, key)));
-                }
+            if absent.is_some_and(|absent| absent[i]) {
+                continue;
+            }
+            let Some(c) = self.chunks.get_mut(&key) else {
+                continue;
+            };
+            let rank = (a.rank, Reverse(pos));
+            if c.rank() >= rank {
+                continue;
+            }
+            c.set_rank(rank);
+            if self.heap_live && c.evictable() {
+                self.heap.push(Reverse((rank, key)));
             }
         }
-        for &key in reused {
-            if !a.inserted.contains(&key) {
-                a.reused.insert(key);
+        if self.eviction == Eviction::Arc {
+            // Only ARC reads the reuses (and the inserts and store misses that decide them).
+            for &key in reused {
+                if !a.has(key, INSERTED) {
+                    a.set(key, REUSED);
+                }
             }
         }
         self.compact_heap();
     }
 
     // -- evictability -------------------------------------------------------------------------------
-    fn mark_evictable(&mut self, key: BlockKey) {
+    /// Chunk `key` (held, of rank `rank`) has become evictable.
+    fn mark_evictable(&mut self, key: BlockKey, rank: Rank) {
         self.num_evictable += 1;
-        if self.eviction == Eviction::Lru {
-            self.evictable.insert(key);
-            self.heap.push(Reverse((self.rank[&key], key)));
+        if self.heap_live {
+            self.heap.push(Reverse((rank, key)));
             self.compact_heap();
         }
     }
 
-    fn mark_pinned(&mut self, key: BlockKey) {
+    fn mark_pinned(&mut self) {
         self.num_evictable -= 1;
-        if self.eviction == Eviction::Lru {
-            self.evictable.remove(&key);
-        }
     }
 
     /// Rebuilds the LRU heap from the evictable chunks once stale entries make up half of it (vLLM's
     /// `_maybe_compact_heap`), so that it stays O(chunks held).
     fn compact_heap(&mut self) {
-        if self.heap.len() < 64.max(2 * self.evictable.len()) {
+        if self.heap.len() < 64.max(2 * self.num_evictable as usize) {
             return;
         }
+        self.rebuild_heap();
+    }
+
+    /// The heap of the evictable chunks' current entries, each once.
+    fn rebuild_heap(&mut self) {
         let live: Vec<_> = self
-            .evictable
+            .chunks
             .iter()
-            .map(|&key| Reverse((self.rank[&key], key)))
+            .filter(|(_, c)| c.evictable())
+            .map(|(&key, c)| Reverse((c.rank(), key)))
             .collect();
         self.heap = BinaryHeap::from(live);
     }
@@ -471,6 +613,11 @@ impl CpuTier {
     /// taken, each once, so what is chosen depends on the set of live entries alone, not on the heap's
     /// shape (hence compacting it changes no decision).
     fn lru_evict(&mut self, n: usize, protected: &KeySet, out: &mut Vec<BlockKey>) -> bool {
+        if !self.heap_live {
+            // The first eviction: the heap is built from the live entries, which alone decide.
+            self.heap_live = true;
+            self.rebuild_heap();
+        }
         let mut selected: Vec<(Rank, BlockKey)> = Vec::with_capacity(n);
         let mut deferred = Vec::new();
         let mut chosen = KeySet::default();
@@ -479,8 +626,10 @@ impl CpuTier {
                 break;
             };
             let (rank, key) = entry;
-            if !self.evictable.contains(&key)
-                || self.rank.get(&key) != Some(&rank)
+            if !self
+                .chunks
+                .get(&key)
+                .is_some_and(|c| c.evictable() && c.rank() == rank)
                 || chosen.contains(&key)
             {
                 continue;
@@ -498,9 +647,7 @@ impl CpuTier {
             return false;
         }
         for (_, key) in selected {
-            self.evictable.remove(&key);
             self.chunks.remove(&key);
-            self.rank.remove(&key);
             out.push(key);
         }
         self.compact_heap();
@@ -605,13 +752,16 @@ impl CpuTier {
                 .get_mut(&key)
                 .expect("prepare_load of a chunk the CPU tier does not hold");
             assert!(c.ready, "prepare_load of a pending chunk");
-            c.pins += 1;
+            c.pins = c
+                .pins
+                .checked_add(1)
+                .expect("fewer than 2^16 loads pin a chunk");
             if c.pins == 1 {
-                self.mark_pinned(key);
+                self.mark_pinned();
             }
         }
         let reused: Vec<BlockKey> = keys.iter().map(|&(k, _)| k).collect();
-        self.record(rid, keys, &reused);
+        self.record(rid, keys, None, &reused);
         self.debug_check();
     }
 
@@ -628,7 +778,8 @@ impl CpuTier {
             assert!(c.pins > 0, "complete_load of a chunk no load pins");
             c.pins -= 1;
             if c.pins == 0 {
-                self.mark_evictable(key);
+                let rank = c.rank();
+                self.mark_evictable(key, rank);
             }
         }
         self.debug_check();
@@ -652,80 +803,112 @@ impl CpuTier {
         if self.threshold > 0 {
             self.count_offers(keys);
         }
-        let mut to_store: Vec<(BlockKey, u64)> = Vec::new();
-        let mut ready_existing: Vec<BlockKey> = Vec::new();
+        // Scratch kept between calls: the keys to store, the ready ones offered again, the accesses.
+        let mut to_store = std::mem::take(&mut self.scratch_store);
+        let mut ready_existing = std::mem::take(&mut self.scratch_ready);
+        let mut accessed = std::mem::take(&mut self.scratch_accessed);
+        let mut absent = std::mem::take(&mut self.scratch_absent);
+        to_store.clear();
+        ready_existing.clear();
+        accessed.clear();
+        absent.clear();
+        let mut skipped = 0;
         for &(key, pos) in keys {
             match self.chunks.get(&key) {
-                None => to_store.push((key, pos)),
-                Some(c) if c.ready => ready_existing.push(key),
-                Some(_) => {}
+                None => {
+                    if self.threshold > 0
+                        && self.counts.get(key).copied().unwrap_or(0) < self.threshold
+                    {
+                        skipped += 1;
+                        continue;
+                    }
+                    to_store.push((key, pos));
+                    absent.push(true);
+                }
+                Some(c) if c.ready => {
+                    ready_existing.push(key);
+                    absent.push(false);
+                }
+                Some(_) => continue,
+            }
+            // Stored or reused: an access (a repeated key has the same fate each time).
+            accessed.push((key, pos));
+        }
+        self.num_stores_skipped += skipped;
+        if self.eviction == Eviction::Arc {
+            // Only ARC learns from store misses.
+            let a = self
+                .accesses
+                .entry(rid)
+                .or_insert_with(|| Access::new(true));
+            let misses: Vec<BlockKey> = to_store
+                .iter()
+                .map(|&(k, _)| k)
+                .filter(|&k| !a.has(k, STORE_MISS))
+                .collect();
+            for &(key, _) in &to_store {
+                a.set(key, STORE_MISS);
+            }
+            if !misses.is_empty() {
+                self.arc_store_misses(&misses);
             }
         }
-        if self.threshold > 0 {
-            let before = to_store.len();
-            to_store.retain(|&(k, _)| self.counts.get(k).copied().unwrap_or(0) >= self.threshold);
-            self.num_stores_skipped += (before - to_store.len()) as u64;
-        }
-        let a = self.accesses.entry(rid).or_default();
-        let misses: Vec<BlockKey> = to_store
-            .iter()
-            .map(|&(k, _)| k)
-            .filter(|k| !a.store_misses.contains(k))
-            .collect();
-        a.store_misses.extend(misses.iter().copied());
-        if !misses.is_empty() && self.eviction == Eviction::Arc {
-            self.arc_store_misses(&misses);
-        }
-        let recorded: KeySet = to_store
-            .iter()
-            .map(|&(k, _)| k)
-            .chain(ready_existing.iter().copied())
-            .collect();
-        let accessed: Vec<(BlockKey, u64)> = keys
-            .iter()
-            .copied()
-            .filter(|(k, _)| recorded.contains(k))
-            .collect();
-        self.record(rid, &accessed, &ready_existing);
+        self.record(rid, &accessed, Some(&absent), &ready_existing);
+        let result = self.insert_stored(rid, keys, &to_store, stored, evicted);
+        self.scratch_store = to_store;
+        self.scratch_ready = ready_existing;
+        self.scratch_accessed = accessed;
+        self.scratch_absent = absent;
+        self.debug_check();
+        result
+    }
+
+    /// `prepare_store`'s second half: room for `to_store` (evicting chunks not offered in `keys`) and
+    /// the pending chunks; None if there is no room.
+    fn insert_stored(
+        &mut self,
+        rid: u64,
+        keys: &[(BlockKey, u64)],
+        to_store: &[(BlockKey, u64)],
+        stored: &mut Vec<BlockKey>,
+        evicted: &mut Vec<BlockKey>,
+    ) -> Option<()> {
         if to_store.is_empty() {
-            self.debug_check();
             return Some(());
         }
         let need = to_store.len() as i128 - (i128::from(self.capacity) - self.chunks.len() as i128);
         if need > 0 {
             if need > i128::from(self.num_evictable) {
-                self.debug_check();
                 return None;
             }
             let protected: KeySet = keys.iter().map(|&(k, _)| k).collect();
             if !self.evict(need as usize, &protected, evicted) {
-                self.debug_check();
                 return None;
             }
             self.num_evictable -= evicted.len() as u64;
             self.num_evicted += evicted.len() as u64;
         }
         let a = self.accesses.get_mut(&rid).expect("recorded above");
-        for &(key, pos) in &to_store {
-            self.chunks.insert(key, Chunk::default());
+        for &(key, pos) in to_store {
+            let mut chunk = Chunk::default();
             match self.eviction {
                 Eviction::Lru => {
                     if a.rank == 0 {
                         self.next_rank += 1;
                         a.rank = self.next_rank;
                     }
-                    self.rank.insert(key, (a.rank, Reverse(pos)));
+                    chunk.set_rank((a.rank, Reverse(pos)));
                 }
                 Eviction::Arc => {
                     self.b1.remove(key);
                     self.b2.remove(key);
                     self.t1.set(key, ());
+                    a.set(key, INSERTED);
                 }
             }
-            a.inserted.insert(key);
+            self.chunks.insert(key, chunk);
             stored.push(key);
         }
-        self.debug_check();
         Some(())
     }
 
@@ -737,7 +920,8 @@ impl CpuTier {
                 && !c.ready
             {
                 c.ready = true;
-                self.mark_evictable(key);
+                let rank = c.rank();
+                self.mark_evictable(key, rank);
             }
         }
         self.debug_check();
@@ -777,27 +961,32 @@ impl CpuTier {
     /// LRU: each held one gets a fresh rank. ARC: one it only inserted moves to the most recent end of
     /// its list; one it reused moves from T1 to T2, or to T2's most recent end. Its record is dropped.
     pub fn finish(&mut self, rid: u64) {
-        let Some(a) = self.accesses.remove(&rid) else {
+        let Some(mut a) = self.accesses.remove(&rid) else {
             return;
         };
-        let mut ordered = a.order;
-        ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
+        let mut ordered = std::mem::take(&mut a.order);
+        if !ordered.is_sorted_by_key(|&(_, pos)| pos) {
+            ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
+        }
         for &(key, _) in ordered.iter().rev() {
-            if !self.chunks.contains_key(&key) {
-                continue;
-            }
             match self.eviction {
                 Eviction::Lru => {
+                    let Some(c) = self.chunks.get_mut(&key) else {
+                        continue;
+                    };
                     self.next_rank += 1;
                     let rank = (self.next_rank, Reverse(0));
-                    self.rank.insert(key, rank);
-                    if self.evictable.contains(&key) {
+                    c.set_rank(rank);
+                    if self.heap_live && c.evictable() {
                         self.heap.push(Reverse((rank, key)));
                     }
                 }
                 Eviction::Arc => {
-                    let reused = a.reused.contains(&key);
-                    if a.inserted.contains(&key) && !reused {
+                    if !self.chunks.contains_key(&key) {
+                        continue;
+                    }
+                    let reused = a.has(key, REUSED);
+                    if a.has(key, INSERTED) && !reused {
                         if !self.t1.move_to_end(key) {
                             self.t2.move_to_end(key);
                         }
@@ -811,6 +1000,8 @@ impl CpuTier {
                 }
             }
         }
+        ordered.clear();
+        self.spare_orders.push(ordered); // for a later request's record
         self.compact_heap();
         self.debug_check();
     }
@@ -855,7 +1046,12 @@ impl CpuTier {
             ));
         }
         for (rid, a) in &self.accesses {
-            if a.order.len() != a.seen.len() {
+            let seen = if a.mapped {
+                a.flags.values().filter(|&&f| f & SEEN != 0).count()
+            } else {
+                a.order.iter().map(|&(k, _)| k).collect::<KeySet>().len()
+            };
+            if a.order.len() != seen {
                 return Err(format!(
                     "request {rid}'s record of first accesses is inconsistent"
                 ));
@@ -871,17 +1067,16 @@ impl CpuTier {
         if self.t1.len() + self.t2.len() + self.b1.len() + self.b2.len() > 0 || self.target != 0.0 {
             return Err("ARC state under LRU".into());
         }
-        if self.rank.len() != self.chunks.len()
-            || self.rank.keys().any(|k| !self.chunks.contains_key(k))
-        {
-            return Err("the ranked keys are not the chunks held".into());
+        if !self.heap_live {
+            return if self.heap.is_empty() {
+                Ok(())
+            } else {
+                Err("the LRU heap holds entries before it is live".into())
+            };
         }
         let live: HashSet<(Rank, BlockKey)> = self.heap.iter().map(|e| e.0).collect();
         for (key, c) in &self.chunks {
-            if c.evictable() != self.evictable.contains(key) {
-                return Err(format!("chunk {} is misfiled as (not) evictable", key.0));
-            }
-            if c.evictable() && !live.contains(&(self.rank[key], *key)) {
+            if c.evictable() && !live.contains(&(c.rank(), *key)) {
                 return Err(format!(
                     "evictable chunk {} has no current heap entry",
                     key.0
@@ -892,7 +1087,7 @@ impl CpuTier {
     }
 
     fn arc_invariants(&self) -> std::result::Result<(), String> {
-        if !self.rank.is_empty() || !self.evictable.is_empty() || !self.heap.is_empty() {
+        if self.heap_live || !self.heap.is_empty() {
             return Err("LRU state under ARC".into());
         }
         for (list, name) in [
@@ -1161,10 +1356,10 @@ mod tests {
             }
             assert!(t.num_evicted() > 2_900, "{eviction:?}");
             assert!(t.accesses.is_empty());
-            assert!(t.heap.len() <= 64.max(2 * t.evictable.len()));
+            assert!(t.heap.len() <= 64.max(2 * t.num_evictable as usize));
             assert!(t.b1.len() <= 16 && t.b2.len() <= 16);
             assert!(t.counts.len() <= 100);
-            assert!(t.rank.len() <= 16 && t.chunks.len() <= 16);
+            assert!(t.chunks.len() <= 16);
         }
     }
 
@@ -1179,6 +1374,33 @@ mod tests {
         }
         assert!(t.heap.len() <= 64, "{}", t.heap.len());
         assert!(t.accesses.is_empty());
+    }
+
+    #[test]
+    fn a_long_requests_keys_are_recorded_once_whether_scanned_or_mapped() {
+        // More keys than `SCAN_SEEN`: the record moves from scanning to its map midway, and keys seen
+        // before (offered again) are not recorded twice: finishing re-ranks each key once, the first
+        // chunk newest.
+        let n = 2 * SCAN_SEEN as u128 + 3;
+        let mut t = CpuTier::new(1000, Eviction::Lru, 0);
+        let first: Vec<u128> = (1..=n / 2).collect();
+        let all: Vec<u128> = (1..=n).collect();
+        store(&mut t, 7, &at(&first)).unwrap();
+        t.complete_store(&keys(&first));
+        let again = store(&mut t, 7, &at(&all)).unwrap();
+        assert_eq!(again.0, ((n / 2 + 1)..=n).collect::<Vec<_>>());
+        t.finish(7);
+        let ranks = t.internals().ranks;
+        assert_eq!(ranks.len(), n as usize);
+        // Request 7 took rank 1; the finish gave ranks 2..=n+1 from the last key to the first.
+        for (key, rank, neg_pos) in ranks {
+            assert_eq!(
+                (rank, neg_pos),
+                ((n + 2 - key.0) as u64, 0),
+                "key {}",
+                key.0
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ use crate::args::{int_arg, items, key_arg, repr};
 use crate::errors::{IntoPyResult, invalid};
 use crate::guard::{Guarded, no_panic};
 use kvsim_core::BlockKey;
-use kvsim_core::cpu_tier::{CpuTier, DEFAULT_TRACKER, Eviction};
+use kvsim_core::cpu_tier::{CpuTier, DEFAULT_TRACKER, Eviction, MAX_POSITION};
 use pyo3::prelude::*;
 
 /// A count argument named `name`: an integer in `[0, u64::MAX]`.
@@ -48,7 +48,13 @@ fn pairs_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<(BlockKey, u64)>> {
                 ))
             })?;
         let key = key_obj(&fields[0], &format!("keys[{i}]: key"))?;
-        let pos = count_arg(&fields[1], &format!("keys[{i}]: position"))?;
+        let name = format!("keys[{i}]: position");
+        let pos = count_arg(&fields[1], &name)?;
+        if pos > MAX_POSITION {
+            return Err(invalid(format!(
+                "{name} {pos} must be between 0 and {MAX_POSITION}"
+            )));
+        }
         out.push((key, pos));
     }
     Ok(out)
@@ -84,7 +90,8 @@ fn default_tracker() -> Py<PyAny> {
 /// `CpuTier(capacity, eviction="lru", store_threshold=0, tracker=64000)`: `eviction` is `"lru"` or
 /// `"arc"`; a `store_threshold` of 2 or more stores a key only from its that-many-th offer, counted in
 /// a tracker of `tracker` keys. Keys are ints in `[0, 2**128)`, request ids (`rid`) ints in
-/// `[0, 2**64)`, positions (a chunk's index in its request) ints in `[0, 2**64)`.
+/// `[0, 2**64)`, positions (a chunk's index in its request) ints in `[0, 2**32)`; a chunk may be pinned by
+/// at most 65,535 loads at once.
 ///
 /// Raises `InvalidArgumentError` for an argument of the wrong type or out of range, or an unknown
 /// `eviction`.

@@ -33,6 +33,7 @@ impl Engine<'_> {
     /// Allocates a waiting sequence's first chunk; returns its token count, 0 if it cannot start now,
     /// `NEVER` if it never can (chunked prefill off and more tokens than a step's budget), or `SKIP` (see
     /// `over_budget`).
+    #[inline]
     pub(super) fn try_admit(&mut self, k: usize, budget: u64) -> u64 {
         let cfg = self.cfg;
         let bs = cfg.block_size;
@@ -128,6 +129,7 @@ impl Engine<'_> {
 
     /// A waiting sequence's cached prefix (one full-attention group): its hits into `self.hits`, the key
     /// of the last one returned (the lookup's keys are kept in the sequence until its content grows).
+    #[inline]
     pub(super) fn gpu_hits(&mut self, k: usize) -> Option<crate::BlockKey> {
         let bs = self.cfg.block_size;
         self.hits.clear();

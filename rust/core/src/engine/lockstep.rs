@@ -294,7 +294,7 @@ impl Engine<'_> {
             return self.full_step();
         }
         let step = self.step;
-        let marks = self.progress_marks();
+        let marks = self.tier.is_some().then(|| self.progress_marks()); // (a tier's only)
         let before = self.running.len() as u64;
         self.agg.c += before;
         self.agg.internal -= before as i64;
@@ -315,7 +315,7 @@ impl Engine<'_> {
         let batch = self.running.len() as u64;
         if batch == 0 {
             self.exit_lockstep();
-            return self.tier.is_some() && self.tier_scheduled_nothing(marks);
+            return marks.is_some_and(|m| self.tier_scheduled_nothing(m));
         }
         if self.log.is_some() {
             self.log_schedule(decoding as usize);

@@ -83,6 +83,9 @@ pub(super) struct Tier {
     /// A decode replica's inbound link: (latency ps, ps per block), and when it is free again.
     pd_link: Option<(u64, u64)>,
     pd_free: i64,
+    /// Vectors of stores seen complete, for later stores' keys and blocks.
+    spare_keys: Vec<Vec<BlockKey>>,
+    spare_blocks: Vec<Vec<BlockId>>,
 }
 
 impl Tier {
@@ -130,7 +133,16 @@ impl Tier {
             offer: Vec::new(),
             stored: Vec::new(),
             evicted: Vec::new(),
+            spare_keys: Vec::new(),
+            spare_blocks: Vec::new(),
         }
+    }
+
+    /// The keys just stored (`stored`), in a spare vector if there is one.
+    fn stored_keys(&mut self) -> Vec<BlockKey> {
+        let mut keys = self.spare_keys.pop().unwrap_or_default();
+        keys.extend_from_slice(&self.stored);
+        keys
     }
 
     fn fence(&mut self, id: u64, blocks: &[BlockId]) {
@@ -140,6 +152,9 @@ impl Tier {
     }
 
     fn unfence(&mut self, id: u64, blocks: &[BlockId]) {
+        if self.fences.is_empty() {
+            return; // (a prompt-only tier's usual case: nothing fenced)
+        }
         for b in blocks {
             if let Some(ids) = self.fences.get_mut(b) {
                 if let Some(p) = ids.iter().position(|&j| j == id) {
@@ -210,6 +225,7 @@ impl Engine<'_> {
     /// The waiting phase with a CPU tier (vLLM's waiting loop): held requests first, then the waiting
     /// queue; a request that cannot be decided now is skipped and put back at the head of its queue, in
     /// order, after the pass; a load admitted joins the held ones.
+    #[inline(never)]
     pub(super) fn tier_admit_waiting(&mut self, mut budget: u64) {
         let cfg = self.cfg;
         let mut skipped_waiting: Vec<usize> = Vec::new();
@@ -724,7 +740,19 @@ impl Engine<'_> {
     /// finished ones are done with the tier. A store this step must wait for (a preempted request's, or
     /// one reading a block this step allocated: vLLM's flush) is seen at this step's end. Returns
     /// whether a store was planned and when the last store the step waits for ends (0 if none).
+    #[inline(never)]
     pub(super) fn offer_stores(&mut self, step_end: i64) -> (bool, i64) {
+        if self.scheduled.is_empty() {
+            // Most steps: nobody to offer for, nothing to flush.
+            let tier = self.tier_mut();
+            if tier.preempted_now.is_empty()
+                && tier.finished_last.is_empty()
+                && tier.fences.is_empty()
+            {
+                tier.touched.clear();
+                return (false, 0);
+            }
+        }
         let mut tier = self.tier.take().expect("a CPU tier");
         if !tier.has_cpu {
             // A decode replica's connector: no stores.
@@ -749,7 +777,7 @@ impl Engine<'_> {
             }
         }
         let mut planned = false;
-        let finished = std::mem::take(&mut tier.finished_last);
+        let mut finished = std::mem::take(&mut tier.finished_last);
         for i in 0..self.scheduled.len() {
             let k = self.scheduled[i].0;
             planned |= self.offer_one(&mut tier, Some(k), None, step_end, &mut flushed);
@@ -760,6 +788,8 @@ impl Engine<'_> {
         for r in &finished {
             tier.cpu.finish(r.row as u64);
         }
+        finished.clear();
+        tier.finished_last = finished; // (its buffer kept)
         tier.touched.clear();
         self.out.counters.stores_skipped = i128::from(tier.cpu.num_stores_skipped());
         let mut flush_end = 0;
@@ -829,6 +859,7 @@ impl Engine<'_> {
             offer,
             stored,
             evicted,
+            spare_blocks,
             ..
         } = &mut *tier;
         stored.clear();
@@ -841,7 +872,8 @@ impl Engine<'_> {
             return false;
         }
         // The blocks of the chunks stored (a subsequence of the offer), in order.
-        let mut blocks = Vec::with_capacity(stored.len() * bpc as usize);
+        let mut blocks = spare_blocks.pop().unwrap_or_default();
+        blocks.reserve(stored.len() * bpc as usize);
         let mut j = 0;
         for &(key, c) in offer.iter() {
             if j < stored.len() && stored[j] == key {
@@ -876,11 +908,12 @@ impl Engine<'_> {
                 flushed.push(id);
             }
         }
+        let keys = tier.stored_keys();
         tier.stores.push(Job {
             id,
             k: k.unwrap_or(usize::MAX),
             row,
-            keys: tier.stored.clone(),
+            keys,
             blocks,
             end: tier.store_free,
             avail: tier.num_observed + 2,
@@ -891,19 +924,26 @@ impl Engine<'_> {
 
     /// A request finishes (its blocks are about to be freed): the stores it has in flight fence the
     /// blocks they read, and what its last stores need is kept for the next step.
+    #[inline(never)]
     pub(super) fn tier_finished(&mut self, k: usize) {
         if !self.tier_ref().has_cpu {
             return;
         }
-        self.tier_keys_for_finish(k);
+        let offers = self.tier_keys_for_finish(k);
         let s = &self.slab[k];
+        // Its keys and blocks only if its last offer has chunks to offer (`offer_one` reads them then).
+        let (keys, blocks) = if offers {
+            (s.tier_keys.clone(), s.table.blocks().to_vec())
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let retired = Retired {
             row: s.row,
             prompt_len: s.prompt_len,
             num_tokens: s.num_tokens(),
             next_store: s.next_store,
-            keys: s.tier_keys.clone(),
-            blocks: s.table.blocks().to_vec(),
+            keys,
+            blocks,
         };
         let row = s.row;
         let tier = self.tier_mut();
@@ -919,8 +959,9 @@ impl Engine<'_> {
         tier.finished_last.push(retired);
     }
 
-    /// The keys a finished request's last stores need: its chunks up to its offloadable tokens.
-    fn tier_keys_for_finish(&mut self, k: usize) {
+    /// The keys a finished request's last stores need: its chunks up to its offloadable tokens. Returns
+    /// whether it has chunks left to offer.
+    fn tier_keys_for_finish(&mut self, k: usize) -> bool {
         let tier = self.tier_ref();
         let (tpc, bpc, prompt_only) = (tier.tpc, tier.cfg.blocks_per_chunk, tier.cfg.prompt_only);
         let s = &self.slab[k];
@@ -932,12 +973,22 @@ impl Engine<'_> {
         let num_chunks = n / tpc;
         if num_chunks > s.next_store {
             self.ensure_tier_keys(k, num_chunks * bpc);
+            return true;
         }
+        false
     }
 
     /// An observation point at `t` (a step's end, an idle jump, a stall's end): every transfer that has
     /// ended and that this observation may see completes. Returns whether one did.
+    #[inline(never)]
     pub(super) fn observe(&mut self) -> bool {
+        {
+            let tier = self.tier_mut();
+            if tier.loads.is_empty() && tier.stores.is_empty() {
+                tier.num_observed += 1;
+                return false;
+            }
+        }
         let mut tier = self.tier.take().expect("a CPU tier");
         tier.num_observed += 1;
         let (t, now) = (self.t, tier.num_observed);
@@ -971,18 +1022,31 @@ impl Engine<'_> {
             seen = true;
         }
         if tier.stores.iter().any(done) {
-            let stores = std::mem::take(&mut tier.stores);
-            for job in stores {
-                if !done(&job) {
-                    tier.stores.push(job);
+            let mut i = 0;
+            while i < tier.stores.len() {
+                if !done(&tier.stores[i]) {
+                    i += 1;
                     continue;
                 }
-                tier.cpu.complete_store(&job.keys);
-                tier.unfence(job.id, &job.blocks);
-                if job.k != usize::MAX && self.slab[job.k].row == job.row {
-                    self.slab[job.k].jobs -= 1;
+                let Job {
+                    id,
+                    k,
+                    row,
+                    mut keys,
+                    mut blocks,
+                    ..
+                } = tier.stores.remove(i);
+                tier.cpu.complete_store(&keys);
+                tier.unfence(id, &blocks);
+                if k != usize::MAX && self.slab[k].row == row {
+                    self.slab[k].jobs -= 1;
                 }
-                self.log_count(event::STORE_DONE, job.row, -1, job.keys.len() as i64);
+                self.log_count(event::STORE_DONE, row, -1, keys.len() as i64);
+                // Its vectors serve a later store (`offer_one`).
+                keys.clear();
+                blocks.clear();
+                tier.spare_keys.push(keys);
+                tier.spare_blocks.push(blocks);
             }
             seen = true;
         }
@@ -1003,6 +1067,7 @@ impl Engine<'_> {
 
     /// A step that scheduled nothing: the finished requests' stores are offered now, then the engine
     /// observes; returns whether anything changed.
+    #[inline(never)]
     pub(super) fn tier_empty_step(&mut self) -> bool {
         self.scheduled.clear(); // (an idle engine's last step's batch may still be there)
         let (planned, flush_end) = self.offer_stores(self.t);
@@ -1013,6 +1078,7 @@ impl Engine<'_> {
     /// A stalled engine jumps to the earliest end of a transfer or `arrival` (the next row's), if before
     /// `limit`, and observes there: `Ok(true)`; `Ok(false)` if it must wait for the caller; an error if
     /// nothing can ever happen.
+    #[inline(never)]
     pub(super) fn resolve_stall(
         &mut self,
         arrival: Option<i64>,
@@ -1044,6 +1110,7 @@ impl Engine<'_> {
     /// step's allocations must be watched for them: §CPU tier, flush). Lockstep mode may then run
     /// (lockstep.rs): its admissions, loads, stores and transfers are the full step's, as lockstep
     /// steps schedule, offer (`tier_step_stores`) and observe as full ones do.
+    #[inline(never)]
     pub(super) fn tier_quiet(&self) -> bool {
         let tier = self.tier_ref();
         if !tier.has_cpu {
@@ -1060,6 +1127,7 @@ impl Engine<'_> {
 
     /// A step's tier work after scheduling, its duration `dt` so far: the scheduled requests still
     /// prefilling, the stores offered (from the step's end) and the flush; returns the step's duration.
+    #[inline(never)]
     pub(super) fn tier_step_stores(&mut self, dt: u64) -> u64 {
         for i in 0..self.scheduled.len() {
             let s = &mut self.slab[self.scheduled[i].0];
@@ -1071,6 +1139,7 @@ impl Engine<'_> {
 
     /// `tier_quiet` after a lockstep step that was: only the step's admissions can have changed it
     /// (the decoding requests offer nothing), so only they are looked at.
+    #[inline(never)]
     pub(super) fn tier_stays_quiet(&self) -> bool {
         let tier = self.tier_ref();
         !tier.has_cpu
@@ -1096,6 +1165,7 @@ impl Engine<'_> {
     /// the stores of requests finished before and observes; if nothing changed since `before`
     /// (`progress_marks`), the engine stalls until a transfer ends or a request arrives
     /// (`resolve_stall`). Returns true: the step counts as progress (a stall resolves it).
+    #[inline(never)]
     pub(super) fn tier_scheduled_nothing(&mut self, before: (i128, u64, i128)) -> bool {
         let changed = self.tier_empty_step() || self.progress_marks() != before;
         self.tier_mut().stalled = !changed;
@@ -1103,6 +1173,7 @@ impl Engine<'_> {
     }
 
     /// The tier's occupancy during a step of `dt`.
+    #[inline(never)]
     pub(super) fn tier_record(&mut self, dt: u64) {
         let used = self.tier_ref().cpu.used();
         let c = &mut self.out.counters;
