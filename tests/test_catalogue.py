@@ -125,6 +125,9 @@ PUBLISHED = {
     # the global layers' qkv_proj, 0.11B); 26B A4B 25.2B total, 3.8B active.
     "gemma-4-31b": (30.7, None, 0.01),
     "gemma-4-26b-a4b": (25.2, 3.8, 0.01),
+    # E4B: "8B with embeddings" (per-layer embeddings included), which also counts the vision (~0.15B) and
+    # audio (~0.3B) encoders kvsim leaves out: 7.46B of language model.
+    "gemma-4-e4b": (8.0, None, 0.07),
 }
 
 
@@ -614,19 +617,38 @@ def _gemma4_text(**changes):
     return {"model_type": "gemma4", "text_config": text}
 
 
-def test_gemma_4_per_layer_embeddings_are_refused_by_name():
-    """Gemma 4 E2B / E4B's per-layer embeddings are not counted by kvsim: such a config is refused, naming
-    the field; so is a layer type Gemma 4 does not have, and a KV-shared layer with nothing to read."""
-    with pytest.raises(
-        InvalidArgumentError, match=r"per-layer embeddings \('hidden_size_per_layer_input' 256"
-    ):
-        models._from_dict(_gemma4_text(hidden_size_per_layer_input=256), "g4", "g4", "g4", None)
+def test_gemma_4_unmodelled_layers_are_refused_by_name():
+    """A layer type Gemma 4 does not have, and a KV-shared layer with no earlier layer of its type to read,
+    are refused, naming them."""
     chunked = _gemma4_text(layer_types=["sliding_attention"] * 5 + ["chunked_attention"])
     with pytest.raises(InvalidArgumentError, match="'chunked_attention' is not"):
         models._from_dict(chunked, "g4", "g4", "g4", None)
     lone = _gemma4_text(num_kv_shared_layers=1)  # the one global layer is the last: nothing to read
     with pytest.raises(InvalidArgumentError, match="no earlier 'full_attention' layer"):
         models._from_dict(lone, "g4", "g4", "g4", None)
+    with pytest.raises(InvalidArgumentError, match="'layer_types' must list the 6 layers"):
+        models._from_dict(_gemma4_text(layer_types=None), "g4", "g4", "g4", None)
+
+
+def test_gemma_4_e4b_per_layer_embeddings_and_shared_kv_by_hand():
+    """Gemma 4 E4B (config.json text_config): per-layer embeddings add a table of vocab 262,144 x 42 layers
+    x 256, the projection 2560 -> 42 x 256 and per layer a gate (2560 -> 256), a projection (256 -> 2560)
+    and a 2560-wide norm; the last 18 layers keep no KV: 20 sliding layers of 2 x 2 x 256 x 2 B and 4 global
+    layers of 2 x 2 x 512 x 2 B a token (attention_k_eq_v off: the global layers keep num_key_value_heads)."""
+    m = models.get("gemma-4-e4b")
+    assert sum(lay.kind == "shared" for lay in m.layers) == 18
+    assert m.kv_bytes_per_token == 20 * 2 * 2 * 256 * 2 + 4 * 2 * 2 * 512 * 2
+    published = json.loads((HF / "gemma-4-e4b.json").read_text())
+    published["text_config"]["hidden_size_per_layer_input"] = 0
+    without = models._from_dict(published, "x", "x", "x", None)
+    ple = 262144 * 42 * 256 + 2560 * 42 * 256 + 42 * (2 * 2560 * 256 + 2560) + 256
+    assert m.num_params - without.num_params == ple
+    # The model card's 4.5B "effective" parameters: everything but the per-layer table (and the encoders).
+    assert (m.num_params - 262144 * 42 * 256) / 1e9 == pytest.approx(4.5, rel=0.035)
+    from kvsim.model.layers import kv_layout
+
+    sizes = {(g.kind, g.block_size) for g in kv_layout(m, 16).groups}
+    assert sizes == {("sliding_window", 32), ("full", 16)}  # the sliding page is half the global one
 
 
 def test_gemma_4_kv_shared_layers_keep_no_cache_and_double_their_mlp():

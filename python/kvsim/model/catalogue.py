@@ -271,6 +271,33 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 262144,
         },
     ),
+    # google/gemma-4-E4B-it (text_config): 42 layers, d 2560, 8 heads, ffn 10240; five 512-token sliding
+    # layers (2 KV heads of 256) to one global layer (2 KV heads of 512); the last 18 layers read earlier
+    # layers' KV; per-layer embeddings of 256 a layer; 131,072 positions.
+    "gemma-4-e4b": (
+        "google/gemma-4-E4B-it",
+        {
+            "model_type": "gemma4_text",
+            "attention_k_eq_v": False,
+            "dtype": "bfloat16",
+            "global_head_dim": 512,
+            "head_dim": 256,
+            "hidden_size": 2560,
+            "hidden_size_per_layer_input": 256,
+            "intermediate_size": 10240,
+            "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 7,
+            "max_position_embeddings": 131072,
+            "num_attention_heads": 8,
+            "num_hidden_layers": 42,
+            "num_key_value_heads": 2,
+            "num_kv_shared_layers": 18,
+            "sliding_window": 512,
+            "tie_word_embeddings": True,
+            "use_double_wide_mlp": False,
+            "vocab_size": 262144,
+            "vocab_size_per_layer_input": 262144,
+        },
+    ),
     # google/gemma-4-26B-A4B-it (text_config): 30 layers, d 2816, 16 heads; on every layer a 2112-wide MLP
     # and beside it 128 experts of 704, 8 per token; five sliding-window layers (8 KV heads of 256) to one
     # global layer (2 KV heads of 512).
@@ -515,6 +542,7 @@ ALIASES: dict[str, str] = {
     "gemma-3-12b-it": "gemma-3-12b",
     "gemma-4-31b-it": "gemma-4-31b",
     "gemma-4-26b-a4b-it": "gemma-4-26b-a4b",
+    "gemma-4-e4b-it": "gemma-4-e4b",
     "mistral-small-24b-instruct-2501": "mistral-small-24b",
     "mistral-small-24b-base-2501": "mistral-small-24b",
     "llama-4-scout-17b-16e": "llama-4-scout",

@@ -571,15 +571,8 @@ def _gemma4_layers(
     - the last `num_kv_shared_layers` layers: `kv_sharing_target_layer_name` is the last earlier layer of
       the same type, so they keep no cache of their own (`shared`).
 
-    Per-layer embeddings (`hidden_size_per_layer_input` > 0, Gemma 4 E2B/E4B) are refused by name: kvsim
-    does not count their weights.
+    Per-layer embeddings (E2B / E4B) keep no cache: their weights are counted in `params._gemma4`.
     """
-    ple = cfg.get("hidden_size_per_layer_input") or 0
-    if ple:
-        raise InvalidArgumentError(
-            f"model {where}: Gemma 4's per-layer embeddings ('hidden_size_per_layer_input' {ple!r}, the E2B / "
-            "E4B models) are not modelled: kvsim does not count their embedding table and projections"
-        )
     types = cfg.get("layer_types")
     if not isinstance(types, list) or len(types) != n:
         raise InvalidArgumentError(f"model {where}: Gemma 4's 'layer_types' must list the {n} layers' types")

@@ -620,6 +620,7 @@ _KEPT_FIELDS = (
     "attention_k_eq_v",
     "num_kv_shared_layers",
     "hidden_size_per_layer_input",
+    "vocab_size_per_layer_input",
     "use_double_wide_mlp",
     "expert_intermediate_size",
     "top_k_experts",

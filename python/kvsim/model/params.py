@@ -172,6 +172,7 @@ def _gemma4(
     kv_heads: int,
     head_dim: int,
     ffn: int,
+    vocab: int,
     pick: Any,
 ) -> None:
     """Gemma 4's decoder layers as vLLM 0.33.0's `gemma4.py` builds them (`Gemma4DecoderLayer`):
@@ -187,7 +188,13 @@ def _gemma4(
     - with `num_experts`: an MoE block beside the MLP on every layer (`num_experts` experts of
       `moe_intermediate_size` / `expert_intermediate_size`, `top_k_experts` per token), its router
       (`proj`: hidden -> experts; `scale`: hidden; `per_expert_scale`: experts) and three more norms;
-    - four norms per layer and `layer_scalar` (a buffer, one value).
+    - four norms per layer and `layer_scalar` (a buffer, one value);
+    - per-layer embeddings (E2B / E4B: `hidden_size_per_layer_input` P > 0, `Gemma4Model`): a second
+      embedding table `embed_tokens_per_layer` (`vocab_size_per_layer_input` x layers·P), the
+      `per_layer_model_projection` (hidden -> layers·P) and its norm (P); per layer `per_layer_input_gate`
+      (hidden -> P), `per_layer_projection` (P -> hidden) and `post_per_layer_input_norm` (hidden). The
+      table is counted with the embeddings, the three linear layers (vLLM builds them with the
+      quantization config) with the MLP.
     """
     types = cfg.get("layer_types") or []
     global_dim = cfg.get("global_head_dim") or head_dim
@@ -219,6 +226,14 @@ def _gemma4(
         b.add("experts", hidden, moe_ffn, experts * layers)  # down
         b.add("router", experts, hidden, layers)  # proj
         b.other += (hidden + experts + 3 * hidden) * layers  # router scale, per_expert_scale, 3 norms
+    ple = cfg.get("hidden_size_per_layer_input") or 0
+    if ple:
+        ple_vocab = cfg.get("vocab_size_per_layer_input") or vocab
+        b.add("embed", ple_vocab, layers * ple)  # embed_tokens_per_layer
+        b.add("mlp", layers * ple, hidden)  # per_layer_model_projection
+        b.add("mlp", ple, hidden, layers)  # per_layer_input_gate
+        b.add("mlp", hidden, ple, layers)  # per_layer_projection
+        b.other += ple + hidden * layers  # per_layer_projection_norm, post_per_layer_input_norm
     b.other += hidden  # the final norm
 
 
@@ -245,7 +260,7 @@ def param_breakdown(
     if not tied:
         b.add("lm_head", vocab, hidden)
     if model_type.startswith("gemma4"):
-        _gemma4(b, cfg, layers, hidden, heads, kv_heads, head_dim, ffn, pick)
+        _gemma4(b, cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, pick)
         return b
     if model_type == "opt":
         b.other += (
