@@ -121,6 +121,13 @@ PUBLISHED = {
     ),  # model card: 35B total (the vision encoder not counted), 3B activated  # model card: 80B total (3B activated: below, without embeddings)
     "minimax-m2": (230, None, 0.02),  # model card: 230B total (10B active: below, without embeddings)
     "kimi-linear-48b-a3b": (48, None, 0.025),  # model card: 48B total (rounded; 49.12B counted), 3B activated
+    # Google's model cards: 31B dense 30.7B (vision encoder apart; kvsim counts the V slot vLLM allocates in
+    # the global layers' qkv_proj, 0.11B); 26B A4B 25.2B total, 3.8B active.
+    "gemma-4-31b": (30.7, None, 0.01),
+    "gemma-4-26b-a4b": (25.2, 3.8, 0.01),
+    # E4B: "8B with embeddings" (per-layer embeddings included), which also counts the vision (~0.15B) and
+    # audio (~0.3B) encoders kvsim leaves out: 7.46B of language model.
+    "gemma-4-e4b": (8.0, None, 0.07),
 }
 
 
@@ -587,23 +594,141 @@ def test_deepseek_v4_compressed_attention_is_refused_by_name():
         models._from_dict(cfg, "v4", "v4", "v4", None)
 
 
-def test_gemma_4_is_refused_by_name():
-    """Gemma 4's global layers (512-wide heads, their own KV head count), KV shared across layers and per-layer
-    embeddings are not kvsim's: a Gemma 4 config is refused, naming the fields."""
+def _gemma4_text(**changes):
+    """A small Gemma 4 text config (six layers: five sliding, one global) with `changes`."""
     text = {
         "model_type": "gemma4_text",
         "num_hidden_layers": 6,
         "hidden_size": 64,
+        "intermediate_size": 128,
         "num_attention_heads": 8,
         "num_key_value_heads": 4,
-        "head_dim": 256,
-        "global_head_dim": 512,
+        "num_global_key_value_heads": 2,
+        "attention_k_eq_v": True,
+        "head_dim": 32,
+        "global_head_dim": 64,
         "vocab_size": 100,
         "sliding_window": 512,
+        "hidden_size_per_layer_input": 0,
+        "num_kv_shared_layers": 0,
         "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
     }
-    with pytest.raises(InvalidArgumentError, match=r"Gemma 4 .*'global_head_dim'"):
-        models._from_dict({"model_type": "gemma4", "text_config": text}, "g4", "g4", "g4", None)
+    text.update(changes)
+    return {"model_type": "gemma4", "text_config": text}
+
+
+def test_gemma_4_unmodelled_layers_are_refused_by_name():
+    """A layer type Gemma 4 does not have, and a KV-shared layer with no earlier layer of its type to read,
+    are refused, naming them."""
+    chunked = _gemma4_text(layer_types=["sliding_attention"] * 5 + ["chunked_attention"])
+    with pytest.raises(InvalidArgumentError, match="'chunked_attention' is not"):
+        models._from_dict(chunked, "g4", "g4", "g4", None)
+    lone = _gemma4_text(num_kv_shared_layers=1)  # the one global layer is the last: nothing to read
+    with pytest.raises(InvalidArgumentError, match="no earlier 'full_attention' layer"):
+        models._from_dict(lone, "g4", "g4", "g4", None)
+    with pytest.raises(InvalidArgumentError, match="'layer_types' must list the 6 layers"):
+        models._from_dict(_gemma4_text(layer_types=None), "g4", "g4", "g4", None)
+
+
+def test_gemma_4_e4b_per_layer_embeddings_and_shared_kv_by_hand():
+    """Gemma 4 E4B (config.json text_config): per-layer embeddings add a table of vocab 262,144 x 42 layers
+    x 256, the projection 2560 -> 42 x 256 and per layer a gate (2560 -> 256), a projection (256 -> 2560)
+    and a 2560-wide norm; the last 18 layers keep no KV: 20 sliding layers of 2 x 2 x 256 x 2 B and 4 global
+    layers of 2 x 2 x 512 x 2 B a token (attention_k_eq_v off: the global layers keep num_key_value_heads)."""
+    m = models.get("gemma-4-e4b")
+    assert sum(lay.kind == "shared" for lay in m.layers) == 18
+    assert m.kv_bytes_per_token == 20 * 2 * 2 * 256 * 2 + 4 * 2 * 2 * 512 * 2
+    published = json.loads((HF / "gemma-4-e4b.json").read_text())
+    published["text_config"]["hidden_size_per_layer_input"] = 0
+    without = models._from_dict(published, "x", "x", "x", None)
+    ple = 262144 * 42 * 256 + 2560 * 42 * 256 + 42 * (2 * 2560 * 256 + 2560) + 256
+    assert m.num_params - without.num_params == ple
+    # The model card's 4.5B "effective" parameters: everything but the per-layer table (and the encoders).
+    assert (m.num_params - 262144 * 42 * 256) / 1e9 == pytest.approx(4.5, rel=0.035)
+    from kvsim.model.layers import kv_layout
+
+    sizes = {(g.kind, g.block_size) for g in kv_layout(m, 16).groups}
+    assert sizes == {("sliding_window", 32), ("full", 16)}  # the sliding page is half the global one
+
+
+def test_gemma_4_kv_shared_layers_keep_no_cache_and_double_their_mlp():
+    """vLLM's gemma4.py: the last `num_kv_shared_layers` read the last earlier layer of their type (no cache
+    of their own), have only q and o projections and q_norm, and under `use_double_wide_mlp` an MLP twice
+    as wide; without `attention_k_eq_v` a global layer keeps `num_key_value_heads`."""
+    types = ["sliding_attention", "full_attention"] * 3
+    base = models._from_dict(_gemma4_text(layer_types=types), "a", "a", "a", None)
+    m = models._from_dict(
+        _gemma4_text(layer_types=types, num_kv_shared_layers=2, use_double_wide_mlp=True), "b", "b", "b", None
+    )
+    assert [lay.kind for lay in m.layers] == ["sliding_window", "full"] * 2 + ["shared"] * 2
+    # bf16 by default here (float16): sliding 2 x 4 x 32 x 2 B, global 2 x 2 x 64 x 2 B, two of each kept.
+    assert m.kv_bytes_per_token == 2 * (2 * 4 * 32 * 2) + 2 * (2 * 2 * 64 * 2)
+    # The two shared layers lose k, v and k_norm and gain a second MLP's width (3 x 128 x 64 each).
+    kv_weights = 64 * (2 * 4 * 32 + 2 * 2 * 64) + 32 + 64
+    assert m.num_params - base.num_params == 2 * 3 * 128 * 64 - kv_weights
+    plain = models._from_dict(_gemma4_text(layer_types=types, attention_k_eq_v=False), "c", "c", "c", None)
+    assert {lay.num_kv_heads for lay in plain.layers} == {4}
+    assert {lay.head_dim for lay in plain.layers if lay.kind == "full"} == {64}
+
+
+def test_gemma_4_31b_kv_bytes_per_group_by_hand():
+    """Gemma 4 31B (config.json text_config), bf16 KV, block 16, one GPU:
+    - a sliding layer: num_key_value_heads 16 x head_dim 256 x 2 (K and V) x 2 B = 16,384 B a token, kept for
+      the last sliding_window 1,024 tokens; a block of 16 tokens: 262,144 B;
+    - a global layer: num_global_key_value_heads 4 x global_head_dim 512 x 2 x 2 B = 8,192 B a token (K is
+      loaded into V's slot under attention_k_eq_v, but the layer still caches V), every token;
+    vLLM's unify_kv_cache_spec_page_size grows the global layers' block to 32 tokens (262,144 B too); the 50
+    sliding layers form 5 groups of 10, the 10 global layers one: a block id = 10 x 262,144 B."""
+    m = models.get("gemma-4-31b")
+    cfg = _text(json.loads((HF / "gemma-4-31b.json").read_text()))
+    sliding = cfg["num_key_value_heads"] * cfg["head_dim"] * 2 * 2
+    glob = cfg["num_global_key_value_heads"] * cfg["global_head_dim"] * 2 * 2
+    assert (sliding, glob) == (16_384, 8_192)
+    n_full = cfg["layer_types"].count("full_attention")
+    assert m.kv_bytes_per_token == (60 - n_full) * sliding + n_full * glob
+    from kvsim.model.layers import kv_layout
+
+    layout = kv_layout(m, 16)
+    groups = [(g.kind, g.window, g.block_size, g.page_bytes, len(g.layer_ids)) for g in layout.groups]
+    assert groups == [("sliding_window", 1024, 16, 16 * sliding, 10)] * 5 + [("full", 0, 32, 32 * glob, 10)]
+    assert layout.bytes_per_block == 10 * 16 * sliding
+    for g in layout.groups:
+        assert g.bytes_per_block == 10 * g.block_size * (sliding if g.kind == "sliding_window" else glob)
+    assert all(cfg["layer_types"][i] == "full_attention" for i in layout.groups[-1].layer_ids)
+
+
+def test_gemma_4_26b_a4b_counts_the_moe_block_beside_the_mlp():
+    """Gemma 4 26B A4B: on each of 30 layers a dense gated MLP (3 x 2112 x 2816) and beside it 128 experts of
+    3 x 704 x 2816 (8 a token) with a 128 x 2816 router: experts 30 x 128 x 3 x 704 x 2816."""
+    m = models.get("gemma-4-26b-a4b")
+    assert (m.num_experts, m.experts_per_token, m.expert_ffn) == (128, 8, 704)
+    experts = 30 * 128 * 3 * 704 * 2816
+    assert m.num_params - m.num_active_params == experts - experts * 8 // 128
+    published = json.loads((HF / "gemma-4-26b-a4b.json").read_text())
+    published["text_config"]["num_experts"] = None
+    no_moe = models._from_dict(published, "x", "x", "x", None)
+    # Without the MoE block: the experts, the router (matrix, scale, per-expert scale) and three norms go.
+    assert m.num_params - no_moe.num_params == experts + 30 * (128 * 2816 + 2816 + 128 + 3 * 2816)
+
+
+def test_gemma_4_runs_as_vllm_serves_it(capsys):
+    """`kvsim run --model gemma-4-... --gpu h100-80gb` prints vLLM's four start-up figures (the 26B A4B at its
+    262,144-token context; the 31B's 57 GiB of bf16 weights leave room for 8,192 tokens, and at its own
+    context the run is refused with vLLM's message and numbers)."""
+    from kvsim.cli import main
+
+    for model, extra in (("gemma-4-26b-a4b", []), ("gemma-4-31b", ["--max-model-len", "8192"])):
+        argv = ["run", "--model", model, "--gpu", "h100-80gb", "--requests", "10", *extra]
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        cfg = kvsim.SimConfig(model=model, gpu="h100-80gb", **({"max_model_len": 8192} if extra else {}))
+        lines = cfg.pool.figures.lines()
+        assert [f"vllm: {line}" for line in lines] == [x for x in out.splitlines() if x.startswith("vllm: ")]
+        assert len(lines) == 4
+        assert lines[0].startswith("Model loading took ")
+        assert len(cfg.pool.layout.groups) == 6
+    assert main(["run", "--model", "gemma-4-31b", "--gpu", "h100-80gb"]) == 2
+    assert "estimated maximum model length" in capsys.readouterr().err
 
 
 def test_quantization_flag_keeps_a_hybrid_presets_layers_fields():

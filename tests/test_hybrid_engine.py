@@ -106,6 +106,27 @@ def test_rust_engine_equals_reference_on_hybrid_layouts(w, cfg, every):
     assert set(res.requests["status"]) <= {"finished", "rejected"}
 
 
+@given(workloads(), st.integers(4, 80), st.sampled_from([1, 4, 16]), st.booleans(), st.integers(1, 8))
+def test_rust_engine_equals_reference_on_gemma_4_shaped_layouts(w, num_blocks, bs, caching, seqs):
+    """Gemma 4's shape: sliding-window layers with more KV heads than the global layers, whose smaller page
+    vLLM grows by a larger block size (the global group's blocks hold twice the sliding groups' tokens),
+    KV-shared layers at the end; the engines agree exactly."""
+    sliding = Layer("sliding_window", 8, num_kv_heads=2, head_dim=64)
+    glob = Layer("full", num_kv_heads=1, head_dim=64)
+    layers = ([sliding] * 2 + [glob]) * 2 + [Layer("shared")] * 2
+    cfg = kvsim.SimConfig(
+        model=toy(layers, "gemma4-like"),
+        num_blocks=num_blocks,
+        block_size=bs,
+        enable_prefix_caching=caching,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=64,
+    )
+    sizes = {g.kind: g.block_size for g in cfg.pool.layout.groups}
+    assert sizes == {"sliding_window": bs, "full": 2 * bs}
+    assert_same(w, cfg, 1)
+
+
 @given(workloads(), st.integers(6, 60), st.sampled_from([4, 16]))
 def test_the_manager_off_is_a_model_of_full_attention_layers(w, num_blocks, bs):
     """`hybrid_kv_cache_manager="off"` counts sliding-window layers as full attention

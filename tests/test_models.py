@@ -42,11 +42,15 @@ def test_kv_bytes_formula_for_every_preset() -> None:
     for name in models.names():
         m = models.get(name)
         # Attention layers only: a state layer (Qwen3-Next's gated delta net, Kimi's KDA) keeps no KV per token.
-        attention = sum(lay.kind != "mamba" for lay in m.layer_list())
+        # Gemma 4's global layers have their own KV heads and head width (the layer's, else the model's).
+        attention = [lay for lay in m.layer_list() if lay.kind not in ("mamba", "shared")]
         if m.is_mla:
-            expected = attention * (m.kv_lora_rank + m.qk_rope_head_dim) * 2
+            expected = len(attention) * (m.kv_lora_rank + m.qk_rope_head_dim) * 2
         else:
-            expected = 2 * attention * m.num_kv_heads * m.head_dim * 2
+            expected = sum(
+                2 * (lay.num_kv_heads or m.num_kv_heads) * (lay.head_dim or m.head_dim) * 2
+                for lay in attention
+            )
         assert m.kv_bytes_per_token == expected, name
         assert m.num_kv_heads <= m.num_attention_heads
         assert m.source

@@ -22,6 +22,8 @@ ROWS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("llama-3.1-70b", "h100-80gb", {"tensor_parallel_size": 4}, "-tp 4"),
     ("qwen3-235b-a22b", "b200", {"tensor_parallel_size": 4}, "-tp 4"),
     ("gemma-3-12b", "l40s", {}, ""),
+    ("gemma-4-26b-a4b", "h100-80gb", {}, ""),
+    ("gemma-4-31b", "h200", {}, ""),
     ("minimax-m2", "h200", {"tensor_parallel_size": 4}, "-tp 4"),
     # State-layer models run without prefix caching (vLLM's Mamba 'align' mode is not modelled).
     (

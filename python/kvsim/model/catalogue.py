@@ -244,6 +244,90 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 262208,
         },
     ),
+    # google/gemma-4-31B-it (text_config): 60 layers, d 5376, 32 heads, ffn 21504; five 1,024-token
+    # sliding-window layers (16 KV heads of 256) to one global layer (full attention, 4 KV heads of 512:
+    # `attention_k_eq_v`), 262,144 positions (kvsim.model.layers._gemma4_layers).
+    "gemma-4-31b": (
+        "google/gemma-4-31B-it",
+        {
+            "model_type": "gemma4_text",
+            "attention_k_eq_v": True,
+            "dtype": "bfloat16",
+            "global_head_dim": 512,
+            "head_dim": 256,
+            "hidden_size": 5376,
+            "hidden_size_per_layer_input": 0,
+            "intermediate_size": 21504,
+            "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 10,
+            "max_position_embeddings": 262144,
+            "num_attention_heads": 32,
+            "num_global_key_value_heads": 4,
+            "num_hidden_layers": 60,
+            "num_key_value_heads": 16,
+            "num_kv_shared_layers": 0,
+            "sliding_window": 1024,
+            "tie_word_embeddings": True,
+            "use_double_wide_mlp": False,
+            "vocab_size": 262144,
+        },
+    ),
+    # google/gemma-4-E4B-it (text_config): 42 layers, d 2560, 8 heads, ffn 10240; five 512-token sliding
+    # layers (2 KV heads of 256) to one global layer (2 KV heads of 512); the last 18 layers read earlier
+    # layers' KV; per-layer embeddings of 256 a layer; 131,072 positions.
+    "gemma-4-e4b": (
+        "google/gemma-4-E4B-it",
+        {
+            "model_type": "gemma4_text",
+            "attention_k_eq_v": False,
+            "dtype": "bfloat16",
+            "global_head_dim": 512,
+            "head_dim": 256,
+            "hidden_size": 2560,
+            "hidden_size_per_layer_input": 256,
+            "intermediate_size": 10240,
+            "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 7,
+            "max_position_embeddings": 131072,
+            "num_attention_heads": 8,
+            "num_hidden_layers": 42,
+            "num_key_value_heads": 2,
+            "num_kv_shared_layers": 18,
+            "sliding_window": 512,
+            "tie_word_embeddings": True,
+            "use_double_wide_mlp": False,
+            "vocab_size": 262144,
+            "vocab_size_per_layer_input": 262144,
+        },
+    ),
+    # google/gemma-4-26B-A4B-it (text_config): 30 layers, d 2816, 16 heads; on every layer a 2112-wide MLP
+    # and beside it 128 experts of 704, 8 per token; five sliding-window layers (8 KV heads of 256) to one
+    # global layer (2 KV heads of 512).
+    "gemma-4-26b-a4b": (
+        "google/gemma-4-26B-A4B-it",
+        {
+            "model_type": "gemma4_text",
+            "attention_k_eq_v": True,
+            "dtype": "bfloat16",
+            "global_head_dim": 512,
+            "head_dim": 256,
+            "hidden_size": 2816,
+            "hidden_size_per_layer_input": 0,
+            "intermediate_size": 2112,
+            "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5,
+            "max_position_embeddings": 262144,
+            "moe_intermediate_size": 704,
+            "num_attention_heads": 16,
+            "num_experts": 128,
+            "num_global_key_value_heads": 2,
+            "num_hidden_layers": 30,
+            "num_key_value_heads": 8,
+            "num_kv_shared_layers": 0,
+            "sliding_window": 1024,
+            "tie_word_embeddings": True,
+            "top_k_experts": 8,
+            "use_double_wide_mlp": False,
+            "vocab_size": 262144,
+        },
+    ),
     # google/gemma-3-12b-it (text_config): 48 layers, d 3840, 16 heads, 8 KV heads of 256, ffn 15360, five
     # 1,024-token sliding-window layers to one full-attention layer (layer_types), 131,072 positions.
     "gemma-3-12b": (
@@ -456,6 +540,9 @@ ALIASES: dict[str, str] = {
     "llama-3.1-405b-instruct": "llama-3.1-405b",
     "gemma-3-27b-it": "gemma-3-27b",
     "gemma-3-12b-it": "gemma-3-12b",
+    "gemma-4-31b-it": "gemma-4-31b",
+    "gemma-4-26b-a4b-it": "gemma-4-26b-a4b",
+    "gemma-4-e4b-it": "gemma-4-e4b",
     "mistral-small-24b-instruct-2501": "mistral-small-24b",
     "mistral-small-24b-base-2501": "mistral-small-24b",
     "llama-4-scout-17b-16e": "llama-4-scout",

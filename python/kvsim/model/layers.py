@@ -453,15 +453,7 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
             "'compress_ratios') is not modelled: kvsim has no layer kind for a KV cache compressed by a ratio"
         )
     if model_type.startswith("gemma4"):
-        # vLLM's gemma4.py: global layers of `global_head_dim` with `num_global_key_value_heads` (K loaded
-        # into V's slot too, `attention_k_eq_v`), the last `num_kv_shared_layers` reading earlier layers'
-        # KV, per-layer embeddings, double-wide MLPs on shared layers, an MoE block beside the MLP: kvsim
-        # prices none of these weights, so the model is refused rather than half modelled.
-        raise InvalidArgumentError(
-            f"model {where}: Gemma 4 (model_type {model_type!r}) is not modelled: its global layers "
-            "('global_head_dim', 'num_global_key_value_heads', 'attention_k_eq_v'), KV shared across layers "
-            "('num_kv_shared_layers'), per-layer embeddings and MoE block are not in kvsim's layers and weights"
-        )
+        return _gemma4_layers(cfg, num_layers, where, field_int, sliding)
     if model_type == "minimax_m2":
         # vLLM's minimax_m2.py builds every layer as full attention; its `attn_type_list` marks them 1
         # (MiniMax-Text-01's lightning-attention layers are 0, which MiniMax-M2 has none of).
@@ -561,6 +553,58 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
             "'no_rope_layers': which layers are local is not known"
         )
     return ()
+
+
+def _gemma4_layers(
+    cfg: dict[str, Any], n: int, where: str, field_int: Any, sliding: Any
+) -> tuple[Layer, ...]:
+    """Gemma 4's layers as vLLM 0.33.0's `gemma4.py` builds them (`Gemma4Attention`, with the per-layer
+    head width and KV heads transformers' `Gemma4TextConfig.per_layer_config` gives):
+
+    - a `sliding_attention` layer: a sliding window of `sliding_window` tokens, `num_key_value_heads` heads
+      of `head_dim`;
+    - a `full_attention` (global) layer: full attention with heads of `global_head_dim` (`head_dim` when
+      absent), `num_global_key_value_heads` of them where `attention_k_eq_v` (else `num_key_value_heads`).
+      `attention_k_eq_v` loads the checkpoint's K projection into both the K and V slots of the layer's
+      `qkv_proj` (`_gemma4_layer_weights_mapper`): the layer still caches K and V, a plain full-attention
+      page;
+    - the last `num_kv_shared_layers` layers: `kv_sharing_target_layer_name` is the last earlier layer of
+      the same type, so they keep no cache of their own (`shared`).
+
+    Per-layer embeddings (E2B / E4B) keep no cache: their weights are counted in `params._gemma4`.
+    """
+    types = cfg.get("layer_types")
+    if not isinstance(types, list) or len(types) != n:
+        raise InvalidArgumentError(f"model {where}: Gemma 4's 'layer_types' must list the {n} layers' types")
+    head_dim = field_int("head_dim")
+    global_dim = cfg.get("global_head_dim") or head_dim
+    if isinstance(global_dim, bool) or not isinstance(global_dim, int):
+        raise InvalidArgumentError(
+            f"model {where}: field 'global_head_dim' {global_dim!r} must be a whole number"
+        )
+    kv = field_int("num_key_value_heads")
+    global_kv = kv
+    if cfg.get("attention_k_eq_v") and cfg.get("num_global_key_value_heads") is not None:
+        global_kv = field_int("num_global_key_value_heads")
+    shared = field_int("num_kv_shared_layers", 0) if cfg.get("num_kv_shared_layers") is not None else 0
+    first_shared = n - shared
+    out: list[Layer] = []
+    for i, t in enumerate(types):
+        if t not in ("sliding_attention", "full_attention"):
+            raise InvalidArgumentError(
+                f"model {where}: Gemma 4 layer type {t!r} is not 'sliding_attention' or 'full_attention'"
+            )
+        if shared and i >= first_shared:
+            if t not in types[:first_shared]:
+                raise InvalidArgumentError(
+                    f"model {where}: KV-shared layer {i} ({t!r}) has no earlier {t!r} layer to read"
+                )
+            out.append(Layer("shared"))
+        elif t == "sliding_attention":
+            out.append(Layer("sliding_window", sliding().window, num_kv_heads=kv, head_dim=head_dim))
+        else:
+            out.append(Layer("full", num_kv_heads=global_kv, head_dim=global_dim))
+    return tuple(out)
 
 
 def _trim(layers: list[Layer]) -> tuple[Layer, ...]:

@@ -614,6 +614,16 @@ _KEPT_FIELDS = (
     "mamba_ssm_dtype",
     "attn_type_list",
     "compress_ratios",
+    # Gemma 4 (`layers._gemma4_layers`, `params._gemma4`).
+    "global_head_dim",
+    "num_global_key_value_heads",
+    "attention_k_eq_v",
+    "num_kv_shared_layers",
+    "hidden_size_per_layer_input",
+    "vocab_size_per_layer_input",
+    "use_double_wide_mlp",
+    "expert_intermediate_size",
+    "top_k_experts",
 )
 
 

@@ -163,6 +163,80 @@ def _gated_delta_net(b: Breakdown, cfg: dict[str, Any], hidden: int, n: int, pic
     b.other += ((2 * key_dim + value_dim) * kernel + 2 * nv + hv) * n  # conv1d, dt_bias, A_log, norm
 
 
+def _gemma4(
+    b: Breakdown,
+    cfg: dict[str, Any],
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    ffn: int,
+    vocab: int,
+    pick: Any,
+) -> None:
+    """Gemma 4's decoder layers as vLLM 0.33.0's `gemma4.py` builds them (`Gemma4DecoderLayer`):
+
+    - attention: a sliding layer's q, k, v, o with `num_key_value_heads` heads of `head_dim`; a global
+      (`full_attention`) layer's with heads of `global_head_dim` and, under `attention_k_eq_v`,
+      `num_global_key_value_heads`. vLLM's `QKVParallelLinear` keeps a V slot even where the checkpoint
+      ships no `v_proj` (K is loaded into both): counted, as it occupies memory. A KV-shared layer (the
+      last `num_kv_shared_layers`) has only q and o. `q_norm` and `k_norm` (one head's width; a shared
+      layer: `q_norm` only; `v_norm` has no weight);
+    - a dense gated MLP of `intermediate_size` on every layer, twice as wide on the KV-shared layers under
+      `use_double_wide_mlp`;
+    - with `num_experts`: an MoE block beside the MLP on every layer (`num_experts` experts of
+      `moe_intermediate_size` / `expert_intermediate_size`, `top_k_experts` per token), its router
+      (`proj`: hidden -> experts; `scale`: hidden; `per_expert_scale`: experts) and three more norms;
+    - four norms per layer and `layer_scalar` (a buffer, one value);
+    - per-layer embeddings (E2B / E4B: `hidden_size_per_layer_input` P > 0, `Gemma4Model`): a second
+      embedding table `embed_tokens_per_layer` (`vocab_size_per_layer_input` x layers·P), the
+      `per_layer_model_projection` (hidden -> layers·P) and its norm (P); per layer `per_layer_input_gate`
+      (hidden -> P), `per_layer_projection` (P -> hidden) and `post_per_layer_input_norm` (hidden). The
+      table is counted with the embeddings, the three linear layers (vLLM builds them with the
+      quantization config) with the MLP.
+    """
+    types = cfg.get("layer_types") or []
+    global_dim = cfg.get("global_head_dim") or head_dim
+    global_kv = kv_heads
+    if cfg.get("attention_k_eq_v") and cfg.get("num_global_key_value_heads") is not None:
+        global_kv = pick("num_global_key_value_heads")
+    shared = cfg.get("num_kv_shared_layers") or 0
+    first_shared = layers - shared
+    double = bool(cfg.get("use_double_wide_mlp"))
+    experts = cfg.get("num_experts") or 0
+    for i in range(layers):
+        full = i < len(types) and types[i] == "full_attention"
+        dim, kv = (global_dim, global_kv) if full else (head_dim, kv_heads)
+        is_shared = shared > 0 and i >= first_shared
+        b.add("attn", heads * dim, hidden)  # q
+        if not is_shared:
+            b.add("attn", kv * dim, hidden, 2)  # k, v (v: K's copy under attention_k_eq_v)
+        b.add("attn", hidden, heads * dim)  # o
+        b.other += dim * (1 if is_shared else 2)  # q_norm, k_norm
+        width = ffn * (2 if double and is_shared else 1)
+        b.add("mlp", width, hidden, 2)  # gate, up
+        b.add("mlp", hidden, width)  # down
+        b.other += 4 * hidden + 1  # four norms, layer_scalar
+    if experts:
+        moe_ffn = pick("moe_intermediate_size", "expert_intermediate_size")
+        per_tok = pick("top_k_experts")
+        b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
+        b.add("experts", moe_ffn, hidden, 2 * experts * layers)  # gate, up
+        b.add("experts", hidden, moe_ffn, experts * layers)  # down
+        b.add("router", experts, hidden, layers)  # proj
+        b.other += (hidden + experts + 3 * hidden) * layers  # router scale, per_expert_scale, 3 norms
+    ple = cfg.get("hidden_size_per_layer_input") or 0
+    if ple:
+        ple_vocab = cfg.get("vocab_size_per_layer_input") or vocab
+        b.add("embed", ple_vocab, layers * ple)  # embed_tokens_per_layer
+        b.add("mlp", layers * ple, hidden)  # per_layer_model_projection
+        b.add("mlp", ple, hidden, layers)  # per_layer_input_gate
+        b.add("mlp", hidden, ple, layers)  # per_layer_projection
+        b.other += ple + hidden * layers  # per_layer_projection_norm, post_per_layer_input_norm
+    b.other += hidden  # the final norm
+
+
 def param_breakdown(
     cfg: dict[str, Any],
     layers: int,
@@ -185,6 +259,9 @@ def param_breakdown(
     b.add("embed", vocab, hidden)
     if not tied:
         b.add("lm_head", vocab, hidden)
+    if model_type.startswith("gemma4"):
+        _gemma4(b, cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, pick)
+        return b
     if model_type == "opt":
         b.other += (
             pick("max_position_embeddings", default=2048) + 2
