@@ -220,6 +220,54 @@ def _state_payload(params: dict[str, Any]) -> dict[str, Any]:
     return snapshot_from(r, paged, contiguous, params.get("step"))
 
 
+async def pd_page(request: Request) -> Response:
+    return FileResponse(STATIC / "pd.html")
+
+
+def _pd_params(request: Request, with_instant: bool) -> dict[str, Any]:
+    allowed = {"preset": ("string", "a disaggregated preset (default: disaggregated)")}
+    if with_instant:
+        allowed["instant"] = ("integer", "the instant's index (0-based)")
+    return _parse(request, allowed)
+
+
+async def api_pd(request: Request) -> Response:
+    """The disaggregated fleet's page payload: every instant's snapshot (`kvsim.lab.pd.timeline`)."""
+    from kvsim.lab import pd
+
+    try:
+        params = _pd_params(request, False)
+        return Json(await run_in_threadpool(pd.timeline, params.get("preset", "disaggregated")))
+    except BadParameter as e:
+        return _error(e)
+    except InvalidArgumentError as e:
+        return _error(BadParameter(_pd_field(str(e)), str(e)))
+
+
+async def api_pd_state(request: Request) -> Response:
+    """One instant's snapshot of the disaggregated fleet (`kvsim.lab.pd.snapshot`)."""
+    from kvsim.lab import pd
+
+    try:
+        params = _pd_params(request, True)
+        if "instant" not in params:
+            raise BadParameter("instant", "instant is required (an integer index into the run's instants)")
+
+        def state() -> dict[str, Any]:
+            return pd.snapshot(pd.preset_run(params.get("preset", "disaggregated")), params["instant"])
+
+        return Json(await run_in_threadpool(state))
+    except BadParameter as e:
+        return _error(e)
+    except InvalidArgumentError as e:
+        return _error(BadParameter(_pd_field(str(e)), str(e)))
+
+
+def _pd_field(message: str) -> str:
+    first = message.split(" ", 1)[0]
+    return first if first in ("preset", "instant") else "query"
+
+
 def openapi() -> dict[str, Any]:
     """The API's OpenAPI 3 schema (parameters with their types and allowed values)."""
     opts = options()
@@ -310,6 +358,9 @@ def create_app() -> Starlette:
         Route("/api/presets", api_presets),
         Route("/api/run", api_run),
         Route("/api/state", api_state),
+        Route("/pd", pd_page),
+        Route("/api/pd", api_pd),
+        Route("/api/pd/state", api_pd_state),
         Route("/openapi.json", api_openapi),
     ]
     if STATIC.is_dir():
