@@ -108,6 +108,12 @@ def test_the_preset_shows_a_transfer_while_another_request_decodes():
     assert {"prefilling", "transfer queued", "on the link", "landed, not yet seen", "decoding"} <= seen
     assert {"prefilling locally", "done"} <= seen
     assert not pd.snapshot(r, 0)["requests"][4]["disaggregated"]
+    # A transfer is told from its request's admission on the decode replica, not before.
+    for i in range(len(r.instants)):
+        for row, q in enumerate(pd.snapshot(r, i)["requests"]):
+            admitted = r.link_start[row] >= 0 and r.instants[i] >= r.admit[row]
+            assert (q["link_start_s"] is not None) == bool(admitted)
+            assert q["transfer_blocks"] == (int(r.transfer_blocks[row]) if admitted else 0)
 
 
 @settings(deadline=None, max_examples=60)

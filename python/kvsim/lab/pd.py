@@ -298,6 +298,8 @@ def snapshot(r: PdRun, index: int) -> dict[str, Any]:
         cells_of.append(cells)
     requests = []
     for row in range(len(r.arrival)):
+        # A transfer is told from its admission on the decode replica (before it, nothing is decided).
+        known = r.link_start[row] >= 0 and t >= r.admit[row]
         in_pool = [[c["id"] for c in cells if r.names[row] in c["requests"]] for cells in cells_of]
         requests.append(
             {
@@ -306,10 +308,10 @@ def snapshot(r: PdRun, index: int) -> dict[str, Any]:
                 "disaggregated": bool(r.prefill_replica[row] >= 0),
                 "prefill_blocks": in_pool[0],
                 "decode_blocks": in_pool[1],
-                "transfer_blocks": int(r.transfer_blocks[row]),
-                "link_start_s": _s(r.link_start[row]),
-                "link_end_s": _s(r.link_end[row]),
-                "seen_s": _s(r.admit[row] + r.load_wait[row]) if r.link_start[row] >= 0 else None,
+                "transfer_blocks": int(r.transfer_blocks[row]) if known else 0,
+                "link_start_s": _s(r.link_start[row]) if known else None,
+                "link_end_s": _s(r.link_end[row]) if known else None,
+                "seen_s": _s(r.admit[row] + r.load_wait[row]) if known else None,
             }
         )
     on_link = [q["name"] for q in requests if q["phase"] == "on the link"]

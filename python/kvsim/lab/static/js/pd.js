@@ -52,7 +52,7 @@ function drawRequests(snap) {
     tr.dataset.request = q.name;
     tr.dataset.phase = q.phase;
     const cells = [
-      q.name + (q.disaggregated ? "" : " (local)"),
+      q.name + (q.disaggregated || q.phase === "not arrived" ? "" : " (prefilled locally)"),
       q.phase,
       q.prefill_blocks.length ? q.prefill_blocks.map((b) => `P${b}`).join(" ") : "—",
       q.decode_blocks.length ? q.decode_blocks.map((b) => `P${b}`).join(" ") : "—",
