@@ -153,6 +153,10 @@ def test_bad_input_is_refused_by_name():
             pd.snapshot(r, bad)
     with pytest.raises(InvalidArgumentError, match=r"^preset"):
         pd.get("nope")
+    p = pd.get("disaggregated")
+    two = p.config.replace(prefill_replicas=2)
+    with pytest.raises(InvalidArgumentError, match=r"^prefill_replicas 2 and replicas 1: the lab draws 1"):
+        pd.run(p.workload, two, p.request_names)
 
 
 def test_the_api_serves_the_snapshots_and_refuses_by_name():

@@ -88,3 +88,11 @@ def test_a_bad_preset_shows_the_servers_reason(lab: LabPage) -> None:
     banner = lab.page.text_content("#pd-banner")
     assert banner.startswith("preset 'nope' is not one of")
     lab.problems.console.clear()  # chromium logs the 400 as a console error
+
+
+def test_the_main_page_links_to_it(lab: LabPage) -> None:
+    lab.open(preset="copilot")
+    lab.page.click('a[href="pd"]')
+    lab.page.wait_for_selector("main#pd[aria-busy=false]", timeout=60_000)
+    assert lab.page.url.split("?")[0].endswith("/pd")
+    assert lab.page.text_content("#pd-title") == pd.get("disaggregated").title
