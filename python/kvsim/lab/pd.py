@@ -156,6 +156,9 @@ def run(workload: Workload, config: SimConfig, names: list[str]) -> PdRun:
             raise InternalError(f"the Rust and reference fleets differ in {name}")
     n = len(inp)
     decode_ev, prefill_ev = ref.events[0], ref.events[1]  # decode replicas first, then prefill
+    for ev in (decode_ev, prefill_ev):
+        if np.any(np.diff(ev["time_ps"]) < 0):  # `held_blocks` reads a log up to a time
+            raise InternalError("a replica's event log goes back in time")
     admit = np.full(n, -1, dtype=np.int64)
     blocks = np.zeros(n, dtype=np.int64)
     kind, seq, t = decode_ev["kind"], decode_ev["seq"], decode_ev["time_ps"]
