@@ -188,3 +188,5 @@ def test_the_api_serves_the_snapshots_and_refuses_by_name():
         assert res.status_code == 400, query
         assert res.json()["field"] == field, (query, res.json())
     assert client.get("/pd").status_code == 200
+    schema = client.get("/openapi.json").json()["paths"]
+    assert [q["name"] for q in schema["/api/pd/state"]["get"]["parameters"]] == ["preset", "instant"]

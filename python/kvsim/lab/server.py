@@ -1,8 +1,8 @@
 """The lab's HTTP server: a Starlette app over `kvsim.lab.bundle` (DESIGN.md §Lab), served by uvicorn.
 
 Routes: `/` (the page), `/static/...`, `/api/presets`, `/api/run` (a bundle), `/api/state` (a snapshot),
-`/openapi.json`. Every bad parameter is answered 400 (or 413 for a run past the caps) with
-`{"error": "<field> <value> ...", "field": "<field>"}`; nothing else is caught, so a 5xx is a bug (the
+`/pd`, `/api/pd` and `/api/pd/state` (the disaggregated fleet, `kvsim.lab.pd`), `/openapi.json`. Every
+bad parameter is answered 400 (or 413 for a run past the caps) with `{"error": "<field> <value> ...", "field": "<field>"}`; nothing else is caught, so a 5xx is a bug (the
 API tests fuzz for one).
 """
 
@@ -307,6 +307,15 @@ def openapi() -> dict[str, Any]:
         "description": "a bad parameter: the message names the field and the value",
         "content": {"application/json": {"schema": {"type": "object", "required": ["error", "field"]}}},
     }
+    from kvsim.lab.pd import PD_PRESETS
+
+    pd_preset = {
+        "name": "preset",
+        "in": "query",
+        "required": False,
+        "description": "a disaggregated preset (default: disaggregated)",
+        "schema": {"type": "string", "enum": list(PD_PRESETS)},
+    }
     ok = {"description": "JSON", "content": {"application/json": {"schema": {"type": "object"}}}}
     return {
         "openapi": "3.0.3",
@@ -325,6 +334,29 @@ def openapi() -> dict[str, Any]:
                     "summary": "the snapshot at a step",
                     "parameters": params({"step": ("integer", "state after this many steps")}),
                     "responses": {"200": ok, "400": error, "413": error},
+                }
+            },
+            "/api/pd": {
+                "get": {
+                    "summary": "a disaggregated fleet's snapshots at every instant (kvsim.lab.pd)",
+                    "parameters": [pd_preset],
+                    "responses": {"200": ok, "400": error},
+                }
+            },
+            "/api/pd/state": {
+                "get": {
+                    "summary": "a disaggregated fleet's snapshot at one instant",
+                    "parameters": [
+                        pd_preset,
+                        {
+                            "name": "instant",
+                            "in": "query",
+                            "required": True,
+                            "description": "the instant's index (0-based)",
+                            "schema": {"type": "integer", "minimum": 0},
+                        },
+                    ],
+                    "responses": {"200": ok, "400": error},
                 }
             },
         },
