@@ -35,13 +35,13 @@ PART = {
 }
 
 
-def check_run(workload, config, names):
+def check_run(workload, config, names, prefill_config=None):
     """Every meaning test on one fleet; returns the run (None for a fleet that preempted: a preempted
     request's phases are not told apart, DESIGN.md §Lab)."""
     from kvsim import simulate_cluster
 
-    r = pd.run(workload, config, names)
-    fleet = simulate_cluster(workload, config)
+    r = pd.run(workload, config, names, prefill_config)
+    fleet = simulate_cluster(workload, config, prefill_config=prefill_config)
     if int(fleet.requests["num_preemptions"].sum()):
         return None
     rows = fleet.requests
@@ -62,7 +62,11 @@ def check_run(workload, config, names):
     # 2. Each pool's held blocks at every step equal the replica's time series (free tokens).
     spec = router_spec(config)
     ref = cluster.run_cluster(
-        prepare(workload, config), [config], spec, timeseries_every=1, pd=_pd_spec([config], spec)
+        prepare(workload, config),
+        [config],
+        spec,
+        timeseries_every=1,
+        pd=_pd_spec([config], spec, prefill_config),
     )
     block = config.engine_block_size
     for p, ts in ((1, ref.timeseries[0]), (0, ref.timeseries[1])):
@@ -86,6 +90,20 @@ def check_run(workload, config, names):
                 "prefilling locally",
             )
             assert bool(q["decode_blocks"]) == admitted, (snap["instant"], q)
+    # 5. The prefill pool's cached blocks: every block the engine evicts (a key lost) or hits is one the
+    # snapshot had cached (or held), and every cached block it reuses it evicts first.
+    ev = r.events[0]
+    for i in range(len(ev["kind"])):
+        k, b, row, when = int(ev["kind"][i]), int(ev["block"][i]), int(ev["seq"][i]), int(ev["time_ps"][i])
+        before = pd.cached_blocks({c: v[:i] for c, v in ev.items()}, when, r.full_blocks)
+        held = pd.held_blocks({c: v[:i] for c, v in ev.items()}, when)
+        if k == pd.EVICT:
+            assert b in before
+        elif k == pd.PREFIX_HIT:
+            assert b in before or b in held
+        elif k == pd.ALLOCATE and b in before:
+            assert int(ev["kind"][i - 1]) == pd.EVICT
+            assert int(ev["block"][i - 1]) == b
     # 4. The link: its busy time is the decode replica's counter; each transfer ends before it is seen.
     moved = r.link_start >= 0
     assert int((r.link_end - r.link_start)[moved].sum()) == r.counters["pd_link_busy_ps"]
@@ -108,6 +126,10 @@ def test_the_preset_shows_a_transfer_while_another_request_decodes():
     assert {"prefilling", "transfer queued", "on the link", "landed, not yet seen", "decoding"} <= seen
     assert {"prefilling locally", "done"} <= seen
     assert not pd.snapshot(r, 0)["requests"][4]["disaggregated"]
+    # Once req-1's prefill finished, its 5 full prompt blocks (80 tokens) are free and cached there.
+    after = pd.snapshot(r, int(np.searchsorted(r.instants, r.prefill_finish[0])))
+    assert after["pools"][0]["held"] == 0
+    assert [b["id"] for b in after["pools"][0]["blocks"] if b["cached"] == "req-1"] == [1, 2, 3, 4, 5]
     # A transfer is told from its request's admission on the decode replica, not before.
     for i in range(len(r.instants)):
         for row, q in enumerate(pd.snapshot(r, i)["requests"]):
@@ -121,13 +143,14 @@ def test_the_preset_shows_a_transfer_while_another_request_decodes():
     st.lists(
         st.tuples(st.integers(0, 80), st.integers(1, 60), st.integers(1, 20), st.floats(0, 0.004)),
         min_size=1,
-        max_size=6,
+        max_size=8,
     ),
     st.integers(16, 40),
+    st.integers(10, 24),
     st.sampled_from([0, 16, 48]),
     st.sampled_from([0.0, 0.001, 0.003]),
 )
-def test_snapshots_mean_what_the_engines_did(reqs, num_blocks, threshold, latency):
+def test_snapshots_mean_what_the_engines_did(reqs, num_blocks, prefill_blocks, threshold, latency):
     rows = [
         ([(1, shared), (100 + i, own)] if shared else [(100 + i, own)], out)
         for i, (shared, own, out, _) in enumerate(reqs)
@@ -143,7 +166,9 @@ def test_snapshots_mean_what_the_engines_did(reqs, num_blocks, threshold, latenc
         pd_threshold_tokens=threshold,
         pd_link_latency_s=latency,
     )
-    assume(check_run(w, cfg, [f"req-{i + 1}" for i in range(len(rows))]) is not None)
+    # A smaller prefill pool: its cached blocks get evicted and reused.
+    prefill = cfg.replace(num_blocks=prefill_blocks)
+    assume(check_run(w, cfg, [f"req-{i + 1}" for i in range(len(rows))], prefill) is not None)
 
 
 def test_bad_input_is_refused_by_name():

@@ -13,7 +13,8 @@ from .conftest import LabPage
 
 CELLS = """pool => Array.from(document.querySelectorAll(`.pd-grid[data-pool="${pool}"] .pd-cell`)).map(e => ({
   id: Number(e.dataset.block), requests: e.dataset.requests ? e.dataset.requests.split(',') : [],
-  transfer: e.dataset.transfer === '1', held: e.dataset.held === '1',
+  transfer: e.dataset.transfer === '1', held: e.dataset.held === '1', cached: e.dataset.cached || null,
+  border: getComputedStyle(e).borderTopStyle,
   fill: getComputedStyle(e).backgroundImage !== 'none' ? 'hatched' : getComputedStyle(e).backgroundColor}))"""
 ROWS = """() => Array.from(document.querySelectorAll('#pd-rows tr')).map(tr => ({
   name: tr.dataset.request, phase: tr.dataset.phase,
@@ -43,12 +44,18 @@ def assert_drawn(lab: LabPage, snap: dict[str, Any]) -> None:
         assert [c["transfer"] for c in cells] == [b["transfer"] for b in pool["blocks"]]
         # What the eye sees: hatched exactly where the block is held for a transfer, free cells one colour.
         assert [c["fill"] == "hatched" for c in cells] == [b["transfer"] for b in pool["blocks"]]
+        assert [c["cached"] for c in cells] == [b["cached"] for b in pool["blocks"]]
+        # Cached free blocks are told apart by a dashed border (transfer blocks too, but they are hatched).
+        assert [c["border"] == "dashed" for c in cells] == [
+            bool(b["cached"] or b["transfer"]) for b in pool["blocks"]
+        ]
         free = {c["fill"] for c in cells if not c["held"]}
         held = {c["fill"] for c in cells if c["held"] and not c["transfer"]}
         assert len(free) <= 1
         assert not free & held
         count = lab.page.text_content(f'[data-count="{pool["name"]}"]')
         assert count.startswith(f"{pool['held']} of {pool['num_blocks']} held")
+        assert (f"{pool['cached']} free cached" in count) == bool(pool["cached"])
     link = lab.page.get_attribute("#pd-link-state", "data-on-link")
     assert (link.split(",") if link else []) == snap["link"]["on_link"]
     rows = lab.page.evaluate(ROWS)
@@ -70,7 +77,9 @@ def test_the_page_draws_the_snapshot_forward_and_back(sized_lab: LabPage) -> Non
     hatched = sized_lab.page.evaluate(CELLS, "decode")
     assert any(c["transfer"] for c in hatched)
     last = len(r.instants) - 1
-    for k in (0, 1, 3, 8, 9, 14, 21, last, 12, 2, opening):
+    stops = (0, 1, 3, 8, 9, 14, 21, last, 12, 2, opening)
+    assert any(pd.snapshot(r, k)["pools"][0]["cached"] for k in stops)  # cached prefill blocks are checked
+    for k in stops:
         seek(sized_lab, k)
         assert_drawn(sized_lab, pd.snapshot(r, k))
     # Nothing is wider than the screen.

@@ -128,14 +128,19 @@ class PdRun:
     link_end: np.ndarray
     events: tuple[dict[str, np.ndarray], dict[str, np.ndarray]]  # (prefill replica 0, decode replica 0)
     transfer_ids: dict[int, frozenset[int]]  # per remote row, the decode blocks its transfer fills
+    full_blocks: np.ndarray  # per row, its prompt's full blocks (what a prefill leaves keyed)
+    prefix_caching: bool
     summary: dict[str, Any]
     counters: dict[str, int]  # the decode replica's
     link: dict[str, float]
     instants: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
-def run(workload: Workload, config: SimConfig, names: list[str]) -> PdRun:
-    """Runs the fleet on both engines (see the module's docstring)."""
+def run(
+    workload: Workload, config: SimConfig, names: list[str], prefill_config: SimConfig | None = None
+) -> PdRun:
+    """Runs the fleet on both engines (see the module's docstring); `prefill_config` as
+    `simulate_cluster`'s (the prefill replica's pool, say)."""
     from kvsim.engine.cluster import _pd_spec, router_spec, simulate_cluster
     from kvsim.engine.engine_input import prepare
     from kvsim.reference import cluster
@@ -145,9 +150,10 @@ def run(workload: Workload, config: SimConfig, names: list[str]) -> PdRun:
             f"prefill_replicas {config.prefill_replicas} and replicas {config.replicas}: the lab draws "
             "1 prefill and 1 decode replica"
         )
-    fleet = simulate_cluster(workload, config)  # the Rust engine: the rows and the summary
+    fleet = simulate_cluster(workload, config, prefill_config=prefill_config)  # Rust: rows and summary
     spec = router_spec(config)
-    pd = _pd_spec([config], spec)
+    pd = _pd_spec([config], spec, prefill_config)
+    prefill = pd.prefill_config or config
     inp = prepare(workload, config)
     ref = cluster.run_cluster(inp, [config], spec, record_events=True, pd=pd)
     cols = ref.columns
@@ -202,7 +208,7 @@ def run(workload: Workload, config: SimConfig, names: list[str]) -> PdRun:
     order = np.asarray(inp.request_id, dtype=np.int64)
     return PdRun(
         names=[names[int(r)] for r in order],
-        num_blocks=(int(config.num_blocks or 0) - 1, int(config.num_blocks or 0) - 1),
+        num_blocks=(int(prefill.num_blocks or 0) - 1, int(config.num_blocks or 0) - 1),
         arrival=np.asarray(inp.arrival_ps, dtype=np.int64),
         prefill_replica=np.asarray(cols["prefill_replica"], dtype=np.int64),
         prefill_first=np.asarray(cols["prefill_first_scheduled"], dtype=np.int64),
@@ -216,6 +222,8 @@ def run(workload: Workload, config: SimConfig, names: list[str]) -> PdRun:
         link_start=start,
         link_end=end,
         events=(prefill_ev, decode_ev),
+        full_blocks=np.asarray(inp.prompt_len, dtype=np.int64) // prefill.engine_block_size,
+        prefix_caching=bool(prefill.enable_prefix_caching),
         transfer_ids={row: frozenset(admitted[row]) for row in np.flatnonzero(remote).tolist()},
         summary=dict(fleet.summary),
         counters=dict(ref.counters[0]),
@@ -266,6 +274,33 @@ def held_blocks(events: dict[str, np.ndarray], t: int) -> dict[int, list[int]]:
     return held
 
 
+def cached_blocks(events: dict[str, np.ndarray], t: int, full: np.ndarray) -> dict[int, int]:
+    """The prefill replica's free blocks that keep a key after every event at or before `t` (ps), each with
+    the input row that freed it last: a block freed by its last holder is keyed if it was one of that
+    holder's full prompt blocks (`full[row]` of them: a prefill request computes its prompt, no more); an
+    `allocate` or an `evict` of the block ends it (the engine logs an `evict` before reusing a keyed
+    block, which the tests check)."""
+    holders: dict[int, int] = {}
+    order: dict[int, list[int]] = {}
+    cached: dict[int, int] = {}
+    kind, seq, block, time = events["kind"], events["seq"], events["block"], events["time_ps"]
+    for i in range(int(np.searchsorted(time, t, side="right"))):
+        k, b, row = int(kind[i]), int(block[i]), int(seq[i])
+        if k == ADMIT:
+            order[row] = []
+        elif k in (ALLOCATE, PREFIX_HIT):
+            cached.pop(b, None)
+            holders[b] = holders.get(b, 0) + 1
+            order.setdefault(row, []).append(b)
+        elif k == EVICT:
+            cached.pop(b, None)
+        elif k == FREE:
+            holders[b] -= 1
+            if not holders[b] and order[row].index(b) < full[row]:
+                cached[b] = row
+    return cached
+
+
 def snapshot(r: PdRun, index: int) -> dict[str, Any]:
     """What the page shows at instant `index` (0-based into `r.instants`)."""
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(r.instants):
@@ -276,6 +311,7 @@ def snapshot(r: PdRun, index: int) -> dict[str, Any]:
     cells_of: list[list[dict[str, Any]]] = []
     for p, (name, events) in enumerate(zip(("prefill", "decode"), r.events, strict=True)):
         held = held_blocks(events, t)
+        cached = cached_blocks(events, t, r.full_blocks) if p == 0 and r.prefix_caching else {}
         cells = []
         for b in range(1, r.num_blocks[p] + 1):
             holders = held.get(b, [])
@@ -287,6 +323,7 @@ def snapshot(r: PdRun, index: int) -> dict[str, Any]:
                     "id": b,
                     "requests": [r.names[h] for h in holders],
                     "transfer": bool(in_transfer and holders),
+                    "cached": r.names[cached[b]] if b in cached else None,
                 }
             )
         pools.append(
@@ -295,6 +332,7 @@ def snapshot(r: PdRun, index: int) -> dict[str, Any]:
                 "num_blocks": r.num_blocks[p],
                 "held": sum(1 for c in cells if c["requests"]),
                 "transfer": sum(1 for c in cells if c["transfer"]),
+                "cached": sum(1 for c in cells if c["cached"]),
                 "blocks": cells,
             }
         )

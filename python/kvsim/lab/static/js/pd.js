@@ -17,11 +17,18 @@ function drawPool(pool) {
     cell.dataset.shared = b.requests.length > 1 ? "1" : "0";
     cell.dataset.transfer = b.transfer ? "1" : "0";
     cell.dataset.requests = b.requests.join(",");
-    cell.textContent = b.requests.length ? `P${b.id} ${b.requests.map((n) => n.replace("req-", "r")).join("+")}` : `P${b.id}`;
-    cell.title = b.requests.length ? `block ${b.id}: ${b.requests.join(", ")}${b.transfer ? " (transfer in flight)" : ""}` : `block ${b.id}: free`;
+    cell.dataset.cached = b.cached ?? "";
+    const short = (n) => n.replace("req-", "r");
+    cell.textContent = b.requests.length
+      ? `P${b.id} ${b.requests.map(short).join("+")}`
+      : b.cached ? `P${b.id} ${short(b.cached)}` : `P${b.id}`;
+    cell.title = b.requests.length
+      ? `block ${b.id}: ${b.requests.join(", ")}${b.transfer ? " (transfer not yet seen complete)" : ""}`
+      : b.cached ? `block ${b.id}: free, cached (freed by ${b.cached}; a later prompt can hit it)` : `block ${b.id}: free`;
   });
   document.querySelector(`[data-count="${pool.name}"]`).textContent =
-    `${pool.held} of ${pool.num_blocks} held` + (pool.transfer ? `, ${pool.transfer} for transfers` : "");
+    `${pool.held} of ${pool.num_blocks} held` + (pool.transfer ? `, ${pool.transfer} for transfers` : "") +
+    (pool.cached ? `, ${pool.cached} free cached` : "");
 }
 
 function drawLink(snap) {
