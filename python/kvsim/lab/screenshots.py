@@ -1,6 +1,6 @@
 """Screenshots of the lab page: `python -m kvsim.lab.screenshots` writes results/lab/<preset>.png for every
 preset (the whole page at the preset's opening step in a 1440×900 desktop window), <preset>-phone.png (the
-same at a phone's 390×844) and copilot-inspector.png (the block pool with the inspector open on a shared
+same at a phone's 390×844; the disaggregated fleet's page, `/pd`, for its presets) and copilot-inspector.png (the block pool with the inspector open on a shared
 block), by running the lab server in a thread and driving Debian's chromium with playwright (the `browser`
 extra), each saved as a 256-colour PNG (`_shrink`). The browser tests start the server the same way
 (`LabThread`).
@@ -100,8 +100,9 @@ def take(out: Path, names: Sequence[str] | None = None) -> list[Path]:
     if not os.path.exists(CHROMIUM):
         raise RuntimeError(f"no chromium at {CHROMIUM} (apt-get install -y chromium, or set KVSIM_CHROMIUM)")
     from kvsim import lab
+    from kvsim.lab.pd import PD_PRESETS
 
-    available = [p["name"] for p in lab.presets() if p.get("available", True)]
+    available = [p["name"] for p in lab.presets() if p.get("available", True)] + list(PD_PRESETS)
     wanted = list(names) if names else available
     for n in wanted:
         if n not in available:
@@ -125,8 +126,12 @@ def take(out: Path, names: Sequence[str] | None = None) -> list[Path]:
                 p_.on("pageerror", lambda e: errors.append(str(e)))
             for name in wanted:
                 for view, suffix in ((page, ""), (phone, "-phone")):
-                    view.goto(f"{server.url}?preset={name}")
-                    _wait_ready(view)
+                    if name in PD_PRESETS:  # the disaggregated fleet's page, at its opening instant
+                        view.goto(f"{server.url}pd?preset={name}")
+                        view.wait_for_selector("main#pd[aria-busy=false]", timeout=60_000)
+                    else:
+                        view.goto(f"{server.url}?preset={name}")
+                        _wait_ready(view)
                     view.add_style_tag(content=PAINT_ALL)
                     view.wait_for_timeout(150)  # let the canvases settle after the last resize
                     path = out / f"{name}{suffix}.png"

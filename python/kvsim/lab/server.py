@@ -1,8 +1,8 @@
 """The lab's HTTP server: a Starlette app over `kvsim.lab.bundle` (DESIGN.md §Lab), served by uvicorn.
 
 Routes: `/` (the page), `/static/...`, `/api/presets`, `/api/run` (a bundle), `/api/state` (a snapshot),
-`/openapi.json`. Every bad parameter is answered 400 (or 413 for a run past the caps) with
-`{"error": "<field> <value> ...", "field": "<field>"}`; nothing else is caught, so a 5xx is a bug (the
+`/pd`, `/api/pd` and `/api/pd/state` (the disaggregated fleet, `kvsim.lab.pd`), `/openapi.json`. Every
+bad parameter is answered 400 (or 413 for a run past the caps) with `{"error": "<field> <value> ...", "field": "<field>"}`; nothing else is caught, so a 5xx is a bug (the
 API tests fuzz for one).
 """
 
@@ -220,6 +220,54 @@ def _state_payload(params: dict[str, Any]) -> dict[str, Any]:
     return snapshot_from(r, paged, contiguous, params.get("step"))
 
 
+async def pd_page(request: Request) -> Response:
+    return FileResponse(STATIC / "pd.html")
+
+
+def _pd_params(request: Request, with_instant: bool) -> dict[str, Any]:
+    allowed = {"preset": ("string", "a disaggregated preset (default: disaggregated)")}
+    if with_instant:
+        allowed["instant"] = ("integer", "the instant's index (0-based)")
+    return _parse(request, allowed)
+
+
+async def api_pd(request: Request) -> Response:
+    """The disaggregated fleet's page payload: every instant's snapshot (`kvsim.lab.pd.timeline`)."""
+    from kvsim.lab import pd
+
+    try:
+        params = _pd_params(request, False)
+        return Json(await run_in_threadpool(pd.timeline, params.get("preset", "disaggregated")))
+    except BadParameter as e:
+        return _error(e)
+    except InvalidArgumentError as e:
+        return _error(BadParameter(_pd_field(str(e)), str(e)))
+
+
+async def api_pd_state(request: Request) -> Response:
+    """One instant's snapshot of the disaggregated fleet (`kvsim.lab.pd.snapshot`)."""
+    from kvsim.lab import pd
+
+    try:
+        params = _pd_params(request, True)
+        if "instant" not in params:
+            raise BadParameter("instant", "instant is required (an integer index into the run's instants)")
+
+        def state() -> dict[str, Any]:
+            return pd.snapshot(pd.preset_run(params.get("preset", "disaggregated")), params["instant"])
+
+        return Json(await run_in_threadpool(state))
+    except BadParameter as e:
+        return _error(e)
+    except InvalidArgumentError as e:
+        return _error(BadParameter(_pd_field(str(e)), str(e)))
+
+
+def _pd_field(message: str) -> str:
+    first = message.split(" ", 1)[0]
+    return first if first in ("preset", "instant") else "query"
+
+
 def openapi() -> dict[str, Any]:
     """The API's OpenAPI 3 schema (parameters with their types and allowed values)."""
     opts = options()
@@ -259,6 +307,15 @@ def openapi() -> dict[str, Any]:
         "description": "a bad parameter: the message names the field and the value",
         "content": {"application/json": {"schema": {"type": "object", "required": ["error", "field"]}}},
     }
+    from kvsim.lab.pd import PD_PRESETS
+
+    pd_preset = {
+        "name": "preset",
+        "in": "query",
+        "required": False,
+        "description": "a disaggregated preset (default: disaggregated)",
+        "schema": {"type": "string", "enum": list(PD_PRESETS)},
+    }
     ok = {"description": "JSON", "content": {"application/json": {"schema": {"type": "object"}}}}
     return {
         "openapi": "3.0.3",
@@ -277,6 +334,29 @@ def openapi() -> dict[str, Any]:
                     "summary": "the snapshot at a step",
                     "parameters": params({"step": ("integer", "state after this many steps")}),
                     "responses": {"200": ok, "400": error, "413": error},
+                }
+            },
+            "/api/pd": {
+                "get": {
+                    "summary": "a disaggregated fleet's snapshots at every instant (kvsim.lab.pd)",
+                    "parameters": [pd_preset],
+                    "responses": {"200": ok, "400": error},
+                }
+            },
+            "/api/pd/state": {
+                "get": {
+                    "summary": "a disaggregated fleet's snapshot at one instant",
+                    "parameters": [
+                        pd_preset,
+                        {
+                            "name": "instant",
+                            "in": "query",
+                            "required": True,
+                            "description": "the instant's index (0-based)",
+                            "schema": {"type": "integer", "minimum": 0},
+                        },
+                    ],
+                    "responses": {"200": ok, "400": error},
                 }
             },
         },
@@ -310,6 +390,9 @@ def create_app() -> Starlette:
         Route("/api/presets", api_presets),
         Route("/api/run", api_run),
         Route("/api/state", api_state),
+        Route("/pd", pd_page),
+        Route("/api/pd", api_pd),
+        Route("/api/pd/state", api_pd_state),
         Route("/openapi.json", api_openapi),
     ]
     if STATIC.is_dir():

@@ -1,0 +1,115 @@
+// kvsim lab: the disaggregated fleet's page. Draws the server's snapshots (api/pd) as they are: no state
+// is computed here, only shown (DESIGN.md §Lab, "A disaggregated fleet").
+
+const $ = (id) => document.getElementById(id);
+const fmtMs = (s) => (s == null ? "—" : `${(s * 1000).toFixed(3)} ms`);
+
+function drawPool(pool) {
+  const grid = document.querySelector(`.pd-grid[data-pool="${pool.name}"]`);
+  if (grid.children.length !== pool.blocks.length) {
+    grid.replaceChildren(...pool.blocks.map(() => document.createElement("span")));
+  }
+  pool.blocks.forEach((b, i) => {
+    const cell = grid.children[i];
+    cell.className = "pd-cell";
+    cell.dataset.block = String(b.id);
+    cell.dataset.held = b.requests.length ? "1" : "0";
+    cell.dataset.shared = b.requests.length > 1 ? "1" : "0";
+    cell.dataset.transfer = b.transfer ? "1" : "0";
+    cell.dataset.requests = b.requests.join(",");
+    cell.dataset.cached = b.cached ?? "";
+    const short = (n) => n.replace("req-", "r");
+    cell.textContent = b.requests.length
+      ? `P${b.id} ${b.requests.map(short).join("+")}`
+      : b.cached ? `P${b.id} ${short(b.cached)}` : `P${b.id}`;
+    cell.title = b.requests.length
+      ? `block ${b.id}: ${b.requests.join(", ")}${b.transfer ? " (transfer not yet seen complete)" : ""}`
+      : b.cached ? `block ${b.id}: free, cached (freed by ${b.cached}; a later prompt can hit it)` : `block ${b.id}: free`;
+  });
+  document.querySelector(`[data-count="${pool.name}"]`).textContent =
+    `${pool.held} of ${pool.num_blocks} held` + (pool.transfer ? `, ${pool.transfer} for transfers` : "") +
+    (pool.cached ? `, ${pool.cached} free cached` : "");
+}
+
+function drawLink(snap) {
+  const l = snap.link;
+  const el = $("pd-link-state");
+  el.dataset.onLink = l.on_link.join(",");
+  el.dataset.queued = l.queued.join(",");
+  const on = l.on_link.length
+    ? `<span class="pd-arrow">⇒</span> ${l.on_link.join(", ")} on the link`
+    : "idle";
+  el.innerHTML = on + (l.queued.length ? `<br>queued: ${l.queued.join(", ")}` : "") +
+    `<br><small>${snap.transfers_done} transfer(s) done</small>`;
+  $("pd-link-spec").textContent =
+    `latency ${fmtMs(l.latency_s)} + ${(l.s_per_block * 1e6).toFixed(1)} µs per block; one transfer at a time`;
+}
+
+function drawRequests(snap) {
+  const body = $("pd-rows");
+  if (body.children.length !== snap.requests.length) {
+    body.replaceChildren(...snap.requests.map(() => {
+      const tr = document.createElement("tr");
+      for (let i = 0; i < 5; i++) tr.append(document.createElement("td"));
+      return tr;
+    }));
+  }
+  snap.requests.forEach((q, i) => {
+    const tr = body.children[i];
+    tr.dataset.request = q.name;
+    tr.dataset.phase = q.phase;
+    const cells = [
+      q.name + (q.disaggregated || q.phase === "not arrived" ? "" : " (prefilled locally)"),
+      q.phase,
+      q.prefill_blocks.length ? q.prefill_blocks.map((b) => `P${b}`).join(" ") : "—",
+      q.decode_blocks.length ? q.decode_blocks.map((b) => `P${b}`).join(" ") : "—",
+      q.transfer_blocks ? `${q.transfer_blocks} blocks, link ${fmtMs(q.link_start_s)}–${fmtMs(q.link_end_s)}, seen ${fmtMs(q.seen_s)}` : "—",
+    ];
+    cells.forEach((text, j) => { if (tr.children[j].textContent !== text) tr.children[j].textContent = text; });
+  });
+}
+
+function show(data, index) {
+  const snap = data.snapshots[index];
+  $("pd-instant").value = String(index);
+  $("pd-instant-label").textContent = `${index} of ${data.snapshots.length - 1} · t = ${fmtMs(snap.time_s)}`;
+  for (const pool of snap.pools) drawPool(pool);
+  drawLink(snap);
+  drawRequests(snap);
+  document.getElementById("pd").dataset.instant = String(index);
+  const url = new URL(location.href);
+  url.searchParams.set("instant", String(index));
+  history.replaceState(null, "", url);
+}
+
+async function main() {
+  const params = new URLSearchParams(location.search);
+  const preset = params.get("preset") || "disaggregated";
+  const res = await fetch(`api/pd?preset=${encodeURIComponent(preset)}`);
+  const data = await res.json();
+  if (!res.ok) {
+    $("pd-banner").hidden = false;
+    $("pd-banner").textContent = data.error;
+    document.getElementById("pd").setAttribute("aria-busy", "false");
+    return;
+  }
+  $("pd-title").textContent = data.preset.title;
+  $("pd-description").textContent = data.preset.description;
+  const dl = $("pd-summary");
+  dl.replaceChildren(...Object.entries(data.summary).flatMap(([k, v]) => {
+    const dt = document.createElement("dt");
+    dt.textContent = k;
+    const dd = document.createElement("dd");
+    dd.textContent = v == null ? "—" : typeof v === "number" && !Number.isInteger(v) ? v.toFixed(4) : String(v);
+    return [dt, dd];
+  }));
+  const slider = $("pd-instant");
+  slider.max = String(data.snapshots.length - 1);
+  const asked = Number.parseInt(params.get("instant") ?? "", 10);
+  const start = Number.isInteger(asked) && asked >= 0 && asked < data.snapshots.length ? asked : data.opening;
+  slider.addEventListener("input", () => show(data, Number(slider.value)));
+  show(data, start);
+  document.getElementById("pd").setAttribute("aria-busy", "false");
+}
+
+main();

@@ -1,0 +1,107 @@
+"""The disaggregated fleet's page (`/pd`, DESIGN.md §Lab) at a desktop window and a phone's viewport: at
+instants forward and back, both pools' drawn blocks (holders, the blocks held for transfers), the link
+and every request's row equal `kvsim.lab.pd.snapshot` (itself checked against the engines,
+tests/test_lab_pd.py); the page fits the screen; a bad preset shows the server's reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvsim.lab import pd
+
+from .conftest import LabPage
+
+CELLS = """pool => Array.from(document.querySelectorAll(`.pd-grid[data-pool="${pool}"] .pd-cell`)).map(e => ({
+  id: Number(e.dataset.block), requests: e.dataset.requests ? e.dataset.requests.split(',') : [],
+  transfer: e.dataset.transfer === '1', held: e.dataset.held === '1', cached: e.dataset.cached || null,
+  border: getComputedStyle(e).borderTopStyle,
+  fill: getComputedStyle(e).backgroundImage !== 'none' ? 'hatched' : getComputedStyle(e).backgroundColor}))"""
+ROWS = """() => Array.from(document.querySelectorAll('#pd-rows tr')).map(tr => ({
+  name: tr.dataset.request, phase: tr.dataset.phase,
+  cells: Array.from(tr.children).map(td => td.textContent)}))"""
+
+
+def open_pd(lab: LabPage, **query: Any) -> None:
+    q = "&".join(f"{k}={v}" for k, v in query.items())
+    lab.page.goto(f"{lab.server.url}pd" + (f"?{q}" if q else ""))
+    lab.page.wait_for_selector("main#pd[aria-busy=false]", timeout=60_000)
+
+
+def seek(lab: LabPage, k: int) -> None:
+    lab.page.eval_on_selector(
+        "#pd-instant",
+        "(el, k) => { el.value = String(k); el.dispatchEvent(new Event('input', {bubbles: true})); }",
+        k,
+    )
+    lab.page.wait_for_function(f"document.getElementById('pd').dataset.instant === '{k}'", timeout=10_000)
+
+
+def assert_drawn(lab: LabPage, snap: dict[str, Any]) -> None:
+    for pool in snap["pools"]:
+        cells = lab.page.evaluate(CELLS, pool["name"])
+        assert [c["id"] for c in cells] == [b["id"] for b in pool["blocks"]]
+        assert [c["requests"] for c in cells] == [b["requests"] for b in pool["blocks"]]
+        assert [c["transfer"] for c in cells] == [b["transfer"] for b in pool["blocks"]]
+        # What the eye sees: hatched exactly where the block is held for a transfer, free cells one colour.
+        assert [c["fill"] == "hatched" for c in cells] == [b["transfer"] for b in pool["blocks"]]
+        assert [c["cached"] for c in cells] == [b["cached"] for b in pool["blocks"]]
+        # Cached free blocks are told apart by a dashed border (transfer blocks too, but they are hatched).
+        assert [c["border"] == "dashed" for c in cells] == [
+            bool(b["cached"] or b["transfer"]) for b in pool["blocks"]
+        ]
+        free = {c["fill"] for c in cells if not c["held"]}
+        held = {c["fill"] for c in cells if c["held"] and not c["transfer"]}
+        assert len(free) <= 1
+        assert not free & held
+        count = lab.page.text_content(f'[data-count="{pool["name"]}"]')
+        assert count.startswith(f"{pool['held']} of {pool['num_blocks']} held")
+        assert (f"{pool['cached']} free cached" in count) == bool(pool["cached"])
+    link = lab.page.get_attribute("#pd-link-state", "data-on-link")
+    assert (link.split(",") if link else []) == snap["link"]["on_link"]
+    rows = lab.page.evaluate(ROWS)
+    assert [r["name"] for r in rows] == [q["name"] for q in snap["requests"]]
+    for row, q in zip(rows, snap["requests"], strict=True):
+        assert row["phase"] == q["phase"]
+        assert row["cells"][2] == (" ".join(f"P{b}" for b in q["prefill_blocks"]) or "—")
+        assert row["cells"][3] == (" ".join(f"P{b}" for b in q["decode_blocks"]) or "—")
+        assert row["cells"][4].startswith(f"{q['transfer_blocks']} blocks" if q["transfer_blocks"] else "—")
+
+
+def test_the_page_draws_the_snapshot_forward_and_back(sized_lab: LabPage) -> None:
+    r = pd.preset_run("disaggregated")
+    open_pd(sized_lab)
+    opening = pd.opening(r)
+    assert int(sized_lab.page.get_attribute("#pd", "data-instant")) == opening
+    assert_drawn(sized_lab, pd.snapshot(r, opening))
+    # It opens on a transfer on the link (its blocks hatched in the decode pool) while req-1 decodes.
+    hatched = sized_lab.page.evaluate(CELLS, "decode")
+    assert any(c["transfer"] for c in hatched)
+    last = len(r.instants) - 1
+    stops = (0, 1, 3, 8, 9, 14, 21, last, 12, 2, opening)
+    assert any(pd.snapshot(r, k)["pools"][0]["cached"] for k in stops)  # cached prefill blocks are checked
+    for k in stops:
+        seek(sized_lab, k)
+        assert_drawn(sized_lab, pd.snapshot(r, k))
+    # Nothing is wider than the screen.
+    assert sized_lab.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    # The URL carries the instant, and a reload opens there.
+    assert sized_lab.page.url.endswith("instant=" + str(opening))
+    open_pd(sized_lab, instant=9)
+    assert_drawn(sized_lab, pd.snapshot(r, 9))
+
+
+def test_a_bad_preset_shows_the_servers_reason(lab: LabPage) -> None:
+    lab.problems.expected_status.add(400)
+    lab.problems.console.clear()
+    open_pd(lab, preset="nope")
+    banner = lab.page.text_content("#pd-banner")
+    assert banner.startswith("preset 'nope' is not one of")
+    lab.problems.console.clear()  # chromium logs the 400 as a console error
+
+
+def test_the_main_page_links_to_it(lab: LabPage) -> None:
+    lab.open(preset="copilot")
+    lab.page.click('a[href="pd"]')
+    lab.page.wait_for_selector("main#pd[aria-busy=false]", timeout=60_000)
+    assert lab.page.url.split("?")[0].endswith("/pd")
+    assert lab.page.text_content("#pd-title") == pd.get("disaggregated").title

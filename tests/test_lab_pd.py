@@ -1,0 +1,217 @@
+"""The lab's disaggregated fleet (kvsim.lab.pd, DESIGN.md §Lab): what each instant's snapshot says is what
+the engines' rows, counters and time series say. Phases integrated over time give each request's TTFT
+split exactly; each pool's held blocks equal the replica's time series at every step; the blocks held
+for transfers are the transfers' blocks; the link carries one transfer at a time, its busy time is the
+decode replica's counter and each transfer ends before the engine saw it complete. The API answers the
+same snapshots and refuses bad input by name."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+
+from kvsim.engine.cluster import _pd_spec, router_spec
+from kvsim.engine.engine_input import prepare
+from kvsim.errors import InvalidArgumentError
+from kvsim.lab import pd
+from kvsim.lab.presets import _table
+from kvsim.model.config import SimConfig
+from kvsim.reference import cluster
+
+PS = 10**12
+# Which TTFT part each phase's time counts in (DESIGN.md §Prefill/decode disaggregation, Metrics).
+PART = {
+    "prefill queue": "ttft_prefill_queue_s",
+    "prefilling": "ttft_prefill_s",
+    "transfer queued": "ttft_transfer_s",
+    "on the link": "ttft_transfer_s",
+    "landed, not yet seen": "ttft_transfer_s",
+    "waiting for decode blocks": "ttft_decode_queue_s",
+    "computing its tail": "ttft_decode_queue_s",
+    "local prefill queue": "ttft_decode_queue_s",
+    "prefilling locally": "ttft_decode_queue_s",
+}
+
+
+def check_run(workload, config, names, prefill_config=None):
+    """Every meaning test on one fleet; returns the run (None for a fleet that preempted: a preempted
+    request's phases are not told apart, DESIGN.md §Lab)."""
+    from kvsim import simulate_cluster
+
+    r = pd.run(workload, config, names, prefill_config)
+    fleet = simulate_cluster(workload, config, prefill_config=prefill_config)
+    if int(fleet.requests["num_preemptions"].sum()):
+        return None
+    rows = fleet.requests
+    snaps = [pd.snapshot(r, i) for i in range(len(r.instants))]
+    t = [int(x) for x in r.instants]
+    # 1. Phases over time add up to the rows' TTFT split, request by request.
+    spent = [dict.fromkeys(set(PART.values()), 0) for _ in r.names]
+    for i in range(len(t) - 1):
+        for k, q in enumerate(snaps[i]["requests"]):
+            if q["phase"] in PART:
+                spent[k][PART[q["phase"]]] += t[i + 1] - t[i]
+    by_name = {name: k for k, name in enumerate(r.names)}
+    for row, rid in enumerate(rows["request_id"].to_list()):
+        k = by_name[names[rid]]
+        for col, ps in spent[k].items():
+            assert ps / PS == pytest.approx(rows[col][row], abs=1e-12), (names[rid], col)
+        assert (r.prefill_replica[k] >= 0) == (rows["prefill_replica"][row] >= 0)
+    # 2. Each pool's held blocks at every step equal the replica's time series (free tokens).
+    spec = router_spec(config)
+    ref = cluster.run_cluster(
+        prepare(workload, config),
+        [config],
+        spec,
+        timeseries_every=1,
+        pd=_pd_spec([config], spec, prefill_config),
+    )
+    block = config.engine_block_size
+    for p, ts in ((1, ref.timeseries[0]), (0, ref.timeseries[1])):
+        for start, free in zip(ts["time_ps"], ts["free_tokens"], strict=True):
+            snap = snaps[int(np.searchsorted(r.instants, int(start), side="right")) - 1]
+            pool = snap["pools"][p]
+            assert (pool["num_blocks"] - pool["held"]) * block == int(free)
+    # 3. The blocks held for transfers are the transfers' blocks, and only while they are transfers.
+    assert int(r.transfer_blocks.sum()) == fleet.summary["pd_transfer_blocks"]
+    for snap in snaps:
+        moving = [q for q in snap["requests"] if q["phase"] in pd.TRANSFER_PHASES]
+        assert snap["pools"][1]["transfer"] == sum(q["transfer_blocks"] for q in moving)
+        assert len(snap["link"]["on_link"]) <= 1
+        for q in snap["requests"]:
+            # A request holds prefill blocks exactly while it prefills there; decode blocks from its admission.
+            assert bool(q["prefill_blocks"]) == (q["phase"] == "prefilling")
+            admitted = q["phase"] in (
+                *pd.TRANSFER_PHASES,
+                "computing its tail",
+                "decoding",
+                "prefilling locally",
+            )
+            assert bool(q["decode_blocks"]) == admitted, (snap["instant"], q)
+    # 5. The prefill pool's cached blocks: every block the engine evicts (a key lost) or hits is one the
+    # snapshot had cached (or held), and every cached block it reuses it evicts first.
+    ev = r.events[0]
+    for i in range(len(ev["kind"])):
+        k, b, row, when = int(ev["kind"][i]), int(ev["block"][i]), int(ev["seq"][i]), int(ev["time_ps"][i])
+        before = pd.cached_blocks({c: v[:i] for c, v in ev.items()}, when, r.full_blocks)
+        held = pd.held_blocks({c: v[:i] for c, v in ev.items()}, when)
+        if k == pd.EVICT:
+            assert b in before
+        elif k == pd.PREFIX_HIT:
+            assert b in before or b in held
+        elif k == pd.ALLOCATE and b in before:
+            assert int(ev["kind"][i - 1]) == pd.EVICT
+            assert int(ev["block"][i - 1]) == b
+    # 4. The link: its busy time is the decode replica's counter; each transfer ends before it is seen.
+    moved = r.link_start >= 0
+    assert int((r.link_end - r.link_start)[moved].sum()) == r.counters["pd_link_busy_ps"]
+    assert np.all(r.link_end[moved] <= (r.admit + r.load_wait)[moved])
+    return r
+
+
+def test_the_preset_shows_a_transfer_while_another_request_decodes():
+    p = pd.get("disaggregated")
+    r = check_run(p.workload, p.config, p.request_names)
+    snap = pd.snapshot(r, pd.opening(r))
+    phases = {q["name"]: q["phase"] for q in snap["requests"]}
+    assert "on the link" in phases.values()
+    assert "decoding" in phases.values()
+    moving = next(q for q in snap["requests"] if q["phase"] == "on the link")
+    assert moving["prefill_blocks"] == []
+    assert len(moving["decode_blocks"]) >= moving["transfer_blocks"] > 0
+    # Over the run: every pool's phase is seen, req-5 prefills locally (its uncached 8 tokens < 32).
+    seen = {q["phase"] for i in range(len(r.instants)) for q in pd.snapshot(r, i)["requests"]}
+    assert {"prefilling", "transfer queued", "on the link", "landed, not yet seen", "decoding"} <= seen
+    assert {"prefilling locally", "done"} <= seen
+    assert not pd.snapshot(r, 0)["requests"][4]["disaggregated"]
+    # Once req-1's prefill finished, its 5 full prompt blocks (80 tokens) are free and cached there.
+    after = pd.snapshot(r, int(np.searchsorted(r.instants, r.prefill_finish[0])))
+    assert after["pools"][0]["held"] == 0
+    assert [b["id"] for b in after["pools"][0]["blocks"] if b["cached"] == "req-1"] == [1, 2, 3, 4, 5]
+    # A transfer is told from its request's admission on the decode replica, not before.
+    for i in range(len(r.instants)):
+        for row, q in enumerate(pd.snapshot(r, i)["requests"]):
+            admitted = r.link_start[row] >= 0 and r.instants[i] >= r.admit[row]
+            assert (q["link_start_s"] is not None) == bool(admitted)
+            assert q["transfer_blocks"] == (int(r.transfer_blocks[row]) if admitted else 0)
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 80), st.integers(1, 60), st.integers(1, 20), st.floats(0, 0.004)),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(16, 40),
+    st.integers(10, 24),
+    st.sampled_from([0, 16, 48]),
+    st.sampled_from([0.0, 0.001, 0.003]),
+)
+def test_snapshots_mean_what_the_engines_did(reqs, num_blocks, prefill_blocks, threshold, latency):
+    rows = [
+        ([(1, shared), (100 + i, own)] if shared else [(100 + i, own)], out)
+        for i, (shared, own, out, _) in enumerate(reqs)
+    ]
+    arrival = np.cumsum([gap for *_, gap in reqs]).tolist()
+    w = _table(rows, arrival, 64)
+    cfg = SimConfig(
+        model="llama-3-8b",
+        num_blocks=num_blocks,
+        block_size=16,
+        replicas=1,
+        prefill_replicas=1,
+        pd_threshold_tokens=threshold,
+        pd_link_latency_s=latency,
+    )
+    # A smaller prefill pool: its cached blocks get evicted and reused.
+    prefill = cfg.replace(num_blocks=prefill_blocks)
+    assume(check_run(w, cfg, [f"req-{i + 1}" for i in range(len(rows))], prefill) is not None)
+
+
+def test_bad_input_is_refused_by_name():
+    r = pd.preset_run("disaggregated")
+    for bad in (-1, len(r.instants), "3", True):
+        with pytest.raises(InvalidArgumentError, match=r"^instant"):
+            pd.snapshot(r, bad)
+    with pytest.raises(InvalidArgumentError, match=r"^preset"):
+        pd.get("nope")
+    p = pd.get("disaggregated")
+    two = p.config.replace(prefill_replicas=2)
+    with pytest.raises(InvalidArgumentError, match=r"^prefill_replicas 2 and replicas 1: the lab draws 1"):
+        pd.run(p.workload, two, p.request_names)
+
+
+def test_the_api_serves_the_snapshots_and_refuses_by_name():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+    from kvsim.lab.server import create_app
+
+    client = TestClient(create_app())
+    body = client.get("/api/pd").json()
+    r = pd.preset_run("disaggregated")
+    assert len(body["snapshots"]) == len(r.instants)
+    k = body["opening"]
+    assert body["snapshots"][k] == client.get(f"/api/pd/state?instant={k}").json()
+    assert body["snapshots"][k]["pools"] == pd.snapshot(r, k)["pools"]
+    assert body["summary"]["pd_transfer_blocks"] == int(r.transfer_blocks.sum())
+    for query, field in (
+        ("/api/pd/state?instant=abc", "instant"),
+        ("/api/pd/state?instant=-1", "instant"),
+        (f"/api/pd/state?instant={len(r.instants)}", "instant"),
+        ("/api/pd/state", "instant"),
+        ("/api/pd?preset=nope", "preset"),
+        ("/api/pd/state?preset=nope&instant=0", "preset"),
+        ("/api/pd?step=3", "step"),
+    ):
+        res = client.get(query)
+        assert res.status_code == 400, query
+        assert res.json()["field"] == field, (query, res.json())
+    assert client.get("/pd").status_code == 200
+    schema = client.get("/openapi.json").json()["paths"]
+    assert [q["name"] for q in schema["/api/pd/state"]["get"]["parameters"]] == ["preset", "instant"]
