@@ -1,8 +1,8 @@
 """Prefill/decode disaggregation (issue 28, DESIGN.md §Prefill/decode disaggregation): both engines give
 exactly the same rows, counters and summaries on random disaggregated fleets; a fleet without a prefill
 pool is today's; a disaggregated fleet whose every request prefills locally is the aggregated fleet of
-its decode replicas; the TTFT split adds up; the links queue their transfers; what is not modelled is
-refused by name."""
+its decode replicas; the Rust core's route-first drive gives the reference's interleaved drive's rows;
+the TTFT split adds up; the links queue their transfers; what is not modelled is refused by name."""
 
 from __future__ import annotations
 
@@ -119,6 +119,32 @@ def test_both_engines_agree_on_disaggregated_fleets(w, cfg, args, prefill):
     ref = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="reference", **args))
     rust = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="rust", **args))
     assert_fleets_equal(rust, ref)
+
+
+@pytest.mark.parametrize(
+    ("router", "caching", "threshold"),
+    [("round-robin", True, 0), ("random", False, 300), ("round-robin", False, 200)],
+)
+def test_the_route_first_drive_is_the_interleaved_drive(router, caching, threshold):
+    """A router that reads nothing and a threshold that reads no prefix hit: the Rust core routes every row
+    first and runs each pool to its end (`route_blind`), the reference steps every replica to every
+    arrival; on a busy 4 : 12 fleet, with local and disaggregated rows mixed on each decode replica, the
+    two agree exactly."""
+    w = synthetic(500, arrival_rate=1600, lengths="sharegpt-paper", seed=11)
+    cfg = kvsim.SimConfig(num_blocks=400, block_size=16, enable_prefix_caching=caching)
+    args = dict(
+        replicas=12,
+        prefill_replicas=4,
+        router=router,
+        pd_threshold_tokens=threshold,
+        pd_link_ps_per_block=41_943_040,
+    )
+    rust = kvsim.simulate_cluster(w, cfg, backend="rust", **args)
+    ref = kvsim.simulate_cluster(w, cfg, backend="reference", **args)
+    assert_fleets_equal(rust, ref)
+    remote = int((rust.requests["prefill_replica"] >= 0).sum())
+    assert remote > 0, remote
+    assert threshold == 0 or remote < 500, remote  # local rows too
 
 
 def workload(n: int = 160) -> Workload:

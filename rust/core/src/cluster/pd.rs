@@ -2,7 +2,8 @@
 //! on one clock. Each unit's decode replica is picked first; unless the prompt part not cached there is
 //! under the threshold, a prefill replica is picked too and runs it to its first token; at that finish
 //! it joins its decode replica as a remote request, whose full blocks come over the decode replica's
-//! inbound link into the held queue (`engine/offload.rs`). Every replica is stepped to every arrival.
+//! inbound link into the held queue (`engine/offload.rs`). Every replica is stepped to every arrival,
+//! unless no decision reads a replica (`route_blind`: every row routed first).
 //! The reference's twin is `kvsim.reference.cluster._run_pd`.
 
 use std::sync::atomic::AtomicBool;
@@ -16,6 +17,9 @@ use crate::engine::{
     private_starts,
 };
 use crate::{BlockKey, Result, Segment, invalid_arg};
+
+/// A hand-off's prefill replica for a row the route-first drive prefills on its decode replica.
+const LOCAL: usize = usize::MAX;
 
 /// The prefill pool of a disaggregated fleet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,7 +137,8 @@ struct PdDriver<'i, 'p> {
     pre: Vec<i64>,
     /// Per prefill replica: (its row, the input row, the decode replica) of each request in flight.
     pending: Vec<Vec<(usize, usize, usize)>>,
-    /// Known hand-offs not yet delivered: (prefill finish, prefill replica, input row, decode replica).
+    /// Known hand-offs not yet delivered: (prefill finish, prefill replica, input row, decode replica);
+    /// the route-first drive also keeps its locally prefilled rows here (arrival, `LOCAL`, row, replica).
     handoffs: Vec<(i64, usize, usize, usize)>,
     segs: Vec<Segment>,
     /// The unit's prompt keys at the decode pool's block size and, for a router that reads prefix
@@ -168,8 +173,12 @@ impl PdDriver<'_, '_> {
         self.handoffs.sort_unstable();
         let mut i = 0;
         while i < self.handoffs.len() && limit.is_none_or(|a| self.handoffs[i].0 <= a) {
-            let (f, _, row, d) = self.handoffs[i];
-            self.decode[d].push_pd(&self.inp, row, &self.private_from, Some(f), false, true);
+            let (f, p, row, d) = self.handoffs[i];
+            if p == LOCAL {
+                self.decode[d].push(&self.inp, row..row + 1, &self.private_from);
+            } else {
+                self.decode[d].push_pd(&self.inp, row, &self.private_from, Some(f), false, true);
+            }
             self.rows_d[d].push(row);
             i += 1;
         }
@@ -239,6 +248,26 @@ impl PdDriver<'_, '_> {
         self.rows_p[p].push(row);
         self.pre[row] = p as i64;
         Ok(())
+    }
+
+    /// Routes `row` without stepping a replica (the route-first drive: `blind`): the routers read
+    /// nothing and no decode replica's prefix hits are read, so the picks and the threshold's choice do
+    /// not depend on the replicas' state. A row prefilled locally waits among the hand-offs, at its
+    /// arrival after every hand-off finished then (`LOCAL` sorts after every prefill replica), so each
+    /// decode replica gets its rows in the interleaved drive's order.
+    fn route_blind(&mut self, row: usize) {
+        let inp = self.inp;
+        let d = self.route_d.pick(self.decode.len(), &[]);
+        self.replica[row] = d as i64;
+        if (inp.prompt_len[row] as u64) < self.pd.threshold_tokens {
+            self.handoffs.push((inp.arrival_ps[row], LOCAL, row, d));
+            return;
+        }
+        let p = self.route_p.pick(self.prefill.len(), &[]);
+        self.prefill[p].push_pd(&inp, row, &self.private_from, None, true, false);
+        self.pending[p].push((self.prefill[p].len() - 1, row, d));
+        self.rows_p[p].push(row);
+        self.pre[row] = p as i64;
     }
 
     /// Runs the prefill pool to its end, hands its last requests off, runs the decode pool to its end
@@ -379,9 +408,17 @@ pub fn run_pd(
         decode,
         prefill,
     };
+    // The route-first drive when no decision reads a replica (DESIGN.md §Prefill/decode
+    // disaggregation): every row routed, then each pool run to its end, with no replica cut at every
+    // arrival of the fleet.
+    let blind = !spec.kind.reads_state() && (!caching || pd.threshold_tokens == 0);
     for row in 0..n {
         every_1024th(row as u64 + 1, cancel)?;
-        d.route(row, cancel)?;
+        if blind {
+            d.route_blind(row);
+        } else {
+            d.route(row, cancel)?;
+        }
     }
     d.finish(cancel)
 }
