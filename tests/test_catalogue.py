@@ -866,3 +866,32 @@ def test_qwen3_6_state_in_float32_and_weights_by_hand():
     moe = 256 * 3 * h * 512 + 3 * h * 512 + 256 * h + h
     total = 30 * delta + 10 * attn + 40 * moe + 2 * 248320 * h + (2 * 40 + 1) * h
     assert m.num_params == total
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "model.language_model.layers.*.self_attn*",  # NVIDIA's NVFP4 Gemma 4 spelling
+        "language_model.model.layers.0.self_attn",  # LLaVA-style wrappers
+        "model.layers.*.self_attn",  # a text model's own
+    ],
+)
+def test_an_ignore_list_in_a_multimodal_wrappers_spelling_keeps_attention_unquantized(tmp_path, pattern):
+    """A multimodal checkpoint names its text model's modules under `model.language_model.` (or
+    `language_model.model.`): attention its ignore list names stays in bf16 whichever spelling it uses."""
+    base = json.loads((HF / "llama-3.1-8b.json").read_text())
+    qc = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}
+    plain, ignoring = (
+        {**base, "quantization_config": qc},
+        {
+            **base,
+            "quantization_config": {**qc, "exclude_modules": ["lm_head", pattern]},
+        },
+    )
+    (tmp_path / "a.json").write_text(json.dumps(plain))
+    (tmp_path / "b.json").write_text(json.dumps(ignoring))
+    a, b = models.from_hf_config(tmp_path / "a.json"), models.from_hf_config(tmp_path / "b.json")
+    h = 4096
+    attn = 32 * (2 * h * h + 2 * h * 1024)  # q, o: h x h; k, v: h x 1024
+    # attention at 2 bytes a weight rather than NVFP4's 4.5 bits (4 bits + an fp8 scale per 16)
+    assert b.weight_bytes - a.weight_bytes == pytest.approx(attn * (2 - 4.5 / 8), rel=1e-3)

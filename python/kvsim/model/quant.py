@@ -162,12 +162,23 @@ def _matches(pattern: str, name: str) -> bool:
     return f".{pattern}." in f".{name}." or name.endswith("." + pattern)
 
 
+def _spellings(name: str) -> tuple[str, ...]:
+    """A text model's module as checkpoints spell it: `model.layers.0.x`, and nested in a multimodal
+    wrapper as `model.language_model.layers.0.x` (Gemma 3/4, Llama 4, Mistral 3) or
+    `language_model.model.layers.0.x` (LLaVA-style)."""
+    if not name.startswith("model."):
+        return (name,)
+    rest = name[len("model.") :]
+    return (name, f"model.language_model.{rest}", f"language_model.model.{rest}")
+
+
 def _skipped(groups: tuple[str, ...], ignored: list[str]) -> tuple[str, ...]:
-    """`groups` less those every representative module of which an ignore pattern names."""
+    """`groups` less those every representative module of which an ignore pattern names (in any of
+    `_spellings`)."""
     kept = []
     for g in groups:
         names = MODULE_NAMES[g]
-        if names and all(any(_matches(p, n) for p in ignored) for n in names[:1]):
+        if names and all(any(_matches(p, s) for p in ignored for s in _spellings(n)) for n in names[:1]):
             continue
         kept.append(g)
     return tuple(kept)
