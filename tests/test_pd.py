@@ -6,6 +6,8 @@ the TTFT split adds up; the links queue their transfers; what is not modelled is
 
 from __future__ import annotations
 
+import json
+
 import hypothesis.strategies as st
 import numpy as np
 import pytest
@@ -390,3 +392,44 @@ def test_the_link_bandwidth_takes_a_unit():
     assert kvsim.SimConfig(num_blocks=100, pd_link_bandwidth="1e9").pd_link_bandwidth == 1e9
     with pytest.raises(InvalidArgumentError, match="pd_link_bandwidth 'fast' is not a bandwidth"):
         kvsim.SimConfig(num_blocks=100, pd_link_bandwidth="fast")
+
+
+def test_kvsim_run_gives_the_prefill_pool_its_own_config(capsys):
+    """`--prefill-config gpu=b200,...` sizes and prices the prefill pool as its own GPU (printed as
+    `prefill pool: ...`), and the run is `simulate_cluster(..., prefill_config=)` with that config; a bad
+    pair, an unknown knob, a knob both pools must share, and the flag without a prefill pool are one-line
+    errors naming the flag (exit 2)."""
+    from kvsim.cli import main
+    from kvsim.workloads.registry import make_workload, parse_workload
+
+    base = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--workload", "sharegpt:arrival_rate=12"]
+    base += ["--requests", "120", "--replicas", "2", "--prefill-replicas", "1", "--json"]
+    assert main([*base, "--prefill-config", "gpu=b200,max_num_batched_tokens=16384"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["prefill_pool"].startswith("pool: ")
+    assert "b200" in out["prefill_pool"]
+    assert "b200" in out["prefill_time"]
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", replicas=2, prefill_replicas=1)
+    pre = kvsim.SimConfig(model="llama-3.1-8b", gpu="b200", max_num_batched_tokens=16384)
+    w = make_workload(*parse_workload("sharegpt:arrival_rate=12"), 120, 0)  # the run's workload
+    want = kvsim.simulate_cluster(w, cfg, prefill_config=pre).summary
+    assert out["summary"]["ttft_prefill_p50_s"] == pytest.approx(want["ttft_prefill_p50_s"])
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert "prefill_pool" not in plain
+    assert (
+        plain["summary"]["ttft_prefill_p50_s"] > out["summary"]["ttft_prefill_p50_s"]
+    )  # a B200 prefills faster
+    for bad, says in (
+        ("gpu", "is not KNOB=VALUE"),
+        ("foo=1", "unknown SimConfig field 'foo'"),
+        ("max_model_len=1024", "max_model_len"),
+    ):
+        assert main([*base, "--prefill-config", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("kvsim run: error: argument --prefill-config:")
+        assert says in err
+        assert "\n" not in err
+    no_pool = [a for a in base if a not in ("--prefill-replicas", "1")]
+    assert main([*no_pool, "--prefill-config", "gpu=b200"]) == 2
+    assert "no prefill pool" in capsys.readouterr().err

@@ -330,6 +330,16 @@ def add_run_inputs(p: argparse.ArgumentParser) -> None:
         "the v0 engine; flags override it (default: none)",
     )
     _add_knob_flags(groups)
+    groups["fleet"].add_argument(
+        "--prefill-config",
+        metavar="KNOB=VALUE,...",
+        default=None,
+        help="with --prefill-replicas: the prefill pool's own knobs over the decode replicas' "
+        "(gpu, tensor_parallel_size, gpu_memory_utilization, kv_cache_memory_bytes, max_num_seqs, "
+        "max_num_batched_tokens, ...: kvsim.simulate_cluster's prefill_config; the model, its KV dtype, "
+        "sampling and max_model_len stay the decode side's), e.g. gpu=b200,tensor_parallel_size=2 "
+        "(default: the decode replicas' config)",
+    )
     _add_gpu_flags(p.add_argument_group("a GPU of your own (instead of, or on top of, --gpu NAME)"))
 
 

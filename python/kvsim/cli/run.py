@@ -174,7 +174,42 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
             raise FlagError(f"argument {flag_of[field]}: {exc}") from None
         raise
     _refuse_idle_swap(args, config, cfg, flag_of)
+    args.prefill_sim_config = _prefill_config(args, cfg)
     return config
+
+
+def _prefill_config(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
+    """`--prefill-config KNOB=VALUE,...`: the prefill pool's SimConfig, the decode replicas' knobs with
+    these over them (built as the decode config is, so a GPU given here sizes its own pool); None without
+    the flag."""
+    import kvsim
+
+    text = getattr(args, "prefill_config", None)
+    if text is None:
+        return None
+    flag = "argument --prefill-config"
+    over: dict[str, Any] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key or not value.strip():
+            raise FlagError(
+                f"{flag}: {part.strip()!r} is not KNOB=VALUE (e.g. gpu=b200,tensor_parallel_size=2)"
+            )
+        if key not in CONFIG_FIELDS:
+            raise FlagError(f"{flag}: unknown SimConfig field {key!r}")
+        try:
+            over[key] = coerce(key, value)
+        except InvalidArgumentError as exc:
+            raise FlagError(f"{flag}: {exc}") from None
+    merged = {**cfg, **over}
+    resized = "gpu" in over or "tensor_parallel_size" in over or "kv_cache_memory_bytes" in over
+    if resized and "num_blocks" not in over:  # the prefill side's pool sized anew, unless given here
+        merged.pop("num_blocks", None)
+    try:
+        return kvsim.SimConfig.preset(args.preset, **merged) if args.preset else kvsim.SimConfig(**merged)
+    except InvalidArgumentError as exc:
+        raise FlagError(f"{flag}: {exc}") from None
 
 
 def _refuse_idle_swap(
@@ -392,7 +427,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             notes.append(
                 "ITL: mean only in a fleet (the replicas carry no per-token record yet; the mean is exact)"
             )
-        result: Any = kvsim.simulate_cluster(workload, config, backend=backend)
+        prefill = getattr(args, "prefill_sim_config", None)
+        try:
+            result: Any = kvsim.simulate_cluster(workload, config, backend=backend, prefill_config=prefill)
+        except InvalidArgumentError as exc:
+            if prefill is not None and "prefill_config" in str(exc):
+                raise FlagError(f"argument --prefill-config: {exc}") from None
+            raise
     else:
         result = kvsim.simulate(workload, config, backend=backend)
     assert result.requests is not None, "simulate keeps the request rows"
@@ -421,6 +462,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         "summary": result.summary,
         "notes": notes,
     }
+    prefill_cfg = getattr(args, "prefill_sim_config", None)
+    if prefill_cfg is not None:  # --prefill-config: the prefill pool's own pool and time
+        out["prefill_pool"] = prefill_cfg.pool.line()
+        out["prefill_time"] = prefill_cfg.time_line()
     if fleet:
         out["fleet"] = fleet_record(result)
     if save_dir is not None:
@@ -449,6 +494,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in out["startup"]:
             print(f"vllm: {line}")
         print(out["time"])
+        if prefill_cfg is not None:
+            print(f"prefill {out['prefill_pool']}")
+            print(f"prefill {out['prefill_time']}")
         raw_cfg, human = config.to_dict(), config.describe()
         shown = {
             k: human[k]
