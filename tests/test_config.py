@@ -105,7 +105,8 @@ def _bad_values(kind: str, knob: Knob) -> st.SearchStrategy:
             common,
             st.booleans(),
             st.sampled_from([math.nan, math.inf, -math.inf, 10**400, -(10**400), below, *above]),
-            st.text(max_size=5),
+            # a bandwidth takes text with its unit (`25GB/s`, or a number as text): text that is neither
+            st.text(alphabet="abcxyz!?", max_size=5) if knob.unit == "B/s" else st.text(max_size=5),
         )
     if kind == "bool":
         return st.one_of(common, st.integers(), st.floats(), st.text(max_size=5))
