@@ -131,7 +131,8 @@ struct PdDriver<'i, 'p> {
     prefill: Vec<Replica>,
     route_d: Router,
     route_p: Router,
-    /// Each prefill replica's rows, in push order (a decode replica's are its `rows_held`).
+    /// The route-first drive's rows of each prefill replica, in push order (a replica's rows held are
+    /// its `rows_held`).
     rows_p: Vec<Vec<usize>>,
     replica: Vec<i64>,
     pre: Vec<i64>,
@@ -149,25 +150,34 @@ struct PdDriver<'i, 'p> {
     views_d: Vec<Signals>,
     views_p: Vec<Signals>,
     /// The fleet's output columns, in workload order: a decode replica's rows done move here as it
-    /// steps (`Replica::drain_done`), the rest at the end.
+    /// steps (`Replica::drain_done`), a prefill replica's rejected rows likewise (its rows handed off
+    /// dropped), the rest at the end.
     out: EngineOutput,
+    /// Per row, when its prefill replica first scheduled it and when it finished it (-1: none), set as
+    /// the row is collected.
+    first: Vec<i64>,
+    finish: Vec<i64>,
 }
 
-/// The prefill requests of prefill replica `p` (`rep`) finished so far become hand-offs (rejected ones
-/// keep their prefill output).
+/// The prefill requests of prefill replica `p` (`rep`) done so far: their first schedule and finish
+/// recorded, the finished ones become hand-offs (rejected ones keep their prefill output).
 fn collect_from(
     rep: &Replica,
     p: usize,
     pending: &mut Vec<(usize, usize, usize)>,
     handoffs: &mut Vec<(i64, usize, usize, usize)>,
+    first: &mut [i64],
+    finish: &mut [i64],
 ) {
     pending.retain(|&(k, row, d)| {
-        let (status, _, finish) = rep.row_outcome(k);
+        let (status, f0, f1) = rep.row_outcome(k);
         if status < 0 {
             return true;
         }
+        first[row] = f0;
+        finish[row] = f1;
         if status == crate::engine::FINISHED {
-            handoffs.push((finish, p, row, d));
+            handoffs.push((f1, p, row, d));
         }
         false
     });
@@ -177,7 +187,14 @@ impl PdDriver<'_, '_> {
     /// The prefill requests finished so far become hand-offs (rejected ones keep their prefill output).
     fn collect(&mut self) {
         for (p, rep) in self.prefill.iter().enumerate() {
-            collect_from(rep, p, &mut self.pending[p], &mut self.handoffs);
+            collect_from(
+                rep,
+                p,
+                &mut self.pending[p],
+                &mut self.handoffs,
+                &mut self.first,
+                &mut self.finish,
+            );
         }
     }
 
@@ -207,6 +224,10 @@ impl PdDriver<'_, '_> {
             rep.advance_until(a, cancel)?;
         }
         self.collect();
+        // Collected rows are read no more: the rejected ones' output moves to the fleet's columns.
+        for rep in &mut self.prefill {
+            rep.drain_done_if(&mut self.out, |s| s != crate::engine::FINISHED);
+        }
         self.deliver(Some(a));
         for rep in &mut self.decode {
             rep.advance_until(a, cancel)?;
@@ -258,7 +279,6 @@ impl PdDriver<'_, '_> {
         let p = self.route_p.pick(self.prefill.len(), &self.views_p);
         self.prefill[p].push_pd(&inp, row, &self.private_from, None, true, false);
         self.pending[p].push((self.prefill[p].len() - 1, row, d));
-        self.rows_p[p].push(row);
         self.pre[row] = p as i64;
         Ok(())
     }
@@ -291,10 +311,7 @@ impl PdDriver<'_, '_> {
     /// by side, with one replica's input and state in memory at a time (DESIGN.md §Cluster).
     /// `blind`: the route-first drive, whose prefill replicas get their rows here.
     fn finish(mut self, blind: bool, cancel: &AtomicBool) -> Result<PdOutput> {
-        let n = self.inp.len();
         let mut out = std::mem::take(&mut self.out);
-        let mut first = vec![-1i64; n];
-        let mut finish = vec![-1i64; n];
         let mut counters_p = Vec::with_capacity(self.prefill.len());
         if blind {
             // Every prefilled row may become a hand-off: one allocation, not a doubling's two.
@@ -313,16 +330,23 @@ impl PdDriver<'_, '_> {
             rep.finish(cancel)?;
             for (k, &row) in rows.iter().enumerate() {
                 let (status, f0, f1) = rep.row_outcome(k);
-                first[row] = f0;
-                finish[row] = f1;
-                if blind && status == crate::engine::FINISHED {
+                self.first[row] = f0;
+                self.finish[row] = f1;
+                if status == crate::engine::FINISHED {
                     self.handoffs.push((f1, p, row, self.replica[row] as usize));
                 }
             }
-            if !blind {
-                collect_from(&rep, p, &mut self.pending[p], &mut self.handoffs);
-            }
+            drop(rows);
+            collect_from(
+                &rep,
+                p,
+                &mut self.pending[p],
+                &mut self.handoffs,
+                &mut self.first,
+                &mut self.finish,
+            );
             let o = rep.take_output();
+            let rows = rep.rows_held();
             // Rows the prefill replica rejected keep its output (they never reach a decode replica).
             macro_rules! scatter_rejected {
                 ($col:ident, $init:expr) => {
@@ -375,8 +399,8 @@ impl PdDriver<'_, '_> {
                 counters,
             },
             prefill_replica: self.pre,
-            prefill_first_scheduled: first,
-            prefill_finish: finish,
+            prefill_first_scheduled: self.first,
+            prefill_finish: self.finish,
         })
     }
 }
@@ -456,6 +480,8 @@ pub fn run_pd(
         views_d: vec![Signals::default(); decode.len()],
         views_p: vec![Signals::default(); prefill.len()],
         out: EngineOutput::new(n),
+        first: vec![-1; n],
+        finish: vec![-1; n],
         decode,
         prefill,
     };
