@@ -364,6 +364,35 @@ def test_kvsim_run_disaggregation_errors_are_one_line_exit_2(capsys, flags, text
     assert text in err[0], err[0]
 
 
+@pytest.mark.parametrize(
+    ("router", "prefill_blocks"), [("least-loaded", None), ("prefix-affinity", None), ("least-loaded", 4)]
+)
+def test_rows_done_move_out_as_the_fleet_steps(router, prefill_blocks):
+    """The interleaved drive moves the rows that are done into the fleet's columns as it steps
+    (`Replica::drain_done`, once at least 1,024 of them are done and half of what a replica holds): a
+    decode replica's rows, and a prefill replica's rejected rows (its finished ones are dropped: their
+    first schedule and finish were kept); at the end each replica runs to its end alone. On 4,000 short
+    requests over 2 : 2 replicas (about 2,000 rows a replica, so rows move out mid-run; a 4-block prefill
+    pool rejects the prompts over 64 tokens) the Rust core agrees exactly with the reference."""
+    lengths = {"prompt_len": (8, 80), "output_len": (1, 6)}
+    w = synthetic(4000, seed=5, arrival_rate=400.0, lengths="uniform", length_params=lengths)
+    cfg = kvsim.SimConfig(num_blocks=300, block_size=16, enable_prefix_caching=True)
+    prefill = None if prefill_blocks is None else cfg.replace(num_blocks=prefill_blocks)
+    args = dict(
+        replicas=2, prefill_replicas=2, router=router, pd_link_ps_per_block=10**7, prefill_config=prefill
+    )
+    rust = kvsim.simulate_cluster(w, cfg, backend="rust", **args)
+    ref = kvsim.simulate_cluster(w, cfg, backend="reference", **args)
+    assert_fleets_equal(rust, ref)
+    rows = rust.requests
+    rejected = int((rows["status"] == "rejected").sum())
+    assert (rejected > 100) == (prefill_blocks is not None), rejected
+    assert rust.summary["completed"] == len(w) - rejected
+    for name in ("replica", "prefill_replica"):
+        per = [int((rows[name] == r).sum()) for r in range(2)]
+        assert min(per) > 1500, (name, per)
+
+
 def test_ctrl_c_interrupts_a_disaggregated_run():
     """Ctrl-C during a disaggregated run raises KeyboardInterrupt (the driver reads the cancel flag
     between units and inside every replica's steps; the binding turns it into the interrupt, not an

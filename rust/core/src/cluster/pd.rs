@@ -131,11 +131,13 @@ struct PdDriver<'i, 'p> {
     prefill: Vec<Replica>,
     route_d: Router,
     route_p: Router,
-    rows_d: Vec<Vec<usize>>,
+    /// The route-first drive's rows of each prefill replica, in push order (a replica's rows held are
+    /// its `rows_held`).
     rows_p: Vec<Vec<usize>>,
     replica: Vec<i64>,
     pre: Vec<i64>,
-    /// Per prefill replica: (its row, the input row, the decode replica) of each request in flight.
+    /// Per prefill replica: (its row, the input row, the decode replica) of each request in flight
+    /// (the interleaved drive's).
     pending: Vec<Vec<(usize, usize, usize)>>,
     /// Known hand-offs not yet delivered: (prefill finish, prefill replica, input row, decode replica);
     /// the route-first drive also keeps its locally prefilled rows here (arrival, `LOCAL`, row, replica).
@@ -147,23 +149,52 @@ struct PdDriver<'i, 'p> {
     keys_p: Vec<BlockKey>,
     views_d: Vec<Signals>,
     views_p: Vec<Signals>,
+    /// The fleet's output columns, in workload order: a decode replica's rows done move here as it
+    /// steps (`Replica::drain_done`), a prefill replica's rejected rows likewise (its rows handed off
+    /// dropped), the rest at the end.
+    out: EngineOutput,
+    /// Per row, when its prefill replica first scheduled it and when it finished it (-1: none), set as
+    /// the row is collected.
+    first: Vec<i64>,
+    finish: Vec<i64>,
+}
+
+/// The prefill requests of prefill replica `p` (`rep`) done so far: their first schedule and finish
+/// recorded, the finished ones become hand-offs (rejected ones keep their prefill output).
+fn collect_from(
+    rep: &Replica,
+    p: usize,
+    pending: &mut Vec<(usize, usize, usize)>,
+    handoffs: &mut Vec<(i64, usize, usize, usize)>,
+    first: &mut [i64],
+    finish: &mut [i64],
+) {
+    pending.retain(|&(k, row, d)| {
+        let (status, f0, f1) = rep.row_outcome(k);
+        if status < 0 {
+            return true;
+        }
+        first[row] = f0;
+        finish[row] = f1;
+        if status == crate::engine::FINISHED {
+            handoffs.push((f1, p, row, d));
+        }
+        false
+    });
 }
 
 impl PdDriver<'_, '_> {
     /// The prefill requests finished so far become hand-offs (rejected ones keep their prefill output).
     fn collect(&mut self) {
         for (p, rep) in self.prefill.iter().enumerate() {
-            let handoffs = &mut self.handoffs;
-            self.pending[p].retain(|&(k, row, d)| {
-                let (status, _, finish) = rep.row_outcome(k);
-                if status < 0 {
-                    return true;
-                }
-                if status == crate::engine::FINISHED {
-                    handoffs.push((finish, p, row, d));
-                }
-                false
-            });
+            collect_from(
+                rep,
+                p,
+                &mut self.pending[p],
+                &mut self.handoffs,
+                &mut self.first,
+                &mut self.finish,
+            );
         }
     }
 
@@ -179,7 +210,6 @@ impl PdDriver<'_, '_> {
             } else {
                 self.decode[d].push_pd(&self.inp, row, &self.private_from, Some(f), false, true);
             }
-            self.rows_d[d].push(row);
             i += 1;
         }
         self.handoffs.drain(..i);
@@ -194,9 +224,14 @@ impl PdDriver<'_, '_> {
             rep.advance_until(a, cancel)?;
         }
         self.collect();
+        // Collected rows are read no more: the rejected ones' output moves to the fleet's columns.
+        for rep in &mut self.prefill {
+            rep.drain_done_if(&mut self.out, |s| s != crate::engine::FINISHED);
+        }
         self.deliver(Some(a));
         for rep in &mut self.decode {
             rep.advance_until(a, cancel)?;
+            rep.drain_done(&mut self.out);
         }
         let prompt = inp.prompt_len[row] as u64;
         self.keys.clear();
@@ -236,7 +271,6 @@ impl PdDriver<'_, '_> {
         };
         if prompt - hits * self.bs < self.pd.threshold_tokens {
             self.decode[d].push(&inp, row..row + 1, &self.private_from);
-            self.rows_d[d].push(row);
             return Ok(());
         }
         for (v, rep) in self.views_p.iter_mut().zip(&self.prefill) {
@@ -245,7 +279,6 @@ impl PdDriver<'_, '_> {
         let p = self.route_p.pick(self.prefill.len(), &self.views_p);
         self.prefill[p].push_pd(&inp, row, &self.private_from, None, true, false);
         self.pending[p].push((self.prefill[p].len() - 1, row, d));
-        self.rows_p[p].push(row);
         self.pre[row] = p as i64;
         Ok(())
     }
@@ -254,7 +287,8 @@ impl PdDriver<'_, '_> {
     /// nothing and no decode replica's prefix hits are read, so the picks and the threshold's choice do
     /// not depend on the replicas' state. A row prefilled locally waits among the hand-offs, at its
     /// arrival after every hand-off finished then (`LOCAL` sorts after every prefill replica), so each
-    /// decode replica gets its rows in the interleaved drive's order.
+    /// decode replica gets its rows in the interleaved drive's order. The prefill replicas get their
+    /// rows in `finish`, one replica at a time.
     fn route_blind(&mut self, row: usize) {
         let inp = self.inp;
         let d = self.route_d.pick(self.decode.len(), &[]);
@@ -264,32 +298,55 @@ impl PdDriver<'_, '_> {
             return;
         }
         let p = self.route_p.pick(self.prefill.len(), &[]);
-        self.prefill[p].push_pd(&inp, row, &self.private_from, None, true, false);
-        self.pending[p].push((self.prefill[p].len() - 1, row, d));
         self.rows_p[p].push(row);
         self.pre[row] = p as i64;
     }
 
     /// Runs the prefill pool to its end, hands its last requests off, runs the decode pool to its end
-    /// and gathers the rows.
-    fn finish(mut self, cancel: &AtomicBool) -> Result<PdOutput> {
-        let n = self.inp.len();
-        let mut out = EngineOutput::new(n);
-        let mut first = vec![-1i64; n];
-        let mut finish = vec![-1i64; n];
-        for (p, rep) in self.prefill.iter_mut().enumerate() {
-            rep.finish(cancel)?;
-            for (k, &row) in self.rows_p[p].iter().enumerate() {
-                let (_, f0, f1) = rep.row_outcome(k);
-                first[row] = f0;
-                finish[row] = f1;
-            }
-        }
-        self.collect();
+    /// and gathers the rows. One replica at a time: a prefill replica (given its rows now in the
+    /// route-first drive) runs to its end, its hand-offs are collected and the output of the rows it
+    /// rejected kept, and it is dropped; then each decode replica gets its remaining hand-offs (in the
+    /// order `deliver` gives them), runs to its end, its rows are gathered, and it is dropped. A replica
+    /// runs alone once every replica's pushes are known, so the results are those of running them side
+    /// by side, with one replica's input and state in memory at a time (DESIGN.md §Cluster).
+    /// `blind`: the route-first drive, whose prefill replicas get their rows here.
+    fn finish(mut self, blind: bool, cancel: &AtomicBool) -> Result<PdOutput> {
+        let mut out = std::mem::take(&mut self.out);
         let mut counters_p = Vec::with_capacity(self.prefill.len());
-        for (p, rep) in self.prefill.iter_mut().enumerate() {
+        if blind {
+            // Every prefilled row may become a hand-off: one allocation, not a doubling's two.
+            self.handoffs
+                .reserve_exact(self.rows_p.iter().map(Vec::len).sum());
+        }
+        let prefill = std::mem::take(&mut self.prefill);
+        for (p, mut rep) in prefill.into_iter().enumerate() {
+            let rows = std::mem::take(&mut self.rows_p[p]);
+            if blind {
+                for (k, &row) in rows.iter().enumerate() {
+                    every_1024th(k as u64 + 1, cancel)?;
+                    rep.push_pd(&self.inp, row, &self.private_from, None, true, false);
+                }
+            }
+            rep.finish(cancel)?;
+            for (k, &row) in rows.iter().enumerate() {
+                let (status, f0, f1) = rep.row_outcome(k);
+                self.first[row] = f0;
+                self.finish[row] = f1;
+                if status == crate::engine::FINISHED {
+                    self.handoffs.push((f1, p, row, self.replica[row] as usize));
+                }
+            }
+            drop(rows);
+            collect_from(
+                &rep,
+                p,
+                &mut self.pending[p],
+                &mut self.handoffs,
+                &mut self.first,
+                &mut self.finish,
+            );
             let o = rep.take_output();
-            let rows = &self.rows_p[p];
+            let rows = rep.rows_held();
             // Rows the prefill replica rejected keep its output (they never reach a decode replica).
             macro_rules! scatter_rejected {
                 ($col:ident, $init:expr) => {
@@ -303,13 +360,26 @@ impl PdDriver<'_, '_> {
             for_each_row_column!(scatter_rejected);
             counters_p.push(o.counters);
         }
-        self.prefill.clear();
-        self.deliver(None);
+        // `deliver`'s order, (finish, prefill replica, row), within each decode replica.
+        self.handoffs
+            .sort_unstable_by_key(|&(f, p, row, d)| (d, f, p, row));
         let mut counters = Vec::with_capacity(self.decode.len() + counters_p.len());
-        for (d, rep) in self.decode.iter_mut().enumerate() {
+        let decode = std::mem::take(&mut self.decode);
+        let mut at = 0;
+        for (d, mut rep) in decode.into_iter().enumerate() {
+            while at < self.handoffs.len() && self.handoffs[at].3 == d {
+                let (f, p, row, _) = self.handoffs[at];
+                if p == LOCAL {
+                    rep.push(&self.inp, row..row + 1, &self.private_from);
+                } else {
+                    rep.push_pd(&self.inp, row, &self.private_from, Some(f), false, true);
+                }
+                at += 1;
+                every_1024th(at as u64, cancel)?;
+            }
             rep.finish(cancel)?;
             let o = rep.take_output();
-            let rows = &self.rows_d[d];
+            let rows = rep.rows_held();
             macro_rules! scatter {
                 ($col:ident, $init:expr) => {
                     for (k, &row) in rows.iter().enumerate() {
@@ -320,6 +390,7 @@ impl PdDriver<'_, '_> {
             for_each_row_column!(scatter);
             counters.push(o.counters);
         }
+        self.handoffs = Vec::new();
         counters.extend(counters_p);
         Ok(PdOutput {
             cluster: ClusterOutput {
@@ -328,8 +399,8 @@ impl PdDriver<'_, '_> {
                 counters,
             },
             prefill_replica: self.pre,
-            prefill_first_scheduled: first,
-            prefill_finish: finish,
+            prefill_first_scheduled: self.first,
+            prefill_finish: self.finish,
         })
     }
 }
@@ -376,6 +447,10 @@ pub fn run_pd(
             Some(cancel),
         )?);
     }
+    // The route-first drive when no decision reads a replica (DESIGN.md §Prefill/decode
+    // disaggregation): every row routed, then each pool run to its end, with no replica cut at every
+    // arrival of the fleet.
+    let blind = !spec.kind.reads_state() && (!caching || pd.threshold_tokens == 0);
     let mut d = PdDriver {
         inp,
         pd,
@@ -394,7 +469,6 @@ pub fn run_pd(
             seed: spec.seed.wrapping_add(1),
             ..spec.clone()
         }),
-        rows_d: vec![Vec::new(); decode.len()],
         rows_p: vec![Vec::new(); prefill.len()],
         replica: vec![0; n],
         pre: vec![-1; n],
@@ -405,13 +479,12 @@ pub fn run_pd(
         keys_p: Vec::new(),
         views_d: vec![Signals::default(); decode.len()],
         views_p: vec![Signals::default(); prefill.len()],
+        out: EngineOutput::new(n),
+        first: vec![-1; n],
+        finish: vec![-1; n],
         decode,
         prefill,
     };
-    // The route-first drive when no decision reads a replica (DESIGN.md §Prefill/decode
-    // disaggregation): every row routed, then each pool run to its end, with no replica cut at every
-    // arrival of the fleet.
-    let blind = !spec.kind.reads_state() && (!caching || pd.threshold_tokens == 0);
     for row in 0..n {
         every_1024th(row as u64 + 1, cancel)?;
         if blind {
@@ -420,5 +493,5 @@ pub fn run_pd(
             d.route(row, cancel)?;
         }
     }
-    d.finish(cancel)
+    d.finish(blind, cancel)
 }

@@ -191,6 +191,18 @@ impl Replica {
         self.global.drain(..k);
     }
 
+    /// As `drain_done`, only the rows whose status `keep` accepts reaching `dst` (the others dropped).
+    pub fn drain_done_if(&mut self, dst: &mut EngineOutput, keep: impl Fn(i8) -> bool) {
+        let base = self.engine.out_base();
+        let (k, held) = (self.done - base, self.rows - base);
+        if !worth_moving(k, held) {
+            return;
+        }
+        self.engine
+            .move_output_front_if(&self.global[..k], dst, keep);
+        self.global.drain(..k);
+    }
+
     /// The caller's rows whose output `take_output` returns, in order (those `drain_done` left).
     pub fn rows_held(&self) -> &[usize] {
         &self.global

@@ -328,6 +328,29 @@ impl EngineOutput {
         for_each_row_column!(move_front);
     }
 
+    /// As `move_front_into`, but only the rows whose status `keep` accepts reach `dst`; the others
+    /// are dropped (a prefill replica's hand-offs, whose rows the decode replica writes).
+    pub fn move_front_into_if(
+        &mut self,
+        to: &[usize],
+        dst: &mut EngineOutput,
+        keep: impl Fn(i8) -> bool,
+    ) {
+        let k = to.len();
+        let mask: Vec<bool> = self.status[..k].iter().map(|&s| keep(s)).collect();
+        macro_rules! move_front {
+            ($col:ident, $init:expr) => {
+                for ((&v, &g), &m) in self.$col[..k].iter().zip(to).zip(&mask) {
+                    if m {
+                        dst.$col[g] = v;
+                    }
+                }
+                self.$col.drain(..k);
+            };
+        }
+        for_each_row_column!(move_front);
+    }
+
     /// Keeps the first `k` rows' columns (counters, time series and events stay).
     pub fn truncate_rows(&mut self, k: usize) {
         macro_rules! cut {

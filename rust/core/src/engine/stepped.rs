@@ -132,6 +132,18 @@ impl<'a> Engine<'a> {
         self.out_base += to.len();
     }
 
+    /// As `move_output_front`, only the rows whose status `keep` accepts reaching `dst`.
+    pub(crate) fn move_output_front_if(
+        &mut self,
+        to: &[usize],
+        dst: &mut EngineOutput,
+        keep: impl Fn(i8) -> bool,
+    ) {
+        debug_assert!((0..to.len()).all(|j| self.row_done(self.out_base + j)));
+        self.out.move_front_into_if(to, dst, keep);
+        self.out_base += to.len();
+    }
+
     /// Runs every step that starts strictly before `horizon` (and nothing else), reading `cancel`.
     pub(crate) fn advance_until(&mut self, horizon: i64, cancel: &'a AtomicBool) -> Result<()> {
         self.quiet.step = u64::MAX;
