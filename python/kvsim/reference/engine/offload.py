@@ -214,11 +214,13 @@ class Offload(State):
                 out += max(0, _cdiv(tokens, self.bs) - len(self.kv.block_table(s.idx)))
         return out
 
-    def admit_load(self, s: Seq, hits: list[int], last_key: int | None, local: int, ext: int) -> bool:
-        """Admits the load of `ext` tokens from the tier after `local` GPU hits if its blocks fit (the
-        full-prompt gate, the watermark and the blocks the requests still prefilling need); False changes
-        nothing."""
-        assert self.tier is not None
+    def hold_for_transfer(
+        self, s: Seq, hits: list[int], last_key: int | None, local: int, ext: int
+    ) -> list[int] | None:
+        """Holds the blocks for a transfer of `ext` tokens after `local` GPU hits if they fit (the
+        full-prompt gate, the watermark and the blocks the requests still prefilling need): the table
+        started, the blocks touched for the stores, the admission logged. Returns the new blocks, or None,
+        changing nothing. A tier's load and a remote request's transfer alike."""
         cfg, bs, pool = self.cfg, self.bs, self.kv.pool
         total = s.num_tokens
         free = pool.num_free_blocks
@@ -226,10 +228,10 @@ class Offload(State):
         watermark = self.admission_watermark()
         full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
         if cfg.admission_gate == "full-prompt" and _cdiv(full, bs) - len(hits) + evictable + watermark > free:
-            return False
+            return None
         end = local + ext
         if end // bs - len(hits) + evictable + watermark > free - self.inflight_reserved():
-            return False
+            return None
         new = self.kv._admit_load(s.idx, hits, last_key, end)
         self.touched.update(hits)
         self.touched.update(new)
@@ -237,6 +239,18 @@ class Offload(State):
         for b in hits:
             self.log("prefix-hit", s, b)
         self.log_allocations(s, new)
+        return new
+
+    def admit_load(self, s: Seq, hits: list[int], last_key: int | None, local: int, ext: int) -> bool:
+        """Admits the load of `ext` tokens from the tier after `local` GPU hits if its blocks fit (the
+        full-prompt gate, the watermark and the blocks the requests still prefilling need); False changes
+        nothing."""
+        assert self.tier is not None
+        new = self.hold_for_transfer(s, hits, last_key, local, ext)
+        if new is None:
+            return False
+        cfg, bs = self.cfg, self.bs
+        total, end = s.num_tokens, local + ext
         tpc = self.tpc
         first = (local // bs) // cfg.kv_offloading_blocks_per_chunk
         keys = self.chunk_keys(s, end // tpc)[first:]
@@ -271,24 +285,11 @@ class Offload(State):
         and the blocks the requests still prefilling need); the transfer queues on the inbound link.
         False changes nothing."""
         assert self.pd_link is not None
-        cfg, bs, pool = self.cfg, self.bs, self.kv.pool
-        total = s.num_tokens
-        free = pool.num_free_blocks
-        evictable = sum(1 for b in hits if pool.ref_cnt(b) == 0)
-        watermark = self.admission_watermark()
-        full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
-        if cfg.admission_gate == "full-prompt" and _cdiv(full, bs) - len(hits) + evictable + watermark > free:
+        new = self.hold_for_transfer(s, hits, last_key, local, ext)
+        if new is None:
             return False
-        end = local + ext
-        if end // bs - len(hits) + evictable + watermark > free - self.inflight_reserved():
-            return False
-        new = self.kv._admit_load(s.idx, hits, last_key, end)
-        self.touched.update(hits)
-        self.touched.update(new)
-        self.log("admit", s)
-        for b in hits:
-            self.log("prefix-hit", s, b)
-        self.log_allocations(s, new)
+        bs = self.bs
+        total, end = s.num_tokens, local + ext
         blocks = end // bs - local // bs
         latency, per_block = self.pd_link
         duration = latency + blocks * per_block

@@ -437,28 +437,36 @@ impl Engine<'_> {
         out
     }
 
-    /// Admits the load of `ext` tokens from the tier after `local` GPU hits (in `self.hits`) if its
-    /// blocks fit (the full-prompt gate, the watermark and the blocks the requests still prefilling
-    /// need); false changes nothing.
-    fn admit_load(&mut self, k: usize, last_key: Option<BlockKey>, local: u64, ext: u64) -> bool {
+    /// Holds the blocks for a transfer of `ext` tokens after `local` GPU hits (in `self.hits`) if they
+    /// fit (the full-prompt gate, the watermark and the blocks the requests still prefilling need): the
+    /// table started, the blocks touched for the stores, the admission logged; the new blocks are in
+    /// `self.new_blocks`. Returns `(row, end, total)`, or None, changing nothing. A tier's load and a
+    /// remote request's transfer alike (`admit_load`, `admit_remote`).
+    fn hold_for_transfer(
+        &mut self,
+        k: usize,
+        last_key: Option<BlockKey>,
+        local: u64,
+        ext: u64,
+    ) -> Option<(usize, u64, u64)> {
         let cfg = self.cfg;
         let bs = cfg.block_size;
         let total = self.slab[k].num_tokens();
         let watermark = self.admission_watermark();
         let Memory::Paged(pool) = &self.mem else {
-            unreachable!("the CPU tier is paged")
+            unreachable!("a CPU tier or a decode replica is paged")
         };
         let free = u64::from(pool.num_free_blocks());
         let num_hits = self.hits.len() as u64;
         let evictable = BlockTable::num_evictable(pool, &self.hits);
         let full = cfg.max_model_len.map_or(total, |m| total.min(m));
         if cfg.full_prompt_gate && blocks_for(full, bs) - num_hits + evictable + watermark > free {
-            return false;
+            return None;
         }
         let end = local + ext;
         let reserved = self.inflight_reserved();
         if (end / bs - num_hits + evictable + watermark).saturating_add(reserved) > free {
-            return false;
+            return None;
         }
         self.new_blocks.clear();
         let Memory::Paged(pool) = &mut self.mem else {
@@ -481,7 +489,7 @@ impl Engine<'_> {
         s.keys_for = 0;
         let row = s.row;
         {
-            let tier = self.tier.as_deref_mut().expect("a CPU tier");
+            let tier = self.tier.as_deref_mut().expect("a CPU tier or a connector");
             tier.touched.extend_from_slice(&self.hits);
             tier.touched.extend_from_slice(&self.new_blocks);
         }
@@ -493,6 +501,15 @@ impl Engine<'_> {
             }
             self.log_allocations(row, event::ALLOCATE);
         }
+        Some((row, end, total))
+    }
+
+    /// Admits the load of `ext` tokens from the tier after `local` GPU hits (in `self.hits`) if its
+    /// blocks fit (`hold_for_transfer`); false changes nothing.
+    fn admit_load(&mut self, k: usize, last_key: Option<BlockKey>, local: u64, ext: u64) -> bool {
+        let Some((row, end, total)) = self.hold_for_transfer(k, last_key, local, ext) else {
+            return false;
+        };
         let chunks = self.start_load(k, local, end);
         // Hits count the tokens the request does not compute: a load of its whole prompt leaves the
         // last token to compute again, as the GPU's hits stop one token short.
@@ -522,62 +539,14 @@ impl Engine<'_> {
     }
 
     /// A decode replica admits a remote request's transfer of `ext` tokens (its prompt's full blocks
-    /// after `local` GPU hits, in `self.hits`) if the blocks fit, by a load's rules; the transfer queues
-    /// on the inbound link. False changes nothing.
+    /// after `local` GPU hits, in `self.hits`) if the blocks fit, by a load's rules
+    /// (`hold_for_transfer`); the transfer queues on the inbound link. False changes nothing.
     fn admit_remote(&mut self, k: usize, last_key: Option<BlockKey>, local: u64, ext: u64) -> bool {
-        let cfg = self.cfg;
-        let bs = cfg.block_size;
-        let total = self.slab[k].num_tokens();
-        let watermark = self.admission_watermark();
-        let Memory::Paged(pool) = &self.mem else {
-            unreachable!("a decode replica is paged")
-        };
-        let free = u64::from(pool.num_free_blocks());
-        let num_hits = self.hits.len() as u64;
-        let evictable = BlockTable::num_evictable(pool, &self.hits);
-        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
-        if cfg.full_prompt_gate && blocks_for(full, bs) - num_hits + evictable + watermark > free {
+        let Some((row, end, total)) = self.hold_for_transfer(k, last_key, local, ext) else {
             return false;
-        }
-        let end = local + ext;
-        let reserved = self.inflight_reserved();
-        if (end / bs - num_hits + evictable + watermark).saturating_add(reserved) > free {
-            return false;
-        }
-        self.new_blocks.clear();
-        let Memory::Paged(pool) = &mut self.mem else {
-            unreachable!()
         };
-        let buffer = std::mem::take(&mut self.slab[k].table.blocks);
-        let table = BlockTable::start(
-            pool,
-            bs,
-            &self.hits,
-            last_key,
-            end - local,
-            &mut self.new_blocks,
-            0,
-            buffer,
-        );
-        let s = &mut self.slab[k];
-        s.table = table;
-        s.keys.clear();
-        s.keys_for = 0;
-        let row = s.row;
+        let bs = self.cfg.block_size;
         let t = self.t;
-        {
-            let tier = self.tier.as_deref_mut().expect("a connector");
-            tier.touched.extend_from_slice(&self.hits);
-            tier.touched.extend_from_slice(&self.new_blocks);
-        }
-        if self.log.is_some() {
-            self.log(event::ADMIT, row, -1);
-            for i in 0..self.hits.len() {
-                let b = i64::from(self.hits[i].0);
-                self.log(event::PREFIX_HIT, row, b);
-            }
-            self.log_allocations(row, event::ALLOCATE);
-        }
         let blocks = end / bs - local / bs;
         let tier = self.tier.as_deref_mut().expect("a connector");
         let (latency, per_block) = tier.pd_link.expect("a decode replica's link");
