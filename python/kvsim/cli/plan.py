@@ -293,13 +293,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise FlagError(f"argument --plot: cannot write {args.plot}: {exc.strerror or exc}") from None
     if args.json:
         out = {
-            "kvsim_version": kvsim.__version__,
-            "argv": getattr(args, "_argv", None),
-            "pool": config.pool.line(),
-            "time": config.time_line(),
-            "config": config.describe(),
-            "workload": info,
-            "backend": backend,
+            **_json_head(args, config, info, backend),
             **result.to_dict(),
             "compare": None
             if ranking is None
@@ -355,7 +349,6 @@ def _split(
     opts: dict[str, Any],
 ) -> int:
     """`kvsim plan --split`: `best_split`, printed as one table of its searches and the two fleets."""
-    import kvsim
     from kvsim.analysis.plan_pd import best_split
 
     # The disaggregated fleet's knobs are the config's (--pd-threshold, --pd-link-bandwidth, ...).
@@ -367,13 +360,7 @@ def _split(
         raise
     if args.json:
         out = {
-            "kvsim_version": kvsim.__version__,
-            "argv": getattr(args, "_argv", None),
-            "pool": config.pool.line(),
-            "time": config.time_line(),
-            "config": config.describe(),
-            "workload": info,
-            "backend": backend,
+            **_json_head(args, config, info, backend),
             **result.to_dict(),
             "notes": notes,
         }
@@ -404,6 +391,21 @@ def _split(
     for note in notes:
         print(f"note: {note}")
     return 0
+
+
+def _json_head(args: argparse.Namespace, config: Any, info: dict[str, Any], backend: str) -> dict[str, Any]:
+    """The head of `kvsim plan --json`, the rate search's and `--split`'s alike: what ran, on what, how."""
+    import kvsim
+
+    return {
+        "kvsim_version": kvsim.__version__,
+        "argv": getattr(args, "_argv", None),
+        "pool": config.pool.line(),
+        "time": config.time_line(),
+        "config": config.describe(),
+        "workload": info,
+        "backend": backend,
+    }
 
 
 def _ranking_table(table: Any) -> str:
