@@ -29,11 +29,15 @@ def draw_pd_goodput(ax: Any, frame: pl.DataFrame, workload: str) -> None:
         for x, lv in zip(xs, levels, strict=True):
             if lv[key] is not None:
                 (p, d), y = lv[key]
+                other = lv["aggregated" if key == "disaggregated" else "disaggregated"]
+                # The upper point's label above it, the lower's below, so two close points' labels part
+                # (a tie: the split's above).
+                above = y > other[1] if other is not None and y != other[1] else key == "disaggregated"
                 ax.annotate(
                     f"{d}" if p == 0 else f"{p}:{d}",
                     (x, y),
                     textcoords="offset points",
-                    xytext=(0, 7 if key == "disaggregated" else -13),
+                    xytext=(0, 7 if above else -13),
                     ha="center",
                     fontsize="small",
                     color=style["color"],
@@ -50,7 +54,7 @@ def draw_pd_goodput(ax: Any, frame: pl.DataFrame, workload: str) -> None:
         f"SLO tightness (tight TPOT ... loose); {MODEL} on {GPU}, {ATTAINMENT:.0%} of requests within both;\n"
         "labels: aggregated replicas, or prefill:decode replicas"
     )
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.06)  # room for the labels above the top points
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize="small")
 
