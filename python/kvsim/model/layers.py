@@ -573,16 +573,30 @@ def _deepseek_v4_layout(
             "replace) is modelled"
         )
     specs = [(i, spec) for i, lay in enumerate(layers) for spec in _deepseek_v4_specs(lay)]
-    groups = _packed_groups(specs)
+    kinds = {(k, w if k == "sliding_window" else 0, bs) for _, (k, w, bs, _) in specs}
+    if len(kinds) == 1:
+        # One spec, or one kind with per-layer pages (`is_kv_cache_spec_uniform`,
+        # `UniformTypeKVCacheSpecs.from_specs`): one group, before any packing (every layer without
+        # compression).
+        kind, window, bs, page = specs[0][1]
+        groups = [
+            KVGroup(
+                kind, window, bs, len(specs), tuple(i for i, _ in specs), page, sum(s[3] for _, s in specs)
+            )
+        ]
+    else:
+        groups = _packed_groups(specs)
     notes = [
         f"DeepSeek-V4: KV priced in FlashMLA's fp8_ds_mla layout ({DSV4_ENTRY_BYTES} B an entry), blocks of "
         f"{DSV4_BLOCK} tokens whatever the KV dtype asked for, caches packed block-outermost (DESIGN.md "
         "§Hybrid attention)"
     ]
+    # The engines count a group's block as its B_g token slots over a unit of the smallest group's block
+    # (as for pages unified by a larger block size), so the layout's block size is that one: 4 tokens.
     return KVLayout(
         tuple(groups),
         max(g.bytes_per_block for g in groups),
-        DSV4_BLOCK,
+        min(g.block_size for g in groups),
         math.lcm(*(g.block_size for g in groups)),
         False,
         False,
