@@ -40,7 +40,9 @@ GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba")
 # 1: no compression, `max(1, ratio)` in `DeepseekV4Attention`), the bytes of one latent entry in FlashMLA's
 # fp8_ds_mla layout (448 fp8 NoPE + 64 bf16 RoPE values + 8 scale bytes, `state_content_bytes=584`), the page
 # alignment (`alignment=576`), the sliding-window cache's block (`DeepseekV4SWACache`: 64 tokens) and the
-# block of the compressed caches (the sparse backends' `get_preferred_block_size`: 256 tokens).
+# block of the compressed caches (the cache config's block size, which vLLM sets to 256 when not given: the
+# least size all the model's attention backends take, `Platform._preferred_block_size_for_backends`: the
+# sliding-window backend's multiples of 32, the sparse MLA and indexer backends' 256).
 DSV4_RATIOS = (0, 1, 4, 128)
 DSV4_ENTRY_BYTES = 584
 DSV4_ALIGNMENT = 576
@@ -568,9 +570,9 @@ def _deepseek_v4_layout(
         )
     if block_size not in (16, DSV4_BLOCK):
         raise InvalidArgumentError(
-            f"model {name}: block_size {block_size}: DeepSeek-V4's sparse attention backends take blocks of "
-            f"{DSV4_BLOCK} tokens (get_preferred_block_size); only that (or the default 16, which they "
-            "replace) is modelled"
+            f"model {name}: block_size {block_size}: vLLM gives DeepSeek-V4 blocks of {DSV4_BLOCK} tokens when "
+            "--block-size is not set (the least size all its attention backends take: "
+            "_preferred_block_size_for_backends); kvsim models that one (its default 16 stands for not set)"
         )
     specs = [(i, spec) for i, lay in enumerate(layers) for spec in _deepseek_v4_specs(lay)]
     kinds = {(k, w if k == "sliding_window" else 0, bs) for _, (k, w, bs, _) in specs}
