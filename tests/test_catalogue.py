@@ -12,6 +12,8 @@ import pytest
 import kvsim
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import catalogue, gpus, memory, models, quant, sizing
+from kvsim.model.layers import kv_layout
+from kvsim.model.sizing import size_pool
 
 HF = Path(__file__).parent / "data" / "hf"
 GIB = 1 << 30
@@ -120,7 +122,12 @@ PUBLISHED = {
         0.02,
     ),  # model card: 35B total (the vision encoder not counted), 3B activated  # model card: 80B total (3B activated: below, without embeddings)
     "minimax-m2": (230, None, 0.02),  # model card: 230B total (10B active: below, without embeddings)
-    "kimi-linear-48b-a3b": (48, None, 0.025),  # model card: 48B total (rounded; 49.12B counted), 3B activated
+    "kimi-linear-48b-a3b": (48, None, 0.025),
+    "deepseek-v4-flash": (
+        284,
+        None,
+        0.01,
+    ),  # model card: 284B total (13B activated; the MTP layer not loaded)  # model card: 48B total (rounded; 49.12B counted), 3B activated
     # Google's model cards: 31B dense 30.7B (vision encoder apart; kvsim counts the V slot vLLM allocates in
     # the global layers' qkv_proj, 0.11B); 26B A4B 25.2B total, 3.8B active.
     "gemma-4-31b": (30.7, None, 0.01),
@@ -576,22 +583,96 @@ def test_minimax_m2_is_full_attention_moe_in_fp8_blocks():
         models._from_dict(bad, "m", "m", "m", None)
 
 
-def test_deepseek_v4_compressed_attention_is_refused_by_name():
-    """DeepSeek-V4's KV is compressed by per-layer ratios (`compress_ratios`): no kvsim layer kind holds it, so
-    the config is refused rather than priced as MLA or sliding windows."""
-    cfg = {
-        "model_type": "deepseek_v4",
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 1,
-        "head_dim": 512,
-        "vocab_size": 100,
-        "sliding_window": 128,
-        "compress_ratios": [4, 128],
-    }
-    with pytest.raises(InvalidArgumentError, match="DeepSeek-V4's compressed attention"):
-        models._from_dict(cfg, "v4", "v4", "v4", None)
+def test_deepseek_v4_caches_and_groups_from_first_principles():
+    """DeepSeek-V4-Flash's KV, from the per-layer arithmetic (DESIGN.md §Hybrid attention, "DeepSeek-V4"):
+    fp8_ds_mla entries of 448 fp8 + 64 bf16 RoPE values + 8 scale bytes, pages rounded up to 576 bytes; a
+    block id holds one page of every cache in the largest packed group; a run on a B200 prints vLLM's figures
+    from those bytes."""
+    m = models.get("deepseek-v4-flash")
+    ratios = json.loads((HF / "deepseek-v4-flash.json").read_text())["compress_ratios"][:43]
+    entry = 448 + 64 * 2 + 8
+    assert entry == 584
+
+    def page(n_bytes):
+        return -(-n_bytes // 576) * 576
+
+    swa, c4, c128 = page(64 * entry), page(256 // 4 * entry), page(256 // 128 * entry)
+    idx_keys, idx_state = page(64 * (128 + 4)), page(4 * 2 * 2 * 128 * 4)
+    state4, state128 = page(4 * 2 * 2 * 512 * 4), page(8 * 2 * 512 * 4)
+    n4, n128 = ratios.count(4), ratios.count(128)
+    assert (n4, n128, len(ratios)) == (21, 20, 43)
+    full_group = n4 * (idx_keys + c4) + n128 * c128
+    expected_groups = [
+        ("sliding_window", 128, 64, 22 * swa),
+        ("sliding_window", 128, 64, 21 * swa),
+        ("full", 0, 256, full_group),
+        ("sliding_window", 8, 4, n4 * (idx_state + state4)),
+        ("sliding_window", 128, 8, n128 * state128),
+    ]
+    for tp in (1, 4):  # one latent head, replicated: tensor parallelism changes no page
+        layout = kv_layout(m, 16, tensor_parallel_size=tp)
+        got = [(g.kind, g.window, g.block_size, g.bytes_per_block) for g in layout.groups]
+        assert got == expected_groups
+        assert layout.bytes_per_block == max(b for *_, b in expected_groups) == full_group
+        assert layout.scheduler_block_size == 256
+    # A 1M-token request holds, per group, what vLLM's admission bound gives (two batches in flight).
+    layout = kv_layout(m, 16)
+    in_flight = 2 * 8192
+    per_request = (
+        2 * (-(-(127 + in_flight) // 64) + 1)
+        + -(-(1 << 20) // 256)
+        + (-(-(7 + in_flight) // 4) + 1)
+        + (-(-(127 + in_flight) // 8) + 1)
+    )
+    assert layout.blocks_per_request(1 << 20, in_flight) == per_request
+    # Per token if every cache kept every token: the latent everywhere, 1/r of one where compressed, the
+    # indexer's 132-byte key per 4 tokens.
+    exact = 43 * entry + n4 * (entry / 4 + 132 / 4) + n128 * entry / 128
+    assert m.kv_bytes_per_token == math.ceil(exact)
+    # The pool on a B200 (tensor parallel 2) is whole blocks of that size, and vLLM's figures follow.
+    p = size_pool("deepseek-v4-flash", "b200", 16, tensor_parallel_size=2, max_num_batched_tokens=8192)
+    assert p.layout is not None
+    assert p.layout.bytes_per_block == full_group
+    assert p.figures is not None
+    ctx = 1 << 20
+    assert p.figures.max_concurrency == pytest.approx(p.figures.num_blocks / per_request)
+    assert p.figures.kv_cache_tokens == int(p.figures.num_blocks / per_request * ctx)
+
+
+def test_deepseek_v4_weights_and_refusals():
+    """DeepSeek-V4-Flash's weights: fp8 128 x 128 blocks, MXFP4 experts (`expert_dtype` fp4), 284B (model
+    card); what kvsim cannot price is refused by name."""
+    m = models.get("deepseek-v4-flash")
+    assert m.quantization.startswith("deepseek_v4_fp8")
+    assert "experts mxfp4" in m.quantization
+    assert m.num_params / 1e9 == pytest.approx(284, rel=0.01)  # model card: 284B (MTP layer not loaded)
+    experts = 43 * 256 * 3 * 2048 * 4096
+    mxfp4 = experts // 2 + experts // 32  # 4-bit values + one E8M0 byte per 32
+    fp8_experts = {**json.loads((HF / "deepseek-v4-flash.json").read_text()), "expert_dtype": "fp8"}
+    m8 = models._from_dict(fp8_experts, "v4", "v4", "v4", None)
+    block_scales = 43 * 256 * 3 * (2048 // 128) * (4096 // 128) * 4
+    assert m8.weight_bytes - m.weight_bytes == experts + block_scales - mxfp4
+    base = json.loads((HF / "deepseek-v4-flash.json").read_text())
+    for change, match in (
+        ({"compress_ratios": [0, 2] + [4] * 42}, "compress_ratios\\[1\\] 2"),
+        ({"compress_ratios": [4] * 10}, "compress_ratios"),
+        ({"head_dim": 256}, "head_dim"),
+        ({"model_type": "deepseek_v41"}, "deepseek_v41"),
+        ({"expert_dtype": "fp6"}, "expert_dtype"),
+        (
+            {"quantization_config": {**base["quantization_config"], "moe_quant_algo": "NVFP4"}},
+            "moe_quant_algo",
+        ),
+    ):
+        with pytest.raises(InvalidArgumentError, match=match):
+            models._from_dict({**base, **change}, "v4", "v4", "v4", None)
+    no_ratios = {k: v for k, v in base.items() if k != "compress_ratios"}
+    with pytest.raises(InvalidArgumentError, match="compress_ratios"):
+        models._from_dict(no_ratios, "v4", "v4", "v4", None)
+    with pytest.raises(InvalidArgumentError, match="hybrid_kv_cache_manager"):
+        kv_layout(m, 16, hybrid_kv_cache_manager="off")
+    with pytest.raises(InvalidArgumentError, match="block_size 32"):
+        kv_layout(m, 32)
 
 
 def _gemma4_text(**changes):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import hypothesis.strategies as st
+import numpy as np
 import pytest
 from hypothesis import given
 
@@ -227,3 +228,93 @@ def test_token_measures_count_a_block_as_its_groups_slots(backend):
     ts = kvsim.simulate(w, cfg, backend=backend, record_timeseries=True).timeseries
     assert ts["allocated_tokens"].to_list() == [64]
     assert ts["stored_tokens"].to_list() == [40]
+
+
+@st.composite
+def long_prompt_workloads(draw) -> Workload:
+    """Up to 12 requests whose prompts start with one of two long shared prefixes (past DeepSeek-V4's
+    256-token blocks and its 128-token window), or a later turn quoting an earlier answer."""
+    n = draw(st.integers(1, 12))
+    gaps = draw(st.lists(st.sampled_from([0.0, 0.001, 0.02]), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
+    offsets, ids, lens = [0], [], []
+    for i in range(n):
+        prefix = draw(st.sampled_from([None, (1, 300), (2, 530)]))
+        if prefix is not None:
+            ids.append(prefix[0])
+            lens.append(prefix[1])
+        ids.append(1000 + i)
+        lens.append(draw(st.integers(1, 300)))
+        offsets.append(len(ids))
+    return Workload(
+        arrival=np.cumsum(gaps),
+        output_len=output,
+        max_tokens=output,
+        num_samples=[1] * n,
+        seg_offsets=offsets,
+        segment_id=np.array(ids, dtype=np.uint64),
+        segment_len=lens,
+    )
+
+
+@given(
+    long_prompt_workloads(),
+    st.lists(st.sampled_from([0, 4, 128]), min_size=1, max_size=6),
+    st.integers(12, 700),
+    st.booleans(),
+    st.sampled_from([64, 256, 1024]),
+)
+def test_rust_engine_equals_reference_on_deepseek_v4_layouts(w, ratios, num_blocks, caching, budget):
+    """DeepSeek-V4's groups (DESIGN.md §Hybrid attention, "DeepSeek-V4"): sliding windows of 128 tokens in
+    blocks of 64, the compressed caches as full attention in blocks of 256, the compressor states as windows
+    of 8 (blocks of 4) and 128 (blocks of 8), packed as vLLM packs them; the engines agree exactly."""
+    layers = [
+        Layer("deepseek_v4", 128, 1, 512, compress_ratio=r, index_head_dim=128, index_heads=64)
+        for r in ratios
+    ]
+    model = dataclasses.replace(toy(layers, "dsv4-like"), num_attention_heads=8, num_kv_heads=1, head_dim=512)
+    cfg = kvsim.SimConfig(
+        model=dataclasses.replace(model, max_model_len=2048),
+        num_blocks=num_blocks,
+        enable_prefix_caching=caching,
+        max_num_seqs=8,
+        max_num_batched_tokens=budget,
+    )
+    layout = cfg.pool.layout
+    assert layout is not None
+    assert {(g.kind, g.window, g.block_size) for g in layout.groups} <= {
+        ("sliding_window", 128, 64),
+        ("full", 0, 256),
+        ("sliding_window", 8, 4),
+        ("sliding_window", 128, 8),
+    }
+    res = assert_same(w, cfg, 1)
+    assert set(res.requests["status"]) <= {"finished", "rejected"}
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_deepseek_v4_prefix_hit_lands_on_256_token_blocks(backend):
+    """Requests sharing a 700-token prefix: every group of DeepSeek-V4's layout holds it (the windows at
+    the replay boundary), and the hit is cut to the scheduler's block, the compressed caches' 256 tokens:
+    512 tokens for each request after the first."""
+    layers = [
+        Layer("deepseek_v4", 128, 1, 512, compress_ratio=r, index_head_dim=128, index_heads=64)
+        for r in (0, 4, 128, 4)
+    ]
+    model = dataclasses.replace(
+        toy(layers, "dsv4-like"), num_attention_heads=8, num_kv_heads=1, head_dim=512, max_model_len=2048
+    )
+    cfg = kvsim.SimConfig(model=model, num_blocks=400, max_num_seqs=4, max_num_batched_tokens=512)
+    assert cfg.pool.layout.scheduler_block_size == 256
+    n = 4
+    w = Workload(
+        arrival=np.arange(n) * 0.05,
+        output_len=[5] * n,
+        max_tokens=[5] * n,
+        num_samples=[1] * n,
+        seg_offsets=list(range(0, 2 * n + 1, 2)),
+        segment_id=np.array([x for i in range(n) for x in (1, 1000 + i)], dtype=np.uint64),
+        segment_len=[x for i in range(n) for x in (700, 50 + i)],
+    )
+    res = kvsim.simulate(w, cfg, backend=backend)
+    assert list(res.raw.cached_tokens) == [0] + [700 // 256 * 256] * (n - 1)

@@ -33,6 +33,7 @@ ROWS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
         "-tp 2 --no-enable-prefix-caching",
     ),
     ("kimi-linear-48b-a3b", "h200", {"enable_prefix_caching": False}, "--no-enable-prefix-caching"),
+    ("deepseek-v4-flash", "b200", {"tensor_parallel_size": 2}, "-tp 2"),
 )
 
 

@@ -80,8 +80,13 @@ class TooLarge(InvalidArgumentError):
 
 
 def model_names() -> list[str]:
-    """The models the page offers: kvsim's presets and `EXTRA_MODELS`, by name."""
-    return sorted({*models.names(), *EXTRA_MODELS})
+    """The models the page offers: kvsim's presets and `EXTRA_MODELS`, by name; not DeepSeek-V4, whose
+    groups' blocks of 4 to 256 tokens the page cannot draw in one block size (`check_layout`) and whose
+    layout takes no block size but its backend's (DESIGN.md §Hybrid attention)."""
+    names = {
+        n for n in models.names() if not any(lay.kind == "deepseek_v4" for lay in models.get(n).layer_list())
+    }
+    return sorted({*names, *EXTRA_MODELS})
 
 
 def lab_model(model: Any) -> models.Model:

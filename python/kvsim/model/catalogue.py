@@ -439,6 +439,48 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 248320,
         },
     ),
+    # deepseek-ai/DeepSeek-V4-Flash: 43 layers, d 4096, 64 heads of 512 (one latent KV head), compress ratios
+    # 0, 0, then 4 / 128 alternating, the last 4 (the MTP layer's 0 after them); a sliding window of 128;
+    # the indexer 64 heads of 128; 256 experts of 2048, 6 per token, 1 shared; fp8 weights in 128 x 128
+    # blocks, experts fp4 (`expert_dtype`); 1,048,576 positions. Model card: 284B total, 13B activated.
+    "deepseek-v4-flash": (
+        "deepseek-ai/DeepSeek-V4-Flash",
+        {
+            "model_type": "deepseek_v4",
+            "compress_ratios": [0, 0] + [4, 128] * 20 + [4, 0],
+            "expert_dtype": "fp4",
+            "hc_mult": 4,
+            "head_dim": 512,
+            "hidden_size": 4096,
+            "index_head_dim": 128,
+            "index_n_heads": 64,
+            "max_position_embeddings": 1048576,
+            "moe_intermediate_size": 2048,
+            "n_routed_experts": 256,
+            "n_shared_experts": 1,
+            "num_attention_heads": 64,
+            "num_experts_per_tok": 6,
+            "num_hash_layers": 3,
+            "num_hidden_layers": 43,
+            "num_key_value_heads": 1,
+            "o_groups": 8,
+            "o_lora_rank": 1024,
+            "q_lora_rank": 1024,
+            "qk_rope_head_dim": 64,
+            "quantization_config": {
+                "activation_scheme": "dynamic",
+                "fmt": "e4m3",
+                "quant_method": "fp8",
+                "scale_fmt": "ue8m0",
+                "weight_block_size": [128, 128],
+            },
+            "sliding_window": 128,
+            "tie_word_embeddings": False,
+            "topk_method": "noaux_tc",
+            "torch_dtype": "bfloat16",
+            "vocab_size": 129280,
+        },
+    ),
     # MiniMaxAI/MiniMax-M2: 62 full-attention layers (attn_type_list all 1), d 3072, 48 heads, 8 KV heads of
     # 128, q/k norms over all heads; 256 experts of 1536 (intermediate_size), 8 per token, no shared expert;
     # 196,608 positions; fp8 weights in 128 x 128 blocks, router and lm_head unquantized. Model card: 230B

@@ -15,7 +15,9 @@ main-model total, of which 37B are active per token (`num_active_params`, used f
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -138,11 +140,19 @@ class Model:
             bits = attention * (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bits(self.kv_dtype)
             return -(-bits // 8)
         bits = 0
+        dsv4 = Fraction(0)
         for layer in self.layer_list():
+            if layer.kind == "deepseek_v4":
+                # Every cache keeping every token (fp8_ds_mla; DESIGN.md §Hybrid attention): the latent
+                # entry, the compressed one per `ratio` tokens, the indexer's key per 4 tokens (ratio 4).
+                # Counted in bits per `ratio` tokens, exactly; rounded up once at the end.
+                r, idx = max(1, layer.compress_ratio), layer.index_head_dim
+                dsv4 += Fraction(584 * 8 * (r + 1), r) if r > 1 else 584 * 8
+                dsv4 += Fraction((idx + idx // 128 * 4) * 8, 4) if r == 4 else 0
             if layer.kind in ("full", "sliding_window", "chunked_local"):
                 heads = layer.num_kv_heads or self.num_kv_heads
                 bits += 2 * heads * (layer.head_dim or self.head_dim) * dtype_bits(self.kv_dtype)
-        return -(-bits // 8)
+        return -(-(bits + math.ceil(dsv4)) // 8)
 
     @property
     def param_bytes(self) -> int:
@@ -624,6 +634,14 @@ _KEPT_FIELDS = (
     "use_double_wide_mlp",
     "expert_intermediate_size",
     "top_k_experts",
+    # DeepSeek-V4 (`layers._deepseek_v4_layers`, `params._deepseek_v4`, `quant.deepseek_v4`).
+    "o_groups",
+    "o_lora_rank",
+    "index_n_heads",
+    "index_head_dim",
+    "hc_mult",
+    "num_hash_layers",
+    "expert_dtype",
 )
 
 
@@ -680,6 +698,8 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         )
     dtype = _HF_DTYPES[raw_dtype]
     checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}")
+    if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
+        checkpoint = quant.deepseek_v4(checkpoint, cfg, f"model {str(path)!r}")
     q = quant.with_flag(checkpoint, quantization, f"model {str(path)!r}")
     b = param_breakdown(cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick)
     weight_dtype = dtype

@@ -237,6 +237,54 @@ def _gemma4(
     b.other += hidden  # the final norm
 
 
+def _deepseek_v4(b: Breakdown, cfg: dict[str, Any], layers: int, hidden: int, heads: int, pick: Any) -> None:
+    """DeepSeek-V4's weights as vLLM 0.33.0 builds them (`vllm/models/deepseek_v4/attention.py`,
+    `compressor.py`, `nvidia/model.py`): per layer the attention's `wq_a` / `wkv` (fused), `wq_b`, the grouped
+    low-rank output `wo_a` / `wo_b`, its norms and sink; a compressor where the ratio is above 1 (its
+    `fused_wkv_wgate` built without the quant config, so unquantized, its `ape` and norm); the indexer on
+    ratio-4 layers (`wq_b` quantized, `weights_proj` and its compressor not); the hyper-connection mixing
+    (`hc_attn_*`, `hc_ffn_*`: `hc_mult² + 2·hc_mult` rows over `hc_mult · hidden`) and an MoE block on every
+    layer. The MTP layer (`num_nextn_predict_layers`) is loaded only for speculative decoding: not counted."""
+    head = pick("head_dim")
+    q_lora = pick("q_lora_rank")
+    o_groups, o_lora = pick("o_groups"), pick("o_lora_rank")
+    idx_heads, idx_dim = pick("index_n_heads"), pick("index_head_dim")
+    hc = pick("hc_mult", default=1, required=False)
+    # `compress_ratios` is checked where the layers are read (`layers._deepseek_v4_layers`).
+    given = cfg.get("compress_ratios")
+    ratios = [max(1, r) if isinstance(r, int) else 1 for r in (given if isinstance(given, list) else [])]
+    ratios = ratios[:layers]
+    n4 = sum(r == 4 for r in ratios)
+    b.add("attn", q_lora, hidden, layers)  # wq_a
+    b.add("attn", head, hidden, layers)  # wkv
+    b.add("attn", heads * head, q_lora, layers)  # wq_b
+    b.add("attn", o_groups * o_lora, heads * head // o_groups, layers)  # wo_a
+    b.add("attn", hidden, o_groups * o_lora, layers)  # wo_b
+    b.other += (q_lora + head + heads) * layers  # q_norm, kv_norm, attn_sink
+    for r in ratios:
+        if r > 1:
+            coff = 2 if r == 4 else 1
+            b.other += 2 * coff * head * hidden + r * coff * head + head  # fused_wkv_wgate, ape, norm
+    b.add("attn", idx_heads * idx_dim, q_lora, n4)  # the indexer's wq_b
+    b.other += n4 * (idx_heads * hidden + 2 * 2 * idx_dim * hidden + 4 * 2 * idx_dim + idx_dim)
+    mix = hc * hc + 2 * hc
+    b.other += 2 * layers * (mix * hc * hidden + mix + 3)  # hc_attn_*, hc_ffn_* (fn, base, scale)
+    b.other += hc * hc * hidden + hc + 1  # hc_head_*
+    b.other += 2 * hidden * layers + hidden  # attn_norm, ffn_norm, the final norm
+    experts = pick("n_routed_experts")
+    moe_ffn = pick("moe_intermediate_size")
+    per_tok = pick("num_experts_per_tok")
+    b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
+    b.add("experts", moe_ffn, hidden, 2 * experts * layers)
+    b.add("experts", hidden, moe_ffn, experts * layers)
+    shared = pick("n_shared_experts", default=0, required=False)
+    b.add("shared_experts", moe_ffn * shared, hidden, 2 * layers)
+    b.add("shared_experts", hidden, moe_ffn * shared, layers)
+    b.add("router", experts, hidden, layers)
+    hashed = pick("num_hash_layers", default=0, required=False)
+    b.other += experts * (layers - hashed)  # the gate's bias (hash-routed layers have none)
+
+
 def param_breakdown(
     cfg: dict[str, Any],
     layers: int,
@@ -261,6 +309,9 @@ def param_breakdown(
         b.add("lm_head", vocab, hidden)
     if model_type.startswith("gemma4"):
         _gemma4(b, cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, pick)
+        return b
+    if model_type == "deepseek_v4":
+        _deepseek_v4(b, cfg, layers, hidden, heads, pick)
         return b
     if model_type == "opt":
         b.other += (

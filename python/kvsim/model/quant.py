@@ -381,6 +381,26 @@ def from_config(qc: Any, where: str) -> Quantization:
     return parser(qc, where)
 
 
+def deepseek_v4(checkpoint: Quantization, cfg: dict[str, Any], where: str) -> Quantization:
+    """A DeepSeek-V4 fp8 checkpoint as vLLM 0.33.0 loads it (`vllm/models/deepseek_v4/quant_config.py`,
+    `DeepseekV4FP8Config`, which `DeepseekV4ForCausalLMConfig` makes of `quant_method: fp8`): linear layers
+    fp8 in blocks; the routed experts MXFP4 when the config's `expert_dtype` is `fp4` (its default;
+    `Mxfp4MoEMethod`), fp8 blocks when `fp8`. `moe_quant_algo` (NVFP4 experts) is refused by name."""
+    qc = cfg.get("quantization_config") or {}
+    if qc.get("moe_quant_algo"):
+        raise InvalidArgumentError(
+            f"{where}: quantization_config.moe_quant_algo {qc['moe_quant_algo']!r} (DeepSeek-V4's NVFP4 "
+            "experts) is not modelled"
+        )
+    expert = cfg.get("expert_dtype", "fp4")
+    if expert not in ("fp4", "fp8"):
+        raise InvalidArgumentError(f"{where}: expert_dtype {expert!r} is not 'fp4' or 'fp8' (vLLM's check)")
+    formats = dict(checkpoint.formats)
+    if expert == "fp4" and "experts" in formats:
+        formats["experts"] = Format("mxfp4", 4)
+    return Quantization("deepseek_v4_fp8", formats, checkpoint.ignored, checkpoint.kv_fp8)
+
+
 def with_flag(checkpoint: Quantization, flag: str | None, where: str) -> Quantization:
     """The quantization vLLM applies given `--quantization flag` (None: the checkpoint's).
 
@@ -417,6 +437,7 @@ __all__ = [
     "QUANTIZATION_CHOICES",
     "Format",
     "Quantization",
+    "deepseek_v4",
     "from_config",
     "with_flag",
 ]

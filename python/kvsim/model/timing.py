@@ -495,9 +495,27 @@ def roofline_time_model(
                 tp, dtype_bits(model.weight_dtype) if model.weight_dtype in ("fp16", "bf16", "fp32") else 16
             )
             continue
+        heads = model.num_attention_heads // tp
+        if lay.kind == "deepseek_v4":
+            # DeepSeek-V4 (DESIGN.md §Time model): the sliding window of fp8_ds_mla entries, and where the
+            # layer compresses, one entry per `ratio` keys (ratio 4: the indexer's 132-byte key too, scored
+            # by its heads), read as full attention.
+            hd, r = lay.head_dim or model.head_dim, max(1, lay.compress_ratio)
+            parts = [(SLIDING, lay.window, 584.0, 4.0 * heads * hd)]
+            if r > 1:
+                idx = lay.index_head_dim
+                kv = 584 / r + ((idx + idx // 128 * 4) / 4 if r == 4 else 0)
+                fl = 4 * heads * hd / r + (2 * lay.index_heads * idx / 4 if r == 4 else 0)
+                parts.append((FULL, 0, kv, fl))
+            for kind, window, kv_bytes, flops in parts:
+                acc = classes.setdefault((kind, window), [0.0, 0.0, 0.0, 0])
+                acc[0] += kv_bytes / att_mem
+                acc[1] += flops / att_flops
+                acc[2] += kv_bytes / att_mixed
+                acc[3] += 1
+            continue
         kind = {"sliding_window": SLIDING, "chunked_local": CHUNKED}.get(lay.kind, FULL)
         window = lay.window if kind != FULL else 0
-        heads = model.num_attention_heads // tp
         if model.is_mla:
             width = model.kv_lora_rank + model.qk_rope_head_dim
             kv_bytes = width * kv_bits / 8
