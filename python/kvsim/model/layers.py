@@ -237,13 +237,17 @@ class KVLayout:
         from kvsim.model.units import fmt_bytes
 
         parts = []
+        uniform = all(g.block_size == self.block_size for g in self.groups)
         for g in self.groups:
             what = f"{g.kind} {g.window}" if g.window else g.kind
-            bs = f" block {g.block_size}" if g.block_size != self.block_size else ""
+            bs = "" if uniform else f" block {g.block_size}"
             parts.append(f"{what} ×{g.num_layers}{bs}")
+        # Groups of unequal blocks: each says its own; the engines' token unit (the least of them) is not a
+        # block size vLLM would print, so it is not shown as one.
+        block = f"block {self.block_size}, " if uniform else ""
         return (
-            f"{len(self.groups)} group{'s' if len(self.groups) != 1 else ''}: {', '.join(parts)}; block "
-            f"{self.block_size}, 1 block = {fmt_bytes(self.bytes_per_block)}"
+            f"{len(self.groups)} group{'s' if len(self.groups) != 1 else ''}: {', '.join(parts)}; "
+            f"{block}1 block = {fmt_bytes(self.bytes_per_block)}"
         )
 
 
