@@ -13,7 +13,8 @@ import pytest
 
 import kvsim
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.layers import Layer, MambaState, kv_layout, layers_from_hf_config
+from kvsim.model.hf_layers import layers_from_hf_config
+from kvsim.model.layers import Layer, MambaState, kv_layout
 from kvsim.model.models import Model
 
 LAYOUTS = json.loads((Path(__file__).parent / "data" / "vllm_hybrid" / "layouts.json").read_text())

@@ -246,7 +246,7 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     # google/gemma-4-31B-it (text_config): 60 layers, d 5376, 32 heads, ffn 21504; five 1,024-token
     # sliding-window layers (16 KV heads of 256) to one global layer (full attention, 4 KV heads of 512:
-    # `attention_k_eq_v`), 262,144 positions (kvsim.model.layers._gemma4_layers).
+    # `attention_k_eq_v`), 262,144 positions (kvsim.model.hf_layers._gemma4_layers).
     "gemma-4-31b": (
         "google/gemma-4-31B-it",
         {
@@ -622,7 +622,7 @@ def presets() -> dict[str, Any]:
     for name, (hf_id, fields) in ENTRIES.items():
         url = _HF.format(hf_id)
         # Layer kinds (sliding windows, local chunks) come from the same fields, as from a config.json
-        # (`kvsim.model.layers.layers_from_hf_config`).
+        # (`kvsim.model.hf_layers.layers_from_hf_config`).
         out[name] = _from_dict(dict(fields), name, url, url, None)
     return out
 

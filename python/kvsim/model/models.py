@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.layers import FULL, Layer, layers_from_hf_config
+from kvsim.model.hf_layers import layers_from_hf_config
+from kvsim.model.layers import FULL, Layer
 
 # Bits per element, so sub-byte formats (int4 weights) stay exact in integer arithmetic.
 DTYPE_BITS: dict[str, int] = {
@@ -624,7 +625,7 @@ _KEPT_FIELDS = (
     "mamba_ssm_dtype",
     "attn_type_list",
     "compress_ratios",
-    # Gemma 4 (`layers._gemma4_layers`, `params._gemma4`).
+    # Gemma 4 (`hf_layers._gemma4_layers`, `params._gemma4`).
     "global_head_dim",
     "num_global_key_value_heads",
     "attention_k_eq_v",
@@ -634,7 +635,7 @@ _KEPT_FIELDS = (
     "use_double_wide_mlp",
     "expert_intermediate_size",
     "top_k_experts",
-    # DeepSeek-V4 (`layers._deepseek_v4_layers`, `params._deepseek_v4`, `quant.deepseek_v4`).
+    # DeepSeek-V4 (`hf_layers._deepseek_v4_layers`, `params._deepseek_v4`, `quant.deepseek_v4`).
     "o_groups",
     "o_lora_rank",
     "index_n_heads",

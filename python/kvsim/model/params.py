@@ -113,7 +113,7 @@ def _layer_flags(cfg: dict[str, Any], layers: int, experts: int, pick: Any) -> l
 def _linear_attention_layers(cfg: dict[str, Any], layers: int) -> int:
     """Decoder layers whose mixer is a state layer: a gated delta net (Qwen3-Next / Qwen3.5's
     `linear_attention` layers, from `layer_types`, else Qwen3-Next's `full_attention_interval`) or Kimi's
-    KDA (`linear_attn_config.kda_layers`), as `kvsim.model.layers.layers_from_hf_config` reads them."""
+    KDA (`linear_attn_config.kda_layers`), as `kvsim.model.hf_layers.layers_from_hf_config` reads them."""
     types = cfg.get("layer_types")
     if isinstance(types, list) and len(types) == layers:
         return sum(t == "linear_attention" for t in types)
@@ -250,7 +250,7 @@ def _deepseek_v4(b: Breakdown, cfg: dict[str, Any], layers: int, hidden: int, he
     o_groups, o_lora = pick("o_groups"), pick("o_lora_rank")
     idx_heads, idx_dim = pick("index_n_heads"), pick("index_head_dim")
     hc = pick("hc_mult", default=1, required=False)
-    # `compress_ratios` is checked where the layers are read (`layers._deepseek_v4_layers`).
+    # `compress_ratios` is checked where the layers are read (`hf_layers._deepseek_v4_layers`).
     given = cfg.get("compress_ratios")
     ratios = [max(1, r) if isinstance(r, int) else 1 for r in (given if isinstance(given, list) else [])]
     ratios = ratios[:layers]

@@ -1,0 +1,342 @@
+"""A model's layers read from its Hugging Face `config.json`: each decoder layer's cache kind
+(`kvsim.model.layers.Layer`) as vLLM 0.33.0 builds the model's layers from the config (`layer_types` and the
+fields transformers derives it from; Gemma 4's global and KV-shared layers; DeepSeek-V4's compress ratios;
+Mamba and linear-attention states). `kvsim.model.layers` groups them as vLLM's KV-cache manager does; this
+module only reads configs (DESIGN.md §Hybrid attention states each rule with its source).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.layers import DSV4_RATIOS, FULL, Layer, MambaState
+
+# Layer names of a config's `layer_types` (transformers' spelling) and the kind each is.
+_HF_LAYER_TYPES = {
+    "full_attention": "full",
+    "attention": "full",
+    "sliding_attention": "sliding_window",
+    "chunked_attention": "chunked_local",
+    "linear_attention": "mamba",
+    "mamba": "mamba",
+}
+
+
+def _deepseek_v4_layers(
+    cfg: dict[str, Any], model_type: str, num_layers: int, where: str, field_int: Any
+) -> tuple[Layer, ...]:
+    """DeepSeek-V4's layers (`model_type` `deepseek_v4`): `compress_ratios` (one per layer, the MTP layers'
+    after them, unread: they keep caches only under speculative decoding), `sliding_window`,
+    `index_head_dim`; the latent layout vLLM prices (head_dim 512 with 64 RoPE values) is checked."""
+    if model_type != "deepseek_v4":
+        raise InvalidArgumentError(
+            f"model {where}: model_type {model_type!r} with 'compress_ratios': only DeepSeek-V4 "
+            "('deepseek_v4') is modelled (DeepSeek-V4.1's shared KV source layers and Engram are not)"
+        )
+    ratios = cfg.get("compress_ratios")
+    if ratios is None:
+        raise InvalidArgumentError(
+            f"model {where}: DeepSeek-V4 without 'compress_ratios' (the upstream 'layer_types' / "
+            "'compress_rates' spelling is not read): kvsim needs each layer's ratio"
+        )
+    if (
+        not isinstance(ratios, list)
+        or len(ratios) < num_layers
+        or any(isinstance(r, bool) or not isinstance(r, int) for r in ratios)
+    ):
+        raise InvalidArgumentError(
+            f"model {where}: 'compress_ratios' must list a whole-number ratio for each of the {num_layers} "
+            "layers (the MTP layers' may follow)"
+        )
+    for key, want in (("head_dim", 512), ("qk_rope_head_dim", 64)):
+        if cfg.get(key) != want:
+            raise InvalidArgumentError(
+                f"model {where}: DeepSeek-V4 field {key!r} {cfg.get(key)!r}: only {want} is modelled (the "
+                "fp8_ds_mla entry of 448 NoPE + 64 RoPE values that vLLM's FlashMLA backend stores)"
+            )
+    window = field_int("sliding_window")
+    index_dim = field_int("index_head_dim", 128)
+    index_heads = field_int("index_n_heads", 64)
+    for i, r in enumerate(ratios[:num_layers]):
+        if r not in DSV4_RATIOS:
+            raise InvalidArgumentError(
+                f"model {where}: compress_ratios[{i}] {r} is not one of {', '.join(map(str, DSV4_RATIOS))}"
+            )
+    return tuple(
+        Layer(
+            "deepseek_v4", window, 1, 512, compress_ratio=r, index_head_dim=index_dim, index_heads=index_heads
+        )
+        for r in ratios[:num_layers]
+    )
+
+
+def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> tuple[Layer, ...]:
+    """Each decoder layer's cache from a Hugging Face `config.json` (already merged with its
+    `text_config`), as vLLM 0.33.0 builds the layers (the rules and their sources: DESIGN.md §Hybrid
+    attention). Empty: every layer full attention.
+
+    Read: `layer_types` (with `sliding_window`, `attention_chunk_size`), and where a checkpoint has none,
+    what transformers derives it from: Gemma's `sliding_window_pattern`, gpt-oss's alternation, Llama 4's
+    `no_rope_layers` with `attention_chunk_size`, Qwen's `use_sliding_window` / `max_window_layers`,
+    Qwen3-Next's `full_attention_interval`, Jamba's `attn_layer_period` / `attn_layer_offset`,
+    Nemotron-H's `hybrid_override_pattern`, Kimi-Linear's `linear_attn_config`, and a model-wide
+    `sliding_window` (Mistral: every layer). A state layer's shape comes from the model's fields as vLLM's
+    `MambaStateShapeCalculator` reads them.
+
+    Raises:
+        InvalidArgumentError: a field kvsim cannot model, named, rather than a guess.
+    """
+    model_type = str(cfg.get("model_type", ""))
+
+    def field_int(key: str, default: int | None = None) -> int:
+        v = cfg.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise InvalidArgumentError(f"model {where}: field {key!r} {v!r} must be a whole number")
+        return v
+
+    window = cfg.get("sliding_window")
+    if window == 0:
+        window = None  # vLLM: 0 means no sliding window (ModelConfig)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise InvalidArgumentError(f"model {where}: field 'sliding_window' {window!r} must be a whole number")
+
+    def sliding() -> Layer:
+        if window is None:
+            raise InvalidArgumentError(f"model {where}: sliding-window layers but no 'sliding_window'")
+        return Layer("sliding_window", window)
+
+    if model_type.startswith("deepseek_v4") or cfg.get("compress_ratios") is not None:
+        return _deepseek_v4_layers(cfg, model_type, num_layers, where, field_int)
+    if model_type.startswith("gemma4"):
+        return _gemma4_layers(cfg, num_layers, where, field_int, sliding)
+    if model_type == "minimax_m2":
+        # vLLM's minimax_m2.py builds every layer as full attention; its `attn_type_list` marks them 1
+        # (MiniMax-Text-01's lightning-attention layers are 0, which MiniMax-M2 has none of).
+        kinds = cfg.get("attn_type_list")
+        if kinds is not None and (not isinstance(kinds, list) or any(k != 1 for k in kinds)):
+            raise InvalidArgumentError(
+                f"model {where}: MiniMax-M2's 'attn_type_list' must mark every layer 1 (full attention); "
+                "linear (lightning) attention layers are not modelled"
+            )
+        return ()
+    state = _hf_state(cfg, model_type, where, field_int)
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != num_layers:
+            raise InvalidArgumentError(
+                f"model {where}: 'layer_types' must list the {num_layers} layers' types"
+            )
+        out = []
+        for t in types:
+            kind = _HF_LAYER_TYPES.get(t) if isinstance(t, str) else None
+            if kind is None:
+                raise InvalidArgumentError(
+                    f"model {where}: layer type {t!r} of 'layer_types' is not one kvsim models "
+                    f"({', '.join(sorted(_HF_LAYER_TYPES))})"
+                )
+            if kind == "sliding_window":
+                out.append(sliding())
+            elif kind == "chunked_local":
+                out.append(Layer("chunked_local", field_int("attention_chunk_size")))
+            elif kind == "mamba":
+                if state is None:
+                    raise InvalidArgumentError(
+                        f"model {where}: {t!r} layers, but no state-layer fields kvsim reads "
+                        "(Qwen3-Next's linear_*; Kimi's linear_attn_config)"
+                    )
+                out.append(Layer("mamba", state=state))
+            else:
+                out.append(FULL)
+        return _trim(out)
+    n = num_layers
+    if model_type in ("gemma3", "gemma3_text", "gemma2"):
+        pattern = 2 if model_type == "gemma2" else field_int("sliding_window_pattern", 6)
+        return _trim([sliding() if (i + 1) % pattern else FULL for i in range(n)])
+    if model_type == "gpt_oss":  # vLLM's gpt_oss.py: even layers slide
+        return _trim([sliding() if i % 2 == 0 else FULL for i in range(n)])
+    if model_type in ("llama4", "llama4_text"):
+        chunk = cfg.get("attention_chunk_size")
+        nope = cfg.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(n)]
+        if not isinstance(nope, list) or len(nope) != n:
+            raise InvalidArgumentError(f"model {where}: 'no_rope_layers' must list the {n} layers")
+        if not chunk:
+            return ()
+        return _trim([Layer("chunked_local", field_int("attention_chunk_size")) if r else FULL for r in nope])
+    if model_type.startswith("qwen2") or (model_type.startswith("qwen3") and model_type != "qwen3_next"):
+        if not cfg.get("use_sliding_window"):
+            return ()
+        first = field_int("max_window_layers", n)
+        return _trim([sliding() if i >= first else FULL for i in range(n)])
+    if model_type == "qwen3_next":
+        interval = field_int("full_attention_interval", 4)
+        assert state is not None
+        return _trim([Layer("mamba", state=state) if (i + 1) % interval else FULL for i in range(n)])
+    if model_type == "jamba":
+        period, offset = field_int("attn_layer_period", 8), field_int("attn_layer_offset", 4)
+        assert state is not None
+        return _trim([FULL if i % period == offset else Layer("mamba", state=state) for i in range(n)])
+    if model_type == "nemotron_h":
+        letters = cfg.get("hybrid_override_pattern")
+        if not isinstance(letters, str) or len(letters) != n:
+            raise InvalidArgumentError(f"model {where}: 'hybrid_override_pattern' must name the {n} layers")
+        assert state is not None
+        kinds = {"M": Layer("mamba", state=state), "*": FULL, "-": Layer("shared"), "E": Layer("shared")}
+        if set(letters) - set(kinds):
+            raise InvalidArgumentError(
+                f"model {where}: 'hybrid_override_pattern' letters {sorted(set(letters) - set(kinds))} are "
+                "not Mamba (M), attention (*), MLP (-) or MoE (E)"
+            )
+        return _trim([kinds[c] for c in letters])
+    if model_type == "kimi_linear":
+        lac = cfg.get("linear_attn_config")
+        if not isinstance(lac, dict) or not isinstance(lac.get("kda_layers"), list):
+            raise InvalidArgumentError(f"model {where}: 'linear_attn_config' needs its 'kda_layers'")
+        assert state is not None
+        kda = set(lac["kda_layers"])  # 1-based (vLLM's KimiLinearConfig.is_kda_layer)
+        return _trim([Layer("mamba", state=state) if i + 1 in kda else FULL for i in range(n)])
+    for key in ("attn_type_list", "layers_block_type", "linear_attn_config", "hybrid_override_pattern"):
+        if cfg.get(key) is not None:
+            raise InvalidArgumentError(
+                f"model {where}: field {key!r} (model_type {model_type!r}) names layer kinds kvsim does not "
+                "read for this model type; give the layers explicitly (kvsim.models.Model(layers=...))"
+            )
+    if window is not None:  # vLLM: CacheConfig.sliding_window for every layer (Mistral v0.1)
+        return tuple(sliding() for _ in range(n))
+    if cfg.get("attention_chunk_size"):
+        raise InvalidArgumentError(
+            f"model {where}: field 'attention_chunk_size' without 'layer_types' or Llama 4's "
+            "'no_rope_layers': which layers are local is not known"
+        )
+    return ()
+
+
+def _gemma4_layers(
+    cfg: dict[str, Any], n: int, where: str, field_int: Any, sliding: Any
+) -> tuple[Layer, ...]:
+    """Gemma 4's layers as vLLM 0.33.0's `gemma4.py` builds them (`Gemma4Attention`, with the per-layer
+    head width and KV heads transformers' `Gemma4TextConfig.per_layer_config` gives):
+
+    - a `sliding_attention` layer: a sliding window of `sliding_window` tokens, `num_key_value_heads` heads
+      of `head_dim`;
+    - a `full_attention` (global) layer: full attention with heads of `global_head_dim` (`head_dim` when
+      absent), `num_global_key_value_heads` of them where `attention_k_eq_v` (else `num_key_value_heads`).
+      `attention_k_eq_v` loads the checkpoint's K projection into both the K and V slots of the layer's
+      `qkv_proj` (`_gemma4_layer_weights_mapper`): the layer still caches K and V, a plain full-attention
+      page;
+    - the last `num_kv_shared_layers` layers: `kv_sharing_target_layer_name` is the last earlier layer of
+      the same type, so they keep no cache of their own (`shared`).
+
+    Per-layer embeddings (E2B / E4B) keep no cache: their weights are counted in `params._gemma4`.
+    """
+    types = cfg.get("layer_types")
+    if not isinstance(types, list) or len(types) != n:
+        raise InvalidArgumentError(f"model {where}: Gemma 4's 'layer_types' must list the {n} layers' types")
+    head_dim = field_int("head_dim")
+    global_dim = cfg.get("global_head_dim") or head_dim
+    if isinstance(global_dim, bool) or not isinstance(global_dim, int):
+        raise InvalidArgumentError(
+            f"model {where}: field 'global_head_dim' {global_dim!r} must be a whole number"
+        )
+    kv = field_int("num_key_value_heads")
+    global_kv = kv
+    if cfg.get("attention_k_eq_v") and cfg.get("num_global_key_value_heads") is not None:
+        global_kv = field_int("num_global_key_value_heads")
+    shared = field_int("num_kv_shared_layers", 0) if cfg.get("num_kv_shared_layers") is not None else 0
+    first_shared = n - shared
+    out: list[Layer] = []
+    for i, t in enumerate(types):
+        if t not in ("sliding_attention", "full_attention"):
+            raise InvalidArgumentError(
+                f"model {where}: Gemma 4 layer type {t!r} is not 'sliding_attention' or 'full_attention'"
+            )
+        if shared and i >= first_shared:
+            if t not in types[:first_shared]:
+                raise InvalidArgumentError(
+                    f"model {where}: KV-shared layer {i} ({t!r}) has no earlier {t!r} layer to read"
+                )
+            out.append(Layer("shared"))
+        elif t == "sliding_attention":
+            out.append(Layer("sliding_window", sliding().window, num_kv_heads=kv, head_dim=head_dim))
+        else:
+            out.append(Layer("full", num_kv_heads=global_kv, head_dim=global_dim))
+    return tuple(out)
+
+
+def _trim(layers: list[Layer]) -> tuple[Layer, ...]:
+    """Every layer full attention is `()`, the model's plain form."""
+    return () if all(lay is FULL or lay == FULL for lay in layers) else tuple(layers)
+
+
+def _hf_state(cfg: dict[str, Any], model_type: str, where: str, field_int: Any) -> MambaState | None:
+    """A state layer's shape from a config's fields (vLLM's `get_mamba_state_shape_from_config` of each
+    model, `vllm/model_executor/models/`), or None for a model without state layers."""
+    if model_type == "qwen3_next" or cfg.get("linear_num_value_heads") is not None:
+        nk, nv = field_int("linear_num_key_heads"), field_int("linear_num_value_heads")
+        hk, hv = field_int("linear_key_head_dim"), field_int("linear_value_head_dim")
+        # gated_delta_net_state_shape: conv (hk·nk·2 + hv·nv, kernel − 1), temporal (nv, hv, hk). Qwen3.5
+        # keeps the temporal state in its config's `mamba_ssm_dtype` (vLLM's
+        # Qwen3_5ForConditionalGenerationConfig sets mamba_ssm_cache_dtype from it when left 'auto');
+        # Qwen3-Next in the model's dtype.
+        ssm_dtype = cfg.get("mamba_ssm_dtype") if model_type.startswith("qwen3_5") else None
+        ssm_bits = {None: 0, "float32": 32, "bfloat16": 16, "float16": 16}.get(ssm_dtype)
+        if ssm_bits is None:
+            raise InvalidArgumentError(
+                f"model {where}: field 'mamba_ssm_dtype' {ssm_dtype!r} is not float32, bfloat16 or float16"
+            )
+        return MambaState(
+            conv_channels=hk * nk * 2 + hv * nv,
+            conv_width=field_int("linear_conv_kernel_dim", 4) - 1,
+            ssm_heads=nv,
+            ssm_per_head=hv * hk,
+            ssm_bits=ssm_bits,
+            checkpoint_blocks=1,
+        )
+    if model_type == "jamba":
+        inner = field_int("mamba_expand", 2) * field_int("hidden_size")
+        # mamba1_state_shape: conv (expand·hidden, d_conv − 1), temporal (expand·hidden, d_state).
+        return MambaState(
+            conv_channels=inner,
+            conv_width=field_int("mamba_d_conv", 4) - 1,
+            ssm_heads=inner,
+            ssm_per_head=field_int("mamba_d_state", 16),
+        )
+    if model_type == "nemotron_h":
+        heads, head_dim = field_int("mamba_num_heads"), field_int("mamba_head_dim")
+        state = field_int("ssm_state_size")
+        # mamba2_state_shape: conv (heads·head_dim + 2·n_groups·state, conv_kernel − 1), temporal
+        # (heads, head_dim, state); Nemotron-H keeps the SSM state in float32 unless its config says
+        # otherwise (vLLM's NemotronHForCausalLMConfig).
+        ssm_dtype = cfg.get("mamba_ssm_cache_dtype", "float32")
+        return MambaState(
+            conv_channels=heads * head_dim,
+            conv_width=field_int("conv_kernel", 4) - 1,
+            ssm_heads=heads,
+            ssm_per_head=head_dim * state,
+            mamba2_groups=field_int("n_groups", 1),
+            mamba2_state_size=state,
+            ssm_bits=32 if ssm_dtype == "float32" else 16,
+            checkpoint_blocks=1,
+        )
+    if model_type == "kimi_linear":
+        lac = cfg.get("linear_attn_config")
+        if not isinstance(lac, dict):
+            raise InvalidArgumentError(f"model {where}: 'linear_attn_config' must be an object")
+        heads, head_dim = lac.get("num_heads"), lac.get("head_dim")
+        if not isinstance(heads, int) or not isinstance(head_dim, int):
+            raise InvalidArgumentError(
+                f"model {where}: 'linear_attn_config' needs 'num_heads' and 'head_dim'"
+            )
+        # kda_state_shape: conv (3·heads·head_dim, kernel − 1), recurrent (heads, head_dim, head_dim) in
+        # float32 (MambaStateDtypeCalculator.kda_state_dtype with "auto").
+        return MambaState(
+            conv_channels=3 * heads * head_dim,
+            conv_width=int(lac.get("short_conv_kernel_size", 4)) - 1,
+            ssm_heads=heads,
+            ssm_per_head=head_dim * head_dim,
+            ssm_bits=32,
+        )
+    return None
+
+
+__all__ = ["layers_from_hf_config"]
