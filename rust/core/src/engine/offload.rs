@@ -56,6 +56,9 @@ pub(super) struct Tier {
     pub(super) held: VecDeque<usize>,
     loads: Vec<Job>,
     stores: Vec<Job>,
+    /// No transfer in flight ends before this (i64::MAX: none in flight): an observation before it
+    /// sees nothing (`observe`'s fast path).
+    min_end: i64,
     /// Chunks loads in flight read (vLLM's `_chunks_being_loaded`), with their counts.
     loading: HashMap<BlockKey, u32>,
     load_free: i64,
@@ -119,6 +122,7 @@ impl Tier {
             held: VecDeque::new(),
             loads: Vec::new(),
             stores: Vec::new(),
+            min_end: i64::MAX,
             loading: HashMap::new(),
             load_free: 0,
             store_free: 0,
@@ -563,6 +567,7 @@ impl Engine<'_> {
             avail: tier.num_observed + 1,
             remote: true,
         };
+        tier.min_end = tier.min_end.min(job.end);
         tier.loads.push(job);
         let s = &mut self.slab[k];
         s.jobs += 1;
@@ -620,6 +625,7 @@ impl Engine<'_> {
             avail: tier.num_observed + 1,
             remote: false,
         };
+        tier.min_end = tier.min_end.min(job.end);
         tier.loads.push(job);
         let s = &mut self.slab[k];
         s.jobs += 1;
@@ -709,19 +715,27 @@ impl Engine<'_> {
     /// finished ones are done with the tier. A store this step must wait for (a preempted request's, or
     /// one reading a block this step allocated: vLLM's flush) is seen at this step's end. Returns
     /// whether a store was planned and when the last store the step waits for ends (0 if none).
-    #[inline(never)]
     pub(super) fn offer_stores(&mut self, step_end: i64) -> (bool, i64) {
-        if self.scheduled.is_empty() {
-            // Most steps: nobody to offer for, nothing to flush.
-            let tier = self.tier_mut();
-            if tier.preempted_now.is_empty()
-                && tier.finished_last.is_empty()
-                && tier.fences.is_empty()
-            {
-                tier.touched.clear();
-                return (false, 0);
-            }
+        if self.nothing_to_offer() {
+            self.tier_mut().touched.clear();
+            return (false, 0);
         }
+        self.offer_stores_now(step_end)
+    }
+
+    /// Most steps: nobody to offer for, nothing to flush (`offer_stores` returns at once).
+    #[inline]
+    fn nothing_to_offer(&self) -> bool {
+        let tier = self.tier_ref();
+        self.scheduled.is_empty()
+            && tier.preempted_now.is_empty()
+            && tier.finished_last.is_empty()
+            && tier.fences.is_empty()
+    }
+
+    /// `offer_stores` with something to offer or flush.
+    #[inline(never)]
+    fn offer_stores_now(&mut self, step_end: i64) -> (bool, i64) {
         let mut tier = self.tier.take().expect("a CPU tier");
         if !tier.has_cpu {
             // A decode replica's connector: no stores.
@@ -878,6 +892,7 @@ impl Engine<'_> {
             }
         }
         let keys = tier.stored_keys();
+        tier.min_end = tier.min_end.min(tier.store_free);
         tier.stores.push(Job {
             id,
             k: k.unwrap_or(usize::MAX),
@@ -949,17 +964,21 @@ impl Engine<'_> {
 
     /// An observation point at `t` (a step's end, an idle jump, a stall's end): every transfer that has
     /// ended and that this observation may see completes. Returns whether one did.
-    #[inline(never)]
+    #[inline]
     pub(super) fn observe(&mut self) -> bool {
-        {
-            let tier = self.tier_mut();
-            if tier.loads.is_empty() && tier.stores.is_empty() {
-                tier.num_observed += 1;
-                return false;
-            }
-        }
-        let mut tier = self.tier.take().expect("a CPU tier");
+        let t = self.t;
+        let tier = self.tier_mut();
         tier.num_observed += 1;
+        if t < tier.min_end {
+            return false; // (nothing in flight has ended: most observations)
+        }
+        self.observe_now()
+    }
+
+    /// `observe` when a transfer in flight may have ended.
+    #[inline(never)]
+    fn observe_now(&mut self) -> bool {
+        let mut tier = self.tier.take().expect("a CPU tier");
         let (t, now) = (self.t, tier.num_observed);
         let mut seen = false;
         let done = |j: &Job| j.end <= t && j.avail <= now;
@@ -1019,6 +1038,13 @@ impl Engine<'_> {
             }
             seen = true;
         }
+        tier.min_end = tier
+            .loads
+            .iter()
+            .chain(&tier.stores)
+            .map(|j| j.end)
+            .min()
+            .unwrap_or(i64::MAX);
         self.tier = Some(tier);
         seen
     }
@@ -1096,8 +1122,17 @@ impl Engine<'_> {
 
     /// A step's tier work after scheduling, its duration `dt` so far: the scheduled requests still
     /// prefilling, the stores offered (from the step's end) and the flush; returns the step's duration.
-    #[inline(never)]
+    #[inline]
     pub(super) fn tier_step_stores(&mut self, dt: u64) -> u64 {
+        if self.nothing_to_offer() {
+            self.tier_mut().touched.clear();
+            return dt;
+        }
+        self.tier_step_stores_now(dt)
+    }
+
+    #[inline(never)]
+    fn tier_step_stores_now(&mut self, dt: u64) -> u64 {
         for i in 0..self.scheduled.len() {
             let s = &mut self.slab[self.scheduled[i].0];
             s.prefilling = s.prefilling && s.num_computed < s.num_tokens();
@@ -1108,15 +1143,21 @@ impl Engine<'_> {
 
     /// `tier_quiet` after a lockstep step that was: only the step's admissions can have changed it
     /// (the decoding requests offer nothing), so only they are looked at.
-    #[inline(never)]
+    #[inline]
     pub(super) fn tier_stays_quiet(&self) -> bool {
         let tier = self.tier_ref();
         !tier.has_cpu
-            || tier.fences.is_empty()
-                && self.scheduled.iter().all(|&(k, _)| {
-                    let s = &self.slab[k];
-                    s.next_store >= s.prompt_len / tier.tpc
-                })
+            || tier.fences.is_empty() && (self.scheduled.is_empty() || self.admissions_quiet())
+    }
+
+    /// `tier_stays_quiet`'s look at the step's admissions.
+    #[inline(never)]
+    fn admissions_quiet(&self) -> bool {
+        let tier = self.tier_ref();
+        self.scheduled.iter().all(|&(k, _)| {
+            let s = &self.slab[k];
+            s.next_store >= s.prompt_len / tier.tpc
+        })
     }
 
     /// What a step that schedules nothing may have changed before: loads admitted, rejections,
@@ -1142,7 +1183,7 @@ impl Engine<'_> {
     }
 
     /// The tier's occupancy during a step of `dt`.
-    #[inline(never)]
+    #[inline]
     pub(super) fn tier_record(&mut self, dt: u64) {
         let used = self.tier_ref().cpu.used();
         let c = &mut self.out.counters;
