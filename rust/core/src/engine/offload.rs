@@ -149,6 +149,12 @@ impl Tier {
         keys
     }
 
+    /// A store on the link from now.
+    fn push_store(&mut self, job: Job) {
+        self.min_end = self.min_end.min(job.end);
+        self.stores.push(job);
+    }
+
     fn fence(&mut self, id: u64, blocks: &[BlockId]) {
         for &b in blocks {
             self.fences.entry(b).or_default().push(id);
@@ -892,8 +898,7 @@ impl Engine<'_> {
             }
         }
         let keys = tier.stored_keys();
-        tier.min_end = tier.min_end.min(tier.store_free);
-        tier.stores.push(Job {
+        tier.push_store(Job {
             id,
             k: k.unwrap_or(usize::MAX),
             row,
