@@ -87,6 +87,8 @@ struct Chunk {
     pos: u32,
     pins: u16,
     ready: bool,
+    /// Whether the slot holds a chunk (a `Group`'s slots may be empty).
+    held: bool,
 }
 
 const _: () = assert!(size_of::<Chunk>() == 16);
@@ -106,6 +108,301 @@ impl Chunk {
     fn set_rank(&mut self, (req, Reverse(pos)): Rank) {
         self.req = req;
         self.pos = u32::try_from(pos).expect("a chunk position below 2^32");
+    }
+}
+
+/// The chunks held, grouped by their key's upper 64 bits: a key `(hi << 64) | lo` lives in the group
+/// of `hi` at slot `lo - base` when the group's slots reach it, else among the singles. A request's
+/// private chunks are named by its row in the upper half and their block index in the lower
+/// (`ensure_tier_keys` in the engine), so they fill one group's consecutive slots: one hash-table entry
+/// and one vector per row instead of one entry per chunk (the table's inserts and growth were most of a
+/// rarely hit tier's cost, results/README.md §CPU tier). A content key (a hash) is a group of one.
+///
+/// Exact for any keys: a group's slots only grow at their end, by a key absent from the tier, so a
+/// single is never inside its group's slots (a lookup that finds the group's slot has the answer).
+/// Memory: a group spans from its first slot to its last held chunk (empty slots at the end are
+/// trimmed, a group with none held dropped), so at most a request's chunks per row with one held.
+#[derive(Clone, Debug, Default)]
+struct Chunks {
+    groups: HashMap<u64, Group, Hasher>,
+    singles: KeyMap<Chunk>,
+    len: usize,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Group {
+    /// The lower key half of `slots[0]`.
+    base: u64,
+    slots: Vec<Chunk>,
+    held: u32,
+}
+
+#[inline]
+fn split_key(key: BlockKey) -> (u64, u64) {
+    ((key.0 >> 64) as u64, key.0 as u64)
+}
+
+impl Chunks {
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn get(&self, key: BlockKey) -> Option<&Chunk> {
+        let (hi, lo) = split_key(key);
+        if let Some(g) = self.groups.get(&hi) {
+            let i = lo.wrapping_sub(g.base);
+            if i < g.slots.len() as u64 {
+                let c = &g.slots[i as usize];
+                return c.held.then_some(c);
+            }
+        }
+        if self.singles.is_empty() {
+            return None;
+        }
+        self.singles.get(&key)
+    }
+
+    #[inline]
+    fn get_mut(&mut self, key: BlockKey) -> Option<&mut Chunk> {
+        let (hi, lo) = split_key(key);
+        if let Some(g) = self.groups.get_mut(&hi) {
+            let i = lo.wrapping_sub(g.base);
+            if i < g.slots.len() as u64 {
+                let c = &mut g.slots[i as usize];
+                return if c.held { Some(c) } else { None };
+            }
+        }
+        if self.singles.is_empty() {
+            return None;
+        }
+        self.singles.get_mut(&key)
+    }
+
+    #[inline]
+    fn contains(&self, key: BlockKey) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Holds `key` as `chunk` (replacing it if held, as a map's insert); `more`: how many keys the
+    /// caller is about to insert after it (a new group's vector is sized for them).
+    fn insert(&mut self, key: BlockKey, mut chunk: Chunk, more: usize) {
+        chunk.held = true;
+        self.len += 1;
+        let (hi, lo) = split_key(key);
+        match self.groups.entry(hi) {
+            Entry::Vacant(e) => {
+                let mut slots = Vec::with_capacity(1 + more);
+                slots.push(chunk);
+                e.insert(Group {
+                    base: lo,
+                    slots,
+                    held: 1,
+                });
+            }
+            Entry::Occupied(mut e) => {
+                let g = e.get_mut();
+                let i = lo.wrapping_sub(g.base);
+                let n = g.slots.len() as u64;
+                if i < n {
+                    let slot = &mut g.slots[i as usize];
+                    if slot.held {
+                        self.len -= 1; // (replaced)
+                    } else {
+                        g.held += 1;
+                    }
+                    *slot = chunk;
+                } else if i == n {
+                    g.slots.push(chunk);
+                    g.held += 1;
+                } else if self.singles.insert(key, chunk).is_some() {
+                    self.len -= 1; // (replaced)
+                }
+            }
+        }
+    }
+
+    /// `insert` of each `(key, chunk)` in order, one group lookup per run of keys sharing their upper
+    /// half.
+    fn insert_many(&mut self, items: impl ExactSizeIterator<Item = (BlockKey, Chunk)>) {
+        let mut items = items.peekable();
+        while let Some((key, chunk)) = items.next() {
+            let (hi, lo) = split_key(key);
+            let more = items.len();
+            self.insert(key, chunk, more);
+            // The keys after it in its group: appended while they follow on.
+            let Some(g) = self.groups.get_mut(&hi) else {
+                continue;
+            };
+            while let Some(&(key, mut chunk)) = items.peek() {
+                let (h, l) = split_key(key);
+                if h != hi || l.wrapping_sub(g.base) != g.slots.len() as u64 || l == lo {
+                    break;
+                }
+                items.next();
+                chunk.held = true;
+                g.slots.push(chunk);
+                g.held += 1;
+                self.len += 1;
+            }
+        }
+    }
+
+    fn remove(&mut self, key: BlockKey) -> Option<Chunk> {
+        let (hi, lo) = split_key(key);
+        if let Entry::Occupied(mut e) = self.groups.entry(hi) {
+            let g = e.get_mut();
+            let i = lo.wrapping_sub(g.base);
+            if i < g.slots.len() as u64 {
+                let c = g.slots[i as usize];
+                if !c.held {
+                    return None;
+                }
+                g.slots[i as usize].held = false;
+                g.held -= 1;
+                self.len -= 1;
+                if g.held == 0 {
+                    e.remove();
+                } else {
+                    while g.slots.last().is_some_and(|c| !c.held) {
+                        g.slots.pop();
+                    }
+                }
+                return Some(c);
+            }
+        }
+        let c = self.singles.remove(&key)?;
+        self.len -= 1;
+        Some(c)
+    }
+
+    /// `f(i, key, chunk)` for the `i`th of `keys` (None: not held), one group lookup per run of keys
+    /// sharing their upper half (a request's private chunks).
+    #[inline]
+    fn visit<'a>(
+        &'a self,
+        keys: impl Iterator<Item = BlockKey>,
+        mut f: impl FnMut(usize, BlockKey, Option<&'a Chunk>),
+    ) {
+        let mut cur: Option<(u64, Option<&'a Group>)> = None;
+        for (i, key) in keys.enumerate() {
+            let (hi, lo) = split_key(key);
+            let g = match cur {
+                Some((h, g)) if h == hi => g,
+                _ => {
+                    let g = self.groups.get(&hi);
+                    cur = Some((hi, g));
+                    g
+                }
+            };
+            if let Some(g) = g {
+                let j = lo.wrapping_sub(g.base);
+                if j < g.slots.len() as u64 {
+                    let c = &g.slots[j as usize];
+                    f(i, key, c.held.then_some(c));
+                    continue;
+                }
+            }
+            f(
+                i,
+                key,
+                if self.singles.is_empty() {
+                    None
+                } else {
+                    self.singles.get(&key)
+                },
+            );
+        }
+    }
+
+    /// `visit` with the chunks mutable (`f` sees only held ones).
+    #[inline]
+    fn visit_mut(
+        &mut self,
+        keys: impl Iterator<Item = BlockKey>,
+        mut f: impl FnMut(BlockKey, &mut Chunk),
+    ) {
+        let Chunks {
+            groups, singles, ..
+        } = self;
+        let mut keys = keys.peekable();
+        while let Some(key) = keys.next() {
+            let (hi, lo) = split_key(key);
+            let Some(g) = groups.get_mut(&hi) else {
+                if let Some(c) = singles.get_mut(&key) {
+                    f(key, c);
+                }
+                continue;
+            };
+            let mut next = Some((key, lo));
+            while let Some((key, lo)) = next {
+                let j = lo.wrapping_sub(g.base);
+                if j < g.slots.len() as u64 {
+                    let c = &mut g.slots[j as usize];
+                    if c.held {
+                        f(key, c);
+                    }
+                } else if let Some(c) = singles.get_mut(&key) {
+                    f(key, c);
+                }
+                next = keys
+                    .next_if(|&k| split_key(k).0 == hi)
+                    .map(|k| (k, split_key(k).1));
+            }
+        }
+    }
+
+    /// Every chunk held with its key (in no particular order).
+    fn iter(&self) -> impl Iterator<Item = (BlockKey, &Chunk)> + '_ {
+        self.groups
+            .iter()
+            .flat_map(|(&hi, g)| {
+                g.slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.held)
+                    .map(move |(i, c)| {
+                        let lo = g.base.wrapping_add(i as u64);
+                        (BlockKey((u128::from(hi) << 64) | u128::from(lo)), c)
+                    })
+            })
+            .chain(self.singles.iter().map(|(&k, c)| (k, c)))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Chunk> + '_ {
+        self.iter().map(|(_, c)| c)
+    }
+
+    fn keys(&self) -> impl Iterator<Item = BlockKey> + '_ {
+        self.iter().map(|(k, _)| k)
+    }
+
+    /// Its own consistency: counts, no empty group or trailing empty slot, no single inside a group.
+    fn check(&self) -> std::result::Result<(), String> {
+        let mut n = self.singles.len();
+        for (hi, g) in &self.groups {
+            let held = g.slots.iter().filter(|c| c.held).count();
+            if held != g.held as usize || held == 0 || !g.slots.last().is_some_and(|c| c.held) {
+                return Err(format!("group {hi:#x} miscounts or ends in an empty slot"));
+            }
+            n += held;
+        }
+        if n != self.len {
+            return Err(format!("{} chunks counted, {n} held", self.len));
+        }
+        for k in self.singles.keys() {
+            let (hi, lo) = split_key(*k);
+            if let Some(g) = self.groups.get(&hi)
+                && lo.wrapping_sub(g.base) < g.slots.len() as u64
+            {
+                return Err(format!("single {} inside its group's slots", k.0));
+            }
+            if !self.singles[k].held {
+                return Err(format!("single {} not marked held", k.0));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -316,7 +613,7 @@ pub struct Internals {
 pub struct CpuTier {
     capacity: u64,
     eviction: Eviction,
-    chunks: KeyMap<Chunk>,
+    chunks: Chunks,
     num_evictable: u64,
     accesses: HashMap<u64, Access, Hasher>,
     /// Offers a key needs before a store admits it; 0: no threshold (vLLM's `store_threshold` < 2).
@@ -364,7 +661,7 @@ impl CpuTier {
         Self {
             capacity,
             eviction,
-            chunks: KeyMap::default(),
+            chunks: Chunks::default(),
             num_evictable: 0,
             accesses: HashMap::default(),
             threshold: if store_threshold >= 2 {
@@ -395,7 +692,7 @@ impl CpuTier {
     // -- queries -----------------------------------------------------------------------------------
     /// [`MISS`], [`HIT`] (ready) or [`PENDING`] (its store in flight).
     pub fn lookup(&self, key: BlockKey) -> u8 {
-        match self.chunks.get(&key) {
+        match self.chunks.get(key) {
             None => MISS,
             Some(c) if c.ready => HIT,
             Some(_) => PENDING,
@@ -443,7 +740,7 @@ impl CpuTier {
         let mut ranks: Vec<(BlockKey, u64, i128)> = if self.eviction == Eviction::Lru {
             self.chunks
                 .iter()
-                .map(|(&k, c)| (k, c.req, -i128::from(c.pos)))
+                .map(|(k, c)| (k, c.req, -i128::from(c.pos)))
                 .collect()
         } else {
             Vec::new()
@@ -476,7 +773,7 @@ impl CpuTier {
             }
             let n = uses.entry(key).or_insert(0);
             *n += 1;
-            let pins = u64::from(self.chunks[&key].pins);
+            let pins = u64::from(self.chunks.get(key).expect("held").pins);
             if pins + *n > MAX_PINS {
                 invalid_op!("cannot load chunk {}: {pins} loads pin it already", key.0);
             }
@@ -491,7 +788,7 @@ impl CpuTier {
         for &key in keys {
             let n = uses.entry(key).or_insert(0);
             *n += 1;
-            let pins = match self.chunks.get(&key) {
+            let pins = match self.chunks.get(key) {
                 None => invalid_op!(
                     "cannot complete a load of chunk {}: the CPU tier does not hold it",
                     key.0
@@ -542,7 +839,7 @@ impl CpuTier {
             if absent.is_some_and(|absent| absent[i]) {
                 continue;
             }
-            let Some(c) = self.chunks.get_mut(&key) else {
+            let Some(c) = self.chunks.get_mut(key) else {
                 continue;
             };
             let rank = (a.rank, Reverse(pos));
@@ -594,7 +891,7 @@ impl CpuTier {
             .chunks
             .iter()
             .filter(|(_, c)| c.evictable())
-            .map(|(&key, c)| Reverse((c.rank(), key)))
+            .map(|(key, c)| Reverse((c.rank(), key)))
             .collect();
         self.heap = BinaryHeap::from(live);
     }
@@ -628,7 +925,7 @@ impl CpuTier {
             let (rank, key) = entry;
             if !self
                 .chunks
-                .get(&key)
+                .get(key)
                 .is_some_and(|c| c.evictable() && c.rank() == rank)
                 || chosen.contains(&key)
             {
@@ -647,7 +944,7 @@ impl CpuTier {
             return false;
         }
         for (_, key) in selected {
-            self.chunks.remove(&key);
+            self.chunks.remove(key);
             out.push(key);
         }
         self.compact_heap();
@@ -691,7 +988,7 @@ impl CpuTier {
                 self.t2.remove(key);
                 self.b2.set(key, ());
             }
-            self.chunks.remove(&key);
+            self.chunks.remove(key);
             out.push(key);
         }
         for ghost in [&mut self.b1, &mut self.b2] {
@@ -713,7 +1010,7 @@ impl CpuTier {
         let list = if in_t1 { &self.t1 } else { &self.t2 };
         let start = (*from)?;
         for (stamp, key) in list.since(start) {
-            if self.chunks[&key].evictable() && !protected.contains(&key) {
+            if self.chunks.get(key).is_some_and(|c| c.evictable()) && !protected.contains(&key) {
                 *from = Some(stamp + 1);
                 return Some((key, in_t1));
             }
@@ -749,7 +1046,7 @@ impl CpuTier {
         for &(key, _) in keys {
             let c = self
                 .chunks
-                .get_mut(&key)
+                .get_mut(key)
                 .expect("prepare_load of a chunk the CPU tier does not hold");
             assert!(c.ready, "prepare_load of a pending chunk");
             c.pins = c
@@ -773,7 +1070,7 @@ impl CpuTier {
         for &key in keys {
             let c = self
                 .chunks
-                .get_mut(&key)
+                .get_mut(key)
                 .expect("complete_load of a chunk the CPU tier does not hold");
             assert!(c.pins > 0, "complete_load of a chunk no load pins");
             c.pins -= 1;
@@ -813,27 +1110,28 @@ impl CpuTier {
         accessed.clear();
         absent.clear();
         let mut skipped = 0;
-        for &(key, pos) in keys {
-            match self.chunks.get(&key) {
-                None => {
-                    if self.threshold > 0
-                        && self.counts.get(key).copied().unwrap_or(0) < self.threshold
-                    {
-                        skipped += 1;
-                        continue;
+        let (threshold, counts) = (self.threshold, &self.counts);
+        self.chunks
+            .visit(keys.iter().map(|&(key, _)| key), |i, key, found| {
+                let pos = keys[i].1;
+                match found {
+                    None => {
+                        if threshold > 0 && counts.get(key).copied().unwrap_or(0) < threshold {
+                            skipped += 1;
+                            return;
+                        }
+                        to_store.push((key, pos));
+                        absent.push(true);
                     }
-                    to_store.push((key, pos));
-                    absent.push(true);
+                    Some(c) if c.ready => {
+                        ready_existing.push(key);
+                        absent.push(false);
+                    }
+                    Some(_) => return,
                 }
-                Some(c) if c.ready => {
-                    ready_existing.push(key);
-                    absent.push(false);
-                }
-                Some(_) => continue,
-            }
-            // Stored or reused: an access (a repeated key has the same fate each time).
-            accessed.push((key, pos));
-        }
+                // Stored or reused: an access (a repeated key has the same fate each time).
+                accessed.push((key, pos));
+            });
         self.num_stores_skipped += skipped;
         if self.eviction == Eviction::Arc {
             // Only ARC learns from store misses.
@@ -889,41 +1187,52 @@ impl CpuTier {
             self.num_evicted += evicted.len() as u64;
         }
         let a = self.accesses.get_mut(&rid).expect("recorded above");
-        for &(key, pos) in to_store {
-            let mut chunk = Chunk::default();
-            match self.eviction {
-                Eviction::Lru => {
-                    if a.rank == 0 {
-                        self.next_rank += 1;
-                        a.rank = self.next_rank;
-                    }
-                    chunk.set_rank((a.rank, Reverse(pos)));
+        let mut req = 0; // (the LRU's rank; unused under ARC)
+        match self.eviction {
+            Eviction::Lru => {
+                if a.rank == 0 {
+                    self.next_rank += 1;
+                    a.rank = self.next_rank;
                 }
-                Eviction::Arc => {
+                req = a.rank;
+            }
+            Eviction::Arc => {
+                for &(key, _) in to_store {
                     self.b1.remove(key);
                     self.b2.remove(key);
                     self.t1.set(key, ());
                     a.set(key, INSERTED);
                 }
             }
-            self.chunks.insert(key, chunk);
-            stored.push(key);
         }
+        self.chunks.insert_many(to_store.iter().map(|&(key, pos)| {
+            let mut chunk = Chunk {
+                req,
+                ..Chunk::default()
+            };
+            chunk.pos = u32::try_from(pos).expect("a chunk position below 2^32");
+            (key, chunk)
+        }));
+        stored.extend(to_store.iter().map(|&(key, _)| key));
         Some(())
     }
 
     /// Stores of `keys` are done: each pending chunk among them becomes ready (and evictable); keys
     /// not held or already ready are ignored.
     pub fn complete_store(&mut self, keys: &[BlockKey]) {
-        for &key in keys {
-            if let Some(c) = self.chunks.get_mut(&key)
-                && !c.ready
-            {
+        let (heap, live) = (&mut self.heap, self.heap_live);
+        let mut ready = 0;
+        self.chunks.visit_mut(keys.iter().copied(), |key, c| {
+            if !c.ready {
                 c.ready = true;
-                let rank = c.rank();
-                self.mark_evictable(key, rank);
+                ready += 1;
+                if live {
+                    heap.push(Reverse((c.rank(), key)));
+                }
             }
-        }
+        });
+        self.num_evictable += ready;
+        self.compact_heap();
         self.debug_check();
     }
 
@@ -968,21 +1277,23 @@ impl CpuTier {
         if !ordered.is_sorted_by_key(|&(_, pos)| pos) {
             ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
         }
+        if self.eviction == Eviction::Lru {
+            let (heap, live, next_rank) = (&mut self.heap, self.heap_live, &mut self.next_rank);
+            self.chunks
+                .visit_mut(ordered.iter().rev().map(|&(key, _)| key), |key, c| {
+                    *next_rank += 1;
+                    let rank = (*next_rank, Reverse(0));
+                    c.set_rank(rank);
+                    if live && c.evictable() {
+                        heap.push(Reverse((rank, key)));
+                    }
+                });
+        }
         for &(key, _) in ordered.iter().rev() {
             match self.eviction {
-                Eviction::Lru => {
-                    let Some(c) = self.chunks.get_mut(&key) else {
-                        continue;
-                    };
-                    self.next_rank += 1;
-                    let rank = (self.next_rank, Reverse(0));
-                    c.set_rank(rank);
-                    if self.heap_live && c.evictable() {
-                        self.heap.push(Reverse((rank, key)));
-                    }
-                }
+                Eviction::Lru => break,
                 Eviction::Arc => {
-                    if !self.chunks.contains_key(&key) {
+                    if !self.chunks.contains(key) {
                         continue;
                     }
                     let reused = a.has(key, REUSED);
@@ -1022,6 +1333,7 @@ impl CpuTier {
     }
 
     fn invariants(&self) -> std::result::Result<(), String> {
+        self.chunks.check()?;
         let evictable = self.chunks.values().filter(|c| c.evictable()).count() as u64;
         if evictable != self.num_evictable {
             return Err(format!(
@@ -1075,8 +1387,8 @@ impl CpuTier {
             };
         }
         let live: HashSet<(Rank, BlockKey)> = self.heap.iter().map(|e| e.0).collect();
-        for (key, c) in &self.chunks {
-            if c.evictable() && !live.contains(&(c.rank(), *key)) {
+        for (key, c) in self.chunks.iter() {
+            if c.evictable() && !live.contains(&(c.rank(), key)) {
                 return Err(format!(
                     "evictable chunk {} has no current heap entry",
                     key.0
@@ -1103,7 +1415,7 @@ impl CpuTier {
             || self
                 .chunks
                 .keys()
-                .any(|&k| !self.t1.contains(k) && !self.t2.contains(k))
+                .any(|k| !self.t1.contains(k) && !self.t2.contains(k))
         {
             return Err("the chunks held are not T1 and T2, disjoint".into());
         }
@@ -1117,7 +1429,7 @@ impl CpuTier {
             }
             if ghost
                 .keys()
-                .any(|k| other.contains(k) || self.chunks.contains_key(&k))
+                .any(|k| other.contains(k) || self.chunks.contains(k))
             {
                 return Err(format!("a ghost of {name} is held or in the other list"));
             }
