@@ -522,8 +522,14 @@ const STORE_MISS: u8 = 8;
 struct Access {
     /// The LRU's request rank, 0 until first needed.
     rank: u64,
-    /// Keys seen, in order of first access, with their position then.
+    /// Keys seen, in order of first access, with their position then: `order[..checked]` distinct and
+    /// indexed (by the filter or `flags`); after them (LRU) keys recorded while not held, unchecked
+    /// (repeats possible), checked when a held key's access needs the set (`absorb`) or at `finish`.
     order: Vec<(BlockKey, u64)>,
+    checked: usize,
+    /// Whether the unchecked keys are consecutive keys of one group (`Chunks`): distinct, so they
+    /// need no check at `finish` when they are all the keys (a row's private chunks, the usual case).
+    run: bool,
     /// Each key's `SEEN`, `INSERTED`, `REUSED` and `STORE_MISS` bits: vLLM's four sets in one map.
     flags: KeyMap<u8>,
     /// Whether `flags` holds the keys seen: always under ARC; under LRU (which reads no other bit)
@@ -551,30 +557,103 @@ impl Access {
         }
     }
 
-    /// Records a first access to `key` at `pos`; false if it was seen before.
+    /// Records `key` at `pos` unchecked (LRU, a key not held). Unchecked keys that are not one run
+    /// are checked once more than `SCAN_SEEN` wait (so that repeated offers of the same keys keep the
+    /// record within twice its distinct keys and that many more).
     #[inline]
-    fn first_seen(&mut self, key: BlockKey, pos: u64) -> bool {
+    fn push_unchecked(&mut self, key: BlockKey, pos: u64) {
+        let n = self.order.len();
+        if n == self.checked {
+            self.run = true;
+        } else if self.run {
+            let last = self.order[n - 1].0.0;
+            self.run = key.0 == last.wrapping_add(1) && (key.0 >> 64) == (last >> 64);
+        }
+        self.order.push((key, pos));
+        if !self.run && self.order.len() - self.checked > SCAN_SEEN {
+            self.absorb();
+        }
+    }
+
+    /// Whether `key` is among the checked keys.
+    #[inline]
+    fn seen(&self, key: BlockKey) -> bool {
         if self.mapped {
-            if !self.set(key, SEEN) {
-                return false;
-            }
-            self.order.push((key, pos));
-            return true;
+            return self.has(key, SEEN);
         }
         let (word, bit) = filter_bit(key);
-        if self.filter[word] & bit != 0 && self.order.iter().any(|&(k, _)| k == key) {
-            return false;
+        self.filter[word] & bit != 0 && self.order[..self.checked].iter().any(|&(k, _)| k == key)
+    }
+
+    /// Indexes `order[checked]` (a key not seen) and counts it checked.
+    #[inline]
+    fn index_next(&mut self) {
+        let key = self.order[self.checked].0;
+        self.checked += 1;
+        if self.mapped {
+            self.set(key, SEEN);
+            return;
         }
+        let (word, bit) = filter_bit(key);
         self.filter[word] |= bit;
-        self.order.push((key, pos));
-        if self.order.len() > SCAN_SEEN {
+        if self.checked > SCAN_SEEN {
             self.mapped = true;
-            self.flags.reserve(self.order.len());
-            for &(k, _) in &self.order {
+            self.flags.reserve(self.checked);
+            for &(k, _) in &self.order[..self.checked] {
                 *self.flags.entry(k).or_insert(0) |= SEEN;
             }
         }
+    }
+
+    /// Records a first access to `key` at `pos`; false if it was seen before. (Unchecked keys are
+    /// checked first.)
+    #[inline]
+    fn first_seen(&mut self, key: BlockKey, pos: u64) -> bool {
+        self.absorb();
+        if self.seen(key) {
+            return false;
+        }
+        self.order.push((key, pos));
+        self.index_next();
         true
+    }
+
+    /// Checks the unchecked keys in order, dropping the repeats (a key's first access stays).
+    fn absorb(&mut self) {
+        let n = self.order.len();
+        if self.checked == n {
+            return;
+        }
+        if self.checked == 0 && self.run {
+            // Consecutive keys of one group: distinct.
+            if n <= SCAN_SEEN {
+                for &(k, _) in &self.order {
+                    let (word, bit) = filter_bit(k);
+                    self.filter[word] |= bit;
+                }
+                self.checked = n;
+                return;
+            }
+        }
+        for r in self.checked..n {
+            let e = self.order[r];
+            if self.seen(e.0) {
+                continue;
+            }
+            let w = self.checked;
+            self.order[w] = e;
+            self.index_next();
+        }
+        self.order.truncate(self.checked);
+    }
+
+    /// The keys in order, repeats dropped (the first access kept), for `finish`.
+    fn into_distinct(mut self) -> Vec<(BlockKey, u64)> {
+        if self.checked == 0 && self.run {
+            return self.order; // (distinct: no check needed)
+        }
+        self.absorb();
+        self.order
     }
 
     #[inline]
@@ -828,6 +907,16 @@ impl CpuTier {
             a.order.reserve(keys.len());
         }
         for (i, &(key, pos)) in keys.iter().enumerate() {
+            if !arc && absent.is_some_and(|absent| absent[i]) {
+                // LRU, a key not held: no rank moves; recorded unchecked (a repeat of an earlier
+                // access is dropped when checked), and the request takes its rank.
+                a.push_unchecked(key, pos);
+                if a.rank == 0 {
+                    self.next_rank += 1;
+                    a.rank = self.next_rank;
+                }
+                continue;
+            }
             if !a.first_seen(key, pos) || arc {
                 continue;
             }
@@ -835,9 +924,6 @@ impl CpuTier {
             if a.rank == 0 {
                 self.next_rank += 1;
                 a.rank = self.next_rank;
-            }
-            if absent.is_some_and(|absent| absent[i]) {
-                continue;
             }
             let Some(c) = self.chunks.get_mut(key) else {
                 continue;
@@ -1273,7 +1359,12 @@ impl CpuTier {
         let Some(mut a) = self.accesses.remove(&rid) else {
             return;
         };
-        let mut ordered = std::mem::take(&mut a.order);
+        let flags = std::mem::take(&mut a.flags);
+        let mut ordered = a.into_distinct();
+        let a = Access {
+            flags,
+            ..Access::default()
+        };
         if !ordered.is_sorted_by_key(|&(_, pos)| pos) {
             ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
         }
@@ -1358,12 +1449,16 @@ impl CpuTier {
             ));
         }
         for (rid, a) in &self.accesses {
+            let checked = &a.order[..a.checked];
             let seen = if a.mapped {
                 a.flags.values().filter(|&&f| f & SEEN != 0).count()
             } else {
-                a.order.iter().map(|&(k, _)| k).collect::<KeySet>().len()
+                checked.iter().map(|&(k, _)| k).collect::<KeySet>().len()
             };
-            if a.order.len() != seen {
+            if a.checked != seen
+                || checked.iter().any(|&(k, _)| !a.seen(k))
+                || (self.eviction == Eviction::Arc && a.checked != a.order.len())
+            {
                 return Err(format!(
                     "request {rid}'s record of first accesses is inconsistent"
                 ));
