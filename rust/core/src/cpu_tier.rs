@@ -575,6 +575,19 @@ impl Access {
         }
     }
 
+    /// `push_unchecked` of each of `keys` (not empty).
+    fn extend_unchecked(&mut self, keys: &[(BlockKey, u64)]) {
+        let n = self.order.len();
+        let follows =
+            |a: BlockKey, b: BlockKey| b.0 == a.0.wrapping_add(1) && (a.0 >> 64) == (b.0 >> 64);
+        let joins = n == self.checked || self.run && follows(self.order[n - 1].0, keys[0].0);
+        self.run = joins && keys.windows(2).all(|w| follows(w[0].0, w[1].0));
+        self.order.extend_from_slice(keys);
+        if !self.run && self.order.len() - self.checked > SCAN_SEEN {
+            self.absorb();
+        }
+    }
+
     /// Whether `key` is among the checked keys.
     #[inline]
     fn seen(&self, key: BlockKey) -> bool {
@@ -948,6 +961,24 @@ impl CpuTier {
         self.compact_heap();
     }
 
+    /// `record` under LRU of keys none of which is held: recorded unchecked, the request ranked.
+    fn record_absent(&mut self, rid: u64, keys: &[(BlockKey, u64)]) {
+        if keys.is_empty() {
+            return;
+        }
+        let spare = &mut self.spare_orders;
+        let a = self.accesses.entry(rid).or_insert_with(|| {
+            let mut a = Access::new(false);
+            a.order = spare.pop().unwrap_or_default();
+            a
+        });
+        a.extend_unchecked(keys);
+        if a.rank == 0 {
+            self.next_rank += 1;
+            a.rank = self.next_rank;
+        }
+    }
+
     // -- evictability -------------------------------------------------------------------------------
     /// Chunk `key` (held, of rank `rank`) has become evictable.
     fn mark_evictable(&mut self, key: BlockKey, rank: Rank) {
@@ -1207,16 +1238,25 @@ impl CpuTier {
                             return;
                         }
                         to_store.push((key, pos));
-                        absent.push(true);
+                        if !ready_existing.is_empty() {
+                            absent.push(true);
+                            accessed.push((key, pos));
+                        }
                     }
                     Some(c) if c.ready => {
+                        if ready_existing.is_empty() {
+                            // The accesses so far were all keys to store.
+                            absent.resize(to_store.len(), true);
+                            accessed.extend_from_slice(&to_store);
+                        }
                         ready_existing.push(key);
                         absent.push(false);
+                        accessed.push((key, pos));
                     }
-                    Some(_) => return,
+                    Some(_) => {}
                 }
-                // Stored or reused: an access (a repeated key has the same fate each time).
-                accessed.push((key, pos));
+                // Stored or reused: an access (a repeated key has the same fate each time); while
+                // every access is a key to store, `to_store` holds them (`accessed` stays empty).
             });
         self.num_stores_skipped += skipped;
         if self.eviction == Eviction::Arc {
@@ -1237,7 +1277,17 @@ impl CpuTier {
                 self.arc_store_misses(&misses);
             }
         }
-        self.record(rid, &accessed, Some(&absent), &ready_existing);
+        if ready_existing.is_empty() {
+            // Every access a key to store (none held): under LRU nothing is re-ranked.
+            if self.eviction == Eviction::Lru {
+                self.record_absent(rid, &to_store);
+            } else {
+                absent.resize(to_store.len(), true);
+                self.record(rid, &to_store, Some(&absent), &ready_existing);
+            }
+        } else {
+            self.record(rid, &accessed, Some(&absent), &ready_existing);
+        }
         let result = self.insert_stored(rid, keys, &to_store, stored, evicted);
         self.scratch_store = to_store;
         self.scratch_ready = ready_existing;
