@@ -137,6 +137,23 @@ struct Group {
     held: u32,
 }
 
+/// `(hi, lo, n)` if `keys` are `n` >= 1 consecutive keys `(hi, lo)`, `(hi, lo + 1)`, ... of one group.
+#[inline]
+fn run_of(mut keys: impl Iterator<Item = BlockKey>) -> Option<(u64, u64, usize)> {
+    let first = keys.next()?;
+    let mut n = 1;
+    let mut last = first.0;
+    for k in keys {
+        if k.0 != last.wrapping_add(1) || (k.0 >> 64) != (last >> 64) {
+            return None;
+        }
+        last = k.0;
+        n += 1;
+    }
+    let (hi, lo) = split_key(first);
+    Some((hi, lo, n))
+}
+
 #[inline]
 fn split_key(key: BlockKey) -> (u64, u64) {
     ((key.0 >> 64) as u64, key.0 as u64)
@@ -313,6 +330,31 @@ impl Chunks {
                     self.singles.get(&key)
                 },
             );
+        }
+    }
+
+    /// Whether no key `(hi, lo..lo + n)` is held (for a run of keys: one group lookup).
+    #[inline]
+    fn none_held(&self, hi: u64, lo: u64, n: u64) -> bool {
+        if !self.singles.is_empty() {
+            return false; // (not decided here)
+        }
+        self.groups.get(&hi).is_none_or(|g| {
+            // The run and the slots do not overlap (each taken from its own start, modulo 2^64).
+            let len = g.slots.len() as u64;
+            lo.wrapping_sub(g.base) >= len && g.base.wrapping_sub(lo) >= n
+        })
+    }
+
+    /// The slots of keys `(hi, lo..lo + n)` if the group's slots hold them all, else None.
+    #[inline]
+    fn slots_mut(&mut self, hi: u64, lo: u64, n: usize) -> Option<&mut [Chunk]> {
+        let g = self.groups.get_mut(&hi)?;
+        let j = lo.wrapping_sub(g.base) as usize;
+        if (lo.wrapping_sub(g.base)) < g.slots.len() as u64 && n <= g.slots.len() - j {
+            Some(&mut g.slots[j..j + n])
+        } else {
+            None
         }
     }
 
@@ -1226,6 +1268,22 @@ impl CpuTier {
         ready_existing.clear();
         accessed.clear();
         absent.clear();
+        if self.eviction == Eviction::Lru
+            && self.threshold == 0
+            && let Some((hi, lo, n)) = run_of(keys.iter().map(|&(k, _)| k))
+            && self.chunks.none_held(hi, lo, n as u64)
+        {
+            // One run of keys none of which is held (a request's private chunks): all to store.
+            to_store.extend_from_slice(keys);
+            self.record_absent(rid, &to_store);
+            let result = self.insert_stored(rid, keys, &to_store, stored, evicted);
+            self.scratch_store = to_store;
+            self.scratch_ready = ready_existing;
+            self.scratch_accessed = accessed;
+            self.scratch_absent = absent;
+            self.debug_check();
+            return result;
+        }
         let mut skipped = 0;
         let (threshold, counts) = (self.threshold, &self.counts);
         self.chunks
@@ -1358,6 +1416,21 @@ impl CpuTier {
     pub fn complete_store(&mut self, keys: &[BlockKey]) {
         let (heap, live) = (&mut self.heap, self.heap_live);
         let mut ready = 0;
+        if !live
+            && let Some((hi, lo, n)) = run_of(keys.iter().copied())
+            && let Some(slots) = self.chunks.slots_mut(hi, lo, n)
+        {
+            // One run inside its group's slots, no heap to feed: the slots in a row.
+            for c in slots {
+                if c.held && !c.ready {
+                    c.ready = true;
+                    ready += 1;
+                }
+            }
+            self.num_evictable += ready;
+            self.debug_check();
+            return;
+        }
         self.chunks.visit_mut(keys.iter().copied(), |key, c| {
             if !c.ready {
                 c.ready = true;
@@ -1418,7 +1491,20 @@ impl CpuTier {
         if !ordered.is_sorted_by_key(|&(_, pos)| pos) {
             ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
         }
-        if self.eviction == Eviction::Lru {
+        if self.eviction == Eviction::Lru
+            && !self.heap_live
+            && let Some((hi, lo, n)) = run_of(ordered.iter().map(|&(k, _)| k))
+            && let Some(slots) = self.chunks.slots_mut(hi, lo, n)
+        {
+            // One run inside its group's slots (in order of position), no heap to feed: re-ranked
+            // from the last slot to the first.
+            for c in slots.iter_mut().rev() {
+                if c.held {
+                    self.next_rank += 1;
+                    c.set_rank((self.next_rank, Reverse(0)));
+                }
+            }
+        } else if self.eviction == Eviction::Lru {
             let (heap, live, next_rank) = (&mut self.heap, self.heap_live, &mut self.next_rank);
             self.chunks
                 .visit_mut(ordered.iter().rev().map(|&(key, _)| key), |key, c| {
