@@ -240,6 +240,44 @@ impl Chunks {
         }
     }
 
+    /// `insert` of `chunks` under keys `(hi, lo..)` (a run of keys none of which is held), in one
+    /// piece when they start a group or continue one; else one by one.
+    fn insert_run(&mut self, hi: u64, lo: u64, chunks: impl ExactSizeIterator<Item = Chunk>) {
+        let n = chunks.len();
+        let held = |mut c: Chunk| {
+            c.held = true;
+            c
+        };
+        match self.groups.entry(hi) {
+            Entry::Vacant(e) => {
+                let mut slots = Vec::with_capacity(n);
+                slots.extend(chunks.map(held));
+                e.insert(Group {
+                    base: lo,
+                    slots,
+                    held: n as u32,
+                });
+                self.len += n;
+            }
+            Entry::Occupied(mut e)
+                if lo.wrapping_sub(e.get().base) == e.get().slots.len() as u64 =>
+            {
+                let g = e.get_mut();
+                g.slots.extend(chunks.map(held));
+                g.held += n as u32;
+                self.len += n;
+            }
+            Entry::Occupied(_) => {
+                self.insert_many(chunks.enumerate().map(|(i, c)| {
+                    (
+                        BlockKey((u128::from(hi) << 64) | u128::from(lo.wrapping_add(i as u64))),
+                        c,
+                    )
+                }));
+            }
+        }
+    }
+
     /// `insert` of each `(key, chunk)` in order, one group lookup per run of keys sharing their upper
     /// half.
     fn insert_many(&mut self, items: impl ExactSizeIterator<Item = (BlockKey, Chunk)>) {
@@ -1399,14 +1437,19 @@ impl CpuTier {
                 }
             }
         }
-        self.chunks.insert_many(to_store.iter().map(|&(key, pos)| {
-            let mut chunk = Chunk {
-                req,
-                ..Chunk::default()
-            };
-            chunk.pos = u32::try_from(pos).expect("a chunk position below 2^32");
-            (key, chunk)
-        }));
+        let chunk = |pos: u64| Chunk {
+            req,
+            pos: u32::try_from(pos).expect("a chunk position below 2^32"),
+            ..Chunk::default()
+        };
+        if let Some((hi, lo, _)) = run_of(to_store.iter().map(|&(k, _)| k)) {
+            // (none of them held: a prepared store's keys are absent)
+            self.chunks
+                .insert_run(hi, lo, to_store.iter().map(|&(_, pos)| chunk(pos)));
+        } else {
+            self.chunks
+                .insert_many(to_store.iter().map(|&(key, pos)| (key, chunk(pos))));
+        }
         stored.extend(to_store.iter().map(|&(key, _)| key));
         Some(())
     }

@@ -863,11 +863,16 @@ impl Engine<'_> {
         // The blocks of the chunks stored (a subsequence of the offer), in order.
         let mut blocks = spare_blocks.pop().unwrap_or_default();
         blocks.reserve(stored.len() * bpc as usize);
-        let mut j = 0;
-        for &(key, c) in offer.iter() {
-            if j < stored.len() && stored[j] == key {
-                j += 1;
-                blocks.extend_from_slice(&table[(c * bpc) as usize..((c + 1) * bpc) as usize]);
+        if stored.len() == offer.len() {
+            // Every chunk offered stored (the usual case): its blocks in one piece.
+            blocks.extend_from_slice(&table[(start * bpc) as usize..(num_chunks * bpc) as usize]);
+        } else {
+            let mut j = 0;
+            for &(key, c) in offer.iter() {
+                if j < stored.len() && stored[j] == key {
+                    j += 1;
+                    blocks.extend_from_slice(&table[(c * bpc) as usize..((c + 1) * bpc) as usize]);
+                }
             }
         }
         let num_evicted = evicted.len();
