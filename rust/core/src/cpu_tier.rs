@@ -740,13 +740,13 @@ impl Access {
         self.order.truncate(self.checked);
     }
 
-    /// The keys in order, repeats dropped (the first access kept), for `finish`.
-    fn into_distinct(mut self) -> Vec<(BlockKey, u64)> {
-        if self.checked == 0 && self.run {
-            return self.order; // (distinct: no check needed)
+    /// The keys in order, repeats dropped (the first access kept), taken out for `finish`.
+    fn take_distinct(&mut self) -> Vec<(BlockKey, u64)> {
+        if !(self.checked == 0 && self.run) {
+            self.absorb(); // (else distinct: no check needed)
         }
-        self.absorb();
-        self.order
+        self.checked = 0;
+        std::mem::take(&mut self.order)
     }
 
     #[inline]
@@ -1525,12 +1525,7 @@ impl CpuTier {
         let Some(mut a) = self.accesses.remove(&rid) else {
             return;
         };
-        let flags = std::mem::take(&mut a.flags);
-        let mut ordered = a.into_distinct();
-        let a = Access {
-            flags,
-            ..Access::default()
-        };
+        let mut ordered = a.take_distinct();
         if !ordered.is_sorted_by_key(|&(_, pos)| pos) {
             ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
         }

@@ -178,6 +178,31 @@ impl Tier {
     }
 }
 
+/// Appends to `blocks` the blocks (`bpc` a chunk, from `table`) of the chunks `stored` (a subsequence
+/// of `offer`, `(key, chunk index)` pairs), in order.
+fn stored_blocks(
+    offer: &[(BlockKey, u64)],
+    stored: &[BlockKey],
+    table: &[BlockId],
+    bpc: usize,
+    blocks: &mut Vec<BlockId>,
+) {
+    if stored.len() == offer.len() {
+        // Every chunk offered stored (the usual case): their blocks in one piece.
+        if let (Some(&(_, first)), Some(&(_, last))) = (offer.first(), offer.last()) {
+            blocks.extend_from_slice(&table[first as usize * bpc..(last as usize + 1) * bpc]);
+        }
+        return;
+    }
+    let mut j = 0;
+    for &(key, c) in offer {
+        if j < stored.len() && stored[j] == key {
+            j += 1;
+            blocks.extend_from_slice(&table[c as usize * bpc..(c as usize + 1) * bpc]);
+        }
+    }
+}
+
 /// What a waiting request's lookup found: skip it, or its GPU hits (in `Engine::hits`) with their
 /// last key, their tokens and the tokens to load beyond them (0: an ordinary admission).
 enum Found {
@@ -863,18 +888,7 @@ impl Engine<'_> {
         // The blocks of the chunks stored (a subsequence of the offer), in order.
         let mut blocks = spare_blocks.pop().unwrap_or_default();
         blocks.reserve(stored.len() * bpc as usize);
-        if stored.len() == offer.len() {
-            // Every chunk offered stored (the usual case): its blocks in one piece.
-            blocks.extend_from_slice(&table[(start * bpc) as usize..(num_chunks * bpc) as usize]);
-        } else {
-            let mut j = 0;
-            for &(key, c) in offer.iter() {
-                if j < stored.len() && stored[j] == key {
-                    j += 1;
-                    blocks.extend_from_slice(&table[(c * bpc) as usize..((c + 1) * bpc) as usize]);
-                }
-            }
-        }
+        stored_blocks(offer, stored, table, bpc as usize, &mut blocks);
         let num_evicted = evicted.len();
         self.out.counters.cpu_evictions += num_evicted as i128;
         for _ in 0..num_evicted {
