@@ -9,11 +9,14 @@
 //! index), which the eviction policies rank by.
 //!
 //! Memory is O(chunks held + live requests' accesses + the store-threshold tracker (at most `tracker`
-//! keys)), never O(capacity): a request's record is dropped at `finish`, ARC's ghost lists stay within
+//! keys)), never O(capacity) (a row's vector of slots may keep empty ones between held chunks: at most
+//! its request's chunks for a row with one held): a request's record is dropped at `finish`, ARC's
+//! ghost lists stay within
 //! `capacity`, and the LRU heap of lazily deleted entries is rebuilt from the live ones when it doubles
 //! (vLLM's `_maybe_compact_heap`; the spec never compacts, which changes no decision: see `lru_evict`).
 //! The LRU heap is built only at the first eviction (a tier that never fills orders nothing), from the
-//! chunks' ranks, which live in the chunk map's entries (one hash table entry per chunk held).
+//! chunks' ranks, which live in the chunks' slots (`Chunks`: a row's private chunks share one hash-table
+//! entry and one vector of slots).
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
@@ -75,9 +78,9 @@ type KeySet = HashSet<BlockKey, Hasher>;
 type Rank = (u64, Reverse<u64>);
 
 /// One held chunk: pending until its store completes, pinned by `pins` loads in flight, and (LRU) its
-/// rank. One map entry per chunk holds all of it (the LRU's ranks and its evictable set were maps of
+/// rank. One slot per chunk holds all of it (the LRU's ranks and its evictable set were maps of
 /// their own: three hash tables per chunk held, and most of a tier's cost; results/README.md).
-/// 16 bytes (a table entry of 32 with its key): the rank's position is a chunk's index in its request,
+/// 16 bytes (a slot of its row's vector, `Chunks`): the rank's position is a chunk's index in its request,
 /// kept in 32 bits, and a chunk is pinned by at most one load at a time in the engine (a lookup skips
 /// a chunk being loaded), by fewer than 2^16 here.
 #[derive(Clone, Copy, Debug, Default)]
