@@ -432,6 +432,9 @@ impl<'a> Engine<'a> {
             }
         };
         self.nxt = nxt;
+        if self.tier.is_some() {
+            self.flush_occupancy(); // (its counters complete whenever the run pauses)
+        }
         result
     }
 

@@ -86,6 +86,10 @@ pub(super) struct Tier {
     /// A decode replica's inbound link: (latency ps, ps per block), and when it is free again.
     pd_link: Option<(u64, u64)>,
     pd_free: i64,
+    /// The steps' time since the tier's occupancy last changed, and whether a step was recorded in it
+    /// (`tier_record`: the occupancy's weighted sum and peak take it when it changes or the run pauses).
+    occ_dt: u128,
+    occ_recorded: bool,
     /// Vectors of stores seen complete, for later stores' keys and blocks.
     spare_keys: Vec<Vec<BlockKey>>,
     spare_blocks: Vec<Vec<BlockId>>,
@@ -139,6 +143,8 @@ impl Tier {
             evicted: Vec::new(),
             spare_keys: Vec::new(),
             spare_blocks: Vec::new(),
+            occ_dt: 0,
+            occ_recorded: false,
         }
     }
 
@@ -767,6 +773,7 @@ impl Engine<'_> {
     /// `offer_stores` with something to offer or flush.
     #[inline(never)]
     fn offer_stores_now(&mut self, step_end: i64) -> (bool, i64) {
+        self.flush_occupancy(); // (the offers may change it)
         let mut tier = self.tier.take().expect("a CPU tier");
         if !tier.has_cpu {
             // A decode replica's connector: no stores.
@@ -1185,14 +1192,12 @@ impl Engine<'_> {
     }
 
     /// What a step that schedules nothing may have changed before: loads admitted, rejections,
-    /// preemptions (`tier_scheduled_nothing` compares).
-    pub(super) fn progress_marks(&self) -> (i128, u64, i128) {
+    /// preemptions (`tier_scheduled_nothing` compares). Their sum: each only grows, so the sum is
+    /// unchanged exactly when all three are.
+    #[inline]
+    pub(super) fn progress_marks(&self) -> u64 {
         let c = &self.out.counters;
-        (
-            c.num_loads + c.pd_transfers,
-            self.num_rejected,
-            c.num_preemptions,
-        )
+        ((c.num_loads + c.pd_transfers + c.num_preemptions) as u64).wrapping_add(self.num_rejected)
     }
 
     /// A step that scheduled nothing, with a CPU tier (a full step's or a lockstep step's): it offers
@@ -1200,18 +1205,34 @@ impl Engine<'_> {
     /// (`progress_marks`), the engine stalls until a transfer ends or a request arrives
     /// (`resolve_stall`). Returns true: the step counts as progress (a stall resolves it).
     #[inline(never)]
-    pub(super) fn tier_scheduled_nothing(&mut self, before: (i128, u64, i128)) -> bool {
+    pub(super) fn tier_scheduled_nothing(&mut self, before: u64) -> bool {
         let changed = self.tier_empty_step() || self.progress_marks() != before;
         self.tier_mut().stalled = !changed;
         true
     }
 
-    /// The tier's occupancy during a step of `dt`.
+    /// The tier's occupancy during a step of `dt` (taken into the counters by `flush_occupancy`).
     #[inline]
     pub(super) fn tier_record(&mut self, dt: u64) {
-        let used = self.tier_ref().cpu.used();
+        let tier = self.tier_mut();
+        tier.occ_dt += u128::from(dt);
+        tier.occ_recorded = true;
+    }
+
+    /// The occupancy's weighted sum and peak take the steps recorded since it last changed; called
+    /// before it changes (a store's offer) and when the run pauses.
+    pub(super) fn flush_occupancy(&mut self) {
+        let Some(tier) = self.tier.as_deref_mut() else {
+            return;
+        };
+        if !tier.occ_recorded {
+            return;
+        }
+        let used = tier.cpu.used();
         let c = &mut self.out.counters;
-        c.w_cpu_chunks += (u128::from(dt) * u128::from(used)) as i128;
+        c.w_cpu_chunks += (tier.occ_dt * u128::from(used)) as i128;
         c.peak_cpu_chunks = c.peak_cpu_chunks.max(i128::from(used));
+        tier.occ_dt = 0;
+        tier.occ_recorded = false;
     }
 }
