@@ -432,9 +432,7 @@ impl<'a> Engine<'a> {
             }
         };
         self.nxt = nxt;
-        if self.tier.is_some() {
-            self.flush_occupancy(); // (its counters complete whenever the run pauses)
-        }
+        self.flush_occupancy(); // (a CPU tier's counters complete whenever the run pauses)
         result
     }
 
