@@ -1315,13 +1315,11 @@ impl CpuTier {
             && self.chunks.none_held(hi, lo, n as u64)
         {
             // One run of keys none of which is held (a request's private chunks): all to store.
-            to_store.extend_from_slice(keys);
-            self.record_absent(rid, &to_store);
-            let result = self.insert_stored(rid, keys, &to_store, stored, evicted);
             self.scratch_store = to_store;
             self.scratch_ready = ready_existing;
             self.scratch_accessed = accessed;
             self.scratch_absent = absent;
+            let result = self.store_new_run(rid, keys, (hi, lo), stored, evicted);
             self.debug_check();
             return result;
         }
@@ -1394,6 +1392,45 @@ impl CpuTier {
         self.scratch_absent = absent;
         self.debug_check();
         result
+    }
+
+    /// `prepare_store` of `keys`, a run of keys starting at `(hi, lo)` none of which is held: recorded,
+    /// and stored if there is room without evicting (else as `insert_stored` does).
+    fn store_new_run(
+        &mut self,
+        rid: u64,
+        keys: &[(BlockKey, u64)],
+        (hi, lo): (u64, u64),
+        stored: &mut Vec<BlockKey>,
+        evicted: &mut Vec<BlockKey>,
+    ) -> Option<()> {
+        if (keys.len() as u64) > self.capacity - self.chunks.len() as u64 {
+            self.record_absent(rid, keys);
+            return self.insert_stored(rid, keys, keys, stored, evicted);
+        }
+        let spare = &mut self.spare_orders;
+        let a = self.accesses.entry(rid).or_insert_with(|| {
+            let mut a = Access::new(false);
+            a.order = spare.pop().unwrap_or_default();
+            a
+        });
+        a.extend_unchecked(keys);
+        if a.rank == 0 {
+            self.next_rank += 1;
+            a.rank = self.next_rank;
+        }
+        let req = a.rank;
+        self.chunks.insert_run(
+            hi,
+            lo,
+            keys.iter().map(|&(_, pos)| Chunk {
+                req,
+                pos: u32::try_from(pos).expect("a chunk position below 2^32"),
+                ..Chunk::default()
+            }),
+        );
+        stored.extend(keys.iter().map(|&(k, _)| k));
+        Some(())
     }
 
     /// `prepare_store`'s second half: room for `to_store` (evicting chunks not offered in `keys`) and

@@ -148,11 +148,10 @@ impl Tier {
         }
     }
 
-    /// The keys just stored (`stored`), in a spare vector if there is one.
+    /// The keys just stored (`stored`, which takes a spare vector in their place).
     fn stored_keys(&mut self) -> Vec<BlockKey> {
-        let mut keys = self.spare_keys.pop().unwrap_or_default();
-        keys.extend_from_slice(&self.stored);
-        keys
+        let spare = self.spare_keys.pop().unwrap_or_default();
+        std::mem::replace(&mut self.stored, spare)
     }
 
     /// A store on the link from now.
