@@ -157,6 +157,21 @@ fn run_of(mut keys: impl Iterator<Item = BlockKey>) -> Option<(u64, u64, usize)>
     Some((hi, lo, n))
 }
 
+/// `run_of` the keys of `order` if their positions also increase (so the order is by position).
+#[inline]
+fn run_in_order(order: &[(BlockKey, u64)]) -> Option<(u64, u64, usize)> {
+    let (&(first, _), rest) = order.split_first()?;
+    let mut last = order[0];
+    for &(k, pos) in rest {
+        if k.0 != last.0.0.wrapping_add(1) || (k.0 >> 64) != (last.0.0 >> 64) || pos <= last.1 {
+            return None;
+        }
+        last = (k, pos);
+    }
+    let (hi, lo) = split_key(first);
+    Some((hi, lo, order.len()))
+}
+
 #[inline]
 fn split_key(key: BlockKey) -> (u64, u64) {
     ((key.0 >> 64) as u64, key.0 as u64)
@@ -665,6 +680,21 @@ impl Access {
             |a: BlockKey, b: BlockKey| b.0 == a.0.wrapping_add(1) && (a.0 >> 64) == (b.0 >> 64);
         let joins = n == self.checked || self.run && follows(self.order[n - 1].0, keys[0].0);
         self.run = joins && keys.windows(2).all(|w| follows(w[0].0, w[1].0));
+        self.order.extend_from_slice(keys);
+        if !self.run && self.order.len() - self.checked > SCAN_SEEN {
+            self.absorb();
+        }
+    }
+
+    /// `extend_unchecked` of `keys` known to be one run (consecutive keys of one group).
+    fn extend_run(&mut self, keys: &[(BlockKey, u64)]) {
+        let n = self.order.len();
+        if n == self.checked {
+            self.run = true;
+        } else if self.run {
+            let (last, first) = (self.order[n - 1].0.0, keys[0].0.0);
+            self.run = first == last.wrapping_add(1) && (first >> 64) == (last >> 64);
+        }
         self.order.extend_from_slice(keys);
         if !self.run && self.order.len() - self.checked > SCAN_SEEN {
             self.absorb();
@@ -1414,7 +1444,7 @@ impl CpuTier {
             a.order = spare.pop().unwrap_or_default();
             a
         });
-        a.extend_unchecked(keys);
+        a.extend_run(keys);
         if a.rank == 0 {
             self.next_rank += 1;
             a.rank = self.next_rank;
@@ -1566,12 +1596,14 @@ impl CpuTier {
             return;
         };
         let mut ordered = a.take_distinct();
-        if !ordered.is_sorted_by_key(|&(_, pos)| pos) {
+        // One run of keys in order of position (a request's private chunks), or sorted by position.
+        let run = run_in_order(&ordered);
+        if run.is_none() && !ordered.is_sorted_by_key(|&(_, pos)| pos) {
             ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
         }
         if self.eviction == Eviction::Lru
             && !self.heap_live
-            && let Some((hi, lo, n)) = run_of(ordered.iter().map(|&(k, _)| k))
+            && let Some((hi, lo, n)) = run
             && let Some(slots) = self.chunks.slots_mut(hi, lo, n)
         {
             // One run inside its group's slots (in order of position), no heap to feed: re-ranked
