@@ -119,10 +119,11 @@ impl Chunk {
 /// private chunks are named by its row in the upper half and their block index in the lower
 /// (`ensure_tier_keys` in the engine), so they fill one group's consecutive slots: one hash-table entry
 /// and one vector per row instead of one entry per chunk (the table's inserts and growth were most of a
-/// rarely hit tier's cost, results/README.md §CPU tier). A content key (a hash) is a group of one.
+/// rarely hit tier's cost, results/README.md §CPU tier). A group starts only with a run of keys stored
+/// together (`insert_run`); a key stored alone (a content key, a hash) is a single, in a map of its own.
 ///
-/// Exact for any keys: a group's slots only grow at their end, by a key absent from the tier, so a
-/// single is never inside its group's slots (a lookup that finds the group's slot has the answer).
+/// Exact for any keys: a group starts with, and its slots only grow at their end by, keys absent from
+/// the tier, so a single is never inside its group's slots (a key is in one place or none).
 /// Memory: a group spans from its first slot to its last held chunk (empty slots at the end are
 /// trimmed, a group with none held dropped), so at most a request's chunks per row with one held.
 #[derive(Clone, Debug, Default)]
@@ -185,34 +186,36 @@ impl Chunks {
 
     #[inline]
     fn get(&self, key: BlockKey) -> Option<&Chunk> {
+        if !self.singles.is_empty()
+            && let Some(c) = self.singles.get(&key)
+        {
+            return Some(c);
+        }
         let (hi, lo) = split_key(key);
-        if let Some(g) = self.groups.get(&hi) {
-            let i = lo.wrapping_sub(g.base);
-            if i < g.slots.len() as u64 {
-                let c = &g.slots[i as usize];
-                return c.held.then_some(c);
-            }
+        let g = self.groups.get(&hi)?;
+        let i = lo.wrapping_sub(g.base);
+        if i < g.slots.len() as u64 {
+            let c = &g.slots[i as usize];
+            return c.held.then_some(c);
         }
-        if self.singles.is_empty() {
-            return None;
-        }
-        self.singles.get(&key)
+        None
     }
 
     #[inline]
     fn get_mut(&mut self, key: BlockKey) -> Option<&mut Chunk> {
+        if !self.singles.is_empty()
+            && let Some(c) = self.singles.get_mut(&key)
+        {
+            return Some(c);
+        }
         let (hi, lo) = split_key(key);
-        if let Some(g) = self.groups.get_mut(&hi) {
-            let i = lo.wrapping_sub(g.base);
-            if i < g.slots.len() as u64 {
-                let c = &mut g.slots[i as usize];
-                return if c.held { Some(c) } else { None };
-            }
+        let g = self.groups.get_mut(&hi)?;
+        let i = lo.wrapping_sub(g.base);
+        if i < g.slots.len() as u64 {
+            let c = &mut g.slots[i as usize];
+            return if c.held { Some(c) } else { None };
         }
-        if self.singles.is_empty() {
-            return None;
-        }
-        self.singles.get_mut(&key)
+        None
     }
 
     #[inline]
@@ -220,41 +223,37 @@ impl Chunks {
         self.get(key).is_some()
     }
 
-    /// Holds `key` as `chunk` (replacing it if held, as a map's insert); `more`: how many keys the
-    /// caller is about to insert after it (a new group's vector is sized for them).
-    fn insert(&mut self, key: BlockKey, mut chunk: Chunk, more: usize) {
+    /// Holds `key` as `chunk` (replacing it if held, as a map's insert): in its group's slots if they
+    /// reach it or it continues them, else among the singles (a key alone, as a content key, starts no
+    /// group: only `insert_run` does).
+    fn insert(&mut self, key: BlockKey, mut chunk: Chunk) {
         chunk.held = true;
+        if let Some(c) = self.singles.get_mut(&key) {
+            *c = chunk; // (replaced: a key held is in one place)
+            return;
+        }
         self.len += 1;
         let (hi, lo) = split_key(key);
-        match self.groups.entry(hi) {
-            Entry::Vacant(e) => {
-                let mut slots = Vec::with_capacity(1 + more);
-                slots.push(chunk);
-                e.insert(Group {
-                    base: lo,
-                    slots,
-                    held: 1,
-                });
-            }
-            Entry::Occupied(mut e) => {
-                let g = e.get_mut();
-                let i = lo.wrapping_sub(g.base);
-                let n = g.slots.len() as u64;
-                if i < n {
-                    let slot = &mut g.slots[i as usize];
-                    if slot.held {
-                        self.len -= 1; // (replaced)
-                    } else {
-                        g.held += 1;
-                    }
-                    *slot = chunk;
-                } else if i == n {
-                    g.slots.push(chunk);
-                    g.held += 1;
-                } else if self.singles.insert(key, chunk).is_some() {
+        if let Some(g) = self.groups.get_mut(&hi) {
+            let i = lo.wrapping_sub(g.base);
+            let n = g.slots.len() as u64;
+            if i < n {
+                let slot = &mut g.slots[i as usize];
+                if slot.held {
                     self.len -= 1; // (replaced)
+                } else {
+                    g.held += 1;
                 }
+                *slot = chunk;
+                return;
+            } else if i == n {
+                g.slots.push(chunk);
+                g.held += 1;
+                return;
             }
+        }
+        if self.singles.insert(key, chunk).is_some() {
+            self.len -= 1; // (replaced)
         }
     }
 
@@ -302,16 +301,19 @@ impl Chunks {
         let mut items = items.peekable();
         while let Some((key, chunk)) = items.next() {
             let (hi, lo) = split_key(key);
-            let more = items.len();
-            self.insert(key, chunk, more);
+            self.insert(key, chunk);
             // The keys after it in its group: appended while they follow on.
             let Some(g) = self.groups.get_mut(&hi) else {
                 continue;
             };
             while let Some(&(key, mut chunk)) = items.peek() {
                 let (h, l) = split_key(key);
-                if h != hi || l.wrapping_sub(g.base) != g.slots.len() as u64 || l == lo {
-                    break;
+                if h != hi
+                    || l.wrapping_sub(g.base) != g.slots.len() as u64
+                    || l == lo
+                    || self.singles.contains_key(&key)
+                {
+                    break; // (a single is replaced where it is, by `insert`)
                 }
                 items.next();
                 chunk.held = true;
@@ -323,6 +325,12 @@ impl Chunks {
     }
 
     fn remove(&mut self, key: BlockKey) -> Option<Chunk> {
+        if !self.singles.is_empty()
+            && let Some(c) = self.singles.remove(&key)
+        {
+            self.len -= 1;
+            return Some(c);
+        }
         let (hi, lo) = split_key(key);
         if let Entry::Occupied(mut e) = self.groups.entry(hi) {
             let g = e.get_mut();
@@ -345,9 +353,7 @@ impl Chunks {
                 return Some(c);
             }
         }
-        let c = self.singles.remove(&key)?;
-        self.len -= 1;
-        Some(c)
+        None
     }
 
     /// `f(i, key, chunk)` for the `i`th of `keys` (None: not held), one group lookup per run of keys
@@ -2054,6 +2060,34 @@ mod tests {
                 key.0
             );
         }
+    }
+
+    #[test]
+    fn a_key_is_held_in_one_place_whether_in_a_run_or_alone() {
+        // A run starts a group; keys stored alone (a gap, a repeat in one offer) are singles, and a
+        // group's slots growing to a single's key leave it where it is.
+        let mut t = CpuTier::new(8, Eviction::Lru, 0);
+        store(&mut t, 0, &at(&[0])).unwrap();
+        assert_eq!(
+            store(&mut t, 0, &at(&[2, 1, 2])),
+            Some((vec![2, 1, 2], vec![]))
+        );
+        assert_eq!(
+            (t.used(), t.lookup(k(1)), t.lookup(k(2))),
+            (3, PENDING, PENDING)
+        );
+        t.complete_store(&keys(&[0, 1, 2]));
+        store(&mut t, 1, &at(&[4, 3])).unwrap();
+        assert_eq!(t.used(), 5);
+        t.check_invariants().unwrap();
+        t.complete_store(&keys(&[3, 4]));
+        t.finish(0);
+        t.finish(1);
+        // every chunk evictable and found: eviction takes the five
+        assert_eq!(t.num_evictable(), 5);
+        let (stored, evicted) = store(&mut t, 2, &at(&[10, 11, 12, 13, 14, 15, 16, 17])).unwrap();
+        assert_eq!((stored.len(), evicted.len()), (8, 5));
+        t.check_invariants().unwrap();
     }
 
     #[test]
