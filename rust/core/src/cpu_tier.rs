@@ -119,8 +119,9 @@ impl Chunk {
 /// private chunks are named by its row in the upper half and their block index in the lower
 /// (`ensure_tier_keys` in the engine), so they fill one group's consecutive slots: one hash-table entry
 /// and one vector per row instead of one entry per chunk (the table's inserts and growth were most of a
-/// rarely hit tier's cost, results/README.md §CPU tier). A group starts only with a run of keys stored
-/// together (`insert_run`); a key stored alone (a content key, a hash) is a single, in a map of its own.
+/// rarely hit tier's cost, results/README.md §CPU tier). A content key (a hash) is a group of one, its
+/// slot kept inline (`Slots::One`: no allocation); a key beyond its group's slots is a single, in a map
+/// of its own.
 ///
 /// Exact for any keys: a group starts with, and its slots only grow at their end by, keys absent from
 /// the tier, so a single is never inside its group's slots (a key is in one place or none).
@@ -133,12 +134,80 @@ struct Chunks {
     len: usize,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct Group {
     /// The lower key half of `slots[0]`.
     base: u64,
-    slots: Vec<Chunk>,
+    slots: Slots,
     held: u32,
+}
+
+/// A group's slots: one kept inline (a key alone, as a content key: no allocation), or a vector.
+#[derive(Clone, Debug)]
+enum Slots {
+    One(Chunk),
+    Many(Vec<Chunk>),
+}
+
+impl std::ops::Deref for Slots {
+    type Target = [Chunk];
+    #[inline]
+    fn deref(&self) -> &[Chunk] {
+        match self {
+            Slots::One(c) => std::slice::from_ref(c),
+            Slots::Many(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Slots {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [Chunk] {
+        match self {
+            Slots::One(c) => std::slice::from_mut(c),
+            Slots::Many(v) => v,
+        }
+    }
+}
+
+impl Slots {
+    fn push(&mut self, c: Chunk) {
+        match self {
+            Slots::One(a) => *self = Slots::Many(vec![*a, c]),
+            Slots::Many(v) => v.push(c),
+        }
+    }
+
+    fn pop(&mut self) {
+        match self {
+            Slots::One(_) => *self = Slots::Many(Vec::new()),
+            Slots::Many(v) => {
+                v.pop();
+            }
+        }
+    }
+
+    fn extend(&mut self, more: impl ExactSizeIterator<Item = Chunk>) {
+        match self {
+            Slots::One(a) => {
+                let mut v = Vec::with_capacity(1 + more.len());
+                v.push(*a);
+                v.extend(more);
+                *self = Slots::Many(v);
+            }
+            Slots::Many(v) => v.extend(more),
+        }
+    }
+
+    /// The slots of `chunks` (at least one).
+    fn of(mut chunks: impl ExactSizeIterator<Item = Chunk>) -> Self {
+        if chunks.len() == 1 {
+            return Slots::One(chunks.next().expect("one chunk"));
+        }
+        let mut v = Vec::with_capacity(chunks.len());
+        v.extend(chunks);
+        Slots::Many(v)
+    }
 }
 
 /// `(hi, lo, n)` if `keys` are `n` >= 1 consecutive keys `(hi, lo)`, `(hi, lo + 1)`, ... of one group.
@@ -186,36 +255,34 @@ impl Chunks {
 
     #[inline]
     fn get(&self, key: BlockKey) -> Option<&Chunk> {
-        if !self.singles.is_empty()
-            && let Some(c) = self.singles.get(&key)
-        {
-            return Some(c);
-        }
         let (hi, lo) = split_key(key);
-        let g = self.groups.get(&hi)?;
-        let i = lo.wrapping_sub(g.base);
-        if i < g.slots.len() as u64 {
-            let c = &g.slots[i as usize];
-            return c.held.then_some(c);
+        if let Some(g) = self.groups.get(&hi) {
+            let i = lo.wrapping_sub(g.base);
+            if i < g.slots.len() as u64 {
+                let c = &g.slots[i as usize];
+                return c.held.then_some(c);
+            }
         }
-        None
+        if self.singles.is_empty() {
+            return None;
+        }
+        self.singles.get(&key)
     }
 
     #[inline]
     fn get_mut(&mut self, key: BlockKey) -> Option<&mut Chunk> {
-        if !self.singles.is_empty()
-            && let Some(c) = self.singles.get_mut(&key)
-        {
-            return Some(c);
-        }
         let (hi, lo) = split_key(key);
-        let g = self.groups.get_mut(&hi)?;
-        let i = lo.wrapping_sub(g.base);
-        if i < g.slots.len() as u64 {
-            let c = &mut g.slots[i as usize];
-            return if c.held { Some(c) } else { None };
+        if let Some(g) = self.groups.get_mut(&hi) {
+            let i = lo.wrapping_sub(g.base);
+            if i < g.slots.len() as u64 {
+                let c = &mut g.slots[i as usize];
+                return if c.held { Some(c) } else { None };
+            }
         }
-        None
+        if self.singles.is_empty() {
+            return None;
+        }
+        self.singles.get_mut(&key)
     }
 
     #[inline]
@@ -228,13 +295,26 @@ impl Chunks {
     /// group: only `insert_run` does).
     fn insert(&mut self, key: BlockKey, mut chunk: Chunk) {
         chunk.held = true;
-        if let Some(c) = self.singles.get_mut(&key) {
+        if !self.singles.is_empty()
+            && let Some(c) = self.singles.get_mut(&key)
+        {
             *c = chunk; // (replaced: a key held is in one place)
             return;
         }
         self.len += 1;
         let (hi, lo) = split_key(key);
-        if let Some(g) = self.groups.get_mut(&hi) {
+        let g = match self.groups.entry(hi) {
+            Entry::Vacant(e) => {
+                e.insert(Group {
+                    base: lo,
+                    slots: Slots::One(chunk),
+                    held: 1,
+                });
+                return;
+            }
+            Entry::Occupied(e) => e.into_mut(),
+        };
+        {
             let i = lo.wrapping_sub(g.base);
             let n = g.slots.len() as u64;
             if i < n {
@@ -267,11 +347,9 @@ impl Chunks {
         };
         match self.groups.entry(hi) {
             Entry::Vacant(e) => {
-                let mut slots = Vec::with_capacity(n);
-                slots.extend(chunks.map(held));
                 e.insert(Group {
                     base: lo,
-                    slots,
+                    slots: Slots::of(chunks.map(held)),
                     held: n as u32,
                 });
                 self.len += n;
