@@ -9,11 +9,14 @@
 //! index), which the eviction policies rank by.
 //!
 //! Memory is O(chunks held + live requests' accesses + the store-threshold tracker (at most `tracker`
-//! keys)), never O(capacity): a request's record is dropped at `finish`, ARC's ghost lists stay within
+//! keys)), never O(capacity) (a row's vector of slots may keep empty ones between held chunks: at most
+//! its request's chunks for a row with one held): a request's record is dropped at `finish`, ARC's
+//! ghost lists stay within
 //! `capacity`, and the LRU heap of lazily deleted entries is rebuilt from the live ones when it doubles
 //! (vLLM's `_maybe_compact_heap`; the spec never compacts, which changes no decision: see `lru_evict`).
 //! The LRU heap is built only at the first eviction (a tier that never fills orders nothing), from the
-//! chunks' ranks, which live in the chunk map's entries (one hash table entry per chunk held).
+//! chunks' ranks, which live in the chunks' slots (`Chunks`: a row's private chunks share one hash-table
+//! entry and one vector of slots).
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
@@ -75,9 +78,9 @@ type KeySet = HashSet<BlockKey, Hasher>;
 type Rank = (u64, Reverse<u64>);
 
 /// One held chunk: pending until its store completes, pinned by `pins` loads in flight, and (LRU) its
-/// rank. One map entry per chunk holds all of it (the LRU's ranks and its evictable set were maps of
+/// rank. One slot per chunk holds all of it (the LRU's ranks and its evictable set were maps of
 /// their own: three hash tables per chunk held, and most of a tier's cost; results/README.md).
-/// 16 bytes (a table entry of 32 with its key): the rank's position is a chunk's index in its request,
+/// 16 bytes (a slot of its row's vector, `Chunks`): the rank's position is a chunk's index in its request,
 /// kept in 32 bits, and a chunk is pinned by at most one load at a time in the engine (a lookup skips
 /// a chunk being loaded), by fewer than 2^16 here.
 #[derive(Clone, Copy, Debug, Default)]
@@ -87,6 +90,8 @@ struct Chunk {
     pos: u32,
     pins: u16,
     ready: bool,
+    /// Whether the slot holds a chunk (a `Group`'s slots may be empty).
+    held: bool,
 }
 
 const _: () = assert!(size_of::<Chunk>() == 16);
@@ -106,6 +111,480 @@ impl Chunk {
     fn set_rank(&mut self, (req, Reverse(pos)): Rank) {
         self.req = req;
         self.pos = u32::try_from(pos).expect("a chunk position below 2^32");
+    }
+}
+
+/// The chunks held, grouped by their key's upper 64 bits: a key `(hi << 64) | lo` lives in the group
+/// of `hi` at slot `lo - base` when the group's slots reach it, else among the singles. A request's
+/// private chunks are named by its row in the upper half and their block index in the lower
+/// (`ensure_tier_keys` in the engine), so they fill one group's consecutive slots: one hash-table entry
+/// and one vector per row instead of one entry per chunk (the table's inserts and growth were most of a
+/// rarely hit tier's cost, results/README.md §CPU tier). A content key (a hash) is a group of one, its
+/// slot kept inline (`Slots::One`: no allocation); a key beyond its group's slots is a single, in a map
+/// of its own.
+///
+/// Exact for any keys: a group starts with, and its slots only grow at their end by, keys absent from
+/// the tier, so a single is never inside its group's slots (a key is in one place or none).
+/// Memory: a group spans from its first slot to its last held chunk (empty slots at the end are
+/// trimmed, a group with none held dropped), so at most a request's chunks per row with one held.
+#[derive(Clone, Debug, Default)]
+struct Chunks {
+    groups: HashMap<u64, Group, Hasher>,
+    singles: KeyMap<Chunk>,
+    len: usize,
+}
+
+#[derive(Clone, Debug)]
+struct Group {
+    /// The lower key half of `slots[0]`.
+    base: u64,
+    slots: Slots,
+    held: u32,
+}
+
+/// A group's slots: one kept inline (a key alone, as a content key: no allocation), or a vector.
+#[derive(Clone, Debug)]
+enum Slots {
+    One(Chunk),
+    Many(Vec<Chunk>),
+}
+
+impl std::ops::Deref for Slots {
+    type Target = [Chunk];
+    #[inline]
+    fn deref(&self) -> &[Chunk] {
+        match self {
+            Slots::One(c) => std::slice::from_ref(c),
+            Slots::Many(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Slots {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [Chunk] {
+        match self {
+            Slots::One(c) => std::slice::from_mut(c),
+            Slots::Many(v) => v,
+        }
+    }
+}
+
+impl Slots {
+    fn push(&mut self, c: Chunk) {
+        match self {
+            Slots::One(a) => *self = Slots::Many(vec![*a, c]),
+            Slots::Many(v) => v.push(c),
+        }
+    }
+
+    fn pop(&mut self) {
+        match self {
+            Slots::One(_) => *self = Slots::Many(Vec::new()),
+            Slots::Many(v) => {
+                v.pop();
+            }
+        }
+    }
+
+    fn extend(&mut self, more: impl ExactSizeIterator<Item = Chunk>) {
+        match self {
+            Slots::One(a) => {
+                let mut v = Vec::with_capacity(1 + more.len());
+                v.push(*a);
+                v.extend(more);
+                *self = Slots::Many(v);
+            }
+            Slots::Many(v) => v.extend(more),
+        }
+    }
+
+    /// The slots of `chunks` (at least one).
+    fn of(mut chunks: impl ExactSizeIterator<Item = Chunk>) -> Self {
+        if chunks.len() == 1 {
+            return Slots::One(chunks.next().expect("one chunk"));
+        }
+        let mut v = Vec::with_capacity(chunks.len());
+        v.extend(chunks);
+        Slots::Many(v)
+    }
+}
+
+/// `(hi, lo, n)` if `keys` are `n` >= 1 consecutive keys `(hi, lo)`, `(hi, lo + 1)`, ... of one group.
+#[inline]
+fn run_of(mut keys: impl Iterator<Item = BlockKey>) -> Option<(u64, u64, usize)> {
+    let first = keys.next()?;
+    let mut n = 1;
+    let mut last = first.0;
+    for k in keys {
+        if k.0 != last.wrapping_add(1) || (k.0 >> 64) != (last >> 64) {
+            return None;
+        }
+        last = k.0;
+        n += 1;
+    }
+    let (hi, lo) = split_key(first);
+    Some((hi, lo, n))
+}
+
+/// `run_of` the keys of `order` if their positions also increase (so the order is by position).
+#[inline]
+fn run_in_order(order: &[(BlockKey, u64)]) -> Option<(u64, u64, usize)> {
+    let (&(first, _), rest) = order.split_first()?;
+    let mut last = order[0];
+    for &(k, pos) in rest {
+        if k.0 != last.0.0.wrapping_add(1) || (k.0 >> 64) != (last.0.0 >> 64) || pos <= last.1 {
+            return None;
+        }
+        last = (k, pos);
+    }
+    let (hi, lo) = split_key(first);
+    Some((hi, lo, order.len()))
+}
+
+#[inline]
+fn split_key(key: BlockKey) -> (u64, u64) {
+    ((key.0 >> 64) as u64, key.0 as u64)
+}
+
+impl Chunks {
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn get(&self, key: BlockKey) -> Option<&Chunk> {
+        let (hi, lo) = split_key(key);
+        if let Some(g) = self.groups.get(&hi) {
+            let i = lo.wrapping_sub(g.base);
+            if i < g.slots.len() as u64 {
+                let c = &g.slots[i as usize];
+                return c.held.then_some(c);
+            }
+        }
+        if self.singles.is_empty() {
+            return None;
+        }
+        self.singles.get(&key)
+    }
+
+    #[inline]
+    fn get_mut(&mut self, key: BlockKey) -> Option<&mut Chunk> {
+        let (hi, lo) = split_key(key);
+        if let Some(g) = self.groups.get_mut(&hi) {
+            let i = lo.wrapping_sub(g.base);
+            if i < g.slots.len() as u64 {
+                let c = &mut g.slots[i as usize];
+                return if c.held { Some(c) } else { None };
+            }
+        }
+        if self.singles.is_empty() {
+            return None;
+        }
+        self.singles.get_mut(&key)
+    }
+
+    #[inline]
+    fn contains(&self, key: BlockKey) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Holds `key` as `chunk` (replacing it if held, as a map's insert): in its group's slots if they
+    /// reach it or it continues them, else among the singles (a key alone, as a content key, starts no
+    /// group: only `insert_run` does).
+    fn insert(&mut self, key: BlockKey, mut chunk: Chunk) {
+        chunk.held = true;
+        if !self.singles.is_empty()
+            && let Some(c) = self.singles.get_mut(&key)
+        {
+            *c = chunk; // (replaced: a key held is in one place)
+            return;
+        }
+        self.len += 1;
+        let (hi, lo) = split_key(key);
+        let g = match self.groups.entry(hi) {
+            Entry::Vacant(e) => {
+                e.insert(Group {
+                    base: lo,
+                    slots: Slots::One(chunk),
+                    held: 1,
+                });
+                return;
+            }
+            Entry::Occupied(e) => e.into_mut(),
+        };
+        {
+            let i = lo.wrapping_sub(g.base);
+            let n = g.slots.len() as u64;
+            if i < n {
+                let slot = &mut g.slots[i as usize];
+                if slot.held {
+                    self.len -= 1; // (replaced)
+                } else {
+                    g.held += 1;
+                }
+                *slot = chunk;
+                return;
+            } else if i == n {
+                g.slots.push(chunk);
+                g.held += 1;
+                return;
+            }
+        }
+        if self.singles.insert(key, chunk).is_some() {
+            self.len -= 1; // (replaced)
+        }
+    }
+
+    /// `insert` of `chunks` under keys `(hi, lo..)` (a run of keys none of which is held), in one
+    /// piece when they start a group or continue one; else one by one.
+    fn insert_run(&mut self, hi: u64, lo: u64, chunks: impl ExactSizeIterator<Item = Chunk>) {
+        let n = chunks.len();
+        let held = |mut c: Chunk| {
+            c.held = true;
+            c
+        };
+        match self.groups.entry(hi) {
+            Entry::Vacant(e) => {
+                e.insert(Group {
+                    base: lo,
+                    slots: Slots::of(chunks.map(held)),
+                    held: n as u32,
+                });
+                self.len += n;
+            }
+            Entry::Occupied(mut e)
+                if lo.wrapping_sub(e.get().base) == e.get().slots.len() as u64 =>
+            {
+                let g = e.get_mut();
+                g.slots.extend(chunks.map(held));
+                g.held += n as u32;
+                self.len += n;
+            }
+            Entry::Occupied(_) => {
+                self.insert_many(chunks.enumerate().map(|(i, c)| {
+                    (
+                        BlockKey((u128::from(hi) << 64) | u128::from(lo.wrapping_add(i as u64))),
+                        c,
+                    )
+                }));
+            }
+        }
+    }
+
+    /// `insert` of each `(key, chunk)` in order, one group lookup per run of keys sharing their upper
+    /// half.
+    fn insert_many(&mut self, items: impl ExactSizeIterator<Item = (BlockKey, Chunk)>) {
+        let mut items = items.peekable();
+        while let Some((key, chunk)) = items.next() {
+            let (hi, lo) = split_key(key);
+            self.insert(key, chunk);
+            // The keys after it in its group: appended while they follow on.
+            let Some(g) = self.groups.get_mut(&hi) else {
+                continue;
+            };
+            while let Some(&(key, mut chunk)) = items.peek() {
+                let (h, l) = split_key(key);
+                if h != hi
+                    || l.wrapping_sub(g.base) != g.slots.len() as u64
+                    || l == lo
+                    || self.singles.contains_key(&key)
+                {
+                    break; // (a single is replaced where it is, by `insert`)
+                }
+                items.next();
+                chunk.held = true;
+                g.slots.push(chunk);
+                g.held += 1;
+                self.len += 1;
+            }
+        }
+    }
+
+    fn remove(&mut self, key: BlockKey) -> Option<Chunk> {
+        if !self.singles.is_empty()
+            && let Some(c) = self.singles.remove(&key)
+        {
+            self.len -= 1;
+            return Some(c);
+        }
+        let (hi, lo) = split_key(key);
+        if let Entry::Occupied(mut e) = self.groups.entry(hi) {
+            let g = e.get_mut();
+            let i = lo.wrapping_sub(g.base);
+            if i < g.slots.len() as u64 {
+                let c = g.slots[i as usize];
+                if !c.held {
+                    return None;
+                }
+                g.slots[i as usize].held = false;
+                g.held -= 1;
+                self.len -= 1;
+                if g.held == 0 {
+                    e.remove();
+                } else {
+                    while g.slots.last().is_some_and(|c| !c.held) {
+                        g.slots.pop();
+                    }
+                }
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// `f(i, key, chunk)` for the `i`th of `keys` (None: not held), one group lookup per run of keys
+    /// sharing their upper half (a request's private chunks).
+    #[inline]
+    fn visit<'a>(
+        &'a self,
+        keys: impl Iterator<Item = BlockKey>,
+        mut f: impl FnMut(usize, BlockKey, Option<&'a Chunk>),
+    ) {
+        let mut cur: Option<(u64, Option<&'a Group>)> = None;
+        for (i, key) in keys.enumerate() {
+            let (hi, lo) = split_key(key);
+            let g = match cur {
+                Some((h, g)) if h == hi => g,
+                _ => {
+                    let g = self.groups.get(&hi);
+                    cur = Some((hi, g));
+                    g
+                }
+            };
+            if let Some(g) = g {
+                let j = lo.wrapping_sub(g.base);
+                if j < g.slots.len() as u64 {
+                    let c = &g.slots[j as usize];
+                    f(i, key, c.held.then_some(c));
+                    continue;
+                }
+            }
+            f(
+                i,
+                key,
+                if self.singles.is_empty() {
+                    None
+                } else {
+                    self.singles.get(&key)
+                },
+            );
+        }
+    }
+
+    /// Whether no key `(hi, lo..lo + n)` is held (for a run of keys: one group lookup).
+    #[inline]
+    fn none_held(&self, hi: u64, lo: u64, n: u64) -> bool {
+        if !self.singles.is_empty() {
+            return false; // (not decided here)
+        }
+        self.groups.get(&hi).is_none_or(|g| {
+            // The run and the slots do not overlap (each taken from its own start, modulo 2^64).
+            let len = g.slots.len() as u64;
+            lo.wrapping_sub(g.base) >= len && g.base.wrapping_sub(lo) >= n
+        })
+    }
+
+    /// The slots of keys `(hi, lo..lo + n)` if the group's slots hold them all, else None.
+    #[inline]
+    fn slots_mut(&mut self, hi: u64, lo: u64, n: usize) -> Option<&mut [Chunk]> {
+        let g = self.groups.get_mut(&hi)?;
+        let j = lo.wrapping_sub(g.base) as usize;
+        if (lo.wrapping_sub(g.base)) < g.slots.len() as u64 && n <= g.slots.len() - j {
+            Some(&mut g.slots[j..j + n])
+        } else {
+            None
+        }
+    }
+
+    /// `visit` with the chunks mutable (`f` sees only held ones).
+    #[inline]
+    fn visit_mut(
+        &mut self,
+        keys: impl Iterator<Item = BlockKey>,
+        mut f: impl FnMut(BlockKey, &mut Chunk),
+    ) {
+        let Chunks {
+            groups, singles, ..
+        } = self;
+        let mut keys = keys.peekable();
+        while let Some(key) = keys.next() {
+            let (hi, lo) = split_key(key);
+            let Some(g) = groups.get_mut(&hi) else {
+                if let Some(c) = singles.get_mut(&key) {
+                    f(key, c);
+                }
+                continue;
+            };
+            let mut next = Some((key, lo));
+            while let Some((key, lo)) = next {
+                let j = lo.wrapping_sub(g.base);
+                if j < g.slots.len() as u64 {
+                    let c = &mut g.slots[j as usize];
+                    if c.held {
+                        f(key, c);
+                    }
+                } else if let Some(c) = singles.get_mut(&key) {
+                    f(key, c);
+                }
+                next = keys
+                    .next_if(|&k| split_key(k).0 == hi)
+                    .map(|k| (k, split_key(k).1));
+            }
+        }
+    }
+
+    /// Every chunk held with its key (in no particular order).
+    fn iter(&self) -> impl Iterator<Item = (BlockKey, &Chunk)> + '_ {
+        self.groups
+            .iter()
+            .flat_map(|(&hi, g)| {
+                g.slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.held)
+                    .map(move |(i, c)| {
+                        let lo = g.base.wrapping_add(i as u64);
+                        (BlockKey((u128::from(hi) << 64) | u128::from(lo)), c)
+                    })
+            })
+            .chain(self.singles.iter().map(|(&k, c)| (k, c)))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Chunk> + '_ {
+        self.iter().map(|(_, c)| c)
+    }
+
+    fn keys(&self) -> impl Iterator<Item = BlockKey> + '_ {
+        self.iter().map(|(k, _)| k)
+    }
+
+    /// Its own consistency: counts, no empty group or trailing empty slot, no single inside a group.
+    fn check(&self) -> std::result::Result<(), String> {
+        let mut n = self.singles.len();
+        for (hi, g) in &self.groups {
+            let held = g.slots.iter().filter(|c| c.held).count();
+            if held != g.held as usize || held == 0 || !g.slots.last().is_some_and(|c| c.held) {
+                return Err(format!("group {hi:#x} miscounts or ends in an empty slot"));
+            }
+            n += held;
+        }
+        if n != self.len {
+            return Err(format!("{} chunks counted, {n} held", self.len));
+        }
+        for k in self.singles.keys() {
+            let (hi, lo) = split_key(*k);
+            if let Some(g) = self.groups.get(&hi)
+                && lo.wrapping_sub(g.base) < g.slots.len() as u64
+            {
+                return Err(format!("single {} inside its group's slots", k.0));
+            }
+            if !self.singles[k].held {
+                return Err(format!("single {} not marked held", k.0));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -225,8 +704,14 @@ const STORE_MISS: u8 = 8;
 struct Access {
     /// The LRU's request rank, 0 until first needed.
     rank: u64,
-    /// Keys seen, in order of first access, with their position then.
+    /// Keys seen, in order of first access, with their position then: `order[..checked]` distinct and
+    /// indexed (by the filter or `flags`); after them (LRU) keys recorded while not held, unchecked
+    /// (repeats possible), checked when a held key's access needs the set (`absorb`) or at `finish`.
     order: Vec<(BlockKey, u64)>,
+    checked: usize,
+    /// Whether the unchecked keys are consecutive keys of one group (`Chunks`): distinct, so they
+    /// need no check at `finish` when they are all the keys (a row's private chunks, the usual case).
+    run: bool,
     /// Each key's `SEEN`, `INSERTED`, `REUSED` and `STORE_MISS` bits: vLLM's four sets in one map.
     flags: KeyMap<u8>,
     /// Whether `flags` holds the keys seen: always under ARC; under LRU (which reads no other bit)
@@ -254,30 +739,131 @@ impl Access {
         }
     }
 
-    /// Records a first access to `key` at `pos`; false if it was seen before.
+    /// Records `key` at `pos` unchecked (LRU, a key not held). Unchecked keys that are not one run
+    /// are checked once more than `SCAN_SEEN` wait (so that repeated offers of the same keys keep the
+    /// record within twice its distinct keys and that many more).
     #[inline]
-    fn first_seen(&mut self, key: BlockKey, pos: u64) -> bool {
+    fn push_unchecked(&mut self, key: BlockKey, pos: u64) {
+        let n = self.order.len();
+        if n == self.checked {
+            self.run = true;
+        } else if self.run {
+            let last = self.order[n - 1].0.0;
+            self.run = key.0 == last.wrapping_add(1) && (key.0 >> 64) == (last >> 64);
+        }
+        self.order.push((key, pos));
+        if !self.run && self.order.len() - self.checked > SCAN_SEEN {
+            self.absorb();
+        }
+    }
+
+    /// `push_unchecked` of each of `keys` (not empty).
+    fn extend_unchecked(&mut self, keys: &[(BlockKey, u64)]) {
+        let n = self.order.len();
+        let follows =
+            |a: BlockKey, b: BlockKey| b.0 == a.0.wrapping_add(1) && (a.0 >> 64) == (b.0 >> 64);
+        let joins = n == self.checked || self.run && follows(self.order[n - 1].0, keys[0].0);
+        self.run = joins && keys.windows(2).all(|w| follows(w[0].0, w[1].0));
+        self.order.extend_from_slice(keys);
+        if !self.run && self.order.len() - self.checked > SCAN_SEEN {
+            self.absorb();
+        }
+    }
+
+    /// `extend_unchecked` of `keys` known to be one run (consecutive keys of one group).
+    fn extend_run(&mut self, keys: &[(BlockKey, u64)]) {
+        let n = self.order.len();
+        if n == self.checked {
+            self.run = true;
+        } else if self.run {
+            let (last, first) = (self.order[n - 1].0.0, keys[0].0.0);
+            self.run = first == last.wrapping_add(1) && (first >> 64) == (last >> 64);
+        }
+        self.order.extend_from_slice(keys);
+        if !self.run && self.order.len() - self.checked > SCAN_SEEN {
+            self.absorb();
+        }
+    }
+
+    /// Whether `key` is among the checked keys.
+    #[inline]
+    fn seen(&self, key: BlockKey) -> bool {
         if self.mapped {
-            if !self.set(key, SEEN) {
-                return false;
-            }
-            self.order.push((key, pos));
-            return true;
+            return self.has(key, SEEN);
         }
         let (word, bit) = filter_bit(key);
-        if self.filter[word] & bit != 0 && self.order.iter().any(|&(k, _)| k == key) {
-            return false;
+        self.filter[word] & bit != 0 && self.order[..self.checked].iter().any(|&(k, _)| k == key)
+    }
+
+    /// Indexes `order[checked]` (a key not seen) and counts it checked.
+    #[inline]
+    fn index_next(&mut self) {
+        let key = self.order[self.checked].0;
+        self.checked += 1;
+        if self.mapped {
+            self.set(key, SEEN);
+            return;
         }
+        let (word, bit) = filter_bit(key);
         self.filter[word] |= bit;
-        self.order.push((key, pos));
-        if self.order.len() > SCAN_SEEN {
+        if self.checked > SCAN_SEEN {
             self.mapped = true;
-            self.flags.reserve(self.order.len());
-            for &(k, _) in &self.order {
+            self.flags.reserve(self.checked);
+            for &(k, _) in &self.order[..self.checked] {
                 *self.flags.entry(k).or_insert(0) |= SEEN;
             }
         }
+    }
+
+    /// Records a first access to `key` at `pos`; false if it was seen before. (Unchecked keys are
+    /// checked first.)
+    #[inline]
+    fn first_seen(&mut self, key: BlockKey, pos: u64) -> bool {
+        self.absorb();
+        if self.seen(key) {
+            return false;
+        }
+        self.order.push((key, pos));
+        self.index_next();
         true
+    }
+
+    /// Checks the unchecked keys in order, dropping the repeats (a key's first access stays).
+    fn absorb(&mut self) {
+        let n = self.order.len();
+        if self.checked == n {
+            return;
+        }
+        if self.checked == 0 && self.run {
+            // Consecutive keys of one group: distinct.
+            if n <= SCAN_SEEN {
+                for &(k, _) in &self.order {
+                    let (word, bit) = filter_bit(k);
+                    self.filter[word] |= bit;
+                }
+                self.checked = n;
+                return;
+            }
+        }
+        for r in self.checked..n {
+            let e = self.order[r];
+            if self.seen(e.0) {
+                continue;
+            }
+            let w = self.checked;
+            self.order[w] = e;
+            self.index_next();
+        }
+        self.order.truncate(self.checked);
+    }
+
+    /// The keys in order, repeats dropped (the first access kept), taken out for `finish`.
+    fn take_distinct(&mut self) -> Vec<(BlockKey, u64)> {
+        if !(self.checked == 0 && self.run) {
+            self.absorb(); // (else distinct: no check needed)
+        }
+        self.checked = 0;
+        std::mem::take(&mut self.order)
     }
 
     #[inline]
@@ -316,7 +902,7 @@ pub struct Internals {
 pub struct CpuTier {
     capacity: u64,
     eviction: Eviction,
-    chunks: KeyMap<Chunk>,
+    chunks: Chunks,
     num_evictable: u64,
     accesses: HashMap<u64, Access, Hasher>,
     /// Offers a key needs before a store admits it; 0: no threshold (vLLM's `store_threshold` < 2).
@@ -364,7 +950,7 @@ impl CpuTier {
         Self {
             capacity,
             eviction,
-            chunks: KeyMap::default(),
+            chunks: Chunks::default(),
             num_evictable: 0,
             accesses: HashMap::default(),
             threshold: if store_threshold >= 2 {
@@ -395,7 +981,7 @@ impl CpuTier {
     // -- queries -----------------------------------------------------------------------------------
     /// [`MISS`], [`HIT`] (ready) or [`PENDING`] (its store in flight).
     pub fn lookup(&self, key: BlockKey) -> u8 {
-        match self.chunks.get(&key) {
+        match self.chunks.get(key) {
             None => MISS,
             Some(c) if c.ready => HIT,
             Some(_) => PENDING,
@@ -443,7 +1029,7 @@ impl CpuTier {
         let mut ranks: Vec<(BlockKey, u64, i128)> = if self.eviction == Eviction::Lru {
             self.chunks
                 .iter()
-                .map(|(&k, c)| (k, c.req, -i128::from(c.pos)))
+                .map(|(k, c)| (k, c.req, -i128::from(c.pos)))
                 .collect()
         } else {
             Vec::new()
@@ -476,7 +1062,7 @@ impl CpuTier {
             }
             let n = uses.entry(key).or_insert(0);
             *n += 1;
-            let pins = u64::from(self.chunks[&key].pins);
+            let pins = u64::from(self.chunks.get(key).expect("held").pins);
             if pins + *n > MAX_PINS {
                 invalid_op!("cannot load chunk {}: {pins} loads pin it already", key.0);
             }
@@ -491,7 +1077,7 @@ impl CpuTier {
         for &key in keys {
             let n = uses.entry(key).or_insert(0);
             *n += 1;
-            let pins = match self.chunks.get(&key) {
+            let pins = match self.chunks.get(key) {
                 None => invalid_op!(
                     "cannot complete a load of chunk {}: the CPU tier does not hold it",
                     key.0
@@ -531,6 +1117,16 @@ impl CpuTier {
             a.order.reserve(keys.len());
         }
         for (i, &(key, pos)) in keys.iter().enumerate() {
+            if !arc && absent.is_some_and(|absent| absent[i]) {
+                // LRU, a key not held: no rank moves; recorded unchecked (a repeat of an earlier
+                // access is dropped when checked), and the request takes its rank.
+                a.push_unchecked(key, pos);
+                if a.rank == 0 {
+                    self.next_rank += 1;
+                    a.rank = self.next_rank;
+                }
+                continue;
+            }
             if !a.first_seen(key, pos) || arc {
                 continue;
             }
@@ -539,10 +1135,7 @@ impl CpuTier {
                 self.next_rank += 1;
                 a.rank = self.next_rank;
             }
-            if absent.is_some_and(|absent| absent[i]) {
-                continue;
-            }
-            let Some(c) = self.chunks.get_mut(&key) else {
+            let Some(c) = self.chunks.get_mut(key) else {
                 continue;
             };
             let rank = (a.rank, Reverse(pos));
@@ -563,6 +1156,24 @@ impl CpuTier {
             }
         }
         self.compact_heap();
+    }
+
+    /// `record` under LRU of keys none of which is held: recorded unchecked, the request ranked.
+    fn record_absent(&mut self, rid: u64, keys: &[(BlockKey, u64)]) {
+        if keys.is_empty() {
+            return;
+        }
+        let spare = &mut self.spare_orders;
+        let a = self.accesses.entry(rid).or_insert_with(|| {
+            let mut a = Access::new(false);
+            a.order = spare.pop().unwrap_or_default();
+            a
+        });
+        a.extend_unchecked(keys);
+        if a.rank == 0 {
+            self.next_rank += 1;
+            a.rank = self.next_rank;
+        }
     }
 
     // -- evictability -------------------------------------------------------------------------------
@@ -594,7 +1205,7 @@ impl CpuTier {
             .chunks
             .iter()
             .filter(|(_, c)| c.evictable())
-            .map(|(&key, c)| Reverse((c.rank(), key)))
+            .map(|(key, c)| Reverse((c.rank(), key)))
             .collect();
         self.heap = BinaryHeap::from(live);
     }
@@ -628,7 +1239,7 @@ impl CpuTier {
             let (rank, key) = entry;
             if !self
                 .chunks
-                .get(&key)
+                .get(key)
                 .is_some_and(|c| c.evictable() && c.rank() == rank)
                 || chosen.contains(&key)
             {
@@ -647,7 +1258,7 @@ impl CpuTier {
             return false;
         }
         for (_, key) in selected {
-            self.chunks.remove(&key);
+            self.chunks.remove(key);
             out.push(key);
         }
         self.compact_heap();
@@ -691,7 +1302,7 @@ impl CpuTier {
                 self.t2.remove(key);
                 self.b2.set(key, ());
             }
-            self.chunks.remove(&key);
+            self.chunks.remove(key);
             out.push(key);
         }
         for ghost in [&mut self.b1, &mut self.b2] {
@@ -713,7 +1324,7 @@ impl CpuTier {
         let list = if in_t1 { &self.t1 } else { &self.t2 };
         let start = (*from)?;
         for (stamp, key) in list.since(start) {
-            if self.chunks[&key].evictable() && !protected.contains(&key) {
+            if self.chunks.get(key).is_some_and(|c| c.evictable()) && !protected.contains(&key) {
                 *from = Some(stamp + 1);
                 return Some((key, in_t1));
             }
@@ -749,7 +1360,7 @@ impl CpuTier {
         for &(key, _) in keys {
             let c = self
                 .chunks
-                .get_mut(&key)
+                .get_mut(key)
                 .expect("prepare_load of a chunk the CPU tier does not hold");
             assert!(c.ready, "prepare_load of a pending chunk");
             c.pins = c
@@ -773,7 +1384,7 @@ impl CpuTier {
         for &key in keys {
             let c = self
                 .chunks
-                .get_mut(&key)
+                .get_mut(key)
                 .expect("complete_load of a chunk the CPU tier does not hold");
             assert!(c.pins > 0, "complete_load of a chunk no load pins");
             c.pins -= 1;
@@ -812,28 +1423,52 @@ impl CpuTier {
         ready_existing.clear();
         accessed.clear();
         absent.clear();
-        let mut skipped = 0;
-        for &(key, pos) in keys {
-            match self.chunks.get(&key) {
-                None => {
-                    if self.threshold > 0
-                        && self.counts.get(key).copied().unwrap_or(0) < self.threshold
-                    {
-                        skipped += 1;
-                        continue;
-                    }
-                    to_store.push((key, pos));
-                    absent.push(true);
-                }
-                Some(c) if c.ready => {
-                    ready_existing.push(key);
-                    absent.push(false);
-                }
-                Some(_) => continue,
-            }
-            // Stored or reused: an access (a repeated key has the same fate each time).
-            accessed.push((key, pos));
+        if self.eviction == Eviction::Lru
+            && self.threshold == 0
+            && let Some((hi, lo, n)) = run_of(keys.iter().map(|&(k, _)| k))
+            && self.chunks.none_held(hi, lo, n as u64)
+        {
+            // One run of keys none of which is held (a request's private chunks): all to store.
+            self.scratch_store = to_store;
+            self.scratch_ready = ready_existing;
+            self.scratch_accessed = accessed;
+            self.scratch_absent = absent;
+            let result = self.store_new_run(rid, keys, (hi, lo), stored, evicted);
+            self.debug_check();
+            return result;
         }
+        let mut skipped = 0;
+        let (threshold, counts) = (self.threshold, &self.counts);
+        self.chunks
+            .visit(keys.iter().map(|&(key, _)| key), |i, key, found| {
+                let pos = keys[i].1;
+                match found {
+                    None => {
+                        if threshold > 0 && counts.get(key).copied().unwrap_or(0) < threshold {
+                            skipped += 1;
+                            return;
+                        }
+                        to_store.push((key, pos));
+                        if !ready_existing.is_empty() {
+                            absent.push(true);
+                            accessed.push((key, pos));
+                        }
+                    }
+                    Some(c) if c.ready => {
+                        if ready_existing.is_empty() {
+                            // The accesses so far were all keys to store.
+                            absent.resize(to_store.len(), true);
+                            accessed.extend_from_slice(&to_store);
+                        }
+                        ready_existing.push(key);
+                        absent.push(false);
+                        accessed.push((key, pos));
+                    }
+                    Some(_) => {}
+                }
+                // Stored or reused: an access (a repeated key has the same fate each time); while
+                // every access is a key to store, `to_store` holds them (`accessed` stays empty).
+            });
         self.num_stores_skipped += skipped;
         if self.eviction == Eviction::Arc {
             // Only ARC learns from store misses.
@@ -853,7 +1488,17 @@ impl CpuTier {
                 self.arc_store_misses(&misses);
             }
         }
-        self.record(rid, &accessed, Some(&absent), &ready_existing);
+        if ready_existing.is_empty() {
+            // Every access a key to store (none held): under LRU nothing is re-ranked.
+            if self.eviction == Eviction::Lru {
+                self.record_absent(rid, &to_store);
+            } else {
+                absent.resize(to_store.len(), true);
+                self.record(rid, &to_store, Some(&absent), &ready_existing);
+            }
+        } else {
+            self.record(rid, &accessed, Some(&absent), &ready_existing);
+        }
         let result = self.insert_stored(rid, keys, &to_store, stored, evicted);
         self.scratch_store = to_store;
         self.scratch_ready = ready_existing;
@@ -861,6 +1506,45 @@ impl CpuTier {
         self.scratch_absent = absent;
         self.debug_check();
         result
+    }
+
+    /// `prepare_store` of `keys`, a run of keys starting at `(hi, lo)` none of which is held: recorded,
+    /// and stored if there is room without evicting (else as `insert_stored` does).
+    fn store_new_run(
+        &mut self,
+        rid: u64,
+        keys: &[(BlockKey, u64)],
+        (hi, lo): (u64, u64),
+        stored: &mut Vec<BlockKey>,
+        evicted: &mut Vec<BlockKey>,
+    ) -> Option<()> {
+        if (keys.len() as u64) > self.capacity - self.chunks.len() as u64 {
+            self.record_absent(rid, keys);
+            return self.insert_stored(rid, keys, keys, stored, evicted);
+        }
+        let spare = &mut self.spare_orders;
+        let a = self.accesses.entry(rid).or_insert_with(|| {
+            let mut a = Access::new(false);
+            a.order = spare.pop().unwrap_or_default();
+            a
+        });
+        a.extend_run(keys);
+        if a.rank == 0 {
+            self.next_rank += 1;
+            a.rank = self.next_rank;
+        }
+        let req = a.rank;
+        self.chunks.insert_run(
+            hi,
+            lo,
+            keys.iter().map(|&(_, pos)| Chunk {
+                req,
+                pos: u32::try_from(pos).expect("a chunk position below 2^32"),
+                ..Chunk::default()
+            }),
+        );
+        stored.extend(keys.iter().map(|&(k, _)| k));
+        Some(())
     }
 
     /// `prepare_store`'s second half: room for `to_store` (evicting chunks not offered in `keys`) and
@@ -889,41 +1573,72 @@ impl CpuTier {
             self.num_evicted += evicted.len() as u64;
         }
         let a = self.accesses.get_mut(&rid).expect("recorded above");
-        for &(key, pos) in to_store {
-            let mut chunk = Chunk::default();
-            match self.eviction {
-                Eviction::Lru => {
-                    if a.rank == 0 {
-                        self.next_rank += 1;
-                        a.rank = self.next_rank;
-                    }
-                    chunk.set_rank((a.rank, Reverse(pos)));
+        let mut req = 0; // (the LRU's rank; unused under ARC)
+        match self.eviction {
+            Eviction::Lru => {
+                if a.rank == 0 {
+                    self.next_rank += 1;
+                    a.rank = self.next_rank;
                 }
-                Eviction::Arc => {
+                req = a.rank;
+            }
+            Eviction::Arc => {
+                for &(key, _) in to_store {
                     self.b1.remove(key);
                     self.b2.remove(key);
                     self.t1.set(key, ());
                     a.set(key, INSERTED);
                 }
             }
-            self.chunks.insert(key, chunk);
-            stored.push(key);
         }
+        let chunk = |pos: u64| Chunk {
+            req,
+            pos: u32::try_from(pos).expect("a chunk position below 2^32"),
+            ..Chunk::default()
+        };
+        if let Some((hi, lo, _)) = run_of(to_store.iter().map(|&(k, _)| k)) {
+            // (none of them held: a prepared store's keys are absent)
+            self.chunks
+                .insert_run(hi, lo, to_store.iter().map(|&(_, pos)| chunk(pos)));
+        } else {
+            self.chunks
+                .insert_many(to_store.iter().map(|&(key, pos)| (key, chunk(pos))));
+        }
+        stored.extend(to_store.iter().map(|&(key, _)| key));
         Some(())
     }
 
     /// Stores of `keys` are done: each pending chunk among them becomes ready (and evictable); keys
     /// not held or already ready are ignored.
     pub fn complete_store(&mut self, keys: &[BlockKey]) {
-        for &key in keys {
-            if let Some(c) = self.chunks.get_mut(&key)
-                && !c.ready
-            {
-                c.ready = true;
-                let rank = c.rank();
-                self.mark_evictable(key, rank);
+        let (heap, live) = (&mut self.heap, self.heap_live);
+        let mut ready = 0;
+        if !live
+            && let Some((hi, lo, n)) = run_of(keys.iter().copied())
+            && let Some(slots) = self.chunks.slots_mut(hi, lo, n)
+        {
+            // One run inside its group's slots, no heap to feed: the slots in a row.
+            for c in slots {
+                if c.held && !c.ready {
+                    c.ready = true;
+                    ready += 1;
+                }
             }
+            self.num_evictable += ready;
+            self.debug_check();
+            return;
         }
+        self.chunks.visit_mut(keys.iter().copied(), |key, c| {
+            if !c.ready {
+                c.ready = true;
+                ready += 1;
+                if live {
+                    heap.push(Reverse((c.rank(), key)));
+                }
+            }
+        });
+        self.num_evictable += ready;
+        self.compact_heap();
         self.debug_check();
     }
 
@@ -964,25 +1679,42 @@ impl CpuTier {
         let Some(mut a) = self.accesses.remove(&rid) else {
             return;
         };
-        let mut ordered = std::mem::take(&mut a.order);
-        if !ordered.is_sorted_by_key(|&(_, pos)| pos) {
+        let mut ordered = a.take_distinct();
+        // One run of keys in order of position (a request's private chunks), or sorted by position.
+        let run = run_in_order(&ordered);
+        if run.is_none() && !ordered.is_sorted_by_key(|&(_, pos)| pos) {
             ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
+        }
+        if self.eviction == Eviction::Lru
+            && !self.heap_live
+            && let Some((hi, lo, n)) = run
+            && let Some(slots) = self.chunks.slots_mut(hi, lo, n)
+        {
+            // One run inside its group's slots (in order of position), no heap to feed: re-ranked
+            // from the last slot to the first.
+            for c in slots.iter_mut().rev() {
+                if c.held {
+                    self.next_rank += 1;
+                    c.set_rank((self.next_rank, Reverse(0)));
+                }
+            }
+        } else if self.eviction == Eviction::Lru {
+            let (heap, live, next_rank) = (&mut self.heap, self.heap_live, &mut self.next_rank);
+            self.chunks
+                .visit_mut(ordered.iter().rev().map(|&(key, _)| key), |key, c| {
+                    *next_rank += 1;
+                    let rank = (*next_rank, Reverse(0));
+                    c.set_rank(rank);
+                    if live && c.evictable() {
+                        heap.push(Reverse((rank, key)));
+                    }
+                });
         }
         for &(key, _) in ordered.iter().rev() {
             match self.eviction {
-                Eviction::Lru => {
-                    let Some(c) = self.chunks.get_mut(&key) else {
-                        continue;
-                    };
-                    self.next_rank += 1;
-                    let rank = (self.next_rank, Reverse(0));
-                    c.set_rank(rank);
-                    if self.heap_live && c.evictable() {
-                        self.heap.push(Reverse((rank, key)));
-                    }
-                }
+                Eviction::Lru => break,
                 Eviction::Arc => {
-                    if !self.chunks.contains_key(&key) {
+                    if !self.chunks.contains(key) {
                         continue;
                     }
                     let reused = a.has(key, REUSED);
@@ -1022,6 +1754,7 @@ impl CpuTier {
     }
 
     fn invariants(&self) -> std::result::Result<(), String> {
+        self.chunks.check()?;
         let evictable = self.chunks.values().filter(|c| c.evictable()).count() as u64;
         if evictable != self.num_evictable {
             return Err(format!(
@@ -1046,12 +1779,16 @@ impl CpuTier {
             ));
         }
         for (rid, a) in &self.accesses {
+            let checked = &a.order[..a.checked];
             let seen = if a.mapped {
                 a.flags.values().filter(|&&f| f & SEEN != 0).count()
             } else {
-                a.order.iter().map(|&(k, _)| k).collect::<KeySet>().len()
+                checked.iter().map(|&(k, _)| k).collect::<KeySet>().len()
             };
-            if a.order.len() != seen {
+            if a.checked != seen
+                || checked.iter().any(|&(k, _)| !a.seen(k))
+                || (self.eviction == Eviction::Arc && a.checked != a.order.len())
+            {
                 return Err(format!(
                     "request {rid}'s record of first accesses is inconsistent"
                 ));
@@ -1075,8 +1812,8 @@ impl CpuTier {
             };
         }
         let live: HashSet<(Rank, BlockKey)> = self.heap.iter().map(|e| e.0).collect();
-        for (key, c) in &self.chunks {
-            if c.evictable() && !live.contains(&(c.rank(), *key)) {
+        for (key, c) in self.chunks.iter() {
+            if c.evictable() && !live.contains(&(c.rank(), key)) {
                 return Err(format!(
                     "evictable chunk {} has no current heap entry",
                     key.0
@@ -1103,7 +1840,7 @@ impl CpuTier {
             || self
                 .chunks
                 .keys()
-                .any(|&k| !self.t1.contains(k) && !self.t2.contains(k))
+                .any(|k| !self.t1.contains(k) && !self.t2.contains(k))
         {
             return Err("the chunks held are not T1 and T2, disjoint".into());
         }
@@ -1117,7 +1854,7 @@ impl CpuTier {
             }
             if ghost
                 .keys()
-                .any(|k| other.contains(k) || self.chunks.contains_key(&k))
+                .any(|k| other.contains(k) || self.chunks.contains(k))
             {
                 return Err(format!("a ghost of {name} is held or in the other list"));
             }
@@ -1401,6 +2138,34 @@ mod tests {
                 key.0
             );
         }
+    }
+
+    #[test]
+    fn a_key_is_held_in_one_place_whether_in_a_run_or_alone() {
+        // A run starts a group; keys stored alone (a gap, a repeat in one offer) are singles, and a
+        // group's slots growing to a single's key leave it where it is.
+        let mut t = CpuTier::new(8, Eviction::Lru, 0);
+        store(&mut t, 0, &at(&[0])).unwrap();
+        assert_eq!(
+            store(&mut t, 0, &at(&[2, 1, 2])),
+            Some((vec![2, 1, 2], vec![]))
+        );
+        assert_eq!(
+            (t.used(), t.lookup(k(1)), t.lookup(k(2))),
+            (3, PENDING, PENDING)
+        );
+        t.complete_store(&keys(&[0, 1, 2]));
+        store(&mut t, 1, &at(&[4, 3])).unwrap();
+        assert_eq!(t.used(), 5);
+        t.check_invariants().unwrap();
+        t.complete_store(&keys(&[3, 4]));
+        t.finish(0);
+        t.finish(1);
+        // every chunk evictable and found: eviction takes the five
+        assert_eq!(t.num_evictable(), 5);
+        let (stored, evicted) = store(&mut t, 2, &at(&[10, 11, 12, 13, 14, 15, 16, 17])).unwrap();
+        assert_eq!((stored.len(), evicted.len()), (8, 5));
+        t.check_invariants().unwrap();
     }
 
     #[test]

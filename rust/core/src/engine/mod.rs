@@ -432,6 +432,7 @@ impl<'a> Engine<'a> {
             }
         };
         self.nxt = nxt;
+        self.flush_occupancy(); // (a CPU tier's counters complete whenever the run pauses)
         result
     }
 

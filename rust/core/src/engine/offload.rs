@@ -56,6 +56,9 @@ pub(super) struct Tier {
     pub(super) held: VecDeque<usize>,
     loads: Vec<Job>,
     stores: Vec<Job>,
+    /// No transfer in flight ends before this (i64::MAX: none in flight): an observation before it
+    /// sees nothing (`observe`'s fast path).
+    min_end: i64,
     /// Chunks loads in flight read (vLLM's `_chunks_being_loaded`), with their counts.
     loading: HashMap<BlockKey, u32>,
     load_free: i64,
@@ -83,6 +86,10 @@ pub(super) struct Tier {
     /// A decode replica's inbound link: (latency ps, ps per block), and when it is free again.
     pd_link: Option<(u64, u64)>,
     pd_free: i64,
+    /// The steps' time since the tier's occupancy last changed, and whether a step was recorded in it
+    /// (`tier_record`: the occupancy's weighted sum and peak take it when it changes or the run pauses).
+    occ_dt: u128,
+    occ_recorded: bool,
     /// Vectors of stores seen complete, for later stores' keys and blocks.
     spare_keys: Vec<Vec<BlockKey>>,
     spare_blocks: Vec<Vec<BlockId>>,
@@ -119,6 +126,7 @@ impl Tier {
             held: VecDeque::new(),
             loads: Vec::new(),
             stores: Vec::new(),
+            min_end: i64::MAX,
             loading: HashMap::new(),
             load_free: 0,
             store_free: 0,
@@ -135,14 +143,21 @@ impl Tier {
             evicted: Vec::new(),
             spare_keys: Vec::new(),
             spare_blocks: Vec::new(),
+            occ_dt: 0,
+            occ_recorded: false,
         }
     }
 
-    /// The keys just stored (`stored`), in a spare vector if there is one.
+    /// The keys just stored (`stored`, which takes a spare vector in their place).
     fn stored_keys(&mut self) -> Vec<BlockKey> {
-        let mut keys = self.spare_keys.pop().unwrap_or_default();
-        keys.extend_from_slice(&self.stored);
-        keys
+        let spare = self.spare_keys.pop().unwrap_or_default();
+        std::mem::replace(&mut self.stored, spare)
+    }
+
+    /// A store on the link from now.
+    fn push_store(&mut self, job: Job) {
+        self.min_end = self.min_end.min(job.end);
+        self.stores.push(job);
     }
 
     fn fence(&mut self, id: u64, blocks: &[BlockId]) {
@@ -164,6 +179,31 @@ impl Tier {
                     self.fences.remove(b);
                 }
             }
+        }
+    }
+}
+
+/// Appends to `blocks` the blocks (`bpc` a chunk, from `table`) of the chunks `stored` (a subsequence
+/// of `offer`, `(key, chunk index)` pairs), in order.
+fn stored_blocks(
+    offer: &[(BlockKey, u64)],
+    stored: &[BlockKey],
+    table: &[BlockId],
+    bpc: usize,
+    blocks: &mut Vec<BlockId>,
+) {
+    if stored.len() == offer.len() {
+        // Every chunk offered stored (the usual case): their blocks in one piece.
+        if let (Some(&(_, first)), Some(&(_, last))) = (offer.first(), offer.last()) {
+            blocks.extend_from_slice(&table[first as usize * bpc..(last as usize + 1) * bpc]);
+        }
+        return;
+    }
+    let mut j = 0;
+    for &(key, c) in offer {
+        if j < stored.len() && stored[j] == key {
+            j += 1;
+            blocks.extend_from_slice(&table[c as usize * bpc..(c as usize + 1) * bpc]);
         }
     }
 }
@@ -563,6 +603,7 @@ impl Engine<'_> {
             avail: tier.num_observed + 1,
             remote: true,
         };
+        tier.min_end = tier.min_end.min(job.end);
         tier.loads.push(job);
         let s = &mut self.slab[k];
         s.jobs += 1;
@@ -620,6 +661,7 @@ impl Engine<'_> {
             avail: tier.num_observed + 1,
             remote: false,
         };
+        tier.min_end = tier.min_end.min(job.end);
         tier.loads.push(job);
         let s = &mut self.slab[k];
         s.jobs += 1;
@@ -709,19 +751,28 @@ impl Engine<'_> {
     /// finished ones are done with the tier. A store this step must wait for (a preempted request's, or
     /// one reading a block this step allocated: vLLM's flush) is seen at this step's end. Returns
     /// whether a store was planned and when the last store the step waits for ends (0 if none).
-    #[inline(never)]
     pub(super) fn offer_stores(&mut self, step_end: i64) -> (bool, i64) {
-        if self.scheduled.is_empty() {
-            // Most steps: nobody to offer for, nothing to flush.
-            let tier = self.tier_mut();
-            if tier.preempted_now.is_empty()
-                && tier.finished_last.is_empty()
-                && tier.fences.is_empty()
-            {
-                tier.touched.clear();
-                return (false, 0);
-            }
+        if self.nothing_to_offer() {
+            self.tier_mut().touched.clear();
+            return (false, 0);
         }
+        self.offer_stores_now(step_end)
+    }
+
+    /// Most steps: nobody to offer for, nothing to flush (`offer_stores` returns at once).
+    #[inline]
+    fn nothing_to_offer(&self) -> bool {
+        let tier = self.tier_ref();
+        self.scheduled.is_empty()
+            && tier.preempted_now.is_empty()
+            && tier.finished_last.is_empty()
+            && tier.fences.is_empty()
+    }
+
+    /// `offer_stores` with something to offer or flush.
+    #[inline(never)]
+    fn offer_stores_now(&mut self, step_end: i64) -> (bool, i64) {
+        self.flush_occupancy(); // (the offers may change it)
         let mut tier = self.tier.take().expect("a CPU tier");
         if !tier.has_cpu {
             // A decode replica's connector: no stores.
@@ -843,13 +894,7 @@ impl Engine<'_> {
         // The blocks of the chunks stored (a subsequence of the offer), in order.
         let mut blocks = spare_blocks.pop().unwrap_or_default();
         blocks.reserve(stored.len() * bpc as usize);
-        let mut j = 0;
-        for &(key, c) in offer.iter() {
-            if j < stored.len() && stored[j] == key {
-                j += 1;
-                blocks.extend_from_slice(&table[(c * bpc) as usize..((c + 1) * bpc) as usize]);
-            }
-        }
+        stored_blocks(offer, stored, table, bpc as usize, &mut blocks);
         let num_evicted = evicted.len();
         self.out.counters.cpu_evictions += num_evicted as i128;
         for _ in 0..num_evicted {
@@ -878,7 +923,7 @@ impl Engine<'_> {
             }
         }
         let keys = tier.stored_keys();
-        tier.stores.push(Job {
+        tier.push_store(Job {
             id,
             k: k.unwrap_or(usize::MAX),
             row,
@@ -949,17 +994,21 @@ impl Engine<'_> {
 
     /// An observation point at `t` (a step's end, an idle jump, a stall's end): every transfer that has
     /// ended and that this observation may see completes. Returns whether one did.
-    #[inline(never)]
+    #[inline]
     pub(super) fn observe(&mut self) -> bool {
-        {
-            let tier = self.tier_mut();
-            if tier.loads.is_empty() && tier.stores.is_empty() {
-                tier.num_observed += 1;
-                return false;
-            }
-        }
-        let mut tier = self.tier.take().expect("a CPU tier");
+        let t = self.t;
+        let tier = self.tier_mut();
         tier.num_observed += 1;
+        if t < tier.min_end {
+            return false; // (nothing in flight has ended: most observations)
+        }
+        self.observe_now()
+    }
+
+    /// `observe` when a transfer in flight may have ended.
+    #[inline(never)]
+    fn observe_now(&mut self) -> bool {
+        let mut tier = self.tier.take().expect("a CPU tier");
         let (t, now) = (self.t, tier.num_observed);
         let mut seen = false;
         let done = |j: &Job| j.end <= t && j.avail <= now;
@@ -1019,6 +1068,13 @@ impl Engine<'_> {
             }
             seen = true;
         }
+        tier.min_end = tier
+            .loads
+            .iter()
+            .chain(&tier.stores)
+            .map(|j| j.end)
+            .min()
+            .unwrap_or(i64::MAX);
         self.tier = Some(tier);
         seen
     }
@@ -1096,8 +1152,17 @@ impl Engine<'_> {
 
     /// A step's tier work after scheduling, its duration `dt` so far: the scheduled requests still
     /// prefilling, the stores offered (from the step's end) and the flush; returns the step's duration.
-    #[inline(never)]
+    #[inline]
     pub(super) fn tier_step_stores(&mut self, dt: u64) -> u64 {
+        if self.nothing_to_offer() {
+            self.tier_mut().touched.clear();
+            return dt;
+        }
+        self.tier_step_stores_now(dt)
+    }
+
+    #[inline(never)]
+    fn tier_step_stores_now(&mut self, dt: u64) -> u64 {
         for i in 0..self.scheduled.len() {
             let s = &mut self.slab[self.scheduled[i].0];
             s.prefilling = s.prefilling && s.num_computed < s.num_tokens();
@@ -1108,26 +1173,30 @@ impl Engine<'_> {
 
     /// `tier_quiet` after a lockstep step that was: only the step's admissions can have changed it
     /// (the decoding requests offer nothing), so only they are looked at.
-    #[inline(never)]
+    #[inline]
     pub(super) fn tier_stays_quiet(&self) -> bool {
         let tier = self.tier_ref();
         !tier.has_cpu
-            || tier.fences.is_empty()
-                && self.scheduled.iter().all(|&(k, _)| {
-                    let s = &self.slab[k];
-                    s.next_store >= s.prompt_len / tier.tpc
-                })
+            || tier.fences.is_empty() && (self.scheduled.is_empty() || self.admissions_quiet())
+    }
+
+    /// `tier_stays_quiet`'s look at the step's admissions.
+    #[inline(never)]
+    fn admissions_quiet(&self) -> bool {
+        let tier = self.tier_ref();
+        self.scheduled.iter().all(|&(k, _)| {
+            let s = &self.slab[k];
+            s.next_store >= s.prompt_len / tier.tpc
+        })
     }
 
     /// What a step that schedules nothing may have changed before: loads admitted, rejections,
-    /// preemptions (`tier_scheduled_nothing` compares).
-    pub(super) fn progress_marks(&self) -> (i128, u64, i128) {
+    /// preemptions (`tier_scheduled_nothing` compares). Their sum: each only grows, so the sum is
+    /// unchanged exactly when all three are.
+    #[inline]
+    pub(super) fn progress_marks(&self) -> u64 {
         let c = &self.out.counters;
-        (
-            c.num_loads + c.pd_transfers,
-            self.num_rejected,
-            c.num_preemptions,
-        )
+        ((c.num_loads + c.pd_transfers + c.num_preemptions) as u64).wrapping_add(self.num_rejected)
     }
 
     /// A step that scheduled nothing, with a CPU tier (a full step's or a lockstep step's): it offers
@@ -1135,18 +1204,34 @@ impl Engine<'_> {
     /// (`progress_marks`), the engine stalls until a transfer ends or a request arrives
     /// (`resolve_stall`). Returns true: the step counts as progress (a stall resolves it).
     #[inline(never)]
-    pub(super) fn tier_scheduled_nothing(&mut self, before: (i128, u64, i128)) -> bool {
+    pub(super) fn tier_scheduled_nothing(&mut self, before: u64) -> bool {
         let changed = self.tier_empty_step() || self.progress_marks() != before;
         self.tier_mut().stalled = !changed;
         true
     }
 
-    /// The tier's occupancy during a step of `dt`.
-    #[inline(never)]
+    /// The tier's occupancy during a step of `dt` (taken into the counters by `flush_occupancy`).
+    #[inline]
     pub(super) fn tier_record(&mut self, dt: u64) {
-        let used = self.tier_ref().cpu.used();
+        let tier = self.tier_mut();
+        tier.occ_dt += u128::from(dt);
+        tier.occ_recorded = true;
+    }
+
+    /// The occupancy's weighted sum and peak take the steps recorded since it last changed; called
+    /// before it changes (a store's offer) and when the run pauses.
+    pub(super) fn flush_occupancy(&mut self) {
+        let Some(tier) = self.tier.as_deref_mut() else {
+            return;
+        };
+        if !tier.occ_recorded {
+            return;
+        }
+        let used = tier.cpu.used();
         let c = &mut self.out.counters;
-        c.w_cpu_chunks += (u128::from(dt) * u128::from(used)) as i128;
+        c.w_cpu_chunks += (tier.occ_dt * u128::from(used)) as i128;
         c.peak_cpu_chunks = c.peak_cpu_chunks.max(i128::from(used));
+        tier.occ_dt = 0;
+        tier.occ_recorded = false;
     }
 }
