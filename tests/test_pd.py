@@ -111,11 +111,17 @@ def assert_fleets_equal(rust, ref) -> None:
 
 
 @settings(max_examples=400, deadline=None)
-@given(w=pd_workloads(), cfg=pd_configs(), args=pd_args(), prefill=st.one_of(st.none(), pd_configs()))
-def test_both_engines_agree_on_disaggregated_fleets(w, cfg, args, prefill):
-    if prefill is not None:  # another prefill pool: memory, block size, batch limits, time
+@given(
+    w=pd_workloads(),
+    cfg=pd_configs(),
+    args=pd_args(),
+    prefill=st.one_of(st.none(), pd_configs()),
+    policy=st.sampled_from(["vllm", "vllm", "vllm", "reserve", "orca-max"]),
+)
+def test_both_engines_agree_on_disaggregated_fleets(w, cfg, args, prefill, policy):
+    if prefill is not None:  # another prefill pool: memory, block size, batch limits, time, policy
         try:
-            args["prefill_config"] = prefill.replace(max_model_len=cfg.max_model_len)
+            args["prefill_config"] = prefill.replace(max_model_len=cfg.max_model_len, policy=policy)
         except InvalidArgumentError:
             assume(False)
     ref = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="reference", **args))
@@ -514,3 +520,24 @@ def test_the_prefill_replica_holds_a_request_s_blocks_until_its_transfer_ends(ba
     counters = r.prefill_counters[0]
     assert counters["prefix_hit_tokens"] == 80  # D hit A's blocks while A's transfer held them
     assert r.summary["completed"] == 3
+
+
+@pytest.mark.parametrize("policy", ["reserve", "orca-max", "orca-oracle"])
+@pytest.mark.parametrize("router", ["least-kv", "round-robin"])
+def test_a_prefill_pool_of_another_policy_agrees_on_both_engines(policy, router):
+    """A prefill pool under another scheduler policy: `reserve` (paged) holds a finished request's blocks
+    until its transfer ends; a contiguous one (`orca-*`: not vLLM's paged connector) frees them at its
+    finish; both engines agree, on a pool short of memory (requests rejected on both sides)."""
+    w = synthetic(150, seed=5, arrival_rate=300.0, system_prompt_len=32, num_system_prompts=2)
+    cfg = kvsim.SimConfig(num_blocks=120, block_size=4, max_num_batched_tokens=64, max_num_seqs=8)
+    args = {
+        "replicas": 2,
+        "prefill_replicas": 2,
+        "router": router,
+        "pd_link_ps_per_block": 10**8,
+        "prefill_config": cfg.replace(policy=policy, num_blocks=60),
+    }
+    ref = kvsim.simulate_cluster(w, cfg, backend="reference", **args)
+    rust = kvsim.simulate_cluster(w, cfg, backend="rust", **args)
+    assert_fleets_equal(rust, ref)
+    assert 0 < ref.summary["completed"] < len(w)

@@ -502,7 +502,16 @@ def _run_pd(
         events): decode replicas to `H_d`, their decided transfer ends to the prefill replicas, prefill
         replicas each to its `H_p`, their finishes collected."""
         while True:
-            lb_p = [min(ne(rep), a) for rep in prefill]
+            # A prefill replica stalled for its held blocks steps next at its next arrival, an end
+            # decided, or an end still undecided: at or after its decode replicas' next steps, or after
+            # the finish of a hand-off not pushed yet.
+            lb_p = []
+            for p, rep in enumerate(prefill):
+                t = min(ne(rep), a)
+                if rep.engine.stalled:
+                    t = min([t, *(ne(decode[d]) for d, c in enumerate(undecided[p]) if c)])
+                    t = min([t, *(h[0] for h in handoffs if h[1] == p)])
+                lb_p.append(t)
             h_d = min(a, min(lb_p) + 1)
             moved = deliver(h_d)
             lb_d = []

@@ -263,8 +263,10 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
     # -- a disaggregated fleet's prefill side (DESIGN.md §Prefill/decode disaggregation, step 7) -------
     def send_ended(self, row: int, end: int) -> None:
         """The decode side decided the transfer of finished row `row` (held in `sending`): it ends at
-        `end`, and the blocks are freed at the first observation point at or after it."""
-        heapq.heappush(self.send_ends, (end, row))
+        `end`, and the blocks are freed at the first observation point at or after it (a replica that
+        does not hold them, contiguous, freed them at its finish)."""
+        if self.hold_sends:
+            heapq.heappush(self.send_ends, (end, row))
 
     def free_sent(self) -> None:
         """An observation point at `t`: every held request whose transfer ended at or before `t` frees its

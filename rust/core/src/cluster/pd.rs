@@ -254,7 +254,26 @@ impl PdDriver<'_, '_> {
     /// to the prefill replicas, each prefill replica to its `H_p`, their finishes collected.
     fn step_until(&mut self, a: i64, cancel: &AtomicBool) -> Result<()> {
         loop {
-            let lb_p = self.ne_p.iter().map(|&t| t.min(a)).min().unwrap_or(a);
+            // A prefill replica stalled for its held blocks steps next at its next arrival, an end
+            // decided, or an end still undecided: at or after its decode replicas' next steps, or
+            // after the finish of a hand-off not pushed yet.
+            let mut lb_p = a;
+            for (p, rep) in self.prefill.iter().enumerate() {
+                let mut t = self.ne_p[p];
+                if rep.stalled_on_sends() {
+                    for (d, &c) in self.undecided[p].iter().enumerate() {
+                        if c > 0 {
+                            t = t.min(self.ne_d[d]);
+                        }
+                    }
+                    if self.unpushed[p] > 0 {
+                        for h in self.handoffs.iter().filter(|h| h.1 == p) {
+                            t = t.min(h.0);
+                        }
+                    }
+                }
+                lb_p = lb_p.min(t);
+            }
             let h_d = a.min(lb_p.saturating_add(1));
             let mut moved = self.deliver(h_d);
             for (d, rep) in self.decode.iter_mut().enumerate() {

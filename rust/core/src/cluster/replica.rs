@@ -191,6 +191,11 @@ impl Replica {
         self.engine.take_sends_decided(dst);
     }
 
+    /// Whether this prefill replica waits for its held blocks' transfers to end (`Engine::sends_stalled`).
+    pub fn stalled_on_sends(&self) -> bool {
+        self.engine.sends_stalled()
+    }
+
     /// When this replica's next step starts given its rows (`Engine::next_event`; None: nothing left).
     pub fn next_event(&self) -> Option<i64> {
         self.engine.next_step_start()

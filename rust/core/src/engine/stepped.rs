@@ -598,11 +598,14 @@ impl<'a> Engine<'a> {
     /// The decode side decided the transfer of finished row `row` (held): it ends at `end`.
     pub fn send_ended(&mut self, row: usize, end: i64) {
         let sends = self.sends.as_deref_mut().expect("a prefill replica");
-        debug_assert!(
-            sends.sending.contains_key(&row),
-            "row {row} holds its blocks"
-        );
-        sends.ends.push(std::cmp::Reverse((end, row)));
+        if sends.hold {
+            // (A replica that does not hold them, contiguous, freed them at the finish.)
+            debug_assert!(
+                sends.sending.contains_key(&row),
+                "row {row} holds its blocks"
+            );
+            sends.ends.push(std::cmp::Reverse((end, row)));
+        }
     }
 
     /// An observation point at `t`: every held request whose transfer ended at or before `t` frees its
@@ -659,6 +662,11 @@ impl<'a> Engine<'a> {
         self.sends
             .as_ref()
             .map_or(horizon, |s| s.next_end().min(horizon))
+    }
+
+    /// Whether a prefill replica waits for its held blocks' transfers to end.
+    pub fn sends_stalled(&self) -> bool {
+        self.sends.as_ref().is_some_and(|s| s.stalled)
     }
 
     /// A step that scheduled nothing and changed nothing: a prefill replica holding blocks for transfers
