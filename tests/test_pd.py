@@ -111,11 +111,17 @@ def assert_fleets_equal(rust, ref) -> None:
 
 
 @settings(max_examples=400, deadline=None)
-@given(w=pd_workloads(), cfg=pd_configs(), args=pd_args(), prefill=st.one_of(st.none(), pd_configs()))
-def test_both_engines_agree_on_disaggregated_fleets(w, cfg, args, prefill):
-    if prefill is not None:  # another prefill pool: memory, block size, batch limits, time
+@given(
+    w=pd_workloads(),
+    cfg=pd_configs(),
+    args=pd_args(),
+    prefill=st.one_of(st.none(), pd_configs()),
+    policy=st.sampled_from(["vllm", "vllm", "vllm", "reserve", "orca-max"]),
+)
+def test_both_engines_agree_on_disaggregated_fleets(w, cfg, args, prefill, policy):
+    if prefill is not None:  # another prefill pool: memory, block size, batch limits, time, policy
         try:
-            args["prefill_config"] = prefill.replace(max_model_len=cfg.max_model_len)
+            args["prefill_config"] = prefill.replace(max_model_len=cfg.max_model_len, policy=policy)
         except InvalidArgumentError:
             assume(False)
     ref = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="reference", **args))
@@ -252,6 +258,16 @@ def test_a_model_gives_the_transfer_its_bytes():
         ({"waiting_over_budget": "skip"}, {}, "waiting_over_budget 'skip'"),
         ({"sampling": "fork-cow"}, {"samples": 2}, "sampling 'fork-cow'"),
         ({"sampling": "independent"}, {"samples": 2}, "sampling 'independent'"),
+        (
+            {"time_model": "linear", "c0_ps": 0, "c_tok_ps": 0, "c_ctx_ps": 0},
+            {},
+            "c0_ps, c_tok_ps and c_ctx_ps all 0",
+        ),
+        (
+            {},
+            {"prefill_config": kvsim.SimConfig(num_blocks=60, block_size=4, kv_offloading_chunks=10)},
+            "prefill_config: kv_offloading_size / kv_offloading_chunks",
+        ),
     ],
 )
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -462,3 +478,66 @@ def test_kvsim_run_gives_the_prefill_pool_its_own_config(capsys):
     no_pool = [a for a in base if a not in ("--prefill-replicas", "1")]
     assert main([*no_pool, "--prefill-config", "gpu=b200"]) == 2
     assert "no prefill pool" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_prefill_replica_holds_a_request_s_blocks_until_its_transfer_ends(backend):
+    """vLLM's delayed free (DESIGN.md §Prefill/decode disaggregation, step 7): a prefill replica of 10
+    usable blocks prefills A (96 tokens: 6 blocks) at 0, finishing at 1 ms; A's transfer of 6 blocks at
+    10 ms a block ends at 61 ms. D, A's prompt again, arrives at 2 ms during it: it hits A's 5 looked-up
+    blocks, held but cached (80 tokens), and takes 1 block; its own transfer queues behind A's on the
+    decode replica's link (the decode replica keys A's blocks only when they land, so D moves 6 blocks
+    too), ending at 121 ms. C (112 distinct tokens: 7 blocks) arrives at 2.5 ms: 3 blocks are free, and
+    the blocks A and D hold come back only as their transfers end (A's own last block at 61 ms: 4 free,
+    still too few; D's at 121 ms), so C waits, neither rejected nor evicting a held block, and is first
+    scheduled on the prefill replica at 121 ms. Under the old rule (freed at each finish, as cached free
+    blocks) C would have evicted A's and D's blocks and started at 3 ms."""
+    ms = 1e-3
+    w = Workload(
+        arrival=np.array([0.0, 2 * ms, 2.5 * ms]),
+        output_len=[2, 2, 2],
+        seg_offsets=[0, 2, 4, 5],
+        segment_id=np.array([7, 8, 7, 8, 9], dtype=np.uint64),
+        segment_len=[80, 16, 80, 16, 112],
+    )
+    cfg = kvsim.SimConfig(num_blocks=100, block_size=16, time_model="ticks", iteration_time_ps=10**9)
+    per_block = 10**10
+    r = kvsim.simulate_cluster(
+        w,
+        cfg,
+        replicas=1,
+        prefill_replicas=1,
+        prefill_config=cfg.replace(num_blocks=11),
+        pd_link_ps_per_block=per_block,
+        backend=backend,
+    )
+    q = r.requests
+    first_on_p = (q["arrival"] + q["ttft_prefill_queue_s"]).to_list()
+    end_a = 1 * ms + 6 * per_block * 1e-12
+    end_d = end_a + 6 * per_block * 1e-12
+    assert first_on_p == pytest.approx([0.0, 2 * ms, end_d], abs=1e-12)
+    assert q["ttft_transfer_s"].to_list()[:2] == pytest.approx([end_a - 1 * ms, end_d - 3 * ms], abs=1e-12)
+    counters = r.prefill_counters[0]
+    assert counters["prefix_hit_tokens"] == 80  # D hit A's blocks while A's transfer held them
+    assert r.summary["completed"] == 3
+
+
+@pytest.mark.parametrize("policy", ["reserve", "orca-max", "orca-oracle"])
+@pytest.mark.parametrize("router", ["least-kv", "round-robin"])
+def test_a_prefill_pool_of_another_policy_agrees_on_both_engines(policy, router):
+    """A prefill pool under another scheduler policy: `reserve` (paged) holds a finished request's blocks
+    until its transfer ends; a contiguous one (`orca-*`: not vLLM's paged connector) frees them at its
+    finish; both engines agree, on a pool short of memory (requests rejected on both sides)."""
+    w = synthetic(150, seed=5, arrival_rate=300.0, system_prompt_len=32, num_system_prompts=2)
+    cfg = kvsim.SimConfig(num_blocks=120, block_size=4, max_num_batched_tokens=64, max_num_seqs=8)
+    args = {
+        "replicas": 2,
+        "prefill_replicas": 2,
+        "router": router,
+        "pd_link_ps_per_block": 10**8,
+        "prefill_config": cfg.replace(policy=policy, num_blocks=60),
+    }
+    ref = kvsim.simulate_cluster(w, cfg, backend="reference", **args)
+    rust = kvsim.simulate_cluster(w, cfg, backend="rust", **args)
+    assert_fleets_equal(rust, ref)
+    assert 0 < ref.summary["completed"] < len(w)

@@ -205,6 +205,18 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
             "exactly (snapshots are not modelled with a prefill pool); set it to 0"
         )
     what = f"prefill_replicas {p}"
+    pc = prefill_config or first
+    if prefill_config is not None and prefill_config.kv_offloading_chunks:
+        raise InvalidArgumentError(
+            "prefill_config: kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled on a "
+            "prefill replica (its finished requests hold their blocks for their transfers)"
+        )
+    if pc.time_model == "linear" and pc.c0_ps == 0 and pc.c_tok_ps == 0 and pc.c_ctx_ps == 0:
+        raise InvalidArgumentError(
+            f"{what}: c0_ps, c_tok_ps and c_ctx_ps all 0 make a prefill step last no time, which the fleet's "
+            "one clock cannot order against the decode replicas' steps (DESIGN.md §Prefill/decode "
+            "disaggregation)"
+        )
     if first.kv_offloading_chunks:
         raise InvalidArgumentError(
             f"{what}: kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled with a prefill "

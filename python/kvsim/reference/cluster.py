@@ -19,12 +19,13 @@ from typing import Any
 import numpy as np
 
 from kvsim.engine.engine_input import EngineInput
-from kvsim.errors import InvalidArgumentError
+from kvsim.errors import InternalError, InvalidArgumentError
 from kvsim.model.config import ROUTER_TIE_BREAKS, SimConfig
 from kvsim.reference.block_pool import check_pool_memory
 from kvsim.reference.engine import COLUMN_DTYPE, COLUMN_FILL, EVENT_COLUMNS, FINISHED, Replica
 
 MASK64 = (1 << 64) - 1
+MAX_HORIZON = (1 << 63) - 1  # an advance with no horizon (the clock's range is below it)
 ROUTERS = ("round-robin", "random", "least-loaded", "least-kv", "prefix-affinity", "weighted")
 # Routers that read the replicas' state (the others need not step anyone before pushing).
 STATEFUL_ROUTERS = ("least-loaded", "least-kv", "prefix-affinity", "weighted")
@@ -433,53 +434,118 @@ def _run_pd(
     pd: PdSpec,
 ) -> ClusterOutput:
     """The disaggregated fleet (DESIGN.md §Prefill/decode disaggregation): `configs` are the decode
-    replicas; `pd.prefill_replicas` more run `pd.prefill_config` (or `configs[0]`). Every replica is stepped to every arrival; a
-    unit's decode replica is picked first, then, unless its uncached prompt part is under the threshold,
-    its prefill replica, which runs it to its first token; at that finish it joins its decode replica as a
-    remote request. Counters, time series and events: the decode replicas', then the prefill replicas'."""
+    replicas; `pd.prefill_replicas` more run `pd.prefill_config` (or `configs[0]`). A unit's decode replica
+    is picked first, then, unless its uncached prompt part is under the threshold, its prefill replica,
+    which runs it to its first token; at that finish it joins its decode replica as a remote request, and
+    the prefill replica holds its blocks until the decode side's read ends. The replicas' steps are taken
+    in one global order by start instant (decode before prefill at a tie), in rounds of windows
+    (`step_until`), every step before a unit's arrival taken before it is routed. Counters, time series
+    and events: the decode replicas', then the prefill replicas'."""
     n = len(inp)
     link = (pd.link_latency_ps, pd.link_ps_per_block)
     decode = [Replica(inp, cfg, timeseries_every, record_events, link) for cfg in configs]
     prefill_cfg = pd.prefill_config or configs[0]
     prefill = [Replica(inp, prefill_cfg, timeseries_every, record_events) for _ in range(pd.prefill_replicas)]
+    for rep in prefill:
+        rep.engine.prefill_side = True
+        rep.engine.hold_sends = not prefill_cfg.is_contiguous
     route_d = Router(router, decode)
     route_p = Router(dataclasses.replace(router, seed=(router.seed + 1) & MASK64), prefill)
     rows_d: list[list[int]] = [[] for _ in decode]
     rows_p: list[list[int]] = [[] for _ in prefill]
     replica = np.zeros(n, dtype=np.int64)
     pre = np.full(n, -1, dtype=np.int64)
-    pending: list[list[tuple[int, int, int]]] = [[] for _ in prefill]  # (engine row, input row, decode)
-    handoffs: list[tuple[int, int, int, int]] = []  # (finish, prefill replica, input row, decode replica)
+    pending: list[dict[int, tuple[int, int]]] = [{} for _ in prefill]  # engine row -> (input row, decode)
+    # Known hand-offs not pushed yet: (finish, prefill replica, input row, decode replica, row on p).
+    handoffs: list[tuple[int, int, int, int, int]] = []
+    # Per decode replica, its remote rows (row on d -> (prefill replica, row on p)) whose transfer end
+    # the decode side has not decided yet.
+    remote_of: list[dict[int, tuple[int, int]]] = [{} for _ in decode]
+    # Per prefill replica and decode replica: its requests in flight or held with an end undecided
+    # (pushed there or not); and per prefill replica, its hand-offs not pushed yet.
+    undecided = [[0] * len(decode) for _ in prefill]
+    unpushed = [0] * len(prefill)
+    inf = float("inf")
 
     def collect() -> None:
         for p, rep in enumerate(prefill):
             status, finish = rep.engine.cols["status"], rep.engine.cols["finish"]
-            keep = []
-            for k, row, d in pending[p]:
-                if status[k] < 0:
-                    keep.append((k, row, d))
-                elif status[k] == FINISHED:
-                    handoffs.append((int(finish[k]), p, row, d))
-            pending[p] = keep
+            for k in rep.engine.take_done_rows():
+                row, d = pending[p].pop(k)
+                if status[k] == FINISHED:
+                    handoffs.append((int(finish[k]), p, row, d, k))
+                    unpushed[p] += 1
+                else:
+                    undecided[p][d] -= 1
 
-    def deliver(limit: int | None) -> None:
+    def deliver(limit: float) -> bool:
+        """Pushes every known hand-off with finish before `limit`, in order of (finish, prefill replica,
+        row); whether one was."""
         handoffs.sort()
         i = 0
-        while i < len(handoffs) and (limit is None or handoffs[i][0] <= limit):
-            f, _, row, d = handoffs[i]
+        while i < len(handoffs) and handoffs[i][0] < limit:
+            f, p, row, d, k = handoffs[i]
             decode[d].push(inp, row, row + 1, arrival=f, remote=True)
             rows_d[d].append(row)
+            remote_of[d][len(decode[d].engine.seqs) - 1] = (p, k)
+            unpushed[p] -= 1
             i += 1
         del handoffs[:i]
+        return i > 0
+
+    def ne(rep: Replica) -> float:
+        t = rep.engine.next_event()
+        return inf if t is None else t
+
+    def step_until(a: float) -> None:
+        """Rounds of windows until no replica has a step starting before `a` (DESIGN.md, the order of
+        events): decode replicas to `H_d`, their decided transfer ends to the prefill replicas, prefill
+        replicas each to its `H_p`, their finishes collected."""
+        while True:
+            # A prefill replica stalled for its held blocks steps next at its next arrival, an end
+            # decided, or an end still undecided: at or after its decode replicas' next steps, or after
+            # the finish of a hand-off not pushed yet.
+            lb_p = []
+            for p, rep in enumerate(prefill):
+                t = min(ne(rep), a)
+                if rep.engine.stalled:
+                    t = min([t, *(ne(decode[d]) for d, c in enumerate(undecided[p]) if c)])
+                    t = min([t, *(h[0] for h in handoffs if h[1] == p)])
+                lb_p.append(t)
+            h_d = min(a, min(lb_p) + 1)
+            moved = deliver(h_d)
+            lb_d = []
+            for d, rep in enumerate(decode):
+                if ne(rep) < h_d:
+                    rep.advance_until(MAX_HORIZON if h_d == inf else int(h_d))
+                    moved = True
+                for row, end in rep.engine.take_sends_decided():
+                    p, k = remote_of[d].pop(row)
+                    prefill[p].engine.send_ended(k, end)
+                    undecided[p][d] -= 1
+                lb_d.append(min(ne(rep), h_d))
+            for p, rep in enumerate(prefill):
+                h_p = a
+                if unpushed[p]:
+                    h_p = min(h_p, h_d)
+                # A request finished by now, or by a step of this window, holds its blocks until an end
+                # its decode replica decides at or after its next step.
+                for d, c in enumerate(undecided[p]):
+                    if c:
+                        h_p = min(h_p, lb_d[d])
+                if ne(rep) < h_p:
+                    rep.advance_until(int(h_p) if h_p != inf else MAX_HORIZON)
+                    moved = True
+            collect()
+            if not moved:
+                if all(ne(rep) >= a for rep in (*decode, *prefill)) and not any(h[0] < a for h in handoffs):
+                    return
+                raise InternalError("the disaggregated fleet's drive made no progress")
 
     for lo, hi in _units(inp):
         a = int(inp.arrival_ps[lo])
-        for rep in prefill:
-            rep.advance_until(a)
-        collect()
-        deliver(a)
-        for rep in decode:
-            rep.advance_until(a)
+        step_until(a)
+        deliver(a + 1)
         segments, prompt_len = inp.segments(lo), int(inp.prompt_len[lo])
         d = route_d.pick([view_of(rep, False) for rep in decode], segments, prompt_len)
         replica[lo:hi] = d
@@ -490,13 +556,13 @@ def _run_pd(
             continue
         p = route_p.pick([view_of(rep, False) for rep in prefill], segments, prompt_len)
         prefill[p].push(inp, lo, hi, first_token_only=True)
-        pending[p].append((len(prefill[p].engine.seqs) - 1, lo, d))
+        pending[p][len(prefill[p].engine.seqs) - 1] = (lo, d)
+        undecided[p][d] += 1
         rows_p[p].append(lo)
         pre[lo] = p
+    step_until(inf)
     columns = {k: np.full(n, COLUMN_FILL[k], dtype=COLUMN_DTYPE[k]) for k in COLUMN_FILL}
     pc, pt, pe, pouts = _gather(inp, prefill, rows_p, columns, lambda r, out, i: out.status[i] != FINISHED)
-    collect()
-    deliver(None)
     dc, dt, de, _ = _gather(inp, decode, rows_d, columns, lambda r, out, i: True)
     first = np.full(n, -1, dtype=np.int64)
     finish = np.full(n, -1, dtype=np.int64)

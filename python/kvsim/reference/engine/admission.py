@@ -155,7 +155,7 @@ class Admission(State):
                 skipped.append(s)
                 continue
             if num_new == 0:
-                if not self.running:
+                if not self.running and not self.sending:  # (blocks held for a transfer come back)
                     self.waiting.popleft()
                     self.reject(s, 5)
                     continue
@@ -173,7 +173,12 @@ class Admission(State):
     def reject(self, s: Seq, reason: int) -> None:
         """Rejects `s` (and the samples it would have forked) now, with a reason code."""
         self.num_rejected += 1
+        if s.remote:  # a remote request rejected: its prefill replica's blocks are freed now
+            self.sends_decided.append((s.idx, self.t))
+            s.remote = False
         for r in (s, *([] if s.forked else s.children)):
+            if self.prefill_side:
+                self.done_rows.append(r.idx)
             self.log("reject", r)
             self.cols["status"][r.idx] = REJECTED
             self.cols["reject_reason"][r.idx] = reason

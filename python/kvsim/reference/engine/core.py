@@ -9,11 +9,13 @@ modules beside this one, one concern each (DESIGN.md §"The reference engine's m
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 import numpy as np
 
 from kvsim.engine.engine_input import EngineInput
+from kvsim.errors import InternalError
 from kvsim.model.config import SimConfig
 from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.engine.admission import Admission
@@ -54,6 +56,17 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
         self.inp, self.cfg = inp, config
         # A decode replica of a disaggregated fleet: its inbound link's (latency ps, ps per block).
         self.pd_link = pd_link
+        # A decode replica: (row, transfer end) of each remote request decided (admitted or rejected),
+        # for the driver to hand to its prefill replica (`take_sends_decided`).
+        self.sends_decided: list[tuple[int, int]] = []
+        # A prefill replica of a disaggregated fleet (`hold_sends`): its finished requests keep their
+        # blocks until their transfer ends (`sending`: row -> sequence; `send_ends`: a heap of (end, row)
+        # once the decode side decided it), freed at the first observation point at or after the end.
+        self.hold_sends = False
+        self.prefill_side = False  # reports its rows done (`done_rows`), held or not
+        self.done_rows: list[int] = []
+        self.sending: dict[int, Seq] = {}
+        self.send_ends: list[tuple[int, int]] = []
         self.events: list[tuple[int, int, int, int, int, int]] | None = [] if record_events else None
         self.ts_every = timeseries_every
         self.ts: dict[str, list[int]] = {name: [] for name in TIMESERIES}
@@ -204,7 +217,8 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
             if self.nxt == n and not final and (idle or self.t >= last_arrival):
                 return
             if self.stalled:  # CPU tier: waits for a transfer or the next arrival
-                self.resolve_stall(None)
+                if not self.resolve_stall(None):
+                    raise InternalError(f"no progress at time {self.t} ps")
                 continue
             if idle:
                 if self.finished_last:  # CPU tier: the finished requests' last stores, in a step of their own
@@ -216,6 +230,8 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                 if self.connector:
                     self.observe()
                 continue
+            if self.send_ends:
+                self.free_sent()
             self.step()
         self.finish_counters()
 
@@ -240,7 +256,51 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                         self.observe()
                     continue
                 return
+            if self.send_ends:
+                self.free_sent()
             self.step()
+
+    # -- a disaggregated fleet's prefill side (DESIGN.md §Prefill/decode disaggregation, step 7) -------
+    def send_ended(self, row: int, end: int) -> None:
+        """The decode side decided the transfer of finished row `row` (held in `sending`): it ends at
+        `end`, and the blocks are freed at the first observation point at or after it (a replica that
+        does not hold them, contiguous, freed them at its finish)."""
+        if self.hold_sends:
+            heapq.heappush(self.send_ends, (end, row))
+
+    def free_sent(self) -> None:
+        """An observation point at `t`: every held request whose transfer ended at or before `t` frees its
+        blocks, in order of end, then row."""
+        ends = self.send_ends
+        while ends and ends[0][0] <= self.t:
+            _, row = heapq.heappop(ends)
+            self.release(self.sending.pop(row))
+
+    def take_done_rows(self) -> list[int]:
+        """A prefill replica: its rows finished or rejected since the last call."""
+        out, self.done_rows = self.done_rows, []
+        return out
+
+    def take_sends_decided(self) -> list[tuple[int, int]]:
+        """A decode replica: (row, transfer end) of the remote requests decided since the last call."""
+        out, self.sends_decided = self.sends_decided, []
+        return out
+
+    def next_event(self) -> int | None:
+        """The instant this engine's next step starts (an idle jump's or a stall's included) given the rows
+        pushed so far; None if it has nothing left to do."""
+        n = len(self.seqs)
+        if self.nxt < n and self.arrivals[self.nxt] <= self.t:
+            return self.t
+        if self.stalled:
+            target = self.next_transfer()
+            if self.nxt < n:
+                arrival = self.arrivals[self.nxt]
+                target = arrival if target is None else min(target, arrival)
+            return target
+        if not self.idle or self.finished_last:
+            return self.t
+        return self.arrivals[self.nxt] if self.nxt < n else None
 
     def finish(self) -> EngineOutput:
         """Runs every row pushed to its end and returns the output (what `run` returns for them)."""

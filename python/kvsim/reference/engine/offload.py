@@ -149,6 +149,8 @@ class Offload(State):
                 break  # head-of-line blocking: a waiting request never preempts
             queue.popleft()
             s.held = False
+            if s.remote:  # admitted with no transfer: its prefill replica's blocks are freed now
+                self.sends_decided.append((s.idx, self.t))
             s.remote = False  # one transfer per request (vLLM clears `do_remote_prefill` once allocated)
             s.prefilling = s.num_computed < s.num_tokens
             self.touched.update(self.kv.block_table(s.idx))
@@ -294,6 +296,7 @@ class Offload(State):
         latency, per_block = self.pd_link
         duration = latency + blocks * per_block
         self.pd_free = max(self.t, self.pd_free) + duration
+        self.sends_decided.append((s.idx, self.pd_free))
         self.loads.append(Job(True, s, [], list(new), self.pd_free, self.num_observed + 1, remote=True))
         s.jobs += 1
         s.held = s.prefilling = True
@@ -491,6 +494,8 @@ class Offload(State):
     def next_transfer(self) -> int | None:
         """When the earliest transfer in flight ends (not before now), None if none is."""
         ends = [job.end for q in (self.loads, self.stores) for job in q]
+        if self.send_ends:  # a prefill replica's held blocks: the earliest transfer end decided
+            ends.append(self.send_ends[0][0])
         return max(self.t, min(ends)) if ends else None
 
     def tier_empty_step(self) -> bool:
@@ -508,6 +513,8 @@ class Offload(State):
             arrival = self.arrivals[self.nxt]
             target = arrival if target is None else min(target, arrival)
         if target is None:
+            if self.sending:
+                return False  # a prefill replica: its transfers' ends are not decided yet
             raise InternalError(f"no progress at time {self.t} ps")
         if limit is not None and target >= limit:
             return False

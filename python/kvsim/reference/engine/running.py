@@ -128,6 +128,8 @@ class Running(State):
                     self.tier_empty_step() or changed or loads != self.c["num_loads"] + self.c["pd_transfers"]
                 )
                 self.stalled = not changed
+            elif self.sending and not changed:
+                self.stalled = True  # a prefill replica waits for its held blocks' transfers to end
             elif not changed:
                 raise InternalError(f"no progress at time {self.t} ps")
             return
@@ -167,7 +169,12 @@ class Running(State):
             self.log("finish", s)
             if tier:
                 self.tier_finished(s)
-            self.release(s)
+            if self.prefill_side:
+                self.done_rows.append(s.idx)
+            if self.hold_sends:
+                self.sending[s.idx] = s  # freed when its transfer ends (`free_sent`)
+            else:
+                self.release(s)
             self.running.remove(s)
             cols["status"][s.idx] = FINISHED
             cols["finish"][s.idx] = self.t

@@ -45,6 +45,14 @@ class State:
     # The held queue's machinery runs: a CPU tier, or a decode replica's connector (`pd_link`).
     connector: bool
     pd_link: tuple[int, int] | None
+    # A disaggregated fleet (DESIGN.md §Prefill/decode disaggregation, step 7): a decode replica's
+    # decided transfers (row, end); a prefill replica's held finished requests and their known ends.
+    sends_decided: list[tuple[int, int]]
+    hold_sends: bool
+    prefill_side: bool
+    done_rows: list[int]
+    sending: dict[int, Seq]
+    send_ends: list[tuple[int, int]]
     touched: set[int]
     preempted_now: list[Seq]
     held: deque[Seq]

@@ -2,8 +2,10 @@
 //! on one clock. Each unit's decode replica is picked first; unless the prompt part not cached there is
 //! under the threshold, a prefill replica is picked too and runs it to its first token; at that finish
 //! it joins its decode replica as a remote request, whose full blocks come over the decode replica's
-//! inbound link into the held queue (`engine/offload.rs`). Every replica is stepped to every arrival,
-//! unless no decision reads a replica (`route_blind`: every row routed first).
+//! inbound link into the held queue (`engine/offload.rs`), and the prefill replica holds its blocks
+//! until the transfer ends. The replicas' steps are taken in one global order by start instant, in
+//! rounds of windows (`step_until`); every step before a unit's arrival is taken before it is routed,
+//! unless no decision reads a replica (`route_blind`: rows routed a batch at a time).
 //! The reference's twin is `kvsim.reference.cluster._run_pd`.
 
 use std::sync::atomic::AtomicBool;
@@ -20,6 +22,13 @@ use crate::{BlockKey, Result, Segment, invalid_arg};
 
 /// A hand-off's prefill replica for a row the route-first drive prefills on its decode replica.
 const LOCAL: usize = usize::MAX;
+/// The route-first drive's batch: units routed before the fleet steps to the next one's first arrival.
+const BLIND_BATCH: usize = 4096;
+
+/// A replica's next step's start (`i64::MAX`: none).
+fn next_start(rep: &Replica) -> i64 {
+    rep.next_event().unwrap_or(i64::MAX)
+}
 
 /// The prefill pool of a disaggregated fleet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +87,21 @@ fn check(
             spec.refresh_ps
         );
     }
+    if prefill_cfg.tier.is_some() {
+        invalid_arg!("prefill_config: a CPU tier is not modelled on a prefill replica");
+    }
+    if matches!(
+        prefill_cfg.time,
+        crate::engine::TimeModel::Linear {
+            c0_ps: 0,
+            c_tok_ps: 0,
+            c_ctx_ps: 0
+        }
+    ) {
+        invalid_arg!(
+            "prefill_config: c0_ps, c_tok_ps and c_ctx_ps all 0 make a prefill step last no time, which the fleet's one clock does not order"
+        );
+    }
     let c = &cfgs[0];
     if c.tier.is_some() {
         invalid_arg!("cpu_tier: a CPU tier is not modelled with a prefill pool");
@@ -131,17 +155,28 @@ struct PdDriver<'i, 'p> {
     prefill: Vec<Replica>,
     route_d: Router,
     route_p: Router,
-    /// The route-first drive's rows of each prefill replica, in push order (a replica's rows held are
-    /// its `rows_held`).
-    rows_p: Vec<Vec<usize>>,
     replica: Vec<i64>,
     pre: Vec<i64>,
-    /// Per prefill replica: (its row, the input row, the decode replica) of each request in flight
-    /// (the interleaved drive's).
-    pending: Vec<Vec<(usize, usize, usize)>>,
-    /// Known hand-offs not yet delivered: (prefill finish, prefill replica, input row, decode replica);
-    /// the route-first drive also keeps its locally prefilled rows here (arrival, `LOCAL`, row, replica).
-    handoffs: Vec<(i64, usize, usize, usize)>,
+    /// Per prefill replica: its row -> (the input row, the decode replica) of each request in flight.
+    pending: Vec<std::collections::HashMap<usize, (usize, usize)>>,
+    done_rows: Vec<usize>,
+    /// Known hand-offs not yet pushed: (prefill finish, prefill replica, input row, decode replica,
+    /// row on the prefill replica); the route-first drive also queues its locally prefilled rows here
+    /// (arrival, `LOCAL`, row, replica, 0).
+    handoffs: Vec<(i64, usize, usize, usize, usize)>,
+    /// Per decode replica, its remote rows whose transfer end it has not decided: its row -> (prefill
+    /// replica, row there).
+    remote_of: Vec<std::collections::HashMap<usize, (usize, usize)>>,
+    /// Per prefill replica and decode replica: its requests in flight or held with an end undecided
+    /// (pushed there or not); and per prefill replica, its hand-offs not pushed yet.
+    undecided: Vec<Vec<u64>>,
+    unpushed: Vec<u64>,
+    decided: Vec<(usize, i64)>,
+    lb_d: Vec<i64>,
+    /// Each replica's next step's start (`next_start`), kept up to date after every push, advance and
+    /// transfer end given.
+    ne_d: Vec<i64>,
+    ne_p: Vec<i64>,
     segs: Vec<Segment>,
     /// The unit's prompt keys at the decode pool's block size and, for a router that reads prefix
     /// hits, at the prefill pool's.
@@ -159,80 +194,146 @@ struct PdDriver<'i, 'p> {
     finish: Vec<i64>,
 }
 
-/// The prefill requests of prefill replica `p` (`rep`) done so far: their first schedule and finish
-/// recorded, the finished ones become hand-offs (rejected ones keep their prefill output).
-fn collect_from(
-    rep: &Replica,
-    p: usize,
-    pending: &mut Vec<(usize, usize, usize)>,
-    handoffs: &mut Vec<(i64, usize, usize, usize)>,
-    first: &mut [i64],
-    finish: &mut [i64],
-) {
-    pending.retain(|&(k, row, d)| {
-        let (status, f0, f1) = rep.row_outcome(k);
-        if status < 0 {
-            return true;
-        }
-        first[row] = f0;
-        finish[row] = f1;
-        if status == crate::engine::FINISHED {
-            handoffs.push((f1, p, row, d));
-        }
-        false
-    });
-}
-
 impl PdDriver<'_, '_> {
-    /// The prefill requests finished so far become hand-offs (rejected ones keep their prefill output).
-    fn collect(&mut self) {
-        for (p, rep) in self.prefill.iter().enumerate() {
-            collect_from(
-                rep,
-                p,
-                &mut self.pending[p],
-                &mut self.handoffs,
-                &mut self.first,
-                &mut self.finish,
-            );
-        }
-    }
-
-    /// Every hand-off finished at or before `limit` (None: all) joins its decode replica, in order of
-    /// finish, prefill replica and row.
-    fn deliver(&mut self, limit: Option<i64>) {
-        self.handoffs.sort_unstable();
-        let mut i = 0;
-        while i < self.handoffs.len() && limit.is_none_or(|a| self.handoffs[i].0 <= a) {
-            let (f, p, row, d) = self.handoffs[i];
-            if p == LOCAL {
-                self.decode[d].push(&self.inp, row..row + 1, &self.private_from);
+    /// Prefill replica `p`'s requests finished since the last call become hand-offs (rejected ones keep
+    /// their prefill output, moved to the fleet's columns).
+    fn collect(&mut self, p: usize) {
+        let rep = &mut self.prefill[p];
+        rep.take_done_rows(&mut self.done_rows);
+        for &k in &self.done_rows {
+            let (row, d) = self.pending[p].remove(&k).expect("a row in flight");
+            let (status, f0, f1) = rep.row_outcome(k);
+            self.first[row] = f0;
+            self.finish[row] = f1;
+            if status == crate::engine::FINISHED {
+                self.handoffs.push((f1, p, row, d, k));
+                self.unpushed[p] += 1;
             } else {
-                self.decode[d].push_pd(&self.inp, row, &self.private_from, Some(f), false, true);
+                self.undecided[p][d] -= 1;
             }
-            i += 1;
         }
-        self.handoffs.drain(..i);
+        self.done_rows.clear();
+        // Collected rows are read no more: the rejected ones' output moves to the fleet's columns.
+        rep.drain_done_if(&mut self.out, |s| s != crate::engine::FINISHED);
     }
 
-    /// Routes `row`, arriving at `a`: both pools stepped to `a` (hand-offs up to `a` joined first), its
-    /// decode replica picked, then, unless it prefills there, its prefill replica.
+    /// Pushes every known hand-off (and queued local row) arriving before `limit` to its decode
+    /// replica, in order of arrival, prefill replica (`LOCAL` last) and row; whether one was.
+    fn deliver(&mut self, limit: i64) -> bool {
+        if self.handoffs.is_empty() {
+            return false;
+        }
+        self.handoffs.sort_unstable();
+        let mut at = 0;
+        while at < self.handoffs.len() && self.handoffs[at].0 < limit {
+            let (finish, src, row, dst, on_src) = self.handoffs[at];
+            let rep = &mut self.decode[dst];
+            if src == LOCAL {
+                rep.push(&self.inp, row..row + 1, &self.private_from);
+            } else {
+                rep.push_pd(
+                    &self.inp,
+                    row,
+                    &self.private_from,
+                    Some(finish),
+                    false,
+                    true,
+                );
+                self.remote_of[dst].insert(rep.len() - 1, (src, on_src));
+                self.unpushed[src] -= 1;
+            }
+            self.ne_d[dst] = next_start(rep);
+            at += 1;
+        }
+        self.handoffs.drain(..at);
+        at > 0
+    }
+
+    /// Rounds of windows until no replica has a step starting before `a` (DESIGN.md §Prefill/decode
+    /// disaggregation, the order of events): the decode replicas to `H_d`, their decided transfer ends
+    /// to the prefill replicas, each prefill replica to its `H_p`, their finishes collected.
+    fn step_until(&mut self, a: i64, cancel: &AtomicBool) -> Result<()> {
+        loop {
+            // A prefill replica stalled for its held blocks steps next at its next arrival, an end
+            // decided, or an end still undecided: at or after its decode replicas' next steps, or
+            // after the finish of a hand-off not pushed yet.
+            let mut lb_p = a;
+            for (p, rep) in self.prefill.iter().enumerate() {
+                let mut t = self.ne_p[p];
+                if rep.stalled_on_sends() {
+                    for (d, &c) in self.undecided[p].iter().enumerate() {
+                        if c > 0 {
+                            t = t.min(self.ne_d[d]);
+                        }
+                    }
+                    if self.unpushed[p] > 0 {
+                        for h in self.handoffs.iter().filter(|h| h.1 == p) {
+                            t = t.min(h.0);
+                        }
+                    }
+                }
+                lb_p = lb_p.min(t);
+            }
+            let h_d = a.min(lb_p.saturating_add(1));
+            let mut moved = self.deliver(h_d);
+            for (d, rep) in self.decode.iter_mut().enumerate() {
+                if self.ne_d[d] < h_d {
+                    rep.advance_until(h_d, cancel)?;
+                    rep.drain_done(&mut self.out);
+                    moved = true;
+                    self.ne_d[d] = next_start(rep);
+                    rep.take_sends_decided(&mut self.decided);
+                    for (row, end) in self.decided.drain(..) {
+                        let (p, k) = self.remote_of[d]
+                            .remove(&row)
+                            .expect("a remote row of this decode replica");
+                        self.prefill[p].send_ended(k, end);
+                        self.ne_p[p] = next_start(&self.prefill[p]);
+                        self.undecided[p][d] -= 1;
+                    }
+                }
+                self.lb_d[d] = self.ne_d[d].min(h_d);
+            }
+            for p in 0..self.prefill.len() {
+                let mut h_p = a;
+                if self.unpushed[p] > 0 {
+                    h_p = h_p.min(h_d);
+                }
+                // A request finished by now, or by a step of this window, holds its blocks until an
+                // end its decode replica decides at or after its next step.
+                for (d, &c) in self.undecided[p].iter().enumerate() {
+                    if c > 0 {
+                        h_p = h_p.min(self.lb_d[d]);
+                    }
+                }
+                if self.ne_p[p] < h_p {
+                    let rep = &mut self.prefill[p];
+                    rep.advance_until(h_p, cancel)?;
+                    self.ne_p[p] = next_start(rep);
+                    self.collect(p);
+                    moved = true;
+                }
+            }
+            if !moved {
+                let done = self.ne_d.iter().chain(&self.ne_p).all(|&t| t >= a)
+                    && self.handoffs.iter().all(|h| h.0 >= a);
+                if done {
+                    return Ok(());
+                }
+                return Err(crate::KvError::Internal(
+                    "the disaggregated fleet's drive made no progress".into(),
+                ));
+            }
+        }
+    }
+
+    /// Routes `row`, arriving at `a`: every step before `a` taken and the hand-offs up to `a` pushed,
+    /// its decode replica picked, then, unless it prefills there, its prefill replica.
     fn route(&mut self, row: usize, cancel: &AtomicBool) -> Result<()> {
         let inp = self.inp;
         let a = inp.arrival_ps[row];
-        for rep in &mut self.prefill {
-            rep.advance_until(a, cancel)?;
-        }
-        self.collect();
-        // Collected rows are read no more: the rejected ones' output moves to the fleet's columns.
-        for rep in &mut self.prefill {
-            rep.drain_done_if(&mut self.out, |s| s != crate::engine::FINISHED);
-        }
-        self.deliver(Some(a));
-        for rep in &mut self.decode {
-            rep.advance_until(a, cancel)?;
-            rep.drain_done(&mut self.out);
-        }
+        self.step_until(a, cancel)?;
+        self.deliver(a.saturating_add(1));
         let prompt = inp.prompt_len[row] as u64;
         self.keys.clear();
         self.keys_p.clear();
@@ -271,80 +372,54 @@ impl PdDriver<'_, '_> {
         };
         if prompt - hits * self.bs < self.pd.threshold_tokens {
             self.decode[d].push(&inp, row..row + 1, &self.private_from);
+            self.ne_d[d] = next_start(&self.decode[d]);
             return Ok(());
         }
         for (v, rep) in self.views_p.iter_mut().zip(&self.prefill) {
             *v = signals(rep, a, &self.keys_p, prompt);
         }
         let p = self.route_p.pick(self.prefill.len(), &self.views_p);
-        self.prefill[p].push_pd(&inp, row, &self.private_from, None, true, false);
-        self.pending[p].push((self.prefill[p].len() - 1, row, d));
-        self.pre[row] = p as i64;
+        self.push_prefill(p, row, d);
         Ok(())
+    }
+
+    /// Pushes `row` to prefill replica `p` (its decode replica `d`) with target 1.
+    fn push_prefill(&mut self, p: usize, row: usize, d: usize) {
+        self.prefill[p].push_pd(&self.inp, row, &self.private_from, None, true, false);
+        self.pending[p].insert(self.prefill[p].len() - 1, (row, d));
+        self.undecided[p][d] += 1;
+        self.pre[row] = p as i64;
+        self.ne_p[p] = next_start(&self.prefill[p]);
     }
 
     /// Routes `row` without stepping a replica (the route-first drive: `blind`): the routers read
     /// nothing and no decode replica's prefix hits are read, so the picks and the threshold's choice do
     /// not depend on the replicas' state. A row prefilled locally waits among the hand-offs, at its
     /// arrival after every hand-off finished then (`LOCAL` sorts after every prefill replica), so each
-    /// decode replica gets its rows in the interleaved drive's order. The prefill replicas get their
-    /// rows in `finish`, one replica at a time.
+    /// decode replica gets its rows in the interleaved drive's order; a prefilled row is pushed to its
+    /// prefill replica at once (no replica has stepped to its arrival).
     fn route_blind(&mut self, row: usize) {
         let inp = self.inp;
         let d = self.route_d.pick(self.decode.len(), &[]);
         self.replica[row] = d as i64;
         if (inp.prompt_len[row] as u64) < self.pd.threshold_tokens {
-            self.handoffs.push((inp.arrival_ps[row], LOCAL, row, d));
+            self.handoffs.push((inp.arrival_ps[row], LOCAL, row, d, 0));
             return;
         }
         let p = self.route_p.pick(self.prefill.len(), &[]);
-        self.rows_p[p].push(row);
-        self.pre[row] = p as i64;
+        self.push_prefill(p, row, d);
     }
 
-    /// Runs the prefill pool to its end, hands its last requests off, runs the decode pool to its end
-    /// and gathers the rows. One replica at a time: a prefill replica (given its rows now in the
-    /// route-first drive) runs to its end, its hand-offs are collected and the output of the rows it
-    /// rejected kept, and it is dropped; then each decode replica gets its remaining hand-offs (in the
-    /// order `deliver` gives them), runs to its end, its rows are gathered, and it is dropped. A replica
-    /// runs alone once every replica's pushes are known, so the results are those of running them side
-    /// by side, with one replica's input and state in memory at a time (DESIGN.md §Cluster).
-    /// `blind`: the route-first drive, whose prefill replicas get their rows here.
-    fn finish(mut self, blind: bool, cancel: &AtomicBool) -> Result<PdOutput> {
+    /// Runs every replica to its end (`step_until` with no arrival left) and gathers the rows: each
+    /// replica's remaining output, then it is dropped.
+    fn finish(mut self, cancel: &AtomicBool) -> Result<PdOutput> {
+        self.step_until(i64::MAX, cancel)?;
         let mut out = std::mem::take(&mut self.out);
+        let mut counters = Vec::with_capacity(self.decode.len() + self.prefill.len());
         let mut counters_p = Vec::with_capacity(self.prefill.len());
-        if blind {
-            // Every prefilled row may become a hand-off: one allocation, not a doubling's two.
-            self.handoffs
-                .reserve_exact(self.rows_p.iter().map(Vec::len).sum());
-        }
         let prefill = std::mem::take(&mut self.prefill);
-        for (p, mut rep) in prefill.into_iter().enumerate() {
-            let rows = std::mem::take(&mut self.rows_p[p]);
-            if blind {
-                for (k, &row) in rows.iter().enumerate() {
-                    every_1024th(k as u64 + 1, cancel)?;
-                    rep.push_pd(&self.inp, row, &self.private_from, None, true, false);
-                }
-            }
+        for mut rep in prefill {
             rep.finish(cancel)?;
-            for (k, &row) in rows.iter().enumerate() {
-                let (status, f0, f1) = rep.row_outcome(k);
-                self.first[row] = f0;
-                self.finish[row] = f1;
-                if status == crate::engine::FINISHED {
-                    self.handoffs.push((f1, p, row, self.replica[row] as usize));
-                }
-            }
-            drop(rows);
-            collect_from(
-                &rep,
-                p,
-                &mut self.pending[p],
-                &mut self.handoffs,
-                &mut self.first,
-                &mut self.finish,
-            );
             let o = rep.take_output();
             let rows = rep.rows_held();
             // Rows the prefill replica rejected keep its output (they never reach a decode replica).
@@ -360,23 +435,8 @@ impl PdDriver<'_, '_> {
             for_each_row_column!(scatter_rejected);
             counters_p.push(o.counters);
         }
-        // `deliver`'s order, (finish, prefill replica, row), within each decode replica.
-        self.handoffs
-            .sort_unstable_by_key(|&(f, p, row, d)| (d, f, p, row));
-        let mut counters = Vec::with_capacity(self.decode.len() + counters_p.len());
         let decode = std::mem::take(&mut self.decode);
-        let mut at = 0;
-        for (d, mut rep) in decode.into_iter().enumerate() {
-            while at < self.handoffs.len() && self.handoffs[at].3 == d {
-                let (f, p, row, _) = self.handoffs[at];
-                if p == LOCAL {
-                    rep.push(&self.inp, row..row + 1, &self.private_from);
-                } else {
-                    rep.push_pd(&self.inp, row, &self.private_from, Some(f), false, true);
-                }
-                at += 1;
-                every_1024th(at as u64, cancel)?;
-            }
+        for mut rep in decode {
             rep.finish(cancel)?;
             let o = rep.take_output();
             let rows = rep.rows_held();
@@ -390,7 +450,6 @@ impl PdDriver<'_, '_> {
             for_each_row_column!(scatter);
             counters.push(o.counters);
         }
-        self.handoffs = Vec::new();
         counters.extend(counters_p);
         Ok(PdOutput {
             cluster: ClusterOutput {
@@ -440,16 +499,12 @@ pub fn run_pd(
     }
     let mut prefill = Vec::with_capacity(pd.prefill_replicas);
     for _ in 0..pd.prefill_replicas {
-        prefill.push(Replica::new(
-            prefill_cfg.clone(),
-            defer_keys,
-            false,
-            Some(cancel),
-        )?);
+        let mut rep = Replica::new(prefill_cfg.clone(), defer_keys, false, Some(cancel))?;
+        rep.set_hold_sends(prefill_cfg.policy.is_paged());
+        prefill.push(rep);
     }
     // The route-first drive when no decision reads a replica (DESIGN.md §Prefill/decode
-    // disaggregation): every row routed, then each pool run to its end, with no replica cut at every
-    // arrival of the fleet.
+    // disaggregation): rows routed a batch at a time, with no replica cut at every arrival.
     let blind = !spec.kind.reads_state() && (!caching || pd.threshold_tokens == 0);
     let mut d = PdDriver {
         inp,
@@ -469,11 +524,18 @@ pub fn run_pd(
             seed: spec.seed.wrapping_add(1),
             ..spec.clone()
         }),
-        rows_p: vec![Vec::new(); prefill.len()],
         replica: vec![0; n],
         pre: vec![-1; n],
-        pending: vec![Vec::new(); prefill.len()],
+        pending: vec![std::collections::HashMap::new(); prefill.len()],
+        done_rows: Vec::new(),
         handoffs: Vec::new(),
+        remote_of: vec![std::collections::HashMap::new(); decode.len()],
+        undecided: vec![vec![0; decode.len()]; prefill.len()],
+        unpushed: vec![0; prefill.len()],
+        decided: Vec::new(),
+        lb_d: vec![0; decode.len()],
+        ne_d: vec![i64::MAX; decode.len()],
+        ne_p: vec![i64::MAX; prefill.len()],
         segs: Vec::new(),
         keys: Vec::new(),
         keys_p: Vec::new(),
@@ -485,13 +547,22 @@ pub fn run_pd(
         decode,
         prefill,
     };
-    for row in 0..n {
-        every_1024th(row as u64 + 1, cancel)?;
-        if blind {
-            d.route_blind(row);
-        } else {
+    if blind {
+        for lo in (0..n).step_by(BLIND_BATCH) {
+            let hi = (lo + BLIND_BATCH).min(n);
+            for row in lo..hi {
+                every_1024th(row as u64 + 1, cancel)?;
+                d.route_blind(row);
+            }
+            if hi < n {
+                d.step_until(inp.arrival_ps[hi], cancel)?;
+            }
+        }
+    } else {
+        for row in 0..n {
+            every_1024th(row as u64 + 1, cancel)?;
             d.route(row, cancel)?;
         }
     }
-    d.finish(blind, cancel)
+    d.finish(cancel)
 }

@@ -171,6 +171,36 @@ impl Replica {
         self.engine.set_pd_link(latency_ps, ps_per_block);
     }
 
+    /// Makes this replica a prefill replica of a disaggregated fleet (`Engine::set_hold_sends`).
+    pub fn set_hold_sends(&mut self, hold: bool) {
+        self.engine.set_hold_sends(hold);
+    }
+
+    /// Row `row`'s (in push order) transfer ends at `end` (`Engine::send_ended`).
+    pub fn send_ended(&mut self, row: usize, end: i64) {
+        self.engine.send_ended(row, end);
+    }
+
+    /// A prefill replica's rows (in push order) finished or rejected since the last call.
+    pub fn take_done_rows(&mut self, dst: &mut Vec<usize>) {
+        self.engine.take_done_rows(dst);
+    }
+
+    /// A decode replica's remote rows decided since the last call, with their transfers' ends.
+    pub fn take_sends_decided(&mut self, dst: &mut Vec<(usize, i64)>) {
+        self.engine.take_sends_decided(dst);
+    }
+
+    /// Whether this prefill replica waits for its held blocks' transfers to end (`Engine::sends_stalled`).
+    pub fn stalled_on_sends(&self) -> bool {
+        self.engine.sends_stalled()
+    }
+
+    /// When this replica's next step starts given its rows (`Engine::next_event`; None: nothing left).
+    pub fn next_event(&self) -> Option<i64> {
+        self.engine.next_step_start()
+    }
+
     /// Row `row`'s (in push order) status, first schedule and finish (`Engine::row_outcome`); its
     /// output must still be held (`drain_done` not called past it).
     pub fn row_outcome(&self, row: usize) -> (i8, i64, i64) {

@@ -273,7 +273,10 @@ impl Engine<'_> {
                 continue;
             }
             if num_new == 0 {
-                if self.running.is_empty() {
+                // (A prefill replica's blocks held for transfers come back.)
+                if self.running.is_empty()
+                    && self.sends.as_ref().is_none_or(|s| s.sending.is_empty())
+                {
                     self.waiting.pop_front();
                     self.reject_seq(k, reject::NEVER_ADMITTED);
                     continue;

@@ -154,6 +154,9 @@ pub struct Engine<'a> {
     tier: Option<Box<offload::Tier>>,
     /// Rows whose prompt a prefill replica computed (`mark_remote`), until their sequence is built.
     remote_rows: std::collections::HashSet<usize>,
+    /// A prefill replica of a disaggregated fleet (`set_hold_sends`): its finished requests' blocks,
+    /// held until their transfers end (DESIGN.md §Prefill/decode disaggregation, step 7).
+    sends: Option<Box<stepped::Sends>>,
 }
 
 impl<'a> Engine<'a> {
@@ -262,6 +265,7 @@ impl<'a> Engine<'a> {
                 .tier
                 .map(|t| Box::new(offload::Tier::new(t, cfg.block_size))),
             remote_rows: std::collections::HashSet::new(),
+            sends: None,
         };
         if let Some(groups) = &cfg.groups {
             engine.out.counters.group_blocks = vec![[0, 0]; groups.len()];
@@ -371,17 +375,16 @@ impl<'a> Engine<'a> {
             if self.t >= stop_at && nxt == end {
                 break Ok(()); // more input to come: a later row may arrive at the start of this step
             }
-            if let Some(tier) = &self.tier
-                && tier.stalled
-            {
+            if self.stalled() {
                 // Waits for a transfer or the next arrival (a stepped replica: not past its horizon).
                 let arrival = (nxt < end).then(|| arrivals[nxt - base]);
-                match self.resolve_stall(arrival, horizon) {
+                match self.resolve_any_stall(arrival, horizon) {
                     Ok(true) => continue,
                     Ok(false) => break Ok(()),
                     Err(e) => break Err(e),
                 }
             }
+            self.observe_sends(); // a prefill replica's observation point: each step's start
             let (rejected_before, preempted_before) =
                 (self.num_rejected, self.out.counters.num_preemptions);
             let progressed = if self.lockstep {
@@ -397,7 +400,7 @@ impl<'a> Engine<'a> {
                         } else {
                             Some(last_arrival)
                         },
-                        horizon,
+                        self.sends_bound(horizon),
                     )))
                     || self.lockstep_step()
             } else {
@@ -421,6 +424,7 @@ impl<'a> Engine<'a> {
             if !progressed
                 && self.num_rejected == rejected_before
                 && self.out.counters.num_preemptions == preempted_before
+                && !self.sends_stall()
             {
                 break Err(KvError::Internal(format!(
                     "no progress at time {} ps",

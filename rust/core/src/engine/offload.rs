@@ -90,6 +90,9 @@ pub(super) struct Tier {
     /// (`tier_record`: the occupancy's weighted sum and peak take it when it changes or the run pauses).
     occ_dt: u128,
     occ_recorded: bool,
+    /// A decode replica: (row, transfer end) of each remote request decided since the driver last
+    /// took them (admitted with or without a transfer, or rejected): its prefill replica frees then.
+    pub(super) sends_decided: Vec<(usize, i64)>,
     /// Vectors of stores seen complete, for later stores' keys and blocks.
     spare_keys: Vec<Vec<BlockKey>>,
     spare_blocks: Vec<Vec<BlockId>>,
@@ -120,6 +123,7 @@ impl Tier {
             has_cpu: true,
             pd_link: None,
             pd_free: 0,
+            sends_decided: Vec::new(),
             cfg,
             cpu: CpuTier::new(cfg.chunks, cfg.eviction, cfg.store_threshold),
             tpc: block_size * cfg.blocks_per_chunk,
@@ -338,6 +342,7 @@ impl Engine<'_> {
             } else {
                 self.waiting.pop_front();
             }
+            self.note_remote_admitted(k);
             let s = &mut self.slab[k];
             s.held = false;
             s.remote = false; // one transfer per request (vLLM clears `do_remote_prefill` once allocated)
@@ -364,6 +369,16 @@ impl Engine<'_> {
         }
         for &k in skipped_waiting.iter().rev() {
             self.waiting.push_front(k);
+        }
+    }
+
+    /// A remote request admitted with no transfer (`ext = 0`): its prefill replica's blocks are freed
+    /// now (vLLM's full local hit notifies the prefill side at once).
+    #[inline]
+    fn note_remote_admitted(&mut self, k: usize) {
+        if self.slab[k].remote {
+            let (row, t) = (self.slab[k].row, self.t);
+            self.tier_mut().sends_decided.push((row, t));
         }
     }
 
@@ -592,6 +607,7 @@ impl Engine<'_> {
         let (latency, per_block) = tier.pd_link.expect("a decode replica's link");
         let duration = latency.saturating_add(blocks.saturating_mul(per_block));
         tier.pd_free = t.max(tier.pd_free).saturating_add(duration as i64);
+        tier.sends_decided.push((row, tier.pd_free));
         tier.next_job += 1;
         let job = Job {
             id: tier.next_job,

@@ -286,7 +286,15 @@ impl Engine<'_> {
             if self.tier.is_some() {
                 self.tier_finished(k);
             }
-            self.release(k);
+            if let Some(sends) = self.sends.as_deref_mut() {
+                sends.done.push(row);
+            }
+            if self.sends.as_ref().is_some_and(|s| s.hold) {
+                let sends = self.sends.as_deref_mut().expect("a prefill replica");
+                sends.sending.insert(row, k); // freed when its transfer ends (`free_sent`)
+            } else {
+                self.release(k);
+            }
             let s = &mut self.slab[k];
             s.lazy = false;
             s.retiring = true;
@@ -317,8 +325,10 @@ impl Engine<'_> {
             }
             _ => self.running.retain(|&k| !slab[k].retiring),
         }
-        for &k in &done {
-            self.remove(k);
+        if !self.sends.as_ref().is_some_and(|s| s.hold) {
+            for &k in &done {
+                self.remove(k);
+            }
         }
         self.done = done;
         self.done.clear();

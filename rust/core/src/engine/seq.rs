@@ -301,6 +301,9 @@ impl Engine<'_> {
 
     /// Rejects `row` and the `num_children` sample rows it would have forked, now.
     pub(super) fn reject_rows(&mut self, row: usize, num_children: usize, reason: i64) {
+        if let Some(sends) = self.sends.as_deref_mut() {
+            sends.done.extend(row..=row + num_children);
+        }
         for r in row..=row + num_children {
             self.log(event::REJECT, r, -1);
             self.out.status[r - self.out_base] = REJECTED;
@@ -312,6 +315,10 @@ impl Engine<'_> {
 
     /// Rejects waiting sequence `k` (and its unforked samples) and drops it.
     pub(super) fn reject_seq(&mut self, k: usize, reason: i64) {
+        if self.slab[k].remote {
+            self.remote_rejected(self.slab[k].row);
+            self.slab[k].remote = false;
+        }
         let s = &self.slab[k];
         let children = if s.forked { 0 } else { s.num_children };
         self.reject_rows(s.row, children, reason);
@@ -327,7 +334,19 @@ impl Engine<'_> {
         if reason == 0 {
             self.fresh.push_back(row);
         } else {
+            if !self.remote_rows.is_empty() && self.remote_rows.remove(&row) {
+                self.remote_rejected(row);
+            }
             self.reject_rows(row, num_children, reason);
+        }
+    }
+
+    /// A remote request rejected now: its prefill replica's blocks are freed now.
+    #[cold]
+    fn remote_rejected(&mut self, row: usize) {
+        let t = self.t;
+        if let Some(tier) = self.tier.as_deref_mut() {
+            tier.sends_decided.push((row, t));
         }
     }
 

@@ -51,6 +51,45 @@ const QUIET_AHEAD: u64 = 128;
 /// 64, 128 and 256 steps ahead; the 16 single runs 1,229 M).
 const QUIET_AHEAD_JOINING: u64 = 128;
 const QUIET_MAX: u64 = 1 << 12;
+/// A prefill replica's finished requests that hold their blocks until their transfers end (DESIGN.md
+/// §Prefill/decode disaggregation, step 7, vLLM's delayed free): `sending` maps a row to its slab slot
+/// (its table and slot kept); `ends` holds `(end, row)` of those whose end the decode side decided.
+#[derive(Debug, Default)]
+pub(crate) struct Sends {
+    pub(super) sending: std::collections::HashMap<usize, usize>,
+    ends: std::collections::BinaryHeap<std::cmp::Reverse<(i64, usize)>>,
+    /// The last step scheduled nothing and changed nothing: the replica waits for a transfer's end.
+    pub(super) stalled: bool,
+    /// Rows finished or rejected since the driver last took them (`take_done_rows`).
+    pub(super) done: Vec<usize>,
+    /// Finished requests hold their blocks (paged; a contiguous replica frees at once).
+    pub(super) hold: bool,
+}
+
+impl Sends {
+    /// Whether a held request's transfer ended at or before `t`.
+    #[inline]
+    pub(super) fn due(&self, t: i64) -> bool {
+        self.ends.peek().is_some_and(|e| e.0.0 <= t)
+    }
+
+    /// Where a stalled replica at `t` jumps: the earliest end decided (not before `t`) or the next
+    /// arrival, whichever is first; None: neither is known.
+    pub(super) fn stall_target(&self, t: i64, arrival: Option<i64>) -> Option<i64> {
+        let end = self.ends.peek().map(|e| e.0.0.max(t));
+        match (end, arrival) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The earliest end decided (`i64::MAX`: none).
+    #[inline]
+    pub(super) fn next_end(&self) -> i64 {
+        self.ends.peek().map_or(i64::MAX, |e| e.0.0)
+    }
+}
+
 /// The fewest rows the output columns grow by (`cover_output_rows`).
 const OUTPUT_ROWS_MIN: usize = 1024;
 
@@ -162,6 +201,12 @@ impl<'a> Engine<'a> {
         let result = self.advance();
         self.cancel = None;
         result?;
+        if self.sends.as_ref().is_some_and(|s| s.stalled) {
+            return Err(crate::KvError::Internal(format!(
+                "no progress at time {} ps",
+                self.t
+            )));
+        }
         self.finish_counters();
         Ok(())
     }
@@ -540,6 +585,158 @@ impl<'a> Engine<'a> {
         )));
     }
 
+    /// Makes this engine a prefill replica of a disaggregated fleet: it reports its rows done
+    /// (`take_done_rows`) and, with `hold`, a finished request keeps its blocks until `send_ended` gives
+    /// its transfer's end and an observation point reaches it (`free_sent`).
+    pub fn set_hold_sends(&mut self, hold: bool) {
+        self.sends = Some(Box::new(Sends {
+            hold,
+            ..Sends::default()
+        }));
+    }
+
+    /// The decode side decided the transfer of finished row `row` (held): it ends at `end`.
+    pub fn send_ended(&mut self, row: usize, end: i64) {
+        let sends = self.sends.as_deref_mut().expect("a prefill replica");
+        if sends.hold {
+            // (A replica that does not hold them, contiguous, freed them at the finish.)
+            debug_assert!(
+                sends.sending.contains_key(&row),
+                "row {row} holds its blocks"
+            );
+            sends.ends.push(std::cmp::Reverse((end, row)));
+        }
+    }
+
+    /// An observation point at `t`: every held request whose transfer ended at or before `t` frees its
+    /// blocks, in order of end, then row.
+    #[inline(never)]
+    pub(super) fn free_sent(&mut self) {
+        let t = self.t;
+        loop {
+            let sends = self.sends.as_deref_mut().expect("a prefill replica");
+            if !sends.due(t) {
+                break;
+            }
+            let std::cmp::Reverse((_, row)) = sends.ends.pop().expect("one is due");
+            let k = sends.sending.remove(&row).expect("a held request");
+            self.release(k);
+            self.remove(k);
+        }
+    }
+
+    /// A prefill replica: appends to `dst` the rows finished or rejected since the last call.
+    pub fn take_done_rows(&mut self, dst: &mut Vec<usize>) {
+        if let Some(sends) = self.sends.as_deref_mut() {
+            dst.append(&mut sends.done);
+        }
+    }
+
+    /// Whether the engine waits for a transfer: a CPU tier's or connector's, or a prefill replica's.
+    #[inline]
+    pub(super) fn stalled(&self) -> bool {
+        self.tier.as_ref().is_some_and(|t| t.stalled)
+            || self.sends.as_ref().is_some_and(|s| s.stalled)
+    }
+
+    /// `resolve_stall`, or a prefill replica's `resolve_sends_stall`.
+    pub(super) fn resolve_any_stall(&mut self, arrival: Option<i64>, horizon: i64) -> Result<bool> {
+        if self.sends.as_ref().is_some_and(|s| s.stalled) {
+            return Ok(self.resolve_sends_stall(arrival, horizon));
+        }
+        self.resolve_stall(arrival, horizon)
+    }
+
+    /// A prefill replica's observation point at `t`, the start of a step: frees what is due.
+    #[inline]
+    pub(super) fn observe_sends(&mut self) {
+        if self.sends.as_ref().is_some_and(|s| s.due(self.t)) {
+            self.free_sent();
+        }
+    }
+
+    /// A quiet span's bound `horizon`, or a prefill replica's next transfer end decided if earlier
+    /// (its blocks are freed at the step starting there).
+    #[inline]
+    pub(super) fn sends_bound(&self, horizon: i64) -> i64 {
+        self.sends
+            .as_ref()
+            .map_or(horizon, |s| s.next_end().min(horizon))
+    }
+
+    /// Whether a prefill replica waits for its held blocks' transfers to end.
+    pub fn sends_stalled(&self) -> bool {
+        self.sends.as_ref().is_some_and(|s| s.stalled)
+    }
+
+    /// A step that scheduled nothing and changed nothing: a prefill replica holding blocks for transfers
+    /// waits for them to end (true); any other engine would repeat forever (false).
+    pub(super) fn sends_stall(&mut self) -> bool {
+        match self.sends.as_deref_mut() {
+            Some(sends) if !sends.sending.is_empty() => {
+                sends.stalled = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A stalled prefill replica jumps to the earliest transfer end decided or the next arrival, if
+    /// before `horizon` (true); false: it waits for the driver (neither known, or not before it).
+    pub(super) fn resolve_sends_stall(&mut self, arrival: Option<i64>, horizon: i64) -> bool {
+        let sends = self.sends.as_deref_mut().expect("a prefill replica");
+        match sends.stall_target(self.t, arrival) {
+            Some(x) if x < horizon => {
+                self.t = x;
+                sends.stalled = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A decode replica: appends to `dst` the (row, transfer end) of the remote requests decided since
+    /// the last call.
+    pub fn take_sends_decided(&mut self, dst: &mut Vec<(usize, i64)>) {
+        if let Some(tier) = self.tier.as_deref_mut() {
+            dst.append(&mut tier.sends_decided);
+        }
+    }
+
+    /// The instant this engine's next step starts (an idle jump's or a stall's included) given the rows
+    /// pushed so far; None if it has nothing left to do.
+    pub fn next_step_start(&self) -> Option<i64> {
+        let (arrivals, base) = (self.inp.arrival_ps, self.row_base);
+        let end = base + arrivals.len();
+        let next = (self.nxt < end).then(|| arrivals[self.nxt - base]);
+        if next.is_some_and(|a| a <= self.t) {
+            return Some(self.t);
+        }
+        if let Some(tier) = self.tier.as_deref()
+            && tier.stalled
+        {
+            return match (self.next_transfer(), next) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        if let Some(sends) = self.sends.as_deref()
+            && sends.stalled
+        {
+            return sends.stall_target(self.t, next);
+        }
+        let idle = self.running.is_empty() && self.nothing_waits() && self.swapped.is_empty();
+        if !idle
+            || self
+                .tier
+                .as_deref()
+                .is_some_and(|t| !t.finished_last.is_empty())
+        {
+            return Some(self.t);
+        }
+        next
+    }
+
     /// Row `row` (pushed, not joined yet) is a remote request: a prefill replica computed its prompt.
     pub fn mark_remote(&mut self, row: usize) {
         self.remote_rows.insert(row);
@@ -549,6 +746,9 @@ impl<'a> Engine<'a> {
     /// output must still be held (no `move_output_front` past it).
     pub fn row_outcome(&self, row: usize) -> (i8, i64, i64) {
         let i = row - self.out_base;
+        if i >= self.out.status.len() {
+            return (-1, -1, -1); // not stepped since it was pushed: in flight
+        }
         (
             self.out.status[i],
             self.out.first_scheduled[i],
