@@ -65,12 +65,21 @@ impl Hasher for IdHasher {
         self.0 = v;
     }
     #[inline]
+    fn write_usize(&mut self, v: usize) {
+        self.0 = v as u64;
+    }
+    #[inline]
     fn write_u128(&mut self, v: u128) {
         self.0 ^= (v as u64) ^ ((v >> 64) as u64);
     }
 }
 
 type KeyMap = HashMap<BlockKey, u32, BuildHasherDefault<IdHasher>>;
+
+/// A map keyed by row index (small distinct integers: `IdHasher` takes them as they are, where the
+/// default SipHash cost a disaggregated fleet's drive 25 M instructions on 100,000 requests; callgrind,
+/// results/README.md §Disaggregated fleet speed). Never iterated where its order could matter.
+pub(crate) type RowMap<V> = HashMap<usize, V, BuildHasherDefault<IdHasher>>;
 
 /// What a block carries: the state a release and an allocation read, one byte per block so that a pool's
 /// tags stay in cache while its keys (16 bytes each) are read only for keyed blocks.

@@ -13,6 +13,7 @@ use std::sync::atomic::AtomicBool;
 use super::{
     ClusterOutput, Replica, Router, RouterKind, RouterSpec, Signals, every_1024th, validate,
 };
+use crate::block_pool::RowMap;
 use crate::block_table::BlockTable;
 use crate::engine::{
     EngineConfig, EngineInput, EngineOutput, OUTPUT_BIT, Policy, Preemption, for_each_row_column,
@@ -158,15 +159,18 @@ struct PdDriver<'i, 'p> {
     replica: Vec<i64>,
     pre: Vec<i64>,
     /// Per prefill replica: its row -> (the input row, the decode replica) of each request in flight.
-    pending: Vec<std::collections::HashMap<usize, (usize, usize)>>,
+    pending: Vec<RowMap<(usize, usize)>>,
     done_rows: Vec<usize>,
     /// Known hand-offs not yet pushed: (prefill finish, prefill replica, input row, decode replica,
     /// row on the prefill replica); the route-first drive also queues its locally prefilled rows here
     /// (arrival, `LOCAL`, row, replica, 0).
     handoffs: Vec<(i64, usize, usize, usize, usize)>,
+    /// The least arrival in `handoffs` (`i64::MAX`: none), so that a `deliver` with none due costs
+    /// one comparison.
+    handoff_min: i64,
     /// Per decode replica, its remote rows whose transfer end it has not decided: its row -> (prefill
     /// replica, row there).
-    remote_of: Vec<std::collections::HashMap<usize, (usize, usize)>>,
+    remote_of: Vec<RowMap<(usize, usize)>>,
     /// Per prefill replica and decode replica: its requests in flight or held with an end undecided
     /// (pushed there or not); and per prefill replica, its hand-offs not pushed yet.
     undecided: Vec<Vec<u64>>,
@@ -207,6 +211,7 @@ impl PdDriver<'_, '_> {
             self.finish[row] = f1;
             if status == crate::engine::FINISHED {
                 self.handoffs.push((f1, p, row, d, k));
+                self.handoff_min = self.handoff_min.min(f1);
                 self.unpushed[p] += 1;
             } else {
                 self.undecided[p][d] -= 1;
@@ -220,7 +225,7 @@ impl PdDriver<'_, '_> {
     /// Pushes every known hand-off (and queued local row) arriving before `limit` to its decode
     /// replica, in order of arrival, prefill replica (`LOCAL` last) and row; whether one was.
     fn deliver(&mut self, limit: i64) -> bool {
-        if self.handoffs.is_empty() {
+        if self.handoff_min >= limit {
             return false;
         }
         self.handoffs.sort_unstable();
@@ -246,6 +251,8 @@ impl PdDriver<'_, '_> {
             at += 1;
         }
         self.handoffs.drain(..at);
+        // (Sorted: the first left is the least.)
+        self.handoff_min = self.handoffs.first().map_or(i64::MAX, |h| h.0);
         at > 0
     }
 
@@ -295,6 +302,9 @@ impl PdDriver<'_, '_> {
                 self.lb_d[d] = self.ne_d[d].min(h_d);
             }
             for p in 0..self.prefill.len() {
+                if self.ne_p[p] >= a {
+                    continue; // no step before `a`, and `h_p <= a`
+                }
                 let mut h_p = a;
                 if self.unpushed[p] > 0 {
                     h_p = h_p.min(h_d);
@@ -315,8 +325,8 @@ impl PdDriver<'_, '_> {
                 }
             }
             if !moved {
-                let done = self.ne_d.iter().chain(&self.ne_p).all(|&t| t >= a)
-                    && self.handoffs.iter().all(|h| h.0 >= a);
+                let done =
+                    self.ne_d.iter().chain(&self.ne_p).all(|&t| t >= a) && self.handoff_min >= a;
                 if done {
                     return Ok(());
                 }
@@ -404,6 +414,7 @@ impl PdDriver<'_, '_> {
         self.replica[row] = d as i64;
         if (inp.prompt_len[row] as u64) < self.pd.threshold_tokens {
             self.handoffs.push((inp.arrival_ps[row], LOCAL, row, d, 0));
+            self.handoff_min = self.handoff_min.min(inp.arrival_ps[row]);
             return;
         }
         let p = self.route_p.pick(self.prefill.len(), &[]);
@@ -526,10 +537,11 @@ pub fn run_pd(
         }),
         replica: vec![0; n],
         pre: vec![-1; n],
-        pending: vec![std::collections::HashMap::new(); prefill.len()],
+        pending: vec![RowMap::default(); prefill.len()],
         done_rows: Vec::new(),
         handoffs: Vec::new(),
-        remote_of: vec![std::collections::HashMap::new(); decode.len()],
+        handoff_min: i64::MAX,
+        remote_of: vec![RowMap::default(); decode.len()],
         undecided: vec![vec![0; decode.len()]; prefill.len()],
         unpushed: vec![0; prefill.len()],
         decided: Vec::new(),

@@ -56,7 +56,7 @@ const QUIET_MAX: u64 = 1 << 12;
 /// (its table and slot kept); `ends` holds `(end, row)` of those whose end the decode side decided.
 #[derive(Debug, Default)]
 pub(crate) struct Sends {
-    pub(super) sending: std::collections::HashMap<usize, usize>,
+    pub(super) sending: crate::block_pool::RowMap<usize>,
     ends: std::collections::BinaryHeap<std::cmp::Reverse<(i64, usize)>>,
     /// The last step scheduled nothing and changed nothing: the replica waits for a transfer's end.
     pub(super) stalled: bool,
