@@ -283,6 +283,8 @@ impl PdDriver<'_, '_> {
             }
             let h_d = a.min(lb_p.saturating_add(1));
             let mut moved = self.deliver(h_d);
+            // The least next step's start of each pool once this round's steps are taken.
+            let (mut min_d, mut min_p) = (i64::MAX, i64::MAX);
             for (d, rep) in self.decode.iter_mut().enumerate() {
                 if self.ne_d[d] < h_d {
                     rep.advance_until(h_d, cancel)?;
@@ -300,9 +302,11 @@ impl PdDriver<'_, '_> {
                     }
                 }
                 self.lb_d[d] = self.ne_d[d].min(h_d);
+                min_d = min_d.min(self.ne_d[d]);
             }
             for p in 0..self.prefill.len() {
                 if self.ne_p[p] >= a {
+                    min_p = min_p.min(self.ne_p[p]);
                     continue; // no step before `a`, and `h_p <= a`
                 }
                 let mut h_p = a;
@@ -323,13 +327,14 @@ impl PdDriver<'_, '_> {
                     self.collect(p);
                     moved = true;
                 }
+                min_p = min_p.min(self.ne_p[p]);
+            }
+            // Done when no replica has a step before `a` and no hand-off arrives before it: a further
+            // round would change nothing.
+            if min_d.min(min_p).min(self.handoff_min) >= a {
+                return Ok(());
             }
             if !moved {
-                let done =
-                    self.ne_d.iter().chain(&self.ne_p).all(|&t| t >= a) && self.handoff_min >= a;
-                if done {
-                    return Ok(());
-                }
                 return Err(crate::KvError::Internal(
                     "the disaggregated fleet's drive made no progress".into(),
                 ));

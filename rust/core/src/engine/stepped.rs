@@ -627,7 +627,9 @@ impl<'a> Engine<'a> {
 
     /// A prefill replica: appends to `dst` the rows finished or rejected since the last call.
     pub fn take_done_rows(&mut self, dst: &mut Vec<usize>) {
-        if let Some(sends) = self.sends.as_deref_mut() {
+        if let Some(sends) = self.sends.as_deref_mut()
+            && !sends.done.is_empty()
+        {
             dst.append(&mut sends.done);
         }
     }
@@ -698,7 +700,9 @@ impl<'a> Engine<'a> {
     /// A decode replica: appends to `dst` the (row, transfer end) of the remote requests decided since
     /// the last call.
     pub fn take_sends_decided(&mut self, dst: &mut Vec<(usize, i64)>) {
-        if let Some(tier) = self.tier.as_deref_mut() {
+        if let Some(tier) = self.tier.as_deref_mut()
+            && !tier.sends_decided.is_empty()
+        {
             dst.append(&mut tier.sends_decided);
         }
     }
