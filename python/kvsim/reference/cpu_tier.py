@@ -2,7 +2,7 @@
 host link's transfers (DESIGN.md §CPU tier; vLLM 0.33.0's `vllm/v1/kv_offload/cpu/manager.py` and
 `policies/lru.py`, `policies/arc.py`).
 
-The executable spec of `rust/core/src/cpu_tier.rs`. A chunk is named by its content key; it is *pending*
+The executable spec of `rust/core/src/cpu_tier/`. A chunk is named by its content key; it is *pending*
 while its store is in flight (neither readable nor evictable), else *ready*, and *pinned* while loads
 read it. A request's accesses (stores offered, loads) are recorded once per key with the key's position
 in the request (its chunk index), which the eviction policies rank by.

@@ -1,0 +1,530 @@
+//! A CPU tier's chunks in memory (`Chunks`): one slot of 16 bytes per chunk held, a row's private
+//! chunks one table entry and one vector of slots, content keys a group of one (DESIGN.md §CPU tier).
+
+use std::cmp::Reverse;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+use super::{Hasher, KeyMap};
+use crate::BlockKey;
+
+/// The LRU's order of a chunk, smaller evicted first: `(request rank, -position)` while a request that
+/// touched it runs (its tail before its head), `(n, -0)` once re-ranked at a request's finish. The
+/// position is kept as `Reverse(position)`, which orders as the spec's `-position`.
+pub(super) type Rank = (u64, Reverse<u64>);
+
+/// One held chunk: pending until its store completes, pinned by `pins` loads in flight, and (LRU) its
+/// rank. One slot per chunk holds all of it (the LRU's ranks and its evictable set were maps of
+/// their own: three hash tables per chunk held, and most of a tier's cost; results/README.md).
+/// 16 bytes (a slot of its row's vector, `Chunks`): the rank's position is a chunk's index in its request,
+/// kept in 32 bits, and a chunk is pinned by at most one load at a time in the engine (a lookup skips
+/// a chunk being loaded), by fewer than 2^16 here.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Chunk {
+    /// The LRU's rank (unused under ARC): the request rank and the position.
+    pub(super) req: u64,
+    pub(super) pos: u32,
+    pub(super) pins: u16,
+    pub(super) ready: bool,
+    /// Whether the slot holds a chunk (a `Group`'s slots may be empty).
+    pub(super) held: bool,
+}
+
+const _: () = assert!(size_of::<Chunk>() == 16);
+
+impl Chunk {
+    /// vLLM's `ref_cnt == 0`: ready and read by no load.
+    pub(super) fn evictable(self) -> bool {
+        self.ready && self.pins == 0
+    }
+
+    #[inline]
+    pub(super) fn rank(self) -> Rank {
+        (self.req, Reverse(u64::from(self.pos)))
+    }
+
+    #[inline]
+    pub(super) fn set_rank(&mut self, (req, Reverse(pos)): Rank) {
+        self.req = req;
+        self.pos = u32::try_from(pos).expect("a chunk position below 2^32");
+    }
+}
+
+/// The chunks held, grouped by their key's upper 64 bits: a key `(hi << 64) | lo` lives in the group
+/// of `hi` at slot `lo - base` when the group's slots reach it, else among the singles. A request's
+/// private chunks are named by its row in the upper half and their block index in the lower
+/// (`ensure_tier_keys` in the engine), so they fill one group's consecutive slots: one hash-table entry
+/// and one vector per row instead of one entry per chunk (the table's inserts and growth were most of a
+/// rarely hit tier's cost, results/README.md §CPU tier). A content key (a hash) is a group of one, its
+/// slot kept inline (`Slots::One`: no allocation); a key beyond its group's slots is a single, in a map
+/// of its own.
+///
+/// Exact for any keys: a group starts with, and its slots only grow at their end by, keys absent from
+/// the tier, so a single is never inside its group's slots (a key is in one place or none).
+/// Memory: a group spans from its first slot to its last held chunk (empty slots at the end are
+/// trimmed, a group with none held dropped), so at most a request's chunks per row with one held.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Chunks {
+    pub(super) groups: HashMap<u64, Group, Hasher>,
+    pub(super) singles: KeyMap<Chunk>,
+    pub(super) len: usize,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Group {
+    /// The lower key half of `slots[0]`.
+    pub(super) base: u64,
+    pub(super) slots: Slots,
+    pub(super) held: u32,
+}
+
+/// A group's slots: one kept inline (a key alone, as a content key: no allocation), or a vector.
+#[derive(Clone, Debug)]
+pub(super) enum Slots {
+    One(Chunk),
+    Many(Vec<Chunk>),
+}
+
+impl std::ops::Deref for Slots {
+    type Target = [Chunk];
+    #[inline]
+    fn deref(&self) -> &[Chunk] {
+        match self {
+            Slots::One(c) => std::slice::from_ref(c),
+            Slots::Many(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Slots {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [Chunk] {
+        match self {
+            Slots::One(c) => std::slice::from_mut(c),
+            Slots::Many(v) => v,
+        }
+    }
+}
+
+impl Slots {
+    pub(super) fn push(&mut self, c: Chunk) {
+        match self {
+            Slots::One(a) => *self = Slots::Many(vec![*a, c]),
+            Slots::Many(v) => v.push(c),
+        }
+    }
+
+    pub(super) fn pop(&mut self) {
+        match self {
+            Slots::One(_) => *self = Slots::Many(Vec::new()),
+            Slots::Many(v) => {
+                v.pop();
+            }
+        }
+    }
+
+    pub(super) fn extend(&mut self, more: impl ExactSizeIterator<Item = Chunk>) {
+        match self {
+            Slots::One(a) => {
+                let mut v = Vec::with_capacity(1 + more.len());
+                v.push(*a);
+                v.extend(more);
+                *self = Slots::Many(v);
+            }
+            Slots::Many(v) => v.extend(more),
+        }
+    }
+
+    /// The slots of `chunks` (at least one).
+    pub(super) fn of(mut chunks: impl ExactSizeIterator<Item = Chunk>) -> Self {
+        if chunks.len() == 1 {
+            return Slots::One(chunks.next().expect("one chunk"));
+        }
+        let mut v = Vec::with_capacity(chunks.len());
+        v.extend(chunks);
+        Slots::Many(v)
+    }
+}
+
+/// `(hi, lo, n)` if `keys` are `n` >= 1 consecutive keys `(hi, lo)`, `(hi, lo + 1)`, ... of one group.
+#[inline]
+pub(super) fn run_of(mut keys: impl Iterator<Item = BlockKey>) -> Option<(u64, u64, usize)> {
+    let first = keys.next()?;
+    let mut n = 1;
+    let mut last = first.0;
+    for k in keys {
+        if k.0 != last.wrapping_add(1) || (k.0 >> 64) != (last >> 64) {
+            return None;
+        }
+        last = k.0;
+        n += 1;
+    }
+    let (hi, lo) = split_key(first);
+    Some((hi, lo, n))
+}
+
+/// `run_of` the keys of `order` if their positions also increase (so the order is by position).
+#[inline]
+pub(super) fn run_in_order(order: &[(BlockKey, u64)]) -> Option<(u64, u64, usize)> {
+    let (&(first, _), rest) = order.split_first()?;
+    let mut last = order[0];
+    for &(k, pos) in rest {
+        if k.0 != last.0.0.wrapping_add(1) || (k.0 >> 64) != (last.0.0 >> 64) || pos <= last.1 {
+            return None;
+        }
+        last = (k, pos);
+    }
+    let (hi, lo) = split_key(first);
+    Some((hi, lo, order.len()))
+}
+
+#[inline]
+pub(super) fn split_key(key: BlockKey) -> (u64, u64) {
+    ((key.0 >> 64) as u64, key.0 as u64)
+}
+
+impl Chunks {
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    pub(super) fn get(&self, key: BlockKey) -> Option<&Chunk> {
+        let (hi, lo) = split_key(key);
+        if let Some(g) = self.groups.get(&hi) {
+            let i = lo.wrapping_sub(g.base);
+            if i < g.slots.len() as u64 {
+                let c = &g.slots[i as usize];
+                return c.held.then_some(c);
+            }
+        }
+        if self.singles.is_empty() {
+            return None;
+        }
+        self.singles.get(&key)
+    }
+
+    #[inline]
+    pub(super) fn get_mut(&mut self, key: BlockKey) -> Option<&mut Chunk> {
+        let (hi, lo) = split_key(key);
+        if let Some(g) = self.groups.get_mut(&hi) {
+            let i = lo.wrapping_sub(g.base);
+            if i < g.slots.len() as u64 {
+                let c = &mut g.slots[i as usize];
+                return if c.held { Some(c) } else { None };
+            }
+        }
+        if self.singles.is_empty() {
+            return None;
+        }
+        self.singles.get_mut(&key)
+    }
+
+    #[inline]
+    pub(super) fn contains(&self, key: BlockKey) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Holds `key` as `chunk` (replacing it if held, as a map's insert): in its group's slots if they
+    /// reach it or it continues them, else among the singles (a key alone, as a content key, starts no
+    /// group: only `insert_run` does).
+    pub(super) fn insert(&mut self, key: BlockKey, mut chunk: Chunk) {
+        chunk.held = true;
+        if !self.singles.is_empty()
+            && let Some(c) = self.singles.get_mut(&key)
+        {
+            *c = chunk; // (replaced: a key held is in one place)
+            return;
+        }
+        self.len += 1;
+        let (hi, lo) = split_key(key);
+        let g = match self.groups.entry(hi) {
+            Entry::Vacant(e) => {
+                e.insert(Group {
+                    base: lo,
+                    slots: Slots::One(chunk),
+                    held: 1,
+                });
+                return;
+            }
+            Entry::Occupied(e) => e.into_mut(),
+        };
+        {
+            let i = lo.wrapping_sub(g.base);
+            let n = g.slots.len() as u64;
+            if i < n {
+                let slot = &mut g.slots[i as usize];
+                if slot.held {
+                    self.len -= 1; // (replaced)
+                } else {
+                    g.held += 1;
+                }
+                *slot = chunk;
+                return;
+            } else if i == n {
+                g.slots.push(chunk);
+                g.held += 1;
+                return;
+            }
+        }
+        if self.singles.insert(key, chunk).is_some() {
+            self.len -= 1; // (replaced)
+        }
+    }
+
+    /// `insert` of `chunks` under keys `(hi, lo..)` (a run of keys none of which is held), in one
+    /// piece when they start a group or continue one; else one by one.
+    pub(super) fn insert_run(
+        &mut self,
+        hi: u64,
+        lo: u64,
+        chunks: impl ExactSizeIterator<Item = Chunk>,
+    ) {
+        let n = chunks.len();
+        let held = |mut c: Chunk| {
+            c.held = true;
+            c
+        };
+        match self.groups.entry(hi) {
+            Entry::Vacant(e) => {
+                e.insert(Group {
+                    base: lo,
+                    slots: Slots::of(chunks.map(held)),
+                    held: n as u32,
+                });
+                self.len += n;
+            }
+            Entry::Occupied(mut e)
+                if lo.wrapping_sub(e.get().base) == e.get().slots.len() as u64 =>
+            {
+                let g = e.get_mut();
+                g.slots.extend(chunks.map(held));
+                g.held += n as u32;
+                self.len += n;
+            }
+            Entry::Occupied(_) => {
+                self.insert_many(chunks.enumerate().map(|(i, c)| {
+                    (
+                        BlockKey((u128::from(hi) << 64) | u128::from(lo.wrapping_add(i as u64))),
+                        c,
+                    )
+                }));
+            }
+        }
+    }
+
+    /// `insert` of each `(key, chunk)` in order, one group lookup per run of keys sharing their upper
+    /// half.
+    pub(super) fn insert_many(&mut self, items: impl ExactSizeIterator<Item = (BlockKey, Chunk)>) {
+        let mut items = items.peekable();
+        while let Some((key, chunk)) = items.next() {
+            let (hi, lo) = split_key(key);
+            self.insert(key, chunk);
+            // The keys after it in its group: appended while they follow on.
+            let Some(g) = self.groups.get_mut(&hi) else {
+                continue;
+            };
+            while let Some(&(key, mut chunk)) = items.peek() {
+                let (h, l) = split_key(key);
+                if h != hi
+                    || l.wrapping_sub(g.base) != g.slots.len() as u64
+                    || l == lo
+                    || self.singles.contains_key(&key)
+                {
+                    break; // (a single is replaced where it is, by `insert`)
+                }
+                items.next();
+                chunk.held = true;
+                g.slots.push(chunk);
+                g.held += 1;
+                self.len += 1;
+            }
+        }
+    }
+
+    pub(super) fn remove(&mut self, key: BlockKey) -> Option<Chunk> {
+        if !self.singles.is_empty()
+            && let Some(c) = self.singles.remove(&key)
+        {
+            self.len -= 1;
+            return Some(c);
+        }
+        let (hi, lo) = split_key(key);
+        if let Entry::Occupied(mut e) = self.groups.entry(hi) {
+            let g = e.get_mut();
+            let i = lo.wrapping_sub(g.base);
+            if i < g.slots.len() as u64 {
+                let c = g.slots[i as usize];
+                if !c.held {
+                    return None;
+                }
+                g.slots[i as usize].held = false;
+                g.held -= 1;
+                self.len -= 1;
+                if g.held == 0 {
+                    e.remove();
+                } else {
+                    while g.slots.last().is_some_and(|c| !c.held) {
+                        g.slots.pop();
+                    }
+                }
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// `f(i, key, chunk)` for the `i`th of `keys` (None: not held), one group lookup per run of keys
+    /// sharing their upper half (a request's private chunks).
+    #[inline]
+    pub(super) fn visit<'a>(
+        &'a self,
+        keys: impl Iterator<Item = BlockKey>,
+        mut f: impl FnMut(usize, BlockKey, Option<&'a Chunk>),
+    ) {
+        let mut cur: Option<(u64, Option<&'a Group>)> = None;
+        for (i, key) in keys.enumerate() {
+            let (hi, lo) = split_key(key);
+            let g = match cur {
+                Some((h, g)) if h == hi => g,
+                _ => {
+                    let g = self.groups.get(&hi);
+                    cur = Some((hi, g));
+                    g
+                }
+            };
+            if let Some(g) = g {
+                let j = lo.wrapping_sub(g.base);
+                if j < g.slots.len() as u64 {
+                    let c = &g.slots[j as usize];
+                    f(i, key, c.held.then_some(c));
+                    continue;
+                }
+            }
+            f(
+                i,
+                key,
+                if self.singles.is_empty() {
+                    None
+                } else {
+                    self.singles.get(&key)
+                },
+            );
+        }
+    }
+
+    /// Whether no key `(hi, lo..lo + n)` is held (for a run of keys: one group lookup).
+    #[inline]
+    pub(super) fn none_held(&self, hi: u64, lo: u64, n: u64) -> bool {
+        if !self.singles.is_empty() {
+            return false; // (not decided here)
+        }
+        self.groups.get(&hi).is_none_or(|g| {
+            // The run and the slots do not overlap (each taken from its own start, modulo 2^64).
+            let len = g.slots.len() as u64;
+            lo.wrapping_sub(g.base) >= len && g.base.wrapping_sub(lo) >= n
+        })
+    }
+
+    /// The slots of keys `(hi, lo..lo + n)` if the group's slots hold them all, else None.
+    #[inline]
+    pub(super) fn slots_mut(&mut self, hi: u64, lo: u64, n: usize) -> Option<&mut [Chunk]> {
+        let g = self.groups.get_mut(&hi)?;
+        let j = lo.wrapping_sub(g.base) as usize;
+        if (lo.wrapping_sub(g.base)) < g.slots.len() as u64 && n <= g.slots.len() - j {
+            Some(&mut g.slots[j..j + n])
+        } else {
+            None
+        }
+    }
+
+    /// `visit` with the chunks mutable (`f` sees only held ones).
+    #[inline]
+    pub(super) fn visit_mut(
+        &mut self,
+        keys: impl Iterator<Item = BlockKey>,
+        mut f: impl FnMut(BlockKey, &mut Chunk),
+    ) {
+        let Chunks {
+            groups, singles, ..
+        } = self;
+        let mut keys = keys.peekable();
+        while let Some(key) = keys.next() {
+            let (hi, lo) = split_key(key);
+            let Some(g) = groups.get_mut(&hi) else {
+                if let Some(c) = singles.get_mut(&key) {
+                    f(key, c);
+                }
+                continue;
+            };
+            let mut next = Some((key, lo));
+            while let Some((key, lo)) = next {
+                let j = lo.wrapping_sub(g.base);
+                if j < g.slots.len() as u64 {
+                    let c = &mut g.slots[j as usize];
+                    if c.held {
+                        f(key, c);
+                    }
+                } else if let Some(c) = singles.get_mut(&key) {
+                    f(key, c);
+                }
+                next = keys
+                    .next_if(|&k| split_key(k).0 == hi)
+                    .map(|k| (k, split_key(k).1));
+            }
+        }
+    }
+
+    /// Every chunk held with its key (in no particular order).
+    pub(super) fn iter(&self) -> impl Iterator<Item = (BlockKey, &Chunk)> + '_ {
+        self.groups
+            .iter()
+            .flat_map(|(&hi, g)| {
+                g.slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.held)
+                    .map(move |(i, c)| {
+                        let lo = g.base.wrapping_add(i as u64);
+                        (BlockKey((u128::from(hi) << 64) | u128::from(lo)), c)
+                    })
+            })
+            .chain(self.singles.iter().map(|(&k, c)| (k, c)))
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &Chunk> + '_ {
+        self.iter().map(|(_, c)| c)
+    }
+
+    pub(super) fn keys(&self) -> impl Iterator<Item = BlockKey> + '_ {
+        self.iter().map(|(k, _)| k)
+    }
+
+    /// Its own consistency: counts, no empty group or trailing empty slot, no single inside a group.
+    pub(super) fn check(&self) -> std::result::Result<(), String> {
+        let mut n = self.singles.len();
+        for (hi, g) in &self.groups {
+            let held = g.slots.iter().filter(|c| c.held).count();
+            if held != g.held as usize || held == 0 || !g.slots.last().is_some_and(|c| c.held) {
+                return Err(format!("group {hi:#x} miscounts or ends in an empty slot"));
+            }
+            n += held;
+        }
+        if n != self.len {
+            return Err(format!("{} chunks counted, {n} held", self.len));
+        }
+        for k in self.singles.keys() {
+            let (hi, lo) = split_key(*k);
+            if let Some(g) = self.groups.get(&hi)
+                && lo.wrapping_sub(g.base) < g.slots.len() as u64
+            {
+                return Err(format!("single {} inside its group's slots", k.0));
+            }
+            if !self.singles[k].held {
+                return Err(format!("single {} not marked held", k.0));
+            }
+        }
+        Ok(())
+    }
+}
