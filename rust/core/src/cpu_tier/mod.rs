@@ -356,22 +356,28 @@ impl CpuTier {
         self.compact_heap();
     }
 
-    /// `record` under LRU of keys none of which is held: recorded unchecked, the request ranked.
-    fn record_absent(&mut self, rid: u64, keys: &[(BlockKey, u64)]) {
-        if keys.is_empty() {
-            return;
-        }
+    /// Request `rid`'s record under LRU (made on its first access, with a spare vector), ranked: a request
+    /// takes the next rank at its first recorded access.
+    fn lru_access(&mut self, rid: u64) -> &mut Access {
         let spare = &mut self.spare_orders;
         let a = self.accesses.entry(rid).or_insert_with(|| {
             let mut a = Access::new(false);
             a.order = spare.pop().unwrap_or_default();
             a
         });
-        a.extend_unchecked(keys);
         if a.rank == 0 {
             self.next_rank += 1;
             a.rank = self.next_rank;
         }
+        a
+    }
+
+    /// `record` under LRU of keys none of which is held: recorded unchecked, the request ranked.
+    fn record_absent(&mut self, rid: u64, keys: &[(BlockKey, u64)]) {
+        if keys.is_empty() {
+            return;
+        }
+        self.lru_access(rid).extend_unchecked(keys);
     }
 
     // -- evictability -------------------------------------------------------------------------------
@@ -720,17 +726,8 @@ impl CpuTier {
             self.record_absent(rid, keys);
             return self.insert_stored(rid, keys, keys, stored, evicted);
         }
-        let spare = &mut self.spare_orders;
-        let a = self.accesses.entry(rid).or_insert_with(|| {
-            let mut a = Access::new(false);
-            a.order = spare.pop().unwrap_or_default();
-            a
-        });
+        let a = self.lru_access(rid);
         a.extend_run(keys);
-        if a.rank == 0 {
-            self.next_rank += 1;
-            a.rank = self.next_rank;
-        }
         let req = a.rank;
         self.chunks.insert_run(
             hi,
