@@ -1,0 +1,231 @@
+"""`SimConfig`'s time model: which one a configuration runs (`time_model`: `auto` resolved, a calibration
+checked against it), the coefficients it derives (`linear` from a model and a GPU, `calibrated` from a
+calibration, the roofline's), and `time_line`, what a step costs in one line.
+
+`SimConfig` (`kvsim.model.config`) takes these methods from `ConfigTimeModel`, which holds no state of its
+own: `SimConfig.__post_init__` calls them once its fields are converted, its limits set and its pool sized.
+DESIGN.md §Time model describes the models.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.knobs import convert
+
+
+class ConfigTimeModel:
+    """The time model's part of `SimConfig` (a base class of it, never built alone)."""
+
+    if TYPE_CHECKING:
+        # SimConfig's fields these methods read and set (SimConfig defines them).
+        model: Any
+        gpu: Any
+        calibration: str | None
+        time_model: str
+        iteration_time_ps: int
+        c0_ps: int | None
+        c_tok_ps: int | None
+        c_ctx_ps: int | None
+        swap_ps_per_block: int
+        block_size: int
+        kv_cache_dtype: str
+        quantization: str | None
+        tensor_parallel_size: int
+        data_parallel_size: int
+        enable_expert_parallel: bool
+        max_num_seqs: int
+        max_num_batched_tokens: int
+
+    def _resolve_time_model(self) -> None:
+        """`auto`: the roofline when a model and a GPU are named (with a calibration's efficiencies when one
+        is given), else ticks; `calibrated` with a roofline calibration is the roofline. A calibration
+        given to ticks or linear, or a roofline without a model and a GPU, is refused."""
+        named = self.model is not None and self.gpu is not None
+        cal = None
+        if self.calibration is not None:
+            from kvsim.model.sizing import load_calibration
+
+            cal = load_calibration(self.calibration)
+        object.__setattr__(self, "_calibration", cal)
+        kind = getattr(cal, "kind", None)
+        tm = self.time_model
+        if tm == "auto":
+            if kind == "linear":
+                tm = "calibrated"
+            elif kind == "roofline" and not named:
+                raise InvalidArgumentError(
+                    f"calibration {self.calibration!r} holds the roofline's efficiencies: it needs a model and a "
+                    "gpu (--model, --gpu)"
+                )
+            else:
+                tm = "roofline" if named else "ticks"
+        elif tm == "calibrated" and kind == "roofline":
+            tm = "roofline"
+        elif tm in ("ticks", "linear") and cal is not None:
+            raise InvalidArgumentError(
+                f"calibration {self.calibration!r} needs time_model 'roofline', 'calibrated' or 'auto', not {tm!r}"
+            )
+        elif tm == "roofline" and kind == "linear":
+            raise InvalidArgumentError(
+                f"calibration {self.calibration!r} holds linear coefficients (python -m kvsim.gpu.validate): it "
+                "needs time_model 'calibrated', not 'roofline'"
+            )
+        if tm == "roofline" and not named:
+            raise InvalidArgumentError(
+                "time_model 'roofline' needs a model and a gpu (--model, --gpu) to price a step"
+            )
+        object.__setattr__(self, "time_model", tm)
+
+    def _fill_roofline(self) -> None:
+        """The roofline's integer coefficients (`kvsim.model.timing.roofline_time_model`) for this model on
+        this GPU, with the calibration's efficiencies when given; swap time from PCIe as for `linear`."""
+        from kvsim.model.gpus import resolve as resolve_gpu
+        from kvsim.model.models import resolve
+        from kvsim.model.sizing import linear_time_model
+        from kvsim.model.timing import roofline_time_model
+
+        cal = self._calibration  # type: ignore[attr-defined]
+        gpu = resolve_gpu(self.gpu)
+        eff = None
+        if cal is not None:
+            if cal.gpu is not None and cal.gpu != gpu.name:
+                raise InvalidArgumentError(
+                    f"calibration {self.calibration!r} was fitted on gpu {cal.gpu!r}, not {gpu.name!r}: its "
+                    "efficiencies hold for that GPU only"
+                )
+            eff = cal.efficiencies
+        # Each layer's own kind: a window kept as full attention by the KV-cache manager still attends
+        # over the window.
+        rt = roofline_time_model(
+            resolve(self.model),
+            gpu,
+            tensor_parallel_size=self.tensor_parallel_size,
+            data_parallel_size=self.data_parallel_size,
+            expert_parallel=self.enable_expert_parallel,
+            kv_cache_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
+            quantization=self.quantization,
+            efficiencies=eff,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+        )
+        object.__setattr__(self, "_roofline", rt)
+        if self.swap_ps_per_block is None:
+            tm = linear_time_model(
+                self._served_model(),
+                self.gpu,
+                block_size=self.block_size,
+                kv_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
+                tensor_parallel_size=self.tensor_parallel_size,
+            )
+            object.__setattr__(self, "swap_ps_per_block", int(tm.swap_ps_per_block))
+
+    def _fill_linear_coefficients(self) -> None:
+        given = [self.c0_ps, self.c_tok_ps, self.c_ctx_ps]
+        if all(c is None for c in given):
+            if self.model is None or self.gpu is None:
+                raise InvalidArgumentError(
+                    "time_model 'linear' needs c0_ps, c_tok_ps, c_ctx_ps, or model and gpu to derive them"
+                )
+            from kvsim.model.sizing import linear_time_model
+
+            tm = linear_time_model(
+                self._served_model(),
+                self.gpu,
+                block_size=self.block_size,
+                kv_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
+                tensor_parallel_size=self.tensor_parallel_size,
+            )
+            object.__setattr__(self, "c0_ps", int(tm.c0_ps))
+            object.__setattr__(self, "c_tok_ps", int(tm.c_tok_ps))
+            object.__setattr__(self, "c_ctx_ps", int(tm.c_ctx_ps))
+            if self.swap_ps_per_block is None:
+                object.__setattr__(self, "swap_ps_per_block", int(tm.swap_ps_per_block))
+        for name in ("c0_ps", "c_tok_ps", "c_ctx_ps"):
+            value = getattr(self, name)
+            if value is None:
+                raise InvalidArgumentError(f"{name} None: time_model 'linear' needs all three coefficients")
+            convert(name, value)
+
+    def _fill_calibrated_coefficients(self) -> None:
+        """`time_model="calibrated"`: the linear model with measured coefficients (DESIGN.md §GPU
+        validation); coefficients given explicitly win, swap time comes from the roofline of model + gpu."""
+        if self.calibration is None:
+            raise InvalidArgumentError(
+                "time_model 'calibrated' needs calibration: a shipped name (kvsim.sizing.calibrations()) "
+                "or the path of a calibration JSON"
+            )
+        from kvsim.model.sizing import linear_time_model
+
+        cal = self._calibration  # type: ignore[attr-defined]
+        model = getattr(self.model, "name", self.model)
+        if model is not None and model != cal.model:
+            raise InvalidArgumentError(
+                f"calibration {self.calibration!r} was measured for model {cal.model!r}, not {model!r}"
+            )
+        for name in ("c0_ps", "c_tok_ps", "c_ctx_ps"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, getattr(cal, name))
+            convert(name, getattr(self, name))
+        if self.swap_ps_per_block is None and self.model is not None and self.gpu is not None:
+            tm = linear_time_model(
+                self.model,
+                self.gpu,
+                block_size=self.block_size,
+                kv_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
+                tensor_parallel_size=self.tensor_parallel_size,
+            )
+            object.__setattr__(self, "swap_ps_per_block", int(tm.swap_ps_per_block))
+
+    def _served_model(self) -> Any:
+        """The model as vLLM loads it (`quantization` applied)."""
+        from kvsim.model.models import resolve
+
+        return resolve(self.model).with_quantization(self.quantization)
+
+    def time_line(self) -> str:
+        """What a step costs, one line (`kvsim run` prints it under the pool line): `time: roofline of
+        llama-3-8b on h100-80gb, datasheet figures (...): a step of 64 decodes at 1,024 tokens 9.5 ms, a
+        prefill chunk of 2,048 tokens 38.1 ms`; ticks say they are ticks."""
+        from kvsim.model.units import fmt_duration_ps
+
+        if self.time_model == "ticks":
+            return (
+                f"time: ticks, every step {fmt_duration_ps(self.iteration_time_ps)} (no GPU named: not a GPU's time; "
+                "--model with --gpu prices steps with the roofline)"
+            )
+        if self.time_model in ("linear", "calibrated"):
+            assert self.c0_ps is not None
+            assert self.c_tok_ps is not None
+            assert self.c_ctx_ps is not None
+            what = f"calibration {self.calibration}" if self.time_model == "calibrated" else "linear"
+            return (
+                f"time: {what}: {fmt_duration_ps(self.c0_ps)} a step + {fmt_duration_ps(self.c_tok_ps)} a token + "
+                f"{fmt_duration_ps(self.c_ctx_ps)} a context token read"
+            )
+        rt = self.roofline
+        model = getattr(self.model, "name", self.model)
+        gpu = getattr(self.gpu, "name", self.gpu)
+        if getattr(self, "_hand_roofline", None) is not None:
+            head = "time: roofline of hand-set coefficients"
+        elif self.calibration is not None:
+            head = f"time: roofline of {model} on {gpu}, calibration {self.calibration}"
+        else:
+            head = (
+                f"time: roofline of {model} on {gpu}, datasheet figures (efficiencies 1: an optimistic bound; "
+                "--calibration NAME for a profiled GPU's)"
+            )
+        seqs = min(64, self.max_num_seqs)
+        chunk = min(2048, self.max_num_batched_tokens)
+        decode = rt.step_ps([(1024, 1)] * seqs)
+        prefill = rt.step_ps([(chunk, chunk)])
+        return (
+            f"{head}: a step of {seqs} decodes at 1,024 tokens {fmt_duration_ps(decode)}, a prefill chunk of "
+            f"{chunk:,} tokens {fmt_duration_ps(prefill)}"
+        )
+
+    @property
+    def roofline(self) -> Any:
+        """The roofline's coefficients (`kvsim.model.timing.RooflineTimeModel`) under `time_model="roofline"`,
+        else None."""
+        return getattr(self, "_roofline", None)
