@@ -1,20 +1,22 @@
 """What the page and the API get: a run's *bundle* (both tracks' rows and metric columns) and the
 *snapshot* at one step (DESIGN.md §Lab). Both come from `state.replay` of the engine's event log; this
-module runs a resolved query (`kvsim.lab.query`), refuses a run past the caps in plain words with a
-change that runs, and turns token counts into bytes and fractions.
+module turns token counts into bytes and fractions. A resolved query (`kvsim.lab.query`) is run, and a
+run past the caps refused in plain words with a change that runs, by `kvsim.lab.bundle_run`
+(`run_tracks`, re-exported here); the model's, the layout's and the CPU tier's constants are
+`kvsim.lab.bundle_info`'s.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
 from typing import Any
 
 import numpy as np
 
 import kvsim.lab.presets as _presets
-from kvsim.engine.simulate import simulate
 from kvsim.errors import InvalidArgumentError
+from kvsim.lab.bundle_info import _layout_info, _model_info, tier_info
+from kvsim.lab.bundle_run import run_tracks
 from kvsim.lab.columns import COLUMN_DTYPES, column, decode, encode
 from kvsim.lab.query import (
     BLOCK_SIZES,
@@ -27,9 +29,6 @@ from kvsim.lab.query import (
     TooLarge,
     _check_choice,
     _contiguous_track,
-    bytes_per_block,
-    check_layout,
-    lab_model,
     options,
     preset_kv_cache_bytes,
     resolve,
@@ -40,337 +39,12 @@ from kvsim.lab.state import (
     TIER_COLUMNS,
     Track,
     gc_paused,
-    replay,
     state_at,
     tokens_at,
 )
-from kvsim.model import models
 from kvsim.model.config import CONTIGUOUS_POLICIES, SimConfig
-from kvsim.model.units import fmt_bytes
 from kvsim.reference.engine import EVENT_KINDS
 from kvsim.workloads import Workload
-
-
-def _model_info(cfg: SimConfig) -> dict[str, Any]:
-    m = lab_model(cfg.model)
-    bpt = m.kv_bytes_per_token
-    if cfg.kv_groups:
-        # A hybrid model: a block's token slots (its bytes ÷ the engine's block size), the unit of the
-        # engine's token measures; `groups` and `layout` give the bytes group by group.
-        bpt = cfg.pool.layout.bytes_per_block // cfg.engine_block_size
-    dtype_bytes = models.dtype_bits(m.kv_dtype) / 8
-    if m.is_mla:
-        formula = (
-            f"{m.num_layers} layers × ({m.kv_lora_rank} latent + {m.qk_rope_head_dim} rope) × "
-            f"{dtype_bytes:g} B = {bpt:,} B ({_human(bpt)}) per token (MLA: one latent, not K and V per head)"
-        )
-    else:
-        formula = (
-            f"2 × {m.num_layers} layers × {m.num_kv_heads} KV heads × {m.head_dim} head dim × "
-            f"{dtype_bytes:g} B = {bpt:,} B ({_human(bpt)}) per token"
-        )
-    if cfg.kv_groups:
-        formula = (
-            f"{_human(cfg.pool.layout.bytes_per_block)} per block ÷ {cfg.engine_block_size} tokens = {bpt:,} B "
-            f"({_human(bpt)}) per token slot of a block; every layer as full attention would keep "
-            f"{m.kv_bytes_per_token:,} B ({_human(m.kv_bytes_per_token)}) per token"
-        )
-    return {
-        "name": m.name,
-        "num_layers": m.num_layers,
-        "num_heads": m.num_attention_heads,
-        "num_kv_heads": m.num_kv_heads,
-        "head_dim": m.head_dim,
-        "dtype": m.kv_dtype,
-        "dtype_bytes": dtype_bytes,
-        "kv_lora_rank": m.kv_lora_rank or None,
-        "bytes_per_token": bpt,
-        "full_attention_bytes_per_token": m.kv_bytes_per_token,
-        "formula": formula,
-    }
-
-
-def _layout_info(cfg: SimConfig, kv_bytes: int | None) -> dict[str, Any] | None:
-    """A hybrid model's KV-cache groups and the pool's arithmetic, as vLLM forms them (`kv_layout`; DESIGN.md
-    §Hybrid attention): per group its kind, window, layers, block size, one layer's page (with how it is
-    made) and a block's bytes; how the page sizes were unified; the pool's blocks. None for a model whose
-    layers are one group of full attention."""
-    if not cfg.kv_groups:
-        return None
-    from kvsim.model.layers import _attention_page
-    from kvsim.model.models import dtype_bits
-
-    m = lab_model(cfg.model)
-    lay = cfg.pool.layout
-    layers = m.layer_list()
-    tp = cfg.tensor_parallel_size
-    bits = dtype_bits(m.kv_dtype)
-    weight_bits = dtype_bits(m.weight_dtype) if m.weight_dtype in ("fp16", "bf16", "fp32") else 16
-    kinds: dict[str, int] = {}
-    for layer in layers:
-        if layer.kind != "shared":
-            key = f"{layer.kind} {layer.window}" if layer.window else layer.kind
-            kinds[key] = kinds.get(key, 0) + 1
-    groups = []
-    for g, (grp, spec) in enumerate(zip(lay.groups, cfg.kv_groups, strict=True)):
-        first = layers[grp.layer_ids[0]]
-        label = f"{grp.kind} {grp.window}" if grp.window else grp.kind
-        info: dict[str, Any] = {
-            "index": g,
-            "kind": grp.kind,
-            "window": grp.window,
-            "label": label,
-            "block_size": spec.block_size,
-            "num_layers": grp.num_layers,
-            "layer_ids": list(grp.layer_ids),
-            "page_bytes": grp.page_bytes,
-            "bytes_per_block": grp.bytes_per_block,
-        }
-        if grp.kind == "mamba":
-            assert first.state is not None
-            st = first.state
-            state_bytes = st.page_bytes(tp, weight_bits)
-            extra = st.mamba2_groups + (tp - st.mamba2_groups if st.mamba2_groups % tp else 0)
-            conv = (st.conv_channels + 2 * extra * st.mamba2_state_size) // tp
-            ssm_bits = st.ssm_bits or weight_bits
-            info["state_bytes"] = state_bytes
-            info["page_formula"] = (
-                f"one request's state: conv {conv:,} channels × {st.conv_width} × {weight_bits // 8} B + SSM "
-                f"{st.ssm_heads // tp} heads × {st.ssm_per_head:,} × {ssm_bits // 8} B = {state_bytes:,} B, "
-                "padded to the attention page"
-            )
-            info["blocks_per_request"] = 1
-        else:
-            heads = max(1, (first.num_kv_heads or m.num_kv_heads) // tp)
-            width = first.head_dim or m.head_dim
-            page = _attention_page(first, m, tp, bits, spec.block_size)
-            info["page_formula"] = (
-                f"{spec.block_size} tokens × {m.kv_lora_rank + m.qk_rope_head_dim} latent"
-                if m.is_mla
-                else f"{spec.block_size} tokens × 2 (K, V) × {heads} KV heads × {width} head dim"
-            ) + f" × {bits // 8} B = {page:,} B"
-            if grp.kind == "sliding_window":
-                info["blocks_per_request"] = -(-(grp.window - 1) // spec.block_size) + 1
-        groups.append(info)
-    group_size = lay.groups[0].num_layers
-    counts = sorted(kinds.values())
-    rule = (
-        f"the smallest kind's {counts[0]} layers"
-        if group_size == counts[0]
-        else f"the largest kind's {counts[-1]}, under 1.5 × the smallest's {counts[0]}"
-    )
-    split = []
-    for k, n in kinds.items():
-        parts = -(-n // group_size)
-        pad = parts * group_size - n
-        split.append(
-            f"{k} ×{n} → {parts} group{'s' if parts != 1 else ''}"
-            + (f" (+{pad} padding layers)" if pad else "")
-        )
-    unify = [
-        f"layers of one kind share block tables, in groups of {group_size} layers ({rule}: "
-        f"vLLM's _get_kv_cache_groups_uniform_page_size): " + ", ".join(split),
-        *lay.notes,
-    ]
-    pages = {g["page_bytes"] for g in groups}
-    if len(pages) == 1:
-        state = any(g["kind"] == "mamba" for g in groups)
-        unify.append(
-            f"every group's page is {next(iter(pages)):,} B (one layer's {lay.block_size} tokens"
-            + (", and a state padded to it" if state else "")
-            + f"): one block id is that page in each of a group's {group_size} layers"
-        )
-    return {
-        "groups": groups,
-        "block_size": lay.block_size,
-        "asked_block_size": cfg.block_size,
-        "scheduler_block_size": lay.scheduler_block_size,
-        "bytes_per_block": lay.bytes_per_block,
-        "group_size": group_size,
-        # Attention layers (full, sliding window, chunked): each would keep every token's K and V if counted
-        # as full attention (`model.full_attention_bytes_per_token`).
-        "attention_layers": sum(
-            layer.kind in ("full", "sliding_window", "chunked_local") for layer in layers
-        ),
-        "describe": lay.describe(),
-        "unify": unify,
-        "kv_cache_bytes": kv_bytes,
-        "num_blocks": cfg.num_blocks,
-    }
-
-
-def tier_info(cfg: SimConfig, t: Track, tier_bytes: int | None) -> dict[str, Any] | None:
-    """The CPU tier's constants (DESIGN.md §CPU tier), None without one: its chunks and their bytes
-    (a chunk's blocks' KV padded to 4 KiB, as vLLM's `CPUOffloadingSpec`), the memory asked for, the
-    eviction policy, the link's time, and the run's totals the log has no row for (`stores_failed`:
-    stores that found no room; `stores_skipped`: under the store threshold)."""
-    if not cfg.kv_offloading_chunks:
-        return None
-    summary = t.result.summary
-    return {
-        "chunks": cfg.kv_offloading_chunks,
-        "chunk_bytes": cfg.kv_offloading_chunk_bytes,
-        "bytes": tier_bytes,
-        "blocks_per_chunk": cfg.kv_offloading_blocks_per_chunk,
-        "eviction_policy": cfg.kv_offloading_eviction_policy,
-        "prompt_only": cfg.kv_offloading_prompt_only,
-        "latency_s": cfg.kv_offloading_latency_ps / 1e12,
-        "s_per_block": cfg.kv_offloading_ps_per_block / 1e12,
-        "stores_failed": int(summary["stores_failed"]),
-        "stores_skipped": int(summary["stores_skipped"]),
-        "load_wait_s_total": float(summary["load_wait_s_total"]),
-    }
-
-
-def _human(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:g} {unit}"
-    return f"{n:g} B"
-
-
-def run_tracks(r: Resolved, backend: str = "rust") -> tuple[Track, Track | None]:
-    """Simulates and replays both tracks (the contiguous one None for a hybrid model), refusing runs past
-    the caps (`TooLarge`, with a change that runs where one is found): before running when the workload
-    alone implies more events than the cap, else after the engine runs (which are fast), before the
-    replays."""
-    check_layout(r.paged)
-    least = _least_events(r)
-    if least > LIMITS["max_events"]:
-        raise _too_large(
-            r,
-            "events",
-            f"this workload takes at least {least:,} memory events at block size {r.paged.block_size}, "
-            f"more than the {LIMITS['max_events']:,} the page replays (max_events)",
-            backend,
-        )
-    # The contiguous track runs in a second thread beside the paged one: the engine runs release the GIL,
-    # so the shorter track's replay (Python) overlaps the paged engine run (Rust). Each track is its own
-    # objects; the result is the same as running them one after the other.
-    if r.contiguous is None:  # a hybrid model: no contiguous baseline (`query._contiguous_track`)
-        tracks: tuple[Any, Any] = (_run_track(r, r.paged, backend), None)
-    else:
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kvsim-lab-track") as pool:
-            contiguous = pool.submit(_run_track, r, r.contiguous, backend)
-            paged = _run_track(r, r.paged, backend)
-            tracks = (paged, contiguous.result())
-    for t, cfg, side in zip(tracks, (r.paged, r.contiguous), ("paged", "contiguous"), strict=True):
-        if t is None or cfg is None:
-            continue
-        if not isinstance(t, Track):
-            field, count, cap = t
-            what = "memory events" if field == "events" else "steps"
-            raise _too_large(
-                r,
-                field,
-                f"the {side} run (policy {cfg.policy!r}) takes {count:,} {what}, more than the "
-                f"{LIMITS[cap]:,} the page replays ({cap})",
-                backend,
-            )
-    return tracks  # type: ignore[return-value]
-
-
-def _run_track(r: Resolved, cfg: SimConfig, backend: str) -> Track | tuple[str, int, str]:
-    """The track replayed, or the cap its engine run exceeds (`_over_caps`), before any replay."""
-    res = _simulate(r, cfg, backend)
-    return _over_caps(res) or _replay(r, cfg, res)
-
-
-def _least_events(r: Resolved) -> int:
-    """Events the workload implies whatever the policy: every block of a request that fits the pool ends
-    in a `free` row."""
-    w = r.preset.workload
-    bs, cap = r.paged.engine_block_size, r.paged.capacity_blocks
-    if r.paged.kv_groups and all(g.kind == "mamba" for g in r.paged.kv_groups):
-        bs = int(w.prompt_len.max() + w.output_len.max()) if len(w) else 1  # one state block a request
-    blocks = ((w.prompt_len + w.output_len - 1).clip(min=1) + bs - 1) // bs
-    return int((blocks * w.num_samples)[blocks <= cap].sum())
-
-
-def _simulate(r: Resolved, cfg: SimConfig, backend: str) -> Any:
-    return simulate(r.preset.workload, cfg, backend=backend, record_events=True, record_timeseries=True)
-
-
-def _over_caps(res: Any) -> tuple[str, int, str] | None:
-    """`(field, count, cap name)` of the first cap a run exceeds, or None."""
-    steps = int(res.summary["num_steps"])
-    if steps > LIMITS["max_steps"]:
-        return "steps", steps, "max_steps"
-    events = 0 if res.events is None else res.events.height
-    if events > LIMITS["max_events"]:
-        return "events", events, "max_events"
-    return None
-
-
-def _replay(r: Resolved, cfg: SimConfig, res: Any) -> Track:
-    return replay(
-        res,
-        r.preset.workload,
-        cfg,
-        names=r.preset.segment_names,
-        request_names=r.preset.request_names or None,
-    )
-
-
-def _fits(r: Resolved, backend: str) -> bool:
-    """Whether both tracks of `r` run within the caps (engine runs only, no replay)."""
-    if _least_events(r) > LIMITS["max_events"]:
-        return False
-    return all(
-        _over_caps(_simulate(r, cfg, backend)) is None for cfg in (r.paged, r.contiguous) if cfg is not None
-    )
-
-
-def _candidates(r: Resolved, field: str) -> list[tuple[str, dict[str, Any]]]:
-    """Changes to try, in the order the message would suggest them: `(words, overrides)`."""
-    out: list[tuple[str, dict[str, Any]]] = []
-    bs = r.paged.block_size
-    if field == "events":
-        out += [(f"block size {b} (fewer, larger blocks)", {"block_size": b}) for b in BLOCK_SIZES if b > bs]
-    else:
-        assert r.paged.num_blocks is not None, "a config sizes its pool when it is made"
-        pool = r.paged.num_blocks * bytes_per_block(r.paged.model, bs)
-        for f in (2, 4):
-            out.append(
-                (f"a KV cache of {fmt_bytes(f * pool)} (more runs at once)", {"kv_cache_bytes": f * pool})
-            )
-        for policy in ("orca-oracle", "orca-pow2"):
-            if r.contiguous is not None and policy != r.contiguous.policy:
-                out.append(
-                    (
-                        f"contiguous baseline {policy!r} (it reserves less per request)",
-                        {"contiguous_policy": policy},
-                    )
-                )
-    return out
-
-
-def _too_large(r: Resolved, field: str, what: str, backend: str) -> TooLarge:
-    """The refusal of a run past a cap, in plain words, with the first change that runs (tried, engine
-    runs only: a few tenths of a second on the refusal's path)."""
-    tried = []
-    if r.query.get("preset") != "custom":
-        base = {k: v for k, v in r.query.items() if k != "preset"}
-        for words, change in _candidates(r, field):
-            query = {**base, **change}
-            if "kv_cache_bytes" in change:
-                query.pop("num_blocks", None)
-            try:
-                candidate = resolve(r.query["preset"], **query)
-            except InvalidArgumentError:
-                continue
-            name, _, why = words.partition(" (")
-            if _fits(candidate, backend):
-                return TooLarge(field, f"{field}: {what}; {name} runs ({why}")
-            tried.append(name)
-    if not tried:
-        return TooLarge(field, f"{field}: {what}; choose a smaller workload preset")
-    listed = tried[0] if len(tried) == 1 else f"{', '.join(tried[:-1])} and {tried[-1]}"
-    return TooLarge(
-        field,
-        f"{field}: {what}; {listed} do{'es' if len(tried) == 1 else ''} not run either: choose a "
-        "smaller workload preset",
-    )
 
 
 def _pad(values: Any, n: int) -> np.ndarray:
