@@ -3,7 +3,7 @@
 ceiling, `kvsim.analysis.claims_seed.mooncake_ceiling`, computed from its hash ids, not by the engine).
 
 `kvsim.analysis.claims` runs these experiments with the others and adds these claims to claims.md; the rows land
-in `results/claims/fleet-mooncake-<N>.parquet`, which `kvsim.analysis.plots.draw_fleet` reads.
+in `results/claims/fleet-mooncake-<N>.parquet`, which `kvsim.analysis.plots_fleet.draw_fleet` reads.
 """
 
 from __future__ import annotations

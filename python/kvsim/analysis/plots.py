@@ -9,13 +9,16 @@ GPU, pool, workload with its rate, requests and seeds); linear y axes start at z
 averaged over several seeds carry their 95 % confidence interval as error bars.
 
 Figures are `matplotlib.figure.Figure` objects (no pyplot: no global state, no GUI backend, safe from
-threads); each `draw_*` fills one `Axes`, so the one-page dashboard reuses them at a larger font.
+threads); each `draw_*` fills one `Axes`, so the one-page dashboard reuses them at a larger font. This
+module draws the paper's and the seed claims' figures and writes every file (`plot_all`); the styles and
+helpers every figure shares are `kvsim.analysis.plots_common`'s, and each other family of figures is its
+own module (`plots_fleet`, `plots_plan` the capacity search's, `plots_tier`, `plots_pd`, `plots_hybrid`);
+`plots_fleet`'s and `plots_plan`'s names are re-exported here, the path callers import.
 """
 
 from __future__ import annotations
 
 import contextlib
-import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,118 +34,26 @@ from matplotlib.figure import Figure
 from kvsim.analysis.claims import experiments
 from kvsim.analysis.claims_model import PAPER_FIG2, PAPER_FIG13, POLICY_LABEL, Results
 from kvsim.analysis.claims_seed import mooncake_ceiling
+from kvsim.analysis.plots_common import (
+    COLORS,
+    DASHBOARD_FONT_SIZE,
+    FONT_SIZE,
+    POLICY_STYLE,
+    _change,
+    _chars,
+    _empty,
+    _fig,
+    _label_with_setup,
+    _missing,
+    _save,
+    _title,
+    _wrap,
+    series,
+    setup_line,
+)
+from kvsim.analysis.plots_fleet import draw_fleet, fleet_findings
+from kvsim.analysis.plots_plan import draw_plan, plan_figure, plan_finding
 from kvsim.errors import InvalidArgumentError
-
-COLORS = {"token": "#2b8a3e", "reservation": "#f08c00", "internal": "#c92a2a", "external": "#5f3dc4"}
-# vLLM drawn last as a thin solid line over a wide pale Orca (Oracle) band: where the two are equal both
-# stay visible (a blue line inside a red band), where they differ each is its own line.
-POLICY_STYLE: dict[str, dict[str, Any]] = {
-    "orca-max": {"color": "#868e96", "ls": ":", "lw": 1.2, "zorder": 2},
-    "orca-pow2": {"color": "#f08c00", "ls": "-.", "lw": 1.2, "zorder": 2},
-    "orca-oracle": {"color": "#f03e3e", "ls": "-", "lw": 3.5, "zorder": 3, "alpha": 0.45},
-    "vllm": {"color": "#1c7ed6", "ls": "-", "lw": 1.0, "zorder": 4},
-}
-FONT_SIZE, DASHBOARD_FONT_SIZE = 10, 13  # points: single figures, and the dashboard read from further away
-
-
-# ----------------------------------------------------------------------------------------- helpers
-
-
-def _fig(ncols: int = 1, nrows: int = 1, size: tuple[float, float] = (7.0, 4.5)) -> tuple[Figure, Any]:
-    fig = Figure(figsize=size, layout="constrained")
-    return fig, fig.subplots(nrows, ncols, squeeze=False)
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
-
-
-def _empty(ax: Axes, title: str, why: str) -> None:
-    ax.set_title(title)
-    ax.text(0.5, 0.5, f"not available:\n{why}", ha="center", va="center", wrap=True)
-    ax.set_axis_off()
-
-
-def _missing(res: Results) -> str | None:
-    if res.error:
-        return res.error
-    return None if res.frame.height else "no rows"
-
-
-def series(res: Results, metric: str, by: str, **where: Any) -> tuple[list[Any], list[float], list[float]]:
-    """(x values, means, 95 % CI half-widths; 0 for one seed) of `metric` against parameter `by`."""
-    sel = res.agg
-    for k, v in where.items():
-        sel = sel.filter(pl.col(k) == v)
-    sel = sel.sort(by)
-    ci = [0.0 if c is None else float(c) for c in sel[f"{metric}_ci95"]]
-    return sel[by].to_list(), [float(x) for x in sel[f"{metric}_mean"]], ci
-
-
-def _rate(label: str) -> str:
-    """How a workload's requests arrive, from its label (`sharegpt:max_tokens=2048`)."""
-    from kvsim.analysis.sweep import WORKLOADS, parse_workload
-
-    name, params = parse_workload(label)
-    kind = WORKLOADS[name]
-    if kind.synthetic is None:
-        return f"{name} (trace timestamps)"
-    if params.get("arrivals", kind.synthetic.get("arrivals")) == "all-at-once":
-        return f"{name} (all queued at t=0)"
-    return f"{name} (Poisson {params.get('arrival_rate', kind.synthetic.get('arrival_rate', 1.0)):g} req/s)"
-
-
-def setup_line(res: Results) -> str:
-    """The setup of an experiment's rows, read from them: model and GPU, pool (unless it varies), block
-    size (unless it varies), workloads with their arrival rates, requests and seeds."""
-    f = res.frame
-    first = f.row(0, named=True)
-
-    def varies(col: str) -> bool:
-        return col in f.columns and f[col].n_unique() > 1
-
-    parts = []
-    model = first.get("model")
-    parts.append(f"{model} on {first['gpu']}" if model and first.get("gpu") else str(model or "no model"))
-    if not varies("num_blocks") and not varies("block_size"):
-        parts.append(f"{first['num_blocks'] - 1:,} blocks × {first['block_size']} tokens")
-    elif not varies("block_size"):
-        parts.append(f"block {first['block_size']}")
-    parts.append(", ".join(sorted({_rate(w) for w in f["workload"].to_list()})))
-    seeds = f["seed"].n_unique()
-    parts.append(
-        f"{int(first['requests']):,} requests" + (f" × {seeds} seeds (95 % CI)" if seeds > 1 else "")
-    )
-    return " · ".join(parts)
-
-
-def _chars(ax: Axes, scale: float = 1.0) -> int:
-    """About how many characters of the current font (times `scale`) fit across `ax`."""
-    inches = ax.get_position().width * ax.get_figure(root=True).get_figwidth()  # type: ignore[union-attr]
-    return max(30, int(inches * 72 / (0.58 * scale * float(matplotlib.rcParams["font.size"]))))
-
-
-def _wrap(text: str, width: int) -> str:
-    return "\n".join(textwrap.fill(line, width) for line in text.split("\n"))
-
-
-def _title(ax: Axes, title: str, finding: str) -> None:
-    ax.set_title(_wrap(f"{title}\n{finding}", _chars(ax, 1.2)))
-
-
-def _label_with_setup(ax: Axes, xlabel: str, res: Results) -> None:
-    setup = _wrap(setup_line(res), _chars(ax))
-    ax.set_xlabel(f"{xlabel}\n{setup}" if xlabel else setup)
-
-
-def _change(a: float, b: float, rel: float = 0.02) -> str:
-    """'up' / 'down' / 'flat' from a to b (within `rel` of each other: flat)."""
-    if abs(b - a) <= rel * max(abs(a), abs(b), 1e-12):
-        return "flat"
-    return "up" if b > a else "down"
-
 
 # ------------------------------------------------------------------------------------- findings
 # Each returns the second title line of its plot, computed from the rows (tests check it against them).
@@ -433,78 +344,6 @@ def draw_timeseries(
         ax.legend(loc="upper right", fontsize="small")
 
 
-def fleet_findings(fleets: Mapping[int, Results], top: float | None) -> tuple[str, str, str]:
-    """The three fleet panels' findings, from the rows: hit rates of prefix-affinity against
-    round-robin per fleet size (and the ceiling), TTFT p99's range, load imbalance's range."""
-    from kvsim.analysis.claims_fleet import fleet_summary
-
-    got = {n: fleet_summary(res) for n, res in fleets.items()}
-    hits = ", ".join(
-        f"{n} replicas: prefix-affinity {100 * g['prefix-affinity']['prefix_hit_rate_first_admission']:.1f} % vs "
-        f"round-robin {100 * g['round-robin']['prefix_hit_rate_first_admission']:.1f} %"
-        for n, g in got.items()
-    )
-    if top is not None:
-        hits += f" (ceiling {100 * top:.1f} %)"
-    p99 = [r["ttft_s_p99"] for g in got.values() for r in g.values()]
-    imb = [r["load_imbalance"] for g in got.values() for r in g.values()]
-    return hits, f"TTFT p99 {min(p99):.2f}-{max(p99):.2f} s", f"max/mean work {min(imb):.2f}-{max(imb):.2f}"
-
-
-def draw_fleet(axes: Sequence[Axes], fleets: Mapping[int, Results], top: float | None = None) -> None:
-    """Routers on a fleet (bars per router, one group per fleet size): prefix hit rate against the
-    trace's ceiling, TTFT p50 and p99, load imbalance."""
-    from kvsim.analysis.claims_fleet import ROUTERS, fleet_summary
-
-    titles = (
-        "Prefix hit rate by router (dashed: the trace's single-cache ceiling)",
-        "TTFT by router (solid: p99, hatched: p50)",
-        "Load imbalance by router (max / mean of computed tokens)",
-    )
-    missing = {n: why for n, res in fleets.items() if (why := _missing(res))}
-    if missing or not fleets:
-        for ax, title in zip(axes, titles, strict=False):
-            _empty(ax, title, "; ".join(f"{n} replicas: {w}" for n, w in missing.items()) or "no rows")
-        return
-    got = {n: fleet_summary(res) for n, res in fleets.items()}
-    findings = fleet_findings(fleets, top)
-    width = 0.8 / len(ROUTERS)
-    sizes = sorted(got)
-    for i, router in enumerate(ROUTERS):
-        xs = [k + (i - (len(ROUTERS) - 1) / 2) * width for k in range(len(sizes))]
-        color = f"C{i}"
-        axes[0].bar(xs, [100 * got[n][router]["prefix_hit_rate_first_admission"] for n in sizes], width,
-                    label=router, color=color)  # fmt: skip
-        axes[1].bar(xs, [got[n][router]["ttft_s_p99"] for n in sizes], width, label=router, color=color)
-        axes[1].bar(xs, [got[n][router]["ttft_s_p50"] for n in sizes], width, color="white", alpha=0.6,
-                    hatch="//", edgecolor=color)  # fmt: skip
-        if len(axes) > 2:
-            axes[2].bar(
-                xs, [got[n][router]["load_imbalance"] for n in sizes], width, label=router, color=color
-            )
-    if top is not None:
-        axes[0].axhline(100 * top, ls="--", color="black", lw=1)
-    ylabels = ("prefix hit rate (% of prompt tokens)", "TTFT (s)", "max / mean work")
-    row = fleets[sizes[0]].frame.row(0, named=True)
-    blocks = {n: int(fleets[n].frame["num_blocks"][0]) - 1 for n in sizes}
-    setup = (
-        f"{row['model']} on {row['gpu']} per replica (roofline time) · "
-        + ", ".join(f"{n} × {b:,}" for n, b in blocks.items())
-        + f" blocks × {row['block_size']} tokens (the same total) · {_rate(row['workload'])} · "
-        + f"{int(row['num_requests']):,} requests"
-    )
-    for ax, title, ylabel, finding in zip(axes, titles, ylabels, findings, strict=False):
-        ax.set_xticks(range(len(sizes)), [f"{n} replicas" for n in sizes])
-        ax.set_ylabel(ylabel)
-        high = ax.get_ylim()[1]
-        ax.set_ylim(0, high * 1.3)  # room for the legend above the bars
-        _title(ax, title, finding)
-        ax.set_xlabel(_wrap(setup, _chars(ax)))
-        ax.legend(loc="upper center", ncol=len(ROUTERS), fontsize="small")
-    most = max(r["prefix_hit_rate_first_admission"] for g in got.values() for r in g.values())
-    axes[0].set_ylim(0, 100 * max(top or 0.0, most, 0.01) * 1.3)
-
-
 # ------------------------------------------------------------------------------------------ files
 
 
@@ -580,73 +419,6 @@ def draw_fig12(ax: Axes, res: Any, label: str) -> None:
     setup = f"opt-13b on a100-40gb · 12 GiB KV · {ds} Poisson · {n:,} requests, seed 0 · roofline time"
     ax.set_xlabel(_wrap(f"request rate (req/s)\n{setup}", _chars(ax)))
     ax.legend(loc="upper left", fontsize="small")
-
-
-# ------------------------------------------------------------------------------- capacity search
-
-
-def plan_finding(result: Any) -> str:
-    """The second title line of a capacity search's plot: its answer and bracket, from the result."""
-    lo, hi = result.bracket
-    fmt = result._fmt
-    if result.value is None:
-        head = f"no {result.axis} met the SLOs ({result.status})"
-    elif result.axis == "rate":
-        head = f"knee {fmt(result.value)}: highest passing rate ({fmt(hi)} fails; {result.status})"
-    else:
-        head = f"smallest passing {result.axis}: {fmt(result.value)} ({fmt(lo)} fails; {result.status})"
-    if result.violations:
-        head += f"; NOT MONOTONE ({len(result.violations)} contradicting pairs)"
-    return head
-
-
-def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
-    """One SLO metric of a capacity search against its axis: passing probes as filled dots, failing ones
-    as crosses, the bound as a dashed line, the answer as a vertical line (the knee of a rate search)."""
-    probes = result.probes.sort(result.axis)
-    title = f"capacity search: {slo.metric} against {result.axis}"
-    if probes.height == 0:
-        _empty(ax, title, "no probes")
-        return
-    xs = probes[result.axis].to_list()
-    ys = probes[slo.metric].to_list()
-    ok = probes["passed"].to_list()
-    ax.plot(xs, [float("nan") if y is None else y for y in ys], color="#adb5bd", lw=1, zorder=1)
-    ax.scatter([x for x, p in zip(xs, ok, strict=True) if p], [y for y, p in zip(ys, ok, strict=True) if p],
-               color="#1c7ed6", marker="o", zorder=3, label="probe passes (every SLO)")  # fmt: skip
-    ax.scatter([x for x, p in zip(xs, ok, strict=True) if not p],
-               [y for y, p in zip(ys, ok, strict=True) if not p],
-               color="#c92a2a", marker="x", zorder=3, label="probe fails (some SLO)")  # fmt: skip
-    ax.axhline(slo.bound, color="black", ls="--", lw=1, label=f"SLO: {slo.label()}")
-    if result.value is not None:
-        label = "knee" if result.axis == "rate" else "answer"
-        ax.axvline(result.value, color="#2b8a3e", lw=1.5, label=f"{label}: {result._fmt(result.value)}")
-    for a, b in result.violations[:10]:
-        ax.axvspan(min(a, b), max(a, b), color="#f08c00", alpha=0.15, lw=0)
-    values = [y for y in ys if y is not None and y > 0]
-    # A latency past the knee grows by orders of magnitude: a log axis keeps the bound readable.
-    if slo.upper and values and max(values) / min(values) > 20:
-        ax.set_yscale("log")
-    else:
-        ax.set_ylim(bottom=0)
-    if result.axis in ("rate", "kv_cache_bytes", "num_blocks") and max(xs) / max(min(xs), 1e-12) > 20:
-        ax.set_xscale("log")
-    unit = "" if slo.unit == "fraction" else f" ({slo.unit})"
-    ax.set_ylabel(f"{slo.metric}{unit}")
-    xlabel = "request rate (req/s)" if result.axis == "rate" else result.axis
-    ax.set_xlabel(_wrap(f"{xlabel}\n{result.setup}", _chars(ax)) if result.setup else xlabel)
-    _title(ax, title, plan_finding(result))
-    ax.legend(loc="best", fontsize="small")
-
-
-def plan_figure(result: Any) -> Figure:
-    """A capacity search's figure: one panel per SLO (`draw_plan`)."""
-    n = len(result.slos)
-    with matplotlib.rc_context({"font.size": FONT_SIZE}):
-        fig, ax = _fig(n, 1, (6.5 * n, 4.8))
-        for i, slo in enumerate(result.slos):
-            draw_plan(ax[0][i], result, slo)
-    return fig
 
 
 def read_results(results_dir: Path) -> dict[str, Results]:

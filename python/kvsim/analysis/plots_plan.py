@@ -1,0 +1,79 @@
+"""A capacity search's figure (`kvsim plan --plot`, DESIGN.md §Capacity search): per SLO its metric
+against the searched axis, passing and failing probes, the bound and the answer (`draw_plan`,
+`plan_figure`), titled with the answer and its bracket (`plan_finding`). `kvsim.analysis.plots`
+re-exports these names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from kvsim.analysis.plots_common import FONT_SIZE, _chars, _empty, _fig, _title, _wrap
+
+
+def plan_finding(result: Any) -> str:
+    """The second title line of a capacity search's plot: its answer and bracket, from the result."""
+    lo, hi = result.bracket
+    fmt = result._fmt
+    if result.value is None:
+        head = f"no {result.axis} met the SLOs ({result.status})"
+    elif result.axis == "rate":
+        head = f"knee {fmt(result.value)}: highest passing rate ({fmt(hi)} fails; {result.status})"
+    else:
+        head = f"smallest passing {result.axis}: {fmt(result.value)} ({fmt(lo)} fails; {result.status})"
+    if result.violations:
+        head += f"; NOT MONOTONE ({len(result.violations)} contradicting pairs)"
+    return head
+
+
+def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
+    """One SLO metric of a capacity search against its axis: passing probes as filled dots, failing ones
+    as crosses, the bound as a dashed line, the answer as a vertical line (the knee of a rate search)."""
+    probes = result.probes.sort(result.axis)
+    title = f"capacity search: {slo.metric} against {result.axis}"
+    if probes.height == 0:
+        _empty(ax, title, "no probes")
+        return
+    xs = probes[result.axis].to_list()
+    ys = probes[slo.metric].to_list()
+    ok = probes["passed"].to_list()
+    ax.plot(xs, [float("nan") if y is None else y for y in ys], color="#adb5bd", lw=1, zorder=1)
+    ax.scatter([x for x, p in zip(xs, ok, strict=True) if p], [y for y, p in zip(ys, ok, strict=True) if p],
+               color="#1c7ed6", marker="o", zorder=3, label="probe passes (every SLO)")  # fmt: skip
+    ax.scatter([x for x, p in zip(xs, ok, strict=True) if not p],
+               [y for y, p in zip(ys, ok, strict=True) if not p],
+               color="#c92a2a", marker="x", zorder=3, label="probe fails (some SLO)")  # fmt: skip
+    ax.axhline(slo.bound, color="black", ls="--", lw=1, label=f"SLO: {slo.label()}")
+    if result.value is not None:
+        label = "knee" if result.axis == "rate" else "answer"
+        ax.axvline(result.value, color="#2b8a3e", lw=1.5, label=f"{label}: {result._fmt(result.value)}")
+    for a, b in result.violations[:10]:
+        ax.axvspan(min(a, b), max(a, b), color="#f08c00", alpha=0.15, lw=0)
+    values = [y for y in ys if y is not None and y > 0]
+    # A latency past the knee grows by orders of magnitude: a log axis keeps the bound readable.
+    if slo.upper and values and max(values) / min(values) > 20:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    if result.axis in ("rate", "kv_cache_bytes", "num_blocks") and max(xs) / max(min(xs), 1e-12) > 20:
+        ax.set_xscale("log")
+    unit = "" if slo.unit == "fraction" else f" ({slo.unit})"
+    ax.set_ylabel(f"{slo.metric}{unit}")
+    xlabel = "request rate (req/s)" if result.axis == "rate" else result.axis
+    ax.set_xlabel(_wrap(f"{xlabel}\n{result.setup}", _chars(ax)) if result.setup else xlabel)
+    _title(ax, title, plan_finding(result))
+    ax.legend(loc="best", fontsize="small")
+
+
+def plan_figure(result: Any) -> Figure:
+    """A capacity search's figure: one panel per SLO (`draw_plan`)."""
+    n = len(result.slos)
+    with matplotlib.rc_context({"font.size": FONT_SIZE}):
+        fig, ax = _fig(n, 1, (6.5 * n, 4.8))
+        for i, slo in enumerate(result.slos):
+            draw_plan(ax[0][i], result, slo)
+    return fig
