@@ -78,39 +78,88 @@ pub(super) struct Group {
     pub(super) held: u32,
 }
 
-/// A group's slots: one kept inline (a key alone, as a content key: no allocation), or a vector.
+/// A group's slots: one kept inline (a key alone, as a content key: no allocation), a vector, or a
+/// *run*: chunks all held, unpinned and alike but for a rank that moves by one a slot (no allocation,
+/// and a store's completion or a finish's re-ranking of the whole run is one write: a request's
+/// private chunks spend their life so). Anything else made of a run turns it into a vector first.
 #[derive(Clone, Debug)]
 pub(super) enum Slots {
     One(Chunk),
     Many(Vec<Chunk>),
+    Run(Run),
 }
 
-impl std::ops::Deref for Slots {
-    type Target = [Chunk];
-    #[inline]
-    fn deref(&self) -> &[Chunk] {
-        match self {
-            Slots::One(c) => std::slice::from_ref(c),
-            Slots::Many(v) => v,
-        }
-    }
+/// `n` held, unpinned chunks, ready or all pending; slot `i`'s rank is `(req - i * dreq, pos + i * dpos)`
+/// (a store's: one request rank, positions up by one; a finish's: ranks down by one, position 0).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Run {
+    pub(super) n: u32,
+    pub(super) pos: u32,
+    pub(super) req: u64,
+    pub(super) dreq: bool,
+    pub(super) dpos: bool,
+    pub(super) ready: bool,
 }
 
-impl std::ops::DerefMut for Slots {
+impl Run {
     #[inline]
-    fn deref_mut(&mut self) -> &mut [Chunk] {
-        match self {
-            Slots::One(c) => std::slice::from_mut(c),
-            Slots::Many(v) => v,
+    fn at(self, i: usize) -> Chunk {
+        let i32_ = i as u32;
+        Chunk {
+            req: self.req - if self.dreq { i as u64 } else { 0 },
+            pos: self.pos + if self.dpos { i32_ } else { 0 },
+            pins: 0,
+            ready: self.ready,
+            held: true,
         }
     }
 }
 
 impl Slots {
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Slots::One(_) => 1,
+            Slots::Many(v) => v.len(),
+            Slots::Run(r) => r.n as usize,
+        }
+    }
+
+    /// Slot `i` (< `len`).
+    #[inline]
+    pub(super) fn at(&self, i: usize) -> Chunk {
+        match self {
+            Slots::One(c) => *c,
+            Slots::Many(v) => v[i],
+            Slots::Run(r) => r.at(i),
+        }
+    }
+
+    /// The slots, a run's made a vector first.
+    #[inline]
+    pub(super) fn as_mut(&mut self) -> &mut [Chunk] {
+        if let Slots::Run(r) = *self {
+            *self = Slots::Many((0..r.n as usize).map(|i| r.at(i)).collect());
+        }
+        match self {
+            Slots::One(c) => std::slice::from_mut(c),
+            Slots::Many(v) => v,
+            Slots::Run(_) => unreachable!("made a vector above"),
+        }
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = Chunk> + '_ {
+        (0..self.len()).map(|i| self.at(i))
+    }
+
     pub(super) fn push(&mut self, c: Chunk) {
         match self {
             Slots::One(a) => *self = Slots::Many(vec![*a, c]),
             Slots::Many(v) => v.push(c),
+            Slots::Run(_) => {
+                self.as_mut();
+                self.push(c);
+            }
         }
     }
 
@@ -119,6 +168,10 @@ impl Slots {
             Slots::One(_) => *self = Slots::Many(Vec::new()),
             Slots::Many(v) => {
                 v.pop();
+            }
+            Slots::Run(_) => {
+                self.as_mut();
+                self.pop();
             }
         }
     }
@@ -132,6 +185,10 @@ impl Slots {
                 *self = Slots::Many(v);
             }
             Slots::Many(v) => v.extend(more),
+            Slots::Run(_) => {
+                self.as_mut();
+                self.extend(more);
+            }
         }
     }
 
@@ -190,19 +247,19 @@ impl Chunks {
     }
 
     #[inline]
-    pub(super) fn get(&self, key: BlockKey) -> Option<&Chunk> {
+    pub(super) fn get(&self, key: BlockKey) -> Option<Chunk> {
         let (hi, lo) = split_key(key);
         if let Some(g) = self.groups.get(&hi) {
             let i = lo.wrapping_sub(g.base);
             if i < g.slots.len() as u64 {
-                let c = &g.slots[i as usize];
+                let c = g.slots.at(i as usize);
                 return c.held.then_some(c);
             }
         }
         if self.singles.is_empty() {
             return None;
         }
-        self.singles.get(&key)
+        self.singles.get(&key).copied()
     }
 
     #[inline]
@@ -211,7 +268,7 @@ impl Chunks {
         if let Some(g) = self.groups.get_mut(&hi) {
             let i = lo.wrapping_sub(g.base);
             if i < g.slots.len() as u64 {
-                let c = &mut g.slots[i as usize];
+                let c = &mut g.slots.as_mut()[i as usize];
                 return if c.held { Some(c) } else { None };
             }
         }
@@ -254,7 +311,7 @@ impl Chunks {
             let i = lo.wrapping_sub(g.base);
             let n = g.slots.len() as u64;
             if i < n {
-                let slot = &mut g.slots[i as usize];
+                let slot = &mut g.slots.as_mut()[i as usize];
                 if slot.held {
                     self.len -= 1; // (replaced)
                 } else {
@@ -314,6 +371,49 @@ impl Chunks {
         }
     }
 
+    /// `insert_run` of `n` >= 1 pending chunks of request rank `req` at positions `pos..pos + n` (a
+    /// request's new private chunks): a run of slots where they start a group or continue a pending
+    /// run of the same rank, else as `insert_run` does.
+    pub(super) fn insert_pending_run(&mut self, hi: u64, lo: u64, n: u32, req: u64, pos: u32) {
+        let run = Run {
+            n,
+            pos,
+            req,
+            dreq: false,
+            dpos: true,
+            ready: false,
+        };
+        match self.groups.entry(hi) {
+            Entry::Vacant(e) if n >= 2 => {
+                e.insert(Group {
+                    base: lo,
+                    slots: Slots::Run(run),
+                    held: n,
+                });
+                self.len += n as usize;
+                return;
+            }
+            Entry::Occupied(mut e) => {
+                let g = e.get_mut();
+                if let Slots::Run(r) = &mut g.slots
+                    && lo.wrapping_sub(g.base) == u64::from(r.n)
+                    && !r.ready
+                    && !r.dreq
+                    && r.dpos
+                    && r.req == req
+                    && r.pos.checked_add(r.n) == Some(pos)
+                {
+                    r.n += n;
+                    g.held += n;
+                    self.len += n as usize;
+                    return;
+                }
+            }
+            Entry::Vacant(_) => {}
+        }
+        self.insert_run(hi, lo, (0..n as usize).map(|i| run.at(i)));
+    }
+
     /// `insert` of each `(key, chunk)` in order, one group lookup per run of keys sharing their upper
     /// half.
     pub(super) fn insert_many(&mut self, items: impl ExactSizeIterator<Item = (BlockKey, Chunk)>) {
@@ -355,17 +455,17 @@ impl Chunks {
             let g = e.get_mut();
             let i = lo.wrapping_sub(g.base);
             if i < g.slots.len() as u64 {
-                let c = g.slots[i as usize];
+                let c = g.slots.at(i as usize);
                 if !c.held {
                     return None;
                 }
-                g.slots[i as usize].held = false;
                 g.held -= 1;
                 self.len -= 1;
                 if g.held == 0 {
                     e.remove();
                 } else {
-                    while g.slots.last().is_some_and(|c| !c.held) {
+                    g.slots.as_mut()[i as usize].held = false;
+                    while g.slots.len() > 0 && !g.slots.at(g.slots.len() - 1).held {
                         g.slots.pop();
                     }
                 }
@@ -378,12 +478,12 @@ impl Chunks {
     /// `f(i, key, chunk)` for the `i`th of `keys` (None: not held), one group lookup per run of keys
     /// sharing their upper half (a request's private chunks).
     #[inline]
-    pub(super) fn visit<'a>(
-        &'a self,
+    pub(super) fn visit(
+        &self,
         keys: impl Iterator<Item = BlockKey>,
-        mut f: impl FnMut(usize, BlockKey, Option<&'a Chunk>),
+        mut f: impl FnMut(usize, BlockKey, Option<Chunk>),
     ) {
-        let mut cur: Option<(u64, Option<&'a Group>)> = None;
+        let mut cur: Option<(u64, Option<&Group>)> = None;
         for (i, key) in keys.enumerate() {
             let (hi, lo) = split_key(key);
             let g = match cur {
@@ -397,7 +497,7 @@ impl Chunks {
             if let Some(g) = g {
                 let j = lo.wrapping_sub(g.base);
                 if j < g.slots.len() as u64 {
-                    let c = &g.slots[j as usize];
+                    let c = g.slots.at(j as usize);
                     f(i, key, c.held.then_some(c));
                     continue;
                 }
@@ -408,7 +508,7 @@ impl Chunks {
                 if self.singles.is_empty() {
                     None
                 } else {
-                    self.singles.get(&key)
+                    self.singles.get(&key).copied()
                 },
             );
         }
@@ -427,16 +527,70 @@ impl Chunks {
         })
     }
 
-    /// The slots of keys `(hi, lo..lo + n)` if the group's slots hold them all, else None.
+    /// Keys `(hi, lo..lo + n)` are stored: the pending chunks among them become ready. Returns how many
+    /// did, or None (nothing changed) unless the group's slots hold all of those keys.
     #[inline]
-    pub(super) fn slots_mut(&mut self, hi: u64, lo: u64, n: usize) -> Option<&mut [Chunk]> {
+    pub(super) fn ready_run(&mut self, hi: u64, lo: u64, n: usize) -> Option<u64> {
         let g = self.groups.get_mut(&hi)?;
-        let j = lo.wrapping_sub(g.base) as usize;
-        if (lo.wrapping_sub(g.base)) < g.slots.len() as u64 && n <= g.slots.len() - j {
-            Some(&mut g.slots[j..j + n])
-        } else {
-            None
+        let j = lo.wrapping_sub(g.base);
+        let len = g.slots.len();
+        if j >= len as u64 || n > len - j as usize {
+            return None;
         }
+        if let Slots::Run(r) = &mut g.slots
+            && j == 0
+            && n == len
+        {
+            // The whole run: one write.
+            let was = r.ready;
+            r.ready = true;
+            return Some(if was { 0 } else { n as u64 });
+        }
+        let mut ready = 0;
+        for c in &mut g.slots.as_mut()[j as usize..j as usize + n] {
+            if c.held && !c.ready {
+                c.ready = true;
+                ready += 1;
+            }
+        }
+        Some(ready)
+    }
+
+    /// The held chunks among keys `(hi, lo..lo + n)`, from the last to the first, each take the next
+    /// rank `(*next_rank + 1, -0)` (a finish's re-ranking); false (nothing changed) unless the group's
+    /// slots hold all of those keys.
+    #[inline]
+    pub(super) fn rerank_run(&mut self, hi: u64, lo: u64, n: usize, next_rank: &mut u64) -> bool {
+        let Some(g) = self.groups.get_mut(&hi) else {
+            return false;
+        };
+        let j = lo.wrapping_sub(g.base);
+        let len = g.slots.len();
+        if j >= len as u64 || n > len - j as usize {
+            return false;
+        }
+        if let Slots::Run(r) = &mut g.slots
+            && j == 0
+            && n == len
+        {
+            // The whole run, all held: the last slot takes the next rank, the first the newest.
+            *next_rank += n as u64;
+            r.req = *next_rank;
+            r.dreq = true;
+            r.pos = 0;
+            r.dpos = false;
+            return true;
+        }
+        for c in g.slots.as_mut()[j as usize..j as usize + n]
+            .iter_mut()
+            .rev()
+        {
+            if c.held {
+                *next_rank += 1;
+                c.set_rank((*next_rank, Reverse(0)));
+            }
+        }
+        true
     }
 
     /// `visit` with the chunks mutable (`f` sees only held ones).
@@ -458,11 +612,13 @@ impl Chunks {
                 }
                 continue;
             };
+            let base = g.base;
+            let slots = g.slots.as_mut();
             let mut next = Some((key, lo));
             while let Some((key, lo)) = next {
-                let j = lo.wrapping_sub(g.base);
-                if j < g.slots.len() as u64 {
-                    let c = &mut g.slots[j as usize];
+                let j = lo.wrapping_sub(base);
+                if j < slots.len() as u64 {
+                    let c = &mut slots[j as usize];
                     if c.held {
                         f(key, c);
                     }
@@ -477,7 +633,7 @@ impl Chunks {
     }
 
     /// Every chunk held with its key (in no particular order).
-    pub(super) fn iter(&self) -> impl Iterator<Item = (BlockKey, &Chunk)> + '_ {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (BlockKey, Chunk)> + '_ {
         self.groups
             .iter()
             .flat_map(|(&hi, g)| {
@@ -490,10 +646,10 @@ impl Chunks {
                         (BlockKey((u128::from(hi) << 64) | u128::from(lo)), c)
                     })
             })
-            .chain(self.singles.iter().map(|(&k, c)| (k, c)))
+            .chain(self.singles.iter().map(|(&k, &c)| (k, c)))
     }
 
-    pub(super) fn values(&self) -> impl Iterator<Item = &Chunk> + '_ {
+    pub(super) fn values(&self) -> impl Iterator<Item = Chunk> + '_ {
         self.iter().map(|(_, c)| c)
     }
 
@@ -501,13 +657,22 @@ impl Chunks {
         self.iter().map(|(k, _)| k)
     }
 
-    /// Its own consistency: counts, no empty group or trailing empty slot, no single inside a group.
+    /// Its own consistency: counts, no empty group or trailing empty slot, no single inside a group, a
+    /// run of slots as it says.
     pub(super) fn check(&self) -> std::result::Result<(), String> {
         let mut n = self.singles.len();
         for (hi, g) in &self.groups {
             let held = g.slots.iter().filter(|c| c.held).count();
-            if held != g.held as usize || held == 0 || !g.slots.last().is_some_and(|c| c.held) {
+            let last_held = g.slots.len() > 0 && g.slots.at(g.slots.len() - 1).held;
+            if held != g.held as usize || held == 0 || !last_held {
                 return Err(format!("group {hi:#x} miscounts or ends in an empty slot"));
+            }
+            if let Slots::Run(r) = g.slots
+                && (r.n < 2
+                    || (r.dreq && r.req < u64::from(r.n))
+                    || (r.dpos && r.pos.checked_add(r.n).is_none()))
+            {
+                return Err(format!("group {hi:#x}'s run of slots is out of range"));
             }
             n += held;
         }

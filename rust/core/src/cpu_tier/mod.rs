@@ -528,7 +528,7 @@ impl CpuTier {
         let list = if in_t1 { &self.t1 } else { &self.t2 };
         let start = (*from)?;
         for (stamp, key) in list.since(start) {
-            if self.chunks.get(key).is_some_and(|c| c.evictable()) && !protected.contains(&key) {
+            if self.chunks.get(key).is_some_and(Chunk::evictable) && !protected.contains(&key) {
                 *from = Some(stamp + 1);
                 return Some((key, in_t1));
             }
@@ -729,15 +729,25 @@ impl CpuTier {
         let a = self.lru_access(rid);
         a.extend_run(keys);
         let req = a.rank;
-        self.chunks.insert_run(
-            hi,
-            lo,
-            keys.iter().map(|&(_, pos)| Chunk {
-                req,
-                pos: u32::try_from(pos).expect("a chunk position below 2^32"),
-                ..Chunk::default()
-            }),
-        );
+        let (first, last) = (keys[0].1, keys[keys.len() - 1].1);
+        if last.checked_sub(first) == Some(keys.len() as u64 - 1)
+            && keys.windows(2).all(|w| w[1].1 == w[0].1 + 1)
+            && let (Ok(n), Ok(pos)) = (u32::try_from(keys.len()), u32::try_from(first))
+            && pos.checked_add(n).is_some()
+        {
+            // Positions up by one as the keys (a request's private chunks): a run of slots.
+            self.chunks.insert_pending_run(hi, lo, n, req, pos);
+        } else {
+            self.chunks.insert_run(
+                hi,
+                lo,
+                keys.iter().map(|&(_, pos)| Chunk {
+                    req,
+                    pos: u32::try_from(pos).expect("a chunk position below 2^32"),
+                    ..Chunk::default()
+                }),
+            );
+        }
         stored.extend(keys.iter().map(|&(k, _)| k));
         Some(())
     }
@@ -810,15 +820,10 @@ impl CpuTier {
         let mut ready = 0;
         if !live
             && let Some((hi, lo, n)) = run_of(keys.iter().copied())
-            && let Some(slots) = self.chunks.slots_mut(hi, lo, n)
+            && let Some(ready) = self.chunks.ready_run(hi, lo, n)
         {
-            // One run inside its group's slots, no heap to feed: the slots in a row.
-            for c in slots {
-                if c.held && !c.ready {
-                    c.ready = true;
-                    ready += 1;
-                }
-            }
+            // One run inside its group's slots, no heap to feed: the slots in a row (a run of
+            // slots in one write).
             self.num_evictable += ready;
             self.debug_check();
             return;
@@ -883,16 +888,10 @@ impl CpuTier {
         if self.eviction == Eviction::Lru
             && !self.heap_live
             && let Some((hi, lo, n)) = run
-            && let Some(slots) = self.chunks.slots_mut(hi, lo, n)
+            && self.chunks.rerank_run(hi, lo, n, &mut self.next_rank)
         {
             // One run inside its group's slots (in order of position), no heap to feed: re-ranked
-            // from the last slot to the first.
-            for c in slots.iter_mut().rev() {
-                if c.held {
-                    self.next_rank += 1;
-                    c.set_rank((self.next_rank, Reverse(0)));
-                }
-            }
+            // from the last slot to the first (a run of slots in one write).
         } else if self.eviction == Eviction::Lru {
             let (heap, live, next_rank) = (&mut self.heap, self.heap_live, &mut self.next_rank);
             self.chunks
