@@ -189,6 +189,23 @@ impl Access {
         }
     }
 
+    /// `extend_run` of the `n` >= 1 keys `(hi, lo..lo + n)` (no wrap) at positions `pos..pos + n`.
+    pub(super) fn extend_key_run(&mut self, hi: u64, lo: u64, n: u64, pos: u64) {
+        let len = self.order.len();
+        let first = super::run_key(hi, lo);
+        if len == self.checked {
+            self.run = true;
+        } else if self.run {
+            let last = self.order[len - 1].0.0;
+            self.run = first.0 == last.wrapping_add(1) && (first.0 >> 64) == (last >> 64);
+        }
+        self.order
+            .extend((0..n).map(|i| (BlockKey(first.0 + u128::from(i)), pos + i)));
+        if !self.run && self.order.len() - self.checked > SCAN_SEEN {
+            self.absorb();
+        }
+    }
+
     /// `extend_unchecked` of `keys` known to be one run (consecutive keys of one group).
     pub(super) fn extend_run(&mut self, keys: &[(BlockKey, u64)]) {
         let n = self.order.len();

@@ -235,6 +235,12 @@ pub(super) fn run_in_order(order: &[(BlockKey, u64)]) -> Option<(u64, u64, usize
     Some((hi, lo, order.len()))
 }
 
+/// The key `(hi, lo)`.
+#[inline]
+pub(super) fn run_key(hi: u64, lo: u64) -> BlockKey {
+    BlockKey((u128::from(hi) << 64) | u128::from(lo))
+}
+
 #[inline]
 pub(super) fn split_key(key: BlockKey) -> (u64, u64) {
     ((key.0 >> 64) as u64, key.0 as u64)

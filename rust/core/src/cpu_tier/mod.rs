@@ -77,7 +77,7 @@ mod chunks;
 mod tests;
 
 use access::{Access, INSERTED, REUSED, Recency, SEEN, STORE_MISS};
-use chunks::{Chunk, Chunks, Rank, run_in_order, run_of};
+use chunks::{Chunk, Chunks, Rank, run_in_order, run_key, run_of};
 
 /// A tier's policy state in the spec's terms ([`CpuTier::internals`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -712,6 +712,45 @@ impl CpuTier {
         result
     }
 
+    /// `prepare_store` of the `n` >= 1 keys `(hi, lo..lo + n)` at positions `pos..pos + n` (a request's
+    /// private chunks), the same decisions: `Some(true)` when all of them were stored (as a run:
+    /// `stored` left empty), `Some(false)` when `prepare_store` decided (`offer` then holds the keys
+    /// offered and `stored` those stored), None when there is no room.
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare_store_run(
+        &mut self,
+        rid: u64,
+        (hi, lo, n): (u64, u64, u64),
+        pos: u64,
+        offer: &mut Vec<(BlockKey, u64)>,
+        stored: &mut Vec<BlockKey>,
+        evicted: &mut Vec<BlockKey>,
+    ) -> Option<bool> {
+        stored.clear();
+        evicted.clear();
+        if self.eviction == Eviction::Lru
+            && self.threshold == 0
+            && n >= 1
+            && n <= self.capacity - self.chunks.len() as u64
+            && lo.checked_add(n - 1).is_some()
+            && let (Ok(n32), Ok(pos32)) = (u32::try_from(n), u32::try_from(pos))
+            && pos32.checked_add(n32).is_some()
+            && self.chunks.none_held(hi, lo, n)
+        {
+            // `store_new_run`'s case (one run of keys none held, room for them), its keys unlisted.
+            let a = self.lru_access(rid);
+            a.extend_key_run(hi, lo, n, pos);
+            let req = a.rank;
+            self.chunks.insert_pending_run(hi, lo, n32, req, pos32);
+            self.debug_check();
+            return Some(true);
+        }
+        offer.clear();
+        offer.extend((0..n).map(|i| (run_key(hi, lo.wrapping_add(i)), pos + i)));
+        self.prepare_store(rid, offer, stored, evicted)
+            .map(|()| false)
+    }
+
     /// `prepare_store` of `keys`, a run of keys starting at `(hi, lo)` none of which is held: recorded,
     /// and stored if there is room without evicting (else as `insert_stored` does).
     fn store_new_run(
@@ -840,6 +879,20 @@ impl CpuTier {
         self.num_evictable += ready;
         self.compact_heap();
         self.debug_check();
+    }
+
+    /// `complete_store` of the keys `(hi, lo..lo + n)`.
+    pub fn complete_store_run(&mut self, hi: u64, lo: u64, n: u64) {
+        if !self.heap_live
+            && let Some(ready) = self.chunks.ready_run(hi, lo, n as usize)
+        {
+            // (`complete_store`'s case of one run inside its group's slots, no heap to feed)
+            self.num_evictable += ready;
+            self.debug_check();
+            return;
+        }
+        let keys: Vec<BlockKey> = (0..n).map(|i| run_key(hi, lo.wrapping_add(i))).collect();
+        self.complete_store(&keys);
     }
 
     /// vLLM's `_record_accesses`: one more offer of each key, in a tracker of `tracker` keys. Keys

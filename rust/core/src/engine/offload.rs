@@ -25,6 +25,9 @@ pub(super) struct Job {
     k: usize,
     row: usize,
     keys: Vec<BlockKey>,
+    /// A store of one run of a row's private chunks: `(hi, lo, n)`, keys `(hi, lo..lo + n)` (`keys`
+    /// then empty).
+    run: Option<(u64, u64, u64)>,
     /// The GPU blocks it reads (a store; fenced once its request finished).
     blocks: Vec<BlockId>,
     /// When its last byte has moved (ps).
@@ -187,6 +190,80 @@ impl Tier {
     }
 }
 
+/// `offer_one`'s offer to the tier of chunks `start..num_chunks` of a request of row `row` (its
+/// hashed keys `keys`, its block table `table`): None when the tier has no room; else whether it
+/// stored them all as one run of private chunks (`Tier::stored` then empty), how many it stored, and
+/// their GPU blocks in order.
+#[inline]
+fn offer_to_tier(
+    tier: &mut Tier,
+    keys: &[BlockKey],
+    table: &[BlockId],
+    row: usize,
+    start: u64,
+    num_chunks: u64,
+) -> Option<(bool, u64, Vec<BlockId>)> {
+    let bpc = tier.cfg.blocks_per_chunk;
+    let Tier {
+        cpu,
+        offer,
+        stored,
+        evicted,
+        spare_blocks,
+        ..
+    } = &mut *tier;
+    stored.clear();
+    evicted.clear();
+    // A run of the row's private chunks (one block a chunk, past its hashed keys): offered as the
+    // run, which the tier may store whole without a list of its keys.
+    let private_run = bpc == 1 && start >= keys.len() as u64;
+    let hi = private_hi(row);
+    let whole = if private_run {
+        cpu.prepare_store_run(
+            row as u64,
+            (hi, start, num_chunks - start),
+            start,
+            offer,
+            stored,
+            evicted,
+        )
+    } else {
+        offer.clear();
+        offer.extend((start..num_chunks).map(|c| (tier_key(keys, row, (c + 1) * bpc - 1), c)));
+        cpu.prepare_store(row as u64, offer, stored, evicted)
+            .map(|()| false)
+    };
+    let whole = whole?;
+    // The blocks of the chunks stored (a subsequence of the offer), in order.
+    let mut blocks = spare_blocks.pop().unwrap_or_default();
+    let num_stored = if whole {
+        let (first, last) = ((start * bpc) as usize, (num_chunks * bpc) as usize);
+        blocks.extend_from_slice(&table[first..last]);
+        num_chunks - start
+    } else {
+        blocks.reserve(stored.len() * bpc as usize);
+        stored_blocks(offer, stored, table, bpc as usize, &mut blocks);
+        stored.len() as u64
+    };
+    Some((whole, num_stored, blocks))
+}
+
+/// The upper half of row `row`'s private block keys (`ensure_tier_keys`).
+#[inline]
+fn private_hi(row: usize) -> u64 {
+    crate::hash::mix64(row as u64 ^ PRIVATE_KEY_SALT)
+}
+
+/// The tier key of block `i` of a request of row `row` whose hashed keys are `hashed`: the hashed one,
+/// or past them its private name (row, index) (`ensure_tier_keys` must cover `i`).
+#[inline]
+fn tier_key(hashed: &[BlockKey], row: usize, i: u64) -> BlockKey {
+    match hashed.get(i as usize) {
+        Some(&key) => key,
+        None => BlockKey((u128::from(private_hi(row)) << 64) | u128::from(i)),
+    }
+}
+
 /// Appends to `blocks` the blocks (`bpc` a chunk, from `table`) of the chunks `stored` (a subsequence
 /// of `offer`, `(key, chunk index)` pairs), in order.
 fn stored_blocks(
@@ -229,12 +306,13 @@ impl Engine<'_> {
         self.tier.as_deref_mut().expect("a CPU tier")
     }
 
-    /// Makes `k`'s cached block keys cover its first `blocks` blocks (all full).
+    /// Makes `k`'s tier keys cover its first `blocks` blocks (all full): `Seq::tier_keys` holds the
+    /// hashed ones, `tier_key` names the rest.
     ///
     /// With deferred keys (no prompt quotes an output), a block holding content private to the sequence
     /// (from its `private_from` on: no other row's prompt has it) can only ever be looked up by the
     /// sequence itself, so it is named by the row and its index, not hashed: the same equalities as the
-    /// content's keys, for less work.
+    /// content's keys, for less work; those names are not kept, only computed (`private_key`).
     fn ensure_tier_keys(&mut self, k: usize, blocks: u64) {
         let bs = self.cfg.block_size;
         let private = self.defer_keys;
@@ -254,16 +332,14 @@ impl Engine<'_> {
             let keys = BlockKeys::new(&s.segs, bs, have, last, hashed - have);
             s.tier_keys.extend(keys);
         }
-        let row = crate::hash::mix64(s.row as u64 ^ PRIVATE_KEY_SALT);
-        s.tier_keys
-            .extend((hashed..blocks).map(|i| BlockKey((u128::from(row) << 64) | u128::from(i))));
     }
 
-    /// The key of `k`'s chunk `c` (its last block's; the keys must cover it).
+    /// The key of `k`'s chunk `c` (its last block's; `ensure_tier_keys` must cover it).
     #[inline]
     fn chunk_key(&self, k: usize, c: u64) -> BlockKey {
         let bpc = self.cfg.tier.expect("a CPU tier").blocks_per_chunk;
-        self.slab[k].tier_keys[((c + 1) * bpc - 1) as usize]
+        let s = &self.slab[k];
+        tier_key(&s.tier_keys, s.row, (c + 1) * bpc - 1)
     }
 
     /// The waiting phase with a CPU tier (vLLM's waiting loop): held requests first, then the waiting
@@ -614,6 +690,7 @@ impl Engine<'_> {
             k,
             row,
             keys: Vec::new(),
+            run: None,
             blocks: self.new_blocks.clone(),
             end: tier.pd_free,
             avail: tier.num_observed + 1,
@@ -672,6 +749,7 @@ impl Engine<'_> {
             k,
             row,
             keys: keys.iter().map(|&(key, _)| key).collect(),
+            run: None,
             blocks: self.new_blocks.clone(),
             end: tier.load_free,
             avail: tier.num_observed + 1,
@@ -887,31 +965,13 @@ impl Engine<'_> {
             (_, Some(r)) => (&r.keys, &r.blocks),
             _ => unreachable!(),
         };
-        tier.offer.clear();
-        tier.offer
-            .extend((start..num_chunks).map(|c| (keys[((c + 1) * bpc - 1) as usize], c)));
-        let Tier {
-            cpu,
-            offer,
-            stored,
-            evicted,
-            spare_blocks,
-            ..
-        } = &mut *tier;
-        stored.clear();
-        evicted.clear();
-        if cpu
-            .prepare_store(row as u64, offer, stored, evicted)
-            .is_none()
-        {
+        let Some((whole, num_stored, blocks)) =
+            offer_to_tier(tier, keys, table, row, start, num_chunks)
+        else {
             self.out.counters.stores_failed += 1;
             return false;
-        }
-        // The blocks of the chunks stored (a subsequence of the offer), in order.
-        let mut blocks = spare_blocks.pop().unwrap_or_default();
-        blocks.reserve(stored.len() * bpc as usize);
-        stored_blocks(offer, stored, table, bpc as usize, &mut blocks);
-        let num_evicted = evicted.len();
+        };
+        let num_evicted = tier.evicted.len();
         self.out.counters.cpu_evictions += num_evicted as i128;
         for _ in 0..num_evicted {
             self.log(event::CPU_EVICT, row, -1);
@@ -919,7 +979,8 @@ impl Engine<'_> {
         if let Some(k) = k {
             self.slab[k].next_store = num_chunks;
         }
-        if tier.stored.is_empty() {
+        if num_stored == 0 {
+            tier.spare_blocks.push(blocks); // (empty)
             return false;
         }
         let begin = step_end.max(tier.store_free);
@@ -929,7 +990,7 @@ impl Engine<'_> {
         let id = tier.next_job;
         self.out.counters.num_stores += 1;
         self.out.counters.stored_blocks += blocks.len() as i128;
-        self.log_count(event::STORE, row, -1, tier.stored.len() as i64);
+        self.log_count(event::STORE, row, -1, num_stored as i64);
         if let Some(k) = k {
             self.slab[k].jobs += 1;
         } else {
@@ -938,12 +999,17 @@ impl Engine<'_> {
                 flushed.push(id);
             }
         }
-        let keys = tier.stored_keys();
+        let (keys, run) = if whole {
+            (Vec::new(), Some((private_hi(row), start, num_stored)))
+        } else {
+            (tier.stored_keys(), None)
+        };
         tier.push_store(Job {
             id,
             k: k.unwrap_or(usize::MAX),
             row,
             keys,
+            run,
             blocks,
             end: tier.store_free,
             avail: tier.num_observed + 2,
@@ -1067,15 +1133,22 @@ impl Engine<'_> {
                     k,
                     row,
                     mut keys,
+                    run,
                     mut blocks,
                     ..
                 } = tier.stores.remove(i);
-                tier.cpu.complete_store(&keys);
+                let n = if let Some((hi, lo, n)) = run {
+                    tier.cpu.complete_store_run(hi, lo, n);
+                    n
+                } else {
+                    tier.cpu.complete_store(&keys);
+                    keys.len() as u64
+                };
                 tier.unfence(id, &blocks);
                 if k != usize::MAX && self.slab[k].row == row {
                     self.slab[k].jobs -= 1;
                 }
-                self.log_count(event::STORE_DONE, row, -1, keys.len() as i64);
+                self.log_count(event::STORE_DONE, row, -1, n as i64);
                 // Its vectors serve a later store (`offer_one`).
                 keys.clear();
                 blocks.clear();
