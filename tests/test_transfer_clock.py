@@ -119,6 +119,39 @@ def test_a_step_past_the_clock_is_named_before_the_stores_it_would_offer():
     assert "the time model's coefficients" in rust
 
 
+def test_a_finished_requests_last_store_past_the_clock_stops_the_run():
+    """A finished request's last store offered in a step of its own, when nothing else is left to run (the
+    Rust engine's idle path, then the run's end): two one-block requests, one seat, a tier of one chunk
+    and steps of 2**40 ps. The first is stored from its step's end and lands as the second's step ends;
+    the second's store, refused then (the tier's one chunk is in flight), is offered again once it
+    finished, at arrival + 2 steps, and lasts 2**40 ps: past the clock's end."""
+    big = 1 << 40
+    w = Workload(
+        arrival=[(MAX_TIME_PS - 2 * big - (1 << 39)) / 1e12] * 2, prompt_len=[16, 16], output_len=[1, 1]
+    )
+
+    def cfg(latency: int) -> kvsim.SimConfig:
+        return kvsim.SimConfig(
+            num_blocks=8,
+            block_size=16,
+            iteration_time_ps=big,
+            max_num_seqs=1,
+            kv_offloading_chunks=1,
+            kv_offloading_prompt_only=False,
+            kv_offloading_latency_ps=latency,
+            kv_offloading_ps_per_block=0,
+        )
+
+    begin = arrival_ps(w, cfg(0), 1) + 2 * big
+    rust, ref = errors(lambda b: kvsim.simulate(w, cfg(big), backend=b))
+    assert rust == ref
+    assert rust.startswith(f"a CPU-tier store of 1 blocks starting at {begin} ps {PAST}"), rust
+    for backend in BACKENDS:  # half as long: both stores end within the range
+        res = kvsim.simulate(w, cfg(big // 2), backend=backend)
+        assert (res.requests["status"] == "finished").all(), backend
+        assert (res.summary["stores"], res.summary["stores_failed"]) == (2, 1), backend
+
+
 # -- a CPU-tier load --------------------------------------------------------------------------------------------
 # A (64 tokens) is stored to the tier at 0; B (112 tokens, 7 blocks + 1 for its second token) takes the
 # whole pool of 8 blocks at 10 s, evicting A's cached blocks; C, A's prompt again, arrives late: a GPU miss
