@@ -19,6 +19,7 @@ from kvsim.reference.cpu_tier import MISS, PENDING, CpuTier
 from kvsim.reference.engine.admission import NEVER, SKIP
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
+from kvsim.reference.engine.timing import transfer_end
 from kvsim.reference.hashing import iter_block_keys
 
 
@@ -260,7 +261,9 @@ class Offload(State):
         self.loading.update(keys)
         blocks = end // bs - local // bs
         start = max(self.t, self.load_free)
-        self.load_free = start + cfg.kv_offloading_latency_ps + blocks * cfg.kv_offloading_ps_per_block
+        self.load_free = transfer_end(
+            "load", start, cfg.kv_offloading_latency_ps, blocks, cfg.kv_offloading_ps_per_block
+        )
         self.loads.append(Job(True, s, keys, list(new), self.load_free, self.num_observed + 1))
         s.jobs += 1
         s.held = s.prefilling = True
@@ -294,8 +297,9 @@ class Offload(State):
         total, end = s.num_tokens, local + ext
         blocks = end // bs - local // bs
         latency, per_block = self.pd_link
-        duration = latency + blocks * per_block
-        self.pd_free = max(self.t, self.pd_free) + duration
+        start = max(self.t, self.pd_free)
+        self.pd_free = transfer_end("remote", start, latency, blocks, per_block)
+        duration = self.pd_free - start
         self.sends_decided.append((s.idx, self.pd_free))
         self.loads.append(Job(True, s, [], list(new), self.pd_free, self.num_observed + 1, remote=True))
         s.jobs += 1
@@ -402,8 +406,8 @@ class Offload(State):
                 table[(start + i) * bpc + j] for i, k in enumerate(keys) if k in chosen for j in range(bpc)
             ]
             begin = max(step_end, self.store_free)
-            self.store_free = (
-                begin + cfg.kv_offloading_latency_ps + len(blocks) * cfg.kv_offloading_ps_per_block
+            self.store_free = transfer_end(
+                "store", begin, cfg.kv_offloading_latency_ps, len(blocks), cfg.kv_offloading_ps_per_block
             )
             job = Job(False, s, stored, blocks, self.store_free, observation + 1)
             self.stores.append(job)

@@ -138,6 +138,8 @@ class Running(State):
         if tier:
             for s, _ in scheduled:
                 s.prefilling = s.prefilling and s.num_computed < s.num_tokens
+            if self.t + dt > MAX_TIME_PS:  # before its stores: they would start past the clock's range
+                raise InvalidArgumentError(clock_overflow_message(self.c["num_steps"], self.t))
             _, flush_end = self.offer_stores(scheduled, self.t + dt)
             dt = max(dt, flush_end - self.t)
         if self.t + dt > MAX_TIME_PS:

@@ -3,6 +3,7 @@ step's duration, swap time, and the clock's range."""
 
 from __future__ import annotations
 
+from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import MAX_TIME_PS
 from kvsim.model.timing import FULL, SLIDING, RooflineTimeModel
 from kvsim.reference.engine.seq import Seq
@@ -103,3 +104,28 @@ def clock_overflow_message(step: int, t: int) -> str:
         "(about 53 days): the time model's coefficients (iteration_time_ps, c0_ps, c_tok_ps, c_ctx_ps, "
         "the roofline's, swap_ps_per_block) are too large for this workload"
     )
+
+
+# What each transfer on a link is called in its clock error, and the knobs that set its time.
+TRANSFERS = {
+    "load": ("a CPU-tier load", "kv_offloading_latency_ps and kv_offloading_ps_per_block"),
+    "store": ("a CPU-tier store", "kv_offloading_latency_ps and kv_offloading_ps_per_block"),
+    "remote": (
+        "a prefill-to-decode KV transfer",
+        "pd_link_latency_s and pd_link_ps_per_block (or pd_link_bandwidth)",
+    ),
+}
+
+
+def transfer_end(what: str, start: int, latency: int, blocks: int, per_block: int) -> int:
+    """When a transfer (`TRANSFERS`) of `blocks` blocks starting at `start` ends on a link taking `latency`
+    plus `per_block` a block; one that would end past `MAX_TIME_PS` stops the run (the Rust engine stops
+    with the same text after the step)."""
+    end = start + latency + blocks * per_block
+    if end > MAX_TIME_PS:
+        name, knobs = TRANSFERS[what]
+        raise InvalidArgumentError(
+            f"{name} of {blocks} blocks starting at {start} ps would end past the simulated clock's range of "
+            f"{MAX_TIME_PS} ps (about 53 days): {knobs} are too large for this workload"
+        )
+    return end

@@ -3,6 +3,7 @@
 //! step and `record`, which adds it to the time-weighted counters.
 
 use super::contiguous::Space;
+use super::timing::clock_overflow_message;
 use super::{Engine, EngineConfig, MAX_TIME_PS, Policy, Seq, event};
 use crate::block_table::{blocks_for, rem_bs};
 use crate::{BlockId, BlockPool};
@@ -153,7 +154,7 @@ impl Engine<'_> {
     #[inline]
     pub(super) fn record(&mut self, dt: u64, batch: u64, tokens: u64, m: MemoryState) {
         if (self.t as u64).saturating_add(dt) > MAX_TIME_PS {
-            self.clock_overflow = Some(self.step);
+            self.overflow(clock_overflow_message(self.step, self.t));
             return;
         }
         if self.ts_every > 0 && self.step % self.ts_every == 0 {

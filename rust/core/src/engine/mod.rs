@@ -45,7 +45,6 @@ use memory::{
 };
 use seq::Seq;
 pub(crate) use seq::private_starts;
-use timing::clock_overflow_message;
 
 use crate::{BlockId, BlockPool, KvError, Result, invalid_arg};
 use contiguous::{Buddy, FirstFit, Space};
@@ -92,8 +91,9 @@ pub struct Engine<'a> {
     lookup: crate::kv_groups::Lookup,
     group_new: Vec<(BlockId, usize)>,
     num_rejected: u64,
-    /// Set (to the step) when a step would end past `MAX_TIME_PS`: `run` stops with an error.
-    clock_overflow: Option<u64>,
+    /// Set (to its error's message) when a step or a transfer on a link would end past `MAX_TIME_PS`
+    /// (the first in the run): `advance` stops with that error after the step.
+    clock_overflow: Option<String>,
     out: EngineOutput,
     /// Steps run so far (the index of the next step).
     step: u64,
@@ -316,6 +316,17 @@ impl<'a> Engine<'a> {
         Ok(self.out)
     }
 
+    /// Notes a step or a transfer that would end past `MAX_TIME_PS`: the run's first such error is the
+    /// one `advance` stops with after the step (the reference raises it at once; what the step does
+    /// after it is discarded).
+    #[cold]
+    #[inline(never)]
+    fn overflow(&mut self, msg: String) {
+        if self.clock_overflow.is_none() {
+            self.clock_overflow = Some(msg);
+        }
+    }
+
     /// Steps until the run is over or, with more input to come (`final_input` false), until a step
     /// could depend on it: rows arrive in order, so a step starting before the last arrival fed is safe
     /// (later rows arrive no earlier), one starting at or after it is not, nor the jump of an idle
@@ -416,10 +427,8 @@ impl<'a> Engine<'a> {
             }
             // Nothing scheduled is fine if a head was rejected or a sequence preempted itself (then no
             // time passes, as in the reference); anything else would repeat forever.
-            if let Some(step) = self.clock_overflow {
-                break Err(KvError::InvalidArgument(clock_overflow_message(
-                    step, self.t,
-                )));
+            if let Some(msg) = &self.clock_overflow {
+                break Err(KvError::InvalidArgument(msg.clone()));
             }
             if !progressed
                 && self.num_rejected == rejected_before
@@ -437,7 +446,9 @@ impl<'a> Engine<'a> {
         };
         self.nxt = nxt;
         self.flush_occupancy(); // (a CPU tier's counters complete whenever the run pauses)
-        result
+        // (A store past the clock planned by an idle step, then the end or the horizon, stops here.)
+        let overflow = self.clock_overflow.clone();
+        overflow.map_or(result, |msg| Err(KvError::InvalidArgument(msg)))
     }
 
     /// The counters summed at the end of a run.
@@ -604,6 +615,79 @@ mod tests {
         assert_eq!(split.num_preemptions, [0, 1, 2]);
         assert_eq!(split.counters.recomputed_tokens, 8 + 8 + 9);
         assert_eq!(split.finish, [6 * MS, 4 * MS, 7 * MS]);
+    }
+
+    /// A transfer's end is checked arithmetic: exactly `MAX_TIME_PS` is fine, one past it is not, and
+    /// neither is a product or sum that would wrap `u64` or pass `i64` (the knobs' ranges keep the
+    /// Python API below them, `Engine`'s callers in Rust need not be).
+    #[test]
+    fn a_transfer_ends_within_the_clock_or_not_at_all() {
+        use timing::transfer_end;
+        let max = MAX_TIME_PS as i64;
+        assert_eq!(transfer_end(max - 10, 2, 4, 2), Some(max));
+        assert_eq!(transfer_end(max - 10, 3, 4, 2), None);
+        // 2^20 blocks of 2^40 ps is 2^60 ps: within the range.
+        assert_eq!(
+            transfer_end(0, 0, 1 << 20, 1 << 40).map(|e| e as u64),
+            Some(1 << 60)
+        );
+        assert_eq!(transfer_end(0, 0, 1 << 24, 1 << 40), None); // the product is 2^64: wraps u64
+        assert_eq!(transfer_end(0, u64::MAX, 0, 0), None); // past i64
+        assert_eq!(transfer_end(0, 1, 1, u64::MAX), None); // the sum wraps u64
+        assert_eq!(transfer_end(i64::MAX, 0, 0, 0), None);
+    }
+
+    /// A one-row input of a 64-token prompt (one segment) arriving at `arrival`.
+    fn late_row(arrival: &[i64; 1]) -> EngineInput<'_> {
+        EngineInput {
+            arrival_ps: arrival,
+            prompt_len: &[64],
+            target: &[1],
+            max_gen: &[1],
+            fork_parent: &[-1],
+            output_seg: &[1 << 63],
+            seg_offsets: &[0, 1],
+            segment_id: &[1],
+            segment_len: &[64],
+        }
+    }
+
+    /// A CPU tier's store that would end past the clock's range stops the run with its error (not a
+    /// finished run with a store in flight past it): at the bound the run finishes; the largest link
+    /// times (any `u64`) are refused as such, never wrapped into an early end.
+    #[test]
+    fn a_store_past_the_clock_stops_the_run() {
+        const TICK: u64 = 1_000_000_000;
+        let arrival = [MAX_TIME_PS as i64 - (1 << 39)];
+        let inp = late_row(&arrival);
+        let cfg = |latency_ps, ps_per_block| EngineConfig {
+            tier: Some(TierConfig {
+                chunks: 16,
+                eviction: crate::cpu_tier::Eviction::Lru,
+                prompt_only: true,
+                blocks_per_chunk: 1,
+                store_threshold: 0,
+                ps_per_block,
+                latency_ps,
+            }),
+            watermark_while_running: true,
+            ..EngineConfig::for_tests(64, 16)
+        };
+        // The prompt's 4 blocks are stored from the end of its step, at arrival + TICK.
+        let begin = arrival[0] as u64 + TICK;
+        let bound = MAX_TIME_PS - begin - 4 * 7;
+        let cancel = AtomicBool::new(false);
+        let out = run(inp, &cfg(bound, 7), 0, false, &cancel).unwrap();
+        assert_eq!(out.counters.num_stores, 1);
+        assert_eq!(out.finish, [arrival[0] + TICK as i64]);
+        let err = run(inp, &cfg(bound + 1, 7), 0, false, &cancel).unwrap_err();
+        assert!(matches!(err, KvError::InvalidArgument(_)), "{err}");
+        let want = format!("a CPU-tier store of 4 blocks starting at {begin} ps would end past");
+        assert!(err.to_string().contains(&want), "{err}");
+        for (latency, per_block) in [(u64::MAX, 0), (0, u64::MAX), (1 << 63, 1 << 62)] {
+            let err = run(inp, &cfg(latency, per_block), 0, false, &cancel).unwrap_err();
+            assert!(err.to_string().contains(&want), "{err}");
+        }
     }
 
     #[test]

@@ -8,7 +8,8 @@ use std::collections::{HashMap, VecDeque};
 
 use super::admission::NEVER;
 use super::config::TierConfig;
-use super::{Engine, Memory, event, reject};
+use super::timing::{Transfer, transfer_end, transfer_overflow_message};
+use super::{Engine, MAX_TIME_PS, Memory, event, reject};
 use crate::block_table::{BlockTable, blocks_for, div_bs};
 use crate::cpu_tier::{CpuTier, MISS, PENDING};
 use crate::hash::BlockKeys;
@@ -542,6 +543,23 @@ impl Engine<'_> {
         }
     }
 
+    /// When a transfer on a link ends (`transfer_end`); one that would end past the clock's range
+    /// stops the run after this step with its error (`overflow`), and never ends (`i64::MAX`).
+    #[inline]
+    fn transfer_end_or_overflow(
+        &mut self,
+        what: Transfer,
+        start: i64,
+        latency: u64,
+        blocks: u64,
+        per_block: u64,
+    ) -> i64 {
+        transfer_end(start, latency, blocks, per_block).unwrap_or_else(|| {
+            self.overflow(transfer_overflow_message(what, blocks, start));
+            i64::MAX
+        })
+    }
+
     #[inline]
     fn tier_ref(&self) -> &Tier {
         self.tier.as_deref().expect("a CPU tier")
@@ -679,10 +697,14 @@ impl Engine<'_> {
         let bs = self.cfg.block_size;
         let t = self.t;
         let blocks = end / bs - local / bs;
-        let tier = self.tier.as_deref_mut().expect("a connector");
+        let tier = self.tier_ref();
         let (latency, per_block) = tier.pd_link.expect("a decode replica's link");
+        let start = t.max(tier.pd_free);
+        let link_end =
+            self.transfer_end_or_overflow(Transfer::Remote, start, latency, blocks, per_block);
         let duration = latency.saturating_add(blocks.saturating_mul(per_block));
-        tier.pd_free = t.max(tier.pd_free).saturating_add(duration as i64);
+        let tier = self.tier.as_deref_mut().expect("a connector");
+        tier.pd_free = link_end;
         tier.sends_decided.push((row, tier.pd_free));
         tier.next_job += 1;
         let job = Job {
@@ -736,13 +758,15 @@ impl Engine<'_> {
             .collect();
         let blocks = end / bs - local / bs;
         let (t, row) = (self.t, self.slab[k].row);
+        let start = t.max(self.tier_ref().load_free);
+        let link_end =
+            self.transfer_end_or_overflow(Transfer::Load, start, latency, blocks, per_block);
         let tier = self.tier.as_deref_mut().expect("a CPU tier");
         tier.cpu.prepare_load(row as u64, &keys);
         for &(key, _) in &keys {
             *tier.loading.entry(key).or_insert(0) += 1;
         }
-        let start = t.max(tier.load_free);
-        tier.load_free = start + (latency + blocks * per_block) as i64;
+        tier.load_free = link_end;
         tier.next_job += 1;
         let job = Job {
             id: tier.next_job,
@@ -984,8 +1008,9 @@ impl Engine<'_> {
             return false;
         }
         let begin = step_end.max(tier.store_free);
+        let (latency, per_block, n) = (tier.cfg.latency_ps, tier.cfg.ps_per_block, blocks.len());
         tier.store_free =
-            begin + (tier.cfg.latency_ps + blocks.len() as u64 * tier.cfg.ps_per_block) as i64;
+            self.transfer_end_or_overflow(Transfer::Store, begin, latency, n as u64, per_block);
         tier.next_job += 1;
         let id = tier.next_job;
         self.out.counters.num_stores += 1;
@@ -1256,7 +1281,13 @@ impl Engine<'_> {
             let s = &mut self.slab[self.scheduled[i].0];
             s.prefilling = s.prefilling && s.num_computed < s.num_tokens();
         }
-        let (_, flush_end) = self.offer_stores(self.t + dt as i64);
+        // A step ending past the clock's range offers nothing: `record` stops the run with its error
+        // (the reference raises it before its offers).
+        let step_end = match i64::try_from(dt) {
+            Ok(dt) if self.t.saturating_add(dt) <= MAX_TIME_PS as i64 => self.t + dt,
+            _ => return dt,
+        };
+        let (_, flush_end) = self.offer_stores(step_end);
         dt.max(flush_end.saturating_sub(self.t).max(0) as u64)
     }
 

@@ -157,3 +157,46 @@ pub(super) fn clock_overflow_message(step: u64, t: i64) -> String {
          the roofline's, swap_ps_per_block) are too large for this workload"
     )
 }
+
+/// A transfer on a link whose end is checked against `MAX_TIME_PS` (`transfer_end`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Transfer {
+    /// A CPU tier's load (CPU to GPU).
+    Load,
+    /// A CPU tier's store (GPU to CPU).
+    Store,
+    /// A decode replica's transfer from the prefill pool.
+    Remote,
+}
+
+/// When a transfer of `blocks` blocks starting at `start` ends on a link taking `latency` plus
+/// `per_block` a block: None past `MAX_TIME_PS` (checked throughout: no product or sum wraps).
+#[inline]
+pub(super) fn transfer_end(start: i64, latency: u64, blocks: u64, per_block: u64) -> Option<i64> {
+    let duration = blocks.checked_mul(per_block)?.checked_add(latency)?;
+    let end = start.checked_add(i64::try_from(duration).ok()?)?;
+    (end <= MAX_TIME_PS as i64).then_some(end)
+}
+
+/// The error of a transfer that would end past `MAX_TIME_PS` (the reference raises the same text).
+#[cold]
+pub(super) fn transfer_overflow_message(what: Transfer, blocks: u64, start: i64) -> String {
+    let (name, knobs) = match what {
+        Transfer::Load => (
+            "a CPU-tier load",
+            "kv_offloading_latency_ps and kv_offloading_ps_per_block",
+        ),
+        Transfer::Store => (
+            "a CPU-tier store",
+            "kv_offloading_latency_ps and kv_offloading_ps_per_block",
+        ),
+        Transfer::Remote => (
+            "a prefill-to-decode KV transfer",
+            "pd_link_latency_s and pd_link_ps_per_block (or pd_link_bandwidth)",
+        ),
+    };
+    format!(
+        "{name} of {blocks} blocks starting at {start} ps would end past the simulated clock's range of \
+         {MAX_TIME_PS} ps (about 53 days): {knobs} are too large for this workload"
+    )
+}

@@ -139,3 +139,65 @@ fn what_a_disaggregated_fleet_does_not_model_is_refused() {
     };
     assert!(err(&plain, &[cfg], &spec, &none).contains("prefill_replicas 0"));
 }
+
+/// A decode replica's transfer that would end past the clock's range stops the fleet with its error:
+/// a link time a block of any `u64` is refused as such (it once saturated into an end of -1 ps, seen
+/// at once), and one ending exactly at the bound is not refused.
+#[test]
+fn a_transfer_past_the_clock_stops_the_fleet() {
+    const TICK: i64 = 1_000_000_000;
+    let cancel = AtomicBool::new(false);
+    let cfg = EngineConfig {
+        watermark_while_running: true,
+        ..EngineConfig::for_tests(60, 16)
+    };
+    let late = crate::engine::MAX_TIME_PS as i64 - (1 << 39);
+    // One request of 17 tokens (one full block), prefilled in one step from its arrival, then moved.
+    let w = Cols {
+        arrival_ps: vec![late],
+        prompt_len: vec![17],
+        target: vec![2],
+        max_gen: vec![2],
+        fork_parent: vec![-1],
+        output_seg: vec![1 << 63],
+        seg_offsets: vec![0, 1],
+        segment_id: vec![5],
+        segment_len: vec![17],
+    };
+    let spec = RouterSpec::named("round-robin").unwrap();
+    let link = |latency, per_block| PdSpec {
+        prefill_replicas: 1,
+        threshold_tokens: 0,
+        link_latency_ps: latency,
+        link_ps_per_block: per_block,
+    };
+    let start = late + TICK;
+    let want = format!(
+        "a prefill-to-decode KV transfer of 1 blocks starting at {start} ps would end past"
+    );
+    for (latency, per_block) in [(0, u64::MAX), (u64::MAX, 0), (1 << 40, 1 << 40)] {
+        let err = run_pd(
+            w.view(),
+            std::slice::from_ref(&cfg),
+            None,
+            &spec,
+            &link(latency, per_block),
+            &cancel,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains(&want), "{err}");
+    }
+    // Ending at the bound less the decode replica's two steps: the run completes.
+    let bound = crate::engine::MAX_TIME_PS - start as u64 - 2 * TICK as u64;
+    let out = run_pd(
+        w.view(),
+        std::slice::from_ref(&cfg),
+        None,
+        &spec,
+        &link(bound, 0),
+        &cancel,
+    )
+    .unwrap();
+    assert_eq!(out.cluster.out.status, [0]);
+    assert_eq!(out.cluster.out.finish, [crate::engine::MAX_TIME_PS as i64]);
+}
