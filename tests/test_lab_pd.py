@@ -10,7 +10,7 @@ from __future__ import annotations
 import hypothesis.strategies as st
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 
 from kvsim.engine.cluster import _pd_spec, router_spec
 from kvsim.engine.engine_input import prepare
@@ -35,15 +35,24 @@ PART = {
 }
 
 
+def part(phase: str, t: int, first_token: int) -> str | None:
+    """The TTFT part a phase's time at `t` counts in (None: none; time after the first token counts in
+    none, a preemption after it included)."""
+    if 0 <= first_token <= t:
+        return None
+    if phase in ("preempted on prefill", "recomputing on prefill"):  # between the prefill's first and end
+        return "ttft_prefill_s"
+    if phase in ("preempted", "recomputing"):  # on the decode replica, before its first token
+        return "ttft_decode_queue_s"
+    return PART.get(phase)
+
+
 def check_run(workload, config, names, prefill_config=None):
-    """Every meaning test on one fleet; returns the run (None for a fleet that preempted: a preempted
-    request's phases are not told apart, DESIGN.md §Lab)."""
+    """Every meaning test on one fleet (preempting ones included); returns the run."""
     from kvsim import simulate_cluster
 
     r = pd.run(workload, config, names, prefill_config)
     fleet = simulate_cluster(workload, config, prefill_config=prefill_config)
-    if int(fleet.requests["num_preemptions"].sum()):
-        return None
     rows = fleet.requests
     snaps = [pd.snapshot(r, i) for i in range(len(r.instants))]
     t = [int(x) for x in r.instants]
@@ -51,8 +60,9 @@ def check_run(workload, config, names, prefill_config=None):
     spent = [dict.fromkeys(set(PART.values()), 0) for _ in r.names]
     for i in range(len(t) - 1):
         for k, q in enumerate(snaps[i]["requests"]):
-            if q["phase"] in PART:
-                spent[k][PART[q["phase"]]] += t[i + 1] - t[i]
+            where = part(q["phase"], t[i], int(r.first_token[k]))
+            if where is not None:
+                spent[k][where] += t[i + 1] - t[i]
     by_name = {name: k for k, name in enumerate(r.names)}
     for row, rid in enumerate(rows["request_id"].to_list()):
         k = by_name[names[rid]]
@@ -69,6 +79,7 @@ def check_run(workload, config, names, prefill_config=None):
         pd=_pd_spec([config], spec, prefill_config),
     )
     block = config.engine_block_size
+    prefill_block = (prefill_config or config).engine_block_size
     for p, ts in ((1, ref.timeseries[0]), (0, ref.timeseries[1])):
         for start, free in zip(ts["time_ps"], ts["free_tokens"], strict=True):
             snap = snaps[int(np.searchsorted(r.instants, int(start), side="right")) - 1]
@@ -89,8 +100,10 @@ def check_run(workload, config, names, prefill_config=None):
             # nothing, not in the time series, may free them first); decode blocks from its admission.
             after = r.prefill_replica[row] >= 0 and 0 <= r.prefill_finish[row] <= when
             seen = after and ends[row] >= 0 and bool(np.any((steps_p >= ends[row]) & (steps_p <= when)))
-            if q["phase"] == "prefilling":
+            if q["phase"] in ("prefilling", "recomputing on prefill"):
                 assert q["prefill_blocks"], (when, q)
+            elif q["phase"] == "preempted on prefill":
+                assert not q["prefill_blocks"], (when, q)
             elif q["prefill_blocks"]:
                 assert after, (when, q)
                 assert not seen, (when, q)
@@ -101,22 +114,65 @@ def check_run(workload, config, names, prefill_config=None):
                 "computing its tail",
                 "decoding",
                 "prefilling locally",
+                "recomputing",
             )
             assert bool(q["decode_blocks"]) == admitted, (snap["instant"], q)
-    # 5. The prefill pool's cached blocks: every block the engine evicts (a key lost) or hits is one the
-    # snapshot had cached (or held), and every cached block it reuses it evicts first.
-    ev = r.events[0]
-    for i in range(len(ev["kind"])):
-        k, b, row, when = int(ev["kind"][i]), int(ev["block"][i]), int(ev["seq"][i]), int(ev["time_ps"][i])
-        before = pd.cached_blocks({c: v[:i] for c, v in ev.items()}, when, r.full_blocks)
-        held = pd.held_blocks({c: v[:i] for c, v in ev.items()}, when)
-        if k == pd.EVICT:
-            assert b in before
-        elif k == pd.PREFIX_HIT:
-            assert b in before or b in held
-        elif k == pd.ALLOCATE and b in before:
-            assert int(ev["kind"][i - 1]) == pd.EVICT
-            assert int(ev["block"][i - 1]) == b
+    # 5. Each pool's cached blocks: every block the engine evicts (a key lost) or hits is one the snapshot
+    # had cached (or held), and every cached block it reuses it evicts first. A request that finishes
+    # leaves keys on its full blocks of computed tokens: on the prefill replica its prompt's, on the
+    # decode replica its prompt's and the tokens it generated but the last (never computed).
+    raw = fleet.raw
+    prompt = np.asarray(prepare(workload, config).prompt_len)
+    for p, ev in enumerate(r.events):
+        keyed = r.replays[p].keyed_at_free
+        for i in range(len(ev["kind"])):
+            k, b, row, when = (int(ev[c][i]) for c in ("kind", "block", "seq", "time_ps"))
+            before = pd.cached_blocks({c: v[:i] for c, v in ev.items()}, when, keyed)
+            held = pd.held_blocks({c: v[:i] for c, v in ev.items()}, when)
+            if k == pd.EVICT:
+                assert b in before, (p, i)
+            elif k == pd.PREFIX_HIT:
+                assert b in before or b in held, (p, i)
+            elif k == pd.ALLOCATE and b in before:
+                assert int(ev["kind"][i - 1]) == pd.EVICT, (p, i)
+                assert int(ev["block"][i - 1]) == b, (p, i)
+            elif k == pd.FREE and when >= r.finish[row] >= 0 and p == 1:
+                assert keyed[i] == (prompt[row] + int(raw.generated[row]) - 1) // block, (p, i)
+            elif k == pd.FREE and p == 0 and 0 <= r.prefill_finish[row] <= when:
+                assert keyed[i] == prompt[row] // prefill_block, (p, i)
+        # Counted: the blocks drawn cached are free blocks (no holder), held + cached + free = the pool.
+        for snap in snaps:
+            pool = snap["pools"][p]
+            assert all(not c["requests"] for c in pool["blocks"] if c["cached"])
+            assert pool["cached"] == sum(1 for c in pool["blocks"] if c["cached"])
+    # 6. Tokens: none before the first token, the engine's count from the finish; in between one more at
+    # each of the decode replica's steps that starts after the first token (a request never preempted:
+    # it samples in every step), or, for one preempted, one more at a time and none while it is preempted
+    # or recomputes; each episode of preemption drawn is one the engine counted.
+    steps_d = np.asarray(ref.timeseries[0]["time_ps"], dtype=np.int64)
+    for row in range(len(r.names)):
+        first, end = int(r.first_token[row]), int(r.finish[row])
+        got = [s["requests"][row]["generated"] for s in snaps]
+        phases = [s["requests"][row]["phase"] for s in snaps]
+        episodes = sum(
+            1
+            for i, ph in enumerate(phases)
+            if ph.startswith("preempted") and (i == 0 or not phases[i - 1].startswith("preempted"))
+        )
+        assert episodes == int(raw.num_preemptions[row]), (row, phases)
+        for i, when in enumerate(t):
+            if first < 0 or when < first:
+                assert got[i] == 0, (row, when)
+            elif 0 <= end <= when:
+                assert got[i] == int(raw.generated[row]), (row, when)
+            elif not episodes:
+                assert got[i] == 1 + int(np.sum((steps_d > first) & (steps_d <= when))), (row, when)
+            if i:
+                assert got[i] - got[i - 1] in (0, 1), (row, when)
+                away = ("preempted", "recomputing")  # (its last token may come at the preemption's instant)
+                if phases[i].startswith(away) and phases[i - 1].startswith(away):
+                    assert got[i] == got[i - 1], (row, when)
+            assert got[i] <= snaps[i]["requests"][row]["max_tokens"]
     # 4. The link: its busy time is the decode replica's counter; each transfer ends before it is seen.
     moved = r.link_start >= 0
     assert int((r.link_end - r.link_start)[moved].sum()) == r.counters["pd_link_busy_ps"]
@@ -162,6 +218,45 @@ def test_the_preset_shows_a_transfer_while_another_request_decodes():
             assert q["transfer_blocks"] == (int(r.transfer_blocks[row]) if admitted else 0)
 
 
+def test_the_pressure_preset_shows_a_preemption_on_the_decode_replica():
+    p = pd.get("disaggregated-pressure")
+    r = check_run(p.workload, p.config, p.request_names)
+    k = pd.opening(r)
+    snap = pd.snapshot(r, k)
+    out = next(q for q in snap["requests"] if q["phase"] == "preempted")
+    assert "decoding" in {q["phase"] for q in snap["requests"]}
+    row = r.names.index(out["name"])
+    # Preempted (recompute): it holds no decode block; its full blocks stay cached in the decode pool,
+    # drawn cached (named after it), not free; it keeps the tokens it generated.
+    assert not out["decode_blocks"]
+    mine = [b["id"] for b in snap["pools"][1]["blocks"] if b["cached"] == out["name"]]
+    assert mine
+    assert snap["pools"][1]["cached"] >= len(mine)
+    before = pd.snapshot(r, k - 1)["requests"][row]
+    assert before["phase"] == "decoding"
+    # (the token of the step before it comes at the preemption's instant)
+    assert out["generated"] == before["generated"] + 1 == r.replays[1].generated(row, int(r.instants[k]))
+    resumed = next(
+        i for i in range(k, len(r.instants)) if pd.snapshot(r, i)["requests"][row]["phase"] == "decoding"
+    )
+    assert pd.snapshot(r, resumed - 1)["requests"][row]["phase"] == "recomputing"
+    assert pd.snapshot(r, resumed)["requests"][row]["generated"] == out["generated"] + 1
+    # Every readmission after a preemption hits blocks the page drew cached or held just before, and
+    # one of them hits blocks drawn cached under its own name (its own blocks, not reused meanwhile).
+    ev = r.events[1]
+    own = 0
+    for i in np.flatnonzero(ev["kind"] == pd.ADMIT):
+        row, when = int(ev["seq"][i]), int(ev["time_ps"][i])
+        if not r.replays[1].preemptions[row] or when == r.admit[row]:
+            continue
+        at = (ev["seq"] == row) & (ev["time_ps"] == when) & (ev["kind"] == pd.PREFIX_HIT)
+        hits = set(ev["block"][at].tolist())
+        prior = pd.snapshot(r, int(np.searchsorted(r.instants, when)) - 1)["pools"][1]["blocks"]
+        assert hits <= {c["id"] for c in prior if c["cached"] or c["requests"]}
+        own += bool(hits & {c["id"] for c in prior if c["cached"] == r.names[row]})
+    assert own
+
+
 @settings(deadline=None, max_examples=60)
 @given(
     st.lists(
@@ -192,7 +287,7 @@ def test_snapshots_mean_what_the_engines_did(reqs, num_blocks, prefill_blocks, t
     )
     # A smaller prefill pool: its cached blocks get evicted and reused.
     prefill = cfg.replace(num_blocks=prefill_blocks)
-    assume(check_run(w, cfg, [f"req-{i + 1}" for i in range(len(rows))], prefill) is not None)
+    check_run(w, cfg, [f"req-{i + 1}" for i in range(len(rows))], prefill)
 
 
 def test_bad_input_is_refused_by_name():
@@ -206,6 +301,12 @@ def test_bad_input_is_refused_by_name():
     two = p.config.replace(prefill_replicas=2)
     with pytest.raises(InvalidArgumentError, match=r"^prefill_replicas 2 and replicas 1: the lab draws 1"):
         pd.run(p.workload, two, p.request_names)
+    with pytest.raises(InvalidArgumentError, match=r"^preemption 'swap': the lab's disaggregated page"):
+        pd.run(p.workload, p.config.replace(preemption="swap", cpu_blocks=8), p.request_names)
+    with pytest.raises(InvalidArgumentError, match=r"^preemption 'swap'"):
+        pd.run(p.workload, p.config, p.request_names, p.config.replace(preemption="swap", cpu_blocks=8))
+    with pytest.raises(InvalidArgumentError, match=r"^kv_offloading_chunks 64: the lab's disaggregated page"):
+        pd.run(p.workload, p.config.replace(kv_offloading_chunks=64), p.request_names)
 
 
 def test_the_api_serves_the_snapshots_and_refuses_by_name():

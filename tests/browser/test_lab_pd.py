@@ -18,6 +18,7 @@ CELLS = """pool => Array.from(document.querySelectorAll(`.pd-grid[data-pool="${p
   fill: getComputedStyle(e).backgroundImage !== 'none' ? 'hatched' : getComputedStyle(e).backgroundColor}))"""
 ROWS = """() => Array.from(document.querySelectorAll('#pd-rows tr')).map(tr => ({
   name: tr.dataset.request, phase: tr.dataset.phase,
+  colour: getComputedStyle(tr.children[1]).color,
   cells: Array.from(tr.children).map(td => td.textContent)}))"""
 
 
@@ -62,9 +63,24 @@ def assert_drawn(lab: LabPage, snap: dict[str, Any]) -> None:
     assert [r["name"] for r in rows] == [q["name"] for q in snap["requests"]]
     for row, q in zip(rows, snap["requests"], strict=True):
         assert row["phase"] == q["phase"]
-        assert row["cells"][2] == (" ".join(f"P{b}" for b in q["prefill_blocks"]) or "—")
-        assert row["cells"][3] == (" ".join(f"P{b}" for b in q["decode_blocks"]) or "—")
-        assert row["cells"][4].startswith(f"{q['transfer_blocks']} blocks" if q["transfer_blocks"] else "—")
+        assert row["cells"][1] == q["phase"]
+        assert row["cells"][2] == f"{q['generated']} of {q['max_tokens']}"
+        assert row["cells"][3] == (" ".join(f"P{b}" for b in q["prefill_blocks"]) or "—")
+        assert row["cells"][4] == (" ".join(f"P{b}" for b in q["decode_blocks"]) or "—")
+        assert row["cells"][5].startswith(f"{q['transfer_blocks']} blocks" if q["transfer_blocks"] else "—")
+    # A preempted or recomputing request's phase is drawn in the colour of the single-replica page's
+    # "Preempted" status, apart from every other phase.
+    away = {r["colour"] for r in rows if r["phase"].startswith(("preempted", "recomputing"))}
+    rest = {r["colour"] for r in rows if not r["phase"].startswith(("preempted", "recomputing"))}
+    assert away <= {"rgb(255, 176, 187)"}
+    assert not away & rest
+
+
+def fits(lab: LabPage) -> bool:
+    width = lab.page.viewport_size["width"]
+    return bool(
+        lab.page.evaluate(f"document.documentElement.scrollWidth <= {width} && window.innerWidth <= {width}")
+    )
 
 
 def test_the_page_draws_the_snapshot_forward_and_back(sized_lab: LabPage) -> None:
@@ -82,12 +98,38 @@ def test_the_page_draws_the_snapshot_forward_and_back(sized_lab: LabPage) -> Non
     for k in stops:
         seek(sized_lab, k)
         assert_drawn(sized_lab, pd.snapshot(r, k))
-    # Nothing is wider than the screen.
-    assert sized_lab.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    # Nothing is wider than the screen (the viewport asked for: a mobile page's window widens to its content).
+    assert fits(sized_lab)
     # The URL carries the instant, and a reload opens there.
     assert sized_lab.page.url.endswith("instant=" + str(opening))
     open_pd(sized_lab, instant=9)
     assert_drawn(sized_lab, pd.snapshot(r, 9))
+
+
+def test_the_pressure_preset_draws_a_preemption_and_the_decode_pools_cache(sized_lab: LabPage) -> None:
+    r = pd.preset_run("disaggregated-pressure")
+    open_pd(sized_lab, preset="disaggregated-pressure")
+    opening = pd.opening(r)
+    assert int(sized_lab.page.get_attribute("#pd", "data-instant")) == opening
+    snap = pd.snapshot(r, opening)
+    assert "preempted" in {q["phase"] for q in snap["requests"]}
+    assert snap["pools"][1]["cached"]  # the preempted request's full blocks, drawn cached, not free
+    assert_drawn(sized_lab, snap)
+    # Forward through its readmission (recomputing) and back; the last instant's decode pool is all cached
+    # or free.
+    phases = [{q["phase"] for q in pd.snapshot(r, k)["requests"]} for k in range(len(r.instants))]
+    recompute = next(k for k, ph in enumerate(phases) if "recomputing" in ph)
+    last = len(r.instants) - 1
+    for k in (opening + 1, recompute, recompute + 1, last, 3, opening):
+        seek(sized_lab, k)
+        assert_drawn(sized_lab, pd.snapshot(r, k))
+    assert pd.snapshot(r, last)["pools"][1]["cached"]
+    assert fits(sized_lab)
+    # The presets' links: the other preset's page opens from here.
+    with sized_lab.page.expect_navigation():
+        sized_lab.page.click('#pd-presets a[href="pd?preset=disaggregated"]')
+    sized_lab.page.wait_for_selector("main#pd[aria-busy=false]", timeout=60_000)
+    assert sized_lab.page.text_content("#pd-title") == pd.get("disaggregated").title
 
 
 def test_a_bad_preset_shows_the_servers_reason(lab: LabPage) -> None:

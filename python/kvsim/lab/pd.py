@@ -7,7 +7,9 @@ the decode replica's inbound link. Nothing here decides anything: the fleet runs
 (`kvsim.simulate_cluster`, the rows the page shows) and on the reference engine (`kvsim.reference.cluster.
 run_cluster` with `record_events`: each replica's event log, which `simulate_cluster` does not return);
 the two runs' per-sequence columns must be equal or `InternalError` stops it. Blocks come from the logs'
-`allocate` / `prefix-hit` / `free` rows; phases from the rows' times. The one thing derived is when a
+`allocate` / `prefix-hit` / `free` rows; phases from the rows' times; preemptions, the tokens each request
+has generated and which freed blocks keep a key (drawn cached) from `pd_replay`, which replays each
+replica's log and time series step by step. Besides that, the one thing derived is when a
 transfer is on the link: the log has no row for it (a transfer logs no `load` event), so its start is
 its admission or the end of the transfer before it on the link (first come first served, §Prefill/decode
 disaggregation step 5) and its end the start plus latency + blocks × time per block; the tests check the
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from kvsim.errors import InternalError, InvalidArgumentError
+from kvsim.lab.pd_replay import Replay, replay
 from kvsim.lab.presets import _table
 from kvsim.model.config import SimConfig
 from kvsim.workloads import Workload
@@ -44,6 +47,10 @@ PHASES = (
     "done",
     "local prefill queue",
     "prefilling locally",
+    "preempted",
+    "recomputing",
+    "preempted on prefill",
+    "recomputing on prefill",
 )
 TRANSFER_PHASES = ("transfer queued", "on the link", "landed, not yet seen")
 SHARED = 1  # the preset's shared system prompt's content id
@@ -97,7 +104,39 @@ def disaggregated() -> PdPreset:
     )
 
 
-PD_PRESETS = {"disaggregated": disaggregated}
+def disaggregated_pressure() -> PdPreset:
+    """The same fleet with a decode pool of 16 blocks (15 usable) and four requests that each generate 60
+    tokens after a shared 64-token prompt: the decode replica runs out of blocks while they decode and
+    preempts the newest (recompute); a preempted request's full blocks stay cached there, and it is
+    readmitted with hits on those not reused meanwhile and computes the rest again."""
+    rows = [([(SHARED, 64), (100 + i, 20 + 8 * i)], 60) for i in range(4)]
+    w = _table(rows, [0.0, 0.001, 0.002, 0.003], PD_MAX_TOKENS)
+    cfg = SimConfig(
+        model="llama-3-8b",
+        num_blocks=16,
+        block_size=16,
+        replicas=1,
+        prefill_replicas=1,
+        pd_threshold_tokens=16,
+        pd_link_latency_s=0.001,
+    )
+    return PdPreset(
+        name="disaggregated-pressure",
+        title="Disaggregated fleet under memory pressure (a decode pool of 15 blocks)",
+        description=(
+            "Four requests, each prefilled on the prefill replica and decoded on a decode replica of 15 "
+            "blocks: as their outputs grow it runs out and preempts the newest (recompute). Its full "
+            "blocks stay in the decode replica's prefix cache (dashed) until reused; readmitted, it hits "
+            "those still cached and computes the rest of its prompt and of the tokens it had generated "
+            "again, keeping those tokens."
+        ),
+        workload=w,
+        config=cfg,
+        request_names=[f"req-{i + 1}" for i in range(len(rows))],
+    )
+
+
+PD_PRESETS = {"disaggregated": disaggregated, "disaggregated-pressure": disaggregated_pressure}
 
 
 def get(name: str) -> PdPreset:
@@ -129,7 +168,9 @@ class PdRun:
     events: tuple[dict[str, np.ndarray], dict[str, np.ndarray]]  # (prefill replica 0, decode replica 0)
     transfer_ids: dict[int, frozenset[int]]  # per remote row, the decode blocks its transfer fills
     full_blocks: np.ndarray  # per row, its prompt's full blocks (what a prefill leaves keyed)
-    prefix_caching: bool
+    target: np.ndarray  # per row, the tokens it is to generate (on its decode replica)
+    replays: tuple[Replay, Replay]  # (prefill replica 0, decode replica 0): tokens, preemptions, keys
+    prefix_caching: tuple[bool, bool]  # (prefill, decode)
     summary: dict[str, Any]
     counters: dict[str, int]  # the decode replica's
     link: dict[str, float]
@@ -150,12 +191,21 @@ def run(
             f"prefill_replicas {config.prefill_replicas} and replicas {config.replicas}: the lab draws "
             "1 prefill and 1 decode replica"
         )
+    for cfg in (config, prefill_config or config):
+        if cfg.preemption != "recompute":
+            raise InvalidArgumentError(
+                f"preemption {cfg.preemption!r}: the lab's disaggregated page draws preemption by recompute"
+            )
+    if config.kv_offloading_chunks:
+        raise InvalidArgumentError(
+            f"kv_offloading_chunks {config.kv_offloading_chunks}: the lab's disaggregated page draws no CPU tier"
+        )
     fleet = simulate_cluster(workload, config, prefill_config=prefill_config)  # Rust: rows and summary
     spec = router_spec(config)
     pd = _pd_spec([config], spec, prefill_config)
     prefill = pd.prefill_config or config
     inp = prepare(workload, config)
-    ref = cluster.run_cluster(inp, [config], spec, record_events=True, pd=pd)
+    ref = cluster.run_cluster(inp, [config], spec, timeseries_every=1, record_events=True, pd=pd)
     cols = ref.columns
     for name in ("first_scheduled", "first_token", "finish", "load_wait_ps", "status"):
         if not np.array_equal(np.asarray(getattr(fleet.raw, name)), np.asarray(cols[name])):
@@ -193,7 +243,27 @@ def run(
         start[row] = max(int(admit[row]), free_at)
         end[row] = start[row] + pd.link_latency_ps + int(transfer_blocks[row]) * pd.link_ps_per_block
         free_at = int(end[row])
+    order = np.asarray(inp.request_id, dtype=np.int64)
+    prompt = np.asarray(inp.prompt_len, dtype=np.int64)
+    no_seen = np.full(n, -1, dtype=np.int64)
+    replays = (
+        replay(prefill_ev, ref.timeseries[1], prompt, prefill.engine_block_size, no_seen),
+        replay(
+            decode_ev,
+            ref.timeseries[0],
+            prompt,
+            config.engine_block_size,
+            np.where(remote, admit + load_wait, -1),
+        ),
+    )
     times = [
+        *replays[1].samples,  # a token generated: the request's count changes
+        *(
+            np.asarray([q.start, q.readmit, q.resample])
+            for rp in replays
+            for qs in rp.preemptions
+            for q in qs
+        ),
         np.asarray(inp.arrival_ps),
         decode_ev["time_ps"],
         prefill_ev["time_ps"],
@@ -205,7 +275,6 @@ def run(
         end,
     ]
     instants = np.unique(np.concatenate([np.asarray(x, dtype=np.int64) for x in times]))
-    order = np.asarray(inp.request_id, dtype=np.int64)
     return PdRun(
         names=[names[int(r)] for r in order],
         num_blocks=(int(prefill.num_blocks or 0) - 1, int(config.num_blocks or 0) - 1),
@@ -222,8 +291,10 @@ def run(
         link_start=start,
         link_end=end,
         events=(prefill_ev, decode_ev),
-        full_blocks=np.asarray(inp.prompt_len, dtype=np.int64) // prefill.engine_block_size,
-        prefix_caching=bool(prefill.enable_prefix_caching),
+        full_blocks=prompt // prefill.engine_block_size,
+        target=np.asarray(inp.target, dtype=np.int64),
+        replays=replays,
+        prefix_caching=(bool(prefill.enable_prefix_caching), bool(config.enable_prefix_caching)),
         transfer_ids={row: frozenset(admitted[row]) for row in np.flatnonzero(remote).tolist()},
         summary=dict(fleet.summary),
         counters=dict(ref.counters[0]),
@@ -233,11 +304,19 @@ def run(
 
 
 def phase(r: PdRun, row: int, t: int) -> str:
-    """What request `row` is doing at `t` (ps), from its times."""
+    """What request `row` is doing at `t` (ps), from its times and its replicas' replays."""
     if t < r.arrival[row]:
         return "not arrived"
     if r.finish[row] >= 0 and t >= r.finish[row]:
         return "done"
+    # A preemption (its rows' times do not tell it: the replicas' logs do, `pd_replay`): on the prefill
+    # replica while it prefills there, on the decode replica from its admission there.
+    on_prefill = r.replays[0].preempted(row, t) if r.prefill_replica[row] >= 0 else None
+    if on_prefill is not None:
+        return f"{on_prefill} on prefill"
+    on_decode = r.replays[1].preempted(row, t)
+    if on_decode is not None:
+        return on_decode
     if r.first_token[row] >= 0 and t >= r.first_token[row]:
         return "decoding"
     if r.prefill_replica[row] < 0:
@@ -274,12 +353,14 @@ def held_blocks(events: dict[str, np.ndarray], t: int) -> dict[int, list[int]]:
     return held
 
 
-def cached_blocks(events: dict[str, np.ndarray], t: int, full: np.ndarray) -> dict[int, int]:
-    """The prefill replica's free blocks that keep a key after every event at or before `t` (ps), each with
-    the input row that freed it last: a block freed by its last holder is keyed if it was one of that
-    holder's full prompt blocks (`full[row]` of them: a prefill request computes its prompt, no more); an
-    `allocate` or an `evict` of the block ends it (the engine logs an `evict` before reusing a keyed
-    block, which the tests check)."""
+def cached_blocks(events: dict[str, np.ndarray], t: int, keyed_at_free: dict[int, int]) -> dict[int, int]:
+    """A replica's free blocks that keep a key after every event at or before `t` (ps), each with the input
+    row that freed it last: a block freed by its last holder is keyed if it was one of the leading blocks
+    of that holder's table that had keys when it released them (`keyed_at_free[i]` for the `free` row i,
+    `pd_replay`: its full blocks of computed tokens, a transfer's blocks once it landed; a prefill request
+    computes its prompt, no more, unless preempted); its table's order is its `prefix-hit` and `allocate`
+    rows' order since its admission. An `allocate` or an `evict` of the block ends it (the engine logs an
+    `evict` before reusing a keyed block, which the tests check)."""
     holders: dict[int, int] = {}
     order: dict[int, list[int]] = {}
     cached: dict[int, int] = {}
@@ -296,7 +377,7 @@ def cached_blocks(events: dict[str, np.ndarray], t: int, full: np.ndarray) -> di
             cached.pop(b, None)
         elif k == FREE:
             holders[b] -= 1
-            if not holders[b] and order[row].index(b) < full[row]:
+            if not holders[b] and order[row].index(b) < keyed_at_free[i]:
                 cached[b] = row
     return cached
 
@@ -311,7 +392,7 @@ def snapshot(r: PdRun, index: int) -> dict[str, Any]:
     cells_of: list[list[dict[str, Any]]] = []
     for p, (name, events) in enumerate(zip(("prefill", "decode"), r.events, strict=True)):
         held = held_blocks(events, t)
-        cached = cached_blocks(events, t, r.full_blocks) if p == 0 and r.prefix_caching else {}
+        cached = cached_blocks(events, t, r.replays[p].keyed_at_free) if r.prefix_caching[p] else {}
         cells = []
         for b in range(1, r.num_blocks[p] + 1):
             holders = held.get(b, [])
@@ -353,6 +434,9 @@ def snapshot(r: PdRun, index: int) -> dict[str, Any]:
                 "link_start_s": _s(r.link_start[row]) if known else None,
                 "link_end_s": _s(r.link_end[row]) if known else None,
                 "seen_s": _s(r.admit[row] + r.load_wait[row]) if known else None,
+                # Its decode replica generates every output token (the prefill replica's one is dropped).
+                "generated": r.replays[1].generated(row, t),
+                "max_tokens": int(r.target[row]),
             }
         )
     on_link = [q["name"] for q in requests if q["phase"] == "on the link"]
@@ -373,13 +457,16 @@ def _s(ps: Any) -> float | None:
 
 
 def opening(r: PdRun) -> int:
-    """The instant the page opens on: the first where a transfer is on the link while a request decodes
-    (else 0)."""
+    """The instant the page opens on: the first where a request is preempted on the decode replica while
+    one decodes, else the first where a transfer is on the link while a request decodes (else 0)."""
+    seen: dict[str, int] = {}
     for i, t in enumerate(r.instants):
         ph = [phase(r, row, int(t)) for row in range(len(r.arrival))]
-        if "on the link" in ph and "decoding" in ph:
-            return i
-    return 0
+        if "decoding" in ph:
+            for what in ("preempted", "on the link"):
+                if what in ph:
+                    seen.setdefault(what, i)
+    return seen.get("preempted", seen.get("on the link", 0))
 
 
 @lru_cache(maxsize=4)
@@ -403,6 +490,7 @@ def timeline(name: str) -> dict[str, Any]:
     )
     return {
         "preset": {"name": p.name, "title": p.title, "description": p.description},
+        "presets": list(PD_PRESETS),
         "summary": {k: r.summary.get(k) for k in keys},
         "phases": list(PHASES),
         "opening": opening(r),

@@ -50,7 +50,7 @@ function drawRequests(snap) {
   if (body.children.length !== snap.requests.length) {
     body.replaceChildren(...snap.requests.map(() => {
       const tr = document.createElement("tr");
-      for (let i = 0; i < 5; i++) tr.append(document.createElement("td"));
+      for (let i = 0; i < 6; i++) tr.append(document.createElement("td"));
       return tr;
     }));
   }
@@ -58,9 +58,11 @@ function drawRequests(snap) {
     const tr = body.children[i];
     tr.dataset.request = q.name;
     tr.dataset.phase = q.phase;
+    tr.dataset.generated = String(q.generated);
     const cells = [
       q.name + (q.disaggregated || q.phase === "not arrived" ? "" : " (prefilled locally)"),
       q.phase,
+      `${q.generated} of ${q.max_tokens}`,
       q.prefill_blocks.length ? q.prefill_blocks.map((b) => `P${b}`).join(" ") : "—",
       q.decode_blocks.length ? q.decode_blocks.map((b) => `P${b}`).join(" ") : "—",
       q.transfer_blocks ? `${q.transfer_blocks} blocks, link ${fmtMs(q.link_start_s)}–${fmtMs(q.link_end_s)}, seen ${fmtMs(q.seen_s)}` : "—",
@@ -95,6 +97,13 @@ async function main() {
   }
   $("pd-title").textContent = data.preset.title;
   $("pd-description").textContent = data.preset.description;
+  $("pd-presets").replaceChildren(...data.presets.flatMap((name, i) => {
+    const a = document.createElement("a");
+    a.href = `pd?preset=${encodeURIComponent(name)}`;
+    a.textContent = name;
+    if (name === data.preset.name) a.setAttribute("aria-current", "page");
+    return i ? [" · ", a] : [a];
+  }));
   const dl = $("pd-summary");
   dl.replaceChildren(...Object.entries(data.summary).flatMap(([k, v]) => {
     const dt = document.createElement("dt");
