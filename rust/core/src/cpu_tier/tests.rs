@@ -371,3 +371,113 @@ proptest::proptest! {
         }
     }
 }
+
+/// A store in flight: the run if it was stored whole as one, and the keys stored.
+type RunStore = (Option<(u64, u64, u64)>, Vec<BlockKey>);
+
+#[derive(Clone, Debug)]
+enum RunOp {
+    /// A run of `n` keys `(hi, lo..)` at positions `pos..` for request `rid`.
+    StoreRun(u64, u64, u64, u64, u64),
+    Load(u64, u64, Vec<u8>),
+    CompleteLoad(usize),
+    CompleteStore(usize),
+    Finish(u64),
+}
+
+fn run_op() -> impl proptest::strategy::Strategy<Value = RunOp> {
+    use proptest::prelude::*;
+    prop_oneof![
+        // Mostly a request's own group (hi = rid + 1) at positions equal to the keys (the engine's
+        // private chunks), else a shared group or other positions.
+        4 => (0u64..4, proptest::bool::weighted(0.2), 0u64..12, 1u64..6, proptest::option::weighted(0.2, 0u64..12))
+            .prop_map(|(r, shared, lo, n, pos)| {
+                RunOp::StoreRun(r, if shared { 0 } else { r + 1 }, lo, n, pos.unwrap_or(lo))
+            }),
+        1 => (0u64..4, 0u64..5, proptest::collection::vec(0u8..16, 0..5))
+            .prop_map(|(r, hi, v)| RunOp::Load(r, hi, v)),
+        1 => (0usize..8).prop_map(RunOp::CompleteLoad),
+        2 => (0usize..8).prop_map(RunOp::CompleteStore),
+        2 => (0u64..4).prop_map(RunOp::Finish),
+    ]
+}
+
+proptest::proptest! {
+    /// `prepare_store_run` and `complete_store_run` decide as `prepare_store` and `complete_store` of
+    /// the run's keys listed: two tiers, one offered runs and one lists, stay alike (the keys stored,
+    /// evicted, the policy's order, the counts) under random loads, completions and finishes.
+    #[test]
+    fn a_run_offered_decides_as_its_keys_listed(
+        cap in 1u64..24,
+        arc in proptest::bool::ANY,
+        threshold in 0u64..3,
+        ops in proptest::collection::vec(run_op(), 0..100),
+    ) {
+        let eviction = if arc { Eviction::Arc } else { Eviction::Lru };
+        let mut a = CpuTier::with_tracker(cap, eviction, threshold, 6);
+        let mut b = CpuTier::with_tracker(cap, eviction, threshold, 6);
+        let key = |hi: u64, lo: u64| run_key(hi, lo);
+        // Stores in flight: (the run if `a` stored it whole, the keys stored).
+        let mut stores: Vec<RunStore> = vec![];
+        let mut loads: Vec<Vec<BlockKey>> = vec![];
+        for op in ops {
+            match op {
+                RunOp::StoreRun(rid, hi, lo, n, pos) => {
+                    let list: Vec<_> = (0..n).map(|i| (key(hi, lo + i), pos + i)).collect();
+                    let (mut offer, mut sa, mut ea) = (Vec::new(), Vec::new(), Vec::new());
+                    let ra = a.prepare_store_run(rid, (hi, lo, n), pos, &mut offer, &mut sa, &mut ea);
+                    let (mut sb, mut eb) = (Vec::new(), Vec::new());
+                    let rb = b.prepare_store(rid, &list, &mut sb, &mut eb);
+                    proptest::prop_assert_eq!(ra.is_some(), rb.is_some());
+                    if ra == Some(true) {
+                        sa = list.iter().map(|&(k, _)| k).collect();
+                    }
+                    proptest::prop_assert_eq!(&sa, &sb);
+                    proptest::prop_assert_eq!(&ea, &eb);
+                    if ra.is_some() && !sb.is_empty() {
+                        stores.push((if ra == Some(true) { Some((hi, lo, n)) } else { None }, sb));
+                    }
+                }
+                RunOp::Load(rid, hi, v) => {
+                    let ks: Vec<_> = v.iter().enumerate().map(|(i, &n)| (key(hi, n.into()), i as u64))
+                        .filter(|&(k, _)| b.lookup(k) == HIT).collect();
+                    proptest::prop_assert!(a.check_prepare_load(&ks).is_ok());
+                    if b.check_prepare_load(&ks).is_ok() {
+                        a.prepare_load(rid, &ks);
+                        b.prepare_load(rid, &ks);
+                        loads.push(ks.iter().map(|&(k, _)| k).collect());
+                    }
+                }
+                RunOp::CompleteLoad(i) if !loads.is_empty() => {
+                    let ks = loads.swap_remove(i % loads.len());
+                    a.complete_load(&ks);
+                    b.complete_load(&ks);
+                }
+                RunOp::CompleteStore(i) if !stores.is_empty() => {
+                    let (run, ks) = stores.swap_remove(i % stores.len());
+                    match run {
+                        Some((hi, lo, n)) => a.complete_store_run(hi, lo, n),
+                        None => a.complete_store(&ks),
+                    }
+                    b.complete_store(&ks);
+                }
+                RunOp::Finish(rid) => {
+                    a.finish(rid);
+                    b.finish(rid);
+                }
+                _ => {}
+            }
+            a.check_invariants().unwrap();
+            proptest::prop_assert_eq!(a.internals(), b.internals());
+            proptest::prop_assert_eq!(
+                (a.used(), a.num_evictable(), a.num_evicted(), a.num_stores_skipped()),
+                (b.used(), b.num_evictable(), b.num_evicted(), b.num_stores_skipped())
+            );
+            for hi in 0..5 {
+                for lo in 0..20 {
+                    proptest::prop_assert_eq!(a.lookup(key(hi, lo)), b.lookup(key(hi, lo)));
+                }
+            }
+        }
+    }
+}
