@@ -138,6 +138,11 @@ pub(super) struct Access {
     pub(super) mapped: bool,
     /// While scanning: a 256-bit filter of the keys in `order` (a clear bit: not seen, no scan).
     pub(super) filter: [u64; 4],
+    /// A record that is one run of keys at consecutive positions, kept as the run (`order` empty,
+    /// none checked): `(hi, lo, n, pos)` for keys `(hi, lo..lo + n)` at positions `pos..pos + n`, in that
+    /// order (a request's private chunks offered, `extend_key_run`). Anything else done to the record
+    /// lists it in `order` first (`unspan`).
+    pub(super) span: Option<(u64, u64, u64, u64)>,
 }
 
 /// A key's bit in `Access::filter`.
@@ -158,11 +163,23 @@ impl Access {
         }
     }
 
+    /// Lists a `span` in `order` (the record unchanged).
+    #[inline]
+    pub(super) fn unspan(&mut self) {
+        if let Some((hi, lo, n, pos)) = self.span.take() {
+            let first = super::run_key(hi, lo);
+            self.order
+                .extend((0..n).map(|i| (BlockKey(first.0 + u128::from(i)), pos + i)));
+            self.run = true;
+        }
+    }
+
     /// Records `key` at `pos` unchecked (LRU, a key not held). Unchecked keys that are not one run
     /// are checked once more than `SCAN_SEEN` wait (so that repeated offers of the same keys keep the
     /// record within twice its distinct keys and that many more).
     #[inline]
     pub(super) fn push_unchecked(&mut self, key: BlockKey, pos: u64) {
+        self.unspan();
         let n = self.order.len();
         if n == self.checked {
             self.run = true;
@@ -178,6 +195,7 @@ impl Access {
 
     /// `push_unchecked` of each of `keys` (not empty).
     pub(super) fn extend_unchecked(&mut self, keys: &[(BlockKey, u64)]) {
+        self.unspan();
         let n = self.order.len();
         let follows =
             |a: BlockKey, b: BlockKey| b.0 == a.0.wrapping_add(1) && (a.0 >> 64) == (b.0 >> 64);
@@ -189,8 +207,26 @@ impl Access {
         }
     }
 
-    /// `extend_run` of the `n` >= 1 keys `(hi, lo..lo + n)` (no wrap) at positions `pos..pos + n`.
+    /// `extend_run` of the `n` >= 1 keys `(hi, lo..lo + n)` (no wrap) at positions `pos..pos + n`: kept
+    /// as a `span` while the record is that one run.
     pub(super) fn extend_key_run(&mut self, hi: u64, lo: u64, n: u64, pos: u64) {
+        if self.order.is_empty() && self.checked == 0 {
+            match &mut self.span {
+                None => {
+                    self.span = Some((hi, lo, n, pos));
+                    return;
+                }
+                Some((span_hi, span_lo, span_n, span_pos))
+                    if *span_hi == hi
+                        && span_lo.wrapping_add(*span_n) == lo
+                        && *span_pos + *span_n == pos =>
+                {
+                    *span_n += n;
+                    return;
+                }
+                Some(_) => self.unspan(),
+            }
+        }
         let len = self.order.len();
         let first = super::run_key(hi, lo);
         if len == self.checked {
@@ -208,6 +244,7 @@ impl Access {
 
     /// `extend_unchecked` of `keys` known to be one run (consecutive keys of one group).
     pub(super) fn extend_run(&mut self, keys: &[(BlockKey, u64)]) {
+        self.unspan();
         let n = self.order.len();
         if n == self.checked {
             self.run = true;
@@ -266,6 +303,7 @@ impl Access {
 
     /// Checks the unchecked keys in order, dropping the repeats (a key's first access stays).
     pub(super) fn absorb(&mut self) {
+        self.unspan();
         let n = self.order.len();
         if self.checked == n {
             return;
@@ -295,6 +333,7 @@ impl Access {
 
     /// The keys in order, repeats dropped (the first access kept), taken out for `finish`.
     pub(super) fn take_distinct(&mut self) -> Vec<(BlockKey, u64)> {
+        self.unspan();
         if !(self.checked == 0 && self.run) {
             self.absorb(); // (else distinct: no check needed)
         }
@@ -310,6 +349,7 @@ impl Access {
     /// Sets `flag` on `key`; returns whether it was unset.
     #[inline]
     pub(super) fn set(&mut self, key: BlockKey, flag: u8) -> bool {
+        self.unspan();
         let f = self.flags.entry(key).or_insert(0);
         let was = *f & flag == 0;
         *f |= flag;

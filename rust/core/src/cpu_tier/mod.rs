@@ -311,6 +311,7 @@ impl CpuTier {
             a.order = spare.pop().unwrap_or_default();
             a
         });
+        a.unspan();
         if a.order.is_empty() {
             a.order.reserve(keys.len());
         }
@@ -932,6 +933,19 @@ impl CpuTier {
         let Some(mut a) = self.accesses.remove(&rid) else {
             return;
         };
+        if self.eviction == Eviction::Lru
+            && !self.heap_live
+            && let Some((hi, lo, n, _)) = a.span
+            && self
+                .chunks
+                .rerank_run(hi, lo, n as usize, &mut self.next_rank)
+        {
+            // A record of one run of keys at consecutive positions (in order of position), inside
+            // its group's slots, no heap to feed: re-ranked as below, the record never listed.
+            self.spare_orders.push(std::mem::take(&mut a.order));
+            self.debug_check();
+            return;
+        }
         let mut ordered = a.take_distinct();
         // One run of keys in order of position (a request's private chunks), or sorted by position.
         let run = run_in_order(&ordered);

@@ -18,6 +18,14 @@ pub(super) fn over_budget(cfg: &EngineConfig) -> u64 {
     if cfg.skip_over_budget { SKIP } else { 0 }
 }
 
+/// A waiting request's GPU hits for `try_admit_after`: to be looked up, or in `Engine::hits` already
+/// with the last one's key (a CPU tier's lookup took them just before: not asked twice).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum GpuHits {
+    Ask,
+    Taken(Option<crate::BlockKey>),
+}
+
 impl Engine<'_> {
     /// The blocks an admission leaves free now: the watermark, at every admission (vLLM v0) or, with
     /// `watermark_while_running`, only while some sequence runs, those admitted earlier in this step
@@ -35,6 +43,12 @@ impl Engine<'_> {
     /// `over_budget`).
     #[inline]
     pub(super) fn try_admit(&mut self, k: usize, budget: u64) -> u64 {
+        self.try_admit_after(k, budget, GpuHits::Ask)
+    }
+
+    /// `try_admit`, `k`'s GPU hits as `found` says.
+    #[inline]
+    pub(super) fn try_admit_after(&mut self, k: usize, budget: u64, found: GpuHits) -> u64 {
         let cfg = self.cfg;
         let bs = cfg.block_size;
         let total = self.slab[k].num_tokens();
@@ -64,7 +78,10 @@ impl Engine<'_> {
             }
             Memory::Paged(_) if cfg.groups.is_some() => self.hybrid_try_admit(k, budget),
             Memory::Paged(_) => {
-                let last_key = self.gpu_hits(k);
+                let last_key = match found {
+                    GpuHits::Taken(last_key) => last_key,
+                    GpuHits::Ask => self.gpu_hits(k),
+                };
                 let Memory::Paged(pool) = &mut self.mem else {
                     unreachable!()
                 };

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::admission::NEVER;
+use super::admission::{GpuHits, NEVER};
 use super::config::TierConfig;
 use super::timing::{Transfer, transfer_end, transfer_overflow_message};
 use super::{Engine, MAX_TIME_PS, Memory, event, reject};
@@ -314,14 +314,25 @@ impl Engine<'_> {
     /// (from its `private_from` on: no other row's prompt has it) can only ever be looked up by the
     /// sequence itself, so it is named by the row and its index, not hashed: the same equalities as the
     /// content's keys, for less work; those names are not kept, only computed (`private_key`).
+    #[inline]
     fn ensure_tier_keys(&mut self, k: usize, blocks: u64) {
+        let s = &self.slab[k];
+        let have = s.tier_keys.len() as u64;
+        if have >= blocks
+            || (self.defer_keys && have >= div_bs(s.private_from, self.cfg.block_size))
+        {
+            return; // (covered, or the rest private: named, not hashed)
+        }
+        self.hash_tier_keys(k, blocks);
+    }
+
+    /// `ensure_tier_keys`'s hashing.
+    #[inline(never)]
+    fn hash_tier_keys(&mut self, k: usize, blocks: u64) {
         let bs = self.cfg.block_size;
         let private = self.defer_keys;
         let s = &mut self.slab[k];
         let have = s.tier_keys.len() as u64;
-        if have >= blocks {
-            return;
-        }
         let hashed = if private {
             blocks.min(div_bs(s.private_from, bs)).max(have)
         } else {
@@ -390,7 +401,9 @@ impl Engine<'_> {
                         }
                         0
                     }
-                    Found::Hits { .. } => self.try_admit(k, budget),
+                    Found::Hits { last_key: l, .. } => {
+                        self.try_admit_after(k, budget, GpuHits::Taken(l))
+                    }
                 }
             };
             if num_new == NEVER {
@@ -424,13 +437,12 @@ impl Engine<'_> {
             s.held = false;
             s.remote = false; // one transfer per request (vLLM clears `do_remote_prefill` once allocated)
             s.prefilling = s.num_computed < s.num_tokens();
+            s.adm_no = self.next_adm;
             self.running.push(k);
             self.scheduled.push((k, num_new));
             budget -= num_new;
-            let s = &mut self.slab[k];
-            s.adm_no = self.next_adm;
             self.next_adm += super::ADM_STRIDE;
-            let row = s.row;
+            let row = self.slab[k].row;
             if self.out.first_scheduled[row - self.out_base] < 0 {
                 self.out.first_scheduled[row - self.out_base] = self.t;
             }
