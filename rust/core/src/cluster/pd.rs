@@ -2,7 +2,7 @@
 //! on one clock. Each unit's decode replica is picked first; unless the prompt part not cached there is
 //! under the threshold, a prefill replica is picked too and runs it to its first token; at that finish
 //! it joins its decode replica as a remote request, whose full blocks come over the decode replica's
-//! inbound link into the held queue (`engine/offload.rs`), and the prefill replica holds its blocks
+//! inbound link into the held queue (`engine/offload/`), and the prefill replica holds its blocks
 //! until the transfer ends. The replicas' steps are taken in one global order by start instant, in
 //! rounds of windows (`step_until`); every step before a unit's arrival is taken before it is routed,
 //! unless no decision reads a replica (`route_blind`: rows routed a batch at a time).

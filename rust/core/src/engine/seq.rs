@@ -77,7 +77,7 @@ pub(super) struct Seq {
     pub(super) itl_last_t: i64,
     /// A hybrid pool (DESIGN.md §Hybrid attention): the sequence's per-group tables and keys.
     pub(super) hybrid: Option<Box<super::hybrid::HybridSeq>>,
-    /// The CPU tier (DESIGN.md §CPU tier; offload.rs): transfers in flight for it, the next chunk a store
+    /// The CPU tier (DESIGN.md §CPU tier; offload/): transfers in flight for it, the next chunk a store
     /// offers, whether a load holds its blocks (`held`) and has landed, whether it still prefills (vLLM's
     /// `_inflight_prefills`), when its load was admitted, and its full blocks' content keys so far.
     pub(super) jobs: u32,

@@ -1,0 +1,292 @@
+//! The CPU tier in the engine (DESIGN.md §CPU tier; `kvsim.reference.engine.offload` is the executable
+//! spec): the waiting phase with held requests and skips, a waiting request's hits continued into the
+//! tier and its load's admission, a landed load's resumption, the stores a step offers, the transfers on
+//! the host link and when the engine observes them, vLLM's flush, and the stall of an engine that waits
+//! for nothing but transfers.
+//!
+//! This file holds the tier's state (`Tier`, its transfers `Job`, a finished request's `Retired`), the
+//! tier's keys and the helpers its parts share; `waiting.rs` the waiting phase and the loads (and a
+//! decode replica's transfers), `stores.rs` the stores and a finished request's last ones,
+//! `observe.rs` the observations, the stall and the quiet, progress and occupancy helpers.
+
+mod observe;
+mod stores;
+mod waiting;
+
+use std::collections::{HashMap, VecDeque};
+
+use super::Engine;
+use super::config::TierConfig;
+use super::timing::{Transfer, transfer_end, transfer_overflow_message};
+use crate::block_table::div_bs;
+use crate::cpu_tier::CpuTier;
+use crate::hash::BlockKeys;
+use crate::{BlockId, BlockKey};
+
+/// Salt of the tier's names for private blocks (`ensure_tier_keys`): a row's, apart from content keys.
+const PRIVATE_KEY_SALT: u64 = 0x7469_6572_5f70_7276;
+
+/// A transfer on the host link: a load (CPU to GPU) or a store (GPU to CPU) of a request's chunks.
+#[derive(Debug)]
+pub(super) struct Job {
+    id: u64,
+    /// The request's slab slot and row (a finished request's slot may hold another row by the end).
+    k: usize,
+    row: usize,
+    keys: Vec<BlockKey>,
+    /// A store of one run of a row's private chunks: `(hi, lo, n)`, keys `(hi, lo..lo + n)` (`keys`
+    /// then empty).
+    run: Option<(u64, u64, u64)>,
+    /// The GPU blocks it reads (a store; fenced once its request finished).
+    blocks: Vec<BlockId>,
+    /// When its last byte has moved (ps).
+    end: i64,
+    /// The first observation (numbered from 1) that may see it complete.
+    avail: u64,
+    /// A decode replica's transfer from the prefill pool (no tier chunks).
+    remote: bool,
+}
+
+/// A request that finished in the step before: what its last stores need (it has left the slab).
+#[derive(Debug)]
+pub(super) struct Retired {
+    row: usize,
+    prompt_len: u64,
+    num_tokens: u64,
+    next_store: u64,
+    keys: Vec<BlockKey>,
+    blocks: Vec<BlockId>,
+}
+
+/// The engine's CPU tier and the transfers in flight.
+pub(super) struct Tier {
+    pub(super) cfg: TierConfig,
+    pub(super) cpu: CpuTier,
+    /// Tokens per chunk.
+    tpc: u64,
+    /// vLLM's `kv_holding_waiting`: requests holding blocks for a load, in order.
+    pub(super) held: VecDeque<usize>,
+    loads: Vec<Job>,
+    stores: Vec<Job>,
+    /// No transfer in flight ends before this (i64::MAX: none in flight): an observation before it
+    /// sees nothing (`observe`'s fast path).
+    min_end: i64,
+    /// Chunks loads in flight read (vLLM's `_chunks_being_loaded`), with their counts.
+    loading: HashMap<BlockKey, u32>,
+    load_free: i64,
+    store_free: i64,
+    num_observed: u64,
+    next_job: u64,
+    pub(super) finished_last: Vec<Retired>,
+    /// The last step scheduled nothing and changed nothing: the engine waits for a transfer or an
+    /// arrival (`resolve_stall`).
+    pub(super) stalled: bool,
+    /// vLLM's flush: blocks read by stores of finished requests, with those stores' ids.
+    fences: HashMap<BlockId, Vec<u64>>,
+    /// Blocks this step allocated or took as hits.
+    pub(super) touched: Vec<BlockId>,
+    /// Requests preempted in this step (their stores in flight are flushed).
+    pub(super) preempted_now: Vec<usize>,
+    /// The waiting phase's held requests set aside in this pass (held all the same: reserved for).
+    skipped_held: Vec<usize>,
+    /// Scratch of a store's offer.
+    offer: Vec<(BlockKey, u64)>,
+    stored: Vec<BlockKey>,
+    evicted: Vec<BlockKey>,
+    /// A CPU tier (false: a decode replica's connector only, no chunks, no stores).
+    has_cpu: bool,
+    /// A decode replica's inbound link: (latency ps, ps per block), and when it is free again.
+    pd_link: Option<(u64, u64)>,
+    pd_free: i64,
+    /// The steps' time since the tier's occupancy last changed, and whether a step was recorded in it
+    /// (`tier_record`: the occupancy's weighted sum and peak take it when it changes or the run pauses).
+    occ_dt: u128,
+    occ_recorded: bool,
+    /// A decode replica: (row, transfer end) of each remote request decided since the driver last
+    /// took them (admitted with or without a transfer, or rejected): its prefill replica frees then.
+    pub(super) sends_decided: Vec<(usize, i64)>,
+    /// Vectors of stores seen complete, for later stores' keys and blocks.
+    spare_keys: Vec<Vec<BlockKey>>,
+    spare_blocks: Vec<Vec<BlockId>>,
+}
+
+impl Tier {
+    /// A decode replica's connector (DESIGN.md §Prefill/decode disaggregation): the held queue and the
+    /// transfers over its inbound link, no CPU tier.
+    pub(super) fn connector(latency_ps: u64, ps_per_block: u64, block_size: u64) -> Self {
+        let cfg = TierConfig {
+            chunks: 0,
+            eviction: crate::cpu_tier::Eviction::Lru,
+            prompt_only: true,
+            blocks_per_chunk: 1,
+            store_threshold: 0,
+            ps_per_block: 0,
+            latency_ps: 0,
+        };
+        Tier {
+            has_cpu: false,
+            pd_link: Some((latency_ps, ps_per_block)),
+            ..Tier::new(cfg, block_size)
+        }
+    }
+
+    pub(super) fn new(cfg: TierConfig, block_size: u64) -> Self {
+        Tier {
+            has_cpu: true,
+            pd_link: None,
+            pd_free: 0,
+            sends_decided: Vec::new(),
+            cfg,
+            cpu: CpuTier::new(cfg.chunks, cfg.eviction, cfg.store_threshold),
+            tpc: block_size * cfg.blocks_per_chunk,
+            held: VecDeque::new(),
+            loads: Vec::new(),
+            stores: Vec::new(),
+            min_end: i64::MAX,
+            loading: HashMap::new(),
+            load_free: 0,
+            store_free: 0,
+            num_observed: 0,
+            next_job: 0,
+            finished_last: Vec::new(),
+            stalled: false,
+            fences: HashMap::new(),
+            touched: Vec::new(),
+            preempted_now: Vec::new(),
+            skipped_held: Vec::new(),
+            offer: Vec::new(),
+            stored: Vec::new(),
+            evicted: Vec::new(),
+            spare_keys: Vec::new(),
+            spare_blocks: Vec::new(),
+            occ_dt: 0,
+            occ_recorded: false,
+        }
+    }
+
+    /// The keys just stored (`stored`, which takes a spare vector in their place).
+    fn stored_keys(&mut self) -> Vec<BlockKey> {
+        let spare = self.spare_keys.pop().unwrap_or_default();
+        std::mem::replace(&mut self.stored, spare)
+    }
+
+    /// A store on the link from now.
+    fn push_store(&mut self, job: Job) {
+        self.min_end = self.min_end.min(job.end);
+        self.stores.push(job);
+    }
+
+    fn fence(&mut self, id: u64, blocks: &[BlockId]) {
+        for &b in blocks {
+            self.fences.entry(b).or_default().push(id);
+        }
+    }
+
+    fn unfence(&mut self, id: u64, blocks: &[BlockId]) {
+        if self.fences.is_empty() {
+            return; // (a prompt-only tier's usual case: nothing fenced)
+        }
+        for b in blocks {
+            if let Some(ids) = self.fences.get_mut(b) {
+                if let Some(p) = ids.iter().position(|&j| j == id) {
+                    ids.remove(p);
+                }
+                if ids.is_empty() {
+                    self.fences.remove(b);
+                }
+            }
+        }
+    }
+}
+
+/// The upper half of row `row`'s private block keys (`ensure_tier_keys`).
+#[inline]
+fn private_hi(row: usize) -> u64 {
+    crate::hash::mix64(row as u64 ^ PRIVATE_KEY_SALT)
+}
+
+/// The tier key of block `i` of a request of row `row` whose hashed keys are `hashed`: the hashed one,
+/// or past them its private name (row, index) (`ensure_tier_keys` must cover `i`).
+#[inline]
+fn tier_key(hashed: &[BlockKey], row: usize, i: u64) -> BlockKey {
+    match hashed.get(i as usize) {
+        Some(&key) => key,
+        None => BlockKey((u128::from(private_hi(row)) << 64) | u128::from(i)),
+    }
+}
+
+impl Engine<'_> {
+    #[inline]
+    fn tier_mut(&mut self) -> &mut Tier {
+        self.tier.as_deref_mut().expect("a CPU tier")
+    }
+
+    /// Makes `k`'s tier keys cover its first `blocks` blocks (all full): `Seq::tier_keys` holds the
+    /// hashed ones, `tier_key` names the rest.
+    ///
+    /// With deferred keys (no prompt quotes an output), a block holding content private to the sequence
+    /// (from its `private_from` on: no other row's prompt has it) can only ever be looked up by the
+    /// sequence itself, so it is named by the row and its index, not hashed: the same equalities as the
+    /// content's keys, for less work; those names are not kept, only computed (`private_key`).
+    #[inline]
+    fn ensure_tier_keys(&mut self, k: usize, blocks: u64) {
+        let s = &self.slab[k];
+        let have = s.tier_keys.len() as u64;
+        if have >= blocks
+            || (self.defer_keys && have >= div_bs(s.private_from, self.cfg.block_size))
+        {
+            return; // (covered, or the rest private: named, not hashed)
+        }
+        self.hash_tier_keys(k, blocks);
+    }
+
+    /// `ensure_tier_keys`'s hashing.
+    #[inline(never)]
+    fn hash_tier_keys(&mut self, k: usize, blocks: u64) {
+        let bs = self.cfg.block_size;
+        let private = self.defer_keys;
+        let s = &mut self.slab[k];
+        let have = s.tier_keys.len() as u64;
+        let hashed = if private {
+            blocks.min(div_bs(s.private_from, bs)).max(have)
+        } else {
+            blocks
+        };
+        if hashed > have {
+            s.sync_output();
+            let last = s.tier_keys.last().copied();
+            let keys = BlockKeys::new(&s.segs, bs, have, last, hashed - have);
+            s.tier_keys.extend(keys);
+        }
+    }
+
+    /// The key of `k`'s chunk `c` (its last block's; `ensure_tier_keys` must cover it).
+    #[inline]
+    fn chunk_key(&self, k: usize, c: u64) -> BlockKey {
+        let bpc = self.cfg.tier.expect("a CPU tier").blocks_per_chunk;
+        let s = &self.slab[k];
+        tier_key(&s.tier_keys, s.row, (c + 1) * bpc - 1)
+    }
+
+    /// When a transfer on a link ends (`transfer_end`); one that would end past the clock's range
+    /// stops the run after this step with its error (`overflow`), and never ends (`i64::MAX`).
+    #[inline]
+    fn transfer_end_or_overflow(
+        &mut self,
+        what: Transfer,
+        start: i64,
+        latency: u64,
+        blocks: u64,
+        per_block: u64,
+    ) -> i64 {
+        transfer_end(start, latency, blocks, per_block).unwrap_or_else(|| {
+            self.overflow(transfer_overflow_message(what, blocks, start));
+            i64::MAX
+        })
+    }
+
+    #[inline]
+    fn tier_ref(&self) -> &Tier {
+        self.tier.as_deref().expect("a CPU tier")
+    }
+}

@@ -1,0 +1,264 @@
+//! The CPU tier's observations (DESIGN.md §CPU tier): when the engine sees transfers complete, the
+//! stall of an engine that waits for nothing but transfers, and the quiet, progress and occupancy
+//! helpers the run loop and lockstep mode read.
+
+use super::Job;
+use crate::engine::{Engine, MAX_TIME_PS, event};
+
+impl Engine<'_> {
+    /// An observation point at `t` (a step's end, an idle jump, a stall's end): every transfer that has
+    /// ended and that this observation may see completes. Returns whether one did.
+    #[inline]
+    pub(in crate::engine) fn observe(&mut self) -> bool {
+        let t = self.t;
+        let tier = self.tier_mut();
+        tier.num_observed += 1;
+        if t < tier.min_end {
+            return false; // (nothing in flight has ended: most observations)
+        }
+        self.observe_now()
+    }
+
+    /// `observe` when a transfer in flight may have ended.
+    #[inline(never)]
+    fn observe_now(&mut self) -> bool {
+        let mut tier = self.tier.take().expect("a CPU tier");
+        let (t, now) = (self.t, tier.num_observed);
+        let mut seen = false;
+        let done = |j: &Job| j.end <= t && j.avail <= now;
+        if tier.loads.iter().any(done) {
+            let loads = std::mem::take(&mut tier.loads);
+            for job in loads {
+                if !done(&job) {
+                    tier.loads.push(job);
+                    continue;
+                }
+                if job.remote {
+                    self.slab[job.k].jobs -= 1;
+                    self.land(job.k);
+                    continue;
+                }
+                tier.cpu.complete_load(&job.keys);
+                for key in &job.keys {
+                    if let Some(n) = tier.loading.get_mut(key) {
+                        *n -= 1;
+                        if *n == 0 {
+                            tier.loading.remove(key);
+                        }
+                    }
+                }
+                self.slab[job.k].jobs -= 1;
+                self.land(job.k);
+                self.log_count(event::LOAD_DONE, job.row, -1, job.keys.len() as i64);
+            }
+            seen = true;
+        }
+        if tier.stores.iter().any(done) {
+            let mut i = 0;
+            while i < tier.stores.len() {
+                if !done(&tier.stores[i]) {
+                    i += 1;
+                    continue;
+                }
+                let Job {
+                    id,
+                    k,
+                    row,
+                    mut keys,
+                    run,
+                    mut blocks,
+                    ..
+                } = tier.stores.remove(i);
+                let n = if let Some((hi, lo, n)) = run {
+                    tier.cpu.complete_store_run(hi, lo, n);
+                    n
+                } else {
+                    tier.cpu.complete_store(&keys);
+                    keys.len() as u64
+                };
+                tier.unfence(id, &blocks);
+                if k != usize::MAX && self.slab[k].row == row {
+                    self.slab[k].jobs -= 1;
+                }
+                self.log_count(event::STORE_DONE, row, -1, n as i64);
+                // Its vectors serve a later store (`offer_one`).
+                keys.clear();
+                blocks.clear();
+                tier.spare_keys.push(keys);
+                tier.spare_blocks.push(blocks);
+            }
+            seen = true;
+        }
+        tier.min_end = tier
+            .loads
+            .iter()
+            .chain(&tier.stores)
+            .map(|j| j.end)
+            .min()
+            .unwrap_or(i64::MAX);
+        self.tier = Some(tier);
+        seen
+    }
+
+    /// When the earliest transfer in flight ends (not before now), None if none is.
+    pub(in crate::engine) fn next_transfer(&self) -> Option<i64> {
+        let tier = self.tier_ref();
+        tier.loads
+            .iter()
+            .chain(tier.stores.iter())
+            .map(|j| j.end)
+            .min()
+            .map(|e| e.max(self.t))
+    }
+
+    /// A step that scheduled nothing: the finished requests' stores are offered now, then the engine
+    /// observes; returns whether anything changed.
+    #[inline(never)]
+    pub(in crate::engine) fn tier_empty_step(&mut self) -> bool {
+        self.scheduled.clear(); // (an idle engine's last step's batch may still be there)
+        let (planned, flush_end) = self.offer_stores(self.t);
+        self.t = self.t.max(flush_end);
+        self.observe() || planned
+    }
+
+    /// A stalled engine jumps to the earliest end of a transfer or `arrival` (the next row's), if before
+    /// `limit`, and observes there: `Ok(true)`; `Ok(false)` if it must wait for the caller; an error if
+    /// nothing can ever happen.
+    #[inline(never)]
+    pub(in crate::engine) fn resolve_stall(
+        &mut self,
+        arrival: Option<i64>,
+        limit: i64,
+    ) -> crate::Result<bool> {
+        let target = match (self.next_transfer(), arrival) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(x) => x,
+                None => {
+                    return Err(crate::KvError::Internal(format!(
+                        "no progress at time {} ps",
+                        self.t
+                    )));
+                }
+            },
+        };
+        if target >= limit {
+            return Ok(false);
+        }
+        self.t = target;
+        self.tier_mut().stalled = false;
+        self.observe();
+        Ok(true)
+    }
+
+    /// Decode steps leave the tier to the scheduled and finished requests: prompt tokens only, every
+    /// running request's prompt offered (its decode steps offer nothing), and no store fencing blocks (a
+    /// step's allocations must be watched for them: §CPU tier, flush). Lockstep mode may then run
+    /// (lockstep.rs): its admissions, loads, stores and transfers are the full step's, as lockstep
+    /// steps schedule, offer (`tier_step_stores`) and observe as full ones do.
+    #[inline(never)]
+    pub(in crate::engine) fn tier_quiet(&self) -> bool {
+        let tier = self.tier_ref();
+        if !tier.has_cpu {
+            return true;
+        }
+        if !(tier.cfg.prompt_only && tier.fences.is_empty()) {
+            return false;
+        }
+        self.running.iter().all(|&k| {
+            let s = &self.slab[k];
+            s.next_store >= s.prompt_len / tier.tpc
+        })
+    }
+
+    /// A step's tier work after scheduling, its duration `dt` so far: the scheduled requests still
+    /// prefilling, the stores offered (from the step's end) and the flush; returns the step's duration.
+    #[inline]
+    pub(in crate::engine) fn tier_step_stores(&mut self, dt: u64) -> u64 {
+        if self.nothing_to_offer() {
+            self.tier_mut().touched.clear();
+            return dt;
+        }
+        self.tier_step_stores_now(dt)
+    }
+
+    #[inline(never)]
+    fn tier_step_stores_now(&mut self, dt: u64) -> u64 {
+        for i in 0..self.scheduled.len() {
+            let s = &mut self.slab[self.scheduled[i].0];
+            s.prefilling = s.prefilling && s.num_computed < s.num_tokens();
+        }
+        // A step ending past the clock's range offers nothing: `record` stops the run with its error
+        // (the reference raises it before its offers).
+        let step_end = match i64::try_from(dt) {
+            Ok(dt) if self.t.saturating_add(dt) <= MAX_TIME_PS as i64 => self.t + dt,
+            _ => return dt,
+        };
+        let (_, flush_end) = self.offer_stores(step_end);
+        dt.max(flush_end.saturating_sub(self.t).max(0) as u64)
+    }
+
+    /// `tier_quiet` after a lockstep step that was: only the step's admissions can have changed it
+    /// (the decoding requests offer nothing), so only they are looked at.
+    #[inline]
+    pub(in crate::engine) fn tier_stays_quiet(&self) -> bool {
+        let tier = self.tier_ref();
+        !tier.has_cpu
+            || tier.fences.is_empty() && (self.scheduled.is_empty() || self.admissions_quiet())
+    }
+
+    /// `tier_stays_quiet`'s look at the step's admissions.
+    #[inline(never)]
+    fn admissions_quiet(&self) -> bool {
+        let tier = self.tier_ref();
+        self.scheduled.iter().all(|&(k, _)| {
+            let s = &self.slab[k];
+            s.next_store >= s.prompt_len / tier.tpc
+        })
+    }
+
+    /// What a step that schedules nothing may have changed before: loads admitted, rejections,
+    /// preemptions (`tier_scheduled_nothing` compares). Their sum: each only grows, so the sum is
+    /// unchanged exactly when all three are.
+    #[inline]
+    pub(in crate::engine) fn progress_marks(&self) -> u64 {
+        let c = &self.out.counters;
+        ((c.num_loads + c.pd_transfers + c.num_preemptions) as u64).wrapping_add(self.num_rejected)
+    }
+
+    /// A step that scheduled nothing, with a CPU tier (a full step's or a lockstep step's): it offers
+    /// the stores of requests finished before and observes; if nothing changed since `before`
+    /// (`progress_marks`), the engine stalls until a transfer ends or a request arrives
+    /// (`resolve_stall`). Returns true: the step counts as progress (a stall resolves it).
+    #[inline(never)]
+    pub(in crate::engine) fn tier_scheduled_nothing(&mut self, before: u64) -> bool {
+        let changed = self.tier_empty_step() || self.progress_marks() != before;
+        self.tier_mut().stalled = !changed;
+        true
+    }
+
+    /// The tier's occupancy during a step of `dt` (taken into the counters by `flush_occupancy`).
+    #[inline]
+    pub(in crate::engine) fn tier_record(&mut self, dt: u64) {
+        let tier = self.tier_mut();
+        tier.occ_dt += u128::from(dt);
+        tier.occ_recorded = true;
+    }
+
+    /// The occupancy's weighted sum and peak take the steps recorded since it last changed; called
+    /// before it changes (a store's offer) and when the run pauses.
+    pub(in crate::engine) fn flush_occupancy(&mut self) {
+        let Some(tier) = self.tier.as_deref_mut() else {
+            return;
+        };
+        if !tier.occ_recorded {
+            return;
+        }
+        let used = tier.cpu.used();
+        let c = &mut self.out.counters;
+        c.w_cpu_chunks += (tier.occ_dt * u128::from(used)) as i128;
+        c.peak_cpu_chunks = c.peak_cpu_chunks.max(i128::from(used));
+        tier.occ_dt = 0;
+        tier.occ_recorded = false;
+    }
+}

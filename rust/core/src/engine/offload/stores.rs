@@ -1,0 +1,328 @@
+//! The CPU tier's stores (DESIGN.md §CPU tier): the chunks a step offers to the tier, the transfers
+//! they start, vLLM's flush, and a finished request's last stores.
+
+use super::{Job, Retired, Tier, private_hi, tier_key};
+use crate::engine::timing::Transfer;
+use crate::engine::{Engine, event};
+use crate::{BlockId, BlockKey};
+
+/// `offer_one`'s offer to the tier of chunks `start..num_chunks` of a request of row `row` (its
+/// hashed keys `keys`, its block table `table`): None when the tier has no room; else whether it
+/// stored them all as one run of private chunks (`Tier::stored` then empty), how many it stored, and
+/// their GPU blocks in order.
+#[inline]
+fn offer_to_tier(
+    tier: &mut Tier,
+    keys: &[BlockKey],
+    table: &[BlockId],
+    row: usize,
+    start: u64,
+    num_chunks: u64,
+) -> Option<(bool, u64, Vec<BlockId>)> {
+    let bpc = tier.cfg.blocks_per_chunk;
+    let Tier {
+        cpu,
+        offer,
+        stored,
+        evicted,
+        spare_blocks,
+        ..
+    } = &mut *tier;
+    stored.clear();
+    evicted.clear();
+    // A run of the row's private chunks (one block a chunk, past its hashed keys): offered as the
+    // run, which the tier may store whole without a list of its keys.
+    let private_run = bpc == 1 && start >= keys.len() as u64;
+    let hi = private_hi(row);
+    let whole = if private_run {
+        cpu.prepare_store_run(
+            row as u64,
+            (hi, start, num_chunks - start),
+            start,
+            offer,
+            stored,
+            evicted,
+        )
+    } else {
+        offer.clear();
+        offer.extend((start..num_chunks).map(|c| (tier_key(keys, row, (c + 1) * bpc - 1), c)));
+        cpu.prepare_store(row as u64, offer, stored, evicted)
+            .map(|()| false)
+    };
+    let whole = whole?;
+    // The blocks of the chunks stored (a subsequence of the offer), in order.
+    let mut blocks = spare_blocks.pop().unwrap_or_default();
+    let num_stored = if whole {
+        let (first, last) = ((start * bpc) as usize, (num_chunks * bpc) as usize);
+        blocks.extend_from_slice(&table[first..last]);
+        num_chunks - start
+    } else {
+        blocks.reserve(stored.len() * bpc as usize);
+        stored_blocks(offer, stored, table, bpc as usize, &mut blocks);
+        stored.len() as u64
+    };
+    Some((whole, num_stored, blocks))
+}
+
+/// Appends to `blocks` the blocks (`bpc` a chunk, from `table`) of the chunks `stored` (a subsequence
+/// of `offer`, `(key, chunk index)` pairs), in order.
+fn stored_blocks(
+    offer: &[(BlockKey, u64)],
+    stored: &[BlockKey],
+    table: &[BlockId],
+    bpc: usize,
+    blocks: &mut Vec<BlockId>,
+) {
+    if stored.len() == offer.len() {
+        // Every chunk offered stored (the usual case): their blocks in one piece.
+        if let (Some(&(_, first)), Some(&(_, last))) = (offer.first(), offer.last()) {
+            blocks.extend_from_slice(&table[first as usize * bpc..(last as usize + 1) * bpc]);
+        }
+        return;
+    }
+    let mut j = 0;
+    for &(key, c) in offer {
+        if j < stored.len() && stored[j] == key {
+            j += 1;
+            blocks.extend_from_slice(&table[c as usize * bpc..(c as usize + 1) * bpc]);
+        }
+    }
+}
+
+impl Engine<'_> {
+    /// Step part 4 (vLLM's `build_connector_meta`): the full chunks each scheduled request has computed
+    /// after this step and each request finished in the step before has, prompt tokens only by default,
+    /// offered to the tier from the first not offered yet; a store starts when the step ends. Then the
+    /// finished ones are done with the tier. A store this step must wait for (a preempted request's, or
+    /// one reading a block this step allocated: vLLM's flush) is seen at this step's end. Returns
+    /// whether a store was planned and when the last store the step waits for ends (0 if none).
+    pub(in crate::engine) fn offer_stores(&mut self, step_end: i64) -> (bool, i64) {
+        if self.nothing_to_offer() {
+            self.tier_mut().touched.clear();
+            return (false, 0);
+        }
+        self.offer_stores_now(step_end)
+    }
+
+    /// Most steps: nobody to offer for, nothing to flush (`offer_stores` returns at once).
+    #[inline]
+    pub(super) fn nothing_to_offer(&self) -> bool {
+        let tier = self.tier_ref();
+        self.scheduled.is_empty()
+            && tier.preempted_now.is_empty()
+            && tier.finished_last.is_empty()
+            && tier.fences.is_empty()
+    }
+
+    /// `offer_stores` with something to offer or flush.
+    #[inline(never)]
+    fn offer_stores_now(&mut self, step_end: i64) -> (bool, i64) {
+        self.flush_occupancy(); // (the offers may change it)
+        let mut tier = self.tier.take().expect("a CPU tier");
+        if !tier.has_cpu {
+            // A decode replica's connector: no stores.
+            tier.preempted_now.clear();
+            tier.finished_last.clear();
+            tier.touched.clear();
+            self.tier = Some(tier);
+            return (false, 0);
+        }
+        let observation = tier.num_observed + 1;
+        let mut flushed: Vec<u64> = Vec::new();
+        for &k in &tier.preempted_now {
+            let row = self.slab[k].row;
+            flushed.extend(tier.stores.iter().filter(|j| j.row == row).map(|j| j.id));
+        }
+        tier.preempted_now.clear();
+        if !tier.fences.is_empty() {
+            for b in &tier.touched {
+                if let Some(ids) = tier.fences.get(b) {
+                    flushed.extend_from_slice(ids);
+                }
+            }
+        }
+        let mut planned = false;
+        let mut finished = std::mem::take(&mut tier.finished_last);
+        for i in 0..self.scheduled.len() {
+            let k = self.scheduled[i].0;
+            planned |= self.offer_one(&mut tier, Some(k), None, step_end, &mut flushed);
+        }
+        for r in &finished {
+            planned |= self.offer_one(&mut tier, None, Some(r), step_end, &mut flushed);
+        }
+        for r in &finished {
+            tier.cpu.finish(r.row as u64);
+        }
+        finished.clear();
+        tier.finished_last = finished; // (its buffer kept)
+        tier.touched.clear();
+        self.out.counters.stores_skipped = i128::from(tier.cpu.num_stores_skipped());
+        let mut flush_end = 0;
+        let mut seen: Vec<u64> = Vec::new();
+        for id in flushed {
+            if seen.contains(&id) {
+                continue;
+            }
+            seen.push(id);
+            if let Some(job) = tier.stores.iter_mut().find(|j| j.id == id) {
+                job.avail = job.avail.min(observation);
+                self.out.counters.num_flushes += 1;
+                flush_end = flush_end.max(job.end);
+            }
+        }
+        self.tier = Some(tier);
+        (planned, flush_end)
+    }
+
+    /// One request's offer (`offer_stores`): scheduled `k`, or `retired` (finished in the step before).
+    /// Returns whether it planned a store.
+    fn offer_one(
+        &mut self,
+        tier: &mut Tier,
+        k: Option<usize>,
+        retired: Option<&Retired>,
+        step_end: i64,
+        flushed: &mut Vec<u64>,
+    ) -> bool {
+        let (tpc, bpc) = (tier.tpc, tier.cfg.blocks_per_chunk);
+        let (mut n, start, row) = match (k, retired) {
+            (Some(k), _) => {
+                let s = &self.slab[k];
+                (s.num_computed.min(s.num_tokens()), s.next_store, s.row)
+            }
+            (None, Some(r)) => (
+                r.prompt_len.max(r.num_tokens - 1).min(r.num_tokens),
+                r.next_store,
+                r.row,
+            ),
+            (None, None) => unreachable!("a request to offer"),
+        };
+        if tier.cfg.prompt_only {
+            n = n.min(match (k, retired) {
+                (Some(k), _) => self.slab[k].prompt_len,
+                (_, Some(r)) => r.prompt_len,
+                _ => unreachable!(),
+            });
+        }
+        let num_chunks = n / tpc;
+        if num_chunks <= start {
+            return false;
+        }
+        if let Some(k) = k {
+            self.ensure_tier_keys(k, num_chunks * bpc);
+        }
+        let (keys, table): (&[BlockKey], &[BlockId]) = match (k, retired) {
+            (Some(k), _) => (&self.slab[k].tier_keys, self.slab[k].table.blocks()),
+            (_, Some(r)) => (&r.keys, &r.blocks),
+            _ => unreachable!(),
+        };
+        let Some((whole, num_stored, blocks)) =
+            offer_to_tier(tier, keys, table, row, start, num_chunks)
+        else {
+            self.out.counters.stores_failed += 1;
+            return false;
+        };
+        let num_evicted = tier.evicted.len();
+        self.out.counters.cpu_evictions += num_evicted as i128;
+        for _ in 0..num_evicted {
+            self.log(event::CPU_EVICT, row, -1);
+        }
+        if let Some(k) = k {
+            self.slab[k].next_store = num_chunks;
+        }
+        if num_stored == 0 {
+            tier.spare_blocks.push(blocks); // (empty)
+            return false;
+        }
+        let begin = step_end.max(tier.store_free);
+        let (latency, per_block, n) = (tier.cfg.latency_ps, tier.cfg.ps_per_block, blocks.len());
+        tier.store_free =
+            self.transfer_end_or_overflow(Transfer::Store, begin, latency, n as u64, per_block);
+        tier.next_job += 1;
+        let id = tier.next_job;
+        self.out.counters.num_stores += 1;
+        self.out.counters.stored_blocks += blocks.len() as i128;
+        self.log_count(event::STORE, row, -1, num_stored as i64);
+        if let Some(k) = k {
+            self.slab[k].jobs += 1;
+        } else {
+            tier.fence(id, &blocks);
+            if blocks.iter().any(|b| tier.touched.contains(b)) {
+                flushed.push(id);
+            }
+        }
+        let (keys, run) = if whole {
+            (Vec::new(), Some((private_hi(row), start, num_stored)))
+        } else {
+            (tier.stored_keys(), None)
+        };
+        tier.push_store(Job {
+            id,
+            k: k.unwrap_or(usize::MAX),
+            row,
+            keys,
+            run,
+            blocks,
+            end: tier.store_free,
+            avail: tier.num_observed + 2,
+            remote: false,
+        });
+        true
+    }
+
+    /// A request finishes (its blocks are about to be freed): the stores it has in flight fence the
+    /// blocks they read, and what its last stores need is kept for the next step.
+    #[inline(never)]
+    pub(in crate::engine) fn tier_finished(&mut self, k: usize) {
+        if !self.tier_ref().has_cpu {
+            return;
+        }
+        let offers = self.tier_keys_for_finish(k);
+        let s = &self.slab[k];
+        // Its keys and blocks only if its last offer has chunks to offer (`offer_one` reads them then).
+        let (keys, blocks) = if offers {
+            (s.tier_keys.clone(), s.table.blocks().to_vec())
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let retired = Retired {
+            row: s.row,
+            prompt_len: s.prompt_len,
+            num_tokens: s.num_tokens(),
+            next_store: s.next_store,
+            keys,
+            blocks,
+        };
+        let row = s.row;
+        let tier = self.tier_mut();
+        let jobs: Vec<(u64, Vec<BlockId>)> = tier
+            .stores
+            .iter()
+            .filter(|j| j.row == row)
+            .map(|j| (j.id, j.blocks.clone()))
+            .collect();
+        for (id, blocks) in jobs {
+            tier.fence(id, &blocks);
+        }
+        tier.finished_last.push(retired);
+    }
+
+    /// The keys a finished request's last stores need: its chunks up to its offloadable tokens. Returns
+    /// whether it has chunks left to offer.
+    fn tier_keys_for_finish(&mut self, k: usize) -> bool {
+        let tier = self.tier_ref();
+        let (tpc, bpc, prompt_only) = (tier.tpc, tier.cfg.blocks_per_chunk, tier.cfg.prompt_only);
+        let s = &self.slab[k];
+        let tokens = s.num_tokens();
+        let mut n = s.prompt_len.max(tokens - 1).min(tokens);
+        if prompt_only {
+            n = n.min(s.prompt_len);
+        }
+        let num_chunks = n / tpc;
+        if num_chunks > s.next_store {
+            self.ensure_tier_keys(k, num_chunks * bpc);
+            return true;
+        }
+        false
+    }
+}

@@ -1,0 +1,523 @@
+//! The CPU tier's waiting phase (DESIGN.md §CPU tier): held requests and skips, a waiting request's
+//! hits continued into the tier, its load's admission (or a decode replica's transfer), a landed
+//! load's resumption.
+
+use super::Job;
+use crate::BlockKey;
+use crate::block_table::{BlockTable, blocks_for, div_bs};
+use crate::cpu_tier::{MISS, PENDING};
+use crate::engine::admission::{GpuHits, NEVER};
+use crate::engine::timing::Transfer;
+use crate::engine::{Engine, Memory, event, reject};
+
+/// What a waiting request's lookup found: skip it, or its GPU hits (in `Engine::hits`) with their
+/// last key, their tokens and the tokens to load beyond them (0: an ordinary admission).
+enum Found {
+    Skip,
+    Hits {
+        last_key: Option<BlockKey>,
+        local: u64,
+        ext: u64,
+    },
+}
+
+impl Engine<'_> {
+    /// The waiting phase with a CPU tier (vLLM's waiting loop): held requests first, then the waiting
+    /// queue; a request that cannot be decided now is skipped and put back at the head of its queue, in
+    /// order, after the pass; a load admitted joins the held ones.
+    #[inline(never)]
+    pub(in crate::engine) fn tier_admit_waiting(&mut self, mut budget: u64) {
+        let cfg = self.cfg;
+        let mut skipped_waiting: Vec<usize> = Vec::new();
+        while budget > 0 {
+            let from_held = !self.tier_mut().held.is_empty();
+            let k = if from_held {
+                self.tier_mut().held[0]
+            } else {
+                match self.waiting_head() {
+                    Some(k) => k,
+                    None => break,
+                }
+            };
+            if self.running.len() as u64 >= cfg.max_num_seqs {
+                break;
+            }
+            let num_new = if from_held {
+                if !self.slab[k].loaded {
+                    let tier = self.tier_mut();
+                    tier.held.pop_front();
+                    tier.skipped_held.push(k);
+                    continue;
+                }
+                self.try_resume_loaded(k, budget)
+            } else {
+                match self.tier_lookup(k) {
+                    Found::Skip => {
+                        self.waiting.pop_front();
+                        skipped_waiting.push(k);
+                        continue;
+                    }
+                    Found::Hits {
+                        last_key,
+                        local,
+                        ext,
+                    } if ext > 0 => {
+                        if self.admit_transfer(k, last_key, local, ext) {
+                            self.waiting.pop_front();
+                            self.tier_mut().skipped_held.push(k);
+                            continue;
+                        }
+                        0
+                    }
+                    Found::Hits { last_key: l, .. } => {
+                        self.try_admit_after(k, budget, GpuHits::Taken(l))
+                    }
+                }
+            };
+            if num_new == NEVER {
+                if from_held {
+                    self.tier_mut().held.pop_front();
+                    self.release(k);
+                    let row = self.slab[k].row;
+                    self.tier_mut().cpu.finish(row as u64);
+                } else {
+                    self.waiting.pop_front();
+                }
+                self.reject_seq(k, reject::EXCEEDS_STEP_BUDGET);
+                continue;
+            }
+            if num_new == 0 {
+                let tier = self.tier_ref();
+                if self.running.is_empty() && tier.held.is_empty() && tier.skipped_held.is_empty() {
+                    self.waiting.pop_front();
+                    self.reject_seq(k, reject::NEVER_ADMITTED);
+                    continue;
+                }
+                break; // head-of-line blocking: a waiting request never preempts
+            }
+            if from_held {
+                self.tier_mut().held.pop_front();
+            } else {
+                self.waiting.pop_front();
+            }
+            self.note_remote_admitted(k);
+            let s = &mut self.slab[k];
+            s.held = false;
+            s.remote = false; // one transfer per request (vLLM clears `do_remote_prefill` once allocated)
+            s.prefilling = s.num_computed < s.num_tokens();
+            s.adm_no = self.next_adm;
+            self.running.push(k);
+            self.scheduled.push((k, num_new));
+            budget -= num_new;
+            self.next_adm += crate::engine::ADM_STRIDE;
+            let row = self.slab[k].row;
+            if self.out.first_scheduled[row - self.out_base] < 0 {
+                self.out.first_scheduled[row - self.out_base] = self.t;
+            }
+            let tier = self.tier.as_deref_mut().expect("a CPU tier");
+            tier.touched.extend_from_slice(self.slab[k].table.blocks());
+            if self.cancelled() {
+                break;
+            }
+        }
+        let tier = self.tier_mut();
+        while let Some(k) = tier.skipped_held.pop() {
+            tier.held.push_front(k);
+        }
+        for &k in skipped_waiting.iter().rev() {
+            self.waiting.push_front(k);
+        }
+    }
+
+    /// A remote request admitted with no transfer (`ext = 0`): its prefill replica's blocks are freed
+    /// now (vLLM's full local hit notifies the prefill side at once).
+    #[inline]
+    fn note_remote_admitted(&mut self, k: usize) {
+        if self.slab[k].remote {
+            let (row, t) = (self.slab[k].row, self.t);
+            self.tier_mut().sends_decided.push((row, t));
+        }
+    }
+
+    /// A waiting request's GPU prefix hits (into `self.hits`) and the tokens the tier holds beyond them
+    /// (vLLM's `get_num_new_matched_tokens`); `Skip` for a store of its own in flight, a chunk of its
+    /// hit still being stored, or one another request is loading.
+    fn tier_lookup(&mut self, k: usize) -> Found {
+        let bs = self.cfg.block_size;
+        if !self.tier_ref().has_cpu || self.slab[k].remote {
+            // A decode replica's request: its GPU hits and, if remote, the tokens up to its prompt's
+            // last full block beyond them.
+            let total = self.slab[k].num_tokens();
+            let last_key = self.gpu_hits(k);
+            let local = self.hits.len() as u64 * bs;
+            let ext = if self.slab[k].remote {
+                (total / bs * bs).saturating_sub(local)
+            } else {
+                0
+            };
+            return Found::Hits {
+                last_key,
+                local,
+                ext,
+            };
+        }
+        self.slab[k].next_store = 0; // a lookup starts it over: every chunk is offered again
+        if self.slab[k].jobs > 0 {
+            return Found::Skip;
+        }
+        let total = self.slab[k].num_tokens();
+        let last_key = self.gpu_hits(k);
+        let local = self.hits.len() as u64 * bs;
+        let (tpc, bpc) = {
+            let t = self.tier_ref();
+            (t.tpc, t.cfg.blocks_per_chunk)
+        };
+        let num_chunks = total / tpc;
+        if num_chunks * tpc < local + tpc {
+            return Found::Hits {
+                last_key,
+                local,
+                ext: 0,
+            };
+        }
+        self.ensure_tier_keys(k, num_chunks * bpc);
+        let start = local / tpc;
+        let mut count = 0;
+        let mut pending = false;
+        for c in start..num_chunks {
+            let found = self.tier_ref().cpu.lookup(self.chunk_key(k, c));
+            if found == MISS {
+                break;
+            }
+            count += 1;
+            pending |= found == PENDING;
+        }
+        if count == 0 {
+            return Found::Hits {
+                last_key,
+                local,
+                ext: 0,
+            };
+        }
+        if pending {
+            return Found::Skip;
+        }
+        let ext = (start + count) * tpc - local;
+        if ext < tpc {
+            return Found::Hits {
+                last_key,
+                local,
+                ext: 0,
+            };
+        }
+        let tier = self.tier_ref();
+        if !tier.loading.is_empty()
+            && (start..start + count).any(|c| tier.loading.contains_key(&self.chunk_key(k, c)))
+        {
+            return Found::Skip;
+        }
+        Found::Hits {
+            last_key,
+            local,
+            ext,
+        }
+    }
+
+    /// Blocks the requests still prefilling (running or held) need to finish their prompts (vLLM's
+    /// `_inflight_prefill_reserved_blocks`).
+    fn inflight_reserved(&self) -> u64 {
+        let (bs, mml) = (self.cfg.block_size, self.cfg.max_model_len);
+        let tier = self.tier_ref();
+        let mut out = 0;
+        for &k in self
+            .running
+            .iter()
+            .chain(&tier.held)
+            .chain(&tier.skipped_held)
+        {
+            let s = &self.slab[k];
+            if s.prefilling {
+                let tokens = mml.map_or(s.num_tokens(), |m| s.num_tokens().min(m));
+                out += blocks_for(tokens, bs).saturating_sub(s.table.blocks().len() as u64);
+            }
+        }
+        out
+    }
+
+    /// Holds the blocks for a transfer of `ext` tokens after `local` GPU hits (in `self.hits`) if they
+    /// fit (the full-prompt gate, the watermark and the blocks the requests still prefilling need): the
+    /// table started, the blocks touched for the stores, the admission logged; the new blocks are in
+    /// `self.new_blocks`. Returns `(row, end, total)`, or None, changing nothing. A tier's load and a
+    /// remote request's transfer alike (`admit_load`, `admit_remote`).
+    fn hold_for_transfer(
+        &mut self,
+        k: usize,
+        last_key: Option<BlockKey>,
+        local: u64,
+        ext: u64,
+    ) -> Option<(usize, u64, u64)> {
+        let cfg = self.cfg;
+        let bs = cfg.block_size;
+        let total = self.slab[k].num_tokens();
+        let watermark = self.admission_watermark();
+        let Memory::Paged(pool) = &self.mem else {
+            unreachable!("a CPU tier or a decode replica is paged")
+        };
+        let free = u64::from(pool.num_free_blocks());
+        let num_hits = self.hits.len() as u64;
+        let evictable = BlockTable::num_evictable(pool, &self.hits);
+        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
+        if cfg.full_prompt_gate && blocks_for(full, bs) - num_hits + evictable + watermark > free {
+            return None;
+        }
+        let end = local + ext;
+        let reserved = self.inflight_reserved();
+        if (end / bs - num_hits + evictable + watermark).saturating_add(reserved) > free {
+            return None;
+        }
+        self.new_blocks.clear();
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!()
+        };
+        let buffer = std::mem::take(&mut self.slab[k].table.blocks);
+        let table = BlockTable::start(
+            pool,
+            bs,
+            &self.hits,
+            last_key,
+            end - local,
+            &mut self.new_blocks,
+            0,
+            buffer,
+        );
+        let s = &mut self.slab[k];
+        s.table = table;
+        s.keys.clear();
+        s.keys_for = 0;
+        let row = s.row;
+        {
+            let tier = self.tier.as_deref_mut().expect("a CPU tier or a connector");
+            tier.touched.extend_from_slice(&self.hits);
+            tier.touched.extend_from_slice(&self.new_blocks);
+        }
+        if self.log.is_some() {
+            self.log(event::ADMIT, row, -1);
+            for i in 0..self.hits.len() {
+                let b = i64::from(self.hits[i].0);
+                self.log(event::PREFIX_HIT, row, b);
+            }
+            self.log_allocations(row, event::ALLOCATE);
+        }
+        Some((row, end, total))
+    }
+
+    /// Admits the load of `ext` tokens from the tier after `local` GPU hits (in `self.hits`) if its
+    /// blocks fit (`hold_for_transfer`); false changes nothing.
+    fn admit_load(&mut self, k: usize, last_key: Option<BlockKey>, local: u64, ext: u64) -> bool {
+        let Some((row, end, total)) = self.hold_for_transfer(k, last_key, local, ext) else {
+            return false;
+        };
+        let chunks = self.start_load(k, local, end);
+        // Hits count the tokens the request does not compute: a load of its whole prompt leaves the
+        // last token to compute again, as the GPU's hits stop one token short.
+        let hit = ext - u64::from(end == total);
+        let c = &mut self.out.counters;
+        c.cpu_hit_tokens += i128::from(hit);
+        self.out.cpu_hit_tokens[row - self.out_base] += hit as i64;
+        self.log_count(event::CPU_HIT, row, -1, hit as i64);
+        self.log_count(event::LOAD, row, -1, chunks as i64);
+        self.note_admission(k, local, total, hit);
+        true
+    }
+
+    /// A request's load from the tier, or a remote request's transfer (`admit_load`, `admit_remote`).
+    fn admit_transfer(
+        &mut self,
+        k: usize,
+        last_key: Option<BlockKey>,
+        local: u64,
+        ext: u64,
+    ) -> bool {
+        if self.slab[k].remote {
+            self.admit_remote(k, last_key, local, ext)
+        } else {
+            self.admit_load(k, last_key, local, ext)
+        }
+    }
+
+    /// A decode replica admits a remote request's transfer of `ext` tokens (its prompt's full blocks
+    /// after `local` GPU hits, in `self.hits`) if the blocks fit, by a load's rules
+    /// (`hold_for_transfer`); the transfer queues on the inbound link. False changes nothing.
+    fn admit_remote(&mut self, k: usize, last_key: Option<BlockKey>, local: u64, ext: u64) -> bool {
+        let Some((row, end, total)) = self.hold_for_transfer(k, last_key, local, ext) else {
+            return false;
+        };
+        let bs = self.cfg.block_size;
+        let t = self.t;
+        let blocks = end / bs - local / bs;
+        let tier = self.tier_ref();
+        let (latency, per_block) = tier.pd_link.expect("a decode replica's link");
+        let start = t.max(tier.pd_free);
+        let link_end =
+            self.transfer_end_or_overflow(Transfer::Remote, start, latency, blocks, per_block);
+        let duration = latency.saturating_add(blocks.saturating_mul(per_block));
+        let tier = self.tier.as_deref_mut().expect("a connector");
+        tier.pd_free = link_end;
+        tier.sends_decided.push((row, tier.pd_free));
+        tier.next_job += 1;
+        let job = Job {
+            id: tier.next_job,
+            k,
+            row,
+            keys: Vec::new(),
+            run: None,
+            blocks: self.new_blocks.clone(),
+            end: tier.pd_free,
+            avail: tier.num_observed + 1,
+            remote: true,
+        };
+        tier.min_end = tier.min_end.min(job.end);
+        tier.loads.push(job);
+        let s = &mut self.slab[k];
+        s.jobs += 1;
+        s.held = true;
+        s.prefilling = true;
+        s.loaded = false;
+        s.remote = false;
+        s.load_at = t;
+        s.num_computed = end;
+        let c = &mut self.out.counters;
+        c.pd_transfers += 1;
+        c.pd_transfer_blocks += i128::from(blocks);
+        c.pd_link_busy_ps += i128::from(duration);
+        self.note_admission(k, local, total, 0);
+        true
+    }
+
+    /// The load of `k`'s chunks holding tokens `local..end` (its blocks just allocated, in
+    /// `self.new_blocks`): the chunks pinned, the transfer on the link from now, the request held.
+    /// Returns the chunks it loads.
+    fn start_load(&mut self, k: usize, local: u64, end: u64) -> usize {
+        let bs = self.cfg.block_size;
+        let (tpc, bpc, latency, per_block) = {
+            let t = self.tier_ref();
+            (
+                t.tpc,
+                t.cfg.blocks_per_chunk,
+                t.cfg.latency_ps,
+                t.cfg.ps_per_block,
+            )
+        };
+        let first = div_bs(local, bs) / bpc;
+        let num_chunks = end / tpc;
+        self.ensure_tier_keys(k, num_chunks * bpc);
+        let keys: Vec<(BlockKey, u64)> = (first..num_chunks)
+            .map(|c| (self.chunk_key(k, c), c))
+            .collect();
+        let blocks = end / bs - local / bs;
+        let (t, row) = (self.t, self.slab[k].row);
+        let start = t.max(self.tier_ref().load_free);
+        let link_end =
+            self.transfer_end_or_overflow(Transfer::Load, start, latency, blocks, per_block);
+        let tier = self.tier.as_deref_mut().expect("a CPU tier");
+        tier.cpu.prepare_load(row as u64, &keys);
+        for &(key, _) in &keys {
+            *tier.loading.entry(key).or_insert(0) += 1;
+        }
+        tier.load_free = link_end;
+        tier.next_job += 1;
+        let job = Job {
+            id: tier.next_job,
+            k,
+            row,
+            keys: keys.iter().map(|&(key, _)| key).collect(),
+            run: None,
+            blocks: self.new_blocks.clone(),
+            end: tier.load_free,
+            avail: tier.num_observed + 1,
+            remote: false,
+        };
+        tier.min_end = tier.min_end.min(job.end);
+        tier.loads.push(job);
+        let s = &mut self.slab[k];
+        s.jobs += 1;
+        s.held = true;
+        s.prefilling = true;
+        s.loaded = false;
+        s.load_at = t;
+        s.num_computed = end;
+        s.next_store = num_chunks; // vLLM's chunk-level policy: stores resume after the loaded chunks
+        let c = &mut self.out.counters;
+        c.num_loads += 1;
+        c.loaded_blocks += i128::from(blocks);
+        keys.len()
+    }
+
+    /// A held request whose load has landed, admitted as a resumed one: its next chunk allocated after
+    /// the full-prompt gate and the watermark; the tokens it computes, 0 if it cannot start now, or
+    /// `NEVER`.
+    fn try_resume_loaded(&mut self, k: usize, budget: u64) -> u64 {
+        let cfg = self.cfg;
+        let bs = cfg.block_size;
+        let total = self.slab[k].num_tokens();
+        let computed = self.slab[k].num_computed;
+        let mut num_new = total - computed;
+        if cfg.chunked_prefill {
+            num_new = num_new.min(budget);
+        } else if num_new > cfg.max_num_batched_tokens {
+            return NEVER;
+        } else if num_new > budget {
+            return 0;
+        }
+        let watermark = self.admission_watermark();
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("the CPU tier is paged")
+        };
+        let s = &mut self.slab[k];
+        let table = s.table.blocks().len() as u64;
+        let free = u64::from(pool.num_free_blocks());
+        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
+        if cfg.full_prompt_gate && blocks_for(full, bs) - table + watermark > free {
+            return 0;
+        }
+        if blocks_for(computed + num_new, bs) - table + watermark > free {
+            return 0;
+        }
+        self.new_blocks.clear();
+        let grown = s.table.grow(pool, bs, num_new, &mut self.new_blocks);
+        debug_assert!(grown == Some(false), "capacity was checked");
+        s.sync_output();
+        let phantom = self.defer_keys.then_some(s.private_from);
+        s.table
+            .register_full_blocks_cached(pool, bs, &s.segs, &s.tier_keys, phantom);
+        s.num_computed = computed + num_new;
+        let row = s.row;
+        if self.log.is_some() && !self.new_blocks.is_empty() {
+            self.log_allocations(row, event::ALLOCATE);
+        }
+        num_new
+    }
+
+    /// A held request's load is observed complete: its blocks take their keys; a load of the whole
+    /// prompt leaves its last token to compute (vLLM's `_update_waiting_for_remote_kv`).
+    pub(super) fn land(&mut self, k: usize) {
+        let bs = self.cfg.block_size;
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("the CPU tier is paged")
+        };
+        let s = &mut self.slab[k];
+        s.loaded = true;
+        s.sync_output();
+        let phantom = self.defer_keys.then_some(s.private_from);
+        s.table
+            .register_full_blocks_cached(pool, bs, &s.segs, &s.tier_keys, phantom);
+        if s.num_computed == s.num_tokens() {
+            s.num_computed -= 1;
+            s.table.num_computed_tokens -= 1;
+        }
+        let wait = self.t - s.load_at;
+        let row = s.row;
+        self.out.counters.load_wait_ps += i128::from(wait);
+        self.out.load_wait_ps[row - self.out_base] += wait;
+    }
+}
