@@ -68,6 +68,8 @@ pub(super) struct Tier {
     pub(super) held: VecDeque<usize>,
     loads: Vec<Job>,
     stores: Vec<Job>,
+    /// `observe_now`'s second vector of stores (empty between calls).
+    stores_spare: Vec<Job>,
     /// No transfer in flight ends before this (i64::MAX: none in flight): an observation before it
     /// sees nothing (`observe`'s fast path).
     min_end: i64,
@@ -142,6 +144,7 @@ impl Tier {
             held: VecDeque::new(),
             loads: Vec::new(),
             stores: Vec::new(),
+            stores_spare: Vec::new(),
             min_end: i64::MAX,
             loading: HashMap::new(),
             load_free: 0,

@@ -54,10 +54,12 @@ impl Engine<'_> {
             seen = true;
         }
         if tier.stores.iter().any(done) {
-            let mut i = 0;
-            while i < tier.stores.len() {
-                if !done(&tier.stores[i]) {
-                    i += 1;
+            // The stores not done kept in order, in the spare vector (no allocation).
+            let mut stores =
+                std::mem::replace(&mut tier.stores, std::mem::take(&mut tier.stores_spare));
+            for job in stores.drain(..) {
+                if !done(&job) {
+                    tier.stores.push(job);
                     continue;
                 }
                 let Job {
@@ -68,7 +70,7 @@ impl Engine<'_> {
                     run,
                     mut blocks,
                     ..
-                } = tier.stores.remove(i);
+                } = job;
                 let n = if let Some((hi, lo, n)) = run {
                     tier.cpu.complete_store_run(hi, lo, n);
                     n
@@ -76,17 +78,22 @@ impl Engine<'_> {
                     tier.cpu.complete_store(&keys);
                     keys.len() as u64
                 };
-                tier.unfence(id, &blocks);
+                if !tier.fences.is_empty() {
+                    tier.unfence(id, &blocks);
+                }
                 if k != usize::MAX && self.slab[k].row == row {
                     self.slab[k].jobs -= 1;
                 }
                 self.log_count(event::STORE_DONE, row, -1, n as i64);
-                // Its vectors serve a later store (`offer_one`).
-                keys.clear();
+                // Its vectors serve a later store (`offer_one`; a run's job has no keys' vector).
+                if keys.capacity() > 0 {
+                    keys.clear();
+                    tier.spare_keys.push(keys);
+                }
                 blocks.clear();
-                tier.spare_keys.push(keys);
                 tier.spare_blocks.push(blocks);
             }
+            tier.stores_spare = stores;
             seen = true;
         }
         tier.min_end = tier

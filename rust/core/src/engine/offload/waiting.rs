@@ -184,7 +184,15 @@ impl Engine<'_> {
         let start = local / tpc;
         let mut count = 0;
         let mut pending = false;
+        // A request never admitted has stored nothing: none of its private chunks (past its hashed
+        // keys: named by its row, `tier_key`) is held.
+        let s = &self.slab[k];
+        let nothing_private = (!s.admitted_before).then_some(s.tier_keys.len() as u64);
         for c in start..num_chunks {
+            if nothing_private.is_some_and(|hashed| (c + 1) * bpc > hashed) {
+                debug_assert_eq!(self.tier_ref().cpu.lookup(self.chunk_key(k, c)), MISS);
+                break;
+            }
             let found = self.tier_ref().cpu.lookup(self.chunk_key(k, c));
             if found == MISS {
                 break;
