@@ -1,4 +1,4 @@
-"""The CPU tier in the engine (DESIGN.md §CPU tier; the twin of `rust/core/src/engine/offload.rs`): the
+"""The CPU tier in the engine (DESIGN.md §CPU tier; the twin of `rust/core/src/engine/offload/`): the
 waiting phase with held requests and skips, a waiting request's hits continued into the tier and its
 load's admission, a landed load's resumption, the stores a step offers, the transfers on the host link
 and when the engine observes them, and the stall of an engine that waits for nothing but transfers.
