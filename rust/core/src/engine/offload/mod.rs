@@ -54,6 +54,8 @@ pub(super) struct Retired {
     prompt_len: u64,
     num_tokens: u64,
     next_store: u64,
+    /// Whether its last offer has chunks to offer (`tier_keys_for_finish`); else `offer_one` skips it.
+    offers: bool,
     keys: Vec<BlockKey>,
     blocks: Vec<BlockId>,
 }

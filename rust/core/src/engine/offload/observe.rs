@@ -254,6 +254,7 @@ impl Engine<'_> {
 
     /// The occupancy's weighted sum and peak take the steps recorded since it last changed; called
     /// before it changes (a store's offer) and when the run pauses.
+    #[inline]
     pub(in crate::engine) fn flush_occupancy(&mut self) {
         let Some(tier) = self.tier.as_deref_mut() else {
             return;

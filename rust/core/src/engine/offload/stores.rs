@@ -147,7 +147,7 @@ impl Engine<'_> {
             let k = self.scheduled[i].0;
             planned |= self.offer_one(&mut tier, Some(k), None, step_end, &mut flushed);
         }
-        for r in &finished {
+        for r in finished.iter().filter(|r| r.offers) {
             planned |= self.offer_one(&mut tier, None, Some(r), step_end, &mut flushed);
         }
         for r in &finished {
@@ -290,6 +290,7 @@ impl Engine<'_> {
             prompt_len: s.prompt_len,
             num_tokens: s.num_tokens(),
             next_store: s.next_store,
+            offers,
             keys,
             blocks,
         };
