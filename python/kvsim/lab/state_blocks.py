@@ -2,7 +2,7 @@
 changes of the block tables (allocate and prefix-hit append a block, copy-on-write replaces the last, free
 removes the last, a fork or a group member's swap-in copies another table's leading blocks), the reference
 counts, holders and keys they imply, the block rows, and the sequence rows' tables. `state.replay` runs it
-after the sequences' pass (`state._SeqPass`), whose tokens it reads; the rows live only here and there.
+after the sequences' pass (`state_seqs._SeqPass`), whose tokens it reads; the rows live only here and there.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from kvsim.model.config import SimConfig
 from kvsim.reference.engine import EVENT
 
 if TYPE_CHECKING:
-    from kvsim.lab.state import _SeqPass
+    from kvsim.lab.state_seqs import _SeqPass
 
 ALLOCATE, PREFIX_HIT, COW_COPY, FREE = (
     EVENT["allocate"],
