@@ -268,6 +268,39 @@ impl Chunks {
         self.singles.get(&key).copied()
     }
 
+    /// `MISS`, `HIT` (held and ready) or `PENDING` for `key`, read in place (`CpuTier::lookup`).
+    #[inline]
+    pub(super) fn state(&self, key: BlockKey) -> u8 {
+        let (hi, lo) = split_key(key);
+        if let Some(g) = self.groups.get(&hi) {
+            let i = lo.wrapping_sub(g.base);
+            let held_ready = match &g.slots {
+                Slots::One(c) if i == 0 => Some((c.held, c.ready)),
+                Slots::Many(v) if i < v.len() as u64 => {
+                    let c = &v[i as usize];
+                    Some((c.held, c.ready))
+                }
+                Slots::Run(r) if i < u64::from(r.n) => Some((true, r.ready)),
+                _ => None,
+            };
+            if let Some((held, ready)) = held_ready {
+                return match (held, ready) {
+                    (false, _) => super::MISS,
+                    (true, true) => super::HIT,
+                    (true, false) => super::PENDING,
+                };
+            }
+        }
+        if self.singles.is_empty() {
+            return super::MISS;
+        }
+        match self.singles.get(&key) {
+            None => super::MISS,
+            Some(c) if c.ready => super::HIT,
+            Some(_) => super::PENDING,
+        }
+    }
+
     #[inline]
     pub(super) fn get_mut(&mut self, key: BlockKey) -> Option<&mut Chunk> {
         let (hi, lo) = split_key(key);

@@ -178,12 +178,9 @@ impl CpuTier {
 
     // -- queries -----------------------------------------------------------------------------------
     /// [`MISS`], [`HIT`] (ready) or [`PENDING`] (its store in flight).
+    #[inline]
     pub fn lookup(&self, key: BlockKey) -> u8 {
-        match self.chunks.get(key) {
-            None => MISS,
-            Some(c) if c.ready => HIT,
-            Some(_) => PENDING,
-        }
+        self.chunks.state(key)
     }
 
     /// Chunks held, pending ones included.
