@@ -98,3 +98,54 @@ def test_a_preempted_request_reloads_its_private_chunks():
     assert preempted.any()
     # Every prompt is private: the tier's hits are re-admitted requests' own chunks.
     assert res.requests["cpu_hit_tokens"].to_numpy()[preempted].sum() > 0
+
+
+def test_a_held_request_rejected_after_its_load_finishes_its_tier_record():
+    """Found by `test_private_runs_decide_as_the_reference` (minimised): request 5 loads a chunk of the
+    shared prefix, then is rejected (41 prompt tokens, a step of 32, chunked prefill off). vLLM frees it
+    as a finished request (`_free_request` -> the connector's `request_finished` ->
+    `on_request_finished`), which re-ranks the chunk it read; the Rust engine did, the reference did not
+    (so its LRU later evicted another chunk, and request 13 stored two chunks where Rust stored one)."""
+    reqs = [
+        (36, [(2, 20), (1003, 1)]),
+        (28, [(2, 20), (1004, 1)]),
+        (42, [(1005, 16)]),
+        (6, [(1006, 1)]),
+        (1, [(1007, 1)]),
+        (1, [(2, 20), (1008, 21)]),
+        (8, [(1010, 1)]),
+        *((1, [(1015 + i, 1)]) for i in range(6)),
+        (1, [(2, 10), (1021, 1)]),
+    ]
+    offsets, ids, lens = [0], [], []
+    for _, segs in reqs:
+        ids += [i for i, _ in segs]
+        lens += [n for _, n in segs]
+        offsets.append(len(ids))
+    w = Workload(
+        arrival=[0.0] * len(reqs),
+        output_len=[o for o, _ in reqs],
+        seg_offsets=offsets,
+        segment_id=np.array(ids, dtype=np.uint64),
+        segment_len=lens,
+    )
+    cfg = kvsim.SimConfig(
+        num_blocks=19,
+        block_size=4,
+        max_num_seqs=2,
+        max_num_batched_tokens=32,
+        chunked_prefill=False,
+        admission_gate="none",
+        free_order="classic",
+        kv_offloading_chunks=12,
+        kv_offloading_prompt_only=False,
+        kv_offloading_latency_ps=0,
+    )
+    res = assert_same(w, cfg, 1)
+    row = res.requests.row(5, named=True)
+    assert (row["status"], row["cpu_hit_tokens"]) == ("rejected", 4)
+    assert res.events is not None
+    stores = res.events.filter((res.events["request_id"] == 13) & (res.events["kind"] == "store"))
+    # The chunk request 5 read re-ranked at its rejection outlives another: request 13 stores one
+    # chunk of its two (the other is held), where without the finish it stored both.
+    assert stores["count"].to_list() == [1]
