@@ -139,6 +139,10 @@ class Offload(State):
                 if from_held:
                     self.release(s)
                     s.held = s.prefilling = False
+                    # Its load done, it leaves as a finished request: vLLM's `_free_request` calls the
+                    # connector's `request_finished` (offloading/scheduler.py: `on_request_finished`).
+                    if self.tier is not None:
+                        self.tier.finish(s.idx)
                 self.reject(s, 4)
                 continue
             assert num_new != SKIP, "waiting_over_budget 'skip' is refused with a CPU tier"

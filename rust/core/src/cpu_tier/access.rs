@@ -208,7 +208,8 @@ impl Access {
     }
 
     /// `extend_run` of the `n` >= 1 keys `(hi, lo..lo + n)` (no wrap) at positions `pos..pos + n`: kept
-    /// as a `span` while the record is that one run.
+    /// as a `span` while the record is that one run (never across the lower half's wrap: `unspan`
+    /// lists a span by adding to the whole key, so `(hi, u64::MAX)` then `(hi, 0)` are not one span).
     pub(super) fn extend_key_run(&mut self, hi: u64, lo: u64, n: u64, pos: u64) {
         if self.order.is_empty() && self.checked == 0 {
             match &mut self.span {
@@ -218,7 +219,7 @@ impl Access {
                 }
                 Some((span_hi, span_lo, span_n, span_pos))
                     if *span_hi == hi
-                        && span_lo.wrapping_add(*span_n) == lo
+                        && span_lo.checked_add(*span_n) == Some(lo)
                         && *span_pos + *span_n == pos =>
                 {
                     *span_n += n;

@@ -379,10 +379,29 @@ type RunStore = (Option<(u64, u64, u64)>, Vec<BlockKey>);
 enum RunOp {
     /// A run of `n` keys `(hi, lo..)` at positions `pos..` for request `rid`.
     StoreRun(u64, u64, u64, u64, u64),
+    /// `StoreRun`s of `ns[0]`, `ns[1]`, ... keys, each after the last (keys and positions).
+    StoreRuns(u64, u64, u64, Vec<u64>, u64),
+    /// Keys `(hi, lo)` at positions offered as a list to both tiers (any keys: repeats, other
+    /// groups, positions out of order), for request `rid`.
+    StoreList(u64, Vec<(u64, u8, u64)>),
     Load(u64, u64, Vec<u8>),
     CompleteLoad(usize),
     CompleteStore(usize),
     Finish(u64),
+}
+
+/// A key's lower half: 0..12, or 12.. counting down from u64::MAX (a group's slots wrapping).
+fn edge_lo(n: u8) -> u64 {
+    if n < 12 {
+        u64::from(n)
+    } else {
+        u64::MAX - u64::from(n - 12)
+    }
+}
+
+/// A group: 0..5, and 5 the largest.
+fn edge_hi(hi: u64) -> u64 {
+    if hi < 5 { hi } else { u64::MAX }
 }
 
 fn run_op() -> impl proptest::strategy::Strategy<Value = RunOp> {
@@ -394,7 +413,22 @@ fn run_op() -> impl proptest::strategy::Strategy<Value = RunOp> {
             .prop_map(|(r, shared, lo, n, pos)| {
                 RunOp::StoreRun(r, if shared { 0 } else { r + 1 }, lo, n, pos.unwrap_or(lo))
             }),
-        1 => (0u64..4, 0u64..5, proptest::collection::vec(0u8..16, 0..5))
+        // Edges: keys whose lower half wraps past u64::MAX, the largest group, positions up to
+        // `MAX_POSITION` (the last a run's positions may reach).
+        // A request's runs offered one after another, each continuing the last's keys and positions
+        // (as the engine offers a growing request's new chunks), across the wrap.
+        2 => (0u64..4, 0u8..3, 0u64..6, proptest::collection::vec(1u64..4, 1..4), proptest::option::weighted(0.2, 0u64..6))
+            .prop_map(|(r, g, lo, ns, pos)| {
+                let hi = [r + 1, 0, u64::MAX][g as usize];
+                let lo = lo.wrapping_sub(3); // u64::MAX - 2 ..= 2
+                // (positions follow the keys across the wrap: 4 + lo, modulo 2^64)
+                let total: u64 = ns.iter().sum();
+                let pos = pos.map_or(lo.wrapping_add(4) % 32, |p| MAX_POSITION + 1 - total - p);
+                RunOp::StoreRuns(r, hi, lo, ns, pos)
+            }),
+        1 => (0u64..4, proptest::collection::vec((0u64..6, 0u8..20, 0u64..12), 0..6))
+            .prop_map(|(r, v)| RunOp::StoreList(r, v)),
+        1 => (0u64..4, 0u64..6, proptest::collection::vec(0u8..20, 0..5))
             .prop_map(|(r, hi, v)| RunOp::Load(r, hi, v)),
         1 => (0usize..8).prop_map(RunOp::CompleteLoad),
         2 => (0usize..8).prop_map(RunOp::CompleteStore),
@@ -420,10 +454,22 @@ proptest::proptest! {
         // Stores in flight: (the run if `a` stored it whole, the keys stored).
         let mut stores: Vec<RunStore> = vec![];
         let mut loads: Vec<Vec<BlockKey>> = vec![];
+        let ops = ops.into_iter().flat_map(|op| match op {
+            RunOp::StoreRuns(rid, hi, lo, ns, pos) => {
+                let mut at = 0;
+                ns.into_iter()
+                    .map(|n| {
+                        at += n;
+                        RunOp::StoreRun(rid, hi, lo.wrapping_add(at - n), n, pos + at - n)
+                    })
+                    .collect()
+            }
+            op => vec![op],
+        });
         for op in ops {
             match op {
                 RunOp::StoreRun(rid, hi, lo, n, pos) => {
-                    let list: Vec<_> = (0..n).map(|i| (key(hi, lo + i), pos + i)).collect();
+                    let list: Vec<_> = (0..n).map(|i| (key(hi, lo.wrapping_add(i)), pos + i)).collect();
                     let (mut offer, mut sa, mut ea) = (Vec::new(), Vec::new(), Vec::new());
                     let ra = a.prepare_store_run(rid, (hi, lo, n), pos, &mut offer, &mut sa, &mut ea);
                     let (mut sb, mut eb) = (Vec::new(), Vec::new());
@@ -438,8 +484,20 @@ proptest::proptest! {
                         stores.push((if ra == Some(true) { Some((hi, lo, n)) } else { None }, sb));
                     }
                 }
+                RunOp::StoreList(rid, v) => {
+                    let list: Vec<_> = v.iter().map(|&(hi, lo, pos)| (key(edge_hi(hi), edge_lo(lo)), pos)).collect();
+                    let (mut sa, mut ea, mut sb, mut eb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+                    let ra = a.prepare_store(rid, &list, &mut sa, &mut ea);
+                    let rb = b.prepare_store(rid, &list, &mut sb, &mut eb);
+                    proptest::prop_assert_eq!(ra, rb);
+                    proptest::prop_assert_eq!(&sa, &sb);
+                    proptest::prop_assert_eq!(&ea, &eb);
+                    if ra.is_some() && !sb.is_empty() {
+                        stores.push((None, sb));
+                    }
+                }
                 RunOp::Load(rid, hi, v) => {
-                    let ks: Vec<_> = v.iter().enumerate().map(|(i, &n)| (key(hi, n.into()), i as u64))
+                    let ks: Vec<_> = v.iter().enumerate().map(|(i, &n)| (key(edge_hi(hi), edge_lo(n)), i as u64))
                         .filter(|&(k, _)| b.lookup(k) == HIT).collect();
                     proptest::prop_assert!(a.check_prepare_load(&ks).is_ok());
                     if b.check_prepare_load(&ks).is_ok() {
@@ -473,11 +531,45 @@ proptest::proptest! {
                 (a.used(), a.num_evictable(), a.num_evicted(), a.num_stores_skipped()),
                 (b.used(), b.num_evictable(), b.num_evicted(), b.num_stores_skipped())
             );
-            for hi in 0..5 {
+            for hi in 0..6 {
                 for lo in 0..20 {
-                    proptest::prop_assert_eq!(a.lookup(key(hi, lo)), b.lookup(key(hi, lo)));
+                    let k = key(edge_hi(hi), edge_lo(lo));
+                    proptest::prop_assert_eq!(a.lookup(k), b.lookup(k));
                 }
             }
         }
     }
+}
+
+/// A request's span of keys must not join a run whose keys wrap past `u64::MAX` in their lower half:
+/// the span lists its keys by adding to the whole key, so `(hi, u64::MAX)` then `(hi, 0)` would list
+/// `(hi + 1, 0)` for the second (found by the adversarial pass). The record must name the keys offered:
+/// a later offer of `(hi, 0)` at an earlier position is a repeat (no rank moves), as the listed tier says.
+#[test]
+fn a_span_does_not_join_keys_across_the_lower_halfs_wrap() {
+    let hi = 7;
+    let mut a = CpuTier::new(8, Eviction::Lru, 0);
+    let mut b = CpuTier::new(8, Eviction::Lru, 0);
+    let (mut offer, mut s, mut e) = (Vec::new(), Vec::new(), Vec::new());
+    for (lo, pos) in [(u64::MAX, 0), (0, 1)] {
+        assert!(
+            a.prepare_store_run(1, (hi, lo, 1), pos, &mut offer, &mut s, &mut e)
+                .is_some()
+        );
+        b.prepare_store(1, &[(run_key(hi, lo), pos)], &mut s, &mut e)
+            .unwrap();
+        a.complete_store(&[run_key(hi, lo)]);
+        b.complete_store(&[run_key(hi, lo)]);
+    }
+    assert_eq!(a.internals(), b.internals());
+    // (hi, 0) offered again by the same request at position 0: already seen, its rank stays.
+    for t in [&mut a, &mut b] {
+        t.prepare_store(1, &[(run_key(hi, 0), 0)], &mut s, &mut e)
+            .unwrap();
+        t.check_invariants().unwrap();
+    }
+    assert_eq!(a.internals(), b.internals());
+    a.finish(1);
+    b.finish(1);
+    assert_eq!(a.internals(), b.internals());
 }
