@@ -30,6 +30,7 @@ KEYS = [
     2**128 - 1,
 ]
 SLOTS = 4  # requests live at once; a finished one's slot takes a fresh request id
+RUN_GROUP = 2**40  # slot s's private chunks are the keys (RUN_GROUP + s, lo) (`prepare_store_run`)
 
 key_positions = st.one_of(
     # any keys at any positions (ties in position too)
@@ -49,7 +50,8 @@ def internals(t: CpuTier):
 
 class CpuTierMachine(RuleBasedStateMachine):
     @initialize(
-        capacity=st.integers(1, 12),
+        # (now and then room for many runs: a run is stored whole only while the tier has room)
+        capacity=st.sampled_from([*range(1, 13), 48, 48]),
         eviction=st.sampled_from(["lru", "arc"]),
         threshold=st.sampled_from([0, 0, 2, 3]),
         tracker=st.sampled_from([64_000, 64_000, 1, 3, 5]),
@@ -61,6 +63,7 @@ class CpuTierMachine(RuleBasedStateMachine):
         self.next_rid = SLOTS
         self.loads: list[list[int]] = []  # keys each load in flight pins
         self.stores: list[list[int]] = []  # keys each store in flight wrote
+        self.run_stores: list[tuple[int, int, int]] = []  # (hi, lo, n) of each run store in flight
 
     def both(self, name: str, *args):
         got = getattr(self.rust, name)(*args)
@@ -91,6 +94,51 @@ class CpuTierMachine(RuleBasedStateMachine):
         """One of the stores in flight completes (none: nothing happens)."""
         if self.stores:
             self.both("complete_store", self.stores.pop(i % len(self.stores)))
+
+    @rule(
+        slot=st.integers(0, SLOTS - 1),
+        group=st.sampled_from(["own", "own", 0, 1, 2**64 - 1]),
+        lo=st.one_of(st.integers(0, 9), st.integers(2**64 - 8, 2**64 - 1)),
+        n=st.integers(1, 6),
+        at=st.sampled_from(["lo", "lo", 0, 3, "last"]),
+        done=st.booleans(),
+    )
+    def prepare_store_run(self, slot: int, group, lo: int, n: int, at, done: bool) -> None:
+        """A run of keys `(hi, lo..lo + n)` at positions `pos..pos + n` offered by the Rust run API, the
+        listed keys to the spec's `prepare_store`: in the slot's own group (a request's private chunks,
+        none held unless an earlier run stored them) or in groups the other rules' keys share."""
+        hi = RUN_GROUP + slot if group == "own" else group
+        n = min(n, 2**64 - lo)
+        pos = {"lo": lo if lo < 2**32 else 0, "last": 2**32 - n}.get(at, at)
+        keys = [((hi << 64) | (lo + i), pos + i) for i in range(n)]
+        rid = self.rids[slot]
+        whole = (
+            self.ref.eviction == "lru"
+            and self.ref.threshold == 0
+            and n <= self.ref.capacity - self.ref.used
+            and all(self.ref.lookup(k) == MISS for k, _ in keys)
+        )
+        got = self.rust.prepare_store_run(rid, hi, lo, n, pos)
+        want = self.ref.prepare_store(rid, keys)
+        assert got == want, f"prepare_store_run{(rid, hi, lo, n, pos)}: rust {got}, reference {want}"
+        event(f"run: {'whole' if whole else 'no room' if want is None else 'listed'}")
+        if want is not None and want[0]:
+            if done:
+                self.complete_run((hi, lo, n))
+            else:
+                self.run_stores.append((hi, lo, n))
+
+    def complete_run(self, run: tuple[int, int, int]) -> None:
+        """`complete_store_run` on the Rust side, the spec's `complete_store` of the run's keys."""
+        hi, lo, n = run
+        self.rust.complete_store_run(hi, lo, n)
+        self.ref.complete_store([(hi << 64) | (lo + i) for i in range(n)])
+
+    @rule(i=st.integers(0, 7))
+    def complete_store_run(self, i: int) -> None:
+        """One of the run stores in flight completes (none: nothing happens)."""
+        if self.run_stores:
+            self.complete_run(self.run_stores.pop(i % len(self.run_stores)))
 
     @rule(slot=st.integers(0, SLOTS - 1), data=st.data(), done=st.booleans())
     def prepare_load(self, slot: int, data: st.DataObject, done: bool) -> None:
@@ -225,6 +273,24 @@ def test_a_chunk_takes_at_most_65535_pins():
         (lambda: _core.CpuTier(4).prepare_load(0, {1: 0}), "keys must be a list or tuple"),
         (lambda: _core.CpuTier(4).complete_store([1.5]), r"keys\[0\] 1.5 must be an integer"),
         (lambda: _core.CpuTier(4).complete_load([-1]), r"keys\[0\] -1 is not a u128"),
+        (lambda: _core.CpuTier(4).prepare_store_run(0, 1, 0, 0, 0), "n 0 must be between 1 and 4294967296"),
+        (lambda: _core.CpuTier(4).complete_store_run(1, 0, 2**32 + 1), "n 4294967297 must be between 1 and"),
+        (
+            lambda: _core.CpuTier(4).prepare_store_run(0, 1, 2**64 - 2, 3, 0),
+            r"lo 18446744073709551614 \+ n 3 - 1 must be at most 18446744073709551615",
+        ),
+        (lambda: _core.CpuTier(4).complete_store_run(1, 2**64 - 1, 2), r"lo 18446744073709551615 \+ n 2 - 1"),
+        (
+            lambda: _core.CpuTier(4).prepare_store_run(0, 1, 0, 2, 2**32 - 1),
+            r"pos 4294967295 \+ n 2 - 1 must be at most 4294967295",
+        ),
+        (
+            lambda: _core.CpuTier(4).prepare_store_run(0, 2**64, 0, 1, 0),
+            "hi 18446744073709551616 must be between",
+        ),
+        (lambda: _core.CpuTier(4).prepare_store_run(-1, 1, 0, 1, 0), "rid -1 must be between 0 and"),
+        (lambda: _core.CpuTier(4).prepare_store_run(0, 1, 0, 1, -1), "pos -1 must be between 0 and"),
+        (lambda: _core.CpuTier(4).complete_store_run(1, 0.5, 1), "lo 0.5 must be an integer"),
         (lambda: _core.CpuTier(4).lookup("1"), "must be an integer"),
         (lambda: _core.CpuTier(4).finish(None), "rid None must be an integer"),
     ],
@@ -232,3 +298,22 @@ def test_a_chunk_takes_at_most_65535_pins():
 def test_bad_arguments_raise_invalid_argument(call, message):
     with pytest.raises(InvalidArgumentError, match=message):
         call()
+
+
+def test_a_run_is_stored_and_completed_as_its_listed_keys_and_a_rejected_run_changes_nothing():
+    t = _core.CpuTier(3, "lru")
+    run = [(5 << 64) | lo for lo in (7, 8)]
+    assert t.prepare_store_run(1, 5, 7, 2, 0) == (run, [])
+    assert [t.lookup(k) for k in run] == [PENDING, PENDING]
+    before = (t._internals(), t.used, t.num_evictable)
+    for bad in [(1, 5, 2**64 - 1, 2, 0), (1, 5, 9, 2, 2**32 - 1), (1, 5, 9, 0, 0)]:
+        with pytest.raises(InvalidArgumentError):
+            t.prepare_store_run(*bad)
+    with pytest.raises(InvalidArgumentError):
+        t.complete_store_run(5, 7, 0)
+    assert (t._internals(), t.used, t.num_evictable) == before
+    t.complete_store_run(5, 7, 2)
+    assert [t.lookup(k) for k in run] == [HIT, HIT]
+    # a run with one key held: decided as the listed keys (only the absent one stored; room for it)
+    assert t.prepare_store_run(2, 5, 8, 2, 1) == ([(5 << 64) | 9], [])
+    t.check_invariants()

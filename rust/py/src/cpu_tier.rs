@@ -60,6 +60,31 @@ fn pairs_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<(BlockKey, u64)>> {
     Ok(out)
 }
 
+/// A run's `(hi, lo, n)`: its keys' group `hi`, first `lo` and count `n`, with `n` in
+/// `[1, MAX_POSITION + 1]` (a run has a position per key) and `lo + n - 1` below `2**64` (one group).
+fn run_arg(
+    hi: &Bound<'_, PyAny>,
+    lo: &Bound<'_, PyAny>,
+    n: &Bound<'_, PyAny>,
+) -> PyResult<(u64, u64, u64)> {
+    let hi = count_arg(hi, "hi")?;
+    let lo = count_arg(lo, "lo")?;
+    let n = count_arg(n, "n")?;
+    if n == 0 || n > MAX_POSITION + 1 {
+        return Err(invalid(format!(
+            "n {n} must be between 1 and {}",
+            MAX_POSITION + 1
+        )));
+    }
+    if lo.checked_add(n - 1).is_none() {
+        return Err(invalid(format!(
+            "lo {lo} + n {n} - 1 must be at most {} (one group's keys)",
+            u64::MAX
+        )));
+    }
+    Ok((hi, lo, n))
+}
+
 fn u128s(v: &[BlockKey]) -> Vec<u128> {
     v.iter().map(|k| k.0).collect()
 }
@@ -236,6 +261,64 @@ impl PyCpuTier {
         let keys = keys_arg(keys)?;
         self.0.write("complete_store", |t| {
             t.complete_store(&keys);
+            Ok(())
+        })
+    }
+
+    /// `prepare_store(rid, [((hi << 64) | (lo + i), pos + i) for i in range(n)])`, the keys of a run
+    /// (a request's private chunks) given by their group `hi`, first `lo` and count `n` instead of
+    /// listed, with the same decisions and the same result (a run stored whole lists its keys as
+    /// stored). `n` is at least 1, `lo + n - 1` below `2**64` and `pos + n - 1` below `2**32`.
+    ///
+    /// Raises `InvalidArgumentError` for a bad argument; a rejected call changes nothing.
+    fn prepare_store_run(
+        &mut self,
+        rid: &Bound<'_, PyAny>,
+        hi: &Bound<'_, PyAny>,
+        lo: &Bound<'_, PyAny>,
+        n: &Bound<'_, PyAny>,
+        pos: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<(Vec<u128>, Vec<u128>)>> {
+        let rid = count_arg(rid, "rid")?;
+        let (hi, lo, n) = run_arg(hi, lo, n)?;
+        let pos = count_arg(pos, "pos")?;
+        if pos
+            .checked_add(n - 1)
+            .is_none_or(|last| last > MAX_POSITION)
+        {
+            return Err(invalid(format!(
+                "pos {pos} + n {n} - 1 must be at most {MAX_POSITION} (the last position)"
+            )));
+        }
+        self.0.write("prepare_store_run", |t| {
+            let (mut offer, mut stored, mut evicted) = (Vec::new(), Vec::new(), Vec::new());
+            Ok(
+                t.prepare_store_run(rid, (hi, lo, n), pos, &mut offer, &mut stored, &mut evicted)
+                    .map(|whole| {
+                        if whole {
+                            let run = (0..n).map(|i| (u128::from(hi) << 64) | u128::from(lo + i));
+                            (run.collect(), u128s(&evicted))
+                        } else {
+                            (u128s(&stored), u128s(&evicted))
+                        }
+                    }),
+            )
+        })
+    }
+
+    /// `complete_store([(hi << 64) | (lo + i) for i in range(n)])`: stores of a run's keys are done.
+    /// `n` is at least 1 and at most `2**32` (a run's positions), `lo + n - 1` below `2**64`.
+    ///
+    /// Raises `InvalidArgumentError` for a bad argument; a rejected call changes nothing.
+    fn complete_store_run(
+        &mut self,
+        hi: &Bound<'_, PyAny>,
+        lo: &Bound<'_, PyAny>,
+        n: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (hi, lo, n) = run_arg(hi, lo, n)?;
+        self.0.write("complete_store_run", |t| {
+            t.complete_store_run(hi, lo, n);
             Ok(())
         })
     }
