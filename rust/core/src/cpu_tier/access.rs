@@ -142,7 +142,7 @@ pub(super) struct Access {
     /// none checked): `(hi, lo, n, pos)` for keys `(hi, lo..lo + n)` at positions `pos..pos + n`, in that
     /// order (a request's private chunks offered, `extend_key_run`). Anything else done to the record
     /// lists it in `order` first (`unspan`).
-    pub(super) span: Option<(u64, u64, u64, u64)>,
+    pub(super) span: Option<super::Span>,
 }
 
 /// A key's bit in `Access::filter`.

@@ -19,7 +19,7 @@
 //! entry and one vector of slots).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet, hash_map};
 use std::hash::BuildHasherDefault;
 
 use crate::block_pool::IdHasher;
@@ -70,6 +70,8 @@ impl Eviction {
 type Hasher = BuildHasherDefault<IdHasher>;
 type KeyMap<V> = HashMap<BlockKey, V, Hasher>;
 type KeySet = HashSet<BlockKey, Hasher>;
+/// A record's run of keys `(hi, lo..lo + n)` at positions `pos..pos + n`: `(hi, lo, n, pos)` (`Access::span`).
+type Span = (u64, u64, u64, u64);
 
 mod access;
 mod chunks;
@@ -103,6 +105,11 @@ pub struct CpuTier {
     chunks: Chunks,
     num_evictable: u64,
     accesses: HashMap<u64, Access, Hasher>,
+    /// Records that are one run of keys and nothing else (LRU, no threshold; a request's private chunks
+    /// offered, the usual record of a rarely hit tier): the request's rank and its `Access::span`,
+    /// apart from `accesses` (a fifth of an `Access`'s bytes). A request is in one of the two maps at
+    /// most; anything else done to its record moves it to `accesses` first (`promote`).
+    spans: HashMap<u64, (u64, Span), Hasher>,
     /// Offers a key needs before a store admits it; 0: no threshold (vLLM's `store_threshold` < 2).
     threshold: u64,
     tracker: usize,
@@ -151,6 +158,7 @@ impl CpuTier {
             chunks: Chunks::default(),
             num_evictable: 0,
             accesses: HashMap::default(),
+            spans: HashMap::default(),
             threshold: if store_threshold >= 2 {
                 store_threshold
             } else {
@@ -302,6 +310,7 @@ impl CpuTier {
         reused: &[BlockKey],
     ) {
         let arc = self.eviction == Eviction::Arc;
+        self.promote(rid);
         let spare = &mut self.spare_orders;
         let a = self.accesses.entry(rid).or_insert_with(|| {
             let mut a = Access::new(arc);
@@ -357,6 +366,7 @@ impl CpuTier {
     /// Request `rid`'s record under LRU (made on its first access, with a spare vector), ranked: a request
     /// takes the next rank at its first recorded access.
     fn lru_access(&mut self, rid: u64) -> &mut Access {
+        self.promote(rid);
         let spare = &mut self.spare_orders;
         let a = self.accesses.entry(rid).or_insert_with(|| {
             let mut a = Access::new(false);
@@ -368,6 +378,54 @@ impl CpuTier {
             a.rank = self.next_rank;
         }
         a
+    }
+
+    /// Moves `rid`'s record from `spans` to `accesses` (a span kept as the `Access`'s), if it is there.
+    #[inline]
+    fn promote(&mut self, rid: u64) {
+        if !self.spans.is_empty()
+            && let Some((rank, span)) = self.spans.remove(&rid)
+        {
+            let a = self.span_access(rank, span);
+            self.accesses.insert(rid, a);
+        }
+    }
+
+    /// An LRU record of rank `rank` that is the run `span`.
+    fn span_access(&mut self, rank: u64, span: Span) -> Access {
+        let mut a = Access::new(false);
+        a.order = self.spare_orders.pop().unwrap_or_default();
+        a.rank = rank;
+        a.span = Some(span);
+        a
+    }
+
+    /// `lru_access(rid)` then `extend_key_run(hi, lo, n, pos)` (its preconditions), kept in `spans` while
+    /// the record is that one run; returns the request's rank.
+    #[inline]
+    fn record_key_run(&mut self, rid: u64, (hi, lo, n, pos): Span) -> u64 {
+        if self.accesses.is_empty() || !self.accesses.contains_key(&rid) {
+            match self.spans.entry(rid) {
+                hash_map::Entry::Vacant(e) => {
+                    self.next_rank += 1;
+                    e.insert((self.next_rank, (hi, lo, n, pos)));
+                    return self.next_rank;
+                }
+                hash_map::Entry::Occupied(mut e) => {
+                    let (rank, (span_hi, span_lo, span_n, span_pos)) = e.get_mut();
+                    if *span_hi == hi
+                        && span_lo.checked_add(*span_n) == Some(lo)
+                        && *span_pos + *span_n == pos
+                    {
+                        *span_n += n;
+                        return *rank;
+                    }
+                }
+            }
+        }
+        let a = self.lru_access(rid);
+        a.extend_key_run(hi, lo, n, pos);
+        a.rank
     }
 
     /// `record` under LRU of keys none of which is held: recorded unchecked, the request ranked.
@@ -736,9 +794,7 @@ impl CpuTier {
             && self.chunks.none_held(hi, lo, n)
         {
             // `store_new_run`'s case (one run of keys none held, room for them), its keys unlisted.
-            let a = self.lru_access(rid);
-            a.extend_key_run(hi, lo, n, pos);
-            let req = a.rank;
+            let req = self.record_key_run(rid, (hi, lo, n, pos));
             self.chunks.insert_pending_run(hi, lo, n32, req, pos32);
             self.debug_check();
             return Some(true);
@@ -927,8 +983,24 @@ impl CpuTier {
     /// LRU: each held one gets a fresh rank. ARC: one it only inserted moves to the most recent end of
     /// its list; one it reused moves from T1 to T2, or to T2's most recent end. Its record is dropped.
     pub fn finish(&mut self, rid: u64) {
-        let Some(mut a) = self.accesses.remove(&rid) else {
-            return;
+        let mut a = if !self.spans.is_empty()
+            && let Some((rank, span @ (hi, lo, n, _))) = self.spans.remove(&rid)
+        {
+            if !self.heap_live
+                && self
+                    .chunks
+                    .rerank_run(hi, lo, n as usize, &mut self.next_rank)
+            {
+                // (as below, with no record to drop)
+                self.debug_check();
+                return;
+            }
+            self.span_access(rank, span)
+        } else {
+            let Some(a) = self.accesses.remove(&rid) else {
+                return;
+            };
+            a
         };
         if self.eviction == Eviction::Lru
             && !self.heap_live
@@ -1035,6 +1107,16 @@ impl CpuTier {
                 self.tracker,
                 self.threshold
             ));
+        }
+        if let Some(rid) = self
+            .spans
+            .keys()
+            .find(|rid| self.accesses.contains_key(rid))
+        {
+            return Err(format!("request {rid} has two records"));
+        }
+        if self.eviction == Eviction::Arc && !self.spans.is_empty() {
+            return Err("a record kept as a span under ARC".to_string());
         }
         for (rid, a) in &self.accesses {
             let checked = &a.order[..a.checked];

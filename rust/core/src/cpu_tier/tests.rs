@@ -220,7 +220,7 @@ fn memory_does_not_grow_with_finished_requests() {
             t.finish(rid);
         }
         assert!(t.num_evicted() > 2_900, "{eviction:?}");
-        assert!(t.accesses.is_empty());
+        assert!(t.accesses.is_empty() && t.spans.is_empty());
         assert!(t.heap.len() <= 64.max(2 * t.num_evictable as usize));
         assert!(t.b1.len() <= 16 && t.b2.len() <= 16);
         assert!(t.counts.len() <= 100);
@@ -238,7 +238,7 @@ fn rereads_without_evictions_keep_the_lru_heap_small() {
         t.finish(rid);
     }
     assert!(t.heap.len() <= 64, "{}", t.heap.len());
-    assert!(t.accesses.is_empty());
+    assert!(t.accesses.is_empty() && t.spans.is_empty());
 }
 
 #[test]

@@ -91,6 +91,9 @@ pub struct Engine<'a> {
     lookup: crate::kv_groups::Lookup,
     group_new: Vec<(BlockId, usize)>,
     num_rejected: u64,
+    /// Loads and remote transfers admitted, preemptions and rejections so far (each counted as it
+    /// happens): a tier's `progress_marks`.
+    progress: u64,
     /// Set (to its error's message) when a step or a transfer on a link would end past `MAX_TIME_PS`
     /// (the first in the run): `advance` stops with that error after the step.
     clock_overflow: Option<String>,
@@ -234,6 +237,7 @@ impl<'a> Engine<'a> {
             lookup: crate::kv_groups::Lookup::default(),
             group_new: Vec::new(),
             num_rejected: 0,
+            progress: 0,
             clock_overflow: None,
             step: 0,
             ts_every: 0,

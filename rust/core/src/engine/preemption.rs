@@ -64,6 +64,7 @@ impl Engine<'_> {
             let row = self.slab[k].row;
             self.out.num_preemptions[row - self.out_base] += 1;
             self.out.counters.num_preemptions += 1;
+            self.progress += 1;
             self.out.num_swaps[row - self.out_base] += 1;
             self.log(event::SWAP_OUT, row, -1);
             self.release(k);
@@ -97,6 +98,7 @@ impl Engine<'_> {
         let row = self.slab[k].row;
         self.out.num_preemptions[row - self.out_base] += 1;
         self.out.counters.num_preemptions += 1;
+        self.progress += 1;
         self.log(event::PREEMPT, row, -1);
         if let Memory::Paged(pool) = &mut self.mem {
             // It may look its own content up when it resumes: phantom keys become real first.

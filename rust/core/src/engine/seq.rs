@@ -311,6 +311,7 @@ impl Engine<'_> {
             self.out.finish[r - self.out_base] = self.t;
         }
         self.num_rejected += 1;
+        self.progress += 1;
     }
 
     /// Rejects waiting sequence `k` (and its unforked samples) and drops it.

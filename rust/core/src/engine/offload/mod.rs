@@ -37,8 +37,11 @@ pub(super) struct Job {
     /// A store of one run of a row's private chunks: `(hi, lo, n)`, keys `(hi, lo..lo + n)` (`keys`
     /// then empty).
     run: Option<(u64, u64, u64)>,
-    /// The GPU blocks it reads (a store; fenced once its request finished).
+    /// The GPU blocks it reads (a store; fenced once its request finished): listed, or (a running
+    /// request's store of chunks in a row) `table`, a range of its block table (`blocks` then empty), listed
+    /// when its request finishes (`tier_finished`) while it is in flight.
     blocks: Vec<BlockId>,
+    table: Option<(usize, usize)>,
     /// When its last byte has moved (ps).
     end: i64,
     /// The first observation (numbered from 1) that may see it complete.

@@ -90,8 +90,10 @@ impl Engine<'_> {
                     keys.clear();
                     tier.spare_keys.push(keys);
                 }
-                blocks.clear();
-                tier.spare_blocks.push(blocks);
+                if blocks.capacity() > 0 {
+                    blocks.clear();
+                    tier.spare_blocks.push(blocks);
+                }
             }
             tier.stores_spare = stores;
             seen = true;
@@ -224,13 +226,12 @@ impl Engine<'_> {
         })
     }
 
-    /// What a step that schedules nothing may have changed before: loads admitted, rejections,
-    /// preemptions (`tier_scheduled_nothing` compares). Their sum: each only grows, so the sum is
-    /// unchanged exactly when all three are.
+    /// What a step that schedules nothing may have changed before: loads and remote transfers
+    /// admitted, rejections, preemptions (`tier_scheduled_nothing` compares): their count so far
+    /// (`Engine::progress`), unchanged exactly when none happened.
     #[inline]
     pub(in crate::engine) fn progress_marks(&self) -> u64 {
-        let c = &self.out.counters;
-        ((c.num_loads + c.pd_transfers + c.num_preemptions) as u64).wrapping_add(self.num_rejected)
+        self.progress
     }
 
     /// A step that scheduled nothing, with a CPU tier (a full step's or a lockstep step's): it offers

@@ -6,19 +6,29 @@ use crate::engine::timing::Transfer;
 use crate::engine::{Engine, event};
 use crate::{BlockId, BlockKey};
 
+/// What `offer_to_tier` stored: all of the chunks offered as one run of private chunks (`run`;
+/// `Tier::stored` then empty), or else those in `Tier::stored`; how many, and their GPU blocks in order: listed, or (`in_table`, a
+/// running request's chunks all stored) the range of its block table they are (the list then empty).
+struct Stored {
+    /// `(hi, lo, n)` when `whole`: the run's keys `(hi, lo..lo + n)`.
+    run: Option<(u64, u64, u64)>,
+    num: u64,
+    blocks: Vec<BlockId>,
+    table: Option<(usize, usize)>,
+}
+
 /// `offer_one`'s offer to the tier of chunks `start..num_chunks` of a request of row `row` (its
-/// hashed keys `keys`, its block table `table`): None when the tier has no room; else whether it
-/// stored them all as one run of private chunks (`Tier::stored` then empty), how many it stored, and
-/// their GPU blocks in order.
+/// hashed keys `keys`, its block table `table`; `in_table`: a running request, whose table stays as it
+/// is while it runs): None when the tier has no room.
 #[inline]
 fn offer_to_tier(
     tier: &mut Tier,
     keys: &[BlockKey],
-    table: &[BlockId],
+    (table, in_table): (&[BlockId], bool),
     row: usize,
     start: u64,
     num_chunks: u64,
-) -> Option<(bool, u64, Vec<BlockId>)> {
+) -> Option<Stored> {
     let bpc = tier.cfg.blocks_per_chunk;
     let Tier {
         cpu,
@@ -33,7 +43,7 @@ fn offer_to_tier(
     // A run of the row's private chunks (one block a chunk, past its hashed keys): offered as the
     // run, which the tier may store whole without a list of its keys.
     let private_run = bpc == 1 && start >= keys.len() as u64;
-    let hi = private_hi(row);
+    let hi = if private_run { private_hi(row) } else { 0 };
     let whole = if private_run {
         cpu.prepare_store_run(
             row as u64,
@@ -50,18 +60,33 @@ fn offer_to_tier(
             .map(|()| false)
     };
     let whole = whole?;
+    let run = whole.then_some((hi, start, num_chunks - start));
     // The blocks of the chunks stored (a subsequence of the offer), in order.
+    let range = ((start * bpc) as usize, (num_chunks * bpc) as usize);
+    if in_table && (whole || stored.len() as u64 == num_chunks - start) {
+        // All of them, of a running request: a range of its table.
+        return Some(Stored {
+            run,
+            num: num_chunks - start,
+            blocks: Vec::new(),
+            table: Some(range),
+        });
+    }
     let mut blocks = spare_blocks.pop().unwrap_or_default();
-    let num_stored = if whole {
-        let (first, last) = ((start * bpc) as usize, (num_chunks * bpc) as usize);
-        blocks.extend_from_slice(&table[first..last]);
+    let num = if whole {
+        blocks.extend_from_slice(&table[range.0..range.1]);
         num_chunks - start
     } else {
         blocks.reserve(stored.len() * bpc as usize);
         stored_blocks(offer, stored, table, bpc as usize, &mut blocks);
         stored.len() as u64
     };
-    Some((whole, num_stored, blocks))
+    Some(Stored {
+        run,
+        num,
+        blocks,
+        table: None,
+    })
 }
 
 /// Appends to `blocks` the blocks (`bpc` a chunk, from `table`) of the chunks `stored` (a subsequence
@@ -117,6 +142,21 @@ impl Engine<'_> {
     /// `offer_stores` with something to offer or flush.
     #[inline(never)]
     fn offer_stores_now(&mut self, step_end: i64) -> (bool, i64) {
+        let tier = self.tier.as_deref_mut().expect("a CPU tier");
+        if self.scheduled.is_empty()
+            && tier.preempted_now.is_empty()
+            && tier.fences.is_empty()
+            && tier.finished_last.iter().all(|r| !r.offers)
+        {
+            // Only requests finished in the step before, none with a chunk left to offer (the usual
+            // case): done with the tier, nothing offered, the occupancy as it was.
+            for r in &tier.finished_last {
+                tier.cpu.finish(r.row as u64);
+            }
+            tier.finished_last.clear();
+            tier.touched.clear();
+            return (false, 0);
+        }
         self.flush_occupancy(); // (the offers may change it)
         let mut tier = self.tier.take().expect("a CPU tier");
         if !tier.has_cpu {
@@ -216,8 +256,12 @@ impl Engine<'_> {
             (_, Some(r)) => (&r.keys, &r.blocks),
             _ => unreachable!(),
         };
-        let Some((whole, num_stored, blocks)) =
-            offer_to_tier(tier, keys, table, row, start, num_chunks)
+        let Some(Stored {
+            run,
+            num: num_stored,
+            blocks,
+            table,
+        }) = offer_to_tier(tier, keys, (table, k.is_some()), row, start, num_chunks)
         else {
             self.out.counters.stores_failed += 1;
             return false;
@@ -231,17 +275,20 @@ impl Engine<'_> {
             self.slab[k].next_store = num_chunks;
         }
         if num_stored == 0 {
-            tier.spare_blocks.push(blocks); // (empty)
+            if blocks.capacity() > 0 {
+                tier.spare_blocks.push(blocks); // (empty)
+            }
             return false;
         }
         let begin = step_end.max(tier.store_free);
-        let (latency, per_block, n) = (tier.cfg.latency_ps, tier.cfg.ps_per_block, blocks.len());
+        let n = num_stored * bpc;
+        let (latency, per_block) = (tier.cfg.latency_ps, tier.cfg.ps_per_block);
         tier.store_free =
-            self.transfer_end_or_overflow(Transfer::Store, begin, latency, n as u64, per_block);
+            self.transfer_end_or_overflow(Transfer::Store, begin, latency, n, per_block);
         tier.next_job += 1;
         let id = tier.next_job;
         self.out.counters.num_stores += 1;
-        self.out.counters.stored_blocks += blocks.len() as i128;
+        self.out.counters.stored_blocks += i128::from(n);
         self.log_count(event::STORE, row, -1, num_stored as i64);
         if let Some(k) = k {
             self.slab[k].jobs += 1;
@@ -251,10 +298,10 @@ impl Engine<'_> {
                 flushed.push(id);
             }
         }
-        let (keys, run) = if whole {
-            (Vec::new(), Some((private_hi(row), start, num_stored)))
+        let keys = if run.is_some() {
+            Vec::new()
         } else {
-            (tier.stored_keys(), None)
+            tier.stored_keys()
         };
         tier.push_store(Job {
             id,
@@ -263,6 +310,7 @@ impl Engine<'_> {
             keys,
             run,
             blocks,
+            table,
             end: tier.store_free,
             avail: tier.num_observed + 2,
             remote: false,
@@ -294,18 +342,23 @@ impl Engine<'_> {
             keys,
             blocks,
         };
-        let row = s.row;
-        let tier = self.tier_mut();
-        let jobs: Vec<(u64, Vec<BlockId>)> = tier
-            .stores
-            .iter()
-            .filter(|j| j.row == row)
-            .map(|j| (j.id, j.blocks.clone()))
-            .collect();
-        for (id, blocks) in jobs {
-            tier.fence(id, &blocks);
+        let (row, in_flight) = (s.row, s.jobs > 0);
+        let mut tier = self.tier.take().expect("a CPU tier");
+        if in_flight {
+            // Its stores in flight (none else of its row is: a finished request's own are listed).
+            let table = self.slab[k].table.blocks();
+            let Tier { stores, fences, .. } = &mut *tier;
+            for j in stores.iter_mut().filter(|j| j.row == row) {
+                if let Some((first, last)) = j.table.take() {
+                    j.blocks.extend_from_slice(&table[first..last]);
+                }
+                for &b in &j.blocks {
+                    fences.entry(b).or_default().push(j.id);
+                }
+            }
         }
         tier.finished_last.push(retired);
+        self.tier = Some(tier);
     }
 
     /// The keys a finished request's last stores need: its chunks up to its offloadable tokens. Returns

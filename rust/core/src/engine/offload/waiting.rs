@@ -180,8 +180,21 @@ impl Engine<'_> {
                 ext: 0,
             };
         }
-        self.ensure_tier_keys(k, num_chunks * bpc);
         let start = local / tpc;
+        let s = &self.slab[k];
+        if !s.admitted_before
+            && self.defer_keys
+            && (start + 1) * bpc > (s.tier_keys.len() as u64).max(div_bs(s.private_from, bs))
+        {
+            // Never admitted, its first chunk past its GPU hits private (the loop below stops
+            // there): nothing to look up, no keys to hash.
+            return Found::Hits {
+                last_key,
+                local,
+                ext: 0,
+            };
+        }
+        self.ensure_tier_keys(k, num_chunks * bpc);
         let mut count = 0;
         let mut pending = false;
         // A request never admitted has stored nothing: none of its private chunks (past its hashed
@@ -379,7 +392,8 @@ impl Engine<'_> {
             row,
             keys: Vec::new(),
             run: None,
-            blocks: self.new_blocks.clone(),
+            blocks: Vec::new(), // (a load fences nothing)
+            table: None,
             end: tier.pd_free,
             avail: tier.num_observed + 1,
             remote: true,
@@ -396,6 +410,7 @@ impl Engine<'_> {
         s.num_computed = end;
         let c = &mut self.out.counters;
         c.pd_transfers += 1;
+        self.progress += 1;
         c.pd_transfer_blocks += i128::from(blocks);
         c.pd_link_busy_ps += i128::from(duration);
         self.note_admission(k, local, total, 0);
@@ -440,7 +455,8 @@ impl Engine<'_> {
             row,
             keys: keys.iter().map(|&(key, _)| key).collect(),
             run: None,
-            blocks: self.new_blocks.clone(),
+            blocks: Vec::new(), // (a load fences nothing)
+            table: None,
             end: tier.load_free,
             avail: tier.num_observed + 1,
             remote: false,
@@ -457,6 +473,7 @@ impl Engine<'_> {
         s.next_store = num_chunks; // vLLM's chunk-level policy: stores resume after the loaded chunks
         let c = &mut self.out.counters;
         c.num_loads += 1;
+        self.progress += 1;
         c.loaded_blocks += i128::from(blocks);
         keys.len()
     }
