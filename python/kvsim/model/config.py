@@ -3,8 +3,8 @@
 Every field is validated and converted where it enters (`SimConfig.__post_init__`, by
 `kvsim.model.knobs.convert`), whether or not the configuration's mode uses it; every error is an
 `InvalidArgumentError` naming the field and the value. The knobs' table, `KNOBS`, lives in
-`kvsim.model.knobs` and is re-exported here (`kvsim.model.config.KNOBS`, the path README names), with the
-choices and limits every layer imports. Field names follow vLLM's spelling where vLLM has one
+`kvsim.model.knob_table` and is re-exported here (`kvsim.model.config.KNOBS`, the path README names), with
+the choices and limits every layer imports. Field names follow vLLM's spelling where vLLM has one
 (`block_size`, `enable_prefix_caching`, `max_num_seqs`, `max_num_batched_tokens`, `max_model_len`,
 `gpu_memory_utilization`, `tensor_parallel_size`, `kv_cache_dtype`). DESIGN.md §Engine describes what each
 knob does and §Defaults lists the table; the defaults are the newest vLLM release's rules and presets give

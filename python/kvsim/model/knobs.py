@@ -1,6 +1,5 @@
-"""`KNOBS`: the one table of every configuration knob's default, kind, unit and help that `SimConfig`, the
-`kvsim` command line, the presets and sweep files all read, and `convert`, the one rule that checks and
-converts a knob's value where it enters (DESIGN.md §Defaults and sizing, §Errors).
+"""`convert`, the one rule that checks and converts a knob's value where it enters (DESIGN.md §Defaults and
+sizing, §Errors), and the names of the knobs' table, `KNOBS`, re-exported from `kvsim.model.knob_table`.
 
 Booleans are not integers, and strings are not numbers unless the knob takes a unit (`kv_cache_bytes="12GiB"`,
 `iteration_time_ps="1ms"`, see `kvsim.model.units`); every error is an `InvalidArgumentError` naming the knob
@@ -11,680 +10,41 @@ documented path.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from os import PathLike, fspath
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.gpus import BATCH_RULES
-from kvsim.model.quant import QUANTIZATION_CHOICES
-
-POLICIES = ("vllm", "reserve", "static", "orca-max", "orca-pow2", "orca-oracle")
-CONTIGUOUS_POLICIES = ("static", "orca-max", "orca-pow2", "orca-oracle")
-PLACEMENTS = ("first-fit", "buddy")
-FREE_ORDERS = ("classic", "lifo_unhashed")
-PREEMPTIONS = ("recompute", "swap", "auto")
-V0_SWAP_SPACE_BYTES = 4 * 2**30  # vLLM v0's default `swap_space` (GiB of CPU memory per GPU)
-SAMPLINGS = ("fork-cow", "independent")
-ADMISSION_GATES = ("none", "full-prompt")
-WAITING_OVER_BUDGET = ("stop", "skip")
-WATERMARK_RULES = ("while-running", "always")
-APPEND_CHECKS = ("exact", "one-free-block")
-HYBRID_MANAGER = ("auto", "on", "off")
-ROUTERS = ("round-robin", "random", "least-loaded", "least-kv", "prefix-affinity", "weighted")
-# The weighted router's scorers, in the order their terms are summed (DESIGN.md §Cluster), and its default.
-ROUTER_SCORERS = ("prefix", "queue", "kv")
-DEFAULT_ROUTER_WEIGHTS: dict[str, float] = {"prefix": 3.0, "queue": 2.0, "kv": 2.0}
-# The knobs of the fleet (`kvsim.simulate_cluster`); the engines of one replica never read them.
-# How a router that reads state settles a tie among its best replicas (DESIGN.md §Cluster).
-ROUTER_TIE_BREAKS = ("random", "lowest", "round-robin")
-CLUSTER_KNOBS = (
-    "replicas",
-    "router",
-    "router_refresh_s",
-    "router_seed",
-    "prefix_load_cap",
-    "router_weights",
-    "router_tie_break",
-    # Prefill/decode disaggregation (DESIGN.md §Prefill/decode disaggregation).
-    "prefill_replicas",
-    "pd_threshold_tokens",
-    "pd_link_bandwidth",
-    "pd_link_latency_s",
-    "pd_link_ps_per_block",
+from kvsim.model.knob_table import (
+    ADMISSION_GATES,
+    APPEND_CHECKS,
+    CLUSTER_KNOBS,
+    CONTIGUOUS_POLICIES,
+    DEFAULT_ROUTER_WEIGHTS,
+    FREE_ORDERS,
+    HYBRID_MANAGER,
+    KNOBS,
+    KV_CACHE_DTYPES,
+    MAX_BLOCKS,
+    MAX_BYTES,
+    MAX_COEFFICIENT_PS,
+    MAX_TIME_PS,
+    MAX_TOKENS,
+    PAPER_SETUP,
+    PLACEMENTS,
+    POLICIES,
+    PREEMPTIONS,
+    PS_PER_S,
+    ROUTER_SCORERS,
+    ROUTER_TIE_BREAKS,
+    ROUTERS,
+    SAMPLINGS,
+    TIME_MODELS,
+    V0_SWAP_SPACE_BYTES,
+    WAITING_OVER_BUDGET,
+    WATERMARK_RULES,
+    Knob,
+    default,
 )
-# `auto` resolves to `roofline` (kvsim.model.timing) when a model and a GPU are named, else to `ticks`;
-# `calibrated` is the linear model with a measured calibration's coefficients (or the roofline with a
-# roofline calibration's efficiencies); the engines only ever see ticks, linear or roofline.
-TIME_MODELS: tuple[str, ...] = ("auto", "ticks", "linear", "roofline", "calibrated")
-# vLLM's --kv-cache-dtype values that kvsim models (vLLM 0.33.0's `CacheDType`: auto, float16, bfloat16, fp8,
-# fp8_e4m3, fp8_e5m2; not its scaled and 4-bit formats) and kvsim's short names.
-KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp16", "bf16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
-PS_PER_S = 10**12
-MAX_BLOCKS = (1 << 32) - 3
-# The simulated clock's range (about 53 days; the Rust engine's MAX_TIME_PS): a step that would end past
-# it stops the run with InvalidArgumentError, in both engines.
-MAX_TIME_PS = 1 << 62
-# Upper bounds of the integer knobs, far above any real setting, so that the engines' integer arithmetic
-# cannot overflow: a time coefficient up to 2^40 ps (1.1 s), token and sequence counts up to 2^40 / 2^32.
-MAX_COEFFICIENT_PS = 1 << 40
-MAX_TOKENS = 1 << 40
-MAX_BYTES = 1 << 60  # 1 EiB: any memory size above it is a typo
-
-
-@dataclass(frozen=True)
-class Knob:
-    """One configuration knob: its default and how a value of it is checked, converted and shown.
-
-    Attributes:
-        default: the one default (SimConfig's, the CLI's, the presets' and sweep files' base).
-        kind: `int`, `float`, `bool`, `choice`, `bytes` (a size, units allowed), `gib` (a float of GiB, or a
-            size with its unit), `duration` (picoseconds,
-            units allowed), `seconds` (a float of seconds, units allowed: `100ms`), `model`, `gpu`, `text`
-            (a name or a path), `weights` (the weighted router's scorer weights), `dict`.
-        help: one line for `--help` (without the default, which `--help` adds).
-        lo, hi: inclusive bounds of numbers (`float` knobs: see `open_lo` / `open_hi`).
-        choices: the allowed strings of a `choice` knob.
-        optional: whether None is allowed (it means "derive it", see the help).
-        unit: the unit shown in `--help` and the pool line (tokens, blocks, bytes, ps, ...).
-        metavar: the placeholder shown in `--help`.
-        flags: extra command-line spellings (vLLM's first), besides `--<name-with-dashes>`.
-        aliases: (spelling, choice) pairs of a `choice` knob: another name for a choice, stored as the
-            choice (so two spellings are one configuration).
-    """
-
-    default: Any
-    kind: str
-    help: str
-    lo: float | None = None
-    hi: float | None = None
-    choices: tuple[str, ...] = ()
-    optional: bool = False
-    unit: str = ""
-    metavar: str = ""
-    flags: tuple[str, ...] = ()
-    open_lo: bool = False
-    open_hi: bool = False
-    aliases: tuple[tuple[str, str], ...] = ()
-
-
-KNOBS: dict[str, Knob] = {
-    "num_blocks": Knob(
-        None,
-        "int",
-        "KV blocks in the pool, counting vLLM's null block (vLLM's --num-gpu-blocks-override); "
-        "unset: sized from model + gpu (or kv_cache_bytes)",
-        lo=2,
-        hi=MAX_BLOCKS,
-        optional=True,
-        unit="blocks",
-        metavar="N",
-        flags=("--num-gpu-blocks-override",),
-    ),
-    "block_size": Knob(
-        16,
-        "int",
-        "tokens per KV block; vLLM's --block-size, 16 on CUDA when unset",
-        lo=1,
-        hi=1 << 20,
-        unit="tokens",
-        metavar="TOKENS",
-    ),
-    "policy": Knob(
-        "vllm",
-        "choice",
-        "allocation policy: vllm (paged, on demand), reserve (paged, reserve prompt+max_tokens), static "
-        "(contiguous, max_model_len each), orca-max, orca-pow2, orca-oracle (contiguous, sized by "
-        "max_tokens / next power of two / the true output)",
-        choices=POLICIES,
-    ),
-    "placement": Knob("first-fit", "choice", "contiguous policies: placement of regions", choices=PLACEMENTS),
-    "enable_prefix_caching": Knob(
-        True, "bool", "share full blocks between requests through the hash-chained prefix cache"
-    ),
-    "hybrid_kv_cache_manager": Knob(
-        "auto",
-        "choice",
-        "vLLM's hybrid KV-cache manager for models with sliding-window, chunked-local or state layers: auto "
-        "(vLLM's default: on, off for chunked local attention), on (vLLM's "
-        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1), off (--disable-hybrid-kv-cache-manager: "
-        "every attention layer keeps every token)",
-        choices=HYBRID_MANAGER,
-    ),
-    "prefix_cache_retention_interval": Knob(
-        0,
-        "int",
-        "sliding-window groups key only the blocks a later request can hit: the prompt's end and shared "
-        "prefixes (0, vLLM's default), also one per this many tokens (a multiple of the scheduler's block "
-        "size), or every block (unset, None)",
-        lo=0,
-        hi=MAX_TOKENS,
-        optional=True,
-        unit="tokens",
-        metavar="TOKENS",
-    ),
-    "free_order": Knob(
-        "lifo_unhashed",
-        "choice",
-        "where freed blocks go in the free queue: lifo_unhashed (vLLM 0.23 and later: unkeyed blocks to "
-        "the head) or classic (every block to the tail, older vLLM)",
-        choices=FREE_ORDERS,
-    ),
-    "preemption": Knob(
-        "recompute",
-        "choice",
-        "what a preempted request loses: recompute (frees everything; vLLM v1 knows only this), swap (to "
-        "the CPU pool, vLLM v0's --preemption-mode swap), or auto (vLLM v0's default: swap sample groups, "
-        "recompute lone sequences)",
-        choices=PREEMPTIONS,
-        flags=("--preemption-mode",),
-    ),
-    "cpu_blocks": Knob(
-        0,
-        "int",
-        "CPU swap space in blocks (preemption swap or auto); vLLM v0's CPU blocks; vLLM v1 has no CPU swap",
-        lo=0,
-        hi=MAX_BLOCKS,
-        unit="blocks",
-        metavar="N",
-    ),
-    "swap_space_bytes": Knob(
-        None,
-        "bytes",
-        "CPU swap space per GPU, converted to cpu_blocks with the model's KV bytes per token",
-        lo=0,
-        hi=MAX_BYTES,
-        optional=True,
-        unit="bytes",
-        metavar="SIZE",
-        flags=("--swap-space",),
-    ),
-    "kv_offloading_size": Knob(
-        None,
-        "gib",
-        "the CPU tier: host memory for KV blocks, in GiB as vLLM's --kv-offloading-size; its native "
-        "offloading stores computed blocks there and loads them back on a hit; unset: no tier",
-        lo=0,
-        hi=MAX_BYTES / 2**30,
-        optional=True,
-        unit="GiB",
-        metavar="SIZE",
-    ),
-    "kv_offloading_chunks": Knob(
-        0,
-        "int",
-        "the CPU tier's size in chunks (derived from kv_offloading_size with a model; give it directly "
-        "without one); 0: no tier",
-        lo=0,
-        hi=MAX_BLOCKS,
-        unit="chunks",
-        metavar="N",
-    ),
-    "kv_offloading_eviction_policy": Knob(
-        "lru",
-        "choice",
-        "how the CPU tier evicts: lru (vLLM's default) or arc (adaptive replacement); vLLM's "
-        "kv_connector_extra_config eviction_policy",
-        choices=("lru", "arc"),
-    ),
-    "kv_offloading_prompt_only": Knob(
-        True,
-        "bool",
-        "store only prompt tokens in the CPU tier (vLLM's default, its offload_prompt_only)",
-    ),
-    "kv_offloading_blocks_per_chunk": Knob(
-        1,
-        "int",
-        "GPU blocks per CPU-tier chunk, the unit the tier stores, loads and evicts (vLLM's blocks_per_chunk)",
-        lo=1,
-        hi=1 << 20,
-        unit="blocks",
-        metavar="N",
-    ),
-    "kv_offloading_store_threshold": Knob(
-        0,
-        "int",
-        "offers of a chunk before the CPU tier stores it (vLLM's store_threshold; under 2: every offer)",
-        lo=0,
-        hi=1 << 30,
-        metavar="N",
-    ),
-    "kv_offloading_ps_per_block": Knob(
-        None,
-        "duration",
-        "time to move one block to or from the CPU tier over the host link; unset: the block's bytes per "
-        "GPU over the GPU's host link (model and gpu), else 0",
-        lo=0,
-        hi=MAX_COEFFICIENT_PS,
-        optional=True,
-        unit="ps",
-        metavar="TIME",
-    ),
-    "kv_offloading_latency_ps": Knob(
-        6_000_000,
-        "duration",
-        "fixed time of each transfer to or from the CPU tier (a cudaMemcpyAsync's submission: 5-7 us, "
-        "DualPath, arXiv 2602.21548, §5.2)",
-        lo=0,
-        hi=MAX_COEFFICIENT_PS,
-        unit="ps",
-        metavar="TIME",
-    ),
-    "sampling": Knob(
-        "independent",
-        "choice",
-        "n > 1 samples: independent sequences (vLLM v1) or fork-cow (copy-on-write sequence groups, "
-        "paper §4.4, vLLM v0)",
-        choices=SAMPLINGS,
-    ),
-    "max_num_seqs": Knob(
-        None,
-        "int",
-        "most sequences running at once; vLLM's --max-num-seqs; unset: what vllm serve picks on the GPU named "
-        "(batch_rule: 1024 on a GPU of 70 GiB or more that is not an A100, else 256), at most "
-        "max_num_batched_tokens; 256 without a GPU",
-        lo=1,
-        hi=1 << 32,
-        optional=True,
-        unit="sequences",
-        metavar="N",
-    ),
-    "max_num_batched_tokens": Knob(
-        None,
-        "int",
-        "token budget of one iteration; vLLM's --max-num-batched-tokens; unset: what vllm serve picks on the GPU "
-        "named (batch_rule: 16384, 8192 or 2048 by GPU memory), 8192 without a GPU; vLLM's 8k (8,000) and 8K "
-        "(8,192) too",
-        lo=1,
-        hi=MAX_TOKENS,
-        optional=True,
-        unit="tokens",
-        metavar="TOKENS",
-    ),
-    "batch_rule": Knob(
-        "serve-0.28",
-        "choice",
-        "how unset max_num_seqs / max_num_batched_tokens are picked with a GPU: vllm serve's rule of 0.28.0 to "
-        "0.33.0 (serve-0.28: 16384 / 1024 on >= 160 GiB, 8192 / 1024 on >= 70 GiB not an A100, else 2048 / "
-        "256), of 0.9.0 to 0.27.1 (serve-0.9: no 160 GiB tier) or of the v0 engine (v0: 256 sequences, "
-        "max(max_model_len, 2048) tokens); the presets set their release's",
-        choices=BATCH_RULES,
-    ),
-    "chunked_prefill": Knob(
-        True, "bool", "split long prompts over iterations", flags=("--enable-chunked-prefill",)
-    ),
-    "admission_gate": Knob(
-        "full-prompt",
-        "choice",
-        "full-prompt (admit only if the whole prompt's blocks are free, vLLM 0.19 and later) or none (the "
-        "first chunk's blocks, older vLLM); full-prompt is vLLM's --scheduler-reserve-full-isl (on by "
-        "default), none its --no-scheduler-reserve-full-isl",
-        choices=ADMISSION_GATES,
-    ),
-    "waiting_over_budget": Knob(
-        "stop",
-        "choice",
-        "chunked prefill off, a prompt over the step's budget left: stop the waiting phase (vLLM 0.12 and "
-        "later) or skip it and try later ones (vLLM 0.9.2 to 0.11.2)",
-        choices=WAITING_OVER_BUDGET,
-    ),
-    "watermark": Knob(
-        0.0,
-        "float",
-        "fraction of blocks kept free at admission (vLLM v0: 0.01; vLLM v1's --watermark from 0.24.0, default "
-        "0.0; none before 0.24.0); watermark_rule says when it is kept",
-        lo=0.0,
-        hi=1.0,
-        open_hi=True,
-        metavar="FRACTION",
-    ),
-    "watermark_rule": Knob(
-        "while-running",
-        "choice",
-        "while-running (vLLM v1 0.24.0 and later: the watermark is kept free only while some request "
-        "runs, int(watermark x num_blocks) blocks, the null block counted) or always (vLLM v0: at every "
-        "admission, int(watermark x (num_blocks - 1)) blocks)",
-        choices=WATERMARK_RULES,
-    ),
-    "append_check": Knob(
-        "exact",
-        "choice",
-        "exact (a running request needs the blocks its tokens need) or one-free-block (vLLM v0: a free "
-        "block per running request, needed or not)",
-        choices=APPEND_CHECKS,
-    ),
-    "max_model_len": Knob(
-        None,
-        "int",
-        "longest prompt + output; static reserves this much per request; unset: no limit; vLLM's "
-        "--max-model-len defaults to the model's context and refuses longer requests; kvsim's unset runs "
-        "them whole and notes them; vLLM's 32k (32,000) and 32K (32,768) too",
-        lo=1,
-        hi=MAX_TOKENS,
-        optional=True,
-        unit="tokens",
-        metavar="TOKENS",
-    ),
-    "time_model": Knob(
-        "auto",
-        "choice",
-        "auto (roofline when model and gpu are named, else ticks), ticks (every iteration takes "
-        "iteration_time_ps: times are ticks, not a GPU's), roofline (per operator the larger of its memory and "
-        "compute time on gpu, DESIGN.md §Time model), linear (c0 + c_tok*tokens + c_ctx*context) or "
-        "calibrated (a calibration's linear coefficients)",
-        choices=TIME_MODELS,
-    ),
-    "iteration_time_ps": Knob(
-        10**9,
-        "duration",
-        "ticks: the time of one iteration",
-        lo=1,
-        hi=MAX_COEFFICIENT_PS,
-        unit="ps",
-        metavar="TIME",
-    ),
-    "c0_ps": Knob(
-        None,
-        "duration",
-        "linear: fixed time per iteration; unset: the roofline of model on gpu",
-        lo=0,
-        hi=MAX_COEFFICIENT_PS,
-        optional=True,
-        unit="ps",
-        metavar="TIME",
-    ),
-    "c_tok_ps": Knob(
-        None,
-        "duration",
-        "linear: time per batched token; unset: the roofline",
-        lo=0,
-        hi=MAX_COEFFICIENT_PS,
-        optional=True,
-        unit="ps",
-        metavar="TIME",
-    ),
-    "c_ctx_ps": Knob(
-        None,
-        "duration",
-        "linear: time per context token read; unset: the roofline",
-        lo=0,
-        hi=MAX_COEFFICIENT_PS,
-        optional=True,
-        unit="ps",
-        metavar="TIME",
-    ),
-    "swap_ps_per_block": Knob(
-        None,
-        "duration",
-        "time to move one block over PCIe; unset: the roofline with model and gpu, else 0",
-        lo=0,
-        hi=MAX_COEFFICIENT_PS,
-        optional=True,
-        unit="ps",
-        metavar="TIME",
-    ),
-    "model": Knob(
-        None,
-        "model",
-        "model preset (llama-3.1-8b, gpt-oss-120b, qwen3-32b, ...), a Hugging Face config.json path, or a "
-        "Hugging Face id read from the local Hugging Face cache (HF_HOME; nothing is downloaded); sizes the "
-        "pool and the roofline",
-        metavar="NAME|PATH",
-    ),
-    "gpu": Knob(
-        None,
-        "gpu",
-        "GPU preset (h100-80gb, b200, rtx-4090, mi300x, ...) or a GPU file (.toml / .json: memory, bandwidth, "
-        "tflops, link); --gpu-memory and the other --gpu-* flags describe one too",
-        metavar="NAME|PATH",
-    ),
-    "gpu_memory_utilization": Knob(
-        0.92,
-        "float",
-        "fraction of GPU memory vLLM may use: vLLM's --gpu-memory-utilization, 0.92 from vLLM 0.20.0 on "
-        "(the presets vllm-0.19 and older set their releases' 0.9)",
-        lo=0.0,
-        hi=1.0,
-        open_lo=True,
-        metavar="FRACTION",
-    ),
-    "kv_cache_bytes": Knob(
-        None,
-        "bytes",
-        "KV cache size given directly instead of gpu memory minus weights (vLLM's --kv-cache-memory-bytes); "
-        "vLLM's one-letter sizes too: 12G is 12 GiB, 12g 12 * 10^9 bytes",
-        lo=0,
-        hi=MAX_BYTES,
-        optional=True,
-        unit="bytes",
-        metavar="SIZE",
-        flags=("--kv-cache-memory-bytes",),
-    ),
-    "tensor_parallel_size": Knob(
-        1,
-        "int",
-        "GPUs a model is split over: weights and KV heads divided among them",
-        lo=1,
-        hi=1 << 16,
-        unit="GPUs",
-        metavar="N",
-        flags=("-tp",),
-    ),
-    "data_parallel_size": Knob(
-        1,
-        "int",
-        "vLLM's --data-parallel-size: engine ranks serving the model side by side; kvsim simulates one rank "
-        "(--replicas N for all of them); with enable_expert_parallel the experts are spread over tp x dp GPUs "
-        "and every rank's tokens reach them",
-        lo=1,
-        hi=1 << 16,
-        unit="ranks",
-        metavar="N",
-        flags=("-dp",),
-    ),
-    "enable_expert_parallel": Knob(
-        False,
-        "bool",
-        "vLLM's --enable-expert-parallel: a mixture-of-experts model's experts lie whole on tp x dp GPUs (the "
-        "weights per GPU, and the roofline's all-gather and reduce-scatter of hidden states per MoE layer)",
-        flags=("-ep",),
-    ),
-    "kv_cache_dtype": Knob(
-        "auto",
-        "choice",
-        "KV cache dtype: auto (the model's) or fp8, bf16 (vLLM's bfloat16), fp16 (vLLM's float16), ...; "
-        "vLLM's --kv-cache-dtype",
-        choices=KV_CACHE_DTYPES,
-        aliases=(("bfloat16", "bf16"), ("float16", "fp16")),
-    ),
-    "quantization": Knob(
-        None,
-        "choice",
-        "vLLM's --quantization: fp8 quantizes an unquantized model's linear layers at load time (per tensor); "
-        "another value must name the checkpoint's own method (its quantization_config is read either way); "
-        "unset: the checkpoint's",
-        choices=QUANTIZATION_CHOICES,
-        optional=True,
-        flags=("--quantization", "-q"),
-    ),
-    "enforce_eager": Knob(
-        False,
-        "bool",
-        "vLLM's --enforce-eager: no CUDA graphs, so no CUDA-graph memory is kept from the KV cache",
-    ),
-    "cudagraph_memory_bytes": Knob(
-        None,
-        "bytes",
-        "CUDA-graph memory kept from the KV cache (vLLM 0.20.0 and later subtract its estimate, logged as "
-        "'Estimated CUDA graph memory'); unset: kvsim's estimate (DESIGN.md §Defaults); the presets of older "
-        "releases set 0",
-        lo=0,
-        hi=MAX_BYTES,
-        optional=True,
-        unit="bytes",
-        metavar="SIZE",
-    ),
-    "activation_reserve_bytes": Knob(
-        None,
-        "bytes",
-        "GPU memory kept besides weights and KV when sizing from a gpu (activations, non-torch memory and CUDA "
-        "graphs together, a measured total); unset: kvsim's estimates of the three (DESIGN.md §Defaults)",
-        lo=0,
-        hi=MAX_BYTES,
-        optional=True,
-        unit="bytes",
-        metavar="SIZE",
-    ),
-    "calibration": Knob(
-        None,
-        "text",
-        "a shipped calibration's name (kvsim.sizing.calibrations()) or the path of a calibration JSON: the "
-        "roofline's efficiencies fitted by kvsim calibrate (for its GPU, any model), or the linear coefficients "
-        "of python -m kvsim.gpu.validate (time_model calibrated)",
-        optional=True,
-        metavar="NAME|PATH",
-    ),
-    # The fleet (DESIGN.md §Cluster): `kvsim.simulate_cluster` runs `replicas` copies of this configuration
-    # behind a router on one clock; `kvsim.simulate` runs one replica and refuses replicas > 1.
-    "replicas": Knob(
-        1,
-        "int",
-        "replicas of this configuration behind a router (kvsim.simulate_cluster; > 1 on the command line runs "
-        "a fleet)",
-        lo=1,
-        hi=1 << 16,
-        unit="replicas",
-        metavar="N",
-    ),
-    "router": Knob(
-        "round-robin",
-        "choice",
-        "fleet: the router picking each arrival's replica: round-robin, random (seeded), least-loaded "
-        "(waiting + running + in flight), least-kv (lowest KV utilisation), prefix-affinity (longest cached "
-        "prefix under a load cap), weighted (prefix, queue and kv scorers)",
-        choices=ROUTERS,
-    ),
-    "router_refresh_s": Knob(
-        0.0,
-        "seconds",
-        "fleet: the router reads KV state and cached keys refreshed every this many seconds; 0: exact, at "
-        "each arrival",
-        lo=0.0,
-        hi=MAX_TIME_PS / PS_PER_S,
-        unit="s",
-        metavar="TIME",
-        flags=("--router-refresh",),
-    ),
-    "router_seed": Knob(
-        0,
-        "int",
-        "fleet: seed of the router's stream (the random router's draws; ties under router_tie_break random)",
-        lo=0,
-        hi=1 << 60,
-        metavar="N",
-    ),
-    "prefix_load_cap": Knob(
-        1.5,
-        "float",
-        "fleet, prefix-affinity: a replica is eligible while its load <= cap x (mean load + 1)",
-        lo=1.0,
-        hi=1e300,
-        metavar="FACTOR",
-    ),
-    "router_weights": Knob(
-        None,
-        "weights",
-        "fleet, weighted router: the scorers' weights, prefix=W,queue=W,kv=W (names left out weigh 0); "
-        "unset: prefix=3,queue=2,kv=2",
-        optional=True,
-        metavar="NAME=W",
-        flags=("--router-weight",),
-    ),
-    "router_tie_break": Knob(
-        "random",
-        "choice",
-        "fleet: how least-loaded, least-kv, prefix-affinity and weighted settle a tie among their best "
-        "replicas: random (drawn from the router_seed stream, as llm-d, SGLang and Dynamo do), lowest (the "
-        "lowest replica index, as Vidur and BLIS) or round-robin (the first at or after unit k mod N, as "
-        "vLLM's data-parallel balancer)",
-        choices=ROUTER_TIE_BREAKS,
-    ),
-    # Prefill/decode disaggregation (DESIGN.md §Prefill/decode disaggregation): `replicas` are then the
-    # decode pool.
-    "prefill_replicas": Knob(
-        0,
-        "int",
-        "fleet: prefill replicas (vLLM's NIXL connector, llm-d, Dynamo): each request's decode replica is "
-        "picked first, a prefill replica computes its prompt and first token, its full blocks move to the "
-        "decode replica, which decodes; 0: an aggregated fleet",
-        lo=0,
-        hi=4096,
-        unit="replicas",
-        metavar="P",
-    ),
-    "pd_threshold_tokens": Knob(
-        0,
-        "int",
-        "fleet, disaggregated: a request whose prompt part not cached on its decode replica is under this "
-        "prefills there (conditional disaggregation, llm-d's nonCachedTokens); 0: every request is "
-        "disaggregated",
-        lo=0,
-        hi=1 << 40,
-        unit="tokens",
-        metavar="TOKENS",
-        flags=("--pd-threshold",),
-    ),
-    "pd_link_bandwidth": Knob(
-        50e9,
-        "float",
-        "fleet, disaggregated: a decode replica's inbound link, bytes per second per GPU (a 400 Gb/s NIC per "
-        "GPU, as NVIDIA's DGX H100/H200)",
-        lo=1.0,
-        hi=1e300,
-        unit="B/s",
-        metavar="BYTES/S",
-    ),
-    "pd_link_latency_s": Knob(
-        0.0,
-        "seconds",
-        "fleet, disaggregated: a transfer's fixed time on the link",
-        lo=0.0,
-        hi=(1 << 40) / PS_PER_S,
-        unit="s",
-        metavar="TIME",
-        flags=("--pd-link-latency",),
-    ),
-    "pd_link_ps_per_block": Knob(
-        None,
-        "int",
-        "fleet, disaggregated: a block's time on the link; unset: the model's KV bytes of a block on one "
-        "GPU over pd_link_bandwidth (needed without a model)",
-        optional=True,
-        lo=0,
-        hi=1 << 40,
-        unit="ps",
-        metavar="PS",
-    ),
-    "extra": Knob({}, "dict", "free-form annotations, not used by the engines"),
-}
-
-# The paper's setup (PagedAttention §6.1): OPT-13B on one A100-40GB with 12 GiB of KV cache, roofline time.
-# The claims suite's base; an ordinary run starts from KNOBS' defaults.
-# Its batch limits are pinned at 8192 tokens and 256 sequences (kvsim's defaults when the claims were set, and
-# vLLM's LLM class on an A100), not what vllm serve picks on an A100 (2048 and 256; DESIGN.md §Defaults).
-PAPER_SETUP: dict[str, Any] = {
-    "model": "opt-13b",
-    "gpu": "a100-40gb",
-    "kv_cache_bytes": 12 * 2**30,
-    "max_num_batched_tokens": 8192,
-    "max_num_seqs": 256,
-}
-
-
-def default(name: str) -> Any:
-    """The default of knob `name` (a fresh copy for mutable defaults)."""
-    d = KNOBS[name].default
-    return dict(d) if isinstance(d, dict) else d
 
 
 def _fail(name: str, value: Any, why: str) -> InvalidArgumentError:
@@ -919,3 +279,39 @@ def _is_real(value: Any) -> bool:
         return isinstance(value, np.integer | np.floating)
     except ImportError:  # pragma: no cover
         return False
+
+
+# `convert`, and the table's names re-exported from kvsim.model.knob_table (kvsim.model.knobs was their
+# module before the split).
+__all__ = [
+    "ADMISSION_GATES",
+    "APPEND_CHECKS",
+    "CLUSTER_KNOBS",
+    "CONTIGUOUS_POLICIES",
+    "DEFAULT_ROUTER_WEIGHTS",
+    "FREE_ORDERS",
+    "HYBRID_MANAGER",
+    "KNOBS",
+    "KV_CACHE_DTYPES",
+    "MAX_BLOCKS",
+    "MAX_BYTES",
+    "MAX_COEFFICIENT_PS",
+    "MAX_TIME_PS",
+    "MAX_TOKENS",
+    "PAPER_SETUP",
+    "PLACEMENTS",
+    "POLICIES",
+    "PREEMPTIONS",
+    "PS_PER_S",
+    "ROUTERS",
+    "ROUTER_SCORERS",
+    "ROUTER_TIE_BREAKS",
+    "SAMPLINGS",
+    "TIME_MODELS",
+    "V0_SWAP_SPACE_BYTES",
+    "WAITING_OVER_BUDGET",
+    "WATERMARK_RULES",
+    "Knob",
+    "convert",
+    "default",
+]

@@ -20,6 +20,7 @@ mod memory;
 mod offload;
 mod output;
 mod preemption;
+mod quiet;
 mod running;
 mod seq;
 mod stepped;
@@ -35,7 +36,7 @@ pub use config::{
 pub use input::EngineInput;
 pub(crate) use output::for_each_row_column;
 pub use output::{Counters, EngineOutput, StepDurations};
-pub use stepped::RouterReads;
+pub use quiet::RouterReads;
 pub use stream::StreamEngine;
 pub(crate) use stream::{Buffers, forever};
 
@@ -151,7 +152,7 @@ pub struct Engine<'a> {
     /// (`i64::MAX`: no horizon).
     horizon: i64,
     /// `quiet_through`'s memo of the steps it found neutral (reset by every advance).
-    quiet: stepped::QuietMemo,
+    quiet: quiet::QuietMemo,
     /// The CPU tier and its transfers (DESIGN.md §CPU tier), None without one; a decode replica of a
     /// disaggregated fleet holds its connector here (`set_pd_link`).
     tier: Option<Box<offload::Tier>>,
@@ -264,7 +265,7 @@ impl<'a> Engine<'a> {
             nxt: 0,
             final_input: true,
             horizon: i64::MAX,
-            quiet: stepped::QuietMemo::new(),
+            quiet: quiet::QuietMemo::new(),
             tier: cfg
                 .tier
                 .map(|t| Box::new(offload::Tier::new(t, cfg.block_size))),

@@ -1,0 +1,263 @@
+//! A request's tables in a hybrid pool (vLLM 0.33.0's `single_type_kv_cache_manager.py` and
+//! `kv_cache_coordinator.py`, DESIGN.md §Hybrid attention, "A request's tables"): the blocks an
+//! allocation pops (`need`), the blocks that left a window (`remove_skipped`), hits taken and blocks
+//! popped (`admit`, `grow`), full blocks keyed by sparse retention (`cache`, `keeps`), `free`, and the
+//! most blocks a request holds (`peak_blocks`). `python/kvsim/reference/kv_groups.py` is the spec.
+
+use super::{
+    GroupKind, GroupSpec, GroupTable, Groups, HybridTables, KeyCache, Lookup, cdiv, group_key,
+};
+use crate::{BlockId, BlockPool, Segment};
+
+impl Groups {
+    /// Blocks the pool must pop to give a request slots for `num_tokens` tokens (vLLM's
+    /// `get_num_blocks_to_allocate`): a running request's (`req` Some) new blocks, or a new one's beyond
+    /// its skipped and hit blocks plus its hits that are free; `capped`: the full-prompt check's caps.
+    pub fn need(
+        &self,
+        pool: &BlockPool,
+        req: Option<&HybridTables>,
+        num_tokens: u64,
+        hit: Option<&Lookup>,
+        computed: u64,
+        capped: bool,
+    ) -> u64 {
+        let mut total = 0;
+        for (g, spec) in self.specs.iter().enumerate() {
+            let mut required = cdiv(num_tokens, spec.block_size);
+            if capped && let Some(cap) = spec.cap {
+                required = required.min(cap);
+            }
+            if let Some(r) = req {
+                total += required.saturating_sub(r.tables[g].blocks.len() as u64);
+                continue;
+            }
+            let hits: &[BlockId] = hit.map_or(&[], |h| &h.hits[g]);
+            let skipped = spec.skipped_blocks(computed);
+            total += required.saturating_sub(skipped.max(hits.len() as u64));
+            let outside = &hits[(skipped as usize).min(hits.len())..];
+            total += outside
+                .iter()
+                .filter(|&&b| b != BlockId::NULL && pool.ref_cnt_of(b) == 0)
+                .count() as u64;
+        }
+        total
+    }
+
+    /// Frees the request's blocks that left a window after `computed` tokens, each group's highest first
+    /// down to its first null, replaced by the null block; pushes them as (block, group) into `freed`.
+    pub fn remove_skipped(
+        &self,
+        pool: &mut BlockPool,
+        req: &mut HybridTables,
+        computed: u64,
+        freed: &mut Vec<(BlockId, usize)>,
+    ) {
+        for (g, (spec, table)) in self.specs.iter().zip(req.tables.iter_mut()).enumerate() {
+            let skipped = (spec.skipped_blocks(computed) as usize).min(table.blocks.len());
+            let start = freed.len();
+            for i in (0..skipped).rev() {
+                let b = table.blocks[i];
+                if b == BlockId::NULL {
+                    break;
+                }
+                freed.push((b, g));
+                table.blocks[i] = BlockId::NULL;
+            }
+            if freed.len() > start {
+                pool.release(freed[start..].iter().map(|&(b, _)| b));
+            }
+        }
+    }
+
+    /// A new request takes its hits (skipped ones as null blocks), then blocks for `num_tokens` tokens
+    /// group by group (pushed into `new` as (block, group)), and keys its full blocks up to `num_cache`
+    /// tokens. The caller checked `need`; `req` is reset (its vectors' buffers kept).
+    #[allow(clippy::too_many_arguments)]
+    pub fn admit(
+        &self,
+        pool: &mut BlockPool,
+        req: &mut HybridTables,
+        cache: &mut KeyCache,
+        segs: &[Segment],
+        hit: &Lookup,
+        num_tokens: u64,
+        num_cache: u64,
+        num_prompt: u64,
+        new: &mut Vec<(BlockId, usize)>,
+    ) {
+        req.tables
+            .resize_with(self.specs.len(), GroupTable::default);
+        req.num_prompt = num_prompt;
+        req.junction = hit.junction;
+        for (g, (spec, table)) in self.specs.iter().zip(req.tables.iter_mut()).enumerate() {
+            let hits = &hit.hits[g];
+            let skipped = (spec.skipped_blocks(hit.tokens) as usize).min(hits.len());
+            let taken = &hits[skipped..];
+            pool.acquire(taken.iter().copied().filter(|&b| b != BlockId::NULL));
+            table.blocks.clear();
+            table
+                .blocks
+                .resize(spec.skipped_blocks(hit.tokens) as usize, BlockId::NULL);
+            table.blocks.extend_from_slice(taken);
+            table.num_cached = table.blocks.len() as u64;
+        }
+        self.allocate_and_cache(pool, req, cache, segs, num_tokens, num_cache, new);
+    }
+
+    /// A running request's blocks for `num_tokens` tokens, keys up to `num_cache` tokens. The caller
+    /// checked `need`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn grow(
+        &self,
+        pool: &mut BlockPool,
+        req: &mut HybridTables,
+        cache: &mut KeyCache,
+        segs: &[Segment],
+        num_tokens: u64,
+        num_cache: u64,
+        new: &mut Vec<(BlockId, usize)>,
+    ) {
+        self.allocate_and_cache(pool, req, cache, segs, num_tokens, num_cache, new);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn allocate_and_cache(
+        &self,
+        pool: &mut BlockPool,
+        req: &mut HybridTables,
+        cache: &mut KeyCache,
+        segs: &[Segment],
+        num_tokens: u64,
+        num_cache: u64,
+        new: &mut Vec<(BlockId, usize)>,
+    ) {
+        for (g, (spec, table)) in self.specs.iter().zip(req.tables.iter_mut()).enumerate() {
+            let n = cdiv(num_tokens, spec.block_size).saturating_sub(table.blocks.len() as u64);
+            for _ in 0..n {
+                let b = pool.allocate_one().expect("the caller checked the room");
+                table.blocks.push(b);
+                new.push((b, g));
+            }
+        }
+        self.cache(pool, req, cache, segs, num_cache);
+    }
+
+    /// Keys each group's full blocks up to `num_tokens` tokens (vLLM's `cache_blocks`).
+    fn cache(
+        &self,
+        pool: &mut BlockPool,
+        req: &mut HybridTables,
+        cache: &mut KeyCache,
+        segs: &[Segment],
+        num_tokens: u64,
+    ) {
+        if !pool.enable_caching() {
+            return;
+        }
+        let cacheable = if self.specs.len() == 1 {
+            num_tokens
+        } else {
+            num_tokens / self.scheduler_block_size * self.scheduler_block_size
+        };
+        let (num_prompt, junction) = (req.num_prompt, req.junction);
+        for g in 0..self.specs.len() {
+            let spec = self.specs[g];
+            if spec.kind == GroupKind::Mamba {
+                continue;
+            }
+            let num_full = cacheable / spec.block_size;
+            let start = req.tables[g].num_cached;
+            if start >= num_full {
+                continue;
+            }
+            let keys = self.keys(cache, segs, g, num_full);
+            let table = &mut req.tables[g];
+            for i in start..num_full {
+                let b = table.blocks[i as usize];
+                if b == BlockId::NULL || !self.keeps(&spec, num_prompt, junction, i) {
+                    continue;
+                }
+                pool.insert_key(b, group_key(keys[i as usize], g));
+            }
+            table.num_cached = num_full;
+        }
+    }
+
+    /// Whether block `i` of a group is keyed (vLLM's `reachable_block_mask` without EAGLE): every block
+    /// of a dense group; of a sliding-window group those a later request could hit.
+    fn keeps(&self, spec: &GroupSpec, num_prompt: u64, junction: u64, i: u64) -> bool {
+        if spec.kind != GroupKind::SlidingWindow {
+            return true;
+        }
+        let (bs, align) = (spec.block_size, self.alignment);
+        if align % bs != 0 {
+            return true;
+        }
+        let need = cdiv(spec.window - 1, bs);
+        let segment = match self.retention {
+            None => Some(align),
+            Some(0) => None,
+            Some(r) => Some(r),
+        };
+        if let Some(seg) = segment {
+            let per = seg / bs;
+            if need >= per {
+                return true;
+            }
+            if i % per >= per - need {
+                return true;
+            }
+        }
+        if self.retention.is_some() {
+            let ends = [num_prompt.saturating_sub(1), junction];
+            for (k, &boundary) in ends.iter().enumerate() {
+                if k == 1 && junction == 0 {
+                    continue;
+                }
+                let stop = boundary / align * align / bs;
+                if i < stop && i + need >= stop {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Frees the request's tables group by group, each in reverse without its leading null blocks;
+    /// pushes (block, group) into `freed` in that order. The request's tables are emptied.
+    pub fn free(
+        &self,
+        pool: &mut BlockPool,
+        req: &mut HybridTables,
+        freed: &mut Vec<(BlockId, usize)>,
+    ) {
+        for (g, table) in req.tables.iter_mut().enumerate() {
+            let start = freed.len();
+            freed.extend(
+                table
+                    .blocks
+                    .iter()
+                    .rev()
+                    .filter(|&&b| b != BlockId::NULL)
+                    .map(|&b| (b, g)),
+            );
+            pool.release(freed[start..].iter().map(|&(b, _)| b));
+            table.blocks.clear();
+            table.num_cached = 0;
+        }
+        req.tables.clear();
+    }
+
+    /// The most blocks of all groups a request of `last` tokens with a slot holds (full attention every
+    /// token's, a window or chunk at most its cap, a state its one block): rejection at arrival.
+    pub fn peak_blocks(&self, last: u64) -> u64 {
+        self.specs
+            .iter()
+            .map(|s| {
+                let n = cdiv(last, s.block_size);
+                s.cap.map_or(n, |c| n.min(c))
+            })
+            .sum()
+    }
+}
