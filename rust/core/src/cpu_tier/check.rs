@@ -1,0 +1,150 @@
+//! A CPU tier's invariants (`CpuTier::check_invariants`, also checked after each change in debug
+//! builds).
+
+use std::collections::HashSet;
+
+use super::access::SEEN;
+use super::chunks::Rank;
+use super::{CpuTier, Eviction, KeySet};
+use crate::{BlockKey, KvError, Result};
+
+impl CpuTier {
+    #[inline]
+    pub(super) fn debug_check(&self) {
+        #[cfg(debug_assertions)]
+        if let Err(e) = self.check_invariants() {
+            panic!("{e}");
+        }
+    }
+
+    /// Checks the invariants listed on [`CpuTier`]; `KvError::Internal` (a bug) if one fails.
+    pub fn check_invariants(&self) -> Result<()> {
+        self.invariants()
+            .map_err(|m| KvError::Internal(format!("CPU tier invariant broken: {m}")))
+    }
+
+    fn invariants(&self) -> std::result::Result<(), String> {
+        self.chunks.check()?;
+        let evictable = self.chunks.values().filter(|c| c.evictable()).count() as u64;
+        if evictable != self.num_evictable {
+            return Err(format!(
+                "num_evictable is {} but {evictable} chunks are evictable",
+                self.num_evictable
+            ));
+        }
+        if self.chunks.len() as u64 > self.capacity {
+            return Err(format!(
+                "{} chunks held, capacity {}",
+                self.chunks.len(),
+                self.capacity
+            ));
+        }
+        self.counts.check("the tracker")?;
+        if self.counts.len() > self.tracker || (self.threshold == 0 && self.counts.len() > 0) {
+            return Err(format!(
+                "the tracker holds {} keys (size {}, threshold {})",
+                self.counts.len(),
+                self.tracker,
+                self.threshold
+            ));
+        }
+        if let Some(rid) = self
+            .spans
+            .keys()
+            .find(|rid| self.accesses.contains_key(rid))
+        {
+            return Err(format!("request {rid} has two records"));
+        }
+        if self.eviction == Eviction::Arc && !self.spans.is_empty() {
+            return Err("a record kept as a span under ARC".to_string());
+        }
+        for (rid, a) in &self.accesses {
+            let checked = &a.order[..a.checked];
+            let seen = if a.mapped {
+                a.flags.values().filter(|&&f| f & SEEN != 0).count()
+            } else {
+                checked.iter().map(|&(k, _)| k).collect::<KeySet>().len()
+            };
+            if a.checked != seen
+                || checked.iter().any(|&(k, _)| !a.seen(k))
+                || (self.eviction == Eviction::Arc && a.checked != a.order.len())
+            {
+                return Err(format!(
+                    "request {rid}'s record of first accesses is inconsistent"
+                ));
+            }
+        }
+        match self.eviction {
+            Eviction::Lru => self.lru_invariants(),
+            Eviction::Arc => self.arc_invariants(),
+        }
+    }
+
+    fn lru_invariants(&self) -> std::result::Result<(), String> {
+        if self.t1.len() + self.t2.len() + self.b1.len() + self.b2.len() > 0 || self.target != 0.0 {
+            return Err("ARC state under LRU".into());
+        }
+        if !self.heap_live {
+            return if self.heap.is_empty() {
+                Ok(())
+            } else {
+                Err("the LRU heap holds entries before it is live".into())
+            };
+        }
+        let live: HashSet<(Rank, BlockKey)> = self.heap.iter().map(|e| e.0).collect();
+        for (key, c) in self.chunks.iter() {
+            if c.evictable() && !live.contains(&(c.rank(), key)) {
+                return Err(format!(
+                    "evictable chunk {} has no current heap entry",
+                    key.0
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn arc_invariants(&self) -> std::result::Result<(), String> {
+        if self.heap_live || !self.heap.is_empty() {
+            return Err("LRU state under ARC".into());
+        }
+        for (list, name) in [
+            (&self.t1, "T1"),
+            (&self.t2, "T2"),
+            (&self.b1, "B1"),
+            (&self.b2, "B2"),
+        ] {
+            list.check(name)?;
+        }
+        if self.t1.len() + self.t2.len() != self.chunks.len()
+            || self.t1.keys().any(|k| self.t2.contains(k))
+            || self
+                .chunks
+                .keys()
+                .any(|k| !self.t1.contains(k) && !self.t2.contains(k))
+        {
+            return Err("the chunks held are not T1 and T2, disjoint".into());
+        }
+        for (ghost, other, name) in [(&self.b1, &self.b2, "B1"), (&self.b2, &self.b1, "B2")] {
+            if ghost.len() as u64 > self.capacity {
+                return Err(format!(
+                    "{name} holds {} ghosts, capacity {}",
+                    ghost.len(),
+                    self.capacity
+                ));
+            }
+            if ghost
+                .keys()
+                .any(|k| other.contains(k) || self.chunks.contains(k))
+            {
+                return Err(format!("a ghost of {name} is held or in the other list"));
+            }
+        }
+        if !(0.0..=self.capacity as f64).contains(&self.target) {
+            return Err(format!(
+                "target {} outside 0..={}",
+                self.target, self.capacity
+            ));
+        }
+        Ok(())
+    }
+}

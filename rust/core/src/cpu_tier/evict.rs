@@ -1,0 +1,184 @@
+//! A CPU tier's evictability and eviction: the evictable count and the LRU's lazily deleted heap,
+//! the LRU's and ARC's choice of the chunks to evict, ARC's ghost hits before a store.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::chunks::{Chunk, Rank};
+use super::{CpuTier, Eviction, KeySet};
+use crate::BlockKey;
+
+impl CpuTier {
+    /// Chunk `key` (held, of rank `rank`) has become evictable.
+    pub(super) fn mark_evictable(&mut self, key: BlockKey, rank: Rank) {
+        self.num_evictable += 1;
+        if self.heap_live {
+            self.heap.push(Reverse((rank, key)));
+            self.compact_heap();
+        }
+    }
+
+    pub(super) fn mark_pinned(&mut self) {
+        self.num_evictable -= 1;
+    }
+
+    /// Rebuilds the LRU heap from the evictable chunks once stale entries make up half of it (vLLM's
+    /// `_maybe_compact_heap`), so that it stays O(chunks held).
+    pub(super) fn compact_heap(&mut self) {
+        if self.heap.len() < 64.max(2 * self.num_evictable as usize) {
+            return;
+        }
+        self.rebuild_heap();
+    }
+
+    /// The heap of the evictable chunks' current entries, each once.
+    fn rebuild_heap(&mut self) {
+        let live: Vec<_> = self
+            .chunks
+            .iter()
+            .filter(|(_, c)| c.evictable())
+            .map(|(key, c)| Reverse((c.rank(), key)))
+            .collect();
+        self.heap = BinaryHeap::from(live);
+    }
+
+    /// Removes `n` evictable chunks not in `protected`, appending their keys to `out` in eviction order;
+    /// false (nothing changed) if there are fewer.
+    pub(super) fn evict(&mut self, n: usize, protected: &KeySet, out: &mut Vec<BlockKey>) -> bool {
+        match self.eviction {
+            Eviction::Lru => self.lru_evict(n, protected, out),
+            Eviction::Arc => self.arc_evict(n, protected, out),
+        }
+    }
+
+    /// The `n` smallest `(rank, key)` among evictable chunks not protected. The heap's entries may be
+    /// stale (the key no longer evictable or re-ranked since) or repeated; only the live ones are
+    /// taken, each once, so what is chosen depends on the set of live entries alone, not on the heap's
+    /// shape (hence compacting it changes no decision).
+    fn lru_evict(&mut self, n: usize, protected: &KeySet, out: &mut Vec<BlockKey>) -> bool {
+        if !self.heap_live {
+            // The first eviction: the heap is built from the live entries, which alone decide.
+            self.heap_live = true;
+            self.rebuild_heap();
+        }
+        let mut selected: Vec<(Rank, BlockKey)> = Vec::with_capacity(n);
+        let mut deferred = Vec::new();
+        let mut chosen = KeySet::default();
+        while selected.len() < n {
+            let Some(Reverse(entry)) = self.heap.pop() else {
+                break;
+            };
+            let (rank, key) = entry;
+            if !self
+                .chunks
+                .get(key)
+                .is_some_and(|c| c.evictable() && c.rank() == rank)
+                || chosen.contains(&key)
+            {
+                continue;
+            }
+            if protected.contains(&key) {
+                deferred.push(entry);
+                continue;
+            }
+            selected.push(entry);
+            chosen.insert(key);
+        }
+        self.heap.extend(deferred.into_iter().map(Reverse));
+        if selected.len() < n {
+            self.heap.extend(selected.into_iter().map(Reverse));
+            return false;
+        }
+        for (_, key) in selected {
+            self.chunks.remove(key);
+            out.push(key);
+        }
+        self.compact_heap();
+        true
+    }
+
+    /// ARC's choice of `n` victims: from T1 while its (virtual) size is at least the target's integer
+    /// part, else from T2, else from T1; then each victim becomes a ghost (T1 -> B1, T2 -> B2) and the
+    /// ghost lists are trimmed to `capacity` from their least recent end.
+    fn arc_evict(&mut self, n: usize, protected: &KeySet, out: &mut Vec<BlockKey>) -> bool {
+        // Python's int(target): the target is never negative, so truncation is the floor.
+        let target = self.target as u64;
+        let mut t1_size = self.t1.len() as u64;
+        // Where each list's scan resumes (None: exhausted). A scan passes over chunks that stay
+        // unevictable for the whole call (not ready, pinned, protected) and the ones already taken,
+        // so resuming after the last pick finds what the spec's scan from the head finds.
+        let mut from1 = Some(0);
+        let mut from2 = Some(0);
+        let mut picks: Vec<(BlockKey, bool)> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut pick = None;
+            if t1_size >= target {
+                pick = self.arc_pick(true, protected, &mut from1);
+            }
+            if pick.is_none() {
+                pick = self
+                    .arc_pick(false, protected, &mut from2)
+                    .or_else(|| self.arc_pick(true, protected, &mut from1));
+            }
+            let Some(pick) = pick else {
+                return false;
+            };
+            t1_size -= u64::from(pick.1);
+            picks.push(pick);
+        }
+        for (key, from_t1) in picks {
+            if from_t1 {
+                self.t1.remove(key);
+                self.b1.set(key, ());
+            } else {
+                self.t2.remove(key);
+                self.b2.set(key, ());
+            }
+            self.chunks.remove(key);
+            out.push(key);
+        }
+        for ghost in [&mut self.b1, &mut self.b2] {
+            while ghost.len() as u64 > self.capacity {
+                ghost.pop_front();
+            }
+        }
+        true
+    }
+
+    /// The least recent evictable, unprotected chunk of T1 (`in_t1`) or T2 at or after stamp `*from`;
+    /// moves `*from` past it, or to None when there is none.
+    fn arc_pick(
+        &self,
+        in_t1: bool,
+        protected: &KeySet,
+        from: &mut Option<u64>,
+    ) -> Option<(BlockKey, bool)> {
+        let list = if in_t1 { &self.t1 } else { &self.t2 };
+        let start = (*from)?;
+        for (stamp, key) in list.since(start) {
+            if self.chunks.get(key).is_some_and(Chunk::evictable) && !protected.contains(&key) {
+                *from = Some(stamp + 1);
+                return Some((key, in_t1));
+            }
+        }
+        *from = None;
+        None
+    }
+
+    /// ARC learns from its ghosts before a store inserts (`on_store_miss`), tail to head: a B1 hit
+    /// raises the target by max(1, |B2|/|B1|) up to `capacity`, a B2 hit lowers it by max(1, |B1|/|B2|)
+    /// down to 0; the ghost moves to its list's most recent end.
+    pub(super) fn arc_store_misses(&mut self, keys: &[BlockKey]) {
+        for &key in keys.iter().rev() {
+            if self.b1.contains(key) {
+                let delta = f64::max(1.0, self.b2.len() as f64 / self.b1.len() as f64);
+                self.target = f64::min(self.target + delta, self.capacity as f64);
+                self.b1.move_to_end(key);
+            } else if self.b2.contains(key) {
+                let delta = f64::max(1.0, self.b1.len() as f64 / self.b2.len() as f64);
+                self.target = f64::max(self.target - delta, 0.0);
+                self.b2.move_to_end(key);
+            }
+        }
+    }
+}
