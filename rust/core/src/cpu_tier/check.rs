@@ -48,15 +48,25 @@ impl CpuTier {
                 self.threshold
             ));
         }
-        if let Some(rid) = self
-            .spans
-            .keys()
-            .find(|rid| self.accesses.contains_key(rid))
-        {
+        let recs: Vec<u64> = self
+            .chunks
+            .groups
+            .iter()
+            .filter(|(_, g)| g.rec.is_some())
+            .map(|(&hi, _)| hi)
+            .collect();
+        if recs.len() != self.group_recs {
+            return Err(format!(
+                "{} groups keep a record, {} counted",
+                recs.len(),
+                self.group_recs
+            ));
+        }
+        if let Some(rid) = recs.iter().find(|rid| self.accesses.contains_key(rid)) {
             return Err(format!("request {rid} has two records"));
         }
-        if self.eviction == Eviction::Arc && !self.spans.is_empty() {
-            return Err("a record kept as a span under ARC".to_string());
+        if !recs.is_empty() && (self.eviction == Eviction::Arc || self.threshold > 0) {
+            return Err("a record kept in its group under ARC or a threshold".to_string());
         }
         for (rid, a) in &self.accesses {
             let checked = &a.order[..a.checked];

@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::num::NonZeroU64;
 
 use super::{Hasher, KeyMap};
 use crate::BlockKey;
@@ -62,7 +63,13 @@ impl Chunk {
 /// Exact for any keys: a group starts with, and its slots only grow at their end by, keys absent from
 /// the tier, so a single is never inside its group's slots (a key is in one place or none).
 /// Memory: a group spans from its first slot to its last held chunk (empty slots at the end are
-/// trimmed, a group with none held dropped), so at most a request's chunks per row with one held.
+/// trimmed, a group with none held dropped unless it keeps a record), so at most a request's chunks per
+/// row with one held.
+///
+/// A group may also keep the record of the request whose id in the tier is its `hi` (`Group::rec`: the
+/// engine names a request's private chunks and the request itself by the same number), while that
+/// record is one run of keys: a store of the request's private chunks, its record and its finish then
+/// find one table entry, not two (`store_own_run`, `CpuTier::finish`).
 #[derive(Clone, Debug, Default)]
 pub(super) struct Chunks {
     pub(super) groups: HashMap<u64, Group, Hasher>,
@@ -76,6 +83,69 @@ pub(super) struct Group {
     pub(super) base: u64,
     pub(super) slots: Slots,
     pub(super) held: u32,
+    /// The record of request `hi` (the group's key as a request id) while it is one run, under LRU.
+    pub(super) rec: Option<Rec>,
+}
+
+/// A request's record that is one run of keys: its LRU rank and the keys `(hi, lo..lo + n)` (`hi` its
+/// group's) at positions `pos..pos + n` (`Access::span`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Rec {
+    pub(super) rank: NonZeroU64,
+    pub(super) lo: u64,
+    pub(super) n: u64,
+    pub(super) pos: u64,
+}
+
+impl Group {
+    /// `Chunks::rerank_run` on this group's slots.
+    #[inline]
+    pub(super) fn rerank(&mut self, lo: u64, n: usize, next_rank: &mut u64) -> bool {
+        let j = lo.wrapping_sub(self.base);
+        let len = self.slots.len();
+        if j >= len as u64 || n > len - j as usize {
+            return false;
+        }
+        if let Slots::Run(r) = &mut self.slots
+            && j == 0
+            && n == len
+        {
+            // The whole run, all held: the last slot takes the next rank, the first the newest.
+            *next_rank += n as u64;
+            r.req = *next_rank;
+            r.dreq = true;
+            r.pos = 0;
+            r.dpos = false;
+            return true;
+        }
+        for c in self.slots.as_mut()[j as usize..j as usize + n]
+            .iter_mut()
+            .rev()
+        {
+            if c.held {
+                *next_rank += 1;
+                c.set_rank((*next_rank, Reverse(0)));
+            }
+        }
+        true
+    }
+
+    /// `n` new pending chunks of rank `req` at positions `pos..` as the slots of a group without any.
+    fn pending_slots(n: u32, req: u64, pos: u32) -> Slots {
+        let run = Run {
+            n,
+            pos,
+            req,
+            dreq: false,
+            dpos: true,
+            ready: false,
+        };
+        if n >= 2 {
+            Slots::Run(run)
+        } else {
+            Slots::One(run.at(0))
+        }
+    }
 }
 
 /// A group's slots: one kept inline (a key alone, as a content key: no allocation), a vector, or a
@@ -341,11 +411,15 @@ impl Chunks {
                     base: lo,
                     slots: Slots::One(chunk),
                     held: 1,
+                    rec: None,
                 });
                 return;
             }
             Entry::Occupied(e) => e.into_mut(),
         };
+        if g.slots.len() == 0 {
+            g.base = lo; // (a group keeping only a record)
+        }
         {
             let i = lo.wrapping_sub(g.base);
             let n = g.slots.len() as u64;
@@ -388,13 +462,18 @@ impl Chunks {
                     base: lo,
                     slots: Slots::of(chunks.map(held)),
                     held: n as u32,
+                    rec: None,
                 });
                 self.len += n;
             }
             Entry::Occupied(mut e)
-                if lo.wrapping_sub(e.get().base) == e.get().slots.len() as u64 =>
+                if e.get().slots.len() == 0
+                    || lo.wrapping_sub(e.get().base) == e.get().slots.len() as u64 =>
             {
                 let g = e.get_mut();
+                if g.slots.len() == 0 {
+                    g.base = lo; // (a group keeping only a record)
+                }
                 g.slots.extend(chunks.map(held));
                 g.held += n as u32;
                 self.len += n;
@@ -428,6 +507,7 @@ impl Chunks {
                     base: lo,
                     slots: Slots::Run(run),
                     held: n,
+                    rec: None,
                 });
                 self.len += n as usize;
                 return;
@@ -500,7 +580,7 @@ impl Chunks {
                 }
                 g.held -= 1;
                 self.len -= 1;
-                if g.held == 0 {
+                if g.held == 0 && g.rec.is_none() {
                     e.remove();
                 } else {
                     g.slots.as_mut()[i as usize].held = false;
@@ -600,35 +680,108 @@ impl Chunks {
     /// slots hold all of those keys.
     #[inline]
     pub(super) fn rerank_run(&mut self, hi: u64, lo: u64, n: usize, next_rank: &mut u64) -> bool {
-        let Some(g) = self.groups.get_mut(&hi) else {
-            return false;
+        self.groups
+            .get_mut(&hi)
+            .is_some_and(|g| g.rerank(lo, n, next_rank))
+    }
+
+    /// `insert_pending_run(hi, lo, n, rank, pos)` of request `hi`'s new private chunks with its record
+    /// (`lru_access(hi)` then `extend_key_run`, which the caller finds in no `Access`) made or extended in
+    /// the group (`Group::rec`), the request taking rank `*next_rank + 1` if it has none: one table
+    /// entry for both. False, nothing changed, if a key is held or the group's record does not end where
+    /// the run starts (the caller's general path decides then). `*recs` counts the groups' records.
+    pub(super) fn store_own_run(
+        &mut self,
+        (hi, lo, n, pos): (u64, u64, u32, u32),
+        next_rank: &mut u64,
+        recs: &mut usize,
+    ) -> bool {
+        let (n64, pos64) = (u64::from(n), u64::from(pos));
+        let g = match self.groups.entry(hi) {
+            Entry::Vacant(e) => {
+                *next_rank += 1;
+                let rank = NonZeroU64::new(*next_rank).expect("ranks start at 1");
+                e.insert(Group {
+                    base: lo,
+                    slots: Group::pending_slots(n, rank.get(), pos),
+                    held: n,
+                    rec: Some(Rec {
+                        rank,
+                        lo,
+                        n: n64,
+                        pos: pos64,
+                    }),
+                });
+                *recs += 1;
+                self.len += n as usize;
+                return true;
+            }
+            Entry::Occupied(e) => e.into_mut(),
         };
-        let j = lo.wrapping_sub(g.base);
-        let len = g.slots.len();
-        if j >= len as u64 || n > len - j as usize {
+        // None of the keys held: the run and the slots do not overlap (as `none_held`).
+        let len = g.slots.len() as u64;
+        if lo.wrapping_sub(g.base) < len || g.base.wrapping_sub(lo) < n64 {
             return false;
         }
-        if let Slots::Run(r) = &mut g.slots
-            && j == 0
-            && n == len
+        let rank = match &mut g.rec {
+            Some(r) if r.lo.checked_add(r.n) == Some(lo) && r.pos + r.n == pos64 => {
+                r.n += n64; // (as `extend_key_run` extends a span)
+                r.rank
+            }
+            Some(_) => return false,
+            None => {
+                *next_rank += 1;
+                let rank = NonZeroU64::new(*next_rank).expect("ranks start at 1");
+                g.rec = Some(Rec {
+                    rank,
+                    lo,
+                    n: n64,
+                    pos: pos64,
+                });
+                *recs += 1;
+                rank
+            }
+        };
+        let req = rank.get();
+        if len == 0 {
+            g.base = lo;
+            g.slots = Group::pending_slots(n, req, pos);
+        } else if let Slots::Run(r) = &mut g.slots
+            && lo.wrapping_sub(g.base) == u64::from(r.n)
+            && !r.ready
+            && !r.dreq
+            && r.dpos
+            && r.req == req
+            && r.pos.checked_add(r.n) == Some(pos)
         {
-            // The whole run, all held: the last slot takes the next rank, the first the newest.
-            *next_rank += n as u64;
-            r.req = *next_rank;
-            r.dreq = true;
-            r.pos = 0;
-            r.dpos = false;
+            r.n += n; // (as `insert_pending_run` continues a run)
+        } else if lo.wrapping_sub(g.base) == len {
+            let run = Run {
+                n,
+                pos,
+                req,
+                dreq: false,
+                dpos: true,
+                ready: false,
+            };
+            g.slots.extend((0..n as usize).map(|i| run.at(i)));
+        } else {
+            // Not where its slots end (keys before them, or a gap): as `insert_run` places them.
+            let run = Run {
+                n,
+                pos,
+                req,
+                dreq: false,
+                dpos: true,
+                ready: false,
+            };
+            self.insert_many(
+                (0..n as usize).map(|i| (run_key(hi, lo.wrapping_add(i as u64)), run.at(i))),
+            );
             return true;
         }
-        for c in g.slots.as_mut()[j as usize..j as usize + n]
-            .iter_mut()
-            .rev()
-        {
-            if c.held {
-                *next_rank += 1;
-                c.set_rank((*next_rank, Reverse(0)));
-            }
-        }
+        g.held += n;
+        self.len += n as usize;
         true
     }
 
@@ -703,7 +856,8 @@ impl Chunks {
         for (hi, g) in &self.groups {
             let held = g.slots.iter().filter(|c| c.held).count();
             let last_held = g.slots.len() > 0 && g.slots.at(g.slots.len() - 1).held;
-            if held != g.held as usize || held == 0 || !last_held {
+            let record_only = held == 0 && g.slots.len() == 0 && g.rec.is_some();
+            if held != g.held as usize || (held == 0 || !last_held) && !record_only {
                 return Err(format!("group {hi:#x} miscounts or ends in an empty slot"));
             }
             if let Slots::Run(r) = g.slots

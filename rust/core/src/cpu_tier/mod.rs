@@ -108,11 +108,11 @@ pub struct CpuTier {
     chunks: Chunks,
     num_evictable: u64,
     accesses: HashMap<u64, Access, Hasher>,
-    /// Records that are one run of keys and nothing else (LRU, no threshold; a request's private chunks
-    /// offered, the usual record of a rarely hit tier): the request's rank and its `Access::span`,
-    /// apart from `accesses` (a fifth of an `Access`'s bytes). A request is in one of the two maps at
-    /// most; anything else done to its record moves it to `accesses` first (`promote`).
-    spans: HashMap<u64, (u64, Span), Hasher>,
+    /// How many groups keep a request's record (`Group::rec`: request `hi`'s record while it is one run
+    /// of keys, under LRU with no threshold, a request's private chunks offered; the usual record of a
+    /// rarely hit tier). A request's record is in `accesses` or in its group, not both; anything else
+    /// done to it moves it to `accesses` first (`promote`).
+    group_recs: usize,
     /// Offers a key needs before a store admits it; 0: no threshold (vLLM's `store_threshold` < 2).
     threshold: u64,
     tracker: usize,
@@ -161,7 +161,7 @@ impl CpuTier {
             chunks: Chunks::default(),
             num_evictable: 0,
             accesses: HashMap::default(),
-            spans: HashMap::default(),
+            group_recs: 0,
             threshold: if store_threshold >= 2 {
                 store_threshold
             } else {
@@ -474,6 +474,21 @@ impl CpuTier {
     ) -> Option<bool> {
         stored.clear();
         evicted.clear();
+        if self.try_store_run(rid, (hi, lo, n), pos) {
+            return Some(true);
+        }
+        offer.clear();
+        offer.extend((0..n).map(|i| (run_key(hi, lo.wrapping_add(i)), pos + i)));
+        self.prepare_store(rid, offer, stored, evicted)
+            .map(|()| false)
+    }
+
+    /// `prepare_store_run`'s common case, alone: true if the `n` keys `(hi, lo..lo + n)` at positions
+    /// `pos..` were stored whole as pending chunks (none held, room for them, LRU, no threshold: the
+    /// decision `prepare_store` makes, a request's record made or extended); false, nothing changed,
+    /// if `prepare_store_run` must decide otherwise.
+    #[inline]
+    pub fn try_store_run(&mut self, rid: u64, (hi, lo, n): (u64, u64, u64), pos: u64) -> bool {
         if self.eviction == Eviction::Lru
             && self.threshold == 0
             && n >= 1
@@ -481,18 +496,30 @@ impl CpuTier {
             && lo.checked_add(n - 1).is_some()
             && let (Ok(n32), Ok(pos32)) = (u32::try_from(n), u32::try_from(pos))
             && pos32.checked_add(n32).is_some()
-            && self.chunks.none_held(hi, lo, n)
+            && self.chunks.singles.is_empty()
         {
-            // `store_new_run`'s case (one run of keys none held, room for them), its keys unlisted.
-            let req = self.record_key_run(rid, (hi, lo, n, pos));
-            self.chunks.insert_pending_run(hi, lo, n32, req, pos32);
-            self.debug_check();
-            return Some(true);
+            // `store_new_run`'s case (one run of keys none held, room for them), its keys unlisted:
+            // the request's own keys (its id their upper half) with its record in their group, else
+            // the record in `accesses`.
+            if rid == hi && (self.accesses.is_empty() || !self.accesses.contains_key(&rid)) {
+                if self.chunks.store_own_run(
+                    (hi, lo, n32, pos32),
+                    &mut self.next_rank,
+                    &mut self.group_recs,
+                ) {
+                    self.debug_check();
+                    return true;
+                }
+            } else if self.chunks.none_held(hi, lo, n) {
+                let a = self.lru_access(rid);
+                a.extend_key_run(hi, lo, n, pos);
+                let req = a.rank;
+                self.chunks.insert_pending_run(hi, lo, n32, req, pos32);
+                self.debug_check();
+                return true;
+            }
         }
-        offer.clear();
-        offer.extend((0..n).map(|i| (run_key(hi, lo.wrapping_add(i)), pos + i)));
-        self.prepare_store(rid, offer, stored, evicted)
-            .map(|()| false)
+        false
     }
 
     /// `prepare_store` of `keys`, a run of keys starting at `(hi, lo)` none of which is held: recorded,
@@ -644,19 +671,20 @@ impl CpuTier {
     /// LRU: each held one gets a fresh rank. ARC: one it only inserted moves to the most recent end of
     /// its list; one it reused moves from T1 to T2, or to T2's most recent end. Its record is dropped.
     pub fn finish(&mut self, rid: u64) {
-        let mut a = if !self.spans.is_empty()
-            && let Some((rank, span @ (hi, lo, n, _))) = self.spans.remove(&rid)
+        let mut a = if self.group_recs > 0
+            && let Some(g) = self.chunks.groups.get_mut(&rid)
+            && let Some(rec) = g.rec.take()
         {
-            if !self.heap_live
-                && self
-                    .chunks
-                    .rerank_run(hi, lo, n as usize, &mut self.next_rank)
-            {
-                // (as below, with no record to drop)
+            // A record kept in its group (`Group::rec`): re-ranked there as below, no other lookup.
+            self.group_recs -= 1;
+            if !self.heap_live && g.rerank(rec.lo, rec.n as usize, &mut self.next_rank) {
                 self.debug_check();
                 return;
             }
-            self.span_access(rank, span)
+            if g.held == 0 {
+                self.chunks.groups.remove(&rid); // (it kept only the record)
+            }
+            self.span_access(rec.rank.get(), (rid, rec.lo, rec.n, rec.pos))
         } else {
             let Some(a) = self.accesses.remove(&rid) else {
                 return;

@@ -1,9 +1,8 @@
 //! A CPU tier's access bookkeeping: a request's accesses recorded once per key (`record`, which the
-//! LRU ranks by), its one-run records (`CpuTier::spans`) and their promotion to an `Access`, and the
+//! LRU ranks by), its one-run records kept in their groups (`Group::rec`) and their promotion to an `Access`, and the
 //! store threshold's offer counts (`count_offers`).
 
 use std::cmp::Reverse;
-use std::collections::hash_map;
 
 use super::access::{Access, INSERTED, REUSED};
 use super::{CpuTier, Eviction, KeySet, Span};
@@ -92,13 +91,19 @@ impl CpuTier {
         a
     }
 
-    /// Moves `rid`'s record from `spans` to `accesses` (a span kept as the `Access`'s), if it is there.
+    /// Moves `rid`'s record from its group (`Group::rec`) to `accesses` (a span kept as the `Access`'s),
+    /// if it is there.
     #[inline]
     fn promote(&mut self, rid: u64) {
-        if !self.spans.is_empty()
-            && let Some((rank, span)) = self.spans.remove(&rid)
+        if self.group_recs > 0
+            && let Some(g) = self.chunks.groups.get_mut(&rid)
+            && let Some(rec) = g.rec.take()
         {
-            let a = self.span_access(rank, span);
+            self.group_recs -= 1;
+            if g.held == 0 {
+                self.chunks.groups.remove(&rid); // (it kept only the record)
+            }
+            let a = self.span_access(rec.rank.get(), (rid, rec.lo, rec.n, rec.pos));
             self.accesses.insert(rid, a);
         }
     }
@@ -110,34 +115,6 @@ impl CpuTier {
         a.rank = rank;
         a.span = Some(span);
         a
-    }
-
-    /// `lru_access(rid)` then `extend_key_run(hi, lo, n, pos)` (its preconditions), kept in `spans` while
-    /// the record is that one run; returns the request's rank.
-    #[inline]
-    pub(super) fn record_key_run(&mut self, rid: u64, (hi, lo, n, pos): Span) -> u64 {
-        if self.accesses.is_empty() || !self.accesses.contains_key(&rid) {
-            match self.spans.entry(rid) {
-                hash_map::Entry::Vacant(e) => {
-                    self.next_rank += 1;
-                    e.insert((self.next_rank, (hi, lo, n, pos)));
-                    return self.next_rank;
-                }
-                hash_map::Entry::Occupied(mut e) => {
-                    let (rank, (span_hi, span_lo, span_n, span_pos)) = e.get_mut();
-                    if *span_hi == hi
-                        && span_lo.checked_add(*span_n) == Some(lo)
-                        && *span_pos + *span_n == pos
-                    {
-                        *span_n += n;
-                        return *rank;
-                    }
-                }
-            }
-        }
-        let a = self.lru_access(rid);
-        a.extend_key_run(hi, lo, n, pos);
-        a.rank
     }
 
     /// `record` under LRU of keys none of which is held: recorded unchecked, the request ranked.

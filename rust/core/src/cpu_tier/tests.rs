@@ -220,7 +220,7 @@ fn memory_does_not_grow_with_finished_requests() {
             t.finish(rid);
         }
         assert!(t.num_evicted() > 2_900, "{eviction:?}");
-        assert!(t.accesses.is_empty() && t.spans.is_empty());
+        assert!(t.accesses.is_empty() && t.group_recs == 0);
         assert!(t.heap.len() <= 64.max(2 * t.num_evictable as usize));
         assert!(t.b1.len() <= 16 && t.b2.len() <= 16);
         assert!(t.counts.len() <= 100);
@@ -238,7 +238,7 @@ fn rereads_without_evictions_keep_the_lru_heap_small() {
         t.finish(rid);
     }
     assert!(t.heap.len() <= 64, "{}", t.heap.len());
-    assert!(t.accesses.is_empty() && t.spans.is_empty());
+    assert!(t.accesses.is_empty() && t.group_recs == 0);
 }
 
 #[test]
@@ -407,19 +407,21 @@ fn edge_hi(hi: u64) -> u64 {
 fn run_op() -> impl proptest::strategy::Strategy<Value = RunOp> {
     use proptest::prelude::*;
     prop_oneof![
-        // Mostly a request's own group (hi = rid + 1) at positions equal to the keys (the engine's
-        // private chunks), else a shared group or other positions.
-        4 => (0u64..4, proptest::bool::weighted(0.2), 0u64..12, 1u64..6, proptest::option::weighted(0.2, 0u64..12))
-            .prop_map(|(r, shared, lo, n, pos)| {
-                RunOp::StoreRun(r, if shared { 0 } else { r + 1 }, lo, n, pos.unwrap_or(lo))
+        // Mostly a request's own group at positions equal to the keys (the engine's private chunks),
+        // named by the request's id (hi = rid: its record kept in the group, `Group::rec`) or
+        // otherwise (hi = rid + 8), else a shared group (0, also request 0's own) or other positions.
+        4 => (0u64..4, 0u8..10, 0u64..12, 1u64..6, proptest::option::weighted(0.2, 0u64..12))
+            .prop_map(|(r, g, lo, n, pos)| {
+                let hi = if g < 2 { 0 } else if g < 7 { r } else { r + 8 };
+                RunOp::StoreRun(r, hi, lo, n, pos.unwrap_or(lo))
             }),
         // Edges: keys whose lower half wraps past u64::MAX, the largest group, positions up to
         // `MAX_POSITION` (the last a run's positions may reach).
         // A request's runs offered one after another, each continuing the last's keys and positions
         // (as the engine offers a growing request's new chunks), across the wrap.
-        2 => (0u64..4, 0u8..3, 0u64..6, proptest::collection::vec(1u64..4, 1..4), proptest::option::weighted(0.2, 0u64..6))
+        2 => (0u64..4, 0u8..4, 0u64..6, proptest::collection::vec(1u64..4, 1..4), proptest::option::weighted(0.2, 0u64..6))
             .prop_map(|(r, g, lo, ns, pos)| {
-                let hi = [r + 1, 0, u64::MAX][g as usize];
+                let hi = [r, r + 8, 0, u64::MAX][g as usize];
                 let lo = lo.wrapping_sub(3); // u64::MAX - 2 ..= 2
                 // (positions follow the keys across the wrap: 4 + lo, modulo 2^64)
                 let total: u64 = ns.iter().sum();

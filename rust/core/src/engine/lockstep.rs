@@ -294,7 +294,7 @@ impl Engine<'_> {
             return self.full_step();
         }
         let step = self.step;
-        let marks = self.tier.is_some().then(|| self.progress_marks()); // (a tier's only)
+        let marks = self.progress_marks(); // (a tier's only)
         let before = self.running.len() as u64;
         self.agg.c += before;
         self.agg.internal -= before as i64;
@@ -315,7 +315,7 @@ impl Engine<'_> {
         let batch = self.running.len() as u64;
         if batch == 0 {
             self.exit_lockstep();
-            return marks.is_some_and(|m| self.tier_scheduled_nothing(m));
+            return self.tier.is_some() && self.tier_scheduled_nothing(marks);
         }
         if self.log.is_some() {
             self.log_schedule(decoding as usize);
@@ -325,17 +325,21 @@ impl Engine<'_> {
         } else {
             self.linear_time(tokens, self.agg.c)
         };
-        if self.tier.is_some() {
-            // The admitted requests' stores and the finished ones' (the decoding ones offer nothing:
-            // `tier_quiet`), and the flush.
+        // A CPU tier (present or not for the whole run): the admitted requests' stores and the
+        // finished ones' (the decoding ones offer nothing: `tier_quiet`), and the flush; none of it
+        // when nobody was admitted and nothing is pending (`idle`: the usual decode step, which stays
+        // quiet whatever the observation sees: it adds no fence).
+        let tier = self.tier.is_some();
+        let idle = tier && self.scheduled.is_empty() && !self.tier_hot.pending;
+        if tier && !idle {
             dt = self.tier_step_stores(dt);
         }
         let state = self.aggregate_state();
         self.record(dt, batch, tokens, state);
         let prefilling = self.lockstep_sample(step);
-        let tier_moves = self.tier.is_some() && {
+        let tier_moves = tier && {
             self.observe();
-            !self.tier_stays_quiet()
+            !idle && !self.tier_stays_quiet()
         };
         if prefilling
             || tier_moves
@@ -502,12 +506,7 @@ impl Engine<'_> {
                 ctr.peak_allocated_tokens = ctr.peak_allocated_tokens.max(size);
             }
         }
-        if let Some(tier) = &self.tier {
-            // A quiet tier holds still.
-            let used = i128::from(tier.cpu.used());
-            ctr.w_cpu_chunks += busy * used;
-            ctr.peak_cpu_chunks = ctr.peak_cpu_chunks.max(used);
-        }
+        // (A quiet tier holds still: its occupancy takes these steps at its next flush.)
         ctr.num_steps += kk;
         ctr.busy_ps += busy;
         ctr.sum_batch += kk * nn;

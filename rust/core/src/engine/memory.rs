@@ -172,9 +172,6 @@ impl Engine<'_> {
                 m.external as i64,
             ]);
         }
-        if self.tier.is_some() {
-            self.tier_record(dt);
-        }
         // One 64x64->128 multiply each (the products fit: both factors are below 2^64).
         if self.cfg.groups.is_some() {
             let recording = self.ts_every > 0 && self.step % self.ts_every == 0;

@@ -95,6 +95,9 @@ pub struct Engine<'a> {
     /// Loads and remote transfers admitted, preemptions and rejections so far (each counted as it
     /// happens): a tier's `progress_marks`.
     progress: u64,
+    /// A CPU tier's (or a decode replica's connector's) state every step reads, kept here rather than
+    /// behind `tier`'s box (`offload/mod.rs`, `TierHot`).
+    tier_hot: offload::TierHot,
     /// Set (to its error's message) when a step or a transfer on a link would end past `MAX_TIME_PS`
     /// (the first in the run): `advance` stops with that error after the step.
     clock_overflow: Option<String>,
@@ -239,6 +242,7 @@ impl<'a> Engine<'a> {
             group_new: Vec::new(),
             num_rejected: 0,
             progress: 0,
+            tier_hot: offload::TierHot::default(),
             clock_overflow: None,
             step: 0,
             ts_every: 0,

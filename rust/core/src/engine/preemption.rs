@@ -114,6 +114,7 @@ impl Engine<'_> {
         s.prefilling = false;
         if let Some(tier) = &mut self.tier {
             tier.preempted_now.push(k);
+            self.tier_hot.pending = true;
         }
         self.waiting.push_front(k);
     }

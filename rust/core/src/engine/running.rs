@@ -337,10 +337,10 @@ impl Engine<'_> {
     /// One step with every running sequence walked explicitly (the reference's loop, rule for rule).
     /// Returns false if nothing was scheduled (every waiting head was rejected: no time passes).
     pub(super) fn full_step(&mut self) -> bool {
-        let before = self.tier.is_some().then(|| self.progress_marks()); // (a tier's only)
+        let before = self.progress_marks(); // (a tier's only)
         self.schedule();
         if self.scheduled.is_empty() {
-            return before.is_some_and(|m| self.tier_scheduled_nothing(m));
+            return self.tier.is_some() && self.tier_scheduled_nothing(before);
         }
         if self.log.is_some() {
             self.log_schedule(0);

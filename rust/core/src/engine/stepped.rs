@@ -240,8 +240,7 @@ impl<'a> Engine<'a> {
     /// Whether the engine waits for a transfer: a CPU tier's or connector's, or a prefill replica's.
     #[inline]
     pub(super) fn stalled(&self) -> bool {
-        self.tier.as_ref().is_some_and(|t| t.stalled)
-            || self.sends.as_ref().is_some_and(|s| s.stalled)
+        self.tier_hot.stalled || self.sends.as_ref().is_some_and(|s| s.stalled)
     }
 
     /// `resolve_stall`, or a prefill replica's `resolve_sends_stall`.
@@ -319,9 +318,7 @@ impl<'a> Engine<'a> {
         if next.is_some_and(|a| a <= self.t) {
             return Some(self.t);
         }
-        if let Some(tier) = self.tier.as_deref()
-            && tier.stalled
-        {
+        if self.tier_hot.stalled {
             return match (self.next_transfer(), next) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),

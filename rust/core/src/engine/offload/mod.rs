@@ -4,8 +4,9 @@
 //! the host link and when the engine observes them, vLLM's flush, and the stall of an engine that waits
 //! for nothing but transfers.
 //!
-//! This file holds the tier's state (`Tier`, its transfers `Job`, a finished request's `Retired`), the
-//! tier's keys and the helpers its parts share; `waiting.rs` the waiting phase and the loads (and a
+//! This file holds the tier's state (`Tier`, its transfers `Job`, a finished request's `Retired` and
+//! `LastOffer`; what every step reads of it, `TierHot`, kept in the engine), the tier's keys and
+//! request ids and the helpers its parts share; `waiting.rs` the waiting phase and the loads (and a
 //! decode replica's transfers), `stores.rs` the stores and a finished request's last ones,
 //! `observe.rs` the observations, the stall and the quiet, progress and occupancy helpers.
 
@@ -50,17 +51,51 @@ pub(super) struct Job {
     remote: bool,
 }
 
-/// A request that finished in the step before: what its last stores need (it has left the slab).
+/// A request that finished in the step before: its row and, if its last offer has chunks to offer
+/// (`tier_keys_for_finish`; else `offer_one` skips it), what its last stores need (it has left the
+/// slab).
 #[derive(Debug)]
 pub(super) struct Retired {
     row: usize,
+    offer: Option<Box<LastOffer>>,
+}
+
+/// What a finished request's last stores need (`Retired`).
+#[derive(Debug)]
+pub(super) struct LastOffer {
     prompt_len: u64,
     num_tokens: u64,
     next_store: u64,
-    /// Whether its last offer has chunks to offer (`tier_keys_for_finish`); else `offer_one` skips it.
-    offers: bool,
     keys: Vec<BlockKey>,
     blocks: Vec<BlockId>,
+}
+
+/// The tier's state every step reads (`Engine::tier_hot`, beside the engine's own: a step's tests of
+/// it load no pointer).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TierHot {
+    /// No transfer in flight ends before this (i64::MAX: none in flight): an observation before it
+    /// sees nothing (`observe`'s fast path).
+    pub(super) min_end: i64,
+    /// Observations so far (numbered from 1: a transfer's `avail` names the first that may see it).
+    pub(super) observed: u64,
+    /// Something for the next offer besides the scheduled requests: a request preempted or finished,
+    /// or a block fenced (set as they come; cleared by the offer, kept while fences remain).
+    pub(super) pending: bool,
+    /// The last step scheduled nothing and changed nothing: the engine waits for a transfer or an
+    /// arrival (`resolve_stall`).
+    pub(super) stalled: bool,
+}
+
+impl Default for TierHot {
+    fn default() -> Self {
+        TierHot {
+            min_end: i64::MAX,
+            observed: 0,
+            pending: false,
+            stalled: false,
+        }
+    }
 }
 
 /// The engine's CPU tier and the transfers in flight.
@@ -75,19 +110,12 @@ pub(super) struct Tier {
     stores: Vec<Job>,
     /// `observe_now`'s second vector of stores (empty between calls).
     stores_spare: Vec<Job>,
-    /// No transfer in flight ends before this (i64::MAX: none in flight): an observation before it
-    /// sees nothing (`observe`'s fast path).
-    min_end: i64,
     /// Chunks loads in flight read (vLLM's `_chunks_being_loaded`), with their counts.
     loading: HashMap<BlockKey, u32>,
     load_free: i64,
     store_free: i64,
-    num_observed: u64,
     next_job: u64,
     pub(super) finished_last: Vec<Retired>,
-    /// The last step scheduled nothing and changed nothing: the engine waits for a transfer or an
-    /// arrival (`resolve_stall`).
-    pub(super) stalled: bool,
     /// vLLM's flush: blocks read by stores of finished requests, with those stores' ids.
     fences: HashMap<BlockId, Vec<u64>>,
     /// Blocks this step allocated or took as hits.
@@ -105,10 +133,11 @@ pub(super) struct Tier {
     /// A decode replica's inbound link: (latency ps, ps per block), and when it is free again.
     pd_link: Option<(u64, u64)>,
     pd_free: i64,
-    /// The steps' time since the tier's occupancy last changed, and whether a step was recorded in it
-    /// (`tier_record`: the occupancy's weighted sum and peak take it when it changes or the run pauses).
-    occ_dt: u128,
-    occ_recorded: bool,
+    /// The counters' busy time and steps when the tier's occupancy was last taken into them
+    /// (`flush_occupancy`: the weighted sum and peak take the steps since then when it changes or the
+    /// run pauses; a step does nothing for it).
+    occ_busy: i128,
+    occ_steps: i128,
     /// A decode replica: (row, transfer end) of each remote request decided since the driver last
     /// took them (admitted with or without a transfer, or rejected): its prefill replica frees then.
     pub(super) sends_decided: Vec<(usize, i64)>,
@@ -150,14 +179,11 @@ impl Tier {
             loads: Vec::new(),
             stores: Vec::new(),
             stores_spare: Vec::new(),
-            min_end: i64::MAX,
             loading: HashMap::new(),
             load_free: 0,
             store_free: 0,
-            num_observed: 0,
             next_job: 0,
             finished_last: Vec::new(),
-            stalled: false,
             fences: HashMap::new(),
             touched: Vec::new(),
             preempted_now: Vec::new(),
@@ -167,8 +193,8 @@ impl Tier {
             evicted: Vec::new(),
             spare_keys: Vec::new(),
             spare_blocks: Vec::new(),
-            occ_dt: 0,
-            occ_recorded: false,
+            occ_busy: 0,
+            occ_steps: 0,
         }
     }
 
@@ -178,9 +204,9 @@ impl Tier {
         std::mem::replace(&mut self.stored, spare)
     }
 
-    /// A store on the link from now.
-    fn push_store(&mut self, job: Job) {
-        self.min_end = self.min_end.min(job.end);
+    /// A store on the link from now (`hot`: the engine's `tier_hot`).
+    fn push_store(&mut self, hot: &mut TierHot, job: Job) {
+        hot.min_end = hot.min_end.min(job.end);
         self.stores.push(job);
     }
 
@@ -207,7 +233,9 @@ impl Tier {
     }
 }
 
-/// The upper half of row `row`'s private block keys (`ensure_tier_keys`).
+/// The upper half of row `row`'s private block keys (`ensure_tier_keys`), and its request's id in the
+/// tier (`CpuTier`'s `rid`: distinct for distinct rows, as `mix64` is a bijection), so that a request's
+/// record and its private chunks share one entry of the tier's table (DESIGN.md §CPU tier).
 #[inline]
 fn private_hi(row: usize) -> u64 {
     crate::hash::mix64(row as u64 ^ PRIVATE_KEY_SALT)

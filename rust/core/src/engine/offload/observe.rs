@@ -10,10 +10,8 @@ impl Engine<'_> {
     /// ended and that this observation may see completes. Returns whether one did.
     #[inline]
     pub(in crate::engine) fn observe(&mut self) -> bool {
-        let t = self.t;
-        let tier = self.tier_mut();
-        tier.num_observed += 1;
-        if t < tier.min_end {
+        self.tier_hot.observed += 1;
+        if self.t < self.tier_hot.min_end {
             return false; // (nothing in flight has ended: most observations)
         }
         self.observe_now()
@@ -23,7 +21,7 @@ impl Engine<'_> {
     #[inline(never)]
     fn observe_now(&mut self) -> bool {
         let mut tier = self.tier.take().expect("a CPU tier");
-        let (t, now) = (self.t, tier.num_observed);
+        let (t, now) = (self.t, self.tier_hot.observed);
         let mut seen = false;
         let done = |j: &Job| j.end <= t && j.avail <= now;
         if tier.loads.iter().any(done) {
@@ -53,52 +51,28 @@ impl Engine<'_> {
             }
             seen = true;
         }
-        if tier.stores.iter().any(done) {
+        if let [job] = tier.stores.as_slice()
+            && done(job)
+        {
+            // One store in flight, done (the usual case): no reordering to do.
+            let job = tier.stores.pop().expect("one store");
+            self.store_done(&mut tier, job);
+            seen = true;
+        } else if tier.stores.iter().any(done) {
             // The stores not done kept in order, in the spare vector (no allocation).
             let mut stores =
                 std::mem::replace(&mut tier.stores, std::mem::take(&mut tier.stores_spare));
             for job in stores.drain(..) {
-                if !done(&job) {
-                    tier.stores.push(job);
-                    continue;
-                }
-                let Job {
-                    id,
-                    k,
-                    row,
-                    mut keys,
-                    run,
-                    mut blocks,
-                    ..
-                } = job;
-                let n = if let Some((hi, lo, n)) = run {
-                    tier.cpu.complete_store_run(hi, lo, n);
-                    n
+                if done(&job) {
+                    self.store_done(&mut tier, job);
                 } else {
-                    tier.cpu.complete_store(&keys);
-                    keys.len() as u64
-                };
-                if !tier.fences.is_empty() {
-                    tier.unfence(id, &blocks);
-                }
-                if k != usize::MAX && self.slab[k].row == row {
-                    self.slab[k].jobs -= 1;
-                }
-                self.log_count(event::STORE_DONE, row, -1, n as i64);
-                // Its vectors serve a later store (`offer_one`; a run's job has no keys' vector).
-                if keys.capacity() > 0 {
-                    keys.clear();
-                    tier.spare_keys.push(keys);
-                }
-                if blocks.capacity() > 0 {
-                    blocks.clear();
-                    tier.spare_blocks.push(blocks);
+                    tier.stores.push(job);
                 }
             }
             tier.stores_spare = stores;
             seen = true;
         }
-        tier.min_end = tier
+        self.tier_hot.min_end = tier
             .loads
             .iter()
             .chain(&tier.stores)
@@ -107,6 +81,44 @@ impl Engine<'_> {
             .unwrap_or(i64::MAX);
         self.tier = Some(tier);
         seen
+    }
+
+    /// A store seen done: its chunks ready, its blocks unfenced, its request's count of transfers down,
+    /// its vectors kept for a later store (`offer_one`; a run's job has no keys' vector).
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // one call a request: measured (results/README.md §CPU tier)
+    fn store_done(&mut self, tier: &mut super::Tier, job: Job) {
+        let Job {
+            id,
+            k,
+            row,
+            mut keys,
+            run,
+            mut blocks,
+            ..
+        } = job;
+        let n = if let Some((hi, lo, n)) = run {
+            tier.cpu.complete_store_run(hi, lo, n);
+            n
+        } else {
+            tier.cpu.complete_store(&keys);
+            keys.len() as u64
+        };
+        if !tier.fences.is_empty() {
+            tier.unfence(id, &blocks);
+        }
+        if k != usize::MAX && self.slab[k].row == row {
+            self.slab[k].jobs -= 1;
+        }
+        self.log_count(event::STORE_DONE, row, -1, n as i64);
+        if keys.capacity() > 0 {
+            keys.clear();
+            tier.spare_keys.push(keys);
+        }
+        if blocks.capacity() > 0 {
+            blocks.clear();
+            tier.spare_blocks.push(blocks);
+        }
     }
 
     /// When the earliest transfer in flight ends (not before now), None if none is.
@@ -155,7 +167,7 @@ impl Engine<'_> {
             return Ok(false);
         }
         self.t = target;
-        self.tier_mut().stalled = false;
+        self.tier_hot.stalled = false;
         self.observe();
         Ok(true)
     }
@@ -199,18 +211,25 @@ impl Engine<'_> {
         }
         // A step ending past the clock's range offers nothing: `record` stops the run with its error
         // (the reference raises it before its offers).
-        let step_end = match i64::try_from(dt) {
-            Ok(dt) if self.t.saturating_add(dt) <= MAX_TIME_PS as i64 => self.t + dt,
-            _ => return dt,
-        };
+        if dt > MAX_TIME_PS.saturating_sub(self.t as u64) {
+            return dt;
+        }
+        let step_end = self.t + dt as i64;
         let (_, flush_end) = self.offer_stores(step_end);
-        dt.max(flush_end.saturating_sub(self.t).max(0) as u64)
+        if flush_end > step_end {
+            (flush_end - self.t) as u64 // (a flush waits past the step's end)
+        } else {
+            dt
+        }
     }
 
     /// `tier_quiet` after a lockstep step that was: only the step's admissions can have changed it
     /// (the decoding requests offer nothing), so only they are looked at.
     #[inline]
     pub(in crate::engine) fn tier_stays_quiet(&self) -> bool {
+        if self.scheduled.is_empty() && !self.tier_hot.pending {
+            return true; // (no admission, no fence: the usual decode step)
+        }
         let tier = self.tier_ref();
         !tier.has_cpu
             || tier.fences.is_empty() && (self.scheduled.is_empty() || self.admissions_quiet())
@@ -241,16 +260,8 @@ impl Engine<'_> {
     #[inline(never)]
     pub(in crate::engine) fn tier_scheduled_nothing(&mut self, before: u64) -> bool {
         let changed = self.tier_empty_step() || self.progress_marks() != before;
-        self.tier_mut().stalled = !changed;
+        self.tier_hot.stalled = !changed;
         true
-    }
-
-    /// The tier's occupancy during a step of `dt` (taken into the counters by `flush_occupancy`).
-    #[inline]
-    pub(in crate::engine) fn tier_record(&mut self, dt: u64) {
-        let tier = self.tier_mut();
-        tier.occ_dt += u128::from(dt);
-        tier.occ_recorded = true;
     }
 
     /// The occupancy's weighted sum and peak take the steps recorded since it last changed; called
@@ -260,14 +271,13 @@ impl Engine<'_> {
         let Some(tier) = self.tier.as_deref_mut() else {
             return;
         };
-        if !tier.occ_recorded {
-            return;
-        }
-        let used = tier.cpu.used();
         let c = &mut self.out.counters;
-        c.w_cpu_chunks += (tier.occ_dt * u128::from(used)) as i128;
-        c.peak_cpu_chunks = c.peak_cpu_chunks.max(i128::from(used));
-        tier.occ_dt = 0;
-        tier.occ_recorded = false;
+        if c.num_steps == tier.occ_steps {
+            return; // (no step since)
+        }
+        let used = i128::from(tier.cpu.used());
+        c.w_cpu_chunks += (c.busy_ps - tier.occ_busy) * used;
+        c.peak_cpu_chunks = c.peak_cpu_chunks.max(used);
+        (tier.occ_busy, tier.occ_steps) = (c.busy_ps, c.num_steps);
     }
 }

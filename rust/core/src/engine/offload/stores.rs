@@ -1,7 +1,7 @@
 //! The CPU tier's stores (DESIGN.md §CPU tier): the chunks a step offers to the tier, the transfers
 //! they start, vLLM's flush, and a finished request's last stores.
 
-use super::{Job, Retired, Tier, private_hi, tier_key};
+use super::{Job, LastOffer, Retired, Tier, private_hi, tier_key};
 use crate::engine::timing::Transfer;
 use crate::engine::{Engine, event};
 use crate::{BlockId, BlockKey};
@@ -43,10 +43,10 @@ fn offer_to_tier(
     // A run of the row's private chunks (one block a chunk, past its hashed keys): offered as the
     // run, which the tier may store whole without a list of its keys.
     let private_run = bpc == 1 && start >= keys.len() as u64;
-    let hi = if private_run { private_hi(row) } else { 0 };
+    let hi = private_hi(row); // (also the request's id in the tier)
     let whole = if private_run {
         cpu.prepare_store_run(
-            row as u64,
+            hi,
             (hi, start, num_chunks - start),
             start,
             offer,
@@ -56,7 +56,7 @@ fn offer_to_tier(
     } else {
         offer.clear();
         offer.extend((start..num_chunks).map(|c| (tier_key(keys, row, (c + 1) * bpc - 1), c)));
-        cpu.prepare_store(row as u64, offer, stored, evicted)
+        cpu.prepare_store(private_hi(row), offer, stored, evicted)
             .map(|()| false)
     };
     let whole = whole?;
@@ -126,37 +126,75 @@ impl Engine<'_> {
             self.tier_mut().touched.clear();
             return (false, 0);
         }
+        if !self.tier_hot.pending {
+            return self.offer_scheduled(step_end); // (nobody preempted or finished, no fence)
+        }
+        if self.scheduled.is_empty() && self.finish_retired() {
+            return (false, 0);
+        }
         self.offer_stores_now(step_end)
+    }
+
+    /// `offer_stores_now` with only scheduled requests to offer for: no request preempted or
+    /// finished, no fence, so no flush.
+    #[inline(never)]
+    fn offer_scheduled(&mut self, step_end: i64) -> (bool, i64) {
+        self.flush_occupancy(); // (the offers may change it)
+        let mut tier = self.tier.take().expect("a CPU tier");
+        let mut planned = false;
+        if tier.has_cpu {
+            let mut flushed = Vec::new(); // (stays empty: only a finished request's store fences)
+            for i in 0..self.scheduled.len() {
+                let k = self.scheduled[i].0;
+                planned |= self.offer_running(&mut tier, k, step_end, &mut flushed);
+            }
+            debug_assert!(flushed.is_empty() && tier.fences.is_empty());
+            self.out.counters.stores_skipped = i128::from(tier.cpu.num_stores_skipped());
+        }
+        tier.touched.clear();
+        self.tier = Some(tier);
+        (planned, 0)
+    }
+
+    /// Requests finished in the step before and nothing else to offer for: if none has a chunk left to
+    /// offer and no request was preempted nor a block fenced (the usual case), they are done with the
+    /// tier (nothing offered, the occupancy as it was) and true; else false, nothing done.
+    #[inline(never)]
+    fn finish_retired(&mut self) -> bool {
+        let tier = self.tier.as_deref_mut().expect("a CPU tier");
+        if !(tier.preempted_now.is_empty()
+            && tier.fences.is_empty()
+            && tier.finished_last.iter().all(|r| r.offer.is_none()))
+        {
+            return false;
+        }
+        for r in &tier.finished_last {
+            tier.cpu.finish(private_hi(r.row));
+        }
+        tier.finished_last.clear();
+        tier.touched.clear();
+        self.tier_hot.pending = false; // (no fences: checked above)
+        true
     }
 
     /// Most steps: nobody to offer for, nothing to flush (`offer_stores` returns at once).
     #[inline]
     pub(super) fn nothing_to_offer(&self) -> bool {
-        let tier = self.tier_ref();
-        self.scheduled.is_empty()
-            && tier.preempted_now.is_empty()
-            && tier.finished_last.is_empty()
-            && tier.fences.is_empty()
+        // (`pending` covers the tier's preempted and finished requests and its fences)
+        debug_assert!(
+            self.tier_hot.pending || {
+                let tier = self.tier_ref();
+                tier.preempted_now.is_empty()
+                    && tier.finished_last.is_empty()
+                    && tier.fences.is_empty()
+            }
+        );
+        self.scheduled.is_empty() && !self.tier_hot.pending
     }
 
     /// `offer_stores` with something to offer or flush.
     #[inline(never)]
     fn offer_stores_now(&mut self, step_end: i64) -> (bool, i64) {
-        let tier = self.tier.as_deref_mut().expect("a CPU tier");
-        if self.scheduled.is_empty()
-            && tier.preempted_now.is_empty()
-            && tier.fences.is_empty()
-            && tier.finished_last.iter().all(|r| !r.offers)
-        {
-            // Only requests finished in the step before, none with a chunk left to offer (the usual
-            // case): done with the tier, nothing offered, the occupancy as it was.
-            for r in &tier.finished_last {
-                tier.cpu.finish(r.row as u64);
-            }
-            tier.finished_last.clear();
-            tier.touched.clear();
-            return (false, 0);
-        }
         self.flush_occupancy(); // (the offers may change it)
         let mut tier = self.tier.take().expect("a CPU tier");
         if !tier.has_cpu {
@@ -164,10 +202,11 @@ impl Engine<'_> {
             tier.preempted_now.clear();
             tier.finished_last.clear();
             tier.touched.clear();
+            self.tier_hot.pending = false; // (a connector fences nothing)
             self.tier = Some(tier);
             return (false, 0);
         }
-        let observation = tier.num_observed + 1;
+        let observation = self.tier_hot.observed + 1;
         let mut flushed: Vec<u64> = Vec::new();
         for &k in &tier.preempted_now {
             let row = self.slab[k].row;
@@ -185,17 +224,21 @@ impl Engine<'_> {
         let mut finished = std::mem::take(&mut tier.finished_last);
         for i in 0..self.scheduled.len() {
             let k = self.scheduled[i].0;
-            planned |= self.offer_one(&mut tier, Some(k), None, step_end, &mut flushed);
-        }
-        for r in finished.iter().filter(|r| r.offers) {
-            planned |= self.offer_one(&mut tier, None, Some(r), step_end, &mut flushed);
+            planned |= self.offer_running(&mut tier, k, step_end, &mut flushed);
         }
         for r in &finished {
-            tier.cpu.finish(r.row as u64);
+            if let Some(last) = r.offer.as_deref() {
+                let last = Some((r.row, last));
+                planned |= self.offer_one(&mut tier, None, last, step_end, &mut flushed);
+            }
+        }
+        for r in &finished {
+            tier.cpu.finish(private_hi(r.row));
         }
         finished.clear();
         tier.finished_last = finished; // (its buffer kept)
         tier.touched.clear();
+        self.tier_hot.pending = !tier.fences.is_empty();
         self.out.counters.stores_skipped = i128::from(tier.cpu.num_stores_skipped());
         let mut flush_end = 0;
         let mut seen: Vec<u64> = Vec::new();
@@ -214,13 +257,82 @@ impl Engine<'_> {
         (planned, flush_end)
     }
 
+    /// `offer_one` of scheduled request `k`: its new chunks, when they are a run of its private chunks
+    /// that the tier stores whole (`CpuTier::try_store_run`: the usual case), become one store here;
+    /// anything else is `offer_one`'s.
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // one call a request: measured (results/README.md §CPU tier)
+    fn offer_running(
+        &mut self,
+        tier: &mut Tier,
+        k: usize,
+        step_end: i64,
+        flushed: &mut Vec<u64>,
+    ) -> bool {
+        let (tpc, bpc) = (tier.tpc, tier.cfg.blocks_per_chunk);
+        let s = &self.slab[k];
+        let mut n = s.num_computed.min(s.num_tokens());
+        if tier.cfg.prompt_only {
+            n = n.min(s.prompt_len);
+        }
+        let (num_chunks, start) = (n / tpc, s.next_store);
+        if num_chunks <= start {
+            return false;
+        }
+        if bpc == 1 {
+            self.ensure_tier_keys(k, num_chunks);
+            let s = &self.slab[k];
+            let (row, count) = (s.row, num_chunks - start);
+            let hi = private_hi(row); // (also the request's id in the tier)
+            if start >= s.tier_keys.len() as u64
+                && tier.cpu.try_store_run(hi, (hi, start, count), start)
+            {
+                // (as `offer_one` does with a run stored whole: nothing evicted, its blocks a range of
+                // its table)
+                self.slab[k].next_store = num_chunks;
+                let begin = step_end.max(tier.store_free);
+                let (latency, per_block) = (tier.cfg.latency_ps, tier.cfg.ps_per_block);
+                tier.store_free = self.transfer_end_or_overflow(
+                    Transfer::Store,
+                    begin,
+                    latency,
+                    count,
+                    per_block,
+                );
+                tier.next_job += 1;
+                self.out.counters.num_stores += 1;
+                self.out.counters.stored_blocks += i128::from(count);
+                self.log_count(event::STORE, row, -1, count as i64);
+                self.slab[k].jobs += 1;
+                let avail = self.tier_hot.observed + 2;
+                tier.push_store(
+                    &mut self.tier_hot,
+                    Job {
+                        id: tier.next_job,
+                        k,
+                        row,
+                        keys: Vec::new(),
+                        run: Some((hi, start, count)),
+                        blocks: Vec::new(),
+                        table: Some((start as usize, num_chunks as usize)),
+                        end: tier.store_free,
+                        avail,
+                        remote: false,
+                    },
+                );
+                return true;
+            }
+        }
+        self.offer_one(tier, Some(k), None, step_end, flushed)
+    }
+
     /// One request's offer (`offer_stores`): scheduled `k`, or `retired` (finished in the step before).
     /// Returns whether it planned a store.
     fn offer_one(
         &mut self,
         tier: &mut Tier,
         k: Option<usize>,
-        retired: Option<&Retired>,
+        retired: Option<(usize, &LastOffer)>,
         step_end: i64,
         flushed: &mut Vec<u64>,
     ) -> bool {
@@ -230,17 +342,17 @@ impl Engine<'_> {
                 let s = &self.slab[k];
                 (s.num_computed.min(s.num_tokens()), s.next_store, s.row)
             }
-            (None, Some(r)) => (
+            (None, Some((row, r))) => (
                 r.prompt_len.max(r.num_tokens - 1).min(r.num_tokens),
                 r.next_store,
-                r.row,
+                row,
             ),
             (None, None) => unreachable!("a request to offer"),
         };
         if tier.cfg.prompt_only {
             n = n.min(match (k, retired) {
                 (Some(k), _) => self.slab[k].prompt_len,
-                (_, Some(r)) => r.prompt_len,
+                (_, Some((_, r))) => r.prompt_len,
                 _ => unreachable!(),
             });
         }
@@ -253,7 +365,7 @@ impl Engine<'_> {
         }
         let (keys, table): (&[BlockKey], &[BlockId]) = match (k, retired) {
             (Some(k), _) => (&self.slab[k].tier_keys, self.slab[k].table.blocks()),
-            (_, Some(r)) => (&r.keys, &r.blocks),
+            (_, Some((_, r))) => (&r.keys, &r.blocks),
             _ => unreachable!(),
         };
         let Some(Stored {
@@ -294,6 +406,7 @@ impl Engine<'_> {
             self.slab[k].jobs += 1;
         } else {
             tier.fence(id, &blocks);
+            self.tier_hot.pending = true;
             if blocks.iter().any(|b| tier.touched.contains(b)) {
                 flushed.push(id);
             }
@@ -303,18 +416,22 @@ impl Engine<'_> {
         } else {
             tier.stored_keys()
         };
-        tier.push_store(Job {
-            id,
-            k: k.unwrap_or(usize::MAX),
-            row,
-            keys,
-            run,
-            blocks,
-            table,
-            end: tier.store_free,
-            avail: tier.num_observed + 2,
-            remote: false,
-        });
+        let avail = self.tier_hot.observed + 2;
+        tier.push_store(
+            &mut self.tier_hot,
+            Job {
+                id,
+                k: k.unwrap_or(usize::MAX),
+                row,
+                keys,
+                run,
+                blocks,
+                table,
+                end: tier.store_free,
+                avail,
+                remote: false,
+            },
+        );
         true
     }
 
@@ -327,27 +444,25 @@ impl Engine<'_> {
         }
         let offers = self.tier_keys_for_finish(k);
         let s = &self.slab[k];
-        // Its keys and blocks only if its last offer has chunks to offer (`offer_one` reads them then).
-        let (keys, blocks) = if offers {
-            (s.tier_keys.clone(), s.table.blocks().to_vec())
-        } else {
-            (Vec::new(), Vec::new())
-        };
+        // What its last offer needs only if it has chunks to offer (`offer_one` reads them then).
         let retired = Retired {
             row: s.row,
-            prompt_len: s.prompt_len,
-            num_tokens: s.num_tokens(),
-            next_store: s.next_store,
-            offers,
-            keys,
-            blocks,
+            offer: offers.then(|| {
+                Box::new(LastOffer {
+                    prompt_len: s.prompt_len,
+                    num_tokens: s.num_tokens(),
+                    next_store: s.next_store,
+                    keys: s.tier_keys.clone(),
+                    blocks: s.table.blocks().to_vec(),
+                })
+            }),
         };
         let (row, in_flight) = (s.row, s.jobs > 0);
-        let mut tier = self.tier.take().expect("a CPU tier");
+        let tier = self.tier.as_deref_mut().expect("a CPU tier");
         if in_flight {
             // Its stores in flight (none else of its row is: a finished request's own are listed).
             let table = self.slab[k].table.blocks();
-            let Tier { stores, fences, .. } = &mut *tier;
+            let Tier { stores, fences, .. } = tier;
             for j in stores.iter_mut().filter(|j| j.row == row) {
                 if let Some((first, last)) = j.table.take() {
                     j.blocks.extend_from_slice(&table[first..last]);
@@ -358,7 +473,7 @@ impl Engine<'_> {
             }
         }
         tier.finished_last.push(retired);
-        self.tier = Some(tier);
+        self.tier_hot.pending = true;
     }
 
     /// The keys a finished request's last stores need: its chunks up to its offloadable tokens. Returns

@@ -2,7 +2,7 @@
 //! hits continued into the tier, its load's admission (or a decode replica's transfer), a landed
 //! load's resumption.
 
-use super::Job;
+use super::{Job, private_hi};
 use crate::BlockKey;
 use crate::block_table::{BlockTable, blocks_for, div_bs};
 use crate::cpu_tier::{MISS, PENDING};
@@ -50,6 +50,10 @@ impl Engine<'_> {
                     continue;
                 }
                 self.try_resume_loaded(k, budget)
+            } else if self.tier_has_nothing_for(k) {
+                // (`tier_lookup` would find no chunk: an ordinary admission)
+                self.slab[k].next_store = 0;
+                self.try_admit_after(k, budget, GpuHits::Ask)
             } else {
                 match self.tier_lookup(k) {
                     Found::Skip => {
@@ -79,7 +83,7 @@ impl Engine<'_> {
                     self.tier_mut().held.pop_front();
                     self.release(k);
                     let row = self.slab[k].row;
-                    self.tier_mut().cpu.finish(row as u64);
+                    self.tier_mut().cpu.finish(private_hi(row));
                 } else {
                     self.waiting.pop_front();
                 }
@@ -100,22 +104,8 @@ impl Engine<'_> {
             } else {
                 self.waiting.pop_front();
             }
-            self.note_remote_admitted(k);
-            let s = &mut self.slab[k];
-            s.held = false;
-            s.remote = false; // one transfer per request (vLLM clears `do_remote_prefill` once allocated)
-            s.prefilling = s.num_computed < s.num_tokens();
-            s.adm_no = self.next_adm;
-            self.running.push(k);
-            self.scheduled.push((k, num_new));
+            self.tier_admitted(k, num_new);
             budget -= num_new;
-            self.next_adm += crate::engine::ADM_STRIDE;
-            let row = self.slab[k].row;
-            if self.out.first_scheduled[row - self.out_base] < 0 {
-                self.out.first_scheduled[row - self.out_base] = self.t;
-            }
-            let tier = self.tier.as_deref_mut().expect("a CPU tier");
-            tier.touched.extend_from_slice(self.slab[k].table.blocks());
             if self.cancelled() {
                 break;
             }
@@ -129,6 +119,30 @@ impl Engine<'_> {
         }
     }
 
+    /// Waiting or held request `k` (out of its queue) admitted with `num_new` tokens this step.
+    #[inline]
+    fn tier_admitted(&mut self, k: usize, num_new: u64) {
+        self.note_remote_admitted(k);
+        let s = &mut self.slab[k];
+        s.held = false;
+        s.remote = false; // one transfer per request (vLLM clears `do_remote_prefill` once allocated)
+        s.prefilling = s.num_computed < s.num_tokens();
+        s.adm_no = self.next_adm;
+        self.running.push(k);
+        self.scheduled.push((k, num_new));
+        self.next_adm += crate::engine::ADM_STRIDE;
+        let row = self.slab[k].row;
+        if self.out.first_scheduled[row - self.out_base] < 0 {
+            self.out.first_scheduled[row - self.out_base] = self.t;
+        }
+        if self.tier_hot.pending {
+            // Watched only while a store may fence blocks (vLLM's flush): a fence, or a request
+            // finished with chunks left to offer, is known before the step's admissions.
+            let tier = self.tier.as_deref_mut().expect("a CPU tier");
+            tier.touched.extend_from_slice(self.slab[k].table.blocks());
+        }
+    }
+
     /// A remote request admitted with no transfer (`ext = 0`): its prefill replica's blocks are freed
     /// now (vLLM's full local hit notifies the prefill side at once).
     #[inline]
@@ -137,6 +151,20 @@ impl Engine<'_> {
             let (row, t) = (self.slab[k].row, self.t);
             self.tier_mut().sends_decided.push((row, t));
         }
+    }
+
+    /// Whether waiting request `k`'s lookup (`tier_lookup`) would find nothing in the tier whatever its
+    /// GPU hits: never admitted (it stored nothing, and nobody else names its private chunks), local
+    /// to this replica, and its first chunk already private (deferred keys: no content key to look up).
+    #[inline]
+    fn tier_has_nothing_for(&self, k: usize) -> bool {
+        let s = &self.slab[k];
+        let tier = self.tier_ref();
+        !s.admitted_before
+            && !s.remote
+            && self.defer_keys
+            && tier.has_cpu
+            && div_bs(s.private_from, self.cfg.block_size) < tier.cfg.blocks_per_chunk
     }
 
     /// A waiting request's GPU prefix hits (into `self.hits`) and the tokens the tier holds beyond them
@@ -395,10 +423,10 @@ impl Engine<'_> {
             blocks: Vec::new(), // (a load fences nothing)
             table: None,
             end: tier.pd_free,
-            avail: tier.num_observed + 1,
+            avail: self.tier_hot.observed + 1,
             remote: true,
         };
-        tier.min_end = tier.min_end.min(job.end);
+        self.tier_hot.min_end = self.tier_hot.min_end.min(job.end);
         tier.loads.push(job);
         let s = &mut self.slab[k];
         s.jobs += 1;
@@ -443,7 +471,7 @@ impl Engine<'_> {
         let link_end =
             self.transfer_end_or_overflow(Transfer::Load, start, latency, blocks, per_block);
         let tier = self.tier.as_deref_mut().expect("a CPU tier");
-        tier.cpu.prepare_load(row as u64, &keys);
+        tier.cpu.prepare_load(private_hi(row), &keys);
         for &(key, _) in &keys {
             *tier.loading.entry(key).or_insert(0) += 1;
         }
@@ -458,10 +486,10 @@ impl Engine<'_> {
             blocks: Vec::new(), // (a load fences nothing)
             table: None,
             end: tier.load_free,
-            avail: tier.num_observed + 1,
+            avail: self.tier_hot.observed + 1,
             remote: false,
         };
-        tier.min_end = tier.min_end.min(job.end);
+        self.tier_hot.min_end = self.tier_hot.min_end.min(job.end);
         tier.loads.push(job);
         let s = &mut self.slab[k];
         s.jobs += 1;
