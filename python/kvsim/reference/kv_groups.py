@@ -1,7 +1,7 @@
 """Reference hybrid KV-cache manager: one block table per KV-cache group over one pool (DESIGN.md §Hybrid
 attention), vLLM 0.33.0's `HybridKVCacheCoordinator` and its single-type managers.
 
-The executable spec of `rust/core/src/kv_groups.rs`; same API, same answers, written for clarity. A
+The executable spec of `rust/core/src/kv_groups/`; same API, same answers, written for clarity. A
 request's table in group `g` holds its blocks of `block_size[g]` tokens, the null block (0) where a
 window's tokens were skipped. The engine calls, per allocation of a request (vLLM's `allocate_slots`):
 `need` (the blocks to pop, hits that are free included), `remove_skipped`, then `admit` (a new request:
