@@ -97,7 +97,7 @@ class CpuTierMachine(RuleBasedStateMachine):
 
     @rule(
         slot=st.integers(0, SLOTS - 1),
-        group=st.sampled_from(["own", "own", 0, 1, 2**64 - 1]),
+        group=st.sampled_from(["own", "own", "named", "named", 0, 1, 2**64 - 1]),
         lo=st.one_of(st.integers(0, 9), st.integers(2**64 - 8, 2**64 - 1)),
         n=st.integers(1, 6),
         at=st.sampled_from(["lo", "lo", 0, 3, "last"]),
@@ -106,12 +106,14 @@ class CpuTierMachine(RuleBasedStateMachine):
     def prepare_store_run(self, slot: int, group, lo: int, n: int, at, done: bool) -> None:
         """A run of keys `(hi, lo..lo + n)` at positions `pos..pos + n` offered by the Rust run API, the
         listed keys to the spec's `prepare_store`: in the slot's own group (a request's private chunks,
-        none held unless an earlier run stored them) or in groups the other rules' keys share."""
-        hi = RUN_GROUP + slot if group == "own" else group
+        none held unless an earlier run stored them), in the group named by the request's id (the
+        engine's naming: its record kept in that group's entry), or in groups the other rules' keys
+        share."""
+        rid = self.rids[slot]
+        hi = {"own": RUN_GROUP + slot, "named": rid}.get(group, group)
         n = min(n, 2**64 - lo)
         pos = {"lo": lo if lo < 2**32 else 0, "last": 2**32 - n}.get(at, at)
         keys = [((hi << 64) | (lo + i), pos + i) for i in range(n)]
-        rid = self.rids[slot]
         whole = (
             self.ref.eviction == "lru"
             and self.ref.threshold == 0
