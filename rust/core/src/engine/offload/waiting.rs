@@ -413,29 +413,8 @@ impl Engine<'_> {
         let tier = self.tier.as_deref_mut().expect("a connector");
         tier.pd_free = link_end;
         tier.sends_decided.push((row, tier.pd_free));
-        tier.next_job += 1;
-        let job = Job {
-            id: tier.next_job,
-            k,
-            row,
-            keys: Vec::new(),
-            run: None,
-            blocks: Vec::new(), // (a load fences nothing)
-            table: None,
-            end: tier.pd_free,
-            avail: self.tier_hot.observed + 1,
-            remote: true,
-        };
-        self.tier_hot.min_end = self.tier_hot.min_end.min(job.end);
-        tier.loads.push(job);
-        let s = &mut self.slab[k];
-        s.jobs += 1;
-        s.held = true;
-        s.prefilling = true;
-        s.loaded = false;
-        s.remote = false;
-        s.load_at = t;
-        s.num_computed = end;
+        self.hold_for_landing(k, (Vec::new(), true), link_end, end);
+        self.slab[k].remote = false;
         let c = &mut self.out.counters;
         c.pd_transfers += 1;
         self.progress += 1;
@@ -443,6 +422,41 @@ impl Engine<'_> {
         c.pd_link_busy_ps += i128::from(duration);
         self.note_admission(k, local, total, 0);
         true
+    }
+
+    /// A transfer into `k`'s blocks just allocated (its `keys`, the tier's chunks a load reads, or a
+    /// decode replica's `remote` transfer) on the link until `link_end`: `k` held until it lands, its
+    /// tokens up to `end` computed then.
+    fn hold_for_landing(
+        &mut self,
+        k: usize,
+        (keys, remote): (Vec<BlockKey>, bool),
+        link_end: i64,
+        end: u64,
+    ) {
+        let row = self.slab[k].row;
+        let tier = self.tier.as_deref_mut().expect("a CPU tier or a connector");
+        tier.next_job += 1;
+        tier.loads.push(Job {
+            id: tier.next_job,
+            k,
+            row,
+            keys,
+            run: None,
+            blocks: Vec::new(), // (a load fences nothing)
+            table: None,
+            end: link_end,
+            avail: self.tier_hot.observed + 1,
+            remote,
+        });
+        self.tier_hot.min_end = self.tier_hot.min_end.min(link_end);
+        let s = &mut self.slab[k];
+        s.jobs += 1;
+        s.held = true;
+        s.prefilling = true;
+        s.loaded = false;
+        s.load_at = self.t;
+        s.num_computed = end;
     }
 
     /// The load of `k`'s chunks holding tokens `local..end` (its blocks just allocated, in
@@ -476,29 +490,9 @@ impl Engine<'_> {
             *tier.loading.entry(key).or_insert(0) += 1;
         }
         tier.load_free = link_end;
-        tier.next_job += 1;
-        let job = Job {
-            id: tier.next_job,
-            k,
-            row,
-            keys: keys.iter().map(|&(key, _)| key).collect(),
-            run: None,
-            blocks: Vec::new(), // (a load fences nothing)
-            table: None,
-            end: tier.load_free,
-            avail: self.tier_hot.observed + 1,
-            remote: false,
-        };
-        self.tier_hot.min_end = self.tier_hot.min_end.min(job.end);
-        tier.loads.push(job);
-        let s = &mut self.slab[k];
-        s.jobs += 1;
-        s.held = true;
-        s.prefilling = true;
-        s.loaded = false;
-        s.load_at = t;
-        s.num_computed = end;
-        s.next_store = num_chunks; // vLLM's chunk-level policy: stores resume after the loaded chunks
+        let listed = keys.iter().map(|&(key, _)| key).collect();
+        self.hold_for_landing(k, (listed, false), link_end, end);
+        self.slab[k].next_store = num_chunks; // vLLM's chunk-level policy: stores resume after the loaded chunks
         let c = &mut self.out.counters;
         c.num_loads += 1;
         self.progress += 1;
