@@ -171,3 +171,61 @@ def test_independent_chunks_skip_the_lookup_as_the_reference_looks_up(w, cfg, si
         assert res.summary == whole.summary, backend
         assert res.requests is not None
         assert res.requests.equals(whole.requests, null_equal=True), backend
+
+
+def test_no_quiet_span_starts_before_a_finished_requests_last_offer():
+    """Found by this file's independent-chunks test (seed 7): a request finishing with chunks left to
+    offer (a store threshold of 2 had skipped them) is offered at the next step; the Rust engine's quiet
+    spans (steps taken together, which offer nothing) started right after the finish and put that offer
+    two steps late, so the tier held 2 chunks fewer for 2 steps of 1 ps (`w_cpu_chunks` 24000024 against
+    the reference's 24000028) and the event log named steps 97 for the reference's 95."""
+    w = Workload(
+        arrival=np.array([0.0] * 5 + [0.0005] * 7),
+        output_len=np.array([1, 3, 1, 36, 32, 1, 1, 1, 1, 1, 1, 1]),
+        num_samples=np.array([2, 3] + [1] * 10),
+        seg_offsets=np.array([0, 1, 2, 5, 8, 10, 11, 12, 13, 14, 15, 16, 17]),
+        segment_id=np.array(
+            [
+                1000,
+                1001,
+                1,
+                2,
+                1002,
+                4294967301,
+                4294967298,
+                4294968299,
+                4294967301,
+                4294968296,
+                4294968296,
+                8589935592,
+                8589935599,
+                8589935600,
+                12884902897,
+                12884902898,
+                12884902899,
+            ],
+            dtype=np.uint64,
+        ),
+        segment_len=np.array([16, 31, 3, 20, 1, 33, 20, 36, 33] + [1] * 8),
+    )
+    cfg = kvsim.SimConfig(
+        num_blocks=34,
+        block_size=8,
+        free_order="classic",
+        kv_offloading_chunks=4,
+        kv_offloading_store_threshold=2,
+        kv_offloading_ps_per_block=0,
+        kv_offloading_latency_ps=6_000_000,
+        max_num_seqs=2,
+        max_num_batched_tokens=3,
+        chunked_prefill=True,
+        time_model="linear",
+        c0_ps=1,
+        c_tok_ps=0,
+        c_ctx_ps=0,
+    )
+    rust = kvsim.simulate(w, cfg, backend="rust", record_events=True)
+    ref = kvsim.simulate(w, cfg, backend="reference", record_events=True)
+    assert rust.raw.counters["w_cpu_chunks"] == ref.raw.counters["w_cpu_chunks"] == 24000028
+    assert rust.events.rows() == ref.events.rows()
+    assert_same(w, cfg)

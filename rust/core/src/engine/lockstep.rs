@@ -364,6 +364,7 @@ impl Engine<'_> {
             || self.running.is_empty()
             || self.swap_blocks_step != 0
             || self.one_free_block_binds()
+            || self.tier_hot.pending && self.tier_offers_pending()
         {
             return false;
         }

@@ -223,6 +223,15 @@ impl Engine<'_> {
         }
     }
 
+    /// Whether the next step must offer for requests finished or preempted before it (their stores and
+    /// finishes, or the flush): a quiet span, which offers nothing, cannot start then.
+    #[inline(never)]
+    pub(in crate::engine) fn tier_offers_pending(&self) -> bool {
+        self.tier
+            .as_deref()
+            .is_some_and(|t| !t.finished_last.is_empty() || !t.preempted_now.is_empty())
+    }
+
     /// `tier_quiet` after a lockstep step that was: only the step's admissions can have changed it
     /// (the decoding requests offer nothing), so only they are looked at.
     #[inline]
