@@ -132,14 +132,7 @@ impl Group {
 
     /// `n` new pending chunks of rank `req` at positions `pos..` as the slots of a group without any.
     fn pending_slots(n: u32, req: u64, pos: u32) -> Slots {
-        let run = Run {
-            n,
-            pos,
-            req,
-            dreq: false,
-            dpos: true,
-            ready: false,
-        };
+        let run = Run::pending(n, pos, req);
         if n >= 2 {
             Slots::Run(run)
         } else {
@@ -172,6 +165,19 @@ pub(super) struct Run {
 }
 
 impl Run {
+    /// `n` new pending chunks of request rank `req` at positions `pos..pos + n` (a store's run).
+    #[inline]
+    fn pending(n: u32, pos: u32, req: u64) -> Self {
+        Run {
+            n,
+            pos,
+            req,
+            dreq: false,
+            dpos: true,
+            ready: false,
+        }
+    }
+
     #[inline]
     fn at(self, i: usize) -> Chunk {
         let i32_ = i as u32;
@@ -493,14 +499,7 @@ impl Chunks {
     /// request's new private chunks): a run of slots where they start a group or continue a pending
     /// run of the same rank, else as `insert_run` does.
     pub(super) fn insert_pending_run(&mut self, hi: u64, lo: u64, n: u32, req: u64, pos: u32) {
-        let run = Run {
-            n,
-            pos,
-            req,
-            dreq: false,
-            dpos: true,
-            ready: false,
-        };
+        let run = Run::pending(n, pos, req);
         match self.groups.entry(hi) {
             Entry::Vacant(e) if n >= 2 => {
                 e.insert(Group {
@@ -756,25 +755,11 @@ impl Chunks {
         {
             r.n += n; // (as `insert_pending_run` continues a run)
         } else if lo.wrapping_sub(g.base) == len {
-            let run = Run {
-                n,
-                pos,
-                req,
-                dreq: false,
-                dpos: true,
-                ready: false,
-            };
+            let run = Run::pending(n, pos, req);
             g.slots.extend((0..n as usize).map(|i| run.at(i)));
         } else {
             // Not where its slots end (keys before them, or a gap): as `insert_run` places them.
-            let run = Run {
-                n,
-                pos,
-                req,
-                dreq: false,
-                dpos: true,
-                ready: false,
-            };
+            let run = Run::pending(n, pos, req);
             self.insert_many(
                 (0..n as usize).map(|i| (run_key(hi, lo.wrapping_add(i as u64)), run.at(i))),
             );
