@@ -99,7 +99,8 @@ pub(super) struct Rec {
 
 impl Group {
     /// `Chunks::rerank_run` on this group's slots.
-    #[inline]
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // a finish's, once a request: measured (results/README.md §CPU tier)
     pub(super) fn rerank(&mut self, lo: u64, n: usize, next_rank: &mut u64) -> bool {
         let j = lo.wrapping_sub(self.base);
         let len = self.slots.len();
@@ -647,7 +648,8 @@ impl Chunks {
 
     /// Keys `(hi, lo..lo + n)` are stored: the pending chunks among them become ready. Returns how many
     /// did, or None (nothing changed) unless the group's slots hold all of those keys.
-    #[inline]
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // a store's completion, once a request: measured (results/README.md §CPU tier)
     pub(super) fn ready_run(&mut self, hi: u64, lo: u64, n: usize) -> Option<u64> {
         let g = self.groups.get_mut(&hi)?;
         let j = lo.wrapping_sub(g.base);
@@ -689,6 +691,7 @@ impl Chunks {
     /// the group (`Group::rec`), the request taking rank `*next_rank + 1` if it has none: one table
     /// entry for both. False, nothing changed, if a key is held or the group's record does not end where
     /// the run starts (the caller's general path decides then). `*recs` counts the groups' records.
+    #[inline]
     pub(super) fn store_own_run(
         &mut self,
         (hi, lo, n, pos): (u64, u64, u32, u32),

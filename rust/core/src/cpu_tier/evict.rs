@@ -63,6 +63,9 @@ impl CpuTier {
         }
         let mut selected: Vec<(Rank, BlockKey)> = Vec::with_capacity(n);
         let mut deferred = Vec::new();
+        // The keys taken, against repeated entries: looked for among the few selected (a store's
+        // usual count) or, for many, in a set.
+        let few = n <= 32;
         let mut chosen = KeySet::default();
         while selected.len() < n {
             let Some(Reverse(entry)) = self.heap.pop() else {
@@ -73,16 +76,22 @@ impl CpuTier {
                 .chunks
                 .get(key)
                 .is_some_and(|c| c.evictable() && c.rank() == rank)
-                || chosen.contains(&key)
+                || if few {
+                    selected.iter().any(|&(_, k)| k == key)
+                } else {
+                    chosen.contains(&key)
+                }
             {
                 continue;
             }
-            if protected.contains(&key) {
+            if !protected.is_empty() && protected.contains(&key) {
                 deferred.push(entry);
                 continue;
             }
             selected.push(entry);
-            chosen.insert(key);
+            if !few {
+                chosen.insert(key);
+            }
         }
         self.heap.extend(deferred.into_iter().map(Reverse));
         if selected.len() < n {

@@ -327,20 +327,18 @@ impl Engine<'_> {
         };
         // A CPU tier (present or not for the whole run): the admitted requests' stores and the
         // finished ones' (the decoding ones offer nothing: `tier_quiet`), and the flush; none of it
-        // when nobody was admitted and nothing is pending (`idle`: the usual decode step, which stays
-        // quiet whatever the observation sees: it adds no fence).
-        let tier = self.tier.is_some();
-        let idle = tier && self.scheduled.is_empty() && !self.tier_hot.pending;
-        if tier && !idle {
-            dt = self.tier_step_stores(dt);
+        // when nobody was admitted and nothing is pending (`tier_idle`: the usual decode step, which
+        // stays quiet whatever the observation sees: it adds no fence).
+        let mut tier_moves = false;
+        if self.tier.is_some() && !self.tier_idle() {
+            (dt, tier_moves) = self.tier_step_stores_now(dt);
         }
         let state = self.aggregate_state();
         self.record(dt, batch, tokens, state);
         let prefilling = self.lockstep_sample(step);
-        let tier_moves = tier && {
+        if self.tier.is_some() {
             self.observe();
-            !idle && !self.tier_stays_quiet()
-        };
+        }
         if prefilling
             || tier_moves
             || self.running.is_empty()

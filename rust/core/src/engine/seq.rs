@@ -382,9 +382,7 @@ impl Engine<'_> {
     /// Nothing waits to be admitted (neither built sequences nor fresh rows).
     #[inline]
     pub(super) fn nothing_waits(&self) -> bool {
-        self.waiting.is_empty()
-            && self.fresh.is_empty()
-            && self.tier.as_ref().is_none_or(|t| t.held.is_empty())
+        self.waiting.is_empty() && self.fresh.is_empty() && self.tier_hot.held_empty // (true without a tier)
     }
 
     /// The head of the waiting queue, its sequence built if it was a fresh row.

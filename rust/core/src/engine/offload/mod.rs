@@ -4,7 +4,7 @@
 //! the host link and when the engine observes them, vLLM's flush, and the stall of an engine that waits
 //! for nothing but transfers.
 //!
-//! This file holds the tier's state (`Tier`, its transfers `Job`, a finished request's `Retired` and
+//! This file holds the tier's state (`Tier`, its transfers `Job`, a finished request's
 //! `LastOffer`; what every step reads of it, `TierHot`, kept in the engine), the tier's keys and
 //! request ids and the helpers its parts share; `waiting.rs` the waiting phase and the loads (and a
 //! decode replica's transfers), `stores.rs` the stores and a finished request's last ones,
@@ -34,35 +34,48 @@ pub(super) struct Job {
     /// The request's slab slot and row (a finished request's slot may hold another row by the end).
     k: usize,
     row: usize,
-    keys: Vec<BlockKey>,
-    /// A store of one run of a row's private chunks: `(hi, lo, n)`, keys `(hi, lo..lo + n)` (`keys`
-    /// then empty).
-    run: Option<(u64, u64, u64)>,
-    /// The GPU blocks it reads (a store; fenced once its request finished): listed, or (a running
-    /// request's store of chunks in a row) `table`, a range of its block table (`blocks` then empty), listed
-    /// when its request finishes (`tier_finished`) while it is in flight.
-    blocks: Vec<BlockId>,
-    table: Option<(usize, usize)>,
     /// When its last byte has moved (ps).
     end: i64,
     /// The first observation (numbered from 1) that may see it complete.
     avail: u64,
-    /// A decode replica's transfer from the prefill pool (no tier chunks).
-    remote: bool,
+    what: What,
 }
 
-/// A request that finished in the step before: its row and, if its last offer has chunks to offer
-/// (`tier_keys_for_finish`; else `offer_one` skips it), what its last stores need (it has left the
-/// slab).
+/// What a transfer moves (`Job`).
 #[derive(Debug)]
-pub(super) struct Retired {
-    row: usize,
-    offer: Option<Box<LastOffer>>,
+pub(super) enum What {
+    /// A running request's store of a run of its private chunks, one block a chunk: keys
+    /// `(hi, lo..lo + n)` (`hi` = `private_hi(row)`), read from blocks `lo..lo + n` of its block table (the usual
+    /// store; made `Stored`, its blocks listed, if its request finishes while it is in flight:
+    /// `tier_finished`).
+    Run { hi: u64, lo: u64, n: u64 },
+    /// Any other store.
+    Stored(Box<Stored>),
+    /// A load of the tier's chunks `keys` (CPU to GPU).
+    Load(Vec<BlockKey>),
+    /// A decode replica's transfer from the prefill pool (no tier chunks).
+    Remote,
 }
 
-/// What a finished request's last stores need (`Retired`).
+/// A store other than a running request's run (`What::Stored`).
+#[derive(Debug, Default)]
+pub(super) struct Stored {
+    keys: Vec<BlockKey>,
+    /// A store of one run of a row's private chunks: `(hi, lo, n)`, keys `(hi, lo..lo + n)` (`keys`
+    /// then empty).
+    run: Option<(u64, u64, u64)>,
+    /// The GPU blocks it reads (fenced once its request finished): listed, or (a running request's
+    /// store of chunks in a row) `table`, a range of its block table (`blocks` then empty), listed
+    /// when its request finishes (`tier_finished`) while it is in flight.
+    blocks: Vec<BlockId>,
+    table: Option<(usize, usize)>,
+}
+
+/// What the last stores of a request finished in the step before need (it has left the slab), if it
+/// has chunks left to offer (`tier_keys_for_finish`; else only its row is kept, `Tier::finished_last`).
 #[derive(Debug)]
 pub(super) struct LastOffer {
+    row: usize,
     prompt_len: u64,
     num_tokens: u64,
     next_store: u64,
@@ -73,6 +86,7 @@ pub(super) struct LastOffer {
 /// The tier's state every step reads (`Engine::tier_hot`, beside the engine's own: a step's tests of
 /// it load no pointer).
 #[derive(Clone, Copy, Debug)]
+#[allow(clippy::struct_excessive_bools)] // independent flags the step loop reads, kept together
 pub(super) struct TierHot {
     /// No transfer in flight ends before this (i64::MAX: none in flight): an observation before it
     /// sees nothing (`observe`'s fast path).
@@ -85,6 +99,12 @@ pub(super) struct TierHot {
     /// The last step scheduled nothing and changed nothing: the engine waits for a transfer or an
     /// arrival (`resolve_stall`).
     pub(super) stalled: bool,
+    /// No request is held for a load (`Tier::held` empty, as the waiting phase left it; true without
+    /// a tier): `nothing_waits` reads it.
+    pub(super) held_empty: bool,
+    /// After the last offer, every request it offered for had offered its whole prompt (prompt-only
+    /// tiers: nothing left to store; `tier_stays_quiet` reads it for the step's admissions).
+    pub(super) offered_all: bool,
 }
 
 impl Default for TierHot {
@@ -94,6 +114,8 @@ impl Default for TierHot {
             observed: 0,
             pending: false,
             stalled: false,
+            held_empty: true,
+            offered_all: false,
         }
     }
 }
@@ -102,8 +124,9 @@ impl Default for TierHot {
 pub(super) struct Tier {
     pub(super) cfg: TierConfig,
     pub(super) cpu: CpuTier,
-    /// Tokens per chunk.
+    /// Tokens per chunk, and its base-2 logarithm if it is a power of two (`per_chunk`).
     tpc: u64,
+    tpc_log2: Option<u32>,
     /// vLLM's `kv_holding_waiting`: requests holding blocks for a load, in order.
     pub(super) held: VecDeque<usize>,
     loads: Vec<Job>,
@@ -115,7 +138,10 @@ pub(super) struct Tier {
     load_free: i64,
     store_free: i64,
     next_job: u64,
-    pub(super) finished_last: Vec<Retired>,
+    /// Requests finished in the step before, in order: their rows, and the last offers of those with
+    /// chunks left to offer, in the same order (`LastOffer`).
+    pub(super) finished_last: Vec<usize>,
+    last_offers: Vec<LastOffer>,
     /// vLLM's flush: blocks read by stores of finished requests, with those stores' ids.
     fences: HashMap<BlockId, Vec<u64>>,
     /// Blocks this step allocated or took as hits.
@@ -175,6 +201,9 @@ impl Tier {
             cfg,
             cpu: CpuTier::new(cfg.chunks, cfg.eviction, cfg.store_threshold),
             tpc: block_size * cfg.blocks_per_chunk,
+            tpc_log2: (block_size * cfg.blocks_per_chunk)
+                .is_power_of_two()
+                .then(|| (block_size * cfg.blocks_per_chunk).trailing_zeros()),
             held: VecDeque::new(),
             loads: Vec::new(),
             stores: Vec::new(),
@@ -184,6 +213,7 @@ impl Tier {
             store_free: 0,
             next_job: 0,
             finished_last: Vec::new(),
+            last_offers: Vec::new(),
             fences: HashMap::new(),
             touched: Vec::new(),
             preempted_now: Vec::new(),
@@ -202,6 +232,43 @@ impl Tier {
     fn stored_keys(&mut self) -> Vec<BlockKey> {
         let spare = self.spare_keys.pop().unwrap_or_default();
         std::mem::replace(&mut self.stored, spare)
+    }
+
+    /// Whole chunks in `tokens` tokens (`tokens / tpc`, a shift when it is a power of two).
+    #[inline]
+    fn per_chunk(&self, tokens: u64) -> u64 {
+        match self.tpc_log2 {
+            Some(s) => tokens >> s,
+            None => tokens / self.tpc,
+        }
+    }
+
+    /// What a store moves (`offer_one`'s, from `offer_to_tier`'s `Offered`): a running request's run
+    /// read from its table (`offer_running`'s kind), or anything else with its keys and blocks.
+    fn store_what(
+        &mut self,
+        run: Option<(u64, u64, u64)>,
+        blocks: Vec<BlockId>,
+        table: Option<(usize, usize)>,
+    ) -> What {
+        if let (Some((hi, lo, n)), Some(_)) = (run, table) {
+            debug_assert!(blocks.is_empty());
+            if blocks.capacity() > 0 {
+                self.spare_blocks.push(blocks);
+            }
+            return What::Run { hi, lo, n };
+        }
+        let keys = if run.is_some() {
+            Vec::new()
+        } else {
+            self.stored_keys()
+        };
+        What::Stored(Box::new(Stored {
+            keys,
+            run,
+            blocks,
+            table,
+        }))
     }
 
     /// A store on the link from now (`hot`: the engine's `tier_hot`).

@@ -2,7 +2,7 @@
 //! stall of an engine that waits for nothing but transfers, and the quiet, progress and occupancy
 //! helpers the run loop and lockstep mode read.
 
-use super::Job;
+use super::{Job, Stored, What};
 use crate::engine::{Engine, MAX_TIME_PS, event};
 
 impl Engine<'_> {
@@ -22,8 +22,30 @@ impl Engine<'_> {
     fn observe_now(&mut self) -> bool {
         let mut tier = self.tier.take().expect("a CPU tier");
         let (t, now) = (self.t, self.tier_hot.observed);
-        let mut seen = false;
         let done = |j: &Job| j.end <= t && j.avail <= now;
+        if tier.loads.is_empty()
+            && let [job] = tier.stores.as_slice()
+            && done(job)
+        {
+            // One store in flight, done, no load (the usual case): nothing else in flight after it.
+            if let What::Run { hi, lo, n } = job.what {
+                // (its request's run: nothing to unfence, no vector to keep)
+                let (k, row) = (job.k, job.row);
+                tier.stores.clear();
+                tier.cpu.complete_store_run(hi, lo, n);
+                if k != usize::MAX && self.slab[k].row == row {
+                    self.slab[k].jobs -= 1;
+                }
+                self.log_count(event::STORE_DONE, row, -1, n as i64);
+            } else {
+                let job = tier.stores.pop().expect("one store");
+                self.store_done(&mut tier, job);
+            }
+            self.tier_hot.min_end = i64::MAX;
+            self.tier = Some(tier);
+            return true;
+        }
+        let mut seen = false;
         if tier.loads.iter().any(done) {
             let loads = std::mem::take(&mut tier.loads);
             for job in loads {
@@ -31,13 +53,14 @@ impl Engine<'_> {
                     tier.loads.push(job);
                     continue;
                 }
-                if job.remote {
+                let What::Load(keys) = &job.what else {
+                    // (a decode replica's transfer)
                     self.slab[job.k].jobs -= 1;
                     self.land(job.k);
                     continue;
-                }
-                tier.cpu.complete_load(&job.keys);
-                for key in &job.keys {
+                };
+                tier.cpu.complete_load(keys);
+                for key in keys {
                     if let Some(n) = tier.loading.get_mut(key) {
                         *n -= 1;
                         if *n == 0 {
@@ -47,7 +70,7 @@ impl Engine<'_> {
                 }
                 self.slab[job.k].jobs -= 1;
                 self.land(job.k);
-                self.log_count(event::LOAD_DONE, job.row, -1, job.keys.len() as i64);
+                self.log_count(event::LOAD_DONE, job.row, -1, keys.len() as i64);
             }
             seen = true;
         }
@@ -89,36 +112,42 @@ impl Engine<'_> {
     #[allow(clippy::inline_always)] // one call a request: measured (results/README.md §CPU tier)
     fn store_done(&mut self, tier: &mut super::Tier, job: Job) {
         let Job {
-            id,
-            k,
-            row,
-            mut keys,
-            run,
-            mut blocks,
-            ..
+            id, k, row, what, ..
         } = job;
-        let n = if let Some((hi, lo, n)) = run {
-            tier.cpu.complete_store_run(hi, lo, n);
-            n
-        } else {
-            tier.cpu.complete_store(&keys);
-            keys.len() as u64
+        let own = k != usize::MAX && self.slab[k].row == row; // (its request not finished)
+        let n = match what {
+            What::Run { hi, lo, n } => {
+                tier.cpu.complete_store_run(hi, lo, n);
+                n
+            }
+            What::Stored(mut st) => {
+                let n = if let Some((hi, lo, n)) = st.run {
+                    tier.cpu.complete_store_run(hi, lo, n);
+                    n
+                } else {
+                    tier.cpu.complete_store(&st.keys);
+                    st.keys.len() as u64
+                };
+                if !tier.fences.is_empty() {
+                    tier.unfence(id, &st.blocks);
+                }
+                let Stored { keys, blocks, .. } = &mut *st;
+                if keys.capacity() > 0 {
+                    keys.clear();
+                    tier.spare_keys.push(std::mem::take(keys));
+                }
+                if blocks.capacity() > 0 {
+                    blocks.clear();
+                    tier.spare_blocks.push(std::mem::take(blocks));
+                }
+                n
+            }
+            What::Load(_) | What::Remote => unreachable!("a store"),
         };
-        if !tier.fences.is_empty() {
-            tier.unfence(id, &blocks);
-        }
-        if k != usize::MAX && self.slab[k].row == row {
+        if own {
             self.slab[k].jobs -= 1;
         }
         self.log_count(event::STORE_DONE, row, -1, n as i64);
-        if keys.capacity() > 0 {
-            keys.clear();
-            tier.spare_keys.push(keys);
-        }
-        if blocks.capacity() > 0 {
-            blocks.clear();
-            tier.spare_blocks.push(blocks);
-        }
     }
 
     /// When the earliest transfer in flight ends (not before now), None if none is.
@@ -200,27 +229,33 @@ impl Engine<'_> {
             self.tier_mut().touched.clear();
             return dt;
         }
-        self.tier_step_stores_now(dt)
-    }
-
-    #[inline(never)]
-    fn tier_step_stores_now(&mut self, dt: u64) -> u64 {
         for i in 0..self.scheduled.len() {
             let s = &mut self.slab[self.scheduled[i].0];
             s.prefilling = s.prefilling && s.num_computed < s.num_tokens();
         }
+        self.tier_step_stores_now(dt).0
+    }
+
+    /// `tier_step_stores` of a lockstep step with something to offer (not `tier_idle`): its scheduled
+    /// requests are its admissions, whose `prefilling` is already as after the step (`tier_admitted`).
+    /// Also returns whether the tier may have left the quiet (`tier_stays_quiet` false: lockstep mode
+    /// ends after the step; told before the step's observation, which only unfences, so it may say so
+    /// where the observation would have made it quiet again: lockstep mode ending is always exact).
+    #[inline(never)]
+    pub(in crate::engine) fn tier_step_stores_now(&mut self, dt: u64) -> (u64, bool) {
         // A step ending past the clock's range offers nothing: `record` stops the run with its error
         // (the reference raises it before its offers).
         if dt > MAX_TIME_PS.saturating_sub(self.t as u64) {
-            return dt;
+            return (dt, true);
         }
         let step_end = self.t + dt as i64;
         let (_, flush_end) = self.offer_stores(step_end);
-        if flush_end > step_end {
+        let dt = if flush_end > step_end {
             (flush_end - self.t) as u64 // (a flush waits past the step's end)
         } else {
             dt
-        }
+        };
+        (dt, !self.tier_stays_quiet())
     }
 
     /// Whether the next step must offer for requests finished or preempted before it (their stores and
@@ -232,26 +267,24 @@ impl Engine<'_> {
             .is_some_and(|t| !t.finished_last.is_empty() || !t.preempted_now.is_empty())
     }
 
+    /// A lockstep step that admitted nobody with nothing pending (`tier_step_stores` has nothing to
+    /// do, and the step stays quiet whatever the observation sees: it adds no fence).
+    #[inline]
+    pub(in crate::engine) fn tier_idle(&self) -> bool {
+        self.scheduled.is_empty() && !self.tier_hot.pending
+    }
+
     /// `tier_quiet` after a lockstep step that was: only the step's admissions can have changed it
     /// (the decoding requests offer nothing), so only they are looked at.
     #[inline]
     pub(in crate::engine) fn tier_stays_quiet(&self) -> bool {
-        if self.scheduled.is_empty() && !self.tier_hot.pending {
+        if self.tier_idle() {
             return true; // (no admission, no fence: the usual decode step)
         }
         let tier = self.tier_ref();
+        // (the step's offer noted whether its admissions offered their whole prompts)
         !tier.has_cpu
-            || tier.fences.is_empty() && (self.scheduled.is_empty() || self.admissions_quiet())
-    }
-
-    /// `tier_stays_quiet`'s look at the step's admissions.
-    #[inline(never)]
-    fn admissions_quiet(&self) -> bool {
-        let tier = self.tier_ref();
-        self.scheduled.iter().all(|&(k, _)| {
-            let s = &self.slab[k];
-            s.next_store >= s.prompt_len / tier.tpc
-        })
+            || tier.fences.is_empty() && (self.scheduled.is_empty() || self.tier_hot.offered_all)
     }
 
     /// What a step that schedules nothing may have changed before: loads and remote transfers

@@ -1,7 +1,7 @@
 //! The CPU tier's stores (DESIGN.md §CPU tier): the chunks a step offers to the tier, the transfers
 //! they start, vLLM's flush, and a finished request's last stores.
 
-use super::{Job, LastOffer, Retired, Tier, private_hi, tier_key};
+use super::{Job, LastOffer, Stored, Tier, What, private_hi, tier_key};
 use crate::engine::timing::Transfer;
 use crate::engine::{Engine, event};
 use crate::{BlockId, BlockKey};
@@ -9,7 +9,7 @@ use crate::{BlockId, BlockKey};
 /// What `offer_to_tier` stored: all of the chunks offered as one run of private chunks (`run`;
 /// `Tier::stored` then empty), or else those in `Tier::stored`; how many, and their GPU blocks in order: listed, or (`in_table`, a
 /// running request's chunks all stored) the range of its block table they are (the list then empty).
-struct Stored {
+struct Offered {
     /// `(hi, lo, n)` when `whole`: the run's keys `(hi, lo..lo + n)`.
     run: Option<(u64, u64, u64)>,
     num: u64,
@@ -28,7 +28,7 @@ fn offer_to_tier(
     row: usize,
     start: u64,
     num_chunks: u64,
-) -> Option<Stored> {
+) -> Option<Offered> {
     let bpc = tier.cfg.blocks_per_chunk;
     let Tier {
         cpu,
@@ -65,7 +65,7 @@ fn offer_to_tier(
     let range = ((start * bpc) as usize, (num_chunks * bpc) as usize);
     if in_table && (whole || stored.len() as u64 == num_chunks - start) {
         // All of them, of a running request: a range of its table.
-        return Some(Stored {
+        return Some(Offered {
             run,
             num: num_chunks - start,
             blocks: Vec::new(),
@@ -81,7 +81,7 @@ fn offer_to_tier(
         stored_blocks(offer, stored, table, bpc as usize, &mut blocks);
         stored.len() as u64
     };
-    Some(Stored {
+    Some(Offered {
         run,
         num,
         blocks,
@@ -144,10 +144,13 @@ impl Engine<'_> {
         let mut planned = false;
         if tier.has_cpu {
             let mut flushed = Vec::new(); // (stays empty: only a finished request's store fences)
+            let mut all = true;
             for i in 0..self.scheduled.len() {
                 let k = self.scheduled[i].0;
-                planned |= self.offer_running(&mut tier, k, step_end, &mut flushed);
+                let (p, offered) = self.offer_running(&mut tier, k, step_end, &mut flushed);
+                (planned, all) = (planned | p, all & offered);
             }
+            self.tier_hot.offered_all = all;
             debug_assert!(flushed.is_empty() && tier.fences.is_empty());
             self.out.counters.stores_skipped = i128::from(tier.cpu.num_stores_skipped());
         }
@@ -162,14 +165,12 @@ impl Engine<'_> {
     #[inline(never)]
     fn finish_retired(&mut self) -> bool {
         let tier = self.tier.as_deref_mut().expect("a CPU tier");
-        if !(tier.preempted_now.is_empty()
-            && tier.fences.is_empty()
-            && tier.finished_last.iter().all(|r| r.offer.is_none()))
+        if !(tier.preempted_now.is_empty() && tier.fences.is_empty() && tier.last_offers.is_empty())
         {
             return false;
         }
-        for r in &tier.finished_last {
-            tier.cpu.finish(private_hi(r.row));
+        for &row in &tier.finished_last {
+            tier.cpu.finish(private_hi(row));
         }
         tier.finished_last.clear();
         tier.touched.clear();
@@ -201,6 +202,7 @@ impl Engine<'_> {
             // A decode replica's connector: no stores.
             tier.preempted_now.clear();
             tier.finished_last.clear();
+            tier.last_offers.clear();
             tier.touched.clear();
             self.tier_hot.pending = false; // (a connector fences nothing)
             self.tier = Some(tier);
@@ -221,22 +223,23 @@ impl Engine<'_> {
             }
         }
         let mut planned = false;
-        let mut finished = std::mem::take(&mut tier.finished_last);
+        let mut last_offers = std::mem::take(&mut tier.last_offers);
+        let mut all = true;
         for i in 0..self.scheduled.len() {
             let k = self.scheduled[i].0;
-            planned |= self.offer_running(&mut tier, k, step_end, &mut flushed);
+            let (p, offered) = self.offer_running(&mut tier, k, step_end, &mut flushed);
+            (planned, all) = (planned | p, all & offered);
         }
-        for r in &finished {
-            if let Some(last) = r.offer.as_deref() {
-                let last = Some((r.row, last));
-                planned |= self.offer_one(&mut tier, None, last, step_end, &mut flushed);
-            }
+        self.tier_hot.offered_all = all;
+        for last in &last_offers {
+            planned |= self.offer_one(&mut tier, None, Some(last), step_end, &mut flushed);
         }
-        for r in &finished {
-            tier.cpu.finish(private_hi(r.row));
+        last_offers.clear();
+        tier.last_offers = last_offers; // (its buffer kept)
+        for &row in &tier.finished_last {
+            tier.cpu.finish(private_hi(row));
         }
-        finished.clear();
-        tier.finished_last = finished; // (its buffer kept)
+        tier.finished_last.clear();
         tier.touched.clear();
         self.tier_hot.pending = !tier.fences.is_empty();
         self.out.counters.stores_skipped = i128::from(tier.cpu.num_stores_skipped());
@@ -257,9 +260,17 @@ impl Engine<'_> {
         (planned, flush_end)
     }
 
+    /// Whether scheduled request `k` has offered every chunk of its prompt (`tier_stays_quiet`).
+    #[inline]
+    fn offered_prompt(&self, tier: &Tier, k: usize) -> bool {
+        let s = &self.slab[k];
+        s.next_store >= s.prompt_len / tier.tpc
+    }
+
     /// `offer_one` of scheduled request `k`: its new chunks, when they are a run of its private chunks
     /// that the tier stores whole (`CpuTier::try_store_run`: the usual case), become one store here;
-    /// anything else is `offer_one`'s.
+    /// anything else is `offer_one`'s. Returns whether it planned a store and whether `k` has offered
+    /// its whole prompt now (`offered_prompt`, told without dividing when its prompt is computed).
     #[inline(always)]
     #[allow(clippy::inline_always)] // one call a request: measured (results/README.md §CPU tier)
     fn offer_running(
@@ -268,16 +279,17 @@ impl Engine<'_> {
         k: usize,
         step_end: i64,
         flushed: &mut Vec<u64>,
-    ) -> bool {
-        let (tpc, bpc) = (tier.tpc, tier.cfg.blocks_per_chunk);
+    ) -> (bool, bool) {
+        let bpc = tier.cfg.blocks_per_chunk;
         let s = &self.slab[k];
         let mut n = s.num_computed.min(s.num_tokens());
+        let prompt = n >= s.prompt_len; // (its prompt computed: `offered_prompt` once offered)
         if tier.cfg.prompt_only {
             n = n.min(s.prompt_len);
         }
-        let (num_chunks, start) = (n / tpc, s.next_store);
+        let (num_chunks, start) = (tier.per_chunk(n), s.next_store);
         if num_chunks <= start {
-            return false;
+            return (false, prompt || self.offered_prompt(tier, k));
         }
         if bpc == 1 {
             self.ensure_tier_keys(k, num_chunks);
@@ -311,19 +323,20 @@ impl Engine<'_> {
                         id: tier.next_job,
                         k,
                         row,
-                        keys: Vec::new(),
-                        run: Some((hi, start, count)),
-                        blocks: Vec::new(),
-                        table: Some((start as usize, num_chunks as usize)),
                         end: tier.store_free,
                         avail,
-                        remote: false,
+                        what: What::Run {
+                            hi,
+                            lo: start,
+                            n: count,
+                        },
                     },
                 );
-                return true;
+                return (true, prompt || self.offered_prompt(tier, k));
             }
         }
-        self.offer_one(tier, Some(k), None, step_end, flushed)
+        let planned = self.offer_one(tier, Some(k), None, step_end, flushed);
+        (planned, self.offered_prompt(tier, k))
     }
 
     /// One request's offer (`offer_stores`): scheduled `k`, or `retired` (finished in the step before).
@@ -332,7 +345,7 @@ impl Engine<'_> {
         &mut self,
         tier: &mut Tier,
         k: Option<usize>,
-        retired: Option<(usize, &LastOffer)>,
+        retired: Option<&LastOffer>,
         step_end: i64,
         flushed: &mut Vec<u64>,
     ) -> bool {
@@ -342,17 +355,17 @@ impl Engine<'_> {
                 let s = &self.slab[k];
                 (s.num_computed.min(s.num_tokens()), s.next_store, s.row)
             }
-            (None, Some((row, r))) => (
+            (None, Some(r)) => (
                 r.prompt_len.max(r.num_tokens - 1).min(r.num_tokens),
                 r.next_store,
-                row,
+                r.row,
             ),
             (None, None) => unreachable!("a request to offer"),
         };
         if tier.cfg.prompt_only {
             n = n.min(match (k, retired) {
                 (Some(k), _) => self.slab[k].prompt_len,
-                (_, Some((_, r))) => r.prompt_len,
+                (_, Some(r)) => r.prompt_len,
                 _ => unreachable!(),
             });
         }
@@ -365,10 +378,10 @@ impl Engine<'_> {
         }
         let (keys, table): (&[BlockKey], &[BlockId]) = match (k, retired) {
             (Some(k), _) => (&self.slab[k].tier_keys, self.slab[k].table.blocks()),
-            (_, Some((_, r))) => (&r.keys, &r.blocks),
+            (_, Some(r)) => (&r.keys, &r.blocks),
             _ => unreachable!(),
         };
-        let Some(Stored {
+        let Some(Offered {
             run,
             num: num_stored,
             blocks,
@@ -411,11 +424,7 @@ impl Engine<'_> {
                 flushed.push(id);
             }
         }
-        let keys = if run.is_some() {
-            Vec::new()
-        } else {
-            tier.stored_keys()
-        };
+        let what = tier.store_what(run, blocks, table);
         let avail = self.tier_hot.observed + 2;
         tier.push_store(
             &mut self.tier_hot,
@@ -423,13 +432,9 @@ impl Engine<'_> {
                 id,
                 k: k.unwrap_or(usize::MAX),
                 row,
-                keys,
-                run,
-                blocks,
-                table,
                 end: tier.store_free,
                 avail,
-                remote: false,
+                what,
             },
         );
         true
@@ -439,24 +444,29 @@ impl Engine<'_> {
     /// blocks they read, and what its last stores need is kept for the next step.
     #[inline(never)]
     pub(in crate::engine) fn tier_finished(&mut self, k: usize) {
-        if !self.tier_ref().has_cpu {
+        let tier = self.tier.as_deref_mut().expect("a CPU tier");
+        if !tier.has_cpu {
+            return;
+        }
+        let s = &self.slab[k];
+        if tier.cfg.prompt_only && s.jobs == 0 && (s.next_store + 1) * tier.tpc > s.prompt_len {
+            // (the usual case: its prompt's chunks all offered, none in flight; prompt-only, its
+            // offloadable tokens are its prompt's, as `tier_keys_for_finish` finds)
+            tier.finished_last.push(s.row);
+            self.tier_hot.pending = true;
             return;
         }
         let offers = self.tier_keys_for_finish(k);
         let s = &self.slab[k];
         // What its last offer needs only if it has chunks to offer (`offer_one` reads them then).
-        let retired = Retired {
+        let last = offers.then(|| LastOffer {
             row: s.row,
-            offer: offers.then(|| {
-                Box::new(LastOffer {
-                    prompt_len: s.prompt_len,
-                    num_tokens: s.num_tokens(),
-                    next_store: s.next_store,
-                    keys: s.tier_keys.clone(),
-                    blocks: s.table.blocks().to_vec(),
-                })
-            }),
-        };
+            prompt_len: s.prompt_len,
+            num_tokens: s.num_tokens(),
+            next_store: s.next_store,
+            keys: s.tier_keys.clone(),
+            blocks: s.table.blocks().to_vec(),
+        });
         let (row, in_flight) = (s.row, s.jobs > 0);
         let tier = self.tier.as_deref_mut().expect("a CPU tier");
         if in_flight {
@@ -464,15 +474,29 @@ impl Engine<'_> {
             let table = self.slab[k].table.blocks();
             let Tier { stores, fences, .. } = tier;
             for j in stores.iter_mut().filter(|j| j.row == row) {
-                if let Some((first, last)) = j.table.take() {
-                    j.blocks.extend_from_slice(&table[first..last]);
+                if let What::Run { hi, lo, n } = j.what {
+                    // (its blocks listed, as it will outlive its request's table)
+                    j.what = What::Stored(Box::new(Stored {
+                        run: Some((hi, lo, n)),
+                        table: Some((lo as usize, (lo + n) as usize)),
+                        ..Stored::default()
+                    }));
                 }
-                for &b in &j.blocks {
+                let What::Stored(st) = &mut j.what else {
+                    unreachable!("a store")
+                };
+                if let Some((first, last)) = st.table.take() {
+                    st.blocks.extend_from_slice(&table[first..last]);
+                }
+                for &b in &st.blocks {
                     fences.entry(b).or_default().push(j.id);
                 }
             }
         }
-        tier.finished_last.push(retired);
+        tier.finished_last.push(row);
+        if let Some(last) = last {
+            tier.last_offers.push(last);
+        }
         self.tier_hot.pending = true;
     }
 

@@ -2,7 +2,7 @@
 //! hits continued into the tier, its load's admission (or a decode replica's transfer), a landed
 //! load's resumption.
 
-use super::{Job, private_hi};
+use super::{Job, What, private_hi};
 use crate::BlockKey;
 use crate::block_table::{BlockTable, blocks_for, div_bs};
 use crate::cpu_tier::{MISS, PENDING};
@@ -30,7 +30,8 @@ impl Engine<'_> {
         let cfg = self.cfg;
         let mut skipped_waiting: Vec<usize> = Vec::new();
         while budget > 0 {
-            let from_held = !self.tier_mut().held.is_empty();
+            // (`held_empty` as the last pass left it: this pass adds none before its end)
+            let from_held = !self.tier_hot.held_empty && !self.tier_ref().held.is_empty();
             let k = if from_held {
                 self.tier_mut().held[0]
             } else {
@@ -110,10 +111,11 @@ impl Engine<'_> {
                 break;
             }
         }
-        let tier = self.tier_mut();
+        let tier = self.tier.as_deref_mut().expect("a CPU tier");
         while let Some(k) = tier.skipped_held.pop() {
             tier.held.push_front(k);
         }
+        self.tier_hot.held_empty = tier.held.is_empty();
         for &k in skipped_waiting.iter().rev() {
             self.waiting.push_front(k);
         }
@@ -164,7 +166,7 @@ impl Engine<'_> {
             && !s.remote
             && self.defer_keys
             && tier.has_cpu
-            && div_bs(s.private_from, self.cfg.block_size) < tier.cfg.blocks_per_chunk
+            && s.private_from < tier.tpc // (its first chunk's blocks, `blocks_per_chunk`, not all hashed)
     }
 
     /// A waiting request's GPU prefix hits (into `self.hits`) and the tokens the tier holds beyond them
@@ -437,17 +439,18 @@ impl Engine<'_> {
         let row = self.slab[k].row;
         let tier = self.tier.as_deref_mut().expect("a CPU tier or a connector");
         tier.next_job += 1;
+        debug_assert!(!remote || keys.is_empty());
         tier.loads.push(Job {
             id: tier.next_job,
             k,
             row,
-            keys,
-            run: None,
-            blocks: Vec::new(), // (a load fences nothing)
-            table: None,
             end: link_end,
             avail: self.tier_hot.observed + 1,
-            remote,
+            what: if remote {
+                What::Remote
+            } else {
+                What::Load(keys)
+            },
         });
         self.tier_hot.min_end = self.tier_hot.min_end.min(link_end);
         let s = &mut self.slab[k];
