@@ -2,10 +2,9 @@
 //! the LRU's and ARC's choice of the chunks to evict, ARC's ghost hits before a store.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 use super::chunks::{Chunk, Rank};
-use super::{CpuTier, Eviction, KeySet};
+use super::{CpuTier, Eviction, KeySet, RankQueue};
 use crate::BlockKey;
 
 impl CpuTier {
@@ -39,7 +38,7 @@ impl CpuTier {
             .filter(|(_, c)| c.evictable())
             .map(|(key, c)| Reverse((c.rank(), key)))
             .collect();
-        self.heap = BinaryHeap::from(live);
+        self.heap = RankQueue::from(live);
     }
 
     /// Removes `n` evictable chunks not in `protected`, appending their keys to `out` in eviction order;

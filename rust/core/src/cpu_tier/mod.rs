@@ -19,7 +19,7 @@
 //! entry and one vector of slots).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 
 use crate::block_pool::IdHasher;
@@ -77,12 +77,14 @@ mod access;
 mod check;
 mod chunks;
 mod evict;
+mod order;
 mod records;
 #[cfg(test)]
 mod tests;
 
 use access::{Access, INSERTED, REUSED, Recency, STORE_MISS};
-use chunks::{Chunk, Chunks, Rank, run_in_order, run_key, run_of};
+use chunks::{Chunk, Chunks, run_in_order, run_key, run_of};
+use order::RankQueue;
 
 /// A tier's policy state in the spec's terms ([`CpuTier::internals`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -119,7 +121,7 @@ pub struct CpuTier {
     counts: Recency<u64>,
     // LRU.
     next_rank: u64,
-    heap: BinaryHeap<Reverse<(Rank, BlockKey)>>,
+    heap: RankQueue,
     /// Whether `heap` is kept (from the first eviction on): before, pushes are skipped.
     heap_live: bool,
     // ARC: T1/T2 least recent first, their ghosts, the adaptive T1 target.
@@ -170,7 +172,7 @@ impl CpuTier {
             tracker,
             counts: Recency::default(),
             next_rank: 0,
-            heap: BinaryHeap::new(),
+            heap: RankQueue::new(),
             heap_live: false,
             t1: Recency::default(),
             t2: Recency::default(),
@@ -638,7 +640,9 @@ impl CpuTier {
             self.debug_check();
             return;
         }
-        self.chunks.visit_mut(keys.iter().copied(), |key, c| {
+        // (from the last key: a store's chunks rank down by position, so the eviction order takes
+        // their entries in order, `RankQueue`)
+        self.chunks.visit_mut(keys.iter().rev().copied(), |key, c| {
             if !c.ready {
                 c.ready = true;
                 ready += 1;
