@@ -28,19 +28,8 @@ impl Engine<'_> {
             && done(job)
         {
             // One store in flight, done, no load (the usual case): nothing else in flight after it.
-            if let What::Run { hi, lo, n } = job.what {
-                // (its request's run: nothing to unfence, no vector to keep)
-                let (k, row) = (job.k, job.row);
-                tier.stores.clear();
-                tier.cpu.complete_store_run(hi, lo, n);
-                if k != usize::MAX && self.slab[k].row == row {
-                    self.slab[k].jobs -= 1;
-                }
-                self.log_count(event::STORE_DONE, row, -1, n as i64);
-            } else {
-                let job = tier.stores.pop().expect("one store");
-                self.store_done(&mut tier, job);
-            }
+            let job = tier.stores.pop().expect("one store");
+            self.store_done(&mut tier, job);
             self.tier_hot.min_end = i64::MAX;
             self.tier = Some(tier);
             return true;
@@ -217,7 +206,7 @@ impl Engine<'_> {
         }
         self.running.iter().all(|&k| {
             let s = &self.slab[k];
-            s.next_store >= s.prompt_len / tier.tpc
+            s.next_store >= tier.per_chunk(s.prompt_len)
         })
     }
 

@@ -264,7 +264,7 @@ impl Engine<'_> {
     #[inline]
     fn offered_prompt(&self, tier: &Tier, k: usize) -> bool {
         let s = &self.slab[k];
-        s.next_store >= s.prompt_len / tier.tpc
+        s.next_store >= tier.per_chunk(s.prompt_len)
     }
 
     /// `offer_one` of scheduled request `k`: its new chunks, when they are a run of its private chunks
@@ -444,16 +444,7 @@ impl Engine<'_> {
     /// blocks they read, and what its last stores need is kept for the next step.
     #[inline(never)]
     pub(in crate::engine) fn tier_finished(&mut self, k: usize) {
-        let tier = self.tier.as_deref_mut().expect("a CPU tier");
-        if !tier.has_cpu {
-            return;
-        }
-        let s = &self.slab[k];
-        if tier.cfg.prompt_only && s.jobs == 0 && (s.next_store + 1) * tier.tpc > s.prompt_len {
-            // (the usual case: its prompt's chunks all offered, none in flight; prompt-only, its
-            // offloadable tokens are its prompt's, as `tier_keys_for_finish` finds)
-            tier.finished_last.push(s.row);
-            self.tier_hot.pending = true;
+        if !self.tier_ref().has_cpu {
             return;
         }
         let offers = self.tier_keys_for_finish(k);
@@ -502,16 +493,20 @@ impl Engine<'_> {
 
     /// The keys a finished request's last stores need: its chunks up to its offloadable tokens. Returns
     /// whether it has chunks left to offer.
+    #[inline]
     fn tier_keys_for_finish(&mut self, k: usize) -> bool {
         let tier = self.tier_ref();
-        let (tpc, bpc, prompt_only) = (tier.tpc, tier.cfg.blocks_per_chunk, tier.cfg.prompt_only);
+        let (bpc, prompt_only) = (tier.cfg.blocks_per_chunk, tier.cfg.prompt_only);
         let s = &self.slab[k];
-        let tokens = s.num_tokens();
-        let mut n = s.prompt_len.max(tokens - 1).min(tokens);
-        if prompt_only {
-            n = n.min(s.prompt_len);
-        }
-        let num_chunks = n / tpc;
+        // Its tokens but the last (all of its prompt's at least), prompt tokens only by default: then
+        // its prompt's, as it has computed at least its prompt.
+        let n = if prompt_only {
+            s.prompt_len
+        } else {
+            let tokens = s.num_tokens();
+            s.prompt_len.max(tokens - 1).min(tokens)
+        };
+        let num_chunks = tier.per_chunk(n);
         if num_chunks > s.next_store {
             self.ensure_tier_keys(k, num_chunks * bpc);
             return true;
