@@ -4,9 +4,11 @@
 use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::hash::BuildHasherDefault;
 use std::num::NonZeroU64;
 
-use super::{Hasher, KeyMap};
+use super::KeyMap;
+use super::order::{RankQueue, Span};
 use crate::BlockKey;
 
 /// The LRU's order of a chunk, smaller evicted first: `(request rank, -position)` while a request that
@@ -70,9 +72,103 @@ impl Chunk {
 /// engine names a request's private chunks and the request itself by the same number), while that
 /// record is one run of keys: a store of the request's private chunks, its record and its finish then
 /// find one table entry, not two (`store_own_run`, `CpuTier::finish`).
+/// Whether `hi` is a row's name (`super::row_name`): such groups are kept in a table of their own.
+#[inline]
+fn is_row_name(hi: u64) -> bool {
+    hi.wrapping_sub(super::ROW_NAMES) < super::MAX_ROWS
+}
+
+/// The groups' tables' hash of a key's upper half: a row's name (`is_row_name`) as it is, so that
+/// hashbrown (whose bucket is the hash's lower bits) places the rows in a row: those stored lately sit
+/// together and those evicted, oldest first, are swept in order (a hash scattered them: a cache miss
+/// a table operation; results/README.md §CPU tier), its upper 7 bits (hashbrown's tag) mixed; any
+/// other key multiplied (Fibonacci hashing), as a content key's group is placed at random.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct GroupHasher(u64);
+
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+impl std::hash::Hasher for GroupHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        const TAG: u64 = !((1 << 57) - 1);
+        if is_row_name(self.0) {
+            (self.0 & !TAG) | (self.0.wrapping_mul(GOLDEN) & TAG)
+        } else {
+            self.0.wrapping_mul(GOLDEN)
+        }
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+type GroupMap = HashMap<u64, Group, BuildHasherDefault<GroupHasher>>;
+
+/// The groups by their key's upper half, rows' names (`is_row_name`) in one table and any other in
+/// another: the rows' table is dense where rows in a row are held, which a content key placed at
+/// random there, or looked for there, would have to probe past (results/README.md §CPU tier). Which
+/// table a group is in depends on its key alone, so any keys are held exactly.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Groups {
+    rows: GroupMap,
+    other: GroupMap,
+}
+
+impl Groups {
+    #[inline]
+    fn map(&self, hi: u64) -> &GroupMap {
+        if is_row_name(hi) {
+            &self.rows
+        } else {
+            &self.other
+        }
+    }
+
+    #[inline]
+    fn map_mut(&mut self, hi: u64) -> &mut GroupMap {
+        if is_row_name(hi) {
+            &mut self.rows
+        } else {
+            &mut self.other
+        }
+    }
+
+    #[inline]
+    pub(super) fn get(&self, hi: u64) -> Option<&Group> {
+        self.map(hi).get(&hi)
+    }
+
+    #[inline]
+    pub(super) fn get_mut(&mut self, hi: u64) -> Option<&mut Group> {
+        self.map_mut(hi).get_mut(&hi)
+    }
+
+    #[inline]
+    pub(super) fn entry(&mut self, hi: u64) -> Entry<'_, u64, Group> {
+        self.map_mut(hi).entry(hi)
+    }
+
+    #[inline]
+    pub(super) fn remove(&mut self, hi: u64) -> Option<Group> {
+        self.map_mut(hi).remove(&hi)
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&u64, &Group)> + '_ {
+        self.rows.iter().chain(self.other.iter())
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub(super) struct Chunks {
-    pub(super) groups: HashMap<u64, Group, Hasher>,
+    pub(super) groups: Groups,
     pub(super) singles: KeyMap<Chunk>,
     pub(super) len: usize,
 }
@@ -98,10 +194,50 @@ pub(super) struct Rec {
 }
 
 impl Group {
+    /// The chunk of lower key half `lo` taken out of the slots (None if not held); the caller drops
+    /// a group left with no chunk and no record.
+    #[inline]
+    fn remove(&mut self, lo: u64) -> Option<Chunk> {
+        let i = lo.wrapping_sub(self.base);
+        if i >= self.slots.len() as u64 {
+            return None;
+        }
+        let c = self.slots.at(i as usize);
+        if !c.held {
+            return None;
+        }
+        self.held -= 1;
+        if self.held == 0 && self.rec.is_none() {
+            return Some(c); // (the group goes)
+        }
+        if let Slots::Run(r) = &mut self.slots
+            && i + 1 == u64::from(r.n)
+        {
+            // A run's last slot (the LRU's first of a run): the run one shorter.
+            r.n -= 1;
+            if r.n == 1 {
+                self.slots = Slots::One(r.at(0));
+            }
+        } else {
+            self.slots.as_mut()[i as usize].held = false;
+            while self.slots.len() > 0 && !self.slots.at(self.slots.len() - 1).held {
+                self.slots.pop();
+            }
+        }
+        Some(c)
+    }
+
     /// `Chunks::rerank_run` on this group's slots.
     #[inline(always)]
     #[allow(clippy::inline_always)] // a finish's, once a request: measured (results/README.md §CPU tier)
-    pub(super) fn rerank(&mut self, lo: u64, n: usize, next_rank: &mut u64) -> bool {
+    pub(super) fn rerank(
+        &mut self,
+        hi: u64,
+        lo: u64,
+        n: usize,
+        next_rank: &mut u64,
+        heap: Option<&mut RankQueue>,
+    ) -> bool {
         let j = lo.wrapping_sub(self.base);
         let len = self.slots.len();
         if j >= len as u64 || n > len - j as usize {
@@ -117,15 +253,30 @@ impl Group {
             r.dreq = true;
             r.pos = 0;
             r.dpos = false;
+            if let Some(heap) = heap
+                && r.ready
+            {
+                // (all evictable: a run is unpinned)
+                heap.push_span(r.span(hi, self.base).expect("a run re-ranked is a span"));
+            }
             return true;
         }
-        for c in self.slots.as_mut()[j as usize..j as usize + n]
+        let base = self.base;
+        let mut heap = heap;
+        for (i, c) in self.slots.as_mut()[j as usize..j as usize + n]
             .iter_mut()
+            .enumerate()
             .rev()
         {
             if c.held {
                 *next_rank += 1;
                 c.set_rank((*next_rank, Reverse(0)));
+                if let Some(heap) = heap.as_deref_mut()
+                    && c.evictable()
+                {
+                    let key = run_key(hi, base.wrapping_add(j + i as u64));
+                    heap.push(Reverse((c.rank(), key)));
+                }
             }
         }
         true
@@ -177,6 +328,22 @@ impl Run {
             dpos: true,
             ready: false,
         }
+    }
+
+    /// The eviction order's entries of its `n` chunks (`RankQueue`), from its last slot (the least), its
+    /// keys `(hi, base..base + n)`; None for a run a span cannot name (then listed).
+    #[inline]
+    pub(super) fn span(self, hi: u64, base: u64) -> Option<Span> {
+        let n = u64::from(self.n);
+        Span::run(
+            (
+                self.at(self.n as usize - 1).rank(),
+                (hi, base.wrapping_add(n - 1)),
+            ),
+            n,
+            self.dreq,
+            self.dpos,
+        )
     }
 
     #[inline]
@@ -332,7 +499,37 @@ impl Chunks {
     #[inline]
     pub(super) fn get(&self, key: BlockKey) -> Option<Chunk> {
         let (hi, lo) = split_key(key);
-        if let Some(g) = self.groups.get(&hi) {
+        if let Some(g) = self.groups.get(hi) {
+            let i = lo.wrapping_sub(g.base);
+            if i < g.slots.len() as u64 {
+                let c = g.slots.at(i as usize);
+                return c.held.then_some(c);
+            }
+        }
+        if self.singles.is_empty() {
+            return None;
+        }
+        self.singles.get(&key).copied()
+    }
+
+    /// `get`, the group of the key before kept in `near` (an eviction's keys come a run of one group at
+    /// a time: one table lookup a run).
+    #[inline]
+    pub(super) fn get_near<'a>(
+        &'a self,
+        key: BlockKey,
+        near: &mut Option<(u64, Option<&'a Group>)>,
+    ) -> Option<Chunk> {
+        let (hi, lo) = split_key(key);
+        let g = match *near {
+            Some((h, g)) if h == hi => g,
+            _ => {
+                let g = self.groups.get(hi);
+                *near = Some((hi, g));
+                g
+            }
+        };
+        if let Some(g) = g {
             let i = lo.wrapping_sub(g.base);
             if i < g.slots.len() as u64 {
                 let c = g.slots.at(i as usize);
@@ -349,7 +546,7 @@ impl Chunks {
     #[inline]
     pub(super) fn state(&self, key: BlockKey) -> u8 {
         let (hi, lo) = split_key(key);
-        if let Some(g) = self.groups.get(&hi) {
+        if let Some(g) = self.groups.get(hi) {
             let i = lo.wrapping_sub(g.base);
             let held_ready = match &g.slots {
                 Slots::One(c) if i == 0 => Some((c.held, c.ready)),
@@ -381,7 +578,7 @@ impl Chunks {
     #[inline]
     pub(super) fn get_mut(&mut self, key: BlockKey) -> Option<&mut Chunk> {
         let (hi, lo) = split_key(key);
-        if let Some(g) = self.groups.get_mut(&hi) {
+        if let Some(g) = self.groups.get_mut(hi) {
             let i = lo.wrapping_sub(g.base);
             if i < g.slots.len() as u64 {
                 let c = &mut g.slots.as_mut()[i as usize];
@@ -541,7 +738,7 @@ impl Chunks {
             let (hi, lo) = split_key(key);
             self.insert(key, chunk);
             // The keys after it in its group: appended while they follow on.
-            let Some(g) = self.groups.get_mut(&hi) else {
+            let Some(g) = self.groups.get_mut(hi) else {
                 continue;
             };
             while let Some(&(key, mut chunk)) = items.peek() {
@@ -571,27 +768,41 @@ impl Chunks {
         }
         let (hi, lo) = split_key(key);
         if let Entry::Occupied(mut e) = self.groups.entry(hi) {
-            let g = e.get_mut();
-            let i = lo.wrapping_sub(g.base);
-            if i < g.slots.len() as u64 {
-                let c = g.slots.at(i as usize);
-                if !c.held {
-                    return None;
-                }
-                g.held -= 1;
-                self.len -= 1;
-                if g.held == 0 && g.rec.is_none() {
-                    e.remove();
-                } else {
-                    g.slots.as_mut()[i as usize].held = false;
-                    while g.slots.len() > 0 && !g.slots.at(g.slots.len() - 1).held {
-                        g.slots.pop();
-                    }
-                }
-                return Some(c);
+            let c = e.get_mut().remove(lo)?;
+            self.len -= 1;
+            if e.get().held == 0 && e.get().rec.is_none() {
+                e.remove();
             }
+            return Some(c);
         }
         None
+    }
+
+    /// `remove` of each of `keys` (held ones, not among the singles, each once), one table operation
+    /// a run of keys of one group (an eviction's: a run of slots from its last).
+    pub(super) fn remove_held(&mut self, keys: impl Iterator<Item = BlockKey>) {
+        if !self.singles.is_empty() {
+            for key in keys {
+                self.remove(key);
+            }
+            return;
+        }
+        let mut keys = keys.peekable();
+        while let Some(key) = keys.next() {
+            let (hi, lo) = split_key(key);
+            let Entry::Occupied(mut e) = self.groups.entry(hi) else {
+                continue;
+            };
+            let g = e.get_mut();
+            let mut removed = usize::from(g.remove(lo).is_some());
+            while let Some(next) = keys.next_if(|&k| split_key(k).0 == hi) {
+                removed += usize::from(g.remove(split_key(next).1).is_some());
+            }
+            self.len -= removed;
+            if g.held == 0 && g.rec.is_none() {
+                e.remove();
+            }
+        }
     }
 
     /// `f(i, key, chunk)` for the `i`th of `keys` (None: not held), one group lookup per run of keys
@@ -608,7 +819,7 @@ impl Chunks {
             let g = match cur {
                 Some((h, g)) if h == hi => g,
                 _ => {
-                    let g = self.groups.get(&hi);
+                    let g = self.groups.get(hi);
                     cur = Some((hi, g));
                     g
                 }
@@ -639,7 +850,7 @@ impl Chunks {
         if !self.singles.is_empty() {
             return false; // (not decided here)
         }
-        self.groups.get(&hi).is_none_or(|g| {
+        self.groups.get(hi).is_none_or(|g| {
             // The run and the slots do not overlap (each taken from its own start, modulo 2^64).
             let len = g.slots.len() as u64;
             lo.wrapping_sub(g.base) >= len && g.base.wrapping_sub(lo) >= n
@@ -650,8 +861,14 @@ impl Chunks {
     /// did, or None (nothing changed) unless the group's slots hold all of those keys.
     #[inline(always)]
     #[allow(clippy::inline_always)] // a store's completion, once a request: measured (results/README.md §CPU tier)
-    pub(super) fn ready_run(&mut self, hi: u64, lo: u64, n: usize) -> Option<u64> {
-        let g = self.groups.get_mut(&hi)?;
+    pub(super) fn ready_run(
+        &mut self,
+        hi: u64,
+        lo: u64,
+        n: usize,
+        heap: Option<&mut RankQueue>,
+    ) -> Option<u64> {
+        let g = self.groups.get_mut(hi)?;
         let j = lo.wrapping_sub(g.base);
         let len = g.slots.len();
         if j >= len as u64 || n > len - j as usize {
@@ -661,16 +878,37 @@ impl Chunks {
             && j == 0
             && n == len
         {
-            // The whole run: one write.
+            // The whole run: one write (and one span of the eviction order).
             let was = r.ready;
             r.ready = true;
-            return Some(if was { 0 } else { n as u64 });
+            if was {
+                return Some(0);
+            }
+            if let Some(heap) = heap {
+                heap.push_span(r.span(hi, g.base).expect("a run is a span"));
+            }
+            return Some(n as u64);
         }
         let mut ready = 0;
-        for c in &mut g.slots.as_mut()[j as usize..j as usize + n] {
+        let base = g.base;
+        let mut heap = heap;
+        // (from the last: a store's chunks rank down by position, so their entries come in order)
+        for (i, c) in g.slots.as_mut()[j as usize..j as usize + n]
+            .iter_mut()
+            .enumerate()
+            .rev()
+        {
             if c.held && !c.ready {
                 c.ready = true;
                 ready += 1;
+                if let Some(heap) = heap.as_deref_mut()
+                    && c.pins == 0
+                {
+                    heap.push(Reverse((
+                        c.rank(),
+                        run_key(hi, base.wrapping_add(j + i as u64)),
+                    )));
+                }
             }
         }
         Some(ready)
@@ -680,10 +918,30 @@ impl Chunks {
     /// rank `(*next_rank + 1, -0)` (a finish's re-ranking); false (nothing changed) unless the group's
     /// slots hold all of those keys.
     #[inline]
-    pub(super) fn rerank_run(&mut self, hi: u64, lo: u64, n: usize, next_rank: &mut u64) -> bool {
+    pub(super) fn rerank_run(
+        &mut self,
+        hi: u64,
+        lo: u64,
+        n: usize,
+        next_rank: &mut u64,
+        heap: Option<&mut RankQueue>,
+    ) -> bool {
         self.groups
-            .get_mut(&hi)
-            .is_some_and(|g| g.rerank(lo, n, next_rank))
+            .get_mut(hi)
+            .is_some_and(|g| g.rerank(hi, lo, n, next_rank, heap))
+    }
+
+    /// Whether `store_own_run((hi, lo, n, pos), ..)` stores (none of the keys held, the group's record
+    /// none or ending where they start); evicting other chunks first changes no answer.
+    #[inline]
+    pub(super) fn own_run_fits(&self, hi: u64, lo: u64, n: u64, pos: u64) -> bool {
+        self.groups.get(hi).is_none_or(|g| {
+            let len = g.slots.len() as u64;
+            lo.wrapping_sub(g.base) >= len
+                && g.base.wrapping_sub(lo) >= n
+                && g.rec
+                    .is_none_or(|r| r.lo.checked_add(r.n) == Some(lo) && r.pos + r.n == pos)
+        })
     }
 
     /// `insert_pending_run(hi, lo, n, rank, pos)` of request `hi`'s new private chunks with its record
@@ -786,7 +1044,7 @@ impl Chunks {
         let mut keys = keys.peekable();
         while let Some(key) = keys.next() {
             let (hi, lo) = split_key(key);
-            let Some(g) = groups.get_mut(&hi) else {
+            let Some(g) = groups.get_mut(hi) else {
                 if let Some(c) = singles.get_mut(&key) {
                     f(key, c);
                 }
@@ -841,7 +1099,7 @@ impl Chunks {
     /// run of slots as it says.
     pub(super) fn check(&self) -> std::result::Result<(), String> {
         let mut n = self.singles.len();
-        for (hi, g) in &self.groups {
+        for (hi, g) in self.groups.iter() {
             let held = g.slots.iter().filter(|c| c.held).count();
             let last_held = g.slots.len() > 0 && g.slots.at(g.slots.len() - 1).held;
             let record_only = held == 0 && g.slots.len() == 0 && g.rec.is_some();
@@ -862,7 +1120,7 @@ impl Chunks {
         }
         for k in self.singles.keys() {
             let (hi, lo) = split_key(*k);
-            if let Some(g) = self.groups.get(&hi)
+            if let Some(g) = self.groups.get(hi)
                 && lo.wrapping_sub(g.base) < g.slots.len() as u64
             {
                 return Err(format!("single {} inside its group's slots", k.0));

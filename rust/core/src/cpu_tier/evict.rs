@@ -3,8 +3,9 @@
 
 use std::cmp::Reverse;
 
-use super::chunks::{Chunk, Rank};
-use super::{CpuTier, Eviction, KeySet, RankQueue};
+use super::chunks::{Chunk, Rank, Slots, run_key};
+use super::order::{RankQueue, Span};
+use super::{CpuTier, Eviction, KeySet};
 use crate::BlockKey;
 
 impl CpuTier {
@@ -32,13 +33,29 @@ impl CpuTier {
 
     /// The heap of the evictable chunks' current entries, each once.
     fn rebuild_heap(&mut self) {
-        let live: Vec<_> = self
-            .chunks
-            .iter()
-            .filter(|(_, c)| c.evictable())
-            .map(|(key, c)| Reverse((c.rank(), key)))
-            .collect();
-        self.heap = RankQueue::from(live);
+        let mut live = Vec::new();
+        for (&hi, g) in self.chunks.groups.iter() {
+            if let Slots::Run(r) = g.slots
+                && let Some(span) = r.span(hi, g.base)
+            {
+                if r.ready {
+                    live.push(span); // (a run is unpinned: all evictable)
+                }
+                continue;
+            }
+            for (i, c) in g.slots.iter().enumerate() {
+                if c.held && c.evictable() {
+                    let key = run_key(hi, g.base.wrapping_add(i as u64));
+                    live.push(Span::one((c.rank(), key)));
+                }
+            }
+        }
+        for (&key, c) in &self.chunks.singles {
+            if c.evictable() {
+                live.push(Span::one((c.rank(), key)));
+            }
+        }
+        self.heap = RankQueue::of_spans(live);
     }
 
     /// Removes `n` evictable chunks not in `protected`, appending their keys to `out` in eviction order;
@@ -60,47 +77,49 @@ impl CpuTier {
             self.heap_live = true;
             self.rebuild_heap();
         }
-        let mut selected: Vec<(Rank, BlockKey)> = Vec::with_capacity(n);
+        let mut selected = std::mem::take(&mut self.scratch_evict);
+        selected.clear();
         let mut deferred = Vec::new();
-        // The keys taken, against repeated entries: looked for among the few selected (a store's
-        // usual count) or, for many, in a set.
-        let few = n <= 32;
-        let mut chosen = KeySet::default();
-        while selected.len() < n {
-            let Some(Reverse(entry)) = self.heap.pop() else {
+        let (heap, chunks) = (&mut self.heap, &self.chunks);
+        let mut near = None;
+        'pop: while selected.len() < n {
+            // The least entries, as many as may be taken, a span's at a time.
+            let Some((span, k)) = heap.pop_span(n - selected.len()) else {
                 break;
             };
-            let (rank, key) = entry;
-            if !self
-                .chunks
-                .get(key)
-                .is_some_and(|c| c.evictable() && c.rank() == rank)
-                || if few {
-                    selected.iter().any(|&(_, k)| k == key)
-                } else {
-                    chosen.contains(&key)
+            for (i, entry) in span.entries(k).enumerate() {
+                let (rank, key) = entry;
+                // (a repeated entry pops right after its twin: the queue pops in order)
+                if !chunks
+                    .get_near(key, &mut near)
+                    .is_some_and(|c| c.evictable() && c.rank() == rank)
+                    || selected.last() == Some(&entry)
+                {
+                    continue;
                 }
-            {
-                continue;
-            }
-            if !protected.is_empty() && protected.contains(&key) {
-                deferred.push(entry);
-                continue;
-            }
-            selected.push(entry);
-            if !few {
-                chosen.insert(key);
+                if !protected.is_empty() && protected.contains(&key) {
+                    deferred.push(entry);
+                    continue;
+                }
+                selected.push(entry);
+                if selected.len() == n {
+                    // (the span's entries after it, if any, were not taken: `pop_span` takes no
+                    // more than are left to choose)
+                    debug_assert_eq!(i + 1, k);
+                    break 'pop;
+                }
             }
         }
-        self.heap.extend(deferred.into_iter().map(Reverse));
+        heap.extend(deferred.into_iter().map(Reverse));
         if selected.len() < n {
-            self.heap.extend(selected.into_iter().map(Reverse));
+            heap.extend(selected.drain(..).map(Reverse));
+            self.scratch_evict = selected;
             return false;
         }
-        for (_, key) in selected {
-            self.chunks.remove(key);
-            out.push(key);
-        }
+        self.chunks
+            .remove_held(selected.iter().map(|&(_, key)| key));
+        out.extend(selected.iter().map(|&(_, key)| key));
+        self.scratch_evict = selected;
         self.compact_heap();
         true
     }

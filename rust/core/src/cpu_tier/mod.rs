@@ -41,6 +41,20 @@ pub const MAX_PINS: u64 = u16::MAX as u64;
 /// The store-threshold tracker's size when none is given (vLLM's `max_tracker_size`).
 pub const DEFAULT_TRACKER: usize = 64_000;
 
+/// The first of the rows' names (`row_name`).
+const ROW_NAMES: u64 = 0x7469_6572_5f70_7276;
+/// Rows named: fewer than 2^48.
+const MAX_ROWS: u64 = 1 << 48;
+
+/// A name for row `row` (< 2^48) as a key's upper half and a request's id: distinct for distinct rows,
+/// and rows in a row are names in a row, which the tier's table places together (`Chunks`). The
+/// engine names a request's private chunks and the request itself so (DESIGN.md §CPU tier); any other
+/// number is a name too, only placed at random.
+#[inline]
+pub fn row_name(row: usize) -> u64 {
+    ROW_NAMES.wrapping_add(row as u64)
+}
+
 /// Which chunk the tier gives up when it needs room (vLLM's `cache_policy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Eviction {
@@ -137,6 +151,8 @@ pub struct CpuTier {
     scratch_ready: Vec<BlockKey>,
     scratch_accessed: Vec<(BlockKey, u64)>,
     scratch_absent: Vec<bool>,
+    /// `lru_evict`'s scratch.
+    scratch_evict: Vec<(chunks::Rank, BlockKey)>,
     /// Finished requests' `Access::order` vectors, for later requests' records (at most as many as
     /// requests had records at once).
     spare_orders: Vec<Vec<(BlockKey, u64)>>,
@@ -185,6 +201,7 @@ impl CpuTier {
             scratch_ready: Vec::new(),
             scratch_accessed: Vec::new(),
             scratch_absent: Vec::new(),
+            scratch_evict: Vec::new(),
             spare_orders: Vec::new(),
         }
     }
@@ -476,7 +493,7 @@ impl CpuTier {
     ) -> Option<bool> {
         stored.clear();
         evicted.clear();
-        if self.try_store_run(rid, (hi, lo, n), pos) {
+        if self.try_store_run(rid, (hi, lo, n), pos, evicted) {
             return Some(true);
         }
         offer.clear();
@@ -486,41 +503,74 @@ impl CpuTier {
     }
 
     /// `prepare_store_run`'s common case, alone: true if the `n` keys `(hi, lo..lo + n)` at positions
-    /// `pos..` were stored whole as pending chunks (none held, room for them, LRU, no threshold: the
-    /// decision `prepare_store` makes, a request's record made or extended); false, nothing changed,
-    /// if `prepare_store_run` must decide otherwise.
+    /// `pos..` were stored whole as pending chunks (none held, room for them or chunks enough to evict,
+    /// LRU, no threshold: the decision `prepare_store` makes, a request's record made or extended, the
+    /// chunks evicted for them appended to `evicted` in eviction order); false, nothing changed, if
+    /// `prepare_store_run` must decide otherwise.
     #[inline]
-    pub fn try_store_run(&mut self, rid: u64, (hi, lo, n): (u64, u64, u64), pos: u64) -> bool {
-        if self.eviction == Eviction::Lru
+    pub fn try_store_run(
+        &mut self,
+        rid: u64,
+        (hi, lo, n): (u64, u64, u64),
+        pos: u64,
+        evicted: &mut Vec<BlockKey>,
+    ) -> bool {
+        if !(self.eviction == Eviction::Lru
             && self.threshold == 0
             && n >= 1
-            && n <= self.capacity - self.chunks.len() as u64
             && lo.checked_add(n - 1).is_some()
-            && let (Ok(n32), Ok(pos32)) = (u32::try_from(n), u32::try_from(pos))
-            && pos32.checked_add(n32).is_some()
-            && self.chunks.singles.is_empty()
+            && self.chunks.singles.is_empty())
         {
-            // `store_new_run`'s case (one run of keys none held, room for them), its keys unlisted:
-            // the request's own keys (its id their upper half) with its record in their group, else
-            // the record in `accesses`.
-            if rid == hi && (self.accesses.is_empty() || !self.accesses.contains_key(&rid)) {
-                if self.chunks.store_own_run(
-                    (hi, lo, n32, pos32),
-                    &mut self.next_rank,
-                    &mut self.group_recs,
-                ) {
-                    self.debug_check();
-                    return true;
-                }
-            } else if self.chunks.none_held(hi, lo, n) {
-                let a = self.lru_access(rid);
-                a.extend_key_run(hi, lo, n, pos);
-                let req = a.rank;
-                self.chunks.insert_pending_run(hi, lo, n32, req, pos32);
+            return false;
+        }
+        let (Ok(n32), Ok(pos32)) = (u32::try_from(n), u32::try_from(pos)) else {
+            return false;
+        };
+        if pos32.checked_add(n32).is_none() {
+            return false;
+        }
+        // `store_new_run`'s case (one run of keys none held), its keys unlisted: the request's own
+        // keys (its id their upper half) with its record in their group, else the record in
+        // `accesses`.
+        let own = rid == hi && (self.accesses.is_empty() || !self.accesses.contains_key(&rid));
+        let room = self.capacity - self.chunks.len() as u64;
+        if n > room {
+            // `insert_stored`'s eviction first (none of the keys held, so none protected), once
+            // the store is known to go through.
+            let fits = if own {
+                self.chunks.own_run_fits(hi, lo, n, pos)
+            } else {
+                self.chunks.none_held(hi, lo, n)
+            };
+            let at = evicted.len();
+            if !fits
+                || n - room > self.num_evictable
+                || !self.evict((n - room) as usize, &KeySet::default(), evicted)
+            {
+                return false;
+            }
+            let num = (evicted.len() - at) as u64;
+            self.num_evictable -= num;
+            self.num_evicted += num;
+        }
+        if own {
+            if self.chunks.store_own_run(
+                (hi, lo, n32, pos32),
+                &mut self.next_rank,
+                &mut self.group_recs,
+            ) {
                 self.debug_check();
                 return true;
             }
+        } else if self.chunks.none_held(hi, lo, n) {
+            let a = self.lru_access(rid);
+            a.extend_key_run(hi, lo, n, pos);
+            let req = a.rank;
+            self.chunks.insert_pending_run(hi, lo, n32, req, pos32);
+            self.debug_check();
+            return true;
         }
+        debug_assert!(n <= room, "a store evicted for is made");
         false
     }
 
@@ -630,13 +680,13 @@ impl CpuTier {
     pub fn complete_store(&mut self, keys: &[BlockKey]) {
         let (heap, live) = (&mut self.heap, self.heap_live);
         let mut ready = 0;
-        if !live
-            && let Some((hi, lo, n)) = run_of(keys.iter().copied())
-            && let Some(ready) = self.chunks.ready_run(hi, lo, n)
+        if let Some((hi, lo, n)) = run_of(keys.iter().copied())
+            && let Some(ready) = self.chunks.ready_run(hi, lo, n, live.then_some(&mut *heap))
         {
-            // One run inside its group's slots, no heap to feed: the slots in a row (a run of
-            // slots in one write).
+            // One run inside its group's slots: the slots in a row (a run of slots in one write,
+            // one span of the eviction order).
             self.num_evictable += ready;
+            self.compact_heap();
             self.debug_check();
             return;
         }
@@ -658,11 +708,16 @@ impl CpuTier {
 
     /// `complete_store` of the keys `(hi, lo..lo + n)`.
     pub fn complete_store_run(&mut self, hi: u64, lo: u64, n: u64) {
-        if !self.heap_live
-            && let Some(ready) = self.chunks.ready_run(hi, lo, n as usize)
+        let live = self.heap_live;
+        if let Some(ready) =
+            self.chunks
+                .ready_run(hi, lo, n as usize, live.then_some(&mut self.heap))
         {
-            // (`complete_store`'s case of one run inside its group's slots, no heap to feed)
+            // (`complete_store`'s case of one run inside its group's slots)
             self.num_evictable += ready;
+            if live {
+                self.compact_heap();
+            }
             self.debug_check();
             return;
         }
@@ -676,17 +731,27 @@ impl CpuTier {
     /// its list; one it reused moves from T1 to T2, or to T2's most recent end. Its record is dropped.
     pub fn finish(&mut self, rid: u64) {
         let mut a = if self.group_recs > 0
-            && let Some(g) = self.chunks.groups.get_mut(&rid)
+            && let Some(g) = self.chunks.groups.get_mut(rid)
             && let Some(rec) = g.rec.take()
         {
             // A record kept in its group (`Group::rec`): re-ranked there as below, no other lookup.
             self.group_recs -= 1;
-            if !self.heap_live && g.rerank(rec.lo, rec.n as usize, &mut self.next_rank) {
+            let live = self.heap_live;
+            if g.rerank(
+                rid,
+                rec.lo,
+                rec.n as usize,
+                &mut self.next_rank,
+                live.then_some(&mut self.heap),
+            ) {
+                if live {
+                    self.compact_heap();
+                }
                 self.debug_check();
                 return;
             }
             if g.held == 0 {
-                self.chunks.groups.remove(&rid); // (it kept only the record)
+                self.chunks.groups.remove(rid); // (it kept only the record)
             }
             self.span_access(rec.rank.get(), (rid, rec.lo, rec.n, rec.pos))
         } else {
@@ -695,16 +760,21 @@ impl CpuTier {
             };
             a
         };
+        let live = self.heap_live;
         if self.eviction == Eviction::Lru
-            && !self.heap_live
             && let Some((hi, lo, n, _)) = a.span
-            && self
-                .chunks
-                .rerank_run(hi, lo, n as usize, &mut self.next_rank)
+            && self.chunks.rerank_run(
+                hi,
+                lo,
+                n as usize,
+                &mut self.next_rank,
+                live.then_some(&mut self.heap),
+            )
         {
             // A record of one run of keys at consecutive positions (in order of position), inside
             // its group's slots, no heap to feed: re-ranked as below, the record never listed.
             self.spare_orders.push(std::mem::take(&mut a.order));
+            self.compact_heap();
             self.debug_check();
             return;
         }
@@ -715,9 +785,14 @@ impl CpuTier {
             ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
         }
         if self.eviction == Eviction::Lru
-            && !self.heap_live
             && let Some((hi, lo, n)) = run
-            && self.chunks.rerank_run(hi, lo, n, &mut self.next_rank)
+            && self.chunks.rerank_run(
+                hi,
+                lo,
+                n,
+                &mut self.next_rank,
+                live.then_some(&mut self.heap),
+            )
         {
             // One run inside its group's slots (in order of position), no heap to feed: re-ranked
             // from the last slot to the first (a run of slots in one write).

@@ -7,18 +7,166 @@ use std::collections::{BinaryHeap, VecDeque};
 use super::chunks::Rank;
 use crate::BlockKey;
 
-type Entry = (Rank, BlockKey);
+pub(super) type Entry = (Rank, BlockKey);
+
+/// `n` >= 1 entries of one group's chunks in order, from its head `((req, -pos), (hi, lo))`: entry `k` is
+/// `((req + k * dreq, -(pos - k * dpos)), (hi, lo - k))`, so each is above the one before when `dreq` or
+/// `dpos` (a run of slots from its last, `Slots::Run`: a store's ranks, positions down by one, or a
+/// finish's, ranks up by one); a lone entry has neither. 32 bytes: the flags in `n`'s upper bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Span {
+    req: u64,
+    hi: u64,
+    lo: u64,
+    pos: u32,
+    /// The count in its lower 30 bits, `dreq` and `dpos` above.
+    n: u32,
+}
+
+const DREQ: u32 = 1 << 31;
+const DPOS: u32 = 1 << 30;
+const COUNT: u32 = DPOS - 1;
+
+impl Span {
+    /// The entry alone.
+    #[inline]
+    pub(super) fn one(((req, Reverse(pos)), key): Entry) -> Self {
+        Span {
+            req,
+            hi: (key.0 >> 64) as u64,
+            lo: key.0 as u64,
+            pos: u32::try_from(pos).expect("a chunk position below 2^32"),
+            n: 1,
+        }
+    }
+
+    /// The `n` >= 1 entries from `((req, -pos), (hi, lo))`, up by `dreq` or `dpos` (one of them) as
+    /// `Span` says; None when they do not fit one (more than 2^30 - 1, or a position below 0).
+    #[inline]
+    pub(super) fn run(
+        ((req, Reverse(pos)), (hi, lo)): ((u64, Reverse<u64>), (u64, u64)),
+        n: u64,
+        dreq: bool,
+        dpos: bool,
+    ) -> Option<Self> {
+        let pos = u32::try_from(pos).ok()?;
+        if n == 0 || n > u64::from(COUNT) || dreq == dpos || (dpos && u64::from(pos) < n - 1) {
+            return None;
+        }
+        Some(Span {
+            req,
+            hi,
+            lo,
+            pos,
+            n: n as u32 | if dreq { DREQ } else { 0 } | if dpos { DPOS } else { 0 },
+        })
+    }
+
+    #[inline]
+    pub(super) fn len(self) -> usize {
+        (self.n & COUNT) as usize
+    }
+
+    #[inline]
+    fn key(self) -> BlockKey {
+        BlockKey((u128::from(self.hi) << 64) | u128::from(self.lo))
+    }
+
+    /// Its first entry, the least.
+    #[inline]
+    pub(super) fn head(self) -> Entry {
+        ((self.req, Reverse(u64::from(self.pos))), self.key())
+    }
+
+    /// Entry `k` (< `len`).
+    #[inline]
+    fn at(self, k: usize) -> Entry {
+        let k64 = k as u64;
+        let req = self.req + if self.n & DREQ != 0 { k64 } else { 0 };
+        let pos = u64::from(self.pos) - if self.n & DPOS != 0 { k64 } else { 0 };
+        let lo = self.lo.wrapping_sub(k64);
+        (
+            (req, Reverse(pos)),
+            BlockKey((u128::from(self.hi) << 64) | u128::from(lo)),
+        )
+    }
+
+    /// Its last entry, the greatest.
+    #[inline]
+    fn last(self) -> Entry {
+        self.at(self.len() - 1)
+    }
+
+    /// Its first `k` entries, in order.
+    #[inline]
+    pub(super) fn entries(self, k: usize) -> impl Iterator<Item = Entry> {
+        (0..k).map(move |i| self.at(i))
+    }
+
+    /// Its first `k` (< `len` + 1) entries taken: false if none is left.
+    #[inline]
+    fn skip(&mut self, k: usize) -> bool {
+        let left = self.len() - k;
+        if left == 0 {
+            return false;
+        }
+        let k64 = k as u64;
+        self.n -= k as u32;
+        if self.n & DREQ != 0 {
+            self.req += k64;
+        }
+        if self.n & DPOS != 0 {
+            self.pos -= k as u32;
+        }
+        self.lo = self.lo.wrapping_sub(k64);
+        true
+    }
+
+    /// Its head taken: false if none is left.
+    #[cfg(test)]
+    fn advance(&mut self) -> bool {
+        if self.n & COUNT == 1 {
+            return false;
+        }
+        self.n -= 1;
+        if self.n & DREQ != 0 {
+            self.req += 1;
+        }
+        if self.n & DPOS != 0 {
+            self.pos -= 1;
+        }
+        self.lo = self.lo.wrapping_sub(1);
+        true
+    }
+}
+
+impl Ord for Span {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.head().cmp(&other.head()).then(self.n.cmp(&other.n))
+    }
+}
+
+impl PartialOrd for Span {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 /// A min-queue of entries with `BinaryHeap<Reverse<Entry>>`'s interface (entries wrapped in `Reverse`,
-/// `pop` the least). The tier makes its entries mostly in order (a finish's re-ranking is always the
-/// newest, a completion's rank its store's request's, given as requests came), so an entry joins the end
-/// of the run in order it extends with the least gap (patience sorting with two piles), else the heap; a
-/// pop takes the least of the three heads: no sift, and the runs read in order. The least entry is unique
-/// but for equal entries, so what pops does not depend on how the entries are split.
+/// `pop` the least), its entries kept as spans (`Span`: a run of slots' entries in one, pushed and
+/// popped a chunk at a time without being listed). The tier makes its entries mostly in order (a
+/// finish's re-ranking is always the newest, a completion's rank its store's request's, given as
+/// requests came), so a span joins the end of the run in order it extends with the least gap
+/// (patience sorting with two piles: a run's spans one after another, each's last entry at most the
+/// next's head), else the heap; a pop takes the least of the three heads: no sift, and the runs read
+/// in order. The least entry is unique but for equal entries, so what pops does not depend on how the
+/// entries are split or grouped.
 #[derive(Clone, Debug, Default)]
 pub(super) struct RankQueue {
-    runs: [VecDeque<Entry>; 2],
-    rest: BinaryHeap<Reverse<Entry>>,
+    runs: [VecDeque<Span>; 2],
+    rest: BinaryHeap<Reverse<Span>>,
+    /// The entries (not the spans).
+    len: usize,
 }
 
 impl RankQueue {
@@ -26,12 +174,13 @@ impl RankQueue {
         Self::default()
     }
 
+    /// How many entries it holds.
     pub(super) fn len(&self) -> usize {
-        self.runs[0].len() + self.runs[1].len() + self.rest.len()
+        self.len
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0
     }
 
     /// Every entry, in no order.
@@ -39,25 +188,32 @@ impl RankQueue {
         self.runs[0]
             .iter()
             .chain(&self.runs[1])
-            .map(|&e| Reverse(e))
-            .chain(self.rest.iter().copied())
+            .chain(self.rest.iter().map(|r| &r.0))
+            .flat_map(|s| (0..s.len()).map(|k| Reverse(s.at(k))))
     }
 
     pub(super) fn push(&mut self, Reverse(e): Reverse<Entry>) {
-        let fits = |run: &VecDeque<Entry>| run.back().is_none_or(|&b| b <= e);
+        self.push_span(Span::one(e));
+    }
+
+    #[inline]
+    pub(super) fn push_span(&mut self, s: Span) {
+        self.len += s.len();
+        let head = s.head();
+        let fits = |run: &VecDeque<Span>| run.back().is_none_or(|b| b.last() <= head);
         let [a, b] = &mut self.runs;
         match (fits(a), fits(b)) {
             // Both extend: the one whose end is nearer (an empty run only if the other is empty).
             (true, true) => {
-                if a.back() >= b.back() {
-                    a.push_back(e);
+                if a.back().map(|s| s.last()) >= b.back().map(|s| s.last()) {
+                    a.push_back(s);
                 } else {
-                    b.push_back(e);
+                    b.push_back(s);
                 }
             }
-            (true, false) => a.push_back(e),
-            (false, true) => b.push_back(e),
-            (false, false) => self.rest.push(Reverse(e)),
+            (true, false) => a.push_back(s),
+            (false, true) => b.push_back(s),
+            (false, false) => self.rest.push(Reverse(s)),
         }
     }
 
@@ -67,14 +223,19 @@ impl RankQueue {
         }
     }
 
-    /// The least entry, taken out.
+    /// The least entry, taken out (`pop_span` of one).
+    #[cfg(test)]
     pub(super) fn pop(&mut self) -> Option<Reverse<Entry>> {
         let [a, b] = &self.runs;
-        let rest = self.rest.peek().map(|r| r.0);
+        let rest = self.rest.peek().map(|r| r.0.head());
         let mut least = None;
-        for (i, head) in [a.front().copied(), b.front().copied(), rest]
-            .into_iter()
-            .enumerate()
+        for (i, head) in [
+            a.front().map(|s| s.head()),
+            b.front().map(|s| s.head()),
+            rest,
+        ]
+        .into_iter()
+        .enumerate()
         {
             if let Some(h) = head
                 && least.is_none_or(|(_, l)| h < l)
@@ -82,28 +243,123 @@ impl RankQueue {
                 least = Some((i, h));
             }
         }
-        let (i, _) = least?;
+        let (i, e) = least?;
+        self.len -= 1;
         match i {
-            0 | 1 => self.runs[i].pop_front().map(Reverse),
-            _ => self.rest.pop(),
+            0 | 1 => {
+                let run = &mut self.runs[i];
+                let front = run.front_mut().expect("its head");
+                if !front.advance() {
+                    run.pop_front();
+                }
+            }
+            _ => {
+                let mut top = self.rest.peek_mut().expect("its head");
+                if !top.0.advance() {
+                    std::collections::binary_heap::PeekMut::pop(top);
+                }
+            }
         }
+        Some(Reverse(e))
+    }
+
+    /// The least entries, at most `max` >= 1 of them, taken out while they come from one span: that
+    /// span as it was and how many of its first entries (`Span::entries`) were taken, None if empty.
+    /// Popping them one by one would return the same entries in the same order.
+    #[inline]
+    pub(super) fn pop_span(&mut self, max: usize) -> Option<(Span, usize)> {
+        let [a, b] = &self.runs;
+        let heads = [
+            a.front().map(|s| s.head()),
+            b.front().map(|s| s.head()),
+            self.rest.peek().map(|r| r.0.head()),
+        ];
+        let mut least: Option<(usize, Entry)> = None;
+        for (i, head) in heads.into_iter().enumerate() {
+            if let Some(h) = head
+                && least.is_none_or(|(_, l)| h < l)
+            {
+                least = Some((i, h));
+            }
+        }
+        let (i, _) = least?;
+        // The least head of the others bounds how far this span's entries come first: the other
+        // two's, and for the heap's top span the heap's next (one of its top's children); a run's
+        // next span starts at or after this one's end.
+        let children = if i == 2 {
+            let h = self.rest.as_slice();
+            h.get(1..h.len().min(3))
+                .unwrap_or(&[])
+                .iter()
+                .map(|r| r.0.head())
+                .min()
+        } else {
+            None
+        };
+        let bound = (0..3)
+            .filter(|&j| j != i)
+            .filter_map(|j| heads[j])
+            .chain(children)
+            .min();
+        let span = match i {
+            0 | 1 => *self.runs[i].front().expect("its head"),
+            _ => self.rest.peek().expect("its head").0,
+        };
+        let len = span.len().min(max);
+        let mut k = 1;
+        if let Some(bound) = bound {
+            while k < len && span.at(k) <= bound {
+                k += 1;
+            }
+        } else {
+            k = len;
+        }
+        self.len -= k;
+        let mut rest = span;
+        let left = rest.skip(k);
+        match i {
+            0 | 1 => {
+                let run = &mut self.runs[i];
+                if left {
+                    *run.front_mut().expect("its head") = rest;
+                } else {
+                    run.pop_front();
+                }
+            }
+            _ => {
+                let mut top = self.rest.peek_mut().expect("its head");
+                if left {
+                    top.0 = rest;
+                } else {
+                    std::collections::binary_heap::PeekMut::pop(top);
+                }
+            }
+        }
+        Some((span, k))
+    }
+
+    /// A queue of `spans` (any order): sorted by head, each joining a run or the heap as pushed.
+    pub(super) fn of_spans(mut spans: Vec<Span>) -> Self {
+        spans.sort_unstable();
+        let mut q = RankQueue::new();
+        for s in spans {
+            q.push_span(s);
+        }
+        q
     }
 }
 
-/// A queue of `entries` (any order): sorted into one run.
+/// A queue of `entries` (any order).
 impl From<Vec<Reverse<Entry>>> for RankQueue {
-    fn from(mut entries: Vec<Reverse<Entry>>) -> Self {
-        entries.sort_unstable_by(|x, y| y.cmp(x)); // (`Reverse`: ascending entries)
-        RankQueue {
-            runs: [entries.into_iter().map(|r| r.0).collect(), VecDeque::new()],
-            rest: BinaryHeap::new(),
-        }
+    fn from(entries: Vec<Reverse<Entry>>) -> Self {
+        RankQueue::of_spans(entries.into_iter().map(|r| Span::one(r.0)).collect())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu_tier::chunks::run_key;
     use proptest::prelude::*;
 
     fn entry(req: u64, pos: u64, key: u128) -> Reverse<Entry> {
@@ -113,15 +369,38 @@ mod tests {
     proptest! {
         /// Pops come out as a binary heap's would, whatever the order of pushes, pops and rebuilds.
         #[test]
-        fn pops_as_a_binary_heap(ops in prop::collection::vec((0u8..4, 0u64..40, 0u64..4, 0u128..6), 0..300)) {
+        fn pops_as_a_binary_heap(ops in prop::collection::vec((0u8..5, 0u64..40, 0u64..4, 0u128..6, 1u64..5), 0..300)) {
             let (mut q, mut h) = (RankQueue::new(), BinaryHeap::new());
-            for (op, req, pos, key) in ops {
+            for (op, req, pos, key, n) in ops {
                 match op {
                     0 | 1 => {
                         q.push(entry(req, pos, key));
                         h.push(entry(req, pos, key));
                     }
-                    2 => prop_assert_eq!(q.pop(), h.pop()),
+                    4 => {
+                        // A run's span: ranks up by one (`key` odd) or positions down by one.
+                        let dreq = key % 2 == 1;
+                        let pos = if dreq { pos } else { pos + n - 1 };
+                        let span = Span::run(((req, Reverse(pos)), (1, key as u64 + n)), n, dreq, !dreq)
+                            .expect("a span");
+                        for k in 0..n {
+                            let (r, p) = if dreq { (req + k, pos) } else { (req, pos - k) };
+                            h.push(Reverse(((r, Reverse(p)), run_key(1, key as u64 + n - k))));
+                        }
+                        q.push_span(span);
+                    }
+                    2 if n == 1 => prop_assert_eq!(q.pop(), h.pop()),
+                    2 => {
+                        // Up to `n` at once, as popped one by one.
+                        if let Some((span, k)) = q.pop_span(n as usize) {
+                            prop_assert!(k >= 1 && k <= n as usize);
+                            for e in span.entries(k) {
+                                prop_assert_eq!(Some(Reverse(e)), h.pop());
+                            }
+                        } else {
+                            prop_assert!(h.pop().is_none());
+                        }
+                    }
                     _ => {
                         let all: Vec<_> = q.iter().collect();
                         prop_assert_eq!(all.len(), h.len());

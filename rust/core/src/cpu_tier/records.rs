@@ -96,12 +96,12 @@ impl CpuTier {
     #[inline]
     fn promote(&mut self, rid: u64) {
         if self.group_recs > 0
-            && let Some(g) = self.chunks.groups.get_mut(&rid)
+            && let Some(g) = self.chunks.groups.get_mut(rid)
             && let Some(rec) = g.rec.take()
         {
             self.group_recs -= 1;
             if g.held == 0 {
-                self.chunks.groups.remove(&rid); // (it kept only the record)
+                self.chunks.groups.remove(rid); // (it kept only the record)
             }
             let a = self.span_access(rec.rank.get(), (rid, rec.lo, rec.n, rec.pos));
             self.accesses.insert(rid, a);

@@ -447,8 +447,12 @@ proptest::proptest! {
         cap in 1u64..24,
         arc in proptest::bool::ANY,
         threshold in 0u64..3,
+        named in proptest::bool::ANY,
         ops in proptest::collection::vec(run_op(), 0..100),
     ) {
+        // Requests and groups named as rows (`row_name`: the rows' own table), or as they are (the
+        // other table; the edges' `u64::MAX` lands there either way).
+        let name = |x: u64| if named { x.wrapping_add(super::ROW_NAMES) } else { x };
         let eviction = if arc { Eviction::Arc } else { Eviction::Lru };
         let mut a = CpuTier::with_tracker(cap, eviction, threshold, 6);
         let mut b = CpuTier::with_tracker(cap, eviction, threshold, 6);
@@ -471,6 +475,7 @@ proptest::proptest! {
         for op in ops {
             match op {
                 RunOp::StoreRun(rid, hi, lo, n, pos) => {
+                    let (rid, hi) = (name(rid), name(hi));
                     let list: Vec<_> = (0..n).map(|i| (key(hi, lo.wrapping_add(i)), pos + i)).collect();
                     let (mut offer, mut sa, mut ea) = (Vec::new(), Vec::new(), Vec::new());
                     let ra = a.prepare_store_run(rid, (hi, lo, n), pos, &mut offer, &mut sa, &mut ea);
@@ -487,7 +492,8 @@ proptest::proptest! {
                     }
                 }
                 RunOp::StoreList(rid, v) => {
-                    let list: Vec<_> = v.iter().map(|&(hi, lo, pos)| (key(edge_hi(hi), edge_lo(lo)), pos)).collect();
+                    let rid = name(rid);
+                    let list: Vec<_> = v.iter().map(|&(hi, lo, pos)| (key(name(edge_hi(hi)), edge_lo(lo)), pos)).collect();
                     let (mut sa, mut ea, mut sb, mut eb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
                     let ra = a.prepare_store(rid, &list, &mut sa, &mut ea);
                     let rb = b.prepare_store(rid, &list, &mut sb, &mut eb);
@@ -499,7 +505,8 @@ proptest::proptest! {
                     }
                 }
                 RunOp::Load(rid, hi, v) => {
-                    let ks: Vec<_> = v.iter().enumerate().map(|(i, &n)| (key(edge_hi(hi), edge_lo(n)), i as u64))
+                    let rid = name(rid);
+                    let ks: Vec<_> = v.iter().enumerate().map(|(i, &n)| (key(name(edge_hi(hi)), edge_lo(n)), i as u64))
                         .filter(|&(k, _)| b.lookup(k) == HIT).collect();
                     proptest::prop_assert!(a.check_prepare_load(&ks).is_ok());
                     if b.check_prepare_load(&ks).is_ok() {
@@ -522,8 +529,8 @@ proptest::proptest! {
                     b.complete_store(&ks);
                 }
                 RunOp::Finish(rid) => {
-                    a.finish(rid);
-                    b.finish(rid);
+                    a.finish(name(rid));
+                    b.finish(name(rid));
                 }
                 _ => {}
             }

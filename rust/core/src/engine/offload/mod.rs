@@ -24,9 +24,6 @@ use crate::cpu_tier::CpuTier;
 use crate::hash::BlockKeys;
 use crate::{BlockId, BlockKey};
 
-/// Salt of the tier's names for private blocks (`ensure_tier_keys`): a row's, apart from content keys.
-const PRIVATE_KEY_SALT: u64 = 0x7469_6572_5f70_7276;
-
 /// A transfer on the host link: a load (CPU to GPU) or a store (GPU to CPU) of a request's chunks.
 #[derive(Debug)]
 pub(super) struct Job {
@@ -301,11 +298,12 @@ impl Tier {
 }
 
 /// The upper half of row `row`'s private block keys (`ensure_tier_keys`), and its request's id in the
-/// tier (`CpuTier`'s `rid`: distinct for distinct rows, as `mix64` is a bijection), so that a request's
-/// record and its private chunks share one entry of the tier's table (DESIGN.md §CPU tier).
+/// tier (`CpuTier`'s `rid`): the tier's name for the row (`cpu_tier::row_name`: distinct for distinct
+/// rows, placed together for rows in a row), so that a request's record and its private chunks share
+/// one entry of the tier's table (DESIGN.md §CPU tier).
 #[inline]
 fn private_hi(row: usize) -> u64 {
-    crate::hash::mix64(row as u64 ^ PRIVATE_KEY_SALT)
+    crate::cpu_tier::row_name(row)
 }
 
 /// The tier key of block `i` of a request of row `row` whose hashed keys are `hashed`: the hashed one,

@@ -296,11 +296,20 @@ impl Engine<'_> {
             let s = &self.slab[k];
             let (row, count) = (s.row, num_chunks - start);
             let hi = private_hi(row); // (also the request's id in the tier)
+            tier.evicted.clear();
             if start >= s.tier_keys.len() as u64
-                && tier.cpu.try_store_run(hi, (hi, start, count), start)
+                && tier
+                    .cpu
+                    .try_store_run(hi, (hi, start, count), start, &mut tier.evicted)
             {
-                // (as `offer_one` does with a run stored whole: nothing evicted, its blocks a range of
-                // its table)
+                // (as `offer_one` does with a run stored whole: its blocks a range of its table)
+                let num_evicted = tier.evicted.len();
+                if num_evicted > 0 {
+                    self.out.counters.cpu_evictions += num_evicted as i128;
+                    for _ in 0..num_evicted {
+                        self.log(event::CPU_EVICT, row, -1);
+                    }
+                }
                 self.slab[k].next_store = num_chunks;
                 let begin = step_end.max(tier.store_free);
                 let (latency, per_block) = (tier.cfg.latency_ps, tier.cfg.ps_per_block);
