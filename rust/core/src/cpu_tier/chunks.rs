@@ -194,6 +194,22 @@ pub(super) struct Rec {
 }
 
 impl Group {
+    /// The last `m` (>= 1, at most all) slots of its run taken out; the caller drops a group left
+    /// with no chunk and no record.
+    #[inline]
+    fn take_run_tail(&mut self, m: u32) {
+        let Slots::Run(r) = &mut self.slots else {
+            unreachable!("a run")
+        };
+        r.n -= m;
+        self.held -= m;
+        match r.n {
+            0 => self.slots = Slots::Many(Vec::new()), // (a record kept: else the group goes)
+            1 => self.slots = Slots::One(r.at(0)),
+            _ => {}
+        }
+    }
+
     /// The chunk of lower key half `lo` taken out of the slots (None if not held); the caller drops
     /// a group left with no chunk and no record.
     #[inline]
@@ -542,6 +558,77 @@ impl Chunks {
         self.singles.get(&key).copied()
     }
 
+    /// Whether the first `k` entries of `span` are all live (each key held, evictable, of that rank)
+    /// because they are the last `k` slots of a ready run whose ranks step as the span's (the span a
+    /// run's completion or finish pushed, the run unchanged since but for its later slots taken): then
+    /// they need no check one by one. False says nothing. `near` as `get_near`'s.
+    #[inline]
+    pub(super) fn live_run_tail<'a>(
+        &'a self,
+        span: Span,
+        k: usize,
+        near: &mut Option<(u64, Option<&'a Group>)>,
+    ) -> bool {
+        let (hi, lo) = span.key_halves();
+        let g = match *near {
+            Some((h, g)) if h == hi => g,
+            _ => {
+                let g = self.groups.get(hi);
+                *near = Some((hi, g));
+                g
+            }
+        };
+        let Some(g) = g else {
+            return false;
+        };
+        let Slots::Run(r) = g.slots else {
+            return false;
+        };
+        let i = lo.wrapping_sub(g.base);
+        r.ready
+            && i < u64::from(r.n)
+            && k as u64 <= i + 1
+            && r.at(i as usize).rank() == span.head().0
+            && (k == 1 || span.steps() == (r.dreq, r.dpos))
+    }
+
+    /// Whether none of the first `k` entries of `span` is live, told without checking them one by one:
+    /// their group is gone, or is a run that is pending or whose request ranks all differ from theirs
+    /// (a completion's span once its request's finish re-ranked the run: half the spans). False says
+    /// nothing. `near` as `get_near`'s.
+    #[inline]
+    pub(super) fn stale_span<'a>(
+        &'a self,
+        span: Span,
+        k: usize,
+        near: &mut Option<(u64, Option<&'a Group>)>,
+    ) -> bool {
+        if !self.singles.is_empty() {
+            return false;
+        }
+        let (hi, _) = span.key_halves();
+        let g = match *near {
+            Some((h, g)) if h == hi => g,
+            _ => {
+                let g = self.groups.get(hi);
+                *near = Some((hi, g));
+                g
+            }
+        };
+        let Some(g) = g else {
+            return true; // (no chunk of the group held)
+        };
+        let Slots::Run(r) = g.slots else {
+            return false;
+        };
+        // A key beyond the run's slots is not held (no singles); one within has a request rank in
+        // the run's range.
+        let (least, most) = span.req_range(k);
+        let top = r.req;
+        let bottom = r.req - if r.dreq { u64::from(r.n - 1) } else { 0 };
+        !r.ready || most < bottom || least > top
+    }
+
     /// `MISS`, `HIT` (held and ready) or `PENDING` for `key`, read in place (`CpuTier::lookup`).
     #[inline]
     pub(super) fn state(&self, key: BlockKey) -> u8 {
@@ -778,30 +865,29 @@ impl Chunks {
         None
     }
 
-    /// `remove` of each of `keys` (held ones, not among the singles, each once), one table operation
-    /// a run of keys of one group (an eviction's: a run of slots from its last).
-    pub(super) fn remove_held(&mut self, keys: impl Iterator<Item = BlockKey>) {
-        if !self.singles.is_empty() {
-            for key in keys {
-                self.remove(key);
-            }
-            return;
-        }
-        let mut keys = keys.peekable();
-        while let Some(key) = keys.next() {
-            let (hi, lo) = split_key(key);
-            let Entry::Occupied(mut e) = self.groups.entry(hi) else {
-                continue;
-            };
+    /// `remove` of the keys of the first `k` entries of `span` (held ones): one table operation for
+    /// the last `k` slots of a run, a run's usual eviction (the run shorter).
+    pub(super) fn remove_span(&mut self, span: Span, k: usize) {
+        let (hi, lo) = span.key_halves();
+        if k > 1
+            && self.singles.is_empty()
+            && let Entry::Occupied(mut e) = self.groups.entry(hi)
+        {
             let g = e.get_mut();
-            let mut removed = usize::from(g.remove(lo).is_some());
-            while let Some(next) = keys.next_if(|&k| split_key(k).0 == hi) {
-                removed += usize::from(g.remove(split_key(next).1).is_some());
+            if let Slots::Run(r) = g.slots
+                && lo.wrapping_sub(g.base) + 1 == u64::from(r.n)
+                && k as u64 <= u64::from(r.n)
+            {
+                g.take_run_tail(k as u32);
+                self.len -= k;
+                if g.held == 0 && g.rec.is_none() {
+                    e.remove();
+                }
+                return;
             }
-            self.len -= removed;
-            if g.held == 0 && g.rec.is_none() {
-                e.remove();
-            }
+        }
+        for (_, key) in span.entries(k) {
+            self.remove(key);
         }
     }
 

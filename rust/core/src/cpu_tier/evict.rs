@@ -77,23 +77,40 @@ impl CpuTier {
             self.heap_live = true;
             self.rebuild_heap();
         }
-        let mut selected = std::mem::take(&mut self.scratch_evict);
-        selected.clear();
+        // The entries taken, as spans (each with how many of its first entries), and how many.
+        let mut taken = std::mem::take(&mut self.scratch_evict);
+        taken.clear();
+        let mut num = 0;
+        let mut last = None; // (the last entry taken)
         let mut deferred = Vec::new();
         let (heap, chunks) = (&mut self.heap, &self.chunks);
         let mut near = None;
-        'pop: while selected.len() < n {
+        'pop: while num < n {
             // The least entries, as many as may be taken, a span's at a time.
-            let Some((span, k)) = heap.pop_span(n - selected.len()) else {
+            let Some((span, k)) = heap.pop_span(n - num) else {
                 break;
             };
-            for (i, entry) in span.entries(k).enumerate() {
+            if protected.is_empty()
+                && last != Some(span.head())
+                && chunks.live_run_tail(span, k, &mut near)
+            {
+                // The tail of a ready run, its ranks as pushed: all live, none a repeat (distinct
+                // keys; the first not the last taken).
+                taken.push((span, k));
+                num += k;
+                last = Some(span.last_of(k));
+                continue;
+            }
+            if chunks.stale_span(span, k, &mut near) {
+                continue; // (none live: skipped, as one by one)
+            }
+            for entry in span.entries(k) {
                 let (rank, key) = entry;
                 // (a repeated entry pops right after its twin: the queue pops in order)
                 if !chunks
                     .get_near(key, &mut near)
                     .is_some_and(|c| c.evictable() && c.rank() == rank)
-                    || selected.last() == Some(&entry)
+                    || last == Some(entry)
                 {
                     continue;
                 }
@@ -101,25 +118,29 @@ impl CpuTier {
                     deferred.push(entry);
                     continue;
                 }
-                selected.push(entry);
-                if selected.len() == n {
+                taken.push((Span::one(entry), 1));
+                num += 1;
+                last = Some(entry);
+                if num == n {
                     // (the span's entries after it, if any, were not taken: `pop_span` takes no
                     // more than are left to choose)
-                    debug_assert_eq!(i + 1, k);
                     break 'pop;
                 }
             }
         }
         heap.extend(deferred.into_iter().map(Reverse));
-        if selected.len() < n {
-            heap.extend(selected.drain(..).map(Reverse));
-            self.scratch_evict = selected;
+        if num < n {
+            for &(span, k) in &taken {
+                heap.push_span(span.truncated(k));
+            }
+            self.scratch_evict = taken;
             return false;
         }
-        self.chunks
-            .remove_held(selected.iter().map(|&(_, key)| key));
-        out.extend(selected.iter().map(|&(_, key)| key));
-        self.scratch_evict = selected;
+        for &(span, k) in &taken {
+            self.chunks.remove_span(span, k);
+            out.extend(span.entries(k).map(|(_, key)| key));
+        }
+        self.scratch_evict = taken;
         self.compact_heap();
         true
     }

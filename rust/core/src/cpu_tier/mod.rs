@@ -152,7 +152,7 @@ pub struct CpuTier {
     scratch_accessed: Vec<(BlockKey, u64)>,
     scratch_absent: Vec<bool>,
     /// `lru_evict`'s scratch.
-    scratch_evict: Vec<(chunks::Rank, BlockKey)>,
+    scratch_evict: Vec<(order::Span, usize)>,
     /// Finished requests' `Access::order` vectors, for later requests' records (at most as many as
     /// requests had records at once).
     spare_orders: Vec<Vec<(BlockKey, u64)>>,

@@ -67,6 +67,44 @@ impl Span {
         (self.n & COUNT) as usize
     }
 
+    /// Its head's key halves.
+    #[inline]
+    pub(super) fn key_halves(self) -> (u64, u64) {
+        (self.hi, self.lo)
+    }
+
+    /// Its first `k` (>= 1) entries alone.
+    #[inline]
+    pub(super) fn truncated(self, k: usize) -> Self {
+        Span {
+            n: (self.n & !COUNT) | k as u32,
+            ..self
+        }
+    }
+
+    /// Its entry `k - 1`, the last of its first `k`.
+    #[inline]
+    pub(super) fn last_of(self, k: usize) -> Entry {
+        self.at(k - 1)
+    }
+
+    /// The request ranks of its first `k` (>= 1) entries: the least and the greatest.
+    #[inline]
+    pub(super) fn req_range(self, k: usize) -> (u64, u64) {
+        let last = if self.n & DREQ != 0 {
+            (k - 1) as u64
+        } else {
+            0
+        };
+        (self.req, self.req + last)
+    }
+
+    /// Whether its entries step by the request rank (`dreq`) and by the position (`dpos`).
+    #[inline]
+    pub(super) fn steps(self) -> (bool, bool) {
+        (self.n & DREQ != 0, self.n & DPOS != 0)
+    }
+
     #[inline]
     fn key(self) -> BlockKey {
         BlockKey((u128::from(self.hi) << 64) | u128::from(self.lo))
@@ -286,33 +324,38 @@ impl RankQueue {
         // The least head of the others bounds how far this span's entries come first: the other
         // two's, and for the heap's top span the heap's next (one of its top's children); a run's
         // next span starts at or after this one's end.
-        let children = if i == 2 {
-            let h = self.rest.as_slice();
-            h.get(1..h.len().min(3))
-                .unwrap_or(&[])
-                .iter()
-                .map(|r| r.0.head())
-                .min()
-        } else {
-            None
+        let mut bound: Option<Entry> = None;
+        let mut bound_by = |e: Option<Entry>| {
+            if let Some(e) = e
+                && bound.is_none_or(|b| e < b)
+            {
+                bound = Some(e);
+            }
         };
-        let bound = (0..3)
-            .filter(|&j| j != i)
-            .filter_map(|j| heads[j])
-            .chain(children)
-            .min();
+        for (j, &head) in heads.iter().enumerate() {
+            if j != i {
+                bound_by(head);
+            }
+        }
+        if i == 2 {
+            for r in self.rest.as_slice().iter().skip(1).take(2) {
+                bound_by(Some(r.0.head()));
+            }
+        }
         let span = match i {
             0 | 1 => *self.runs[i].front().expect("its head"),
             _ => self.rest.peek().expect("its head").0,
         };
         let len = span.len().min(max);
-        let mut k = 1;
-        if let Some(bound) = bound {
+        let mut k = len;
+        if let Some(bound) = bound
+            && span.at(len - 1) > bound
+        {
+            // (its entries ascend: all of them come first when its last one does, the usual case)
+            k = 1;
             while k < len && span.at(k) <= bound {
                 k += 1;
             }
-        } else {
-            k = len;
         }
         self.len -= k;
         let mut rest = span;
