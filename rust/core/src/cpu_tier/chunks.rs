@@ -10,6 +10,7 @@ use std::num::NonZeroU64;
 use super::KeyMap;
 use super::order::{RankQueue, Span};
 use crate::BlockKey;
+use crate::block_pool::IdHasher;
 
 /// The LRU's order of a chunk, smaller evicted first: `(request rank, -position)` while a request that
 /// touched it runs (its tail before its head), `(n, -0)` once re-ranked at a request's finish. The
@@ -72,6 +73,10 @@ impl Chunk {
 /// engine names a request's private chunks and the request itself by the same number), while that
 /// record is one run of keys: a store of the request's private chunks, its record and its finish then
 /// find one table entry, not two (`store_own_run`, `CpuTier::finish`).
+/// The group an eviction's lookups found last (`Chunks::get_near`): its key's upper half and the
+/// group, if any.
+pub(super) type Near<'a> = Option<(u64, Option<&'a Group>)>;
+
 /// Whether `hi` is a row's name (`super::row_name`): such groups are kept in a table of their own.
 #[inline]
 fn is_row_name(hi: u64) -> bool {
@@ -82,31 +87,28 @@ fn is_row_name(hi: u64) -> bool {
 /// hashbrown (whose bucket is the hash's lower bits) places the rows in a row: those stored lately sit
 /// together and those evicted, oldest first, are swept in order (a hash scattered them: a cache miss
 /// a table operation; results/README.md §CPU tier), its upper 7 bits (hashbrown's tag) mixed; any
-/// other key multiplied (Fibonacci hashing), as a content key's group is placed at random.
+/// other key as `IdHasher` hashes it (a content key's group placed at random).
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct GroupHasher(u64);
-
-const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+pub(super) struct GroupHasher(IdHasher);
 
 impl std::hash::Hasher for GroupHasher {
     #[inline]
     fn finish(&self) -> u64 {
         const TAG: u64 = !((1 << 57) - 1);
-        if is_row_name(self.0) {
-            (self.0 & !TAG) | (self.0.wrapping_mul(GOLDEN) & TAG)
+        let (v, mixed) = (self.0.0, self.0.finish());
+        if is_row_name(v) {
+            (v & !TAG) | (mixed & TAG)
         } else {
-            self.0.wrapping_mul(GOLDEN)
+            mixed
         }
     }
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
+        self.0.write(bytes);
     }
     #[inline]
     fn write_u64(&mut self, v: u64) {
-        self.0 = v;
+        self.0.write_u64(v);
     }
 }
 
@@ -272,8 +274,7 @@ impl Group {
             if let Some(heap) = heap
                 && r.ready
             {
-                // (all evictable: a run is unpinned)
-                heap.push_span(r.span(hi, self.base).expect("a run re-ranked is a span"));
+                r.push_to(heap, hi, self.base); // (all evictable: a run is unpinned)
             }
             return true;
         }
@@ -360,6 +361,20 @@ impl Run {
             self.dreq,
             self.dpos,
         )
+    }
+
+    /// Its entries pushed to the eviction order: as one span, or one by one when a span cannot name
+    /// them (`span`).
+    #[inline]
+    fn push_to(self, heap: &mut RankQueue, hi: u64, base: u64) {
+        if let Some(span) = self.span(hi, base) {
+            heap.push_span(span);
+            return;
+        }
+        for i in (0..self.n as usize).rev() {
+            let key = run_key(hi, base.wrapping_add(i as u64));
+            heap.push(Reverse((self.at(i).rank(), key)));
+        }
     }
 
     #[inline]
@@ -514,39 +529,35 @@ impl Chunks {
 
     #[inline]
     pub(super) fn get(&self, key: BlockKey) -> Option<Chunk> {
-        let (hi, lo) = split_key(key);
-        if let Some(g) = self.groups.get(hi) {
-            let i = lo.wrapping_sub(g.base);
-            if i < g.slots.len() as u64 {
-                let c = g.slots.at(i as usize);
-                return c.held.then_some(c);
-            }
-        }
-        if self.singles.is_empty() {
-            return None;
-        }
-        self.singles.get(&key).copied()
+        self.held_in(self.groups.get(split_key(key).0), key)
     }
 
     /// `get`, the group of the key before kept in `near` (an eviction's keys come a run of one group at
     /// a time: one table lookup a run).
     #[inline]
-    pub(super) fn get_near<'a>(
-        &'a self,
-        key: BlockKey,
-        near: &mut Option<(u64, Option<&'a Group>)>,
-    ) -> Option<Chunk> {
-        let (hi, lo) = split_key(key);
-        let g = match *near {
+    pub(super) fn get_near<'a>(&'a self, key: BlockKey, near: &mut Near<'a>) -> Option<Chunk> {
+        let g = self.group_near(split_key(key).0, near);
+        self.held_in(g, key)
+    }
+
+    /// Group `hi`, kept in `near` for the next call with the same `hi` (`Near`).
+    #[inline]
+    fn group_near<'a>(&'a self, hi: u64, near: &mut Near<'a>) -> Option<&'a Group> {
+        match *near {
             Some((h, g)) if h == hi => g,
             _ => {
                 let g = self.groups.get(hi);
                 *near = Some((hi, g));
                 g
             }
-        };
+        }
+    }
+
+    /// `key` as held in its group `g` (looked up by the caller) or among the singles.
+    #[inline]
+    fn held_in(&self, g: Option<&Group>, key: BlockKey) -> Option<Chunk> {
         if let Some(g) = g {
-            let i = lo.wrapping_sub(g.base);
+            let i = split_key(key).1.wrapping_sub(g.base);
             if i < g.slots.len() as u64 {
                 let c = g.slots.at(i as usize);
                 return c.held.then_some(c);
@@ -563,21 +574,9 @@ impl Chunks {
     /// run's completion or finish pushed, the run unchanged since but for its later slots taken): then
     /// they need no check one by one. False says nothing. `near` as `get_near`'s.
     #[inline]
-    pub(super) fn live_run_tail<'a>(
-        &'a self,
-        span: Span,
-        k: usize,
-        near: &mut Option<(u64, Option<&'a Group>)>,
-    ) -> bool {
+    pub(super) fn live_run_tail<'a>(&'a self, span: Span, k: usize, near: &mut Near<'a>) -> bool {
         let (hi, lo) = span.key_halves();
-        let g = match *near {
-            Some((h, g)) if h == hi => g,
-            _ => {
-                let g = self.groups.get(hi);
-                *near = Some((hi, g));
-                g
-            }
-        };
+        let g = self.group_near(hi, near);
         let Some(g) = g else {
             return false;
         };
@@ -597,24 +596,12 @@ impl Chunks {
     /// (a completion's span once its request's finish re-ranked the run: half the spans). False says
     /// nothing. `near` as `get_near`'s.
     #[inline]
-    pub(super) fn stale_span<'a>(
-        &'a self,
-        span: Span,
-        k: usize,
-        near: &mut Option<(u64, Option<&'a Group>)>,
-    ) -> bool {
+    pub(super) fn stale_span<'a>(&'a self, span: Span, k: usize, near: &mut Near<'a>) -> bool {
         if !self.singles.is_empty() {
             return false;
         }
         let (hi, _) = span.key_halves();
-        let g = match *near {
-            Some((h, g)) if h == hi => g,
-            _ => {
-                let g = self.groups.get(hi);
-                *near = Some((hi, g));
-                g
-            }
-        };
+        let g = self.group_near(hi, near);
         let Some(g) = g else {
             return true; // (no chunk of the group held)
         };
@@ -971,7 +958,7 @@ impl Chunks {
                 return Some(0);
             }
             if let Some(heap) = heap {
-                heap.push_span(r.span(hi, g.base).expect("a run is a span"));
+                r.push_to(heap, hi, g.base);
             }
             return Some(n as u64);
         }

@@ -393,6 +393,7 @@ impl RankQueue {
 }
 
 /// A queue of `entries` (any order).
+#[cfg(test)]
 impl From<Vec<Reverse<Entry>>> for RankQueue {
     fn from(entries: Vec<Reverse<Entry>>) -> Self {
         RankQueue::of_spans(entries.into_iter().map(|r| Span::one(r.0)).collect())
@@ -457,6 +458,16 @@ mod tests {
             }
             prop_assert!(q.pop().is_none() && q.is_empty());
         }
+    }
+
+    #[test]
+    fn a_span_names_at_most_its_count() {
+        // (a longer run's entries are pushed one by one: `Run::push_to`)
+        let head = ((7, Reverse(0)), (1, 5));
+        assert!(Span::run(head, u64::from(COUNT), true, false).is_some());
+        assert!(Span::run(head, u64::from(COUNT) + 1, true, false).is_none());
+        assert!(Span::run(head, 2, false, true).is_none()); // (positions below 0)
+        assert!(Span::run(head, 2, true, true).is_none());
     }
 
     #[test]

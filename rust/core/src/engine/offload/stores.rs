@@ -303,13 +303,7 @@ impl Engine<'_> {
                     .try_store_run(hi, (hi, start, count), start, &mut tier.evicted)
             {
                 // (as `offer_one` does with a run stored whole: its blocks a range of its table)
-                let num_evicted = tier.evicted.len();
-                if num_evicted > 0 {
-                    self.out.counters.cpu_evictions += num_evicted as i128;
-                    for _ in 0..num_evicted {
-                        self.log(event::CPU_EVICT, row, -1);
-                    }
-                }
+                self.log_evictions(tier.evicted.len(), row);
                 self.slab[k].next_store = num_chunks;
                 let begin = step_end.max(tier.store_free);
                 let (latency, per_block) = (tier.cfg.latency_ps, tier.cfg.ps_per_block);
@@ -400,11 +394,7 @@ impl Engine<'_> {
             self.out.counters.stores_failed += 1;
             return false;
         };
-        let num_evicted = tier.evicted.len();
-        self.out.counters.cpu_evictions += num_evicted as i128;
-        for _ in 0..num_evicted {
-            self.log(event::CPU_EVICT, row, -1);
-        }
+        self.log_evictions(tier.evicted.len(), row);
         if let Some(k) = k {
             self.slab[k].next_store = num_chunks;
         }
@@ -447,6 +437,15 @@ impl Engine<'_> {
             },
         );
         true
+    }
+
+    /// `num` chunks evicted from the tier for a store of row `row`: counted, and a `cpu-evict` row each.
+    #[inline]
+    fn log_evictions(&mut self, num: usize, row: usize) {
+        self.out.counters.cpu_evictions += num as i128;
+        for _ in 0..num {
+            self.log(event::CPU_EVICT, row, -1);
+        }
     }
 
     /// A request finishes (its blocks are about to be freed): the stores it has in flight fence the
