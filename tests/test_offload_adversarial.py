@@ -1,5 +1,5 @@
 """An adversarial differential pass at the Rust CPU tier's fast paths (DESIGN.md §CPU tier, "Speed"): a
-request's one-run record kept in its row's table entry (`Group::rec`) and promoted when anything else
+request's one-run record kept by its row (`Chunks::recs`, the rows' window) and promoted when anything else
 touches it, the engine's `TierHot` (the pending flag, admissions noting `touched` blocks only while a fence
 may be made, the stall), `tier_has_nothing_for` (a never-admitted request whose first chunk is private
 skips the lookup), and the lazy occupancy (`flush_occupancy`). The Python reference is the spec: the

@@ -48,25 +48,13 @@ impl CpuTier {
                 self.threshold
             ));
         }
-        let recs: Vec<u64> = self
-            .chunks
-            .groups
-            .iter()
-            .filter(|(_, g)| g.rec.is_some())
-            .map(|(&hi, _)| hi)
-            .collect();
-        if recs.len() != self.group_recs {
-            return Err(format!(
-                "{} groups keep a record, {} counted",
-                recs.len(),
-                self.group_recs
-            ));
-        }
+        self.chunks.recs.check()?;
+        let recs: Vec<u64> = self.chunks.recs.iter().map(|(rid, _)| rid).collect();
         if let Some(rid) = recs.iter().find(|rid| self.accesses.contains_key(rid)) {
             return Err(format!("request {rid} has two records"));
         }
         if !recs.is_empty() && (self.eviction == Eviction::Arc || self.threshold > 0) {
-            return Err("a record kept in its group under ARC or a threshold".to_string());
+            return Err("a one-run record kept under ARC or a threshold".to_string());
         }
         for (rid, a) in &self.accesses {
             let checked = &a.order[..a.checked];

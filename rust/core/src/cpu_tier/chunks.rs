@@ -2,15 +2,12 @@
 //! chunks one table entry and one vector of slots, content keys a group of one (DESIGN.md §CPU tier).
 
 use std::cmp::Reverse;
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
-use std::hash::BuildHasherDefault;
 use std::num::NonZeroU64;
 
 use super::KeyMap;
 use super::order::{RankQueue, Span};
+use super::rows::{ByName, Entry};
 use crate::BlockKey;
-use crate::block_pool::IdHasher;
 
 /// The LRU's order of a chunk, smaller evicted first: `(request rank, -position)` while a request that
 /// touched it runs (its tail before its head), `(n, -0)` once re-ranked at a request's finish. The
@@ -57,122 +54,38 @@ impl Chunk {
 /// The chunks held, grouped by their key's upper 64 bits: a key `(hi << 64) | lo` lives in the group
 /// of `hi` at slot `lo - base` when the group's slots reach it, else among the singles. A request's
 /// private chunks are named by its row in the upper half and their block index in the lower
-/// (`ensure_tier_keys` in the engine), so they fill one group's consecutive slots: one hash-table entry
-/// and one vector per row instead of one entry per chunk (the table's inserts and growth were most of a
-/// rarely hit tier's cost, results/README.md §CPU tier). A content key (a hash) is a group of one, its
+/// (`ensure_tier_keys` in the engine), so they fill one group's consecutive slots: one entry of the rows'
+/// window (`Groups`) and one vector or run per row instead of one entry per chunk (a table's inserts and
+/// growth were most of a rarely hit tier's cost, results/README.md §CPU tier). A content key (a hash) is a group of one, its
 /// slot kept inline (`Slots::One`: no allocation); a key beyond its group's slots is a single, in a map
 /// of its own.
 ///
 /// Exact for any keys: a group starts with, and its slots only grow at their end by, keys absent from
 /// the tier, so a single is never inside its group's slots (a key is in one place or none).
 /// Memory: a group spans from its first slot to its last held chunk (empty slots at the end are
-/// trimmed, a group with none held dropped unless it keeps a record), so at most a request's chunks per
-/// row with one held.
+/// trimmed, a group with none held dropped), so at most a request's chunks per row with one held.
 ///
-/// A group may also keep the record of the request whose id in the tier is its `hi` (`Group::rec`: the
-/// engine names a request's private chunks and the request itself by the same number), while that
-/// record is one run of keys: a store of the request's private chunks, its record and its finish then
-/// find one table entry, not two (`store_own_run`, `CpuTier::finish`).
+/// The record of a request named as a row (the engine names a request's private chunks and the request
+/// itself by the same number) is kept here too while it is one run of keys (`recs`, a `Rec`), by the
+/// same name: a store of the request's private chunks with its record (`store_own_run`) and its finish
+/// (`CpuTier::finish`) find both by subtraction (the record was once the group's own field: a group
+/// entry of 80 bytes where 48 now, the rows' window the most of a filling tier's memory).
 /// The group an eviction's lookups found last (`Chunks::get_near`): its key's upper half and the
 /// group, if any.
 pub(super) type Near<'a> = Option<(u64, Option<&'a Group>)>;
 
-/// Whether `hi` is a row's name (`super::row_name`): such groups are kept in a table of their own.
-#[inline]
-fn is_row_name(hi: u64) -> bool {
-    hi.wrapping_sub(super::ROW_NAMES) < super::MAX_ROWS
-}
-
-/// The groups' tables' hash of a key's upper half: a row's name (`is_row_name`) as it is, so that
-/// hashbrown (whose bucket is the hash's lower bits) places the rows in a row: those stored lately sit
-/// together and those evicted, oldest first, are swept in order (a hash scattered them: a cache miss
-/// a table operation; results/README.md §CPU tier), its upper 7 bits (hashbrown's tag) mixed; any
-/// other key as `IdHasher` hashes it (a content key's group placed at random).
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct GroupHasher(IdHasher);
-
-impl std::hash::Hasher for GroupHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        const TAG: u64 = !((1 << 57) - 1);
-        let (v, mixed) = (self.0.0, self.0.finish());
-        if is_row_name(v) {
-            (v & !TAG) | (mixed & TAG)
-        } else {
-            mixed
-        }
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.write(bytes);
-    }
-    #[inline]
-    fn write_u64(&mut self, v: u64) {
-        self.0.write_u64(v);
-    }
-}
-
-type GroupMap = HashMap<u64, Group, BuildHasherDefault<GroupHasher>>;
-
-/// The groups by their key's upper half, rows' names (`is_row_name`) in one table and any other in
-/// another: the rows' table is dense where rows in a row are held, which a content key placed at
-/// random there, or looked for there, would have to probe past (results/README.md §CPU tier). Which
-/// table a group is in depends on its key alone, so any keys are held exactly.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Groups {
-    rows: GroupMap,
-    other: GroupMap,
-}
-
-impl Groups {
-    #[inline]
-    fn map(&self, hi: u64) -> &GroupMap {
-        if is_row_name(hi) {
-            &self.rows
-        } else {
-            &self.other
-        }
-    }
-
-    #[inline]
-    fn map_mut(&mut self, hi: u64) -> &mut GroupMap {
-        if is_row_name(hi) {
-            &mut self.rows
-        } else {
-            &mut self.other
-        }
-    }
-
-    #[inline]
-    pub(super) fn get(&self, hi: u64) -> Option<&Group> {
-        self.map(hi).get(&hi)
-    }
-
-    #[inline]
-    pub(super) fn get_mut(&mut self, hi: u64) -> Option<&mut Group> {
-        self.map_mut(hi).get_mut(&hi)
-    }
-
-    #[inline]
-    pub(super) fn entry(&mut self, hi: u64) -> Entry<'_, u64, Group> {
-        self.map_mut(hi).entry(hi)
-    }
-
-    #[inline]
-    pub(super) fn remove(&mut self, hi: u64) -> Option<Group> {
-        self.map_mut(hi).remove(&hi)
-    }
-
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&u64, &Group)> + '_ {
-        self.rows.iter().chain(self.other.iter())
-    }
-}
+/// The groups by their key's upper half: rows' names in a window indexed by row (`ByName`: no hashing,
+/// and the rows stored lately and those evicted, oldest first, sit together), any other in a hash
+/// table (a content key's group placed at random).
+pub(super) type Groups = ByName<Group>;
 
 #[derive(Clone, Debug, Default)]
 pub(super) struct Chunks {
     pub(super) groups: Groups,
     pub(super) singles: KeyMap<Chunk>,
     pub(super) len: usize,
+    /// Requests' records that are one run of keys, by request id (`Rec`).
+    pub(super) recs: ByName<Rec>,
 }
 
 #[derive(Clone, Debug)]
@@ -181,12 +94,12 @@ pub(super) struct Group {
     pub(super) base: u64,
     pub(super) slots: Slots,
     pub(super) held: u32,
-    /// The record of request `hi` (the group's key as a request id) while it is one run, under LRU.
-    pub(super) rec: Option<Rec>,
 }
 
-/// A request's record that is one run of keys: its LRU rank and the keys `(hi, lo..lo + n)` (`hi` its
-/// group's) at positions `pos..pos + n` (`Access::span`).
+const _: () = assert!(size_of::<Group>() == 48);
+
+/// A request's record that is one run of its own keys, under LRU: its rank and the keys
+/// `(rid, lo..lo + n)` (`rid` the request's id) at positions `pos..pos + n` (`Access::span`).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Rec {
     pub(super) rank: NonZeroU64,
@@ -195,9 +108,16 @@ pub(super) struct Rec {
     pub(super) pos: u64,
 }
 
+impl Rec {
+    /// Whether keys from `lo` at positions from `pos` continue it (`extend_key_run`'s case).
+    #[inline]
+    pub(super) fn continued_by(self, lo: u64, pos: u64) -> bool {
+        self.lo.checked_add(self.n) == Some(lo) && self.pos + self.n == pos
+    }
+}
+
 impl Group {
-    /// The last `m` (>= 1, at most all) slots of its run taken out; the caller drops a group left
-    /// with no chunk and no record.
+    /// The last `m` (>= 1, fewer than all) slots of its run taken out.
     #[inline]
     fn take_run_tail(&mut self, m: u32) {
         let Slots::Run(r) = &mut self.slots else {
@@ -205,15 +125,13 @@ impl Group {
         };
         r.n -= m;
         self.held -= m;
-        match r.n {
-            0 => self.slots = Slots::Many(Vec::new()), // (a record kept: else the group goes)
-            1 => self.slots = Slots::One(r.at(0)),
-            _ => {}
+        if r.n == 1 {
+            self.slots = Slots::One(r.at(0));
         }
     }
 
     /// The chunk of lower key half `lo` taken out of the slots (None if not held); the caller drops
-    /// a group left with no chunk and no record.
+    /// a group left with no chunk.
     #[inline]
     fn remove(&mut self, lo: u64) -> Option<Chunk> {
         let i = lo.wrapping_sub(self.base);
@@ -225,7 +143,7 @@ impl Group {
             return None;
         }
         self.held -= 1;
-        if self.held == 0 && self.rec.is_none() {
+        if self.held == 0 {
             return Some(c); // (the group goes)
         }
         if let Slots::Run(r) = &mut self.slots
@@ -689,15 +607,11 @@ impl Chunks {
                     base: lo,
                     slots: Slots::One(chunk),
                     held: 1,
-                    rec: None,
                 });
                 return;
             }
             Entry::Occupied(e) => e.into_mut(),
         };
-        if g.slots.len() == 0 {
-            g.base = lo; // (a group keeping only a record)
-        }
         {
             let i = lo.wrapping_sub(g.base);
             let n = g.slots.len() as u64;
@@ -740,18 +654,13 @@ impl Chunks {
                     base: lo,
                     slots: Slots::of(chunks.map(held)),
                     held: n as u32,
-                    rec: None,
                 });
                 self.len += n;
             }
             Entry::Occupied(mut e)
-                if e.get().slots.len() == 0
-                    || lo.wrapping_sub(e.get().base) == e.get().slots.len() as u64 =>
+                if lo.wrapping_sub(e.get().base) == e.get().slots.len() as u64 =>
             {
                 let g = e.get_mut();
-                if g.slots.len() == 0 {
-                    g.base = lo; // (a group keeping only a record)
-                }
                 g.slots.extend(chunks.map(held));
                 g.held += n as u32;
                 self.len += n;
@@ -778,7 +687,6 @@ impl Chunks {
                     base: lo,
                     slots: Slots::Run(run),
                     held: n,
-                    rec: None,
                 });
                 self.len += n as usize;
                 return;
@@ -844,7 +752,7 @@ impl Chunks {
         if let Entry::Occupied(mut e) = self.groups.entry(hi) {
             let c = e.get_mut().remove(lo)?;
             self.len -= 1;
-            if e.get().held == 0 && e.get().rec.is_none() {
+            if e.get().held == 0 {
                 e.remove();
             }
             return Some(c);
@@ -865,11 +773,12 @@ impl Chunks {
                 && lo.wrapping_sub(g.base) + 1 == u64::from(r.n)
                 && k as u64 <= u64::from(r.n)
             {
-                g.take_run_tail(k as u32);
-                self.len -= k;
-                if g.held == 0 && g.rec.is_none() {
-                    e.remove();
+                if k as u64 == u64::from(r.n) {
+                    e.remove(); // (all of it: the group goes)
+                } else {
+                    g.take_run_tail(k as u32);
                 }
+                self.len -= k;
                 return;
             }
         }
@@ -1009,77 +918,61 @@ impl Chunks {
     #[inline]
     pub(super) fn own_run_fits(&self, hi: u64, lo: u64, n: u64, pos: u64) -> bool {
         self.groups.get(hi).is_none_or(|g| {
-            let len = g.slots.len() as u64;
-            lo.wrapping_sub(g.base) >= len
-                && g.base.wrapping_sub(lo) >= n
-                && g.rec
-                    .is_none_or(|r| r.lo.checked_add(r.n) == Some(lo) && r.pos + r.n == pos)
-        })
+            lo.wrapping_sub(g.base) >= g.slots.len() as u64 && g.base.wrapping_sub(lo) >= n
+        }) && self.recs.get(hi).is_none_or(|r| r.continued_by(lo, pos))
     }
 
     /// `insert_pending_run(hi, lo, n, rank, pos)` of request `hi`'s new private chunks with its record
-    /// (`lru_access(hi)` then `extend_key_run`, which the caller finds in no `Access`) made or extended in
-    /// the group (`Group::rec`), the request taking rank `*next_rank + 1` if it has none: one table
-    /// entry for both. False, nothing changed, if a key is held or the group's record does not end where
-    /// the run starts (the caller's general path decides then). `*recs` counts the groups' records.
+    /// (`lru_access(hi)` then `extend_key_run`, which the caller finds in no `Access`) made or extended
+    /// (`recs`), the request taking rank `*next_rank + 1` if it has none. False, nothing changed, if a
+    /// key is held or the request's record does not end where the run starts (the caller's general path
+    /// decides then).
     #[inline]
     pub(super) fn store_own_run(
         &mut self,
         (hi, lo, n, pos): (u64, u64, u32, u32),
         next_rank: &mut u64,
-        recs: &mut usize,
     ) -> bool {
         let (n64, pos64) = (u64::from(n), u64::from(pos));
-        let g = match self.groups.entry(hi) {
+        if !self.none_held(hi, lo, n64) {
+            return false;
+        }
+        let rank = match self.recs.entry(hi) {
             Entry::Vacant(e) => {
                 *next_rank += 1;
                 let rank = NonZeroU64::new(*next_rank).expect("ranks start at 1");
-                e.insert(Group {
-                    base: lo,
-                    slots: Group::pending_slots(n, rank.get(), pos),
-                    held: n,
-                    rec: Some(Rec {
-                        rank,
-                        lo,
-                        n: n64,
-                        pos: pos64,
-                    }),
-                });
-                *recs += 1;
-                self.len += n as usize;
-                return true;
-            }
-            Entry::Occupied(e) => e.into_mut(),
-        };
-        // None of the keys held: the run and the slots do not overlap (as `none_held`).
-        let len = g.slots.len() as u64;
-        if lo.wrapping_sub(g.base) < len || g.base.wrapping_sub(lo) < n64 {
-            return false;
-        }
-        let rank = match &mut g.rec {
-            Some(r) if r.lo.checked_add(r.n) == Some(lo) && r.pos + r.n == pos64 => {
-                r.n += n64; // (as `extend_key_run` extends a span)
-                r.rank
-            }
-            Some(_) => return false,
-            None => {
-                *next_rank += 1;
-                let rank = NonZeroU64::new(*next_rank).expect("ranks start at 1");
-                g.rec = Some(Rec {
+                e.insert(Rec {
                     rank,
                     lo,
                     n: n64,
                     pos: pos64,
                 });
-                *recs += 1;
                 rank
+            }
+            Entry::Occupied(mut e) => {
+                if !e.get().continued_by(lo, pos64) {
+                    return false;
+                }
+                let r = e.get_mut();
+                r.n += n64; // (as `extend_key_run` extends a span)
+                r.rank
             }
         };
         let req = rank.get();
-        if len == 0 {
-            g.base = lo;
-            g.slots = Group::pending_slots(n, req, pos);
-        } else if let Slots::Run(r) = &mut g.slots
+        let g = match self.groups.entry(hi) {
+            Entry::Vacant(e) => {
+                e.insert(Group {
+                    base: lo,
+                    slots: Group::pending_slots(n, req, pos),
+                    held: n,
+                });
+                self.len += n as usize;
+                return true;
+            }
+            Entry::Occupied(e) => e.into_mut(),
+        };
+        let len = g.slots.len() as u64;
+        if let Slots::Run(r) = &mut g.slots
             && lo.wrapping_sub(g.base) == u64::from(r.n)
             && !r.ready
             && !r.dreq
@@ -1147,7 +1040,7 @@ impl Chunks {
     pub(super) fn iter(&self) -> impl Iterator<Item = (BlockKey, Chunk)> + '_ {
         self.groups
             .iter()
-            .flat_map(|(&hi, g)| {
+            .flat_map(|(hi, g)| {
                 g.slots
                     .iter()
                     .enumerate()
@@ -1171,12 +1064,12 @@ impl Chunks {
     /// Its own consistency: counts, no empty group or trailing empty slot, no single inside a group, a
     /// run of slots as it says.
     pub(super) fn check(&self) -> std::result::Result<(), String> {
+        self.groups.check()?;
         let mut n = self.singles.len();
         for (hi, g) in self.groups.iter() {
             let held = g.slots.iter().filter(|c| c.held).count();
             let last_held = g.slots.len() > 0 && g.slots.at(g.slots.len() - 1).held;
-            let record_only = held == 0 && g.slots.len() == 0 && g.rec.is_some();
-            if held != g.held as usize || (held == 0 || !last_held) && !record_only {
+            if held != g.held as usize || held == 0 || !last_held {
                 return Err(format!("group {hi:#x} miscounts or ends in an empty slot"));
             }
             if let Slots::Run(r) = g.slots

@@ -34,7 +34,7 @@ impl CpuTier {
     /// The heap of the evictable chunks' current entries, each once.
     fn rebuild_heap(&mut self) {
         let mut live = Vec::new();
-        for (&hi, g) in self.chunks.groups.iter() {
+        for (hi, g) in self.chunks.groups.iter() {
             if let Slots::Run(r) = g.slots
                 && let Some(span) = r.span(hi, g.base)
             {

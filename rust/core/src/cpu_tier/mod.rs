@@ -93,6 +93,7 @@ mod chunks;
 mod evict;
 mod order;
 mod records;
+mod rows;
 #[cfg(test)]
 mod tests;
 
@@ -124,11 +125,6 @@ pub struct CpuTier {
     chunks: Chunks,
     num_evictable: u64,
     accesses: HashMap<u64, Access, Hasher>,
-    /// How many groups keep a request's record (`Group::rec`: request `hi`'s record while it is one run
-    /// of keys, under LRU with no threshold, a request's private chunks offered; the usual record of a
-    /// rarely hit tier). A request's record is in `accesses` or in its group, not both; anything else
-    /// done to it moves it to `accesses` first (`promote`).
-    group_recs: usize,
     /// Offers a key needs before a store admits it; 0: no threshold (vLLM's `store_threshold` < 2).
     threshold: u64,
     tracker: usize,
@@ -179,7 +175,6 @@ impl CpuTier {
             chunks: Chunks::default(),
             num_evictable: 0,
             accesses: HashMap::default(),
-            group_recs: 0,
             threshold: if store_threshold >= 2 {
                 store_threshold
             } else {
@@ -554,11 +549,10 @@ impl CpuTier {
             self.num_evicted += num;
         }
         if own {
-            if self.chunks.store_own_run(
-                (hi, lo, n32, pos32),
-                &mut self.next_rank,
-                &mut self.group_recs,
-            ) {
+            if self
+                .chunks
+                .store_own_run((hi, lo, n32, pos32), &mut self.next_rank)
+            {
                 self.debug_check();
                 return true;
             }
@@ -730,28 +724,25 @@ impl CpuTier {
     /// LRU: each held one gets a fresh rank. ARC: one it only inserted moves to the most recent end of
     /// its list; one it reused moves from T1 to T2, or to T2's most recent end. Its record is dropped.
     pub fn finish(&mut self, rid: u64) {
-        let mut a = if self.group_recs > 0
-            && let Some(g) = self.chunks.groups.get_mut(rid)
-            && let Some(rec) = g.rec.take()
+        let mut a = if !self.chunks.recs.is_empty()
+            && let Some(rec) = self.chunks.recs.remove(rid)
         {
-            // A record kept in its group (`Group::rec`): re-ranked there as below, no other lookup.
-            self.group_recs -= 1;
+            // A record of one run of its own keys (`Chunks::recs`): re-ranked in their group as below.
             let live = self.heap_live;
-            if g.rerank(
-                rid,
-                rec.lo,
-                rec.n as usize,
-                &mut self.next_rank,
-                live.then_some(&mut self.heap),
-            ) {
+            if let Some(g) = self.chunks.groups.get_mut(rid)
+                && g.rerank(
+                    rid,
+                    rec.lo,
+                    rec.n as usize,
+                    &mut self.next_rank,
+                    live.then_some(&mut self.heap),
+                )
+            {
                 if live {
                     self.compact_heap();
                 }
                 self.debug_check();
                 return;
-            }
-            if g.held == 0 {
-                self.chunks.groups.remove(rid); // (it kept only the record)
             }
             self.span_access(rec.rank.get(), (rid, rec.lo, rec.n, rec.pos))
         } else {

@@ -383,7 +383,9 @@ impl RankQueue {
 
     /// A queue of `spans` (any order): sorted by head, each joining a run or the heap as pushed.
     pub(super) fn of_spans(mut spans: Vec<Span>) -> Self {
-        spans.sort_unstable();
+        // (`Ord` with its first key, the request rank, compared before any entry is made: ranks tie
+        // seldom; a rebuild sorts every live span)
+        spans.sort_unstable_by(|a, b| a.req.cmp(&b.req).then_with(|| a.cmp(b)));
         let mut q = RankQueue::new();
         for s in spans {
             q.push_span(s);

@@ -1,5 +1,5 @@
 //! A CPU tier's access bookkeeping: a request's accesses recorded once per key (`record`, which the
-//! LRU ranks by), its one-run records kept in their groups (`Group::rec`) and their promotion to an `Access`, and the
+//! LRU ranks by), its one-run records (`Chunks::recs`) and their promotion to an `Access`, and the
 //! store threshold's offer counts (`count_offers`).
 
 use std::cmp::Reverse;
@@ -91,18 +91,13 @@ impl CpuTier {
         a
     }
 
-    /// Moves `rid`'s record from its group (`Group::rec`) to `accesses` (a span kept as the `Access`'s),
+    /// Moves `rid`'s one-run record (`Chunks::recs`) to `accesses` (a span kept as the `Access`'s),
     /// if it is there.
     #[inline]
     fn promote(&mut self, rid: u64) {
-        if self.group_recs > 0
-            && let Some(g) = self.chunks.groups.get_mut(rid)
-            && let Some(rec) = g.rec.take()
+        if !self.chunks.recs.is_empty()
+            && let Some(rec) = self.chunks.recs.remove(rid)
         {
-            self.group_recs -= 1;
-            if g.held == 0 {
-                self.chunks.groups.remove(rid); // (it kept only the record)
-            }
             let a = self.span_access(rec.rank.get(), (rid, rec.lo, rec.n, rec.pos));
             self.accesses.insert(rid, a);
         }

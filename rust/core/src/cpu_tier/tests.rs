@@ -220,7 +220,7 @@ fn memory_does_not_grow_with_finished_requests() {
             t.finish(rid);
         }
         assert!(t.num_evicted() > 2_900, "{eviction:?}");
-        assert!(t.accesses.is_empty() && t.group_recs == 0);
+        assert!(t.accesses.is_empty() && t.chunks.recs.is_empty());
         assert!(t.heap.len() <= 64.max(2 * t.num_evictable as usize));
         assert!(t.b1.len() <= 16 && t.b2.len() <= 16);
         assert!(t.counts.len() <= 100);
@@ -238,7 +238,7 @@ fn rereads_without_evictions_keep_the_lru_heap_small() {
         t.finish(rid);
     }
     assert!(t.heap.len() <= 64, "{}", t.heap.len());
-    assert!(t.accesses.is_empty() && t.group_recs == 0);
+    assert!(t.accesses.is_empty() && t.chunks.recs.is_empty());
 }
 
 #[test]
@@ -408,7 +408,7 @@ fn run_op() -> impl proptest::strategy::Strategy<Value = RunOp> {
     use proptest::prelude::*;
     prop_oneof![
         // Mostly a request's own group at positions equal to the keys (the engine's private chunks),
-        // named by the request's id (hi = rid: its record kept in the group, `Group::rec`) or
+        // named by the request's id (hi = rid: its record a `Rec`, `Chunks::recs`) or
         // otherwise (hi = rid + 8), else a shared group (0, also request 0's own) or other positions.
         4 => (0u64..4, 0u8..10, 0u64..12, 1u64..6, proptest::option::weighted(0.2, 0u64..12))
             .prop_map(|(r, g, lo, n, pos)| {
