@@ -867,7 +867,11 @@ impl Chunks {
                 return Some(0);
             }
             if let Some(heap) = heap {
-                r.push_to(heap, hi, g.base);
+                // (its request still runs, or it is a span stale already: its finish re-ranks it)
+                match r.span(hi, g.base) {
+                    Some(span) => heap.push_young(span),
+                    None => r.push_to(heap, hi, g.base),
+                }
             }
             return Some(n as u64);
         }

@@ -25,15 +25,28 @@ impl CpuTier {
     /// Rebuilds the LRU heap from the evictable chunks once stale entries make up half of it (vLLM's
     /// `_maybe_compact_heap`), so that it stays O(chunks held).
     pub(super) fn compact_heap(&mut self) {
+        if self.heap.young_grown() {
+            self.sweep_young();
+        }
         if self.heap.len() < 64.max(2 * self.num_evictable as usize) {
             return;
         }
         self.rebuild_heap();
     }
 
+    /// The young spans (`RankQueue::push_young`: completed runs) with no live entry left taken out of
+    /// the order: those whose request's finish has re-ranked their run, most of them.
+    #[cold]
+    fn sweep_young(&mut self) {
+        let (heap, chunks) = (&mut self.heap, &self.chunks);
+        let mut near = None;
+        heap.retain_young(|s| !chunks.stale_span(s, s.len(), &mut near));
+    }
+
     /// The heap of the evictable chunks' current entries, each once.
     fn rebuild_heap(&mut self) {
-        let mut live = Vec::new();
+        // (a span a group at least: sized once, not grown by copies)
+        let mut live = Vec::with_capacity(self.chunks.groups.len() + self.chunks.singles.len());
         for (hi, g) in self.chunks.groups.iter() {
             if let Slots::Run(r) = g.slots
                 && let Some(span) = r.span(hi, g.base)

@@ -202,10 +202,16 @@ impl PartialOrd for Span {
 #[derive(Clone, Debug, Default)]
 pub(super) struct RankQueue {
     runs: [VecDeque<Span>; 2],
-    rest: BinaryHeap<Reverse<Span>>,
+    /// The rest (`push_span`), and the young (`push_young`).
+    heaps: [BinaryHeap<Reverse<Span>>; 2],
     /// The entries (not the spans).
     len: usize,
+    /// The young heap's spans after its last `retain_young` (its growth measured from there).
+    young_kept: usize,
 }
+
+/// The first heap's place among a queue's four sources (the two runs, the rest, the young).
+const REST: usize = 2;
 
 impl RankQueue {
     pub(super) fn new() -> Self {
@@ -226,8 +232,38 @@ impl RankQueue {
         self.runs[0]
             .iter()
             .chain(&self.runs[1])
-            .chain(self.rest.iter().map(|r| &r.0))
+            .chain(self.heaps.iter().flat_map(|h| h.iter().map(|r| &r.0)))
             .flat_map(|s| (0..s.len()).map(|k| Reverse(s.at(k))))
+    }
+
+    /// `push_span` of a span likely to go stale soon (a running request's completed run, which its
+    /// finish re-ranks): kept in a small heap of its own, which `retain_young` sweeps, not among the
+    /// runs, where it would stay until popped or rebuilt.
+    #[inline]
+    pub(super) fn push_young(&mut self, s: Span) {
+        self.len += s.len();
+        self.heaps[1].push(Reverse(s));
+    }
+
+    /// Whether the young heap has doubled (plus 64) since its last sweep.
+    #[inline]
+    pub(super) fn young_grown(&self) -> bool {
+        self.heaps[1].len() > 2 * self.young_kept + 64
+    }
+
+    /// The young heap's spans for which `keep` is false taken out (the caller's: spans with no live
+    /// entry; what pops is the same).
+    pub(super) fn retain_young(&mut self, mut keep: impl FnMut(Span) -> bool) {
+        let mut gone = 0;
+        self.heaps[1].retain(|r| {
+            let k = keep(r.0);
+            if !k {
+                gone += r.0.len();
+            }
+            k
+        });
+        self.len -= gone;
+        self.young_kept = self.heaps[1].len();
     }
 
     pub(super) fn push(&mut self, Reverse(e): Reverse<Entry>) {
@@ -251,7 +287,7 @@ impl RankQueue {
             }
             (true, false) => a.push_back(s),
             (false, true) => b.push_back(s),
-            (false, false) => self.rest.push(Reverse(s)),
+            (false, false) => self.heaps[0].push(Reverse(s)),
         }
     }
 
@@ -264,17 +300,8 @@ impl RankQueue {
     /// The least entry, taken out (`pop_span` of one).
     #[cfg(test)]
     pub(super) fn pop(&mut self) -> Option<Reverse<Entry>> {
-        let [a, b] = &self.runs;
-        let rest = self.rest.peek().map(|r| r.0.head());
         let mut least = None;
-        for (i, head) in [
-            a.front().map(|s| s.head()),
-            b.front().map(|s| s.head()),
-            rest,
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        for (i, head) in self.heads().into_iter().enumerate() {
             if let Some(h) = head
                 && least.is_none_or(|(_, l)| h < l)
             {
@@ -292,7 +319,7 @@ impl RankQueue {
                 }
             }
             _ => {
-                let mut top = self.rest.peek_mut().expect("its head");
+                let mut top = self.heaps[i - REST].peek_mut().expect("its head");
                 if !top.0.advance() {
                     std::collections::binary_heap::PeekMut::pop(top);
                 }
@@ -306,12 +333,7 @@ impl RankQueue {
     /// Popping them one by one would return the same entries in the same order.
     #[inline]
     pub(super) fn pop_span(&mut self, max: usize) -> Option<(Span, usize)> {
-        let [a, b] = &self.runs;
-        let heads = [
-            a.front().map(|s| s.head()),
-            b.front().map(|s| s.head()),
-            self.rest.peek().map(|r| r.0.head()),
-        ];
+        let heads = self.heads();
         let mut least: Option<(usize, Entry)> = None;
         for (i, head) in heads.into_iter().enumerate() {
             if let Some(h) = head
@@ -322,7 +344,7 @@ impl RankQueue {
         }
         let (i, _) = least?;
         // The least head of the others bounds how far this span's entries come first: the other
-        // two's, and for the heap's top span the heap's next (one of its top's children); a run's
+        // three's, and for a heap's top span that heap's next (one of its top's children); a run's
         // next span starts at or after this one's end.
         let mut bound: Option<Entry> = None;
         let mut bound_by = |e: Option<Entry>| {
@@ -337,14 +359,14 @@ impl RankQueue {
                 bound_by(head);
             }
         }
-        if i == 2 {
-            for r in self.rest.as_slice().iter().skip(1).take(2) {
+        if i >= REST {
+            for r in self.heaps[i - REST].as_slice().iter().skip(1).take(2) {
                 bound_by(Some(r.0.head()));
             }
         }
         let span = match i {
             0 | 1 => *self.runs[i].front().expect("its head"),
-            _ => self.rest.peek().expect("its head").0,
+            _ => self.heaps[i - REST].peek().expect("its head").0,
         };
         let len = span.len().min(max);
         let mut k = len;
@@ -370,7 +392,7 @@ impl RankQueue {
                 }
             }
             _ => {
-                let mut top = self.rest.peek_mut().expect("its head");
+                let mut top = self.heaps[i - REST].peek_mut().expect("its head");
                 if left {
                     top.0 = rest;
                 } else {
@@ -381,11 +403,35 @@ impl RankQueue {
         Some((span, k))
     }
 
-    /// A queue of `spans` (any order): sorted by head, each joining a run or the heap as pushed.
+    /// The heads of its four sources: the runs', the rest's, the young's.
+    #[inline]
+    fn heads(&self) -> [Option<Entry>; 4] {
+        let [a, b] = &self.runs;
+        let [rest, young] = &self.heaps;
+        [
+            a.front().map(|s| s.head()),
+            b.front().map(|s| s.head()),
+            rest.peek().map(|r| r.0.head()),
+            young.peek().map(|r| r.0.head()),
+        ]
+    }
+
+    /// A queue of `spans` (any order): sorted by head, each joining a run or the heap as pushed; when
+    /// each sorted span ends at or before the next one's head (a rebuild's usual case: no two spans'
+    /// entries interleave), they are the first run as they are (`push_span` would put them all there),
+    /// in the vector's own memory.
     pub(super) fn of_spans(mut spans: Vec<Span>) -> Self {
         // (`Ord` with its first key, the request rank, compared before any entry is made: ranks tie
         // seldom; a rebuild sorts every live span)
         spans.sort_unstable_by(|a, b| a.req.cmp(&b.req).then_with(|| a.cmp(b)));
+        if spans.windows(2).all(|w| w[0].last() <= w[1].head()) {
+            let len = spans.iter().map(|s| s.len()).sum();
+            return RankQueue {
+                runs: [VecDeque::from(spans), VecDeque::new()],
+                len,
+                ..RankQueue::default()
+            };
+        }
         let mut q = RankQueue::new();
         for s in spans {
             q.push_span(s);
@@ -433,7 +479,27 @@ mod tests {
                             let (r, p) = if dreq { (req + k, pos) } else { (req, pos - k) };
                             h.push(Reverse(((r, Reverse(p)), run_key(1, key as u64 + n - k))));
                         }
-                        q.push_span(span);
+                        if req % 3 == 0 {
+                            q.push_young(span);
+                        } else {
+                            q.push_span(span);
+                        }
+                    }
+                    3 if req % 4 == 0 => {
+                        // A sweep of the young: those whose head's request rank is odd taken out,
+                        // their entries out of the model too.
+                        let gone: Vec<Entry> = q.heaps[1]
+                            .iter()
+                            .filter(|r| r.0.head().0.0 % 2 == 1)
+                            .flat_map(|r| r.0.entries(r.0.len()))
+                            .collect();
+                        q.retain_young(|s| s.head().0.0 % 2 == 0);
+                        let mut all = std::mem::take(&mut h).into_vec();
+                        for e in gone {
+                            let at = all.iter().position(|x| x.0 == e).expect("in the model");
+                            all.swap_remove(at);
+                        }
+                        h = BinaryHeap::from(all);
                     }
                     2 if n == 1 => prop_assert_eq!(q.pop(), h.pop()),
                     2 => {
@@ -479,7 +545,7 @@ mod tests {
             q.push(entry(i, 0, 1)); // a finish's re-rankings: ever newer
             q.push(entry(i / 2, 0, 2)); // completions: in order among themselves
         }
-        assert!(q.rest.is_empty());
+        assert!(q.heaps.iter().all(BinaryHeap::is_empty));
         let mut last = None;
         while let Some(Reverse(e)) = q.pop() {
             assert!(last.is_none_or(|l| l <= e));

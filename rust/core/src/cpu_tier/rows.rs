@@ -198,6 +198,10 @@ impl<V> RowMap<V> {
         self.live == 0 && self.stragglers.is_empty()
     }
 
+    fn len(&self) -> usize {
+        self.live + self.stragglers.len()
+    }
+
     /// Every row held and its value: the window's in order, then the stragglers in no order.
     pub(super) fn iter(&self) -> impl Iterator<Item = (u64, &V)> + '_ {
         let base = self.base;
@@ -369,6 +373,11 @@ impl<V> ByName<V> {
     #[inline]
     pub(super) fn is_empty(&self) -> bool {
         self.rows.is_empty() && self.other.is_empty()
+    }
+
+    /// How many names it holds.
+    pub(super) fn len(&self) -> usize {
+        self.rows.len() + self.other.len()
     }
 
     /// Every name held and its value, in no order.
