@@ -47,7 +47,7 @@ impl FreeOrder {
 /// Hasher for ids that are already well mixed (block keys, segment ids) or small distinct integers:
 /// take the value as it is (128-bit keys fold their two lanes) and spread it with one multiply.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct IdHasher(pub(crate) u64);
+pub struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     #[inline]

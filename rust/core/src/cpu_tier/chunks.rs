@@ -96,7 +96,7 @@ pub(super) struct Group {
     pub(super) held: u32,
 }
 
-const _: () = assert!(size_of::<Group>() == 48);
+const _: () = assert!(size_of::<Group>() == 48 && size_of::<Option<Group>>() == 48);
 
 /// A request's record that is one run of its own keys, under LRU: its rank and the keys
 /// `(rid, lo..lo + n)` (`rid` the request's id) at positions `pos..pos + n` (`Access::span`).
@@ -938,10 +938,21 @@ impl Chunks {
         next_rank: &mut u64,
     ) -> bool {
         let (n64, pos64) = (u64::from(n), u64::from(pos));
-        if !self.none_held(hi, lo, n64) {
-            return false;
+        if !self.singles.is_empty() {
+            return false; // (`none_held` would not decide: the caller's path does)
         }
-        let rank = match self.recs.entry(hi) {
+        // The group's and the record's entries held together (one lookup each), nothing changed
+        // before both are known to take the run.
+        let (groups, recs) = (&mut self.groups, &mut self.recs);
+        let group = groups.entry(hi);
+        if let Entry::Occupied(e) = &group {
+            // None of the keys held: the run and the slots do not overlap (as `none_held`).
+            let g = e.get();
+            if lo.wrapping_sub(g.base) < g.slots.len() as u64 || g.base.wrapping_sub(lo) < n64 {
+                return false;
+            }
+        }
+        let rank = match recs.entry(hi) {
             Entry::Vacant(e) => {
                 *next_rank += 1;
                 let rank = NonZeroU64::new(*next_rank).expect("ranks start at 1");
@@ -963,7 +974,7 @@ impl Chunks {
             }
         };
         let req = rank.get();
-        let g = match self.groups.entry(hi) {
+        let g = match group {
             Entry::Vacant(e) => {
                 e.insert(Group {
                     base: lo,

@@ -47,9 +47,9 @@ const ROW_NAMES: u64 = 0x7469_6572_5f70_7276;
 const MAX_ROWS: u64 = 1 << 48;
 
 /// A name for row `row` (< 2^48) as a key's upper half and a request's id: distinct for distinct rows,
-/// and rows in a row are names in a row, which the tier's table places together (`Chunks`). The
-/// engine names a request's private chunks and the request itself so (DESIGN.md §CPU tier); any other
-/// number is a name too, only placed at random.
+/// and the tier keeps what it holds by such names in a window indexed by row (`rows.rs`). The engine
+/// names a request's private chunks and the request itself so (DESIGN.md §CPU tier); any other number
+/// is a name too, kept in a hash table.
 #[inline]
 pub fn row_name(row: usize) -> u64 {
     ROW_NAMES.wrapping_add(row as u64)

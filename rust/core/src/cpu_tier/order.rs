@@ -1,5 +1,6 @@
 //! The LRU's eviction order (DESIGN.md §CPU tier): a min-queue of `(rank, key)` entries, lazily deleted
-//! by its user (`evict.rs`), kept as two runs in order and a heap for the rest.
+//! by its user (`evict.rs`), kept as two runs in order, a heap for the rest and a small heap of young
+//! spans (soon stale).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -196,9 +197,11 @@ impl PartialOrd for Span {
 /// finish's re-ranking is always the newest, a completion's rank its store's request's, given as
 /// requests came), so a span joins the end of the run in order it extends with the least gap
 /// (patience sorting with two piles: a run's spans one after another, each's last entry at most the
-/// next's head), else the heap; a pop takes the least of the three heads: no sift, and the runs read
-/// in order. The least entry is unique but for equal entries, so what pops does not depend on how the
-/// entries are split or grouped.
+/// next's head), else the heap; a run's completion span, which its request's finish soon makes
+/// stale, joins a small heap of its own instead (`push_young`), which its user sweeps (`retain_young`).
+/// A pop takes the least of the four heads: no sift for most, and the runs read in order. The least
+/// entry is unique but for equal entries, so what pops does not depend on how the entries are split or
+/// grouped.
 #[derive(Clone, Debug, Default)]
 pub(super) struct RankQueue {
     runs: [VecDeque<Span>; 2],

@@ -299,8 +299,8 @@ impl Tier {
 
 /// The upper half of row `row`'s private block keys (`ensure_tier_keys`), and its request's id in the
 /// tier (`CpuTier`'s `rid`): the tier's name for the row (`cpu_tier::row_name`: distinct for distinct
-/// rows, placed together for rows in a row), so that a request's record and its private chunks share
-/// one entry of the tier's table (DESIGN.md §CPU tier).
+/// rows), so that a request's record and its private chunks are found by the row, in the tier's rows'
+/// windows (DESIGN.md §CPU tier).
 #[inline]
 fn private_hi(row: usize) -> u64 {
     crate::cpu_tier::row_name(row)
