@@ -1,5 +1,6 @@
 //! A CPU tier's chunks in memory (`Chunks`): one slot of 16 bytes per chunk held, a row's private
-//! chunks one table entry and one vector of slots, content keys a group of one (DESIGN.md §CPU tier).
+//! chunks one entry of the rows' window and one vector or run of slots, content keys a group of one
+//! (DESIGN.md §CPU tier).
 
 use std::cmp::Reverse;
 use std::num::NonZeroU64;

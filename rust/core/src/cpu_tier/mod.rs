@@ -15,8 +15,8 @@
 //! `capacity`, and the LRU heap of lazily deleted entries is rebuilt from the live ones when it doubles
 //! (vLLM's `_maybe_compact_heap`; the spec never compacts, which changes no decision: see `lru_evict`).
 //! The LRU heap is built only at the first eviction (a tier that never fills orders nothing), from the
-//! chunks' ranks, which live in the chunks' slots (`Chunks`: a row's private chunks share one hash-table
-//! entry and one vector of slots).
+//! chunks' ranks, which live in the chunks' slots (`Chunks`: a row's private chunks share one slot of
+//! the rows' window, `rows.rs`, and one vector or run of slots).
 
 use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
