@@ -140,23 +140,9 @@ impl<V> RowMap<V> {
     #[inline]
     pub(super) fn get(&self, row: u64) -> Option<&V> {
         if row < self.base {
-            return self.straggler(row);
+            return self.stragglers.get(&row);
         }
-        let i = row - self.base;
-        if i < self.window.len() as u64 {
-            self.window[i as usize].as_ref()
-        } else {
-            None
-        }
-    }
-
-    #[inline]
-    fn straggler(&self, row: u64) -> Option<&V> {
-        if self.stragglers.is_empty() {
-            None
-        } else {
-            self.stragglers.get(&row)
-        }
+        self.window[self.slot(row)?].as_ref()
     }
 
     #[inline]
@@ -164,12 +150,8 @@ impl<V> RowMap<V> {
         if row < self.base {
             return self.stragglers.get_mut(&row);
         }
-        let i = row - self.base;
-        if i < self.window.len() as u64 {
-            self.window[i as usize].as_mut()
-        } else {
-            None
-        }
+        let i = self.slot(row)?;
+        self.window[i].as_mut()
     }
 
     #[inline]
@@ -188,11 +170,7 @@ impl<V> RowMap<V> {
     #[inline]
     pub(super) fn remove(&mut self, row: u64) -> Option<V> {
         if row < self.base {
-            return if self.stragglers.is_empty() {
-                None
-            } else {
-                self.stragglers.remove(&row)
-            };
+            return self.stragglers.remove(&row);
         }
         self.take(self.slot(row)?)
     }
