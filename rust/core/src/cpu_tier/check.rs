@@ -82,12 +82,22 @@ impl CpuTier {
         if self.t1.len() + self.t2.len() + self.b1.len() + self.b2.len() > 0 || self.target != 0.0 {
             return Err("ARC state under LRU".into());
         }
+        let log: Vec<_> = self.log.iter().collect();
+        if log
+            .windows(2)
+            .any(|w| w[0].last_of(w[0].len()) > w[1].head())
+        {
+            return Err("the log of finishes' spans is out of order".into());
+        }
         if !self.heap_live {
             return if self.heap.is_empty() {
                 Ok(())
             } else {
                 Err("the LRU heap holds entries before it is live".into())
             };
+        }
+        if !log.is_empty() {
+            return Err("a log of finishes' spans beside a live heap".into());
         }
         let live: HashSet<(Rank, BlockKey)> = self.heap.iter().map(|e| e.0).collect();
         for (key, c) in self.chunks.iter() {
@@ -102,7 +112,7 @@ impl CpuTier {
     }
 
     fn arc_invariants(&self) -> std::result::Result<(), String> {
-        if self.heap_live || !self.heap.is_empty() {
+        if self.heap_live || !self.heap.is_empty() || self.log.len() > 0 {
             return Err("LRU state under ARC".into());
         }
         for (list, name) in [

@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::num::NonZeroU64;
 
 use super::KeyMap;
-use super::order::{RankQueue, Span};
+use super::order::{Order, RankQueue, Span};
 use super::rows::{ByName, Entry};
 use crate::BlockKey;
 
@@ -173,7 +173,7 @@ impl Group {
         lo: u64,
         n: usize,
         next_rank: &mut u64,
-        heap: Option<&mut RankQueue>,
+        order: Order<'_>,
     ) -> bool {
         let j = lo.wrapping_sub(self.base);
         let len = self.slots.len();
@@ -190,15 +190,27 @@ impl Group {
             r.dreq = true;
             r.pos = 0;
             r.dpos = false;
-            if let Some(heap) = heap
-                && r.ready
-            {
-                r.push_to(heap, hi, self.base); // (all evictable: a run is unpinned)
+            if r.ready {
+                // (all evictable: a run is unpinned)
+                match order {
+                    Order::Heap(heap) => r.push_to(heap, hi, self.base),
+                    // (in order: a finish's ranks are the newest; a span it cannot name is found
+                    // among the groups by the first eviction, as any entry not logged)
+                    Order::Log(log) => {
+                        if let Some(span) = r.span(hi, self.base) {
+                            log.push_back(span);
+                        }
+                    }
+                    Order::Off => {}
+                }
             }
             return true;
         }
         let base = self.base;
-        let mut heap = heap;
+        let mut heap = match order {
+            Order::Heap(heap) => Some(heap),
+            _ => None,
+        };
         for (i, c) in self.slots.as_mut()[j as usize..j as usize + n]
             .iter_mut()
             .enumerate()
@@ -243,6 +255,7 @@ pub(super) enum Slots {
 /// `n` held, unpinned chunks, ready or all pending; slot `i`'s rank is `(req - i * dreq, pos + i * dpos)`
 /// (a store's: one request rank, positions up by one; a finish's: ranks down by one, position 0).
 #[derive(Clone, Copy, Debug)]
+#[allow(clippy::struct_excessive_bools)] // (four flags in its padding: 24 bytes, a group 48, asserted)
 pub(super) struct Run {
     pub(super) n: u32,
     pub(super) pos: u32,
@@ -250,6 +263,9 @@ pub(super) struct Run {
     pub(super) dreq: bool,
     pub(super) dpos: bool,
     pub(super) ready: bool,
+    /// Its span found in the log by the first eviction's build (`CpuTier::build_heap`), which clears
+    /// it again: false at any other time.
+    pub(super) marked: bool,
 }
 
 impl Run {
@@ -263,6 +279,7 @@ impl Run {
             dreq: false,
             dpos: true,
             ready: false,
+            marked: false,
         }
     }
 
@@ -901,6 +918,19 @@ impl Chunks {
         Some(ready)
     }
 
+    /// The run whose whole slots span `s` names (`Run::span`), ready: a logged finish's span still
+    /// current (`CpuTier::log`).
+    #[inline]
+    pub(super) fn logged_run_mut(&mut self, s: Span) -> Option<&mut Run> {
+        let (hi, _) = s.key_halves();
+        let g = self.groups.get_mut(hi)?;
+        let base = g.base;
+        match &mut g.slots {
+            Slots::Run(r) if r.ready && r.span(hi, base) == Some(s) => Some(r),
+            _ => None,
+        }
+    }
+
     /// The held chunks among keys `(hi, lo..lo + n)`, from the last to the first, each take the next
     /// rank `(*next_rank + 1, -0)` (a finish's re-ranking); false (nothing changed) unless the group's
     /// slots hold all of those keys.
@@ -911,11 +941,11 @@ impl Chunks {
         lo: u64,
         n: usize,
         next_rank: &mut u64,
-        heap: Option<&mut RankQueue>,
+        order: Order<'_>,
     ) -> bool {
         self.groups
             .get_mut(hi)
-            .is_some_and(|g| g.rerank(hi, lo, n, next_rank, heap))
+            .is_some_and(|g| g.rerank(hi, lo, n, next_rank, order))
     }
 
     /// Whether `store_own_run((hi, lo, n, pos), ..)` stores (none of the keys held, the group's record
@@ -1090,10 +1120,13 @@ impl Chunks {
             }
             if let Slots::Run(r) = g.slots
                 && (r.n < 2
+                    || r.marked
                     || (r.dreq && r.req < u64::from(r.n))
                     || (r.dpos && r.pos.checked_add(r.n).is_none()))
             {
-                return Err(format!("group {hi:#x}'s run of slots is out of range"));
+                return Err(format!(
+                    "group {hi:#x}'s run of slots is out of range or marked"
+                ));
             }
             n += held;
         }

@@ -3,7 +3,7 @@
 
 use std::cmp::Reverse;
 
-use super::chunks::{Chunk, Rank, Slots, run_key};
+use super::chunks::{Chunk, Group, Rank, Slots, run_key};
 use super::order::{RankQueue, Span};
 use super::{CpuTier, Eviction, KeySet};
 use crate::BlockKey;
@@ -43,25 +43,61 @@ impl CpuTier {
         heap.retain_young(|s| !chunks.stale_span(s, s.len(), &mut near));
     }
 
-    /// The heap of the evictable chunks' current entries, each once.
-    fn rebuild_heap(&mut self) {
-        // (a span a group at least: sized once, not grown by copies)
-        let mut live = Vec::with_capacity(self.chunks.groups.len() + self.chunks.singles.len());
-        for (hi, g) in self.chunks.groups.iter() {
-            if let Slots::Run(r) = g.slots
-                && let Some(span) = r.span(hi, g.base)
+    /// The log's stale spans dropped once it holds more than twice the groups (plus 64), so that it
+    /// stays O(chunks held) while the tier never fills.
+    #[inline]
+    pub(super) fn compact_log(&mut self) {
+        if self.log.len() > 2 * self.chunks.groups.len() + 64 {
+            self.drop_stale_log();
+        }
+    }
+
+    #[cold]
+    fn drop_stale_log(&mut self) {
+        let chunks = &mut self.chunks;
+        self.log.retain(|&s| chunks.logged_run_mut(s).is_some());
+    }
+
+    /// The first eviction's order: the log's spans still current (in order, the first run as they
+    /// are; each marks its run) and every other evictable chunk's entry, as a rebuild finds them (runs
+    /// marked are skipped, their marks cleared): the same entries as `rebuild_heap`'s, without sorting
+    /// those of the runs finishes re-ranked, most of a full tier's.
+    pub(super) fn build_heap(&mut self) {
+        let mut log = std::mem::take(&mut self.log);
+        let chunks = &mut self.chunks;
+        log.retain(|&s| match chunks.logged_run_mut(s) {
+            Some(r) => {
+                r.marked = true;
+                true
+            }
+            None => false,
+        });
+        let mut others = Vec::new();
+        for (hi, g) in self.chunks.groups.iter_mut() {
+            if let Slots::Run(r) = &mut g.slots
+                && r.marked
             {
-                if r.ready {
-                    live.push(span); // (a run is unpinned: all evictable)
-                }
+                r.marked = false;
                 continue;
             }
-            for (i, c) in g.slots.iter().enumerate() {
-                if c.held && c.evictable() {
-                    let key = run_key(hi, g.base.wrapping_add(i as u64));
-                    live.push(Span::one((c.rank(), key)));
-                }
+            push_live(&mut others, hi, g);
+        }
+        for (&key, c) in &self.chunks.singles {
+            if c.evictable() {
+                others.push(Span::one((c.rank(), key)));
             }
+        }
+        self.heap = RankQueue::of_log(&log, others);
+    }
+
+    /// The heap of the evictable chunks' current entries, each once.
+    pub(super) fn rebuild_heap(&mut self) {
+        // (a span a group at least: sized once, not grown by copies; with room for a quarter more,
+        // which the first run it becomes takes the next spans in without doubling at once)
+        let n = self.chunks.groups.len() + self.chunks.singles.len();
+        let mut live = Vec::with_capacity(n + n / 4);
+        for (hi, g) in self.chunks.groups.iter() {
+            push_live(&mut live, hi, g);
         }
         for (&key, c) in &self.chunks.singles {
             if c.evictable() {
@@ -88,7 +124,7 @@ impl CpuTier {
         if !self.heap_live {
             // The first eviction: the heap is built from the live entries, which alone decide.
             self.heap_live = true;
-            self.rebuild_heap();
+            self.build_heap();
         }
         // The entries taken, as spans (each with how many of its first entries), and how many.
         let mut taken = std::mem::take(&mut self.scratch_evict);
@@ -240,6 +276,27 @@ impl CpuTier {
                 self.target = f64::max(self.target - delta, 0.0);
                 self.b2.move_to_end(key);
             }
+        }
+    }
+}
+
+/// The entries of group `hi`'s evictable chunks pushed to `live`: a run's as one span (unless a span
+/// cannot name them), any other's one by one.
+#[inline(always)]
+#[allow(clippy::inline_always)] // (the loop of every rebuild, as its body: measured, results/README.md §CPU tier)
+fn push_live(live: &mut Vec<Span>, hi: u64, g: &Group) {
+    if let Slots::Run(r) = g.slots
+        && let Some(span) = r.span(hi, g.base)
+    {
+        if r.ready {
+            live.push(span); // (a run is unpinned: all evictable)
+        }
+        return;
+    }
+    for (i, c) in g.slots.iter().enumerate() {
+        if c.held && c.evictable() {
+            let key = run_key(hi, g.base.wrapping_add(i as u64));
+            live.push(Span::one((c.rank(), key)));
         }
     }
 }

@@ -14,9 +14,11 @@
 //! ghost lists stay within
 //! `capacity`, and the LRU heap of lazily deleted entries is rebuilt from the live ones when it doubles
 //! (vLLM's `_maybe_compact_heap`; the spec never compacts, which changes no decision: see `lru_evict`).
-//! The LRU heap is built only at the first eviction (a tier that never fills orders nothing), from the
-//! chunks' ranks, which live in the chunks' slots (`Chunks`: a row's private chunks share one slot of
-//! the rows' window, `rows.rs`, and one vector or run of slots).
+//! The LRU heap is built only at the first eviction (a tier that never fills orders nothing, but logs
+//! the spans of the runs its finishes re-rank, in order: `CpuTier::log`, at most twice the groups), from
+//! that log and the chunks' ranks, which live in the chunks' slots (`Chunks`: a row's private chunks
+//! share one slot of the rows' window, `rows.rs` in pages of `paged.rs`, and one vector or run of
+//! slots).
 
 use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
@@ -92,6 +94,7 @@ mod check;
 mod chunks;
 mod evict;
 mod order;
+mod paged;
 mod records;
 mod rows;
 #[cfg(test)]
@@ -99,7 +102,8 @@ mod tests;
 
 use access::{Access, INSERTED, REUSED, Recency, STORE_MISS};
 use chunks::{Chunk, Chunks, run_in_order, run_key, run_of};
-use order::RankQueue;
+use order::{Order, RankQueue};
+use paged::Paged;
 
 /// A tier's policy state in the spec's terms ([`CpuTier::internals`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -134,6 +138,10 @@ pub struct CpuTier {
     heap: RankQueue,
     /// Whether `heap` is kept (from the first eviction on): before, pushes are skipped.
     heap_live: bool,
+    /// Before `heap_live`, under LRU: the spans of the runs finishes re-ranked, in order (a finish's
+    /// ranks are the newest), some stale since; the first eviction builds the order from them and
+    /// the entries they miss (`build_heap`). At most twice the groups held (`compact_log`).
+    log: Paged<order::Span>,
     // ARC: T1/T2 least recent first, their ghosts, the adaptive T1 target.
     t1: Recency<()>,
     t2: Recency<()>,
@@ -185,6 +193,7 @@ impl CpuTier {
             next_rank: 0,
             heap: RankQueue::new(),
             heap_live: false,
+            log: Paged::default(),
             t1: Recency::default(),
             t2: Recency::default(),
             b1: Recency::default(),
@@ -728,18 +737,20 @@ impl CpuTier {
             && let Some(rec) = self.chunks.recs.remove(rid)
         {
             // A record of one run of its own keys (`Chunks::recs`): re-ranked in their group as below.
-            let live = self.heap_live;
+            let (live, lru) = (self.heap_live, self.eviction == Eviction::Lru);
             if let Some(g) = self.chunks.groups.get_mut(rid)
                 && g.rerank(
                     rid,
                     rec.lo,
                     rec.n as usize,
                     &mut self.next_rank,
-                    live.then_some(&mut self.heap),
+                    Order::new(live, lru, &mut self.heap, &mut self.log),
                 )
             {
                 if live {
                     self.compact_heap();
+                } else {
+                    self.compact_log();
                 }
                 self.debug_check();
                 return;
@@ -759,13 +770,14 @@ impl CpuTier {
                 lo,
                 n as usize,
                 &mut self.next_rank,
-                live.then_some(&mut self.heap),
+                Order::new(live, true, &mut self.heap, &mut self.log),
             )
         {
             // A record of one run of keys at consecutive positions (in order of position), inside
             // its group's slots, no heap to feed: re-ranked as below, the record never listed.
             self.spare_orders.push(std::mem::take(&mut a.order));
             self.compact_heap();
+            self.compact_log();
             self.debug_check();
             return;
         }
@@ -782,7 +794,7 @@ impl CpuTier {
                 lo,
                 n,
                 &mut self.next_rank,
-                live.then_some(&mut self.heap),
+                Order::new(live, true, &mut self.heap, &mut self.log),
             )
         {
             // One run inside its group's slots (in order of position), no heap to feed: re-ranked
@@ -824,6 +836,7 @@ impl CpuTier {
         ordered.clear();
         self.spare_orders.push(ordered); // for a later request's record
         self.compact_heap();
+        self.compact_log();
         self.debug_check();
     }
 }

@@ -6,6 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use super::chunks::Rank;
+use super::paged::Paged;
 use crate::BlockKey;
 
 pub(super) type Entry = (Rank, BlockKey);
@@ -14,7 +15,7 @@ pub(super) type Entry = (Rank, BlockKey);
 /// `((req + k * dreq, -(pos - k * dpos)), (hi, lo - k))`, so each is above the one before when `dreq` or
 /// `dpos` (a run of slots from its last, `Slots::Run`: a store's ranks, positions down by one, or a
 /// finish's, ranks up by one); a lone entry has neither. 32 bytes: the flags in `n`'s upper bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Span {
     req: u64,
     hi: u64,
@@ -213,6 +214,33 @@ pub(super) struct RankQueue {
     young_kept: usize,
 }
 
+/// Where a finish's re-ranked run goes (`Group::rerank`): the eviction order once it is kept
+/// (`CpuTier::heap_live`), else, under LRU, the log of the finishes' spans (`CpuTier::log`) that the
+/// first eviction builds the order from; else nowhere (ARC).
+pub(super) enum Order<'a> {
+    Heap(&'a mut RankQueue),
+    Log(&'a mut Paged<Span>),
+    Off,
+}
+
+impl<'a> Order<'a> {
+    #[inline]
+    pub(super) fn new(
+        live: bool,
+        lru: bool,
+        heap: &'a mut RankQueue,
+        log: &'a mut Paged<Span>,
+    ) -> Self {
+        if live {
+            Order::Heap(heap)
+        } else if lru {
+            Order::Log(log)
+        } else {
+            Order::Off
+        }
+    }
+}
+
 /// The first heap's place among a queue's four sources (the two runs, the rest, the young).
 const REST: usize = 2;
 
@@ -277,12 +305,13 @@ impl RankQueue {
     pub(super) fn push_span(&mut self, s: Span) {
         self.len += s.len();
         let head = s.head();
-        let fits = |run: &VecDeque<Span>| run.back().is_none_or(|b| b.last() <= head);
         let [a, b] = &mut self.runs;
-        match (fits(a), fits(b)) {
+        let (a_end, b_end) = (a.back().map(|s| s.last()), b.back().map(|s| s.last()));
+        let fits = |end: Option<Entry>| end.is_none_or(|e| e <= head);
+        match (fits(a_end), fits(b_end)) {
             // Both extend: the one whose end is nearer (an empty run only if the other is empty).
             (true, true) => {
-                if a.back().map(|s| s.last()) >= b.back().map(|s| s.last()) {
+                if a_end >= b_end {
                     a.push_back(s);
                 } else {
                     b.push_back(s);
@@ -437,6 +466,31 @@ impl RankQueue {
         }
         let mut q = RankQueue::new();
         for s in spans {
+            q.push_span(s);
+        }
+        q
+    }
+
+    /// A queue of `log`'s spans (in order, no two interleaving: the finishes' spans still current,
+    /// `CpuTier::build_heap`), its first run as they are, and of `others` (any order), each joining a
+    /// run or the heap. The first run has room for a quarter more spans (memory touched only as they
+    /// come), so that the spans pushed after it do not double it at once.
+    pub(super) fn of_log(log: &Paged<Span>, mut others: Vec<Span>) -> Self {
+        let mut run = VecDeque::with_capacity(log.len() + log.len() / 4);
+        run.extend(log.iter().copied());
+        debug_assert!(
+            run.iter()
+                .zip(run.iter().skip(1))
+                .all(|(a, b)| a.last() <= b.head())
+        );
+        let len = run.iter().map(|s| s.len()).sum();
+        let mut q = RankQueue {
+            runs: [run, VecDeque::new()],
+            len,
+            ..RankQueue::default()
+        };
+        others.sort_unstable_by(|a, b| a.req.cmp(&b.req).then_with(|| a.cmp(b)));
+        for s in others {
             q.push_span(s);
         }
         q

@@ -13,10 +13,10 @@
 //! otherwise only empties a slot). What a map holds, and so every decision made from it, does not depend
 //! on where a row is kept.
 
-use std::collections::VecDeque;
 use std::collections::hash_map::{self, HashMap};
 use std::hash::BuildHasherDefault;
 
+use super::paged::Paged;
 use super::{MAX_ROWS, ROW_NAMES};
 use crate::block_pool::IdHasher;
 
@@ -35,7 +35,8 @@ type Map<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 pub(super) struct RowMap<V> {
     /// The row of `window[0]`.
     base: u64,
-    window: VecDeque<Option<V>>,
+    /// (paged: it moves forward through as many rows as requests, holding a fraction of them)
+    window: Paged<Option<V>>,
     /// The occupied slots of `window`.
     live: usize,
     /// Rows below `base`.
@@ -46,7 +47,7 @@ impl<V> Default for RowMap<V> {
     fn default() -> Self {
         RowMap {
             base: 0,
-            window: VecDeque::new(),
+            window: Paged::default(),
             live: 0,
             stragglers: Map::default(),
         }
@@ -194,6 +195,16 @@ impl<V> RowMap<V> {
             .chain(self.stragglers.iter().map(|(&row, v)| (row, v)))
     }
 
+    /// `iter`, mutable.
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut V)> + '_ {
+        let base = self.base;
+        self.window
+            .iter_mut()
+            .enumerate()
+            .filter_map(move |(i, v)| v.as_mut().map(|v| (base + i as u64, v)))
+            .chain(self.stragglers.iter_mut().map(|(&row, v)| (row, v)))
+    }
+
     /// The most slots a window of `live` rows may span.
     #[inline]
     fn max_span(live: usize) -> usize {
@@ -211,23 +222,28 @@ impl<V> RowMap<V> {
         let i = row - self.base;
         if i >= self.window.len() as u64 && i >= Self::max_span(self.live + 1) as u64 {
             // Too far past the window: its rows become stragglers and it starts again at `row`.
-            let base = self.base;
-            for (j, w) in self.window.drain(..).enumerate() {
+            let mut behind = self.base;
+            while let Some(w) = self.window.pop_front() {
                 if let Some(w) = w {
-                    self.stragglers.insert(base + j as u64, w);
+                    self.stragglers.insert(behind, w);
                 }
+                behind += 1;
             }
             self.live = 0;
             self.base = row;
         }
         let i = (row - self.base) as usize;
-        if i >= self.window.len() {
-            if i > self.window.len() {
-                self.window.resize_with(i, || None);
-            }
+        while self.window.len() < i {
             self.window.push_back(None);
         }
         self.live += 1;
+        if i == self.window.len() {
+            return self
+                .window
+                .push_back(Some(v))
+                .as_mut()
+                .expect("just placed");
+        }
         self.window[i].insert(v)
     }
 
@@ -268,6 +284,7 @@ impl<V> RowMap<V> {
 
     /// The invariants above, checked.
     pub(super) fn check(&self) -> Result<(), String> {
+        self.window.check()?;
         let live = self.window.iter().filter(|v| v.is_some()).count();
         if live != self.live {
             return Err(format!("{live} rows in the window, {} counted", self.live));
@@ -369,6 +386,15 @@ impl<V> ByName<V> {
             .iter()
             .map(|(row, v)| (ROW_NAMES.wrapping_add(row), v));
         rows.chain(self.other.iter().map(|(&name, v)| (name, v)))
+    }
+
+    /// `iter`, mutable.
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut V)> + '_ {
+        let rows = self
+            .rows
+            .iter_mut()
+            .map(|(row, v)| (ROW_NAMES.wrapping_add(row), v));
+        rows.chain(self.other.iter_mut().map(|(&name, v)| (name, v)))
     }
 
     /// The rows' window's invariants (`RowMap::check`).

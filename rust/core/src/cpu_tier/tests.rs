@@ -1,4 +1,5 @@
 use super::access::SCAN_SEEN;
+use super::order::Span;
 use super::*;
 
 fn k(n: u128) -> BlockKey {
@@ -547,6 +548,111 @@ proptest::proptest! {
                 }
             }
         }
+        // A tier never full so far: its first eviction's order, built from the log of the finishes'
+        // spans (`build_heap`), evicts every chunk as the order rebuilt from the groups does.
+        if !arc && !a.heap_live {
+            let (mut x, mut y) = (a.clone(), a.clone());
+            (x.heap_live, y.heap_live) = (true, true);
+            x.build_heap();
+            y.rebuild_heap();
+            x.check_invariants().unwrap();
+            let n = a.num_evictable() as usize;
+            let (mut ex, mut ey) = (Vec::new(), Vec::new());
+            let none = KeySet::default();
+            proptest::prop_assert!(x.evict(n, &none, &mut ex) && y.evict(n, &none, &mut ey));
+            proptest::prop_assert_eq!(ex, ey);
+        }
+    }
+}
+
+proptest::proptest! {
+    /// The first eviction's order built from the log of the finishes' spans (`build_heap`) evicts as
+    /// the order rebuilt from the groups (`rebuild_heap`), in a tier of requests' private runs (the
+    /// engine's case) each stored and then: completed and finished (logged); finished before its
+    /// store completes (not logged: found among the groups); still running; finished and then read
+    /// by another request (a load of its first chunk: the run a vector); or offered again whole by
+    /// another request that finishes (the reuse lists the run: its logged span stale); and with more
+    /// stale spans in the log, which its compaction drops.
+    #[test]
+    fn the_first_eviction_builds_from_the_log_as_from_the_groups(
+        named in proptest::bool::ANY,
+        reqs in proptest::collection::vec((1u64..6, 0u8..5), 1..80),
+        again in proptest::collection::vec(0usize..80, 0..40),
+        stale in 0usize..6,
+    ) {
+        let name = |x: u64| if named { x.wrapping_add(super::ROW_NAMES) } else { x };
+        let mut t = CpuTier::new(10_000, Eviction::Lru, 0);
+        for (r, &(n, fate)) in reqs.iter().enumerate() {
+            let (rid, hi) = (name(r as u64), name(r as u64));
+            let (mut offer, mut stored, mut evicted) = (Vec::new(), Vec::new(), Vec::new());
+            let whole = t.prepare_store_run(rid, (hi, 0, n), 0, &mut offer, &mut stored, &mut evicted);
+            proptest::prop_assert_eq!(whole, Some(true));
+            let other = name(r as u64 + 1_000);
+            match fate {
+                0 => {
+                    t.complete_store_run(hi, 0, n);
+                    t.finish(rid);
+                }
+                1 => {
+                    t.finish(rid);
+                    t.complete_store_run(hi, 0, n);
+                }
+                2 => t.complete_store_run(hi, 0, n),
+                3 => {
+                    t.complete_store_run(hi, 0, n);
+                    t.finish(rid);
+                    let ks = [(run_key(hi, 0), 0)];
+                    t.prepare_load(other, &ks);
+                    t.complete_load(&[ks[0].0]);
+                    t.finish(other);
+                }
+                _ => {
+                    t.complete_store_run(hi, 0, n);
+                    t.finish(rid);
+                    let (mut offer, mut stored, mut evicted) = (Vec::new(), Vec::new(), Vec::new());
+                    t.prepare_store_run(other, (hi, 0, n), 0, &mut offer, &mut stored, &mut evicted);
+                    t.finish(other);
+                }
+            }
+        }
+        // Runs offered whole again by other requests that finish: the reuse lists a run's chunks (a
+        // vector), so its logged span goes stale.
+        for (j, &r) in again.iter().enumerate() {
+            let (r, n) = (r % reqs.len(), reqs[r % reqs.len()].0);
+            let (rid, hi) = (name(10_000 + j as u64), name(r as u64));
+            let (mut offer, mut stored, mut evicted) = (Vec::new(), Vec::new(), Vec::new());
+            t.prepare_store_run(rid, (hi, 0, n), 0, &mut offer, &mut stored, &mut evicted);
+            t.finish(rid);
+        }
+        // More stale spans (a logged span cut to its head: no run's whole slots), `stale` before each
+        // logged one (in order): the compaction drops them all once they are too many.
+        let logged: Vec<Span> = t.log.iter().copied().collect();
+        t.log = Paged::default();
+        for s in logged {
+            for _ in 0..stale {
+                t.log.push_back(s.truncated(1));
+            }
+            t.log.push_back(s);
+        }
+        let before = t.log.len();
+        t.compact_log();
+        let bound = 2 * t.chunks.groups.len() + 64;
+        proptest::prop_assert!(t.log.len() <= bound.min(before));
+        if before > bound {
+            let mut u = t.clone();
+            proptest::prop_assert!(t.log.iter().all(|&s| u.chunks.logged_run_mut(s).is_some()));
+        }
+        proptest::prop_assert!(!t.heap_live);
+        let (mut x, mut y) = (t.clone(), t.clone());
+        (x.heap_live, y.heap_live) = (true, true);
+        x.build_heap();
+        y.rebuild_heap();
+        x.check_invariants().unwrap();
+        let n = t.num_evictable() as usize;
+        let (mut ex, mut ey) = (Vec::new(), Vec::new());
+        let none = KeySet::default();
+        proptest::prop_assert!(x.evict(n, &none, &mut ex) && y.evict(n, &none, &mut ey));
+        proptest::prop_assert_eq!(ex, ey);
     }
 }
 
