@@ -82,7 +82,7 @@ impl CpuTier {
         if self.t1.len() + self.t2.len() + self.b1.len() + self.b2.len() > 0 || self.target != 0.0 {
             return Err("ARC state under LRU".into());
         }
-        let log: Vec<_> = self.log.iter().collect();
+        let log = &self.log;
         if log
             .windows(2)
             .any(|w| w[0].last_of(w[0].len()) > w[1].head())
@@ -112,7 +112,7 @@ impl CpuTier {
     }
 
     fn arc_invariants(&self) -> std::result::Result<(), String> {
-        if self.heap_live || !self.heap.is_empty() || self.log.len() > 0 {
+        if self.heap_live || !self.heap.is_empty() || !self.log.is_empty() {
             return Err("LRU state under ARC".into());
         }
         for (list, name) in [

@@ -198,7 +198,7 @@ impl Group {
                     // among the groups by the first eviction, as any entry not logged)
                     Order::Log(log) => {
                         if let Some(span) = r.span(hi, self.base) {
-                            log.push_back(span);
+                            log.push(span);
                         }
                     }
                     Order::Off => {}

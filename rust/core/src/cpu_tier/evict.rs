@@ -87,7 +87,7 @@ impl CpuTier {
                 others.push(Span::one((c.rank(), key)));
             }
         }
-        self.heap = RankQueue::of_log(&log, others);
+        self.heap = RankQueue::of_log(log, others);
     }
 
     /// The heap of the evictable chunks' current entries, each once.

@@ -103,7 +103,6 @@ mod tests;
 use access::{Access, INSERTED, REUSED, Recency, STORE_MISS};
 use chunks::{Chunk, Chunks, run_in_order, run_key, run_of};
 use order::{Order, RankQueue};
-use paged::Paged;
 
 /// A tier's policy state in the spec's terms ([`CpuTier::internals`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -141,7 +140,7 @@ pub struct CpuTier {
     /// Before `heap_live`, under LRU: the spans of the runs finishes re-ranked, in order (a finish's
     /// ranks are the newest), some stale since; the first eviction builds the order from them and
     /// the entries they miss (`build_heap`). At most twice the groups held (`compact_log`).
-    log: Paged<order::Span>,
+    log: Vec<order::Span>,
     // ARC: T1/T2 least recent first, their ghosts, the adaptive T1 target.
     t1: Recency<()>,
     t2: Recency<()>,
@@ -193,7 +192,7 @@ impl CpuTier {
             next_rank: 0,
             heap: RankQueue::new(),
             heap_live: false,
-            log: Paged::default(),
+            log: Vec::new(),
             t1: Recency::default(),
             t2: Recency::default(),
             b1: Recency::default(),

@@ -6,7 +6,6 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use super::chunks::Rank;
-use super::paged::Paged;
 use crate::BlockKey;
 
 pub(super) type Entry = (Rank, BlockKey);
@@ -219,7 +218,7 @@ pub(super) struct RankQueue {
 /// first eviction builds the order from; else nowhere (ARC).
 pub(super) enum Order<'a> {
     Heap(&'a mut RankQueue),
-    Log(&'a mut Paged<Span>),
+    Log(&'a mut Vec<Span>),
     Off,
 }
 
@@ -229,7 +228,7 @@ impl<'a> Order<'a> {
         live: bool,
         lru: bool,
         heap: &'a mut RankQueue,
-        log: &'a mut Paged<Span>,
+        log: &'a mut Vec<Span>,
     ) -> Self {
         if live {
             Order::Heap(heap)
@@ -472,12 +471,12 @@ impl RankQueue {
     }
 
     /// A queue of `log`'s spans (in order, no two interleaving: the finishes' spans still current,
-    /// `CpuTier::build_heap`), its first run as they are, and of `others` (any order), each joining a
-    /// run or the heap. The first run has room for a quarter more spans (memory touched only as they
-    /// come), so that the spans pushed after it do not double it at once.
-    pub(super) fn of_log(log: &Paged<Span>, mut others: Vec<Span>) -> Self {
-        let mut run = VecDeque::with_capacity(log.len() + log.len() / 4);
-        run.extend(log.iter().copied());
+    /// `CpuTier::build_heap`), its first run in the log's own memory, with room for a quarter more
+    /// spans (touched only as they come, so that the spans pushed after it do not double it at once),
+    /// and of `others` (any order), each joining a run or the heap.
+    pub(super) fn of_log(mut log: Vec<Span>, mut others: Vec<Span>) -> Self {
+        log.reserve(log.len() / 4);
+        let run = VecDeque::from(log);
         debug_assert!(
             run.iter()
                 .zip(run.iter().skip(1))

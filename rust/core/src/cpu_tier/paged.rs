@@ -1,6 +1,6 @@
-//! A double-ended queue kept in fixed pages (DESIGN.md §CPU tier, "rows' window"): the rows' window and
-//! the log of finishes' spans, which move forward (pushed at the back, taken from the front) through
-//! hundreds of thousands of values. A `VecDeque` of them grows by doubling, copying itself into fresh
+//! A double-ended queue kept in fixed pages (DESIGN.md §CPU tier, "rows' window"): the rows' window,
+//! which moves forward (pushed at the back, taken from the front) through as many rows as requests,
+//! holding hundreds of thousands of them. A `VecDeque` of them grows by doubling, copying itself into fresh
 //! memory each time, and cycles through its whole capacity as it moves; here a page emptied at the front
 //! is reused at the back, so the memory touched is about the most the queue held at once (a filling
 //! tier's page faults were mostly these: results/README.md §CPU tier).
@@ -174,24 +174,6 @@ impl<T: Default> Paged<T> {
         self.len = 0;
     }
 
-    /// Only the values `keep` is true of kept, in order.
-    pub(super) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
-        let mut kept = 0;
-        for i in 0..self.len {
-            let (p, s) = self.place(i);
-            if keep(&self.pages[p][s]) {
-                if kept != i {
-                    let v = std::mem::take(&mut self.pages[p][s]);
-                    self[kept] = v;
-                }
-                kept += 1;
-            }
-        }
-        while self.len > kept {
-            self.pop_back();
-        }
-    }
-
     /// Its values in order, mutable.
     pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
         let (head, len) = (self.head, self.len);
@@ -285,13 +267,6 @@ mod tests {
                             model.push_back(Some(n));
                         }
                         2 => prop_assert_eq!(q.pop_front(), model.pop_front()),
-                        3 if times % 7 == 0 => {
-                            // (once in a while instead of a pop: the values of one residue kept)
-                            let r = times as u64 % 3;
-                            q.retain(|v| v.is_some_and(|v| v % 3 == r));
-                            model.retain(|v| v.is_some_and(|v| v % 3 == r));
-                            break;
-                        }
                         _ => prop_assert_eq!(q.pop_back(), model.pop_back()),
                     }
                 }

@@ -626,13 +626,13 @@ proptest::proptest! {
         }
         // More stale spans (a logged span cut to its head: no run's whole slots), `stale` before each
         // logged one (in order): the compaction drops them all once they are too many.
-        let logged: Vec<Span> = t.log.iter().copied().collect();
-        t.log = Paged::default();
+        let logged: Vec<Span> = t.log.clone();
+        t.log = Vec::new();
         for s in logged {
             for _ in 0..stale {
-                t.log.push_back(s.truncated(1));
+                t.log.push(s.truncated(1));
             }
-            t.log.push_back(s);
+            t.log.push(s);
         }
         let before = t.log.len();
         t.compact_log();
