@@ -551,18 +551,26 @@ proptest::proptest! {
         // A tier never full so far: its first eviction's order, built from the log of the finishes'
         // spans (`build_heap`), evicts every chunk as the order rebuilt from the groups does.
         if !arc && !a.heap_live {
-            let (mut x, mut y) = (a.clone(), a.clone());
-            (x.heap_live, y.heap_live) = (true, true);
-            x.build_heap();
-            y.rebuild_heap();
-            x.check_invariants().unwrap();
-            let n = a.num_evictable() as usize;
-            let (mut ex, mut ey) = (Vec::new(), Vec::new());
-            let none = KeySet::default();
-            proptest::prop_assert!(x.evict(n, &none, &mut ex) && y.evict(n, &none, &mut ey));
-            proptest::prop_assert_eq!(ex, ey);
+            let (built, rebuilt) = evict_all_built_and_rebuilt(&a);
+            proptest::prop_assert_eq!(built, rebuilt);
         }
     }
+}
+
+/// Every evictable chunk of `t` (a tier never full so far, LRU) evicted, in order, from its first
+/// eviction's order built from the log (`build_heap`, its invariants checked) and from one rebuilt from
+/// the groups (`rebuild_heap`).
+fn evict_all_built_and_rebuilt(t: &CpuTier) -> (Vec<BlockKey>, Vec<BlockKey>) {
+    let (mut x, mut y) = (t.clone(), t.clone());
+    (x.heap_live, y.heap_live) = (true, true);
+    x.build_heap();
+    y.rebuild_heap();
+    x.check_invariants().unwrap();
+    let n = t.num_evictable() as usize;
+    let (mut ex, mut ey) = (Vec::new(), Vec::new());
+    let none = KeySet::default();
+    assert!(x.evict(n, &none, &mut ex) && y.evict(n, &none, &mut ey));
+    (ex, ey)
 }
 
 proptest::proptest! {
@@ -643,16 +651,8 @@ proptest::proptest! {
             proptest::prop_assert!(t.log.iter().all(|&s| u.chunks.logged_run_mut(s).is_some()));
         }
         proptest::prop_assert!(!t.heap_live);
-        let (mut x, mut y) = (t.clone(), t.clone());
-        (x.heap_live, y.heap_live) = (true, true);
-        x.build_heap();
-        y.rebuild_heap();
-        x.check_invariants().unwrap();
-        let n = t.num_evictable() as usize;
-        let (mut ex, mut ey) = (Vec::new(), Vec::new());
-        let none = KeySet::default();
-        proptest::prop_assert!(x.evict(n, &none, &mut ex) && y.evict(n, &none, &mut ey));
-        proptest::prop_assert_eq!(ex, ey);
+        let (built, rebuilt) = evict_all_built_and_rebuilt(&t);
+        proptest::prop_assert_eq!(built, rebuilt);
     }
 }
 
