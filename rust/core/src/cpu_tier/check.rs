@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use super::access::SEEN;
-use super::chunks::Rank;
+use super::group::Rank;
 use super::{CpuTier, Eviction, KeySet};
 use crate::{BlockKey, KvError, Result};
 

@@ -3,7 +3,7 @@
 
 use std::cmp::Reverse;
 
-use super::chunks::{Chunk, Group, Rank, Slots, run_key};
+use super::group::{Chunk, Group, Rank, Slots, run_key};
 use super::order::{RankQueue, Span};
 use super::{CpuTier, Eviction, KeySet};
 use crate::BlockKey;

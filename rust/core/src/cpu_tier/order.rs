@@ -5,7 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use super::chunks::Rank;
+use super::group::Rank;
 use crate::BlockKey;
 
 pub(super) type Entry = (Rank, BlockKey);
@@ -507,7 +507,7 @@ impl From<Vec<Reverse<Entry>>> for RankQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu_tier::chunks::run_key;
+    use crate::cpu_tier::group::run_key;
     use proptest::prelude::*;
 
     fn entry(req: u64, pos: u64, key: u128) -> Reverse<Entry> {
