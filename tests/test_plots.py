@@ -65,6 +65,27 @@ def _axes(draw, *args) -> list:
     return [a for a in fig.axes if a.get_title()]
 
 
+def test_a_missing_panel_names_a_long_path_and_keeps_its_layout(tmp_path):
+    # A reason naming a deep output path (a user's, or pytest-xdist's tmp path) was one long word to
+    # matplotlib's own wrapping: the panel grew wider than the figure and constrained layout gave up
+    # (a UserWarning, an error here). Each panel's words now stay inside the panel.
+    from kvsim.analysis.plots_common import _empty, _fig, _save
+
+    fig, ax = _fig(3, 1, (19, 5.8))
+    why = "4 replicas: " + "/a-deep-output-folder" * 12 + "/claims/fleet-mooncake-4.parquet missing"
+    for a in ax[0]:
+        _empty(a, "Prefix hit rate by router (dashed: the trace's single-cache ceiling) " * 2, why)
+    _save(fig, tmp_path / "missing.png")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    for a in ax[0]:
+        panel = a.get_position().width * fig.bbox.width
+        for text in (a.title, a.texts[0]):
+            assert 0 < text.get_window_extent(renderer).width <= panel
+        assert "fleet-mooncake-4.parquet" in a.texts[0].get_text().replace("\n", "")
+
+
 def test_titles_state_what_the_data_shows(quick):
     _, results = quick
     res = results["seed-block-size"]

@@ -45,8 +45,11 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def _empty(ax: Axes, title: str, why: str) -> None:
-    ax.set_title(title)
-    ax.text(0.5, 0.5, f"not available:\n{why}", ha="center", va="center", wrap=True)
+    """A panel whose data is missing: its title and why, both wrapped to the panel's width by hand (a
+    reason naming a long path, one word to matplotlib's own wrapping, made the panel's decorations wider
+    than the figure and constrained layout gave up on it)."""
+    ax.set_title(_wrap(title, _chars(ax, 1.2)))
+    ax.text(0.5, 0.5, _wrap(f"not available:\n{why}", _chars(ax)), ha="center", va="center")
     ax.set_axis_off()
 
 
