@@ -40,8 +40,8 @@ lint: dev ## cargo fmt --check, clippy -D warnings, ruff check, ruff format --ch
 rust-test: ## The core's own tests (no Python needed)
 	cargo test
 
-py-test: dev ## pytest + hypothesis on both backends (KVSIM_HYPOTHESIS_PROFILE=fast|ci|thorough)
-	$(PY) -m pytest
+py-test: dev ## pytest + hypothesis on both backends (KVSIM_HYPOTHESIS_PROFILE=fast|ci|thorough), on every core (pytest-xdist)
+	$(PY) -m pytest -n auto --dist worksteal
 
 gpu-test: dev ## GPU validation's tests on CPU: installs the gpu extra (torch, ~5.4 GB from PyPI), runs them
 	$(VENV)/bin/maturin develop --release --extras test,gpu -q

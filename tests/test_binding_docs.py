@@ -19,13 +19,13 @@ FUNCTIONS = [
 METHODS = [
     (cls, name, member)
     for cls in CLASSES
-    for name, member in vars(cls).items()
+    for name, member in sorted(vars(cls).items())  # (sorted: PyO3's class dict order varies by process)
     if not name.startswith("__") and callable(member)
 ]
 PROPERTIES = [
     (cls, name, member)
     for cls in CLASSES
-    for name, member in vars(cls).items()
+    for name, member in sorted(vars(cls).items())
     if inspect.isdatadescriptor(member) and not name.startswith("__")
 ]
 
