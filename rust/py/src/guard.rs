@@ -30,8 +30,9 @@ const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 /// between units of work, and comes back with the result. Signal handlers run on Python's main thread
 /// only, so the check is made here and not by the worker; on other threads it finds nothing, as before.
 ///
-/// The watcher waits on `done`, which the worker sets before it wakes the watcher, never on the thread
-/// having exited: `is_finished` turns true only after the wake-up, so a watcher that looked in between
+/// The watcher waits on `done`, which the worker sets before it wakes the watcher (the thread having
+/// exited only stops it after a panic outside the guard, which sets no `done`). It once waited on
+/// `is_finished` alone, which turns true only after the wake-up, so a watcher that looked in between
 /// slept a whole `SIGNAL_POLL` more (a short run, a streamed chunk of a few rows, took up to 20 ms
 /// instead of microseconds: ~15 ms a call measured on `simulate_stream`'s chunks of one row).
 fn run_watched<T: Send>(
