@@ -541,16 +541,20 @@ def plot_all(
         draw_hybrid_capacity(ax[0][0], capacity_rows())
         done(_save(fig, out_dir / "hybrid_capacity.png"))
 
+        from kvsim.analysis.claims_tier import POOLS as TIER_POOLS
         from kvsim.analysis.claims_tier import TRACES as TIER_TRACES
+        from kvsim.analysis.claims_tier import pool_ceiling
         from kvsim.analysis.plots_tier import draw_tier_hits, draw_tier_ttft
 
         fig, ax = _fig(2, 1, (17, 6.5))
         tier = results["tier-mooncake"]
-        tier_top: dict[str, float] = {}
+        tier_top: dict[tuple[str, int], float] = {}
         if not tier.error and tier.frame.height:
             n = int(tier.frame["requests"][0])
             with contextlib.suppress(InvalidArgumentError):  # no trace file here: no ceiling drawn
-                tier_top = {t: mooncake_ceiling(make_workload(t, {}, n, 0)) for t in TIER_TRACES}
+                for t in TIER_TRACES:
+                    w = make_workload(t, {}, n, 0)
+                    tier_top |= {(t, pool): pool_ceiling(w, pool) for pool in TIER_POOLS}
         if tier.error or not tier.frame.height:
             _empty(ax[0][0], "hit rate against total cache", tier.error or "no rows")
             _empty(ax[0][1], "TTFT without and with the tier", tier.error or "no rows")

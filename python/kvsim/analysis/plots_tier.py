@@ -1,7 +1,7 @@
 """The CPU tier's plot (results/plots/cpu_tier.png, DESIGN.md §CPU tier): on both Mooncake traces, the hit rate
 (GPU + tier, first admissions) against the total cache (GPU pool + tier, tokens) for each GPU pool, with the
-trace's reuse ceiling; and mean and p99 TTFT without and with the largest tier, the loads' time charged
-(`kvsim.analysis.claims_tier`). The titles' second lines are computed from the plotted numbers."""
+pool's reuse ceiling (over the requests it admits); and mean and p99 TTFT without and with the largest tier,
+the loads' time charged (`kvsim.analysis.claims_tier`). The titles' second lines are computed from the plotted numbers."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ COLORS = {TRACES[0]: "#1c7ed6", TRACES[1]: "#e8590c"}
 MARKERS = {POOLS[0]: "o", POOLS[1]: "s"}
 
 
-def draw_tier_hits(ax: Axes, res: Results, ceilings: dict[str, float]) -> None:
+def draw_tier_hits(ax: Axes, res: Results, ceilings: dict[tuple[str, int], float]) -> None:
+    """Per trace and pool, the hit rate against the total cache, with the pool's reuse ceiling
+    (`claims_tier.pool_ceiling`: over the requests the pool admits) when `ceilings` has it."""
     best: list[tuple[str, float, float]] = []
     for trace in TRACES:
         label = f"{trace}:time_scale={TIME_SCALE}"
@@ -28,9 +30,10 @@ def draw_tier_hits(ax: Axes, res: Results, ceilings: dict[str, float]) -> None:
                 x, y, color=color, ls=ls, marker=MARKERS[pool], label=f"{trace}, {pool_label(pool)} + tier"
             )
             best.append((trace, y[0], y[-1]))
-        if trace in ceilings:
-            ceiling = ceilings[trace]
-            ax.axhline(ceiling, color=color, lw=1, ls=":", label=f"{trace}: reuse ceiling {pct(ceiling)}")
+            if (trace, pool) in ceilings:
+                ceiling = ceilings[(trace, pool)]
+                ax.axhline(ceiling, color=color, lw=1, ls=(0, (1, 1.5) if pool == POOLS[1] else (1, 4)),
+                           label=f"its reuse ceiling {pct(ceiling)} (the requests the pool admits)")  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_xlabel("total cache: GPU pool + CPU tier (tokens; first point of each line: no tier)")
     ax.set_ylabel("prompt tokens hit, GPU + tier (first admissions)")

@@ -1,0 +1,120 @@
+"""The reuse ceiling the CPU tier's claims hold the engine to (DESIGN.md §Claims): over the requests a pool
+admits, with a load's hits reaching the prompt's last token; the engine meets it exactly where nothing is
+evicted and every store has landed, and the claims refuse a ceiling that counts other requests than the
+run's or a hit rate above it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import kvsim
+from kvsim.analysis.claims_model import CONFIRMED, DIFFERS, Results
+from kvsim.analysis.claims_seed import admitted, mooncake_ceiling
+from kvsim.analysis.claims_tier import pool_ceiling, tier_claims, tier_experiments
+from kvsim.workloads import traces_dir
+
+PARQUET = Path(__file__).resolve().parents[1] / "results" / "claims" / "tier-mooncake.parquet"
+
+
+def workload(arrival_gap: float = 100.0) -> kvsim.Workload:
+    """r0 = [A:512 B:96]; r1 = [A:512 B:512] with 2,000 tokens to generate (a peak of 189 blocks of 16);
+    r2 = [A:512 B:512], 1 to generate; r3 = [A:512]; r4 = [A:512 B:96] again."""
+    return kvsim.Workload(
+        arrival=[i * arrival_gap for i in range(5)],
+        output_len=[1, 2000, 1, 1, 1],
+        seg_offsets=[0, 2, 4, 6, 7, 9],
+        segment_id=[1, 2, 1, 2, 1, 2, 1, 1, 2],
+        segment_len=[512, 96, 512, 512, 512, 512, 512, 512, 96],
+    )
+
+
+def test_a_request_the_pool_rejects_neither_counts_nor_leaves_a_prefix():
+    w = workload()
+    # Any pool: r1 reuses A and B's 96 tokens (608), r2 all of r1's 1,024 but one block (1,008), r3 A but
+    # one block (496), r4 all 608 but one block (592).
+    assert mooncake_ceiling(w) == pytest.approx((608 + 1008 + 496 + 592) / (608 + 1024 + 1024 + 512 + 608))
+    # 100 blocks: r1 (189) is rejected; r2 then finds only r0's A and 96 tokens of B.
+    assert admitted(w, 100) == [True, False, True, True, True]
+    assert mooncake_ceiling(w, capacity_blocks=100) == pytest.approx(
+        (608 + 496 + 592) / (608 + 1024 + 512 + 608)
+    )
+    # A load's hits reach the prompt's last token: r3's whole 512 but one, r4's 608 but one.
+    assert mooncake_ceiling(w, capacity_blocks=100, whole_prompt=True) == pytest.approx(
+        (608 + 511 + 607) / (608 + 1024 + 512 + 608)
+    )
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_an_unbounded_tier_reaches_the_pool_ceiling_exactly(backend):
+    """Requests far apart (every store landed before the next arrives), a GPU pool too small to keep them
+    and a tier that never fills: the engine's hits are the ceiling's, r1 rejected by the pool."""
+    w = workload()
+    cfg = kvsim.SimConfig(
+        num_blocks=101, block_size=16, enable_prefix_caching=True, kv_offloading_chunks=10**6
+    )
+    s = kvsim.simulate(w, cfg, backend=backend).summary
+    assert s["rejected"] == admitted(w, 100).count(False) == 1
+    assert s["hit_rate_first_admission"] == pytest.approx(pool_ceiling(w, 101), abs=1e-12)
+    # The GPU's ceiling (a block short of the prompt) is below it: r3's and r4's last blocks came from the tier.
+    assert s["hit_rate_first_admission"] > mooncake_ceiling(w, capacity_blocks=100)
+
+
+def tier_results() -> Results:
+    return Results(tier_experiments()[0], pl.read_parquet(PARQUET), None)
+
+
+needs_rows = pytest.mark.skipif(
+    not PARQUET.exists() or not (traces_dir() / "mooncake").is_dir(),
+    reason="the claims' rows or the Mooncake traces are absent",
+)
+
+
+@needs_rows
+def test_the_tier_claims_hold_the_committed_rows_to_each_pools_ceiling():
+    claims = {
+        c.id: c for c in tier_claims({"tier-mooncake": tier_results(), "tier-fleet-mooncake": _fleet()}, 1.0)
+    }
+    for trace in ("mooncake-conversation", "mooncake-synthetic"):
+        c = claims[f"C-tier-{trace}"]
+        assert c.verdict == CONFIRMED, c.note
+        # one ceiling per pool: the 64K-token pool rejects the longest requests, so its ceiling differs
+        assert "64K-token pool: " in c.source_value
+        assert "454K-token pool: " in c.source_value
+        assert "requests rejected" in c.note
+        assert "NOT COMPARABLE" not in c.note
+
+
+@needs_rows
+def test_a_ceiling_over_other_requests_than_the_runs_is_refused():
+    res = tier_results()
+    # The rows as if the 64K-token pool had rejected nobody: the ceiling's requests are not the run's.
+    frame = res.frame.with_columns(pl.lit(0, dtype=pl.Int64).alias("rejected"))
+    claims = tier_claims(
+        {"tier-mooncake": Results(res.experiment, frame, None), "tier-fleet-mooncake": _fleet()}, 1.0
+    )
+    c = next(c for c in claims if c.id == "C-tier-mooncake-conversation")
+    assert c.verdict == DIFFERS
+    assert "NOT COMPARABLE: the ceiling leaves out 257 requests, the runs rejected [0]" in c.note
+
+
+@needs_rows
+def test_a_hit_rate_above_the_ceiling_is_refused():
+    res = tier_results()
+    # The largest tier on vLLM's pool one point higher: still rising and within 5 points, but above what an
+    # infinite cache hits.
+    bump = (pl.col("num_blocks") == 29102) & (pl.col("kv_offloading_chunks") == 2**26 // 16)
+    rate = pl.col("hit_rate_first_admission")
+    frame = res.frame.with_columns(pl.when(bump).then(rate + 0.01).otherwise(rate))
+    claims = tier_claims(
+        {"tier-mooncake": Results(res.experiment, frame, None), "tier-fleet-mooncake": _fleet()}, 1.0
+    )
+    verdicts = {c.id: c.verdict for c in claims}
+    assert verdicts["C-tier-mooncake-synthetic"] == verdicts["C-tier-mooncake-conversation"] == DIFFERS
+
+
+def _fleet() -> Results:
+    path = PARQUET.with_name("tier-fleet-mooncake.parquet")
+    return Results(tier_experiments()[1], pl.read_parquet(path), None)
