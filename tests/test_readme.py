@@ -89,3 +89,48 @@ def test_the_readme_startup_table_is_what_its_command_prints():
     readme = (ROOT / "README.md").read_text()
     assert "python -m kvsim.analysis.startup_table" in readme
     assert table() in readme
+
+
+def _run_examples() -> list[tuple[str, list[str]]]:
+    """README's `kvsim run` examples followed by what they print: the command (its continuation lines
+    joined) and its `# ` lines, those saying `...` elided there."""
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S):
+        lines = block.splitlines()
+        i = next((i for i, line in enumerate(lines) if line.startswith("kvsim run")), None)
+        if i is None:
+            continue
+        cmd = lines[i]
+        while cmd.endswith("\\"):
+            i += 1
+            cmd = cmd[:-1] + lines[i].strip()
+        shown = []
+        for line in lines[i + 1 :]:
+            if not line.startswith("# "):
+                break
+            shown.append(line[2:])
+        if shown:
+            out.append((cmd.split("#")[0], shown))
+    return out
+
+
+@pytest.mark.parametrize(("cmd", "shown"), _run_examples(), ids=lambda v: v[:70] if isinstance(v, str) else "")
+def test_the_readme_run_examples_print_what_it_shows(cmd, shown, capsys):
+    """Each line the README shows under a `kvsim run` example is in what the command prints now (a `...`
+    stands for what the README leaves out), so that no figure there outlives the code that made it."""
+    import shlex
+
+    from kvsim.cli import main
+    from kvsim.workloads import traces_dir
+
+    args = shlex.split(cmd)[1:]
+    if any("mooncake" in a for a in args) and not (traces_dir() / "mooncake").is_dir():
+        pytest.skip("the Mooncake traces are absent")
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert len(shown) > 2
+    for line in shown:
+        if line.startswith("..."):
+            continue
+        pattern = ".*?".join(re.escape(part.strip()) for part in line.split("...") if part.strip())
+        assert re.search(pattern, printed), f"README shows {line!r}; {cmd} prints:\n{printed}"
