@@ -217,3 +217,21 @@ def test_a_sweep_without_a_pool_says_how_to_give_one(capsys, tmp_path):
         )
         == 0
     )
+
+
+def test_a_grid_with_an_invalid_combination_says_so_in_one_line_or_skips_it(capsys, tmp_path):
+    """The combinations are listed on one line (they were one a line); `--skip-invalid` runs the rest (it
+    failed the same way: the metric columns were read from the whole grid first)."""
+    argv = ["sweep", "--requests", "5", "--no-progress", "--base", "num_blocks=64",
+            "--grid", "kv_offloading_chunks=0,4", "--grid", "policy=vllm,reserve"]  # fmt: skip
+    line = _one_error(capsys, [*argv, "--output", str(tmp_path / "a.parquet")])
+    assert "1 invalid grid combination(s)" in line
+    assert "{'kv_offloading_chunks': 4, 'policy': 'reserve'}" in line
+    assert not (tmp_path / "a.parquet").exists()
+    assert main([*argv, "--output", str(tmp_path / "b.parquet"), "--skip-invalid"]) == 0
+    rows = pl.read_parquet(tmp_path / "b.parquet")
+    assert sorted(zip(rows["kv_offloading_chunks"], rows["policy"], strict=True)) == [
+        (0, "reserve"),
+        (0, "vllm"),
+        (4, "vllm"),
+    ]

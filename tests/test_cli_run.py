@@ -757,3 +757,33 @@ def test_vllms_human_readable_integers_read_as_vllm_reads_them(capsys, flag, tex
 def test_a_binary_suffix_takes_a_whole_number(capsys):
     line = _error(capsys, [*SMALL, "--max-num-batched-tokens", "1.5K"])
     assert line.startswith("kvsim run: error: argument --max-num-batched-tokens: '1.5K'"), line
+
+
+# -- the CPU tier's table ------------------------------------------------------------------------------------
+TIER_RUN = [
+    "run", "--num-gpu-blocks-override", "128", "--kv-offloading-chunks", "40", "--requests", "60",
+    "--workload", "synthetic:system_prompt_len=256,num_system_prompts=4,arrival_rate=20",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_the_tier_table_says_how_many_chunks_its_occupancy_is_of(capsys, replicas):
+    """One replica: its tier's chunks. A fleet: its tiers (the summary's `cpu_tier_chunks`, all of them),
+    the mean over all, the peak the fullest tier's; the table said 'of 40 chunks' for three tiers of 40."""
+    argv = [*TIER_RUN, "--replicas", str(replicas)]
+    s = _json(capsys, argv)["summary"]
+    assert s["cpu_tier_chunks"] == 40 * replicas
+    assert main(argv) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "tier occupancy" in x)
+    mean, peak = 100 * s["cpu_tier_occupancy"], 100 * s["cpu_tier_peak_occupancy"]
+    held = "40 chunks" if replicas == 1 else "3 tiers × 40 chunks (peak: the fullest tier's)"
+    assert line.split(None, 5)[-1] == f"{mean:.1f} % / {peak:.1f} % of {held}"
+
+
+@pytest.mark.parametrize("size", ["0.001", "1B"])
+def test_a_tier_smaller_than_a_chunk_is_refused(capsys, size):
+    """It ran as no tier at all, its table and its checks gone (a 1 MiB tier with `--policy reserve` ran)."""
+    err = _error(capsys, ["run", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "2GiB", "--requests", "20",
+                          "--kv-offloading-size", size])  # fmt: skip
+    assert "holds no CPU-tier chunk" in err
+    assert "or 0 for no tier" in err

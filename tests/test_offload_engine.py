@@ -158,6 +158,22 @@ def test_what_the_tier_cannot_model_is_refused_by_name(changes, says):
         kvsim.SimConfig(num_blocks=20, **changes)
 
 
+@pytest.mark.parametrize("size", ["1MiB", "1B", 0.001, "2097151B"])
+def test_a_tier_of_less_than_one_chunk_is_refused_not_run_as_none(size):
+    """Llama-3.1-8B's chunk is 2 MiB: a smaller tier would hold nothing, and ran as no tier at all (the
+    tier's checks skipped with it); 0 is no tier, and one chunk runs."""
+    with pytest.raises(InvalidArgumentError, match=r"holds no CPU-tier chunk .*2\.0 MiB.*or 0 for no tier"):
+        kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes="2GiB", kv_offloading_size=size)
+    assert (
+        kvsim.SimConfig(
+            model="llama-3.1-8b", kv_cache_bytes="2GiB", kv_offloading_size=0
+        ).kv_offloading_chunks
+        == 0
+    )
+    one = kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes="2GiB", kv_offloading_size="2MiB")
+    assert one.kv_offloading_chunks == 1
+
+
 def test_a_hybrid_model_with_a_tier_is_refused():
     with pytest.raises(InvalidArgumentError, match="one full-attention group"):
         kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-80gb", kv_offloading_size="8GiB")

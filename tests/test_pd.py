@@ -478,6 +478,25 @@ def test_kvsim_run_gives_the_prefill_pool_its_own_config(capsys):
     no_pool = [a for a in base if a not in ("--prefill-replicas", "1")]
     assert main([*no_pool, "--prefill-config", "gpu=b200"]) == 2
     assert "no prefill pool" in capsys.readouterr().err
+    # One replica: refused too (it ran as an ordinary replica, printing a prefill pool it never had).
+    one = [a for a in no_pool if a not in ("--replicas", "2")]
+    assert main([*one, "--prefill-config", "gpu=b200"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kvsim run: error: argument --prefill-config:")
+    assert "no prefill pool: give --prefill-replicas N" in err
+
+
+def test_kvsim_plan_refuses_a_prefill_config_it_would_not_use(capsys):
+    """The search runs every replica on the decode config: `--prefill-config` was parsed and ignored."""
+    from kvsim.cli import main
+
+    argv = ["plan", "--num-gpu-blocks-override", "64", "--requests", "30", "--slo", "ttft_p99:1s",
+            "--replicas", "2", "--prefill-replicas", "1", "--pd-link-ps-per-block", "10"]  # fmt: skip
+    for extra in ([], ["--split"]):
+        assert main([*argv, *extra, "--prefill-config", "num_blocks=2"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("kvsim plan: error: argument --prefill-config: kvsim plan searches fleets")
+        assert "\n" not in err
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -114,7 +114,9 @@ def _run_examples() -> list[tuple[str, list[str]]]:
     return out
 
 
-@pytest.mark.parametrize(("cmd", "shown"), _run_examples(), ids=lambda v: v[:70] if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    ("cmd", "shown"), _run_examples(), ids=lambda v: v[:70] if isinstance(v, str) else ""
+)
 def test_the_readme_run_examples_print_what_it_shows(cmd, shown, capsys):
     """Each line the README shows under a `kvsim run` example is in what the command prints now (a `...`
     stands for what the README leaves out), so that no figure there outlives the code that made it."""

@@ -234,7 +234,12 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
         b = s[f"{done}_bytes"]
         return f"{s[f'{done}_blocks']:,} blocks" + (f", {fmt_bytes(b)}" if b is not None else "")
 
-    size = config.kv_offloading_chunks
+    # A fleet's summary holds its replicas' tiers: the mean over all of them, the peak the fullest one's.
+    per = config.kv_offloading_chunks
+    size = int(s.get("cpu_tier_chunks", per))
+    held = f"{per:,} chunk{'s' if per != 1 else ''}"
+    if size != per:
+        held = f"{size // per:,} tiers × {held} (peak: the fullest tier's)"
     rows = [
         ("GPU prefix hits [prefix_cache_hits]", f"{100 * s['prefix_hit_rate']:.1f} % of prompt tokens"),
         ("CPU tier hits [external_prefix_cache_hits]", f"{100 * s['cpu_hit_rate']:.1f} % of prompt tokens"),
@@ -248,8 +253,7 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
         ("waiting for loads, mean per load", f"{1000 * s['load_wait_s_mean']:.3g} ms"),
         (
             "tier occupancy, mean / peak",
-            f"{100 * s['cpu_tier_occupancy']:.1f} % / "
-            f"{100 * s['cpu_tier_peak_occupancy']:.1f} % of {size:,} chunks",
+            f"{100 * s['cpu_tier_occupancy']:.1f} % / {100 * s['cpu_tier_peak_occupancy']:.1f} % of {held}",
         ),
     ]
     lines = ["== CPU tier =="]

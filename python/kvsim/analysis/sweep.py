@@ -448,10 +448,11 @@ class SweepSpec:
                 for seed in seeds:
                     points.append(Point(cfg, wname, wp, seed, self.requests, self.backend, combo, slos))
         if bad and not skip_invalid:
-            shown = "\n  ".join(bad[:8]) + (f"\n  ... and {len(bad) - 8} more" if len(bad) > 8 else "")
+            # (one line, as every CLI error: `kvsim sweep` prints it as it is)
+            shown = "; ".join(bad[:8]) + (f"; ... and {len(bad) - 8} more" if len(bad) > 8 else "")
             raise InvalidArgumentError(
-                f"{len(bad)} invalid grid combination(s) (split the grid, or skip them with --skip-invalid):"
-                f"\n  {shown}"
+                f"{len(bad)} invalid grid combination(s) (split the grid, or skip them with --skip-invalid): "
+                f"{shown}"
             )
         if not points:
             raise InvalidArgumentError("the grid has no valid points")

@@ -320,12 +320,13 @@ def _flag_error(flag: str, exc: InvalidArgumentError) -> InvalidArgumentError:
     return InvalidArgumentError(f"argument {flag}: {exc}")
 
 
-def known_metrics(spec: SweepSpec) -> list[str]:
+def known_metrics(spec: SweepSpec, skip_invalid: bool = False) -> list[str]:
     """The metric columns a sweep's rows will have: the summary of a two-request run of the sweep's
-    first point (with its SLOs' goodput columns), plus the wall times."""
+    first point (its first valid one with `skip_invalid`; with its SLOs' goodput columns), plus the wall
+    times."""
     from kvsim.analysis.sweep import simulate_point
 
-    point = spec.points()[0]
+    point = spec.points(skip_invalid=skip_invalid)[0]
     workload = make_workload(point.workload, point.workload_params, 2, point.seed)
     summary = simulate_point(point, workload, point.sim_config(), False).summary  # a fleet's too
     return [k for k, v in summary.items() if isinstance(v, int | float)] + ["wall_s", "workload_s"]
@@ -363,7 +364,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_output(options["output"])
     except InvalidArgumentError as exc:
         raise _flag_error("--output", exc) from None
-    known = known_metrics(spec)
+    known = known_metrics(spec, args.skip_invalid)
     if args.show is None:
         show = default_show(spec, known)
     else:

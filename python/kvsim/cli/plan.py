@@ -253,6 +253,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     opts = _search_options(args)
     if args.plot is not None:
         _check_plot_path(args.plot)
+    if getattr(args, "prefill_config", None) is not None:
+        # (the search's probes run every replica on `config`: a prefill pool of its own is not searched)
+        raise FlagError(
+            "argument --prefill-config: kvsim plan searches fleets whose prefill replicas run the decode "
+            "replicas' config; a prefill config of their own runs with kvsim run, not in a search yet"
+        )
     config = _config_from_args(args, data)
     notes: list[str] = []
     workload, info = _workload_from_args(args, data, notes)

@@ -175,6 +175,12 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
         raise
     _refuse_idle_swap(args, config, cfg, flag_of)
     args.prefill_sim_config = _prefill_config(args, cfg)
+    if args.prefill_sim_config is not None and not config.prefill_replicas:
+        # (`simulate_cluster` refuses it in a fleet; a single replica never reads it)
+        raise FlagError(
+            "argument --prefill-config: the prefill replicas' config, but this run has no prefill pool: give "
+            "--prefill-replicas N (a disaggregated fleet) or drop the flag"
+        )
     return config
 
 

@@ -335,7 +335,7 @@ def tier_size(tier_bytes: Any, values: dict[str, Any], model: Any) -> float | No
 
 
 def check_tier_chunks(tier_bytes: int, cfg: SimConfig) -> None:
-    """Refuses a CPU tier that holds no chunk (vLLM's chunk: a block's KV padded to 4 KiB,
+    """Refuses a CPU tier of `tier_bytes` on `cfg` (its model, block size and ranks) that holds no chunk (vLLM's chunk: a block's KV padded to 4 KiB,
     `SimConfig.kv_offloading_chunk_bytes`), or more than the page draws (`MAX_TIER_CHUNKS`).
 
     Raises:
@@ -343,7 +343,7 @@ def check_tier_chunks(tier_bytes: int, cfg: SimConfig) -> None:
     """
     chunk = cfg.kv_offloading_chunk_bytes
     assert chunk is not None, "the lab's configs have a model"
-    chunks = cfg.kv_offloading_chunks
+    chunks = tier_bytes // chunk  # (as `SimConfig` counts them: `tier_bytes` is the size in GiB × 2**30)
     what = f"kv_offloading_bytes {tier_bytes} ({fmt_bytes(tier_bytes)} of CPU tier)"
     name = getattr(cfg.model, "name", cfg.model)
     if chunks < 1:
@@ -452,11 +452,12 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
         preemption=preemption,
         cpu_blocks=cpu_blocks,
         placement=placement,
-        kv_offloading_size=tier,
+        kv_offloading_size=None,
         kv_offloading_chunks=0,
     )
     if tier is not None:
-        check_tier_chunks(tier_bytes, paged)
+        check_tier_chunks(tier_bytes, paged)  # (before the config refuses it, naming its own field)
+        paged = paged.replace(kv_offloading_size=tier)
     contiguous = _contiguous_track(paged, p.workload, contiguous_policy)
     query: dict[str, Any] = {
         "preset": p.name,

@@ -388,6 +388,14 @@ class SimConfig(ConfigTimeModel):
                     "kv_offloading_chunks)"
                 )
             chunks = int(size * 2**30) // chunk  # vLLM: cpu_bytes_to_use = size * (1 << 30)
+            if size > 0 and chunks < 1:
+                from kvsim.model.units import fmt_bytes
+
+                raise InvalidArgumentError(
+                    f"kv_offloading_size {size} ({fmt_bytes(int(size * 2**30))}) holds no CPU-tier chunk (one "
+                    f"{self.kv_offloading_blocks_per_chunk}-block chunk of {getattr(self.model, 'name', self.model)}: "
+                    f"{fmt_bytes(chunk)}): give at least {chunk / 2**30:.4g} GiB, or 0 for no tier"
+                )
             if chunks > MAX_BLOCKS:
                 raise InvalidArgumentError(
                     f"kv_offloading_size {size} gives {chunks} CPU-tier chunks, more than {MAX_BLOCKS}"
