@@ -329,7 +329,41 @@ def test_unknown_endpoints_and_methods_answer_json(client: TestClient) -> None:
     assert r.status_code == 405
     assert r.json()["field"] == "method"
     assert "DELETE" in r.json()["error"]
-    assert client.get("/no-such-page").status_code == 404
+    r = client.get("/no-such-page")
+    assert r.status_code == 404
+    assert r.json() == {"error": r.json()["error"], "field": "path"}
+    assert "/no-such-page" in r.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "field"),
+    [
+        ("GET", "/static/nope.js", 404, "path"),
+        ("GET", "/static/", 404, "path"),
+        ("GET", "/static/js", 404, "path"),  # a folder, not a file
+        ("DELETE", "/static/x", 405, "method"),
+        ("POST", "/static/index.html", 405, "method"),
+    ],
+)
+def test_static_errors_answer_json(
+    client: TestClient, method: str, path: str, status: int, field: str
+) -> None:
+    """The mounted StaticFiles' 404 and 405 were text/plain "Not Found"; they are JSON like the API's."""
+    r = client.request(method, path)
+    assert r.status_code == status
+    assert r.headers["content-type"].startswith("application/json")
+    body = r.json()
+    assert body["field"] == field
+    assert path in body["error"]
+    r = client.get("/static", follow_redirects=True)  # redirected to /static/, a folder
+    assert r.status_code == 404
+    assert r.json()["field"] == "path"
+
+
+def test_presets_takes_no_parameters(client: TestClient) -> None:
+    r = client.get("/api/presets?x=1")
+    assert r.status_code == 400
+    assert r.json() == {"error": "parameter 'x': /api/presets takes no parameters", "field": "x"}
 
 
 def test_an_address_that_cannot_be_listened_on_warns_nothing(capsys: pytest.CaptureFixture[str]) -> None:

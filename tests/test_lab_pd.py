@@ -313,6 +313,24 @@ def test_bad_input_is_refused_by_name():
         pd.run(p.workload, p.config.replace(kv_offloading_chunks=64), p.request_names)
 
 
+def test_snapshot_refuses_what_is_not_a_run_and_takes_numpy_instants():
+    """`snapshot("disaggregated", 0)` once raised a bare AttributeError; a numpy integer instant was refused
+    as "must be an integer" though the rest of the API takes one."""
+    with pytest.raises(
+        InvalidArgumentError, match=r"^run 'disaggregated' is not a kvsim\.lab\.pd\.PdRun.*preset_run"
+    ):
+        pd.snapshot("disaggregated", 0)  # type: ignore[arg-type]
+    for bad in (None, 3, {}):
+        with pytest.raises(InvalidArgumentError, match=r"^run .* is not a kvsim\.lab\.pd\.PdRun"):
+            pd.snapshot(bad, 0)  # type: ignore[arg-type]
+    r = pd.preset_run("disaggregated")
+    got = pd.snapshot(r, np.int64(2))  # type: ignore[arg-type]
+    assert got == pd.snapshot(r, 2)
+    assert type(got["instant"]) is int
+    with pytest.raises(InvalidArgumentError, match=r"^instant"):
+        pd.snapshot(r, np.float64(2.0))  # type: ignore[arg-type]
+
+
 def test_the_api_serves_the_snapshots_and_refuses_by_name():
     import warnings
 

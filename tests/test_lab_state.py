@@ -173,6 +173,29 @@ def test_bad_arguments_are_refused():
         kvsim.lab.snapshot(kvsim.lab.preset("copilot")[0], None)
 
 
+@pytest.mark.parametrize("bad", [3, None, 1.5, b"copilot"])
+def test_snapshot_of_what_is_neither_a_workload_nor_a_preset_names_it(bad):
+    """`snapshot(3)` once blamed `config None`; the message names the value and what is accepted."""
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"^workload .* is not a kvsim\.Workload or a preset's name \(one of 'copilot'",
+    ):
+        kvsim.lab.snapshot(bad)
+
+
+def test_snapshot_steps_take_numpy_integers_and_refuse_the_rest():
+    assert kvsim.lab.snapshot("copilot", step=np.int64(1)) == kvsim.lab.snapshot("copilot", step=1)
+    for bad in ("1", 1.0, True):
+        with pytest.raises(InvalidArgumentError, match=r"^step .* must be an integer"):
+            kvsim.lab.snapshot("copilot", step=bad)
+
+
+def test_overrides_with_a_workload_of_your_own_are_refused_not_ignored():
+    w, cfg, _ = kvsim.lab.preset("copilot")
+    with pytest.raises(InvalidArgumentError, match=r"^block_size: overrides apply to a preset's name only"):
+        kvsim.lab.snapshot(w, cfg, block_size=32)
+
+
 def test_snapshot_of_a_configured_run_equals_the_preset_path():
     w, cfg, step = kvsim.lab.configure("copilot", block_size=32, enable_prefix_caching=False)
     a = kvsim.lab.snapshot(w, cfg, step=step)

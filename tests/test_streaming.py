@@ -150,3 +150,63 @@ def test_a_misspelt_rows_mode_is_refused_not_made_a_folder(tmp_path, monkeypatch
     with pytest.raises(kvsim.InvalidArgumentError, match="did you mean"):
         kvsim.simulate_stream(w, kvsim.SimConfig(num_blocks=200), rows=rows)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"chunk_size": 1.5}, r"^chunk_size 1\.5 must be an integer"),
+        ({"chunk_size": "2"}, r"^chunk_size '2' must be an integer"),
+        ({"chunk_size": None}, r"^chunk_size None must be an integer"),
+        ({"chunk_size": float("nan")}, r"^chunk_size nan must be an integer"),
+        ({"chunk_size": True}, r"^chunk_size True must be an integer"),
+        ({"chunk_size": 0}, r"^chunk_size 0 must be at least 1"),
+        ({"independent_chunks": "yes"}, r"^independent_chunks 'yes' must be True or False"),
+        ({"independent_chunks": 2}, r"^independent_chunks 2 must be True or False"),
+        ({"independent_chunks": None}, r"^independent_chunks None must be True or False"),
+        ({"spill_dir": 5}, r"^spill_dir 5 must be None or a directory path"),
+        ({"spill_dir": b"/tmp"}, r"^spill_dir b'/tmp' must be None or a directory path"),
+        ({"spill_dir": "FILE"}, r"^spill_dir '.*file' is not a directory"),
+        ({"spill_dir": "MISSING"}, r"^spill_dir '.*missing' does not exist"),
+        ({"source": 5}, r"^source 5 is not a kvsim\.Workload or an iterable of Workload chunks"),
+        ({"source": None}, r"^source None is not a kvsim\.Workload"),
+        ({"source": "trace.csv"}, r"^source 'trace\.csv' is not a kvsim\.Workload"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name_before_anything_is_made(tmp_path, monkeypatch, kw, message):
+    """Each argument is checked at the call: `chunk_size="2"` once leaked a bare TypeError,
+    `chunk_size=True` ran chunks of 1, `independent_chunks="yes"` PyO3's TypeError, and a `spill_dir`
+    that is a file or a number failed only after 2**24 latency values (an OSError). A refused call
+    creates nothing: not the `rows` folder, not a spill file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("x")
+    if kw.get("spill_dir") in ("FILE", "MISSING"):
+        kw = {"spill_dir": tmp_path / kw["spill_dir"].lower()}
+    source = kw.pop("source", synthetic(20, arrival_rate=5, seed=0))
+    before = sorted(tmp_path.iterdir())
+    for backend in ("rust", "reference"):
+        with pytest.raises(InvalidArgumentError, match=message):
+            simulate_stream(source, kvsim.SimConfig(num_blocks=200), backend=backend, rows="out", **kw)
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_numpy_arguments_are_taken_like_python_ones(tmp_path):
+    w = synthetic(60, arrival_rate=5, seed=0)
+    cfg = kvsim.SimConfig(num_blocks=200)
+    want = simulate_stream(w, cfg, chunk_size=7, independent_chunks=True).summary
+    got = simulate_stream(
+        w, cfg, chunk_size=np.int64(7), independent_chunks=np.bool_(True), spill_dir=tmp_path
+    ).summary
+    assert got == want
+    assert list(tmp_path.iterdir()) == []  # the spill_dir probe leaves nothing behind
+
+
+def test_chunk_helpers_refuse_non_integers():
+    w = synthetic(10, arrival_rate=5, seed=0)
+    with pytest.raises(InvalidArgumentError, match=r"^chunk size 1\.5 must be an integer"):
+        list(chunks(w, 1.5))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=r"^num_requests 2\.5 must be an integer"):
+        list(synthetic_chunks(2.5, 1))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=r"^chunk_size '2' must be an integer"):
+        list(synthetic_chunks(4, "2"))  # type: ignore[arg-type]
+    assert sum(len(c) for c in synthetic_chunks(np.int64(4), np.int64(2), arrival_rate=5)) == 4

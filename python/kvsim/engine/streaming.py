@@ -12,6 +12,7 @@ chunk-independent). Both backends stream; a chunked run gives the same rows and 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from kvsim.arguments import int_arg
 from kvsim.engine.engine_input import EngineInput, prepare
 from kvsim.engine.simulate import (
     BACKENDS,
@@ -55,6 +57,7 @@ _COLUMNS = (
 
 def chunks(workload: Workload, size: int = DEFAULT_CHUNK) -> Iterator[Workload]:
     """`workload`'s rows in chunks of `size` requests (a trace loaded whole, for `simulate_stream`)."""
+    size = int_arg("chunk size", size)
     if size < 1:
         raise InvalidArgumentError(f"chunk size {size} must be at least 1")
     for lo in range(0, len(workload), size):
@@ -71,12 +74,13 @@ def synthetic_chunks(
     previous chunk's last arrival. A chunk's conversations (`turns`) stay within it. The result is the same
     kind of workload as `synthetic(num_requests, ...)`, not the same draws.
     """
-    n = int(num_requests)
+    n = int_arg("num_requests", num_requests)
     if n < 0:
         raise InvalidArgumentError(f"num_requests {num_requests} must not be negative")
+    chunk_size = int_arg("chunk_size", chunk_size)
     if chunk_size < 1:
         raise InvalidArgumentError(f"chunk_size {chunk_size} must be at least 1")
-    first_id = int(kwargs.pop("first_request_id", 0))
+    first_id = int_arg("first_request_id", kwargs.pop("first_request_id", 0))
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1 << 32]))
     arrivals = kwargs.get("arrivals", "poisson")
     rate = float(kwargs.get("arrival_rate", 1.0))
@@ -229,15 +233,26 @@ def simulate_stream(
         only (no per-sequence columns), no time series or event log.
 
     Raises:
-        InvalidArgumentError: a bad backend, config, rows target or chunk, or chunks out of arrival order.
+        InvalidArgumentError: a bad source, backend, config, rows target, chunk_size, spill_dir or
+            independent_chunks (checked before anything is created), a bad chunk, or chunks out of
+            arrival order.
     """
+    parts = _parts(source)
     if backend not in BACKENDS:
         raise InvalidArgumentError(f"backend {backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
     if not isinstance(config, SimConfig):
         raise InvalidArgumentError(f"config {config!r} is not a kvsim.SimConfig")
     check_one_replica(config, "kvsim.simulate_stream")
-    sink = _Sink(rows)
-    parts = chunks(source, chunk_size) if isinstance(source, Workload) else iter(source)
+    size = int_arg("chunk_size", chunk_size)
+    if size < 1:
+        raise InvalidArgumentError(f"chunk_size {size} must be at least 1")
+    _check_spill_dir(spill_dir)
+    if not isinstance(independent_chunks, bool | np.bool_):
+        raise InvalidArgumentError(f"independent_chunks {independent_chunks!r} must be True or False")
+    independent_chunks = bool(independent_chunks)
+    sink = _Sink(rows)  # last: a rows directory is created only for a call whose arguments are good
+    if isinstance(source, Workload):
+        parts = chunks(source, size)
     stats = RowStats(spill_dir=spill_dir)
     engine: _Rust | _Reference | None = None
     pending: deque[tuple[Workload, EngineInput]] = deque()  # chunks whose rows are not all done
@@ -305,6 +320,38 @@ def simulate_stream(
     return SimResult(
         requests=sink.result(pl.DataFrame()), summary=summary, config=config, raw=raw, rows_path=sink.path
     )
+
+
+def _parts(source: Any) -> Iterator[Workload]:
+    """`source`'s chunks (a `Workload`'s are cut once `chunk_size` is checked: an empty iterator here)."""
+    if isinstance(source, Workload):
+        return iter(())
+    if not isinstance(source, str | bytes):  # a path's characters are not chunks
+        try:
+            return iter(source)
+        except TypeError:
+            pass
+    raise InvalidArgumentError(f"source {source!r} is not a kvsim.Workload or an iterable of Workload chunks")
+
+
+def _check_spill_dir(spill_dir: Any) -> None:
+    """`spill_dir` as the spill file will use it (`tempfile.TemporaryFile(dir=...)`, possibly hours in):
+    None, or an existing directory a file can be made in. Checked by making an unnamed temporary file
+    there (gone at once), so a bad one fails at the call, not after 2**24 latency values."""
+    if spill_dir is None:
+        return
+    if not isinstance(spill_dir, str | os.PathLike):
+        raise InvalidArgumentError(f"spill_dir {spill_dir!r} must be None or a directory path")
+    path = os.fspath(spill_dir)
+    if not isinstance(path, str):
+        raise InvalidArgumentError(f"spill_dir {spill_dir!r} must be None or a directory path")
+    if not os.path.isdir(path):
+        why = "is not a directory" if os.path.exists(path) else "does not exist"
+        raise InvalidArgumentError(f"spill_dir {path!r} {why}")
+    try:
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as exc:
+        raise InvalidArgumentError(f"spill_dir {path!r} is not writable: {exc}") from None
 
 
 def _raw(cols: dict[str, np.ndarray], counters: dict[str, int]) -> EngineOutput:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 import kvsim.lab.presets as _presets
+from kvsim.arguments import as_int
 from kvsim.errors import InvalidArgumentError
 from kvsim.lab.bundle_info import _layout_info, _model_info, tier_info
 from kvsim.lab.bundle_run import run_tracks
@@ -444,8 +445,8 @@ def snapshot_from(r: Resolved, paged: Track, contiguous: Track | None, step: int
     steps = max(paged.num_steps, contiguous.num_steps if contiguous is not None else 0)
     # None: the step the page opens on (a workload of your own has none: its end).
     opening = steps if r.query.get("preset") == "custom" else min(r.preset.step, steps)
-    k = opening if step is None else step
-    if isinstance(k, bool) or not isinstance(k, int):
+    k = opening if step is None else as_int(step)  # a numpy integer is an integer, a bool is not
+    if k is None:
         raise InvalidArgumentError(f"step {step!r} must be an integer")
     if not 0 <= k <= steps:
         raise InvalidArgumentError(f"step {k} must be between 0 and {steps} (the run's steps)")
@@ -502,16 +503,29 @@ def snapshot(
     `bundle` (`snapshot("copilot", step=1, block_size=32)`).
 
     Raises:
-        InvalidArgumentError: a bad override, config or step (the message names it), or a run past
+        InvalidArgumentError: a workload that is neither a `Workload` nor a preset's name, a bad override
+            (or any override with a `Workload`), config or step (the message names it), or a run past
             `LIMITS`.
     """
+    if step is not None and as_int(step) is None:  # before the run, not after it
+        raise InvalidArgumentError(f"step {step!r} must be an integer")
     if isinstance(workload, str):
         chosen = {} if contiguous_policy is None else {"contiguous_policy": contiguous_policy}
         r = resolve(workload, **chosen, **overrides)
     else:
+        if not isinstance(workload, Workload):
+            raise InvalidArgumentError(
+                f"workload {workload!r} is not a kvsim.Workload or a preset's name (one of "
+                f"{', '.join(map(repr, _presets.names()))})"
+            )
         contiguous_policy = contiguous_policy or "orca-oracle"
         if not isinstance(config, SimConfig):
             raise InvalidArgumentError(f"config {config!r} is not a kvsim.SimConfig")
+        if overrides:  # they apply to a preset; a workload of your own takes its config as given
+            raise InvalidArgumentError(
+                f"{', '.join(overrides)}: overrides apply to a preset's name only; with a workload, set "
+                "them on config (config.replace(...))"
+            )
         p = _presets.Preset(
             name="custom",
             title="custom",

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from kvsim.arguments import as_int
 from kvsim.errors import InternalError, InvalidArgumentError
 from kvsim.lab.pd_replay import Replay, replay
 from kvsim.lab.presets import _table
@@ -383,10 +384,17 @@ def cached_blocks(events: dict[str, np.ndarray], t: int, keyed_at_free: dict[int
 
 
 def snapshot(r: PdRun, index: int) -> dict[str, Any]:
-    """What the page shows at instant `index` (0-based into `r.instants`)."""
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(r.instants):
+    """What the page shows at instant `index` (0-based into `r.instants`) of `r`, a run
+    (`preset_run(name)`, or `run(...)`'s). A numpy integer is an integer, a bool is not."""
+    if not isinstance(r, PdRun):
+        hint = f" (a preset's: preset_run({r!r}))" if isinstance(r, str) else ""
+        raise InvalidArgumentError(
+            f"run {r!r} is not a kvsim.lab.pd.PdRun: pass preset_run(name) or run(...)'s result{hint}"
+        )
+    i = as_int(index)
+    if i is None or not 0 <= i < len(r.instants):
         raise InvalidArgumentError(f"instant {index!r} must be an integer from 0 to {len(r.instants) - 1}")
-    t = int(r.instants[index])
+    t = int(r.instants[i])
     phases = [phase(r, row, t) for row in range(len(r.arrival))]
     pools: list[dict[str, Any]] = []
     cells_of: list[list[dict[str, Any]]] = []
@@ -442,7 +450,7 @@ def snapshot(r: PdRun, index: int) -> dict[str, Any]:
     on_link = [q["name"] for q in requests if q["phase"] == "on the link"]
     queued = [q["name"] for q in requests if q["phase"] == "transfer queued"]
     return {
-        "instant": index,
+        "instant": i,
         "num_instants": len(r.instants),
         "time_s": t / PS_PER_S,
         "pools": pools,

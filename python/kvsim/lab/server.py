@@ -2,8 +2,9 @@
 
 Routes: `/` (the page), `/static/...`, `/api/presets`, `/api/run` (a bundle), `/api/state` (a snapshot),
 `/pd`, `/api/pd` and `/api/pd/state` (the disaggregated fleet, `kvsim.lab.pd`), `/openapi.json`. Every
-bad parameter is answered 400 (or 413 for a run past the caps) with `{"error": "<field> <value> ...", "field": "<field>"}`; nothing else is caught, so a 5xx is a bug (the
-API tests fuzz for one).
+bad parameter is answered 400 (or 413 for a run past the caps) with `{"error": "<field> <value> ...", "field": "<field>"}`;
+Starlette's own 404 and 405 (an unknown path, a file not under `/static/`, a wrong method) answer JSON in
+the same shape (`http_error`); nothing else is caught, so a 5xx is a bug (the API tests fuzz for one).
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ class BadParameter(Exception):
 def _parse(request: Request, allowed: dict[str, tuple[str, str]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in request.query_params:
+        if not allowed:
+            raise BadParameter(name, f"parameter {name!r}: {request.url.path} takes no parameters")
         if name not in allowed:
             raise BadParameter(name, f"parameter {name!r} is not one of {', '.join(map(repr, allowed))}")
         values = request.query_params.getlist(name)
@@ -368,19 +371,23 @@ async def api_openapi(request: Request) -> Response:
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own HTTP errors (an unknown path, a wrong method): JSON like every other API answer,
-    plain text only outside `/api/`."""
+    """Starlette's own HTTP errors (an unknown path or a missing file under `/static/`, a wrong method):
+    JSON like every other answer, `{"error": ..., "field": "path" | "method"}`."""
     code = exc.status_code if isinstance(exc, HTTPException) else 500
     detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
-    if request.url.path.startswith("/api/") or request.url.path == "/openapi.json":
-        field = "path"
-        if code == 404:
-            detail = f"path {request.url.path!r}: no such endpoint (see /openapi.json)"
-        elif code == 405:
-            field = "method"
-            detail = f"method {request.method!r} is not allowed on {request.url.path!r}"
-        return JSONResponse({"error": detail, "field": field}, status_code=code)
-    return Response(str(detail), status_code=code, media_type="text/plain")
+    path = request.url.path
+    field = "path"
+    if code == 404:
+        if path.startswith("/api/") or path == "/openapi.json":
+            detail = f"path {path!r}: no such endpoint (see /openapi.json)"
+        elif path.startswith("/static/"):
+            detail = f"path {path!r}: no such file of the page"
+        else:
+            detail = f"path {path!r}: no such page (the lab is at /, its API under /api/: see /openapi.json)"
+    elif code == 405:
+        field = "method"
+        detail = f"method {request.method!r} is not allowed on {path!r}"
+    return JSONResponse({"error": detail, "field": field}, status_code=code)
 
 
 def create_app() -> Starlette:
