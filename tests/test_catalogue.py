@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -294,11 +295,66 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
         ({"quant_method": "gguf"}, "quant_method 'gguf' is not modelled"),
         ({"quant_method": "gptq", "bits": 4, "group_size": 128, "dynamic": {"-:.*": {}}}, "dynamic"),
         ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "quant_algo 'W4A8_AWQ'"),
+        # A group size of 0 or below -1 was priced per channel; a block of 'abc' or 0 was a bare ValueError
+        # or ZeroDivisionError, a block of true taken as 1.
+        (
+            {"quant_method": "awq", "bits": 4, "group_size": 0},
+            "quantization_config.group_size 0 must be at least 1",
+        ),
+        ({"quant_method": "awq", "bits": 4, "q_group_size": -5}, "quantization_config.q_group_size -5 must"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": -7}, "quantization_config.group_size -7 must"),
+        ({"quant_method": "fp8", "weight_block_size": [True, 128]}, "weight_block_size [True, 128] must"),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "g": {
+                        "targets": ["Linear"],
+                        "weights": {
+                            "num_bits": 8,
+                            "type": "float",
+                            "strategy": "block",
+                            "block_structure": ["abc", 1],
+                        },
+                    }
+                },
+            },
+            "block_structure ['abc', 1] must be two whole numbers",
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "g": {
+                        "targets": ["Linear"],
+                        "weights": {
+                            "num_bits": 8,
+                            "type": "float",
+                            "strategy": "block",
+                            "block_structure": [0, 128],
+                        },
+                    }
+                },
+            },
+            "block_structure [0, 128] must be two whole numbers",
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "g": {
+                        "targets": ["Linear"],
+                        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": None},
+                    }
+                },
+            },
+            "group_size None must be a whole number of at least 1 with strategy 'group'",
+        ),
     ):
         p = tmp_path / "q.json"
         p.write_text(json.dumps({**base, "quantization_config": qc}))
         models._HF_CACHE.clear()
-        with pytest.raises(InvalidArgumentError, match=needle):
+        with pytest.raises(InvalidArgumentError, match=re.escape(needle)):
             models.from_hf_config(p)
 
 

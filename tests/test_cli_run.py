@@ -84,6 +84,19 @@ def test_a_hugging_face_config_path_as_model(capsys):
     assert data["config"]["num_blocks"] == kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb").num_blocks
 
 
+def test_a_config_json_with_a_layer_period_of_0_is_one_line(capsys, tmp_path):
+    """Qwen3-Next's `full_attention_interval: 0` was a ZeroDivisionError traceback, exit status 1."""
+    cfg = json.loads((Path(__file__).parent / "data" / "hf" / "qwen3-next-80b-a3b.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "full_attention_interval": 0}))
+    argv = ["run", "--model", str(path), "--kv-cache-memory-bytes", "8GiB", "--no-enable-prefix-caching"]
+    line = _error(capsys, [*argv, "--requests", "5"])
+    assert line == (
+        f"kvsim run: error: argument --model: model {path}: field 'full_attention_interval' 0 must be a whole "
+        "number of at least 1"
+    )
+
+
 def test_no_pool_is_an_error_naming_the_flags(capsys):
     line = _error(capsys, ["run"])
     assert "--model" in line

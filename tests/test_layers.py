@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -179,8 +180,161 @@ def test_state_layers_from_a_config():
         (hf(model_type="minimax", attn_type_list=[0, 1, 0, 1]), "attn_type_list"),
         (hf(model_type="custom", attention_chunk_size=8192), "attention_chunk_size"),
         (hf(layer_types=["sliding_attention"] * 4), "sliding_window"),
+        # A pattern's period of 0 was a ZeroDivisionError; a state of size 0 or a kernel of 0 (a conv width
+        # of -1) was taken; Llama 4's "0" strings were RoPE layers.
+        (
+            hf(model_type="jamba", attn_layer_period=0),
+            "'attn_layer_period' 0 must be a whole number of at least 1",
+        ),
+        (hf(model_type="jamba", mamba_d_conv=0), "'mamba_d_conv' 0"),
+        (hf(model_type="jamba", mamba_expand=0), "'mamba_expand' 0"),
+        (
+            hf(model_type="nemotron_h", hybrid_override_pattern="M-M*", mamba_num_heads=8, mamba_head_dim=0),
+            "'mamba_head_dim' 0",
+        ),
+        (
+            hf(
+                model_type="nemotron_h",
+                hybrid_override_pattern="M-M*",
+                mamba_num_heads=8,
+                mamba_head_dim=8,
+                ssm_state_size=16,
+                conv_kernel=0,
+            ),
+            "'conv_kernel' 0",
+        ),
+        (
+            hf(model_type="gemma3_text", sliding_window=1024, sliding_window_pattern=0),
+            "'sliding_window_pattern' 0",
+        ),
+        (
+            hf(model_type="llama4_text", attention_chunk_size=8192, no_rope_layers=["1", "1", "1", "0"]),
+            "'no_rope_layers' must list the 4 layers, each 1",
+        ),
+        (
+            hf(layer_types=["chunked_attention", "full_attention"] * 2, attention_chunk_size=0),
+            "'attention_chunk_size' 0",
+        ),
     ],
 )
 def test_what_cannot_be_modelled_is_refused_by_name(cfg, field):
-    with pytest.raises(InvalidArgumentError, match=field):
+    with pytest.raises(InvalidArgumentError, match=re.escape(field)):
         layers_from_hf_config(cfg, 4, "test")
+
+
+HF = Path(__file__).parent / "data" / "hf"
+
+
+def _edited(tmp_path: Path, name: str, drop: tuple[str, ...] = (), **fields: object) -> str:
+    """tests/data/hf/NAME.json with `fields` set and `drop` removed (in its text_config, if it has one)."""
+    cfg = json.loads((HF / f"{name}.json").read_text())
+    text = cfg.get("text_config", cfg)
+    for key in drop:
+        text.pop(key, None)
+    text.update(fields)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def _kimi(**lac: object) -> dict[str, object]:
+    base = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())["linear_attn_config"]
+    return {"linear_attn_config": {**base, **lac}}
+
+
+@pytest.mark.parametrize(
+    ("name", "drop", "fields", "message"),
+    [
+        # A period of 0 was a ZeroDivisionError (params read Qwen3-Next's 0 as 4, the layers as 0).
+        ("qwen3-next-80b-a3b", (), {"full_attention_interval": 0}, "'full_attention_interval' 0"),
+        ("qwen3-next-80b-a3b", (), {"full_attention_interval": True}, "'full_attention_interval' True"),
+        ("gemma-3-12b", ("layer_types",), {"sliding_window_pattern": 0}, "'sliding_window_pattern' 0"),
+        # A gated delta net of 0 heads, widths or kernel was taken.
+        ("qwen3-next-80b-a3b", (), {"linear_conv_kernel_dim": 0}, "'linear_conv_kernel_dim' 0"),
+        ("qwen3-next-80b-a3b", (), {"linear_num_key_heads": 0}, "'linear_num_key_heads' 0"),
+        ("qwen3-next-80b-a3b", (), {"linear_num_value_heads": 0}, "'linear_num_value_heads' 0"),
+        ("qwen3-next-80b-a3b", (), {"linear_key_head_dim": 0}, "'linear_key_head_dim' 0"),
+        ("qwen3-next-80b-a3b", (), {"linear_value_head_dim": 0}, "'linear_value_head_dim' 0"),
+        # Kimi-Linear's linear_attn_config: a bare ValueError / TypeError, a kernel truncated or of 0, heads
+        # of True / 0 / -32, KDA layers that matched no layer (the model then all full attention).
+        (
+            "kimi-linear-48b-a3b",
+            (),
+            _kimi(short_conv_kernel_size="abc"),
+            "'linear_attn_config.short_conv_kernel_size' 'abc'",
+        ),
+        (
+            "kimi-linear-48b-a3b",
+            (),
+            _kimi(short_conv_kernel_size=None),
+            "'linear_attn_config.short_conv_kernel_size' None",
+        ),
+        (
+            "kimi-linear-48b-a3b",
+            (),
+            _kimi(short_conv_kernel_size=4.7),
+            "'linear_attn_config.short_conv_kernel_size' 4.7",
+        ),
+        (
+            "kimi-linear-48b-a3b",
+            (),
+            _kimi(short_conv_kernel_size=0),
+            "'linear_attn_config.short_conv_kernel_size' 0",
+        ),
+        ("kimi-linear-48b-a3b", (), _kimi(num_heads=True), "'linear_attn_config.num_heads' True"),
+        ("kimi-linear-48b-a3b", (), _kimi(num_heads=0), "'linear_attn_config.num_heads' 0"),
+        ("kimi-linear-48b-a3b", (), _kimi(num_heads=-32), "'linear_attn_config.num_heads' -32"),
+        ("kimi-linear-48b-a3b", (), _kimi(head_dim=0), "'linear_attn_config.head_dim' 0"),
+        (
+            "kimi-linear-48b-a3b",
+            (),
+            _kimi(kda_layers=["1", "2"]),
+            "'linear_attn_config.kda_layers' ['1', '2']",
+        ),
+        ("kimi-linear-48b-a3b", (), _kimi(kda_layers=[]), "'linear_attn_config.kda_layers' [] must list"),
+        ("kimi-linear-48b-a3b", (), _kimi(kda_layers=[0, 999, -1]), "from 1 to 27 (1-based)"),
+        ("kimi-linear-48b-a3b", (), _kimi(kda_layers=[1, 1, 2]), "'linear_attn_config.kda_layers' [1, 1, 2]"),
+        # A window the engine cannot take (a signed 64-bit integer) was refused only when the run started,
+        # naming kv_groups.
+        ("mistral-7b", (), {"sliding_window": 2**63}, "'sliding_window' 9223372036854775808 is longer than"),
+        (
+            "gemma-3-27b",
+            (),
+            {"sliding_window": 2**64},
+            "'sliding_window' 18446744073709551616 is longer than",
+        ),
+        (
+            "llama-4-scout",
+            (),
+            {"attention_chunk_size": 2**63},
+            "'attention_chunk_size' 9223372036854775808 is",
+        ),
+    ],
+)
+def test_a_layer_field_no_model_has_is_refused_by_name(tmp_path, name, drop, fields, message):
+    """Each value is an InvalidArgumentError naming the field, from `SimConfig` (the CLI's `--model`), not a
+    bare Python exception or a model built on a guess."""
+    path = _edited(tmp_path, name, drop, **fields)
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)) as info:
+        kvsim.SimConfig(model=path, kv_cache_bytes="8GiB", enable_prefix_caching=False)
+    assert str(info.value).startswith(f"model {path}: field ")
+
+
+def test_the_longest_window_the_engine_takes_runs(tmp_path):
+    """2**63 - 1 tokens (the engine reads a window as a signed 64-bit integer) is taken and runs: a window
+    past the context keeps every token, as full attention does."""
+    from kvsim.workloads import synthetic
+
+    path = _edited(tmp_path, "mistral-7b", sliding_window=2**63 - 1)
+    cfg = kvsim.SimConfig(model=path, kv_cache_bytes="8GiB")
+    assert [g.window for g in cfg.kv_groups] == [2**63 - 1]
+    w = synthetic(5, seed=0)
+    (tmp_path / "full").mkdir()
+    full = kvsim.SimConfig(
+        model=_edited(tmp_path / "full", "mistral-7b", ("sliding_window",)), kv_cache_bytes="8GiB"
+    )
+    ran, as_full = kvsim.simulate(w, cfg), kvsim.simulate(w, full)
+    assert ran.summary["completed"] == 5
+    assert ran.requests["finish"].to_list() == as_full.requests["finish"].to_list()
+    with pytest.raises(InvalidArgumentError, match=r"longer than 9223372036854775807 tokens \(2\*\*63 - 1\)"):
+        Layer("sliding_window", 2**63)

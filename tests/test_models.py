@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -228,6 +230,43 @@ def test_hf_moe_config_counts_total_and_active_experts():
     m = models.from_hf_config(HF / "mixtral-8x7b.json")
     assert m.num_params == pytest.approx(46.7e9, rel=1e-3)  # Mixtral's published 46.7B total
     assert m.num_active_params == pytest.approx(12.9e9, rel=1e-2)  # and 12.9B active
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "message"),
+    [
+        # gpt-oss without experts was priced as a dense MLP; a top-k of 0 or past the experts gave fewer or
+        # more active parameters than the model has.
+        ("gpt-oss-20b", {"num_local_experts": 0}, "'num_local_experts' 0 must be at least 1"),
+        (
+            "gpt-oss-20b",
+            {"num_experts_per_tok": 0},
+            "'num_experts_per_tok' 0 must be from 1 to the 32 experts",
+        ),
+        (
+            "qwen3-30b-a3b",
+            {"num_experts_per_tok": 999},
+            "'num_experts_per_tok' 999 must be from 1 to the 128",
+        ),
+        # A step of MoE layers of 0 (vLLM's modulo: a ZeroDivisionError there) was read as 1.
+        ("qwen3-30b-a3b", {"decoder_sparse_step": 0}, "'decoder_sparse_step' 0 must be a whole number of at"),
+        # A list in mlp_only_layers was a bare TypeError (unhashable).
+        ("qwen3-30b-a3b", {"mlp_only_layers": [[1]]}, "'mlp_only_layers' [[1]] must list layer numbers"),
+    ],
+)
+def test_hf_moe_fields_no_model_has_are_refused_by_name(tmp_path, name, fields, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads((HF / f"{name}.json").read_text()), **fields}))
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)) as info:
+        models.from_hf_config(path)
+    assert str(info.value).startswith(f"model {path}: field ")
+
+
+def test_hf_qwen3_moe_without_experts_is_dense():
+    """vLLM's Qwen3-MoE builds a dense MLP where `num_experts` is 0 (`config.num_experts > 0`): kept."""
+    cfg = json.loads((HF / "qwen3-30b-a3b.json").read_text())
+    m = models._from_dict({**cfg, "num_experts": 0}, "q", "q", "q", None)
+    assert (m.num_experts, m.num_params == m.num_active_params) == (0, True)
 
 
 def test_simconfig_takes_a_config_path(tmp_path):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.layers import DSV4_RATIOS, FULL, Layer, MambaState
+from kvsim.model.layers import DSV4_RATIOS, FULL, MAX_WINDOW, Layer, MambaState
 
 # Layer names of a config's `layer_types` (transformers' spelling) and the kind each is.
 _HF_LAYER_TYPES = {
@@ -21,6 +21,58 @@ _HF_LAYER_TYPES = {
     "linear_attention": "mamba",
     "mamba": "mamba",
 }
+
+
+def _whole(v: Any, least: int) -> bool:
+    """Whether `v` is an integer (not a boolean) of at least `least`."""
+    return not isinstance(v, bool) and isinstance(v, int) and v >= least
+
+
+def full_attention_interval(cfg: dict[str, Any], where: str) -> int:
+    """Qwen3-Next's `full_attention_interval`: every so many layers one is full attention, the others gated
+    delta nets (4 when absent, transformers' `Qwen3NextConfig`); a whole number of at least 1. The one
+    reading of the field (the layers here, the weights in `kvsim.model.params`)."""
+    v = cfg.get("full_attention_interval", 4)
+    if not _whole(v, 1):
+        raise InvalidArgumentError(
+            f"model {where}: field 'full_attention_interval' {v!r} must be a whole number of at least 1"
+        )
+    assert isinstance(v, int)
+    return v
+
+
+def kimi_linear_attention(
+    cfg: dict[str, Any], num_layers: int, where: str
+) -> tuple[int, int, int, frozenset[int]]:
+    """Kimi-Linear's `linear_attn_config`: (`num_heads`, `head_dim`, `short_conv_kernel_size` (4 when
+    absent), the KDA layers), each number a whole number of at least 1 and `kda_layers` a non-empty list of
+    distinct layer numbers from 1 to `num_layers` (1-based, vLLM's `KimiLinearConfig.is_kda_layer`). The one
+    reading of the field (the layers here, the weights in `kvsim.model.params`)."""
+    lac = cfg.get("linear_attn_config")
+    if not isinstance(lac, dict):
+        raise InvalidArgumentError(f"model {where}: 'linear_attn_config' must be an object")
+    numbers = []
+    for key, default in (("num_heads", None), ("head_dim", None), ("short_conv_kernel_size", 4)):
+        v = lac.get(key, default)
+        if not _whole(v, 1):
+            raise InvalidArgumentError(
+                f"model {where}: field 'linear_attn_config.{key}' {v!r} must be a whole number of at least 1"
+            )
+        assert isinstance(v, int)
+        numbers.append(v)
+    kda = lac.get("kda_layers")
+    if (
+        not isinstance(kda, list)
+        or not kda
+        or not all(_whole(i, 1) and i <= num_layers for i in kda)
+        or len(set(kda)) != len(kda)
+    ):
+        raise InvalidArgumentError(
+            f"model {where}: field 'linear_attn_config.kda_layers' {kda!r} must list distinct layer numbers "
+            f"from 1 to {num_layers} (1-based)"
+        )
+    heads, head_dim, kernel = numbers
+    return heads, head_dim, kernel, frozenset(kda)
 
 
 def _deepseek_v4_layers(
@@ -89,17 +141,29 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
     """
     model_type = str(cfg.get("model_type", ""))
 
-    def field_int(key: str, default: int | None = None) -> int:
+    def field_int(key: str, default: int | None = None, least: int = 0) -> int:
         v = cfg.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise InvalidArgumentError(f"model {where}: field {key!r} {v!r} must be a whole number")
+        if not _whole(v, least):
+            at_least = f" of at least {least}" if least else ""
+            raise InvalidArgumentError(f"model {where}: field {key!r} {v!r} must be a whole number{at_least}")
+        assert isinstance(v, int)
+        return v
+
+    def field_window(key: str) -> int:
+        """A window or chunk in tokens: from 1 to what the engine takes (`MAX_WINDOW`)."""
+        v = field_int(key, least=1)
+        if v > MAX_WINDOW:
+            raise InvalidArgumentError(
+                f"model {where}: field {key!r} {v} is longer than {MAX_WINDOW} tokens (2**63 - 1), the longest "
+                "window kvsim's engine takes"
+            )
         return v
 
     window = cfg.get("sliding_window")
     if window == 0:
         window = None  # vLLM: 0 means no sliding window (ModelConfig)
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
-        raise InvalidArgumentError(f"model {where}: field 'sliding_window' {window!r} must be a whole number")
+    if window is not None:
+        window = field_window("sliding_window")
 
     def sliding() -> Layer:
         if window is None:
@@ -120,7 +184,7 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
                 "linear (lightning) attention layers are not modelled"
             )
         return ()
-    state = _hf_state(cfg, model_type, where, field_int)
+    state = _hf_state(cfg, model_type, num_layers, where, field_int)
     types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != num_layers:
@@ -138,7 +202,7 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
             if kind == "sliding_window":
                 out.append(sliding())
             elif kind == "chunked_local":
-                out.append(Layer("chunked_local", field_int("attention_chunk_size")))
+                out.append(Layer("chunked_local", field_window("attention_chunk_size")))
             elif kind == "mamba":
                 if state is None:
                     raise InvalidArgumentError(
@@ -151,29 +215,37 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
         return _trim(out)
     n = num_layers
     if model_type in ("gemma3", "gemma3_text", "gemma2"):
-        pattern = 2 if model_type == "gemma2" else field_int("sliding_window_pattern", 6)
+        pattern = 2 if model_type == "gemma2" else field_int("sliding_window_pattern", 6, least=1)
         return _trim([sliding() if (i + 1) % pattern else FULL for i in range(n)])
     if model_type == "gpt_oss":  # vLLM's gpt_oss.py: even layers slide
         return _trim([sliding() if i % 2 == 0 else FULL for i in range(n)])
     if model_type in ("llama4", "llama4_text"):
         chunk = cfg.get("attention_chunk_size")
         nope = cfg.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(n)]
-        if not isinstance(nope, list) or len(nope) != n:
-            raise InvalidArgumentError(f"model {where}: 'no_rope_layers' must list the {n} layers")
+        if (
+            not isinstance(nope, list)
+            or len(nope) != n
+            or any(r not in (0, 1) or isinstance(r, float) for r in nope)
+        ):
+            raise InvalidArgumentError(
+                f"model {where}: 'no_rope_layers' must list the {n} layers, each 1 (RoPE) or 0 (NoPE)"
+            )
         if not chunk:
             return ()
-        return _trim([Layer("chunked_local", field_int("attention_chunk_size")) if r else FULL for r in nope])
+        return _trim(
+            [Layer("chunked_local", field_window("attention_chunk_size")) if r else FULL for r in nope]
+        )
     if model_type.startswith("qwen2") or (model_type.startswith("qwen3") and model_type != "qwen3_next"):
         if not cfg.get("use_sliding_window"):
             return ()
         first = field_int("max_window_layers", n)
         return _trim([sliding() if i >= first else FULL for i in range(n)])
     if model_type == "qwen3_next":
-        interval = field_int("full_attention_interval", 4)
+        interval = full_attention_interval(cfg, where)
         assert state is not None
         return _trim([Layer("mamba", state=state) if (i + 1) % interval else FULL for i in range(n)])
     if model_type == "jamba":
-        period, offset = field_int("attn_layer_period", 8), field_int("attn_layer_offset", 4)
+        period, offset = field_int("attn_layer_period", 8, least=1), field_int("attn_layer_offset", 4)
         assert state is not None
         return _trim([FULL if i % period == offset else Layer("mamba", state=state) for i in range(n)])
     if model_type == "nemotron_h":
@@ -189,11 +261,8 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
             )
         return _trim([kinds[c] for c in letters])
     if model_type == "kimi_linear":
-        lac = cfg.get("linear_attn_config")
-        if not isinstance(lac, dict) or not isinstance(lac.get("kda_layers"), list):
-            raise InvalidArgumentError(f"model {where}: 'linear_attn_config' needs its 'kda_layers'")
+        kda = kimi_linear_attention(cfg, n, where)[3]  # 1-based (vLLM's KimiLinearConfig.is_kda_layer)
         assert state is not None
-        kda = set(lac["kda_layers"])  # 1-based (vLLM's KimiLinearConfig.is_kda_layer)
         return _trim([Layer("mamba", state=state) if i + 1 in kda else FULL for i in range(n)])
     for key in ("attn_type_list", "layers_block_type", "linear_attn_config", "hybrid_override_pattern"):
         if cfg.get(key) is not None:
@@ -268,12 +337,15 @@ def _trim(layers: list[Layer]) -> tuple[Layer, ...]:
     return () if all(lay is FULL or lay == FULL for lay in layers) else tuple(layers)
 
 
-def _hf_state(cfg: dict[str, Any], model_type: str, where: str, field_int: Any) -> MambaState | None:
+def _hf_state(
+    cfg: dict[str, Any], model_type: str, num_layers: int, where: str, field_int: Any
+) -> MambaState | None:
     """A state layer's shape from a config's fields (vLLM's `get_mamba_state_shape_from_config` of each
-    model, `vllm/model_executor/models/`), or None for a model without state layers."""
+    model, `vllm/model_executor/models/`), or None for a model without state layers. Its sizes (heads,
+    widths, a convolution's kernel) are whole numbers of at least 1."""
     if model_type == "qwen3_next" or cfg.get("linear_num_value_heads") is not None:
-        nk, nv = field_int("linear_num_key_heads"), field_int("linear_num_value_heads")
-        hk, hv = field_int("linear_key_head_dim"), field_int("linear_value_head_dim")
+        nk, nv = field_int("linear_num_key_heads", least=1), field_int("linear_num_value_heads", least=1)
+        hk, hv = field_int("linear_key_head_dim", least=1), field_int("linear_value_head_dim", least=1)
         # gated_delta_net_state_shape: conv (hk·nk·2 + hv·nv, kernel − 1), temporal (nv, hv, hk). Qwen3.5
         # keeps the temporal state in its config's `mamba_ssm_dtype` (vLLM's
         # Qwen3_5ForConditionalGenerationConfig sets mamba_ssm_cache_dtype from it when left 'auto');
@@ -286,52 +358,45 @@ def _hf_state(cfg: dict[str, Any], model_type: str, where: str, field_int: Any) 
             )
         return MambaState(
             conv_channels=hk * nk * 2 + hv * nv,
-            conv_width=field_int("linear_conv_kernel_dim", 4) - 1,
+            conv_width=field_int("linear_conv_kernel_dim", 4, least=1) - 1,
             ssm_heads=nv,
             ssm_per_head=hv * hk,
             ssm_bits=ssm_bits,
             checkpoint_blocks=1,
         )
     if model_type == "jamba":
-        inner = field_int("mamba_expand", 2) * field_int("hidden_size")
+        inner = field_int("mamba_expand", 2, least=1) * field_int("hidden_size", least=1)
         # mamba1_state_shape: conv (expand·hidden, d_conv − 1), temporal (expand·hidden, d_state).
         return MambaState(
             conv_channels=inner,
-            conv_width=field_int("mamba_d_conv", 4) - 1,
+            conv_width=field_int("mamba_d_conv", 4, least=1) - 1,
             ssm_heads=inner,
-            ssm_per_head=field_int("mamba_d_state", 16),
+            ssm_per_head=field_int("mamba_d_state", 16, least=1),
         )
     if model_type == "nemotron_h":
-        heads, head_dim = field_int("mamba_num_heads"), field_int("mamba_head_dim")
-        state = field_int("ssm_state_size")
+        heads, head_dim = field_int("mamba_num_heads", least=1), field_int("mamba_head_dim", least=1)
+        state = field_int("ssm_state_size", least=1)
         # mamba2_state_shape: conv (heads·head_dim + 2·n_groups·state, conv_kernel − 1), temporal
         # (heads, head_dim, state); Nemotron-H keeps the SSM state in float32 unless its config says
         # otherwise (vLLM's NemotronHForCausalLMConfig).
         ssm_dtype = cfg.get("mamba_ssm_cache_dtype", "float32")
         return MambaState(
             conv_channels=heads * head_dim,
-            conv_width=field_int("conv_kernel", 4) - 1,
+            conv_width=field_int("conv_kernel", 4, least=1) - 1,
             ssm_heads=heads,
             ssm_per_head=head_dim * state,
-            mamba2_groups=field_int("n_groups", 1),
+            mamba2_groups=field_int("n_groups", 1, least=1),
             mamba2_state_size=state,
             ssm_bits=32 if ssm_dtype == "float32" else 16,
             checkpoint_blocks=1,
         )
     if model_type == "kimi_linear":
-        lac = cfg.get("linear_attn_config")
-        if not isinstance(lac, dict):
-            raise InvalidArgumentError(f"model {where}: 'linear_attn_config' must be an object")
-        heads, head_dim = lac.get("num_heads"), lac.get("head_dim")
-        if not isinstance(heads, int) or not isinstance(head_dim, int):
-            raise InvalidArgumentError(
-                f"model {where}: 'linear_attn_config' needs 'num_heads' and 'head_dim'"
-            )
+        heads, head_dim, kernel, _ = kimi_linear_attention(cfg, num_layers, where)
         # kda_state_shape: conv (3·heads·head_dim, kernel − 1), recurrent (heads, head_dim, head_dim) in
         # float32 (MambaStateDtypeCalculator.kda_state_dtype with "auto").
         return MambaState(
             conv_channels=3 * heads * head_dim,
-            conv_width=int(lac.get("short_conv_kernel_size", 4)) - 1,
+            conv_width=kernel - 1,
             ssm_heads=heads,
             ssm_per_head=head_dim * head_dim,
             ssm_bits=32,
@@ -339,4 +404,4 @@ def _hf_state(cfg: dict[str, Any], model_type: str, where: str, field_int: Any) 
     return None
 
 
-__all__ = ["layers_from_hf_config"]
+__all__ = ["full_attention_interval", "kimi_linear_attention", "layers_from_hf_config"]

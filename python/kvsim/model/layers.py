@@ -35,6 +35,10 @@ LAYER_KINDS = ("full", "sliding_window", "chunked_local", "mamba", "shared", "de
 # What kvsim's engine and its `kv_groups` configuration call each group kind (the engines' integer codes
 # are the positions in this tuple).
 GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba")
+# The longest window (sliding window or chunk, in tokens) the engines take: the binding reads a group's
+# window as a signed 64-bit integer (`rust/py/src/config.rs`, `kv_groups`). A window past the context acts
+# as full attention (a group's blocks are capped at `max_model_len`'s).
+MAX_WINDOW = 2**63 - 1
 
 # DeepSeek-V4 (vLLM 0.33.0; DESIGN.md §Hybrid attention, "DeepSeek-V4"): a layer's compress ratios (0 and
 # 1: no compression, `max(1, ratio)` in `DeepseekV4Attention`), the bytes of one latent entry in FlashMLA's
@@ -128,6 +132,11 @@ class Layer:
             raise InvalidArgumentError(f"layer kind {self.kind!r} is not one of {', '.join(LAYER_KINDS)}")
         if self.kind in ("sliding_window", "chunked_local", "deepseek_v4") and self.window < 1:
             raise InvalidArgumentError(f"a {self.kind} layer needs a window of at least 1 token")
+        if self.window > MAX_WINDOW:
+            raise InvalidArgumentError(
+                f"a {self.kind} layer's window {self.window} is longer than {MAX_WINDOW} tokens (2**63 - 1), "
+                "the longest kvsim's engine takes"
+            )
         if (self.kind == "mamba") != (self.state is not None):
             raise InvalidArgumentError("a mamba layer, and only a mamba layer, has a state shape")
         if self.kind == "deepseek_v4" and self.compress_ratio not in DSV4_RATIOS:
@@ -615,6 +624,7 @@ __all__ = [
     "GROUP_KINDS",
     "KERNEL_BLOCK_ALIGNMENT",
     "LAYER_KINDS",
+    "MAX_WINDOW",
     "KVGroup",
     "KVLayout",
     "Layer",

@@ -702,7 +702,11 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
         checkpoint = quant.deepseek_v4(checkpoint, cfg, f"model {str(path)!r}")
     q = quant.with_flag(checkpoint, quantization, f"model {str(path)!r}")
-    b = param_breakdown(cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick)
+    # The layers first: their reader checks the fields the weights' reader counts too.
+    model_layers = layers_from_hf_config(cfg, layers, str(path))
+    b = param_breakdown(
+        cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick, str(path)
+    )
     weight_dtype = dtype
     if q.method:
         # The dtype of the quantized layers; the rest stay in torch_dtype (weight_bytes has the exact sum).
@@ -730,7 +734,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         kv_lora_rank=kv_lora,
         qk_rope_head_dim=rope,
         source=str(p),
-        layers=layers_from_hf_config(cfg, layers, str(path)),
+        layers=model_layers,
         weight_bytes=q.weight_bytes(b, dtype_bits(dtype)),
         quantization=q.describe() if q.method else "",
         num_experts=b.num_experts,

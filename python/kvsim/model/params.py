@@ -21,6 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.hf_layers import full_attention_interval, kimi_linear_attention
+
 GROUPS = ("embed", "lm_head", "attn", "mlp", "experts", "shared_experts", "router", "other")
 # A representative module name per group, as vLLM names the modules of a Llama-like model: what a
 # checkpoint's ignore lists (`ignore`, `modules_to_not_convert`, `exclude_modules`) are matched against.
@@ -91,8 +94,9 @@ class Breakdown:
         return self.total - experts + used
 
 
-def _layer_flags(cfg: dict[str, Any], layers: int, experts: int, pick: Any) -> list[bool]:
-    """Which decoder layers hold routed experts (True) rather than a dense MLP."""
+def _layer_flags(cfg: dict[str, Any], layers: int, experts: int, pick: Any, where: str) -> list[bool]:
+    """Which decoder layers hold routed experts (True) rather than a dense MLP. A step of MoE layers
+    (`decoder_sparse_step`, `interleave_moe_layer_step`) is a whole number of at least 1."""
     if not experts:
         return [False] * layers
     moe_layers = cfg.get("moe_layers")
@@ -103,14 +107,26 @@ def _layer_flags(cfg: dict[str, Any], layers: int, experts: int, pick: Any) -> l
     if isinstance(freq, list) and len(freq) == layers:  # a per-layer mask
         return [bool(x) for x in freq]
     dense_first = pick("first_k_dense_replace", default=0, required=False)
-    step = pick("decoder_sparse_step", "interleave_moe_layer_step", default=1, required=False) or 1
+    step = pick("decoder_sparse_step", "interleave_moe_layer_step", default=1, required=False)
+    if step < 1:
+        key = (
+            "decoder_sparse_step"
+            if cfg.get("decoder_sparse_step") is not None
+            else "interleave_moe_layer_step"
+        )
+        raise InvalidArgumentError(
+            f"model {where}: field {key!r} {step} must be a whole number of at least 1"
+        )
     if isinstance(freq, int) and freq > 1:
         step = freq
-    only_mlp = set(cfg.get("mlp_only_layers") or [])
+    only = cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+        raise InvalidArgumentError(f"model {where}: field 'mlp_only_layers' {only!r} must list layer numbers")
+    only_mlp = set(only)
     return [i >= dense_first and (i + 1) % step == 0 and i not in only_mlp for i in range(layers)]
 
 
-def _linear_attention_layers(cfg: dict[str, Any], layers: int) -> int:
+def _linear_attention_layers(cfg: dict[str, Any], layers: int, where: str) -> int:
     """Decoder layers whose mixer is a state layer: a gated delta net (Qwen3-Next / Qwen3.5's
     `linear_attention` layers, from `layer_types`, else Qwen3-Next's `full_attention_interval`) or Kimi's
     KDA (`linear_attn_config.kda_layers`), as `kvsim.model.hf_layers.layers_from_hf_config` reads them."""
@@ -118,15 +134,17 @@ def _linear_attention_layers(cfg: dict[str, Any], layers: int) -> int:
     if isinstance(types, list) and len(types) == layers:
         return sum(t == "linear_attention" for t in types)
     lac = cfg.get("linear_attn_config")
-    if str(cfg.get("model_type", "")).startswith("kimi_linear") and isinstance(lac, dict):
-        return len(lac.get("kda_layers") or [])  # Kimi-Linear's KDA layers (1-based indices)
+    if str(cfg.get("model_type", "")).startswith("kimi_linear") and lac is not None:
+        return len(kimi_linear_attention(cfg, layers, where)[3])  # Kimi-Linear's KDA layers
     if cfg.get("model_type") == "qwen3_next" or cfg.get("linear_num_value_heads") is not None:
-        interval = cfg.get("full_attention_interval") or 4
+        interval = full_attention_interval(cfg, where)
         return sum(1 for i in range(layers) if (i + 1) % interval)
     return 0
 
 
-def _kimi_delta_attention(b: Breakdown, cfg: dict[str, Any], hidden: int, n: int) -> None:
+def _kimi_delta_attention(
+    b: Breakdown, cfg: dict[str, Any], hidden: int, layers: int, n: int, where: str
+) -> None:
     """The weights of `n` Kimi Delta Attention layers as vLLM 0.33.0 builds them
     (`vllm/model_executor/layers/kda.py`, `KimiDeltaAttention`), P = `num_heads` x `head_dim` of the
     config's `linear_attn_config`: q, k, v (hidden -> P each), the forget gate's low-rank pair `f_a_proj`
@@ -135,9 +153,7 @@ def _kimi_delta_attention(b: Breakdown, cfg: dict[str, Any], hidden: int, n: int
     convolutions (P x kernel each), `dt_bias` (P), `A_log` (heads) and the output norm (head_dim). vLLM keeps
     the convolutions, `dt_bias` and `A_log` in float32; they are counted here in the checkpoint's dtype
     (0.05M of a layer's 39M at Kimi-Linear-48B's sizes)."""
-    lac = cfg["linear_attn_config"]
-    heads, head_dim = int(lac["num_heads"]), int(lac["head_dim"])
-    kernel = int(lac.get("short_conv_kernel_size", 4))
+    heads, head_dim, kernel, _ = kimi_linear_attention(cfg, layers, where)
     p = heads * head_dim
     b.add("attn", p, hidden, 3 * n)  # q, k, v
     b.add("attn", head_dim, hidden, 2 * n)  # f_a_proj, g_a_proj
@@ -297,8 +313,15 @@ def param_breakdown(
     kv_lora: int,
     rope: int,
     pick: Any,
+    where: str,
 ) -> Breakdown:
-    """The weight matrices of the model `cfg` describes (see the module docstring)."""
+    """The weight matrices of the model `cfg` describes (see the module docstring); `where` names it in
+    errors.
+
+    Raises:
+        InvalidArgumentError: a field whose value no model has (an MoE step or `experts_per_token` of 0,
+            gpt-oss without experts), named.
+    """
     model_type = str(cfg.get("model_type", ""))
     opt_like = model_type in ("opt", "gpt2", "gpt_neox", "gptj", "falcon", "bloom")
     # transformers' default: Gemma and OPT-like models tie their embeddings unless the config says not.
@@ -319,7 +342,7 @@ def param_breakdown(
         ) * hidden  # learned positions (offset 2)
     # Attention. State layers (Qwen3-Next / Qwen3.5's gated delta net, Kimi-Linear's KDA) replace it with
     # their mixer (below).
-    n_linear = _linear_attention_layers(cfg, layers)
+    n_linear = _linear_attention_layers(cfg, layers, where)
     n_attn = layers - n_linear
     if kv_lora:
         q_lora = pick("q_lora_rank", default=0, required=False)
@@ -354,7 +377,7 @@ def param_breakdown(
             width = (heads + kv_heads) * head_dim if model_type.startswith("minimax_m2") else 2 * head_dim
             b.other += width * n_attn
     if n_linear and model_type.startswith("kimi_linear"):
-        _kimi_delta_attention(b, cfg, hidden, n_linear)
+        _kimi_delta_attention(b, cfg, hidden, layers, n_linear, where)
     elif n_linear:
         _gated_delta_net(b, cfg, hidden, n_linear, pick)
     # Norms: two per layer (Gemma 2/3: four), the final one; OPT/GPT's LayerNorms have biases.
@@ -362,7 +385,11 @@ def param_breakdown(
     b.other += (per_layer_norms * hidden * layers + hidden) * (2 if opt_like else 1)
     # MLP and experts.
     experts = pick("n_routed_experts", "num_local_experts", "num_experts", default=0, required=False)
-    moe_flags = _layer_flags(cfg, layers, experts, pick)
+    if model_type == "gpt_oss" and experts < 1:  # vLLM's gpt_oss.py: every layer's MLP is its experts
+        raise InvalidArgumentError(
+            f"model {where}: field 'num_local_experts' {experts} must be at least 1 (gpt-oss's MLP is its experts)"
+        )
+    moe_flags = _layer_flags(cfg, layers, experts, pick, where)
     n_moe = sum(moe_flags)
     n_dense = layers - n_moe
     dense_ffn = (
@@ -381,6 +408,15 @@ def param_breakdown(
         per_tok = pick(
             "num_experts_per_tok", "experts_per_token", "num_experts_per_token", default=1, required=False
         )
+        if not 1 <= per_tok <= experts:
+            key = next(
+                k
+                for k in ("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
+                if cfg.get(k) is not None
+            )
+            raise InvalidArgumentError(
+                f"model {where}: field {key!r} {per_tok} must be from 1 to the {experts} experts"
+            )
         b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
         b.add("experts", moe_ffn, hidden, 2 * experts * n_moe)
         b.add("experts", hidden, moe_ffn, experts * n_moe)

@@ -209,12 +209,30 @@ def _int_field(qc: dict[str, Any], where: str, *keys: str, default: int | None =
     return default
 
 
+def _group_size(qc: dict[str, Any], where: str, *keys: str, default: int | None = None) -> int:
+    """An integer format's `group_size`: inputs per scale, or -1 for one scale per output row (per channel)."""
+    group = _int_field(qc, where, *keys, default=default)
+    if group < 1 and group != -1:
+        key = next((k for k in keys if qc.get(k) is not None), keys[0])
+        raise InvalidArgumentError(
+            f"{where}: quantization_config.{key} {group} must be at least 1 (inputs per scale) or -1 (per channel)"
+        )
+    return group
+
+
+def _block(block: Any) -> bool:
+    """Whether `block` is an fp8 block shape: two integers of at least 1."""
+    return (
+        isinstance(block, list)
+        and len(block) == 2
+        and all(not isinstance(x, bool) and isinstance(x, int) and x > 0 for x in block)
+    )
+
+
 def _fp8(qc: dict[str, Any], where: str) -> Quantization:
     block = qc.get("weight_block_size")
     if block is not None:
-        if not (
-            isinstance(block, list) and len(block) == 2 and all(isinstance(x, int) and x > 0 for x in block)
-        ):
+        if not _block(block):
             raise InvalidArgumentError(f"{where}: weight_block_size {block!r} must be two whole numbers")
         fmt = Format("fp8", 8, "block", (block[0], block[1]))
     else:
@@ -226,7 +244,7 @@ def _fp8(qc: dict[str, Any], where: str) -> Quantization:
 
 def _awq(qc: dict[str, Any], where: str) -> Quantization:
     bits = _int_field(qc, where, "bits", "w_bit")
-    group = _int_field(qc, where, "group_size", "q_group_size")
+    group = _group_size(qc, where, "group_size", "q_group_size")
     if bits not in (4, 8):
         raise InvalidArgumentError(f"{where}: AWQ bits {bits} is not 4 or 8 (vLLM's AWQ kernels)")
     if qc.get("zero_point") is False:
@@ -238,7 +256,7 @@ def _awq(qc: dict[str, Any], where: str) -> Quantization:
 
 def _gptq(qc: dict[str, Any], where: str) -> Quantization:
     bits = _int_field(qc, where, "bits")
-    group = _int_field(qc, where, "group_size", default=-1)
+    group = _group_size(qc, where, "group_size", default=-1)
     if bits not in (2, 3, 4, 8):
         raise InvalidArgumentError(f"{where}: GPTQ bits {bits} is not 2, 3, 4 or 8")
     if qc.get("dynamic"):
@@ -295,12 +313,21 @@ def _ct_format(weights: dict[str, Any], fmt_name: str, where: str) -> Format:
     if kind == "float" and bits == 8:
         if strategy == "block":
             block = weights.get("block_structure") or [128, 128]
-            return Format("fp8", 8, "block", (int(block[0]), int(block[1])))
+            if not _block(block):
+                raise InvalidArgumentError(
+                    f"{where}: compressed-tensors block_structure {block!r} must be two whole numbers of at least 1"
+                )
+            return Format("fp8", 8, "block", (block[0], block[1]))
         if strategy in ("tensor", "channel"):
             return Format("fp8", 8, strategy)
     if kind == "float" and bits == 4 and strategy in ("tensor_group", "group") and group == 16:
         return Format("nvfp4", 4)
     if kind == "int" and bits in (4, 8) and strategy in ("group", "channel"):
+        if strategy == "group" and (isinstance(group, bool) or not isinstance(group, int) or group < 1):
+            raise InvalidArgumentError(
+                f"{where}: compressed-tensors group_size {weights.get('group_size')!r} must be a whole number of at "
+                "least 1 with strategy 'group'"
+            )
         zeros = not weights.get("symmetric", True)
         g_idx = weights.get("actorder") == "group"
         if bits == 8 and strategy == "channel" and fmt_name == "int-quantized":

@@ -319,6 +319,7 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
         model.kv_lora_rank,
         model.qk_rope_head_dim,
         pick,
+        model.name,
     )
     q = quant.with_flag(quant.from_config(cfg.get("quantization_config"), where), quantization, where)
     bits = dtype_bits(dtype)
@@ -658,7 +659,7 @@ def _moe_layer_count(model: Model) -> int:
                 return v
         return default
 
-    return sum(_layer_flags(cfg, model.num_layers, model.num_experts, pick))
+    return sum(_layer_flags(cfg, model.num_layers, model.num_experts, pick, model.name))
 
 
 __all__ = [
