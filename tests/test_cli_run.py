@@ -637,6 +637,18 @@ def test_save_result_where_nothing_can_be_written_fails_before_the_run(capsys):
     )
 
 
+def test_a_refused_run_leaves_no_result_folder(capsys, tmp_path):
+    """The folder was created when checked, before the run's other flags were: a refused run left it."""
+    d = tmp_path / "new" / "results"
+    _error(capsys, [*SMALL, "--save-result", str(d), "--block-size", "-1"])
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "f").touch()
+    line = _error(capsys, [*SMALL, "--save-result", str(tmp_path / "f" / "x")])
+    assert line.endswith(f"cannot create {tmp_path / 'f' / 'x'}: {tmp_path / 'f'} is not a folder"), line
+    assert main([*SMALL, "--save-result", str(d)]) == 0
+    assert len(list(d.glob("*.json"))) == 1
+
+
 # -- the audit of the interface a vLLM user sees ------------------------------------------------------------------
 def test_preset_flag_offers_every_preset_simconfig_has(capsys):
     """`--preset` once offered three of SimConfig.preset's five names (vllm-0.19 and vllm-0.11 missing)."""
@@ -800,3 +812,26 @@ def test_a_tier_smaller_than_a_chunk_is_refused(capsys, size):
                           "--kv-offloading-size", size])  # fmt: skip
     assert "holds no CPU-tier chunk" in err
     assert "or 0 for no tier" in err
+
+
+def test_repeated_output_flags_add_up_or_are_refused(capsys):
+    """A second `--goodput` or `--percentile-metrics` replaced the first (an SLO attainment of 100 % where
+    both SLOs gave 0 %); now they add up, and a name or percentile given twice is refused."""
+    both = _json(capsys, [*SMALL, "--goodput", "ttft:0.5", "tpot:5"])["serving"]
+    twice = _json(capsys, [*SMALL, "--goodput", "ttft:0.5", "--goodput", "tpot:5"])["serving"]
+    assert twice == both
+    split = _json(capsys, [*SMALL, "--percentile-metrics", "ttft", "--percentile-metrics", "e2el"])["serving"]
+    assert {"p99_ttft_ms", "p99_e2el_ms"} <= set(split)
+    assert "p99_tpot_ms" not in split
+    for argv, says in (
+        (["--goodput", "ttft:1", "--goodput", "ttft:5"], "given twice"),
+        (["--percentile-metrics", "ttft", "--percentile-metrics", "ttft"], "repeat a name"),
+        (["--metric-percentiles", "50,50"], "repeat a percentile"),
+    ):
+        assert says in _error(capsys, [*SMALL, *argv])
+
+
+def test_a_percentile_is_labelled_exactly(capsys):
+    """`:g` rounded 99.99999 to `p100`, so `99.99999,100` printed two `p100` columns and kept one."""
+    serving = _json(capsys, [*SMALL, "--metric-percentiles", "99.99999,100"])["serving"]
+    assert {"p99_99999_ttft_ms", "p100_ttft_ms"} <= set(serving)

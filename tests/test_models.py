@@ -262,6 +262,16 @@ def test_hf_moe_fields_no_model_has_are_refused_by_name(tmp_path, name, fields, 
     assert str(info.value).startswith(f"model {path}: field ")
 
 
+@pytest.mark.parametrize("field", ["max_position_embeddings", "vocab_size", "intermediate_size"])
+def test_hf_sizes_of_zero_are_refused_by_name(tmp_path, field):
+    """A context of 0 was a ZeroDivisionError (vLLM's concurrency figure divides by it); a vocabulary or
+    an MLP of 0 priced a model that has none."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads((HF / "llama-3-8b.json").read_text()), field: 0}))
+    with pytest.raises(InvalidArgumentError, match=f"field '{field}' 0 must be a whole number of at least 1"):
+        kvsim.SimConfig(model=str(path), kv_cache_bytes="8GiB")
+
+
 def test_hf_qwen3_moe_without_experts_is_dense():
     """vLLM's Qwen3-MoE builds a dense MLP where `num_experts` is 0 (`config.num_experts > 0`): kept."""
     cfg = json.loads((HF / "qwen3-30b-a3b.json").read_text())

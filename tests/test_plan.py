@@ -553,3 +553,52 @@ def test_cli_smallest_replicas(capsys):
     header = next(line for line in out.splitlines() if line.startswith("round"))
     assert "replicas" in header  # the probes' table names the count it varies
     assert "smallest replicas meeting ttft_p99 <= 2 s" in out
+
+
+def test_a_pool_that_rejects_requests_does_not_pass():
+    """A rejected request is never served: a pool that admits 34 of 40 ShareGPT-like requests met
+    `ttft_p99 <= 0.2 s` on those and passed (the smallest pool came out at 13 blocks, serving 1 request).
+    The answer is the least pool that serves them all within the bound."""
+    from kvsim.workloads.registry import make_workload, parse_workload
+
+    w = make_workload(*parse_workload("sharegpt"), 40, 0)
+    cfg = kvsim.SimConfig(num_blocks=400)
+    r = smallest_memory(w, cfg, {"ttft_p99": 0.2}, knob="num_blocks", workers=1)
+    assert r.status == "converged"
+    rows = r.probes.sort("num_blocks")
+    assert all(not p for p, rej in zip(rows["passed"], rows["rejected"], strict=True) if rej)
+    answer = rows.filter(rows["num_blocks"] == r.value).row(0, named=True)
+    assert answer["rejected"] == 0
+    assert answer["completed"] == 40
+    below = rows.filter(rows["num_blocks"] == r.value - 1).row(0, named=True)
+    assert below["passed"] is False
+    assert "failed for rejecting requests" in r.message
+    # Against the engine directly: one block less rejects a request.
+    assert kvsim.simulate(w, cfg.replace(num_blocks=r.value - 1)).summary["rejected"] > 0
+
+
+def test_a_disaggregated_fleet_is_searched_and_named_as_one(capsys):
+    """`--prefill-replicas 1` with one decode replica is a fleet of two (its search ran `kvsim.simulate`,
+    which refused it); the header names the prefill replicas (it said '2 replicas' for 1 prefill : 2
+    decode)."""
+    base = ["plan", "--num-gpu-blocks-override", "400", "--requests", "30", "--workers", "1", "--max-probes",
+            "3", "--slo", "ttft_p99:1s", "--prefill-replicas", "1", "--pd-link-ps-per-block", "1000"]  # fmt: skip
+    for replicas in (1, 2):
+        assert main([*base, "--replicas", str(replicas)]) == 0
+        out = capsys.readouterr().out
+        assert f"fleet: 1 prefill : {replicas} decode replicas, router round-robin" in out
+    cfg = kvsim.SimConfig(num_blocks=400, prefill_replicas=1, pd_link_ps_per_block=1000)
+    assert default_probe(cfg) is cluster_probe
+
+
+def test_goodput_without_a_goodput_fraction_slo_is_refused_not_ignored(capsys):
+    from kvsim.analysis.plan import plan
+
+    w = kvsim.workloads.synthetic(20, arrival_rate=2, seed=0)
+    with pytest.raises(InvalidArgumentError, match="read only by a goodput_fraction SLO"):
+        plan(w, kvsim.SimConfig(num_blocks=400), {"ttft_p99": 2.0}, goodput={"ttft": 500})
+    argv = ["plan", "--num-gpu-blocks-override", "400", "--requests", "20", "--slo", "ttft_p99:2s"]
+    assert main([*argv, "--goodput", "ttft:500"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "read only by a goodput_fraction SLO" in err[0]

@@ -204,6 +204,11 @@ def _resolve_probe(
             "slo goodput_fraction needs per-request SLOs: goodput={'ttft': 500, 'tpot': 50} (ms; "
             "--goodput ttft:500 tpot:50)"
         )
+    if goodput is not None and not needs_goodput:
+        raise InvalidArgumentError(
+            f"goodput {goodput} is read only by a goodput_fraction SLO (the share of requests meeting it): "
+            "add one (slos={'goodput_fraction': 0.9}; --slo goodput_fraction:0.9) or drop goodput"
+        )
     if probe is None:
         return functools.partial(default or simulate_probe, goodput=goodput, backend=backend)
     if not callable(probe):
@@ -268,7 +273,9 @@ def _search(
                         f"probe summary has no {', '.join(missing)} (the SLOs read it); keys: {', '.join(summary)}"
                     )
                 values = {s.metric: summary[s.key] for s in slos}
-                passed = all(s.holds(values[s.metric]) for s in slos)
+                # A rejected request is never served: no bound holds for it, whatever those served met
+                # (a pool too small for most of the workload passed on the few it admitted).
+                passed = not summary.get("rejected") and all(s.holds(values[s.metric]) for s in slos)
                 search.outcomes[x] = passed
                 row: dict[str, Any] = {
                     "round": round_no,
@@ -321,6 +328,11 @@ def _setup(workload: Any, config: Any, rate: float | None = None, pool: bool = T
         fleet = f"{len(config)} replicas (heterogeneous), router {getattr(config[0], 'router', '?')}"
         config = config[0]  # the first replica's model; its pool is not every replica's (not shown)
         each = None
+    elif isinstance(getattr(config, "prefill_replicas", None), int) and config.prefill_replicas > 0:
+        fleet = (
+            f"{config.prefill_replicas} prefill : {config.replicas} decode replicas, router {config.router}"
+        )
+        each = " each"
     elif isinstance(getattr(config, "replicas", None), int) and config.replicas > 1:
         fleet = f"{config.replicas} replicas, router {config.router}"
         each = " each"
@@ -577,8 +589,14 @@ def _memory_limit() -> int:
 
 
 def _replica_count(config: Any) -> int:
+    """The replicas a config's probe runs, its prefill replicas counted (a disaggregated fleet of one
+    decode replica is a fleet too)."""
     replicas = getattr(config, "replicas", None)
-    return replicas if isinstance(replicas, int) and replicas > 1 else 1
+    prefill = getattr(config, "prefill_replicas", None)
+    n = (replicas if isinstance(replicas, int) and replicas > 1 else 1) + (
+        prefill if isinstance(prefill, int) and prefill > 0 else 0
+    )
+    return n
 
 
 def _most_blocks(config: Any) -> float:

@@ -375,6 +375,15 @@ class PlanResult:
                 "below-floor": f"passes {slos} at every {self.axis} probed, down to the floor "
                 f"{self._fmt(hi)}",
             }[self.status]
+        if "rejected" in self.probes.columns:
+            rejecting = self.probes.filter(pl.col("rejected").fill_null(0) > 0)
+            if rejecting.height:
+                first = rejecting.row(0, named=True)
+                what += (
+                    f"; {rejecting.height} probe(s) failed for rejecting requests, never served (e.g. "
+                    f"{first['rejected']:,} of {first['rejected'] + (first.get('completed') or 0):,} at "
+                    f"{self.axis} {self._fmt(first[self.axis])})"
+                )
         if "refused" in self.probes.columns:
             refused = [r for r in self.probes["refused"].to_list() if r]
             if refused:

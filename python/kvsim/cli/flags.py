@@ -108,6 +108,17 @@ class _Joined(argparse.Action):
         setattr(namespace, self.dest, (option_string, text))
 
 
+class _CommaList(argparse.Action):
+    """A comma list given more than once (`--percentile-metrics ttft --percentile-metrics e2el`): the
+    lists joined (the last one replaced the others); the first replaces the default."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        seen = f"_{self.dest}_given"
+        before = getattr(namespace, self.dest) if getattr(namespace, seen, False) else None
+        setattr(namespace, self.dest, values if before is None else f"{before},{values}")
+        setattr(namespace, seen, True)
+
+
 class _Switch(argparse.Action):
     """A vLLM-style switch: `--enable-x` turns it on, `--no-enable-x` off; `--enable-x false` (today's
     spelling, with a value) is kept as an alias."""
@@ -425,6 +436,7 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
     )
     o.add_argument(
         "--percentile-metrics",
+        action=_CommaList,
         default="ttft,tpot,itl",
         metavar="M1,M2,...",
         help="latency metrics to report, of ttft, tpot, itl, e2el (vllm bench serve's, each defined in "
@@ -433,6 +445,7 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
     )
     o.add_argument(
         "--metric-percentiles",
+        action=_CommaList,
         default="99",
         metavar="P1,P2,...",
         help="percentiles of those metrics (default: 99)",
@@ -440,6 +453,7 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
     o.add_argument(
         "--goodput",
         nargs="+",
+        action="extend",  # (repeated, the SLOs add up: the last one replaced the others)
         default=None,
         metavar="METRIC:MS",
         help="SLOs in milliseconds (ttft:500 tpot:50 e2el:2000): report goodput, the requests per second "

@@ -321,7 +321,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"workload: {info['name']}, {info['requests']:,} requests; {target}")
     print(config.pool.line())
     print(config.time_line())
-    if config.replicas > 1 and args.smallest != "replicas":  # the fleet every probe runs
+    if args.smallest != "replicas" and config.prefill_replicas:  # the disaggregated fleet every probe runs
+        print(
+            f"fleet: {config.prefill_replicas} prefill : {config.replicas} decode replicas, router "
+            f"{config.router} (pool: each replica's)"
+        )
+    elif config.replicas > 1 and args.smallest != "replicas":  # the fleet every probe runs
         print(f"fleet: {config.replicas} replicas, router {config.router} (pool: each replica's)")
     print()
     if ranking is not None:

@@ -349,19 +349,23 @@ def _save_dir_from_args(args: argparse.Namespace) -> Path | None:
 
 
 def _check_save_dir(path: str, flag: str) -> Path:
-    """The result folder (given as `flag`), created, checked writable before the run."""
+    """The result folder (given as `flag`), checked before the run: writable if it exists, else the
+    nearest folder above it writable (it is created only when the results are written, so a run refused
+    later leaves no folder behind)."""
     if "\0" in path or not path.strip():
         raise FlagError(f"argument {flag}: {path!r} is not a folder name")
     d = Path(path)
     if d.exists() and not d.is_dir():
         raise FlagError(f"argument {flag}: {d} exists and is not a folder")
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise FlagError(f"argument {flag}: cannot create {d}: {exc.strerror}") from None
-    why = write_probe(d)
+    above = d
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise FlagError(f"argument {flag}: cannot create {d}: {above} is not a folder")
+    why = write_probe(above)
     if why:
-        raise FlagError(f"argument {flag}: cannot write in {d}: {why}")
+        verb = "write in" if above == d else f"create {d}: cannot write in"
+        raise FlagError(f"argument {flag}: cannot {verb} {above}: {why}")
     return d
 
 
@@ -479,6 +483,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S-%f")
         path = save_dir / f"{stem}-{stamp}.json"
         try:
+            save_dir.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(out, indent=2, default=str, ensure_ascii=False) + "\n")
             result.requests.write_parquet(path.with_suffix(".requests.parquet"))
         except OSError as exc:

@@ -117,6 +117,8 @@ def parse_metric_percentiles(text: str | Sequence[float]) -> tuple[float, ...]:
         out.append(p)
     if not out:
         raise InvalidArgumentError(f"metric percentiles {text!r} give no percentile")
+    if len(set(out)) != len(out):
+        raise InvalidArgumentError(f"metric percentiles {text!r} repeat a percentile")
     return tuple(out)
 
 
@@ -165,7 +167,8 @@ def goodput_label(slos: Mapping[str, float]) -> str:
 
 
 def _pct_key(p: float) -> str:
-    return f"p{p:g}".replace(".", "_") if not float(p).is_integer() else f"p{int(p)}"
+    """`p99`, `p99_9`: the percentile's shortest exact decimal (`:g` rounded 99.99999 to `p100`)."""
+    return f"p{float(p)!r}".replace(".", "_") if not float(p).is_integer() else f"p{int(p)}"
 
 
 def _stats(name: str, values: np.ndarray, percentiles: Sequence[float], out: dict[str, Any]) -> None:

@@ -658,13 +658,14 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model inside
         cfg = {**cfg, **cfg["text_config"]}
 
-    def pick(*keys: str, default: Any = None, required: bool = True) -> Any:
+    def pick(*keys: str, default: Any = None, required: bool = True, least: int = 0) -> Any:
         for k in keys:
             if cfg.get(k) is not None:
                 v = cfg[k]
-                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                if isinstance(v, bool) or not isinstance(v, int) or v < least:
+                    at_least = f" of at least {least}" if least else ""
                     raise InvalidArgumentError(
-                        f"model {str(path)!r}: field {k!r} {v!r} must be a whole number"
+                        f"model {str(path)!r}: field {k!r} {v!r} must be a whole number{at_least}"
                     )
                 return v
         if required and default is None:
@@ -678,11 +679,14 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         raise InvalidArgumentError(f"model {str(path)!r}: layers, hidden size and heads must be at least 1")
     kv_heads = pick("num_key_value_heads", "n_head_kv", default=1 if cfg.get("multi_query") else heads)
     head_dim = pick("head_dim", default=hidden // heads)
-    ffn = pick("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
-    vocab = pick("vocab_size")
+    # (a context, a vocabulary or an MLP of 0 is no model: its context divided the concurrency figure)
+    ffn = pick("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden, least=1)
+    vocab = pick("vocab_size", least=1)
     # vLLM derives the context from these keys (the smallest of those present, `model_max_length` among
     # them); kvsim takes the first present. Kimi-Linear's config states only `model_max_length`.
-    max_len = pick("max_position_embeddings", "n_positions", "seq_length", "model_max_length", default=2048)
+    max_len = pick(
+        "max_position_embeddings", "n_positions", "seq_length", "model_max_length", default=2048, least=1
+    )
     kv_lora = pick("kv_lora_rank", default=0, required=False)
     rope = pick("qk_rope_head_dim", default=0, required=False)
     if not kv_lora and (kv_heads < 1 or heads % kv_heads):
