@@ -154,3 +154,157 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     cpu = tmp_path / "gpu_validation.json"
     cpu.write_text(json.dumps({"device_kind": "cpu", "calibration": {"grid": []}}))
     assert "not a GPU: its timings calibrate nothing" in _error(["calibrate", str(cpu)], capsys)
+
+
+def _vidur(tmp_path: Path, rows: list[str] | None = None) -> Path:
+    """A small Vidur profile of A100 Llama-3-8B rows (times in ms)."""
+    from kvsim.analysis.calibrate import VIDUR_ELEMENTWISE, VIDUR_OPS
+
+    ops = [*VIDUR_OPS, *VIDUR_ELEMENTWISE]
+    head = "num_tokens,num_tensor_parallel_workers," + ",".join(f"time_stats.{op}.median" for op in ops)
+    body = rows or [
+        f"{t},1," + ",".join(f"{0.01 * t + 0.005:.4f}" for _ in ops) for t in (1, 8, 64, 512, 2048)
+    ]
+    p = tmp_path / "a100-meta-llama-3-8b-mlp.csv"
+    p.write_text("\n".join([head, *body]) + "\n")
+    return p
+
+
+def test_a_profile_that_is_not_utf8_is_one_line_naming_the_file(tmp_path, capsys):
+    junk = bytes(range(128, 256)) * 3
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(junk)
+    for fmt in ("vidur", "splitwise"):
+        err = _error(
+            ["calibrate", str(binary), "--format", fmt, "--gpu", "a100-80gb", "--model", "llama-3-8b"], capsys
+        )
+        assert f"profile {binary}: not UTF-8 text" in err
+    for name in ("meta.yaml", "tp1/dense.csv"):
+        prof = tmp_path / name.replace("/", "_")
+        (prof / "tp1").mkdir(parents=True)
+        for f in ("dense.csv", "attention.csv", "per_sequence.csv"):
+            (prof / "tp1" / f).write_text("layer,tokens,time_us\n")
+        (prof / name).write_bytes(junk)
+        err = _error(["calibrate", str(prof), "--gpu", "rtx-pro-6000", "--model", "llama-3.1-8b"], capsys)
+        assert f"profile {prof / name}: not UTF-8 text" in err
+
+
+@pytest.mark.parametrize(
+    ("cell", "field", "why"),
+    [
+        ("0", "time_stats.attn_pre_proj.median", "must be a time above 0"),
+        ("2.5", "num_tokens", "must be a whole number in [0, 1,099,511,627,776]"),
+        ("1e23", "num_tokens", "must be a whole number in [0, 1,099,511,627,776]"),
+        ("0", "num_tensor_parallel_workers", "must be a whole number in [1,"),
+    ],
+)
+def test_zero_times_and_bad_counts_are_refused_by_file_line_and_field(tmp_path, capsys, cell, field, why):
+    p = _vidur(tmp_path)
+    lines = p.read_text().splitlines()
+    col = lines[0].split(",").index(field)
+    row = lines[3].split(",")
+    row[col] = cell
+    lines[3] = ",".join(row)
+    p.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "cal.json"
+    err = _error(["calibrate", str(p), "--output", str(out)], capsys)
+    assert f"profile {p}, line 4: column {field!r} {cell!r} {why}" in err
+    assert not out.exists()
+
+
+def test_splitwise_zero_times_and_batch_size_0_are_refused(tmp_path, capsys):
+    head = "model,hardware,prompt_size,batch_size,token_size,prompt_time,token_time,tensor_parallel"
+    for row, field in (
+        ("llama2-70b,a100-80gb,512,1,128,0,0,2", "prompt_time"),
+        ("llama2-70b,a100-80gb,512,1,128,190.5,0,2", "token_time"),
+        ("llama2-70b,a100-80gb,512,0,128,190.5,54.8,2", "batch_size"),
+        ("llama2-70b,a100-80gb,512,2.5,128,190.5,54.8,2", "batch_size"),
+    ):
+        p = tmp_path / "perf_model.csv"
+        p.write_text(f"{head}\n{row}\n")
+        err = _error(["calibrate", str(p), "--output", str(tmp_path / "o.json")], capsys)
+        assert f"profile {p}, line 2: column {field!r}" in err
+    assert list(tmp_path.iterdir()) == [p]
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_fit(tmp_path, capsys, monkeypatch):
+    import kvsim.analysis.calibrate as cal_module
+
+    def no_fit(*a, **k):
+        raise AssertionError("fitted before the output was checked")
+
+    monkeypatch.setattr(cal_module, "calibrate", no_fit)
+    p = _vidur(tmp_path)
+    (tmp_path / "afile").write_text("")
+    for output, why in (
+        (tmp_path / "afile" / "x.json", "afile is a file, not a folder"),
+        (Path("/proc/kvsim-no-such/x.json"), "cannot write in /proc"),
+        (Path("/dev/full"), "/dev/full is not a regular file"),
+        (tmp_path, "is a folder"),
+    ):
+        err = _error(["calibrate", str(p), "--output", str(output)], capsys)
+        assert err.startswith("kvsim calibrate: error: argument --output:"), err
+        assert why in err, err
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["a100-meta-llama-3-8b-mlp.csv", "afile"]
+
+
+def test_a_failed_write_leaves_no_file(tmp_path):
+    from kvsim.cli.calibrate import _write_all
+    from kvsim.errors import InvalidArgumentError
+
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(InvalidArgumentError, match=r"argument --output: cannot write .*nothing written"):
+        _write_all([(tmp_path / "new" / "a.json", "{}\n"), (tmp_path / "afile" / "b.json", "{}\n")])
+    assert [x.name for x in tmp_path.iterdir()] == ["afile"]
+
+
+def test_ship_with_output_is_refused(tmp_path, capsys):
+    p = _vidur(tmp_path)
+    err = _error(["calibrate", str(p), "--ship", "--output", str(tmp_path / "x.json")], capsys)
+    assert "argument --output: not allowed with --ship" in err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_an_efficiency_too_low_for_the_engines_range_is_refused_by_name(tmp_path, capsys):
+    data = json.loads((CALIBRATION_DIR / "rtx-pro-6000-llama-3.1-8b.json").read_text())
+    for field, value in (("gemm_memory", 1e-300), ("attention_mixed", 1e-300), ("gemm_memory", 5e-324)):
+        bad = json.loads(json.dumps(data))
+        bad["efficiencies"][field] = value
+        path = tmp_path / f"{field}-{value}.json"
+        path.write_text(json.dumps(bad))
+        with pytest.raises(
+            kvsim.InvalidArgumentError, match=f"calibration .*: efficiency {field} {value!r} is too low"
+        ):
+            kvsim.SimConfig(model="llama-3-8b", gpu="rtx-pro-6000", calibration=str(path))
+        err = _error(
+            [
+                "run",
+                "--model",
+                "llama-3-8b",
+                "--gpu",
+                "rtx-pro-6000",
+                "--requests",
+                "20",
+                "--calibration",
+                str(path),
+            ],
+            capsys,
+        )
+        assert f"efficiency {field} {value!r} is too low" in err
+        assert "2^40" in err
+    # The least value the message states is the bound: just above it runs, just below it is refused.
+    with pytest.raises(kvsim.InvalidArgumentError, match="at least") as exc:
+        kvsim.SimConfig(
+            model="llama-3-8b", gpu="rtx-pro-6000", calibration=str(tmp_path / "gemm_memory-1e-300.json")
+        )
+    least = float(str(exc.value).split("at least ")[1].split()[0])
+    for factor, ok in ((1.01, True), (0.99, False)):
+        bad = json.loads(json.dumps(data))
+        bad["efficiencies"]["gemm_memory"] = least * factor
+        path = tmp_path / "edge.json"
+        path.write_text(json.dumps(bad))
+        if ok:
+            kvsim.SimConfig(model="llama-3-8b", gpu="rtx-pro-6000", calibration=str(path))
+        else:
+            with pytest.raises(kvsim.InvalidArgumentError):
+                kvsim.SimConfig(model="llama-3-8b", gpu="rtx-pro-6000", calibration=str(path))

@@ -259,7 +259,11 @@ def test_coefficients_are_bounded_and_checked():
         Efficiencies(gemm_memory=0)
     with pytest.raises(InvalidArgumentError, match="step_overhead_ps -1"):
         Efficiencies(step_overhead_ps=-1)
-    with pytest.raises(InvalidArgumentError, match=r"roofline \w+ \d+ must be a whole number of picoseconds"):
+    # An efficiency too low for the engines' 2^40 ps is named, with its least value for the model and GPU.
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"efficiency gemm_memory 1e-06 is too low for llama-3-70b on l4: .* at least 0\.415",
+    ):
         roofline_time_model(
             kvsim.models.get("llama-3-70b"), kvsim.gpus.get("l4"), efficiencies=Efficiencies(gemm_memory=1e-6)
         )

@@ -45,6 +45,7 @@ import numpy as np
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.gpus import Gpu
 from kvsim.model.gpus import resolve as resolve_gpu
+from kvsim.model.knob_table import MAX_TOKENS
 from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
 from kvsim.model.timing import Efficiencies, RooflineTimeModel, roofline_time_model
@@ -112,22 +113,53 @@ def _preset_model(name: str, where: str) -> Model:
     raise InvalidArgumentError(f"{where}: model {name!r} is not a kvsim preset; give --model NAME")
 
 
-def _read_csv(path: Path) -> list[dict[str, str]]:
+def _read_csv(path: Path) -> list[tuple[str, dict[str, str]]]:
+    """The rows of a CSV profile, each with where it is (`profile PATH, line N`, for the messages)."""
     try:
         with path.open(newline="") as f:
-            return list(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            return [(f"profile {path}, line {reader.line_num}", row) for row in reader]
     except OSError as exc:
         raise InvalidArgumentError(f"profile {path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidArgumentError(
+            f"profile {path}: not UTF-8 text (byte {exc.start}); not a CSV profile"
+        ) from None
+    except csv.Error as exc:
+        raise InvalidArgumentError(f"profile {path}: not a CSV profile ({exc})") from None
 
 
 def _num(row: dict[str, str], key: str, where: str) -> float:
+    """A measured time: a number above 0 (a time of 0, negative, NaN or infinite is refused by name)."""
     try:
         v = float(row[key])
     except (KeyError, TypeError, ValueError):
         raise InvalidArgumentError(f"{where}: column {key!r} missing or not a number in {row}") from None
-    if not math.isfinite(v) or v < 0:
-        raise InvalidArgumentError(f"{where}: column {key!r} {row[key]!r} must be a number at least 0")
+    if not math.isfinite(v) or v <= 0:
+        raise InvalidArgumentError(f"{where}: column {key!r} {row[key]!r} must be a time above 0")
     return v
+
+
+# The largest count a profile may give (tokens, keys, sequences): the knobs' token bound, 2^40.
+MAX_COUNT = MAX_TOKENS
+# The largest Splitwise batch: kvsim prices a batch sequence by sequence (vLLM's largest --max-num-seqs
+# default is 1,024).
+MAX_BATCH = 1 << 16
+
+
+def _count(row: Any, key: str, where: str, least: int = 0, most: int = MAX_COUNT) -> int:
+    """A count (tokens, keys, sequences, GPUs): a whole number in [least, most]; a fractional, negative,
+    absurd or non-numeric count is refused by name, never truncated."""
+    try:
+        raw = row[key]
+        v = float(raw) if not isinstance(raw, bool) else math.nan
+    except (KeyError, TypeError, ValueError):
+        raise InvalidArgumentError(f"{where}: column {key!r} missing or not a number in {row}") from None
+    if not math.isfinite(v) or v != math.floor(v) or not least <= v <= most:
+        raise InvalidArgumentError(
+            f"{where}: column {key!r} {raw!r} must be a whole number in [{least}, {most:,}]"
+        )
+    return int(v)
 
 
 def _meta(path: Path) -> dict[str, str]:
@@ -137,6 +169,10 @@ def _meta(path: Path) -> dict[str, str]:
         text = path.read_text()
     except OSError:
         return out
+    except UnicodeDecodeError as exc:
+        raise InvalidArgumentError(
+            f"profile {path}: not UTF-8 text (byte {exc.start}); not a meta.yaml"
+        ) from None
     for line in text.splitlines():
         m = re.match(r"^([A-Za-z_]+):\s*(.+?)\s*$", line)
         if m:
@@ -227,34 +263,34 @@ def read_llmservingsim(path: Path, gpu: str | None, model: str | None) -> Profil
     for folder in tps:
         tp = int(folder.name[2:]) if folder.name[2:].isdigit() else 1
         dense = folder / "dense.csv"
-        for row in _read_csv(dense):
+        for at, row in _read_csv(dense):
             op, t, s = (
                 row.get("layer", ""),
-                int(_num(row, "tokens", str(dense))),
-                _num(row, "time_us", str(dense)) / 1e6,
+                _count(row, "tokens", at),
+                _num(row, "time_us", at) / 1e6,
             )
             if op in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
                 gemm.append((op, t, tp, s))
             elif op in ("act_fn", "layernorm", "final_layernorm", "rotary_emb", "embedding"):
                 elem.append((op, t, tp, s))
         attention = folder / "attention.csv"
-        for row in _read_csv(attention):
+        for at, row in _read_csv(attention):
             att.append(
                 (
-                    int(_num(row, "prefill_chunk", str(attention))),
-                    int(_num(row, "kv_prefill", str(attention))),
-                    int(_num(row, "n_decode", str(attention))),
-                    int(_num(row, "kv_decode", str(attention))),
+                    _count(row, "prefill_chunk", at),
+                    _count(row, "kv_prefill", at),
+                    _count(row, "n_decode", at),
+                    _count(row, "kv_decode", at),
                     tp,
-                    _num(row, "time_us", str(attention)) / 1e6,
+                    _num(row, "time_us", at) / 1e6,
                 )
             )
         per_seq = folder / "per_sequence.csv"
-        for row in _read_csv(per_seq):
+        for at, row in _read_csv(per_seq):
             op, n, s = (
                 row.get("layer", ""),
-                int(_num(row, "sequences", str(per_seq))),
-                _num(row, "time_us", str(per_seq)) / 1e6,
+                _count(row, "sequences", at),
+                _num(row, "time_us", at) / 1e6,
             )
             if op == "lm_head":
                 gemm.append(("lm_head", n, tp, s))
@@ -322,13 +358,13 @@ def read_vidur(path: Path, gpu: str | None, model: str | None) -> Profile:
     g = resolve_gpu(gpu) if gpu else _preset_gpu(m_gpu.group(1) if m_gpu else stem, where)
     m = resolve_model(model) if model else _preset_model(m_gpu.group(2) if m_gpu else stem, where)
     gemm, elem = [], []
-    for row in _read_csv(path):
-        t = int(_num(row, "num_tokens", where))
-        tp = int(_num(row, "num_tensor_parallel_workers", where))
+    for at, row in _read_csv(path):
+        t = _count(row, "num_tokens", at)
+        tp = _count(row, "num_tensor_parallel_workers", at, 1)
         for op, ours in VIDUR_OPS.items():
-            gemm.append((ours, t, tp, _num(row, f"time_stats.{op}.median", where) / 1e3))
+            gemm.append((ours, t, tp, _num(row, f"time_stats.{op}.median", at) / 1e3))
         for op in VIDUR_ELEMENTWISE:
-            elem.append((op, t, tp, _num(row, f"time_stats.{op}.median", where) / 1e3))
+            elem.append((op, t, tp, _num(row, f"time_stats.{op}.median", at) / 1e3))
     if not gemm:
         raise InvalidArgumentError(f"{where}: no rows")
     source = f"Vidur per-operator profile {path.name} (microsoft/vidur; medians, ms)"
@@ -339,9 +375,9 @@ def read_splitwise(path: Path, gpu: str | None, model: str | None) -> list[Profi
     """Splitwise's `perf_model.csv`: one profile per (model, hardware) kvsim has presets for (module
     docstring); rows of other models or GPUs are skipped and named."""
     where = f"profile {path}"
-    groups: dict[tuple[str, str], list[dict[str, str]]] = {}
-    for row in _read_csv(path):
-        groups.setdefault((row.get("model", ""), row.get("hardware", "")), []).append(row)
+    groups: dict[tuple[str, str], list[tuple[str, dict[str, str]]]] = {}
+    for at, row in _read_csv(path):
+        groups.setdefault((row.get("model", ""), row.get("hardware", "")), []).append((at, row))
     out = []
     for (mname, hw), rows in sorted(groups.items()):
         try:
@@ -352,15 +388,15 @@ def read_splitwise(path: Path, gpu: str | None, model: str | None) -> list[Profi
         if gpu and hw != gpu and GPU_NAMES.get(hw) != gpu:
             continue
         steps = []
-        for row in rows:
-            prompt = int(_num(row, "prompt_size", where))
-            batch = int(_num(row, "batch_size", where))
-            tokens = int(_num(row, "token_size", where))
-            tp = int(_num(row, "tensor_parallel", where))
-            steps.append((tp, [(prompt, prompt)] * batch, _num(row, "prompt_time", where) / 1e3, "prefill"))
+        for at, row in rows:
+            prompt = _count(row, "prompt_size", at, 1)
+            batch = _count(row, "batch_size", at, 1, MAX_BATCH)
+            tokens = _count(row, "token_size", at)
+            tp = _count(row, "tensor_parallel", at, 1)
+            steps.append((tp, [(prompt, prompt)] * batch, _num(row, "prompt_time", at) / 1e3, "prefill"))
             if tokens > 1:
                 mid = prompt + tokens // 2  # decode steps' keys grow linearly: the middle step is their mean
-                steps.append((tp, [(mid, 1)] * batch, _num(row, "token_time", where) / 1e3, "decode"))
+                steps.append((tp, [(mid, 1)] * batch, _num(row, "token_time", at) / 1e3, "decode"))
         source = f"Splitwise batch timings {path.name} ({mname} on {hw}; Mutinifni/splitwise-sim)"
         out.append(Profile(g, m, source, [], "splitwise", steps=steps))
     if not out:
@@ -385,11 +421,17 @@ def read_gpu_validate(path: Path, gpu: str | None, model: str | None) -> Profile
     g = resolve_gpu(gpu) if gpu else _preset_gpu(str(data.get("gpu_preset") or data.get("device", "")), where)
     m = resolve_model(model) if model else _preset_model(str(data.get("model", "")), where)
     steps = []
-    for p in grid:
-        rows = [(int(p["context"]) + 1, 1)] * int(p["batch"])
-        if int(p["prefill"]):
-            rows.append((int(p["prefill"]), int(p["prefill"])))
-        steps.append((1, rows, float(p["seconds"]), "step"))
+    if not isinstance(grid, list):
+        raise InvalidArgumentError(f"{where}: calibration.grid {type(grid).__name__} is not a list of steps")
+    for i, p in enumerate(grid):
+        at = f"{where}, calibration.grid[{i}]"
+        if not isinstance(p, dict):
+            raise InvalidArgumentError(f"{at}: {p!r} is not an object")
+        batch, prefill = _count(p, "batch", at, 0, MAX_BATCH), _count(p, "prefill", at)
+        rows = [(_count(p, "context", at) + 1, 1)] * batch
+        if prefill:
+            rows.append((prefill, prefill))
+        steps.append((1, rows, _num(p, "seconds", at), "step"))
     return Profile(g, m, f"kvsim.gpu.validate timings {path.name}", [], "gpu-validate", steps=steps)
 
 

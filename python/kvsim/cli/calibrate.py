@@ -67,29 +67,87 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _check_output(path: Path) -> None:
+    """Before the fit: `path` can be written (not a folder or a device, in a folder that exists or can be
+    made and is writable); makes nothing."""
+    import tempfile
+
+    if path.is_dir():
+        raise InvalidArgumentError(f"argument --output: {path} is a folder")
+    if path.exists() and not path.is_file():
+        raise InvalidArgumentError(f"argument --output: {path} is not a regular file")
+    parent = next((a for a in path.parents if a.exists()), Path("."))
+    if not parent.is_dir():
+        raise InvalidArgumentError(f"argument --output: {path}: {parent} is a file, not a folder")
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"argument --output: {path}: cannot write in {parent} ({exc.strerror or exc})"
+        ) from None
+
+
+def _write_all(files: list[tuple[Path, str]]) -> None:
+    """Writes every file or none: each to a temporary file beside it, then all renamed into place; on a
+    failure the temporary files and the folders made for them are removed."""
+    import os
+    import tempfile
+
+    made: list[Path] = []
+    temps: list[tuple[str, Path]] = []
+    try:
+        for path, text in files:
+            for folder in reversed([path.parent, *path.parent.parents]):
+                if not folder.exists():
+                    folder.mkdir()
+                    made.append(folder)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            temps.append((tmp, path))
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    except OSError as exc:
+        for tmp, _ in temps:
+            Path(tmp).unlink(missing_ok=True)
+        for folder in reversed(made):
+            folder.rmdir()
+        where = exc.filename if isinstance(exc.filename, str) else ""
+        raise InvalidArgumentError(
+            f"argument --output: cannot write {where or files[0][0]} ({exc.strerror or exc}); nothing written"
+        ) from None
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from kvsim.analysis.calibrate import calibrate, read_profile
     from kvsim.cli.run import _int_flag
 
+    if args.ship and args.output is not None:
+        raise InvalidArgumentError(
+            "argument --output: not allowed with --ship (--ship writes python/kvsim/calibrations/<gpu>-<model>.json)"
+        )
     every = _int_flag("--holdout-every", args.holdout_every, 2)
     profiles = read_profile(args.profile, args.format, args.gpu, args.model)
     command = "kvsim calibrate " + " ".join(shlex.quote(a) for a in args._argv[1:] if a != "--json")
-    out = []
+    paths = []
     for prof in profiles:
-        cal = calibrate(prof, every)
-        cal.command = command
+        name = f"{prof.gpu.name}-{prof.model.name}"
         if args.ship:
-            path = SHIPPED / f"{cal.name}.json"
+            path = SHIPPED / f"{name}.json"
         elif args.output and len(profiles) == 1:
             path = Path(args.output)
         else:
             base = Path(args.output).parent if args.output else Path("results") / "calibration"
-            path = base / f"{cal.name}.json"
-        if path.exists() and path.is_dir():
-            raise InvalidArgumentError(f"argument --output: {path} is a folder")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(cal.to_json(), indent=2) + "\n")
+            path = base / f"{name}.json"
+        _check_output(path)
+        paths.append(path)
+    out = []
+    for prof, path in zip(profiles, paths, strict=True):
+        cal = calibrate(prof, every)
+        cal.command = command
         out.append((cal, path))
+    _write_all([(path, json.dumps(cal.to_json(), indent=2) + "\n") for cal, path in out])
     if args.json:
         print(json.dumps([{**c.to_json(), "path": str(p)} for c, p in out], indent=2))
     else:

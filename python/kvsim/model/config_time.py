@@ -98,17 +98,22 @@ class ConfigTimeModel:
             eff = cal.efficiencies
         # Each layer's own kind: a window kept as full attention by the KV-cache manager still attends
         # over the window.
-        rt = roofline_time_model(
-            resolve(self.model),
-            gpu,
-            tensor_parallel_size=self.tensor_parallel_size,
-            data_parallel_size=self.data_parallel_size,
-            expert_parallel=self.enable_expert_parallel,
-            kv_cache_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
-            quantization=self.quantization,
-            efficiencies=eff,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-        )
+        try:
+            rt = roofline_time_model(
+                resolve(self.model),
+                gpu,
+                tensor_parallel_size=self.tensor_parallel_size,
+                data_parallel_size=self.data_parallel_size,
+                expert_parallel=self.enable_expert_parallel,
+                kv_cache_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
+                quantization=self.quantization,
+                efficiencies=eff,
+                max_num_batched_tokens=self.max_num_batched_tokens,
+            )
+        except InvalidArgumentError as exc:
+            if cal is None or not str(exc).startswith("efficiency "):
+                raise
+            raise InvalidArgumentError(f"calibration {self.calibration!r}: {exc}") from None
         object.__setattr__(self, "_roofline", rt)
         if self.swap_ps_per_block is None:
             tm = linear_time_model(

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -402,9 +403,35 @@ def roofline_time_model(
     act = 2  # bytes of a bf16/fp16 activation
     h, L = model.hidden_size, model.num_layers
     terms: list[Term] = []
+    GM, GC = ("gemm_memory",), ("gemm_compute",)
 
     def ps(seconds: float) -> float:
         return seconds * PS_PER_S
+
+    checked: list[tuple[str, float, tuple[str, ...]]] = []
+
+    def coefficient(name: str, seconds: float, rates: tuple[str, ...]) -> int:
+        """`seconds` as whole picoseconds (beyond the engines' bound: 2^40 + 1, for the checks below)."""
+        checked.append((name, seconds, rates))
+        v = ps(seconds)
+        return round(v) if math.isfinite(v) and v <= MAX_COEFFICIENT_PS else MAX_COEFFICIENT_PS + 1
+
+    def refuse_low_efficiency() -> None:
+        """A term beyond the engines' bound (2^40 ps) because an efficiency is too low is refused naming
+        the efficiency and its least value for this model on this GPU (the largest of its terms at
+        efficiency 1, over the bound); otherwise `RooflineTimeModel` names the term (a model too large)."""
+        for name, seconds, rates in checked:
+            v = ps(seconds)
+            low = sorted((getattr(eff, r), r) for r in rates if getattr(eff, r) < 1)
+            if (math.isfinite(v) and v <= MAX_COEFFICIENT_PS) or not low:
+                continue
+            e, r = low[0]
+            least = max(s * e / MAX_COEFFICIENT_PS * PS_PER_S for _, s, rs in checked if r in rs)
+            at_least = f"; it must be at least {least:.3g} here" if math.isfinite(least) and least < 1 else ""
+            raise InvalidArgumentError(
+                f"efficiency {r} {e!r} is too low for {model.name} on {gpu.name}: the roofline's {name} would "
+                f"be {v:.3g} ps, beyond the engines' bound of {MAX_COEFFICIENT_PS} ps (2^40, 1.1 s){at_least}"
+            )
 
     # Dense matrix multiplications: attention projections, dense MLP, shared experts, router; one GPU's 1/tp.
     dense = [groups[g] for g in ("attn", "mlp", "shared_experts", "router")]
@@ -443,12 +470,12 @@ def roofline_time_model(
         share = ep if ep > 1 else tp  # EP: whole experts on each of ep GPUs; else each expert split by tp
         per_gpu_bytes = experts.bytes / share
         senders = dp if ep > 1 else 1  # every DP rank's tokens reach a GPU's experts under EP
-        full = round(ps(per_gpu_bytes / mem_rate))
+        full = coefficient("moe_mem_ps", per_gpu_bytes / mem_rate, GM)
         table = []
         limit = min(max_num_batched_tokens, MOE_TABLE_MAX - 1)
         miss = 1 - k / e
         for t in range(limit + 1):
-            v = round(ps(per_gpu_bytes * (1 - miss ** (t * senders)) / mem_rate))
+            v = coefficient("moe_mem_ps", per_gpu_bytes * (1 - miss ** (t * senders)) / mem_rate, GM)
             table.append(v)
             if v == full:
                 break
@@ -532,7 +559,14 @@ def roofline_time_model(
         acc[2] += kv_bytes / att_mixed
         acc[3] += 1
     attention = tuple(
-        AttentionClass(kind, window, round(ps(kv)), round(ps(fl)), round(ps(mixed)), int(n))
+        AttentionClass(
+            kind,
+            window,
+            coefficient("attention kv_ps", kv, ("attention_memory",)),
+            coefficient("attention flop_ps", fl, ("attention_compute",)),
+            coefficient("attention mixed_kv_ps", mixed, ("attention_mixed",)),
+            int(n),
+        )
         for (kind, window), (kv, fl, mixed, n) in sorted(classes.items())
     )
     for a in attention:
@@ -628,18 +662,22 @@ def roofline_time_model(
         Term("fixed", ps(fixed), "per step", "step overhead + layers × layer overhead + collective latencies")
     )
 
+    coefficients = {
+        "seq_ps": coefficient("seq_ps", seq, ("gemm_memory", "attention_memory", "link")),
+        "tok_ps": coefficient("tok_ps", tok, ("gemm_memory", "link")),
+        "dense_mem_ps": coefficient("dense_mem_ps", dense_bytes / mem_rate, GM),
+        "dense_mem_tok_ps": coefficient("dense_mem_tok_ps", dense_mem_tok, GM),
+        "dense_flop_tok_ps": coefficient("dense_flop_tok_ps", dense_flop_tok, GC),
+        "moe_flop_tok_ps": coefficient("moe_flop_tok_ps", moe_flop_tok, GC),
+        "head_mem_ps": coefficient("head_mem_ps", head_mem, GM),
+        "head_flop_seq_ps": coefficient("head_flop_seq_ps", head_flop_seq, GC),
+    }
+    refuse_low_efficiency()
     return RooflineTimeModel(
         fixed_ps=round(ps(fixed)),
-        seq_ps=round(ps(seq)),
-        tok_ps=round(ps(tok)),
-        dense_mem_ps=round(ps(dense_bytes / mem_rate)),
-        dense_mem_tok_ps=round(ps(dense_mem_tok)),
-        dense_flop_tok_ps=round(ps(dense_flop_tok)),
         moe_mem_ps=moe_table,
-        moe_flop_tok_ps=round(ps(moe_flop_tok)),
-        head_mem_ps=round(ps(head_mem)),
-        head_flop_seq_ps=round(ps(head_flop_seq)),
         attention=attention,
+        **coefficients,
         terms=tuple(terms),
     )
 
