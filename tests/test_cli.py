@@ -50,7 +50,10 @@ def test_help_explains_every_flag(command, capsys):
             assert f"--{name.replace('_', '-')}" in text
         assert "(default: None)" not in text
         assert " V " not in text
-    if command == "sweep":
+        assert "--workload NAME[:K=V,...]|PATH" in text  # a trace file of one's own
+    if command == "sweep":  # a sweep's workloads are named (a trace file is kvsim run's)
+        assert "--workload NAME[:K=V,...]" in text
+        assert "|PATH" not in text
         for flag in (
             "--grid",
             "--workload",

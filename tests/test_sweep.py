@@ -440,3 +440,129 @@ def test_the_watermark_rule_is_part_of_a_point_identity_only_with_a_watermark():
     assert pid(watermark=0.1) != pid(watermark=0.1, watermark_rule="always")
     assert pid(watermark=0.1) == pid(watermark=0.1, watermark_rule="while-running")
     assert pid(watermark=0.1) != pid()
+
+
+# ------------------------------------------------------------------ bad input, refused before any work
+
+SMALL = [
+    "sweep",
+    "--requests",
+    "20",
+    "--base",
+    "num_blocks=64",
+    "--base",
+    "time_model=ticks",
+    "--no-progress",
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("output = 5\n", "output 5 must be a non-empty string"),
+        ("name = 3\n", "name 3 must be a non-empty string"),
+        ("workers = 1.5\n", "workers 1.5 must be a whole number >= 1"),
+        ("requests = 20.5\n", "requests 20.5 must be a whole number >= 1"),
+        ("requests = true\n", "requests True must be a whole number >= 1"),
+        ('requests = "20"\n', "requests '20' must be a whole number >= 1"),
+        ("requests = 99999999999999999999\n", "requests 99999999999999999999 must be between 1 and 2**40"),
+        ("seeds = 1.5\n", "seeds 1.5 must be a whole number >= 1"),
+        ("seeds = true\n", "seeds True must be a whole number >= 1"),
+        ("seeds = 0\n", "seeds 0 must be between 1 and 2**40"),
+        ('workloads = "sharegpt"\n', "workloads 'sharegpt' must be a list"),
+        ("base = 5\n", "base must be a [base] table"),
+        ("grid = [1]\n", "grid must be a [grid] table"),
+        (
+            "[base]\nnum_blocks = 64\nblock_size = 8\n[grid]\nblock_size = [8, 16]\n",
+            "block_size is both a base field (8)",
+        ),
+    ],
+)
+def test_a_bad_sweep_file_value_is_one_line_naming_it(tmp_path, capsys, text, needle):
+    """Sweep-file values of the wrong type were truncated (requests = 20.5 ran 20), taken as 1 (true), or
+    crashed (output = 5: a TypeError; workloads = "sharegpt" was read letter by letter): now one line
+    naming the key, kvsim run --toml's rule for counts, and nothing is written."""
+    path = tmp_path / "s.toml"
+    path.write_text(text + ("" if "[base]" in text or "base =" in text else "[base]\nnum_blocks = 64\n"))
+    out = tmp_path / "s.parquet"
+    _fails(capsys, ["sweep", "--file", str(path), "--output", str(out), "--no-progress"], needle)
+    assert sorted(tmp_path.iterdir()) == [path]
+
+
+def test_an_unreadable_sweep_file_is_one_line(tmp_path, capsys):
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(bytes([0xC6, 0xFF, 0x00, 0x81]) * 50)
+    _fails(capsys, ["sweep", "--file", str(binary)], f"sweep file {binary}:", "utf-8")
+    _fails(capsys, ["run", "--toml", str(binary)], f"run file {binary}:", "utf-8")  # the same reader
+    _fails(capsys, ["sweep", "--file", str(tmp_path / "none.toml")], "none.toml does not exist")
+    assert sorted(tmp_path.iterdir()) == [binary]
+
+
+def test_the_api_refuses_counts_that_are_not_whole_numbers():
+    for k, v in (("requests", 20.5), ("requests", True), ("seeds", 1.5), ("seeds", True)):
+        with pytest.raises(InvalidArgumentError, match=f"{k} {v!r} must be a whole number"):
+            tiny(**{k: v}).points()
+    with pytest.raises(InvalidArgumentError, match="workloads 'sharegpt' must be a list"):
+        tiny(workloads="sharegpt").points()
+    with pytest.raises(InvalidArgumentError, match=r"metrics \['preemptions'\] listed twice"):
+        aggregate(pl.DataFrame({"seed": [0], "preemptions": [1]}), metrics=["preemptions", "preemptions"])
+
+
+def test_conflicting_base_and_grid_values_are_refused(tmp_path, capsys):
+    """`--base num_blocks=400 --base num_blocks=300` ran 300 and `--base block_size=8 --grid block_size=8,16`
+    dropped the base value: both are refused, naming the field. A flag overrides the file's value of its
+    field, in either table."""
+    out = tmp_path / "s.parquet"
+    _fails(
+        capsys, [*SMALL, "--base", "num_blocks=32", "--output", str(out)], "--base: num_blocks given twice"
+    )
+    _fails(capsys, [*SMALL, "--base", "block_size=8", "--grid", "block_size=8,16", "--output", str(out)],
+           "block_size is both a base field (8) and a grid parameter (8, 16)")  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+    from kvsim.cli import build_parser, spec_from_args
+
+    path = tmp_path / "s.toml"
+    path.write_text("[base]\nnum_blocks = 64\nblock_size = 8\n[grid]\npolicy = ['vllm', 'orca-max']\n")
+    spec, _ = spec_from_args(
+        build_parser().parse_args(["sweep", "--file", str(path), "--grid", "block_size=8,16"])
+    )
+    assert "block_size" not in spec.base
+    assert spec.grid["block_size"] == [8, 16]
+    spec, _ = spec_from_args(
+        build_parser().parse_args(["sweep", "--file", str(path), "--base", "policy=vllm"])
+    )
+    assert spec.base["policy"] == "vllm"
+    assert "policy" not in spec.grid
+    assert len(spec.points()) == 1
+
+
+def test_a_repeated_show_metric_is_refused_before_any_work(tmp_path, capsys):
+    """It crashed in polars (DuplicateError) after the sweep had run and written its rows."""
+    out = tmp_path / "s.parquet"
+    _fails(capsys, [*SMALL, "--output", str(out), "--show", "throughput_rps,preemptions,throughput_rps"],
+           "argument --show: throughput_rps given twice")  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_parquet_that_is_not_a_sweeps_is_refused_and_left_as_it_was(tmp_path, capsys):
+    """Resume appended the sweep's rows to any parquet file (3 rows x 116 columns from a 2 x 1 table);
+    --no-resume would have deleted it."""
+    other = tmp_path / "other.parquet"
+    pl.DataFrame({"a": [1, 2]}).write_parquet(other)
+    before = other.read_bytes()
+    for extra in ([], ["--no-resume"]):
+        _fails(capsys, [*SMALL, "--output", str(other), *extra], f"{other} exists and is not a sweep's",
+               "no point_id column")  # fmt: skip
+        assert other.read_bytes() == before
+    with pytest.raises(InvalidArgumentError, match="not a sweep's parquet file"):
+        run_sweep(tiny(), output=other, progress=False)
+    assert other.read_bytes() == before
+    assert sorted(tmp_path.iterdir()) == [other]
+
+
+def test_a_sweep_names_its_workloads_and_says_a_file_is_kvsim_runs(tmp_path, capsys):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival,prompt_len,output_len\n0,10,10\n")
+    _fails(capsys, [*SMALL, "--workload", str(trace), "--output", str(tmp_path / "s.parquet")],
+           "a sweep's workloads are named", "kvsim run --workload PATH")  # fmt: skip
+    assert sorted(tmp_path.iterdir()) == [trace]

@@ -312,6 +312,38 @@ def check_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
     return out
 
 
+def read_toml(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
+    """The table of TOML file `path` (`kvsim run --toml`'s run file, `kvsim sweep --file`'s sweep file).
+
+    Raises:
+        InvalidArgumentError: `"<what> <path>: ..."` for a missing, unreadable, non-UTF-8 or malformed file.
+    """
+    p = Path(path)
+    try:
+        return tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise InvalidArgumentError(f"{what} {p} does not exist") from None
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not TOML, a NUL in the path
+        raise InvalidArgumentError(f"{what} {p}: {exc}") from None
+
+
+def toml_int(where: str, data: Mapping[str, Any], key: str, default: int, lo: int) -> int:
+    """Whole number `key` of a TOML file's table (`default` when absent), between `lo` and 2**40: a
+    float, a bool or a string is refused, not truncated or taken as 1 (the bounds of the flags).
+
+    Raises:
+        InvalidArgumentError: `"<where>: <key> <value> must be ..."`.
+    """
+    if key not in data:
+        return default
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{where}: {key} {value!r} must be a whole number >= {lo}")
+    if not lo <= value <= 1 << 40:
+        raise InvalidArgumentError(f"{where}: {key} {value} must be between {lo} and 2**40")
+    return value
+
+
 @dataclass
 class SweepSpec:
     """Everything a sweep needs; build it with `SweepSpec.from_toml` or keywords, then `points()`.
@@ -347,27 +379,33 @@ class SweepSpec:
         fixed SimConfig fields; table `[grid]` of lists.
 
         Raises:
-            InvalidArgumentError: a missing or malformed file or an unknown key.
+            InvalidArgumentError: a missing, unreadable or malformed file, an unknown key, or a value of
+                the wrong type (a count that is not a whole number, a `workloads` that is not a list).
         """
         p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text())
-        except FileNotFoundError:
-            raise InvalidArgumentError(f"sweep file {p} does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise InvalidArgumentError(f"sweep file {p}: {exc}") from None
+        where = f"sweep file {p}"
+        data = read_toml(p, "sweep file")
         known = {"name", "requests", "seeds", "workloads", "backend", "base", "grid", "goodput"}
         options = {"executor", "workers", "scheduler", "output"}
         unknown = set(data) - known - options
         if unknown:
-            raise InvalidArgumentError(f"sweep file {p}: unknown keys {sorted(unknown)}")
+            raise InvalidArgumentError(f"{where}: unknown keys {sorted(unknown)}")
+        for key in ("name", "backend", "executor", "scheduler", "output"):
+            if key in data and not (isinstance(data[key], str) and data[key].strip()):
+                raise InvalidArgumentError(f"{where}: {key} {data[key]!r} must be a non-empty string")
+        for key in ("base", "grid"):
+            if not isinstance(data.get(key, {}), dict):
+                raise InvalidArgumentError(f"{where}: {key} must be a [{key}] table, not {data[key]!r}")
+        if not isinstance(data.get("workloads", []), list):  # a string would be read letter by letter
+            raise InvalidArgumentError(
+                f'{where}: workloads {data["workloads"]!r} must be a list (workloads = ["sharegpt"])'
+            )
         spec = cls(name=data.get("name", p.stem))
-        if "base" in data:
-            spec.base = dict(data["base"])
+        spec.base = dict(data.get("base", {}))
         spec.grid = check_grid(data.get("grid", {}))
         spec.workloads = list(data.get("workloads", spec.workloads))
-        spec.seeds = int(data.get("seeds", spec.seeds))
-        spec.requests = int(data.get("requests", spec.requests))
+        spec.seeds = toml_int(where, data, "seeds", spec.seeds, 1)
+        spec.requests = toml_int(where, data, "requests", spec.requests, 1)
         spec.backend = data.get("backend", spec.backend)
         if "goodput" in data:
             from kvsim.engine.metrics import parse_goodput
@@ -375,7 +413,9 @@ class SweepSpec:
             try:
                 spec.goodput = parse_goodput(data["goodput"])
             except InvalidArgumentError as exc:
-                raise InvalidArgumentError(f"sweep file {p}: {exc}") from None
+                raise InvalidArgumentError(f"{where}: {exc}") from None
+        if "workers" in data:
+            data["workers"] = toml_int(where, data, "workers", 1, 1)
         return spec, {k: data[k] for k in options if k in data}
 
     def points(self, *, skip_invalid: bool = False) -> list[Point]:
@@ -385,10 +425,8 @@ class SweepSpec:
             InvalidArgumentError: a bad option, an unknown workload or base field, or invalid combinations
                 (every one is listed unless `skip_invalid`).
         """
-        if self.requests < 1:
-            raise InvalidArgumentError(f"requests {self.requests} must be at least 1")
-        if self.seeds < 1:
-            raise InvalidArgumentError(f"seeds {self.seeds} must be at least 1")
+        for name in ("requests", "seeds"):  # a float or a bool is refused, not truncated or taken as 1
+            toml_int("SweepSpec", {name: getattr(self, name)}, name, 1, 1)
         if self.backend not in ("rust", "reference"):
             raise InvalidArgumentError(f"backend {self.backend!r} is not 'rust' or 'reference'")
         if not self.workloads:
@@ -401,6 +439,22 @@ class SweepSpec:
                 raise unknown_name(k, CONFIG_FIELDS, "base field")
         base = {k: coerce(k, v) for k, v in self.base.items()}
         grid = check_grid(self.grid)
+        for k in grid:
+            if k in base:  # the grid's values would replace it at every point
+                raise InvalidArgumentError(
+                    f"{k} is both a base field ({format_value(base[k])}) and a grid parameter "
+                    f"({', '.join(format_value(v) for v in grid[k])}); give it in one of them"
+                )
+        if isinstance(self.workloads, str | bytes) or not isinstance(self.workloads, Sequence):
+            raise InvalidArgumentError(f"workloads {self.workloads!r} must be a list of workloads")
+        from kvsim.workloads.specs import is_trace_file
+
+        for w in self.workloads:  # a file of one's own is `kvsim run`'s (a sweep names its workloads)
+            if isinstance(w, str) and is_trace_file(w):
+                raise InvalidArgumentError(
+                    f"workload {w!r}: a sweep's workloads are named ({', '.join(sorted(WORKLOADS))}); "
+                    "a trace file of your own runs with kvsim run --workload PATH"
+                )
         parsed = [parse_workload(w) for w in self.workloads]
         labels = [workload_label(n, p) for n, p in parsed]
         if len(set(labels)) != len(labels):
@@ -641,6 +695,9 @@ def aggregate(
         metrics: metric columns (default: every numeric result column).
         by: grouping columns (default: every parameter column, i.e. all but the seed).
 
+    Raises:
+        InvalidArgumentError: a metric listed twice.
+
     Returns:
         One row per group: the `by` columns, `n_seeds`, and `<m>_mean`, `<m>_std`, `<m>_ci95` per metric
         (`ci95` = t(0.975, n-1) · std / sqrt(n), null for one seed).
@@ -649,6 +706,9 @@ def aggregate(
         return frame
     by = list(by) if by is not None else parameter_columns(frame)
     metrics = list(metrics) if metrics is not None else metric_columns(frame)
+    twice = sorted({m for m in metrics if metrics.count(m) > 1})
+    if twice:
+        raise InvalidArgumentError(f"metrics {twice} listed twice; name each once")
     exprs: list[pl.Expr] = [pl.len().alias("n_seeds")]
     for m in metrics:
         col = pl.col(m).cast(pl.Float64)
@@ -690,10 +750,12 @@ __all__ = [
     "parse_grid_args",
     "parse_workload",
     "progress_bar",
+    "read_toml",
     "rows_frame",
     "run_point",
     "run_sweep",
     "simulate_point",
     "t_quantile_975",
+    "toml_int",
     "workload_label",
 ]

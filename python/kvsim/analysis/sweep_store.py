@@ -16,10 +16,14 @@ import polars as pl
 
 from kvsim.errors import InvalidArgumentError
 
+# The column that identifies a file as a sweep's: every row's point id, which resume reads.
+SWEEP_COLUMNS = ("point_id",)
+
 
 def check_output(path: str | os.PathLike[str]) -> Path:
     """Checks, before any point runs, that a sweep can write its parquet file at `path`: not a folder,
-    not an existing file that is not parquet, and in a folder that exists or can be made and is writable.
+    not an existing file that is not parquet or not a sweep's (without `SWEEP_COLUMNS`: another table,
+    which resume would append to), and in a folder that exists or can be made and is writable.
 
     Returns:
         The path.
@@ -34,11 +38,17 @@ def check_output(path: str | os.PathLike[str]) -> Path:
         raise InvalidArgumentError(f"{p} is a folder, not a parquet file")
     if p.exists():
         try:
-            pl.read_parquet_schema(p)
+            schema = pl.read_parquet_schema(p)
         except Exception as exc:  # polars raises several kinds for a file that is not parquet
             raise InvalidArgumentError(
                 f"{p} exists and is not a parquet file ({type(exc).__name__}); move it or choose another path"
             ) from None
+        missing = [c for c in SWEEP_COLUMNS if c not in schema]
+        if schema and missing:  # another table: resume would append to it, --no-resume delete it
+            raise InvalidArgumentError(
+                f"{p} exists and is not a sweep's parquet file (no {', '.join(missing)} column); "
+                "move it or choose another path"
+            )
     for parent in [p.parent, *p.parent.parents]:
         if parent.exists():
             if not parent.is_dir():

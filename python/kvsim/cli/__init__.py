@@ -271,8 +271,8 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
         spec, options = SweepSpec.from_toml(args.file)
     else:
         spec, options = SweepSpec(), {}
-    if args.grid:
-        spec.grid = {**spec.grid, **parse_grid_args(args.grid)}
+    flag_grid = parse_grid_args(args.grid) if args.grid else {}
+    flag_base: dict[str, Any] = {}
     for item in args.base:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
@@ -283,10 +283,16 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
             close = difflib.get_close_matches(key.strip(), CONFIG_FIELDS, n=3, cutoff=0.6)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise FlagError(f"argument --base: {key.strip()!r} is not a SimConfig field{hint}")
+        if key.strip() in flag_base:  # as a repeated --grid: the last would win silently
+            raise FlagError(f"argument --base: {key.strip()} given twice; give it once")
         try:
-            spec.base[key.strip()] = coerce(key.strip(), value)
+            flag_base[key.strip()] = coerce(key.strip(), value)
         except InvalidArgumentError as exc:
             raise FlagError(f"argument --base: {exc}") from None
+    # A flag overrides the file's value of its field, in the base or the grid; a field given in both
+    # --base and --grid (or in both of a file's tables) is refused by SweepSpec.points.
+    spec.base = {**{k: v for k, v in spec.base.items() if k not in flag_grid}, **flag_base}
+    spec.grid = {**{k: v for k, v in spec.grid.items() if k not in flag_base}, **flag_grid}
     if args.workload:
         spec.workloads = list(args.workload)
     if args.seeds is not None:
@@ -364,11 +370,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_output(options["output"])
     except InvalidArgumentError as exc:
         raise _flag_error("--output", exc) from None
+    if args.show is not None:
+        show = [m.strip() for m in args.show.split(",") if m.strip()]
+        twice = sorted({m for m in show if show.count(m) > 1})
+        if twice:  # checked before any work: the table would have two columns of one name
+            raise FlagError(f"argument --show: {','.join(twice)} given twice; name each metric once")
     known = known_metrics(spec, args.skip_invalid)
     if args.show is None:
         show = default_show(spec, known)
-    else:
-        show = [m.strip() for m in args.show.split(",") if m.strip()]
     unknown = [m for m in show if m not in known]
     if unknown:
         needs_slos = any(m in ("request_goodput", "good_requests") or m.startswith("slo_") for m in unknown)

@@ -251,7 +251,7 @@ def _add_workload_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
     p.add_argument(
         "--workload",
         action="append" if many else "store",
-        metavar="NAME[:K=V,...]|PATH",
+        metavar="NAME[:K=V,...]" if many else "NAME[:K=V,...]|PATH",  # a sweep's workloads are named
         default=None,
         help=(
             "workload, optionally with parameters (sharegpt:arrival_rate=4,max_tokens=2048; other keys go "

@@ -13,7 +13,6 @@ import argparse
 import datetime
 import json
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,15 @@ from kvsim.analysis.run_report import (
     render_tier,
     run_notes,
 )
-from kvsim.analysis.sweep import CONFIG_FIELDS, WORKLOADS, coerce, make_workload, parse_workload
+from kvsim.analysis.sweep import (
+    CONFIG_FIELDS,
+    WORKLOADS,
+    coerce,
+    make_workload,
+    parse_workload,
+    read_toml,
+    toml_int,
+)
 from kvsim.cli.flags import _BARE, GPU_FLAGS
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
@@ -89,15 +96,8 @@ def _int_flag(flag: str, text: Any, lo: int) -> int:
 
 
 def _toml_int(args: argparse.Namespace, data: dict[str, Any], key: str, default: int, lo: int) -> int:
-    """Whole number `key` of a run file (the bounds of the flag of the same name)."""
-    if key not in data:
-        return default
-    value = data[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentError(f"run file {args.toml}: {key} {value!r} must be a whole number >= {lo}")
-    if not lo <= value <= 1 << 40:
-        raise InvalidArgumentError(f"run file {args.toml}: {key} {value} must be between {lo} and 2**40")
-    return value
+    """Whole number `key` of a run file (the bounds of the flag of the same name; a sweep file's rule)."""
+    return toml_int(f"run file {args.toml}", data, key, default, lo)
 
 
 def _float_flag(flag: str, text: Any) -> float:
@@ -392,10 +392,7 @@ def read_run_file(args: argparse.Namespace) -> dict[str, Any]:
     """The `--toml` run file's table (empty without one), its keys checked."""
     data: dict[str, Any] = {}
     if args.toml:
-        try:
-            data = tomllib.loads(Path(args.toml).read_text())
-        except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not TOML, a NUL in the path
-            raise InvalidArgumentError(f"run file {args.toml}: {exc}") from None
+        data = read_toml(args.toml, "run file")  # a sweep file's rule
         if not isinstance(data.get("config", {}), dict):
             raise InvalidArgumentError(f"run file {args.toml}: config must be a [config] table")
         if data.get("backend", "rust") not in ("rust", "reference"):
