@@ -33,7 +33,7 @@ needs_shared = pytest.mark.skipif(
 def _synthetic_profile(truth: dict[str, float]) -> Profile:
     """Operator rows of Llama-3.1-8B on an RTX PRO 6000 timed exactly as `truth` predicts them."""
     m, g = kvsim.models.get("llama-3.1-8b"), kvsim.gpus.get("rtx-pro-6000")
-    from kvsim.analysis.calibrate import _attention_family, _gemm_family
+    from kvsim.analysis.calibrate_profiles import _attention_family, _gemm_family
 
     gemm = [
         (op, t, 1, 1.0)
@@ -158,7 +158,7 @@ def test_bad_input_is_one_line(tmp_path, capsys):
 
 def _vidur(tmp_path: Path, rows: list[str] | None = None) -> Path:
     """A small Vidur profile of A100 Llama-3-8B rows (times in ms)."""
-    from kvsim.analysis.calibrate import VIDUR_ELEMENTWISE, VIDUR_OPS
+    from kvsim.analysis.calibrate_profiles import VIDUR_ELEMENTWISE, VIDUR_OPS
 
     ops = [*VIDUR_OPS, *VIDUR_ELEMENTWISE]
     head = "num_tokens,num_tensor_parallel_workers," + ",".join(f"time_stats.{op}.median" for op in ops)
