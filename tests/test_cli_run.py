@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import polars as pl
@@ -835,3 +836,124 @@ def test_a_percentile_is_labelled_exactly(capsys):
     """`:g` rounded 99.99999 to `p100`, so `99.99999,100` printed two `p100` columns and kept one."""
     serving = _json(capsys, [*SMALL, "--metric-percentiles", "99.99999,100"])["serving"]
     assert {"p99_99999_ttft_ms", "p100_ttft_ms"} <= set(serving)
+
+
+# -- input validation: files of no requests, absurd arrivals, unreadable calibrations, run-file strings ---------
+@pytest.mark.parametrize(
+    ("name", "text", "extra", "said"),
+    [
+        ("empty.jsonl", "", [], "line 1, field 'arrival': the file has no rows"),
+        ("blank.jsonl", "\n\n", [], "line 1, field 'arrival': the file has no rows"),
+        (
+            "header.csv",
+            "t,prompt_len,output_len\n",
+            ["--trace-columns", "arrival=t"],
+            "field 't': the file has no rows",
+        ),
+        (
+            "dup.csv",
+            "arrival,prompt_len,output_len,arrival\n0,2,3,1\n",
+            [],
+            "column 'arrival' appears more than once",
+        ),
+    ],
+)
+def test_a_trace_file_of_no_requests_is_one_line(capsys, tmp_path, name, text, extra, said):
+    """It ran as "0 requests" (exit 0); a repeated CSV column silently took the first."""
+    path = tmp_path / name
+    path.write_text(text)
+    line = _error(capsys, ["run", "--num-gpu-blocks-override", "200", "--workload", str(path), *extra])
+    assert line.startswith(f"kvsim run: error: {path}, line 1, field "), line
+    assert line.endswith(said), line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--workload", "sharegpt:time_scale=1e300"],
+        ["--request-rate", "1e-300"],
+    ],
+)
+def test_arrivals_past_the_clock_are_one_line_without_warnings(argv):
+    """numpy printed `RuntimeWarning: overflow encountered in scalar multiply` before the error."""
+    code = "import sys; from kvsim.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-c",
+            code,
+            "run",
+            "--requests",
+            "5",
+            "--num-gpu-blocks-override",
+            "200",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "is past the simulated clock's range" in lines[0]
+
+
+def test_an_arrival_past_the_clock_is_refused_without_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w = kvsim.Workload(arrival=[0.0, 1e300, 1e308], prompt_len=[4, 4, 4], output_len=[2, 2, 2])
+        with pytest.raises(kvsim.InvalidArgumentError, match=r"row 2: arrival 1e\+308 s is past"):
+            kvsim.simulate(w, kvsim.SimConfig(num_blocks=100))
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (
+            b"\x7fELF\xff\xfe" + bytes(range(256)) * 4,
+            "not UTF-8 text, so not a calibration JSON (byte 4: ff fe 00 01",
+        ),
+        (b'{"a": 1,,}', "not JSON (Expecting property name enclosed in double quotes at line 1 column 9"),
+        (b"[1, 2]", "not a calibration file (a JSON list, not an object)"),
+    ],
+)
+def test_a_calibration_that_is_not_json_is_a_short_line(capsys, tmp_path, data, said):
+    """A binary file's repr (hundreds of bytes) was printed in the error."""
+    path = tmp_path / "cal.json"
+    path.write_bytes(data)
+    line = _error(capsys, [*SMALL, "--calibration", str(path)])
+    assert line.startswith(f"kvsim run: error: argument --calibration: calibration {str(path)!r}: {said}"), (
+        line
+    )
+    assert len(line) < 200 + len(str(path)), line
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("num_blocks", '"400"', "num_blocks '400' must be an integer, not a string"),
+        ("gpu_memory_utilization", '"0.9"', "gpu_memory_utilization '0.9' must be a number"),
+        ("enable_prefix_caching", '"false"', "enable_prefix_caching 'false' must be True or False"),
+    ],
+)
+def test_a_run_file_string_for_a_number_is_refused_as_simconfig_does(capsys, tmp_path, key, value, said):
+    """`num_blocks = "400"` ran although `SimConfig(num_blocks="400")` is refused."""
+    path = tmp_path / "run.toml"
+    base = "" if key == "num_blocks" else "num_blocks = 300\n"
+    path.write_text(f"requests = 5\n[config]\n{base}{key} = {value}\n")
+    line = _error(capsys, ["run", "--toml", str(path)])
+    assert line == f"kvsim run: error: run file {path}: [config] {said}", line
+    with pytest.raises(kvsim.InvalidArgumentError, match=said.split(" must")[0]):
+        kvsim.SimConfig(**{"num_blocks": 300, key: value.strip('"')})
+
+
+def test_a_run_file_keeps_units_and_none(capsys, tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text(
+        'requests = 5\n[config]\nnum_blocks = 300\niteration_time_ps = "2ms"\nmax_model_len = "none"\n'
+    )
+    data = _json(capsys, ["run", "--toml", str(path)])
+    assert data["config"]["iteration_time_ps"] == "2 ms"

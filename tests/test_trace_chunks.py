@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 
 import kvsim
 from kvsim.engine.streaming import simulate_stream
-from kvsim.errors import InvalidArgumentError
+from kvsim.errors import InvalidArgumentError, TraceFormatError
 from kvsim.workloads import (
     Workload,
     iter_azure,
@@ -123,6 +123,14 @@ def test_skipped_lines_keep_ids_and_arrivals_as_the_whole_file(tmp_path, rows, d
             lines.append("")
     moon = tmp_path / "m.jsonl"
     moon.write_text("\n".join(lines) + "\n")
+    if len(bad) == len(rows):  # nothing left: both refuse, alike
+        with pytest.raises(TraceFormatError) as whole_err:
+            load_mooncake(moon, on_error="skip", block_size=64)
+        with pytest.raises(TraceFormatError) as chunk_err:
+            list(iter_mooncake(moon, chunk_rows=k, on_error="skip", block_size=64))
+        assert str(chunk_err.value) == str(whole_err.value)
+        assert f"all {len(bad)} skipped" in str(whole_err.value)
+        return
     whole = load_mooncake(moon, on_error="skip", block_size=64)
     assert_same_requests(whole, list(iter_mooncake(moon, chunk_rows=k, on_error="skip", block_size=64)))
     assert_stream_equals_whole(
@@ -150,3 +158,64 @@ def test_bad_chunk_options(tmp_path):
         iter_mooncake(Path(tmp_path / "absent.jsonl"))
     with pytest.raises(InvalidArgumentError, match="on_error"):
         iter_azure(path, on_error="ignore")
+
+
+NO_ROWS = {
+    "empty.jsonl": ("", "table", "arrival", "the file has no rows"),
+    "blank.jsonl": ("\n\n  \n", "table", "arrival", "the file has no rows"),
+    "header.csv": ("arrival,prompt_len,output_len\n", "table", "arrival", "the file has no rows"),
+    "bad.jsonl": (
+        '{"arrival": -1, "prompt_len": 2, "output_len": 3}\n\n{"arrival": 0, "prompt_len": 0, "output_len": 3}\n',
+        "table",
+        "arrival",
+        "no rows left: all 2 skipped (on_error='skip')",
+    ),
+    "moon_empty.jsonl": ("", "mooncake", "timestamp", "the file has no rows"),
+    "moon_blank.jsonl": ("\n\n", "mooncake", "timestamp", "the file has no rows"),
+    "moon_bad.jsonl": (
+        '{"timestamp": -1, "input_length": 2, "output_length": 3, "hash_ids": [1]}\n',
+        "mooncake",
+        "timestamp",
+        "no rows left: all 1 skipped (on_error='skip')",
+    ),
+    "azure.csv": ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "azure", "TIMESTAMP", "the file has no rows"),
+    "azure_bad.csv": (
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,0,1\n",
+        "azure",
+        "TIMESTAMP",
+        "no rows left: all 1 skipped (on_error='skip')",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NO_ROWS))
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_file_that_gives_no_request_is_refused_whole_and_in_chunks_alike(tmp_path, name, k):
+    """An empty, blank, header-only or all-skipped file is a TraceFormatError (line 1, the arrival
+    field), the same whole and chunked; a chunk's piece of no rows is not (the test above)."""
+    text, kind, field, reason = NO_ROWS[name]
+    path = tmp_path / name
+    path.write_text(text)
+    kw = {"on_error": "skip"} if "skipped" in reason else {}
+    load, chunks = {
+        "table": (load_table, iter_table),
+        "mooncake": (load_mooncake, iter_mooncake),
+        "azure": (load_azure, iter_azure),
+    }[kind]
+    with pytest.raises(TraceFormatError) as whole:
+        load(path, **kw)
+    with pytest.raises(TraceFormatError) as chunked:
+        list(chunks(path, chunk_rows=k, **kw))
+    for err in (whole.value, chunked.value):
+        assert (err.path, err.line, err.field, err.reason) == (str(path), 1, field, reason)
+
+
+def test_a_parquet_file_of_no_rows_is_refused_whole_and_in_chunks(tmp_path):
+    path = tmp_path / "t.parquet"
+    pl.DataFrame({"t": [1.0], "prompt_len": [1], "output_len": [1]}).head(0).write_parquet(path)
+    for call in (
+        lambda: load_table(path, columns={"arrival": "t"}),
+        lambda: list(iter_table(path, columns={"arrival": "t"}, chunk_rows=2)),
+    ):
+        with pytest.raises(TraceFormatError, match=r"line 1, field 't': the file has no rows"):
+            call()

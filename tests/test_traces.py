@@ -276,3 +276,46 @@ def test_load_table_options(tmp_path: Path) -> None:
     (tmp_path / "x.txt").write_text("")
     with pytest.raises(InvalidArgumentError, match="format"):
         load_table(tmp_path / "x.txt")
+
+
+@pytest.mark.parametrize("loader", ["table", "azure"])
+def test_a_csv_header_that_repeats_a_column_is_refused(tmp_path: Path, loader: str) -> None:
+    """`arrival,prompt_len,output_len,arrival` once took the first `arrival` silently (polars renamed
+    the second)."""
+    path = tmp_path / "t.csv"
+    if loader == "table":
+        path.write_text("arrival,prompt_len,output_len,arrival\n1,2,3,4\n")
+        load = load_table
+        twice = "arrival"
+    else:
+        path.write_text(
+            "TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens\n2023-11-16 18:17:04.0,1,2,3\n"
+        )
+        load = load_azure
+        twice = "ContextTokens"
+    with pytest.raises(TraceFormatError) as info:
+        load(path)
+    err = info.value
+    assert (err.path, err.line, err.field) == (str(path), 1, "header")
+    assert err.reason == f"column {twice!r} appears more than once"
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("", "the file has no rows"),
+        ("\n \n", "the file has no rows"),
+        ('{"t": "x", "prompt_len": 1, "output_len": 1}\n', "no rows left: all 1 skipped (on_error='skip')"),
+    ],
+)
+def test_load_table_of_no_rows_names_the_arrival_column(tmp_path: Path, text: str, reason: str) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    with pytest.raises(TraceFormatError) as info:
+        load_table(path, columns={"arrival": "t"}, on_error="skip")
+    assert (info.value.path, info.value.line, info.value.field, info.value.reason) == (
+        str(path),
+        1,
+        "t",
+        reason,
+    )

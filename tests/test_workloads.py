@@ -580,3 +580,26 @@ def test_kvsim_namespace_exports() -> None:
     assert kvsim.Workload is Workload
     assert kvsim.workloads.synthetic is synthetic
     assert len(synthetic(0)) == 0
+
+
+def test_workload_refuses_a_meta_that_is_not_a_mapping():
+    """`meta=[1]` raised dict()'s bare TypeError (cannot convert dictionary update sequence)."""
+    for meta in ([1], "source", 3):
+        with pytest.raises(InvalidArgumentError, match=r"^meta .* must be a mapping \(a dict\) or None$"):
+            Workload(arrival=[0.0], prompt_len=[4], output_len=[2], meta=meta)
+
+
+def test_workload_unknown_or_missing_keywords_are_invalid_arguments():
+    """As SimConfig's (one helper, `kvsim.arguments.keyword_check`): not Python's TypeError."""
+    with pytest.raises(
+        InvalidArgumentError, match=r"^'arival' is not a Workload field \(did you mean arrival"
+    ):
+        Workload(arival=[0.0], prompt_len=[4], output_len=[2])
+    with pytest.raises(InvalidArgumentError, match=r"^'zzz' is not a Workload field$"):
+        Workload(arrival=[0.0], prompt_len=[4], output_len=[2], zzz=1)
+    with pytest.raises(InvalidArgumentError, match=r"^Workload takes keyword arguments only \(arrival, "):
+        Workload([0.0], [2])  # type: ignore[misc]
+    with pytest.raises(InvalidArgumentError, match=r"^Workload needs arrival, output_len$"):
+        Workload(prompt_len=[4])  # type: ignore[call-arg]
+    with pytest.raises(InvalidArgumentError, match=r"^'block_sise' is not a SimConfig field \(did you mean"):
+        kvsim.SimConfig(block_sise=16)

@@ -11,8 +11,10 @@ tests/test_manager_state_machine.py compares the two on generated bad input (DES
 
 from __future__ import annotations
 
+import difflib
+import functools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
@@ -102,3 +104,36 @@ def block_ids_arg(value: Any, num_blocks: int) -> list[int]:
     return [
         block_id_arg(b, num_blocks) for b in items(value, "block_ids must be a list or tuple of block ids")
     ]
+
+
+def keyword_check(
+    what: str, names: Sequence[str], max_positional: int, required: Sequence[str] = ()
+) -> Callable[[Any], Any]:
+    """Wraps an `__init__` taking the keywords `names`: an unknown keyword is an `InvalidArgumentError`
+    naming it and the closest fields (`block_sise` -> did you mean block_size?), not Python's bare
+    TypeError; so are more than `max_positional` positional values and a missing keyword of
+    `required` (SimConfig, Workload: DESIGN.md §Errors)."""
+    fields = list(names)
+
+    def wrap(init: Any) -> Any:
+        @functools.wraps(init)
+        def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+            for key in kwargs:
+                if key not in fields:
+                    close = difflib.get_close_matches(str(key), fields, n=3)
+                    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                    raise InvalidArgumentError(f"{key!r} is not a {what} field{hint}")
+            if len(args) > max_positional:
+                if max_positional == 0:
+                    raise InvalidArgumentError(
+                        f"{what} takes keyword arguments only ({', '.join(fields)}), got {len(args)} positional"
+                    )
+                raise InvalidArgumentError(f"{what} takes at most {max_positional} values, got {len(args)}")
+            missing = [name for name in required if name not in kwargs and name not in fields[: len(args)]]
+            if missing:
+                raise InvalidArgumentError(f"{what} needs {', '.join(missing)}")
+            init(self, *args, **kwargs)
+
+        return checked
+
+    return wrap

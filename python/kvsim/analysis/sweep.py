@@ -112,6 +112,20 @@ def coerce(name: str, value: Any) -> Any:
     return convert(name, v)
 
 
+def toml_value(name: str, value: Any) -> Any:
+    """A run file's TOML value for SimConfig field `name`, by SimConfig's own rule (`convert`): a string
+    only where the field takes one (sizes and durations with units, `12GiB`, `5ms`; choices, names,
+    paths), so `num_blocks = "400"` is refused as `SimConfig(num_blocks="400")` is; `"none"` unsets an
+    optional field (TOML has no null). Flag text, which is all strings, goes through `coerce`.
+
+    Raises:
+        InvalidArgumentError: a value the field does not take; the message starts with the field's name.
+    """
+    if isinstance(value, str) and value.strip().lower() in ("none", "null"):
+        return convert(name, None)
+    return convert(name, value)
+
+
 # -------------------------------------------------------------------------------------------- points
 
 

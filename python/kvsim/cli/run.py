@@ -32,6 +32,7 @@ from kvsim.analysis.sweep import (
     parse_workload,
     read_toml,
     toml_int,
+    toml_value,
 )
 from kvsim.cli.flags import _BARE, GPU_FLAGS
 from kvsim.errors import InvalidArgumentError, KvsimError
@@ -142,7 +143,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise InvalidArgumentError(f"run file {args.toml}: unknown SimConfig field {k!r}{hint}")
         try:
-            cfg[k] = coerce(k, v)
+            cfg[k] = toml_value(k, v)  # SimConfig's rule: no "400" for an integer (flags are text)
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"run file {args.toml}: [config] {exc}") from None
     flag_of: dict[str, str] = {}

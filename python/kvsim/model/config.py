@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvsim.arguments import keyword_check
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.model.config_time import ConfigTimeModel
 from kvsim.model.knobs import (
@@ -659,29 +660,10 @@ def resolve_model_len(model: Any) -> int:
     return int(resolve(model).max_model_len)
 
 
-def _keyword_check(init: Any) -> Any:
-    """Wraps the dataclass `__init__`: an unknown keyword is an `InvalidArgumentError` naming it and the
-    closest fields (`block_sise` -> did you mean block_size?), not Python's bare TypeError."""
-    import difflib
-    import functools
-
-    names = [f.name for f in dataclasses.fields(SimConfig)]
-
-    @functools.wraps(init)
-    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
-        for key in kwargs:
-            if key not in names:
-                close = difflib.get_close_matches(str(key), names, n=3)
-                hint = f" (did you mean {', '.join(close)}?)" if close else ""
-                raise InvalidArgumentError(f"{key!r} is not a SimConfig field{hint}")
-        if len(args) > len(names):
-            raise InvalidArgumentError(f"SimConfig takes at most {len(names)} values, got {len(args)}")
-        init(self, *args, **kwargs)
-
-    return checked
-
-
-setattr(SimConfig, "__init__", _keyword_check(SimConfig.__init__))  # noqa: B010
+_FIELD_NAMES = [f.name for f in dataclasses.fields(SimConfig)]
+setattr(  # noqa: B010
+    SimConfig, "__init__", keyword_check("SimConfig", _FIELD_NAMES, len(_FIELD_NAMES))(SimConfig.__init__)
+)
 
 
 # SimConfig, and the knobs' names re-exported from kvsim.model.knobs (kvsim.model.config.KNOBS is the

@@ -705,6 +705,36 @@ def calibrations() -> list[str]:
     return sorted(p.stem for p in CALIBRATION_DIR.glob("*.json"))
 
 
+def _excerpt(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _calibration_json(text: str, path: Path) -> Any:
+    """The calibration file's JSON; an unreadable file, bytes that are not UTF-8 or text that is not JSON
+    is an InvalidArgumentError saying which, with at most a short excerpt of the file."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"calibration {text!r}: cannot read {path} ({exc.strerror or exc})"
+        ) from None
+    try:
+        body = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        head = raw[exc.start : exc.start + 8].hex(" ")
+        raise InvalidArgumentError(
+            f"calibration {text!r}: not UTF-8 text, so not a calibration JSON (byte {exc.start}: {head} ...)"
+        ) from None
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as exc:
+        line = body.splitlines()[exc.lineno - 1] if body.splitlines() else ""
+        raise InvalidArgumentError(
+            f"calibration {text!r}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}: "
+            f"{_excerpt(line.strip(), 40)!r})"
+        ) from None
+
+
 def load_calibration(name_or_path: str | Path) -> Calibration | RooflineCalibration:
     """A shipped calibration by name (`rtx-pro-6000-llama-3.1-8b`) or any calibration JSON by path: the
     roofline's efficiencies (`"kind": "roofline"`, written by `kvsim calibrate`) or the linear model's
@@ -723,16 +753,22 @@ def load_calibration(name_or_path: str | Path) -> Calibration | RooflineCalibrat
                 f"calibration {text!r} is neither a shipped name ({shipped}) nor a JSON file"
             )
         path = CALIBRATION_DIR / f"{text}.json"
+    data = _calibration_json(text, path)
     try:
-        data = json.loads(path.read_text())
         if isinstance(data, dict) and data.get("kind") == "roofline":
             return _roofline_calibration(text, data, path)
+        if not isinstance(data, dict):
+            raise TypeError(f"a JSON {type(data).__name__}, not an object")
         coef = data["coefficients"]
         values = {k: coef[k] for k in ("c0_ps", "c_tok_ps", "c_ctx_ps")}
         fields = {k: data[k] for k in ("name", "model", "device", "device_kind")}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except KeyError as exc:
         raise InvalidArgumentError(
-            f"calibration {text!r}: not a readable calibration file ({exc!r})"
+            f"calibration {text!r}: not a calibration file (no field {exc.args[0]!r})"
+        ) from None
+    except (ValueError, TypeError) as exc:
+        raise InvalidArgumentError(
+            f"calibration {text!r}: not a calibration file ({_excerpt(str(exc))})"
         ) from None
     for key, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

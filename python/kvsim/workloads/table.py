@@ -28,6 +28,7 @@ which accepts output ids of requests absent from the table (content no request i
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from kvsim.arguments import keyword_check
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
 from kvsim.workloads.ids import DEFAULT_KEY, content_ids
@@ -257,6 +259,8 @@ class Workload:
         validate: bool,
     ) -> None:
         """Stores owned, correctly typed columns: validates, sorts by arrival, freezes."""
+        if meta is not None and not isinstance(meta, Mapping):
+            raise InvalidArgumentError(f"meta {_short(meta)} must be a mapping (a dict) or None")
         if validate:
             _validate_rows(cols)
         if "prompt_len" not in cols:
@@ -587,6 +591,17 @@ class Workload:
 
 
 # ------------------------------------------------------------------------------------------ checks
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_INIT_PARAMS = list(inspect.signature(Workload.__init__).parameters.values())[1:]
+_INIT_NAMES = [p.name for p in _INIT_PARAMS]
+_INIT_REQUIRED = [p.name for p in _INIT_PARAMS if p.default is inspect.Parameter.empty]
+setattr(Workload, "__init__", keyword_check("Workload", _INIT_NAMES, 0, _INIT_REQUIRED)(Workload.__init__))  # noqa: B010
 
 
 def _unpickle(cols: dict[str, np.ndarray], meta: dict[str, Any], allow_foreign_outputs: bool) -> Workload:

@@ -34,13 +34,23 @@ _T = TypeVar("_T", bound=Sized)
 
 
 def _as_chunks(p: Path, chunk_rows: int, pieces: Iterator[Workload]) -> Iterator[Workload]:
-    """The non-empty pieces, their `meta["source"]` the file (not the piece's temporary copy)."""
+    """The non-empty pieces, their `meta["source"]` the file (not the piece's temporary copy). A piece
+    may hold no row (blank or skipped lines); the whole file must give one, as for the whole-file
+    loaders, with their error (`traces.no_rows_error`)."""
+    rows = skipped = 0
+    field = None
     for w in pieces:
+        field = traces.arrival_field(w)
+        skipped += int(w.meta.get("skipped_rows", 0))
+        rows += len(w)
         if len(w):
             meta = dict(w.meta, source=str(p), chunk_rows=chunk_rows)
             yield Workload._from_owned(
                 dict(w.columns()), meta, allow_foreign_outputs=w.allow_foreign_outputs, validate=False
             )
+    if not rows:
+        assert field is not None, "every file gives at least one piece"
+        raise traces.no_rows_error(p, field, skipped)
 
 
 def _chunk_rows(chunk_rows: int) -> int:
@@ -63,8 +73,8 @@ def _text_pieces(f: IO[bytes], chunk_rows: int, header: bool) -> Iterator[tuple[
                 break
             lines.append(line if line.endswith(b"\n") else line + b"\n")
         if not lines:
-            if header and before == 1:
-                yield 0, head  # a header-only (or empty) file: the loader says what it says of it
+            if before == (1 if header else 0):
+                yield 0, head  # a file of no lines or a header only: one piece, the loader's checks
             return
         yield before - (1 if header else 0), head + b"".join(lines)
         before += len(lines)
@@ -80,7 +90,10 @@ def _pieces(p: Path, fmt: str, chunk_rows: int, load: Callable[[Path, int], _T])
                 total = pl.scan_parquet(p).select(pl.len()).collect().item()
             except pl.exceptions.PolarsError as exc:
                 raise InvalidArgumentError(f"cannot read {p} as parquet: {exc}") from None
-            offsets: Iterator[tuple[int, bytes | None]] = ((lo, None) for lo in range(0, total, chunk_rows))
+            # a file of no rows is still one piece, for the loader's checks of its columns
+            offsets: Iterator[tuple[int, bytes | None]] = (
+                (lo, None) for lo in range(0, max(total, 1), chunk_rows)
+            )
         else:
             f = p.open("rb")
             offsets = _text_pieces(f, chunk_rows, header=fmt == "csv")
@@ -117,7 +130,7 @@ def iter_mooncake(
     first = int_arg("first_request_id", first_request_id)
 
     def load(piece: Path, done: int) -> Workload:
-        return traces.load_mooncake(
+        return traces._load_mooncake(
             piece, on_error=on_error, first_request_id=first + done, block_size=block_size
         )
 
@@ -177,7 +190,7 @@ def iter_table(
     first = int_arg("first_request_id", first_request_id)
 
     def load(piece: Path, done: int) -> Workload:
-        return traces.load_table(
+        return traces._load_table(
             piece,
             columns=columns,
             time_unit=time_unit,

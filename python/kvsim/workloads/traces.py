@@ -174,6 +174,9 @@ def _csv_records(path: Path, f: IO[str]) -> tuple[list[str], Iterator[tuple[int,
     header = [h.strip() for h in first]
     if any(_NOT_UTF8.search(h) for h in header):
         raise TraceFormatError(str(path), 1, "header", "not valid UTF-8")
+    twice = next((h for i, h in enumerate(header) if h in header[:i]), None)
+    if twice is not None:
+        raise TraceFormatError(str(path), 1, "header", f"column {twice!r} appears more than once")
 
     def rows() -> Iterator[tuple[int, Any]]:
         while True:
@@ -200,6 +203,28 @@ def _csv_records(path: Path, f: IO[str]) -> tuple[list[str], Iterator[tuple[int,
 
 def _meta(path: Path, fmt: str, skipped: int, **extra: Any) -> dict[str, Any]:
     return {"source": str(path), "format": fmt, "skipped_rows": skipped, **extra}
+
+
+def no_rows_error(path: Path | str, field: str, skipped: int) -> TraceFormatError:
+    """What a file that gives no request is (the whole-file loaders and the chunked readers alike)."""
+    reason = f"no rows left: all {skipped} skipped (on_error='skip')" if skipped else "the file has no rows"
+    return TraceFormatError(str(path), 1, field, reason)
+
+
+def _require_rows(w: Workload, field: str) -> Workload:
+    if not len(w):
+        raise no_rows_error(w.meta["source"], field, int(w.meta.get("skipped_rows", 0)))
+    return w
+
+
+def arrival_field(w: Workload) -> str:
+    """The file's field that gives a loaded workload's arrivals (named when the file has no rows)."""
+    fmt = w.meta.get("format")
+    if fmt == "mooncake":
+        return "timestamp"
+    if fmt == "azure-2023":
+        return "TIMESTAMP"
+    return str(w.meta.get("columns", {}).get("arrival", "arrival"))
 
 
 def _first_ids(first_request_id: int, n: int) -> np.ndarray:
@@ -286,9 +311,22 @@ def load_mooncake(
     Raises:
         TraceFormatError: a malformed line (not JSON, a missing or non-integer field, a length < 1, a
             negative timestamp, a hash id outside [0, 2**63), or `len(hash_ids) != ceil(input_length /
-            block_size)`), when `on_error="raise"`.
+            block_size)`), when `on_error="raise"`; a file that gives no request (empty, blank lines,
+            every line skipped: line 1, field "timestamp").
         InvalidArgumentError: a missing file or a bad option.
     """
+    w = _load_mooncake(path, on_error=on_error, first_request_id=first_request_id, block_size=block_size)
+    return _require_rows(w, "timestamp")
+
+
+def _load_mooncake(
+    path: str | PathLike[str],
+    *,
+    on_error: str = "raise",
+    first_request_id: int = 0,
+    block_size: int = MOONCAKE_BLOCK,
+) -> Workload:
+    """`load_mooncake` that returns a workload of no rows (a chunk's piece may have none)."""
     _check_on_error(on_error)
     p = _existing(path)
     block_size = int_arg("block_size", block_size)
@@ -411,14 +449,17 @@ def load_azure(path: str | PathLike[str], *, on_error: str = "raise", first_requ
         `start` is the earliest timestamp as written in the file.
 
     Raises:
-        TraceFormatError: a missing header column (line 1, always raised), or a malformed row when
-            `on_error="raise"`.
+        TraceFormatError: a missing or repeated header column (line 1, always raised), a malformed row
+            when `on_error="raise"`, or a file that gives no request (header only, every row skipped:
+            line 1, field "TIMESTAMP").
         InvalidArgumentError: a missing file or a bad option.
     """
     _check_on_error(on_error)
     p = _existing(path)
     ns, inp, out, skipped = _azure_columns(p, on_error)
-    return _azure_workload(p, ns, inp, out, skipped, int(ns.min()) if len(ns) else 0, first_request_id)
+    if not len(ns):
+        raise no_rows_error(p, "TIMESTAMP", skipped)
+    return _azure_workload(p, ns, inp, out, skipped, int(ns.min()), first_request_id)
 
 
 def _azure_columns(p: Path, on_error: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -530,6 +571,9 @@ def _read_frame(p: Path, fmt: str) -> pl.DataFrame | None:
             return pl.read_parquet(p)
         except pl.exceptions.PolarsError as exc:
             raise InvalidArgumentError(f"cannot read {p} as parquet: {exc}") from None
+    if fmt == "csv":
+        with _open_text(p) as f:
+            _csv_records(p, f)  # an empty file, a header that is not UTF-8 or repeats a column: refused
     try:
         if fmt == "csv":
             return pl.read_csv(p, infer_schema_length=None)
@@ -664,10 +708,33 @@ def load_table(
         The workload; each prompt one unique segment.
 
     Raises:
-        TraceFormatError: a missing column (line 1, field "header") or a malformed row (for parquet,
+        TraceFormatError: a missing or repeated CSV column (line 1, field "header"), a file that gives no
+            request (empty, header only, blank lines, every row skipped: line 1, the arrival column) or a
+            malformed row (for parquet,
             `line` is the 1-based row number).
         InvalidArgumentError: a missing file, an unknown column key, format or time unit.
     """
+    w = _load_table(
+        path,
+        columns=columns,
+        time_unit=time_unit,
+        format=format,
+        on_error=on_error,
+        first_request_id=first_request_id,
+    )
+    return _require_rows(w, arrival_field(w))
+
+
+def _load_table(
+    path: str | PathLike[str],
+    *,
+    columns: Mapping[str, str] | None = None,
+    time_unit: str = "s",
+    format: str | None = None,
+    on_error: str = "raise",
+    first_request_id: int = 0,
+) -> Workload:
+    """`load_table` that returns a workload of no rows (a chunk's piece may have none)."""
     _check_on_error(on_error)
     p = _existing(path)
     fmt = _table_format(p, format)
