@@ -710,8 +710,7 @@ def load_table(
     Raises:
         TraceFormatError: a missing or repeated CSV column (line 1, field "header"), a file that gives no
             request (empty, header only, blank lines, every row skipped: line 1, the arrival column) or a
-            malformed row (for parquet,
-            `line` is the 1-based row number).
+            malformed row (for parquet, `line` is the 1-based row number).
         InvalidArgumentError: a missing file, an unknown column key, format or time unit.
     """
     w = _load_table(
