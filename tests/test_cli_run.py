@@ -957,3 +957,46 @@ def test_a_run_file_keeps_units_and_none(capsys, tmp_path):
     )
     data = _json(capsys, ["run", "--toml", str(path)])
     assert data["config"]["iteration_time_ps"] == "2 ms"
+
+
+@pytest.mark.parametrize(
+    ("flags", "text"),
+    [
+        (["--workload", "sharegpt:arrivals=poisson,burstiness=3"], "argument --workload: workload "),
+        (["--workload", "sharegpt:arrivals=all-at-once,arrival_rate=3"], "arrival_rate does nothing"),
+        (
+            ["--workload", "sharegpt", "--trace-time-unit", "ms"],
+            "argument --trace-time-unit: applies to a file",
+        ),
+        (
+            ["--workload", "sharegpt:start=2", "--rows", "0:5"],
+            "argument --rows: workload 'sharegpt:start=2' sets start=2 too",
+        ),
+        (
+            ["--workload", "sharegpt:request_rate=3", "--request-rate", "5"],
+            "argument --request-rate: workload 'sharegpt:request_rate=3' sets request_rate=3.0 too",
+        ),
+        (
+            ["--workload", "sharegpt:time_scale=3", "--time-scale", "2"],
+            "argument --time-scale: workload 'sharegpt:time_scale=3' sets time_scale=3.0 too",
+        ),
+        (["--model", "llama-3-8b", "--gpu", "h100-80gb", "-dp", "2"], "argument -dp: data_parallel_size 2"),
+        (["--model", "llama-3-8b", "--gpu", "h100-80gb", "-ep"], "argument -ep: enable_expert_parallel"),
+    ],
+)
+def test_ignored_or_conflicting_workload_and_parallel_flags_are_one_line(capsys, flags, text):
+    argv = [*SMALL, *flags]
+    if "--model" in flags:
+        argv.remove("--num-gpu-blocks-override")
+        argv.remove("200")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert text in err[0], err[0]
+
+
+def test_trace_time_unit_still_reads_a_file(tmp_path, capsys):
+    f = tmp_path / "t.csv"
+    f.write_text("arrival,prompt_len,output_len\n0,10,5\n500,12,4\n")
+    assert main([*SMALL, "--workload", str(f), "--trace-time-unit", "ms", "--json"]) == 0
+    assert main([*SMALL, "--workload", "sharegpt", "--rows", "2:9", "--time-scale", "2"]) == 0

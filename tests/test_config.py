@@ -400,3 +400,35 @@ def test_an_unknown_field_is_kvsims_error_with_a_suggestion():
         SimConfig(num_blocks=100).replace(blok=3)
     with pytest.raises(InvalidArgumentError, match="'x' is not a SimConfig field"):
         SimConfig.preset("vllm-v1", num_blocks=100, x=1)
+
+
+# -- data and expert parallelism where kvsim models nothing of them ------------------------------------------------
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        (
+            {"model": "llama-3-8b", "gpu": "h100-80gb", "data_parallel_size": 2},
+            "^data_parallel_size 2: model llama-3-8b is dense.*replicas 2",
+        ),
+        ({"num_blocks": 64, "data_parallel_size": 2}, "^data_parallel_size 2: no model is given"),
+        (
+            {"model": "qwen3-30b-a3b", "gpu": "h100-80gb", "data_parallel_size": 2},
+            "^data_parallel_size 2: model qwen3-30b-a3b without enable_expert_parallel",
+        ),
+        (
+            {"model": "llama-3-8b", "gpu": "h100-80gb", "enable_expert_parallel": True},
+            "^enable_expert_parallel: model llama-3-8b is dense",
+        ),
+        ({"num_blocks": 64, "enable_expert_parallel": True}, "^enable_expert_parallel: no model is given"),
+    ],
+)
+def test_parallelism_kvsim_does_not_model_is_refused(kw, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        SimConfig(**kw)
+
+
+def test_expert_parallelism_on_a_moe_model_is_taken():
+    ep = SimConfig(model="qwen3-30b-a3b", gpu="h100-80gb", data_parallel_size=2, enable_expert_parallel=True)
+    plain = SimConfig(model="qwen3-30b-a3b", gpu="h100-80gb")
+    assert ep.num_blocks != plain.num_blocks  # the experts spread over 2 GPUs
+    SimConfig(model="qwen3-30b-a3b", gpu="h100-80gb", enable_expert_parallel=True)

@@ -422,7 +422,7 @@ def test_arrival_rate(arrivals: str) -> None:
         N_LARGE,
         arrival_rate=25.0,
         arrivals=arrivals,
-        burstiness=2.0,
+        burstiness=2.0 if arrivals == "gamma" else 1.0,  # other arrivals refuse a burstiness
         lengths="fixed",
         length_params={"prompt_len": 1, "output_len": 1},
         seed=11,
@@ -603,3 +603,47 @@ def test_workload_unknown_or_missing_keywords_are_invalid_arguments():
         Workload(prompt_len=[4])  # type: ignore[call-arg]
     with pytest.raises(InvalidArgumentError, match=r"^'block_sise' is not a SimConfig field \(did you mean"):
         kvsim.SimConfig(block_sise=16)
+
+
+# -- a parameter the arrival process never reads is refused ---------------------------------------------------------
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        (
+            "sharegpt:arrivals=poisson,burstiness=3",
+            "burstiness applies to arrivals=gamma only; arrivals 'poisson'",
+        ),
+        ("sharegpt:burstiness=2", "burstiness applies to arrivals=gamma only; arrivals 'poisson'"),
+        ("sharegpt:arrivals=constant,burstiness=3", "burstiness .* arrivals 'constant'"),
+        (
+            "sharegpt:arrivals=all-at-once,arrival_rate=3",
+            "arrival_rate does nothing with arrivals=all-at-once",
+        ),
+        ("sharegpt:arrivals=all-at-once,time_scale=3", "time_scale does nothing with arrivals=all-at-once"),
+    ],
+)
+def test_ignored_arrival_parameters_are_refused(spec, match):
+    from kvsim.workloads.registry import make_workload, parse_workload
+
+    name, params = parse_workload(spec)
+    with pytest.raises(InvalidArgumentError, match=match):
+        make_workload(name, params, 10, 0)
+
+
+def test_read_arrival_parameters_are_taken():
+    from kvsim.workloads.registry import make_workload, parse_workload
+
+    for spec in (
+        "sharegpt:arrivals=gamma,burstiness=3",
+        "sharegpt:arrivals=all-at-once",
+        "sharegpt:arrivals=all-at-once,turns=3,time_scale=2",  # the later turns are scaled
+        "sharegpt:arrival_rate=3,time_scale=2",
+    ):
+        assert len(make_workload(*parse_workload(spec), 10, 0)) == 10, spec
+
+
+def test_synthetic_refuses_a_burstiness_its_arrivals_ignore():
+    with pytest.raises(InvalidArgumentError, match=r"^burstiness 3 applies to arrivals 'gamma' only"):
+        synthetic(5, arrivals="poisson", burstiness=3.0)
+    synthetic(5, arrivals="poisson", burstiness=1.0)
+    synthetic(5, arrivals="gamma", burstiness=3.0)

@@ -204,7 +204,9 @@ def config(run: Run, time_model: str) -> Any:
         "model": run.model,
         "gpu": run.gpu,
         "tensor_parallel_size": int(e.get("tensor_parallel_size") or 1),
-        "data_parallel_size": dp,
+        # DP ranks are the fleet's replicas; kvsim reads data_parallel_size only for the experts' spread
+        # under expert parallelism (SimConfig refuses it otherwise).
+        "data_parallel_size": dp if e.get("enable_expert_parallel") else 1,
         "enable_expert_parallel": bool(e.get("enable_expert_parallel")),
         "max_num_seqs": int(e["max_num_seqs"]),
         "max_num_batched_tokens": int(e["max_num_batched_tokens"]),

@@ -307,8 +307,8 @@ def add_run_inputs(p: argparse.ArgumentParser) -> None:
         "--trace-time-unit",
         "--time-unit",
         choices=("s", "ms", "us"),
-        default="s",
-        help="unit of a file workload's arrival column",
+        default=None,
+        help="unit of a file workload's arrival column (default: s)",
     )
     w.add_argument(
         "--time-scale",

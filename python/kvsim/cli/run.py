@@ -37,8 +37,16 @@ from kvsim.analysis.sweep import (
 from kvsim.cli.flags import _BARE, GPU_FLAGS
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
+from kvsim.workloads.registry import format_value
 
 # ---------------------------------------------------------------------------------------------- run
+# The flags that set a workload's trace parameters.
+TRACE_FLAGS = {
+    "start": "--rows",
+    "stop": "--rows",
+    "time_scale": "--time-scale",
+    "request_rate": "--request-rate",
+}
 
 
 class FlagError(KvsimError):
@@ -288,7 +296,8 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
             columns = ws.parse_columns(args.trace_columns)
         except InvalidArgumentError as exc:
             raise FlagError(f"argument --trace-columns: {exc}") from None
-        full = ws.load_file(spec, columns=columns, time_unit=args.trace_time_unit)
+        time_unit = args.trace_time_unit or "s"
+        full = ws.load_file(spec, columns=columns, time_unit=time_unit)
         if len(full) and full.arrival[0] > 0:
             # Its own timestamps (unix seconds, an offset): replayed from its first request, as vllm bench
             # serve does, so the duration and the throughputs count from it.
@@ -301,13 +310,22 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
         full = ws.apply_trace_params(full, window, spec) if window else full
         w = full if requests >= len(full) else full[:requests]
         w = ws.apply_trace_params(w, {k: v for k, v in trace.items() if k not in window}, spec)
-        name, params = spec, {"columns": columns, "time_unit": args.trace_time_unit, **trace}
+        name, params = spec, {"columns": columns, "time_unit": time_unit, **trace}
         seeded = False
     else:
         if args.trace_columns is not None:
             raise FlagError("argument --trace-columns: applies to a file workload (--workload path.csv)")
+        if args.trace_time_unit is not None:
+            raise FlagError("argument --trace-time-unit: applies to a file workload (--workload path.csv)")
         try:
             name, params = parse_workload(spec)
+            # A flag and the spec setting one trace parameter: the flag once replaced it silently.
+            for key in trace:
+                if key in params:
+                    raise FlagError(
+                        f"argument {TRACE_FLAGS[key]}: workload {spec!r} sets {key}="
+                        f"{format_value(params[key])} too (give it once)"
+                    )
             params = {**params, **trace}
             seeded = WORKLOADS[name].seeded
             w = make_workload(name, params, requests, seed)

@@ -202,6 +202,7 @@ class SimConfig(ConfigTimeModel):
             object.__setattr__(self, f.name, convert(f.name, getattr(self, f.name)))
         self._batch_limits()
         self._check_combinations()
+        self._check_parallelism()
         self._size()
         self._resolve_time_model()
         if self.time_model == "linear":
@@ -296,6 +297,39 @@ class SimConfig(ConfigTimeModel):
             raise InvalidArgumentError(
                 f"swap_space_bytes {self.swap_space_bytes} and cpu_blocks {self.cpu_blocks} both size the CPU "
                 "pool: give one of them"
+            )
+
+    def _check_parallelism(self) -> None:
+        """Refuses data and expert parallelism where kvsim models nothing of them (DESIGN.md §Defaults and
+        sizing): a DP rank is an engine of its own (kvsim simulates one), so `data_parallel_size` is read
+        only for a mixture-of-experts model's experts under `enable_expert_parallel`, and that only for a
+        model with experts."""
+        from kvsim.model.models import resolve
+
+        experts = 0
+        name = None
+        if self.model is not None:
+            m = resolve(self.model)
+            experts, name = m.num_experts, m.name
+        if self.enable_expert_parallel and not experts:
+            whose = f"model {name} is dense (no experts)" if name is not None else "no model is given"
+            raise InvalidArgumentError(
+                f"enable_expert_parallel: {whose}; expert parallelism spreads a mixture-of-experts model's "
+                "experts over GPUs and does nothing here"
+            )
+        dp = self.data_parallel_size
+        if dp > 1 and not self.enable_expert_parallel:
+            whose = (
+                "no model is given"
+                if name is None
+                else f"model {name} is dense"
+                if not experts
+                else f"model {name} without enable_expert_parallel"
+            )
+            raise InvalidArgumentError(
+                f"data_parallel_size {dp}: {whose}, so each DP rank is an independent engine kvsim would "
+                f"simulate as one; use replicas {dp} (--replicas {dp}) for a fleet of them behind a router, "
+                "or enable_expert_parallel on a mixture-of-experts model"
             )
 
     def _size(self) -> None:

@@ -342,7 +342,8 @@ def synthetic(
         num_requests: rows in the table (>= 0).
         arrival_rate: requests per second overall (> 0; unused by `all-at-once`).
         arrivals: `poisson`, `gamma`, `constant` or `all-at-once`.
-        burstiness: coefficient of variation of the gaps for `gamma` (> 0; 1 is Poisson).
+        burstiness: coefficient of variation of the gaps for `gamma` (> 0; 1 is Poisson); another
+            value with other `arrivals`, which never read it, is refused.
         lengths: a length preset or distribution (see the table above).
         length_params: that distribution's parameters.
         max_model_len: clip per-turn lengths so prompt + output <= this; None takes the preset's default
@@ -370,6 +371,10 @@ def synthetic(
     if arrivals != "all-at-once":
         arrival_rate = _positive("arrival_rate", arrival_rate)
     burstiness = _positive("burstiness", burstiness)
+    if arrivals in ARRIVAL_KINDS and arrivals != "gamma" and burstiness != 1.0:
+        raise InvalidArgumentError(
+            f"burstiness {burstiness:g} applies to arrivals 'gamma' only: arrivals {arrivals!r} never read it"
+        )
     if turns < 1:
         raise InvalidArgumentError(f"turns {turns} must be at least 1")
     if not (math.isfinite(turn_interval) and turn_interval >= 0):

@@ -226,6 +226,7 @@ def make_workload(name: str, params: Mapping[str, Any], requests: int, seed: int
     kind = WORKLOADS[name]
     label = workload_label(name, params)
     _, trace = split_trace_params(params)
+    check_arrival_params(name, params, label)
     if kind.synthetic is not None:
         w = workloads.synthetic(**synthetic_kwargs(name, params, requests, seed))
         if {**kind.synthetic, **params}.get("max_tokens") == "context":
@@ -242,6 +243,36 @@ def make_workload(name: str, params: Mapping[str, Any], requests: int, seed: int
         full = apply_trace_params(full, window, label)
     w = full if requests >= len(full) else full[:requests]
     return apply_trace_params(w, {k: v for k, v in trace.items() if k not in window}, label)
+
+
+def check_arrival_params(name: str, params: Mapping[str, Any], label: str) -> None:
+    """Refuses a parameter given to a workload whose arrival process never reads it (it was echoed in the
+    workload line as if it applied): `burstiness` with arrivals other than `gamma`, `arrival_rate` with
+    `all-at-once`, and `time_scale` with `all-at-once` when every request arrives at 0 (one turn;
+    `request_rate` is refused there by the trace parameters).
+
+    Raises:
+        InvalidArgumentError: naming the workload, the parameter and the arrivals.
+    """
+    kind = WORKLOADS[name]
+    if kind.synthetic is None:
+        return
+    arrivals = params.get("arrivals", kind.synthetic.get("arrivals", "poisson"))
+    if "burstiness" in params and arrivals != "gamma":
+        raise InvalidArgumentError(
+            f"workload {label!r}: burstiness applies to arrivals=gamma only; arrivals {arrivals!r} never "
+            "reads it"
+        )
+    if arrivals == "all-at-once":
+        defaults = {**kind.synthetic, **params}
+        # A conversation's later turns arrive turn_interval apart: time_scale scales those.
+        one_instant = defaults.get("turns", 1) == 1 or defaults.get("turn_interval", 30.0) == 0
+        for key in ("arrival_rate", *(("time_scale",) if one_instant else ())):
+            if key in params:
+                raise InvalidArgumentError(
+                    f"workload {label!r}: {key} does nothing with arrivals=all-at-once (every request "
+                    "arrives at 0)"
+                )
 
 
 _TRACE_CACHE: dict[tuple[str, str], Any] = {}
@@ -296,6 +327,7 @@ __all__ = [
     "WORKLOAD_CACHE",
     "WorkloadCache",
     "WorkloadKind",
+    "check_arrival_params",
     "format_value",
     "literal",
     "make_workload",
