@@ -197,17 +197,20 @@ def workload(run: Run) -> Any:
 def config(run: Run, time_model: str) -> Any:
     """The run's serving configuration under vLLM 0.19's rules and `time_model` (`TIME_MODELS`)."""
     from kvsim.model.config import SimConfig
+    from kvsim.model.models import resolve
 
     e = run.engine
     dp = int(e.get("data_parallel_size") or 1)
+    # (vLLM ignores enable_expert_parallel on a dense model; SimConfig refuses it there)
+    ep = bool(e.get("enable_expert_parallel")) and resolve(run.model).num_experts > 0
     kw: dict[str, Any] = {
         "model": run.model,
         "gpu": run.gpu,
         "tensor_parallel_size": int(e.get("tensor_parallel_size") or 1),
         # DP ranks are the fleet's replicas; kvsim reads data_parallel_size only for the experts' spread
         # under expert parallelism (SimConfig refuses it otherwise).
-        "data_parallel_size": dp if e.get("enable_expert_parallel") else 1,
-        "enable_expert_parallel": bool(e.get("enable_expert_parallel")),
+        "data_parallel_size": dp if ep else 1,
+        "enable_expert_parallel": ep,
         "max_num_seqs": int(e["max_num_seqs"]),
         "max_num_batched_tokens": int(e["max_num_batched_tokens"]),
         "replicas": dp,
