@@ -72,6 +72,42 @@ def test_rows_to_parquet_files_equal_the_rows_in_memory(tmp_path):
     assert only.summary == whole.summary
 
 
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_run_that_raises_mid_stream_leaves_no_rows_behind(tmp_path, existing):
+    """A rejected call changes nothing: the chunks written before a bad one are removed, and so are the
+    folders the call made (a folder that was there, empty, stays, empty)."""
+    w = synthetic(3000, arrival_rate=60, lengths="sharegpt-paper", seed=2)
+    cfg = kvsim.SimConfig(num_blocks=400, block_size=16)
+    parts = list(chunks(w, 700))
+    late = Workload(arrival=[0.0], prompt_len=[10], output_len=[5])  # before the chunks' arrivals
+    target = tmp_path / "a" / "rows"
+    if existing:
+        target.mkdir(parents=True)
+
+    def source():
+        yield from parts[:3]  # the first chunks' rows are written before the bad one comes
+        yield late
+
+    with pytest.raises(InvalidArgumentError, match="chunks must come in arrival order"):
+        simulate_stream(source(), cfg, rows=target)
+    if existing:
+        assert target.is_dir()
+        assert not any(target.iterdir())
+    else:
+        assert not (tmp_path / "a").exists()
+    written: list[int] = []
+
+    def spy():
+        for p in parts:
+            written.append(len(list(target.glob("part-*.parquet"))))
+            yield p
+
+    res = simulate_stream(spy(), cfg, rows=target)  # the same folder then takes a good run
+    assert max(written) > 0
+    assert res.rows_path == target
+    assert pl.read_parquet(target / "*.parquet").equals(kvsim.simulate(w, cfg).requests, null_equal=True)
+
+
 def test_synthetic_chunks_make_one_ordered_workload():
     parts = list(synthetic_chunks(2500, 1000, arrival_rate=10, lengths="sharegpt-paper", seed=1))
     assert [len(p) for p in parts] == [1000, 1000, 500]

@@ -159,6 +159,7 @@ class _Sink:
         self.frames: list[pl.DataFrame] = []
         self.path: Path | None = None
         self.parts = 0
+        self.created: list[Path] = []
         if isinstance(rows, str) and rows in ("memory", "none"):
             self.mode = rows
             return
@@ -177,6 +178,8 @@ class _Sink:
             raise InvalidArgumentError(f"rows {str(path)!r} exists and is not a directory")
         if path.is_dir() and any(path.iterdir()):
             raise InvalidArgumentError(f"rows directory {str(path)!r} is not empty")
+        # (the folders this call makes, deepest first: `discard` removes them again)
+        self.created = [p for p in (path, *path.parents) if not p.exists()]
         try:
             path.mkdir(parents=True, exist_ok=True)
             probe = path / ".kvsim-write-test"
@@ -193,6 +196,19 @@ class _Sink:
             assert self.path is not None
             frame.write_parquet(self.path / f"part-{self.parts:06d}.parquet")
             self.parts += 1
+
+    def discard(self) -> None:
+        """What it wrote removed: its part files, and the folders it made if they are empty again."""
+        self.frames.clear()
+        if self.path is None:
+            return
+        for i in range(self.parts):
+            (self.path / f"part-{i:06d}.parquet").unlink(missing_ok=True)
+        for d in self.created:
+            try:
+                d.rmdir()
+            except OSError:
+                break  # (not empty: something else was put there)
 
     def result(self, empty: pl.DataFrame) -> pl.DataFrame | None:
         if self.mode != "memory":
@@ -235,7 +251,7 @@ def simulate_stream(
     Raises:
         InvalidArgumentError: a bad source, backend, config, rows target, chunk_size, spill_dir or
             independent_chunks (checked before anything is created), a bad chunk, or chunks out of
-            arrival order.
+            arrival order (the rows written before it, and the folders made, are removed).
     """
     parts = _parts(source)
     if backend not in BACKENDS:
@@ -253,6 +269,22 @@ def simulate_stream(
     sink = _Sink(rows)  # last: a rows directory is created only for a call whose arguments are good
     if isinstance(source, Workload):
         parts = chunks(source, size)
+    try:
+        return _stream(parts, config, backend, spill_dir, independent_chunks, sink)
+    except BaseException:
+        sink.discard()  # a call that raises (a bad chunk, Ctrl-C) leaves no rows behind
+        raise
+
+
+def _stream(
+    parts: Iterator[Workload],
+    config: SimConfig,
+    backend: str,
+    spill_dir: str | os.PathLike[str] | None,
+    independent_chunks: bool,
+    sink: _Sink,
+) -> SimResult:
+    """`simulate_stream`'s run, its arguments checked."""
     stats = RowStats(spill_dir=spill_dir)
     engine: _Rust | _Reference | None = None
     pending: deque[tuple[Workload, EngineInput]] = deque()  # chunks whose rows are not all done
