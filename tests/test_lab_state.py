@@ -196,6 +196,19 @@ def test_overrides_with_a_workload_of_your_own_are_refused_not_ignored():
         kvsim.lab.snapshot(w, cfg, block_size=32)
 
 
+def test_a_config_or_names_with_a_presets_name_are_refused_not_ignored():
+    """A preset brings its config and names; one given beside its name was silently dropped."""
+    _, cfg, _ = kvsim.lab.preset("copilot")
+    other = cfg.replace(block_size=32)
+    with pytest.raises(InvalidArgumentError, match=r"^config: a preset's name brings its own config"):
+        kvsim.lab.snapshot("copilot", other)
+    with pytest.raises(InvalidArgumentError, match=r"^segment_names, request_names: a preset's name"):
+        kvsim.lab.snapshot("copilot", segment_names={1: "system"}, request_names=["a"])
+    assert kvsim.lab.snapshot("copilot", block_size=32) != kvsim.lab.snapshot(
+        "copilot"
+    )  # the way to change it
+
+
 def test_snapshot_of_a_configured_run_equals_the_preset_path():
     w, cfg, step = kvsim.lab.configure("copilot", block_size=32, enable_prefix_caching=False)
     a = kvsim.lab.snapshot(w, cfg, step=step)

@@ -499,17 +499,32 @@ def snapshot(
     `orca-oracle` for a custom workload), in bytes and fractions
     (DESIGN.md §Lab). `segment_names` (content id -> name) and `request_names` make prefix keys readable.
 
-    `workload` may also be a preset's name; then `config` is ignored and `overrides` apply as in
-    `bundle` (`snapshot("copilot", step=1, block_size=32)`).
+    `workload` may also be a preset's name; then `overrides` apply as in `bundle` (`snapshot("copilot",
+    step=1, block_size=32)`), and a `config`, `segment_names` or `request_names` is refused (the preset
+    brings its own).
 
     Raises:
         InvalidArgumentError: a workload that is neither a `Workload` nor a preset's name, a bad override
-            (or any override with a `Workload`), config or step (the message names it), or a run past
-            `LIMITS`.
+            (or any override with a `Workload`; a config or names with a preset's name), config or step
+            (the message names it), or a run past `LIMITS`.
     """
     if step is not None and as_int(step) is None:  # before the run, not after it
         raise InvalidArgumentError(f"step {step!r} must be an integer")
     if isinstance(workload, str):
+        given = [
+            name
+            for name, v in (
+                ("config", config),
+                ("segment_names", segment_names),
+                ("request_names", request_names),
+            )
+            if v is not None
+        ]
+        if given:  # a preset brings its own: refused, not ignored
+            raise InvalidArgumentError(
+                f"{', '.join(given)}: a preset's name brings its own config and names; change them with "
+                f"overrides (snapshot({workload!r}, block_size=32)) or pass a kvsim.Workload with its config"
+            )
         chosen = {} if contiguous_policy is None else {"contiguous_policy": contiguous_policy}
         r = resolve(workload, **chosen, **overrides)
     else:
