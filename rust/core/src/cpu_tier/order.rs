@@ -130,6 +130,12 @@ impl Span {
         )
     }
 
+    /// The request rank of its entry `k` (< `len`).
+    #[inline]
+    fn req_at(self, k: usize) -> u64 {
+        self.req + if self.n & DREQ != 0 { k as u64 } else { 0 }
+    }
+
     /// Its last entry, the greatest.
     #[inline]
     fn last(self) -> Entry {
@@ -189,6 +195,12 @@ impl PartialOrd for Span {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
+}
+
+/// Whether `a`'s head comes before `b`'s: by the request rank, the whole entry only when those tie.
+#[inline]
+fn head_lt(a: &Span, b: &Span) -> bool {
+    a.req < b.req || (a.req == b.req && a.head() < b.head())
 }
 
 /// A min-queue of entries with `BinaryHeap<Reverse<Entry>>`'s interface (entries wrapped in `Reverse`,
@@ -364,50 +376,54 @@ impl RankQueue {
     /// Popping them one by one would return the same entries in the same order.
     #[inline]
     pub(super) fn pop_span(&mut self, max: usize) -> Option<(Span, usize)> {
-        let heads = self.heads();
-        let mut least: Option<(usize, Entry)> = None;
-        for (i, head) in heads.into_iter().enumerate() {
-            if let Some(h) = head
-                && least.is_none_or(|(_, l)| h < l)
+        // The four sources' head spans; the least head's source is `i` (heads compared by their
+        // request rank first: ranks tie seldom, and the whole entry only then).
+        let heads = self.head_spans();
+        let mut i = usize::MAX;
+        for (j, h) in heads.iter().enumerate() {
+            if let Some(h) = h
+                && (i == usize::MAX || head_lt(h, heads[i].as_ref().expect("a head")))
             {
-                least = Some((i, h));
+                i = j;
             }
         }
-        let (i, _) = least?;
+        if i == usize::MAX {
+            return None;
+        }
+        let span = heads[i].expect("its head");
         // The least head of the others bounds how far this span's entries come first: the other
         // three's, and for a heap's top span that heap's next (one of its top's children); a run's
         // next span starts at or after this one's end.
-        let mut bound: Option<Entry> = None;
-        let mut bound_by = |e: Option<Entry>| {
-            if let Some(e) = e
-                && bound.is_none_or(|b| e < b)
-            {
-                bound = Some(e);
+        let mut bound: Option<Span> = None;
+        let mut bound_by = |s: &Span| {
+            if bound.as_ref().is_none_or(|b| head_lt(s, b)) {
+                bound = Some(*s);
             }
         };
-        for (j, &head) in heads.iter().enumerate() {
-            if j != i {
-                bound_by(head);
+        for (j, h) in heads.iter().enumerate() {
+            if j != i
+                && let Some(h) = h
+            {
+                bound_by(h);
             }
         }
         if i >= REST {
             for r in self.heaps[i - REST].as_slice().iter().skip(1).take(2) {
-                bound_by(Some(r.0.head()));
+                bound_by(&r.0);
             }
         }
-        let span = match i {
-            0 | 1 => *self.runs[i].front().expect("its head"),
-            _ => self.heaps[i - REST].peek().expect("its head").0,
-        };
         let len = span.len().min(max);
         let mut k = len;
-        if let Some(bound) = bound
-            && span.at(len - 1) > bound
-        {
-            // (its entries ascend: all of them come first when its last one does, the usual case)
-            k = 1;
-            while k < len && span.at(k) <= bound {
-                k += 1;
+        if let Some(b) = bound {
+            // (its entries ascend: all of them come first when its last one does, the usual case;
+            // told by the request ranks alone when they differ)
+            let (last_req, b_req) = (span.req_at(len - 1), b.req);
+            if last_req > b_req || (last_req == b_req && span.at(len - 1) > b.head()) {
+                let bound = b.head();
+                k = 1;
+                while k < len && span.at(k) <= bound {
+                    k += 1;
+                }
             }
         }
         self.len -= k;
@@ -434,8 +450,21 @@ impl RankQueue {
         Some((span, k))
     }
 
-    /// The heads of its four sources: the runs', the rest's, the young's.
+    /// The head spans of its four sources: the runs', the rest's, the young's.
     #[inline]
+    fn head_spans(&self) -> [Option<Span>; 4] {
+        let [a, b] = &self.runs;
+        let [rest, young] = &self.heaps;
+        [
+            a.front().copied(),
+            b.front().copied(),
+            rest.peek().map(|r| r.0),
+            young.peek().map(|r| r.0),
+        ]
+    }
+
+    /// The heads of its four sources: the runs', the rest's, the young's.
+    #[cfg(test)]
     fn heads(&self) -> [Option<Entry>; 4] {
         let [a, b] = &self.runs;
         let [rest, young] = &self.heaps;
