@@ -203,3 +203,8 @@ def test_the_config_line_names_tier_knobs_only_with_a_tier(capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("config: "))
     assert "kv_offloading_chunks=2048" in line
     assert "kv_offloading_ps_per_block=" in line
+    assert "kv_offloading_size=4 GiB," in line  # its unit, as vLLM's flag reads it (was a bare 4.0)
+    assert main([*base, "--kv-offloading-size", "512MiB"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("config: "))
+    assert "kv_offloading_size=0.5 GiB," in line
+    assert "kv_offloading_chunks=256" in line

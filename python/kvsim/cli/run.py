@@ -533,7 +533,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             and not (k == "swap_ps_per_block" and v == 0)
             and not (k.startswith("kv_offloading_") and not config.kv_offloading_chunks)  # no tier: moot
         }
-        print("config: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+        # (a size in GiB, as vLLM's flag takes it, with its unit: `kv_offloading_size=64 GiB`, not `=64.0`)
+        print(
+            "config: "
+            + ", ".join(f"{k}={v:g} GiB" if KNOBS[k].kind == "gib" else f"{k}={v}" for k, v in shown.items())
+        )
         print()
         from kvsim.model.units import fmt_duration_ps
 
