@@ -33,8 +33,9 @@ SLOTS = 4  # requests live at once; a finished one's slot takes a fresh request 
 RUN_GROUP = 2**40  # slot s's private chunks are the keys (RUN_GROUP + s, lo) (`prepare_store_run`)
 
 key_positions = st.one_of(
-    # any keys at any positions (ties in position too)
-    st.lists(st.tuples(st.sampled_from(KEYS), st.integers(0, 6)), max_size=6),
+    # any distinct keys at any positions (ties in position too; an offer's keys are distinct, a key
+    # offered twice is refused: test_a_key_offered_twice_in_one_offer_is_refused_and_changes_nothing)
+    st.lists(st.tuples(st.sampled_from(KEYS), st.integers(0, 6)), max_size=6, unique_by=lambda kp: kp[0]),
     # a request's chunks in order: a window of a fixed chain, at their own positions
     st.tuples(st.integers(0, len(KEYS) - 1), st.integers(0, 6)).map(
         lambda w: [(KEYS[i], i) for i in range(w[0], min(len(KEYS), w[0] + w[1]))]
@@ -252,6 +253,17 @@ def test_a_chunk_takes_at_most_65535_pins():
     t.prepare_load(3, [(5, 0)])
     t.complete_load([5] * 65_535)
     assert t.num_evictable == 1
+    t.check_invariants()
+
+
+def test_a_key_offered_twice_in_one_offer_is_refused_and_changes_nothing():
+    """An offer's chunks are distinct (a request's chain of keys); one listed twice was counted twice, asking
+    room for both (a tier of 2 refused [5, 5, 6])."""
+    t = _core.CpuTier(2)
+    with pytest.raises(InvalidArgumentError, match=r"^keys\[1\]: key 5 is offered twice in one offer"):
+        t.prepare_store(1, [(5, 0), (5, 1), (6, 2)])
+    assert t.used == 0
+    assert t.prepare_store(1, [(5, 0), (6, 1)]) == ([5, 6], [])
     t.check_invariants()
 
 

@@ -238,7 +238,9 @@ impl PyCpuTier {
     /// the keys stored now (pending until `complete_store`) and the keys evicted for them, or `None`
     /// when the tier cannot make room (nothing stored; the offers and accesses are still recorded).
     ///
-    /// Raises `InvalidArgumentError` for a bad argument; a rejected call changes nothing.
+    /// Raises `InvalidArgumentError` for a bad argument (a key offered twice among them: an offer's
+    /// chunks are distinct, and one counted twice would ask room for both); a rejected call changes
+    /// nothing.
     fn prepare_store(
         &mut self,
         rid: &Bound<'_, PyAny>,
@@ -246,6 +248,13 @@ impl PyCpuTier {
     ) -> PyResult<Option<(Vec<u128>, Vec<u128>)>> {
         let rid = count_arg(rid, "rid")?;
         let keys = pairs_arg(keys)?;
+        let mut seen = std::collections::HashSet::with_capacity(keys.len());
+        if let Some(i) = keys.iter().position(|&(k, _)| !seen.insert(k)) {
+            return Err(invalid(format!(
+                "keys[{i}]: key {} is offered twice in one offer (an offer's chunks are distinct)",
+                keys[i].0.0
+            )));
+        }
         self.0.write("prepare_store", |t| {
             let (mut stored, mut evicted) = (Vec::new(), Vec::new());
             Ok(t.prepare_store(rid, &keys, &mut stored, &mut evicted)
