@@ -358,6 +358,32 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
             models.from_hf_config(p)
 
 
+def test_an_awq_group_size_that_splits_a_layers_inputs_is_refused(tmp_path):
+    """vLLM's AWQ takes whole groups of input features (`AWQLinearMethod.create_weights`: "The input size
+    is not aligned with the quantized weight shape"), so `group_size` 7 on Qwen3-32B (5120-wide attention
+    inputs) or one wider than the layer is no checkpoint vLLM loads: refused naming `group_size`, where it
+    was priced as ceil(5120 / 7) groups. Groups that divide every layer (32, 64, 128), per channel (-1),
+    and a checkpoint whose ignore list may exempt single modules are kept."""
+    cfg = json.loads((HF / "qwen3-32b-awq.json").read_text())
+    path = tmp_path / "config.json"
+    for group, kept in ((7, False), (10240, False), (32, True), (64, True), (128, True), (-1, True)):
+        path.write_text(
+            json.dumps({**cfg, "quantization_config": {**cfg["quantization_config"], "group_size": group}})
+        )
+        models._HF_CACHE.clear()
+        if kept:
+            assert models.from_hf_config(path).quantization.startswith("awq: attn int4")
+            continue
+        with pytest.raises(
+            InvalidArgumentError, match=f"quantization_config.group_size {group} does not divide the 5120"
+        ):
+            models.from_hf_config(path)
+    qc = {**cfg["quantization_config"], "group_size": 7, "modules_to_not_convert": ["visual"]}
+    path.write_text(json.dumps({**cfg, "quantization_config": qc}))
+    models._HF_CACHE.clear()
+    assert "group 7" in models.from_hf_config(path).quantization
+
+
 def test_vllms_quantization_flag():
     """--quantization fp8 halves an unquantized model's linear layers at load time; naming another method than
     the checkpoint's is vLLM's refusal; naming the checkpoint's (or its alias) changes nothing."""

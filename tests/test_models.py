@@ -262,6 +262,60 @@ def test_hf_moe_fields_no_model_has_are_refused_by_name(tmp_path, name, fields, 
     assert str(info.value).startswith(f"model {path}: field ")
 
 
+@pytest.mark.parametrize(
+    ("name", "fields", "message"),
+    [
+        # vLLM's DeepSeek / Kimi MoE layers are `layer_idx % moe_layer_freq == 0` (a ZeroDivisionError at
+        # 0): 0, a negative step or a string was read as 1 (every layer MoE), a mask of the wrong length too.
+        ("deepseek-v3", {"moe_layer_freq": 0}, "'moe_layer_freq' 0 must be a whole number of at least 1"),
+        ("kimi-linear-48b-a3b", {"moe_layer_freq": -2}, "'moe_layer_freq' -2 must be a whole number of at"),
+        ("deepseek-v3", {"moe_layer_freq": "2"}, "'moe_layer_freq' '2' must be a whole number of at least 1"),
+        ("deepseek-v3", {"moe_layer_freq": [1, 0]}, "'moe_layer_freq' [1, 0] must be a whole number of at"),
+        # DeepSeek-V4 builds an MoE block on every layer: 0 experts priced none; a top-k of 0 or past the
+        # experts gave fewer or more active parameters than the model has.
+        ("deepseek-v4-flash", {"n_routed_experts": 0}, "'n_routed_experts' 0 must be a whole number of at"),
+        (
+            "deepseek-v4-flash",
+            {"num_experts_per_tok": 0},
+            "'num_experts_per_tok' 0 must be from 1 to the 256 experts",
+        ),
+        # (refused before, by the layer, with a message naming no field)
+        (
+            "deepseek-v4-flash",
+            {"sliding_window": 0},
+            "'sliding_window' 0 must be a whole number of at least 1",
+        ),
+        # Gemma 4: 0 experts was read as a dense model (None is one; vLLM's MoE block builds `num_experts`),
+        # a top-k of 0 priced no active experts, a global head width of 0 was read as `head_dim`.
+        ("gemma-4-26b-a4b", {"num_experts": 0}, "'num_experts' 0 must be a whole number of at least 1"),
+        ("gemma-4-26b-a4b", {"top_k_experts": 0}, "'top_k_experts' 0 must be from 1 to the 128 experts"),
+        ("gemma-4-26b-a4b", {"top_k_experts": 129}, "'top_k_experts' 129 must be from 1 to the 128 experts"),
+        ("gemma-4-31b", {"global_head_dim": 0}, "'global_head_dim' 0 must be a whole number of at least 1"),
+    ],
+)
+def test_hf_fields_no_model_has_are_refused_by_name(tmp_path, name, fields, message):
+    cfg = json.loads((HF / f"{name}.json").read_text())
+    (cfg.get("text_config") or cfg).update(fields)  # Gemma 4's fields are its text_config's
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(InvalidArgumentError, match=re.escape(f"field {message}")) as info:
+        models.from_hf_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_hf_gemma_4_dense_fields_left_null_still_load(tmp_path):
+    """The dense Gemma 4 configs hold `num_experts` / `top_k_experts` null (no experts), and a null
+    `global_head_dim` is `head_dim`, as vLLM's getattr default: kept."""
+    cfg = json.loads((HF / "gemma-4-31b.json").read_text())
+    assert cfg["text_config"]["num_experts"] is None
+    cfg["text_config"]["global_head_dim"] = None
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    m = models.from_hf_config(path)
+    assert m.num_experts == 0
+    assert {lay.head_dim for lay in m.layer_list() if lay.kind == "full"} == {cfg["text_config"]["head_dim"]}
+
+
 @pytest.mark.parametrize("field", ["max_position_embeddings", "vocab_size", "intermediate_size"])
 def test_hf_sizes_of_zero_are_refused_by_name(tmp_path, field):
     """A context of 0 was a ZeroDivisionError (vLLM's concurrency figure divides by it); a vocabulary or

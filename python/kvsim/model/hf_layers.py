@@ -107,7 +107,7 @@ def _deepseek_v4_layers(
                 f"model {where}: DeepSeek-V4 field {key!r} {cfg.get(key)!r}: only {want} is modelled (the "
                 "fp8_ds_mla entry of 448 NoPE + 64 RoPE values that vLLM's FlashMLA backend stores)"
             )
-    window = field_int("sliding_window")
+    window = field_int("sliding_window", least=1)
     index_dim = field_int("index_head_dim", 128)
     index_heads = field_int("index_n_heads", 64)
     for i, r in enumerate(ratios[:num_layers]):
@@ -302,11 +302,8 @@ def _gemma4_layers(
     if not isinstance(types, list) or len(types) != n:
         raise InvalidArgumentError(f"model {where}: Gemma 4's 'layer_types' must list the {n} layers' types")
     head_dim = field_int("head_dim")
-    global_dim = cfg.get("global_head_dim") or head_dim
-    if isinstance(global_dim, bool) or not isinstance(global_dim, int):
-        raise InvalidArgumentError(
-            f"model {where}: field 'global_head_dim' {global_dim!r} must be a whole number"
-        )
+    # Absent or None: `head_dim` (vLLM's getattr default); 0 is no head width.
+    global_dim = field_int("global_head_dim", least=1) if cfg.get("global_head_dim") is not None else head_dim
     kv = field_int("num_key_value_heads")
     global_kv = kv
     if cfg.get("attention_k_eq_v") and cfg.get("num_global_key_value_heads") is not None:

@@ -106,6 +106,12 @@ def _layer_flags(cfg: dict[str, Any], layers: int, experts: int, pick: Any, wher
     freq = cfg.get("moe_layer_freq")
     if isinstance(freq, list) and len(freq) == layers:  # a per-layer mask
         return [bool(x) for x in freq]
+    if freq is not None and (isinstance(freq, bool) or not isinstance(freq, int) or freq < 1):
+        # (vLLM's DeepSeek / Kimi: `layer_idx % moe_layer_freq`, a ZeroDivisionError at 0)
+        raise InvalidArgumentError(
+            f"model {where}: field 'moe_layer_freq' {freq!r} must be a whole number of at least 1 "
+            f"(or a list of the {layers} layers' flags)"
+        )
     dense_first = pick("first_k_dense_replace", default=0, required=False)
     step = pick("decoder_sparse_step", "interleave_moe_layer_step", default=1, required=False)
     if step < 1:
@@ -190,6 +196,7 @@ def _gemma4(
     ffn: int,
     vocab: int,
     pick: Any,
+    where: str,
 ) -> None:
     """Gemma 4's decoder layers as vLLM 0.33.0's `gemma4.py` builds them (`Gemma4DecoderLayer`):
 
@@ -213,14 +220,16 @@ def _gemma4(
       quantization config) with the MLP.
     """
     types = cfg.get("layer_types") or []
-    global_dim = cfg.get("global_head_dim") or head_dim
+    global_dim = pick("global_head_dim", default=head_dim, least=1)
     global_kv = kv_heads
     if cfg.get("attention_k_eq_v") and cfg.get("num_global_key_value_heads") is not None:
         global_kv = pick("num_global_key_value_heads")
     shared = cfg.get("num_kv_shared_layers") or 0
     first_shared = layers - shared
     double = bool(cfg.get("use_double_wide_mlp"))
-    experts = cfg.get("num_experts") or 0
+    # None (the dense models' value) is no experts; 0 is no model's (transformers' Gemma4TextConfig
+    # leaves it None without `enable_moe_block`, vLLM's MoE block builds `num_experts` of them).
+    experts = pick("num_experts", default=0, required=False, least=1)
     for i in range(layers):
         full = i < len(types) and types[i] == "full_attention"
         dim, kv = (global_dim, global_kv) if full else (head_dim, kv_heads)
@@ -235,8 +244,12 @@ def _gemma4(
         b.add("mlp", hidden, width)  # down
         b.other += 4 * hidden + 1  # four norms, layer_scalar
     if experts:
-        moe_ffn = pick("moe_intermediate_size", "expert_intermediate_size")
+        moe_ffn = pick("moe_intermediate_size", "expert_intermediate_size", least=1)
         per_tok = pick("top_k_experts")
+        if not 1 <= per_tok <= experts:
+            raise InvalidArgumentError(
+                f"model {where}: field 'top_k_experts' {per_tok} must be from 1 to the {experts} experts"
+            )
         b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
         b.add("experts", moe_ffn, hidden, 2 * experts * layers)  # gate, up
         b.add("experts", hidden, moe_ffn, experts * layers)  # down
@@ -253,7 +266,9 @@ def _gemma4(
     b.other += hidden  # the final norm
 
 
-def _deepseek_v4(b: Breakdown, cfg: dict[str, Any], layers: int, hidden: int, heads: int, pick: Any) -> None:
+def _deepseek_v4(
+    b: Breakdown, cfg: dict[str, Any], layers: int, hidden: int, heads: int, pick: Any, where: str
+) -> None:
     """DeepSeek-V4's weights as vLLM 0.33.0 builds them (`vllm/models/deepseek_v4/attention.py`,
     `compressor.py`, `nvidia/model.py`): per layer the attention's `wq_a` / `wkv` (fused), `wq_b`, the grouped
     low-rank output `wo_a` / `wo_b`, its norms and sink; a compressor where the ratio is above 1 (its
@@ -287,9 +302,13 @@ def _deepseek_v4(b: Breakdown, cfg: dict[str, Any], layers: int, hidden: int, he
     b.other += 2 * layers * (mix * hc * hidden + mix + 3)  # hc_attn_*, hc_ffn_* (fn, base, scale)
     b.other += hc * hc * hidden + hc + 1  # hc_head_*
     b.other += 2 * hidden * layers + hidden  # attn_norm, ffn_norm, the final norm
-    experts = pick("n_routed_experts")
-    moe_ffn = pick("moe_intermediate_size")
+    experts = pick("n_routed_experts", least=1)  # vLLM's DeepSeek-V4 builds an MoE block on every layer
+    moe_ffn = pick("moe_intermediate_size", least=1)
     per_tok = pick("num_experts_per_tok")
+    if not 1 <= per_tok <= experts:
+        raise InvalidArgumentError(
+            f"model {where}: field 'num_experts_per_tok' {per_tok} must be from 1 to the {experts} experts"
+        )
     b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
     b.add("experts", moe_ffn, hidden, 2 * experts * layers)
     b.add("experts", hidden, moe_ffn, experts * layers)
@@ -331,10 +350,10 @@ def param_breakdown(
     if not tied:
         b.add("lm_head", vocab, hidden)
     if model_type.startswith("gemma4"):
-        _gemma4(b, cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, pick)
+        _gemma4(b, cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, pick, where)
         return b
     if model_type == "deepseek_v4":
-        _deepseek_v4(b, cfg, layers, hidden, heads, pick)
+        _deepseek_v4(b, cfg, layers, hidden, heads, pick, where)
         return b
     if model_type == "opt":
         b.other += (

@@ -408,6 +408,35 @@ def from_config(qc: Any, where: str) -> Quantization:
     return parser(qc, where)
 
 
+def check_groups(q: Quantization, b: Breakdown, qc: Any, where: str) -> None:
+    """An AWQ checkpoint's `group_size` against the matrices it quantizes (`b`): vLLM's AWQ takes only
+    whole groups of input features (`AWQLinearMethod.create_weights`: "The input size is not aligned with
+    the quantized weight shape"; AWQ-Marlin falls back to it for a layer Marlin cannot take), so a group
+    that does not divide a quantized matrix's input features (`group_size` 7 on a 4096-wide layer) is no
+    checkpoint vLLM loads. Per channel (-1) divides any. Not checked where the checkpoint's ignore list
+    names modules: it may exempt single modules kvsim prices by group (a `down_proj` of odd width).
+    Under tensor parallelism vLLM checks each GPU's share; this checks the whole matrix, which any share
+    that divides must divide too.
+
+    Raises:
+        InvalidArgumentError: naming `quantization_config.group_size`, its value, and the first matrix.
+    """
+    if q.method != "awq" or q.ignored or not isinstance(qc, dict):
+        return
+    key = next((k for k in ("group_size", "q_group_size") if qc.get(k) is not None), "group_size")
+    for group in GROUPS:
+        fmt = q.formats.get(group)
+        if fmt is None or fmt.kind != "int" or fmt.group < 1:
+            continue
+        for m in b.matrices[group]:
+            if m.cols % fmt.group:
+                raise InvalidArgumentError(
+                    f"{where}: quantization_config.{key} {fmt.group} does not divide the {m.cols} input "
+                    f"features of the {group} layers' {m.rows} x {m.cols} matrices: vLLM's AWQ takes whole "
+                    'groups only ("The input size is not aligned with the quantized weight shape")'
+                )
+
+
 def deepseek_v4(checkpoint: Quantization, cfg: dict[str, Any], where: str) -> Quantization:
     """A DeepSeek-V4 fp8 checkpoint as vLLM 0.33.0 loads it (`vllm/models/deepseek_v4/quant_config.py`,
     `DeepseekV4FP8Config`, which `DeepseekV4ForCausalLMConfig` makes of `quant_method: fp8`): linear layers
@@ -464,6 +493,7 @@ __all__ = [
     "QUANTIZATION_CHOICES",
     "Format",
     "Quantization",
+    "check_groups",
     "deepseek_v4",
     "from_config",
     "with_flag",

@@ -300,7 +300,8 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
         cfg = {"model_type": "opt" if opt else "llama", "tie_word_embeddings": opt}
         dtype = model.weight_dtype
 
-    def pick(*keys: str, default: Any = None, required: bool = True) -> Any:
+    def pick(*keys: str, default: Any = None, required: bool = True, least: int = 0) -> Any:
+        # (the fields were checked, `least` included, when the Model was built from them)
         for k in keys:
             v = cfg.get(k)
             if isinstance(v, int) and not isinstance(v, bool):
@@ -690,7 +691,8 @@ def _moe_layer_count(model: Model) -> int:
 
     cfg = json.loads(model.config_json) if model.config_json else {}
 
-    def pick(*keys: str, default: Any = None, required: bool = True) -> Any:
+    def pick(*keys: str, default: Any = None, required: bool = True, least: int = 0) -> Any:
+        # (the fields were checked, `least` included, when the Model was built from them)
         for k in keys:
             v = cfg.get(k)
             if isinstance(v, int) and not isinstance(v, bool):
