@@ -1000,3 +1000,31 @@ def test_trace_time_unit_still_reads_a_file(tmp_path, capsys):
     f.write_text("arrival,prompt_len,output_len\n0,10,5\n500,12,4\n")
     assert main([*SMALL, "--workload", str(f), "--trace-time-unit", "ms", "--json"]) == 0
     assert main([*SMALL, "--workload", "sharegpt", "--rows", "2:9", "--time-scale", "2"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("model", "none"), ("gpu", "null"), ("block_size", "none"), ("policy", "None")],
+)
+def test_none_unsets_only_an_optional_field(capsys, tmp_path, key, value):
+    """`"none"` (TOML has no null; flags are text) unsets an optional field. For `model` and `gpu`, whose
+    help documents no `none`, it was taken as no model / no GPU; for a required field it said `None must
+    be given`: both refused naming the key, from a run file and from the flag."""
+    said = f"{key} {value!r}: 'none' unsets only an optional field, and {key} is not one"
+    path = tmp_path / "run.toml"
+    path.write_text(f'requests = 5\n[config]\nnum_blocks = 300\n{key} = "{value}"\n')
+    line = _error(capsys, ["run", "--toml", str(path)])
+    assert line.startswith(f"kvsim run: error: run file {path}: [config] {said}"), line
+    flag = "--" + key.replace("_", "-")
+    line = _error(capsys, [*SMALL, flag, value])
+    assert line.startswith(f"kvsim run: error: argument {flag}: {said}"), line
+
+
+def test_the_choice_none_is_a_choice_not_unset(capsys, tmp_path):
+    """`admission_gate`'s choice `none` (older vLLM's gate) was read as None, unset, and refused as a
+    required field's None, from a run file and from `--admission-gate none`; SimConfig took it."""
+    path = tmp_path / "run.toml"
+    path.write_text('requests = 5\n[config]\nnum_blocks = 300\nadmission_gate = "none"\n')
+    assert _json(capsys, ["run", "--toml", str(path)])["config"]["admission_gate"] == "none"
+    assert _json(capsys, [*SMALL, "--admission-gate", "none"])["config"]["admission_gate"] == "none"
+    assert _json(capsys, [*SMALL, "--max-model-len", "none"])["config"]["max_model_len"] is None

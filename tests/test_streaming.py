@@ -3,6 +3,8 @@ backends; the exact statistics do not depend on chunking or spilling; bad stream
 
 from __future__ import annotations
 
+import re
+
 import hypothesis.strategies as st
 import numpy as np
 import polars as pl
@@ -246,3 +248,31 @@ def test_chunk_helpers_refuse_non_integers():
     with pytest.raises(InvalidArgumentError, match=r"^chunk_size '2' must be an integer"):
         list(synthetic_chunks(4, "2"))  # type: ignore[arg-type]
     assert sum(len(c) for c in synthetic_chunks(np.int64(4), np.int64(2), arrival_rate=5)) == 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"arrival_rate": 0}, "arrival_rate 0 must be positive and finite"),
+        ({"arrival_rate": -2.0, "arrivals": "constant"}, "arrival_rate -2.0 must be positive and finite"),
+        ({"arrival_rate": "5"}, "arrival_rate '5' must be a positive and finite number"),
+        ({"arrival_rate": True}, "arrival_rate True must be a positive and finite number"),
+        ({"burstiness": float("inf"), "arrivals": "gamma"}, "burstiness inf must be positive and finite"),
+        ({"burstiness": "x"}, "burstiness 'x' must be a positive and finite number"),
+    ],
+)
+def test_synthetic_chunks_check_arrival_rate_and_burstiness_at_the_call(kwargs, said):
+    """`synthetic_chunks` drew the gaps between chunks from `arrival_rate` and `burstiness` unchecked: a
+    string was a bare ValueError, and every check waited for the first chunk (none for 0 requests, where a
+    bad value was taken). Now `synthetic`'s check, at the call; `synthetic` itself refuses a string or a
+    bool (a float() of it once took "5" and True)."""
+    for n in (0, 10):
+        with pytest.raises(InvalidArgumentError, match="^" + re.escape(said)):
+            synthetic_chunks(n, 4, **kwargs)
+    with pytest.raises(InvalidArgumentError, match="^" + re.escape(said)):
+        synthetic(3, **kwargs)
+    # all-at-once reads no rate (as synthetic); numpy numbers are numbers
+    assert len(list(synthetic_chunks(5, 2, arrivals="all-at-once", arrival_rate=0))) == 3
+    assert (
+        sum(len(c) for c in synthetic_chunks(5, 2, arrival_rate=np.int64(3), burstiness=np.float32(1))) == 5
+    )

@@ -7,6 +7,7 @@ import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -476,6 +477,21 @@ SMALL = [
             "[base]\nnum_blocks = 64\nblock_size = 8\n[grid]\nblock_size = [8, 16]\n",
             "block_size is both a base field (8)",
         ),
+        # A run file's [config] rule (SimConfig's): no "400" for an integer; they ran as 400 and 8, 16.
+        ('[base]\nnum_blocks = "64"\n', "[base] num_blocks '64' must be an integer, not a string"),
+        (
+            '[base]\nnum_blocks = 64\n[grid]\nblock_size = ["8", "16"]\n',
+            "[grid] block_size: block_size '8' must be an integer, not a string",
+        ),
+        (
+            "[base]\nnum_blocks = 64\n[grid]\n'workload.arrival_rate' = [\"4\", 8]\n",
+            "[grid] workload.arrival_rate: arrival_rate '4' must be a number",
+        ),
+        # "none" unsets only an optional field: model = "none" ran without a model.
+        (
+            '[base]\nnum_blocks = 64\nmodel = "none"\n',
+            "[base] model 'none': 'none' unsets only an optional field, and model is not one",
+        ),
     ],
 )
 def test_a_bad_sweep_file_value_is_one_line_naming_it(tmp_path, capsys, text, needle):
@@ -487,6 +503,38 @@ def test_a_bad_sweep_file_value_is_one_line_naming_it(tmp_path, capsys, text, ne
     out = tmp_path / "s.parquet"
     _fails(capsys, ["sweep", "--file", str(path), "--output", str(out), "--no-progress"], needle)
     assert sorted(tmp_path.iterdir()) == [path]
+
+
+def test_a_sweep_file_keeps_units_choices_and_none(tmp_path):
+    """What a run file's [config] takes, a sweep file's [base] and [grid] take: sizes with units, the
+    choice `none` (`admission_gate`, once read as unset and refused), `"none"` for an optional field."""
+    path = tmp_path / "s.toml"
+    path.write_text(
+        'requests = 10\n[base]\nnum_blocks = 64\nkv_offloading_size = "none"\nadmission_gate = "none"\n'
+        "[grid]\nmax_model_len = ['none', 4096]\niteration_time_ps = ['2ms']\n"
+    )
+    spec, _ = SweepSpec.from_toml(path)
+    assert spec.grid == {"max_model_len": [None, 4096], "iteration_time_ps": [2 * 10**9]}
+    points = spec.points()
+    assert {p.config["admission_gate"] for p in points} == {"none"}
+    assert [p.config["max_model_len"] for p in points] == [None, 4096]
+
+
+def test_the_api_takes_numpy_numbers_as_python_ones():
+    """numpy integers and floats (a grid built with np.arange, counts read from an array) are their Python
+    values, as SimConfig takes them: `requests` and `seeds` were refused, a numpy array of values was one
+    value, a numpy integer for a workload parameter was not a number. A bool is still no count."""
+    spec = tiny(grid=[], requests=np.int64(20), seeds=np.int64(2))
+    spec.grid = {"block_size": np.array([8, 16]), "workload.arrival_rate": [np.int64(5), np.float32(2.5)]}
+    points = spec.points()
+    assert len(points) == 2 * 2 * 2
+    assert {type(p.requests) for p in points} == {int}
+    assert [p.grid["block_size"] for p in points[::4]] == [8, 16]
+    assert {p.grid["workload.arrival_rate"] for p in points} == {5.0, 2.5}
+    assert points[0].point_id()  # JSON of plain values
+    for k in ("requests", "seeds"):
+        with pytest.raises(InvalidArgumentError, match=f"{k} np.True_ must be a whole number"):
+            tiny(**{k: np.bool_(True)}).points()
 
 
 def test_an_unreadable_sweep_file_is_one_line(tmp_path, capsys):

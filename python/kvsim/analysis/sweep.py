@@ -35,6 +35,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 import os
 import time
 import tomllib
@@ -91,10 +92,30 @@ def _field_kind(name: str) -> str:
     return KNOBS[name].kind
 
 
+def _none_text(name: str, text: str) -> Any:
+    """The text `none` / `null` given for SimConfig field `name` (flags are text, TOML has no null): the
+    choice `none` where the field has one (`admission_gate`), None for an optional field (unset: its
+    default); refused for any other field, `model` and `gpu` included (their help documents no `none`:
+    leave them out instead).
+
+    Raises:
+        InvalidArgumentError: the message starts with the field's name.
+    """
+    knob = KNOBS[name]
+    if knob.kind == "choice" and text.lower() in knob.choices:
+        return convert(name, text)  # the choice, spelled as it is (`None` is no choice: refused)
+    if knob.optional:
+        return None
+    raise InvalidArgumentError(
+        f"{name} {text!r}: 'none' unsets only an optional field, and {name} is not one (leave it out for "
+        "its default)"
+    )
+
+
 def coerce(name: str, value: Any) -> Any:
     """`value` (flag text or a TOML value) converted to SimConfig field `name` by the field's own rule
     (`kvsim.model.config.convert`: sizes and durations take units, `12GiB`, `5ms`; `none` unsets an optional
-    field; `true`/`false` for switches).
+    field (`_none_text`); `true`/`false` for switches).
 
     Raises:
         InvalidArgumentError: a value the field does not take; the message starts with the field's name.
@@ -104,11 +125,9 @@ def coerce(name: str, value: Any) -> Any:
     if isinstance(value, str):
         text = value.strip()
         if text.lower() in ("none", "null"):
-            v = None
-        elif kind in ("int", "float", "bool"):
-            v = literal(text)
-        else:  # choices, names and paths as written; sizes and durations parse their own units
-            v = text
+            return _none_text(name, text)
+        # choices, names and paths as written; sizes and durations parse their own units
+        v = literal(text) if kind in ("int", "float", "bool") else text
     return convert(name, v)
 
 
@@ -116,13 +135,13 @@ def toml_value(name: str, value: Any) -> Any:
     """A run file's TOML value for SimConfig field `name`, by SimConfig's own rule (`convert`): a string
     only where the field takes one (sizes and durations with units, `12GiB`, `5ms`; choices, names,
     paths), so `num_blocks = "400"` is refused as `SimConfig(num_blocks="400")` is; `"none"` unsets an
-    optional field (TOML has no null). Flag text, which is all strings, goes through `coerce`.
+    optional field (TOML has no null; `_none_text`). Flag text, which is all strings, goes through `coerce`.
 
     Raises:
         InvalidArgumentError: a value the field does not take; the message starts with the field's name.
     """
     if isinstance(value, str) and value.strip().lower() in ("none", "null"):
-        return convert(name, None)
+        return _none_text(name, value.strip())
     return convert(name, value)
 
 
@@ -290,14 +309,20 @@ def parse_grid_args(items: Sequence[str]) -> dict[str, list[Any]]:
     return check_grid(grid)
 
 
-def check_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
-    """Validates names and converts values to their field types (flag text or TOML values).
+def check_grid(grid: Mapping[str, Sequence[Any]], *, toml: bool = False) -> dict[str, list[Any]]:
+    """Validates names and converts values to their field types: flag text and the API's values by
+    `coerce`'s rule, a sweep file's `[grid]` (`toml=True`) by a run file's (`toml_value`: no `"400"` for
+    an integer field; a workload parameter's value as written, no text parsing). A 1-D numpy array is its
+    list of values.
 
     Raises:
         InvalidArgumentError: an unknown name, an empty value list, a repeated value or a wrong type.
     """
     out: dict[str, list[Any]] = {}
+    label = "[grid]" if toml else "--grid"
     for name, values in grid.items():
+        if getattr(values, "ndim", None) == 1 and hasattr(values, "tolist"):  # a numpy array of values
+            values = values.tolist()
         if isinstance(values, str | bytes) or not isinstance(values, Sequence):
             values = [values]
         if len(values) == 0:
@@ -309,14 +334,19 @@ def check_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
             from kvsim.workloads.specs import check_param
 
             conv = [
-                check_param(f"--grid {name}", key, literal(v) if isinstance(v, str) else v, synthetic=True)
+                check_param(
+                    f"{label} {name}",
+                    key,
+                    literal(v) if isinstance(v, str) and not toml else v,
+                    synthetic=True,
+                )
                 for v in values
             ]
         elif name in CONFIG_FIELDS:
             try:
-                conv = [coerce(name, v) for v in values]
+                conv = [toml_value(name, v) if toml else coerce(name, v) for v in values]
             except InvalidArgumentError as exc:
-                raise InvalidArgumentError(f"--grid {name}: {exc}") from None
+                raise InvalidArgumentError(f"{label} {name}: {exc}") from None
         else:
             raise unknown_name(name, [*CONFIG_FIELDS, "workload.<synthetic parameter>"], "grid parameter")
         seen = [json.dumps(v, default=str) for v in conv]
@@ -355,6 +385,13 @@ def toml_int(where: str, data: Mapping[str, Any], key: str, default: int, lo: in
         raise InvalidArgumentError(f"{where}: {key} {value!r} must be a whole number >= {lo}")
     if not lo <= value <= 1 << 40:
         raise InvalidArgumentError(f"{where}: {key} {value} must be between {lo} and 2**40")
+    return value
+
+
+def _plain_int(value: Any) -> Any:
+    """A numpy (or any `numbers.Integral`) integer as its `int`; a bool, and anything else, as it is."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
     return value
 
 
@@ -416,7 +453,16 @@ class SweepSpec:
             )
         spec = cls(name=data.get("name", p.stem))
         spec.base = dict(data.get("base", {}))
-        spec.grid = check_grid(data.get("grid", {}))
+        for key, value in spec.base.items():  # a run file's [config] rule: no "400" for an integer
+            if key in CONFIG_FIELDS:  # (an unknown field is named by points(), with the closest ones)
+                try:
+                    toml_value(key, value)
+                except InvalidArgumentError as exc:
+                    raise InvalidArgumentError(f"{where}: [base] {exc}") from None
+        try:
+            spec.grid = check_grid(data.get("grid", {}), toml=True)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{where}: {exc}") from None
         spec.workloads = list(data.get("workloads", spec.workloads))
         spec.seeds = toml_int(where, data, "seeds", spec.seeds, 1)
         spec.requests = toml_int(where, data, "requests", spec.requests, 1)
@@ -439,8 +485,11 @@ class SweepSpec:
             InvalidArgumentError: a bad option, an unknown workload or base field, or invalid combinations
                 (every one is listed unless `skip_invalid`).
         """
-        for name in ("requests", "seeds"):  # a float or a bool is refused, not truncated or taken as 1
-            toml_int("SweepSpec", {name: getattr(self, name)}, name, 1, 1)
+        # A float or a bool is refused, not truncated or taken as 1; a numpy integer is its int.
+        requests, seeds = (
+            toml_int("SweepSpec", {name: _plain_int(getattr(self, name))}, name, 1, 1)
+            for name in ("requests", "seeds")
+        )
         if self.backend not in ("rust", "reference"):
             raise InvalidArgumentError(f"backend {self.backend!r} is not 'rust' or 'reference'")
         if not self.workloads:
@@ -492,7 +541,7 @@ class SweepSpec:
         bad: list[str] = []
         config_ok: dict[str, bool] = {}
         for (wname, wparams), _label in zip(parsed, labels, strict=True):
-            seeds = range(self.seeds) if WORKLOADS[wname].seeded else range(1)
+            seed_range = range(seeds) if WORKLOADS[wname].seeded else range(1)
             for combo in combos:
                 cfg = {**base, **{k: v for k, v in combo.items() if not k.startswith(WORKLOAD_PREFIX)}}
                 wp = {
@@ -513,8 +562,8 @@ class SweepSpec:
                         bad.append(f"{combo or cfg}: {exc}")
                 if not config_ok[key]:
                     continue
-                for seed in seeds:
-                    points.append(Point(cfg, wname, wp, seed, self.requests, self.backend, combo, slos))
+                for seed in seed_range:
+                    points.append(Point(cfg, wname, wp, seed, requests, self.backend, combo, slos))
         if bad and not skip_invalid:
             # (one line, as every CLI error: `kvsim sweep` prints it as it is)
             shown = "; ".join(bad[:8]) + (f"; ... and {len(bad) - 8} more" if len(bad) > 8 else "")

@@ -37,6 +37,7 @@ from kvsim.model.config import SimConfig
 from kvsim.model.segments import OUTPUT_BIT
 from kvsim.reference.engine import EngineOutput
 from kvsim.workloads import Workload, synthetic
+from kvsim.workloads.generators import _positive
 
 DEFAULT_CHUNK = 1 << 20
 _COLUMNS = (
@@ -73,6 +74,13 @@ def synthetic_chunks(
     arrivals shifted to start one inter-arrival gap (drawn as the arrival process draws them) after the
     previous chunk's last arrival. A chunk's conversations (`turns`) stay within it. The result is the same
     kind of workload as `synthetic(num_requests, ...)`, not the same draws.
+
+    Raises:
+        InvalidArgumentError: at the call, before any chunk: `num_requests`, `chunk_size` and
+            `first_request_id` that are not integers (or out of range), and `arrival_rate` (unless
+            `arrivals="all-at-once"`, which reads none) or `burstiness` that is not a finite number > 0,
+            as `synthetic` checks them (the gaps between chunks are drawn from them). The other options
+            are `synthetic`'s, checked as each chunk is made.
     """
     n = int_arg("num_requests", num_requests)
     if n < 0:
@@ -81,10 +89,26 @@ def synthetic_chunks(
     if chunk_size < 1:
         raise InvalidArgumentError(f"chunk_size {chunk_size} must be at least 1")
     first_id = int_arg("first_request_id", kwargs.pop("first_request_id", 0))
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 1 << 32]))
     arrivals = kwargs.get("arrivals", "poisson")
-    rate = float(kwargs.get("arrival_rate", 1.0))
-    burst = float(kwargs.get("burstiness", 1.0))
+    rate = 1.0
+    if arrivals != "all-at-once":
+        rate = _positive("arrival_rate", kwargs.get("arrival_rate", 1.0))
+    burst = _positive("burstiness", kwargs.get("burstiness", 1.0))
+    return _synthetic_chunks(n, chunk_size, seed, first_id, arrivals, rate, burst, kwargs)
+
+
+def _synthetic_chunks(
+    n: int,
+    chunk_size: int,
+    seed: int,
+    first_id: int,
+    arrivals: str,
+    rate: float,
+    burst: float,
+    kwargs: dict[str, Any],
+) -> Iterator[Workload]:
+    """`synthetic_chunks`' chunks, its arguments checked."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 1 << 32]))
     offset = 0.0
     for i, lo in enumerate(range(0, n, chunk_size)):
         chunk_seed = int(np.random.SeedSequence([seed, i]).generate_state(1)[0])

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -189,7 +190,13 @@ def _need(params: Mapping[str, Any], kind: str, key: str) -> Any:
 
 
 def _positive(name: str, value: Any) -> float:
-    v = float(value)
+    """`value` as a finite float > 0: a number (numpy's too), not a bool or text."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentError(f"{name} {value!r} must be a positive and finite number")
+    try:
+        v = float(value)
+    except OverflowError:  # an int past a float's range
+        raise InvalidArgumentError(f"{name} {value} must be positive and finite") from None
     if not math.isfinite(v) or v <= 0:
         raise InvalidArgumentError(f"{name} {value} must be positive and finite")
     return v

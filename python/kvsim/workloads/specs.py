@@ -22,6 +22,7 @@ output, an integer is a cap for all.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -60,8 +61,9 @@ def check_param(label: str, key: str, value: Any, *, synthetic: bool) -> Any:
     """`value` of workload parameter `key` checked and converted (ints stay ints, `a/b` ranges tuples).
 
     Args:
-        label: the workload spec, for the message (or the flag it came from, such as
-            `--grid workload.arrival_rate`, when it starts with `--`).
+        label: the workload spec, for the message (or where it came from, such as the flag
+            `--grid workload.arrival_rate` or a sweep file's `[grid] workload.arrival_rate`, when it starts
+            with `--` or `[`).
         key: the parameter.
         value: its value (a literal parsed from text, or a TOML value).
         synthetic: whether the workload is generated (length parameters allowed) or a trace.
@@ -79,11 +81,24 @@ def check_param(label: str, key: str, value: Any, *, synthetic: bool) -> Any:
     try:
         return _convert(key, value, kind)
     except InvalidArgumentError as exc:
-        where = label if label.startswith("--") else f"workload {label!r}"
+        where = label if label.startswith(("--", "[")) else f"workload {label!r}"
         raise InvalidArgumentError(f"{where}: {exc}") from None
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar (any `numbers.Integral` / `numbers.Real`) as its Python int / float; a bool (numpy's
+    is no `numbers.Integral`) and anything else as it is."""
+    if isinstance(value, int | float):  # a bool among them
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value
+
+
 def _number(key: str, value: Any) -> float:
+    value = _plain(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgumentError(f"{key} {value!r} must be a number")
     try:
@@ -96,6 +111,7 @@ def _number(key: str, value: Any) -> float:
 
 
 def _whole(key: str, value: Any, lo: int) -> int:
+    value = _plain(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgumentError(f"{key} {value!r} must be a whole number >= {lo}")
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
@@ -142,13 +158,14 @@ def _convert(key: str, value: Any, kind: str) -> Any:
         return _whole(key, value, 1)
     # length parameter: a number or a lo/hi range
     if isinstance(value, tuple | list):
-        return tuple(_number(key, v) if not isinstance(v, int) else v for v in value)
+        plain = [_plain(v) for v in value]
+        return tuple(v if isinstance(v, int) and not isinstance(v, bool) else _number(key, v) for v in plain)
     if isinstance(value, str):
         if key in ("path", "prompt_column", "output_column"):
             return value
         raise InvalidArgumentError(f"{key} {value!r} must be a number or a lo/hi range")
     _number(key, value)
-    return value
+    return _plain(value)
 
 
 def split_trace_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
