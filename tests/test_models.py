@@ -262,6 +262,24 @@ def test_hf_moe_fields_no_model_has_are_refused_by_name(tmp_path, name, fields, 
     assert str(info.value).startswith(f"model {path}: field ")
 
 
+def test_moe_layers_take_the_first_of_a_deepseek_step_and_the_last_of_a_qwen_step():
+    """vLLM's DeepSeek / Kimi put experts on `layer_idx % moe_layer_freq == 0` (after the first dense
+    ones); Qwen's `decoder_sparse_step` on `(layer_idx + 1) % step == 0`. Both were read the second way."""
+    from kvsim.model.params import _layer_flags
+
+    def flags(cfg):
+        def pick(*keys, default=None, required=True):
+            return next((cfg[k] for k in keys if cfg.get(k) is not None), default)
+
+        return [i for i, f in enumerate(_layer_flags(cfg, 7, 8, pick, "m")) if f]
+
+    assert flags({"moe_layer_freq": 2, "first_k_dense_replace": 1}) == [2, 4, 6]
+    assert flags({"moe_layer_freq": 3}) == [0, 3, 6]
+    assert flags({"moe_layer_freq": 1, "first_k_dense_replace": 2}) == [2, 3, 4, 5, 6]
+    assert flags({"decoder_sparse_step": 2}) == [1, 3, 5]
+    assert flags({"interleave_moe_layer_step": 3}) == [2, 5]
+
+
 @pytest.mark.parametrize(
     ("name", "fields", "message"),
     [

@@ -123,13 +123,17 @@ def _layer_flags(cfg: dict[str, Any], layers: int, experts: int, pick: Any, wher
         raise InvalidArgumentError(
             f"model {where}: field {key!r} {step} must be a whole number of at least 1"
         )
+    # Which layer of each step: Qwen's `decoder_sparse_step` and Llama 4's `interleave_moe_layer_step`
+    # take the last (`(layer_idx + 1) % step == 0`), DeepSeek / Kimi's `moe_layer_freq` the first
+    # (`layer_idx % moe_layer_freq == 0`, vLLM's `deepseek_v2.py` DeepseekV2DecoderLayer)
+    first = 0
     if isinstance(freq, int) and freq > 1:
-        step = freq
+        step, first = freq, 1
     only = cfg.get("mlp_only_layers") or []
     if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
         raise InvalidArgumentError(f"model {where}: field 'mlp_only_layers' {only!r} must list layer numbers")
     only_mlp = set(only)
-    return [i >= dense_first and (i + 1) % step == 0 and i not in only_mlp for i in range(layers)]
+    return [i >= dense_first and (i + 1 - first) % step == 0 and i not in only_mlp for i in range(layers)]
 
 
 def _linear_attention_layers(cfg: dict[str, Any], layers: int, where: str) -> int:
