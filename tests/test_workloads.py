@@ -609,12 +609,10 @@ def test_workload_unknown_or_missing_keywords_are_invalid_arguments():
 @pytest.mark.parametrize(
     ("spec", "match"),
     [
-        (
-            "sharegpt:arrivals=poisson,burstiness=3",
-            "burstiness applies to arrivals=gamma only; arrivals 'poisson'",
-        ),
-        ("sharegpt:burstiness=2", "burstiness applies to arrivals=gamma only; arrivals 'poisson'"),
-        ("sharegpt:arrivals=constant,burstiness=3", "burstiness .* arrivals 'constant'"),
+        # (by synthetic's one rule: a burstiness other than 1, Poisson's own)
+        ("sharegpt:arrivals=poisson,burstiness=3", "burstiness 3 applies to arrivals 'gamma' only"),
+        ("sharegpt:burstiness=2", "burstiness 2 applies to arrivals 'gamma' only: arrivals 'poisson'"),
+        ("sharegpt:arrivals=constant,burstiness=3", "burstiness 3 .* arrivals 'constant'"),
         (
             "sharegpt:arrivals=all-at-once,arrival_rate=3",
             "arrival_rate does nothing with arrivals=all-at-once",
@@ -635,6 +633,7 @@ def test_read_arrival_parameters_are_taken():
 
     for spec in (
         "sharegpt:arrivals=gamma,burstiness=3",
+        "sharegpt:arrivals=poisson,burstiness=1",  # Poisson's own: the workload line says what ran
         "sharegpt:arrivals=all-at-once",
         "sharegpt:arrivals=all-at-once,turns=3,time_scale=2",  # the later turns are scaled
         "sharegpt:arrival_rate=3,time_scale=2",

@@ -247,9 +247,10 @@ def make_workload(name: str, params: Mapping[str, Any], requests: int, seed: int
 
 def check_arrival_params(name: str, params: Mapping[str, Any], label: str) -> None:
     """Refuses a parameter given to a workload whose arrival process never reads it (it was echoed in the
-    workload line as if it applied): `burstiness` with arrivals other than `gamma`, `arrival_rate` with
-    `all-at-once`, and `time_scale` with `all-at-once` when every request arrives at 0 (one turn;
-    `request_rate` is refused there by the trace parameters).
+    workload line as if it applied): `arrival_rate` with `all-at-once`, and `time_scale` with `all-at-once`
+    when every request arrives at 0 (one turn; `request_rate` is refused there by the trace parameters). A
+    `burstiness` other than 1 with arrivals other than `gamma` is `synthetic`'s to refuse (1 is Poisson's
+    own).
 
     Raises:
         InvalidArgumentError: naming the workload, the parameter and the arrivals.
@@ -258,11 +259,6 @@ def check_arrival_params(name: str, params: Mapping[str, Any], label: str) -> No
     if kind.synthetic is None:
         return
     arrivals = params.get("arrivals", kind.synthetic.get("arrivals", "poisson"))
-    if "burstiness" in params and arrivals != "gamma":
-        raise InvalidArgumentError(
-            f"workload {label!r}: burstiness applies to arrivals=gamma only; arrivals {arrivals!r} never "
-            "reads it"
-        )
     if arrivals == "all-at-once":
         defaults = {**kind.synthetic, **params}
         # A conversation's later turns arrive turn_interval apart: time_scale scales those.
