@@ -35,7 +35,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import numbers
 import os
 import time
 import tomllib
@@ -388,13 +387,6 @@ def toml_int(where: str, data: Mapping[str, Any], key: str, default: int, lo: in
     return value
 
 
-def _plain_int(value: Any) -> Any:
-    """A numpy (or any `numbers.Integral`) integer as its `int`; a bool, and anything else, as it is."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return int(value)
-    return value
-
-
 @dataclass
 class SweepSpec:
     """Everything a sweep needs; build it with `SweepSpec.from_toml` or keywords, then `points()`.
@@ -485,9 +477,12 @@ class SweepSpec:
             InvalidArgumentError: a bad option, an unknown workload or base field, or invalid combinations
                 (every one is listed unless `skip_invalid`).
         """
-        # A float or a bool is refused, not truncated or taken as 1; a numpy integer is its int.
+        from kvsim.workloads.specs import plain_number
+
+        # A float or a bool is refused, not truncated or taken as 1; a numpy integer is its int
+        # (`plain_number`, the workload parameters' rule).
         requests, seeds = (
-            toml_int("SweepSpec", {name: _plain_int(getattr(self, name))}, name, 1, 1)
+            toml_int("SweepSpec", {name: plain_number(getattr(self, name))}, name, 1, 1)
             for name in ("requests", "seeds")
         )
         if self.backend not in ("rust", "reference"):

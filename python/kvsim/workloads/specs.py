@@ -85,7 +85,7 @@ def check_param(label: str, key: str, value: Any, *, synthetic: bool) -> Any:
         raise InvalidArgumentError(f"{where}: {exc}") from None
 
 
-def _plain(value: Any) -> Any:
+def plain_number(value: Any) -> Any:
     """A numpy scalar (any `numbers.Integral` / `numbers.Real`) as its Python int / float; a bool (numpy's
     is no `numbers.Integral`) and anything else as it is."""
     if isinstance(value, int | float):  # a bool among them
@@ -98,7 +98,7 @@ def _plain(value: Any) -> Any:
 
 
 def _number(key: str, value: Any) -> float:
-    value = _plain(value)
+    value = plain_number(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgumentError(f"{key} {value!r} must be a number")
     try:
@@ -111,7 +111,7 @@ def _number(key: str, value: Any) -> float:
 
 
 def _whole(key: str, value: Any, lo: int) -> int:
-    value = _plain(value)
+    value = plain_number(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgumentError(f"{key} {value!r} must be a whole number >= {lo}")
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
@@ -158,14 +158,14 @@ def _convert(key: str, value: Any, kind: str) -> Any:
         return _whole(key, value, 1)
     # length parameter: a number or a lo/hi range
     if isinstance(value, tuple | list):
-        plain = [_plain(v) for v in value]
+        plain = [plain_number(v) for v in value]
         return tuple(v if isinstance(v, int) and not isinstance(v, bool) else _number(key, v) for v in plain)
     if isinstance(value, str):
         if key in ("path", "prompt_column", "output_column"):
             return value
         raise InvalidArgumentError(f"{key} {value!r} must be a number or a lo/hi range")
     _number(key, value)
-    return _plain(value)
+    return plain_number(value)
 
 
 def split_trace_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -289,6 +289,7 @@ __all__ = [
     "is_trace_file",
     "load_file",
     "parse_columns",
+    "plain_number",
     "rebase",
     "split_trace_params",
 ]
