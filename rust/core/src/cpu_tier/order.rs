@@ -121,7 +121,7 @@ impl Span {
     #[inline]
     fn at(self, k: usize) -> Entry {
         let k64 = k as u64;
-        let req = self.req + if self.n & DREQ != 0 { k64 } else { 0 };
+        let req = self.req_at(k);
         let pos = u64::from(self.pos) - if self.n & DPOS != 0 { k64 } else { 0 };
         let lo = self.lo.wrapping_sub(k64);
         (
@@ -344,8 +344,8 @@ impl RankQueue {
     #[cfg(test)]
     pub(super) fn pop(&mut self) -> Option<Reverse<Entry>> {
         let mut least = None;
-        for (i, head) in self.heads().into_iter().enumerate() {
-            if let Some(h) = head
+        for (i, head) in self.head_spans().into_iter().enumerate() {
+            if let Some(h) = head.map(Span::head)
                 && least.is_none_or(|(_, l)| h < l)
             {
                 least = Some((i, h));
@@ -460,19 +460,6 @@ impl RankQueue {
             b.front().copied(),
             rest.peek().map(|r| r.0),
             young.peek().map(|r| r.0),
-        ]
-    }
-
-    /// The heads of its four sources: the runs', the rest's, the young's.
-    #[cfg(test)]
-    fn heads(&self) -> [Option<Entry>; 4] {
-        let [a, b] = &self.runs;
-        let [rest, young] = &self.heaps;
-        [
-            a.front().map(|s| s.head()),
-            b.front().map(|s| s.head()),
-            rest.peek().map(|r| r.0.head()),
-            young.peek().map(|r| r.0.head()),
         ]
     }
 
