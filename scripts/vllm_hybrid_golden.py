@@ -1,11 +1,22 @@
 """Records vLLM's own scheduling and block decisions on hybrid KV-cache layouts into golden files.
 
 Run with a Python that has vLLM installed (its KV-cache classes and scheduler run on CPU; torch and the
-wheel's pure-Python dependencies are enough, no GPU, no model weights):
+wheel's pure-Python dependencies are enough, no GPU, no model weights). These commands rebuild the venv
+(torch from PyPI: 2.15.0 when last run, though vLLM 0.33.0 pins 2.14.0, which does not matter here: its
+compiled `vllm._C` is never loaded, only warned about; every recorded file came out byte-identical):
 
-    python -m venv /tmp/venv-vllm && /tmp/venv-vllm/bin/pip install torch
-    /tmp/venv-vllm/bin/pip install --no-deps vllm==0.33.0   # then its imports' packages, one by one
-    /tmp/venv-vllm/bin/python scripts/vllm_hybrid_golden.py tests/data/vllm_hybrid
+    python3.11 -m venv /tmp/venv-vllm && /tmp/venv-vllm/bin/pip install torch
+    /tmp/venv-vllm/bin/pip install --no-deps vllm==0.33.0
+    /tmp/venv-vllm/bin/pip install packaging pydantic regex numpy cbor2 psutil pyzmq urllib3 \
+        "transformers>=5.16.1,<5.21.0" aiohttp requests openai-harmony openai pillow pybase64 cachetools \
+        msgspec cloudpickle uvloop py-cpuinfo prometheus_client "xgrammar==0.2.8" fastapi \
+        partial-json-parser "llguidance>=1.7.0,<1.8.0" einops
+    /tmp/venv-vllm/bin/python scripts/vllm_hybrid_golden.py tests/data/vllm_hybrid [NAME ...]
+
+With prefix caching on, a state group runs in vLLM's Mamba "align" mode (`mamba_align_*`): the scenario's
+`mamba_checkpoint_blocks` is each MambaSpec's `num_prefill_checkpoint_blocks` (1: Mamba2's prefill
+checkpoint, alignment 1), and retention is vLLM's default (`prefix_cache_retention_interval` 0: a state
+is keyed only at the replay boundary and at a shared-prefix junction).
 
 Each scenario builds vLLM's `KVCacheConfig` from the groups it names (kinds, windows, block sizes, in
 order), drives `vllm.v1.core.sched.scheduler.Scheduler` step by step (requests join before the step of
@@ -112,6 +123,111 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             (0, [(51, 33)], 30),
             (2, [(52, 90)], 12),
             (3, [(53, 17)], 40),
+        ],
+    },
+    # Mamba "align" mode (prefix caching with a state group): the state group's block is the attention
+    # block; the state is kept at chunk ends, keyed only at the replay boundary's block and at a shared-
+    # prefix junction (prefix_cache_retention_interval 0, vLLM's default).
+    "mamba_align_sharing": {
+        # Prompts of 150 tokens sharing 100: request 0 keys its state at the replay boundary (block of
+        # token 149 floored, 144); request 1 (arriving once request 0 is done, so its chunks are the whole
+        # budget) hits full attention to 96 but no state, so it computes from 0 and its second chunk stops
+        # at the junction 96, keying it; request 2 hits there while request 1 decodes; request 3 repeats
+        # request 0's prompt and hits at its replay boundary.
+        "groups": [("mamba", 0, 16), ("full", 0, 16)],
+        "num_blocks": 60,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 64,
+        "enable_prefix_caching": True,
+        "mamba_checkpoint_blocks": 0,
+        "requests": [
+            (0, [(60, 100), (61, 50)], 4),
+            (7, [(60, 100), (62, 50)], 4),
+            (12, [(60, 100), (63, 50)], 4),
+            (16, [(60, 100), (61, 50)], 3),
+        ],
+    },
+    "mamba_align_checkpoints": {
+        # The same with one prefill checkpoint block per state group (Mamba2's spec), so the scheduler's
+        # `mamba_has_prefill_checkpoint_blocks` holds: the prompt's tail need not be its own step.
+        "groups": [("mamba", 0, 16), ("full", 0, 16)],
+        "num_blocks": 60,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 64,
+        "enable_prefix_caching": True,
+        "mamba_checkpoint_blocks": 1,
+        "requests": [
+            (0, [(60, 100), (61, 50)], 4),
+            (7, [(60, 100), (62, 50)], 4),
+            (12, [(60, 100), (63, 50)], 4),
+            (16, [(60, 100), (61, 50)], 3),
+        ],
+    },
+    "mamba_align_pressure": {
+        # Two state groups and full attention in a small pool: preemptions and evictions; private and
+        # shared prefixes; requests 1 and 2 have the same prompt and arrive in the same step (request 2's
+        # state hit is keyed by request 1 in that step, so it waits a step).
+        "groups": [("mamba", 0, 16), ("mamba", 0, 16), ("full", 0, 16)],
+        "num_blocks": 24,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 48,
+        "enable_prefix_caching": True,
+        "mamba_checkpoint_blocks": 0,
+        "requests": [
+            (0, [(70, 60)], 20),
+            (0, [(71, 40)], 6),
+            (0, [(71, 40)], 8),
+            (1, [(70, 60), (72, 30)], 10),
+            (3, [(73, 70)], 15),
+            (4, [(70, 60), (74, 20)], 8),
+            (6, [(71, 40), (75, 25)], 6),
+        ],
+    },
+    "mamba_align_pressure_checkpoints": {
+        # The same with one prefill checkpoint block per state group.
+        "groups": [("mamba", 0, 16), ("mamba", 0, 16), ("full", 0, 16)],
+        "num_blocks": 24,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 48,
+        "enable_prefix_caching": True,
+        "mamba_checkpoint_blocks": 1,
+        "requests": [
+            (0, [(70, 60)], 20),
+            (0, [(71, 40)], 6),
+            (0, [(71, 40)], 8),
+            (1, [(70, 60), (72, 30)], 10),
+            (3, [(73, 70)], 15),
+            (4, [(70, 60), (74, 20)], 8),
+            (6, [(71, 40), (75, 25)], 6),
+        ],
+    },
+    "mamba_align_window": {
+        # A state group, a sliding window and full attention, prefix caching on.
+        "groups": [("mamba", 0, 16), ("sliding_window", 32, 16), ("full", 0, 16)],
+        "num_blocks": 50,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 48,
+        "enable_prefix_caching": True,
+        "mamba_checkpoint_blocks": 0,
+        "requests": [
+            (0, [(80, 90)], 6),
+            (2, [(80, 70), (81, 30)], 6),
+            (4, [(80, 70), (82, 12)], 5),
+            (8, [(80, 90)], 4),
+        ],
+    },
+    "mamba_align_sub_block_chunks": {
+        # A block (32) wider than the step's budget (24): chunks advance inside a block and re-align.
+        "groups": [("mamba", 0, 32), ("full", 0, 32)],
+        "num_blocks": 30,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 24,
+        "enable_prefix_caching": True,
+        "mamba_checkpoint_blocks": 0,
+        "requests": [
+            (0, [(90, 100)], 5),
+            (2, [(90, 70), (91, 20)], 4),
+            (9, [(90, 70), (92, 30)], 4),
         ],
     },
 }
@@ -323,6 +439,11 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     attn_bs = min(bs for kind, _, bs in sc["groups"] if kind != "mamba")
     vc = _vllm_config(attn_bs, sc["max_num_batched_tokens"], sc["max_num_seqs"], 256, caching, False)
     vc.cache_config.num_gpu_blocks = sc["num_blocks"]
+    has_mamba = any(kind == "mamba" for kind, _, _ in sc["groups"])
+    mamba_mode = "align" if caching and has_mamba else "none"
+    if mamba_mode == "align":
+        vc.cache_config.mamba_cache_mode = "align"
+        vc.cache_config.mamba_block_size = attn_bs
 
     def spec(kind: str, window: int, bs: int) -> Any:
         common = dict(block_size=bs, num_kv_heads=1, head_size=8, dtype=torch.float16)
@@ -332,7 +453,19 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
             return SlidingWindowSpec(**common, sliding_window=window)
         if kind == "chunked_local":
             return ChunkedLocalAttentionSpec(**common, attention_chunk_size=window)
-        return MambaSpec(block_size=bs, shapes=((2, 16),), dtypes=(torch.float16,), mamba_cache_mode="none")
+        # Prefix caching on: vLLM's Mamba "align" mode (a real Mamba model's
+        # `MambaModelConfig.verify_and_update_config` sets cache_config.mamba_cache_mode; this toy Llama's
+        # config does not, so it is set by hand above). Checkpoint blocks as Mamba2's mixer declares them
+        # (`MambaMixer2.get_kv_cache_spec`: one block, any token alignment).
+        checkpoints = sc.get("mamba_checkpoint_blocks", 0)
+        return MambaSpec(
+            block_size=bs,
+            shapes=((2, 16),),
+            dtypes=(torch.float16,),
+            mamba_cache_mode=mamba_mode,
+            num_prefill_checkpoint_blocks=checkpoints,
+            prefill_checkpoint_alignment=1 if checkpoints else None,
+        )
 
     groups = [KVCacheGroupSpec([f"layer{i}"], spec(*g)) for i, g in enumerate(sc["groups"])]
     kvc = KVCacheConfig(

@@ -624,16 +624,21 @@ def test_qwen3_next_weights_count_the_gated_delta_net_and_the_gated_attention():
 
 
 def test_qwen3_next_runs_as_vllm_serves_it():
-    """On two H200s without prefix caching (vLLM's Mamba 'align' mode is not modelled: refused by name), the
-    four start-up figures come out; with prefix caching on, the refusal names the knob."""
-    cfg = kvsim.SimConfig(
+    """On two H200s, with prefix caching on (`vllm serve`'s default: vLLM's Mamba 'align' mode) and off, the
+    four start-up figures come out; a request counts 3 blocks per state group with caching (two states and
+    the gated delta net's prefill checkpoint), one without, so the concurrency is a little lower with it."""
+    off = kvsim.SimConfig(
         model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2, enable_prefix_caching=False
     )
-    fig = cfg.pool.figures
+    fig = off.pool.figures
     assert fig.model_loading_bytes == models.get("qwen3-next-80b-a3b").param_bytes // 2
     assert fig.max_concurrency > 1
-    with pytest.raises(InvalidArgumentError, match="enable_prefix_caching"):
-        kvsim.SimConfig(model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2)
+    on = kvsim.SimConfig(model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2)
+    assert on.pool.layout.mamba_align
+    assert [g.cap for g in on.kv_groups if g.kind == "mamba"] == [3, 3, 3]
+    blocks = on.pool.layout.blocks_per_request(262_144, on.max_in_flight_tokens)
+    assert blocks == -(-262_144 // 544) + 3 * 3
+    assert on.pool.figures.max_concurrency < fig.max_concurrency
 
 
 def test_minimax_m2_is_full_attention_moe_in_fp8_blocks():

@@ -57,6 +57,8 @@ def layer_lists(draw) -> list[Layer]:
     if all(k == "shared" for k in kinds):
         kinds[0] = "full"
     wide = draw(st.booleans())  # some full layers with twice the head width: unequal pages
+    # States that export a prefill checkpoint (the gated delta net's, Mamba 2's) or not (Mamba 1's).
+    state = dataclasses.replace(STATE, checkpoint_blocks=draw(st.sampled_from([0, 1])))
     out = []
     for k in kinds:
         if k == "sliding_window":
@@ -64,7 +66,7 @@ def layer_lists(draw) -> list[Layer]:
         elif k == "chunked_local":
             out.append(Layer(k, chunk))
         elif k == "mamba":
-            out.append(Layer(k, state=STATE))
+            out.append(Layer(k, state=state))
         elif k == "full" and wide and draw(st.booleans()):
             out.append(Layer(k, head_dim=128))
         else:
@@ -76,7 +78,7 @@ def layer_lists(draw) -> list[Layer]:
 def hybrid_configs(draw) -> kvsim.SimConfig:
     layers = draw(layer_lists())
     has_mamba = any(lay.kind == "mamba" for lay in layers)
-    caching = False if has_mamba else draw(st.booleans())
+    caching = draw(st.booleans())
     manager = "on" if has_mamba else draw(st.sampled_from(["auto", "on", "off"]))
     bs = draw(st.sampled_from([1, 2, 4, 16]))
     model = toy(layers)
@@ -90,7 +92,8 @@ def hybrid_configs(draw) -> kvsim.SimConfig:
         free_order=draw(st.sampled_from(["classic", "lifo_unhashed"])),
         max_num_seqs=draw(st.integers(1, 8)),
         max_num_batched_tokens=budget,
-        chunked_prefill=draw(st.booleans()),
+        # Mamba states with prefix caching need chunked prefill (vLLM asserts it).
+        chunked_prefill=True if has_mamba and caching else draw(st.booleans()),
         admission_gate=draw(st.sampled_from(["none", "full-prompt"])),
         waiting_over_budget=draw(st.sampled_from(["stop", "skip"])),
         watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
@@ -166,6 +169,78 @@ def test_a_window_holds_its_blocks_then_frees_them(backend):
     s = res.summary
     assert s["peak_group_blocks_1"] == 28
     assert s["peak_group_blocks_0"] == 25
+
+
+def _shared_prefix_trio() -> Workload:
+    """Three 150-token prompts sharing their first 100 tokens; the third arrives after the others finish."""
+    return Workload(
+        arrival=[0.0, 0.0, 5.0],
+        output_len=[3, 3, 3],
+        seg_offsets=np.array([0, 2, 4, 6]),
+        segment_id=np.array([1, 2, 1, 3, 1, 4], dtype=np.uint64),
+        segment_len=np.array([100, 50, 100, 50, 100, 50]),
+    )
+
+
+def _mamba_align(checkpoint_blocks: int) -> kvsim.SimConfig:
+    state = dataclasses.replace(STATE, checkpoint_blocks=checkpoint_blocks)
+    return kvsim.SimConfig(
+        model=toy([Layer("mamba", state=state), Layer("full")], "mamba-full"),
+        block_size=16,
+        num_blocks=200,
+        max_num_batched_tokens=64,
+        max_model_len=500,
+    )
+
+
+def _chunks(res, request: int) -> list[int]:
+    """The request's prefill chunk ends, from its `schedule` rows (a one-token step has none)."""
+    ev = res.events
+    rows = ev.filter((ev["kind"] == "schedule") & (ev["request_id"] == request) & (ev["count"] > 1))
+    return np.cumsum(rows["count"].to_numpy()).tolist()
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_state_groups_with_prefix_caching_keep_block_aligned_states(backend):
+    """vLLM's Mamba align mode (DESIGN.md §Hybrid attention), block 16, budget 64: prefill chunks end on
+    block boundaries and the prompt's tail (144-150) is a step of its own, each chunk takes one state block
+    (the previous one freed at the next allocation: never more than two held), the state at the replay
+    boundary (144) and at the shared prefix's junction (96) get keys, and the third request resumes from
+    the second's state at the junction: 96 tokens hit."""
+    cfg = _mamba_align(0)
+    assert cfg.pool.layout.mamba_align
+    assert cfg.kv_groups[0].block_size == 16
+    res = kvsim.simulate(_shared_prefix_trio(), cfg, backend=backend, record_events=True)
+    assert _chunks(res, 0) == [64, 128, 144, 150]
+    # Request 1 starts beside request 0 with 48 tokens of budget; it stops at the junction (96).
+    assert _chunks(res, 1)[:3] == [48, 96, 144]
+    ev = res.events
+    state_allocs = ev.filter((ev["kind"] == "allocate") & (ev["count"] == 0))
+    assert state_allocs.filter(state_allocs["request_id"] == 0).height == 4  # one per chunk
+    assert res.summary["peak_group_blocks_0"] <= 2 * 2  # two requests, two states each at most
+    assert res.requests["cached_tokens"].to_list() == [0, 0, 96]
+    hits = ev.filter(ev["kind"] == "prefix-hit")
+    assert hits.filter(hits["count"] == 0)["request_id"].to_list() == [2]  # one state block: the junction's
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_prefill_checkpoint_takes_the_tail_in_the_last_chunk(backend):
+    """With internal prefill checkpoints (the gated delta net's, Mamba 2's) the last chunk is not split:
+    it takes two state blocks, the checkpoint at the replay boundary and the state at its end; a request
+    holds three at most (`2 + checkpoint_blocks`, the start-up figure's count)."""
+    cfg = _mamba_align(1)
+    assert cfg.kv_groups[0].cap == 3
+    res = kvsim.simulate(_shared_prefix_trio(), cfg, backend=backend, record_events=True)
+    assert _chunks(res, 0) == [64, 128, 150]
+    ev = res.events
+    state_allocs = ev.filter((ev["kind"] == "allocate") & (ev["count"] == 0) & (ev["request_id"] == 0))
+    assert state_allocs["step"].to_list() == [0, 1, 2, 2]
+    assert res.requests["cached_tokens"].to_list() == [0, 0, 96]
+
+
+def test_state_groups_with_prefix_caching_need_chunked_prefill():
+    with pytest.raises(kvsim.InvalidArgumentError, match="need chunked prefill"):
+        _mamba_align(0).replace(chunked_prefill=False)
 
 
 def test_one_full_attention_group_is_the_classic_engine():

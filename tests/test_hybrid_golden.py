@@ -10,6 +10,7 @@ tables are rebuilt from kvsim's event log (prefix hits and allocations append to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -33,9 +34,11 @@ def config_of(sc: dict) -> kvsim.SimConfig:
     groups' block sizes are the scenario's)."""
     layers = []
     manager = "auto"
+    # A state exporting prefill checkpoints (vLLM's `num_prefill_checkpoint_blocks`) where the scenario's has.
+    state = dataclasses.replace(STATE, checkpoint_blocks=sc.get("mamba_checkpoint_blocks", 0))
     for kind, window, _ in sc["groups"]:
         if kind == "mamba":
-            layers.append(Layer("mamba", state=STATE))
+            layers.append(Layer("mamba", state=state))
         elif kind == "full":
             layers.append(Layer("full"))
         else:

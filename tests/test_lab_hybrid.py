@@ -37,10 +37,13 @@ MIB = 2**20
 
 def check_tables(t: Track) -> None:
     """At several states, every sequence's tables as vLLM's manager keeps them: one per group, a running
-    sequence's attention-group table ⌈computed / B⌉ entries long (a state table one block), the null block
-    only before the blocks it holds (where a window's tokens left), each held block in a block row of its
-    group with as many references as tables holding it; a group's blocks-held column counts them."""
+    sequence's attention-group table ⌈computed / B⌉ entries long (a state table one block, or with prefix
+    caching ⌈computed / B⌉ entries holding at most 2 + its checkpoint blocks), the null block only before
+    the blocks it holds (where a window's tokens left; a state table's anywhere), each held block in a
+    block row of its group with as many references as tables holding it; a group's blocks-held column
+    counts them."""
     groups = t.groups
+    align = t.config.pool.layout.mamba_align
     assert groups
     for k in sorted({0, 1, t.num_steps // 4, t.num_steps // 2, t.num_steps - 1, t.num_steps}):
         k = max(0, min(k, t.num_steps))
@@ -53,11 +56,18 @@ def check_tables(t: Track) -> None:
             c, _ = tokens_at(row, k)
             for g, (spec, table) in enumerate(zip(groups, tables, strict=True)):
                 if row[3] == "running":
-                    want = 1 if spec.kind == "mamba" else -(-c // spec.block_size)
+                    want = 1 if spec.kind == "mamba" and not align else -(-c // spec.block_size)
                     assert len(table) == want, (k, row, g)
                 else:
                     assert table == [], (k, row)
                 held = [b for b in table if b != 0]
+                if spec.kind == "mamba" and align:
+                    if row[3] == "running":
+                        assert 1 <= len(held) <= 2 + spec.checkpoint_blocks, (k, g, table)
+                        assert table[-1] != 0, (k, g, table)
+                    held_at = [i for i, b in enumerate(table) if b != 0]
+                    table = [0] * (len(table) - len(held)) + held  # the order checks below, nulls first
+                    assert held_at == sorted(held_at)
                 first = len(table) - len(held)
                 assert all(b == 0 for b in table[:first]), (k, g, table)
                 assert all(b != 0 for b in table[first:]), (k, g, table)
@@ -281,11 +291,11 @@ def test_hybrid_sequence_rows_as_sent_rebuild_the_replayed_tables():
 def test_requires_is_the_rule_the_server_checks():
     """Every combination of model, policy, sampling, preemption and prefix caching runs exactly when
     `requires()` (what the page disables options by) allows it: a hybrid model needs vLLM v1's knobs
-    (`HYBRID_ONLY`) and, with state layers, prefix caching off; the refusal names both values."""
+    (`HYBRID_ONLY`), state layers included, with prefix caching on or off; the refusal names both values."""
     table = requires()
     assert set(table["model"]) == {n for n in model_names() if is_hybrid(n)}
     assert {"gpt-oss-20b", "gemma-3-27b", "mistral-7b", "qwen3-next-80b-a3b"} <= set(table["model"])
-    assert table["model"]["qwen3-next-80b-a3b"]["enable_prefix_caching"] == [False]
+    assert "enable_prefix_caching" not in table["model"]["qwen3-next-80b-a3b"]
     assert "enable_prefix_caching" not in table["model"]["gpt-oss-20b"]
     for knob in ("policy", "sampling", "preemption"):
         assert table["model"]["gpt-oss-20b"][knob] == [HYBRID_ONLY[knob]]
@@ -317,9 +327,9 @@ def test_the_server_refuses_a_hybrid_model_with_fork_cow_naming_both():
     body = r.json()
     assert body["field"] == "model"
     assert "model 'gemma-3-27b' needs sampling 'independent', not 'fork-cow'" in body["error"]
+    # State layers with prefix caching: vLLM's Mamba align mode, the state tables ⌈tokens / B⌉ long.
     r = client.get("/api/state", params={"preset": "state-layers", "enable_prefix_caching": "true"})
-    assert r.status_code == 400
-    assert "needs enable_prefix_caching false" in r.json()["error"]
+    assert r.status_code == 200, r.json()
     opts = client.get("/api/presets").json()["options"]
     assert opts["requires"]["model"]["gpt-oss-20b"]["sampling"] == ["independent"]
     assert opts["model_bytes_per_block"]["gpt-oss-20b"]["16"] == bytes_per_block("gpt-oss-20b", 16)

@@ -104,8 +104,14 @@ def test_a_mamba_state_raises_the_attention_block():
     assert layout.block_size == 544
     assert [g.kind for g in layout.groups] == ["mamba"] * 3 + ["full"]
     assert {g.page_bytes for g in layout.groups} == {544 * 2048}
-    with pytest.raises(InvalidArgumentError, match="prefix caching"):
-        kvsim.SimConfig(model=m, num_blocks=100)  # mamba_cache_mode 'align' is not modelled yet
+    # Prefix caching on (vLLM's default): mamba_cache_mode 'align', a state per 544-token block.
+    cfg = kvsim.SimConfig(model=m, num_blocks=100)
+    assert cfg.pool.layout.mamba_align
+    assert [(g.kind, g.block_size) for g in cfg.kv_groups] == [("mamba", 544)] * 3 + [("full", 544)]
+    off = kvsim.SimConfig(model=m, num_blocks=100, enable_prefix_caching=False)
+    assert [g.block_size for g in off.kv_groups] == [m.max_model_len] * 3 + [544]
+    with pytest.raises(InvalidArgumentError, match="need chunked prefill"):
+        kvsim.SimConfig(model=m, num_blocks=100, chunked_prefill=False)
     with pytest.raises(InvalidArgumentError, match="hybrid KV-cache manager"):
         kv_layout(m, 16, hybrid_kv_cache_manager="off")
 

@@ -26,7 +26,14 @@ def config_kwargs(config: SimConfig) -> dict[str, Any]:
     if groups:
         hybrid = dict(
             kv_groups=[
-                (KINDS.index(g.kind), g.window, g.block_size, -1 if g.cap is None else g.cap) for g in groups
+                (
+                    KINDS.index(g.kind),
+                    g.window,
+                    g.block_size,
+                    -1 if g.cap is None else g.cap,
+                    g.checkpoint_blocks,
+                )
+                for g in groups
             ],
             scheduler_block_size=config.pool.layout.scheduler_block_size,
             retention_interval=config.prefix_cache_retention_interval,

@@ -305,7 +305,8 @@ def state_layers() -> Preset:
     layers (three of states, one of attention). A state needs a page of 1.05 MiB per layer, so vLLM raises
     the attention block size to 544 tokens to match it; each request holds one block in each state group
     and ⌈tokens / 544⌉ in the attention group. Six requests of 300 to 1,500 tokens in 24 blocks: the later
-    ones wait for room. Prefix caching is off: kvsim does not model vLLM's state checkpoints for it."""
+    ones wait for room. Prefix caching is off (one state block a request); switched on, the state tables
+    follow vLLM's align mode (DESIGN.md §Hybrid attention)."""
     rows = [
         ([(500, 900)], 220),
         ([(501, 420)], 300),

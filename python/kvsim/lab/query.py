@@ -155,17 +155,13 @@ def is_hybrid(model: Any) -> bool:
 @functools.cache
 def requires() -> dict[str, dict[str, dict[str, list[Any]]]]:
     """Which values need another's: `REQUIRES`, and for each hybrid model the only values of the lab's
-    knobs vLLM's hybrid KV-cache manager takes (`kvsim.model.config.HYBRID_ONLY`), with prefix caching
-    off where it has Mamba states (kvsim does not model their prefix-caching checkpoints)."""
+    knobs vLLM's hybrid KV-cache manager takes (`kvsim.model.config.HYBRID_ONLY`)."""
     out = {param: dict(values) for param, values in REQUIRES.items()}
     hybrid: dict[str, dict[str, list[Any]]] = {}
     for name in model_names():
         if not is_hybrid(name):
             continue
-        need: dict[str, list[Any]] = {k: [v] for k, v in HYBRID_ONLY.items() if k in OVERRIDES}
-        if any(g.kind == "mamba" for g in layout(name, 16).groups):
-            need["enable_prefix_caching"] = [False]
-        hybrid[name] = need
+        hybrid[name] = {k: [v] for k, v in HYBRID_ONLY.items() if k in OVERRIDES}
     out["model"] = hybrid
     return out
 

@@ -356,7 +356,9 @@ class _HybridPass:
                 for x, spec in enumerate(self.groups):
                     n = sum(1 for _, gx in left if gx == x)
                     if n:
-                        self.mark(s, x, spec.skipped(c) // spec.block_size - n)
+                        # A window's freed blocks sit just below its skipped tokens; a state table's
+                        # (with prefix caching) anywhere below them, nulls between.
+                        self.mark(s, x, 0 if spec.kind == "mamba" else spec.skipped(c) // spec.block_size - n)
             while i < hi and kind[i] == PREEMPT:
                 v = seq[i]
                 i = self.frees(v, self.kv.free(v), FREE, i + 1, hi, j)
@@ -375,7 +377,9 @@ class _HybridPass:
                 continue
             num_new = listed.get(s, 1)
             end = c + num_new
-            new = self.kv.grow(s, self.segments(s, g), end, end)
+            total = self.prompt[s] + g
+            checkpoint = self.kv.needs_checkpoint(c, end, total, self.prompt[s])
+            new = self.kv.grow(s, self.segments(s, g), end, end, checkpoint)
             i = self.allocations(s, new, i, hi, j)
             grown.add(s)
         # The waiting phase.
@@ -419,7 +423,8 @@ class _HybridPass:
                     i += 1
                     self.take(s, b, gi)
         end = hit.tokens + num_new
-        new = kv.admit(s, segs, hit, end, end, self.prompt[s])
+        checkpoint = kv.needs_checkpoint(hit.tokens, end, total, self.prompt[s])
+        new = kv.admit(s, segs, hit, end, end, self.prompt[s], checkpoint)
         i = self.allocations(s, new, i, hi, j)
         self.hits[e] = hit.tokens
         self.status[s] = RUNNING

@@ -483,11 +483,11 @@ class SimConfig(ConfigTimeModel):
             value = getattr(self, knob)
             if value != v1:
                 raise InvalidArgumentError(f"{what} {knob} {value!r} does not apply (only {v1!r})")
-        if layout.mamba_align:
+        if layout.mamba_align and not self.chunked_prefill:
             raise InvalidArgumentError(
-                f"{what} its Mamba states with prefix caching (vLLM's mamba_cache_mode 'align', block-aligned "
-                "state checkpoints) are not modelled yet: run with enable_prefix_caching=False "
-                "(--no-enable-prefix-caching)"
+                f"{what} its Mamba states with prefix caching (vLLM's mamba_cache_mode 'align') need chunked "
+                "prefill: chunked_prefill False is refused (vLLM asserts it), or run with "
+                "enable_prefix_caching=False"
             )
         retention = self.prefix_cache_retention_interval
         if retention and retention % layout.scheduler_block_size:
@@ -517,7 +517,10 @@ class SimConfig(ConfigTimeModel):
         for g in layout.groups:
             cap = g.admission_cap(mml, self.max_in_flight_tokens)
             bs = g.block_size if g.kind != "mamba" or layout.mamba_align else mml
-            out.append(GroupSpec(g.kind, g.window, bs, cap))
+            ckpt = g.checkpoint_blocks if g.kind == "mamba" and layout.mamba_align else 0
+            if g.kind == "mamba" and layout.mamba_align:
+                cap = g.max_blocks_per_request(mml, self.max_in_flight_tokens, True)
+            out.append(GroupSpec(g.kind, g.window, bs, cap, ckpt))
         return tuple(out)
 
     @property

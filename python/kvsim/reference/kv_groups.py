@@ -42,13 +42,17 @@ class GroupSpec:
         window: the sliding window or chunk, in tokens (0 otherwise).
         block_size: tokens per block of this group.
         cap: the full-prompt admission check's per-request cap in blocks (sliding-window and chunked-local
-            groups: vLLM's `max_admission_blocks_per_request`), or None.
+            groups: vLLM's `max_admission_blocks_per_request`), or None; a Mamba group with prefix caching:
+            the blocks a request holds at most (2 + `checkpoint_blocks`), read only at arrival.
+        checkpoint_blocks: a Mamba group's prefill-checkpoint blocks (vLLM's
+            `num_prefill_checkpoint_blocks`: 0 or 1).
     """
 
     kind: str
     window: int
     block_size: int
     cap: int | None = None
+    checkpoint_blocks: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -57,6 +61,10 @@ class GroupSpec:
             raise InvalidArgumentError(f"group block_size {self.block_size} must be at least 1")
         if self.kind in ("sliding_window", "chunked_local") and self.window < 1:
             raise InvalidArgumentError(f"a {self.kind} group needs a window of at least 1 token")
+        if self.checkpoint_blocks not in (0, 1) or (self.checkpoint_blocks and self.kind != "mamba"):
+            raise InvalidArgumentError(
+                f"group checkpoint_blocks {self.checkpoint_blocks} must be 0, or 1 for a Mamba group"
+            )
 
     def skipped(self, computed: int) -> int:
         """Tokens the next token no longer attends to after `computed` (vLLM's `get_num_skipped_tokens`)."""
@@ -64,12 +72,20 @@ class GroupSpec:
             return max(0, computed - self.window + 1)
         if self.kind == "chunked_local":
             return computed // self.window * self.window
+        if self.kind == "mamba":
+            return max(0, computed - 1)  # the state after the last computed token is all a step reads
         return 0
 
     @property
     def sparse(self) -> bool:
-        """Keys only the blocks a later request could hit (vLLM's sparse retention: sliding window)."""
-        return self.kind == "sliding_window"
+        """Keys only the blocks a later request could hit (vLLM's sparse retention: sliding window and
+        Mamba groups)."""
+        return self.kind in ("sliding_window", "mamba")
+
+    @property
+    def run_blocks(self) -> int:
+        """Consecutive blocks a sparse group's hit needs: a window's `ceil((W - 1) / B)`, a state's one."""
+        return 1 if self.kind == "mamba" else _cdiv(self.window - 1, self.block_size)
 
 
 @dataclass
@@ -145,6 +161,16 @@ class HybridKVCacheManager:
         self.spec_groups = order
         # One group: vLLM's unitary coordinator (its own block size aligns hits, no junction).
         self.alignment = self.groups[0].block_size if len(self.groups) == 1 else scheduler_block_size
+        mamba = [spec for spec in self.groups if spec.kind == "mamba"]
+        # Mamba states with prefix caching: vLLM's `mamba_cache_mode="align"` (DESIGN.md §Hybrid attention).
+        self.align = enable_caching and bool(mamba)
+        self.mamba_block_size = mamba[0].block_size if mamba else 0
+        if self.align and any(spec.block_size != self.mamba_block_size for spec in mamba):
+            raise InvalidArgumentError("Mamba groups with prefix caching must share one block size")
+        # Every Mamba group exports a prefill checkpoint (vLLM's `mamba_has_prefill_checkpoint_blocks`).
+        self.checkpoints = self.align and all(spec.checkpoint_blocks > 0 for spec in mamba)
+        # Keys a Mamba group set in this step (vLLM's `cached_blocks_this_step`): cleared by `new_step`.
+        self.keyed_this_step: set[int] = set()
 
     # -- queries --------------------------------------------------------------------------------------
     @property
@@ -155,12 +181,61 @@ class HybridKVCacheManager:
     def num_evictions(self) -> int:
         return self.pool.num_evictions
 
+    def new_step(self) -> None:
+        """A step's scheduling starts: the states keyed in the last one exist now."""
+        self.keyed_this_step.clear()
+
+    def needs_checkpoint(self, start: int, end: int, num_tokens: int, num_prompt: int) -> bool:
+        """A chunk `[start, end)` of a request of `num_tokens` tokens reserves a prefill checkpoint: it
+        finishes the prefill, starts on a block boundary and covers the last boundary before the prefill's
+        last token with a block to spare before it (vLLM's `is_mamba_prefill_checkpoint_valid`)."""
+        if not self.checkpoints:
+            return False
+        bs = self.mamba_block_size
+        prefill_end = max(num_prompt, num_tokens - 1)
+        ckpt = (prefill_end - 1) // bs * bs
+        return end >= prefill_end and start % bs == 0 and start + bs <= ckpt < end
+
+    def split(
+        self, start: int, n: int, num_tokens: int, num_prompt: int, junction: int, budget_max: int
+    ) -> int:
+        """The tokens of a chunk of `n` from `start` after vLLM's `_mamba_block_aligned_split` (DESIGN.md
+        §Hybrid attention): prefill chunks end on block boundaries, the prompt's tail is a step of its own
+        (unless a checkpoint is reserved) and a chunk stops at the junction. 0: nothing this step."""
+        if not self.align:
+            return n
+        bs = self.mamba_block_size
+        prefill_end = max(num_prompt, num_tokens - 1)
+        end = start + n
+        if start >= prefill_end:
+            return n
+        use_ckpt = self.needs_checkpoint(start, end, num_tokens, num_prompt)
+        if end < prefill_end:
+            aligned = end // bs * bs
+            if aligned > start or bs <= budget_max:
+                end = aligned
+        stops = []
+        if not use_ckpt:
+            if start % bs:
+                stops.append((start // bs + 1) * bs)
+            stops.append((num_tokens - 1) // bs * bs)
+        if junction > start:
+            stops.append(start + (junction - start) // bs * bs)
+        for stop in stops:
+            if start < stop < end:
+                end = stop
+        return max(end - start, 0)
+
     def __contains__(self, request_id: int) -> bool:
         return request_id in self._requests
 
     def tables(self, request_id: int) -> list[list[int]]:
         """The request's table in each group (block 0 where a window's tokens were skipped)."""
         return [list(t.blocks) for t in self._requests[request_id].tables]
+
+    def junction(self, request_id: int) -> int:
+        """The end of the shared prefix the request's lookup found (0 if none)."""
+        return self._requests[request_id].junction
 
     def held(self, request_id: int) -> int:
         """Blocks the request holds (null entries excluded)."""
@@ -248,8 +323,8 @@ class HybridKVCacheManager:
             for out in found:
                 del out[_cdiv(hit, bs) :]
             return found, hit
-        if spec.kind == "sliding_window":
-            need = _cdiv(spec.window - 1, bs)
+        if spec.kind in ("sliding_window", "mamba"):
+            need = spec.run_blocks
             found = [[NULL] * n for _ in gids]
             run = 0
             matched = False
@@ -286,22 +361,39 @@ class HybridKVCacheManager:
                 for out, b in zip(found, cached, strict=True):
                     out.append(b)
             return found, len(found[0]) * bs
-        raise InternalError("a Mamba group caches no prefix (prefix caching is refused with Mamba layers)")
+        raise InternalError(f"group kind {spec.kind!r} has no prefix lookup")
 
     def need(
-        self, request_id: int, num_tokens: int, hit: Lookup | None, computed: int, capped: bool = False
+        self,
+        request_id: int,
+        num_tokens: int,
+        hit: Lookup | None,
+        computed: int,
+        capped: bool = False,
+        checkpoint: bool = False,
     ) -> int:
         """Blocks the pool must pop to give the request slots for `num_tokens` tokens (vLLM's
         `get_num_blocks_to_allocate`): a running request's new blocks, or a new one's (beyond its skipped
         and hit blocks) plus its hits that are free; `capped` applies the admission cap (the full-prompt
-        check)."""
+        check); `checkpoint`: the chunk reserves a prefill checkpoint (`needs_checkpoint`). A new request
+        whose Mamba hit was keyed in this step needs more than the pool holds (it starts next step)."""
         req = self._requests.get(request_id)
+        if req is None and hit is not None and self.align and self._hit_keyed_this_step(hit):
+            return self.pool.num_blocks + 1
         total = 0
         for g, spec in enumerate(self.groups):
             required = _cdiv(num_tokens, spec.block_size)
+            have = len(req.tables[g].blocks) if req is not None else 0
+            if spec.kind == "mamba":
+                # One state block per allocation (two with a checkpoint), the positions between null.
+                have = have if req is not None else len(hit.hits[g]) if hit is not None else 0
+                if required > have:
+                    total += min(required - have, 1 + int(checkpoint))
+                if req is None and hit is not None:
+                    total += sum(1 for b in hit.hits[g] if b != NULL and self.pool.ref_cnt(b) == 0)
+                continue
             if capped and spec.cap is not None:
                 required = min(required, spec.cap)
-            have = len(req.tables[g].blocks) if req is not None else 0
             if req is not None:
                 total += max(required - have, 0)
                 continue
@@ -311,6 +403,21 @@ class HybridKVCacheManager:
             outside = hits[max(0, skipped - have) :]
             total += sum(1 for b in outside if b != NULL and self.pool.ref_cnt(b) == 0)
         return total
+
+    def _hit_keyed_this_step(self, hit: Lookup) -> bool:
+        """A Mamba group's hit block (its table's last entry) got its key in this step."""
+        if not self.keyed_this_step or hit.tokens == 0:
+            return False
+        for g, spec in enumerate(self.groups):
+            blocks = hit.hits[g]
+            if (
+                spec.kind == "mamba"
+                and blocks
+                and blocks[-1] != NULL
+                and self.pool.block_hash(blocks[-1]) in self.keyed_this_step
+            ):
+                return True
+        return False
 
     # -- mutations ------------------------------------------------------------------------------------
     def remove_skipped(self, request_id: int, computed: int) -> list[tuple[int, int]]:
@@ -325,6 +432,8 @@ class HybridKVCacheManager:
             freed = []
             for i in range(min(skipped, len(table.blocks)) - 1, -1, -1):
                 if table.blocks[i] == NULL:
+                    if spec.kind == "mamba":
+                        continue  # a state table has null positions inside it
                     break
                 freed.append(table.blocks[i])
                 table.blocks[i] = NULL
@@ -341,6 +450,7 @@ class HybridKVCacheManager:
         num_tokens: int,
         num_cache: int,
         num_prompt: int,
+        checkpoint: bool = False,
     ) -> list[tuple[int, int]]:
         """A new request takes its hits (skipped ones as null blocks), then blocks for `num_tokens` tokens
         group by group, and keys its full blocks up to `num_cache` tokens. The caller checked `need`."""
@@ -353,21 +463,37 @@ class HybridKVCacheManager:
             table.blocks = [NULL] * skipped + taken
             table.num_cached = len(table.blocks)
         self._requests[request_id] = req
-        return self._allocate_and_cache(req, segments, num_tokens, num_cache)
+        return self._allocate_and_cache(req, segments, num_tokens, num_cache, checkpoint)
 
     def grow(
-        self, request_id: int, segments: Sequence[tuple[int, int]], num_tokens: int, num_cache: int
+        self,
+        request_id: int,
+        segments: Sequence[tuple[int, int]],
+        num_tokens: int,
+        num_cache: int,
+        checkpoint: bool = False,
     ) -> list[tuple[int, int]]:
         """A running request's blocks for `num_tokens` tokens, keys up to `num_cache` tokens. The caller
         checked `need`."""
-        return self._allocate_and_cache(self._requests[request_id], segments, num_tokens, num_cache)
+        return self._allocate_and_cache(
+            self._requests[request_id], segments, num_tokens, num_cache, checkpoint
+        )
 
     def _allocate_and_cache(
-        self, req: _Request, segments: Sequence[tuple[int, int]], num_tokens: int, num_cache: int
+        self,
+        req: _Request,
+        segments: Sequence[tuple[int, int]],
+        num_tokens: int,
+        num_cache: int,
+        checkpoint: bool,
     ) -> list[tuple[int, int]]:
         new: list[tuple[int, int]] = []
         for g, (spec, table) in enumerate(zip(self.groups, req.tables, strict=True)):
             n = _cdiv(num_tokens, spec.block_size) - len(table.blocks)
+            if n > 0 and spec.kind == "mamba":
+                # The state at the chunk's end (and the checkpoint's before it); the positions between null.
+                n = min(n, 1 + int(checkpoint))
+                table.blocks.extend([NULL] * (_cdiv(num_tokens, spec.block_size) - n - len(table.blocks)))
             if n > 0:
                 got = self.pool.allocate(n)
                 assert got is not None, "the caller checked the room"
@@ -382,8 +508,6 @@ class HybridKVCacheManager:
             return
         cacheable = num_tokens if len(self.groups) == 1 else num_tokens // self.sched_bs * self.sched_bs
         for g, (spec, table) in enumerate(zip(self.groups, req.tables, strict=True)):
-            if spec.kind == "mamba":
-                continue
             bs = spec.block_size
             num_full = cacheable // bs
             start = table.num_cached
@@ -395,7 +519,10 @@ class HybridKVCacheManager:
                 b = table.blocks[i]
                 if b == NULL or (mask is not None and not mask[i - start]):
                     continue
-                self.pool.register(b, group_key(keys[i], g))
+                key = group_key(keys[i], g)
+                self.pool.register(b, key)
+                if spec.kind == "mamba":
+                    self.keyed_this_step.add(key)
             table.num_cached = num_full
 
     def _mask(self, spec: GroupSpec, req: _Request, start: int, end: int) -> list[bool] | None:
@@ -406,7 +533,7 @@ class HybridKVCacheManager:
         bs, align = spec.block_size, self.alignment
         if align % bs:
             return None
-        need = _cdiv(spec.window - 1, bs)
+        need = spec.run_blocks
         mask = [False] * (end - start)
         segment = align if self.retention is None else (self.retention or None)
         if segment is not None:

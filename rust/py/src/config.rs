@@ -108,8 +108,9 @@ impl<'py> Knobs<'_, 'py> {
     }
 }
 
-/// A hybrid model's groups (`kv_groups`: (kind, window, block_size, cap or -1) tuples, with
-/// `scheduler_block_size` and `retention_interval`), checked into the core's types; None without groups.
+/// A hybrid model's groups (`kv_groups`: (kind, window, block_size, cap or -1, checkpoint_blocks)
+/// tuples, with `scheduler_block_size` and `retention_interval`), checked into the core's types; None
+/// without groups.
 #[allow(clippy::type_complexity)]
 fn kv_groups(k: &Knobs<'_, '_>) -> PyResult<Option<(Vec<GroupSpec>, u64, Option<u64>)>> {
     let groups = k.get("kv_groups")?.filter(|v| !v.is_none());
@@ -119,9 +120,9 @@ fn kv_groups(k: &Knobs<'_, '_>) -> PyResult<Option<(Vec<GroupSpec>, u64, Option<
         return Ok(None);
     };
     let name = |key: &str| k.origin.name(key);
-    let tuples: Vec<(i64, i64, i64, i64)> = v.extract().map_err(|_| {
+    let tuples: Vec<(i64, i64, i64, i64, i64)> = v.extract().map_err(|_| {
         invalid(format!(
-            "{} {} must be a list of (kind, window, block_size, cap) integer tuples",
+            "{} {} must be a list of (kind, window, block_size, cap, checkpoint_blocks) integer tuples",
             name("kv_groups"),
             repr(&v)
         ))
@@ -142,12 +143,16 @@ fn kv_groups(k: &Knobs<'_, '_>) -> PyResult<Option<(Vec<GroupSpec>, u64, Option<
     };
     let specs = tuples
         .into_iter()
-        .map(|(kind, window, bs, cap)| {
+        .map(|(kind, window, bs, cap, checkpoint_blocks)| {
             Ok(GroupSpec {
                 kind: GroupKind::from_code(kind).py()?,
                 window: u64_arg(i128::from(window), "kv_groups window")?,
                 block_size: u64_arg(i128::from(bs), "kv_groups block_size")?,
                 cap: u64::try_from(cap).ok(),
+                checkpoint_blocks: u64_arg(
+                    i128::from(checkpoint_blocks),
+                    "kv_groups checkpoint_blocks",
+                )?,
             })
         })
         .collect::<PyResult<Vec<_>>>()?;
@@ -342,7 +347,9 @@ pub(crate) fn engine_config(
             swap_ps_per_block: u64_arg(swap_ps_per_block, "swap_ps_per_block")?,
             buddy,
             groups: groups
-                .map(|(specs, sched, retention)| Groups::new(specs, sched, retention).py())
+                .map(|(specs, sched, retention)| {
+                    Groups::new(specs, sched, retention, enable_prefix_caching).py()
+                })
                 .transpose()?,
             tier,
         })

@@ -55,14 +55,12 @@ class EventLog(State):
         for s, n in scheduled:
             if n != 1:
                 self.log("schedule", s, -1, n)
-        left_out = len(self.running) - len(scheduled)
-        if left_out:
-            # The running phase scheduled a prefix of the running list; the left-out ones follow it.
-            i = 0
-            while i < len(scheduled) and self.running[i] is scheduled[i][0]:
-                i += 1
-            for s in self.running[i : i + left_out]:
-                self.log("schedule", s, -1, 0)
+        if len(self.running) > len(scheduled):
+            # In running order; a Mamba chunk that reaches no block boundary leaves one out mid-list.
+            batch = {id(s) for s, _ in scheduled}
+            for s in self.running:
+                if id(s) not in batch:
+                    self.log("schedule", s, -1, 0)
 
     def log_allocations(self, s: Seq, new: list[int], first: str = "allocate") -> None:
         """One event per block just popped (an eviction first if it lost a key); `first` names the first."""

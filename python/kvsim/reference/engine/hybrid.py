@@ -43,16 +43,30 @@ class Hybrid(State):
             return NEVER
         elif num_new > budget:
             return self.over_budget()
+        if kv.align:
+            num_new = self.hybrid_split(s, hit.tokens, num_new, hit.junction)
+            if num_new == 0:
+                return 0  # no block boundary within reach: the waiting phase stops here
         watermark = self.admission_watermark()
         free = kv.num_free_blocks
         if cfg.admission_gate == "full-prompt" and (
-            kv.need(s.idx, total, hit, hit.tokens, capped=True) + watermark > free
+            kv.need(
+                s.idx,
+                total,
+                hit,
+                hit.tokens,
+                capped=True,
+                checkpoint=kv.needs_checkpoint(hit.tokens, total, total, s.prompt_len),
+            )
+            + watermark
+            > free
         ):
             return 0
         end = hit.tokens + num_new
-        if kv.need(s.idx, end, hit, hit.tokens) + watermark > free:
+        checkpoint = kv.needs_checkpoint(hit.tokens, end, total, s.prompt_len)
+        if kv.need(s.idx, end, hit, hit.tokens, checkpoint=checkpoint) + watermark > free:
             return 0
-        new = kv.admit(s.idx, segs, hit, end, end, s.prompt_len)
+        new = kv.admit(s.idx, segs, hit, end, end, s.prompt_len, checkpoint)
         self.log("admit", s)
         for g, blocks in enumerate(hit.hits):
             skipped = kv.groups[g].skipped(hit.tokens) // kv.groups[g].block_size
@@ -71,12 +85,19 @@ class Hybrid(State):
         for b, g in kv.remove_skipped(s.idx, s.num_computed):
             self.log("window", s, b, g)
         end = s.num_computed + num_new
-        if kv.need(s.idx, end, None, s.num_computed) > kv.num_free_blocks:
+        checkpoint = kv.needs_checkpoint(s.num_computed, end, s.num_tokens, s.prompt_len)
+        if kv.need(s.idx, end, None, s.num_computed, checkpoint=checkpoint) > kv.num_free_blocks:
             return False
-        new = kv.grow(s.idx, s.segments(), end, end)
+        new = kv.grow(s.idx, s.segments(), end, end, checkpoint)
         self.log_group_allocations(s, new)
         s.num_computed = end
         return True
+
+    def hybrid_split(self, s: Seq, start: int, num_new: int, junction: int) -> int:
+        """A prefill chunk cut to the Mamba groups' block boundaries (`HybridKVCacheManager.split`)."""
+        return self.hkv.split(
+            start, num_new, s.num_tokens, s.prompt_len, junction, self.cfg.max_num_batched_tokens
+        )
 
     def hybrid_release(self, s: Seq) -> None:
         for b, g in self.hkv.free(s.idx):

@@ -19,6 +19,8 @@ class Running(State):
         """One step's batch, in vLLM's order: the running phase; if it preempted nothing, swapped units
         come back; if none is left swapped out, waiting sequences are admitted."""
         scheduled: list[tuple[Seq, int]] = []
+        if self.hybrid:
+            self.hkv.new_step()
         budget, preempted = self.running_phase(scheduled, self.cfg.max_num_batched_tokens)
         if preempted:
             return scheduled
@@ -59,6 +61,11 @@ class Running(State):
                 break  # the group preempted itself: it was the tail, nothing after it
             s = self.running[i]
             num_new = min(s.num_tokens - s.num_computed, budget)
+            if self.hybrid and self.hkv.align:
+                num_new = self.hybrid_split(s, s.num_computed, num_new, self.hkv.junction(s.idx))
+                if num_new == 0:
+                    i += 1  # its chunk reaches no block boundary: passed over this step
+                    continue
             # `while ... else`: the else branch runs when the allocation succeeds (possibly after
             # preempting others); `break` leaves when s itself was the victim.
             while not self.try_grow(s, num_new):

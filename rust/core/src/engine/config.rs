@@ -380,7 +380,12 @@ impl EngineConfig {
                 format!("{:?}", self.preemption).to_lowercase()
             );
         }
-        if self.groups.is_some() {
+        if let Some(groups) = &self.groups {
+            if groups.align() && !self.chunked_prefill {
+                invalid_arg!(
+                    "Mamba prefix caching (vLLM's mamba_cache_mode 'align') needs chunked prefill: vLLM asserts it on"
+                );
+            }
             if self.policy != Policy::Vllm {
                 invalid_arg!("KV-cache groups (a hybrid model) apply to policy 'vllm' only");
             }

@@ -82,8 +82,21 @@ impl Engine<'_> {
             }
         }
         let left_out = self.running.len() - implicit - self.scheduled.len();
-        if left_out > 0 {
-            // The running phase scheduled a prefix of the running list; the left-out ones follow it.
+        if left_out > 0 && implicit == 0 {
+            // The batch is a subsequence of the running list (a Mamba chunk that reaches no block
+            // boundary leaves a sequence out mid-list): the others, in running order.
+            let mut p = 0;
+            for j in 0..self.running.len() {
+                let k = self.running[j];
+                if p < self.scheduled.len() && self.scheduled[p].0 == k {
+                    p += 1;
+                } else {
+                    let row = self.slab[k].row;
+                    self.log_count(event::SCHEDULE, row, -1, 0);
+                }
+            }
+        } else if left_out > 0 {
+            // Lockstep: the running phase scheduled a prefix of the running list; the left-out ones follow.
             let mut i = 0;
             while i < self.scheduled.len() && self.running[i] == self.scheduled[i].0 {
                 i += 1;

@@ -3,9 +3,11 @@
 //! the full-prompt check with the windows' caps, the first chunk's room), its growth (blocks leaving a
 //! window freed first), its release, and the memory a step weighs. The scheduler's rules (budget, seats,
 //! watermark, head-of-line, preemption) are the engine's own, unchanged; such a run takes full steps only.
+//! With Mamba groups and prefix caching (vLLM's `mamba_cache_mode="align"`) prefill chunks are cut to
+//! block boundaries first (`mamba_split`), and a request whose Mamba hit was keyed in the same step waits.
 
 use super::admission::{NEVER, over_budget};
-use super::{Engine, Memory, MemoryState, event};
+use super::{Engine, EngineConfig, Memory, MemoryState, event};
 use crate::kv_groups::{GroupKind, GroupSpec, Groups, HybridTables, KeyCache};
 use crate::{BlockId, BlockPool};
 
@@ -14,6 +16,31 @@ use crate::{BlockId, BlockPool};
 pub(super) struct HybridSeq {
     pub(super) tables: HybridTables,
     pub(super) keys: KeyCache,
+}
+
+/// The tokens of a prefill chunk of `n` from `start` (a request of `num_tokens` tokens, prompt
+/// `num_prompt`, junction `junction`) in Mamba align mode: vLLM's `Scheduler._mamba_block_aligned_split`
+/// (DESIGN.md §Hybrid attention, "Mamba groups"), applied after the budget and before the room checks,
+/// to running and waiting requests alike; `n` outside align mode. 0: nothing this step.
+pub(super) fn mamba_split(
+    cfg: &EngineConfig,
+    start: u64,
+    n: u64,
+    num_tokens: u64,
+    num_prompt: u64,
+    junction: u64,
+) -> u64 {
+    match &cfg.groups {
+        Some(groups) if groups.align() => groups.split(
+            start,
+            n,
+            num_tokens,
+            num_prompt,
+            junction,
+            cfg.max_num_batched_tokens,
+        ),
+        _ => n,
+    }
 }
 
 impl Engine<'_> {
@@ -37,26 +64,53 @@ impl Engine<'_> {
         let hs = s.hybrid.get_or_insert_with(Box::default);
         groups.lookup(pool, &s.segs, &mut hs.keys, total - 1, &mut self.lookup);
         let hit = self.lookup.tokens;
+        let prompt = s.prompt_len;
         let mut num_new = total - hit;
         if cfg.chunked_prefill {
             num_new = num_new.min(budget);
+            num_new = mamba_split(cfg, hit, num_new, total, prompt, self.lookup.junction);
+            if num_new == 0 {
+                return 0; // a chunk cut to nothing: the waiting phase stops here
+            }
         } else if num_new > cfg.max_num_batched_tokens {
             return NEVER;
         } else if num_new > budget {
             return over_budget(cfg);
         }
         let free = u64::from(pool.num_free_blocks());
+        let keyed = &self.step_keys;
         if cfg.full_prompt_gate
-            && groups.need(pool, None, total, Some(&self.lookup), hit, true) + watermark > free
+            && groups.need(
+                pool,
+                None,
+                total,
+                Some(&self.lookup),
+                hit,
+                true,
+                groups.needs_checkpoint(hit, total, total, prompt),
+                keyed,
+            ) + watermark
+                > free
         {
             return 0;
         }
         let end = hit + num_new;
-        if groups.need(pool, None, end, Some(&self.lookup), hit, false) + watermark > free {
+        let checkpoint = groups.needs_checkpoint(hit, end, total, prompt);
+        if groups.need(
+            pool,
+            None,
+            end,
+            Some(&self.lookup),
+            hit,
+            false,
+            checkpoint,
+            keyed,
+        ) + watermark
+            > free
+        {
             return 0;
         }
         self.group_new.clear();
-        let prompt = s.prompt_len;
         groups.admit(
             pool,
             &mut hs.tables,
@@ -66,6 +120,8 @@ impl Engine<'_> {
             end,
             end,
             prompt,
+            checkpoint,
+            &mut self.step_keys,
             &mut self.group_new,
         );
         s.num_computed = end;
@@ -110,13 +166,22 @@ impl Engine<'_> {
         };
         let s = &mut self.slab[k];
         let end = s.num_computed + num_new;
+        let checkpoint = groups.needs_checkpoint(s.num_computed, end, s.num_tokens(), s.prompt_len);
         let tables = &s
             .hybrid
             .as_ref()
             .expect("a running sequence holds tables")
             .tables;
-        if groups.need(pool, Some(tables), end, None, s.num_computed, false)
-            > u64::from(pool.num_free_blocks())
+        if groups.need(
+            pool,
+            Some(tables),
+            end,
+            None,
+            s.num_computed,
+            false,
+            checkpoint,
+            &self.step_keys,
+        ) > u64::from(pool.num_free_blocks())
         {
             return false;
         }
@@ -130,6 +195,8 @@ impl Engine<'_> {
             &s.segs,
             end,
             end,
+            checkpoint,
+            &mut self.step_keys,
             &mut self.group_new,
         );
         s.num_computed = end;
@@ -137,6 +204,22 @@ impl Engine<'_> {
             self.log_group_allocations(row);
         }
         true
+    }
+
+    /// The tokens running `k` computes this step out of the `n` the budget gives (`mamba_split`); `n`
+    /// unless the pool is in Mamba align mode. 0: `k` is passed over this step.
+    pub(super) fn hybrid_split(&self, k: usize, n: u64) -> u64 {
+        let cfg = self.cfg;
+        let s = &self.slab[k];
+        let junction = s.hybrid.as_ref().map_or(0, |hs| hs.tables.junction);
+        mamba_split(
+            cfg,
+            s.num_computed,
+            n,
+            s.num_tokens(),
+            s.prompt_len,
+            junction,
+        )
     }
 
     /// Frees sequence `k`'s tables (finish or recompute preemption).
@@ -250,5 +333,73 @@ impl Engine<'_> {
     /// The blocks a sequence of `last` tokens with a slot holds at most in a hybrid pool.
     pub(super) fn hybrid_peak_blocks(&self, last: u64) -> u64 {
         self.groups().peak_blocks(last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{EngineInput, EngineOutput, run};
+    use super::*;
+    use crate::kv_groups::GroupSpec;
+    use std::sync::atomic::AtomicBool;
+
+    const MS: i64 = 1_000_000_000;
+
+    /// Two requests of one 600-token prompt arriving together, output 2, on a Mamba group and a full
+    /// group of block 64 (prefix caching: align mode), budget 1024.
+    fn twins(enable_caching: bool) -> EngineOutput {
+        let bs = 64;
+        let spec = |kind, block_size| GroupSpec {
+            kind,
+            window: 0,
+            block_size,
+            cap: (kind == GroupKind::Mamba).then_some(2),
+            checkpoint_blocks: 0,
+        };
+        // Without prefix caching a state is one block of max_model_len tokens.
+        let mamba_bs = if enable_caching { bs } else { 1024 };
+        let groups = Groups::new(
+            vec![spec(GroupKind::Mamba, mamba_bs), spec(GroupKind::Full, bs)],
+            if enable_caching { bs } else { 1024 },
+            Some(0),
+            enable_caching,
+        )
+        .unwrap();
+        let cfg = EngineConfig {
+            enable_prefix_caching: enable_caching,
+            max_num_batched_tokens: 1024,
+            max_model_len: Some(1024),
+            groups: Some(groups),
+            ..EngineConfig::for_tests(200, bs)
+        };
+        cfg.validate().unwrap();
+        let inp = EngineInput {
+            arrival_ps: &[0, 0],
+            prompt_len: &[600, 600],
+            target: &[2, 2],
+            max_gen: &[2, 2],
+            fork_parent: &[-1, -1],
+            output_seg: &[1 << 63, (1 << 63) + 1],
+            seg_offsets: &[0, 1, 2],
+            segment_id: &[7, 7],
+            segment_len: &[600, 600],
+        };
+        run(inp, &cfg, 0, true, &AtomicBool::new(false)).unwrap()
+    }
+
+    /// Align mode: the first request's prompt runs as [0, 576) then its tail; the second hits the state
+    /// at 576, keyed in the first step, so it starts a step later (`cached_blocks_this_step`) and
+    /// computes only the tail.
+    #[test]
+    fn a_mamba_state_keyed_this_step_seeds_the_next() {
+        let out = twins(true);
+        assert_eq!(out.first_scheduled, [0, MS]);
+        assert_eq!(out.cached_tokens, [0, 576]);
+        // A: [0, 576), [576, 600) + its first token, its second; B: its tail + first token, second.
+        assert_eq!(out.first_token, [2 * MS, 2 * MS]);
+        assert_eq!(out.finish, [3 * MS, 3 * MS]);
+        let off = twins(false);
+        assert_eq!(off.first_scheduled, [0, 0]);
+        assert_eq!(off.cached_tokens, [0, 0]);
     }
 }

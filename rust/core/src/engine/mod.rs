@@ -91,6 +91,8 @@ pub struct Engine<'a> {
     /// A hybrid pool: the waiting head's lookup, and the (block, group) pairs an operation touched.
     lookup: crate::kv_groups::Lookup,
     group_new: Vec<(BlockId, usize)>,
+    /// A hybrid pool's Mamba keys set in this step (cleared at each step's start, `schedule`).
+    step_keys: crate::kv_groups::StepKeys,
     num_rejected: u64,
     /// Loads and remote transfers admitted, preemptions and rejections so far (each counted as it
     /// happens): a tier's `progress_marks`.
@@ -240,6 +242,7 @@ impl<'a> Engine<'a> {
             new_blocks: Vec::new(),
             lookup: crate::kv_groups::Lookup::default(),
             group_new: Vec::new(),
+            step_keys: crate::kv_groups::StepKeys::default(),
             num_rejected: 0,
             progress: 0,
             tier_hot: offload::TierHot::default(),

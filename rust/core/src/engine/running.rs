@@ -164,6 +164,7 @@ impl Engine<'_> {
         let cfg = self.cfg;
         let mut budget = cfg.max_num_batched_tokens;
         self.scheduled.clear();
+        self.step_keys.clear(); // vLLM's `new_step_starts`: the states keyed last step exist now
         let mut preempted = false;
         let mut i = 0;
         'running: while i < self.running.len() && budget > 0 {
@@ -194,7 +195,14 @@ impl Engine<'_> {
                 continue;
             }
             let s = &self.slab[k];
-            let num_new = (s.num_tokens() - s.num_computed).min(budget);
+            let mut num_new = (s.num_tokens() - s.num_computed).min(budget);
+            if cfg.groups.is_some() {
+                num_new = self.hybrid_split(k, num_new);
+                if num_new == 0 {
+                    i += 1; // a chunk cut to nothing (Mamba align mode): passed over, not preempted
+                    continue;
+                }
+            }
             loop {
                 if self.try_grow(k, num_new, true) {
                     self.scheduled.push((k, num_new));

@@ -128,8 +128,10 @@ impl Groups {
                 }
                 hit
             }
-            GroupKind::SlidingWindow => {
-                let need = cdiv(spec.window - 1, bs);
+            // A state is a window needing one block (vLLM's `MambaManager.find_longest_cache_hit`: from
+            // the right, the first cached block is the hit, the positions before it null).
+            GroupKind::SlidingWindow | GroupKind::Mamba => {
+                let need = spec.run_blocks();
                 for &g in gids {
                     out.hits[g].resize(n as usize, BlockId::NULL);
                 }
@@ -188,7 +190,6 @@ impl Groups {
                 }
                 out.hits[gids[0]].len() as u64 * bs
             }
-            GroupKind::Mamba => 0, // refused with prefix caching (SimConfig): nothing cached
         }
     }
 }

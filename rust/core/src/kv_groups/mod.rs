@@ -15,6 +15,9 @@
 mod lookup;
 mod tables;
 
+#[cfg(test)]
+use tables::DEFERRED;
+
 use crate::hash::{BlockKeys, mix64};
 use crate::{BlockId, BlockKey, Result, Segment, invalid_arg};
 
@@ -27,7 +30,9 @@ pub enum GroupKind {
     SlidingWindow,
     /// The tokens of the current chunk of `window` tokens (Llama 4's local layers).
     ChunkedLocal,
-    /// A fixed-size state per request (Mamba, linear attention); never a prefix hit here.
+    /// A fixed-size state per request (Mamba, linear attention): one block of `max_model_len` tokens
+    /// without prefix caching; with it, vLLM's `mamba_cache_mode="align"` (block-aligned state
+    /// checkpoints, DESIGN.md §Hybrid attention, "Mamba groups").
     Mamba,
 }
 
@@ -53,18 +58,36 @@ pub struct GroupSpec {
     /// The sliding window or the chunk, in tokens (0 otherwise).
     pub window: u64,
     pub block_size: u64,
-    /// The full-prompt check's per-request cap in blocks (vLLM's `max_admission_blocks_per_request`).
+    /// The full-prompt check's per-request cap in blocks (vLLM's `max_admission_blocks_per_request`); a
+    /// Mamba group's is read only at arrival (`peak_blocks`: 2 + `checkpoint_blocks` with prefix caching).
     pub cap: Option<u64>,
+    /// A Mamba group's prefill-checkpoint blocks (vLLM's `MambaSpec.num_prefill_checkpoint_blocks`: 0 or
+    /// 1); 0 for every other kind.
+    pub checkpoint_blocks: u64,
 }
 
 impl GroupSpec {
-    /// Tokens the next token no longer attends to after `computed` (vLLM's `get_num_skipped_tokens`).
+    /// Tokens the next token no longer attends to after `computed` (vLLM's `get_num_skipped_tokens`; a
+    /// Mamba group's `MambaManager.get_num_skipped_tokens`: the state after the last computed token is
+    /// all a step reads, and without prefix caching its one block of `max_model_len` is never skipped).
     #[inline]
     pub fn skipped(&self, computed: u64) -> u64 {
         match self.kind {
             GroupKind::SlidingWindow => (computed + 1).saturating_sub(self.window),
             GroupKind::ChunkedLocal => computed / self.window * self.window,
-            GroupKind::Full | GroupKind::Mamba => 0,
+            GroupKind::Mamba => computed.saturating_sub(1),
+            GroupKind::Full => 0,
+        }
+    }
+
+    /// Consecutive blocks a sparse group's hit needs (and its keys keep before a boundary): a window's
+    /// `ceil((W - 1) / B)`, a state's one (vLLM's `MambaManager.find_longest_cache_hit`).
+    #[inline]
+    fn run_blocks(&self) -> u64 {
+        if self.kind == GroupKind::Mamba {
+            1
+        } else {
+            cdiv(self.window - 1, self.block_size)
         }
     }
 
@@ -104,6 +127,34 @@ pub struct Groups {
     /// The distinct block sizes, and which one each group uses (keys are cached per block size).
     block_sizes: Vec<u64>,
     size_of: Vec<usize>,
+    /// Mamba states with prefix caching: vLLM's `mamba_cache_mode="align"` (DESIGN.md §Hybrid attention,
+    /// "Mamba groups").
+    align: bool,
+    /// The Mamba groups' block size (one for all of them in align mode; 0 without Mamba groups).
+    mamba_block_size: u64,
+    /// Align mode and every Mamba group exports a prefill checkpoint (vLLM's
+    /// `Scheduler.mamba_has_prefill_checkpoint_blocks`).
+    checkpoints: bool,
+}
+
+/// The keys Mamba groups set in the current step (vLLM's `MambaManager.cached_blocks_this_step`): a state
+/// keyed in a step is computed by that step's forward pass, so no request of the same step starts from it.
+/// Held by the engine (the groups are read-only configuration) and cleared at each step's start
+/// (`clear`, vLLM's `new_step_starts`).
+#[derive(Clone, Debug, Default)]
+pub struct StepKeys {
+    keys: Vec<BlockKey>,
+}
+
+impl StepKeys {
+    pub fn clear(&mut self) {
+        self.keys.clear();
+    }
+
+    #[inline]
+    fn contains(&self, key: BlockKey) -> bool {
+        self.keys.contains(&key)
+    }
 }
 
 /// A request's table in one group and how many of its blocks were considered for keys.
@@ -164,12 +215,13 @@ fn cdiv(a: u64, b: u64) -> u64 {
 }
 
 impl Groups {
-    /// The groups in vLLM's order, the scheduler's block size (their least common multiple) and the
-    /// retention interval.
+    /// The groups in vLLM's order, the scheduler's block size (their least common multiple), the
+    /// retention interval and whether the pool caches prefixes (with a Mamba group: align mode).
     pub fn new(
         specs: Vec<GroupSpec>,
         scheduler_block_size: u64,
         retention: Option<u64>,
+        enable_caching: bool,
     ) -> Result<Self> {
         if specs.is_empty() {
             invalid_arg!("a hybrid pool needs at least one KV-cache group");
@@ -183,6 +235,12 @@ impl Groups {
                 invalid_arg!(
                     "group {g}: a window of {} tokens must be at least 1",
                     s.window
+                );
+            }
+            if s.checkpoint_blocks > 1 || (s.checkpoint_blocks > 0 && s.kind != GroupKind::Mamba) {
+                invalid_arg!(
+                    "group {g}: checkpoint_blocks {} must be 0, or 1 for a Mamba group",
+                    s.checkpoint_blocks
                 );
             }
             if scheduler_block_size == 0 || scheduler_block_size % s.block_size != 0 {
@@ -220,6 +278,13 @@ impl Groups {
         } else {
             scheduler_block_size
         };
+        let mut mamba = specs.iter().filter(|s| s.kind == GroupKind::Mamba);
+        let mamba_block_size = mamba.clone().next().map_or(0, |s| s.block_size);
+        let align = enable_caching && mamba_block_size > 0;
+        if align && mamba.clone().any(|s| s.block_size != mamba_block_size) {
+            invalid_arg!("Mamba groups with prefix caching must share one block size");
+        }
+        let checkpoints = align && mamba.all(|s| s.checkpoint_blocks > 0);
         Ok(Groups {
             specs,
             scheduler_block_size,
@@ -228,7 +293,79 @@ impl Groups {
             lookup_order,
             block_sizes,
             size_of,
+            align,
+            mamba_block_size,
+            checkpoints,
         })
+    }
+
+    /// Mamba states with prefix caching (vLLM's `mamba_cache_mode="align"`): the scheduler cuts prefill
+    /// chunks to block boundaries (`split`) and chunked prefill is required.
+    pub fn align(&self) -> bool {
+        self.align
+    }
+
+    /// Whether a chunk `[start, end)` of a request of `num_tokens` tokens (prompt `num_prompt`) reserves
+    /// a prefill checkpoint block in every Mamba group (vLLM's `MambaManager._needs_internal_checkpoint`
+    /// and `MambaSpec.is_mamba_prefill_checkpoint_valid` with the hash and checkpoint grids at the block):
+    /// it finishes the prefill, starts on a boundary and covers the last boundary before the prefill's
+    /// last token with a block to spare before it.
+    pub fn needs_checkpoint(&self, start: u64, end: u64, num_tokens: u64, num_prompt: u64) -> bool {
+        if !self.checkpoints {
+            return false;
+        }
+        let bs = self.mamba_block_size;
+        let prefill_end = num_prompt.max(num_tokens.saturating_sub(1));
+        let ckpt = prefill_end.saturating_sub(1) / bs * bs;
+        end >= prefill_end && start % bs == 0 && start + bs <= ckpt && ckpt < end
+    }
+
+    /// The tokens of a chunk of `n` from `start` (a request of `num_tokens` tokens, prompt `num_prompt`,
+    /// junction `junction`) after vLLM's `Scheduler._mamba_block_aligned_split` (DESIGN.md §Hybrid
+    /// attention, "Mamba groups"): a chunk that does not finish the prefill ends on a block boundary
+    /// (unless a block exceeds `max_batched`), the prompt's tail is a step of its own (unless a checkpoint
+    /// is reserved) and a chunk stops at the junction. 0: nothing this step. `n` as it is outside align
+    /// mode and in decode.
+    pub fn split(
+        &self,
+        start: u64,
+        n: u64,
+        num_tokens: u64,
+        num_prompt: u64,
+        junction: u64,
+        max_batched: u64,
+    ) -> u64 {
+        if !self.align {
+            return n;
+        }
+        let bs = self.mamba_block_size;
+        let prefill_end = num_prompt.max(num_tokens.saturating_sub(1));
+        if start >= prefill_end {
+            return n;
+        }
+        let mut end = start + n;
+        let use_ckpt = self.needs_checkpoint(start, end, num_tokens, num_prompt);
+        if end < prefill_end {
+            let aligned = end / bs * bs;
+            if aligned > start || bs <= max_batched {
+                end = aligned;
+            }
+        }
+        let mut stop_at = |stop: u64| {
+            if start < stop && stop < end {
+                end = stop;
+            }
+        };
+        if !use_ckpt {
+            if start % bs != 0 {
+                stop_at((start / bs + 1) * bs);
+            }
+            stop_at(num_tokens.saturating_sub(1) / bs * bs);
+        }
+        if junction > start {
+            stop_at(start + (junction - start) / bs * bs);
+        }
+        end.saturating_sub(start)
     }
 
     pub fn specs(&self) -> &[GroupSpec] {
@@ -284,16 +421,19 @@ mod tests {
                     window,
                     block_size: 4,
                     cap: None,
+                    checkpoint_blocks: 0,
                 },
                 GroupSpec {
                     kind: GroupKind::Full,
                     window: 0,
                     block_size: 4,
                     cap: None,
+                    checkpoint_blocks: 0,
                 },
             ],
             4,
             Some(0),
+            true,
         )
         .unwrap()
     }
@@ -315,10 +455,32 @@ mod tests {
         let s = segs(7, 14);
         groups.lookup(&pool, &s, &mut cache, 13, &mut hit);
         assert_eq!(hit.tokens, 0);
-        assert_eq!(groups.need(&pool, None, 14, Some(&hit), 0, false), 8);
+        assert_eq!(
+            groups.need(
+                &pool,
+                None,
+                14,
+                Some(&hit),
+                0,
+                false,
+                false,
+                &StepKeys::default()
+            ),
+            8
+        );
         let mut new = Vec::new();
         groups.admit(
-            &mut pool, &mut req, &mut cache, &s, &hit, 14, 14, 14, &mut new,
+            &mut pool,
+            &mut req,
+            &mut cache,
+            &s,
+            &hit,
+            14,
+            14,
+            14,
+            false,
+            &mut StepKeys::default(),
+            &mut new,
         );
         let ids = |t: &GroupTable| t.blocks.iter().map(|b| b.0).collect::<Vec<_>>();
         assert_eq!(ids(&req.tables[0]), vec![1, 2, 3, 4]);
@@ -333,9 +495,31 @@ mod tests {
         freed.clear();
         groups.remove_skipped(&mut pool, &mut req, 16, &mut freed);
         assert_eq!(freed, vec![(BlockId(3), 0)]);
-        assert_eq!(groups.need(&pool, Some(&req), 17, None, 16, false), 2);
+        assert_eq!(
+            groups.need(
+                &pool,
+                Some(&req),
+                17,
+                None,
+                16,
+                false,
+                false,
+                &StepKeys::default()
+            ),
+            2
+        );
         new.clear();
-        groups.grow(&mut pool, &mut req, &mut cache, &s17, 17, 17, &mut new);
+        groups.grow(
+            &mut pool,
+            &mut req,
+            &mut cache,
+            &s17,
+            17,
+            17,
+            false,
+            &mut StepKeys::default(),
+            &mut new,
+        );
         assert_eq!(new, vec![(BlockId(2), 0), (BlockId(1), 1)]);
         freed.clear();
         groups.free(&mut pool, &mut req, &mut freed);
@@ -359,7 +543,17 @@ mod tests {
         let s = segs(7, 14);
         groups.lookup(&pool, &s, &mut cache, 13, &mut hit);
         groups.admit(
-            &mut pool, &mut req, &mut cache, &s, &hit, 14, 14, 14, &mut new,
+            &mut pool,
+            &mut req,
+            &mut cache,
+            &s,
+            &hit,
+            14,
+            14,
+            14,
+            false,
+            &mut StepKeys::default(),
+            &mut new,
         );
         // Only the window's block ending at the replay boundary (12 tokens) is keyed in group 0.
         let s2 = vec![Segment::new(7, 14), Segment::new(9, 2)];
@@ -369,5 +563,407 @@ mod tests {
         assert_eq!(hit.hits[0], vec![BlockId(0), BlockId(0), BlockId(3)]);
         assert_eq!(hit.hits[1], vec![BlockId(5), BlockId(6), BlockId(7)]);
         assert_eq!(hit.junction, 0);
+    }
+
+    fn mamba_full(bs: u64, checkpoint_blocks: u64) -> Groups {
+        Groups::new(
+            vec![
+                GroupSpec {
+                    kind: GroupKind::Mamba,
+                    window: 0,
+                    block_size: bs,
+                    cap: Some(2 + checkpoint_blocks),
+                    checkpoint_blocks,
+                },
+                GroupSpec {
+                    kind: GroupKind::Full,
+                    window: 0,
+                    block_size: bs,
+                    cap: None,
+                    checkpoint_blocks: 0,
+                },
+            ],
+            bs,
+            Some(0),
+            true,
+        )
+        .unwrap()
+    }
+
+    /// A table as a string: `N` for the null block, `b<i>` for a real block at position `i`.
+    fn shape(t: &GroupTable) -> String {
+        t.blocks
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| {
+                if b == BlockId::NULL {
+                    "N".to_string()
+                } else {
+                    format!("b{i}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// One request's allocations as the engine makes them: the chunk rule, the blocks that left, the
+    /// room, the new blocks.
+    struct Drive {
+        groups: Groups,
+        pool: BlockPool,
+        keyed: StepKeys,
+        budget: u64,
+    }
+
+    impl Drive {
+        fn new(groups: Groups, num_blocks: u32, budget: u64) -> Self {
+            let pool = BlockPool::new(num_blocks, true, FreeOrder::LifoUnhashed).unwrap();
+            Drive {
+                groups,
+                pool,
+                keyed: StepKeys::default(),
+                budget,
+            }
+        }
+
+        /// Admits a request of `segs` (all prompt): its lookup, first chunk, room and blocks; returns
+        /// (hit, tokens) or None if it cannot start.
+        fn admit(
+            &mut self,
+            req: &mut HybridTables,
+            cache: &mut KeyCache,
+            segs: &[Segment],
+        ) -> Option<(u64, u64)> {
+            let total: u64 = segs.iter().map(|s| s.len).sum();
+            let mut hit = Lookup::default();
+            self.groups
+                .lookup(&self.pool, segs, cache, total - 1, &mut hit);
+            let h = hit.tokens;
+            let n = (total - h).min(self.budget);
+            let n = self
+                .groups
+                .split(h, n, total, total, hit.junction, self.budget);
+            if n == 0 {
+                return None;
+            }
+            let ckpt = self.groups.needs_checkpoint(h, h + n, total, total);
+            let need = self.groups.need(
+                &self.pool,
+                None,
+                h + n,
+                Some(&hit),
+                h,
+                false,
+                ckpt,
+                &self.keyed,
+            );
+            if need > u64::from(self.pool.num_free_blocks()) {
+                return None;
+            }
+            let mut new = Vec::new();
+            self.groups.admit(
+                &mut self.pool,
+                req,
+                cache,
+                segs,
+                &hit,
+                h + n,
+                h + n,
+                total,
+                ckpt,
+                &mut self.keyed,
+                &mut new,
+            );
+            Some((h, n))
+        }
+
+        /// A running request at `computed` of `segs` (prompt `prompt`) grows by what the chunk rule
+        /// gives; returns (tokens, freed).
+        fn grow(
+            &mut self,
+            req: &mut HybridTables,
+            cache: &mut KeyCache,
+            segs: &[Segment],
+            prompt: u64,
+            computed: u64,
+        ) -> (u64, Vec<(BlockId, usize)>) {
+            let total: u64 = segs.iter().map(|s| s.len).sum();
+            let n = (total - computed).min(self.budget);
+            let n = self
+                .groups
+                .split(computed, n, total, prompt, req.junction, self.budget);
+            let mut freed = Vec::new();
+            if n == 0 {
+                return (0, freed);
+            }
+            self.groups
+                .remove_skipped(&mut self.pool, req, computed, &mut freed);
+            let end = computed + n;
+            let ckpt = self.groups.needs_checkpoint(computed, end, total, prompt);
+            let need = self.groups.need(
+                &self.pool,
+                Some(req),
+                end,
+                None,
+                computed,
+                false,
+                ckpt,
+                &self.keyed,
+            );
+            assert!(need <= u64::from(self.pool.num_free_blocks()));
+            let mut new = Vec::new();
+            self.groups.grow(
+                &mut self.pool,
+                req,
+                cache,
+                segs,
+                end,
+                end,
+                ckpt,
+                &mut self.keyed,
+                &mut new,
+            );
+            (n, freed)
+        }
+    }
+
+    /// DESIGN.md §Hybrid attention, "Mamba groups" (and the vLLM source study's worked example): a
+    /// 5000-token prompt, B = 512, a budget of 2048, no checkpoints. Chunks end on block boundaries, the
+    /// tail is a step of its own, a table holds nulls inside it, and only the state at the replay
+    /// boundary (4608 tokens) is keyed.
+    #[test]
+    fn mamba_align_tables_follow_the_chunks() {
+        let mut d = Drive::new(mamba_full(512, 0), 64, 2048);
+        let (mut req, mut cache) = (HybridTables::default(), KeyCache::default());
+        let s = segs(7, 5000);
+        assert_eq!(d.admit(&mut req, &mut cache, &s), Some((0, 2048)));
+        assert_eq!(shape(&req.tables[0]), "N N N b3");
+        assert_eq!(req.tables[1].blocks.len(), 4);
+        d.keyed.clear();
+        let (n, freed) = d.grow(&mut req, &mut cache, &s, 5000, 2048);
+        assert_eq!((n, freed.len()), (2048, 0));
+        assert_eq!(shape(&req.tables[0]), "N N N b3 N N N b7");
+        let b3 = req.tables[0].blocks[3];
+        d.keyed.clear();
+        // [4096, 4608): the prompt's tail [4608, 5000) is a step of its own.
+        let (n, freed) = d.grow(&mut req, &mut cache, &s, 5000, 4096);
+        assert_eq!(n, 512);
+        assert_eq!(freed, vec![(b3, 0)]);
+        assert_eq!(shape(&req.tables[0]), "N N N N N N N b7 b8");
+        let b7 = req.tables[0].blocks[7];
+        let b8 = req.tables[0].blocks[8];
+        let mut keys = KeyCache::default();
+        let key8 = group_key(d.groups.keys(&mut keys, &s, 0, 9)[8], 0);
+        assert_eq!(d.pool.lookup(key8), Some(b8));
+        assert!(d.keyed.contains(key8));
+        // No other Mamba block carries a key.
+        let key7 = group_key(d.groups.keys(&mut keys, &s, 0, 9)[7], 0);
+        assert_eq!(d.pool.lookup(key7), None);
+        d.keyed.clear();
+        let (n, freed) = d.grow(&mut req, &mut cache, &s, 5000, 4608);
+        assert_eq!((n, freed), (392, vec![(b7, 0)]));
+        assert_eq!(shape(&req.tables[0]), "N N N N N N N N b8 b9");
+        d.keyed.clear();
+        // Decode: the source block leaves, keyed, to the free queue's tail.
+        let s1 = vec![Segment::new(7, 5000), Segment::new(1 << 63, 1)];
+        let (n, freed) = d.grow(&mut req, &mut cache, &s1, 5000, 5000);
+        assert_eq!((n, freed), (1, vec![(b8, 0)]));
+        assert_eq!(shape(&req.tables[0]), "N N N N N N N N N b9");
+        assert_eq!(d.pool.lookup(key8), Some(b8));
+        assert_eq!(d.pool.free_block_ids().last(), Some(&b8));
+        d.pool.check_invariants().unwrap();
+    }
+
+    /// A request whose Mamba hit was keyed in this step waits for the next (vLLM's
+    /// `cached_blocks_this_step`); then it hits the state at 4608 and computes the tail.
+    #[test]
+    fn mamba_hit_keyed_this_step_waits_a_step() {
+        let mut d = Drive::new(mamba_full(512, 0), 64, 8192);
+        let (mut a, mut ca) = (HybridTables::default(), KeyCache::default());
+        let s = segs(7, 5000);
+        // One step: [0, 4608) (the tail is a step of its own).
+        assert_eq!(d.admit(&mut a, &mut ca, &s), Some((0, 4608)));
+        let b8 = a.tables[0].blocks[8];
+        let (mut b, mut cb) = (HybridTables::default(), KeyCache::default());
+        let mut hit = Lookup::default();
+        d.groups.lookup(&d.pool, &s, &mut cb, 4999, &mut hit);
+        assert_eq!(hit.tokens, 4608);
+        assert_eq!(hit.hits[0].len(), 9);
+        assert_eq!(hit.hits[0][8], b8);
+        assert!(hit.hits[0][..8].iter().all(|&x| x == BlockId::NULL));
+        assert_eq!(
+            d.groups.need(
+                &d.pool,
+                None,
+                5000,
+                Some(&hit),
+                4608,
+                false,
+                false,
+                &d.keyed
+            ),
+            DEFERRED
+        );
+        assert_eq!(d.admit(&mut b, &mut cb, &s), None);
+        d.keyed.clear();
+        // Next step: one Mamba block for the tail (the hit block is held by `a`), one full block.
+        assert_eq!(
+            d.groups.need(
+                &d.pool,
+                None,
+                5000,
+                Some(&hit),
+                4608,
+                false,
+                false,
+                &d.keyed
+            ),
+            2
+        );
+        assert_eq!(d.admit(&mut b, &mut cb, &s), Some((4608, 392)));
+        assert_eq!(shape(&b.tables[0]), "N N N N N N N N b8 b9");
+        assert_eq!(b.tables[0].blocks[8], b8);
+        assert_eq!(d.pool.ref_cnt_of(b8), 2);
+        d.pool.check_invariants().unwrap();
+    }
+
+    /// With prefill checkpoints a prompt that fits the budget is one step: the checkpoint block at the
+    /// last boundary before the prompt's end (keyed: the replay boundary) and the running block.
+    #[test]
+    fn mamba_checkpoint_reserves_a_second_block() {
+        let mut d = Drive::new(mamba_full(512, 1), 64, 8192);
+        let (mut req, mut cache) = (HybridTables::default(), KeyCache::default());
+        let s = segs(7, 5000);
+        assert!(d.groups.needs_checkpoint(0, 5000, 5000, 5000));
+        let mut hit = Lookup::default();
+        d.groups.lookup(&d.pool, &s, &mut cache, 4999, &mut hit);
+        assert_eq!(
+            d.groups
+                .need(&d.pool, None, 5000, Some(&hit), 0, false, true, &d.keyed),
+            2 + 10
+        );
+        // The full-prompt gate asks the same: the Mamba group's cap is not applied.
+        assert_eq!(
+            d.groups
+                .need(&d.pool, None, 5000, Some(&hit), 0, true, true, &d.keyed),
+            2 + 10
+        );
+        assert_eq!(d.admit(&mut req, &mut cache, &s), Some((0, 5000)));
+        assert_eq!(shape(&req.tables[0]), "N N N N N N N N b8 b9");
+        let (c, r) = (req.tables[0].blocks[8], req.tables[0].blocks[9]);
+        assert_eq!((c, r), (BlockId(1), BlockId(2))); // popped in order: the checkpoint first
+        let key8 = group_key(d.groups.keys(&mut cache, &s, 0, 9)[8], 0);
+        assert_eq!(d.pool.lookup(key8), Some(c));
+        // Not reserved when the chunk starts off a boundary, or covers no block before the last one.
+        assert!(!d.groups.needs_checkpoint(100, 5000, 5000, 5000));
+        assert!(!d.groups.needs_checkpoint(4608, 5000, 5000, 5000));
+        assert!(d.groups.needs_checkpoint(4096, 5000, 5000, 5000));
+        assert!(!d.groups.needs_checkpoint(0, 4608, 5000, 5000));
+        // Without checkpoints in every Mamba group: none.
+        assert!(!mamba_full(512, 0).needs_checkpoint(0, 5000, 5000, 5000));
+        d.pool.check_invariants().unwrap();
+    }
+
+    /// The chunk rule (vLLM's `_mamba_block_aligned_split`), B = 512.
+    #[test]
+    fn mamba_split_cuts_chunks_to_boundaries() {
+        let g = mamba_full(512, 0);
+        // Budget 2048: boundaries; the tail alone; decode untouched.
+        assert_eq!(g.split(0, 2048, 5000, 5000, 0, 2048), 2048);
+        assert_eq!(g.split(4096, 904, 5000, 5000, 0, 2048), 512);
+        assert_eq!(g.split(4608, 392, 5000, 5000, 0, 2048), 392);
+        assert_eq!(g.split(5000, 1, 5001, 5000, 0, 2048), 1);
+        // A budget left that reaches no boundary: nothing this step.
+        assert_eq!(g.split(0, 300, 5000, 5000, 0, 2048), 0);
+        assert_eq!(g.split(1024, 500, 5000, 5000, 0, 2048), 0);
+        // A prompt within one block: one chunk.
+        assert_eq!(g.split(0, 300, 300, 300, 0, 2048), 300);
+        // The junction stops a chunk (floored to blocks from the start).
+        assert_eq!(g.split(0, 2048, 5000, 5000, 1100, 2048), 1024);
+        assert_eq!(g.split(0, 2048, 5000, 5000, 600, 2048), 512);
+        // A block larger than the budget: sub-block chunks, then the next boundary.
+        assert_eq!(g.split(0, 100, 1000, 1000, 0, 100), 100);
+        assert_eq!(g.split(500, 100, 1000, 1000, 0, 100), 12);
+        // A resumed request (outputs included): the prefill ends at T - 1.
+        assert_eq!(g.split(0, 8192, 5100, 5000, 0, 8192), 5096 / 512 * 512);
+        // With checkpoints the tail is not a step of its own.
+        let c = mamba_full(512, 1);
+        assert_eq!(c.split(0, 5000, 5000, 5000, 0, 8192), 5000);
+        assert_eq!(c.split(0, 5000, 5000, 5000, 2000, 8192), 1536);
+        // Without prefix caching: no rule.
+        let mut specs = g.specs().to_vec();
+        specs[0].block_size = 512;
+        let off = Groups::new(specs, 512, Some(0), false).unwrap();
+        assert!(!off.align());
+        assert_eq!(off.split(0, 300, 5000, 5000, 0, 2048), 300);
+    }
+
+    /// A Mamba table's blocks below the skipped boundary leave highest first, nulls inside it skipped
+    /// (not a stop, as for a window), as one release.
+    #[test]
+    fn mamba_remove_skipped_walks_past_nulls() {
+        let groups = Groups::new(
+            vec![GroupSpec {
+                kind: GroupKind::Mamba,
+                window: 0,
+                block_size: 4,
+                cap: Some(2),
+                checkpoint_blocks: 0,
+            }],
+            4,
+            Some(0),
+            true,
+        )
+        .unwrap();
+        let mut pool = BlockPool::new(10, true, FreeOrder::LifoUnhashed).unwrap();
+        let got = pool.allocate(3).unwrap();
+        let n = BlockId::NULL;
+        let mut req = HybridTables {
+            tables: vec![GroupTable {
+                blocks: vec![n, got[0], n, n, got[1], n, got[2]],
+                num_cached: 0,
+            }],
+            num_prompt: 28,
+            junction: 0,
+        };
+        let mut freed = Vec::new();
+        // 25 computed: positions below (25 - 1) / 4 = 6 go.
+        groups.remove_skipped(&mut pool, &mut req, 25, &mut freed);
+        assert_eq!(freed, vec![(got[1], 0), (got[0], 0)]);
+        assert_eq!(req.tables[0].blocks, vec![n, n, n, n, n, n, got[2]]);
+        // Unkeyed, one release in that order: to the head.
+        assert_eq!(pool.free_block_ids()[..2], [got[1], got[0]]);
+        pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn mamba_align_refusals() {
+        let spec = |kind, checkpoint_blocks| GroupSpec {
+            kind,
+            window: 4,
+            block_size: 4,
+            cap: None,
+            checkpoint_blocks,
+        };
+        assert!(Groups::new(vec![spec(GroupKind::Full, 1)], 4, Some(0), true).is_err());
+        assert!(Groups::new(vec![spec(GroupKind::Mamba, 2)], 4, Some(0), true).is_err());
+        assert!(Groups::new(vec![spec(GroupKind::Mamba, 1)], 4, Some(0), true).is_ok());
+        let mut other = spec(GroupKind::Mamba, 0);
+        other.block_size = 2;
+        let two = vec![spec(GroupKind::Mamba, 0), other];
+        assert!(Groups::new(two.clone(), 4, Some(0), true).is_err());
+        assert!(Groups::new(two, 4, Some(0), false).is_ok());
+        let cfg = crate::engine::EngineConfig {
+            chunked_prefill: false,
+            groups: Some(mamba_full(16, 0)),
+            ..crate::engine::EngineConfig::for_tests(64, 16)
+        };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("chunked prefill"), "{err}");
+        let cfg = crate::engine::EngineConfig {
+            chunked_prefill: true,
+            ..cfg
+        };
+        cfg.validate().unwrap();
     }
 }

@@ -5,14 +5,22 @@
 //! most blocks a request holds (`peak_blocks`). `python/kvsim/reference/kv_groups.py` is the spec.
 
 use super::{
-    GroupKind, GroupSpec, GroupTable, Groups, HybridTables, KeyCache, Lookup, cdiv, group_key,
+    GroupKind, GroupSpec, GroupTable, Groups, HybridTables, KeyCache, Lookup, StepKeys, cdiv,
+    group_key,
 };
 use crate::{BlockId, BlockPool, Segment};
+
+/// A need no pool meets (a Mamba hit keyed in this step), with room to add a watermark.
+pub(super) const DEFERRED: u64 = u64::MAX / 4;
 
 impl Groups {
     /// Blocks the pool must pop to give a request slots for `num_tokens` tokens (vLLM's
     /// `get_num_blocks_to_allocate`): a running request's (`req` Some) new blocks, or a new one's beyond
     /// its skipped and hit blocks plus its hits that are free; `capped`: the full-prompt check's caps.
+    /// A Mamba group in align mode pops at most one block, two with a checkpoint (`checkpoint`:
+    /// `needs_checkpoint` of the chunk); a new request whose Mamba hit was keyed in this step (`keyed`)
+    /// needs more than any pool (vLLM's `MambaManager.get_num_blocks_to_allocate`).
+    #[allow(clippy::too_many_arguments)]
     pub fn need(
         &self,
         pool: &BlockPool,
@@ -21,20 +29,46 @@ impl Groups {
         hit: Option<&Lookup>,
         computed: u64,
         capped: bool,
+        checkpoint: bool,
+        keyed: &StepKeys,
     ) -> u64 {
         let mut total = 0;
         for (g, spec) in self.specs.iter().enumerate() {
+            let mamba = spec.kind == GroupKind::Mamba;
             let mut required = cdiv(num_tokens, spec.block_size);
-            if capped && let Some(cap) = spec.cap {
+            if capped
+                && !mamba
+                && let Some(cap) = spec.cap
+            {
                 required = required.min(cap);
             }
+            let most = if mamba {
+                1 + u64::from(checkpoint)
+            } else {
+                u64::MAX
+            };
             if let Some(r) = req {
-                total += required.saturating_sub(r.tables[g].blocks.len() as u64);
+                total += required
+                    .saturating_sub(r.tables[g].blocks.len() as u64)
+                    .min(most);
                 continue;
             }
             let hits: &[BlockId] = hit.map_or(&[], |h| &h.hits[g]);
+            if mamba
+                && let Some(&last) = hits.last()
+                && last != BlockId::NULL
+                && pool
+                    .block_hash(i64::from(last.0))
+                    .ok()
+                    .flatten()
+                    .is_some_and(|key| keyed.contains(key))
+            {
+                return DEFERRED;
+            }
             let skipped = spec.skipped_blocks(computed);
-            total += required.saturating_sub(skipped.max(hits.len() as u64));
+            total += required
+                .saturating_sub(skipped.max(hits.len() as u64))
+                .min(most);
             let outside = &hits[(skipped as usize).min(hits.len())..];
             total += outside
                 .iter()
@@ -45,7 +79,9 @@ impl Groups {
     }
 
     /// Frees the request's blocks that left a window after `computed` tokens, each group's highest first
-    /// down to its first null, replaced by the null block; pushes them as (block, group) into `freed`.
+    /// down to its first null, replaced by the null block; pushes them as (block, group) into `freed`. A
+    /// Mamba group's table has nulls inside it: its walk skips them down to position 0 (vLLM's
+    /// `MambaManager._remove_blocks_in_range` in align mode).
     pub fn remove_skipped(
         &self,
         pool: &mut BlockPool,
@@ -56,9 +92,13 @@ impl Groups {
         for (g, (spec, table)) in self.specs.iter().zip(req.tables.iter_mut()).enumerate() {
             let skipped = (spec.skipped_blocks(computed) as usize).min(table.blocks.len());
             let start = freed.len();
+            let mamba = spec.kind == GroupKind::Mamba;
             for i in (0..skipped).rev() {
                 let b = table.blocks[i];
                 if b == BlockId::NULL {
+                    if mamba {
+                        continue;
+                    }
                     break;
                 }
                 freed.push((b, g));
@@ -72,7 +112,8 @@ impl Groups {
 
     /// A new request takes its hits (skipped ones as null blocks), then blocks for `num_tokens` tokens
     /// group by group (pushed into `new` as (block, group)), and keys its full blocks up to `num_cache`
-    /// tokens. The caller checked `need`; `req` is reset (its vectors' buffers kept).
+    /// tokens (`checkpoint`, `keyed`: as `grow`). The caller checked `need`; `req` is reset (its vectors'
+    /// buffers kept).
     #[allow(clippy::too_many_arguments)]
     pub fn admit(
         &self,
@@ -84,6 +125,8 @@ impl Groups {
         num_tokens: u64,
         num_cache: u64,
         num_prompt: u64,
+        checkpoint: bool,
+        keyed: &mut StepKeys,
         new: &mut Vec<(BlockId, usize)>,
     ) {
         req.tables
@@ -102,11 +145,14 @@ impl Groups {
             table.blocks.extend_from_slice(taken);
             table.num_cached = table.blocks.len() as u64;
         }
-        self.allocate_and_cache(pool, req, cache, segs, num_tokens, num_cache, new);
+        self.allocate_and_cache(
+            pool, req, cache, segs, num_tokens, num_cache, checkpoint, keyed, new,
+        );
     }
 
-    /// A running request's blocks for `num_tokens` tokens, keys up to `num_cache` tokens. The caller
-    /// checked `need`.
+    /// A running request's blocks for `num_tokens` tokens, keys up to `num_cache` tokens (the keys its
+    /// Mamba groups set added to `keyed`); `checkpoint`: the chunk reserves a Mamba prefill checkpoint
+    /// (`needs_checkpoint`). The caller checked `need`.
     #[allow(clippy::too_many_arguments)]
     pub fn grow(
         &self,
@@ -116,11 +162,18 @@ impl Groups {
         segs: &[Segment],
         num_tokens: u64,
         num_cache: u64,
+        checkpoint: bool,
+        keyed: &mut StepKeys,
         new: &mut Vec<(BlockId, usize)>,
     ) {
-        self.allocate_and_cache(pool, req, cache, segs, num_tokens, num_cache, new);
+        self.allocate_and_cache(
+            pool, req, cache, segs, num_tokens, num_cache, checkpoint, keyed, new,
+        );
     }
 
+    /// New blocks group by group, then keys. A Mamba group pops at most one block, two with a checkpoint
+    /// (the checkpoint's at position `ceil(end / B) - 2`, then the running one), the positions before them
+    /// padded with null blocks (vLLM's `MambaManager.allocate_new_blocks` in align mode).
     #[allow(clippy::too_many_arguments)]
     fn allocate_and_cache(
         &self,
@@ -130,20 +183,28 @@ impl Groups {
         segs: &[Segment],
         num_tokens: u64,
         num_cache: u64,
+        checkpoint: bool,
+        keyed: &mut StepKeys,
         new: &mut Vec<(BlockId, usize)>,
     ) {
         for (g, (spec, table)) in self.specs.iter().zip(req.tables.iter_mut()).enumerate() {
-            let n = cdiv(num_tokens, spec.block_size).saturating_sub(table.blocks.len() as u64);
+            let required = cdiv(num_tokens, spec.block_size);
+            let mut n = required.saturating_sub(table.blocks.len() as u64);
+            if spec.kind == GroupKind::Mamba && n > 0 {
+                n = n.min(1 + u64::from(checkpoint));
+                table.blocks.resize((required - n) as usize, BlockId::NULL);
+            }
             for _ in 0..n {
                 let b = pool.allocate_one().expect("the caller checked the room");
                 table.blocks.push(b);
                 new.push((b, g));
             }
         }
-        self.cache(pool, req, cache, segs, num_cache);
+        self.cache(pool, req, cache, segs, num_cache, keyed);
     }
 
-    /// Keys each group's full blocks up to `num_tokens` tokens (vLLM's `cache_blocks`).
+    /// Keys each group's full blocks up to `num_tokens` tokens (vLLM's `cache_blocks`); the keys of
+    /// Mamba groups go into `keyed` too (vLLM's `MambaManager.cached_blocks_this_step`).
     fn cache(
         &self,
         pool: &mut BlockPool,
@@ -151,6 +212,7 @@ impl Groups {
         cache: &mut KeyCache,
         segs: &[Segment],
         num_tokens: u64,
+        keyed: &mut StepKeys,
     ) {
         if !pool.enable_caching() {
             return;
@@ -163,9 +225,6 @@ impl Groups {
         let (num_prompt, junction) = (req.num_prompt, req.junction);
         for g in 0..self.specs.len() {
             let spec = self.specs[g];
-            if spec.kind == GroupKind::Mamba {
-                continue;
-            }
             let num_full = cacheable / spec.block_size;
             let start = req.tables[g].num_cached;
             if start >= num_full {
@@ -178,23 +237,28 @@ impl Groups {
                 if b == BlockId::NULL || !self.keeps(&spec, num_prompt, junction, i) {
                     continue;
                 }
-                pool.insert_key(b, group_key(keys[i as usize], g));
+                let key = group_key(keys[i as usize], g);
+                pool.insert_key(b, key);
+                if spec.kind == GroupKind::Mamba {
+                    keyed.keys.push(key);
+                }
             }
             table.num_cached = num_full;
         }
     }
 
     /// Whether block `i` of a group is keyed (vLLM's `reachable_block_mask` without EAGLE): every block
-    /// of a dense group; of a sliding-window group those a later request could hit.
+    /// of a dense group; of a sliding-window group those a later request could hit; of a Mamba group the
+    /// same as a window needing one block (`MambaManager.reachable_block_mask`).
     fn keeps(&self, spec: &GroupSpec, num_prompt: u64, junction: u64, i: u64) -> bool {
-        if spec.kind != GroupKind::SlidingWindow {
+        if !matches!(spec.kind, GroupKind::SlidingWindow | GroupKind::Mamba) {
             return true;
         }
         let (bs, align) = (spec.block_size, self.alignment);
         if align % bs != 0 {
             return true;
         }
-        let need = cdiv(spec.window - 1, bs);
+        let need = spec.run_blocks();
         let segment = match self.retention {
             None => Some(align),
             Some(0) => None,

@@ -125,7 +125,7 @@ const sameValue = (a, b) => String(a) === String(b);
 
 /** Why option `value` of `param` would be refused next to the current query (null: it runs as far as the
  * page can tell): a value another needs (the server's `requires`, one table for both: a hybrid model needs
- * vLLM's v1 knobs, and prefix caching off where it has state layers), or a block size or model whose
+ * vLLM's v1 knobs), or a block size or model whose
  * blocks do not fit the pool's memory (fewer than 2, or more than the page draws). */
 function whyNot(param, value, bundle) {
   const opts = lab.presets.options || {};
@@ -195,7 +195,7 @@ function syncControls(bundle) {
   syncTier(bundle);
   const pc = $("c-prefix");
   pc.checked = q.enable_prefix_caching === true || q.enable_prefix_caching === "true";
-  // The switch too is refused where the server would refuse it (a model with state layers needs it off).
+  // The switch too is refused where the server would refuse it (`requires`).
   const flip = whyNot("enable_prefix_caching", !pc.checked, bundle);
   pc.disabled = flip !== null;
   $("c-prefix-state").textContent = pc.checked ? "ACTIVE" : "OFF";
