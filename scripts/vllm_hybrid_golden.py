@@ -147,22 +147,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             (16, [(60, 100), (61, 50)], 3),
         ],
     },
-    "mamba_align_checkpoints": {
-        # The same with one prefill checkpoint block per state group (Mamba2's spec), so the scheduler's
-        # `mamba_has_prefill_checkpoint_blocks` holds: the prompt's tail need not be its own step.
-        "groups": [("mamba", 0, 16), ("full", 0, 16)],
-        "num_blocks": 60,
-        "max_num_seqs": 4,
-        "max_num_batched_tokens": 64,
-        "enable_prefix_caching": True,
-        "mamba_checkpoint_blocks": 1,
-        "requests": [
-            (0, [(60, 100), (61, 50)], 4),
-            (7, [(60, 100), (62, 50)], 4),
-            (12, [(60, 100), (63, 50)], 4),
-            (16, [(60, 100), (61, 50)], 3),
-        ],
-    },
     "mamba_align_pressure": {
         # Two state groups and full attention in a small pool: preemptions and evictions; private and
         # shared prefixes; requests 1 and 2 have the same prompt and arrive in the same step (request 2's
@@ -173,24 +157,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "max_num_batched_tokens": 48,
         "enable_prefix_caching": True,
         "mamba_checkpoint_blocks": 0,
-        "requests": [
-            (0, [(70, 60)], 20),
-            (0, [(71, 40)], 6),
-            (0, [(71, 40)], 8),
-            (1, [(70, 60), (72, 30)], 10),
-            (3, [(73, 70)], 15),
-            (4, [(70, 60), (74, 20)], 8),
-            (6, [(71, 40), (75, 25)], 6),
-        ],
-    },
-    "mamba_align_pressure_checkpoints": {
-        # The same with one prefill checkpoint block per state group.
-        "groups": [("mamba", 0, 16), ("mamba", 0, 16), ("full", 0, 16)],
-        "num_blocks": 24,
-        "max_num_seqs": 4,
-        "max_num_batched_tokens": 48,
-        "enable_prefix_caching": True,
-        "mamba_checkpoint_blocks": 1,
         "requests": [
             (0, [(70, 60)], 20),
             (0, [(71, 40)], 6),
@@ -231,6 +197,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         ],
     },
 }
+# The same requests with one prefill checkpoint block per state group (Mamba2's spec), so the scheduler's
+# `mamba_has_prefill_checkpoint_blocks` holds: the prompt's tail need not be its own step.
+for _base in ("mamba_align_sharing", "mamba_align_pressure"):
+    SCENARIOS[f"{_base}_checkpoints".replace("_sharing", "")] = {
+        **SCENARIOS[_base],
+        "mamba_checkpoint_blocks": 1,
+    }
 
 
 # Layer layouts of real models (their published config.json: layer kinds, windows, KV heads, head width),
