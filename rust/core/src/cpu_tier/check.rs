@@ -25,20 +25,22 @@ impl CpuTier {
 
     fn invariants(&self) -> std::result::Result<(), String> {
         self.chunks.check()?;
-        let evictable = self.chunks.values().filter(|c| c.evictable()).count() as u64;
+        let evictable =
+            self.chunks.values().filter(|c| c.evictable()).count() as u64 + self.lane_len;
         if evictable != self.num_evictable {
             return Err(format!(
                 "num_evictable is {} but {evictable} chunks are evictable",
                 self.num_evictable
             ));
         }
-        if self.chunks.len() as u64 > self.capacity {
+        if self.used() > self.capacity {
             return Err(format!(
                 "{} chunks held, capacity {}",
-                self.chunks.len(),
+                self.used(),
                 self.capacity
             ));
         }
+        self.lane_invariants()?;
         self.counts.check("the tracker")?;
         if self.counts.len() > self.tracker || (self.threshold == 0 && self.counts.len() > 0) {
             return Err(format!(
@@ -76,6 +78,34 @@ impl CpuTier {
             Eviction::Lru => self.lru_invariants(),
             Eviction::Arc => self.arc_invariants(),
         }
+    }
+
+    /// The lane of retired runs: under LRU only, its spans in order (each one's last entry before the
+    /// next's head), none of their keys in a group or among the singles, `lane_len` its entries.
+    fn lane_invariants(&self) -> std::result::Result<(), String> {
+        let lane = &self.lane;
+        if lane.iter().map(|s| s.len() as u64).sum::<u64>() != self.lane_len {
+            return Err("the lane's count is not its spans' entries".into());
+        }
+        if !lane.is_empty() && self.eviction != Eviction::Lru {
+            return Err("a lane of retired runs under ARC".into());
+        }
+        if lane
+            .iter()
+            .zip(lane.iter().skip(1))
+            .any(|(a, b)| a.last_of(a.len()) >= b.head())
+        {
+            return Err("the lane of retired runs is out of order".into());
+        }
+        for s in lane {
+            if let Some((_, key)) = s
+                .entries(s.len())
+                .find(|&(_, key)| self.chunks.contains(key))
+            {
+                return Err(format!("retired chunk {} is also held in a group", key.0));
+            }
+        }
+        Ok(())
     }
 
     fn lru_invariants(&self) -> std::result::Result<(), String> {

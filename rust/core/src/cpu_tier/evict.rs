@@ -4,9 +4,12 @@
 use std::cmp::Reverse;
 
 use super::group::{Chunk, Group, Rank, Slots, run_key};
-use super::order::{RankQueue, Span};
+use super::order::{RankQueue, Span, head_lt};
 use super::{CpuTier, Eviction, KeySet};
 use crate::BlockKey;
+
+/// A taken count's mark (`lru_evict`) for entries taken from the lane of retired runs.
+const LANE: usize = 1 << (usize::BITS - 1);
 
 impl CpuTier {
     /// Chunk `key` (held, of rank `rank`) has become evictable.
@@ -134,9 +137,40 @@ impl CpuTier {
         let mut deferred = Vec::new();
         let (heap, chunks) = (&mut self.heap, &self.chunks);
         let mut near = None;
+        // The lane's spans wholly taken, and what is left of the next one (its head the lane's least
+        // entry): the lane itself changes only once the eviction goes through.
+        let mut lane_taken = 0;
+        let mut lane_head = self.lane.front().copied();
         'pop: while num < n {
+            'lane: {
+                let Some(l) = lane_head else {
+                    break 'lane;
+                };
+                let least = heap.least_head();
+                if least.is_some_and(|h| head_lt(&h, &l)) {
+                    break 'lane;
+                }
+                // The lane's least entries come first, all live (a retired run is held, ready and
+                // unpinned, and no key of it is named again, so none is protected): those before
+                // the queue's least.
+                let k = match least {
+                    Some(h) => l.count_before(n - num, h.head()),
+                    None => l.len().min(n - num),
+                };
+                taken.push((l, k | LANE));
+                num += k;
+                last = Some(l.last_of(k));
+                let mut rest = l;
+                if rest.skip(k) {
+                    lane_head = Some(rest);
+                } else {
+                    lane_taken += 1;
+                    lane_head = self.lane.get(lane_taken).copied();
+                }
+                continue 'pop;
+            }
             // The least entries, as many as may be taken, a span's at a time.
-            let Some((span, k)) = heap.pop_span(n - num) else {
+            let Some((span, k)) = heap.pop_span(n - num, lane_head) else {
                 break;
             };
             if protected.is_empty()
@@ -180,18 +214,43 @@ impl CpuTier {
         heap.extend(deferred.into_iter().map(Reverse));
         if num < n {
             for &(span, k) in &taken {
-                heap.push_span(span.truncated(k));
+                if k & LANE == 0 {
+                    heap.push_span(span.truncated(k));
+                }
             }
             self.scratch_evict = taken;
             return false;
         }
-        for &(span, k) in &taken {
-            self.chunks.remove_span(span, k);
-            out.extend(span.entries(k).map(|(_, key)| key));
-        }
+        self.remove_taken(&taken, (lane_taken, lane_head), out);
         self.scratch_evict = taken;
         self.compact_heap();
         true
+    }
+
+    /// The entries `lru_evict` took removed, their keys appended to `out` in order: the queue's from
+    /// their groups, the lane's from the lane (`lane`: its spans wholly taken, what is left of the next).
+    fn remove_taken(
+        &mut self,
+        taken: &[(Span, usize)],
+        (lane_taken, lane_head): (usize, Option<Span>),
+        out: &mut Vec<BlockKey>,
+    ) {
+        for &(span, k) in taken {
+            if k & LANE == 0 {
+                self.chunks.remove_span(span, k);
+                out.extend(span.entries(k).map(|(_, key)| key));
+            } else {
+                let k = k & !LANE;
+                self.lane_len -= k as u64;
+                out.extend(span.entries(k).map(|(_, key)| key));
+            }
+        }
+        if lane_taken > 0 || lane_head != self.lane.front().copied() {
+            self.lane.drain(..lane_taken);
+            if let Some(front) = self.lane.front_mut() {
+                *front = lane_head.expect("the lane's rest");
+            }
+        }
     }
 
     /// ARC's choice of `n` victims: from T1 while its (virtual) size is at least the target's integer

@@ -21,7 +21,7 @@
 //! slots).
 
 use std::cmp::Reverse;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::BuildHasherDefault;
 
 use crate::block_pool::IdHasher;
@@ -162,6 +162,13 @@ pub struct CpuTier {
     /// Finished requests' `Access::order` vectors, for later requests' records (at most as many as
     /// requests had records at once).
     spare_orders: Vec<Vec<(BlockKey, u64)>>,
+    /// Under LRU, the *retired* runs (`finish_unnamed`): ready runs of requests that finished and whose
+    /// keys nobody names again, each the span its finish's re-ranking made, oldest first (a finish's
+    /// ranks are the newest, so the lane is in order); their chunks are held and evictable, in no
+    /// group. What remains of the front span after the evictions that took its least entries.
+    lane: VecDeque<order::Span>,
+    /// The chunks the lane holds.
+    lane_len: u64,
 }
 
 impl CpuTier {
@@ -209,6 +216,8 @@ impl CpuTier {
             scratch_absent: Vec::new(),
             scratch_evict: Vec::new(),
             spare_orders: Vec::new(),
+            lane: VecDeque::new(),
+            lane_len: 0,
         }
     }
 
@@ -220,8 +229,9 @@ impl CpuTier {
     }
 
     /// Chunks held, pending ones included.
+    #[inline]
     pub fn used(&self) -> u64 {
-        self.chunks.len() as u64
+        self.chunks.len() as u64 + self.lane_len
     }
 
     pub fn capacity(&self) -> u64 {
@@ -261,6 +271,10 @@ impl CpuTier {
             self.chunks
                 .iter()
                 .map(|(k, c)| (k, c.req, -i128::from(c.pos)))
+                .chain(self.lane.iter().flat_map(|s| {
+                    s.entries(s.len())
+                        .map(|((req, Reverse(pos)), k)| (k, req, -i128::from(pos)))
+                }))
                 .collect()
         } else {
             Vec::new()
@@ -371,40 +385,88 @@ impl CpuTier {
         self.debug_check();
     }
 
+    /// [`CpuTier::finish`] of a request none of whose keys named by `rid` (its upper half) is named
+    /// again by anyone (the engine's request, its private chunks named by its row): under LRU, a
+    /// record that is the whole of `rid`'s group, a ready run, leaves the group for the lane of retired
+    /// runs (the span its re-ranking makes, where eviction finds it without a lookup), the same ranks
+    /// and decisions as `finish`; anything else is `finish`.
+    pub fn finish_unnamed(&mut self, rid: u64) {
+        if self.chunks.recs.is_empty() {
+            return self.finish(rid);
+        }
+        let Some(rec) = self.chunks.recs.remove(rid) else {
+            return self.finish(rid);
+        };
+        // (under LRU only: a one-run record is kept under no other policy)
+        if let rows::Entry::Occupied(e) = self.chunks.groups.entry(rid)
+            && let g = e.get()
+            && let group::Slots::Run(r) = g.slots
+            && r.ready
+            && g.base == rec.lo
+            && u64::from(r.n) == rec.n
+        {
+            let n = u64::from(r.n);
+            let mut re = r;
+            re.req = self.next_rank + n;
+            re.dreq = true;
+            re.pos = 0;
+            re.dpos = false;
+            if let Some(span) = re.span(rid, g.base) {
+                e.remove();
+                self.next_rank += n;
+                self.chunks.len -= n as usize;
+                self.lane_len += n;
+                self.lane.push_back(span);
+                self.debug_check();
+                return;
+            }
+        }
+        self.finish_rec(rid, rec);
+    }
+
     /// Request `rid` finished (`on_request_finished`): its keys, ordered by position (ties in order of
     /// first access), are re-ranked from its last chunk to its first, so its first is the most recent.
     /// LRU: each held one gets a fresh rank. ARC: one it only inserted moves to the most recent end of
     /// its list; one it reused moves from T1 to T2, or to T2's most recent end. Its record is dropped.
     pub fn finish(&mut self, rid: u64) {
-        let mut a = if !self.chunks.recs.is_empty()
+        if !self.chunks.recs.is_empty()
             && let Some(rec) = self.chunks.recs.remove(rid)
         {
-            // A record of one run of its own keys (`Chunks::recs`): re-ranked in their group as below.
-            let (live, lru) = (self.heap_live, self.eviction == Eviction::Lru);
-            if let Some(g) = self.chunks.groups.get_mut(rid)
-                && g.rerank(
-                    rid,
-                    rec.lo,
-                    rec.n as usize,
-                    &mut self.next_rank,
-                    Order::new(live, lru, &mut self.heap, &mut self.log),
-                )
-            {
-                if live {
-                    self.compact_heap();
-                } else {
-                    self.compact_log();
-                }
-                self.debug_check();
-                return;
-            }
-            self.span_access(rec.rank.get(), (rid, rec.lo, rec.n, rec.pos))
-        } else {
-            let Some(a) = self.accesses.remove(&rid) else {
-                return;
-            };
-            a
+            return self.finish_rec(rid, rec);
+        }
+        let Some(a) = self.accesses.remove(&rid) else {
+            return;
         };
+        self.finish_access(a);
+    }
+
+    /// `finish` of request `rid` whose record, one run of its own keys (`Chunks::recs`), was `rec`:
+    /// re-ranked in their group as below.
+    fn finish_rec(&mut self, rid: u64, rec: group::Rec) {
+        let (live, lru) = (self.heap_live, self.eviction == Eviction::Lru);
+        if let Some(g) = self.chunks.groups.get_mut(rid)
+            && g.rerank(
+                rid,
+                rec.lo,
+                rec.n as usize,
+                &mut self.next_rank,
+                Order::new(live, lru, &mut self.heap, &mut self.log),
+            )
+        {
+            if live {
+                self.compact_heap();
+            } else {
+                self.compact_log();
+            }
+            self.debug_check();
+            return;
+        }
+        let a = self.span_access(rec.rank.get(), (rid, rec.lo, rec.n, rec.pos));
+        self.finish_access(a);
+    }
+
+    /// `finish` of a request whose record is `a`.
+    fn finish_access(&mut self, mut a: Access) {
         let live = self.heap_live;
         if self.eviction == Eviction::Lru
             && let Some((hi, lo, n, _)) = a.span

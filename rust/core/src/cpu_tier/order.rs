@@ -148,9 +148,24 @@ impl Span {
         (0..k).map(move |i| self.at(i))
     }
 
+    /// How many of its first entries, at least 1 (its head comes before `bound`) and at most `max`,
+    /// come before `bound`.
+    #[inline]
+    pub(super) fn count_before(self, max: usize, bound: Entry) -> usize {
+        let len = self.len().min(max);
+        if self.req_at(len - 1) < (bound.0).0 {
+            return len; // (told by the request ranks alone, the usual case)
+        }
+        let mut k = 1;
+        while k < len && self.at(k) < bound {
+            k += 1;
+        }
+        k
+    }
+
     /// Its first `k` (< `len` + 1) entries taken: false if none is left.
     #[inline]
-    fn skip(&mut self, k: usize) -> bool {
+    pub(super) fn skip(&mut self, k: usize) -> bool {
         let left = self.len() - k;
         if left == 0 {
             return false;
@@ -199,7 +214,7 @@ impl PartialOrd for Span {
 
 /// Whether `a`'s head comes before `b`'s: by the request rank, the whole entry only when those tie.
 #[inline]
-fn head_lt(a: &Span, b: &Span) -> bool {
+pub(super) fn head_lt(a: &Span, b: &Span) -> bool {
     a.req < b.req || (a.req == b.req && a.head() < b.head())
 }
 
@@ -371,11 +386,24 @@ impl RankQueue {
         Some(Reverse(e))
     }
 
-    /// The least entries, at most `max` >= 1 of them, taken out while they come from one span: that
+    /// The head span of its least source (its head the least entry), None if empty.
+    #[inline]
+    pub(super) fn least_head(&self) -> Option<Span> {
+        let mut least: Option<Span> = None;
+        for h in self.head_spans().into_iter().flatten() {
+            if least.as_ref().is_none_or(|l| head_lt(&h, l)) {
+                least = Some(h);
+            }
+        }
+        least
+    }
+
+    /// The least entries, at most `max` >= 1 of them, taken out while they come from one span and
+    /// before `outside`'s head (a span kept elsewhere, whose head is not less than the least here): that
     /// span as it was and how many of its first entries (`Span::entries`) were taken, None if empty.
     /// Popping them one by one would return the same entries in the same order.
     #[inline]
-    pub(super) fn pop_span(&mut self, max: usize) -> Option<(Span, usize)> {
+    pub(super) fn pop_span(&mut self, max: usize, outside: Option<Span>) -> Option<(Span, usize)> {
         // The four sources' head spans; the least head's source is `i` (heads compared by their
         // request rank first: ranks tie seldom, and the whole entry only then).
         let heads = self.head_spans();
@@ -406,6 +434,9 @@ impl RankQueue {
             {
                 bound_by(h);
             }
+        }
+        if let Some(o) = &outside {
+            bound_by(o);
         }
         if i >= REST {
             for r in self.heaps[i - REST].as_slice().iter().skip(1).take(2) {
@@ -576,7 +607,7 @@ mod tests {
                     2 if n == 1 => prop_assert_eq!(q.pop(), h.pop()),
                     2 => {
                         // Up to `n` at once, as popped one by one.
-                        if let Some((span, k)) = q.pop_span(n as usize) {
+                        if let Some((span, k)) = q.pop_span(n as usize, None) {
                             prop_assert!(k >= 1 && k <= n as usize);
                             for e in span.entries(k) {
                                 prop_assert_eq!(Some(Reverse(e)), h.pop());

@@ -178,7 +178,7 @@ impl CpuTier {
         // keys (its id their upper half) with its record in their group, else the record in
         // `accesses`.
         let own = rid == hi && (self.accesses.is_empty() || !self.accesses.contains_key(&rid));
-        let room = self.capacity - self.chunks.len() as u64;
+        let room = self.capacity - self.used();
         if n > room {
             // `insert_stored`'s eviction first (none of the keys held, so none protected), once
             // the store is known to go through.
@@ -228,7 +228,7 @@ impl CpuTier {
         stored: &mut Vec<BlockKey>,
         evicted: &mut Vec<BlockKey>,
     ) -> Option<()> {
-        if (keys.len() as u64) > self.capacity - self.chunks.len() as u64 {
+        if (keys.len() as u64) > self.capacity - self.used() {
             self.record_absent(rid, keys);
             return self.insert_stored(rid, keys, keys, stored, evicted);
         }
@@ -271,7 +271,7 @@ impl CpuTier {
         if to_store.is_empty() {
             return Some(());
         }
-        let need = to_store.len() as i128 - (i128::from(self.capacity) - self.chunks.len() as i128);
+        let need = to_store.len() as i128 - (i128::from(self.capacity) - i128::from(self.used()));
         if need > 0 {
             if need > i128::from(self.num_evictable) {
                 return None;

@@ -688,3 +688,210 @@ fn a_span_does_not_join_keys_across_the_lower_halfs_wrap() {
     b.finish(1);
     assert_eq!(a.internals(), b.internals());
 }
+
+#[derive(Clone, Debug)]
+enum LaneOp {
+    /// A live request (the `i`th, modulo; a new one if none, or if `fresh`) stores its next `n` chunks.
+    Store(usize, bool, u64),
+    /// A live request offers shared keys `(SHARED, lo)` at positions 0, 1, ...
+    Shared(usize, Vec<u8>),
+    /// A live request loads these live requests' chunks or shared keys (those ready).
+    Load(usize, Vec<(usize, u8)>),
+    CompleteLoad(usize),
+    CompleteStore(usize),
+    /// The `i`th live request finishes: never named again.
+    Finish(usize),
+}
+
+fn lane_op() -> impl proptest::strategy::Strategy<Value = LaneOp> {
+    use proptest::prelude::*;
+    prop_oneof![
+        5 => (0usize..6, proptest::bool::weighted(0.6), 1u64..5).prop_map(|(i, f, n)| LaneOp::Store(i, f, n)),
+        1 => (0usize..6, proptest::collection::vec(0u8..6, 1..4)).prop_map(|(i, v)| LaneOp::Shared(i, v)),
+        1 => (0usize..6, proptest::collection::vec((0usize..8, 0u8..6), 0..4)).prop_map(|(i, v)| LaneOp::Load(i, v)),
+        1 => (0usize..8).prop_map(LaneOp::CompleteLoad),
+        5 => (0usize..8).prop_map(LaneOp::CompleteStore),
+        3 => (0usize..6).prop_map(LaneOp::Finish),
+    ]
+}
+
+proptest::proptest! {
+    /// `finish_unnamed` decides as `finish` for requests whose keys nobody names after their finish
+    /// (the engine's private chunks): two LRU tiers, one retiring finished runs to the lane and one
+    /// re-ranking them in their groups, store, evict and rank alike (the keys evicted in order, the
+    /// policy's order, the counts) under random stores, shared keys, loads, completions and
+    /// finishes, with stores in flight at a finish, runs that evictions cut, and full tiers.
+    #[test]
+    fn a_retired_run_evicts_as_a_reranked_one(
+        cap in 1u64..30,
+        named in proptest::bool::ANY,
+        ops in proptest::collection::vec(lane_op(), 0..150),
+    ) {
+        const SHARED: u64 = 1 << 40;
+        let name = |x: u64| if named { x.wrapping_add(super::ROW_NAMES) } else { x };
+        let mut a = CpuTier::new(cap, Eviction::Lru, 0);
+        let mut b = CpuTier::new(cap, Eviction::Lru, 0);
+        // Live requests: (id, their next chunk).
+        let mut live: Vec<(u64, u64)> = vec![];
+        let mut next_id = 0;
+        let mut stores: Vec<Vec<BlockKey>> = vec![];
+        let mut loads: Vec<Vec<BlockKey>> = vec![];
+        for op in ops {
+            match op {
+                LaneOp::Store(i, fresh, n) => {
+                    if live.is_empty() || fresh {
+                        live.push((name(next_id), 0));
+                        next_id += 1;
+                    }
+                    let j = if fresh { live.len() - 1 } else { i % live.len() };
+                    let (rid, lo) = live[j];
+                    let (mut offer, mut sa, mut ea) = (Vec::new(), Vec::new(), Vec::new());
+                    let (mut sb, mut eb) = (Vec::new(), Vec::new());
+                    let ra = a.prepare_store_run(rid, (rid, lo, n), lo, &mut offer, &mut sa, &mut ea);
+                    let rb = b.prepare_store_run(rid, (rid, lo, n), lo, &mut offer, &mut sb, &mut eb);
+                    proptest::prop_assert_eq!(ra, rb);
+                    proptest::prop_assert_eq!(&sa, &sb);
+                    proptest::prop_assert_eq!(&ea, &eb);
+                    if ra.is_some() {
+                        live[j].1 += n;
+                        let ks: Vec<_> = if ra == Some(true) {
+                            (0..n).map(|i| run_key(rid, lo + i)).collect()
+                        } else {
+                            sb
+                        };
+                        if !ks.is_empty() {
+                            stores.push(ks);
+                        }
+                    }
+                }
+                LaneOp::Shared(i, v) if !live.is_empty() => {
+                    let rid = live[i % live.len()].0;
+                    let mut list: Vec<_> = v.iter().map(|&lo| run_key(SHARED, u64::from(lo))).collect();
+                    list.dedup();
+                    let list: Vec<_> = list.into_iter().enumerate().map(|(p, k)| (k, p as u64)).collect();
+                    let (mut sa, mut ea, mut sb, mut eb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+                    let ra = a.prepare_store(rid, &list, &mut sa, &mut ea);
+                    let rb = b.prepare_store(rid, &list, &mut sb, &mut eb);
+                    proptest::prop_assert_eq!(ra, rb);
+                    proptest::prop_assert_eq!(&sa, &sb);
+                    proptest::prop_assert_eq!(&ea, &eb);
+                    if ra.is_some() && !sb.is_empty() {
+                        stores.push(sb);
+                    }
+                }
+                LaneOp::Load(i, v) if !live.is_empty() => {
+                    let rid = live[i % live.len()].0;
+                    let ks: Vec<_> = v
+                        .iter()
+                        .map(|&(r, lo)| {
+                            let hi = if r >= live.len() { SHARED } else { live[r].0 };
+                            run_key(hi, u64::from(lo))
+                        })
+                        .filter(|&k| b.lookup(k) == HIT)
+                        .enumerate()
+                        .map(|(p, k)| (k, p as u64))
+                        .collect();
+                    if b.check_prepare_load(&ks).is_ok() {
+                        proptest::prop_assert!(a.check_prepare_load(&ks).is_ok());
+                        a.prepare_load(rid, &ks);
+                        b.prepare_load(rid, &ks);
+                        loads.push(ks.iter().map(|&(k, _)| k).collect());
+                    }
+                }
+                LaneOp::CompleteLoad(i) if !loads.is_empty() => {
+                    let ks = loads.swap_remove(i % loads.len());
+                    a.complete_load(&ks);
+                    b.complete_load(&ks);
+                }
+                LaneOp::CompleteStore(i) if !stores.is_empty() => {
+                    let ks = stores.swap_remove(i % stores.len());
+                    a.complete_store(&ks);
+                    b.complete_store(&ks);
+                }
+                LaneOp::Finish(i) if !live.is_empty() => {
+                    let (rid, _) = live.remove(i % live.len());
+                    // (its loads of others' chunks may still pin them; its own chunks nobody loads
+                    // again: the loads listed name live requests' keys only)
+                    loads.retain(|ks| !ks.iter().any(|k| (k.0 >> 64) as u64 == rid));
+                    a.finish_unnamed(rid);
+                    b.finish(rid);
+                }
+                _ => {}
+            }
+            a.check_invariants().unwrap();
+            b.check_invariants().unwrap();
+            proptest::prop_assert_eq!(a.internals(), b.internals());
+            proptest::prop_assert_eq!(
+                (a.used(), a.num_evictable(), a.num_evicted()),
+                (b.used(), b.num_evictable(), b.num_evicted())
+            );
+            for &(rid, n) in &live {
+                for lo in 0..=n {
+                    proptest::prop_assert_eq!(a.lookup(run_key(rid, lo)), b.lookup(run_key(rid, lo)));
+                }
+            }
+            for lo in 0..6 {
+                let k = run_key(SHARED, lo);
+                proptest::prop_assert_eq!(a.lookup(k), b.lookup(k));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_full_tier_evicts_retired_runs_in_rank_order_among_the_others() {
+    // A and B store three chunks each (B's rank after A's), complete; A finishes unnamed (its run to
+    // the lane, ranked newest, its last chunk first) and B still runs; C needs five of ten slots
+    // with six held: B's chunks go first (its rank is the least), its last first, then (two more)
+    // A's last two.
+    let (ra, rb, rc) = (row_name(1), row_name(2), row_name(3));
+    let evicted_by = |retire: bool| {
+        let mut t = CpuTier::new(10, Eviction::Lru, 0);
+        let (mut offer, mut stored, mut evicted) = (Vec::new(), Vec::new(), Vec::new());
+        for rid in [ra, rb] {
+            t.prepare_store_run(rid, (rid, 0, 3), 0, &mut offer, &mut stored, &mut evicted);
+            t.complete_store_run(rid, 0, 3);
+        }
+        if retire {
+            t.finish_unnamed(ra);
+            assert_eq!(
+                (t.lane.len(), t.lane_len, t.used(), t.num_evictable()),
+                (1, 3, 6, 6)
+            );
+            assert_eq!(t.lookup(run_key(rb, 0)), HIT);
+        } else {
+            t.finish(ra);
+        }
+        let whole = t.prepare_store_run(rc, (rc, 0, 11), 0, &mut offer, &mut stored, &mut evicted);
+        assert_eq!(whole, None); // (more than the tier holds: nothing changes)
+        assert_eq!((t.used(), t.num_evicted()), (6, 0));
+        let whole =
+            t.prepare_store_run(rc, (rc, 0, 9 - 2), 0, &mut offer, &mut stored, &mut evicted);
+        assert_eq!(whole, Some(true));
+        t.check_invariants().unwrap();
+        assert_eq!((t.used(), t.num_evicted()), (10, 3));
+        let first = evicted.clone();
+        let whole = t.prepare_store_run(rc, (rc, 7, 2), 7, &mut offer, &mut stored, &mut evicted);
+        assert_eq!(whole, Some(true));
+        t.check_invariants().unwrap();
+        (first, evicted.clone(), t.lane_len)
+    };
+    let (first, second, lane_left) = evicted_by(true);
+    assert_eq!(
+        first,
+        vec![run_key(rb, 2), run_key(rb, 1), run_key(rb, 0)],
+        "B's chunks first, its last first"
+    );
+    assert_eq!(
+        second,
+        vec![run_key(ra, 2), run_key(ra, 1)],
+        "then A's, from the lane"
+    );
+    assert_eq!(lane_left, 1);
+    let (first_b, second_b, _) = evicted_by(false);
+    assert_eq!(
+        (first_b, second_b),
+        (first, second),
+        "as a finish's re-ranking evicts"
+    );
+}

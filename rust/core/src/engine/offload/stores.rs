@@ -170,7 +170,7 @@ impl Engine<'_> {
             return false;
         }
         for &row in &tier.finished_last {
-            tier.cpu.finish(private_hi(row));
+            tier.cpu.finish_unnamed(private_hi(row));
         }
         tier.finished_last.clear();
         tier.touched.clear();
@@ -237,7 +237,7 @@ impl Engine<'_> {
         last_offers.clear();
         tier.last_offers = last_offers; // (its buffer kept)
         for &row in &tier.finished_last {
-            tier.cpu.finish(private_hi(row));
+            tier.cpu.finish_unnamed(private_hi(row));
         }
         tier.finished_last.clear();
         tier.touched.clear();

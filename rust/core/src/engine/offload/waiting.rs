@@ -84,7 +84,7 @@ impl Engine<'_> {
                     self.tier_mut().held.pop_front();
                     self.release(k);
                     let row = self.slab[k].row;
-                    self.tier_mut().cpu.finish(private_hi(row));
+                    self.tier_mut().cpu.finish_unnamed(private_hi(row));
                 } else {
                     self.waiting.pop_front();
                 }
