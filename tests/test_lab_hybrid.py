@@ -1,7 +1,7 @@
 """The lab on hybrid models (DESIGN.md §Lab, §Hybrid attention): the replay of a hybrid run's blocks by the
 reference manager equals the engine (its time series, its block ids, both backends) on random layouts;
 each request's tables per KV-cache group, the null block where a window left, each block's group; the
-two hybrid presets show what they say; the derivation's numbers are vLLM's layout; and which options
+three hybrid presets show what they say; the derivation's numbers are vLLM's layout; and which options
 need another's is one rule, the server's and the page's (`query.requires`)."""
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def test_replay_equals_the_engine_on_random_hybrid_layouts(w, cfg):
         check_tables(t)
 
 
-@pytest.mark.parametrize("name", ["sliding-window", "state-layers"])
+@pytest.mark.parametrize("name", ["sliding-window", "state-layers", "state-layers-caching"])
 @pytest.mark.parametrize("backend", ["rust", "reference"])
 def test_hybrid_presets_replay_equals_the_engine(name, backend):
     r = resolve(name)
@@ -148,7 +148,7 @@ def test_hybrid_presets_replay_equals_the_engine(name, backend):
 
 
 def test_both_backends_give_one_hybrid_bundle():
-    for name in ("sliding-window", "state-layers"):
+    for name in ("sliding-window", "state-layers", "state-layers-caching"):
         a = kvsim.lab.bundle(name)
         b = kvsim.lab.bundle(name, backend="reference")
         a.pop("elapsed_s")
@@ -226,6 +226,52 @@ def test_state_layers_preset_holds_one_block_per_state_group():
     state = by_id[running[0]["block_tables"][0][0]]
     assert state["group"] == 0
     assert state["num_tokens"] == running[0]["context_tokens"]
+
+
+def test_state_layers_caching_preset_hits_the_kept_state():
+    """Qwen3-Next-80B-A3B with prefix caching on (vLLM's align mode): a prefill holds its running state
+    and, as a checkpoint, the state at its prompt's last 544-token boundary, which stays cached when the
+    prefill's step ends; after it a request holds only its running state in each state group (null entries
+    before it); the three later requests sharing the 1,200-token system prompt hit that state at 1,088
+    tokens, the same block in every state group as the first request's checkpoint."""
+    w, cfg, step = kvsim.lab.preset("state-layers-caching")
+    assert cfg.enable_prefix_caching
+    assert [g.kind for g in cfg.kv_groups] == ["mamba", "mamba", "mamba", "full"]
+    assert cfg.engine_block_size == 544
+    r = kvsim.simulate(w, cfg)
+    assert list(r.requests["cached_tokens"]) == [0, 1088, 1088, 0, 1088]
+    # req-1's prefill: in each state group, the checkpoint at 1,088 tokens and its running state.
+    first = kvsim.lab.snapshot("state-layers-caching", step=1)
+    (req1,) = [q for q in first["requests"] if q["status"] == "running"]
+    assert req1["context_tokens"] == 1500
+    checkpoints = []
+    for table in req1["block_tables"][:3]:
+        assert len(table) == 3
+        assert table[0] == 0
+        checkpoints.append(table[1])
+    # The next step it decodes: the checkpoints are released, cached (hash kept), the running state held.
+    after = kvsim.lab.snapshot("state-layers-caching", step=2)
+    by_id = {b["block_id"]: b for b in after["blocks"]}
+    (req1,) = [q for q in after["requests"] if q["status"] == "running"]
+    for g, (table, ckpt) in enumerate(zip(req1["block_tables"][:3], checkpoints, strict=True)):
+        assert table[:2] == [0, 0]
+        assert table[2] != 0
+        assert by_id[ckpt]["ref_cnt"] == 0
+        assert by_id[ckpt]["group"] == g
+        assert by_id[ckpt]["prefix_key"] == "system prompt:block-1"
+    # At the preset's step req-5 has just hit: its state tables start with req-1's checkpoints.
+    s = kvsim.lab.snapshot("state-layers-caching", step=step)
+    req5 = next(q for q in s["requests"] if q["name"] == "req-5")
+    assert req5["status"] == "running"
+    assert [t[1] for t in req5["block_tables"][:3]] == checkpoints
+    by_id = {b["block_id"]: b for b in s["blocks"]}
+    for q in s["requests"]:
+        if q["status"] != "running":
+            continue
+        for g, table in enumerate(q["block_tables"][:3]):
+            held = [b for b in table if b != 0]
+            assert held
+            assert all(by_id[b]["group"] == g for b in held)
 
 
 def test_layout_is_vllms_and_the_pool_is_memory():
