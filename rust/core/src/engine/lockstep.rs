@@ -138,8 +138,9 @@ impl Engine<'_> {
 
     /// The running phase's common case, all of it in one place with one look at the sequence: a paged
     /// decode step that needs no copy, no reservation and no event log, and either no block or a free
-    /// one. Does what `sync`, `try_grow`, the aggregate correction, sampling and `make_lazy` do there;
-    /// `Slow` (nothing changed) leaves the rest to them.
+    /// one taken while no CPU-tier fence stands (else `try_grow` notes it for vLLM's flush). Does what
+    /// `sync`, `try_grow`, the aggregate correction, sampling and `make_lazy` do there; `Slow` (nothing
+    /// changed) leaves the rest to them.
     #[inline]
     fn fast_event(&mut self, adm: u64, k: usize, step: u64) -> Fast {
         let bs = self.cfg.block_size;
@@ -155,8 +156,14 @@ impl Engine<'_> {
         let gen_after = s.base_g + since + 1; // generated after it
         let rem = rem_bs(c, bs);
         if rem == 0 {
-            if s.reserved_blocks > 0 || (self.forks && s.group.is_some()) {
-                return Fast::Slow; // a group's blocks are checked as a whole (`lockstep_group`)
+            if s.reserved_blocks > 0
+                || (self.forks && s.group.is_some())
+                || (self.tier_hot.pending
+                    && self.tier.as_ref().is_some_and(|t| !t.fences.is_empty()))
+            {
+                // (a group's blocks are checked as a whole, `lockstep_group`; a CPU tier's fence
+                // watches the step's new blocks for vLLM's flush, `try_grow`)
+                return Fast::Slow;
             }
             let Some(block) = pool.allocate_one() else {
                 return Fast::Slow; // preemption

@@ -140,7 +140,7 @@ pub(super) struct Tier {
     pub(super) finished_last: Vec<usize>,
     last_offers: Vec<LastOffer>,
     /// vLLM's flush: blocks read by stores of finished requests, with those stores' ids.
-    fences: HashMap<BlockId, Vec<u64>>,
+    pub(super) fences: HashMap<BlockId, Vec<u64>>,
     /// Blocks this step allocated or took as hits.
     pub(super) touched: Vec<BlockId>,
     /// Requests preempted in this step (their stores in flight are flushed).
