@@ -290,7 +290,8 @@ def record_layouts() -> list[dict[str, Any]]:
 
 # The claims suite's capacity claim (kvsim.analysis.claims_hybrid): vLLM's "Maximum concurrency" for two
 # models at each context length, 40 GiB of KV cache (--kv-cache-memory-bytes), block 16, bf16,
-# max_num_batched_tokens 8192, asynchronous scheduling, prefix caching on.
+# max_num_batched_tokens 8192, asynchronous scheduling, prefix caching on, the layers' specs as vLLM forms
+# them on a Hopper GPU.
 CAPACITY_CONTEXTS = [4096, 8192, 16384, 32768, 65536, 131072]
 CAPACITY_KV_BYTES = 40 * 2**30
 
@@ -322,17 +323,22 @@ def record_capacity() -> dict[str, Any]:
             else:
                 # Qwen/Qwen3-Next-80B-A3B-Instruct config.json: 48 layers, every fourth full attention (2 KV
                 # heads of 256), the others a gated delta net (16 key / 32 value heads of 128, conv kernel 4).
-                # vLLM raises the attention block to 544 tokens for its state (_align_hybrid_block_size:
-                # 16 × ceil(1,097,728 / (16 × 2,048))) and pads the state's page to the attention page.
+                # On a Hopper GPU its prefill runs on FlashInfer's kernel, which exports a prefill checkpoint
+                # on a 64-token grid (qwen_gdn_linear_attn.py, gdn_attn.py's FLASHINFER_GDN_CHECKPOINT_
+                # ALIGNMENT), so in align mode vLLM raises the attention block to a multiple of 64 that holds
+                # the state (_align_hybrid_block_size: 64 × ceil(1,097,728 / (64 × 2,048)) = 576 tokens),
+                # pads the state's page to the attention page, and each state group counts a checkpoint
+                # block (num_prefill_checkpoint_blocks 1, its offsets on the 576-token grid).
                 vc.cache_config.mamba_cache_mode = "align"
-                attn = FullAttentionSpec(block_size=544, num_kv_heads=2, head_size=256, dtype=torch.bfloat16)
+                attn = FullAttentionSpec(block_size=576, num_kv_heads=2, head_size=256, dtype=torch.bfloat16)
                 state = MambaSpec(
-                    block_size=544,
+                    block_size=576,
                     shapes=((3, 8192), (32, 128, 128)),
                     dtypes=(torch.bfloat16, torch.bfloat16),
                     page_size_padded=attn.page_size_bytes,
                     mamba_cache_mode="align",
                     num_prefill_checkpoint_blocks=1,
+                    prefill_checkpoint_alignment=576,
                 )
                 for i in range(48):
                     specs[f"layers.{i}"] = attn if (i + 1) % 4 == 0 else state

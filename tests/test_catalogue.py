@@ -626,7 +626,9 @@ def test_qwen3_next_weights_count_the_gated_delta_net_and_the_gated_attention():
 def test_qwen3_next_runs_as_vllm_serves_it():
     """On two H200s, with prefix caching on (`vllm serve`'s default: vLLM's Mamba 'align' mode) and off, the
     four start-up figures come out; a request counts 3 blocks per state group with caching (two states and
-    the gated delta net's prefill checkpoint), one without, so the concurrency is a little lower with it."""
+    the gated delta net's prefill checkpoint, which its FlashInfer prefill kernel on Hopper exports, with
+    blocks a multiple of 64 tokens: 576 where 544), one without, so the concurrency is a little lower with
+    it; on A100s (Triton's kernel, no checkpoint) 2 a state group, on 544-token blocks."""
     off = kvsim.SimConfig(
         model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2, enable_prefix_caching=False
     )
@@ -637,8 +639,17 @@ def test_qwen3_next_runs_as_vllm_serves_it():
     assert on.pool.layout.mamba_align
     assert [g.cap for g in on.kv_groups if g.kind == "mamba"] == [3, 3, 3]
     blocks = on.pool.layout.blocks_per_request(262_144, on.max_in_flight_tokens)
-    assert blocks == -(-262_144 // 544) + 3 * 3
+    assert on.engine_block_size == 576
+    assert blocks == -(-262_144 // 576) + 3 * 3
     assert on.pool.figures.max_concurrency < fig.max_concurrency
+    a100 = kvsim.SimConfig(model="qwen3-next-80b-a3b", gpu="a100-80gb", tensor_parallel_size=4)
+    assert [g.cap for g in a100.kv_groups if g.kind == "mamba"] == [2, 2, 2]
+    assert (
+        a100.pool.layout.blocks_per_request(262_144, a100.max_in_flight_tokens)
+        == -(-262_144 // a100.engine_block_size) + 3 * 2
+    )
+    assert a100.engine_block_size % 16 == 0
+    assert a100.engine_block_size % 64 != 0
 
 
 def test_minimax_m2_is_full_attention_moe_in_fp8_blocks():

@@ -229,41 +229,53 @@ def test_state_layers_preset_holds_one_block_per_state_group():
 
 
 def test_state_layers_caching_preset_hits_the_kept_state():
-    """Qwen3-Next-80B-A3B with prefix caching on (vLLM's align mode): a prefill holds its running state
-    and, as a checkpoint, the state at its prompt's last 544-token boundary, which stays cached when the
-    prefill's step ends; after it a request holds only its running state in each state group (null entries
-    before it); the three later requests sharing the 1,200-token system prompt hit that state at 1,088
-    tokens, the same block in every state group as the first request's checkpoint."""
+    """Qwen3-Next-80B-A3B with prefix caching on (vLLM's align mode, the gated delta net on Triton's
+    kernel): req-1's prefill stops at its prompt's last 544-token boundary (1,088 tokens), writing that
+    state, and computes the tail in the next step into a running state; the boundary state is released
+    but stays cached; the three later requests sharing the 1,200-token system prompt hit it, the same
+    block in every state group; a running request holds one state block a group after null entries."""
     w, cfg, step = kvsim.lab.preset("state-layers-caching")
     assert cfg.enable_prefix_caching
+    assert cfg.gdn_prefill_backend == "triton"
     assert [g.kind for g in cfg.kv_groups] == ["mamba", "mamba", "mamba", "full"]
+    assert [g.checkpoint_blocks for g in cfg.kv_groups[:3]] == [0, 0, 0]
     assert cfg.engine_block_size == 544
     r = kvsim.simulate(w, cfg)
     assert list(r.requests["cached_tokens"]) == [0, 1088, 1088, 0, 1088]
-    # req-1's prefill: in each state group, the checkpoint at 1,088 tokens and its running state.
-    first = kvsim.lab.snapshot("state-layers-caching", step=1)
-    (req1,) = [q for q in first["requests"] if q["status"] == "running"]
-    assert req1["context_tokens"] == 1500
-    checkpoints = []
-    for table in req1["block_tables"][:3]:
-        assert len(table) == 3
-        assert table[0] == 0
-        checkpoints.append(table[1])
-    # The next step it decodes: the checkpoints are released, cached (hash kept), the running state held.
-    after = kvsim.lab.snapshot("state-layers-caching", step=2)
+
+    def req1(k: int) -> dict:
+        (q,) = [
+            q
+            for q in kvsim.lab.snapshot("state-layers-caching", step=k)["requests"]
+            if q["status"] == "running"
+        ]
+        return q
+
+    first = req1(1)
+    assert first["context_tokens"] == 1088
+    boundary = []
+    for table in first["block_tables"][:3]:
+        assert len(table) == 2
+        assert table[0] == 0  # (the null block: no state before the first boundary's)
+        boundary.append(table[1])
+    tail = req1(2)
+    assert tail["context_tokens"] == 1500
+    assert [t[:2] for t in tail["block_tables"][:3]] == [[0, b] for b in boundary]
+    # Decoding: the boundary states released, cached (their keys kept), the running states held.
+    after = kvsim.lab.snapshot("state-layers-caching", step=3)
     by_id = {b["block_id"]: b for b in after["blocks"]}
-    (req1,) = [q for q in after["requests"] if q["status"] == "running"]
-    for g, (table, ckpt) in enumerate(zip(req1["block_tables"][:3], checkpoints, strict=True)):
+    (q,) = [q for q in after["requests"] if q["status"] == "running"]
+    for g, (table, b) in enumerate(zip(q["block_tables"][:3], boundary, strict=True)):
         assert table[:2] == [0, 0]
         assert table[2] != 0
-        assert by_id[ckpt]["ref_cnt"] == 0
-        assert by_id[ckpt]["group"] == g
-        assert by_id[ckpt]["prefix_key"] == "system prompt:block-1"
-    # At the preset's step req-5 has just hit: its state tables start with req-1's checkpoints.
+        assert by_id[b]["ref_cnt"] == 0
+        assert by_id[b]["group"] == g
+        assert by_id[b]["prefix_key"] == "system prompt:block-1"
+    # At the preset's step req-5 has just hit: its state tables hold req-1's boundary states.
     s = kvsim.lab.snapshot("state-layers-caching", step=step)
     req5 = next(q for q in s["requests"] if q["name"] == "req-5")
     assert req5["status"] == "running"
-    assert [t[1] for t in req5["block_tables"][:3]] == checkpoints
+    assert [t[1] for t in req5["block_tables"][:3]] == boundary
     by_id = {b["block_id"]: b for b in s["blocks"]}
     for q in s["requests"]:
         if q["status"] != "running":

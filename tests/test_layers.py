@@ -116,6 +116,65 @@ def test_a_mamba_state_raises_the_attention_block():
         kv_layout(m, 16, hybrid_kv_cache_manager="off")
 
 
+@pytest.mark.parametrize(
+    ("gpu", "backend", "flashinfer"),
+    [
+        ("h200", "auto", True),  # Hopper: FlashInfer's GDN prefill
+        ("h20", "auto", True),
+        ("b200", "auto", True),  # Blackwell (10.0) with 128-wide keys and vLLM 0.33's CUDA 13 build
+        ("rtx-pro-6000", "auto", True),  # 12.0
+        ("a100-80gb", "auto", False),  # Ampere: Triton's
+        ("l40s", "auto", False),  # Ada: Triton's
+        ("mi300x", "auto", False),  # ROCm: Triton's (or AITER's FlyDSL, which exports no checkpoint either)
+        ("h200", "triton", False),
+        ("a100-80gb", "flashinfer", False),  # vLLM falls back to Triton's where FlashInfer's does not run
+        (None, "auto", True),  # no GPU: FlashInfer's, said in a note
+        (None, "triton", False),
+    ],
+)
+def test_the_gated_delta_nets_checkpoints_follow_its_prefill_kernel(gpu, backend, flashinfer):
+    """vLLM 0.33.0 (`_resolve_gdn_prefill_backend`, `QwenGatedDeltaNetAttention.get_kv_cache_spec`,
+    `_align_hybrid_block_size`): only FlashInfer's GDN prefill kernel exports prefill checkpoints; with it
+    and prefix caching on (align mode) each state group counts a checkpoint block and the attention block
+    is a multiple of 64 tokens (Qwen3-Next-80B-A3B, 4 ranks: 320 where 16-token alignment gives 272);
+    without caching, one state a request and the kernel changes nothing."""
+    kw = {"gpu": gpu, "tensor_parallel_size": 4} if gpu else {"num_blocks": 1000}
+    cfg = kvsim.SimConfig(model="qwen3-next-80b-a3b", gdn_prefill_backend=backend, **kw)
+    states = [g for g in cfg.kv_groups if g.kind == "mamba"]
+    assert len(states) == 3
+    block = (320 if gpu else 576) if flashinfer else (272 if gpu else 544)
+    assert cfg.engine_block_size == block
+    assert block % (64 if flashinfer else 16) == 0
+    assert {(g.block_size, g.checkpoint_blocks) for g in states} == {(block, 1 if flashinfer else 0)}
+    noted = any("FlashInfer" in n for n in cfg.pool.layout.notes)
+    assert noted == (gpu is None and flashinfer)
+    off = kvsim.SimConfig(
+        model="qwen3-next-80b-a3b", gdn_prefill_backend=backend, enable_prefix_caching=False, **kw
+    )
+    assert off.engine_block_size == (272 if gpu else 544)
+    assert {g.checkpoint_blocks for g in off.kv_groups if g.kind == "mamba"} == {0}
+
+
+def test_the_gdn_kernel_rule_and_its_refusals():
+    from kvsim.model.gpus import from_spec
+    from kvsim.model.layers import gdn_flashinfer
+
+    assert gdn_flashinfer("sm_90", 64)  # Hopper takes any key width
+    assert not gdn_flashinfer("sm_100", 64)  # Blackwell needs 128-wide keys
+    assert gdn_flashinfer("sm_103", 128)
+    assert gdn_flashinfer("sm_121", 128)
+    assert not gdn_flashinfer("sm_89", 128)
+    assert not gdn_flashinfer("gfx950", 128)
+    with pytest.raises(InvalidArgumentError, match="gdn_prefill_backend 'cutlass' is not one of"):
+        kvsim.SimConfig(model="qwen3-next-80b-a3b", num_blocks=100, gdn_prefill_backend="cutlass")
+    # A described GPU names its architecture, or leaves it unknown.
+    g = from_spec({"memory": "141GiB", "bandwidth": "4.8TB/s", "tflops": 989, "arch": "sm_90"})
+    assert g.arch == "sm_90"
+    assert from_spec({"memory": "48GiB", "bandwidth": "864GB/s", "tflops": 362}).arch == ""
+    with pytest.raises(InvalidArgumentError, match="arch 'hopper' must be sm_XY"):
+        from_spec({"memory": "48GiB", "bandwidth": "864GB/s", "tflops": 362, "arch": "hopper"})
+
+
 # -- config.json, family by family ---------------------------------------------------------------------
 def hf(**fields) -> dict:
     return {"hidden_size": 64, **fields}

@@ -25,10 +25,13 @@ KV_BYTES = 40 * GIB  # one GPU's KV cache (vLLM's --kv-cache-memory-bytes 40GiB)
 BLOCK_SIZE = 16
 MAX_NUM_BATCHED_TOKENS = 8192
 MODELS = ("gpt-oss-120b", "qwen3-next-80b-a3b")
-VLLM = "vLLM 0.33.0 (get_max_concurrency_for_kv_cache_config, recorded on CPU)"
+VLLM = "vLLM 0.33.0 (get_max_concurrency_for_kv_cache_config on a Hopper GPU's layout, recorded on CPU)"
+# The GPU architecture the layouts are formed for: Hopper (compute capability 9.0), where the gated delta
+# net's prefill runs on FlashInfer's kernel (DESIGN.md §Hybrid attention).
+ARCH = "sm_90"
 # vLLM 0.33.0's "Maximum concurrency" at each context of `CONTEXTS`, 40 GiB of bf16 KV cache, block 16,
-# max_num_batched_tokens 8192, asynchronous scheduling, prefix caching on (tests/data/vllm_hybrid/
-# capacity.json): (its num_blocks, the figures).
+# max_num_batched_tokens 8192, asynchronous scheduling, prefix caching on, the specs as vLLM forms them on a
+# Hopper GPU (tests/data/vllm_hybrid/capacity.json): (its num_blocks, the figures).
 VLLM_CONCURRENCY: dict[str, tuple[int, tuple[float, ...]]] = {
     "gpt-oss-120b": (
         72817,
@@ -42,8 +45,15 @@ VLLM_CONCURRENCY: dict[str, tuple[int, tuple[float, ...]]] = {
         ),
     ),
     "qwen3-next-80b-a3b": (
-        3212,
-        (188.94117647058823, 128.48, 80.3, 45.885714285714286, 24.70769230769231, 12.848),
+        3034,
+        (
+            178.47058823529412,
+            126.41666666666667,
+            79.84210526315789,
+            45.96969696969697,
+            24.666666666666668,
+            12.80168776371308,
+        ),
     ),
 }
 
@@ -72,8 +82,8 @@ def capacity_rows() -> pl.DataFrame:
         )
         vllm_blocks, vllm = VLLM_CONCURRENCY[name]
         for i, ctx in enumerate(CONTEXTS):
-            hybrid = kv_layout(m, BLOCK_SIZE, max_model_len=ctx)
-            naive = kv_layout(full, BLOCK_SIZE, max_model_len=ctx)
+            hybrid = kv_layout(m, BLOCK_SIZE, max_model_len=ctx, gpu_arch=ARCH)
+            naive = kv_layout(full, BLOCK_SIZE, max_model_len=ctx, gpu_arch=ARCH)
             in_flight = 2 * MAX_NUM_BATCHED_TOKENS
             blocks_h, blocks_n = KV_BYTES // hybrid.bytes_per_block, KV_BYTES // naive.bytes_per_block
             ours = hybrid.max_concurrency(blocks_h, ctx, in_flight)

@@ -238,6 +238,11 @@ GPU_FLAGS = {
     "--gpu-fp8-tflops": ("fp8_tflops", "TFLOPS", "peak dense fp8 tensor TFLOPS (kept for reference)"),
     "--gpu-fp4-tflops": ("fp4_tflops", "TFLOPS", "peak dense fp4 tensor TFLOPS (kept for reference)"),
     "--gpu-link": ("link", "RATE", "host link, one direction: 32GB/s (PCIe 4.0 x16, the default), 64GB/s"),
+    "--gpu-arch": (
+        "arch",
+        "ARCH",
+        "architecture vLLM picks kernels by: sm_90 (compute capability 9.0), gfx942",
+    ),
     "--gpu-name": ("name", "NAME", "the described GPU's name in the output (default: custom-gpu)"),
 }
 

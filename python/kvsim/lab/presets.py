@@ -319,7 +319,11 @@ def state_layers() -> Preset:
     from kvsim.lab.query import lab_model
 
     cfg = SimConfig(
-        model=lab_model("qwen3-next-80b-a3b"), num_blocks=24, block_size=16, enable_prefix_caching=False
+        model=lab_model("qwen3-next-80b-a3b"),
+        num_blocks=24,
+        block_size=16,
+        enable_prefix_caching=False,
+        gdn_prefill_backend="triton",
     )
     return Preset(
         name="state-layers",
@@ -341,12 +345,13 @@ def state_layers() -> Preset:
 
 def state_layers_caching() -> Preset:
     """Qwen3-Next-80B-A3B with prefix caching on, `vllm serve`'s default (DESIGN.md §Hybrid attention,
-    "Mamba groups"): vLLM's align mode keeps a state per 544-token block. A prefill holds, in each state
-    group, its running state and the state at its prompt's last block boundary (the gated delta net's
-    prefill checkpoint, which stays cached when the step ends); after it, only the running state (null
-    entries before it). Four of five requests share a 1,200-token system prompt: the later three hit the
-    first one's cached state at 1,088 tokens (two blocks) in every group, with the attention blocks before
-    it, and compute the rest."""
+    "Mamba groups"): vLLM's align mode keeps a state per 544-token block boundary. The gated delta net's
+    prefill runs on Triton's kernel, as the lab runs it (it has no GPU; FlashInfer's, on Hopper and
+    Blackwell, checkpoints inside the prefill and makes blocks multiples of 64 tokens): a prefill stops at
+    its prompt's last block boundary, whose state stays cached, and computes the rest in a step of its own;
+    after it a request holds only its running state in each state group (null entries before it). Four of
+    five requests share a 1,200-token system prompt: the later three hit the first one's cached state at
+    1,088 tokens (two blocks) in every group, with the attention blocks before it, and compute the rest."""
     rows = [
         ([(600, 1200), (601, 300)], 200),
         ([(600, 1200), (602, 500)], 160),
@@ -357,20 +362,22 @@ def state_layers_caching() -> Preset:
     w = _table(rows, [0.0, 0.5, 0.55, 0.6, 0.65], STATE_MAX_TOKENS)
     from kvsim.lab.query import lab_model
 
-    cfg = SimConfig(model=lab_model("qwen3-next-80b-a3b"), num_blocks=36, block_size=16)
+    cfg = SimConfig(
+        model=lab_model("qwen3-next-80b-a3b"), num_blocks=36, block_size=16, gdn_prefill_backend="triton"
+    )
     return Preset(
         name="state-layers-caching",
-        title="State layers with prefix caching (Qwen3-Next-80B)",
+        title="Cached states (Qwen3-Next-80B)",
         description=(
             "Qwen3-Next-80B-A3B with prefix caching on, as vllm serve runs it: vLLM's align mode keeps a "
-            "state per 544-token block. A prefill holds its running state and, as a checkpoint, the state at "
-            "its prompt's last block boundary, which stays cached; then only the running state. Four of five "
-            "requests share a 1,200-token system prompt: the later ones hit the first one's cached state at "
-            "1,088 tokens in every group and compute the rest."
+            "state per 544-token block. A prefill stops at its prompt's last block boundary, whose state stays "
+            "cached, and computes the rest in a step of its own (the gated delta net on Triton's kernel); then "
+            "a request holds only its running state. Four of five requests share a 1,200-token system prompt: "
+            "the later ones hit the first one's cached state at 1,088 tokens in every group."
         ),
         workload=w,
         config=cfg,
-        step=351,
+        step=352,
         segment_names={600: "system prompt"},
         request_names=[f"req-{i + 1}" for i in range(len(rows))],
         max_tokens=f"max_tokens {STATE_MAX_TOKENS} each",

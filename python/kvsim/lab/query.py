@@ -107,16 +107,17 @@ def _named_model(name: str) -> models.Model:
 
 def layout(model: Any, block_size: int) -> KVLayout:
     """The model's KV-cache groups on one GPU at `block_size`, as vLLM forms them (`kv_layout`: its
-    hybrid KV-cache manager on, as `vllm serve` runs it; Mamba states without prefix caching, as the lab
-    runs them, which gives the same bytes per block as with it)."""
+    hybrid KV-cache manager on, as `vllm serve` runs it; Mamba states without prefix caching, which gives
+    the same bytes per block as with it where the gated delta net's prefill runs on Triton's kernel, as
+    the lab runs it: it has no GPU, and FlashInfer's would make blocks multiples of 64 tokens with caching)."""
     if isinstance(model, str):
         return _named_layout(model, block_size)
-    return kv_layout(lab_model(model), block_size, enable_prefix_caching=False)
+    return kv_layout(lab_model(model), block_size, enable_prefix_caching=False, gdn_prefill_backend="triton")
 
 
 @functools.cache
 def _named_layout(name: str, block_size: int) -> KVLayout:
-    return kv_layout(lab_model(name), block_size, enable_prefix_caching=False)
+    return kv_layout(lab_model(name), block_size, enable_prefix_caching=False, gdn_prefill_backend="triton")
 
 
 def bytes_per_block(model: Any, block_size: int) -> int:
@@ -450,6 +451,7 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
         placement=placement,
         kv_offloading_size=None,
         kv_offloading_chunks=0,
+        gdn_prefill_backend="triton",
     )
     if tier is not None:
         check_tier_chunks(tier_bytes, paged)  # (before the config refuses it, naming its own field)

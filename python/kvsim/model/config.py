@@ -137,6 +137,7 @@ class SimConfig(ConfigTimeModel):
     placement: str = default("placement")
     enable_prefix_caching: bool = default("enable_prefix_caching")
     hybrid_kv_cache_manager: str = default("hybrid_kv_cache_manager")
+    gdn_prefill_backend: str = default("gdn_prefill_backend")
     prefix_cache_retention_interval: int | None = default("prefix_cache_retention_interval")
     free_order: str = default("free_order")
     preemption: str = default("preemption")
@@ -367,6 +368,7 @@ class SimConfig(ConfigTimeModel):
             max_num_seqs=self.max_num_seqs,
             enable_prefix_caching=self.enable_prefix_caching,
             hybrid_kv_cache_manager=self.hybrid_kv_cache_manager,
+            gdn_prefill_backend=self.gdn_prefill_backend,
             max_model_len=self.max_model_len,
             quantization=self.quantization,
             enforce_eager=self.enforce_eager,

@@ -40,6 +40,8 @@ class Gpu:
         fp4_flops: peak dense fp4 tensor FLOP/s (0: no fp4 tensor cores).
         peer_bandwidth: the GPU-to-GPU link (NVLink, Infinity Fabric), one direction, bytes per second,
             what tensor- and expert-parallel collectives cross; 0: none, they cross the host link (PCIe).
+        arch: the architecture vLLM picks kernels by: `sm_XY` for an NVIDIA GPU of compute capability X.Y,
+            `gfxNNN` for an AMD one; "" unknown (a described GPU without `arch`).
     """
 
     name: str
@@ -51,6 +53,7 @@ class Gpu:
     fp8_flops: float = 0.0
     fp4_flops: float = 0.0
     peer_bandwidth: float = 0.0
+    arch: str = ""
 
 
 def _g(
@@ -259,6 +262,33 @@ GPUS: dict[str, Gpu] = {
     )
 }
 
+# Each preset's architecture: NVIDIA's compute capabilities ("CUDA GPUs - Compute Capability",
+# developer.nvidia.com/cuda-gpus: Turing 7.5, A100 8.0, GA102 and A10 8.6, Ada 8.9, Hopper 9.0, B200 and
+# GB200 10.0, RTX Blackwell 12.0) and AMD's LLVM targets (ROCm's "GPU hardware specifications": MI300X and
+# MI325X gfx942, MI355X gfx950).
+ARCHS = {
+    "rtx-2070": "sm_75",
+    "rtx-3090": "sm_86",
+    "rtx-4090": "sm_89",
+    "rtx-5090": "sm_120",
+    "rtx-pro-6000": "sm_120",
+    "a10g": "sm_86",
+    "l4": "sm_89",
+    "l40s": "sm_89",
+    "a100-40gb": "sm_80",
+    "a100-80gb": "sm_80",
+    "h100-80gb": "sm_90",
+    "h100-pcie": "sm_90",
+    "h20": "sm_90",
+    "h200": "sm_90",
+    "b200": "sm_100",
+    "gb200": "sm_100",
+    "mi300x": "gfx942",
+    "mi325x": "gfx942",
+    "mi355x": "gfx950",
+}
+GPUS = {n: dataclasses.replace(g, arch=ARCHS[n]) for n, g in GPUS.items()}
+
 
 # How `vllm serve` picks `--max-num-batched-tokens` and `--max-num-seqs` when they are not given
 # (`EngineArgs.get_batch_defaults`, read in each release's wheel): `serve-0.28` is 0.28.0 to 0.33.0 (a tier
@@ -317,7 +347,7 @@ def get(name: str) -> Gpu:
 
 # A described GPU's fields: (key, unit) -> the Gpu field. Sizes take units (48GiB), rates GB/s or TB/s
 # (bytes per second: 864GB/s), FLOP rates TFLOPS as a plain number.
-SPEC_KEYS = ("name", "memory", "bandwidth", "tflops", "fp8_tflops", "fp4_tflops", "link", "peer_link")
+SPEC_KEYS = ("name", "memory", "bandwidth", "tflops", "fp8_tflops", "fp4_tflops", "link", "peer_link", "arch")
 
 
 def _rate(key: str, value: Any, where: str) -> float:
@@ -361,7 +391,7 @@ def _tflops(key: str, value: Any, where: str, required: bool) -> float:
 def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None) -> Gpu:
     """A `Gpu` from a description: `memory` (a size: `48GiB`), `bandwidth` (`864GB/s`), `tflops` (dense
     bf16), `fp8_tflops`, `fp4_tflops`, `link` (host link, one direction: `32GB/s`), `peer_link` (GPU-to-GPU link such as NVLink,
-    one direction; unset: the host link), `name`. With `base` (a
+    one direction; unset: the host link), `arch` (`sm_90`, `gfx942`: the kernels vLLM picks), `name`. With `base` (a
     preset), the keys given replace its figures; without, `memory`, `bandwidth` and `tflops` are needed
     and `link` defaults to PCIe 4.0's 32 GB/s. The same numbers give the same answers as a preset.
 
@@ -397,10 +427,21 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
         fields["pcie_bandwidth"] = _rate("link", spec["link"], where)
     if spec.get("peer_link") is not None:
         fields["peer_bandwidth"] = _rate("peer_link", spec["peer_link"], where)
+    if spec.get("arch") is not None:
+        import re
+
+        arch = spec["arch"]
+        if not isinstance(arch, str) or not re.fullmatch(r"sm_\d{2,3}|gfx[0-9a-f]{3,4}", arch):
+            raise InvalidArgumentError(
+                f"{where}: arch {arch!r} must be sm_XY (an NVIDIA GPU of compute capability X.Y: sm_90) or "
+                "gfxNNN (an AMD GPU: gfx942)"
+            )
+        fields["arch"] = arch
     fields.setdefault("pcie_bandwidth", 32e9)
     fields.setdefault("fp8_flops", 0.0)
     fields.setdefault("fp4_flops", 0.0)
     fields.setdefault("peer_bandwidth", 0.0)
+    fields.setdefault("arch", "")
     name = spec.get("name") or (f"{base.name}-custom" if base is not None else "custom-gpu")
     if not isinstance(name, str) or not name.strip():
         raise InvalidArgumentError(f"{where}: name {name!r} must be a non-empty string")

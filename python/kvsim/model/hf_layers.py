@@ -359,7 +359,8 @@ def _hf_state(
             ssm_heads=nv,
             ssm_per_head=hv * hk,
             ssm_bits=ssm_bits,
-            checkpoint_blocks=1,
+            checkpoint_blocks=1,  # (on FlashInfer's prefill kernel only: `layers.gdn_flashinfer`)
+            gdn_head_k_dim=hk,
         )
     if model_type == "jamba":
         inner = field_int("mamba_expand", 2, least=1) * field_int("hidden_size", least=1)

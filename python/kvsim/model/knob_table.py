@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsim.model.gpus import BATCH_RULES
+from kvsim.model.layers import GDN_PREFILL_BACKENDS
 from kvsim.model.quant import QUANTIZATION_CHOICES
 
 POLICIES = ("vllm", "reserve", "static", "orca-max", "orca-pow2", "orca-oracle")
@@ -146,6 +147,15 @@ KNOBS: dict[str, Knob] = {
         "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1), off (--disable-hybrid-kv-cache-manager: "
         "every attention layer keeps every token)",
         choices=HYBRID_MANAGER,
+    ),
+    "gdn_prefill_backend": Knob(
+        "auto",
+        "choice",
+        "the gated delta net's prefill kernel (vLLM's additional_config gdn_prefill_backend): auto (FlashInfer's "
+        "on compute capability 9.0, and 10.x / 12.x with 128-wide keys; Triton's on other GPUs), flashinfer "
+        "(Triton's where FlashInfer's does not run), triton. Only FlashInfer's exports prefill checkpoints: "
+        "with prefix caching a state group then holds a checkpoint block and blocks are multiples of 64 tokens",
+        choices=GDN_PREFILL_BACKENDS,
     ),
     "prefix_cache_retention_interval": Knob(
         0,

@@ -25,6 +25,7 @@ DESIGN.md §Hybrid attention states each rule with its source.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,37 @@ DSV4_BLOCK = 256
 # Mamba state raises is a multiple of it (`_align_hybrid_block_size`: `kernel_block_alignment_size`).
 KERNEL_BLOCK_ALIGNMENT = 16
 
+# The gated delta net's prefill kernel (vLLM 0.33.0, `vllm/model_executor/layers/mamba/gdn/
+# qwen_gdn_linear_attn.py`, `_resolve_gdn_prefill_backend`): FlashInfer's on CUDA GPUs of compute capability
+# 9.0, or 10.x and 12.x with `linear_key_head_dim` 128 and a CUDA 13 runtime (vLLM 0.33.0's PyPI wheel is a
+# CUDA 13 build: it requires `nvidia-cutlass-dsl[cu13]`); Triton's elsewhere (ROCm: Triton or AITER's
+# FlyDSL). Only FlashInfer's exports prefill checkpoints, at offsets that are multiples of 64 tokens
+# (`FLASHINFER_GDN_CHECKPOINT_ALIGNMENT`, `vllm/v1/attention/backends/gdn_attn.py`), which in align mode
+# makes the attention block a multiple of 64 (`_align_hybrid_block_size`, `vllm/platforms/interface.py`).
+GDN_PREFILL_BACKENDS = ("auto", "flashinfer", "triton")
+FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64
+
+
+def gdn_flashinfer(arch: str | None, head_k_dim: int, backend: str = "auto") -> bool:
+    """Whether vLLM runs the gated delta net's prefill on FlashInfer's kernel: `backend` `auto` or
+    `flashinfer` (which falls back to Triton where FlashInfer's kernel does not run, as vLLM does) on a GPU of
+    architecture `arch` (`Gpu.arch`: `sm_90`, `gfx942`, ...; None or "" unknown: taken as FlashInfer's, the
+    kernel of the Hopper and Blackwell GPUs such models are served on) for keys of `head_k_dim`."""
+    if backend not in GDN_PREFILL_BACKENDS:
+        raise InvalidArgumentError(
+            f"gdn_prefill_backend {backend!r} is not one of {', '.join(map(repr, GDN_PREFILL_BACKENDS))}"
+        )
+    if backend == "triton":
+        return False
+    if not arch:
+        return True
+    if arch == "sm_90":
+        return True
+    family = arch.removeprefix("sm_")
+    if arch.startswith("sm_") and family.isdigit() and int(family) // 10 in (10, 12):
+        return head_k_dim == 128
+    return False
+
 
 @dataclass(frozen=True)
 class MambaState:
@@ -75,7 +107,10 @@ class MambaState:
             float32: KDA's recurrent state, Nemotron-H's `mamba_ssm_cache_dtype`).
         checkpoint_blocks: blocks a request holds for a prefill checkpoint with prefix caching on (vLLM's
             `num_prefill_checkpoint_blocks`: 1 for the Mamba 2 mixer and the gated delta net, which export
-            a block-boundary state from inside a forward pass).
+            a block-boundary state from inside a forward pass; the gated delta net only on FlashInfer's
+            prefill kernel, `gdn_flashinfer`).
+        gdn_head_k_dim: a gated delta net's `linear_key_head_dim` (its prefill kernel depends on it and on
+            the GPU); 0 for other layers.
     """
 
     conv_channels: int
@@ -86,6 +121,7 @@ class MambaState:
     mamba2_state_size: int = 0
     ssm_bits: int = 0
     checkpoint_blocks: int = 0
+    gdn_head_k_dim: int = 0
 
     def page_bytes(self, tp: int, dtype_bits: int) -> int:
         """Bytes of one request's state on one of `tp` ranks, the conv state in `dtype_bits`."""
@@ -273,7 +309,6 @@ def _attention_page(layer: Layer, model: Any, tp: int, kv_bits: int, block_size:
 
 def _with_checkpoints(group: KVGroup, layers: list[Layer]) -> KVGroup:
     """A Mamba group with its layers' prefill-checkpoint blocks."""
-    import dataclasses
 
     if group.kind != "mamba":
         return group
@@ -291,6 +326,8 @@ def kv_layout(
     enable_prefix_caching: bool = True,
     hybrid_kv_cache_manager: str = "auto",
     max_model_len: int | None = None,
+    gpu_arch: str | None = None,
+    gdn_prefill_backend: str = "auto",
 ) -> KVLayout:
     """The KV-cache groups of `model` (a `kvsim.model.models.Model`) as vLLM 0.33.0 forms them.
 
@@ -305,6 +342,9 @@ def kv_layout(
             `"on"` (for chunked local attention: vLLM's `VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`)
             or `"off"` (`--disable-hybrid-kv-cache-manager`: local layers counted as full attention).
         max_model_len: the context length (the model's when None).
+        gpu_arch: the GPU's architecture (`Gpu.arch`), which picks the gated delta net's prefill kernel
+            (`gdn_flashinfer`); None: unknown.
+        gdn_prefill_backend: vLLM's `gdn_prefill_backend` (`--additional-config`): auto, flashinfer, triton.
 
     Raises:
         InvalidArgumentError: a layout vLLM refuses (naming why).
@@ -316,6 +356,31 @@ def kv_layout(
     weight_bits = dtype_bits(model.weight_dtype) if model.weight_dtype in ("fp16", "bf16", "fp32") else 16
     mml = max_model_len if max_model_len is not None else model.max_model_len
     layers = list(model.layer_list())
+    if gdn_prefill_backend not in GDN_PREFILL_BACKENDS:
+        raise InvalidArgumentError(
+            f"gdn_prefill_backend {gdn_prefill_backend!r} is not one of "
+            f"{', '.join(map(repr, GDN_PREFILL_BACKENDS))}"
+        )
+    notes: list[str] = []
+    # The gated delta net's prefill kernel: checkpoints (and their 64-token grid) only on FlashInfer's.
+    gdn = [lay.state.gdn_head_k_dim for lay in layers if lay.state is not None and lay.state.gdn_head_k_dim]
+    gdn_grid = None
+    if gdn:
+        if all(gdn_flashinfer(gpu_arch, hk, gdn_prefill_backend) for hk in gdn):
+            gdn_grid = FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
+            if not gpu_arch and gdn_prefill_backend != "triton":
+                notes.append(
+                    "gated delta net prefill on FlashInfer's kernel (vLLM's on Hopper and Blackwell GPUs: "
+                    "prefill checkpoints, blocks a multiple of 64 tokens with prefix caching); no GPU "
+                    "architecture given (gdn_prefill_backend='triton' for Triton's)"
+                )
+        else:
+            layers = [
+                dataclasses.replace(lay, state=dataclasses.replace(lay.state, checkpoint_blocks=0))
+                if lay.state is not None and lay.state.gdn_head_k_dim
+                else lay
+                for lay in layers
+            ]
     if any(lay.kind == "deepseek_v4" for lay in layers):
         return _deepseek_v4_layout(model, layers, block_size, hybrid_kv_cache_manager)
     has_local = any(lay.kind in ("sliding_window", "chunked_local") for lay in layers)
@@ -327,7 +392,6 @@ def kv_layout(
             f"hybrid_kv_cache_manager {hybrid_kv_cache_manager!r} is not one of 'auto', 'on', 'off'"
         )
     hybrid_on = hybrid_kv_cache_manager == "on" or (hybrid_kv_cache_manager == "auto" and not has_chunked)
-    notes: list[str] = []
     promoted = False
     if not hybrid_on and has_full and has_local:
         # unify_hybrid_kv_cache_specs: sliding-window and chunked-local layers allocated as full attention.
@@ -360,6 +424,11 @@ def kv_layout(
         if first_attn is not None:
             per_token = _attention_page(first_attn, model, tp, bits, 1)
             align_to = max(KERNEL_BLOCK_ALIGNMENT, block_size)
+            states = [lay.state for _, lay in cached if lay.state is not None]
+            if align and gdn_grid is not None and all(st.gdn_head_k_dim for st in states):
+                # Internal prefill checkpoints land on block boundaries: the block a multiple of the
+                # checkpoints' grid (the lcm of every state layer's, none unless all have one).
+                align_to = math.lcm(align_to, gdn_grid)
             needed = align_to * -(-mamba_page // (align_to * per_token))
             needed = KERNEL_BLOCK_ALIGNMENT * -(-needed // KERNEL_BLOCK_ALIGNMENT)
             if attn_bs < needed:

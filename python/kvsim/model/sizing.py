@@ -261,6 +261,7 @@ def size_pool(
     max_num_seqs: int = 256,
     enable_prefix_caching: bool = True,
     hybrid_kv_cache_manager: str = "auto",
+    gdn_prefill_backend: str = "auto",
     max_model_len: int | None = None,
     quantization: str | None = None,
     enforce_eager: bool = False,
@@ -308,6 +309,8 @@ def size_pool(
             enable_prefix_caching=enable_prefix_caching,
             hybrid_kv_cache_manager=hybrid_kv_cache_manager,
             max_model_len=max_model_len,
+            gpu_arch=g.arch if g is not None else None,
+            gdn_prefill_backend=gdn_prefill_backend,
         )
     common: dict[str, Any] = {
         "block_size": block_size,
