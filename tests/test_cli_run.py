@@ -1028,3 +1028,23 @@ def test_the_choice_none_is_a_choice_not_unset(capsys, tmp_path):
     assert _json(capsys, ["run", "--toml", str(path)])["config"]["admission_gate"] == "none"
     assert _json(capsys, [*SMALL, "--admission-gate", "none"])["config"]["admission_gate"] == "none"
     assert _json(capsys, [*SMALL, "--max-model-len", "none"])["config"]["max_model_len"] is None
+
+
+def test_kvsim_run_says_which_gdn_prefill_kernel_it_assumed(capsys):
+    """Qwen3-Next without a GPU: the gated delta net's prefill kernel is FlashInfer's (576-token blocks with
+    prefix caching) and a note says so and how to choose Triton's; on an H200 nothing is assumed; with
+    --gdn-prefill-backend triton the blocks are 544 tokens and no note."""
+    base = ["run", "--requests", "5", "--model", "qwen3-next-80b-a3b", "--workload", "sharegpt"]
+    assert main([*base, "--num-gpu-blocks-override", "400"]) == 0
+    out = capsys.readouterr().out
+    assert "block 576" in out
+    assert "note: gated delta net prefill on FlashInfer's kernel" in out
+    assert "--gdn-prefill-backend triton" in out
+    assert main([*base, "--num-gpu-blocks-override", "400", "--gdn-prefill-backend", "triton"]) == 0
+    out = capsys.readouterr().out
+    assert "block 544" in out
+    assert "gated delta net" not in out
+    assert main([*base, "--gpu", "h200", "-tp", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "block 576" in out
+    assert "gated delta net" not in out

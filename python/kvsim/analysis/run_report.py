@@ -22,6 +22,10 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
     import numpy as np
 
     s, cfg = result.summary, result.config
+    layout = cfg.pool.layout if cfg.pool is not None else None
+    if layout is not None:
+        # An assumption the layout made (the gated delta net's prefill kernel with no GPU architecture).
+        notes.extend(n for n in layout.notes if n.startswith("gated delta net prefill"))
     if cfg.time_model == "ticks":
         from kvsim.model.units import fmt_duration_ps
 

@@ -372,7 +372,7 @@ def kv_layout(
                 notes.append(
                     "gated delta net prefill on FlashInfer's kernel (vLLM's on Hopper and Blackwell GPUs: "
                     "prefill checkpoints, blocks a multiple of 64 tokens with prefix caching); no GPU "
-                    "architecture given (gdn_prefill_backend='triton' for Triton's)"
+                    "architecture given (--gdn-prefill-backend triton for Triton's, as on other GPUs)"
                 )
         else:
             layers = [
