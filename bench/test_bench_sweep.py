@@ -25,7 +25,12 @@ _NUMBERS: dict[str, float] = {}
 def spec(grid: list[str]) -> SweepSpec:
     """ShareGPT-like requests at 2 req/s on the paper's OPT-13B / 12 GiB / roofline setup."""
     return SweepSpec(
-        name="bench", grid=parse_grid_args(grid), workloads=["sharegpt"], requests=REQUESTS, seeds=1
+        name="bench",
+        grid=parse_grid_args(grid),
+        base={"model": "opt-13b", "gpu": "a100-40gb", "kv_cache_bytes": 12 * 2**30, "time_model": "linear"},
+        workloads=["sharegpt:arrival_rate=2"],
+        requests=REQUESTS,
+        seeds=1,
     )
 
 
