@@ -359,6 +359,20 @@ def _kimi(**lac: object) -> dict[str, object]:
         ("kimi-linear-48b-a3b", (), _kimi(kda_layers=[]), "'linear_attn_config.kda_layers' [] must list"),
         ("kimi-linear-48b-a3b", (), _kimi(kda_layers=[0, 999, -1]), "from 1 to 27 (1-based)"),
         ("kimi-linear-48b-a3b", (), _kimi(kda_layers=[1, 1, 2]), "'linear_attn_config.kda_layers' [1, 1, 2]"),
+        # What changes vLLM's KDA layer is refused by name, not read past: a bounded gate (FlashKDA's
+        # prefill checkpoints on Hopper and Blackwell), a full-rank gate (Kimi-K3's layer).
+        (
+            "kimi-linear-48b-a3b",
+            (),
+            _kimi(gate_lower_bound=-5.0),
+            "'linear_attn_config.gate_lower_bound' -5.0 is not modelled: a bounded KDA gate",
+        ),
+        (
+            "kimi-linear-48b-a3b",
+            (),
+            _kimi(use_full_rank_gate=True),
+            "'linear_attn_config.use_full_rank_gate' True is not modelled",
+        ),
         # A window the engine cannot take (a signed 64-bit integer) was refused only when the run started,
         # naming kv_groups.
         ("mistral-7b", (), {"sliding_window": 2**63}, "'sliding_window' 9223372036854775808 is longer than"),

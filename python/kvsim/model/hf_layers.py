@@ -51,6 +51,20 @@ def kimi_linear_attention(
     lac = cfg.get("linear_attn_config")
     if not isinstance(lac, dict):
         raise InvalidArgumentError(f"model {where}: 'linear_attn_config' must be an object")
+    # Fields that change what vLLM 0.33.0 builds, refused rather than read past (`vllm/models/kimi_k3/
+    # nvidia/kda.py`): a bounded gate runs the KDA prefill on FlashKDA on CUDA 9.x-12.x GPUs, which exports
+    # prefill checkpoints (`kda_checkpoint.py`); a full-rank gate is Kimi-K3's layer, other weights.
+    why = {
+        "gate_lower_bound": "a bounded KDA gate runs vLLM's prefill on FlashKDA on compute capability 9.x-12.x "
+        "GPUs, whose prefill checkpoints kvsim does not model",
+        "use_full_rank_gate": "a full-rank KDA gate is Kimi-K3's layer, whose weights and kernels kvsim does "
+        "not model",
+    }
+    for key, reason in why.items():
+        if lac.get(key) not in (None, False):
+            raise InvalidArgumentError(
+                f"model {where}: field 'linear_attn_config.{key}' {lac[key]!r} is not modelled: {reason}"
+            )
     numbers = []
     for key, default in (("num_heads", None), ("head_dim", None), ("short_conv_kernel_size", 4)):
         v = lac.get(key, default)
