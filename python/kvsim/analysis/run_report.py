@@ -21,11 +21,12 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
     """
     import numpy as np
 
+    from kvsim.model.layers import GDN_ASSUMED_NOTE
+
     s, cfg = result.summary, result.config
     layout = cfg.pool.layout if cfg.pool is not None else None
-    if layout is not None:
-        # An assumption the layout made (the gated delta net's prefill kernel with no GPU architecture).
-        notes.extend(n for n in layout.notes if n.startswith("gated delta net prefill"))
+    if layout is not None and GDN_ASSUMED_NOTE in layout.notes:
+        notes.append(GDN_ASSUMED_NOTE)  # (the kernel assumed without a GPU architecture)
     if cfg.time_model == "ticks":
         from kvsim.model.units import fmt_duration_ps
 

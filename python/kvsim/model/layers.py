@@ -67,6 +67,19 @@ KERNEL_BLOCK_ALIGNMENT = 16
 # makes the attention block a multiple of 64 (`_align_hybrid_block_size`, `vllm/platforms/interface.py`).
 GDN_PREFILL_BACKENDS = ("auto", "flashinfer", "triton")
 FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64
+# The layout's note when no GPU architecture picks the kernel (`kvsim run` prints it: `run_report`).
+GDN_ASSUMED_NOTE = (
+    "gated delta net prefill on FlashInfer's kernel (vLLM's on Hopper and Blackwell GPUs: prefill checkpoints, "
+    "blocks a multiple of 64 tokens with prefix caching); no GPU architecture given (--gdn-prefill-backend "
+    "triton for Triton's, as on other GPUs)"
+)
+
+
+def _check_gdn_backend(backend: str) -> None:
+    if backend not in GDN_PREFILL_BACKENDS:
+        raise InvalidArgumentError(
+            f"gdn_prefill_backend {backend!r} is not one of {', '.join(map(repr, GDN_PREFILL_BACKENDS))}"
+        )
 
 
 def gdn_flashinfer(arch: str | None, head_k_dim: int, backend: str = "auto") -> bool:
@@ -74,10 +87,7 @@ def gdn_flashinfer(arch: str | None, head_k_dim: int, backend: str = "auto") -> 
     `flashinfer` (which falls back to Triton where FlashInfer's kernel does not run, as vLLM does) on a GPU of
     architecture `arch` (`Gpu.arch`: `sm_90`, `gfx942`, ...; None or "" unknown: taken as FlashInfer's, the
     kernel of the Hopper and Blackwell GPUs such models are served on) for keys of `head_k_dim`."""
-    if backend not in GDN_PREFILL_BACKENDS:
-        raise InvalidArgumentError(
-            f"gdn_prefill_backend {backend!r} is not one of {', '.join(map(repr, GDN_PREFILL_BACKENDS))}"
-        )
+    _check_gdn_backend(backend)
     if backend == "triton":
         return False
     if not arch:
@@ -356,11 +366,7 @@ def kv_layout(
     weight_bits = dtype_bits(model.weight_dtype) if model.weight_dtype in ("fp16", "bf16", "fp32") else 16
     mml = max_model_len if max_model_len is not None else model.max_model_len
     layers = list(model.layer_list())
-    if gdn_prefill_backend not in GDN_PREFILL_BACKENDS:
-        raise InvalidArgumentError(
-            f"gdn_prefill_backend {gdn_prefill_backend!r} is not one of "
-            f"{', '.join(map(repr, GDN_PREFILL_BACKENDS))}"
-        )
+    _check_gdn_backend(gdn_prefill_backend)
     notes: list[str] = []
     # The gated delta net's prefill kernel: checkpoints (and their 64-token grid) only on FlashInfer's.
     gdn = [lay.state.gdn_head_k_dim for lay in layers if lay.state is not None and lay.state.gdn_head_k_dim]
@@ -368,12 +374,8 @@ def kv_layout(
     if gdn:
         if all(gdn_flashinfer(gpu_arch, hk, gdn_prefill_backend) for hk in gdn):
             gdn_grid = FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
-            if not gpu_arch and gdn_prefill_backend != "triton":
-                notes.append(
-                    "gated delta net prefill on FlashInfer's kernel (vLLM's on Hopper and Blackwell GPUs: "
-                    "prefill checkpoints, blocks a multiple of 64 tokens with prefix caching); no GPU "
-                    "architecture given (--gdn-prefill-backend triton for Triton's, as on other GPUs)"
-                )
+            if not gpu_arch:
+                notes.append(GDN_ASSUMED_NOTE)
         else:
             layers = [
                 dataclasses.replace(lay, state=dataclasses.replace(lay.state, checkpoint_blocks=0))

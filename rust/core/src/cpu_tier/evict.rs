@@ -236,14 +236,13 @@ impl CpuTier {
         out: &mut Vec<BlockKey>,
     ) {
         for &(span, k) in taken {
+            let n = k & !LANE;
             if k & LANE == 0 {
-                self.chunks.remove_span(span, k);
-                out.extend(span.entries(k).map(|(_, key)| key));
+                self.chunks.remove_span(span, n);
             } else {
-                let k = k & !LANE;
-                self.lane_len -= k as u64;
-                out.extend(span.entries(k).map(|(_, key)| key));
+                self.lane_len -= n as u64;
             }
+            out.extend(span.entries(n).map(|(_, key)| key));
         }
         if lane_taken > 0 || lane_head != self.lane.front().copied() {
             self.lane.drain(..lane_taken);

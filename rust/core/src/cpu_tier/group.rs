@@ -148,10 +148,7 @@ impl Group {
         {
             // The whole run, all held: the last slot takes the next rank, the first the newest.
             *next_rank += n as u64;
-            r.req = *next_rank;
-            r.dreq = true;
-            r.pos = 0;
-            r.dpos = false;
+            *r = r.reranked(*next_rank);
             if r.ready {
                 // (all evictable: a run is unpinned)
                 match order {
@@ -231,6 +228,19 @@ pub(super) struct Run {
 }
 
 impl Run {
+    /// The run a finish re-ranks whole (`Group::rerank`): its first slot of rank `newest`, each slot
+    /// after it one less, all at position 0.
+    #[inline]
+    pub(super) fn reranked(self, newest: u64) -> Self {
+        Run {
+            req: newest,
+            dreq: true,
+            pos: 0,
+            dpos: false,
+            ..self
+        }
+    }
+
     /// `n` new pending chunks of request rank `req` at positions `pos..pos + n` (a store's run).
     #[inline]
     pub(super) fn pending(n: u32, pos: u32, req: u64) -> Self {

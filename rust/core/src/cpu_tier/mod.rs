@@ -406,12 +406,7 @@ impl CpuTier {
             && u64::from(r.n) == rec.n
         {
             let n = u64::from(r.n);
-            let mut re = r;
-            re.req = self.next_rank + n;
-            re.dreq = true;
-            re.pos = 0;
-            re.dpos = false;
-            if let Some(span) = re.span(rid, g.base) {
+            if let Some(span) = r.reranked(self.next_rank + n).span(rid, g.base) {
                 e.remove();
                 self.next_rank += n;
                 self.chunks.len -= n as usize;

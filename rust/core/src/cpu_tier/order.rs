@@ -218,6 +218,20 @@ pub(super) fn head_lt(a: &Span, b: &Span) -> bool {
     a.req < b.req || (a.req == b.req && a.head() < b.head())
 }
 
+/// Which of `heads` (a queue's sources' head spans) holds the least head, None if all are empty.
+#[inline]
+fn least_of(heads: &[Option<Span>; 4]) -> Option<usize> {
+    let mut least: Option<usize> = None;
+    for (j, h) in heads.iter().enumerate() {
+        if let Some(h) = h
+            && least.is_none_or(|i| head_lt(h, heads[i].as_ref().expect("a head")))
+        {
+            least = Some(j);
+        }
+    }
+    least
+}
+
 /// A min-queue of entries with `BinaryHeap<Reverse<Entry>>`'s interface (entries wrapped in `Reverse`,
 /// `pop` the least), its entries kept as spans (`Span`: a run of slots' entries in one, pushed and
 /// popped a chunk at a time without being listed). The tier makes its entries mostly in order (a
@@ -389,13 +403,8 @@ impl RankQueue {
     /// The head span of its least source (its head the least entry), None if empty.
     #[inline]
     pub(super) fn least_head(&self) -> Option<Span> {
-        let mut least: Option<Span> = None;
-        for h in self.head_spans().into_iter().flatten() {
-            if least.as_ref().is_none_or(|l| head_lt(&h, l)) {
-                least = Some(h);
-            }
-        }
-        least
+        let heads = self.head_spans();
+        least_of(&heads).and_then(|i| heads[i])
     }
 
     /// The least entries, at most `max` >= 1 of them, taken out while they come from one span and
@@ -407,17 +416,7 @@ impl RankQueue {
         // The four sources' head spans; the least head's source is `i` (heads compared by their
         // request rank first: ranks tie seldom, and the whole entry only then).
         let heads = self.head_spans();
-        let mut i = usize::MAX;
-        for (j, h) in heads.iter().enumerate() {
-            if let Some(h) = h
-                && (i == usize::MAX || head_lt(h, heads[i].as_ref().expect("a head")))
-            {
-                i = j;
-            }
-        }
-        if i == usize::MAX {
-            return None;
-        }
+        let i = least_of(&heads)?;
         let span = heads[i].expect("its head");
         // The least head of the others bounds how far this span's entries come first: the other
         // three's, and for a heap's top span that heap's next (one of its top's children); a run's
