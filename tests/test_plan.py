@@ -602,3 +602,140 @@ def test_goodput_without_a_goodput_fraction_slo_is_refused_not_ignored(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "read only by a goodput_fraction SLO" in err[0]
+
+
+# ------------------------------------------------------------------- requests no probe can serve
+
+
+@given(
+    prompts=st.lists(st.integers(1, 80), min_size=1, max_size=24),
+    samples=st.lists(st.integers(1, 4), min_size=24, max_size=24),
+    max_model_len=st.integers(2, 90),
+    max_num_seqs=st.integers(1, 4),
+    fork=st.booleans(),
+    backend=st.sampled_from(["rust", "reference"]),
+)
+def test_always_rejected_is_what_the_engine_rejects_whatever_the_pool(
+    prompts, samples, max_model_len, max_num_seqs, fork, backend
+):
+    """`always_rejected` names exactly the requests the engine rejects at arrival for a prompt that
+    leaves nothing to generate or more samples than running seats (with a pool that holds anything
+    else), and they are rejected with a pool of any size (here also one of 8 blocks)."""
+    from kvsim.engine.engine_input import always_rejected, prepare
+
+    n = len(prompts)
+    w = kvsim.Workload(
+        arrival=[0.5 * i for i in range(n)],
+        prompt_len=prompts,
+        output_len=[5] * n,
+        num_samples=samples[:n],
+    )
+    cfg = kvsim.SimConfig(
+        num_blocks=4096,
+        block_size=16,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=256,
+        sampling="fork-cow" if fork else "independent",
+    )
+    reason = always_rejected(prepare(w, cfg), cfg)
+    inp = prepare(w, cfg)
+    flagged = sorted({int(r) for r in np.asarray(inp.request_row)[reason > 0]})
+    reqs = kvsim.simulate(w, cfg, backend=backend).requests
+    said = reqs["reject_reason"].cast(str).to_list()
+    by_engine = sorted(
+        i for i, r in enumerate(said) if r in ("prompt_len reaches max_model_len: no room to generate",
+                                               "its samples need more running seats than max_num_seqs")
+    )  # fmt: skip
+    assert flagged == by_engine
+    small = kvsim.simulate(w, cfg.replace(num_blocks=8), backend=backend).requests
+    rejected = set(np.flatnonzero(small["status"].cast(str).to_numpy() == "rejected").tolist())
+    assert set(flagged) <= rejected
+
+
+def _long_prompts():
+    """60 ShareGPT-like requests and a max_model_len that some prompts reach."""
+    w = kvsim.workloads.synthetic(60, arrival_rate=2.0, seed=4, lengths="sharegpt-paper")
+    cfg = kvsim.SimConfig(**{**BASE, "max_model_len": 400})
+    over = np.asarray(w.prompt_len) >= 400
+    assert 0 < over.sum() < 30
+    return w, cfg, over
+
+
+def test_requests_no_rate_can_serve_are_set_aside_and_the_rest_judged():
+    """A workload with prompts that reach max_model_len (vLLM refuses them at its API) failed every probe
+    of `kvsim plan`, whatever the rate; they are set aside, said in the answer, and each probe is judged on
+    the others: its metrics are those of the same arrivals without them."""
+    w, cfg, over = _long_prompts()
+    slos = {"ttft_p99": 1.0}
+    r = kvsim.plan(w, cfg, slos, workers=1, max_probes=6)
+    n = int(over.sum())
+    assert r.unservable == {"prompt_len reaches max_model_len: no room to generate": n}
+    assert r.value is not None
+    assert r.probes["passed"].any()
+    assert f"{n:,} request(s) set aside" in r.message
+    assert r.to_dict()["unservable"] == r.unservable
+    rest = np.flatnonzero(~over)
+    for row in r.probes.iter_rows(named=True):
+        fast = at_rate(w, row["rate"])
+        kept = kvsim.Workload.from_polars(fast.to_polars()[rest])
+        s = kvsim.simulate(kept, cfg).summary
+        assert row["rejected"] == n
+        assert row["completed"] == len(rest)
+        assert row["ttft_p99"] == s["ttft_s_p99"]
+        assert row["passed"] is (s["ttft_s_p99"] <= 1.0 and s["rejected"] == 0)
+
+
+def test_a_goodput_fraction_is_the_share_of_the_requests_that_can_be_served():
+    w, cfg, over = _long_prompts()
+    goodput = {"ttft": 1000, "tpot": 100}
+    r = kvsim.plan(w, cfg, {"goodput_fraction": 0.9}, goodput=goodput, workers=1, max_probes=5)
+    rest = np.flatnonzero(~over)
+    probe = functools.partial(simulate_probe, goodput=goodput)
+    for row in r.probes.iter_rows(named=True):
+        kept = kvsim.Workload.from_polars(at_rate(w, row["rate"]).to_polars()[rest])
+        share = probe(kept, cfg)["slo_attainment"]
+        assert math.isclose(row["goodput_fraction"], share, rel_tol=1e-12)
+        assert row["passed"] is (share >= 0.9)
+
+
+def test_requests_set_aside_do_not_hide_a_pool_that_rejects_others():
+    """A memory search still fails a pool that rejects requests it could serve with more blocks."""
+    w, _, over = _long_prompts()
+    cfg = kvsim.SimConfig(num_blocks=30, max_model_len=400)
+    r = smallest_memory(w, cfg, {"ttft_p99": 2.0}, knob="num_blocks", low=2, workers=1, max_probes=12)
+    n = int(over.sum())
+    assert sum(r.unservable.values()) == n
+    for row in r.probes.iter_rows(named=True):
+        if row["rejected"] > n:
+            assert row["passed"] is False
+    assert r.probes.filter(r.probes["rejected"] > n).height > 0  # (the small pools probed)
+    assert "failed for rejecting requests" in r.message
+
+
+def test_a_custom_probe_sets_nothing_aside():
+    """kvsim's own probes set aside what the engine's rules reject at every probe (a partial of
+    `simulate_probe` too); a probe of the caller's may not run those rules: it sets nothing aside."""
+    w, cfg, over = _long_prompts()
+    own = kvsim.plan(w, cfg, {"ttft_p99": 1.0}, probe=functools.partial(simulate_probe, goodput=None),
+                     workers=1, max_probes=3)  # fmt: skip
+    assert sum(own.unservable.values()) == over.sum()
+
+    def probe(workload, config):
+        return simulate_probe(workload, config)
+
+    r = kvsim.plan(w, cfg, {"ttft_p99": 1.0}, probe=probe, workers=1, max_probes=3)
+    assert r.unservable == {}
+    assert not r.probes["passed"].any()
+
+
+def test_cli_says_what_it_set_aside(capsys):
+    argv = ["plan", "--model", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-memory-bytes", "12GiB",
+            "--max-model-len", "400", "--requests", "60", "--slo", "ttft_p99:1s", "--workers", "1",
+            "--max-probes", "4", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    ((reason, n),) = out["unservable"].items()
+    assert reason.startswith("prompt_len reaches max_model_len")
+    assert n > 0
+    assert f"{n:,} request(s) set aside" in out["message"]

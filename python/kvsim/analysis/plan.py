@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from kvsim._core import POOL_BYTES_PER_BLOCK
@@ -58,6 +59,7 @@ from kvsim.analysis.plan_search import (
     parse_slos,
 )
 from kvsim.errors import InvalidArgumentError
+from kvsim.reference.engine import REJECT_REASONS
 
 RATE_RANGE = 2.0**12  # the default cap and floor of a rate search: the start rate x and / this factor
 
@@ -167,6 +169,54 @@ def _run_job(job: _Job) -> tuple[int, dict[str, Any], float]:
     return job.index, summary, time.perf_counter() - t0
 
 
+def unservable(workload: Any, config: Any) -> dict[int, int]:
+    """The workload's requests that every probe of `config` rejects at arrival whatever the value searched
+    (a rate, a replica count, memory), by reason code (`kvsim.reference.engine.REJECT_REASONS`): 1, a
+    prompt that leaves nothing to generate (it reaches `max_model_len`: vLLM refuses it at its API), 7,
+    more samples than `max_num_seqs` running seats (`kvsim.engine.engine_input.always_rejected`). Empty
+    when there are none, or when `config` is not a `SimConfig` (or a list of replica configs alike in
+    `max_model_len`, `max_num_seqs` and `sampling`); for a disaggregated fleet only reason 1 (its prefill
+    replicas seat their own way)."""
+    from kvsim.engine.engine_input import always_rejected, prepare
+    from kvsim.model.config import SimConfig
+
+    configs = list(config) if isinstance(config, list | tuple) else [config]
+    if not configs or not all(isinstance(c, SimConfig) for c in configs):
+        return {}
+    if len({(c.max_model_len, c.max_num_seqs, c.sampling) for c in configs}) > 1:
+        return {}
+    first = configs[0]
+    try:
+        inp = prepare(workload, first)
+    except InvalidArgumentError:
+        return {}  # (every probe says why)
+    reason = always_rejected(inp, first)
+    if first.prefill_replicas > 0:
+        reason[reason == 7] = 0
+    per_row = np.zeros(len(workload), dtype=np.int8)
+    hit = reason > 0
+    per_row[np.asarray(inp.request_row)[hit]] = reason[hit]
+    codes, counts = np.unique(per_row[per_row > 0], return_counts=True)
+    return {int(c): int(n) for c, n in zip(codes, counts, strict=True)}
+
+
+def _aside(workload: Any, config: Any, probe: Any) -> dict[int, int]:
+    """`unservable` for a search probed by `probe` (None: the default one): kvsim's own probes
+    (`simulate_probe`, `cluster_probe`, `plan_pd.pd_probe`, as partials) only; another probe may not run
+    the engine's rules, so it sets nothing aside."""
+    from kvsim.analysis.plan_pd import pd_probe
+
+    func = None if probe is None else getattr(probe, "func", probe)
+    if func is None or func in (simulate_probe, cluster_probe):
+        return unservable(workload, config)
+    if func is pd_probe:
+        aside = unservable(workload, config)
+        if getattr(probe, "keywords", {}).get("prefill_replicas", 0) > 0:
+            aside.pop(7, None)  # (its prefill replicas seat their own way)
+        return aside
+    return {}
+
+
 # ------------------------------------------------------------------------------------------ running
 
 
@@ -227,13 +277,17 @@ def _search(
     scheduler: str | None,
     setup: str,
     refusals_fail: bool = False,
+    unservable: Mapping[int, int] | None = None,
 ) -> PlanResult:
     """Runs `search` round by round: each value becomes (workload, config, extra row columns) by `make`,
-    is probed in parallel, and is judged against every SLO."""
+    is probed in parallel, and is judged against every SLO. `unservable` (`unservable`): requests every
+    probe rejects whatever the value, set aside: a probe passes if it rejects those and no other, and
+    its SLOs hold over the rest (a `goodput_fraction` is their share of the rest)."""
     from kvsim.analysis.executors import executor_session
 
     rows: list[dict[str, Any]] = []
     status = "probe-limit"
+    aside = sum((unservable or {}).values())
     with executor_session(executor, workers=workers, scheduler=scheduler) as run:
         round_no = 0
         while True:
@@ -273,9 +327,16 @@ def _search(
                         f"probe summary has no {', '.join(missing)} (the SLOs read it); keys: {', '.join(summary)}"
                     )
                 values = {s.metric: summary[s.key] for s in slos}
+                if aside and "goodput_fraction" in values and summary.get("num_requests"):
+                    # (the share meeting the per-request SLOs among the requests that can be served)
+                    total = summary["num_requests"]
+                    values["goodput_fraction"] = values["goodput_fraction"] * total / max(total - aside, 1)
                 # A rejected request is never served: no bound holds for it, whatever those served met
-                # (a pool too small for most of the workload passed on the few it admitted).
-                passed = not summary.get("rejected") and all(s.holds(values[s.metric]) for s in slos)
+                # (a pool too small for most of the workload passed on the few it admitted); but those
+                # rejected at every probe whatever the value (`unservable`) are set aside.
+                passed = (summary.get("rejected") or 0) == aside and all(
+                    s.holds(values[s.metric]) for s in slos
+                )
                 search.outcomes[x] = passed
                 row: dict[str, Any] = {
                     "round": round_no,
@@ -314,6 +375,7 @@ def _search(
         probes=frame,
         violations=[(cast(a), cast(b)) for a, b in search.violations()],
         setup=setup,
+        unservable={REJECT_REASONS[k]: n for k, n in sorted((unservable or {}).items())},
     )
 
 
@@ -422,9 +484,11 @@ def plan(
     def make(rate: float) -> tuple[Any, Any, dict[str, Any]]:
         return at_rate(workload, rate, base), config, {}
 
+    aside = _aside(workload, config, probe)
     return _search(
-        search, make, run_probe, slos_, "rate", executor, workers, scheduler, _setup(workload, config)
-    )
+        search, make, run_probe, slos_, "rate", executor, workers, scheduler, _setup(workload, config),
+        unservable=aside,
+    )  # fmt: skip
 
 
 def _target(workload: Any, rate: float | None) -> tuple[Any, float]:
@@ -483,9 +547,11 @@ def smallest_replicas(
     def make(n: float) -> tuple[Any, Any, dict[str, Any]]:
         return target, replicas(config, int(n)), {"rate": r}
 
+    aside = _aside(workload, config, probe) if replicas is set_replicas else None
     return _search(
-        search, make, run_probe, slos_, "replicas", executor, workers, scheduler, _setup(workload, config, r)
-    )
+        search, make, run_probe, slos_, "replicas", executor, workers, scheduler, _setup(workload, config, r),
+        unservable=aside,
+    )  # fmt: skip
 
 
 def smallest_memory(
@@ -578,7 +644,7 @@ def smallest_memory(
 
     return _search(
         search, make, run_probe, slos_, knob, executor, workers, scheduler, _setup(workload, config, r, False),
-        refusals_fail=True,
+        refusals_fail=True, unservable=_aside(workload, config, probe),
     )  # fmt: skip
 
 

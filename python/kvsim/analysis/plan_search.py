@@ -306,6 +306,10 @@ class PlanResult:
         violations: pairs that contradict monotonicity: (a failing rate, a passing rate above it); for the
             other axes (a passing value, a failing value above it). Empty when the probes are monotone.
         setup: a line naming the workload and configuration (for the plot).
+        unservable: requests every probe rejected at arrival whatever the value searched, set aside (by
+            reason: a prompt that reaches `max_model_len`, which vLLM refuses at its API; more samples
+            than running seats): a probe passed if it rejected those and no other, its SLOs judged on the
+            rest (`kvsim.analysis.plan.unservable`). Empty when there are none.
     """
 
     axis: str
@@ -317,6 +321,7 @@ class PlanResult:
     probes: pl.DataFrame
     violations: list[tuple[float, float]] = field(default_factory=list)
     setup: str = ""
+    unservable: dict[str, int] = field(default_factory=dict)
 
     @property
     def rate(self) -> float | None:
@@ -375,8 +380,9 @@ class PlanResult:
                 "below-floor": f"passes {slos} at every {self.axis} probed, down to the floor "
                 f"{self._fmt(hi)}",
             }[self.status]
+        aside = sum(self.unservable.values())
         if "rejected" in self.probes.columns:
-            rejecting = self.probes.filter(pl.col("rejected").fill_null(0) > 0)
+            rejecting = self.probes.filter(pl.col("rejected").fill_null(0) > aside)
             if rejecting.height:
                 first = rejecting.row(0, named=True)
                 what += (
@@ -384,6 +390,14 @@ class PlanResult:
                     f"{first['rejected']:,} of {first['rejected'] + (first.get('completed') or 0):,} at "
                     f"{self.axis} {self._fmt(first[self.axis])})"
                 )
+        if aside:
+            why = "; ".join(
+                f"{n:,}: {reason.replace(': ', ', ', 1)}" for reason, n in self.unservable.items()
+            )
+            what += (
+                f"; {aside:,} request(s) set aside, rejected at every probe whatever the {self.axis} ({why}): "
+                "the SLOs are judged on the rest"
+            )
         if "refused" in self.probes.columns:
             refused = [r for r in self.probes["refused"].to_list() if r]
             if refused:
@@ -440,6 +454,7 @@ class PlanResult:
                 {"metric": s.metric, "bound": s.bound, "unit": s.unit, "upper": s.upper} for s in self.slos
             ],
             "message": self.message,
+            "unservable": dict(self.unservable),
             "probes": self.probes.to_dicts(),
         }
 

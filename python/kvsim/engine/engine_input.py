@@ -151,3 +151,22 @@ def prepare(workload: Any, config: SimConfig) -> EngineInput:
         segment_id=np.ascontiguousarray(seg_id),
         segment_len=np.ascontiguousarray(seg_len),
     )
+
+
+def always_rejected(inp: EngineInput, config: SimConfig) -> np.ndarray:
+    """Per sequence of `inp`, the reason code (`kvsim.reference.engine.REJECT_REASONS`) for which a run of
+    `inp` under `config` rejects it at its arrival whatever the pool, the rate or the replicas: 1, nothing
+    to generate (its target is 0: the prompt reaches `max_model_len`), or 7, more samples than
+    `max_num_seqs` running seats (a fork-cow request's samples are admitted together); 0 for the others.
+    The engines check the same at arrival (`reject_at_arrival`, which may name a pool-size reason first
+    for such a sequence: it is rejected either way), and a forked sample goes with its parent.
+    """
+    m = len(inp)  # (max_num_seqs is at least 1: a sequence alone always has its seat)
+    reason = np.where(np.asarray(inp.target) < 1, 1, 0).astype(np.int8)
+    parent = np.asarray(inp.fork_parent)
+    if m and parent.strides != (0,):  # fork-cow: a parent takes a seat for itself and each sample
+        forked = parent >= 0
+        seats = 1 + np.bincount(parent[forked], minlength=m)
+        reason = np.where((reason == 0) & ~forked & (seats > config.max_num_seqs), 7, reason).astype(np.int8)
+        reason[forked] = reason[parent[forked]]
+    return reason
