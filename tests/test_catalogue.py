@@ -567,6 +567,16 @@ def test_gpu_flags_describe_a_gpu_as_a_preset_would(capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("kvsim run: error: argument --gpu-bandwidth:"), err
     assert len(err.splitlines()) == 1
+    # A described GPU short of its figures: the complaint on a flag given, the figures missing named as
+    # their flags (it named --gpu-memory, which was not given, for `--gpu-arch sm_80` alone).
+    assert main([*common, "--gpu-arch", "sm_80"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        "kvsim run: error: argument --gpu-arch: a GPU described by flags needs --gpu-memory, "
+        "--gpu-bandwidth, --gpu-tflops too"
+    ), err
+    assert main([*common, "--gpu", "l40s", "--gpu-arch", "sm_\u0669\u0660"]) == 2  # (not ASCII digits)
+    assert "must be sm_XY" in capsys.readouterr().err
 
 
 # -- 2026 families: state layers, full-attention MoE, refusals ------------------------------------------------

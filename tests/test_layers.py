@@ -370,6 +370,12 @@ def _kimi(**lac: object) -> dict[str, object]:
         (
             "kimi-linear-48b-a3b",
             (),
+            _kimi(gate_lower_bound=0),  # (a bound of 0 is a bound: it ran as Kimi-Linear, `0 == False`)
+            "'linear_attn_config.gate_lower_bound' 0 is not modelled: a bounded KDA gate",
+        ),
+        (
+            "kimi-linear-48b-a3b",
+            (),
             _kimi(use_full_rank_gate=True),
             "'linear_attn_config.use_full_rank_gate' True is not modelled",
         ),

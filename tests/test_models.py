@@ -414,3 +414,12 @@ def test_hf_mla_config_deepseek_v2_lite_shapes(tmp_path):
     assert sizing.kv_bytes_per_token(m, tensor_parallel_size=2) == 27 * 576 * 2
     assert sizing.kv_bytes_per_token(m, "fp8") == 27 * 576
     assert 15.5e9 < m.num_params < 16e9  # published: 15.7B total
+
+
+def test_an_mla_latent_of_zero_is_refused_not_read_as_ordinary_attention():
+    """Kimi-Linear with `kv_lora_rank: 0` ran its MLA layers as ordinary attention (63 KiB a token
+    against 7.9); vLLM reads any latent given (`kv_lora_rank is not None`), and none is 0 wide."""
+    cfg = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())
+    with pytest.raises(InvalidArgumentError, match="'kv_lora_rank' 0 must be a whole number of at least 1"):
+        models._from_dict({**cfg, "kv_lora_rank": 0}, "k", "k", "k", None)
+    assert models._from_dict({**cfg, "kv_lora_rank": 512}, "k", "k", "k", None).kv_lora_rank == 512

@@ -26,15 +26,16 @@ PRESETS = ("vllm-latest", "vllm-0.20", "vllm-0.19", "vllm-v1", "vllm-0.11", "vll
 
 
 class Parser(argparse.ArgumentParser):
-    """kvsim's argument parser: argparse's own complaint about one flag's value (an invalid choice, a
-    missing value, `invalid int value`; its messages start with `argument --flag:`) is one line, as
-    kvsim's own checks print it; a missing or unknown argument also shows the command's usage. Subparsers
-    inherit the class (argparse's `parser_class` default)."""
+    """kvsim's argument parser: every complaint of argparse's is one line and exit status 2, as kvsim's
+    own checks print them (a CLI error is one line): one flag's value (an invalid choice, a missing
+    value, `invalid int value`; its messages start with `argument --flag:`) as it is; a missing or
+    unknown argument with a pointer to the command's `--help` in place of its usage (the usage of `kvsim
+    plan` is 69 lines). Subparsers inherit the class (argparse's `parser_class` default)."""
 
     def error(self, message: str) -> NoReturn:
-        if message.startswith("argument "):
-            self.exit(2, f"{self.prog}: error: {message}\n")
-        super().error(message)
+        if not message.startswith("argument "):
+            message = f"{message} (see: {self.prog} --help)"
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -145,7 +146,7 @@ _UNIT_TEXT = {
     "bytes": "a size: 12GiB, 512MiB, 1.5GB; a bare number is bytes",
     "gib": "GiB, as vLLM's flag: 64, 0.5; or a size with its unit: 512MiB",
     "duration": "a time: 1ms, 120us, 5ns; a bare number is picoseconds",
-    "seconds": "a time: 100ms, 2s; a bare number is seconds",
+    "seconds": "a time: 1ms, 100ms; a bare number is seconds",
     "weights": "NAME=WEIGHT, repeatable or comma-separated",
 }
 

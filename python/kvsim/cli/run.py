@@ -134,8 +134,16 @@ def _gpu_from_flags(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
         cfg["gpu"] = gpus.from_spec(spec, "--gpu-* flags", base)
     except InvalidArgumentError as exc:
         text = str(exc).replace("--gpu-* flags: ", "")
-        key = next((k for k in spec if text.startswith(k) or f" {k} " in f" {text} "), None)
-        flag = next((f for f, (k, _, _) in GPU_FLAGS.items() if k == key), "--gpu-memory")
+        flag_of = {k: f for f, (k, _, _) in GPU_FLAGS.items()}
+        if text.startswith("a GPU needs"):
+            # (the figures missing: named as their flags, the complaint on a flag that was given)
+            missing = [flag_of[k] for k in ("memory", "bandwidth", "tflops") if k not in spec]
+            raise FlagError(
+                f"argument {flag_of[next(iter(spec))]}: a GPU described by flags needs {', '.join(missing)} "
+                "too (--gpu-memory 48GiB --gpu-bandwidth 864GB/s --gpu-tflops 362), or --gpu NAME to start from"
+            ) from None
+        key = next((k for k in spec if text.startswith(k) or f" {k} " in f" {text} "), next(iter(spec)))
+        flag = flag_of[key]
         raise FlagError(f"argument {flag}: {text}") from None
 
 

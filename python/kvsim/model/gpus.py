@@ -360,7 +360,7 @@ def _rate(key: str, value: Any, where: str) -> float:
     if isinstance(value, int | float):
         rate = float(value)
     else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKMGT]?)(i?)B/s\s*", str(value))
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKMGT]?)(i?)B/s\s*", str(value))
         if not m:
             raise InvalidArgumentError(
                 f"{where}: {key} {value!r} is not a bandwidth (a number of bytes per second, or 864GB/s, 3.35TB/s)"
@@ -431,7 +431,7 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
         import re
 
         arch = spec["arch"]
-        if not isinstance(arch, str) or not re.fullmatch(r"sm_\d{2,3}|gfx[0-9a-f]{3,4}", arch):
+        if not isinstance(arch, str) or not re.fullmatch(r"sm_[0-9]{2,3}|gfx[0-9a-f]{3,4}", arch):
             raise InvalidArgumentError(
                 f"{where}: arch {arch!r} must be sm_XY (an NVIDIA GPU of compute capability X.Y: sm_90) or "
                 "gfxNNN (an AMD GPU: gfx942)"

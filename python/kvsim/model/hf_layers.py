@@ -61,7 +61,9 @@ def kimi_linear_attention(
         "not model",
     }
     for key, reason in why.items():
-        if lac.get(key) not in (None, False):
+        # (vLLM reads any bound given, 0 too: `is not None`; the full-rank switch by its truth)
+        v = lac.get(key)
+        if v is not None if key == "gate_lower_bound" else v not in (None, False):
             raise InvalidArgumentError(
                 f"model {where}: field 'linear_attn_config.{key}' {lac[key]!r} is not modelled: {reason}"
             )

@@ -687,7 +687,8 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     max_len = pick(
         "max_position_embeddings", "n_positions", "seq_length", "model_max_length", default=2048, least=1
     )
-    kv_lora = pick("kv_lora_rank", default=0, required=False)
+    # (a latent of 0 is no MLA: it ran as ordinary attention; a null one is no MLA, as vLLM reads it)
+    kv_lora = pick("kv_lora_rank", default=0, required=False, least=1)
     rope = pick("qk_rope_head_dim", default=0, required=False)
     if not kv_lora and (kv_heads < 1 or heads % kv_heads):
         # Grouped-query attention shares each KV head among heads / kv_heads query heads (transformers
