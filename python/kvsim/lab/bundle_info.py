@@ -36,7 +36,9 @@ def _model_info(cfg: SimConfig) -> dict[str, Any]:
     if cfg.kv_groups:
         formula = (
             f"{_human(cfg.pool.layout.bytes_per_block)} per block ÷ {cfg.engine_block_size} tokens = {bpt:,} B "
-            f"({_human(bpt)}) per token slot of a block; every layer as full attention would keep "
+            f"({_human(bpt)}) per token slot of a block; every attention layer keeping every token"
+            + (" (its state layers keep none)" if any(lay.kind == "mamba" for lay in m.layers) else "")
+            + " would keep "
             f"{m.kv_bytes_per_token:,} B ({_human(m.kv_bytes_per_token)}) per token"
         )
     return {

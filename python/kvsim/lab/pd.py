@@ -106,7 +106,7 @@ def disaggregated() -> PdPreset:
 
 
 def disaggregated_pressure() -> PdPreset:
-    """The same fleet with a decode pool of 16 blocks (15 usable) and four requests that each generate 60
+    """The same fleet with pools of 16 blocks (15 usable) on both replicas and four requests that each generate 60
     tokens after a shared 64-token prompt: the decode replica runs out of blocks while they decode and
     preempts the newest (recompute); a preempted request's full blocks stay cached there, and it is
     readmitted with hits on those not reused meanwhile and computes the rest again."""
@@ -123,10 +123,11 @@ def disaggregated_pressure() -> PdPreset:
     )
     return PdPreset(
         name="disaggregated-pressure",
-        title="Disaggregated fleet under memory pressure (a decode pool of 15 blocks)",
+        title="Disaggregated fleet under memory pressure (pools of 15 blocks)",
         description=(
-            "Four requests, each prefilled on the prefill replica and decoded on a decode replica of 15 "
-            "blocks: as their outputs grow it runs out and preempts the newest (recompute). Its full "
+            "Four requests, each prefilled on the prefill replica and decoded on the decode replica (15 "
+            "blocks each): as their outputs grow the decode replica runs out and preempts the newest "
+            "(recompute). Its full "
             "blocks stay in the decode replica's prefix cache (dashed) until reused; readmitted, it hits "
             "those still cached and computes the rest of its prompt and of the tokens it had generated "
             "again, keeping those tokens."

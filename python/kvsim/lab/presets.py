@@ -349,7 +349,8 @@ def state_layers_caching() -> Preset:
     prefill runs on Triton's kernel, as the lab runs it (it has no GPU; FlashInfer's, on Hopper and
     Blackwell, checkpoints inside the prefill and makes blocks multiples of 64 tokens): a prefill stops at
     its prompt's last block boundary, whose state stays cached, and computes the rest in a step of its own;
-    after it a request holds only its running state in each state group (null entries before it). Four of
+    after it a request holds only its running state in each state group (null entries before it; a request
+    that started from a cached state holds that one too for the step after its hit). Four of
     five requests share a 1,200-token system prompt: the later three hit the first one's cached state at
     1,088 tokens (two blocks) in every group, with the attention blocks before it, and compute the rest."""
     rows = [
@@ -372,7 +373,8 @@ def state_layers_caching() -> Preset:
             "Qwen3-Next-80B-A3B with prefix caching on, as vllm serve runs it: vLLM's align mode keeps a "
             "state per 544-token block. A prefill stops at its prompt's last block boundary, whose state stays "
             "cached, and computes the rest in a step of its own (the gated delta net on Triton's kernel); then "
-            "a request holds only its running state. Four of five requests share a 1,200-token system prompt: "
+            "a request holds only its running state (and, the step after a hit, the cached state it started "
+            "from). Four of five requests share a 1,200-token system prompt: "
             "the later ones hit the first one's cached state at 1,088 tokens in every group."
         ),
         workload=w,

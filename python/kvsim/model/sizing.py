@@ -193,7 +193,9 @@ class PoolSizing:
             groups = layout.describe()
             head += f" in {groups}"
             per_token = (
-                f"{self.model} {fmt_bytes(self.kv_bytes_per_token or 0)} per token if every layer kept it"
+                # (state layers keep no token: the count is the attention layers', `Model.kv_bytes_per_token`)
+                f"{self.model} {fmt_bytes(self.kv_bytes_per_token or 0)} per token if every attention layer "
+                "kept every token"
             )
         else:
             head = f"pool: {self.num_blocks:,} blocks × {self.block_size} tokens = {self.tokens:,} tokens"

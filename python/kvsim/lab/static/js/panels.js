@@ -274,7 +274,8 @@ export class Panels {
         ? `; while it decodes a request holds at most ⌈(${int(g.window)} − 1) / ${int(g.block_size)}⌉ + 1 = ` +
           `${int(g.blocks_per_request)} of them: a block whose tokens left the window is freed at the request’s next ` +
           "step, the null block in its place (a prompt computed in one step holds all its blocks until then)"
-        : g.kind === "mamba" ? "; a request holds one block, whatever its length"
+        : g.kind === "mamba" ? "; a request holds one block for its running state, whatever its length " +
+          "(with prefix caching, the step after it starts from a cached state, that one too)"
           : "; a request holds ⌈tokens / B⌉ of them";
       return `<li data-group="${g.index}"><b>G${g.index} ${esc(g.label)}</b>: ${esc(layers)} (${esc(list)}); one layer’s page ` +
         `<span class="mono formula">${esc(g.page_formula)}</span>${g.page_bytes !== (g.state_bytes ?? g.page_bytes) ? ` → ${int(g.page_bytes)} B` : ""}; ` +
