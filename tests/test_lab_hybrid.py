@@ -419,3 +419,25 @@ def test_hybrid_models_in_every_preset_keep_the_memory():
             b = kvsim.lab.bundle(name, model=model, preemption="recompute")
             assert b["contiguous"] is None
             assert b["num_blocks"] == memory // layout(model, 16).bytes_per_block, (name, model)
+
+
+def test_a_state_block_says_the_tokens_its_state_covers():
+    """A state block's `num_tokens` is the tokens its state covers: a request's running state its context,
+    a cached state (or one a request started from) the tokens up to its block's end. At step 352 req-5 has
+    just hit req-1's state at 1,088 tokens (position 1, blocks of 544) and holds it beside its running
+    state; the states req-2 left cached cover 3 × 544 = 1,632 tokens. The page said 1,620 (req-5's
+    context) for the first and 544 (the block size) for the others."""
+    snap = kvsim.lab.snapshot("state-layers-caching", step=352)
+    blocks = {b["block_id"]: b for b in snap["blocks"]}
+    (req5,) = [q for q in snap["requests"] if q["name"] == "req-5"]
+    for g, table in enumerate(req5["block_tables"][:3]):  # (the three state groups)
+        *before, running = [b for b in table if b]
+        assert blocks[running]["num_tokens"] == req5["context_tokens"]
+        for b in before:
+            i = table.index(b)
+            assert blocks[b]["num_tokens"] == (i + 1) * 544, (g, b)
+    cached = [b for b in blocks.values() if b["state"] == "cached" and b.get("group", -1) in (0, 1, 2)]
+    assert cached
+    for b in cached:
+        index = int(b["prefix_key"].rsplit(":block-", 1)[1])
+        assert b["num_tokens"] == (index + 1) * 544, b

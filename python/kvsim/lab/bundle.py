@@ -353,7 +353,8 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
     """Blocks and requests of one track at state k. A hybrid model's requests have `block_tables`, one
     per KV-cache group (block 0 where a window's tokens left; `block_table` is None), and its blocks their
     `group`; a block holds min(B, computed − i·B) tokens at position i of a group of block size B (a
-    state block: the computed tokens its state covers), a cached one B, and shows its key only while it
+    state block: the tokens its state covers, the computed ones for a request's running state, (i + 1)·B
+    for a state at position i, cached or started from), a cached one B, and shows its key only while it
     has one."""
     k = max(0, min(k, t.num_steps))
     seqs, blocks, regions = state_at(t, k)
@@ -378,10 +379,13 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
         for x, table in enumerate(tables):
             size = sizes[x]
             state = bool(groups) and groups[x].kind == "mamba"
+            last = max((i for i, b in enumerate(table) if b), default=-1)
             for i, b in enumerate(table):
                 if b == 0 and groups:
                     continue
-                tokens = c if state else min(size, max(0, c - i * size))
+                # (a state block before the running one, the last: a cached state it started from, the
+                # state after its block's tokens)
+                tokens = (c if i == last else (i + 1) * size) if state else min(size, max(0, c - i * size))
                 held[b] = max(held.get(b, 0), tokens)
                 holders.setdefault(b, []).append(name)
         region = regions.get((rid, sample))
@@ -410,6 +414,14 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
         group = row[6] if groups else None
         size = groups[group].block_size if groups and group is not None and group >= 0 else bs
         tokens = held.get(b, 0) if state in ("private", "shared") else (size if state == "cached" else 0)
+        if (
+            state == "cached"
+            and groups
+            and group is not None
+            and group >= 0
+            and groups[group].kind == "mamba"
+        ):
+            tokens = (Track.key_index(row[4]) + 1) * size if row[4] else size  # (the state after its block)
         if groups:
             key = row[4]
         else:

@@ -150,6 +150,11 @@ class Track:
     def key(self, label: int, index: int) -> str | None:
         return None if label < 0 else f"{self.key_labels[label]}:block-{index}"
 
+    @staticmethod
+    def key_index(key: str) -> int:
+        """The block position `index` of a key `key` made (`...:block-{index}`)."""
+        return int(key.rsplit(":block-", 1)[1])
+
     @functools.cached_property
     def block_rows(self) -> list[list[Any]]:
         """The block rows as lists `[step, block, state, ref_cnt, prefix_key, request_ids]`, and for a

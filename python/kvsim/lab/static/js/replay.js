@@ -193,6 +193,7 @@ export class TrackReplay {
       bGroup ? bGroup[i] : -1,
     ]);
     this.blockState = bState; // per row: the state's code (the grid reads it without building rows)
+    this.blockKeyIndex = bIndex; // per row: its key's block position (-1: none)
     this.blockRef = bRef;
     this.blockGroup = bGroup;
     this.stateNames = states;
@@ -355,7 +356,8 @@ export class TrackReplay {
   }
 
   /** Tokens per block: the contract's rule min(B, max(0, c - i B)), the most any table holding it says
-   * (a hybrid model's: B its group's, and a state block the tokens its state covers, c). */
+   * (a hybrid model's: B its group's, and a state block the tokens its state covers: c for a request's
+   * running state, its table's last, (i + 1) B for a state at position i, cached or started from). */
   _tokens(k) {
     const t = new Int32Array(this.numBlocks);
     const bs = this.blockSize;
@@ -367,10 +369,12 @@ export class TrackReplay {
         const table = tables[g];
         const size = this.groups ? this.groups[g].block_size : bs;
         const state = this.groups !== null && this.groups[g].kind === "mamba";
+        let last = -1;
+        for (let i = 0; i < table.length; i += 1) if (table[i] > 0) last = i;
         for (let i = 0; i < table.length; i += 1) {
           const b = table[i];
           if (b < 0 || b >= this.numBlocks || (this.groups && b === 0)) continue;
-          const held = state ? c : Math.min(size, Math.max(0, c - i * size));
+          const held = state ? (i === last ? c : (i + 1) * size) : Math.min(size, Math.max(0, c - i * size));
           if (held > t[b]) t[b] = held;
         }
       }
@@ -383,7 +387,13 @@ export class TrackReplay {
       const i = cur[b];
       if (i < 0) continue;
       const st = names[this.blockState[i]];
-      if (st === "cached") t[b] = this.groups ? this.groupBlockSize(this.blockGroup[i]) : bs;
+      if (st === "cached") {
+        const g = this.groups ? this.blockGroup[i] : -1;
+        const size = this.groups ? this.groupBlockSize(g) : bs;
+        // (a cached state: the state after its block's tokens, by its key's position)
+        const at = this.blockKeyIndex[i];
+        t[b] = g >= 0 && this.groups[g].kind === "mamba" && at >= 0 ? (at + 1) * size : size;
+      }
       else if (st === "free" || st === "null") t[b] = 0;
     }
     return t;
