@@ -246,6 +246,21 @@ def test_experiment_checks_hold_only_where_their_mechanism_is(sized_lab: LabPage
     assert "≠" in text
 
 
+def test_the_block_size_experiment_is_not_offered_where_it_changes_nothing(sized_lab: LabPage) -> None:
+    """With state layers the block is raised until it holds a state (544 tokens for Qwen3-Next), so 16 and
+    32 run the same: the experiment's button changed nothing and its text said the tables halve."""
+    lab = sized_lab
+    button = lab.page.locator('[data-apply="block-size"]')
+    condition = lab.page.locator('[data-exp="block-size"] .exp-condition')
+    lab.open(preset="state-layers-caching")
+    assert button.is_disabled()
+    assert "not on this model" in (condition.text_content() or "")
+    assert "544 tokens" in (condition.text_content() or "")
+    lab.open(preset="copilot")
+    assert not button.is_disabled()
+    assert "⌈tokens / B⌉" in (condition.text_content() or "")
+
+
 CHART_PIXELS = """(color) => {
   // Opaque pixels of the line colour `color` (within a small tolerance) per column of the chart: a line
   // drawn whole gives about its width; one hidden under another, much less. (A fill is not opaque.)

@@ -302,5 +302,18 @@ export class Experiments {
       el.innerHTML = `<span class="verdict">${verdict}</span> <span>${res.pass === null ? res.text
         : `at step ${int(replay.step)}: ${res.text}`}</span>`;
     }
+    // With state layers the block is raised until it holds a state (vLLM's hybrid manager: 544 tokens
+    // for Qwen3-Next), so blocks of 16 and 32 run alike: the toggle would change nothing.
+    const states = !!(replay.groups && replay.groups.some((g) => g.kind === "mamba"));
+    const button = this.root.querySelector('[data-apply="block-size"]');
+    button.disabled = states;
+    button.title = states ? `this model’s block is raised to ${int(replay.blockSize)} tokens to hold a state, ` +
+      "whether 16 or 32 is asked: both run the same" : "";
+    const note = this.root.querySelector('[data-exp="block-size"] .exp-condition');
+    note.dataset.raised = String(states);
+    note.innerHTML = states
+      ? `<b>Check:</b> not on this model: its block is raised to ${int(replay.blockSize)} tokens to hold a ` +
+        "state, whether 16 or 32 is asked, so both run the same (a model without state layers shows it)."
+      : `<b>Check:</b> ${esc(EXPERIMENTS.find((x) => x.id === "block-size").condition)}.`;
   }
 }

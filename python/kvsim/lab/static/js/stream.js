@@ -103,6 +103,10 @@ export class EventStream {
       if (k && (kind !== "allocate" || anchor)) key = ` <span class="mono key">${esc(k)}</span>`;
     }
     if (kind === "window") {
+      if (g && g.kind === "mamba") {
+        return `${blk} left ${who}’s ${esc(g.label)} table (G${count}): a newer state replaced it; freed, vLLM’s null ` +
+          "block takes its place there (the request reads only its latest state)";
+      }
       return `${blk} left ${who}’s ${g ? esc(g.label) : "window"} table (G${count}): freed, vLLM’s null block takes its ` +
         "place there (the window no longer reads its tokens)";
     }

@@ -151,8 +151,14 @@ export class SeqTables {
       const chips = [];
       if (lead > 0) {
         const span = lead === 1 ? "L_0" : `L_0–L_${lead - 1}`;
-        chips.push(`<span class="chip-map null" data-null="${lead}" title="${lead === 1 ? "this block" : "these blocks"} left the ` +
-          `window: freed, vLLM’s null block (P_0) in ${lead === 1 ? "its" : "their"} place">${span}→∅ <small>(left)</small></span>`);
+        const one = lead === 1;
+        // (a state table keeps only its latest states; a window's, the blocks it still reads: the null
+        // block stands for those it left and for those a prefix hit started past)
+        const why = g.kind === "mamba"
+          ? `${one ? "an earlier state" : "earlier states"}: replaced by a newer one, or never held (a hit starts from a cached state)`
+          : `${one ? "this block" : "these blocks"} left the window, or a prefix hit started past ${one ? "it" : "them"}`;
+        chips.push(`<span class="chip-map null" data-null="${lead}" title="${why}: vLLM’s null block (P_0) in ` +
+          `${one ? "its" : "their"} place">${span}→∅ <small>(${g.kind === "mamba" ? "null" : "left"})</small></span>`);
       }
       chips.push(...this._chips(table, lead, Math.max(4, Math.floor(MAX_CHIPS / replay.groups.length) + 4), x));
       if (table.length === 0) chips.push('<span class="hint">no blocks</span>');
