@@ -1065,3 +1065,22 @@ def test_kvsim_run_says_which_gdn_prefill_kernel_it_assumed(capsys):
     out = capsys.readouterr().out
     assert "block 576" in out
     assert "gated delta net" not in out
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--pd-threshold", "30"),
+        ("--pd-link-bandwidth", "1e9"),
+        ("--pd-link-latency", "1ms"),
+        ("--pd-link-ps-per-block", "1000"),
+    ],
+)
+def test_a_disaggregation_knob_without_prefill_replicas_is_refused_not_ignored(capsys, flag, value):
+    """It ran as a fleet of one replica with the knob unread (exit 0)."""
+    assert main(["run", "--num-gpu-blocks-override", "2000", "--requests", "10", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(
+        f"kvsim run: error: argument {flag}: a disaggregated fleet's knob, but this run has no "
+    ), err

@@ -34,7 +34,7 @@ from kvsim.analysis.sweep import (
     toml_int,
     toml_value,
 )
-from kvsim.cli.flags import _BARE, GPU_FLAGS
+from kvsim.cli.flags import _BARE, GPU_FLAGS, _knob_flags
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
 from kvsim.workloads.registry import format_value
@@ -408,6 +408,24 @@ def write_probe(folder: Path) -> str | None:
         return exc.strerror or str(exc)
 
 
+PD_KNOBS = ("pd_threshold_tokens", "pd_link_bandwidth", "pd_link_latency_s", "pd_link_ps_per_block")
+
+
+def _refuse_idle_pd_knobs(config: Any) -> None:
+    """A disaggregated fleet's knob set on a run without prefill replicas changes nothing: refused by its
+    flag (it ran as a fleet of one, the knob unread). (`kvsim plan --split` searches the prefill count, so
+    its base run may set them: only `kvsim run` refuses.)"""
+    if config.prefill_replicas:
+        return
+    for name in PD_KNOBS:
+        if getattr(config, name) != KNOBS[name].default:
+            flag = _knob_flags(name)[0]
+            raise FlagError(
+                f"argument {flag}: a disaggregated fleet's knob, but this run has no prefill pool: give "
+                "--prefill-replicas N or drop the flag"
+            )
+
+
 def is_fleet(config: Any) -> bool:
     """Whether a run is a fleet (`kvsim.simulate_cluster`): more than one replica, or a fleet knob (the
     router's) set away from its default; a fleet of one replica gives exactly what `simulate` gives, plus
@@ -451,6 +469,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise FlagError(f"argument --goodput: {exc}") from None
     save_dir = _save_dir_from_args(args)
     config = _config_from_args(args, data)
+    _refuse_idle_pd_knobs(config)
     notes: list[str] = []
     workload, info = _workload_from_args(args, data, notes)
     backend = args.backend or data.get("backend", "rust")
