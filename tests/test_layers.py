@@ -370,6 +370,12 @@ def _kimi(**lac: object) -> dict[str, object]:
         (
             "kimi-linear-48b-a3b",
             (),
+            _kimi(head_dim=2**40),  # (it reached the engine's config, refused as `kv_groups`, no field named)
+            "'linear_attn_config.head_dim' 1099511627776 must be a whole number of at least 1 up to 1,048,576",
+        ),
+        (
+            "kimi-linear-48b-a3b",
+            (),
             _kimi(gate_lower_bound=0),  # (a bound of 0 is a bound: it ran as Kimi-Linear, `0 == False`)
             "'linear_attn_config.gate_lower_bound' 0 is not modelled: a bounded KDA gate",
         ),

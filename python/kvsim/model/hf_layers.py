@@ -23,6 +23,11 @@ _HF_LAYER_TYPES = {
 }
 
 
+# The largest state dimension (heads, head widths, convolution kernels, state sizes) read from a config:
+# no model comes near (Qwen3-Next's widest is 128; a wider one made pages the engine refused, naming no field).
+STATE_DIM_MAX = 1 << 20
+
+
 def _whole(v: Any, least: int) -> bool:
     """Whether `v` is an integer (not a boolean) of at least `least`."""
     return not isinstance(v, bool) and isinstance(v, int) and v >= least
@@ -70,9 +75,10 @@ def kimi_linear_attention(
     numbers = []
     for key, default in (("num_heads", None), ("head_dim", None), ("short_conv_kernel_size", 4)):
         v = lac.get(key, default)
-        if not _whole(v, 1):
+        if not _whole(v, 1) or v > STATE_DIM_MAX:
             raise InvalidArgumentError(
-                f"model {where}: field 'linear_attn_config.{key}' {v!r} must be a whole number of at least 1"
+                f"model {where}: field 'linear_attn_config.{key}' {v!r} must be a whole number of at least 1 "
+                f"up to {STATE_DIM_MAX:,}"
             )
         assert isinstance(v, int)
         numbers.append(v)
@@ -157,11 +163,14 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
     """
     model_type = str(cfg.get("model_type", ""))
 
-    def field_int(key: str, default: int | None = None, least: int = 0) -> int:
+    def field_int(key: str, default: int | None = None, least: int = 0, most: int | None = None) -> int:
         v = cfg.get(key, default)
-        if not _whole(v, least):
+        if not _whole(v, least) or (most is not None and v > most):
             at_least = f" of at least {least}" if least else ""
-            raise InvalidArgumentError(f"model {where}: field {key!r} {v!r} must be a whole number{at_least}")
+            at_most = f" up to {most:,}" if most is not None else ""
+            raise InvalidArgumentError(
+                f"model {where}: field {key!r} {v!r} must be a whole number{at_least}{at_most}"
+            )
         assert isinstance(v, int)
         return v
 
@@ -357,8 +366,14 @@ def _hf_state(
     model, `vllm/model_executor/models/`), or None for a model without state layers. Its sizes (heads,
     widths, a convolution's kernel) are whole numbers of at least 1."""
     if model_type == "qwen3_next" or cfg.get("linear_num_value_heads") is not None:
-        nk, nv = field_int("linear_num_key_heads", least=1), field_int("linear_num_value_heads", least=1)
-        hk, hv = field_int("linear_key_head_dim", least=1), field_int("linear_value_head_dim", least=1)
+        nk, nv = (
+            field_int("linear_num_key_heads", least=1, most=STATE_DIM_MAX),
+            field_int("linear_num_value_heads", least=1, most=STATE_DIM_MAX),
+        )
+        hk, hv = (
+            field_int("linear_key_head_dim", least=1, most=STATE_DIM_MAX),
+            field_int("linear_value_head_dim", least=1, most=STATE_DIM_MAX),
+        )
         # gated_delta_net_state_shape: conv (hk·nk·2 + hv·nv, kernel − 1), temporal (nv, hv, hk). Qwen3.5
         # keeps the temporal state in its config's `mamba_ssm_dtype` (vLLM's
         # Qwen3_5ForConditionalGenerationConfig sets mamba_ssm_cache_dtype from it when left 'auto');
@@ -371,7 +386,7 @@ def _hf_state(
             )
         return MambaState(
             conv_channels=hk * nk * 2 + hv * nv,
-            conv_width=field_int("linear_conv_kernel_dim", 4, least=1) - 1,
+            conv_width=field_int("linear_conv_kernel_dim", 4, least=1, most=STATE_DIM_MAX) - 1,
             ssm_heads=nv,
             ssm_per_head=hv * hk,
             ssm_bits=ssm_bits,
@@ -379,27 +394,30 @@ def _hf_state(
             gdn_head_k_dim=hk,
         )
     if model_type == "jamba":
-        inner = field_int("mamba_expand", 2, least=1) * field_int("hidden_size", least=1)
+        inner = field_int("mamba_expand", 2, least=1, most=STATE_DIM_MAX) * field_int("hidden_size", least=1)
         # mamba1_state_shape: conv (expand·hidden, d_conv − 1), temporal (expand·hidden, d_state).
         return MambaState(
             conv_channels=inner,
-            conv_width=field_int("mamba_d_conv", 4, least=1) - 1,
+            conv_width=field_int("mamba_d_conv", 4, least=1, most=STATE_DIM_MAX) - 1,
             ssm_heads=inner,
-            ssm_per_head=field_int("mamba_d_state", 16, least=1),
+            ssm_per_head=field_int("mamba_d_state", 16, least=1, most=STATE_DIM_MAX),
         )
     if model_type == "nemotron_h":
-        heads, head_dim = field_int("mamba_num_heads", least=1), field_int("mamba_head_dim", least=1)
-        state = field_int("ssm_state_size", least=1)
+        heads, head_dim = (
+            field_int("mamba_num_heads", least=1, most=STATE_DIM_MAX),
+            field_int("mamba_head_dim", least=1, most=STATE_DIM_MAX),
+        )
+        state = field_int("ssm_state_size", least=1, most=STATE_DIM_MAX)
         # mamba2_state_shape: conv (heads·head_dim + 2·n_groups·state, conv_kernel − 1), temporal
         # (heads, head_dim, state); Nemotron-H keeps the SSM state in float32 unless its config says
         # otherwise (vLLM's NemotronHForCausalLMConfig).
         ssm_dtype = cfg.get("mamba_ssm_cache_dtype", "float32")
         return MambaState(
             conv_channels=heads * head_dim,
-            conv_width=field_int("conv_kernel", 4, least=1) - 1,
+            conv_width=field_int("conv_kernel", 4, least=1, most=STATE_DIM_MAX) - 1,
             ssm_heads=heads,
             ssm_per_head=head_dim * state,
-            mamba2_groups=field_int("n_groups", 1, least=1),
+            mamba2_groups=field_int("n_groups", 1, least=1, most=STATE_DIM_MAX),
             mamba2_state_size=state,
             ssm_bits=32 if ssm_dtype == "float32" else 16,
             checkpoint_blocks=1,
