@@ -75,7 +75,7 @@ def kimi_linear_attention(
     numbers = []
     for key, default in (("num_heads", None), ("head_dim", None), ("short_conv_kernel_size", 4)):
         v = lac.get(key, default)
-        if not _whole(v, 1) or int(v) > STATE_DIM_MAX:
+        if not _whole(v, 1) or (isinstance(v, int) and v > STATE_DIM_MAX):
             raise InvalidArgumentError(
                 f"model {where}: field 'linear_attn_config.{key}' {v!r} must be a whole number of at least 1 "
                 f"up to {STATE_DIM_MAX:,}"
@@ -165,7 +165,7 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
 
     def field_int(key: str, default: int | None = None, least: int = 0, most: int | None = None) -> int:
         v = cfg.get(key, default)
-        if not _whole(v, least) or (most is not None and int(v) > most):
+        if not _whole(v, least) or (most is not None and isinstance(v, int) and v > most):
             at_least = f" of at least {least}" if least else ""
             at_most = f" up to {most:,}" if most is not None else ""
             raise InvalidArgumentError(
