@@ -367,6 +367,14 @@ def _kimi(**lac: object) -> dict[str, object]:
             _kimi(gate_lower_bound=-5.0),
             "'linear_attn_config.gate_lower_bound' -5.0 is not modelled: a bounded KDA gate",
         ),
+        # Qwen3-Next's state fields under another model type without layer_types: every layer ran as full
+        # attention, the fields unread.
+        (
+            "qwen3-next-80b-a3b",
+            ("model_type",),
+            {},
+            "field 'linear_num_value_heads' (Qwen3-Next's state layers) under model_type ''",
+        ),
         (
             "kimi-linear-48b-a3b",
             (),

@@ -260,6 +260,18 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
         return _trim(
             [Layer("chunked_local", field_window("attention_chunk_size")) if r else FULL for r in nope]
         )
+    if (
+        state is not None
+        and model_type not in ("qwen3_next", "kimi_linear", "jamba")
+        and not any(cfg.get(k) is not None for k in ("layers_block_type", "hybrid_override_pattern"))
+    ):
+        # (Qwen3-Next's state fields under another model type, without `layer_types`: every layer ran as
+        # full attention, the fields unread)
+        raise InvalidArgumentError(
+            f"model {where}: field 'linear_num_value_heads' (Qwen3-Next's state layers) under model_type "
+            f"{model_type!r} without 'layer_types': which layers keep a state is not known; give "
+            "'layer_types' or model_type 'qwen3_next'"
+        )
     if model_type.startswith("qwen2") or (model_type.startswith("qwen3") and model_type != "qwen3_next"):
         if not cfg.get("use_sliding_window"):
             return ()
