@@ -423,3 +423,13 @@ def test_an_mla_latent_of_zero_is_refused_not_read_as_ordinary_attention():
     with pytest.raises(InvalidArgumentError, match="'kv_lora_rank' 0 must be a whole number of at least 1"):
         models._from_dict({**cfg, "kv_lora_rank": 0}, "k", "k", "k", None)
     assert models._from_dict({**cfg, "kv_lora_rank": 512}, "k", "k", "k", None).kv_lora_rank == 512
+
+
+def test_a_float32_checkpoint_is_served_in_two_bytes_as_vllm_serves_it():
+    """vLLM's `--dtype auto` downcasts a float32 checkpoint (`_resolve_auto_dtype`): kvsim counted its
+    weights and KV cache at four bytes, twice what vLLM allocates."""
+    cfg = json.loads((HF / "llama-3-8b.json").read_text())
+    half = models._from_dict({**cfg, "torch_dtype": "bfloat16"}, "a", "a", "a", None)
+    full = models._from_dict({**cfg, "torch_dtype": "float32"}, "b", "b", "b", None)
+    assert full.kv_bytes_per_token == half.kv_bytes_per_token
+    assert full.param_bytes == half.param_bytes

@@ -703,6 +703,11 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
             f"model {str(path)!r}: torch_dtype {raw_dtype!r} is not one of {sorted(_HF_DTYPES)}"
         )
     dtype = _HF_DTYPES[raw_dtype]
+    if dtype == "fp32":
+        # vLLM 0.33.0 serves a float32 checkpoint in the platform's first supported dtype with `--dtype
+        # auto` (`vllm/config/model.py` `_resolve_auto_dtype`, "Downcast for float32 models"): bfloat16 on
+        # CUDA GPUs of compute capability 8.0 and up and on ROCm, float16 before (the same two bytes).
+        dtype = "bf16"
     checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}")
     if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
         checkpoint = quant.deepseek_v4(checkpoint, cfg, f"model {str(path)!r}")
