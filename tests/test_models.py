@@ -433,3 +433,32 @@ def test_a_float32_checkpoint_is_served_in_two_bytes_as_vllm_serves_it():
     full = models._from_dict({**cfg, "torch_dtype": "float32"}, "b", "b", "b", None)
     assert full.kv_bytes_per_token == half.kv_bytes_per_token
     assert full.param_bytes == half.param_bytes
+
+
+@pytest.mark.parametrize(
+    ("rope", "extra", "context"),
+    [
+        (None, {}, 8192),
+        ({"rope_type": "linear", "factor": 2.0}, {}, 16384),
+        ({"type": "dynamic", "factor": 4}, {}, 32768),  # (the older spelling, `type`)
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}, {}, 8192),
+        ({"rope_type": "llama3", "factor": 8.0}, {}, 8192),
+        ({"rope_type": "linear", "factor": None}, {}, 8192),  # (vLLM falls back to 1)
+        ({"rope_type": "longrope", "factor": 4.0}, {"original_max_position_embeddings": 4096}, 4096),
+        ({"full_attention": {"rope_type": "linear", "factor": 2.0}}, {}, 16384),  # (per layer type)
+    ],
+)
+def test_the_context_follows_vllms_rope_scaling(rope, extra, context):
+    """vLLM 0.33.0 derives the default context from max_position_embeddings times a RoPE scaling factor,
+    except for the types that leave it scaled already (YaRN, Llama 3's, LongRoPE, whose default is its
+    original context); kvsim read no RoPE scaling (`_get_and_verify_max_len`)."""
+    cfg = json.loads((HF / "llama-3-8b.json").read_text())
+    cfg = {**cfg, "rope_scaling": rope, **extra}
+    assert models._from_dict(cfg, "r", "r", "r", None).max_model_len == context
+
+
+@pytest.mark.parametrize("rope", ["linear", {"rope_type": "linear", "factor": "x"}, {"rope_type": 3}])
+def test_a_rope_scaling_kvsim_cannot_read_is_refused_by_name(rope):
+    cfg = {**json.loads((HF / "llama-3-8b.json").read_text()), "rope_scaling": rope}
+    with pytest.raises(InvalidArgumentError, match="field 'rope_scaling"):
+        models._from_dict(cfg, "r", "r", "r", None)

@@ -646,6 +646,51 @@ _KEPT_FIELDS = (
 )
 
 
+# RoPE types whose `factor` vLLM does not apply to the derived context (YaRN variants and Llama 3's leave
+# `max_position_embeddings` already scaled; `vllm/config/model.py` `_get_and_verify_max_len`, 0.33.0).
+_ROPE_UNSCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+def _rope_scaled(cfg: dict[str, Any], max_len: int, where: str) -> int:
+    """The context vLLM 0.33.0 derives from `max_len` and the config's RoPE scaling (`rope_scaling`, or
+    transformers 5's `rope_parameters`, a dict or one per layer type): times the scaling factor of a type
+    other than `_ROPE_UNSCALED` (`linear`, `dynamic`; not for Gemma 3, whose context is already scaled); a
+    LongRoPE model's default context is its `original_max_position_embeddings`."""
+    rope = cfg.get("rope_parameters", cfg.get("rope_scaling"))
+    if rope is None:
+        return max_len
+    if not isinstance(rope, dict):
+        raise InvalidArgumentError(f"model {where!r}: field 'rope_scaling' {rope!r} must be an object")
+    nested = rope and all(isinstance(v, dict) for v in rope.values())
+    params = [p for p in rope.values() if p] if nested else ([rope] if rope else [])
+    factor: Any = 1.0
+    for p in params:
+        kind = p.get("rope_type", p.get("type", "default"))
+        if not isinstance(kind, str):
+            raise InvalidArgumentError(
+                f"model {where!r}: field 'rope_scaling.rope_type' {kind!r} must be a name"
+            )
+        if kind == "longrope":
+            original = cfg.get("original_max_position_embeddings", max_len)
+            if isinstance(original, bool) or not isinstance(original, int) or original < 1:
+                raise InvalidArgumentError(
+                    f"model {where!r}: field 'original_max_position_embeddings' {original!r} must be a whole "
+                    "number of at least 1"
+                )
+            return original
+        if kind not in _ROPE_UNSCALED:
+            factor = p.get("factor", factor)
+    if factor is None:
+        factor = 1.0  # (vLLM falls back to 1 for a null factor)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor > 0 or factor > 2**20:
+        raise InvalidArgumentError(
+            f"model {where!r}: field 'rope_scaling.factor' {factor!r} must be a positive number"
+        )
+    if "gemma3" in str(cfg.get("model_type", "")):
+        return max_len
+    return max(1, int(max_len * factor))
+
+
 def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantization: str | None) -> Model:
     """The `Model` of config fields `cfg` (see `from_hf_config`); `where` names it in errors."""
     import json
@@ -687,6 +732,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     max_len = pick(
         "max_position_embeddings", "n_positions", "seq_length", "model_max_length", default=2048, least=1
     )
+    max_len = _rope_scaled(cfg, max_len, str(path))
     # (a latent of 0 is no MLA: it ran as ordinary attention; a null one is no MLA, as vLLM reads it)
     kv_lora = pick("kv_lora_rank", default=0, required=False, least=1)
     rope = pick("qk_rope_head_dim", default=0, required=False)
