@@ -191,8 +191,18 @@ def test_what_the_tier_cannot_model_is_refused_by_name(changes, says):
 def test_a_tier_of_less_than_one_chunk_is_refused_not_run_as_none(size):
     """Llama-3.1-8B's chunk is 2 MiB: a smaller tier would hold nothing, and ran as no tier at all (the
     tier's checks skipped with it); 0 is no tier, and one chunk runs."""
-    with pytest.raises(InvalidArgumentError, match=r"holds no CPU-tier chunk .*2\.0 MiB.*or 0 for no tier"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"holds no CPU-tier chunk .*2\.0 MiB.*or 0 for no tier"
+    ) as e:
         kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes="2GiB", kv_offloading_size=size)
+    # The least size it names holds a chunk (it said 0.001953 GiB, rounded down, itself refused).
+    least = float(str(e.value).split("give at least ", 1)[1].split(" GiB", 1)[0])
+    assert (
+        kvsim.SimConfig(
+            model="llama-3.1-8b", kv_cache_bytes="2GiB", kv_offloading_size=least
+        ).kv_offloading_chunks
+        == 1
+    )
     assert (
         kvsim.SimConfig(
             model="llama-3.1-8b", kv_cache_bytes="2GiB", kv_offloading_size=0

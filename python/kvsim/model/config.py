@@ -85,6 +85,21 @@ _DERIVED = (
 )
 
 
+def _gib_at_least(nbytes: int) -> str:
+    """GiB holding at least `nbytes` as vLLM converts them (`int(size * 2**30)`), rounded up to four
+    significant digits (more if those do not reach it): a value the hint gives passes."""
+    import math
+
+    g = nbytes / 2**30
+    k = 4 - 1 - math.floor(math.log10(g))
+    while True:
+        v = math.ceil(g * 10**k) / 10**k
+        text = f"{v:.{max(k, 0)}f}"
+        if int(float(text) * 2**30) >= nbytes or k > 20:
+            return text
+        k += 1
+
+
 @dataclass(frozen=True)
 class SimConfig(ConfigTimeModel):
     """A simulation configuration; construct with keywords (all validated), or from a preset.
@@ -431,7 +446,7 @@ class SimConfig(ConfigTimeModel):
                 raise InvalidArgumentError(
                     f"kv_offloading_size {size} ({fmt_bytes(int(size * 2**30))}) holds no CPU-tier chunk (one "
                     f"{self.kv_offloading_blocks_per_chunk}-block chunk of {getattr(self.model, 'name', self.model)}: "
-                    f"{fmt_bytes(chunk)}): give at least {chunk / 2**30:.4g} GiB, or 0 for no tier"
+                    f"{fmt_bytes(chunk)}): give at least {_gib_at_least(chunk)} GiB, or 0 for no tier"
                 )
             if chunks > MAX_BLOCKS:
                 raise InvalidArgumentError(
