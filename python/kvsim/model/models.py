@@ -743,7 +743,10 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
             f"model {str(path)!r}: num_attention_heads {heads} is not a multiple of num_key_value_heads "
             f"{kv_heads}"
         )
-    raw_dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "float16"
+    # Without a dtype vLLM reads the weights' (safetensors metadata), else takes float32, which it serves
+    # in bfloat16 (`get_torch_dtype`, `_resolve_auto_dtype`); kvsim reads no weights: bfloat16, two bytes as
+    # any 16-bit checkpoint's (gpt-oss's config names none).
+    raw_dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
     if raw_dtype not in _HF_DTYPES:
         raise InvalidArgumentError(
             f"model {str(path)!r}: torch_dtype {raw_dtype!r} is not one of {sorted(_HF_DTYPES)}"
