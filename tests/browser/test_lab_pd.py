@@ -19,7 +19,8 @@ CELLS = """pool => Array.from(document.querySelectorAll(`.pd-grid[data-pool="${p
 ROWS = """() => Array.from(document.querySelectorAll('#pd-rows tr')).map(tr => ({
   name: tr.dataset.request, phase: tr.dataset.phase,
   colour: getComputedStyle(tr.children[1]).color,
-  cells: Array.from(tr.children).map(td => td.textContent)}))"""
+  cells: Array.from(tr.children).map(td => td.textContent),
+  shown: Array.from(tr.children).map(td => td.getClientRects().length > 0 && td.innerText.trim() !== '')}))"""
 
 
 def open_pd(lab: LabPage, **query: Any) -> None:
@@ -68,6 +69,8 @@ def assert_drawn(lab: LabPage, snap: dict[str, Any]) -> None:
         assert row["cells"][3] == (" ".join(f"P{b}" for b in q["prefill_blocks"]) or "—")
         assert row["cells"][4] == (" ".join(f"P{b}" for b in q["decode_blocks"]) or "—")
         assert row["cells"][5].startswith(f"{q['transfer_blocks']} blocks" if q["transfer_blocks"] else "—")
+        # Every cell is on screen, at a phone's width too (the transfer's column was hidden there).
+        assert all(row["shown"]), row
     # A preempted or recomputing request's phase is drawn in the colour of the single-replica page's
     # "Preempted" status, apart from every other phase.
     away = {r["colour"] for r in rows if r["phase"].startswith(("preempted", "recomputing"))}

@@ -50,7 +50,13 @@ function drawRequests(snap) {
   if (body.children.length !== snap.requests.length) {
     body.replaceChildren(...snap.requests.map(() => {
       const tr = document.createElement("tr");
-      for (let i = 0; i < 6; i++) tr.append(document.createElement("td"));
+      // (each cell named by its column, which a phone shows beside it: the rows stack there)
+      const heads = Array.from(document.querySelectorAll(".pd-requests thead th"), (th) => th.textContent);
+      for (let i = 0; i < 6; i++) {
+        const td = document.createElement("td");
+        td.dataset.label = heads[i] || "";
+        tr.append(td);
+      }
       return tr;
     }));
   }
