@@ -493,6 +493,11 @@ def test_a_described_gpu_answers_as_the_preset_with_its_numbers(tmp_path):
     ):
         with pytest.raises(InvalidArgumentError, match=needle):
             gpus.from_spec(spec)
+    # A key beside a file's [gpu] table was read by nothing (without the table it was refused).
+    beside = tmp_path / "beside.toml"
+    beside.write_text('extra = 1\n[gpu]\nmemory = "48GiB"\nbandwidth = "864GB/s"\ntflops = 362\n')
+    with pytest.raises(InvalidArgumentError, match="unknown key 'extra' beside the \\[gpu\\] table"):
+        gpus.from_file(beside)
 
 
 # -- kvsim run ------------------------------------------------------------------------------------------------

@@ -468,6 +468,12 @@ def from_file(path: str | Path) -> Gpu:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InvalidArgumentError(f"{where}: cannot read it: {exc}") from None
     if isinstance(data, dict) and isinstance(data.get("gpu"), dict):
+        beside = sorted(k for k in data if k != "gpu")
+        if beside:
+            # (a key beside the `[gpu]` table was read by nothing)
+            raise InvalidArgumentError(
+                f"{where}: unknown key {beside[0]!r} beside the [gpu] table; a GPU's keys go in it"
+            )
         data = data["gpu"]
     if not isinstance(data, dict):
         raise InvalidArgumentError(f"{where}: must hold a table of {', '.join(SPEC_KEYS)}")
