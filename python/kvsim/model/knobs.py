@@ -215,6 +215,7 @@ def _in_range(name: str, shown: Any, v: float, k: Knob, unit: str = "") -> float
     hi_ok = v < k.hi if k.open_hi else v <= k.hi
     if not (lo_ok and hi_ok):
         lo_b, hi_b = "(" if k.open_lo else "[", ")" if k.open_hi else "]"
+        unit = unit or (f" {k.unit}" if k.unit else "")  # (the bounds in the knob's unit: GiB, B/s)
         raise _fail(name, shown, f"must be in {lo_b}{k.lo:g}, {k.hi:g}{hi_b}{unit}")
     return v
 
