@@ -1084,3 +1084,13 @@ def test_a_disaggregation_knob_without_prefill_replicas_is_refused_not_ignored(c
     assert err.startswith(
         f"kvsim run: error: argument {flag}: a disaggregated fleet's knob, but this run has no "
     ), err
+
+
+def test_the_config_line_leaves_out_a_swap_time_a_hybrid_model_never_uses(capsys):
+    """A hybrid model cannot swap (vLLM's hybrid manager: recompute only); its swap time was printed for
+    the 16-token block asked, not the 576-token block it runs."""
+    for model, swaps in (("llama-3.1-8b", True), ("qwen3-next-80b-a3b", False)):
+        gpu = ["--gpu", "h100-80gb"] if swaps else ["--gpu", "h200", "-tp", "2"]
+        assert main(["run", "--model", model, *gpu, "--requests", "3"]) == 0
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("config: ")]
+        assert ("swap_ps_per_block=" in line) is swaps, line

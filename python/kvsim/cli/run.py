@@ -557,7 +557,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             for k, v in raw_cfg.items()
             if v is not None
             and v != KNOBS[k].default
-            and not (k == "swap_ps_per_block" and v == 0)
+            and not (k == "swap_ps_per_block" and (v == 0 or config.kv_groups))  # (a hybrid model: no swap)
             and not (k.startswith("kv_offloading_") and not config.kv_offloading_chunks)  # no tier: moot
         }
         # (a size in GiB, as vLLM's flag takes it, with its unit: `kv_offloading_size=64 GiB`, not `=64.0`)

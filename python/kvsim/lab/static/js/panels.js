@@ -279,7 +279,8 @@ export class Panels {
           : "; a request holds ⌈tokens / B⌉ of them";
       return `<li data-group="${g.index}"><b>G${g.index} ${esc(g.label)}</b>: ${esc(layers)} (${esc(list)}); one layer’s page ` +
         `<span class="mono formula">${esc(g.page_formula)}</span>${g.page_bytes !== (g.state_bytes ?? g.page_bytes) ? ` → ${int(g.page_bytes)} B` : ""}; ` +
-        `a block = ${int(g.num_layers)} layers × ${bytes(g.page_bytes)} = <b>${bytes(g.bytes_per_block)}</b>` +
+        // (the page in bytes: 12 × 1.06 MiB read as 12.72, where the page is 1.0625 MiB and the block 12.75)
+        `a block = ${int(g.num_layers)} layers × ${int(g.page_bytes)} B = <b>${bytes(g.bytes_per_block)}</b>` +
         ` (${int(g.bytes_per_block)} B)${per}.</li>`;
     }).join("");
     const pool = b.kv_cache_bytes !== null && b.kv_cache_bytes !== undefined
