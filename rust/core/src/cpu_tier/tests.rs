@@ -405,6 +405,26 @@ fn edge_hi(hi: u64) -> u64 {
     if hi < 5 { hi } else { u64::MAX }
 }
 
+/// Two tiers compared op by op (the properties below) load `ks` for `rid` alike, the load kept in `loads`.
+fn load_both(
+    a: &mut CpuTier,
+    b: &mut CpuTier,
+    rid: u64,
+    ks: &[(BlockKey, u64)],
+    loads: &mut Vec<Vec<BlockKey>>,
+) {
+    a.prepare_load(rid, ks);
+    b.prepare_load(rid, ks);
+    loads.push(ks.iter().map(|&(k, _)| k).collect());
+}
+
+/// The `i`th load in flight (modulo their count) completes in both tiers.
+fn complete_load_both(a: &mut CpuTier, b: &mut CpuTier, i: usize, loads: &mut Vec<Vec<BlockKey>>) {
+    let ks = loads.swap_remove(i % loads.len());
+    a.complete_load(&ks);
+    b.complete_load(&ks);
+}
+
 fn run_op() -> impl proptest::strategy::Strategy<Value = RunOp> {
     use proptest::prelude::*;
     prop_oneof![
@@ -511,16 +531,10 @@ proptest::proptest! {
                         .filter(|&(k, _)| b.lookup(k) == HIT).collect();
                     proptest::prop_assert!(a.check_prepare_load(&ks).is_ok());
                     if b.check_prepare_load(&ks).is_ok() {
-                        a.prepare_load(rid, &ks);
-                        b.prepare_load(rid, &ks);
-                        loads.push(ks.iter().map(|&(k, _)| k).collect());
+                        load_both(&mut a, &mut b, rid, &ks, &mut loads);
                     }
                 }
-                RunOp::CompleteLoad(i) if !loads.is_empty() => {
-                    let ks = loads.swap_remove(i % loads.len());
-                    a.complete_load(&ks);
-                    b.complete_load(&ks);
-                }
+                RunOp::CompleteLoad(i) if !loads.is_empty() => complete_load_both(&mut a, &mut b, i, &mut loads),
                 RunOp::CompleteStore(i) if !stores.is_empty() => {
                     let (run, ks) = stores.swap_remove(i % stores.len());
                     match run {
@@ -793,16 +807,10 @@ proptest::proptest! {
                         .collect();
                     if b.check_prepare_load(&ks).is_ok() {
                         proptest::prop_assert!(a.check_prepare_load(&ks).is_ok());
-                        a.prepare_load(rid, &ks);
-                        b.prepare_load(rid, &ks);
-                        loads.push(ks.iter().map(|&(k, _)| k).collect());
+                        load_both(&mut a, &mut b, rid, &ks, &mut loads);
                     }
                 }
-                LaneOp::CompleteLoad(i) if !loads.is_empty() => {
-                    let ks = loads.swap_remove(i % loads.len());
-                    a.complete_load(&ks);
-                    b.complete_load(&ks);
-                }
+                LaneOp::CompleteLoad(i) if !loads.is_empty() => complete_load_both(&mut a, &mut b, i, &mut loads),
                 LaneOp::CompleteStore(i) if !stores.is_empty() => {
                     let ks = stores.swap_remove(i % stores.len());
                     a.complete_store(&ks);
