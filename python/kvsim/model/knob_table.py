@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsim.model.gpus import BATCH_RULES
-from kvsim.model.layers import GDN_PREFILL_BACKENDS
+from kvsim.model.layers import GDN_PREFILL_BACKENDS, MAX_TOKENS
 from kvsim.model.quant import QUANTIZATION_CHOICES
 
 POLICIES = ("vllm", "reserve", "static", "orca-max", "orca-pow2", "orca-oracle")
@@ -65,7 +65,7 @@ MAX_TIME_PS = 1 << 62
 # Upper bounds of the integer knobs, far above any real setting, so that the engines' integer arithmetic
 # cannot overflow: a time coefficient up to 2^40 ps (1.1 s), token and sequence counts up to 2^40 / 2^32.
 MAX_COEFFICIENT_PS = 1 << 40
-MAX_TOKENS = 1 << 40
+# (MAX_TOKENS, 2^40, is `kvsim.model.layers`' own: a block's token count is bounded by it too)
 MAX_BYTES = 1 << 60  # 1 EiB: any memory size above it is a typo
 
 

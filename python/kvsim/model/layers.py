@@ -32,8 +32,9 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 
-# The most tokens a block may hold (kvsim's token limit, `knob_table.MAX_TOKENS`).
-MAX_BLOCK_TOKENS = 1 << 40
+# kvsim's token limit (the knobs' bound on token counts, `knob_table.MAX_TOKENS`, which is this one):
+# also the most tokens a block may hold.
+MAX_TOKENS = 1 << 40
 
 LAYER_KINDS = ("full", "sliding_window", "chunked_local", "mamba", "shared", "deepseek_v4")
 # What kvsim's engine and its `kv_groups` configuration call each group kind (the engines' integer codes
@@ -436,13 +437,13 @@ def kv_layout(
                 align_to = math.lcm(align_to, gdn_grid)
             needed = align_to * -(-mamba_page // (align_to * per_token))
             needed = KERNEL_BLOCK_ALIGNMENT * -(-needed // KERNEL_BLOCK_ALIGNMENT)
-            if needed > MAX_BLOCK_TOKENS:
+            if needed > MAX_TOKENS:
                 # (a state sized by absurd config fields: the engine's block size took no such number and
                 # refused it as `kv_groups`, naming no field)
                 raise InvalidArgumentError(
                     f"model {model.name}: a state layer keeps {mamba_page:,} B a request (its config's "
                     f"state sizes): a block would need {needed:,} tokens to hold it, above kvsim's limit of "
-                    f"{MAX_BLOCK_TOKENS:,}"
+                    f"{MAX_TOKENS:,}"
                 )
             if attn_bs < needed:
                 attn_bs = needed
