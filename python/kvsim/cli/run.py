@@ -408,16 +408,15 @@ def write_probe(folder: Path) -> str | None:
         return exc.strerror or str(exc)
 
 
-PD_KNOBS = ("pd_threshold_tokens", "pd_link_bandwidth", "pd_link_latency_s", "pd_link_ps_per_block")
-
-
 def _refuse_idle_pd_knobs(config: Any) -> None:
     """A disaggregated fleet's knob set on a run without prefill replicas changes nothing: refused by its
     flag (it ran as a fleet of one, the knob unread). (`kvsim plan --split` searches the prefill count, so
     its base run may set them: only `kvsim run` refuses.)"""
+    from kvsim.engine.cluster import PD_KNOBS
+
     if config.prefill_replicas:
         return
-    for name in PD_KNOBS:
+    for name in (n for n in PD_KNOBS if n != "prefill_replicas"):
         if getattr(config, name) != KNOBS[name].default:
             flag = _knob_flags(name)[0]
             raise FlagError(
