@@ -351,6 +351,27 @@ def test_hf_qwen3_moe_without_experts_is_dense():
     assert (m.num_experts, m.num_params == m.num_active_params) == (0, True)
 
 
+@pytest.mark.parametrize(
+    ("preset", "field"),
+    [
+        ("deepseek-v3", "n_routed_experts"),
+        ("kimi-linear-48b-a3b", "num_experts"),
+        ("mixtral-8x7b", "num_local_experts"),
+    ],
+)
+def test_hf_zero_experts_where_vllm_builds_the_moe_block_anyway_is_refused(tmp_path, preset, field):
+    """DeepSeek's, Kimi-Linear's and Mixtral's layers in vLLM build their MoE block whenever the count is
+    set (`is not None`, not `> 0`): a count of 0 is no model vLLM loads, where kvsim ran it dense. Left
+    out (or null), the model is dense."""
+    cfg = json.loads((HF / f"{preset}.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, field: 0}))
+    with pytest.raises(InvalidArgumentError, match=f"field '{field}' 0: vLLM builds this model's MoE block"):
+        kvsim.SimConfig(model=str(path), kv_cache_bytes="8GiB")
+    path.write_text(json.dumps({**cfg, field: None}))
+    assert models.from_hf_config(path).num_experts == 0
+
+
 def test_simconfig_takes_a_config_path(tmp_path):
     path = str(HF / "llama-3-8b.json")
     by_path = kvsim.SimConfig(model=path, gpu="h100-80gb")

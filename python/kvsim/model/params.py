@@ -412,6 +412,22 @@ def param_breakdown(
         raise InvalidArgumentError(
             f"model {where}: field 'num_local_experts' {experts} must be at least 1 (gpt-oss's MLP is its experts)"
         )
+    # A count of 0 where vLLM 0.33.0 builds the MoE block whenever the field is set (not None) would be a
+    # router and experts of none, no checkpoint: every model reading `n_routed_experts` (DeepSeek's
+    # `deepseek_v2.py` DeepseekV2DecoderLayer, `glm4_moe.py`: `n_routed_experts is not None`), Kimi-Linear
+    # (`models/kimi_k3/nvidia/model.py`: `is_moe` is `num_experts is not None`) and Mixtral (every layer).
+    # Qwen's MoE models check `num_experts > 0` and build a dense MLP, as kvsim does.
+    zero_moe = ["n_routed_experts"]
+    if model_type.startswith("kimi_linear"):
+        zero_moe.append("num_experts")
+    if model_type.startswith("mixtral"):
+        zero_moe.append("num_local_experts")
+    for key in zero_moe:
+        if cfg.get(key) == 0 and not isinstance(cfg.get(key), bool):
+            raise InvalidArgumentError(
+                f"model {where}: field {key!r} 0: vLLM builds this model's MoE block whenever the field is set, "
+                "and one of no experts is no model it loads (leave the field out, or null, for a dense model)"
+            )
     moe_flags = _layer_flags(cfg, layers, experts, pick, where)
     n_moe = sum(moe_flags)
     n_dense = layers - n_moe
