@@ -443,8 +443,13 @@ def test_non_kv_memory_terms_and_enforce_eager():
     assert measured.pool.kv_cache_bytes == p.kv_cache_bytes + p.cudagraph_bytes - 2 * GIB
     old = kvsim.SimConfig.preset("vllm-0.19", model="llama-3.1-8b", gpu="h100-80gb")
     assert old.pool.cudagraph_bytes == 0
+    # Under tensor parallelism: NCCL's and the custom all-reduce's buffers over NVLink (2.1 GiB measured on
+    # H100s), far less over PCIe (an L40S has no peer link).
     tp = kvsim.SimConfig(model="llama-3.1-70b", gpu="h100-80gb", tensor_parallel_size=4)
-    assert tp.pool.non_torch_bytes == memory.NON_TORCH_BYTES_TP
+    assert tp.pool.non_torch_bytes == memory.NON_TORCH_BYTES_TP_PEER
+    pcie = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", tensor_parallel_size=2, max_model_len=8192)
+    assert gpus.get("l40s").peer_bandwidth == 0
+    assert pcie.pool.non_torch_bytes == memory.NON_TORCH_BYTES_TP
     total = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", activation_reserve_bytes="3GiB")
     assert total.pool.kv_cache_bytes == math.floor(g.memory_bytes * 0.92) - p.weight_bytes - 3 * GIB
 
@@ -461,8 +466,21 @@ def test_cudagraph_capture_sizes_are_vllms():
 
 def test_moe_activation_peak_counts_the_routed_copies():
     m = models.get("qwen3-30b-a3b")
-    per_token = 4 * m.hidden_size + max(2 * m.intermediate_size, 8 * 3 * 768)
+    per_token = 4 * m.hidden_size + max(3 * m.intermediate_size, 8 * 3 * 768)
     assert sizing.activation_reserve_estimate(m, 1000, 0) == 1000 * per_token * 2
+
+
+def test_the_activation_peak_is_the_forward_pass_or_the_sampler_whichever_is_larger():
+    """vLLM 0.19.0's logged peaks on H100s are the sampler's over 1,024 rows where the vocabulary is large
+    (the same at tp 1, 2 and 4) and the forward pass's where it is small: never their sum."""
+    m = models.get("llama-3.1-8b")
+    forward = 8192 * (4 * 4096 + 3 * 14336) * 2
+    sampler = int(1024 * 128256 * memory.SAMPLER_BYTES_PER_LOGIT)
+    assert sampler > forward
+    assert memory.activation_peak(m, 8192, 1024) == sampler
+    assert memory.activation_peak(m, 8192, 1024, tp=4) == sampler  # the logits are whole on every rank
+    assert memory.activation_peak(m, 8192, 64) == forward
+    assert abs(sampler / GIB - 1.89) < 0.02  # the log's "torch peak memory increase: 1.89GiB"
 
 
 # -- GPUs -----------------------------------------------------------------------------------------------------

@@ -82,7 +82,7 @@ def test_the_tier_claims_hold_the_committed_rows_to_each_pools_ceiling():
         assert c.verdict == CONFIRMED, c.note
         # one ceiling per pool: the 64K-token pool rejects the longest requests, so its ceiling differs
         assert "64K-token pool: " in c.source_value
-        assert "454K-token pool: " in c.source_value
+        assert "439K-token pool: " in c.source_value  # vLLM's pool of Llama-3-8B on an H100, 450,496 tokens
         assert "requests rejected" in c.note
         assert "NOT COMPARABLE" not in c.note
 
@@ -105,7 +105,8 @@ def test_a_hit_rate_above_the_ceiling_is_refused():
     res = tier_results()
     # The largest tier on vLLM's pool one point higher: still rising and within 5 points, but above what an
     # infinite cache hits.
-    bump = (pl.col("num_blocks") == 29102) & (pl.col("kv_offloading_chunks") == 2**26 // 16)
+    vllms = res.frame["num_blocks"].max()  # (the other pool is 2^16 tokens)
+    bump = (pl.col("num_blocks") == vllms) & (pl.col("kv_offloading_chunks") == 2**26 // 16)
     rate = pl.col("hit_rate_first_admission")
     frame = res.frame.with_columns(pl.when(bump).then(rate + 0.01).otherwise(rate))
     claims = tier_claims(

@@ -810,22 +810,24 @@ def test_defaults_are_the_newest_release_and_presets_name_older_ones():
         assert f"`{name}`: vLLM {releases}" in doc
 
 
-# DESIGN.md §Defaults' activation estimate at max_num_batched_tokens 8192 and max_num_seqs 256.
-_LLAMA3_8B_ACTIVATIONS = 8192 * (4 * 4096 + 2 * 14336) * 2 + 256 * 128256 * 4
+# DESIGN.md §Defaults' activation estimate at max_num_batched_tokens 8192 and max_num_seqs 256 (the forward
+# pass: larger than the sampler's 256 rows).
+_LLAMA3_8B_ACTIVATIONS = max(8192 * (4 * 4096 + 3 * 14336) * 2, int(256 * 128256 * 31 / 2))
 
 
 def _vllm_pool_blocks(utilization: float, seqs: int = 1024, graphs: bool = True) -> int:
     """Llama-3-8B's pool on an H100-80GB by vLLM's rule as DESIGN.md §Defaults writes it, from the
-    published config (meta-llama/Meta-Llama-3-8B config.json) and the H100's 81,559 MiB, not from kvsim's
-    sizing code: floor(memory × utilization) − bf16 weights − the activation peak (8,192 tokens, `seqs`
-    rows of logits: vllm serve's limits on an H100 are 8192 and 1024) − 0.16 GiB of non-torch memory − the
-    CUDA graphs (0.20.0 on: 51 capture sizes up to 512, each PIECEWISE and FULL, the first priced as a
-    512-token pass, the other 101 at 1 MiB), in blocks of 16 tokens, plus the null block."""
-    memory = 81559 * 2**20
+    published config (meta-llama/Meta-Llama-3-8B config.json) and the H100's 85,028,896,768 bytes as CUDA
+    reports them, not from kvsim's sizing code: floor(memory × utilization) − bf16 weights − the activation
+    peak (the larger of the 8,192-token forward pass and the sampler's 15.5 bytes for each of `seqs` rows of
+    logits: vllm serve's limits on an H100 are 8192 and 1024) − 0.25 GiB of non-torch memory − the CUDA
+    graphs (0.20.0 on: 51 capture sizes up to 512, each PIECEWISE and FULL, the first priced as a 512-token
+    pass, all 102 at 0.22 MiB a layer), in blocks of 16 tokens, plus the null block."""
+    memory = 85_028_896_768
     weights = 8_030_261_248 * 2
-    activations = 8192 * (4 * 4096 + 2 * 14336) * 2 + seqs * 128256 * 4
-    non_torch = 16 * 2**30 // 100
-    cudagraphs = 512 * (4 * 4096 + 2 * 14336) * 2 + 101 * 2**20 if graphs else 0
+    activations = max(8192 * (4 * 4096 + 3 * 14336) * 2, int(seqs * 128256 * 31 / 2))
+    non_torch = 25 * 2**30 // 100
+    cudagraphs = 512 * (4 * 4096 + 3 * 14336) * 2 + 102 * 32 * (22 * 2**20 // 100) if graphs else 0
     per_token = 32 * 2 * 8 * 128 * 2  # layers × (K, V) × KV heads × head dim × bf16
     left = math.floor(memory * utilization) - weights - activations - non_torch - cudagraphs
     return left // (16 * per_token) + 1
@@ -841,7 +843,7 @@ def test_gpu_sized_pools_follow_each_presets_gpu_memory_utilization():
     assert SimConfig(**sized).num_blocks == newest
     # pool_blocks takes the whole non-KV reserve as given (no estimate of its own).
     reserve = _LLAMA3_8B_ACTIVATIONS
-    expected = (math.floor(81559 * 2**20 * 0.92) - 8_030_261_248 * 2 - reserve) // (16 * 131072) + 1
+    expected = (math.floor(85_028_896_768 * 0.92) - 8_030_261_248 * 2 - reserve) // (16 * 131072) + 1
     assert kvsim.pool_blocks("llama-3-8b", "h100-80gb", 16, activation_reserve_bytes=reserve) == expected
     for name in ("vllm-latest", "vllm-0.20"):
         assert SimConfig.preset(name, **sized).num_blocks == newest, name

@@ -186,7 +186,7 @@ def test_shipped_calibrations_load_by_name() -> None:
         if cal.kind == "linear":
             assert cal.device_kind == "cuda"  # CPU smoke runs are never shipped
         else:  # a roofline calibration: its GPU's preset, any model on it
-            cfg = kvsim.SimConfig(model="qwen3-8b", gpu=cal.gpu, calibration=name)
+            cfg = kvsim.SimConfig(model="qwen3-8b", gpu=cal.gpu, calibration=name, max_model_len=8192)
             assert cfg.time_model == "roofline"
             fixed = cal.efficiencies.step_overhead_ps + 36 * cal.efficiencies.layer_overhead_ps  # 36 layers
             assert cfg.roofline.fixed_ps == pytest.approx(fixed, abs=1)

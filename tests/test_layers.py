@@ -74,16 +74,20 @@ def test_gpt_oss_keeps_a_window_on_half_its_layers():
     assert off.bytes_per_block == 2 * layout.bytes_per_block  # one block id across all 36 layers
 
 
-def test_chunked_local_attention_is_full_attention_unless_asked():
-    """vLLM keeps the hybrid manager off for chunked local attention by default (a latency regression),
-    so Llama 4's local layers keep every token unless `hybrid_kv_cache_manager="on"`."""
+def test_chunked_local_attention_keeps_only_its_chunk_by_default():
+    """vLLM runs the hybrid manager for chunked local attention by default
+    (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to 1 in 0.19.0 and 0.33.0; Llama-4-Scout's
+    0.19.0 start-up log counts its blocks): Llama 4's local layers keep their chunk, `off` keeps every
+    token."""
     rec = next(r for r in LAYOUTS if r["name"] == "llama-4-scout")
     auto = kv_layout(model_of(rec["layers"]), 16)
-    assert auto.promoted
-    assert [g.kind for g in auto.groups] == ["full"]
-    assert "chunked local" in auto.notes[0]
-    on = kv_layout(model_of(rec["layers"]), 16, hybrid_kv_cache_manager="on")
-    assert [g.kind for g in on.groups] == ["chunked_local"] * 3 + ["full"]
+    assert not auto.promoted
+    assert [g.kind for g in auto.groups] == ["chunked_local"] * 3 + ["full"]
+    assert kv_layout(model_of(rec["layers"]), 16, hybrid_kv_cache_manager="on") == auto
+    off = kv_layout(model_of(rec["layers"]), 16, hybrid_kv_cache_manager="off")
+    assert off.promoted
+    assert [g.kind for g in off.groups] == ["full"]
+    assert "keep every token" in off.notes[0]
 
 
 def test_a_mamba_state_raises_the_attention_block():
@@ -138,7 +142,8 @@ def test_the_gated_delta_nets_checkpoints_follow_its_prefill_kernel(gpu, backend
     and prefix caching on (align mode) each state group counts a checkpoint block and the attention block
     is a multiple of 64 tokens (Qwen3-Next-80B-A3B, 4 ranks: 320 where 16-token alignment gives 272);
     without caching, one state a request and the kernel changes nothing."""
-    kw = {"gpu": gpu, "tensor_parallel_size": 4} if gpu else {"num_blocks": 1000}
+    # (131,072 tokens: four L40Ss do not hold one request of the model's 262,144)
+    kw = {"gpu": gpu, "tensor_parallel_size": 4, "max_model_len": 131072} if gpu else {"num_blocks": 1000}
     cfg = kvsim.SimConfig(model="qwen3-next-80b-a3b", gdn_prefill_backend=backend, **kw)
     states = [g for g in cfg.kv_groups if g.kind == "mamba"]
     assert len(states) == 3

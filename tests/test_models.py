@@ -149,7 +149,9 @@ def test_pool_blocks_on_a_gpu() -> None:
     m, g = models.get("opt-13b"), gpus.get("a100-40gb")
     kv = sizing.available_kv_bytes(m, g, 0.9)
     assert kv == math.floor(g.memory_bytes * 0.9) - m.param_bytes
-    assert kv / GIB == pytest.approx(12, rel=0.01)  # the paper's 12 GB of KV for OPT-13B on an A100-40GB
+    # The paper's "12 GB" of KV for OPT-13B on an A100-40GB (rounded; CUDA's 39.39 GiB x 0.9 less the weights
+    # is 12.4 GB)
+    assert kv / 1e9 == pytest.approx(12, rel=0.04)
     blocks = kvsim.pool_blocks("opt-13b", "a100-40gb", 16, 0.9)  # the paper's vLLM (v0) share
     assert blocks == kv // (16 * 819_200) + 1
     assert kvsim.pool_blocks(m, g, 16, 0.9, include_null_block=False) == blocks - 1

@@ -1,10 +1,12 @@
 """GPU presets: memory, HBM bandwidth, peak dense FLOP/s per dtype and host link (SPEC §2, §5), and GPUs
 described by the user (`from_spec`, `from_file`: flags or a small TOML/JSON file).
 
-`memory_bytes` is the total device memory the driver reports (`nvidia-smi`, which vLLM's
-`gpu_memory_utilization` multiplies), in bytes; the marketing "GB" is close to but not the same number.
-Where no driver-reported total was found (GB200, AMD Instinct), the datasheet's capacity is taken in GiB
-(HBM stacks are binary-sized) and the comment says so. `hbm_bandwidth` and the FLOP rates are datasheet
+`memory_bytes` is the total device memory CUDA reports (`torch.cuda.mem_get_info()`'s total, what vLLM's
+`gpu_memory_utilization` multiplies: `request_memory` in `vllm/v1/worker/utils.py`), in bytes: less than
+`nvidia-smi`'s total (an H100 SXM: 79.19 GiB where nvidia-smi says 81,559 MiB) and the marketing "GB".
+Each figure is as PyTorch's out-of-memory messages, `torch.cuda.get_device_properties` or vLLM's start-up
+lines print it on Linux, with its source; it moves by up to ~0.1 GiB between driver releases (A100-80GB:
+79.15 GiB on driver 12.2, 79.25-79.26 on 12.5 and later), so the newest seen is taken. `hbm_bandwidth` and the FLOP rates are datasheet
 peaks, dense (no structured sparsity: datasheets quoting "with sparsity" are halved); GeForce cards are
 given at their FP32-accumulate tensor rate (what bf16 GEMMs use), which their whitepapers list at half
 the FP16-accumulate rate. `pcie_bandwidth` is one direction of the host link (datasheets quote both
@@ -76,12 +78,15 @@ GPUS: dict[str, Gpu] = {
         # Turing whitepaper (RTX 2070 Founders Edition): 8 GB GDDR6, 448 GB/s, 59.7 TFLOPS fp16 tensor
         # (fp16 accumulate; GeForce halves fp32-accumulate); PCIe 3.0 x16 (~16 GB/s each way). kvsim's first
         # target card; kept at the rate it was specified with.
-        _g("rtx-2070", 8192 * MIB, 448e9, 59.7e12, 16e9, "NVIDIA Turing architecture whitepaper, Appendix A"),
+        # CUDA: 7.78 GiB (tloen/alpaca-lora#442, an RTX 2070: "7.78 GiB total capacity").
+        _g("rtx-2070", 7967 * MIB, 448e9, 59.7e12, 16e9, "NVIDIA Turing architecture whitepaper, Appendix A"),
         # GA102 whitepaper (RTX 3090): 24 GB GDDR6X, 936 GB/s, 71 TFLOPS fp16 tensor with fp32 accumulate
         # (142 with fp16 accumulate); PCIe 4.0 x16 (32 GB/s each way); nvidia-smi reports 24,576 MiB.
+        # CUDA: 23.56 GiB (wtdcode/vllm-backport#34, RTX 3090s: "Free memory on device (22.93/23.56 GiB)";
+        # 23.69-23.70 on older drivers).
         _g(
             "rtx-3090",
-            24576 * MIB,
+            24125 * MIB,
             936e9,
             71e12,
             32e9,
@@ -89,9 +94,11 @@ GPUS: dict[str, Gpu] = {
         ),
         # Ada whitepaper (RTX 4090): 24 GB GDDR6X, 1,008 GB/s, 165.2 TFLOPS fp16/bf16 tensor with fp32
         # accumulate, 330.3 fp8 (fp32 accumulate), dense; PCIe 4.0 x16; nvidia-smi reports 24,564 MiB.
+        # CUDA: 23.64 GiB (ali-vilab/VGen#104, TMElyralab/MuseTalk#76, 3DTopia/Phidias-Diffusion#8: "total
+        # capacity of 23.64 GiB"; 23.52 on driver R580 in pytorch/pytorch#182941).
         _g(
             "rtx-4090",
-            24564 * MIB,
+            24207 * MIB,
             1008e9,
             165.2e12,
             32e9,
@@ -101,9 +108,10 @@ GPUS: dict[str, Gpu] = {
         # RTX Blackwell whitepaper (RTX 5090): 32 GB GDDR7, 1,792 GB/s, 209.5 TFLOPS fp16/bf16 tensor with fp32
         # accumulate, 419 fp8, 1,676 fp4 (3,352 "AI TOPS" with sparsity), dense; PCIe 5.0 x16 (64 GB/s each
         # way); nvidia-smi reports 32,607 MiB.
+        # CUDA: 31.37 GiB (Wan-Video/Wan2.1#465; vllm-project/vllm#14452: "total_gpu_memory (31.37GiB)").
         _g(
             "rtx-5090",
-            32607 * MIB,
+            32123 * MIB,
             1792e9,
             209.5e12,
             64e9,
@@ -113,9 +121,10 @@ GPUS: dict[str, Gpu] = {
         ),
         # RTX PRO 6000 Blackwell Server Edition datasheet: 96 GB GDDR7, 1,597 GB/s, 4 PFLOPS fp4 with sparsity
         # (2 dense; fp8 1, bf16 0.5 dense); PCIe 5.0 x16; nvidia-smi reports 97,887 MiB.
+        # CUDA: 97,250 MiB = 94.97 GiB (the Server Edition's torch.cuda.get_device_properties on Linux, total_memory=97250MB).
         _g(
             "rtx-pro-6000",
-            97887 * MIB,
+            97250 * MIB,
             1597e9,
             500e12,
             64e9,
@@ -125,18 +134,23 @@ GPUS: dict[str, Gpu] = {
         ),
         # A10 datasheet (NVIDIA publishes none for AWS's A10G; the A10's figures): 24 GB GDDR6, 600 GB/s,
         # 125 TFLOPS bf16 dense (250 with sparsity); PCIe 4.0 x16; an A10G's nvidia-smi reports 23,028 MiB.
-        _g("a10g", 23028 * MIB, 600e9, 125e12, 32e9, "NVIDIA A10 Tensor Core GPU datasheet (AWS A10G)"),
+        # CUDA: 22,587 MiB = 22.06 GiB (torch.cuda.get_device_properties of an AWS A10G, total_memory=22587MB).
+        _g("a10g", 22587 * MIB, 600e9, 125e12, 32e9, "NVIDIA A10 Tensor Core GPU datasheet (AWS A10G)"),
         # L4 datasheet: 24 GB GDDR6, 300 GB/s, 121 TFLOPS bf16 dense (242 with sparsity), 242.5 fp8 dense,
         # PCIe Gen4 x16; nvidia-smi reports 23,034 MiB.
-        _g("l4", 23034 * MIB, 300e9, 121e12, 32e9, "NVIDIA L4 Tensor Core GPU datasheet", fp8=242.5e12),
+        # CUDA: 22.05 GiB (pytorch/pytorch#175666, vLLM's CI on L4s: "Free memory on device cuda:1 (19.77/22.05 GiB)").
+        _g("l4", 22579 * MIB, 300e9, 121e12, 32e9, "NVIDIA L4 Tensor Core GPU datasheet", fp8=242.5e12),
         # L40S datasheet: 48 GB GDDR6, 864 GB/s, 362.05 TFLOPS bf16 dense (733 with sparsity), 733 fp8
         # dense, PCIe Gen4 x16 (64 GB/s both ways); nvidia-smi reports 46,068 MiB.
-        _g("l40s", 46068 * MIB, 864e9, 362.05e12, 32e9, "NVIDIA L40S GPU datasheet", fp8=733e12),
+        # CUDA: 47,576,711,168 bytes = 44.31 GiB (deviceQuery of an L40S, driver 12.4; 44.39-44.52 seen elsewhere).
+        _g("l40s", 47576711168, 864e9, 362.05e12, 32e9, "NVIDIA L40S GPU datasheet", fp8=733e12),
         # A100 datasheet (SXM4 40GB): 1,555 GB/s, 312 TFLOPS bf16/fp16 dense, PCIe Gen4 64 GB/s (both ways),
         # NVLink 600 GB/s (both ways).
+        # CUDA: 42,298,834,944 bytes = 39.39 GiB (bottlerocket-os/bottlerocket#3873, deviceQuery of A100-SXM4-40GBs; the
+        # PCIe part reports the same).
         _g(
             "a100-40gb",
-            40960 * MIB,
+            42298834944,
             1555e9,
             312e12,
             32e9,
@@ -144,9 +158,11 @@ GPUS: dict[str, Gpu] = {
             peer=300e9,
         ),
         # A100 datasheet (SXM4 80GB): 2,039 GB/s, 312 TFLOPS dense, PCIe Gen4, NVLink 600 GB/s.
+        # CUDA: 85,100,068,864 bytes = 79.26 GiB (deviceQuery of an A100-SXM4-80GB, driver 12.5; HiDream-ai/VAREdit#6,
+        # levihsu/OOTDiffusion#235: 79.25 GiB; 79.15 on driver 12.2).
         _g(
             "a100-80gb",
-            81920 * MIB,
+            85100068864,
             2039e9,
             312e12,
             32e9,
@@ -154,10 +170,13 @@ GPUS: dict[str, Gpu] = {
             peer=300e9,
         ),
         # H100 datasheet (SXM5 80GB): 3.35 TB/s, 989 TFLOPS bf16 dense (1,979 with sparsity), 1,979 fp8
-        # dense, PCIe Gen5 128 GB/s (both ways), NVLink 900 GB/s (both ways); nvidia-smi reports 81,559 MiB.
+        # dense, PCIe Gen5 128 GB/s (both ways), NVLink 900 GB/s (both ways). nvidia-smi reports 81,559 MiB;
+        # CUDA 85,028,896,768 bytes = 79.19 GiB (deviceQuery, driver 12.8; vLLM 0.19.0's "Free memory on device
+        # (77.66/79.19 GiB)" in all 74 runs of llm-d-incubation/llm-d-planner's sweep, commit d3121e0:
+        # results/startup.md).
         _g(
             "h100-80gb",
-            81559 * MIB,
+            85028896768,
             3.35e12,
             989.4e12,
             64e9,
@@ -167,9 +186,10 @@ GPUS: dict[str, Gpu] = {
         ),
         # H100 datasheet (PCIe 80GB): 2 TB/s, 756 TFLOPS bf16 dense (1,513 with sparsity), 1,513 fp8 dense,
         # PCIe Gen5; nvidia-smi reports 81,559 MiB as for the SXM part.
+        # CUDA: 81,008 MiB = 79.11 GiB (torch.cuda.get_device_properties of an H100 PCIe, total_memory=81008MB).
         _g(
             "h100-pcie",
-            81559 * MIB,
+            81008 * MIB,
             2.0e12,
             756e12,
             64e9,
@@ -178,12 +198,16 @@ GPUS: dict[str, Gpu] = {
         ),
         # H20 product brief: 96 GB HBM3, 4.0 TB/s, 148 TFLOPS bf16 dense, 296 fp8 dense, PCIe Gen5 x16, NVLink
         # 900 GB/s (both ways); nvidia-smi reports 97,871 MiB.
-        _g("h20", 97871 * MIB, 4.0e12, 148e12, 64e9, "NVIDIA H20 product brief", fp8=296e12, peer=450e9),
+        # CUDA: 97,285 MiB = 95.00 GiB (modelscope/DiffSynth-Studio#1238: "total capacity of 95.00 GiB";
+        # torch.cuda.get_device_properties of an H20, total_memory=97285MB).
+        _g("h20", 97285 * MIB, 4.0e12, 148e12, 64e9, "NVIDIA H20 product brief", fp8=296e12, peer=450e9),
         # H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, 989 TFLOPS bf16 dense, 1,979 fp8 dense, PCIe Gen5,
         # NVLink 900 GB/s (both ways); nvidia-smi reports 143,771 MiB.
+        # CUDA: 139.81 GiB (vllm-project/vllm#34553: "NVIDIA H200 (139.81 GiB)"; stas00/ml-engineering's
+        # debug/pytorch.md: 139.80).
         _g(
             "h200",
-            143771 * MIB,
+            143165 * MIB,
             4.8e12,
             989.4e12,
             64e9,
@@ -194,9 +218,10 @@ GPUS: dict[str, Gpu] = {
         # HGX B200 datasheet, per GPU (1/8 of the board): 180 GB HBM3e, 7.7 TB/s, 2.25 PFLOPS bf16, 4.5 fp8,
         # 9 fp4 dense (the sheet's 36 / 72 / 144 PFLOPS per 8 GPUs are with sparsity); PCIe Gen6 x16
         # (128 GB/s each way), NVLink 1.8 TB/s per GPU (both ways); nvidia-smi reports 183,359 MiB.
+        # CUDA: 182,631 MiB = 178.35 GiB (stas00/ml-engineering's debug/pytorch.md: "total capacity of 178.35 GiB").
         _g(
             "b200",
-            183359 * MIB,
+            182631 * MIB,
             7.7e12,
             2250e12,
             128e9,
@@ -207,11 +232,11 @@ GPUS: dict[str, Gpu] = {
         ),
         # GB200 NVL72 datasheet, per GPU (1/72 of the rack): 186 GB HBM3e (13.4 TB / 72), 8 TB/s, 2.5 PFLOPS
         # bf16, 5 fp8, 10 fp4 dense (the sheet's 360 / 720 / 1,440 PFLOPS are with sparsity); host link:
-        # NVLink-C2C to Grace, 900 GB/s both ways; NVLink 1.8 TB/s per GPU (both ways) to the other 71. No
-        # driver-reported total found: 186 GiB.
+        # NVLink-C2C to Grace, 900 GB/s both ways; NVLink 1.8 TB/s per GPU (both ways) to the other 71. CUDA:
+        # 184.31 GiB (vllm-project/vllm#43951, "4x NVIDIA GB200 (184 GiB)": "total capacity of 184.31 GiB").
         _g(
             "gb200",
-            186 * GIB,
+            188733 * MIB,
             8.0e12,
             2500e12,
             450e9,
@@ -222,10 +247,11 @@ GPUS: dict[str, Gpu] = {
         ),
         # AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, 1,307.4 TFLOPS bf16 dense (2,614.9 with
         # sparsity), 2,614.9 fp8 dense, PCIe Gen5 x16 (128 GB/s both ways), Infinity Fabric 896 GB/s peak
-        # aggregate (7 links, taken as 448 GB/s each way). No driver-reported total found: 192 GiB.
+        # aggregate (7 links, taken as 448 GB/s each way). ROCm's torch: 191.69 GiB on a named MI300X (HIP
+        # out-of-memory messages "total capacity of 191.69 GiB"; 191.98 where the GPU is not named).
         _g(
             "mi300x",
-            192 * GIB,
+            196291 * MIB,
             5.3e12,
             1307.4e12,
             64e9,
@@ -234,11 +260,11 @@ GPUS: dict[str, Gpu] = {
             peer=448e9,
         ),
         # AMD Instinct MI325X datasheet: 256 GB HBM3E, 6 TB/s, 1,307.4 TFLOPS bf16 dense, 2,614.9 fp8 dense,
-        # PCIe Gen5 x16, Infinity Fabric 896 GB/s peak aggregate (taken as 448 GB/s each way). No
-        # driver-reported total found: 256 GiB.
+        # PCIe Gen5 x16, Infinity Fabric 896 GB/s peak aggregate (taken as 448 GB/s each way). ROCm's torch:
+        # 255.98 GiB (vllm-project/vllm#41962, "AMD MI325X × 8 (255.98 GiB HBM each)").
         _g(
             "mi325x",
-            256 * GIB,
+            262124 * MIB,
             6.0e12,
             1307.4e12,
             64e9,
@@ -248,10 +274,11 @@ GPUS: dict[str, Gpu] = {
         ),
         # AMD Instinct MI355X datasheet: 288 GB HBM3E, 8 TB/s, 2,516.6 TFLOPS bf16 dense, 5,033.2 fp8 and
         # 10,066.3 fp4 (MXFP4) dense, PCIe Gen5 x16 (its Infinity Fabric figure is not recorded here: its
-        # collectives are priced over PCIe). No driver-reported total found: 288 GiB.
+        # collectives are priced over PCIe). ROCm's torch: 287.98 GiB (ROCm/TheRock#2118, gfx950: "total
+        # capacity of 287.98 GiB").
         _g(
             "mi355x",
-            288 * GIB,
+            294892 * MIB,
             8.0e12,
             2516.6e12,
             64e9,

@@ -143,9 +143,8 @@ KNOBS: dict[str, Knob] = {
         "auto",
         "choice",
         "vLLM's hybrid KV-cache manager for models with sliding-window, chunked-local or state layers: auto "
-        "(vLLM's default: on, off for chunked local attention), on (vLLM's "
-        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1), off (--disable-hybrid-kv-cache-manager: "
-        "every attention layer keeps every token)",
+        "(vLLM's default: on), on, off (--disable-hybrid-kv-cache-manager: every attention layer keeps every "
+        "token)",
         choices=HYBRID_MANAGER,
     ),
     "gdn_prefill_backend": Knob(

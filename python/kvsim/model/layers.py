@@ -390,25 +390,23 @@ def kv_layout(
     if any(lay.kind == "deepseek_v4" for lay in layers):
         return _deepseek_v4_layout(model, layers, block_size, hybrid_kv_cache_manager)
     has_local = any(lay.kind in ("sliding_window", "chunked_local") for lay in layers)
-    has_chunked = any(lay.kind == "chunked_local" for lay in layers)
     has_full = any(lay.kind == "full" for lay in layers)
     has_mamba = any(lay.kind == "mamba" for lay in layers)
     if hybrid_kv_cache_manager not in ("auto", "on", "off"):
         raise InvalidArgumentError(
             f"hybrid_kv_cache_manager {hybrid_kv_cache_manager!r} is not one of 'auto', 'on', 'off'"
         )
-    hybrid_on = hybrid_kv_cache_manager == "on" or (hybrid_kv_cache_manager == "auto" and not has_chunked)
+    # `auto` is vLLM's default: the hybrid manager on. (vLLM turns it off for chunked local attention only when
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE is 0, which defaults to 1 in 0.19.0 and 0.33.0's
+    # `envs.py`, or with EAGLE, which kvsim does not model; Llama-4-Scout's 0.19.0 start-up log counts the
+    # hybrid manager's blocks: results/startup.md.)
+    hybrid_on = hybrid_kv_cache_manager in ("on", "auto")
     promoted = False
     if not hybrid_on and has_full and has_local:
         # unify_hybrid_kv_cache_specs: sliding-window and chunked-local layers allocated as full attention.
         layers = [FULL if lay.kind in ("sliding_window", "chunked_local") else lay for lay in layers]
         promoted = True
-        notes.append(
-            "hybrid KV-cache manager off: local-attention layers keep every token (vLLM's default for chunked "
-            "local attention; hybrid_kv_cache_manager='on' frees them)"
-            if has_chunked and hybrid_kv_cache_manager == "auto"
-            else "hybrid KV-cache manager off: local-attention layers keep every token"
-        )
+        notes.append("hybrid KV-cache manager off: local-attention layers keep every token")
     if has_mamba and not hybrid_on:
         raise InvalidArgumentError(
             f"model {model.name}: Mamba / linear-attention layers need vLLM's hybrid KV-cache manager "

@@ -22,31 +22,63 @@ from typing import Any
 
 GIB = 1 << 30
 MIB = 1 << 20
+# The three non-KV terms are fitted to real start-up logs: llm-d-incubation/llm-d-planner's sweep of vLLM
+# 0.19.0 on H100 80GB HBM3 GPUs (commit d3121e0, `accuracy/results/v0.19.0/results_raw.csv`, Apache-2.0;
+# the rows kvsim models are `kvsim/analysis/vllm_startup_logs.csv`, compared term by term by
+# `python -m kvsim.analysis.startup_check`, results/startup.md). vLLM 0.33.0's sampler and capture paths
+# differ from 0.19.0's and no 0.33.0 log with the terms was found: DESIGN.md §Defaults and sizing.
+#
+# Non-torch memory (NCCL, cuBLAS and attention workspaces), as vLLM's profiler reports it ("non-torch forward
+# increase memory"): 0.24-0.27 GiB on one H100 (25 runs of 27), 2.06-2.21 GiB per GPU under tensor
+# parallelism over NVLink (all 14 runs at tp 2 and 4: NCCL's and the custom all-reduce's buffers), and 0.33
+# GiB per GPU at tp 2 over PCIe (vllm-project/vllm#14452, two RTX 5090s: "non_torch_memory takes 0.33GiB").
+NON_TORCH_BYTES = 25 * GIB // 100
+NON_TORCH_BYTES_TP = 33 * GIB // 100
+NON_TORCH_BYTES_TP_PEER = 21 * GIB // 10
+# The sampler's dummy run over `max_num_seqs` rows of the vocabulary (`_dummy_sampler_run`: the logits,
+# their fp32 copy, top-k/top-p's sort) peaks at 15.5 bytes a row's vocabulary entry: the sweep's peaks are
+# 3.74-4.14 times the fp32 logits (1,024 rows: Llama-3.1-8B 1.89 GiB, Qwen2.5-7B 2.21, phi-4 1.52, Gemma 3
+# 3.94-3.99, gpt-oss-20b 2.87), the same at tp 1, 2 and 4 (the logits are gathered whole on every rank).
+SAMPLER_BYTES_PER_LOGIT = 31 / 2
 # vLLM's floor for one captured graph's memory (`profile_cudagraph_memory`: "at least 1 MiB per graph for
 # driver overhead").
 GRAPH_FLOOR_BYTES = 1 * MIB
-# Non-torch memory (NCCL, cuBLAS and attention workspaces) as vLLM's profiler reported it: 0.16 GiB on one
-# H100 (vLLM 0.8 start-up logs quoted in kubernetes-sigs/gateway-api-inference-extension#550 and
-# generative-computing/mellea#416: "non_torch_memory takes 0.16GiB"), 0.33 GiB per GPU at
-# tensor_parallel_size 2 (vllm-project/vllm#14452, RTX 5090 x2: "non_torch_memory takes 0.33GiB").
-NON_TORCH_BYTES = 16 * GIB // 100
-NON_TORCH_BYTES_TP = 33 * GIB // 100
+# What `profile_cudagraph_memory` estimates beyond the first capture: per decoder layer and graph, 0.22 MiB
+# (the sweep's "Estimated CUDA graph memory" over layers x graphs, 102 graphs each: Llama-3.1-8B 0.84 GiB
+# for 32 layers, Qwen2.5-7B 0.61 for 28, phi-4 0.81 for 40, Qwen2.5-72B 1.63 at tp 2 for 80; median 0.22,
+# from 0.19 to 0.26).
+GRAPH_LAYER_BYTES = 22 * MIB // 100
+
+
+def _forward_peak(model: Any, tokens: int, tp: int) -> int:
+    """The profiling forward pass's peak over `tokens` tokens: per token the residual stream and attention
+    outputs, `4 · hidden_size`, and the MLP's gate-and-up output beside its activation, `3 · intermediate_size
+    / tp` (a mixture-of-experts layer: `experts_per_token · 3 · expert_ffn / tp` when larger, fused MoE's
+    intermediate caches for each routed copy of the token), 16-bit values. Fits the sweep's forward-bound
+    peaks: CodeLlama-7B 0.77 GiB (0.75), granite-3.1-8b 0.85 (0.84), Llama-3.1-8B's first pipeline stage
+    1.05-1.10 (0.91 and its stage's send buffers)."""
+    mlp = 3 * -(-model.intermediate_size // tp)
+    if getattr(model, "num_experts", 0):
+        mlp = max(mlp, model.experts_per_token * 3 * -(-model.expert_ffn // tp))
+    return tokens * (4 * model.hidden_size + mlp) * 2
 
 
 def activation_peak(model: Any, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1) -> int:
-    """kvsim's estimate of the activation peak vLLM's profiling run finds, in bytes.
-
-    Per token of the `max_num_batched_tokens` pass: the residual stream and the attention and MLP
-    intermediates, `4 · hidden_size + 2 · intermediate_size / tp` 16-bit values (a mixture-of-experts
-    layer: `experts_per_token · 3 · expert_ffn / tp` when larger, fused MoE's intermediate caches for each
-    routed copy of the token); plus fp32 logits for `max_num_seqs` rows of the vocabulary (the sampler's
-    dummy run).
+    """kvsim's estimate of the activation peak vLLM's profiling run finds, in bytes: the larger of the
+    forward pass of `max_num_batched_tokens` tokens (`_forward_peak`) and the sampler's dummy run over
+    `max_num_seqs` rows (`SAMPLER_BYTES_PER_LOGIT` a vocabulary entry), which runs after the forward pass
+    has freed its intermediates (the sweep's peaks are one or the other, never their sum).
     """
-    mlp = 2 * -(-model.intermediate_size // tp)
-    if getattr(model, "num_experts", 0):
-        mlp = max(mlp, model.experts_per_token * 3 * -(-model.expert_ffn // tp))
-    per_token = 4 * model.hidden_size + mlp
-    return max_num_batched_tokens * per_token * 2 + max_num_seqs * model.vocab_size * 4
+    sampler = int(max_num_seqs * model.vocab_size * SAMPLER_BYTES_PER_LOGIT)
+    return max(_forward_peak(model, max_num_batched_tokens, tp), sampler)
+
+
+def non_torch_bytes(tp: int, peer_link: bool) -> int:
+    """Non-torch memory per GPU: `NON_TORCH_BYTES` on one, `NON_TORCH_BYTES_TP_PEER` under tensor
+    parallelism over a peer link (NVLink), else `NON_TORCH_BYTES_TP`."""
+    if tp == 1:
+        return NON_TORCH_BYTES
+    return NON_TORCH_BYTES_TP_PEER if peer_link else NON_TORCH_BYTES_TP
 
 
 def cudagraph_capture_sizes(
@@ -77,14 +109,14 @@ def cudagraph_estimate(
     vLLM captures FULL graphs for decode batches up to `max_num_seqs` and PIECEWISE graphs for every
     capture size (`cudagraph_mode` FULL_AND_PIECEWISE, its default), and estimates the first capture's
     memory plus, for each further graph, the second capture's (at least 1 MiB). kvsim prices the first
-    capture as one forward pass's activations at the largest capture size (`activation_peak` without
-    logits) and every further graph at vLLM's 1 MiB floor. vLLM measures this; give
+    capture as one forward pass at the largest capture size (`_forward_peak`) and each graph at
+    `GRAPH_LAYER_BYTES` a decoder layer (at least vLLM's 1 MiB floor). vLLM measures this; give
     `cudagraph_memory_bytes` (its log line "Estimated CUDA graph memory: X GiB total") to use the number.
     """
     sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, blackwell)
     graphs = len(sizes) + sum(1 for s in sizes if s <= max_num_seqs)
-    first = activation_peak(model, sizes[-1], 0, tp)
-    return first + (graphs - 1) * GRAPH_FLOOR_BYTES
+    first = _forward_peak(model, sizes[-1], tp)
+    return first + graphs * max(GRAPH_FLOOR_BYTES, model.num_layers * GRAPH_LAYER_BYTES)
 
 
 @dataclass(frozen=True)
@@ -112,6 +144,7 @@ def non_kv_memory(
     activation_reserve_bytes: int | None,
     cudagraph_memory_bytes: int | None,
     blackwell: bool = False,
+    peer_link: bool = False,
 ) -> NonKV:
     """The non-KV memory of one GPU (see the module docstring): a measured total if given, else kvsim's
     estimates; CUDA graphs count nothing under `enforce_eager` (nothing is captured)."""
@@ -125,7 +158,7 @@ def non_kv_memory(
         graphs = cudagraph_estimate(model, max_num_seqs, max_num_batched_tokens, tp, blackwell)
     return NonKV(
         activation_peak(model, max_num_batched_tokens, max_num_seqs, tp),
-        NON_TORCH_BYTES if tp == 1 else NON_TORCH_BYTES_TP,
+        non_torch_bytes(tp, peer_link),
         graphs,
     )
 
@@ -187,8 +220,11 @@ class StartupFigures:
 
 __all__ = [
     "GRAPH_FLOOR_BYTES",
+    "GRAPH_LAYER_BYTES",
     "NON_TORCH_BYTES",
     "NON_TORCH_BYTES_TP",
+    "NON_TORCH_BYTES_TP_PEER",
+    "SAMPLER_BYTES_PER_LOGIT",
     "NonKV",
     "StartupFigures",
     "activation_peak",
@@ -196,4 +232,5 @@ __all__ = [
     "cudagraph_estimate",
     "format_gib",
     "non_kv_memory",
+    "non_torch_bytes",
 ]

@@ -344,6 +344,7 @@ def size_pool(
             activation_reserve_bytes=activation_reserve_bytes,
             cudagraph_memory_bytes=cudagraph_memory_bytes,
             blackwell=g.name in ("b200", "gb200"),
+            peer_link=g.peer_bandwidth > 0,
         )
         if num_blocks is not None:
             budget = math.floor(g.memory_bytes * gpu_memory_utilization)

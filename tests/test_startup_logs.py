@@ -1,0 +1,78 @@
+"""kvsim's start-up figures against real vLLM 0.19.0 start-up logs on H100s (`kvsim.analysis.startup_check`,
+results/startup.md): what vLLM's profiler measured, term by term, and the pool it cut."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsim.analysis import startup_check
+
+ROWS = startup_check.rows()
+TEXT = [r for r in ROWS if not r.multimodal]
+# gpt-oss-20b: vLLM 0.19.0 pads the MXFP4 experts' shards for its Hopper kernels (0.6 GiB a GPU at tp 2, as
+# from 1,440 intermediate features a rank to 1,536 and the hidden 2,880 to 3,072); 0.33.0's Triton kernels
+# there round a shard to 64 features only (`mxfp4_round_up_hidden_size_and_intermediate_size`: 1,440 to
+# 1,472, none at tp 1), and kvsim counts no padding.
+PADDED = {"openai/gpt-oss-20b"}
+
+
+def _id(r: startup_check.Row) -> str:
+    return r.log["log_file"].removesuffix(".log")
+
+
+def test_the_logs_cover_what_they_claim():
+    assert len(ROWS) >= 30
+    assert {r.log["kvsim_model"] for r in ROWS} >= {
+        "llama-3.1-8b",
+        "qwen2.5-7b",
+        "gpt-oss-20b",
+        "gemma-3-12b",
+    }
+    assert {int(r.log["tp"]) for r in ROWS} == {1, 2, 4}
+
+
+@pytest.mark.parametrize("r", ROWS, ids=_id)
+def test_the_blocks_cut_from_the_logged_kv_memory_are_vllms(r):
+    """The layout alone: the KV cache memory the log reports (rounded to hundredths of a GiB) cut into
+    blocks as kvsim cuts it holds vLLM's block count, for dense, sliding-window (Gemma 3, gpt-oss) and
+    chunked-local (Llama 4) models, fp8 KV caches and tensor parallelism; and the concurrency agrees."""
+    lo, hi = r.blocks
+    assert lo - 1 <= int(r.log["kv_cache_blocks"]) <= hi + 1
+    assert r.concurrency == pytest.approx(r.logged("max_concurrency"), abs=0.02 + 0.001 * r.concurrency)
+
+
+@pytest.mark.parametrize("r", [r for r in TEXT if r.log["checkpoint"] not in PADDED], ids=_id)
+def test_the_weights_are_what_vllm_loaded(r):
+    """ "Model loading took" within 1 % (vLLM's figure is the memory the load grew by)."""
+    assert r.weights == pytest.approx(r.logged("weights_gib"), rel=0.01)
+
+
+@pytest.mark.parametrize("r", TEXT, ids=_id)
+def test_the_profiled_terms_are_close_to_vllms(r):
+    """The activation peak within 0.45 GiB (Qwen3-30B-A3B's MoE peak is the farthest), non-torch memory
+    within 0.15 GiB, the CUDA-graph estimate within 0.6 GiB (gpt-oss-20b's graphs take twice a layer's
+    share) but for one run whose estimate doubled at tp 2 (Llama-3.1-8B: 1.69 GiB where tp 1 and tp 4 give
+    0.84 and 0.57)."""
+    assert abs(r.activation - r.logged("activation_gib")) <= 0.45
+    assert abs(r.non_torch - r.logged("non_torch_gib")) <= 0.15
+    if r.logged("cudagraph_estimated_gib") < 1.65:
+        assert abs(r.cudagraph - r.logged("cudagraph_estimated_gib")) <= 0.6
+
+
+@pytest.mark.parametrize("r", [r for r in TEXT if r.log["checkpoint"] not in PADDED], ids=_id)
+def test_the_kv_cache_memory_sized_from_the_gpu_is_vllms(r):
+    """ "Available KV cache memory" sized from the H100 within 0.5 GiB (Qwen2.5-72B at tp 2 keeps 3.04 GiB:
+    0.5 GiB there is a sixth of the pool)."""
+    assert abs(r.available - r.logged("available_gib")) <= 0.5
+
+
+def test_the_multimodal_runs_load_an_encoder_kvsim_does_not_count():
+    """The vision towers vLLM loads (Gemma 3's SigLIP, Llama 4's, Mistral Small 3.1's Pixtral) are missing
+    from kvsim's weights: its KV memory is too large by about them. Kept as a departure, checked here so
+    that a change to it is seen."""
+    mm = [r for r in ROWS if r.multimodal]
+    assert mm
+    for r in mm:
+        missing = r.logged("weights_gib") - r.weights
+        assert 0.5 < missing < 3.5
+        assert r.available > r.logged("available_gib")
