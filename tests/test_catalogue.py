@@ -223,16 +223,23 @@ def test_mxfp4_prices_the_experts_at_4_25_bits_and_the_rest_in_bf16():
     assert m.weight_bytes / GIB < 64.38
 
 
-def test_awq_and_gptq_count_scales_zero_points_and_g_idx():
-    """AWQ int4 in groups of 128: half a byte a weight, an fp16 scale and a 4-bit zero per group; GPTQ adds
-    an int32 g_idx per input row."""
+def test_awq_and_gptq_count_scales_and_zero_points(tmp_path):
+    """AWQ int4 in groups of 128: half a byte a weight, an fp16 scale and a 4-bit zero per group; GPTQ the
+    same in vLLM 0.33.0 (no g_idx: it refuses group act-order), a desc_act of true with per-channel scales
+    being no act-order at all."""
     one = quant.Format("int", 4, "group", group=128, zeros=True)
     from kvsim.model.params import Matrix
 
     m = Matrix(4096, 4096)
     assert one.matrix_bytes(m) == 4096 * 4096 // 2 + 32 * 4096 * 2 + 32 * 4096 // 2
-    gptq = quant.Format("int", 4, "group", group=128, zeros=True, g_idx=True)
-    assert gptq.matrix_bytes(m) == one.matrix_bytes(m) + 4096 * 4
+    gptq = quant.from_config(
+        {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}, "q"
+    )
+    assert gptq.formats["mlp"].matrix_bytes(m) == one.matrix_bytes(m)
+    channel = quant.from_config(
+        {"quant_method": "gptq", "bits": 8, "group_size": -1, "desc_act": True, "sym": True}, "q"
+    )
+    assert channel.formats["attn"].group == -1
     awq = models.get("qwen3-32b-awq")
     dense = models.get("qwen3-32b")
     assert awq.num_params == dense.num_params
@@ -293,7 +300,32 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
     for qc, needle in (
         ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "vLLM 0.33.0 has no bitsandbytes"),
         ({"quant_method": "gguf"}, "quant_method 'gguf' is not modelled"),
-        ({"quant_method": "gptq", "bits": 4, "group_size": 128, "dynamic": {"-:.*": {}}}, "dynamic"),
+        (
+            {
+                "quant_method": "gptq",
+                "bits": 4,
+                "group_size": 128,
+                "desc_act": False,
+                "sym": True,
+                "dynamic": {"-:.*": {}},
+            },
+            "dynamic",
+        ),
+        # vLLM 0.33.0's GPTQ: symmetric 4/8-bit, Marlin's group sizes, no group act-order; every key read.
+        ({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}, "has no 'desc_act'"),
+        (
+            {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": True, "sym": True},
+            "desc_act true with group_size 128: vLLM 0.33.0 refuses it",
+        ),
+        (
+            {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": False},
+            "sym False",
+        ),
+        ({"quant_method": "gptq", "bits": 3, "group_size": 128, "desc_act": False, "sym": True}, "bits 3"),
+        (
+            {"quant_method": "gptq", "bits": 4, "group_size": 256, "desc_act": False, "sym": True},
+            "Marlin does not support group_size = 256",
+        ),
         ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "quant_algo 'W4A8_AWQ'"),
         # A group size of 0 or below -1 was priced per channel; a block of 'abc' or 0 was a bare ValueError
         # or ZeroDivisionError, a block of true taken as 1.
@@ -302,7 +334,28 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
             "quantization_config.group_size 0 must be at least 1",
         ),
         ({"quant_method": "awq", "bits": 4, "q_group_size": -5}, "quantization_config.q_group_size -5 must"),
-        ({"quant_method": "gptq", "bits": 4, "group_size": -7}, "quantization_config.group_size -7 must"),
+        (
+            {"quant_method": "gptq", "bits": 4, "group_size": -7, "desc_act": False, "sym": True},
+            "quantization_config.group_size -7 must",
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "g": {
+                        "targets": ["Linear"],
+                        "weights": {
+                            "num_bits": 4,
+                            "type": "int",
+                            "strategy": "group",
+                            "group_size": 128,
+                            "actorder": "group",
+                        },
+                    }
+                },
+            },
+            "compressed-tensors actorder 'group': vLLM 0.33.0 refuses it",
+        ),
         ({"quant_method": "fp8", "weight_block_size": [True, 128]}, "weight_block_size [True, 128] must"),
         (
             {

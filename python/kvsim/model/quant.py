@@ -12,8 +12,8 @@ values plus the scales and zero points vLLM 0.33.0 allocates beside them
 | `fp8` block B0xB1 | 1 byte | one fp32 scale per B0xB1 block | `weight_block_size` (DeepSeek-V3: 128x128) |
 | `mxfp4` | 4 bits | one 8-bit (E8M0) scale per 32 inputs | `mxfp4.py` (gpt-oss: experts only) |
 | `nvfp4` | 4 bits | one fp8 scale per 16 inputs, swizzled into 128-row x 4-column tiles; fp32 global scales | `modelopt.py` `ModelOptNvFp4LinearMethod`; compressed-tensors `nvfp4-pack-quantized` |
-| `int` (AWQ) | b bits | fp16 scale and b-bit zero point per group of inputs | `awq.py` (`qweight`, `scales`, `qzeros`) |
-| `int` (GPTQ) | b bits | fp16 scale and b-bit zero point per group; an int32 `g_idx` per input | `gptq.py` |
+| `int` (AWQ) | b bits | fp16 scale and b-bit zero point per group of inputs | `auto_awq.py` (`qweight`, `scales`, `qzeros`) |
+| `int` (GPTQ) | b bits | fp16 scale and b-bit zero point per group (no `g_idx`: 0.33.0 refuses act-order) | `auto_gptq.py` |
 | `int` (compressed-tensors) | b bits | a scale per group (or channel), zero points when asymmetric | `compressed_tensors_wNa16.py`, `..._w8a8_int8.py` |
 
 What stays in the checkpoint's dtype: the embeddings and norms always, the `lm_head` unless a GPTQ
@@ -63,7 +63,6 @@ class Format:
     block: tuple[int, int] = (0, 0)
     group: int = 0
     zeros: bool = False
-    g_idx: bool = False
 
     def matrix_bytes(self, m: Matrix) -> int:
         """Bytes of `m` in this format, scales and zero points included."""
@@ -89,8 +88,6 @@ class Format:
             one = -(-rows * cols * self.bits // 8) + groups * rows * 2  # values + fp16 scales
             if self.zeros:
                 one += -(-groups * rows * self.bits // 8)
-            if self.g_idx:
-                one += cols * 4
         return one * m.count
 
     def describe(self) -> str:
@@ -255,15 +252,42 @@ def _awq(qc: dict[str, Any], where: str) -> Quantization:
 
 
 def _gptq(qc: dict[str, Any], where: str) -> Quantization:
+    """A GPTQ checkpoint as vLLM 0.33.0 loads it (`auto_gptq.py` `AutoGPTQConfig`, its one GPTQ method):
+    symmetric 4- or 8-bit weights (`TYPE_MAP`) in groups Marlin takes (-1, 32, 64 or 128:
+    `verify_marlin_supported`), without group activation ordering (`normalize_and_validate_gptq_desc_act`:
+    `desc_act` with groups is "no longer supported"), so no `g_idx`. `bits`, `group_size`, `desc_act`
+    and `sym` are read as vLLM reads them (`get_from_keys`: each must be there)."""
+    for key in ("bits", "group_size", "desc_act", "sym"):
+        if key not in qc:
+            raise InvalidArgumentError(
+                f"{where}: quantization_config has no {key!r} (vLLM: \"Cannot find any of ['{key}'] in the "
+                "model's quantization config.\")"
+            )
     bits = _int_field(qc, where, "bits")
     group = _group_size(qc, where, "group_size", default=-1)
-    if bits not in (2, 3, 4, 8):
-        raise InvalidArgumentError(f"{where}: GPTQ bits {bits} is not 2, 3, 4 or 8")
+    sym, desc_act = qc["sym"], qc["desc_act"]
+    if not isinstance(sym, bool) or not isinstance(desc_act, bool):
+        raise InvalidArgumentError(f"{where}: quantization_config.sym and desc_act must be true or false")
+    if (bits, sym) not in ((4, True), (8, True)):
+        raise InvalidArgumentError(
+            f"{where}: GPTQ bits {bits}, sym {sym}: vLLM 0.33.0 loads symmetric 4- and 8-bit GPTQ only "
+            f'("Unsupported quantization config: bits={bits}, sym={sym}")'
+        )
+    if desc_act and group != -1:
+        raise InvalidArgumentError(
+            f"{where}: quantization_config.desc_act true with group_size {group}: vLLM 0.33.0 refuses it "
+            '("GPTQ group activation ordering (desc_act=True) is no longer supported")'
+        )
+    if group not in (-1, 32, 64, 128):
+        raise InvalidArgumentError(
+            f"{where}: GPTQ group_size {group}: vLLM 0.33.0's GPTQ kernels take -1, 32, 64 or 128 "
+            f'("Marlin does not support group_size = {group}")'
+        )
     if qc.get("dynamic"):
         raise InvalidArgumentError(
             f"{where}: quantization_config.dynamic (per-module GPTQ overrides) is not modelled by kvsim"
         )
-    fmt = Format("int", bits, "group", group=group, zeros=True, g_idx=True)
+    fmt = Format("int", bits, "group", group=group, zeros=True)
     ignored = _ignore_list(qc, where, "modules_to_not_convert")
     groups = _skipped(LINEAR_GROUPS, ignored)
     formats = {g: fmt for g in groups}
@@ -329,12 +353,14 @@ def _ct_format(weights: dict[str, Any], fmt_name: str, where: str) -> Format:
                 "least 1 with strategy 'group'"
             )
         zeros = not weights.get("symmetric", True)
-        g_idx = weights.get("actorder") == "group"
+        if weights.get("actorder") in ("group", "dynamic"):
+            raise InvalidArgumentError(
+                f"{where}: compressed-tensors actorder {weights['actorder']!r}: vLLM 0.33.0 refuses it "
+                '("Compressed-tensors group/dynamic activation ordering ... is no longer supported")'
+            )
         if bits == 8 and strategy == "channel" and fmt_name == "int-quantized":
             return Format("fp8", 8, "channel")  # int8 w8a8: a byte per weight, an fp32 scale per row
-        return Format(
-            "int", bits, strategy, group=group if strategy == "group" else -1, zeros=zeros, g_idx=g_idx
-        )
+        return Format("int", bits, strategy, group=group if strategy == "group" else -1, zeros=zeros)
     raise InvalidArgumentError(
         f"{where}: compressed-tensors weights {weights!r} (format {fmt_name!r}) are not modelled by kvsim "
         "(fp8 per tensor / channel / block, nvfp4, int4 / int8 per group or channel are)"
