@@ -330,10 +330,23 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
         # A group size of 0 or below -1 was priced per channel; a block of 'abc' or 0 was a bare ValueError
         # or ZeroDivisionError, a block of true taken as 1.
         (
-            {"quant_method": "awq", "bits": 4, "group_size": 0},
+            {"quant_method": "awq", "bits": 4, "group_size": 0, "zero_point": True},
             "quantization_config.group_size 0 must be at least 1",
         ),
-        ({"quant_method": "awq", "bits": 4, "q_group_size": -5}, "quantization_config.q_group_size -5 must"),
+        (
+            {"quant_method": "awq", "bits": 4, "q_group_size": -5, "zero_point": True},
+            "quantization_config.q_group_size -5 must",
+        ),
+        # vLLM 0.33.0's AWQ: 4-bit with zero points, every key read.
+        ({"quant_method": "awq", "bits": 4, "group_size": 128}, "has no 'zero_point'"),
+        (
+            {"quant_method": "awq", "bits": 8, "group_size": 128, "zero_point": True},
+            "vLLM 0.33.0 loads 4-bit AWQ only",
+        ),
+        (
+            {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": False},
+            "takes zero points only",
+        ),
         (
             {"quant_method": "gptq", "bits": 4, "group_size": -7, "desc_act": False, "sym": True},
             "quantization_config.group_size -7 must",
@@ -435,6 +448,38 @@ def test_an_awq_group_size_that_splits_a_layers_inputs_is_refused(tmp_path):
     path.write_text(json.dumps({**cfg, "quantization_config": qc}))
     models._HF_CACHE.clear()
     assert "group 7" in models.from_hf_config(path).quantization
+
+
+def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
+    """vLLM refuses a tensor-parallel size that splits an AWQ group on a rank's share of a row-parallel input
+    (Qwen2.5-72B's 29,568-wide down projection at tp 2, 4 and 8: "The input size is not aligned with the
+    quantized weight shape"; Qwen padded its AWQ checkpoints to 29,696 for this), one that does not divide a
+    row-parallel input at all, or KV heads that neither split nor replicate evenly; where kvsim priced
+    each as weights / tp."""
+    cfg = json.loads((HF / "qwen2.5-72b.json").read_text())
+    awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "quantization_config": awq}))
+    kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB")
+    for tp in (2, 4, 8):
+        with pytest.raises(
+            InvalidArgumentError, match=f"29568 // {tp} = {29568 // tp} input features a GPU, not a whole"
+        ):
+            kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=tp)
+    path.write_text(json.dumps({**cfg, "intermediate_size": 29696, "quantization_config": awq}))
+    for tp in (2, 4, 8):
+        kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=tp)
+    # Unquantized: the split only has to be even (GPTQ, which loads a split group, is not refused).
+    path.write_text(json.dumps({**cfg, "intermediate_size": 29570}))
+    kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
+    with pytest.raises(InvalidArgumentError, match='vLLM: "29570 is not divisible by 4"'):
+        kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=4)
+    # KV heads: 8 split over 2, 4 or 8, replicated over 16; 6 over 4 neither.
+    path.write_text(json.dumps({**cfg, "num_attention_heads": 48, "num_key_value_heads": 6}))
+    kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
+    with pytest.raises(InvalidArgumentError, match="6 KV heads neither divide among 4 GPUs nor replicate"):
+        kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=4)
+    kvsim.SimConfig(model="qwen3-32b-awq", kv_cache_bytes="10GiB", tensor_parallel_size=8)  # 3,200 = 25 x 128
 
 
 def test_vllms_quantization_flag():

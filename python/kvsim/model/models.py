@@ -80,6 +80,10 @@ class Model:
         num_experts, experts_per_token, expert_ffn: the routed experts (0 for a dense model).
         config_json: the Hugging Face config fields the model was built from (JSON), so that
             `with_quantization` can price them again; empty for the 2024 presets.
+        row_inputs: each module group's row-parallel input widths, with the group size of the
+            quantization whose kernels need whole groups on every rank (AWQ, compressed-tensors' int
+            groups; 0 for none): what tensor parallelism must divide (`kvsim.model.sizing`); empty for the
+            2024 presets.
     """
 
     name: str
@@ -105,6 +109,7 @@ class Model:
     experts_per_token: int = 0
     expert_ffn: int = 0
     config_json: str = dataclasses.field(default="", compare=False, repr=False)
+    row_inputs: tuple[tuple[str, int, int], ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         dtype_bits(self.weight_dtype)
@@ -801,6 +806,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         experts_per_token=b.experts_per_token,
         expert_ffn=b.expert_ffn,
         config_json=json.dumps({k: cfg[k] for k in _KEPT_FIELDS if k in cfg}, sort_keys=True),
+        row_inputs=tuple((g, cols, quant.shard_group(q, g)) for g, cols in b.row_inputs()),
     )
     return model
 

@@ -47,11 +47,14 @@ MODULE_NAMES: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class Matrix:
-    """`count` weight matrices of `rows` (output features) x `cols` (input features)."""
+    """`count` weight matrices of `rows` (output features) x `cols` (input features); `row_parallel` when
+    vLLM splits its inputs across tensor-parallel ranks (`RowParallelLinear`: attention's output projection,
+    the MLP's and shared experts' down projection), else its outputs (or it is replicated)."""
 
     rows: int
     cols: int
     count: int = 1
+    row_parallel: bool = False
 
     @property
     def params(self) -> int:
@@ -75,9 +78,13 @@ class Breakdown:
     experts_per_token: int = 0
     expert_ffn: int = 0
 
-    def add(self, group: str, rows: int, cols: int, count: int = 1) -> None:
+    def add(self, group: str, rows: int, cols: int, count: int = 1, row: bool = False) -> None:
         if count and rows and cols:
-            self.matrices[group].append(Matrix(rows, cols, count))
+            self.matrices[group].append(Matrix(rows, cols, count, row))
+
+    def row_inputs(self) -> list[tuple[str, int]]:
+        """Each module group's row-parallel input widths (the features a tensor-parallel rank splits)."""
+        return sorted({(g, m.cols) for g in GROUPS for m in self.matrices[g] if m.row_parallel})
 
     def params(self, group: str) -> int:
         return sum(m.params for m in self.matrices[group])
@@ -169,7 +176,7 @@ def _kimi_delta_attention(
     b.add("attn", head_dim, hidden, 2 * n)  # f_a_proj, g_a_proj
     b.add("attn", p, head_dim, 2 * n)  # f_b_proj, g_b_proj
     b.add("attn", heads, hidden, n)  # b_proj
-    b.add("attn", hidden, p, n)  # o_proj
+    b.add("attn", hidden, p, n, row=True)  # o_proj
     b.other += (3 * p * kernel + p + heads + head_dim) * n
 
 
@@ -185,7 +192,7 @@ def _gated_delta_net(b: Breakdown, cfg: dict[str, Any], hidden: int, n: int, pic
     key_dim, value_dim = nk * hk, nv * hv
     b.add("attn", 2 * key_dim + 2 * value_dim, hidden, n)  # in_proj_qkvz
     b.add("attn", 2 * nv, hidden, n)  # in_proj_ba
-    b.add("attn", hidden, value_dim, n)  # out_proj
+    b.add("attn", hidden, value_dim, n, row=True)  # out_proj
     b.other += ((2 * key_dim + value_dim) * kernel + 2 * nv + hv) * n  # conv1d, dt_bias, A_log, norm
 
 
@@ -241,11 +248,11 @@ def _gemma4(
         b.add("attn", heads * dim, hidden)  # q
         if not is_shared:
             b.add("attn", kv * dim, hidden, 2)  # k, v (v: K's copy under attention_k_eq_v)
-        b.add("attn", hidden, heads * dim)  # o
+        b.add("attn", hidden, heads * dim, row=True)  # o
         b.other += dim * (1 if is_shared else 2)  # q_norm, k_norm
         width = ffn * (2 if double and is_shared else 1)
         b.add("mlp", width, hidden, 2)  # gate, up
-        b.add("mlp", hidden, width)  # down
+        b.add("mlp", hidden, width, row=True)  # down
         b.other += 4 * hidden + 1  # four norms, layer_scalar
     if experts:
         moe_ffn = pick("moe_intermediate_size", "expert_intermediate_size", least=1)
@@ -294,7 +301,7 @@ def _deepseek_v4(
     b.add("attn", head, hidden, layers)  # wkv
     b.add("attn", heads * head, q_lora, layers)  # wq_b
     b.add("attn", o_groups * o_lora, heads * head // o_groups, layers)  # wo_a
-    b.add("attn", hidden, o_groups * o_lora, layers)  # wo_b
+    b.add("attn", hidden, o_groups * o_lora, layers, row=True)  # wo_b
     b.other += (q_lora + head + heads) * layers  # q_norm, kv_norm, attn_sink
     for r in ratios:
         if r > 1:
@@ -318,7 +325,7 @@ def _deepseek_v4(
     b.add("experts", hidden, moe_ffn, experts * layers)
     shared = pick("n_shared_experts", default=0, required=False)
     b.add("shared_experts", moe_ffn * shared, hidden, 2 * layers)
-    b.add("shared_experts", hidden, moe_ffn * shared, layers)
+    b.add("shared_experts", hidden, moe_ffn * shared, layers, row=True)
     b.add("router", experts, hidden, layers)
     hashed = pick("num_hash_layers", default=0, required=False)
     b.other += experts * (layers - hashed)  # the gate's bias (hash-routed layers have none)
@@ -379,7 +386,7 @@ def param_breakdown(
             b.add("attn", heads * (nope + rope), hidden, n_attn)
         b.add("attn", kv_lora + rope, hidden, n_attn)
         b.add("attn", heads * (nope + v_dim), kv_lora, n_attn)
-        b.add("attn", hidden, heads * v_dim, n_attn)
+        b.add("attn", hidden, heads * v_dim, n_attn, row=True)
         b.other += kv_lora * n_attn  # kv_a_layernorm
     else:
         # The attention layers that remain of a gated delta net model gate their output with a second
@@ -387,7 +394,7 @@ def param_breakdown(
         gated = n_linear > 0 or bool(cfg.get("attn_output_gate"))
         b.add("attn", heads * head_dim * (2 if gated else 1), hidden, n_attn)
         b.add("attn", kv_heads * head_dim, hidden, 2 * n_attn)
-        b.add("attn", hidden, heads * head_dim, n_attn)
+        b.add("attn", hidden, heads * head_dim, n_attn, row=True)
         if opt_like:
             b.other += (heads * head_dim + 2 * kv_heads * head_dim + hidden) * layers  # q, k, v, out biases
         elif cfg.get("attention_bias") or model_type.startswith("qwen2"):
@@ -436,11 +443,11 @@ def param_breakdown(
     )
     if opt_like:
         b.add("mlp", ffn, hidden, n_dense)
-        b.add("mlp", hidden, ffn, n_dense)
+        b.add("mlp", hidden, ffn, n_dense, row=True)
         b.other += (ffn + hidden) * n_dense  # fc1, fc2 biases
     else:
         b.add("mlp", dense_ffn, hidden, 2 * n_dense)  # gate, up
-        b.add("mlp", hidden, dense_ffn, n_dense)  # down
+        b.add("mlp", hidden, dense_ffn, n_dense, row=True)  # down
     if experts:
         # gpt-oss and Llama 4 give the expert width as intermediate_size; the others as moe_intermediate_size.
         moe_ffn = pick("moe_intermediate_size", default=ffn, required=False)
@@ -470,7 +477,7 @@ def param_breakdown(
         if model_type.startswith("llama4"):
             shared_ffn = moe_ffn  # one shared expert of the routed width
         b.add("shared_experts", shared_ffn, hidden, 2 * n_moe)
-        b.add("shared_experts", hidden, shared_ffn, n_moe)
+        b.add("shared_experts", hidden, shared_ffn, n_moe, row=True)
         b.add("router", experts, hidden, n_moe)
         if cfg.get("topk_method") == "noaux_tc" or model_type == "deepseek_v3":
             b.other += experts * n_moe  # e_score_correction_bias

@@ -16,7 +16,7 @@ values plus the scales and zero points vLLM 0.33.0 allocates beside them
 | `int` (GPTQ) | b bits | fp16 scale and b-bit zero point per group (no `g_idx`: 0.33.0 refuses act-order) | `auto_gptq.py` |
 | `int` (compressed-tensors) | b bits | a scale per group (or channel), zero points when asymmetric | `compressed_tensors_wNa16.py`, `..._w8a8_int8.py` |
 
-What stays in the checkpoint's dtype: the embeddings and norms always, the `lm_head` unless a GPTQ
+What stays in the checkpoint's dtype: the embeddings and norms always, the `lm_head` unless an AWQ or GPTQ
 checkpoint says `lm_head: true`, the MoE routers (vLLM's MoE models build their gate without the quant
 config), and every module the checkpoint's `ignore` / `modules_to_not_convert` / `exclude_modules` /
 `ignored_layers` names. MXFP4 quantizes only the routed experts (its linear method is the unquantized one).
@@ -240,15 +240,33 @@ def _fp8(qc: dict[str, Any], where: str) -> Quantization:
 
 
 def _awq(qc: dict[str, Any], where: str) -> Quantization:
+    """An AWQ checkpoint as vLLM 0.33.0 loads it (`auto_awq.py` `AutoAWQConfig`, its one AWQ method): 4-bit
+    weights (`TYPE_MAP`; 8-bit is refused) with zero points, `w_bit`/`bits`, `q_group_size`/`group_size`
+    and `zero_point` read as vLLM reads them (each must be there), the `lm_head` quantized when the config
+    says `lm_head: true` (`get_quant_method` takes `ParallelLMHead` then)."""
+    for keys in (("w_bit", "bits"), ("q_group_size", "group_size"), ("zero_point",)):
+        if not any(k in qc for k in keys):
+            raise InvalidArgumentError(
+                f'{where}: quantization_config has no {" or ".join(repr(k) for k in keys)} (vLLM: "Cannot find '
+                f"any of {list(keys)} in the model's quantization config.\")"
+            )
     bits = _int_field(qc, where, "bits", "w_bit")
     group = _group_size(qc, where, "group_size", "q_group_size")
-    if bits not in (4, 8):
-        raise InvalidArgumentError(f"{where}: AWQ bits {bits} is not 4 or 8 (vLLM's AWQ kernels)")
-    if qc.get("zero_point") is False:
-        raise InvalidArgumentError(f"{where}: AWQ zero_point false: vLLM 0.33.0's AWQ takes zero points only")
+    if bits != 4:
+        raise InvalidArgumentError(
+            f'{where}: AWQ bits {bits}: vLLM 0.33.0 loads 4-bit AWQ only ("Unsupported num_bits = {bits}. '
+            'Supported: 4.")'
+        )
+    if qc.get("zero_point") is not True:
+        raise InvalidArgumentError(
+            f"{where}: AWQ zero_point {qc.get('zero_point')!r}: vLLM 0.33.0's AWQ takes zero points only"
+        )
     fmt = Format("int", bits, "group", group=group, zeros=True)
     ignored = _ignore_list(qc, where, "modules_to_not_convert")
-    return Quantization("awq", {g: fmt for g in _skipped(LINEAR_GROUPS, ignored)}, tuple(ignored))
+    formats = {g: fmt for g in _skipped(LINEAR_GROUPS, ignored)}
+    if qc.get("lm_head") is True:
+        formats["lm_head"] = fmt
+    return Quantization("awq", formats, tuple(ignored))
 
 
 def _gptq(qc: dict[str, Any], where: str) -> Quantization:
@@ -463,6 +481,21 @@ def check_groups(q: Quantization, b: Breakdown, qc: Any, where: str) -> None:
                 )
 
 
+def shard_group(q: Quantization, group: str) -> int:
+    """The group size every tensor-parallel rank's share of a row-parallel input must be a whole number of,
+    for module group `group` under `q` (0: none). vLLM 0.33.0 refuses a share that splits a group for AWQ
+    (`auto_awq.py`: Marlin declines the layer, `check_marlin_supports_layer`, and `AutoAWQLinearMethod`
+    raises "The input size is not aligned with the quantized weight shape. This can be caused by too large
+    tensor parallel size.") and compressed-tensors' int groups (`compressed_tensors_wNa16.py`: "Weight
+    input_size_per_partition = ... is not divisible by group_size = ..."). GPTQ loads such a share without
+    a word (its scales then split across ranks); routed experts have their own kernels' rules: neither is
+    checked."""
+    fmt = q.formats.get(group)
+    if group == "experts" or fmt is None or fmt.kind != "int" or fmt.group < 1:
+        return 0
+    return fmt.group if q.method in ("awq", "compressed-tensors") else 0
+
+
 def deepseek_v4(checkpoint: Quantization, cfg: dict[str, Any], where: str) -> Quantization:
     """A DeepSeek-V4 fp8 checkpoint as vLLM 0.33.0 loads it (`vllm/models/deepseek_v4/quant_config.py`,
     `DeepseekV4FP8Config`, which `DeepseekV4ForCausalLMConfig` makes of `quant_method: fp8`): linear layers
@@ -522,5 +555,6 @@ __all__ = [
     "check_groups",
     "deepseek_v4",
     "from_config",
+    "shard_group",
     "with_flag",
 ]

@@ -76,6 +76,28 @@ def _shard(m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int) -> M
         raise InvalidArgumentError(
             f"tensor_parallel_size {tp} does not divide {m.name}'s {m.num_attention_heads} attention heads"
         )
+    kv = m.num_kv_heads
+    if not m.is_mla and kv and (kv % tp if kv >= tp else tp % kv):
+        # vLLM's QKVParallelLinear: KV heads split evenly, or fewer than the ranks replicated evenly.
+        raise InvalidArgumentError(
+            f"tensor_parallel_size {tp}: {m.name}'s {kv} KV heads neither divide among {tp} GPUs nor "
+            f"replicate evenly over them (vLLM asserts {kv} % {tp} == 0 or {tp} % {kv} == 0)"
+        )
+    for group, cols, quant_group in m.row_inputs:
+        if cols % tp:
+            # vLLM's RowParallelLinear: `divide(input_size, tp_size)`.
+            raise InvalidArgumentError(
+                f"tensor_parallel_size {tp} does not divide the {cols} input features of {m.name}'s {group} "
+                f'output projections (vLLM: "{cols} is not divisible by {tp}")'
+            )
+        if quant_group and quant_group < cols and (cols // tp) % quant_group:
+            raise InvalidArgumentError(
+                f"tensor_parallel_size {tp}: {m.name}'s {group} output projections take {cols} // {tp} = "
+                f"{cols // tp} input features a GPU, not a whole number of its {m.quantization.split(':')[0]} "
+                f"groups of "
+                f'{quant_group} (vLLM: "The input size is not aligned with the quantized weight shape. This can '
+                'be caused by too large tensor parallel size.")'
+            )
     kv_heads = m.num_kv_heads if m.is_mla else max(1, m.num_kv_heads // tp)
     return dataclasses.replace(
         m,
