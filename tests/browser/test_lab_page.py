@@ -464,3 +464,26 @@ def test_each_control_reruns_the_engine(lab: LabPage, selector: str, value: str)
     snap = python_snapshot(q, lab.step())
     assert_cards(lab, snap)
     assert_blocks(lab, snap)
+
+
+# The width the longest option a <select> can show (an enabled one: a disabled option's reason is read in the
+# open list only) takes in the select's own font, against the room its box leaves for text (its width less its
+# padding and the native arrow).
+FITS = """sel => {
+  const style = getComputedStyle(sel);
+  const ctx = document.createElement('canvas').getContext('2d');
+  ctx.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+  const names = [...sel.options].filter(o => !o.disabled).map(o => o.textContent);
+  const widest = Math.max(...names.map(n => ctx.measureText(n).width));
+  const room = sel.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight) - 20;
+  return [widest, room, names.sort((a, b) => b.length - a.length)[0]];
+}"""
+
+
+def test_the_model_select_shows_every_name_whole(sized_lab: LabPage) -> None:
+    """A newcomer read "qwen3-next-80b-a3b" cut to "qwen3-next-80b-a" in the Model select at 1,400 px: the
+    control is two columns wide (the whole row on a phone), room for the longest preset's name."""
+    sized_lab.open()
+    widest, room, name = sized_lab.page.eval_on_selector("#c-model", FITS)
+    assert name  # the options are there
+    assert widest <= room, f"{name!r} takes {widest:.0f} px of a {room:.0f} px select"
