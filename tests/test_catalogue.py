@@ -337,8 +337,25 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
             {"quant_method": "awq", "bits": 4, "q_group_size": -5, "zero_point": True},
             "quantization_config.q_group_size -5 must",
         ),
-        # vLLM 0.33.0's AWQ: 4-bit with zero points, every key read.
+        # vLLM 0.33.0's AWQ: 4-bit with zero points, every key read, `w_bit` before `bits` (an adversarial
+        # pass found `w_bit: 8, bits: 4` taken as 4-bit) and a null one refused.
         ({"quant_method": "awq", "bits": 4, "group_size": 128}, "has no 'zero_point'"),
+        (
+            {"quant_method": "awq", "w_bit": 8, "bits": 4, "group_size": 128, "zero_point": True},
+            "AWQ bits 8: vLLM 0.33.0 loads 4-bit AWQ only",
+        ),
+        (
+            {"quant_method": "awq", "w_bit": None, "bits": 4, "group_size": 128, "zero_point": True},
+            "quantization_config.w_bit is null",
+        ),
+        (
+            {"quant_method": "gptq", "bits": 4, "group_size": None, "desc_act": False, "sym": True},
+            "group_size is null",
+        ),
+        (
+            {"quant_method": "compressed-tensors", "config_groups": {"group_0": "x"}},
+            "config group 'x' must be a JSON object",
+        ),
         (
             {"quant_method": "awq", "bits": 8, "group_size": 128, "zero_point": True},
             "vLLM 0.33.0 loads 4-bit AWQ only",
@@ -368,6 +385,38 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
                 },
             },
             "compressed-tensors actorder 'group': vLLM 0.33.0 refuses it",
+        ),
+        # compressed-tensors' QuantizationArgs lower-cases its strings and reads an actorder of true as group.
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "g": {
+                        "targets": ["Linear"],
+                        "weights": {
+                            "num_bits": 4,
+                            "type": "INT",
+                            "strategy": "GROUP",
+                            "group_size": 128,
+                            "actorder": True,
+                        },
+                    }
+                },
+            },
+            "compressed-tensors actorder True: vLLM 0.33.0 refuses it",
+        ),
+        # A group that splits a layer's inputs, at any tensor-parallel size (verify_group_size_divides_partition).
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "g": {
+                        "targets": ["Linear"],
+                        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 100},
+                    }
+                },
+            },
+            "weights.group_size 100 does not divide the 4096 input features",
         ),
         ({"quant_method": "fp8", "weight_block_size": [True, 128]}, "weight_block_size [True, 128] must"),
         (
@@ -480,6 +529,29 @@ def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
     with pytest.raises(InvalidArgumentError, match="6 KV heads neither divide among 4 GPUs nor replicate"):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=4)
     kvsim.SimConfig(model="qwen3-32b-awq", kv_cache_bytes="10GiB", tensor_parallel_size=8)  # 3,200 = 25 x 128
+    # Gemma 4's global layers have KV heads of their own: checked as the others (an adversarial pass found
+    # 3 of them taken at tp 2, and 0 given a pool group).
+    g4 = json.loads((HF / "gemma-4-31b.json").read_text())
+    for global_kv, tp, needle in (
+        (3, 1, "num_attention_heads 32 is not a multiple of num_global_key_value_heads 3"),
+        (0, 1, "'num_global_key_value_heads' 0 must be a whole number of at least 1"),
+        (8, 16, None),
+        (16, 8, None),
+    ):
+        text = {**g4["text_config"], "num_global_key_value_heads": global_kv}
+        path.write_text(json.dumps({**g4, "text_config": text}))
+        models._HF_CACHE.clear()
+        if needle is None:
+            kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=tp)
+        else:
+            with pytest.raises(InvalidArgumentError, match=re.escape(needle)):
+                kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=tp)
+    text = {**g4["text_config"], "num_global_key_value_heads": 3, "num_attention_heads": 48}
+    path.write_text(json.dumps({**g4, "text_config": text}))
+    models._HF_CACHE.clear()
+    kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB")
+    with pytest.raises(InvalidArgumentError, match="3 KV heads neither divide among 2 GPUs"):
+        kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
 
 
 def test_vllms_quantization_flag():

@@ -341,10 +341,17 @@ def _gemma4_layers(
     head_dim = field_int("head_dim")
     # Absent or None: `head_dim` (vLLM's getattr default); 0 is no head width.
     global_dim = field_int("global_head_dim", least=1) if cfg.get("global_head_dim") is not None else head_dim
-    kv = field_int("num_key_value_heads")
+    kv = field_int("num_key_value_heads", least=1)
     global_kv = kv
     if cfg.get("attention_k_eq_v") and cfg.get("num_global_key_value_heads") is not None:
-        global_kv = field_int("num_global_key_value_heads")
+        global_kv = field_int("num_global_key_value_heads", least=1)
+        heads = cfg.get("num_attention_heads")
+        if isinstance(heads, int) and not isinstance(heads, bool) and heads % global_kv:
+            # vLLM's Attention: "num_heads (32) is not divisible by num_kv_heads (3)"
+            raise InvalidArgumentError(
+                f"model {where}: num_attention_heads {heads} is not a multiple of num_global_key_value_heads "
+                f"{global_kv}"
+            )
     shared = field_int("num_kv_shared_layers", 0) if cfg.get("num_kv_shared_layers") is not None else 0
     first_shared = n - shared
     out: list[Layer] = []

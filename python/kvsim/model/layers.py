@@ -352,8 +352,7 @@ def kv_layout(
         enable_prefix_caching: with Mamba layers, checkpoints are kept for prefix caching
             (`mamba_cache_mode="align"`, vLLM's default with caching on); without, one state per request
             in a block of `max_model_len` tokens.
-        hybrid_kv_cache_manager: `"auto"` (vLLM's default: on, but off for chunked local attention),
-            `"on"` (for chunked local attention: vLLM's `VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`)
+        hybrid_kv_cache_manager: `"auto"` (vLLM's default: on, chunked local attention included), `"on"`,
             or `"off"` (`--disable-hybrid-kv-cache-manager`: local layers counted as full attention).
         max_model_len: the context length (the model's when None).
         gpu_arch: the GPU's architecture (`Gpu.arch`), which picks the gated delta net's prefill kernel

@@ -244,14 +244,20 @@ def _awq(qc: dict[str, Any], where: str) -> Quantization:
     weights (`TYPE_MAP`; 8-bit is refused) with zero points, `w_bit`/`bits`, `q_group_size`/`group_size`
     and `zero_point` read as vLLM reads them (each must be there), the `lm_head` quantized when the config
     says `lm_head: true` (`get_quant_method` takes `ParallelLMHead` then)."""
+    found = []
     for keys in (("w_bit", "bits"), ("q_group_size", "group_size"), ("zero_point",)):
-        if not any(k in qc for k in keys):
+        # vLLM's `get_from_keys`: the first of the keys the config has, whatever its value.
+        key = next((k for k in keys if k in qc), None)
+        if key is None:
             raise InvalidArgumentError(
                 f'{where}: quantization_config has no {" or ".join(repr(k) for k in keys)} (vLLM: "Cannot find '
                 f"any of {list(keys)} in the model's quantization config.\")"
             )
-    bits = _int_field(qc, where, "bits", "w_bit")
-    group = _group_size(qc, where, "group_size", "q_group_size")
+        if qc[key] is None:
+            raise InvalidArgumentError(f"{where}: quantization_config.{key} is null (vLLM reads it as given)")
+        found.append(key)
+    bits = _int_field(qc, where, found[0])
+    group = _group_size(qc, where, found[1])
     if bits != 4:
         raise InvalidArgumentError(
             f'{where}: AWQ bits {bits}: vLLM 0.33.0 loads 4-bit AWQ only ("Unsupported num_bits = {bits}. '
@@ -264,7 +270,7 @@ def _awq(qc: dict[str, Any], where: str) -> Quantization:
     fmt = Format("int", bits, "group", group=group, zeros=True)
     ignored = _ignore_list(qc, where, "modules_to_not_convert")
     formats = {g: fmt for g in _skipped(LINEAR_GROUPS, ignored)}
-    if qc.get("lm_head") is True:
+    if qc.get("lm_head"):  # (vLLM tests it for truth, as GPTQ's)
         formats["lm_head"] = fmt
     return Quantization("awq", formats, tuple(ignored))
 
@@ -281,6 +287,11 @@ def _gptq(qc: dict[str, Any], where: str) -> Quantization:
                 f"{where}: quantization_config has no {key!r} (vLLM: \"Cannot find any of ['{key}'] in the "
                 "model's quantization config.\")"
             )
+    if qc["group_size"] is None:
+        raise InvalidArgumentError(
+            f"{where}: quantization_config.group_size is null: vLLM 0.33.0's GPTQ kernels take -1, 32, 64 or 128 "
+            '("Marlin does not support group_size = None")'
+        )
     bits = _int_field(qc, where, "bits")
     group = _group_size(qc, where, "group_size", default=-1)
     sym, desc_act = qc["sym"], qc["desc_act"]
@@ -348,10 +359,17 @@ def _modelopt(qc: dict[str, Any], where: str) -> Quantization:
 
 
 def _ct_format(weights: dict[str, Any], fmt_name: str, where: str) -> Format:
+    """One compressed-tensors weights scheme, its strings read as compressed-tensors' `QuantizationArgs`
+    validates them (lower-cased; an `actorder` of true is group ordering)."""
+
+    def lower(v: Any) -> Any:
+        return v.lower() if isinstance(v, str) else v
+
     bits = weights.get("num_bits")
-    kind = weights.get("type")
-    strategy = weights.get("strategy")
+    kind = lower(weights.get("type"))
+    strategy = lower(weights.get("strategy"))
     group = weights.get("group_size") or 0
+    actorder = "group" if weights.get("actorder") is True else lower(weights.get("actorder"))
     if kind == "float" and bits == 8:
         if strategy == "block":
             block = weights.get("block_structure") or [128, 128]
@@ -371,7 +389,7 @@ def _ct_format(weights: dict[str, Any], fmt_name: str, where: str) -> Format:
                 "least 1 with strategy 'group'"
             )
         zeros = not weights.get("symmetric", True)
-        if weights.get("actorder") in ("group", "dynamic"):
+        if actorder in ("group", "dynamic"):
             raise InvalidArgumentError(
                 f"{where}: compressed-tensors actorder {weights['actorder']!r}: vLLM 0.33.0 refuses it "
                 '("Compressed-tensors group/dynamic activation ordering ... is no longer supported")'
@@ -403,6 +421,10 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
             "kvsim"
         )
     (scheme,) = groups_cfg.values()
+    if not isinstance(scheme, dict):
+        raise InvalidArgumentError(
+            f"{where}: compressed-tensors config group {scheme!r} must be a JSON object"
+        )
     targets = scheme.get("targets") or []
     if "Linear" not in targets:
         raise InvalidArgumentError(
@@ -452,32 +474,46 @@ def from_config(qc: Any, where: str) -> Quantization:
     return parser(qc, where)
 
 
+def not_whole_groups(method: str, cols: int, group: int) -> str:
+    """vLLM 0.33.0's words when a layer's input features (on one rank) are not whole groups of `method`'s."""
+    if method == "compressed-tensors":
+        return (
+            f'"Weight input_size_per_partition={cols} is not divisible by group_size={group}" (vLLM\'s '
+            "verify_group_size_divides_partition)"
+        )
+    return '"The input size is not aligned with the quantized weight shape" (vLLM\'s AutoAWQLinearMethod)'
+
+
 def check_groups(q: Quantization, b: Breakdown, qc: Any, where: str) -> None:
-    """An AWQ checkpoint's `group_size` against the matrices it quantizes (`b`): vLLM's AWQ takes only
-    whole groups of input features (`AWQLinearMethod.create_weights`: "The input size is not aligned with
-    the quantized weight shape"; AWQ-Marlin falls back to it for a layer Marlin cannot take), so a group
-    that does not divide a quantized matrix's input features (`group_size` 7 on a 4096-wide layer) is no
-    checkpoint vLLM loads. Per channel (-1) divides any. Not checked where the checkpoint's ignore list
-    names modules: it may exempt single modules kvsim prices by group (a `down_proj` of odd width).
-    Under tensor parallelism vLLM checks each GPU's share; this checks the whole matrix, which any share
-    that divides must divide too.
+    """An AWQ or compressed-tensors int checkpoint's group size against the matrices it quantizes (`b`):
+    vLLM takes only whole groups of input features (`AutoAWQLinearMethod.create_weights`: "The input size is
+    not aligned with the quantized weight shape"; AWQ-Marlin falls back to it for a layer Marlin cannot
+    take; compressed-tensors' `verify_group_size_divides_partition`, for every layer), so a group that does
+    not divide a quantized matrix's input features (`group_size` 7 on a 4096-wide layer) is no checkpoint
+    vLLM loads. Per channel (-1) divides any. Not checked where the checkpoint's ignore list names modules:
+    it may exempt single modules kvsim prices by group (a `down_proj` of odd width); nor for routed experts
+    (their kernels pad or fall back). Under tensor parallelism vLLM checks each GPU's share
+    (`kvsim.model.sizing`); this checks the whole matrix, which any share that divides must divide too.
 
     Raises:
-        InvalidArgumentError: naming `quantization_config.group_size`, its value, and the first matrix.
+        InvalidArgumentError: naming the group size's field, its value, and the first matrix.
     """
-    if q.method != "awq" or q.ignored or not isinstance(qc, dict):
+    if q.method not in ("awq", "compressed-tensors") or q.ignored or not isinstance(qc, dict):
         return
-    key = next((k for k in ("group_size", "q_group_size") if qc.get(k) is not None), "group_size")
+    if q.method == "awq":
+        key = "quantization_config." + next(k for k in ("q_group_size", "group_size") if k in qc)
+    else:
+        key = "compressed-tensors weights.group_size"
     for group in GROUPS:
         fmt = q.formats.get(group)
-        if fmt is None or fmt.kind != "int" or fmt.group < 1:
+        if group == "experts" or fmt is None or fmt.kind != "int" or fmt.group < 1:
             continue
         for m in b.matrices[group]:
             if m.cols % fmt.group:
                 raise InvalidArgumentError(
-                    f"{where}: quantization_config.{key} {fmt.group} does not divide the {m.cols} input "
-                    f"features of the {group} layers' {m.rows} x {m.cols} matrices: vLLM's AWQ takes whole "
-                    'groups only ("The input size is not aligned with the quantized weight shape")'
+                    f"{where}: {key} {fmt.group} does not divide the {m.cols} input features of the {group} "
+                    f"layers' {m.rows} x {m.cols} matrices: vLLM takes whole groups only "
+                    f"({not_whole_groups(q.method, m.cols, fmt.group)})"
                 )
 
 
@@ -555,6 +591,7 @@ __all__ = [
     "check_groups",
     "deepseek_v4",
     "from_config",
+    "not_whole_groups",
     "shard_group",
     "with_flag",
 ]

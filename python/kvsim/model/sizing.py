@@ -51,6 +51,7 @@ from kvsim.model.layers import KVLayout, kv_layout
 from kvsim.model.memory import StartupFigures, format_gib, non_kv_memory
 from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
+from kvsim.model.quant import not_whole_groups
 from kvsim.model.units import fmt_bytes
 
 # The default share of device memory: the knob's (KNOBS), vLLM 0.20.0 and later's 0.92.
@@ -76,13 +77,15 @@ def _shard(m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int) -> M
         raise InvalidArgumentError(
             f"tensor_parallel_size {tp} does not divide {m.name}'s {m.num_attention_heads} attention heads"
         )
-    kv = m.num_kv_heads
-    if not m.is_mla and kv and (kv % tp if kv >= tp else tp % kv):
-        # vLLM's QKVParallelLinear: KV heads split evenly, or fewer than the ranks replicated evenly.
-        raise InvalidArgumentError(
-            f"tensor_parallel_size {tp}: {m.name}'s {kv} KV heads neither divide among {tp} GPUs nor "
-            f"replicate evenly over them (vLLM asserts {kv} % {tp} == 0 or {tp} % {kv} == 0)"
-        )
+    # vLLM's QKVParallelLinear: KV heads split evenly, or fewer than the ranks replicated evenly; every
+    # layer's (Gemma 4's global layers have their own).
+    kvs = {m.num_kv_heads} | {lay.num_kv_heads for lay in m.layers if lay.num_kv_heads}
+    for kv in sorted(kvs) if not m.is_mla else ():
+        if kv and (kv % tp if kv >= tp else tp % kv):
+            raise InvalidArgumentError(
+                f"tensor_parallel_size {tp}: {m.name}'s {kv} KV heads neither divide among {tp} GPUs nor "
+                f"replicate evenly over them (vLLM asserts {kv} % {tp} == 0 or {tp} % {kv} == 0)"
+            )
     for group, cols, quant_group in m.row_inputs:
         if cols % tp:
             # vLLM's RowParallelLinear: `divide(input_size, tp_size)`.
@@ -91,12 +94,11 @@ def _shard(m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int) -> M
                 f'output projections (vLLM: "{cols} is not divisible by {tp}")'
             )
         if quant_group and quant_group < cols and (cols // tp) % quant_group:
+            method = m.quantization.split(":")[0]
             raise InvalidArgumentError(
                 f"tensor_parallel_size {tp}: {m.name}'s {group} output projections take {cols} // {tp} = "
-                f"{cols // tp} input features a GPU, not a whole number of its {m.quantization.split(':')[0]} "
-                f"groups of "
-                f'{quant_group} (vLLM: "The input size is not aligned with the quantized weight shape. This can '
-                'be caused by too large tensor parallel size.")'
+                f"{cols // tp} input features a GPU, not a whole number of its {method} groups of {quant_group} "
+                f"(vLLM: {not_whole_groups(method, cols // tp, quant_group)})"
             )
     kv_heads = m.num_kv_heads if m.is_mla else max(1, m.num_kv_heads // tp)
     return dataclasses.replace(
