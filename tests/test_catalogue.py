@@ -585,7 +585,10 @@ def test_vllms_four_startup_figures_for_one_full_attention_group():
     assert fig.kv_cache_tokens == int(fig.max_concurrency * 32768) == fig.num_blocks * 16
     lines = fig.lines()
     assert lines[0] == f"Model loading took {round(fig.model_loading_bytes / GIB, 2)} GiB memory"
-    assert lines[3] == f"Maximum concurrency for 32,768 tokens per request: {fig.max_concurrency:.2f}x"
+    assert lines[2] == (
+        f"GPU KV cache size: {fig.kv_cache_tokens:,} tokens, Maximum concurrency for 32,768 tokens per request: "
+        f"{fig.max_concurrency:.2f}x"
+    )  # one line, as vLLM 0.33.0's update_kv_cache_capacity logs them
     # --kv-cache-memory-bytes skips the profiling: the figure is the bytes given.
     given = kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes="20GiB")
     assert given.pool.figures.available_kv_bytes == 20 * GIB
@@ -711,7 +714,7 @@ def test_kvsim_run_prints_vllms_four_startup_figures(capsys):
     assert [f"vllm: {line}" for line in lines] == [x for x in out.splitlines() if x.startswith("vllm: ")]
     assert lines[0] == "Model loading took 60.77 GiB memory"
     assert lines[1].startswith("Available KV cache memory: ")
-    assert lines[3].startswith("Maximum concurrency for 131,072 tokens per request: ")
+    assert ", Maximum concurrency for 131,072 tokens per request: " in lines[2]
     data = _run_json(capsys, argv)
     assert data["startup"] == lines
     assert data["pool_sizing"]["startup"]["gpu_kv_cache_tokens"] == cfg.pool.figures.kv_cache_tokens
@@ -1106,7 +1109,7 @@ def test_gemma_4_runs_as_vllm_serves_it(capsys):
         cfg = kvsim.SimConfig(model=model, gpu="h100-80gb", **({"max_model_len": 8192} if extra else {}))
         lines = cfg.pool.figures.lines()
         assert [f"vllm: {line}" for line in lines] == [x for x in out.splitlines() if x.startswith("vllm: ")]
-        assert len(lines) == 4
+        assert len(lines) == 3  # the KV cache size and the concurrency on one line, as 0.33.0 logs them
         assert lines[0].startswith("Model loading took ")
         assert len(cfg.pool.layout.groups) == 6
     assert main(["run", "--model", "gemma-4-31b", "--gpu", "h100-80gb"]) == 2

@@ -192,13 +192,15 @@ class StartupFigures:
     num_blocks: int
 
     def lines(self) -> list[str]:
-        """The four lines, worded as vLLM 0.33.0 logs them."""
+        """The figures worded as vLLM 0.33.0 logs them: three lines, the KV cache's size and the concurrency
+        on one (`update_kv_cache_capacity` in `vllm/v1/core/kv_cache_utils.py`; releases before logged them
+        on two)."""
         out = [f"Model loading took {format_gib(self.model_loading_bytes)} GiB memory"]
         if self.available_kv_bytes is not None:
             out.append(f"Available KV cache memory: {format_gib(self.available_kv_bytes)} GiB")
-        out.append(f"GPU KV cache size: {self.kv_cache_tokens:,} tokens")
         out.append(
-            f"Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x"
+            f"GPU KV cache size: {self.kv_cache_tokens:,} tokens, Maximum concurrency for {self.max_model_len:,} "
+            f"tokens per request: {self.max_concurrency:.2f}x"
         )
         return out
 
