@@ -11,6 +11,7 @@ import json
 import math
 
 import numpy as np
+import polars as pl
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -346,6 +347,32 @@ def test_best_of_candidates_by_rate_at_slo():
     assert out.plans["vLLM"].value == rates[0]
     with pytest.raises(InvalidArgumentError, match="repeat a label"):
         best_of(w, config, ONE, [{"policy": "vllm"}, {"policy": "vllm"}])
+
+
+def test_a_refused_candidate_is_reported_not_fatal(capsys):
+    """Comparing tensor-parallel sizes for phi-4 (10 KV heads): vLLM cannot split them over 4 or 8 GPUs, so
+    those candidates are refused with the reason, the others are ranked; every candidate refused is an
+    error. The CLI says each (an adversarial pass found the whole comparison aborted by the first)."""
+    w = _workload(60)
+    config = kvsim.SimConfig(model="phi-4", kv_cache_bytes="20GiB", max_model_len=4096)
+    tps = [{"tensor_parallel_size": tp} for tp in (1, 2, 4)]
+    out = best_of(w, config, ONE, tps, workers=1)
+    assert set(out.plans) == {"tensor_parallel_size=1", "tensor_parallel_size=2"}
+    assert set(out.refused) == {"tensor_parallel_size=4"}
+    assert "10 KV heads neither divide among 4 GPUs" in out.refused["tensor_parallel_size=4"]
+    row = out.table.filter(pl.col("candidate") == "tensor_parallel_size=4").row(0, named=True)
+    assert (row["rate"], row["status"], row["monotone"], row["probes"]) == (None, "refused", None, 0)
+    assert out.best in out.plans
+    with pytest.raises(InvalidArgumentError, match="every candidate's configuration is refused"):
+        best_of(w, config, ONE, [{"tensor_parallel_size": 4}, {"tensor_parallel_size": 8}])
+    argv = ["plan", "--model", "phi-4", "--kv-cache-memory-bytes", "20GiB", "--max-model-len", "4096",
+            "--requests", "60", "--slo", "ttft_p99:2s", "--compare", "tensor_parallel_size=1,4"]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "tensor_parallel_size=4: refused: tensor_parallel_size 4: phi-4's 10 KV heads" in text
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data["compare"]["refused"]) == ["tensor_parallel_size=4"]
 
 
 def test_plot_marks_the_bound_and_the_knee(real, tmp_path):

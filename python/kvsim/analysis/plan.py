@@ -690,11 +690,14 @@ class Candidate:
 class BestOf:
     """What `best_of` found: `table` (one row per candidate: `candidate`, `rate`, `status`, `monotone`,
     `probes`, sorted by rate, best first; ties keep the order given), `best` (the label of the highest rate at SLO, None if none
-    passed anywhere) and every candidate's `PlanResult` in `plans`."""
+    passed anywhere), every searched candidate's `PlanResult` in `plans`, and the candidates whose
+    configuration is refused (a tensor-parallel size vLLM cannot split the model over) with the reason in
+    `refused` (status `refused` in the table, no rate, no plan)."""
 
     table: pl.DataFrame
     best: str | None
     plans: dict[str, PlanResult]
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 def best_of(
@@ -713,8 +716,8 @@ def best_of(
         kwargs: `plan`'s keyword arguments (a candidate's own probe replaces `probe`).
 
     Raises:
-        InvalidArgumentError: no candidates, two with one label, a bad change (from `SimConfig.replace`),
-            and as `plan`.
+        InvalidArgumentError: no candidates, two with one label, every candidate's change refused (from
+            `SimConfig.replace`; some refused are reported in `refused`), and as `plan`.
     """
     items: list[Candidate] = []
     if not isinstance(candidates, Mapping | Sequence):
@@ -738,24 +741,34 @@ def best_of(
     if len(set(labels)) != len(labels):
         raise InvalidArgumentError(f"candidates repeat a label: {labels}")
     plans: dict[str, PlanResult] = {}
+    refused: dict[str, str] = {}
+    configs = {}
     for c in items:
-        cfg = config.replace(**c.changes) if c.changes else config
+        try:
+            configs[c.label] = config.replace(**c.changes) if c.changes else config
+        except InvalidArgumentError as exc:
+            refused[c.label] = str(exc)
+    if not configs:
+        raise InvalidArgumentError(f"every candidate's configuration is refused: {refused}")
+    for c in items:
+        if c.label in refused:
+            continue
         kw = dict(kwargs)
         if c.probe is not None:
             kw["probe"] = c.probe
-        plans[c.label] = plan(workload, cfg, slos, **kw)
+        plans[c.label] = plan(workload, configs[c.label], slos, **kw)
     table = pl.DataFrame(
         {
             "candidate": labels,
-            "rate": [plans[c].value for c in labels],
-            "status": [plans[c].status for c in labels],
-            "monotone": [plans[c].monotone for c in labels],
-            "probes": [plans[c].probes.height for c in labels],
+            "rate": [plans[c].value if c in plans else None for c in labels],
+            "status": [plans[c].status if c in plans else "refused" for c in labels],
+            "monotone": [plans[c].monotone if c in plans else None for c in labels],
+            "probes": [plans[c].probes.height if c in plans else 0 for c in labels],
         },
-        schema_overrides={"rate": pl.Float64},
+        schema_overrides={"rate": pl.Float64, "monotone": pl.Boolean},
     ).sort("rate", descending=True, nulls_last=True, maintain_order=True)
     best = table["candidate"][0] if table["rate"][0] is not None else None
-    return BestOf(table, best, plans)
+    return BestOf(table, best, plans, refused)
 
 
 __all__ = [

@@ -287,7 +287,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         result = (
             ranking.plans[ranking.best]
             if ranking.best is not None
-            else ranking.plans[ranking.table["candidate"][0]]
+            else next(ranking.plans[c] for c in ranking.table["candidate"] if c in ranking.plans)
         )
     else:
         result = kvsim.plan(workload, config, slos, backend=backend, **opts)
@@ -307,6 +307,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 "best": ranking.best,
                 "candidates": ranking.table.to_dicts(),
                 "plans": {k: v.to_dict() for k, v in ranking.plans.items()},
+                "refused": ranking.refused,
             },
             "plot": plot,
             "notes": notes,
@@ -332,6 +333,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if ranking is not None:
         for label, plan in ranking.plans.items():
             print(f"{label}: {plan.status}: {plan.message}")
+        for label, why in ranking.refused.items():
+            print(f"{label}: refused: {why}")
         print()
         print(_ranking_table(ranking.table))
         print()
@@ -423,7 +426,8 @@ def _ranking_table(table: Any) -> str:
     rows = [["candidate", "rate (req/s)", "status", "monotone", "probes"]]
     for r in table.iter_rows(named=True):
         rate = "-" if r["rate"] is None else f"{r['rate']:.4g}"
-        rows.append([r["candidate"], rate, r["status"], "yes" if r["monotone"] else "NO", str(r["probes"])])
+        monotone = "-" if r["monotone"] is None else "yes" if r["monotone"] else "NO"
+        rows.append([r["candidate"], rate, r["status"], monotone, str(r["probes"])])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
