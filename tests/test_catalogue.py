@@ -554,6 +554,40 @@ def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
 
 
+def test_gpt_oss_experts_are_padded_as_vllms_default_backend_pads_them():
+    """vLLM 0.33.0 pads gpt-oss's MXFP4 experts for the kernels it picks by default
+    (`mxfp4_round_up_hidden_size_and_intermediate_size`): none on an H100 at tp 1 (Triton: the 2,880-wide
+    intermediate is a multiple of 64), each rank's 1,440 to 1,472 at tp 2; hidden 3,072 and intermediate
+    2,944 with Marlin (A100, RTX 5090) and FlashInfer's TRT-LLM kernels (B200): 5.13 GiB more for
+    gpt-oss-120b, whose "Model loading took 65.9651 GiB" vLLM 0.11.2 logged with Marlin (blog.huikang.dev,
+    quoted in robertelee78/hf2q). Expert parallelism pads whole experts; other models are untouched."""
+    from kvsim.model.sizing import mxfp4_padding_bytes
+
+    m = models.get("gpt-oss-120b")
+    per = m.num_experts * m.num_layers * 3 * 17 / 32  # elements of (hidden x a rank's intermediate) to bytes
+    assert mxfp4_padding_bytes(m, "sm_90", 1) == 0
+    assert mxfp4_padding_bytes(m, "sm_90", 2) == int(per * 2880 * (1472 - 1440))
+    assert mxfp4_padding_bytes(m, "sm_100", 1) == int(per * (3072 * 2944 - 2880 * 2880))
+    assert mxfp4_padding_bytes(m, "sm_90", 2, ep=2) == 0  # whole experts: 2,880 is a multiple of 64
+    assert mxfp4_padding_bytes(m, "sm_80", 2, ep=2) == int(per / 2 * (3072 * 2944 - 2880 * 2880))
+    assert (
+        mxfp4_padding_bytes(m, None, 1) == mxfp4_padding_bytes(models.get("qwen3-30b-a3b"), "sm_80", 1) == 0
+    )
+    h100 = kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-80gb").pool.figures
+    a100 = kvsim.SimConfig(model="gpt-oss-120b", gpu="a100-80gb", max_model_len=32768).pool.figures
+    assert h100.model_loading_bytes == m.param_bytes
+    assert a100.model_loading_bytes == m.param_bytes + mxfp4_padding_bytes(m, "sm_80", 1)
+    assert abs(a100.model_loading_bytes / GIB - 65.97) < 0.1
+    # The KV memory is what the padded weights leave.
+    flat = kvsim.SimConfig(model="gpt-oss-20b", gpu="rtx-5090", activation_reserve_bytes="2GiB").pool
+    assert flat.kv_cache_bytes == (
+        math.floor(gpus.get("rtx-5090").memory_bytes * 0.92)
+        - models.get("gpt-oss-20b").param_bytes
+        - mxfp4_padding_bytes(models.get("gpt-oss-20b"), "sm_120", 1)
+        - 2 * GIB
+    )
+
+
 def test_vllms_quantization_flag():
     """--quantization fp8 halves an unquantized model's linear layers at load time; naming another method than
     the checkpoint's is vLLM's refusal; naming the checkpoint's (or its alias) changes nothing."""

@@ -9,10 +9,9 @@ from kvsim.analysis import startup_check
 
 ROWS = startup_check.rows()
 TEXT = [r for r in ROWS if not r.multimodal]
-# gpt-oss-20b: vLLM 0.19.0 pads the MXFP4 experts' shards for its Hopper kernels (0.6 GiB a GPU at tp 2, as
-# from 1,440 intermediate features a rank to 1,536 and the hidden 2,880 to 3,072); 0.33.0's Triton kernels
-# there round a shard to 64 features only (`mxfp4_round_up_hidden_size_and_intermediate_size`: 1,440 to
-# 1,472, none at tp 1), and kvsim counts no padding.
+# gpt-oss-20b: vLLM 0.19.0's Hopper layout padded the MXFP4 experts' shards (both dimensions to 64) and kept
+# their original scales beside the swizzled ones: 0.6 GiB a GPU at tp 2; kvsim pads as 0.33.0's Triton
+# kernels do (`mxfp4_round_up_hidden_size_and_intermediate_size`: 1,440 to 1,472 features, 0.1 GiB).
 PADDED = {"openai/gpt-oss-20b"}
 
 

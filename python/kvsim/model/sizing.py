@@ -110,6 +110,49 @@ def _shard(m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int) -> M
     )
 
 
+# vLLM 0.33.0's MXFP4 MoE backend for gpt-oss by GPU architecture, with default settings, and the
+# alignment its kernels pad the experts' hidden size and each rank's intermediate size to
+# (`fused_moe/oracle/mxfp4.py`: `_get_priority_backends_for_gpt_oss`, each backend's `is_supported_config`,
+# `mxfp4_round_up_hidden_size_and_intermediate_size`): Marlin from sm_75 (hidden to 256, intermediate to
+# 128), the OAI Triton kernels on Hopper (intermediate to 64), FlashInfer's TRT-LLM kernels on Blackwell
+# B200 (256 and 128), Marlin on RTX Blackwell (sm_120 moves Triton after it), Triton on ROCm (256 and 256).
+# `create_weights` allocates the padded shapes, scales alike (`quantization/mxfp4.py`).
+MXFP4_GPT_OSS_ALIGN: dict[str, tuple[int, int]] = {
+    "sm_75": (256, 128),
+    "sm_80": (256, 128),
+    "sm_86": (256, 128),
+    "sm_89": (256, 128),
+    "sm_90": (1, 64),
+    "sm_100": (256, 128),
+    "sm_120": (256, 128),
+    "gfx942": (256, 256),
+    "gfx950": (256, 256),
+}
+
+
+def mxfp4_padding_bytes(m: Model, arch: str | None, tp: int, ep: int = 0) -> int:
+    """The bytes one GPU's gpt-oss experts take beyond their MXFP4 values and scales, padded as vLLM
+    0.33.0's default backend on `arch` pads them (`MXFP4_GPT_OSS_ALIGN`): 17/32 bytes an element (4-bit
+    values, an 8-bit scale per 32), each expert's gate-up (2 x intermediate x hidden) and down (hidden x
+    intermediate) at the padded sizes less the unpadded. Under tensor parallelism each rank's intermediate
+    share is padded; under expert parallelism over `ep` GPUs (`ep` > 0) whole experts are. 0 for other
+    models, an unknown architecture, or no GPU (the expert biases' padding, a few MB, is not counted)."""
+    if arch is None or arch not in MXFP4_GPT_OSS_ALIGN or not m.num_experts or not m.expert_ffn:
+        return 0
+    try:
+        model_type = json.loads(m.config_json or "{}").get("model_type")
+    except ValueError:
+        return 0
+    if model_type != "gpt_oss" or not m.quantization.startswith("mxfp4"):
+        return 0
+    h_align, i_align = MXFP4_GPT_OSS_ALIGN[arch]
+    hidden, inter = m.hidden_size, m.expert_ffn
+    share = inter if ep else -(-inter // tp)
+    padded = -(-hidden // h_align) * h_align * (-(-share // i_align) * i_align)
+    experts = m.num_experts // ep if ep else m.num_experts
+    return experts * m.num_layers * 3 * (padded - hidden * share) * 17 // 32
+
+
 def expert_parallel_weight_bytes(
     model: Model | str, quantization: str | None, tensor_parallel_size: int, data_parallel_size: int
 ) -> int:
@@ -326,6 +369,12 @@ def size_pool(
         m = dataclasses.replace(m, weight_bytes=ep_weights)
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     tp = tensor_parallel_size
+    if m is not None and base is not None and g is not None:
+        ep = tp * data_parallel_size if ep_weights is not None else 0
+        pad = mxfp4_padding_bytes(base, g.arch, tp, ep)
+        if pad:
+            m = dataclasses.replace(m, weight_bytes=m.param_bytes + pad)
+            ep_weights = m.param_bytes  # (one GPU's weights as loaded, given to the sizing below)
     layout = None
     if base is not None:
         layout = kv_layout(
@@ -844,6 +893,7 @@ __all__ = [
     "kv_bytes_per_token",
     "linear_time_model",
     "load_calibration",
+    "mxfp4_padding_bytes",
     "pool_blocks",
     "size_pool",
 ]
