@@ -478,7 +478,9 @@ def test_an_awq_group_size_that_splits_a_layers_inputs_is_refused(tmp_path):
     is not aligned with the quantized weight shape"), so `group_size` 7 on Qwen3-32B (5120-wide attention
     inputs) or one wider than the layer is no checkpoint vLLM loads: refused naming `group_size`, where it
     was priced as ceil(5120 / 7) groups. Groups that divide every layer (32, 64, 128), per channel (-1),
-    and a checkpoint whose ignore list may exempt single modules are kept."""
+    and a checkpoint whose ignore list may exempt single layer modules are kept; an ignore list naming only
+    other modules (a vision tower, the lm_head) exempts nothing (a review found llm-compressor's usual
+    `ignore: ["lm_head"]` skipping the check at tp 1 while the tensor-parallel one was made)."""
     cfg = json.loads((HF / "qwen3-32b-awq.json").read_text())
     path = tmp_path / "config.json"
     for group, kept in ((7, False), (10240, False), (32, True), (64, True), (128, True), (-1, True)):
@@ -496,7 +498,31 @@ def test_an_awq_group_size_that_splits_a_layers_inputs_is_refused(tmp_path):
     qc = {**cfg["quantization_config"], "group_size": 7, "modules_to_not_convert": ["visual"]}
     path.write_text(json.dumps({**cfg, "quantization_config": qc}))
     models._HF_CACHE.clear()
+    with pytest.raises(InvalidArgumentError, match="group_size 7 does not divide"):
+        models.from_hf_config(path)
+    qc = {
+        **cfg["quantization_config"],
+        "group_size": 7,
+        "modules_to_not_convert": ["model.layers.3.mlp.down_proj"],
+    }
+    path.write_text(json.dumps({**cfg, "quantization_config": qc}))
+    models._HF_CACHE.clear()
     assert "group 7" in models.from_hf_config(path).quantization
+    kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)  # (nor split-checked)
+    # compressed-tensors with llm-compressor's ignore list: checked at tp 1 as at tp 2.
+    base = json.loads((HF / "llama-3.1-8b.json").read_text())
+    weights = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 7}
+    ct = {
+        "quant_method": "compressed-tensors",
+        "ignore": ["lm_head"],
+        "config_groups": {"g": {"targets": ["Linear"], "weights": weights}},
+    }
+    path.write_text(json.dumps({**base, "quantization_config": ct}))
+    models._HF_CACHE.clear()
+    with pytest.raises(
+        InvalidArgumentError, match=re.escape("weights.group_size 7 does not divide the 4096")
+    ):
+        models.from_hf_config(path)
 
 
 def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
@@ -509,6 +535,7 @@ def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
     awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**cfg, "quantization_config": awq}))
+    models._HF_CACHE.clear()
     kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB")
     for tp in (2, 4, 8):
         with pytest.raises(
@@ -516,15 +543,23 @@ def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
         ):
             kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=tp)
     path.write_text(json.dumps({**cfg, "intermediate_size": 29696, "quantization_config": awq}))
+    models._HF_CACHE.clear()
     for tp in (2, 4, 8):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=tp)
-    # Unquantized: the split only has to be even (GPTQ, which loads a split group, is not refused).
+    # GPTQ loads a split group (its scales then wrong): not refused.
+    gptq = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
+    path.write_text(json.dumps({**cfg, "quantization_config": gptq}))
+    models._HF_CACHE.clear()
+    kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
+    # Unquantized: the split only has to be even.
     path.write_text(json.dumps({**cfg, "intermediate_size": 29570}))
+    models._HF_CACHE.clear()
     kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
     with pytest.raises(InvalidArgumentError, match='vLLM: "29570 is not divisible by 4"'):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=4)
     # KV heads: 8 split over 2, 4 or 8, replicated over 16; 6 over 4 neither.
     path.write_text(json.dumps({**cfg, "num_attention_heads": 48, "num_key_value_heads": 6}))
+    models._HF_CACHE.clear()
     kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
     with pytest.raises(InvalidArgumentError, match="6 KV heads neither divide among 4 GPUs nor replicate"):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=4)
@@ -552,6 +587,19 @@ def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
     kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB")
     with pytest.raises(InvalidArgumentError, match="3 KV heads neither divide among 2 GPUs"):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
+
+
+def test_a_quantization_below_its_least_compute_capability_is_refused():
+    """vLLM refuses a method on an NVIDIA GPU below its config's `get_min_capability` (MXFP4 8.0: gpt-oss on
+    an RTX 2070, sm_75), with its words; an online fp8 (7.5) runs there; AMD GPUs are not NVIDIA sm_XY."""
+    with pytest.raises(
+        InvalidArgumentError, match=re.escape("Minimum capability: 80. Current capability: 75")
+    ):
+        kvsim.SimConfig(model="gpt-oss-20b", gpu="rtx-2070", max_model_len=1024)
+    kvsim.SimConfig(
+        model="qwen3-8b", gpu="rtx-2070", quantization="fp8", kv_cache_bytes="1GiB", max_model_len=1024
+    )
+    kvsim.SimConfig(model="gpt-oss-20b", gpu="mi300x", max_model_len=1024)
 
 
 def test_gpt_oss_experts_are_padded_as_vllms_default_backend_pads_them():
@@ -675,6 +723,19 @@ def test_moe_activation_peak_counts_the_routed_copies():
     m = models.get("qwen3-30b-a3b")
     per_token = 4 * m.hidden_size + max(3 * m.intermediate_size, 8 * 3 * 768)
     assert sizing.activation_reserve_estimate(m, 1000, 0) == 1000 * per_token * 2
+
+
+def test_a_moe_models_workspace_stays_held_beside_the_sampler():
+    """vLLM keeps the fused-MoE workspace between passes (`WorkspaceManager`), so the sampler's peak sits on
+    top of it: Qwen3-30B-A3B at 8,192 tokens, 8 routed copies of (max(768, 2048) + max(1536, 2048)) 16-bit
+    values, 0.5 GiB (vLLM 0.19.0 logged a 2.68 GiB peak, 0.43 above its sampler's); gpt-oss's kernels and
+    dense models keep none."""
+    m = models.get("qwen3-30b-a3b")
+    assert memory.moe_workspace(m, 8192) == 8192 * 8 * (2048 + 2048) * 2 == GIB // 2
+    sampler = int(1024 * m.vocab_size * memory.SAMPLER_BYTES_PER_LOGIT)
+    assert memory.activation_peak(m, 8192, 1024) == sampler + GIB // 2
+    assert memory.moe_workspace(models.get("gpt-oss-120b"), 8192) == 0
+    assert memory.moe_workspace(models.get("llama-3.1-8b"), 8192) == 0
 
 
 def test_the_activation_peak_is_the_forward_pass_or_the_sampler_whichever_is_larger():

@@ -365,6 +365,9 @@ def test_a_refused_candidate_is_reported_not_fatal(capsys):
     assert out.best in out.plans
     with pytest.raises(InvalidArgumentError, match="every candidate's configuration is refused"):
         best_of(w, config, ONE, [{"tensor_parallel_size": 4}, {"tensor_parallel_size": 8}])
+    # Any other bad change is the caller's mistake, raised (a review found it reported as refused).
+    with pytest.raises(InvalidArgumentError, match="policy"):
+        best_of(w, config, ONE, [{"tensor_parallel_size": 1}, {"policy": "bogus"}])
     argv = ["plan", "--model", "phi-4", "--kv-cache-memory-bytes", "20GiB", "--max-model-len", "4096",
             "--requests", "60", "--slo", "ttft_p99:2s", "--compare", "tensor_parallel_size=1,4"]  # fmt: skip
     assert main(argv) == 0

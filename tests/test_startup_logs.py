@@ -48,17 +48,17 @@ def test_the_weights_are_what_vllm_loaded(r):
 
 @pytest.mark.parametrize("r", TEXT, ids=_id)
 def test_the_profiled_terms_are_close_to_vllms(r):
-    """The activation peak within 0.45 GiB (Qwen3-30B-A3B's MoE peak is the farthest), non-torch memory
+    """The activation peak within 0.25 GiB (the sampler's, with the MoE workspace held beside it), non-torch memory
     within 0.15 GiB, the CUDA-graph estimate within 0.6 GiB (gpt-oss-20b's graphs take twice a layer's
     share) but for one run whose estimate doubled at tp 2 (Llama-3.1-8B: 1.69 GiB where tp 1 and tp 4 give
     0.84 and 0.57)."""
-    assert abs(r.activation - r.logged("activation_gib")) <= 0.45
+    assert abs(r.activation - r.logged("activation_gib")) <= 0.25
     assert abs(r.non_torch - r.logged("non_torch_gib")) <= 0.15
     if r.logged("cudagraph_estimated_gib") < 1.65:
         assert abs(r.cudagraph - r.logged("cudagraph_estimated_gib")) <= 0.6
 
 
-@pytest.mark.parametrize("r", [r for r in TEXT if r.log["checkpoint"] not in PADDED], ids=_id)
+@pytest.mark.parametrize("r", TEXT, ids=_id)
 def test_the_kv_cache_memory_sized_from_the_gpu_is_vllms(r):
     """ "Available KV cache memory" sized from the H100 within 0.5 GiB (Qwen2.5-72B at tp 2 keeps 3.04 GiB:
     0.5 GiB there is a sixth of the pool)."""

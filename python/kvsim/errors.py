@@ -15,6 +15,11 @@ class InvalidArgumentError(KvsimError, ValueError):
     """A value is out of its domain (a size of zero, an unknown option, a malformed segment)."""
 
 
+class UnsplittableModelError(InvalidArgumentError):
+    """A model vLLM cannot split over the tensor-parallel size asked (heads, KV heads, a row-parallel input
+    or a quantization group that does not divide): a valid size for another model. Python only."""
+
+
 class InvalidOperationError(KvsimError, ValueError):
     """A call that is not allowed in the current state (double free, fork onto an existing request)."""
 
@@ -45,4 +50,11 @@ class InternalError(KvsimError, RuntimeError):
     """An internal invariant does not hold: a bug in kvsim, please report it."""
 
 
-__all__ = ["InternalError", "InvalidArgumentError", "InvalidOperationError", "KvsimError", "TraceFormatError"]
+__all__ = [
+    "InternalError",
+    "InvalidArgumentError",
+    "InvalidOperationError",
+    "KvsimError",
+    "TraceFormatError",
+    "UnsplittableModelError",
+]

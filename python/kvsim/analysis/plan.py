@@ -58,7 +58,7 @@ from kvsim.analysis.plan_search import (
     check_precision,
     parse_slos,
 )
-from kvsim.errors import InvalidArgumentError
+from kvsim.errors import InvalidArgumentError, UnsplittableModelError
 from kvsim.reference.engine import REJECT_REASONS
 
 RATE_RANGE = 2.0**12  # the default cap and floor of a rate search: the start rate x and / this factor
@@ -716,8 +716,10 @@ def best_of(
         kwargs: `plan`'s keyword arguments (a candidate's own probe replaces `probe`).
 
     Raises:
-        InvalidArgumentError: no candidates, two with one label, every candidate's change refused (from
-            `SimConfig.replace`; some refused are reported in `refused`), and as `plan`.
+        InvalidArgumentError: no candidates, two with one label, a bad change (from `SimConfig.replace`),
+            every candidate's configuration refused as vLLM would (`UnsplittableModelError`: a
+            tensor-parallel size the model cannot be split over; some refused are reported in `refused`),
+            and as `plan`.
     """
     items: list[Candidate] = []
     if not isinstance(candidates, Mapping | Sequence):
@@ -746,7 +748,7 @@ def best_of(
     for c in items:
         try:
             configs[c.label] = config.replace(**c.changes) if c.changes else config
-        except InvalidArgumentError as exc:
+        except UnsplittableModelError as exc:  # (any other bad change is the caller's error: raised)
             refused[c.label] = str(exc)
     if not configs:
         raise InvalidArgumentError(f"every candidate's configuration is refused: {refused}")

@@ -121,7 +121,8 @@ GPUS: dict[str, Gpu] = {
         ),
         # RTX PRO 6000 Blackwell Server Edition datasheet: 96 GB GDDR7, 1,597 GB/s, 4 PFLOPS fp4 with sparsity
         # (2 dense; fp8 1, bf16 0.5 dense); PCIe 5.0 x16; nvidia-smi reports 97,887 MiB.
-        # CUDA: 97,250 MiB = 94.97 GiB (the Server Edition's torch.cuda.get_device_properties on Linux, total_memory=97250MB).
+        # CUDA: 97,250 MiB = 94.97 GiB (the Server Edition's torch.cuda.get_device_properties on Linux,
+        # total_memory=97250MB, in a public GitHub file found by code search; no issue thread to cite).
         _g(
             "rtx-pro-6000",
             97250 * MIB,
@@ -134,7 +135,8 @@ GPUS: dict[str, Gpu] = {
         ),
         # A10 datasheet (NVIDIA publishes none for AWS's A10G; the A10's figures): 24 GB GDDR6, 600 GB/s,
         # 125 TFLOPS bf16 dense (250 with sparsity); PCIe 4.0 x16; an A10G's nvidia-smi reports 23,028 MiB.
-        # CUDA: 22,587 MiB = 22.06 GiB (torch.cuda.get_device_properties of an AWS A10G, total_memory=22587MB).
+        # CUDA: 22,587 MiB = 22.06 GiB (torch.cuda.get_device_properties of an AWS A10G, total_memory=22587MB,
+        # in public GitHub files found by code search; no issue thread to cite).
         _g("a10g", 22587 * MIB, 600e9, 125e12, 32e9, "NVIDIA A10 Tensor Core GPU datasheet (AWS A10G)"),
         # L4 datasheet: 24 GB GDDR6, 300 GB/s, 121 TFLOPS bf16 dense (242 with sparsity), 242.5 fp8 dense,
         # PCIe Gen4 x16; nvidia-smi reports 23,034 MiB.
@@ -186,7 +188,8 @@ GPUS: dict[str, Gpu] = {
         ),
         # H100 datasheet (PCIe 80GB): 2 TB/s, 756 TFLOPS bf16 dense (1,513 with sparsity), 1,513 fp8 dense,
         # PCIe Gen5; nvidia-smi reports 81,559 MiB as for the SXM part.
-        # CUDA: 81,008 MiB = 79.11 GiB (torch.cuda.get_device_properties of an H100 PCIe, total_memory=81008MB).
+        # CUDA: 81,008 MiB = 79.11 GiB (torch.cuda.get_device_properties of an H100 PCIe, total_memory=81008MB,
+        # in a public GitHub file found by code search; vllm-project/vllm#27508's "total capacity of 79.11 GiB").
         _g(
             "h100-pcie",
             81008 * MIB,
@@ -248,7 +251,8 @@ GPUS: dict[str, Gpu] = {
         # AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, 1,307.4 TFLOPS bf16 dense (2,614.9 with
         # sparsity), 2,614.9 fp8 dense, PCIe Gen5 x16 (128 GB/s both ways), Infinity Fabric 896 GB/s peak
         # aggregate (7 links, taken as 448 GB/s each way). ROCm's torch: 191.69 GiB on a named MI300X (HIP
-        # out-of-memory messages "total capacity of 191.69 GiB"; 191.98 where the GPU is not named).
+        # out-of-memory messages "total capacity of 191.69 GiB" in public GitHub files found by code search;
+        # 191.98 where the GPU is not named).
         _g(
             "mi300x",
             196291 * MIB,

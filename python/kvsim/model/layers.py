@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvsim.errors import InvalidArgumentError
+from kvsim.errors import InvalidArgumentError, UnsplittableModelError
 
 # kvsim's token limit (the knobs' bound on token counts, `knob_table.MAX_TOKENS`, which is this one):
 # also the most tokens a block may hold.
@@ -145,7 +145,7 @@ class MambaState:
         conv = self.conv_channels + 2 * groups * self.mamba2_state_size
         for what, n in (("conv channels", conv), ("state heads", self.ssm_heads)):
             if n % tp:
-                raise InvalidArgumentError(
+                raise UnsplittableModelError(
                     f"tensor_parallel_size {tp} does not divide the Mamba state's {n} {what}"
                 )
         ssm_bits = self.ssm_bits or dtype_bits

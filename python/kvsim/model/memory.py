@@ -29,8 +29,9 @@ MIB = 1 << 20
 # differ from 0.19.0's and no 0.33.0 log with the terms was found: DESIGN.md §Defaults and sizing.
 #
 # Non-torch memory (NCCL, cuBLAS and attention workspaces), as vLLM's profiler reports it ("non-torch forward
-# increase memory"): 0.24-0.27 GiB on one H100 (25 runs of 27), 2.06-2.21 GiB per GPU under tensor
-# parallelism over NVLink (all 14 runs at tp 2 and 4: NCCL's and the custom all-reduce's buffers), and 0.33
+# increase memory"; the counts here are of the sweep's results_raw.csv, whose 31 runs of kvsim's presets the
+# CSV beside startup_check keeps): 0.24-0.27 GiB on one H100 (25 runs of 27), 2.06-2.21 GiB per GPU under
+# tensor parallelism over NVLink (all 14 runs at tp 2 and 4: NCCL's and the custom all-reduce's buffers), and 0.33
 # GiB per GPU at tp 2 over PCIe (vllm-project/vllm#14452, two RTX 5090s: "non_torch_memory takes 0.33GiB").
 NON_TORCH_BYTES = 25 * GIB // 100
 NON_TORCH_BYTES_TP = 33 * GIB // 100
@@ -55,21 +56,39 @@ def _forward_peak(model: Any, tokens: int, tp: int) -> int:
     outputs, `4 · hidden_size`, and the MLP's gate-and-up output beside its activation, `3 · intermediate_size
     / tp` (a mixture-of-experts layer: `experts_per_token · 3 · expert_ffn / tp` when larger, fused MoE's
     intermediate caches for each routed copy of the token), 16-bit values. Fits the sweep's forward-bound
-    peaks: CodeLlama-7B 0.77 GiB (0.75), granite-3.1-8b 0.85 (0.84), Llama-3.1-8B's first pipeline stage
-    1.05-1.10 (0.91 and its stage's send buffers)."""
+    peaks (runs of its results_raw.csv that are not kvsim presets, so not in the CSV beside startup_check):
+    CodeLlama-7B 0.77 GiB (0.75), granite-3.1-8b 0.85 (0.84), Llama-3.1-8B's first pipeline stage 1.05-1.10
+    (0.91 and its stage's send buffers)."""
     mlp = 3 * -(-model.intermediate_size // tp)
     if getattr(model, "num_experts", 0):
         mlp = max(mlp, model.experts_per_token * 3 * -(-model.expert_ffn // tp))
     return tokens * (4 * model.hidden_size + mlp) * 2
 
 
+def moe_workspace(model: Any, tokens: int, tp: int = 1) -> int:
+    """The fused-MoE workspace a forward pass of `tokens` tokens leaves held, in bytes: vLLM 0.33.0's
+    `WorkspaceManager` (`vllm/v1/worker/workspace.py`) keeps the modular kernel's buffers between passes,
+    `TritonExperts.workspace_shapes` (`fused_moe/experts/triton_moe.py`): per routed copy of a token,
+    `max(I, hidden) + max(2 I, hidden)` 16-bit values, I a rank's share of the expert width. 0 for a dense
+    model and for gpt-oss (its OAI Triton kernels keep no such workspace)."""
+    if not getattr(model, "num_experts", 0) or getattr(model, "model_type", "") == "gpt_oss":
+        return 0
+    i = -(-model.expert_ffn // tp)
+    per_copy = max(i, model.hidden_size) + max(2 * i, model.hidden_size)
+    return tokens * model.experts_per_token * per_copy * 2
+
+
 def activation_peak(model: Any, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1) -> int:
     """kvsim's estimate of the activation peak vLLM's profiling run finds, in bytes: the larger of the
     forward pass of `max_num_batched_tokens` tokens (`_forward_peak`) and the sampler's dummy run over
     `max_num_seqs` rows (`SAMPLER_BYTES_PER_LOGIT` a vocabulary entry), which runs after the forward pass
-    has freed its intermediates (the sweep's peaks are one or the other, never their sum).
+    has freed its intermediates (the sweep's peaks are one or the other, never their sum) but not the
+    MoE workspace it leaves held (`moe_workspace`: Qwen3-30B-A3B's 0.50 GiB beside its sampler's 2.25,
+    logged 2.68; Llama 4 Scout's 0.16 at tp 4 beside 2.99, logged 3.19).
     """
     sampler = int(max_num_seqs * model.vocab_size * SAMPLER_BYTES_PER_LOGIT)
+    if max_num_seqs:
+        sampler += moe_workspace(model, max_num_batched_tokens, tp)
     return max(_forward_peak(model, max_num_batched_tokens, tp), sampler)
 
 
@@ -233,6 +252,7 @@ __all__ = [
     "cudagraph_capture_sizes",
     "cudagraph_estimate",
     "format_gib",
+    "moe_workspace",
     "non_kv_memory",
     "non_torch_bytes",
 ]

@@ -15,6 +15,7 @@ main-model total, of which 37B are active per token (`num_active_params`, used f
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -159,6 +160,15 @@ class Model:
                 heads = layer.num_kv_heads or self.num_kv_heads
                 bits += 2 * heads * (layer.head_dim or self.head_dim) * dtype_bits(self.kv_dtype)
         return -(-(bits + math.ceil(dsv4)) // 8)
+
+    @property
+    def model_type(self) -> str:
+        """The config's `model_type` (`""` for the 2024 presets, which keep no config fields)."""
+        try:
+            kept = json.loads(self.config_json) if self.config_json else {}
+        except ValueError:
+            return ""
+        return str(kept.get("model_type", ""))
 
     @property
     def param_bytes(self) -> int:

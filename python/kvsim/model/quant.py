@@ -474,6 +474,16 @@ def from_config(qc: Any, where: str) -> Quantization:
     return parser(qc, where)
 
 
+def exempts_layer_modules(q: Quantization) -> bool:
+    """Whether the checkpoint's ignore list may name single decoder-layer modules (`model.layers.3.mlp.
+    down_proj`, a regex over projections) that kvsim prices with their group: then neither the groups'
+    whole-matrix check (`check_groups`) nor the tensor-parallel one (`shard_group`) is made. Entries naming
+    the `lm_head`, the embeddings or a vision tower (llm-compressor's usual `ignore: ["lm_head"]`) exempt
+    nothing checked."""
+    layer_words = ("layers", "proj", "mlp", "attn", "experts", "fc1", "fc2", "dense")
+    return any(any(w in str(entry).lower() for w in layer_words) for entry in q.ignored)
+
+
 def not_whole_groups(method: str, cols: int, group: int) -> str:
     """vLLM 0.33.0's words when a layer's input features (on one rank) are not whole groups of `method`'s."""
     if method == "compressed-tensors":
@@ -498,7 +508,7 @@ def check_groups(q: Quantization, b: Breakdown, qc: Any, where: str) -> None:
     Raises:
         InvalidArgumentError: naming the group size's field, its value, and the first matrix.
     """
-    if q.method not in ("awq", "compressed-tensors") or q.ignored or not isinstance(qc, dict):
+    if q.method not in ("awq", "compressed-tensors") or exempts_layer_modules(q) or not isinstance(qc, dict):
         return
     if q.method == "awq":
         key = "quantization_config." + next(k for k in ("q_group_size", "group_size") if k in qc)
@@ -527,7 +537,7 @@ def shard_group(q: Quantization, group: str) -> int:
     a word (its scales then split across ranks); routed experts have their own kernels' rules: neither is
     checked."""
     fmt = q.formats.get(group)
-    if group == "experts" or fmt is None or fmt.kind != "int" or fmt.group < 1:
+    if group == "experts" or fmt is None or fmt.kind != "int" or fmt.group < 1 or exempts_layer_modules(q):
         return 0
     return fmt.group if q.method in ("awq", "compressed-tensors") else 0
 
@@ -590,6 +600,7 @@ __all__ = [
     "Quantization",
     "check_groups",
     "deepseek_v4",
+    "exempts_layer_modules",
     "from_config",
     "not_whole_groups",
     "shard_group",

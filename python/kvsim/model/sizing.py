@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvsim.errors import InvalidArgumentError
+from kvsim.errors import InvalidArgumentError, UnsplittableModelError
 from kvsim.model.gpus import Gpu
 from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.knobs import KNOBS
@@ -74,7 +74,7 @@ def _shard(m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int) -> M
     if tp == 1:
         return m
     if m.num_attention_heads % tp:
-        raise InvalidArgumentError(
+        raise UnsplittableModelError(
             f"tensor_parallel_size {tp} does not divide {m.name}'s {m.num_attention_heads} attention heads"
         )
     # vLLM's QKVParallelLinear: KV heads split evenly, or fewer than the ranks replicated evenly; every
@@ -82,20 +82,20 @@ def _shard(m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int) -> M
     kvs = {m.num_kv_heads} | {lay.num_kv_heads for lay in m.layers if lay.num_kv_heads}
     for kv in sorted(kvs) if not m.is_mla else ():
         if kv and (kv % tp if kv >= tp else tp % kv):
-            raise InvalidArgumentError(
+            raise UnsplittableModelError(
                 f"tensor_parallel_size {tp}: {m.name}'s {kv} KV heads neither divide among {tp} GPUs nor "
                 f"replicate evenly over them (vLLM asserts {kv} % {tp} == 0 or {tp} % {kv} == 0)"
             )
     for group, cols, quant_group in m.row_inputs:
         if cols % tp:
             # vLLM's RowParallelLinear: `divide(input_size, tp_size)`.
-            raise InvalidArgumentError(
+            raise UnsplittableModelError(
                 f"tensor_parallel_size {tp} does not divide the {cols} input features of {m.name}'s {group} "
                 f'output projections (vLLM: "{cols} is not divisible by {tp}")'
             )
         if quant_group and quant_group < cols and (cols // tp) % quant_group:
             method = m.quantization.split(":")[0]
-            raise InvalidArgumentError(
+            raise UnsplittableModelError(
                 f"tensor_parallel_size {tp}: {m.name}'s {group} output projections take {cols} // {tp} = "
                 f"{cols // tp} input features a GPU, not a whole number of its {method} groups of {quant_group} "
                 f"(vLLM: {not_whole_groups(method, cols // tp, quant_group)})"
@@ -113,12 +113,11 @@ def _shard(m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int) -> M
 # vLLM 0.33.0's MXFP4 MoE backend for gpt-oss by GPU architecture, with default settings, and the
 # alignment its kernels pad the experts' hidden size and each rank's intermediate size to
 # (`fused_moe/oracle/mxfp4.py`: `_get_priority_backends_for_gpt_oss`, each backend's `is_supported_config`,
-# `mxfp4_round_up_hidden_size_and_intermediate_size`): Marlin from sm_75 (hidden to 256, intermediate to
+# `mxfp4_round_up_hidden_size_and_intermediate_size`): Marlin from sm_80 (hidden to 256, intermediate to
 # 128), the OAI Triton kernels on Hopper (intermediate to 64), FlashInfer's TRT-LLM kernels on Blackwell
 # B200 (256 and 128), Marlin on RTX Blackwell (sm_120 moves Triton after it), Triton on ROCm (256 and 256).
 # `create_weights` allocates the padded shapes, scales alike (`quantization/mxfp4.py`).
 MXFP4_GPT_OSS_ALIGN: dict[str, tuple[int, int]] = {
-    "sm_75": (256, 128),
     "sm_80": (256, 128),
     "sm_86": (256, 128),
     "sm_89": (256, 128),
@@ -130,6 +129,32 @@ MXFP4_GPT_OSS_ALIGN: dict[str, tuple[int, int]] = {
 }
 
 
+# The least compute capability each quantization method runs on in vLLM 0.33.0 (its config's
+# `get_min_capability`, checked by `VllmConfig._get_quantization_config`): AWQ 7.5 (`auto_awq.py`), GPTQ 6.0
+# (`auto_gptq.py`), fp8 7.5 (`fp8.py`), MXFP4 8.0 (`mxfp4.py`), compressed-tensors 7.0, ModelOpt fp8 8.0 and
+# NVFP4 7.5 (`modelopt.py`).
+MIN_CAPABILITY = {"awq": 75, "gptq": 60, "fp8": 75, "mxfp4": 80, "compressed-tensors": 70}
+
+
+def check_capability(m: Model, gpu: Gpu) -> None:
+    """vLLM's refusal of a quantization method below its least compute capability, on an NVIDIA GPU."""
+    method = m.quantization.split(":")[0]
+    if method == "modelopt":
+        least = 75 if "nvfp4" in m.quantization else 80
+    elif method in MIN_CAPABILITY:
+        least = MIN_CAPABILITY[method]
+    else:
+        return
+    arch = gpu.arch or ""
+    if not arch.startswith("sm_") or not arch[3:].isdigit() or int(arch[3:]) >= least:
+        return
+    raise InvalidArgumentError(
+        f'quantization {method}: vLLM 0.33.0 does not run it on {gpu.name} ({arch}): "The quantization method '
+        f"{method} is not supported for the current GPU. Minimum capability: {least}. Current capability: "
+        f'{arch[3:]}."'
+    )
+
+
 def mxfp4_padding_bytes(m: Model, arch: str | None, tp: int, ep: int = 0) -> int:
     """The bytes one GPU's gpt-oss experts take beyond their MXFP4 values and scales, padded as vLLM
     0.33.0's default backend on `arch` pads them (`MXFP4_GPT_OSS_ALIGN`): 17/32 bytes an element (4-bit
@@ -139,11 +164,7 @@ def mxfp4_padding_bytes(m: Model, arch: str | None, tp: int, ep: int = 0) -> int
     models, an unknown architecture, or no GPU (the expert biases' padding, a few MB, is not counted)."""
     if arch is None or arch not in MXFP4_GPT_OSS_ALIGN or not m.num_experts or not m.expert_ffn:
         return 0
-    try:
-        model_type = json.loads(m.config_json or "{}").get("model_type")
-    except ValueError:
-        return 0
-    if model_type != "gpt_oss" or not m.quantization.startswith("mxfp4"):
+    if m.model_type != "gpt_oss" or not m.quantization.startswith("mxfp4"):
         return 0
     h_align, i_align = MXFP4_GPT_OSS_ALIGN[arch]
     hidden, inter = m.hidden_size, m.expert_ffn
@@ -370,6 +391,7 @@ def size_pool(
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     tp = tensor_parallel_size
     if m is not None and base is not None and g is not None:
+        check_capability(base, g)
         ep = tp * data_parallel_size if ep_weights is not None else 0
         pad = mxfp4_padding_bytes(base, g.arch, tp, ep)
         if pad:
@@ -889,6 +911,7 @@ __all__ = [
     "activation_reserve_estimate",
     "available_kv_bytes",
     "calibrations",
+    "check_capability",
     "expert_parallel_weight_bytes",
     "kv_bytes_per_token",
     "linear_time_model",
