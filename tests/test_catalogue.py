@@ -589,6 +589,29 @@ def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
 
 
+def test_multimodal_checkpoints_say_their_encoders_are_not_counted(tmp_path, capsys):
+    """The presets whose published config.json has a `vision_config` / `audio_config` (catalogue.ENCODERS,
+    as a config file read gives them) carry their encoders, and `kvsim run` sized from a GPU says that
+    vLLM's KV memory is smaller by them (real logs: Gemma 3 1.3-1.5 GiB, results/startup.md); not when the
+    pool is given, nor for a text model."""
+    from kvsim.cli import main
+
+    for name in catalogue.ENTRIES:
+        published = json.loads((HF / f"{name}.json").read_text())
+        want = tuple(e for e in ("vision", "audio") if isinstance(published.get(f"{e}_config"), dict))
+        assert catalogue.ENCODERS.get(name, ()) == want == models.get(name).encoders, name
+        assert models.from_hf_config(HF / f"{name}.json").encoders == want, name
+    assert models.get("gemma-3-12b").with_quantization("fp8").encoders == ("vision",)
+    for argv, said in (
+        (["--model", "gemma-3-12b", "--gpu", "h100-80gb"], True),
+        (["--model", "gemma-3-12b", "--kv-cache-memory-bytes", "10GiB"], False),
+        (["--model", "qwen3-8b", "--gpu", "h100-80gb"], False),
+    ):
+        assert main(["run", *argv, "--requests", "5"]) == 0
+        out = capsys.readouterr().out
+        assert ("is a multimodal checkpoint: vLLM also loads and profiles its vision encoder" in out) == said
+
+
 def test_a_quantization_below_its_least_compute_capability_is_refused():
     """vLLM refuses a method on an NVIDIA GPU below its config's `get_min_capability` (MXFP4 8.0: gpt-oss on
     an RTX 2070, sm_75), with its words; an online fp8 (7.5) runs there; AMD GPUs are not NVIDIA sm_XY."""

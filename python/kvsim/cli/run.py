@@ -449,6 +449,24 @@ def read_run_file(args: argparse.Namespace) -> dict[str, Any]:
     return data
 
 
+def encoder_notes(config: Any) -> list[str]:
+    """A note when the pool was sized from a GPU for a multimodal checkpoint: vLLM also loads and profiles
+    its encoders, which kvsim does not count, so the KV memory shown is larger than vLLM's."""
+    from kvsim.model.models import resolve
+
+    if config.model is None or config.pool.source != "gpu":
+        return []
+    encoders = resolve(config.model).encoders
+    if not encoders:
+        return []
+    return [
+        f"{config.model} is a multimodal checkpoint: vLLM also loads and profiles its {' and '.join(encoders)} "
+        "encoder, which kvsim does not count, so the KV memory above is larger than vLLM's (by 0.9-3.2 GiB on "
+        "H100s in real start-up logs: results/startup.md); --kv-cache-memory-bytes with vLLM's logged figure "
+        "gives its pool"
+    ]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import kvsim
     from kvsim.engine import metrics
@@ -497,6 +515,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         goodput=goodput,
     )
     run_notes(result, workload, info, notes)
+    notes.extend(encoder_notes(config))
     out = {
         "kvsim_version": kvsim.__version__,
         "argv": getattr(args, "_argv", None),

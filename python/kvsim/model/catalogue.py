@@ -614,8 +614,21 @@ ALIASES: dict[str, str] = {
 }
 
 
+# The presets whose checkpoint is multimodal: the towers its config.json describes beside `text_config`
+# (`vision_config`, `audio_config`), which vLLM loads and profiles and kvsim does not count (`Model.encoders`).
+ENCODERS: dict[str, tuple[str, ...]] = {
+    "gemma-3-12b": ("vision",),
+    "gemma-3-27b": ("vision",),
+    "gemma-4-e4b": ("vision", "audio"),
+    "llama-4-scout": ("vision",),
+    "qwen3.6-35b-a3b": ("vision",),
+}
+
+
 def presets() -> dict[str, Any]:
     """The catalogue's `Model`s by name."""
+    import dataclasses
+
     from kvsim.model.models import _from_dict
 
     out = {}
@@ -623,8 +636,9 @@ def presets() -> dict[str, Any]:
         url = _HF.format(hf_id)
         # Layer kinds (sliding windows, local chunks) come from the same fields, as from a config.json
         # (`kvsim.model.hf_layers.layers_from_hf_config`).
-        out[name] = _from_dict(dict(fields), name, url, url, None)
+        model = _from_dict(dict(fields), name, url, url, None)
+        out[name] = dataclasses.replace(model, encoders=ENCODERS.get(name, ()))
     return out
 
 
-__all__ = ["ALIASES", "ENTRIES", "presets"]
+__all__ = ["ALIASES", "ENCODERS", "ENTRIES", "presets"]

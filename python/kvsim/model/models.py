@@ -81,6 +81,9 @@ class Model:
         num_experts, experts_per_token, expert_ffn: the routed experts (0 for a dense model).
         config_json: the Hugging Face config fields the model was built from (JSON), so that
             `with_quantization` can price them again; empty for the 2024 presets.
+        encoders: the checkpoint's other towers vLLM loads and profiles beside the language model
+            (`vision`, `audio`: its config's `vision_config` / `audio_config`), which kvsim does not count
+            (DESIGN.md §Defaults and sizing, "Checked against real logs").
         row_inputs: each module group's row-parallel input widths, with the group size of the
             quantization whose kernels need whole groups on every rank (AWQ, compressed-tensors' int
             groups; 0 for none): what tensor parallelism must divide (`kvsim.model.sizing`); empty for the
@@ -111,6 +114,7 @@ class Model:
     expert_ffn: int = 0
     config_json: str = dataclasses.field(default="", compare=False, repr=False)
     row_inputs: tuple[tuple[str, int, int], ...] = dataclasses.field(default=(), compare=False, repr=False)
+    encoders: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         dtype_bits(self.weight_dtype)
@@ -208,7 +212,7 @@ class Model:
         import json
 
         rebuilt = _from_dict(json.loads(self.config_json), self.name, self.source, self.source, quantization)
-        return dataclasses.replace(rebuilt, layers=self.layers)
+        return dataclasses.replace(rebuilt, layers=self.layers, encoders=self.encoders)
 
 
 def _dense(
@@ -715,6 +719,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
 
     path = where
     p = source
+    encoders = tuple(e for e in ("vision", "audio") if isinstance(cfg.get(f"{e}_config"), dict))
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model inside
         cfg = {**cfg, **cfg["text_config"]}
 
@@ -817,6 +822,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         expert_ffn=b.expert_ffn,
         config_json=json.dumps({k: cfg[k] for k in _KEPT_FIELDS if k in cfg}, sort_keys=True),
         row_inputs=tuple((g, cols, quant.shard_group(q, g)) for g, cols in b.row_inputs()),
+        encoders=encoders,
     )
     return model
 
