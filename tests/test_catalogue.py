@@ -295,6 +295,15 @@ def test_nvfp4_fp8_block_and_compressed_tensors(tmp_path):
     assert attn > 0
 
 
+def _ct(weights: dict, **extra: object) -> dict:
+    """A compressed-tensors quantization_config of one scheme on every Linear layer."""
+    return {
+        "quant_method": "compressed-tensors",
+        **extra,
+        "config_groups": {"g": {"targets": ["Linear"], "weights": weights}},
+    }
+
+
 def test_unmodelled_quantization_is_refused_by_name(tmp_path):
     base = json.loads((HF / "llama-3.1-8b.json").read_text())
     for qc, needle in (
@@ -369,100 +378,60 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
             "quantization_config.group_size -7 must",
         ),
         (
-            {
-                "quant_method": "compressed-tensors",
-                "config_groups": {
-                    "g": {
-                        "targets": ["Linear"],
-                        "weights": {
-                            "num_bits": 4,
-                            "type": "int",
-                            "strategy": "group",
-                            "group_size": 128,
-                            "actorder": "group",
-                        },
-                    }
-                },
-            },
+            _ct(
+                {
+                    "num_bits": 4,
+                    "type": "int",
+                    "strategy": "group",
+                    "group_size": 128,
+                    "actorder": "group",
+                }
+            ),
             "compressed-tensors actorder 'group': vLLM 0.33.0 refuses it",
         ),
         # compressed-tensors' QuantizationArgs lower-cases its strings and reads an actorder of true as group.
         (
-            {
-                "quant_method": "compressed-tensors",
-                "config_groups": {
-                    "g": {
-                        "targets": ["Linear"],
-                        "weights": {
-                            "num_bits": 4,
-                            "type": "INT",
-                            "strategy": "GROUP",
-                            "group_size": 128,
-                            "actorder": True,
-                        },
-                    }
-                },
-            },
+            _ct(
+                {
+                    "num_bits": 4,
+                    "type": "INT",
+                    "strategy": "GROUP",
+                    "group_size": 128,
+                    "actorder": True,
+                }
+            ),
             "compressed-tensors actorder True: vLLM 0.33.0 refuses it",
         ),
         # A group that splits a layer's inputs, at any tensor-parallel size (verify_group_size_divides_partition).
         (
-            {
-                "quant_method": "compressed-tensors",
-                "config_groups": {
-                    "g": {
-                        "targets": ["Linear"],
-                        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 100},
-                    }
-                },
-            },
+            _ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 100}),
             "weights.group_size 100 does not divide the 4096 input features",
         ),
         ({"quant_method": "fp8", "weight_block_size": [True, 128]}, "weight_block_size [True, 128] must"),
         (
-            {
-                "quant_method": "compressed-tensors",
-                "config_groups": {
-                    "g": {
-                        "targets": ["Linear"],
-                        "weights": {
-                            "num_bits": 8,
-                            "type": "float",
-                            "strategy": "block",
-                            "block_structure": ["abc", 1],
-                        },
-                    }
-                },
-            },
+            _ct(
+                {
+                    "num_bits": 8,
+                    "type": "float",
+                    "strategy": "block",
+                    "block_structure": ["abc", 1],
+                }
+            ),
             "block_structure ['abc', 1] must be two whole numbers",
         ),
         (
-            {
-                "quant_method": "compressed-tensors",
-                "config_groups": {
-                    "g": {
-                        "targets": ["Linear"],
-                        "weights": {
-                            "num_bits": 8,
-                            "type": "float",
-                            "strategy": "block",
-                            "block_structure": [0, 128],
-                        },
-                    }
-                },
-            },
+            _ct(
+                {
+                    "num_bits": 8,
+                    "type": "float",
+                    "strategy": "block",
+                    "block_structure": [0, 128],
+                }
+            ),
             "block_structure [0, 128] must be two whole numbers",
         ),
         (
-            {
-                "quant_method": "compressed-tensors",
-                "config_groups": {
-                    "g": {
-                        "targets": ["Linear"],
-                        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": None},
-                    }
-                },
-            },
+            _ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": None}),
             "group_size None must be a whole number of at least 1 with strategy 'group'",
         ),
     ):
@@ -511,12 +480,7 @@ def test_an_awq_group_size_that_splits_a_layers_inputs_is_refused(tmp_path):
     kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)  # (nor split-checked)
     # compressed-tensors with llm-compressor's ignore list: checked at tp 1 as at tp 2.
     base = json.loads((HF / "llama-3.1-8b.json").read_text())
-    weights = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 7}
-    ct = {
-        "quant_method": "compressed-tensors",
-        "ignore": ["lm_head"],
-        "config_groups": {"g": {"targets": ["Linear"], "weights": weights}},
-    }
+    ct = _ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 7}, ignore=["lm_head"])
     path.write_text(json.dumps({**base, "quantization_config": ct}))
     models._HF_CACHE.clear()
     with pytest.raises(
