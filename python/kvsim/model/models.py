@@ -166,6 +166,11 @@ class Model:
         return -(-(bits + math.ceil(dsv4)) // 8)
 
     @property
+    def quant_method(self) -> str:
+        """vLLM's quantization method of the weights (`quantization`'s name before its colon; `""`: none)."""
+        return self.quantization.split(":")[0]
+
+    @property
     def model_type(self) -> str:
         """The config's `model_type` (`""` for the 2024 presets, which keep no config fields)."""
         try:

@@ -239,23 +239,28 @@ def _fp8(qc: dict[str, Any], where: str) -> Quantization:
     return Quantization("fp8", {g: fmt for g in groups}, tuple(ignored))
 
 
+def _get_from_keys(qc: dict[str, Any], where: str, *keys: str) -> str:
+    """The first of `keys` the config has, whatever its value, as vLLM's `get_from_keys` reads a quantization
+    config (`base_config.py`); none of them is vLLM's refusal, in its words."""
+    key = next((k for k in keys if k in qc), None)
+    if key is None:
+        raise InvalidArgumentError(
+            f'{where}: quantization_config has no {" or ".join(repr(k) for k in keys)} (vLLM: "Cannot find '
+            f"any of {list(keys)} in the model's quantization config.\")"
+        )
+    return key
+
+
 def _awq(qc: dict[str, Any], where: str) -> Quantization:
     """An AWQ checkpoint as vLLM 0.33.0 loads it (`auto_awq.py` `AutoAWQConfig`, its one AWQ method): 4-bit
     weights (`TYPE_MAP`; 8-bit is refused) with zero points, `w_bit`/`bits`, `q_group_size`/`group_size`
     and `zero_point` read as vLLM reads them (each must be there), the `lm_head` quantized when the config
     says `lm_head: true` (`get_quant_method` takes `ParallelLMHead` then)."""
-    found = []
-    for keys in (("w_bit", "bits"), ("q_group_size", "group_size"), ("zero_point",)):
-        # vLLM's `get_from_keys`: the first of the keys the config has, whatever its value.
-        key = next((k for k in keys if k in qc), None)
-        if key is None:
-            raise InvalidArgumentError(
-                f'{where}: quantization_config has no {" or ".join(repr(k) for k in keys)} (vLLM: "Cannot find '
-                f"any of {list(keys)} in the model's quantization config.\")"
-            )
+    found = [_get_from_keys(qc, where, *keys) for keys in (("w_bit", "bits"), ("q_group_size", "group_size"))]
+    _get_from_keys(qc, where, "zero_point")
+    for key in found:
         if qc[key] is None:
             raise InvalidArgumentError(f"{where}: quantization_config.{key} is null (vLLM reads it as given)")
-        found.append(key)
     bits = _int_field(qc, where, found[0])
     group = _group_size(qc, where, found[1])
     if bits != 4:
@@ -282,11 +287,7 @@ def _gptq(qc: dict[str, Any], where: str) -> Quantization:
     `desc_act` with groups is "no longer supported"), so no `g_idx`. `bits`, `group_size`, `desc_act`
     and `sym` are read as vLLM reads them (`get_from_keys`: each must be there)."""
     for key in ("bits", "group_size", "desc_act", "sym"):
-        if key not in qc:
-            raise InvalidArgumentError(
-                f"{where}: quantization_config has no {key!r} (vLLM: \"Cannot find any of ['{key}'] in the "
-                "model's quantization config.\")"
-            )
+        _get_from_keys(qc, where, key)
     if qc["group_size"] is None:
         raise InvalidArgumentError(
             f"{where}: quantization_config.group_size is null: vLLM 0.33.0's GPTQ kernels take -1, 32, 64 or 128 "
@@ -527,6 +528,21 @@ def check_groups(q: Quantization, b: Breakdown, qc: Any, where: str) -> None:
                 )
 
 
+# The least compute capability each quantization method runs on in vLLM 0.33.0 (its config's
+# `get_min_capability`, checked by `VllmConfig._get_quantization_config`): AWQ 7.5 (`auto_awq.py`), GPTQ 6.0
+# (`auto_gptq.py`), fp8 7.5 (`fp8.py`), MXFP4 8.0 (`mxfp4.py`), compressed-tensors 7.0, ModelOpt fp8 8.0 and
+# NVFP4 7.5 (`modelopt.py`).
+MIN_CAPABILITY = {"awq": 75, "gptq": 60, "fp8": 75, "mxfp4": 80, "compressed-tensors": 70}
+
+
+def min_capability(method: str, described: str) -> int | None:
+    """`method`'s least compute capability (`MIN_CAPABILITY`; ModelOpt by its format, from the model's
+    quantization description `described`), or None for a method without one here."""
+    if method == "modelopt":
+        return 75 if "nvfp4" in described else 80
+    return MIN_CAPABILITY.get(method)
+
+
 def shard_group(q: Quantization, group: str) -> int:
     """The group size every tensor-parallel rank's share of a row-parallel input must be a whole number of,
     for module group `group` under `q` (0: none). vLLM 0.33.0 refuses a share that splits a group for AWQ
@@ -594,6 +610,7 @@ def with_flag(checkpoint: Quantization, flag: str | None, where: str) -> Quantiz
 
 __all__ = [
     "LINEAR_GROUPS",
+    "MIN_CAPABILITY",
     "NONE",
     "QUANTIZATION_CHOICES",
     "Format",
@@ -602,6 +619,7 @@ __all__ = [
     "deepseek_v4",
     "exempts_layer_modules",
     "from_config",
+    "min_capability",
     "not_whole_groups",
     "shard_group",
     "with_flag",

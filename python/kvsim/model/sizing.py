@@ -51,7 +51,7 @@ from kvsim.model.layers import KVLayout, kv_layout
 from kvsim.model.memory import StartupFigures, format_gib, non_kv_memory
 from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
-from kvsim.model.quant import not_whole_groups
+from kvsim.model.quant import min_capability, not_whole_groups
 from kvsim.model.units import fmt_bytes
 
 # The default share of device memory: the knob's (KNOBS), vLLM 0.20.0 and later's 0.92.
@@ -94,11 +94,10 @@ def _shard(m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int) -> M
                 f'output projections (vLLM: "{cols} is not divisible by {tp}")'
             )
         if quant_group and quant_group < cols and (cols // tp) % quant_group:
-            method = m.quantization.split(":")[0]
             raise UnsplittableModelError(
                 f"tensor_parallel_size {tp}: {m.name}'s {group} output projections take {cols} // {tp} = "
-                f"{cols // tp} input features a GPU, not a whole number of its {method} groups of {quant_group} "
-                f"(vLLM: {not_whole_groups(method, cols // tp, quant_group)})"
+                f"{cols // tp} input features a GPU, not a whole number of its {m.quant_method} groups of "
+                f"{quant_group} (vLLM: {not_whole_groups(m.quant_method, cols // tp, quant_group)})"
             )
     kv_heads = m.num_kv_heads if m.is_mla else max(1, m.num_kv_heads // tp)
     return dataclasses.replace(
@@ -129,21 +128,11 @@ MXFP4_GPT_OSS_ALIGN: dict[str, tuple[int, int]] = {
 }
 
 
-# The least compute capability each quantization method runs on in vLLM 0.33.0 (its config's
-# `get_min_capability`, checked by `VllmConfig._get_quantization_config`): AWQ 7.5 (`auto_awq.py`), GPTQ 6.0
-# (`auto_gptq.py`), fp8 7.5 (`fp8.py`), MXFP4 8.0 (`mxfp4.py`), compressed-tensors 7.0, ModelOpt fp8 8.0 and
-# NVFP4 7.5 (`modelopt.py`).
-MIN_CAPABILITY = {"awq": 75, "gptq": 60, "fp8": 75, "mxfp4": 80, "compressed-tensors": 70}
-
-
 def check_capability(m: Model, gpu: Gpu) -> None:
     """vLLM's refusal of a quantization method below its least compute capability, on an NVIDIA GPU."""
-    method = m.quantization.split(":")[0]
-    if method == "modelopt":
-        least = 75 if "nvfp4" in m.quantization else 80
-    elif method in MIN_CAPABILITY:
-        least = MIN_CAPABILITY[method]
-    else:
+    method = m.quant_method
+    least = min_capability(method, m.quantization)
+    if least is None:
         return
     arch = gpu.arch or ""
     if not arch.startswith("sm_") or not arch[3:].isdigit() or int(arch[3:]) >= least:
@@ -164,7 +153,7 @@ def mxfp4_padding_bytes(m: Model, arch: str | None, tp: int, ep: int = 0) -> int
     models, an unknown architecture, or no GPU (the expert biases' padding, a few MB, is not counted)."""
     if arch is None or arch not in MXFP4_GPT_OSS_ALIGN or not m.num_experts or not m.expert_ffn:
         return 0
-    if m.model_type != "gpt_oss" or not m.quantization.startswith("mxfp4"):
+    if m.model_type != "gpt_oss" or m.quant_method != "mxfp4":
         return 0
     h_align, i_align = MXFP4_GPT_OSS_ALIGN[arch]
     hidden, inter = m.hidden_size, m.expert_ffn
@@ -376,27 +365,21 @@ def size_pool(
     """
     base = resolve_model(model).with_quantization(quantization) if model is not None else None
     m = _shard(base, kv_cache_dtype, tensor_parallel_size) if base is not None else None
-    ep_weights = None
-    if (
-        model is not None
-        and m is not None
-        and base is not None
-        and enable_expert_parallel
-        and base.num_experts
-    ):
-        ep_weights = expert_parallel_weight_bytes(
+    gpu_weights = None  # one GPU's weights where they are not weights / tp: expert parallelism, padding
+    expert_parallel = bool(enable_expert_parallel and base is not None and base.num_experts)
+    if model is not None and m is not None and expert_parallel:
+        gpu_weights = expert_parallel_weight_bytes(
             model, quantization, tensor_parallel_size, data_parallel_size
         )
-        m = dataclasses.replace(m, weight_bytes=ep_weights)
+        m = dataclasses.replace(m, weight_bytes=gpu_weights)
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     tp = tensor_parallel_size
     if m is not None and base is not None and g is not None:
         check_capability(base, g)
-        ep = tp * data_parallel_size if ep_weights is not None else 0
-        pad = mxfp4_padding_bytes(base, g.arch, tp, ep)
+        pad = mxfp4_padding_bytes(base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0)
         if pad:
             m = dataclasses.replace(m, weight_bytes=m.param_bytes + pad)
-            ep_weights = m.param_bytes  # (one GPU's weights as loaded, given to the sizing below)
+            gpu_weights = m.param_bytes
     layout = None
     if base is not None:
         layout = kv_layout(
@@ -475,7 +458,7 @@ def size_pool(
         activation_reserve_bytes=nonkv.total,
         tensor_parallel_size=tp,
         breakdown=None if nonkv.measured else (nonkv.activation, nonkv.non_torch, nonkv.cudagraph),
-        weight_bytes=ep_weights,
+        weight_bytes=gpu_weights,
     )
     _check_one_request(kv, m, layout, context, in_flight, "gpu_memory_utilization")
     blocks = _blocks(kv, m, layout, "gpu_memory_utilization")
