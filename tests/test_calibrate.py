@@ -21,7 +21,7 @@ from kvsim.analysis.calibrate import (
     read_profile,
 )
 from kvsim.cli import main
-from kvsim.model.sizing import CALIBRATION_DIR, load_calibration
+from kvsim.model.linear_time import CALIBRATION_DIR, load_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "validation"

@@ -18,6 +18,7 @@ import pytest
 import kvsim
 from kvsim.errors import InvalidArgumentError
 from kvsim.gpu.calibrate import fit_grid, fit_linear, grid
+from kvsim.model import linear_time
 from kvsim.workloads import synthetic
 
 try:
@@ -169,7 +170,7 @@ def test_calibrations_lists_and_loads_shipped_files(tmp_path: Path, monkeypatch:
     shipped = tmp_path / "shipped"
     shipped.mkdir()
     (shipped / "h200-llama-3-8b.json").write_text(src.read_text())
-    monkeypatch.setattr(kvsim.sizing, "CALIBRATION_DIR", shipped)
+    monkeypatch.setattr(linear_time, "CALIBRATION_DIR", shipped)
     assert kvsim.sizing.calibrations() == ["h200-llama-3-8b"]
     cfg = kvsim.SimConfig(model=MODEL, gpu="h200", time_model="calibrated", calibration="h200-llama-3-8b")
     assert cfg.c0_ps == 123

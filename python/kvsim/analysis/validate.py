@@ -231,7 +231,7 @@ def calibration_for(gpu: str) -> str:
     Raises:
         InvalidArgumentError: none shipped for it.
     """
-    from kvsim.model.sizing import calibrations
+    from kvsim.model.linear_time import calibrations
 
     names = [c for c in calibrations() if c.startswith(gpu + "-")]
     if not names:

@@ -114,7 +114,7 @@ def calibration_record(
 ) -> dict[str, Any]:
     """The calibration JSON: device, versions, grid, coefficients, errors, the roofline and the ratios."""
     from kvsim.gpu.bytes import gpu_preset_for
-    from kvsim.model.sizing import linear_time_model
+    from kvsim.model.linear_time import linear_time_model
 
     cuda = device.startswith("cuda")
     preset = gpu_preset_for(versions["device"]) if cuda else None
@@ -349,7 +349,7 @@ def run(args: argparse.Namespace, prog: str, argv: Sequence[str] = ()) -> int:
     if args.ship:
         if cal["device_kind"] != "cuda":
             raise InvalidArgumentError("--ship: only a CUDA calibration is shipped, this one ran on the CPU")
-        from kvsim.model.sizing import CALIBRATION_DIR
+        from kvsim.model.linear_time import CALIBRATION_DIR
 
         CALIBRATION_DIR.mkdir(exist_ok=True)
         shipped = CALIBRATION_DIR / cal_path.name

@@ -45,7 +45,7 @@ class ConfigTimeModel:
         named = self.model is not None and self.gpu is not None
         cal = None
         if self.calibration is not None:
-            from kvsim.model.sizing import load_calibration
+            from kvsim.model.linear_time import load_calibration
 
             cal = load_calibration(self.calibration)
         object.__setattr__(self, "_calibration", cal)
@@ -83,7 +83,7 @@ class ConfigTimeModel:
         this GPU, with the calibration's efficiencies when given; swap time from PCIe as for `linear`."""
         from kvsim.model.gpus import resolve as resolve_gpu
         from kvsim.model.models import resolve
-        from kvsim.model.sizing import linear_time_model
+        from kvsim.model.linear_time import linear_time_model
         from kvsim.model.timing import roofline_time_model
 
         cal = self._calibration  # type: ignore[attr-defined]
@@ -132,7 +132,7 @@ class ConfigTimeModel:
                 raise InvalidArgumentError(
                     "time_model 'linear' needs c0_ps, c_tok_ps, c_ctx_ps, or model and gpu to derive them"
                 )
-            from kvsim.model.sizing import linear_time_model
+            from kvsim.model.linear_time import linear_time_model
 
             tm = linear_time_model(
                 self._served_model(),
@@ -160,7 +160,7 @@ class ConfigTimeModel:
                 "time_model 'calibrated' needs calibration: a shipped name (kvsim.sizing.calibrations()) "
                 "or the path of a calibration JSON"
             )
-        from kvsim.model.sizing import linear_time_model
+        from kvsim.model.linear_time import linear_time_model
 
         cal = self._calibration  # type: ignore[attr-defined]
         model = getattr(self.model, "name", self.model)
