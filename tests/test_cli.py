@@ -238,3 +238,30 @@ def test_a_grid_with_an_invalid_combination_says_so_in_one_line_or_skips_it(caps
         (0, "vllm"),
         (4, "vllm"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "field"),
+    [
+        (["run", "--num-blocks", "100", "--gpu-memory-utilization", "1e400"], "--gpu-memory-utilization", ""),
+        (["run", "--num-blocks", "100", "--max-num-seqs=-1e400"], "--max-num-seqs", ""),
+        (
+            ["run", "--num-blocks", "100", "--workload", "sharegpt:arrival_rate=1e400"],
+            "--workload",
+            "arrival_rate",
+        ),
+        (["sweep", "--base", "num_blocks=100", "--grid", "gpu_memory_utilization=0.9,1e400"], "--grid", ""),
+        (["sweep", "--base", "num_blocks=100", "--grid", "workload.arrival_rate=1,1e400"], "--grid", ""),
+    ],
+)
+def test_a_number_beyond_a_floats_range_is_named_as_written(capsys, tmp_path, argv, flag, field):
+    """`1e400` is read by Python's float as infinity; the error shows the text given, not `inf`, and
+    says why it is refused (it said `gpu_memory_utilization inf must be finite`)."""
+    if argv[0] == "sweep":
+        argv = [*argv, "--output", str(tmp_path / "s.parquet")]
+    line = _one_error(capsys, argv)
+    assert line.startswith(f"kvsim {argv[0]}: error: "), line
+    assert flag in line and field in line, line
+    assert "1e400' is beyond a float's range" in line, line
+    assert " inf " not in line, line
+    assert not (tmp_path / "s.parquet").exists()

@@ -126,7 +126,10 @@ def coerce(name: str, value: Any) -> Any:
         if text.lower() in ("none", "null"):
             return _none_text(name, text)
         # choices, names and paths as written; sizes and durations parse their own units
-        v = literal(text) if kind in ("int", "float", "bool") else text
+        try:
+            v = literal(text) if kind in ("int", "float", "bool") else text
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{name} {exc}") from None
     return convert(name, v)
 
 
@@ -332,15 +335,11 @@ def check_grid(grid: Mapping[str, Sequence[Any]], *, toml: bool = False) -> dict
                 raise InvalidArgumentError(f"grid parameter {name!r} names no workload parameter")
             from kvsim.workloads.specs import check_param
 
-            conv = [
-                check_param(
-                    f"{label} {name}",
-                    key,
-                    literal(v) if isinstance(v, str) and not toml else v,
-                    synthetic=True,
-                )
-                for v in values
-            ]
+            try:
+                literals = [literal(v) if isinstance(v, str) and not toml else v for v in values]
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"{label} {name}: {key} {exc}") from None
+            conv = [check_param(f"{label} {name}", key, v, synthetic=True) for v in literals]
         elif name in CONFIG_FIELDS:
             try:
                 conv = [toml_value(name, v) if toml else coerce(name, v) for v in values]

@@ -82,8 +82,8 @@ class ConfigTimeModel:
         """The roofline's integer coefficients (`kvsim.model.timing.roofline_time_model`) for this model on
         this GPU, with the calibration's efficiencies when given; swap time from PCIe as for `linear`."""
         from kvsim.model.gpus import resolve as resolve_gpu
-        from kvsim.model.models import resolve
         from kvsim.model.linear_time import linear_time_model
+        from kvsim.model.models import resolve
         from kvsim.model.timing import roofline_time_model
 
         cal = self._calibration  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -25,7 +26,12 @@ from kvsim.errors import InvalidArgumentError
 
 
 def literal(text: str) -> Any:
-    """A TOML-ish scalar from flag text: int, float, true/false, none, a/b range tuple, else the string."""
+    """A TOML-ish scalar from flag text: int, float, true/false, none, a/b range tuple, else the string.
+
+    Raises:
+        InvalidArgumentError: a number beyond a float's range (`1e400`, which Python's `float` reads as
+            infinity): `'1e400' is beyond a float's range (about 1.8e308)`; the caller names the field.
+    """
     t = text.strip()
     low = t.lower()
     if low in ("true", "false"):
@@ -40,9 +46,12 @@ def literal(text: str) -> Any:
         return t
     for conv in (int, float):
         try:
-            return conv(t)
+            value = conv(t)
         except ValueError:
-            pass
+            continue
+        if value in (math.inf, -math.inf) and "inf" not in low:
+            raise InvalidArgumentError(f"{t!r} is beyond a float's range (about 1.8e308)")
+        return value
     return t
 
 
@@ -157,7 +166,10 @@ def parse_workload(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
                 raise InvalidArgumentError(f"workload {spec!r}: {pair!r} is not key=value")
             if key.strip() in params:
                 raise InvalidArgumentError(f"workload {spec!r}: {key.strip()!r} given twice")
-            params[key.strip()] = literal(value)
+            try:
+                params[key.strip()] = literal(value)
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"workload {spec!r}: {key.strip()} {exc}") from None
     else:
         raise InvalidArgumentError(f"workload {spec!r} must be a NAME[:key=value,...] string or a table")
     name = name.strip()
