@@ -156,6 +156,43 @@ def test_a_decode_block_taken_from_a_finished_requests_store_waits_for_it(record
         assert (c["num_flushes"], c["makespan_ps"]) == (1, 15 * 10**9), backend
 
 
+@pytest.mark.parametrize("record_events", [True, False])
+def test_a_decode_block_a_finished_requests_last_offer_reads_waits_for_its_store(record_events):
+    """vLLM's flush for a store made at the finish: req-1's second sample (a 50-token prompt, 48 tokens hit
+    on the GPU) finishes in step 6 with its prompt's chunks not yet stored (the 40-chunk ARC tier had no
+    room when it offered them), so step 7 offers them as its last stores, and block 48, one of them, is
+    the decode block req-0 takes in that very step: step 7 lasts until that store ends (0.140042 s, not
+    its tick's 0.119036 s). The Rust engine's decode steps in lockstep mode watched the step's new blocks
+    only while a fence stood, not while a finished request's last offer waited (found by the adversarial
+    pass, `test_the_tiers_fast_paths_decide_as_the_reference`): both engines, with the log and without,
+    flush four times and end at 0.144048 s."""
+    w = Workload(
+        arrival=[0.0] * 8,
+        output_len=[6, 1, 1, 1, 1, 1, 1, 1],
+        num_samples=[1, 3, 1, 1, 1, 1, 1, 1],
+        seg_offsets=[0, 1, 3, 4, 5, 6, 7, 8, 9],
+        segment_id=[1000, 3, 1001, 1000, 1000, 1000, 1000, 1000, 1007],
+        segment_len=[42, 5, 45, 1, 1, 1, 1, 1, 1],
+    )
+    cfg = kvsim.SimConfig(
+        num_blocks=49,
+        block_size=2,
+        max_num_seqs=4,
+        max_num_batched_tokens=16,
+        kv_offloading_chunks=40,
+        kv_offloading_eviction_policy="arc",
+        kv_offloading_ps_per_block=3 * 10**9,
+        kv_offloading_latency_ps=6 * 10**6,
+    )
+    for backend in ("rust", "reference"):
+        res = kvsim.simulate(w, cfg, backend=backend, record_events=record_events)
+        c = res.raw.counters
+        assert (c["num_flushes"], c["makespan_ps"]) == (4, 144_048_000_000), backend
+        if record_events:
+            step8 = res.events.filter(res.events["step"] == 8)["time_s"]
+            assert step8.min() == pytest.approx(0.140042), backend
+
+
 def test_the_tier_is_sized_from_host_memory_as_vllm_sizes_it():
     """64 GiB of Llama-3.1-8B at block 16: a chunk is 16 tokens × 128 KiB = 2 MiB (a multiple of 4 KiB),
     so 32,768 chunks; a block moves over an H100's host link (64 GB/s one way) in 2 MiB / 64 GB/s."""

@@ -31,11 +31,12 @@ impl Engine<'_> {
             .register_full_blocks_cached(pool, bs, &s.segs, &s.tier_keys, phantom);
         let row = s.row;
         if let Some(tier) = &mut self.tier
-            && (!self.lockstep || !tier.fences.is_empty())
+            && (!self.lockstep || self.tier_hot.pending)
         {
-            // (in lockstep mode only while a fence stands: a request that finished in the step before
-            // with stores in flight fences its blocks, and a block this step allocates among them
-            // makes the step wait for the store: vLLM's flush)
+            // (in lockstep mode only while a store may fence blocks: a request that finished in the
+            // step before with stores in flight fences its blocks, and one with chunks left to offer
+            // stores them in this step's offer; a block this step allocates among them makes the step
+            // wait for the store: vLLM's flush)
             tier.touched.extend_from_slice(&self.new_blocks);
         }
         if copied {
