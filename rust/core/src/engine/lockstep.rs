@@ -156,7 +156,10 @@ impl Engine<'_> {
         let gen_after = s.base_g + since + 1; // generated after it
         let rem = rem_bs(c, bs);
         if rem == 0 {
-            if s.reserved_blocks > 0 || (self.forks && s.group.is_some()) || self.tier_hot.pending {
+            if s.reserved_blocks > 0
+                || (self.forks && s.group.is_some())
+                || (self.tier_hot.pending && self.tier.as_ref().is_some_and(|t| t.may_fence()))
+            {
                 // (a group's blocks are checked as a whole, `lockstep_group`; while a CPU tier's store
                 // may fence blocks, a fence or a finished request's last offer, the step's new blocks
                 // are watched for vLLM's flush, `try_grow`)

@@ -31,7 +31,7 @@ impl Engine<'_> {
             .register_full_blocks_cached(pool, bs, &s.segs, &s.tier_keys, phantom);
         let row = s.row;
         if let Some(tier) = &mut self.tier
-            && (!self.lockstep || self.tier_hot.pending)
+            && (!self.lockstep || (self.tier_hot.pending && tier.may_fence()))
         {
             // (in lockstep mode only while a store may fence blocks: a request that finished in the
             // step before with stores in flight fences its blocks, and one with chunks left to offer

@@ -170,6 +170,14 @@ pub(super) struct Tier {
 }
 
 impl Tier {
+    /// Whether this step's offer may make a store that reads blocks the step allocates (vLLM's flush):
+    /// a fence stands (a finished request's stores in flight) or a finished request has chunks left to
+    /// offer (its last stores read its blocks). The step's new blocks are watched then.
+    #[inline]
+    pub(in crate::engine) fn may_fence(&self) -> bool {
+        !self.fences.is_empty() || !self.last_offers.is_empty()
+    }
+
     /// A decode replica's connector (DESIGN.md §Prefill/decode disaggregation): the held queue and the
     /// transfers over its inbound link, no CPU tier.
     pub(super) fn connector(latency_ps: u64, ps_per_block: u64, block_size: u64) -> Self {
