@@ -193,6 +193,53 @@ def test_a_decode_block_a_finished_requests_last_offer_reads_waits_for_its_store
             assert step8.min() == pytest.approx(0.140042), backend
 
 
+def test_a_loads_blocks_are_not_watched_past_its_step():
+    """A load admitted in a lockstep step that offers nothing (nobody scheduled, nothing pending) noted its
+    GPU hits and new blocks for vLLM's flush, and nothing cleared them until a later step's offer, where a
+    store fenced at a finish in between met them and counted a flush the reference does not (found by the
+    adversarial pass: 21 flushes against 20, every time alike). Both engines, 20 flushes, 12 loads."""
+    w = Workload(
+        arrival=[0.0] * 6 + [0.05] + [0.45] * 7,
+        output_len=[18, 46, 60, 60, 24, 5, 24, 4, 28, 28, 31, 24, 4, 31],
+        num_samples=[1, 1, 3, 1, 1, 1, 1, 1, 2, 3, 3, 1, 3, 2],
+        seg_offsets=[0, 1, 2, 4, 6, 7, 10, 12, 14, 15, 18, 19, 22, 25, 28],
+        segment_id=[
+            *[1000, 1000, 1, 1002, 1, 1003, 1004, 1, 1, 1000, 5, 1000, 5, 1007, 1008, 2, 3, 1000],
+            1010,
+            5,
+            1,
+            1000,
+            1,
+            4,
+            1012,
+            1,
+            4,
+            1012,
+        ],
+        segment_len=[
+            *[1, 1, 3, 11, 3, 1, 6, 3, 3, 30, 33, 11, 33, 16, 42, 20, 5, 29, 33, 33, 3, 24, 3, 1],
+            24,
+            3,
+            1,
+            5,
+        ],
+    )
+    cfg = kvsim.SimConfig(
+        num_blocks=49,
+        block_size=2,
+        free_order="classic",
+        admission_gate="none",
+        max_num_seqs=4,
+        max_num_batched_tokens=16,
+        kv_offloading_chunks=40,
+        kv_offloading_eviction_policy="arc",
+        kv_offloading_ps_per_block=3 * 10**9,
+    )
+    for backend in ("rust", "reference"):
+        c = kvsim.simulate(w, cfg, backend=backend).raw.counters
+        assert (c["num_flushes"], c["num_loads"], c["makespan_ps"]) == (20, 12, 1_112_162_000_000), backend
+
+
 def test_the_tier_is_sized_from_host_memory_as_vllm_sizes_it():
     """64 GiB of Llama-3.1-8B at block 16: a chunk is 16 tokens × 128 KiB = 2 MiB (a multiple of 4 KiB),
     so 32,768 chunks; a block moves over an H100's host link (64 GB/s one way) in 2 MiB / 64 GB/s."""

@@ -346,7 +346,10 @@ impl Engine<'_> {
         s.keys.clear();
         s.keys_for = 0;
         let row = s.row;
-        {
+        if self.tier_hot.pending {
+            // Watched only while a store may fence blocks, as an ordinary admission's (`tier_admitted`):
+            // else this step's offer checks no block, and a lockstep step that offers nothing
+            // (`tier_idle`) would leave them for a later step's offer to find.
             let tier = self.tier.as_deref_mut().expect("a CPU tier or a connector");
             tier.touched.extend_from_slice(&self.hits);
             tier.touched.extend_from_slice(&self.new_blocks);
