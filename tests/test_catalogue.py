@@ -553,29 +553,6 @@ def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
 
 
-def test_multimodal_checkpoints_say_their_encoders_are_not_counted(tmp_path, capsys):
-    """The presets whose published config.json has a `vision_config` / `audio_config` (catalogue.ENCODERS,
-    as a config file read gives them) carry their encoders, and `kvsim run` sized from a GPU says that
-    vLLM's KV memory is smaller by them (real logs: Gemma 3 1.3-1.5 GiB, results/startup.md); not when the
-    pool is given, nor for a text model."""
-    from kvsim.cli import main
-
-    for name in catalogue.ENTRIES:
-        published = json.loads((HF / f"{name}.json").read_text())
-        want = tuple(e for e in ("vision", "audio") if isinstance(published.get(f"{e}_config"), dict))
-        assert catalogue.ENCODERS.get(name, ()) == want == models.get(name).encoders, name
-        assert models.from_hf_config(HF / f"{name}.json").encoders == want, name
-    assert models.get("gemma-3-12b").with_quantization("fp8").encoders == ("vision",)
-    for argv, said in (
-        (["--model", "gemma-3-12b", "--gpu", "h100-80gb"], True),
-        (["--model", "gemma-3-12b", "--kv-cache-memory-bytes", "10GiB"], False),
-        (["--model", "qwen3-8b", "--gpu", "h100-80gb"], False),
-    ):
-        assert main(["run", *argv, "--requests", "5"]) == 0
-        out = capsys.readouterr().out
-        assert ("is a multimodal checkpoint: vLLM also loads and profiles its vision encoder" in out) == said
-
-
 def test_a_quantization_below_its_least_compute_capability_is_refused():
     """vLLM refuses a method on an NVIDIA GPU below its config's `get_min_capability` (MXFP4 8.0: gpt-oss on
     an RTX 2070, sm_75), with its words; an online fp8 (7.5) runs there; AMD GPUs are not NVIDIA sm_XY."""
@@ -610,14 +587,16 @@ def test_gpt_oss_experts_are_padded_as_vllms_default_backend_pads_them():
     )
     h100 = kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-80gb").pool.figures
     a100 = kvsim.SimConfig(model="gpt-oss-120b", gpu="a100-80gb", max_model_len=32768).pool.figures
-    assert h100.model_loading_bytes == m.param_bytes
-    assert a100.model_loading_bytes == m.param_bytes + mxfp4_padding_bytes(m, "sm_80", 1)
+    # (the loaded bytes: the weights and gpt-oss's float32 rotary cache, 32 MiB)
+    assert m.loaded_bytes == m.param_bytes + 32 * 2**20
+    assert h100.model_loading_bytes == m.loaded_bytes
+    assert a100.model_loading_bytes == m.loaded_bytes + mxfp4_padding_bytes(m, "sm_80", 1)
     assert abs(a100.model_loading_bytes / GIB - 65.97) < 0.1
     # The KV memory is what the padded weights leave.
     flat = kvsim.SimConfig(model="gpt-oss-20b", gpu="rtx-5090", activation_reserve_bytes="2GiB").pool
     assert flat.kv_cache_bytes == (
         math.floor(gpus.get("rtx-5090").memory_bytes * 0.92)
-        - models.get("gpt-oss-20b").param_bytes
+        - models.get("gpt-oss-20b").loaded_bytes
         - mxfp4_padding_bytes(models.get("gpt-oss-20b"), "sm_120", 1)
         - 2 * GIB
     )
@@ -628,8 +607,11 @@ def test_vllms_quantization_flag():
     the checkpoint's is vLLM's refusal; naming the checkpoint's (or its alias) changes nothing."""
     bf16 = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
     fp8 = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", quantization="fp8")
-    embeds = 2 * 128256 * 4096 * 2
-    assert fp8.pool.weight_bytes == pytest.approx(embeds + (bf16.pool.weight_bytes - embeds) / 2, rel=1e-3)
+    embeds, rope = 2 * 128256 * 4096 * 2, bf16.pool.rope_cache_bytes  # (the rotary cache stays bf16)
+    assert rope == fp8.pool.rope_cache_bytes == 32 * 2**20
+    assert fp8.pool.weight_bytes - rope == pytest.approx(
+        embeds + (bf16.pool.weight_bytes - rope - embeds) / 2, rel=1e-3
+    )
     assert fp8.num_blocks > bf16.num_blocks
     with pytest.raises(InvalidArgumentError, match=r"model config \(awq\) does not match .* \(gptq\)"):
         kvsim.SimConfig(model="qwen3-32b-awq", gpu="h100-80gb", quantization="gptq")
@@ -647,7 +629,7 @@ def test_vllms_four_startup_figures_for_one_full_attention_group():
     (kvsim's less its extra null block) over ceil(L / 16); tokens = int(concurrency x L)."""
     cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", max_model_len=32768)
     fig = cfg.pool.figures
-    assert fig.model_loading_bytes == models.get("llama-3.1-8b").param_bytes
+    assert fig.model_loading_bytes == models.get("llama-3.1-8b").loaded_bytes
     assert fig.available_kv_bytes == cfg.pool.kv_cache_bytes
     assert fig.num_blocks == cfg.num_blocks - 1
     assert fig.max_concurrency == fig.num_blocks / (32768 // 16)
@@ -794,7 +776,9 @@ def test_kvsim_run_prints_vllms_four_startup_figures(capsys):
     cfg = kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-80gb")
     lines = cfg.pool.figures.lines()
     assert [f"vllm: {line}" for line in lines] == [x for x in out.splitlines() if x.startswith("vllm: ")]
-    assert lines[0] == "Model loading took 60.77 GiB memory"
+    assert (
+        lines[0] == "Model loading took 60.8 GiB memory"
+    )  # 60.77 GiB of weights, 32 MiB of float32 RoPE cache
     assert lines[1].startswith("Available KV cache memory: ")
     assert ", Maximum concurrency for 131,072 tokens per request: " in lines[2]
     data = _run_json(capsys, argv)
@@ -921,7 +905,8 @@ def test_qwen3_next_runs_as_vllm_serves_it():
         model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2, enable_prefix_caching=False
     )
     fig = off.pool.figures
-    assert fig.model_loading_bytes == models.get("qwen3-next-80b-a3b").param_bytes // 2
+    m = models.get("qwen3-next-80b-a3b")
+    assert fig.model_loading_bytes == m.param_bytes // 2 + m.rope_cache_bytes  # (the rotary cache whole)
     assert fig.max_concurrency > 1
     on = kvsim.SimConfig(model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2)
     assert on.pool.layout.mamba_align

@@ -195,7 +195,9 @@ def test_naming_a_gpu_sizes_the_pool_vllm_s_way():
     # keeps non-torch memory and (0.20.0 on) the CUDA graphs' estimate from the KV cache.
     assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (8192, 1024)
     reserve = activation_reserve_estimate(m, 8192, 1024) + NON_TORCH_BYTES + cudagraph_estimate(m, 1024, 8192)
-    kv = math.floor(g.memory_bytes * 0.92) - m.param_bytes - reserve  # 0.92: vLLM 0.20.0 on (§Presets)
+    # The weights memory: the weights and the rotary cache (8,192 positions of 128 in bf16: 2 MiB).
+    assert m.loaded_bytes == m.param_bytes + 2 * 2**20
+    kv = math.floor(g.memory_bytes * 0.92) - m.loaded_bytes - reserve  # 0.92: vLLM 0.20.0 on (§Presets)
     assert cfg.num_blocks == kv // (16 * m.kv_bytes_per_token) + 1
     half = SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.5)
     high = SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.95)
@@ -227,9 +229,12 @@ def test_pool_line_says_what_memory_is_simulated():
 def test_tensor_parallel_divides_weights_and_kv_heads():
     one = SimConfig(model="llama-3-8b", gpu="h100-80gb")
     two = SimConfig(model="llama-3-8b", gpu="h100-80gb", tensor_parallel_size=2)
-    # Each GPU holds half the weights and half the KV heads: more than twice the tokens per GPU.
+    # Each GPU holds half the weights (and the whole rotary cache) and half the KV heads: more than twice
+    # the tokens per GPU.
     assert two.pool.kv_bytes_per_token * 2 == one.pool.kv_bytes_per_token
-    assert two.pool.weight_bytes * 2 == pytest.approx(one.pool.weight_bytes, abs=2)
+    rope = one.pool.rope_cache_bytes
+    assert rope == two.pool.rope_cache_bytes == 2 * 2**20
+    assert (two.pool.weight_bytes - rope) * 2 == pytest.approx(one.pool.weight_bytes - rope, abs=2)
     assert two.num_blocks > 2 * one.num_blocks
     # The roofline prices one GPU's share: half the dense weights and FLOPs, half the KV heads read.
     r1, r2 = one.roofline, two.roofline

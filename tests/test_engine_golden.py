@@ -818,13 +818,14 @@ _LLAMA3_8B_ACTIVATIONS = max(8192 * (4 * 4096 + 3 * 14336) * 2, int(256 * 128256
 def _vllm_pool_blocks(utilization: float, seqs: int = 1024, graphs: bool = True) -> int:
     """Llama-3-8B's pool on an H100-80GB by vLLM's rule as DESIGN.md §Defaults writes it, from the
     published config (meta-llama/Meta-Llama-3-8B config.json) and the H100's 85,028,896,768 bytes as CUDA
-    reports them, not from kvsim's sizing code: floor(memory × utilization) − bf16 weights − the activation
+    reports them, not from kvsim's sizing code: floor(memory × utilization) − bf16 weights and the rotary
+    embedding's cos/sin cache (8,192 positions × 128 features in bf16, which vLLM builds at load) − the activation
     peak (the larger of the 8,192-token forward pass and the sampler's 15.5 bytes for each of `seqs` rows of
     logits: vllm serve's limits on an H100 are 8192 and 1024) − 0.25 GiB of non-torch memory − the CUDA
     graphs (0.20.0 on: 51 capture sizes up to 512, each PIECEWISE and FULL, the first priced as a 512-token
     pass, all 102 at 0.22 MiB a layer), in blocks of 16 tokens, plus the null block."""
     memory = 85_028_896_768
-    weights = 8_030_261_248 * 2
+    weights = 8_030_261_248 * 2 + 8192 * 128 * 2
     activations = max(8192 * (4 * 4096 + 3 * 14336) * 2, int(seqs * 128256 * 31 / 2))
     non_torch = 25 * 2**30 // 100
     cudagraphs = 512 * (4 * 4096 + 3 * 14336) * 2 + 102 * 32 * (22 * 2**20 // 100) if graphs else 0
@@ -843,7 +844,9 @@ def test_gpu_sized_pools_follow_each_presets_gpu_memory_utilization():
     assert SimConfig(**sized).num_blocks == newest
     # pool_blocks takes the whole non-KV reserve as given (no estimate of its own).
     reserve = _LLAMA3_8B_ACTIVATIONS
-    expected = (math.floor(85_028_896_768 * 0.92) - 8_030_261_248 * 2 - reserve) // (16 * 131072) + 1
+    expected = (math.floor(85_028_896_768 * 0.92) - 8_030_261_248 * 2 - 8192 * 128 * 2 - reserve) // (
+        16 * 131072
+    ) + 1
     assert kvsim.pool_blocks("llama-3-8b", "h100-80gb", 16, activation_reserve_bytes=reserve) == expected
     for name in ("vllm-latest", "vllm-0.20"):
         assert SimConfig.preset(name, **sized).num_blocks == newest, name

@@ -8,7 +8,6 @@ import pytest
 from kvsim.analysis import startup_check
 
 ROWS = startup_check.rows()
-TEXT = [r for r in ROWS if not r.multimodal]
 # gpt-oss-20b: vLLM 0.19.0's Hopper layout padded the MXFP4 experts' shards (both dimensions to 64) and kept
 # their original scales beside the swizzled ones: 0.6 GiB a GPU at tp 2; kvsim pads as 0.33.0's Triton
 # kernels do (`mxfp4_round_up_hidden_size_and_intermediate_size`: 1,440 to 1,472 features, 0.1 GiB).
@@ -40,13 +39,17 @@ def test_the_blocks_cut_from_the_logged_kv_memory_are_vllms(r):
     assert r.concurrency == pytest.approx(r.logged("max_concurrency"), abs=0.02 + 0.001 * r.concurrency)
 
 
-@pytest.mark.parametrize("r", [r for r in TEXT if r.log["checkpoint"] not in PADDED], ids=_id)
+@pytest.mark.parametrize("r", [r for r in ROWS if r.log["checkpoint"] not in PADDED], ids=_id)
 def test_the_weights_are_what_vllm_loaded(r):
-    """ "Model loading took" within 1 % (vLLM's figure is the memory the load grew by)."""
-    assert r.weights == pytest.approx(r.logged("weights_gib"), rel=0.01)
+    """ "Model loading took" within 0.2 GiB, multimodal checkpoints' towers and every model's rotary caches
+    counted (Gemma 3's 0.56 GiB, Llama 4 Scout's 2.5 GiB a GPU: vLLM's figure is the memory the load grew
+    by). What is left is PyTorch's allocator rounding a large tensor's block up (up to 1 MiB a tensor:
+    0.08 GiB for phi-4's 40 layers, 0.15 GiB for Kimi-Dev-72B's 80 at tp 4), which kvsim does not model;
+    always short, never over (but for the log's rounding to hundredths)."""
+    assert -0.005 <= r.logged("weights_gib") - r.weights <= 0.2
 
 
-@pytest.mark.parametrize("r", TEXT, ids=_id)
+@pytest.mark.parametrize("r", ROWS, ids=_id)
 def test_the_profiled_terms_are_close_to_vllms(r):
     """The activation peak within 0.25 GiB (the sampler's, with the MoE workspace held beside it), non-torch memory
     within 0.15 GiB, the CUDA-graph estimate within 0.6 GiB (gpt-oss-20b's graphs take twice a layer's
@@ -58,20 +61,17 @@ def test_the_profiled_terms_are_close_to_vllms(r):
         assert abs(r.cudagraph - r.logged("cudagraph_estimated_gib")) <= 0.6
 
 
-@pytest.mark.parametrize("r", TEXT, ids=_id)
+@pytest.mark.parametrize("r", ROWS, ids=_id)
 def test_the_kv_cache_memory_sized_from_the_gpu_is_vllms(r):
     """ "Available KV cache memory" sized from the H100 within 0.5 GiB (Qwen2.5-72B at tp 2 keeps 3.04 GiB:
     0.5 GiB there is a sixth of the pool)."""
     assert abs(r.available - r.logged("available_gib")) <= 0.5
 
 
-def test_the_multimodal_runs_load_an_encoder_kvsim_does_not_count():
-    """The vision towers vLLM loads (Gemma 3's SigLIP, Llama 4's, Mistral Small 3.1's Pixtral) are missing
-    from kvsim's weights: its KV memory is too large by about them. Kept as a departure, checked here so
-    that a change to it is seen."""
+def test_the_multimodal_runs_are_sized_with_their_towers():
+    """Gemma 3's SigLIP, Llama 4's tower and Mistral Small 3.1's Pixtral are in kvsim's weights: their KV
+    memory from the GPU within 0.25 GiB of vLLM's, where it was 0.9-3.2 GiB too large without them."""
     mm = [r for r in ROWS if r.multimodal]
-    assert mm
+    assert len(mm) == 4
     for r in mm:
-        missing = r.logged("weights_gib") - r.weights
-        assert 0.5 < missing < 3.5
-        assert r.available > r.logged("available_gib")
+        assert abs(r.available - r.logged("available_gib")) <= 0.25

@@ -449,22 +449,43 @@ def read_run_file(args: argparse.Namespace) -> dict[str, Any]:
     return data
 
 
-def encoder_notes(config: Any) -> list[str]:
-    """A note when the pool was sized from a GPU for a multimodal checkpoint: vLLM also loads and profiles
-    its encoders, which kvsim does not count, so the KV memory shown is larger than vLLM's."""
-    from kvsim.model.models import resolve
+# Rotary caches worth a note: a quarter of a GiB a GPU (Llama 4 Scout's are 2.5 GiB; most models' a few MiB).
+ROPE_NOTE_BYTES = 1 << 28
 
-    if config.model is None or config.pool.source != "gpu":
+
+def encoder_notes(config: Any) -> list[str]:
+    """What vLLM loads beside the language model's weights, when the pool was sized from a GPU: a
+    multimodal checkpoint's towers (counted in the weights memory, or not and why: then vLLM's KV memory
+    is smaller than shown) and rotary caches large enough to notice (DESIGN.md §Defaults and sizing)."""
+    from kvsim.model.models import resolve
+    from kvsim.model.units import fmt_bytes
+
+    pool = config.pool
+    if config.model is None or pool.source != "gpu":
         return []
-    encoders = resolve(config.model).encoders
-    if not encoders:
-        return []
-    return [
-        f"{config.model} is a multimodal checkpoint: vLLM also loads and profiles its {' and '.join(encoders)} "
-        "encoder, which kvsim does not count, so the KV memory above is larger than vLLM's (by 0.9-3.2 GiB on "
-        "H100s in real start-up logs: results/startup.md); --kv-cache-memory-bytes with vLLM's logged figure "
-        "gives its pool"
-    ]
+    model = resolve(config.model)
+    notes = []
+    if not config.language_model_only:
+        kinds = ", ".join(t.kind for t in model.towers)
+        if model.towers:
+            notes.append(
+                f'{config.model} is a multimodal checkpoint: the weights above (vLLM\'s "Model loading took") '
+                f"hold its encoder and projector ({kinds}: {fmt_bytes(pool.tower_bytes or 0)} a GPU) beside the "
+                "language model, as vLLM loads them; --language-model-only leaves them out, as in vLLM"
+            )
+        if model.uncounted:
+            notes.append(
+                f"{config.model}: vLLM also loads what kvsim does not count ({'; '.join(model.uncounted)}), so "
+                "its KV memory is smaller than shown; --language-model-only leaves it out of both, or "
+                "--kv-cache-memory-bytes with vLLM's logged figure gives its pool"
+            )
+    if (pool.rope_cache_bytes or 0) >= ROPE_NOTE_BYTES:
+        notes.append(
+            f"{config.model}'s rotary embeddings keep {fmt_bytes(pool.rope_cache_bytes)} of cos/sin caches on "
+            "every GPU (part of the weights above): vLLM builds them for the config's max_position_embeddings "
+            "(as its RoPE scaling extends them), whatever --max-model-len says"
+        )
+    return notes
 
 
 def cmd_run(args: argparse.Namespace) -> int:

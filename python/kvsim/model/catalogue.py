@@ -209,6 +209,24 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 131072,
         },
     ),
+    # mistralai/Mistral-Small-3.1-24B-Instruct-2503 (text_config): the 2501's text model with 131,072
+    # positions (rope_theta 1e9); a Pixtral vision tower beside it (WRAPPERS).
+    "mistral-small-3.1-24b": (
+        "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
+        {
+            "model_type": "mistral",
+            "head_dim": 128,
+            "hidden_size": 5120,
+            "intermediate_size": 32768,
+            "max_position_embeddings": 131072,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 40,
+            "num_key_value_heads": 8,
+            "rope_theta": 1000000000.0,
+            "sliding_window": None,
+            "vocab_size": 131072,
+        },
+    ),
     # microsoft/phi-4: 40 layers, d 5120, 40 heads, 10 KV heads, ffn 17920, vocab 100352, 16,384 positions.
     "phi-4": (
         "microsoft/phi-4",
@@ -242,6 +260,7 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "sliding_window_pattern": 6,
             "torch_dtype": "bfloat16",
             "vocab_size": 262208,
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
         },
     ),
     # google/gemma-4-31B-it (text_config): 60 layers, d 5376, 32 heads, ffn 21504; five 1,024-token
@@ -269,6 +288,14 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "tie_word_embeddings": True,
             "use_double_wide_mlp": False,
             "vocab_size": 262144,
+            "rope_parameters": {
+                "full_attention": {
+                    "partial_rotary_factor": 0.25,
+                    "rope_theta": 1000000.0,
+                    "rope_type": "proportional",
+                },
+                "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+            },
         },
     ),
     # google/gemma-4-E4B-it (text_config): 42 layers, d 2560, 8 heads, ffn 10240; five 512-token sliding
@@ -296,6 +323,14 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "use_double_wide_mlp": False,
             "vocab_size": 262144,
             "vocab_size_per_layer_input": 262144,
+            "rope_parameters": {
+                "full_attention": {
+                    "partial_rotary_factor": 0.25,
+                    "rope_theta": 1000000.0,
+                    "rope_type": "proportional",
+                },
+                "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+            },
         },
     ),
     # google/gemma-4-26B-A4B-it (text_config): 30 layers, d 2816, 16 heads; on every layer a 2112-wide MLP
@@ -326,6 +361,14 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "top_k_experts": 8,
             "use_double_wide_mlp": False,
             "vocab_size": 262144,
+            "rope_parameters": {
+                "full_attention": {
+                    "partial_rotary_factor": 0.25,
+                    "rope_theta": 1000000.0,
+                    "rope_type": "proportional",
+                },
+                "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+            },
         },
     ),
     # google/gemma-3-12b-it (text_config): 48 layers, d 3840, 16 heads, 8 KV heads of 256, ffn 15360, five
@@ -346,6 +389,9 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "sliding_window": 1024,
             "sliding_window_pattern": 6,
             "vocab_size": 262208,
+            "rope_local_base_freq": 10000,
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+            "rope_theta": 1000000,
         },
     ),
     # meta-llama/Llama-4-Scout-17B-16E-Instruct (text_config): 48 layers, d 5120, 40 heads, 8 KV heads of
@@ -405,6 +451,7 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "tie_word_embeddings": False,
             "torch_dtype": "bfloat16",
             "vocab_size": 151936,
+            "partial_rotary_factor": 0.25,
         },
     ),
     # Qwen/Qwen3.6-35B-A3B (text_config, Qwen3.5's architecture): 40 layers, d 2048; three gated delta net
@@ -437,6 +484,14 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "shared_expert_intermediate_size": 512,
             "tie_word_embeddings": False,
             "vocab_size": 248320,
+            "partial_rotary_factor": 0.25,
+            "rope_parameters": {
+                "mrope_interleaved": True,
+                "mrope_section": [11, 11, 10],
+                "partial_rotary_factor": 0.25,
+                "rope_theta": 10000000,
+                "rope_type": "default",
+            },
         },
     ),
     # deepseek-ai/DeepSeek-V4-Flash: 43 layers, d 4096, 64 heads of 512 (one latent KV head), compress ratios
@@ -508,6 +563,7 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "shared_intermediate_size": 0,
             "tie_word_embeddings": False,
             "vocab_size": 200064,
+            "rotary_dim": 64,
         },
     ),
     # meta-llama/Llama-4-Maverick-17B-128E-Instruct (text_config): Scout's 48 layers and attention (three of
@@ -587,6 +643,8 @@ ALIASES: dict[str, str] = {
     "gemma-4-e4b-it": "gemma-4-e4b",
     "mistral-small-24b-instruct-2501": "mistral-small-24b",
     "mistral-small-24b-base-2501": "mistral-small-24b",
+    "mistral-small-3.1-24b-instruct-2503": "mistral-small-3.1-24b",
+    "mistral-small-3.1-24b-base-2503": "mistral-small-3.1-24b",
     "llama-4-scout-17b-16e": "llama-4-scout",
     "llama-4-scout-17b-16e-instruct": "llama-4-scout",
     "llama-4-maverick-17b-128e": "llama-4-maverick",
@@ -614,31 +672,119 @@ ALIASES: dict[str, str] = {
 }
 
 
-# The presets whose checkpoint is multimodal: the towers its config.json describes beside `text_config`
-# (`vision_config`, `audio_config`), which vLLM loads and profiles and kvsim does not count (`Model.encoders`).
-ENCODERS: dict[str, tuple[str, ...]] = {
-    "gemma-3-12b": ("vision",),
-    "gemma-3-27b": ("vision",),
-    "gemma-4-e4b": ("vision", "audio"),
-    "llama-4-scout": ("vision",),
-    "qwen3.6-35b-a3b": ("vision",),
+# The presets whose checkpoint is multimodal: the published wrapper's `model_type` and the towers its
+# config.json describes beside `text_config` (`vision_config`, `audio_config`: the fields kvsim reads of
+# them, `kvsim.model.encoders`), which vLLM loads beside the language model (`Model.towers` where kvsim
+# counts them, `Model.uncounted` where not): E4B's audio tower is not counted, and the 26B-A4B's published
+# vision_config was not found (tests/data/hf/README.md), so it has none here.
+_SIGLIP_896 = {
+    "hidden_size": 1152,
+    "image_size": 896,
+    "intermediate_size": 4304,
+    "model_type": "siglip_vision_model",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 27,
+    "patch_size": 14,
+    "vision_use_head": False,
+}
+WRAPPERS: dict[str, dict[str, Any]] = {
+    "gemma-3-12b": {"model_type": "gemma3", "vision_config": _SIGLIP_896},
+    "gemma-3-27b": {"model_type": "gemma3", "vision_config": _SIGLIP_896},
+    "gemma-4-31b": {
+        "model_type": "gemma4",
+        "vision_config": {
+            "head_dim": 72,
+            "hidden_size": 1152,
+            "intermediate_size": 4304,
+            "model_type": "gemma4_vision",
+            "num_attention_heads": 16,
+            "num_hidden_layers": 27,
+            "num_key_value_heads": 16,
+            "patch_size": 16,
+            "position_embedding_size": 10240,
+            "standardize": True,
+            "use_clipped_linears": False,
+        },
+    },
+    "gemma-4-e4b": {
+        "model_type": "gemma4",
+        "audio_config": {"model_type": "gemma4_audio"},
+        "vision_config": {
+            "head_dim": 64,
+            "hidden_size": 768,
+            "intermediate_size": 3072,
+            "model_type": "gemma4_vision",
+            "num_attention_heads": 12,
+            "num_hidden_layers": 16,
+            "num_key_value_heads": 12,
+            "patch_size": 16,
+            "position_embedding_size": 10240,
+            "standardize": False,
+            "use_clipped_linears": True,
+        },
+    },
+    "llama-4-scout": {
+        "model_type": "llama4",
+        "vision_config": {
+            "hidden_size": 1408,
+            "image_size": 336,
+            "intermediate_size": 5632,
+            "model_type": "llama4_vision_model",
+            "multi_modal_projector_bias": False,
+            "num_channels": 3,
+            "num_hidden_layers": 34,
+            "patch_size": 14,
+            "projector_input_dim": 4096,
+            "projector_output_dim": 4096,
+            "vision_output_dim": 4096,
+        },
+    },
+    "mistral-small-3.1-24b": {
+        "model_type": "mistral3",
+        "torch_dtype": "bfloat16",
+        "vision_config": {
+            "hidden_size": 1024,
+            "intermediate_size": 4096,
+            "model_type": "pixtral",
+            "num_channels": 3,
+            "num_hidden_layers": 24,
+            "patch_size": 14,
+        },
+    },
+    "qwen3.6-35b-a3b": {
+        "model_type": "qwen3_5_moe",
+        "vision_config": {
+            "deepstack_visual_indexes": [],
+            "depth": 27,
+            "hidden_size": 1152,
+            "in_channels": 3,
+            "intermediate_size": 4304,
+            "model_type": "qwen3_5_moe_vision",
+            "num_heads": 16,
+            "num_position_embeddings": 2304,
+            "out_hidden_size": 2048,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+        },
+    },
 }
 
 
 def presets() -> dict[str, Any]:
     """The catalogue's `Model`s by name."""
-    import dataclasses
-
     from kvsim.model.models import _from_dict
 
     out = {}
     for name, (hf_id, fields) in ENTRIES.items():
         url = _HF.format(hf_id)
         # Layer kinds (sliding windows, local chunks) come from the same fields, as from a config.json
-        # (`kvsim.model.hf_layers.layers_from_hf_config`).
-        model = _from_dict(dict(fields), name, url, url, None)
-        out[name] = dataclasses.replace(model, encoders=ENCODERS.get(name, ()))
+        # (`kvsim.model.hf_layers.layers_from_hf_config`); a multimodal checkpoint's as its wrapper holds them.
+        cfg = dict(fields)
+        if name in WRAPPERS:
+            cfg = {**WRAPPERS[name], "text_config": cfg}
+        out[name] = _from_dict(cfg, name, url, url, None)
     return out
 
 
-__all__ = ["ALIASES", "ENCODERS", "ENTRIES", "presets"]
+__all__ = ["ALIASES", "ENTRIES", "WRAPPERS", "presets"]

@@ -193,6 +193,7 @@ class SimConfig(ConfigTimeModel):
     kv_cache_dtype: str = default("kv_cache_dtype")
     quantization: str | None = default("quantization")
     enforce_eager: bool = default("enforce_eager")
+    language_model_only: bool = default("language_model_only")
     cudagraph_memory_bytes: int | None = default("cudagraph_memory_bytes")
     activation_reserve_bytes: int | None = default("activation_reserve_bytes")
     calibration: str | None = default("calibration")
@@ -387,6 +388,7 @@ class SimConfig(ConfigTimeModel):
             max_model_len=self.max_model_len,
             quantization=self.quantization,
             enforce_eager=self.enforce_eager,
+            language_model_only=self.language_model_only,
             cudagraph_memory_bytes=self.cudagraph_memory_bytes,
             data_parallel_size=self.data_parallel_size,
             enable_expert_parallel=self.enable_expert_parallel,

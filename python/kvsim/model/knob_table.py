@@ -517,6 +517,12 @@ KNOBS: dict[str, Knob] = {
         "bool",
         "vLLM's --enforce-eager: no CUDA graphs, so no CUDA-graph memory is kept from the KV cache",
     ),
+    "language_model_only": Knob(
+        False,
+        "bool",
+        "vLLM's --language-model-only: a multimodal checkpoint's vision and audio towers are not loaded (every "
+        "modality's limit 0), so their weights are not kept from the KV cache",
+    ),
     "cudagraph_memory_bytes": Knob(
         None,
         "bytes",

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.encoders import Tower
 from kvsim.model.hf_layers import layers_from_hf_config
 from kvsim.model.layers import FULL, Layer
 
@@ -82,8 +83,12 @@ class Model:
         config_json: the Hugging Face config fields the model was built from (JSON), so that
             `with_quantization` can price them again; empty for the 2024 presets.
         encoders: the checkpoint's other towers vLLM loads and profiles beside the language model
-            (`vision`, `audio`: its config's `vision_config` / `audio_config`), which kvsim does not count
-            (DESIGN.md §Defaults and sizing, "Checked against real logs").
+            (`vision`, `audio`: its config's `vision_config` / `audio_config`).
+        towers: those of them kvsim counts (`kvsim.model.encoders.Tower`, in bytes: the parameters
+            tensor parallelism splits and those every GPU holds whole, in the checkpoint's dtype).
+        uncounted: why each of the others is not counted (`vision: kvsim does not count ...`).
+        rope_cache_bytes: the rotary embeddings' cos/sin caches vLLM builds at load (every GPU holds
+            them whole; `kvsim.model.rope`).
         row_inputs: each module group's row-parallel input widths, with the group size of the
             quantization whose kernels need whole groups on every rank (AWQ, compressed-tensors' int
             groups; 0 for none): what tensor parallelism must divide (`kvsim.model.sizing`); empty for the
@@ -115,6 +120,9 @@ class Model:
     config_json: str = dataclasses.field(default="", compare=False, repr=False)
     row_inputs: tuple[tuple[str, int, int], ...] = dataclasses.field(default=(), compare=False, repr=False)
     encoders: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    towers: tuple[Tower, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    uncounted: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    rope_cache_bytes: int = dataclasses.field(default=0, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         dtype_bits(self.weight_dtype)
@@ -187,6 +195,13 @@ class Model:
             return self.weight_bytes
         return -(-self.num_params * dtype_bits(self.weight_dtype) // 8)
 
+    @property
+    def loaded_bytes(self) -> int:
+        """Bytes vLLM's "Model loading took X GiB" counts (the weights memory it keeps out of the KV
+        cache): the language model's weights (`param_bytes`), the towers it counts (`towers`) and the
+        rotary caches (`rope_cache_bytes`). Of a model `kvsim.model.shard.shard` split, one GPU's."""
+        return self.param_bytes + sum(t.total for t in self.towers) + self.rope_cache_bytes
+
     def with_kv_dtype(self, kv_dtype: str) -> Model:
         """The same model with its KV cache stored as `kv_dtype` (e.g. `"fp8"`; vLLM's and Hugging Face's
         spellings such as `"bfloat16"` are taken too)."""
@@ -217,7 +232,14 @@ class Model:
         import json
 
         rebuilt = _from_dict(json.loads(self.config_json), self.name, self.source, self.source, quantization)
-        return dataclasses.replace(rebuilt, layers=self.layers, encoders=self.encoders)
+        return dataclasses.replace(
+            rebuilt,
+            layers=self.layers,
+            encoders=self.encoders,
+            towers=self.towers,
+            uncounted=self.uncounted,
+            rope_cache_bytes=self.rope_cache_bytes,
+        )
 
 
 def _dense(
@@ -233,6 +255,12 @@ def _dense(
     source: str,
     dtype: str = "fp16",
 ) -> Model:
+    from kvsim.model import rope
+
+    # (OPT's positions are learned weights; the others rotate their whole heads, `default` RoPE)
+    rope_bytes = (
+        0 if name.startswith("opt") else rope.default_bytes(max_len, hidden // heads, dtype_bits(dtype))
+    )
     return Model(
         name=name,
         num_layers=layers,
@@ -248,6 +276,7 @@ def _dense(
         weight_dtype=dtype,
         kv_dtype=dtype,
         source=source,
+        rope_cache_bytes=rope_bytes,
     )
 
 
@@ -403,6 +432,8 @@ MODELS: dict[str, Model] = {
             kv_lora_rank=512,
             qk_rope_head_dim=64,
             source=_HF.format("deepseek-ai/DeepSeek-V3"),
+            # (YaRN, 4,096 original positions × 40, of the 64 rotated features, in bf16: kvsim.model.rope)
+            rope_cache_bytes=4096 * 40 * 64 * 2,
         ),
     )
 }
@@ -721,10 +752,12 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
 
     from kvsim.model import quant
     from kvsim.model.params import param_breakdown
+    from kvsim.model.rope import cache_bytes as rope_cache_bytes
 
     path = where
     p = source
     encoders = tuple(e for e in ("vision", "audio") if isinstance(cfg.get(f"{e}_config"), dict))
+    wrapper = cfg
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model inside
         cfg = {**cfg, **cfg["text_config"]}
 
@@ -782,6 +815,8 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         # auto` (`vllm/config/model.py` `_resolve_auto_dtype`, "Downcast for float32 models"): bfloat16 on
         # CUDA GPUs of compute capability 8.0 and up and on ROCm, float16 before (the same two bytes).
         dtype = "bf16"
+    towers, uncounted = _towers(wrapper, encoders, hidden, dtype_bits(dtype))
+    rope_bytes = rope_cache_bytes(cfg, head_dim, dtype_bits(dtype), str(path))
     checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}")
     if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
         checkpoint = quant.deepseek_v4(checkpoint, cfg, f"model {str(path)!r}")
@@ -828,8 +863,31 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         config_json=json.dumps({k: cfg[k] for k in _KEPT_FIELDS if k in cfg}, sort_keys=True),
         row_inputs=tuple((g, cols, quant.shard_group(q, g)) for g, cols in b.row_inputs()),
         encoders=encoders,
+        towers=towers,
+        uncounted=uncounted,
+        rope_cache_bytes=rope_bytes,
     )
     return model
+
+
+def _towers(
+    wrapper: dict[str, Any], encoders: tuple[str, ...], text_hidden: int, bits: int
+) -> tuple[tuple[Tower, ...], tuple[str, ...]]:
+    """The towers of `wrapper`'s `encoders` kvsim counts, priced at `bits` a parameter (the checkpoint's
+    dtype, in which vLLM loads them), and why each of the others is not counted."""
+    import dataclasses as dc
+
+    from kvsim.model.encoders import Uncounted, tower
+
+    counted, why = [], []
+    for name in encoders:
+        try:
+            t = tower(wrapper, name, text_hidden)
+        except Uncounted as exc:
+            why.append(f"{name}: {exc}")
+            continue
+        counted.append(dc.replace(t, split=t.split * bits // 8, whole=t.whole * bits // 8))
+    return tuple(counted), tuple(why)
 
 
 def _add_catalogue() -> None:

@@ -64,4 +64,5 @@ def shard(m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int) -> Mo
         num_params=-(-m.num_params // tp),
         num_active_params=-(-m.num_active_params // tp),
         weight_bytes=-(-m.weight_bytes // tp),
+        towers=tuple(dataclasses.replace(t, split=-(-t.split // tp)) for t in m.towers),
     )

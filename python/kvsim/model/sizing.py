@@ -175,6 +175,9 @@ class PoolSizing:
         non_torch_bytes, cudagraph_bytes: the other non-KV terms of the GPU sizing (`kvsim.model.memory`);
             None when `activation_reserve_bytes` was a measured total.
         figures: vLLM's four start-up figures (`kvsim.model.memory.StartupFigures`), or None without a model.
+        tower_bytes: one GPU's share of a multimodal checkpoint's towers kvsim counts (part of the weights),
+            or None without a model.
+        rope_cache_bytes: the rotary caches every GPU holds (part of the weights), or None without a model.
     """
 
     num_blocks: int
@@ -193,6 +196,8 @@ class PoolSizing:
     non_torch_bytes: int | None = None
     cudagraph_bytes: int | None = None
     figures: StartupFigures | None = None
+    tower_bytes: int | None = None
+    rope_cache_bytes: int | None = None
 
     @property
     def tokens(self) -> int:
@@ -291,6 +296,7 @@ def size_pool(
     max_model_len: int | None = None,
     quantization: str | None = None,
     enforce_eager: bool = False,
+    language_model_only: bool = False,
     cudagraph_memory_bytes: int | None = None,
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
@@ -301,7 +307,9 @@ def size_pool(
     KV-cache group's layers' pages (for a model of full-attention layers, `block_size` × its KV bytes per
     token), as vLLM's `get_kv_cache_config_from_groups` cuts them. From a GPU, the KV memory is vLLM's
     (`kvsim.model.memory`): the share of device memory less the weights (`quantization`: vLLM's
-    `--quantization`), the activation peak, non-torch memory and CUDA graphs (none with `enforce_eager`).
+    `--quantization`; a multimodal checkpoint's towers, `kvsim.model.encoders`, unless
+    `language_model_only`; the rotary caches, `kvsim.model.rope`), the activation peak, non-torch memory
+    and CUDA graphs (none with `enforce_eager`).
     With a model the result carries vLLM's four start-up figures (`PoolSizing.figures`).
 
     Raises:
@@ -311,6 +319,8 @@ def size_pool(
             knob that gave them).
     """
     base = resolve_model(model).with_quantization(quantization) if model is not None else None
+    if base is not None and language_model_only:
+        base = dataclasses.replace(base, encoders=(), towers=(), uncounted=())
     m = shard(base, kv_cache_dtype, tensor_parallel_size) if base is not None else None
     gpu_weights = None  # one GPU's weights where they are not weights / tp: expert parallelism, padding
     expert_parallel = bool(enable_expert_parallel and base is not None and base.num_experts)
@@ -345,6 +355,8 @@ def size_pool(
         "kv_bytes_per_token": m.kv_bytes_per_token if m else None,
         "tensor_parallel_size": tp,
         "layout": layout,
+        "tower_bytes": sum(t.total for t in m.towers) if m else None,
+        "rope_cache_bytes": m.rope_cache_bytes if m else None,
     }
     context = max_model_len if max_model_len is not None else (m.max_model_len if m else 0)
     in_flight = 2 * max_num_batched_tokens  # vLLM's async scheduling keeps two batches in flight
@@ -354,7 +366,7 @@ def size_pool(
             return None
         concurrency = layout.max_concurrency(vllm_blocks, context, in_flight)
         return StartupFigures(
-            m.param_bytes, available, int(concurrency * context), context, concurrency, vllm_blocks
+            m.loaded_bytes, available, int(concurrency * context), context, concurrency, vllm_blocks
         )
 
     nonkv = None
@@ -373,7 +385,7 @@ def size_pool(
         )
         if num_blocks is not None:
             budget = math.floor(g.memory_bytes * gpu_memory_utilization)
-            available = budget - m.param_bytes - nonkv.total
+            available = budget - m.loaded_bytes - nonkv.total
     if num_blocks is not None:
         return PoolSizing(
             num_blocks=num_blocks, source="num_blocks", figures=figures(num_blocks, available), **common
@@ -415,7 +427,7 @@ def size_pool(
         gpu=g.name,
         gpu_memory_utilization=gpu_memory_utilization,
         memory_bytes=g.memory_bytes,
-        weight_bytes=m.param_bytes,
+        weight_bytes=m.loaded_bytes,
         activation_reserve_bytes=nonkv.activation,
         kv_cache_bytes=kv,
         non_torch_bytes=None if nonkv.measured else nonkv.non_torch,
@@ -506,7 +518,7 @@ def available_kv_bytes(
             f"activation_reserve_bytes {activation_reserve_bytes} must not be negative"
         )
     budget = math.floor(g.memory_bytes * gpu_memory_utilization)
-    left = budget - m.param_bytes - activation_reserve_bytes
+    left = budget - m.loaded_bytes - activation_reserve_bytes
     if left <= 0:
         per_gpu = f" per GPU (tensor_parallel_size {tp})" if tp > 1 else ""
         if breakdown is None:
@@ -514,7 +526,7 @@ def available_kv_bytes(
         else:
             act, non_torch, graphs = breakdown
             others = f"{fmt_bytes(act)} of activations − {fmt_bytes(non_torch)} non-torch − {fmt_bytes(graphs)} CUDA graphs"
-        if m.param_bytes > g.memory_bytes:
+        if m.loaded_bytes > g.memory_bytes:
             vllm = (
                 "vLLM: Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization to free "
                 "memory for weights, increasing --tensor-parallel-size, or using --quantization"
@@ -527,7 +539,7 @@ def available_kv_bytes(
             )
         raise InvalidArgumentError(
             f"model {m.name} does not fit on {g.name}: {gpu_memory_utilization:.2f} × {fmt_bytes(g.memory_bytes)} = "
-            f"{fmt_bytes(budget)} usable − {fmt_bytes(m.param_bytes)} of weights{per_gpu} − "
+            f"{fmt_bytes(budget)} usable − {fmt_bytes(m.loaded_bytes)} of weights{per_gpu} − "
             f"{others} leaves {fmt_bytes(left)} for the KV cache. {vllm}"
         )
     return left
