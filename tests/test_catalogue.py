@@ -12,7 +12,7 @@ import pytest
 
 import kvsim
 from kvsim.errors import InvalidArgumentError
-from kvsim.model import catalogue, gpus, memory, models, quant, sizing
+from kvsim.model import catalogue, gpus, hf_config, memory, models, quant, sizing
 from kvsim.model.layers import kv_layout
 from kvsim.model.sizing import size_pool
 
@@ -437,7 +437,7 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
     ):
         p = tmp_path / "q.json"
         p.write_text(json.dumps({**base, "quantization_config": qc}))
-        models._HF_CACHE.clear()
+        hf_config._HF_CACHE.clear()
         with pytest.raises(InvalidArgumentError, match=re.escape(needle)):
             models.from_hf_config(p)
 
@@ -456,7 +456,7 @@ def test_an_awq_group_size_that_splits_a_layers_inputs_is_refused(tmp_path):
         path.write_text(
             json.dumps({**cfg, "quantization_config": {**cfg["quantization_config"], "group_size": group}})
         )
-        models._HF_CACHE.clear()
+        hf_config._HF_CACHE.clear()
         if kept:
             assert models.from_hf_config(path).quantization.startswith("awq: attn int4")
             continue
@@ -466,7 +466,7 @@ def test_an_awq_group_size_that_splits_a_layers_inputs_is_refused(tmp_path):
             models.from_hf_config(path)
     qc = {**cfg["quantization_config"], "group_size": 7, "modules_to_not_convert": ["visual"]}
     path.write_text(json.dumps({**cfg, "quantization_config": qc}))
-    models._HF_CACHE.clear()
+    hf_config._HF_CACHE.clear()
     with pytest.raises(InvalidArgumentError, match="group_size 7 does not divide"):
         models.from_hf_config(path)
     qc = {
@@ -475,14 +475,14 @@ def test_an_awq_group_size_that_splits_a_layers_inputs_is_refused(tmp_path):
         "modules_to_not_convert": ["model.layers.3.mlp.down_proj"],
     }
     path.write_text(json.dumps({**cfg, "quantization_config": qc}))
-    models._HF_CACHE.clear()
+    hf_config._HF_CACHE.clear()
     assert "group 7" in models.from_hf_config(path).quantization
     kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)  # (nor split-checked)
     # compressed-tensors with llm-compressor's ignore list: checked at tp 1 as at tp 2.
     base = json.loads((HF / "llama-3.1-8b.json").read_text())
     ct = _ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 7}, ignore=["lm_head"])
     path.write_text(json.dumps({**base, "quantization_config": ct}))
-    models._HF_CACHE.clear()
+    hf_config._HF_CACHE.clear()
     with pytest.raises(
         InvalidArgumentError, match=re.escape("weights.group_size 7 does not divide the 4096")
     ):
@@ -499,7 +499,7 @@ def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
     awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**cfg, "quantization_config": awq}))
-    models._HF_CACHE.clear()
+    hf_config._HF_CACHE.clear()
     kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB")
     for tp in (2, 4, 8):
         with pytest.raises(
@@ -507,23 +507,23 @@ def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
         ):
             kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=tp)
     path.write_text(json.dumps({**cfg, "intermediate_size": 29696, "quantization_config": awq}))
-    models._HF_CACHE.clear()
+    hf_config._HF_CACHE.clear()
     for tp in (2, 4, 8):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=tp)
     # GPTQ loads a split group (its scales then wrong): not refused.
     gptq = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
     path.write_text(json.dumps({**cfg, "quantization_config": gptq}))
-    models._HF_CACHE.clear()
+    hf_config._HF_CACHE.clear()
     kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
     # Unquantized: the split only has to be even.
     path.write_text(json.dumps({**cfg, "intermediate_size": 29570}))
-    models._HF_CACHE.clear()
+    hf_config._HF_CACHE.clear()
     kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
     with pytest.raises(InvalidArgumentError, match='vLLM: "29570 is not divisible by 4"'):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=4)
     # KV heads: 8 split over 2, 4 or 8, replicated over 16; 6 over 4 neither.
     path.write_text(json.dumps({**cfg, "num_attention_heads": 48, "num_key_value_heads": 6}))
-    models._HF_CACHE.clear()
+    hf_config._HF_CACHE.clear()
     kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
     with pytest.raises(InvalidArgumentError, match="6 KV heads neither divide among 4 GPUs nor replicate"):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=4)
@@ -539,7 +539,7 @@ def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
     ):
         text = {**g4["text_config"], "num_global_key_value_heads": global_kv}
         path.write_text(json.dumps({**g4, "text_config": text}))
-        models._HF_CACHE.clear()
+        hf_config._HF_CACHE.clear()
         if needle is None:
             kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=tp)
         else:
@@ -547,7 +547,7 @@ def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
                 kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=tp)
     text = {**g4["text_config"], "num_global_key_value_heads": 3, "num_attention_heads": 48}
     path.write_text(json.dumps({**g4, "text_config": text}))
-    models._HF_CACHE.clear()
+    hf_config._HF_CACHE.clear()
     kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB")
     with pytest.raises(InvalidArgumentError, match="3 KV heads neither divide among 2 GPUs"):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
@@ -951,7 +951,7 @@ def test_minimax_m2_is_full_attention_moe_in_fp8_blocks():
     assert (m.num_active_params - embeds) / 1e9 == pytest.approx(10, rel=0.05)
     bad = {**json.loads((HF / "minimax-m2.json").read_text()), "attn_type_list": [0] + [1] * 61}
     with pytest.raises(InvalidArgumentError, match="attn_type_list"):
-        models._from_dict(bad, "m", "m", "m", None)
+        hf_config._from_dict(bad, "m", "m", "m", None)
 
 
 def test_deepseek_v4_caches_and_groups_from_first_principles():
@@ -1020,7 +1020,7 @@ def test_deepseek_v4_weights_and_refusals():
     experts = 43 * 256 * 3 * 2048 * 4096
     mxfp4 = experts // 2 + experts // 32  # 4-bit values + one E8M0 byte per 32
     fp8_experts = {**json.loads((HF / "deepseek-v4-flash.json").read_text()), "expert_dtype": "fp8"}
-    m8 = models._from_dict(fp8_experts, "v4", "v4", "v4", None)
+    m8 = hf_config._from_dict(fp8_experts, "v4", "v4", "v4", None)
     block_scales = 43 * 256 * 3 * (2048 // 128) * (4096 // 128) * 4
     assert m8.weight_bytes - m.weight_bytes == experts + block_scales - mxfp4
     base = json.loads((HF / "deepseek-v4-flash.json").read_text())
@@ -1036,10 +1036,10 @@ def test_deepseek_v4_weights_and_refusals():
         ),
     ):
         with pytest.raises(InvalidArgumentError, match=match):
-            models._from_dict({**base, **change}, "v4", "v4", "v4", None)
+            hf_config._from_dict({**base, **change}, "v4", "v4", "v4", None)
     no_ratios = {k: v for k, v in base.items() if k != "compress_ratios"}
     with pytest.raises(InvalidArgumentError, match="compress_ratios"):
-        models._from_dict(no_ratios, "v4", "v4", "v4", None)
+        hf_config._from_dict(no_ratios, "v4", "v4", "v4", None)
     with pytest.raises(InvalidArgumentError, match="hybrid_kv_cache_manager"):
         kv_layout(m, 16, hybrid_kv_cache_manager="off")
     with pytest.raises(InvalidArgumentError, match="block_size 32"):
@@ -1074,12 +1074,12 @@ def test_gemma_4_unmodelled_layers_are_refused_by_name():
     are refused, naming them."""
     chunked = _gemma4_text(layer_types=["sliding_attention"] * 5 + ["chunked_attention"])
     with pytest.raises(InvalidArgumentError, match="'chunked_attention' is not"):
-        models._from_dict(chunked, "g4", "g4", "g4", None)
+        hf_config._from_dict(chunked, "g4", "g4", "g4", None)
     lone = _gemma4_text(num_kv_shared_layers=1)  # the one global layer is the last: nothing to read
     with pytest.raises(InvalidArgumentError, match="no earlier 'full_attention' layer"):
-        models._from_dict(lone, "g4", "g4", "g4", None)
+        hf_config._from_dict(lone, "g4", "g4", "g4", None)
     with pytest.raises(InvalidArgumentError, match="'layer_types' must list the 6 layers"):
-        models._from_dict(_gemma4_text(layer_types=None), "g4", "g4", "g4", None)
+        hf_config._from_dict(_gemma4_text(layer_types=None), "g4", "g4", "g4", None)
 
 
 def test_gemma_4_e4b_per_layer_embeddings_and_shared_kv_by_hand():
@@ -1092,7 +1092,7 @@ def test_gemma_4_e4b_per_layer_embeddings_and_shared_kv_by_hand():
     assert m.kv_bytes_per_token == 20 * 2 * 2 * 256 * 2 + 4 * 2 * 2 * 512 * 2
     published = json.loads((HF / "gemma-4-e4b.json").read_text())
     published["text_config"]["hidden_size_per_layer_input"] = 0
-    without = models._from_dict(published, "x", "x", "x", None)
+    without = hf_config._from_dict(published, "x", "x", "x", None)
     ple = 262144 * 42 * 256 + 2560 * 42 * 256 + 42 * (2 * 2560 * 256 + 2560) + 256
     assert m.num_params - without.num_params == ple
     # The model card's 4.5B "effective" parameters: everything but the per-layer table (and the encoders).
@@ -1108,8 +1108,8 @@ def test_gemma_4_kv_shared_layers_keep_no_cache_and_double_their_mlp():
     of their own), have only q and o projections and q_norm, and under `use_double_wide_mlp` an MLP twice
     as wide; without `attention_k_eq_v` a global layer keeps `num_key_value_heads`."""
     types = ["sliding_attention", "full_attention"] * 3
-    base = models._from_dict(_gemma4_text(layer_types=types), "a", "a", "a", None)
-    m = models._from_dict(
+    base = hf_config._from_dict(_gemma4_text(layer_types=types), "a", "a", "a", None)
+    m = hf_config._from_dict(
         _gemma4_text(layer_types=types, num_kv_shared_layers=2, use_double_wide_mlp=True), "b", "b", "b", None
     )
     assert [lay.kind for lay in m.layers] == ["sliding_window", "full"] * 2 + ["shared"] * 2
@@ -1118,7 +1118,7 @@ def test_gemma_4_kv_shared_layers_keep_no_cache_and_double_their_mlp():
     # The two shared layers lose k, v and k_norm and gain a second MLP's width (3 x 128 x 64 each).
     kv_weights = 64 * (2 * 4 * 32 + 2 * 2 * 64) + 32 + 64
     assert m.num_params - base.num_params == 2 * 3 * 128 * 64 - kv_weights
-    plain = models._from_dict(_gemma4_text(layer_types=types, attention_k_eq_v=False), "c", "c", "c", None)
+    plain = hf_config._from_dict(_gemma4_text(layer_types=types, attention_k_eq_v=False), "c", "c", "c", None)
     assert {lay.num_kv_heads for lay in plain.layers} == {4}
     assert {lay.head_dim for lay in plain.layers if lay.kind == "full"} == {64}
 
@@ -1158,7 +1158,7 @@ def test_gemma_4_26b_a4b_counts_the_moe_block_beside_the_mlp():
     assert m.num_params - m.num_active_params == experts - experts * 8 // 128
     published = json.loads((HF / "gemma-4-26b-a4b.json").read_text())
     published["text_config"]["num_experts"] = None
-    no_moe = models._from_dict(published, "x", "x", "x", None)
+    no_moe = hf_config._from_dict(published, "x", "x", "x", None)
     # Without the MoE block: the experts, the router (matrix, scale, per-expert scale) and three norms go.
     assert m.num_params - no_moe.num_params == experts + 30 * (128 * 2816 + 2816 + 128 + 3 * 2816)
 
@@ -1215,11 +1215,11 @@ def test_qwen3_5_keeps_its_recurrent_state_in_mamba_ssm_dtype():
         "dtype": "bfloat16",
         "mamba_ssm_dtype": "float32",
     }
-    m = models._from_dict({"model_type": "qwen3_5_moe", "text_config": text}, "q", "q", "q", None)
+    m = hf_config._from_dict({"model_type": "qwen3_5_moe", "text_config": text}, "q", "q", "q", None)
     st = m.layers[0].state
     assert st is not None
     assert st.page_bytes(1, 16) == 8192 * 3 * 2 + 32 * 128 * 128 * 4
-    plain = models._from_dict({**text, "mamba_ssm_dtype": None}, "q", "q", "q", None)
+    plain = hf_config._from_dict({**text, "mamba_ssm_dtype": None}, "q", "q", "q", None)
     st2 = plain.layers[0].state
     assert st2 is not None
     assert st2.page_bytes(1, 16) == 8192 * 3 * 2 + 32 * 128 * 128 * 2

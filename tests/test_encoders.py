@@ -19,7 +19,7 @@ import pytest
 
 import kvsim
 from kvsim.cli import main
-from kvsim.model import catalogue, encoders, models, rope
+from kvsim.model import catalogue, encoders, hf_config, models, rope
 from kvsim.model.shard import shard
 
 HF = Path(__file__).parent / "data" / "hf"
@@ -215,4 +215,4 @@ def test_a_rope_field_vllm_cannot_take_is_refused_by_name(fields, named):
 
     cfg = {**json.loads((HF / "qwen3-8b.json").read_text()), **fields}
     with pytest.raises(InvalidArgumentError, match=named):
-        models._from_dict(cfg, "t", "t", "t", None)
+        hf_config._from_dict(cfg, "t", "t", "t", None)

@@ -12,7 +12,7 @@ import pytest
 
 import kvsim
 from kvsim.errors import InvalidArgumentError
-from kvsim.model import catalogue, gpus, models, sizing
+from kvsim.model import catalogue, gpus, hf_config, models, sizing
 
 GIB = 1 << 30
 
@@ -349,7 +349,7 @@ def test_hf_sizes_of_zero_are_refused_by_name(tmp_path, field):
 def test_hf_qwen3_moe_without_experts_is_dense():
     """vLLM's Qwen3-MoE builds a dense MLP where `num_experts` is 0 (`config.num_experts > 0`): kept."""
     cfg = json.loads((HF / "qwen3-30b-a3b.json").read_text())
-    m = models._from_dict({**cfg, "num_experts": 0}, "q", "q", "q", None)
+    m = hf_config._from_dict({**cfg, "num_experts": 0}, "q", "q", "q", None)
     assert (m.num_experts, m.num_params == m.num_active_params) == (0, True)
 
 
@@ -444,16 +444,16 @@ def test_an_mla_latent_of_zero_is_refused_not_read_as_ordinary_attention():
     against 7.9); vLLM reads any latent given (`kv_lora_rank is not None`), and none is 0 wide."""
     cfg = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())
     with pytest.raises(InvalidArgumentError, match="'kv_lora_rank' 0 must be a whole number of at least 1"):
-        models._from_dict({**cfg, "kv_lora_rank": 0}, "k", "k", "k", None)
-    assert models._from_dict({**cfg, "kv_lora_rank": 512}, "k", "k", "k", None).kv_lora_rank == 512
+        hf_config._from_dict({**cfg, "kv_lora_rank": 0}, "k", "k", "k", None)
+    assert hf_config._from_dict({**cfg, "kv_lora_rank": 512}, "k", "k", "k", None).kv_lora_rank == 512
 
 
 def test_a_float32_checkpoint_is_served_in_two_bytes_as_vllm_serves_it():
     """vLLM's `--dtype auto` downcasts a float32 checkpoint (`_resolve_auto_dtype`): kvsim counted its
     weights and KV cache at four bytes, twice what vLLM allocates."""
     cfg = json.loads((HF / "llama-3-8b.json").read_text())
-    half = models._from_dict({**cfg, "torch_dtype": "bfloat16"}, "a", "a", "a", None)
-    full = models._from_dict({**cfg, "torch_dtype": "float32"}, "b", "b", "b", None)
+    half = hf_config._from_dict({**cfg, "torch_dtype": "bfloat16"}, "a", "a", "a", None)
+    full = hf_config._from_dict({**cfg, "torch_dtype": "float32"}, "b", "b", "b", None)
     assert full.kv_bytes_per_token == half.kv_bytes_per_token
     assert full.param_bytes == half.param_bytes
 
@@ -477,11 +477,11 @@ def test_the_context_follows_vllms_rope_scaling(rope, extra, context):
     original context); kvsim read no RoPE scaling (`_get_and_verify_max_len`)."""
     cfg = json.loads((HF / "llama-3-8b.json").read_text())
     cfg = {**cfg, "rope_scaling": rope, **extra}
-    assert models._from_dict(cfg, "r", "r", "r", None).max_model_len == context
+    assert hf_config._from_dict(cfg, "r", "r", "r", None).max_model_len == context
 
 
 @pytest.mark.parametrize("rope", ["linear", {"rope_type": "linear", "factor": "x"}, {"rope_type": 3}])
 def test_a_rope_scaling_kvsim_cannot_read_is_refused_by_name(rope):
     cfg = {**json.loads((HF / "llama-3-8b.json").read_text()), "rope_scaling": rope}
     with pytest.raises(InvalidArgumentError, match="field 'rope_scaling"):
-        models._from_dict(cfg, "r", "r", "r", None)
+        hf_config._from_dict(cfg, "r", "r", "r", None)

@@ -3,7 +3,7 @@
 Each entry holds the fields of the model's Hugging Face `config.json` that kvsim reads (copied from the
 file at the URL in its comment; `tests/data/hf/<name>.json` keeps the published files and
 `tests/test_catalogue.py` checks every entry against them field by field), and is turned into a
-`kvsim.model.models.Model` by the same code as `--model config.json` (`models._from_dict`), so a preset
+`kvsim.model.models.Model` by the same code as `--model config.json` (`hf_config._from_dict`), so a preset
 and its checkpoint's config give the same answers. Names are the Hugging Face id's last part, lower-cased;
 `ALIASES` maps the instruct / chat ids onto the same architecture. Models whose layers are not all full
 attention carry `layers=` (`kvsim.model.layers.Layer`), built here from the same config fields
@@ -773,7 +773,7 @@ WRAPPERS: dict[str, dict[str, Any]] = {
 
 def presets() -> dict[str, Any]:
     """The catalogue's `Model`s by name."""
-    from kvsim.model.models import _from_dict
+    from kvsim.model.hf_config import _from_dict
 
     out = {}
     for name, (hf_id, fields) in ENTRIES.items():

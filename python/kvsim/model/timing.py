@@ -289,7 +289,7 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
     (fp8 checkpoints and vLLM's online fp8 at the fp8 rate, NVFP4 at the fp4 rate, the rest at bf16:
     weight-only formats such as AWQ, GPTQ and MXFP4 dequantize to bf16)."""
     from kvsim.model import quant
-    from kvsim.model.models import _HF_DTYPES, dtype_bits
+    from kvsim.model.architecture import _HF_DTYPES, dtype_bits
     from kvsim.model.params import GROUPS, param_breakdown
 
     if model.config_json:

@@ -1,0 +1,249 @@
+"""The `Model` type: one transformer's memory-relevant architecture, and the dtypes it is priced in.
+
+KV bytes per token = `coef · num_layers · kv_width · dtype_bytes`, where `coef = 2` (a K and a V vector)
+and `kv_width = num_kv_heads · head_dim` for multi-head, grouped-query and multi-query attention (the
+KV heads, not the attention heads), and `coef = 1`, `kv_width = kv_lora_rank + qk_rope_head_dim` for
+multi-head latent attention (DeepSeek-V2/V3 cache one compressed latent plus the decoupled RoPE key per
+layer). The KV dtype may differ from the weights' (fp8 KV cache): `with_kv_dtype("fp8")`. Where Models come
+from: the presets (`kvsim.model.models`, `kvsim.model.catalogue`) and config files (`kvsim.model.hf_config`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.encoders import Tower
+from kvsim.model.layers import FULL, Layer
+
+# Bits per element, so sub-byte formats (int4 weights) stay exact in integer arithmetic.
+DTYPE_BITS: dict[str, int] = {
+    "fp32": 32,
+    "fp16": 16,
+    "bf16": 16,
+    "fp8": 8,
+    "fp8_e4m3": 8,
+    "fp8_e5m2": 8,
+    "int8": 8,
+    "int4": 4,
+    "fp4": 4,
+}
+
+
+def dtype_bits(dtype: str) -> int:
+    """Bits per element of `dtype` (a key of `DTYPE_BITS`).
+
+    Raises:
+        InvalidArgumentError: an unknown dtype, naming the known ones.
+    """
+    try:
+        return DTYPE_BITS[dtype]
+    except KeyError:
+        raise InvalidArgumentError(f"unknown dtype {dtype!r}; known: {sorted(DTYPE_BITS)}") from None
+
+
+_HF_DTYPES = {
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "float32": "fp32",
+    "float": "fp32",
+    "float8_e4m3fn": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2",
+}
+
+
+@dataclass(frozen=True)
+class Model:
+    """One transformer's memory-relevant architecture.
+
+    Attributes:
+        name: preset name (lower case, dashed).
+        num_layers: decoder layers.
+        hidden_size: model width.
+        num_attention_heads: query heads.
+        num_kv_heads: key/value heads (fewer than query heads under GQA/MQA).
+        head_dim: width of one head.
+        intermediate_size: MLP width (dense layers).
+        vocab_size: embedding rows.
+        num_params: total parameters (what the weights occupy).
+        num_active_params: parameters touched per token (differs from `num_params` for MoE).
+        max_model_len: default context length of the published config.
+        weight_dtype: dtype of the weights as served.
+        kv_dtype: dtype of the KV cache.
+        kv_lora_rank: MLA latent width (0 for non-MLA models).
+        qk_rope_head_dim: MLA decoupled RoPE key width (0 for non-MLA models).
+        source: where the numbers come from.
+        layers: each decoder layer's cache (`kvsim.model.layers.Layer`: full attention, sliding window,
+            chunked local, Mamba state, shared); empty: `num_layers` full-attention layers.
+        weight_bytes: bytes the weights take as vLLM loads them, scales and zero points included
+            (`kvsim.model.quant`); 0: `num_params` x `weight_dtype`.
+        quantization: vLLM's quantization method of the weights (`""`: none), with what it quantizes.
+        num_experts, experts_per_token, expert_ffn: the routed experts (0 for a dense model).
+        config_json: the Hugging Face config fields the model was built from (JSON), so that
+            `with_quantization` can price them again; empty for the 2024 presets.
+        encoders: the checkpoint's other towers vLLM loads and profiles beside the language model
+            (`vision`, `audio`: its config's `vision_config` / `audio_config`).
+        towers: those of them kvsim counts (`kvsim.model.encoders.Tower`, in bytes: the parameters
+            tensor parallelism splits and those every GPU holds whole, in the checkpoint's dtype).
+        uncounted: why each of the others is not counted (`vision: kvsim does not count ...`).
+        rope_cache_bytes: the rotary embeddings' cos/sin caches vLLM builds at load (every GPU holds
+            them whole; `kvsim.model.rope`).
+        row_inputs: each module group's row-parallel input widths, with the group size of the
+            quantization whose kernels need whole groups on every rank (AWQ, compressed-tensors' int
+            groups; 0 for none): what tensor parallelism must divide (`kvsim.model.sizing`); empty for the
+            2024 presets.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    num_params: int
+    num_active_params: int
+    max_model_len: int
+    weight_dtype: str = "fp16"
+    kv_dtype: str = "fp16"
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    source: str = ""
+    layers: tuple[Layer, ...] = ()
+    weight_bytes: int = 0
+    quantization: str = ""
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_ffn: int = 0
+    config_json: str = dataclasses.field(default="", compare=False, repr=False)
+    row_inputs: tuple[tuple[str, int, int], ...] = dataclasses.field(default=(), compare=False, repr=False)
+    encoders: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    towers: tuple[Tower, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    uncounted: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    rope_cache_bytes: int = dataclasses.field(default=0, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        dtype_bits(self.weight_dtype)
+        dtype_bits(self.kv_dtype)
+        if self.layers and len(self.layers) != self.num_layers:
+            raise InvalidArgumentError(
+                f"model {self.name}: {len(self.layers)} layer specs for {self.num_layers} layers"
+            )
+        for field in ("num_layers", "num_kv_heads", "head_dim", "num_params", "num_active_params"):
+            if getattr(self, field) < 1:
+                raise InvalidArgumentError(f"{field} {getattr(self, field)} must be at least 1")
+
+    @property
+    def is_mla(self) -> bool:
+        """Whether the model caches an MLA latent instead of per-head K and V."""
+        return self.kv_lora_rank > 0
+
+    def layer_list(self) -> tuple[Layer, ...]:
+        """Every decoder layer's cache (`num_layers` full-attention layers when `layers` is empty)."""
+        return self.layers or (FULL,) * self.num_layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether some layer keeps other than full attention (sliding window, chunked, state, shared)."""
+        return any(layer.kind != "full" for layer in self.layers)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of KV cache one token occupies across all layers if every attention layer kept it (the
+        full-attention count; a hybrid model's pool is sized by `kvsim.model.layers.kv_layout`)."""
+        if self.is_mla:
+            # One latent per token in each attention layer (Kimi-Linear's KDA layers keep a state instead).
+            attention = sum(lay.kind != "mamba" and lay.kind != "shared" for lay in self.layer_list())
+            bits = attention * (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bits(self.kv_dtype)
+            return -(-bits // 8)
+        bits = 0
+        dsv4 = Fraction(0)
+        for layer in self.layer_list():
+            if layer.kind == "deepseek_v4":
+                # Every cache keeping every token (fp8_ds_mla; DESIGN.md §Hybrid attention): the latent
+                # entry, the compressed one per `ratio` tokens, the indexer's key per 4 tokens (ratio 4).
+                # Counted in bits per `ratio` tokens, exactly; rounded up once at the end.
+                r, idx = max(1, layer.compress_ratio), layer.index_head_dim
+                dsv4 += Fraction(584 * 8 * (r + 1), r) if r > 1 else 584 * 8
+                dsv4 += Fraction((idx + idx // 128 * 4) * 8, 4) if r == 4 else 0
+            if layer.kind in ("full", "sliding_window", "chunked_local"):
+                heads = layer.num_kv_heads or self.num_kv_heads
+                bits += 2 * heads * (layer.head_dim or self.head_dim) * dtype_bits(self.kv_dtype)
+        return -(-(bits + math.ceil(dsv4)) // 8)
+
+    @property
+    def quant_method(self) -> str:
+        """vLLM's quantization method of the weights (`quantization`'s name before its colon; `""`: none)."""
+        return self.quantization.split(":")[0]
+
+    @property
+    def model_type(self) -> str:
+        """The config's `model_type` (`""` for the 2024 presets, which keep no config fields)."""
+        try:
+            kept = json.loads(self.config_json) if self.config_json else {}
+        except ValueError:
+            return ""
+        return str(kept.get("model_type", ""))
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes the weights occupy as vLLM loads them: `weight_bytes` when known (quantized checkpoints,
+        scales included), else parameter count x weight dtype size."""
+        if self.weight_bytes:
+            return self.weight_bytes
+        return -(-self.num_params * dtype_bits(self.weight_dtype) // 8)
+
+    @property
+    def loaded_bytes(self) -> int:
+        """Bytes vLLM's "Model loading took X GiB" counts (the weights memory it keeps out of the KV
+        cache): the language model's weights (`param_bytes`), the towers it counts (`towers`) and the
+        rotary caches (`rope_cache_bytes`). Of a model `kvsim.model.shard.shard` split, one GPU's."""
+        return self.param_bytes + sum(t.total for t in self.towers) + self.rope_cache_bytes
+
+    def with_kv_dtype(self, kv_dtype: str) -> Model:
+        """The same model with its KV cache stored as `kv_dtype` (e.g. `"fp8"`; vLLM's and Hugging Face's
+        spellings such as `"bfloat16"` are taken too)."""
+        kv_dtype = _HF_DTYPES.get(kv_dtype, kv_dtype)
+        dtype_bits(kv_dtype)
+        return dataclasses.replace(self, kv_dtype=kv_dtype)
+
+    def with_weight_dtype(self, weight_dtype: str) -> Model:
+        """The same model with its weights stored as `weight_dtype` (e.g. `"int4"`)."""
+        dtype_bits(weight_dtype)
+        return dataclasses.replace(self, weight_dtype=weight_dtype, weight_bytes=0, quantization="")
+
+    def with_quantization(self, quantization: str | None) -> Model:
+        """The same model loaded with vLLM's `--quantization` (`fp8` quantizes an unquantized model's linear
+        layers at load time; another value must name the checkpoint's own method). None: unchanged.
+
+        Raises:
+            InvalidArgumentError: a value vLLM would refuse for this checkpoint, or a model without its
+                config fields (the 2024 presets: give their config.json).
+        """
+        if quantization is None:
+            return self
+        if not self.config_json:
+            raise InvalidArgumentError(
+                f"quantization {quantization!r}: model {self.name} keeps no config.json fields to quantize; give "
+                "its config.json (or a catalogue preset)"
+            )
+        from kvsim.model.hf_config import _from_dict  # (its reader builds Models: imported when used)
+
+        rebuilt = _from_dict(json.loads(self.config_json), self.name, self.source, self.source, quantization)
+        return dataclasses.replace(
+            rebuilt,
+            layers=self.layers,
+            encoders=self.encoders,
+            towers=self.towers,
+            uncounted=self.uncounted,
+            rope_cache_bytes=self.rope_cache_bytes,
+        )
+
+
+__all__ = ["DTYPE_BITS", "Model", "dtype_bits"]

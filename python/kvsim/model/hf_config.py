@@ -1,0 +1,382 @@
+"""A `Model` from a Hugging Face `config.json`: the local hub cache, the fields read, the checks.
+
+`from_hf_config` reads a file (or the folder holding one), `cached_config` finds a hub id's file in the
+local Hugging Face cache (nothing is downloaded); `_from_dict` is the one reader every preset of the
+catalogue goes through too (`kvsim.model.catalogue`), so a preset and its checkpoint's config give the same
+answers. Also reachable as `kvsim.model.models.from_hf_config` and friends, where they lived first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.architecture import _HF_DTYPES, Model, dtype_bits
+from kvsim.model.encoders import Tower
+from kvsim.model.hf_layers import layers_from_hf_config
+
+_HF_CACHE: dict[tuple[str, float, str | None, str | None], Model] = {}
+
+
+def hf_cache_dir() -> Path:
+    """Where the Hugging Face hub keeps downloaded repositories: `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else
+    `$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub` (huggingface_hub's own order)."""
+    import os
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "huggingface" / "hub"
+
+
+def _is_hub_id(text: str) -> bool:
+    """`org/name` as the Hugging Face hub spells a repository (one slash, no path-like parts)."""
+    import re
+
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", text) is not None and ".." not in text
+
+
+def cached_config(repo_id: str) -> Path | None:
+    """The `config.json` of hub repository `repo_id` in the local Hugging Face cache, or None: the snapshot
+    `refs/main` names, else the most recent snapshot holding one. Nothing is downloaded."""
+    repo = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+    snapshots = repo / "snapshots"
+    try:
+        ref = (repo / "refs" / "main").read_text().strip()
+    except OSError:
+        ref = ""
+    if ref and (snapshots / ref / "config.json").is_file():
+        return snapshots / ref / "config.json"
+    try:
+        found = [d / "config.json" for d in snapshots.iterdir() if (d / "config.json").is_file()]
+    except OSError:
+        return None
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def from_hf_config(path: str | Path, name: str | None = None, quantization: str | None = None) -> Model:
+    """A `Model` from a Hugging Face `config.json` (a file, or a folder holding one).
+
+    Read: `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads` (default: the
+    attention heads; `multi_query` gives 1), `head_dim` (default hidden / heads), `intermediate_size`
+    (`ffn_dim` for OPT), `vocab_size`, `max_position_embeddings`, `torch_dtype` (or `dtype`), MLA's
+    `kv_lora_rank` + `qk_rope_head_dim` (DeepSeek-V2/V3), and `quantization_config` (`kvsim.model.quant`:
+    fp8, MXFP4, NVFP4, AWQ, GPTQ, compressed-tensors). The parameter count is not in a config: it is
+    derived from these fields (`kvsim.model.params`: embeddings, tied or not; attention projections, MLA's
+    low-rank ones included; a gated MLP for Llama-like models, two matrices for OPT/GPT; mixture-of-experts
+    layers from `n_routed_experts` / `num_local_experts` / `num_experts`, `moe_intermediate_size`, shared
+    experts, `first_k_dense_replace`, `decoder_sparse_step`, `moe_layers`; active parameters from
+    `num_experts_per_tok`). A multimodal config's `text_config` is read (the vision tower is not counted).
+    The model's name is `name`, else the path. `quantization` is vLLM's `--quantization`.
+
+    Raises:
+        InvalidArgumentError: naming the file and the missing, invalid or unmodelled field.
+    """
+    import json
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        stamp = p.stat().st_mtime
+    except OSError as exc:
+        raise InvalidArgumentError(f"model {str(path)!r}: cannot read {p}: {exc.strerror}") from None
+    key = (str(p), stamp, name, quantization)
+    if key in _HF_CACHE:
+        return _HF_CACHE[key]
+    try:
+        cfg = json.loads(p.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidArgumentError(f"model {str(path)!r}: {p} is not a JSON config: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise InvalidArgumentError(f"model {str(path)!r}: {p} does not hold a JSON object")
+    model = _from_dict(cfg, name or str(path), str(path), str(p), quantization)
+    _HF_CACHE[key] = model
+    return model
+
+
+# The config.json fields a Model is built from (kept in `Model.config_json` so it can be priced again).
+_KEPT_FIELDS = (
+    "model_type",
+    "num_hidden_layers",
+    "n_layer",
+    "num_layers",
+    "hidden_size",
+    "n_embd",
+    "d_model",
+    "num_attention_heads",
+    "n_head",
+    "num_key_value_heads",
+    "n_head_kv",
+    "multi_query",
+    "head_dim",
+    "intermediate_size",
+    "ffn_dim",
+    "n_inner",
+    "intermediate_size_mlp",
+    "vocab_size",
+    "max_position_embeddings",
+    "n_positions",
+    "seq_length",
+    "torch_dtype",
+    "dtype",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "q_lora_rank",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "tie_word_embeddings",
+    "attention_bias",
+    "n_routed_experts",
+    "num_local_experts",
+    "num_experts",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "num_shared_experts",
+    "shared_expert_intermediate_size",
+    "num_experts_per_tok",
+    "experts_per_token",
+    "num_experts_per_token",
+    "model_max_length",
+    "linear_attn_config",
+    "first_k_dense_replace",
+    "decoder_sparse_step",
+    "interleave_moe_layer_step",
+    "moe_layers",
+    "moe_layer_freq",
+    "mlp_only_layers",
+    "topk_method",
+    "quantization_config",
+    # The layers' kinds and state shapes (`layers_from_hf_config`, `params._gated_delta_net`).
+    "layer_types",
+    "sliding_window",
+    "sliding_window_pattern",
+    "attention_chunk_size",
+    "no_rope_layers",
+    "use_sliding_window",
+    "max_window_layers",
+    "full_attention_interval",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "attn_output_gate",
+    "mamba_ssm_dtype",
+    "attn_type_list",
+    "compress_ratios",
+    # Gemma 4 (`hf_layers._gemma4_layers`, `params._gemma4`).
+    "global_head_dim",
+    "num_global_key_value_heads",
+    "attention_k_eq_v",
+    "num_kv_shared_layers",
+    "hidden_size_per_layer_input",
+    "vocab_size_per_layer_input",
+    "use_double_wide_mlp",
+    "expert_intermediate_size",
+    "top_k_experts",
+    # DeepSeek-V4 (`hf_layers._deepseek_v4_layers`, `params._deepseek_v4`, `quant.deepseek_v4`).
+    "o_groups",
+    "o_lora_rank",
+    "index_n_heads",
+    "index_head_dim",
+    "hc_mult",
+    "num_hash_layers",
+    "expert_dtype",
+)
+
+
+# RoPE types whose `factor` vLLM does not apply to the derived context (YaRN variants and Llama 3's leave
+# `max_position_embeddings` already scaled; `vllm/config/model.py` `_get_and_verify_max_len`, 0.33.0).
+_ROPE_UNSCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+def _rope_scaled(cfg: dict[str, Any], max_len: int, where: str) -> int:
+    """The context vLLM 0.33.0 derives from `max_len` and the config's RoPE scaling (`rope_scaling`, or
+    transformers 5's `rope_parameters`, a dict or one per layer type): times the scaling factor of a type
+    other than `_ROPE_UNSCALED` (`linear`, `dynamic`; not for Gemma 3, whose context is already scaled); a
+    LongRoPE model's default context is its `original_max_position_embeddings`."""
+    rope = cfg.get("rope_parameters", cfg.get("rope_scaling"))
+    if rope is None:
+        return max_len
+    if not isinstance(rope, dict):
+        raise InvalidArgumentError(f"model {where!r}: field 'rope_scaling' {rope!r} must be an object")
+    nested = rope and all(isinstance(v, dict) for v in rope.values())
+    params = [p for p in rope.values() if p] if nested else ([rope] if rope else [])
+    factor: Any = 1.0
+    for p in params:
+        kind = p.get("rope_type", p.get("type", "default"))
+        if not isinstance(kind, str):
+            raise InvalidArgumentError(
+                f"model {where!r}: field 'rope_scaling.rope_type' {kind!r} must be a name"
+            )
+        if kind == "longrope":
+            original = cfg.get("original_max_position_embeddings", max_len)
+            if isinstance(original, bool) or not isinstance(original, int) or original < 1:
+                raise InvalidArgumentError(
+                    f"model {where!r}: field 'original_max_position_embeddings' {original!r} must be a whole "
+                    "number of at least 1"
+                )
+            return original
+        if kind not in _ROPE_UNSCALED:
+            factor = p.get("factor", factor)
+    if factor is None:
+        factor = 1.0  # (vLLM falls back to 1 for a null factor)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor > 0 or factor > 2**20:
+        raise InvalidArgumentError(
+            f"model {where!r}: field 'rope_scaling.factor' {factor!r} must be a positive number"
+        )
+    if "gemma3" in str(cfg.get("model_type", "")):
+        return max_len
+    return max(1, int(max_len * factor))
+
+
+def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantization: str | None) -> Model:
+    """The `Model` of config fields `cfg` (see `from_hf_config`); `where` names it in errors."""
+    import json
+
+    from kvsim.model import quant
+    from kvsim.model.params import param_breakdown
+    from kvsim.model.rope import cache_bytes as rope_cache_bytes
+
+    path = where
+    p = source
+    encoders = tuple(e for e in ("vision", "audio") if isinstance(cfg.get(f"{e}_config"), dict))
+    wrapper = cfg
+    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model inside
+        cfg = {**cfg, **cfg["text_config"]}
+
+    def pick(*keys: str, default: Any = None, required: bool = True, least: int = 0) -> Any:
+        for k in keys:
+            if cfg.get(k) is not None:
+                v = cfg[k]
+                if isinstance(v, bool) or not isinstance(v, int) or v < least:
+                    at_least = f" of at least {least}" if least else ""
+                    raise InvalidArgumentError(
+                        f"model {str(path)!r}: field {k!r} {v!r} must be a whole number{at_least}"
+                    )
+                return v
+        if required and default is None:
+            raise InvalidArgumentError(f"model {str(path)!r}: {p} has no {' / '.join(map(repr, keys))}")
+        return default
+
+    layers = pick("num_hidden_layers", "n_layer", "num_layers")
+    hidden = pick("hidden_size", "n_embd", "d_model")
+    heads = pick("num_attention_heads", "n_head")
+    if heads < 1 or layers < 1 or hidden < 1:
+        raise InvalidArgumentError(f"model {str(path)!r}: layers, hidden size and heads must be at least 1")
+    kv_heads = pick("num_key_value_heads", "n_head_kv", default=1 if cfg.get("multi_query") else heads)
+    head_dim = pick("head_dim", default=hidden // heads)
+    # (a context, a vocabulary or an MLP of 0 is no model: its context divided the concurrency figure)
+    ffn = pick("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden, least=1)
+    vocab = pick("vocab_size", least=1)
+    # vLLM derives the context from these keys (the smallest of those present, `model_max_length` among
+    # them); kvsim takes the first present. Kimi-Linear's config states only `model_max_length`.
+    max_len = pick(
+        "max_position_embeddings", "n_positions", "seq_length", "model_max_length", default=2048, least=1
+    )
+    max_len = _rope_scaled(cfg, max_len, str(path))
+    # (a latent of 0 is no MLA: it ran as ordinary attention; a null one is no MLA, as vLLM reads it)
+    kv_lora = pick("kv_lora_rank", default=0, required=False, least=1)
+    rope = pick("qk_rope_head_dim", default=0, required=False)
+    if not kv_lora and (kv_heads < 1 or heads % kv_heads):
+        # Grouped-query attention shares each KV head among heads / kv_heads query heads (transformers
+        # and vLLM refuse any other ratio).
+        raise InvalidArgumentError(
+            f"model {str(path)!r}: num_attention_heads {heads} is not a multiple of num_key_value_heads "
+            f"{kv_heads}"
+        )
+    # Without a dtype vLLM reads the weights' (safetensors metadata), else takes float32, which it serves
+    # in bfloat16 (`get_torch_dtype`, `_resolve_auto_dtype`); kvsim reads no weights: bfloat16, two bytes as
+    # any 16-bit checkpoint's (gpt-oss's config names none).
+    raw_dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+    if raw_dtype not in _HF_DTYPES:
+        raise InvalidArgumentError(
+            f"model {str(path)!r}: torch_dtype {raw_dtype!r} is not one of {sorted(_HF_DTYPES)}"
+        )
+    dtype = _HF_DTYPES[raw_dtype]
+    if dtype == "fp32":
+        # vLLM 0.33.0 serves a float32 checkpoint in the platform's first supported dtype with `--dtype
+        # auto` (`vllm/config/model.py` `_resolve_auto_dtype`, "Downcast for float32 models"): bfloat16 on
+        # CUDA GPUs of compute capability 8.0 and up and on ROCm, float16 before (the same two bytes).
+        dtype = "bf16"
+    towers, uncounted = _towers(wrapper, encoders, hidden, dtype_bits(dtype))
+    rope_bytes = rope_cache_bytes(cfg, head_dim, dtype_bits(dtype), str(path))
+    checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}")
+    if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
+        checkpoint = quant.deepseek_v4(checkpoint, cfg, f"model {str(path)!r}")
+    q = quant.with_flag(checkpoint, quantization, f"model {str(path)!r}")
+    # The layers first: their reader checks the fields the weights' reader counts too.
+    model_layers = layers_from_hf_config(cfg, layers, str(path))
+    b = param_breakdown(
+        cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick, str(path)
+    )
+    quant.check_groups(q, b, cfg.get("quantization_config"), f"model {str(path)!r}")
+    weight_dtype = dtype
+    if q.method:
+        # The dtype of the quantized layers; the rest stay in torch_dtype (weight_bytes has the exact sum).
+        first = next(iter(q.formats.values()), None)
+        kind = first.kind if first else ""
+        weight_dtype = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4"}.get(kind, "int4")
+        if kind == "int" and first is not None and first.bits == 8:
+            weight_dtype = "int8"
+    model = Model(
+        name=name,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=ffn,
+        vocab_size=vocab,
+        num_params=b.total,
+        num_active_params=b.active,
+        max_model_len=max_len,
+        weight_dtype=weight_dtype,
+        # The KV cache stays in torch_dtype whatever the weights' quantization, unless the checkpoint
+        # quantizes it too (vLLM's --kv-cache-dtype auto then resolves to fp8).
+        kv_dtype="fp8" if q.kv_fp8 else dtype,
+        kv_lora_rank=kv_lora,
+        qk_rope_head_dim=rope,
+        source=str(p),
+        layers=model_layers,
+        weight_bytes=q.weight_bytes(b, dtype_bits(dtype)),
+        quantization=q.describe() if q.method else "",
+        num_experts=b.num_experts,
+        experts_per_token=b.experts_per_token,
+        expert_ffn=b.expert_ffn,
+        config_json=json.dumps({k: cfg[k] for k in _KEPT_FIELDS if k in cfg}, sort_keys=True),
+        row_inputs=tuple((g, cols, quant.shard_group(q, g)) for g, cols in b.row_inputs()),
+        encoders=encoders,
+        towers=towers,
+        uncounted=uncounted,
+        rope_cache_bytes=rope_bytes,
+    )
+    return model
+
+
+def _towers(
+    wrapper: dict[str, Any], encoders: tuple[str, ...], text_hidden: int, bits: int
+) -> tuple[tuple[Tower, ...], tuple[str, ...]]:
+    """The towers of `wrapper`'s `encoders` kvsim counts, priced at `bits` a parameter (the checkpoint's
+    dtype, in which vLLM loads them), and why each of the others is not counted."""
+    import dataclasses as dc
+
+    from kvsim.model.encoders import Uncounted, tower
+
+    counted, why = [], []
+    for name in encoders:
+        try:
+            t = tower(wrapper, name, text_hidden)
+        except Uncounted as exc:
+            why.append(f"{name}: {exc}")
+            continue
+        counted.append(dc.replace(t, split=t.split * bits // 8, whole=t.whole * bits // 8))
+    return tuple(counted), tuple(why)
+
+
+__all__ = ["cached_config", "from_hf_config", "hf_cache_dir"]
