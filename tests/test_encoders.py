@@ -35,6 +35,8 @@ TOWERS = {
     "gemma-4-31b": ("gemma4_vision", 0, 575_743_536),
     "gemma-4-e4b": ("gemma4_vision", 0, 169_331_136),
 }
+# Gemma 4 E4B's audio tower and embed_audio (transformers' module, vLLM's replicated linears).
+E4B_AUDIO = 308_757_248
 
 # vLLM 0.33.0's cos/sin caches, MiB a GPU, for every preset (`get_rope` replayed per model file).
 ROPE_MIB = {
@@ -72,9 +74,13 @@ ROPE_MIB = {
 def test_towers_are_vllms_modules(name):
     kind, split, whole = TOWERS[name]
     for m in (models.get(name), models.from_hf_config(HF / f"{name}.json")):
-        (t,) = m.towers
+        t = m.towers[0]
         assert (t.kind, t.split, t.whole) == (kind, 2 * split, 2 * whole), name  # bf16
-        assert m.uncounted == (() if name != "gemma-4-e4b" else (m.uncounted[0],))
+        assert m.uncounted == ()
+        if name == "gemma-4-e4b":
+            assert [(a.kind, a.split, a.whole) for a in m.towers[1:]] == [("gemma4_audio", 0, 2 * E4B_AUDIO)]
+        else:
+            assert len(m.towers) == 1
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
@@ -147,9 +153,14 @@ def test_a_tower_kvsim_cannot_count_says_why():
         encoders.Uncounted, match="does not count a clip_vision_model vision tower under llama4"
     ):
         encoders.tower(cfg, "vision", 5120)
-    e4b = models.get("gemma-4-e4b")
-    assert e4b.encoders == ("vision", "audio")
-    assert e4b.uncounted == ("audio: kvsim does not count a gemma4_audio audio tower under gemma4",)
+    cfg = json.loads((HF / "gemma-4-e4b.json").read_text())
+    cfg["audio_config"] = {"model_type": "whisper"}
+    m = hf_config._from_dict(cfg, "e4b", "e4b", "e4b", None)
+    assert m.encoders == ("vision", "audio")
+    assert m.uncounted == ("audio: kvsim does not count a whisper audio tower under gemma4",)
+    cfg["audio_config"] = {"model_type": "gemma4_audio", "subsampling_conv_channels": [128]}
+    m = hf_config._from_dict(cfg, "e4b", "e4b", "e4b", None)
+    assert "subsampling_conv_channels [128] is not two channel counts" in m.uncounted[0]
 
 
 def test_presets_carry_their_published_wrappers():
@@ -178,7 +189,7 @@ def test_kvsim_run_says_what_it_counts(capsys):
         ),
         (["gemma-3-12b", "--gpu", "h100-80gb", "--language-model-only"], 1, ["rotary"]),
         (["gemma-3-12b", "--kv-cache-memory-bytes", "10GiB"], 0, []),
-        (["gemma-4-e4b", "--gpu", "h100-80gb"], 2, ["gemma4_vision", "does not count (audio: "]),
+        (["gemma-4-e4b", "--gpu", "h100-80gb"], 1, ["gemma4_vision, gemma4_audio"]),
         (
             ["llama-4-scout", "--gpu", "h100-80gb", "-tp", "4", "--max-model-len", "8192"],
             2,

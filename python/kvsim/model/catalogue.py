@@ -675,8 +675,8 @@ ALIASES: dict[str, str] = {
 # The presets whose checkpoint is multimodal: the published wrapper's `model_type` and the towers its
 # config.json describes beside `text_config` (`vision_config`, `audio_config`: the fields kvsim reads of
 # them, `kvsim.model.encoders`), which vLLM loads beside the language model (`Model.towers` where kvsim
-# counts them, `Model.uncounted` where not): E4B's audio tower is not counted, and the 26B-A4B's published
-# vision_config was not found (tests/data/hf/README.md), so it has none here.
+# counts them, `Model.uncounted` where not); the 26B-A4B's published vision_config was not found
+# (tests/data/hf/README.md), so it has none here.
 _SIGLIP_896 = {
     "hidden_size": 1152,
     "image_size": 896,
@@ -708,7 +708,16 @@ WRAPPERS: dict[str, dict[str, Any]] = {
     },
     "gemma-4-e4b": {
         "model_type": "gemma4",
-        "audio_config": {"model_type": "gemma4_audio"},
+        "audio_config": {
+            "conv_kernel_size": 5,
+            "hidden_size": 1024,
+            "model_type": "gemma4_audio",
+            "num_attention_heads": 8,
+            "num_hidden_layers": 12,
+            "output_proj_dims": 1536,
+            "subsampling_conv_channels": [128, 32],
+            "use_clipped_linears": True,
+        },
         "vision_config": {
             "head_dim": 64,
             "hidden_size": 768,

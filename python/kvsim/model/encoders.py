@@ -27,7 +27,23 @@ and sizing, "Encoders"):
   `spatial_merge_size`² × width → width) and two layers to the text width (biased as
   `multimodal_projector_bias`).
 
-Any other tower is not counted, and `kvsim run` says so (`Model.encoders`). Missing fields take the
+- `qwen3_5_moe_vision` under Qwen3.5/3.6 (`qwen3_5.py`, `qwen3_vl.py` `Qwen3_VisionTransformer`): a 3-D
+  patch convolution with bias, a position table of `num_position_embeddings` rows, per layer QKV and
+  output projections and a two-layer MLP with biases and two LayerNorms, the merger (LayerNorm, two
+  layers from `hidden_size × spatial_merge_size²` to `out_hidden_size`) and one more merger for each
+  `deepstack_visual_indexes` entry (its LayerNorm after the shuffle).
+- `gemma4_vision` (Gemma 4, transformers' `Gemma4VisionModel` with every linear a `ReplicatedLinear`,
+  `gemma4_mm.py`): the patch projection, a position table of two axes, per layer q/k/v/o without biases,
+  q and k norms, a gated MLP and four RMSNorms, `std_bias` / `std_scale` when `standardize`, four clip
+  scalars for each of a layer's seven linears when `use_clipped_linears`, and `embed_vision`; all whole on
+  every rank.
+- `gemma4_audio` (Gemma 4 E2B/E4B, transformers' `Gemma4AudioModel` with replicated linears):
+  two subsampling convolutions with their norms and the input projection transformers sizes
+  `(channels0 // 4) * channels1` wide, per layer two 4x feed-forward blocks, attention with its relative
+  key projection and `per_dim_scale`, the light convolution block and the norms, the output projection
+  and `embed_audio`, all whole on every rank.
+
+Any other tower is not counted, and `kvsim run` says so (`Model.uncounted`). Missing fields take the
 transformers defaults that have not changed between its releases (channels 3; Mistral 3's merge size 2,
 feature layer -1, no projector bias); a tower whose config lacks one of the sizes is not counted either,
 and the message names the field.
@@ -233,6 +249,43 @@ def _gemma4_vision(vc: dict[str, Any], text_hidden: int) -> Tower:
     return Tower("gemma4_vision", 0, whole)
 
 
+def _gemma4_audio(ac: dict[str, Any], text_hidden: int) -> Tower:
+    # transformers' Gemma4AudioConfig defaults (configuration_gemma4.py, transformers 5.x), which E4B's
+    # published audio_config states field for field.
+    defaults = {
+        "hidden_size": 1024,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 8,
+        "conv_kernel_size": 5,
+        "output_proj_dims": 1536,
+    }
+    h, layers, heads, kernel, out = _sizes({**defaults, **ac}, "Gemma 4 audio", *defaults)
+    channels = ac.get("subsampling_conv_channels", [128, 32])
+    if not (isinstance(channels, list) and len(channels) == 2):
+        raise Uncounted(f"its subsampling_conv_channels {channels!r} is not two channel counts")
+    c0, c1 = _sizes({"c0": channels[0], "c1": channels[1]}, "Gemma 4 audio", "c0", "c1")
+    if h % heads:
+        raise Uncounted(f"its hidden_size {h} is not a multiple of its {heads} attention heads")
+    per_layer = (
+        24 * h * h  # two feed-forward blocks (4x wide), q/k/v/post and the relative key projection, lconv
+        + h * (9 + kernel)  # their norms and the depthwise convolution
+        + h // heads  # per_dim_scale
+    )
+    whole = (
+        9 * c0
+        + c0
+        + 9 * c0 * c1
+        + c1  # two 3x3 subsampling convolutions with their norms
+        + (c0 // 4) * c1 * h  # input_proj_linear, as transformers sizes it
+        + layers * per_layer
+        + h * out
+        + out  # output_proj
+        + (40 * layers if ac.get("use_clipped_linears", True) else 0)  # 4 clip scalars, 10 linears a layer
+        + out * text_hidden  # embed_audio
+    )
+    return Tower("gemma4_audio", 0, whole)
+
+
 def tower(cfg: dict[str, Any], name: str, text_hidden: int) -> Tower:
     """The `name` tower (`vision` or `audio`) of a wrapper config `cfg` (its `<name>_config`), whose language
     model is `text_hidden` wide.
@@ -255,6 +308,8 @@ def tower(cfg: dict[str, Any], name: str, text_hidden: int) -> Tower:
         return _qwen3_5_moe(vc, text_hidden)
     if name == "vision" and kind == "gemma4_vision" and wrapper == "gemma4":
         return _gemma4_vision(vc, text_hidden)
+    if name == "audio" and kind == "gemma4_audio" and wrapper == "gemma4":
+        return _gemma4_audio(vc, text_hidden)
     what = f"{kind or 'untyped'} {name} tower" + (f" under {wrapper}" if wrapper else "")
     raise Uncounted(f"kvsim does not count a {what}")
 
