@@ -144,9 +144,13 @@ def test_weights_memory_is_model_loading_took():
 
 
 def test_a_tower_kvsim_cannot_count_says_why():
+    """An unknown tower is named in the run's note (kvsim cannot size it); a known one whose config lacks a
+    size kvsim reads, or holds a wrong one, is refused (the counted tower would be guessed)."""
+    from kvsim.errors import InvalidArgumentError
+
     cfg = json.loads((HF / "llama-4-scout.json").read_text())
     del cfg["vision_config"]["intermediate_size"]
-    with pytest.raises(encoders.Uncounted, match="'intermediate_size'"):
+    with pytest.raises(InvalidArgumentError, match="has no 'intermediate_size'"):
         encoders.tower(cfg, "vision", 5120)
     cfg["vision_config"] = {"model_type": "clip_vision_model"}
     with pytest.raises(
@@ -159,8 +163,8 @@ def test_a_tower_kvsim_cannot_count_says_why():
     assert m.encoders == ("vision", "audio")
     assert m.uncounted == ("audio: kvsim does not count a whisper audio tower under gemma4",)
     cfg["audio_config"] = {"model_type": "gemma4_audio", "subsampling_conv_channels": [128]}
-    m = hf_config._from_dict(cfg, "e4b", "e4b", "e4b", None)
-    assert "subsampling_conv_channels [128] is not two channel counts" in m.uncounted[0]
+    with pytest.raises(InvalidArgumentError, match="audio_config: its subsampling_conv_channels"):
+        hf_config._from_dict(cfg, "e4b", "e4b", "e4b", None)
 
 
 def test_presets_carry_their_published_wrappers():
@@ -227,3 +231,101 @@ def test_a_rope_field_vllm_cannot_take_is_refused_by_name(fields, named):
     cfg = {**json.loads((HF / "qwen3-8b.json").read_text()), **fields}
     with pytest.raises(InvalidArgumentError, match=named):
         hf_config._from_dict(cfg, "t", "t", "t", None)
+
+
+def _file(tmp_path, name, edit):
+    cfg = json.loads((HF / f"{name}.json").read_text())
+    edit(cfg)
+    path = tmp_path / f"{name}-edited.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "named"),
+    [
+        ("gemma-4-31b", lambda c: c["text_config"].update(global_head_dim="x"), "'global_head_dim'"),
+        (
+            "llama-3.1-8b",
+            lambda c: c.update(
+                rope_scaling={
+                    "rope_type": "yarn",
+                    "factor": [None, 2],
+                    "original_max_position_embeddings": 8192,
+                }
+            ),
+            "'factor'",
+        ),
+        (
+            "llama-3.1-8b",
+            lambda c: c.update(
+                rope_scaling={"rope_type": "yarn", "factor": [], "original_max_position_embeddings": 8192}
+            ),
+            "'factor'",
+        ),
+        (
+            "gemma-3-12b",
+            lambda c: c["vision_config"].update(hidden_size="1152"),
+            "vision_config: .*'hidden_size'",
+        ),
+        ("llama-4-scout", lambda c: c["vision_config"].update(num_hidden_layers=True), "'num_hidden_layers'"),
+        ("mistral-small-3.1-24b", lambda c: c.update(vision_feature_layer=99), "vision_feature_layer 99"),
+        ("gemma-3-12b", lambda c: c["text_config"].update(dtype={"a": 1}), "torch_dtype"),
+        ("gemma-4-e4b", lambda c: c["text_config"].update(hidden_size_per_layer_input={}), "per_layer_input"),
+        ("llama-3.1-8b", lambda c: c.update(num_hidden_layers=2**40), "layers is more than kvsim models"),
+    ],
+)
+def test_a_bad_field_is_refused_in_one_line(tmp_path, capsys, name, edit, named):
+    """An adversarial pass found tracebacks (a Gemma 4 `global_head_dim` that is no number, a list of YaRN
+    factors with a null, a `torch_dtype` that is an object, a per-layer input width that is one, a layer
+    count no model has) and a tower silently left uncounted for a wrong field: each is now refused by
+    name, from the API and from the CLI (exit status 2, one line)."""
+    import re
+
+    from kvsim.errors import InvalidArgumentError
+
+    path = _file(tmp_path, name, edit)
+    with pytest.raises(InvalidArgumentError, match=named):
+        kvsim.SimConfig(model=str(path), gpu="h100-80gb")
+    assert main(["run", str(path), "--gpu", "h100-80gb", "--requests", "5"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1, err
+    assert re.search(named, err[0]), err
+
+
+def test_rotary_caches_read_every_spelling(tmp_path):
+    """transformers 5's `rope_parameters` per layer type for Gemma 3 (vLLM reads `rope_parameters[layer_type]`)
+    gives the same caches as transformers 4's `rope_scaling`; Llama 4's `no_rope_layers: []` is transformers'
+    default pattern (RoPE on three layers of four), not NoPE everywhere; and a checkpoint quantized at load
+    keeps its RoPE scaling's context (the fields are kept for the rebuild)."""
+
+    def nested(c):
+        t = c["text_config"]
+        t["rope_parameters"] = {
+            "full_attention": {**t.pop("rope_scaling"), "rope_theta": t.pop("rope_theta")},
+            "sliding_attention": {"rope_type": "default", "rope_theta": t.pop("rope_local_base_freq")},
+        }
+
+    g3 = models.from_hf_config(_file(tmp_path, "gemma-3-12b", nested))
+    assert g3.rope_cache_bytes == ROPE_MIB["gemma-3-12b"] * MiB
+    scout = models.from_hf_config(
+        _file(tmp_path, "llama-4-scout", lambda c: c["text_config"].update(no_rope_layers=[]))
+    )
+    assert scout.rope_cache_bytes == ROPE_MIB["llama-4-scout"] * MiB
+    linear = models.from_hf_config(
+        _file(tmp_path, "llama-3-8b", lambda c: c.update(rope_scaling={"rope_type": "linear", "factor": 4.0}))
+    )
+    assert linear.max_model_len == 4 * 8192
+    assert linear.with_quantization("fp8").max_model_len == 4 * 8192
+    assert linear.rope_cache_bytes == 4 * 8192 * 128 * 2
+
+
+def test_a_path_with_a_huge_number_in_it_is_a_path():
+    from kvsim.workloads.registry import literal
+
+    assert literal("data/1e400") == "data/1e400"
+    assert literal("1/2") == (1, 2)
+    from kvsim.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="beyond a float's range"):
+        literal("1/1e400")

@@ -45,14 +45,16 @@ and sizing, "Encoders"):
 
 Any other tower is not counted, and `kvsim run` says so (`Model.uncounted`). Missing fields take the
 transformers defaults that have not changed between its releases (channels 3; Mistral 3's merge size 2,
-feature layer -1, no projector bias); a tower whose config lacks one of the sizes is not counted either,
-and the message names the field.
+feature layer -1, no projector bias; Gemma 4's towers their config classes' defaults); a tower kvsim
+counts whose config lacks a size it needs, or holds a wrong one, is refused, naming the field.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from kvsim.errors import InvalidArgumentError
 
 
 @dataclass(frozen=True)
@@ -82,11 +84,21 @@ class Uncounted(Exception):
 
 
 def _sizes(vc: dict[str, Any], kind: str, *fields: str) -> list[int]:
+    """Fields `fields` of a tower's config, whole numbers of at least 1.
+
+    Raises:
+        InvalidArgumentError: one missing or not such a number, named (a tower kvsim counts is sized from
+            them: a wrong one is refused, not guessed).
+    """
     out = []
     for f in fields:
         v = vc.get(f)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise Uncounted(f"its {kind} vision_config has no whole {f!r} of at least 1 ({v!r})")
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 2**30:
+            given = "has no" if v is None else f"has {v!r} for"
+            raise InvalidArgumentError(
+                f"its {kind} tower's config {given} {f!r}, a whole number of at least 1 that kvsim sizes the "
+                "tower vLLM loads from"
+            )
         out.append(v)
     return out
 
@@ -97,10 +109,14 @@ def _feature_layers(cfg: dict[str, Any], layers: int) -> int:
     feature = cfg.get("vision_feature_layer", -1)
     picks = feature if isinstance(feature, list) else [feature]
     if not picks or any(isinstance(f, bool) or not isinstance(f, int) for f in picks):
-        raise Uncounted(f"its vision_feature_layer {feature!r} is not a layer index or a list of them")
+        raise InvalidArgumentError(
+            f"its vision_feature_layer {feature!r} is not a layer index or a list of them"
+        )
     built = max(layers + f + 1 if f < 0 else f for f in picks)
     if not 0 <= built <= layers:
-        raise Uncounted(f"its vision_feature_layer {feature!r} is outside the tower's {layers} layers")
+        raise InvalidArgumentError(
+            f"its vision_feature_layer {feature!r} is outside the tower's {layers} layers"
+        )
     return built
 
 
@@ -197,7 +213,7 @@ def _qwen3_5_moe(vc: dict[str, Any], text_hidden: int) -> Tower:
     )
     deepstack = vc.get("deepstack_visual_indexes") or []
     if not isinstance(deepstack, list):
-        raise Uncounted(f"its deepstack_visual_indexes {deepstack!r} is not a list")
+        raise InvalidArgumentError(f"its deepstack_visual_indexes {deepstack!r} is not a list")
     m, nds = h * merge * merge, len(deepstack)
     del text_hidden  # (the merger ends at `out_hidden_size`, the text model's width)
     split = (
@@ -262,10 +278,12 @@ def _gemma4_audio(ac: dict[str, Any], text_hidden: int) -> Tower:
     h, layers, heads, kernel, out = _sizes({**defaults, **ac}, "Gemma 4 audio", *defaults)
     channels = ac.get("subsampling_conv_channels", [128, 32])
     if not (isinstance(channels, list) and len(channels) == 2):
-        raise Uncounted(f"its subsampling_conv_channels {channels!r} is not two channel counts")
+        raise InvalidArgumentError(f"its subsampling_conv_channels {channels!r} is not two channel counts")
     c0, c1 = _sizes({"c0": channels[0], "c1": channels[1]}, "Gemma 4 audio", "c0", "c1")
     if h % heads:
-        raise Uncounted(f"its hidden_size {h} is not a multiple of its {heads} attention heads")
+        raise InvalidArgumentError(
+            f"its audio hidden_size {h} is not a multiple of its {heads} attention heads"
+        )
     per_layer = (
         24 * h * h  # two feed-forward blocks (4x wide), q/k/v/post and the relative key projection, lconv
         + h * (9 + kernel)  # their norms and the depthwise convolution

@@ -16,6 +16,9 @@ from kvsim.model.architecture import _HF_DTYPES, Model, dtype_bits
 from kvsim.model.encoders import Tower
 from kvsim.model.hf_layers import layers_from_hf_config
 
+# The most decoder layers a config may state (the largest served models have a few hundred).
+MAX_LAYERS = 65_536
+
 _HF_CACHE: dict[tuple[str, float, str | None, str | None], Model] = {}
 
 
@@ -157,6 +160,13 @@ _KEPT_FIELDS = (
     "sliding_window_pattern",
     "attention_chunk_size",
     "no_rope_layers",
+    # RoPE (the context `_rope_scaled` derives, the rotary caches `kvsim.model.rope` sizes).
+    "rope_scaling",
+    "rope_parameters",
+    "rope_theta",
+    "rope_local_base_freq",
+    "partial_rotary_factor",
+    "rotary_dim",
     "use_sliding_window",
     "max_window_layers",
     "full_attention_interval",
@@ -269,6 +279,11 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     heads = pick("num_attention_heads", "n_head")
     if heads < 1 or layers < 1 or hidden < 1:
         raise InvalidArgumentError(f"model {str(path)!r}: layers, hidden size and heads must be at least 1")
+    if layers > MAX_LAYERS:
+        # (kvsim lists a model's layers one by one: a count no model has is refused, not allocated)
+        raise InvalidArgumentError(
+            f"model {str(path)!r}: {layers:,} layers is more than kvsim models ({MAX_LAYERS:,})"
+        )
     kv_heads = pick("num_key_value_heads", "n_head_kv", default=1 if cfg.get("multi_query") else heads)
     head_dim = pick("head_dim", default=hidden // heads)
     # (a context, a vocabulary or an MLP of 0 is no model: its context divided the concurrency figure)
@@ -294,7 +309,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     # in bfloat16 (`get_torch_dtype`, `_resolve_auto_dtype`); kvsim reads no weights: bfloat16, two bytes as
     # any 16-bit checkpoint's (gpt-oss's config names none).
     raw_dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
-    if raw_dtype not in _HF_DTYPES:
+    if not isinstance(raw_dtype, str) or raw_dtype not in _HF_DTYPES:
         raise InvalidArgumentError(
             f"model {str(path)!r}: torch_dtype {raw_dtype!r} is not one of {sorted(_HF_DTYPES)}"
         )
@@ -304,14 +319,15 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         # auto` (`vllm/config/model.py` `_resolve_auto_dtype`, "Downcast for float32 models"): bfloat16 on
         # CUDA GPUs of compute capability 8.0 and up and on ROCm, float16 before (the same two bytes).
         dtype = "bf16"
-    towers, uncounted = _towers(wrapper, encoders, hidden, dtype_bits(dtype))
-    rope_bytes = rope_cache_bytes(cfg, head_dim, dtype_bits(dtype), str(path))
+    towers, uncounted = _towers(wrapper, encoders, hidden, dtype_bits(dtype), str(path))
     checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}")
     if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
         checkpoint = quant.deepseek_v4(checkpoint, cfg, f"model {str(path)!r}")
     q = quant.with_flag(checkpoint, quantization, f"model {str(path)!r}")
     # The layers first: their reader checks the fields the weights' reader counts too.
     model_layers = layers_from_hf_config(cfg, layers, str(path))
+    # (after the layers' reader, which checks the fields the rotary caches read too: head widths, layers)
+    rope_bytes = rope_cache_bytes(cfg, head_dim, dtype_bits(dtype), str(path))
     b = param_breakdown(
         cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick, str(path)
     )
@@ -360,7 +376,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
 
 
 def _towers(
-    wrapper: dict[str, Any], encoders: tuple[str, ...], text_hidden: int, bits: int
+    wrapper: dict[str, Any], encoders: tuple[str, ...], text_hidden: int, bits: int, where: str
 ) -> tuple[tuple[Tower, ...], tuple[str, ...]]:
     """The towers of `wrapper`'s `encoders` kvsim counts, priced at `bits` a parameter (the checkpoint's
     dtype, in which vLLM loads them), and why each of the others is not counted."""
@@ -375,6 +391,8 @@ def _towers(
         except Uncounted as exc:
             why.append(f"{name}: {exc}")
             continue
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"model {where!r}: {name}_config: {exc}") from None
         counted.append(dc.replace(t, split=t.split * bits // 8, whole=t.whole * bits // 8))
     return tuple(counted), tuple(why)
 

@@ -266,9 +266,9 @@ def _gemma4(
         b.add("experts", hidden, moe_ffn, experts * layers)  # down
         b.add("router", experts, hidden, layers)  # proj
         b.other += (hidden + experts + 3 * hidden) * layers  # router scale, per_expert_scale, 3 norms
-    ple = cfg.get("hidden_size_per_layer_input") or 0
+    ple = pick("hidden_size_per_layer_input", default=0, required=False)
     if ple:
-        ple_vocab = cfg.get("vocab_size_per_layer_input") or vocab
+        ple_vocab = pick("vocab_size_per_layer_input", default=vocab, required=False, least=1)
         b.add("embed", ple_vocab, layers * ple)  # embed_tokens_per_layer
         b.add("mlp", layers * ple, hidden)  # per_layer_model_projection
         b.add("mlp", ple, hidden, layers)  # per_layer_input_gate

@@ -44,11 +44,14 @@ def _checked(params: dict[str, Any], where: str) -> dict[str, Any]:
         raise InvalidArgumentError(f"model {where!r}: field 'rope_type' {kind!r} must be a name")
     out["rope_type"] = kind
     factor = out.get("factor")
-    for f in factor if isinstance(factor, list) else [factor]:
-        if f is not None and (isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f <= 2**20):
-            raise InvalidArgumentError(
-                f"model {where!r}: field 'factor' {factor!r} must be a positive number"
-            )
+    # (a list of factors only for `linear`, whose cache holds each factor's rows; a null factor is 1)
+    factors = factor if isinstance(factor, list) and kind == "linear" else [factor]
+    if not factors or any(
+        (f is not None or len(factors) > 1)
+        and (isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f <= 2**20)
+        for f in factors
+    ):
+        raise InvalidArgumentError(f"model {where!r}: field 'factor' {factor!r} must be a positive number")
     for key, lo, hi in (("original_max_position_embeddings", 1, 2**40), ("rope_dim", 1, 2**20)):
         v = out.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi):
@@ -100,7 +103,7 @@ def rows(params: dict[str, Any], max_position: int, mrope_factor: int = 4) -> in
         factors = factor if isinstance(factor, list) else [factor]
         return sum(math.ceil(max_position * (1 if f is None else f)) for f in factors)
     if kind in ("yarn", "deepseek_yarn", "deepseek_llama_scaling"):
-        return math.ceil(original * mrope * (max(factor) if isinstance(factor, list) else factor))
+        return math.ceil(original * mrope * factor)
     if kind in ("longrope", "su"):
         return original + max_position
     return max_position * mrope
@@ -112,6 +115,18 @@ def _width(params: dict[str, Any], head: int) -> int:
     if params.get("rope_dim"):
         return int(params["rope_dim"])
     return int(head * float(params.get("partial_rotary_factor", 1.0)))
+
+
+def _whole(cfg: dict[str, Any], key: str, default: int, where: str) -> int:
+    """Config field `key`, a whole number of at least 1 (`default` when absent or null)."""
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 2**20:
+        raise InvalidArgumentError(
+            f"model {where!r}: field {key!r} {v!r} must be a whole number of at least 1"
+        )
+    return v
 
 
 def cache_bytes(cfg: dict[str, Any], head_dim: int, bits: int, where: str = "config") -> int:
@@ -139,29 +154,36 @@ def cache_bytes(cfg: dict[str, Any], head_dim: int, bits: int, where: str = "con
     by_type = _by_layer_type(cfg, where)
     layer_types = cfg.get("layer_types") if isinstance(cfg.get("layer_types"), list) else None
     if model_type.startswith("gemma3"):
-        local = {"rope_type": "default", "rope_theta": cfg.get("rope_local_base_freq", 10000.0)}
+        # transformers 5 keeps the two layer types' parameters apart (vLLM reads them so, `gemma3.py`);
+        # transformers 4's `rope_scaling` is the global layers', the local ones `rope_local_base_freq`'s.
+        local = by_type.get(
+            "sliding_attention",
+            {"rope_type": "default", "rope_theta": cfg.get("rope_local_base_freq", 10000.0)},
+        )
+        full = by_type.get("full_attention", {**flat, "rope_theta": cfg.get("rope_theta", 1000000.0)})
         if layer_types is None or "sliding_attention" in layer_types:
             add(local, head_dim, bits)
         if layer_types is None or "full_attention" in layer_types:
-            add({**flat, "rope_theta": cfg.get("rope_theta", 1000000.0)}, head_dim, bits)
+            add(full, head_dim, bits)
     elif model_type.startswith("gemma4"):
         for kind, params in by_type.items():
             if layer_types is not None and kind not in layer_types:
                 continue
-            head = int(cfg.get("global_head_dim") or head_dim) if kind == "full_attention" else head_dim
+            head = _whole(cfg, "global_head_dim", head_dim, where) if kind == "full_attention" else head_dim
             add(params, head, bits)
     elif model_type == "deepseek_v4":
-        rope = int(cfg.get("qk_rope_head_dim") or head_dim)
+        rope = _whole(cfg, "qk_rope_head_dim", head_dim, where)
         add({"rope_type": "default", "rope_dim": rope, "branch": "main"}, head_dim, 32)
         add({**flat, "rope_type": "deepseek_llama_scaling", "rope_dim": rope}, head_dim, 32)
     elif (
         model_type.startswith("llama4")
         and isinstance(cfg.get("no_rope_layers"), list)
+        and cfg["no_rope_layers"]  # (an empty list is transformers' default pattern: RoPE on 3 of 4)
         and not any(cfg["no_rope_layers"])
     ):
         return 0
     else:
-        head = int(cfg.get("qk_rope_head_dim") or 0) if cfg.get("kv_lora_rank") else head_dim
+        head = _whole(cfg, "qk_rope_head_dim", head_dim, where) if cfg.get("kv_lora_rank") else head_dim
         params = dict(flat)
         rotary = cfg.get("rotary_dim")
         if rotary is not None and "rope_dim" not in params:

@@ -537,9 +537,18 @@ def available_kv_bytes(
                 "blocks. Try increasing `gpu_memory_utilization`; or raise tensor_parallel_size (-tp) or use "
                 "--quantization"
             )
+        beside = [
+            f"{fmt_bytes(b)} {what}"
+            for b, what in (
+                (sum(t.total for t in m.towers), "of encoders"),
+                (m.rope_cache_bytes, "of rotary caches (for the config's max_position_embeddings)"),
+            )
+            if b
+        ]
+        of_them = f" ({', '.join(beside)} among them)" if beside else ""
         raise InvalidArgumentError(
             f"model {m.name} does not fit on {g.name}: {gpu_memory_utilization:.2f} × {fmt_bytes(g.memory_bytes)} = "
-            f"{fmt_bytes(budget)} usable − {fmt_bytes(m.loaded_bytes)} of weights{per_gpu} − "
+            f"{fmt_bytes(budget)} usable − {fmt_bytes(m.loaded_bytes)} of weights{of_them}{per_gpu} − "
             f"{others} leaves {fmt_bytes(left)} for the KV cache. {vllm}"
         )
     return left

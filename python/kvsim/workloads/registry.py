@@ -39,11 +39,19 @@ def literal(text: str) -> Any:
     if low in ("none", "null"):
         return None
     if "/" in t:
-        parts = t.split("/")
-        values = [literal(p) for p in parts]
+        values: list[Any] = []
+        overflow = None
+        for part in t.split("/"):
+            try:
+                values.append(literal(part))
+            except InvalidArgumentError as exc:  # (a part beyond a float's range)
+                overflow = overflow or exc
+                values.append(math.inf)
         if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            if overflow is not None:
+                raise overflow  # (a range of numbers, one of them too large)
             return tuple(values)
-        return t
+        return t  # (a path or a name: its parts are not numbers)
     for conv in (int, float):
         try:
             value = conv(t)
