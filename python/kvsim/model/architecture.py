@@ -200,11 +200,16 @@ class Model:
         return -(-self.num_params * dtype_bits(self.weight_dtype) // 8)
 
     @property
+    def tower_bytes(self) -> int:
+        """Bytes of the towers kvsim counts (`towers`; of a model `shard` split, one GPU's share)."""
+        return sum(t.total for t in self.towers)
+
+    @property
     def loaded_bytes(self) -> int:
         """Bytes vLLM's "Model loading took X GiB" counts (the weights memory it keeps out of the KV
         cache): the language model's weights (`param_bytes`), the towers it counts (`towers`) and the
         rotary caches (`rope_cache_bytes`). Of a model `kvsim.model.shard.shard` split, one GPU's."""
-        return self.param_bytes + sum(t.total for t in self.towers) + self.rope_cache_bytes
+        return self.param_bytes + self.tower_bytes + self.rope_cache_bytes
 
     def with_kv_dtype(self, kv_dtype: str) -> Model:
         """The same model with its KV cache stored as `kv_dtype` (e.g. `"fp8"`; vLLM's and Hugging Face's

@@ -30,6 +30,12 @@ _LLAMA31 = {
     "torch_dtype": "bfloat16",
     "vocab_size": 128256,
 }
+# Gemma 4's RoPE by layer type (every size's text_config): `proportional` on a quarter of the global layers'
+# heads, `default` on the sliding ones (kvsim.model.rope sizes their caches from it).
+_GEMMA4_ROPE = {
+    "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0, "rope_type": "proportional"},
+    "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+}
 _QWEN3 = {
     "model_type": "qwen3",
     "attention_bias": False,
@@ -288,14 +294,7 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "tie_word_embeddings": True,
             "use_double_wide_mlp": False,
             "vocab_size": 262144,
-            "rope_parameters": {
-                "full_attention": {
-                    "partial_rotary_factor": 0.25,
-                    "rope_theta": 1000000.0,
-                    "rope_type": "proportional",
-                },
-                "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
-            },
+            "rope_parameters": _GEMMA4_ROPE,
         },
     ),
     # google/gemma-4-E4B-it (text_config): 42 layers, d 2560, 8 heads, ffn 10240; five 512-token sliding
@@ -323,14 +322,7 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "use_double_wide_mlp": False,
             "vocab_size": 262144,
             "vocab_size_per_layer_input": 262144,
-            "rope_parameters": {
-                "full_attention": {
-                    "partial_rotary_factor": 0.25,
-                    "rope_theta": 1000000.0,
-                    "rope_type": "proportional",
-                },
-                "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
-            },
+            "rope_parameters": _GEMMA4_ROPE,
         },
     ),
     # google/gemma-4-26B-A4B-it (text_config): 30 layers, d 2816, 16 heads; on every layer a 2112-wide MLP
@@ -361,14 +353,7 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "top_k_experts": 8,
             "use_double_wide_mlp": False,
             "vocab_size": 262144,
-            "rope_parameters": {
-                "full_attention": {
-                    "partial_rotary_factor": 0.25,
-                    "rope_theta": 1000000.0,
-                    "rope_type": "proportional",
-                },
-                "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
-            },
+            "rope_parameters": _GEMMA4_ROPE,
         },
     ),
     # google/gemma-3-12b-it (text_config): 48 layers, d 3840, 16 heads, 8 KV heads of 256, ffn 15360, five

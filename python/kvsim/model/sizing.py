@@ -355,7 +355,7 @@ def size_pool(
         "kv_bytes_per_token": m.kv_bytes_per_token if m else None,
         "tensor_parallel_size": tp,
         "layout": layout,
-        "tower_bytes": sum(t.total for t in m.towers) if m else None,
+        "tower_bytes": m.tower_bytes if m else None,
         "rope_cache_bytes": m.rope_cache_bytes if m else None,
     }
     context = max_model_len if max_model_len is not None else (m.max_model_len if m else 0)
@@ -540,7 +540,7 @@ def available_kv_bytes(
         beside = [
             f"{fmt_bytes(b)} {what}"
             for b, what in (
-                (sum(t.total for t in m.towers), "of encoders"),
+                (m.tower_bytes, "of encoders"),
                 (m.rope_cache_bytes, "of rotary caches (for the config's max_position_embeddings)"),
             )
             if b
