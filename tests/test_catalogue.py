@@ -510,11 +510,12 @@ def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
     hf_config._HF_CACHE.clear()
     for tp in (2, 4, 8):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=tp)
-    # GPTQ loads a split group (its scales then wrong): not refused.
+    # GPTQ loads a split group without an error, its scales then wrong: refused too (tests/test_shard.py).
     gptq = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
     path.write_text(json.dumps({**cfg, "quantization_config": gptq}))
     hf_config._HF_CACHE.clear()
-    kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
+    with pytest.raises(InvalidArgumentError, match="not a whole number of its gptq groups of 128"):
+        kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
     # Unquantized: the split only has to be even.
     path.write_text(json.dumps({**cfg, "intermediate_size": 29570}))
     hf_config._HF_CACHE.clear()

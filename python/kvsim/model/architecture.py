@@ -94,9 +94,9 @@ class Model:
         rope_cache_bytes: the rotary embeddings' cos/sin caches vLLM builds at load (every GPU holds
             them whole; `kvsim.model.rope`).
         row_inputs: each module group's row-parallel input widths, with the group size of the
-            quantization whose kernels need whole groups on every rank (AWQ, compressed-tensors' int
-            groups; 0 for none): what tensor parallelism must divide (`kvsim.model.sizing`); empty for the
-            2024 presets.
+            quantization whose kernels need whole groups on every rank (AWQ, GPTQ, compressed-tensors'
+            int groups; 0 for none): what tensor parallelism must divide (`kvsim.model.shard`); empty for
+            the 2024 presets.
     """
 
     name: str

@@ -122,6 +122,7 @@ class ConfigTimeModel:
                 block_size=self.block_size,
                 kv_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
                 tensor_parallel_size=self.tensor_parallel_size,
+                expert_parallel=self.enable_expert_parallel,
             )
             object.__setattr__(self, "swap_ps_per_block", int(tm.swap_ps_per_block))
 
@@ -140,6 +141,7 @@ class ConfigTimeModel:
                 block_size=self.block_size,
                 kv_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
                 tensor_parallel_size=self.tensor_parallel_size,
+                expert_parallel=self.enable_expert_parallel,
             )
             object.__setattr__(self, "c0_ps", int(tm.c0_ps))
             object.__setattr__(self, "c_tok_ps", int(tm.c_tok_ps))
@@ -179,6 +181,7 @@ class ConfigTimeModel:
                 block_size=self.block_size,
                 kv_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
                 tensor_parallel_size=self.tensor_parallel_size,
+                expert_parallel=self.enable_expert_parallel,
             )
             object.__setattr__(self, "swap_ps_per_block", int(tm.swap_ps_per_block))
 

@@ -146,6 +146,7 @@ _KEPT_FIELDS = (
     "num_experts_per_token",
     "model_max_length",
     "linear_attn_config",
+    "min_moe_intermediate_per_partition",  # Kimi-Linear's expert padding under TP (`kvsim.model.shard`)
     "first_k_dense_replace",
     "decoder_sparse_step",
     "interleave_moe_layer_step",

@@ -485,34 +485,62 @@ def exempts_layer_modules(q: Quantization) -> bool:
     return any(any(w in str(entry).lower() for w in layer_words) for entry in q.ignored)
 
 
-def not_whole_groups(method: str, cols: int, group: int) -> str:
-    """vLLM 0.33.0's words when a layer's input features (on one rank) are not whole groups of `method`'s."""
+# The methods whose integer groups vLLM 0.33.0 cannot split (`check_groups`, `shard_group`).
+SPLIT_GROUP_METHODS = ("awq", "gptq", "compressed-tensors")
+
+
+def not_whole_groups(method: str, cols: int, group: int, full: int | None = None) -> str:
+    """vLLM 0.33.0's words (or, where it says none, what it does) when a layer's input features on one rank,
+    `cols` of the layer's `full` (default: `cols`, the whole matrix), are not whole groups of `method`'s."""
+    full = cols if full is None else full
     if method == "compressed-tensors":
         return (
             f'"Weight input_size_per_partition={cols} is not divisible by group_size={group}" (vLLM\'s '
             "verify_group_size_divides_partition)"
         )
+    if method == "gptq" and full != cols:
+        n = cols // group
+        return (
+            f"no error: AutoGPTQLinearMethod checks nothing and loads each GPU {n} groups of scales from the "
+            f"checkpoint's group rank x {n}, not the groups of its {cols} features, so every GPU after the first "
+            "computes with other groups' scales (auto_gptq.py)"
+        )
+    if method == "gptq":
+        return (
+            f"AutoGPTQLinearMethod checks nothing and sizes the scales at {cols} // {group} = {cols // group} "
+            "groups, fewer than the checkpoint's (auto_gptq.py)"
+        )
+    if group in (32, 64, 128) and group >= full:
+        return (
+            f"AWQ-Marlin takes a group as wide as the layer (check_marlin_supports_layer) and sizes the scales "
+            f"at {cols} // {group} = 0 groups (AutoAWQMarlinLinearMethod)"
+        )
     return '"The input size is not aligned with the quantized weight shape" (vLLM\'s AutoAWQLinearMethod)'
 
 
 def check_groups(q: Quantization, b: Breakdown, qc: Any, where: str) -> None:
-    """An AWQ or compressed-tensors int checkpoint's group size against the matrices it quantizes (`b`):
-    vLLM takes only whole groups of input features (`AutoAWQLinearMethod.create_weights`: "The input size is
-    not aligned with the quantized weight shape"; AWQ-Marlin falls back to it for a layer Marlin cannot
-    take; compressed-tensors' `verify_group_size_divides_partition`, for every layer), so a group that does
-    not divide a quantized matrix's input features (`group_size` 7 on a 4096-wide layer) is no checkpoint
-    vLLM loads. Per channel (-1) divides any. Not checked where the checkpoint's ignore list names modules:
-    it may exempt single modules kvsim prices by group (a `down_proj` of odd width); nor for routed experts
-    (their kernels pad or fall back). Under tensor parallelism vLLM checks each GPU's share
-    (`kvsim.model.sizing`); this checks the whole matrix, which any share that divides must divide too.
+    """An AWQ, GPTQ or compressed-tensors int checkpoint's group size against the matrices it quantizes
+    (`b`): vLLM takes only whole groups of input features (`AutoAWQLinearMethod.create_weights`: "The input
+    size is not aligned with the quantized weight shape"; AWQ-Marlin falls back to it for a layer Marlin
+    cannot take; compressed-tensors' `verify_group_size_divides_partition`, for every layer; GPTQ's
+    `AutoGPTQLinearMethod.create_weights` checks nothing and sizes the scales at `input_size // group_size`
+    groups, fewer than the checkpoint's: a column-parallel layer's loader then fails its shape assertion, a
+    row-parallel one loads short of its last group's scales), so a group that does not divide a quantized
+    matrix's input features (`group_size` 7 on a 4096-wide layer) is no checkpoint vLLM loads. Per channel
+    (-1) divides any. Not checked where the checkpoint's ignore list names modules: it may exempt single
+    modules kvsim prices by group (a `down_proj` of odd width); nor for routed experts (their kernels pad or
+    fall back). Under tensor parallelism vLLM checks each GPU's share (`kvsim.model.shard`); this checks the
+    whole matrix, which any share that divides must divide too.
 
     Raises:
         InvalidArgumentError: naming the group size's field, its value, and the first matrix.
     """
-    if q.method not in ("awq", "compressed-tensors") or exempts_layer_modules(q) or not isinstance(qc, dict):
+    if q.method not in SPLIT_GROUP_METHODS or exempts_layer_modules(q) or not isinstance(qc, dict):
         return
     if q.method == "awq":
         key = "quantization_config." + next(k for k in ("q_group_size", "group_size") if k in qc)
+    elif q.method == "gptq":
+        key = "quantization_config.group_size"
     else:
         key = "compressed-tensors weights.group_size"
     for group in GROUPS:
@@ -523,7 +551,7 @@ def check_groups(q: Quantization, b: Breakdown, qc: Any, where: str) -> None:
             if m.cols % fmt.group:
                 raise InvalidArgumentError(
                     f"{where}: {key} {fmt.group} does not divide the {m.cols} input features of the {group} "
-                    f"layers' {m.rows} x {m.cols} matrices: vLLM takes whole groups only "
+                    f"layers' {m.rows} x {m.cols} matrices: vLLM needs whole groups "
                     f"({not_whole_groups(q.method, m.cols, fmt.group)})"
                 )
 
@@ -549,13 +577,14 @@ def shard_group(q: Quantization, group: str) -> int:
     (`auto_awq.py`: Marlin declines the layer, `check_marlin_supports_layer`, and `AutoAWQLinearMethod`
     raises "The input size is not aligned with the quantized weight shape. This can be caused by too large
     tensor parallel size.") and compressed-tensors' int groups (`compressed_tensors_wNa16.py`: "Weight
-    input_size_per_partition = ... is not divisible by group_size = ..."). GPTQ loads such a share without
-    a word (its scales then split across ranks); routed experts have their own kernels' rules: neither is
-    checked."""
+    input_size_per_partition = ... is not divisible by group_size = ..."), and loads GPTQ's wrongly
+    (`auto_gptq.py` `AutoGPTQLinearMethod`: no check; each rank's scales are `input_size_per_partition //
+    group_size` rows cut from the checkpoint at `rank x` that many, so every rank after the first applies
+    another group's scales). Routed experts have their own kernels' rules: not checked here."""
     fmt = q.formats.get(group)
     if group == "experts" or fmt is None or fmt.kind != "int" or fmt.group < 1 or exempts_layer_modules(q):
         return 0
-    return fmt.group if q.method in ("awq", "compressed-tensors") else 0
+    return fmt.group if q.method in SPLIT_GROUP_METHODS else 0
 
 
 def deepseek_v4(checkpoint: Quantization, cfg: dict[str, Any], where: str) -> Quantization:
@@ -613,6 +642,7 @@ __all__ = [
     "MIN_CAPABILITY",
     "NONE",
     "QUANTIZATION_CHOICES",
+    "SPLIT_GROUP_METHODS",
     "Format",
     "Quantization",
     "check_groups",

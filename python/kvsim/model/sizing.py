@@ -321,9 +321,13 @@ def size_pool(
     base = resolve_model(model).with_quantization(quantization) if model is not None else None
     if base is not None and language_model_only:
         base = dataclasses.replace(base, encoders=(), towers=(), uncounted=())
-    m = shard(base, kv_cache_dtype, tensor_parallel_size) if base is not None else None
-    gpu_weights = None  # one GPU's weights where they are not weights / tp: expert parallelism, padding
     expert_parallel = bool(enable_expert_parallel and base is not None and base.num_experts)
+    m = (
+        shard(base, kv_cache_dtype, tensor_parallel_size, expert_parallel=expert_parallel)
+        if base is not None
+        else None
+    )
+    gpu_weights = None  # one GPU's weights where they are not weights / tp: expert parallelism, padding
     if model is not None and m is not None and expert_parallel:
         gpu_weights = expert_parallel_weight_bytes(
             model, quantization, tensor_parallel_size, data_parallel_size

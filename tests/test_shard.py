@@ -1,0 +1,155 @@
+"""Tensor-parallel splits vLLM 0.33.0 cannot make, or makes wrongly without a word, refused by name
+(`kvsim.model.shard`; DESIGN.md §Defaults and sizing, "Tensor parallelism"): the routed experts' width, a
+gated delta net's key and value heads, a KDA layer's heads, GPTQ groups split over the GPUs, and an AWQ
+group as wide as the layer. Each next to a split that still works."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kvsim
+from kvsim.cli import main
+from kvsim.errors import InvalidArgumentError, UnsplittableModelError
+from kvsim.model import hf_config
+from kvsim.model.catalogue import ENTRIES
+from kvsim.model.sizing import kv_bytes_per_token
+
+HF = Path(__file__).parent / "data" / "hf"
+
+
+def _model(cfg: dict[str, Any], name: str = "m") -> Any:
+    return hf_config._from_dict(cfg, name, name, name, None)
+
+
+def _preset(name: str, **change: Any) -> dict[str, Any]:
+    return {**copy.deepcopy(ENTRIES[name][1]), **change}
+
+
+def _fits(model: Any, tp: int, **kw: Any) -> None:
+    kvsim.SimConfig(model=model, kv_cache_bytes="10GiB", tensor_parallel_size=tp, **kw)
+
+
+def _refused(model: Any, tp: int, needle: str, **kw: Any) -> str:
+    with pytest.raises(UnsplittableModelError, match=re.escape(needle)) as exc:
+        _fits(model, tp, **kw)
+    return str(exc.value)
+
+
+def test_routed_experts_width_must_split_over_the_gpus():
+    """vLLM's FusedMoEConfig asserts `intermediate_size % tp_size == 0` (fused_moe/config.py) without expert
+    parallelism, then floor-divides; with it each GPU holds whole experts. kvsim priced 772 / 8 a GPU."""
+    m = _model(_preset("qwen3-30b-a3b", moe_intermediate_size=772), "q3moe")
+    _fits(m, 4)  # 193 a GPU
+    msg = _refused(m, 8, "tensor_parallel_size 8 does not divide q3moe's moe_intermediate_size 772")
+    assert "FusedMoEConfig asserts intermediate_size % tp_size == 0 (772 % 8 = 4)" in msg
+    _fits(m, 8, enable_expert_parallel=True)  # whole experts on each GPU: nothing split
+    _fits(m, 8, enable_expert_parallel=True, gpu="h100-80gb", time_model="linear")
+    with pytest.raises(UnsplittableModelError, match="moe_intermediate_size 772"):
+        kv_bytes_per_token(m, None, 8)
+    # The presets split at every tensor-parallel size their attention heads allow.
+    for name, tp in (("qwen3-30b-a3b", 32), ("gpt-oss-120b", 64), ("qwen3-next-80b-a3b", 16)):
+        _fits(name, tp)
+
+
+def test_kimi_linear_pads_a_narrow_expert_share_instead():
+    """Kimi-Linear's KimiMoE (vllm/models/kimi_k3/nvidia/model.py) pads a GPU's expert width below 256 (or
+    the config's `min_moe_intermediate_per_partition`) up to it before FusedMoE sees it, so only a wider
+    share must divide evenly."""
+    cfg = _preset("kimi-linear-48b-a3b", moe_intermediate_size=2052, num_shared_experts=4)
+    m = _model(cfg, "kimi")
+    _refused(m, 8, "does not divide kimi's moe_intermediate_size 2052")  # 256 a GPU: not padded
+    _fits(m, 16)  # 128 a GPU, padded to 256
+    # The config's own least share (`min_moe_intermediate_per_partition`), when it gives one.
+    narrow = _model({**cfg, "min_moe_intermediate_per_partition": 64}, "kimi")
+    _refused(narrow, 16, "does not divide kimi's moe_intermediate_size 2052")
+
+
+def test_gated_delta_net_heads_must_split_over_the_gpus():
+    """A gated delta net's value heads: vLLM asserts `divide(num_v_heads, tp_size)` (A_log, the recurrent
+    state's shape); its key heads: no check, each GPU gets `num_k_heads // tp_size` (0 for 4 heads at tp 8)
+    and the forward's reshapes of the projections fail or mix tokens (qwen_gdn_linear_attn.py). Qwen3-Next's
+    fused layout and Qwen3.5's split one alike."""
+    for preset in ("qwen3-next-80b-a3b", "qwen3.6-35b-a3b"):
+        m = _model(_preset(preset, linear_num_key_heads=4), "gdn")
+        _fits(m, 4)
+        msg = _refused(m, 8, "tensor_parallel_size 8 does not divide gdn's linear_num_key_heads 4")
+        assert "gives each GPU 4 // 8 = 0 key heads" in msg
+    m = _model(_preset("qwen3-next-80b-a3b", linear_num_key_heads=8, linear_num_value_heads=24), "gdn")
+    _fits(m, 8)
+    _refused(
+        m,
+        16,
+        "linear_num_value_heads 24 (its gated delta net's value heads): vLLM's gated delta net "
+        'asserts it: "24 is not divisible by 16"',
+    )
+
+
+def test_kda_heads_must_split_over_the_gpus():
+    """Kimi-Linear's KDA layers: vLLM's KimiDeltaAttention asserts `num_heads % tp_size == 0`."""
+    cfg = _preset("kimi-linear-48b-a3b")
+    cfg["linear_attn_config"] = {**cfg["linear_attn_config"], "num_heads": 24}
+    m = _model(cfg, "kda")
+    _fits(m, 8)
+    _refused(m, 16, "does not divide kda's linear_attn_config.num_heads 24 (its KDA layers' heads)")
+
+
+def test_gptq_groups_split_over_the_gpus_are_refused():
+    """vLLM 0.33.0's AutoGPTQLinearMethod checks nothing: at tp 2 Qwen2.5-72B's 29,568-wide down projection
+    gives each GPU 14,784 features and 115 groups of scales cut from the checkpoint at rank x 115, so the
+    second GPU computes with the wrong groups' scales and no error is raised. Qwen's 29,696-wide GPTQ
+    checkpoints split; a group that does not divide the whole layer is refused at load."""
+    cfg = json.loads((HF / "qwen2.5-72b.json").read_text())
+    gptq = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
+    m = _model({**cfg, "quantization_config": gptq}, "q72gptq")
+    _fits(m, 1)
+    for tp in (2, 4, 8):
+        msg = _refused(
+            m, tp, f"29568 // {tp} = {29568 // tp} input features a GPU, not a whole number of its gptq"
+        )
+        assert "no error: AutoGPTQLinearMethod checks nothing" in msg
+    padded = _model({**cfg, "intermediate_size": 29696, "quantization_config": gptq}, "q72gptq")
+    for tp in (2, 4, 8):
+        _fits(padded, tp)
+    with pytest.raises(InvalidArgumentError, match="group_size 128 does not divide the 29600 input features"):
+        _model({**cfg, "intermediate_size": 29600, "quantization_config": gptq})
+    per_channel = {**gptq, "group_size": -1}
+    _fits(_model({**cfg, "quantization_config": per_channel}), 2)
+
+
+def test_an_awq_group_as_wide_as_the_layer_is_split_as_any_other():
+    """AWQ's group of 4096 is no Marlin group (check_marlin_supported takes 32, 64, 128), so every layer
+    goes to AutoAWQLinearMethod, which refuses a GPU's 2,048 of o_proj's 4,096 features ("The input size is
+    not aligned..."); kvsim exempted a group as wide as the layer. At tp 1 it loads."""
+    base = json.loads((HF / "llama-3.1-8b.json").read_text())
+    awq = {"quant_method": "awq", "bits": 4, "group_size": 4096, "zero_point": True}
+    m = _model({**base, "intermediate_size": 16384, "quantization_config": awq}, "awq4096")
+    _fits(m, 1)
+    msg = _refused(m, 2, "attn output projections take 4096 // 2 = 2048 input features a GPU")
+    assert "The input size is not aligned with the quantized weight shape" in msg
+    _fits(_model({**base, "quantization_config": {**awq, "group_size": 128}}), 8)
+
+
+def _one_line(capsys: Any) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_the_cli_says_each_refusal_in_one_line_with_exit_status_2(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_preset("qwen3-next-80b-a3b", linear_num_key_heads=4)))
+    hf_config._HF_CACHE.clear()
+    argv = ["run", "--model", str(path), "--gpu", "h100-80gb", "--requests", "10"]
+    assert main([*argv, "-tp", "8"]) == 2
+    assert "linear_num_key_heads 4" in _one_line(capsys)
+    path.write_text(json.dumps(_preset("qwen3-30b-a3b", moe_intermediate_size=772)))
+    hf_config._HF_CACHE.clear()
+    assert main([*argv, "-tp", "8"]) == 2
+    assert "moe_intermediate_size 772" in _one_line(capsys)
+    assert main([*argv, "-tp", "4"]) == 0
