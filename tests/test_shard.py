@@ -153,3 +153,138 @@ def test_the_cli_says_each_refusal_in_one_line_with_exit_status_2(tmp_path, caps
     assert main([*argv, "-tp", "8"]) == 2
     assert "moe_intermediate_size 772" in _one_line(capsys)
     assert main([*argv, "-tp", "4"]) == 0
+
+
+def test_kimi_linear_padded_experts_are_counted_in_a_gpus_weights():
+    """vLLM's KimiMoE (vllm/models/kimi_k3/nvidia/model.py) builds its FusedMoE at
+    min_moe_intermediate_per_partition (256) x tp when 1,024 // tp falls below 256 without expert
+    parallelism: at tp 8 each GPU's w13 (2 x 256 x 2,304) and w2 (2,304 x 256) of every expert, bf16,
+    where the checkpoint gives it 128 wide. Computed here from the config's numbers."""
+    from kvsim.model.gpus import resolve as gpu
+    from kvsim.model.models import resolve
+    from kvsim.model.shard import shard
+    from kvsim.model.sizing import size_pool
+    from kvsim.model.timing import roofline_time_model
+
+    cfg = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())
+    experts, hidden, width = cfg["num_experts"], cfg["hidden_size"], cfg["moe_intermediate_size"]
+    moe_layers = cfg["num_hidden_layers"] - cfg["first_k_dense_replace"]  # moe_layer_freq 1
+    assert (experts, hidden, width, moe_layers) == (256, 2304, 1024, 26)
+    bf16 = 2
+    per_gpu_experts = experts * moe_layers * 3 * hidden * 256 * bf16  # padded to 256 a GPU
+    pad = per_gpu_experts - experts * moe_layers * 3 * hidden * (width // 8) * bf16
+    assert (per_gpu_experts, pad) == (23_555_211_264, 11_777_605_632)
+    m = resolve("kimi-linear-48b-a3b")
+    whole = m.param_bytes  # tp 1: nothing padded
+    assert shard(m, None, 1).param_bytes == whole == 98_245_350_144
+    assert shard(m, None, 8).param_bytes == -(-whole // 8) + pad == 24_058_274_400
+    pool = size_pool("kimi-linear-48b-a3b", "h200", 16, tensor_parallel_size=8)
+    assert pool.weight_bytes == -(-whole // 8) + pad + pool.rope_cache_bytes
+    # Expert parallelism: whole experts, not padded; tp 4 gives 256 a GPU, nothing to pad.
+    assert shard(m, None, 8, expert_parallel=True).param_bytes == -(-whole // 8)
+    ep = size_pool("kimi-linear-48b-a3b", "h200", 16, tensor_parallel_size=8, enable_expert_parallel=True)
+    assert ep.weight_bytes == -(-whole // 8) + ep.rope_cache_bytes
+    assert shard(m, None, 4).param_bytes == -(-whole // 4)
+    # The roofline reads the padded experts (vLLM's fused-MoE kernels take the padded tensors' shapes).
+    terms = {t.name: t for t in roofline_time_model(m, gpu("h200"), tensor_parallel_size=8).terms}
+    assert terms["moe_mem"].how.startswith(f"{per_gpu_experts:,} B of experts on one GPU")
+    unpadded = {
+        t.name: t
+        for t in roofline_time_model(m, gpu("h200"), tensor_parallel_size=8, expert_parallel=True).terms
+    }
+    assert unpadded["moe_mem"].how.startswith(f"{per_gpu_experts // 2:,} B of experts")
+    assert terms["moe_flop_tok"].ps == pytest.approx(2 * unpadded["moe_flop_tok"].ps)
+    # The config's own least share, when it gives one: 64 leaves 128 a GPU unpadded.
+    narrow = _model({**cfg, "min_moe_intermediate_per_partition": 64}, "kimi")
+    assert shard(narrow, None, 8).param_bytes == -(-narrow.param_bytes // 8)
+
+
+def _qwen3_4b_fp8(**change: Any) -> Any:
+    """Qwen/Qwen3-4B-FP8's shape: d 2560, 32 heads and 8 KV heads of 128, MLP 9728, fp8 in 128x128 blocks."""
+    qc = {
+        "quant_method": "fp8",
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "weight_block_size": [128, 128],
+    }
+    cfg = _preset(
+        "qwen3-8b",
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        tie_word_embeddings=True,
+        quantization_config=qc,
+    )
+    return _model({**cfg, **change}, "q3-4b-fp8")
+
+
+def test_fp8_block_row_parallel_share_must_hold_whole_blocks():
+    """vLLM's validate_fp8_block_shape (quantization/utils/fp8_utils.py, from Fp8LinearMethod.create_weights)
+    raises when a row-parallel layer's input_size_per_partition is not a multiple of block_k: Qwen3-4B-FP8's
+    9,728-wide down projection gives 1,216 a GPU at tp 8 (9.5 blocks of 128); 2,432 at tp 4 splits."""
+    m = _qwen3_4b_fp8()
+    _fits(m, 4)
+    msg = _refused(m, 8, "q3-4b-fp8's mlp output projections take 9728 // 8 = 1216 input features a GPU")
+    assert (
+        'validate_fp8_block_shape: "Weight input_size_per_partition = 1216 is not divisible by weight '
+        'quantization block_k = 128."' in msg
+    )
+    # The same through compressed-tensors' fp8 block scheme (CompressedTensorsW8A8Fp8 calls the same check).
+    ct = {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {
+                    "num_bits": 8,
+                    "type": "float",
+                    "strategy": "block",
+                    "block_structure": [128, 128],
+                    "symmetric": True,
+                    "dynamic": False,
+                },
+                "input_activations": {
+                    "num_bits": 8,
+                    "type": "float",
+                    "strategy": "group",
+                    "group_size": 128,
+                    "symmetric": True,
+                    "dynamic": True,
+                },
+            }
+        },
+        "ignore": ["lm_head"],
+    }
+    _refused(_qwen3_4b_fp8(quantization_config=ct), 8, "not divisible by weight quantization block_k = 128")
+    # Per-tensor fp8 (vLLM's online --quantization fp8, or a checkpoint without blocks) has no blocks.
+    _fits(_qwen3_4b_fp8(quantization_config=None), 8, quantization="fp8")
+    # The presets in fp8 blocks split where their heads do: MiniMax-M2 (48 heads) at 16 and 48, DeepSeek-V4's
+    # MLP rounds its width up to whole blocks a GPU (DeepseekV4MLP), so 2,048 // 32 = 64 is not refused.
+    from kvsim.model.models import resolve
+    from kvsim.model.shard import shard
+
+    for name, tp in (("minimax-m2", 16), ("minimax-m2", 48), ("deepseek-v4-flash", 32)):
+        shard(resolve(name), None, tp)
+
+
+def test_fp8_block_mla_column_share_must_hold_whole_blocks():
+    """A column-parallel layer of one output must give each GPU whole blocks of block_n
+    (validate_fp8_block_shape: "Weight output_partition_size = ... block_n"): DeepSeek-V3's q_b_proj is
+    128 heads x 192; with 40 heads, 5 a GPU at tp 8 give 960, 7.5 blocks of 128. Its dense MLP's 18,432-wide
+    down projection gives 576 a GPU at tp 32: refused as a row-parallel share."""
+    from kvsim.model.models import resolve
+    from kvsim.model.shard import shard
+
+    cfg = json.loads((HF / "deepseek-v3.json").read_text())
+    m = _model({**cfg, "num_attention_heads": 40, "num_key_value_heads": 40}, "ds40")
+    shard(m, None, 4)  # 10 heads x 192 = 1,920: 15 blocks
+    with pytest.raises(UnsplittableModelError, match=re.escape("MLA q_b_proj (40 heads x 192)")) as exc:
+        shard(m, None, 8)
+    assert "Weight output_partition_size = 960 is not divisible by weight quantization block_n = 128." in str(
+        exc.value
+    )
+    v3 = resolve(str(HF / "deepseek-v3.json"))
+    shard(v3, None, 16)
+    with pytest.raises(UnsplittableModelError, match="mlp output projections take 18432 // 32 = 576"):
+        shard(v3, None, 32)

@@ -1,7 +1,8 @@
 """One GPU's share of a model under tensor parallelism, as vLLM splits its layers (DESIGN.md §Defaults and
 sizing, "Tensor parallelism"): the attention heads and KV heads over the ranks (or the KV heads replicated),
-a gated delta net's key and value heads and a KDA layer's heads, the routed experts' intermediate width,
-the row-parallel layers' input features and their quantization groups, and the weights divided. A model
+a gated delta net's key and value heads and a KDA layer's heads, the routed experts' intermediate width
+(Kimi-Linear's padded where vLLM pads it), the row-parallel layers' input features and their quantization
+groups, fp8 blocks, and the weights divided. A model
 vLLM 0.33.0 cannot split that way (or splits wrongly without a word) is refused (`UnsplittableModelError`),
 naming the layer, the field and vLLM's check.
 Used by the pool's sizing (`kvsim.model.sizing`) and the roofline's coefficients (`kvsim.model.linear_time`).
@@ -14,6 +15,7 @@ import json
 from typing import Any
 
 from kvsim.errors import UnsplittableModelError
+from kvsim.model import quant
 from kvsim.model.gpus import Gpu
 from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.models import Model
@@ -82,22 +84,68 @@ def _check_state_heads(m: Model, tp: int) -> None:
 KIMI_MIN_MOE_PER_RANK = 256
 
 
+def padded_expert_width(m: Model, tp: int, *, expert_parallel: bool = False) -> int:
+    """One GPU's routed-expert intermediate width where vLLM 0.33.0 allocates more than the checkpoint's
+    share, else 0. Kimi-Linear's `KimiMoE` (`vllm/models/kimi_k3/nvidia/model.py`; the same in
+    `amd/linear.py`) builds its `FusedMoE` at `min_moe_intermediate_per_partition` (256 when the config
+    gives none) x tp when `moe_intermediate_size // tp` falls below it, tp > 1 and expert parallelism is
+    off, and zeroes the padding (`w13_weight`, `w2_weight`): at tp 8 its 1,024-wide experts take 128 a GPU,
+    allocated 256 wide. (The ROCm variant pads under expert parallelism too: not modelled.)"""
+    width = m.expert_ffn
+    if tp == 1 or expert_parallel or not m.num_experts or not width:
+        return 0
+    kept = _kept(m)
+    if not str(kept.get("model_type", "")).startswith("kimi_linear"):
+        return 0
+    least = kept.get("min_moe_intermediate_per_partition", KIMI_MIN_MOE_PER_RANK)
+    if not isinstance(least, int) or isinstance(least, bool) or width // tp >= least:
+        return 0
+    return least
+
+
+def expert_padding(
+    m: Model, tp: int, experts_bytes: int, experts_params: int, *, expert_parallel: bool = False
+) -> tuple[int, int]:
+    """The bytes and the parameters' worth of zeros one GPU's routed experts hold beyond the checkpoint's
+    share (`padded_expert_width`; (0, 0) where vLLM pads nothing), given all the routed experts' bytes as
+    vLLM loads them and their parameters (`kvsim.model.timing.weight_groups`). vLLM allocates every
+    expert's gate-up (`w13_weight`: 2 x width x hidden) and down (`w2_weight`: hidden x width) at the padded
+    width in the experts' own format, so the padding is the experts' bytes in the ratio of the padding to
+    the share: (padded x tp - width) / (width x tp) (scales and zero points in proportion). The sizing
+    (`shard`) and both time models read it: vLLM's fused-MoE kernels take the padded tensors' shapes, so
+    they read the zeros and multiply them."""
+    w = padded_expert_width(m, tp, expert_parallel=expert_parallel)
+    if not w:
+        return 0, 0
+    width = m.expert_ffn
+    extra = w * tp - width
+    return -(-experts_bytes * extra // (width * tp)), -(-experts_params * extra // (width * tp))
+
+
+def _expert_padding(m: Model, tp: int, expert_parallel: bool) -> tuple[int, int]:
+    """`expert_padding` of `m` as loaded: its routed experts' bytes in `m`'s own quantization (vLLM's online
+    fp8 when `m` was loaded with `--quantization fp8` and its config has none)."""
+    if not padded_expert_width(m, tp, expert_parallel=expert_parallel):
+        return 0, 0
+    from kvsim.model.timing import weight_groups  # (timing's reader of the weight groups)
+
+    online = m.quant_method == "fp8" and "quantization_config" not in _kept(m)
+    experts = weight_groups(m, "fp8" if online else None)["experts"]
+    return expert_padding(m, tp, experts.bytes, experts.params, expert_parallel=expert_parallel)
+
+
 def _check_experts(m: Model, tp: int) -> None:
     """The routed experts' intermediate width split over `tp` ranks (tensor parallelism without expert
     parallelism): vLLM 0.33.0's `FusedMoEConfig.__post_init__` (`fused_moe/config.py`) asserts
     `intermediate_size % tp_size == 0` before it floor-divides it; Kimi-Linear pads a rank's share below
-    256 first (`KimiMoE`), which leaves nothing to assert."""
+    256 first (`KimiMoE`, `padded_expert_width`), which leaves nothing to assert."""
     width = m.expert_ffn
-    if not m.num_experts or not width or not width % tp:
+    if not m.num_experts or not width or not width % tp or padded_expert_width(m, tp):
         return
     kept = _kept(m)
     key = next(
         (k for k in ("moe_intermediate_size", "expert_intermediate_size") if k in kept), "intermediate_size"
     )
-    if str(kept.get("model_type", "")).startswith("kimi_linear"):
-        least = kept.get("min_moe_intermediate_per_partition", KIMI_MIN_MOE_PER_RANK)
-        if isinstance(least, int) and width // tp < least:
-            return
     raise UnsplittableModelError(
         f"tensor_parallel_size {tp} does not divide {m.name}'s {key} {width} (its routed experts' "
         f"intermediate width, which vLLM splits over the GPUs without --enable-expert-parallel): vLLM's "
@@ -105,12 +153,102 @@ def _check_experts(m: Model, tp: int) -> None:
     )
 
 
+def _quantization(m: Model) -> quant.Quantization:
+    """`m`'s quantization as vLLM 0.33.0 takes it, read again from its kept config (DeepSeek-V4's fp8 as
+    `DeepseekV4FP8Config`; vLLM's online fp8 where `m` was loaded with `--quantization fp8`)."""
+    kept = _kept(m)
+    where = f"model {m.name!r}"
+    q = quant.from_config(kept.get("quantization_config"), where)
+    if kept.get("model_type") == "deepseek_v4" and q.method == "fp8":
+        q = quant.deepseek_v4(q, kept, where)
+    if not q.method and m.quant_method == "fp8":
+        q = quant.with_flag(q, "fp8", where)
+    return q
+
+
+def _fp8_block(q: quant.Quantization, group: str) -> tuple[int, int] | None:
+    """`group`'s fp8 block (block_n, block_k) under `q`, or None where its layers are not fp8 blocks (or the
+    ignore list may name single layers of it: `quant.exempts_layer_modules`, as for the int groups)."""
+    fmt = q.formats.get(group)
+    if fmt is None or fmt.kind != "fp8" or fmt.strategy != "block" or quant.exempts_layer_modules(q):
+        return None
+    return fmt.block
+
+
+def _fp8_refusal(m: Model, tp: int, layer: str, what: str, full: int, share: int, vllm: str) -> str:
+    return (
+        f"tensor_parallel_size {tp}: {m.name}'s {layer} take {full} // {tp} = {share} {what} a GPU, not a "
+        f'whole number of its fp8 blocks (vLLM\'s validate_fp8_block_shape: "{vllm}")'
+    )
+
+
+def _check_fp8_blocks(m: Model, tp: int) -> None:
+    """fp8 block-quantized layers split over `tp` ranks: vLLM 0.33.0's `validate_fp8_block_shape`
+    (`quantization/utils/fp8_utils.py`, from `Fp8LinearMethod.create_weights` in `fp8.py`, compressed-
+    tensors' `CompressedTensorsW8A8Fp8` / `W8A16Fp8` and Quark's `QuarkW8A8Fp8`) raises when a row-parallel
+    layer's input features a GPU (`input_size_per_partition`) are not a multiple of the block's k, or a
+    column-parallel layer of one output (`ColumnParallelLinear`) gives a GPU outputs not a multiple of its
+    n. Merged column layers (`QKVParallelLinear`, `MergedColumnParallelLinear`: qkv, gate-up) are exempt
+    when a part does not divide (`ColumnParallelLinear._maybe_allow_fp8_block_shape_mismatch`), and the
+    routed experts have their own rules (not checked here). The one-output column layers checked are
+    DeepSeek-V2/V3's MLA `q_b_proj` (or `q_proj`) and `kv_b_proj` (`deepseek_v2.py`)."""
+    q = _quantization(m)
+    kept = _kept(m)
+    for group, cols, _ in m.row_inputs:
+        block = _fp8_block(q, group)
+        if block is None or not (cols // tp) % block[1]:
+            continue
+        if kept.get("model_type") == "deepseek_v4" and group in ("mlp", "shared_experts"):
+            # DeepSeek-V4's MLP rounds its width up to whole blocks a GPU first (`DeepseekV4MLP`,
+            # `vllm/models/deepseek_v4/nvidia/model.py`: cdiv of the blocks over tp), zero-filled; that
+            # padding (64 features a layer's GPU at tp 32, a few tens of MB) is not priced.
+            continue
+        share, bk = cols // tp, block[1]
+        raise UnsplittableModelError(
+            _fp8_refusal(
+                m,
+                tp,
+                f"{group} output projections",
+                "input features",
+                cols,
+                share,
+                f"Weight input_size_per_partition = {share} is not divisible by weight quantization "
+                f"block_k = {bk}.",
+            )
+        )
+    block = _fp8_block(q, "attn")
+    if block is None or not m.is_mla or kept.get("model_type") not in ("deepseek_v2", "deepseek_v3"):
+        return
+    heads, bn = m.num_attention_heads, block[0]
+    nope, rope, v = (kept.get(k) for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
+    if not isinstance(nope, int) or not isinstance(rope, int) or not isinstance(v, int):
+        return
+    q_name = "q_b_proj" if kept.get("q_lora_rank") else "q_proj"
+    for name, width in ((q_name, nope + rope), ("kv_b_proj", nope + v)):
+        full = heads * width
+        if (full // tp) % bn:
+            raise UnsplittableModelError(
+                _fp8_refusal(
+                    m,
+                    tp,
+                    f"MLA {name} ({heads} heads x {width})",
+                    "output features",
+                    full,
+                    full // tp,
+                    f"Weight output_partition_size = {full // tp} is not divisible by weight quantization "
+                    f"block_n = {bn}.",
+                )
+            )
+
+
 def shard(
     m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int, *, expert_parallel: bool = False
 ) -> Model:
-    """One GPU's share of `m` under tensor parallelism: weights / tp, KV heads // tp (at least 1).
+    """One GPU's share of `m` under tensor parallelism: weights / tp, KV heads // tp (at least 1), and the
+    zeros vLLM pads a GPU's routed experts with where it pads them (Kimi-Linear: `expert_padding`), in the
+    weights' bytes and the parameters a token multiplies.
     `expert_parallel` (vLLM's `--enable-expert-parallel`): the routed experts lie whole on the GPUs, so
-    their width is not split (nor checked)."""
+    their width is not split (nor checked, nor padded)."""
     if kv_cache_dtype not in (None, "auto"):
         m = m.with_kv_dtype(kv_cache_dtype)
     tp = tensor_parallel_size
@@ -147,8 +285,10 @@ def shard(
                 f"{cols // tp} input features a GPU, not a whole number of its {m.quant_method} groups of "
                 f"{quant_group} (vLLM: {not_whole_groups(m.quant_method, cols // tp, quant_group, cols)})"
             )
+    _check_fp8_blocks(m, tp)
     kv_heads = m.num_kv_heads if m.is_mla else max(1, m.num_kv_heads // tp)
-    return dataclasses.replace(
+    pad_bytes, pad_params = _expert_padding(m, tp, expert_parallel)
+    out = dataclasses.replace(
         m,
         num_kv_heads=kv_heads,
         num_params=-(-m.num_params // tp),
@@ -156,3 +296,11 @@ def shard(
         weight_bytes=-(-m.weight_bytes // tp),
         towers=tuple(dataclasses.replace(t, split=-(-t.split // tp)) for t in m.towers),
     )
+    if pad_bytes:
+        # Kimi-Linear's padded experts (`padded_expert_width`): allocated, read and multiplied; the
+        # parameters stay the checkpoint's, the tokens' multiplications count the zeros (`num_active_params`).
+        active = pad_params * m.experts_per_token // m.num_experts
+        out = dataclasses.replace(
+            out, weight_bytes=out.param_bytes + pad_bytes, num_active_params=out.num_active_params + active
+        )
+    return out

@@ -382,6 +382,7 @@ def roofline_time_model(
         InvalidArgumentError: a coefficient beyond the engines' bound, or a split the model does not allow.
     """
     from kvsim.model.models import dtype_bits
+    from kvsim.model.shard import expert_padding, padded_expert_width
 
     eff = efficiencies or Efficiencies()
     tp, dp = tensor_parallel_size, data_parallel_size
@@ -469,7 +470,12 @@ def roofline_time_model(
         e, k = model.num_experts, model.experts_per_token
         experts = groups["experts"]
         share = ep if ep > 1 else tp  # EP: whole experts on each of ep GPUs; else each expert split by tp
-        per_gpu_bytes = experts.bytes / share
+        # Kimi-Linear's experts padded to 256 a GPU (`kvsim.model.shard.expert_padding`): vLLM's fused-MoE
+        # kernels read the padded tensors and multiply their zeros.
+        pad_bytes, pad_params = expert_padding(
+            model, tp, experts.bytes, experts.params, expert_parallel=ep > 1
+        )
+        per_gpu_bytes = experts.bytes / share + pad_bytes
         senders = dp if ep > 1 else 1  # every DP rank's tokens reach a GPU's experts under EP
         full = coefficient("moe_mem_ps", per_gpu_bytes / mem_rate, GM)
         table = []
@@ -482,7 +488,11 @@ def roofline_time_model(
                 break
         moe_table = tuple(table)
         moe_flop_tok = (
-            2 * experts.params * (k / e) * senders / share / (_flops(gpu, experts.rate) * eff.gemm_compute)
+            2
+            * (experts.params / share + pad_params)
+            * (k / e)
+            * senders
+            / (_flops(gpu, experts.rate) * eff.gemm_compute)
         )
         terms.append(
             Term(
@@ -587,8 +597,11 @@ def roofline_time_model(
     # Per token, outside the max: elementwise kernels (norms, rotary, activation, KV write, embedding).
     elem = L * (6 * h + 2 * (q_width + kv_width) + 2 * kv_width) + dense_layers * 3 * mlp_width + 2 * h
     if model.num_experts:
+        padded = padded_expert_width(model, tp, expert_parallel=ep > 1)
         moe_width = (
             model.experts_per_token * model.expert_ffn * (dp if ep > 1 else 1) // (ep if ep > 1 else tp)
+            if not padded
+            else model.experts_per_token * padded
         )
         elem += moe_layers * 3 * moe_width
     tok = elem * act / mem_rate
