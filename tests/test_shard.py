@@ -199,6 +199,23 @@ def test_kimi_linear_padded_experts_are_counted_in_a_gpus_weights():
     assert shard(narrow, None, 8).param_bytes == -(-narrow.param_bytes // 8)
 
 
+def test_kvsim_run_says_when_vllm_pads_the_experts(capsys):
+    """The padding is 11.0 GiB of a GPU's 22.4 GiB of weights at tp 8: `kvsim run` says why the weights are
+    twice tp 4's share, and not where nothing is padded (tp 4, expert parallelism)."""
+    from kvsim.model.units import fmt_bytes
+
+    argv = ["run", "kimi-linear-48b-a3b", "--gpu", "h100-80gb", "--requests", "10"]
+    assert main([*argv, "-tp", "8"]) == 0
+    out = capsys.readouterr().out
+    pad = [line for line in out.splitlines() if "pads kimi-linear-48b-a3b's routed experts" in line]
+    assert len(pad) == 1
+    assert "to 256 wide a GPU at tensor_parallel_size 8 (1,024 // 8 = 128" in pad[0]
+    assert f"{fmt_bytes(11_777_605_632)} of zeros a GPU" in pad[0]  # the test above's padding
+    for more in (["-tp", "4"], ["-tp", "8", "--enable-expert-parallel"]):
+        assert main([*argv, *more]) == 0
+        assert "routed experts to" not in capsys.readouterr().out
+
+
 def _qwen3_4b_fp8(**change: Any) -> Any:
     """Qwen/Qwen3-4B-FP8's shape: d 2560, 32 heads and 8 KV heads of 128, MLP 9728, fp8 in 128x128 blocks."""
     qc = {

@@ -456,8 +456,10 @@ ROPE_NOTE_BYTES = 1 << 28
 def encoder_notes(config: Any) -> list[str]:
     """What vLLM loads beside the language model's weights, when the pool was sized from a GPU: a
     multimodal checkpoint's towers (counted in the weights memory, or not and why: then vLLM's KV memory
-    is smaller than shown) and rotary caches large enough to notice (DESIGN.md §Defaults and sizing)."""
+    is smaller than shown), routed experts vLLM pads under tensor parallelism, and rotary caches large
+    enough to notice (DESIGN.md §Defaults and sizing)."""
     from kvsim.model.models import resolve
+    from kvsim.model.shard import _expert_padding, padded_expert_width
     from kvsim.model.units import fmt_bytes
 
     pool = config.pool
@@ -479,6 +481,16 @@ def encoder_notes(config: Any) -> list[str]:
                 "its KV memory is smaller than shown; --language-model-only leaves it out of both, or "
                 "--kv-cache-memory-bytes with vLLM's logged figure gives its pool"
             )
+    tp, ep = config.tensor_parallel_size, config.enable_expert_parallel
+    padded = padded_expert_width(model, tp, expert_parallel=ep)
+    if padded:
+        extra, _ = _expert_padding(model, tp, ep)
+        notes.append(
+            f"vLLM pads {config.model}'s routed experts to {padded:,} wide a GPU at tensor_parallel_size {tp} "
+            f"({model.expert_ffn:,} // {tp} = {model.expert_ffn // tp:,} otherwise; its KimiMoE): "
+            f"{fmt_bytes(extra)} of zeros a GPU in the weights above, which its kernels also read; "
+            "--enable-expert-parallel keeps the experts whole instead"
+        )
     if (pool.rope_cache_bytes or 0) >= ROPE_NOTE_BYTES:
         notes.append(
             f"{config.model}'s rotary embeddings keep {fmt_bytes(pool.rope_cache_bytes)} of cos/sin caches on "
