@@ -87,7 +87,7 @@ impl CpuTier {
         if lane.iter().map(|s| s.len() as u64).sum::<u64>() != self.lane_len {
             return Err("the lane's count is not its spans' entries".into());
         }
-        if !lane.is_empty() && self.eviction != Eviction::Lru {
+        if lane.len() > 0 && self.eviction != Eviction::Lru {
             return Err("a lane of retired runs under ARC".into());
         }
         if lane
@@ -97,7 +97,7 @@ impl CpuTier {
         {
             return Err("the lane of retired runs is out of order".into());
         }
-        for s in lane {
+        for s in lane.iter() {
             if let Some((_, key)) = s
                 .entries(s.len())
                 .find(|&(_, key)| self.chunks.contains(key))

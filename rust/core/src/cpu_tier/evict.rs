@@ -242,11 +242,15 @@ impl CpuTier {
             } else {
                 self.lane_len -= n as u64;
             }
-            out.extend(span.entries(n).map(|(_, key)| key));
+            if self.list_evicted {
+                out.extend(span.entries(n).map(|(_, key)| key));
+            }
         }
         if lane_taken > 0 || lane_head != self.lane.front().copied() {
-            self.lane.drain(..lane_taken);
-            if let Some(front) = self.lane.front_mut() {
+            for _ in 0..lane_taken {
+                self.lane.pop_front();
+            }
+            if let Some(front) = self.lane.get_mut(0) {
                 *front = lane_head.expect("the lane's rest");
             }
         }

@@ -21,7 +21,7 @@
 //! slots).
 
 use std::cmp::Reverse;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 
 use crate::block_pool::IdHasher;
@@ -151,6 +151,9 @@ pub struct CpuTier {
     b2: Recency<()>,
     target: f64,
     num_evicted: u64,
+    /// Whether an eviction lists the keys it takes (`evict`'s `out`): the engine only counts them
+    /// (`num_evicted`), so it turns the listing off (`count_evictions_only`).
+    list_evicted: bool,
     num_stores_skipped: u64,
     /// `prepare_store`'s scratch.
     scratch_store: Vec<(BlockKey, u64)>,
@@ -166,7 +169,7 @@ pub struct CpuTier {
     /// keys nobody names again, each the span its finish's re-ranking made, oldest first (a finish's
     /// ranks are the newest, so the lane is in order); their chunks are held and evictable, in no
     /// group. What remains of the front span after the evictions that took its least entries.
-    lane: VecDeque<order::Span>,
+    lane: paged::Paged<order::Span>,
     /// The chunks the lane holds.
     lane_len: u64,
 }
@@ -209,6 +212,7 @@ impl CpuTier {
             b2: Recency::default(),
             target: 0.0,
             num_evicted: 0,
+            list_evicted: true,
             num_stores_skipped: 0,
             scratch_store: Vec::new(),
             scratch_ready: Vec::new(),
@@ -216,7 +220,7 @@ impl CpuTier {
             scratch_absent: Vec::new(),
             scratch_evict: Vec::new(),
             spare_orders: Vec::new(),
-            lane: VecDeque::new(),
+            lane: paged::Paged::default(),
             lane_len: 0,
         }
     }
@@ -245,6 +249,12 @@ impl CpuTier {
     /// Chunks evicted so far to make room for stores.
     pub fn num_evicted(&self) -> u64 {
         self.num_evicted
+    }
+
+    /// LRU evictions stop listing the keys they take in a store's `evicted` (ARC's still do): their
+    /// count is `num_evicted`'s change.
+    pub fn count_evictions_only(&mut self) {
+        self.list_evicted = false;
     }
 
     /// New chunks offered but not stored because their key had too few offers (the store threshold).

@@ -187,14 +187,13 @@ impl CpuTier {
             } else {
                 self.chunks.none_held(hi, lo, n)
             };
-            let at = evicted.len();
             if !fits
                 || n - room > self.num_evictable
                 || !self.evict((n - room) as usize, &KeySet::default(), evicted)
             {
                 return false;
             }
-            let num = (evicted.len() - at) as u64;
+            let num = n - room; // (an eviction that goes through takes as many as asked)
             self.num_evictable -= num;
             self.num_evicted += num;
         }
@@ -280,8 +279,9 @@ impl CpuTier {
             if !self.evict(need as usize, &protected, evicted) {
                 return None;
             }
-            self.num_evictable -= evicted.len() as u64;
-            self.num_evicted += evicted.len() as u64;
+            // (an eviction that goes through takes as many as asked)
+            self.num_evictable -= need as u64;
+            self.num_evicted += need as u64;
         }
         let a = self.accesses.get_mut(&rid).expect("recorded above");
         let mut req = 0; // (the LRU's rank; unused under ARC)

@@ -734,7 +734,9 @@ proptest::proptest! {
     /// (the engine's private chunks): two LRU tiers, one retiring finished runs to the lane and one
     /// re-ranking them in their groups, store, evict and rank alike (the keys evicted in order, the
     /// policy's order, the counts) under random stores, shared keys, loads, completions and
-    /// finishes, with stores in flight at a finish, runs that evictions cut, and full tiers.
+    /// finishes, with stores in flight at a finish, runs that evictions cut, and full tiers. A third,
+    /// retiring as the first and counting its evictions without listing them (`count_evictions_only`,
+    /// the engine's tier), decides and counts as the first, its eviction lists left empty.
     #[test]
     fn a_retired_run_evicts_as_a_reranked_one(
         cap in 1u64..30,
@@ -745,6 +747,8 @@ proptest::proptest! {
         let name = |x: u64| if named { x.wrapping_add(super::ROW_NAMES) } else { x };
         let mut a = CpuTier::new(cap, Eviction::Lru, 0);
         let mut b = CpuTier::new(cap, Eviction::Lru, 0);
+        let mut c = CpuTier::new(cap, Eviction::Lru, 0);
+        c.count_evictions_only();
         // Live requests: (id, their next chunk).
         let mut live: Vec<(u64, u64)> = vec![];
         let mut next_id = 0;
@@ -763,9 +767,13 @@ proptest::proptest! {
                     let (mut sb, mut eb) = (Vec::new(), Vec::new());
                     let ra = a.prepare_store_run(rid, (rid, lo, n), lo, &mut offer, &mut sa, &mut ea);
                     let rb = b.prepare_store_run(rid, (rid, lo, n), lo, &mut offer, &mut sb, &mut eb);
+                    let (mut sc, mut ec) = (Vec::new(), Vec::new());
+                    let rc = c.prepare_store_run(rid, (rid, lo, n), lo, &mut offer, &mut sc, &mut ec);
                     proptest::prop_assert_eq!(ra, rb);
                     proptest::prop_assert_eq!(&sa, &sb);
                     proptest::prop_assert_eq!(&ea, &eb);
+                    proptest::prop_assert_eq!((rc, &sc), (ra, &sa));
+                    proptest::prop_assert!(ec.is_empty());
                     if ra.is_some() {
                         live[j].1 += n;
                         let ks: Vec<_> = if ra == Some(true) {
@@ -786,9 +794,13 @@ proptest::proptest! {
                     let (mut sa, mut ea, mut sb, mut eb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
                     let ra = a.prepare_store(rid, &list, &mut sa, &mut ea);
                     let rb = b.prepare_store(rid, &list, &mut sb, &mut eb);
+                    let (mut sc, mut ec) = (Vec::new(), Vec::new());
+                    let rc = c.prepare_store(rid, &list, &mut sc, &mut ec);
                     proptest::prop_assert_eq!(ra, rb);
                     proptest::prop_assert_eq!(&sa, &sb);
                     proptest::prop_assert_eq!(&ea, &eb);
+                    proptest::prop_assert_eq!((rc, &sc), (ra, &sa));
+                    proptest::prop_assert!(ec.is_empty());
                     if ra.is_some() && !sb.is_empty() {
                         stores.push(sb);
                     }
@@ -808,13 +820,20 @@ proptest::proptest! {
                     if b.check_prepare_load(&ks).is_ok() {
                         proptest::prop_assert!(a.check_prepare_load(&ks).is_ok());
                         load_both(&mut a, &mut b, rid, &ks, &mut loads);
+                        c.prepare_load(rid, &ks);
                     }
                 }
-                LaneOp::CompleteLoad(i) if !loads.is_empty() => complete_load_both(&mut a, &mut b, i, &mut loads),
+                LaneOp::CompleteLoad(i) if !loads.is_empty() => {
+                    let ks = loads.swap_remove(i % loads.len());
+                    for t in [&mut a, &mut b, &mut c] {
+                        t.complete_load(&ks);
+                    }
+                }
                 LaneOp::CompleteStore(i) if !stores.is_empty() => {
                     let ks = stores.swap_remove(i % stores.len());
                     a.complete_store(&ks);
                     b.complete_store(&ks);
+                    c.complete_store(&ks);
                 }
                 LaneOp::Finish(i) if !live.is_empty() => {
                     let (rid, _) = live.remove(i % live.len());
@@ -823,12 +842,19 @@ proptest::proptest! {
                     loads.retain(|ks| !ks.iter().any(|k| (k.0 >> 64) as u64 == rid));
                     a.finish_unnamed(rid);
                     b.finish(rid);
+                    c.finish_unnamed(rid);
                 }
                 _ => {}
             }
             a.check_invariants().unwrap();
             b.check_invariants().unwrap();
+            c.check_invariants().unwrap();
             proptest::prop_assert_eq!(a.internals(), b.internals());
+            proptest::prop_assert_eq!(c.internals(), a.internals());
+            proptest::prop_assert_eq!(
+                (c.used(), c.num_evictable(), c.num_evicted()),
+                (a.used(), a.num_evictable(), a.num_evicted())
+            );
             proptest::prop_assert_eq!(
                 (a.used(), a.num_evictable(), a.num_evicted()),
                 (b.used(), b.num_evictable(), b.num_evicted())

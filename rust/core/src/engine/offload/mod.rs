@@ -150,6 +150,7 @@ pub(super) struct Tier {
     /// Scratch of a store's offer.
     offer: Vec<(BlockKey, u64)>,
     stored: Vec<BlockKey>,
+    /// (ARC's evictions list their keys here; LRU's are only counted: `count_evictions_only`)
     evicted: Vec<BlockKey>,
     /// A CPU tier (false: a decode replica's connector only, no chunks, no stores).
     has_cpu: bool,
@@ -204,7 +205,11 @@ impl Tier {
             pd_free: 0,
             sends_decided: Vec::new(),
             cfg,
-            cpu: CpuTier::new(cfg.chunks, cfg.eviction, cfg.store_threshold),
+            cpu: {
+                let mut cpu = CpuTier::new(cfg.chunks, cfg.eviction, cfg.store_threshold);
+                cpu.count_evictions_only(); // (only counted: `log_evictions`)
+                cpu
+            },
             tpc: block_size * cfg.blocks_per_chunk,
             tpc_log2: (block_size * cfg.blocks_per_chunk)
                 .is_power_of_two()

@@ -296,14 +296,14 @@ impl Engine<'_> {
             let s = &self.slab[k];
             let (row, count) = (s.row, num_chunks - start);
             let hi = private_hi(row); // (also the request's id in the tier)
-            tier.evicted.clear();
+            let before = tier.cpu.num_evicted();
             if start >= s.tier_keys.len() as u64
                 && tier
                     .cpu
                     .try_store_run(hi, (hi, start, count), start, &mut tier.evicted)
             {
                 // (as `offer_one` does with a run stored whole: its blocks a range of its table)
-                self.log_evictions(tier.evicted.len(), row);
+                self.log_evictions(tier.cpu.num_evicted() - before, row);
                 self.slab[k].next_store = num_chunks;
                 let begin = step_end.max(tier.store_free);
                 let (latency, per_block) = (tier.cfg.latency_ps, tier.cfg.ps_per_block);
@@ -384,6 +384,7 @@ impl Engine<'_> {
             (_, Some(r)) => (&r.keys, &r.blocks),
             _ => unreachable!(),
         };
+        let before = tier.cpu.num_evicted();
         let Some(Offered {
             run,
             num: num_stored,
@@ -394,7 +395,7 @@ impl Engine<'_> {
             self.out.counters.stores_failed += 1;
             return false;
         };
-        self.log_evictions(tier.evicted.len(), row);
+        self.log_evictions(tier.cpu.num_evicted() - before, row);
         if let Some(k) = k {
             self.slab[k].next_store = num_chunks;
         }
@@ -441,8 +442,8 @@ impl Engine<'_> {
 
     /// `num` chunks evicted from the tier for a store of row `row`: counted, and a `cpu-evict` row each.
     #[inline]
-    fn log_evictions(&mut self, num: usize, row: usize) {
-        self.out.counters.cpu_evictions += num as i128;
+    fn log_evictions(&mut self, num: u64, row: usize) {
+        self.out.counters.cpu_evictions += i128::from(num);
         for _ in 0..num {
             self.log(event::CPU_EVICT, row, -1);
         }
