@@ -110,8 +110,8 @@ impl CpuTier {
         self.heap = RankQueue::of_spans(live);
     }
 
-    /// Removes `n` evictable chunks not in `protected`, appending their keys to `out` in eviction order;
-    /// false (nothing changed) if there are fewer.
+    /// Removes `n` evictable chunks not in `protected`, appending their keys to `out` in eviction order
+    /// (LRU's not once `count_evictions_only`); false (nothing changed) if there are fewer.
     pub(super) fn evict(&mut self, n: usize, protected: &KeySet, out: &mut Vec<BlockKey>) -> bool {
         match self.eviction {
             Eviction::Lru => self.lru_evict(n, protected, out),

@@ -13,7 +13,8 @@ impl CpuTier {
     /// Offers request `rid`'s chunks (`prepare_store`; `(key, position)` pairs). Keys the tier lacks
     /// (and, with a threshold, has seen offered often enough) are stored as pending chunks, evicting
     /// others if needed, never one offered here. `Some(())`: `stored` holds the keys stored now, in offer
-    /// order, and `evicted` the keys evicted for them, in eviction order (both are cleared first).
+    /// order, and `evicted` the keys evicted for them, in eviction order (both are cleared first; LRU's
+    /// evictions are only counted, `num_evicted`, once `count_evictions_only`).
     /// `None` when the tier cannot make room: nothing is stored or evicted, but the offers are counted
     /// and the accesses recorded, as in vLLM.
     pub fn prepare_store(
@@ -150,7 +151,8 @@ impl CpuTier {
     /// `prepare_store_run`'s common case, alone: true if the `n` keys `(hi, lo..lo + n)` at positions
     /// `pos..` were stored whole as pending chunks (none held, room for them or chunks enough to evict,
     /// LRU, no threshold: the decision `prepare_store` makes, a request's record made or extended, the
-    /// chunks evicted for them appended to `evicted` in eviction order); false, nothing changed, if
+    /// chunks evicted for them appended to `evicted` in eviction order unless `count_evictions_only`);
+    /// false, nothing changed, if
     /// `prepare_store_run` must decide otherwise.
     #[inline]
     pub fn try_store_run(
