@@ -91,7 +91,8 @@ def test_gated_delta_net_heads_must_split_over_the_gpus():
 
 
 def test_kda_heads_must_split_over_the_gpus():
-    """Kimi-Linear's KDA layers: vLLM's KimiDeltaAttention asserts `num_heads % tp_size == 0`."""
+    """Kimi-Linear's KDA layers: vLLM's KimiGatedDeltaNetAttention (kimi_gdn_linear_attn.py) asserts
+    `num_heads % tp_size == 0`."""
     cfg = _preset("kimi-linear-48b-a3b")
     cfg["linear_attn_config"] = {**cfg["linear_attn_config"], "num_heads": 24}
     m = _model(cfg, "kda")
@@ -100,10 +101,12 @@ def test_kda_heads_must_split_over_the_gpus():
 
 
 def test_gptq_groups_split_over_the_gpus_are_refused():
-    """vLLM 0.33.0's AutoGPTQLinearMethod checks nothing: at tp 2 Qwen2.5-72B's 29,568-wide down projection
-    gives each GPU 14,784 features and 115 groups of scales cut from the checkpoint at rank x 115, so the
-    second GPU computes with the wrong groups' scales and no error is raised. Qwen's 29,696-wide GPTQ
-    checkpoints split; a group that does not divide the whole layer is refused at load."""
+    """vLLM 0.33.0's AutoGPTQLinearMethod checks no shape itself: at tp 2 Qwen2.5-72B's 29,568-wide down
+    projection gives each GPU 14,784 features (115.5 groups of 128); MarlinLinearKernel refuses it, but
+    Machete (compute capability 9.0: 14,784 is a multiple of 64) takes it with 115 rows of scales cut from the
+    checkpoint at rank x 115, so the second GPU computes with the wrong groups' scales without an error.
+    Qwen's 29,696-wide GPTQ checkpoints split; a group that does not divide the whole layer is refused at
+    load."""
     cfg = json.loads((HF / "qwen2.5-72b.json").read_text())
     gptq = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
     m = _model({**cfg, "quantization_config": gptq}, "q72gptq")
@@ -112,7 +115,15 @@ def test_gptq_groups_split_over_the_gpus_are_refused():
         msg = _refused(
             m, tp, f"29568 // {tp} = {29568 // tp} input features a GPU, not a whole number of its gptq"
         )
-        assert "no error: AutoGPTQLinearMethod checks nothing" in msg
+        n = 29568 // tp
+        assert (
+            f'MarlinLinearKernel refuses it ("in_features per partition {n} is not divisible by group_size'
+            in msg
+        )
+        assert (
+            f"loads each GPU {n // 128} rows of scales cut from the checkpoint at its rank x {n // 128}"
+            in msg
+        )
     padded = _model({**cfg, "intermediate_size": 29696, "quantization_config": gptq}, "q72gptq")
     for tp in (2, 4, 8):
         _fits(padded, tp)
@@ -214,6 +225,13 @@ def test_kvsim_run_says_when_vllm_pads_the_experts(capsys):
     for more in (["-tp", "4"], ["-tp", "8", "--enable-expert-parallel"]):
         assert main([*argv, *more]) == 0
         assert "routed experts to" not in capsys.readouterr().out
+    # Under --quantization fp8 the experts, their padding with them, are one byte a weight: half the zeros
+    # (26 MoE layers x 256 experts x 3 x 2,304 x 128 bytes, and the per-tensor scales in proportion); the
+    # note said bf16's 11.0 GiB beside 11.3 GiB of weights.
+    assert main([*argv, "-tp", "8", "--quantization", "fp8"]) == 0
+    pad = [line for line in capsys.readouterr().out.splitlines() if "routed experts to 256" in line]
+    assert len(pad) == 1
+    assert f"{fmt_bytes(26 * 256 * 3 * 2304 * 128)} of zeros a GPU" in pad[0]
 
 
 def _qwen3_4b_fp8(**change: Any) -> Any:
@@ -305,3 +323,76 @@ def test_fp8_block_mla_column_share_must_hold_whole_blocks():
     shard(v3, None, 16)
     with pytest.raises(UnsplittableModelError, match="mlp output projections take 18432 // 32 = 576"):
         shard(v3, None, 32)
+
+
+def test_expert_parallelism_lifts_the_experts_check_wherever_the_model_is_split():
+    """With --enable-expert-parallel vLLM's FusedMoEConfig sees tp_size 1 (FusedMoEParallelConfig.make: each
+    GPU holds whole experts), so no width is asserted: the pool from a GPU's memory (available_kv_bytes)
+    and a swap space's blocks (kv_bytes_per_token) split the model without the experts' check too; they
+    refused 772 at tp 8 under expert parallelism."""
+    from kvsim.model.sizing import expert_parallel_weight_bytes
+
+    m = _model(_preset("qwen3-30b-a3b", moe_intermediate_size=772), "q3moe")
+    cfg = kvsim.SimConfig(model=m, gpu="h100-80gb", tensor_parallel_size=8, enable_expert_parallel=True)
+    rope = cfg.pool.rope_cache_bytes or 0
+    assert cfg.pool.weight_bytes == expert_parallel_weight_bytes(m, None, 8, 1) + rope
+    kvsim.SimConfig(
+        model=m,
+        gpu="h100-80gb",
+        tensor_parallel_size=8,
+        enable_expert_parallel=True,
+        swap_space_bytes="4GiB",
+        preemption="swap",
+    )
+    # 48 layers, K and V, the 4 KV heads replicated to one a GPU at tp 8, 128 wide, bf16.
+    assert kv_bytes_per_token(m, None, 8, expert_parallel=True) == 48 * 2 * 1 * 128 * 2
+    with pytest.raises(UnsplittableModelError, match="moe_intermediate_size 772"):
+        kvsim.SimConfig(model=m, gpu="h100-80gb", tensor_parallel_size=8)
+
+
+@pytest.mark.parametrize("bad", ["256", None, 256.0, True, [256]])
+def test_kimi_min_moe_intermediate_per_partition_must_be_a_whole_number(bad):
+    """vLLM's KimiMoE compares `getattr(config, "min_moe_intermediate_per_partition", 256)` with
+    `moe_intermediate_size // tp` as given (tp > 1, no expert parallelism): a null or a string is its
+    TypeError, a float pads to a float width; kvsim read any of them as no padding (11 GiB a GPU short at
+    tp 8). Unread at tp 1 and under expert parallelism, as in vLLM."""
+    from kvsim.model.shard import shard
+
+    cfg = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())
+    m = _model({**cfg, "min_moe_intermediate_per_partition": bad}, "kimi")
+    with pytest.raises(
+        InvalidArgumentError, match=re.escape(f"field 'min_moe_intermediate_per_partition' {bad!r}")
+    ):
+        shard(m, None, 8)
+    shard(m, None, 1)
+    assert shard(m, None, 8, expert_parallel=True).param_bytes == -(-m.param_bytes // 8)
+
+
+def test_kimi_min_moe_intermediate_per_partition_below_the_share_pads_nothing(tmp_path, capsys):
+    """A least share at or below 128 (0, or negative: vLLM's comparison is then never true) leaves
+    1,024 // 8 = 128 a GPU unpadded; the CLI says a malformed one in one line with exit status 2."""
+    from kvsim.model.shard import shard
+
+    cfg = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())
+    for least in (-5, 0, 128):
+        m = _model({**cfg, "min_moe_intermediate_per_partition": least}, "kimi")
+        assert shard(m, None, 8).param_bytes == -(-m.param_bytes // 8)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "min_moe_intermediate_per_partition": "256"}))
+    hf_config._HF_CACHE.clear()
+    argv = ["run", "--model", str(path), "--gpu", "h100-80gb", "--requests", "10"]
+    assert main([*argv, "-tp", "8"]) == 2
+    assert "field 'min_moe_intermediate_per_partition' '256' must be a whole number" in _one_line(capsys)
+    assert main([*argv, "-tp", "8", "--enable-expert-parallel"]) == 0
+
+
+def test_fp8_block_mla_column_rule_reaches_kimi_k2():
+    """Kimi-K2's config (model_type kimi_k2) is served by vLLM's DeepseekV3ForCausalLM, whose MLA q_b_proj is
+    the same one-output ColumnParallelLinear: 40 heads x 192 give 960 a GPU at tp 8, 7.5 blocks of 128."""
+    from kvsim.model.shard import shard
+
+    cfg = json.loads((HF / "deepseek-v3.json").read_text())
+    m = _model({**cfg, "model_type": "kimi_k2", "num_attention_heads": 40, "num_key_value_heads": 40}, "k2")
+    shard(m, None, 4)
+    with pytest.raises(UnsplittableModelError, match=re.escape("MLA q_b_proj (40 heads x 192)")):
+        shard(m, None, 8)

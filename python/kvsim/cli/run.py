@@ -484,7 +484,8 @@ def encoder_notes(config: Any) -> list[str]:
     tp, ep = config.tensor_parallel_size, config.enable_expert_parallel
     padded = padded_expert_width(model, tp, expert_parallel=ep)
     if padded:
-        extra, _ = _expert_padding(model, tp, ep)
+        # (in the experts' format as loaded: fp8 under --quantization fp8, as the weights above)
+        extra, _ = _expert_padding(model.with_quantization(config.quantization), tp, ep)
         notes.append(
             f"vLLM pads {config.model}'s routed experts to {padded:,} wide a GPU at tensor_parallel_size {tp} "
             f"({model.expert_ffn:,} // {tp} = {model.expert_ffn // tp:,} otherwise; its KimiMoE): "

@@ -552,7 +552,10 @@ class SimConfig(ConfigTimeModel):
         from kvsim.model.sizing import kv_bytes_per_token
 
         per_block = self.block_size * kv_bytes_per_token(
-            self.model, self.kv_cache_dtype, self.tensor_parallel_size
+            self.model,
+            self.kv_cache_dtype,
+            self.tensor_parallel_size,
+            expert_parallel=self.enable_expert_parallel,
         )
         blocks = swap_bytes // per_block
         if blocks > MAX_BLOCKS:

@@ -498,17 +498,31 @@ def not_whole_groups(method: str, cols: int, group: int, full: int | None = None
             f'"Weight input_size_per_partition={cols} is not divisible by group_size={group}" (vLLM\'s '
             "verify_group_size_divides_partition)"
         )
-    if method == "gptq" and full != cols:
-        n = cols // group
-        return (
-            f"no error: AutoGPTQLinearMethod checks nothing and loads each GPU {n} groups of scales from the "
-            f"checkpoint's group rank x {n}, not the groups of its {cols} features, so every GPU after the first "
-            "computes with other groups' scales (auto_gptq.py)"
-        )
     if method == "gptq":
+        # `AutoGPTQLinearMethod.create_weights` checks no shape itself; it asks `choose_mp_linear_kernel`
+        # (`kernels/linear/__init__.py`) for a kernel: Marlin's `can_implement` refuses a group that does not
+        # divide its inputs, Machete (compute capability 9.0, inputs a multiple of 64) and Exllama (float16
+        # activations; it checks the whole layer's inputs only) take one, with `cols // group` rows of scales.
+        n = cols // group
+        if group >= full:
+            return (
+                f"MarlinLinearKernel takes a group as wide as the layer and sizes the scales at {cols} // {group} "
+                f"= 0 groups (AutoGPTQLinearMethod, auto_gptq.py)"
+            )
+        marlin = (
+            f'MarlinLinearKernel refuses it ("in_features per partition {cols} is not divisible by group_size = '
+            f'{group}.")'
+        )
+        if full != cols:
+            return (
+                f"{marlin}; a kernel that takes it instead (Machete, or Exllama under float16) loads each GPU {n} "
+                f"rows of scales cut from the checkpoint at its rank x {n}, not its {cols} features' groups, so "
+                "every GPU after the first computes with other groups' scales; with none, \"Failed to find a "
+                'kernel that can implement the WNA16 linear layer" (AutoGPTQLinearMethod, auto_gptq.py)'
+            )
         return (
-            f"AutoGPTQLinearMethod checks nothing and sizes the scales at {cols} // {group} = {cols // group} "
-            "groups, fewer than the checkpoint's (auto_gptq.py)"
+            f"{marlin}; a kernel that takes it instead (Machete) sizes the scales at {cols} // {group} = {n} "
+            "groups, fewer than the checkpoint's (AutoGPTQLinearMethod, auto_gptq.py)"
         )
     if group in (32, 64, 128) and group >= full:
         return (
@@ -523,9 +537,9 @@ def check_groups(q: Quantization, b: Breakdown, qc: Any, where: str) -> None:
     (`b`): vLLM takes only whole groups of input features (`AutoAWQLinearMethod.create_weights`: "The input
     size is not aligned with the quantized weight shape"; AWQ-Marlin falls back to it for a layer Marlin
     cannot take; compressed-tensors' `verify_group_size_divides_partition`, for every layer; GPTQ's
-    `AutoGPTQLinearMethod.create_weights` checks nothing and sizes the scales at `input_size // group_size`
-    groups, fewer than the checkpoint's: a column-parallel layer's loader then fails its shape assertion, a
-    row-parallel one loads short of its last group's scales), so a group that does not divide a quantized
+    `AutoGPTQLinearMethod.create_weights` takes the first kernel that can implement the layer: Marlin's
+    refuses it, Machete's takes it and sizes the scales at `input_size // group_size` groups, fewer than the
+    checkpoint's, and with no kernel left vLLM raises "Failed to find a kernel"), so a group that does not divide a quantized
     matrix's input features (`group_size` 7 on a 4096-wide layer) is no checkpoint vLLM loads. Per channel
     (-1) divides any. Not checked where the checkpoint's ignore list names modules: it may exempt single
     modules kvsim prices by group (a `down_proj` of odd width); nor for routed experts (their kernels pad or
@@ -577,10 +591,11 @@ def shard_group(q: Quantization, group: str) -> int:
     (`auto_awq.py`: Marlin declines the layer, `check_marlin_supports_layer`, and `AutoAWQLinearMethod`
     raises "The input size is not aligned with the quantized weight shape. This can be caused by too large
     tensor parallel size.") and compressed-tensors' int groups (`compressed_tensors_wNa16.py`: "Weight
-    input_size_per_partition = ... is not divisible by group_size = ..."), and loads GPTQ's wrongly
-    (`auto_gptq.py` `AutoGPTQLinearMethod`: no check; each rank's scales are `input_size_per_partition //
-    group_size` rows cut from the checkpoint at `rank x` that many, so every rank after the first applies
-    another group's scales). Routed experts have their own kernels' rules: not checked here."""
+    input_size_per_partition = ... is not divisible by group_size = ..."), and refuses or loads wrongly
+    GPTQ's (`auto_gptq.py` `AutoGPTQLinearMethod`, no check of its own: `MarlinLinearKernel` refuses the
+    share; Machete or Exllama, where they take it, get `input_size_per_partition // group_size` rows of
+    scales cut from the checkpoint at `rank x` that many, so every rank after the first applies another
+    group's scales: `not_whole_groups`). Routed experts have their own kernels' rules: not checked here."""
     fmt = q.formats.get(group)
     if group == "experts" or fmt is None or fmt.kind != "int" or fmt.group < 1 or exempts_layer_modules(q):
         return 0

@@ -14,7 +14,7 @@ import dataclasses
 import json
 from typing import Any
 
-from kvsim.errors import UnsplittableModelError
+from kvsim.errors import InvalidArgumentError, UnsplittableModelError
 from kvsim.model import quant
 from kvsim.model.gpus import Gpu
 from kvsim.model.gpus import resolve as get_gpu
@@ -42,7 +42,7 @@ def _kept(m: Model) -> dict[str, Any]:
 def _check_state_heads(m: Model, tp: int) -> None:
     """A gated delta net's key and value heads and a KDA layer's heads split over the ranks, as vLLM 0.33.0
     needs them to (`vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py`,
-    `vllm/models/kimi_k3/nvidia/kda.py`)."""
+    Kimi-Linear's `vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py`)."""
     states = [lay.state for lay in m.layers if lay.state is not None]
     if not states:
         return
@@ -74,7 +74,7 @@ def _check_state_heads(m: Model, tp: int) -> None:
     if str(kept.get("model_type", "")).startswith("kimi_linear") and isinstance(heads, int) and heads % tp:
         raise UnsplittableModelError(
             f"tensor_parallel_size {tp} does not divide {m.name}'s linear_attn_config.num_heads {heads} (its "
-            f"KDA layers' heads): vLLM's KimiDeltaAttention asserts num_heads % tp_size == 0"
+            f"KDA layers' heads): vLLM's KimiGatedDeltaNetAttention asserts num_heads % tp_size == 0"
         )
 
 
@@ -98,7 +98,16 @@ def padded_expert_width(m: Model, tp: int, *, expert_parallel: bool = False) -> 
     if not str(kept.get("model_type", "")).startswith("kimi_linear"):
         return 0
     least = kept.get("min_moe_intermediate_per_partition", KIMI_MIN_MOE_PER_RANK)
-    if not isinstance(least, int) or isinstance(least, bool) or width // tp >= least:
+    if not isinstance(least, int) or isinstance(least, bool):
+        # vLLM compares it with `moe_intermediate_size // tp` as given (`getattr`, 256 only when absent): a
+        # null or a string is its TypeError, a float pads to a float width its weights cannot take; kvsim
+        # priced them as no padding, 11 GiB a GPU short at tp 8.
+        raise InvalidArgumentError(
+            f"model {m.name!r}: field 'min_moe_intermediate_per_partition' {least!r} must be a whole number: "
+            f"vLLM's KimiMoE compares it with moe_intermediate_size // tensor_parallel_size ({width} // {tp}) "
+            "to pad the routed experts (--enable-expert-parallel does not read it)"
+        )
+    if width // tp >= least:
         return 0
     return least
 
@@ -182,6 +191,11 @@ def _fp8_refusal(m: Model, tp: int, layer: str, what: str, full: int, share: int
     )
 
 
+# The model types vLLM 0.33.0 builds with `DeepseekV2MLAAttention` (`deepseek_v2.py`), whose `q_b_proj` /
+# `q_proj` and `kv_b_proj` are column-parallel layers of one output.
+_DEEPSEEK_MLA = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+
+
 def _check_fp8_blocks(m: Model, tp: int) -> None:
     """fp8 block-quantized layers split over `tp` ranks: vLLM 0.33.0's `validate_fp8_block_shape`
     (`quantization/utils/fp8_utils.py`, from `Fp8LinearMethod.create_weights` in `fp8.py`, compressed-
@@ -191,7 +205,8 @@ def _check_fp8_blocks(m: Model, tp: int) -> None:
     n. Merged column layers (`QKVParallelLinear`, `MergedColumnParallelLinear`: qkv, gate-up) are exempt
     when a part does not divide (`ColumnParallelLinear._maybe_allow_fp8_block_shape_mismatch`), and the
     routed experts have their own rules (not checked here). The one-output column layers checked are
-    DeepSeek-V2/V3's MLA `q_b_proj` (or `q_proj`) and `kv_b_proj` (`deepseek_v2.py`)."""
+    DeepSeek-V2/V3's MLA `q_b_proj` (or `q_proj`) and `kv_b_proj` (`deepseek_v2.py`; Kimi-K2's config,
+    `model_type` `kimi_k2`, is served by its `DeepseekV3ForCausalLM` too)."""
     q = _quantization(m)
     kept = _kept(m)
     for group, cols, _ in m.row_inputs:
@@ -217,7 +232,7 @@ def _check_fp8_blocks(m: Model, tp: int) -> None:
             )
         )
     block = _fp8_block(q, "attn")
-    if block is None or not m.is_mla or kept.get("model_type") not in ("deepseek_v2", "deepseek_v3"):
+    if block is None or not m.is_mla or kept.get("model_type") not in _DEEPSEEK_MLA:
         return
     heads, bn = m.num_attention_heads, block[0]
     nope, rope, v = (kept.get(k) for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))

@@ -130,10 +130,17 @@ def expert_parallel_weight_bytes(
 
 
 def kv_bytes_per_token(
-    model: Model | str, kv_cache_dtype: str | None = None, tensor_parallel_size: int = 1
+    model: Model | str,
+    kv_cache_dtype: str | None = None,
+    tensor_parallel_size: int = 1,
+    *,
+    expert_parallel: bool = False,
 ) -> int:
-    """KV bytes one token occupies on one GPU (its share of the KV heads under tensor parallelism)."""
-    return shard(resolve_model(model), kv_cache_dtype, tensor_parallel_size).kv_bytes_per_token
+    """KV bytes one token occupies on one GPU (its share of the KV heads under tensor parallelism;
+    `expert_parallel`: vLLM's `--enable-expert-parallel`, under which the routed experts' width is not split,
+    so not refused: `kvsim.model.shard.shard`)."""
+    m = shard(resolve_model(model), kv_cache_dtype, tensor_parallel_size, expert_parallel=expert_parallel)
+    return m.kv_bytes_per_token
 
 
 def activation_reserve_estimate(
@@ -422,6 +429,7 @@ def size_pool(
         tensor_parallel_size=tp,
         breakdown=None if nonkv.measured else (nonkv.activation, nonkv.non_torch, nonkv.cudagraph),
         weight_bytes=gpu_weights,
+        expert_parallel=expert_parallel,
     )
     _check_one_request(kv, m, layout, context, in_flight, "gpu_memory_utilization")
     blocks = _blocks(kv, m, layout, "gpu_memory_utilization")
@@ -500,10 +508,13 @@ def available_kv_bytes(
     tensor_parallel_size: int = 1,
     breakdown: tuple[int, int, int] | None = None,
     weight_bytes: int | None = None,
+    expert_parallel: bool = False,
 ) -> int:
     """Bytes left for the KV cache on one GPU: `floor(memory · utilization) − weights / tp − non-KV memory`
     (`activation_reserve_bytes`: activations, non-torch memory and CUDA graphs together; `breakdown`, the
-    three, only words the error).
+    three, only words the error; `weight_bytes`, one GPU's weights where they are not the model's / tp;
+    `expert_parallel`, vLLM's `--enable-expert-parallel`: the routed experts' width is not split, so not
+    refused, nor padded, `kvsim.model.shard.shard`).
 
     Raises:
         InvalidArgumentError: a utilization outside (0, 1], a negative reserve, or a model whose weights
@@ -512,7 +523,7 @@ def available_kv_bytes(
     m, g = resolve(model, gpu)
     assert g is not None
     tp = tensor_parallel_size
-    m = shard(m, None, tp)
+    m = shard(m, None, tp, expert_parallel=expert_parallel)
     if weight_bytes is not None:  # one GPU's weights under expert parallelism
         m = dataclasses.replace(m, weight_bytes=weight_bytes)
     if not 0 < gpu_memory_utilization <= 1:
