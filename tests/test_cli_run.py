@@ -379,6 +379,38 @@ def test_not_memory_bound_note(capsys):
     assert not any(n.startswith("not memory-bound") for n in heavy["notes"])
 
 
+def test_a_run_whose_queue_grows_says_it_is_overloaded(capsys):
+    """A rate the configuration cannot serve: the queue grows from the first requests to the last, so TTFT
+    counts a wait that grows with --requests. The note's numbers are the run's own: the rate the requests
+    arrived at, the rate served, and the first and last tenth's mean waits, recomputed here from the
+    requests' rows. A rate it serves, and a burst all at once (no rate), get no such note."""
+    from kvsim.analysis.run_report import queue_growth
+
+    argv = ["run", "--requests", "400", "--num-gpu-blocks-override", "300", "--time-model", "ticks"]
+    heavy = _json(capsys, [*argv, "--workload", "sharegpt:arrival_rate=400"])
+    over = [n for n in heavy["notes"] if n.startswith("overloaded:")]
+    assert len(over) == 1, heavy["notes"]
+    from kvsim.workloads.registry import make_workload
+
+    w = make_workload("sharegpt", {"arrival_rate": 400}, 400, 0)  # (the run's: seed 0)
+    r = kvsim.simulate(w, kvsim.SimConfig(num_blocks=300, time_model="ticks"))
+    assert r.summary["throughput_rps"] == pytest.approx(heavy["summary"]["throughput_rps"])
+    done = r.requests.filter(pl.col("status") == "finished").sort("arrival")
+    wait = (done["first_scheduled"] - done["arrival"]).to_list()
+    tenth = len(wait) // 10
+    first, last = sum(wait[:tenth]) / tenth, sum(wait[-tenth:]) / tenth
+    offered = (done.height - 1) / (done["arrival"][-1] - done["arrival"][0])
+    assert queue_growth(r) == pytest.approx((offered, r.summary["throughput_rps"], first, last))
+    assert last > 4 * first
+    assert r.summary["throughput_rps"] < 0.9 * offered
+    assert f"offers {offered:,.3g} requests/s" in over[0]
+    assert f"served {r.summary['throughput_rps']:,.3g}/s" in over[0]
+    light = _json(capsys, [*argv, "--workload", "sharegpt:arrival_rate=0.5"])
+    burst = _json(capsys, [*argv, "--workload", "sharegpt:arrivals=all-at-once"])
+    for calm in (light, burst):
+        assert not any(n.startswith("overloaded:") for n in calm["notes"]), calm["notes"]
+
+
 def test_overload_that_waits_for_seats_is_not_memory_bound(capsys):
     """Requests queue for a seat (max_num_seqs) while the pool stays far from full and nothing is
     preempted: swap vs recompute or the block size cannot change this answer, and the run says so."""

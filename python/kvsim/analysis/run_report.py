@@ -65,6 +65,19 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
             f"of its capacity and nothing was preempted: {limit}, not for memory; {knobs} cannot change "
             "this answer"
         )
+    growth = queue_growth(result)
+    if growth is not None:
+        from kvsim.model.units import fmt_duration_ps
+
+        offered, served, first, last = growth
+        notes.append(
+            f"overloaded: the workload offers {offered:,.3g} requests/s and this configuration served "
+            f"{served:,.3g}/s, so the queue grew through the run (the first tenth of requests, by arrival, "
+            f"waited {fmt_duration_ps(first * 1e12)} on average for their first step, the last tenth "
+            f"{fmt_duration_ps(last * 1e12)}): TTFT and end-to-end latency count that wait and grow with "
+            "--requests, not a steady state; lower the rate (--time-scale, --request-rate) or find the "
+            "highest rate that meets an SLO with kvsim plan"
+        )
     if s["rejected"]:
         reasons = result.requests["reject_reason"].drop_nulls().value_counts(sort=True)
         why = "; ".join(f"{reason}: {n:,}" for reason, n in reasons.iter_rows())
@@ -112,6 +125,32 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
                 f"prefix caching is on, but {info['name']} cannot hit the cache across requests ({why}): "
                 "its prefix hit rate is 0 whatever the cache"
             )
+
+
+def queue_growth(result: Any) -> tuple[float, float, float, float] | None:
+    """Whether the run was overloaded, its queue growing from its first requests to its last: (offered
+    requests/s, served requests/s, the mean wait for a first step of the first and of the last tenth of
+    the finished requests by arrival, in seconds), or None. Overloaded: at least 20 finished requests
+    arriving over a span of time (a burst all at once is a batch, not a rate), served below 90 % of the
+    rate they arrived at, and the last tenth waiting more than four times as long as the first and over a
+    second longer: a queue that a steady state would not keep growing."""
+    import polars as pl
+
+    req = result.requests.filter(pl.col("status") == "finished").sort("arrival")
+    n = req.height
+    if n < 20:
+        return None
+    span = float(req["arrival"][-1] - req["arrival"][0])
+    served = float(result.summary.get("throughput_rps") or 0.0)
+    if span <= 0 or served <= 0:
+        return None
+    offered = (n - 1) / span
+    wait = (req["first_scheduled"] - req["arrival"]).to_numpy()
+    tenth = max(1, n // 10)
+    first, last = float(wait[:tenth].mean()), float(wait[-tenth:].mean())
+    if served < 0.9 * offered and last > 4 * first and last - first > 1.0:
+        return offered, served, first, last
+    return None
 
 
 _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
