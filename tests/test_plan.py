@@ -143,6 +143,33 @@ def test_fails_at_the_lowest_rate():
     assert "no rate meets the SLOs" in r.message
 
 
+def test_a_floor_failure_without_load_says_no_lower_rate_helps():
+    """Requests that miss the SLO alone (the same TTFT at the lowest rates: nobody waited for anybody) fail
+    at every rate, and the message says that no lower rate can help, with the value; a failure that falls
+    with the rate (the test above's) keeps the advice to lower min_rate."""
+
+    def alone(workload, config):
+        return {"ttft_s_p99": 5.0 + 1e-6 * workload_rate(workload), "completed": len(workload), "rejected": 0}
+
+    r = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=alone, min_rate=0.1, workers=2)
+    assert r.status == "below-floor"
+    low = r.probes.sort("rate").head(2)
+    assert low["ttft_p99"].to_list() == pytest.approx([5.0, 5.0], rel=1e-4)
+    rates = " and ".join(f"{x:.4g} req/s" for x in low["rate"].to_list())
+    assert f"ttft_p99 5 s at both {rates}, the lowest rates probed" in r.message
+    assert "no lower rate meets it" in r.message
+    assert "lower min_rate" not in r.message
+    falls = kvsim.plan(
+        _workload(4),
+        FAKE_CONFIG,
+        ONE,
+        probe=functools.partial(_threshold_probe, threshold=1e-9),
+        min_rate=0.1,
+    )
+    assert "lower min_rate" in falls.message
+    assert "no lower rate" not in falls.message
+
+
 def test_probe_limit_is_said():
     probe = functools.partial(_threshold_probe, threshold=3.3)
     r = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=probe, precision=1e-6, max_probes=6, workers=1)

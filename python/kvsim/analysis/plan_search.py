@@ -349,6 +349,32 @@ class PlanResult:
             return fmt_bytes(x)
         return f"{x:.4g}" if not float(x).is_integer() else f"{int(x):,}"
 
+    def _unloaded_failure(self) -> str | None:
+        """A rate search that failed down to its floor because the requests miss an SLO without load: at
+        the two lowest rates probed a failed latency is the same (within 1 %), so the requests did not
+        wait for each other and no lower rate can help. None otherwise (the failure may still be load's)."""
+        if self.axis != "rate" or self.probes.height < 2:
+            return None
+        low = self.probes.sort(self.axis).head(2).rows(named=True)
+        flat = []
+        for s in self.slos:
+            a, b = low[0].get(s.metric), low[1].get(s.metric)
+            if not s.upper or a is None or b is None or s.holds(a) or s.holds(b):
+                continue
+            if abs(b - a) <= 0.01 * abs(a):
+                flat.append((s, a))
+        if not flat:
+            return None
+        rates = f"{self._fmt(low[0][self.axis])} and {self._fmt(low[1][self.axis])}"
+        values = " and ".join(f"{s.metric} {a:.4g} {s.unit}" for s, a in flat)
+        missed = ", ".join(s.label() for s, _ in flat)
+        return (
+            f"{values} at both {rates}, the lowest rates probed: the requests miss {missed} without waiting "
+            f"for each other, so no lower rate meets {'them' if len(flat) > 1 else 'it'} (loosen "
+            f"{'them' if len(flat) > 1 else 'it'}, or make a request faster: another GPU, tensor parallelism, "
+            "the batch's token budget)"
+        )
+
     @property
     def message(self) -> str:
         """The outcome in one or two sentences."""
@@ -364,7 +390,7 @@ class PlanResult:
                 "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: "
                 "the configuration is not saturated (raise max_rate)",
                 "below-floor": f"fails {slos} at every rate probed, down to the floor {self._fmt(hi)}: "
-                "no rate meets the SLOs (lower min_rate, or loosen the SLOs)",
+                + (self._unloaded_failure() or "no rate meets the SLOs (lower min_rate, or loosen the SLOs)"),
             }[self.status]
         else:
             what = {
