@@ -324,3 +324,17 @@ def test_a_gpu_file_names_its_peer_link(tmp_path):
         kvsim.model.gpus.from_spec(
             {"memory": "48GiB", "bandwidth": "864GB/s", "tflops": 362, "peer_link": "fast"}
         )
+
+
+def test_deepseek_v4_experts_are_priced_as_vllm_loads_them():
+    """DeepSeek-V4's fp8 checkpoint loads its routed experts as MXFP4 (vLLM 0.33.0's DeepseekV4FP8Config,
+    `expert_dtype` fp4): 43 layers x 256 experts x 3 x 4,096 x 2,048 elements at 17/32 bytes each (4-bit
+    values, a byte's scale per 32). The roofline's groups read them so, and sum to the model's weights
+    (they once priced the experts at fp8: 277 GB of experts in a model of 156 GB)."""
+    m = kvsim.models.get("deepseek-v4-flash")
+    params = 43 * 256 * 3 * 4096 * 2048
+    experts = weight_groups(m)["experts"]
+    assert (
+        (experts.params, experts.bytes) == (params, params * 17 // 32) == (277_025_390_592, 147_169_738_752)
+    )
+    assert sum(g.bytes for g in weight_groups(m).values()) == m.param_bytes

@@ -323,7 +323,12 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
         pick,
         model.name,
     )
-    q = quant.with_flag(quant.from_config(cfg.get("quantization_config"), where), quantization, where)
+    checkpoint = quant.from_config(cfg.get("quantization_config"), where)
+    if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
+        # DeepSeek-V4's fp8 checkpoint as vLLM loads it: its routed experts MXFP4 (`quant.deepseek_v4`, as
+        # the model's reader prices them).
+        checkpoint = quant.deepseek_v4(checkpoint, cfg, where)
+    q = quant.with_flag(checkpoint, quantization, where)
     bits = dtype_bits(dtype)
     dense = quant.Format("dense", bits)
     out = {}
