@@ -82,6 +82,7 @@ def linear_time_model(
     flops_efficiency: float = 1.0,
     bandwidth_efficiency: float = 1.0,
     tensor_parallel_size: int = 1,
+    data_parallel_size: int = 1,
     expert_parallel: bool = False,
 ) -> LinearTimeModel:
     """Roofline coefficients for `model` on `gpu` (module docstring: which resource prices which term).
@@ -94,15 +95,22 @@ def linear_time_model(
         flops_efficiency: achieved fraction of peak FLOP/s, in (0, 1].
         bandwidth_efficiency: achieved fraction of HBM and PCIe bandwidth, in (0, 1].
         tensor_parallel_size: GPUs the model is split over (each term is one GPU's share).
-        expert_parallel: vLLM's `--enable-expert-parallel` (the routed experts' width is not split:
-            `kvsim.model.shard.shard`).
+        data_parallel_size, expert_parallel: vLLM's `--data-parallel-size` and `--enable-expert-parallel`:
+            a mixture-of-experts model's routed experts are one GPU's 1/(tp · dp), whole under expert
+            parallelism, each one's width split over tp · dp GPUs without it (`kvsim.model.shard.shard`).
 
     Raises:
         InvalidArgumentError: an efficiency outside (0, 1] or a block size below 1.
     """
     m, g = resolve(model, gpu)
     assert g is not None
-    m = shard(m, kv_dtype, tensor_parallel_size, expert_parallel=expert_parallel)
+    m = shard(
+        m,
+        kv_dtype,
+        tensor_parallel_size,
+        data_parallel_size=data_parallel_size,
+        expert_parallel=expert_parallel,
+    )
     for name, value in (
         ("flops_efficiency", flops_efficiency),
         ("bandwidth_efficiency", bandwidth_efficiency),
