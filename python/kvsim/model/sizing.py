@@ -91,25 +91,49 @@ def check_capability(m: Model, gpu: Gpu) -> None:
     )
 
 
-def mxfp4_padding_bytes(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1) -> int:
-    """The bytes one GPU's gpt-oss experts take beyond their MXFP4 values and scales, padded as vLLM
-    0.33.0's default backend on `arch` pads them (`MXFP4_GPT_OSS_ALIGN`): 17/32 bytes an element (4-bit
-    values, an 8-bit scale per 32), each expert's gate-up (2 x intermediate x hidden) and down (hidden x
-    intermediate) at the padded sizes less the unpadded. Without expert parallelism each rank's
-    intermediate share is padded, the share of the fused MoE's tp x `dp` GPUs (`kvsim.model.shard.
-    moe_tp_size`: vLLM flattens the data-parallel ranks into the experts' split); under expert parallelism
-    over `ep` GPUs (`ep` > 0) whole experts are. 0 for other models, an unknown architecture, or no GPU (the
-    expert biases' padding, a few MB, is not counted)."""
+@dataclass(frozen=True)
+class Mxfp4Padding:
+    """What vLLM 0.33.0's MXFP4 backend pads one GPU's gpt-oss experts with (`mxfp4_padding`): the bytes
+    (values and scales) and elements beyond the checkpoint's share, and each expert's intermediate width
+    on the GPU as padded (0: nothing padded)."""
+
+    bytes: int = 0
+    elements: int = 0
+    width: int = 0
+
+
+def mxfp4_padding(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1) -> Mxfp4Padding:
+    """One GPU's gpt-oss experts as vLLM 0.33.0's default backend on `arch` pads them
+    (`MXFP4_GPT_OSS_ALIGN`): each expert's gate-up (2 x intermediate x hidden) and down (hidden x
+    intermediate) at the padded sizes less the unpadded, 17/32 bytes an element (4-bit values, an 8-bit
+    scale per 32). Without expert parallelism each rank's intermediate share is padded, the share of the
+    fused MoE's tp x `dp` GPUs (`kvsim.model.shard.moe_tp_size`: vLLM flattens the data-parallel ranks into
+    the experts' split); under expert parallelism over `ep` GPUs (`ep` > 0) whole experts are. Nothing for
+    other models, an unknown architecture, or no GPU (the expert biases' padding, a few MB, is not
+    counted). The one rule the sizing (`mxfp4_padding_bytes`) and both time models read: the kernels take
+    the padded tensors' shapes (Triton's `matmul_ogs` its K and N from the weights, Marlin's
+    `fused_marlin_moe` `marlin_moe_intermediate_size` from them, FlashInfer's TRT-LLM MoE the padded
+    `intermediate_size_per_partition` and hidden size that `RoutedExperts` sets in the MoE config), so
+    they stream the zeros and multiply them."""
     if arch is None or arch not in MXFP4_GPT_OSS_ALIGN or not m.num_experts or not m.expert_ffn:
-        return 0
+        return Mxfp4Padding()
     if m.model_type != "gpt_oss" or m.quant_method != "mxfp4":
-        return 0
+        return Mxfp4Padding()
     h_align, i_align = MXFP4_GPT_OSS_ALIGN[arch]
     hidden, inter = m.hidden_size, m.expert_ffn
     share = inter if ep else -(-inter // (tp * dp))
-    padded = -(-hidden // h_align) * h_align * (-(-share // i_align) * i_align)
+    width = -(-share // i_align) * i_align
+    padded = -(-hidden // h_align) * h_align * width
     experts = m.num_experts // ep if ep else m.num_experts
-    return experts * m.num_layers * 3 * (padded - hidden * share) * 17 // 32
+    elements = experts * m.num_layers * 3 * (padded - hidden * share)
+    if not elements:
+        return Mxfp4Padding()
+    return Mxfp4Padding(elements * 17 // 32, elements, width)
+
+
+def mxfp4_padding_bytes(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1) -> int:
+    """The bytes one GPU's gpt-oss experts take beyond their MXFP4 values and scales (`mxfp4_padding`)."""
+    return mxfp4_padding(m, arch, tp, ep, dp).bytes
 
 
 def expert_parallel_weight_bytes(
@@ -617,6 +641,7 @@ __all__ = [
     "PS_PER_S",
     "Calibration",
     "LinearTimeModel",
+    "Mxfp4Padding",
     "PoolSizing",
     "RooflineCalibration",
     "activation_reserve_estimate",
@@ -627,6 +652,7 @@ __all__ = [
     "kv_bytes_per_token",
     "linear_time_model",
     "load_calibration",
+    "mxfp4_padding",
     "mxfp4_padding_bytes",
     "pool_blocks",
     "size_pool",

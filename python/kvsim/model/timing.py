@@ -408,6 +408,9 @@ def roofline_time_model(
     # `do_naive_dispatch_combine`, reached whenever dp > 1); 1 otherwise (the TP all-reduce only).
     gather = tp * dp if model.num_experts and (ep > 1 or dp > 1) else 1
     groups = weight_groups(model, quantization)
+    from kvsim.model.sizing import mxfp4_padding  # (sizing imports this module's names lazily too)
+
+    mx = mxfp4_padding(model, gpu.arch, tp, tp * dp if ep > 1 else 0, dp)
     hbm = gpu.hbm_bandwidth
     link = peer_bandwidth(gpu) * eff.link
     mem_rate = hbm * eff.gemm_memory
@@ -489,6 +492,10 @@ def roofline_time_model(
         pad_bytes, pad_params = expert_padding(
             model, tp, experts.bytes, experts.params, dp, expert_parallel=ep > 1
         )
+        # gpt-oss's MXFP4 experts padded to the tiles of vLLM's backend on this GPU
+        # (`kvsim.model.sizing.mxfp4_padding`): its kernels take the padded shapes too.
+        pad_bytes += mx.bytes
+        pad_params += mx.elements
         per_gpu_bytes = experts.bytes / share + pad_bytes
         senders = dp  # every DP rank's tokens reach a GPU's experts (EP's all-to-all, else naive dispatch)
         full = coefficient("moe_mem_ps", per_gpu_bytes / mem_rate, GM)
@@ -611,8 +618,12 @@ def roofline_time_model(
     # Per token, outside the max: elementwise kernels (norms, rotary, activation, KV write, embedding).
     elem = L * (6 * h + 2 * (q_width + kv_width) + 2 * kv_width) + dense_layers * 3 * mlp_width + 2 * h
     if model.num_experts:
-        padded = padded_expert_width(model, tp, dp, expert_parallel=ep > 1)
-        moe_width = model.experts_per_token * (padded * share if padded else model.expert_ffn) * dp // share
+        # Each expert's width as the GPUs hold it, padded where vLLM pads it (Kimi-Linear's a GPU's
+        # share; gpt-oss's MXFP4 a GPU's share, or a whole expert's under expert parallelism).
+        padded = padded_expert_width(model, tp, dp, expert_parallel=ep > 1) * share
+        if mx.width:
+            padded = mx.width if ep > 1 else mx.width * share
+        moe_width = model.experts_per_token * (padded or model.expert_ffn) * dp // share
         elem += moe_layers * 3 * moe_width
     tok = elem * act / mem_rate
     terms.append(
