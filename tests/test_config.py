@@ -417,10 +417,6 @@ def test_an_unknown_field_is_kvsims_error_with_a_suggestion():
         ),
         ({"num_blocks": 64, "data_parallel_size": 2}, "^data_parallel_size 2: no model is given"),
         (
-            {"model": "qwen3-30b-a3b", "gpu": "h100-80gb", "data_parallel_size": 2},
-            "^data_parallel_size 2: model qwen3-30b-a3b without enable_expert_parallel",
-        ),
-        (
             {"model": "llama-3-8b", "gpu": "h100-80gb", "enable_expert_parallel": True},
             "^enable_expert_parallel: model llama-3-8b is dense",
         ),
@@ -437,3 +433,6 @@ def test_expert_parallelism_on_a_moe_model_is_taken():
     plain = SimConfig(model="qwen3-30b-a3b", gpu="h100-80gb")
     assert ep.num_blocks != plain.num_blocks  # the experts spread over 2 GPUs
     SimConfig(model="qwen3-30b-a3b", gpu="h100-80gb", enable_expert_parallel=True)
+    # Without expert parallelism vLLM splits each expert over the tp x dp GPUs (tests/test_shard.py).
+    dp = SimConfig(model="qwen3-30b-a3b", gpu="h100-80gb", data_parallel_size=2)
+    assert dp.num_blocks == ep.num_blocks

@@ -324,3 +324,61 @@ def test_a_gpu_file_names_its_peer_link(tmp_path):
         kvsim.model.gpus.from_spec(
             {"memory": "48GiB", "bandwidth": "864GB/s", "tflops": 362, "peer_link": "fast"}
         )
+
+
+def test_deepseek_v4_experts_are_priced_as_vllm_loads_them():
+    """DeepSeek-V4's fp8 checkpoint loads its routed experts as MXFP4 (vLLM 0.33.0's DeepseekV4FP8Config,
+    `expert_dtype` fp4): 43 layers x 256 experts x 3 x 4,096 x 2,048 elements at 17/32 bytes each (4-bit
+    values, a byte's scale per 32). The roofline's groups read them so, and sum to the model's weights
+    (they once priced the experts at fp8: 277 GB of experts in a model of 156 GB)."""
+    m = kvsim.models.get("deepseek-v4-flash")
+    params = 43 * 256 * 3 * 4096 * 2048
+    experts = weight_groups(m)["experts"]
+    assert (
+        (experts.params, experts.bytes) == (params, params * 17 // 32) == (277_025_390_592, 147_169_738_752)
+    )
+    assert sum(g.bytes for g in weight_groups(m).values()) == m.param_bytes
+
+
+def test_gpt_oss_padded_mxfp4_experts_are_read_and_multiplied():
+    """vLLM 0.33.0 pads gpt-oss's MXFP4 experts to its backend's tiles
+    (fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size) and its kernels take the
+    padded shapes (Triton's matmul_ogs K and N from the weights, Marlin's from them, FlashInfer TRT-LLM's
+    the padded intermediate_size_per_partition): on a B200 (TRT-LLM: hidden to 256, intermediate to 128)
+    gpt-oss-120b's 2,880 x 2,880 experts are 3,072 x 2,944, so the roofline streams and multiplies
+    128 x 36 x 3 x (3,072 x 2,944 - 2,880 x 2,880) more elements, 17/32 B each. On an H100 at tp 1
+    (Triton: 2,880 is a multiple of 64, hidden unpadded) nothing changes; at tp 2 each GPU's 1,440 is 1,472."""
+    import dataclasses
+
+    from kvsim.model.linear_time import linear_time_model
+    from kvsim.model.shard import shard
+
+    m = kvsim.models.get("gpt-oss-120b")
+    b200, h100 = kvsim.gpus.get("b200"), kvsim.gpus.get("h100-80gb")
+    elements = 128 * 36 * 3 * 2880 * 2880
+    experts = elements * 17 // 32
+    assert weight_groups(m)["experts"].bytes == experts == 60_914_073_600
+    pad_elements = 128 * 36 * 3 * (3072 * 2944 - 2880 * 2880)
+    pad = pad_elements * 17 // 32
+    assert (pad_elements, pad) == (10_362_028_032, 5_504_827_392)
+    rt = roofline_time_model(m, b200)
+    bare = roofline_time_model(m, dataclasses.replace(b200, arch=None))  # no backend known: unpadded
+    assert rt.moe_mem_ps[-1] == round((experts + pad) / b200.hbm_bandwidth * PS)
+    assert bare.moe_mem_ps[-1] == round(experts / b200.hbm_bandwidth * PS)
+    assert rt.moe_flop_tok_ps / bare.moe_flop_tok_ps == pytest.approx(
+        (elements + pad_elements) / elements, rel=1e-6
+    )
+    assert rt.tok_ps > bare.tok_ps  # the activation over 2,944 columns, not 2,880
+    decode = [(1024, 1)] * 64
+    assert rt.step_ps(decode) > bare.step_ps(decode)
+    # The linear model streams the same padded bytes.
+    lt = linear_time_model(m, b200)
+    assert lt.c0_ps == round((shard(m, None, 1).param_bytes + pad) / b200.hbm_bandwidth * PS)
+    # H100, Triton: nothing at tp 1; 1,440 -> 1,472 a GPU at tp 2, the hidden size unpadded.
+    assert roofline_time_model(m, h100) == roofline_time_model(m, dataclasses.replace(h100, arch=None))
+    tp2 = roofline_time_model(m, h100, tensor_parallel_size=2)
+    pad2 = 128 * 36 * 3 * 2880 * (1472 - 1440) * 17 // 32
+    assert tp2.moe_mem_ps[-1] == round((experts / 2 + pad2) / h100.hbm_bandwidth * PS)
+    # Expert parallelism over 2 B200s: 64 whole experts a GPU, each 3,072 x 2,944.
+    ep = roofline_time_model(m, b200, tensor_parallel_size=2, expert_parallel=True)
+    assert ep.moe_mem_ps[-1] == round((experts + pad) / 2 / b200.hbm_bandwidth * PS)

@@ -201,15 +201,16 @@ def config(run: Run, time_model: str) -> Any:
 
     e = run.engine
     dp = int(e.get("data_parallel_size") or 1)
+    moe = resolve(run.model).num_experts > 0
     # (vLLM ignores enable_expert_parallel on a dense model; SimConfig refuses it there)
-    ep = bool(e.get("enable_expert_parallel")) and resolve(run.model).num_experts > 0
+    ep = bool(e.get("enable_expert_parallel")) and moe
     kw: dict[str, Any] = {
         "model": run.model,
         "gpu": run.gpu,
         "tensor_parallel_size": int(e.get("tensor_parallel_size") or 1),
-        # DP ranks are the fleet's replicas; kvsim reads data_parallel_size only for the experts' spread
-        # under expert parallelism (SimConfig refuses it otherwise).
-        "data_parallel_size": dp if ep else 1,
+        # DP ranks are the fleet's replicas; kvsim reads data_parallel_size only for a mixture-of-experts
+        # model's experts, spread over every rank's GPUs (SimConfig refuses it on a dense model).
+        "data_parallel_size": dp if moe else 1,
         "enable_expert_parallel": ep,
         "max_num_seqs": int(e["max_num_seqs"]),
         "max_num_batched_tokens": int(e["max_num_batched_tokens"]),

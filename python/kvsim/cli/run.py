@@ -481,14 +481,16 @@ def encoder_notes(config: Any) -> list[str]:
                 "its KV memory is smaller than shown; --language-model-only leaves it out of both, or "
                 "--kv-cache-memory-bytes with vLLM's logged figure gives its pool"
             )
-    tp, ep = config.tensor_parallel_size, config.enable_expert_parallel
-    padded = padded_expert_width(model, tp, expert_parallel=ep)
+    tp, ep, dp = config.tensor_parallel_size, config.enable_expert_parallel, config.data_parallel_size
+    padded = padded_expert_width(model, tp, dp, expert_parallel=ep)
     if padded:
         # (in the experts' format as loaded: fp8 under --quantization fp8, as the weights above)
-        extra, _ = _expert_padding(model.with_quantization(config.quantization), tp, ep)
+        extra, _ = _expert_padding(model.with_quantization(config.quantization), tp, ep, dp)
+        at = f"tensor_parallel_size {tp}" + (f", data_parallel_size {dp}" if dp > 1 else "")
+        n = f"{tp}" if dp == 1 else f"({tp} x {dp})"
         notes.append(
-            f"vLLM pads {config.model}'s routed experts to {padded:,} wide a GPU at tensor_parallel_size {tp} "
-            f"({model.expert_ffn:,} // {tp} = {model.expert_ffn // tp:,} otherwise; its KimiMoE): "
+            f"vLLM pads {config.model}'s routed experts to {padded:,} wide a GPU at {at} "
+            f"({model.expert_ffn:,} // {n} = {model.expert_ffn // (tp * dp):,} otherwise; its KimiMoE): "
             f"{fmt_bytes(extra)} of zeros a GPU in the weights above, which its kernels also read; "
             "--enable-expert-parallel keeps the experts whole instead"
         )

@@ -318,9 +318,10 @@ class SimConfig(ConfigTimeModel):
 
     def _check_parallelism(self) -> None:
         """Refuses data and expert parallelism where kvsim models nothing of them (DESIGN.md §Defaults and
-        sizing): a DP rank is an engine of its own (kvsim simulates one), so `data_parallel_size` is read
-        only for a mixture-of-experts model's experts under `enable_expert_parallel`, and that only for a
-        model with experts."""
+        sizing): a dense model's DP rank is an engine of its own (kvsim simulates one), so
+        `data_parallel_size` is read only for a mixture-of-experts model, whose routed experts vLLM spreads
+        over every rank's GPUs (each expert split over tp x dp of them, or whole ones under
+        `enable_expert_parallel`), and `enable_expert_parallel` only for a model with experts."""
         from kvsim.model.models import resolve
 
         experts = 0
@@ -335,18 +336,12 @@ class SimConfig(ConfigTimeModel):
                 "experts over GPUs and does nothing here"
             )
         dp = self.data_parallel_size
-        if dp > 1 and not self.enable_expert_parallel:
-            whose = (
-                "no model is given"
-                if name is None
-                else f"model {name} is dense"
-                if not experts
-                else f"model {name} without enable_expert_parallel"
-            )
+        if dp > 1 and not experts:
+            whose = "no model is given" if name is None else f"model {name} is dense"
             raise InvalidArgumentError(
                 f"data_parallel_size {dp}: {whose}, so each DP rank is an independent engine kvsim would "
-                f"simulate as one; use replicas {dp} (--replicas {dp}) for a fleet of them behind a router, "
-                "or enable_expert_parallel on a mixture-of-experts model"
+                f"simulate as one; use replicas {dp} (--replicas {dp}) for a fleet of them behind a router "
+                "(a mixture-of-experts model's DP ranks share its experts, which kvsim models)"
             )
 
     def _size(self) -> None:

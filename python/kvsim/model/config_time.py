@@ -122,6 +122,7 @@ class ConfigTimeModel:
                 block_size=self.block_size,
                 kv_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
                 tensor_parallel_size=self.tensor_parallel_size,
+                data_parallel_size=self.data_parallel_size,
                 expert_parallel=self.enable_expert_parallel,
             )
             object.__setattr__(self, "swap_ps_per_block", int(tm.swap_ps_per_block))
@@ -141,6 +142,7 @@ class ConfigTimeModel:
                 block_size=self.block_size,
                 kv_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
                 tensor_parallel_size=self.tensor_parallel_size,
+                data_parallel_size=self.data_parallel_size,
                 expert_parallel=self.enable_expert_parallel,
             )
             object.__setattr__(self, "c0_ps", int(tm.c0_ps))
@@ -181,6 +183,7 @@ class ConfigTimeModel:
                 block_size=self.block_size,
                 kv_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
                 tensor_parallel_size=self.tensor_parallel_size,
+                data_parallel_size=self.data_parallel_size,
                 expert_parallel=self.enable_expert_parallel,
             )
             object.__setattr__(self, "swap_ps_per_block", int(tm.swap_ps_per_block))

@@ -479,8 +479,8 @@ KNOBS: dict[str, Knob] = {
         1,
         "int",
         "vLLM's --data-parallel-size: engine ranks serving the model side by side; kvsim simulates one rank "
-        "(--replicas N for all of them); with enable_expert_parallel the experts are spread over tp x dp GPUs "
-        "and every rank's tokens reach them",
+        "(--replicas N for all of them); a mixture-of-experts model's experts are spread over tp x dp GPUs "
+        "(each split over them, or whole with enable_expert_parallel) and every rank's tokens reach them",
         lo=1,
         hi=1 << 16,
         unit="ranks",

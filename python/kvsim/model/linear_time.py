@@ -82,6 +82,7 @@ def linear_time_model(
     flops_efficiency: float = 1.0,
     bandwidth_efficiency: float = 1.0,
     tensor_parallel_size: int = 1,
+    data_parallel_size: int = 1,
     expert_parallel: bool = False,
 ) -> LinearTimeModel:
     """Roofline coefficients for `model` on `gpu` (module docstring: which resource prices which term).
@@ -94,15 +95,23 @@ def linear_time_model(
         flops_efficiency: achieved fraction of peak FLOP/s, in (0, 1].
         bandwidth_efficiency: achieved fraction of HBM and PCIe bandwidth, in (0, 1].
         tensor_parallel_size: GPUs the model is split over (each term is one GPU's share).
-        expert_parallel: vLLM's `--enable-expert-parallel` (the routed experts' width is not split:
-            `kvsim.model.shard.shard`).
+        data_parallel_size, expert_parallel: vLLM's `--data-parallel-size` and `--enable-expert-parallel`:
+            a mixture-of-experts model's routed experts are one GPU's 1/(tp · dp), whole under expert
+            parallelism, each one's width split over tp · dp GPUs without it (`kvsim.model.shard.shard`).
 
     Raises:
         InvalidArgumentError: an efficiency outside (0, 1] or a block size below 1.
     """
+    from kvsim.model.sizing import mxfp4_padding  # (sizing imports this module)
+
     m, g = resolve(model, gpu)
     assert g is not None
-    m = shard(m, kv_dtype, tensor_parallel_size, expert_parallel=expert_parallel)
+    tp, dp = tensor_parallel_size, data_parallel_size
+    # gpt-oss's MXFP4 experts as vLLM's backend on this GPU pads them: streamed and multiplied.
+    mx = mxfp4_padding(m, g.arch, tp, tp * dp if expert_parallel and m.num_experts else 0, dp)
+    m = shard(m, kv_dtype, tp, data_parallel_size=dp, expert_parallel=expert_parallel)
+    # Per token of this rank: every DP rank's tokens reach the GPU's share of the experts.
+    pad_active = mx.elements * m.experts_per_token * dp // m.num_experts if mx.elements else 0
     for name, value in (
         ("flops_efficiency", flops_efficiency),
         ("bandwidth_efficiency", bandwidth_efficiency),
@@ -114,8 +123,8 @@ def linear_time_model(
     hbm = g.hbm_bandwidth * bandwidth_efficiency
     swap_tok = _ps(m.kv_bytes_per_token, g.pcie_bandwidth * bandwidth_efficiency)
     return LinearTimeModel(
-        c0_ps=_ps(m.param_bytes, hbm),
-        c_tok_ps=_ps(2 * m.num_active_params, g.peak_flops * flops_efficiency),
+        c0_ps=_ps(m.param_bytes + mx.bytes, hbm),
+        c_tok_ps=_ps(2 * (m.num_active_params + pad_active), g.peak_flops * flops_efficiency),
         c_ctx_ps=_ps(m.kv_bytes_per_token, hbm),
         swap_ps_per_token=swap_tok,
         swap_ps_per_block=_ps(block_size * m.kv_bytes_per_token, g.pcie_bandwidth * bandwidth_efficiency),

@@ -78,19 +78,36 @@ def _check_state_heads(m: Model, tp: int) -> None:
         )
 
 
+def moe_tp_size(tp: int, dp: int = 1, *, expert_parallel: bool = False) -> int:
+    """The GPUs each routed expert's intermediate width is split over: vLLM 0.33.0's fused MoE
+    (`fused_moe/config.py`, `FusedMoEParallelConfig.make` through `flatten_tp_across_dp_and_pcp`) flattens
+    the tensor- and data-parallel groups, tp x dp GPUs, when expert parallelism is off (every MoE model: the
+    `FusedMoEFactory` layer builds it; attention, the dense MLPs and the shared experts stay split by tp
+    within a DP rank); with `--enable-expert-parallel` each expert lies whole on one GPU (1)."""
+    return 1 if expert_parallel else tp * dp
+
+
+def expert_gpus(m: Model, tp: int, dp: int = 1) -> int:
+    """The GPUs one GPU's routed experts are a share of: one GPU holds 1/(tp x dp) of them whether they lie
+    whole on tp x dp GPUs (expert parallelism) or each is split over tp x dp (`moe_tp_size`); tp for a model
+    without experts."""
+    return tp * dp if m.num_experts else tp
+
+
+def _dp_words(tp: int, dp: int) -> str:
+    return f"tensor_parallel_size {tp}" if dp == 1 else f"tensor_parallel_size {tp} x data_parallel_size {dp}"
+
+
 # Kimi-Linear (vLLM 0.33.0's `vllm/models/kimi_k3/nvidia/model.py`, `KimiMoE`): under tensor parallelism
 # without expert parallelism, a rank's routed-expert width below this (the config's
 # `min_moe_intermediate_per_partition`, 256 when absent) is padded up to it.
 KIMI_MIN_MOE_PER_RANK = 256
 
 
-def padded_expert_width(m: Model, tp: int, *, expert_parallel: bool = False) -> int:
-    """One GPU's routed-expert intermediate width where vLLM 0.33.0 allocates more than the checkpoint's
-    share, else 0. Kimi-Linear's `KimiMoE` (`vllm/models/kimi_k3/nvidia/model.py`; the same in
-    `amd/linear.py`) builds its `FusedMoE` at `min_moe_intermediate_per_partition` (256 when the config
-    gives none) x tp when `moe_intermediate_size // tp` falls below it, tp > 1 and expert parallelism is
-    off, and zeroes the padding (`w13_weight`, `w2_weight`): at tp 8 its 1,024-wide experts take 128 a GPU,
-    allocated 256 wide. (The ROCm variant pads under expert parallelism too: not modelled.)"""
+def _kimi_padded_total(m: Model, tp: int, expert_parallel: bool) -> int:
+    """Kimi-Linear's whole padded routed-expert width where `KimiMoE` pads it, else 0: it decides with the
+    attention's tensor-parallel size (`get_tensor_model_parallel_world_size()`, not the fused MoE's
+    flattened one) and builds its `FusedMoE` at `min_moe_intermediate_per_partition` x tp."""
     width = m.expert_ffn
     if tp == 1 or expert_parallel or not m.num_experts or not width:
         return 0
@@ -109,56 +126,97 @@ def padded_expert_width(m: Model, tp: int, *, expert_parallel: bool = False) -> 
         )
     if width // tp >= least:
         return 0
-    return least
+    return least * tp
+
+
+def padded_expert_width(m: Model, tp: int, dp: int = 1, *, expert_parallel: bool = False) -> int:
+    """One GPU's routed-expert intermediate width where vLLM 0.33.0 allocates more than the checkpoint's
+    share, else 0. Kimi-Linear's `KimiMoE` (`vllm/models/kimi_k3/nvidia/model.py`; the same in
+    `amd/linear.py`) builds its `FusedMoE` at `min_moe_intermediate_per_partition` (256 when the config
+    gives none) x tp when `moe_intermediate_size // tp` falls below it, tp > 1 and expert parallelism is
+    off, and zeroes the padding (`w13_weight`, `w2_weight`): at tp 8 its 1,024-wide experts take 128 a GPU,
+    allocated 256 wide. Its tp is the attention's; the fused MoE then splits that width over tp x dp GPUs
+    (`moe_tp_size`), so with data parallelism a GPU's padded share is 256 / dp. (The ROCm variant pads
+    under expert parallelism too: not modelled.)"""
+    total = _kimi_padded_total(m, tp, expert_parallel)
+    return total // (tp * dp) if total else 0
 
 
 def expert_padding(
-    m: Model, tp: int, experts_bytes: int, experts_params: int, *, expert_parallel: bool = False
+    m: Model,
+    tp: int,
+    experts_bytes: int,
+    experts_params: int,
+    dp: int = 1,
+    *,
+    expert_parallel: bool = False,
 ) -> tuple[int, int]:
     """The bytes and the parameters' worth of zeros one GPU's routed experts hold beyond the checkpoint's
     share (`padded_expert_width`; (0, 0) where vLLM pads nothing), given all the routed experts' bytes as
     vLLM loads them and their parameters (`kvsim.model.timing.weight_groups`). vLLM allocates every
     expert's gate-up (`w13_weight`: 2 x width x hidden) and down (`w2_weight`: hidden x width) at the padded
     width in the experts' own format, so the padding is the experts' bytes in the ratio of the padding to
-    the share: (padded x tp - width) / (width x tp) (scales and zero points in proportion). The sizing
-    (`shard`) and both time models read it: vLLM's fused-MoE kernels take the padded tensors' shapes, so
-    they read the zeros and multiply them."""
-    w = padded_expert_width(m, tp, expert_parallel=expert_parallel)
+    the share: (padded x n - width) / (width x n) over the n = tp x dp GPUs the fused MoE splits them over
+    (scales and zero points in proportion). The sizing (`shard`) and both time models read it: vLLM's
+    fused-MoE kernels take the padded tensors' shapes, so they read the zeros and multiply them."""
+    w = padded_expert_width(m, tp, dp, expert_parallel=expert_parallel)
     if not w:
         return 0, 0
-    width = m.expert_ffn
-    extra = w * tp - width
-    return -(-experts_bytes * extra // (width * tp)), -(-experts_params * extra // (width * tp))
+    width, n = m.expert_ffn, tp * dp
+    extra = w * n - width
+    return -(-experts_bytes * extra // (width * n)), -(-experts_params * extra // (width * n))
 
 
-def _expert_padding(m: Model, tp: int, expert_parallel: bool) -> tuple[int, int]:
-    """`expert_padding` of `m` as loaded: its routed experts' bytes in `m`'s own quantization (vLLM's online
-    fp8 when `m` was loaded with `--quantization fp8` and its config has none)."""
-    if not padded_expert_width(m, tp, expert_parallel=expert_parallel):
-        return 0, 0
+def _loaded_experts(m: Model) -> tuple[int, int]:
+    """`m`'s routed experts as loaded, (bytes, parameters): in its own quantization (vLLM's online fp8 when
+    `m` was loaded with `--quantization fp8` and its config has none)."""
     from kvsim.model.timing import weight_groups  # (timing's reader of the weight groups)
 
     online = m.quant_method == "fp8" and "quantization_config" not in _kept(m)
     experts = weight_groups(m, "fp8" if online else None)["experts"]
-    return expert_padding(m, tp, experts.bytes, experts.params, expert_parallel=expert_parallel)
+    return experts.bytes, experts.params
 
 
-def _check_experts(m: Model, tp: int) -> None:
-    """The routed experts' intermediate width split over `tp` ranks (tensor parallelism without expert
-    parallelism): vLLM 0.33.0's `FusedMoEConfig.__post_init__` (`fused_moe/config.py`) asserts
-    `intermediate_size % tp_size == 0` before it floor-divides it; Kimi-Linear pads a rank's share below
-    256 first (`KimiMoE`, `padded_expert_width`), which leaves nothing to assert."""
+def _expert_padding(m: Model, tp: int, expert_parallel: bool, dp: int = 1) -> tuple[int, int]:
+    """`expert_padding` of `m` as loaded (`_loaded_experts`)."""
+    if not padded_expert_width(m, tp, dp, expert_parallel=expert_parallel):
+        return 0, 0
+    nbytes, params = _loaded_experts(m)
+    return expert_padding(m, tp, nbytes, params, dp, expert_parallel=expert_parallel)
+
+
+def _check_experts(m: Model, tp: int, dp: int = 1) -> None:
+    """The routed experts' intermediate width split over the fused MoE's tp x dp GPUs (`moe_tp_size`:
+    tensor parallelism, data parallelism too, without expert parallelism): vLLM 0.33.0's
+    `FusedMoEConfig.__post_init__` (`fused_moe/config.py`) asserts `intermediate_size % tp_size == 0` on the
+    flattened size before it floor-divides it; Kimi-Linear pads first (`KimiMoE`, `padded_expert_width`), so
+    there the padded width (`min_moe_intermediate_per_partition` x tp) is the one asserted."""
     width = m.expert_ffn
-    if not m.num_experts or not width or not width % tp or padded_expert_width(m, tp):
+    n = tp * dp
+    if not m.num_experts or not width:
         return
     kept = _kept(m)
+    total = _kimi_padded_total(m, tp, False)
+    if total:
+        if not total % n:
+            return
+        raise UnsplittableModelError(
+            f"{_dp_words(tp, dp)}: vLLM pads {m.name}'s routed experts to min_moe_intermediate_per_partition "
+            f"{total // tp} x {tp} = {total} wide (its KimiMoE), which its fused MoE splits over {n} GPUs "
+            f"without --enable-expert-parallel: vLLM's FusedMoEConfig asserts intermediate_size % tp_size == 0 "
+            f"({total} % {n} = {total % n})"
+        )
+    if not width % n:
+        return
     key = next(
         (k for k in ("moe_intermediate_size", "expert_intermediate_size") if k in kept), "intermediate_size"
     )
+    over = f"{tp}" if dp == 1 else f"({tp} x {dp})"
     raise UnsplittableModelError(
-        f"tensor_parallel_size {tp} does not divide {m.name}'s {key} {width} (its routed experts' "
-        f"intermediate width, which vLLM splits over the GPUs without --enable-expert-parallel): vLLM's "
-        f"FusedMoEConfig asserts intermediate_size % tp_size == 0 ({width} % {tp} = {width % tp})"
+        f"{_dp_words(tp, dp)} does not divide {m.name}'s {key} {width} (its routed experts' "
+        f"intermediate width, which vLLM splits over the {'GPUs' if dp == 1 else 'tp x dp GPUs'} without "
+        f"--enable-expert-parallel): vLLM's FusedMoEConfig asserts intermediate_size % tp_size == 0 "
+        f"({width} % {over} = {width % n})"
     )
 
 
@@ -257,17 +315,29 @@ def _check_fp8_blocks(m: Model, tp: int) -> None:
 
 
 def shard(
-    m: Model, kv_cache_dtype: str | None, tensor_parallel_size: int, *, expert_parallel: bool = False
+    m: Model,
+    kv_cache_dtype: str | None,
+    tensor_parallel_size: int,
+    *,
+    data_parallel_size: int = 1,
+    expert_parallel: bool = False,
 ) -> Model:
     """One GPU's share of `m` under tensor parallelism: weights / tp, KV heads // tp (at least 1), and the
     zeros vLLM pads a GPU's routed experts with where it pads them (Kimi-Linear: `expert_padding`), in the
     weights' bytes and the parameters a token multiplies.
-    `expert_parallel` (vLLM's `--enable-expert-parallel`): the routed experts lie whole on the GPUs, so
-    their width is not split (nor checked, nor padded)."""
+    A mixture-of-experts model's routed experts are one GPU's 1/(tp x dp) (`expert_gpus`): with
+    `data_parallel_size` dp > 1 its fused MoE splits each expert's width over tp x dp GPUs (`moe_tp_size`,
+    vLLM's `FusedMoEParallelConfig.make`), or `expert_parallel` (vLLM's `--enable-expert-parallel`) puts
+    whole experts on them (their width not split, nor checked, nor padded; their number must divide);
+    the rest of the weights stay split by tp. The parameters a token multiplies stay 1/tp: the GPU's
+    experts see every DP rank's tokens (`kvsim.model.timing.roofline_time_model`)."""
     if kv_cache_dtype not in (None, "auto"):
         m = m.with_kv_dtype(kv_cache_dtype)
-    tp = tensor_parallel_size
-    if tp == 1:
+    tp, dp = tensor_parallel_size, data_parallel_size
+    if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
+        raise InvalidArgumentError(f"data_parallel_size {dp!r} must be a whole number of at least 1")
+    n = expert_gpus(m, tp, dp)
+    if tp == 1 and n == 1:
         return m
     if m.num_attention_heads % tp:
         raise UnsplittableModelError(
@@ -284,7 +354,12 @@ def shard(
             )
     _check_state_heads(m, tp)
     if not expert_parallel:
-        _check_experts(m, tp)
+        _check_experts(m, tp, dp)
+    elif m.num_experts and m.num_experts % n:
+        raise InvalidArgumentError(
+            f"expert parallelism over {n} GPUs (tensor_parallel_size × data_parallel_size) does not divide "
+            f"{m.name}'s {m.num_experts} experts"
+        )
     for group, cols, quant_group in m.row_inputs:
         if cols % tp:
             # vLLM's RowParallelLinear: `divide(input_size, tp_size)`.
@@ -302,7 +377,7 @@ def shard(
             )
     _check_fp8_blocks(m, tp)
     kv_heads = m.num_kv_heads if m.is_mla else max(1, m.num_kv_heads // tp)
-    pad_bytes, pad_params = _expert_padding(m, tp, expert_parallel)
+    pad_bytes, pad_params = _expert_padding(m, tp, expert_parallel, dp)
     out = dataclasses.replace(
         m,
         num_kv_heads=kv_heads,
@@ -311,10 +386,20 @@ def shard(
         weight_bytes=-(-m.weight_bytes // tp),
         towers=tuple(dataclasses.replace(t, split=-(-t.split // tp)) for t in m.towers),
     )
+    if m.num_experts and (n > tp or expert_parallel):
+        # The routed experts over tp x dp GPUs, the rest over tp (`expert_gpus`).
+        experts_bytes, experts_params = _loaded_experts(m)
+        rest_bytes, rest_params = m.param_bytes - experts_bytes, m.num_params - experts_params
+        out = dataclasses.replace(
+            out,
+            num_params=-(-rest_params // tp) + -(-experts_params // n),
+            weight_bytes=-(-rest_bytes // tp) + -(-experts_bytes // n),
+        )
     if pad_bytes:
         # Kimi-Linear's padded experts (`padded_expert_width`): allocated, read and multiplied; the
-        # parameters stay the checkpoint's, the tokens' multiplications count the zeros (`num_active_params`).
-        active = pad_params * m.experts_per_token // m.num_experts
+        # parameters stay the checkpoint's, the tokens' multiplications count the zeros (`num_active_params`),
+        # every DP rank's tokens on this GPU's share.
+        active = pad_params * m.experts_per_token * dp // m.num_experts
         out = dataclasses.replace(
             out, weight_bytes=out.param_bytes + pad_bytes, num_active_params=out.num_active_params + active
         )

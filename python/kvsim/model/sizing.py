@@ -91,42 +91,61 @@ def check_capability(m: Model, gpu: Gpu) -> None:
     )
 
 
-def mxfp4_padding_bytes(m: Model, arch: str | None, tp: int, ep: int = 0) -> int:
-    """The bytes one GPU's gpt-oss experts take beyond their MXFP4 values and scales, padded as vLLM
-    0.33.0's default backend on `arch` pads them (`MXFP4_GPT_OSS_ALIGN`): 17/32 bytes an element (4-bit
-    values, an 8-bit scale per 32), each expert's gate-up (2 x intermediate x hidden) and down (hidden x
-    intermediate) at the padded sizes less the unpadded. Under tensor parallelism each rank's intermediate
-    share is padded; under expert parallelism over `ep` GPUs (`ep` > 0) whole experts are. 0 for other
-    models, an unknown architecture, or no GPU (the expert biases' padding, a few MB, is not counted)."""
+@dataclass(frozen=True)
+class Mxfp4Padding:
+    """What vLLM 0.33.0's MXFP4 backend pads one GPU's gpt-oss experts with (`mxfp4_padding`): the bytes
+    (values and scales) and elements beyond the checkpoint's share, and each expert's intermediate width
+    on the GPU as padded (0: nothing padded)."""
+
+    bytes: int = 0
+    elements: int = 0
+    width: int = 0
+
+
+def mxfp4_padding(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1) -> Mxfp4Padding:
+    """One GPU's gpt-oss experts as vLLM 0.33.0's default backend on `arch` pads them
+    (`MXFP4_GPT_OSS_ALIGN`): each expert's gate-up (2 x intermediate x hidden) and down (hidden x
+    intermediate) at the padded sizes less the unpadded, 17/32 bytes an element (4-bit values, an 8-bit
+    scale per 32). Without expert parallelism each rank's intermediate share is padded, the share of the
+    fused MoE's tp x `dp` GPUs (`kvsim.model.shard.moe_tp_size`: vLLM flattens the data-parallel ranks into
+    the experts' split); under expert parallelism over `ep` GPUs (`ep` > 0) whole experts are. Nothing for
+    other models, an unknown architecture, or no GPU (the expert biases' padding, a few MB, is not
+    counted). The one rule the sizing (`mxfp4_padding_bytes`) and both time models read: the kernels take
+    the padded tensors' shapes (Triton's `matmul_ogs` its K and N from the weights, Marlin's
+    `fused_marlin_moe` `marlin_moe_intermediate_size` from them, FlashInfer's TRT-LLM MoE the padded
+    `intermediate_size_per_partition` and hidden size that `RoutedExperts` sets in the MoE config), so
+    they stream the zeros and multiply them."""
     if arch is None or arch not in MXFP4_GPT_OSS_ALIGN or not m.num_experts or not m.expert_ffn:
-        return 0
+        return Mxfp4Padding()
     if m.model_type != "gpt_oss" or m.quant_method != "mxfp4":
-        return 0
+        return Mxfp4Padding()
     h_align, i_align = MXFP4_GPT_OSS_ALIGN[arch]
     hidden, inter = m.hidden_size, m.expert_ffn
-    share = inter if ep else -(-inter // tp)
-    padded = -(-hidden // h_align) * h_align * (-(-share // i_align) * i_align)
+    share = inter if ep else -(-inter // (tp * dp))
+    width = -(-share // i_align) * i_align
+    padded = -(-hidden // h_align) * h_align * width
     experts = m.num_experts // ep if ep else m.num_experts
-    return experts * m.num_layers * 3 * (padded - hidden * share) * 17 // 32
+    elements = experts * m.num_layers * 3 * (padded - hidden * share)
+    if not elements:
+        return Mxfp4Padding()
+    return Mxfp4Padding(elements * 17 // 32, elements, width)
+
+
+def mxfp4_padding_bytes(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1) -> int:
+    """The bytes one GPU's gpt-oss experts take beyond their MXFP4 values and scales (`mxfp4_padding`)."""
+    return mxfp4_padding(m, arch, tp, ep, dp).bytes
 
 
 def expert_parallel_weight_bytes(
     model: Model | str, quantization: str | None, tensor_parallel_size: int, data_parallel_size: int
 ) -> int:
     """One GPU's weights under vLLM's expert parallelism (`--enable-expert-parallel`): the routed experts
-    lie whole on `tp · dp` GPUs, the rest is split by `tp` as without it."""
-    from kvsim.model.timing import weight_groups
-
-    m = resolve_model(model)
-    experts = weight_groups(m, quantization)["experts"].bytes
-    rest = m.with_quantization(quantization).param_bytes - experts
-    ep = tensor_parallel_size * data_parallel_size
-    if m.num_experts % ep:
-        raise InvalidArgumentError(
-            f"expert parallelism over {ep} GPUs (tensor_parallel_size × data_parallel_size) does not divide "
-            f"{m.name}'s {m.num_experts} experts"
-        )
-    return -(-rest // tensor_parallel_size) + -(-experts // ep)
+    lie whole on `tp · dp` GPUs, the rest is split by `tp` as without it (`kvsim.model.shard.shard`, which
+    computes every GPU's share)."""
+    m = resolve_model(model).with_quantization(quantization)
+    return shard(
+        m, None, tensor_parallel_size, data_parallel_size=data_parallel_size, expert_parallel=True
+    ).param_bytes
 
 
 def kv_bytes_per_token(
@@ -329,22 +348,27 @@ def size_pool(
     if base is not None and language_model_only:
         base = dataclasses.replace(base, encoders=(), towers=(), uncounted=())
     expert_parallel = bool(enable_expert_parallel and base is not None and base.num_experts)
+    # One GPU's share (`kvsim.model.shard.shard`): the routed experts over tp x dp GPUs, whole under expert
+    # parallelism or each split over them without it (vLLM's fused MoE), the rest over tp.
     m = (
-        shard(base, kv_cache_dtype, tensor_parallel_size, expert_parallel=expert_parallel)
+        shard(
+            base,
+            kv_cache_dtype,
+            tensor_parallel_size,
+            data_parallel_size=data_parallel_size,
+            expert_parallel=expert_parallel,
+        )
         if base is not None
         else None
     )
-    gpu_weights = None  # one GPU's weights where they are not weights / tp: expert parallelism, padding
-    if model is not None and m is not None and expert_parallel:
-        gpu_weights = expert_parallel_weight_bytes(
-            model, quantization, tensor_parallel_size, data_parallel_size
-        )
-        m = dataclasses.replace(m, weight_bytes=gpu_weights)
+    gpu_weights = m.param_bytes if m is not None else None  # one GPU's weights, as `shard` shares them
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     tp = tensor_parallel_size
     if m is not None and base is not None and g is not None:
         check_capability(base, g)
-        pad = mxfp4_padding_bytes(base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0)
+        pad = mxfp4_padding_bytes(
+            base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0, data_parallel_size
+        )
         if pad:
             m = dataclasses.replace(m, weight_bytes=m.param_bytes + pad)
             gpu_weights = m.param_bytes
@@ -430,6 +454,7 @@ def size_pool(
         breakdown=None if nonkv.measured else (nonkv.activation, nonkv.non_torch, nonkv.cudagraph),
         weight_bytes=gpu_weights,
         expert_parallel=expert_parallel,
+        data_parallel_size=data_parallel_size,
     )
     _check_one_request(kv, m, layout, context, in_flight, "gpu_memory_utilization")
     blocks = _blocks(kv, m, layout, "gpu_memory_utilization")
@@ -509,12 +534,14 @@ def available_kv_bytes(
     breakdown: tuple[int, int, int] | None = None,
     weight_bytes: int | None = None,
     expert_parallel: bool = False,
+    data_parallel_size: int = 1,
 ) -> int:
     """Bytes left for the KV cache on one GPU: `floor(memory · utilization) − weights / tp − non-KV memory`
     (`activation_reserve_bytes`: activations, non-torch memory and CUDA graphs together; `breakdown`, the
     three, only words the error; `weight_bytes`, one GPU's weights where they are not the model's / tp;
     `expert_parallel`, vLLM's `--enable-expert-parallel`: the routed experts' width is not split, so not
-    refused, nor padded, `kvsim.model.shard.shard`).
+    refused, nor padded; `data_parallel_size`: without it, the experts' width is split over tp x dp GPUs,
+    `kvsim.model.shard.shard`).
 
     Raises:
         InvalidArgumentError: a utilization outside (0, 1], a negative reserve, or a model whose weights
@@ -523,8 +550,8 @@ def available_kv_bytes(
     m, g = resolve(model, gpu)
     assert g is not None
     tp = tensor_parallel_size
-    m = shard(m, None, tp, expert_parallel=expert_parallel)
-    if weight_bytes is not None:  # one GPU's weights under expert parallelism
+    m = shard(m, None, tp, data_parallel_size=data_parallel_size, expert_parallel=expert_parallel)
+    if weight_bytes is not None:  # one GPU's weights as `size_pool` shares them (data or expert parallelism)
         m = dataclasses.replace(m, weight_bytes=weight_bytes)
     if not 0 < gpu_memory_utilization <= 1:
         raise InvalidArgumentError(f"gpu_memory_utilization {gpu_memory_utilization} must lie in (0, 1]")
@@ -628,6 +655,7 @@ __all__ = [
     "PS_PER_S",
     "Calibration",
     "LinearTimeModel",
+    "Mxfp4Padding",
     "PoolSizing",
     "RooflineCalibration",
     "activation_reserve_estimate",
@@ -638,6 +666,7 @@ __all__ = [
     "kv_bytes_per_token",
     "linear_time_model",
     "load_calibration",
+    "mxfp4_padding",
     "mxfp4_padding_bytes",
     "pool_blocks",
     "size_pool",

@@ -323,7 +323,12 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
         pick,
         model.name,
     )
-    q = quant.with_flag(quant.from_config(cfg.get("quantization_config"), where), quantization, where)
+    checkpoint = quant.from_config(cfg.get("quantization_config"), where)
+    if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
+        # DeepSeek-V4's fp8 checkpoint as vLLM loads it: its routed experts MXFP4 (`quant.deepseek_v4`, as
+        # the model's reader prices them).
+        checkpoint = quant.deepseek_v4(checkpoint, cfg, where)
+    q = quant.with_flag(checkpoint, quantization, where)
     bits = dtype_bits(dtype)
     dense = quant.Format("dense", bits)
     out = {}
@@ -369,9 +374,12 @@ def roofline_time_model(
         tensor_parallel_size: GPUs each layer is split over (weights, heads, FLOPs divided; two
             all-reduces of the hidden state per layer over the peer link).
         data_parallel_size, expert_parallel: vLLM's `--data-parallel-size` and `--enable-expert-parallel`:
-            the experts are spread over `tp · dp` GPUs, whole, and every rank's tokens reach them (the other
-            ranks' batches taken as large as this one's), an all-gather and a reduce-scatter of the hidden
-            states per MoE layer (vLLM's default all-to-all).
+            a mixture-of-experts model's routed experts are spread over `tp · dp` GPUs (whole under expert
+            parallelism; without it each expert's width is split over them, vLLM's fused MoE flattening
+            the DP ranks into its tensor parallelism: `kvsim.model.shard.moe_tp_size`), and every rank's
+            tokens reach them (the other ranks' batches taken as large as this one's), an all-gather and a
+            reduce-scatter of the hidden states per MoE layer (vLLM's default all-to-all, or its naive
+            dispatch and combine over the same GPUs without expert parallelism).
         kv_cache_dtype: the KV cache's dtype when not the model's.
         efficiencies: fractions of the datasheet rates and the overheads (default: the datasheet's).
         max_num_batched_tokens: the longest step, which bounds the experts table.
@@ -382,7 +390,7 @@ def roofline_time_model(
         InvalidArgumentError: a coefficient beyond the engines' bound, or a split the model does not allow.
     """
     from kvsim.model.models import dtype_bits
-    from kvsim.model.shard import expert_padding, padded_expert_width
+    from kvsim.model.shard import expert_gpus, expert_padding, padded_expert_width
 
     eff = efficiencies or Efficiencies()
     tp, dp = tensor_parallel_size, data_parallel_size
@@ -395,7 +403,14 @@ def roofline_time_model(
         raise InvalidArgumentError(
             f"expert parallelism over {ep} GPUs does not divide {model.name}'s {model.num_experts} experts"
         )
+    # The GPUs a MoE layer's tokens are gathered over and scattered back from: tp x dp under expert
+    # parallelism (its all-to-all) or with DP ranks (vLLM's naive dispatch/combine, `MoERunner`'s
+    # `do_naive_dispatch_combine`, reached whenever dp > 1); 1 otherwise (the TP all-reduce only).
+    gather = tp * dp if model.num_experts and (ep > 1 or dp > 1) else 1
     groups = weight_groups(model, quantization)
+    from kvsim.model.sizing import mxfp4_padding  # (sizing imports this module's names lazily too)
+
+    mx = mxfp4_padding(model, gpu.arch, tp, tp * dp if ep > 1 else 0, dp)
     hbm = gpu.hbm_bandwidth
     link = peer_bandwidth(gpu) * eff.link
     mem_rate = hbm * eff.gemm_memory
@@ -469,14 +484,20 @@ def roofline_time_model(
     if model.num_experts:
         e, k = model.num_experts, model.experts_per_token
         experts = groups["experts"]
-        share = ep if ep > 1 else tp  # EP: whole experts on each of ep GPUs; else each expert split by tp
+        # One GPU holds 1/(tp·dp) of the experts (`kvsim.model.shard.expert_gpus`): whole ones under EP,
+        # a tp·dp-th of each one's width without it (vLLM's fused MoE flattens tp × dp).
+        share = expert_gpus(model, tp, dp)
         # Kimi-Linear's experts padded to 256 a GPU (`kvsim.model.shard.expert_padding`): vLLM's fused-MoE
         # kernels read the padded tensors and multiply their zeros.
         pad_bytes, pad_params = expert_padding(
-            model, tp, experts.bytes, experts.params, expert_parallel=ep > 1
+            model, tp, experts.bytes, experts.params, dp, expert_parallel=ep > 1
         )
+        # gpt-oss's MXFP4 experts padded to the tiles of vLLM's backend on this GPU
+        # (`kvsim.model.sizing.mxfp4_padding`): its kernels take the padded shapes too.
+        pad_bytes += mx.bytes
+        pad_params += mx.elements
         per_gpu_bytes = experts.bytes / share + pad_bytes
-        senders = dp if ep > 1 else 1  # every DP rank's tokens reach a GPU's experts under EP
+        senders = dp  # every DP rank's tokens reach a GPU's experts (EP's all-to-all, else naive dispatch)
         full = coefficient("moe_mem_ps", per_gpu_bytes / mem_rate, GM)
         table = []
         limit = min(max_num_batched_tokens, MOE_TABLE_MAX - 1)
@@ -597,12 +618,12 @@ def roofline_time_model(
     # Per token, outside the max: elementwise kernels (norms, rotary, activation, KV write, embedding).
     elem = L * (6 * h + 2 * (q_width + kv_width) + 2 * kv_width) + dense_layers * 3 * mlp_width + 2 * h
     if model.num_experts:
-        padded = padded_expert_width(model, tp, expert_parallel=ep > 1)
-        moe_width = (
-            model.experts_per_token * model.expert_ffn * (dp if ep > 1 else 1) // (ep if ep > 1 else tp)
-            if not padded
-            else model.experts_per_token * padded
-        )
+        # Each expert's width as the GPUs hold it, padded where vLLM pads it (Kimi-Linear's a GPU's
+        # share; gpt-oss's MXFP4 a GPU's share, or a whole expert's under expert parallelism).
+        padded = padded_expert_width(model, tp, dp, expert_parallel=ep > 1) * share
+        if mx.width:
+            padded = mx.width if ep > 1 else mx.width * share
+        moe_width = model.experts_per_token * (padded or model.expert_ffn) * dp // share
         elem += moe_layers * 3 * moe_width
     tok = elem * act / mem_rate
     terms.append(
@@ -638,25 +659,27 @@ def roofline_time_model(
         )
     # Expert parallelism: vLLM's default all-to-all (`all2all_backend="allgather_reducescatter"`,
     # vllm/config/parallel.py) gathers every rank's hidden states before each MoE layer and reduce-scatters
-    # its output after: per own token, each ring moves (ep − 1) hidden states through this GPU's link.
-    if ep > 1:
-        fixed += 2 * moe_layers * (ep - 1) * eff.collective_hop_ps / PS_PER_S
-        a2a_tok = 2 * moe_layers * (ep - 1) * h * act / link
+    # its output after; with DP ranks and no expert parallelism vLLM's naive dispatch and combine
+    # (`MoERunner._maybe_dispatch` / `_maybe_combine`, `fused_moe/runner/moe_runner.py`) do the same over
+    # the same GPUs: per own token, each ring moves (tp·dp − 1) hidden states through this GPU's link.
+    if gather > 1:
+        fixed += 2 * moe_layers * (gather - 1) * eff.collective_hop_ps / PS_PER_S
+        a2a_tok = 2 * moe_layers * (gather - 1) * h * act / link
         tok += a2a_tok
         terms.append(
             Term(
                 "ep_gather_scatter_tok",
                 ps(a2a_tok),
                 "per token",
-                f"all-gather + reduce-scatter × {moe_layers} MoE layers × (ep−1) × hidden / link",
+                f"all-gather + reduce-scatter × {moe_layers} MoE layers × (tp·dp−1) × hidden / link",
             )
         )
         terms.append(
             Term(
                 "ep_gather_scatter",
-                2 * moe_layers * (ep - 1) * eff.collective_hop_ps,
+                2 * moe_layers * (gather - 1) * eff.collective_hop_ps,
                 "per step",
-                f"2 × {moe_layers} MoE layers × {ep - 1} ring steps × hop latency",
+                f"2 × {moe_layers} MoE layers × {gather - 1} ring steps × hop latency",
             )
         )
     # Per sequence: one pass over the fp32 logits (sampling), the logits gathered under tp, Mamba states.
