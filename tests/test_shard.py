@@ -539,6 +539,14 @@ def test_the_roofline_reads_the_tp_times_dp_share_of_the_experts():
     names = {t.name for t in dp.terms}
     assert "ep_gather_scatter_tok" in names
     assert "ep_gather_scatter" not in {t.name for t in alone.terms}
+    # Expert parallelism at dp 1 over tp 4: no all-to-all (vLLM's use_all2all_kernels needs dp > 1), the
+    # TP all-reduce only, as tensor parallelism alone; its experts a GPU a quarter, as tp 4's.
+    ep1 = roofline_time_model(
+        m, h100, tensor_parallel_size=4, expert_parallel=True, max_num_batched_tokens=2048
+    )
+    tp4 = roofline_time_model(m, h100, tensor_parallel_size=4, max_num_batched_tokens=2048)
+    assert not {"ep_gather_scatter", "ep_gather_scatter_tok"} & {t.name for t in ep1.terms}
+    assert {t.name for t in ep1.terms} == {t.name for t in tp4.terms}
     assert dp.engine_kwargs() == ep.engine_kwargs()
     lt = linear_time_model(m, h100, data_parallel_size=4)
     assert lt.c0_ps == round(shard(m, None, 1, data_parallel_size=4).param_bytes * ps / bw)

@@ -403,10 +403,12 @@ def roofline_time_model(
         raise InvalidArgumentError(
             f"expert parallelism over {ep} GPUs does not divide {model.name}'s {model.num_experts} experts"
         )
-    # The GPUs a MoE layer's tokens are gathered over and scattered back from: tp x dp under expert
-    # parallelism (its all-to-all) or with DP ranks (vLLM's naive dispatch/combine, `MoERunner`'s
-    # `do_naive_dispatch_combine`, reached whenever dp > 1); 1 otherwise (the TP all-reduce only).
-    gather = tp * dp if model.num_experts and (ep > 1 or dp > 1) else 1
+    # The GPUs a MoE layer's tokens are gathered over and scattered back from: tp x dp with DP ranks, under
+    # expert parallelism (its all-to-all: `FusedMoEParallelConfig.use_all2all_kernels` needs dp > 1) or
+    # without (vLLM's naive dispatch/combine, `MoERunner.do_naive_dispatch_combine`, dp > 1); 1 otherwise:
+    # at dp 1 every TP rank holds every token already, its experts' partial outputs summed by the TP
+    # all-reduce the layer has anyway (expert parallelism at dp 1 moves nothing more).
+    gather = tp * dp if model.num_experts and dp > 1 else 1
     groups = weight_groups(model, quantization)
     from kvsim.model.sizing import mxfp4_padding  # (sizing imports this module's names lazily too)
 
