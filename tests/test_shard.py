@@ -594,3 +594,22 @@ def test_kvsim_run_takes_data_parallelism_on_a_moe_model_and_notes_kimis_padding
         "to 128 wide a GPU at tensor_parallel_size 8, data_parallel_size 2 (1,024 // (8 x 2) = 64" in pad[0]
     )
     assert main(["run", "qwen3-30b-a3b", "--gpu", "h100-80gb", "--requests", "10", "-dp", "4"]) == 0
+
+
+def test_the_pool_line_says_how_the_routed_experts_are_spread():
+    """`kvsim run`'s pool line names the data-parallel ranks and where the routed experts lie (their width
+    split over tp x dp GPUs, or whole under expert parallelism), beside tp; a dense model's line is as
+    before."""
+    line = kvsim.SimConfig(model="qwen3-30b-a3b", gpu="h100-80gb", data_parallel_size=4).pool.line()
+    assert line.endswith("per token, tp 1 × dp 4 (routed experts split over 4 GPUs))")
+    ep = kvsim.SimConfig(
+        model="qwen3-30b-a3b",
+        gpu="h100-80gb",
+        tensor_parallel_size=2,
+        data_parallel_size=2,
+        enable_expert_parallel=True,
+    ).pool
+    assert ep.line().endswith("tp 2 × dp 2 (routed experts whole on 4 GPUs: expert parallelism))")
+    assert (ep.data_parallel_size, ep.expert_parallel) == (2, True)
+    dense = kvsim.SimConfig(model="llama-3-70b", gpu="h100-80gb", tensor_parallel_size=4).pool.line()
+    assert dense.endswith("llama-3-70b 80.0 KiB per token, tp 4)")

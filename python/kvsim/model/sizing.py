@@ -218,6 +218,8 @@ class PoolSizing:
     activation_reserve_bytes: int | None = None
     kv_cache_bytes: int | None = None
     tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    expert_parallel: bool = False
     layout: KVLayout | None = None
     non_torch_bytes: int | None = None
     cudagraph_bytes: int | None = None
@@ -241,6 +243,13 @@ class PoolSizing:
         128 ×18, full ×18; block 16, 1 block = 1.1 MiB) (h100-80gb × 0.92 − ...)`."""
         layout = self.layout
         tp = f", tp {self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
+        n = self.tensor_parallel_size * self.data_parallel_size
+        if self.data_parallel_size > 1:
+            tp = f", tp {self.tensor_parallel_size} × dp {self.data_parallel_size}"
+        if self.expert_parallel and n > 1:
+            tp += f" (routed experts whole on {n} GPUs: expert parallelism)"
+        elif self.data_parallel_size > 1:
+            tp += f" (routed experts split over {n} GPUs)"
         if layout is not None and not layout.single_full:
             head = f"pool: {self.num_blocks:,} blocks"
             if self.pool_bytes is not None:
@@ -389,6 +398,8 @@ def size_pool(
         "model": m.name if m else None,
         "kv_bytes_per_token": m.kv_bytes_per_token if m else None,
         "tensor_parallel_size": tp,
+        "data_parallel_size": data_parallel_size if m is not None and m.num_experts else 1,
+        "expert_parallel": expert_parallel,
         "layout": layout,
         "tower_bytes": m.tower_bytes if m else None,
         "rope_cache_bytes": m.rope_cache_bytes if m else None,
