@@ -411,6 +411,32 @@ def test_a_run_whose_queue_grows_says_it_is_overloaded(capsys):
         assert not any(n.startswith("overloaded:") for n in calm["notes"]), calm["notes"]
 
 
+def test_a_burst_the_run_drains_is_not_overloaded(capsys, tmp_path):
+    """300 requests at once, then one a second, slower than the configuration serves them: the last
+    requests wait behind the burst (the last tenth far longer than the first), and the requests arrived at
+    a mean rate above the one served, but the queue shrank from the burst on; no overloaded note. The same
+    requests in the other order (the burst last) grow the queue and are noted. With most requests
+    rejected, the note gives the finished requests' rate, not the workload's."""
+    argv = ["run", "--num-gpu-blocks-override", "300", "--iteration-time-ps", "30ms", "--requests", "400"]
+    burst = [(0.0, 200, 300)] * 300
+    trickle = [(1.0 + i, 200, 300) for i in range(100)]
+    for name, rows, noted in (
+        ("burst_first", burst + trickle, False),
+        ("burst_last", [(float(i), 200, 300) for i in range(100)] + [(100.0, 200, 300)] * 300, True),
+    ):
+        path = tmp_path / f"{name}.csv"
+        path.write_text("arrival,prompt_len,output_len\n" + "".join(f"{a},{p},{o}\n" for a, p, o in rows))
+        out = _json(capsys, [*argv, "--workload", str(path)])
+        over = [n for n in out["notes"] if n.startswith("overloaded:")]
+        assert len(over) == noted, (name, out["notes"])
+    few = _json(capsys, [*argv, "--workload", "sharegpt:arrival_rate=5", "--num-gpu-blocks-override", "20"])
+    assert few["summary"]["rejected"] > 0
+    over = [n for n in few["notes"] if n.startswith("overloaded:")]
+    assert len(over) == 1, few["notes"]
+    assert f"the {few['summary']['completed']:,} requests that finished arrived at" in over[0]
+    assert "the workload offers" not in over[0]
+
+
 def test_overload_that_waits_for_seats_is_not_memory_bound(capsys):
     """Requests queue for a seat (max_num_seqs) while the pool stays far from full and nothing is
     preempted: swap vs recompute or the block size cannot change this answer, and the run says so."""

@@ -70,8 +70,14 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         from kvsim.model.units import fmt_duration_ps
 
         offered, served, first, last = growth
+        # (with requests rejected, the rate is the finished requests' own, not the workload's)
+        arrived = (
+            f"the {s['completed']:,} requests that finished arrived at {offered:,.3g}/s"
+            if s["rejected"]
+            else f"the workload offers {offered:,.3g} requests/s"
+        )
         notes.append(
-            f"overloaded: the workload offers {offered:,.3g} requests/s and this configuration served "
+            f"overloaded: {arrived} and this configuration served "
             f"{served:,.3g}/s, so the queue grew through the run (the first tenth of requests, by arrival, "
             f"waited {fmt_duration_ps(first * 1e12)} on average for their first step, the last tenth "
             f"{fmt_duration_ps(last * 1e12)}): TTFT and end-to-end latency count that wait and grow with "
@@ -132,8 +138,11 @@ def queue_growth(result: Any) -> tuple[float, float, float, float] | None:
     requests/s, served requests/s, the mean wait for a first step of the first and of the last tenth of
     the finished requests by arrival, in seconds), or None. Overloaded: at least 20 finished requests
     arriving over a span of time (a burst all at once is a batch, not a rate), served below 90 % of the
-    rate they arrived at, and the last tenth waiting more than four times as long as the first and over a
-    second longer: a queue that a steady state would not keep growing."""
+    rate they arrived at, the last tenth waiting more than four times as long as the first and over a
+    second longer, and finding more requests waiting when they arrived than the first tenth found: a
+    queue that a steady state would not keep growing (a burst followed by a trickle the configuration
+    keeps up with leaves its last requests waiting behind the burst, but its queue shrinks)."""
+    import numpy as np
     import polars as pl
 
     req = result.requests.filter(pl.col("status") == "finished").sort("arrival")
@@ -148,9 +157,15 @@ def queue_growth(result: Any) -> tuple[float, float, float, float] | None:
     wait = (req["first_scheduled"] - req["arrival"]).to_numpy()
     tenth = max(1, n // 10)
     first, last = float(wait[:tenth].mean()), float(wait[-tenth:].mean())
-    if served < 0.9 * offered and last > 4 * first and last - first > 1.0:
-        return offered, served, first, last
-    return None
+    if not (served < 0.9 * offered and last > 4 * first and last - first > 1.0):
+        return None
+    # The queue each request found on arrival: those arrived by then (itself too) less those scheduled.
+    arrival = req["arrival"].to_numpy()
+    started = np.sort(req["first_scheduled"].to_numpy())
+    queue = np.searchsorted(arrival, arrival, side="right") - np.searchsorted(started, arrival, side="right")
+    if queue[-tenth:].mean() <= queue[:tenth].mean():
+        return None
+    return offered, served, first, last
 
 
 _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
