@@ -170,6 +170,27 @@ def test_a_floor_failure_without_load_says_no_lower_rate_helps():
     assert "no lower rate" not in falls.message
 
 
+def test_a_floor_failure_of_a_burst_says_requests_wait_for_each_other():
+    """The same TTFT at the lowest rates, but requests still queue there (a trace's burst: scaling the
+    arrivals does not spread requests that arrive at one instant): the message does not say they miss the
+    SLO without waiting for each other; it gives the queueing and still that no lower rate helps."""
+
+    def burst(workload, config):
+        return {"ttft_s_p99": 15.0, "queueing_s_p99": 14.9, "completed": len(workload), "rejected": 0}
+
+    r = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=burst, min_rate=0.1, workers=2)
+    assert r.status == "below-floor"
+    assert "without waiting for each other" not in r.message
+    assert "where requests still queue (queueing p99 14.9 s)" in r.message
+    assert "no lower rate meets ttft_p99 <= 1 s" in r.message
+
+    def alone(workload, config):
+        return {"ttft_s_p99": 15.0, "queueing_s_p99": 0.01, "completed": len(workload), "rejected": 0}
+
+    r = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=alone, min_rate=0.1, workers=2)
+    assert "without waiting for each other" in r.message
+
+
 def test_probe_limit_is_said():
     probe = functools.partial(_threshold_probe, threshold=3.3)
     r = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=probe, precision=1e-6, max_probes=6, workers=1)

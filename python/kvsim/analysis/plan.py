@@ -347,6 +347,8 @@ def _search(
                 row.update(extra)
                 row["completed"] = summary.get("completed")
                 row["rejected"] = summary.get("rejected")
+                if summary.get("queueing_s_p99") is not None:  # (whether requests waited for each other)
+                    row["queueing_s_p99"] = float(summary["queueing_s_p99"])
                 row["wall_s"] = wall
                 rows.append(row)
             round_no += 1

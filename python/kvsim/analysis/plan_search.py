@@ -302,7 +302,7 @@ class PlanResult:
         slos: the bounds.
         probes: one row per probe in the order run: `round`, the axis (`rate` or the knob), `passed`, one
             column per SLO metric (its value), `rate` (the target rate of knob searches), `completed`,
-            `rejected`, `wall_s`.
+            `rejected`, `queueing_s_p99` (when the probe's summary has it), `wall_s`.
         violations: pairs that contradict monotonicity: (a failing rate, a passing rate above it); for the
             other axes (a passing value, a failing value above it). Empty when the probes are monotone.
         setup: a line naming the workload and configuration (for the plot).
@@ -368,6 +368,16 @@ class PlanResult:
         rates = f"{self._fmt(low[0][self.axis])} and {self._fmt(low[1][self.axis])}"
         values = " and ".join(f"{s.metric} {a:.4g} {s.unit}" for s, a in flat)
         missed = ", ".join(s.label() for s, _ in flat)
+        queued = low[0].get("queueing_s_p99")
+        if queued is not None and queued > 0.1 * min(a for _, a in flat):
+            # Still queueing at the lowest rate, the same whatever the rate: requests that arrive at one
+            # instant (a trace's burst) wait for each other however far apart the rate spreads the rest.
+            return (
+                f"{values} at both {rates}, the lowest rates probed, where requests still queue (queueing "
+                f"p99 {queued:.4g} s): requests that arrive together wait for each other at any rate, so no "
+                f"lower rate meets {missed} (loosen {'them' if len(flat) > 1 else 'it'}, or serve them "
+                "faster: more replicas, another GPU, tensor parallelism)"
+            )
         return (
             f"{values} at both {rates}, the lowest rates probed: the requests miss {missed} without waiting "
             f"for each other, so no lower rate meets {'them' if len(flat) > 1 else 'it'} (loosen "
