@@ -613,3 +613,15 @@ def test_the_pool_line_says_how_the_routed_experts_are_spread():
     assert (ep.data_parallel_size, ep.expert_parallel) == (2, True)
     dense = kvsim.SimConfig(model="llama-3-70b", gpu="h100-80gb", tensor_parallel_size=4).pool.line()
     assert dense.endswith("llama-3-70b 80.0 KiB per token, tp 4)")
+
+
+def test_kvsim_run_says_a_dp_run_is_one_ranks_engine(capsys):
+    """With data_parallel_size 4 one engine runs, given the whole workload, where vLLM spreads it over four;
+    `kvsim run` says so and how to run all four (--replicas 4), and says nothing when they run."""
+    argv = ["run", "qwen3-30b-a3b", "--gpu", "h100-80gb", "-dp", "4", "--requests", "50"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "note: data_parallel_size 4: vLLM runs 4 engines" in out
+    assert "--replicas 4 runs all 4 behind a router" in out
+    assert main([*argv, "--replicas", "4"]) == 0
+    assert "data_parallel_size 4:" not in capsys.readouterr().out

@@ -551,6 +551,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         goodput=goodput,
     )
     run_notes(result, workload, info, notes)
+    dp = config.data_parallel_size
+    if dp > 1 and config.replicas == 1:
+        # (a mixture-of-experts model: its DP ranks share the experts, each rank an engine of its own)
+        notes.append(
+            f"data_parallel_size {dp}: vLLM runs {dp} engines, one a DP rank, and spreads the requests over "
+            f"them; this run is one rank's engine given the whole workload ({dp} times its share), sized with "
+            f"the routed experts spread over the ranks' GPUs; --replicas {dp} runs all {dp} behind a router"
+        )
     notes.extend(encoder_notes(config))
     out = {
         "kvsim_version": kvsim.__version__,
