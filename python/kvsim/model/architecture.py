@@ -11,10 +11,14 @@ from: the presets (`kvsim.model.models`, `kvsim.model.catalogue`) and config fil
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from types import MappingProxyType
+from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.encoders import Tower
@@ -183,13 +187,15 @@ class Model:
         return self.quantization.split(":")[0]
 
     @property
+    def config_fields(self) -> Mapping[str, Any]:
+        """The config fields the model was built from (`config_json`, read-only; empty for the 2024 presets,
+        which keep none), parsed once per distinct text."""
+        return _config_fields(self.config_json)
+
+    @property
     def model_type(self) -> str:
         """The config's `model_type` (`""` for the 2024 presets, which keep no config fields)."""
-        try:
-            kept = json.loads(self.config_json) if self.config_json else {}
-        except ValueError:
-            return ""
-        return str(kept.get("model_type", ""))
+        return str(self.config_fields.get("model_type", ""))
 
     @property
     def param_bytes(self) -> int:
@@ -252,3 +258,13 @@ class Model:
 
 
 __all__ = ["DTYPE_BITS", "Model", "dtype_bits"]
+
+
+@functools.lru_cache(maxsize=256)
+def _config_fields(config_json: str) -> Mapping[str, Any]:
+    """`Model.config_fields`: the kept JSON object, read-only (shared by every caller of one text)."""
+    try:
+        kept = json.loads(config_json) if config_json else {}
+    except ValueError:
+        kept = {}
+    return MappingProxyType(kept if isinstance(kept, dict) else {})

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -602,7 +603,7 @@ def shard_group(q: Quantization, group: str) -> int:
     return fmt.group if q.method in SPLIT_GROUP_METHODS else 0
 
 
-def deepseek_v4(checkpoint: Quantization, cfg: dict[str, Any], where: str) -> Quantization:
+def deepseek_v4(checkpoint: Quantization, cfg: Mapping[str, Any], where: str) -> Quantization:
     """A DeepSeek-V4 fp8 checkpoint as vLLM 0.33.0 loads it (`vllm/models/deepseek_v4/quant_config.py`,
     `DeepseekV4FP8Config`, which `DeepseekV4ForCausalLMConfig` makes of `quant_method: fp8`): linear layers
     fp8 in blocks; the routed experts MXFP4 when the config's `expert_dtype` is `fp4` (its default;

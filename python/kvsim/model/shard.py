@@ -11,8 +11,6 @@ Used by the pool's sizing (`kvsim.model.sizing`) and the roofline's coefficients
 from __future__ import annotations
 
 import dataclasses
-import json
-from typing import Any
 
 from kvsim.errors import InvalidArgumentError, UnsplittableModelError
 from kvsim.model import quant
@@ -30,15 +28,6 @@ def resolve(model: Model | str, gpu: Gpu | str | None) -> tuple[Model, Gpu | Non
     return m, g
 
 
-def _kept(m: Model) -> dict[str, Any]:
-    """The config fields `m` was built from (`Model.config_json`; empty for the 2024 presets)."""
-    try:
-        kept = json.loads(m.config_json) if m.config_json else {}
-    except ValueError:
-        return {}
-    return kept if isinstance(kept, dict) else {}
-
-
 def _check_state_heads(m: Model, tp: int) -> None:
     """A gated delta net's key and value heads and a KDA layer's heads split over the ranks, as vLLM 0.33.0
     needs them to (`vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py`,
@@ -46,7 +35,7 @@ def _check_state_heads(m: Model, tp: int) -> None:
     states = [lay.state for lay in m.layers if lay.state is not None]
     if not states:
         return
-    kept = _kept(m)
+    kept = m.config_fields
     if any(s.gdn_head_k_dim for s in states):
         for key, what in (("linear_num_value_heads", "value"), ("linear_num_key_heads", "key")):
             n = kept.get(key)
@@ -111,7 +100,7 @@ def _kimi_padded_total(m: Model, tp: int, expert_parallel: bool) -> int:
     width = m.expert_ffn
     if tp == 1 or expert_parallel or not m.num_experts or not width:
         return 0
-    kept = _kept(m)
+    kept = m.config_fields
     if not str(kept.get("model_type", "")).startswith("kimi_linear"):
         return 0
     least = kept.get("min_moe_intermediate_per_partition", KIMI_MIN_MOE_PER_RANK)
@@ -172,7 +161,7 @@ def _loaded_experts(m: Model) -> tuple[int, int]:
     `m` was loaded with `--quantization fp8` and its config has none)."""
     from kvsim.model.timing import weight_groups  # (timing's reader of the weight groups)
 
-    online = m.quant_method == "fp8" and "quantization_config" not in _kept(m)
+    online = m.quant_method == "fp8" and "quantization_config" not in m.config_fields
     experts = weight_groups(m, "fp8" if online else None)["experts"]
     return experts.bytes, experts.params
 
@@ -195,7 +184,7 @@ def _check_experts(m: Model, tp: int, dp: int = 1) -> None:
     n = tp * dp
     if not m.num_experts or not width:
         return
-    kept = _kept(m)
+    kept = m.config_fields
     total = _kimi_padded_total(m, tp, False)
     if total:
         if not total % n:
@@ -223,7 +212,7 @@ def _check_experts(m: Model, tp: int, dp: int = 1) -> None:
 def _quantization(m: Model) -> quant.Quantization:
     """`m`'s quantization as vLLM 0.33.0 takes it, read again from its kept config (DeepSeek-V4's fp8 as
     `DeepseekV4FP8Config`; vLLM's online fp8 where `m` was loaded with `--quantization fp8`)."""
-    kept = _kept(m)
+    kept = m.config_fields
     where = f"model {m.name!r}"
     q = quant.from_config(kept.get("quantization_config"), where)
     if kept.get("model_type") == "deepseek_v4" and q.method == "fp8":
@@ -266,7 +255,7 @@ def _check_fp8_blocks(m: Model, tp: int) -> None:
     DeepSeek-V2/V3's MLA `q_b_proj` (or `q_proj`) and `kv_b_proj` (`deepseek_v2.py`; Kimi-K2's config,
     `model_type` `kimi_k2`, is served by its `DeepseekV3ForCausalLM` too)."""
     q = _quantization(m)
-    kept = _kept(m)
+    kept = m.config_fields
     for group, cols, _ in m.row_inputs:
         block = _fp8_block(q, group)
         if block is None or not (cols // tp) % block[1]:
