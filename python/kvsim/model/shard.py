@@ -60,7 +60,7 @@ def _check_state_heads(m: Model, tp: int) -> None:
             )
     lac = kept.get("linear_attn_config")
     heads = lac.get("num_heads") if isinstance(lac, dict) else None
-    if str(kept.get("model_type", "")).startswith("kimi_linear") and isinstance(heads, int) and heads % tp:
+    if m.model_type.startswith("kimi_linear") and isinstance(heads, int) and heads % tp:
         raise UnsplittableModelError(
             f"tensor_parallel_size {tp} does not divide {m.name}'s linear_attn_config.num_heads {heads} (its "
             f"KDA layers' heads): vLLM's KimiGatedDeltaNetAttention asserts num_heads % tp_size == 0"
@@ -101,7 +101,7 @@ def _kimi_padded_total(m: Model, tp: int, expert_parallel: bool) -> int:
     if tp == 1 or expert_parallel or not m.num_experts or not width:
         return 0
     kept = m.config_fields
-    if not str(kept.get("model_type", "")).startswith("kimi_linear"):
+    if not m.model_type.startswith("kimi_linear"):
         return 0
     least = kept.get("min_moe_intermediate_per_partition", KIMI_MIN_MOE_PER_RANK)
     if not isinstance(least, int) or isinstance(least, bool):
@@ -166,7 +166,7 @@ def _loaded_experts(m: Model) -> tuple[int, int]:
     return experts.bytes, experts.params
 
 
-def _expert_padding(m: Model, tp: int, expert_parallel: bool, dp: int = 1) -> tuple[int, int]:
+def loaded_expert_padding(m: Model, tp: int, expert_parallel: bool, dp: int = 1) -> tuple[int, int]:
     """`expert_padding` of `m` as loaded (`_loaded_experts`)."""
     if not padded_expert_width(m, tp, dp, expert_parallel=expert_parallel):
         return 0, 0
@@ -366,7 +366,7 @@ def shard(
             )
     _check_fp8_blocks(m, tp)
     kv_heads = m.num_kv_heads if m.is_mla else max(1, m.num_kv_heads // tp)
-    pad_bytes, pad_params = _expert_padding(m, tp, expert_parallel, dp)
+    pad_bytes, pad_params = loaded_expert_padding(m, tp, expert_parallel, dp)
     out = dataclasses.replace(
         m,
         num_kv_heads=kv_heads,
