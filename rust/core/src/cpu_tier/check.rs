@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use super::access::SEEN;
-use super::group::Rank;
+use super::group::{Rank, run_key};
 use super::{CpuTier, Eviction, KeySet};
 use crate::{BlockKey, KvError, Result};
 
@@ -25,8 +25,14 @@ impl CpuTier {
 
     fn invariants(&self) -> std::result::Result<(), String> {
         self.chunks.check()?;
-        let evictable =
-            self.chunks.values().filter(|c| c.evictable()).count() as u64 + self.lane_len;
+        let evictable = self.chunks.values().filter(|c| c.evictable()).count() as u64
+            + self.lane_len
+            + self
+                .owns
+                .iter()
+                .filter(|o| o.ready)
+                .map(|o| u64::from(o.n))
+                .sum::<u64>();
         if evictable != self.num_evictable {
             return Err(format!(
                 "num_evictable is {} but {evictable} chunks are evictable",
@@ -41,6 +47,7 @@ impl CpuTier {
             ));
         }
         self.lane_invariants()?;
+        self.own_invariants()?;
         self.counts.check("the tracker")?;
         if self.counts.len() > self.tracker || (self.threshold == 0 && self.counts.len() > 0) {
             return Err(format!(
@@ -104,6 +111,35 @@ impl CpuTier {
             {
                 return Err(format!("retired chunk {} is also held in a group", key.0));
             }
+        }
+        Ok(())
+    }
+
+    /// The own runs (`own.rs`): under LRU without a threshold, before the first eviction only; each
+    /// its request's one record (no `Rec`, no `Access` beside it) and its keys held nowhere else.
+    fn own_invariants(&self) -> std::result::Result<(), String> {
+        self.owns.check()?;
+        self.owns.check_index(self.heap_live)?;
+        if self.owns.is_empty() {
+            return Ok(());
+        }
+        if self.eviction != Eviction::Lru || self.threshold > 0 {
+            return Err("an own run under ARC or a threshold".into());
+        }
+        for o in self.owns.iter() {
+            if self.chunks.groups.get(o.hi).is_some()
+                || self.chunks.recs.get(o.hi).is_some()
+                || self.accesses.contains_key(&o.hi)
+            {
+                return Err(format!("request {}'s own run is not its only record", o.hi));
+            }
+            if (o.lo..o.lo + o.n).any(|p| self.chunks.contains(run_key(o.hi, u64::from(p)))) {
+                return Err(format!("request {}'s own run's keys are held twice", o.hi));
+            }
+        }
+        let his: HashSet<u64> = self.owns.iter().map(|o| o.hi).collect();
+        if his.len() != self.owns.iter().count() {
+            return Err("a request with two own runs".into());
         }
         Ok(())
     }

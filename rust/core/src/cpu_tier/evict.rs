@@ -5,6 +5,7 @@ use std::cmp::Reverse;
 
 use super::group::{Chunk, Group, Rank, Slots, run_key};
 use super::order::{RankQueue, Span, head_lt};
+use super::own::Owns;
 use super::{CpuTier, Eviction, KeySet};
 use crate::BlockKey;
 
@@ -128,96 +129,122 @@ impl CpuTier {
             // The first eviction: the heap is built from the live entries, which alone decide.
             self.heap_live = true;
             self.build_heap();
+            self.owns.build_index();
         }
+        if protected.is_empty() && self.lane_evict(n, out) {
+            self.compact_heap();
+            return true;
+        }
+        self.lru_choose(n, protected, out)
+    }
+
+    /// `lru_evict`'s choice among all sources: the queue, the lane, the own runs (the least of which
+    /// is demoted into the queue, `own.rs`).
+    fn lru_choose(&mut self, n: usize, protected: &KeySet, out: &mut Vec<BlockKey>) -> bool {
         // The entries taken, as spans (each with how many of its first entries), and how many.
         let mut taken = std::mem::take(&mut self.scratch_evict);
         taken.clear();
         let mut num = 0;
         let mut last = None; // (the last entry taken)
         let mut deferred = Vec::new();
-        let (heap, chunks) = (&mut self.heap, &self.chunks);
-        let mut near = None;
         // The lane's spans wholly taken, and what is left of the next one (its head the lane's least
         // entry): the lane itself changes only once the eviction goes through.
         let mut lane_taken = 0;
         let mut lane_head = self.lane.front().copied();
-        'pop: while num < n {
-            'lane: {
-                let Some(l) = lane_head else {
-                    break 'lane;
-                };
+        // (an own run the least of all is demoted, `own.rs`, and the choice carries on from where it
+        // was: what was taken stays taken)
+        let mut demote = None;
+        loop {
+            if let Some(i) = demote.take() {
+                self.demote(i);
+            }
+            let (heap, chunks, owns) = (&mut self.heap, &self.chunks, &mut self.owns);
+            let mut near = None;
+            'pop: while num < n {
                 let least = heap.least_head();
-                if least.is_some_and(|h| head_lt(&h, &l)) {
-                    break 'lane;
-                }
-                // The lane's least entries come first, all live (a retired run is held, ready and
-                // unpinned, and no key of it is named again, so none is protected): those before
-                // the queue's least.
-                let k = match least {
-                    Some(h) => l.count_before(n - num, h.head()),
-                    None => l.len().min(n - num),
+                let own = match own_bound(owns, lane_head, least) {
+                    Ok(own) => own,
+                    Err(i) => {
+                        demote = Some(i);
+                        break 'pop;
+                    }
                 };
-                taken.push((l, k | LANE));
-                num += k;
-                last = Some(l.last_of(k));
-                let mut rest = l;
-                if rest.skip(k) {
-                    lane_head = Some(rest);
-                } else {
-                    lane_taken += 1;
-                    lane_head = self.lane.get(lane_taken).copied();
+                'lane: {
+                    let Some(l) = lane_head else {
+                        break 'lane;
+                    };
+                    let least = lesser(least, own);
+                    if least.is_some_and(|h| head_lt(&h, &l)) {
+                        break 'lane;
+                    }
+                    // The lane's least entries come first, all live (a retired run is held, ready and
+                    // unpinned, and no key of it is named again, so none is protected): those before
+                    // the queue's least and the least own run.
+                    let k = match least {
+                        Some(h) => l.count_before(n - num, h.head()),
+                        None => l.len().min(n - num),
+                    };
+                    taken.push((l, k | LANE));
+                    num += k;
+                    last = Some(l.last_of(k));
+                    let mut rest = l;
+                    if rest.skip(k) {
+                        lane_head = Some(rest);
+                    } else {
+                        lane_taken += 1;
+                        lane_head = self.lane.get(lane_taken).copied();
+                    }
+                    continue 'pop;
                 }
-                continue 'pop;
-            }
-            // The least entries, as many as may be taken, a span's at a time.
-            let Some((span, k)) = heap.pop_span(n - num, lane_head) else {
-                break;
-            };
-            if protected.is_empty()
-                && last != Some(span.head())
-                && chunks.live_run_tail(span, k, &mut near)
-            {
-                // The tail of a ready run, its ranks as pushed: all live, none a repeat (distinct
-                // keys; the first not the last taken).
-                taken.push((span, k));
-                num += k;
-                last = Some(span.last_of(k));
-                continue;
-            }
-            if chunks.stale_span(span, k, &mut near) {
-                continue; // (none live: skipped, as one by one)
-            }
-            for entry in span.entries(k) {
-                let (rank, key) = entry;
-                // (a repeated entry pops right after its twin: the queue pops in order)
-                if !chunks
-                    .get_near(key, &mut near)
-                    .is_some_and(|c| c.evictable() && c.rank() == rank)
-                    || last == Some(entry)
+                // The least entries, as many as may be taken, a span's at a time.
+                let Some((span, k)) = heap.pop_span(n - num, lesser(lane_head, own)) else {
+                    break;
+                };
+                if protected.is_empty()
+                    && last != Some(span.head())
+                    && chunks.live_run_tail(span, k, &mut near)
                 {
+                    // The tail of a ready run, its ranks as pushed: all live, none a repeat (distinct
+                    // keys; the first not the last taken).
+                    taken.push((span, k));
+                    num += k;
+                    last = Some(span.last_of(k));
                     continue;
                 }
-                if !protected.is_empty() && protected.contains(&key) {
-                    deferred.push(entry);
-                    continue;
+                if chunks.stale_span(span, k, &mut near) {
+                    continue; // (none live: skipped, as one by one)
                 }
-                taken.push((Span::one(entry), 1));
-                num += 1;
-                last = Some(entry);
-                if num == n {
-                    // (the span's entries after it, if any, were not taken: `pop_span` takes no
-                    // more than are left to choose)
-                    break 'pop;
+                for entry in span.entries(k) {
+                    let (rank, key) = entry;
+                    // (a repeated entry pops right after its twin: the queue pops in order)
+                    if !chunks
+                        .get_near(key, &mut near)
+                        .is_some_and(|c| c.evictable() && c.rank() == rank)
+                        || last == Some(entry)
+                    {
+                        continue;
+                    }
+                    if !protected.is_empty() && protected.contains(&key) {
+                        deferred.push(entry);
+                        continue;
+                    }
+                    taken.push((Span::one(entry), 1));
+                    num += 1;
+                    last = Some(entry);
+                    if num == n {
+                        // (the span's entries after it, if any, were not taken: `pop_span` takes no
+                        // more than are left to choose)
+                        break 'pop;
+                    }
                 }
+            }
+            if demote.is_none() {
+                break;
             }
         }
-        heap.extend(deferred.into_iter().map(Reverse));
+        self.heap.extend(deferred.into_iter().map(Reverse));
         if num < n {
-            for &(span, k) in &taken {
-                if k & LANE == 0 {
-                    heap.push_span(span.truncated(k));
-                }
-            }
+            self.untake(&taken);
             self.scratch_evict = taken;
             return false;
         }
@@ -225,6 +252,78 @@ impl CpuTier {
         self.scratch_evict = taken;
         self.compact_heap();
         true
+    }
+
+    /// `lru_evict`'s common case, alone (nothing protected): when the lane of retired runs holds the
+    /// `n` least live entries, all before the queue's least head and the least ready own run, they are
+    /// taken straight from the lane
+    /// (its spans wholly taken dropped, the next one shortened), their keys appended to `out` unless
+    /// `count_evictions_only`; false, nothing changed, otherwise. The same steps as the general loop's
+    /// lane branch (which takes these entries, the queue untouched, hence its least head the same
+    /// throughout), without listing them as taken.
+    #[inline]
+    fn lane_evict(&mut self, n: usize, out: &mut Vec<BlockKey>) -> bool {
+        if self.lane_len < n as u64 {
+            return false; // (the queue supplies some)
+        }
+        // (the least ready own run bounds the lane as the queue's least does: one before the lane's
+        // head is demoted by the general loop)
+        let own = if self.owns.len == 0 {
+            None
+        } else {
+            self.owns.least_ready().map(|(o, _)| o)
+        };
+        let least = lesser(self.heap.least_head(), own);
+        // The lane's spans wholly taken, and what is left of the next one, as in `lru_evict`.
+        let mut num = 0;
+        let mut lane_taken = 0;
+        let mut lane_head = self.lane.front().copied();
+        while num < n {
+            let Some(l) = lane_head else {
+                return false;
+            };
+            if least.is_some_and(|h| head_lt(&h, &l)) {
+                return false; // (the queue's least comes next)
+            }
+            let k = match least {
+                Some(h) => l.count_before(n - num, h.head()),
+                None => l.len().min(n - num),
+            };
+            num += k;
+            let mut rest = l;
+            if rest.skip(k) {
+                lane_head = Some(rest);
+            } else {
+                lane_taken += 1;
+                lane_head = self.lane.get(lane_taken).copied();
+            }
+        }
+        self.lane_len -= n as u64;
+        if self.list_evicted {
+            for i in 0..lane_taken {
+                let s = self.lane[i];
+                out.extend(s.entries(s.len()).map(|(_, key)| key));
+            }
+            if let (Some(&s), Some(rest)) = (self.lane.get(lane_taken), lane_head) {
+                out.extend(s.entries(s.len() - rest.len()).map(|(_, key)| key));
+            }
+        }
+        for _ in 0..lane_taken {
+            self.lane.pop_front();
+        }
+        if let Some(front) = self.lane.get_mut(0) {
+            *front = lane_head.expect("the lane's rest");
+        }
+        true
+    }
+
+    /// The queue's entries `lru_choose` took back in the queue (not enough to take: nothing changes).
+    fn untake(&mut self, taken: &[(Span, usize)]) {
+        for &(span, k) in taken {
+            if k & LANE == 0 {
+                self.heap.push_span(span.truncated(k));
+            }
+        }
     }
 
     /// The entries `lru_evict` took removed, their keys appended to `out` in order: the queue's from
@@ -361,4 +460,35 @@ fn push_live(live: &mut Vec<Span>, hi: u64, g: &Group) {
             live.push(Span::one((c.rank(), key)));
         }
     }
+}
+
+/// The one of two spans whose head comes first (`head_lt`), either if one is None.
+#[inline]
+fn lesser(a: Option<Span>, b: Option<Span>) -> Option<Span> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if head_lt(&y, &x) { y } else { x }),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+/// The least ready own run (a running request's: none is taken while it is own): `Err(its slot)` if it
+/// comes before the lane's head and the queue's least (`least`), to be demoted; else its span, if any.
+#[inline]
+fn own_bound(
+    owns: &mut Owns,
+    lane_head: Option<Span>,
+    least: Option<Span>,
+) -> Result<Option<Span>, usize> {
+    let Some((o, i)) = (if owns.len == 0 {
+        None
+    } else {
+        owns.least_ready()
+    }) else {
+        return Ok(None);
+    };
+    if lane_head.is_none_or(|l| head_lt(&o, &l)) && least.is_none_or(|h| head_lt(&o, &h)) {
+        return Err(i);
+    }
+    Ok(Some(o))
 }

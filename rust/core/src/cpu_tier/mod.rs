@@ -95,6 +95,7 @@ mod chunks;
 mod evict;
 mod group;
 mod order;
+mod own;
 mod paged;
 mod records;
 mod rows;
@@ -172,6 +173,9 @@ pub struct CpuTier {
     lane: paged::Paged<order::Span>,
     /// The chunks the lane holds.
     lane_len: u64,
+    /// Running requests' own runs, outside the groups (`own.rs`: LRU, no threshold, before the first
+    /// eviction).
+    owns: own::Owns,
 }
 
 impl CpuTier {
@@ -222,6 +226,7 @@ impl CpuTier {
             spare_orders: Vec::new(),
             lane: paged::Paged::default(),
             lane_len: 0,
+            owns: own::Owns::default(),
         }
     }
 
@@ -235,7 +240,7 @@ impl CpuTier {
     /// Chunks held, pending ones included.
     #[inline]
     pub fn used(&self) -> u64 {
-        self.chunks.len() as u64 + self.lane_len
+        self.chunks.len() as u64 + self.lane_len + self.owns.len
     }
 
     pub fn capacity(&self) -> u64 {
@@ -284,6 +289,10 @@ impl CpuTier {
                 .chain(self.lane.iter().flat_map(|s| {
                     s.entries(s.len())
                         .map(|((req, Reverse(pos)), k)| (k, req, -i128::from(pos)))
+                }))
+                .chain(self.owns.iter().flat_map(|o| {
+                    (o.lo..o.lo + o.n)
+                        .map(move |p| (run_key(o.hi, u64::from(p)), o.rank, -i128::from(p)))
                 }))
                 .collect()
         } else {

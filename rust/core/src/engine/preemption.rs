@@ -113,6 +113,9 @@ impl Engine<'_> {
         s.decoding = false;
         s.prefilling = false;
         if let Some(tier) = &mut self.tier {
+            // (its own run, if the tier keeps one apart, where its lookups find it again)
+            let own = std::mem::take(&mut s.tier_own);
+            tier.cpu.demote_own(own, super::offload::private_hi(s.row));
             tier.preempted_now.push(k);
             self.tier_hot.pending = true;
         }

@@ -81,6 +81,8 @@ pub(super) struct Seq {
     /// offers, whether a load holds its blocks (`held`) and has landed, whether it still prefills (vLLM's
     /// `_inflight_prefills`), when its load was admitted, and its full blocks' content keys so far.
     pub(super) jobs: u32,
+    /// Its own run's handle in the tier (`CpuTier::store_own`; 0: none).
+    pub(super) tier_own: u32,
     pub(super) next_store: u64,
     pub(super) held: bool,
     pub(super) loaded: bool,

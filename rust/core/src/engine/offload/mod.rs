@@ -46,6 +46,8 @@ pub(super) enum What {
     /// store; made `Stored`, its blocks listed, if its request finishes while it is in flight:
     /// `tier_finished`).
     Run { hi: u64, lo: u64, n: u64 },
+    /// `Run`'s store kept as the request's own run in the tier, handle `h` (`CpuTier::store_own`).
+    Own { h: u32, lo: u64, n: u64 },
     /// Any other store.
     Stored(Box<Stored>),
     /// A load of the tier's chunks `keys` (CPU to GPU).
@@ -135,9 +137,9 @@ pub(super) struct Tier {
     load_free: i64,
     store_free: i64,
     next_job: u64,
-    /// Requests finished in the step before, in order: their rows, and the last offers of those with
-    /// chunks left to offer, in the same order (`LastOffer`).
-    pub(super) finished_last: Vec<usize>,
+    /// Requests finished in the step before, in order: their rows and own runs' handles (0: none), and
+    /// the last offers of those with chunks left to offer, in the same order (`LastOffer`).
+    pub(super) finished_last: Vec<(usize, u32)>,
     last_offers: Vec<LastOffer>,
     /// vLLM's flush: blocks read by stores of finished requests, with those stores' ids.
     pub(super) fences: HashMap<BlockId, Vec<u64>>,
@@ -281,6 +283,18 @@ impl Tier {
         }))
     }
 
+    /// The requests finished in the step before done with the tier (`CpuTier::finish_own`, else
+    /// `finish_unnamed`), in order.
+    pub(super) fn finish_last(&mut self) {
+        for &(row, own) in &self.finished_last {
+            let hi = private_hi(row);
+            if own == 0 || !self.cpu.finish_own(own, hi) {
+                self.cpu.finish_unnamed(hi);
+            }
+        }
+        self.finished_last.clear();
+    }
+
     /// A store on the link from now (`hot`: the engine's `tier_hot`).
     fn push_store(&mut self, hot: &mut TierHot, job: Job) {
         hot.min_end = hot.min_end.min(job.end);
@@ -315,7 +329,7 @@ impl Tier {
 /// rows), so that a request's record and its private chunks are found by the row, in the tier's rows'
 /// windows (DESIGN.md §CPU tier).
 #[inline]
-fn private_hi(row: usize) -> u64 {
+pub(in crate::engine) fn private_hi(row: usize) -> u64 {
     crate::cpu_tier::row_name(row)
 }
 

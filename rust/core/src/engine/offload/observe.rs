@@ -105,6 +105,13 @@ impl Engine<'_> {
         } = job;
         let own = k != usize::MAX && self.slab[k].row == row; // (its request not finished)
         let n = match what {
+            What::Own { h, lo, n } => {
+                let hi = super::private_hi(row);
+                if !tier.cpu.complete_own(h, hi, lo, n) {
+                    tier.cpu.complete_store_run(hi, lo, n);
+                }
+                n
+            }
             What::Run { hi, lo, n } => {
                 tier.cpu.complete_store_run(hi, lo, n);
                 n

@@ -169,10 +169,7 @@ impl Engine<'_> {
         {
             return false;
         }
-        for &row in &tier.finished_last {
-            tier.cpu.finish_unnamed(private_hi(row));
-        }
-        tier.finished_last.clear();
+        tier.finish_last();
         tier.touched.clear();
         self.tier_hot.pending = false; // (no fences: checked above)
         true
@@ -236,10 +233,7 @@ impl Engine<'_> {
         }
         last_offers.clear();
         tier.last_offers = last_offers; // (its buffer kept)
-        for &row in &tier.finished_last {
-            tier.cpu.finish_unnamed(private_hi(row));
-        }
-        tier.finished_last.clear();
+        tier.finish_last();
         tier.touched.clear();
         self.tier_hot.pending = !tier.fences.is_empty();
         self.out.counters.stores_skipped = i128::from(tier.cpu.num_stores_skipped());
@@ -297,11 +291,32 @@ impl Engine<'_> {
             let (row, count) = (s.row, num_chunks - start);
             let hi = private_hi(row); // (also the request's id in the tier)
             let before = tier.cpu.num_evicted();
-            if start >= s.tier_keys.len() as u64
-                && tier
+            let what = if start >= s.tier_keys.len() as u64 {
+                // Its own run kept apart in the tier (the usual store: `CpuTier::store_own`), else
+                // a run of its private chunks the tier stores whole (`try_store_run`).
+                let own = &mut self.slab[k].tier_own;
+                if tier.cpu.store_own(own, hi, start, count, &mut tier.evicted) {
+                    Some(What::Own {
+                        h: *own,
+                        lo: start,
+                        n: count,
+                    })
+                } else if tier
                     .cpu
                     .try_store_run(hi, (hi, start, count), start, &mut tier.evicted)
-            {
+                {
+                    Some(What::Run {
+                        hi,
+                        lo: start,
+                        n: count,
+                    })
+                } else {
+                    None
+                }
+            } else {
+                None
+            };
+            if let Some(what) = what {
                 // (as `offer_one` does with a run stored whole: its blocks a range of its table)
                 self.log_evictions(tier.cpu.num_evicted() - before, row);
                 self.slab[k].next_store = num_chunks;
@@ -328,11 +343,7 @@ impl Engine<'_> {
                         row,
                         end: tier.store_free,
                         avail,
-                        what: What::Run {
-                            hi,
-                            lo: start,
-                            n: count,
-                        },
+                        what,
                     },
                 );
                 return (true, prompt || self.offered_prompt(tier, k));
@@ -378,6 +389,13 @@ impl Engine<'_> {
         }
         if let Some(k) = k {
             self.ensure_tier_keys(k, num_chunks * bpc);
+        }
+        if let Some(k) = k
+            && self.slab[k].tier_own != 0
+        {
+            // (its own run, if the tier still keeps it apart, where the general path finds it)
+            let own = std::mem::take(&mut self.slab[k].tier_own);
+            tier.cpu.demote_own(own, private_hi(row));
         }
         let (keys, table): (&[BlockKey], &[BlockId]) = match (k, retired) {
             (Some(k), _) => (&self.slab[k].tier_keys, self.slab[k].table.blocks()),
@@ -444,8 +462,11 @@ impl Engine<'_> {
     #[inline]
     fn log_evictions(&mut self, num: u64, row: usize) {
         self.out.counters.cpu_evictions += i128::from(num);
-        for _ in 0..num {
-            self.log(event::CPU_EVICT, row, -1);
+        if num > 0 && self.log.is_some() {
+            // (the event log on: tested once, not for each chunk)
+            for _ in 0..num {
+                self.log(event::CPU_EVICT, row, -1);
+            }
         }
     }
 
@@ -467,14 +488,21 @@ impl Engine<'_> {
             keys: s.tier_keys.clone(),
             blocks: s.table.blocks().to_vec(),
         });
-        let (row, in_flight) = (s.row, s.jobs > 0);
+        let (row, in_flight, mut own) = (s.row, s.jobs > 0, s.tier_own);
         let tier = self.tier.as_deref_mut().expect("a CPU tier");
+        if in_flight || last.is_some() {
+            // Its own run, if still kept apart, where the general path finds it: for its stores in
+            // flight, listed below, and its last offer (`offer_one`).
+            tier.cpu.demote_own(own, private_hi(row));
+            own = 0;
+        }
         if in_flight {
             // Its stores in flight (none else of its row is: a finished request's own are listed).
             let table = self.slab[k].table.blocks();
             let Tier { stores, fences, .. } = tier;
             for j in stores.iter_mut().filter(|j| j.row == row) {
-                if let What::Run { hi, lo, n } = j.what {
+                if let What::Run { lo, n, .. } | What::Own { lo, n, .. } = j.what {
+                    let hi = private_hi(row);
                     // (its blocks listed, as it will outlive its request's table)
                     j.what = What::Stored(Box::new(Stored {
                         run: Some((hi, lo, n)),
@@ -493,7 +521,7 @@ impl Engine<'_> {
                 }
             }
         }
-        tier.finished_last.push(row);
+        tier.finished_last.push((row, own));
         if let Some(last) = last {
             tier.last_offers.push(last);
         }

@@ -84,6 +84,8 @@ impl Engine<'_> {
                     self.tier_mut().held.pop_front();
                     self.release(k);
                     let row = self.slab[k].row;
+                    // (a held request loaded: it has its accesses' record, no own run)
+                    debug_assert_eq!(self.slab[k].tier_own, 0);
                     self.tier_mut().cpu.finish_unnamed(private_hi(row));
                 } else {
                     self.waiting.pop_front();
