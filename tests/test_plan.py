@@ -191,6 +191,49 @@ def test_a_floor_failure_of_a_burst_says_requests_wait_for_each_other():
     assert "without waiting for each other" in r.message
 
 
+def test_a_floor_failure_of_a_flat_goodput_says_no_lower_rate_helps():
+    """A goodput fraction that does not grow as the rate halves (a share of requests that miss their own
+    SLOs alone) fails at every rate: the message says so and that no lower rate helps, not to lower
+    min_rate; a fraction that grows as the rate falls keeps that advice."""
+
+    def alone(workload, config):
+        return {"slo_attainment": 0.72, "queueing_s_p99": 0.0, "completed": len(workload), "rejected": 0}
+
+    goodput = {"goodput_fraction": 0.9}
+    r = kvsim.plan(_workload(4), FAKE_CONFIG, goodput, probe=alone, goodput={"ttft": 500}, min_rate=0.1)
+    assert r.status == "below-floor"
+    rates = " and ".join(f"{x:.4g} req/s" for x in r.probes.sort("rate").head(2)["rate"].to_list())
+    assert (
+        f"goodput_fraction 0.72 at both {rates}, the lowest rates probed: the share stays within 1 %"
+        in r.message
+    )
+    assert "no lower rate meets goodput_fraction >= 0.9" in r.message
+    assert "lower min_rate" not in r.message
+
+    def nearly(workload, config):  # (within 1 %, but not the same as printed)
+        return {
+            "slo_attainment": 0.72 - 0.05 * workload_rate(workload),
+            "completed": len(workload),
+            "rejected": 0,
+        }
+
+    r = kvsim.plan(_workload(4), FAKE_CONFIG, goodput, probe=nearly, goodput={"ttft": 500}, min_rate=0.1)
+    low = r.probes.sort("rate").head(2)
+    shares = " and ".join(f"{x:.4g}" for x in low["goodput_fraction"].to_list())
+    rates = " and ".join(f"{x:.4g} req/s" for x in low["rate"].to_list())
+    assert f"goodput_fraction {shares} at {rates}, the lowest rates probed: the share stays" in r.message
+    assert "no lower rate meets" in r.message
+
+    def falling(workload, config):
+        share = max(0.0, 0.95 - 0.5 * workload_rate(workload))  # (0.9 holds below 0.1 req/s)
+        return {"slo_attainment": share, "completed": len(workload), "rejected": 0}
+
+    r = kvsim.plan(_workload(4), FAKE_CONFIG, goodput, probe=falling, goodput={"ttft": 500}, min_rate=0.2)
+    assert r.status == "below-floor"
+    assert "lower min_rate" in r.message
+    assert "no lower rate" not in r.message
+
+
 def test_probe_limit_is_said():
     probe = functools.partial(_threshold_probe, threshold=3.3)
     r = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=probe, precision=1e-6, max_probes=6, workers=1)

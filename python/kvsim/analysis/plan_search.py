@@ -350,38 +350,59 @@ class PlanResult:
         return f"{x:.4g}" if not float(x).is_integer() else f"{int(x):,}"
 
     def _unloaded_failure(self) -> str | None:
-        """A rate search that failed down to its floor because the requests miss an SLO without load: at
-        the two lowest rates probed a failed latency is the same (within 1 %), so the requests did not
-        wait for each other and no lower rate can help. None otherwise (the failure may still be load's)."""
+        """A rate search that failed down to its floor where a lower rate does not help: at the two lowest
+        rates probed a failed metric is the same (within 1 %): a latency, so the requests did not wait for
+        each other (or a burst's wait the same at any rate), or a goodput fraction, the share of requests
+        meeting their own SLOs, no larger at half the rate. None otherwise (the failure may still be
+        load's)."""
         if self.axis != "rate" or self.probes.height < 2:
             return None
         low = self.probes.sort(self.axis).head(2).rows(named=True)
         flat = []
         for s in self.slos:
             a, b = low[0].get(s.metric), low[1].get(s.metric)
-            if not s.upper or a is None or b is None or s.holds(a) or s.holds(b):
+            if a is None or b is None or s.holds(a) or s.holds(b):
                 continue
             if abs(b - a) <= 0.01 * abs(a):
                 flat.append((s, a))
         if not flat:
             return None
-        rates = f"{self._fmt(low[0][self.axis])} and {self._fmt(low[1][self.axis])}"
-        values = " and ".join(f"{s.metric} {a:.4g} {s.unit}" for s, a in flat)
+        # The values as printed: "ttft_p99 5 s at both R1 and R2", or each's two where they differ there.
+        same = all(f"{a:.4g}" == f"{low[1][s.metric]:.4g}" for s, a in flat)
+        rates = f"{'both ' if same else ''}{self._fmt(low[0][self.axis])} and {self._fmt(low[1][self.axis])}"
+        values = " and ".join(
+            f"{s.metric} {a:.4g}"
+            + ("" if same else f" and {low[1][s.metric]:.4g}")
+            + ("" if s.unit == "fraction" else f" {s.unit}")
+            for s, a in flat
+        )
         missed = ", ".join(s.label() for s, _ in flat)
+        them = "them" if len(flat) > 1 else "it"
         queued = low[0].get("queueing_s_p99")
-        if queued is not None and queued > 0.1 * min(a for _, a in flat):
+        latencies = [a for s, a in flat if s.upper]
+        if not latencies:
+            # Goodput fractions alone: the share of requests meeting their own SLOs does not grow as the
+            # rate halves, whether they miss them alone or in a burst that waits at any rate.
+            where = f" (queueing p99 {queued:.4g} s there)" if queued is not None and queued > 0 else ""
+            return (
+                f"{values} at {rates}, the lowest rates probed{where}: the share stays within 1 % as the "
+                f"rate halves, so no lower rate meets {missed} (loosen {them} or the per-request SLOs "
+                f"{'they count' if len(flat) > 1 else 'it counts'}, or make a request faster: another GPU, "
+                "tensor parallelism, the batch's token budget)"
+            )
+        if queued is not None and queued > 0.1 * min(latencies):
             # Still queueing at the lowest rate, the same whatever the rate: requests that arrive at one
             # instant (a trace's burst) wait for each other however far apart the rate spreads the rest.
             return (
-                f"{values} at both {rates}, the lowest rates probed, where requests still queue (queueing "
+                f"{values} at {rates}, the lowest rates probed, where requests still queue (queueing "
                 f"p99 {queued:.4g} s): requests that arrive together wait for each other at any rate, so no "
-                f"lower rate meets {missed} (loosen {'them' if len(flat) > 1 else 'it'}, or serve them "
+                f"lower rate meets {missed} (loosen {them}, or serve them "
                 "faster: more replicas, another GPU, tensor parallelism)"
             )
         return (
-            f"{values} at both {rates}, the lowest rates probed: the requests miss {missed} without waiting "
-            f"for each other, so no lower rate meets {'them' if len(flat) > 1 else 'it'} (loosen "
-            f"{'them' if len(flat) > 1 else 'it'}, or make a request faster: another GPU, tensor parallelism, "
+            f"{values} at {rates}, the lowest rates probed: the requests miss {missed} without waiting "
+            f"for each other, so no lower rate meets {them} (loosen "
+            f"{them}, or make a request faster: another GPU, tensor parallelism, "
             "the batch's token budget)"
         )
 
