@@ -7,6 +7,7 @@ module only reads configs (DESIGN.md §Hybrid attention states each rule with it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
@@ -33,7 +34,7 @@ def _whole(v: Any, least: int) -> bool:
     return not isinstance(v, bool) and isinstance(v, int) and v >= least
 
 
-def full_attention_interval(cfg: dict[str, Any], where: str) -> int:
+def full_attention_interval(cfg: Mapping[str, Any], where: str) -> int:
     """Qwen3-Next's `full_attention_interval`: every so many layers one is full attention, the others gated
     delta nets (4 when absent, transformers' `Qwen3NextConfig`); a whole number of at least 1. The one
     reading of the field (the layers here, the weights in `kvsim.model.params`)."""
@@ -47,7 +48,7 @@ def full_attention_interval(cfg: dict[str, Any], where: str) -> int:
 
 
 def kimi_linear_attention(
-    cfg: dict[str, Any], num_layers: int, where: str
+    cfg: Mapping[str, Any], num_layers: int, where: str
 ) -> tuple[int, int, int, frozenset[int]]:
     """Kimi-Linear's `linear_attn_config`: (`num_heads`, `head_dim`, `short_conv_kernel_size` (4 when
     absent), the KDA layers), each number a whole number of at least 1 and `kda_layers` a non-empty list of

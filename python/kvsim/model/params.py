@@ -18,6 +18,7 @@ parameter counts of the checkpoints the test-suite holds (Llama, Qwen2.5/3, gpt-
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +102,7 @@ class Breakdown:
         return self.total - experts + used
 
 
-def _layer_flags(cfg: dict[str, Any], layers: int, experts: int, pick: Any, where: str) -> list[bool]:
+def _layer_flags(cfg: Mapping[str, Any], layers: int, experts: int, pick: Any, where: str) -> list[bool]:
     """Which decoder layers hold routed experts (True) rather than a dense MLP. A step of MoE layers
     (`decoder_sparse_step`, `interleave_moe_layer_step`) is a whole number of at least 1."""
     if not experts:
@@ -143,7 +144,7 @@ def _layer_flags(cfg: dict[str, Any], layers: int, experts: int, pick: Any, wher
     return [i >= dense_first and (i + 1 - first) % step == 0 and i not in only_mlp for i in range(layers)]
 
 
-def _linear_attention_layers(cfg: dict[str, Any], layers: int, where: str) -> int:
+def _linear_attention_layers(cfg: Mapping[str, Any], layers: int, where: str) -> int:
     """Decoder layers whose mixer is a state layer: a gated delta net (Qwen3-Next / Qwen3.5's
     `linear_attention` layers, from `layer_types`, else Qwen3-Next's `full_attention_interval`) or Kimi's
     KDA (`linear_attn_config.kda_layers`), as `kvsim.model.hf_layers.layers_from_hf_config` reads them."""
@@ -160,7 +161,7 @@ def _linear_attention_layers(cfg: dict[str, Any], layers: int, where: str) -> in
 
 
 def _kimi_delta_attention(
-    b: Breakdown, cfg: dict[str, Any], hidden: int, layers: int, n: int, where: str
+    b: Breakdown, cfg: Mapping[str, Any], hidden: int, layers: int, n: int, where: str
 ) -> None:
     """The weights of `n` Kimi Delta Attention layers as vLLM 0.33.0 builds them
     (`vllm/model_executor/layers/kda.py`, `KimiDeltaAttention`), P = `num_heads` x `head_dim` of the
@@ -180,7 +181,7 @@ def _kimi_delta_attention(
     b.other += (3 * p * kernel + p + heads + head_dim) * n
 
 
-def _gated_delta_net(b: Breakdown, cfg: dict[str, Any], hidden: int, n: int, pick: Any) -> None:
+def _gated_delta_net(b: Breakdown, cfg: Mapping[str, Any], hidden: int, n: int, pick: Any) -> None:
     """The weights of `n` gated delta net layers as vLLM 0.33.0 builds them
     (`vllm/model_executor/models/qwen3_next.py`, `Qwen3NextGatedDeltaNet`): `in_proj_qkvz` (hidden ->
     2·key_dim + 2·value_dim), `in_proj_ba` (hidden -> 2·value heads), `out_proj` (value_dim -> hidden), and
@@ -198,7 +199,7 @@ def _gated_delta_net(b: Breakdown, cfg: dict[str, Any], hidden: int, n: int, pic
 
 def _gemma4(
     b: Breakdown,
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     layers: int,
     hidden: int,
     heads: int,
@@ -278,7 +279,7 @@ def _gemma4(
 
 
 def _deepseek_v4(
-    b: Breakdown, cfg: dict[str, Any], layers: int, hidden: int, heads: int, pick: Any, where: str
+    b: Breakdown, cfg: Mapping[str, Any], layers: int, hidden: int, heads: int, pick: Any, where: str
 ) -> None:
     """DeepSeek-V4's weights as vLLM 0.33.0 builds them (`vllm/models/deepseek_v4/attention.py`,
     `compressor.py`, `nvidia/model.py`): per layer the attention's `wq_a` / `wkv` (fused), `wq_b`, the grouped
@@ -332,7 +333,7 @@ def _deepseek_v4(
 
 
 def param_breakdown(
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     layers: int,
     hidden: int,
     heads: int,

@@ -34,9 +34,8 @@ keeps the engine in full steps (`needs_full_steps`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -292,8 +291,9 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
     from kvsim.model.architecture import _HF_DTYPES, dtype_bits
     from kvsim.model.params import GROUPS, param_breakdown
 
+    cfg: Mapping[str, Any]
     if model.config_json:
-        cfg = json.loads(model.config_json)
+        cfg = model.config_fields  # (parsed once per config text, read-only)
         dtype = _HF_DTYPES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or "float16"), "fp16")
     else:  # the 2024 presets: a Llama-like (OPT: two-matrix MLP, tied embeddings) layout from their fields
         opt = model.name.startswith("opt")
@@ -727,7 +727,7 @@ def _moe_layer_count(model: Model) -> int:
         return 0
     from kvsim.model.params import _layer_flags
 
-    cfg = json.loads(model.config_json) if model.config_json else {}
+    cfg = model.config_fields  # (empty for the 2024 presets)
 
     def pick(*keys: str, default: Any = None, required: bool = True, least: int = 0) -> Any:
         # (the fields were checked, `least` included, when the Model was built from them)
