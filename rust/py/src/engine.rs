@@ -37,7 +37,7 @@ pub(crate) fn run_engine<'py>(
     let timeseries_every = u64_arg(timeseries_every, "timeseries_every")?;
     let columns = Columns::from_kwargs(kwargs, origin)?;
     let inp = columns.view()?;
-    let output = detached(py, "the engine", |cancel| {
+    let mut output = detached(py, "the engine", |cancel| {
         engine::run(inp, &cfg, timeseries_every, record_events, cancel)
     })?;
     let series = if timeseries_every > 0 {
@@ -50,7 +50,7 @@ pub(crate) fn run_engine<'py>(
     } else {
         PyDict::new(py)
     };
-    let itl = arrays(py, output.itl_columns())?;
+    let itl = arrays(py, output.take_itl_columns())?;
     let (cols, ctrs) = output_dicts(py, output)?;
     cols.set_item("timeseries", series)?;
     cols.set_item("events", events)?;

@@ -153,10 +153,13 @@ pub struct EngineOutput {
     pub events: Vec<[i64; 6]>,
     /// ITL's record (`kvsim.engine.metrics`): every step's duration, run-length coded (`StepDurations`).
     pub itl_steps: StepDurations,
-    /// ITL's record: every run of tokens a sequence sampled in consecutive steps, as `[row, first step,
-    /// last step, gap ps before its first token or -1 for the sequence's first token]`, when it closed
-    /// (the next token came after a break, or the sequence finished).
-    pub itl_runs: Vec<[i64; 4]>,
+    /// ITL's record: every run of tokens a sequence sampled in consecutive steps, as the columns `row`,
+    /// first step, last step, gap ps before its first token or -1 for the sequence's first token, a
+    /// row each when it closed (the next token came after a break, or the sequence finished). Kept as
+    /// columns (`push_itl_run`), handed over as they are (`take_itl_columns`): a run's 32 bytes in one
+    /// vector reached 32 MiB on a million requests, which the allocator maps afresh (and the kernel
+    /// zeroes) every run, and was copied into the columns after.
+    pub itl_runs: [Vec<i64>; 4],
 }
 
 /// Names of `itl_steps`' then `itl_runs`' columns (the Python side's `ITL_STEPS` and `ITL_RUNS`).
@@ -283,8 +286,16 @@ impl EngineOutput {
         out
     }
 
-    /// ITL's record as named columns (`ITL_COLUMNS`).
-    pub fn itl_columns(&self) -> Vec<(&'static str, Vec<i64>)> {
+    /// Records a closed run of tokens: `[row, first step, last step, gap ps or -1]` (`itl_runs`).
+    #[inline]
+    pub(super) fn push_itl_run(&mut self, run: [i64; 4]) {
+        for (col, v) in self.itl_runs.iter_mut().zip(run) {
+            col.push(v);
+        }
+    }
+
+    /// ITL's record as named columns (`ITL_COLUMNS`), the runs' taken out (not copied).
+    pub fn take_itl_columns(&mut self) -> Vec<(&'static str, Vec<i64>)> {
         let mut cols: Vec<(&'static str, Vec<i64>)> = (0..3)
             .map(|i| {
                 (
@@ -293,12 +304,7 @@ impl EngineOutput {
                 )
             })
             .collect();
-        cols.extend((0..4).map(|i| {
-            (
-                ITL_COLUMNS[3 + i],
-                self.itl_runs.iter().map(|e| e[i]).collect(),
-            )
-        }));
+        cols.extend((0..4).map(|i| (ITL_COLUMNS[3 + i], std::mem::take(&mut self.itl_runs[i]))));
         cols
     }
 

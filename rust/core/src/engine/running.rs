@@ -272,7 +272,7 @@ impl Engine<'_> {
     #[inline(never)]
     fn break_run(&mut self, k: usize, step: u64) {
         let s = &mut self.slab[k];
-        self.out.itl_runs.push([
+        self.out.push_itl_run([
             s.row as i64,
             s.itl_first as i64,
             s.itl_last as i64,
@@ -311,7 +311,7 @@ impl Engine<'_> {
             s.lazy = false;
             s.retiring = true;
             // Its last run ends with the step just taken (a lazy sequence's `itl_last` lags).
-            self.out.itl_runs.push([
+            self.out.push_itl_run([
                 s.row as i64,
                 s.itl_first as i64,
                 self.step as i64 - 1,
