@@ -115,8 +115,9 @@ impl CpuTier {
         Ok(())
     }
 
-    /// The own runs (`own.rs`): under LRU without a threshold, before the first eviction only; each
-    /// its request's one record (no `Rec`, no `Access` beside it) and its keys held nowhere else.
+    /// The own runs (`own.rs`): under LRU without a threshold only, each its request's one record (no
+    /// `Rec`, no `Access` beside it) and its keys held nowhere else; once the order is live, each in the
+    /// index (`Owns::check_index`).
     fn own_invariants(&self) -> std::result::Result<(), String> {
         self.owns.check()?;
         self.owns.check_index(self.heap_live)?;

@@ -173,8 +173,8 @@ pub struct CpuTier {
     lane: paged::Paged<order::Span>,
     /// The chunks the lane holds.
     lane_len: u64,
-    /// Running requests' own runs, outside the groups (`own.rs`: LRU, no threshold, before the first
-    /// eviction).
+    /// Running requests' own runs, outside the groups (`own.rs`: LRU, no threshold; after the first
+    /// eviction found through their index).
     owns: own::Owns,
 }
 

@@ -207,9 +207,10 @@ impl CpuTier {
     /// first and `*h` is 0, so the general path finds its record as it would have.
     ///
     /// The caller names no key of `hi` held anywhere unless request `hi` has a record (its keys are its
-    /// own: nobody else stores them; asserted in debug builds).
+    /// own: nobody else stores them; asserted in debug builds): the engine's private chunks, which is why
+    /// the own runs are the engine's alone (crate-visible; the binding's tier has none).
     #[inline]
-    pub fn store_own(
+    pub(crate) fn store_own(
         &mut self,
         h: &mut u32,
         hi: u64,
@@ -276,7 +277,7 @@ impl CpuTier {
     /// the whole run ready; else false, and the caller's `complete_store_run` decides (the run, if
     /// still own, demoted first: a store of part of it done before the rest).
     #[inline]
-    pub fn complete_own(&mut self, h: u32, hi: u64, lo: u64, n: u64) -> bool {
+    pub(crate) fn complete_own(&mut self, h: u32, hi: u64, lo: u64, n: u64) -> bool {
         let Some(i) = self.owns.valid(h, hi) else {
             return false;
         };
@@ -295,7 +296,7 @@ impl CpuTier {
     /// to the lane (the span its re-ranking makes, as `finish_unnamed` retires a group's); else false,
     /// and the caller's `finish_unnamed` decides (the run, if still own, demoted first).
     #[inline]
-    pub fn finish_own(&mut self, h: u32, hi: u64) -> bool {
+    pub(crate) fn finish_own(&mut self, h: u32, hi: u64) -> bool {
         let Some(i) = self.owns.valid(h, hi) else {
             return false;
         };
@@ -320,7 +321,7 @@ impl CpuTier {
 
     /// Request `hi`'s own run of handle `h`, if it still has one, demoted (the engine's preemption: a
     /// preempted request looks its chunks up again).
-    pub fn demote_own(&mut self, h: u32, hi: u64) {
+    pub(crate) fn demote_own(&mut self, h: u32, hi: u64) {
         if let Some(i) = self.owns.valid(h, hi) {
             self.demote(i);
             self.debug_check();
