@@ -6,6 +6,7 @@ use std::cmp::Reverse;
 use super::group::{Chunk, Group, Rank, Slots, run_key};
 use super::order::{RankQueue, Span, head_lt};
 use super::own::Owns;
+use super::paged::Paged;
 use super::{CpuTier, Eviction, KeySet};
 use crate::BlockKey;
 
@@ -180,20 +181,11 @@ impl CpuTier {
                     // The lane's least entries come first, all live (a retired run is held, ready and
                     // unpinned, and no key of it is named again, so none is protected): those before
                     // the queue's least and the least own run.
-                    let k = match least {
-                        Some(h) => l.count_before(n - num, h.head()),
-                        None => l.len().min(n - num),
-                    };
+                    let k;
+                    (k, lane_head) = lane_step(&self.lane, l, n - num, least, &mut lane_taken);
                     taken.push((l, k | LANE));
                     num += k;
                     last = Some(l.last_of(k));
-                    let mut rest = l;
-                    if rest.skip(k) {
-                        lane_head = Some(rest);
-                    } else {
-                        lane_taken += 1;
-                        lane_head = self.lane.get(lane_taken).copied();
-                    }
                     continue 'pop;
                 }
                 // The least entries, as many as may be taken, a span's at a time.
@@ -285,18 +277,9 @@ impl CpuTier {
             if least.is_some_and(|h| head_lt(&h, &l)) {
                 return false; // (the queue's least comes next)
             }
-            let k = match least {
-                Some(h) => l.count_before(n - num, h.head()),
-                None => l.len().min(n - num),
-            };
+            let k;
+            (k, lane_head) = lane_step(&self.lane, l, n - num, least, &mut lane_taken);
             num += k;
-            let mut rest = l;
-            if rest.skip(k) {
-                lane_head = Some(rest);
-            } else {
-                lane_taken += 1;
-                lane_head = self.lane.get(lane_taken).copied();
-            }
         }
         self.lane_len -= n as u64;
         if self.list_evicted {
@@ -308,13 +291,20 @@ impl CpuTier {
                 out.extend(s.entries(s.len() - rest.len()).map(|(_, key)| key));
             }
         }
+        self.drop_lane_front(lane_taken, lane_head);
+        true
+    }
+
+    /// The lane's first `lane_taken` spans dropped and the next one made `lane_head` (what an eviction
+    /// left of it).
+    #[inline]
+    fn drop_lane_front(&mut self, lane_taken: usize, lane_head: Option<Span>) {
         for _ in 0..lane_taken {
             self.lane.pop_front();
         }
         if let Some(front) = self.lane.get_mut(0) {
             *front = lane_head.expect("the lane's rest");
         }
-        true
     }
 
     /// The queue's entries `lru_choose` took back in the queue (not enough to take: nothing changes).
@@ -346,12 +336,7 @@ impl CpuTier {
             }
         }
         if lane_taken > 0 || lane_head != self.lane.front().copied() {
-            for _ in 0..lane_taken {
-                self.lane.pop_front();
-            }
-            if let Some(front) = self.lane.get_mut(0) {
-                *front = lane_head.expect("the lane's rest");
-            }
+            self.drop_lane_front(lane_taken, lane_head);
         }
     }
 
@@ -491,4 +476,29 @@ fn own_bound(
         return Err(i);
     }
     Ok(Some(o))
+}
+
+/// One step of an eviction through the lane (`lru_choose`, `lane_evict`): of the lane's span `l` (its
+/// `lane_taken`th, or what is left of it), the entries before `least` (the other sources' least head),
+/// at most `max` (>= 1 of them: `l`'s head comes first); returns how many and the lane's head after
+/// them (the rest of `l`, or the next span, `lane_taken` counting `l` as wholly taken).
+#[inline(always)]
+#[allow(clippy::inline_always)] // (an eviction's inner step, twice: measured, results/README.md §CPU tier)
+fn lane_step(
+    lane: &Paged<Span>,
+    l: Span,
+    max: usize,
+    least: Option<Span>,
+    lane_taken: &mut usize,
+) -> (usize, Option<Span>) {
+    let k = match least {
+        Some(h) => l.count_before(max, h.head()),
+        None => l.len().min(max),
+    };
+    let mut rest = l;
+    if rest.skip(k) {
+        return (k, Some(rest));
+    }
+    *lane_taken += 1;
+    (k, lane.get(*lane_taken).copied())
 }

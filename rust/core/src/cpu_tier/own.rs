@@ -17,7 +17,7 @@ use std::num::NonZeroU64;
 use super::group::{Group, Rec, Run, Slots};
 use super::order::{COUNT, Span};
 use super::rows::Entry;
-use super::{CpuTier, Eviction, KeySet};
+use super::{CpuTier, Eviction};
 use crate::BlockKey;
 
 /// A request's private prompt run: keys `(hi, lo..lo + n)` at positions `lo..lo + n`, all pending or
@@ -182,23 +182,6 @@ impl CpuTier {
         self.eviction == Eviction::Lru && self.threshold == 0 && self.chunks.singles.is_empty()
     }
 
-    /// Room for `n` more chunks, evicting (none of them held, so none protected) as `try_store_run`
-    /// does: false (nothing evicted) if there are not enough evictable chunks.
-    #[inline]
-    fn own_room(&mut self, n: u64, evicted: &mut Vec<BlockKey>) -> bool {
-        let room = self.capacity - self.used();
-        if n <= room {
-            return true;
-        }
-        let need = n - room;
-        if need > self.num_evictable || !self.evict(need as usize, &KeySet::default(), evicted) {
-            return false;
-        }
-        self.num_evictable -= need; // (an eviction that goes through takes as many as asked)
-        self.num_evicted += need;
-        true
-    }
-
     /// `try_store_run(hi, (hi, lo, n), lo, evicted)` of request `hi`'s own new private chunks (keys
     /// `(hi, lo..lo + n)` at positions `lo..lo + n`) kept as its own run, `*h` its handle (0: none yet):
     /// true if stored so (a new run, or the continuation of its pending one), with the decision
@@ -227,7 +210,7 @@ impl CpuTier {
                 && lo == end
                 && fits(start, end - start + n)
                 && self.own_ok()
-                && self.own_room(n, evicted)
+                && self.make_room(n, evicted)
             {
                 self.owns.slots[i].n += n as u32;
                 self.owns.len += n;
@@ -252,7 +235,7 @@ impl CpuTier {
             self.chunks.none_held(hi, lo, n),
             "an own run's keys are held already"
         );
-        if !self.own_room(n, evicted) {
+        if !self.make_room(n, evicted) {
             return false;
         }
         self.next_rank += 1;

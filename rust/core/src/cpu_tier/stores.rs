@@ -189,15 +189,9 @@ impl CpuTier {
             } else {
                 self.chunks.none_held(hi, lo, n)
             };
-            if !fits
-                || n - room > self.num_evictable
-                || !self.evict((n - room) as usize, &KeySet::default(), evicted)
-            {
+            if !fits || !self.make_room(n, evicted) {
                 return false;
             }
-            let num = n - room; // (an eviction that goes through takes as many as asked)
-            self.num_evictable -= num;
-            self.num_evicted += num;
         }
         if own {
             if self
@@ -257,6 +251,24 @@ impl CpuTier {
         }
         stored.extend(keys.iter().map(|&(k, _)| k));
         Some(())
+    }
+
+    /// Room for `n` more chunks of a run none of whose keys is held (so none protected), evicting the
+    /// least first (`try_store_run`'s and `store_own`'s): false, nothing evicted, if there are not
+    /// enough evictable chunks.
+    #[inline]
+    pub(super) fn make_room(&mut self, n: u64, evicted: &mut Vec<BlockKey>) -> bool {
+        let room = self.capacity - self.used();
+        if n <= room {
+            return true;
+        }
+        let need = n - room;
+        if need > self.num_evictable || !self.evict(need as usize, &KeySet::default(), evicted) {
+            return false;
+        }
+        self.num_evictable -= need; // (an eviction that goes through takes as many as asked)
+        self.num_evicted += need;
+        true
     }
 
     /// `prepare_store`'s second half: room for `to_store` (evicting chunks not offered in `keys`) and
