@@ -131,8 +131,10 @@ impl Engine<'_> {
                 s.keys.clear();
                 s.keys_for = 0;
                 if cfg.policy == Policy::Reserve {
-                    s.reserved_blocks = need - first;
-                    self.outstanding += s.reserved_blocks;
+                    // (at most the pool's blocks, a u32 count: admitted because they fit)
+                    debug_assert!(u32::try_from(need - first).is_ok());
+                    s.reserved_blocks = (need - first) as u32;
+                    self.outstanding += u64::from(s.reserved_blocks);
                 }
                 s.num_computed = hit + num_new;
                 self.note_admission(k, hit, total, 0);

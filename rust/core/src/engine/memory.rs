@@ -92,7 +92,7 @@ impl Engine<'_> {
         match &mut self.mem {
             Memory::Paged(pool) => {
                 s.table.release(pool);
-                self.outstanding -= s.reserved_blocks;
+                self.outstanding -= u64::from(s.reserved_blocks);
                 s.reserved_blocks = 0;
             }
             Memory::Contiguous(space) => {

@@ -43,9 +43,9 @@ impl Engine<'_> {
             self.out.counters.num_cow_copies += 1;
         }
         if s.reserved_blocks > 0 {
-            let taken = (self.new_blocks.len() as u64).min(s.reserved_blocks);
+            let taken = (self.new_blocks.len() as u32).min(s.reserved_blocks);
             s.reserved_blocks -= taken;
-            self.outstanding -= taken;
+            self.outstanding -= u64::from(taken);
         }
         s.num_computed += num_new;
         if self.log.is_some() && !self.new_blocks.is_empty() {
@@ -124,7 +124,7 @@ impl Engine<'_> {
             unreachable!("fork-cow is paged only")
         };
         self.slab[k].forked = true;
-        let (row, n) = (self.slab[k].row, self.slab[k].num_children);
+        let (row, n) = (self.slab[k].row, self.slab[k].num_children as usize);
         self.slab[k].group = Some(row);
         let parent_adm = self.slab[k].adm_no;
         // Right after the parent (the running list is sorted by admission number).

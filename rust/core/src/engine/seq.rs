@@ -14,7 +14,7 @@ use crate::{BlockKey, Segment};
 ///
 /// Laid out by hand (`repr(C)`, one sequence per run of whole cache lines): a lockstep event reads and
 /// writes the first three lines only (counters, block table, flags); the rest is for admission,
-/// preemption and hashing.
+/// preemption and hashing (the assertions after it check the offsets).
 #[derive(Debug, Default)]
 #[repr(C, align(64))]
 #[allow(clippy::struct_excessive_bools)] // independent flags of one sequence's life
@@ -33,8 +33,11 @@ pub(super) struct Seq {
     pub(super) generated: u64,
     // -- line 1: the block table (its key of the last registered block spills into line 2).
     pub(super) table: BlockTable,
-    // -- line 2.
-    pub(super) reserved_blocks: u64,
+    // -- line 2 (its first 16 bytes the table's).
+    pub(super) reserved_blocks: u32,
+    /// The CPU tier (DESIGN.md §CPU tier; offload/): its stores in flight (the completion of each, and
+    /// the request's finish, read it: kept with the line a lockstep event touches).
+    pub(super) jobs: u32,
     /// Start of the first prompt segment no other sequence's prompt contains (`prompt_len` if none):
     /// from there on, only this sequence can ever look its blocks up (see `defer_keys`).
     pub(super) private_from: u64,
@@ -45,7 +48,14 @@ pub(super) struct Seq {
     pub(super) admitted_before: bool,
     /// fork-cow: the next `num_children` rows are samples forked from this one at its first token.
     pub(super) forked: bool,
-    pub(super) num_children: usize,
+    /// The CPU tier: whether a load holds its blocks (`held`) and has landed, whether it still prefills
+    /// (vLLM's `_inflight_prefills`).
+    pub(super) held: bool,
+    pub(super) loaded: bool,
+    pub(super) prefilling: bool,
+    pub(super) num_children: u32,
+    /// The CPU tier: its own run's handle (`CpuTier::store_own`; 0: none).
+    pub(super) tier_own: u32,
     pub(super) row: usize,
     pub(super) prompt_len: u64,
     // -- cold.
@@ -77,22 +87,23 @@ pub(super) struct Seq {
     pub(super) itl_last_t: i64,
     /// A hybrid pool (DESIGN.md §Hybrid attention): the sequence's per-group tables and keys.
     pub(super) hybrid: Option<Box<super::hybrid::HybridSeq>>,
-    /// The CPU tier (DESIGN.md §CPU tier; offload/): transfers in flight for it, the next chunk a store
-    /// offers, whether a load holds its blocks (`held`) and has landed, whether it still prefills (vLLM's
-    /// `_inflight_prefills`), when its load was admitted, and its full blocks' content keys so far.
-    pub(super) jobs: u32,
-    /// Its own run's handle in the tier (`CpuTier::store_own`; 0: none).
-    pub(super) tier_own: u32,
+    /// The CPU tier (its hot fields in line 2): the next chunk a store offers, when its load was admitted,
+    /// and its full blocks' content keys so far.
     pub(super) next_store: u64,
-    pub(super) held: bool,
-    pub(super) loaded: bool,
-    pub(super) prefilling: bool,
     pub(super) load_at: i64,
     pub(super) tier_keys: Vec<BlockKey>,
     /// Prefill/decode disaggregation: a prefill replica computed its prompt; its full blocks' KV comes
     /// over the decode replica's inbound link (vLLM's `do_remote_prefill`).
     pub(super) remote: bool,
 }
+
+// The layout the lockstep path relies on: its fields in lines 0-2 (the CPU tier's hot fields too).
+const _: () = {
+    use std::mem::offset_of;
+    assert!(offset_of!(Seq, table) == 64 && offset_of!(Seq, reserved_blocks) == 144);
+    assert!(offset_of!(Seq, jobs) < 192 && offset_of!(Seq, tier_own) < 192);
+    assert!(offset_of!(Seq, prompt_len) + 8 <= 192 && offset_of!(Seq, segs) == 192);
+};
 
 impl Seq {
     #[inline]
@@ -282,7 +293,8 @@ impl Engine<'_> {
             target: inp.target[i] as u64,
             max_gen: inp.max_gen[i] as u64,
             output_seg: inp.output_seg[i],
-            num_children,
+            // (a row count: rows fit the input's columns, far below 2^32 samples of one request)
+            num_children: u32::try_from(num_children).expect("fewer than 2^32 samples a request"),
             table: BlockTable {
                 blocks,
                 ..BlockTable::default()
@@ -323,7 +335,7 @@ impl Engine<'_> {
             self.slab[k].remote = false;
         }
         let s = &self.slab[k];
-        let children = if s.forked { 0 } else { s.num_children };
+        let children = if s.forked { 0 } else { s.num_children as usize };
         self.reject_rows(s.row, children, reason);
         self.remove(k);
     }
