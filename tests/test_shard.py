@@ -1,7 +1,7 @@
 """Tensor-parallel splits vLLM 0.33.0 cannot make, or makes wrongly without a word, refused by name
 (`kvsim.model.shard`; DESIGN.md §Defaults and sizing, "Tensor parallelism"): the routed experts' width, a
-gated delta net's key and value heads, a KDA layer's heads, GPTQ groups split over the GPUs, and an AWQ
-group as wide as the layer. Each next to a split that still works."""
+gated delta net's key and value heads, a KDA layer's heads, DeepSeek-V4's output groups, GPTQ groups split
+over the GPUs, and an AWQ group as wide as the layer. Each next to a split that still works."""
 
 from __future__ import annotations
 
@@ -100,6 +100,26 @@ def test_kda_heads_must_split_over_the_gpus():
     _refused(m, 16, "does not divide kda's linear_attn_config.num_heads 24 (its KDA layers' heads)")
 
 
+def test_deepseek_v4_output_groups_must_split_over_the_gpus():
+    """DeepSeek-V4's grouped output projection: vLLM 0.33.0's DeepseekV4Attention
+    (vllm/models/deepseek_v4/attention.py) gives each GPU `o_groups // tp_size` groups without a check and
+    takes its share of wo_a as that many groups; the CUDA o-projection divides the GPU's heads by them
+    (nvidia/flashmla.py). DeepSeek-V4-Flash's 8 groups: 1 a GPU at tp 8, 0 at tp 16 (its 64 heads would
+    split)."""
+    _fits("deepseek-v4-flash", 8)
+    msg = _refused(
+        "deepseek-v4-flash", 16, "tensor_parallel_size 16 does not divide deepseek-v4-flash's o_groups 8"
+    )
+    assert "gives each GPU 8 // 16 = 0 output groups (DeepseekV4Attention)" in msg
+    assert "\n" not in msg
+    # Fewer GPUs than groups, not dividing them: 12 groups over 8 GPUs, 1.5 groups' rows of wo_a a GPU.
+    m = _model(_preset("deepseek-v4-flash", num_attention_heads=96, o_groups=12), "v4g12")
+    _fits(m, 4)
+    msg = _refused(m, 8, "tensor_parallel_size 8 does not divide v4g12's o_groups 12")
+    assert "12 // 8 = 1 output groups" in msg
+    assert "not a whole number of groups" in msg
+
+
 def test_gptq_groups_split_over_the_gpus_are_refused():
     """vLLM 0.33.0's AutoGPTQLinearMethod checks no shape itself: at tp 2 Qwen2.5-72B's 29,568-wide down
     projection gives each GPU 14,784 features (115.5 groups of 128); MarlinLinearKernel refuses it, but
@@ -164,6 +184,10 @@ def test_the_cli_says_each_refusal_in_one_line_with_exit_status_2(tmp_path, caps
     assert main([*argv, "-tp", "8"]) == 2
     assert "moe_intermediate_size 772" in _one_line(capsys)
     assert main([*argv, "-tp", "4"]) == 0
+    v4 = ["run", "--model", "deepseek-v4-flash", "--gpu", "b200", "--requests", "10"]
+    assert main([*v4, "-tp", "16"]) == 2
+    assert "does not divide deepseek-v4-flash's o_groups 8" in _one_line(capsys)
+    assert main([*v4, "-tp", "8"]) == 0
 
 
 def test_kimi_linear_padded_experts_are_counted_in_a_gpus_weights():
@@ -294,13 +318,15 @@ def test_fp8_block_row_parallel_share_must_hold_whole_blocks():
     _refused(_qwen3_4b_fp8(quantization_config=ct), 8, "not divisible by weight quantization block_k = 128")
     # Per-tensor fp8 (vLLM's online --quantization fp8, or a checkpoint without blocks) has no blocks.
     _fits(_qwen3_4b_fp8(quantization_config=None), 8, quantization="fp8")
-    # The presets in fp8 blocks split where their heads do: MiniMax-M2 (48 heads) at 16 and 48, DeepSeek-V4's
-    # MLP rounds its width up to whole blocks a GPU (DeepseekV4MLP), so 2,048 // 32 = 64 is not refused.
+    # The presets in fp8 blocks split where their heads do: MiniMax-M2 (48 heads) at 16 and 48. DeepSeek-V4's
+    # MLP rounds its width up to whole blocks a GPU (DeepseekV4MLP), so 2,048 // 32 = 64 is not refused (on
+    # 32 output groups: DeepSeek-V4-Flash's 8 do not split over 32 GPUs).
     from kvsim.model.models import resolve
     from kvsim.model.shard import shard
 
-    for name, tp in (("minimax-m2", 16), ("minimax-m2", 48), ("deepseek-v4-flash", 32)):
+    for name, tp in (("minimax-m2", 16), ("minimax-m2", 48)):
         shard(resolve(name), None, tp)
+    shard(_model(_preset("deepseek-v4-flash", o_groups=32), "v4g32"), None, 32)
 
 
 def test_fp8_block_mla_column_share_must_hold_whole_blocks():

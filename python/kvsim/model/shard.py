@@ -1,8 +1,8 @@
 """One GPU's share of a model under tensor parallelism, as vLLM splits its layers (DESIGN.md §Defaults and
 sizing, "Tensor parallelism"): the attention heads and KV heads over the ranks (or the KV heads replicated),
-a gated delta net's key and value heads and a KDA layer's heads, the routed experts' intermediate width
-(Kimi-Linear's padded where vLLM pads it), the row-parallel layers' input features and their quantization
-groups, fp8 blocks, and the weights divided. A model
+a gated delta net's key and value heads and a KDA layer's heads, DeepSeek-V4's output groups (`o_groups`),
+the routed experts' intermediate width (Kimi-Linear's padded where vLLM pads it), the row-parallel layers'
+input features and their quantization groups, fp8 blocks, and the weights divided. A model
 vLLM 0.33.0 cannot split that way (or splits wrongly without a word) is refused (`UnsplittableModelError`),
 naming the layer, the field and vLLM's check.
 Used by the pool's sizing (`kvsim.model.sizing`) and the roofline's coefficients (`kvsim.model.linear_time`).
@@ -65,6 +65,33 @@ def _check_state_heads(m: Model, tp: int) -> None:
             f"tensor_parallel_size {tp} does not divide {m.name}'s linear_attn_config.num_heads {heads} (its "
             f"KDA layers' heads): vLLM's KimiGatedDeltaNetAttention asserts num_heads % tp_size == 0"
         )
+
+
+def _check_output_groups(m: Model, tp: int) -> None:
+    """DeepSeek-V4's grouped output projection split by whole groups, as vLLM 0.33.0 needs it
+    (`DeepseekV4Attention`, `vllm/models/deepseek_v4/attention.py`): each GPU keeps `o_groups // tp_size`
+    groups (`n_local_groups`, unchecked) and its column-parallel `wo_a` share of `o_groups x o_lora_rank`
+    rows is taken as that many groups of `o_lora_rank` (the grouped einsum's weight, `bmm_batch_size`); the
+    CUDA o-projection divides the GPU's heads by the groups (`nvidia/flashmla.py`, `nvidia/ops/o_proj.py`)."""
+    kept = m.config_fields
+    if kept.get("model_type") != "deepseek_v4":
+        return
+    groups = kept.get("o_groups")
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 or not groups % tp:
+        return
+    share = groups // tp
+    if share:
+        failure = (
+            f"while its share of wo_a holds {groups} x o_lora_rank / {tp} rows, not a whole number of "
+            "groups: its grouped output projection's shapes do not match"
+        )
+    else:
+        failure = "then divides its heads by them (n_local_heads // n_local_groups): it cannot run"
+    raise UnsplittableModelError(
+        f"tensor_parallel_size {tp} does not divide {m.name}'s o_groups {groups} (its attention's output "
+        f"groups): vLLM 0.33.0 does not check it but gives each GPU {groups} // {tp} = {share} output groups "
+        f"(DeepseekV4Attention), {failure}"
+    )
 
 
 def moe_tp_size(tp: int, dp: int = 1, *, expert_parallel: bool = False) -> int:
@@ -332,6 +359,7 @@ def shard(
         raise UnsplittableModelError(
             f"tensor_parallel_size {tp} does not divide {m.name}'s {m.num_attention_heads} attention heads"
         )
+    _check_output_groups(m, tp)
     # vLLM's QKVParallelLinear: KV heads split evenly, or fewer than the ranks replicated evenly; every
     # layer's (Gemma 4's global layers have their own).
     kvs = {m.num_kv_heads} | {lay.num_kv_heads for lay in m.layers if lay.num_kv_heads}
