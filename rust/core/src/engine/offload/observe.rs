@@ -313,9 +313,11 @@ impl Engine<'_> {
         if c.num_steps == tier.occ_steps {
             return; // (no step since)
         }
-        let used = i128::from(tier.cpu.used());
-        c.w_cpu_chunks += (c.busy_ps - tier.occ_busy) * used;
-        c.peak_cpu_chunks = c.peak_cpu_chunks.max(used);
+        let used = tier.cpu.used();
+        // (busy time below the clock's range, 2^62 ps: one widening multiply)
+        let busy = (c.busy_ps - tier.occ_busy) as u64;
+        c.w_cpu_chunks += (u128::from(busy) * u128::from(used)) as i128;
+        c.peak_cpu_chunks = c.peak_cpu_chunks.max(i128::from(used));
         (tier.occ_busy, tier.occ_steps) = (c.busy_ps, c.num_steps);
     }
 }

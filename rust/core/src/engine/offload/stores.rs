@@ -152,7 +152,6 @@ impl Engine<'_> {
             }
             self.tier_hot.offered_all = all;
             debug_assert!(flushed.is_empty() && tier.fences.is_empty());
-            self.out.counters.stores_skipped = i128::from(tier.cpu.num_stores_skipped());
         }
         tier.touched.clear();
         self.tier = Some(tier);
@@ -236,7 +235,6 @@ impl Engine<'_> {
         tier.finish_last();
         tier.touched.clear();
         self.tier_hot.pending = !tier.fences.is_empty();
-        self.out.counters.stores_skipped = i128::from(tier.cpu.num_stores_skipped());
         let mut flush_end = 0;
         let mut seen: Vec<u64> = Vec::new();
         for id in flushed {
@@ -403,12 +401,16 @@ impl Engine<'_> {
             _ => unreachable!(),
         };
         let before = tier.cpu.num_evicted();
+        let offered = offer_to_tier(tier, keys, (table, k.is_some()), row, start, num_chunks);
+        // (the only offer that may skip chunks under a store threshold: the fast path's own runs and
+        // runs never do)
+        self.out.counters.stores_skipped = i128::from(tier.cpu.num_stores_skipped());
         let Some(Offered {
             run,
             num: num_stored,
             blocks,
             table,
-        }) = offer_to_tier(tier, keys, (table, k.is_some()), row, start, num_chunks)
+        }) = offered
         else {
             self.out.counters.stores_failed += 1;
             return false;
