@@ -1,7 +1,8 @@
 """Tensor-parallel splits vLLM 0.33.0 cannot make, or makes wrongly without a word, refused by name
 (`kvsim.model.shard`; DESIGN.md §Defaults and sizing, "Tensor parallelism"): the routed experts' width, a
-gated delta net's key and value heads, a KDA layer's heads, DeepSeek-V4's output groups, GPTQ groups split
-over the GPUs, and an AWQ group as wide as the layer. Each next to a split that still works."""
+gated delta net's key and value heads, a KDA layer's heads, DeepSeek-V4's output groups, gpt-oss's KV
+heads and experts' width over its world, GPTQ groups split over the GPUs, and an AWQ group as wide as the
+layer. Each next to a split that still works."""
 
 from __future__ import annotations
 
@@ -52,9 +53,51 @@ def test_routed_experts_width_must_split_over_the_gpus():
     _fits(m, 8, enable_expert_parallel=True, gpu="h100-80gb", time_model="linear")
     with pytest.raises(UnsplittableModelError, match="moe_intermediate_size 772"):
         kv_bytes_per_token(m, None, 8)
-    # The presets split at every tensor-parallel size their attention heads allow.
-    for name, tp in (("qwen3-30b-a3b", 32), ("gpt-oss-120b", 64), ("qwen3-next-80b-a3b", 16)):
+    # The presets split at every tensor-parallel size their attention heads allow (gpt-oss at as many as
+    # its KV heads: test_gpt_oss_refuses_more_gpus_than_kv_heads_and_a_world_its_width_does_not_fill).
+    for name, tp in (("qwen3-30b-a3b", 32), ("gpt-oss-120b", 8), ("qwen3-next-80b-a3b", 16)):
         _fits(name, tp)
+
+
+def test_gpt_oss_refuses_more_gpus_than_kv_heads_and_a_world_its_width_does_not_fill():
+    """vLLM 0.33.0's gpt_oss.py: OAIAttention gives each GPU num_key_value_heads // tp_size KV heads,
+    replicating none, so at tp 16 its Attention gets 0 and `num_heads % num_kv_heads` divides by zero
+    (kvsim priced one replicated KV head a GPU up to tp 64); MLPBlock asserts `intermediate_size %
+    world_size == 0` on torch.distributed's world, every tp x dp GPU, under --enable-expert-parallel too, so
+    gpt-oss-120b's 128 experts one a GPU over 128 GPUs are refused (2,880 % 128 = 64), where kvsim checked
+    only that the experts divide."""
+    for name in ("gpt-oss-20b", "gpt-oss-120b"):
+        msg = _refused(name, 16, f"tensor_parallel_size 16 exceeds {name}'s num_key_value_heads 8")
+        assert "gives each GPU 8 // 16 = 0 KV heads" in msg
+        assert "num_heads % num_kv_heads check divides by zero" in msg
+        _refused(name, 64, "tensor_parallel_size 64 exceeds", enable_expert_parallel=True)
+        _fits(name, 8)
+    for tp, dp in ((8, 16), (1, 128)):
+        msg = _refused(
+            "gpt-oss-120b",
+            tp,
+            f"tensor_parallel_size {tp} x data_parallel_size {dp} does not divide gpt-oss-120b's "
+            "intermediate_size 2880",
+            data_parallel_size=dp,
+            enable_expert_parallel=True,
+        )
+        assert (
+            f"asserts intermediate_size % world_size == 0 over every GPU, with --enable-expert-parallel "
+            f"too (2880 % ({tp} x {dp}) = 64)" in msg
+        )
+    # 64 GPUs (2,880 / 64 = 45) with whole experts, and without (each expert split over tp x dp), and a
+    # world of 3 (960 a GPU); the generic KV-head rule's replicated layouts for other models are untouched.
+    _fits("gpt-oss-120b", 8, data_parallel_size=8, enable_expert_parallel=True)
+    _fits("gpt-oss-120b", 1, data_parallel_size=64)
+    _fits("gpt-oss-120b", 1, data_parallel_size=3)
+    _fits("qwen3-30b-a3b", 32)
+    from kvsim.model.models import resolve
+    from kvsim.model.shard import shard
+
+    with pytest.raises(UnsplittableModelError, match="num_key_value_heads 8"):
+        shard(resolve("gpt-oss-20b"), None, 32)
+    with pytest.raises(UnsplittableModelError, match="gpt-oss MLPBlock"):
+        shard(resolve("gpt-oss-120b"), None, 4, data_parallel_size=32, expert_parallel=True)
 
 
 def test_kimi_linear_pads_a_narrow_expert_share_instead():
@@ -188,6 +231,12 @@ def test_the_cli_says_each_refusal_in_one_line_with_exit_status_2(tmp_path, caps
     assert main([*v4, "-tp", "16"]) == 2
     assert "does not divide deepseek-v4-flash's o_groups 8" in _one_line(capsys)
     assert main([*v4, "-tp", "8"]) == 0
+    oss = ["run", "--model", "gpt-oss-120b", "--gpu", "h100-80gb", "--requests", "10"]
+    assert main([*oss, "-tp", "16"]) == 2
+    assert "exceeds gpt-oss-120b's num_key_value_heads 8" in _one_line(capsys)
+    assert main([*oss, "-tp", "8", "-dp", "16", "-ep"]) == 2
+    assert "does not divide gpt-oss-120b's intermediate_size 2880" in _one_line(capsys)
+    assert main([*oss, "-tp", "8"]) == 0
 
 
 def test_kimi_linear_padded_experts_are_counted_in_a_gpus_weights():

@@ -1,10 +1,11 @@
 """One GPU's share of a model under tensor parallelism, as vLLM splits its layers (DESIGN.md §Defaults and
 sizing, "Tensor parallelism"): the attention heads and KV heads over the ranks (or the KV heads replicated),
 a gated delta net's key and value heads and a KDA layer's heads, DeepSeek-V4's output groups (`o_groups`),
-the routed experts' intermediate width (Kimi-Linear's padded where vLLM pads it), the row-parallel layers'
-input features and their quantization groups, fp8 blocks, and the weights divided. A model
-vLLM 0.33.0 cannot split that way (or splits wrongly without a word) is refused (`UnsplittableModelError`),
-naming the layer, the field and vLLM's check.
+the routed experts' intermediate width (Kimi-Linear's padded where vLLM pads it; gpt-oss's over every GPU,
+and its KV heads never fewer than the GPUs), the row-parallel layers' input features and their
+quantization groups, fp8 blocks, and the weights divided. A model vLLM 0.33.0 cannot split that way (or
+splits wrongly without a word) is refused (`UnsplittableModelError`), naming the layer, the field and
+vLLM's check.
 Used by the pool's sizing (`kvsim.model.sizing`) and the roofline's coefficients (`kvsim.model.linear_time`).
 """
 
@@ -112,6 +113,35 @@ def expert_gpus(m: Model, tp: int, dp: int = 1) -> int:
 
 def _dp_words(tp: int, dp: int) -> str:
     return f"tensor_parallel_size {tp}" if dp == 1 else f"tensor_parallel_size {tp} x data_parallel_size {dp}"
+
+
+def _check_gpt_oss(m: Model, tp: int, dp: int) -> None:
+    """gpt-oss as vLLM 0.33.0 builds it (`vllm/model_executor/models/gpt_oss.py`), whose own checks come
+    before the generic ones: `OAIAttention` gives each GPU `num_key_value_heads // tp_size` KV heads,
+    replicating none, so past 8 GPUs its `Attention` gets 0 and `num_heads % num_kv_heads` divides by zero
+    (and its forward's q/k/v split would not match `QKVParallelLinear`'s replicated share); `MLPBlock`
+    asserts `intermediate_size % world_size == 0` on torch.distributed's world (`dist.get_world_size()`),
+    every tp x dp GPU (`init_distributed_environment` widens it over the DP ranks), under
+    `--enable-expert-parallel` too: gpt-oss-120b's 2,880 over 128 GPUs (its 128 experts one a GPU)."""
+    if m.model_type != "gpt_oss":
+        return
+    kv = m.num_kv_heads
+    if kv and tp > kv:
+        raise UnsplittableModelError(
+            f"tensor_parallel_size {tp} exceeds {m.name}'s num_key_value_heads {kv}: vLLM's gpt-oss attention "
+            f"(OAIAttention, gpt_oss.py) gives each GPU {kv} // {tp} = 0 KV heads, replicating none, and its "
+            "Attention's num_heads % num_kv_heads check divides by zero"
+        )
+    width = m.config_fields.get("intermediate_size", m.expert_ffn)
+    n = tp * dp
+    if not isinstance(width, int) or isinstance(width, bool) or not width or not width % n:
+        return
+    over = f"{tp}" if dp == 1 else f"({tp} x {dp})"
+    raise UnsplittableModelError(
+        f"{_dp_words(tp, dp)} does not divide {m.name}'s intermediate_size {width} (its experts' width): "
+        f"vLLM's gpt-oss MLPBlock (gpt_oss.py) asserts intermediate_size % world_size == 0 over every GPU, "
+        f"with --enable-expert-parallel too ({width} % {over} = {width % n})"
+    )
 
 
 # Kimi-Linear (vLLM 0.33.0's `vllm/models/kimi_k3/nvidia/model.py`, `KimiMoE`): under tensor parallelism
@@ -369,6 +399,7 @@ def shard(
                 f"tensor_parallel_size {tp}: {m.name}'s {kv} KV heads neither divide among {tp} GPUs nor "
                 f"replicate evenly over them (vLLM asserts {kv} % {tp} == 0 or {tp} % {kv} == 0)"
             )
+    _check_gpt_oss(m, tp, dp)
     _check_state_heads(m, tp)
     if not expert_parallel:
         _check_experts(m, tp, dp)
