@@ -1,8 +1,8 @@
 """Tensor-parallel splits vLLM 0.33.0 cannot make, or makes wrongly without a word, refused by name
 (`kvsim.model.shard`; DESIGN.md §Defaults and sizing, "Tensor parallelism"): the routed experts' width, a
 gated delta net's key and value heads, a KDA layer's heads, DeepSeek-V4's output groups, gpt-oss's KV
-heads and experts' width over its world, GPTQ groups split over the GPUs, and an AWQ group as wide as the
-layer. Each next to a split that still works."""
+heads and experts' width over its world, GPTQ groups split over the GPUs, an AWQ group as wide as the
+layer, and the routed experts' fp8 blocks and int groups. Each next to a split that still works."""
 
 from __future__ import annotations
 
@@ -471,6 +471,141 @@ def test_fp8_block_mla_column_rule_reaches_kimi_k2():
     shard(m, None, 4)
     with pytest.raises(UnsplittableModelError, match=re.escape("MLA q_b_proj (40 heads x 192)")):
         shard(m, None, 8)
+
+
+# -- the routed experts' fp8 blocks and int groups over the fused MoE's tp x dp GPUs -------------------------------
+
+
+def _qwen3_moe(qc: dict[str, Any] | None, name: str, **change: Any) -> Any:
+    """Qwen3-30B-A3B's shape (d 2048, 128 experts of 768) in quantization `qc`."""
+    return _model(_preset("qwen3-30b-a3b", quantization_config=qc, **change), name)
+
+
+_FP8_BLOCKS = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
+
+def _ct_experts(weights: dict[str, Any], inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    group: dict[str, Any] = {"targets": ["Linear"], "weights": weights}
+    if inputs is not None:
+        group["input_activations"] = inputs
+    fmt = "pack-quantized" if weights["type"] == "int" else "float-quantized"
+    return {"quant_method": "compressed-tensors", "format": fmt, "config_groups": {"group_0": group}}
+
+
+def test_fp8_block_experts_share_must_refine_or_hold_whole_blocks():
+    """vLLM 0.33.0's Fp8MoEMethod (fp8.py) refines a share that is no whole number of 128 x 128 blocks to
+    square blocks of gcd(128, 128, share, hidden) when that is at least 32 (refine_fp8_moe_block_shape,
+    fused_moe/oracle/fp8.py), else validate_fp8_block_shape_moe (quantization/utils/fp8_utils.py) raises:
+    MiniMax-M2's 1,536-wide experts give 96 a GPU over 16 GPUs (refined to 32) but 48 over 32 (gcd 16)."""
+    from kvsim.model.models import resolve
+    from kvsim.model.shard import shard
+
+    mm = resolve("minimax-m2")
+    shard(mm, None, 8, data_parallel_size=2)  # 96 a GPU: refined to 32 x 32 blocks
+    shard(mm, None, 48)  # 32 a GPU
+    with pytest.raises(UnsplittableModelError) as exc:
+        shard(mm, None, 8, data_parallel_size=4)
+    msg = str(exc.value)
+    assert msg.startswith(
+        "tensor_parallel_size 8 x data_parallel_size 4: minimax-m2's routed experts take intermediate_size "
+        "1536 // 32 = 48 intermediate features a GPU without --enable-expert-parallel, not a whole number of "
+        "its fp8 blocks (weight_block_size [128, 128])"
+    )
+    assert "(refine_fp8_moe_block_shape: gcd 16)" in msg
+    assert (
+        "validate_fp8_block_shape_moe: \"The output_size of gate's and up's weight = 48 is not divisible by "
+        'weight quantization block_n = 128."' in msg
+    )
+    shard(mm, None, 8, data_parallel_size=4, expert_parallel=True)  # whole experts: nothing split
+    # Qwen3-30B-A3B-FP8's 768: 96 at tp 8 refines; 48 at tp 16 does not (gcd 16).
+    q = _qwen3_moe(_FP8_BLOCKS, "q3fp8")
+    _fits(q, 8)
+    _refused(q, 16, "q3fp8's routed experts take moe_intermediate_size 768 // 16 = 48 intermediate features")
+    _fits(q, 16, enable_expert_parallel=True)
+
+
+def test_compressed_tensors_fp8_block_experts_share_is_not_refined():
+    """compressed-tensors' CompressedTensorsW8A8Fp8MoEMethod (compressed_tensors_moe_w8a8_fp8.py) calls
+    validate_fp8_block_shape_moe without refining: Qwen3-30B-A3B's 768 gives 96 a GPU at tp 8 and 192 at
+    tp 4 (1.5 blocks), refused, where an fp8 checkpoint's Fp8MoEMethod refines them; 384 at tp 2 splits."""
+    fp8 = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False}
+    ct = _ct_experts(
+        {**fp8, "strategy": "block", "block_structure": [128, 128]},
+        {**fp8, "strategy": "group", "group_size": 128, "dynamic": True},
+    )
+    q = _qwen3_moe(ct, "q3ct")
+    _fits(q, 2)
+    msg = _refused(q, 4, "768 // 4 = 192 intermediate features a GPU")
+    assert "not a whole number of its fp8 blocks (block_structure [128, 128]) (vLLM's" in msg
+    assert "The output_size of gate's and up's weight = 192 is not divisible by weight quantization" in msg
+    _refused(q, 8, "The output_size of gate's and up's weight = 96 is not divisible")
+    # A block_n that divides the share leaves block_k's check (the attention's tp > 1).
+    narrow = _ct_experts(
+        {**fp8, "strategy": "block", "block_structure": [64, 128]},
+        ct["config_groups"]["group_0"]["input_activations"],
+    )
+    _refused(
+        _qwen3_moe(narrow, "q3n"),
+        4,
+        "The input_size of down's weight = 192 is not divisible by weight quantization block_k = 128.",
+    )
+    _fits(q, 8, enable_expert_parallel=True)
+    _fits(_qwen3_moe(_FP8_BLOCKS, "q3fp8"), 4)
+
+
+@pytest.mark.parametrize(
+    "qc",
+    [
+        {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True},
+        {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
+    ],
+    ids=["gptq", "awq"],
+)
+def test_gptq_and_awq_experts_share_must_hold_groups_of_at_least_32(qc):
+    """vLLM 0.33.0's GPTQ and AWQ MoE (auto_gptq.py, auto_awq.py) take a share the group divides with the
+    MoE Marlin method (check_moe_marlin_supports_layer); otherwise MoeWNA16Method (moe_wna16.py) halves the
+    group until it divides the share and asserts it stays at least 32: Qwen3-30B-A3B's 768 in groups of 128
+    gives 96 a GPU at tp 8 (groups of 32), 48 at tp 16 or 24 over tp 4 x dp 8: refused."""
+    method = qc["quant_method"]
+    q = _qwen3_moe(qc, "q3int")
+    _fits(q, 8)
+    msg = _refused(q, 16, "q3int's routed experts take moe_intermediate_size 768 // 16 = 48 intermediate")
+    assert (
+        f"not a whole number of its {method} groups (group_size 128) nor of their halves of at least 32"
+        in msg
+    )
+    assert (
+        "MoeWNA16Method asserts group_size >= 32 while halving the group to divide it (moe_wna16.py)" in msg
+    )
+    _fits(q, 16, enable_expert_parallel=True)
+    _refused(q, 4, "tensor_parallel_size 4 x data_parallel_size 8: q3int's", data_parallel_size=8)
+    _fits(q, 4, data_parallel_size=2)  # 96 a GPU
+
+
+def test_compressed_tensors_int_experts_share_must_hold_whole_groups():
+    """compressed-tensors' CompressedTensorsWNA16MoEMethod (compressed_tensors_moe_wna16.py) raises when the
+    group does not divide a GPU's share ("Scale groups would otherwise cross TP shard boundaries"): 768 in
+    groups of 128 gives 192 at tp 4, refused; 384 at tp 2 splits. An asymmetric per-channel scheme's gate
+    and up rows must hold whole int32s of 4-bit zero points: 1,000 gives 250 at tp 4 (500 rows)."""
+    int4 = {"num_bits": 4, "type": "int", "symmetric": True, "dynamic": False}
+    q = _qwen3_moe(_ct_experts({**int4, "strategy": "group", "group_size": 128}), "q3w4")
+    _fits(q, 2)
+    msg = _refused(q, 4, "q3w4's routed experts take moe_intermediate_size 768 // 4 = 192 intermediate")
+    assert "not a whole number of its compressed-tensors groups (group_size 128)" in msg
+    assert "partition (192) to be divisible by group_size (128)." in msg
+    _fits(q, 4, enable_expert_parallel=True)
+    asym = _ct_experts({**int4, "strategy": "channel", "symmetric": False})
+    a = _qwen3_moe(asym, "q3asym", moe_intermediate_size=1000)
+    _fits(a, 2)
+    msg = _refused(a, 4, "whose gate and up rows (2 x 250) are not whole int32s of its 4-bit zero points")
+    assert "(2 * intermediate_size_per_partition = 500) must be divisible by packed_factor (8)." in msg
+
+
+def test_the_cli_refuses_an_expert_share_of_fp8_blocks_in_one_line(capsys):
+    argv = ["run", "minimax-m2", "--gpu", "h100-80gb", "--requests", "10", "-tp", "8"]
+    assert main([*argv, "-dp", "4"]) == 2
+    assert "validate_fp8_block_shape_moe" in _one_line(capsys)
+    assert main([*argv, "-dp", "2"]) == 0
 
 
 # -- data parallelism without expert parallelism: the fused MoE's tp x dp split ------------------------------------

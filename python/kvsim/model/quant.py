@@ -596,7 +596,8 @@ def shard_group(q: Quantization, group: str) -> int:
     GPTQ's (`auto_gptq.py` `AutoGPTQLinearMethod`, no check of its own: `MarlinLinearKernel` refuses the
     share; Machete or Exllama, where they take it, get `input_size_per_partition // group_size` rows of
     scales cut from the checkpoint at `rank x` that many, so every rank after the first applies another
-    group's scales: `not_whole_groups`). Routed experts have their own kernels' rules: not checked here."""
+    group's scales: `not_whole_groups`). Routed experts have their own kernels' rules
+    (`kvsim.model.shard._check_expert_quant`)."""
     fmt = q.formats.get(group)
     if group == "experts" or fmt is None or fmt.kind != "int" or fmt.group < 1 or exempts_layer_modules(q):
         return 0

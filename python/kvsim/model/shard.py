@@ -2,16 +2,17 @@
 sizing, "Tensor parallelism"): the attention heads and KV heads over the ranks (or the KV heads replicated),
 a gated delta net's key and value heads and a KDA layer's heads, DeepSeek-V4's output groups (`o_groups`),
 the routed experts' intermediate width (Kimi-Linear's padded where vLLM pads it; gpt-oss's over every GPU,
-and its KV heads never fewer than the GPUs), the row-parallel layers' input features and their
-quantization groups, fp8 blocks, and the weights divided. A model vLLM 0.33.0 cannot split that way (or
-splits wrongly without a word) is refused (`UnsplittableModelError`), naming the layer, the field and
-vLLM's check.
+and its KV heads never fewer than the GPUs) and its fp8 blocks and int groups, the row-parallel layers'
+input features and their quantization groups, fp8 blocks, and the weights divided. A model vLLM 0.33.0
+cannot split that way (or splits wrongly without a word) is refused (`UnsplittableModelError`), naming the
+layer, the field and vLLM's check.
 Used by the pool's sizing (`kvsim.model.sizing`) and the roofline's coefficients (`kvsim.model.linear_time`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from kvsim.errors import InvalidArgumentError, UnsplittableModelError
 from kvsim.model import quant
@@ -308,7 +309,7 @@ def _check_fp8_blocks(m: Model, tp: int) -> None:
     column-parallel layer of one output (`ColumnParallelLinear`) gives a GPU outputs not a multiple of its
     n. Merged column layers (`QKVParallelLinear`, `MergedColumnParallelLinear`: qkv, gate-up) are exempt
     when a part does not divide (`ColumnParallelLinear._maybe_allow_fp8_block_shape_mismatch`), and the
-    routed experts have their own rules (not checked here). The one-output column layers checked are
+    routed experts have their own rules (`_check_expert_quant`). The one-output column layers checked are
     DeepSeek-V2/V3's MLA `q_b_proj` (or `q_proj`) and `kv_b_proj` (`deepseek_v2.py`; Kimi-K2's config,
     `model_type` `kimi_k2`, is served by its `DeepseekV3ForCausalLM` too)."""
     q = _quantization(m)
@@ -360,6 +361,124 @@ def _check_fp8_blocks(m: Model, tp: int) -> None:
             )
 
 
+def _expert_key(m: Model) -> str:
+    """The config field that gives `m`'s routed experts' intermediate width."""
+    kept = m.config_fields
+    return next(
+        (k for k in ("moe_intermediate_size", "expert_intermediate_size") if k in kept), "intermediate_size"
+    )
+
+
+def _ct_scheme(m: Model) -> dict[str, object]:
+    """`m`'s one compressed-tensors config group (`quant._compressed_tensors` takes exactly one), or {}."""
+    qc = m.config_fields.get("quantization_config")
+    groups = qc.get("config_groups") if isinstance(qc, dict) else None
+    schemes = list(groups.values()) if isinstance(groups, dict) else []
+    return schemes[0] if len(schemes) == 1 and isinstance(schemes[0], dict) else {}
+
+
+def _check_expert_quant(m: Model, tp: int, dp: int = 1) -> None:
+    """The routed experts' quantization split over the fused MoE's tp x dp GPUs (`moe_tp_size`; not with
+    expert parallelism, whole experts), as vLLM 0.33.0 builds each GPU's `intermediate_size_per_partition`
+    (`share`) of them; `_check_experts` has made sure it divides.
+
+    - fp8 blocks (`validate_fp8_block_shape_moe`, `quantization/utils/fp8_utils.py`): the share a multiple
+      of block_n, and of block_k when the attention's tp > 1. An `fp8` checkpoint's `Fp8MoEMethod`
+      (`fp8.py`, DeepSeek-V4's fp8 experts too) first refines the scales to square blocks of
+      gcd(block_n, block_k, share, hidden) when that is at least 32 (`refine_fp8_moe_block_shape`,
+      `fused_moe/oracle/fp8.py`; its Triton kernels take them) and then skips the check, so only a finer
+      share is refused (MiniMax-M2's 1,536 over 32 GPUs: 48); compressed-tensors' `CompressedTensorsW8A8Fp8
+      MoEMethod` (`compressed_tensors_moe_w8a8_fp8.py`, fp8 inputs) checks without refining.
+    - GPTQ and AWQ int groups (`auto_gptq.py`, `auto_awq.py`): the MoE Marlin method takes the share when
+      the group divides it (hidden a multiple of 128, group -1, 32, 64 or 128:
+      `check_moe_marlin_supports_config`, `utils/marlin_utils.py`); otherwise `MoeWNA16Method`
+      (`moe_wna16.py`) halves the group until it divides the share and hidden and asserts it stays >= 32.
+    - compressed-tensors int groups without input quantization (`CompressedTensorsWNA16MoEMethod`,
+      `compressed_tensors_moe_wna16.py`): the group must divide the share, and an asymmetric scheme's
+      2 x share must hold whole int32s of zero points.
+    (vLLM's `--moe-backend` other than auto, which pads an fp8 share to whole blocks, is not modelled.)"""
+    if not m.num_experts or not m.expert_ffn:
+        return
+    q = _quantization(m)
+    fmt = q.formats.get("experts")
+    if fmt is None or quant.exempts_layer_modules(q):
+        return
+    n = tp * dp
+    padded = _kimi_padded_total(m, tp, False)
+    width = padded or m.expert_ffn
+    share, hidden = width // n, m.hidden_size
+    what = (
+        f"{m.name}'s routed experts, padded to {width} wide (its KimiMoE), take {width} // {n} = {share}"
+        if padded
+        else f"{m.name}'s routed experts take {_expert_key(m)} {width} // {n} = {share}"
+    )
+    where = f"{_dp_words(tp, dp)}: {what} intermediate features a GPU without --enable-expert-parallel"
+    if fmt.kind == "fp8" and fmt.strategy == "block":
+        bn, bk = fmt.block
+        if not share % bn and (tp == 1 or not share % bk):
+            return
+        if q.method == "compressed-tensors" and _ct_scheme(m).get("input_activations") is None:
+            return  # (no MoE method of compressed-tensors takes fp8 weights alone: not checked here)
+        field = "block_structure" if q.method == "compressed-tensors" else "weight_block_size"
+        refine = math.gcd(bn, bk, share, hidden)
+        if q.method in ("fp8", "deepseek_v4_fp8"):
+            if refine >= 32:
+                return  # Fp8MoEMethod refines the scales to refine x refine blocks (Triton kernels)
+            how = (
+                f"; vLLM's Fp8MoEMethod refines the scales only to square blocks of at least 32 that divide "
+                f"them, the share and hidden_size {hidden} (refine_fp8_moe_block_shape: gcd {refine})"
+            )
+        else:
+            how = ""
+        if share % bn:
+            vllm = (
+                f"The output_size of gate's and up's weight = {share} is not divisible by weight "
+                f"quantization block_n = {bn}."
+            )
+        else:
+            vllm = (
+                f"The input_size of down's weight = {share} is not divisible by weight quantization "
+                f"block_k = {bk}."
+            )
+        raise UnsplittableModelError(
+            f"{where}, not a whole number of its fp8 blocks ({field} [{bn}, {bk}]){how} (vLLM's "
+            f'validate_fp8_block_shape_moe: "{vllm}")'
+        )
+    if fmt.kind != "int":
+        return
+    group = fmt.group
+    if q.method in ("gptq", "awq"):
+        if hidden % 128 == 0 and (group <= 0 or not share % group) and group in (-1, 32, 64, 128):
+            return  # the MoE Marlin method
+        g = group
+        while g > 0 and (share % g or hidden % g):
+            g //= 2
+            if g < 32:
+                raise UnsplittableModelError(
+                    f"{where}, not a whole number of its {q.method} groups (group_size {group}) nor of "
+                    f"their halves of at least 32: vLLM's MoE Marlin method declines it "
+                    f"(check_moe_marlin_supports_layer) and its fallback MoeWNA16Method asserts "
+                    f"group_size >= 32 while halving the group to divide it (moe_wna16.py)"
+                )
+        return
+    if q.method != "compressed-tensors" or _ct_scheme(m).get("input_activations") is not None:
+        return  # (with input quantization another MoE method takes the experts: not checked)
+    if group > 0 and share % group:
+        raise UnsplittableModelError(
+            f"{where}, not a whole number of its compressed-tensors groups (group_size {group}) (vLLM's "
+            f'CompressedTensorsWNA16MoEMethod: "... requires the MoE intermediate size per tensor-parallel '
+            f'partition ({share}) to be divisible by group_size ({group}).")'
+        )
+    packed = 32 // fmt.bits
+    if fmt.zeros and (2 * share) % packed:
+        raise UnsplittableModelError(
+            f"{where}, whose gate and up rows (2 x {share}) are not whole int32s of its {fmt.bits}-bit zero "
+            f"points (symmetric false) (vLLM's CompressedTensorsWNA16MoEMethod: \"gate+up output channels "
+            f"per TP rank (2 * intermediate_size_per_partition = {2 * share}) must be divisible by "
+            f'packed_factor ({packed}).")'
+        )
+
+
 def shard(
     m: Model,
     kv_cache_dtype: str | None,
@@ -403,6 +522,7 @@ def shard(
     _check_state_heads(m, tp)
     if not expert_parallel:
         _check_experts(m, tp, dp)
+        _check_expert_quant(m, tp, dp)
     elif m.num_experts and m.num_experts % n:
         raise InvalidArgumentError(
             f"expert parallelism over {n} GPUs (tensor_parallel_size × data_parallel_size) does not divide "
