@@ -1,8 +1,9 @@
 """Tensor-parallel splits vLLM 0.33.0 cannot make, or makes wrongly without a word, refused by name
 (`kvsim.model.shard`; DESIGN.md §Defaults and sizing, "Tensor parallelism"): the routed experts' width, a
 gated delta net's key and value heads, a KDA layer's heads, DeepSeek-V4's output groups, gpt-oss's KV
-heads and experts' width over its world, GPTQ groups split over the GPUs, an AWQ group as wide as the
-layer, and the routed experts' fp8 blocks and int groups. Each next to a split that still works."""
+heads and experts' width over its world, the OLMo family's KV heads under a key norm over them all, GPTQ
+groups split over the GPUs, an AWQ group as wide as the layer, and the routed experts' fp8 blocks and int
+groups. Each next to a split that still works."""
 
 from __future__ import annotations
 
@@ -98,6 +99,51 @@ def test_gpt_oss_refuses_more_gpus_than_kv_heads_and_a_world_its_width_does_not_
         shard(resolve("gpt-oss-20b"), None, 32)
     with pytest.raises(UnsplittableModelError, match="gpt-oss MLPBlock"):
         shard(resolve("gpt-oss-120b"), None, 4, data_parallel_size=32, expert_parallel=True)
+
+
+_OLMOE_1B_7B = {  # allenai/OLMoE-1B-7B-0924's config.json (16 heads and 16 KV heads of 128)
+    "model_type": "olmoe",
+    "hidden_size": 2048,
+    "intermediate_size": 1024,
+    "max_position_embeddings": 4096,
+    "num_attention_heads": 16,
+    "num_experts": 64,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 16,
+    "num_key_value_heads": 16,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 50304,
+}
+
+
+@pytest.mark.parametrize("model_type", ["olmoe", "olmo2", "olmo3", "flex_olmo"])
+def test_a_key_norm_over_all_kv_heads_refuses_more_gpus_than_kv_heads(model_type):
+    """vLLM 0.33.0 normalizes OLMoE's, OLMo-2's, OLMo-3's and FlexOlmo's keys over the whole k projection
+    (num_key_value_heads x head_dim): OlmoeAttention (olmoe.py) all-gathers each GPU's keys into it, and the
+    Transformers backend that runs the others raises "Cannot gather norm of width ..." (TPAwareNormMixin), so
+    the KV heads cannot replicate: kvsim priced one replicated KV head a GPU. Up to as many GPUs as KV heads
+    they split, and the generic rule still replicates other models' heads."""
+    m = _model({**_OLMOE_1B_7B, "model_type": model_type, "num_key_value_heads": 4}, "olmo")
+    msg = _refused(
+        m, 8, f"tensor_parallel_size 8 exceeds olmo's num_key_value_heads 4 (model_type {model_type}"
+    )
+    if model_type == "olmoe":
+        assert "OlmoeAttention (olmoe.py) all-gathers each GPU's replicated KV head into 8 x 128 keys" in msg
+        assert "k_norm of 4 x 128, whose shapes do not match" in msg
+    else:
+        assert f"vLLM runs {model_type} on its Transformers backend" in msg
+        assert '"Cannot gather norm of width 512: a TP-sharded input of width 128 does not tile' in msg
+    _refused(m, 16, "tensor_parallel_size 16 exceeds olmo's num_key_value_heads 4")
+    _fits(m, 4)  # one KV head a GPU, split
+    _fits(m, 2)
+    _fits(_model(_OLMOE_1B_7B, "olmoe-1b-7b"), 16)  # its 16 KV heads split over 16 GPUs
+    _fits(_model({**_OLMOE_1B_7B, "model_type": "llama", "num_key_value_heads": 4}, "llama"), 8)
+    from kvsim.model.shard import shard
+
+    assert shard(m, None, 4).num_kv_heads == 1
+    with pytest.raises(UnsplittableModelError, match="a key norm over all its KV heads"):
+        shard(m, None, 8)
 
 
 def test_kimi_linear_pads_a_narrow_expert_share_instead():

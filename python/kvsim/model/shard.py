@@ -1,11 +1,11 @@
 """One GPU's share of a model under tensor parallelism, as vLLM splits its layers (DESIGN.md §Defaults and
-sizing, "Tensor parallelism"): the attention heads and KV heads over the ranks (or the KV heads replicated),
-a gated delta net's key and value heads and a KDA layer's heads, DeepSeek-V4's output groups (`o_groups`),
-the routed experts' intermediate width (Kimi-Linear's padded where vLLM pads it; gpt-oss's over every GPU,
-and its KV heads never fewer than the GPUs) and its fp8 blocks and int groups, the row-parallel layers'
-input features and their quantization groups, fp8 blocks, and the weights divided. A model vLLM 0.33.0
-cannot split that way (or splits wrongly without a word) is refused (`UnsplittableModelError`), naming the
-layer, the field and vLLM's check.
+sizing, "Tensor parallelism"): the attention heads and KV heads over the ranks (or the KV heads replicated;
+not past gpt-oss's KV heads, nor past the OLMo family's, whose key norm spans them all), a
+gated delta net's key and value heads and a KDA layer's heads, DeepSeek-V4's output groups (`o_groups`),
+the routed experts' intermediate width (Kimi-Linear's padded where vLLM pads it; gpt-oss's over every GPU)
+and its fp8 blocks and int groups, the row-parallel layers' input features and their quantization groups,
+fp8 blocks, and the weights divided. A model vLLM 0.33.0 cannot split that way (or splits wrongly without a
+word) is refused (`UnsplittableModelError`), naming the layer, the field and vLLM's check.
 Used by the pool's sizing (`kvsim.model.sizing`) and the roofline's coefficients (`kvsim.model.linear_time`).
 """
 
@@ -142,6 +142,48 @@ def _check_gpt_oss(m: Model, tp: int, dp: int) -> None:
         f"{_dp_words(tp, dp)} does not divide {m.name}'s intermediate_size {width} (its experts' width): "
         f"vLLM's gpt-oss MLPBlock (gpt_oss.py) asserts intermediate_size % world_size == 0 over every GPU, "
         f"with --enable-expert-parallel too ({width} % {over} = {width % n})"
+    )
+
+
+# The model_types whose attention vLLM 0.33.0 builds with a key norm over the whole k projection
+# (`num_key_value_heads x head_dim` wide), which it cannot apply to a GPU's replicated KV head: OLMoE's own
+# `OlmoeAttention` (`olmoe.py`), OLMo-2's, OLMo-3's and FlexOlmo's on the Transformers backend
+# (`registry.py` `_TRANSFORMERS_SUPPORTED_MODELS`; Hugging Face's `Olmo2Attention`, `Olmo3Attention`).
+_WHOLE_K_NORM = {
+    "olmoe": "olmoe.py",
+    "olmo2": "transformers backend",
+    "olmo3": "transformers backend",
+    "flex_olmo": "transformers backend",
+}
+
+
+def _check_whole_k_norm(m: Model, tp: int) -> None:
+    """A key norm over all the KV heads, as vLLM 0.33.0 builds OLMoE's, OLMo-2's, OLMo-3's and FlexOlmo's
+    attention (`_WHOLE_K_NORM`): past as many GPUs as KV heads, where `QKVParallelLinear` gives each GPU one
+    replicated head, `OlmoeAttention._apply_qk_norm` (`olmoe.py`) all-gathers tp x head_dim of keys into a
+    `k_norm` of num_key_value_heads x head_dim, and the Transformers backend's `TPAwareNormMixin`
+    (`model_executor/models/transformers/fusers/rms_norm.py`) raises "Cannot gather norm of width ...: a
+    TP-sharded input of width ... does not tile it evenly across ... ranks (replicated or uneven
+    sharding)"."""
+    where = _WHOLE_K_NORM.get(m.model_type)
+    kv = m.num_kv_heads
+    if where is None or not kv or tp <= kv:
+        return
+    hd = m.head_dim
+    if where == "olmoe.py":
+        vllm = (
+            f"vLLM's OlmoeAttention (olmoe.py) all-gathers each GPU's replicated KV head into {tp} x {hd} keys "
+            f"for its k_norm of {kv} x {hd}, whose shapes do not match"
+        )
+    else:
+        vllm = (
+            f"vLLM runs {m.model_type} on its Transformers backend, whose k_norm over {kv} x {hd} refuses each "
+            f"GPU's replicated KV head (transformers/fusers/rms_norm.py: \"Cannot gather norm of width "
+            f'{kv * hd}: a TP-sharded input of width {hd} does not tile it evenly across {tp} ranks")'
+        )
+    raise UnsplittableModelError(
+        f"tensor_parallel_size {tp} exceeds {m.name}'s num_key_value_heads {kv} (model_type {m.model_type}, "
+        f"a key norm over all its KV heads): {vllm}"
     )
 
 
@@ -519,6 +561,7 @@ def shard(
                 f"replicate evenly over them (vLLM asserts {kv} % {tp} == 0 or {tp} % {kv} == 0)"
             )
     _check_gpt_oss(m, tp, dp)
+    _check_whole_k_norm(m, tp)
     _check_state_heads(m, tp)
     if not expert_parallel:
         _check_experts(m, tp, dp)
