@@ -1,9 +1,10 @@
 """Tensor-parallel splits vLLM 0.33.0 cannot make, or makes wrongly without a word, refused by name
 (`kvsim.model.shard`; DESIGN.md §Defaults and sizing, "Tensor parallelism"): the routed experts' width, a
 gated delta net's key and value heads, a KDA layer's heads, DeepSeek-V4's output groups, gpt-oss's KV
-heads and experts' width over its world, the OLMo family's KV heads under a key norm over them all, GPTQ
-groups split over the GPUs, an AWQ group as wide as the layer, and the routed experts' fp8 blocks and int
-groups. Each next to a split that still works."""
+heads and experts' width over its world, the OLMo family's KV heads under a key norm over them all, more
+GPUs than Qwen2/3-MoE's and MiniMax-M2's experts, GPTQ groups split over the GPUs, an AWQ group as wide as
+the layer, the routed experts' fp8 blocks and int groups, and (at load) compressed-tensors schemes no
+fused-MoE method takes. Each next to a split, or a scheme, that still works."""
 
 from __future__ import annotations
 
@@ -144,6 +145,43 @@ def test_a_key_norm_over_all_kv_heads_refuses_more_gpus_than_kv_heads(model_type
     assert shard(m, None, 4).num_kv_heads == 1
     with pytest.raises(UnsplittableModelError, match="a key norm over all its KV heads"):
         shard(m, None, 8)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "key", "block"),
+    [
+        ("qwen2_moe", "num_experts", "Qwen2MoeSparseMoeBlock (qwen2_moe.py)"),
+        ("qwen3_moe", "num_experts", "Qwen3MoeSparseMoeBlock (qwen3_moe.py)"),
+        ("qwen3_vl_moe_text", "num_experts", "Qwen3MoeSparseMoeBlock (qwen3_moe.py)"),
+        ("minimax_m2", "num_local_experts", "MiniMaxM2MoE (minimax_m2.py)"),
+    ],
+)
+def test_qwen_moe_and_minimax_m2_refuse_more_tensor_parallel_gpus_than_experts(model_type, key, block):
+    """vLLM 0.33.0's Qwen2-MoE, Qwen3-MoE and MiniMax-M2 MoE blocks raise "Tensor parallel size ... is
+    greater than the number of experts ..." (qwen2_moe.py:136, qwen3_moe.py:154, minimax_m2.py:80) on the
+    TP group's size alone: --enable-expert-parallel does not lift it, and data parallelism does not count
+    (tp 4 x dp 4 over 4 experts loads, each expert's width split over 16 GPUs). Qwen3-VL-MoE's text model
+    builds Qwen3-MoE's block (qwen3_vl_moe.py); other families' MoE blocks have no such check, and a Qwen
+    config whose layers are all dense (mlp_only_layers) builds none."""
+    cfg = _preset("qwen3-30b-a3b", model_type=model_type, num_experts_per_tok=2)
+    cfg.pop("num_experts")
+    m = _model({**cfg, key: 4}, "few")
+    msg = _refused(
+        m, 8, f"tensor_parallel_size 8 exceeds few's {key} 4 (model_type {model_type}): vLLM's {block}"
+    )
+    assert 'raises "Tensor parallel size 8 is greater than the number of experts 4."' in msg
+    _refused(m, 8, "is greater than the number of experts 4", enable_expert_parallel=True)
+    _fits(m, 4)
+    _fits(m, 4, data_parallel_size=4)
+    _fits(m, 2, data_parallel_size=2, enable_expert_parallel=True)
+    _fits(_model({**cfg, "model_type": "mixtral", "num_local_experts": 4}, "mixtral"), 8)
+    if key == "num_experts":
+        dense = {**cfg, key: 4, "mlp_only_layers": list(range(cfg["num_hidden_layers"]))}
+        _fits(_model(dense, "dense"), 8)
+    from kvsim.model.shard import shard
+
+    with pytest.raises(UnsplittableModelError, match="is greater than the number of experts 4"):
+        shard(m, None, 8, expert_parallel=True)
 
 
 def test_kimi_linear_pads_a_narrow_expert_share_instead():
@@ -645,6 +683,115 @@ def test_compressed_tensors_int_experts_share_must_hold_whole_groups():
     _fits(a, 2)
     msg = _refused(a, 4, "whose gate and up rows (2 x 250) are not whole int32s of its 4-bit zero points")
     assert "(2 * intermediate_size_per_partition = 500) must be divisible by packed_factor (8)." in msg
+
+
+_FP8 = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False}
+
+
+@pytest.mark.parametrize(
+    ("weights", "inputs", "fmt", "needle"),
+    [
+        (
+            {**_FP8, "strategy": "tensor"},
+            None,
+            "float-quantized",
+            "float8 per-tensor weights with no input_activations (format 'float-quantized') on the routed "
+            "experts: vLLM 0.33.0 has no fused-MoE method for that scheme",
+        ),
+        (
+            {**_FP8, "strategy": "block", "block_structure": [128, 128]},
+            None,
+            "float-quantized",
+            "(AttributeError \"'NoneType' object has no attribute 'num_bits'\") before its \"Unsupported FusedMoe "
+            'scheme"',
+        ),
+        (
+            {**_FP8, "strategy": "channel"},
+            None,
+            "float-quantized",
+            'raises "For Fused MoE layers, only format: pack-quantized and bits: [2, 3, 4, 5, 6, 7, 8] is '
+            "supported ...\" (format 'float-quantized', bits 8)",
+        ),
+        (
+            {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel"},
+            {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "tensor"},
+            "int-quantized",
+            "int8 per-channel weights with int8 per-tensor input_activations (format 'int-quantized') on the "
+            "routed experts: vLLM 0.33.0 has no fused-MoE method for that scheme (CompressedTensorsMoEMethod."
+            'get_moe_method, compressed_tensors_moe.py): it raises "Unsupported FusedMoe scheme: ..."',
+        ),
+        (
+            {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+            {**_FP8, "strategy": "token", "dynamic": True},
+            "nvfp4-pack-quantized",
+            'raises "For NVFP4 weights, input quantization must also be NVFP4 format or None for NVFP4A16',
+        ),
+    ],
+    ids=["fp8-tensor-w8a16", "fp8-block-w8a16", "fp8-channel-w8a16", "int8-static-w8a8", "nvfp4-fp8-inputs"],
+)
+def test_compressed_tensors_schemes_no_fused_moe_method_takes_are_refused_at_load(
+    weights, inputs, fmt, needle
+):
+    """vLLM 0.33.0 picks a compressed-tensors MoE layer's method in CompressedTensorsMoEMethod.get_moe_method
+    (compressed_tensors_moe.py:66-201), which takes fewer schemes than its linear layers: fp8 weights without
+    input quantization (W8A16) reach no MoE method, failing on the absent input scheme (tensor, block) or in
+    its weight-only WNA16 branch (channel: "only format: pack-quantized"); int8 W8A8 with static inputs and
+    NVFP4 weights with fp8 inputs are refused too. At any tp; the same scheme on a dense model loads."""
+    qc = _ct_experts(weights, inputs)
+    qc["format"] = fmt
+    with pytest.raises(InvalidArgumentError, match=re.escape(needle)):
+        _qwen3_moe(qc, "q3ct")
+    llama = json.loads((HF / "llama-3.1-8b.json").read_text())
+    _fits(_model({**llama, "quantization_config": qc}, "dense"), 1)
+    # The experts left unquantized by the ignore list load; so does the same model's fp8 W8A8 (dynamic inputs).
+    _fits(_qwen3_moe({**qc, "ignore": ["re:.*mlp.experts.*"]}, "q3ignored"), 1)
+    dynamic = _ct_experts({**_FP8, "strategy": "channel"}, {**_FP8, "strategy": "token", "dynamic": True})
+    _fits(_qwen3_moe(dynamic, "q3fp8dyn"), 4)
+
+
+def test_compressed_tensors_moe_schemes_vllm_takes_still_load():
+    """The MoE methods' schemes: fp8 W8A8 per tensor (static inputs) and per block (dynamic groups), int4
+    W4A16 pack-quantized, int8 W8A8 with dynamic per-token inputs, NVFP4 (with NVFP4 inputs or none), int4
+    weights with fp8 dynamic per-token inputs (W4A8)."""
+    int4 = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 128}
+    int8 = {"num_bits": 8, "type": "int", "symmetric": True}
+    nvfp4 = {"num_bits": 4, "type": "float", "symmetric": True, "strategy": "tensor_group", "group_size": 16}
+    token = {**_FP8, "strategy": "token", "dynamic": True}
+    for weights, inputs, fmt in (
+        ({**_FP8, "strategy": "tensor"}, {**_FP8, "strategy": "tensor"}, "float-quantized"),
+        (
+            {**_FP8, "strategy": "block", "block_structure": [128, 128]},
+            {**_FP8, "strategy": "group", "group_size": 128, "dynamic": True},
+            "float-quantized",
+        ),
+        (int4, None, "pack-quantized"),
+        ({**int8, "strategy": "channel"}, {**int8, "strategy": "token", "dynamic": True}, "int-quantized"),
+        (nvfp4, {**nvfp4, "dynamic": "local"}, "nvfp4-pack-quantized"),
+        (nvfp4, None, "nvfp4-pack-quantized"),
+        (int4, token, "pack-quantized"),
+    ):
+        qc = _ct_experts(weights, inputs)
+        qc["format"] = fmt
+        _fits(_qwen3_moe(qc, "q3ok"), 2)
+
+
+def test_the_cli_refuses_more_gpus_than_experts_and_an_experts_scheme_in_one_line(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    cfg = _preset("qwen3-30b-a3b", num_experts=4, num_experts_per_tok=2)
+    path.write_text(json.dumps(cfg))
+    hf_config._HF_CACHE.clear()
+    argv = ["run", "--model", str(path), "--gpu", "h100-80gb", "--requests", "10"]
+    assert main([*argv, "-tp", "8", "-ep"]) == 2
+    assert 'Qwen3MoeSparseMoeBlock (qwen3_moe.py) raises "Tensor parallel size 8 is greater' in _one_line(
+        capsys
+    )
+    assert main([*argv, "-tp", "4"]) == 0
+    capsys.readouterr()
+    qc = _ct_experts({**_FP8, "strategy": "tensor"})
+    path.write_text(json.dumps(_preset("qwen3-30b-a3b", quantization_config=qc)))
+    hf_config._HF_CACHE.clear()
+    assert main([*argv, "-tp", "1"]) == 2
+    assert "float8 per-tensor weights with no input_activations" in _one_line(capsys)
 
 
 def test_the_cli_refuses_an_expert_share_of_fp8_blocks_in_one_line(capsys):

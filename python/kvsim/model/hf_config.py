@@ -333,6 +333,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick, str(path)
     )
     quant.check_groups(q, b, cfg.get("quantization_config"), f"model {str(path)!r}")
+    quant.check_moe_scheme(q, b, cfg.get("quantization_config"), f"model {str(path)!r}")
     weight_dtype = dtype
     if q.method:
         # The dtype of the quantized layers; the rest stay in torch_dtype (weight_bytes has the exact sum).

@@ -442,6 +442,143 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
     )
 
 
+# compressed-tensors' formats that carry activation quantization (`is_activation_quantization_format`,
+# vLLM 0.33.0's `compressed_tensors/utils.py`).
+_CT_ACTIVATION_FORMATS = ("naive-quantized", "int-quantized", "float-quantized", "nvfp4-pack-quantized")
+
+
+@dataclass(frozen=True)
+class _CtArgs:
+    """A compressed-tensors `QuantizationArgs` as it validates one (its defaults: 8 bits, int, symmetric,
+    static; a missing strategy from `group_size`: none tensor, > 0 group, -1 channel)."""
+
+    bits: Any
+    type: Any
+    symmetric: Any
+    strategy: Any
+    dynamic: Any
+    group: Any
+
+    @classmethod
+    def of(cls, d: dict[str, Any]) -> _CtArgs:
+        def lower(v: Any) -> Any:
+            return v.lower() if isinstance(v, str) else v
+
+        group = d.get("group_size")
+        strategy = lower(d.get("strategy"))
+        if strategy is None:
+            strategy = "tensor" if group is None else "channel" if group == -1 else "group"
+        return cls(
+            d.get("num_bits", 8),
+            lower(d.get("type", "int")),
+            d.get("symmetric", True),
+            strategy,
+            d.get("dynamic", False),
+            group,
+        )
+
+    def describe(self) -> str:
+        how = "" if self.dynamic is False else "dynamic " if self.dynamic is True else f"{self.dynamic} "
+        return f"{how}{self.type}{self.bits} per-{self.strategy}"
+
+
+def _ct_moe_refusal(scheme: dict[str, Any], fmt_name: str) -> str | None:
+    """vLLM 0.33.0's refusal of one compressed-tensors config group on a fused-MoE layer, else None: the
+    order `CompressedTensorsMoEMethod.get_moe_method` (`compressed_tensors_moe.py:66-201`) tries its MoE
+    methods in, with the predicates of `CompressedTensorsConfig` (`compressed_tensors.py`). Its GPU-specific
+    picks change no outcome (the sm90 / sm100 fp8 predicates take what its generic fp8 W8A8 one takes;
+    ROCm's FlyDSL is one of its WNA16 methods); where kvsim cannot tell (MXFP8's uint8 scales), it accepts."""
+    weights, inputs = scheme.get("weights"), scheme.get("input_activations")
+    if not isinstance(weights, dict) or (inputs and not isinstance(inputs, dict)):
+        return None
+    w = _CtArgs.of(weights)
+    # (vLLM keeps the input scheme only when it is given: `_quantization_scheme_map_from_config`)
+    a = _CtArgs.of(inputs) if inputs else None
+    if a is None and w.type != "float" and fmt_name in _CT_ACTIVATION_FORMATS:
+        return None  # (vLLM's config reader asserts float weights here, for every model: not this check)
+    if w.type == "float" and w.symmetric and w.group == 32 and w.strategy == "group" and w.bits in (4, 8):
+        return None  # MXFP4 (W4A4, W4A8) and MXFP8 methods (MXFP8 also wants uint8 scales: not read)
+    if w.strategy in ("channel", "group") and a is None and not w.dynamic:  # `_is_wNa16_group_channel`
+        if w.bits in range(2, 9) and fmt_name == "pack-quantized":
+            return None  # CompressedTensorsWNA16MoEMethod
+        return (
+            f'it takes them as weight-only (WNA16) and raises "For Fused MoE layers, only format: '
+            f'pack-quantized and bits: [2, 3, 4, 5, 6, 7, 8] is supported ..." (format {fmt_name!r}, '
+            f"bits {w.bits})"
+        )
+    nvfp4 = ("tensor_group", "float", 4, 16, True)
+    if (w.strategy, w.type, w.bits, w.group, w.symmetric) == nvfp4:
+        if a is None or (a.strategy, a.type, a.bits, a.group, a.symmetric) == nvfp4:
+            return None  # CompressedTensorsW4A4Nvfp4MoEMethod (NVFP4A16 without inputs)
+        return (
+            f'it raises "For NVFP4 weights, input quantization must also be NVFP4 format or None for '
+            f'NVFP4A16, found ..." ({a.describe()} inputs)'
+        )
+    static_w = not w.dynamic
+    if (
+        a is not None
+        and w.type == "float"
+        and a.type == "float"
+        and w.symmetric
+        and static_w
+        and w.strategy in ("tensor", "channel", "block")
+        and (bool(a.dynamic) or (a.symmetric and a.strategy == "tensor"))
+    ):
+        return None  # `_is_fp8_w8a8`: CompressedTensorsW8A8Fp8MoEMethod
+    if a is None:
+        return (
+            "no method takes weights without input_activations there: its `_is_dynamic_token_w8a8` "
+            "(compressed_tensors.py) reads the absent input scheme's num_bits and fails (AttributeError "
+            "\"'NoneType' object has no attribute 'num_bits'\") before its \"Unsupported FusedMoe scheme\""
+        )
+    token = a.strategy == "token" and static_w and bool(a.dynamic)
+    if token and w.bits == a.bits == 8 and w.strategy in ("tensor", "channel") and w.symmetric:
+        return None  # `_is_dynamic_token_w8a8`: CompressedTensorsW8A8Int8MoEMethod
+    if token and w.type == "int" and w.bits == 4 and a.bits == 8 and w.symmetric:
+        if a.type == "float" and w.strategy == "group" and a.symmetric:
+            return None  # `_is_fp8_w4a8`: CompressedTensorsW4A8Fp8MoEMethod
+        if a.type == "int" and w.strategy in ("group", "channel"):
+            return None  # `_is_dynamic_token_w4a8_int`: CompressedTensorsW4A8Int8MoEMethod
+    return 'it raises "Unsupported FusedMoe scheme: ..."'
+
+
+def check_moe_scheme(q: Quantization, b: Breakdown, qc: Any, where: str) -> None:
+    """A compressed-tensors checkpoint's scheme on its routed experts (`b`'s `experts`, when `q` quantizes
+    them), as vLLM 0.33.0 picks their fused-MoE method (`_ct_moe_refusal`): its dense layers' linear
+    methods take schemes its MoE methods do not (fp8 weights without input quantization, W8A16, on a
+    dense model load; on the experts they are refused). Not checked where the ignore list may name single
+    layers' modules (`exempts_layer_modules`): it may leave the experts unquantized.
+
+    Raises:
+        InvalidArgumentError: naming the scheme and vLLM's words.
+    """
+    if (
+        q.method != "compressed-tensors"
+        or "experts" not in q.formats
+        or not b.params("experts")
+        or exempts_layer_modules(q)
+        or not isinstance(qc, dict)
+        or not isinstance(qc.get("config_groups"), dict)
+        or len(qc["config_groups"]) != 1
+    ):
+        return
+    (scheme,) = qc["config_groups"].values()
+    if not isinstance(scheme, dict):
+        return
+    fmt_name = str(scheme.get("format") or qc.get("format") or "")
+    vllm = _ct_moe_refusal(scheme, fmt_name)
+    if vllm is None:
+        return
+    w = _CtArgs.of(scheme["weights"])
+    inputs = scheme.get("input_activations")
+    ins = f"{_CtArgs.of(inputs).describe()} input_activations" if inputs else "no input_activations"
+    raise InvalidArgumentError(
+        f"{where}: compressed-tensors {w.describe()} weights with {ins} (format {fmt_name!r}) on the routed "
+        f"experts: vLLM 0.33.0 has no fused-MoE method for that scheme (CompressedTensorsMoEMethod."
+        f"get_moe_method, compressed_tensors_moe.py): {vllm}"
+    )
+
+
 _PARSERS = {
     "fp8": _fp8,
     "awq": _awq,

@@ -187,6 +187,50 @@ def _check_whole_k_norm(m: Model, tp: int) -> None:
     )
 
 
+# The model_types whose MoE block vLLM 0.33.0 refuses to build on more tensor-parallel GPUs than routed
+# experts: (the config field it reads, its file, its class). The check reads the attention's tensor-parallel
+# size (`get_tensor_model_parallel_world_size()`, the TP group of `tensor_parallel_size` GPUs,
+# `distributed/parallel_state.py`), so neither data parallelism nor `--enable-expert-parallel` changes it.
+# Qwen3-VL-MoE's decoder layer is Qwen3-MoE's (`qwen3_vl_moe.py`, `Qwen3VLMoeDecoderLayer`).
+_TP_OVER_EXPERTS = {
+    "qwen2_moe": ("num_experts", "qwen2_moe.py", "Qwen2MoeSparseMoeBlock"),
+    "qwen3_moe": ("num_experts", "qwen3_moe.py", "Qwen3MoeSparseMoeBlock"),
+    "qwen3_vl_moe": ("num_experts", "qwen3_moe.py", "Qwen3MoeSparseMoeBlock"),
+    "qwen3_vl_moe_text": ("num_experts", "qwen3_moe.py", "Qwen3MoeSparseMoeBlock"),
+    "minimax_m2": ("num_local_experts", "minimax_m2.py", "MiniMaxM2MoE"),
+}
+
+
+def _check_tp_over_experts(m: Model, tp: int) -> None:
+    """More tensor-parallel GPUs than routed experts, which vLLM 0.33.0's Qwen2-MoE, Qwen3-MoE (and
+    Qwen3-VL-MoE) and MiniMax-M2 MoE blocks refuse in their constructors (`qwen2_moe.py:136`,
+    `qwen3_moe.py:154`, `minimax_m2.py:80`: "Tensor parallel size ... is greater than the number of
+    experts ..."), on `tensor_parallel_size` alone (`_TP_OVER_EXPERTS`). Qwen's blocks are built only on its
+    sparse layers (`num_experts` > 0, not in `mlp_only_layers`, `(layer + 1) % decoder_sparse_step == 0`);
+    MiniMax-M2's on every layer."""
+    entry = _TP_OVER_EXPERTS.get(m.model_type)
+    if entry is None:
+        return
+    key, where, block = entry
+    kept = m.config_fields
+    experts = kept.get(key)
+    if isinstance(experts, bool) or not isinstance(experts, int) or tp <= experts:
+        return
+    if key == "num_experts":
+        if experts <= 0:
+            return  # (no sparse layer: vLLM builds the dense MLP everywhere)
+        step = kept.get("decoder_sparse_step", 1)
+        only = kept.get("mlp_only_layers") or []
+        known = isinstance(step, int) and step >= 1 and isinstance(only, list)
+        if known and not any((i + 1) % step == 0 and i not in only for i in range(m.num_layers)):
+            return
+    raise UnsplittableModelError(
+        f"tensor_parallel_size {tp} exceeds {m.name}'s {key} {experts} (model_type {m.model_type}): vLLM's "
+        f'{block} ({where}) raises "Tensor parallel size {tp} is greater than the number of experts '
+        f'{experts}." (tensor_parallel_size alone: neither data parallelism nor --enable-expert-parallel lifts it)'
+    )
+
+
 # Kimi-Linear (vLLM 0.33.0's `vllm/models/kimi_k3/nvidia/model.py`, `KimiMoE`): under tensor parallelism
 # without expert parallelism, a rank's routed-expert width below this (the config's
 # `min_moe_intermediate_per_partition`, 256 when absent) is padded up to it.
@@ -460,7 +504,7 @@ def _check_expert_quant(m: Model, tp: int, dp: int = 1) -> None:
         if not share % bn and (tp == 1 or not share % bk):
             return
         if q.method == "compressed-tensors" and _ct_scheme(m).get("input_activations") is None:
-            return  # (no MoE method of compressed-tensors takes fp8 weights alone: not checked here)
+            return  # (fp8 weights without input quantization: refused at load, `quant.check_moe_scheme`)
         field = "block_structure" if q.method == "compressed-tensors" else "weight_block_size"
         refine = math.gcd(bn, bk, share, hidden)
         if q.method in ("fp8", "deepseek_v4_fp8"):
@@ -563,6 +607,7 @@ def shard(
     _check_gpt_oss(m, tp, dp)
     _check_whole_k_norm(m, tp)
     _check_state_heads(m, tp)
+    _check_tp_over_experts(m, tp)
     if not expert_parallel:
         _check_experts(m, tp, dp)
         _check_expert_quant(m, tp, dp)
