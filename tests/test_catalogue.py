@@ -442,6 +442,57 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
             models.from_hf_config(p)
 
 
+def test_compressed_tensors_int_weights_without_inputs_in_an_activation_format_are_refused(tmp_path):
+    """vLLM 0.33.0's compressed-tensors config reader (`_quantization_scheme_map_from_config`,
+    compressed_tensors.py:360-369) asserts float weights where the group's format (else the global one) is an
+    activation-quantization format (naive-, int-, float-, nvfp4-pack-quantized) and the group has no
+    input_activations: int weights there fail at load, on a dense model as on a MoE one. The nearest
+    schemes load: the same int8 with dynamic per-token inputs, the same int4 in pack-quantized, fp8 weights
+    without inputs in float-quantized (W8A16), a per-group pack-quantized format overriding the global one."""
+    base = json.loads((HF / "llama-3.1-8b.json").read_text())
+    p = tmp_path / "q.json"
+
+    def load(qc: dict) -> object:
+        p.write_text(json.dumps({**base, "quantization_config": qc}))
+        hf_config._HF_CACHE.clear()
+        return models.from_hf_config(p)
+
+    int8 = {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True}
+    int4 = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True}
+    for qc, fmt in (
+        (_ct(int8, format="int-quantized"), "int-quantized"),
+        (_ct(int4, format="naive-quantized"), "naive-quantized"),
+        (_ct({**int4, "type": "INT"}, format="float-quantized"), "float-quantized"),
+        (_ct(int8, format="nvfp4-pack-quantized"), "nvfp4-pack-quantized"),
+    ):
+        with pytest.raises(
+            InvalidArgumentError,
+            match=re.escape(
+                f"compressed-tensors 'int' weights without input_activations in format {fmt!r}: vLLM 0.33.0 "
+                "asserts float weights there"
+            ),
+        ):
+            load(qc)
+    # The group's own format wins over the global one, as in vLLM.
+    per_group = _ct(int4, format="pack-quantized")
+    per_group["config_groups"]["g"]["format"] = "int-quantized"
+    with pytest.raises(
+        InvalidArgumentError, match=re.escape("in format 'int-quantized': vLLM 0.33.0 asserts")
+    ):
+        load(per_group)
+    per_group = _ct(int4, format="int-quantized")
+    per_group["config_groups"]["g"]["format"] = "pack-quantized"
+    assert load(per_group).quantization
+    token = {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True, "symmetric": True}
+    w8a8 = _ct(int8, format="int-quantized")
+    w8a8["config_groups"]["g"]["input_activations"] = token
+    assert load(w8a8).quantization
+    assert load(_ct(int4, format="pack-quantized")).quantization
+    assert load(_ct(int4)).quantization  # no format at all: no assertion
+    fp8 = {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}
+    assert load(_ct(fp8, format="float-quantized")).quantization
+
+
 def test_an_awq_group_size_that_splits_a_layers_inputs_is_refused(tmp_path):
     """vLLM's AWQ takes whole groups of input features (`AWQLinearMethod.create_weights`: "The input size
     is not aligned with the quantized weight shape"), so `group_size` 7 on Qwen3-32B (5120-wide attention

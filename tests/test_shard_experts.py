@@ -235,6 +235,24 @@ def test_compressed_tensors_moe_schemes_vllm_takes_still_load():
         _fits(_qwen3_moe(qc, "q3ok"), 2)
 
 
+def test_compressed_tensors_int_experts_without_inputs_in_an_activation_format_are_refused_at_load():
+    """vLLM 0.33.0's config reader asserts float weights where the format quantizes activations and no
+    input_activations are given (`_quantization_scheme_map_from_config`, compressed_tensors.py:360-369),
+    before any MoE method is picked: int4 W4A16 experts in int-quantized are refused (they loaded in kvsim);
+    in pack-quantized they load (CompressedTensorsWNA16MoEMethod)."""
+    int4 = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 128}
+    qc = _ct_experts(int4)
+    qc["format"] = "int-quantized"
+    with pytest.raises(
+        InvalidArgumentError,
+        match=re.escape(
+            "'int' weights without input_activations in format 'int-quantized': vLLM 0.33.0 asserts"
+        ),
+    ):
+        _qwen3_moe(qc, "q3w4a16int")
+    _fits(_qwen3_moe(_ct_experts(int4), "q3w4a16"), 2)
+
+
 def test_the_cli_refuses_more_gpus_than_experts_and_an_experts_scheme_in_one_line(tmp_path, capsys):
     path = tmp_path / "config.json"
     cfg = _preset("qwen3-30b-a3b", num_experts=4, num_experts_per_tok=2)

@@ -436,6 +436,17 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
     if not isinstance(weights, dict):
         raise InvalidArgumentError(f"{where}: compressed-tensors config group has no weights scheme")
     fmt = _ct_format(weights, str(scheme.get("format") or qc.get("format") or ""), where)
+    # vLLM 0.33.0's config reader (`_quantization_scheme_map_from_config`, compressed_tensors.py:360-369)
+    # asserts float weights where the group's format (else the global one) quantizes activations and the
+    # group gives no input_activations (W8A16 fp8 is the one such scheme it takes), for every model.
+    act_fmt = scheme.get("format") if scheme.get("format") is not None else qc.get("format")
+    w_type = _CtArgs.of(weights).type
+    if act_fmt in _CT_ACTIVATION_FORMATS and not scheme.get("input_activations") and w_type != "float":
+        raise InvalidArgumentError(
+            f"{where}: compressed-tensors {w_type!r} weights without input_activations in format {act_fmt!r}: "
+            "vLLM 0.33.0 asserts float weights there (`assert ...weights.type == QuantizationType.FLOAT` in "
+            "_quantization_scheme_map_from_config, compressed_tensors.py)"
+        )
     ignored = _ignore_list(qc, where, "ignore")
     return Quantization(
         "compressed-tensors", {g: fmt for g in _skipped(LINEAR_GROUPS, ignored)}, tuple(ignored)
@@ -495,7 +506,7 @@ def _ct_moe_refusal(scheme: dict[str, Any], fmt_name: str) -> str | None:
     # (vLLM keeps the input scheme only when it is given: `_quantization_scheme_map_from_config`)
     a = _CtArgs.of(inputs) if inputs else None
     if a is None and w.type != "float" and fmt_name in _CT_ACTIVATION_FORMATS:
-        return None  # (vLLM's config reader asserts float weights here, for every model: not this check)
+        return None  # (vLLM asserts float weights here, for every model: refused in `_compressed_tensors`)
     if w.type == "float" and w.symmetric and w.group == 32 and w.strategy == "group" and w.bits in (4, 8):
         return None  # MXFP4 (W4A4, W4A8) and MXFP8 methods (MXFP8 also wants uint8 scales: not read)
     if w.strategy in ("channel", "group") and a is None and not w.dynamic:  # `_is_wNa16_group_channel`
