@@ -435,15 +435,15 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
     weights = scheme.get("weights")
     if not isinstance(weights, dict):
         raise InvalidArgumentError(f"{where}: compressed-tensors config group has no weights scheme")
-    fmt = _ct_format(weights, str(scheme.get("format") or qc.get("format") or ""), where)
+    fmt_name = _ct_format_name(scheme, qc)
+    fmt = _ct_format(weights, fmt_name, where)
     # vLLM 0.33.0's config reader (`_quantization_scheme_map_from_config`, compressed_tensors.py:360-369)
-    # asserts float weights where the group's format (else the global one) quantizes activations and the
-    # group gives no input_activations (W8A16 fp8 is the one such scheme it takes), for every model.
-    act_fmt = scheme.get("format") if scheme.get("format") is not None else qc.get("format")
+    # asserts float weights where the group's format quantizes activations and the group gives no
+    # input_activations (W8A16 fp8 is the one such scheme it takes), for every model.
     w_type = _CtArgs.of(weights).type
-    if act_fmt in _CT_ACTIVATION_FORMATS and not scheme.get("input_activations") and w_type != "float":
+    if fmt_name in _CT_ACTIVATION_FORMATS and not scheme.get("input_activations") and w_type != "float":
         raise InvalidArgumentError(
-            f"{where}: compressed-tensors {w_type!r} weights without input_activations in format {act_fmt!r}: "
+            f"{where}: compressed-tensors {w_type!r} weights without input_activations in format {fmt_name!r}: "
             "vLLM 0.33.0 asserts float weights there (`assert ...weights.type == QuantizationType.FLOAT` in "
             "_quantization_scheme_map_from_config, compressed_tensors.py)"
         )
@@ -451,6 +451,21 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
     return Quantization(
         "compressed-tensors", {g: fmt for g in _skipped(LINEAR_GROUPS, ignored)}, tuple(ignored)
     )
+
+
+def ct_scheme(qc: Any) -> dict[str, Any]:
+    """A compressed-tensors `quantization_config`'s one config group (`_compressed_tensors` takes exactly
+    one), or {} when it has none, several, or one that is not an object."""
+    groups = qc.get("config_groups") if isinstance(qc, dict) else None
+    schemes = list(groups.values()) if isinstance(groups, dict) else []
+    return schemes[0] if len(schemes) == 1 and isinstance(schemes[0], dict) else {}
+
+
+def _ct_format_name(scheme: dict[str, Any], qc: dict[str, Any]) -> str:
+    """The format vLLM 0.33.0 reads for config group `scheme`: its own, else the config's global one
+    (`_quantization_scheme_map_from_config`, compressed_tensors.py:349-356); "" when neither is given."""
+    own = scheme.get("format")
+    return str(own if own is not None else qc.get("format") or "")
 
 
 # compressed-tensors' formats that carry activation quantization (`is_activation_quantization_format`,
@@ -568,15 +583,12 @@ def check_moe_scheme(q: Quantization, b: Breakdown, qc: Any, where: str) -> None
         or "experts" not in q.formats
         or not b.params("experts")
         or exempts_layer_modules(q)
-        or not isinstance(qc, dict)
-        or not isinstance(qc.get("config_groups"), dict)
-        or len(qc["config_groups"]) != 1
     ):
         return
-    (scheme,) = qc["config_groups"].values()
-    if not isinstance(scheme, dict):
+    scheme = ct_scheme(qc)
+    if not scheme:
         return
-    fmt_name = str(scheme.get("format") or qc.get("format") or "")
+    fmt_name = _ct_format_name(scheme, qc)
     vllm = _ct_moe_refusal(scheme, fmt_name)
     if vllm is None:
         return

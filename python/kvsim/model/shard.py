@@ -318,6 +318,14 @@ def loaded_expert_padding(m: Model, tp: int, expert_parallel: bool, dp: int = 1)
     return expert_padding(m, tp, nbytes, params, dp, expert_parallel=expert_parallel)
 
 
+def _expert_key(m: Model) -> str:
+    """The config field that gives `m`'s routed experts' intermediate width."""
+    kept = m.config_fields
+    return next(
+        (k for k in ("moe_intermediate_size", "expert_intermediate_size") if k in kept), "intermediate_size"
+    )
+
+
 def _check_experts(m: Model, tp: int, dp: int = 1) -> None:
     """The routed experts' intermediate width split over the fused MoE's tp x dp GPUs (`moe_tp_size`:
     tensor parallelism, data parallelism too, without expert parallelism): vLLM 0.33.0's
@@ -328,7 +336,6 @@ def _check_experts(m: Model, tp: int, dp: int = 1) -> None:
     n = tp * dp
     if not m.num_experts or not width:
         return
-    kept = m.config_fields
     total = _kimi_padded_total(m, tp, False)
     if total:
         if not total % n:
@@ -341,9 +348,7 @@ def _check_experts(m: Model, tp: int, dp: int = 1) -> None:
         )
     if not width % n:
         return
-    key = next(
-        (k for k in ("moe_intermediate_size", "expert_intermediate_size") if k in kept), "intermediate_size"
-    )
+    key = _expert_key(m)
     over = f"{tp}" if dp == 1 else f"({tp} x {dp})"
     raise UnsplittableModelError(
         f"{_dp_words(tp, dp)} does not divide {m.name}'s {key} {width} (its routed experts' "
@@ -447,22 +452,6 @@ def _check_fp8_blocks(m: Model, tp: int) -> None:
             )
 
 
-def _expert_key(m: Model) -> str:
-    """The config field that gives `m`'s routed experts' intermediate width."""
-    kept = m.config_fields
-    return next(
-        (k for k in ("moe_intermediate_size", "expert_intermediate_size") if k in kept), "intermediate_size"
-    )
-
-
-def _ct_scheme(m: Model) -> dict[str, object]:
-    """`m`'s one compressed-tensors config group (`quant._compressed_tensors` takes exactly one), or {}."""
-    qc = m.config_fields.get("quantization_config")
-    groups = qc.get("config_groups") if isinstance(qc, dict) else None
-    schemes = list(groups.values()) if isinstance(groups, dict) else []
-    return schemes[0] if len(schemes) == 1 and isinstance(schemes[0], dict) else {}
-
-
 def _check_expert_quant(m: Model, tp: int, dp: int = 1) -> None:
     """The routed experts' quantization split over the fused MoE's tp x dp GPUs (`moe_tp_size`; not with
     expert parallelism, whole experts), as vLLM 0.33.0 builds each GPU's `intermediate_size_per_partition`
@@ -489,6 +478,8 @@ def _check_expert_quant(m: Model, tp: int, dp: int = 1) -> None:
     fmt = q.formats.get("experts")
     if fmt is None or quant.exempts_layer_modules(q):
         return
+    # (a compressed-tensors scheme's input quantization picks the experts' method)
+    ct_inputs = quant.ct_scheme(m.config_fields.get("quantization_config")).get("input_activations")
     n = tp * dp
     padded = _kimi_padded_total(m, tp, False)
     width = padded or m.expert_ffn
@@ -503,7 +494,7 @@ def _check_expert_quant(m: Model, tp: int, dp: int = 1) -> None:
         bn, bk = fmt.block
         if not share % bn and (tp == 1 or not share % bk):
             return
-        if q.method == "compressed-tensors" and _ct_scheme(m).get("input_activations") is None:
+        if q.method == "compressed-tensors" and ct_inputs is None:
             return  # (fp8 weights without input quantization: refused at load, `quant.check_moe_scheme`)
         field = "block_structure" if q.method == "compressed-tensors" else "weight_block_size"
         refine = math.gcd(bn, bk, share, hidden)
@@ -547,7 +538,7 @@ def _check_expert_quant(m: Model, tp: int, dp: int = 1) -> None:
                     f"group_size >= 32 while halving the group to divide it (moe_wna16.py)"
                 )
         return
-    if q.method != "compressed-tensors" or _ct_scheme(m).get("input_activations") is not None:
+    if q.method != "compressed-tensors" or ct_inputs is not None:
         return  # (with input quantization another MoE method takes the experts: not checked)
     if group > 0 and share % group:
         raise UnsplittableModelError(
