@@ -258,12 +258,24 @@ impl CpuTier {
     /// enough evictable chunks.
     #[inline]
     pub(super) fn make_room(&mut self, n: u64, evicted: &mut Vec<BlockKey>) -> bool {
+        self.make_room_keeping(n, KeySet::default, evicted)
+    }
+
+    /// `make_room` keeping the keys `protected` makes (built only if something must be evicted:
+    /// `insert_stored`'s, the keys its store offered).
+    #[inline]
+    fn make_room_keeping(
+        &mut self,
+        n: u64,
+        protected: impl FnOnce() -> KeySet,
+        evicted: &mut Vec<BlockKey>,
+    ) -> bool {
         let room = self.capacity - self.used();
         if n <= room {
             return true;
         }
         let need = n - room;
-        if need > self.num_evictable || !self.evict(need as usize, &KeySet::default(), evicted) {
+        if need > self.num_evictable || !self.evict(need as usize, &protected(), evicted) {
             return false;
         }
         self.num_evictable -= need; // (an eviction that goes through takes as many as asked)
@@ -284,18 +296,10 @@ impl CpuTier {
         if to_store.is_empty() {
             return Some(());
         }
-        let need = to_store.len() as i128 - (i128::from(self.capacity) - i128::from(self.used()));
-        if need > 0 {
-            if need > i128::from(self.num_evictable) {
-                return None;
-            }
-            let protected: KeySet = keys.iter().map(|&(k, _)| k).collect();
-            if !self.evict(need as usize, &protected, evicted) {
-                return None;
-            }
-            // (an eviction that goes through takes as many as asked)
-            self.num_evictable -= need as u64;
-            self.num_evicted += need as u64;
+        // (the keys offered are protected: none of them is evicted to store the others)
+        let protected = || keys.iter().map(|&(k, _)| k).collect();
+        if !self.make_room_keeping(to_store.len() as u64, protected, evicted) {
+            return None;
         }
         let a = self.accesses.get_mut(&rid).expect("recorded above");
         let mut req = 0; // (the LRU's rank; unused under ARC)
