@@ -605,15 +605,18 @@ def test_tensor_parallelism_must_split_layers_as_vllm_does(tmp_path):
         kvsim.SimConfig(model=str(path), kv_cache_bytes="10GiB", tensor_parallel_size=2)
 
 
-def test_a_quantization_below_its_least_compute_capability_is_refused():
+def test_a_quantization_below_its_least_compute_capability_is_refused(tmp_path):
     """vLLM refuses a method on an NVIDIA GPU below its config's `get_min_capability` (MXFP4 8.0: gpt-oss on
-    an RTX 2070, sm_75), with its words; an online fp8 (7.5) runs there; AMD GPUs are not NVIDIA sm_XY."""
+    an RTX 2070, sm_75), with its words; an online fp8 (7.5) runs there (a Qwen3 of 12 layers: Qwen3-8B's
+    8.8 GiB in fp8 would not fit its 7.8 GiB); AMD GPUs are not NVIDIA sm_XY."""
     with pytest.raises(
         InvalidArgumentError, match=re.escape("Minimum capability: 80. Current capability: 75")
     ):
         kvsim.SimConfig(model="gpt-oss-20b", gpu="rtx-2070", max_model_len=1024)
+    small = tmp_path / "config.json"
+    small.write_text(json.dumps(json.loads((HF / "qwen3-8b.json").read_text()) | {"num_hidden_layers": 12}))
     kvsim.SimConfig(
-        model="qwen3-8b", gpu="rtx-2070", quantization="fp8", kv_cache_bytes="1GiB", max_model_len=1024
+        model=str(small), gpu="rtx-2070", quantization="fp8", kv_cache_bytes="1GiB", max_model_len=1024
     )
     kvsim.SimConfig(model="gpt-oss-20b", gpu="mi300x", max_model_len=1024)
 

@@ -212,6 +212,27 @@ def test_kv_cache_bytes_and_num_blocks_override_the_gpu():
     assert SimConfig(model="opt-13b", gpu="a100-40gb", num_blocks=77).num_blocks == 77
 
 
+def test_kv_cache_bytes_beyond_the_device_is_refused():
+    """vLLM allocates `--kv-cache-memory-bytes` after the weights with no check: a cache that with the
+    weights exceeds the device fails there (CUDA out of memory); one that fits is taken as it is."""
+    on_gpu = SimConfig(model="llama-3-8b", gpu="h100-80gb").pool  # (its weights as vLLM loads them)
+    assert on_gpu.memory_bytes is not None
+    assert on_gpu.weight_bytes is not None
+    room = on_gpu.memory_bytes - on_gpu.weight_bytes
+    fits = SimConfig(model="llama-3-8b", gpu="h100-80gb", kv_cache_bytes=room)
+    assert fits.pool.kv_cache_bytes == room  # (no gpu_memory_utilization share: the flag ignores it)
+    with pytest.raises(
+        InvalidArgumentError, match=r"kv_cache_bytes .*exceeds h100-80gb's 79\.2 GiB.*out of memory"
+    ):
+        SimConfig(model="llama-3-8b", gpu="h100-80gb", kv_cache_bytes=room + 1)
+    # One GPU's cache (the flag is per GPU): 70 GiB fits beside a quarter of Llama-3-70B, not beside all.
+    SimConfig(model="llama-3-70b", gpu="h100-80gb", tensor_parallel_size=4, kv_cache_bytes="40GiB")
+    with pytest.raises(InvalidArgumentError, match="llama-3-70b's weights"):
+        SimConfig(model="llama-3-70b", gpu="h100-80gb", tensor_parallel_size=2, kv_cache_bytes="40GiB")
+    # Without a GPU nothing bounds it.
+    assert SimConfig(model="llama-3-8b", kv_cache_bytes="200GiB").num_blocks > 0
+
+
 def test_pool_line_says_what_memory_is_simulated():
     line = SimConfig(model="llama-3-8b", gpu="h100-80gb").pool.line()
     assert line.startswith("pool: ")

@@ -442,6 +442,8 @@ def size_pool(
         )
     assert layout is not None
     if kv_cache_bytes is not None:
+        if g is not None:
+            _check_kv_cache_bytes_fit(kv_cache_bytes, m, g)
         blocks = _blocks(kv_cache_bytes, m, layout, "kv_cache_bytes")
         return PoolSizing(
             num_blocks=blocks,
@@ -512,6 +514,21 @@ def _check_one_request(kv: int, m: Model, layout: KVLayout, context: int, in_fli
         f"KV cache memory ({format_gib(room)} GiB). {estimate}Try increasing `gpu_memory_utilization` or "
         "decreasing `max_model_len` (vLLM's refusal; kvsim's --max-model-len sets the context)"
     )
+
+
+def _check_kv_cache_bytes_fit(kv: int, m: Model, g: Gpu) -> None:
+    """vLLM 0.33.0 takes `--kv-cache-memory-bytes` (one GPU's KV cache) as it is, with no check against the
+    device (`v1/worker/gpu_worker.py` `determine_available_memory`, ~656-681), and allocates it in one
+    buffer after the weights (`v1/worker/utils.py` ~595, `torch.zeros(...)`): a cache that with the weights
+    exceeds the device's memory fails there (CUDA out of memory) whatever else it holds. Refused then; the
+    CUDA context, the profile run's activations and CUDA graphs, which make a smaller cache fail too, are not
+    counted (a bound, not vLLM's exact limit)."""
+    if m.loaded_bytes + kv > g.memory_bytes:
+        raise InvalidArgumentError(
+            f"kv_cache_bytes {fmt_bytes(kv)}: with {m.name}'s weights ({fmt_bytes(m.loaded_bytes)} a GPU) it "
+            f"exceeds {g.name}'s {fmt_bytes(g.memory_bytes)}; vLLM allocates it after the weights and fails "
+            f"(CUDA out of memory): at most {fmt_bytes(max(g.memory_bytes - m.loaded_bytes, 0))} fits"
+        )
 
 
 def _blocks(kv: int, m: Model, layout: KVLayout, knob: str) -> int:
