@@ -21,8 +21,8 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## Create the virtualenv with maturin
 
-dev: $(VENV)/.installed ## Build the Rust extension in release mode and install kvsim (+ test deps) into the venv
-	$(VENV)/bin/maturin develop --release --extras test -q
+dev: $(VENV)/.installed ## Build the Rust extension (release, profile-guided: scripts/pgo_build.sh; PGO=0 without) and install kvsim (+ test deps) into the venv
+	VENV=$(VENV) scripts/pgo_build.sh test
 
 run: dev ## The main job: the claims suite (results/claims.md, results/plots/*.png)
 	$(PY) -m bench.sweep
@@ -44,7 +44,7 @@ py-test: dev ## pytest + hypothesis on both backends (KVSIM_HYPOTHESIS_PROFILE=f
 	$(PY) -m pytest -n auto --dist worksteal
 
 gpu-test: dev ## GPU validation's tests on CPU: installs the gpu extra (torch, ~5.4 GB from PyPI), runs them
-	$(VENV)/bin/maturin develop --release --extras test,gpu -q
+	VENV=$(VENV) scripts/pgo_build.sh test,gpu
 	KVSIM_REQUIRE_TORCH=1 $(PY) -m pytest tests/test_gpu_validate.py -q
 
 fmt: dev ## Format Rust and Python

@@ -84,6 +84,14 @@ def _machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
+def _build() -> str:
+    """The extension's build: release, with the profile it was optimized with (`scripts/pgo_build.sh`)."""
+    from kvsim import _core
+
+    profile = _core.PGO_PROFILE
+    return "release build, no profile" if profile is None else f"release build, profile-guided: {profile}"
+
+
 def _block(text: str, marker: str) -> str | None:
     m = re.search(rf"<!-- {marker}:begin -->\n?(.*?)<!-- {marker}:end -->", text, flags=re.S)
     return None if m is None else m.group(1)
@@ -180,7 +188,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if _LOAD
         else ""
     )
-    header = f"{RUN_PREFIX}`{command.strip()}` (release build), {when}. Machine: {_machine()}.{load}"
+    header = f"{RUN_PREFIX}`{command.strip()}` ({_build()}), {when}. Machine: {_machine()}.{load}"
     text = RESULTS_README.read_text()
     if rows:
         loose = {_loose(_cells(r)[0]) for r in rows}

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 __all__ = [
     "MAX_BLOCKS",
+    "PGO_PROFILE",
     "POOL_BYTES_PER_BLOCK",
     "BlockPool",
     "CpuTier",
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 MAX_BLOCKS: int
+PGO_PROFILE: str | None  # the build's profile (scripts/pgo_build.sh), None for a build without one
 POOL_BYTES_PER_BLOCK: int
 
 _Segments: TypeAlias = list[tuple[int, int]] | tuple[tuple[int, int], ...]

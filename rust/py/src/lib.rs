@@ -36,6 +36,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pool::pool_memory, m)?)?;
     m.add("POOL_BYTES_PER_BLOCK", POOL_BYTES_PER_BLOCK)?;
     m.add("MAX_BLOCKS", MAX_BLOCKS)?;
+    // The profile this build was optimized with (`scripts/pgo_build.sh` names it), None without one.
+    m.add("PGO_PROFILE", option_env!("KVSIM_PGO_PROFILE"))?;
     m.add_function(wrap_pyfunction!(engine::run_engine, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::run_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(floor::free_list_floor, m)?)?;
