@@ -119,3 +119,28 @@ def test_a_hit_rate_above_the_ceiling_is_refused():
 def _fleet() -> Results:
     path = PARQUET.with_name("tier-fleet-mooncake.parquet")
     return Results(tier_experiments()[1], pl.read_parquet(path), None)
+
+
+@needs_rows
+def test_the_plots_draw_the_claims_ceilings_and_none_that_does_not_bound_its_rows():
+    """What results/plots draws as a trace's reuse ceiling is the claims' (over the requests each pool
+    admits), and a ceiling over other requests than the rows' (the runs rejected others) is not drawn."""
+    from kvsim.analysis.claims_tier import POOLS, TIME_SCALE, TRACES, ceiling, trace_rows
+    from kvsim.analysis.plots import read_results, trace_ceilings
+
+    results = read_results(PARQUET.parents[1])
+    ceilings, fleet_top, tier_top = trace_ceilings(results)
+    assert set(ceilings) == {"mooncake-conversation", "mooncake-synthetic"}
+    assert fleet_top is not None
+    tier = results["tier-mooncake"]
+    for t in TRACES:
+        w = trace_rows(tier, t, 1.0)  # (the claims' requests at the committed scale)
+        for pool in POOLS:
+            label = f"{t}:time_scale={TIME_SCALE}"
+            assert tier_top[(t, pool)] == ceiling(tier, w, pool, workload=label, num_blocks=pool)[0]
+    # The tier's rows as if the 64K-token pool had rejected nobody: its ceilings (which leave out the
+    # requests it rejects) are no longer drawn; the other pool's stay.
+    frame = tier.frame.with_columns(pl.lit(0, dtype=pl.Int64).alias("rejected"))
+    _, _, tops = trace_ceilings(results | {"tier-mooncake": Results(tier.experiment, frame, None)})
+    assert set(tops) == {(t, POOLS[1]) for t in TRACES}
+    assert all(tops[k] == tier_top[k] for k in tops)

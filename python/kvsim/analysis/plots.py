@@ -33,7 +33,7 @@ from matplotlib.figure import Figure
 
 from kvsim.analysis.claims import experiments
 from kvsim.analysis.claims_model import PAPER_FIG2, PAPER_FIG13, POLICY_LABEL, Results
-from kvsim.analysis.claims_seed import mooncake_ceiling
+from kvsim.analysis.claims_seed import checked_ceiling
 from kvsim.analysis.plots_common import (
     COLORS,
     DASHBOARD_FONT_SIZE,
@@ -295,6 +295,64 @@ def draw_memory_budget(axes: Sequence[Axes], res: Results) -> None:
         _label_with_setup(ax, "KV pool (usable blocks)", res)
 
 
+def trace_ceilings(
+    results: Mapping[str, Results],
+) -> tuple[dict[str, float], float | None, dict[tuple[str, int], float]]:
+    """The reuse ceilings the trace plots draw, each the claims' (`checked_ceiling`, DESIGN.md §Claims): by
+    Mooncake trace on the largest pool of `trace-mooncake`; the fleets' (a replica's pool, one line for all
+    sizes); by trace and pool of `tier-mooncake`, a load's hits reaching the prompt's last token. Each over
+    the requests its pool admits, and left out where it does not bound the rows (the runs rejected other
+    requests than the pool's rule does), or without the trace file here (rows read back from parquet)."""
+    from kvsim.analysis.claims_fleet import FLEET_SIZES, TRACE
+    from kvsim.analysis.claims_tier import POOLS as TIER_POOLS
+    from kvsim.analysis.claims_tier import TIME_SCALE
+    from kvsim.analysis.claims_tier import TRACES as TIER_TRACES
+    from kvsim.analysis.sweep import make_workload
+
+    ceilings: dict[str, float] = {}
+    moon = results["trace-mooncake"]
+    if not moon.error and moon.frame.height:
+        for trace in sorted(set(moon.frame["workload"].to_list())):
+            rows = moon.frame.filter(pl.col("workload") == trace)
+            n, largest = int(rows["requests"][0]), int(rows["num_blocks"].to_numpy().max())
+            with contextlib.suppress(InvalidArgumentError):
+                top = _checked(
+                    moon, make_workload(trace, {}, n, 0), largest, workload=trace, num_blocks=largest
+                )
+                if top is not None:
+                    ceilings[trace] = top
+    fleets = [results[f"fleet-mooncake-{n}"] for n in FLEET_SIZES]
+    fleet_top = None
+    if all(not r.error and r.frame.height for r in fleets):
+        n = int(fleets[0].frame["requests"][0])
+        with contextlib.suppress(InvalidArgumentError):
+            w = make_workload(TRACE, {}, n, 0)
+            tops = {_checked(r, w, int(r.agg["num_blocks"][0])) for r in fleets}
+            fleet_top = tops.pop() if len(tops) == 1 else None
+    tier_top: dict[tuple[str, int], float] = {}
+    tier = results["tier-mooncake"]
+    if not tier.error and tier.frame.height:
+        n = int(tier.frame["requests"][0])
+        with contextlib.suppress(InvalidArgumentError):
+            for t in TIER_TRACES:
+                w = make_workload(t, {}, n, 0)
+                label = f"{t}:time_scale={TIME_SCALE}"  # (the rows' workload, as the claims name it)
+                for pool in TIER_POOLS:
+                    top = _checked(tier, w, pool, True, workload=label, num_blocks=pool)
+                    if top is not None:
+                        tier_top[(t, pool)] = top
+    return ceilings, fleet_top, tier_top
+
+
+def _checked(
+    res: Results, requests: Any, num_blocks: int, whole_prompt: bool = False, /, **where: Any
+) -> float | None:
+    """The claims' reuse ceiling of `requests` on a pool of `num_blocks` (`checked_ceiling`), None where it
+    does not bound the rows of `res` matching `where` (the pool's admissions are not the runs')."""
+    top, why = checked_ceiling(res, requests, num_blocks, whole_prompt=whole_prompt, **where)
+    return None if why else top
+
+
 def draw_hit_rate(ax: Axes, res: Results, ceilings: Mapping[str, float] | None = None) -> None:
     """Prefix hit rate against cache size per Mooncake trace, with each trace's reuse ceiling."""
     title = "Prefix-cache hit rate vs cache size (dashed: the trace's infinite-cache ceiling)"
@@ -456,8 +514,6 @@ def plot_all(
         progress: print each file as it is written.
         timeseries_requests: requests of the utilisation-over-time simulations.
     """
-    from kvsim.analysis.sweep import make_workload
-
     results = read_results(results_dir) if results is None else results
     out_dir = results_dir / "plots"
     paths: list[Path] = []
@@ -472,23 +528,11 @@ def plot_all(
         ts_error = None
     except (InvalidArgumentError, NotImplementedError, TypeError) as exc:
         ts, capacity, ts_setup, ts_error = {}, 1, "", f"{type(exc).__name__}: {exc}"
-    ceilings: dict[str, float] = {}
+    from kvsim.analysis.claims_fleet import FLEET_SIZES
+
     moon = results["trace-mooncake"]
-    if not moon.error and moon.frame.height:
-        for trace in sorted(set(moon.frame["workload"].to_list())):
-            n = int(moon.frame.filter(pl.col("workload") == trace)["requests"][0])
-            # Without the trace file here (rows read back from parquet) the ceiling is not drawn.
-            with contextlib.suppress(InvalidArgumentError):
-                ceilings[trace] = mooncake_ceiling(make_workload(trace, {}, n, 0))
-
-    from kvsim.analysis.claims_fleet import FLEET_SIZES, TRACE
-
     fleets = {n: results[f"fleet-mooncake-{n}"] for n in FLEET_SIZES}
-    fleet_top = None
-    if all(not r.error and r.frame.height for r in fleets.values()):
-        n = int(next(iter(fleets.values())).frame["requests"][0])
-        with contextlib.suppress(InvalidArgumentError):  # no trace file here: no ceiling drawn
-            fleet_top = mooncake_ceiling(make_workload(TRACE, {}, n, 0))
+    ceilings, fleet_top, tier_top = trace_ceilings(results)
 
     with matplotlib.rc_context({"font.size": FONT_SIZE}):
         fig, ax = _fig(1, 2, (9, 8))
@@ -541,20 +585,10 @@ def plot_all(
         draw_hybrid_capacity(ax[0][0], capacity_rows())
         done(_save(fig, out_dir / "hybrid_capacity.png"))
 
-        from kvsim.analysis.claims_tier import POOLS as TIER_POOLS
-        from kvsim.analysis.claims_tier import TRACES as TIER_TRACES
-        from kvsim.analysis.claims_tier import pool_ceiling
         from kvsim.analysis.plots_tier import draw_tier_hits, draw_tier_ttft
 
         fig, ax = _fig(2, 1, (17, 6.5))
         tier = results["tier-mooncake"]
-        tier_top: dict[tuple[str, int], float] = {}
-        if not tier.error and tier.frame.height:
-            n = int(tier.frame["requests"][0])
-            with contextlib.suppress(InvalidArgumentError):  # no trace file here: no ceiling drawn
-                for t in TIER_TRACES:
-                    w = make_workload(t, {}, n, 0)
-                    tier_top |= {(t, pool): pool_ceiling(w, pool) for pool in TIER_POOLS}
         if tier.error or not tier.frame.height:
             _empty(ax[0][0], "hit rate against total cache", tier.error or "no rows")
             _empty(ax[0][1], "TTFT without and with the tier", tier.error or "no rows")
