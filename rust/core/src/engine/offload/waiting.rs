@@ -43,40 +43,14 @@ impl Engine<'_> {
             if self.running.len() as u64 >= cfg.max_num_seqs {
                 break;
             }
-            let num_new = if from_held {
-                if !self.slab[k].loaded {
-                    let tier = self.tier_mut();
-                    tier.held.pop_front();
-                    tier.skipped_held.push(k);
-                    continue;
-                }
-                self.try_resume_loaded(k, budget)
-            } else if self.tier_has_nothing_for(k) {
-                // (`tier_lookup` would find no chunk: an ordinary admission)
+            let num_new = if !from_held && self.tier_has_nothing_for(k) {
+                // (`tier_lookup` would find no chunk: an ordinary admission, the usual head)
                 self.slab[k].next_store = 0;
                 self.try_admit_after(k, budget, GpuHits::Ask)
             } else {
-                match self.tier_lookup(k) {
-                    Found::Skip => {
-                        self.waiting.pop_front();
-                        skipped_waiting.push(k);
-                        continue;
-                    }
-                    Found::Hits {
-                        last_key,
-                        local,
-                        ext,
-                    } if ext > 0 => {
-                        if self.admit_transfer(k, last_key, local, ext) {
-                            self.waiting.pop_front();
-                            self.tier_mut().skipped_held.push(k);
-                            continue;
-                        }
-                        0
-                    }
-                    Found::Hits { last_key: l, .. } => {
-                        self.try_admit_after(k, budget, GpuHits::Taken(l))
-                    }
+                match self.tier_head(k, budget, from_held, &mut skipped_waiting) {
+                    Some(num_new) => num_new,
+                    None => continue,
                 }
             };
             if num_new == NEVER {
@@ -120,6 +94,52 @@ impl Engine<'_> {
         self.tier_hot.held_empty = tier.held.is_empty();
         for &k in skipped_waiting.iter().rev() {
             self.waiting.push_front(k);
+        }
+    }
+
+    /// `tier_admit_waiting`'s head `k` that the tier may hold something for, or a held request
+    /// (`from_held`): its admission's tokens (0: it cannot start now, `NEVER`: it never can), or None
+    /// when it left its queue for the pass's skipped ones (a held request not loaded yet, a request to
+    /// skip, a load admitted). Kept out of the loop (cold): the usual head is an ordinary admission.
+    #[cold]
+    #[inline(never)]
+    fn tier_head(
+        &mut self,
+        k: usize,
+        budget: u64,
+        from_held: bool,
+        skipped_waiting: &mut Vec<usize>,
+    ) -> Option<u64> {
+        if from_held {
+            if !self.slab[k].loaded {
+                let tier = self.tier_mut();
+                tier.held.pop_front();
+                tier.skipped_held.push(k);
+                return None;
+            }
+            return Some(self.try_resume_loaded(k, budget));
+        }
+        match self.tier_lookup(k) {
+            Found::Skip => {
+                self.waiting.pop_front();
+                skipped_waiting.push(k);
+                None
+            }
+            Found::Hits {
+                last_key,
+                local,
+                ext,
+            } if ext > 0 => {
+                if self.admit_transfer(k, last_key, local, ext) {
+                    self.waiting.pop_front();
+                    self.tier_mut().skipped_held.push(k);
+                    return None;
+                }
+                Some(0)
+            }
+            Found::Hits { last_key: l, .. } => {
+                Some(self.try_admit_after(k, budget, GpuHits::Taken(l)))
+            }
         }
     }
 
