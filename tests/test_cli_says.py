@@ -205,6 +205,12 @@ def test_the_config_line_names_tier_knobs_only_with_a_tier(capsys):
     assert "kv_offloading_ps_per_block=" in line
     assert "kv_offloading_size=4 GiB," in line  # its unit, as vLLM's flag reads it (was a bare 4.0)
     assert main([*base, "--kv-offloading-size", "512MiB"]) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("config: "))
+    out = capsys.readouterr().out.splitlines()
+    line = next(x for x in out if x.startswith("config: "))
     assert "kv_offloading_size=0.5 GiB," in line
     assert "kv_offloading_chunks=256" in line
+    # ShareGPT-like prompts share nothing: no load, so no mean wait per load to show (was "0 ms").
+    loads = next(x for x in out if "[kv_offload_load_bytes]" in x)
+    assert re.search(r"\]\s+0 \(0 blocks", loads), loads
+    wait = next(x for x in out if "waiting for loads" in x)
+    assert wait.endswith("— (no loads)")

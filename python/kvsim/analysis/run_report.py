@@ -309,7 +309,10 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
         ("stores dropped, tier full [allocation_failure]", f"{s['stores_failed']:,}"),
         ("stores skipped (store threshold)", f"{s['stores_skipped']:,}"),
         ("evicted chunks", f"{s['cpu_evictions']:,}"),
-        ("waiting for loads, mean per load", f"{1000 * s['load_wait_s_mean']:.3g} ms"),
+        (
+            "waiting for loads, mean per load",
+            f"{1000 * s['load_wait_s_mean']:.3g} ms" if s["loads"] else "— (no loads)",
+        ),
         (
             "tier occupancy, mean / peak",
             f"{100 * s['cpu_tier_occupancy']:.1f} % / {100 * s['cpu_tier_peak_occupancy']:.1f} % of {held}",
