@@ -459,6 +459,22 @@ def test_overload_that_waits_for_seats_is_not_memory_bound(capsys):
     assert not any(n.startswith("not memory-bound") for n in memory["notes"])
 
 
+def test_admissions_that_wait_for_blocks_below_a_full_pool_are_not_called_calm(capsys):
+    """Prompts of 6,000 tokens (375 blocks) on a pool of 599: one runs, the next one's whole prompt does not
+    fit beside it (the full-prompt gate), so requests queue for blocks while the pool peaks at ~65 % with
+    nothing preempted. No "not memory-bound" note; twice the pool serves them faster (memory decided)."""
+    argv = ["run", "--requests", "60", "--time-model", "ticks", "--workload"]
+    argv += ["synthetic:lengths=fixed,prompt_len=6000,output_len=200,arrival_rate=20"]
+    small = _json(capsys, [*argv, "--num-gpu-blocks-override", "600"])
+    s = small["summary"]
+    assert (s["preemptions"], s["rejected"], s["peak_batch"]) == (0, 0, 1)
+    assert 0.5 < s["peak_allocated_fraction"] < 0.9
+    assert not any(n.startswith("not memory-bound") for n in small["notes"]), small["notes"]
+    large = _json(capsys, [*argv, "--num-gpu-blocks-override", "1200"])
+    assert large["summary"]["peak_batch"] > 1
+    assert large["summary"]["queueing_s_p99"] < 0.5 * s["queueing_s_p99"]
+
+
 @pytest.mark.parametrize(
     ("gpu", "tokens", "seqs"), [("h100-80gb", 8192, 1024), ("a100-80gb", 2048, 256), ("b200", 16384, 1024)]
 )
@@ -553,13 +569,32 @@ def test_human_table_groups_with_units(capsys):
     for group in (  # no GPU: the timed groups say their times are ticks (tests/test_cli_says.py)
         "== throughput (seconds of ticks: 1 ms a step, not a GPU's time) ==",
         "== latency (ms of ticks: 1 ms a step, not a GPU's time) ==",
-        "== memory ==",
+        "== memory (time-weighted over busy time) ==",
         "== cache ==",
         "== preemption ==",
     ):
         assert group in out
     assert "req/s" in out
     assert "request goodput" in out
+
+
+def test_a_fleets_memory_figures_say_they_are_one_replicas(capsys):
+    """A fleet's memory rows are one replica's (the mean batch between its replicas' own, the peak the
+    fullest one's), and the heading says so, naming the decode replicas under a P/D split."""
+    argv = ["run", "--requests", "300", "--time-model", "ticks", "--num-gpu-blocks-override", "400"]
+    argv += ["--workload", "sharegpt:arrival_rate=40", "--replicas", "2"]
+    data = _json(capsys, argv)
+    s, per = data["summary"], data["fleet"]["per_replica"]
+    assert min(r["mean_batch"] for r in per) <= s["mean_batch"] <= max(r["mean_batch"] for r in per)
+    assert s["peak_allocated_fraction"] == max(r["peak_allocated_fraction"] for r in per)
+    assert main(argv) == 0
+    head = (
+        "== memory (one replica's, time-weighted over the 2 replicas' busy time; peaks: the fullest one's) =="
+    )
+    assert head in capsys.readouterr().out
+    pd = ["--prefill-replicas", "1", "--pd-link-ps-per-block", "1000000"]
+    assert main([*argv[:-1], "3", *pd]) == 0
+    assert "time-weighted over the 3 decode replicas' busy time" in capsys.readouterr().out
 
 
 def test_save_result_records_what_reproduces_the_run(capsys, tmp_path):
@@ -1144,11 +1179,15 @@ def test_a_disaggregation_knob_without_prefill_replicas_is_refused_not_ignored(c
     ), err
 
 
-def test_the_config_line_leaves_out_a_swap_time_a_hybrid_model_never_uses(capsys):
+def test_the_config_line_leaves_out_a_swap_time_a_run_never_uses(capsys):
     """A hybrid model cannot swap (vLLM's hybrid manager: recompute only); its swap time was printed for
-    the 16-token block asked, not the 576-token block it runs."""
-    for model, swaps in (("llama-3.1-8b", True), ("qwen3-next-80b-a3b", False)):
-        gpu = ["--gpu", "h100-80gb"] if swaps else ["--gpu", "h200", "-tp", "2"]
-        assert main(["run", "--model", model, *gpu, "--requests", "3"]) == 0
+    the 16-token block asked, not the 576-token block it runs. Recompute preemption (the default) never
+    swaps either: the swap time shows only under swap preemption."""
+    for model, flags, swaps in (
+        ("llama-3.1-8b", ["--gpu", "h100-80gb", "--preemption-mode", "swap", "--swap-space", "4"], True),
+        ("llama-3.1-8b", ["--gpu", "h100-80gb"], False),
+        ("qwen3-next-80b-a3b", ["--gpu", "h200", "-tp", "2"], False),
+    ):
+        assert main(["run", "--model", model, *flags, "--requests", "3"]) == 0
         (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("config: ")]
         assert ("swap_ps_per_block=" in line) is swaps, line

@@ -355,6 +355,12 @@ def test_kvsim_run_prints_the_split(capsys, backend):
     assert data["summary"]["pd_transfers"] == pd["pd_transfers"]
     assert main([*RUN, "--replicas", "2", "--json"]) == 0
     assert "disaggregation" not in json.loads(capsys.readouterr().out)["fleet"]
+    # Every prompt under the threshold, prefilled on its decode replica: the split says its decode
+    # queueing is then the whole TTFT (queue and prefill), not a wait.
+    assert main([*argv, "--pd-threshold", "1000000"]) == 0
+    out = capsys.readouterr().out
+    assert "0 requests disaggregated, 80 prefilled locally" in out
+    assert "its decode queueing is its whole TTFT, its queue and its prefill" in out
 
 
 @pytest.mark.parametrize(

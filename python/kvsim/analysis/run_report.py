@@ -6,6 +6,7 @@ parses the flags and calls these; each metric is defined in `kvsim.engine.metric
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,12 +40,24 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
     peak = s.get("peak_allocated_fraction", 0.0)
     queue = s.get("queueing_s_p99")
     e2e = s.get("e2e_s_p50")
-    calm = s["preemptions"] == 0 and s["rejected"] == 0 and peak < 0.9
+    calm = (
+        s["preemptions"] == 0
+        and s["rejected"] == 0
+        and peak < 0.9
+        and admissions_never_waited_for_memory(result, workload)
+    )
     knobs = "memory knobs (block size, pool size, gpu memory utilization, preemption mode, swap space)"
+    # (a P/D fleet's queueing runs from arrival to the decode replica's first step: the remote prefill and
+    # the KV transfer are in it)
+    pd = (
+        " from arrival to the decode replica, remote prefill and transfer included"
+        if cfg.prefill_replicas
+        else ""
+    )
     if calm and (queue is None or e2e is None or queue <= 0.01 * e2e):
         notes.append(
-            f"not memory-bound: the pool peaked at {peak:.0%} of its capacity, nothing was preempted and "
-            f"requests barely queued (p99 {1000 * (queue or 0):.1f} ms); {knobs} cannot change this answer; "
+            f"not memory-bound: the pool peaked at {_pct(peak)} of its capacity, nothing was preempted and "
+            f"requests barely queued (p99 {1000 * max(queue or 0.0, 0.0):.1f} ms{pd}); {knobs} cannot change this answer; "
             "raise the load to see them"
         )
     elif calm:
@@ -61,7 +74,7 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
                 "--max-num-batched-tokens) and the iteration time"
             )
         notes.append(
-            f"not memory-bound: requests queued (p99 {1000 * queue:,.1f} ms) but the pool peaked at {peak:.0%} "
+            f"not memory-bound: requests queued (p99 {1000 * queue:,.1f} ms{pd}) but the pool peaked at {_pct(peak)} "
             f"of its capacity and nothing was preempted: {limit}, not for memory; {knobs} cannot change "
             "this answer"
         )
@@ -127,10 +140,45 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
                 if str(info["name"]).startswith("azure")
                 else "no two of its prompts share content"
             )
+            own = s.get("prefix_hit_rate", 0.0)
+            resumed = (
+                f"; the {100 * own:.1f} % prefix hit rate above is preempted requests re-finding their own "
+                "blocks on readmission"
+                if own > 0
+                else ""
+            )
             notes.append(
                 f"prefix caching is on, but {info['name']} cannot hit the cache across requests ({why}): "
-                "its prefix hit rate is 0 whatever the cache"
+                f"its hit rate on first admissions is 0 whatever the cache{resumed}"
             )
+
+
+def _pct(x: float) -> str:
+    """A share as the notes give it: whole percents, one decimal below 10 % (so 0.5 % is not "0%")."""
+    return f"{100 * x:.1f} %" if x < 0.1 else f"{100 * x:.0f} %"
+
+
+def admissions_never_waited_for_memory(result: Any, workload: Any) -> bool:
+    """Whether no admission of the run can have waited for blocks: even at the pool's peak allocation
+    every request's admission need (at most its whole prompt's blocks, prefix hits included, plus the
+    watermark) fits in what was left. An admission comes after the step's running phase and before
+    anything it frees (DESIGN.md §Engine, "One step"), so the blocks allocated when it is decided are at
+    most those the step records. Told only of the engine's usual pool (paged, one full-attention group,
+    no promised blocks); False otherwise (the notes then claim nothing about memory)."""
+    import numpy as np
+
+    cfg, s = result.config, result.summary
+    layout = cfg.pool.layout if cfg.pool is not None else None
+    if cfg.is_contiguous or cfg.policy == "reserve" or (layout is not None and layout.hybrid):
+        return False
+    if not len(workload):
+        return True
+    bs = cfg.engine_block_size
+    need = int(-(-np.asarray(workload.prompt_len, dtype=np.int64).max() // bs)) + cfg.watermark_blocks
+    # (the peak as the summary gives it, a fraction of the capacity: whole blocks, up to rounding; a
+    # fleet's is its fullest replica's)
+    peak_blocks = math.ceil(s.get("peak_allocated_fraction", 0.0) * cfg.capacity_blocks - 1e-6)
+    return need <= cfg.capacity_blocks - peak_blocks
 
 
 def queue_growth(result: Any) -> tuple[float, float, float, float] | None:
@@ -219,6 +267,8 @@ _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
 def _num(v: Any, unit: str = "") -> str:
     if v is None:
         return "-"
+    if isinstance(v, float) and abs(v) < 1e-9:
+        v = 0.0  # (a float sum's rounding, e.g. the std of equal values: 1e-14 is 0; -0.0 too)
     if unit == "%":
         return f"{100 * v:.1f} %"
     if isinstance(v, int):
@@ -234,10 +284,13 @@ def render_table(
     metrics: Sequence[str],
     pcts: Sequence[float],
     tick: str | None = None,
+    replicas: tuple[int, int] = (1, 0),
 ) -> str:
     """The human table: throughput, latency (ms), memory, cache and preemption groups, with units.
     `tick` (a run whose time model is ticks: its step's time, `1 ms`) heads the timed groups with it, so
-    they read as ticks, not a GPU's time."""
+    they read as ticks, not a GPU's time. The memory group's heading says what its figures are: weighted
+    over the busy time, and for a fleet (`replicas`: its replicas, and its prefill replicas besides them)
+    one replica's, averaged over the (decode) replicas, its peaks the fullest one's."""
     from kvsim.engine.metrics import _pct_key
 
     values = {**summary, **serving}
@@ -249,7 +302,14 @@ def render_table(
             shown = [r for r in shown if r[0] in values]
         if not shown:
             continue
-        lines.append(f"== {title}{' (seconds' + ticks + ')' if title == 'throughput' and tick else ''} ==")
+        head = f" (seconds{ticks})" if title == "throughput" and tick else ""
+        if title == "memory":
+            n, prefill = replicas
+            head = " (time-weighted over busy time)"
+            if n > 1:
+                which = f"the {n} decode replicas" if prefill else f"the {n} replicas"  # (prefill ones apart)
+                head = f" (one replica's, time-weighted over {which}' busy time; peaks: the fullest one's)"
+        lines.append(f"== {title}{head} ==")
         lines += [
             f"  {label:<36} {_num(values[k], unit):>14} {'' if unit in ('%', 'count') else unit}"
             for k, label, unit in shown
@@ -311,7 +371,7 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
         ("evicted chunks", f"{s['cpu_evictions']:,}"),
         (
             "waiting for loads, mean per load",
-            f"{1000 * s['load_wait_s_mean']:.3g} ms" if s["loads"] else "— (no loads)",
+            "— (no loads)" if s["load_wait_s_mean"] is None else f"{1000 * s['load_wait_s_mean']:.3g} ms",
         ),
         (
             "tier occupancy, mean / peak",
@@ -344,7 +404,7 @@ PD_PARTS = (
     ("prefill queueing", "ttft_prefill_queue"),
     ("prefill", "ttft_prefill"),
     ("transfer", "ttft_transfer"),
-    ("decode queueing", "ttft_decode_queue"),
+    ("decode queueing", "ttft_decode_queue"),  # (a local prefill's whole TTFT: `render_pd` says so)
 )
 PD_KEYS = (
     "prefill_replicas",
@@ -383,6 +443,11 @@ def render_pd(s: dict[str, Any]) -> str:
     for label, key in PD_PARTS:
         cells = (label, _num(1000 * s[f"{key}_p50_s"]), _num(1000 * s[f"{key}_p99_s"]))
         lines.append("  " + "".join(f"{c:>18}" for c in cells))
+    if s["pd_local_prefills"]:
+        lines.append(
+            "  (a request prefilled on its decode replica has no prefill, transfer or prefill queueing part: "
+            "its decode queueing is its whole TTFT, its queue and its prefill)"
+        )
     size = s["pd_transfer_bytes"]
     moved = f"{s['pd_transfer_blocks']:,} blocks" + ("" if size is None else f", {size / 1e9:,.2f} GB")
     lines.append(
@@ -407,7 +472,7 @@ def render_fleet(result: Any) -> str:
     s = result.summary
     spec = result.router
     how = spec.name
-    if spec.refresh_ps:
+    if spec.refresh_ps and spec.reads_state:  # (round-robin and random read no replica's state)
         from kvsim.model.units import fmt_duration_ps
 
         how += f", view refreshed every {fmt_duration_ps(spec.refresh_ps)}"

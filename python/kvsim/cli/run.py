@@ -619,7 +619,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             for k, v in raw_cfg.items()
             if v is not None
             and v != KNOBS[k].default
-            and not (k == "swap_ps_per_block" and (v == 0 or config.kv_groups))  # (a hybrid model: no swap)
+            # (no swap: a hybrid model, or recompute preemption)
+            and not (
+                k == "swap_ps_per_block" and (v == 0 or config.kv_groups or config.preemption == "recompute")
+            )
             and not (k.startswith("kv_offloading_") and not config.kv_offloading_chunks)  # no tier: moot
         }
         # (a size in GiB, as vLLM's flag takes it, with its unit: `kv_offloading_size=64 GiB`, not `=64.0`)
@@ -631,7 +634,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from kvsim.model.units import fmt_duration_ps
 
         tick = fmt_duration_ps(config.iteration_time_ps) if config.time_model == "ticks" else None
-        print(render_table(serving, result.summary, pct_metrics, pcts, tick))
+        scope = (config.replicas, config.prefill_replicas)
+        print(render_table(serving, result.summary, pct_metrics, pcts, tick, scope))
         for section in (render_groups(config, result.summary), render_tier(config, result.summary)):
             if section:
                 print(section)

@@ -438,7 +438,8 @@ def tier_summary(c: dict[str, Any], config: SimConfig) -> dict[str, Any]:
     s["cpu_evictions"] = c["cpu_evictions"]
     s["flushes"] = c["num_flushes"]
     s["load_wait_s_total"] = c["load_wait_ps"] / PS_PER_S
-    s["load_wait_s_mean"] = c["load_wait_ps"] / PS_PER_S / c["num_loads"] if c["num_loads"] else 0.0
+    # (a mean over no load is none: None, not 0)
+    s["load_wait_s_mean"] = c["load_wait_ps"] / PS_PER_S / c["num_loads"] if c["num_loads"] else None
     chunks = config.kv_offloading_chunks
     busy = c["busy_ps"]
     s["cpu_tier_chunks"] = chunks
