@@ -173,6 +173,18 @@ def sweep_table(
     return header, rows
 
 
+def test_a_sweep_that_runs_with_and_without_a_tier_shows_the_tiers_metrics(capsys, tmp_path):
+    """The metrics --show accepts were the first point's: a grid starting without a CPU tier refused
+    `--show loads` though its tier rows have it. Rows without a tier show null there."""
+    header, rows = sweep_table(
+        capsys, tmp_path, "--grid", "kv_offloading_size=0,4", "--workload",
+        "synthetic:num_system_prompts=4,system_prompt_len=600,arrival_rate=2", "--show", "loads,load_wait_s_mean",
+    )  # fmt: skip
+    assert header[-2:] == ["loads", "load_wait_s_mean"]
+    assert rows[0][-2:] == ["null", "null"]
+    assert rows[1][-2] != "null"
+
+
 def test_a_sweep_shows_what_its_axes_move(capsys, tmp_path):
     """Over block size the default columns were throughput, batch, utilisation and e2e p99, identical for
     16 and 32: now the blocks the memory holds, internal fragmentation and preemptions come first."""

@@ -327,15 +327,26 @@ def _flag_error(flag: str, exc: InvalidArgumentError) -> InvalidArgumentError:
 
 
 def known_metrics(spec: SweepSpec, skip_invalid: bool = False) -> list[str]:
-    """The metric columns a sweep's rows will have: the summary of a two-request run of the sweep's
-    first point (its first valid one with `skip_invalid`; with its SLOs' goodput columns), plus the wall
-    times."""
+    """The metric columns a sweep's rows will have: the summaries of two-request runs of the sweep's
+    points (its valid ones with `skip_invalid`; with their SLOs' goodput columns), one of each kind of
+    run whose summary has its own columns (a CPU tier's, a fleet's, a P/D split's, a model's KV-cache
+    groups), in the order they first appear, plus the wall times. A metric some rows lack (a tier's where
+    the grid also runs without one) is null there."""
     from kvsim.analysis.sweep import simulate_point
 
-    point = spec.points(skip_invalid=skip_invalid)[0]
-    workload = make_workload(point.workload, point.workload_params, 2, point.seed)
-    summary = simulate_point(point, workload, point.sim_config(), False).summary  # a fleet's too
-    return [k for k, v in summary.items() if isinstance(v, int | float)] + ["wall_s", "workload_s"]
+    known: dict[str, None] = {}
+    kinds: set[tuple[Any, ...]] = set()
+    for point in spec.points(skip_invalid=skip_invalid):
+        cfg = point.sim_config()
+        kind = (bool(cfg.kv_offloading_chunks), cfg.replicas > 1, cfg.prefill_replicas, cfg.model)
+        if kind in kinds:
+            continue
+        kinds.add(kind)
+        workload = make_workload(point.workload, point.workload_params, 2, point.seed)
+        summary = simulate_point(point, workload, cfg, False).summary  # a fleet's too
+        # (a None is a metric with no value in the probe: a mean over no load)
+        known |= dict.fromkeys(k for k, v in summary.items() if v is None or isinstance(v, int | float))
+    return [*known, "wall_s", "workload_s"]
 
 
 def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
