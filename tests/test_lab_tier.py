@@ -121,6 +121,14 @@ def test_the_cpu_tier_preset_loads_what_the_gpu_lost():
     assert [q["name"] for q in held] == ["req-8"]
     assert s["num_held"] == 1
     assert seen[p.step]["held"] == {7: "loading"}
+    # The tail-slack bound (B - 1 slots a sequence holding blocks) counts the held request too: its blocks
+    # are allocated (the bound was the running sequences' alone, half of it here).
+    running = sum(q["status"] == "running" for q in s["requests"])
+    holding = running + len(held)
+    assert (running, holding) == (1, 2)
+    assert (
+        s["paged_tail_slack_bound_bytes"] == holding * (r.paged.engine_block_size - 1) * s["bytes_per_token"]
+    )
     # Held: its context stays the loaded prompt from step to step (it computes nothing).
     after = snapshot("cpu-tier", step=p.step + 1)
     ctx = {q["name"]: q["context_tokens"] for q in after["requests"]}

@@ -41,6 +41,12 @@ def test_multiplier_compares_sequences_per_byte_and_says_dash_when_undefined(siz
     lab.open(preset="copilot", step=0)
     assert lab.value("#card-multiplier") is None
     assert lab.page.inner_text("#card-multiplier") == "—"  # nothing runs: not 0 ÷ 0 = 0.00×
+    # Nor is a share of nothing a number: nothing reserved or allocated, no waste, slack or use to speak
+    # of (it read "Used 0 B (100.0%)" beside "waste 0.0%").
+    for sel in ("#card-waste", "#card-slack", "#contig-internal", "#paged-internal"):
+        assert lab.page.inner_text(sel) == "—", sel
+    assert lab.page.inner_text("#contig-used") == "0 B (—)"
+    assert lab.page.inner_text("#paged-slack") == "0 B (—)"
     lab.seek(int(lab.page.evaluate("window.kvlab.replay.numSteps")))
     assert lab.page.inner_text("#card-multiplier") == "—"
     assert "running sequences" in lab.page.inner_text("#derivation")

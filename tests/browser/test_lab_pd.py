@@ -23,6 +23,12 @@ ROWS = """() => Array.from(document.querySelectorAll('#pd-rows tr')).map(tr => (
   shown: Array.from(tr.children).map(td => td.getClientRects().length > 0 && td.innerText.trim() !== '')}))"""
 
 
+LEGEND_FILLS = """() => Array.from(document.querySelectorAll('.pd-legend .pd-demo'))
+  .filter(e => getComputedStyle(e).backgroundImage === 'none').map(e => getComputedStyle(e).backgroundColor)"""
+SUMMARY = """() => Object.fromEntries(Array.from(document.querySelectorAll('#pd-summary dt'))
+  .map(dt => [dt.title, dt.nextElementSibling.textContent]))"""
+
+
 def open_pd(lab: LabPage, **query: Any) -> None:
     q = "&".join(f"{k}={v}" for k, v in query.items())
     lab.page.goto(f"{lab.server.url}pd" + (f"?{q}" if q else ""))
@@ -103,6 +109,23 @@ def test_the_page_draws_the_snapshot_forward_and_back(sized_lab: LabPage) -> Non
         assert_drawn(sized_lab, pd.snapshot(r, k))
     # Nothing is wider than the screen (the viewport asked for: a mobile page's window widens to its content).
     assert fits(sized_lab)
+    # Every fill a held block is drawn in has its legend entry (blocks shared by two requests were drawn
+    # purple with none).
+    legend = set(sized_lab.page.evaluate(LEGEND_FILLS))
+    for k in range(last + 1):
+        seek(sized_lab, k)
+        for name in ("prefill", "decode"):
+            fills = {c["fill"] for c in sized_lab.page.evaluate(CELLS, name) if c["fill"] != "hatched"}
+            assert fills <= legend, (k, name, fills - legend)
+    # The fleet's figures in words and units, the CLI's: KV moved in bytes, the link's utilisation a share.
+    shown = sized_lab.page.evaluate(SUMMARY)
+    s = pd.timeline("disaggregated")["summary"]
+    assert shown["pd_link_utilization"] == f"{100 * s['pd_link_utilization']:.1f}%"
+    moved = shown["pd_transfer_bytes"]
+    assert moved.endswith(" MiB")
+    assert float(moved.split()[0]) * 2**20 == s["pd_transfer_bytes"]
+    assert shown["pd_transfers"] == f"{s['pd_transfers']:,}"
+    seek(sized_lab, opening)
     # The URL carries the instant, and a reload opens there.
     assert sized_lab.page.url.endswith("instant=" + str(opening))
     open_pd(sized_lab, instant=9)

@@ -195,8 +195,21 @@ def test_the_tier_control_runs_a_tier_and_a_refused_one_changes_nothing(sized_la
 def test_the_control_says_what_a_tier_needs(lab: LabPage, preset: str) -> None:
     lab.open(preset=preset)
     hint = lab.page.inner_text("#c-tier-chunks")
-    assert "a tier" in hint
-    assert ("needs preemption recompute" in hint) if preset == "memory-pressure" else ("hybrid" in hint)
+    if preset == "memory-pressure":
+        assert "0: no tier; a tier needs preemption recompute" in hint
+    else:  # (it read "a tier model gpt-oss-20b is hybrid")
+        assert hint.startswith("0: no tier; none for model gpt-oss-20b: it is hybrid"), hint
+
+
+def test_the_control_says_what_of_the_size_a_tier_cannot_use(lab: LabPage) -> None:
+    """vLLM's tier holds whole chunks: 65 MiB is 32 chunks of 2 MiB, its last MiB unused, and the hint
+    says so (it said 32 chunks of 2 MiB alone, 64 MiB, beside the 65 typed)."""
+    lab.open(preset="cpu-tier", kv_offloading_bytes=65 * 2**20)
+    hint = lab.page.inner_text("#c-tier-chunks")
+    assert hint.startswith("= 32 chunks of 2.00 MiB"), hint
+    assert hint.endswith("; 1.00 MiB left over, unused"), hint
+    lab.open(preset="cpu-tier", kv_offloading_bytes=64 * 2**20)
+    assert "left over" not in lab.page.inner_text("#c-tier-chunks")
 
 
 def test_a_tier_of_many_chunks_is_one_bar_of_their_states(lab: LabPage) -> None:

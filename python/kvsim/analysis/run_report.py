@@ -340,9 +340,9 @@ def render_groups(config: Any, summary: dict[str, Any]) -> str:
 
 def render_tier(config: Any, summary: dict[str, Any]) -> str:
     """The CPU tier (DESIGN.md §CPU tier): where the prompt tokens came from (GPU prefix cache, the tier,
-    computed), what moved over the host link each way, stores dropped or skipped, evictions, the time
-    requests waited for their loads and the tier's occupancy; vLLM's metric names in brackets where
-    vLLM has one. Empty without a tier."""
+    computed), what moved over the host link each way, store attempts that found no room and stores skipped,
+    evictions, the time requests waited for their loads and the tier's occupancy; vLLM's metric names in
+    brackets where vLLM has one. Empty without a tier."""
     if not config.kv_offloading_chunks:
         return ""
     s = summary
@@ -366,7 +366,10 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
         ("hits, first admissions (GPU + CPU)", f"{100 * s['hit_rate_first_admission']:.1f} %"),
         ("loads [kv_offload_load_bytes]", f"{s['loads']:,} ({moved('load')})"),
         ("stores [kv_offload_store_bytes]", f"{s['stores']:,} ({moved('store')})"),
-        ("stores dropped, tier full [allocation_failure]", f"{s['stores_failed']:,}"),
+        (
+            "store attempts, no room [allocation_failure]",
+            f"{s['stores_failed']:,}" + (" (each offered again the next step)" if s["stores_failed"] else ""),
+        ),
         ("stores skipped (store threshold)", f"{s['stores_skipped']:,}"),
         ("evicted chunks", f"{s['cpu_evictions']:,}"),
         (

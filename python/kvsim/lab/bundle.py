@@ -55,9 +55,11 @@ def _pad(values: Any, n: int) -> np.ndarray:
 
 
 def _fraction(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a / b elementwise, 0.0 where b is 0 (integer columns: exact in float64 below 2**53)."""
+    """a / b elementwise, NaN (the page's "—") where b is 0: a share of nothing is no share, where 0.0
+    read as "nothing wasted" and its complement as "100 % used" of 0 B (integer columns: exact in float64
+    below 2**53)."""
     a, b = a.astype(np.float64), b.astype(np.float64)
-    return np.divide(a, b, out=np.zeros_like(a), where=b != 0)
+    return np.divide(a, b, out=np.full_like(a, np.nan), where=b != 0)
 
 
 def concurrency_multiplier(
@@ -94,8 +96,9 @@ def metric_columns(
     bs = paged.config.engine_block_size
     # Whole columns at once (int64: bytes stay far below 2**53 within LIMITS).
     pa, ps = pm["allocated_tokens"], pm["stored_tokens"]
-    # Tail slack: at most B − 1 slots per running sequence in each table with token slots (one per
-    # attention group of a hybrid model; a state block has none).
+    # Tail slack: at most B − 1 slots per sequence holding blocks (running, or held for a CPU tier's load:
+    # its blocks allocated) in each table with token slots (one per attention group of a hybrid model; a
+    # state block has none).
     tables = sum(g.kind != "mamba" for g in paged.groups) if paged.groups else 1
     c_out: dict[str, np.ndarray] = {}
     p_out: dict[str, np.ndarray] = {
@@ -103,7 +106,7 @@ def metric_columns(
         "paged_stored_bytes": ps * bpt,
         "paged_tail_slack_bytes": (pa - ps) * bpt,
         "paged_tail_slack_fraction": _fraction(pa - ps, pa),
-        "paged_tail_slack_bound_bytes": pm["running"] * (tables * (bs - 1) * bpt),
+        "paged_tail_slack_bound_bytes": (pm["running"] + pm.get("held", 0)) * (tables * (bs - 1) * bpt),
         "paged_external_fragmentation": np.zeros(s),
         "prefix_saved_bytes": pm["shared_saved_tokens"] * bpt,
         "paged_reserved_bytes": pm["reserved_tokens"] * bpt,

@@ -234,13 +234,15 @@ function syncTier(bundle) {
   input.value = String(Number((tb / MIB).toFixed(3)));
   input.dataset.value = String(tb);
   const t = bundle.tier;
-  let hint = t ? `= ${int(t.chunks)} chunks of ${bytes(t.chunk_bytes)} (a block's KV padded to 4 KiB, as vLLM sizes it)`
-    : "0: no tier";
+  // (the chunks the size holds whole, as vLLM's `num_chunks` floors: the rest of the size is not used)
+  const rest = t ? tb - t.chunks * t.chunk_bytes : 0;
+  let hint = t ? `= ${int(t.chunks)} chunks of ${bytes(t.chunk_bytes)} (a block's KV padded to 4 KiB, as vLLM sizes it)` +
+    (rest > 0 ? `; ${bytes(rest)} left over, unused` : "") : "0: no tier";
   const needs = opts.tier_needs || {};
-  const stop = bundle.layout ? `model ${q.model} is hybrid (the tier models full attention only)`
+  const stop = bundle.layout ? `none for model ${q.model}: it is hybrid (the tier models full attention only)`
     : Object.entries(needs).filter(([k, v]) => !sameValue(q[k], v))
       .map(([k, v]) => `needs ${PARAM_WORDS[k] || k} ${valueWord(k, v)}`).join(", ");
-  if (!t && stop) hint = `0: no tier; a tier ${stop}`;
+  if (!t && stop) hint = bundle.layout ? `0: no tier; ${stop}` : `0: no tier; a tier ${stop}`;
   $("c-tier-chunks").textContent = hint;
   if (!t && stop) input.dataset.why = stop;
   else delete input.dataset.why;

@@ -1,7 +1,19 @@
 // kvsim lab: the disaggregated fleet's page. Draws the server's snapshots (api/pd) as they are: no state
 // is computed here, only shown (DESIGN.md §Lab, "A disaggregated fleet").
 
+import { bytes, int, pct } from "./format.js";
+
 const $ = (id) => document.getElementById(id);
+
+// The fleet's P/D figures in words and units (the CLI's own: DESIGN.md §Prefill/decode disaggregation).
+const SUMMARY = {
+  pd_disaggregated: ["requests disaggregated", int],
+  pd_local_prefills: ["prefilled on their decode replica", int],
+  pd_transfers: ["transfers", int],
+  pd_transfer_blocks: ["blocks moved", int],
+  pd_transfer_bytes: ["KV moved", bytes],
+  pd_link_utilization: ["link utilisation (busy / run)", pct],
+};
 const fmtMs = (s) => (s == null ? "—" : `${(s * 1000).toFixed(3)} ms`);
 
 function drawPool(pool) {
@@ -112,10 +124,13 @@ async function main() {
   }));
   const dl = $("pd-summary");
   dl.replaceChildren(...Object.entries(data.summary).flatMap(([k, v]) => {
+    const [label, fmt] = SUMMARY[k] ?? [k, String];
     const dt = document.createElement("dt");
-    dt.textContent = k;
+    dt.textContent = label;
+    dt.title = k; // (the summary key, as `kvsim run --json` names it)
     const dd = document.createElement("dd");
-    dd.textContent = v == null ? "—" : typeof v === "number" && !Number.isInteger(v) ? v.toFixed(4) : String(v);
+    dd.textContent = v == null ? "—" : fmt(v);
+    dd.dataset.value = v == null ? "" : String(v);
     return [dt, dd];
   }));
   const slider = $("pd-instant");
