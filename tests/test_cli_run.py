@@ -569,7 +569,7 @@ def test_human_table_groups_with_units(capsys):
     for group in (  # no GPU: the timed groups say their times are ticks (tests/test_cli_says.py)
         "== throughput (seconds of ticks: 1 ms a step, not a GPU's time) ==",
         "== latency (ms of ticks: 1 ms a step, not a GPU's time) ==",
-        "== memory (time-weighted over busy time) ==",
+        "== memory (means time-weighted over busy time) ==",
         "== cache ==",
         "== preemption ==",
     ):
@@ -588,13 +588,11 @@ def test_a_fleets_memory_figures_say_they_are_one_replicas(capsys):
     assert min(r["mean_batch"] for r in per) <= s["mean_batch"] <= max(r["mean_batch"] for r in per)
     assert s["peak_allocated_fraction"] == max(r["peak_allocated_fraction"] for r in per)
     assert main(argv) == 0
-    head = (
-        "== memory (one replica's, time-weighted over the 2 replicas' busy time; peaks: the fullest one's) =="
-    )
+    head = "== memory (one replica's: means time-weighted over the 2 replicas' busy time, peaks the fullest one's) =="
     assert head in capsys.readouterr().out
     pd = ["--prefill-replicas", "1", "--pd-link-ps-per-block", "1000000"]
     assert main([*argv[:-1], "3", *pd]) == 0
-    assert "time-weighted over the 3 decode replicas' busy time" in capsys.readouterr().out
+    assert "means time-weighted over the 3 decode replicas' busy time" in capsys.readouterr().out
 
 
 def test_save_result_records_what_reproduces_the_run(capsys, tmp_path):

@@ -305,10 +305,12 @@ def render_table(
         head = f" (seconds{ticks})" if title == "throughput" and tick else ""
         if title == "memory":
             n, prefill = replicas
-            head = " (time-weighted over busy time)"
+            head = " (means time-weighted over busy time)"
             if n > 1:
                 which = f"the {n} decode replicas" if prefill else f"the {n} replicas"  # (prefill ones apart)
-                head = f" (one replica's, time-weighted over {which}' busy time; peaks: the fullest one's)"
+                head = (
+                    f" (one replica's: means time-weighted over {which}' busy time, peaks the fullest one's)"
+                )
         lines.append(f"== {title}{head} ==")
         lines += [
             f"  {label:<36} {_num(values[k], unit):>14} {'' if unit in ('%', 'count') else unit}"
