@@ -133,6 +133,9 @@ def test_a_held_request_is_shown_neither_running_nor_computing(lab: LabPage) -> 
         assert (want["prefix_key"] is None) == loading
         assert ("none yet" in key) if loading else (key == want["prefix_key"])
         assert lab.page.get_attribute("#insp-held", "data-filling") == ("true" if loading else "false")
+        # Its tokens count as stored from the load's admission (the engine's accounting): the occupancy
+        # says so while they are on the link.
+        assert ("on the link" in lab.page.inner_text("#insp-occupancy")) == loading
     # The step that admitted the load (state 41) names the transfer and the tokens it spares.
     lab.seek(41)
     flows = lab.page.eval_on_selector_all(

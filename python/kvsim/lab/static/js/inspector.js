@@ -96,7 +96,8 @@ export class Inspector {
           : '<span class="hint">none (free)</span>'}</dd>` : ""}
         <dt>Occupancy</dt><dd id="insp-occupancy" data-tokens="${blk.num_tokens}">${state
           ? `a state of <b>${int(blk.num_tokens)}</b> tokens (fixed size, whatever the length)`
-          : `<b>${blk.num_tokens} / ${bs}</b> tokens`}</dd>
+          : `<b>${blk.num_tokens} / ${bs}</b> tokens${filling
+            ? " <small>(counted as stored from the load's admission, as the engine counts them: they are on the link)</small>" : ""}`}</dd>
         <dt>Slack</dt><dd id="insp-slack">${slack === null ? "—"
           : `${slack} tokens <small>(${bpt ? bytes(slack * bpt) : "—"} unused)</small>`}</dd>
         <dt>Mapped by</dt><dd id="insp-requests" data-requests="${blk.request_ids.join(",")}"
