@@ -226,3 +226,24 @@ def test_the_config_line_names_tier_knobs_only_with_a_tier(capsys):
     assert re.search(r"\]\s+0 \(0 blocks", loads), loads
     wait = next(x for x in out if "waiting for loads" in x)
     assert wait.endswith("— (no loads)")
+
+
+def test_a_run_in_which_no_step_ran_shows_no_means(capsys):
+    """Every request rejected at arrival (a 2-block pool): no step ran, so the memory means, the mean
+    batch and the hit rates have nothing to average ("-", they read 0.0 % and 0); peaks and counts are 0."""
+    assert main(["run", "--num-gpu-blocks-override", "2", "--workload", "sharegpt", "--requests", "50"]) == 0
+    rows = {}
+    for line in capsys.readouterr().out.splitlines():
+        parts = re.split(r"\s{2,}", line.strip())
+        if len(parts) == 2:
+            rows[parts[0]] = parts[1]
+    for label in (
+        "KV utilization (tokens stored)",
+        "mean batch",
+        "prefix hit rate",
+        "blocks saved by sharing",
+    ):
+        assert rows[label].startswith("-"), (label, rows[label])
+    assert rows["peak batch"] == "0 sequences"
+    assert rows["evictions"] == "0 blocks"
+    assert rows["requests rejected"] == "50"

@@ -264,6 +264,23 @@ _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
 )
 
 
+# The table's figures that are means over the busy time or rates over the prompts admitted: none without
+# a step.
+_OVER_STEPS = frozenset(
+    (
+        "kv_utilization",
+        "kv_allocated_fraction",
+        "internal_fragmentation",
+        "reservation_waste",
+        "external_fragmentation",
+        "mean_batch",
+        "prefix_hit_rate",
+        "prefix_hit_rate_first_admission",
+        "blocks_saved_by_sharing",
+    )
+)
+
+
 def _num(v: Any, unit: str = "") -> str:
     if v is None:
         return "-"
@@ -312,8 +329,13 @@ def render_table(
                     f" (one replica's: means time-weighted over {which}' busy time, peaks the fullest one's)"
                 )
         lines.append(f"== {title}{head} ==")
+        # A run in which no step ran (every request rejected at once) has no busy time to weigh its memory
+        # by, no batch and no prompt admitted: its means and rates are "-", not 0 (the summary's 0.0 for
+        # them); its peaks and counts are 0, which is true.
+        idle = not values.get("num_steps")
         lines += [
-            f"  {label:<36} {_num(values[k], unit):>14} {'' if unit in ('%', 'count') else unit}"
+            f"  {label:<36} {_num(None if idle and k in _OVER_STEPS else values[k], unit):>14} "
+            f"{'' if unit in ('%', 'count') else unit}"
             for k, label, unit in shown
         ]
         if title == "throughput":
