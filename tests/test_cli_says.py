@@ -247,3 +247,25 @@ def test_a_run_in_which_no_step_ran_shows_no_means(capsys):
     assert rows["peak batch"] == "0 sequences"
     assert rows["evictions"] == "0 blocks"
     assert rows["requests rejected"] == "50"
+
+
+def test_a_replica_routed_no_request_has_no_hit_rate(capsys):
+    """Two requests over four replicas (round-robin): replicas 2 and 3 admit nothing, so their hit rate is
+    "-" (it read 0.0 %), while the two that ran show theirs."""
+    argv = [
+        "run",
+        "--requests",
+        "2",
+        "--replicas",
+        "4",
+        "--time-model",
+        "ticks",
+        "--num-gpu-blocks-override",
+        "300",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(out) if line.startswith("== fleet: 4 replicas"))
+    rows = [line.split() for line in out[head + 2 : head + 6]]
+    assert [r[1] for r in rows] == ["1", "1", "0", "0"]
+    assert [r[3] for r in rows] == ["0.0", "0.0", "-", "-"]

@@ -513,7 +513,8 @@ def render_fleet(result: Any) -> str:
             str(i),
             f"{x['num_requests']:,}",
             _num(x["throughput_rps"]),
-            _num(x["prefix_hit_rate"], "%"),
+            # (a replica that admitted no prompt has no hit rate: "-", not 0.0 %)
+            _num(x["prefix_hit_rate"] if x.get("num_steps") else None, "%"),
             _num(None if ttft is None else 1000 * ttft),
             f"{x['preemptions']:,}",
         )
