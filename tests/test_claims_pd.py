@@ -151,3 +151,20 @@ def test_the_experiment_is_registered_and_drawn(tmp_path):
     path = plot_pd_goodput(frame, tmp_path / "pd.png")
     assert path.exists()
     assert path.stat().st_size > 10_000
+
+
+def test_the_module_reads_its_arguments(tmp_path, monkeypatch, capsys):
+    """`python -m kvsim.analysis.claims_pd --help` printed nothing and wrote its runs into a folder named
+    `--help`: now it prints its usage and an unknown flag is one line and status 2."""
+    from kvsim.analysis.claims_pd import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    assert "usage: python -m kvsim.analysis.claims_pd [-h] [RESULTS_DIR]" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["--bogus"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("unrecognized arguments: --bogus")
+    assert list(tmp_path.iterdir()) == []

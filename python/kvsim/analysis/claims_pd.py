@@ -358,7 +358,16 @@ def _why_differs(kind: str, level_rows: pl.DataFrame) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    results_dir = Path(argv[0]) if argv else Path("results")
+    """`python -m kvsim.analysis.claims_pd [RESULTS_DIR]`: the P/D claims' runs, verdicts and plot."""
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python -m kvsim.analysis.claims_pd",
+        description="The claims suite's P/D claims alone: runs (cached in RESULTS_DIR/claims), verdicts, "
+        "and RESULTS_DIR/plots/pd_goodput.png.",
+    )
+    p.add_argument("results_dir", nargs="?", default="results", type=Path, metavar="RESULTS_DIR")
+    results_dir = p.parse_args(list(argv)).results_dir
     t0 = time.perf_counter()
     res = run_pd(pd_experiments(), results_dir / "claims")
     for c in pd_claims(res):
