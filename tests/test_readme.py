@@ -136,3 +136,52 @@ def test_the_readme_run_examples_print_what_it_shows(cmd, shown, capsys):
             continue
         pattern = ".*?".join(re.escape(part.strip()) for part in line.split("...") if part.strip())
         assert re.search(pattern, printed), f"README shows {line!r}; {cmd} prints:\n{printed}"
+
+
+def test_the_readme_plan_sentence_prints_what_it_says(capsys):
+    """The capacity search's sentence quotes a `kvsim plan` run's last line (its rate went stale once, 8.473
+    beside a run that printed 8.398): each part of the quote between `...` is in what it prints now."""
+    import shlex
+
+    from kvsim.cli import main
+    from kvsim.workloads import traces_dir
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(r"\(`(kvsim plan [^`]+)` ends `(converged: [^`]+)`", text)
+    assert m, "the README's plan sentence"
+    if not (traces_dir() / "mooncake").is_dir():
+        pytest.skip("the Mooncake traces are absent")
+    assert main(shlex.split(m.group(1))[1:]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    for part in m.group(2).split("..."):
+        assert part.strip() in printed, (part, printed[-600:])
+
+
+def test_the_readme_state_layers_sentence_is_its_runs(capsys):
+    """The sentence before the Qwen3-Next example quotes that run's prefix hit rate and, without prefix
+    caching, its concurrency and mean TTFT (two of them went stale once, 8.6 % and 17.78x): each is what
+    the command prints now."""
+    import shlex
+
+    from kvsim.cli import main
+    from kvsim.workloads import traces_dir
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(
+        r"Qwen3-Next hits ([\d.]+ %) of its prompt tokens with prefix caching on\. With "
+        r"`--no-enable-prefix-caching` it hits none, its concurrency is ([\d.]+x) .*? and its mean TTFT "
+        r"([\d.,]+) ms",
+        text,
+    )
+    assert m, "the README's Qwen3-Next sentence"
+    if not (traces_dir() / "mooncake").is_dir():
+        pytest.skip("the Mooncake traces are absent")
+    cmd = "kvsim run --model qwen3-next-80b-a3b --gpu h200 -tp 2 --workload mooncake-conversation --requests 1000"
+    assert cmd in text
+    assert main(shlex.split(cmd)[1:]) == 0
+    assert re.search(rf"prefix hit rate\s+{re.escape(m.group(1))}", capsys.readouterr().out)
+    assert main([*shlex.split(cmd)[1:], "--no-enable-prefix-caching"]) == 0
+    out = capsys.readouterr().out
+    assert f"Maximum concurrency for 262,144 tokens per request: {m.group(2)}" in out
+    assert re.search(rf"TTFT\s+{re.escape(m.group(3))}\s", out)
+    assert re.search(r"prefix hit rate\s+0\.0 %", out)
