@@ -193,6 +193,32 @@ def test_aggregate_mean_and_confidence_interval():
     assert agg["x_ci95"][0] == pytest.approx(12.706 * math.sqrt(2) / math.sqrt(2))
     assert agg["x_ci95"][1] == 0.0
     assert t_quantile_975(1000) == pytest.approx(1.9623, abs=1e-3)
+    assert "x_n" not in agg.columns  # (every seed has a value: its count is n_seeds)
+
+
+def test_aggregate_counts_only_the_seeds_with_a_value():
+    """Six seeds, two with an e2e p99 (the others finished no request): the mean and its 95 % interval
+    are over those two (t with 1 degree of freedom, over sqrt(2)), where the interval took t(5) / sqrt(6)
+    and came out ~8x too narrow; the count says 2 of 6."""
+    frame = pl.DataFrame(
+        {
+            "workload": ["w"] * 6,
+            "seed": list(range(6)),
+            "point_id": [f"p{i}" for i in range(6)],
+            "e2e": [0.150, None, None, 0.912, None, None],
+            "steps": [3, 0, 0, 5, 0, 0],
+        }
+    )
+    agg = aggregate(frame, metrics=["e2e", "steps"])
+    assert agg["n_seeds"].to_list() == [6]
+    assert agg["e2e_n"].to_list() == [2]
+    assert agg["e2e_mean"][0] == pytest.approx(0.531)
+    std = math.sqrt(((0.150 - 0.531) ** 2 + (0.912 - 0.531) ** 2) / 1)
+    assert agg["e2e_ci95"][0] == pytest.approx(t_quantile_975(1) * std / math.sqrt(2))
+    assert agg["steps_ci95"][0] == pytest.approx(t_quantile_975(5) * agg["steps_std"][0] / math.sqrt(6))
+    one = aggregate(frame.filter(pl.col("seed") <= 2), metrics=["e2e"])
+    assert one["e2e_n"].to_list() == [1]
+    assert one["e2e_ci95"].to_list() == [None]  # one value: no interval
 
 
 # -- the result store: parts while running, one table at the end ------------------------------------------

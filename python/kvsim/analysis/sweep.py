@@ -757,7 +757,9 @@ def aggregate(
 
     Returns:
         One row per group: the `by` columns, `n_seeds`, and `<m>_mean`, `<m>_std`, `<m>_ci95` per metric
-        (`ci95` = t(0.975, n-1) · std / sqrt(n), null for one seed).
+        (`ci95` = t(0.975, n-1) · std / sqrt(n), null for one value), each over the seeds with a value of
+        that metric (n of them: a null, such as a latency with no request finished, is no sample; `<m>_n`
+        when some seed has none).
     """
     if frame.height == 0:
         return frame
@@ -769,19 +771,24 @@ def aggregate(
     exprs: list[pl.Expr] = [pl.len().alias("n_seeds")]
     for m in metrics:
         col = pl.col(m).cast(pl.Float64)
-        exprs += [col.mean().alias(f"{m}_mean"), col.std().alias(f"{m}_std")]
+        # (polars' count is of the non-null values; a NaN is no value either)
+        n = col.fill_nan(None).count().alias(f"{m}_n")
+        exprs += [col.mean().alias(f"{m}_mean"), col.std().alias(f"{m}_std"), n]
     out = frame.group_by(by, maintain_order=True).agg(exprs)
-    tq = pl.Series("_t", [t_quantile_975(int(n) - 1) for n in out["n_seeds"]], dtype=pl.Float64)
-    out = out.with_columns(tq).with_columns(
-        [
-            pl.when(pl.col("n_seeds") > 1)
-            .then(pl.col("_t") * pl.col(f"{m}_std") / pl.col("n_seeds").cast(pl.Float64).sqrt())
-            .otherwise(None)
+    ci = []
+    for m in metrics:
+        counts = out[f"{m}_n"].to_list()
+        tq = pl.Series([t_quantile_975(int(k) - 1) if k > 1 else None for k in counts], dtype=pl.Float64)
+        ci.append(
+            (pl.lit(tq) * pl.col(f"{m}_std") / pl.col(f"{m}_n").cast(pl.Float64).sqrt())
+            .fill_nan(None)
             .alias(f"{m}_ci95")
-            for m in metrics
-        ]
-    )
-    return out.drop("_t")
+        )
+    out = out.with_columns(ci)
+    # (each metric's count only where it is not every seed's: a column that would say n_seeds again is
+    # left out)
+    same = [f"{m}_n" for m in metrics if (out[f"{m}_n"] == out["n_seeds"]).all()]
+    return out.drop(same)
 
 
 # The sweep's API; the names from kvsim.analysis.executors, sweep_store and kvsim.workloads.registry stay

@@ -362,11 +362,16 @@ def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
     cols = [pl.col(c) for c in axes] + [pl.col("n_seeds")]
     for m in show:
         mean = pl.col(f"{m}_mean").round_sig_figs(4)
-        cols.append(
-            pl.format("{} ± {}", mean, pl.col(f"{m}_ci95").round_sig_figs(2))
-            .fill_null(mean.cast(pl.String))
-            .alias(m)
+        cell = pl.format("{} ± {}", mean, pl.col(f"{m}_ci95").round_sig_figs(2)).fill_null(
+            mean.cast(pl.String)
         )
+        if f"{m}_n" in agg.columns:  # (some seeds without a value: the cell says over how many)
+            cell = (
+                pl.when(pl.col(f"{m}_n") < pl.col("n_seeds"))
+                .then(pl.format("{} ({} of {})", cell, pl.col(f"{m}_n"), pl.col("n_seeds")))
+                .otherwise(cell)
+            )
+        cols.append(cell.alias(m))
     return agg.select(cols)
 
 
