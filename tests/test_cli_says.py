@@ -269,3 +269,37 @@ def test_a_replica_routed_no_request_has_no_hit_rate(capsys):
     rows = [line.split() for line in out[head + 2 : head + 6]]
     assert [r[1] for r in rows] == ["1", "1", "0", "0"]
     assert [r[3] for r in rows] == ["0.0", "0.0", "-", "-"]
+
+
+def test_a_sweep_says_which_combinations_skip_invalid_left_out(capsys, tmp_path):
+    """--skip-invalid ran the valid points and said nothing of the rest (4 of 6 here): now a note lists
+    them with why."""
+    out = tmp_path / "s.parquet"
+    argv = [
+        "sweep",
+        "--base",
+        "model=opt-13b",
+        "--base",
+        "gpu=a100-40gb",
+        "--grid",
+        "tensor_parallel_size=1,2,3",
+    ]
+    argv += ["--grid", "policy=vllm,static", "--requests", "50", "--skip-invalid", "--output", str(out)]
+    assert main([*argv, "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "sweep: 2 points run" in printed
+    (note,) = [line for line in printed.splitlines() if line.startswith("note: ")]
+    assert note.startswith("note: 4 invalid grid combination(s) skipped (--skip-invalid): ")
+    assert "'policy': 'static'" in note
+    assert "'tensor_parallel_size': 3" in note
+
+
+def test_a_compare_whose_best_candidates_tie_says_so(capsys):
+    """Buddy and first-fit placement give the same paged run, so the same rate: 'best: placement=buddy'
+    named one of them for the order they were given in."""
+    argv = ["plan", "--model", "opt-13b", "--gpu", "a100-40gb", "--workload", "sharegpt", "--workers", "2"]
+    argv += ["--requests", "300", "--slo", "ttft_p99:2s", "--compare", "placement=buddy,first-fit"]
+    assert main(argv) == 0
+    (best,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("best: ")]
+    assert best.startswith("best: a tie at ")
+    assert best.endswith("between placement=buddy, placement=first-fit")

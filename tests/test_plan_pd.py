@@ -106,7 +106,7 @@ def test_an_slo_no_fleet_meets_is_said_plainly():
     r = best_split(_workload(30, 5.0), kvsim.SimConfig(**MODEL), {"tpot_p99": 1e-6}, max_gpus=3, workers=2)
     assert r.aggregated is None
     assert r.split is None
-    assert "aggregated: no fleet of at most 3 GPUs meets tpot_p99 <= 1e-06 s" in r.message
+    assert "aggregated: no fleet of at most 3 GPUs meets the SLOs at 5 req/s under tpot_p99 <= 1e-06 s" in r.message
     assert "disaggregated: no split of at most 3 GPUs meets the SLOs" in r.message
     assert r.split_goodput_per_gpu is None
 

@@ -150,7 +150,7 @@ class SplitPlan:
         at = f"at {self.rate:.4g} req/s under {slos}"
         lines = []
         if self.aggregated is None:
-            lines.append(f"aggregated: no fleet of at most {self.max_gpus} GPUs meets {slos} {at[3:]}")
+            lines.append(f"aggregated: no fleet of at most {self.max_gpus} GPUs meets the SLOs {at}")
         else:
             lines.append(
                 f"aggregated: {self.aggregated} replicas = {self.aggregated_gpus} GPUs, "

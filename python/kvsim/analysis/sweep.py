@@ -476,6 +476,14 @@ class SweepSpec:
             InvalidArgumentError: a bad option, an unknown workload or base field, or invalid combinations
                 (every one is listed unless `skip_invalid`).
         """
+        return self._expand(skip_invalid)[0]
+
+    def invalid(self) -> list[str]:
+        """The grid's invalid combinations, each with why (those `points(skip_invalid=True)` leaves out)."""
+        return self._expand(True)[1]
+
+    def _expand(self, skip_invalid: bool) -> tuple[list[Point], list[str]]:
+        """`points` and the invalid combinations it left out (raising for them unless `skip_invalid`)."""
         from kvsim.workloads.specs import plain_number
 
         # A float or a bool is refused, not truncated or taken as 1; a numpy integer is its int
@@ -567,7 +575,7 @@ class SweepSpec:
             )
         if not points:
             raise InvalidArgumentError("the grid has no valid points")
-        return points
+        return points, bad
 
 
 def _check_synthetic(name: str, params: Mapping[str, Any], grid: Mapping[str, Sequence[Any]]) -> None:

@@ -415,6 +415,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         f"{spec.name}: {outcome.ran} points run, {outcome.skipped} already in {outcome.path} "
         f"({outcome.wall_s:.1f} s)"
     )
+    if args.skip_invalid:
+        bad = spec.invalid()
+        if bad:  # (what --skip-invalid left out, and why: it said nothing)
+            shown = "; ".join(bad[:8]) + (f"; ... and {len(bad) - 8} more" if len(bad) > 8 else "")
+            print(f"note: {len(bad)} invalid grid combination(s) skipped (--skip-invalid): {shown}")
     if show and outcome.frame.height:
         import polars as pl
 

@@ -338,7 +338,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print()
         print(_ranking_table(ranking.table))
         print()
-        print(f"best: {ranking.best}" if ranking.best is not None else "best: none (no candidate passed)")
+        print(_best_line(ranking))
         if plot is not None:
             print(f"plot: {plot} (the best candidate's search)")
         return 0
@@ -420,6 +420,23 @@ def _json_head(args: argparse.Namespace, config: Any, info: dict[str, Any], back
         "workload": info,
         "backend": backend,
     }
+
+
+def _best_line(ranking: Any) -> str:
+    """The compared candidates' answer: the best, or the candidates tied at the best rate (the order given
+    decides nothing then), or none."""
+    if ranking.best is None:
+        return "best: none (no candidate passed)"
+    t = ranking.table
+    top = t["rate"][0]
+    tied = [
+        c
+        for c, r, st in zip(t["candidate"], t["rate"], t["status"], strict=True)
+        if r == top and st == t["status"][0]
+    ]
+    if len(tied) > 1:
+        return f"best: a tie at {top:.4g} req/s ({t['status'][0]}) between {', '.join(tied)}"
+    return f"best: {ranking.best}"
 
 
 def _ranking_table(table: Any) -> str:
