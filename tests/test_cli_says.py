@@ -303,3 +303,26 @@ def test_a_compare_whose_best_candidates_tie_says_so(capsys):
     (best,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("best: ")]
     assert best.startswith("best: a tie at ")
     assert best.endswith("between placement=buddy, placement=first-fit")
+
+
+def test_a_smallest_kv_cache_search_probes_no_cache_the_gpu_cannot_hold(capsys):
+    """--smallest kv_cache_bytes on a GPU: its default cap (64 x the config's own) reached caches that do
+    not fit beside the weights; refused, they counted as failures above passing sizes ("NOT MONOTONE").
+    The cap is now what the GPU holds (`kvsim.plan.smallest_memory`'s `high` above it is refused, below)."""
+    argv = ["plan", "--model", "opt-13b", "--gpu", "a100-40gb", "--workload", "sharegpt", "--workers", "2"]
+    argv += ["--requests", "300", "--slo", "ttft_p99:2s", "--smallest", "kv_cache_bytes", "--rate", "2.5"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "NOT MONOTONE" not in out
+    assert "does not fit" not in out
+    assert "converged: smallest kv_cache_bytes" in out
+    import kvsim
+    from kvsim.analysis.plan import smallest_memory
+    from kvsim.errors import InvalidArgumentError
+    from kvsim.workloads import synthetic
+
+    cfg = kvsim.SimConfig(model="opt-13b", gpu="a100-40gb")
+    with pytest.raises(
+        InvalidArgumentError, match=r"high 1e\+11: kv_cache_bytes above .* does not fit a100-40gb"
+    ):
+        smallest_memory(synthetic(10), cfg, {"ttft_p99": 2.0}, rate=1.0, knob="kv_cache_bytes", high=1e11)

@@ -59,6 +59,7 @@ from kvsim.analysis.plan_search import (
     parse_slos,
 )
 from kvsim.errors import InvalidArgumentError, UnsplittableModelError
+from kvsim.model.units import fmt_bytes
 from kvsim.reference.engine import REJECT_REASONS
 
 RATE_RANGE = 2.0**12  # the default cap and floor of a rate search: the start rate x and / this factor
@@ -556,6 +557,20 @@ def smallest_replicas(
     )  # fmt: skip
 
 
+def _kv_room(config: Any) -> int | None:
+    """The most KV cache bytes one GPU of `config` holds beside its weights (`kv_cache_bytes` above it is
+    refused: `kvsim.model.sizing`), None without a model and a GPU."""
+    if getattr(config, "gpu", None) is None or getattr(config, "model", None) is None:
+        return None
+    try:
+        pool = config.replace(kv_cache_bytes=None, num_blocks=None).pool
+    except InvalidArgumentError:
+        return None  # (the model does not fit the GPU at all: every probe says so)
+    if pool.memory_bytes is None or pool.weight_bytes is None:
+        return None
+    return max(int(pool.memory_bytes) - int(pool.weight_bytes), 0)
+
+
 def smallest_memory(
     workload: Any,
     config: Any,
@@ -616,6 +631,14 @@ def smallest_memory(
         lo_d, hi_d = float(2**20), own * 64
         if pool.kv_bytes_per_token:
             hi_d = min(hi_d, most * pool.block_size * pool.kv_bytes_per_token)
+        room = _kv_room(config)
+        if room is not None:  # (a larger cache does not fit beside the weights: refused, not a failure)
+            hi_d = min(hi_d, float(room))
+            if high is not None and float(high) > room:
+                raise InvalidArgumentError(
+                    f"high {float(high):g}: kv_cache_bytes above {room} B ({fmt_bytes(room)}) does not fit "
+                    f"{config.gpu} beside {config.model}'s weights"
+                )
     else:
         own = float(config.gpu_memory_utilization)
         lo_d, hi_d = 0.01, 1.0

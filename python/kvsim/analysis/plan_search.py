@@ -418,8 +418,10 @@ class PlanResult:
                 f"{self._fmt(hi)} fails; within {100 * (self.achieved or 0):.2g} % ≤ {100 * self.precision:g} %)",
                 "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
                 f"{self._fmt(lo)} passes, {self._fmt(hi)} fails",
-                "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: "
-                "the configuration is not saturated (raise max_rate)",
+                "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: at such rates "
+                "the workload's requests arrive nearly at once, so this says the whole run served as one burst "
+                "meets the SLOs, not that the rate can be sustained (more requests make a run outlast the "
+                "SLOs; or tighten them, or raise max_rate)",
                 "below-floor": f"fails {slos} at every rate probed, down to the floor {self._fmt(hi)}: "
                 + (self._unloaded_failure() or "no rate meets the SLOs (lower min_rate, or loosen the SLOs)"),
             }[self.status]
