@@ -300,9 +300,16 @@ def test_a_compare_whose_best_candidates_tie_says_so(capsys):
     argv = ["plan", "--model", "opt-13b", "--gpu", "a100-40gb", "--workload", "sharegpt", "--workers", "2"]
     argv += ["--requests", "300", "--slo", "ttft_p99:2s", "--compare", "placement=buddy,first-fit"]
     assert main(argv) == 0
-    (best,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("best: ")]
+    out = capsys.readouterr().out.splitlines()
+    (best,) = [line for line in out if line.startswith("best: ")]
     assert best.startswith("best: a tie at ")
     assert best.endswith("between placement=buddy, placement=first-fit")
+    # The header's pool is every candidate's here; over block sizes it is the base config's only.
+    (pool,) = [line for line in out if line.startswith("pool: ")]
+    assert "the probes vary it" not in pool
+    assert main([*argv[:-1], "block_size=8,16,32"]) == 0
+    (pool,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pool: ")]
+    assert pool.endswith("(the base config's: the probes vary it)")
 
 
 def test_a_smallest_kv_cache_search_probes_no_cache_the_gpu_cannot_hold(capsys):

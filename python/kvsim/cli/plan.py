@@ -320,7 +320,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         else "probes scale its arrivals"
     )
     print(f"workload: {info['name']}, {info['requests']:,} requests; {target}")
-    print(config.pool.line())
+    # (the base config's pool; a search over memory, or candidates that cut it otherwise, probe others)
+    varies = args.smallest in ("num_blocks", "kv_cache_bytes", "gpu_memory_utilization") or (
+        args.compare is not None and _compare_cuts_the_pool(config, args.compare)
+    )
+    print(config.pool.line() + (" (the base config's: the probes vary it)" if varies else ""))
     print(config.time_line())
     if args.smallest != "replicas" and config.prefill_replicas:  # the disaggregated fleet every probe runs
         print(
@@ -420,6 +424,20 @@ def _json_head(args: argparse.Namespace, config: Any, info: dict[str, Any], back
         "workload": info,
         "backend": backend,
     }
+
+
+def _compare_cuts_the_pool(config: Any, text: str) -> bool:
+    """Whether some candidate of `--compare` runs another pool than `config`'s (a block size cuts the same
+    memory into other blocks): the header's pool line is then the base config's only."""
+    _, changes = _compare(text)
+    for change in changes:
+        try:
+            other = config.replace(**change)
+        except InvalidArgumentError:
+            continue  # (a refused candidate runs nothing)
+        if (other.num_blocks, other.engine_block_size) != (config.num_blocks, config.engine_block_size):
+            return True
+    return False
 
 
 def _best_line(ranking: Any) -> str:
