@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -67,6 +68,15 @@ def test_split_search_equals_the_brute_force_on_monotone_fleets(first, drops, ag
         assert r.split_gpus == sum(r.split)
         assert r.split_goodput_per_gpu == pytest.approx(r.rate / sum(r.split))
     assert all(p + d <= max_gpus for p, d in calls)
+    # Each P's row says the most decode replicas its search could take, and no probe went past it; a
+    # P whose search found none within it has no cheaper split there than the best (or none at all).
+    table = r.table()
+    for row in table.filter(pl.col("prefill") > 0).iter_rows(named=True):
+        p, most = row["prefill"], row["max_decode"]
+        assert 1 <= most <= max_gpus - p
+        assert all(d <= most for q, d in calls if q == p)
+        if row["decode"] is None and r.split is not None:
+            assert sum(r.split) <= p + most + 1
 
 
 def test_split_search_on_a_tiny_engine_fleet_equals_the_brute_force():
@@ -106,7 +116,10 @@ def test_an_slo_no_fleet_meets_is_said_plainly():
     r = best_split(_workload(30, 5.0), kvsim.SimConfig(**MODEL), {"tpot_p99": 1e-6}, max_gpus=3, workers=2)
     assert r.aggregated is None
     assert r.split is None
-    assert "aggregated: no fleet of at most 3 GPUs meets the SLOs at 5 req/s under tpot_p99 <= 1e-06 s" in r.message
+    assert (
+        "aggregated: no fleet of at most 3 GPUs meets the SLOs at 5 req/s under tpot_p99 <= 1e-06 s"
+        in r.message
+    )
     assert "disaggregated: no split of at most 3 GPUs meets the SLOs" in r.message
     assert r.split_goodput_per_gpu is None
 

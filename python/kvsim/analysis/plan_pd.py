@@ -88,6 +88,9 @@ class SplitPlan:
         aggregated_search: the aggregated fleet's `PlanResult` (axis `replicas`).
         split_searches: P -> the bisection over D at that P.
         slos: the bounds.
+        split_caps: P -> the most decode replicas its bisection could take: the GPU limit, the least D
+            found at a smaller P (more prefill replicas never need more), and only a split strictly
+            cheaper than the best so far (an `above-cap` there says no cheaper split exists at that P).
     """
 
     rate: float
@@ -98,6 +101,7 @@ class SplitPlan:
     aggregated_search: PlanResult
     split_searches: dict[int, PlanResult] = field(default_factory=dict)
     slos: tuple[SLO, ...] = ()
+    split_caps: dict[int, int] = field(default_factory=dict)
 
     @property
     def aggregated_gpus(self) -> int | None:
@@ -129,19 +133,25 @@ class SplitPlan:
 
     def table(self) -> pl.DataFrame:
         """One row per search: `fleet` (`aggregated` or `P=<p>`), `prefill`, `decode` (the answer of
-        the bisection, None if none passed), `gpus`, `goodput_per_gpu`, `status`, `probes`, `monotone`."""
+        the bisection, None if none passed), `max_decode` (the most it could take: `split_caps`; for the
+        aggregated fleet its replicas' limit), `gpus`, `goodput_per_gpu` (the target rate over the GPUs),
+        `status`, `probes`, `monotone`."""
         rows: list[dict[str, Any]] = []
         searches: list[tuple[str, int, PlanResult]] = [("aggregated", 0, self.aggregated_search)]
         searches += [(f"P={p}", p, r) for p, r in self.split_searches.items()]
         for name, p, r in searches:
             n = None if r.value is None else int(r.value)
             gpus = None if n is None else (n + p) * self.gpus_per_replica
-            rows.append({"fleet": name, "prefill": p, "decode": n, "gpus": gpus,
+            most = self.split_caps.get(p) if p else self.max_gpus // self.gpus_per_replica
+            rows.append({"fleet": name, "prefill": p, "decode": n, "max_decode": most, "gpus": gpus,
                          "goodput_per_gpu": None if gpus is None else self.rate / gpus,
                          "status": r.status, "probes": r.probes.height, "monotone": r.monotone})  # fmt: skip
         return pl.DataFrame(
-            rows, schema_overrides={"decode": pl.Int64, "gpus": pl.Int64, "goodput_per_gpu": pl.Float64}
-        )
+            rows,
+            schema_overrides={
+                "decode": pl.Int64, "max_decode": pl.Int64, "gpus": pl.Int64, "goodput_per_gpu": pl.Float64
+            },
+        )  # fmt: skip
 
     @property
     def message(self) -> str:
@@ -291,6 +301,7 @@ def best_split(
     )
     agg = None if aggregated.value is None else int(aggregated.value)
     searches: dict[int, PlanResult] = {}
+    caps: dict[int, int] = {}
     best: tuple[int, int] | None = None
     d_cap = most - 1
     for p in range(1, most):
@@ -304,12 +315,13 @@ def best_split(
             probe=probe_at(p), **common,
         )  # fmt: skip
         searches[p] = res
+        caps[p] = cap
         if res.value is not None:
             d = int(res.value)
             d_cap = d  # monotone in P: more prefill replicas never need more decode replicas
             if best is None or p + d < sum(best):
                 best = (p, d)
-    return SplitPlan(r, tp, max_gpus, agg, best, aggregated, searches, slos_)
+    return SplitPlan(r, tp, max_gpus, agg, best, aggregated, searches, slos_, caps)
 
 
 # ------------------------------------------------------------------------------------ fleets' knees

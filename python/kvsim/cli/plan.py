@@ -389,13 +389,16 @@ def _split(
     print(config.time_line())
     print(
         f"fleets: replicas of {result.gpus_per_replica} GPU(s) each, router {config.router}, at most "
-        f"{result.max_gpus} GPUs; P=<p>: the fewest decode replicas with p prefill replicas"
+        f"{result.max_gpus} GPUs; P=<p>: the fewest decode replicas with p prefill replicas, searched up to "
+        "'most' (the GPUs left, the fewest found at a smaller P, and only splits cheaper than the best so "
+        "far: above-cap there means no cheaper split at that P); req/s per GPU: the target rate over the GPUs"
     )
     print()
-    rows = [["fleet", "prefill", "decode", "GPUs", "req/s per GPU", "status", "probes", "monotone"]]
+    rows = [["fleet", "prefill", "decode", "most", "GPUs", "req/s per GPU", "status", "probes", "monotone"]]
     for r in result.table().iter_rows(named=True):
         rows.append(
             [r["fleet"], str(r["prefill"]), "-" if r["decode"] is None else str(r["decode"]),
+             "-" if r["max_decode"] is None else str(r["max_decode"]),
              "-" if r["gpus"] is None else str(r["gpus"]),
              "-" if r["goodput_per_gpu"] is None else f"{r['goodput_per_gpu']:.4g}",
              r["status"], str(r["probes"]), "yes" if r["monotone"] else "NO"]
