@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The Rust extension's profile-guided release build (README §Install, DESIGN.md §Build), run by `make dev`:
+# The Rust extension's profile-guided release build (README §Two commands, DESIGN.md §The build: profile-
+# guided), run by `make dev` and `make gpu-test`:
 #   1. an instrumented build (rustc -Cprofile-generate) installed into the venv,
 #   2. the training runs (scripts/pgo_train.py) write their profiles,
 #   3. llvm-profdata merges them,
 #   4. the release build that is installed reads them (rustc -Cprofile-use).
-# Steps 1-3 run only when the profile is missing or older than the Rust sources, Cargo's files, the
-# training script or the compiler (its key, below); otherwise only step 4 runs (a no-op for Cargo when
-# nothing changed). Without an llvm-profdata that reads this rustc's profiles (rustup's llvm-tools, else
+# Steps 1-3 run only when no profile was made for the compiler, RUSTFLAGS, the Rust sources, Cargo's files
+# and these two scripts as they are now (its key, below); otherwise only step 4 runs (a no-op for Cargo
+# when nothing changed). Without an llvm-profdata that reads this rustc's profiles (rustup's llvm-tools, else
 # Debian's llvm-profdata-NN), or with PGO=0, it builds without a profile and says so.
 #
 #   scripts/pgo_build.sh [EXTRAS]      # EXTRAS: the package's extras to install (default: test)

@@ -1,8 +1,9 @@
-"""The training runs of the extension's profile-guided build (`scripts/pgo_build.sh`, README §Install):
-the engine's paths a user's runs take, each run a few seconds in the instrumented build, so that the
-compiler lays out and inlines for where the time goes. Deliberately not the benchmarks' workloads
-(`bench/`): other seeds, request counts, pools and tier sizes, plus paths the benchmarks never take (a tier
-hit often, a model and GPU with the roofline clock, a hybrid model, a fleet, P/D, another policy).
+"""The training runs of the extension's profile-guided build (`scripts/pgo_build.sh`; DESIGN.md §The
+build: profile-guided): the engine's paths a user's runs take, each run a few seconds in the instrumented
+build, so that the compiler lays out and inlines for where the time goes. Deliberately not the
+benchmarks' workloads (`bench/`): other seeds, request counts, pools and tier sizes, plus paths the
+benchmarks never take (a tier hit often, a model and GPU with the roofline clock, a hybrid model, a fleet,
+P/D, another policy).
 
     python scripts/pgo_train.py
 """
