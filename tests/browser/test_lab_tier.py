@@ -136,6 +136,10 @@ def test_a_held_request_is_shown_neither_running_nor_computing(lab: LabPage) -> 
         # Its tokens count as stored from the load's admission (the engine's accounting): the occupancy
         # says so while they are on the link.
         assert ("on the link" in lab.page.inner_text("#insp-occupancy")) == loading
+        # The paged panel's "Stored" says how much of it is still on the link: req-8's 6 chunks of one
+        # 2 MiB block while the load is in flight, nothing once it has landed.
+        stored = lab.page.inner_text("#paged-stored")
+        assert stored.endswith("(12.00 MiB of it still on the link from the CPU tier)") == loading, stored
     # The step that admitted the load (state 41) names the transfer and the tokens it spares.
     lab.seek(41)
     flows = lab.page.eval_on_selector_all(

@@ -157,7 +157,13 @@ export class Panels {
     }
     // Paged panel.
     const alloc = r.metric("paged_allocated_bytes");
-    const stored = setMetric($("paged-stored"), r, "paged_stored_bytes", bytes);
+    // (a CPU tier's load in flight: its blocks count as stored from the load's admission, the engine's
+    // accounting, though their KV is still on the link; the figure says how much of it that is)
+    const tier = r.bundle.tier;
+    const onLink = tier && r.hasMetric("cpu_loading_chunks")
+      ? r.metric("cpu_loading_chunks") * tier.blocks_per_chunk * r.bundle.bytes_per_block : 0;
+    const stored = setMetric($("paged-stored"), r, "paged_stored_bytes",
+      (v) => (onLink > 0 && v !== null ? `${bytes(v)} (${bytes(onLink)} of it still on the link from the CPU tier)` : bytes(v)));
     const slack = setMetric($("paged-slack"), r, "paged_tail_slack_bytes",
       (v) => `${bytes(v)} (${pct(r.metric("paged_tail_slack_fraction"))})`);
     setWidth($("paged-stored-bar"), `${alloc ? (100 * stored) / alloc : 0}%`);
