@@ -557,20 +557,6 @@ def smallest_replicas(
     )  # fmt: skip
 
 
-def _kv_room(config: Any) -> int | None:
-    """The most KV cache bytes one GPU of `config` holds beside its weights (`kv_cache_bytes` above it is
-    refused: `kvsim.model.sizing`), None without a model and a GPU."""
-    if getattr(config, "gpu", None) is None or getattr(config, "model", None) is None:
-        return None
-    try:
-        pool = config.replace(kv_cache_bytes=None, num_blocks=None).pool
-    except InvalidArgumentError:
-        return None  # (the model does not fit the GPU at all: every probe says so)
-    if pool.memory_bytes is None or pool.weight_bytes is None:
-        return None
-    return max(int(pool.memory_bytes) - int(pool.weight_bytes), 0)
-
-
 def smallest_memory(
     workload: Any,
     config: Any,
@@ -631,8 +617,13 @@ def smallest_memory(
         lo_d, hi_d = float(2**20), own * 64
         if pool.kv_bytes_per_token:
             hi_d = min(hi_d, most * pool.block_size * pool.kv_bytes_per_token)
-        room = _kv_room(config)
+        room = pool.kv_room_bytes
         if room is not None:  # (a larger cache does not fit beside the weights: refused, not a failure)
+            if room < lo_d:
+                raise InvalidArgumentError(
+                    f"knob kv_cache_bytes: {config.model}'s weights leave {fmt_bytes(room)} of {config.gpu}: "
+                    "no KV cache to search over"
+                )
             hi_d = min(hi_d, float(room))
             if high is not None and float(high) > room:
                 raise InvalidArgumentError(

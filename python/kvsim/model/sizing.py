@@ -204,6 +204,8 @@ class PoolSizing:
         tower_bytes: one GPU's share of a multimodal checkpoint's towers kvsim counts (part of the weights),
             or None without a model.
         rope_cache_bytes: the rotary caches every GPU holds (part of the weights), or None without a model.
+        kv_room_bytes: with a model and a GPU, the most KV cache one GPU holds beside its weights (device
+            memory less the weights: a `kv_cache_bytes` above it is refused), else None.
     """
 
     num_blocks: int
@@ -226,6 +228,7 @@ class PoolSizing:
     figures: StartupFigures | None = None
     tower_bytes: int | None = None
     rope_cache_bytes: int | None = None
+    kv_room_bytes: int | None = None
 
     @property
     def tokens(self) -> int:
@@ -403,6 +406,7 @@ def size_pool(
         "layout": layout,
         "tower_bytes": m.tower_bytes if m else None,
         "rope_cache_bytes": m.rope_cache_bytes if m else None,
+        "kv_room_bytes": max(g.memory_bytes - m.loaded_bytes, 0) if m is not None and g is not None else None,
     }
     context = max_model_len if max_model_len is not None else (m.max_model_len if m else 0)
     in_flight = 2 * max_num_batched_tokens  # vLLM's async scheduling keeps two batches in flight
@@ -443,7 +447,7 @@ def size_pool(
     assert layout is not None
     if kv_cache_bytes is not None:
         if g is not None:
-            _check_kv_cache_bytes_fit(kv_cache_bytes, m, g)
+            _check_kv_cache_bytes_fit(kv_cache_bytes, m, g, common["kv_room_bytes"])
         blocks = _blocks(kv_cache_bytes, m, layout, "kv_cache_bytes")
         return PoolSizing(
             num_blocks=blocks,
@@ -516,18 +520,18 @@ def _check_one_request(kv: int, m: Model, layout: KVLayout, context: int, in_fli
     )
 
 
-def _check_kv_cache_bytes_fit(kv: int, m: Model, g: Gpu) -> None:
+def _check_kv_cache_bytes_fit(kv: int, m: Model, g: Gpu, room: int) -> None:
     """vLLM 0.33.0 takes `--kv-cache-memory-bytes` (one GPU's KV cache) as it is, with no check against the
     device (`v1/worker/gpu_worker.py` `determine_available_memory`, ~656-681), and allocates it in one
     buffer after the weights (`v1/worker/utils.py` ~595, `torch.zeros(...)`): a cache that with the weights
     exceeds the device's memory fails there (CUDA out of memory) whatever else it holds. Refused then; the
     CUDA context, the profile run's activations and CUDA graphs, which make a smaller cache fail too, are not
-    counted (a bound, not vLLM's exact limit)."""
-    if m.loaded_bytes + kv > g.memory_bytes:
+    counted (a bound, not vLLM's exact limit). `room`: the pool's `kv_room_bytes`."""
+    if kv > room:
         raise InvalidArgumentError(
             f"kv_cache_bytes {fmt_bytes(kv)}: with {m.name}'s weights ({fmt_bytes(m.loaded_bytes)} a GPU) it "
             f"exceeds {g.name}'s {fmt_bytes(g.memory_bytes)}; vLLM allocates it after the weights and fails "
-            f"(CUDA out of memory): at most {fmt_bytes(max(g.memory_bytes - m.loaded_bytes, 0))} fits"
+            f"(CUDA out of memory): at most {fmt_bytes(room)} fits"
         )
 
 
