@@ -119,6 +119,30 @@ def test_the_rtx_pro_6000_profile_is_fitted_within_its_held_out_rows():
 
 
 @needs_shared
+def test_the_readmes_calibrate_example_says_what_the_fit_gives():
+    """README's `kvsim calibrate` example quotes the fit's held-out medians (projections, attention) and the
+    decode-only attention rows' median: each as the fit gives it now."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    m = re.search(
+        r"kvsim calibrate (\S+)\n# \.\.\. per operator family: .*?\(projections ([\d.]+) %\n# held-out median; "
+        r"attention ([\d.]+) %, its decode-only rows ([\d.]+) %\)",
+        readme,
+    )
+    assert m, "the README's calibrate example"
+    assert m.group(1) == "../shared/validation/llmservingsim/profiles/RTXPRO6000/Llama-3.1-8B"
+    (prof,) = read_profile(SHARED / "llmservingsim" / "profiles" / "RTXPRO6000" / "Llama-3.1-8B")
+    fams = calibrate(prof).fit["families"]
+    figures = (
+        fams["projections"]["held_out_error"]["median"],
+        fams["attention"]["held_out_error"]["median"],
+        fams["attention"]["operators"]["decode only"]["median"],
+    )
+    assert tuple(f"{100 * f:.1f}" for f in figures) == m.groups()[1:]
+
+
+@needs_shared
 def test_splitwise_and_vidur_read_and_fit():
     profiles = read_profile(SHARED / "splitwise" / "perf_model.csv")
     assert {(p.model.name, p.gpu.name) for p in profiles} == {

@@ -168,3 +168,27 @@ def test_the_module_reads_its_arguments(tmp_path, monkeypatch, capsys):
     assert e.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith("unrecognized arguments: --bogus")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_readmes_pd_sentence_is_the_committed_rows():
+    """README's sentence on the `D-pd-*` claims quotes the goodput-per-GPU ratios of the committed rows
+    (results/claims/pd-goodput.parquet, written by `python -m kvsim.analysis.claims_pd results`): the
+    Mooncake trace's tight and loose levels and ShareGPT's tight one, and says which way each goes."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    text = " ".join((root / "README.md").read_text().split())
+    m = re.search(
+        r"on the Mooncake trace's long prompts disaggregation wins ([\d.]+)x under a tight TPOT and falls behind "
+        r"when loose \(([\d.]+)x\); on ShareGPT-like prompts it loses at every level \(([\d.]+)x when tight\)",
+        text,
+    )
+    assert m, "the README's P/D sentence"
+    frame = pl.read_parquet(root / "results" / "claims" / "pd-goodput.parquet")
+    moon = [r["ratio"] for r in claims_pd.comparison(frame, "mooncake-conversation")]
+    share = [r["ratio"] for r in claims_pd.comparison(frame, "sharegpt")]
+    assert len(moon) == len(share) == 5  # tight first, loose last (`level_index` order)
+    assert moon[0] > 1 > moon[-1]
+    assert max(share) < 1
+    assert (f"{moon[0]:.1f}", f"{moon[-1]:.2f}", f"{share[0]:.2f}") == m.groups()

@@ -3,10 +3,13 @@ results/startup.md): what vLLM's profiler measured, term by term, and the pool i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kvsim.analysis import startup_check
 
+ROOT = Path(__file__).resolve().parents[1]
 ROWS = startup_check.rows()
 # gpt-oss-20b: vLLM 0.19.0's Hopper layout padded the MXFP4 experts' shards (both dimensions to 64) and kept
 # their original scales beside the swizzled ones: 0.6 GiB a GPU at tp 2; kvsim pads as 0.33.0's Triton
@@ -75,3 +78,42 @@ def test_the_multimodal_runs_are_sized_with_their_towers():
     assert len(mm) == 4
     for r in mm:
         assert abs(r.available - r.logged("available_gib")) <= 0.25
+
+
+def test_the_committed_report_is_what_the_command_writes():
+    """results/startup.md is `python -m kvsim.analysis.startup_check`'s output now."""
+    assert (ROOT / "results" / "startup.md").read_text() == startup_check.document()
+
+
+def test_the_readmes_startup_sentence_is_the_check():
+    """README's sentence on the start-up check quotes its count of runs, the runs whose blocks are vLLM's
+    and the largest difference in the KV memory sized from the GPU for dense text models, MoE ones and
+    multimodal ones (and that most dense ones are closer): each as the check gives it now."""
+    import re
+
+    from kvsim.model.models import get
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(
+        r"sets kvsim beside (\d+) real start-ups of vLLM 0\.19\.0 .*? the blocks kvsim cuts from the KV memory "
+        r"vLLM logged are vLLM's, within that figure's rounding to hundredths of a GiB, in all (\d+) .*?, and "
+        r"the KV memory sized from the GPU is within ([\d.]+) GiB of vLLM's for the dense text models \(most "
+        r"within ([\d.]+)\), ([\d.]+) GiB for the MoE ones and ([\d.]+) GiB for the multimodal ones",
+        text,
+    )
+    assert m, "the README's start-up sentence"
+    assert int(m.group(1)) == int(m.group(2)) == len(ROWS)
+    assert all(lo - 1 <= int(r.log["kv_cache_blocks"]) <= hi + 1 for r in ROWS for lo, hi in [r.blocks])
+
+    def gap(r: startup_check.Row) -> float:
+        return abs(r.available - r.logged("available_gib"))
+
+    moe = [r for r in ROWS if not r.multimodal and get(r.log["kvsim_model"]).num_experts]
+    dense = [r for r in ROWS if not r.multimodal and r not in moe]
+    mm = [r for r in ROWS if r.multimodal]
+    assert moe
+    assert dense
+    assert mm
+    for part, quoted in ((dense, m.group(3)), (moe, m.group(5)), (mm, m.group(6))):
+        assert f"{max(map(gap, part)):.2f}" == quoted
+    assert sum(gap(r) <= float(m.group(4)) for r in dense) > len(dense) / 2

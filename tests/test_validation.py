@@ -81,3 +81,37 @@ def test_without_the_runs_it_says_so_and_exits_2(tmp_path, capsys):
     assert "no validation runs at" in err[0]
     claims = v.validation_claims(tmp_path / "none")
     assert [c.verdict for c in claims] == ["NOT TESTABLE"]
+
+
+@needs_shared
+def test_the_readmes_validation_sentence_is_the_runs(results):
+    """README quotes the calibrated roofline's errors: the dense run's TPOT, E2E and TTFT means, and the range
+    the tensor- and expert-parallel runs' step-time means (TPOT, ITL, E2E) fall short by; each as the runs
+    give it now (a README figure must not outlive the code that made it)."""
+    import re
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(
+        r"the calibrated roofline gives the dense single-GPU run \(Llama-3\.1-8B\) every mean and median "
+        r"within 10 % \(TPOT mean (\S+) %, E2E mean (\S+) %, TTFT mean (\S+) %\); the tensor-parallel "
+        r"Qwen3-32B \(TP 2 over PCIe\) and the expert-parallel Qwen3-30B-A3B \(DP 2 \+ EP\) run (\d+)-(\d+) % "
+        r"faster in kvsim than measured",
+        text,
+    )
+    assert m, "the README's validation sentence"
+
+    def err(name: str, key: str) -> float:
+        r = results[name]
+        return v._err(r["sims"]["calibrated"]["metrics"][key], r["measured"][key])
+
+    dense = "RTXPRO6000/Llama-3.1-8B"
+    for key, quoted in zip(("tpot_mean", "e2e_mean", "ttft_mean"), m.groups()[:3], strict=True):
+        assert f"{100 * err(dense, key):.1f}" == quoted.replace("−", "-"), key
+    for key in v.CLAIMED:
+        assert abs(err(dense, key)) <= v.TARGET, key
+    shorts = [
+        -100 * err(name, key)
+        for name in ("RTXPRO6000/Qwen3-32B", "RTXPRO6000/Qwen3-30B-A3B-Instruct-2507")
+        for key in ("tpot_mean", "itl_mean", "e2e_mean")
+    ]
+    assert (round(min(shorts)), round(max(shorts))) == (int(m.group(4)), int(m.group(5))), shorts
