@@ -185,10 +185,21 @@ def test_openapi_and_page(client):
         ({"kv_offloading_bytes": str(2**26), "policy": "reserve"}, "kv_offloading_bytes", 400),
         ({"preset": "memory-pressure", "kv_offloading_bytes": str(2**26)}, "kv_offloading_bytes", 400),
         ({"preset": "sliding-window", "kv_offloading_bytes": str(2**26)}, "kv_offloading_bytes", 400),
-        ({"preset": "cpu-tier", "enable_prefix_caching": "false"}, "kv_offloading_bytes", 400),
+        # (the field the client changed, not the preset's tier it conflicts with)
+        ({"preset": "cpu-tier", "enable_prefix_caching": "false"}, "enable_prefix_caching", 400),
         ({"kv_offloading_bytes": "4096"}, "kv_offloading_bytes", 400),  # under one 2 MiB chunk
         ({"kv_offloading_bytes": "-1"}, "kv_offloading_bytes", 400),
         ({"kv_offloading_bytes": "1.5"}, "kv_offloading_bytes", 400),
+        # Integers are ASCII digits: Python's int() read '1_0' as 10, '+1' and ' 1' as 1, Arabic-Indic ٣ as 3.
+        ({"step": "1_0"}, "step", 400),
+        ({"step": "+1"}, "step", 400),
+        ({"step": " 1"}, "step", 400),
+        ({"step": "\u0663"}, "step", 400),
+        ({"num_blocks": "\uff18"}, "num_blocks", 400),
+        ({"preset": "A" * 10_000}, "preset", 400),  # refused without echoing it
+        # A combination refused names the field the client gave, not the preset's value it conflicts with.
+        ({"preset": "sliding-window", "sampling": "fork-cow"}, "sampling", 400),
+        ({"preset": "memory-pressure", "policy": "reserve"}, "policy", 400),
     ],
 )
 def test_bad_parameters_answer_4xx_naming_the_field(client, params, field, status):
@@ -329,6 +340,7 @@ def test_unknown_endpoints_and_methods_answer_json(client: TestClient) -> None:
     assert r.status_code == 405
     assert r.json()["field"] == "method"
     assert "DELETE" in r.json()["error"]
+    assert set(r.headers["allow"].split(", ")) == {"GET", "HEAD"}  # (HTTP requires a 405 to say what is)
     r = client.get("/no-such-page")
     assert r.status_code == 404
     assert r.json() == {"error": r.json()["error"], "field": "path"}
@@ -360,6 +372,20 @@ def test_static_errors_answer_json(
     assert r.json()["field"] == "path"
 
 
+def test_an_error_is_short_and_names_the_block_a_state_layer_sets(client: TestClient) -> None:
+    """A value too long for any parameter is refused without echoing it back; a KV cache too small for a
+    hybrid model with state layers names its engine's block (544 tokens for Qwen3-Next at block_size 16,
+    which no smaller block size changes), not the 16 asked for."""
+    r = client.get("/api/state", params={"preset": "x" * 5000})
+    assert r.status_code == 400
+    assert len(r.text) < 300
+    r = client.get("/api/state", params={"preset": "state-layers", "kv_cache_bytes": "1"})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert "blocks of 544 tokens (block_size 16 raised to hold a state layer's page)" in err, err
+    assert err.endswith("or choose a smaller model"), err
+
+
 def test_presets_takes_no_parameters(client: TestClient) -> None:
     r = client.get("/api/presets?x=1")
     assert r.status_code == 400
@@ -374,3 +400,15 @@ def test_an_address_that_cannot_be_listened_on_warns_nothing(capsys: pytest.Capt
     with pytest.raises(InvalidArgumentError, match=r"999\.1\.1\.1"):
         serve("999.1.1.1", 0)
     assert "WARNING" not in capsys.readouterr().err
+
+
+def test_every_model_the_page_offers_runs():
+    """The page's model list holds only models the lab can draw: Gemma 4 (attention groups of 16- and
+    32-token blocks at every block size) was offered and then refused whenever chosen."""
+    from kvsim.lab.bundle import options, resolve
+
+    models = options()["models"]
+    assert "gemma-3-12b" in models
+    assert not [m for m in models if m.startswith("gemma-4")]
+    for m in models:
+        resolve("copilot", model=m, kv_cache_bytes=2**31)  # (raises for one it cannot draw)

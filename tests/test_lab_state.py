@@ -357,3 +357,22 @@ def test_sequences_are_named_as_the_page_names_them():
         "req-3",
         "req-4",
     ]
+
+
+def test_sample_blocks_are_keyed_by_the_sample_whose_output_they_hold():
+    """Under fork-cow the samples' blocks past the prompt hold different outputs: their keys name the sample
+    (`req-1·s2:block-3`), the shared partial block's the sample that wrote it in place (the others copied
+    theirs out), so no two blocks ever carry one key (three blocks read `req-1:block-3` at step 30)."""
+    from collections import Counter
+
+    checked = 0
+    num_steps = kvsim.lab.snapshot("parallel-sampling")["num_steps"]
+    for step in range(num_steps + 1):
+        snap = kvsim.lab.snapshot("parallel-sampling", step=step)
+        keys = Counter(b["prefix_key"] for b in snap["blocks"] if b["prefix_key"])
+        assert max(keys.values(), default=1) == 1, (step, keys.most_common(3))
+        for b in snap["blocks"]:
+            if b["prefix_key"] and "·s" in b["prefix_key"] and len(b["sequences"]) == 1:
+                assert b["prefix_key"].startswith(b["sequences"][0] + ":block-"), (step, b)
+                checked += 1
+    assert checked > 50

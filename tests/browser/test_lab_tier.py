@@ -256,3 +256,16 @@ def test_a_tier_of_many_chunks_is_one_bar_of_their_states(lab: LabPage) -> None:
     assert abs(shares["ready"] - shares["width"] * tier["ready_chunks"] / 2049) <= 2
     assert abs(shares["free"] - shares["width"] * tier["free_chunks"] / 2049) <= 2
     assert tier["ready_chunks"] > 0
+
+
+def test_the_charts_stored_area_says_it_includes_loads_in_flight(lab: LabPage) -> None:
+    """With a CPU tier the chart's "paged stored" counts a block a load is still filling from the load's
+    admission (the engine's accounting, as the panel and the inspector say): its legend entry says so and
+    explains it on hover; without a tier it reads as before."""
+    entry = '#chart-legend [data-series="paged_stored_bytes"]'
+    lab.open(preset="cpu-tier", step=41)
+    assert lab.page.inner_text(entry).strip() == "paged stored (loads in flight included)"
+    assert "still filling" in (lab.page.get_attribute(entry, "title") or "")
+    lab.open(preset="copilot", step=3)
+    assert lab.page.inner_text(entry).strip() == "paged stored"
+    assert lab.page.get_attribute(entry, "title") is None

@@ -82,11 +82,23 @@ class TooLarge(InvalidArgumentError):
 def model_names() -> list[str]:
     """The models the page offers: kvsim's presets and `EXTRA_MODELS`, by name; not DeepSeek-V4, whose
     groups' blocks of 4 to 256 tokens the page cannot draw in one block size (`check_layout`) and whose
-    layout takes no block size but its backend's (DESIGN.md §Hybrid attention)."""
+    layout takes no block size but its backend's (DESIGN.md §Hybrid attention), nor a model whose
+    attention groups have unequal pages at every block size (Gemma 4's full-attention heads are twice its
+    sliding-window heads: blocks of 32 tokens beside 16), which `check_layout` refuses."""
     names = {
-        n for n in models.names() if not any(lay.kind == "deepseek_v4" for lay in models.get(n).layer_list())
+        n
+        for n in models.names()
+        if not any(lay.kind == "deepseek_v4" for lay in models.get(n).layer_list()) and _drawable(n)
     }
     return sorted({*names, *EXTRA_MODELS})
+
+
+def _drawable(name: str) -> bool:
+    """Whether model `name`'s attention groups share one block size (`check_layout`'s rule, which no
+    block size changes: the groups' sizes keep their ratio)."""
+    lay = layout(name, 16)
+    sizes = {g.block_size for g in lay.groups if g.kind != "mamba"}
+    return len(sizes) <= 1 and lay.bytes_per_block % max(sizes, default=16) == 0
 
 
 def lab_model(model: Any) -> models.Model:
@@ -256,21 +268,30 @@ def _pool_blocks(kv_bytes: int, block_size: int, model: Any) -> int:
     """The blocks `kv_bytes` of KV cache holds (vLLM's `num_gpu_blocks`: memory ÷ bytes per block, its
     null block included), refused in plain words below 2 or past the page's cap."""
     name = model if isinstance(model, str) else model.name
-    per_block = bytes_per_block(model, block_size)
+    lay = layout(model, block_size)
+    per_block = lay.bytes_per_block
     blocks = kv_bytes // per_block
+    # A state layer's page sets a hybrid model's block (vLLM raises the block size to hold it): the block
+    # size asked for does not change it.
+    engine_bs = lay.block_size
+    raised = engine_bs != block_size and any(g.kind == "mamba" for g in lay.groups)
+    of = f"{engine_bs:,} tokens" + (
+        f" (block_size {block_size} raised to hold a state layer's page)" if raised else ""
+    )
     if blocks < 2:
+        smaller = "a smaller model" if raised else "a smaller block size or model"
         raise InvalidArgumentError(
             f"kv_cache_bytes {kv_bytes} ({fmt_bytes(kv_bytes)}) holds {blocks} block{'' if blocks == 1 else 's'} "
-            f"of {block_size} tokens of {name} ({fmt_bytes(per_block)} each) and a pool needs 2 (vLLM's null "
-            f"block and one to use): give the KV cache at least {fmt_bytes(2 * per_block)}, or choose a "
-            "smaller block size or model"
+            f"of {of} of {name} ({fmt_bytes(per_block)} each) and a pool needs 2 (vLLM's null block and one to "
+            f"use): give the KV cache at least {fmt_bytes(2 * per_block)}, or choose {smaller}"
         )
     cap = LIMITS["max_blocks"]
     if blocks > cap:
+        larger = "" if raised else ", or choose a larger block size"
         raise InvalidArgumentError(
-            f"kv_cache_bytes {kv_bytes} ({fmt_bytes(kv_bytes)}) holds {blocks:,} blocks of {block_size} tokens "
-            f"of {name}, more than the page draws (max_blocks {cap:,}): give the KV cache at most "
-            f"{fmt_bytes(cap * per_block)}, or choose a larger block size"
+            f"kv_cache_bytes {kv_bytes} ({fmt_bytes(kv_bytes)}) holds {blocks:,} blocks of {of} of {name}, more "
+            f"than the page draws (max_blocks {cap:,}): give the KV cache at most {fmt_bytes(cap * per_block)}"
+            f"{larger}"
         )
     return blocks
 

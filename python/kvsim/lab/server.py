@@ -9,11 +9,13 @@ the same shape (`http_error`); nothing else is caught, so a 5xx is a bug (the AP
 
 from __future__ import annotations
 
+import re
 import socket
 import sys
 import threading
 import webbrowser
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,9 @@ PARAMS: dict[str, tuple[str, str]] = {
     ),
 }
 CACHE_SIZE = 8
+# A query value's most characters (the longest a valid one takes is a few dozen), and what an integer is.
+MAX_VALUE_CHARS = 256
+INTEGER = re.compile(r"-?[0-9]+")
 
 
 def _encode(content: Any) -> bytes:
@@ -94,11 +99,13 @@ def _parse(request: Request, allowed: dict[str, tuple[str, str]]) -> dict[str, A
         if len(values) != 1:
             raise BadParameter(name, f"{name} given {len(values)} times")
         raw, kind = values[0], allowed[name][0]
+        if len(raw) > MAX_VALUE_CHARS:  # (an error would echo it: refused without it)
+            raise BadParameter(name, f"{name} is {len(raw):,} characters long, more than any value takes")
         if kind == "integer":
-            try:
-                out[name] = int(raw, 10)
-            except ValueError:
-                raise BadParameter(name, f"{name} {raw!r} must be an integer") from None
+            # (plain ASCII digits only: Python's int() also reads '1_0', ' 1', '+1' and other scripts' digits)
+            if not INTEGER.fullmatch(raw):
+                raise BadParameter(name, f"{name} {raw!r} must be an integer (digits 0-9, a leading -)")
+            out[name] = int(raw, 10)
             if abs(out[name]) > 2**62:
                 raise BadParameter(name, f"{name} {raw} is out of range")
         elif kind == "boolean":
@@ -110,8 +117,17 @@ def _parse(request: Request, allowed: dict[str, tuple[str, str]]) -> dict[str, A
     return out
 
 
-def _field_of(message: str) -> str:
+def _field_of(message: str, given: Iterable[str] = ()) -> str:
+    """The parameter an error is about: the message's first word if the client gave it; else a parameter
+    the client gave that the message names (a combination refused for a value the preset set names the
+    one the client changed); else the first word if it is a parameter at all."""
     first = message.split(" ", 1)[0].strip("'\"")
+    given = [g for g in given if g not in ("preset", "step")]
+    if first in given:
+        return first
+    named = [g for g in given if re.search(rf"\b{re.escape(g)}\b", message)]
+    if named:
+        return named[0]
     return first if first in PARAMS or first in ("step", "steps", "events", "requests") else "query"
 
 
@@ -153,11 +169,11 @@ def _error(e: BadParameter) -> JSONResponse:
     return JSONResponse({"error": e.message, "field": e.field}, status_code=e.status)
 
 
-def _invalid(e: InvalidArgumentError) -> BadParameter:
+def _invalid(e: InvalidArgumentError, given: Iterable[str] = ()) -> BadParameter:
     message = str(e)
     if isinstance(e, TooLarge):
         return BadParameter(e.field, message, 413)
-    return BadParameter(_field_of(message), message, 400)
+    return BadParameter(_field_of(message, given), message, 400)
 
 
 async def index(request: Request) -> Response:
@@ -189,7 +205,7 @@ async def api_run(request: Request) -> Response:
     except BadParameter as e:
         return _error(e)
     except InvalidArgumentError as e:
-        return _error(_invalid(e))
+        return _error(_invalid(e, request.query_params))
 
 
 def _run_payload(params: dict[str, Any]) -> bytes:
@@ -215,7 +231,7 @@ async def api_state(request: Request) -> Response:
     except BadParameter as e:
         return _error(e)
     except InvalidArgumentError as e:
-        return _error(_invalid(e))
+        return _error(_invalid(e, request.query_params))
 
 
 def _state_payload(params: dict[str, Any]) -> dict[str, Any]:
@@ -387,7 +403,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
     elif code == 405:
         field = "method"
         detail = f"method {request.method!r} is not allowed on {path!r}"
-    return JSONResponse({"error": detail, "field": field}, status_code=code)
+    # (a 405 keeps starlette's Allow header, which HTTP requires of it)
+    headers = getattr(exc, "headers", None)
+    return JSONResponse({"error": detail, "field": field}, status_code=code, headers=headers)
 
 
 def create_app() -> Starlette:

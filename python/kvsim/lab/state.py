@@ -43,6 +43,7 @@ from kvsim.lab.state_blocks import (
     _group_starts,
     _order,
     _seq_rows,
+    sample_labels,
 )
 from kvsim.lab.state_hybrid import block_rows as hybrid_block_rows
 from kvsim.lab.state_hybrid import internal_tokens, replay_hybrid
@@ -333,7 +334,7 @@ def _replay(
     sp = _SeqPass(res, inp, config, step, kind, seq, block, count, post, num_steps, hr.hits if hr else None)
     upto = np.searchsorted(st, np.arange(num_steps + 1), "right")  # events in states 0..k
     during_at = np.searchsorted(step, np.arange(1, num_steps + 1), "left")  # events through step j
-    labels = [*request_names, *(names or {}).values()]
+    labels = [*request_names, *(names or {}).values(), *sample_labels(inp, request_names)[1]]
     s_total = num_steps + 1
     zeros = np.zeros(s_total, np.int64)
     if paged and config.kv_groups:

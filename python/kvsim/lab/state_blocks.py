@@ -116,6 +116,18 @@ def _grouped_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return c - base
 
 
+def sample_labels(inp: EngineInput, request_names: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Per sequence, its sample's label among the labels after the requests' and the named segments' (-1
+    for a request of one sample), and those labels (`req-1·s0`, as the page names a sample)."""
+    rows = inp.request_row.astype(np.int64)
+    per_row = np.bincount(rows, minlength=len(request_names)) if len(rows) else np.zeros(0, np.int64)
+    multi = per_row[rows] > 1 if len(rows) else np.zeros(0, bool)
+    out = np.full(len(rows), -1, np.int64)
+    out[multi] = np.arange(int(multi.sum()))
+    names = [f"{request_names[r]}·s{int(k)}" for r, k in zip(rows[multi], inp.sample[multi], strict=True)]
+    return out, names
+
+
 def _key_labels(
     inp: EngineInput,
     names: dict[int, str],
@@ -124,16 +136,22 @@ def _key_labels(
     seq: np.ndarray,
     pos: np.ndarray,
 ) -> np.ndarray:
-    """Readable prefix keys as label ids (into `request_names + list(names.values())`): block `pos` of
-    `seq` is named after the named segment its last token lies in (`sys-coding-agent-v1:block-1`), else
-    after its request (`req-2:block-2`)."""
+    """Readable prefix keys as label ids (into `request_names + list(names.values()) +
+    sample_labels(...)[1]`): block `pos` of `seq` is named after the named segment its last token lies in
+    (`sys-coding-agent-v1:block-1`), else after its request (`req-2:block-2`), or, past the prompt, of a
+    request with several samples, after its sample (`req-1·s0:block-3`: the samples' outputs differ)."""
     label = inp.request_row[seq].astype(np.int64)
-    if not names or len(seq) == 0:
+    if len(seq) == 0:
         return label
     sid = inp.segment_id
     cumlen = np.r_[0, np.cumsum(inp.segment_len)]
     lo, hi = inp.seg_offsets[seq], inp.seg_offsets[seq + 1]
     end = cumlen[lo] + (pos + 1) * bs - 1  # the block's last token, in the flat segment arrays' tokens
+    per_sample, _ = sample_labels(inp, request_names)
+    own = per_sample[seq]
+    label = np.where((own >= 0) & (end >= cumlen[hi]), len(request_names) + len(names) + own, label)
+    if not names:
+        return label
     j = np.searchsorted(cumlen[1:], end, "right")  # the segment holding it
     inside = j < hi
     label_of = {s: len(request_names) + k for k, s in enumerate(names)}
@@ -169,6 +187,46 @@ class _BlockPass:
         self.st, self.last_rel, self.sp = st, last_rel, sp
         self.upto, self.during_at = upto, during_at
 
+    def _sample_keys_to_writers(
+        self,
+        key_label: np.ndarray,
+        life: np.ndarray,
+        life_starts: np.ndarray,
+        shared_life: np.ndarray,
+        delta: np.ndarray,
+        ref_after: np.ndarray,
+        seq_sorted: np.ndarray,
+    ) -> None:
+        """A block past the prompt that samples shared (fork-cow: the prompt's last partial block) holds
+        the output of the sample that writes it in place, the last left holding it alone, while the
+        others copy theirs out: its life's key names that sample (it named the one that took the block
+        before the fork), in place in `key_label` (ops in block order, a life's ops together)."""
+        base = len(self.names) + len(self.request_names)
+        sh = np.flatnonzero(shared_life & (key_label >= base))
+        if not len(sh):
+            return
+        per_sample, _ = sample_labels(self.inp, self.request_names)
+        holders: dict[int, list[int]] = {}
+        sole: dict[int, int] = {}
+        for lf, d, ra, q in zip(
+            life[sh].tolist(),
+            delta[sh].tolist(),
+            ref_after[sh].tolist(),
+            seq_sorted[sh].tolist(),
+            strict=True,
+        ):
+            hs = holders.setdefault(lf, [])
+            if d > 0:
+                hs.append(q)
+            else:
+                hs.remove(q)
+                if ra == 1:
+                    sole[lf] = hs[0]
+        ends = np.r_[life_starts[1:], len(life)]
+        for lf, q in sole.items():
+            if per_sample[q] >= 0:
+                key_label[life_starts[lf] : ends[lf]] = base + per_sample[q]
+
     def _depths(self) -> None:
         """Per event: its sequence's table length before it (`depth`) and the change (`delta`)."""
         kind, seq, count, sp = self.kind, self.seq, self.count, self.sp
@@ -195,6 +253,7 @@ class _BlockPass:
         self.delta, self.depth, self.order, self.starts = delta, depth, order, starts
 
     def run(self, names: dict[int, str], request_names: list[str]) -> None:
+        self.names, self.request_names = names, request_names
         self._depths()
         kind, seq, block = self.kind, self.seq, self.block
         depth, delta, sp = self.depth, self.delta, self.sp
@@ -344,6 +403,9 @@ class _BlockPass:
             src = np.maximum(last_take, 0)
             key_label = np.where(ok, key_label[src], -1)
             key_index = np.where(ok, key_index[src], -1)
+            self._sample_keys_to_writers(
+                key_label, life, life_starts, shared_life, o_d[ob], ref_after, seq_sorted
+            )
         # A full block keeps its key while free (cached) until it is evicted or taken again.
         aux = np.full(n + 1, -1, np.int64)  # index n: no release
         aux[np.fromiter(sp.aux, np.int64, len(sp.aux))] = np.fromiter(sp.aux.values(), np.int64, len(sp.aux))

@@ -12,6 +12,8 @@ export const SERIES = [
   { name: "paged_allocated_bytes", label: "paged allocated", color: "#4d8dff", width: 2 },
   { name: "contiguous_reserved_bytes", label: "contiguous reserved", color: "#ff5d73", dash: [5, 4] },
 ];
+const ON_LINK = "Includes the KV of blocks a CPU-tier load is still filling: they count as stored from the " +
+  "load's admission (the engine's accounting), before their KV has crossed the host link.";
 // The plot's margins inside the canvas (the cursor box covers the plot only: not the step labels below).
 export const PAD = { l: 64, r: 8, t: 8, b: 16 };
 const UNITS = [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10], ["B", 1]];
@@ -66,8 +68,13 @@ export class Chart {
   setReplay(replay) {
     this.replay = replay;
     this.draw();
+    // With a CPU tier, a block a load is still filling counts as stored from the load's admission (the
+    // engine's accounting, as the paged panel's "Stored" and the inspector say): the legend says so too.
+    const tiered = Boolean(replay.bundle && replay.bundle.tier);
     this.legend.innerHTML = SERIES.filter((s) => replay.hasMetric(s.name)).map((s) =>
-      `<span><i class="${s.area ? "area" : s.dash ? "dash" : ""}" style="--c:${s.color}"></i>${s.label}</span>`).join("");
+      `<span data-series="${s.name}"${s.name === "paged_stored_bytes" && tiered ? ` title="${ON_LINK}"` : ""}>` +
+      `<i class="${s.area ? "area" : s.dash ? "dash" : ""}" style="--c:${s.color}"></i>` +
+      `${s.name === "paged_stored_bytes" && tiered ? `${s.label} (loads in flight included)` : s.label}</span>`).join("");
   }
 
   draw() {
