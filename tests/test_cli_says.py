@@ -225,12 +225,13 @@ def test_the_config_line_names_tier_knobs_only_with_a_tier(capsys):
     loads = next(x for x in out if "[kv_offload_load_bytes]" in x)
     assert re.search(r"\]\s+0 \(0 blocks", loads), loads
     wait = next(x for x in out if "waiting for loads" in x)
-    assert wait.endswith("— (no loads)")
+    assert wait.endswith("- (no loads)")
 
 
 def test_a_run_in_which_no_step_ran_shows_no_means(capsys):
     """Every request rejected at arrival (a 2-block pool): no step ran, so the memory means, the mean
-    batch and the hit rates have nothing to average ("-", they read 0.0 % and 0); peaks and counts are 0."""
+    batch and the hit rates have nothing to average ("-", they read 0.0 % and 0: the summary says None); peaks
+    and counts are 0."""
     assert main(["run", "--num-gpu-blocks-override", "2", "--workload", "sharegpt", "--requests", "50"]) == 0
     rows = {}
     for line in capsys.readouterr().out.splitlines():
@@ -239,7 +240,7 @@ def test_a_run_in_which_no_step_ran_shows_no_means(capsys):
             rows[parts[0]] = parts[1]
     for label in (
         "KV utilization (tokens stored)",
-        "mean batch",
+        "mean batch (per step)",
         "prefix hit rate",
         "blocks saved by sharing",
     ):
@@ -247,6 +248,41 @@ def test_a_run_in_which_no_step_ran_shows_no_means(capsys):
     assert rows["peak batch"] == "0 sequences"
     assert rows["evictions"] == "0 blocks"
     assert rows["requests rejected"] == "50"
+
+
+def test_a_run_in_which_no_step_ran_has_none_for_its_means_in_json(capsys):
+    """The same run as JSON (and `kvsim.simulate`'s summary): a mean or a rate over nothing is null, not
+    0.0 (it said 0.0 for the memory means, the batch and the hit rates, while the latencies were null);
+    its peaks and counts are 0; with a CPU tier its hit rates and occupancy are null too."""
+    import json
+
+    argv = ["run", "--num-gpu-blocks-override", "2", "--workload", "sharegpt", "--requests", "50", "--json"]
+    assert main(argv) == 0
+    s = json.loads(capsys.readouterr().out)["summary"]
+    assert s["num_steps"] == 0
+    for key in (
+        "kv_utilization",
+        "mean_batch",
+        "time_weighted_batch",
+        "mean_batched_tokens",
+        "prefix_hit_rate",
+        "prefix_hit_rate_first_admission",
+        "blocks_saved_by_sharing",
+        "stored_share_of_allocated",
+        "ttft_s_mean",
+    ):
+        assert s[key] is None, key
+    assert (s["peak_batch"], s["evictions"], s["throughput_rps"]) == (0, 0, 0.0)  # (0 finished over its span)
+    import kvsim
+    from kvsim.workloads import synthetic
+
+    w = synthetic(5, lengths="fixed", length_params={"prompt_len": 4000, "output_len": 10})
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes="100MiB", kv_offloading_chunks=64)
+    t = kvsim.simulate(w, cfg).summary
+    assert t["num_steps"] == 0
+    for key in ("cpu_hit_rate", "miss_rate", "external_prefix_cache_hit_rate", "cpu_tier_occupancy"):
+        assert t[key] is None, key
+    assert t["cpu_tier_peak_occupancy"] == 0.0
 
 
 def test_a_replica_routed_no_request_has_no_hit_rate(capsys):
@@ -304,6 +340,13 @@ def test_a_compare_whose_best_candidates_tie_says_so(capsys):
     (best,) = [line for line in out if line.startswith("best: ")]
     assert best.startswith("best: a tie at ")
     assert best.endswith("between placement=buddy, placement=first-fit")
+    # --json says the same: `tied` lists both (`best` is the first given, as before).
+    import json
+
+    assert main([*argv, "--json"]) == 0
+    compare = json.loads(capsys.readouterr().out)["compare"]
+    assert compare["tied"] == ["placement=buddy", "placement=first-fit"]
+    assert compare["best"] == "placement=buddy"
     # The header's pool is every candidate's here; over block sizes it is the base config's only.
     (pool,) = [line for line in out if line.startswith("pool: ")]
     assert "the probes vary it" not in pool

@@ -75,9 +75,30 @@ def test_units_are_accepted_where_a_field_takes_them():
     assert cfg.kv_cache_bytes == 12 * 2**30
     assert cfg.num_blocks == 984  # the paper's 15.7K token slots
     assert cfg.iteration_time_ps == 10**9
-    assert SimConfig(num_blocks=4, c0_ps="120us").c0_ps == 120 * 10**6
+    linear = SimConfig(num_blocks=4, time_model="linear", c0_ps="120us", c_tok_ps="1us", c_ctx_ps=0)
+    assert linear.c0_ps == 120 * 10**6
     with pytest.raises(InvalidArgumentError, match="block_size '16'"):
         SimConfig(num_blocks=4, block_size="16")  # a count takes no string
+
+
+def test_a_time_models_field_the_run_would_not_read_is_refused_by_name():
+    """The linear coefficients under ticks (no time_model given, no model and GPU: ticks) or the roofline,
+    and iteration_time_ps under the roofline, were taken and dropped: the run's clock ignored them."""
+    with pytest.raises(InvalidArgumentError, match=r"^c0_ps 50 ms: only time_model 'linear'.*'ticks'"):
+        SimConfig(num_blocks=100, c0_ps="50ms")
+    with pytest.raises(InvalidArgumentError, match=r"^c_ctx_ps 1 ms: only .* time model is 'roofline'"):
+        SimConfig(model="llama-3-8b", gpu="h100-80gb", c_ctx_ps="1ms")
+    with pytest.raises(InvalidArgumentError, match=r"^iteration_time_ps 1 s: only time_model 'ticks'"):
+        SimConfig(model="llama-3-8b", gpu="h100-80gb", iteration_time_ps="1s")
+    ticks = SimConfig(num_blocks=100, iteration_time_ps="2ms")
+    with pytest.raises(InvalidArgumentError, match=r"^iteration_time_ps 2 ms: .* time model is 'linear'"):
+        ticks.replace(time_model="linear", c0_ps=1, c_tok_ps=1, c_ctx_ps=1)
+    # What each reads is taken: linear's coefficients under linear, ticks' duration under ticks.
+    assert (
+        SimConfig(num_blocks=100, time_model="linear", c0_ps="50ms", c_tok_ps=0, c_ctx_ps=0).c0_ps
+        == 5 * 10**10
+    )
+    assert ticks.iteration_time_ps == 2 * 10**9
     with pytest.raises(InvalidArgumentError, match="whole number of picoseconds"):
         SimConfig(num_blocks=4, iteration_time_ps="1.5ps")
 

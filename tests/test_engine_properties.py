@@ -195,11 +195,23 @@ def test_engine_invariants(backend, reqs, cfg):
     if cfg.policy == "reserve" or cfg.is_contiguous:
         assert s["preemptions"] == 0
         assert all(row["num_preemptions"] == 0 for row in rows)
+    # A mean or a rate over nothing is None (DESIGN.md §Metrics): no step, no busy time, no prompt admitted.
+    busy = s["time_weighted_batch"] is not None  # (a step may last 0 ps in `linear`)
+    assert (s["mean_batch"] is None) == (s["num_steps"] == 0)
+    if s["num_steps"] == 0:
+        assert not busy
+        assert s["prefix_hit_rate"] is None
+        assert s["peak_batch"] == 0
     if not cfg.enable_prefix_caching or cfg.is_contiguous:
-        assert s["prefix_hit_rate"] == 0.0
+        assert s["prefix_hit_rate"] in (0.0, None)
         assert s["prefix_hit_tokens"] == 0
-        assert s["blocks_saved_by_sharing"] == 0.0
-    assert 0.0 <= s["prefix_hit_rate"] < 1.0
+        assert s["blocks_saved_by_sharing"] in (0.0, None)
+    if s["prefix_hit_rate"] is not None:
+        assert 0.0 <= s["prefix_hit_rate"] < 1.0
+    if not busy:
+        for name in ("kv_utilization", "kv_allocated_fraction", "blocks_saved_by_sharing"):
+            assert s[name] is None, name
+        return
 
     # Memory accounting (time-weighted fractions of capacity).
     eps = 1e-9

@@ -485,3 +485,24 @@ def test_a_rope_scaling_kvsim_cannot_read_is_refused_by_name(rope):
     cfg = {**json.loads((HF / "llama-3-8b.json").read_text()), "rope_scaling": rope}
     with pytest.raises(InvalidArgumentError, match="field 'rope_scaling"):
         hf_config._from_dict(cfg, "r", "r", "r", None)
+
+
+@pytest.mark.parametrize(
+    ("kw", "said"),
+    [
+        ({"block_size": 16.5}, "block_size 16.5 must be an integer"),  # (it returned 28744.0, a float)
+        ({"block_size": True}, "block_size True must be an integer"),  # (it took 1)
+        ({"block_size": "16"}, "block_size '16' must be an integer"),  # (TypeError)
+        ({"gpu_memory_utilization": "0.9"}, "gpu_memory_utilization '0.9' must be a number"),
+        ({"kv_cache_bytes": float("nan")}, "kv_cache_bytes nan"),  # (ValueError)
+        ({"activation_reserve_bytes": float("nan")}, "activation_reserve_bytes nan"),  # (it returned nan)
+        ({"kv_dtype": "int4"}, "kv_cache_dtype 'int4' is not one of"),  # (SimConfig refuses it; this took it)
+        ({"include_null_block": "no"}, "include_null_block 'no' must be True or False"),
+    ],
+)
+def test_pool_blocks_takes_its_arguments_as_simconfig_does(kw, said):
+    args = {"block_size": 16, **kw}
+    with pytest.raises(InvalidArgumentError, match=re.escape(said)):
+        kvsim.pool_blocks("llama-3-8b", "h100-80gb", **args)
+    # Units are taken as SimConfig takes them: "1GiB" of 2 MiB blocks and the null block.
+    assert kvsim.pool_blocks("llama-3-8b", None, 16, kv_cache_bytes="1GiB") == 513

@@ -355,6 +355,28 @@ def test_a_fleets_tier_metrics_are_over_every_replicas_tier():
     assert s["stores"] == sum(x["stores"] for x in each)
 
 
+def test_a_mixed_fleets_tier_bytes_are_each_replicas_at_its_block_size():
+    """Replicas of 16- and 32-token blocks: each moves its blocks at its own block's bytes (2 and 4 MiB for
+    Llama-3.1-8B), and the fleet's bytes are their sum (it priced every replica's blocks at replica 0's)."""
+    from kvsim.workloads import synthetic
+
+    w = synthetic(
+        400, arrival_rate=50, lengths="sharegpt-paper", num_system_prompts=4, system_prompt_len=512, seed=3
+    )
+    base = dict(model="llama-3.1-8b", gpu="h100-80gb", enable_prefix_caching=True, kv_offloading_size="1GiB")
+    cfgs = [
+        kvsim.SimConfig(num_blocks=600, block_size=16, **base),
+        kvsim.SimConfig(num_blocks=300, block_size=32, **base),
+    ]
+    r = kvsim.simulate_cluster(w, cfgs, router="round-robin")
+    each = [x.summary for x in r.replicas]
+    assert cfgs[1].kv_offloading_block_bytes == 2 * cfgs[0].kv_offloading_block_bytes
+    assert all(x["stored_blocks"] > 0 for x in each)
+    for done in ("stored", "loaded"):
+        assert r.summary[f"{done}_bytes"] == sum(x[f"{done}_bytes"] for x in each), done
+    assert r.summary["stored_bytes"] != r.summary["stored_blocks"] * cfgs[0].kv_offloading_block_bytes
+
+
 def test_the_summary_names_transfers_as_design_does():
     """DESIGN.md §Metrics: `loads`, `loaded_blocks`, `loaded_bytes`, `stores`, `stored_blocks`,
     `stored_bytes`; the blocks are the engine's counters and the bytes the blocks' host bytes."""

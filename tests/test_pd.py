@@ -359,7 +359,7 @@ def test_kvsim_run_prints_the_split(capsys, backend):
     # queueing is then the whole TTFT (queue and prefill), not a wait.
     assert main([*argv, "--pd-threshold", "1000000"]) == 0
     out = capsys.readouterr().out
-    assert "0 requests disaggregated, 80 prefilled locally" in out
+    assert "0 requests routed to a prefill replica, 80 prefilled locally" in out
     assert "its decode queueing is its whole TTFT, its queue and its prefill" in out
 
 
@@ -566,3 +566,21 @@ def test_a_prefill_pool_of_another_policy_agrees_on_both_engines(policy, router)
     rust = kvsim.simulate_cluster(w, cfg, backend="rust", **args)
     assert_fleets_equal(rust, ref)
     assert 0 < ref.summary["completed"] < len(w)
+
+
+def test_a_rejected_requests_ttft_parts_are_null_as_its_other_times():
+    """A request that never had a first token has no TTFT parts: null, as its `first_token` (they were
+    NaN, which a polars mean takes as a value: the column's mean read NaN)."""
+    from kvsim.workloads import synthetic
+
+    w = synthetic(200, arrival_rate=50, seed=1)
+    r = kvsim.simulate_cluster(
+        w, kvsim.SimConfig(num_blocks=60, pd_link_ps_per_block=1000), replicas=2, prefill_replicas=1
+    )
+    q = r.requests
+    rejected = q.filter(q["status"] != "finished")
+    assert rejected.height > 0
+    for name in SPLIT:
+        assert rejected[name].null_count() == rejected.height, name
+        assert not q[name].is_nan().any(), name
+        assert q[name].mean() == pytest.approx(q[name].drop_nulls().mean(), rel=1e-12)

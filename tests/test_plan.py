@@ -861,3 +861,32 @@ def test_cli_says_what_it_set_aside(capsys):
     assert reason.startswith("prompt_len reaches max_model_len")
     assert n > 0
     assert f"{n:,} request(s) set aside" in out["message"]
+
+
+def test_a_selections_rate_is_its_arrivals_and_scales_compose():
+    """Every other row of a 10 req/s generator arrives at ~5 req/s: the generator's `arrival_rate` no
+    longer describes it (plan searched from 10 and answered ~2x too high); a window of consecutive rows
+    keeps it; two scalings multiply (4 then 8 req/s read 20 where it arrives at 8)."""
+    from kvsim.workloads import synthetic
+
+    w = synthetic(2000, arrival_rate=10, seed=1)
+    half = w[::2]
+    span = float(half.arrival[-1] - half.arrival[0])
+    assert workload_rate(half) == pytest.approx((len(half) - 1) / span)
+    assert 4.5 < workload_rate(half) < 5.5
+    assert workload_rate(w[100:900]) == 10.0
+    twice = at_rate(at_rate(w, 4.0), 8.0)
+    assert workload_rate(twice) == pytest.approx(8.0)
+    assert twice.meta["time_scale"] == pytest.approx(10 / 8)
+
+
+@pytest.mark.parametrize("meta", [{"arrival_rate": "x"}, {"arrival_rate": 2.0, "time_scale": 0}])
+def test_a_generator_rate_in_meta_that_is_not_a_rate_is_refused_by_name(meta):
+    """A hand-made meta's rate was read as float('x') (ValueError) or divided by a time_scale of 0."""
+    w = kvsim.Workload(
+        arrival=[0.0, 1.0, 2.0], output_len=[2] * 3, prompt_len=[8] * 3, meta={"arrivals": "poisson", **meta}
+    )
+    with pytest.raises(
+        InvalidArgumentError, match=r"^workload meta (arrival_rate|time_scale) .* is not a positive number"
+    ):
+        workload_rate(w)

@@ -276,3 +276,44 @@ def test_synthetic_chunks_check_arrival_rate_and_burstiness_at_the_call(kwargs, 
     assert (
         sum(len(c) for c in synthetic_chunks(5, 2, arrival_rate=np.int64(3), burstiness=np.float32(1))) == 5
     )
+
+
+def test_a_streamed_runs_serving_figures_keep_itls_mean():
+    """A streamed run keeps no per-sequence columns: its ITL mean comes from its rows when each request is
+    one sequence (it was None while the whole run's said 6.16 ms); with samples folded into rows, none."""
+    w = synthetic(3000, arrival_rate=60, lengths="sharegpt-paper", seed=5)
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", num_blocks=1200)
+    whole = kvsim.simulate(w, cfg).serving()
+    streamed = simulate_stream(w, cfg, rows="memory", chunk_size=700).serving()
+    assert whole["mean_itl_ms"] > 1
+    assert streamed["mean_itl_ms"] == pytest.approx(whole["mean_itl_ms"], rel=1e-12)
+    assert streamed["mean_tpot_ms"] == whole["mean_tpot_ms"]
+    two = synthetic(300, arrival_rate=60, lengths="sharegpt-paper", seed=5, num_samples=2)
+    assert (
+        simulate_stream(two, kvsim.SimConfig(num_blocks=1200), rows="memory").serving()["mean_itl_ms"] is None
+    )
+
+
+def test_chunks_that_repeat_request_ids_are_refused(tmp_path):
+    """Two chunks both of requests 0 and 1: their default content is named by the id, so the second pair
+    hit the first pair's blocks (96 hit tokens between unrelated prompts). Chunks given by the caller must
+    increase their ids (checked without keeping every id); one Workload, or `chunks` of one, is unique."""
+    a = Workload(arrival=[0.0, 0.1], output_len=[2, 2], prompt_len=[64, 64])
+    b = Workload(arrival=[1.0, 1.1], output_len=[2, 2], prompt_len=[64, 64])
+    cfg = kvsim.SimConfig(num_blocks=100)
+    out = tmp_path / "rows"
+    with pytest.raises(
+        InvalidArgumentError, match=r"^a chunk's request_id 0 is not above the earlier chunks' largest, 1"
+    ):
+        simulate_stream([a, b], cfg, rows=out)
+    assert not out.exists()
+    c = Workload(arrival=[1.0, 1.1], output_len=[2, 2], prompt_len=[64, 64], request_id=[2, 3])
+    ok = simulate_stream([a, c], cfg, rows="memory")
+    assert ok.summary["prefix_hit_tokens"] == 0
+    # A workload whose ids do not increase with arrival is still one stream, whole or through `chunks`.
+    w = Workload(
+        arrival=[0.0, 0.5, 1.0, 1.5], output_len=[2] * 4, prompt_len=[64] * 4, request_id=[9, 3, 7, 1]
+    )
+    whole = kvsim.simulate(w, cfg)
+    assert simulate_stream(chunks(w, 1), cfg).summary == whole.summary
+    assert simulate_stream(w, cfg, chunk_size=1).summary == whole.summary

@@ -319,3 +319,31 @@ def test_load_table_of_no_rows_names_the_arrival_column(tmp_path: Path, text: st
         "t",
         reason,
     )
+
+
+def test_booleans_and_time_typed_columns_are_refused_by_row_and_field(tmp_path):
+    """polars' vectorised path read `true` as 1 and a parquet Duration arrival of 1 s as 1e6 (its
+    microseconds): a column that is not numeric now takes the row loop, which names the first bad row."""
+    import datetime
+
+    (tmp_path / "a.csv").write_text("arrival,prompt_len,output_len\n0,true,5\n")
+    (tmp_path / "b.jsonl").write_text('{"arrival": 0, "prompt_len": true, "output_len": 5}\n')
+    sec = [datetime.timedelta(seconds=1), datetime.timedelta(seconds=2)]
+    pl.DataFrame({"arrival": sec, "prompt_len": [5, 6], "output_len": [3, 4]}).write_parquet(
+        tmp_path / "c.parquet"
+    )
+    pl.DataFrame({"arrival": [0.0, 1.0], "prompt_len": [True, False], "output_len": [3, 4]}).write_parquet(
+        tmp_path / "d.parquet"
+    )
+    for name, field in (
+        ("a.csv", "prompt_len"),
+        ("b.jsonl", "prompt_len"),
+        ("c.parquet", "arrival"),
+        ("d.parquet", "prompt_len"),
+    ):
+        with pytest.raises(TraceFormatError, match=rf"field '{field}'"):
+            load_table(tmp_path / name)
+    pl.DataFrame({"arrival": [0.0, 1.5], "prompt_len": [5, 6], "output_len": [3, 4]}).write_parquet(
+        tmp_path / "ok.parquet"
+    )
+    assert load_table(tmp_path / "ok.parquet").arrival.tolist() == [0.0, 1.5]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -646,3 +647,72 @@ def test_synthetic_refuses_a_burstiness_its_arrivals_ignore():
         synthetic(5, arrivals="poisson", burstiness=3.0)
     synthetic(5, arrivals="poisson", burstiness=1.0)
     synthetic(5, arrivals="gamma", burstiness=3.0)
+
+
+@pytest.mark.parametrize(
+    ("kw", "said"),
+    [
+        ({"num_requests": None}, "num_requests None must be an integer"),
+        ({"num_requests": float("nan")}, "num_requests nan must be an integer"),
+        ({"num_requests": 2.7}, "num_requests 2.7 must be an integer"),  # (it made 2 rows)
+        ({"num_requests": True}, "num_requests True must be an integer"),
+        ({"arrivals": "gamma", "burstiness": 1e-200}, "burstiness 1e-200 must lie in"),  # (ZeroDivisionError)
+        ({"lengths": ["fixed"]}, "lengths ['fixed'] is not one of"),  # (unhashable: TypeError)
+        (
+            {"lengths": "fixed", "length_params": {"prompt_len": float("nan"), "output_len": 5}},
+            "prompt_len nan",
+        ),
+        ({"lengths": "fixed", "length_params": {"prompt_len": "10", "output_len": 5}}, "prompt_len '10'"),
+        ({"lengths": "uniform", "length_params": {"prompt_len": 5, "output_len": (1, 5)}}, "must be a range"),
+        (
+            {"lengths": "fixed", "length_params": {"prompt_len": 2**70, "output_len": 5}},
+            "is more than",
+        ),  # (wrapped)
+        (
+            {
+                "lengths": "normal",
+                "length_params": {"prompt_mean": 1e30, "prompt_std": 1, "output_mean": 5, "output_std": 1},
+            },
+            "draws prompt_len 1e+30",
+        ),
+        ({"max_model_len": "100"}, "max_model_len '100' must be an integer"),
+        ({"num_system_prompts": 2.5}, "num_system_prompts 2.5 must be an integer"),
+        ({"num_system_prompts": 3, "system_prompt_len": [5, 6]}, "gives 2 lengths for num_system_prompts 3"),
+        ({"system_prompt_len": 5.7}, "system_prompt_len 5.7 must be an integer"),  # (it took 5)
+        ({"sharing_ratio": "0.5"}, "sharing_ratio '0.5' must be a number"),
+        ({"turns": 10**30}, "turns 1000000000000000000000000000000 must be at most"),  # (OverflowError)
+        ({"turn_interval": "1"}, "turn_interval '1' must be a number"),
+        ({"num_samples": 2.5}, "num_samples 2.5 must be an integer"),  # (it ran 2 samples)
+        ({"first_request_id": 2.5}, "first_request_id 2.5 must be an integer"),
+        ({"seed": -1}, "seed -1 must not be negative"),
+    ],
+)
+def test_synthetic_refuses_what_it_cannot_take_by_name(kw, said):
+    """Each of these raised a bare TypeError/ValueError/OverflowError/ZeroDivisionError, or was taken as
+    something else (a float truncated, a wrapped int64), or made a table the engine refused later."""
+    args = {"num_requests": 5, **kw}
+    n = args.pop("num_requests")
+    with pytest.raises(InvalidArgumentError, match=re.escape(said)):
+        synthetic(n, **args)
+    # Whole floats of tokens and one length per system prompt are taken.
+    assert len(synthetic(3, lengths="fixed", length_params={"prompt_len": 400.0, "output_len": 5})) == 3
+
+
+def test_save_load_and_from_polars_refuse_what_is_not_a_path_or_a_frame(tmp_path):
+    """`save` into a missing folder raised FileNotFoundError, `save(None)`/`load(None)` TypeError,
+    `from_polars` of a dict AttributeError and of a LazyFrame TypeError: each is one InvalidArgumentError."""
+    w = synthetic(3)
+    cases = [
+        (lambda: w.save(tmp_path / "none" / "w.parquet"), "cannot write"),
+        (lambda: w.save(None), "path None must be a file path"),
+        (lambda: Workload.load(None), "path None must be a file path"),
+        (lambda: Workload.from_polars({"arrival": [0.0]}), "frame is a dict, not a polars DataFrame"),
+        (lambda: Workload.from_polars(w.to_polars().lazy()), "frame is a LazyFrame"),
+    ]
+    for call, said in cases:
+        with pytest.raises(InvalidArgumentError, match=re.escape(said)):
+            call()
+    w.save(tmp_path / "w.parquet")
+    assert Workload.load(tmp_path / "w.parquet").arrival.tolist() == w.arrival.tolist()
+    with pytest.raises(InvalidArgumentError, match=r"^preset \['vllm-v0'\] is not one of"):
+        kvsim.SimConfig.preset(["vllm-v0"])  # (unhashable: TypeError)

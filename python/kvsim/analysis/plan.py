@@ -86,7 +86,15 @@ def workload_rate(workload: Any) -> float:
         )
     rate = meta.get("arrival_rate")
     if rate is not None and meta.get("arrivals") in ("poisson", "gamma", "constant"):
-        return float(rate) / float(meta.get("time_scale", 1.0))
+        scale = meta.get("time_scale", 1.0)
+        for key, value in (("arrival_rate", rate), ("time_scale", scale)):
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            if not ok or value <= 0:
+                raise InvalidArgumentError(
+                    f"workload meta {key} {value!r} is not a positive number: the capacity search reads the "
+                    "generator's rate from it (drop it from meta to use the arrivals' mean rate)"
+                )
+        return float(rate) / float(scale)
     return (len(arrival) - 1) / span
 
 
@@ -706,14 +714,17 @@ class Candidate:
 class BestOf:
     """What `best_of` found: `table` (one row per candidate: `candidate`, `rate`, `status`, `monotone`,
     `probes`, sorted by rate, best first; ties keep the order given), `best` (the label of the highest rate at SLO, None if none
-    passed anywhere), every searched candidate's `PlanResult` in `plans`, and the candidates whose
-    configuration is refused (a tensor-parallel size vLLM cannot split the model over) with the reason in
-    `refused` (status `refused` in the table, no rate, no plan)."""
+    passed anywhere; the first given of `tied`), `tied` (every candidate at that rate and status, in the
+    order given: more than one is a tie, which the order given does not decide), every searched
+    candidate's `PlanResult` in `plans`, and the candidates whose configuration is refused (a
+    tensor-parallel size vLLM cannot split the model over) with the reason in `refused` (status `refused`
+    in the table, no rate, no plan)."""
 
     table: pl.DataFrame
     best: str | None
     plans: dict[str, PlanResult]
     refused: dict[str, str] = field(default_factory=dict)
+    tied: list[str] = field(default_factory=list)
 
 
 def best_of(
@@ -786,7 +797,13 @@ def best_of(
         schema_overrides={"rate": pl.Float64, "monotone": pl.Boolean},
     ).sort("rate", descending=True, nulls_last=True, maintain_order=True)
     best = table["candidate"][0] if table["rate"][0] is not None else None
-    return BestOf(table, best, plans, refused)
+    top, status = table["rate"][0], table["status"][0]
+    tied = [
+        c
+        for c, r, st in zip(table["candidate"], table["rate"], table["status"], strict=True)
+        if best is not None and r == top and st == status
+    ]
+    return BestOf(table, best, plans, refused, tied)
 
 
 __all__ = [

@@ -239,7 +239,7 @@ _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("internal_fragmentation", "internal fragmentation", "%"),
             ("reservation_waste", "reservation waste", "%"),
             ("external_fragmentation", "external fragmentation", "%"),
-            ("mean_batch", "mean batch", "sequences"),
+            ("mean_batch", "mean batch (per step)", "sequences"),
             ("peak_batch", "peak batch", "sequences"),
         ),
     ),
@@ -261,23 +261,6 @@ _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("swapped_blocks", "swapped blocks (out and in)", "blocks"),
         ),
     ),
-)
-
-
-# The table's figures that are means over the busy time or rates over the prompts admitted: none without
-# a step.
-_OVER_STEPS = frozenset(
-    (
-        "kv_utilization",
-        "kv_allocated_fraction",
-        "internal_fragmentation",
-        "reservation_waste",
-        "external_fragmentation",
-        "mean_batch",
-        "prefix_hit_rate",
-        "prefix_hit_rate_first_admission",
-        "blocks_saved_by_sharing",
-    )
 )
 
 
@@ -314,7 +297,7 @@ def render_table(
     lines: list[str] = []
     ticks = f" of ticks: {tick} a step, not a GPU's time" if tick else ""
     for title, rows in _GROUPS:
-        shown = [(k, label, unit) for k, label, unit in rows if values.get(k) is not None or k in serving]
+        shown = [(k, label, unit) for k, label, unit in rows if k in values]  # (None: over nothing, "-")
         if title == "throughput":
             shown = [r for r in shown if r[0] in values]
         if not shown:
@@ -329,13 +312,11 @@ def render_table(
                     f" (one replica's: means time-weighted over {which}' busy time, peaks the fullest one's)"
                 )
         lines.append(f"== {title}{head} ==")
-        # A run in which no step ran (every request rejected at once) has no busy time to weigh its memory
-        # by, no batch and no prompt admitted: its means and rates are "-", not 0 (the summary's 0.0 for
-        # them); its peaks and counts are 0, which is true.
-        idle = not values.get("num_steps")
+        # (a run in which no step ran, every request rejected at once, has no busy time to weigh its memory
+        # by, no batch and no prompt admitted: the summary's means and rates are None, shown "-"; its peaks
+        # and counts are 0, which is true)
         lines += [
-            f"  {label:<36} {_num(None if idle and k in _OVER_STEPS else values[k], unit):>14} "
-            f"{'' if unit in ('%', 'count') else unit}"
+            f"  {label:<36} {_num(values[k], unit):>14} {'' if unit in ('%', 'count') else unit}"
             for k, label, unit in shown
         ]
         if title == "throughput":
@@ -383,11 +364,16 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
     held = f"{per:,} chunk{'s' if per != 1 else ''}"
     if size != per:
         held = f"{size // per:,} tiers × {held} (peak: the fullest tier's)"
+
+    def share(key: str, of: str = "") -> str:
+        # (a rate over no prompt admitted, or an occupancy over no busy time, is none: "-")
+        return "-" if s[key] is None else f"{100 * s[key]:.1f} %{of}"
+
     rows = [
-        ("GPU prefix hits [prefix_cache_hits]", f"{100 * s['prefix_hit_rate']:.1f} % of prompt tokens"),
-        ("CPU tier hits [external_prefix_cache_hits]", f"{100 * s['cpu_hit_rate']:.1f} % of prompt tokens"),
-        ("computed (misses)", f"{100 * s['miss_rate']:.1f} % of prompt tokens"),
-        ("hits, first admissions (GPU + CPU)", f"{100 * s['hit_rate_first_admission']:.1f} %"),
+        ("GPU prefix hits [prefix_cache_hits]", share("prefix_hit_rate", " of prompt tokens")),
+        ("CPU tier hits [external_prefix_cache_hits]", share("cpu_hit_rate", " of prompt tokens")),
+        ("computed (misses)", share("miss_rate", " of prompt tokens")),
+        ("hits, first admissions (GPU + CPU)", share("hit_rate_first_admission")),
         ("loads [kv_offload_load_bytes]", f"{s['loads']:,} ({moved('load')})"),
         ("stores [kv_offload_store_bytes]", f"{s['stores']:,} ({moved('store')})"),
         (
@@ -398,11 +384,11 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
         ("evicted chunks", f"{s['cpu_evictions']:,}"),
         (
             "waiting for loads, mean per load",
-            "— (no loads)" if s["load_wait_s_mean"] is None else f"{1000 * s['load_wait_s_mean']:.3g} ms",
+            "- (no loads)" if s["load_wait_s_mean"] is None else f"{1000 * s['load_wait_s_mean']:.3g} ms",
         ),
         (
             "tier occupancy, mean / peak",
-            f"{100 * s['cpu_tier_occupancy']:.1f} % / {100 * s['cpu_tier_peak_occupancy']:.1f} % of {held}",
+            f"{share('cpu_tier_occupancy')} / {100 * s['cpu_tier_peak_occupancy']:.1f} % of {held}",
         ),
     ]
     lines = ["== CPU tier =="]
@@ -459,16 +445,20 @@ def pd_record(s: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _ms(v: float | None) -> float | None:
+    return None if v is None else 1000 * v
+
+
 def render_pd(s: dict[str, Any]) -> str:
     """The human disaggregation section: TTFT split into its four parts (p50, p99), the transfers and
     the utilisation of the links and of each pool."""
     lines = [
         f"== disaggregation: {s['prefill_replicas']} prefill : {s['replicas']} decode replicas; "
-        f"{s['pd_disaggregated']:,} requests disaggregated, {s['pd_local_prefills']:,} prefilled locally ==",
+        f"{s['pd_disaggregated']:,} requests routed to a prefill replica, {s['pd_local_prefills']:,} prefilled locally ==",
         "  " + "".join(f"{h:>18}" for h in ("TTFT part", "p50 ms", "p99 ms")),
     ]
     for label, key in PD_PARTS:
-        cells = (label, _num(1000 * s[f"{key}_p50_s"]), _num(1000 * s[f"{key}_p99_s"]))
+        cells = (label, *(_num(_ms(s[f"{key}_{q}_s"])) for q in ("p50", "p99")))
         lines.append("  " + "".join(f"{c:>18}" for c in cells))
     if s["pd_local_prefills"]:
         lines.append(
@@ -477,13 +467,18 @@ def render_pd(s: dict[str, Any]) -> str:
         )
     size = s["pd_transfer_bytes"]
     moved = f"{s['pd_transfer_blocks']:,} blocks" + ("" if size is None else f", {size / 1e9:,.2f} GB")
+
+    def fig(key: str, fmt: str, scale: float = 1.0) -> str:
+        # (over no time or no step: None, "-")
+        return "-" if s[key] is None else f"{scale * s[key]:{fmt}}"
+
     lines.append(
-        f"  transfers: {s['pd_transfers']:,} ({moved}); link utilisation {100 * s['pd_link_utilization']:.2f} %"
+        f"  transfers: {s['pd_transfers']:,} ({moved}); link utilisation {fig('pd_link_utilization', '.2f', 100)} %"
     )
     lines.append(
-        f"  pool utilisation (busy / makespan): prefill {100 * s['prefill_pool_utilization']:.1f} %, decode "
-        f"{100 * s['decode_pool_utilization']:.1f} %; mean batch: prefill {s['prefill_pool_mean_batch']:.2f}, "
-        f"decode {s['decode_pool_mean_batch']:.2f}"
+        f"  pool utilisation (busy / makespan): prefill {fig('prefill_pool_utilization', '.1f', 100)} %, decode "
+        f"{fig('decode_pool_utilization', '.1f', 100)} %; mean batch: prefill {fig('prefill_pool_mean_batch', '.2f')}, "
+        f"decode {fig('decode_pool_mean_batch', '.2f')}"
     )
     ratio = s["pd_pool_imbalance"]
     lines.append(
@@ -513,8 +508,8 @@ def render_fleet(result: Any) -> str:
             str(i),
             f"{x['num_requests']:,}",
             _num(x["throughput_rps"]),
-            # (a replica that admitted no prompt has no hit rate: "-", not 0.0 %)
-            _num(x["prefix_hit_rate"] if x.get("num_steps") else None, "%"),
+            # (a replica that admitted no prompt has no hit rate: None, "-")
+            _num(x["prefix_hit_rate"], "%"),
             _num(None if ttft is None else 1000 * ttft),
             f"{x['preemptions']:,}",
         )

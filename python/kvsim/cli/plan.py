@@ -305,6 +305,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             if ranking is None
             else {
                 "best": ranking.best,
+                "tied": ranking.tied,
                 "candidates": ranking.table.to_dicts(),
                 "plans": {k: v.to_dict() for k, v in ranking.plans.items()},
                 "refused": ranking.refused,
@@ -449,14 +450,8 @@ def _best_line(ranking: Any) -> str:
     if ranking.best is None:
         return "best: none (no candidate passed)"
     t = ranking.table
-    top = t["rate"][0]
-    tied = [
-        c
-        for c, r, st in zip(t["candidate"], t["rate"], t["status"], strict=True)
-        if r == top and st == t["status"][0]
-    ]
-    if len(tied) > 1:
-        return f"best: a tie at {top:.4g} req/s ({t['status'][0]}) between {', '.join(tied)}"
+    if len(ranking.tied) > 1:
+        return f"best: a tie at {t['rate'][0]:.4g} req/s ({t['status'][0]}) between {', '.join(ranking.tied)}"
     return f"best: {ranking.best}"
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from kvsim.engine.engine_input import EngineInput, prepare
-from kvsim.engine.simulate import BACKENDS, RowStats, SimResult, request_rows, summary_from
+from kvsim.engine.simulate import BACKENDS, RowStats, SimResult, over, request_rows, summary_from
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import CLUSTER_KNOBS, DEFAULT_ROUTER_WEIGHTS, PS_PER_S, SimConfig, convert
 from kvsim.reference.engine import EngineOutput
@@ -500,22 +500,27 @@ def fleet_summary(
         ("w_reserved", "reservation_waste"),
         ("w_external", "external_fragmentation"),
     ):
-        s[name] = c[key] / denom if denom else 0.0
+        s[name] = over(c[key], denom)
     s["peak_allocated_fraction"] = max(
         (x["peak_allocated_tokens"] / cap if cap else 0.0) for x, cap in zip(counters, caps, strict=True)
     )
     s["capacity_tokens"] = sum(caps)
-    s["blocks_saved_by_sharing"] = sum(
-        (x["w_logical_blocks"] - x["w_held_blocks"]) / x["busy_ps"] if x["busy_ps"] else 0.0 for x in counters
-    )
+    # (each replica's mean over its busy time; one that never stepped saved none; none if none stepped)
+    saved = [over(x["w_logical_blocks"] - x["w_held_blocks"], x["busy_ps"]) for x in counters]
+    s["blocks_saved_by_sharing"] = sum(v or 0.0 for v in saved) if any(v is not None for v in saved) else None
     if "cpu_tier_chunks" in s:  # CPU tiers: the fleet's chunks, occupancy over each tier's busy time
         chunks = [cfg.kv_offloading_chunks for cfg in configs]
         tier_denom = sum(b * k for b, k in zip(busy, chunks, strict=True))
         s["cpu_tier_chunks"] = sum(chunks)
-        s["cpu_tier_occupancy"] = c["w_cpu_chunks"] / tier_denom if tier_denom else 0.0
+        s["cpu_tier_occupancy"] = over(c["w_cpu_chunks"], tier_denom)
         s["cpu_tier_peak_occupancy"] = max(
             (x["peak_cpu_chunks"] / k if k else 0.0) for x, k in zip(counters, chunks, strict=True)
         )
+        # Bytes moved: each replica's blocks at its own block's bytes (replicas may differ in block size).
+        per = [cfg.kv_offloading_block_bytes for cfg in configs]
+        for done, blocks in (("loaded", "loaded_blocks"), ("stored", "stored_blocks")):
+            moved = [int(x[blocks]) * b for x, b in zip(counters, per, strict=True) if b is not None]
+            s[f"{done}_bytes"] = sum(moved) if len(moved) == len(per) else None
     return s
 
 
@@ -555,13 +560,13 @@ def _pd_result(
     for name, v in split.items():
         per = np.full(len(workload), np.nan)
         per[rows[done]] = v[done] / PS_PER_S
-        new.append(pl.Series(name, per, dtype=pl.Float64))
+        new.append(pl.Series(name, per, dtype=pl.Float64, nan_to_null=True))  # (none: null, as other times)
     result.requests = result.requests.with_columns(new)
     s = result.summary
     for name, v in split.items():
         x = v[done] / PS_PER_S
-        s[f"{name.removesuffix('_s')}_p50_s"] = float(np.percentile(x, 50)) if len(x) else 0.0
-        s[f"{name.removesuffix('_s')}_p99_s"] = float(np.percentile(x, 99)) if len(x) else 0.0
+        s[f"{name.removesuffix('_s')}_p50_s"] = float(np.percentile(x, 50)) if len(x) else None
+        s[f"{name.removesuffix('_s')}_p99_s"] = float(np.percentile(x, 99)) if len(x) else None
     first_cfg = configs[0]
     per_token = first_cfg.pool.kv_bytes_per_token
     blocks = sum(c["pd_transfer_blocks"] for c in decode_c)
@@ -577,17 +582,17 @@ def _pd_result(
         else None
     )
     link_busy = sum(c["pd_link_busy_ps"] for c in decode_c)
-    s["pd_link_utilization"] = link_busy / (d * makespan) if makespan else 0.0
+    s["pd_link_utilization"] = over(link_busy, d * makespan)
     for pool, cs in (("decode", decode_c), ("prefill", prefill_c)):
         busy = sum(c["busy_ps"] for c in cs)
         steps = sum(c["num_steps"] for c in cs)
-        s[f"{pool}_pool_utilization"] = busy / (len(cs) * makespan) if makespan else 0.0
-        s[f"{pool}_pool_mean_batch"] = sum(c["sum_batch"] for c in cs) / steps if steps else 0.0
+        s[f"{pool}_pool_utilization"] = over(busy, len(cs) * makespan)
+        s[f"{pool}_pool_mean_batch"] = over(sum(c["sum_batch"] for c in cs), steps)
     # The imbalance between the pools: the busier pool's utilisation over the idler's (1: balanced;
-    # None: one pool never stepped while the other did).
-    hi = max(s["prefill_pool_utilization"], s["decode_pool_utilization"])
-    lo = min(s["prefill_pool_utilization"], s["decode_pool_utilization"])
-    s["pd_pool_imbalance"] = hi / lo if lo > 0 else (1.0 if hi == 0 else None)
+    # None: one pool never stepped while the other did, or no time passed).
+    pools = (s["prefill_pool_utilization"], s["decode_pool_utilization"])
+    hi, lo = (max(pools), min(pools)) if None not in pools else (None, None)
+    s["pd_pool_imbalance"] = None if hi is None else hi / lo if lo else (1.0 if hi == 0 else None)
 
 
 def _per_request(workload: Any, rows: np.ndarray, values: np.ndarray, fill: int) -> np.ndarray:

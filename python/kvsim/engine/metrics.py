@@ -34,7 +34,8 @@ sequence that can no longer be admitted) are left out, as `vllm bench serve` lea
 A fork-cow sample counts its own output tokens, as vLLM's per-request ITL over a sample's output does:
 its first token is sampled with its parent's first token (the step of the fork) and has no gap before
 it; its later tokens have gaps as any sequence's. Streamed runs (`simulate_stream`) and clusters report
-ITL's mean only (they record no runs; their ITL keys are None but the mean). With a time series of every
+ITL's mean only (they record no runs; their ITL keys are None but the mean, which a streamed run, keeping
+no per-sequence columns, takes from its rows when every request is one sequence, else None). With a time series of every
 step, `itl_distribution` derives the same values for runs where no sequence missed a step (a check).
 
 Goodput and SLO attainment (`goodput={"ttft": 500, "tpot": 50}`, milliseconds; keys ttft, tpot, e2el):
@@ -353,9 +354,18 @@ def serving_metrics(
         else:
             from kvsim.reference.engine import FINISHED
 
-            sel = (raw.status == FINISHED) & (raw.generated >= 2)
-            span = float((raw.finish[sel] - raw.first_token[sel]).sum())
-            tokens = int((raw.generated[sel] - 1).sum())
+            if len(raw.status):
+                sel = (raw.status == FINISHED) & (raw.generated >= 2)
+                span = float((raw.finish[sel] - raw.first_token[sel]).sum())
+                tokens = int((raw.generated[sel] - 1).sum())
+            elif not (col["num_samples"] > 1).any():
+                # A streamed run keeps no per-sequence columns; its rows are its sequences when every
+                # request has one sample (the mean is exact from first-token and finish times).
+                sel = col["output_len"] >= 2
+                span = float((col["finish"][sel] - col["first_token"][sel]).sum()) * 10**12
+                tokens = int((col["output_len"][sel] - 1).sum())
+            else:  # (samples folded into their request's row: no sequence's span to sum)
+                span, tokens = 0.0, 0
             recorded = itl_values(raw)
             if recorded is not None:
                 values, counts = recorded

@@ -345,6 +345,12 @@ class RowStats:
         return out
 
 
+def over(num: float, den: float) -> float | None:
+    """`num / den`, or None when `den` is 0: a mean or a rate over nothing (no step, no busy time, no prompt
+    admitted, no load) is none, not 0 (DESIGN.md §Metrics)."""
+    return num / den if den else None
+
+
 def summarize(requests: pl.DataFrame, raw: EngineOutput, config: SimConfig) -> dict[str, Any]:
     """Every SPEC §7 metric as a plain Python number (DESIGN.md §Metrics defines each)."""
     stats = RowStats()
@@ -360,18 +366,18 @@ def summary_from(stats: RowStats, c: dict[str, Any], config: SimConfig) -> dict[
     makespan = c["makespan_ps"] / PS_PER_S
     busy = c["busy_ps"]
     s["makespan_s"] = makespan
-    s["throughput_rps"] = completed / makespan if makespan > 0 else 0.0
+    s["throughput_rps"] = over(completed, makespan)
     s["output_tokens"] = rows["output_tokens"]
-    s["throughput_tok_s"] = s["output_tokens"] / makespan if makespan > 0 else 0.0
+    s["throughput_tok_s"] = over(s["output_tokens"], makespan)
     for name in _LATENCIES:
         for key in (*(f"{name}_p{round(q * 100)}" for q in _QS), f"{name}_mean"):
             s[key] = rows[key]
     s["normalized_latency_s_per_token"] = rows["normalized_latency_s_per_token"]
     s["num_steps"] = c["num_steps"]
-    s["mean_batch"] = c["sum_batch"] / c["num_steps"] if c["num_steps"] else 0.0
-    s["time_weighted_batch"] = c["w_batch"] / busy if busy else 0.0
+    s["mean_batch"] = over(c["sum_batch"], c["num_steps"])
+    s["time_weighted_batch"] = over(c["w_batch"], busy)
     s["peak_batch"] = c["peak_batch"]
-    s["mean_batched_tokens"] = c["sum_batched_tokens"] / c["num_steps"] if c["num_steps"] else 0.0
+    s["mean_batched_tokens"] = over(c["sum_batched_tokens"], c["num_steps"])
     cap = config.capacity_tokens
     denom = busy * cap
     for key, name in (
@@ -381,24 +387,24 @@ def summary_from(stats: RowStats, c: dict[str, Any], config: SimConfig) -> dict[
         ("w_reserved", "reservation_waste"),
         ("w_external", "external_fragmentation"),
     ):
-        s[name] = c[key] / denom if denom else 0.0
+        s[name] = over(c[key], denom)
     alloc = c["w_allocated"]
-    s["stored_share_of_allocated"] = c["w_stored"] / alloc if alloc else 0.0
+    s["stored_share_of_allocated"] = over(c["w_stored"], alloc)
     s["peak_allocated_fraction"] = c["peak_allocated_tokens"] / cap if cap else 0.0
     s["capacity_tokens"] = cap
     s["prefix_hit_tokens"] = c["prefix_hit_tokens"]
     admitted = c["prompt_tokens_admitted"]
-    s["prefix_hit_rate"] = c["prefix_hit_tokens"] / admitted if admitted else 0.0
+    s["prefix_hit_rate"] = over(c["prefix_hit_tokens"], admitted)
     first = c["first_prompt_tokens"]
-    s["prefix_hit_rate_first_admission"] = c["first_hit_tokens"] / first if first else 0.0
-    s["blocks_saved_by_sharing"] = (c["w_logical_blocks"] - c["w_held_blocks"]) / busy if busy else 0.0
+    s["prefix_hit_rate_first_admission"] = over(c["first_hit_tokens"], first)
+    s["blocks_saved_by_sharing"] = over(c["w_logical_blocks"] - c["w_held_blocks"], busy)
     s["cow_copies"] = c["num_cow_copies"]
     s["evictions"] = c["num_evictions"]
     s["preemptions"] = c["num_preemptions"]
     s["recomputed_tokens"] = c["recomputed_tokens"]
     s["swapped_blocks"] = c.get("num_swapped_blocks", 0)
     for g in range(len(config.kv_groups)):  # a hybrid model: each KV-cache group's blocks
-        s[f"mean_group_blocks_{g}"] = c[f"w_group_blocks_{g}"] / busy if busy else 0.0
+        s[f"mean_group_blocks_{g}"] = over(c[f"w_group_blocks_{g}"], busy)
         s[f"peak_group_blocks_{g}"] = c[f"peak_group_blocks_{g}"]
     if config.kv_offloading_chunks:
         s.update(tier_summary(c, config))
@@ -416,15 +422,13 @@ def tier_summary(c: dict[str, Any], config: SimConfig) -> dict[str, Any]:
     admitted = c["prompt_tokens_admitted"]
     gpu, cpu = c["prefix_hit_tokens"], c["cpu_hit_tokens"]
     s["cpu_hit_tokens"] = cpu
-    s["cpu_hit_rate"] = cpu / admitted if admitted else 0.0
-    s["miss_rate"] = (admitted - gpu - cpu) / admitted if admitted else 0.0
+    s["cpu_hit_rate"] = over(cpu, admitted)
+    s["miss_rate"] = over(admitted - gpu - cpu, admitted)
     queries = admitted - gpu
-    s["external_prefix_cache_hit_rate"] = cpu / queries if queries else 0.0
+    s["external_prefix_cache_hit_rate"] = over(cpu, queries)
     first = c["first_prompt_tokens"]
-    s["cpu_hit_rate_first_admission"] = c["first_cpu_hit_tokens"] / first if first else 0.0
-    s["hit_rate_first_admission"] = (
-        (c["first_hit_tokens"] + c["first_cpu_hit_tokens"]) / first if first else 0.0
-    )
+    s["cpu_hit_rate_first_admission"] = over(c["first_cpu_hit_tokens"], first)
+    s["hit_rate_first_admission"] = over(c["first_hit_tokens"] + c["first_cpu_hit_tokens"], first)
     block_bytes = config.kv_offloading_block_bytes
     for name, done, jobs, blocks in (
         ("load", "loaded", "num_loads", "loaded_blocks"),
@@ -438,12 +442,11 @@ def tier_summary(c: dict[str, Any], config: SimConfig) -> dict[str, Any]:
     s["cpu_evictions"] = c["cpu_evictions"]
     s["flushes"] = c["num_flushes"]
     s["load_wait_s_total"] = c["load_wait_ps"] / PS_PER_S
-    # (a mean over no load is none: None, not 0)
-    s["load_wait_s_mean"] = c["load_wait_ps"] / PS_PER_S / c["num_loads"] if c["num_loads"] else None
+    s["load_wait_s_mean"] = over(c["load_wait_ps"] / PS_PER_S, c["num_loads"])
     chunks = config.kv_offloading_chunks
     busy = c["busy_ps"]
     s["cpu_tier_chunks"] = chunks
-    s["cpu_tier_occupancy"] = c["w_cpu_chunks"] / (busy * chunks) if busy else 0.0
+    s["cpu_tier_occupancy"] = over(c["w_cpu_chunks"], busy * chunks)
     s["cpu_tier_peak_occupancy"] = c["peak_cpu_chunks"] / chunks
     return s
 

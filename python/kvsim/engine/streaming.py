@@ -56,13 +56,25 @@ _COLUMNS = (
 )
 
 
+class _OneWorkload(Iterator[Workload]):
+    """`chunks`' iterator: the rows of one `Workload`, whose request ids are unique already, so
+    `simulate_stream` need not check that they increase from chunk to chunk."""
+
+    unique_ids = True
+
+    def __init__(self, parts: Iterator[Workload]) -> None:
+        self._parts = parts
+
+    def __next__(self) -> Workload:
+        return next(self._parts)
+
+
 def chunks(workload: Workload, size: int = DEFAULT_CHUNK) -> Iterator[Workload]:
     """`workload`'s rows in chunks of `size` requests (a trace loaded whole, for `simulate_stream`)."""
     size = int_arg("chunk size", size)
     if size < 1:
         raise InvalidArgumentError(f"chunk size {size} must be at least 1")
-    for lo in range(0, len(workload), size):
-        yield workload[lo : lo + size]
+    return _OneWorkload(workload[lo : lo + size] for lo in range(0, len(workload), size))
 
 
 def synthetic_chunks(
@@ -274,8 +286,9 @@ def simulate_stream(
 
     Raises:
         InvalidArgumentError: a bad source, backend, config, rows target, chunk_size, spill_dir or
-            independent_chunks (checked before anything is created), a bad chunk, or chunks out of
-            arrival order (the rows written before it, and the folders made, are removed).
+            independent_chunks (checked before anything is created), a bad chunk, chunks out of
+            arrival order, or given chunks whose request ids do not increase from chunk to chunk (the
+            rows written before it, and the folders made, are removed).
     """
     parts = _parts(source)
     if backend not in BACKENDS:
@@ -291,10 +304,12 @@ def simulate_stream(
         raise InvalidArgumentError(f"independent_chunks {independent_chunks!r} must be True or False")
     independent_chunks = bool(independent_chunks)
     sink = _Sink(rows)  # last: a rows directory is created only for a call whose arguments are good
+    # (one Workload's ids, or `chunks`' of one, are unique already)
+    given_chunks = not (isinstance(source, Workload) or getattr(source, "unique_ids", False))
     if isinstance(source, Workload):
         parts = chunks(source, size)
     try:
-        return _stream(parts, config, backend, spill_dir, independent_chunks, sink)
+        return _stream(parts, config, backend, spill_dir, independent_chunks, sink, given_chunks)
     except BaseException:
         sink.discard()  # a call that raises (a bad chunk, Ctrl-C) leaves no rows behind
         raise
@@ -307,14 +322,18 @@ def _stream(
     spill_dir: str | os.PathLike[str] | None,
     independent_chunks: bool,
     sink: _Sink,
+    check_ids: bool = True,
 ) -> SimResult:
-    """`simulate_stream`'s run, its arguments checked."""
+    """`simulate_stream`'s run, its arguments checked; `check_ids`: chunks given by the caller, whose
+    request ids must increase from chunk to chunk (unique across the stream without keeping every id:
+    a request's default content is named by its id, so a repeated id would hit another's blocks)."""
     stats = RowStats(spill_dir=spill_dir)
     engine: _Rust | _Reference | None = None
     pending: deque[tuple[Workload, EngineInput]] = deque()  # chunks whose rows are not all done
     done: list[dict[str, np.ndarray]] = []  # rows done, not yet given to their chunk
     held = 0
     last = -np.inf
+    top: int | None = None  # the largest request id of the chunks so far
     quoted = False
 
     def collect() -> None:
@@ -348,6 +367,16 @@ def _stream(
                 f"arrival {last!r} s: chunks must come in arrival order"
             )
         last = float(w.arrival[-1])
+        if check_ids:
+            ids = w.request_id
+            lo = int(ids.min())
+            if top is not None and lo <= top:
+                raise InvalidArgumentError(
+                    f"a chunk's request_id {lo} is not above the earlier chunks' largest, {top}: request ids "
+                    "must increase from chunk to chunk (unique across the stream; a repeated id would share "
+                    "another request's default content)"
+                )
+            top = int(ids.max())
         quotes = bool((w.segment_id >= np.uint64(OUTPUT_BIT)).any())
         if independent_chunks and engine is not None and quotes and not quoted:
             raise InvalidArgumentError(

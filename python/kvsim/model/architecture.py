@@ -240,9 +240,14 @@ class Model:
         if quantization is None:
             return self
         if not self.config_json:
+            from kvsim.model.models import get, names
+
+            family = self.name.split("-")[0]
+            built = [n for n in names() if n.startswith(family) and get(n).config_json]
             raise InvalidArgumentError(
-                f"quantization {quantization!r}: model {self.name} keeps no config.json fields to quantize; give "
-                "its config.json (or a catalogue preset)"
+                f"quantization {quantization!r}: model {self.name} is one of the 2024 presets made from parameter "
+                "counts, without the config.json fields vLLM's quantization reads; give its config.json"
+                + (f", or a preset made from one ({', '.join(built)})" if built else "")
             )
         from kvsim.model.hf_config import _from_dict  # (its reader builds Models: imported when used)
 

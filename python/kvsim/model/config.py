@@ -222,6 +222,7 @@ class SimConfig(ConfigTimeModel):
         self._check_parallelism()
         self._size()
         self._resolve_time_model()
+        self._check_time_fields()
         if self.time_model == "linear":
             self._fill_linear_coefficients()
         elif self.time_model == "calibrated":
@@ -314,6 +315,28 @@ class SimConfig(ConfigTimeModel):
             raise InvalidArgumentError(
                 f"swap_space_bytes {self.swap_space_bytes} and cpu_blocks {self.cpu_blocks} both size the CPU "
                 "pool: give one of them"
+            )
+
+    def _check_time_fields(self) -> None:
+        """Refuses a time model's field the resolved time model does not read (a value the run would not
+        read is refused, not dropped): the linear coefficients under ticks or the roofline, and
+        `iteration_time_ps` under any time model but ticks."""
+        from kvsim.model.units import fmt_duration_ps
+
+        given: dict[str, Any] = self._given  # type: ignore[attr-defined]
+        tm = self.time_model
+        if tm in ("ticks", "roofline"):
+            for name in ("c0_ps", "c_tok_ps", "c_ctx_ps"):
+                if given[name] is not None:
+                    raise InvalidArgumentError(
+                        f"{name} {fmt_duration_ps(getattr(self, name))}: only time_model 'linear' (or "
+                        f"'calibrated') reads it, and this config's time model is {tm!r} (give time_model "
+                        "'linear')"
+                    )
+        if tm != "ticks" and self.iteration_time_ps != default("iteration_time_ps"):
+            raise InvalidArgumentError(
+                f"iteration_time_ps {fmt_duration_ps(self.iteration_time_ps)}: only time_model 'ticks' reads "
+                f"it, and this config's time model is {tm!r}"
             )
 
     def _check_parallelism(self) -> None:
@@ -688,7 +711,7 @@ class SimConfig(ConfigTimeModel):
                 "batch_rule": "v0",
             },
         }
-        if name not in presets:
+        if not isinstance(name, str) or name not in presets:
             raise InvalidArgumentError(f"preset {name!r} is not one of {', '.join(map(repr, presets))}")
         chosen = dict(presets[name])
         if (

@@ -119,10 +119,13 @@ def convert(name: str, value: Any) -> Any:
 
                 try:
                     number = _rate(name, value, name)
-                except InvalidArgumentError:
-                    raise _fail(
-                        name, value, "is not a bandwidth (bytes per second, or 25GB/s, 3.2TB/s)"
-                    ) from None
+                except InvalidArgumentError as exc:
+                    why = (
+                        "must be a positive bandwidth"
+                        if "positive" in str(exc)
+                        else "is not a bandwidth (bytes per second, or 25GB/s, 3.2TB/s)"
+                    )
+                    raise _fail(name, value, why) from None
             return _in_range(name, value, _real(name, value, number), k)
         return _in_range(name, value, _real(name, value, value), k)
     if k.kind == "gib":

@@ -545,7 +545,8 @@ def _blocks(kv: int, m: Model, layout: KVLayout, knob: str) -> int:
     usable = kv // block_bytes
     if usable < 1:
         raise InvalidArgumentError(
-            f"{knob}: {fmt_bytes(kv)} ({kv} B) of KV cache cannot hold one block of {block_size} tokens of "
+            f"{knob}: {fmt_bytes(kv)}{f' ({kv:,} B)' if fmt_bytes(kv) != f'{kv} B' else ''} of KV cache cannot "
+            f"hold one block of {block_size} tokens of "
             f"{m.name} ({fmt_bytes(block_bytes)}); raise {knob} or lower block_size"
         )
     if usable + 1 > MAX_BLOCKS:
@@ -658,8 +659,19 @@ def pool_blocks(
     Raises:
         InvalidArgumentError: a bad argument, or too little KV memory for one block.
     """
-    m, g = resolve(model, gpu)
+    from kvsim.model.knobs import convert
+
+    # Each argument by SimConfig's rule for its knob (units, types, ranges); `include_null_block` a bool.
+    block_size = convert("block_size", block_size)
+    gpu_memory_utilization = convert("gpu_memory_utilization", gpu_memory_utilization)
+    kv_cache_bytes = convert("kv_cache_bytes", kv_cache_bytes)
+    activation_reserve_bytes = convert("activation_reserve_bytes", activation_reserve_bytes)
     if kv_dtype is not None:
+        kv_dtype = convert("kv_cache_dtype", kv_dtype)
+    if not isinstance(include_null_block, bool):
+        raise InvalidArgumentError(f"include_null_block {include_null_block!r} must be True or False")
+    m, g = resolve(model, gpu)
+    if kv_dtype is not None and kv_dtype != "auto":
         m = m.with_kv_dtype(kv_dtype)
     if block_size < 1:
         raise InvalidArgumentError(f"block_size {block_size} must be at least 1")

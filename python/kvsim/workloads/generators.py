@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from kvsim.arguments import int_arg
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
 from kvsim.workloads.ids import content_ids
@@ -189,6 +190,52 @@ def _need(params: Mapping[str, Any], kind: str, key: str) -> Any:
     return params[key]
 
 
+# The most tokens a drawn prompt or output may have (far past any model's context; an int64 holds it).
+MAX_TOKENS = 1 << 40
+
+
+def _tokens(name: str, value: Any) -> int:
+    """A token count given as a number: an integer, or a float of an integer's value (`4000.0`)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentError(f"{name} {value!r} must be a whole number of tokens")
+    if not (isinstance(value, numbers.Integral) or (math.isfinite(value) and float(value).is_integer())):
+        raise InvalidArgumentError(f"{name} {value!r} must be a whole number of tokens")
+    v = int(float(value)) if not isinstance(value, numbers.Integral) else int(value)
+    if v > MAX_TOKENS:
+        raise InvalidArgumentError(f"{name} {v} is more than {MAX_TOKENS:,} tokens")
+    return v
+
+
+# At most this many distinct system prompts (a table of their lengths and ids is made whole).
+MAX_SYSTEM_PROMPTS = 1 << 20
+
+
+def _real(name: str, value: Any) -> float:
+    """`value` as a float: a number (numpy's too), not a bool or text (its domain checked by the caller)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentError(f"{name} {value!r} must be a number")
+    try:
+        return float(value)
+    except OverflowError:  # an int past a float's range
+        raise InvalidArgumentError(f"{name} {value} is out of range") from None
+
+
+def _system_prompt_lens(value: Any, count: int) -> np.ndarray:
+    """`system_prompt_len` as one length per system prompt: one integer for all, or `count` of them."""
+    items = (
+        list(value) if isinstance(value, Sequence | np.ndarray) and not isinstance(value, str) else [value]
+    )
+    lens = [int_arg("system_prompt_len", v) for v in items]
+    if len(lens) not in (1, count):
+        raise InvalidArgumentError(
+            f"system_prompt_len gives {len(lens)} lengths for num_system_prompts {count}: give one for all or "
+            f"one per prompt"
+        )
+    if any(not 0 <= v <= MAX_TOKENS for v in lens):
+        raise InvalidArgumentError(f"system_prompt_len {value} must lie in [0, {MAX_TOKENS:,}]")
+    return np.array(lens * count if len(lens) == 1 else lens, dtype=np.int64)
+
+
 def _positive(name: str, value: Any) -> float:
     """`value` as a finite float > 0: a number (numpy's too), not a bool or text."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -222,7 +269,12 @@ def _draw_lengths(
         raise InvalidArgumentError(f"lengths {kind!r} is not one of {LENGTH_KINDS}")
     unknown = sorted(set(params) - set(_PARAMS[kind]))
     if unknown:
-        raise InvalidArgumentError(f"lengths={kind!r} takes length_params {_PARAMS[kind]}, not {unknown}")
+        named = ", ".join(map(repr, unknown))
+        if not _PARAMS[kind]:
+            raise InvalidArgumentError(
+                f"lengths={kind!r} takes no length_params (the preset sets its lengths), not {named}"
+            )
+        raise InvalidArgumentError(f"lengths={kind!r} takes length_params {_PARAMS[kind]}, not {named}")
     if kind in PAPER_PRESETS or kind == "lognormal":
         if kind in PAPER_PRESETS:
             pm, om = PAPER_PRESETS[kind]
@@ -246,7 +298,7 @@ def _draw_lengths(
         prompt = np.rint(rng.normal(pm, ps, n))
         output = np.rint(rng.normal(om, os_, n))
     elif kind == "fixed":
-        p, o = (int(_need(params, kind, k)) for k in ("prompt_len", "output_len"))
+        p, o = (_tokens(k, _need(params, kind, k)) for k in ("prompt_len", "output_len"))
         if p < 1 or o < 1:
             raise InvalidArgumentError(f"fixed lengths must be >= 1, got prompt_len {p}, output_len {o}")
         prompt = np.full(n, p, dtype=np.float64)
@@ -254,7 +306,10 @@ def _draw_lengths(
     elif kind == "uniform":
         ranges = []
         for key in ("prompt_len", "output_len"):
-            lo, hi = (int(v) for v in _need(params, kind, key))
+            pair = _need(params, kind, key)
+            if isinstance(pair, str) or not isinstance(pair, Sequence) or len(pair) != 2:
+                raise InvalidArgumentError(f"uniform {key} {pair!r} must be a range (lo, hi)")
+            lo, hi = (_tokens(key, v) for v in pair)
             if not 1 <= lo <= hi:
                 raise InvalidArgumentError(f"uniform {key} range ({lo}, {hi}) needs 1 <= lo <= hi")
             ranges.append((lo, hi))
@@ -271,6 +326,11 @@ def _draw_lengths(
         pick = rng.integers(0, len(pool_p), n)
         prompt = pool_p[pick].astype(np.float64)
         output = pool_o[pick].astype(np.float64)
+    for name, drawn in (("prompt_len", prompt), ("output_len", output)):
+        if len(drawn) and not drawn.max() <= MAX_TOKENS:  # (a float's NaN or 1e30 too)
+            raise InvalidArgumentError(
+                f"lengths {kind!r} draws {name} {drawn.max():.4g}, more than {MAX_TOKENS:,} tokens"
+            )
     if max_model_len is None:
         prompt = np.maximum(prompt, 1)
         output = np.maximum(output, 1)
@@ -372,12 +432,36 @@ def synthetic(
     Raises:
         InvalidArgumentError: an option out of its domain (the message names it and its value).
     """
-    n = int(num_requests)
+    n = int_arg("num_requests", num_requests)
     if n < 0:
         raise InvalidArgumentError(f"num_requests {num_requests} must not be negative")
+    for name, kind, kinds in (("arrivals", arrivals, ARRIVAL_KINDS), ("lengths", lengths, LENGTH_KINDS)):
+        if not isinstance(kind, str) or kind not in kinds:
+            raise InvalidArgumentError(f"{name} {kind!r} is not one of {kinds}")
+    turns = int_arg("turns", turns)
+    num_system_prompts = int_arg("num_system_prompts", num_system_prompts)
+    num_samples = int_arg("num_samples", num_samples)
+    first_request_id = int_arg("first_request_id", first_request_id)
+    seed = int_arg("seed", seed)
+    if seed < 0:
+        raise InvalidArgumentError(f"seed {seed} must not be negative (numpy's SeedSequence takes no sign)")
+    if beam_width is not None:
+        beam_width = int_arg("beam_width", beam_width)
+    if max_model_len is not None:
+        max_model_len = int_arg("max_model_len", max_model_len)
+    turn_interval = _real("turn_interval", turn_interval)
+    sharing_ratio = _real("sharing_ratio", sharing_ratio)
+    if num_system_prompts > MAX_SYSTEM_PROMPTS:
+        raise InvalidArgumentError(
+            f"num_system_prompts {num_system_prompts} must be at most {MAX_SYSTEM_PROMPTS:,}"
+        )
+    if turns > 1 << 40:
+        raise InvalidArgumentError(f"turns {turns} must be at most {1 << 40:,}")
     if arrivals != "all-at-once":
         arrival_rate = _positive("arrival_rate", arrival_rate)
     burstiness = _positive("burstiness", burstiness)
+    if not 1e-100 <= burstiness <= 1e100:  # (gamma's shape 1 / burstiness² stays a finite float > 0)
+        raise InvalidArgumentError(f"burstiness {burstiness:g} must lie in [1e-100, 1e100]")
     if arrivals in ARRIVAL_KINDS and arrivals != "gamma" and burstiness != 1.0:
         raise InvalidArgumentError(
             f"burstiness {burstiness:g} applies to arrivals 'gamma' only: arrivals {arrivals!r} never read it"
@@ -390,7 +474,7 @@ def synthetic(
         raise InvalidArgumentError(f"sharing_ratio {sharing_ratio} must lie in [0, 1]")
     if num_system_prompts < 1:
         raise InvalidArgumentError(f"num_system_prompts {num_system_prompts} must be at least 1")
-    sys_lens = np.broadcast_to(np.asarray(system_prompt_len, dtype=np.int64), (num_system_prompts,)).copy()
+    sys_lens = _system_prompt_lens(system_prompt_len, num_system_prompts)
     if (sys_lens < 0).any() or (np.ptp(sys_lens) > 0 and (sys_lens == 0).any()):
         raise InvalidArgumentError(f"system_prompt_len {system_prompt_len} must be all 0 (off) or all >= 1")
     if beam_width is not None:

@@ -228,7 +228,8 @@ def apply_trace_params(workload: Any, params: Mapping[str, Any], label: str) -> 
         cols = {k: np.array(v) for k, v in workload.columns().items()}
         first = cols["arrival"][0] if len(cols["arrival"]) else 0.0
         cols["arrival"] = first + (cols["arrival"] - first) * factor
-        meta = {**workload.meta, "time_scale": factor}
+        # (scales compose: a rate read from the generator's `arrival_rate` divides by their product)
+        meta = {**workload.meta, "time_scale": float(workload.meta.get("time_scale", 1.0)) * factor}
         workload = Workload._from_owned(cols, meta, allow_foreign_outputs=workload.allow_foreign_outputs)
     return workload
 

@@ -74,6 +74,8 @@ def _column(name: str, values: Any) -> np.ndarray:
     except (OverflowError, ValueError) as exc:
         raise InvalidArgumentError(f"{name}: cannot convert to {dtype}: {exc}") from None
     if arr.ndim != 1:
+        if arr.ndim == 0:  # (None, a dict, a number: not a column of values)
+            raise InvalidArgumentError(f"{name} must be a sequence of values, not {values!r:.60}")
         raise InvalidArgumentError(f"{name} must be one-dimensional, got shape {arr.shape}")
     if dtype.kind == "b":
         if arr.dtype.kind != "b" and arr.size:
@@ -393,6 +395,10 @@ class Workload:
         cols = {k: np.ascontiguousarray(v) for k, v in cols.items()}
         meta = dict(self.meta)
         meta["selected_from"] = n
+        if rows.size > 1 and rows[-1] - rows[0] + 1 != rows.size:
+            # Rows left out inside the selection thin its arrivals: the generator's `arrival_rate` is no
+            # longer theirs (a window of consecutive rows keeps it).
+            meta.pop("arrival_rate", None)
         # Rows kept in order and already valid: only output references can change (to foreign ones).
         return Workload._from_owned(cols, meta, allow_foreign_outputs=True)._tighten(
             self.allow_foreign_outputs
@@ -480,6 +486,10 @@ class Workload:
         Raises:
             InvalidArgumentError: a required column is missing, a list is empty or null, or a row is invalid.
         """
+        if not isinstance(frame, pl.DataFrame):
+            raise InvalidArgumentError(
+                f"frame is a {type(frame).__name__}, not a polars DataFrame (collect a LazyFrame first)"
+            )
         missing = [
             c for c in ("arrival", "output_len", "segment_id", "segment_len") if c not in frame.columns
         ]
@@ -524,7 +534,11 @@ class Workload:
             text = json.dumps(header)
         except TypeError as exc:
             raise InvalidArgumentError(f"meta is not JSON-serialisable: {exc}") from None
-        self.to_polars().write_parquet(Path(path), metadata={_PARQUET_KEY: text})
+        target = _path_arg(path)
+        try:
+            self.to_polars().write_parquet(target, metadata={_PARQUET_KEY: text})
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot write {target}: {exc.strerror or exc}") from None
 
     @classmethod
     def load(cls, path: str | PathLike[str]) -> Workload:
@@ -533,9 +547,10 @@ class Workload:
         Raises:
             InvalidArgumentError: the file was not written by `save`, or holds an invalid row.
         """
+        path = _path_arg(path)
         try:
-            frame = pl.read_parquet(Path(path))
-            header_text = pl.read_parquet_metadata(Path(path)).get(_PARQUET_KEY)
+            frame = pl.read_parquet(path)
+            header_text = pl.read_parquet_metadata(path).get(_PARQUET_KEY)
         except (OSError, pl.exceptions.PolarsError) as exc:
             raise InvalidArgumentError(f"cannot read {path} as parquet: {exc}") from None
         if header_text is None:
@@ -755,3 +770,10 @@ def _check_output_refs(cols: dict[str, np.ndarray], allow_foreign: bool) -> int:
             f"which generates only {int(generated[k])}",
         )
     return int(absent.sum())
+
+
+def _path_arg(path: Any) -> Path:
+    """`path` as a `Path`: a str or an `os.PathLike`, nothing else (None, a number)."""
+    if not isinstance(path, str | PathLike):
+        raise InvalidArgumentError(f"path {path!r} must be a file path (str or os.PathLike)")
+    return Path(path)

@@ -65,7 +65,8 @@ def _existing(path: str | PathLike[str]) -> Path:
         raise InvalidArgumentError(f"path {path!r} must be a str or os.PathLike")
     p = Path(path)
     if not p.is_file():
-        raise InvalidArgumentError(f"trace file {p} does not exist")
+        what = "is a directory, not a file" if p.is_dir() else "does not exist"
+        raise InvalidArgumentError(f"trace file {p} {what}")
     return p
 
 
@@ -541,6 +542,10 @@ def _table_fast(
         for ours, theirs in mapping.items():
             dtype = pl.Float64 if ours == "arrival" else pl.Int64
             col = frame[theirs]
+            if not col.dtype.is_numeric():
+                # (polars casts true to 1 and a Duration to its integer microseconds: not numbers of this
+                # field; the line loop names the row)
+                return None
             if ours != "arrival" and col.dtype.is_float() and not (col == col.floor()).all():
                 return None  # polars' cast truncates 3.5 to 3; the line loop names the row
             col = col.cast(dtype, strict=True)

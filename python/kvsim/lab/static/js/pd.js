@@ -7,7 +7,7 @@ const $ = (id) => document.getElementById(id);
 
 // The fleet's P/D figures in words and units (the CLI's own: DESIGN.md §Prefill/decode disaggregation).
 const SUMMARY = {
-  pd_disaggregated: ["requests disaggregated", int],
+  pd_disaggregated: ["routed to a prefill replica", int],
   pd_local_prefills: ["prefilled on their decode replica", int],
   pd_transfers: ["transfers", int],
   pd_transfer_blocks: ["blocks moved", int],
