@@ -390,6 +390,9 @@ def test_presets_takes_no_parameters(client: TestClient) -> None:
     r = client.get("/api/presets?x=1")
     assert r.status_code == 400
     assert r.json() == {"error": "parameter 'x': /api/presets takes no parameters", "field": "x"}
+    r = client.get("/openapi.json?x=1")  # (it answered 200, ignoring it)
+    assert r.status_code == 400
+    assert r.json() == {"error": "parameter 'x': /openapi.json takes no parameters", "field": "x"}
 
 
 def test_an_address_that_cannot_be_listened_on_warns_nothing(capsys: pytest.CaptureFixture[str]) -> None:

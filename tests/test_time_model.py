@@ -5,6 +5,7 @@ attention, exactness in both engines on real models, the configuration's rules a
 from __future__ import annotations
 
 import itertools
+import re
 
 import hypothesis.strategies as st
 import numpy as np
@@ -382,3 +383,24 @@ def test_gpt_oss_padded_mxfp4_experts_are_read_and_multiplied():
     # Expert parallelism over 2 B200s: 64 whole experts a GPU, each 3,072 x 2,944.
     ep = roofline_time_model(m, b200, tensor_parallel_size=2, expert_parallel=True)
     assert ep.moe_mem_ps[-1] == round((experts + pad) / 2 / b200.hbm_bandwidth * PS)
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"attention": (1,)}, "roofline attention (1,) must hold AttentionClass values"),  # (AttributeError)
+        ({"attention": None}, "roofline attention None must be a tuple"),  # (TypeError)
+        ({"moe_mem_ps": None}, "roofline moe_mem_ps None must be a tuple"),  # (TypeError)
+    ],
+)
+def test_a_hand_made_roofline_of_the_wrong_shape_is_refused_by_field(change, said):
+    from kvsim.model.timing import FULL, AttentionClass, RooflineTimeModel
+
+    base = dict.fromkeys(
+        ("fixed_ps", "seq_ps", "tok_ps", "dense_mem_ps", "dense_mem_tok_ps", "dense_flop_tok_ps"), 0
+    )
+    base.update(moe_mem_ps=(), moe_flop_tok_ps=0, head_mem_ps=0, head_flop_seq_ps=0)
+    base["attention"] = (AttentionClass(FULL, 0, 1, 0, 1),)
+    RooflineTimeModel(**base)  # (the shape it takes)
+    with pytest.raises(InvalidArgumentError, match=re.escape(said)):
+        RooflineTimeModel(**{**base, **change})

@@ -388,3 +388,19 @@ def test_every_preset_renders_on_a_phone(browser: Any, lab_server: Any, name: st
         assert fits["scroll"] <= fits["width"], fits
     finally:
         next(pages, None)
+
+
+def test_a_step_in_the_address_outside_the_run_is_said_not_silently_moved(lab: LabPage) -> None:
+    """`?step=999` on a run of fewer steps showed its last step, and `?step=abc` its opening step, without
+    a word: the banner says which step the page shows instead; a step in range says nothing, and a
+    control's rerun that moves the step (a shorter run) is not blamed on the address."""
+    lab.open(preset="copilot", step=999)
+    n = lab.page.evaluate("Number(document.querySelector('#r-scrub').max)")
+    assert lab.page.inner_text("#banner") == (
+        f"step 999 in the address is outside this run's steps 0–{n}: showing step {n}"
+    )
+    lab.open(preset="copilot", step="abc")
+    text = lab.page.inner_text("#banner")
+    assert text.startswith('step "abc" in the address is not a step number: showing the opening step, '), text
+    lab.open(preset="copilot", step=3)
+    assert lab.page.locator("#banner").is_hidden()

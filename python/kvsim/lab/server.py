@@ -340,7 +340,9 @@ def openapi() -> dict[str, Any]:
         "openapi": "3.0.3",
         "info": {"title": "kvsim lab", "version": "1", "description": "DESIGN.md §Lab"},
         "paths": {
-            "/api/presets": {"get": {"summary": "presets, options and caps", "responses": {"200": ok}}},
+            "/api/presets": {
+                "get": {"summary": "presets, options and caps", "responses": {"200": ok, "400": error}}
+            },
             "/api/run": {
                 "get": {
                     "summary": "a run's bundle (both tracks)",
@@ -383,6 +385,10 @@ def openapi() -> dict[str, Any]:
 
 
 async def api_openapi(request: Request) -> Response:
+    try:
+        _parse(request, {})  # (no parameters, as /api/presets)
+    except BadParameter as e:
+        return _error(e)
     return JSONResponse(openapi())
 
 

@@ -197,6 +197,12 @@ class RooflineTimeModel:
             "head_flop_seq_ps",
         )
         values = [(n, getattr(self, n)) for n in names]
+        for name in ("moe_mem_ps", "attention"):
+            seq = getattr(self, name)
+            if not isinstance(seq, tuple | list):
+                raise InvalidArgumentError(f"roofline {name} {seq!r} must be a tuple")
+        if not all(isinstance(a, AttentionClass) for a in self.attention):
+            raise InvalidArgumentError(f"roofline attention {self.attention!r} must hold AttentionClass values")
         values += [("moe_mem_ps", v) for v in self.moe_mem_ps]
         for a in self.attention:
             values += [("attention kv_ps", a.kv_ps), ("attention flop_ps", a.flop_ps)]

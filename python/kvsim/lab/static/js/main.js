@@ -78,8 +78,10 @@ function queryFromUrl() {
   const u = new URLSearchParams(window.location.search);
   const q = {};
   for (const p of PARAMS) if (u.has(p)) q[p] = u.get(p);
-  const step = u.has("step") ? Number.parseInt(u.get("step"), 10) : null;
-  return { query: q, step: Number.isFinite(step) ? step : null };
+  // (a step that is not a whole number stays its text: the page says it shows the opening step instead)
+  const raw = u.has("step") ? u.get("step") : null;
+  const step = raw !== null && /^-?[0-9]+$/.test(raw.trim()) ? Number.parseInt(raw, 10) : raw;
+  return { query: q, step };
 }
 
 let urlTimer = 0;
@@ -285,7 +287,7 @@ function applyOverrides(over) {
 
 // ---------------------------------------------------------------- runs
 
-async function run(query, step) {
+async function run(query, step, fromUrl = false) {
   const seq = ++lab.runSeq;
   const t0 = performance.now();
   $("lab").setAttribute("aria-busy", "true");
@@ -325,8 +327,13 @@ async function run(query, step) {
     `${bytes(bundle.num_blocks * bundle.bytes_per_block)}` +
     `${bundle.layout ? ` · ${int(bundle.layout.groups.length)} KV-cache groups` : ""})`;
   setGroupLegend(replay);
-  const start = step === null || step === undefined ? bundle.default_step : step;
+  const start = typeof step === "number" ? step : bundle.default_step;
   lab.step = Math.max(0, Math.min(bundle.num_steps, start));
+  if (fromUrl && typeof step === "string") {
+    banner(`step ${JSON.stringify(step)} in the address is not a step number: showing the opening step, ${lab.step}`);
+  } else if (fromUrl && start !== lab.step) {
+    banner(`step ${start} in the address is outside this run's steps 0–${bundle.num_steps}: showing step ${lab.step}`);
+  }
   replay.seek(lab.step);
   chart.setReplay(replay);
   if (lab.selected >= bundle.num_blocks) lab.selected = -1;
@@ -620,6 +627,6 @@ async function start() {
   }
   const { query, step } = queryFromUrl();
   if (!query.preset) query.preset = lab.presets.presets[0].name;
-  await run(query, step);
+  await run(query, step, true);
 }
 lab.ready = start();
