@@ -10,7 +10,8 @@ that fails because the engine lacks a feature (`InvalidArgumentError` / `NotImpl
 time) makes its claims NOT TESTABLE with the error text; any other exception is a bug and propagates.
 
 This module is the runner (`run_claims`, `run_experiments`); the claims themselves are defined by group
-(`claims_paper`, `claims_seed`, `claims_capacity`, `claims_fleet`) in the vocabulary of `claims_model`, and
+(`claims_paper`, `claims_seed`, `claims_capacity`, `claims_fleet`, `claims_hybrid`, `claims_tier`,
+`claims_pd`) in the vocabulary of `claims_model`, and
 `claims_report` writes claims.md.
 """
 
