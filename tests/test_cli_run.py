@@ -1189,3 +1189,28 @@ def test_the_config_line_leaves_out_a_swap_time_a_run_never_uses(capsys):
         assert main(["run", "--model", model, *flags, "--requests", "3"]) == 0
         (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("config: ")]
         assert ("swap_ps_per_block=" in line) is swaps, line
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "said"),
+    [
+        ("kvsim.analysis.claims", ["--bogus"], "unrecognized arguments: --bogus"),
+        ("kvsim.analysis.claims", ["abc"], "SCALE 'abc' is not a number"),  # (a bare ValueError traceback)
+        ("kvsim.analysis.claims", ["1e-9"], "SCALE '1e-9': scale 1e-09 leaves"),
+        ("kvsim.analysis.claims_pd", ["a", "b"], "unrecognized arguments: b"),
+        ("kvsim.analysis.validate", ["--bogus"], "unrecognized arguments: --bogus"),
+        ("kvsim.lab.screenshots", ["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_the_python_dash_m_commands_refuse_in_one_line(module, argv, said):
+    """`python -m` entry points the README names answer a bad argument as the kvsim commands do: one line,
+    exit status 2 (they printed argparse's usage too; `kvsim.analysis.claims abc` a ValueError traceback)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"python -m {module}: error: ")
+    assert said in lines[0]

@@ -268,5 +268,29 @@ __all__ = [
 ]
 
 
+def main(argv: Sequence[str]) -> int:
+    """`python -m kvsim.analysis.claims [SCALE]`: the suite's verdicts in one line, no plots (`kvsim claims`
+    writes claims.md and the plots); a bad SCALE is one line and exit status 2."""
+
+    from kvsim.cli.flags import Parser  # (argparse's, its errors one line and exit status 2)
+
+    p = Parser(
+        prog="python -m kvsim.analysis.claims",
+        description="Run every claim and print the verdicts' count (no claims.md, no plots: kvsim claims).",
+    )
+    p.add_argument("scale", nargs="?", default="1", metavar="SCALE", help="multiply every claim's requests")
+    args = p.parse_args(list(argv))
+    try:
+        scale = check_scale(float(args.scale))
+    except (ValueError, InvalidArgumentError) as exc:
+        p.error(
+            f"SCALE {args.scale!r}: {exc}"
+            if isinstance(exc, InvalidArgumentError)
+            else f"SCALE {args.scale!r} is not a number"
+        )
+    print(run_claims(scale=scale).summary_line())
+    return 0
+
+
 if __name__ == "__main__":
-    print(run_claims(scale=float(sys.argv[1]) if len(sys.argv) > 1 else 1.0).summary_line())  # no plots
+    sys.exit(main(sys.argv[1:]))

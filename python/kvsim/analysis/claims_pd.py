@@ -359,9 +359,10 @@ def _why_differs(kind: str, level_rows: pl.DataFrame) -> str:
 
 def main(argv: Sequence[str]) -> int:
     """`python -m kvsim.analysis.claims_pd [RESULTS_DIR]`: the P/D claims' runs, verdicts and plot."""
-    import argparse
 
-    p = argparse.ArgumentParser(
+    from kvsim.cli.flags import Parser  # (argparse's, its errors one line and exit status 2)
+
+    p = Parser(
         prog="python -m kvsim.analysis.claims_pd",
         description="The claims suite's P/D claims alone: runs (cached in RESULTS_DIR/claims), verdicts, "
         "and RESULTS_DIR/plots/pd_goodput.png.",

@@ -23,7 +23,6 @@ measured against simulated per-request TTFT and E2E.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -497,7 +496,9 @@ def validation_claims(root: Path = RUNS) -> list[Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    from kvsim.cli.flags import Parser  # (argparse's, its errors one line and exit status 2)
+
+    p = Parser(
         prog=COMMAND,
         description="Replay the real vLLM serving runs of ../shared/validation through kvsim and write "
         "results/validation.md and results/plots/validation.png",

@@ -8,7 +8,6 @@ extra), each saved as a 256-colour PNG (`_shrink`). The browser tests start the 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import threading
@@ -155,7 +154,9 @@ def take(out: Path, names: Sequence[str] | None = None) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kvsim.lab.screenshots", description=__doc__.split("\n\n")[0])
+    from kvsim.cli.flags import Parser  # (argparse's, its errors one line and exit status 2)
+
+    ap = Parser(prog="python -m kvsim.lab.screenshots", description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--out", type=Path, default=Path("results/lab"), help="output folder (default results/lab)"
     )

@@ -202,7 +202,9 @@ class RooflineTimeModel:
             if not isinstance(seq, tuple | list):
                 raise InvalidArgumentError(f"roofline {name} {seq!r} must be a tuple")
         if not all(isinstance(a, AttentionClass) for a in self.attention):
-            raise InvalidArgumentError(f"roofline attention {self.attention!r} must hold AttentionClass values")
+            raise InvalidArgumentError(
+                f"roofline attention {self.attention!r} must hold AttentionClass values"
+            )
         values += [("moe_mem_ps", v) for v in self.moe_mem_ps]
         for a in self.attention:
             values += [("attention kv_ps", a.kv_ps), ("attention flop_ps", a.flop_ps)]
