@@ -166,7 +166,11 @@ def test_the_module_reads_its_arguments(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         main(["--bogus"])
     assert e.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("unrecognized arguments: --bogus")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "python -m kvsim.analysis.claims_pd: error: unrecognized arguments: --bogus "
+        "(see: python -m kvsim.analysis.claims_pd --help)"
+    ]
     assert list(tmp_path.iterdir()) == []
 
 

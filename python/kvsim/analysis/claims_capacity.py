@@ -93,8 +93,8 @@ def capacity_experiments() -> list[CapacityExperiment]:
             why="capacity search (kvsim.plan, 2 %) for the highest Poisson rate whose normalised latency "
             f"(mean E2E / output tokens) is at most {FIG12_SLO_S_PER_TOKEN} s/token; OPT-13B, 12 GiB KV, "
             "A100-40GB roofline time (the linear model of kvsim.sizing), ShareGPT-like lengths 8,000 "
-            "requests, Alpaca-like 20,000 (x 2.5: at its knee 8,000 would end before the latency bound "
-            "does), max_tokens 2048",
+            f"requests, Alpaca-like {round(8_000 * REQUESTS_FACTOR['alpaca']):,} (x {REQUESTS_FACTOR['alpaca']:g}: "
+            "at its knee 8,000 would end before the latency bound does), max_tokens 2048",
             slos={"normalized_latency": FIG12_SLO_S_PER_TOKEN},
         ),
     ]

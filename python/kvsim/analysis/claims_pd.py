@@ -11,7 +11,8 @@ states it: disaggregation wins under a tight TPOT SLO (decode steps free of pref
 under loose SLOs (where the aggregated fleet uses every GPU for both phases).
 
 The experiment (`PdExperiment`): for each workload, the *base* latencies are measured first, on one
-aggregated replica at 1/64 of the workload's own rate (nearly unloaded): TTFT p99 and TPOT p50. Each
+aggregated replica at 1/64 of the workload's own rate (nearly unloaded for Poisson arrivals; a trace's
+bursts of requests sharing a timestamp keep their size at any rate): TTFT p99 and TPOT p50. Each
 SLO level bounds a request's TTFT and TPOT by multiples of them (`LEVELS`). For every fleet of `FLEETS`
 (aggregated 1-4 replicas, every split of at most 4 GPUs) and every level, `kvsim.plan` finds the highest
 rate at which `goodput_fraction >= 0.9` (the knee, to 5 %); goodput per GPU is that knee over the
@@ -91,7 +92,9 @@ def pd_experiments() -> list[PdExperiment]:
             why=f"{MODEL} on {GPU} (TP 1, router round-robin in both pools, every request disaggregated, "
             "50 GB/s link): knee (kvsim.plan, 5 %) of goodput_fraction >= 0.9 for each fleet "
             f"{', '.join(f'{p}:{d}' for p, d in FLEETS)} (prefill:decode; 0: aggregated) at each SLO level "
-            f"{', '.join(f'{n} (TTFT x{a:g}, TPOT x{b:g})' for n, a, b in LEVELS)} of the unloaded latencies; "
+            f"{', '.join(f'{n} (TTFT x{a:g}, TPOT x{b:g})' for n, a, b in LEVELS)} of the base latencies (one "
+            "aggregated replica at 1/64 of the rate: nearly unloaded for Poisson arrivals; a trace's bursts of "
+            "simultaneous requests keep their size at any rate); "
             f"requests: {', '.join(f'{w} {n}' for w, n in WORKLOADS.items())}",
         )
     ]
@@ -319,6 +322,15 @@ def pd_claims(results: Mapping[str, Results], scale: float = 1.0) -> list[Claim]
                     f"for {ATTAINMENT:.0%} of requests; disaggregated / aggregated goodput per GPU by level: "
                     f"{trend}; " + ("searches monotone" if bad == 0 else f"{bad} non-monotone probe pairs")
                 )
+                # Fleets with no knee at this level: every probe failed, even the least rate (a trace's
+                # bursts keep their size at any rate: the base run is not unloaded for them).
+                floor = g.filter((pl.col("level") == lv["level"]) & pl.col("knee_rate").is_null())
+                if floor.height:
+                    names = [
+                        f"{d} aggregated" if p == 0 else f"{p}P:{d}D"
+                        for p, d in zip(floor["prefill"].to_list(), floor["decode"].to_list(), strict=True)
+                    ]
+                    note += f"; no knee at this level (every probe failed) for {', '.join(names)}"
                 unsustained = int(g.filter(~pl.col("sustained") & pl.col("knee_rate").is_not_null()).height)
                 if unsustained:
                     note += (

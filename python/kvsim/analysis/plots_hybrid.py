@@ -36,6 +36,7 @@ def draw_hybrid_capacity(ax: Axes, frame: pl.DataFrame) -> None:
             color=color,
             ls=":",
             lw=1.5,
+            zorder=3,  # (over the hybrid line: where the two nearly meet, gpt-oss below 16K, both show)
             label=f"{model}, every layer full attention",
         )
         ax.plot(

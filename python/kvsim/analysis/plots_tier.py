@@ -17,7 +17,7 @@ MARKERS = {POOLS[0]: "o", POOLS[1]: "s"}
 def draw_tier_hits(ax: Axes, res: Results, ceilings: dict[tuple[str, int], float]) -> None:
     """Per trace and pool, the hit rate against the total cache, with the pool's reuse ceiling
     (`claims_tier.pool_ceiling`: over the requests the pool admits) when `ceilings` has it."""
-    best: list[tuple[str, float, float]] = []
+    best: list[tuple[str, float, float, int]] = []
     for trace in TRACES:
         label = f"{trace}:time_scale={TIME_SCALE}"
         color = COLORS[trace]
@@ -29,7 +29,7 @@ def draw_tier_hits(ax: Axes, res: Results, ceilings: dict[tuple[str, int], float
             ax.plot(
                 x, y, color=color, ls=ls, marker=MARKERS[pool], label=f"{trace}, {pool_label(pool)} + tier"
             )
-            best.append((trace, y[0], y[-1]))
+            best.append((trace, y[0], y[-1], pool))
             if (trace, pool) in ceilings:
                 ceiling = ceilings[(trace, pool)]
                 ax.axhline(ceiling, color=color, lw=1, ls=(0, (1, 1.5) if pool == POOLS[1] else (1, 4)),
@@ -43,7 +43,8 @@ def draw_tier_hits(ax: Axes, res: Results, ceilings: dict[tuple[str, int], float
     top = max(best, key=lambda b: b[2] - b[1])
     ax.set_title(
         "Hit rate against total cache, per GPU pool\n"
-        f"largest gain: {top[0]} {pct(top[1])} -> {pct(top[2])} with a 2^26-token tier",
+        f"largest gain: {top[0]}, {pool_label(top[3])}, {pct(top[1])} -> {pct(top[2])} with a "
+        "2^26-token tier",
         fontsize="medium",
     )
 
