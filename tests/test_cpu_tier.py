@@ -287,7 +287,7 @@ def test_a_key_offered_twice_in_one_offer_is_refused_and_changes_nothing():
         (lambda: _core.CpuTier(4).prepare_load(0, {1: 0}), "keys must be a list or tuple"),
         (lambda: _core.CpuTier(4).complete_store([1.5]), r"keys\[0\] 1.5 must be an integer"),
         (lambda: _core.CpuTier(4).complete_load([-1]), r"keys\[0\] -1 is not a u128"),
-        (lambda: _core.CpuTier(4).prepare_store_run(0, 1, 0, 0, 0), "n 0 must be between 1 and 4294967296"),
+        (lambda: _core.CpuTier(4).prepare_store_run(0, 1, 0, 0, 0), "n 0 must be between 1 and 16777216"),
         (lambda: _core.CpuTier(4).complete_store_run(1, 0, 2**32 + 1), "n 4294967297 must be between 1 and"),
         (
             lambda: _core.CpuTier(4).prepare_store_run(0, 1, 2**64 - 2, 3, 0),

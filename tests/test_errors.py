@@ -242,3 +242,112 @@ def test_token_counts_past_the_limit_are_refused(field):
     for backend in ("rust", "reference"):
         with pytest.raises(InvalidArgumentError, match=rf"row 1: \w+ {2**63 - 1} is above kvsim's limit"):
             kvsim.simulate(w, kvsim.SimConfig(num_blocks=100), backend=backend)
+
+
+def _engine_call(n: int = 3, **config: object) -> tuple[dict, dict]:
+    """`run_engine`'s keywords and columns for `n` requests of 8 tokens (their own copies)."""
+    import numpy as np
+
+    import kvsim
+    from kvsim.engine import engine_input, rust_engine
+    from kvsim.workloads import Workload
+
+    w = Workload(arrival=[0.0] * n, prompt_len=[8] * n, output_len=[4] * n)
+    cfg = kvsim.SimConfig(num_blocks=32, **config)  # type: ignore[arg-type]
+    kw = rust_engine.config_kwargs(cfg)
+    cols = {
+        k: np.array(v, copy=True) for k, v in rust_engine.input_kwargs(engine_input.prepare(w, cfg)).items()
+    }
+    return kw, cols
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        # (2^31 asked for a 100 GB event ring and aborted the process)
+        ({"block_size": 2**31}, r"^block_size 2147483648 must lie in \[1, 4194304\]"),
+        # (blocks_per_chunk x block_size wrapped to 0 and divided by it)
+        (
+            {"cpu_tier": (4, "lru", False, 2**63, 0, 0, 0)},
+            r"blocks_per_chunk 9223372036854775808 must be at most",
+        ),
+        (
+            {"arrival_ps": [0, 0, 2**63 - 1]},
+            r"^row 2: arrival_ps 9223372036854775807 is past the clock's range",
+        ),
+        ({"arrival_ps": [-5, 0, 0]}, r"^row 0: arrival_ps -5 must not be negative"),
+        # (an offset past the segments in the middle indexed out of bounds: a panic)
+        ({"seg_offsets": [0, 5, 6, 3]}, r"^row 0: seg_offsets 5 is past the 3 segments"),
+        ({"timeseries_every": 1.5}, r"^timeseries_every 1\.5 must be an integer"),  # (TypeError)
+        ({"timeseries_every": 2**200}, r"^timeseries_every \d+ must be between 0 and"),  # (OverflowError)
+        ({"record_events": 1}, r"^record_events 1 must be a bool"),  # (TypeError)
+    ],
+)
+def test_the_binding_refuses_what_would_crash_the_engine(change, said):
+    """`kvsim._core.run_engine` fed directly (the Python layer bounds all of these first): each was a
+    process abort, a panic or a bare TypeError/OverflowError (an adversarial pass over the binding)."""
+    import numpy as np
+
+    from kvsim import _core
+
+    kw, cols = _engine_call()
+    flags = {"timeseries_every": 0, "record_events": False}
+    for k, v in change.items():
+        if k in flags:
+            flags[k] = v
+        elif k in cols:
+            cols[k] = np.asarray(v, dtype=cols[k].dtype)
+        else:
+            kw[k] = v
+    with pytest.raises(InvalidArgumentError, match=said):
+        _core.run_engine(**kw, **flags, **cols)
+
+
+def test_a_stream_is_unusable_after_an_internal_error_and_takes_its_flags_by_name():
+    """A panic in a `Stream` call poisons it as it poisons a pool (a stream went on after one, its engine
+    half-changed); `forks`, `independent` and `final_input` are checked by kvsim (PyO3's TypeError)."""
+    from kvsim import _core
+
+    kw, cols = _engine_call()
+    with pytest.raises(InvalidArgumentError, match=r"^forks 1 must be a bool"):
+        _core.Stream(forks=1, **kw)
+    with pytest.raises(InvalidArgumentError, match=r"^independent 'yes' must be a bool"):
+        _core.Stream(forks=False, independent="yes", **kw)
+    s = _core.Stream(forks=False, **kw)
+    s.feed(**cols)
+    with pytest.raises(InvalidArgumentError, match=r"^final_input 1 must be a bool"):
+        s.advance(1)
+    with pytest.raises(InternalError, match=r"Stream\._panic_for_test panicked \(deliberate test panic\)"):
+        s._panic_for_test()
+    for call in (lambda: s.advance(True), lambda: s.feed(**cols), s.take_done, s.counters):
+        with pytest.raises(InternalError, match=r"this Stream is unusable after an internal error"):
+            call()
+
+
+def test_a_cpu_tier_run_of_billions_of_chunks_is_refused():
+    """`CpuTier.complete_store_run` / `prepare_store_run` of 2^32 chunks listed every key first (64 and
+    128 GiB) and aborted: a run is at most 2^24 chunks (a request's prompt is a few thousand)."""
+    from kvsim import _core
+
+    t = _core.CpuTier(8)
+    for call in (lambda: t.complete_store_run(1, 0, 2**32), lambda: t.prepare_store_run(1, 1, 0, 2**32, 0)):
+        with pytest.raises(InvalidArgumentError, match=r"^n 4294967296 must be between 1 and 16777216"):
+            call()
+    assert t.used == 0
+
+
+def test_the_reference_pool_refuses_a_touch_past_a_blocks_reference_count(monkeypatch):
+    """The reference pool counts references as the Rust pool's u32 does (`MAX_REF_CNT`, 2^32 - 1): a touch
+    that would pass it is refused and changes nothing (the Rust pool wrapped to 0, then panicked; its own
+    test, `touch_past_a_blocks_reference_count_is_refused_and_changes_nothing`, sets the count near it)."""
+    from kvsim.reference import block_pool
+
+    monkeypatch.setattr(block_pool, "MAX_REF_CNT", 5)
+    p = block_pool.BlockPool(4)
+    b = p.allocate(2)
+    p.touch([b[0]] * 3)
+    with pytest.raises(InvalidOperationError, match=rf"^block {b[0]}: 2 more references would pass the 5"):
+        p.touch([b[1], b[0], b[0]])
+    assert (p.ref_cnt(b[0]), p.ref_cnt(b[1])) == (4, 1)
+    p.touch([b[0]])
+    assert p.ref_cnt(b[0]) == 5

@@ -17,6 +17,8 @@ FREE_ORDERS = ("classic", "lifo_unhashed")
 MAX_KEY = (1 << 128) - 1
 # The largest pool: ids leave room for the Rust free queue's two sentinels and its "no block" marker.
 MAX_BLOCKS = (1 << 32) - 3
+# The most references a block can hold (the Rust pool's u32 count): `touch` past it is refused.
+MAX_REF_CNT = (1 << 32) - 1
 # The Rust pool's bookkeeping per block at most (`POOL_BYTES_PER_BLOCK` in rust/core/src/block_pool.rs:
 # reference count, key, duplicate chain, tag, free-queue links, a prefix-map entry); both
 # backends refuse a pool whose `num_blocks` times this exceeds `memory_limit()`, with the same message
@@ -214,6 +216,16 @@ class BlockPool:
         order = block_ids_arg(block_ids, self.num_blocks)
         for block_id in order:
             self._check_not_null(block_id)
+        if order and max(self._ref_cnt[b] for b in set(order)) + len(order) > MAX_REF_CNT:
+            # (near the count's range: each block's references in the call, as the Rust pool's u32 count)
+            times = Counter(order)
+            for block_id, n in times.items():
+                held = self._ref_cnt[block_id]
+                if held + n > MAX_REF_CNT:
+                    raise InvalidOperationError(
+                        f"block {block_id}: {n} more references would pass the {MAX_REF_CNT} a block can hold "
+                        f"(it has {held})"
+                    )
         self._acquire(order)
 
     def _acquire(self, order: Iterable[int]) -> None:

@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 const NONE: u32 = u32::MAX;
 /// The largest pool: ids must leave room for the free queue's two sentinels and `NONE`.
 pub const MAX_BLOCKS: u32 = u32::MAX - 2;
+/// The most references a block can hold (a `u32` count: `touch` past it is refused, not wrapped).
+pub const MAX_REF_CNT: u32 = u32::MAX;
 
 /// Where blocks whose count drops to zero join the free queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -496,8 +498,26 @@ impl BlockPool {
 
     /// Takes one more reference on each block, taking free ones out of the queue (checked).
     pub fn touch(&mut self, blocks: &[i64]) -> Result<()> {
+        let n = blocks.len() as u64;
+        let mut counts: Option<HashMap<i64, u64>> = None;
         for &b in blocks {
-            self.check_usable(b)?;
+            let id = self.check_usable(b)?;
+            let held = u64::from(self.ref_cnt[id.index()]);
+            if held + n > u64::from(MAX_REF_CNT) {
+                // (near the count's range: count this block's references in the call, once for all)
+                let times = counts.get_or_insert_with(|| {
+                    let mut c = HashMap::new();
+                    for &x in blocks {
+                        *c.entry(x).or_insert(0) += 1;
+                    }
+                    c
+                })[&b];
+                if held + times > u64::from(MAX_REF_CNT) {
+                    invalid_op!(
+                        "block {b}: {times} more references would pass the {MAX_REF_CNT} a block can hold (it has {held})"
+                    );
+                }
+            }
         }
         self.acquire(blocks.iter().map(|&b| BlockId(b as u32)));
         Ok(())
@@ -705,6 +725,29 @@ mod tests {
         p.allocate(1).unwrap();
         assert_eq!(p.lookup(k), Some(BlockId(1)));
         p.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn touch_past_a_blocks_reference_count_is_refused_and_changes_nothing() {
+        // (2^32 references wrapped the u32 count to 0, and the next touch unlinked a block not queued)
+        let mut p = BlockPool::new(4, true, FreeOrder::Classic).unwrap();
+        p.allocate(2).unwrap();
+        p.ref_cnt[1] = MAX_REF_CNT - 2;
+        let err = p.touch(&[2, 1, 1, 1]).unwrap_err();
+        assert!(
+            matches!(&err, KvError::InvalidOperation(m) if m == "block 1: 3 more references would pass the 4294967295 a block can hold (it has 4294967293)"),
+            "{err:?}"
+        );
+        assert_eq!(
+            (p.ref_cnt(1).unwrap(), p.ref_cnt(2).unwrap()),
+            (MAX_REF_CNT - 2, 1)
+        );
+        p.touch(&[1, 2, 1]).unwrap();
+        assert_eq!(
+            (p.ref_cnt(1).unwrap(), p.ref_cnt(2).unwrap()),
+            (MAX_REF_CNT, 2)
+        );
+        assert!(p.touch(&[1]).is_err());
     }
 
     #[test]

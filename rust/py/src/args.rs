@@ -102,6 +102,10 @@ pub(crate) fn default_true() -> Py<PyAny> {
     Python::attach(|py| PyBool::new(py, true).to_owned().into_any().unbind())
 }
 
+pub(crate) fn default_false() -> Py<PyAny> {
+    Python::attach(|py| PyBool::new(py, false).to_owned().into_any().unbind())
+}
+
 pub(crate) fn default_order() -> Py<PyAny> {
     Python::attach(|py| {
         pyo3::types::PyString::new(py, "classic")

@@ -1,7 +1,7 @@
 //! `run_cluster`: a fleet of replicas behind a router on one clock (`kvsim_core::cluster`), one call
 //! across the boundary; the replicas' configs are read as `run_engine`'s knobs (`config::engine_config`).
 
-use crate::args::{Origin, int_arg, items, repr, u64_in};
+use crate::args::{IntArg, Origin, bool_arg, int_arg, items, repr, u64_in};
 use crate::columns::{Columns, counters_dict, output_dicts};
 use crate::config::engine_config;
 use crate::errors::{IntoPyResult, invalid};
@@ -158,7 +158,7 @@ fn pd_args(
 #[pyfunction]
 #[pyo3(signature = (
     *, configs, router, router_seed = None, router_refresh_ps = None, prefix_load_cap = None,
-    router_weights = None, router_tie_break = None, timeseries_every = 0, record_events = false,
+    router_weights = None, router_tie_break = None, timeseries_every = None, record_events = None,
     prefill_replicas = None, pd_threshold_tokens = None, pd_link_latency_ps = None, pd_link_ps_per_block = None,
     prefill_config = None, **columns
 ), text_signature = "(*, configs, router, router_seed=0, router_refresh_ps=0, prefix_load_cap=1.5, router_weights=None, router_tie_break='random', timeseries_every=0, record_events=False, prefill_replicas=0, pd_threshold_tokens=0, pd_link_latency_ps=0, pd_link_ps_per_block=0, prefill_config=None, **columns)")]
@@ -172,8 +172,8 @@ pub(crate) fn run_cluster<'py>(
     prefix_load_cap: Option<Bound<'py, PyAny>>,
     router_weights: Option<Bound<'py, PyAny>>,
     router_tie_break: Option<Bound<'py, PyAny>>,
-    timeseries_every: i128,
-    record_events: bool,
+    timeseries_every: Option<Bound<'py, PyAny>>,
+    record_events: Option<Bound<'py, PyAny>>,
     prefill_replicas: Option<Bound<'py, PyAny>>,
     pd_threshold_tokens: Option<Bound<'py, PyAny>>,
     pd_link_latency_ps: Option<Bound<'py, PyAny>>,
@@ -198,7 +198,19 @@ pub(crate) fn run_cluster<'py>(
             engine_config(d, Origin::Replica(r), &[])
         })
         .collect::<PyResult<Vec<_>>>()?;
-    if timeseries_every != 0 {
+    // (typed here, not by PyO3: a bad value is kvsim's InvalidArgumentError naming it)
+    let timeseries_every = match &timeseries_every {
+        Some(v) => int_arg(v, "timeseries_every")?,
+        None => IntArg {
+            value: 0,
+            huge: None,
+        },
+    };
+    let record_events = match &record_events {
+        Some(v) => bool_arg(v, "record_events")?,
+        None => false,
+    };
+    if timeseries_every.value != 0 {
         return Err(invalid(format!(
             "timeseries_every {timeseries_every}: clusters record no time series (use 0)"
         )));

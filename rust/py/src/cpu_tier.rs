@@ -60,8 +60,12 @@ fn pairs_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<(BlockKey, u64)>> {
     Ok(out)
 }
 
-/// A run's `(hi, lo, n)`: its keys' group `hi`, first `lo` and count `n`, with `n` in
-/// `[1, MAX_POSITION + 1]` (a run has a position per key) and `lo + n - 1` below `2**64` (one group).
+/// The longest run the binding takes, in chunks (a request's prompt is a few thousand; `MAX_POSITION` + 1
+/// is 2^32, whose keys listed take 64 GiB).
+const MAX_RUN: u64 = 1 << 24;
+
+/// A run's `(hi, lo, n)`: its keys' group `hi`, first `lo` and count `n`, with `n` in `[1, MAX_RUN]`
+/// and `lo + n - 1` below `2**64` (one group).
 fn run_arg(
     hi: &Bound<'_, PyAny>,
     lo: &Bound<'_, PyAny>,
@@ -70,11 +74,9 @@ fn run_arg(
     let hi = count_arg(hi, "hi")?;
     let lo = count_arg(lo, "lo")?;
     let n = count_arg(n, "n")?;
-    if n == 0 || n > MAX_POSITION + 1 {
-        return Err(invalid(format!(
-            "n {n} must be between 1 and {}",
-            MAX_POSITION + 1
-        )));
+    // (a run's keys are listed whole: 2^32 of them asked for 64 GiB and aborted)
+    if n == 0 || n > MAX_RUN {
+        return Err(invalid(format!("n {n} must be between 1 and {MAX_RUN}")));
     }
     if lo.checked_add(n - 1).is_none() {
         return Err(invalid(format!(
@@ -277,7 +279,7 @@ impl PyCpuTier {
     /// `prepare_store(rid, [((hi << 64) | (lo + i), pos + i) for i in range(n)])`, the keys of a run
     /// (a request's private chunks) given by their group `hi`, first `lo` and count `n` instead of
     /// listed, with the same decisions and the same result (a run stored whole lists its keys as
-    /// stored). `n` is at least 1, `lo + n - 1` below `2**64` and `pos + n - 1` below `2**32`.
+    /// stored). `n` is at least 1 and at most `2**24`, `lo + n - 1` below `2**64` and `pos + n - 1` below `2**32`.
     ///
     /// Raises `InvalidArgumentError` for a bad argument; a rejected call changes nothing.
     fn prepare_store_run(
@@ -316,7 +318,7 @@ impl PyCpuTier {
     }
 
     /// `complete_store([(hi << 64) | (lo + i) for i in range(n)])`: stores of a run's keys are done.
-    /// `n` is at least 1 and at most `2**32` (a run's positions), `lo + n - 1` below `2**64`.
+    /// `n` is at least 1 and at most `2**24` (`MAX_RUN`), `lo + n - 1` below `2**64`.
     ///
     /// Raises `InvalidArgumentError` for a bad argument; a rejected call changes nothing.
     fn complete_store_run(

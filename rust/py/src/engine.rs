@@ -1,6 +1,6 @@
 //! `run_engine`: one whole run across the boundary (the columns in, the GIL released, the columns out).
 
-use crate::args::{Origin, u64_arg};
+use crate::args::{Origin, bool_arg, u64_in};
 use crate::columns::{COLUMNS, Columns, arrays, output_dicts};
 use crate::config::engine_config;
 use crate::guard::detached;
@@ -26,15 +26,17 @@ use pyo3::types::PyDict;
 #[pyo3(signature = (*, timeseries_every, record_events, **kwargs))]
 pub(crate) fn run_engine<'py>(
     py: Python<'py>,
-    timeseries_every: i128,
-    record_events: bool,
+    timeseries_every: &Bound<'py, PyAny>,
+    record_events: &Bound<'py, PyAny>,
     kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let origin = Origin::Call("run_engine");
     let empty = PyDict::new(py);
     let kwargs = kwargs.unwrap_or(&empty);
     let cfg = engine_config(kwargs, origin, &COLUMNS)?;
-    let timeseries_every = u64_arg(timeseries_every, "timeseries_every")?;
+    // (typed here, not by PyO3: a bad value is kvsim's InvalidArgumentError naming it)
+    let timeseries_every = u64_in(timeseries_every, "timeseries_every", 0)?;
+    let record_events = bool_arg(record_events, "record_events")?;
     let columns = Columns::from_kwargs(kwargs, origin)?;
     let inp = columns.view()?;
     let mut output = detached(py, "the engine", |cancel| {

@@ -319,6 +319,11 @@ pub struct TierConfig {
     pub latency_ps: u64,
 }
 
+/// The largest block the engines take, in tokens: the event ring holds a block's worth of steps (a
+/// `block_size` of 2^31 asked for 100 GB and aborted); `SimConfig` takes at most 2^20, and a hybrid
+/// model's block raised for its state layers is thousands of tokens.
+pub const MAX_BLOCK_SIZE: u64 = 1 << 22;
+
 impl EngineConfig {
     /// Unit tests' starting point: policy `vllm` with ticks of 1 ms, recompute, caching on, classic
     /// free order, no watermark, chunked prefill, 256 seats and a budget of 8192; tests change what
@@ -356,8 +361,12 @@ impl EngineConfig {
         if self.num_blocks < 2 {
             invalid_arg!("num_blocks {} must be at least 2", self.num_blocks);
         }
-        if self.block_size < 1 {
-            invalid_arg!("block_size {} must be at least 1", self.block_size);
+        if !(1..=MAX_BLOCK_SIZE).contains(&self.block_size) {
+            invalid_arg!(
+                "block_size {} must lie in [1, {MAX_BLOCK_SIZE}] (SimConfig takes at most 2^20; a hybrid \
+                 model's raised block is thousands)",
+                self.block_size
+            );
         }
         if self.max_num_seqs < 1 {
             invalid_arg!("max_num_seqs {} must be at least 1", self.max_num_seqs);
@@ -398,6 +407,13 @@ impl EngineConfig {
         if let Some(tier) = &self.tier {
             if tier.chunks < 1 || tier.blocks_per_chunk < 1 {
                 invalid_arg!("the CPU tier needs at least 1 chunk of at least 1 block");
+            }
+            // (a chunk's tokens, blocks_per_chunk x block_size, are a u64 the engine divides by)
+            if tier.blocks_per_chunk > MAX_BLOCK_SIZE {
+                invalid_arg!(
+                    "the CPU tier's blocks_per_chunk {} must be at most {MAX_BLOCK_SIZE}",
+                    tier.blocks_per_chunk
+                );
             }
             if self.policy != Policy::Vllm
                 || !self.enable_prefix_caching

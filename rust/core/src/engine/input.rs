@@ -81,6 +81,12 @@ impl EngineInput<'_> {
             if lo > hi {
                 invalid_arg!("row {i}: seg_offsets decrease ({lo} > {hi})");
             }
+            if hi as usize > self.segment_len.len() {
+                invalid_arg!(
+                    "row {i}: seg_offsets {hi} is past the {} segments",
+                    self.segment_len.len()
+                );
+            }
             let mut sum = 0i64;
             for k in lo as usize..hi as usize {
                 if self.segment_len[k] < 1 {
@@ -116,8 +122,17 @@ impl EngineInput<'_> {
                 );
             }
             let a = self.arrival_ps[i];
+            if i == 0 && a < 0 {
+                invalid_arg!("row 0: arrival_ps {a} must not be negative");
+            }
             if a < last_arrival {
                 invalid_arg!("row {i}: arrival_ps {a} is before the previous row's {last_arrival}");
+            }
+            if a as u64 >= crate::engine::MAX_TIME_PS {
+                invalid_arg!(
+                    "row {i}: arrival_ps {a} is past the clock's range ({} ps, about 53 days)",
+                    crate::engine::MAX_TIME_PS
+                );
             }
             last_arrival = a;
         }
