@@ -124,8 +124,13 @@ def test_both_engines_agree_on_disaggregated_fleets(w, cfg, args, prefill, polic
             args["prefill_config"] = prefill.replace(max_model_len=cfg.max_model_len, policy=policy)
         except InvalidArgumentError:
             assume(False)
-    ref = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="reference", **args))
     rust = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="rust", **args))
+    # A fleet that thrashes for millions of steps (recompute preemptions with no admission gate in a
+    # pool of a few dozen 2-token blocks: 1.3M preemptions in 7.9M steps of ~50 ps, found by this test
+    # about once in 17,000 examples) is the reference's hours: such examples are left out, not run.
+    if not isinstance(rust, tuple):
+        assume(rust.raw.counters["num_steps"] + sum(c["num_steps"] for c in rust.prefill_counters) < 200_000)
+    ref = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="reference", **args))
     assert_fleets_equal(rust, ref)
 
 
