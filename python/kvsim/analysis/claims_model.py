@@ -217,6 +217,20 @@ def monotone(values: Sequence[float], increasing: bool, slack: float = 0.02) -> 
     return True
 
 
+def requests_ran(frame: pl.DataFrame, asked: int) -> str:
+    """The requests the rows ran, a point: `asked`, or each workload's own where it ran another count (a
+    trace shorter than `asked` runs whole; the rows' `num_requests`): `"12,031"`, `"a 8,819, b 19,366"`."""
+    if not frame.height or "num_requests" not in frame.columns:
+        return f"{asked:,}"
+    ran = frame.group_by("workload", maintain_order=True).agg(pl.col("num_requests").max())
+    counts = dict(zip(ran["workload"].to_list(), ran["num_requests"].to_list(), strict=True))
+    if set(counts.values()) == {asked}:
+        return f"{asked:,}"
+    if len(set(counts.values())) == 1:
+        return f"{int(next(iter(counts.values()))):,}"
+    return ", ".join(f"{w.split(':')[0]} {int(n):,}" for w, n in counts.items())
+
+
 def not_testable(cid: str, claim: str, source: str, value: str, tol: str, cmd: str, why: str) -> Claim:
     return Claim(cid, claim, source, value, "-", tol, NOT_TESTABLE, cmd, why)
 

@@ -7,11 +7,19 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import polars as pl
 
-from kvsim.analysis.claims_model import CONFIRMED, DIFFERS, NOT_TESTABLE, PAPER, Claim, Experiment, Results
+from kvsim.analysis.claims_model import (
+    CONFIRMED,
+    DIFFERS,
+    NOT_TESTABLE,
+    PAPER,
+    Claim,
+    Experiment,
+    Results,
+    requests_ran,
+)
 
 
 def render(claims: Sequence[Claim], exps: Sequence[Experiment], results: Mapping[str, Results],
@@ -60,22 +68,8 @@ def render(claims: Sequence[Claim], exps: Sequence[Experiment], results: Mapping
         res = results.get(e.name)
         n = res.frame.height if res is not None else 0
         status = f" (failed: {res.error})" if res is not None and res.error else ""
-        lines.append(f"| {e.name} | {n} | {_requests_run(e, res, scale)} | {e.seeds} | {e.why}{status} |")
+        lines.append(
+            f"| {e.name} | {n} | {requests_ran(res.frame if res is not None else pl.DataFrame(), e.spec(scale).requests)} | {e.seeds} | {e.why}{status} |"
+        )
     lines.append("")
     return "\n".join(lines)
-
-
-def _requests_run(e: Any, res: Any, scale: float) -> str:
-    """Requests per point as the rows ran them: the experiment's count, or each workload's own where a
-    trace (or a workload's factor) made it another (a trace shorter than the count runs whole)."""
-    asked = e.spec(scale).requests
-    f = res.frame if res is not None else None
-    if f is None or not f.height or "num_requests" not in f.columns:
-        return f"{asked:,}"
-    ran = f.group_by("workload", maintain_order=True).agg(pl.col("num_requests").max())
-    counts = dict(zip(ran["workload"].to_list(), ran["num_requests"].to_list(), strict=True))
-    if set(counts.values()) == {asked}:
-        return f"{asked:,}"
-    if len(set(counts.values())) == 1:
-        return f"{next(iter(counts.values())):,}"
-    return ", ".join(f"{w.split(':')[0]} {n:,}" for w, n in counts.items())

@@ -16,7 +16,7 @@ import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from kvsim.analysis.claims_model import Results
+from kvsim.analysis.claims_model import Results, requests_ran
 
 COLORS = {"token": "#2b8a3e", "reservation": "#f08c00", "internal": "#c92a2a", "external": "#5f3dc4"}
 # vLLM drawn last as a thin solid line over a wide pale Orca (Oracle) band: where the two are equal both
@@ -100,22 +100,9 @@ def setup_line(res: Results) -> str:
         parts.append(f"block {first['block_size']}")
     parts.append(", ".join(sorted({_rate(w) for w in f["workload"].to_list()})))
     seeds = f["seed"].n_unique()
-    parts.append(_requests(f, int(first["requests"])) + (f" × {seeds} seeds (95 % CI)" if seeds > 1 else ""))
+    ran = requests_ran(f, int(first["requests"]))
+    parts.append(f"{ran} requests" + (f" × {seeds} seeds (95 % CI)" if seeds > 1 else ""))
     return " · ".join(parts)
-
-
-def _requests(f: pl.DataFrame, asked: int) -> str:
-    """The requests the rows ran: the count asked for, or each workload's own where a trace shorter than
-    it ran whole (the rows' `num_requests`)."""
-    if "num_requests" not in f.columns:
-        return f"{asked:,} requests"
-    ran = f.group_by("workload", maintain_order=True).agg(pl.col("num_requests").max())
-    counts = dict(zip(ran["workload"].to_list(), ran["num_requests"].to_list(), strict=True))
-    if set(counts.values()) == {asked}:
-        return f"{asked:,} requests"
-    if len(set(counts.values())) == 1:
-        return f"{next(iter(counts.values())):,} requests"
-    return ", ".join(f"{_rate(w).split(' ')[0]} {int(n):,}" for w, n in counts.items()) + " requests"
 
 
 def _chars(ax: Axes, scale: float = 1.0) -> int:
