@@ -480,6 +480,87 @@ def test_the_context_follows_vllms_rope_scaling(rope, extra, context):
     assert hf_config._from_dict(cfg, "r", "r", "r", None).max_model_len == context
 
 
+@pytest.mark.parametrize(
+    ("extra", "context", "key"),
+    [
+        ({"seq_length": 4096}, 4096, "seq_length"),  # (kvsim took the first present: 8192)
+        ({"max_seq_len": 16384}, 8192, "max_position_embeddings"),
+        ({"n_positions": 2048, "max_sequence_length": 1024}, 1024, "max_sequence_length"),
+        ({"model_max_length": 32768}, 32768, "model_max_length"),  # (Command-R's: it replaces the rest)
+        ({"max_position_embeddings": None, "seq_len": 3000}, 3000, "seq_len"),
+        ({"max_position_embeddings": None}, 2048, ""),  # (none of the keys: vLLM assumes 2048)
+    ],
+)
+def test_the_context_is_the_smallest_of_vllms_keys(extra, context, key):
+    """vLLM 0.33.0's `derive_max_model_len_and_key`: the smallest of nine keys present, `model_max_length` in
+    their place when set, 2048 when none is; the key is what its refusal names."""
+    cfg = {**json.loads((HF / "llama-3-8b.json").read_text()), **extra}
+    m = hf_config._from_dict(cfg, "c", "c", "c", None)
+    assert (m.max_model_len, m.longest_context) == (context, context)
+    assert m.context_key == (key or "none of vLLM's keys: 2048")
+
+
+def test_a_max_model_len_past_the_context_is_refused_as_vllm_refuses_it(tmp_path):
+    """vLLM 0.33.0 refuses a `--max-model-len` longer than the derived context unless
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (`_get_and_verify_max_len`); kvsim took it silently. A LongRoPE model
+    defaults to its original context but accepts up to its derived one; a wrapper's `model_max_length`
+    larger than the context is accepted up to it."""
+    with pytest.raises(InvalidArgumentError) as e:
+        kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", max_model_len=131_073)
+    assert str(e.value) == (
+        "max_model_len 131,073 is longer than model llama-3.1-8b's context (max_position_embeddings 131,072): "
+        "vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (set allow_long_max_model_len to simulate that)"
+    )
+    assert (
+        kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", max_model_len=131_072).max_model_len == 131_072
+    )
+    long = kvsim.SimConfig(
+        model="llama-3.1-8b", gpu="h100-80gb", max_model_len=262_144, allow_long_max_model_len=True
+    )
+    assert long.max_model_len == 262_144
+    with pytest.raises(
+        InvalidArgumentError, match=re.escape("opt-13b's context (max_position_embeddings 2,048)")
+    ):
+        kvsim.SimConfig(model="opt-13b", num_blocks=100, max_model_len=2049)  # (a 2024 preset)
+    assert (
+        kvsim.SimConfig(num_blocks=100, max_model_len=10**9).max_model_len == 10**9
+    )  # (no model: no context)
+
+    base = json.loads((HF / "llama-3-8b.json").read_text())
+    longrope = {
+        **base,
+        "max_position_embeddings": 131072,
+        "original_max_position_embeddings": 4096,
+        "rope_scaling": {"rope_type": "longrope", "long_factor": [1.0], "short_factor": [1.0]},
+    }
+    path = tmp_path / "longrope.json"
+    path.write_text(json.dumps(longrope))
+    m = kvsim.models.resolve(str(path))
+    assert (m.max_model_len, m.longest_context) == (4096, 131072)
+    assert kvsim.SimConfig(model=str(path), num_blocks=100, max_model_len=131072).max_model_len == 131072
+    with pytest.raises(InvalidArgumentError, match="131,073 is longer"):
+        kvsim.SimConfig(model=str(path), num_blocks=100, max_model_len=131073)
+
+    wrapper = {**base, "model_max_length": 65536, "text_config": {"max_position_embeddings": 8192}}
+    m = hf_config._from_dict(
+        {k: v for k, v in wrapper.items() if k != "model_max_length"}, "w", "w", "w", None
+    )
+    assert m.longest_context == 8192
+    assert hf_config._from_dict(wrapper, "w", "w", "w", None).longest_context == 65536
+
+
+def test_the_cli_refuses_a_max_model_len_past_the_context_in_one_line(capsys):
+    from kvsim.cli import main
+
+    args = ["run", "--model", "opt-13b", "--num-blocks", "100", "--max-model-len", "4096", "--requests", "5"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "longer than model opt-13b's context" in err
+    assert main([*args, "--allow-long-max-model-len", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["completed"] == 5
+
+
 @pytest.mark.parametrize("rope", ["linear", {"rope_type": "linear", "factor": "x"}, {"rope_type": 3}])
 def test_a_rope_scaling_kvsim_cannot_read_is_refused_by_name(rope):
     cfg = {**json.loads((HF / "llama-3-8b.json").read_text()), "rope_scaling": rope}

@@ -243,6 +243,8 @@ def _contiguous_track(paged: SimConfig, workload: Workload, policy: str) -> SimC
         kv_offloading_size=None,
         kv_offloading_chunks=0,
         max_model_len=paged.max_model_len or longest,
+        # (kvsim's own baseline, not a vLLM server: the workload's longest request may pass the model's context)
+        allow_long_max_model_len=paged.allow_long_max_model_len or paged.max_model_len is None,
     )
 
 

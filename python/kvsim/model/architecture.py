@@ -76,7 +76,13 @@ class Model:
         vocab_size: embedding rows.
         num_params: total parameters (what the weights occupy).
         num_active_params: parameters touched per token (differs from `num_params` for MoE).
-        max_model_len: default context length of the published config.
+        max_model_len: default context length of the published config (vLLM's `max_model_len` when not
+            given).
+        context_limit: the longest `max_model_len` vLLM accepts for it without
+            `VLLM_ALLOW_LONG_MAX_MODEL_LEN=1` (its derived context, or the config's `model_max_length`
+            when larger; a LongRoPE model's exceeds its default); 0: `max_model_len`.
+        context_key: the config field the context comes from (vLLM's error names it); empty for the 2024
+            presets (`max_position_embeddings`).
         weight_dtype: dtype of the weights as served.
         kv_dtype: dtype of the KV cache.
         kv_lora_rank: MLA latent width (0 for non-MLA models).
@@ -115,6 +121,8 @@ class Model:
     num_active_params: int
     max_model_len: int
     weight_dtype: str = "fp16"
+    context_limit: int = 0
+    context_key: str = ""
     kv_dtype: str = "fp16"
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
@@ -142,6 +150,11 @@ class Model:
         for field in ("num_layers", "num_kv_heads", "head_dim", "num_params", "num_active_params"):
             if getattr(self, field) < 1:
                 raise InvalidArgumentError(f"{field} {getattr(self, field)} must be at least 1")
+
+    @property
+    def longest_context(self) -> int:
+        """The longest `max_model_len` vLLM accepts without `VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`."""
+        return self.context_limit or self.max_model_len
 
     @property
     def is_mla(self) -> bool:

@@ -177,6 +177,7 @@ class SimConfig(ConfigTimeModel):
     watermark_rule: str = default("watermark_rule")
     append_check: str = default("append_check")
     max_model_len: int | None = default("max_model_len")
+    allow_long_max_model_len: bool = default("allow_long_max_model_len")
     time_model: str = default("time_model")
     iteration_time_ps: int = default("iteration_time_ps")
     c0_ps: int | None = default("c0_ps")
@@ -217,6 +218,7 @@ class SimConfig(ConfigTimeModel):
         object.__setattr__(self, "_given", given)
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, convert(f.name, getattr(self, f.name)))
+        self._check_context()
         self._batch_limits()
         self._check_combinations()
         self._check_parallelism()
@@ -291,6 +293,22 @@ class SimConfig(ConfigTimeModel):
             )
         object.__setattr__(self, "max_num_batched_tokens", tokens)
         object.__setattr__(self, "max_num_seqs", seqs)
+
+    def _check_context(self) -> None:
+        """vLLM 0.33.0 refuses a `max_model_len` longer than the model's context (`_get_and_verify_max_len`
+        in `vllm/config/model.py`) unless `VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`: `allow_long_max_model_len`."""
+        if self.model is None or self.max_model_len is None or self.allow_long_max_model_len:
+            return
+        from kvsim.model.models import resolve
+
+        m = resolve(self.model)
+        if self.max_model_len > m.longest_context:
+            key = m.context_key or "max_position_embeddings"
+            raise InvalidArgumentError(
+                f"max_model_len {self.max_model_len:,} is longer than model {m.name}'s context "
+                f"({key} {m.longest_context:,}): vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+                "(set allow_long_max_model_len to simulate that)"
+            )
 
     def _check_combinations(self) -> None:
         if self.policy == "static" and self.max_model_len is None:

@@ -124,7 +124,12 @@ _KEPT_FIELDS = (
     "vocab_size",
     "max_position_embeddings",
     "n_positions",
+    "max_seq_len",
     "seq_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
     "torch_dtype",
     "dtype",
     "kv_lora_rank",
@@ -164,6 +169,7 @@ _KEPT_FIELDS = (
     # RoPE (the context `_rope_scaled` derives, the rotary caches `kvsim.model.rope` sizes).
     "rope_scaling",
     "rope_parameters",
+    "original_max_position_embeddings",
     "rope_theta",
     "rope_local_base_freq",
     "partial_rotary_factor",
@@ -206,33 +212,42 @@ _KEPT_FIELDS = (
 _ROPE_UNSCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
 
 
-def _rope_scaled(cfg: dict[str, Any], max_len: int, where: str) -> int:
+# The keys a config states its context by (vLLM 0.33.0's `derive_max_model_len_and_key`, its order).
+_CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+
+
+def _rope_scaled(cfg: dict[str, Any], max_len: int, where: str) -> tuple[int, int]:
     """The context vLLM 0.33.0 derives from `max_len` and the config's RoPE scaling (`rope_scaling`, or
-    transformers 5's `rope_parameters`, a dict or one per layer type): times the scaling factor of a type
-    other than `_ROPE_UNSCALED` (`linear`, `dynamic`; not for Gemma 3, whose context is already scaled); a
-    LongRoPE model's default context is its `original_max_position_embeddings`."""
+    transformers 5's `rope_parameters`, a dict or one per layer type), as (the longest `max_model_len` it
+    accepts, its default): times the scaling factor of a type other than `_ROPE_UNSCALED` (`linear`,
+    `dynamic`; not for Gemma 3, whose context is already scaled); a LongRoPE model defaults to its
+    `original_max_position_embeddings` and accepts up to the derived context."""
     rope = cfg.get("rope_parameters", cfg.get("rope_scaling"))
     if rope is None:
-        return max_len
+        return max_len, max_len
     if not isinstance(rope, dict):
         raise InvalidArgumentError(f"model {where!r}: field 'rope_scaling' {rope!r} must be an object")
     nested = rope and all(isinstance(v, dict) for v in rope.values())
     params = [p for p in rope.values() if p] if nested else ([rope] if rope else [])
     factor: Any = 1.0
+    longrope = False
     for p in params:
         kind = p.get("rope_type", p.get("type", "default"))
         if not isinstance(kind, str):
             raise InvalidArgumentError(
                 f"model {where!r}: field 'rope_scaling.rope_type' {kind!r} must be a name"
             )
-        if kind == "longrope":
-            original = cfg.get("original_max_position_embeddings", max_len)
-            if isinstance(original, bool) or not isinstance(original, int) or original < 1:
-                raise InvalidArgumentError(
-                    f"model {where!r}: field 'original_max_position_embeddings' {original!r} must be a whole "
-                    "number of at least 1"
-                )
-            return original
+        longrope |= kind == "longrope"
         if kind not in _ROPE_UNSCALED:
             factor = p.get("factor", factor)
     if factor is None:
@@ -241,9 +256,16 @@ def _rope_scaled(cfg: dict[str, Any], max_len: int, where: str) -> int:
         raise InvalidArgumentError(
             f"model {where!r}: field 'rope_scaling.factor' {factor!r} must be a positive number"
         )
-    if "gemma3" in str(cfg.get("model_type", "")):
-        return max_len
-    return max(1, int(max_len * factor))
+    limit = max_len if "gemma3" in str(cfg.get("model_type", "")) else max(1, int(max_len * factor))
+    if not longrope:
+        return limit, limit
+    original = cfg.get("original_max_position_embeddings", limit)
+    if isinstance(original, bool) or not isinstance(original, int) or original < 1:
+        raise InvalidArgumentError(
+            f"model {where!r}: field 'original_max_position_embeddings' {original!r} must be a whole "
+            "number of at least 1"
+        )
+    return limit, original
 
 
 def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantization: str | None) -> Model:
@@ -290,12 +312,21 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     # (a context, a vocabulary or an MLP of 0 is no model: its context divided the concurrency figure)
     ffn = pick("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden, least=1)
     vocab = pick("vocab_size", least=1)
-    # vLLM derives the context from these keys (the smallest of those present, `model_max_length` among
-    # them); kvsim takes the first present. Kimi-Linear's config states only `model_max_length`.
-    max_len = pick(
-        "max_position_embeddings", "n_positions", "seq_length", "model_max_length", default=2048, least=1
-    )
-    max_len = _rope_scaled(cfg, max_len, str(path))
+    # The context as vLLM 0.33.0 derives it (`ModelArchConfigConvertor.derive_max_model_len_and_key`): the
+    # smallest of these keys present, then `model_max_length` in their place when set (Kimi-Linear's config
+    # states only it); 2048 when none is (vLLM warns); then the RoPE scaling (`_rope_scaled`). The user's
+    # `max_model_len` may not exceed it, nor the wrapper's `model_max_length` when larger
+    # (`_get_and_verify_max_len`; `Model.context_limit`).
+    lengths = {k: pick(k, required=False, least=1) for k in _CONTEXT_KEYS}
+    present = {k: v for k, v in lengths.items() if v is not None}
+    context_key = min(present, key=present.__getitem__) if present else ""
+    if lengths["model_max_length"]:
+        context_key = "model_max_length"
+    max_len = present[context_key] if context_key else 2048
+    limit, max_len = _rope_scaled(cfg, max_len, str(path))
+    override = wrapper.get("model_max_length")
+    if isinstance(override, int) and not isinstance(override, bool) and override > limit:
+        limit = override
     # (a latent of 0 is no MLA: it ran as ordinary attention; a null one is no MLA, as vLLM reads it)
     kv_lora = pick("kv_lora_rank", default=0, required=False, least=1)
     rope = pick("qk_rope_head_dim", default=0, required=False)
@@ -354,6 +385,8 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         num_params=b.total,
         num_active_params=b.active,
         max_model_len=max_len,
+        context_limit=limit,
+        context_key=context_key or "none of vLLM's keys: 2048",
         weight_dtype=weight_dtype,
         # The KV cache stays in torch_dtype whatever the weights' quantization, unless the checkpoint
         # quantizes it too (vLLM's --kv-cache-dtype auto then resolves to fp8).

@@ -370,6 +370,12 @@ KNOBS: dict[str, Knob] = {
         unit="tokens",
         metavar="TOKENS",
     ),
+    "allow_long_max_model_len": Knob(
+        False,
+        "bool",
+        "accept a max_model_len longer than the model's context (vLLM refuses it unless the environment "
+        "sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: RoPE positions past the context give NaN)",
+    ),
     "time_model": Knob(
         "auto",
         "choice",
