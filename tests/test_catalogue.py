@@ -249,6 +249,50 @@ def test_awq_and_gptq_count_scales_and_zero_points(tmp_path):
     assert awq.weight_bytes == pytest.approx(embeds + linear * (4 + 20 / 128) / 8, rel=1e-3)
 
 
+@pytest.mark.parametrize(
+    ("kv", "dtype"),
+    [
+        ({"kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"}}, "fp8"),  # (kvsim: bf16)
+        (
+            {
+                "quantization": {
+                    "quant_algo": "FP8",
+                    "kv_cache_scheme": {"num_bits": 8, "type": "float", "dynamic": False},
+                }
+            },
+            "fp8",
+        ),
+        ({"kv_cache_quant_algo": "fp8"}, "fp8"),
+        ({"kv_cache_scheme": {"dynamic": True, "num_bits": 8, "type": "float"}}, "bf16"),  # (vLLM: auto)
+        ({"kv_cache_quant_algo": "INT8"}, "bf16"),  # (vLLM warns and serves auto; kvsim refused it)
+        ({}, "bf16"),
+    ],
+)
+def test_a_modelopt_kv_cache_is_fp8_as_vllm_resolves_it(tmp_path, kv, dtype):
+    """vLLM 0.33.0's `get_kv_cache_quant_algo_string`: ModelOpt's exporter writes the KV cache's format as
+    `kv_cache_scheme` (a dict) or, older, `kv_cache_quant_algo`; an 8-bit float scheme that is not dynamic
+    is fp8. kvsim read only `kv_cache_quant_algo`: half the blocks for such a checkpoint."""
+    base = json.loads((HF / "llama-3.1-8b.json").read_text())
+    qc = {"quant_method": "modelopt", "quant_algo": "FP8", **kv}
+    (tmp_path / "m.json").write_text(json.dumps({**base, "quantization_config": qc}))
+    m = models.from_hf_config(tmp_path / "m.json")
+    assert m.kv_dtype == dtype
+    assert (
+        m.kv_bytes_per_token * (2 if dtype == "fp8" else 1) == models.get("llama-3.1-8b").kv_bytes_per_token
+    )
+
+
+@pytest.mark.parametrize(
+    "kv", [{"kv_cache_scheme": {"num_bits": 4, "type": "float"}}, {"kv_cache_quant_algo": "NVFP4"}]
+)
+def test_a_modelopt_nvfp4_kv_cache_is_refused_by_name(tmp_path, kv):
+    base = json.loads((HF / "llama-3.1-8b.json").read_text())
+    qc = {"quant_method": "modelopt", "quant_algo": "FP8", **kv}
+    (tmp_path / "m.json").write_text(json.dumps({**base, "quantization_config": qc}))
+    with pytest.raises(InvalidArgumentError, match="an NVFP4 KV cache is not modelled by kvsim"):
+        models.from_hf_config(tmp_path / "m.json")
+
+
 def test_nvfp4_fp8_block_and_compressed_tensors(tmp_path):
     """A ModelOpt NVFP4 checkpoint: 4 bits + an fp8 scale per 16 inputs (scale tiles of 128 rows x 4), lm_head
     excluded, and its FP8 KV cache makes --kv-cache-dtype auto fp8; compressed-tensors fp8 per channel; a

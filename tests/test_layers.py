@@ -204,12 +204,33 @@ def hf(**fields) -> dict:
         (hf(model_type="mistral", sliding_window=4096), "SSSS"),
         (hf(model_type="mistral", sliding_window=None), "FFFF"),
         (hf(model_type="llama"), "FFFF"),
+        # Cohere2 (Command R7B, Command A) and EXAONE 4 without layer_types: transformers derives them from
+        # sliding_window_pattern (4 when absent), three local layers to one global; kvsim slid every layer
+        (hf(model_type="cohere2", sliding_window=4096, sliding_window_pattern=4), "SSSF"),
+        (hf(model_type="cohere2", sliding_window=4096), "SSSF"),
+        (hf(model_type="exaone4", sliding_window=4096, sliding_window_pattern=2), "SFSF"),
     ],
 )
 def test_layer_kinds_from_a_config(cfg, expect):
     layers = layers_from_hf_config(cfg, 4, "test") or (Layer("full"),) * 4
     letters = {"full": "F", "sliding_window": "S", "chunked_local": "C", "mamba": "M"}
     assert "".join(letters[lay.kind] for lay in layers) == expect
+
+
+def test_a_cohere_sliding_layer_keeps_one_token_more():
+    """vLLM 0.33.0's commandr.py (Cohere2) and cohere2_moe.py pass `sliding_window + 1` to the attention
+    layer (Cohere's window sees [pos - window, pos]), and the KV cache keeps that many; EXAONE 4 its
+    window."""
+    for kind in ("cohere2", "cohere2_moe"):
+        types = ["sliding_attention"] * 3 + ["full_attention"]
+        layers = layers_from_hf_config(hf(model_type=kind, sliding_window=4096, layer_types=types), 4, "t")
+        assert [lay.window for lay in layers] == [4097, 4097, 4097, 0]
+    exaone = layers_from_hf_config(hf(model_type="exaone4", sliding_window=4096), 4, "t")
+    assert [lay.window for lay in exaone] == [4096, 4096, 4096, 0]
+    with pytest.raises(InvalidArgumentError, match="'sliding_window_pattern' 'LLLG'"):
+        layers_from_hf_config(
+            hf(model_type="exaone4", sliding_window=4096, sliding_window_pattern="LLLG"), 4, "t"
+        )
 
 
 def test_state_layers_from_a_config():
@@ -285,6 +306,14 @@ def test_state_layers_from_a_config():
             hf(layer_types=["chunked_attention", "full_attention"] * 2, attention_chunk_size=0),
             "'attention_chunk_size' 0",
         ),
+        # Read as plain attention before, silently: Nemotron-NAS's per-layer heads and no-op layers (8x the
+        # KV bytes), Falcon-H1's Mamba-2 states (a sixth of the bytes), DeepSeek-V3.2's indexer keys
+        (
+            hf(model_type="nemotron-nas", block_configs=[{"attention": {"n_heads_in_group": 8}}] * 4),
+            "field 'block_configs'",
+        ),
+        (hf(model_type="falcon_h1", mamba_d_ssm=3072, mamba_n_heads=24), "model_type 'falcon_h1'"),
+        (hf(model_type="deepseek_v32", index_topk=2048, index_head_dim=128), "field 'index_topk'"),
     ],
 )
 def test_what_cannot_be_modelled_is_refused_by_name(cfg, field):

@@ -561,6 +561,71 @@ def test_the_cli_refuses_a_max_model_len_past_the_context_in_one_line(capsys):
     assert json.loads(capsys.readouterr().out)["summary"]["completed"] == 5
 
 
+@pytest.mark.parametrize(
+    ("fields", "kv_heads"),
+    [
+        # Falcon-40B: new_decoder_architecture reads num_kv_heads (kvsim cached all 128 heads)
+        ({"model_type": "falcon", "new_decoder_architecture": True, "num_kv_heads": 8}, 8),
+        ({"model_type": "falcon", "multi_query": True}, 1),  # Falcon-7B
+        (
+            {
+                "model_type": "falcon",
+                "new_decoder_architecture": True,
+                "multi_query": True,
+                "num_kv_heads": 8,
+            },
+            8,
+        ),
+        ({"model_type": "falcon"}, 32),
+        # ChatGLM3: multi_query_group_num under multi_query_attention (kvsim cached all 32 heads)
+        ({"model_type": "chatglm", "multi_query_attention": True, "multi_query_group_num": 2}, 2),
+        ({"model_type": "chatglm", "multi_query_attention": False, "multi_query_group_num": 2}, 32),
+        # vLLM's other names for the KV heads (Step-3.5's num_attention_groups), first of its order
+        ({"model_type": "step3p5", "num_attention_groups": 8}, 8),
+        ({"model_type": "llama", "num_key_value_heads": 8}, 8),
+        ({"model_type": "llama", "num_key_value_heads": None}, 32),
+        ({"model_type": "gpt_bigcode", "num_key_value_heads": None, "multi_query": True}, 1),
+    ],
+)
+def test_the_kv_heads_are_those_vllms_layers_cache(fields, kv_heads):
+    """vLLM 0.33.0: falcon.py, chatglm.py, and `CONFIG_FIELD_ALIASES["total_num_kv_heads"]` elsewhere."""
+    cfg = {**json.loads((HF / "llama-3-8b.json").read_text()), **fields}
+    assert hf_config._from_dict(cfg, "h", "h", "h", None).num_kv_heads == kv_heads
+
+
+def test_minicpm3_caches_every_heads_k_and_v_not_an_mla_latent():
+    """vLLM 0.33.0 runs MLA only for DeepSeek-style model types (`is_deepseek_mla`); MiniCPM3's low-rank
+    attention is an `Attention` of `qk_nope_head_dim + qk_rope_head_dim` per head for K and V
+    (minicpm3.py): 62 layers x 40 heads x 96 x 2 x 2 bytes a token, where kvsim cached a 288-wide latent
+    (26.7 times fewer bytes). A `kv_lora_rank` on another model type is refused by name."""
+    base = json.loads((HF / "llama-3-8b.json").read_text())
+    mini = {
+        **base,
+        "model_type": "minicpm3",
+        "hidden_size": 2560,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 40,
+        "num_hidden_layers": 62,
+        "intermediate_size": 6400,
+        "q_lora_rank": 768,
+        "kv_lora_rank": 256,
+        "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 32,
+        "v_head_dim": 64,
+    }
+    m = hf_config._from_dict(mini, "m", "m", "m", None)
+    assert not m.is_mla
+    assert (m.num_kv_heads, m.head_dim) == (40, 96)
+    assert m.kv_bytes_per_token == 62 * 40 * 96 * 2 * 2
+    # The weights still count the low-rank projections (the same as read as MLA).
+    assert (
+        m.num_params
+        == hf_config._from_dict({**mini, "model_type": "deepseek_v2"}, "d", "d", "d", None).num_params
+    )
+    with pytest.raises(InvalidArgumentError, match="field 'kv_lora_rank' on model_type 'custom'"):
+        hf_config._from_dict({**mini, "model_type": "custom"}, "c", "c", "c", None)
+
+
 @pytest.mark.parametrize("rope", ["linear", {"rope_type": "linear", "factor": "x"}, {"rope_type": 3}])
 def test_a_rope_scaling_kvsim_cannot_read_is_refused_by_name(rope):
     cfg = {**json.loads((HF / "llama-3-8b.json").read_text()), "rope_scaling": rope}

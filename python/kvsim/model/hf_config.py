@@ -64,8 +64,9 @@ def cached_config(repo_id: str) -> Path | None:
 def from_hf_config(path: str | Path, name: str | None = None, quantization: str | None = None) -> Model:
     """A `Model` from a Hugging Face `config.json` (a file, or a folder holding one).
 
-    Read: `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads` (default: the
-    attention heads; `multi_query` gives 1), `head_dim` (default hidden / heads), `intermediate_size`
+    Read: `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads` (or vLLM's other
+    names for it, with Falcon's and ChatGLM's rules: `_kv_heads`; default: the attention heads; `multi_query`
+    gives 1), `head_dim` (default hidden / heads), `intermediate_size`
     (`ffn_dim` for OPT), `vocab_size`, `max_position_embeddings`, `torch_dtype` (or `dtype`), MLA's
     `kv_lora_rank` + `qk_rope_head_dim` (DeepSeek-V2/V3), and `quantization_config` (`kvsim.model.quant`:
     fp8, MXFP4, NVFP4, AWQ, GPTQ, compressed-tensors). The parameter count is not in a config: it is
@@ -116,6 +117,11 @@ _KEPT_FIELDS = (
     "num_key_value_heads",
     "n_head_kv",
     "multi_query",
+    "new_decoder_architecture",
+    "num_kv_heads",
+    "multi_query_group_num",
+    "multi_query_attention",
+    "num_attention_groups",
     "head_dim",
     "intermediate_size",
     "ffn_dim",
@@ -164,6 +170,8 @@ _KEPT_FIELDS = (
     "layer_types",
     "sliding_window",
     "sliding_window_pattern",
+    "block_configs",
+    "index_topk",
     "attention_chunk_size",
     "no_rope_layers",
     # RoPE (the context `_rope_scaled` derives, the rotary caches `kvsim.model.rope` sizes).
@@ -210,6 +218,87 @@ _KEPT_FIELDS = (
 # RoPE types whose `factor` vLLM does not apply to the derived context (YaRN variants and Llama 3's leave
 # `max_position_embeddings` already scaled; `vllm/config/model.py` `_get_and_verify_max_len`, 0.33.0).
 _ROPE_UNSCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+def _kv_heads(cfg: dict[str, Any], heads: int, pick: Any) -> int:
+    """The KV heads vLLM 0.33.0's attention layers cache (before tensor parallelism): Falcon's
+    (`falcon.py`) its `num_kv_heads` under `new_decoder_architecture`, else 1 under `multi_query`, else
+    every head; ChatGLM's (`chatglm.py`) `multi_query_group_num` under `multi_query_attention`, else every
+    head; any other model the first of vLLM's names for it (`CONFIG_FIELD_ALIASES["total_num_kv_heads"]`,
+    vllm/transformers_utils/config.py: `n_head_kv`, `num_kv_heads`, `num_key_value_heads`,
+    `multi_query_group_num`, `num_attention_groups`), else 1 under `multi_query` (GPTBigCode), else every
+    head."""
+    kind = str(cfg.get("model_type", ""))
+    if kind == "falcon":
+        if cfg.get("new_decoder_architecture"):
+            return int(pick("num_kv_heads", "n_head_kv", default=heads, least=1))
+        return 1 if cfg.get("multi_query") else heads
+    if kind == "chatglm":
+        return int(pick("multi_query_group_num", least=1)) if cfg.get("multi_query_attention") else heads
+    return int(
+        pick(
+            "n_head_kv",
+            "num_kv_heads",
+            "num_key_value_heads",
+            "multi_query_group_num",
+            "num_attention_groups",
+            default=1 if cfg.get("multi_query") else heads,
+            least=1,
+        )
+    )
+
+
+# The model types vLLM 0.33.0 runs as MLA when they state a `kv_lora_rank` (`is_deepseek_mla`,
+# vllm/transformers_utils/model_arch_config_convertor.py; DeepSeek-V4 by its compressed layers, read apart).
+_MLA_TYPES = frozenset(
+    {
+        "axk1",
+        "deepseek_v2",
+        "deepseek_v3",
+        "deepseek_v32",
+        "deepseek_v4",
+        "deepseek_v41",
+        "dots3_note",
+        "deepseek_mtp",
+        "k3_dspark",
+        "glm5_next",
+        "glm5_next_text",
+        "glm_moe_dsa",
+        "glm4_moe_lite",
+        "glm4_moe_lite_mtp",
+        "kimi_k2",
+        "kimi_linear",
+        "longcat_flash",
+        "pangu_ultra_moe",
+        "pangu_ultra_moe_mtp",
+        "bailing_hybrid",
+        "bailing_hybrid_mtp",
+        "bailing_hybrid_v3_mtp",
+        "hy_v4",
+        "hy_v4_mtp",
+    }
+)
+
+
+def _cache_heads(
+    cfg: dict[str, Any], kv_lora: int, rope: int, head_dim: int, pick: Any, where: str
+) -> tuple[int, int, int]:
+    """(the MLA latent's width, its RoPE width, the head width) that the attention layers cache. A
+    `kv_lora_rank` is an MLA latent only for vLLM 0.33.0's MLA model types (`_MLA_TYPES`); MiniCPM3's
+    low-rank attention caches every head's K and V at `qk_nope_head_dim + qk_rope_head_dim`
+    (`minicpm3.py`: an `Attention` of that head size, V padded to it); another model type with one is
+    refused by name (vLLM reads its cache from its own model file, which kvsim does not know)."""
+    kind = str(cfg.get("model_type", ""))
+    if not kv_lora or kind in _MLA_TYPES:
+        return kv_lora, rope, head_dim
+    if kind == "minicpm3":
+        nope = pick("qk_nope_head_dim", least=1)
+        return 0, 0, int(nope) + int(pick("qk_rope_head_dim", least=1))
+    raise InvalidArgumentError(
+        f"model {where!r}: field 'kv_lora_rank' on model_type {kind!r}: vLLM 0.33.0 runs MLA only for "
+        "DeepSeek-style model types (deepseek_v2, deepseek_v3, kimi_k2, ...), and kvsim does not know what "
+        "this model's attention caches"
+    )
 
 
 # The keys a config states its context by (vLLM 0.33.0's `derive_max_model_len_and_key`, its order).
@@ -307,7 +396,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         raise InvalidArgumentError(
             f"model {str(path)!r}: {layers:,} layers is more than kvsim models ({MAX_LAYERS:,})"
         )
-    kv_heads = pick("num_key_value_heads", "n_head_kv", default=1 if cfg.get("multi_query") else heads)
+    kv_heads = _kv_heads(cfg, heads, pick)
     head_dim = pick("head_dim", default=hidden // heads)
     # (a context, a vocabulary or an MLP of 0 is no model: its context divided the concurrency figure)
     ffn = pick("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden, least=1)
@@ -330,6 +419,9 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     # (a latent of 0 is no MLA: it ran as ordinary attention; a null one is no MLA, as vLLM reads it)
     kv_lora = pick("kv_lora_rank", default=0, required=False, least=1)
     rope = pick("qk_rope_head_dim", default=0, required=False)
+    # What the attention layers cache: an MLA latent only for vLLM's MLA model types; MiniCPM3's low-rank
+    # attention caches per-head K and V (`_cache_heads`).
+    cache_lora, cache_rope, cache_head_dim = _cache_heads(cfg, kv_lora, rope, head_dim, pick, str(path))
     if not kv_lora and (kv_heads < 1 or heads % kv_heads):
         # Grouped-query attention shares each KV head among heads / kv_heads query heads (transformers
         # and vLLM refuse any other ratio).
@@ -379,7 +471,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=kv_heads,
-        head_dim=head_dim,
+        head_dim=cache_head_dim,
         intermediate_size=ffn,
         vocab_size=vocab,
         num_params=b.total,
@@ -391,8 +483,8 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         # The KV cache stays in torch_dtype whatever the weights' quantization, unless the checkpoint
         # quantizes it too (vLLM's --kv-cache-dtype auto then resolves to fp8).
         kv_dtype="fp8" if q.kv_fp8 else dtype,
-        kv_lora_rank=kv_lora,
-        qk_rope_head_dim=rope,
+        kv_lora_rank=cache_lora,
+        qk_rope_head_dim=cache_rope,
         source=str(p),
         layers=model_layers,
         weight_bytes=q.weight_bytes(b, dtype_bits(dtype)),

@@ -152,7 +152,8 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
     attention). Empty: every layer full attention.
 
     Read: `layer_types` (with `sliding_window`, `attention_chunk_size`), and where a checkpoint has none,
-    what transformers derives it from: Gemma's `sliding_window_pattern`, gpt-oss's alternation, Llama 4's
+    what transformers derives it from: Gemma's, Cohere2's and EXAONE 4's `sliding_window_pattern`, gpt-oss's
+    alternation, Llama 4's
     `no_rope_layers` with `attention_chunk_size`, Qwen's `use_sliding_window` / `max_window_layers`,
     Qwen3-Next's `full_attention_interval`, Jamba's `attn_layer_period` / `attn_layer_offset`,
     Nemotron-H's `hybrid_override_pattern`, Kimi-Linear's `linear_attn_config`, and a model-wide
@@ -198,6 +199,7 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
 
     if model_type.startswith("deepseek_v4") or cfg.get("compress_ratios") is not None:
         return _deepseek_v4_layers(cfg, model_type, num_layers, where, field_int)
+    _refuse_unread_layers(cfg, model_type, where)
     if model_type.startswith("gemma4"):
         return _gemma4_layers(cfg, num_layers, where, field_int, sliding)
     if model_type == "minimax_m2":
@@ -212,6 +214,12 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
         return ()
     state = _hf_state(cfg, model_type, num_layers, where, field_int)
     types = cfg.get("layer_types")
+    if model_type in ("cohere2", "cohere2_moe") and window is not None:
+        # vLLM 0.33.0's commandr.py and cohere2_moe.py: a Cohere sliding layer sees `sliding_window` + 1
+        # tokens, and its KV cache keeps them.
+        window += 1
+    if types is None and model_type in ("cohere2", "exaone4"):
+        types = _pattern_layer_types(cfg, model_type, num_layers, where, field_int)
     if types is not None:
         if not isinstance(types, list) or len(types) != num_layers:
             raise InvalidArgumentError(
@@ -316,6 +324,45 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
             "'no_rope_layers': which layers are local is not known"
         )
     return ()
+
+
+def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> None:
+    """Refuses by name the configs whose layers vLLM 0.33.0 builds from fields kvsim does not read (it read
+    them as plain attention, silently): Nemotron-NAS's per-layer `block_configs` (`nemotron_nas.py`: each
+    layer's KV heads, no-op attention layers), Falcon-H1's Mamba-2 state beside every attention layer
+    (`falcon_h1.py`), and DeepSeek-V3.2's indexer key cache (`index_topk`: `DeepseekV32IndexerCache` in
+    `deepseek_v2.py`, 132 more bytes a token a layer, in blocks of 64)."""
+    if cfg.get("block_configs") is not None:
+        raise InvalidArgumentError(
+            f"model {where}: field 'block_configs' (model_type {model_type!r}, Nemotron-NAS's per-layer "
+            "attention) is not modelled by kvsim: each layer's KV heads and no-op layers are not read"
+        )
+    if model_type == "falcon_h1":
+        raise InvalidArgumentError(
+            f"model {where}: model_type 'falcon_h1' is not modelled by kvsim: its layers keep a Mamba-2 state "
+            "beside attention (vLLM's FalconH1ParallelHybrid), which kvsim does not read"
+        )
+    if cfg.get("index_topk") is not None:
+        raise InvalidArgumentError(
+            f"model {where}: field 'index_topk' (model_type {model_type!r}, DeepSeek-V3.2's sparse attention) "
+            "is not modelled by kvsim: its indexer's key cache is not counted"
+        )
+
+
+def _pattern_layer_types(
+    cfg: dict[str, Any], model_type: str, n: int, where: str, field_int: Any
+) -> list[str]:
+    """The `layer_types` transformers' `Cohere2Config` and `Exaone4Config` derive when a checkpoint has
+    none, which vLLM 0.33.0's `commandr.py` and `exaone4.py` read: layer i slides unless i + 1 is a multiple
+    of `sliding_window_pattern` (4 when absent: three local layers to one global)."""
+    pattern = cfg.get("sliding_window_pattern", 4)
+    if isinstance(pattern, str):
+        raise InvalidArgumentError(
+            f"model {where}: field 'sliding_window_pattern' {pattern!r} (model_type {model_type!r}) is a "
+            "string kvsim does not read; give 'layer_types'"
+        )
+    pattern = field_int("sliding_window_pattern", 4, least=1)
+    return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
 
 
 def _gemma4_layers(

@@ -20,8 +20,8 @@ What stays in the checkpoint's dtype: the embeddings and norms always, the `lm_h
 checkpoint says `lm_head: true`, the MoE routers (vLLM's MoE models build their gate without the quant
 config), and every module the checkpoint's `ignore` / `modules_to_not_convert` / `exclude_modules` /
 `ignored_layers` names. MXFP4 quantizes only the routed experts (its linear method is the unquantized one).
-A checkpoint that quantizes its KV cache to fp8 (modelopt `kv_cache_quant_algo: FP8`, compressed-tensors'
-8-bit float `kv_cache_scheme`) makes vLLM's `--kv-cache-dtype auto` fp8. bitsandbytes is refused: vLLM
+A checkpoint that quantizes its KV cache to fp8 (modelopt's `kv_cache_scheme` of 8-bit floats, not dynamic,
+or `kv_cache_quant_algo: FP8`; compressed-tensors' 8-bit float `kv_cache_scheme`) makes vLLM's `--kv-cache-dtype auto` fp8. bitsandbytes is refused: vLLM
 0.33.0 has no such method.
 """
 
@@ -118,8 +118,8 @@ class Quantization:
         method: vLLM's quantization method (`""`: none).
         formats: group -> `Format`; groups not named keep the checkpoint's dtype.
         ignored: the checkpoint's ignore patterns, as given.
-        kv_fp8: the checkpoint quantizes the KV cache to fp8 (modelopt's `kv_cache_quant_algo: FP8`,
-            compressed-tensors' 8-bit float `kv_cache_scheme`): vLLM's `--kv-cache-dtype auto` then resolves
+        kv_fp8: the checkpoint quantizes the KV cache to fp8 (modelopt's `kv_cache_scheme` or
+            `kv_cache_quant_algo: FP8`, compressed-tensors' 8-bit float `kv_cache_scheme`): vLLM's `--kv-cache-dtype auto` then resolves
             to fp8 (`resolve_kv_cache_dtype_string`, `Attention.__init__`).
     """
 
@@ -333,6 +333,29 @@ def _mxfp4(qc: dict[str, Any], where: str) -> Quantization:
     return Quantization("mxfp4", {g: Format("mxfp4", 4) for g in groups}, tuple(ignored))
 
 
+def _modelopt_kv_fp8(qc: dict[str, Any], inner: dict[str, Any], where: str) -> bool:
+    """Whether a ModelOpt checkpoint's KV cache is fp8, as vLLM 0.33.0 resolves `--kv-cache-dtype auto` for it
+    (`get_kv_cache_quant_algo_string`, vllm/utils/torch_utils.py): the first set of `kv_cache_scheme` (the
+    exporter's newer spelling, an 8-bit float scheme that is not dynamic: fp8) and `kv_cache_quant_algo`
+    (`FP8`), the inner `quantization` object's before the outer's. An NVFP4 KV cache (a 4-bit float scheme,
+    or `NVFP4`) is refused: kvsim does not model it. Another scheme or name vLLM warns of and serves in the
+    model's dtype: so does kvsim."""
+    kv = inner.get("kv_cache_scheme") or qc.get("kv_cache_scheme")
+    field = "kv_cache_scheme"
+    if not kv:
+        kv = inner.get("kv_cache_quant_algo") or qc.get("kv_cache_quant_algo")
+        field = "kv_cache_quant_algo"
+    if isinstance(kv, dict):
+        if kv.get("dynamic") is False and kv.get("num_bits") == 8 and kv.get("type") == "float":
+            return True
+        kv = "nvfp4" if kv.get("num_bits") == 4 and kv.get("type") == "float" else None
+    if isinstance(kv, str) and kv.lower() == "nvfp4":
+        raise InvalidArgumentError(
+            f"{where}: modelopt {field} {kv!r}: an NVFP4 KV cache is not modelled by kvsim (FP8 is)"
+        )
+    return isinstance(kv, str) and kv.lower() == "fp8"
+
+
 def _modelopt(qc: dict[str, Any], where: str) -> Quantization:
     algo = qc.get("quant_algo")
     if isinstance(qc.get("quantization"), dict):  # hf_quant_config.json's nesting
@@ -340,12 +363,7 @@ def _modelopt(qc: dict[str, Any], where: str) -> Quantization:
     ignored = _ignore_list(qc, where, "exclude_modules", "ignore")
     groups = _skipped(LINEAR_GROUPS, ignored)
     inner = qc["quantization"] if isinstance(qc.get("quantization"), dict) else qc
-    kv_algo = inner.get("kv_cache_quant_algo") or qc.get("kv_cache_quant_algo")
-    if kv_algo is not None and str(kv_algo).upper() != "FP8":
-        raise InvalidArgumentError(
-            f"{where}: modelopt kv_cache_quant_algo {kv_algo!r} is not modelled by kvsim (FP8 is: an fp8 KV cache)"
-        )
-    kv_fp8 = kv_algo is not None
+    kv_fp8 = _modelopt_kv_fp8(qc, inner, where)
     if algo == "FP8":
         return Quantization(
             "modelopt", {g: Format("fp8", 8, "tensor") for g in groups}, tuple(ignored), kv_fp8
