@@ -180,6 +180,51 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert "not a GPU: its timings calibrate nothing" in _error(["calibrate", str(cpu)], capsys)
 
 
+@pytest.mark.parametrize("rows", [0, 1, 3])
+def test_a_grid_too_small_to_fit_is_refused_and_json_has_no_nan(tmp_path, capsys, rows):
+    """A kvsim.gpu.validate report of 0 or 1 grid rows was fitted (four parameters from one row, or
+    nothing), printed a held-out error of nan% and wrote `"median": NaN`, which is not JSON."""
+    grid = [
+        {"batch": 8 * (i + 1), "context": 512, "prefill": 0, "seconds": 0.01 * (i + 1)} for i in range(rows)
+    ]
+    report = tmp_path / "gpu_validation.json"
+    report.write_text(json.dumps({"device_kind": "cuda", "calibration": {"grid": grid}}))
+    argv = ["calibrate", str(report), "--gpu", "h100-80gb", "--model", "llama-3-8b"]
+    out = tmp_path / "cal.json"
+    line = _error([*argv, "--output", str(out)], capsys)
+    assert "fitting 4 parameters" in line
+    assert "needs at least 4" in line
+    assert not out.exists()
+
+
+def test_a_fit_with_nothing_held_out_says_so_in_valid_json(tmp_path, capsys):
+    grid = [
+        {"batch": b, "context": c, "prefill": 0, "seconds": 0.004 + b * c * 1e-8}
+        for b in (1, 8, 64)
+        for c in (256, 4096)
+    ]
+    report = tmp_path / "gpu_validation.json"
+    report.write_text(json.dumps({"device_kind": "cuda", "calibration": {"grid": grid}}))
+    out = tmp_path / "cal.json"
+    argv = [
+        "calibrate",
+        str(report),
+        "--gpu",
+        "h100-80gb",
+        "--model",
+        "llama-3-8b",
+        "--holdout-every",
+        "1000",
+    ]
+    assert main([*argv, "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    steps = json.loads(out.read_text())["fit"]["families"]["steps"]  # (json.loads takes NaN: check the text)
+    assert "NaN" not in out.read_text()
+    assert steps["held_out"] == 0
+    assert steps["held_out_error"] == {"median": None, "p90": None}
+    assert "nan%" not in printed
+
+
 def _vidur(tmp_path: Path, rows: list[str] | None = None) -> Path:
     """A small Vidur profile of A100 Llama-3-8B rows (times in ms)."""
     from kvsim.analysis.calibrate_profiles import VIDUR_ELEMENTWISE, VIDUR_OPS

@@ -84,17 +84,23 @@ def test_mooncake_ceiling_counts_reused_prefixes():
     ("scale", "needle"),
     [("nan", "argument --scale: scale nan"), ("0", "argument --scale: scale 0"),
      ("-1", "argument --scale: scale -1"), ("inf", "argument --scale: scale inf"),
-     ("0.001", "the least scale is 0.02")],
+     ("0.001", "the least scale is 0.02"),
+     # (1e308 was an OverflowError's traceback; 1e12 ran every experiment into the sweep's bound, wrote a
+     # claims.md of nothing, removed the folder's earlier tables and exited 0)
+     ("1e308", "the largest scale is"), ("1e12", "more than 2**40 requests")],
 )  # fmt: skip
 def test_claims_refuses_a_scale_that_measures_nothing(tmp_path, capsys, scale, needle):
     from kvsim.cli import main
 
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "earlier.parquet").write_text("kept")
     assert main(["claims", "--results", str(tmp_path), "--scale", scale, "--no-plots"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err
     assert "Traceback" not in err
     assert needle in err
     assert not (tmp_path / "claims.md").exists()
+    assert (tmp_path / "claims" / "earlier.parquet").read_text() == "kept"
 
 
 def test_claims_refuses_a_results_folder_it_cannot_write_before_running(tmp_path, capsys):

@@ -166,6 +166,8 @@ def test_sweep_counts_name_their_flag(capsys, tmp_path, flag):
         ["sweep", "--executor", "gpu"],
         ["plan", "--num-blocks", "100", "--smallest", "cpu_blocks"],
         ["lab", "--port", "http"],
+        ["lab", "--host", ""],  # (it listened on every interface and printed http://:PORT/)
+        ["lab", "--host", "  "],
         ["validate-gpu", "--layers", "two"],
     ],
 )

@@ -98,7 +98,8 @@ def test_a_run_without_a_gpu_says_its_times_are_ticks(capsys):
     out = capsys.readouterr().out
     assert "== latency (ms of ticks: 1 ms a step, not a GPU's time) ==" in out
     assert "== throughput (seconds of ticks: 1 ms a step, not a GPU's time) ==" in out
-    assert "note: times are ticks: with no GPU named every step takes 1 ms" in out
+    assert "note: times are ticks (no GPU named): every step takes 1 ms" in out
+    assert "--gpu NAME prices each step of the model with the roofline" in out
     assert main([*argv, "--requests", "300", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["config"]["time_model"] == "ticks"
@@ -110,6 +111,17 @@ def test_a_run_without_a_gpu_says_its_times_are_ticks(capsys):
     out = capsys.readouterr().out
     assert "ticks" not in out
     assert "== latency (ms) ==" in out
+    # A GPU named with ticks chosen, or without a model: the line and the note say so (they said "no GPU
+    # named" and told the user to name the GPU they had named).
+    for extra, why in (
+        (["--model", "opt-13b", "--time-model", "ticks"], "time_model ticks chosen"),
+        (["--num-blocks", "500"], "a GPU but no model named"),
+    ):
+        assert main(["run", "--gpu", "a100-40gb", *extra, "--requests", "20"]) == 0
+        out = capsys.readouterr().out
+        assert f"({why}: not a GPU's time;" in out
+        assert f"note: times are ticks ({why})" in out
+        assert "no GPU named" not in out
 
 
 @pytest.mark.parametrize(
@@ -376,3 +388,16 @@ def test_a_smallest_kv_cache_search_probes_no_cache_the_gpu_cannot_hold(capsys):
         InvalidArgumentError, match=r"high 1e\+11: kv_cache_bytes above .* does not fit a100-40gb"
     ):
         smallest_memory(synthetic(10), cfg, {"ttft_p99": 2.0}, rate=1.0, knob="kv_cache_bytes", high=1e11)
+
+
+def test_a_slow_host_link_blames_the_link_and_only_where_a_tier_uses_it(capsys):
+    """`--gpu-link 1MB/s` with no CPU tier was refused as "kv_offloading_ps_per_block 2097152000000 must be
+    between ...", a knob nobody set, for a run where nothing crosses the link."""
+    argv = ["run", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--gpu-link", "1MB/s", "--requests", "20"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main([*argv, "--kv-offloading-size", "4GiB"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "host link (1e+06 B/s) moves a KV block in 2.097 s" in err
+    assert "kv_offloading_ps_per_block 2097152000000" not in err

@@ -314,6 +314,12 @@ def test_state_layers_from_a_config():
         ),
         (hf(model_type="falcon_h1", mamba_d_ssm=3072, mamba_n_heads=24), "model_type 'falcon_h1'"),
         (hf(model_type="deepseek_v32", index_topk=2048, index_head_dim=128), "field 'index_topk'"),
+        # Bamba (Mamba-2 layers but at attn_layer_indices): every layer ran as full attention
+        (
+            hf(model_type="bamba", attn_layer_indices=[1, 3], mamba_d_state=128, mamba_n_heads=128),
+            "field 'attn_layer_indices' (model_type 'bamba') describes state layers",
+        ),
+        (hf(model_type="custom", ssm_state_size=16), "field 'ssm_state_size'"),
     ],
 )
 def test_what_cannot_be_modelled_is_refused_by_name(cfg, field):

@@ -148,11 +148,16 @@ def _loss(pred: np.ndarray, meas: np.ndarray) -> float:
     return float(np.mean(np.log(np.maximum(pred, 1e-15) / np.maximum(meas, 1e-15)) ** 2))
 
 
-def _errors(pred: np.ndarray, meas: np.ndarray) -> dict[str, float]:
+def _errors(pred: np.ndarray, meas: np.ndarray) -> dict[str, float | None]:
+    """The median and 90th-percentile relative error; None over no rows (it was NaN, which JSON has not)."""
     rel = np.abs(pred - meas) / meas
     if not len(rel):
-        return {"median": float("nan"), "p90": float("nan")}
+        return {"median": None, "p90": None}
     return {"median": float(np.median(rel)), "p90": float(np.quantile(rel, 0.9))}
+
+
+def _pct(v: float | None, width: int) -> str:
+    return f"{'-':>{width}}" if v is None else f"{v:>{width}.1%}"
 
 
 def _split(n: int, every: int) -> tuple[np.ndarray, np.ndarray]:
@@ -210,9 +215,10 @@ class Calibration:
         lines += [head, "-" * len(head)]
         for fam, e in self.fit["families"].items():
             mark = ""
+            fit, held = e["fit"], e["held_out_error"]
             lines.append(
-                f"{fam:<14}{e['rows']:>7}{e['held_out']:>10}{e['fit']['median']:>12.1%}{e['fit']['p90']:>10.1%}"
-                f"{e['held_out_error']['median']:>17.1%}{e['held_out_error']['p90']:>14.1%}{mark}"
+                f"{fam:<14}{e['rows']:>7}{e['held_out']:>10}{_pct(fit['median'], 12)}{_pct(fit['p90'], 10)}"
+                f"{_pct(held['median'], 17)}{_pct(held['p90'], 14)}{mark}"
             )
         lines += ["", "efficiencies:"]
         for k, v in self.efficiencies.to_dict().items():
@@ -336,6 +342,12 @@ def fit_steps(profile: Profile, holdout_every: int = 5) -> Calibration:
     if not multi:
         params["collective_hop"] = Efficiencies().collective_hop_ps / PS
     idx_fit = np.flatnonzero(fit_rows)
+    if len(idx_fit) < len(names):
+        # (one row fitted four parameters and printed a held-out error of nan%; none fitted nothing)
+        raise InvalidArgumentError(
+            f"{profile.source}: {n} step(s), {len(idx_fit)} of them to fit (every {holdout_every}th held out): "
+            f"fitting {len(names)} parameters ({', '.join(names)}) needs at least {len(names)}"
+        )
 
     def loss(z: np.ndarray) -> float:
         return _loss(_predict_steps(profile, {**params, **_to_params(names, z)}, idx_fit), meas[idx_fit])
@@ -377,7 +389,15 @@ def calibrate(profile: Profile, holdout_every: int = 5) -> Calibration:
     """The calibration of one profile (operator or step format)."""
     if holdout_every < 2:
         raise InvalidArgumentError(f"holdout_every {holdout_every} must be at least 2 (a row in N held out)")
-    return fit_steps(profile, holdout_every) if profile.steps else fit_operators(profile, holdout_every)
+    if profile.steps or profile.fmt in ("gpu-validate", "splitwise"):
+        return fit_steps(profile, holdout_every)
+    cal = fit_operators(profile, holdout_every)
+    if not cal.params:
+        raise InvalidArgumentError(
+            f"{profile.source}: no row to fit (no operator family kvsim fits has a row outside the held-out "
+            "ones): a calibration of nothing"
+        )
+    return cal
 
 
 __all__ = [

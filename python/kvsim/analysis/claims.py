@@ -130,9 +130,12 @@ def run_experiments(
 MIN_SCALED_REQUESTS = 20  # below this a claim's mean is a handful of requests, not a measurement
 
 
+MAX_SCALED_REQUESTS = 2**40  # a sweep's most requests a point (`kvsim.analysis.sweep`)
+
+
 def check_scale(scale: Any) -> float:
     """`scale` if it is a finite number > 0 that leaves every scaled experiment at least
-    `MIN_SCALED_REQUESTS` requests per point.
+    `MIN_SCALED_REQUESTS` requests per point and at most `MAX_SCALED_REQUESTS`.
 
     Raises:
         InvalidArgumentError: naming the value and, for a too small one, the smallest that works.
@@ -144,7 +147,15 @@ def check_scale(scale: Any) -> float:
         or scale <= 0
     ):
         raise InvalidArgumentError(f"scale {scale!r} must be a finite number > 0 (1 = the full suite)")
-    smallest = min(e.requests for e in experiments() if e.scalable)
+    scalable = [e.requests for e in experiments() if e.scalable]
+    smallest, largest = min(scalable), max(scalable)
+    if largest * scale > MAX_SCALED_REQUESTS:
+        # (a sweep's requests are at most 2**40: each experiment failed alone and the suite wrote its table
+        # of nothing; a scale of 1e308 overflowed)
+        raise InvalidArgumentError(
+            f"scale {scale:g} asks more than 2**40 requests of the largest experiment ({largest:,} a point at "
+            f"scale 1); the largest scale is {MAX_SCALED_REQUESTS / largest:.3g}"
+        )
     if smallest * scale < MIN_SCALED_REQUESTS:
         raise InvalidArgumentError(
             f"scale {scale:g} leaves {max(0, round(smallest * scale))} request(s) in the smallest experiment "

@@ -32,10 +32,10 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         from kvsim.model.units import fmt_duration_ps
 
         tick = fmt_duration_ps(cfg.iteration_time_ps)
+        why, how = cfg.ticks_why()
         notes.append(
-            f"times are ticks: with no GPU named every step takes {tick} (time_model ticks, "
-            "--iteration-time-ps), so the duration, the throughputs and the latencies count steps, not a "
-            "GPU's time; --gpu NAME times each step by the roofline of the model on that GPU"
+            f"times are ticks ({why}): every step takes {tick} (time_model ticks, --iteration-time-ps), so "
+            f"the duration, the throughputs and the latencies count steps, not a GPU's time; {how}"
         )
     peak = s.get("peak_allocated_fraction", 0.0)
     queue = s.get("queueing_s_p99")

@@ -147,9 +147,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         cal = calibrate(prof, every)
         cal.command = command
         out.append((cal, path))
-    _write_all([(path, json.dumps(cal.to_json(), indent=2) + "\n") for cal, path in out])
+    _write_all([(path, json.dumps(cal.to_json(), indent=2, allow_nan=False) + "\n") for cal, path in out])
     if args.json:
-        print(json.dumps([{**c.to_json(), "path": str(p)} for c, p in out], indent=2))
+        print(json.dumps([{**c.to_json(), "path": str(p)} for c, p in out], indent=2, allow_nan=False))
     else:
         for cal, path in out:
             print(cal.table())

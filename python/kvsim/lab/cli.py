@@ -29,6 +29,12 @@ def main(args: argparse.Namespace) -> int:
     from kvsim.errors import InvalidArgumentError
     from kvsim.lab.server import serve
 
+    if not args.host.strip():
+        # (an empty address listened on every interface, and printed "http://:PORT/")
+        raise InvalidArgumentError(
+            f"argument --host: {args.host!r} names no address: give one (127.0.0.1, the default; 0.0.0.0 for every "
+            "interface)"
+        )
     if not 0 <= args.port <= 65535:
         raise InvalidArgumentError(f"port {args.port} must be between 0 and 65535")
     serve(args.host, args.port, args.open)

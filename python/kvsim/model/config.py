@@ -497,8 +497,20 @@ class SimConfig(ConfigTimeModel):
             if per_token is not None and self.gpu is not None:
                 from kvsim.model.gpus import resolve as resolve_gpu
 
-                link = resolve_gpu(self.gpu).pcie_bandwidth
-                ps = round(per_token * self.engine_block_size * PS_PER_S / link)
+                gpu = resolve_gpu(self.gpu)
+                ps = round(per_token * self.engine_block_size * PS_PER_S / gpu.pcie_bandwidth)
+                if ps > MAX_COEFFICIENT_PS:
+                    # (it blamed kv_offloading_ps_per_block, a knob nobody set, and refused runs with no
+                    # tier, where nothing crosses the link)
+                    if self.kv_offloading_chunks:
+                        from kvsim.model.units import fmt_duration_ps
+
+                        raise InvalidArgumentError(
+                            f"gpu {gpu.name}'s host link ({gpu.pcie_bandwidth:g} B/s) moves a KV block in "
+                            f"{fmt_duration_ps(ps)}, longer than the {fmt_duration_ps(MAX_COEFFICIENT_PS)} a "
+                            "CPU-tier transfer may take a block: give a faster link or kv_offloading_ps_per_block"
+                        )
+                    ps = 0  # (no tier: nothing reads it)
             object.__setattr__(self, "kv_offloading_ps_per_block", convert("kv_offloading_ps_per_block", ps))
         if not self.kv_offloading_chunks:
             return

@@ -194,6 +194,17 @@ class ConfigTimeModel:
 
         return resolve(self.model).with_quantization(self.quantization)
 
+    def ticks_why(self) -> tuple[str, str]:
+        """Why a run's steps are ticks and how to price them on a GPU: (no GPU named / no model named / ticks
+        chosen, the flags that give the roofline)."""
+        if self.gpu is not None and self.model is not None:
+            return "time_model ticks chosen", "--time-model roofline prices each step on the GPU named"
+        if self.gpu is not None:
+            return "a GPU but no model named", "--model with the GPU prices each step with the roofline"
+        if self.model is not None:
+            return "no GPU named", "--gpu NAME prices each step of the model with the roofline"
+        return "no GPU named", "--model with --gpu prices each step with the roofline"
+
     def time_line(self) -> str:
         """What a step costs, one line (`kvsim run` prints it under the pool line): `time: roofline of
         llama-3-8b on h100-80gb, datasheet figures (...): a step of 64 decodes at 1,024 tokens 9.5 ms, a
@@ -201,10 +212,8 @@ class ConfigTimeModel:
         from kvsim.model.units import fmt_duration_ps
 
         if self.time_model == "ticks":
-            return (
-                f"time: ticks, every step {fmt_duration_ps(self.iteration_time_ps)} (no GPU named: not a GPU's time; "
-                "--model with --gpu prices steps with the roofline)"
-            )
+            why, how = self.ticks_why()
+            return f"time: ticks, every step {fmt_duration_ps(self.iteration_time_ps)} ({why}: not a GPU's time; {how})"
         if self.time_model in ("linear", "calibrated"):
             assert self.c0_ps is not None
             assert self.c_tok_ps is not None

@@ -213,6 +213,21 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
             )
         return ()
     state = _hf_state(cfg, model_type, num_layers, where, field_int)
+    if state is None:
+        # State-layer fields of a model type kvsim reads no state for (Bamba's `attn_layer_indices` and
+        # `mamba_*`, any other Mamba hybrid's): its layers ran as full attention, the states dropped.
+        unread = sorted(
+            k
+            for k, v in cfg.items()
+            if v is not None
+            and (k.startswith(("mamba_", "ssm_")) or k in ("attn_layer_indices", "attn_layer_period"))
+        )
+        if unread:
+            raise InvalidArgumentError(
+                f"model {where}: field {unread[0]!r} (model_type {model_type!r}) describes state layers kvsim "
+                "does not read for this model type (it reads Qwen3-Next's, Qwen3.5's, Jamba's, Nemotron-H's and "
+                "Kimi-Linear's); give the layers explicitly (kvsim.models.Model(layers=...))"
+            )
     types = cfg.get("layer_types")
     if model_type in ("cohere2", "cohere2_moe") and window is not None:
         # vLLM 0.33.0's commandr.py and cohere2_moe.py: a Cohere sliding layer sees `sliding_window` + 1
