@@ -37,6 +37,7 @@ from kvsim.analysis.sweep import (
 from kvsim.cli.flags import _BARE, GPU_FLAGS, _knob_flags
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
+from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
 from kvsim.workloads.registry import format_value
 
 # ---------------------------------------------------------------------------------------------- run
@@ -221,6 +222,11 @@ def _prefill_config(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
             )
         if key not in CONFIG_FIELDS:
             raise FlagError(f"{flag}: unknown SimConfig field {key!r}")
+        if key in CLUSTER_KNOBS:
+            # (the fleet's shape and its routers are the run's: here they were taken and dropped)
+            raise FlagError(
+                f"{flag}: {key} is the fleet's, not the prefill replicas' own: give it as --{key.replace('_', '-')}"
+            )
         try:
             over[key] = coerce(key, value)
         except InvalidArgumentError as exc:
@@ -353,6 +359,16 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
         notes.append(
             f"--seed {seed} is ignored: the trace {name} is deterministic (every seed gives the same run)"
         )
+    last = float(w.arrival[-1]) if len(w) else 0.0
+    stretch = next((k for k in ("time_scale", "request_rate") if k in trace), None)
+    if stretch is not None and not last * PS_PER_S < MAX_TIME_PS:
+        # (the engine's input refused it as "row N: arrival ... s is past the simulated clock's range ...:
+        # rebase the timestamps", naming no flag and advising what would not help)
+        raise FlagError(
+            f"argument {TRACE_FLAGS[stretch]}: {format_value(trace[stretch])} puts the last of "
+            f"{len(w):,} arrivals at {last:.4g} s, past the simulated clock's range (about 53 days): give "
+            f"{'a smaller scale' if stretch == 'time_scale' else 'a higher rate'}"
+        )
     info = {"name": name, "params": params, "requests": len(w), "seed": seed if seeded else None}
     return w, info
 
@@ -423,6 +439,63 @@ def _refuse_idle_pd_knobs(config: Any) -> None:
                 f"argument {flag}: a disaggregated fleet's knob, but this run has no prefill pool: give "
                 "--prefill-replicas N or drop the flag"
             )
+
+
+def _refuse_idle_knobs(config: Any, prefill: Any = None) -> None:
+    """A knob set away from its default that this run does not read: refused by its flag (it was accepted
+    and dropped, and `config:` showed it as if it took effect). The router's knobs are read by the routers
+    DESIGN.md §Fleet names (the tie-break and the refresh by those that read replica state, the seed by
+    `random` and by a tie drawn at random, the load cap by `prefix-affinity`, the weights by `weighted`);
+    the CPU tier's by a run with a tier (`--kv-offloading-size` or `--kv-offloading-chunks`); the swap
+    time by a run that swaps. (`SimConfig` takes them all: sweeps and searches vary the knob that reads
+    them; only `kvsim run` refuses.)"""
+    from kvsim.reference.cluster import STATEFUL_ROUTERS
+
+    def given(name: str) -> bool:
+        return bool(getattr(config, name) != KNOBS[name].default)
+
+    router = config.router
+    stateful = router in STATEFUL_ROUTERS
+    reads = {
+        "router_refresh_s": (stateful, f"routers that read replica state ({', '.join(STATEFUL_ROUTERS)})"),
+        "router_tie_break": (stateful, f"routers that read replica state ({', '.join(STATEFUL_ROUTERS)})"),
+        "router_seed": (
+            router == "random" or (stateful and config.router_tie_break == "random"),
+            "the random router and ties drawn at random",
+        ),
+        "prefix_load_cap": (router == "prefix-affinity", "router prefix-affinity"),
+        "router_weights": (router == "weighted", "router weighted"),
+    }
+    for name, (read, who) in reads.items():
+        if given(name) and not read:
+            raise FlagError(
+                f"argument {_knob_flags(name)[0]}: read only by {who}, and this run's router is {router!r}: "
+                "give a router that reads it or drop the flag"
+            )
+    tier = config.kv_offloading_chunks > 0 or (prefill is not None and prefill.kv_offloading_chunks > 0)
+    tier_knobs = (
+        "kv_offloading_eviction_policy",
+        "kv_offloading_prompt_only",
+        "kv_offloading_blocks_per_chunk",
+        "kv_offloading_store_threshold",
+        "kv_offloading_latency_ps",
+    )
+    for name in tier_knobs:
+        if given(name) and not tier:
+            raise FlagError(
+                f"argument {_knob_flags(name)[0]}: a CPU tier's knob, but this run has no CPU tier: give "
+                "--kv-offloading-size (or --kv-offloading-chunks) or drop the flag"
+            )
+    if config._given.get("kv_offloading_ps_per_block") is not None and not tier:
+        raise FlagError(
+            f"argument {_knob_flags('kv_offloading_ps_per_block')[0]}: a CPU tier's knob, but this run has no "
+            "CPU tier: give --kv-offloading-size (or --kv-offloading-chunks) or drop the flag"
+        )
+    if config._given.get("swap_ps_per_block") is not None and config.preemption == "recompute":
+        raise FlagError(
+            f"argument {_knob_flags('swap_ps_per_block')[0]}: the time a swap takes, but preemption is "
+            "'recompute', which never swaps: add --preemption-mode swap or auto, or drop the flag"
+        )
 
 
 def is_fleet(config: Any) -> bool:
@@ -523,6 +596,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     save_dir = _save_dir_from_args(args)
     config = _config_from_args(args, data)
     _refuse_idle_pd_knobs(config)
+    _refuse_idle_knobs(config, getattr(args, "prefill_sim_config", None))
     notes: list[str] = []
     workload, info = _workload_from_args(args, data, notes)
     backend = args.backend or data.get("backend", "rust")

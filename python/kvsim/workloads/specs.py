@@ -266,7 +266,7 @@ def parse_columns(text: str | None) -> dict[str, str] | None:
     """`arrival=timestamp,prompt_len=input_tokens` -> a `load_table` column mapping.
 
     Raises:
-        InvalidArgumentError: a pair that is not OURS=THEIRS.
+        InvalidArgumentError: a pair that is not OURS=THEIRS, or a column of ours mapped to two of theirs.
     """
     if text is None:
         return None
@@ -275,6 +275,11 @@ def parse_columns(text: str | None) -> dict[str, str] | None:
         ours, eq, theirs = pair.partition("=")
         if not eq or not ours.strip() or not theirs.strip():
             raise InvalidArgumentError(f"{pair!r} is not OURS=THEIRS (arrival=timestamp,...)")
+        if ours.strip() in out and out[ours.strip()] != theirs.strip():
+            # (the last one was read, silently; `--router-weight` and `--goodput` refuse a repeat too)
+            raise InvalidArgumentError(
+                f"{ours.strip()!r} is mapped twice ({out[ours.strip()]!r} and {theirs.strip()!r}): give it once"
+            )
         out[ours.strip()] = theirs.strip()
     if not out:
         raise InvalidArgumentError(f"{text!r} names no column")

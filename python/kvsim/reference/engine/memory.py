@@ -7,6 +7,7 @@ from __future__ import annotations
 from kvsim.reference.engine.output import TIMESERIES
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
+from kvsim.reference.kv_groups import NULL
 
 
 class Memory(State):
@@ -27,6 +28,16 @@ class Memory(State):
             self.space.free(*s.region)
             s.region = None
 
+    def idle_table_blocks(self) -> int:
+        """Blocks in the tables of requests that hold them outside the running list (DESIGN.md §Metrics,
+        `blocks_saved_by_sharing`): a prefill replica's finished requests until their transfer ends
+        (`sending`) and the held requests, whose loads (a CPU tier's, a decode replica's transfers) land in
+        them."""
+        idle = [*self.sending.values(), *self.held]
+        if self.hybrid:
+            return sum(b != NULL for s in idle for table in self.hkv.tables(s.idx) for b in table)
+        return sum(len(self.kv.block_table(s.idx)) for s in idle)
+
     def measure(self, dt: int, batch: int, tokens: int) -> None:
         """Time-weighted memory state during the step (after allocation, before finishing)."""
         c, bs = self.c, self.bs
@@ -34,6 +45,7 @@ class Memory(State):
         if self.hybrid:
             held = self.cfg.capacity_blocks - self.hkv.num_free_blocks
             internal, logical, per_group, extra = self.hybrid_state()
+            logical += self.idle_table_blocks()
             allocated = held * bs + extra
             stored = allocated - internal
             for g, n in enumerate(per_group):
@@ -42,7 +54,7 @@ class Memory(State):
                 if self.ts_every and c["num_steps"] % self.ts_every == 0:
                     self.ts[f"blocks_group_{g}"].append(n)
         elif self.paged:
-            logical = sum(-(-s.num_computed // bs) for s in self.running)
+            logical = sum(-(-s.num_computed // bs) for s in self.running) + self.idle_table_blocks()
             held = self.cfg.capacity_blocks - self.kv.num_free_blocks
             # A partial block shared by forked samples (until their first write) counts once.
             partial = {self.kv.block_table(s.idx)[-1]: (-s.num_computed) % bs for s in self.running}

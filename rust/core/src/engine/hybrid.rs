@@ -264,6 +264,7 @@ impl Engine<'_> {
         let groups = self.groups();
         let mut m = MemoryState {
             held: self.cfg.capacity_blocks() - u64::from(pool.num_free_blocks()),
+            logical: self.idle_table_blocks(),
             ..MemoryState::default()
         };
         let bs = self.cfg.block_size;

@@ -491,6 +491,12 @@ impl Engine<'_> {
         // Step j's state: c and slack after its advance, j + 1 tokens into the span.
         let c1 = i128::from(self.agg.c) + nn;
         let internal1 = i128::from(self.agg.internal) - nn;
+        // Held requests' tables (`idle_table_blocks`): constant over a span, as the pool's held blocks.
+        let idle = if matches!(self.mem, Memory::Paged(_)) {
+            self.idle_table_blocks()
+        } else {
+            0
+        };
         let ctr = &mut self.out.counters;
         ctr.w_batch += weigh(nn, 0);
         match &self.mem {
@@ -499,7 +505,7 @@ impl Engine<'_> {
                 ctr.w_internal += weigh(internal1, -nn);
                 ctr.w_reserved += weigh(i128::from(self.outstanding * bs), 0);
                 ctr.w_held_blocks += weigh(i128::from(held), 0);
-                ctr.w_logical_blocks += weigh(i128::from(self.agg.logical), 0);
+                ctr.w_logical_blocks += weigh(i128::from(self.agg.logical) + i128::from(idle), 0);
                 self.peak_held = self.peak_held.max(held);
             }
             Memory::Contiguous(space) => {
@@ -707,7 +713,7 @@ impl Engine<'_> {
                     reserved: self.outstanding * bs,
                     external: 0,
                     held,
-                    logical: a.logical,
+                    logical: a.logical + self.idle_table_blocks(),
                     extra: 0,
                 }
             }

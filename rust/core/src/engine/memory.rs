@@ -102,6 +102,51 @@ impl Engine<'_> {
         }
     }
 
+    /// Blocks in the tables of requests that hold them outside the running list (DESIGN.md §Metrics,
+    /// `blocks_saved_by_sharing`): a prefill replica's finished requests until their transfer ends
+    /// (`sending`) and the held requests, whose loads (a CPU tier's, a decode replica's transfers) land in
+    /// them. Their blocks are held, so they count among the blocks the tables cover (they read as
+    /// negative savings before).
+    #[inline]
+    pub(super) fn idle_table_blocks(&self) -> u64 {
+        // (most runs: no prefill sends and no held request; `held_empty` is set by the waiting phase,
+        // the only place `held` changes)
+        if self.sends.is_none() && (self.tier.is_none() || self.tier_hot.held_empty) {
+            return 0;
+        }
+        self.idle_table_blocks_now()
+    }
+
+    #[inline(never)]
+    fn idle_table_blocks_now(&self) -> u64 {
+        let mut n = 0;
+        if let Some(sends) = self.sends.as_deref() {
+            n += sends
+                .sending
+                .values()
+                .map(|&k| self.table_blocks(k))
+                .sum::<u64>();
+        }
+        if let Some(tier) = self.tier.as_deref() {
+            n += tier.held.iter().map(|&k| self.table_blocks(k)).sum::<u64>();
+        }
+        n
+    }
+
+    /// The blocks sequence `k`'s tables hold (a hybrid model's groups' non-null ones).
+    fn table_blocks(&self, k: usize) -> u64 {
+        let s = &self.slab[k];
+        match s.hybrid.as_ref() {
+            Some(hs) => hs
+                .tables
+                .tables
+                .iter()
+                .map(|t| t.blocks.iter().filter(|&&b| b != BlockId::NULL).count() as u64)
+                .sum(),
+            None => s.table.blocks().len() as u64,
+        }
+    }
+
     /// Memory state during the step (after allocation, before finishing), by walking the running list.
     pub(super) fn memory_state(&self) -> MemoryState {
         let bs = self.cfg.block_size;
@@ -112,6 +157,7 @@ impl Engine<'_> {
             }
             Memory::Paged(pool) => {
                 m.held = self.cfg.capacity_blocks() - u64::from(pool.num_free_blocks());
+                m.logical = self.idle_table_blocks();
                 // A partial block shared by forked samples (until their first write) counts once.
                 let mut shared_partial: Vec<BlockId> = Vec::new();
                 for &k in &self.running {
