@@ -268,3 +268,13 @@ def test_a_number_beyond_a_floats_range_is_named_as_written(capsys, tmp_path, ar
     assert "1e400' is beyond a float's range" in line, line
     assert " inf " not in line, line
     assert not (tmp_path / "s.parquet").exists()
+
+
+def test_a_plan_probe_past_the_clock_says_to_search_higher_rates(capsys):
+    """`--start-rate 1e-290` ended in the engine input's "row 19: arrival 2.46e+291 s is past the simulated
+    clock's range ...: rebase the timestamps to the first request", which no flag of the search changes."""
+    argv = ["plan", "--num-gpu-blocks-override", "500", "--requests", "20", "--slo", "ttft_p99:2s"]
+    line = _one_error(capsys, [*argv, "--start-rate", "1e-290"])
+    assert "rate 1e-290 requests/s puts the last of 20 arrivals at" in line
+    assert "search higher rates (--start-rate, --min-rate)" in line
+    assert "rebase" not in line

@@ -1227,6 +1227,10 @@ def test_a_disaggregation_knob_without_prefill_replicas_is_refused_not_ignored(c
             ["--prefill-replicas", "1", "--prefill-config", "replicas=3,router=random"],
             "--prefill-config: replicas is the fleet's",
         ),
+        (["-tp", "1000"], "-tp: a model's knob, but this run names no model"),
+        (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype: a model's knob"),
+        (["--quantization", "fp8"], "--quantization: a model's knob"),
+        (["--gpu-memory-utilization", "0.5"], "--gpu-memory-utilization: a model's knob"),
     ],
 )
 def test_a_knob_the_run_does_not_read_is_refused_not_dropped(capsys, argv, said):
@@ -1247,6 +1251,7 @@ def test_the_knobs_run_where_they_are_read(capsys):
         ["--replicas", "2", "--router", "random", "--router-seed", "5"],
         ["--kv-offloading-chunks", "1000", "--kv-offloading-eviction-policy", "arc"],
         ["--preemption-mode", "swap", "--cpu-blocks", "100", "--swap-ps-per-block", "5ms"],
+        ["--preset", "vllm-0.19"],  # (its gpu_memory_utilization 0.9 is the preset's, not the user's)
     ):
         assert main(["run", "--num-gpu-blocks-override", "500", "--requests", "10", *argv]) == 0, argv
     capsys.readouterr()

@@ -102,8 +102,19 @@ def at_rate(workload: Any, rate: float, base_rate: float | None = None) -> Any:
     """The workload with its arrivals scaled to `rate` requests per second (`time_scale = base / rate`)."""
     from kvsim.workloads.specs import apply_trace_params
 
+    from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
+
     base = workload_rate(workload) if base_rate is None else base_rate
-    return apply_trace_params(workload, {"time_scale": base / rate}, "capacity search")
+    out = apply_trace_params(workload, {"time_scale": base / rate}, "capacity search")
+    last = float(out.arrival[-1]) if len(out) else 0.0
+    if not last * PS_PER_S < MAX_TIME_PS:
+        # (the engine's input refused it as "row N: arrival ... past the simulated clock's range: rebase the
+        # timestamps", which no flag of the search changes)
+        raise InvalidArgumentError(
+            f"rate {rate:g} requests/s puts the last of {len(out):,} arrivals at {last:.4g} s, past the "
+            "simulated clock's range (about 53 days): search higher rates (--start-rate, --min-rate)"
+        )
+    return out
 
 
 # ------------------------------------------------------------------------------------------- probes

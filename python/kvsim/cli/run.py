@@ -192,6 +192,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
             raise FlagError(f"argument {flag_of[field]}: {exc}") from None
         raise
     _refuse_idle_swap(args, config, cfg, flag_of)
+    _refuse_modelless_knobs(args, config, cfg, flag_of)
     args.prefill_sim_config = _prefill_config(args, cfg)
     if args.prefill_sim_config is not None and not config.prefill_replicas:
         # (`simulate_cluster` refuses it in a fleet; a single replica never reads it)
@@ -239,6 +240,36 @@ def _prefill_config(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
         return kvsim.SimConfig.preset(args.preset, **merged) if args.preset else kvsim.SimConfig(**merged)
     except InvalidArgumentError as exc:
         raise FlagError(f"{flag}: {exc}") from None
+
+
+def _refuse_modelless_knobs(
+    args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
+) -> None:
+    """A pool given in blocks with no model: the model's sizing and serving knobs the user gave have
+    nothing to act on (`config:` listed `tensor_parallel_size=1000` as if it took effect). (A preset's own
+    values, `gpu_memory_utilization` 0.9 of the older ones, are not the user's.)"""
+    if config.model is not None:
+        return
+    for name in (
+        "tensor_parallel_size",
+        "data_parallel_size",
+        "enable_expert_parallel",
+        "kv_cache_dtype",
+        "quantization",
+        "gpu_memory_utilization",
+        "enforce_eager",
+        "language_model_only",
+        "cudagraph_memory_bytes",
+        "activation_reserve_bytes",
+    ):
+        if name in cfg and cfg[name] != KNOBS[name].default:
+            where = (
+                f"argument {flag_of[name]}" if name in flag_of else f"run file {args.toml}: [config] {name}"
+            )
+            raise FlagError(
+                f"{where}: a model's knob, but this run names no model (its pool is given in blocks): give "
+                "--model or drop it"
+            )
 
 
 def _refuse_idle_swap(
@@ -447,7 +478,7 @@ def _refuse_idle_knobs(config: Any, prefill: Any = None) -> None:
     DESIGN.md §Fleet names (the tie-break and the refresh by those that read replica state, the seed by
     `random` and by a tie drawn at random, the load cap by `prefix-affinity`, the weights by `weighted`);
     the CPU tier's by a run with a tier (`--kv-offloading-size` or `--kv-offloading-chunks`); the swap
-    time by a run that swaps. (`SimConfig` takes them all: sweeps and searches vary the knob that reads
+    time by a run that swaps (`_refuse_modelless_knobs`: a model's knobs without one). (`SimConfig` takes them all: sweeps and searches vary the knob that reads
     them; only `kvsim run` refuses.)"""
     from kvsim.reference.cluster import STATEFUL_ROUTERS
 
