@@ -415,3 +415,35 @@ def test_every_model_the_page_offers_runs():
     assert not [m for m in models if m.startswith("gemma-4")]
     for m in models:
         resolve("copilot", model=m, kv_cache_bytes=2**31)  # (raises for one it cannot draw)
+
+
+def test_a_request_the_server_cannot_parse_is_answered_in_json():
+    """uvicorn answered a malformed request with text/plain "Invalid HTTP request received."; every other
+    error of the lab is a JSON object with the error and the field."""
+    import socket
+
+    proc, url = _start("--port", "0")
+    try:
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        deadline = time.monotonic() + 30
+        while True:  # (the URL is printed before uvicorn listens)
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        with sock:
+            sock.sendall(b"GET /api/presets HTTP/1.1\r\nHost: x\r\nBad Header Line\r\n\r\n")
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+    finally:
+        _stop(proc)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), head
+    assert b"content-type: application/json" in head.lower()
+    answer = json.loads(body)
+    assert answer["field"] == "request"
+    assert "Invalid HTTP request" in answer["error"]

@@ -9,6 +9,7 @@ the same shape (`http_error`); nothing else is caught, so a 5xx is a bug (the AP
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import sys
@@ -434,6 +435,32 @@ def create_app() -> Starlette:
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+def _json_400_protocol() -> type:
+    """uvicorn's HTTP/1.1 protocol (h11), answering a request it cannot parse as the lab answers every
+    error: a JSON body `{"error": ..., "field": "request"}` (uvicorn wrote "Invalid HTTP request received."
+    as text/plain, the one error of the server that was not JSON)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class JsonErrorH11Protocol(H11Protocol):  # type: ignore[misc]
+        def send_400_response(self, msg: str) -> None:
+            body = json.dumps({"error": msg, "field": "request"}).encode()
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ]
+            for event in (
+                h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                h11.Data(data=body),
+                h11.EndOfMessage(),
+            ):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
+
+    return JsonErrorH11Protocol
+
+
 def serve(host: str = "127.0.0.1", port: int = 0, open_browser: bool = False) -> None:
     """Serves the lab on `host:port` (0: a free port) until Ctrl-C; prints the URL first."""
     import uvicorn
@@ -461,7 +488,8 @@ def serve(host: str = "127.0.0.1", port: int = 0, open_browser: bool = False) ->
         print(f"kvsim lab: {url}  (Ctrl-C stops it)", flush=True)
         if open_browser:
             threading.Timer(0.5, webbrowser.open, args=(url,)).start()
-        server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning", lifespan="off"))
+        config = uvicorn.Config(create_app(), log_level="warning", lifespan="off", http=_json_400_protocol())
+        server = uvicorn.Server(config)
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
