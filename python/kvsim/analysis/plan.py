@@ -100,9 +100,8 @@ def workload_rate(workload: Any) -> float:
 
 def at_rate(workload: Any, rate: float, base_rate: float | None = None) -> Any:
     """The workload with its arrivals scaled to `rate` requests per second (`time_scale = base / rate`)."""
-    from kvsim.workloads.specs import apply_trace_params
-
     from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
+    from kvsim.workloads.specs import apply_trace_params
 
     base = workload_rate(workload) if base_rate is None else base_rate
     out = apply_trace_params(workload, {"time_scale": base / rate}, "capacity search")
