@@ -1370,8 +1370,9 @@ def test_kimi_linear_state_kv_and_weights_by_hand():
     """Kimi-Linear-48B-A3B: 7 MLA layers keep one latent per token, (512 + 64) x 2 B = 1,152 B, 8,064 B a
     token; 20 KDA layers keep per request three short-convolution states, 3 x 32 x 128 channels x (4 - 1) x
     2 B, and a float32 recurrent state, 32 heads x 128 x 128 x 4 B (vLLM's kda_state_shape / kda_state_dtype):
-    73,728 + 2,097,152 = 2,170,880 B; vLLM raises the attention block to 16 x ceil(2,170,880 / (16 x 1,152))
-    = 1,888 tokens. Weights: KDA's q, k, v, o, the two gates' low-rank pairs, b_proj; MLA without a q
+    73,728 + 2,097,152 = 2,170,880 B; vLLM raises the attention block to 128 x ceil(2,170,880 / (128 x
+    1,152)) = 1,920 tokens (an MLA model's hybrid block is a multiple of 128, `_align_hybrid_block_size`;
+    kvsim took 16's, 1,888). Weights: KDA's q, k, v, o, the two gates' low-rank pairs, b_proj; MLA without a q
     low-rank; 256 experts of 1024 and a shared expert on 26 layers, a dense MLP of 9216 on the first."""
     from kvsim.model.layers import kv_layout
 
@@ -1382,7 +1383,7 @@ def test_kimi_linear_state_kv_and_weights_by_hand():
     st = m.layers[0].state
     assert st is not None
     assert st.page_bytes(1, 16) == state == 2_170_880
-    assert kv_layout(m, 16, enable_prefix_caching=False).block_size == 16 * -(-state // (16 * 1152)) == 1888
+    assert kv_layout(m, 16, enable_prefix_caching=False).block_size == 128 * -(-state // (128 * 1152)) == 1920
     h, p, d = 2304, 32 * 128, 128
     kda = 3 * h * p + 2 * h * d + 2 * d * p + h * 32 + p * h + 3 * p * 4 + p + 32 + d
     mla = h * 32 * 192 + h * 576 + 512 * 32 * 256 + 32 * 128 * h + 512

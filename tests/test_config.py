@@ -478,3 +478,26 @@ def test_expert_parallelism_on_a_moe_model_is_taken():
     # Without expert parallelism vLLM splits each expert over the tp x dp GPUs (tests/test_shard.py).
     dp = SimConfig(model="qwen3-30b-a3b", gpu="h100-80gb", data_parallel_size=2)
     assert dp.num_blocks == ep.num_blocks
+
+
+def test_a_budget_below_the_context_without_chunked_prefill_is_refused_as_vllm_refuses_it():
+    """vLLM 0.33.0's `SchedulerConfig.verify_max_model_len`: with chunked prefill off a budget below
+    max_model_len never starts a server; kvsim simulated it and rejected every longer prompt. A pool in
+    blocks (no GPU named: kvsim's own experiments) still runs any pair, and a defaulted budget is raised to
+    the context as vLLM raises it."""
+    with pytest.raises(
+        InvalidArgumentError, match=r"max_num_batched_tokens \(2048\) is smaller than max_model_len"
+    ):
+        SimConfig(
+            model="llama-3.1-8b",
+            gpu="h100-80gb",
+            chunked_prefill=False,
+            max_num_batched_tokens=2048,
+            max_num_seqs=64,
+            max_model_len=8192,
+        )
+    with pytest.raises(InvalidArgumentError, match=r"smaller than max_model_len \(131072\)"):  # (its default)
+        SimConfig(model="llama-3.1-8b", gpu="h100-80gb", chunked_prefill=False, max_num_batched_tokens=8192)
+    ok = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", chunked_prefill=False, max_model_len=8192)
+    assert ok.max_num_batched_tokens == 8192
+    assert SimConfig(num_blocks=100, chunked_prefill=False, max_num_batched_tokens=512, max_model_len=4096)

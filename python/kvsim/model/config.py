@@ -284,6 +284,14 @@ class SimConfig(ConfigTimeModel):
                 if not self.chunked_prefill:
                     tokens = max(context, tokens)
                 tokens = min((seqs or s0) * context, tokens)
+        if not self.chunked_prefill and context is not None and tokens < context:
+            # (vLLM's SchedulerConfig.verify_max_model_len, vllm/config/scheduler.py: such a server never
+            # starts; kvsim ran it and rejected every prompt over the budget)
+            raise InvalidArgumentError(
+                f"max_num_batched_tokens ({tokens}) is smaller than max_model_len ({context}) with chunked "
+                "prefill off: vLLM refuses to start (it would reject every longer sequence); raise "
+                "max_num_batched_tokens, lower max_model_len, or turn chunked prefill on"
+            )
         if seqs is None:
             seqs = min(s0, tokens)
         elif self.max_num_batched_tokens is not None and tokens < seqs:

@@ -61,6 +61,8 @@ DSV4_BLOCK = 256
 # vLLM's FlashAttention backend takes kernel blocks in multiples of 16 tokens: the attention block size a
 # Mamba state raises is a multiple of it (`_align_hybrid_block_size`: `kernel_block_alignment_size`).
 KERNEL_BLOCK_ALIGNMENT = 16
+# ... and for a model whose attention is MLA, a multiple of 128 (`if model_config.use_mla`, there).
+MLA_HYBRID_ALIGNMENT = 128
 
 # The gated delta net's prefill kernel (vLLM 0.33.0, `vllm/model_executor/layers/mamba/gdn/
 # qwen_gdn_linear_attn.py`, `_resolve_gdn_prefill_backend`): FlashInfer's on CUDA GPUs of compute capability
@@ -427,6 +429,11 @@ def kv_layout(
         if first_attn is not None:
             per_token = _attention_page(first_attn, model, tp, bits, 1)
             align_to = max(KERNEL_BLOCK_ALIGNMENT, block_size)
+            if model.is_mla:
+                # vLLM 0.33.0's `_align_hybrid_block_size` (vllm/platforms/interface.py): a hybrid MLA model's
+                # block a multiple of 128 tokens (the TRT-LLM / FlashInfer MLA decode kernels' alignment),
+                # on every GPU (Kimi-Linear: 1,920 tokens at tp 1 where 16's multiple gave 1,888)
+                align_to = max(align_to, MLA_HYBRID_ALIGNMENT)
             states = [lay.state for _, lay in cached if lay.state is not None]
             if align and gdn_grid is not None and all(st.gdn_head_k_dim for st in states):
                 # Internal prefill checkpoints land on block boundaries: the block a multiple of the
