@@ -34,6 +34,7 @@ FIELDS = (
     "weight_dtype",
     "kv_dtype",
     "kv_lora_rank",
+    "qk_nope_head_dim",
     "qk_rope_head_dim",
     "weight_bytes",
     "quantization",

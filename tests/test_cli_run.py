@@ -1134,7 +1134,7 @@ def test_trace_time_unit_still_reads_a_file(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("model", "none"), ("gpu", "null"), ("block_size", "none"), ("policy", "None")],
+    [("model", "none"), ("gpu", "null"), ("iteration_time_ps", "none"), ("policy", "None")],
 )
 def test_none_unsets_only_an_optional_field(capsys, tmp_path, key, value):
     """`"none"` (TOML has no null; flags are text) unsets an optional field. For `model` and `gpu`, whose

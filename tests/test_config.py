@@ -188,6 +188,7 @@ def test_knobs_table_is_every_field_and_its_default():
     assert list(KNOBS) == FIELDS
     cfg = SimConfig(num_blocks=16)
     derived = (
+        "block_size",
         "num_blocks",
         "time_model",
         "swap_ps_per_block",
@@ -202,6 +203,7 @@ def test_knobs_table_is_every_field_and_its_default():
     # Unset batch limits without a GPU are vLLM's defaults on a small GPU (its LLM class): 8192 and 256.
     assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (8192, 256)
     assert cfg.time_model == "ticks"  # auto without a model and a GPU
+    assert cfg.block_size == 16  # unset: vLLM's default (an MLA model on some GPUs: its backend's)
     assert SimConfig(model="llama-3-8b", gpu="h100-80gb").time_model == "roofline"
 
 
@@ -501,3 +503,33 @@ def test_a_budget_below_the_context_without_chunked_prefill_is_refused_as_vllm_r
     ok = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", chunked_prefill=False, max_model_len=8192)
     assert ok.max_num_batched_tokens == 8192
     assert SimConfig(num_blocks=100, chunked_prefill=False, max_num_batched_tokens=512, max_model_len=4096)
+
+
+def test_an_mla_models_unset_block_size_is_its_backends():
+    """vLLM 0.33.0 gives an unset --block-size the preferred size of the attention backend it picks
+    (`_preferred_block_size_for_backends`): FlashInfer's MLA backend (blocks of 32 or 64) on a B200,
+    FlashMLA's (64) on an H200 with an fp8 KV cache; kvsim kept 16, twice the blocks vLLM allocates."""
+    base = {"model": "deepseek-v3", "tensor_parallel_size": 8, "max_model_len": 32768}
+    b200 = SimConfig(gpu="b200", **base)
+    assert b200.block_size == 32
+    sixteen = SimConfig(gpu="b200", block_size=16, **base)  # (given: kept)
+    assert (sixteen.block_size, 2 * b200.num_blocks - sixteen.num_blocks) == (
+        16,
+        1,
+    )  # (whole blocks of the bytes)
+    assert SimConfig(gpu="h200", **base).block_size == 16
+    assert SimConfig(gpu="h200", kv_cache_dtype="fp8", **base).block_size == 64
+    assert SimConfig(gpu="mi300x", **base).block_size == 16
+    assert b200.replace(gpu="h200").block_size == 16  # (derived again, as num_blocks)
+    assert SimConfig(model="llama-3.1-8b", gpu="b200").block_size == 16  # (not MLA)
+    with pytest.raises(InvalidArgumentError, match="fp8_e5m2 on an MLA model"):
+        SimConfig(gpu="b200", kv_cache_dtype="fp8_e5m2", **base)
+    with pytest.raises(InvalidArgumentError, match="qk_nope_head_dim 1 is not one"):
+        SimConfig(
+            gpu="b200",
+            model=kvsim.models.get("deepseek-v3").__class__(
+                **{**vars(kvsim.models.get("deepseek-v3")), "qk_nope_head_dim": 0}
+            ),
+            tensor_parallel_size=8,
+            max_model_len=32768,
+        )

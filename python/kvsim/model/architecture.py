@@ -87,6 +87,8 @@ class Model:
         kv_dtype: dtype of the KV cache.
         kv_lora_rank: MLA latent width (0 for non-MLA models).
         qk_rope_head_dim: MLA decoupled RoPE key width (0 for non-MLA models).
+        qk_nope_head_dim: MLA's per-head key width without RoPE (0 where the config states none): what
+            vLLM's FlashInfer MLA backend takes (`kvsim.model.layers.mla_default_block_size`).
         source: where the numbers come from.
         layers: each decoder layer's cache (`kvsim.model.layers.Layer`: full attention, sliding window,
             chunked local, Mamba state, shared); empty: `num_layers` full-attention layers.
@@ -126,6 +128,7 @@ class Model:
     kv_dtype: str = "fp16"
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
     source: str = ""
     layers: tuple[Layer, ...] = ()
     weight_bytes: int = 0

@@ -53,6 +53,8 @@ from kvsim.model.knobs import (
     default,
 )
 
+DEFAULT_BLOCK_SIZE = 16  # vLLM's CacheConfig.DEFAULT_BLOCK_SIZE
+
 # vLLM's defaults without a GPU to pick by (its LLM class on a GPU under 70 GiB or an A100).
 KNOB_DEFAULT_TOKENS = 8192
 KNOB_DEFAULT_SEQS = 256
@@ -71,6 +73,7 @@ HYBRID_ONLY: dict[str, str] = {
 # Fields a config derives when they are left unset: `replace` derives them again rather than keeping the
 # values derived for the old configuration.
 _DERIVED = (
+    "block_size",
     "num_blocks",
     "time_model",
     "c0_ps",
@@ -218,6 +221,7 @@ class SimConfig(ConfigTimeModel):
         object.__setattr__(self, "_given", given)
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, convert(f.name, getattr(self, f.name)))
+        self._resolve_block_size()
         self._check_context()
         self._batch_limits()
         self._check_combinations()
@@ -301,6 +305,24 @@ class SimConfig(ConfigTimeModel):
             )
         object.__setattr__(self, "max_num_batched_tokens", tokens)
         object.__setattr__(self, "max_num_seqs", seqs)
+
+    def _resolve_block_size(self) -> None:
+        """`block_size` unset: vLLM's 16, unless the attention backend vLLM 0.33.0 picks for the model on
+        the GPU named prefers another (`Platform._preferred_block_size_for_backends`: an MLA model's,
+        `kvsim.model.layers.mla_default_block_size`)."""
+        if self.block_size is not None:
+            return
+        bs = DEFAULT_BLOCK_SIZE
+        if self.model is not None and self.gpu is not None:
+            from kvsim.model.gpus import resolve as resolve_gpu
+            from kvsim.model.layers import mla_default_block_size
+            from kvsim.model.models import resolve
+
+            m = resolve(self.model)
+            if m.is_mla:
+                kv = m.kv_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+                bs = mla_default_block_size(m, resolve_gpu(self.gpu).arch, kv)
+        object.__setattr__(self, "block_size", bs)
 
     def _check_context(self) -> None:
         """vLLM 0.33.0 refuses a `max_model_len` longer than the model's context (`_get_and_verify_max_len`

@@ -485,6 +485,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         kv_dtype="fp8" if q.kv_fp8 else dtype,
         kv_lora_rank=cache_lora,
         qk_rope_head_dim=cache_rope,
+        qk_nope_head_dim=pick("qk_nope_head_dim", default=0, required=False) if cache_lora else 0,
         source=str(p),
         layers=model_layers,
         weight_bytes=q.weight_bytes(b, dtype_bits(dtype)),

@@ -119,11 +119,13 @@ KNOBS: dict[str, Knob] = {
         flags=("--num-gpu-blocks-override",),
     ),
     "block_size": Knob(
-        16,
+        None,
         "int",
-        "tokens per KV block; vLLM's --block-size, 16 on CUDA when unset",
+        "tokens per KV block; vLLM's --block-size; unset: 16, or what the attention backend vLLM picks "
+        "prefers (an MLA model on a Blackwell GPU: 32; on a Hopper GPU with an fp8 KV cache: 64)",
         lo=1,
         hi=1 << 20,
+        optional=True,
         unit="tokens",
         metavar="TOKENS",
     ),

@@ -64,6 +64,40 @@ KERNEL_BLOCK_ALIGNMENT = 16
 # ... and for a model whose attention is MLA, a multiple of 128 (`if model_config.use_mla`, there).
 MLA_HYBRID_ALIGNMENT = 128
 
+
+def mla_default_block_size(model: Any, arch: str, kv_dtype: str) -> int:
+    """The block size vLLM 0.33.0 gives an MLA model when `--block-size` is not set: that of the first MLA
+    backend in its priority list (`vllm/platforms/cuda.py`, `_get_backend_priorities`) that takes the
+    model, its preferred size (`AttentionBackend.get_preferred_block_size`: 16 if the backend takes it,
+    else its smallest). On compute capability 10.x (B200, B300) FlashInfer's MLA backend, kernel blocks
+    of 32 or 64, for a `qk_nope_head_dim` of 64, 128 or 192 (`flashinfer_mla.py`): 32. On 9.x (H100,
+    H200) FlashAttention's MLA backend (blocks of 16's multiples) unless the KV cache is fp8, which it
+    does not take: then FlashMLA's, blocks of 64 (`flashmla.py`; its dense kernel assumed built, as in
+    vLLM's CUDA wheels). Elsewhere (8.x, 12.x: Triton's MLA backend) 16. DeepSeek-V4 keeps 16 here (its
+    own layout gives its 256-token blocks). Refused: what the list's later backends decide (a
+    `qk_nope_head_dim` FlashInfer's kernel does not take on 10.x; `fp8_e5m2`, which neither FlashInfer's
+    nor FlashMLA's takes)."""
+    if any(lay.kind == "deepseek_v4" for lay in model.layers) or not arch.startswith(("sm_9", "sm_10")):
+        return 16
+    fp8 = kv_dtype.startswith("fp8")
+    if kv_dtype == "fp8_e5m2":
+        raise InvalidArgumentError(
+            f"model {model.name} on {arch}: kv_cache_dtype fp8_e5m2 on an MLA model: vLLM 0.33.0's FlashInfer "
+            "and FlashMLA backends do not take it, and which later backend it picks is not modelled; give "
+            "block_size (or fp8)"
+        )
+    if arch.startswith("sm_10"):
+        nope = model.qk_nope_head_dim or 1  # (vLLM's getattr default)
+        if nope not in (64, 128, 192):
+            raise InvalidArgumentError(
+                f"model {model.name} on {arch}: qk_nope_head_dim {nope} is not one vLLM 0.33.0's FlashInfer "
+                "MLA backend takes (64, 128, 192), and which later backend it picks is not modelled; give "
+                "block_size"
+            )
+        return 32
+    return 64 if fp8 else 16
+
+
 # The gated delta net's prefill kernel (vLLM 0.33.0, `vllm/model_executor/layers/mamba/gdn/
 # qwen_gdn_linear_attn.py`, `_resolve_gdn_prefill_backend`): FlashInfer's on CUDA GPUs of compute capability
 # 9.0, or 10.x and 12.x with `linear_key_head_dim` 128 and a CUDA 13 runtime (vLLM 0.33.0's PyPI wheel is a

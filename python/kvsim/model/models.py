@@ -213,6 +213,7 @@ MODELS: dict[str, Model] = {
             kv_dtype="bf16",
             kv_lora_rank=512,
             qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
             source=_HF.format("deepseek-ai/DeepSeek-V3"),
             # (YaRN, 4,096 original positions × 40, of the 64 rotated features, in bf16: kvsim.model.rope)
             rope_cache_bytes=4096 * 40 * 64 * 2,
