@@ -87,7 +87,8 @@ def test_mooncake_ceiling_counts_reused_prefixes():
      ("0.001", "the least scale is 0.02"),
      # (1e308 was an OverflowError's traceback; 1e12 ran every experiment into the sweep's bound, wrote a
      # claims.md of nothing, removed the folder's earlier tables and exited 0)
-     ("1e308", "the largest scale is"), ("1e12", "more than 2**40 requests")],
+     ("1e308", "the largest scale is 3.66e+07"), ("1e12", "more than 2**40 requests"),
+     ("3.67e7", "the largest scale is 3.66e+07")],  # (it suggested 3.67e+07, rounded up: refused)
 )  # fmt: skip
 def test_claims_refuses_a_scale_that_measures_nothing(tmp_path, capsys, scale, needle):
     from kvsim.cli import main

@@ -278,3 +278,6 @@ def test_a_plan_probe_past_the_clock_says_to_search_higher_rates(capsys):
     assert "rate 1e-290 requests/s puts the last of 20 arrivals at" in line
     assert "search higher rates (--start-rate, --min-rate)" in line
     assert "rebase" not in line
+    # --smallest refuses --start-rate and --min-rate: its rate is --rate's
+    line = _one_error(capsys, [*argv, "--smallest", "num_blocks", "--rate", "1e-290"])
+    assert line.endswith("give a higher --rate"), line

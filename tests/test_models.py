@@ -497,7 +497,7 @@ def test_the_context_is_the_smallest_of_vllms_keys(extra, context, key):
     cfg = {**json.loads((HF / "llama-3-8b.json").read_text()), **extra}
     m = hf_config._from_dict(cfg, "c", "c", "c", None)
     assert (m.max_model_len, m.longest_context) == (context, context)
-    assert m.context_key == (key or "none of vLLM's keys: 2048")
+    assert m.context_key == (key or "default")
 
 
 def test_a_max_model_len_past_the_context_is_refused_as_vllm_refuses_it(tmp_path):
@@ -541,12 +541,19 @@ def test_a_max_model_len_past_the_context_is_refused_as_vllm_refuses_it(tmp_path
     with pytest.raises(InvalidArgumentError, match="131,073 is longer"):
         kvsim.SimConfig(model=str(path), num_blocks=100, max_model_len=131073)
 
-    wrapper = {**base, "model_max_length": 65536, "text_config": {"max_position_embeddings": 8192}}
-    m = hf_config._from_dict(
-        {k: v for k, v in wrapper.items() if k != "model_max_length"}, "w", "w", "w", None
-    )
-    assert m.longest_context == 8192
-    assert hf_config._from_dict(wrapper, "w", "w", "w", None).longest_context == 65536
+    # A text config's model_max_length larger than its context is accepted up to it; a multimodal wrapper's
+    # own is not the language model's (vLLM reads `hf_text_config`).
+    inner = {**base, "text_config": {"max_position_embeddings": 8192, "model_max_length": 65536}}
+    m = hf_config._from_dict(inner, "w", "w", "w", None)
+    assert (m.max_model_len, m.longest_context, m.context_key) == (65536, 65536, "model_max_length")
+    outer = {**base, "model_max_length": 65536, "text_config": {"max_position_embeddings": 8192}}
+    m = hf_config._from_dict(outer, "w", "w", "w", None)
+    assert (m.max_model_len, m.longest_context, m.context_key) == (8192, 8192, "max_position_embeddings")
+    none = {k: v for k, v in base.items() if k != "max_position_embeddings"}
+    path = tmp_path / "none.json"
+    path.write_text(json.dumps(none))
+    with pytest.raises(InvalidArgumentError, match=re.escape("(no context field: vLLM assumes 2,048)")):
+        kvsim.SimConfig(model=str(path), num_blocks=100, max_model_len=4096)
 
 
 def test_the_cli_refuses_a_max_model_len_past_the_context_in_one_line(capsys):
@@ -639,6 +646,7 @@ def test_a_rope_scaling_kvsim_cannot_read_is_refused_by_name(rope):
         ({"block_size": 16.5}, "block_size 16.5 must be an integer"),  # (it returned 28744.0, a float)
         ({"block_size": True}, "block_size True must be an integer"),  # (it took 1)
         ({"block_size": "16"}, "block_size '16' must be an integer"),  # (TypeError)
+        ({"block_size": None}, "block_size None must be given"),  # (TypeError, once the knob was optional)
         ({"gpu_memory_utilization": "0.9"}, "gpu_memory_utilization '0.9' must be a number"),
         ({"kv_cache_bytes": float("nan")}, "kv_cache_bytes nan"),  # (ValueError)
         ({"activation_reserve_bytes": float("nan")}, "activation_reserve_bytes nan"),  # (it returned nan)

@@ -133,6 +133,12 @@ MIN_SCALED_REQUESTS = 20  # below this a claim's mean is a handful of requests, 
 MAX_SCALED_REQUESTS = 2**40  # a sweep's most requests a point (`kvsim.analysis.sweep`)
 
 
+def _round_down(x: float) -> float:
+    """`x` cut to three significant digits (a bound shown rounded up would be refused when given)."""
+    unit = 10.0 ** (math.floor(math.log10(x)) - 2)
+    return math.floor(x / unit) * unit
+
+
 def check_scale(scale: Any) -> float:
     """`scale` if it is a finite number > 0 that leaves every scaled experiment at least
     `MIN_SCALED_REQUESTS` requests per point and at most `MAX_SCALED_REQUESTS`.
@@ -154,7 +160,7 @@ def check_scale(scale: Any) -> float:
         # of nothing; a scale of 1e308 overflowed)
         raise InvalidArgumentError(
             f"scale {scale:g} asks more than 2**40 requests of the largest experiment ({largest:,} a point at "
-            f"scale 1); the largest scale is {MAX_SCALED_REQUESTS / largest:.3g}"
+            f"scale 1); the largest scale is {_round_down(MAX_SCALED_REQUESTS / largest):.3g}"
         )
     if smallest * scale < MIN_SCALED_REQUESTS:
         raise InvalidArgumentError(

@@ -98,8 +98,14 @@ def workload_rate(workload: Any) -> float:
     return (len(arrival) - 1) / span
 
 
-def at_rate(workload: Any, rate: float, base_rate: float | None = None) -> Any:
-    """The workload with its arrivals scaled to `rate` requests per second (`time_scale = base / rate`)."""
+def at_rate(
+    workload: Any,
+    rate: float,
+    base_rate: float | None = None,
+    higher: str = "search higher rates (--start-rate, --min-rate)",
+) -> Any:
+    """The workload with its arrivals scaled to `rate` requests per second (`time_scale = base / rate`);
+    `higher` says how to ask a higher rate when this one puts the arrivals past the clock."""
     from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
     from kvsim.workloads.specs import apply_trace_params
 
@@ -111,7 +117,7 @@ def at_rate(workload: Any, rate: float, base_rate: float | None = None) -> Any:
         # timestamps", which no flag of the search changes)
         raise InvalidArgumentError(
             f"rate {rate:g} requests/s puts the last of {len(out):,} arrivals at {last:.4g} s, past the "
-            "simulated clock's range (about 53 days): search higher rates (--start-rate, --min-rate)"
+            f"simulated clock's range (about 53 days): {higher}"
         )
     return out
 
@@ -517,7 +523,7 @@ def _target(workload: Any, rate: float | None) -> tuple[Any, float]:
     if rate is None:
         return workload, base
     r = _check_positive("rate", rate)
-    return at_rate(workload, r, base), r
+    return at_rate(workload, r, base, "give a higher --rate"), r
 
 
 def smallest_replicas(

@@ -81,8 +81,8 @@ class Model:
         context_limit: the longest `max_model_len` vLLM accepts for it without
             `VLLM_ALLOW_LONG_MAX_MODEL_LEN=1` (its derived context, or the config's `model_max_length`
             when larger; a LongRoPE model's exceeds its default); 0: `max_model_len`.
-        context_key: the config field the context comes from (vLLM's error names it); empty for the 2024
-            presets (`max_position_embeddings`).
+        context_key: the config field the context comes from (vLLM's error names it); `default` for a
+            config stating none (vLLM assumes 2,048); empty for the 2024 presets (`max_position_embeddings`).
         weight_dtype: dtype of the weights as served.
         kv_dtype: dtype of the KV cache.
         kv_lora_rank: MLA latent width (0 for non-MLA models).

@@ -334,9 +334,14 @@ class SimConfig(ConfigTimeModel):
         m = resolve(self.model)
         if self.max_model_len > m.longest_context:
             key = m.context_key or "max_position_embeddings"
+            said = (
+                f"no context field: vLLM assumes {m.longest_context:,}"
+                if key == "default"
+                else f"{key} {m.longest_context:,}"
+            )
             raise InvalidArgumentError(
                 f"max_model_len {self.max_model_len:,} is longer than model {m.name}'s context "
-                f"({key} {m.longest_context:,}): vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+                f"({said}): vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
                 "(set allow_long_max_model_len to simulate that)"
             )
 

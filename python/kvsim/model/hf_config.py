@@ -406,16 +406,22 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     # states only it); 2048 when none is (vLLM warns); then the RoPE scaling (`_rope_scaled`). The user's
     # `max_model_len` may not exceed it, nor the wrapper's `model_max_length` when larger
     # (`_get_and_verify_max_len`; `Model.context_limit`).
-    lengths = {k: pick(k, required=False, least=1) for k in _CONTEXT_KEYS}
+    # (`model_max_length` is read from the text config alone, as vLLM's `hf_text_config` holds it: a
+    # multimodal wrapper's own is not the language model's; the other keys from the merged fields, as the
+    # text config's class defaults would give a wrapper's)
+    text = wrapper["text_config"] if isinstance(wrapper.get("text_config"), dict) else wrapper
+    lengths = {k: pick(k, required=False, least=1) for k in _CONTEXT_KEYS if k != "model_max_length"}
+    lengths["model_max_length"] = (
+        pick("model_max_length", required=False, least=1) if "model_max_length" in text else None
+    )
     present = {k: v for k, v in lengths.items() if v is not None}
     context_key = min(present, key=present.__getitem__) if present else ""
     if lengths["model_max_length"]:
         context_key = "model_max_length"
     max_len = present[context_key] if context_key else 2048
     limit, max_len = _rope_scaled(cfg, max_len, str(path))
-    override = wrapper.get("model_max_length")
-    if isinstance(override, int) and not isinstance(override, bool) and override > limit:
-        limit = override
+    if lengths["model_max_length"] and lengths["model_max_length"] > limit:
+        limit = lengths["model_max_length"]
     # (a latent of 0 is no MLA: it ran as ordinary attention; a null one is no MLA, as vLLM reads it)
     kv_lora = pick("kv_lora_rank", default=0, required=False, least=1)
     rope = pick("qk_rope_head_dim", default=0, required=False)
@@ -478,7 +484,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         num_active_params=b.active,
         max_model_len=max_len,
         context_limit=limit,
-        context_key=context_key or "none of vLLM's keys: 2048",
+        context_key=context_key or "default",
         weight_dtype=weight_dtype,
         # The KV cache stays in torch_dtype whatever the weights' quantization, unless the checkpoint
         # quantizes it too (vLLM's --kv-cache-dtype auto then resolves to fp8).

@@ -122,7 +122,8 @@ KNOBS: dict[str, Knob] = {
         None,
         "int",
         "tokens per KV block; vLLM's --block-size; unset: 16, or what the attention backend vLLM picks "
-        "prefers (an MLA model on a Blackwell GPU: 32; on a Hopper GPU with an fp8 KV cache: 64)",
+        "prefers (an MLA model on compute capability 10.x, B200 / B300: 32; on 9.x, H100 / H200, with an fp8 "
+        "KV cache: 64)",
         lo=1,
         hi=1 << 20,
         optional=True,

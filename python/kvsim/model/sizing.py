@@ -663,6 +663,8 @@ def pool_blocks(
 
     # Each argument by SimConfig's rule for its knob (units, types, ranges); `include_null_block` a bool.
     block_size = convert("block_size", block_size)
+    if block_size is None:  # (SimConfig derives an unset one from the model and the GPU; this takes it given)
+        raise InvalidArgumentError("block_size None must be given (vLLM's default is 16)")
     gpu_memory_utilization = convert("gpu_memory_utilization", gpu_memory_utilization)
     kv_cache_bytes = convert("kv_cache_bytes", kv_cache_bytes)
     activation_reserve_bytes = convert("activation_reserve_bytes", activation_reserve_bytes)
