@@ -1294,3 +1294,19 @@ def test_the_python_dash_m_commands_refuse_in_one_line(module, argv, said):
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith(f"python -m {module}: error: ")
     assert said in lines[0]
+
+
+def test_the_config_line_shows_a_block_size_other_than_vllms_16(capsys):
+    """An unset block size resolves (16, or an MLA backend's): the line shows it only where it is not vLLM's
+    16 (every line printed `block_size=16` once the knob was derived)."""
+    for argv, shown in (
+        (["--model", "llama-3-8b", "--gpu", "h100-80gb"], None),
+        (
+            ["--model", "deepseek-v3", "--gpu", "b200", "-tp", "8", "--max-model-len", "32768"],
+            "block_size=32,",
+        ),
+        (["--model", "llama-3-8b", "--gpu", "h100-80gb", "--block-size", "32"], "block_size=32,"),
+    ):
+        assert main(["run", *argv, "--requests", "5"]) == 0
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("config: ")]
+        assert (shown in line) if shown else ("block_size" not in line), line

@@ -36,7 +36,7 @@ from kvsim.analysis.sweep import (
 )
 from kvsim.cli.flags import _BARE, GPU_FLAGS, _knob_flags
 from kvsim.errors import InvalidArgumentError, KvsimError
-from kvsim.model.config import CLUSTER_KNOBS, KNOBS
+from kvsim.model.config import CLUSTER_KNOBS, DEFAULT_BLOCK_SIZE, KNOBS
 from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
 from kvsim.workloads.registry import format_value
 
@@ -729,6 +729,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 k == "swap_ps_per_block" and (v == 0 or config.kv_groups or config.preemption == "recompute")
             )
             and not (k.startswith("kv_offloading_") and not config.kv_offloading_chunks)  # no tier: moot
+            # (an unset block size resolves to vLLM's 16 but for some MLA models: shown where it is not 16)
+            and not (k == "block_size" and v == DEFAULT_BLOCK_SIZE)
         }
         # (a size in GiB, as vLLM's flag takes it, with its unit: `kv_offloading_size=64 GiB`, not `=64.0`)
         print(
