@@ -312,7 +312,10 @@ def test_state_layers_from_a_config():
             hf(model_type="nemotron-nas", block_configs=[{"attention": {"n_heads_in_group": 8}}] * 4),
             "field 'block_configs'",
         ),
-        (hf(model_type="falcon_h1", mamba_d_ssm=3072, mamba_n_heads=24), "model_type 'falcon_h1'"),
+        (
+            hf(model_type="falcon_h1", mamba_d_ssm=3072, mamba_n_heads=24),
+            "field 'mamba_d_ssm' (model_type 'falcon_h1') describes state layers",
+        ),
         (hf(model_type="deepseek_v32", index_topk=2048, index_head_dim=128), "field 'index_topk'"),
         # Bamba (Mamba-2 layers but at attn_layer_indices): every layer ran as full attention
         (

@@ -242,6 +242,11 @@ def _prefill_config(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
         raise FlagError(f"{flag}: {exc}") from None
 
 
+def _given_at(args: argparse.Namespace, flag_of: dict[str, str], name: str) -> str:
+    """Where knob `name`'s value came from: its flag, or the run file."""
+    return f"argument {flag_of[name]}" if name in flag_of else f"run file {args.toml}: [config] {name}"
+
+
 def _refuse_modelless_knobs(
     args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
 ) -> None:
@@ -263,11 +268,8 @@ def _refuse_modelless_knobs(
         "activation_reserve_bytes",
     ):
         if name in cfg and cfg[name] != KNOBS[name].default:
-            where = (
-                f"argument {flag_of[name]}" if name in flag_of else f"run file {args.toml}: [config] {name}"
-            )
             raise FlagError(
-                f"{where}: a model's knob, but this run names no model (its pool is given in blocks): give "
+                f"{_given_at(args, flag_of, name)}: a model's knob, but this run names no model (its pool is given in blocks): give "
                 "--model or drop it"
             )
 
@@ -288,7 +290,7 @@ def _refuse_idle_swap(
         value = cfg.get(name)
         if not value:  # not given, or 0 (no CPU pool, which is what recompute has)
             continue
-        where = f"argument {flag_of[name]}" if name in flag_of else f"run file {args.toml}: [config] {name}"
+        where = _given_at(args, flag_of, name)
         what = (
             f"a CPU swap space of {fmt_bytes(value)}"
             if name == "swap_space_bytes"
@@ -455,35 +457,28 @@ def write_probe(folder: Path) -> str | None:
         return exc.strerror or str(exc)
 
 
-def _refuse_idle_pd_knobs(config: Any) -> None:
-    """A disaggregated fleet's knob set on a run without prefill replicas changes nothing: refused by its
-    flag (it ran as a fleet of one, the knob unread). (`kvsim plan --split` searches the prefill count, so
-    its base run may set them: only `kvsim run` refuses.)"""
-    from kvsim.engine.cluster import PD_KNOBS
-
-    if config.prefill_replicas:
-        return
-    for name in (n for n in PD_KNOBS if n != "prefill_replicas"):
-        if getattr(config, name) != KNOBS[name].default:
-            flag = _knob_flags(name)[0]
-            raise FlagError(
-                f"argument {flag}: a disaggregated fleet's knob, but this run has no prefill pool: give "
-                "--prefill-replicas N or drop the flag"
-            )
-
-
 def _refuse_idle_knobs(config: Any, prefill: Any = None) -> None:
     """A knob set away from its default that this run does not read: refused by its flag (it was accepted
     and dropped, and `config:` showed it as if it took effect). The router's knobs are read by the routers
     DESIGN.md §Fleet names (the tie-break and the refresh by those that read replica state, the seed by
     `random` and by a tie drawn at random, the load cap by `prefix-affinity`, the weights by `weighted`);
     the CPU tier's by a run with a tier (`--kv-offloading-size` or `--kv-offloading-chunks`); the swap
-    time by a run that swaps (`_refuse_modelless_knobs`: a model's knobs without one). (`SimConfig` takes them all: sweeps and searches vary the knob that reads
-    them; only `kvsim run` refuses.)"""
+    time by a run that swaps; a disaggregated fleet's by a run with prefill replicas (it ran as a fleet of
+    one). (`SimConfig` takes them all: sweeps and searches vary the knob that reads them, `kvsim plan
+    --split` the prefill count; only `kvsim run` refuses. A model's knobs without a model:
+    `_refuse_modelless_knobs`.)"""
+    from kvsim.engine.cluster import PD_KNOBS
     from kvsim.reference.cluster import STATEFUL_ROUTERS
 
     def given(name: str) -> bool:
         return bool(getattr(config, name) != KNOBS[name].default)
+
+    if not config.prefill_replicas:
+        for name in (n for n in PD_KNOBS if n != "prefill_replicas" and given(n)):
+            raise FlagError(
+                f"argument {_knob_flags(name)[0]}: a disaggregated fleet's knob, but this run has no prefill "
+                "pool: give --prefill-replicas N or drop the flag"
+            )
 
     router = config.router
     stateful = router in STATEFUL_ROUTERS
@@ -626,7 +621,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise FlagError(f"argument --goodput: {exc}") from None
     save_dir = _save_dir_from_args(args)
     config = _config_from_args(args, data)
-    _refuse_idle_pd_knobs(config)
     _refuse_idle_knobs(config, getattr(args, "prefill_sim_config", None))
     notes: list[str] = []
     workload, info = _workload_from_args(args, data, notes)

@@ -344,18 +344,12 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
 def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> None:
     """Refuses by name the configs whose layers vLLM 0.33.0 builds from fields kvsim does not read (it read
     them as plain attention, silently): Nemotron-NAS's per-layer `block_configs` (`nemotron_nas.py`: each
-    layer's KV heads, no-op attention layers), Falcon-H1's Mamba-2 state beside every attention layer
-    (`falcon_h1.py`), and DeepSeek-V3.2's indexer key cache (`index_topk`: `DeepseekV32IndexerCache` in
+    layer's KV heads, no-op attention layers) and DeepSeek-V3.2's indexer key cache (`index_topk`: `DeepseekV32IndexerCache` in
     `deepseek_v2.py`, 132 more bytes a token a layer, in blocks of 64)."""
     if cfg.get("block_configs") is not None:
         raise InvalidArgumentError(
             f"model {where}: field 'block_configs' (model_type {model_type!r}, Nemotron-NAS's per-layer "
             "attention) is not modelled by kvsim: each layer's KV heads and no-op layers are not read"
-        )
-    if model_type == "falcon_h1":
-        raise InvalidArgumentError(
-            f"model {where}: model_type 'falcon_h1' is not modelled by kvsim: its layers keep a Mamba-2 state "
-            "beside attention (vLLM's FalconH1ParallelHybrid), which kvsim does not read"
         )
     if cfg.get("index_topk") is not None:
         raise InvalidArgumentError(
