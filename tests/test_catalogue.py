@@ -137,6 +137,11 @@ PUBLISHED = {
     # E4B: "8B with embeddings" (per-layer embeddings included), which also counts the vision (~0.15B) and
     # audio (~0.3B) encoders kvsim leaves out: 7.46B of language model.
     "gemma-4-e4b": (8.0, None, 0.07),
+    # Hugging Face's safetensors totals: 31,577,937,344 (kvsim counts the 23 MoE layers' 128-entry
+    # float32 `e_score_correction_bias` vLLM allocates, which that total leaves out: +2,944); the card's
+    # 3.5B active. granite-4.0-h-tiny 6,939,037,248 exactly (IBM: 7B total, 1B active).
+    "nemotron-3-nano-30b-a3b": (31.577940288, 3.5, 1e-9),
+    "granite-4.0-h-tiny": (6.939037248, 1.4, 1e-9),
 }
 
 

@@ -29,6 +29,8 @@ ROWS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     # group counts three blocks a request with the gated delta net's prefill checkpoint, two without).
     ("qwen3-next-80b-a3b", "h200", {"tensor_parallel_size": 2}, "-tp 2"),
     ("kimi-linear-48b-a3b", "h200", {}, ""),
+    ("nemotron-3-nano-30b-a3b", "h100-80gb", {}, ""),
+    ("granite-4.0-h-tiny", "l40s", {}, ""),
     ("deepseek-v4-flash", "b200", {"tensor_parallel_size": 2}, "-tp 2"),
 )
 

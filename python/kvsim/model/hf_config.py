@@ -212,6 +212,35 @@ _KEPT_FIELDS = (
     "hc_mult",
     "num_hash_layers",
     "expert_dtype",
+    # The Mamba hybrids (`hf_layers`, `kvsim.model.params_state`): Jamba, Nemotron-H, Granite 4.0-H.
+    "attn_layer_period",
+    "attn_layer_offset",
+    "expert_layer_period",
+    "expert_layer_offset",
+    "mamba_expand",
+    "mamba_d_state",
+    "mamba_d_conv",
+    "mamba_dt_rank",
+    "mamba_conv_bias",
+    "mamba_proj_bias",
+    "mamba_n_heads",
+    "mamba_d_head",
+    "mamba_n_groups",
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "mamba_ssm_cache_dtype",
+    "n_groups",
+    "ssm_state_size",
+    "conv_kernel",
+    "use_conv_bias",
+    "use_bias",
+    "mlp_bias",
+    "hybrid_override_pattern",
+    "layers_block_type",
+    "moe_latent_size",
+    "moe_shared_expert_intermediate_size",
+    "shared_intermediate_size",
+    "position_embedding_type",
 )
 
 
@@ -386,7 +415,12 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
             raise InvalidArgumentError(f"model {str(path)!r}: {p} has no {' / '.join(map(repr, keys))}")
         return default
 
-    layers = pick("num_hidden_layers", "n_layer", "num_layers")
+    blocks = cfg.get("layers_block_type", cfg.get("layer_types", cfg.get("hybrid_override_pattern")))
+    if cfg.get("model_type") == "nemotron_h" and isinstance(blocks, (list, str)) and blocks:
+        # transformers' NemotronHConfig derives the layers from its block list and ignores the field
+        layers = len(blocks)
+    else:
+        layers = pick("num_hidden_layers", "n_layer", "num_layers")
     hidden = pick("hidden_size", "n_embd", "d_model")
     heads = pick("num_attention_heads", "n_head")
     if heads < 1 or layers < 1 or hidden < 1:
@@ -397,9 +431,35 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
             f"model {str(path)!r}: {layers:,} layers is more than kvsim models ({MAX_LAYERS:,})"
         )
     kv_heads = _kv_heads(cfg, heads, pick)
+    kv_keys = (
+        "n_head_kv",
+        "num_kv_heads",
+        "num_key_value_heads",
+        "multi_query_group_num",
+        "num_attention_groups",
+    )
+    if cfg.get("model_type") in ("jamba", "nemotron_h") and all(cfg.get(k) is None for k in kv_keys):
+        kv_heads = 8  # transformers' JambaConfig and NemotronHConfig default (not every head)
     head_dim = pick("head_dim", default=hidden // heads)
+    model_type = str(cfg.get("model_type", ""))
+    if model_type in ("jamba", "granitemoehybrid"):
+        # vLLM 0.33.0's jamba.py and granitemoehybrid.py size their attention heads hidden / heads whatever
+        # the config says
+        head_dim = hidden // heads
+    elif model_type == "nemotron_h" and cfg.get("head_dim") is None:
+        head_dim = 128  # transformers' NemotronHConfig default, which nemotron_h.py reads
     # (a context, a vocabulary or an MLP of 0 is no model: its context divided the concurrency figure)
-    ffn = pick("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden, least=1)
+    widths = cfg.get("intermediate_size")
+    if cfg.get("model_type") == "nemotron_h" and isinstance(widths, list):
+        # (Nemotron-H's MLP layers may each have their own width, `params_state.nemotron_h`, which checks
+        # them; the model's `intermediate_size` is the widest, what the activations' estimate reads)
+        ffn = max((w for w in widths if isinstance(w, int) and not isinstance(w, bool)), default=1)
+    else:
+        # (transformers' defaults where a Mamba hybrid's config omits it; else 4 x hidden)
+        default_ffn = {"jamba": 14336, "granitemoehybrid": 11008, "nemotron_h": 21504}.get(
+            str(cfg.get("model_type")), 4 * hidden
+        )
+        ffn = pick("intermediate_size", "ffn_dim", "n_inner", default=default_ffn, least=1)
     vocab = pick("vocab_size", least=1)
     # The context as vLLM 0.33.0 derives it (`ModelArchConfigConvertor.derive_max_model_len_and_key`): the
     # smallest of these keys present, then `model_max_length` in their place when set (Kimi-Linear's config

@@ -47,6 +47,94 @@ def full_attention_interval(cfg: Mapping[str, Any], where: str) -> int:
     return v
 
 
+def jamba_period(cfg: Mapping[str, Any], what: str, period: int, offset: int, where: str) -> tuple[int, int]:
+    """Jamba's `{what}_layer_period` and `{what}_layer_offset` (`attn`: 8 and 4 when absent; `expert`: 2
+    and 1, transformers' `JambaConfig`): a period of at least 1 and an offset below it, as the config class
+    refuses an offset of the period or more (`_check_supported_offset`)."""
+    p, o = cfg.get(f"{what}_layer_period", period), cfg.get(f"{what}_layer_offset", offset)
+    for key, v, least in ((f"{what}_layer_period", p, 1), (f"{what}_layer_offset", o, 0)):
+        if not _whole(v, least):
+            raise InvalidArgumentError(
+                f"model {where}: field {key!r} {v!r} must be a whole number{' of at least 1' if least else ''}"
+            )
+    if o >= p:
+        raise InvalidArgumentError(
+            f"model {where}: field '{what}_layer_offset' {o} must be below '{what}_layer_period' {p} "
+            "(transformers' JambaConfig refuses it)"
+        )
+    return p, o
+
+
+def jamba_attention_layers(cfg: Mapping[str, Any], num_layers: int, where: str) -> list[bool]:
+    """Jamba's attention layers: `i % attn_layer_period == attn_layer_offset` (transformers' `JambaConfig`
+    `layers_block_type`), the others Mamba. The one reading of the fields (the layers here, the weights in
+    `kvsim.model.params_state`)."""
+    period, offset = jamba_period(cfg, "attn", 8, 4, where)
+    return [i % period == offset for i in range(num_layers)]
+
+
+# Nemotron-H's block names (transformers' `NemotronHConfig.layers_block_type`, and the older spellings its
+# `remap_legacy_layer_types` reads) as the letters of `hybrid_override_pattern`.
+_NEMOTRON_H_BLOCKS = {
+    "linear_attention": "M",
+    "mamba": "M",
+    "full_attention": "*",
+    "attention": "*",
+    "mlp": "-",
+    "moe": "E",
+}
+
+
+def nemotron_h_pattern(cfg: Mapping[str, Any], num_layers: int, where: str) -> str:
+    """Nemotron-H's blocks, a letter a layer (`M` Mamba 2, `*` attention, `-` MLP, `E` MoE): its
+    `layers_block_type` (or `layer_types`) where given, as transformers' `NemotronHConfig` prefers it, else
+    `hybrid_override_pattern`; one a layer. The one reading of the fields (the layers here, the weights in
+    `kvsim.model.params_state`)."""
+    blocks = cfg.get("layers_block_type", cfg.get("layer_types"))
+    if blocks is not None:
+        key = "layers_block_type" if cfg.get("layers_block_type") is not None else "layer_types"
+        if not isinstance(blocks, list) or len(blocks) != num_layers:
+            raise InvalidArgumentError(f"model {where}: {key!r} must list the {num_layers} layers' blocks")
+        unknown = sorted({str(t) for t in blocks if not isinstance(t, str) or t not in _NEMOTRON_H_BLOCKS})
+        if unknown:
+            raise InvalidArgumentError(
+                f"model {where}: {key!r} blocks {unknown} are not Nemotron-H's "
+                f"({', '.join(sorted(_NEMOTRON_H_BLOCKS))})"
+            )
+        return "".join(_NEMOTRON_H_BLOCKS[t] for t in blocks)
+    letters = cfg.get("hybrid_override_pattern")
+    if not isinstance(letters, str) or len(letters) != num_layers:
+        raise InvalidArgumentError(
+            f"model {where}: 'hybrid_override_pattern' must name the {num_layers} layers"
+        )
+    if set(letters) - set("M*-E"):
+        raise InvalidArgumentError(
+            f"model {where}: 'hybrid_override_pattern' letters {sorted(set(letters) - set('M*-E'))} are "
+            "not Mamba (M), attention (*), MLP (-) or MoE (E)"
+        )
+    return letters
+
+
+def granite_layer_is_mamba(cfg: Mapping[str, Any], num_layers: int, where: str) -> list[bool]:
+    """Granite 4.0-H's mixers by `layer_types` (`mamba` / `linear_attention` or `attention` /
+    `full_attention`, vLLM's `granitemoehybrid.py`); every layer Mamba when absent (transformers'
+    `GraniteMoeHybridConfig`). The one reading of the field (the layers here, the weights in
+    `kvsim.model.params_state`)."""
+    # (`layers_block_type` is the config class's other name for it, `attribute_map`)
+    types = cfg.get("layer_types", cfg.get("layers_block_type"))
+    if types is None:
+        return [True] * num_layers
+    if not isinstance(types, list) or len(types) != num_layers:
+        raise InvalidArgumentError(f"model {where}: 'layer_types' must list the {num_layers} layers' types")
+    kinds = {"mamba": True, "linear_attention": True, "attention": False, "full_attention": False}
+    unknown = sorted({str(t) for t in types if not isinstance(t, str) or t not in kinds})
+    if unknown:
+        raise InvalidArgumentError(
+            f"model {where}: layer types {unknown} of 'layer_types' are not Granite 4.0-H's ({', '.join(sorted(kinds))})"
+        )
+    return [kinds[t] for t in types]
+
+
 def kimi_linear_attention(
     cfg: Mapping[str, Any], num_layers: int, where: str
 ) -> tuple[int, int, int, frozenset[int]]:
@@ -225,10 +313,11 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
         if unread:
             raise InvalidArgumentError(
                 f"model {where}: field {unread[0]!r} (model_type {model_type!r}) describes state layers kvsim "
-                "does not read for this model type (it reads Qwen3-Next's, Qwen3.5's, Jamba's, Nemotron-H's and "
-                "Kimi-Linear's); give the layers explicitly (kvsim.models.Model(layers=...))"
+                "does not read for this model type (it reads Qwen3-Next's, Qwen3.5's, Jamba's, Nemotron-H's, "
+                "Granite 4.0-H's and Kimi-Linear's); give the layers explicitly (kvsim.models.Model(layers=...))"
             )
-    types = cfg.get("layer_types")
+    # (Nemotron-H's and Granite 4.0-H's layer lists name blocks, not caches: read by their own readers below)
+    types = None if model_type in ("nemotron_h", "granitemoehybrid") else cfg.get("layer_types")
     if model_type in ("cohere2", "cohere2_moe") and window is not None:
         # vLLM 0.33.0's commandr.py and cohere2_moe.py: a Cohere sliding layer sees `sliding_window` + 1
         # tokens, and its KV cache keeps them.
@@ -286,7 +375,7 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
         )
     if (
         state is not None
-        and model_type not in ("qwen3_next", "kimi_linear", "jamba")
+        and model_type not in ("qwen3_next", "kimi_linear", "jamba", "nemotron_h", "granitemoehybrid")
         and not any(cfg.get(k) is not None for k in ("layers_block_type", "hybrid_override_pattern"))
     ):
         # (Qwen3-Next's state fields under another model type, without `layer_types`: every layer ran as
@@ -306,21 +395,20 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
         assert state is not None
         return _trim([Layer("mamba", state=state) if (i + 1) % interval else FULL for i in range(n)])
     if model_type == "jamba":
-        period, offset = field_int("attn_layer_period", 8, least=1), field_int("attn_layer_offset", 4)
         assert state is not None
-        return _trim([FULL if i % period == offset else Layer("mamba", state=state) for i in range(n)])
+        attn = jamba_attention_layers(cfg, n, where)
+        return _trim([FULL if a else Layer("mamba", state=state) for a in attn])
     if model_type == "nemotron_h":
-        letters = cfg.get("hybrid_override_pattern")
-        if not isinstance(letters, str) or len(letters) != n:
-            raise InvalidArgumentError(f"model {where}: 'hybrid_override_pattern' must name the {n} layers")
         assert state is not None
-        kinds = {"M": Layer("mamba", state=state), "*": FULL, "-": Layer("shared"), "E": Layer("shared")}
-        if set(letters) - set(kinds):
-            raise InvalidArgumentError(
-                f"model {where}: 'hybrid_override_pattern' letters {sorted(set(letters) - set(kinds))} are "
-                "not Mamba (M), attention (*), MLP (-) or MoE (E)"
-            )
-        return _trim([kinds[c] for c in letters])
+        # (vLLM's NemotronHAttention gives each attention layer `sliding_window` as its own window)
+        attention = sliding() if window is not None else FULL
+        kinds = {"M": Layer("mamba", state=state), "*": attention, "-": Layer("shared"), "E": Layer("shared")}
+        return _trim([kinds[c] for c in nemotron_h_pattern(cfg, n, where)])
+    if model_type == "granitemoehybrid":
+        assert state is not None
+        return _trim(
+            [Layer("mamba", state=state) if m else FULL for m in granite_layer_is_mamba(cfg, n, where)]
+        )
     if model_type == "kimi_linear":
         kda = kimi_linear_attention(cfg, n, where)[3]  # 1-based (vLLM's KimiLinearConfig.is_kda_layer)
         assert state is not None
@@ -479,23 +567,65 @@ def _hf_state(
             ssm_per_head=field_int("mamba_d_state", 16, least=1, most=STATE_DIM_MAX),
         )
     if model_type == "nemotron_h":
+        # (the defaults and the older `mamba_n_groups` / `mamba_d_conv` spellings: transformers'
+        # NemotronHConfig, which vLLM 0.33.0 reads)
         heads, head_dim = (
-            field_int("mamba_num_heads", least=1, most=STATE_DIM_MAX),
-            field_int("mamba_head_dim", least=1, most=STATE_DIM_MAX),
+            field_int("mamba_num_heads", 128, least=1, most=STATE_DIM_MAX),
+            field_int("mamba_head_dim", 64, least=1, most=STATE_DIM_MAX),
         )
-        state = field_int("ssm_state_size", least=1, most=STATE_DIM_MAX)
+        state = field_int("ssm_state_size", 128, least=1, most=STATE_DIM_MAX)
         # mamba2_state_shape: conv (heads·head_dim + 2·n_groups·state, conv_kernel − 1), temporal
         # (heads, head_dim, state); Nemotron-H keeps the SSM state in float32 unless its config says
         # otherwise (vLLM's NemotronHForCausalLMConfig).
+        # ("auto": the conv state's dtype, the model's: `_mamba_state_dtype`)
         ssm_dtype = cfg.get("mamba_ssm_cache_dtype", "float32")
+        ssm_bits = {"float32": 32, "bfloat16": 16, "float16": 16, "auto": 0}.get(str(ssm_dtype), -1)
+        if ssm_bits < 0 or not isinstance(ssm_dtype, str):
+            raise InvalidArgumentError(
+                f"model {where}: field 'mamba_ssm_cache_dtype' {ssm_dtype!r} is not auto, float32, bfloat16 or "
+                "float16"
+            )
+        # (the older spellings win where both are given: NemotronHConfig.__post_init__ pops them over)
         return MambaState(
             conv_channels=heads * head_dim,
-            conv_width=field_int("conv_kernel", 4, least=1, most=STATE_DIM_MAX) - 1,
+            conv_width=field_int(
+                "mamba_d_conv" if "mamba_d_conv" in cfg else "conv_kernel", 4, least=1, most=STATE_DIM_MAX
+            )
+            - 1,
             ssm_heads=heads,
             ssm_per_head=head_dim * state,
-            mamba2_groups=field_int("n_groups", 1, least=1, most=STATE_DIM_MAX),
+            mamba2_groups=field_int(
+                "mamba_n_groups" if "mamba_n_groups" in cfg else "n_groups", 8, least=1, most=STATE_DIM_MAX
+            ),
             mamba2_state_size=state,
-            ssm_bits=32 if ssm_dtype == "float32" else 16,
+            ssm_bits=ssm_bits,
+            checkpoint_blocks=1,
+        )
+    if model_type == "granitemoehybrid":
+        inner = field_int("mamba_expand", 2, least=1, most=STATE_DIM_MAX) * field_int("hidden_size", least=1)
+        heads = field_int("mamba_n_heads", 128, least=1, most=STATE_DIM_MAX)
+        d_head = (
+            inner // heads
+            if cfg.get("mamba_d_head", "auto") == "auto"
+            else field_int("mamba_d_head", least=1)
+        )
+        if heads * d_head != inner:
+            # (transformers' GraniteMoeHybridConfig.validate_architecture refuses the config)
+            raise InvalidArgumentError(
+                f"model {where}: 'mamba_n_heads' {heads} x 'mamba_d_head' {d_head} is not the Mamba's inner width "
+                f"{inner} ('mamba_expand' x 'hidden_size')"
+            )
+        state = field_int("mamba_d_state", 256, least=1, most=STATE_DIM_MAX)
+        # vLLM's granitemoehybrid.py: mamba2_state_shape of (expand·hidden, mamba_n_groups, mamba_n_heads,
+        # mamba_d_head, mamba_d_state, mamba_d_conv); both states in the model's dtype (mamba2_state_dtype with
+        # the cache dtypes 'auto').
+        return MambaState(
+            conv_channels=inner,
+            conv_width=field_int("mamba_d_conv", 4, least=1, most=STATE_DIM_MAX) - 1,
+            ssm_heads=heads,
+            ssm_per_head=d_head * state,
+            mamba2_groups=field_int("mamba_n_groups", 1, least=1, most=STATE_DIM_MAX),
+            mamba2_state_size=state,
             checkpoint_blocks=1,
         )
     if model_type == "kimi_linear":
@@ -512,4 +642,12 @@ def _hf_state(
     return None
 
 
-__all__ = ["full_attention_interval", "kimi_linear_attention", "layers_from_hf_config"]
+__all__ = [
+    "full_attention_interval",
+    "granite_layer_is_mamba",
+    "jamba_attention_layers",
+    "jamba_period",
+    "kimi_linear_attention",
+    "layers_from_hf_config",
+    "nemotron_h_pattern",
+]

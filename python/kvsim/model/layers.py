@@ -176,6 +176,12 @@ class MambaState:
     def page_bytes(self, tp: int, dtype_bits: int) -> int:
         """Bytes of one request's state on one of `tp` ranks, the conv state in `dtype_bits`."""
         groups = self.mamba2_groups
+        if groups > 1 and groups % tp:
+            # (MambaMixer2 asserts it: only a single group is replicated to follow the head shards)
+            raise UnsplittableModelError(
+                f"tensor_parallel_size {tp} does not divide the Mamba 2 mixer's {groups} groups (vLLM's MambaMixer2 "
+                "takes a group count the ranks divide, or a single group)"
+            )
         if groups and groups % tp:
             groups += tp - groups  # extra_groups_for_head_shards: replicate to accompany the head shards
         conv = self.conv_channels + 2 * groups * self.mamba2_state_size

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model import params_state
 from kvsim.model.hf_layers import full_attention_interval, kimi_linear_attention
 
 GROUPS = ("embed", "lm_head", "attn", "mlp", "experts", "shared_experts", "router", "other")
@@ -357,6 +358,10 @@ def param_breakdown(
     opt_like = model_type in ("opt", "gpt2", "gpt_neox", "gptj", "falcon", "bloom")
     # transformers' default: Gemma and OPT-like models tie their embeddings unless the config says not.
     tied = bool(cfg.get("tie_word_embeddings", opt_like or model_type.startswith("gemma")))
+    if model_type in ("jamba", "nemotron_h"):
+        tied = (
+            False  # vLLM 0.33.0's jamba.py and nemotron_h.py build their own lm_head whatever the config says
+        )
     b = Breakdown()
     b.add("embed", vocab, hidden)
     if not tied:
@@ -366,6 +371,16 @@ def param_breakdown(
         return b
     if model_type == "deepseek_v4":
         _deepseek_v4(b, cfg, layers, hidden, heads, pick, where)
+        return b
+    # The Mamba hybrids whose layers are not attention + MLP (`kvsim.model.params_state`).
+    if model_type == "jamba":
+        params_state.jamba(b, cfg, layers, hidden, heads, kv_heads, ffn, pick, where)
+        return b
+    if model_type == "nemotron_h":
+        params_state.nemotron_h(b, cfg, layers, hidden, heads, kv_heads, head_dim, pick, where)
+        return b
+    if model_type == "granitemoehybrid":
+        params_state.granite_moe_hybrid(b, cfg, layers, hidden, heads, kv_heads, ffn, pick, where)
         return b
     if model_type == "opt":
         b.other += (

@@ -29,8 +29,10 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 
-# Model types that build no rotary embedding (learned positions; NoPE attention).
-NO_ROPE = frozenset({"opt", "kimi_linear"})
+# Model types that build no rotary embedding (learned positions; NoPE attention: vLLM 0.33.0's jamba.py and
+# nemotron_h.py build their attention without one; granitemoehybrid.py only with `position_embedding_type`
+# "rope", `cache_bytes`).
+NO_ROPE = frozenset({"opt", "kimi_linear", "jamba", "nemotron_h"})
 
 # Rope types whose cache keeps `max_position_embeddings` rows.
 _SAME_ROWS = frozenset({"default", "llama3", "dynamic", "proportional", "mrope", "ntk"})
@@ -138,7 +140,9 @@ def cache_bytes(cfg: dict[str, Any], head_dim: int, bits: int, where: str = "con
             number, a partial rotary factor outside (0, 1], ...), naming it and `where`.
     """
     model_type = str(cfg.get("model_type", ""))
-    if model_type in NO_ROPE:
+    if model_type in NO_ROPE or (
+        model_type == "granitemoehybrid" and cfg.get("position_embedding_type") != "rope"
+    ):
         return 0
     max_position = int(cfg.get("max_position_embeddings") or 0)
     if max_position < 1:

@@ -1,0 +1,333 @@
+"""The weights of the Mamba hybrids (DESIGN.md §Defaults and sizing, "State-layer hybrids' weights"): Jamba,
+Nemotron-H and Granite 4.0-H, as vLLM 0.33.0 builds them, for `kvsim.model.params.param_breakdown`.
+
+Their decoder layers are not a transformer's attention + MLP: a Mamba layer's mixer replaces the attention,
+Jamba puts its experts on every other layer only, and a Nemotron-H layer is one block alone (a Mamba
+mixer, an attention, an MLP or an MoE). Counted as a transformer, Jamba-v0.1 was 92 B parameters (it has
+52 B) and Nemotron-H-8B 17 B (8 B): their weights took twice the memory they do.
+
+Groups (`kvsim.model.params.GROUPS`): a Mamba 2 mixer's input and output projections are built with the
+quantization config (`attn`: they take the attention's place); its depthwise convolution (built with
+`quant_config=None`), `A`, `D`, `dt_bias` and gated norm are loose parameters (`other`, the checkpoint's
+dtype). Jamba's Mamba 1 mixer builds every projection without the quantization config
+(`vllm/model_executor/layers/mamba/mamba_mixer.py`): all of it is counted in `other`, which stays in the
+checkpoint's dtype under any quantization.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.hf_layers import granite_layer_is_mamba, jamba_period, nemotron_h_pattern
+
+
+def _flag(cfg: Mapping[str, Any], default: bool, where: str, *keys: str) -> bool:
+    """The first of `keys` the config gives, a true or false (transformers' strict configs refuse anything
+    else: "false" is not false), else `default`."""
+    for key in keys:
+        v = cfg.get(key)
+        if v is not None:
+            if not isinstance(v, bool):
+                raise InvalidArgumentError(f"model {where}: field {key!r} {v!r} must be true or false")
+            return v
+    return default
+
+
+def mamba2_mixer(
+    b: Any,
+    hidden: int,
+    heads: int,
+    head_dim: int,
+    groups: int,
+    state: int,
+    kernel: int,
+    conv_bias: bool,
+    bias: bool,
+    n: int,
+) -> None:
+    """`n` Mamba 2 mixers (`mamba_mixer2.py`, `MambaMixer2`), I = heads x head_dim, G·N = groups x state:
+    `in_proj` (hidden -> 2·I + 2·G·N + heads), `out_proj` (I -> hidden), and outside the matrices the
+    convolution over conv_dim = I + 2·G·N channels (kernel wide, a bias each with `use_conv_bias`), the
+    projections' biases (`use_bias`), `A`, `D`, `dt_bias` (one a head) and the gated RMS norm (I)."""
+    inner = heads * head_dim
+    gn = groups * state
+    conv_dim = inner + 2 * gn
+    b.add("attn", 2 * inner + 2 * gn + heads, hidden, n)  # in_proj
+    b.add("attn", hidden, inner, n, row=True)  # out_proj
+    loose = conv_dim * kernel + (conv_dim if conv_bias else 0) + 3 * heads + inner
+    if bias:
+        loose += 2 * inner + 2 * gn + heads + hidden
+    b.other += loose * n
+
+
+def mamba1_mixer(
+    b: Any,
+    hidden: int,
+    inner: int,
+    state: int,
+    dt_rank: int,
+    kernel: int,
+    conv_bias: bool,
+    bias: bool,
+    n: int,
+) -> None:
+    """`n` Mamba 1 mixers as Jamba builds them (`mamba_mixer.py`, `MambaMixer` with `use_rms_norm`):
+    `in_proj` (hidden -> 2·inner), `x_proj` (inner -> dt_rank + 2·state), `dt_proj` (dt_rank -> inner, with
+    its bias), `out_proj` (inner -> hidden), the convolution (inner x kernel, a bias each with
+    `mamba_conv_bias`), `A` (inner x state), `D` (inner), the norms of dt, B and C, and the projections'
+    biases (`mamba_proj_bias`). All unquantized (`other`, see the module docstring)."""
+    per = (
+        2 * inner * hidden  # in_proj
+        + (dt_rank + 2 * state) * inner  # x_proj
+        + dt_rank * inner
+        + inner  # dt_proj and its bias
+        + hidden * inner  # out_proj
+        + inner * kernel
+        + (inner if conv_bias else 0)  # conv1d
+        + inner * state
+        + inner  # A, D
+        + dt_rank
+        + 2 * state  # dt_layernorm, b_layernorm, c_layernorm
+        + ((2 * inner + hidden) if bias else 0)  # in_proj's and out_proj's biases
+    )
+    b.other += per * n
+
+
+def _attention(b: Any, hidden: int, heads: int, kv_heads: int, head_dim: int, bias: bool, n: int) -> None:
+    """`n` attention layers' q, k, v and o (biases on q, k, v and o with `bias`)."""
+    b.add("attn", heads * head_dim, hidden, n)
+    b.add("attn", kv_heads * head_dim, hidden, 2 * n)
+    b.add("attn", hidden, heads * head_dim, n, row=True)
+    if bias:
+        b.other += ((heads + 2 * kv_heads) * head_dim + hidden) * n
+
+
+def _experts(
+    b: Any, experts: int, per_tok: int, moe_ffn: int, width: int, gated: bool, n: int, where: str, key: str
+) -> None:
+    """`n` layers of `experts` routed experts of `moe_ffn` over inputs of `width` (gate and up, or up alone
+    where not `gated`; down)."""
+    if not 1 <= per_tok <= experts:
+        raise InvalidArgumentError(
+            f"model {where}: field {key!r} {per_tok} must be from 1 to the {experts} experts"
+        )
+    b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
+    b.add("experts", moe_ffn, width, (2 if gated else 1) * experts * n)
+    b.add("experts", width, moe_ffn, experts * n)
+
+
+def jamba(
+    b: Any,
+    cfg: Mapping[str, Any],
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    ffn: int,
+    pick: Any,
+    where: str,
+) -> None:
+    """Jamba's layers (`vllm/model_executor/models/jamba.py`): attention on the layers where
+    `i % attn_layer_period == attn_layer_offset` (q, k, v, o without biases, heads of hidden / heads), a
+    Mamba 1 mixer on the others (inner = `mamba_expand` x hidden, `mamba_dt_rank` "auto" = ceil(hidden /
+    16), transformers' `JambaConfig`); the feed-forward an MoE of `num_experts` gated experts of
+    `intermediate_size` with a router where `i % expert_layer_period == expert_layer_offset`
+    (`layers_num_experts`), else a dense gated MLP of the same width; two norms a layer and the final one.
+    The attention pattern is read once, by `hf_layers` (its kinds here, the caches there)."""
+    from kvsim.model.hf_layers import jamba_attention_layers
+
+    attn = jamba_attention_layers(cfg, layers, where)
+    n_attn = sum(attn)
+    inner = pick("mamba_expand", default=2, least=1) * hidden
+    rank = cfg.get("mamba_dt_rank", "auto")
+    dt_rank = math.ceil(hidden / 16) if rank == "auto" else pick("mamba_dt_rank", least=1)
+    _attention(b, hidden, heads, kv_heads, hidden // heads, False, n_attn)
+    mamba1_mixer(
+        b,
+        hidden,
+        inner,
+        pick("mamba_d_state", default=16, least=1),
+        dt_rank,
+        pick("mamba_d_conv", default=4, least=1),
+        _flag(cfg, True, where, "mamba_conv_bias"),
+        _flag(cfg, False, where, "mamba_proj_bias"),
+        layers - n_attn,
+    )
+    # (`num_local_experts` is JambaConfig's other name for `num_experts`)
+    experts = pick("num_experts", "num_local_experts", default=16, least=1)
+    period, offset = jamba_period(cfg, "expert", 2, 1, where)
+    n_moe = sum(1 for i in range(layers) if i % period == offset) if experts > 1 else 0
+    if n_moe:
+        _experts(
+            b,
+            experts,
+            pick("num_experts_per_tok", default=2),
+            ffn,
+            hidden,
+            True,
+            n_moe,
+            where,
+            "num_experts_per_tok",
+        )
+        b.add("router", experts, hidden, n_moe)
+    b.add("mlp", ffn, hidden, 2 * (layers - n_moe))  # gate, up
+    b.add("mlp", hidden, ffn, layers - n_moe, row=True)  # down
+    b.other += 2 * hidden * layers + hidden
+
+
+def nemotron_h(
+    b: Any,
+    cfg: Mapping[str, Any],
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    pick: Any,
+    where: str,
+) -> None:
+    """Nemotron-H's layers (`vllm/model_executor/models/nemotron_h.py`), one block each by its letter of
+    `hybrid_override_pattern` (or its `layers_block_type`): `M` a Mamba 2 mixer (`mamba_num_heads` x
+    `mamba_head_dim`, `n_groups`, `ssm_state_size`, `conv_kernel`, `use_conv_bias`, `use_bias`); `*` an
+    attention (q, k, v, o without biases); `-` an ungated MLP (`up_proj`, `down_proj`: squared ReLU) of
+    `intermediate_size` (a list: the k-th MLP layer's); `E` an MoE block: its router (hidden -> experts,
+    float32, and its `e_score_correction_bias`), `n_routed_experts` ungated experts of
+    `moe_intermediate_size`, a shared ungated MLP of `n_shared_experts` x
+    `moe_shared_expert_intermediate_size`, and with `moe_latent_size` L the experts work in L (their inputs
+    and outputs L wide) between `fc1_latent_proj` (hidden -> L) and `fc2_latent_proj` (L -> hidden). One
+    norm a layer and the final one. Defaults are transformers' `NemotronHConfig`'s."""
+    letters = nemotron_h_pattern(cfg, layers, where)
+    bias = _flag(cfg, False, where, "mlp_bias")
+    mamba2_mixer(
+        b,
+        hidden,
+        pick("mamba_num_heads", default=128, least=1),
+        pick("mamba_head_dim", default=64, least=1),
+        pick("mamba_n_groups", "n_groups", default=8, least=1),
+        pick("ssm_state_size", default=128, least=1),
+        pick("mamba_d_conv", "conv_kernel", default=4, least=1),
+        _flag(cfg, True, where, "mamba_conv_bias", "use_conv_bias"),
+        _flag(cfg, False, where, "use_bias"),
+        letters.count("M"),
+    )
+    _attention(b, hidden, heads, kv_heads, head_dim, False, letters.count("*"))
+    widths = cfg.get("intermediate_size")
+    n_mlp = letters.count("-")
+    if isinstance(widths, list) and (
+        len(widths) not in (1, n_mlp)
+        or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths)
+    ):
+        raise InvalidArgumentError(
+            f"model {where}: field 'intermediate_size' {widths!r} must be one width, or a list of one or of the "
+            f"{n_mlp} MLP layers' widths (whole numbers of at least 1)"
+        )
+    for k in range(n_mlp):
+        if isinstance(widths, list):
+            w = widths[0] if len(widths) == 1 else widths[k]
+        else:
+            w = pick("intermediate_size", default=21504, least=1)
+        b.add("mlp", w, hidden)  # up
+        b.add("mlp", hidden, w, row=True)  # down
+        if bias:
+            b.other += w + hidden
+    n_moe = letters.count("E")
+    if n_moe:
+        experts = pick("n_routed_experts", "num_local_experts", default=8, least=1)
+        latent = pick("moe_latent_size", default=0, required=False, least=1)
+        width = latent or hidden
+        _experts(
+            b,
+            experts,
+            pick("num_experts_per_tok", default=2),
+            pick("moe_intermediate_size", default=7688, least=1),
+            width,
+            False,
+            n_moe,
+            where,
+            "num_experts_per_tok",
+        )
+        b.add("router", experts, hidden, n_moe)
+        b.other += experts * n_moe  # e_score_correction_bias
+        shared = pick("n_shared_experts", default=1, required=False) * pick(
+            "moe_shared_expert_intermediate_size", default=7688, least=1
+        )
+        b.add("shared_experts", shared, hidden, n_moe)  # up
+        b.add("shared_experts", hidden, shared, n_moe, row=True)  # down
+        if latent:
+            b.add("mlp", latent, hidden, n_moe)  # fc1_latent_proj
+            b.add("mlp", hidden, latent, n_moe)  # fc2_latent_proj
+            if bias:
+                b.other += (latent + hidden) * n_moe
+        # (the shared expert is built without `mlp_bias`: NemotronHMLP's default, no bias)
+    b.other += hidden * layers + hidden
+
+
+def granite_moe_hybrid(
+    b: Any,
+    cfg: Mapping[str, Any],
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    ffn: int,
+    pick: Any,
+    where: str,
+) -> None:
+    """Granite 4.0-H's layers (`vllm/model_executor/models/granitemoehybrid.py`): the mixer a Mamba 2
+    (inner `mamba_expand` x hidden in `mamba_n_heads` heads of `mamba_d_head`, "auto": inner / heads;
+    `mamba_n_groups`, `mamba_d_state`, `mamba_d_conv`, `mamba_conv_bias`, `mamba_proj_bias`) or, by
+    `layer_types`, an attention (heads of hidden / heads, biases with `attention_bias`); beside it on every
+    layer an MoE block of `num_local_experts` gated experts of `intermediate_size` with its router where
+    there are experts, and a shared gated MLP of `shared_intermediate_size` where that is not 0; two norms a
+    layer and the final one. Defaults are transformers' `GraniteMoeHybridConfig`'s."""
+    mamba = granite_layer_is_mamba(cfg, layers, where)
+    n_mamba = sum(mamba)
+    inner = pick("mamba_expand", default=2, least=1) * hidden
+    n_heads = pick("mamba_n_heads", default=128, least=1)
+    d_head = inner // n_heads if cfg.get("mamba_d_head", "auto") == "auto" else pick("mamba_d_head", least=1)
+    mamba2_mixer(
+        b,
+        hidden,
+        n_heads,
+        d_head,
+        pick("mamba_n_groups", default=1, least=1),
+        pick("mamba_d_state", default=256, least=1),
+        pick("mamba_d_conv", default=4, least=1),
+        _flag(cfg, True, where, "mamba_conv_bias"),
+        _flag(cfg, False, where, "mamba_proj_bias"),
+        n_mamba,
+    )
+    _attention(
+        b,
+        hidden,
+        heads,
+        kv_heads,
+        hidden // heads,
+        _flag(cfg, False, where, "attention_bias"),
+        layers - n_mamba,
+    )
+    experts = pick("num_local_experts", default=8, required=False)
+    if experts:
+        _experts(
+            b,
+            experts,
+            pick("num_experts_per_tok", default=2),
+            ffn,
+            hidden,
+            True,
+            layers,
+            where,
+            "num_experts_per_tok",
+        )
+        b.add("router", experts, hidden, layers)
+    shared = pick("shared_intermediate_size", default=1024, required=False)
+    if shared:
+        b.add("mlp", shared, hidden, 2 * layers)  # input_linear (gate, up)
+        b.add("mlp", hidden, shared, layers, row=True)  # output_linear
+    b.other += 2 * hidden * layers + hidden
+
+
+__all__ = ["granite_moe_hybrid", "jamba", "mamba1_mixer", "mamba2_mixer", "nemotron_h"]
