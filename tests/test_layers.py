@@ -316,7 +316,31 @@ def test_state_layers_from_a_config():
             hf(model_type="falcon_h1", mamba_d_ssm=3072, mamba_n_heads=24),
             "field 'mamba_d_ssm' (model_type 'falcon_h1') describes state layers",
         ),
-        (hf(model_type="deepseek_v32", index_topk=2048, index_head_dim=128), "field 'index_topk'"),
+        (hf(model_type="glm_moe_dsa", index_topk=2048, index_head_dim=128), "field 'index_topk'"),
+        (
+            hf(model_type="deepseek_v32", index_topk=2048, index_head_dim=100, index_n_heads=64),
+            "multiple of 128",
+        ),
+        (
+            hf(
+                model_type="deepseek_v32",
+                index_topk=2048,
+                index_head_dim=128,
+                index_n_heads=64,
+                index_topk_freq=0,
+            ),
+            "'index_topk_freq' 0",
+        ),
+        (
+            hf(
+                model_type="deepseek_v32",
+                index_topk=2048,
+                index_head_dim=128,
+                index_n_heads=64,
+                index_topk_pattern="FX",
+            ),
+            "'index_topk_pattern'",
+        ),
         # Bamba (Mamba-2 layers but at attn_layer_indices): every layer ran as full attention
         (
             hf(model_type="bamba", attn_layer_indices=[1, 3], mamba_d_state=128, mamba_n_heads=128),

@@ -50,6 +50,8 @@ def test_kv_bytes_formula_for_every_preset() -> None:
         attention = [lay for lay in m.layer_list() if lay.kind not in ("mamba", "shared")]
         if m.is_mla:
             expected = len(attention) * (m.kv_lora_rank + m.qk_rope_head_dim) * 2
+            # DeepSeek-V3.2's indexer keys: 128 fp8 values and an fp32 scale, a layer with an indexer
+            expected += sum(132 for lay in attention if lay.index_head_dim)
         else:
             expected = sum(
                 2 * (lay.num_kv_heads or m.num_kv_heads) * (lay.head_dim or m.head_dim) * 2

@@ -397,3 +397,37 @@ def test_flags_are_true_or_false():
     for cfg, key in ((JAMBA, "mamba_conv_bias"), (NEMO, "mlp_bias"), (GRANITE, "attention_bias")):
         with pytest.raises(InvalidArgumentError, match=f"'{key}' 'false' must be true or false"):
             build({**cfg, key: "false"})
+
+
+def test_the_pool_line_counts_a_groups_own_layers_and_its_padding():
+    """Nemotron-3-Nano's 23 Mamba layers in four groups of six: the last holds five and a padding layer
+    (every group of a hybrid model has as many layers, vLLM's `_get_kv_cache_groups_uniform_page_size`); the
+    line said ×6 for it, 24 Mamba layers in all."""
+    import kvsim
+
+    cfg = kvsim.SimConfig(model="nemotron-3-nano-30b-a3b", gpu="h100-80gb")
+    line = cfg.pool.layout.describe()
+    assert "mamba ×6, mamba ×6, mamba ×6, mamba ×5 (+1 padding), full ×6" in line
+    assert sum(len(g.layer_ids) for g in cfg.pool.layout.groups) == 23 + 6
+
+
+def test_generic_fields_refused_where_their_type_is_wrong():
+    """`tie_word_embeddings` "false" ran as tied, `torch_dtype` false as bfloat16; a Jamba whose heads come
+    out 0 wide named a `head_dim` its config does not have."""
+    with pytest.raises(InvalidArgumentError, match="'tie_word_embeddings' 'false' must be true or false"):
+        build({**GRANITE, "tie_word_embeddings": "false"})
+    with pytest.raises(InvalidArgumentError, match="torch_dtype False"):
+        build({**GRANITE, "torch_dtype": False})
+    with pytest.raises(
+        InvalidArgumentError, match="hidden_size 3 over num_attention_heads 8 gives heads 0 wide"
+    ):
+        build({**JAMBA, "hidden_size": 3})
+
+
+def test_sliding_window_left_unread_where_vllm_leaves_it():
+    """vLLM 0.33.0 sets a cache-wide window only when every layer of the config's `layer_types` slides
+    (`arg_utils.py`); Jamba's and Granite 4.0-H's config classes list Mamba and attention layers, and
+    their attention passes no window of its own: `sliding_window` changes nothing (Nemotron-H's attention
+    passes its own, read above)."""
+    for cfg in (JAMBA, GRANITE):
+        assert build({**cfg, "sliding_window": 64}).layers == build(cfg).layers

@@ -31,6 +31,7 @@ ROWS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("kimi-linear-48b-a3b", "h200", {}, ""),
     ("nemotron-3-nano-30b-a3b", "h100-80gb", {}, ""),
     ("granite-4.0-h-tiny", "l40s", {}, ""),
+    ("deepseek-v3.2", "h200", {"tensor_parallel_size": 8}, "-tp 8"),
     ("deepseek-v4-flash", "b200", {"tensor_parallel_size": 2}, "-tp 2"),
 )
 

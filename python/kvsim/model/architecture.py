@@ -169,6 +169,12 @@ class Model:
         return self.layers or (FULL,) * self.num_layers
 
     @property
+    def is_dsa(self) -> bool:
+        """Whether the model's attention is DeepSeek-V3.2's sparse MLA (an indexer picks `index_topk` keys a
+        query; `kvsim.model.hf_layers._deepseek_v32_layers`)."""
+        return any(lay.kind == "full" and lay.index_heads for lay in self.layers)
+
+    @property
     def is_hybrid(self) -> bool:
         """Whether some layer keeps other than full attention (sliding window, chunked, state, shared)."""
         return any(layer.kind != "full" for layer in self.layers)
@@ -181,7 +187,13 @@ class Model:
             # One latent per token in each attention layer (Kimi-Linear's KDA layers keep a state instead).
             attention = sum(lay.kind != "mamba" and lay.kind != "shared" for lay in self.layer_list())
             bits = attention * (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bits(self.kv_dtype)
-            return -(-bits // 8)
+            # DeepSeek-V3.2's indexer keys: index_head_dim fp8 values and an fp32 scale per 128, a layer
+            index = sum(
+                lay.index_head_dim + lay.index_head_dim // 128 * 4
+                for lay in self.layer_list()
+                if lay.kind == "full" and lay.index_head_dim
+            )
+            return -(-bits // 8) + index
         bits = 0
         dsv4 = Fraction(0)
         for layer in self.layer_list():

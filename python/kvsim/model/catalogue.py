@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvsim.model.catalogue_towers import WRAPPERS
+
 _HF = "https://huggingface.co/{}/blob/main/config.json"
 
 _LLAMA31 = {
@@ -613,6 +615,46 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 163840,
         },
     ),
+    # deepseek-ai/DeepSeek-V3.2: DeepSeek-V3's architecture (61 MLA layers, 256 experts, fp8 in 128 x 128
+    # blocks) with sparse attention: an indexer of 64 heads of 128 on every layer picks 2,048 keys a query
+    # (DeepSeek's inference/config_671B_v3.2.json); its keys cached beside the latent (132 bytes a token a layer).
+    "deepseek-v3.2": (
+        "deepseek-ai/DeepSeek-V3.2",
+        {
+            "model_type": "deepseek_v32",
+            "attention_bias": False,
+            "first_k_dense_replace": 3,
+            "hidden_size": 7168,
+            "index_head_dim": 128,
+            "index_n_heads": 64,
+            "index_topk": 2048,
+            "intermediate_size": 18432,
+            "kv_lora_rank": 512,
+            "max_position_embeddings": 163840,
+            "moe_intermediate_size": 2048,
+            "moe_layer_freq": 1,
+            "n_routed_experts": 256,
+            "n_shared_experts": 1,
+            "num_attention_heads": 128,
+            "num_experts_per_tok": 8,
+            "num_hidden_layers": 61,
+            "num_key_value_heads": 128,
+            "q_lora_rank": 1536,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "quantization_config": {
+                "activation_scheme": "dynamic",
+                "fmt": "e4m3",
+                "quant_method": "fp8",
+                "weight_block_size": [128, 128],
+            },
+            "tie_word_embeddings": False,
+            "topk_method": "noaux_tc",
+            "torch_dtype": "bfloat16",
+            "v_head_dim": 128,
+            "vocab_size": 129280,
+        },
+    ),
     # Mamba 2 hybrids: Nemotron-H's blocks by `hybrid_override_pattern` (M Mamba, E MoE, * attention), Granite
     # 4.0-H's mixers by `layer_types` with an MoE and a shared MLP on every layer (kvsim.model.params_state).
     "nemotron-3-nano-30b-a3b": (
@@ -696,6 +738,8 @@ ALIASES: dict[str, str] = {
     "minimax-m2.1": "minimax-m2",
     "kimi-linear-48b-a3b-instruct": "kimi-linear-48b-a3b",
     "kimi-linear-48b-a3b-base": "kimi-linear-48b-a3b",
+    "deepseek-v3.2-exp": "deepseek-v3.2",
+    "deepseek-v3.2-speciale": "deepseek-v3.2",
     "nvidia-nemotron-3-nano-30b-a3b-bf16": "nemotron-3-nano-30b-a3b",
     "nvidia-nemotron-3-nano-30b-a3b": "nemotron-3-nano-30b-a3b",
     "nvidia-nemotron-3-nano-30b-a3b-base-bf16": "nemotron-3-nano-30b-a3b",
@@ -714,114 +758,6 @@ ALIASES: dict[str, str] = {
     "deepseek-r1": "deepseek-v3",
     "deepseek-r1-0528": "deepseek-v3",
     "deepseek-v3-0324": "deepseek-v3",
-}
-
-
-# The presets whose checkpoint is multimodal: the published wrapper's `model_type` and the towers its
-# config.json describes beside `text_config` (`vision_config`, `audio_config`: the fields kvsim reads of
-# them, `kvsim.model.encoders`), which vLLM loads beside the language model (`Model.towers` where kvsim
-# counts them, `Model.uncounted` where not); the 26B-A4B's published vision_config was not found
-# (tests/data/hf/README.md), so it has none here.
-_SIGLIP_896 = {
-    "hidden_size": 1152,
-    "image_size": 896,
-    "intermediate_size": 4304,
-    "model_type": "siglip_vision_model",
-    "num_attention_heads": 16,
-    "num_hidden_layers": 27,
-    "patch_size": 14,
-    "vision_use_head": False,
-}
-WRAPPERS: dict[str, dict[str, Any]] = {
-    "gemma-3-12b": {"model_type": "gemma3", "vision_config": _SIGLIP_896},
-    "gemma-3-27b": {"model_type": "gemma3", "vision_config": _SIGLIP_896},
-    "gemma-4-31b": {
-        "model_type": "gemma4",
-        "vision_config": {
-            "head_dim": 72,
-            "hidden_size": 1152,
-            "intermediate_size": 4304,
-            "model_type": "gemma4_vision",
-            "num_attention_heads": 16,
-            "num_hidden_layers": 27,
-            "num_key_value_heads": 16,
-            "patch_size": 16,
-            "position_embedding_size": 10240,
-            "standardize": True,
-            "use_clipped_linears": False,
-        },
-    },
-    "gemma-4-e4b": {
-        "model_type": "gemma4",
-        "audio_config": {
-            "conv_kernel_size": 5,
-            "hidden_size": 1024,
-            "model_type": "gemma4_audio",
-            "num_attention_heads": 8,
-            "num_hidden_layers": 12,
-            "output_proj_dims": 1536,
-            "subsampling_conv_channels": [128, 32],
-            "use_clipped_linears": True,
-        },
-        "vision_config": {
-            "head_dim": 64,
-            "hidden_size": 768,
-            "intermediate_size": 3072,
-            "model_type": "gemma4_vision",
-            "num_attention_heads": 12,
-            "num_hidden_layers": 16,
-            "num_key_value_heads": 12,
-            "patch_size": 16,
-            "position_embedding_size": 10240,
-            "standardize": False,
-            "use_clipped_linears": True,
-        },
-    },
-    "llama-4-scout": {
-        "model_type": "llama4",
-        "vision_config": {
-            "hidden_size": 1408,
-            "image_size": 336,
-            "intermediate_size": 5632,
-            "model_type": "llama4_vision_model",
-            "multi_modal_projector_bias": False,
-            "num_channels": 3,
-            "num_hidden_layers": 34,
-            "patch_size": 14,
-            "projector_input_dim": 4096,
-            "projector_output_dim": 4096,
-            "vision_output_dim": 4096,
-        },
-    },
-    "mistral-small-3.1-24b": {
-        "model_type": "mistral3",
-        "torch_dtype": "bfloat16",
-        "vision_config": {
-            "hidden_size": 1024,
-            "intermediate_size": 4096,
-            "model_type": "pixtral",
-            "num_channels": 3,
-            "num_hidden_layers": 24,
-            "patch_size": 14,
-        },
-    },
-    "qwen3.6-35b-a3b": {
-        "model_type": "qwen3_5_moe",
-        "vision_config": {
-            "deepstack_visual_indexes": [],
-            "depth": 27,
-            "hidden_size": 1152,
-            "in_channels": 3,
-            "intermediate_size": 4304,
-            "model_type": "qwen3_5_moe_vision",
-            "num_heads": 16,
-            "num_position_embeddings": 2304,
-            "out_hidden_size": 2048,
-            "patch_size": 16,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-        },
-    },
 }
 
 

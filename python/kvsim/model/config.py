@@ -310,6 +310,19 @@ class SimConfig(ConfigTimeModel):
         """`block_size` unset: vLLM's 16, unless the attention backend vLLM 0.33.0 picks for the model on
         the GPU named prefers another (`Platform._preferred_block_size_for_backends`: an MLA model's,
         `kvsim.model.layers.mla_default_block_size`)."""
+        if self.model is not None:
+            from kvsim.model.models import resolve
+
+            dsa = resolve(self.model)
+            if dsa.is_dsa:
+                # DeepSeek-V3.2: its indexer's block (given or not: `layers.dsa_block_size`)
+                from kvsim.model.gpus import resolve as resolve_gpu
+                from kvsim.model.layers import dsa_block_size
+
+                arch = resolve_gpu(self.gpu).arch if self.gpu is not None else None
+                kv = dsa.kv_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+                object.__setattr__(self, "block_size", dsa_block_size(dsa, arch, kv, self.block_size))
+                return
         if self.block_size is not None:
             return
         bs = DEFAULT_BLOCK_SIZE

@@ -446,6 +446,11 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         # vLLM 0.33.0's jamba.py and granitemoehybrid.py size their attention heads hidden / heads whatever
         # the config says
         head_dim = hidden // heads
+        if head_dim < 1:
+            raise InvalidArgumentError(
+                f"model {str(path)!r}: hidden_size {hidden} over num_attention_heads {heads} gives heads 0 wide "
+                f"({model_type} sizes its attention heads hidden_size // num_attention_heads)"
+            )
     elif model_type == "nemotron_h" and cfg.get("head_dim") is None:
         head_dim = 128  # transformers' NemotronHConfig default, which nemotron_h.py reads
     # (a context, a vocabulary or an MLP of 0 is no model: its context divided the concurrency figure)
@@ -498,7 +503,12 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     # Without a dtype vLLM reads the weights' (safetensors metadata), else takes float32, which it serves
     # in bfloat16 (`get_torch_dtype`, `_resolve_auto_dtype`); kvsim reads no weights: bfloat16, two bytes as
     # any 16-bit checkpoint's (gpt-oss's config names none).
-    raw_dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+    # (only an absent or null field is absent: a false or a 0 is refused below, not taken as bfloat16)
+    raw_dtype = cfg.get("torch_dtype")
+    if raw_dtype is None:
+        raw_dtype = cfg.get("dtype")
+    if raw_dtype is None:
+        raw_dtype = "bfloat16"
     if not isinstance(raw_dtype, str) or raw_dtype not in _HF_DTYPES:
         raise InvalidArgumentError(
             f"model {str(path)!r}: torch_dtype {raw_dtype!r} is not one of {sorted(_HF_DTYPES)}"

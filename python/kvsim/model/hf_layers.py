@@ -288,6 +288,8 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
     if model_type.startswith("deepseek_v4") or cfg.get("compress_ratios") is not None:
         return _deepseek_v4_layers(cfg, model_type, num_layers, where, field_int)
     _refuse_unread_layers(cfg, model_type, where)
+    if model_type == "deepseek_v32" and cfg.get("index_topk") is not None:
+        return _deepseek_v32_layers(cfg, num_layers, where, field_int)
     if model_type.startswith("gemma4"):
         return _gemma4_layers(cfg, num_layers, where, field_int, sliding)
     if model_type == "minimax_m2":
@@ -439,11 +441,59 @@ def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> N
             f"model {where}: field 'block_configs' (model_type {model_type!r}, Nemotron-NAS's per-layer "
             "attention) is not modelled by kvsim: each layer's KV heads and no-op layers are not read"
         )
-    if cfg.get("index_topk") is not None:
+    if cfg.get("index_topk") is not None and model_type != "deepseek_v32":
         raise InvalidArgumentError(
-            f"model {where}: field 'index_topk' (model_type {model_type!r}, DeepSeek-V3.2's sparse attention) "
-            "is not modelled by kvsim: its indexer's key cache is not counted"
+            f"model {where}: field 'index_topk' (model_type {model_type!r}, DeepSeek's sparse attention) is "
+            "modelled only for DeepSeek-V3.2 (model_type 'deepseek_v32'): this model's indexer caches are not "
+            "read (GLM-5's glm_moe_dsa: vLLM 0.33.0 also forces its KV cache to fp8 on compute capability 10.x)"
         )
+
+
+# DeepSeek-V3.2's sparse attention (`vllm/models/deepseek_v32/attention.py`): its indexer's key cache keeps a
+# token's key as `index_head_dim` fp8 values and an fp32 scale per 128 of them (`DeepseekV32IndexerCache`,
+# uint8), one copy a GPU.
+def dsa_index_bytes(index_head_dim: int) -> int:
+    """Bytes one token's indexer key takes (132 for DeepSeek-V3.2's 128-wide keys)."""
+    return index_head_dim + index_head_dim // 128 * 4
+
+
+def dsa_indexer_layers(cfg: Mapping[str, Any], num_layers: int, where: str) -> list[bool]:
+    """DeepSeek-V3.2's layers that build an indexer (and its key cache): vLLM 0.33.0's
+    `deepseek_v32/attention.py` skips layer i when `max(i - index_skip_topk_offset + 1, 0) %
+    index_topk_freq` is not 0 (1 and 2 by default: every layer has one), or where `index_topk_pattern`
+    has an "S". The one reading of the fields (the layers here, the weights in `kvsim.model.params`)."""
+    freq, offset = cfg.get("index_topk_freq", 1), cfg.get("index_skip_topk_offset", 2)
+    for key, v, least in (("index_topk_freq", freq, 1), ("index_skip_topk_offset", offset, 0)):
+        if not _whole(v, least):
+            raise InvalidArgumentError(
+                f"model {where}: field {key!r} {v!r} must be a whole number{' of at least 1' if least else ''}"
+            )
+    pattern = cfg.get("index_topk_pattern")
+    if pattern is not None:
+        if not isinstance(pattern, str) or set(pattern) - set("FS"):
+            raise InvalidArgumentError(
+                f"model {where}: field 'index_topk_pattern' {pattern!r} must be a string of F (an indexer) "
+                "and S (skip), a letter a layer"
+            )
+        return [not (i < len(pattern) and pattern[i] == "S") for i in range(num_layers)]
+    return [max(i - offset + 1, 0) % freq == 0 for i in range(num_layers)]
+
+
+def _deepseek_v32_layers(
+    cfg: dict[str, Any], num_layers: int, where: str, field_int: Any
+) -> tuple[Layer, ...]:
+    """DeepSeek-V3.2's layers: MLA layers whose latent cache is read sparsely (`index_topk` keys a query),
+    each with an indexer key cache where `dsa_indexer_layers` builds an indexer."""
+    field_int("index_topk", least=1)
+    dim = field_int("index_head_dim", least=1, most=STATE_DIM_MAX)
+    heads = field_int("index_n_heads", least=1, most=STATE_DIM_MAX)
+    if dim % 128:
+        raise InvalidArgumentError(
+            f"model {where}: field 'index_head_dim' {dim} is not a multiple of 128 (the indexer quantizes its "
+            "keys in blocks of 128 values)"
+        )
+    has = dsa_indexer_layers(cfg, num_layers, where)
+    return tuple(Layer("full", index_head_dim=dim if h else 0, index_heads=heads) for h in has)
 
 
 def _pattern_layer_types(
@@ -643,6 +693,8 @@ def _hf_state(
 
 
 __all__ = [
+    "dsa_index_bytes",
+    "dsa_indexer_layers",
     "full_attention_interval",
     "granite_layer_is_mamba",
     "jamba_attention_layers",

@@ -98,6 +98,62 @@ def mla_default_block_size(model: Any, arch: str, kv_dtype: str) -> int:
     return 64 if fp8 else 16
 
 
+# DeepSeek-V3.2's indexer backend takes kernel blocks of 64 tokens only on CUDA (vLLM 0.33.0,
+# `v1/attention/backends/mla/indexer.py` `get_supported_kernel_block_sizes`; any on ROCm).
+DSA_CUDA_BLOCK = 64
+
+
+def dsa_block_size(model: Any, arch: str | None, kv_dtype: str, block_size: int | None) -> int:
+    """DeepSeek-V3.2's block size on `arch` (None: a GPU not named, taken as CUDA's, vLLM's wheel): `block_size`
+    when given, else 64 on CUDA (the indexer's only kernel block, which every sparse MLA backend takes) and
+    16 on ROCm (vLLM's default; its indexer takes multiples of 16).
+
+    Raises:
+        InvalidArgumentError: what vLLM 0.33.0 refuses or kvsim does not model, named: on CUDA a block size
+            that is not a multiple of 64; compute capability below 9 (no sparse MLA backend: "No valid
+            attention backend found"); an fp8 KV cache where the backend vLLM picks stores FlashMLA's
+            656-byte `fp8_ds_mla` entries (9.x's FlashMLA sparse backend; 12.x's FlashInfer one, whatever
+            the dtype) or where no GPU is named (the layout depends on it).
+    """
+    rocm = arch is not None and arch.startswith("gfx")
+    where = f"model {model.name}" + (f" on {arch}" if arch else "")
+    if arch is not None and arch.startswith("sm_"):
+        major = int(arch[3:-1]) if arch[3:].isdigit() else 0
+        if major < 9:
+            raise InvalidArgumentError(
+                f"{where}: DeepSeek-V3.2's sparse MLA has no attention backend below compute capability 9.0 in "
+                'vLLM 0.33.0 ("No valid attention backend found"; FlashMLA, FlashAttention and FlashInfer\'s '
+                "sparse kernels need Hopper or later)"
+            )
+        if major == 12:
+            raise InvalidArgumentError(
+                f"{where}: vLLM 0.33.0 serves DeepSeek-V3.2 on compute capability 12.x with FlashInfer's SM120 "
+                "sparse backend, which stores FlashMLA's 656-byte fp8_ds_mla entries whatever the KV dtype: that "
+                "layout is not modelled"
+            )
+    fp8 = kv_dtype.startswith("fp8")
+    if fp8 and not rocm and not (arch or "").startswith("sm_10"):
+        raise InvalidArgumentError(
+            f"{where}: an fp8 KV cache for DeepSeek-V3.2 "
+            + (
+                "is FlashMLA's 656-byte fp8_ds_mla layout on compute capability 9.x (its sparse backend), which is "
+                "not modelled"
+                if arch
+                else "takes a layout that depends on the GPU (576 bytes an entry on compute capability 10.x, "
+                "FlashMLA's 656 on 9.x): name the GPU"
+            )
+        )
+    if block_size is None:
+        return 16 if rocm else DSA_CUDA_BLOCK
+    if not rocm and block_size % DSA_CUDA_BLOCK:
+        raise InvalidArgumentError(
+            f"{where}: block_size {block_size} is not a multiple of {DSA_CUDA_BLOCK}: vLLM 0.33.0's DeepSeek-V3.2 "
+            f"indexer takes kernel blocks of {DSA_CUDA_BLOCK} tokens only on CUDA (give a multiple of "
+            f"{DSA_CUDA_BLOCK}, or leave it unset)"
+        )
+    return block_size
+
+
 # The gated delta net's prefill kernel (vLLM 0.33.0, `vllm/model_executor/layers/mamba/gdn/
 # qwen_gdn_linear_attn.py`, `_resolve_gdn_prefill_backend`): FlashInfer's on CUDA GPUs of compute capability
 # 9.0, or 10.x and 12.x with `linear_key_head_dim` 128 and a CUDA 13 runtime (vLLM 0.33.0's PyPI wheel is a
@@ -207,7 +263,9 @@ class Layer:
         state: the recurrent state's shape (`mamba`).
         compress_ratio: a `deepseek_v4` layer's ratio (`compress_ratios`: 0 or 1, none; 4; 128).
         index_head_dim, index_heads: a `deepseek_v4` layer's indexer head width and heads (`index_head_dim`,
-            `index_n_heads`; ratio 4).
+            `index_n_heads`; ratio 4); a DeepSeek-V3.2 `full` (MLA) layer's: every layer's attention is sparse
+            (`index_heads` > 0), and a layer with an indexer key cache has its `index_head_dim` (0 where
+            the index-sharing fields skip it; `hf_layers._deepseek_v32_layers`).
     """
 
     kind: str
@@ -342,7 +400,10 @@ class KVLayout:
         for g in self.groups:
             what = f"{g.kind} {g.window}" if g.window else g.kind
             bs = "" if uniform else f" block {g.block_size}"
-            parts.append(f"{what} ×{g.num_layers}{bs}")
+            # (a group's own layers; the padding vLLM gives a shorter group to make every group's count
+            # alike takes memory in each block, said apart)
+            pad = g.num_layers - len(g.layer_ids)
+            parts.append(f"{what} ×{len(g.layer_ids)}" + (f" (+{pad} padding)" if pad > 0 else "") + bs)
         # Groups of unequal blocks: each says its own; the engines' token unit (the least of them) is not a
         # block size vLLM would print, so it is not shown as one.
         block = f"block {self.block_size}, " if uniform else ""
@@ -356,6 +417,11 @@ def _attention_page(layer: Layer, model: Any, tp: int, kv_bits: int, block_size:
     """One block's bytes in one attention layer on one of `tp` ranks (vLLM's `page_size_bytes`)."""
     if model.is_mla:
         width, coef, heads = model.kv_lora_rank + model.qk_rope_head_dim, 1, 1
+        if layer.index_head_dim and layer.kind == "full":
+            # DeepSeek-V3.2: the layer's indexer key cache (uint8, one copy a GPU) joins its latent's group
+            # (`UniformTypeKVCacheSpecs`): a block takes both pages.
+            index = block_size * (layer.index_head_dim + layer.index_head_dim // 128 * 4)
+            return block_size * width * kv_bits // 8 + index
     else:
         heads = layer.num_kv_heads or model.num_kv_heads
         heads = max(1, heads // tp)  # ModelConfig.get_num_kv_heads: replicated when tp > heads
@@ -747,6 +813,7 @@ def _deepseek_v4_layout(
 
 
 __all__ = [
+    "DSA_CUDA_BLOCK",
     "FULL",
     "GROUP_KINDS",
     "KERNEL_BLOCK_ALIGNMENT",
@@ -756,5 +823,6 @@ __all__ = [
     "KVLayout",
     "Layer",
     "MambaState",
+    "dsa_block_size",
     "kv_layout",
 ]

@@ -24,7 +24,7 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import params_state
-from kvsim.model.hf_layers import full_attention_interval, kimi_linear_attention
+from kvsim.model.hf_layers import dsa_indexer_layers, full_attention_interval, kimi_linear_attention
 
 GROUPS = ("embed", "lm_head", "attn", "mlp", "experts", "shared_experts", "router", "other")
 # A representative module name per group, as vLLM names the modules of a Llama-like model: what a
@@ -357,7 +357,12 @@ def param_breakdown(
     model_type = str(cfg.get("model_type", ""))
     opt_like = model_type in ("opt", "gpt2", "gpt_neox", "gptj", "falcon", "bloom")
     # transformers' default: Gemma and OPT-like models tie their embeddings unless the config says not.
-    tied = bool(cfg.get("tie_word_embeddings", opt_like or model_type.startswith("gemma")))
+    tie = cfg.get("tie_word_embeddings")
+    if tie is not None and not isinstance(tie, bool):
+        raise InvalidArgumentError(
+            f"model {where}: field 'tie_word_embeddings' {tie!r} must be true or false"
+        )
+    tied = tie if tie is not None else opt_like or model_type.startswith("gemma")
     if model_type in ("jamba", "nemotron_h"):
         tied = (
             False  # vLLM 0.33.0's jamba.py and nemotron_h.py build their own lm_head whatever the config says
@@ -404,6 +409,15 @@ def param_breakdown(
         b.add("attn", heads * (nope + v_dim), kv_lora, n_attn)
         b.add("attn", hidden, heads * v_dim, n_attn, row=True)
         b.other += kv_lora * n_attn  # kv_a_layernorm
+        if model_type == "deepseek_v32" and cfg.get("index_topk") is not None:
+            # DeepSeek-V3.2's indexer where a layer builds one (vLLM 0.33.0's `deepseek_v32/attention.py`):
+            # `wq_b` (q_lora -> heads x head_dim, with the quant config), `wk` and `weights_proj` fused
+            # (hidden -> head_dim + heads, unquantized: an fp8 checkpoint's wk is loaded in bf16) and `k_norm`
+            # (a LayerNorm, weight and bias).
+            n_index = sum(dsa_indexer_layers(cfg, layers, where))
+            idx_heads, idx_dim = pick("index_n_heads", least=1), pick("index_head_dim", least=1)
+            b.add("attn", idx_heads * idx_dim, q_lora or hidden, n_index)
+            b.other += ((idx_dim + idx_heads) * hidden + 2 * idx_dim) * n_index
     else:
         # The attention layers that remain of a gated delta net model gate their output with a second
         # query-sized projection.

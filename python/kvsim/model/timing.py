@@ -584,6 +584,25 @@ def roofline_time_model(
                 acc[2] += kv_bytes / att_mixed
                 acc[3] += 1
             continue
+        if model.is_mla and lay.kind == "full" and lay.index_heads:
+            # DeepSeek-V3.2's sparse MLA (DESIGN.md §Time model): a query attends `index_topk` latent entries
+            # (all while the context is shorter), read as a window of that many keys; its indexer scores
+            # every key, reading its 132-byte key, 2 FLOPs a head's value (where the layer has an indexer).
+            width = model.kv_lora_rank + model.qk_rope_head_dim
+            topk = int(model.config_fields.get("index_topk") or 0) or 2048
+            parts = [
+                (SLIDING, topk, width * kv_bits / 8, 2.0 * heads * width + 2 * heads * model.kv_lora_rank)
+            ]
+            if lay.index_head_dim:
+                idx = lay.index_head_dim
+                parts.append((FULL, 0, float(idx + idx // 128 * 4), 2.0 * lay.index_heads * idx))
+            for kind, window, kv_bytes, flops in parts:
+                acc = classes.setdefault((kind, window), [0.0, 0.0, 0.0, 0])
+                acc[0] += kv_bytes / att_mem
+                acc[1] += flops / att_flops
+                acc[2] += kv_bytes / att_mixed
+                acc[3] += 1
+            continue
         kind = {"sliding_window": SLIDING, "chunked_local": CHUNKED}.get(lay.kind, FULL)
         window = lay.window if kind != FULL else 0
         if model.is_mla:

@@ -1,0 +1,157 @@
+"""DeepSeek-V3.2's sparse attention (DESIGN.md §Defaults and sizing, "DeepSeek-V3.2"): its indexer's key
+cache beside the MLA latent, the 64-token blocks its indexer takes on CUDA, the indexer's weights, the
+GPUs and KV dtypes whose layout kvsim does not model refused by name, and the roofline's sparse reads."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import kvsim
+from kvsim import models
+from kvsim.errors import InvalidArgumentError
+from kvsim.model import gpus, hf_config
+from kvsim.model.layers import kv_layout
+from kvsim.model.timing import roofline_time_model
+
+HF = Path(__file__).parent / "data" / "hf"
+LATENT = (512 + 64) * 2  # a bf16 latent entry: kv_lora_rank + qk_rope_head_dim
+INDEX = 128 + 4  # 128 fp8 values and one fp32 scale
+
+
+def test_the_indexer_keys_join_the_latent_in_one_group():
+    m = models.get("deepseek-v3.2")
+    v3 = models.from_hf_config(HF / "deepseek-v3.json")
+    assert m.is_dsa
+    assert not v3.is_dsa
+    assert not m.is_hybrid  # every layer full attention: one group, as vLLM's UniformTypeKVCacheSpecs
+    assert m.kv_bytes_per_token == 61 * (LATENT + INDEX) == 78_324
+    assert v3.kv_bytes_per_token == 61 * LATENT
+    layout = kv_layout(m, 64)
+    assert len(layout.groups) == 1
+    assert layout.bytes_per_block == 64 * 78_324 == 5_012_736
+    # fp8 on a B200 (FlashInfer's sparse backend: 576-byte entries); the indexer's keys stay 132 bytes.
+    fp8 = m.with_kv_dtype("fp8")
+    assert fp8.kv_bytes_per_token == 61 * (576 + INDEX) == 43_188
+
+
+def test_the_indexer_weights():
+    """Per layer: wq_b (q_lora 1536 -> 64 heads x 128, fp8 like the rest), the fused wk + weights_proj (7168
+    -> 128 + 64, bf16: vLLM loads it unquantized) and k_norm's weight and bias."""
+    m = models.get("deepseek-v3.2")
+    v3 = hf_config._from_dict(
+        {**_v32(), "model_type": "deepseek_v3", "index_topk": None}, "v3", "v3", "v3", None
+    )
+    per_layer = 64 * 128 * 1536 + (128 + 64) * 7168 + 2 * 128
+    assert m.num_params - v3.num_params == 61 * per_layer == 851_524_864
+    assert (
+        m.num_params == 671_877_944_064
+    )  # (the MTP layer, loaded only for speculative decoding: not counted)
+    fp8_part = 61 * 64 * 128 * 1536
+    scales = 61 * (64 * 128 // 128) * (1536 // 128) * 4  # 128 x 128 blocks' fp32 scales
+    bf16_part = 61 * ((128 + 64) * 7168 + 2 * 128) * 2
+    assert m.param_bytes - v3.param_bytes == fp8_part + scales + bf16_part
+
+
+def _v32() -> dict:
+    import json
+
+    return json.loads((HF / "deepseek-v3.2.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("gpu", "kv", "block"),
+    [
+        (None, "auto", 64),
+        ("h200", "auto", 64),
+        ("b200", "auto", 64),
+        ("b200", "fp8", 64),
+        ("mi300x", "auto", 16),
+    ],
+)
+def test_block_size_when_unset(gpu, kv, block):
+    """The indexer takes kernel blocks of 64 tokens only on CUDA, so vLLM 0.33.0 picks 64 there (no GPU named:
+    vLLM's CUDA wheel); ROCm keeps 16."""
+    sized = {"gpu": gpu} if gpu else {"num_blocks": 1000}
+    cfg = kvsim.SimConfig(model="deepseek-v3.2", kv_cache_dtype=kv, tensor_parallel_size=8, **sized)
+    assert cfg.block_size == block
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"gpu": "h200", "block_size": 16}, "block_size 16 is not a multiple of 64"),
+        ({"block_size": 96, "num_blocks": 1000}, "block_size 96 is not a multiple of 64"),
+        ({"gpu": "a100-80gb"}, "no attention backend below compute capability 9.0"),
+        ({"gpu": "l40s"}, "no attention backend below compute capability 9.0"),
+        ({"gpu": "rtx-pro-6000"}, "656-byte fp8_ds_mla"),
+        ({"gpu": "h200", "kv_cache_dtype": "fp8"}, "656-byte fp8_ds_mla layout on compute capability 9.x"),
+        ({"kv_cache_dtype": "fp8", "num_blocks": 1000}, "name the GPU"),
+    ],
+)
+def test_what_kvsim_does_not_model_is_refused(fields, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        kvsim.SimConfig(model="deepseek-v3.2", tensor_parallel_size=8, **fields)
+
+
+def test_given_block_sizes():
+    assert (
+        kvsim.SimConfig(model="deepseek-v3.2", gpu="h200", block_size=128, tensor_parallel_size=8).block_size
+        == 128
+    )
+    assert (
+        kvsim.SimConfig(model="deepseek-v3.2", gpu="mi300x", block_size=16, tensor_parallel_size=8).block_size
+        == 16
+    )
+
+
+def test_index_sharing_skips_layers_as_vllm_does():
+    """`index_topk_freq` 4 with `index_skip_topk_offset` 3 (GLM-5.2's values): layers 0, 1, 2, 6, 10, ...
+    keep an indexer (21 of 78); `index_topk_pattern` "S" skips a layer."""
+    cfg = {**_v32(), "num_hidden_layers": 78, "index_topk_freq": 4, "index_skip_topk_offset": 3}
+    m = hf_config._from_dict(cfg, "t", "t", "t", None)
+    with_index = [i for i, lay in enumerate(m.layers) if lay.index_head_dim]
+    assert with_index == [0, 1, 2, *range(6, 78, 4)]
+    assert len(with_index) == 21
+    assert m.kv_bytes_per_token == 78 * LATENT + 21 * INDEX
+    full = hf_config._from_dict({**cfg, "index_topk_freq": 1}, "t", "t", "t", None)
+    assert m.num_params < full.num_params  # the skipped layers build no indexer
+    layout = kv_layout(m, 64)
+    assert len(layout.groups) == 1  # one kind, per-layer pages: still one group
+    assert layout.bytes_per_block == 64 * m.kv_bytes_per_token
+    pattern = hf_config._from_dict({**_v32(), "index_topk_pattern": "FS" * 30 + "F"}, "t", "t", "t", None)
+    assert [bool(lay.index_head_dim) for lay in pattern.layers] == [i % 2 == 0 for i in range(61)]
+
+
+def test_sparse_attention_reads_top_k_latents_and_every_indexer_key():
+    """At long contexts a decode reads 2,048 latents a layer (not the whole context) and every key's 132
+    indexer bytes: far less than DeepSeek-V3's dense latent reads; at short ones, the same latents as V3 plus
+    the indexer's."""
+    h200 = gpus.get("h200")
+    v32 = models.get("deepseek-v3.2")
+    v3 = dataclasses.replace(v32, layers=())  # the same weights, dense MLA
+    sparse = roofline_time_model(v32, h200, tensor_parallel_size=8)
+    dense = roofline_time_model(v3, h200, tensor_parallel_size=8)
+    long_ctx = [(100_000, 1)] * 64
+    short = [(1024, 1)] * 64
+    assert sparse.step_ps(long_ctx) < 0.5 * dense.step_ps(long_ctx)
+    assert sparse.step_ps(short) > dense.step_ps(short)
+    # Past the top-k, a longer context costs only the indexer's keys.
+    grow = sparse.step_ps([(200_000, 1)] * 64) - sparse.step_ps(long_ctx)
+    grow_dense = dense.step_ps([(200_000, 1)] * 64) - dense.step_ps(long_ctx)
+    assert 0 < grow < grow_dense * INDEX / LATENT * 1.01
+
+
+def test_the_lab_does_not_offer_it():
+    from kvsim.lab.query import model_names
+
+    assert "deepseek-v3.2" not in model_names()
+    assert "deepseek-v3" in model_names()
+
+
+def test_other_sparse_attention_models_still_refused():
+    glm = {**_v32(), "model_type": "glm_moe_dsa"}
+    with pytest.raises(InvalidArgumentError, match=r"modelled only for DeepSeek-V3\.2"):
+        hf_config._from_dict(glm, "t", "t", "t", None)
