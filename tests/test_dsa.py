@@ -151,7 +151,28 @@ def test_the_lab_does_not_offer_it():
     assert "deepseek-v3" in model_names()
 
 
+def test_glm_5_on_the_same_classes_with_fp8_forced_on_10x():
+    """GLM-5 (`glm_moe_dsa`) is served on DeepSeek-V3.2's classes: its indexer (32 heads of 128) on every
+    layer; vLLM 0.33.0 turns its KV cache auto into fp8 on compute capability 10.x only
+    (`GlmMoeDsaForCausalLM.verify_and_update_config`), and `replace` derives it again."""
+    m = models.get("glm-5")
+    assert m.is_dsa
+    assert m.kv_bytes_per_token == 78 * (LATENT + INDEX) == 100_152
+    b200 = kvsim.SimConfig(model="glm-5", gpu="b200", tensor_parallel_size=8, quantization="fp8")
+    assert b200.kv_cache_dtype == "fp8"
+    assert b200.pool.layout.bytes_per_block == 64 * 78 * (576 + INDEX)
+    h200 = b200.replace(gpu="h200")
+    assert h200.kv_cache_dtype == "auto"
+    assert h200.pool.layout.bytes_per_block == 64 * 100_152
+    given = kvsim.SimConfig(
+        model="glm-5", gpu="b200", tensor_parallel_size=8, quantization="fp8", kv_cache_dtype="bf16"
+    )
+    assert given.kv_cache_dtype == "bf16"  # (only auto is turned into fp8)
+    v32 = kvsim.SimConfig(model="deepseek-v3.2", gpu="b200", tensor_parallel_size=8)
+    assert v32.kv_cache_dtype == "auto"  # (DeepSeek-V3.2 keeps its bf16 cache there)
+
+
 def test_other_sparse_attention_models_still_refused():
-    glm = {**_v32(), "model_type": "glm_moe_dsa"}
+    other = {**_v32(), "model_type": "deepseek_v3"}
     with pytest.raises(InvalidArgumentError, match=r"modelled only for DeepSeek-V3\.2"):
-        hf_config._from_dict(glm, "t", "t", "t", None)
+        hf_config._from_dict(other, "t", "t", "t", None)

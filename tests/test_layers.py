@@ -316,7 +316,7 @@ def test_state_layers_from_a_config():
             hf(model_type="falcon_h1", mamba_d_ssm=3072, mamba_n_heads=24),
             "field 'mamba_d_ssm' (model_type 'falcon_h1') describes state layers",
         ),
-        (hf(model_type="glm_moe_dsa", index_topk=2048, index_head_dim=128), "field 'index_topk'"),
+        (hf(model_type="deepseek_v3", index_topk=2048, index_head_dim=128), "field 'index_topk'"),
         (
             hf(model_type="deepseek_v32", index_topk=2048, index_head_dim=100, index_n_heads=64),
             "multiple of 128",

@@ -32,6 +32,7 @@ ROWS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("nemotron-3-nano-30b-a3b", "h100-80gb", {}, ""),
     ("granite-4.0-h-tiny", "l40s", {}, ""),
     ("deepseek-v3.2", "h200", {"tensor_parallel_size": 8}, "-tp 8"),
+    ("glm-5", "b200", {"tensor_parallel_size": 8, "quantization": "fp8"}, "-tp 8 --quantization fp8"),
     ("deepseek-v4-flash", "b200", {"tensor_parallel_size": 2}, "-tp 2"),
 )
 

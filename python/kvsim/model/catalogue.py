@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvsim.model.catalogue_aliases import ALIASES
 from kvsim.model.catalogue_towers import WRAPPERS
 
 _HF = "https://huggingface.co/{}/blob/main/config.json"
@@ -655,6 +656,39 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 129280,
         },
     ),
+    # zai-org/GLM-5: DeepSeek-V3.2's sparse attention (an indexer of 32 heads of 128 on every layer, 2,048 keys a
+    # query) on GLM's MLA (q_lora 2048, qk_nope 192, v_head 256), 256 experts of 2048; 78 layers. Model card:
+    # 744B total, 40B active. vLLM 0.33.0 serves it on DeepSeek-V3.2's classes, its KV cache fp8 on 10.x.
+    "glm-5": (
+        "zai-org/GLM-5",
+        {
+            "model_type": "glm_moe_dsa",
+            "attention_bias": False,
+            "first_k_dense_replace": 3,
+            "hidden_size": 6144,
+            "index_head_dim": 128,
+            "index_n_heads": 32,
+            "index_topk": 2048,
+            "intermediate_size": 12288,
+            "kv_lora_rank": 512,
+            "max_position_embeddings": 202752,
+            "moe_intermediate_size": 2048,
+            "n_routed_experts": 256,
+            "n_shared_experts": 1,
+            "num_attention_heads": 64,
+            "num_experts_per_tok": 8,
+            "num_hidden_layers": 78,
+            "num_key_value_heads": 64,
+            "q_lora_rank": 2048,
+            "qk_nope_head_dim": 192,
+            "qk_rope_head_dim": 64,
+            "tie_word_embeddings": False,
+            "topk_method": "noaux_tc",
+            "torch_dtype": "bfloat16",
+            "v_head_dim": 256,
+            "vocab_size": 154880,
+        },
+    ),
     # Mamba 2 hybrids: Nemotron-H's blocks by `hybrid_override_pattern` (M Mamba, E MoE, * attention), Granite
     # 4.0-H's mixers by `layer_types` with an MoE and a shared MLP on every layer (kvsim.model.params_state).
     "nemotron-3-nano-30b-a3b": (
@@ -712,52 +746,6 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 100352,
         },
     ),
-}
-
-# Other Hugging Face names of the same architectures (instruct / chat / reasoning releases).
-ALIASES: dict[str, str] = {
-    "llama-3.1-8b-instruct": "llama-3.1-8b",
-    "meta-llama-3.1-8b-instruct": "llama-3.1-8b",
-    "llama-3.1-70b-instruct": "llama-3.1-70b",
-    "llama-3.1-405b-instruct": "llama-3.1-405b",
-    "gemma-3-27b-it": "gemma-3-27b",
-    "gemma-3-12b-it": "gemma-3-12b",
-    "gemma-4-31b-it": "gemma-4-31b",
-    "gemma-4-26b-a4b-it": "gemma-4-26b-a4b",
-    "gemma-4-e4b-it": "gemma-4-e4b",
-    "mistral-small-24b-instruct-2501": "mistral-small-24b",
-    "mistral-small-24b-base-2501": "mistral-small-24b",
-    "mistral-small-3.1-24b-instruct-2503": "mistral-small-3.1-24b",
-    "mistral-small-3.1-24b-base-2503": "mistral-small-3.1-24b",
-    "llama-4-scout-17b-16e": "llama-4-scout",
-    "llama-4-scout-17b-16e-instruct": "llama-4-scout",
-    "llama-4-maverick-17b-128e": "llama-4-maverick",
-    "llama-4-maverick-17b-128e-instruct": "llama-4-maverick",
-    "qwen3-next-80b-a3b-instruct": "qwen3-next-80b-a3b",
-    "qwen3-next-80b-a3b-thinking": "qwen3-next-80b-a3b",
-    "minimax-m2.1": "minimax-m2",
-    "kimi-linear-48b-a3b-instruct": "kimi-linear-48b-a3b",
-    "kimi-linear-48b-a3b-base": "kimi-linear-48b-a3b",
-    "deepseek-v3.2-exp": "deepseek-v3.2",
-    "deepseek-v3.2-speciale": "deepseek-v3.2",
-    "nvidia-nemotron-3-nano-30b-a3b-bf16": "nemotron-3-nano-30b-a3b",
-    "nvidia-nemotron-3-nano-30b-a3b": "nemotron-3-nano-30b-a3b",
-    "nvidia-nemotron-3-nano-30b-a3b-base-bf16": "nemotron-3-nano-30b-a3b",
-    # The 2024 presets under their Hugging Face ids' last parts.
-    "meta-llama-3-8b": "llama-3-8b",
-    "meta-llama-3-8b-instruct": "llama-3-8b",
-    "meta-llama-3-70b": "llama-3-70b",
-    "meta-llama-3-70b-instruct": "llama-3-70b",
-    "llama-2-7b-hf": "llama-2-7b",
-    "llama-2-13b-hf": "llama-2-13b",
-    "llama-2-70b-hf": "llama-2-70b",
-    "mistral-7b-v0.1": "mistral-7b",
-    "qwen2.5-7b-instruct": "qwen2.5-7b",
-    "qwen2.5-72b-instruct": "qwen2.5-72b",
-    # deepseek-ai/DeepSeek-R1's config.json is DeepSeek-V3's architecture (61 layers, MLA, 256 experts).
-    "deepseek-r1": "deepseek-v3",
-    "deepseek-r1-0528": "deepseek-v3",
-    "deepseek-v3-0324": "deepseek-v3",
 }
 
 

@@ -73,6 +73,7 @@ HYBRID_ONLY: dict[str, str] = {
 # Fields a config derives when they are left unset: `replace` derives them again rather than keeping the
 # values derived for the old configuration.
 _DERIVED = (
+    "kv_cache_dtype",
     "block_size",
     "num_blocks",
     "time_model",
@@ -221,6 +222,7 @@ class SimConfig(ConfigTimeModel):
         object.__setattr__(self, "_given", given)
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, convert(f.name, getattr(self, f.name)))
+        self._resolve_kv_cache_dtype()
         self._resolve_block_size()
         self._check_context()
         self._batch_limits()
@@ -305,6 +307,21 @@ class SimConfig(ConfigTimeModel):
             )
         object.__setattr__(self, "max_num_batched_tokens", tokens)
         object.__setattr__(self, "max_num_seqs", seqs)
+
+    def _resolve_kv_cache_dtype(self) -> None:
+        """`kv_cache_dtype` auto: the model's, except where vLLM 0.33.0 overrides it for the model on the GPU
+        named: GLM-5 (`glm_moe_dsa`) on compute capability 10.x takes fp8 (`GlmMoeDsaForCausalLM.
+        verify_and_update_config`, `vllm/model_executor/models/config.py`: "Using fp8 kv-cache for
+        GlmMoeDsaForCausalLM on SM10x"). `replace` derives it again from auto."""
+        if self.kv_cache_dtype != "auto" or self.model is None or self.gpu is None:
+            return
+        from kvsim.model.gpus import resolve as resolve_gpu
+        from kvsim.model.models import resolve
+
+        if resolve(self.model).model_type == "glm_moe_dsa" and (resolve_gpu(self.gpu).arch or "").startswith(
+            "sm_10"
+        ):
+            object.__setattr__(self, "kv_cache_dtype", "fp8")
 
     def _resolve_block_size(self) -> None:
         """`block_size` unset: vLLM's 16, unless the attention backend vLLM 0.33.0 picks for the model on

@@ -288,7 +288,7 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
     if model_type.startswith("deepseek_v4") or cfg.get("compress_ratios") is not None:
         return _deepseek_v4_layers(cfg, model_type, num_layers, where, field_int)
     _refuse_unread_layers(cfg, model_type, where)
-    if model_type == "deepseek_v32" and cfg.get("index_topk") is not None:
+    if model_type in DSA_TYPES and cfg.get("index_topk") is not None:
         return _deepseek_v32_layers(cfg, num_layers, where, field_int)
     if model_type.startswith("gemma4"):
         return _gemma4_layers(cfg, num_layers, where, field_int, sliding)
@@ -441,12 +441,17 @@ def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> N
             f"model {where}: field 'block_configs' (model_type {model_type!r}, Nemotron-NAS's per-layer "
             "attention) is not modelled by kvsim: each layer's KV heads and no-op layers are not read"
         )
-    if cfg.get("index_topk") is not None and model_type != "deepseek_v32":
+    if cfg.get("index_topk") is not None and model_type not in DSA_TYPES:
         raise InvalidArgumentError(
             f"model {where}: field 'index_topk' (model_type {model_type!r}, DeepSeek's sparse attention) is "
-            "modelled only for DeepSeek-V3.2 (model_type 'deepseek_v32'): this model's indexer caches are not "
-            "read (GLM-5's glm_moe_dsa: vLLM 0.33.0 also forces its KV cache to fp8 on compute capability 10.x)"
+            "modelled only for DeepSeek-V3.2 ('deepseek_v32') and GLM-5 ('glm_moe_dsa'): this model's indexer "
+            "caches are not read"
         )
+
+
+# The model types vLLM 0.33.0 serves with DeepSeek-V3.2's sparse attention (`vllm/models/deepseek_v32/`:
+# DeepseekV32ForCausalLM, and GLM-5's GlmMoeDsaForCausalLM on the same classes).
+DSA_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
 
 
 # DeepSeek-V3.2's sparse attention (`vllm/models/deepseek_v32/attention.py`): its indexer's key cache keeps a
@@ -693,6 +698,7 @@ def _hf_state(
 
 
 __all__ = [
+    "DSA_TYPES",
     "dsa_index_bytes",
     "dsa_indexer_layers",
     "full_attention_interval",

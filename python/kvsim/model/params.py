@@ -24,7 +24,12 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import params_state
-from kvsim.model.hf_layers import dsa_indexer_layers, full_attention_interval, kimi_linear_attention
+from kvsim.model.hf_layers import (
+    DSA_TYPES,
+    dsa_indexer_layers,
+    full_attention_interval,
+    kimi_linear_attention,
+)
 
 GROUPS = ("embed", "lm_head", "attn", "mlp", "experts", "shared_experts", "router", "other")
 # A representative module name per group, as vLLM names the modules of a Llama-like model: what a
@@ -409,7 +414,7 @@ def param_breakdown(
         b.add("attn", heads * (nope + v_dim), kv_lora, n_attn)
         b.add("attn", hidden, heads * v_dim, n_attn, row=True)
         b.other += kv_lora * n_attn  # kv_a_layernorm
-        if model_type == "deepseek_v32" and cfg.get("index_topk") is not None:
+        if model_type in DSA_TYPES and cfg.get("index_topk") is not None:
             # DeepSeek-V3.2's indexer where a layer builds one (vLLM 0.33.0's `deepseek_v32/attention.py`):
             # `wq_b` (q_lora -> heads x head_dim, with the quant config), `wk` and `weights_proj` fused
             # (hidden -> head_dim + heads, unquantized: an fp8 checkpoint's wk is loaded in bf16) and `k_norm`
