@@ -176,3 +176,70 @@ def test_other_sparse_attention_models_still_refused():
     other = {**_v32(), "model_type": "deepseek_v3"}
     with pytest.raises(InvalidArgumentError, match=r"modelled only for DeepSeek-V3\.2"):
         hf_config._from_dict(other, "t", "t", "t", None)
+
+
+# -- A review against vLLM 0.33.0's wheel ------------------------------------------------------------------------
+
+
+def test_pool_blocks_applies_the_same_rules():
+    """`kvsim.pool_blocks` sized DeepSeek-V3.2 with 576-byte fp8 entries on an H200 (vLLM: 656) and took
+    blocks of 16 and an A100; it refuses them as SimConfig does, and gives GLM-5 fp8 on a B200."""
+    with pytest.raises(InvalidArgumentError, match="656-byte fp8_ds_mla"):
+        kvsim.pool_blocks("deepseek-v3.2", "h200", 64, kv_cache_bytes=10**11, kv_dtype="fp8")
+    with pytest.raises(InvalidArgumentError, match="not a multiple of 64"):
+        kvsim.pool_blocks("deepseek-v3.2", "h200", 16, kv_cache_bytes=10**11)
+    with pytest.raises(InvalidArgumentError, match=r"below compute capability 9\.0"):
+        kvsim.pool_blocks("deepseek-v3.2", "a100-80gb", 64, kv_cache_bytes=10**11)
+    glm = kvsim.pool_blocks("glm-5", "b200", 64, kv_cache_bytes=10**11, include_null_block=False)
+    assert glm == 10**11 // (64 * 78 * (576 + INDEX))
+
+
+@pytest.mark.parametrize(
+    ("change", "gpu", "kv", "message"),
+    [
+        ({}, "b200", "fp8_e5m2", "fp8_e5m2: none of vLLM 0.33.0's sparse MLA backends"),
+        ({"qk_nope_head_dim": 64}, "b200", "fp8", "qk_nope_head_dim of 64"),
+        ({"kv_lora_rank": 256}, "b200", "auto", r"a latent of 256 \+ 64"),
+        ({}, "sm_110", "auto", "9.x, 10.x and 12.x only"),
+    ],
+)
+def test_backends_that_do_not_take_the_model_are_refused(change, gpu, kv, message):
+    m = hf_config._from_dict({**_v32(), **change}, "t", "t", "t", None)
+    g = gpus.get("b200") if gpu == "b200" else dataclasses.replace(gpus.get("b200"), arch=gpu)
+    with pytest.raises(InvalidArgumentError, match=message):
+        kvsim.SimConfig(model=m, gpu=g, kv_cache_dtype=kv, tensor_parallel_size=8)
+
+
+def test_two_rotary_caches_unless_the_indexer_rotates_as_the_latent():
+    """DeepSeek-V3.2's indexer rotates neox-style, its MLA not: vLLM keeps two caches (`get_rope` keys on
+    the style); GLM-5's `indexer_rope_interleave` makes them one."""
+    v3 = models.from_hf_config(HF / "deepseek-v3.json")
+    assert models.get("deepseek-v3.2").rope_cache_bytes == 2 * v3.rope_cache_bytes
+    glm = _v32() | {"model_type": "glm_moe_dsa"}
+    one = hf_config._from_dict({**glm, "indexer_rope_interleave": True}, "t", "t", "t", None)
+    assert one.rope_cache_bytes == v3.rope_cache_bytes
+
+
+def test_the_indexer_scores_at_the_fp8_rate():
+    """A long prefill is mostly the indexer's scoring, an fp8 x fp8 product: its FLOPs are counted at the
+    GPU's fp8 rate (H200: twice the bf16 rate), not the attention's bf16 one."""
+    h200 = gpus.get("h200")
+    v32 = models.get("deepseek-v3.2")
+    fast = roofline_time_model(v32, h200, tensor_parallel_size=8)
+    slow = roofline_time_model(
+        v32, dataclasses.replace(h200, fp8_flops=h200.peak_flops), tensor_parallel_size=8
+    )
+    full = [a for a in fast.attention if a.kind == 0 and a.window == 0]
+    assert len(full) == 1
+    assert next(a.flop_ps for a in slow.attention if a.kind == 0 and a.window == 0) == pytest.approx(
+        2 * full[0].flop_ps, rel=1e-3
+    )
+
+
+def test_the_weights_reread_from_kept_fields():
+    """The roofline re-derives the weights from the fields a Model keeps: the index-sharing fields too."""
+    from kvsim.model.timing import weight_groups
+
+    cfg = {**_v32(), "index_topk_freq": 4, "index_skip_topk_offset": 3}
+    m = hf_config._from_dict(cfg, "t", "t", "t", None)
+    assert sum(g.bytes for g in weight_groups(m).values()) == m.param_bytes

@@ -181,8 +181,19 @@ def test_the_gdn_kernel_rule_and_its_refusals():
 
 
 # -- config.json, family by family ---------------------------------------------------------------------
-def hf(**fields) -> dict:
-    return {"hidden_size": 64, **fields}
+def hf(base: dict | None = None, **fields) -> dict:
+    return {"hidden_size": 64, **(base or {}), **fields}
+
+
+# A DeepSeek-V3.2 layer's fields (its sparse attention's indexer and the MLA ranks it reads).
+DSA = {
+    "model_type": "deepseek_v32",
+    "index_topk": 2048,
+    "index_head_dim": 128,
+    "index_n_heads": 64,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+}
 
 
 @pytest.mark.parametrize(
@@ -317,28 +328,20 @@ def test_state_layers_from_a_config():
             "field 'mamba_d_ssm' (model_type 'falcon_h1') describes state layers",
         ),
         (hf(model_type="deepseek_v3", index_topk=2048, index_head_dim=128), "field 'index_topk'"),
+        # DeepSeek-V3.2 without its ranks or top-k (vLLM builds its attention and top-k buffer from them)
+        (hf(DSA, q_lora_rank=None), "'q_lora_rank' None"),
+        (hf(DSA, index_topk=None), "'index_topk' None"),
+        (hf(DSA, index_topk=2**64), "'index_topk'"),
         (
-            hf(model_type="deepseek_v32", index_topk=2048, index_head_dim=100, index_n_heads=64),
+            hf(DSA, index_head_dim=100),
             "multiple of 128",
         ),
         (
-            hf(
-                model_type="deepseek_v32",
-                index_topk=2048,
-                index_head_dim=128,
-                index_n_heads=64,
-                index_topk_freq=0,
-            ),
+            hf(DSA, index_topk_freq=0),
             "'index_topk_freq' 0",
         ),
         (
-            hf(
-                model_type="deepseek_v32",
-                index_topk=2048,
-                index_head_dim=128,
-                index_n_heads=64,
-                index_topk_pattern="FX",
-            ),
+            hf(DSA, index_topk_pattern=5),
             "'index_topk_pattern'",
         ),
         # Bamba (Mamba-2 layers but at attn_layer_indices): every layer ran as full attention

@@ -669,6 +669,7 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "index_head_dim": 128,
             "index_n_heads": 32,
             "index_topk": 2048,
+            "indexer_rope_interleave": True,
             "intermediate_size": 12288,
             "kv_lora_rank": 512,
             "max_position_embeddings": 202752,

@@ -316,12 +316,11 @@ class SimConfig(ConfigTimeModel):
         if self.kv_cache_dtype != "auto" or self.model is None or self.gpu is None:
             return
         from kvsim.model.gpus import resolve as resolve_gpu
+        from kvsim.model.layers import dsa_kv_dtype
         from kvsim.model.models import resolve
 
-        if resolve(self.model).model_type == "glm_moe_dsa" and (resolve_gpu(self.gpu).arch or "").startswith(
-            "sm_10"
-        ):
-            object.__setattr__(self, "kv_cache_dtype", "fp8")
+        kv = dsa_kv_dtype(resolve(self.model), resolve_gpu(self.gpu).arch, self.kv_cache_dtype)
+        object.__setattr__(self, "kv_cache_dtype", kv)
 
     def _resolve_block_size(self) -> None:
         """`block_size` unset: vLLM's 16, unless the attention backend vLLM 0.33.0 picks for the model on

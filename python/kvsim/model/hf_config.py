@@ -172,6 +172,10 @@ _KEPT_FIELDS = (
     "sliding_window_pattern",
     "block_configs",
     "index_topk",
+    "index_topk_freq",
+    "index_skip_topk_offset",
+    "index_topk_pattern",
+    "indexer_rope_interleave",
     "attention_chunk_size",
     "no_rope_layers",
     # RoPE (the context `_rope_scaled` derives, the rotary caches `kvsim.model.rope` sizes).

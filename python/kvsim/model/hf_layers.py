@@ -288,7 +288,7 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
     if model_type.startswith("deepseek_v4") or cfg.get("compress_ratios") is not None:
         return _deepseek_v4_layers(cfg, model_type, num_layers, where, field_int)
     _refuse_unread_layers(cfg, model_type, where)
-    if model_type in DSA_TYPES and cfg.get("index_topk") is not None:
+    if model_type in DSA_TYPES:
         return _deepseek_v32_layers(cfg, num_layers, where, field_int)
     if model_type.startswith("gemma4"):
         return _gemma4_layers(cfg, num_layers, where, field_int, sliding)
@@ -475,10 +475,11 @@ def dsa_indexer_layers(cfg: Mapping[str, Any], num_layers: int, where: str) -> l
             )
     pattern = cfg.get("index_topk_pattern")
     if pattern is not None:
-        if not isinstance(pattern, str) or set(pattern) - set("FS"):
+        # (vLLM indexes it by layer: an "S" skips, anything else builds an indexer)
+        if not isinstance(pattern, (str, list)):
             raise InvalidArgumentError(
-                f"model {where}: field 'index_topk_pattern' {pattern!r} must be a string of F (an indexer) "
-                "and S (skip), a letter a layer"
+                f"model {where}: field 'index_topk_pattern' {pattern!r} must be a string (or list) of a letter a "
+                "layer, S where the layer skips its indexer"
             )
         return [not (i < len(pattern) and pattern[i] == "S") for i in range(num_layers)]
     return [max(i - offset + 1, 0) % freq == 0 for i in range(num_layers)]
@@ -489,7 +490,11 @@ def _deepseek_v32_layers(
 ) -> tuple[Layer, ...]:
     """DeepSeek-V3.2's layers: MLA layers whose latent cache is read sparsely (`index_topk` keys a query),
     each with an indexer key cache where `dsa_indexer_layers` builds an indexer."""
-    field_int("index_topk", least=1)
+    # (vLLM sizes its top-k buffer by `index_topk` and builds the attention from the two ranks: each must be
+    # a whole number; the top-k a window the engine takes)
+    field_int("index_topk", least=1, most=MAX_WINDOW)
+    field_int("q_lora_rank", least=1, most=STATE_DIM_MAX)
+    field_int("kv_lora_rank", least=1, most=STATE_DIM_MAX)
     dim = field_int("index_head_dim", least=1, most=STATE_DIM_MAX)
     heads = field_int("index_n_heads", least=1, most=STATE_DIM_MAX)
     if dim % 128:

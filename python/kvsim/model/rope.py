@@ -202,6 +202,11 @@ def cache_bytes(cfg: dict[str, Any], head_dim: int, bits: int, where: str = "con
         elem = 32 if model_type == "gpt_oss" else bits
         for each in [{**params, **p} for p in by_type.values()] or [params]:  # (one a layer type, if kept so)
             add(each, head or head_dim, elem, 1 if qwen3_vl else 4)
+            if model_type in ("deepseek_v32", "glm_moe_dsa") and not cfg.get("indexer_rope_interleave"):
+                # The sparse attention's indexer rotates its keys neox-style (`indexer_rope_emb`,
+                # `is_neox_style = not indexer_rope_interleave`) where the MLA rotary is not: vLLM's `get_rope`
+                # keys its caches on the style, so a second cache of the same shape.
+                add({**each, "is_neox_style": True}, head or head_dim, elem, 4)
     return sum(caches.values())
 
 

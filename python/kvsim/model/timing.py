@@ -594,8 +594,11 @@ def roofline_time_model(
                 (SLIDING, topk, width * kv_bits / 8, 2.0 * heads * width + 2 * heads * model.kv_lora_rank)
             ]
             if lay.index_head_dim:
+                # (its scores are an fp8 x fp8 product, `fp8_fp4_mqa_logits`: counted at the fp8 rate, in
+                # the attention's units)
                 idx = lay.index_head_dim
-                parts.append((FULL, 0, float(idx + idx // 128 * 4), 2.0 * lay.index_heads * idx))
+                fp8_share = gpu.peak_flops / _flops(gpu, "fp8")
+                parts.append((FULL, 0, float(idx + idx // 128 * 4), 2.0 * lay.index_heads * idx * fp8_share))
             for kind, window, kv_bytes, flops in parts:
                 acc = classes.setdefault((kind, window), [0.0, 0.0, 0.0, 0])
                 acc[0] += kv_bytes / att_mem
