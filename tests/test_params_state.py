@@ -431,3 +431,22 @@ def test_sliding_window_left_unread_where_vllm_leaves_it():
     passes its own, read above)."""
     for cfg in (JAMBA, GRANITE):
         assert build({**cfg, "sliding_window": 64}).layers == build(cfg).layers
+
+
+def test_nemotron_3_super_latent_moe_against_its_published_total():
+    """Nemotron-3-Super's experts work in a latent of 1,024 between two projections (`moe_latent_size`). kvsim
+    counts what vLLM loads without speculative decoding; Hugging Face's total, 123,611,012,096, also holds
+    the MTP layer (`mtp_hybrid_override_pattern` "*E": an attention block, a latent MoE block, the
+    `eh_proj` of 2 x hidden -> hidden and three norms), which added back gives it within 20,000 parameters
+    (the float32 router biases vLLM allocates and that total leaves out, 512 a MoE layer, and a few norms)."""
+    from kvsim.model.hf_config import from_hf_config
+
+    m = from_hf_config(HF / "nemotron-3-super-120b-a12b.json")
+    h, experts, ffn, latent = 4096, 512, 2688, 1024
+    moe = experts * 2 * latent * ffn + h * experts + experts + 2 * h * 5376 + 2 * h * latent
+    attention = h * (32 + 2 * 2) * 128 + 32 * 128 * h
+    mtp = moe + attention + 2 * h * h + 3 * h
+    assert m.num_params + mtp == pytest.approx(123_611_012_096, abs=20_000)
+    assert m.num_params == 120_668_707_840
+    # Latent experts: 22 of 512 a token, each 2 x 1024 x 2688.
+    assert (m.num_experts, m.experts_per_token, m.expert_ffn) == (512, 22, 2688)

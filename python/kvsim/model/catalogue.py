@@ -647,8 +647,19 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
                 "activation_scheme": "dynamic",
                 "fmt": "e4m3",
                 "quant_method": "fp8",
+                "scale_fmt": "ue8m0",
                 "weight_block_size": [128, 128],
             },
+            "rope_scaling": {
+                "beta_fast": 32,
+                "beta_slow": 1,
+                "factor": 40,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+                "original_max_position_embeddings": 4096,
+                "type": "yarn",
+            },
+            "rope_theta": 10000,
             "tie_word_embeddings": False,
             "topk_method": "noaux_tc",
             "torch_dtype": "bfloat16",
@@ -658,13 +669,15 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     # zai-org/GLM-5: DeepSeek-V3.2's sparse attention (an indexer of 32 heads of 128 on every layer, 2,048 keys a
     # query) on GLM's MLA (q_lora 2048, qk_nope 192, v_head 256), 256 experts of 2048; 78 layers. Model card:
-    # 744B total, 40B active. vLLM 0.33.0 serves it on DeepSeek-V3.2's classes, its KV cache fp8 on 10.x.
+    # 744B total, 40B active. vLLM 0.33.0 serves it on DeepSeek-V3.2's classes, its KV cache fp8 on 10.x. (The
+    # fields of nvidia/GLM-5-NVFP4's config.json, zai-org/GLM-5's architecture, its quantization apart.)
     "glm-5": (
         "zai-org/GLM-5",
         {
             "model_type": "glm_moe_dsa",
             "attention_bias": False,
             "first_k_dense_replace": 3,
+            "head_dim": 64,
             "hidden_size": 6144,
             "index_head_dim": 128,
             "index_n_heads": 32,
@@ -683,9 +696,10 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "q_lora_rank": 2048,
             "qk_nope_head_dim": 192,
             "qk_rope_head_dim": 64,
+            "rope_parameters": {"rope_theta": 1000000, "rope_type": "default"},
             "tie_word_embeddings": False,
             "topk_method": "noaux_tc",
-            "torch_dtype": "bfloat16",
+            "dtype": "bfloat16",
             "v_head_dim": 256,
             "vocab_size": 154880,
         },
