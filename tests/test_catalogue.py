@@ -1432,7 +1432,7 @@ def test_qwen3_6_state_in_float32_and_weights_by_hand():
     "pattern",
     [
         "model.language_model.layers.*.self_attn*",  # NVIDIA's NVFP4 Gemma 4 spelling
-        "language_model.model.layers.0.self_attn",  # LLaVA-style wrappers
+        "language_model.model.layers.*.self_attn",  # LLaVA-style wrappers
         "model.layers.*.self_attn",  # a text model's own
     ],
 )

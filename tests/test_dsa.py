@@ -243,3 +243,36 @@ def test_the_weights_reread_from_kept_fields():
     cfg = {**_v32(), "index_topk_freq": 4, "index_skip_topk_offset": 3}
     m = hf_config._from_dict(cfg, "t", "t", "t", None)
     assert sum(g.bytes for g in weight_groups(m).values()) == m.param_bytes
+
+
+def test_glm_5_2_index_sharing_and_its_per_layer_ignore_list():
+    """NVIDIA's GLM-5.2 NVFP4 release: the index-sharing fields put an indexer on the layers its (unread)
+    `indexer_types` marks "full" (21 of 78); its ModelOpt ignore list names single layers (`model.layers.0*`,
+    every layer's attention and shared experts), which left every group unquantized when kvsim read layer 0
+    alone: the routed experts are NVFP4, the attention and shared experts as the checkpoint keeps them."""
+    import json
+
+    raw = json.loads((HF / "glm-5.2-nvfp4.json").read_text())
+    m = models.from_hf_config(HF / "glm-5.2-nvfp4.json")
+    full = [i for i, t in enumerate(raw["indexer_types"]) if t == "full"]
+    assert [i for i, lay in enumerate(m.layers) if lay.index_head_dim] == full
+    assert len(full) == 21
+    assert "experts nvfp4" in m.quantization
+    assert "attn" not in m.quantization
+    assert "shared_experts" not in m.quantization
+    assert m.param_bytes < 0.35 * 2 * m.num_params  # mostly 4-bit experts (was 2 bytes a parameter)
+
+
+def test_an_ignore_list_exempts_a_group_only_where_it_names_every_layer():
+    from kvsim.model import quant
+
+    def fp8(ignored: list[str], layers: int) -> tuple[str, ...]:
+        qc = {"quant_method": "fp8", "activation_scheme": "dynamic", "ignored_layers": ignored}
+        return tuple(quant.from_config(qc, "t", layers).formats)
+
+    every = fp8([], 4)
+    assert fp8(["model.layers.0*"], 4) == every  # one layer named: priced with its group
+    assert "attn" not in fp8(["re:model.layers.*.self_attn.*"], 4)
+    named = [f"model.layers.{i}.self_attn" for i in range(4)]
+    assert "attn" not in fp8(named, 4)
+    assert "attn" in fp8(named[:3], 4)

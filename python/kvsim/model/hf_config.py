@@ -524,7 +524,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         # CUDA GPUs of compute capability 8.0 and up and on ROCm, float16 before (the same two bytes).
         dtype = "bf16"
     towers, uncounted = _towers(wrapper, encoders, hidden, dtype_bits(dtype), str(path))
-    checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}")
+    checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}", layers)
     if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
         checkpoint = quant.deepseek_v4(checkpoint, cfg, f"model {str(path)!r}")
     q = quant.with_flag(checkpoint, quantization, f"model {str(path)!r}")

@@ -170,13 +170,23 @@ def _spellings(name: str) -> tuple[str, ...]:
     return (name, f"model.language_model.{rest}", f"language_model.model.{rest}")
 
 
-def _skipped(groups: tuple[str, ...], ignored: list[str]) -> tuple[str, ...]:
-    """`groups` less those every representative module of which an ignore pattern names (in any of
-    `_spellings`)."""
+def _skipped(groups: tuple[str, ...], ignored: list[str], layers: int = 1) -> tuple[str, ...]:
+    """`groups` less those whose representative module an ignore pattern names (in any of `_spellings`) in
+    every one of the model's `layers` decoder layers. A list naming single layers (NVIDIA's NVFP4 releases:
+    `model.layers.0*`, `model.layers.1.*`, then the attention of each layer) exempts no group whole: those
+    layers' modules are priced with their group (`exempts_layer_modules`); kvsim read the representative in
+    layer 0 alone, so `model.layers.0*` left every group unquantized."""
     kept = []
     for g in groups:
         names = MODULE_NAMES[g]
-        if names and all(any(_matches(p, s) for p in ignored for s in _spellings(n)) for n in names[:1]):
+        if not names:
+            kept.append(g)
+            continue
+        first = names[0]
+        at = [first.replace("layers.0.", f"layers.{i}.") for i in range(max(1, layers))]
+        if "layers.0." not in first:
+            at = [first]
+        if all(any(_matches(p, s) for p in ignored for s in _spellings(n)) for n in at):
             continue
         kept.append(g)
     return tuple(kept)
@@ -227,7 +237,7 @@ def _block(block: Any) -> bool:
     )
 
 
-def _fp8(qc: dict[str, Any], where: str) -> Quantization:
+def _fp8(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
     block = qc.get("weight_block_size")
     if block is not None:
         if not _block(block):
@@ -236,7 +246,7 @@ def _fp8(qc: dict[str, Any], where: str) -> Quantization:
     else:
         fmt = Format("fp8", 8, "tensor")
     ignored = _ignore_list(qc, where, "ignored_layers", "modules_to_not_convert")
-    groups = _skipped(LINEAR_GROUPS, ignored)
+    groups = _skipped(LINEAR_GROUPS, ignored, layers)
     return Quantization("fp8", {g: fmt for g in groups}, tuple(ignored))
 
 
@@ -252,7 +262,7 @@ def _get_from_keys(qc: dict[str, Any], where: str, *keys: str) -> str:
     return key
 
 
-def _awq(qc: dict[str, Any], where: str) -> Quantization:
+def _awq(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
     """An AWQ checkpoint as vLLM 0.33.0 loads it (`auto_awq.py` `AutoAWQConfig`, its one AWQ method): 4-bit
     weights (`TYPE_MAP`; 8-bit is refused) with zero points, `w_bit`/`bits`, `q_group_size`/`group_size`
     and `zero_point` read as vLLM reads them (each must be there), the `lm_head` quantized when the config
@@ -275,13 +285,13 @@ def _awq(qc: dict[str, Any], where: str) -> Quantization:
         )
     fmt = Format("int", bits, "group", group=group, zeros=True)
     ignored = _ignore_list(qc, where, "modules_to_not_convert")
-    formats = {g: fmt for g in _skipped(LINEAR_GROUPS, ignored)}
+    formats = {g: fmt for g in _skipped(LINEAR_GROUPS, ignored, layers)}
     if qc.get("lm_head"):  # (vLLM tests it for truth, as GPTQ's)
         formats["lm_head"] = fmt
     return Quantization("awq", formats, tuple(ignored))
 
 
-def _gptq(qc: dict[str, Any], where: str) -> Quantization:
+def _gptq(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
     """A GPTQ checkpoint as vLLM 0.33.0 loads it (`auto_gptq.py` `AutoGPTQConfig`, its one GPTQ method):
     symmetric 4- or 8-bit weights (`TYPE_MAP`) in groups Marlin takes (-1, 32, 64 or 128:
     `verify_marlin_supported`), without group activation ordering (`normalize_and_validate_gptq_desc_act`:
@@ -320,16 +330,16 @@ def _gptq(qc: dict[str, Any], where: str) -> Quantization:
         )
     fmt = Format("int", bits, "group", group=group, zeros=True)
     ignored = _ignore_list(qc, where, "modules_to_not_convert")
-    groups = _skipped(LINEAR_GROUPS, ignored)
+    groups = _skipped(LINEAR_GROUPS, ignored, layers)
     formats = {g: fmt for g in groups}
     if qc.get("lm_head"):
         formats["lm_head"] = fmt
     return Quantization("gptq", formats, tuple(ignored))
 
 
-def _mxfp4(qc: dict[str, Any], where: str) -> Quantization:
+def _mxfp4(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
     ignored = _ignore_list(qc, where, "modules_to_not_convert", "ignored_layers")
-    groups = _skipped(("experts",), ignored)
+    groups = _skipped(("experts",), ignored, layers)
     return Quantization("mxfp4", {g: Format("mxfp4", 4) for g in groups}, tuple(ignored))
 
 
@@ -356,12 +366,12 @@ def _modelopt_kv_fp8(qc: dict[str, Any], inner: dict[str, Any], where: str) -> b
     return isinstance(kv, str) and kv.lower() == "fp8"
 
 
-def _modelopt(qc: dict[str, Any], where: str) -> Quantization:
+def _modelopt(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
     algo = qc.get("quant_algo")
     if isinstance(qc.get("quantization"), dict):  # hf_quant_config.json's nesting
         algo = algo or qc["quantization"].get("quant_algo")
     ignored = _ignore_list(qc, where, "exclude_modules", "ignore")
-    groups = _skipped(LINEAR_GROUPS, ignored)
+    groups = _skipped(LINEAR_GROUPS, ignored, layers)
     inner = qc["quantization"] if isinstance(qc.get("quantization"), dict) else qc
     kv_fp8 = _modelopt_kv_fp8(qc, inner, where)
     if algo == "FP8":
@@ -423,7 +433,7 @@ def _ct_format(weights: dict[str, Any], fmt_name: str, where: str) -> Format:
     )
 
 
-def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
+def _compressed_tensors(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
     kv_scheme = qc.get("kv_cache_scheme")
     if kv_scheme is not None and not (
         isinstance(kv_scheme, dict) and kv_scheme.get("num_bits") == 8 and kv_scheme.get("type") == "float"
@@ -467,7 +477,7 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
         )
     ignored = _ignore_list(qc, where, "ignore")
     return Quantization(
-        "compressed-tensors", {g: fmt for g in _skipped(LINEAR_GROUPS, ignored)}, tuple(ignored)
+        "compressed-tensors", {g: fmt for g in _skipped(LINEAR_GROUPS, ignored, layers)}, tuple(ignored)
     )
 
 
@@ -630,8 +640,9 @@ _PARSERS = {
 }
 
 
-def from_config(qc: Any, where: str) -> Quantization:
-    """The `Quantization` a checkpoint's `quantization_config` describes (`where` names the file in errors).
+def from_config(qc: Any, where: str, layers: int = 1) -> Quantization:
+    """The `Quantization` a checkpoint's `quantization_config` describes (`where` names the file in errors)
+    for a model of `layers` decoder layers (its ignore list is read layer by layer: `_skipped`).
 
     Raises:
         InvalidArgumentError: a method or a field kvsim does not model, named.
@@ -651,7 +662,7 @@ def from_config(qc: Any, where: str) -> Quantization:
         raise InvalidArgumentError(
             f"{where}: quant_method {method!r} is not modelled by kvsim; known: {', '.join(sorted(_PARSERS))}"
         )
-    return parser(qc, where)
+    return parser(qc, where, layers)
 
 
 def exempts_layer_modules(q: Quantization) -> bool:
