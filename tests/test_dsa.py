@@ -198,6 +198,8 @@ def test_pool_blocks_applies_the_same_rules():
     ("change", "gpu", "kv", "message"),
     [
         ({}, "b200", "fp8_e5m2", "fp8_e5m2: none of vLLM 0.33.0's sparse MLA backends"),
+        ({}, "b200", "fp32", "fp32: none of vLLM 0.33.0's sparse MLA backends"),
+        ({}, "gfx942", "fp8_e5m2", "fp8_e5m2: none"),
         ({"qk_nope_head_dim": 64}, "b200", "fp8", "qk_nope_head_dim of 64"),
         ({"kv_lora_rank": 256}, "b200", "auto", r"a latent of 256 \+ 64"),
         ({}, "sm_110", "auto", "9.x, 10.x and 12.x only"),
@@ -276,3 +278,37 @@ def test_an_ignore_list_exempts_a_group_only_where_it_names_every_layer():
     named = [f"model.layers.{i}.self_attn" for i in range(4)]
     assert "attn" not in fp8(named, 4)
     assert "attn" in fp8(named[:3], 4)
+
+
+@pytest.mark.parametrize(
+    ("fields", "key"),
+    [
+        ({"sliding_window": 4096}, "sliding_window"),
+        ({"attention_chunk_size": 8192}, "attention_chunk_size"),
+        ({"hybrid_override_pattern": "M" * 61}, "hybrid_override_pattern"),
+        ({"layer_types": ["sliding_attention"] * 61}, "layer_types"),
+    ],
+)
+def test_layer_kind_fields_refused_on_sparse_attention(fields, key):
+    """A layer-kind field another model type reads (a window, chunks, a pattern) was dropped silently on a
+    sparse-attention model; GLM-5.2's own `layer_types` (every layer `deepseek_sparse_attention`) is taken."""
+    with pytest.raises(InvalidArgumentError, match=f"'{key}'"):
+        hf_config._from_dict({**_v32(), **fields}, "t", "t", "t", None)
+    listed = {**_v32(), "layer_types": ["deepseek_sparse_attention"] * 61, "sliding_window": 4096}
+    assert hf_config._from_dict(listed, "t", "t", "t", None).layers == models.get("deepseek-v3.2").layers
+
+
+def test_a_prefill_pool_of_another_kv_dtype_says_where_each_came_from():
+    """GLM-5's fp8 cache on a B200 is vLLM's own choice from auto: a prefill pool on an MI300X keeps bf16, and
+    the refusal says so (it named 'auto' against 'fp8', neither typed); bf16 given against auto (the same
+    bf16) is no difference."""
+    decode = kvsim.SimConfig(
+        model="glm-5", gpu="b200", tensor_parallel_size=8, quantization="fp8", replicas=2, prefill_replicas=1
+    )
+    prefill = decode.replace(gpu="mi300x", replicas=1, prefill_replicas=0)
+    from kvsim.engine.cluster import _pd_spec
+
+    with pytest.raises(
+        InvalidArgumentError, match=r"bf16 \(auto: the model's\) differs from .* fp8 \(auto: vLLM"
+    ):
+        _pd_spec([decode, decode], None, prefill)

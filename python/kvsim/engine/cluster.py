@@ -167,6 +167,27 @@ def simulate_cluster(
     return result
 
 
+def _kv_cache_dtype(config: SimConfig) -> tuple[str, str]:
+    """The KV cache dtype a configuration's pool keeps, and where it came from when not given: `auto` is the
+    model's; an fp8 that `auto` became is vLLM's own choice for the model on the GPU
+    (`layers.dsa_kv_dtype`)."""
+    from kvsim.model.models import resolve
+
+    given = config._given.get("kv_cache_dtype")  # type: ignore[attr-defined]
+    kv = config.kv_cache_dtype
+    if config.model is None:
+        return kv, ""
+    m = resolve(config.model)
+    if kv == "auto":
+        return m.kv_dtype, " (auto: the model's)"
+    if given == "auto":
+        return (
+            kv,
+            f" (auto: vLLM 0.33.0's for {m.name} on {config.gpu if isinstance(config.gpu, str) else 'its GPU'})",
+        )
+    return kv, ""
+
+
 def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) -> Any:
     """The prefill pool (`kvsim.reference.cluster.PdSpec`) from config[0]'s knobs, or None for an
     aggregated fleet; refuses what is not modelled, naming the field (DESIGN.md §Prefill/decode
@@ -182,13 +203,19 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
             raise InvalidArgumentError("prefill_config is given but prefill_replicas is 0 (no prefill pool)")
         return None
     if prefill_config is not None:
-        for knob in ("model", "kv_cache_dtype", "sampling", "max_model_len"):
+        for knob in ("model", "sampling", "max_model_len"):
             a, b = getattr(prefill_config, knob), getattr(first, knob)
             if a != b:
                 raise InvalidArgumentError(
                     f"prefill_config's {knob} {a!r} differs from the decode replicas' {b!r}: both pools of a "
                     "disaggregated fleet run one model on one workload"
                 )
+        (a, why_a), (b, why_b) = _kv_cache_dtype(prefill_config), _kv_cache_dtype(first)
+        if a != b:
+            raise InvalidArgumentError(
+                f"prefill_config's KV cache dtype {a}{why_a} differs from the decode replicas' {b}{why_b}: both "
+                "pools of a disaggregated fleet keep one KV layout (the transfer copies blocks as they are)"
+            )
         if prefill_config.kv_groups:
             raise InvalidArgumentError(
                 "prefill_config: a hybrid model's transfer (several KV-cache groups) is not modelled"

@@ -502,6 +502,30 @@ def _deepseek_v32_layers(
             f"model {where}: field 'index_head_dim' {dim} is not a multiple of 128 (the indexer quantizes its "
             "keys in blocks of 128 values)"
         )
+    # Layer-kind fields vLLM's sparse-attention classes do not take (every layer is sparse MLA): refused by
+    # name, not read as another model's would be. GLM-5.2 lists its layers as `deepseek_sparse_attention`;
+    # with such a list vLLM sets no cache-wide window (`arg_utils.py`: only when every layer slides).
+    types = cfg.get("layer_types")
+    if types is not None and (
+        not isinstance(types, list)
+        or any(t not in ("deepseek_sparse_attention", "full_attention") for t in types)
+    ):
+        raise InvalidArgumentError(
+            f"model {where}: field 'layer_types' of a sparse-attention model names kinds other than "
+            "deepseek_sparse_attention: not modelled (every layer is sparse MLA)"
+        )
+    unread = [
+        k
+        for k in ("attention_chunk_size", "hybrid_override_pattern", "layers_block_type", "attn_type_list")
+        if cfg.get(k) is not None
+    ]
+    if cfg.get("sliding_window") is not None and types is None:
+        unread.append("sliding_window")
+    if unread:
+        raise InvalidArgumentError(
+            f"model {where}: field {unread[0]!r} on a sparse-attention model (DeepSeek-V3.2's classes) is not "
+            "modelled: its layers are all sparse MLA"
+        )
     has = dsa_indexer_layers(cfg, num_layers, where)
     return tuple(Layer("full", index_head_dim=dim if h else 0, index_heads=heads) for h in has)
 

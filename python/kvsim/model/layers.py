@@ -123,7 +123,8 @@ def dsa_block_size(model: Any, arch: str | None, kv_dtype: str, block_size: int 
             that is not a multiple of 64, a compute capability other than 9.x and 10.x (below 9: no sparse
             MLA backend, "No valid attention backend found"; 12.x: FlashInfer's SM120 backend stores
             FlashMLA's 656-byte `fp8_ds_mla` entries whatever the dtype; others: none), a latent other
-            than 512 + 64 wide (the sparse kernels' only one), `fp8_e5m2` (no sparse backend takes it); an
+            than 512 + 64 wide (the sparse kernels' only one), `fp8_e5m2` and `fp32` (no sparse backend, CUDA's
+            or ROCm's, takes them); an
             fp8 cache where the backend vLLM picks stores `fp8_ds_mla` entries (9.x's FlashMLA; 10.x's
             FlashMLA where FlashInfer's backend does not take the model, a `qk_nope_head_dim` other than 128
             and 192) or where no GPU is named (the layout depends on it).
@@ -157,11 +158,12 @@ def dsa_block_size(model: Any, arch: str | None, kv_dtype: str, block_size: int 
                 f"{where}: a latent of {model.kv_lora_rank} + {model.qk_rope_head_dim} = {width}: vLLM 0.33.0's "
                 "sparse MLA kernels on CUDA take 512 + 64 only (no backend would be found)"
             )
-        if kv_dtype == "fp8_e5m2":
-            raise InvalidArgumentError(
-                f"{where}: kv_cache_dtype fp8_e5m2: none of vLLM 0.33.0's sparse MLA backends on CUDA takes it "
-                "(FlashInfer's and FlashMLA's take fp8 as e4m3)"
-            )
+
+    if kv_dtype in ("fp8_e5m2", "fp32"):
+        raise InvalidArgumentError(
+            f"{where}: kv_cache_dtype {kv_dtype}: none of vLLM 0.33.0's sparse MLA backends takes it (their "
+            "supported_kv_cache_dtypes: auto, float16, bfloat16 and fp8 as e4m3; FlashMLA's its fp8_ds_mla)"
+        )
     if fp8 and not rocm:
         nope = model.qk_nope_head_dim
         if major == 9:
