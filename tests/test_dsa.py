@@ -312,3 +312,29 @@ def test_a_prefill_pool_of_another_kv_dtype_says_where_each_came_from():
         InvalidArgumentError, match=r"bf16 \(auto: the model's\) differs from .* fp8 \(auto: vLLM"
     ):
         _pd_spec([decode, decode], None, prefill)
+
+
+def test_a_modelopt_hf_quant_config_beside_the_config_is_read():
+    """NVIDIA's GLM-5-NVFP4 keeps its quantization in `hf_quant_config.json` (no `quantization_config` in
+    config.json), which vLLM reads, naming the method from its producer and quant_algo: kvsim sized it as
+    bf16 (1.49 TB). Its exclude list names every layer's MLA projections (`kv_a_proj_with_mqa`, ...), which
+    an MLA model's attention is matched by: the attention stays bf16, the experts NVFP4, the KV cache fp8."""
+    m = models.from_hf_config(HF / "glm-5-nvfp4")
+    assert m.quantization.startswith("modelopt_fp4")
+    assert "experts nvfp4" in m.quantization
+    assert "attn" not in m.quantization
+    assert m.kv_dtype == "fp8"
+    assert m.param_bytes < 0.3 * 2 * m.num_params
+    bare = models.from_hf_config(HF / "glm-5-nvfp4" / "config.json")  # (the same file, read as a folder's)
+    assert bare.quantization == m.quantization
+
+
+def test_a_modelopt_producer_with_an_unknown_algorithm_is_refused():
+    from kvsim.model import quant
+
+    qc = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "W4A8_AWQ"}}
+    with pytest.raises(InvalidArgumentError, match="Unknown ModelOpt quant algo"):
+        quant.from_config(qc, "t")
+    mixed = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "MIXED_PRECISION"}}
+    with pytest.raises(InvalidArgumentError, match="MIXED_PRECISION"):
+        quant.from_config(mixed, "t")

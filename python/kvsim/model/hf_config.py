@@ -98,6 +98,15 @@ def from_hf_config(path: str | Path, name: str | None = None, quantization: str 
         raise InvalidArgumentError(f"model {str(path)!r}: {p} is not a JSON config: {exc}") from None
     if not isinstance(cfg, dict):
         raise InvalidArgumentError(f"model {str(path)!r}: {p} does not hold a JSON object")
+    side = p.parent / "hf_quant_config.json"
+    if cfg.get("quantization_config") is None and side.is_file():
+        # ModelOpt 0.29 and before keep the quantization in this file beside config.json, which vLLM 0.33.0
+        # reads when config.json has none (`vllm/transformers_utils/config.py`)
+        try:
+            quant_cfg = json.loads(side.read_bytes())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InvalidArgumentError(f"model {str(path)!r}: {side} is not a JSON config: {exc}") from None
+        cfg = {**cfg, "quantization_config": quant_cfg}
     model = _from_dict(cfg, name or str(path), str(path), str(p), quantization)
     _HF_CACHE[key] = model
     return model
@@ -524,7 +533,9 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         # CUDA GPUs of compute capability 8.0 and up and on ROCm, float16 before (the same two bytes).
         dtype = "bf16"
     towers, uncounted = _towers(wrapper, encoders, hidden, dtype_bits(dtype), str(path))
-    checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}", layers)
+    checkpoint = quant.from_config(
+        cfg.get("quantization_config"), f"model {str(path)!r}", layers, bool(cache_lora)
+    )
     if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
         checkpoint = quant.deepseek_v4(checkpoint, cfg, f"model {str(path)!r}")
     q = quant.with_flag(checkpoint, quantization, f"model {str(path)!r}")

@@ -50,6 +50,19 @@ MODULE_NAMES: dict[str, tuple[str, ...]] = {
     "router": ("model.layers.0.mlp.gate", "model.layers.0.mlp.router"),
     "other": (),
 }
+# An MLA model's attention as vLLM names it (DeepSeek-V2/V3/V3.2, GLM-5, Kimi: `kv_a_proj_with_mqa`,
+# `kv_b_proj`, `q_a_proj` / `q_b_proj` or `q_proj`, `o_proj`), which its checkpoints' ignore lists name.
+MLA_ATTN_NAMES = (
+    "model.layers.0.self_attn.kv_a_proj_with_mqa",
+    "model.layers.0.self_attn.kv_b_proj",
+    "model.layers.0.self_attn.o_proj",
+)
+
+
+def module_names(mla: bool) -> dict[str, tuple[str, ...]]:
+    """The representative module names of a model's groups (`MODULE_NAMES`; an MLA model's attention by
+    `MLA_ATTN_NAMES`)."""
+    return {**MODULE_NAMES, "attn": MLA_ATTN_NAMES} if mla else MODULE_NAMES
 
 
 @dataclass(frozen=True)
@@ -519,4 +532,12 @@ def param_breakdown(
     return b
 
 
-__all__ = ["GROUPS", "MODULE_NAMES", "Breakdown", "Matrix", "param_breakdown"]
+__all__ = [
+    "GROUPS",
+    "MLA_ATTN_NAMES",
+    "MODULE_NAMES",
+    "Breakdown",
+    "Matrix",
+    "module_names",
+    "param_breakdown",
+]

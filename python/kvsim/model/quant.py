@@ -30,11 +30,12 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.params import GROUPS, MODULE_NAMES, Breakdown, Matrix
+from kvsim.model.params import GROUPS, MODULE_NAMES, Breakdown, Matrix, module_names
 
 # The groups each method quantizes (others stay in the checkpoint's dtype).
 LINEAR_GROUPS = ("attn", "mlp", "experts", "shared_experts")
@@ -170,6 +171,11 @@ def _spellings(name: str) -> tuple[str, ...]:
     return (name, f"model.language_model.{rest}", f"language_model.model.{rest}")
 
 
+# The representative module names the parsers read (`from_config` sets them for the model being read: an
+# MLA model's attention has its own names, `params.module_names`).
+_NAMES: ContextVar[Mapping[str, tuple[str, ...]]] = ContextVar("_NAMES", default=MODULE_NAMES)
+
+
 def _skipped(groups: tuple[str, ...], ignored: list[str], layers: int = 1) -> tuple[str, ...]:
     """`groups` less those whose representative module an ignore pattern names (in any of `_spellings`) in
     every one of the model's `layers` decoder layers. A list naming single layers (NVIDIA's NVFP4 releases:
@@ -178,7 +184,7 @@ def _skipped(groups: tuple[str, ...], ignored: list[str], layers: int = 1) -> tu
     layer 0 alone, so `model.layers.0*` left every group unquantized."""
     kept = []
     for g in groups:
-        names = MODULE_NAMES[g]
+        names = _NAMES.get()[g]
         if not names:
             kept.append(g)
             continue
@@ -370,16 +376,19 @@ def _modelopt(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
     algo = qc.get("quant_algo")
     if isinstance(qc.get("quantization"), dict):  # hf_quant_config.json's nesting
         algo = algo or qc["quantization"].get("quant_algo")
-    ignored = _ignore_list(qc, where, "exclude_modules", "ignore")
-    groups = _skipped(LINEAR_GROUPS, ignored, layers)
     inner = qc["quantization"] if isinstance(qc.get("quantization"), dict) else qc
+    # (hf_quant_config.json's nesting keeps the list inside `quantization`)
+    ignored = _ignore_list(qc, where, "exclude_modules", "ignore") or _ignore_list(
+        inner, where, "exclude_modules"
+    )
+    groups = _skipped(LINEAR_GROUPS, ignored, layers)
     kv_fp8 = _modelopt_kv_fp8(qc, inner, where)
     if algo == "FP8":
         return Quantization(
             "modelopt", {g: Format("fp8", 8, "tensor") for g in groups}, tuple(ignored), kv_fp8
         )
     if algo == "NVFP4":
-        group = _int_field(qc, where, "group_size", default=16)
+        group = _int_field(qc if "group_size" in qc else inner, where, "group_size", default=16)
         if group != 16:
             raise InvalidArgumentError(f"{where}: NVFP4 group_size {group}: vLLM's NVFP4 takes groups of 16")
         return Quantization("modelopt_fp4", {g: Format("nvfp4", 4) for g in groups}, tuple(ignored), kv_fp8)
@@ -640,9 +649,12 @@ _PARSERS = {
 }
 
 
-def from_config(qc: Any, where: str, layers: int = 1) -> Quantization:
+def from_config(qc: Any, where: str, layers: int = 1, mla: bool = False) -> Quantization:
     """The `Quantization` a checkpoint's `quantization_config` describes (`where` names the file in errors)
-    for a model of `layers` decoder layers (its ignore list is read layer by layer: `_skipped`).
+    for a model of `layers` decoder layers (its ignore list is read layer by layer: `_skipped`), an MLA
+    model's attention by its own module names (`mla`). A ModelOpt config without `quant_method` (an
+    `hf_quant_config.json`, whose `producer` is modelopt) takes vLLM's from its `quant_algo`
+    (`ModelArchConfigConvertor._normalize_quantization_config`).
 
     Raises:
         InvalidArgumentError: a method or a field kvsim does not model, named.
@@ -652,6 +664,22 @@ def from_config(qc: Any, where: str, layers: int = 1) -> Quantization:
     if not isinstance(qc, dict):
         raise InvalidArgumentError(f"{where}: quantization_config {qc!r} must be a JSON object")
     method = qc.get("quant_method")
+    inner = qc.get("quantization")
+    producer = qc.get("producer")
+    legacy = isinstance(inner, dict) and "modelopt_quant_config" in inner
+    if (
+        method is None
+        and isinstance(inner, dict)
+        and ((isinstance(producer, dict) and producer.get("name") == "modelopt") or legacy)
+    ):
+        algo = str(inner.get("quant_algo", "")).upper()
+        if algo not in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "MIXED_PRECISION"):
+            raise InvalidArgumentError(
+                f'{where}: ModelOpt quant_algo {inner.get("quant_algo")!r} (vLLM: "Unknown ModelOpt quant algo")'
+            )
+        method = (
+            "modelopt"  # (vLLM's modelopt / modelopt_fp4 / modelopt_mixed: one parser here, by quant_algo)
+        )
     if method == "bitsandbytes":
         raise InvalidArgumentError(
             f"{where}: quant_method 'bitsandbytes': vLLM 0.33.0 has no bitsandbytes quantization (it is not "
@@ -662,7 +690,11 @@ def from_config(qc: Any, where: str, layers: int = 1) -> Quantization:
         raise InvalidArgumentError(
             f"{where}: quant_method {method!r} is not modelled by kvsim; known: {', '.join(sorted(_PARSERS))}"
         )
-    return parser(qc, where, layers)
+    token = _NAMES.set(module_names(mla))
+    try:
+        return parser(qc, where, layers)
+    finally:
+        _NAMES.reset(token)
 
 
 def exempts_layer_modules(q: Quantization) -> bool:

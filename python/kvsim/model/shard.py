@@ -363,7 +363,7 @@ def _quantization(m: Model) -> quant.Quantization:
     `DeepseekV4FP8Config`; vLLM's online fp8 where `m` was loaded with `--quantization fp8`)."""
     kept = m.config_fields
     where = f"model {m.name!r}"
-    q = quant.from_config(kept.get("quantization_config"), where, m.num_layers)
+    q = quant.from_config(kept.get("quantization_config"), where, m.num_layers, m.is_mla)
     if kept.get("model_type") == "deepseek_v4" and q.method == "fp8":
         q = quant.deepseek_v4(q, kept, where)
     if not q.method and m.quant_method == "fp8":

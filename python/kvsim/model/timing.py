@@ -331,7 +331,7 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
         pick,
         model.name,
     )
-    checkpoint = quant.from_config(cfg.get("quantization_config"), where, model.num_layers)
+    checkpoint = quant.from_config(cfg.get("quantization_config"), where, model.num_layers, model.is_mla)
     if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
         # DeepSeek-V4's fp8 checkpoint as vLLM loads it: its routed experts MXFP4 (`quant.deepseek_v4`, as
         # the model's reader prices them).
