@@ -139,11 +139,12 @@ PUBLISHED = {
     "gemma-4-e4b": (8.0, None, 0.07),
     # Hugging Face's safetensors totals: 31,577,937,344 (kvsim counts the 23 MoE layers' 128-entry
     # float32 `e_score_correction_bias` vLLM allocates, which that total leaves out: +2,944); the card's
-    # 3.5B active. granite-4.0-h-tiny 6,939,037,248 exactly (IBM: 7B total, 1B active).
+    # 3.5B active. granite-4.0-h-tiny 6,939,037,248 exactly (IBM's "1B active" is rounded far down: kvsim's
+    # 1.47B counts the 0.15B embedding and 6 of 64 experts, so no active figure is checked).
     "nemotron-3-nano-30b-a3b": (31.577940288, 3.5, 1e-9),
     # GLM-5's model card: 744B total, 40B active (kvsim's 41.8B counts the embeddings and lm_head)
     "glm-5": (744, 40, 0.002),
-    "granite-4.0-h-tiny": (6.939037248, 1.4, 1e-9),
+    "granite-4.0-h-tiny": (6.939037248, None, 1e-9),
 }
 
 

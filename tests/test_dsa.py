@@ -338,3 +338,19 @@ def test_a_modelopt_producer_with_an_unknown_algorithm_is_refused():
     mixed = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "MIXED_PRECISION"}}
     with pytest.raises(InvalidArgumentError, match="MIXED_PRECISION"):
         quant.from_config(mixed, "t")
+
+
+def test_fp8_on_a_gpu_without_its_arch_asks_for_the_arch():
+    """A GPU described without `arch` was told to name the GPU it had named."""
+    noarch = dataclasses.replace(gpus.get("h200"), arch="")
+    with pytest.raises(InvalidArgumentError, match=r"give the GPU's arch \(sm_XY\)"):
+        kvsim.SimConfig(model="deepseek-v3.2", gpu=noarch, kv_cache_dtype="fp8", tensor_parallel_size=8)
+
+
+def test_fp8_spellings_are_one_layout_across_pools():
+    """vLLM's fp8 is e4m3: a prefill pool of fp8_e4m3 beside decode replicas of fp8 is one layout."""
+    from kvsim.engine.cluster import _kv_cache_dtype
+
+    a = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_dtype="fp8")
+    b = a.replace(kv_cache_dtype="fp8_e4m3")
+    assert _kv_cache_dtype(a)[0] == _kv_cache_dtype(b)[0] == "fp8"

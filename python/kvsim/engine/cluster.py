@@ -170,11 +170,12 @@ def simulate_cluster(
 def _kv_cache_dtype(config: SimConfig) -> tuple[str, str]:
     """The KV cache dtype a configuration's pool keeps, and where it came from when not given: `auto` is the
     model's; an fp8 that `auto` became is vLLM's own choice for the model on the GPU
-    (`layers.dsa_kv_dtype`)."""
+    (`kvsim.model.dsa.dsa_kv_dtype`)."""
     from kvsim.model.models import resolve
 
     given = config._given.get("kv_cache_dtype")  # type: ignore[attr-defined]
-    kv = config.kv_cache_dtype
+    # (vLLM's fp8 is e4m3: one layout under either spelling)
+    kv = {"fp8_e4m3": "fp8"}.get(config.kv_cache_dtype, config.kv_cache_dtype)
     if config.model is None:
         return kv, ""
     m = resolve(config.model)

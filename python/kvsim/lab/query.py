@@ -84,8 +84,9 @@ def model_names() -> list[str]:
     groups' blocks of 4 to 256 tokens the page cannot draw in one block size (`check_layout`) and whose
     layout takes no block size but its backend's (DESIGN.md §Hybrid attention), nor a model whose
     attention groups have unequal pages at every block size (Gemma 4's full-attention heads are twice its
-    sliding-window heads: blocks of 32 tokens beside 16), which `check_layout` refuses, nor DeepSeek-V3.2,
-    whose indexer takes blocks of 64 tokens only (the page offers 8 to 128: `layers.dsa_block_size`)."""
+    sliding-window heads: blocks of 32 tokens beside 16), which `check_layout` refuses, nor the sparse-attention
+    models (DeepSeek-V3.2, GLM-5), whose indexer takes blocks of multiples of 64 tokens only on CUDA (the page
+    offers 8 to 128: `kvsim.model.dsa.dsa_block_size`)."""
     names = {
         n
         for n in models.names()

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.dsa import dsa_index_bytes
 from kvsim.model.encoders import Tower
 from kvsim.model.layers import FULL, Layer
 
@@ -189,7 +190,7 @@ class Model:
             bits = attention * (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bits(self.kv_dtype)
             # DeepSeek-V3.2's indexer keys: index_head_dim fp8 values and an fp32 scale per 128, a layer
             index = sum(
-                lay.index_head_dim + lay.index_head_dim // 128 * 4
+                dsa_index_bytes(lay.index_head_dim)
                 for lay in self.layer_list()
                 if lay.kind == "full" and lay.index_head_dim
             )
@@ -203,7 +204,7 @@ class Model:
                 # Counted in bits per `ratio` tokens, exactly; rounded up once at the end.
                 r, idx = max(1, layer.compress_ratio), layer.index_head_dim
                 dsv4 += Fraction(584 * 8 * (r + 1), r) if r > 1 else 584 * 8
-                dsv4 += Fraction((idx + idx // 128 * 4) * 8, 4) if r == 4 else 0
+                dsv4 += Fraction(dsa_index_bytes(idx) * 8, 4) if r == 4 else 0
             if layer.kind in ("full", "sliding_window", "chunked_local"):
                 heads = layer.num_kv_heads or self.num_kv_heads
                 bits += 2 * heads * (layer.head_dim or self.head_dim) * dtype_bits(self.kv_dtype)

@@ -309,36 +309,30 @@ class SimConfig(ConfigTimeModel):
         object.__setattr__(self, "max_num_seqs", seqs)
 
     def _resolve_kv_cache_dtype(self) -> None:
-        """`kv_cache_dtype` auto: the model's, except where vLLM 0.33.0 overrides it for the model on the GPU
-        named: GLM-5 (`glm_moe_dsa`) on compute capability 10.x takes fp8 (`GlmMoeDsaForCausalLM.
-        verify_and_update_config`, `vllm/model_executor/models/config.py`: "Using fp8 kv-cache for
-        GlmMoeDsaForCausalLM on SM10x"). `replace` derives it again from auto."""
-        if self.kv_cache_dtype != "auto" or self.model is None or self.gpu is None:
+        """A sparse-attention model's KV cache dtype and block size (`kvsim.model.dsa.resolve`): auto stays
+        the model's except where vLLM 0.33.0 overrides it on the GPU named (GLM-5, `glm_moe_dsa`, takes fp8
+        on compute capability 10.x: `GlmMoeDsaForCausalLM.verify_and_update_config`,
+        `vllm/model_executor/models/config.py`, "Using fp8 kv-cache for GlmMoeDsaForCausalLM on SM10x"); its
+        block is its indexer's (given or not: `dsa.dsa_block_size`). `replace` derives both again."""
+        if self.model is None:
             return
+        from kvsim.model import dsa
         from kvsim.model.gpus import resolve as resolve_gpu
-        from kvsim.model.layers import dsa_kv_dtype
         from kvsim.model.models import resolve
 
-        kv = dsa_kv_dtype(resolve(self.model), resolve_gpu(self.gpu).arch, self.kv_cache_dtype)
+        m = resolve(self.model)
+        if not m.is_dsa:
+            return
+        arch = resolve_gpu(self.gpu).arch if self.gpu is not None else None
+        kv, block = dsa.resolve(m, arch, self.kv_cache_dtype, self.block_size)
         object.__setattr__(self, "kv_cache_dtype", kv)
+        object.__setattr__(self, "block_size", block)
 
     def _resolve_block_size(self) -> None:
         """`block_size` unset: vLLM's 16, unless the attention backend vLLM 0.33.0 picks for the model on
         the GPU named prefers another (`Platform._preferred_block_size_for_backends`: an MLA model's,
-        `kvsim.model.layers.mla_default_block_size`)."""
-        if self.model is not None:
-            from kvsim.model.models import resolve
-
-            dsa = resolve(self.model)
-            if dsa.is_dsa:
-                # DeepSeek-V3.2: its indexer's block (given or not: `layers.dsa_block_size`)
-                from kvsim.model.gpus import resolve as resolve_gpu
-                from kvsim.model.layers import dsa_block_size
-
-                arch = resolve_gpu(self.gpu).arch if self.gpu is not None else None
-                kv = dsa.kv_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
-                object.__setattr__(self, "block_size", dsa_block_size(dsa, arch, kv, self.block_size))
-                return
+        `kvsim.model.layers.mla_default_block_size`; a sparse-attention model's, set with its KV dtype by
+        `_resolve_kv_cache_dtype`)."""
         if self.block_size is not None:
             return
         bs = DEFAULT_BLOCK_SIZE

@@ -454,14 +454,6 @@ def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> N
 DSA_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
 
 
-# DeepSeek-V3.2's sparse attention (`vllm/models/deepseek_v32/attention.py`): its indexer's key cache keeps a
-# token's key as `index_head_dim` fp8 values and an fp32 scale per 128 of them (`DeepseekV32IndexerCache`,
-# uint8), one copy a GPU.
-def dsa_index_bytes(index_head_dim: int) -> int:
-    """Bytes one token's indexer key takes (132 for DeepSeek-V3.2's 128-wide keys)."""
-    return index_head_dim + index_head_dim // 128 * 4
-
-
 def dsa_indexer_layers(cfg: Mapping[str, Any], num_layers: int, where: str) -> list[bool]:
     """DeepSeek-V3.2's layers that build an indexer (and its key cache): vLLM 0.33.0's
     `deepseek_v32/attention.py` skips layer i when `max(i - index_skip_topk_offset + 1, 0) %
@@ -728,7 +720,6 @@ def _hf_state(
 
 __all__ = [
     "DSA_TYPES",
-    "dsa_index_bytes",
     "dsa_indexer_layers",
     "full_attention_interval",
     "granite_layer_is_mamba",

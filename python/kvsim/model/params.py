@@ -6,7 +6,8 @@ module it belongs to, so that a quantization (`kvsim.model.quant`) can price eac
 - `embed` (`model.embed_tokens`) and `lm_head` (absent when the embeddings are tied);
 - `attn`: q, k, v and o projections (MLA: its low-rank projections), per layer; a gated delta net layer's
   input and output projections in their stead (Qwen3-Next, Qwen3.5);
-- `mlp`: a dense layer's gated MLP (three matrices; OPT/GPT: two), per layer;
+- `mlp`: a dense layer's gated MLP (three matrices; OPT/GPT and Nemotron-H's squared-ReLU MLP: two), per
+  layer; Granite 4.0-H's shared MLP, Nemotron-H's latent projections (`kvsim.model.params_state`);
 - `experts`: every routed expert's matrices (in memory all of them; per token `num_experts_per_tok`);
 - `shared_experts`: experts every token passes through (DeepSeek, Llama 4, Qwen2-MoE);
 - `router`: the gate picking the experts;
@@ -434,7 +435,7 @@ def param_breakdown(
             # (a LayerNorm, weight and bias).
             n_index = sum(dsa_indexer_layers(cfg, layers, where))
             idx_heads, idx_dim = pick("index_n_heads", least=1), pick("index_head_dim", least=1)
-            b.add("attn", idx_heads * idx_dim, q_lora or hidden, n_index)
+            b.add("attn", idx_heads * idx_dim, q_lora, n_index)  # (q_lora_rank required: hf_layers)
             b.other += ((idx_dim + idx_heads) * hidden + 2 * idx_dim) * n_index
     else:
         # The attention layers that remain of a gated delta net model gate their output with a second

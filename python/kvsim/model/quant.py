@@ -30,7 +30,6 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,12 +170,12 @@ def _spellings(name: str) -> tuple[str, ...]:
     return (name, f"model.language_model.{rest}", f"language_model.model.{rest}")
 
 
-# The representative module names the parsers read (`from_config` sets them for the model being read: an
-# MLA model's attention has its own names, `params.module_names`).
-_NAMES: ContextVar[Mapping[str, tuple[str, ...]]] = ContextVar("_NAMES", default=MODULE_NAMES)
-
-
-def _skipped(groups: tuple[str, ...], ignored: list[str], layers: int = 1) -> tuple[str, ...]:
+def _skipped(
+    groups: tuple[str, ...],
+    ignored: list[str],
+    layers: int = 1,
+    names: Mapping[str, tuple[str, ...]] = MODULE_NAMES,
+) -> tuple[str, ...]:
     """`groups` less those whose representative module an ignore pattern names (in any of `_spellings`) in
     every one of the model's `layers` decoder layers. A list naming single layers (NVIDIA's NVFP4 releases:
     `model.layers.0*`, `model.layers.1.*`, then the attention of each layer) exempts no group whole: those
@@ -184,11 +183,11 @@ def _skipped(groups: tuple[str, ...], ignored: list[str], layers: int = 1) -> tu
     layer 0 alone, so `model.layers.0*` left every group unquantized."""
     kept = []
     for g in groups:
-        names = _NAMES.get()[g]
-        if not names:
+        module = names[g]
+        if not module:
             kept.append(g)
             continue
-        first = names[0]
+        first = module[0]
         at = [first.replace("layers.0.", f"layers.{i}.") for i in range(max(1, layers))]
         if "layers.0." not in first:
             at = [first]
@@ -243,7 +242,9 @@ def _block(block: Any) -> bool:
     )
 
 
-def _fp8(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
+def _fp8(
+    qc: dict[str, Any], where: str, layers: int = 1, names: Mapping[str, tuple[str, ...]] = MODULE_NAMES
+) -> Quantization:
     block = qc.get("weight_block_size")
     if block is not None:
         if not _block(block):
@@ -252,7 +253,7 @@ def _fp8(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
     else:
         fmt = Format("fp8", 8, "tensor")
     ignored = _ignore_list(qc, where, "ignored_layers", "modules_to_not_convert")
-    groups = _skipped(LINEAR_GROUPS, ignored, layers)
+    groups = _skipped(LINEAR_GROUPS, ignored, layers, names)
     return Quantization("fp8", {g: fmt for g in groups}, tuple(ignored))
 
 
@@ -268,7 +269,9 @@ def _get_from_keys(qc: dict[str, Any], where: str, *keys: str) -> str:
     return key
 
 
-def _awq(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
+def _awq(
+    qc: dict[str, Any], where: str, layers: int = 1, names: Mapping[str, tuple[str, ...]] = MODULE_NAMES
+) -> Quantization:
     """An AWQ checkpoint as vLLM 0.33.0 loads it (`auto_awq.py` `AutoAWQConfig`, its one AWQ method): 4-bit
     weights (`TYPE_MAP`; 8-bit is refused) with zero points, `w_bit`/`bits`, `q_group_size`/`group_size`
     and `zero_point` read as vLLM reads them (each must be there), the `lm_head` quantized when the config
@@ -291,13 +294,15 @@ def _awq(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
         )
     fmt = Format("int", bits, "group", group=group, zeros=True)
     ignored = _ignore_list(qc, where, "modules_to_not_convert")
-    formats = {g: fmt for g in _skipped(LINEAR_GROUPS, ignored, layers)}
+    formats = {g: fmt for g in _skipped(LINEAR_GROUPS, ignored, layers, names)}
     if qc.get("lm_head"):  # (vLLM tests it for truth, as GPTQ's)
         formats["lm_head"] = fmt
     return Quantization("awq", formats, tuple(ignored))
 
 
-def _gptq(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
+def _gptq(
+    qc: dict[str, Any], where: str, layers: int = 1, names: Mapping[str, tuple[str, ...]] = MODULE_NAMES
+) -> Quantization:
     """A GPTQ checkpoint as vLLM 0.33.0 loads it (`auto_gptq.py` `AutoGPTQConfig`, its one GPTQ method):
     symmetric 4- or 8-bit weights (`TYPE_MAP`) in groups Marlin takes (-1, 32, 64 or 128:
     `verify_marlin_supported`), without group activation ordering (`normalize_and_validate_gptq_desc_act`:
@@ -336,16 +341,18 @@ def _gptq(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
         )
     fmt = Format("int", bits, "group", group=group, zeros=True)
     ignored = _ignore_list(qc, where, "modules_to_not_convert")
-    groups = _skipped(LINEAR_GROUPS, ignored, layers)
+    groups = _skipped(LINEAR_GROUPS, ignored, layers, names)
     formats = {g: fmt for g in groups}
     if qc.get("lm_head"):
         formats["lm_head"] = fmt
     return Quantization("gptq", formats, tuple(ignored))
 
 
-def _mxfp4(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
+def _mxfp4(
+    qc: dict[str, Any], where: str, layers: int = 1, names: Mapping[str, tuple[str, ...]] = MODULE_NAMES
+) -> Quantization:
     ignored = _ignore_list(qc, where, "modules_to_not_convert", "ignored_layers")
-    groups = _skipped(("experts",), ignored, layers)
+    groups = _skipped(("experts",), ignored, layers, names)
     return Quantization("mxfp4", {g: Format("mxfp4", 4) for g in groups}, tuple(ignored))
 
 
@@ -372,16 +379,19 @@ def _modelopt_kv_fp8(qc: dict[str, Any], inner: dict[str, Any], where: str) -> b
     return isinstance(kv, str) and kv.lower() == "fp8"
 
 
-def _modelopt(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
+def _modelopt(
+    qc: dict[str, Any], where: str, layers: int = 1, names: Mapping[str, tuple[str, ...]] = MODULE_NAMES
+) -> Quantization:
     algo = qc.get("quant_algo")
     if isinstance(qc.get("quantization"), dict):  # hf_quant_config.json's nesting
         algo = algo or qc["quantization"].get("quant_algo")
+    algo = str(algo).upper() if algo is not None else None  # (vLLM upper-cases it)
     inner = qc["quantization"] if isinstance(qc.get("quantization"), dict) else qc
     # (hf_quant_config.json's nesting keeps the list inside `quantization`)
     ignored = _ignore_list(qc, where, "exclude_modules", "ignore") or _ignore_list(
         inner, where, "exclude_modules"
     )
-    groups = _skipped(LINEAR_GROUPS, ignored, layers)
+    groups = _skipped(LINEAR_GROUPS, ignored, layers, names)
     kv_fp8 = _modelopt_kv_fp8(qc, inner, where)
     if algo == "FP8":
         return Quantization(
@@ -442,7 +452,9 @@ def _ct_format(weights: dict[str, Any], fmt_name: str, where: str) -> Format:
     )
 
 
-def _compressed_tensors(qc: dict[str, Any], where: str, layers: int = 1) -> Quantization:
+def _compressed_tensors(
+    qc: dict[str, Any], where: str, layers: int = 1, names: Mapping[str, tuple[str, ...]] = MODULE_NAMES
+) -> Quantization:
     kv_scheme = qc.get("kv_cache_scheme")
     if kv_scheme is not None and not (
         isinstance(kv_scheme, dict) and kv_scheme.get("num_bits") == 8 and kv_scheme.get("type") == "float"
@@ -486,7 +498,9 @@ def _compressed_tensors(qc: dict[str, Any], where: str, layers: int = 1) -> Quan
         )
     ignored = _ignore_list(qc, where, "ignore")
     return Quantization(
-        "compressed-tensors", {g: fmt for g in _skipped(LINEAR_GROUPS, ignored, layers)}, tuple(ignored)
+        "compressed-tensors",
+        {g: fmt for g in _skipped(LINEAR_GROUPS, ignored, layers, names)},
+        tuple(ignored),
     )
 
 
@@ -690,11 +704,7 @@ def from_config(qc: Any, where: str, layers: int = 1, mla: bool = False) -> Quan
         raise InvalidArgumentError(
             f"{where}: quant_method {method!r} is not modelled by kvsim; known: {', '.join(sorted(_PARSERS))}"
         )
-    token = _NAMES.set(module_names(mla))
-    try:
-        return parser(qc, where, layers)
-    finally:
-        _NAMES.reset(token)
+    return parser(qc, where, layers, module_names(mla))
 
 
 def exempts_layer_modules(q: Quantization) -> bool:

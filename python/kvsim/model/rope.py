@@ -11,8 +11,10 @@ passes `mrope_positions_factor` 1 unless video pruning is on; 4 for the others);
 `dynamic` and Gemma 4's `proportional` keep them. The width is `rope_dim`, else `head_dim ×
 partial_rotary_factor` (MiniMax's `rotary_dim`), and the whole head for `proportional`.
 
-By architecture (each model file's `get_rope` calls): OPT (learned positions) and Kimi-Linear (NoPE latent
-attention, KDA) build none; Gemma 3 builds one for its sliding-window layers (`default`, its
+By architecture (each model file's `get_rope` calls): OPT (learned positions), Kimi-Linear (NoPE latent
+attention, KDA), Jamba and Nemotron-H (attention without RoPE) build none, Granite 4.0-H none unless its
+`position_embedding_type` is "rope"; DeepSeek-V3.2 and GLM-5 a second one for their sparse attention's
+indexer, neox-style unless `indexer_rope_interleave` (one cache where the styles agree); Gemma 3 builds one for its sliding-window layers (`default`, its
 `rope_local_base_freq`) and one for its global layers (the config's scaling); Gemma 4 one for each layer
 type of `rope_parameters` (the global layers' width their `global_head_dim`); Llama 4 one for its RoPE
 layers (none on its NoPE layers); gpt-oss's is float32 (`gpt_oss.py` passes `dtype=torch.float32`);

@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model import dsa
 from kvsim.model.gpus import Gpu
 from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.knobs import KNOBS
-from kvsim.model.layers import KVLayout, dsa_block_size, dsa_kv_dtype, kv_layout
+from kvsim.model.layers import KVLayout, kv_layout
 from kvsim.model.linear_time import (
     CALIBRATION_DIR,
     PS_PER_S,
@@ -358,11 +359,9 @@ def size_pool(
     """
     base = resolve_model(model).with_quantization(quantization) if model is not None else None
     if base is not None and base.is_dsa:
-        # Sparse attention's own rules (`layers.dsa_kv_dtype`, `layers.dsa_block_size`), as SimConfig's
+        # Sparse attention's own rules, as SimConfig's (`kvsim.model.dsa.resolve`)
         arch = (get_gpu(gpu) if isinstance(gpu, str) else gpu).arch if gpu is not None else None
-        kv_cache_dtype = dsa_kv_dtype(base, arch, kv_cache_dtype)
-        dtype = base.kv_dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
-        dsa_block_size(base, arch, dtype, block_size)
+        kv_cache_dtype = dsa.resolve(base, arch, kv_cache_dtype, block_size)[0]
     if base is not None and language_model_only:
         base = dataclasses.replace(base, encoders=(), towers=(), uncounted=())
     expert_parallel = bool(enable_expert_parallel and base is not None and base.num_experts)
@@ -680,10 +679,8 @@ def pool_blocks(
         raise InvalidArgumentError(f"include_null_block {include_null_block!r} must be True or False")
     m, g = resolve(model, gpu)
     if m.is_dsa:
-        # Sparse attention's own rules (`layers.dsa_kv_dtype`, `layers.dsa_block_size`), as SimConfig's
-        arch = g.arch if g is not None else None
-        kv_dtype = dsa_kv_dtype(m, arch, kv_dtype)
-        dsa_block_size(m, arch, m.kv_dtype if kv_dtype in (None, "auto") else kv_dtype, block_size)
+        # Sparse attention's own rules, as SimConfig's (`kvsim.model.dsa.resolve`)
+        kv_dtype = dsa.resolve(m, g.arch if g is not None else None, kv_dtype, block_size)[0]
     if kv_dtype is not None and kv_dtype != "auto":
         m = m.with_kv_dtype(kv_dtype)
     if block_size < 1:

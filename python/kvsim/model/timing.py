@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.dsa import dsa_index_bytes
 from kvsim.model.gpus import Gpu
 from kvsim.model.knobs import MAX_COEFFICIENT_PS
 from kvsim.model.layers import Layer
@@ -574,7 +575,7 @@ def roofline_time_model(
             parts = [(SLIDING, lay.window, 584.0, 4.0 * heads * hd)]
             if r > 1:
                 idx = lay.index_head_dim
-                kv = 584 / r + ((idx + idx // 128 * 4) / 4 if r == 4 else 0)
+                kv = 584 / r + (dsa_index_bytes(idx) / 4 if r == 4 else 0)
                 fl = 4 * heads * hd / r + (2 * lay.index_heads * idx / 4 if r == 4 else 0)
                 parts.append((FULL, 0, kv, fl))
             for kind, window, kv_bytes, flops in parts:
@@ -589,7 +590,11 @@ def roofline_time_model(
             # (all while the context is shorter), read as a window of that many keys; its indexer scores
             # every key, reading its 132-byte key, 2 FLOPs a head's value (where the layer has an indexer).
             width = model.kv_lora_rank + model.qk_rope_head_dim
-            topk = int(model.config_fields.get("index_topk") or 0) or 2048
+            topk = model.config_fields.get("index_topk")
+            if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
+                raise InvalidArgumentError(
+                    f"model {model.name}: sparse-attention layers (index_heads) without the config's index_topk"
+                )
             parts = [
                 (SLIDING, topk, width * kv_bits / 8, 2.0 * heads * width + 2 * heads * model.kv_lora_rank)
             ]
@@ -598,7 +603,7 @@ def roofline_time_model(
                 # the attention's units)
                 idx = lay.index_head_dim
                 fp8_share = gpu.peak_flops / _flops(gpu, "fp8")
-                parts.append((FULL, 0, float(idx + idx // 128 * 4), 2.0 * lay.index_heads * idx * fp8_share))
+                parts.append((FULL, 0, float(dsa_index_bytes(idx)), 2.0 * lay.index_heads * idx * fp8_share))
             for kind, window, kv_bytes, flops in parts:
                 acc = classes.setdefault((kind, window), [0.0, 0.0, 0.0, 0])
                 acc[0] += kv_bytes / att_mem
