@@ -12,6 +12,7 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.layers import DSV4_RATIOS, FULL, MAX_WINDOW, Layer, MambaState
+from kvsim.model.mamba_dims import STATE_DIM_MAX, mamba_dims
 
 # Layer names of a config's `layer_types` (transformers' spelling) and the kind each is.
 _HF_LAYER_TYPES = {
@@ -22,11 +23,6 @@ _HF_LAYER_TYPES = {
     "linear_attention": "mamba",
     "mamba": "mamba",
 }
-
-
-# The largest state dimension (heads, head widths, convolution kernels, state sizes) read from a config:
-# no model comes near (Qwen3-Next's widest is 128; a wider one made pages the engine refused, naming no field).
-STATE_DIM_MAX = 1 << 20
 
 
 def _whole(v: Any, least: int) -> bool:
@@ -633,27 +629,20 @@ def _hf_state(
             checkpoint_blocks=1,  # (on FlashInfer's prefill kernel only: `layers.gdn_flashinfer`)
             gdn_head_k_dim=hk,
         )
-    if model_type == "jamba":
-        inner = field_int("mamba_expand", 2, least=1, most=STATE_DIM_MAX) * field_int("hidden_size", least=1)
+    dims = mamba_dims(cfg, model_type, where)
+    if dims is not None and model_type == "jamba":
         # mamba1_state_shape: conv (expand·hidden, d_conv − 1), temporal (expand·hidden, d_state).
         return MambaState(
-            conv_channels=inner,
-            conv_width=field_int("mamba_d_conv", 4, least=1, most=STATE_DIM_MAX) - 1,
-            ssm_heads=inner,
-            ssm_per_head=field_int("mamba_d_state", 16, least=1, most=STATE_DIM_MAX),
+            conv_channels=dims.inner,
+            conv_width=dims.kernel - 1,
+            ssm_heads=dims.inner,
+            ssm_per_head=dims.state,
         )
-    if model_type == "nemotron_h":
-        # (the defaults and the older `mamba_n_groups` / `mamba_d_conv` spellings: transformers'
-        # NemotronHConfig, which vLLM 0.33.0 reads)
-        heads, head_dim = (
-            field_int("mamba_num_heads", 128, least=1, most=STATE_DIM_MAX),
-            field_int("mamba_head_dim", 64, least=1, most=STATE_DIM_MAX),
-        )
-        state = field_int("ssm_state_size", 128, least=1, most=STATE_DIM_MAX)
+    if dims is not None and model_type == "nemotron_h":
         # mamba2_state_shape: conv (heads·head_dim + 2·n_groups·state, conv_kernel − 1), temporal
         # (heads, head_dim, state); Nemotron-H keeps the SSM state in float32 unless its config says
-        # otherwise (vLLM's NemotronHForCausalLMConfig).
-        # ("auto": the conv state's dtype, the model's: `_mamba_state_dtype`)
+        # otherwise (vLLM's NemotronHForCausalLMConfig; "auto": the conv state's dtype, the model's:
+        # `_mamba_state_dtype`).
         ssm_dtype = cfg.get("mamba_ssm_cache_dtype", "float32")
         ssm_bits = {"float32": 32, "bfloat16": 16, "float16": 16, "auto": 0}.get(str(ssm_dtype), -1)
         if ssm_bits < 0 or not isinstance(ssm_dtype, str):
@@ -661,47 +650,27 @@ def _hf_state(
                 f"model {where}: field 'mamba_ssm_cache_dtype' {ssm_dtype!r} is not auto, float32, bfloat16 or "
                 "float16"
             )
-        # (the older spellings win where both are given: NemotronHConfig.__post_init__ pops them over)
         return MambaState(
-            conv_channels=heads * head_dim,
-            conv_width=field_int(
-                "mamba_d_conv" if "mamba_d_conv" in cfg else "conv_kernel", 4, least=1, most=STATE_DIM_MAX
-            )
-            - 1,
-            ssm_heads=heads,
-            ssm_per_head=head_dim * state,
-            mamba2_groups=field_int(
-                "mamba_n_groups" if "mamba_n_groups" in cfg else "n_groups", 8, least=1, most=STATE_DIM_MAX
-            ),
-            mamba2_state_size=state,
+            conv_channels=dims.inner,
+            conv_width=dims.kernel - 1,
+            ssm_heads=dims.heads,
+            ssm_per_head=dims.head_dim * dims.state,
+            mamba2_groups=dims.groups,
+            mamba2_state_size=dims.state,
             ssm_bits=ssm_bits,
             checkpoint_blocks=1,
         )
-    if model_type == "granitemoehybrid":
-        inner = field_int("mamba_expand", 2, least=1, most=STATE_DIM_MAX) * field_int("hidden_size", least=1)
-        heads = field_int("mamba_n_heads", 128, least=1, most=STATE_DIM_MAX)
-        d_head = (
-            inner // heads
-            if cfg.get("mamba_d_head", "auto") == "auto"
-            else field_int("mamba_d_head", least=1)
-        )
-        if heads * d_head != inner:
-            # (transformers' GraniteMoeHybridConfig.validate_architecture refuses the config)
-            raise InvalidArgumentError(
-                f"model {where}: 'mamba_n_heads' {heads} x 'mamba_d_head' {d_head} is not the Mamba's inner width "
-                f"{inner} ('mamba_expand' x 'hidden_size')"
-            )
-        state = field_int("mamba_d_state", 256, least=1, most=STATE_DIM_MAX)
+    if dims is not None:  # Granite 4.0-H
         # vLLM's granitemoehybrid.py: mamba2_state_shape of (expand·hidden, mamba_n_groups, mamba_n_heads,
         # mamba_d_head, mamba_d_state, mamba_d_conv); both states in the model's dtype (mamba2_state_dtype with
         # the cache dtypes 'auto').
         return MambaState(
-            conv_channels=inner,
-            conv_width=field_int("mamba_d_conv", 4, least=1, most=STATE_DIM_MAX) - 1,
-            ssm_heads=heads,
-            ssm_per_head=d_head * state,
-            mamba2_groups=field_int("mamba_n_groups", 1, least=1, most=STATE_DIM_MAX),
-            mamba2_state_size=state,
+            conv_channels=dims.inner,
+            conv_width=dims.kernel - 1,
+            ssm_heads=dims.heads,
+            ssm_per_head=dims.head_dim * dims.state,
+            mamba2_groups=dims.groups,
+            mamba2_state_size=dims.state,
             checkpoint_blocks=1,
         )
     if model_type == "kimi_linear":

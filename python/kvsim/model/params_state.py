@@ -16,24 +16,18 @@ checkpoint's dtype under any quantization.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.hf_layers import granite_layer_is_mamba, jamba_period, nemotron_h_pattern
-
-
-def _flag(cfg: Mapping[str, Any], default: bool, where: str, *keys: str) -> bool:
-    """The first of `keys` the config gives, a true or false (transformers' strict configs refuse anything
-    else: "false" is not false), else `default`."""
-    for key in keys:
-        v = cfg.get(key)
-        if v is not None:
-            if not isinstance(v, bool):
-                raise InvalidArgumentError(f"model {where}: field {key!r} {v!r} must be true or false")
-            return v
-    return default
+from kvsim.model.hf_layers import (
+    granite_layer_is_mamba,
+    jamba_attention_layers,
+    jamba_period,
+    nemotron_h_pattern,
+)
+from kvsim.model.mamba_dims import cfg_flag as _flag
+from kvsim.model.mamba_dims import mamba_dims
 
 
 def mamba2_mixer(
@@ -137,25 +131,12 @@ def jamba(
     `intermediate_size` with a router where `i % expert_layer_period == expert_layer_offset`
     (`layers_num_experts`), else a dense gated MLP of the same width; two norms a layer and the final one.
     The attention pattern is read once, by `hf_layers` (its kinds here, the caches there)."""
-    from kvsim.model.hf_layers import jamba_attention_layers
-
     attn = jamba_attention_layers(cfg, layers, where)
     n_attn = sum(attn)
-    inner = pick("mamba_expand", default=2, least=1) * hidden
-    rank = cfg.get("mamba_dt_rank", "auto")
-    dt_rank = math.ceil(hidden / 16) if rank == "auto" else pick("mamba_dt_rank", least=1)
+    d = mamba_dims(cfg, "jamba", where)
+    assert d is not None
     _attention(b, hidden, heads, kv_heads, hidden // heads, False, n_attn)
-    mamba1_mixer(
-        b,
-        hidden,
-        inner,
-        pick("mamba_d_state", default=16, least=1),
-        dt_rank,
-        pick("mamba_d_conv", default=4, least=1),
-        _flag(cfg, True, where, "mamba_conv_bias"),
-        _flag(cfg, False, where, "mamba_proj_bias"),
-        layers - n_attn,
-    )
+    mamba1_mixer(b, hidden, d.inner, d.state, d.dt_rank, d.kernel, d.conv_bias, d.bias, layers - n_attn)
     # (`num_local_experts` is JambaConfig's other name for `num_experts`)
     experts = pick("num_experts", "num_local_experts", default=16, least=1)
     period, offset = jamba_period(cfg, "expert", 2, 1, where)
@@ -201,17 +182,10 @@ def nemotron_h(
     norm a layer and the final one. Defaults are transformers' `NemotronHConfig`'s."""
     letters = nemotron_h_pattern(cfg, layers, where)
     bias = _flag(cfg, False, where, "mlp_bias")
+    d = mamba_dims(cfg, "nemotron_h", where)
+    assert d is not None
     mamba2_mixer(
-        b,
-        hidden,
-        pick("mamba_num_heads", default=128, least=1),
-        pick("mamba_head_dim", default=64, least=1),
-        pick("mamba_n_groups", "n_groups", default=8, least=1),
-        pick("ssm_state_size", default=128, least=1),
-        pick("mamba_d_conv", "conv_kernel", default=4, least=1),
-        _flag(cfg, True, where, "mamba_conv_bias", "use_conv_bias"),
-        _flag(cfg, False, where, "use_bias"),
-        letters.count("M"),
+        b, hidden, d.heads, d.head_dim, d.groups, d.state, d.kernel, d.conv_bias, d.bias, letters.count("M")
     )
     _attention(b, hidden, heads, kv_heads, head_dim, False, letters.count("*"))
     widths = cfg.get("intermediate_size")
@@ -285,21 +259,9 @@ def granite_moe_hybrid(
     layer and the final one. Defaults are transformers' `GraniteMoeHybridConfig`'s."""
     mamba = granite_layer_is_mamba(cfg, layers, where)
     n_mamba = sum(mamba)
-    inner = pick("mamba_expand", default=2, least=1) * hidden
-    n_heads = pick("mamba_n_heads", default=128, least=1)
-    d_head = inner // n_heads if cfg.get("mamba_d_head", "auto") == "auto" else pick("mamba_d_head", least=1)
-    mamba2_mixer(
-        b,
-        hidden,
-        n_heads,
-        d_head,
-        pick("mamba_n_groups", default=1, least=1),
-        pick("mamba_d_state", default=256, least=1),
-        pick("mamba_d_conv", default=4, least=1),
-        _flag(cfg, True, where, "mamba_conv_bias"),
-        _flag(cfg, False, where, "mamba_proj_bias"),
-        n_mamba,
-    )
+    d = mamba_dims(cfg, "granitemoehybrid", where)
+    assert d is not None
+    mamba2_mixer(b, hidden, d.heads, d.head_dim, d.groups, d.state, d.kernel, d.conv_bias, d.bias, n_mamba)
     _attention(
         b,
         hidden,
