@@ -638,18 +638,21 @@ def _hf_state(
             ssm_heads=dims.inner,
             ssm_per_head=dims.state,
         )
-    if dims is not None and model_type == "nemotron_h":
+    if dims is not None:
         # mamba2_state_shape: conv (heads·head_dim + 2·n_groups·state, conv_kernel − 1), temporal
-        # (heads, head_dim, state); Nemotron-H keeps the SSM state in float32 unless its config says
-        # otherwise (vLLM's NemotronHForCausalLMConfig; "auto": the conv state's dtype, the model's:
-        # `_mamba_state_dtype`).
-        ssm_dtype = cfg.get("mamba_ssm_cache_dtype", "float32")
-        ssm_bits = {"float32": 32, "bfloat16": 16, "float16": 16, "auto": 0}.get(str(ssm_dtype), -1)
-        if ssm_bits < 0 or not isinstance(ssm_dtype, str):
-            raise InvalidArgumentError(
-                f"model {where}: field 'mamba_ssm_cache_dtype' {ssm_dtype!r} is not auto, float32, bfloat16 or "
-                "float16"
-            )
+        # (heads, head_dim, state) (Granite 4.0-H: heads·head_dim is expand·hidden). Granite keeps both
+        # states in the model's dtype (mamba2_state_dtype with the cache dtypes 'auto'); Nemotron-H its SSM
+        # state in float32 unless its config says otherwise (vLLM's NemotronHForCausalLMConfig; "auto": the
+        # conv state's dtype, the model's: `_mamba_state_dtype`).
+        ssm_bits = 0
+        if model_type == "nemotron_h":
+            ssm_dtype = cfg.get("mamba_ssm_cache_dtype", "float32")
+            ssm_bits = {"float32": 32, "bfloat16": 16, "float16": 16, "auto": 0}.get(str(ssm_dtype), -1)
+            if ssm_bits < 0 or not isinstance(ssm_dtype, str):
+                raise InvalidArgumentError(
+                    f"model {where}: field 'mamba_ssm_cache_dtype' {ssm_dtype!r} is not auto, float32, bfloat16 "
+                    "or float16"
+                )
         return MambaState(
             conv_channels=dims.inner,
             conv_width=dims.kernel - 1,
@@ -658,19 +661,6 @@ def _hf_state(
             mamba2_groups=dims.groups,
             mamba2_state_size=dims.state,
             ssm_bits=ssm_bits,
-            checkpoint_blocks=1,
-        )
-    if dims is not None:  # Granite 4.0-H
-        # vLLM's granitemoehybrid.py: mamba2_state_shape of (expand·hidden, mamba_n_groups, mamba_n_heads,
-        # mamba_d_head, mamba_d_state, mamba_d_conv); both states in the model's dtype (mamba2_state_dtype with
-        # the cache dtypes 'auto').
-        return MambaState(
-            conv_channels=dims.inner,
-            conv_width=dims.kernel - 1,
-            ssm_heads=dims.heads,
-            ssm_per_head=dims.head_dim * dims.state,
-            mamba2_groups=dims.groups,
-            mamba2_state_size=dims.state,
             checkpoint_blocks=1,
         )
     if model_type == "kimi_linear":

@@ -558,6 +558,15 @@ def roofline_time_model(
     # Attention classes from each layer's kind.
     kv_bits = dtype_bits(kv_cache_dtype) if kv_cache_dtype else dtype_bits(model.kv_dtype)
     classes: dict[tuple[int, int], list[float]] = {}
+
+    def add_class(kind: int, window: int, kv_bytes: float, flops: float) -> None:
+        """One layer's keys into its class: bytes and FLOPs a key, over the attention's rates."""
+        acc = classes.setdefault((kind, window), [0.0, 0.0, 0.0, 0])
+        acc[0] += kv_bytes / att_mem
+        acc[1] += flops / att_flops
+        acc[2] += kv_bytes / att_mixed
+        acc[3] += 1
+
     state_bytes = 0.0
     for lay in layers if layers is not None else model.layer_list():
         if lay.kind == "mamba":
@@ -578,12 +587,8 @@ def roofline_time_model(
                 kv = 584 / r + (dsa_index_bytes(idx) / 4 if r == 4 else 0)
                 fl = 4 * heads * hd / r + (2 * lay.index_heads * idx / 4 if r == 4 else 0)
                 parts.append((FULL, 0, kv, fl))
-            for kind, window, kv_bytes, flops in parts:
-                acc = classes.setdefault((kind, window), [0.0, 0.0, 0.0, 0])
-                acc[0] += kv_bytes / att_mem
-                acc[1] += flops / att_flops
-                acc[2] += kv_bytes / att_mixed
-                acc[3] += 1
+            for part in parts:
+                add_class(*part)
             continue
         if model.is_mla and lay.kind == "full" and lay.index_heads:
             # DeepSeek-V3.2's sparse MLA (DESIGN.md §Time model): a query attends `index_topk` latent entries
@@ -604,12 +609,8 @@ def roofline_time_model(
                 idx = lay.index_head_dim
                 fp8_share = gpu.peak_flops / _flops(gpu, "fp8")
                 parts.append((FULL, 0, float(dsa_index_bytes(idx)), 2.0 * lay.index_heads * idx * fp8_share))
-            for kind, window, kv_bytes, flops in parts:
-                acc = classes.setdefault((kind, window), [0.0, 0.0, 0.0, 0])
-                acc[0] += kv_bytes / att_mem
-                acc[1] += flops / att_flops
-                acc[2] += kv_bytes / att_mixed
-                acc[3] += 1
+            for part in parts:
+                add_class(*part)
             continue
         kind = {"sliding_window": SLIDING, "chunked_local": CHUNKED}.get(lay.kind, FULL)
         window = lay.window if kind != FULL else 0
@@ -622,11 +623,7 @@ def roofline_time_model(
             hd = lay.head_dim or model.head_dim
             kv_bytes = 2 * kvh * hd * kv_bits / 8
             flops = 4 * heads * hd
-        acc = classes.setdefault((kind, window), [0.0, 0.0, 0.0, 0])
-        acc[0] += kv_bytes / att_mem
-        acc[1] += flops / att_flops
-        acc[2] += kv_bytes / att_mixed
-        acc[3] += 1
+        add_class(kind, window, kv_bytes, flops)
     attention = tuple(
         AttentionClass(
             kind,
