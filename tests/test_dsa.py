@@ -267,17 +267,22 @@ def test_glm_5_2_index_sharing_and_its_per_layer_ignore_list():
 
 def test_an_ignore_list_exempts_a_group_only_where_it_names_every_layer():
     from kvsim.model import quant
+    from kvsim.model.params import Breakdown
 
-    def fp8(ignored: list[str], layers: int) -> tuple[str, ...]:
+    b = Breakdown()
+    b.add("attn", 64, 64, 4, module="self_attn.q_proj", layers=range(4))
+    b.add("mlp", 64, 64, 4, module="mlp.gate_proj", layers=range(4))
+
+    def fp8(ignored: list[str]) -> tuple[str, ...]:
         qc = {"quant_method": "fp8", "activation_scheme": "dynamic", "ignored_layers": ignored}
-        return tuple(quant.from_config(qc, "t", layers).formats)
+        return tuple(quant.from_config(qc, "t", b).formats)
 
-    every = fp8([], 4)
-    assert fp8(["model.layers.0*"], 4) == every  # one layer named: priced with its group
-    assert "attn" not in fp8(["re:model.layers.*.self_attn.*"], 4)
+    every = fp8([])
+    assert fp8(["model.layers.0*"]) == every  # one layer named: the others keep the group quantized
+    assert "attn" not in fp8(["re:model.layers.*.self_attn.*"])
     named = [f"model.layers.{i}.self_attn" for i in range(4)]
-    assert "attn" not in fp8(named, 4)
-    assert "attn" in fp8(named[:3], 4)
+    assert "attn" not in fp8(named)
+    assert "attn" in fp8(named[:3])
 
 
 @pytest.mark.parametrize(

@@ -533,9 +533,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         # CUDA GPUs of compute capability 8.0 and up and on ROCm, float16 before (the same two bytes).
         dtype = "bf16"
     towers, uncounted = _towers(wrapper, encoders, hidden, dtype_bits(dtype), str(path))
-    checkpoint = quant.from_config(
-        cfg.get("quantization_config"), f"model {str(path)!r}", layers, bool(cache_lora)
-    )
+    checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}")
     if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
         checkpoint = quant.deepseek_v4(checkpoint, cfg, f"model {str(path)!r}")
     q = quant.with_flag(checkpoint, quantization, f"model {str(path)!r}")
@@ -546,6 +544,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     b = param_breakdown(
         cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick, str(path)
     )
+    q = q.for_model(b)  # (the ignore list read module by module, layer by layer)
     quant.check_groups(q, b, cfg.get("quantization_config"), f"model {str(path)!r}")
     quant.check_moe_scheme(q, b, cfg.get("quantization_config"), f"model {str(path)!r}")
     weight_dtype = dtype

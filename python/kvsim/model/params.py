@@ -19,7 +19,7 @@ parameter counts of the checkpoints the test-suite holds (Llama, Qwen2.5/3, gpt-
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,49 +33,35 @@ from kvsim.model.hf_layers import (
 )
 
 GROUPS = ("embed", "lm_head", "attn", "mlp", "experts", "shared_experts", "router", "other")
-# A representative module name per group, as vLLM names the modules of a Llama-like model: what a
-# checkpoint's ignore lists (`ignore`, `modules_to_not_convert`, `exclude_modules`) are matched against.
-MODULE_NAMES: dict[str, tuple[str, ...]] = {
-    "embed": ("model.embed_tokens",),
-    "lm_head": ("lm_head",),
-    "attn": (
-        "model.layers.0.self_attn.q_proj",
-        "model.layers.0.self_attn.k_proj",
-        "model.layers.0.self_attn.v_proj",
-        "model.layers.0.self_attn.o_proj",
-        "model.layers.0.self_attn.qkv_proj",
-    ),
-    "mlp": ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj"),
-    "experts": ("model.layers.0.mlp.experts", "model.layers.0.mlp.experts.0.gate_proj"),
-    "shared_experts": ("model.layers.0.mlp.shared_experts", "model.layers.0.mlp.shared_expert.gate_proj"),
-    "router": ("model.layers.0.mlp.gate", "model.layers.0.mlp.router"),
-    "other": (),
-}
-# An MLA model's attention as vLLM names it (DeepSeek-V2/V3/V3.2, GLM-5, Kimi: `kv_a_proj_with_mqa`,
-# `kv_b_proj`, `q_a_proj` / `q_b_proj` or `q_proj`, `o_proj`), which its checkpoints' ignore lists name.
-MLA_ATTN_NAMES = (
-    "model.layers.0.self_attn.kv_a_proj_with_mqa",
-    "model.layers.0.self_attn.kv_b_proj",
-    "model.layers.0.self_attn.o_proj",
-)
-
-
-def module_names(mla: bool) -> dict[str, tuple[str, ...]]:
-    """The representative module names of a model's groups (`MODULE_NAMES`; an MLA model's attention by
-    `MLA_ATTN_NAMES`)."""
-    return {**MODULE_NAMES, "attn": MLA_ATTN_NAMES} if mla else MODULE_NAMES
+# Where vLLM 0.33.0 puts the decoder layers' modules: `model.layers.N.<module>` (each `Matrix` names its module
+# below that, as the model file builds it), what a checkpoint's ignore lists (`ignore`, `modules_to_not_convert`,
+# `exclude_modules`) are matched against, layer by layer (`kvsim.model.quant`).
+LAYERS_PREFIX = "model.layers"
 
 
 @dataclass(frozen=True)
 class Matrix:
     """`count` weight matrices of `rows` (output features) x `cols` (input features); `row_parallel` when
     vLLM splits its inputs across tensor-parallel ranks (`RowParallelLinear`: attention's output projection,
-    the MLP's and shared experts' down projection), else its outputs (or it is replicated)."""
+    the MLP's and shared experts' down projection), else its outputs (or it is replicated).
+
+    `module` is vLLM's name of the module the matrices belong to: below `model.layers.N.` (`self_attn.q_proj`,
+    `mixer.in_proj`, `mlp.experts`) where `layers` lists the decoder layers N holding them (`count` is then
+    the same number of matrices in each: `count // len(layers)`), else the whole name (`lm_head`). A fused
+    module (qkv, gate-up) is named by its first part, which decides for all of them (vLLM requires the parts
+    of one fused module to be quantized alike)."""
 
     rows: int
     cols: int
     count: int = 1
     row_parallel: bool = False
+    module: str = ""
+    layers: tuple[int, ...] = ()
+
+    def name(self, layer: int | None = None) -> str:
+        """vLLM's name of the module in decoder layer `layer` (`model.layers.3.self_attn.q_proj`), or its
+        whole name where it is held by no layer."""
+        return f"{LAYERS_PREFIX}.{layer}.{self.module}" if layer is not None else self.module
 
     @property
     def params(self) -> int:
@@ -91,6 +77,8 @@ class Breakdown:
         other: parameters outside matrices (norms, biases, sinks, learned positions).
         active_experts: of `experts`, the fraction a token touches (`num_experts_per_tok / num_experts`).
         num_experts, experts_per_token, expert_ffn: the routed experts (0 for a dense model).
+        aliases: the checkpoint's names of vLLM's `model` root where its files spell it otherwise (Nemotron-H's
+            `backbone`: the model's `hf_to_vllm_mapper`, which vLLM applies to the ignore list too).
     """
 
     matrices: dict[str, list[Matrix]] = field(default_factory=lambda: {g: [] for g in GROUPS})
@@ -98,10 +86,24 @@ class Breakdown:
     num_experts: int = 0
     experts_per_token: int = 0
     expert_ffn: int = 0
+    aliases: tuple[str, ...] = ()
 
-    def add(self, group: str, rows: int, cols: int, count: int = 1, row: bool = False) -> None:
+    def add(
+        self,
+        group: str,
+        rows: int,
+        cols: int,
+        count: int = 1,
+        row: bool = False,
+        module: str = "",
+        layers: Iterable[int] | None = None,
+    ) -> None:
+        """`count` matrices of `rows` x `cols` in `group`; with `layers`, spread evenly over those decoder
+        layers (`count` a multiple of their number), each layer's named `module` below `model.layers.N.`."""
+        held = tuple(layers) if layers is not None else ()
         if count and rows and cols:
-            self.matrices[group].append(Matrix(rows, cols, count, row))
+            assert not held or count % len(held) == 0, (group, module, count, held)
+            self.matrices[group].append(Matrix(rows, cols, count, row, module, held))
 
     def row_inputs(self) -> list[tuple[str, int]]:
         """Each module group's row-parallel input widths (the features a tensor-parallel rank splits)."""
@@ -164,24 +166,26 @@ def _layer_flags(cfg: Mapping[str, Any], layers: int, experts: int, pick: Any, w
     return [i >= dense_first and (i + 1 - first) % step == 0 and i not in only_mlp for i in range(layers)]
 
 
-def _linear_attention_layers(cfg: Mapping[str, Any], layers: int, where: str) -> int:
-    """Decoder layers whose mixer is a state layer: a gated delta net (Qwen3-Next / Qwen3.5's
+def _linear_attention_layers(cfg: Mapping[str, Any], layers: int, where: str) -> list[bool]:
+    """Which decoder layers' mixer is a state layer: a gated delta net (Qwen3-Next / Qwen3.5's
     `linear_attention` layers, from `layer_types`, else Qwen3-Next's `full_attention_interval`) or Kimi's
-    KDA (`linear_attn_config.kda_layers`), as `kvsim.model.hf_layers.layers_from_hf_config` reads them."""
+    KDA (`linear_attn_config.kda_layers`, 1-based), as `kvsim.model.hf_layers.layers_from_hf_config` reads
+    them."""
     types = cfg.get("layer_types")
     if isinstance(types, list) and len(types) == layers:
-        return sum(t == "linear_attention" for t in types)
+        return [t == "linear_attention" for t in types]
     lac = cfg.get("linear_attn_config")
     if str(cfg.get("model_type", "")).startswith("kimi_linear") and lac is not None:
-        return len(kimi_linear_attention(cfg, layers, where)[3])  # Kimi-Linear's KDA layers
+        kda = kimi_linear_attention(cfg, layers, where)[3]  # Kimi-Linear's KDA layers
+        return [i + 1 in kda for i in range(layers)]
     if cfg.get("model_type") == "qwen3_next" or cfg.get("linear_num_value_heads") is not None:
         interval = full_attention_interval(cfg, where)
-        return sum(1 for i in range(layers) if (i + 1) % interval)
-    return 0
+        return [bool((i + 1) % interval) for i in range(layers)]
+    return [False] * layers
 
 
 def _kimi_delta_attention(
-    b: Breakdown, cfg: Mapping[str, Any], hidden: int, layers: int, n: int, where: str
+    b: Breakdown, cfg: Mapping[str, Any], hidden: int, layers: int, at: list[int], where: str
 ) -> None:
     """The weights of `n` Kimi Delta Attention layers as vLLM 0.33.0 builds them
     (`vllm/model_executor/layers/kda.py`, `KimiDeltaAttention`), P = `num_heads` x `head_dim` of the
@@ -193,15 +197,16 @@ def _kimi_delta_attention(
     (0.05M of a layer's 39M at Kimi-Linear-48B's sizes)."""
     heads, head_dim, kernel, _ = kimi_linear_attention(cfg, layers, where)
     p = heads * head_dim
-    b.add("attn", p, hidden, 3 * n)  # q, k, v
-    b.add("attn", head_dim, hidden, 2 * n)  # f_a_proj, g_a_proj
-    b.add("attn", p, head_dim, 2 * n)  # f_b_proj, g_b_proj
-    b.add("attn", heads, hidden, n)  # b_proj
-    b.add("attn", hidden, p, n, row=True)  # o_proj
+    n = len(at)
+    b.add("attn", p, hidden, 3 * n, module="self_attn.q_proj", layers=at)  # q, k, v
+    b.add("attn", head_dim, hidden, 2 * n, module="self_attn.f_a_proj", layers=at)  # f_a_proj, g_a_proj
+    b.add("attn", p, head_dim, 2 * n, module="self_attn.f_b_proj", layers=at)  # f_b_proj, g_b_proj
+    b.add("attn", heads, hidden, n, module="self_attn.b_proj", layers=at)  # b_proj
+    b.add("attn", hidden, p, n, row=True, module="self_attn.o_proj", layers=at)  # o_proj
     b.other += (3 * p * kernel + p + heads + head_dim) * n
 
 
-def _gated_delta_net(b: Breakdown, cfg: Mapping[str, Any], hidden: int, n: int, pick: Any) -> None:
+def _gated_delta_net(b: Breakdown, cfg: Mapping[str, Any], hidden: int, at: list[int], pick: Any) -> None:
     """The weights of `n` gated delta net layers as vLLM 0.33.0 builds them
     (`vllm/model_executor/models/qwen3_next.py`, `Qwen3NextGatedDeltaNet`): `in_proj_qkvz` (hidden ->
     2·key_dim + 2·value_dim), `in_proj_ba` (hidden -> 2·value heads), `out_proj` (value_dim -> hidden), and
@@ -211,9 +216,10 @@ def _gated_delta_net(b: Breakdown, cfg: Mapping[str, Any], hidden: int, n: int, 
     hk, hv = pick("linear_key_head_dim"), pick("linear_value_head_dim")
     kernel = pick("linear_conv_kernel_dim", default=4, required=False)
     key_dim, value_dim = nk * hk, nv * hv
-    b.add("attn", 2 * key_dim + 2 * value_dim, hidden, n)  # in_proj_qkvz
-    b.add("attn", 2 * nv, hidden, n)  # in_proj_ba
-    b.add("attn", hidden, value_dim, n, row=True)  # out_proj
+    n = len(at)
+    b.add("attn", 2 * key_dim + 2 * value_dim, hidden, n, module="linear_attn.in_proj_qkvz", layers=at)
+    b.add("attn", 2 * nv, hidden, n, module="linear_attn.in_proj_ba", layers=at)
+    b.add("attn", hidden, value_dim, n, row=True, module="linear_attn.out_proj", layers=at)
     b.other += ((2 * key_dim + value_dim) * kernel + 2 * nv + hv) * n  # conv1d, dt_bias, A_log, norm
 
 
@@ -266,14 +272,15 @@ def _gemma4(
         full = i < len(types) and types[i] == "full_attention"
         dim, kv = (global_dim, global_kv) if full else (head_dim, kv_heads)
         is_shared = shared > 0 and i >= first_shared
-        b.add("attn", heads * dim, hidden)  # q
+        b.add("attn", heads * dim, hidden, module="self_attn.q_proj", layers=[i])  # q
         if not is_shared:
-            b.add("attn", kv * dim, hidden, 2)  # k, v (v: K's copy under attention_k_eq_v)
-        b.add("attn", hidden, heads * dim, row=True)  # o
+            # k, v (v: K's copy under attention_k_eq_v)
+            b.add("attn", kv * dim, hidden, 2, module="self_attn.q_proj", layers=[i])
+        b.add("attn", hidden, heads * dim, row=True, module="self_attn.o_proj", layers=[i])  # o
         b.other += dim * (1 if is_shared else 2)  # q_norm, k_norm
         width = ffn * (2 if double and is_shared else 1)
-        b.add("mlp", width, hidden, 2)  # gate, up
-        b.add("mlp", hidden, width, row=True)  # down
+        b.add("mlp", width, hidden, 2, module="mlp.gate_proj", layers=[i])  # gate, up
+        b.add("mlp", hidden, width, row=True, module="mlp.down_proj", layers=[i])  # down
         b.other += 4 * hidden + 1  # four norms, layer_scalar
     if experts:
         moe_ffn = pick("moe_intermediate_size", "expert_intermediate_size", least=1)
@@ -283,17 +290,19 @@ def _gemma4(
                 f"model {where}: field 'top_k_experts' {per_tok} must be from 1 to the {experts} experts"
             )
         b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
-        b.add("experts", moe_ffn, hidden, 2 * experts * layers)  # gate, up
-        b.add("experts", hidden, moe_ffn, experts * layers)  # down
-        b.add("router", experts, hidden, layers)  # proj
+        every = range(layers)
+        b.add("experts", moe_ffn, hidden, 2 * experts * layers, module="experts", layers=every)  # gate, up
+        b.add("experts", hidden, moe_ffn, experts * layers, module="experts", layers=every)  # down
+        b.add("router", experts, hidden, layers, module="router.proj", layers=every)  # proj
         b.other += (hidden + experts + 3 * hidden) * layers  # router scale, per_expert_scale, 3 norms
     ple = pick("hidden_size_per_layer_input", default=0, required=False)
     if ple:
         ple_vocab = pick("vocab_size_per_layer_input", default=vocab, required=False, least=1)
-        b.add("embed", ple_vocab, layers * ple)  # embed_tokens_per_layer
-        b.add("mlp", layers * ple, hidden)  # per_layer_model_projection
-        b.add("mlp", ple, hidden, layers)  # per_layer_input_gate
-        b.add("mlp", hidden, ple, layers)  # per_layer_projection
+        every = range(layers)
+        b.add("embed", ple_vocab, layers * ple, module="model.embed_tokens_per_layer")
+        b.add("mlp", layers * ple, hidden, module="model.per_layer_model_projection")
+        b.add("mlp", ple, hidden, layers, module="per_layer_input_gate", layers=every)
+        b.add("mlp", hidden, ple, layers, module="per_layer_projection", layers=every)
         b.other += ple + hidden * layers  # per_layer_projection_norm, post_per_layer_input_norm
     b.other += hidden  # the final norm
 
@@ -318,17 +327,19 @@ def _deepseek_v4(
     ratios = [max(1, r) if isinstance(r, int) else 1 for r in (given if isinstance(given, list) else [])]
     ratios = ratios[:layers]
     n4 = sum(r == 4 for r in ratios)
-    b.add("attn", q_lora, hidden, layers)  # wq_a
-    b.add("attn", head, hidden, layers)  # wkv
-    b.add("attn", heads * head, q_lora, layers)  # wq_b
-    b.add("attn", o_groups * o_lora, heads * head // o_groups, layers)  # wo_a
-    b.add("attn", hidden, o_groups * o_lora, layers, row=True)  # wo_b
+    every = range(layers)
+    b.add("attn", q_lora, hidden, layers, module="attn.fused_wqa_wkv", layers=every)  # wq_a
+    b.add("attn", head, hidden, layers, module="attn.fused_wqa_wkv", layers=every)  # wkv
+    b.add("attn", heads * head, q_lora, layers, module="attn.wq_b", layers=every)
+    b.add("attn", o_groups * o_lora, heads * head // o_groups, layers, module="attn.wo_a", layers=every)
+    b.add("attn", hidden, o_groups * o_lora, layers, row=True, module="attn.wo_b", layers=every)
     b.other += (q_lora + head + heads) * layers  # q_norm, kv_norm, attn_sink
     for r in ratios:
         if r > 1:
             coff = 2 if r == 4 else 1
             b.other += 2 * coff * head * hidden + r * coff * head + head  # fused_wkv_wgate, ape, norm
-    b.add("attn", idx_heads * idx_dim, q_lora, n4)  # the indexer's wq_b
+    ratio4 = [i for i, r in enumerate(ratios) if r == 4]
+    b.add("attn", idx_heads * idx_dim, q_lora, n4, module="attn.indexer.wq_b", layers=ratio4)
     b.other += n4 * (idx_heads * hidden + 2 * 2 * idx_dim * hidden + 4 * 2 * idx_dim + idx_dim)
     mix = hc * hc + 2 * hc
     b.other += 2 * layers * (mix * hc * hidden + mix + 3)  # hc_attn_*, hc_ffn_* (fn, base, scale)
@@ -342,12 +353,15 @@ def _deepseek_v4(
             f"model {where}: field 'num_experts_per_tok' {per_tok} must be from 1 to the {experts} experts"
         )
     b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
-    b.add("experts", moe_ffn, hidden, 2 * experts * layers)
-    b.add("experts", hidden, moe_ffn, experts * layers)
+    b.add("experts", moe_ffn, hidden, 2 * experts * layers, module="ffn.experts", layers=every)
+    b.add("experts", hidden, moe_ffn, experts * layers, module="ffn.experts", layers=every)
     shared = pick("n_shared_experts", default=0, required=False)
-    b.add("shared_experts", moe_ffn * shared, hidden, 2 * layers)
-    b.add("shared_experts", hidden, moe_ffn * shared, layers, row=True)
-    b.add("router", experts, hidden, layers)
+    sx = "ffn.shared_experts"
+    b.add("shared_experts", moe_ffn * shared, hidden, 2 * layers, module=f"{sx}.gate_up_proj", layers=every)
+    b.add(
+        "shared_experts", hidden, moe_ffn * shared, layers, row=True, module=f"{sx}.down_proj", layers=every
+    )
+    b.add("router", experts, hidden, layers, module="ffn.gate", layers=every)
     hashed = pick("num_hash_layers", default=0, required=False)
     b.other += experts * (layers - hashed)  # the gate's bias (hash-routed layers have none)
 
@@ -386,10 +400,10 @@ def param_breakdown(
         tied = (
             False  # vLLM 0.33.0's jamba.py and nemotron_h.py build their own lm_head whatever the config says
         )
-    b = Breakdown()
-    b.add("embed", vocab, hidden)
+    b = Breakdown(aliases=("backbone",) if model_type == "nemotron_h" else ())
+    b.add("embed", vocab, hidden, module="model.embed_tokens")
     if not tied:
-        b.add("lm_head", vocab, hidden)
+        b.add("lm_head", vocab, hidden, module="lm_head")
     if model_type.startswith("gemma4"):
         _gemma4(b, cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, pick, where)
         return b
@@ -412,38 +426,46 @@ def param_breakdown(
         ) * hidden  # learned positions (offset 2)
     # Attention. State layers (Qwen3-Next / Qwen3.5's gated delta net, Kimi-Linear's KDA) replace it with
     # their mixer (below).
-    n_linear = _linear_attention_layers(cfg, layers, where)
+    linear = _linear_attention_layers(cfg, layers, where)
+    n_linear = sum(linear)
     n_attn = layers - n_linear
+    at = [i for i in range(layers) if not linear[i]]  # the attention layers
     if kv_lora:
         q_lora = pick("q_lora_rank", default=0, required=False)
         nope = pick("qk_nope_head_dim", default=head_dim, required=False)
         v_dim = pick("v_head_dim", default=head_dim, required=False)
+        # (vLLM's MLA names: `deepseek_v2.py` DeepseekV2MLAAttention, which GLM-5's and Kimi's files reuse)
         if q_lora:
-            b.add("attn", q_lora, hidden, n_attn)
-            b.add("attn", heads * (nope + rope), q_lora, n_attn)
+            b.add("attn", q_lora, hidden, n_attn, module="self_attn.q_a_proj", layers=at)
+            b.add("attn", heads * (nope + rope), q_lora, n_attn, module="self_attn.q_b_proj", layers=at)
             b.other += q_lora * n_attn  # q_a_layernorm
         else:
-            b.add("attn", heads * (nope + rope), hidden, n_attn)
-        b.add("attn", kv_lora + rope, hidden, n_attn)
-        b.add("attn", heads * (nope + v_dim), kv_lora, n_attn)
-        b.add("attn", hidden, heads * v_dim, n_attn, row=True)
+            b.add("attn", heads * (nope + rope), hidden, n_attn, module="self_attn.q_proj", layers=at)
+        b.add("attn", kv_lora + rope, hidden, n_attn, module="self_attn.kv_a_proj_with_mqa", layers=at)
+        b.add("attn", heads * (nope + v_dim), kv_lora, n_attn, module="self_attn.kv_b_proj", layers=at)
+        b.add("attn", hidden, heads * v_dim, n_attn, row=True, module="self_attn.o_proj", layers=at)
         b.other += kv_lora * n_attn  # kv_a_layernorm
         if model_type in DSA_TYPES and cfg.get("index_topk") is not None:
             # DeepSeek-V3.2's indexer where a layer builds one (vLLM 0.33.0's `deepseek_v32/attention.py`):
             # `wq_b` (q_lora -> heads x head_dim, with the quant config), `wk` and `weights_proj` fused
             # (hidden -> head_dim + heads, unquantized: an fp8 checkpoint's wk is loaded in bf16) and `k_norm`
             # (a LayerNorm, weight and bias).
-            n_index = sum(dsa_indexer_layers(cfg, layers, where))
+            indexed = [i for i, has in enumerate(dsa_indexer_layers(cfg, layers, where)) if has]
+            n_index = len(indexed)
             idx_heads, idx_dim = pick("index_n_heads", least=1), pick("index_head_dim", least=1)
-            b.add("attn", idx_heads * idx_dim, q_lora, n_index)  # (q_lora_rank required: hf_layers)
+            # (q_lora_rank required: hf_layers)
+            b.add(
+                "attn", idx_heads * idx_dim, q_lora, n_index, module="self_attn.indexer.wq_b", layers=indexed
+            )
             b.other += ((idx_dim + idx_heads) * hidden + 2 * idx_dim) * n_index
     else:
         # The attention layers that remain of a gated delta net model gate their output with a second
         # query-sized projection.
         gated = n_linear > 0 or bool(cfg.get("attn_output_gate"))
-        b.add("attn", heads * head_dim * (2 if gated else 1), hidden, n_attn)
-        b.add("attn", kv_heads * head_dim, hidden, 2 * n_attn)
-        b.add("attn", hidden, heads * head_dim, n_attn, row=True)
+        q = "self_attn.q_proj"  # (q, k and v: vLLM's fused qkv_proj, named by its first part)
+        b.add("attn", heads * head_dim * (2 if gated else 1), hidden, n_attn, module=q, layers=at)
+        b.add("attn", kv_heads * head_dim, hidden, 2 * n_attn, module=q, layers=at)
+        b.add("attn", hidden, heads * head_dim, n_attn, row=True, module="self_attn.o_proj", layers=at)
         if opt_like:
             b.other += (heads * head_dim + 2 * kv_heads * head_dim + hidden) * layers  # q, k, v, out biases
         elif cfg.get("attention_bias") or model_type.startswith("qwen2"):
@@ -455,10 +477,11 @@ def param_breakdown(
             # head's (MiniMax-M2's per-layer qk norm over the whole projection).
             width = (heads + kv_heads) * head_dim if model_type.startswith("minimax_m2") else 2 * head_dim
             b.other += width * n_attn
+    state = [i for i in range(layers) if linear[i]]
     if n_linear and model_type.startswith("kimi_linear"):
-        _kimi_delta_attention(b, cfg, hidden, layers, n_linear, where)
+        _kimi_delta_attention(b, cfg, hidden, layers, state, where)
     elif n_linear:
-        _gated_delta_net(b, cfg, hidden, n_linear, pick)
+        _gated_delta_net(b, cfg, hidden, state, pick)
     # Norms: two per layer (Gemma 2/3: four), the final one; OPT/GPT's LayerNorms have biases.
     per_layer_norms = 4 if model_type.startswith(("gemma2", "gemma3")) else 2
     b.other += (per_layer_norms * hidden * layers + hidden) * (2 if opt_like else 1)
@@ -487,16 +510,20 @@ def param_breakdown(
     moe_flags = _layer_flags(cfg, layers, experts, pick, where)
     n_moe = sum(moe_flags)
     n_dense = layers - n_moe
+    moe_at = [i for i in range(layers) if moe_flags[i]]
+    dense_at = [i for i in range(layers) if not moe_flags[i]]
+    # (Llama 4 names its MLP and MoE block `feed_forward`; the others `mlp`)
+    ff = "feed_forward" if model_type.startswith("llama4") else "mlp"
     dense_ffn = (
         pick("intermediate_size_mlp", default=ffn, required=False) if model_type.startswith("llama4") else ffn
     )
     if opt_like:
-        b.add("mlp", ffn, hidden, n_dense)
-        b.add("mlp", hidden, ffn, n_dense, row=True)
+        b.add("mlp", ffn, hidden, n_dense, module="fc1", layers=dense_at)
+        b.add("mlp", hidden, ffn, n_dense, row=True, module="fc2", layers=dense_at)
         b.other += (ffn + hidden) * n_dense  # fc1, fc2 biases
     else:
-        b.add("mlp", dense_ffn, hidden, 2 * n_dense)  # gate, up
-        b.add("mlp", hidden, dense_ffn, n_dense, row=True)  # down
+        b.add("mlp", dense_ffn, hidden, 2 * n_dense, module=f"{ff}.gate_proj", layers=dense_at)  # gate, up
+        b.add("mlp", hidden, dense_ffn, n_dense, row=True, module=f"{ff}.down_proj", layers=dense_at)
     if experts:
         # gpt-oss and Llama 4 give the expert width as intermediate_size; the others as moe_intermediate_size.
         moe_ffn = pick("moe_intermediate_size", default=ffn, required=False)
@@ -513,21 +540,24 @@ def param_breakdown(
                 f"model {where}: field {key!r} {per_tok} must be from 1 to the {experts} experts"
             )
         b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
-        b.add("experts", moe_ffn, hidden, 2 * experts * n_moe)
-        b.add("experts", hidden, moe_ffn, experts * n_moe)
+        b.add("experts", moe_ffn, hidden, 2 * experts * n_moe, module=f"{ff}.experts", layers=moe_at)
+        b.add("experts", hidden, moe_ffn, experts * n_moe, module=f"{ff}.experts", layers=moe_at)
         if model_type == "gpt_oss":
             b.other += (2 * moe_ffn + hidden) * experts * n_moe  # the experts' biases
             b.other += experts * n_moe  # the router's bias
         shared = pick("n_shared_experts", "num_shared_experts", default=0, required=False)
         shared_ffn = moe_ffn * shared
+        sx = f"{ff}.shared_experts"
         if cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE / Qwen3-Next: one shared expert
             shared_ffn = pick("shared_expert_intermediate_size", default=0, required=False)
-            b.add("router", 1, hidden, n_moe)  # its sigmoid gate
+            b.add("router", 1, hidden, n_moe, module=f"{ff}.shared_expert_gate", layers=moe_at)
+            sx = f"{ff}.shared_expert"
         if model_type.startswith("llama4"):
             shared_ffn = moe_ffn  # one shared expert of the routed width
-        b.add("shared_experts", shared_ffn, hidden, 2 * n_moe)
-        b.add("shared_experts", hidden, shared_ffn, n_moe, row=True)
-        b.add("router", experts, hidden, n_moe)
+            sx = f"{ff}.shared_expert"
+        b.add("shared_experts", shared_ffn, hidden, 2 * n_moe, module=f"{sx}.gate_proj", layers=moe_at)
+        b.add("shared_experts", hidden, shared_ffn, n_moe, row=True, module=f"{sx}.down_proj", layers=moe_at)
+        b.add("router", experts, hidden, n_moe, module=f"{ff}.gate", layers=moe_at)
         if cfg.get("topk_method") == "noaux_tc" or model_type == "deepseek_v3":
             b.other += experts * n_moe  # e_score_correction_bias
     return b
@@ -535,10 +565,8 @@ def param_breakdown(
 
 __all__ = [
     "GROUPS",
-    "MLA_ATTN_NAMES",
-    "MODULE_NAMES",
+    "LAYERS_PREFIX",
     "Breakdown",
     "Matrix",
-    "module_names",
     "param_breakdown",
 ]

@@ -40,17 +40,19 @@ def mamba2_mixer(
     kernel: int,
     conv_bias: bool,
     bias: bool,
-    n: int,
+    at: list[int],
 ) -> None:
-    """`n` Mamba 2 mixers (`mamba_mixer2.py`, `MambaMixer2`), I = heads x head_dim, G·N = groups x state:
+    """Mamba 2 mixers on layers `at` (`mamba_mixer2.py`, `MambaMixer2`, named `mixer` by Nemotron-H and
+    Granite 4.0-H), I = heads x head_dim, G·N = groups x state:
     `in_proj` (hidden -> 2·I + 2·G·N + heads), `out_proj` (I -> hidden), and outside the matrices the
     convolution over conv_dim = I + 2·G·N channels (kernel wide, a bias each with `use_conv_bias`), the
     projections' biases (`use_bias`), `A`, `D`, `dt_bias` (one a head) and the gated RMS norm (I)."""
     inner = heads * head_dim
     gn = groups * state
     conv_dim = inner + 2 * gn
-    b.add("attn", 2 * inner + 2 * gn + heads, hidden, n)  # in_proj
-    b.add("attn", hidden, inner, n, row=True)  # out_proj
+    n = len(at)
+    b.add("attn", 2 * inner + 2 * gn + heads, hidden, n, module="mixer.in_proj", layers=at)
+    b.add("attn", hidden, inner, n, row=True, module="mixer.out_proj", layers=at)
     loose = conv_dim * kernel + (conv_dim if conv_bias else 0) + 3 * heads + inner
     if bias:
         loose += 2 * inner + 2 * gn + heads + hidden
@@ -90,27 +92,42 @@ def mamba1_mixer(
     b.other += per * n
 
 
-def _attention(b: Any, hidden: int, heads: int, kv_heads: int, head_dim: int, bias: bool, n: int) -> None:
-    """`n` attention layers' q, k, v and o (biases on q, k, v and o with `bias`)."""
-    b.add("attn", heads * head_dim, hidden, n)
-    b.add("attn", kv_heads * head_dim, hidden, 2 * n)
-    b.add("attn", hidden, heads * head_dim, n, row=True)
+def _attention(
+    b: Any, hidden: int, heads: int, kv_heads: int, head_dim: int, bias: bool, at: list[int], name: str
+) -> None:
+    """The q, k, v and o of the attention layers `at`, vLLM's module `name` in each (biases on q, k, v and
+    o with `bias`)."""
+    n = len(at)
+    q = f"{name}.q_proj"  # (vLLM's fused qkv_proj, named by its first part)
+    b.add("attn", heads * head_dim, hidden, n, module=q, layers=at)
+    b.add("attn", kv_heads * head_dim, hidden, 2 * n, module=q, layers=at)
+    b.add("attn", hidden, heads * head_dim, n, row=True, module=f"{name}.o_proj", layers=at)
     if bias:
         b.other += ((heads + 2 * kv_heads) * head_dim + hidden) * n
 
 
 def _experts(
-    b: Any, experts: int, per_tok: int, moe_ffn: int, width: int, gated: bool, n: int, where: str, key: str
+    b: Any,
+    experts: int,
+    per_tok: int,
+    moe_ffn: int,
+    width: int,
+    gated: bool,
+    at: list[int],
+    where: str,
+    key: str,
+    name: str,
 ) -> None:
-    """`n` layers of `experts` routed experts of `moe_ffn` over inputs of `width` (gate and up, or up alone
-    where not `gated`; down)."""
+    """`experts` routed experts of `moe_ffn` over inputs of `width` (gate and up, or up alone where not
+    `gated`; down) on layers `at`, vLLM's fused-MoE module `name` in each."""
+    n = len(at)
     if not 1 <= per_tok <= experts:
         raise InvalidArgumentError(
             f"model {where}: field {key!r} {per_tok} must be from 1 to the {experts} experts"
         )
     b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
-    b.add("experts", moe_ffn, width, (2 if gated else 1) * experts * n)
-    b.add("experts", width, moe_ffn, experts * n)
+    b.add("experts", moe_ffn, width, (2 if gated else 1) * experts * n, module=name, layers=at)
+    b.add("experts", width, moe_ffn, experts * n, module=name, layers=at)
 
 
 def jamba(
@@ -135,12 +152,16 @@ def jamba(
     n_attn = sum(attn)
     d = mamba_dims(cfg, "jamba", where)
     assert d is not None
-    _attention(b, hidden, heads, kv_heads, hidden // heads, False, n_attn)
+    _attention(
+        b, hidden, heads, kv_heads, hidden // heads, False, [i for i in range(layers) if attn[i]], "self_attn"
+    )
     mamba1_mixer(b, hidden, d.inner, d.state, d.dt_rank, d.kernel, d.conv_bias, d.bias, layers - n_attn)
     # (`num_local_experts` is JambaConfig's other name for `num_experts`)
     experts = pick("num_experts", "num_local_experts", default=16, least=1)
     period, offset = jamba_period(cfg, "expert", 2, 1, where)
-    n_moe = sum(1 for i in range(layers) if i % period == offset) if experts > 1 else 0
+    moe_at = [i for i in range(layers) if i % period == offset] if experts > 1 else []
+    n_moe = len(moe_at)
+    dense_at = [i for i in range(layers) if i not in moe_at]
     if n_moe:
         _experts(
             b,
@@ -149,13 +170,15 @@ def jamba(
             ffn,
             hidden,
             True,
-            n_moe,
+            moe_at,
             where,
             "num_experts_per_tok",
+            "feed_forward.experts",
         )
-        b.add("router", experts, hidden, n_moe)
-    b.add("mlp", ffn, hidden, 2 * (layers - n_moe))  # gate, up
-    b.add("mlp", hidden, ffn, layers - n_moe, row=True)  # down
+        b.add("router", experts, hidden, n_moe, module="feed_forward.router", layers=moe_at)
+    n_dense = layers - n_moe
+    b.add("mlp", ffn, hidden, 2 * n_dense, module="feed_forward.gate_proj", layers=dense_at)  # gate, up
+    b.add("mlp", hidden, ffn, n_dense, row=True, module="feed_forward.down_proj", layers=dense_at)
     b.other += 2 * hidden * layers + hidden
 
 
@@ -184,10 +207,14 @@ def nemotron_h(
     bias = _flag(cfg, False, where, "mlp_bias")
     d = mamba_dims(cfg, "nemotron_h", where)
     assert d is not None
-    mamba2_mixer(
-        b, hidden, d.heads, d.head_dim, d.groups, d.state, d.kernel, d.conv_bias, d.bias, letters.count("M")
-    )
-    _attention(b, hidden, heads, kv_heads, head_dim, False, letters.count("*"))
+
+    def at(letter: str) -> list[int]:
+        return [i for i, c in enumerate(letters) if c == letter]
+
+    # (every block is vLLM's `mixer` of its layer: `model.layers.N.mixer.*`, the checkpoint's
+    # `backbone.layers.N.mixer.*`)
+    mamba2_mixer(b, hidden, d.heads, d.head_dim, d.groups, d.state, d.kernel, d.conv_bias, d.bias, at("M"))
+    _attention(b, hidden, heads, kv_heads, head_dim, False, at("*"), "mixer")
     widths = cfg.get("intermediate_size")
     n_mlp = letters.count("-")
     if isinstance(widths, list) and (
@@ -198,13 +225,13 @@ def nemotron_h(
             f"model {where}: field 'intermediate_size' {widths!r} must be one width, or a list of one or of the "
             f"{n_mlp} MLP layers' widths (whole numbers of at least 1)"
         )
-    for k in range(n_mlp):
+    for k, i in enumerate(at("-")):
         if isinstance(widths, list):
             w = widths[0] if len(widths) == 1 else widths[k]
         else:
             w = pick("intermediate_size", default=21504, least=1)
-        b.add("mlp", w, hidden)  # up
-        b.add("mlp", hidden, w, row=True)  # down
+        b.add("mlp", w, hidden, module="mixer.up_proj", layers=[i])  # up
+        b.add("mlp", hidden, w, row=True, module="mixer.down_proj", layers=[i])  # down
         if bias:
             b.other += w + hidden
     n_moe = letters.count("E")
@@ -219,20 +246,22 @@ def nemotron_h(
             pick("moe_intermediate_size", default=7688, least=1),
             width,
             False,
-            n_moe,
+            at("E"),
             where,
             "num_experts_per_tok",
+            "mixer.experts",
         )
-        b.add("router", experts, hidden, n_moe)
+        b.add("router", experts, hidden, n_moe, module="mixer.gate", layers=at("E"))
         b.other += experts * n_moe  # e_score_correction_bias
         shared = pick("n_shared_experts", default=1, required=False) * pick(
             "moe_shared_expert_intermediate_size", default=7688, least=1
         )
-        b.add("shared_experts", shared, hidden, n_moe)  # up
-        b.add("shared_experts", hidden, shared, n_moe, row=True)  # down
+        sx = "mixer.shared_experts"
+        b.add("shared_experts", shared, hidden, n_moe, module=f"{sx}.up_proj", layers=at("E"))
+        b.add("shared_experts", hidden, shared, n_moe, row=True, module=f"{sx}.down_proj", layers=at("E"))
         if latent:
-            b.add("mlp", latent, hidden, n_moe)  # fc1_latent_proj
-            b.add("mlp", hidden, latent, n_moe)  # fc2_latent_proj
+            b.add("mlp", latent, hidden, n_moe, module="mixer.fc1_latent_proj", layers=at("E"))
+            b.add("mlp", hidden, latent, n_moe, module="mixer.fc2_latent_proj", layers=at("E"))
             if bias:
                 b.other += (latent + hidden) * n_moe
         # (the shared expert is built without `mlp_bias`: NemotronHMLP's default, no bias)
@@ -258,10 +287,10 @@ def granite_moe_hybrid(
     there are experts, and a shared gated MLP of `shared_intermediate_size` where that is not 0; two norms a
     layer and the final one. Defaults are transformers' `GraniteMoeHybridConfig`'s."""
     mamba = granite_layer_is_mamba(cfg, layers, where)
-    n_mamba = sum(mamba)
     d = mamba_dims(cfg, "granitemoehybrid", where)
     assert d is not None
-    mamba2_mixer(b, hidden, d.heads, d.head_dim, d.groups, d.state, d.kernel, d.conv_bias, d.bias, n_mamba)
+    mamba_at = [i for i in range(layers) if mamba[i]]
+    mamba2_mixer(b, hidden, d.heads, d.head_dim, d.groups, d.state, d.kernel, d.conv_bias, d.bias, mamba_at)
     _attention(
         b,
         hidden,
@@ -269,8 +298,10 @@ def granite_moe_hybrid(
         kv_heads,
         hidden // heads,
         _flag(cfg, False, where, "attention_bias"),
-        layers - n_mamba,
+        [i for i in range(layers) if not mamba[i]],
+        "self_attn",
     )
+    every = range(layers)
     experts = pick("num_local_experts", default=8, required=False)
     if experts:
         _experts(
@@ -280,15 +311,17 @@ def granite_moe_hybrid(
             ffn,
             hidden,
             True,
-            layers,
+            list(every),
             where,
             "num_experts_per_tok",
+            "block_sparse_moe.experts",
         )
-        b.add("router", experts, hidden, layers)
+        b.add("router", experts, hidden, layers, module="block_sparse_moe.router", layers=every)
     shared = pick("shared_intermediate_size", default=1024, required=False)
     if shared:
-        b.add("mlp", shared, hidden, 2 * layers)  # input_linear (gate, up)
-        b.add("mlp", hidden, shared, layers, row=True)  # output_linear
+        # input_linear (gate, up), output_linear
+        b.add("mlp", shared, hidden, 2 * layers, module="shared_mlp.input_linear", layers=every)
+        b.add("mlp", hidden, shared, layers, row=True, module="shared_mlp.output_linear", layers=every)
     b.other += 2 * hidden * layers + hidden
 
 

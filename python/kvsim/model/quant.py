@@ -27,6 +27,7 @@ or `kv_cache_quant_algo: FP8`; compressed-tensors' 8-bit float `kv_cache_scheme`
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
 from collections.abc import Mapping
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.params import GROUPS, MODULE_NAMES, Breakdown, Matrix, module_names
+from kvsim.model.params import GROUPS, Breakdown, Matrix
 
 # The groups each method quantizes (others stay in the checkpoint's dtype).
 LINEAR_GROUPS = ("attn", "mlp", "experts", "shared_experts")
@@ -128,14 +129,48 @@ class Quantization:
     ignored: tuple[str, ...] = ()
     kv_fp8: bool = False
 
-    def weight_bytes(self, b: Breakdown, dtype_bits: int) -> int:
-        """Bytes of every weight of `b`, quantized groups in their formats, the rest at `dtype_bits`."""
+    def quantized(self, m: Matrix, b: Breakdown) -> int:
+        """How many of `m`'s `count` matrices (of `b`) are stored in their group's format: those of the
+        decoder layers where the ignore list does not name `m`'s module (`is_ignored`), vLLM deciding module
+        by module (`get_quant_method` with each module's prefix); all, or none, of a module held by no layer
+        (`lm_head`). Whether the group is quantized at all is `formats`' to say."""
+        if not self.ignored or not m.module:
+            return m.count
+        if not m.layers:
+            return 0 if is_ignored(m.name(), self.ignored, b.aliases) else m.count
+        each = m.count // len(m.layers)
+        return each * sum(not is_ignored(m.name(i), self.ignored, b.aliases) for i in m.layers)
+
+    def group_bytes(self, b: Breakdown, group: str, dtype_bits: int) -> int:
+        """Bytes of `b`'s `group` matrices: those `quantized` in the group's format, the rest at `dtype_bits`."""
         dense = Format("dense", dtype_bits)
-        total = -(-b.other * dtype_bits // 8)
-        for group in GROUPS:
-            fmt = self.formats.get(group, dense)
-            total += sum(fmt.matrix_bytes(m) for m in b.matrices[group])
+        fmt = self.formats.get(group)
+        total = 0
+        for m in b.matrices[group]:
+            n = self.quantized(m, b) if fmt is not None else 0
+            if n:
+                total += fmt.matrix_bytes(dataclasses.replace(m, count=n)) if fmt is not None else 0
+            if n < m.count:
+                total += dense.matrix_bytes(dataclasses.replace(m, count=m.count - n))
         return total
+
+    def weight_bytes(self, b: Breakdown, dtype_bits: int) -> int:
+        """Bytes of every weight of `b`, quantized matrices in their group's format (layer by layer:
+        `quantized`), the rest at `dtype_bits`."""
+        total = -(-b.other * dtype_bits // 8)
+        return total + sum(self.group_bytes(b, group, dtype_bits) for group in GROUPS)
+
+    def for_model(self, b: Breakdown) -> Quantization:
+        """This quantization on the model of `b`: the groups none of whose matrices stays quantized (the
+        ignore list names their module in every layer that holds them) dropped from `formats`, so that the
+        checks made group by group (`check_groups`, `shard_group`, the expert and fp8-block checks) and
+        `describe` see what vLLM quantizes. A group of no matrices in `b` is kept as it is."""
+        kept = {
+            g: f
+            for g, f in self.formats.items()
+            if g not in b.matrices or not b.matrices[g] or any(self.quantized(m, b) for m in b.matrices[g])
+        }
+        return dataclasses.replace(self, formats=kept)
 
     def describe(self) -> str:
         """`mxfp4: experts mxfp4; rest 16-bit` (which groups are quantized, how)."""
@@ -160,41 +195,26 @@ def _matches(pattern: str, name: str) -> bool:
     return f".{pattern}." in f".{name}." or name.endswith("." + pattern)
 
 
-def _spellings(name: str) -> tuple[str, ...]:
-    """A text model's module as checkpoints spell it: `model.layers.0.x`, and nested in a multimodal
+def _spellings(name: str, aliases: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """A text model's module as checkpoints spell it: vLLM's `model.layers.0.x`; nested in a multimodal
     wrapper as `model.language_model.layers.0.x` (Gemma 3/4, Llama 4, Mistral 3) or
-    `language_model.model.layers.0.x` (LLaVA-style)."""
+    `language_model.model.layers.0.x` (LLaVA-style); under the checkpoint's own root for `model` (`aliases`:
+    Nemotron-H's `backbone.layers.0.mixer.x`, which vLLM maps to `model.` in the ignore list too, its
+    `hf_to_vllm_mapper` applied by `apply_vllm_mapper`)."""
     if not name.startswith("model."):
         return (name,)
     rest = name[len("model.") :]
-    return (name, f"model.language_model.{rest}", f"language_model.model.{rest}")
+    own = tuple(f"{a}.{rest}" for a in aliases)
+    return (name, f"model.language_model.{rest}", f"language_model.model.{rest}", *own)
 
 
-def _skipped(
-    groups: tuple[str, ...],
-    ignored: list[str],
-    layers: int = 1,
-    names: Mapping[str, tuple[str, ...]] = MODULE_NAMES,
-) -> tuple[str, ...]:
-    """`groups` less those whose representative module an ignore pattern names (in any of `_spellings`) in
-    every one of the model's `layers` decoder layers. A list naming single layers (NVIDIA's NVFP4 releases:
-    `model.layers.0*`, `model.layers.1.*`, then the attention of each layer) exempts no group whole: those
-    layers' modules are priced with their group (`exempts_layer_modules`); kvsim read the representative in
-    layer 0 alone, so `model.layers.0*` left every group unquantized."""
-    kept = []
-    for g in groups:
-        module = names[g]
-        if not module:
-            kept.append(g)
-            continue
-        first = module[0]
-        at = [first.replace("layers.0.", f"layers.{i}.") for i in range(max(1, layers))]
-        if "layers.0." not in first:
-            at = [first]
-        if all(any(_matches(p, s) for p in ignored for s in _spellings(n)) for n in at):
-            continue
-        kept.append(g)
-    return tuple(kept)
+def is_ignored(name: str, ignored: tuple[str, ...] | list[str], aliases: tuple[str, ...] = ()) -> bool:
+    """Whether the ignore list `ignored` names the module vLLM calls `name` (`model.layers.3.mlp.down_proj`),
+    in any of its spellings (`_spellings`): vLLM 0.33.0 asks this of each module's prefix as it builds it
+    (`is_layer_skipped`, `quantization/utils/quant_utils.py`, from `Fp8Config`, `ModelOptQuantConfigBase.
+    is_layer_excluded`, `AutoAWQConfig`, `Mxfp4Config`; compressed-tensors' `should_ignore_layer`), so one
+    module can stay unquantized in one layer and not in the next."""
+    return any(_matches(p, s) for p in ignored for s in _spellings(name, aliases))
 
 
 def _ignore_list(qc: dict[str, Any], where: str, *keys: str) -> list[str]:
@@ -242,9 +262,7 @@ def _block(block: Any) -> bool:
     )
 
 
-def _fp8(
-    qc: dict[str, Any], where: str, layers: int = 1, names: Mapping[str, tuple[str, ...]] = MODULE_NAMES
-) -> Quantization:
+def _fp8(qc: dict[str, Any], where: str) -> Quantization:
     block = qc.get("weight_block_size")
     if block is not None:
         if not _block(block):
@@ -253,8 +271,7 @@ def _fp8(
     else:
         fmt = Format("fp8", 8, "tensor")
     ignored = _ignore_list(qc, where, "ignored_layers", "modules_to_not_convert")
-    groups = _skipped(LINEAR_GROUPS, ignored, layers, names)
-    return Quantization("fp8", {g: fmt for g in groups}, tuple(ignored))
+    return Quantization("fp8", {g: fmt for g in LINEAR_GROUPS}, tuple(ignored))
 
 
 def _get_from_keys(qc: dict[str, Any], where: str, *keys: str) -> str:
@@ -269,9 +286,7 @@ def _get_from_keys(qc: dict[str, Any], where: str, *keys: str) -> str:
     return key
 
 
-def _awq(
-    qc: dict[str, Any], where: str, layers: int = 1, names: Mapping[str, tuple[str, ...]] = MODULE_NAMES
-) -> Quantization:
+def _awq(qc: dict[str, Any], where: str) -> Quantization:
     """An AWQ checkpoint as vLLM 0.33.0 loads it (`auto_awq.py` `AutoAWQConfig`, its one AWQ method): 4-bit
     weights (`TYPE_MAP`; 8-bit is refused) with zero points, `w_bit`/`bits`, `q_group_size`/`group_size`
     and `zero_point` read as vLLM reads them (each must be there), the `lm_head` quantized when the config
@@ -294,15 +309,13 @@ def _awq(
         )
     fmt = Format("int", bits, "group", group=group, zeros=True)
     ignored = _ignore_list(qc, where, "modules_to_not_convert")
-    formats = {g: fmt for g in _skipped(LINEAR_GROUPS, ignored, layers, names)}
+    formats = {g: fmt for g in LINEAR_GROUPS}
     if qc.get("lm_head"):  # (vLLM tests it for truth, as GPTQ's)
         formats["lm_head"] = fmt
     return Quantization("awq", formats, tuple(ignored))
 
 
-def _gptq(
-    qc: dict[str, Any], where: str, layers: int = 1, names: Mapping[str, tuple[str, ...]] = MODULE_NAMES
-) -> Quantization:
+def _gptq(qc: dict[str, Any], where: str) -> Quantization:
     """A GPTQ checkpoint as vLLM 0.33.0 loads it (`auto_gptq.py` `AutoGPTQConfig`, its one GPTQ method):
     symmetric 4- or 8-bit weights (`TYPE_MAP`) in groups Marlin takes (-1, 32, 64 or 128:
     `verify_marlin_supported`), without group activation ordering (`normalize_and_validate_gptq_desc_act`:
@@ -341,19 +354,15 @@ def _gptq(
         )
     fmt = Format("int", bits, "group", group=group, zeros=True)
     ignored = _ignore_list(qc, where, "modules_to_not_convert")
-    groups = _skipped(LINEAR_GROUPS, ignored, layers, names)
-    formats = {g: fmt for g in groups}
+    formats = {g: fmt for g in LINEAR_GROUPS}
     if qc.get("lm_head"):
         formats["lm_head"] = fmt
     return Quantization("gptq", formats, tuple(ignored))
 
 
-def _mxfp4(
-    qc: dict[str, Any], where: str, layers: int = 1, names: Mapping[str, tuple[str, ...]] = MODULE_NAMES
-) -> Quantization:
+def _mxfp4(qc: dict[str, Any], where: str) -> Quantization:
     ignored = _ignore_list(qc, where, "modules_to_not_convert", "ignored_layers")
-    groups = _skipped(("experts",), ignored, layers, names)
-    return Quantization("mxfp4", {g: Format("mxfp4", 4) for g in groups}, tuple(ignored))
+    return Quantization("mxfp4", {"experts": Format("mxfp4", 4)}, tuple(ignored))
 
 
 def _modelopt_kv_fp8(qc: dict[str, Any], inner: dict[str, Any], where: str) -> bool:
@@ -379,9 +388,7 @@ def _modelopt_kv_fp8(qc: dict[str, Any], inner: dict[str, Any], where: str) -> b
     return isinstance(kv, str) and kv.lower() == "fp8"
 
 
-def _modelopt(
-    qc: dict[str, Any], where: str, layers: int = 1, names: Mapping[str, tuple[str, ...]] = MODULE_NAMES
-) -> Quantization:
+def _modelopt(qc: dict[str, Any], where: str) -> Quantization:
     algo = qc.get("quant_algo")
     if isinstance(qc.get("quantization"), dict):  # hf_quant_config.json's nesting
         algo = algo or qc["quantization"].get("quant_algo")
@@ -391,7 +398,7 @@ def _modelopt(
     ignored = _ignore_list(qc, where, "exclude_modules", "ignore") or _ignore_list(
         inner, where, "exclude_modules"
     )
-    groups = _skipped(LINEAR_GROUPS, ignored, layers, names)
+    groups = LINEAR_GROUPS
     kv_fp8 = _modelopt_kv_fp8(qc, inner, where)
     if algo == "FP8":
         return Quantization(
@@ -452,9 +459,7 @@ def _ct_format(weights: dict[str, Any], fmt_name: str, where: str) -> Format:
     )
 
 
-def _compressed_tensors(
-    qc: dict[str, Any], where: str, layers: int = 1, names: Mapping[str, tuple[str, ...]] = MODULE_NAMES
-) -> Quantization:
+def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
     kv_scheme = qc.get("kv_cache_scheme")
     if kv_scheme is not None and not (
         isinstance(kv_scheme, dict) and kv_scheme.get("num_bits") == 8 and kv_scheme.get("type") == "float"
@@ -499,7 +504,7 @@ def _compressed_tensors(
     ignored = _ignore_list(qc, where, "ignore")
     return Quantization(
         "compressed-tensors",
-        {g: fmt for g in _skipped(LINEAR_GROUPS, ignored, layers, names)},
+        {g: fmt for g in LINEAR_GROUPS},
         tuple(ignored),
     )
 
@@ -663,10 +668,11 @@ _PARSERS = {
 }
 
 
-def from_config(qc: Any, where: str, layers: int = 1, mla: bool = False) -> Quantization:
-    """The `Quantization` a checkpoint's `quantization_config` describes (`where` names the file in errors)
-    for a model of `layers` decoder layers (its ignore list is read layer by layer: `_skipped`), an MLA
-    model's attention by its own module names (`mla`). A ModelOpt config without `quant_method` (an
+def from_config(qc: Any, where: str, b: Breakdown | None = None) -> Quantization:
+    """The `Quantization` a checkpoint's `quantization_config` describes (`where` names the file in errors),
+    on the model of breakdown `b` where given (`Quantization.for_model`: its ignore list read module by
+    module, layer by layer); without `b`, every group the method quantizes is kept in `formats` (the ignore
+    list still prices each matrix: `Quantization.weight_bytes`). A ModelOpt config without `quant_method` (an
     `hf_quant_config.json`, whose `producer` is modelopt) takes vLLM's from its `quant_algo`
     (`ModelArchConfigConvertor._normalize_quantization_config`).
 
@@ -704,7 +710,8 @@ def from_config(qc: Any, where: str, layers: int = 1, mla: bool = False) -> Quan
         raise InvalidArgumentError(
             f"{where}: quant_method {method!r} is not modelled by kvsim; known: {', '.join(sorted(_PARSERS))}"
         )
-    return parser(qc, where, layers, module_names(mla))
+    q = parser(qc, where)
+    return q.for_model(b) if b is not None else q
 
 
 def exempts_layer_modules(q: Quantization) -> bool:
@@ -713,7 +720,7 @@ def exempts_layer_modules(q: Quantization) -> bool:
     whole-matrix check (`check_groups`) nor the tensor-parallel one (`shard_group`) is made. Entries naming
     the `lm_head`, the embeddings or a vision tower (llm-compressor's usual `ignore: ["lm_head"]`) exempt
     nothing checked."""
-    layer_words = ("layers", "proj", "mlp", "attn", "experts", "fc1", "fc2", "dense")
+    layer_words = ("layers", "proj", "mlp", "attn", "experts", "fc1", "fc2", "dense", "mixer")
     return any(any(w in str(entry).lower() for w in layer_words) for entry in q.ignored)
 
 
@@ -897,6 +904,7 @@ __all__ = [
     "deepseek_v4",
     "exempts_layer_modules",
     "from_config",
+    "is_ignored",
     "min_capability",
     "not_whole_groups",
     "shard_group",

@@ -361,14 +361,17 @@ def _check_experts(m: Model, tp: int, dp: int = 1) -> None:
 def _quantization(m: Model) -> quant.Quantization:
     """`m`'s quantization as vLLM 0.33.0 takes it, read again from its kept config (DeepSeek-V4's fp8 as
     `DeepseekV4FP8Config`; vLLM's online fp8 where `m` was loaded with `--quantization fp8`)."""
+    from kvsim.model.timing import model_breakdown
+
     kept = m.config_fields
     where = f"model {m.name!r}"
-    q = quant.from_config(kept.get("quantization_config"), where, m.num_layers, m.is_mla)
+    q = quant.from_config(kept.get("quantization_config"), where)
     if kept.get("model_type") == "deepseek_v4" and q.method == "fp8":
         q = quant.deepseek_v4(q, kept, where)
     if not q.method and m.quant_method == "fp8":
         q = quant.with_flag(q, "fp8", where)
-    return q
+    # (the groups the ignore list leaves unquantized in every layer holding them dropped: `for_model`)
+    return q.for_model(model_breakdown(m)[0]) if q.method and q.ignored else q
 
 
 def _fp8_block(q: quant.Quantization, group: str) -> tuple[int, int] | None:

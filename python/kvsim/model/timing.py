@@ -37,7 +37,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.dsa import dsa_index_bytes
@@ -45,6 +45,9 @@ from kvsim.model.gpus import Gpu
 from kvsim.model.knobs import MAX_COEFFICIENT_PS
 from kvsim.model.layers import Layer
 from kvsim.model.models import Model
+
+if TYPE_CHECKING:
+    from kvsim.model.params import Breakdown
 
 PS_PER_S = 10**12
 
@@ -291,14 +294,11 @@ class WeightGroup:
     rate: str = "bf16"
 
 
-def weight_groups(model: Model, quantization: str | None = None) -> dict[str, WeightGroup]:
-    """The model's weights by module group (`kvsim.model.params.GROUPS`), priced as vLLM loads them
-    (`kvsim.model.quant`): the parameters, the bytes and the tensor-core rate each group computes at
-    (fp8 checkpoints and vLLM's online fp8 at the fp8 rate, NVFP4 at the fp4 rate, the rest at bf16:
-    weight-only formats such as AWQ, GPTQ and MXFP4 dequantize to bf16)."""
-    from kvsim.model import quant
-    from kvsim.model.architecture import _HF_DTYPES, dtype_bits
-    from kvsim.model.params import GROUPS, param_breakdown
+def model_breakdown(model: Model) -> tuple[Breakdown, str]:
+    """`model`'s weight matrices (`kvsim.model.params.param_breakdown` of its kept config fields) and the
+    checkpoint's dtype."""
+    from kvsim.model.architecture import _HF_DTYPES
+    from kvsim.model.params import param_breakdown
 
     cfg: Mapping[str, Any]
     if model.config_json:
@@ -317,7 +317,6 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
                 return v
         return default
 
-    where = f"model {model.name!r}"
     b = param_breakdown(
         cfg,
         model.num_layers,
@@ -332,20 +331,35 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
         pick,
         model.name,
     )
-    checkpoint = quant.from_config(cfg.get("quantization_config"), where, model.num_layers, model.is_mla)
+    return b, dtype
+
+
+def weight_groups(model: Model, quantization: str | None = None) -> dict[str, WeightGroup]:
+    """The model's weights by module group (`kvsim.model.params.GROUPS`), priced as vLLM loads them
+    (`kvsim.model.quant`, layer by layer where the ignore list names single layers' modules): the
+    parameters, the bytes and the tensor-core rate each group computes at (fp8 checkpoints and vLLM's online
+    fp8 at the fp8 rate, NVFP4 at the fp4 rate, the rest at bf16: weight-only formats such as AWQ, GPTQ and
+    MXFP4 dequantize to bf16; a group quantized in some layers only computes at its format's rate
+    throughout)."""
+    from kvsim.model import quant
+    from kvsim.model.architecture import dtype_bits
+    from kvsim.model.params import GROUPS
+
+    b, dtype = model_breakdown(model)
+    cfg = model.config_fields if model.config_json else {}
+    where = f"model {model.name!r}"
+    checkpoint = quant.from_config(cfg.get("quantization_config"), where, b)
     if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
         # DeepSeek-V4's fp8 checkpoint as vLLM loads it: its routed experts MXFP4 (`quant.deepseek_v4`, as
         # the model's reader prices them).
         checkpoint = quant.deepseek_v4(checkpoint, cfg, where)
-    q = quant.with_flag(checkpoint, quantization, where)
+    q = quant.with_flag(checkpoint, quantization, where).for_model(b)
     bits = dtype_bits(dtype)
-    dense = quant.Format("dense", bits)
     out = {}
     for g in GROUPS:
-        fmt = q.formats.get(g, dense)
-        nbytes = sum(fmt.matrix_bytes(m) for m in b.matrices[g])
-        rate = {"fp8": "fp8", "nvfp4": "fp4"}.get(fmt.kind, "bf16")
-        out[g] = WeightGroup(b.params(g), nbytes, rate)
+        fmt = q.formats.get(g)
+        rate = {"fp8": "fp8", "nvfp4": "fp4"}.get(fmt.kind if fmt else "", "bf16")
+        out[g] = WeightGroup(b.params(g), q.group_bytes(b, g, bits), rate)
     out["other"] = WeightGroup(b.other, -(-b.other * bits // 8))
     return out
 

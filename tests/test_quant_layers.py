@@ -1,0 +1,131 @@
+"""A checkpoint's ignore list read module by module, layer by layer (`kvsim.model.quant.Quantization.quantized`),
+as vLLM 0.33.0 decides each module's method from its prefix (`is_layer_skipped`, `quant_utils.py`; ModelOpt's
+`is_layer_excluded`): a module the list names in some layers only is unquantized in those layers, and a group
+is exempt whole when the list names it in every layer that holds it (not every decoder layer)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvsim.model import models, quant
+from kvsim.model.params import Breakdown
+from kvsim.model.timing import model_breakdown, weight_groups
+
+HF = Path(__file__).parent / "data" / "hf"
+NVFP4 = quant.Format("nvfp4", 4)
+BF16 = quant.Format("dense", 16)
+
+
+def _fp8(ignored: list[str]) -> dict:
+    return {"quant_method": "fp8", "activation_scheme": "dynamic", "ignored_layers": ignored}
+
+
+def test_a_module_ignored_in_half_the_layers_prices_half_the_group():
+    b = Breakdown()
+    b.add("mlp", 1024, 512, 2 * 8, module="mlp.gate_proj", layers=range(8))  # gate, up
+    b.add("mlp", 512, 1024, 8, row=True, module="mlp.down_proj", layers=range(8))
+    whole = sum(m.params for m in b.matrices["mlp"])
+    fp8 = quant.Format("fp8", 8, "tensor")
+    all_fp8 = sum(fp8.matrix_bytes(m) for m in b.matrices["mlp"])
+    half = [f"model.layers.{i}.mlp" for i in range(0, 8, 2)]
+    q = quant.from_config(_fp8(half), "t", b)
+    assert "mlp" in q.formats  # quantized where it is not named
+    assert [q.quantized(m, b) for m in b.matrices["mlp"]] == [8, 4]
+    assert q.group_bytes(b, "mlp", 16) == all_fp8 // 2 + whole  # half at fp8, half at 2 bytes
+    # one projection named in one layer: that layer's down_proj alone
+    one = quant.from_config(_fp8(["model.layers.3.mlp.down_proj"]), "t", b)
+    assert [one.quantized(m, b) for m in b.matrices["mlp"]] == [16, 7]
+    # named in every layer: the group is exempt (and no longer said quantized)
+    every = quant.from_config(_fp8(["re:model\\.layers\\.\\d+\\.mlp\\..*"]), "t", b)
+    assert "mlp" not in every.formats
+    assert every.group_bytes(b, "mlp", 16) == 2 * whole
+
+
+def test_a_group_is_exempt_where_every_layer_holding_it_is_named():
+    """Rule 2: the layers that hold the group, not every decoder layer. A dense MLP on the first 3 of 8
+    layers (DeepSeek's `first_k_dense_replace`), named in those 3, is unquantized; the experts of the other 5
+    stay quantized."""
+    b = Breakdown()
+    b.add("mlp", 256, 128, 3, module="mlp.gate_proj", layers=range(3))
+    b.add("experts", 64, 128, 4 * 5, module="mlp.experts", layers=range(3, 8))
+    q = quant.from_config(_fp8([f"model.layers.{i}.mlp.gate_proj" for i in range(3)]), "t", b)
+    assert "mlp" not in q.formats
+    assert "experts" in q.formats
+
+
+def test_glm_5_2_nvfp4_dense_mlps_of_its_first_layers_stay_bf16():
+    """nvidia/GLM-5.2-NVFP4's ignore list names layers 0, 1 and 2 whole (`model.layers.0*`,
+    `model.layers.1.*`, `model.layers.2.*`): the only layers with a dense MLP (`first_k_dense_replace` 3).
+    vLLM builds those MLPs unquantized; kvsim priced them NVFP4, since the list names no MLP in the 75 MoE
+    layers (0.98 GB short: 443.91 GB where the breakdown's own sum is 444.89 GB)."""
+    m = models.from_hf_config(HF / "glm-5.2-nvfp4.json")
+    groups = weight_groups(m)
+    b, _ = model_breakdown(m)
+    mlps = b.matrices["mlp"]
+    assert {i for mat in mlps for i in mat.layers} == {0, 1, 2}
+    assert "mlp" not in m.quantization
+    assert groups["mlp"].bytes == 2 * groups["mlp"].params == 3 * 3 * 6144 * 12288 * 2
+    was = sum(NVFP4.matrix_bytes(mat) for mat in mlps)  # what kvsim priced them before
+    assert groups["mlp"].bytes - was == 976_748_472
+    assert m.param_bytes == 444_889_387_008  # 443,912,638,536 before, with the MLPs NVFP4
+    assert sum(g.bytes for g in groups.values()) == m.param_bytes
+
+
+def test_nemotron_3_nano_nvfp4_keeps_its_attention_and_the_mamba_mixers_before_it_bf16():
+    """nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4 (its `hf_quant_config.json`) excludes, by Nemotron-H's own
+    names (`backbone.layers.N.mixer.q_proj`, ... `in_proj`, `out_proj`), the attention of its 6 attention
+    layers and the Mamba mixer of the 6 layers before them: vLLM (`hf_to_vllm_mapper`: `backbone` ->
+    `model`) builds those unquantized; kvsim matched Llama's `self_attn` names only and priced them all
+    NVFP4 (18.82 GB for 19.36 GB). Hugging Face counts the checkpoint's stored values (two 4-bit weights a
+    byte, an fp8 scale per 16) at 18.2B (as a public model page quotes Hugging Face's figure, rounded): this
+    pricing's count is 18.24B, the one with every mixer NVFP4 18.07B."""
+    m = models.from_hf_config(HF / "nemotron-3-nano-30b-a3b-nvfp4")
+    assert m.quantization.startswith("modelopt_fp4")
+    assert m.kv_dtype == "fp8"
+    b, _ = model_breakdown(m)
+    qc = json.loads((HF / "nemotron-3-nano-30b-a3b-nvfp4" / "hf_quant_config.json").read_text())
+    q = quant.from_config(qc, "t", b)
+    attention, mamba = [5, 12, 19, 26, 33, 42], [4, 11, 18, 25, 32, 41]
+    by_module = {mat.module: mat for mat in b.matrices["attn"]}
+    assert by_module["mixer.in_proj"].count == 23
+    assert by_module["mixer.o_proj"].count == 6
+    for mat in b.matrices["attn"]:
+        named = attention if mat.module.startswith(("mixer.q_proj", "mixer.o_proj")) else mamba
+        each = mat.count // len(mat.layers)
+        assert q.quantized(mat, b) == mat.count - each * len(named), mat.module
+    assert all(
+        q.quantized(mat, b) == mat.count for g in ("experts", "shared_experts") for mat in b.matrices[g]
+    )
+    expect = 0
+    for mat in b.matrices["attn"]:
+        n = q.quantized(mat, b)
+        expect += (
+            NVFP4.matrix_bytes(mat) * n // mat.count + BF16.matrix_bytes(mat) * (mat.count - n) // mat.count
+        )
+    assert weight_groups(m)["attn"].bytes == expect
+    assert m.param_bytes == 19_355_785_472  # 18,820,207,136 with every mixer NVFP4
+
+    def stored_values(q: quant.Quantization) -> int:
+        total = b.other
+        for g, mats in b.matrices.items():
+            for mat in mats:
+                n = q.quantized(mat, b) if g in q.formats else 0
+                per = mat.rows * mat.cols
+                total += n * (per // 2 + per // 16 + 2) + (mat.count - n) * per
+        return total
+
+    assert round(stored_values(q) / 1e9, 1) == 18.2
+    assert round(stored_values(quant.Quantization(q.method, q.formats)) / 1e9, 1) == 18.1
+
+
+def test_nemotron_h_names_match_both_spellings():
+    """vLLM's `model.layers.N.mixer.*` and the checkpoint's `backbone.layers.N.mixer.*` name the same module."""
+    assert quant.is_ignored(
+        "model.layers.4.mixer.in_proj", ["backbone.layers.4.mixer.in_proj"], ("backbone",)
+    )
+    assert quant.is_ignored("model.layers.4.mixer.in_proj", ["model.layers.4.mixer.in_proj"], ("backbone",))
+    assert not quant.is_ignored("model.layers.4.mixer.in_proj", ["backbone.layers.4.mixer.in_proj"])
+    assert not quant.is_ignored(
+        "model.layers.14.mixer.in_proj", ["backbone.layers.4.mixer.in_proj"], ("backbone",)
+    )
