@@ -144,6 +144,20 @@ def test_sparse_attention_reads_top_k_latents_and_every_indexer_key():
     assert 0 < grow < grow_dense * INDEX / LATENT * 1.01
 
 
+def test_vllm_v0s_rules_refused_as_v0_never_served_it():
+    """vLLM's v0 engine was gone before DeepSeek-V3.2 came: the v0 preset's swapping (and its other
+    v0-only rules) are refused by name, as for a hybrid model; DeepSeek-V3 (MLA, served by v0) is not."""
+    base = dict(gpu="h200", tensor_parallel_size=8, max_model_len=32768)
+    with pytest.raises(
+        InvalidArgumentError, match=r"only vLLM v1 serves, so preemption 'auto' does not apply"
+    ):
+        kvsim.SimConfig.preset("vllm-v0", model="deepseek-v3.2", **base)
+    with pytest.raises(InvalidArgumentError, match=r"watermark_rule 'always' does not apply"):
+        kvsim.SimConfig(model="deepseek-v3.2", watermark_rule="always", **base)
+    assert kvsim.SimConfig.preset("vllm-v0", model="deepseek-v3", **base).preemption == "auto"
+    assert kvsim.SimConfig.preset("vllm-v1", model="deepseek-v3.2", **base).block_size == 64
+
+
 def test_the_lab_does_not_offer_it():
     from kvsim.lab.query import model_names
 

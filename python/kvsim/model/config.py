@@ -323,6 +323,14 @@ class SimConfig(ConfigTimeModel):
         m = resolve(self.model)
         if not m.is_dsa:
             return
+        # vLLM serves sparse attention on its v1 engine only (DeepSeek-V3.2 came after v0 was gone): v0's
+        # rules (watermark at every admission, swapping, copy-on-write samples) do not apply to it.
+        for knob, v1 in HYBRID_ONLY.items():
+            if getattr(self, knob) != v1:
+                raise InvalidArgumentError(
+                    f"model {m.name} has sparse attention (an indexer picks the keys), which only vLLM v1 "
+                    f"serves, so {knob} {getattr(self, knob)!r} does not apply (only {v1!r})"
+                )
         arch = resolve_gpu(self.gpu).arch if self.gpu is not None else None
         kv, block = dsa.resolve(m, arch, self.kv_cache_dtype, self.block_size)
         object.__setattr__(self, "kv_cache_dtype", kv)
