@@ -1,0 +1,160 @@
+"""`SimConfig`'s CPU tier (DESIGN.md §CPU tier): its chunks' host bytes, its size in chunks from
+`kv_offloading_size`, its transfer time per block from the GPU's host link, and the configurations it is
+modelled for.
+
+`SimConfig` (`kvsim.model.config`) takes these methods from `ConfigCpuTier`, which holds no state of its
+own: `SimConfig._size` calls `_size_cpu_tier` once the pool is sized.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.knobs import MAX_BLOCKS, MAX_COEFFICIENT_PS, PS_PER_S, convert
+
+
+def _gib_at_least(nbytes: int) -> str:
+    """GiB holding at least `nbytes` as vLLM converts them (`int(size * 2**30)`), rounded up to four
+    significant digits (more if those do not reach it): a value the hint gives passes."""
+    import math
+
+    g = nbytes / 2**30
+    k = 4 - 1 - math.floor(math.log10(g))
+    while True:
+        v = math.ceil(g * 10**k) / 10**k
+        text = f"{v:.{max(k, 0)}f}"
+        if int(float(text) * 2**30) >= nbytes or k > 20:
+            return text
+        k += 1
+
+
+class ConfigCpuTier:
+    """The CPU tier's part of `SimConfig` (a base class of it, never built alone)."""
+
+    if TYPE_CHECKING:
+        # SimConfig's fields and properties these methods read and set (SimConfig defines them).
+        model: Any
+        gpu: Any
+        tensor_parallel_size: int
+        kv_offloading_size: float | None
+        kv_offloading_chunks: int
+        kv_offloading_blocks_per_chunk: int
+        kv_offloading_ps_per_block: int | None
+        policy: str
+        enable_prefix_caching: bool
+        preemption: str
+        sampling: str
+        waiting_over_budget: str
+        append_check: str
+        watermark_rule: str
+
+        @property
+        def pool(self) -> Any: ...
+
+        @property
+        def engine_block_size(self) -> int: ...
+
+    # vLLM's CPU tier pads each chunk to this many bytes (`CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT`).
+    CPU_CHUNK_ALIGNMENT = 4096
+
+    @property
+    def kv_offloading_chunk_bytes(self) -> int | None:
+        """Host bytes one CPU-tier chunk takes: its blocks' KV on every tensor-parallel rank, padded to
+        4 KiB (vLLM 0.33.0's `CPUOffloadingSpec`); None without a model."""
+        per_token = self.pool.kv_bytes_per_token
+        if per_token is None:
+            return None
+        raw = (
+            per_token
+            * self.engine_block_size
+            * self.tensor_parallel_size
+            * self.kv_offloading_blocks_per_chunk
+        )
+        return -(-raw // self.CPU_CHUNK_ALIGNMENT) * self.CPU_CHUNK_ALIGNMENT
+
+    @property
+    def kv_offloading_block_bytes(self) -> int | None:
+        """Host bytes one GPU block's KV takes across the tensor-parallel ranks (what a load or a store
+        moves per block, unpadded); None without a model."""
+        per_token = self.pool.kv_bytes_per_token
+        if per_token is None:
+            return None
+        return per_token * self.engine_block_size * self.tensor_parallel_size
+
+    def _size_cpu_tier(self) -> None:
+        """The CPU tier (DESIGN.md §CPU tier): its chunks from `kv_offloading_size`, its transfer time per
+        block from the GPU's host link, and the configurations it is modelled for."""
+        size = self.kv_offloading_size
+        if size is not None:
+            if self.kv_offloading_chunks:
+                raise InvalidArgumentError(
+                    f"kv_offloading_size {size} and kv_offloading_chunks {self.kv_offloading_chunks} both size "
+                    "the CPU tier: give one of them"
+                )
+            chunk = self.kv_offloading_chunk_bytes
+            if chunk is None:
+                raise InvalidArgumentError(
+                    f"kv_offloading_size {size}: converting it to chunks needs a model (or give "
+                    "kv_offloading_chunks)"
+                )
+            chunks = int(size * 2**30) // chunk  # vLLM: cpu_bytes_to_use = size * (1 << 30)
+            if size > 0 and chunks < 1:
+                from kvsim.model.units import fmt_bytes
+
+                raise InvalidArgumentError(
+                    f"kv_offloading_size {size} ({fmt_bytes(int(size * 2**30))}) holds no CPU-tier chunk (one "
+                    f"{self.kv_offloading_blocks_per_chunk}-block chunk of {getattr(self.model, 'name', self.model)}: "
+                    f"{fmt_bytes(chunk)}): give at least {_gib_at_least(chunk)} GiB, or 0 for no tier"
+                )
+            if chunks > MAX_BLOCKS:
+                raise InvalidArgumentError(
+                    f"kv_offloading_size {size} gives {chunks} CPU-tier chunks, more than {MAX_BLOCKS}"
+                )
+            object.__setattr__(self, "kv_offloading_chunks", chunks)
+        if self.kv_offloading_ps_per_block is None:
+            per_token = self.pool.kv_bytes_per_token
+            ps = 0
+            if per_token is not None and self.gpu is not None:
+                from kvsim.model.gpus import resolve as resolve_gpu
+
+                gpu = resolve_gpu(self.gpu)
+                ps = round(per_token * self.engine_block_size * PS_PER_S / gpu.pcie_bandwidth)
+                if ps > MAX_COEFFICIENT_PS:
+                    # (it blamed kv_offloading_ps_per_block, a knob nobody set, and refused runs with no
+                    # tier, where nothing crosses the link)
+                    if self.kv_offloading_chunks:
+                        from kvsim.model.units import fmt_duration_ps
+
+                        raise InvalidArgumentError(
+                            f"gpu {gpu.name}'s host link ({gpu.pcie_bandwidth:g} B/s) moves a KV block in "
+                            f"{fmt_duration_ps(ps)}, longer than the {fmt_duration_ps(MAX_COEFFICIENT_PS)} a "
+                            "CPU-tier transfer may take a block: give a faster link or kv_offloading_ps_per_block"
+                        )
+                    ps = 0  # (no tier: nothing reads it)
+            object.__setattr__(self, "kv_offloading_ps_per_block", convert("kv_offloading_ps_per_block", ps))
+        if not self.kv_offloading_chunks:
+            return
+        what = f"the CPU tier (kv_offloading_size {self.kv_offloading_size})"
+        if self.kv_offloading_size is None:
+            what = f"the CPU tier (kv_offloading_chunks {self.kv_offloading_chunks})"
+        layout = self.pool.layout
+        if layout is not None and not layout.single_full:
+            raise InvalidArgumentError(
+                f"{what} is modelled for a model of one full-attention group; "
+                f"{getattr(self.model, 'name', self.model)} has {layout.describe()}"
+            )
+        for knob, value, needed in (
+            ("policy", self.policy, "vllm"),
+            ("enable_prefix_caching", self.enable_prefix_caching, True),
+            ("preemption", self.preemption, "recompute"),
+            ("sampling", self.sampling, "independent"),
+            ("waiting_over_budget", self.waiting_over_budget, "stop"),
+            ("append_check", self.append_check, "exact"),
+            ("watermark_rule", self.watermark_rule, "while-running"),
+        ):
+            if value != needed:
+                raise InvalidArgumentError(
+                    f"{what} runs with vLLM v1's scheduler, where its offloading lives: {knob} {value!r} "
+                    f"does not apply (only {needed!r})"
+                )
