@@ -284,11 +284,14 @@ class RooflineTimeModel:
 @dataclass(frozen=True)
 class WeightGroup:
     """One module group's weights on the whole model: parameters, bytes as loaded, and whether its
-    matrix multiplications run at the fp8 (or fp4) rate."""
+    matrix multiplications run at the fp8 (or fp4) rate; of them, those vLLM holds whole on every
+    tensor-parallel rank (`whole_params`, `whole_bytes`: `kvsim.model.params.Breakdown.whole_part`)."""
 
     params: int
     bytes: int
     rate: str = "bf16"
+    whole_params: int = 0
+    whole_bytes: int = 0
 
 
 def weight_groups(model: Model, quantization: str | None = None) -> dict[str, WeightGroup]:
@@ -340,13 +343,17 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
     q = quant.with_flag(checkpoint, quantization, where)
     bits = dtype_bits(dtype)
     dense = quant.Format("dense", bits)
+    whole = b.whole_part()
     out = {}
     for g in GROUPS:
         fmt = q.formats.get(g, dense)
         nbytes = sum(fmt.matrix_bytes(m) for m in b.matrices[g])
+        whole_bytes = sum(fmt.matrix_bytes(m) for m in whole.matrices[g])
         rate = {"fp8": "fp8", "nvfp4": "fp4"}.get(fmt.kind, "bf16")
-        out[g] = WeightGroup(b.params(g), nbytes, rate)
-    out["other"] = WeightGroup(b.other, -(-b.other * bits // 8))
+        out[g] = WeightGroup(b.params(g), nbytes, rate, whole.params(g), whole_bytes)
+    out["other"] = WeightGroup(
+        b.other, -(-b.other * bits // 8), "bf16", whole.other, -(-whole.other * bits // 8)
+    )
     return out
 
 
