@@ -14,6 +14,7 @@ import kvsim
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import catalogue, gpus, hf_config, memory, models, quant, sizing
 from kvsim.model.layers import kv_layout
+from kvsim.model.shard import replicated
 from kvsim.model.sizing import size_pool
 
 HF = Path(__file__).parent / "data" / "hf"
@@ -1014,7 +1015,10 @@ def test_qwen3_next_runs_as_vllm_serves_it():
     )
     fig = off.pool.figures
     m = models.get("qwen3-next-80b-a3b")
-    assert fig.model_loading_bytes == m.param_bytes // 2 + m.rope_cache_bytes  # (the rotary cache whole)
+    rep = replicated(m)[0]  # (and the routers and norms)
+    assert (
+        fig.model_loading_bytes == -(-(m.param_bytes - rep) // 2) + rep + m.rope_cache_bytes
+    )  # (rotary cache whole)
     assert fig.max_concurrency > 1
     on = kvsim.SimConfig(model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2)
     assert on.pool.layout.mamba_align

@@ -330,7 +330,7 @@ def test_kimi_linear_padded_experts_are_counted_in_a_gpus_weights():
     where the checkpoint gives it 128 wide. Computed here from the config's numbers."""
     from kvsim.model.gpus import resolve as gpu
     from kvsim.model.models import resolve
-    from kvsim.model.shard import shard
+    from kvsim.model.shard import replicated, shard
     from kvsim.model.sizing import size_pool
     from kvsim.model.timing import roofline_time_model
 
@@ -345,14 +345,15 @@ def test_kimi_linear_padded_experts_are_counted_in_a_gpus_weights():
     m = resolve("kimi-linear-48b-a3b")
     whole = m.param_bytes  # tp 1: nothing padded
     assert shard(m, None, 1).param_bytes == whole == 98_245_350_144
-    assert shard(m, None, 8).param_bytes == -(-whole // 8) + pad == 24_058_274_400
+    rep = replicated(m)[0]  # (the routers, MLA's A projections, the norms: whole on every GPU)
+    assert shard(m, None, 8).param_bytes == -(-(whole - rep) // 8) + rep + pad == 24_111_922_848
     pool = size_pool("kimi-linear-48b-a3b", "h200", 16, tensor_parallel_size=8)
-    assert pool.weight_bytes == -(-whole // 8) + pad + pool.rope_cache_bytes
+    assert pool.weight_bytes == -(-(whole - rep) // 8) + rep + pad + pool.rope_cache_bytes
     # Expert parallelism: whole experts, not padded; tp 4 gives 256 a GPU, nothing to pad.
-    assert shard(m, None, 8, expert_parallel=True).param_bytes == -(-whole // 8)
+    assert shard(m, None, 8, expert_parallel=True).param_bytes == -(-(whole - rep) // 8) + rep
     ep = size_pool("kimi-linear-48b-a3b", "h200", 16, tensor_parallel_size=8, enable_expert_parallel=True)
-    assert ep.weight_bytes == -(-whole // 8) + ep.rope_cache_bytes
-    assert shard(m, None, 4).param_bytes == -(-whole // 4)
+    assert ep.weight_bytes == -(-(whole - rep) // 8) + rep + ep.rope_cache_bytes
+    assert shard(m, None, 4).param_bytes == -(-(whole - rep) // 4) + rep
     # The roofline reads the padded experts (vLLM's fused-MoE kernels take the padded tensors' shapes).
     terms = {t.name: t for t in roofline_time_model(m, gpu("h200"), tensor_parallel_size=8).terms}
     assert terms["moe_mem"].how.startswith(f"{per_gpu_experts:,} B of experts on one GPU")
@@ -364,7 +365,7 @@ def test_kimi_linear_padded_experts_are_counted_in_a_gpus_weights():
     assert terms["moe_flop_tok"].ps == pytest.approx(2 * unpadded["moe_flop_tok"].ps)
     # The config's own least share, when it gives one: 64 leaves 128 a GPU unpadded.
     narrow = _model({**cfg, "min_moe_intermediate_per_partition": 64}, "kimi")
-    assert shard(narrow, None, 8).param_bytes == -(-narrow.param_bytes // 8)
+    assert shard(narrow, None, 8).param_bytes == -(-(narrow.param_bytes - rep) // 8) + rep
 
 
 def test_kvsim_run_says_when_vllm_pads_the_experts(capsys):
@@ -515,7 +516,7 @@ def test_kimi_min_moe_intermediate_per_partition_must_be_a_whole_number(bad):
     `moe_intermediate_size // tp` as given (tp > 1, no expert parallelism): a null or a string is its
     TypeError, a float pads to a float width; kvsim read any of them as no padding (11 GiB a GPU short at
     tp 8). Unread at tp 1 and under expert parallelism, as in vLLM."""
-    from kvsim.model.shard import shard
+    from kvsim.model.shard import replicated, shard
 
     cfg = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())
     m = _model({**cfg, "min_moe_intermediate_per_partition": bad}, "kimi")
@@ -524,18 +525,20 @@ def test_kimi_min_moe_intermediate_per_partition_must_be_a_whole_number(bad):
     ):
         shard(m, None, 8)
     shard(m, None, 1)
-    assert shard(m, None, 8, expert_parallel=True).param_bytes == -(-m.param_bytes // 8)
+    rep = replicated(m)[0]
+    assert shard(m, None, 8, expert_parallel=True).param_bytes == -(-(m.param_bytes - rep) // 8) + rep
 
 
 def test_kimi_min_moe_intermediate_per_partition_below_the_share_pads_nothing(tmp_path, capsys):
     """A least share at or below 128 (0, or negative: vLLM's comparison is then never true) leaves
     1,024 // 8 = 128 a GPU unpadded; the CLI says a malformed one in one line with exit status 2."""
-    from kvsim.model.shard import shard
+    from kvsim.model.shard import replicated, shard
 
     cfg = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())
     for least in (-5, 0, 128):
         m = _model({**cfg, "min_moe_intermediate_per_partition": least}, "kimi")
-        assert shard(m, None, 8).param_bytes == -(-m.param_bytes // 8)
+        rep = replicated(m)[0]
+        assert shard(m, None, 8).param_bytes == -(-(m.param_bytes - rep) // 8) + rep
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**cfg, "min_moe_intermediate_per_partition": "256"}))
     hf_config._HF_CACHE.clear()
@@ -555,3 +558,100 @@ def test_fp8_block_mla_column_rule_reaches_kimi_k2():
     shard(m, None, 4)
     with pytest.raises(UnsplittableModelError, match=re.escape("MLA q_b_proj (40 heads x 192)")):
         shard(m, None, 8)
+
+
+def test_deepseek_v32_indexer_and_mla_a_projections_are_whole_on_every_gpu():
+    """vLLM 0.33.0 builds DeepSeek-V3.2's indexer whole on every rank (`deepseek_v32/attention.py`: `wq_b` a
+    ReplicatedLinear, `wk_weights_proj` with disable_tp), and MLA's `fused_qkv_a_proj` (q_a_proj and
+    kv_a_proj_with_mqa, disable_tp) and the router (GateLinear) too: at tp 8 a GPU holds all of them plus
+    1/8 of the rest. kvsim split them by 8 (0.76 GiB of indexer a GPU too little)."""
+    from kvsim.model.models import resolve
+    from kvsim.model.shard import shard
+
+    cfg = json.loads((HF / "deepseek-v3.2.json").read_text())
+    m = resolve("deepseek-v3.2")
+    h, layers, q_lora = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["q_lora_rank"]
+    heads, dim = cfg["index_n_heads"], cfg["index_head_dim"]
+    a_rows = q_lora + cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]
+    fp8_block = lambda rows, cols: rows * cols + -(-rows // 128) * -(-cols // 128) * 4  # noqa: E731
+    indexer = layers * (fp8_block(heads * dim, q_lora) + ((dim + heads) * h + 2 * dim) * 2)  # wk bf16
+    assert indexer == 935_679_488  # DESIGN.md's 0.87 GiB
+    a_proj = layers * fp8_block(a_rows, h)
+    moe_layers = layers - cfg["first_k_dense_replace"]
+    router = moe_layers * (cfg["n_routed_experts"] * h + cfg["n_routed_experts"]) * 2  # and its bias
+    norms = (layers * (2 * h + q_lora + cfg["kv_lora_rank"]) + h) * 2
+    whole = indexer + a_proj + router + norms
+    assert shard(m, None, 8).param_bytes == -(-(m.param_bytes - whole) // 8) + whole
+    # 0.76 GiB of it the indexer's, which kvsim gave a GPU an eighth of.
+    assert (indexer - indexer // 8) / 2**30 == pytest.approx(0.763, abs=0.001)
+    assert shard(m, None, 8).param_bytes - -(-m.param_bytes // 8) > indexer - indexer // 8
+
+
+def test_nemotron_3_super_latent_projections_are_whole_on_every_gpu():
+    """Nemotron-H's `fc1_latent_proj` and `fc2_latent_proj` are ReplicatedLinears (vLLM 0.33.0's
+    `nemotron_h.py`, NemotronHMoE), as is its router (GateLinear): Nemotron-3-Super's 0.625 GiB of latent
+    projections lie whole on each of 8 GPUs, about 0.55 GiB a GPU more than an eighth."""
+    from kvsim.model.models import resolve
+    from kvsim.model.shard import shard
+
+    cfg = json.loads((HF / "nemotron-3-super-120b-a12b.json").read_text())
+    m = resolve(str(HF / "nemotron-3-super-120b-a12b.json"))
+    h, latent = cfg["hidden_size"], cfg["moe_latent_size"]
+    n_moe = cfg["hybrid_override_pattern"].count("E")
+    latent_bytes = 2 * latent * h * n_moe * 2  # bf16
+    assert latent_bytes / 2**30 == pytest.approx(0.625)
+    router = (
+        (cfg["n_routed_experts"] * h + cfg["n_routed_experts"]) * n_moe * 2
+    )  # and e_score_correction_bias
+    norms = (len(cfg["hybrid_override_pattern"]) + 1) * h * 2
+    whole = latent_bytes + router + norms
+    assert shard(m, None, 8).param_bytes == -(-(m.param_bytes - whole) // 8) + whole
+    assert (latent_bytes - latent_bytes // 8) / 2**30 == pytest.approx(0.547, abs=0.001)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3.2", "glm-5", "qwen3-30b-a3b", "llama-3.1-8b", "gemma-4-e4b"])
+def test_tensor_parallel_1_is_the_whole_model_and_whole_weights_are_a_part_of_it(name):
+    """At tp 1 nothing is split: a GPU holds the model's weights and parameters as counted, whatever vLLM
+    would replicate; what it replicates is a part of them, and at tp > 1 counted once a GPU."""
+    from kvsim.model.models import resolve
+    from kvsim.model.shard import replicated, shard
+
+    m = resolve(name)
+    one = shard(m, None, 1)
+    assert (one.param_bytes, one.num_params, one.num_active_params) == (
+        m.param_bytes,
+        m.num_params,
+        m.num_active_params,
+    )
+    nbytes, params = replicated(m)
+    assert 0 < nbytes < m.param_bytes
+    assert 0 < params < m.num_active_params
+    two = shard(m, None, 2)
+    assert two.num_params == -(-(m.num_params - params) // 2) + params
+
+
+def test_whole_weights_are_priced_layer_by_layer_as_the_ignore_list_names_them():
+    """The weights every GPU holds whole are priced as the rest of the model, layer by layer: an fp8
+    DeepSeek-V3.2 whose `ignored_layers` names layer 0's attention holds that layer's MLA A projections and
+    indexer `wq_b` (whole on every GPU) in bf16, the other layers' in fp8 blocks of 128 x 128; its split
+    attention matrices of layer 0 (q_b, kv_b, o) bf16 too, split over tp."""
+    from kvsim.model.shard import replicated, shard
+
+    cfg = json.loads((HF / "deepseek-v3.2.json").read_text())
+    h, q_lora, kv_lora = cfg["hidden_size"], cfg["q_lora_rank"], cfg["kv_lora_rank"]
+    rope, nope, v = cfg["qk_rope_head_dim"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    heads = cfg["num_attention_heads"]
+    qc = {**cfg["quantization_config"], "ignored_layers": ["model.layers.0.self_attn"]}
+    base, ignored = _model(cfg, "base"), _model({**cfg, "quantization_config": qc}, "ignored")
+
+    def extra(rows: int, cols: int) -> int:  # bf16 less fp8 in 128 x 128 blocks (a float32 scale each)
+        return 2 * rows * cols - (rows * cols + -(-rows // 128) * -(-cols // 128) * 4)
+
+    whole = extra(q_lora, h) + extra(kv_lora + rope, h)  # q_a_proj, kv_a_proj_with_mqa
+    whole += extra(cfg["index_n_heads"] * cfg["index_head_dim"], q_lora)  # the indexer's wq_b
+    split = extra(heads * (nope + rope), q_lora) + extra(heads * (nope + v), kv_lora) + extra(h, heads * v)
+    assert replicated(ignored)[0] - replicated(base)[0] == whole
+    assert replicated(ignored)[1] == replicated(base)[1]
+    assert ignored.param_bytes - base.param_bytes == whole + split
+    rep = replicated(ignored)[0]
+    assert shard(ignored, None, 8).param_bytes == -(-(ignored.param_bytes - rep) // 8) + rep

@@ -32,7 +32,7 @@ def test_data_parallel_ranks_split_each_expert_without_expert_parallelism():
     tp. So at tp 1 dp 4 a GPU of Qwen3-30B-A3B holds the rest of the weights whole and a quarter of the
     experts: the same bytes as expert parallelism over those 4 GPUs (whole experts, a quarter of them)."""
     from kvsim.model.models import resolve
-    from kvsim.model.shard import shard
+    from kvsim.model.shard import replicated, shard
     from kvsim.model.sizing import size_pool
 
     experts = _qwen3_experts_bytes()
@@ -41,8 +41,9 @@ def test_data_parallel_ranks_split_each_expert_without_expert_parallelism():
     whole = m.param_bytes
     rest = whole - experts
     assert shard(m, None, 1, data_parallel_size=4).param_bytes == rest + experts // 4 == 17_577_701_376
-    assert shard(m, None, 2, data_parallel_size=2).param_bytes == -(-rest // 2) + experts // 4
-    assert shard(m, None, 2, data_parallel_size=4).param_bytes == -(-rest // 2) + experts // 8
+    rep = replicated(m)[0]  # (the routers and norms: whole on every GPU of a TP group)
+    assert shard(m, None, 2, data_parallel_size=2).param_bytes == -(-(rest - rep) // 2) + rep + experts // 4
+    assert shard(m, None, 2, data_parallel_size=4).param_bytes == -(-(rest - rep) // 2) + rep + experts // 8
     assert shard(m, None, 1, data_parallel_size=4, expert_parallel=True).param_bytes == rest + experts // 4
     # The tokens a GPU multiplies, per token of its own rank, stay the tp share: its slice of the experts
     # sees every rank's tokens.
@@ -95,7 +96,7 @@ def test_kimi_linear_pads_by_the_attentions_tp_then_splits_over_tp_times_dp():
     (1,024 // 4 = 256: not padded) dp 4 the 1,024-wide experts take 64 a GPU, unpadded. At tp 8 dp 3 the
     padded 2,048 does not split over 24 GPUs: vLLM's assert, refused."""
     from kvsim.model.models import resolve
-    from kvsim.model.shard import padded_expert_width, shard
+    from kvsim.model.shard import padded_expert_width, replicated, shard
     from kvsim.model.timing import roofline_time_model
 
     cfg = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())
@@ -106,9 +107,13 @@ def test_kimi_linear_pads_by_the_attentions_tp_then_splits_over_tp_times_dp():
     rest = m.param_bytes - all_experts
     per_gpu = experts * moe_layers * 3 * hidden * (256 * 8 // 16) * 2  # 2,048 wide over 16 GPUs
     assert padded_expert_width(m, 8, 2) == 128
-    assert shard(m, None, 8, data_parallel_size=2).param_bytes == -(-rest // 8) + per_gpu == 12_280_668_768
+    rep = replicated(m)[0]
+    assert shard(m, None, 8, data_parallel_size=2).param_bytes == -(-(rest - rep) // 8) + rep + per_gpu
+    assert shard(m, None, 8, data_parallel_size=2).param_bytes == 12_334_317_216
     assert padded_expert_width(m, 4, 4) == 0
-    assert shard(m, None, 4, data_parallel_size=4).param_bytes == -(-rest // 4) + all_experts // 16
+    assert (
+        shard(m, None, 4, data_parallel_size=4).param_bytes == -(-(rest - rep) // 4) + rep + all_experts // 16
+    )
     _fits(m, 8, data_parallel_size=2)
     with pytest.raises(UnsplittableModelError) as exc:
         _fits(m, 8, data_parallel_size=3)

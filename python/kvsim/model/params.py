@@ -13,6 +13,18 @@ module it belongs to, so that a quantization (`kvsim.model.quant`) can price eac
 - `router`: the gate picking the experts;
 - `other`: norms, biases, attention sinks, learned positions: kept in the checkpoint's dtype.
 
+Tensor parallelism splits most weights over the ranks, but vLLM builds some whole on every rank
+(`ReplicatedLinear`, or a merged linear layer with `disable_tp`): those matrices are marked `whole`, and the
+part of `other` every rank holds whole (the norms, a row-parallel layer's bias, the routers' biases) is
+`Breakdown.other_whole`. `kvsim.model.shard` counts them whole on every GPU, the rest / tp. As vLLM 0.33.0
+builds them (DESIGN.md §Defaults and sizing, "Tensor parallelism"): every router (`router`: vLLM's
+`GateLinear`, a `ReplicatedLinear`, and Qwen's `shared_expert_gate`); MLA's `q_a_proj` and
+`kv_a_proj_with_mqa` (`deepseek_v2.py`, fused in `fused_qkv_a_proj` with `disable_tp`); DeepSeek-V3.2's
+indexer (`wq_b`, `wk_weights_proj`); DeepSeek-V4's `fused_wqa_wkv`, compressors, indexer and hyper-connection
+weights; Nemotron-H's latent projections; Gemma 4's per-layer input gate and projection; KDA's `f_a_proj`.
+A `whole` matrix keeps its module's name and decoder layers, so that it is priced layer by layer as the
+others are (`Breakdown.whole_part`, `kvsim.model.quant.Quantization.group_bytes`).
+
 A `Matrix` is `count` matrices of `rows` x `cols` (output x input features). The totals equal the published
 parameter counts of the checkpoints the test-suite holds (Llama, Qwen2.5/3, gpt-oss, Mixtral, DeepSeek-V3).
 """
@@ -37,13 +49,18 @@ GROUPS = ("embed", "lm_head", "attn", "mlp", "experts", "shared_experts", "route
 # below that, as the model file builds it), what a checkpoint's ignore lists (`ignore`, `modules_to_not_convert`,
 # `exclude_modules`) are matched against, layer by layer (`kvsim.model.quant`).
 LAYERS_PREFIX = "model.layers"
+# The groups vLLM 0.33.0 builds whole on every tensor-parallel rank: the routers (`GateLinear`, a
+# `ReplicatedLinear`: `layers/fused_moe/router/gate_linear.py`, built by every MoE model kvsim reads; Qwen's
+# `shared_expert_gate` a `ReplicatedLinear`, `qwen2_moe.py`, `qwen3_next.py`).
+WHOLE_GROUPS = frozenset({"router"})
 
 
 @dataclass(frozen=True)
 class Matrix:
     """`count` weight matrices of `rows` (output features) x `cols` (input features); `row_parallel` when
     vLLM splits its inputs across tensor-parallel ranks (`RowParallelLinear`: attention's output projection,
-    the MLP's and shared experts' down projection), else its outputs (or it is replicated).
+    the MLP's and shared experts' down projection), else its outputs; `whole` when vLLM builds it whole on
+    every rank instead (`ReplicatedLinear`, `disable_tp`: the module docstring lists them).
 
     `module` is vLLM's name of the module the matrices belong to: below `model.layers.N.` (`self_attn.q_proj`,
     `mixer.in_proj`, `mlp.experts`) where `layers` lists the decoder layers N holding them (`count` is then
@@ -57,6 +74,7 @@ class Matrix:
     row_parallel: bool = False
     module: str = ""
     layers: tuple[int, ...] = ()
+    whole: bool = False
 
     def name(self, layer: int | None = None) -> str:
         """vLLM's name of the module in decoder layer `layer` (`model.layers.3.self_attn.q_proj`), or its
@@ -75,6 +93,8 @@ class Breakdown:
     Attributes:
         matrices: group -> its matrices.
         other: parameters outside matrices (norms, biases, sinks, learned positions).
+        other_whole: of `other`, those every tensor-parallel rank holds whole (norms, a row-parallel layer's
+            bias, a router's bias; `loose`).
         active_experts: of `experts`, the fraction a token touches (`num_experts_per_tok / num_experts`).
         num_experts, experts_per_token, expert_ffn: the routed experts (0 for a dense model).
         aliases: the checkpoint's names of vLLM's `model` root where its files spell it otherwise (Nemotron-H's
@@ -83,6 +103,7 @@ class Breakdown:
 
     matrices: dict[str, list[Matrix]] = field(default_factory=lambda: {g: [] for g in GROUPS})
     other: int = 0
+    other_whole: int = 0
     num_experts: int = 0
     experts_per_token: int = 0
     expert_ffn: int = 0
@@ -97,13 +118,34 @@ class Breakdown:
         row: bool = False,
         module: str = "",
         layers: Iterable[int] | None = None,
+        whole: bool = False,
     ) -> None:
         """`count` matrices of `rows` x `cols` in `group`; with `layers`, spread evenly over those decoder
-        layers (`count` a multiple of their number), each layer's named `module` below `model.layers.N.`."""
+        layers (`count` a multiple of their number), each layer's named `module` below `model.layers.N.`;
+        `whole`: vLLM builds them whole on every tensor-parallel rank, as it builds every router
+        (`WHOLE_GROUPS`)."""
         held = tuple(layers) if layers is not None else ()
         if count and rows and cols:
             assert not held or count % len(held) == 0, (group, module, count, held)
-            self.matrices[group].append(Matrix(rows, cols, count, row, module, held))
+            whole = whole or group in WHOLE_GROUPS
+            self.matrices[group].append(Matrix(rows, cols, count, row, module, held, whole))
+
+    def loose(self, n: int, whole: bool = False) -> None:
+        """`n` parameters outside the matrices (`other`); `whole`: every tensor-parallel rank holds them
+        whole (norms, a row-parallel layer's bias, a router's bias, learned positions)."""
+        self.other += n
+        if whole:
+            self.other_whole += n
+
+    def whole_part(self) -> Breakdown:
+        """The weights every tensor-parallel rank holds whole: the `whole` matrices (with their modules and
+        layers) and `other_whole` (as `other`), under the same `aliases`, to be priced as the model is, layer
+        by layer (`kvsim.model.timing.weight_groups`: the quantization decided on the whole model,
+        `Quantization.for_model`, then `Quantization.group_bytes` of this part)."""
+        part = Breakdown(other=self.other_whole, aliases=self.aliases)
+        for g in GROUPS:
+            part.matrices[g] = [m for m in self.matrices[g] if m.whole]
+        return part
 
     def row_inputs(self) -> list[tuple[str, int]]:
         """Each module group's row-parallel input widths (the features a tensor-parallel rank splits)."""
@@ -199,11 +241,16 @@ def _kimi_delta_attention(
     p = heads * head_dim
     n = len(at)
     b.add("attn", p, hidden, 3 * n, module="self_attn.q_proj", layers=at)  # q, k, v
-    b.add("attn", head_dim, hidden, 2 * n, module="self_attn.f_a_proj", layers=at)  # f_a_proj, g_a_proj
+    # f_a_proj: in vLLM 0.33.0 a slice of the merged `in_proj_qkvgfab` every rank holds whole
+    # (`models/kimi_k3/nvidia/kda.py`, `_KimiGDNMergedColumnParallelLinear`, `replicated_shard_id=4`);
+    # g_a_proj keeps f_a_proj's name (the pair read as one module by the ignore list, as before the split)
+    b.add("attn", head_dim, hidden, n, module="self_attn.f_a_proj", layers=at, whole=True)
+    b.add("attn", head_dim, hidden, n, module="self_attn.f_a_proj", layers=at)  # g_a_proj
     b.add("attn", p, head_dim, 2 * n, module="self_attn.f_b_proj", layers=at)  # f_b_proj, g_b_proj
     b.add("attn", heads, hidden, n, module="self_attn.b_proj", layers=at)  # b_proj
     b.add("attn", hidden, p, n, row=True, module="self_attn.o_proj", layers=at)  # o_proj
-    b.other += (3 * p * kernel + p + heads + head_dim) * n
+    b.loose((3 * p * kernel + p + heads) * n)
+    b.loose(head_dim * n, whole=True)  # the output norm
 
 
 def _gated_delta_net(b: Breakdown, cfg: Mapping[str, Any], hidden: int, at: list[int], pick: Any) -> None:
@@ -220,7 +267,8 @@ def _gated_delta_net(b: Breakdown, cfg: Mapping[str, Any], hidden: int, at: list
     b.add("attn", 2 * key_dim + 2 * value_dim, hidden, n, module="linear_attn.in_proj_qkvz", layers=at)
     b.add("attn", 2 * nv, hidden, n, module="linear_attn.in_proj_ba", layers=at)
     b.add("attn", hidden, value_dim, n, row=True, module="linear_attn.out_proj", layers=at)
-    b.other += ((2 * key_dim + value_dim) * kernel + 2 * nv + hv) * n  # conv1d, dt_bias, A_log, norm
+    b.loose(((2 * key_dim + value_dim) * kernel + 2 * nv) * n)  # conv1d, dt_bias, A_log
+    b.loose(hv * n, whole=True)  # the gated norm (one value head's width)
 
 
 def _gemma4(
@@ -277,11 +325,11 @@ def _gemma4(
             # k, v (v: K's copy under attention_k_eq_v)
             b.add("attn", kv * dim, hidden, 2, module="self_attn.q_proj", layers=[i])
         b.add("attn", hidden, heads * dim, row=True, module="self_attn.o_proj", layers=[i])  # o
-        b.other += dim * (1 if is_shared else 2)  # q_norm, k_norm
+        b.loose(dim * (1 if is_shared else 2), whole=True)  # q_norm, k_norm
         width = ffn * (2 if double and is_shared else 1)
         b.add("mlp", width, hidden, 2, module="mlp.gate_proj", layers=[i])  # gate, up
         b.add("mlp", hidden, width, row=True, module="mlp.down_proj", layers=[i])  # down
-        b.other += 4 * hidden + 1  # four norms, layer_scalar
+        b.loose(4 * hidden + 1, whole=True)  # four norms, layer_scalar
     if experts:
         moe_ffn = pick("moe_intermediate_size", "expert_intermediate_size", least=1)
         per_tok = pick("top_k_experts")
@@ -294,17 +342,19 @@ def _gemma4(
         b.add("experts", moe_ffn, hidden, 2 * experts * layers, module="experts", layers=every)  # gate, up
         b.add("experts", hidden, moe_ffn, experts * layers, module="experts", layers=every)  # down
         b.add("router", experts, hidden, layers, module="router.proj", layers=every)  # proj
-        b.other += (hidden + experts + 3 * hidden) * layers  # router scale, per_expert_scale, 3 norms
+        # router scale, per_expert_scale, 3 norms
+        b.loose((hidden + experts + 3 * hidden) * layers, whole=True)
     ple = pick("hidden_size_per_layer_input", default=0, required=False)
     if ple:
         ple_vocab = pick("vocab_size_per_layer_input", default=vocab, required=False, least=1)
         every = range(layers)
         b.add("embed", ple_vocab, layers * ple, module="model.embed_tokens_per_layer")
         b.add("mlp", layers * ple, hidden, module="model.per_layer_model_projection")
-        b.add("mlp", ple, hidden, layers, module="per_layer_input_gate", layers=every)
-        b.add("mlp", hidden, ple, layers, module="per_layer_projection", layers=every)
-        b.other += ple + hidden * layers  # per_layer_projection_norm, post_per_layer_input_norm
-    b.other += hidden  # the final norm
+        # (`ReplicatedLinear`s, `Gemma4DecoderLayer`)
+        b.add("mlp", ple, hidden, layers, module="per_layer_input_gate", layers=every, whole=True)
+        b.add("mlp", hidden, ple, layers, module="per_layer_projection", layers=every, whole=True)
+        b.loose(ple + hidden * layers, whole=True)  # per_layer_projection_norm, post_per_layer_input_norm
+    b.loose(hidden, whole=True)  # the final norm
 
 
 def _deepseek_v4(
@@ -328,23 +378,28 @@ def _deepseek_v4(
     ratios = ratios[:layers]
     n4 = sum(r == 4 for r in ratios)
     every = range(layers)
-    b.add("attn", q_lora, hidden, layers, module="attn.fused_wqa_wkv", layers=every)  # wq_a
-    b.add("attn", head, hidden, layers, module="attn.fused_wqa_wkv", layers=every)  # wkv
+    # wq_a and wkv: `fused_wqa_wkv`, built with `disable_tp` (whole on every rank)
+    b.add("attn", q_lora, hidden, layers, module="attn.fused_wqa_wkv", layers=every, whole=True)  # wq_a
+    b.add("attn", head, hidden, layers, module="attn.fused_wqa_wkv", layers=every, whole=True)  # wkv
     b.add("attn", heads * head, q_lora, layers, module="attn.wq_b", layers=every)
     b.add("attn", o_groups * o_lora, heads * head // o_groups, layers, module="attn.wo_a", layers=every)
     b.add("attn", hidden, o_groups * o_lora, layers, row=True, module="attn.wo_b", layers=every)
-    b.other += (q_lora + head + heads) * layers  # q_norm, kv_norm, attn_sink
+    b.loose((q_lora + head) * layers, whole=True)  # q_norm, kv_norm
+    b.loose(heads * layers)  # attn_sink (a rank's heads)
+    # Every rank holds the rest whole: the compressors' `fused_wkv_wgate` (`disable_tp`), `ape` and norm, the
+    # indexer's `wq_b` and `weights_proj` (`ReplicatedLinear`s) and its compressor, the hyper-connections.
     for r in ratios:
         if r > 1:
             coff = 2 if r == 4 else 1
-            b.other += 2 * coff * head * hidden + r * coff * head + head  # fused_wkv_wgate, ape, norm
+            # fused_wkv_wgate, ape, norm
+            b.loose(2 * coff * head * hidden + r * coff * head + head, whole=True)
     ratio4 = [i for i, r in enumerate(ratios) if r == 4]
-    b.add("attn", idx_heads * idx_dim, q_lora, n4, module="attn.indexer.wq_b", layers=ratio4)
-    b.other += n4 * (idx_heads * hidden + 2 * 2 * idx_dim * hidden + 4 * 2 * idx_dim + idx_dim)
+    b.add("attn", idx_heads * idx_dim, q_lora, n4, module="attn.indexer.wq_b", layers=ratio4, whole=True)
+    b.loose(n4 * (idx_heads * hidden + 2 * 2 * idx_dim * hidden + 4 * 2 * idx_dim + idx_dim), whole=True)
     mix = hc * hc + 2 * hc
-    b.other += 2 * layers * (mix * hc * hidden + mix + 3)  # hc_attn_*, hc_ffn_* (fn, base, scale)
-    b.other += hc * hc * hidden + hc + 1  # hc_head_*
-    b.other += 2 * hidden * layers + hidden  # attn_norm, ffn_norm, the final norm
+    b.loose(2 * layers * (mix * hc * hidden + mix + 3), whole=True)  # hc_attn_*, hc_ffn_* (fn, base, scale)
+    b.loose(hc * hc * hidden + hc + 1, whole=True)  # hc_head_*
+    b.loose(2 * hidden * layers + hidden, whole=True)  # attn_norm, ffn_norm, the final norm
     experts = pick("n_routed_experts", least=1)  # vLLM's DeepSeek-V4 builds an MoE block on every layer
     moe_ffn = pick("moe_intermediate_size", least=1)
     per_tok = pick("num_experts_per_tok")
@@ -363,7 +418,7 @@ def _deepseek_v4(
     )
     b.add("router", experts, hidden, layers, module="ffn.gate", layers=every)
     hashed = pick("num_hash_layers", default=0, required=False)
-    b.other += experts * (layers - hashed)  # the gate's bias (hash-routed layers have none)
+    b.loose(experts * (layers - hashed), whole=True)  # the gate's bias (hash-routed layers have none)
 
 
 def param_breakdown(
@@ -421,9 +476,8 @@ def param_breakdown(
         params_state.granite_moe_hybrid(b, cfg, layers, hidden, heads, kv_heads, ffn, pick, where)
         return b
     if model_type == "opt":
-        b.other += (
-            pick("max_position_embeddings", default=2048) + 2
-        ) * hidden  # learned positions (offset 2)
+        # learned positions (offset 2; `OPTLearnedPositionalEmbedding`, an `nn.Embedding` every rank holds)
+        b.loose((pick("max_position_embeddings", default=2048) + 2) * hidden, whole=True)
     # Attention. State layers (Qwen3-Next / Qwen3.5's gated delta net, Kimi-Linear's KDA) replace it with
     # their mixer (below).
     linear = _linear_attention_layers(cfg, layers, where)
@@ -434,30 +488,35 @@ def param_breakdown(
         q_lora = pick("q_lora_rank", default=0, required=False)
         nope = pick("qk_nope_head_dim", default=head_dim, required=False)
         v_dim = pick("v_head_dim", default=head_dim, required=False)
-        # (vLLM's MLA names: `deepseek_v2.py` DeepseekV2MLAAttention, which GLM-5's and Kimi's files reuse)
+        # (vLLM's MLA names: `deepseek_v2.py` DeepseekV2MLAAttention, which GLM-5's and Kimi's files reuse.)
+        # The low-rank A projections `q_a_proj` and `kv_a_proj_with_mqa` every rank holds whole
+        # (`ReplicatedLinear`s, or fused in `fused_qkv_a_proj` with `disable_tp`: vLLM 0.33.0's
+        # `deepseek_v2.py` DeepseekV2Attention and DeepseekV2MLAAttention, `deepseek_v32/attention.py`,
+        # Kimi-Linear's `kimi_k3/nvidia/mla.py`); `q_proj`, `q_b_proj` and `kv_b_proj` are split by heads.
         if q_lora:
-            b.add("attn", q_lora, hidden, n_attn, module="self_attn.q_a_proj", layers=at)
+            b.add("attn", q_lora, hidden, n_attn, module="self_attn.q_a_proj", layers=at, whole=True)
             b.add("attn", heads * (nope + rope), q_lora, n_attn, module="self_attn.q_b_proj", layers=at)
-            b.other += q_lora * n_attn  # q_a_layernorm
+            b.loose(q_lora * n_attn, whole=True)  # q_a_layernorm
         else:
             b.add("attn", heads * (nope + rope), hidden, n_attn, module="self_attn.q_proj", layers=at)
-        b.add("attn", kv_lora + rope, hidden, n_attn, module="self_attn.kv_a_proj_with_mqa", layers=at)
+        kv_a = "self_attn.kv_a_proj_with_mqa"
+        b.add("attn", kv_lora + rope, hidden, n_attn, module=kv_a, layers=at, whole=True)
         b.add("attn", heads * (nope + v_dim), kv_lora, n_attn, module="self_attn.kv_b_proj", layers=at)
         b.add("attn", hidden, heads * v_dim, n_attn, row=True, module="self_attn.o_proj", layers=at)
-        b.other += kv_lora * n_attn  # kv_a_layernorm
+        b.loose(kv_lora * n_attn, whole=True)  # kv_a_layernorm
         if model_type in DSA_TYPES and cfg.get("index_topk") is not None:
             # DeepSeek-V3.2's indexer where a layer builds one (vLLM 0.33.0's `deepseek_v32/attention.py`):
             # `wq_b` (q_lora -> heads x head_dim, with the quant config), `wk` and `weights_proj` fused
             # (hidden -> head_dim + heads, unquantized: an fp8 checkpoint's wk is loaded in bf16) and `k_norm`
-            # (a LayerNorm, weight and bias).
+            # (a LayerNorm, weight and bias). All whole on every rank (`wq_b` a `ReplicatedLinear`,
+            # `wk_weights_proj` built with `disable_tp`).
             indexed = [i for i, has in enumerate(dsa_indexer_layers(cfg, layers, where)) if has]
             n_index = len(indexed)
             idx_heads, idx_dim = pick("index_n_heads", least=1), pick("index_head_dim", least=1)
             # (q_lora_rank required: hf_layers)
-            b.add(
-                "attn", idx_heads * idx_dim, q_lora, n_index, module="self_attn.indexer.wq_b", layers=indexed
-            )
-            b.other += ((idx_dim + idx_heads) * hidden + 2 * idx_dim) * n_index
+            wq_b = "self_attn.indexer.wq_b"
+            b.add("attn", idx_heads * idx_dim, q_lora, n_index, module=wq_b, layers=indexed, whole=True)
+            b.loose(((idx_dim + idx_heads) * hidden + 2 * idx_dim) * n_index, whole=True)
     else:
         # The attention layers that remain of a gated delta net model gate their output with a second
         # query-sized projection.
@@ -466,17 +525,24 @@ def param_breakdown(
         b.add("attn", heads * head_dim * (2 if gated else 1), hidden, n_attn, module=q, layers=at)
         b.add("attn", kv_heads * head_dim, hidden, 2 * n_attn, module=q, layers=at)
         b.add("attn", hidden, heads * head_dim, n_attn, row=True, module="self_attn.o_proj", layers=at)
+        # Biases: a column-parallel layer's (q, k, v) split with it, a row-parallel one's (the output
+        # projection's) whole on every rank (`RowParallelLinear`).
         if opt_like:
-            b.other += (heads * head_dim + 2 * kv_heads * head_dim + hidden) * layers  # q, k, v, out biases
+            b.loose((heads * head_dim + 2 * kv_heads * head_dim) * layers)  # q, k, v biases
+            b.loose(hidden * layers, whole=True)  # the output projection's bias
         elif cfg.get("attention_bias") or model_type.startswith("qwen2"):
-            b.other += (heads * head_dim + 2 * kv_heads * head_dim) * layers  # q, k, v biases (Qwen2)
+            b.loose((heads * head_dim + 2 * kv_heads * head_dim) * layers)  # q, k, v biases (Qwen2)
             if model_type == "gpt_oss":
-                b.other += (hidden + heads) * layers  # o_proj's bias and the attention sinks
+                b.loose(hidden * layers, whole=True)  # o_proj's bias
+                b.loose(heads * layers)  # the attention sinks (a rank's heads)
         if model_type.startswith(("qwen3", "gemma3", "minimax_m2")):
-            # q_norm, k_norm: one head's width (Qwen3, Gemma 3; Llama 4's qk norm has no weight), or every
-            # head's (MiniMax-M2's per-layer qk norm over the whole projection).
-            width = (heads + kv_heads) * head_dim if model_type.startswith("minimax_m2") else 2 * head_dim
-            b.other += width * n_attn
+            # q_norm, k_norm: one head's width (Qwen3, Gemma 3; Llama 4's qk norm has no weight), whole on
+            # every rank, or every head's (MiniMax-M2's per-layer qk norm over the whole projection, split
+            # with the heads: `MiniMaxText01RMSNormTP`, `minimax_m2.py`).
+            if model_type.startswith("minimax_m2"):
+                b.loose((heads + kv_heads) * head_dim * n_attn)
+            else:
+                b.loose(2 * head_dim * n_attn, whole=True)
     state = [i for i in range(layers) if linear[i]]
     if n_linear and model_type.startswith("kimi_linear"):
         _kimi_delta_attention(b, cfg, hidden, layers, state, where)
@@ -484,7 +550,7 @@ def param_breakdown(
         _gated_delta_net(b, cfg, hidden, state, pick)
     # Norms: two per layer (Gemma 2/3: four), the final one; OPT/GPT's LayerNorms have biases.
     per_layer_norms = 4 if model_type.startswith(("gemma2", "gemma3")) else 2
-    b.other += (per_layer_norms * hidden * layers + hidden) * (2 if opt_like else 1)
+    b.loose((per_layer_norms * hidden * layers + hidden) * (2 if opt_like else 1), whole=True)
     # MLP and experts.
     experts = pick("n_routed_experts", "num_local_experts", "num_experts", default=0, required=False)
     if model_type == "gpt_oss" and experts < 1:  # vLLM's gpt_oss.py: every layer's MLP is its experts
@@ -520,7 +586,8 @@ def param_breakdown(
     if opt_like:
         b.add("mlp", ffn, hidden, n_dense, module="fc1", layers=dense_at)
         b.add("mlp", hidden, ffn, n_dense, row=True, module="fc2", layers=dense_at)
-        b.other += (ffn + hidden) * n_dense  # fc1, fc2 biases
+        b.loose(ffn * n_dense)  # fc1's biases
+        b.loose(hidden * n_dense, whole=True)  # fc2's (row-parallel)
     else:
         b.add("mlp", dense_ffn, hidden, 2 * n_dense, module=f"{ff}.gate_proj", layers=dense_at)  # gate, up
         b.add("mlp", hidden, dense_ffn, n_dense, row=True, module=f"{ff}.down_proj", layers=dense_at)
@@ -544,7 +611,7 @@ def param_breakdown(
         b.add("experts", hidden, moe_ffn, experts * n_moe, module=f"{ff}.experts", layers=moe_at)
         if model_type == "gpt_oss":
             b.other += (2 * moe_ffn + hidden) * experts * n_moe  # the experts' biases
-            b.other += experts * n_moe  # the router's bias
+            b.loose(experts * n_moe, whole=True)  # the router's bias
         shared = pick("n_shared_experts", "num_shared_experts", default=0, required=False)
         shared_ffn = moe_ffn * shared
         sx = f"{ff}.shared_experts"
@@ -559,7 +626,7 @@ def param_breakdown(
         b.add("shared_experts", hidden, shared_ffn, n_moe, row=True, module=f"{sx}.down_proj", layers=moe_at)
         b.add("router", experts, hidden, n_moe, module=f"{ff}.gate", layers=moe_at)
         if cfg.get("topk_method") == "noaux_tc" or model_type == "deepseek_v3":
-            b.other += experts * n_moe  # e_score_correction_bias
+            b.loose(experts * n_moe, whole=True)  # e_score_correction_bias (the router's)
     return b
 
 

@@ -53,10 +53,13 @@ def mamba2_mixer(
     n = len(at)
     b.add("attn", 2 * inner + 2 * gn + heads, hidden, n, module="mixer.in_proj", layers=at)
     b.add("attn", hidden, inner, n, row=True, module="mixer.out_proj", layers=at)
+    # (all split over the ranks, the gated norm too: `Mixer2RMSNormGated`, a rank's heads; but
+    # out_proj's bias, a row-parallel layer's, whole on every rank)
     loose = conv_dim * kernel + (conv_dim if conv_bias else 0) + 3 * heads + inner
     if bias:
-        loose += 2 * inner + 2 * gn + heads + hidden
-    b.other += loose * n
+        loose += 2 * inner + 2 * gn + heads
+        b.loose(hidden * n, whole=True)
+    b.loose(loose * n)
 
 
 def mamba1_mixer(
@@ -74,7 +77,8 @@ def mamba1_mixer(
     `in_proj` (hidden -> 2·inner), `x_proj` (inner -> dt_rank + 2·state), `dt_proj` (dt_rank -> inner, with
     its bias), `out_proj` (inner -> hidden), the convolution (inner x kernel, a bias each with
     `mamba_conv_bias`), `A` (inner x state), `D` (inner), the norms of dt, B and C, and the projections'
-    biases (`mamba_proj_bias`). All unquantized (`other`, see the module docstring)."""
+    biases (`mamba_proj_bias`). All unquantized (`other`, see the module docstring). The three norms and
+    out_proj's bias (a row-parallel layer's) every tensor-parallel rank holds whole; the rest is split."""
     per = (
         2 * inner * hidden  # in_proj
         + (dt_rank + 2 * state) * inner  # x_proj
@@ -85,11 +89,11 @@ def mamba1_mixer(
         + (inner if conv_bias else 0)  # conv1d
         + inner * state
         + inner  # A, D
-        + dt_rank
-        + 2 * state  # dt_layernorm, b_layernorm, c_layernorm
-        + ((2 * inner + hidden) if bias else 0)  # in_proj's and out_proj's biases
+        + (2 * inner if bias else 0)  # in_proj's biases
     )
-    b.other += per * n
+    b.loose(per * n)
+    # dt_layernorm, b_layernorm, c_layernorm; out_proj's bias
+    b.loose((dt_rank + 2 * state + (hidden if bias else 0)) * n, whole=True)
 
 
 def _attention(
@@ -103,7 +107,8 @@ def _attention(
     b.add("attn", kv_heads * head_dim, hidden, 2 * n, module=q, layers=at)
     b.add("attn", hidden, heads * head_dim, n, row=True, module=f"{name}.o_proj", layers=at)
     if bias:
-        b.other += ((heads + 2 * kv_heads) * head_dim + hidden) * n
+        b.loose((heads + 2 * kv_heads) * head_dim * n)
+        b.loose(hidden * n, whole=True)  # o's bias (row-parallel: whole on every rank)
 
 
 def _experts(
@@ -179,7 +184,7 @@ def jamba(
     n_dense = layers - n_moe
     b.add("mlp", ffn, hidden, 2 * n_dense, module="feed_forward.gate_proj", layers=dense_at)  # gate, up
     b.add("mlp", hidden, ffn, n_dense, row=True, module="feed_forward.down_proj", layers=dense_at)
-    b.other += 2 * hidden * layers + hidden
+    b.loose(2 * hidden * layers + hidden, whole=True)  # the norms
 
 
 def nemotron_h(
@@ -233,7 +238,8 @@ def nemotron_h(
         b.add("mlp", w, hidden, module="mixer.up_proj", layers=[i])  # up
         b.add("mlp", hidden, w, row=True, module="mixer.down_proj", layers=[i])  # down
         if bias:
-            b.other += w + hidden
+            b.loose(w)
+            b.loose(hidden, whole=True)  # down's bias (row-parallel)
     n_moe = letters.count("E")
     if n_moe:
         experts = pick("n_routed_experts", "num_local_experts", default=8, least=1)
@@ -252,7 +258,7 @@ def nemotron_h(
             "mixer.experts",
         )
         b.add("router", experts, hidden, n_moe, module="mixer.gate", layers=at("E"))
-        b.other += experts * n_moe  # e_score_correction_bias
+        b.loose(experts * n_moe, whole=True)  # e_score_correction_bias (the router's)
         shared = pick("n_shared_experts", default=1, required=False) * pick(
             "moe_shared_expert_intermediate_size", default=7688, least=1
         )
@@ -260,12 +266,13 @@ def nemotron_h(
         b.add("shared_experts", shared, hidden, n_moe, module=f"{sx}.up_proj", layers=at("E"))
         b.add("shared_experts", hidden, shared, n_moe, row=True, module=f"{sx}.down_proj", layers=at("E"))
         if latent:
-            b.add("mlp", latent, hidden, n_moe, module="mixer.fc1_latent_proj", layers=at("E"))
-            b.add("mlp", hidden, latent, n_moe, module="mixer.fc2_latent_proj", layers=at("E"))
+            # `ReplicatedLinear`s: whole on every rank (vLLM 0.33.0's `nemotron_h.py`, NemotronHMoE)
+            b.add("mlp", latent, hidden, n_moe, module="mixer.fc1_latent_proj", layers=at("E"), whole=True)
+            b.add("mlp", hidden, latent, n_moe, module="mixer.fc2_latent_proj", layers=at("E"), whole=True)
             if bias:
-                b.other += (latent + hidden) * n_moe
+                b.loose((latent + hidden) * n_moe, whole=True)
         # (the shared expert is built without `mlp_bias`: NemotronHMLP's default, no bias)
-    b.other += hidden * layers + hidden
+    b.loose(hidden * layers + hidden, whole=True)  # the norms
 
 
 def granite_moe_hybrid(
@@ -322,7 +329,7 @@ def granite_moe_hybrid(
         # input_linear (gate, up), output_linear
         b.add("mlp", shared, hidden, 2 * layers, module="shared_mlp.input_linear", layers=every)
         b.add("mlp", hidden, shared, layers, row=True, module="shared_mlp.output_linear", layers=every)
-    b.other += 2 * hidden * layers + hidden
+    b.loose(2 * hidden * layers + hidden, whole=True)  # the norms
 
 
 __all__ = ["granite_moe_hybrid", "jamba", "mamba1_mixer", "mamba2_mixer", "nemotron_h"]

@@ -16,11 +16,13 @@ import math
 
 from kvsim.errors import InvalidArgumentError, UnsplittableModelError
 from kvsim.model import quant
+from kvsim.model.architecture import dtype_bits
 from kvsim.model.gpus import Gpu
 from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
 from kvsim.model.quant import not_whole_groups
+from kvsim.model.timing import WeightGroup
 
 
 def resolve(model: Model | str, gpu: Gpu | str | None) -> tuple[Model, Gpu | None]:
@@ -300,14 +302,35 @@ def expert_padding(
     return -(-experts_bytes * extra // (width * n)), -(-experts_params * extra // (width * n))
 
 
-def _loaded_experts(m: Model) -> tuple[int, int]:
-    """`m`'s routed experts as loaded, (bytes, parameters): in its own quantization (vLLM's online fp8 when
-    `m` was loaded with `--quantization fp8` and its config has none)."""
+def _loaded_groups(m: Model) -> dict[str, WeightGroup]:
+    """`m`'s weights by module group as loaded: in its own quantization (vLLM's online fp8 when `m` was
+    loaded with `--quantization fp8` and its config has none)."""
     from kvsim.model.timing import weight_groups  # (timing's reader of the weight groups)
 
     online = m.quant_method == "fp8" and "quantization_config" not in m.config_fields
-    experts = weight_groups(m, "fp8" if online else None)["experts"]
+    return weight_groups(m, "fp8" if online else None)
+
+
+def _loaded_experts(m: Model) -> tuple[int, int]:
+    """`m`'s routed experts as loaded, (bytes, parameters)."""
+    experts = _loaded_groups(m)["experts"]
     return experts.bytes, experts.params
+
+
+def replicated(m: Model) -> tuple[int, int]:
+    """The weights of `m` vLLM 0.33.0 holds whole on every tensor-parallel rank, (bytes as loaded,
+    parameters): the matrices `kvsim.model.params` marks `whole` (`ReplicatedLinear`s, layers built with
+    `disable_tp`: routers, MLA's A projections, DeepSeek-V3.2's indexer, Nemotron-H's latent projections, ...)
+    and the loose parameters every rank holds (norms, row-parallel biases). (0, 0) for the 2024 presets,
+    which are published parameter counts without a breakdown. A model whose weights were repriced in a
+    dtype (`Model.with_weight_dtype`) has them in that dtype."""
+    if not m.config_json:
+        return 0, 0
+    groups = _loaded_groups(m).values()
+    params = sum(g.whole_params for g in groups)
+    if not m.weight_bytes:
+        return -(-params * dtype_bits(m.weight_dtype) // 8), params
+    return sum(g.whole_bytes for g in groups), params
 
 
 def loaded_expert_padding(m: Model, tp: int, expert_parallel: bool, dp: int = 1) -> tuple[int, int]:
@@ -567,7 +590,8 @@ def shard(
     data_parallel_size: int = 1,
     expert_parallel: bool = False,
 ) -> Model:
-    """One GPU's share of `m` under tensor parallelism: weights / tp, KV heads // tp (at least 1), and the
+    """One GPU's share of `m` under tensor parallelism: weights / tp (those vLLM builds whole on every rank
+    whole: `replicated`), KV heads // tp (at least 1), and the
     zeros vLLM pads a GPU's routed experts with where it pads them (Kimi-Linear: `expert_padding`), in the
     weights' bytes and the parameters a token multiplies.
     A mixture-of-experts model's routed experts are one GPU's 1/(tp x dp) (`expert_gpus`): with
@@ -628,22 +652,27 @@ def shard(
     _check_fp8_blocks(m, tp)
     kv_heads = m.num_kv_heads if m.is_mla else max(1, m.num_kv_heads // tp)
     pad_bytes, pad_params = loaded_expert_padding(m, tp, expert_parallel, dp)
+    # The weights every GPU holds whole (`replicated`; every token multiplies them), the rest over tp.
+    whole_bytes, whole_params = replicated(m) if tp > 1 else (0, 0)
     out = dataclasses.replace(
         m,
         num_kv_heads=kv_heads,
-        num_params=-(-m.num_params // tp),
-        num_active_params=-(-m.num_active_params // tp),
-        weight_bytes=-(-m.weight_bytes // tp),
+        num_params=-(-(m.num_params - whole_params) // tp) + whole_params,
+        num_active_params=-(-(m.num_active_params - whole_params) // tp) + whole_params,
+        weight_bytes=-(-(m.param_bytes - whole_bytes) // tp) + whole_bytes
+        if m.weight_bytes or whole_bytes
+        else 0,
         towers=tuple(dataclasses.replace(t, split=-(-t.split // tp)) for t in m.towers),
     )
     if m.num_experts and (n > tp or expert_parallel):
-        # The routed experts over tp x dp GPUs, the rest over tp (`expert_gpus`).
+        # The routed experts over tp x dp GPUs, the rest over tp (`expert_gpus`) but what is whole.
         experts_bytes, experts_params = _loaded_experts(m)
-        rest_bytes, rest_params = m.param_bytes - experts_bytes, m.num_params - experts_params
+        rest_bytes = m.param_bytes - experts_bytes - whole_bytes
+        rest_params = m.num_params - experts_params - whole_params
         out = dataclasses.replace(
             out,
-            num_params=-(-rest_params // tp) + -(-experts_params // n),
-            weight_bytes=-(-rest_bytes // tp) + -(-experts_bytes // n),
+            num_params=-(-rest_params // tp) + -(-experts_params // n) + whole_params,
+            weight_bytes=-(-rest_bytes // tp) + -(-experts_bytes // n) + whole_bytes,
         )
     if pad_bytes:
         # Kimi-Linear's padded experts (`padded_expert_width`): allocated, read and multiplied; the

@@ -5,8 +5,8 @@ weight bytes / tensor_parallel_size − activation peak − non-torch memory −
 (`kvsim.model.memory`; the weights as vLLM loads them, `kvsim.model.quant`), or `kv_cache_bytes` given
 directly, and
 `num_blocks = floor(kv_bytes / (block_size · KV bytes per token per GPU))`. Under tensor parallelism each
-GPU holds `1/tp` of the weights and `max(1, kv_heads // tp)` of the KV heads (an MLA latent is replicated
-on every GPU), as vLLM shards them; the pool is one GPU's, and every GPU holds the same blocks. The
+GPU holds `1/tp` of the weights (but those vLLM replicates, whole: `kvsim.model.shard.replicated`) and
+`max(1, kv_heads // tp)` of the KV heads (an MLA latent is replicated on every GPU), as vLLM shards them; the pool is one GPU's, and every GPU holds the same blocks. The
 activation reserve, when not given, is `activation_reserve_estimate`: the peak of one forward pass over
 `max_num_batched_tokens` tokens, which vLLM measures with a profiling run. kvsim's `num_blocks` counts the null block (block 0, taken at start and never handed
 out), so by default one is added: the pool then offers the `floor(...)` usable blocks of vLLM v0 (the

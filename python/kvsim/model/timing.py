@@ -287,11 +287,14 @@ class RooflineTimeModel:
 @dataclass(frozen=True)
 class WeightGroup:
     """One module group's weights on the whole model: parameters, bytes as loaded, and whether its
-    matrix multiplications run at the fp8 (or fp4) rate."""
+    matrix multiplications run at the fp8 (or fp4) rate; of them, those vLLM holds whole on every
+    tensor-parallel rank (`whole_params`, `whole_bytes`: `kvsim.model.params.Breakdown.whole_part`)."""
 
     params: int
     bytes: int
     rate: str = "bf16"
+    whole_params: int = 0
+    whole_bytes: int = 0
 
 
 def model_breakdown(model: Model) -> tuple[Breakdown, str]:
@@ -355,12 +358,20 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
         checkpoint = quant.deepseek_v4(checkpoint, cfg, where)
     q = quant.with_flag(checkpoint, quantization, where).for_model(b)
     bits = dtype_bits(dtype)
+    # The weights every tensor-parallel rank holds whole (`kvsim.model.shard.replicated`) priced as the rest:
+    # by the quantization decided on the whole model, layer by layer (a whole matrix of a layer the ignore
+    # list names in the checkpoint's dtype).
+    whole = b.whole_part()
     out = {}
     for g in GROUPS:
         fmt = q.formats.get(g)
         rate = {"fp8": "fp8", "nvfp4": "fp4"}.get(fmt.kind if fmt else "", "bf16")
-        out[g] = WeightGroup(b.params(g), q.group_bytes(b, g, bits), rate)
-    out["other"] = WeightGroup(b.other, -(-b.other * bits // 8))
+        out[g] = WeightGroup(
+            b.params(g), q.group_bytes(b, g, bits), rate, whole.params(g), q.group_bytes(whole, g, bits)
+        )
+    out["other"] = WeightGroup(
+        b.other, -(-b.other * bits // 8), "bf16", whole.other, -(-whole.other * bits // 8)
+    )
     return out
 
 
