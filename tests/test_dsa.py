@@ -373,3 +373,24 @@ def test_fp8_spellings_are_one_layout_across_pools():
     a = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_dtype="fp8")
     b = a.replace(kv_cache_dtype="fp8_e4m3")
     assert _kv_cache_dtype(a)[0] == _kv_cache_dtype(b)[0] == "fp8"
+
+
+def test_the_replicated_weights_are_read_whole_by_every_rank():
+    """A decode step streams a GPU's 1/tp of the dense weights but the whole of what vLLM replicates on
+    every rank (the indexer, MLA's A projections, the routers: `WeightGroup.whole_bytes`): at tp 8 the step's
+    dense read is its tp-1 read over 8 plus 7/8 of the replicated bytes, about 1.7 GiB for DeepSeek-V3.2."""
+    from kvsim.model.timing import weight_groups
+
+    h200 = gpus.get("h200")
+    v32 = models.get("deepseek-v3.2")
+    dense = [
+        g for name, g in weight_groups(v32).items() if name in ("attn", "mlp", "shared_experts", "router")
+    ]
+    whole = sum(g.whole_bytes for g in dense)
+    assert 1.5 * 2**30 < whole < 2 * 2**30
+    mem = {}
+    for tp in (1, 8):
+        terms = {t.name: t.ps for t in roofline_time_model(v32, h200, tensor_parallel_size=tp).terms}
+        mem[tp] = terms["dense_mem"]
+    per_byte = mem[1] / sum(g.bytes for g in dense)
+    assert mem[8] == pytest.approx(mem[1] / 8 + 7 / 8 * whole * per_byte, rel=1e-6)

@@ -486,10 +486,15 @@ def roofline_time_model(
                 f"be {v:.3g} ps, beyond the engines' bound of {MAX_COEFFICIENT_PS} ps (2^40, 1.1 s){at_least}"
             )
 
-    # Dense matrix multiplications: attention projections, dense MLP, shared experts, router; one GPU's 1/tp.
+    # Dense matrix multiplications: attention projections, dense MLP, shared experts, router; one GPU's 1/tp
+    # of each, but the whole of what vLLM replicates on every rank (`WeightGroup.whole_bytes`: routers, MLA's
+    # A projections, sparse indexers, latent projections), which every rank reads and multiplies whole.
     dense = [groups[g] for g in ("attn", "mlp", "shared_experts", "router")]
-    dense_bytes = sum(g.bytes for g in dense) / tp
-    dense_flop_tok = sum(2 * g.params / tp / (_flops(gpu, g.rate) * eff.gemm_compute) for g in dense)
+    dense_bytes = sum((g.bytes - g.whole_bytes) / tp + g.whole_bytes for g in dense)
+    dense_flop_tok = sum(
+        2 * ((g.params - g.whole_params) / tp + g.whole_params) / (_flops(gpu, g.rate) * eff.gemm_compute)
+        for g in dense
+    )
     # Activations in and out of each matrix, per token.
     moe_layers = _moe_layer_count(model)
     dense_layers = L - moe_layers
