@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from kvsim.errors import InvalidArgumentError
 from kvsim.model import models, quant
 from kvsim.model.params import Breakdown
 from kvsim.model.timing import model_breakdown, weight_groups
@@ -129,3 +132,31 @@ def test_nemotron_h_names_match_both_spellings():
     assert not quant.is_ignored(
         "model.layers.14.mixer.in_proj", ["backbone.layers.4.mixer.in_proj"], ("backbone",)
     )
+
+
+@pytest.mark.parametrize(
+    ("entry", "name", "named"),
+    [
+        ("lm_head", "lm_head", True),  # the name itself
+        ("model.layers.1", "model.layers.1.mlp.gate", True),  # a module below it
+        ("model.layers.1", "model.layers.12.mlp.gate", False),  # not a prefix of another component
+        ("self_attn", "model.layers.3.self_attn.q_proj", True),  # a component
+        ("mlp.gate", "model.layers.3.mlp.gate", True),  # a dotted run of components, at the end
+        ("mlp.gate", "model.layers.3.mlp.gate_proj", False),
+        ("gate", "model.layers.3.mlp.gate_proj", False),
+        ("model.layers.1*", "model.layers.12.mlp.gate", True),  # a glob
+        ("*.mlp.*", "model.layers.0.mlp.experts", True),
+        ("*experts", "model.layers.0.mlp.experts.w1", True),  # a glob naming a module above
+        ("re:model\\.layers\\.[0-2]\\.", "model.layers.2.mlp", True),  # a regex, matched from the start
+        ("re:layers\\.2", "model.layers.2.mlp", False),
+    ],
+)
+def test_ignore_entries_name_modules_as_vllm_spells_them(entry, name, named):
+    """Each spelling an ignore list uses, compiled once per list (`_pattern_regex`): the answers kvsim gave
+    when it matched every entry against every name in turn."""
+    assert quant.is_ignored(name, [entry]) is named
+
+
+def test_an_ignore_entry_that_is_no_regular_expression_is_refused_by_name():
+    with pytest.raises(InvalidArgumentError, match=r"ignored_layers entry 're:\(' is not a valid regular"):
+        quant.from_config(_fp8(["lm_head", "re:("]), "config.json")

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,10 +137,11 @@ class Quantization:
         (`lm_head`). Whether the group is quantized at all is `formats`' to say."""
         if not self.ignored or not m.module:
             return m.count
+        ignored = _ignore_test(self.ignored)
         if not m.layers:
-            return 0 if is_ignored(m.name(), self.ignored, b.aliases) else m.count
+            return 0 if ignored(m.name(), b.aliases) else m.count
         each = m.count // len(m.layers)
-        return each * sum(not is_ignored(m.name(i), self.ignored, b.aliases) for i in m.layers)
+        return each * sum(not ignored(m.name(i), b.aliases) for i in m.layers)
 
     def group_bytes(self, b: Breakdown, group: str, dtype_bits: int) -> int:
         """Bytes of `b`'s `group` matrices: those `quantized` in the group's format, the rest at `dtype_bits`."""
@@ -183,18 +185,6 @@ class Quantization:
 NONE = Quantization()
 
 
-def _matches(pattern: str, name: str) -> bool:
-    """Whether an ignore-list entry names module `name` (vLLM's spellings: `re:` regexes, globs, exact
-    names, a module's prefix, or a dotted component such as `self_attn`)."""
-    if pattern.startswith("re:"):
-        return re.match(pattern[3:], name) is not None
-    if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern + ".*")
-    if name == pattern or name.startswith(pattern + "."):
-        return True
-    return f".{pattern}." in f".{name}." or name.endswith("." + pattern)
-
-
 def _spellings(name: str, aliases: tuple[str, ...] = ()) -> tuple[str, ...]:
     """A text model's module as checkpoints spell it: vLLM's `model.layers.0.x`; nested in a multimodal
     wrapper as `model.language_model.layers.0.x` (Gemma 3/4, Llama 4, Mistral 3) or
@@ -208,13 +198,46 @@ def _spellings(name: str, aliases: tuple[str, ...] = ()) -> tuple[str, ...]:
     return (name, f"model.language_model.{rest}", f"language_model.model.{rest}", *own)
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    """An ignore-list entry as a regex matched from a module name's start (`re.match`), in vLLM's spellings:
+    `re:` regexes, globs (the module or one below it), exact names, a module's prefix, or a dotted run of
+    its components such as `self_attn`."""
+    if pattern.startswith("re:"):
+        return re.compile(pattern[3:])
+    if any(c in pattern for c in "*?["):
+        return re.compile(f"(?:{fnmatch.translate(pattern)})|(?:{fnmatch.translate(pattern + '.*')})")
+    # the name itself, a module below it, or a dotted run of its components (`self_attn`, `mlp.gate`)
+    return re.compile(rf"(?:.*\.)?{re.escape(pattern)}(?:\..*)?\Z", re.S)
+
+
+@functools.lru_cache(maxsize=64)
+def _ignore_test(ignored: tuple[str, ...]) -> Callable[[str, tuple[str, ...]], bool]:
+    """An ignore list's test of a module name (and the model's aliases), its entries compiled once and its
+    answers kept: a list is asked of every module of every layer, several times as a config is sized
+    (thousands of names on a large model, each against hundreds of entries)."""
+    matchers = tuple(_pattern_regex(p).match for p in ignored)
+    known: dict[tuple[str, tuple[str, ...]], bool] = {}
+
+    def test(name: str, aliases: tuple[str, ...]) -> bool:
+        key = (name, aliases)
+        hit = known.get(key)
+        if hit is None:
+            hit = any(match(s) is not None for s in _spellings(name, aliases) for match in matchers)
+            known[key] = hit
+        return hit
+
+    return test
+
+
 def is_ignored(name: str, ignored: tuple[str, ...] | list[str], aliases: tuple[str, ...] = ()) -> bool:
     """Whether the ignore list `ignored` names the module vLLM calls `name` (`model.layers.3.mlp.down_proj`),
     in any of its spellings (`_spellings`): vLLM 0.33.0 asks this of each module's prefix as it builds it
     (`is_layer_skipped`, `quantization/utils/quant_utils.py`, from `Fp8Config`, `ModelOptQuantConfigBase.
     is_layer_excluded`, `AutoAWQConfig`, `Mxfp4Config`; compressed-tensors' `should_ignore_layer`), so one
-    module can stay unquantized in one layer and not in the next."""
-    return any(_matches(p, s) for p in ignored for s in _spellings(name, aliases))
+    module can stay unquantized in one layer and not in the next. Each entry is matched as `_pattern_regex` says,
+    compiled once per list; the answers are cached."""
+    return _ignore_test(tuple(ignored))(name, tuple(aliases))
 
 
 def _ignore_list(qc: dict[str, Any], where: str, *keys: str) -> list[str]:
@@ -226,6 +249,13 @@ def _ignore_list(qc: dict[str, Any], where: str, *keys: str) -> list[str]:
             raise InvalidArgumentError(
                 f"{where}: quantization_config.{key} {value!r} must be a list of names"
             )
+        for v in value:
+            try:
+                _pattern_regex(v)
+            except re.error as e:  # (vLLM would raise re.error as it loads the first layer)
+                raise InvalidArgumentError(
+                    f"{where}: quantization_config.{key} entry {v!r} is not a valid regular expression ({e})"
+                ) from None
         return list(value)
     return []
 
