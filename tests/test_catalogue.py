@@ -1400,11 +1400,16 @@ def test_kimi_linear_state_kv_and_weights_by_hand():
     h, p, d = 2304, 32 * 128, 128
     kda = 3 * h * p + 2 * h * d + 2 * d * p + h * 32 + p * h + 3 * p * 4 + p + 32 + d
     mla = h * 32 * 192 + h * 576 + 512 * 32 * 256 + 32 * 128 * h + 512
-    moe = 256 * 3 * h * 1024 + 3 * h * 1024 + 256 * h
+    moe = 256 * 3 * h * 1024 + 3 * h * 1024 + 256 * h + 256  # the router's e_score_correction_bias
     dense = 3 * h * 9216
     embeds = 2 * 163840 * h
     norms = (2 * 27 + 1) * h
     assert m.num_params == 20 * kda + 7 * mla + 26 * moe + dense + embeds + norms
+    # The checkpoint's own count (moonshotai/Kimi-Linear-48B-A3B-Instruct's safetensors index, as
+    # pmains/kimi-linear-48b-ssd-streaming's benchmarks/results/phase-02-static-inventory.json sums it:
+    # router 15,342,080 with the 26 x 256 biases). kvsim left the bias out (KimiMoE builds it on every MoE
+    # layer, not only DeepSeek's noaux_tc): 49,122,675,072.
+    assert m.num_params == 49_122_681_728
     active = m.num_params - 26 * 248 * 3 * h * 1024
     assert m.num_active_params == active
     assert (active - embeds) / 1e9 == pytest.approx(3, rel=0.1)  # the card's "3B activated"

@@ -404,7 +404,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     import json
 
     from kvsim.model import quant
-    from kvsim.model.params import param_breakdown
+    from kvsim.model.params import fused_parts_refusal, param_breakdown
     from kvsim.model.rope import cache_bytes as rope_cache_bytes
 
     path = where
@@ -545,6 +545,9 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick, str(path)
     )
     q = q.for_model(b)  # (the ignore list read module by module, layer by layer)
+    refusal = fused_parts_refusal(b, q.ignored) if q.method else None
+    if refusal:
+        raise InvalidArgumentError(f"model {str(path)!r}: {refusal}")
     quant.check_groups(q, b, cfg.get("quantization_config"), f"model {str(path)!r}")
     quant.check_moe_scheme(q, b, cfg.get("quantization_config"), f"model {str(path)!r}")
     weight_dtype = dtype
