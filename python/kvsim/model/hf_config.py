@@ -167,6 +167,12 @@ _KEPT_FIELDS = (
     "model_max_length",
     "linear_attn_config",
     "min_moe_intermediate_per_partition",  # Kimi-Linear's expert padding under TP (`kvsim.model.shard`)
+    # Kimi-K3's MLA, latent MoE and attention residuals (`kvsim.model.params_kimi`)
+    "mla_use_nope",
+    "mla_use_output_gate",
+    "routed_expert_hidden_size",
+    "latent_moe_use_norm",
+    "attn_res_block_size",
     "first_k_dense_replace",
     "decoder_sparse_step",
     "interleave_moe_layer_step",

@@ -42,8 +42,10 @@ from kvsim.model.hf_layers import (
     DSA_TYPES,
     dsa_indexer_layers,
     full_attention_interval,
+    kimi_full_rank_gate,
     kimi_linear_attention,
 )
+from kvsim.model.params_kimi import KDA_IN_PROJ, KDA_IN_PROJ_PARTS, kimi_k3
 
 GROUPS = ("embed", "lm_head", "attn", "mlp", "experts", "shared_experts", "router", "other")
 # Where vLLM 0.33.0 puts the decoder layers' modules: `model.layers.N.<module>` (each `Matrix` names its module
@@ -54,10 +56,6 @@ LAYERS_PREFIX = "model.layers"
 # `ReplicatedLinear`: `layers/fused_moe/router/gate_linear.py`, built by every MoE model kvsim reads; Qwen's
 # `shared_expert_gate` a `ReplicatedLinear`, `qwen2_moe.py`, `qwen3_next.py`).
 WHOLE_GROUPS = frozenset({"router"})
-# Kimi-Linear's KDA input projection as vLLM 0.33.0 fuses it (`KimiLinearModel.packed_modules_mapping`,
-# `models/kimi_k3/nvidia/model.py`): the checkpoint's names of its parts, in vLLM's order.
-KDA_IN_PROJ = "self_attn.in_proj_qkvgfab"
-KDA_IN_PROJ_PARTS = tuple(f"self_attn.{p}" for p in ("q_proj", "k_proj", "v_proj", "b_proj", "f_a_proj"))
 
 
 @dataclass(frozen=True)
@@ -493,6 +491,13 @@ def param_breakdown(
         return b
     if model_type == "granitemoehybrid":
         params_state.granite_moe_hybrid(b, cfg, layers, hidden, heads, kv_heads, ffn, pick, where)
+        return b
+    if model_type.startswith("kimi_linear") and kimi_full_rank_gate(cfg):  # Kimi-K3's language model
+        linear = _linear_attention_layers(cfg, layers, where)
+        experts = pick("num_experts", least=1)
+        moe_flags = _layer_flags(cfg, layers, experts, pick, where)
+        kda_at = [i for i in range(layers) if linear[i]]
+        kimi_k3(b, cfg, layers, hidden, heads, kda_at, moe_flags, pick, where)
         return b
     if model_type == "opt":
         # learned positions (offset 2; `OPTLearnedPositionalEmbedding`, an `nn.Embedding` every rank holds)
