@@ -126,6 +126,7 @@ PUBLISHED = {
     ),  # model card: 35B total (the vision encoder not counted), 3B activated  # model card: 80B total (3B activated: below, without embeddings)
     "minimax-m2": (230, None, 0.02),  # model card: 230B total (10B active: below, without embeddings)
     "kimi-linear-48b-a3b": (48, None, 0.025),
+    "kimi-k3": (2800, None, 0.01),  # NVIDIA NeMo AutoModel's Kimi K3 page: 2.8T total, 104B activated (below)
     "deepseek-v4-flash": (
         284,
         None,
@@ -1400,11 +1401,16 @@ def test_kimi_linear_state_kv_and_weights_by_hand():
     h, p, d = 2304, 32 * 128, 128
     kda = 3 * h * p + 2 * h * d + 2 * d * p + h * 32 + p * h + 3 * p * 4 + p + 32 + d
     mla = h * 32 * 192 + h * 576 + 512 * 32 * 256 + 32 * 128 * h + 512
-    moe = 256 * 3 * h * 1024 + 3 * h * 1024 + 256 * h
+    moe = 256 * 3 * h * 1024 + 3 * h * 1024 + 256 * h + 256  # the router's e_score_correction_bias
     dense = 3 * h * 9216
     embeds = 2 * 163840 * h
     norms = (2 * 27 + 1) * h
     assert m.num_params == 20 * kda + 7 * mla + 26 * moe + dense + embeds + norms
+    # The checkpoint's own count (moonshotai/Kimi-Linear-48B-A3B-Instruct's safetensors index, as
+    # pmains/kimi-linear-48b-ssd-streaming's benchmarks/results/phase-02-static-inventory.json sums it:
+    # router 15,342,080 with the 26 x 256 biases). kvsim left the bias out (KimiMoE builds it on every MoE
+    # layer, not only DeepSeek's noaux_tc): 49,122,675,072.
+    assert m.num_params == 49_122_681_728
     active = m.num_params - 26 * 248 * 3 * h * 1024
     assert m.num_active_params == active
     assert (active - embeds) / 1e9 == pytest.approx(3, rel=0.1)  # the card's "3B activated"
@@ -1460,3 +1466,52 @@ def test_an_ignore_list_in_a_multimodal_wrappers_spelling_keeps_attention_unquan
     attn = 32 * (2 * h * h + 2 * h * 1024)  # q, o: h x h; k, v: h x 1024
     # attention at 2 bytes a weight rather than NVFP4's 4.5 bits (4 bits + an fp8 scale per 16)
     assert b.weight_bytes - a.weight_bytes == pytest.approx(attn * (2 - 4.5 / 8), rel=1e-3)
+
+
+def test_kimi_k3_by_hand():
+    """Kimi-K3 (moonshotai/Kimi-K3's config.json) as vLLM 0.33.0 builds it (models/kimi_k3/nvidia/model.py,
+    kda.py, mla.py): 69 KDA layers with the full-rank gate (q, k, v, g of 96 x 128 on d 7168, f_a whole on
+    every GPU, b; f_b; o; three float32 convolutions of 4, dt_bias, A_log, o_norm), 24 MLA layers (q_a 1536
+    and kv_a 576 whole on every GPU, the output gate split; q_b, kv_b, o; two norms), 92 latent MoE layers (896
+    experts of 3072 on a 3584 latent between a replicated down and up projection, its norm; two shared
+    experts of 3072 on d; the router and its bias), a dense first layer of 33792, the attention residuals'
+    two norms and two 1 x d projections a layer and the final pair: 2,779,484,476,000 parameters, NVIDIA's
+    2.8T; 104.19B active without the input embedding (its 104B). KV: the 24 MLA layers' 576-wide latent, 27,648 B
+    a token in bf16; a KDA state of 3 x 12,288 x 3 x 2 B conv and 96 x 128 x 128 x 4 B, with a FlashKDA
+    prefill checkpoint block on Hopper / Blackwell (3 blocks a request in align mode, 2 on an A100)."""
+    from kvsim.model.layers import kv_layout
+    from kvsim.model.timing import model_breakdown, weight_groups
+
+    m = models.get("kimi-k3")
+    h, p, d, lat, e = 7168, 96 * 128, 128, 3584, 3072
+    kda = 4 * p * h + 96 * h + d * h + p * d + h * p + 3 * p * 4 + p + 96 + d
+    mla = (1536 + 576 + 96 * 128) * h + 96 * 192 * 1536 + 96 * 256 * 512 + h * 96 * 128 + 1536 + 512
+    moe = 896 * 3 * lat * e + 2 * lat * h + lat + 3 * h * 2 * e + 896 * h + 896
+    dense = 3 * h * 33792
+    embeds = 2 * 163840 * h
+    norms = (2 * 93 + 1) * h * 2 + (
+        2 * 93 + 1
+    ) * h  # two norms a layer, two residual norms, the res projections
+    assert m.num_params == 69 * kda + 24 * mla + 92 * moe + dense + embeds + norms == 2_779_484_476_000
+    active = m.num_params - 92 * (896 - 16) * 3 * lat * e
+    assert m.num_active_params == active
+    assert round((active - embeds // 2) / 1e9) == 104  # without the input embedding (lm_head computed)
+    assert m.kv_bytes_per_token == 24 * 576 * 2
+    st = m.layers[0].state
+    assert st is not None
+    assert st.page_bytes(1, 16) == 3 * p * 3 * 2 + 96 * d * d * 4
+    assert st.checkpoint_blocks == 1
+    for arch, blocks in (("sm_90", 3), ("sm_100", 3), ("sm_80", 2)):
+        mamba = [g for g in kv_layout(m, 16, gpu_arch=arch).groups if g.kind == "mamba"]
+        assert {g.max_blocks_per_request(1, 1, True) for g in mamba} == {blocks}, arch
+    # MXFP4 (compressed-tensors' mxfp4-pack-quantized): the routed experts and the latent projections; the
+    # ignore list keeps attention, shared experts, the dense MLP and lm_head in bf16.
+    assert m.quantization == "compressed-tensors: mlp mxfp4, experts mxfp4"
+    groups = weight_groups(m)
+    experts = 92 * 896 * 3 * lat * e
+    assert groups["experts"].bytes == experts // 2 + experts // 32
+    assert groups["attn"].bytes == 2 * groups["attn"].params
+    b = model_breakdown(m)[0]
+    latent = [mat for mat in b.matrices["mlp"] if "routed_expert" in mat.module]
+    assert [mat.whole for mat in latent] == [True, True]
+    assert m.uncounted == ("vision: kvsim does not count a untyped vision tower under kimi_k3",)

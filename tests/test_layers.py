@@ -372,6 +372,10 @@ def _edited(tmp_path: Path, name: str, drop: tuple[str, ...] = (), **fields: obj
     return str(path)
 
 
+def _k3_lac() -> dict[str, object]:
+    return dict(json.loads((HF / "kimi-k3.json").read_text())["text_config"]["linear_attn_config"])
+
+
 def _kimi(**lac: object) -> dict[str, object]:
     base = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())["linear_attn_config"]
     return {"linear_attn_config": {**base, **lac}}
@@ -460,8 +464,14 @@ def _kimi(**lac: object) -> dict[str, object]:
         (
             "kimi-linear-48b-a3b",
             (),
-            _kimi(use_full_rank_gate=True),
-            "'linear_attn_config.use_full_rank_gate' True is not modelled",
+            _kimi(use_full_rank_gate=True),  # (Kimi-K3's layer, read; beside Kimi-Linear's MLA, refused)
+            "a full-rank KDA gate (Kimi-K3's layer) beside MLA layers without 'q_lora_rank'",
+        ),
+        (
+            "kimi-k3",
+            (),
+            {"linear_attn_config": {**_k3_lac(), "gate_lower_bound": -6.0}},
+            "'linear_attn_config.gate_lower_bound' -6.0 must be a number in [-5, 0)",
         ),
         # A window the engine cannot take (a signed 64-bit integer) was refused only when the run started,
         # naming kv_groups.

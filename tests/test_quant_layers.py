@@ -5,6 +5,7 @@ is exempt whole when the list names it in every layer that holds it (not every d
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -160,3 +161,77 @@ def test_ignore_entries_name_modules_as_vllm_spells_them(entry, name, named):
 def test_an_ignore_entry_that_is_no_regular_expression_is_refused_by_name():
     with pytest.raises(InvalidArgumentError, match=r"ignored_layers entry 're:\(' is not a valid regular"):
         quant.from_config(_fp8(["lm_head", "re:("]), "config.json")
+
+
+def _kimi_fp8(tmp_path: Path, ignored: list[str]) -> Path:
+    cfg = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())
+    cfg["quantization_config"] = _fp8(ignored)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_kimi_linear_moe_block_is_named_block_sparse_moe(tmp_path):
+    """vLLM 0.33.0 builds Kimi-Linear's MoE block under `block_sparse_moe` (`models/kimi_k3/nvidia/model.py`,
+    KimiDecoderLayer: prefix `...block_sparse_moe`; the checkpoint's names too), its first layer's dense MLP
+    under `mlp`. kvsim named the MoE block `mlp.*`: an ignore list naming `block_sparse_moe` missed it, and
+    one naming `mlp` took the 26 MoE layers' shared experts for unquantized where vLLM quantizes them."""
+    b = model_breakdown(models.from_hf_config(HF / "kimi-linear-48b-a3b.json"))[0]
+    names = {g: {m.module for m in b.matrices[g]} for g in ("mlp", "experts", "shared_experts", "router")}
+    assert names == {
+        "mlp": {"mlp.gate_proj", "mlp.down_proj"},
+        "experts": {"block_sparse_moe.experts"},
+        "shared_experts": {
+            "block_sparse_moe.shared_experts.gate_proj",
+            "block_sparse_moe.shared_experts.down_proj",
+        },
+        "router": {"block_sparse_moe.gate"},
+    }
+    # The shared experts of every MoE layer named: that group is exempt, the routed experts are not.
+    m = models.from_hf_config(_kimi_fp8(tmp_path, ["re:.*block_sparse_moe\\.shared_experts.*"]))
+    assert "shared_experts" not in m.quantization
+    assert "experts" in m.quantization
+    shared = 26 * 3 * 2304 * 1024
+    assert weight_groups(m)["shared_experts"].bytes == 2 * shared
+    # One layer's: that layer's alone stays bf16.
+    m = models.from_hf_config(_kimi_fp8(tmp_path, ["model.layers.5.block_sparse_moe.shared_experts"]))
+    fp8 = quant.Format("fp8", 8, "tensor")
+    layer = [dataclasses.replace(mat, count=mat.count // 26) for mat in b.matrices["shared_experts"]]
+    assert weight_groups(m)["shared_experts"].bytes == sum(
+        25 * fp8.matrix_bytes(mat) + BF16.matrix_bytes(mat) for mat in layer
+    )
+    # `mlp` names the dense MLP of layer 0 only (as in vLLM), not the MoE blocks.
+    m = models.from_hf_config(_kimi_fp8(tmp_path, ["re:.*\\.mlp\\..*"]))
+    assert "mlp" not in m.quantization
+    assert "shared_experts" in m.quantization
+
+
+def test_kimi_linear_kda_input_projection_is_one_module_to_an_ignore_list(tmp_path):
+    """vLLM 0.33.0 fuses KDA's q, k, v, b and f_a projections into `self_attn.in_proj_qkvgfab`
+    (`KimiLinearModel.packed_modules_mapping`): an ignore list naming all its parts leaves the module
+    unquantized; one naming some parts only is refused by vLLM ("Detected some but not all shards"), and by
+    kvsim, which priced them apart (`b_proj` and `f_a_proj` separately named, `g_a_proj` under `f_a_proj`'s
+    name)."""
+    every = ["q_proj", "k_proj", "v_proj", "b_proj", "f_a_proj"]
+    m = models.from_hf_config(_kimi_fp8(tmp_path, [f"model.layers.0.self_attn.{p}" for p in every]))
+    b = model_breakdown(m)[0]
+    q = quant.from_config(_fp8([f"model.layers.0.self_attn.{p}" for p in every]), "t", b)
+    in_proj = [mat for mat in b.matrices["attn"] if mat.fused == "self_attn.in_proj_qkvgfab"]
+    assert [(mat.rows, mat.count, mat.whole) for mat in in_proj] == [
+        (4096, 60, False),
+        (32, 20, False),
+        (128, 20, True),
+    ]
+    assert [q.quantized(mat, b) for mat in in_proj] == [57, 19, 19]  # layer 0's parts unquantized
+    by_module = {mat.module: mat for mat in b.matrices["attn"] if 0 in mat.layers}
+    assert by_module["self_attn.g_a_proj"].whole
+    assert not by_module["self_attn.g_b_proj"].whole
+    assert q.quantized(by_module["self_attn.g_a_proj"], b) == 20  # a module of its own, not named
+    for named in (["model.layers.2.self_attn.b_proj"], ["re:.*self_attn\\.f_a_proj"]):
+        with pytest.raises(InvalidArgumentError, match=r"vLLM 0\.33\.0 fuses them into one module"):
+            models.from_hf_config(_kimi_fp8(tmp_path, named))
+    with pytest.raises(InvalidArgumentError, match="by its own name, which kvsim does not read"):
+        models.from_hf_config(_kimi_fp8(tmp_path, ["model.layers.1.self_attn.in_proj_qkvgfab"]))
+    # `self_attn` names every part (and MLA's modules) alike: taken.
+    m = models.from_hf_config(_kimi_fp8(tmp_path, ["self_attn"]))
+    assert "attn" not in m.quantization

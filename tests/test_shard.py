@@ -344,9 +344,16 @@ def test_kimi_linear_padded_experts_are_counted_in_a_gpus_weights():
     assert (per_gpu_experts, pad) == (23_555_211_264, 11_777_605_632)
     m = resolve("kimi-linear-48b-a3b")
     whole = m.param_bytes  # tp 1: nothing padded
-    assert shard(m, None, 1).param_bytes == whole == 98_245_350_144
-    rep = replicated(m)[0]  # (the routers, MLA's A projections, the norms: whole on every GPU)
-    assert shard(m, None, 8).param_bytes == -(-(whole - rep) // 8) + rep + pad == 24_111_922_848
+    assert shard(m, None, 1).param_bytes == whole == 98_245_363_456
+    rep = replicated(m)[0]
+    # Whole on every GPU (vLLM 0.33.0): the routers (GateLinear) and their e_score_correction_bias, MLA's
+    # kv_a_proj_with_mqa (a ReplicatedLinear), KDA's f_a_proj slice of in_proj_qkvgfab (replicated_shard_id
+    # 4) and g_a_proj (a ReplicatedLinear), the norms (two a layer, the final one, MLA's kv_a_layernorm,
+    # KDA's o_norm). kvsim split g_a_proj over the GPUs (-10,321,920 B at tp 8) and left the bias out.
+    norms = (2 * 27 + 1) * hidden + 7 * 512 + 20 * 128
+    kda_a = 2 * 20 * 128 * hidden  # f_a_proj, g_a_proj
+    assert rep == bf16 * (26 * 256 * hidden + 26 * 256 + 7 * 576 * hidden + kda_a + norms) == 73_122_304
+    assert shard(m, None, 8).param_bytes == -(-(whole - rep) // 8) + rep + pad == 24_122_258_080
     pool = size_pool("kimi-linear-48b-a3b", "h200", 16, tensor_parallel_size=8)
     assert pool.weight_bytes == -(-(whole - rep) // 8) + rep + pad + pool.rope_cache_bytes
     # Expert parallelism: whole experts, not padded; tp 4 gives 256 a GPU, nothing to pad.

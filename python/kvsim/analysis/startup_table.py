@@ -34,6 +34,7 @@ ROWS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("deepseek-v3.2", "h200", {"tensor_parallel_size": 8}, "-tp 8"),
     ("glm-5", "b200", {"tensor_parallel_size": 8, "quantization": "fp8"}, "-tp 8 --quantization fp8"),
     ("deepseek-v4-flash", "b200", {"tensor_parallel_size": 2}, "-tp 2"),
+    ("kimi-k3", "b200", {"tensor_parallel_size": 8, "data_parallel_size": 2}, "-tp 8 -dp 2"),
 )
 
 

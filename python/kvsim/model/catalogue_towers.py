@@ -22,6 +22,9 @@ _SIGLIP_896 = {
     "vision_use_head": False,
 }
 WRAPPERS: dict[str, dict[str, Any]] = {
+    # Kimi-K3's MoonViT tower and projector (vLLM's `MoonViT3dPretrainedModel`, `KimiK25MultiModalProjector`):
+    # its config names no model_type, and kvsim does not count it (`Model.uncounted` says so).
+    "kimi-k3": {"model_type": "kimi_k3", "vision_config": {"patch_size": 14, "vt_hidden_size": 1024}},
     "gemma-3-12b": {"model_type": "gemma3", "vision_config": _SIGLIP_896},
     "gemma-3-27b": {"model_type": "gemma3", "vision_config": _SIGLIP_896},
     "gemma-4-31b": {

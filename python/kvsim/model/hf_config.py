@@ -167,6 +167,12 @@ _KEPT_FIELDS = (
     "model_max_length",
     "linear_attn_config",
     "min_moe_intermediate_per_partition",  # Kimi-Linear's expert padding under TP (`kvsim.model.shard`)
+    # Kimi-K3's MLA, latent MoE and attention residuals (`kvsim.model.params_kimi`)
+    "mla_use_nope",
+    "mla_use_output_gate",
+    "routed_expert_hidden_size",
+    "latent_moe_use_norm",
+    "attn_res_block_size",
     "first_k_dense_replace",
     "decoder_sparse_step",
     "interleave_moe_layer_step",
@@ -404,7 +410,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     import json
 
     from kvsim.model import quant
-    from kvsim.model.params import param_breakdown
+    from kvsim.model.params import fused_parts_refusal, param_breakdown
     from kvsim.model.rope import cache_bytes as rope_cache_bytes
 
     path = where
@@ -545,6 +551,9 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, kv_lora, rope, pick, str(path)
     )
     q = q.for_model(b)  # (the ignore list read module by module, layer by layer)
+    refusal = fused_parts_refusal(b, q.ignored) if q.method else None
+    if refusal:
+        raise InvalidArgumentError(f"model {str(path)!r}: {refusal}")
     quant.check_groups(q, b, cfg.get("quantization_config"), f"model {str(path)!r}")
     quant.check_moe_scheme(q, b, cfg.get("quantization_config"), f"model {str(path)!r}")
     weight_dtype = dtype

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.layers import DSV4_RATIOS, FULL, MAX_WINDOW, Layer, MambaState
+from kvsim.model.layers import DSV4_RATIOS, FLASHKDA_CHECKPOINT_ALIGNMENT, FULL, MAX_WINDOW, Layer, MambaState
 from kvsim.model.mamba_dims import STATE_DIM_MAX, mamba_dims
 
 # Layer names of a config's `layer_types` (transformers' spelling) and the kind each is.
@@ -141,22 +141,29 @@ def kimi_linear_attention(
     lac = cfg.get("linear_attn_config")
     if not isinstance(lac, dict):
         raise InvalidArgumentError(f"model {where}: 'linear_attn_config' must be an object")
-    # Fields that change what vLLM 0.33.0 builds, refused rather than read past (`vllm/models/kimi_k3/
-    # nvidia/kda.py`): a bounded gate runs the KDA prefill on FlashKDA on CUDA 9.x-12.x GPUs, which exports
-    # prefill checkpoints (`kda_checkpoint.py`); a full-rank gate is Kimi-K3's layer, other weights.
-    why = {
-        "gate_lower_bound": "a bounded KDA gate runs vLLM's prefill on FlashKDA on compute capability 9.x-12.x "
-        "GPUs, whose prefill checkpoints kvsim does not model",
-        "use_full_rank_gate": "a full-rank KDA gate is Kimi-K3's layer, whose weights and kernels kvsim does "
-        "not model",
-    }
-    for key, reason in why.items():
-        # (vLLM reads any bound given, 0 too: `is not None`; the full-rank switch by its truth)
-        v = lac.get(key)
-        if v is not None if key == "gate_lower_bound" else v not in (None, False):
-            raise InvalidArgumentError(
-                f"model {where}: field 'linear_attn_config.{key}' {lac[key]!r} is not modelled: {reason}"
-            )
+    # Fields that change what vLLM 0.33.0 builds (`vllm/models/kimi_k3/nvidia/model.py`, KimiDecoderLayer): a
+    # full-rank gate is Kimi-K3's layer (`KimiK3DeltaAttention`, `nvidia/kda.py`: the gate a fourth slice of
+    # the input projection, its prefill on FlashKDA where the gate is bounded), read here; a bounded gate
+    # without it (Kimi-Linear's layer, whose prefill vLLM's `KimiGatedDeltaNetAttention` asserts is Triton's)
+    # is refused rather than read past.
+    full_rank = lac.get("use_full_rank_gate") not in (None, False)
+    bound = lac.get("gate_lower_bound")
+    if bound is not None and not full_rank:
+        raise InvalidArgumentError(
+            f"model {where}: field 'linear_attn_config.gate_lower_bound' {bound!r} is not modelled: a bounded KDA "
+            "gate runs vLLM's prefill on FlashKDA on compute capability 9.x-12.x GPUs, whose prefill "
+            "checkpoints kvsim models for Kimi-K3's full-rank-gate layer only"
+        )
+    if (
+        full_rank
+        and bound is not None
+        and (isinstance(bound, bool) or not isinstance(bound, (int, float)) or not -5.0 <= bound < 0)
+    ):
+        # (KimiK3DeltaAttention asserts `_KDA_GATE_LOGBOUND_MIN <= gate_lower_bound < 0`)
+        raise InvalidArgumentError(
+            f"model {where}: field 'linear_attn_config.gate_lower_bound' {bound!r} must be a number in [-5, 0) "
+            "(vLLM 0.33.0's KimiK3DeltaAttention asserts it)"
+        )
     numbers = []
     for key, default in (("num_heads", None), ("head_dim", None), ("short_conv_kernel_size", 4)):
         v = lac.get(key, default)
@@ -180,6 +187,13 @@ def kimi_linear_attention(
         )
     heads, head_dim, kernel = numbers
     return heads, head_dim, kernel, frozenset(kda)
+
+
+def kimi_full_rank_gate(cfg: Mapping[str, Any]) -> bool:
+    """Whether a Kimi config's KDA layers are Kimi-K3's (`linear_attn_config.use_full_rank_gate`, which
+    vLLM 0.33.0 reads by its truth: `KimiK3DeltaAttention`, `models/kimi_k3/nvidia/kda.py`)."""
+    lac = cfg.get("linear_attn_config")
+    return isinstance(lac, dict) and lac.get("use_full_rank_gate") not in (None, False)
 
 
 def _deepseek_v4_layers(
@@ -666,13 +680,26 @@ def _hf_state(
     if model_type == "kimi_linear":
         heads, head_dim, kernel, _ = kimi_linear_attention(cfg, num_layers, where)
         # kda_state_shape: conv (3·heads·head_dim, kernel − 1), recurrent (heads, head_dim, head_dim) in
-        # float32 (MambaStateDtypeCalculator.kda_state_dtype with "auto").
+        # float32 (MambaStateDtypeCalculator.kda_state_dtype with "auto"); Kimi-K3's layer registers the same
+        # shapes. Its prefill runs on FlashKDA (`resolve_kda_prefill_backend`, `nvidia/kda.py`) where the
+        # gate is bounded, the heads 128 wide and the activations bfloat16 (on GPUs of compute capability 9,
+        # 10 or 12: `layers.kda_flashkda`), which exports prefill checkpoints on a 16-token grid
+        # (`kda_checkpoint.py`): one checkpoint block a request (`num_prefill_checkpoint_blocks`).
+        dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+        flashkda = (
+            kimi_full_rank_gate(cfg)
+            and cfg["linear_attn_config"].get("gate_lower_bound") is not None
+            and head_dim == 128
+            and dtype == "bfloat16"
+        )
         return MambaState(
             conv_channels=3 * heads * head_dim,
             conv_width=kernel - 1,
             ssm_heads=heads,
             ssm_per_head=head_dim * head_dim,
             ssm_bits=32,
+            checkpoint_blocks=1 if flashkda else 0,
+            kda_checkpoint_grid=FLASHKDA_CHECKPOINT_ALIGNMENT if flashkda else 0,
         )
     return None
 
@@ -684,6 +711,7 @@ __all__ = [
     "granite_layer_is_mamba",
     "jamba_attention_layers",
     "jamba_period",
+    "kimi_full_rank_gate",
     "kimi_linear_attention",
     "layers_from_hf_config",
     "nemotron_h_pattern",

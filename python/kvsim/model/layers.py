@@ -116,6 +116,27 @@ GDN_ASSUMED_NOTE = (
 )
 
 
+# Kimi-K3's KDA prefill (vLLM 0.33.0, `vllm/models/kimi_k3/nvidia/kda.py`, `resolve_kda_prefill_backend`,
+# `kda_prefill_backend` "auto"): FlashKDA on CUDA GPUs of compute capability 9, 10 or 12 (with a bounded gate,
+# heads of 128, bfloat16 activations: `MambaState.kda_checkpoint_grid`), Triton's elsewhere. FlashKDA exports
+# prefill checkpoints on a 16-token grid (`kda_prefill_checkpoint_alignment`, `kda_checkpoint.py`). vLLM's
+# FlashInfer KDA prefill, taken only when asked for, is not modelled.
+FLASHKDA_CHECKPOINT_ALIGNMENT = 16
+KDA_ASSUMED_NOTE = (
+    "KDA prefill on FlashKDA (vLLM's on compute capability 9, 10 and 12 GPUs: a prefill checkpoint block a "
+    "request with prefix caching); no GPU architecture given"
+)
+
+
+def kda_flashkda(arch: str | None) -> bool:
+    """Whether vLLM runs a bounded-gate KDA layer's prefill on FlashKDA on a GPU of architecture `arch`
+    (None or "": unknown, taken as FlashKDA's, the kernel of the Hopper and Blackwell GPUs)."""
+    if not arch:
+        return True
+    family = arch.removeprefix("sm_")
+    return arch.startswith("sm_") and family.isdigit() and int(family) // 10 in (9, 10, 12)
+
+
 def _check_gdn_backend(backend: str) -> None:
     if backend not in GDN_PREFILL_BACKENDS:
         raise InvalidArgumentError(
@@ -162,6 +183,8 @@ class MambaState:
             prefill kernel, `gdn_flashinfer`).
         gdn_head_k_dim: a gated delta net's `linear_key_head_dim` (its prefill kernel depends on it and on
             the GPU); 0 for other layers.
+        kda_checkpoint_grid: a KDA layer whose prefill runs on FlashKDA where the GPU has it
+            (`kda_flashkda`): its checkpoints' grid (16 tokens); 0 for other layers.
     """
 
     conv_channels: int
@@ -173,6 +196,7 @@ class MambaState:
     ssm_bits: int = 0
     checkpoint_blocks: int = 0
     gdn_head_k_dim: int = 0
+    kda_checkpoint_grid: int = 0
 
     def page_bytes(self, tp: int, dtype_bits: int) -> int:
         """Bytes of one request's state on one of `tp` ranks, the conv state in `dtype_bits`."""
@@ -439,6 +463,25 @@ def kv_layout(
                 else lay
                 for lay in layers
             ]
+    # Kimi-K3's KDA prefill: checkpoints (on a 16-token grid) only on FlashKDA.
+    kda_grid = None
+    kda = [
+        lay.state.kda_checkpoint_grid
+        for lay in layers
+        if lay.state is not None and lay.state.kda_checkpoint_grid
+    ]
+    if kda:
+        if kda_flashkda(gpu_arch):
+            kda_grid = math.lcm(*kda)
+            if not gpu_arch:
+                notes.append(KDA_ASSUMED_NOTE)
+        else:
+            layers = [
+                dataclasses.replace(lay, state=dataclasses.replace(lay.state, checkpoint_blocks=0))
+                if lay.state is not None and lay.state.kda_checkpoint_grid
+                else lay
+                for lay in layers
+            ]
     if any(lay.kind == "deepseek_v4" for lay in layers):
         return _deepseek_v4_layout(model, layers, block_size, hybrid_kv_cache_manager)
     has_local = any(lay.kind in ("sliding_window", "chunked_local") for lay in layers)
@@ -490,6 +533,8 @@ def kv_layout(
                 # Internal prefill checkpoints land on block boundaries: the block a multiple of the
                 # checkpoints' grid (the lcm of every state layer's, none unless all have one).
                 align_to = math.lcm(align_to, gdn_grid)
+            if align and kda_grid is not None and all(st.kda_checkpoint_grid for st in states):
+                align_to = math.lcm(align_to, kda_grid)
             needed = align_to * -(-mamba_page // (align_to * per_token))
             needed = KERNEL_BLOCK_ALIGNMENT * -(-needed // KERNEL_BLOCK_ALIGNMENT)
             if needed > MAX_TOKENS:

@@ -21,7 +21,8 @@ builds them (DESIGN.md §Defaults and sizing, "Tensor parallelism"): every route
 `GateLinear`, a `ReplicatedLinear`, and Qwen's `shared_expert_gate`); MLA's `q_a_proj` and
 `kv_a_proj_with_mqa` (`deepseek_v2.py`, fused in `fused_qkv_a_proj` with `disable_tp`); DeepSeek-V3.2's
 indexer (`wq_b`, `wk_weights_proj`); DeepSeek-V4's `fused_wqa_wkv`, compressors, indexer and hyper-connection
-weights; Nemotron-H's latent projections; Gemma 4's per-layer input gate and projection; KDA's `f_a_proj`.
+weights; Nemotron-H's latent projections; Gemma 4's per-layer input gate and projection; KDA's `f_a_proj` and
+`g_a_proj`.
 A `whole` matrix keeps its module's name and decoder layers, so that it is priced layer by layer as the
 others are (`Breakdown.whole_part`, `kvsim.model.quant.Quantization.group_bytes`).
 
@@ -41,8 +42,10 @@ from kvsim.model.hf_layers import (
     DSA_TYPES,
     dsa_indexer_layers,
     full_attention_interval,
+    kimi_full_rank_gate,
     kimi_linear_attention,
 )
+from kvsim.model.params_kimi import KDA_IN_PROJ, KDA_IN_PROJ_PARTS, kimi_k3
 
 GROUPS = ("embed", "lm_head", "attn", "mlp", "experts", "shared_experts", "router", "other")
 # Where vLLM 0.33.0 puts the decoder layers' modules: `model.layers.N.<module>` (each `Matrix` names its module
@@ -66,7 +69,9 @@ class Matrix:
     `mixer.in_proj`, `mlp.experts`) where `layers` lists the decoder layers N holding them (`count` is then
     the same number of matrices in each: `count // len(layers)`), else the whole name (`lm_head`). A fused
     module (qkv, gate-up) is named by its first part, which decides for all of them (vLLM requires the parts
-    of one fused module to be quantized alike)."""
+    of one fused module to be quantized alike). `parts`, where given, are the checkpoint's names of every part
+    of the fused module (below `model.layers.N.`, the first `module`) and `fused` vLLM's name of it, whose
+    ignore-list entries vLLM reads first (`fused_parts_refusal`)."""
 
     rows: int
     cols: int
@@ -75,6 +80,8 @@ class Matrix:
     module: str = ""
     layers: tuple[int, ...] = ()
     whole: bool = False
+    parts: tuple[str, ...] = ()
+    fused: str = ""
 
     def name(self, layer: int | None = None) -> str:
         """vLLM's name of the module in decoder layer `layer` (`model.layers.3.self_attn.q_proj`), or its
@@ -119,16 +126,18 @@ class Breakdown:
         module: str = "",
         layers: Iterable[int] | None = None,
         whole: bool = False,
+        parts: tuple[str, ...] = (),
+        fused: str = "",
     ) -> None:
         """`count` matrices of `rows` x `cols` in `group`; with `layers`, spread evenly over those decoder
         layers (`count` a multiple of their number), each layer's named `module` below `model.layers.N.`;
         `whole`: vLLM builds them whole on every tensor-parallel rank, as it builds every router
-        (`WHOLE_GROUPS`)."""
+        (`WHOLE_GROUPS`); `parts` and `fused`: the fused module's parts and vLLM's name (`Matrix`)."""
         held = tuple(layers) if layers is not None else ()
         if count and rows and cols:
             assert not held or count % len(held) == 0, (group, module, count, held)
             whole = whole or group in WHOLE_GROUPS
-            self.matrices[group].append(Matrix(rows, cols, count, row, module, held, whole))
+            self.matrices[group].append(Matrix(rows, cols, count, row, module, held, whole, parts, fused))
 
     def loose(self, n: int, whole: bool = False) -> None:
         """`n` parameters outside the matrices (`other`); `whole`: every tensor-parallel rank holds them
@@ -230,24 +239,32 @@ def _kimi_delta_attention(
     b: Breakdown, cfg: Mapping[str, Any], hidden: int, layers: int, at: list[int], where: str
 ) -> None:
     """The weights of `n` Kimi Delta Attention layers as vLLM 0.33.0 builds them
-    (`vllm/model_executor/layers/kda.py`, `KimiDeltaAttention`), P = `num_heads` x `head_dim` of the
-    config's `linear_attn_config`: q, k, v (hidden -> P each), the forget gate's low-rank pair `f_a_proj`
-    (hidden -> head_dim) and `f_b_proj` (head_dim -> P), `b_proj` (hidden -> heads), the output gate's
-    `g_a_proj` / `g_b_proj` (as f's), `o_proj` (P -> hidden); outside the matrices the three short
-    convolutions (P x kernel each), `dt_bias` (P), `A_log` (heads) and the output norm (head_dim). vLLM keeps
-    the convolutions, `dt_bias` and `A_log` in float32; they are counted here in the checkpoint's dtype
-    (0.05M of a layer's 39M at Kimi-Linear-48B's sizes)."""
+    (`vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py`, `KimiGatedDeltaNetAttention`, the layer
+    `models/kimi_k3/nvidia/model.py` builds where `linear_attn_config` has no `use_full_rank_gate`),
+    P = `num_heads` x `head_dim` of the config's `linear_attn_config`: one merged input projection
+    `in_proj_qkvgfab` (q, k, v: hidden -> P each; `b_proj`: hidden -> heads; the forget gate's `f_a_proj`:
+    hidden -> head_dim, a slice every tensor-parallel rank holds whole, `replicated_shard_id=4`), the forget
+    gate's `f_b_proj` (head_dim -> P), the output gate's `g_a_proj` (hidden -> head_dim, a `ReplicatedLinear`:
+    whole on every rank) and `g_b_proj` (head_dim -> P), `o_proj` (P -> hidden); outside the matrices the
+    three short convolutions (P x kernel each), `dt_bias` (P), `A_log` (heads) and the output norm
+    (head_dim). vLLM keeps the convolutions, `dt_bias` and `A_log` in float32; they are counted here in the
+    checkpoint's dtype (0.05M of a layer's 39M at Kimi-Linear-48B's sizes).
+
+    The merged projection is one module to a quantization: vLLM asks the ignore list about each of the
+    checkpoint's names of its parts (`packed_modules_mapping`: `in_proj_qkvgfab` is `q_proj`, `k_proj`,
+    `v_proj`, `b_proj`, `f_a_proj`) and refuses a list that names some of them but not all (`parts`,
+    `fused_parts_refusal`); the matrices are named by the first part, `self_attn.q_proj`."""
     heads, head_dim, kernel, _ = kimi_linear_attention(cfg, layers, where)
     p = heads * head_dim
     n = len(at)
-    b.add("attn", p, hidden, 3 * n, module="self_attn.q_proj", layers=at)  # q, k, v
-    # f_a_proj: in vLLM 0.33.0 a slice of the merged `in_proj_qkvgfab` every rank holds whole
-    # (`models/kimi_k3/nvidia/kda.py`, `_KimiGDNMergedColumnParallelLinear`, `replicated_shard_id=4`);
-    # g_a_proj keeps f_a_proj's name (the pair read as one module by the ignore list, as before the split)
-    b.add("attn", head_dim, hidden, n, module="self_attn.f_a_proj", layers=at, whole=True)
-    b.add("attn", head_dim, hidden, n, module="self_attn.f_a_proj", layers=at)  # g_a_proj
-    b.add("attn", p, head_dim, 2 * n, module="self_attn.f_b_proj", layers=at)  # f_b_proj, g_b_proj
-    b.add("attn", heads, hidden, n, module="self_attn.b_proj", layers=at)  # b_proj
+    qkv = "self_attn.q_proj"
+    parts, fused = KDA_IN_PROJ_PARTS, KDA_IN_PROJ
+    b.add("attn", p, hidden, 3 * n, module=qkv, layers=at, parts=parts, fused=fused)  # q, k, v
+    b.add("attn", heads, hidden, n, module=qkv, layers=at, parts=parts, fused=fused)  # b_proj
+    b.add("attn", head_dim, hidden, n, module=qkv, layers=at, whole=True, parts=parts, fused=fused)  # f_a
+    b.add("attn", head_dim, hidden, n, module="self_attn.g_a_proj", layers=at, whole=True)
+    b.add("attn", p, head_dim, n, module="self_attn.f_b_proj", layers=at)
+    b.add("attn", p, head_dim, n, module="self_attn.g_b_proj", layers=at)
     b.add("attn", hidden, p, n, row=True, module="self_attn.o_proj", layers=at)  # o_proj
     b.loose((3 * p * kernel + p + heads) * n)
     b.loose(head_dim * n, whole=True)  # the output norm
@@ -475,6 +492,13 @@ def param_breakdown(
     if model_type == "granitemoehybrid":
         params_state.granite_moe_hybrid(b, cfg, layers, hidden, heads, kv_heads, ffn, pick, where)
         return b
+    if model_type.startswith("kimi_linear") and kimi_full_rank_gate(cfg):  # Kimi-K3's language model
+        linear = _linear_attention_layers(cfg, layers, where)
+        experts = pick("num_experts", least=1)
+        moe_flags = _layer_flags(cfg, layers, experts, pick, where)
+        kda_at = [i for i in range(layers) if linear[i]]
+        kimi_k3(b, cfg, layers, hidden, heads, kda_at, moe_flags, pick, where)
+        return b
     if model_type == "opt":
         # learned positions (offset 2; `OPTLearnedPositionalEmbedding`, an `nn.Embedding` every rank holds)
         b.loose((pick("max_position_embeddings", default=2048) + 2) * hidden, whole=True)
@@ -578,8 +602,12 @@ def param_breakdown(
     n_dense = layers - n_moe
     moe_at = [i for i in range(layers) if moe_flags[i]]
     dense_at = [i for i in range(layers) if not moe_flags[i]]
-    # (Llama 4 names its MLP and MoE block `feed_forward`; the others `mlp`)
+    # (Llama 4 names its MLP and MoE block `feed_forward`; Kimi-Linear its MoE block `block_sparse_moe`, as
+    # its checkpoint does, and its dense MLP `mlp` (`models/kimi_k3/nvidia/model.py`, KimiDecoderLayer:
+    # `self.mlp = self.block_sparse_moe` too, but the MoE block's modules are built with the
+    # `block_sparse_moe` prefix, the name a quantization's ignore list is read against); the others `mlp`)
     ff = "feed_forward" if model_type.startswith("llama4") else "mlp"
+    moe = "block_sparse_moe" if model_type.startswith("kimi_linear") else ff
     dense_ffn = (
         pick("intermediate_size_mlp", default=ffn, required=False) if model_type.startswith("llama4") else ffn
     )
@@ -607,14 +635,14 @@ def param_breakdown(
                 f"model {where}: field {key!r} {per_tok} must be from 1 to the {experts} experts"
             )
         b.num_experts, b.experts_per_token, b.expert_ffn = experts, per_tok, moe_ffn
-        b.add("experts", moe_ffn, hidden, 2 * experts * n_moe, module=f"{ff}.experts", layers=moe_at)
-        b.add("experts", hidden, moe_ffn, experts * n_moe, module=f"{ff}.experts", layers=moe_at)
+        b.add("experts", moe_ffn, hidden, 2 * experts * n_moe, module=f"{moe}.experts", layers=moe_at)
+        b.add("experts", hidden, moe_ffn, experts * n_moe, module=f"{moe}.experts", layers=moe_at)
         if model_type == "gpt_oss":
             b.other += (2 * moe_ffn + hidden) * experts * n_moe  # the experts' biases
             b.loose(experts * n_moe, whole=True)  # the router's bias
         shared = pick("n_shared_experts", "num_shared_experts", default=0, required=False)
         shared_ffn = moe_ffn * shared
-        sx = f"{ff}.shared_experts"
+        sx = f"{moe}.shared_experts"
         if cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE / Qwen3-Next: one shared expert
             shared_ffn = pick("shared_expert_intermediate_size", default=0, required=False)
             b.add("router", 1, hidden, n_moe, module=f"{ff}.shared_expert_gate", layers=moe_at)
@@ -624,10 +652,55 @@ def param_breakdown(
             sx = f"{ff}.shared_expert"
         b.add("shared_experts", shared_ffn, hidden, 2 * n_moe, module=f"{sx}.gate_proj", layers=moe_at)
         b.add("shared_experts", hidden, shared_ffn, n_moe, row=True, module=f"{sx}.down_proj", layers=moe_at)
-        b.add("router", experts, hidden, n_moe, module=f"{ff}.gate", layers=moe_at)
-        if cfg.get("topk_method") == "noaux_tc" or model_type == "deepseek_v3":
-            b.loose(experts * n_moe, whole=True)  # e_score_correction_bias (the router's)
+        b.add("router", experts, hidden, n_moe, module=f"{moe}.gate", layers=moe_at)
+        # The router's e_score_correction_bias: DeepSeek's where it routes with `noaux_tc`; Kimi-Linear's on
+        # every MoE layer, whatever its routing (`KimiMoE` builds it unconditionally, float32:
+        # `models/kimi_k3/nvidia/model.py`, `amd/linear.py`), counted in the checkpoint's dtype as `other`.
+        if (
+            cfg.get("topk_method") == "noaux_tc"
+            or model_type == "deepseek_v3"
+            or model_type.startswith("kimi_linear")
+        ):
+            b.loose(experts * n_moe, whole=True)
     return b
+
+
+def fused_parts_refusal(b: Breakdown, ignored: tuple[str, ...] | list[str]) -> str | None:
+    """Why vLLM 0.33.0 refuses the ignore list `ignored` on a fused module of `b` (one with `parts`), else
+    None. It asks the list about the fused module's own name first (`self_attn.in_proj_qkvgfab`), then about
+    each part's (`is_layer_skipped`, `quant_utils.py`; compressed-tensors' `find_matching_patterns`,
+    `config_utils.py`), and raises where some parts are named and others not ("Detected some but not all
+    shards ... are quantized", "Found different quantization schemes for the shards of ..."). An entry naming
+    the fused module itself and not its parts is refused here too: kvsim prices the module by its first
+    part's name."""
+    from kvsim.model.quant import is_ignored
+
+    if not ignored:
+        return None
+    for group in GROUPS:
+        for m in b.matrices[group]:
+            if not m.parts:
+                continue
+            for i in m.layers:
+                named = [is_ignored(f"{LAYERS_PREFIX}.{i}.{part}", ignored, b.aliases) for part in m.parts]
+                if all(named):
+                    continue
+                fused = f"{LAYERS_PREFIX}.{i}.{m.fused}"
+                if m.fused and is_ignored(fused, ignored, b.aliases):
+                    return (
+                        f"the ignore list names {fused} (vLLM's fused module of "
+                        f"{', '.join(m.parts)}) by its own name, which kvsim does not read: name its parts"
+                    )
+                if any(named):
+                    some = [part for part, n in zip(m.parts, named, strict=True) if n]
+                    rest = [part for part, n in zip(m.parts, named, strict=True) if not n]
+                    return (
+                        f"the ignore list names {', '.join(some)} of layer {i} but not {', '.join(rest)}: vLLM "
+                        f"0.33.0 fuses them into one module ({m.fused or m.module}) and refuses shards quantized "
+                        'unlike ("Found different quantization schemes for the shards", is_layer_skipped\'s '
+                        '"Detected some but not all shards")'
+                    )
+    return None
 
 
 __all__ = [
@@ -635,5 +708,6 @@ __all__ = [
     "LAYERS_PREFIX",
     "Breakdown",
     "Matrix",
+    "fused_parts_refusal",
     "param_breakdown",
 ]

@@ -468,6 +468,14 @@ def _ct_format(weights: dict[str, Any], fmt_name: str, where: str) -> Format:
             return Format("fp8", 8, strategy)
     if kind == "float" and bits == 4 and strategy in ("tensor_group", "group") and group == 16:
         return Format("nvfp4", 4)
+    if (
+        kind == "float"
+        and bits == 4
+        and strategy == "group"
+        and group == 32
+        and weights.get("symmetric", True)
+    ):
+        return Format("mxfp4", 4)  # vLLM's `_is_mxfp4` (compressed_tensors.py): W4A4Mxfp4, E8M0 scales per 32
     if kind == "int" and bits in (4, 8) and strategy in ("group", "channel"):
         if strategy == "group" and (isinstance(group, bool) or not isinstance(group, int) or group < 1):
             raise InvalidArgumentError(
