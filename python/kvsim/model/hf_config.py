@@ -560,6 +560,8 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     if q.method:
         # The dtype of the quantized layers; the rest stay in torch_dtype (weight_bytes has the exact sum).
         first = next(iter(q.formats.values()), None)
+        if q.modules is not None and q.formats:  # (MIXED_PRECISION: the format of most parameters)
+            first = q.formats[max(q.formats, key=b.params)]
         kind = first.kind if first else ""
         weight_dtype = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4"}.get(kind, "int4")
         if kind == "int" and first is not None and first.bits == 8:

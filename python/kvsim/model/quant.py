@@ -1,45 +1,38 @@
 """Weights as vLLM loads them: a checkpoint's `quantization_config` (or vLLM's `--quantization`) priced
-module group by module group (DESIGN.md §Defaults and sizing, "Weights").
-
-Each weight matrix (`kvsim.model.params.Matrix`, `rows` output x `cols` input features) costs its packed
-values plus the scales and zero points vLLM 0.33.0 allocates beside them
-(`vllm/model_executor/layers/quantization/`):
-
-| format | values | beside them | vLLM |
-|---|---|---|---|
-| `fp8` per tensor | 1 byte | one fp32 scale per matrix | `fp8.py` `Fp8LinearMethod`; compressed-tensors `strategy: tensor` |
-| `fp8` per channel | 1 byte | one fp32 scale per output row | compressed-tensors `strategy: channel` |
-| `fp8` block B0xB1 | 1 byte | one fp32 scale per B0xB1 block | `weight_block_size` (DeepSeek-V3: 128x128) |
-| `mxfp4` | 4 bits | one 8-bit (E8M0) scale per 32 inputs | `mxfp4.py` (gpt-oss: experts only) |
-| `nvfp4` | 4 bits | one fp8 scale per 16 inputs, swizzled into 128-row x 4-column tiles; fp32 global scales | `modelopt.py` `ModelOptNvFp4LinearMethod`; compressed-tensors `nvfp4-pack-quantized` |
-| `int` (AWQ) | b bits | fp16 scale and b-bit zero point per group of inputs | `auto_awq.py` (`qweight`, `scales`, `qzeros`) |
-| `int` (GPTQ) | b bits | fp16 scale and b-bit zero point per group (no `g_idx`: 0.33.0 refuses act-order) | `auto_gptq.py` |
-| `int` (compressed-tensors) | b bits | a scale per group (or channel), zero points when asymmetric | `compressed_tensors_wNa16.py`, `..._w8a8_int8.py` |
+module group by module group (DESIGN.md §Defaults and sizing, "Weights"): the methods' parsers
+(`from_config`; ModelOpt's in `kvsim.model.quant_modelopt`) and the checks vLLM makes of a quantization
+on a model. The byte formats and `Quantization` are `kvsim.model.quant_format`'s, re-exported here.
 
 What stays in the checkpoint's dtype: the embeddings and norms always, the `lm_head` unless an AWQ or GPTQ
-checkpoint says `lm_head: true`, the MoE routers (vLLM's MoE models build their gate without the quant
-config), and every module the checkpoint's `ignore` / `modules_to_not_convert` / `exclude_modules` /
-`ignored_layers` names. MXFP4 quantizes only the routed experts (its linear method is the unquantized one).
+checkpoint says `lm_head: true` (or a ModelOpt MIXED_PRECISION map names it), the MoE routers (vLLM's MoE
+models build their gate without the quant config), and every module the checkpoint's `ignore` /
+`modules_to_not_convert` / `exclude_modules` / `ignored_layers` names. MXFP4 quantizes only the routed
+experts (its linear method is the unquantized one). ModelOpt's MIXED_PRECISION prices each module in each
+layer in the format its `quantized_layers` map gives it (`kvsim.model.quant_modelopt.MixedPrecision`).
 A checkpoint that quantizes its KV cache to fp8 (modelopt's `kv_cache_scheme` of 8-bit floats, not dynamic,
-or `kv_cache_quant_algo: FP8`; compressed-tensors' 8-bit float `kv_cache_scheme`) makes vLLM's `--kv-cache-dtype auto` fp8. bitsandbytes is refused: vLLM
-0.33.0 has no such method.
+or `kv_cache_quant_algo: FP8`; compressed-tensors' 8-bit float `kv_cache_scheme`) makes vLLM's
+`--kv-cache-dtype auto` fp8. bitsandbytes is refused: vLLM 0.33.0 has no such method.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import fnmatch
-import functools
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.params import GROUPS, Breakdown, Matrix
+from kvsim.model.params import GROUPS, Breakdown
+from kvsim.model.quant_format import (
+    LINEAR_GROUPS,
+    NONE,
+    Format,
+    Quantization,
+    ignore_list,
+    int_field,
+    is_ignored,
+)
+from kvsim.model.quant_modelopt import modelopt
 
-# The groups each method quantizes (others stay in the checkpoint's dtype).
-LINEAR_GROUPS = ("attn", "mlp", "experts", "shared_experts")
 # vLLM's `--quantization` values kvsim models: `fp8` quantizes an unquantized checkpoint at load time
 # (per tensor); the others name a quantized checkpoint's own method (vLLM's aliases included).
 QUANTIZATION_CHOICES = (
@@ -52,229 +45,20 @@ QUANTIZATION_CHOICES = (
     "mxfp4",
     "modelopt",
     "modelopt_fp4",
+    "modelopt_mixed",
 )
-_ALIASES = {"awq_marlin": "awq", "gptq_marlin": "gptq", "modelopt_fp4": "modelopt"}
-
-
-@dataclass(frozen=True)
-class Format:
-    """How one matrix is stored: `kind` (`dense`, `fp8`, `mxfp4`, `nvfp4`, `int`) and its parameters."""
-
-    kind: str
-    bits: int = 16
-    strategy: str = "tensor"  # fp8: tensor, channel, block; int: group, channel
-    block: tuple[int, int] = (0, 0)
-    group: int = 0
-    zeros: bool = False
-
-    def matrix_bytes(self, m: Matrix) -> int:
-        """Bytes of `m` in this format, scales and zero points included."""
-        rows, cols = m.rows, m.cols
-        if self.kind == "dense":
-            one = -(-rows * cols * self.bits // 8)
-        elif self.kind == "fp8":
-            one = rows * cols
-            if self.strategy == "block":
-                b0, b1 = self.block
-                one += -(-rows // b0) * -(-cols // b1) * 4
-            elif self.strategy == "channel":
-                one += rows * 4
-            else:
-                one += 4
-        elif self.kind == "mxfp4":
-            one = -(-rows * cols // 2) + rows * -(-cols // 32)
-        elif self.kind == "nvfp4":
-            scale_cols = -(-cols // 16)
-            one = -(-rows * cols // 2) + _round_up(rows, 128) * _round_up(scale_cols, 4) + 8
-        else:  # int
-            groups = -(-cols // self.group) if self.group > 0 else 1
-            one = -(-rows * cols * self.bits // 8) + groups * rows * 2  # values + fp16 scales
-            if self.zeros:
-                one += -(-groups * rows * self.bits // 8)
-        return one * m.count
-
-    def describe(self) -> str:
-        if self.kind == "dense":
-            return f"{self.bits}-bit"
-        if self.kind == "fp8":
-            return (
-                "fp8 block {}x{}".format(*self.block)
-                if self.strategy == "block"
-                else f"fp8 per {self.strategy}"
-            )
-        if self.kind == "int":
-            per = f"group {self.group}" if self.group > 0 else "per channel"
-            return f"int{self.bits} {per}"
-        return self.kind
-
-
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
-@dataclass(frozen=True)
-class Quantization:
-    """A checkpoint's weights: the method (vLLM's name) and each group's format.
-
-    Attributes:
-        method: vLLM's quantization method (`""`: none).
-        formats: group -> `Format`; groups not named keep the checkpoint's dtype.
-        ignored: the checkpoint's ignore patterns, as given.
-        kv_fp8: the checkpoint quantizes the KV cache to fp8 (modelopt's `kv_cache_scheme` or
-            `kv_cache_quant_algo: FP8`, compressed-tensors' 8-bit float `kv_cache_scheme`): vLLM's `--kv-cache-dtype auto` then resolves
-            to fp8 (`resolve_kv_cache_dtype_string`, `Attention.__init__`).
-    """
-
-    method: str = ""
-    formats: dict[str, Format] = field(default_factory=dict)
-    ignored: tuple[str, ...] = ()
-    kv_fp8: bool = False
-
-    def quantized(self, m: Matrix, b: Breakdown) -> int:
-        """How many of `m`'s `count` matrices (of `b`) are stored in their group's format: those of the
-        decoder layers where the ignore list does not name `m`'s module (`is_ignored`), vLLM deciding module
-        by module (`get_quant_method` with each module's prefix); all, or none, of a module held by no layer
-        (`lm_head`). Whether the group is quantized at all is `formats`' to say."""
-        if not self.ignored or not m.module:
-            return m.count
-        ignored = _ignore_test(self.ignored)
-        if not m.layers:
-            return 0 if ignored(m.name(), b.aliases) else m.count
-        each = m.count // len(m.layers)
-        return each * sum(not ignored(m.name(i), b.aliases) for i in m.layers)
-
-    def group_bytes(self, b: Breakdown, group: str, dtype_bits: int) -> int:
-        """Bytes of `b`'s `group` matrices: those `quantized` in the group's format, the rest at `dtype_bits`."""
-        dense = Format("dense", dtype_bits)
-        fmt = self.formats.get(group)
-        total = 0
-        for m in b.matrices[group]:
-            n = self.quantized(m, b) if fmt is not None else 0
-            if n:
-                total += fmt.matrix_bytes(dataclasses.replace(m, count=n)) if fmt is not None else 0
-            if n < m.count:
-                total += dense.matrix_bytes(dataclasses.replace(m, count=m.count - n))
-        return total
-
-    def weight_bytes(self, b: Breakdown, dtype_bits: int) -> int:
-        """Bytes of every weight of `b`, quantized matrices in their group's format (layer by layer:
-        `quantized`), the rest at `dtype_bits`."""
-        total = -(-b.other * dtype_bits // 8)
-        return total + sum(self.group_bytes(b, group, dtype_bits) for group in GROUPS)
-
-    def for_model(self, b: Breakdown) -> Quantization:
-        """This quantization on the model of `b`: the groups none of whose matrices stays quantized (the
-        ignore list names their module in every layer that holds them) dropped from `formats`, so that the
-        checks made group by group (`check_groups`, `shard_group`, the expert and fp8-block checks) and
-        `describe` see what vLLM quantizes. A group of no matrices in `b` is kept as it is."""
-        kept = {
-            g: f
-            for g, f in self.formats.items()
-            if g not in b.matrices or not b.matrices[g] or any(self.quantized(m, b) for m in b.matrices[g])
-        }
-        return dataclasses.replace(self, formats=kept)
-
-    def describe(self) -> str:
-        """`mxfp4: experts mxfp4; rest 16-bit` (which groups are quantized, how)."""
-        if not self.method:
-            return "unquantized"
-        parts = [f"{g} {f.describe()}" for g, f in self.formats.items()]
-        return f"{self.method}: {', '.join(parts) or 'nothing quantized'}"
-
-
-NONE = Quantization()
-
-
-def _spellings(name: str, aliases: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """A text model's module as checkpoints spell it: vLLM's `model.layers.0.x`; nested in a multimodal
-    wrapper as `model.language_model.layers.0.x` (Gemma 3/4, Llama 4, Mistral 3) or
-    `language_model.model.layers.0.x` (LLaVA-style); under the checkpoint's own root for `model` (`aliases`:
-    Nemotron-H's `backbone.layers.0.mixer.x`, which vLLM maps to `model.` in the ignore list too, its
-    `hf_to_vllm_mapper` applied by `apply_vllm_mapper`)."""
-    if not name.startswith("model."):
-        return (name,)
-    rest = name[len("model.") :]
-    own = tuple(f"{a}.{rest}" for a in aliases)
-    return (name, f"model.language_model.{rest}", f"language_model.model.{rest}", *own)
-
-
-@functools.lru_cache(maxsize=1 << 12)
-def _pattern_regex(pattern: str) -> re.Pattern[str]:
-    """An ignore-list entry as a regex matched from a module name's start (`re.match`), in vLLM's spellings:
-    `re:` regexes, globs (the module or one below it), exact names, a module's prefix, or a dotted run of
-    its components such as `self_attn`."""
-    if pattern.startswith("re:"):
-        return re.compile(pattern[3:])
-    if any(c in pattern for c in "*?["):
-        return re.compile(f"(?:{fnmatch.translate(pattern)})|(?:{fnmatch.translate(pattern + '.*')})")
-    # the name itself, a module below it, or a dotted run of its components (`self_attn`, `mlp.gate`)
-    return re.compile(rf"(?:.*\.)?{re.escape(pattern)}(?:\..*)?\Z", re.S)
-
-
-@functools.lru_cache(maxsize=64)
-def _ignore_test(ignored: tuple[str, ...]) -> Callable[[str, tuple[str, ...]], bool]:
-    """An ignore list's test of a module name (and the model's aliases), its entries compiled once and its
-    answers kept: a list is asked of every module of every layer, several times as a config is sized
-    (thousands of names on a large model, each against hundreds of entries)."""
-    matchers = tuple(_pattern_regex(p).match for p in ignored)
-    known: dict[tuple[str, tuple[str, ...]], bool] = {}
-
-    def test(name: str, aliases: tuple[str, ...]) -> bool:
-        key = (name, aliases)
-        hit = known.get(key)
-        if hit is None:
-            hit = any(match(s) is not None for s in _spellings(name, aliases) for match in matchers)
-            known[key] = hit
-        return hit
-
-    return test
-
-
-def is_ignored(name: str, ignored: tuple[str, ...] | list[str], aliases: tuple[str, ...] = ()) -> bool:
-    """Whether the ignore list `ignored` names the module vLLM calls `name` (`model.layers.3.mlp.down_proj`),
-    in any of its spellings (`_spellings`): vLLM 0.33.0 asks this of each module's prefix as it builds it
-    (`is_layer_skipped`, `quantization/utils/quant_utils.py`, from `Fp8Config`, `ModelOptQuantConfigBase.
-    is_layer_excluded`, `AutoAWQConfig`, `Mxfp4Config`; compressed-tensors' `should_ignore_layer`), so one
-    module can stay unquantized in one layer and not in the next. Each entry is matched as `_pattern_regex` says,
-    compiled once per list; the answers are cached."""
-    return _ignore_test(tuple(ignored))(name, tuple(aliases))
-
-
-def _ignore_list(qc: dict[str, Any], where: str, *keys: str) -> list[str]:
-    for key in keys:
-        value = qc.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise InvalidArgumentError(
-                f"{where}: quantization_config.{key} {value!r} must be a list of names"
-            )
-        for v in value:
-            try:
-                _pattern_regex(v)
-            except re.error as e:  # (vLLM would raise re.error as it loads the first layer)
-                raise InvalidArgumentError(
-                    f"{where}: quantization_config.{key} entry {v!r} is not a valid regular expression ({e})"
-                ) from None
-        return list(value)
-    return []
-
-
-def _int_field(qc: dict[str, Any], where: str, *keys: str, default: int | None = None) -> int:
-    for key in keys:
-        if key in qc and qc[key] is not None:
-            v = qc[key]
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise InvalidArgumentError(f"{where}: quantization_config.{key} {v!r} must be a whole number")
-            return v
-    if default is None:
-        raise InvalidArgumentError(f"{where}: quantization_config has no {' / '.join(keys)}")
-    return default
+# (vLLM's override of a ModelOpt checkpoint's method takes any of the three: `_verify_quantization`)
+_ALIASES = {
+    "awq_marlin": "awq",
+    "gptq_marlin": "gptq",
+    "modelopt_fp4": "modelopt",
+    "modelopt_mixed": "modelopt",
+}
 
 
 def _group_size(qc: dict[str, Any], where: str, *keys: str, default: int | None = None) -> int:
     """An integer format's `group_size`: inputs per scale, or -1 for one scale per output row (per channel)."""
-    group = _int_field(qc, where, *keys, default=default)
+    group = int_field(qc, where, *keys, default=default)
     if group < 1 and group != -1:
         key = next((k for k in keys if qc.get(k) is not None), keys[0])
         raise InvalidArgumentError(
@@ -300,7 +84,7 @@ def _fp8(qc: dict[str, Any], where: str) -> Quantization:
         fmt = Format("fp8", 8, "block", (block[0], block[1]))
     else:
         fmt = Format("fp8", 8, "tensor")
-    ignored = _ignore_list(qc, where, "ignored_layers", "modules_to_not_convert")
+    ignored = ignore_list(qc, where, "ignored_layers", "modules_to_not_convert")
     return Quantization("fp8", {g: fmt for g in LINEAR_GROUPS}, tuple(ignored))
 
 
@@ -326,7 +110,7 @@ def _awq(qc: dict[str, Any], where: str) -> Quantization:
     for key in found:
         if qc[key] is None:
             raise InvalidArgumentError(f"{where}: quantization_config.{key} is null (vLLM reads it as given)")
-    bits = _int_field(qc, where, found[0])
+    bits = int_field(qc, where, found[0])
     group = _group_size(qc, where, found[1])
     if bits != 4:
         raise InvalidArgumentError(
@@ -338,7 +122,7 @@ def _awq(qc: dict[str, Any], where: str) -> Quantization:
             f"{where}: AWQ zero_point {qc.get('zero_point')!r}: vLLM 0.33.0's AWQ takes zero points only"
         )
     fmt = Format("int", bits, "group", group=group, zeros=True)
-    ignored = _ignore_list(qc, where, "modules_to_not_convert")
+    ignored = ignore_list(qc, where, "modules_to_not_convert")
     formats = {g: fmt for g in LINEAR_GROUPS}
     if qc.get("lm_head"):  # (vLLM tests it for truth, as GPTQ's)
         formats["lm_head"] = fmt
@@ -358,7 +142,7 @@ def _gptq(qc: dict[str, Any], where: str) -> Quantization:
             f"{where}: quantization_config.group_size is null: vLLM 0.33.0's GPTQ kernels take -1, 32, 64 or 128 "
             '("Marlin does not support group_size = None")'
         )
-    bits = _int_field(qc, where, "bits")
+    bits = int_field(qc, where, "bits")
     group = _group_size(qc, where, "group_size", default=-1)
     sym, desc_act = qc["sym"], qc["desc_act"]
     if not isinstance(sym, bool) or not isinstance(desc_act, bool):
@@ -383,7 +167,7 @@ def _gptq(qc: dict[str, Any], where: str) -> Quantization:
             f"{where}: quantization_config.dynamic (per-module GPTQ overrides) is not modelled by kvsim"
         )
     fmt = Format("int", bits, "group", group=group, zeros=True)
-    ignored = _ignore_list(qc, where, "modules_to_not_convert")
+    ignored = ignore_list(qc, where, "modules_to_not_convert")
     formats = {g: fmt for g in LINEAR_GROUPS}
     if qc.get("lm_head"):
         formats["lm_head"] = fmt
@@ -391,57 +175,8 @@ def _gptq(qc: dict[str, Any], where: str) -> Quantization:
 
 
 def _mxfp4(qc: dict[str, Any], where: str) -> Quantization:
-    ignored = _ignore_list(qc, where, "modules_to_not_convert", "ignored_layers")
+    ignored = ignore_list(qc, where, "modules_to_not_convert", "ignored_layers")
     return Quantization("mxfp4", {"experts": Format("mxfp4", 4)}, tuple(ignored))
-
-
-def _modelopt_kv_fp8(qc: dict[str, Any], inner: dict[str, Any], where: str) -> bool:
-    """Whether a ModelOpt checkpoint's KV cache is fp8, as vLLM 0.33.0 resolves `--kv-cache-dtype auto` for it
-    (`get_kv_cache_quant_algo_string`, vllm/utils/torch_utils.py): the first set of `kv_cache_scheme` (the
-    exporter's newer spelling, an 8-bit float scheme that is not dynamic: fp8) and `kv_cache_quant_algo`
-    (`FP8`), the inner `quantization` object's before the outer's. An NVFP4 KV cache (a 4-bit float scheme,
-    or `NVFP4`) is refused: kvsim does not model it. Another scheme or name vLLM warns of and serves in the
-    model's dtype: so does kvsim."""
-    kv = inner.get("kv_cache_scheme") or qc.get("kv_cache_scheme")
-    field = "kv_cache_scheme"
-    if not kv:
-        kv = inner.get("kv_cache_quant_algo") or qc.get("kv_cache_quant_algo")
-        field = "kv_cache_quant_algo"
-    if isinstance(kv, dict):
-        if kv.get("dynamic") is False and kv.get("num_bits") == 8 and kv.get("type") == "float":
-            return True
-        kv = "nvfp4" if kv.get("num_bits") == 4 and kv.get("type") == "float" else None
-    if isinstance(kv, str) and kv.lower() == "nvfp4":
-        raise InvalidArgumentError(
-            f"{where}: modelopt {field} {kv!r}: an NVFP4 KV cache is not modelled by kvsim (FP8 is)"
-        )
-    return isinstance(kv, str) and kv.lower() == "fp8"
-
-
-def _modelopt(qc: dict[str, Any], where: str) -> Quantization:
-    algo = qc.get("quant_algo")
-    if isinstance(qc.get("quantization"), dict):  # hf_quant_config.json's nesting
-        algo = algo or qc["quantization"].get("quant_algo")
-    algo = str(algo).upper() if algo is not None else None  # (vLLM upper-cases it)
-    inner = qc["quantization"] if isinstance(qc.get("quantization"), dict) else qc
-    # (hf_quant_config.json's nesting keeps the list inside `quantization`)
-    ignored = _ignore_list(qc, where, "exclude_modules", "ignore") or _ignore_list(
-        inner, where, "exclude_modules"
-    )
-    groups = LINEAR_GROUPS
-    kv_fp8 = _modelopt_kv_fp8(qc, inner, where)
-    if algo == "FP8":
-        return Quantization(
-            "modelopt", {g: Format("fp8", 8, "tensor") for g in groups}, tuple(ignored), kv_fp8
-        )
-    if algo == "NVFP4":
-        group = _int_field(qc if "group_size" in qc else inner, where, "group_size", default=16)
-        if group != 16:
-            raise InvalidArgumentError(f"{where}: NVFP4 group_size {group}: vLLM's NVFP4 takes groups of 16")
-        return Quantization("modelopt_fp4", {g: Format("nvfp4", 4) for g in groups}, tuple(ignored), kv_fp8)
-    raise InvalidArgumentError(
-        f"{where}: modelopt quant_algo {algo!r} is not modelled by kvsim (FP8 and NVFP4 are)"
-    )
 
 
 def _ct_format(weights: dict[str, Any], fmt_name: str, where: str) -> Format:
@@ -493,7 +228,7 @@ def _ct_format(weights: dict[str, Any], fmt_name: str, where: str) -> Format:
         return Format("int", bits, strategy, group=group if strategy == "group" else -1, zeros=zeros)
     raise InvalidArgumentError(
         f"{where}: compressed-tensors weights {weights!r} (format {fmt_name!r}) are not modelled by kvsim "
-        "(fp8 per tensor / channel / block, nvfp4, int4 / int8 per group or channel are)"
+        "(fp8 per tensor / channel / block, nvfp4, mxfp4, int4 / int8 per group or channel are)"
     )
 
 
@@ -539,7 +274,7 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
             "vLLM 0.33.0 asserts float weights there (`assert ...weights.type == QuantizationType.FLOAT` in "
             "_quantization_scheme_map_from_config, compressed_tensors.py)"
         )
-    ignored = _ignore_list(qc, where, "ignore")
+    ignored = ignore_list(qc, where, "ignore")
     return Quantization(
         "compressed-tensors",
         {g: fmt for g in LINEAR_GROUPS},
@@ -701,7 +436,7 @@ _PARSERS = {
     "awq": _awq,
     "gptq": _gptq,
     "mxfp4": _mxfp4,
-    "modelopt": _modelopt,
+    "modelopt": modelopt,
     "compressed-tensors": _compressed_tensors,
 }
 
@@ -710,7 +445,8 @@ def from_config(qc: Any, where: str, b: Breakdown | None = None) -> Quantization
     """The `Quantization` a checkpoint's `quantization_config` describes (`where` names the file in errors),
     on the model of breakdown `b` where given (`Quantization.for_model`: its ignore list read module by
     module, layer by layer); without `b`, every group the method quantizes is kept in `formats` (the ignore
-    list still prices each matrix: `Quantization.weight_bytes`). A ModelOpt config without `quant_method` (an
+    list still prices each matrix: `Quantization.weight_bytes`; a ModelOpt MIXED_PRECISION one has no
+    group formats until read on a model, its `modules` pricing each matrix). A ModelOpt config without `quant_method` (an
     `hf_quant_config.json`, whose `producer` is modelopt) takes vLLM's from its `quant_algo`
     (`ModelArchConfigConvertor._normalize_quantization_config`).
 
@@ -850,8 +586,15 @@ def check_groups(q: Quantization, b: Breakdown, qc: Any, where: str) -> None:
 # The least compute capability each quantization method runs on in vLLM 0.33.0 (its config's
 # `get_min_capability`, checked by `VllmConfig._get_quantization_config`): AWQ 7.5 (`auto_awq.py`), GPTQ 6.0
 # (`auto_gptq.py`), fp8 7.5 (`fp8.py`), MXFP4 8.0 (`mxfp4.py`), compressed-tensors 7.0, ModelOpt fp8 8.0 and
-# NVFP4 7.5 (`modelopt.py`).
-MIN_CAPABILITY = {"awq": 75, "gptq": 60, "fp8": 75, "mxfp4": 80, "compressed-tensors": 70}
+# NVFP4 7.5, MIXED_PRECISION 7.5 (`modelopt.py`).
+MIN_CAPABILITY = {
+    "awq": 75,
+    "gptq": 60,
+    "fp8": 75,
+    "mxfp4": 80,
+    "compressed-tensors": 70,
+    "modelopt_mixed": 75,  # (ModelOptMixedPrecisionConfig: Marlin's W4A16 and FP8 paths from 7.5)
+}
 
 
 def min_capability(method: str, described: str) -> int | None:
@@ -948,3 +691,4 @@ __all__ = [
     "shard_group",
     "with_flag",
 ]
+# (`ModuleFormats`, `ignore_list`, `int_field` and `spellings` are `kvsim.model.quant_format`'s)

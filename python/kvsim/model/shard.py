@@ -394,7 +394,8 @@ def _quantization(m: Model) -> quant.Quantization:
     if not q.method and m.quant_method == "fp8":
         q = quant.with_flag(q, "fp8", where)
     # (the groups the ignore list leaves unquantized in every layer holding them dropped: `for_model`)
-    return q.for_model(model_breakdown(m)[0]) if q.method and q.ignored else q
+    # (a ModelOpt MIXED_PRECISION map's group formats are read on the model: `for_model`)
+    return q.for_model(model_breakdown(m)[0]) if q.method and (q.ignored or q.modules is not None) else q
 
 
 def _fp8_block(q: quant.Quantization, group: str) -> tuple[int, int] | None:

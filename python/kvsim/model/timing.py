@@ -342,8 +342,11 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
     (`kvsim.model.quant`, layer by layer where the ignore list names single layers' modules): the
     parameters, the bytes and the tensor-core rate each group computes at (fp8 checkpoints and vLLM's online
     fp8 at the fp8 rate, NVFP4 at the fp4 rate, the rest at bf16: weight-only formats such as AWQ, GPTQ and
-    MXFP4 dequantize to bf16; a group quantized in some layers only computes at its format's rate
-    throughout)."""
+    MXFP4 and ModelOpt's W4A16 NVFP4 dequantize to bf16: `Format.rate`; a group quantized in some layers
+    only computes at its format's rate throughout). A ModelOpt MIXED_PRECISION checkpoint's matrices are
+    priced module by module, layer by layer, in the format its map gives each (`Quantization.layout`), the
+    bytes of the whole and of the replicated part alike; the group computes at the rate of the format
+    holding most of its parameters (`Quantization.for_model`)."""
     from kvsim.model import quant
     from kvsim.model.architecture import dtype_bits
     from kvsim.model.params import GROUPS
@@ -365,7 +368,7 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
     out = {}
     for g in GROUPS:
         fmt = q.formats.get(g)
-        rate = {"fp8": "fp8", "nvfp4": "fp4"}.get(fmt.kind if fmt else "", "bf16")
+        rate = fmt.rate if fmt else "bf16"
         out[g] = WeightGroup(
             b.params(g), q.group_bytes(b, g, bits), rate, whole.params(g), q.group_bytes(whole, g, bits)
         )
