@@ -1137,6 +1137,16 @@ def test_deepseek_v4_weights_and_refusals():
     block_scales = 43 * 256 * 3 * (2048 // 128) * (4096 // 128) * 4
     assert m8.weight_bytes - m.weight_bytes == experts + block_scales - mxfp4
     base = json.loads((HF / "deepseek-v4-flash.json").read_text())
+    # NVIDIA's DeepSeek-V4-Flash-NVFP4 (its config.json: `quant_method` fp8, `moe_quant_algo` NVFP4): the
+    # routed experts NVFP4 (4-bit values, one fp8 scale per 16 padded to 128 x 4 tiles, a global scale),
+    # the rest as the fp8 release's (each expert matrix one fp32 global scale, as kvsim prices NVFP4).
+    nv = {**base, "quantization_config": {**base["quantization_config"], "moe_quant_algo": "NVFP4"}}
+    m4 = hf_config._from_dict(nv, "v4", "v4", "v4", None)
+    assert "experts nvfp4" in m4.quantization
+    per = 43 * 256  # the routed experts: w1 and w3 (2,048 x 4,096 each, out x in), w2 (4,096 x 2,048)
+    up = 2048 * 4096 // 2 + 2048 * (4096 // 16) + 8  # rows 2,048 (a multiple of 128), 256 scale columns
+    down = 4096 * 2048 // 2 + 4096 * (2048 // 16) + 8
+    assert m4.weight_bytes - m.weight_bytes == per * (2 * up + down) - mxfp4
     for change, match in (
         ({"compress_ratios": [0, 2] + [4] * 42}, "compress_ratios\\[1\\] 2"),
         ({"compress_ratios": [4] * 10}, "compress_ratios"),
@@ -1144,8 +1154,8 @@ def test_deepseek_v4_weights_and_refusals():
         ({"model_type": "deepseek_v41"}, "deepseek_v41"),
         ({"expert_dtype": "fp6"}, "expert_dtype"),
         (
-            {"quantization_config": {**base["quantization_config"], "moe_quant_algo": "NVFP4"}},
-            "moe_quant_algo",
+            {"quantization_config": {**base["quantization_config"], "moe_quant_algo": "MXFP8"}},
+            "moe_quant_algo 'MXFP8' is not modelled",
         ),
     ):
         with pytest.raises(InvalidArgumentError, match=match):

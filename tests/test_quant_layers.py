@@ -235,3 +235,12 @@ def test_kimi_linear_kda_input_projection_is_one_module_to_an_ignore_list(tmp_pa
     # `self_attn` names every part (and MLA's modules) alike: taken.
     m = models.from_hf_config(_kimi_fp8(tmp_path, ["self_attn"]))
     assert "attn" not in m.quantization
+
+
+def test_a_quantization_config_without_a_method_says_what_it_lacks():
+    """A ModelOpt file whose producer is missing (as some copies of NVIDIA's hf_quant_config.json are) names
+    no method vLLM 0.33.0 can read: the refusal says which fields it looked for."""
+    with pytest.raises(InvalidArgumentError, match="has no quant_method, nor ModelOpt's producer"):
+        quant.from_config(
+            {"quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}, "config.json"
+        )

@@ -480,6 +480,12 @@ def from_config(qc: Any, where: str, b: Breakdown | None = None) -> Quantization
             "one of its QuantizationMethods), so kvsim cannot size it as vLLM would load it"
         )
     parser = _PARSERS.get(str(method))
+    if method is None:
+        raise InvalidArgumentError(
+            f"{where}: quantization_config has no quant_method, nor ModelOpt's producer with a "
+            "'quantization.quant_algo' (an hf_quant_config.json's): vLLM 0.33.0 finds no quantization method in "
+            "it (`_normalize_quantization_config`), so kvsim cannot say how its weights load"
+        )
     if parser is None:
         raise InvalidArgumentError(
             f"{where}: quant_method {method!r} is not modelled by kvsim; known: {', '.join(sorted(_PARSERS))}"
@@ -627,19 +633,24 @@ def deepseek_v4(checkpoint: Quantization, cfg: Mapping[str, Any], where: str) ->
     """A DeepSeek-V4 fp8 checkpoint as vLLM 0.33.0 loads it (`vllm/models/deepseek_v4/quant_config.py`,
     `DeepseekV4FP8Config`, which `DeepseekV4ForCausalLMConfig` makes of `quant_method: fp8`): linear layers
     fp8 in blocks; the routed experts MXFP4 when the config's `expert_dtype` is `fp4` (its default;
-    `Mxfp4MoEMethod`), fp8 blocks when `fp8`. `moe_quant_algo` (NVFP4 experts) is refused by name."""
+    `Mxfp4MoEMethod`), NVFP4 in groups of 16 when `quantization_config.moe_quant_algo` is also `NVFP4`
+    (NVIDIA's DeepSeek-V4 NVFP4 releases: `ModelOptNvFp4FusedMoE` in `get_quant_method`), fp8 blocks when
+    `expert_dtype` is `fp8` (which reads no `moe_quant_algo`). Another `moe_quant_algo` is refused by name
+    (vLLM would build MXFP4 experts for weights stored otherwise)."""
     qc = cfg.get("quantization_config") or {}
-    if qc.get("moe_quant_algo"):
-        raise InvalidArgumentError(
-            f"{where}: quantization_config.moe_quant_algo {qc['moe_quant_algo']!r} (DeepSeek-V4's NVFP4 "
-            "experts) is not modelled"
-        )
     expert = cfg.get("expert_dtype", "fp4")
     if expert not in ("fp4", "fp8"):
         raise InvalidArgumentError(f"{where}: expert_dtype {expert!r} is not 'fp4' or 'fp8' (vLLM's check)")
+    moe_algo = qc.get("moe_quant_algo")
+    if moe_algo is not None and (not isinstance(moe_algo, str) or moe_algo.upper() not in ("", "NVFP4")):
+        raise InvalidArgumentError(
+            f"{where}: quantization_config.moe_quant_algo {moe_algo!r} is not modelled (vLLM 0.33.0 reads "
+            "'NVFP4' there, DeepSeek-V4's NVFP4 experts, and builds MXFP4 experts for anything else)"
+        )
     formats = dict(checkpoint.formats)
     if expert == "fp4" and "experts" in formats:
-        formats["experts"] = Format("mxfp4", 4)
+        nvfp4 = isinstance(moe_algo, str) and moe_algo.upper() == "NVFP4"
+        formats["experts"] = Format("nvfp4", 4) if nvfp4 else Format("mxfp4", 4)
     return Quantization("deepseek_v4_fp8", formats, checkpoint.ignored, checkpoint.kv_fp8)
 
 
