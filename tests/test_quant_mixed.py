@@ -194,12 +194,68 @@ def test_the_experts_parent_rule_and_block_fp8_experts():
 
 
 def test_algorithms_kvsim_has_no_bytes_for_are_refused_by_name():
-    """MXFP8 (MiniMax-M3-NVFP4's attention) and the b12x codecs have no byte format in kvsim: refused with
-    the module; FP8_BLOCK_SCALES on a linear layer, which vLLM would build unquantized, too."""
+    """The b12x codecs have no byte format in kvsim: refused with the module; FP8_BLOCK_SCALES on a linear
+    layer, which vLLM would build unquantized, too. (MXFP8, refused until MiniMax-M3-NVFP4's attention
+    needed it, is priced: `test_a_block_sparse_moe_block_is_named_as_vllm_builds_it`.)"""
     b = _experts_model()
-    for algo in ("MXFP8", "Q8_0", "FP8_BLOCK_SCALES"):
+    for algo in ("Q8_0", "FP8_BLOCK_SCALES"):
         layers = {f"model.layers.{i}.mixer.in_proj": {"quant_algo": algo} for i in range(2)}
         with pytest.raises(InvalidArgumentError, match=f"'{algo}' for model.layers.0.mixer.in_proj"):
             quant.from_config(_mixed(layers), "t", b)
     with pytest.raises(InvalidArgumentError, match="non-empty 'quantized_layers'"):
         quant.from_config(_mixed({}), "t", b)
+
+
+def _mixtral(quantization_config: dict) -> dict:
+    cfg = json.loads((HF / "mixtral-8x7b.json").read_text())
+    return {**cfg, "quantization_config": quantization_config}
+
+
+def test_a_block_sparse_moe_block_is_named_as_vllm_builds_it():
+    """vLLM 0.33.0 builds Mixtral's MoE block with the `block_sparse_moe` prefix (`mixtral.py`; PhiMoE, Granite
+    MoE and MiniMax-M3 alike), the name a per-module map is read against: a map naming each layer's
+    `block_sparse_moe.experts` NVFP4 and its attention MXFP8 (fp8 values and an E8M0 byte per 32 inputs,
+    `ModelOptMxFp8LinearMethod`) prices them so, where kvsim's `mlp.experts` matched nothing and left 45B
+    expert parameters bf16 (NVIDIA's MiniMax-M3-NVFP4 names its experts so: 844 GB for ~248 GB)."""
+    layers = 32
+    qmap = {}
+    for i in range(layers):
+        p = f"model.layers.{i}"
+        qmap[f"{p}.block_sparse_moe.experts"] = {"quant_algo": "NVFP4", "group_size": 16}
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            qmap[f"{p}.self_attn.{proj}"] = {"quant_algo": "MXFP8"}
+    qc = {
+        "quant_method": "modelopt",
+        "quant_algo": "MIXED_PRECISION",
+        "producer": {"name": "modelopt"},
+        "quantized_layers": qmap,
+        "exclude_modules": ["lm_head"],
+    }
+    from kvsim.model import hf_config
+
+    m = hf_config._from_dict(_mixtral(qc), "mixtral", "mixtral", "mixtral", None)
+    g = weight_groups(m)
+    hidden, ffn, experts = 4096, 14336, 8
+    assert g["experts"].bytes == layers * experts * (2 * _nvfp4(ffn, hidden) + _nvfp4(hidden, ffn))
+    mxfp8 = lambda rows, cols: rows * cols + rows * (cols // 32)  # noqa: E731
+    attn = mxfp8(4096, hidden) + 2 * mxfp8(1024, hidden) + mxfp8(hidden, 4096)
+    assert g["attn"].bytes == layers * attn
+    assert g["attn"].rate == "fp8"
+
+
+def test_mxfp8_experts_split_into_shares_of_32_or_are_refused():
+    """vLLM's MXFP8 experts (`ModelOptMxFp8FusedMoE.create_weights`) take a share of each expert's width a
+    multiple of 32 (a scale per 32 inputs): Mixtral's 14,336 over tp 8 x dp 16 is 112 a GPU, refused with
+    vLLM's words; over tp 8 x dp 2 (896) it loads."""
+    from kvsim.errors import UnsplittableModelError
+    from kvsim.model import hf_config, shard
+
+    qmap = {f"model.layers.{i}.block_sparse_moe.experts": {"quant_algo": "MXFP8"} for i in range(32)}
+    qc = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": qmap}
+    m = hf_config._from_dict(_mixtral(qc), "mixtral", "mixtral", "mixtral", None)
+    assert "experts mxfp8" in m.quantization
+    shard.shard(m, None, 8, data_parallel_size=2)
+    with pytest.raises(
+        UnsplittableModelError, match="intermediate_size_per_partition divisible by 32, got 112"
+    ):
+        shard.shard(m, None, 8, data_parallel_size=16)

@@ -602,12 +602,17 @@ def param_breakdown(
     n_dense = layers - n_moe
     moe_at = [i for i in range(layers) if moe_flags[i]]
     dense_at = [i for i in range(layers) if not moe_flags[i]]
-    # (Llama 4 names its MLP and MoE block `feed_forward`; Kimi-Linear its MoE block `block_sparse_moe`, as
-    # its checkpoint does, and its dense MLP `mlp` (`models/kimi_k3/nvidia/model.py`, KimiDecoderLayer:
-    # `self.mlp = self.block_sparse_moe` too, but the MoE block's modules are built with the
-    # `block_sparse_moe` prefix, the name a quantization's ignore list is read against); the others `mlp`)
+    # (Llama 4 names its MLP and MoE block `feed_forward`; Kimi-Linear, Mixtral, PhiMoE, Granite MoE and
+    # MiniMax-M3 their MoE block `block_sparse_moe`, as their checkpoints do, and a dense MLP `mlp`: vLLM
+    # 0.33.0 builds the block with the `block_sparse_moe` prefix, the name a quantization's ignore list or
+    # per-module map is read against (`models/kimi_k3/nvidia/model.py` KimiDecoderLayer, which sets
+    # `self.mlp = self.block_sparse_moe` too; `mixtral.py`, `phimoe.py`, `granitemoe.py`,
+    # `granitemoeshared.py`, `models/minimax_m3/nvidia/model.py`); MiniMax-M2's is built as `mlp`
+    # (`minimax_m2.py`); the others `mlp`)
     ff = "feed_forward" if model_type.startswith("llama4") else "mlp"
-    moe = "block_sparse_moe" if model_type.startswith("kimi_linear") else ff
+    moe = ff
+    if model_type.startswith(("kimi_linear", "mixtral", "phimoe", "granitemoe", "minimax_m3")):
+        moe = "block_sparse_moe"
     dense_ffn = (
         pick("intermediate_size_mlp", default=ffn, required=False) if model_type.startswith("llama4") else ffn
     )

@@ -40,7 +40,7 @@ LINEAR_GROUPS = ("attn", "mlp", "experts", "shared_experts")
 
 @dataclass(frozen=True)
 class Format:
-    """How one matrix is stored: `kind` (`dense`, `fp8`, `mxfp4`, `nvfp4`, `int`) and its parameters."""
+    """How one matrix is stored: `kind` (`dense`, `fp8`, `mxfp4`, `mxfp8`, `nvfp4`, `int`) and its parameters."""
 
     kind: str
     bits: int = 16
@@ -68,6 +68,8 @@ class Format:
                 one += 4
         elif self.kind == "mxfp4":
             one = -(-rows * cols // 2) + rows * -(-cols // 32)
+        elif self.kind == "mxfp8":  # fp8 values, a uint8 (E8M0) scale per 32 inputs (`MXFP8_BLOCK_SIZE`)
+            one = rows * cols + rows * -(-cols // 32)
         elif self.kind == "nvfp4":
             scale_cols = -(-cols // 16)
             one = -(-rows * cols // 2) + _round_up(rows, 128) * _round_up(scale_cols, 4) + 8
@@ -94,12 +96,13 @@ class Format:
 
     @property
     def rate(self) -> str:
-        """The tensor-core rate a layer in this format computes at: `fp8` (fp8 weights and activations),
+        """The tensor-core rate a layer in this format computes at: `fp8` (fp8 weights and activations, MXFP8's
+        too: where a GPU has no fp8 rate, its peak),
         `fp4` (NVFP4 weights and activations), else `bf16` (16-bit, or weight-only formats that dequantize:
         AWQ, GPTQ, MXFP4, W4A16 NVFP4)."""
         if self.a16:
             return "bf16"
-        return {"fp8": "fp8", "nvfp4": "fp4"}.get(self.kind, "bf16")
+        return {"fp8": "fp8", "mxfp8": "fp8", "nvfp4": "fp4"}.get(self.kind, "bf16")
 
 
 def _round_up(x: int, m: int) -> int:

@@ -219,7 +219,7 @@ class MixedPrecision:
         takes one only for the b12x codecs; the MoE models build their gates without the quant config).
 
         Raises:
-            InvalidArgumentError: an algorithm kvsim has no bytes for (MXFP8, the b12x codecs), or one vLLM
+            InvalidArgumentError: an algorithm kvsim has no bytes for (the b12x codecs), or one vLLM
                 builds no quantized layer of there, named with the module.
         """
         if group not in (*LINEAR_GROUPS, "lm_head"):
@@ -237,6 +237,8 @@ class MixedPrecision:
             return Format("nvfp4", 4, a16=True)
         if algo == "FP8":
             return Format("fp8", 8, "tensor")
+        if algo == "MXFP8":  # (`mxfp8_config`: `ModelOptMxFp8LinearMethod`, `ModelOptMxFp8FusedMoE`)
+            return Format("mxfp8", 8)
         if experts and algo in _BLOCK_FP8_MOE:  # (`Fp8MoEMethod` of `fp8_block_config`)
             return Format("fp8", 8, "block", (self.block, self.block))
         if not experts and algo == "FP8_PB_WO":  # (`kFp8Static128BlockSym`)
@@ -244,10 +246,10 @@ class MixedPrecision:
         if not experts and algo == "FP8_PER_CHANNEL_PER_TOKEN":
             return Format("fp8", 8, "channel")
         what = f"{self.where}: modelopt MIXED_PRECISION quant_algo {algo!r} for {name}"
-        if algo == "MXFP8" or algo in _B12X:
+        if algo in _B12X:
             raise InvalidArgumentError(
                 f"{what}: not modelled by kvsim (it has no byte format for {algo}: FP8, FP8_PER_CHANNEL_PER_TOKEN, "
-                "FP8_PB_WO, NVFP4, W4A16_NVFP4 and block-FP8 experts are)"
+                "FP8_PB_WO, MXFP8, NVFP4, W4A16_NVFP4 and block-FP8 experts are)"
             )
         layer = "fused-MoE" if experts else "linear"
         raise InvalidArgumentError(

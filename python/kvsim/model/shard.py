@@ -548,6 +548,13 @@ def _check_expert_quant(m: Model, tp: int, dp: int = 1) -> None:
             f"{where}, not a whole number of its fp8 blocks ({field} [{bn}, {bk}]){how} (vLLM's "
             f'validate_fp8_block_shape_moe: "{vllm}")'
         )
+    if fmt.kind == "mxfp8" and (share % 32 or hidden % 32):
+        # (`ModelOptMxFp8FusedMoE.create_weights`: a scale per 32 of either input)
+        wide = f"intermediate_size_per_partition {share}" if share % 32 else f"hidden_size {hidden}"
+        raise UnsplittableModelError(
+            f"{where}: vLLM's MXFP8 experts need both widths whole multiples of 32 (\"MXFP8 MoE requires "
+            f'{wide.split(" ")[0]} divisible by 32, got {wide.split(" ")[1]}.")'
+        )
     if fmt.kind != "int":
         return
     group = fmt.group
