@@ -444,12 +444,21 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
 def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> None:
     """Refuses by name the configs whose layers vLLM 0.33.0 builds from fields kvsim does not read (it read
     them as plain attention, silently): Nemotron-NAS's per-layer `block_configs` (`nemotron_nas.py`: each
-    layer's KV heads, no-op attention layers) and DeepSeek-V3.2's indexer key cache (`index_topk`: `DeepseekV32IndexerCache` in
+    layer's KV heads, no-op attention layers), MiniMax-M3's `sparse_attention_config` (an index key cache
+    on its sparse layers) and DeepSeek-V3.2's indexer key cache (`index_topk`: `DeepseekV32IndexerCache` in
     `deepseek_v2.py`, 132 more bytes a token a layer, in blocks of 64)."""
     if cfg.get("block_configs") is not None:
         raise InvalidArgumentError(
             f"model {where}: field 'block_configs' (model_type {model_type!r}, Nemotron-NAS's per-layer "
             "attention) is not modelled by kvsim: each layer's KV heads and no-op layers are not read"
+        )
+    sparse = cfg.get("sparse_attention_config")
+    if isinstance(sparse, dict) and any(sparse.get("sparse_attention_freq") or []):
+        raise InvalidArgumentError(
+            f"model {where}: field 'sparse_attention_config' (model_type {model_type!r}, MiniMax-M3's "
+            "block-sparse attention) is not modelled by kvsim: its sparse layers' index key cache "
+            "(`MiniMaxM3IndexerCache`, vLLM's models/minimax_m3/common/indexer.py) and top-k block reads are "
+            "not read, and kvsim would size the model as plain attention"
         )
     if cfg.get("index_topk") is not None and model_type not in DSA_TYPES:
         raise InvalidArgumentError(
