@@ -410,3 +410,11 @@ def test_minimax_m3_block_sparse_attention_is_refused_by_name():
         hf_config._from_dict({**cfg, "sparse_attention_config": sparse}, "m3", "m3", "m3", None)
     off = {**sparse, "sparse_attention_freq": [0] * 32}  # no sparse layer: plain attention, as vLLM builds it
     hf_config._from_dict({**cfg, "sparse_attention_config": off}, "m3", "m3", "m3", None)
+
+
+def test_mimo_v2_hybrid_layer_pattern_is_refused_by_name():
+    """MiMo-V2-Flash's `hybrid_layer_pattern` makes most layers sliding-window with their own heads (vLLM
+    0.33.0's `mimo_v2.py`): kvsim sized every layer as full attention, silently; refused until modelled."""
+    cfg = json.loads((HF / "mixtral-8x7b.json").read_text())
+    with pytest.raises(InvalidArgumentError, match="'hybrid_layer_pattern'"):
+        hf_config._from_dict({**cfg, "hybrid_layer_pattern": [0, 1] * 16}, "mimo", "mimo", "mimo", None)

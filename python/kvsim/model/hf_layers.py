@@ -444,13 +444,20 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
 def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> None:
     """Refuses by name the configs whose layers vLLM 0.33.0 builds from fields kvsim does not read (it read
     them as plain attention, silently): Nemotron-NAS's per-layer `block_configs` (`nemotron_nas.py`: each
-    layer's KV heads, no-op attention layers), MiniMax-M3's `sparse_attention_config` (an index key cache
-    on its sparse layers) and DeepSeek-V3.2's indexer key cache (`index_topk`: `DeepseekV32IndexerCache` in
+    layer's KV heads, no-op attention layers), MiMo-V2's `hybrid_layer_pattern` (sliding-window layers of
+    their own heads), MiniMax-M3's `sparse_attention_config` (an index key cache on its sparse layers) and
+    DeepSeek-V3.2's indexer key cache (`index_topk`: `DeepseekV32IndexerCache` in
     `deepseek_v2.py`, 132 more bytes a token a layer, in blocks of 64)."""
     if cfg.get("block_configs") is not None:
         raise InvalidArgumentError(
             f"model {where}: field 'block_configs' (model_type {model_type!r}, Nemotron-NAS's per-layer "
             "attention) is not modelled by kvsim: each layer's KV heads and no-op layers are not read"
+        )
+    if cfg.get("hybrid_layer_pattern") is not None:
+        raise InvalidArgumentError(
+            f"model {where}: field 'hybrid_layer_pattern' (model_type {model_type!r}, MiMo-V2's sliding-window "
+            "layers, each with its own heads and head widths: vLLM's mimo_v2.py) is not modelled by kvsim: it "
+            "would size every layer as full attention"
         )
     sparse = cfg.get("sparse_attention_config")
     if isinstance(sparse, dict) and any(sparse.get("sparse_attention_freq") or []):
