@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,34 @@ def test_a_quantization_config_without_a_method_says_what_it_lacks():
         quant.from_config(
             {"quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}, "config.json"
         )
+
+
+@pytest.mark.parametrize(
+    ("named", "fused"),
+    [
+        (["self_attn.q_proj"], "self_attn.qkv_proj"),
+        (["self_attn.k_proj", "self_attn.v_proj"], "self_attn.qkv_proj"),
+        (["mlp.up_proj"], "mlp.gate_up_proj"),
+    ],
+)
+def test_an_ignore_list_naming_some_parts_of_a_fused_module_is_refused(named, fused):
+    """vLLM 0.33.0 fuses q, k, v (and gate, up) into one module and refuses an ignore list naming some of its
+    parts ("Detected some but not all shards ... are quantized", `is_layer_skipped`): kvsim priced the named
+    ones' group by its first part (all bf16 for `q_proj`, all fp8 for `k_proj`). All of them is a layer's
+    module unquantized."""
+    from kvsim.model import hf_config
+
+    cfg = json.loads((HF / "qwen3-32b.json").read_text())
+
+    def load(entries: list[str]):
+        qc = _fp8([f"model.layers.0.{e}" for e in entries])
+        return hf_config._from_dict({**cfg, "quantization_config": qc}, "q", "q", "q", None)
+
+    with pytest.raises(InvalidArgumentError, match=rf"not .*\({re.escape(fused)}\) and refuses"):
+        load(named)
+    parts = {
+        "self_attn.qkv_proj": ["q_proj", "k_proj", "v_proj"],
+        "mlp.gate_up_proj": ["gate_proj", "up_proj"],
+    }
+    prefix = fused.split(".")[0]
+    assert load([f"{prefix}.{p}" for p in parts[fused]]).weight_bytes > load([]).weight_bytes

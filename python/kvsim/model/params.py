@@ -45,6 +45,7 @@ from kvsim.model.hf_layers import (
     kimi_full_rank_gate,
     kimi_linear_attention,
 )
+from kvsim.model.param_names import gate_up, qkv
 from kvsim.model.params_kimi import KDA_IN_PROJ, KDA_IN_PROJ_PARTS, kimi_k3
 
 GROUPS = ("embed", "lm_head", "attn", "mlp", "experts", "shared_experts", "router", "other")
@@ -102,6 +103,9 @@ class Breakdown:
         other: parameters outside matrices (norms, biases, sinks, learned positions).
         other_whole: of `other`, those every tensor-parallel rank holds whole (norms, a row-parallel layer's
             bias, a router's bias; `loose`).
+        other_gemm: of `other_whole`, the weights of matrices vLLM builds unquantized and multiplies every
+            token (DeepSeek-V3.2's and GLM-5's fused indexer key / weights projection, DeepSeek-V4's
+            compressors, indexer projections and hyper-connection mixers), which the roofline reads.
         active_experts: of `experts`, the fraction a token touches (`num_experts_per_tok / num_experts`).
         num_experts, experts_per_token, expert_ffn: the routed experts (0 for a dense model).
         aliases: the checkpoint's names of vLLM's `model` root where its files spell it otherwise (Nemotron-H's
@@ -111,6 +115,7 @@ class Breakdown:
     matrices: dict[str, list[Matrix]] = field(default_factory=lambda: {g: [] for g in GROUPS})
     other: int = 0
     other_whole: int = 0
+    other_gemm: int = 0
     num_experts: int = 0
     experts_per_token: int = 0
     expert_ffn: int = 0
@@ -139,12 +144,16 @@ class Breakdown:
             whole = whole or group in WHOLE_GROUPS
             self.matrices[group].append(Matrix(rows, cols, count, row, module, held, whole, parts, fused))
 
-    def loose(self, n: int, whole: bool = False) -> None:
+    def loose(self, n: int, whole: bool = False, gemm: bool = False) -> None:
         """`n` parameters outside the matrices (`other`); `whole`: every tensor-parallel rank holds them
-        whole (norms, a row-parallel layer's bias, a router's bias, learned positions)."""
+        whole (norms, a row-parallel layer's bias, a router's bias, learned positions); `gemm` (whole ones
+        only): unquantized matrices every token multiplies (`other_gemm`)."""
+        assert whole or not gemm
         self.other += n
         if whole:
             self.other_whole += n
+        if gemm:
+            self.other_gemm += n
 
     def whole_part(self) -> Breakdown:
         """The weights every tensor-parallel rank holds whole: the `whole` matrices (with their modules and
@@ -337,14 +346,20 @@ def _gemma4(
         full = i < len(types) and types[i] == "full_attention"
         dim, kv = (global_dim, global_kv) if full else (head_dim, kv_heads)
         is_shared = shared > 0 and i >= first_shared
-        b.add("attn", heads * dim, hidden, module="self_attn.q_proj", layers=[i])  # q
+        b.add(
+            "attn",
+            heads * dim,
+            hidden,
+            layers=[i],
+            **(qkv("self_attn") if not is_shared else {"module": "self_attn.q_proj"}),
+        )  # q
         if not is_shared:
             # k, v (v: K's copy under attention_k_eq_v)
-            b.add("attn", kv * dim, hidden, 2, module="self_attn.q_proj", layers=[i])
+            b.add("attn", kv * dim, hidden, 2, layers=[i], **qkv("self_attn"))
         b.add("attn", hidden, heads * dim, row=True, module="self_attn.o_proj", layers=[i])  # o
         b.loose(dim * (1 if is_shared else 2), whole=True)  # q_norm, k_norm
         width = ffn * (2 if double and is_shared else 1)
-        b.add("mlp", width, hidden, 2, module="mlp.gate_proj", layers=[i])  # gate, up
+        b.add("mlp", width, hidden, 2, layers=[i], **gate_up("mlp"))  # gate, up
         b.add("mlp", hidden, width, row=True, module="mlp.down_proj", layers=[i])  # down
         b.loose(4 * hidden + 1, whole=True)  # four norms, layer_scalar
     if experts:
@@ -409,13 +424,19 @@ def _deepseek_v4(
         if r > 1:
             coff = 2 if r == 4 else 1
             # fused_wkv_wgate, ape, norm
-            b.loose(2 * coff * head * hidden + r * coff * head + head, whole=True)
+            b.loose(2 * coff * head * hidden + r * coff * head + head, whole=True, gemm=True)
     ratio4 = [i for i, r in enumerate(ratios) if r == 4]
     b.add("attn", idx_heads * idx_dim, q_lora, n4, module="attn.indexer.wq_b", layers=ratio4, whole=True)
-    b.loose(n4 * (idx_heads * hidden + 2 * 2 * idx_dim * hidden + 4 * 2 * idx_dim + idx_dim), whole=True)
+    b.loose(
+        n4 * (idx_heads * hidden + 2 * 2 * idx_dim * hidden + 4 * 2 * idx_dim + idx_dim),
+        whole=True,
+        gemm=True,
+    )
     mix = hc * hc + 2 * hc
-    b.loose(2 * layers * (mix * hc * hidden + mix + 3), whole=True)  # hc_attn_*, hc_ffn_* (fn, base, scale)
-    b.loose(hc * hc * hidden + hc + 1, whole=True)  # hc_head_*
+    b.loose(
+        2 * layers * (mix * hc * hidden + mix + 3), whole=True, gemm=True
+    )  # hc_attn_*, hc_ffn_* (fn, base, scale)
+    b.loose(hc * hc * hidden + hc + 1, whole=True, gemm=True)  # hc_head_*
     b.loose(2 * hidden * layers + hidden, whole=True)  # attn_norm, ffn_norm, the final norm
     experts = pick("n_routed_experts", least=1)  # vLLM's DeepSeek-V4 builds an MoE block on every layer
     moe_ffn = pick("moe_intermediate_size", least=1)
@@ -540,14 +561,14 @@ def param_breakdown(
             # (q_lora_rank required: hf_layers)
             wq_b = "self_attn.indexer.wq_b"
             b.add("attn", idx_heads * idx_dim, q_lora, n_index, module=wq_b, layers=indexed, whole=True)
-            b.loose(((idx_dim + idx_heads) * hidden + 2 * idx_dim) * n_index, whole=True)
+            b.loose(((idx_dim + idx_heads) * hidden + 2 * idx_dim) * n_index, whole=True, gemm=True)
     else:
         # The attention layers that remain of a gated delta net model gate their output with a second
         # query-sized projection.
         gated = n_linear > 0 or bool(cfg.get("attn_output_gate"))
-        q = "self_attn.q_proj"  # (q, k and v: vLLM's fused qkv_proj, named by its first part)
-        b.add("attn", heads * head_dim * (2 if gated else 1), hidden, n_attn, module=q, layers=at)
-        b.add("attn", kv_heads * head_dim, hidden, 2 * n_attn, module=q, layers=at)
+        q = qkv("self_attn")  # (q, k and v: vLLM's fused qkv_proj, named by its first part)
+        b.add("attn", heads * head_dim * (2 if gated else 1), hidden, n_attn, layers=at, **q)
+        b.add("attn", kv_heads * head_dim, hidden, 2 * n_attn, layers=at, **q)
         b.add("attn", hidden, heads * head_dim, n_attn, row=True, module="self_attn.o_proj", layers=at)
         # Biases: a column-parallel layer's (q, k, v) split with it, a row-parallel one's (the output
         # projection's) whole on every rank (`RowParallelLinear`).
@@ -622,7 +643,7 @@ def param_breakdown(
         b.loose(ffn * n_dense)  # fc1's biases
         b.loose(hidden * n_dense, whole=True)  # fc2's (row-parallel)
     else:
-        b.add("mlp", dense_ffn, hidden, 2 * n_dense, module=f"{ff}.gate_proj", layers=dense_at)  # gate, up
+        b.add("mlp", dense_ffn, hidden, 2 * n_dense, layers=dense_at, **gate_up(ff))  # gate, up
         b.add("mlp", hidden, dense_ffn, n_dense, row=True, module=f"{ff}.down_proj", layers=dense_at)
     if experts:
         # gpt-oss and Llama 4 give the expert width as intermediate_size; the others as moe_intermediate_size.
@@ -655,7 +676,7 @@ def param_breakdown(
         if model_type.startswith("llama4"):
             shared_ffn = moe_ffn  # one shared expert of the routed width
             sx = f"{ff}.shared_expert"
-        b.add("shared_experts", shared_ffn, hidden, 2 * n_moe, module=f"{sx}.gate_proj", layers=moe_at)
+        b.add("shared_experts", shared_ffn, hidden, 2 * n_moe, layers=moe_at, **gate_up(sx))
         b.add("shared_experts", hidden, shared_ffn, n_moe, row=True, module=f"{sx}.down_proj", layers=moe_at)
         b.add("router", experts, hidden, n_moe, module=f"{moe}.gate", layers=moe_at)
         # The router's e_score_correction_bias: DeepSeek's where it routes with `noaux_tc`; Kimi-Linear's on

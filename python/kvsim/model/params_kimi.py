@@ -13,6 +13,7 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.hf_layers import kimi_linear_attention
+from kvsim.model.param_names import gate_up
 
 # vLLM 0.33.0's fused modules of Kimi-K3 (`KimiLinearModel.packed_modules_mapping`): the checkpoint's names of
 # their parts, which a quantization's ignore list is read against (`params.fused_parts_refusal`).
@@ -106,7 +107,7 @@ def kimi_k3(
     dense_at = [i for i in range(layers) if not moe_flags[i]]
     nm, nd = len(moe_at), len(dense_at)
     ffn = pick("intermediate_size", least=1)
-    b.add("mlp", ffn, hidden, 2 * nd, module="mlp.gate_proj", layers=dense_at)
+    b.add("mlp", ffn, hidden, 2 * nd, layers=dense_at, **gate_up("mlp"))
     b.add("mlp", hidden, ffn, nd, row=True, module="mlp.down_proj", layers=dense_at)
     experts = pick("num_experts", least=1)
     moe_ffn = pick("moe_intermediate_size", least=1)
@@ -128,7 +129,7 @@ def kimi_k3(
             b.loose(latent * nm, whole=True)  # routed_expert_norm
     shared = pick("num_shared_experts", default=0, required=False) * moe_ffn
     sx = f"{mx}.shared_experts"
-    b.add("shared_experts", shared, hidden, 2 * nm, module=f"{sx}.gate_proj", layers=moe_at)
+    b.add("shared_experts", shared, hidden, 2 * nm, layers=moe_at, **gate_up(sx))
     b.add("shared_experts", hidden, shared, nm, row=True, module=f"{sx}.down_proj", layers=moe_at)
     b.add("router", experts, hidden, nm, module=f"{mx}.gate", layers=moe_at)
     b.loose(experts * nm, whole=True)  # the router's e_score_correction_bias (float32 in vLLM)

@@ -28,6 +28,7 @@ from kvsim.model.hf_layers import (
 )
 from kvsim.model.mamba_dims import cfg_flag as _flag
 from kvsim.model.mamba_dims import mamba_dims
+from kvsim.model.param_names import gate_up, qkv
 
 
 def mamba2_mixer(
@@ -102,9 +103,9 @@ def _attention(
     """The q, k, v and o of the attention layers `at`, vLLM's module `name` in each (biases on q, k, v and
     o with `bias`)."""
     n = len(at)
-    q = f"{name}.q_proj"  # (vLLM's fused qkv_proj, named by its first part)
-    b.add("attn", heads * head_dim, hidden, n, module=q, layers=at)
-    b.add("attn", kv_heads * head_dim, hidden, 2 * n, module=q, layers=at)
+    q = qkv(name)  # (vLLM's fused qkv_proj, named by its first part)
+    b.add("attn", heads * head_dim, hidden, n, layers=at, **q)
+    b.add("attn", kv_heads * head_dim, hidden, 2 * n, layers=at, **q)
     b.add("attn", hidden, heads * head_dim, n, row=True, module=f"{name}.o_proj", layers=at)
     if bias:
         b.loose((heads + 2 * kv_heads) * head_dim * n)
@@ -182,7 +183,7 @@ def jamba(
         )
         b.add("router", experts, hidden, n_moe, module="feed_forward.router", layers=moe_at)
     n_dense = layers - n_moe
-    b.add("mlp", ffn, hidden, 2 * n_dense, module="feed_forward.gate_proj", layers=dense_at)  # gate, up
+    b.add("mlp", ffn, hidden, 2 * n_dense, layers=dense_at, **gate_up("feed_forward"))  # gate, up
     b.add("mlp", hidden, ffn, n_dense, row=True, module="feed_forward.down_proj", layers=dense_at)
     b.loose(2 * hidden * layers + hidden, whole=True)  # the norms
 

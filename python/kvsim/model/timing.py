@@ -288,13 +288,17 @@ class RooflineTimeModel:
 class WeightGroup:
     """One module group's weights on the whole model: parameters, bytes as loaded, and whether its
     matrix multiplications run at the fp8 (or fp4) rate; of them, those vLLM holds whole on every
-    tensor-parallel rank (`whole_params`, `whole_bytes`: `kvsim.model.params.Breakdown.whole_part`)."""
+    tensor-parallel rank (`whole_params`, `whole_bytes`: `kvsim.model.params.Breakdown.whole_part`); for
+    `other`, the unquantized whole matrices every token multiplies (`gemm_params`, `gemm_bytes`:
+    `Breakdown.other_gemm`)."""
 
     params: int
     bytes: int
     rate: str = "bf16"
     whole_params: int = 0
     whole_bytes: int = 0
+    gemm_params: int = 0
+    gemm_bytes: int = 0
 
 
 def model_breakdown(model: Model) -> tuple[Breakdown, str]:
@@ -373,7 +377,13 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
             b.params(g), q.group_bytes(b, g, bits), rate, whole.params(g), q.group_bytes(whole, g, bits)
         )
     out["other"] = WeightGroup(
-        b.other, -(-b.other * bits // 8), "bf16", whole.other, -(-whole.other * bits // 8)
+        b.other,
+        -(-b.other * bits // 8),
+        "bf16",
+        whole.other,
+        -(-whole.other * bits // 8),
+        b.other_gemm,
+        -(-b.other_gemm * bits // 8),
     )
     return out
 
@@ -492,12 +502,17 @@ def roofline_time_model(
     # Dense matrix multiplications: attention projections, dense MLP, shared experts, router; one GPU's 1/tp
     # of each, but the whole of what vLLM replicates on every rank (`WeightGroup.whole_bytes`: routers, MLA's
     # A projections, sparse indexers, latent projections), which every rank reads and multiplies whole.
+    # The unquantized matrices vLLM replicates outside the groups (`other`'s `gemm` part: DeepSeek-V3.2's and
+    # GLM-5's fused indexer key / weights projection, DeepSeek-V4's compressors, indexer projections and
+    # hyper-connection mixers) are read and multiplied whole too; the rest of `other` (norms, biases,
+    # convolutions) is not charged.
     dense = [groups[g] for g in ("attn", "mlp", "shared_experts", "router")]
-    dense_bytes = sum((g.bytes - g.whole_bytes) / tp + g.whole_bytes for g in dense)
+    loose = groups["other"]
+    dense_bytes = sum((g.bytes - g.whole_bytes) / tp + g.whole_bytes for g in dense) + loose.gemm_bytes
     dense_flop_tok = sum(
         2 * ((g.params - g.whole_params) / tp + g.whole_params) / (_flops(gpu, g.rate) * eff.gemm_compute)
         for g in dense
-    )
+    ) + 2 * loose.gemm_params / (_flops(gpu, "bf16") * eff.gemm_compute)
     # Activations in and out of each matrix, per token.
     moe_layers = _moe_layer_count(model)
     dense_layers = L - moe_layers
