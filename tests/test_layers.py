@@ -317,11 +317,12 @@ def test_state_layers_from_a_config():
             hf(layer_types=["chunked_attention", "full_attention"] * 2, attention_chunk_size=0),
             "'attention_chunk_size' 0",
         ),
-        # Read as plain attention before, silently: Nemotron-NAS's per-layer heads and no-op layers (8x the
-        # KV bytes), Falcon-H1's Mamba-2 states (a sixth of the bytes), DeepSeek-V3.2's indexer keys
+        # Read as plain attention before, silently: per-layer blocks on a model type other than Nemotron-NAS's
+        # (whose are read: tests/test_nemotron_nas.py), Falcon-H1's Mamba-2 states (a sixth of the bytes),
+        # DeepSeek-V3.2's indexer keys
         (
-            hf(model_type="nemotron-nas", block_configs=[{"attention": {"n_heads_in_group": 8}}] * 4),
-            "field 'block_configs'",
+            hf(model_type="llama", block_configs=[{"attention": {"n_heads_in_group": 8}}] * 4),
+            "field 'block_configs' (per-layer blocks) is read for Nemotron-NAS only",
         ),
         (
             hf(model_type="falcon_h1", mamba_d_ssm=3072, mamba_n_heads=24),

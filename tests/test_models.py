@@ -45,9 +45,10 @@ def test_kv_bytes_formula_for_every_preset() -> None:
         m = models.get(name)
         if any(lay.kind == "deepseek_v4" for lay in m.layer_list()):
             continue  # its caches' bytes per token: tests/test_catalogue.py, from the per-layer arithmetic
-        # Attention layers only: a state layer (Qwen3-Next's gated delta net, Kimi's KDA) keeps no KV per token.
-        # Gemma 4's global layers have their own KV heads and head width (the layer's, else the model's).
-        attention = [lay for lay in m.layer_list() if lay.kind not in ("mamba", "shared")]
+        # Attention layers only: a state layer (Qwen3-Next's gated delta net, Kimi's KDA) keeps no KV per token,
+        # nor a layer without attention (Nemotron-NAS's no-op attention). Gemma 4's global layers have their
+        # own KV heads and head width (the layer's, else the model's).
+        attention = [lay for lay in m.layer_list() if lay.kind not in ("mamba", "shared", "none")]
         if m.is_mla:
             expected = len(attention) * (m.kv_lora_rank + m.qk_rope_head_dim) * 2
             # DeepSeek-V3.2's indexer keys: 128 fp8 values and an fp32 scale, a layer with an indexer

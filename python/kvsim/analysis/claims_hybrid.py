@@ -78,7 +78,7 @@ def capacity_rows() -> pl.DataFrame:
     for name in MODELS:
         m = model(name)
         full = dataclasses.replace(
-            m, layers=(), num_layers=sum(lay.kind != "shared" for lay in m.layer_list())
+            m, layers=(), num_layers=sum(lay.kind not in ("shared", "none") for lay in m.layer_list())
         )
         vllm_blocks, vllm = VLLM_CONCURRENCY[name]
         for i, ctx in enumerate(CONTEXTS):

@@ -74,7 +74,7 @@ def _layout_info(cfg: SimConfig, kv_bytes: int | None) -> dict[str, Any] | None:
     weight_bits = dtype_bits(m.weight_dtype) if m.weight_dtype in ("fp16", "bf16", "fp32") else 16
     kinds: dict[str, int] = {}
     for layer in layers:
-        if layer.kind != "shared":
+        if layer.kind not in ("shared", "none"):
             key = f"{layer.kind} {layer.window}" if layer.window else layer.kind
             kinds[key] = kinds.get(key, 0) + 1
     groups = []

@@ -178,7 +178,8 @@ class Model:
     @property
     def is_hybrid(self) -> bool:
         """Whether some layer keeps other than full attention (sliding window, chunked, state, shared)."""
-        return any(layer.kind != "full" for layer in self.layers)
+        # (a layer without attention, Nemotron-NAS's no-op one, keeps nothing: the rest may be one full group)
+        return any(layer.kind not in ("full", "none") for layer in self.layers)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -186,7 +187,7 @@ class Model:
         full-attention count; a hybrid model's pool is sized by `kvsim.model.layers.kv_layout`)."""
         if self.is_mla:
             # One latent per token in each attention layer (Kimi-Linear's KDA layers keep a state instead).
-            attention = sum(lay.kind != "mamba" and lay.kind != "shared" for lay in self.layer_list())
+            attention = sum(lay.kind not in ("mamba", "shared", "none") for lay in self.layer_list())
             bits = attention * (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bits(self.kv_dtype)
             # DeepSeek-V3.2's indexer keys: index_head_dim fp8 values and an fp32 scale per 128, a layer
             index = sum(

@@ -74,6 +74,28 @@ _GPT_OSS = {
     "vocab_size": 201088,
 }
 
+
+def _nas_blocks(no_op: set[int], ffn_mults: list[float]) -> list[dict[str, Any]]:
+    """Nemotron-NAS's `block_configs` as its published files write them: an attention of 8 query heads a KV
+    head, or a no-op one at `no_op`; an MLP of each layer's `ffn_mult` (kvsim.model.nemotron_nas)."""
+    return [
+        {
+            "attention": {
+                "n_heads_in_group": None if i in no_op else 8,
+                "no_op": i in no_op,
+                "num_sink_tokens": None,
+                "replace_with_linear": False,
+                "sparsify": None,
+                "unshifted_sink": False,
+                "use_prefill_window_in_sink_attention": False,
+                "window_length": None,
+            },
+            "ffn": {"ffn_mult": mult, "no_op": False, "replace_with_linear": False, "sparsify": None},
+        }
+        for i, mult in enumerate(ffn_mults)
+    ]
+
+
 # name -> (Hugging Face id, config.json fields kvsim reads)
 ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
     # meta-llama/Llama-3.1-8B: 32 layers, d 4096, 32 heads, 8 KV heads, ffn 14336, 131,072 positions.
@@ -918,6 +940,57 @@ ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
             "use_bias": False,
             "use_conv_bias": True,
             "vocab_size": 131072,
+        },
+    ),
+    # Nemotron-NAS (kvsim.model.nemotron_nas): Llama-3.3-70B pruned layer by layer, 31 of its 80 attention
+    # layers no-ops and each MLP of its own width; 49,867,145,216 parameters (Hugging Face's safetensors total).
+    "llama-3.3-nemotron-super-49b-v1": (
+        "nvidia/Llama-3_3-Nemotron-Super-49B-v1",
+        {
+            "model_type": "nemotron-nas",
+            "attention_bias": False,
+            "block_configs": _nas_blocks(
+                {6, 7, 11, *range(42, 52), *range(53, 71)},
+                [2.625, *[5.25] * 5, 2.625, 2.625, 5.25, 5.25, 5.25, 3.28125, *[5.25] * 30]
+                + [1.3125, 2.625, 2.625, 1.3125, 5.25, 1.3125, 2.625, *[1.3125] * 3, 5.25, 1.3125]
+                + [
+                    1.0,
+                    1.0,
+                    1.3125,
+                    1.0,
+                    1.0,
+                    1.0,
+                    1.3125,
+                    1.3125,
+                    0.5,
+                    0.5,
+                    1.0,
+                    1.0,
+                    0.5,
+                    0.5,
+                    1.0,
+                    0.5,
+                    0.5,
+                ]
+                + [5.25] * 9,
+            ),
+            "hidden_act": "silu",
+            "hidden_size": 8192,
+            "max_position_embeddings": 131072,
+            "mlp_bias": False,
+            "num_attention_heads": 64,
+            "num_hidden_layers": 80,
+            "rope_scaling": {
+                "factor": 8.0,
+                "high_freq_factor": 4.0,
+                "low_freq_factor": 1.0,
+                "original_max_position_embeddings": 8192,
+                "rope_type": "llama3",
+            },
+            "rope_theta": 500000.0,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "vocab_size": 128256,
         },
     ),
     "granite-4.0-h-tiny": (

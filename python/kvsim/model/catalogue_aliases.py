@@ -34,6 +34,7 @@ ALIASES: dict[str, str] = {
     "nvidia-nemotron-3-nano-30b-a3b-bf16": "nemotron-3-nano-30b-a3b",
     "nvidia-nemotron-3-nano-30b-a3b": "nemotron-3-nano-30b-a3b",
     "nvidia-nemotron-3-nano-30b-a3b-base-bf16": "nemotron-3-nano-30b-a3b",
+    "llama-3_3-nemotron-super-49b-v1": "llama-3.3-nemotron-super-49b-v1",
     # The 2024 presets under their Hugging Face ids' last parts.
     "meta-llama-3-8b": "llama-3-8b",
     "meta-llama-3-8b-instruct": "llama-3-8b",

@@ -15,6 +15,8 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.model.architecture import _HF_DTYPES, Model, dtype_bits
 from kvsim.model.encoders import Tower
 from kvsim.model.hf_layers import layers_from_hf_config
+from kvsim.model.nemotron_nas import MODEL_TYPE as NAS_TYPE
+from kvsim.model.nemotron_nas import first_kv_heads, nas_blocks
 
 # The most decoder layers a config may state (the largest served models have a few hundred).
 MAX_LAYERS = 65_536
@@ -154,6 +156,9 @@ _KEPT_FIELDS = (
     "v_head_dim",
     "tie_word_embeddings",
     "attention_bias",
+    "bias",  # (Nemotron-NAS's attention biases: `kvsim.model.nemotron_nas`)
+    "qkv_bias",
+    "hidden_act",
     "n_routed_experts",
     "num_local_experts",
     "num_experts",
@@ -472,9 +477,18 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
             )
     elif model_type == "nemotron_h" and cfg.get("head_dim") is None:
         head_dim = 128  # transformers' NemotronHConfig default, which nemotron_h.py reads
+    nas = None
+    if model_type == NAS_TYPE:
+        # Nemotron-NAS: each layer's KV heads and MLP width from its block (`kvsim.model.nemotron_nas`); the
+        # model's KV heads are the first attention layer's, as vLLM 0.33.0 reports them, and its MLP width
+        # the widest layer's (what the activations' estimate reads).
+        nas = nas_blocks(cfg, layers, heads, hidden, str(path))
+        kv_heads = first_kv_heads(nas)
     # (a context, a vocabulary or an MLP of 0 is no model: its context divided the concurrency figure)
     widths = cfg.get("intermediate_size")
-    if cfg.get("model_type") == "nemotron_h" and isinstance(widths, list):
+    if nas is not None:
+        ffn = max((blk.ffn for blk in nas), default=0) or hidden  # (no MLP at all: hidden, unread)
+    elif cfg.get("model_type") == "nemotron_h" and isinstance(widths, list):
         # (Nemotron-H's MLP layers may each have their own width, `params_state.nemotron_h`, which checks
         # them; the model's `intermediate_size` is the widest, what the activations' estimate reads)
         ffn = max((w for w in widths if isinstance(w, int) and not isinstance(w, bool)), default=1)

@@ -11,8 +11,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.layers import DSV4_RATIOS, FLASHKDA_CHECKPOINT_ALIGNMENT, FULL, MAX_WINDOW, Layer, MambaState
+from kvsim.model.layers import (
+    DSV4_RATIOS,
+    FLASHKDA_CHECKPOINT_ALIGNMENT,
+    FULL,
+    MAX_WINDOW,
+    NO_ATTENTION,
+    Layer,
+    MambaState,
+)
 from kvsim.model.mamba_dims import STATE_DIM_MAX, mamba_dims
+from kvsim.model.nemotron_nas import MODEL_TYPE as NAS_TYPE
+from kvsim.model.nemotron_nas import first_kv_heads, nas_blocks
 
 # Layer names of a config's `layer_types` (transformers' spelling) and the kind each is.
 _HF_LAYER_TYPES = {
@@ -297,6 +307,27 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
 
     if model_type.startswith("deepseek_v4") or cfg.get("compress_ratios") is not None:
         return _deepseek_v4_layers(cfg, model_type, num_layers, where, field_int)
+    if model_type == NAS_TYPE:
+        # Nemotron-NAS: each layer's attention from its block (`kvsim.model.nemotron_nas`): its own KV heads,
+        # or none at all (a no-op attention: no cache, no attention computed)
+        blocks = nas_blocks(
+            cfg,
+            num_layers,
+            field_int("num_attention_heads", least=1),
+            field_int("hidden_size", least=1),
+            where,
+        )
+        first = first_kv_heads(blocks)
+        return _trim(
+            [
+                NO_ATTENTION
+                if not blk.kv_heads
+                else FULL
+                if blk.kv_heads == first
+                else Layer("full", num_kv_heads=blk.kv_heads)
+                for blk in blocks
+            ]
+        )
     _refuse_unread_layers(cfg, model_type, where)
     if model_type in DSA_TYPES:
         return _deepseek_v32_layers(cfg, num_layers, where, field_int)
@@ -443,15 +474,15 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
 
 def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> None:
     """Refuses by name the configs whose layers vLLM 0.33.0 builds from fields kvsim does not read (it read
-    them as plain attention, silently): Nemotron-NAS's per-layer `block_configs` (`nemotron_nas.py`: each
-    layer's KV heads, no-op attention layers), MiMo-V2's `hybrid_layer_pattern` (sliding-window layers of
-    their own heads), MiniMax-M3's `sparse_attention_config` (an index key cache on its sparse layers) and
-    DeepSeek-V3.2's indexer key cache (`index_topk`: `DeepseekV32IndexerCache` in
+    them as plain attention, silently): per-layer `block_configs` on a model type other than Nemotron-NAS's
+    (`nemotron-nas`, read by `kvsim.model.nemotron_nas`), MiMo-V2's `hybrid_layer_pattern` (sliding-window
+    layers of their own heads), MiniMax-M3's `sparse_attention_config` (an index key cache on its sparse
+    layers) and DeepSeek-V3.2's indexer key cache (`index_topk`: `DeepseekV32IndexerCache` in
     `deepseek_v2.py`, 132 more bytes a token a layer, in blocks of 64)."""
     if cfg.get("block_configs") is not None:
         raise InvalidArgumentError(
-            f"model {where}: field 'block_configs' (model_type {model_type!r}, Nemotron-NAS's per-layer "
-            "attention) is not modelled by kvsim: each layer's KV heads and no-op layers are not read"
+            f"model {where}: field 'block_configs' (per-layer blocks) is read for Nemotron-NAS only "
+            f"(model_type 'nemotron-nas'), not for model_type {model_type!r}: its layers are not modelled"
         )
     if cfg.get("hybrid_layer_pattern") is not None:
         raise InvalidArgumentError(

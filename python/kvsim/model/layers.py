@@ -11,6 +11,8 @@ Every decoder layer of a model keeps one kind of cache (vLLM 0.33.0's `KVCacheSp
 - `mamba`: a recurrent state of fixed size per request, whatever its length (`MambaSpec`: Mamba 1 and 2,
   gated delta net / linear attention, Kimi's KDA);
 - `shared`: a layer that reads another layer's KV (`kv_sharing_target_layer_name`): no cache of its own;
+- `none`: a layer without attention (Nemotron-NAS's no-op attention, `nemotron_nas.py`): no cache, and no
+  attention computed (the roofline counts none for it);
 - `deepseek_v4`: a DeepSeek-V4 layer, which keeps several caches (a sliding window, and with a compress ratio
   a compressed latent cache, its compressor's state, and for ratio 4 the indexer's keys and state), each a
   vLLM spec of its own (`_deepseek_v4_specs`; DESIGN.md §Hybrid attention, "DeepSeek-V4").
@@ -37,7 +39,9 @@ from kvsim.model.dsa import dsa_index_bytes
 # also the most tokens a block may hold.
 MAX_TOKENS = 1 << 40
 
-LAYER_KINDS = ("full", "sliding_window", "chunked_local", "mamba", "shared", "deepseek_v4")
+LAYER_KINDS = ("full", "sliding_window", "chunked_local", "mamba", "shared", "deepseek_v4", "none")
+# The kinds that keep no cache of their own.
+UNCACHED_KINDS = frozenset({"shared", "none"})
 # What kvsim's engine and its `kv_groups` configuration call each group kind (the engines' integer codes
 # are the positions in this tuple).
 GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba")
@@ -266,6 +270,7 @@ class Layer:
 
 
 FULL = Layer("full")
+NO_ATTENTION = Layer("none")
 
 
 @dataclass(frozen=True)
@@ -507,7 +512,7 @@ def kv_layout(
             f"model {model.name}: Mamba / linear-attention layers need vLLM's hybrid KV-cache manager "
             "(hybrid_kv_cache_manager 'off' is refused by vLLM for them)"
         )
-    cached = [(i, lay) for i, lay in enumerate(layers) if lay.kind != "shared"]
+    cached = [(i, lay) for i, lay in enumerate(layers) if lay.kind not in UNCACHED_KINDS]
     if not cached:
         raise InvalidArgumentError(
             f"model {model.name} keeps no KV cache (attention-free): kvsim models the KV cache only"
@@ -808,6 +813,8 @@ __all__ = [
     "KERNEL_BLOCK_ALIGNMENT",
     "LAYER_KINDS",
     "MAX_WINDOW",
+    "NO_ATTENTION",
+    "UNCACHED_KINDS",
     "KVGroup",
     "KVLayout",
     "Layer",

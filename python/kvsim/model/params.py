@@ -45,6 +45,8 @@ from kvsim.model.hf_layers import (
     kimi_full_rank_gate,
     kimi_linear_attention,
 )
+from kvsim.model.nemotron_nas import MODEL_TYPE as NAS_TYPE
+from kvsim.model.nemotron_nas import nas_blocks, nemotron_nas
 from kvsim.model.param_names import gate_up, qkv
 from kvsim.model.params_kimi import KDA_IN_PROJ, KDA_IN_PROJ_PARTS, kimi_k3
 
@@ -509,6 +511,10 @@ def param_breakdown(
         return b
     if model_type == "nemotron_h":
         params_state.nemotron_h(b, cfg, layers, hidden, heads, kv_heads, head_dim, pick, where)
+        return b
+    if model_type == NAS_TYPE:
+        blocks = nas_blocks(cfg, layers, heads, hidden, where)
+        nemotron_nas(b, cfg, blocks, hidden, heads, head_dim)
         return b
     if model_type == "granitemoehybrid":
         params_state.granite_moe_hybrid(b, cfg, layers, hidden, heads, kv_heads, ffn, pick, where)

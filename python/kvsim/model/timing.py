@@ -520,7 +520,9 @@ def roofline_time_model(
     kv_width = max(1, model.num_kv_heads // tp) * model.head_dim
     mlp_width = model.intermediate_size // tp
     per_layer_act = (h + q_width + 2 * kv_width) + (q_width + h)  # qkv in/out, o in/out
-    act_tok = L * per_layer_act + dense_layers * (h + 2 * mlp_width + mlp_width + h)
+    # (the layers with attention projections: Nemotron-NAS's no-op attention layers have none)
+    attn_L = L - sum(lay.kind == "none" for lay in model.layer_list())
+    act_tok = attn_L * per_layer_act + dense_layers * (h + 2 * mlp_width + mlp_width + h)
     dense_mem_tok = act_tok * act / mem_rate
     terms.append(
         Term(
@@ -617,6 +619,8 @@ def roofline_time_model(
 
     state_bytes = 0.0
     for lay in layers if layers is not None else model.layer_list():
+        if lay.kind == "none":
+            continue  # (no attention: Nemotron-NAS's no-op attention layers)
         if lay.kind == "mamba":
             assert lay.state is not None
             state_bytes += 2 * lay.state.page_bytes(
@@ -698,7 +702,9 @@ def roofline_time_model(
         )
 
     # Per token, outside the max: elementwise kernels (norms, rotary, activation, KV write, embedding).
-    elem = L * (6 * h + 2 * (q_width + kv_width) + 2 * kv_width) + dense_layers * 3 * mlp_width + 2 * h
+    elem = (
+        L * 6 * h + attn_L * (2 * (q_width + kv_width) + 2 * kv_width) + dense_layers * 3 * mlp_width + 2 * h
+    )
     if model.num_experts:
         # Each expert's width as the GPUs hold it, padded where vLLM pads it (Kimi-Linear's a GPU's
         # share; gpt-oss's MXFP4 a GPU's share, or a whole expert's under expert parallelism).
