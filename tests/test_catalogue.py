@@ -1525,3 +1525,15 @@ def test_kimi_k3_by_hand():
     latent = [mat for mat in b.matrices["mlp"] if "routed_expert" in mat.module]
     assert [mat.whole for mat in latent] == [True, True]
     assert m.uncounted == ("vision: kvsim does not count a untyped vision tower under kimi_k3",)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("mla_use_output_gate", True), ("routed_expert_hidden_size", 1024), ("attn_res_block_size", 12)],
+)
+def test_kimi_k3_fields_without_its_full_rank_gate_are_refused_by_name(field, value):
+    """Kimi-K3's output gate, latent experts and attention residuals are read on its path only (a
+    `use_full_rank_gate` config): on a Kimi-Linear config kvsim ignored them, where vLLM builds them."""
+    cfg = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())
+    with pytest.raises(InvalidArgumentError, match=f"field '{field}' \\(Kimi-K3's\\)"):
+        hf_config._from_dict({**cfg, field: value}, "k", "k", "k", None)

@@ -259,3 +259,16 @@ def test_mxfp8_experts_split_into_shares_of_32_or_are_refused():
         UnsplittableModelError, match="intermediate_size_per_partition divisible by 32, got 112"
     ):
         shard.shard(m, None, 8, data_parallel_size=16)
+
+
+@pytest.mark.parametrize("size", ["abc", None, 0, -128, 128.5, True])
+def test_a_map_entrys_group_size_that_is_no_whole_number_is_refused_by_name(size):
+    """A block-FP8 entry's `group_size` sizes its blocks: a string, null, zero, a negative or fractional
+    number raised a bare ValueError / TypeError / ZeroDivisionError or was priced; refused by name."""
+    layers = {
+        f"model.layers.{i}.mixer.experts": {"quant_algo": "FP8_PB_WO", "group_size": size} for i in range(2)
+    }
+    with pytest.raises(
+        InvalidArgumentError, match=r"quantized_layers\['model.layers.0.mixer.experts'\].group_size"
+    ):
+        quant.from_config(_mixed(layers), "t", _experts_model())

@@ -113,6 +113,12 @@ def _mixed(qc: dict[str, Any], inner: dict[str, Any], where: str) -> MixedPrecis
             raise InvalidArgumentError(
                 f"{where}: modelopt quantized_layers[{key!r}] {info!r} must be an object with a quant_algo name"
             )
+        size = info.get("group_size", 16)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise InvalidArgumentError(
+                f"{where}: modelopt quantized_layers[{key!r}].group_size {size!r} must be a whole number of at "
+                "least 1"
+            )
         algos[str(key)] = info["quant_algo"].upper()
     group = inner.get("group_size")
     if group is None:
