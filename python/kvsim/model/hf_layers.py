@@ -445,7 +445,9 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
         assert state is not None
         # (vLLM's NemotronHAttention gives each attention layer `sliding_window` as its own window)
         attention = sliding() if window is not None else FULL
-        kinds = {"M": Layer("mamba", state=state), "*": attention, "-": Layer("shared"), "E": Layer("shared")}
+        # (an MLP or MoE block has no attention: no cache, no attention in the roofline; it was `shared`,
+        # which the roofline reads as a layer attending to another's keys, as Gemma 4's KV-shared layers do)
+        kinds = {"M": Layer("mamba", state=state), "*": attention, "-": Layer("none"), "E": Layer("none")}
         return _trim([kinds[c] for c in nemotron_h_pattern(cfg, n, where)])
     if model_type == "granitemoehybrid":
         assert state is not None

@@ -521,7 +521,11 @@ def param_breakdown(
         return b
     if model_type.startswith("kimi_linear") and not kimi_full_rank_gate(cfg):
         # (Kimi-K3's fields, read on its path only: vLLM builds them for any Kimi-Linear config, kvsim does not)
-        k3 = [k for k in ("mla_use_output_gate", "routed_expert_hidden_size", "attn_res_block_size") if cfg.get(k)]
+        k3 = [
+            k
+            for k in ("mla_use_output_gate", "routed_expert_hidden_size", "attn_res_block_size")
+            if cfg.get(k)
+        ]
         if k3:
             raise InvalidArgumentError(
                 f"model {where}: field {k3[0]!r} (Kimi-K3's) without linear_attn_config.use_full_rank_gate is "
