@@ -401,8 +401,8 @@ def check_moe_scheme(q: Quantization, b: Breakdown, qc: Any, where: str) -> None
     """A compressed-tensors checkpoint's scheme on its routed experts (`b`'s `experts`, when `q` quantizes
     them), as vLLM 0.33.0 picks their fused-MoE method (`_ct_moe_refusal`): its dense layers' linear
     methods take schemes its MoE methods do not (fp8 weights without input quantization, W8A16, on a
-    dense model load; on the experts they are refused). Not checked where the ignore list may name single
-    layers' modules (`exempts_layer_modules`): it may leave the experts unquantized.
+    dense model load; on the experts they are refused). Not checked where the ignore list leaves every
+    layer's experts unquantized (`Quantization.quantized`).
 
     Raises:
         InvalidArgumentError: naming the scheme and vLLM's words.
@@ -410,8 +410,7 @@ def check_moe_scheme(q: Quantization, b: Breakdown, qc: Any, where: str) -> None
     if (
         q.method != "compressed-tensors"
         or "experts" not in q.formats
-        or not b.params("experts")
-        or exempts_layer_modules(q)
+        or not any(q.quantized(m, b) for m in b.matrices["experts"])
     ):
         return
     scheme = ct_scheme(qc)
@@ -560,15 +559,15 @@ def check_groups(q: Quantization, b: Breakdown, qc: Any, where: str) -> None:
     refuses it, Machete's takes it and sizes the scales at `input_size // group_size` groups, fewer than the
     checkpoint's, and with no kernel left vLLM raises "Failed to find a kernel"), so a group that does not divide a quantized
     matrix's input features (`group_size` 7 on a 4096-wide layer) is no checkpoint vLLM loads. Per channel
-    (-1) divides any. Not checked where the checkpoint's ignore list names modules: it may exempt single
-    modules kvsim prices by group (a `down_proj` of odd width); nor for routed experts (their kernels pad or
-    fall back). Under tensor parallelism vLLM checks each GPU's share (`kvsim.model.shard`); this checks the
+    (-1) divides any. Only the matrices the checkpoint quantizes are checked (`Quantization.quantized`: an
+    ignore list may leave a `down_proj` of odd width unquantized in some layers, or all); not the routed
+    experts (their kernels pad or fall back). Under tensor parallelism vLLM checks each GPU's share (`kvsim.model.shard`); this checks the
     whole matrix, which any share that divides must divide too.
 
     Raises:
         InvalidArgumentError: naming the group size's field, its value, and the first matrix.
     """
-    if q.method not in SPLIT_GROUP_METHODS or exempts_layer_modules(q) or not isinstance(qc, dict):
+    if q.method not in SPLIT_GROUP_METHODS or not isinstance(qc, dict):
         return
     if q.method == "awq":
         key = "quantization_config." + next(k for k in ("q_group_size", "group_size") if k in qc)
@@ -581,7 +580,7 @@ def check_groups(q: Quantization, b: Breakdown, qc: Any, where: str) -> None:
         if group == "experts" or fmt is None or fmt.kind != "int" or fmt.group < 1:
             continue
         for m in b.matrices[group]:
-            if m.cols % fmt.group:
+            if m.cols % fmt.group and q.quantized(m, b):
                 raise InvalidArgumentError(
                     f"{where}: {key} {fmt.group} does not divide the {m.cols} input features of the {group} "
                     f"layers' {m.rows} x {m.cols} matrices: vLLM needs whole groups "
