@@ -1539,3 +1539,32 @@ def test_kimi_k3_fields_without_its_full_rank_gate_are_refused_by_name(field, va
     cfg = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())
     with pytest.raises(InvalidArgumentError, match=f"field '{field}' \\(Kimi-K3's\\)"):
         hf_config._from_dict({**cfg, field: value}, "k", "k", "k", None)
+
+
+@pytest.mark.parametrize("value", [[], "", {}, "false", 1])
+def test_kimi_full_rank_gate_must_be_true_or_false(value):
+    """`use_full_rank_gate` decides Kimi-K3's layer: `[]` (false by its truth) was read as a full-rank gate
+    (an adversarial pass); a value not true or false is refused by name."""
+    cfg = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())
+    lac = {**cfg["linear_attn_config"], "use_full_rank_gate": value}
+    with pytest.raises(InvalidArgumentError, match=r"use_full_rank_gate' .* must be true or false"):
+        hf_config._from_dict({**cfg, "linear_attn_config": lac}, "k", "k", "k", None)
+
+
+def test_a_config_json_python_cannot_read_and_a_changed_hf_quant_config(tmp_path):
+    """An integer past Python's 4,300 digits, or arrays nested too deep, raised a bare ValueError or
+    RecursionError; an hf_quant_config.json changed beside an unchanged config.json was not read again
+    (the cache keyed config.json alone). Both found by an adversarial pass."""
+    cfg = json.loads((HF / "qwen3-8b.json").read_text())
+    path = tmp_path / "config.json"
+    for text in ('{"pretraining_tp": ' + "1" * 5000 + "}", "[" * 100_000 + "]" * 100_000):
+        path.write_text(text)
+        hf_config._HF_CACHE.clear()
+        with pytest.raises(InvalidArgumentError, match="is not a JSON config"):
+            models.from_hf_config(path)
+    path.write_text(json.dumps(cfg))
+    side = tmp_path / "hf_quant_config.json"
+    side.write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}}))
+    assert "fp8" in models.from_hf_config(path).quantization
+    side.unlink()
+    assert models.from_hf_config(path).quantization == ""

@@ -190,3 +190,10 @@ def test_what_vllm_does_not_build_is_refused(blocks, match):
 def test_blocks_must_list_every_layer():
     with pytest.raises(InvalidArgumentError, match="must list the 3 layers' blocks"):
         build({**nas(block(), block()), "num_hidden_layers": 3})
+
+
+@pytest.mark.parametrize("field", ["mlp_bias", "attention_bias", "qkv_bias", "bias"])
+def test_a_bias_flag_that_is_not_true_or_false_is_refused_by_name(field):
+    """`"false"` is not false: the flags were read by their truth, adding biases (an adversarial pass)."""
+    with pytest.raises(InvalidArgumentError, match=f"field '{field}' 'no' must be true or false"):
+        build(nas(block(), block(), **{field: "no"}))

@@ -276,3 +276,11 @@ def test_an_ignore_list_naming_some_parts_of_a_fused_module_is_refused(named, fu
     }
     prefix = fused.split(".")[0]
     assert load([f"{prefix}.{p}" for p in parts[fused]]).weight_bytes > load([]).weight_bytes
+
+
+@pytest.mark.parametrize("entry", ["re:a{4294967295}", "re:" + "(" * 500 + ")" * 500])
+def test_an_ignore_entry_past_the_regex_engines_bounds_is_refused_by_name(entry):
+    """A repeat past the engine's bound raised a bare OverflowError, groups nested past its depth a
+    RecursionError (an adversarial pass)."""
+    with pytest.raises(InvalidArgumentError, match="is not a valid regular expression"):
+        quant.from_config(_fp8(["lm_head", entry]), "config.json")

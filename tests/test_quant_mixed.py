@@ -272,3 +272,32 @@ def test_a_map_entrys_group_size_that_is_no_whole_number_is_refused_by_name(size
         InvalidArgumentError, match=r"quantized_layers\['model.layers.0.mixer.experts'\].group_size"
     ):
         quant.from_config(_mixed(layers), "t", _experts_model())
+
+
+def test_an_ignore_list_naming_layers_elsewhere_does_not_skip_the_experts_split_check(tmp_path):
+    """Qwen3.6-35B-A3B's list names only its MTP layers (`mtp.layers.0*`); with block-FP8 experts of 128
+    (FP8_BLOCK_SCALES) its 512-wide experts split over 8 GPUs give 64 features a GPU, which vLLM refuses
+    (`validate_fp8_block_shape_moe`). kvsim skipped every split check once an entry named "layers" (an
+    adversarial pass found), pricing it."""
+    import kvsim
+    from kvsim.errors import UnsplittableModelError
+
+    cfg = json.loads((QWEN_35B / "config.json").read_text())
+    qc = copy.deepcopy(cfg["quantization_config"])
+    for key in qc["quantized_layers"]:
+        if key.endswith("mlp.experts"):
+            qc["quantized_layers"][key] = {"quant_algo": "FP8_BLOCK_SCALES", "group_size": 128}
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "quantization_config": qc}))
+    with pytest.raises(UnsplittableModelError, match="not a whole number of its fp8 blocks"):
+        kvsim.SimConfig(model=str(tmp_path / "config.json"), gpu="b200", tensor_parallel_size=8)
+
+
+@pytest.mark.parametrize("value", [["FP8"], 8, True])
+def test_a_kv_cache_algorithm_of_another_type_is_refused_by_name(value):
+    """`kv_cache_quant_algo` a list, a number or a flag was read as no fp8 KV cache (an adversarial pass)."""
+    qc = {
+        "producer": {"name": "modelopt"},
+        "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": value},
+    }
+    with pytest.raises(InvalidArgumentError, match=r"kv_cache_quant_algo .* must be an algorithm's name"):
+        quant.from_config(qc, "t")

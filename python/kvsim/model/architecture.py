@@ -108,8 +108,9 @@ class Model:
             them whole; `kvsim.model.rope`).
         row_inputs: each module group's row-parallel input widths, with the group size of the
             quantization whose kernels need whole groups on every rank (AWQ, GPTQ, compressed-tensors'
-            int groups; 0 for none): what tensor parallelism must divide (`kvsim.model.shard`); empty for
-            the 2024 presets.
+            int groups; 0 for none) and whether the checkpoint quantizes such a matrix in some layer (an
+            ignore list may leave it unquantized in all): what tensor parallelism must divide
+            (`kvsim.model.shard`); empty for the 2024 presets.
     """
 
     name: str
@@ -138,7 +139,9 @@ class Model:
     experts_per_token: int = 0
     expert_ffn: int = 0
     config_json: str = dataclasses.field(default="", compare=False, repr=False)
-    row_inputs: tuple[tuple[str, int, int], ...] = dataclasses.field(default=(), compare=False, repr=False)
+    row_inputs: tuple[tuple[str, int, int, bool], ...] = dataclasses.field(
+        default=(), compare=False, repr=False
+    )
     encoders: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     towers: tuple[Tower, ...] = dataclasses.field(default=(), compare=False, repr=False)
     uncounted: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)

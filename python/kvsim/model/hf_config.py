@@ -21,7 +21,7 @@ from kvsim.model.nemotron_nas import first_kv_heads, nas_blocks
 # The most decoder layers a config may state (the largest served models have a few hundred).
 MAX_LAYERS = 65_536
 
-_HF_CACHE: dict[tuple[str, float, str | None, str | None], Model] = {}
+_HF_CACHE: dict[tuple[str, float, float | None, str | None, str | None], Model] = {}
 
 
 def hf_cache_dir() -> Path:
@@ -87,26 +87,29 @@ def from_hf_config(path: str | Path, name: str | None = None, quantization: str 
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
+    side = p.parent / "hf_quant_config.json"
     try:
         stamp = p.stat().st_mtime
+        # (the file beside it is read too: a change to it, or its removal, is a new model)
+        side_stamp = side.stat().st_mtime if side.is_file() else None
     except OSError as exc:
         raise InvalidArgumentError(f"model {str(path)!r}: cannot read {p}: {exc.strerror}") from None
-    key = (str(p), stamp, name, quantization)
+    key = (str(p), stamp, side_stamp, name, quantization)
     if key in _HF_CACHE:
         return _HF_CACHE[key]
     try:
         cfg = json.loads(p.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    # (ValueError: an integer literal past Python's 4,300 digits; RecursionError: arrays nested too deep)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InvalidArgumentError(f"model {str(path)!r}: {p} is not a JSON config: {exc}") from None
     if not isinstance(cfg, dict):
         raise InvalidArgumentError(f"model {str(path)!r}: {p} does not hold a JSON object")
-    side = p.parent / "hf_quant_config.json"
     if cfg.get("quantization_config") is None and side.is_file():
         # ModelOpt 0.29 and before keep the quantization in this file beside config.json, which vLLM 0.33.0
         # reads when config.json has none (`vllm/transformers_utils/config.py`)
         try:
             quant_cfg = json.loads(side.read_bytes())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise InvalidArgumentError(f"model {str(path)!r}: {side} is not a JSON config: {exc}") from None
         cfg = {**cfg, "quantization_config": quant_cfg}
     model = _from_dict(cfg, name or str(path), str(path), str(p), quantization)
@@ -609,7 +612,16 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         experts_per_token=b.experts_per_token,
         expert_ffn=b.expert_ffn,
         config_json=json.dumps({k: cfg[k] for k in _KEPT_FIELDS if k in cfg}, sort_keys=True),
-        row_inputs=tuple((g, cols, quant.shard_group(q, g)) for g, cols in b.row_inputs()),
+        # (a row-parallel matrix the checkpoint leaves unquantized in every layer holds no quantized share)
+        row_inputs=tuple(
+            sorted(
+                {
+                    (g, m.cols, quant.shard_group(q, g) if quantized else 0, quantized)
+                    for g, m in b.row_inputs()
+                    for quantized in [bool(q.method) and q.quantized(m, b) > 0]
+                }
+            )
+        ),
         encoders=encoders,
         towers=towers,
         uncounted=uncounted,

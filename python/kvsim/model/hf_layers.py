@@ -156,7 +156,11 @@ def kimi_linear_attention(
     # the input projection, its prefill on FlashKDA where the gate is bounded), read here; a bounded gate
     # without it (Kimi-Linear's layer, whose prefill vLLM's `KimiGatedDeltaNetAttention` asserts is Triton's)
     # is refused rather than read past.
-    full_rank = lac.get("use_full_rank_gate") not in (None, False)
+    full_rank = lac.get("use_full_rank_gate")
+    if full_rank is not None and not isinstance(full_rank, bool):
+        raise InvalidArgumentError(
+            f"model {where}: field 'linear_attn_config.use_full_rank_gate' {full_rank!r} must be true or false"
+        )
     bound = lac.get("gate_lower_bound")
     if bound is not None and not full_rank:
         raise InvalidArgumentError(
@@ -203,7 +207,8 @@ def kimi_full_rank_gate(cfg: Mapping[str, Any]) -> bool:
     """Whether a Kimi config's KDA layers are Kimi-K3's (`linear_attn_config.use_full_rank_gate`, which
     vLLM 0.33.0 reads by its truth: `KimiK3DeltaAttention`, `models/kimi_k3/nvidia/kda.py`)."""
     lac = cfg.get("linear_attn_config")
-    return isinstance(lac, dict) and lac.get("use_full_rank_gate") not in (None, False)
+    # (a value not true or false is refused where the layers are read, `kimi_linear_attention`)
+    return isinstance(lac, dict) and lac.get("use_full_rank_gate") is True
 
 
 def _deepseek_v4_layers(

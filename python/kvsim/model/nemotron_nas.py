@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.mamba_dims import cfg_flag
 from kvsim.model.param_names import gate_up, qkv
 
 MODEL_TYPE = "nemotron-nas"
@@ -143,16 +144,18 @@ def first_kv_heads(blocks: list[NasBlock]) -> int:
 
 
 def nemotron_nas(
-    b: Any, cfg: Mapping[str, Any], blocks: list[NasBlock], hidden: int, heads: int, head_dim: int
+    b: Any, cfg: Mapping[str, Any], blocks: list[NasBlock], hidden: int, heads: int, head_dim: int, where: str
 ) -> None:
     """The decoder layers' weights (the embeddings and lm_head added by the caller), layer by layer: an
     attention layer's fused q, k, v (its own KV heads) and o projections and its `input_layernorm`; an MLP
     layer's gate and up (fused), down projections of its own width and its `post_attention_layernorm`; a
     no-op part nothing. Biases as `DeciLMDecoderLayer` sets them: q, k, v with `attention_bias` (or `bias`;
     `qkv_bias` where stated), o with `attention_bias` (or `bias`), the MLP's with `mlp_bias`. The final norm."""
-    o_bias = bool(cfg.get("attention_bias") or cfg.get("bias"))
-    qkv_bias = bool(cfg["qkv_bias"]) if "qkv_bias" in cfg else o_bias
-    mlp_bias = bool(cfg.get("mlp_bias"))
+    # (each a true or false: "false" is not false, as transformers' strict configs say)
+    flags = {k: cfg_flag(cfg, False, where, k) for k in ("attention_bias", "bias", "mlp_bias")}
+    o_bias = flags["attention_bias"] or flags["bias"]
+    qkv_bias = cfg_flag(cfg, o_bias, where, "qkv_bias")
+    mlp_bias = flags["mlp_bias"]
     q = qkv("self_attn")  # (q, k and v: vLLM's fused qkv_proj, named by its first part)
     for i, block in enumerate(blocks):
         if block.kv_heads:

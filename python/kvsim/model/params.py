@@ -167,9 +167,9 @@ class Breakdown:
             part.matrices[g] = [m for m in self.matrices[g] if m.whole]
         return part
 
-    def row_inputs(self) -> list[tuple[str, int]]:
-        """Each module group's row-parallel input widths (the features a tensor-parallel rank splits)."""
-        return sorted({(g, m.cols) for g in GROUPS for m in self.matrices[g] if m.row_parallel})
+    def row_inputs(self) -> list[tuple[str, Matrix]]:
+        """Each module group's row-parallel matrices (whose input features a tensor-parallel rank splits)."""
+        return [(g, m) for g in GROUPS for m in self.matrices[g] if m.row_parallel]
 
     def params(self, group: str) -> int:
         return sum(m.params for m in self.matrices[group])
@@ -514,7 +514,7 @@ def param_breakdown(
         return b
     if model_type == NAS_TYPE:
         blocks = nas_blocks(cfg, layers, heads, hidden, where)
-        nemotron_nas(b, cfg, blocks, hidden, heads, head_dim)
+        nemotron_nas(b, cfg, blocks, hidden, heads, head_dim, where)
         return b
     if model_type == "granitemoehybrid":
         params_state.granite_moe_hybrid(b, cfg, layers, hidden, heads, kv_heads, ffn, pick, where)

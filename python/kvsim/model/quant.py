@@ -493,16 +493,6 @@ def from_config(qc: Any, where: str, b: Breakdown | None = None) -> Quantization
     return q.for_model(b) if b is not None else q
 
 
-def exempts_layer_modules(q: Quantization) -> bool:
-    """Whether the checkpoint's ignore list may name single decoder-layer modules (`model.layers.3.mlp.
-    down_proj`, a regex over projections) that kvsim prices with their group: then neither the groups'
-    whole-matrix check (`check_groups`) nor the tensor-parallel one (`shard_group`) is made. Entries naming
-    the `lm_head`, the embeddings or a vision tower (llm-compressor's usual `ignore: ["lm_head"]`) exempt
-    nothing checked."""
-    layer_words = ("layers", "proj", "mlp", "attn", "experts", "fc1", "fc2", "dense", "mixer")
-    return any(any(w in str(entry).lower() for w in layer_words) for entry in q.ignored)
-
-
 # The methods whose integer groups vLLM 0.33.0 cannot split (`check_groups`, `shard_group`).
 SPLIT_GROUP_METHODS = ("awq", "gptq", "compressed-tensors")
 
@@ -623,7 +613,7 @@ def shard_group(q: Quantization, group: str) -> int:
     group's scales: `not_whole_groups`). Routed experts have their own kernels' rules
     (`kvsim.model.shard._check_expert_quant`)."""
     fmt = q.formats.get(group)
-    if group == "experts" or fmt is None or fmt.kind != "int" or fmt.group < 1 or exempts_layer_modules(q):
+    if group == "experts" or fmt is None or fmt.kind != "int" or fmt.group < 1:
         return 0
     return fmt.group if q.method in SPLIT_GROUP_METHODS else 0
 
@@ -693,7 +683,6 @@ __all__ = [
     "Quantization",
     "check_groups",
     "deepseek_v4",
-    "exempts_layer_modules",
     "from_config",
     "is_ignored",
     "min_capability",

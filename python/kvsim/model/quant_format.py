@@ -300,7 +300,9 @@ def ignore_list(qc: dict[str, Any], where: str, *keys: str) -> list[str]:
         for v in value:
             try:
                 _pattern_regex(v)
-            except re.error as e:  # (vLLM would raise re.error as it loads the first layer)
+            # (vLLM would raise as it loads the first layer; OverflowError: a repeat past the engine's
+            # bound, `a{4294967295}`; RecursionError: groups nested too deep to compile)
+            except (re.error, OverflowError, RecursionError) as e:
                 raise InvalidArgumentError(
                     f"{where}: quantization_config.{key} entry {v!r} is not a valid regular expression ({e})"
                 ) from None

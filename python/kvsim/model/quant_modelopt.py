@@ -53,6 +53,10 @@ def kv_fp8(qc: dict[str, Any], inner: dict[str, Any], where: str) -> bool:
     if not kv:
         kv = inner.get("kv_cache_quant_algo") or qc.get("kv_cache_quant_algo")
         name = "kv_cache_quant_algo"
+    if kv and not isinstance(kv, (str, dict)):
+        raise InvalidArgumentError(
+            f"{where}: modelopt {name} {kv!r} must be an algorithm's name (FP8) or a scheme object"
+        )
     if isinstance(kv, dict):
         if kv.get("dynamic") is False and kv.get("num_bits") == 8 and kv.get("type") == "float":
             return True

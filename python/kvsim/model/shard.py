@@ -400,9 +400,9 @@ def _quantization(m: Model) -> quant.Quantization:
 
 def _fp8_block(q: quant.Quantization, group: str) -> tuple[int, int] | None:
     """`group`'s fp8 block (block_n, block_k) under `q`, or None where its layers are not fp8 blocks (or the
-    ignore list may name single layers of it: `quant.exempts_layer_modules`, as for the int groups)."""
+    ignore list leaves the group unquantized in every layer: `Quantization.for_model` dropped it)."""
     fmt = q.formats.get(group)
-    if fmt is None or fmt.kind != "fp8" or fmt.strategy != "block" or quant.exempts_layer_modules(q):
+    if fmt is None or fmt.kind != "fp8" or fmt.strategy != "block":
         return None
     return fmt.block
 
@@ -432,8 +432,8 @@ def _check_fp8_blocks(m: Model, tp: int) -> None:
     `model_type` `kimi_k2`, is served by its `DeepseekV3ForCausalLM` too)."""
     q = _quantization(m)
     kept = m.config_fields
-    for group, cols, _ in m.row_inputs:
-        block = _fp8_block(q, group)
+    for group, cols, _, quantized in m.row_inputs:
+        block = _fp8_block(q, group) if quantized else None
         if block is None or not (cols // tp) % block[1]:
             continue
         if kept.get("model_type") == "deepseek_v4" and group in ("mlp", "shared_experts"):
@@ -503,7 +503,7 @@ def _check_expert_quant(m: Model, tp: int, dp: int = 1) -> None:
         return
     q = _quantization(m)
     fmt = q.formats.get("experts")
-    if fmt is None or quant.exempts_layer_modules(q):
+    if fmt is None:  # (nor where the ignore list leaves every layer's experts unquantized: `for_model`)
         return
     # (a compressed-tensors scheme's input quantization picks the experts' method)
     ct_inputs = quant.ct_scheme(m.config_fields.get("quantization_config")).get("input_activations")
@@ -642,7 +642,7 @@ def shard(
             f"expert parallelism over {n} GPUs (tensor_parallel_size × data_parallel_size) does not divide "
             f"{m.name}'s {m.num_experts} experts"
         )
-    for group, cols, quant_group in m.row_inputs:
+    for group, cols, quant_group, _ in m.row_inputs:
         if cols % tp:
             # vLLM's RowParallelLinear: `divide(input_size, tp_size)`.
             raise UnsplittableModelError(
