@@ -1568,3 +1568,13 @@ def test_a_config_json_python_cannot_read_and_a_changed_hf_quant_config(tmp_path
     assert "fp8" in models.from_hf_config(path).quantization
     side.unlink()
     assert models.from_hf_config(path).quantization == ""
+
+
+def test_heads_zero_wide_name_the_model_and_its_fields():
+    """hidden_size // num_attention_heads of 0 said "head_dim 0 must be at least 1", naming neither the model
+    nor the fields (an adversarial pass)."""
+    cfg = json.loads((HF / "llama-3.1-8b.json").read_text())
+    with pytest.raises(
+        InvalidArgumentError, match=r"model 'x': hidden_size 4096 over num_attention_heads 8192"
+    ):
+        hf_config._from_dict({**cfg, "num_attention_heads": 8192}, "x", "x", "x", None)

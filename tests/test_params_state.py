@@ -86,7 +86,7 @@ def test_nemotron_h_reads_layers_block_type_as_transformers_prefers_it():
     blocks = ["mamba", "mlp", "attention", "moe"]
     c = {**NEMO, "hybrid_override_pattern": "MMMM", "layers_block_type": blocks}
     assert build(c).num_params == build(NEMO).num_params
-    assert [lay.kind for lay in build(c).layers] == ["mamba", "shared", "full", "shared"]
+    assert [lay.kind for lay in build(c).layers] == ["mamba", "none", "full", "none"]
     renamed = {k: v for k, v in NEMO.items() if k not in ("n_groups", "conv_kernel")}
     renamed |= {"mamba_n_groups": 2, "mamba_d_conv": 4}
     assert build(renamed).num_params == build(NEMO).num_params
@@ -368,9 +368,9 @@ def test_nemotron_h_sliding_window_on_its_attention_layers():
     m = build({**NEMO, "sliding_window": 64})
     assert [(lay.kind, lay.window) for lay in m.layers] == [
         ("mamba", 0),
-        ("shared", 0),
+        ("none", 0),
         ("sliding_window", 64),
-        ("shared", 0),
+        ("none", 0),
     ]
 
 

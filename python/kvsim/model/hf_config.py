@@ -480,6 +480,12 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
             )
     elif model_type == "nemotron_h" and cfg.get("head_dim") is None:
         head_dim = 128  # transformers' NemotronHConfig default, which nemotron_h.py reads
+    elif cfg.get("head_dim") is None and head_dim < 1:
+        # (the Model's own check said "head_dim 0 must be at least 1", naming neither the model nor the fields)
+        raise InvalidArgumentError(
+            f"model {str(path)!r}: hidden_size {hidden} over num_attention_heads {heads} gives heads 0 wide "
+            "(with no head_dim given, vLLM sizes each head hidden_size // num_attention_heads)"
+        )
     nas = None
     if model_type == NAS_TYPE:
         # Nemotron-NAS: each layer's KV heads and MLP width from its block (`kvsim.model.nemotron_nas`); the
