@@ -276,6 +276,19 @@ def _start(*args: str) -> tuple[subprocess.Popen, str]:
     line = proc.stdout.readline()
     m = re.search(r"http://\S+/", line)
     assert m, line
+    # The URL is printed before uvicorn has started (and taken over Ctrl-C): wait until it answers, so that a
+    # test's Ctrl-C meets the running server (on a loaded machine it once met the start-up: exit -2).
+    local = m.group(0).replace("0.0.0.0", "127.0.0.1")
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(local + "api/presets", timeout=5) as r:
+                r.read()
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise
+            time.sleep(0.1)
     return proc, m.group(0)
 
 
