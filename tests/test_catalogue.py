@@ -1578,3 +1578,19 @@ def test_heads_zero_wide_name_the_model_and_its_fields():
         InvalidArgumentError, match=r"model 'x': hidden_size 4096 over num_attention_heads 8192"
     ):
         hf_config._from_dict({**cfg, "num_attention_heads": 8192}, "x", "x", "x", None)
+
+
+def test_an_error_in_an_hf_quant_config_json_says_which_file_holds_it(tmp_path):
+    """The fields of an hf_quant_config.json beside a config.json are read as its `quantization_config`:
+    an error naming `quantization_config.*` now says which file holds them (the user's config.json has no
+    such field; an adversarial pass)."""
+    cfg = json.loads((HF / "qwen3-8b.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    side = {
+        "producer": {"name": "modelopt"},
+        "quantization": {"quant_algo": "FP8", "exclude_modules": "mtp*"},
+    }
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(side))
+    hf_config._HF_CACHE.clear()
+    with pytest.raises(InvalidArgumentError, match=r"read from .*hf_quant_config\.json"):
+        models.from_hf_config(tmp_path / "config.json")

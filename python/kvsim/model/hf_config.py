@@ -112,7 +112,17 @@ def from_hf_config(path: str | Path, name: str | None = None, quantization: str 
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise InvalidArgumentError(f"model {str(path)!r}: {side} is not a JSON config: {exc}") from None
         cfg = {**cfg, "quantization_config": quant_cfg}
-    model = _from_dict(cfg, name or str(path), str(path), str(p), quantization)
+        try:
+            model = _from_dict(cfg, name or str(path), str(path), str(p), quantization)
+        except InvalidArgumentError as e:
+            # (its fields are named as vLLM names them once read, `quantization_config.*`: say where they are)
+            if "quantization_config" not in str(e):
+                raise
+            raise InvalidArgumentError(
+                f"{e} (quantization_config read from {side}: its fields sit under 'quantization' there)"
+            ) from None
+    else:
+        model = _from_dict(cfg, name or str(path), str(path), str(p), quantization)
     _HF_CACHE[key] = model
     return model
 
