@@ -415,9 +415,10 @@ def test_minimax_m3_block_sparse_attention_is_refused_by_name():
     hf_config._from_dict({**cfg, "sparse_attention_config": off}, "m3", "m3", "m3", None)
 
 
-def test_mimo_v2_hybrid_layer_pattern_is_refused_by_name():
+def test_hybrid_layer_pattern_is_refused_by_name_on_other_model_types():
     """MiMo-V2-Flash's `hybrid_layer_pattern` makes most layers sliding-window with their own heads (vLLM
-    0.33.0's `mimo_v2.py`): kvsim sized every layer as full attention, silently; refused until modelled."""
+    0.33.0's `mimo_v2.py`): read for `mimo_v2_flash` (tests/test_mimo_v2.py); on another model type kvsim
+    would size every layer as full attention, silently: refused by name."""
     cfg = json.loads((HF / "mixtral-8x7b.json").read_text())
-    with pytest.raises(InvalidArgumentError, match="'hybrid_layer_pattern'"):
+    with pytest.raises(InvalidArgumentError, match=r"'hybrid_layer_pattern'.*MiMo-V2-Flash only"):
         hf_config._from_dict({**cfg, "hybrid_layer_pattern": [0, 1] * 16}, "mimo", "mimo", "mimo", None)

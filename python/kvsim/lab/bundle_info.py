@@ -114,6 +114,8 @@ def _layout_info(cfg: SimConfig, kv_bytes: int | None) -> dict[str, Any] | None:
                 f"{spec.block_size} tokens × {m.kv_lora_rank + m.qk_rope_head_dim} latent"
                 if m.is_mla
                 else f"{spec.block_size} tokens × 2 (K, V) × {heads} KV heads × {width} head dim"
+                if first.v_head_dim is None or first.v_head_dim == width
+                else f"{spec.block_size} tokens × {heads} KV heads × ({width} K + {first.v_head_dim} V)"
             ) + f" × {bits // 8} B = {page:,} B"
             if grp.kind == "sliding_window":
                 info["blocks_per_request"] = -(-(grp.window - 1) // spec.block_size) + 1

@@ -211,7 +211,8 @@ class Model:
                 dsv4 += Fraction(dsa_index_bytes(idx) * 8, 4) if r == 4 else 0
             if layer.kind in ("full", "sliding_window", "chunked_local"):
                 heads = layer.num_kv_heads or self.num_kv_heads
-                bits += 2 * heads * (layer.head_dim or self.head_dim) * dtype_bits(self.kv_dtype)
+                # K and V: 2 x head_dim, or K's and V's widths where they differ (MiMo-V2)
+                bits += heads * layer.kv_width(self.head_dim) * dtype_bits(self.kv_dtype)
         return -(-(bits + math.ceil(dsv4)) // 8)
 
     @property

@@ -241,6 +241,14 @@ _KEPT_FIELDS = (
     "use_double_wide_mlp",
     "expert_intermediate_size",
     "top_k_experts",
+    # MiMo-V2-Flash (`hf_layers._mimo_v2_layers`, `params._mimo_v2_attention`).
+    "hybrid_layer_pattern",
+    "sliding_window_size",
+    "swa_num_attention_heads",
+    "swa_num_key_value_heads",
+    "swa_head_dim",
+    "swa_v_head_dim",
+    "add_swa_attention_sink_bias",
     # DeepSeek-V4 (`hf_layers._deepseek_v4_layers`, `params._deepseek_v4`, `quant.deepseek_v4`).
     "o_groups",
     "o_lora_rank",

@@ -333,6 +333,8 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
                 for blk in blocks
             ]
         )
+    if model_type in MIMO_V2_TYPES:
+        return _mimo_v2_layers(cfg, num_layers, where, field_int, field_window)
     _refuse_unread_layers(cfg, model_type, where)
     if model_type in DSA_TYPES:
         return _deepseek_v32_layers(cfg, num_layers, where, field_int)
@@ -482,8 +484,8 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
 def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> None:
     """Refuses by name the configs whose layers vLLM 0.33.0 builds from fields kvsim does not read (it read
     them as plain attention, silently): per-layer `block_configs` on a model type other than Nemotron-NAS's
-    (`nemotron-nas`, read by `kvsim.model.nemotron_nas`), MiMo-V2's `hybrid_layer_pattern` (sliding-window
-    layers of their own heads), MiniMax-M3's `sparse_attention_config` (an index key cache on its sparse
+    (`nemotron-nas`, read by `kvsim.model.nemotron_nas`), `hybrid_layer_pattern` on a model type other than
+    MiMo-V2-Flash's (`mimo_v2_flash`, read by `_mimo_v2_layers`), MiniMax-M3's `sparse_attention_config` (an index key cache on its sparse
     layers) and DeepSeek-V3.2's indexer key cache (`index_topk`: `DeepseekV32IndexerCache` in
     `deepseek_v2.py`, 132 more bytes a token a layer, in blocks of 64)."""
     if cfg.get("block_configs") is not None:
@@ -493,9 +495,9 @@ def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> N
         )
     if cfg.get("hybrid_layer_pattern") is not None:
         raise InvalidArgumentError(
-            f"model {where}: field 'hybrid_layer_pattern' (model_type {model_type!r}, MiMo-V2's sliding-window "
-            "layers, each with its own heads and head widths: vLLM's mimo_v2.py) is not modelled by kvsim: it "
-            "would size every layer as full attention"
+            f"model {where}: field 'hybrid_layer_pattern' (MiMo-V2's sliding-window layers, each with its own "
+            f"heads and head widths: vLLM's mimo_v2.py) is read for MiMo-V2-Flash only (model_type "
+            f"'mimo_v2_flash'), not for model_type {model_type!r}: its layers are not modelled"
         )
     sparse = cfg.get("sparse_attention_config")
     if isinstance(sparse, dict) and any(sparse.get("sparse_attention_freq") or []):
@@ -600,6 +602,62 @@ def _pattern_layer_types(
         )
     pattern = field_int("sliding_window_pattern", 4, least=1)
     return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+
+
+# The model types kvsim reads as vLLM 0.33.0's `mimo_v2.py` builds them (MiMoV2FlashForCausalLM).
+MIMO_V2_TYPES = frozenset({"mimo_v2_flash"})
+
+
+def _mimo_v2_layers(
+    cfg: dict[str, Any], n: int, where: str, field_int: Any, field_window: Any
+) -> tuple[Layer, ...]:
+    """MiMo-V2-Flash's layers as vLLM 0.33.0's `mimo_v2.py` builds them (`MiMoV2FlashDecoderLayer`,
+    `MiMoV2Attention`): layer i slides when `hybrid_layer_pattern[i]` is 1 (`is_compressed_softmax_layer`),
+    over `sliding_window_size` tokens with `swa_num_key_value_heads` KV heads, K heads of `swa_head_dim`
+    and V heads of `swa_v_head_dim` (`swa_head_dim` when absent); else full attention with
+    `num_key_value_heads`, `head_dim` and `v_head_dim` (`head_dim` when absent). The model sets
+    `cache_config.sliding_window` to None, so the full layers keep every token whatever the config's
+    `sliding_window`; its `attention_chunk_size` is read by no layer. The sliding layers' attention sinks
+    are learned per-head logits (`add_swa_attention_sink_bias`): weights, no cached token.
+
+    Refused: a pattern that does not list the layers as 0s and 1s; `swa_num_attention_heads` other than
+    `num_attention_heads` (kvsim prices one attention-head count a model: the roofline's scores, the
+    activations; the weights read each layer's own).
+    """
+    pattern = cfg.get("hybrid_layer_pattern")
+    if (
+        not isinstance(pattern, list)
+        or len(pattern) != n
+        or any(isinstance(x, bool) or x not in (0, 1) for x in pattern)
+    ):
+        raise InvalidArgumentError(
+            f"model {where}: 'hybrid_layer_pattern' must list the {n} layers, each 1 (sliding window) or 0 "
+            "(full attention)"
+        )
+    heads = field_int("num_attention_heads", least=1)
+    head = field_int("head_dim", least=1)
+    v_head = field_int("v_head_dim", least=1) if cfg.get("v_head_dim") is not None else head
+    kv = field_int("num_key_value_heads", least=1)
+    full = Layer("full", num_kv_heads=kv, head_dim=head, v_head_dim=v_head)
+    if not any(pattern):
+        return (full,) * n
+    swa_heads = field_int("swa_num_attention_heads", least=1)
+    if swa_heads != heads:
+        raise InvalidArgumentError(
+            f"model {where}: swa_num_attention_heads {swa_heads} differs from num_attention_heads {heads}: "
+            "kvsim prices one attention-head count a model (the roofline's attention), not a layer's own"
+        )
+    swa_kv = field_int("swa_num_key_value_heads", least=1)
+    if swa_heads % swa_kv:
+        raise InvalidArgumentError(
+            f"model {where}: swa_num_attention_heads {swa_heads} is not a multiple of swa_num_key_value_heads "
+            f"{swa_kv}"
+        )
+    swa_head = field_int("swa_head_dim", least=1)
+    swa_v = field_int("swa_v_head_dim", least=1) if cfg.get("swa_v_head_dim") is not None else swa_head
+    window = field_window("sliding_window_size")
+    swa = Layer("sliding_window", window, num_kv_heads=swa_kv, head_dim=swa_head, v_head_dim=swa_v)
+    return tuple(swa if x else full for x in pattern)
 
 
 def _gemma4_layers(
@@ -760,6 +818,7 @@ def _hf_state(
 
 __all__ = [
     "DSA_TYPES",
+    "MIMO_V2_TYPES",
     "dsa_indexer_layers",
     "full_attention_interval",
     "granite_layer_is_mamba",

@@ -232,7 +232,9 @@ class Layer:
         kind: one of `LAYER_KINDS`.
         window: the sliding window (`sliding_window`) or the chunk (`chunked_local`), in tokens.
         num_kv_heads, head_dim: this layer's KV heads and head width where they differ from the model's
-            (Gemma 4's global layers); None: the model's.
+            (Gemma 4's global layers, MiMo-V2's); None: the model's.
+        v_head_dim: the width of this layer's V heads where it differs from its K heads' (MiMo-V2: K 192,
+            V 128; vLLM's `head_size_v`); None: the K heads' width (`head_dim`).
         state: the recurrent state's shape (`mamba`).
         compress_ratio: a `deepseek_v4` layer's ratio (`compress_ratios`: 0 or 1, none; 4; 128).
         index_head_dim, index_heads: a `deepseek_v4` layer's indexer head width and heads (`index_head_dim`,
@@ -245,6 +247,7 @@ class Layer:
     window: int = 0
     num_kv_heads: int | None = None
     head_dim: int | None = None
+    v_head_dim: int | None = None
     state: MambaState | None = None
     compress_ratio: int = 0
     index_head_dim: int = 0
@@ -267,6 +270,14 @@ class Layer:
                 f"DeepSeek-V4 compress ratio {self.compress_ratio} is not one of "
                 f"{', '.join(map(str, DSV4_RATIOS))} (vLLM's CompressorStateCache takes 4 and 128)"
             )
+        if self.v_head_dim is not None and self.v_head_dim < 1:
+            raise InvalidArgumentError(f"a layer's v_head_dim {self.v_head_dim} must be at least 1")
+
+    def kv_width(self, model_head_dim: int) -> int:
+        """The values one KV head keeps a token: its K head's width and its V head's (vLLM's `head_size +
+        head_size_v`, `AttentionSpec.real_page_size_bytes`); `model_head_dim` where the layer states none."""
+        k = self.head_dim or model_head_dim
+        return k + (self.v_head_dim or k)
 
 
 FULL = Layer("full")
@@ -399,7 +410,8 @@ def _attention_page(layer: Layer, model: Any, tp: int, kv_bits: int, block_size:
     else:
         heads = layer.num_kv_heads or model.num_kv_heads
         heads = max(1, heads // tp)  # ModelConfig.get_num_kv_heads: replicated when tp > heads
-        width, coef = layer.head_dim or model.head_dim, 2
+        # K and V (`head_size + head_size_v`: twice the head width unless V's differs, MiMo-V2)
+        width, coef = layer.kv_width(model.head_dim), 1
     return block_size * heads * coef * width * kv_bits // 8
 
 
@@ -504,7 +516,14 @@ def kv_layout(
     promoted = False
     if not hybrid_on and has_full and has_local:
         # unify_hybrid_kv_cache_specs: sliding-window and chunked-local layers allocated as full attention.
-        layers = [FULL if lay.kind in ("sliding_window", "chunked_local") else lay for lay in layers]
+        # (each keeps its own KV heads and widths: FullAttentionSpec of the layer's `num_kv_heads`,
+        # `head_size`, `head_size_v`; MiMo-V2's sliding layers have twice the full layers' KV heads)
+        layers = [
+            dataclasses.replace(lay, kind="full", window=0)
+            if lay.kind in ("sliding_window", "chunked_local")
+            else lay
+            for lay in layers
+        ]
         promoted = True
         notes.append("hybrid KV-cache manager off: local-attention layers keep every token")
     if has_mamba and not hybrid_on:

@@ -40,6 +40,7 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.model import params_state
 from kvsim.model.hf_layers import (
     DSA_TYPES,
+    MIMO_V2_TYPES,
     dsa_indexer_layers,
     full_attention_interval,
     kimi_full_rank_gate,
@@ -391,6 +392,46 @@ def _gemma4(
     b.loose(hidden, whole=True)  # the final norm
 
 
+def _mimo_v2_attention(
+    b: Breakdown,
+    cfg: Mapping[str, Any],
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    pick: Any,
+) -> None:
+    """MiMo-V2-Flash's attention as vLLM 0.33.0's `mimo_v2.py` builds it (`MiMoV2Attention`), each layer by
+    its own heads (`kvsim.model.hf_layers._mimo_v2_layers` reads the pattern and checks the fields): a fused
+    `qkv_proj` of `heads` query heads and KV heads of the K width (q, k) and the V width (v); `o_proj` from
+    `heads` x V width back to hidden; a sliding layer's attention sinks (`add_swa_attention_sink_bias`: one
+    value a head, split with the heads; a full layer's only under `add_full_attention_sink_bias`, which
+    vLLM 0.33.0's file does not read: none); q, k, v biases under `attention_bias`. No q / k norms."""
+    pattern = cfg.get("hybrid_layer_pattern") or [0] * layers
+    full_v = pick("v_head_dim", default=head_dim, required=False)
+    sinks = bool(cfg.get("add_swa_attention_sink_bias"))
+    for i in range(layers):
+        if pattern[i]:
+            q_heads, kv, k_dim = (
+                pick("swa_num_attention_heads"),
+                pick("swa_num_key_value_heads"),
+                pick("swa_head_dim"),
+            )
+            v_dim = pick("swa_v_head_dim", default=k_dim, required=False)
+        else:
+            q_heads, kv, k_dim, v_dim = heads, kv_heads, head_dim, full_v
+        q = qkv("self_attn")
+        b.add("attn", q_heads * k_dim, hidden, layers=[i], **q)  # q
+        b.add("attn", kv * k_dim, hidden, layers=[i], **q)  # k
+        b.add("attn", kv * v_dim, hidden, layers=[i], **q)  # v
+        b.add("attn", hidden, q_heads * v_dim, row=True, module="self_attn.o_proj", layers=[i])  # o
+        if cfg.get("attention_bias"):
+            b.loose(q_heads * k_dim + kv * (k_dim + v_dim))  # q, k, v biases (split with the heads)
+        if pattern[i] and sinks:
+            b.loose(q_heads)  # the attention sinks (a rank's heads)
+
+
 def _deepseek_v4(
     b: Breakdown, cfg: Mapping[str, Any], layers: int, hidden: int, heads: int, pick: Any, where: str
 ) -> None:
@@ -581,6 +622,8 @@ def param_breakdown(
             wq_b = "self_attn.indexer.wq_b"
             b.add("attn", idx_heads * idx_dim, q_lora, n_index, module=wq_b, layers=indexed, whole=True)
             b.loose(((idx_dim + idx_heads) * hidden + 2 * idx_dim) * n_index, whole=True, gemm=True)
+    elif model_type in MIMO_V2_TYPES:
+        _mimo_v2_attention(b, cfg, layers, hidden, heads, kv_heads, head_dim, pick)
     else:
         # The attention layers that remain of a gated delta net model gate their output with a second
         # query-sized projection.

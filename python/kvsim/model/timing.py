@@ -672,9 +672,11 @@ def roofline_time_model(
             flops = 2 * heads * width + 2 * heads * model.kv_lora_rank
         else:
             kvh = max(1, (lay.num_kv_heads or model.num_kv_heads) // tp)
-            hd = lay.head_dim or model.head_dim
-            kv_bytes = 2 * kvh * hd * kv_bits / 8
-            flops = 4 * heads * hd
+            # K and V widths (2 x head_dim, or MiMo-V2's K 192 + V 128): the bytes read a key, and
+            # 2·heads·K FLOPs for the scores, 2·heads·V for the weighted values
+            width = lay.kv_width(model.head_dim)
+            kv_bytes = kvh * width * kv_bits / 8
+            flops = 2 * heads * width
         add_class(kind, window, kv_bytes, flops)
     attention = tuple(
         AttentionClass(
