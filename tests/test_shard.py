@@ -662,3 +662,16 @@ def test_whole_weights_are_priced_layer_by_layer_as_the_ignore_list_names_them()
     assert ignored.param_bytes - base.param_bytes == whole + split
     rep = replicated(ignored)[0]
     assert shard(ignored, None, 8).param_bytes == -(-(ignored.param_bytes - rep) // 8) + rep
+
+
+def test_layers_of_their_own_kv_heads_split_over_the_gpus():
+    """Gemma 4 31B's layers name their own KV heads (16 sliding, 4 global): at tp 4 each GPU holds a quarter
+    of every layer's, so a quarter of the KV bytes a token (the pool line's figure, the linear model's); they
+    were kept whole (880 KiB a token shown at tp 8 where a GPU holds 120)."""
+    from kvsim.model.models import resolve
+    from kvsim.model.shard import shard
+
+    m = resolve("gemma-4-31b")
+    assert {lay.num_kv_heads for lay in m.layer_list()} == {16, 4}
+    assert shard(m, None, 4).kv_bytes_per_token * 4 == m.kv_bytes_per_token
+    assert {lay.num_kv_heads for lay in shard(m, None, 4).layer_list()} == {4, 1}

@@ -659,12 +659,22 @@ def shard(
             )
     _check_fp8_blocks(m, tp)
     kv_heads = m.num_kv_heads if m.is_mla else max(1, m.num_kv_heads // tp)
+    # A layer's own KV heads (Gemma 4's global layers, MiMo-V2's sliding ones, Nemotron-NAS's) split alike:
+    # they were kept whole, so one GPU's KV bytes a token (`Model.kv_bytes_per_token`: the pool line, the
+    # linear time model) counted those layers' every head at tp > 1.
+    layers = m.layers
+    if not m.is_mla and any(lay.num_kv_heads for lay in layers):
+        layers = tuple(
+            dataclasses.replace(lay, num_kv_heads=max(1, lay.num_kv_heads // tp)) if lay.num_kv_heads else lay
+            for lay in layers
+        )
     pad_bytes, pad_params = loaded_expert_padding(m, tp, expert_parallel, dp)
     # The weights every GPU holds whole (`replicated`; every token multiplies them), the rest over tp.
     whole_bytes, whole_params = replicated(m) if tp > 1 else (0, 0)
     out = dataclasses.replace(
         m,
         num_kv_heads=kv_heads,
+        layers=layers,
         num_params=-(-(m.num_params - whole_params) // tp) + whole_params,
         num_active_params=-(-(m.num_active_params - whole_params) // tp) + whole_params,
         weight_bytes=-(-(m.param_bytes - whole_bytes) // tp) + whole_bytes
