@@ -36,11 +36,11 @@ def test_a_module_ignored_in_half_the_layers_prices_half_the_group():
     half = [f"model.layers.{i}.mlp" for i in range(0, 8, 2)]
     q = quant.from_config(_fp8(half), "t", b)
     assert "mlp" in q.formats  # quantized where it is not named
-    assert [q.quantized(m, b) for m in b.matrices["mlp"]] == [8, 4]
+    assert [q.quantized(m, b, "mlp") for m in b.matrices["mlp"]] == [8, 4]
     assert q.group_bytes(b, "mlp", 16) == all_fp8 // 2 + whole  # half at fp8, half at 2 bytes
     # one projection named in one layer: that layer's down_proj alone
     one = quant.from_config(_fp8(["model.layers.3.mlp.down_proj"]), "t", b)
-    assert [one.quantized(m, b) for m in b.matrices["mlp"]] == [16, 7]
+    assert [one.quantized(m, b, "mlp") for m in b.matrices["mlp"]] == [16, 7]
     # named in every layer: the group is exempt (and no longer said quantized)
     every = quant.from_config(_fp8(["re:model\\.layers\\.\\d+\\.mlp\\..*"]), "t", b)
     assert "mlp" not in every.formats
@@ -98,13 +98,13 @@ def test_nemotron_3_nano_nvfp4_keeps_its_attention_and_the_mamba_mixers_before_i
     for mat in b.matrices["attn"]:
         named = attention if mat.module.startswith(("mixer.q_proj", "mixer.o_proj")) else mamba
         each = mat.count // len(mat.layers)
-        assert q.quantized(mat, b) == mat.count - each * len(named), mat.module
+        assert q.quantized(mat, b, "attn") == mat.count - each * len(named), mat.module
     assert all(
-        q.quantized(mat, b) == mat.count for g in ("experts", "shared_experts") for mat in b.matrices[g]
+        q.quantized(mat, b, g) == mat.count for g in ("experts", "shared_experts") for mat in b.matrices[g]
     )
     expect = 0
     for mat in b.matrices["attn"]:
-        n = q.quantized(mat, b)
+        n = q.quantized(mat, b, "attn")
         expect += (
             NVFP4.matrix_bytes(mat) * n // mat.count + BF16.matrix_bytes(mat) * (mat.count - n) // mat.count
         )
@@ -115,7 +115,7 @@ def test_nemotron_3_nano_nvfp4_keeps_its_attention_and_the_mamba_mixers_before_i
         total = b.other
         for g, mats in b.matrices.items():
             for mat in mats:
-                n = q.quantized(mat, b) if g in q.formats else 0
+                n = q.quantized(mat, b, g) if g in q.formats else 0
                 per = mat.rows * mat.cols
                 total += n * (per // 2 + per // 16 + 2) + (mat.count - n) * per
         return total
@@ -223,11 +223,11 @@ def test_kimi_linear_kda_input_projection_is_one_module_to_an_ignore_list(tmp_pa
         (32, 20, False),
         (128, 20, True),
     ]
-    assert [q.quantized(mat, b) for mat in in_proj] == [57, 19, 19]  # layer 0's parts unquantized
+    assert [q.quantized(mat, b, "attn") for mat in in_proj] == [57, 19, 19]  # layer 0's parts unquantized
     by_module = {mat.module: mat for mat in b.matrices["attn"] if 0 in mat.layers}
     assert by_module["self_attn.g_a_proj"].whole
     assert not by_module["self_attn.g_b_proj"].whole
-    assert q.quantized(by_module["self_attn.g_a_proj"], b) == 20  # a module of its own, not named
+    assert q.quantized(by_module["self_attn.g_a_proj"], b, "attn") == 20  # a module of its own, not named
     for named in (["model.layers.2.self_attn.b_proj"], ["re:.*self_attn\\.f_a_proj"]):
         with pytest.raises(InvalidArgumentError, match=r"vLLM 0\.33\.0 fuses them into one module"):
             models.from_hf_config(_kimi_fp8(tmp_path, named))

@@ -301,3 +301,15 @@ def test_a_kv_cache_algorithm_of_another_type_is_refused_by_name(value):
     }
     with pytest.raises(InvalidArgumentError, match=r"kv_cache_quant_algo .* must be an algorithm's name"):
         quant.from_config(qc, "t")
+
+
+def test_a_mixed_maps_row_parallel_matrices_are_known_quantized_for_the_split_checks():
+    """`Model.row_inputs` says which row-parallel matrices the checkpoint quantizes, for the tensor-parallel
+    checks (fp8 blocks, int groups); a MIXED_PRECISION map's module formats depend on their group, which the
+    callers did not pass: every matrix read as unquantized, the checks skipped (a re-read of the diff)."""
+    from kvsim.model import hf_config
+
+    qmap = {f"model.layers.{i}.self_attn.o_proj": {"quant_algo": "FP8_PB_WO"} for i in range(32)}
+    qc = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": qmap}
+    m = hf_config._from_dict(_mixtral(qc), "mixtral", "mixtral", "mixtral", None)
+    assert ("attn", 4096, 0, True) in m.row_inputs

@@ -642,7 +642,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
                 {
                     (g, m.cols, quant.shard_group(q, g) if quantized else 0, quantized)
                     for g, m in b.row_inputs()
-                    for quantized in [bool(q.method) and q.quantized(m, b) > 0]
+                    for quantized in [bool(q.method) and q.quantized(m, b, g) > 0]
                 }
             )
         ),

@@ -410,7 +410,7 @@ def check_moe_scheme(q: Quantization, b: Breakdown, qc: Any, where: str) -> None
     if (
         q.method != "compressed-tensors"
         or "experts" not in q.formats
-        or not any(q.quantized(m, b) for m in b.matrices["experts"])
+        or not any(q.quantized(m, b, "experts") for m in b.matrices["experts"])
     ):
         return
     scheme = ct_scheme(qc)
@@ -570,7 +570,7 @@ def check_groups(q: Quantization, b: Breakdown, qc: Any, where: str) -> None:
         if group == "experts" or fmt is None or fmt.kind != "int" or fmt.group < 1:
             continue
         for m in b.matrices[group]:
-            if m.cols % fmt.group and q.quantized(m, b):
+            if m.cols % fmt.group and q.quantized(m, b, group):
                 raise InvalidArgumentError(
                     f"{where}: {key} {fmt.group} does not divide the {m.cols} input features of the {group} "
                     f"layers' {m.rows} x {m.cols} matrices: vLLM needs whole groups "

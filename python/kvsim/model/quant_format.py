@@ -142,12 +142,12 @@ class Quantization:
     kv_fp8: bool = False
     modules: ModuleFormats | None = None
 
-    def quantized(self, m: Matrix, b: Breakdown, group: str = "") -> int:
+    def quantized(self, m: Matrix, b: Breakdown, group: str) -> int:
         """How many of `m`'s `count` matrices (of `b`) are stored quantized: those of the decoder layers where
         the ignore list does not name `m`'s module (`is_ignored`), vLLM deciding module by module
         (`get_quant_method` with each module's prefix); all, or none, of a module held by no layer
-        (`lm_head`). Whether the group is quantized at all is `formats`' to say; with `modules`, the layers
-        whose module resolves to a format (`layout`, of `group`)."""
+        (`lm_head`). Whether `m`'s group, `group`, is quantized at all is `formats`' to say; with `modules`,
+        the layers whose module resolves to a format (`layout`: a module's format depends on its group)."""
         if self.modules is not None:
             return sum(n for f, n in self.layout(b, group, m).items() if f is not None)
         if not self.ignored or not m.module:
@@ -166,7 +166,7 @@ class Quantization:
         out: dict[Format | None, int] = {}
         if self.modules is None:
             fmt = self.formats.get(group)
-            n = self.quantized(m, b) if fmt is not None else 0
+            n = self.quantized(m, b, group) if fmt is not None else 0
             if n:
                 out[fmt] = n
             if n < m.count:
@@ -218,7 +218,7 @@ class Quantization:
         kept = {
             g: f
             for g, f in self.formats.items()
-            if g not in b.matrices or not b.matrices[g] or any(self.quantized(m, b) for m in b.matrices[g])
+            if g not in b.matrices or not b.matrices[g] or any(self.quantized(m, b, g) for m in b.matrices[g])
         }
         return dataclasses.replace(self, formats=kept)
 

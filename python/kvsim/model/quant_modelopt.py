@@ -105,7 +105,7 @@ def _mixed(qc: dict[str, Any], inner: dict[str, Any], where: str) -> MixedPrecis
     `quant_algo` upper-cased; the NVFP4 group size the config's own `group_size`, else the first NVFP4 or
     W4A16_NVFP4 entry's (16 where it gives none); one block size for every block-FP8 MoE entry (its
     `group_size`, 128 where none)."""
-    layers = inner.get("quantized_layers") if inner is not qc else qc.get("quantized_layers")
+    layers = inner.get("quantized_layers")
     if not isinstance(layers, dict) or not layers:
         raise InvalidArgumentError(
             f'{where}: modelopt MIXED_PRECISION without quantized_layers (vLLM: "MIXED_PRECISION quant_algo '
