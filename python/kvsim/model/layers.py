@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -425,6 +426,17 @@ def _with_checkpoints(group: KVGroup, layers: list[Layer]) -> KVGroup:
     return dataclasses.replace(group, checkpoint_blocks=blocks)
 
 
+def _without_checkpoints(layers: list[Layer], picked: Callable[[MambaState], bool]) -> list[Layer]:
+    """`layers` with no prefill checkpoint on the state layers `picked` chooses (their prefill kernel on
+    this GPU exports none: the gated delta net off FlashInfer, KDA off FlashKDA)."""
+    return [
+        dataclasses.replace(lay, state=dataclasses.replace(lay.state, checkpoint_blocks=0))
+        if lay.state is not None and picked(lay.state)
+        else lay
+        for lay in layers
+    ]
+
+
 def kv_layout(
     model: Any,
     block_size: int,
@@ -474,12 +486,7 @@ def kv_layout(
             if not gpu_arch:
                 notes.append(GDN_ASSUMED_NOTE)
         else:
-            layers = [
-                dataclasses.replace(lay, state=dataclasses.replace(lay.state, checkpoint_blocks=0))
-                if lay.state is not None and lay.state.gdn_head_k_dim
-                else lay
-                for lay in layers
-            ]
+            layers = _without_checkpoints(layers, lambda st: bool(st.gdn_head_k_dim))
     # Kimi-K3's KDA prefill: checkpoints (on a 16-token grid) only on FlashKDA.
     kda_grid = None
     kda = [
@@ -493,12 +500,7 @@ def kv_layout(
             if not gpu_arch:
                 notes.append(KDA_ASSUMED_NOTE)
         else:
-            layers = [
-                dataclasses.replace(lay, state=dataclasses.replace(lay.state, checkpoint_blocks=0))
-                if lay.state is not None and lay.state.kda_checkpoint_grid
-                else lay
-                for lay in layers
-            ]
+            layers = _without_checkpoints(layers, lambda st: bool(st.kda_checkpoint_grid))
     if any(lay.kind == "deepseek_v4" for lay in layers):
         return _deepseek_v4_layout(model, layers, block_size, hybrid_kv_cache_manager)
     has_local = any(lay.kind in ("sliding_window", "chunked_local") for lay in layers)

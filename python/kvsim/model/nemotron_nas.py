@@ -85,12 +85,7 @@ def nas_blocks(
             raise InvalidArgumentError(f"model {at} must be an object with 'attention' and 'ffn' objects")
         kv = 0
         if not _flag(attention, "no_op", at):
-            if _flag(attention, "replace_with_linear", at):
-                raise InvalidArgumentError(
-                    f"model {at}: an attention replaced with a linear layer ('replace_with_linear') is not "
-                    "built by vLLM 0.33.0's nemotron_nas.py (it builds a full attention of 'n_heads_in_group'), "
-                    "so kvsim does not model it"
-                )
+            _refuse_linear(attention, at, "an attention", "a full attention of 'n_heads_in_group'")
             group = attention.get("n_heads_in_group")
             if isinstance(group, bool) or not isinstance(group, int) or group < 1 or heads % group:
                 raise InvalidArgumentError(
@@ -100,12 +95,7 @@ def nas_blocks(
             kv = heads // group
         width = 0
         if not _flag(ffn, "no_op", at):
-            if _flag(ffn, "replace_with_linear", at):
-                raise InvalidArgumentError(
-                    f"model {at}: an MLP replaced with a linear layer ('replace_with_linear') is not built by "
-                    "vLLM 0.33.0's nemotron_nas.py (it builds a gated MLP of 'ffn_mult'), so kvsim does not "
-                    "model it"
-                )
+            _refuse_linear(ffn, at, "an MLP", "a gated MLP of 'ffn_mult'")
             act = ffn.get("hidden_act", cfg.get("hidden_act", "silu"))
             if act not in (None, "silu"):
                 raise InvalidArgumentError(
@@ -136,6 +126,16 @@ def nas_blocks(
             "(NemotronNasModelArchConfigConvertor), and kvsim models the KV cache only"
         )
     return blocks
+
+
+def _refuse_linear(part: Mapping[str, Any], at: str, what: str, builds: str) -> None:
+    """Refuses a block's part replaced with a linear layer (`replace_with_linear`): vLLM 0.33.0's
+    nemotron_nas.py does not build one (it builds `builds` from fields the config leaves null)."""
+    if _flag(part, "replace_with_linear", at):
+        raise InvalidArgumentError(
+            f"model {at}: {what} replaced with a linear layer ('replace_with_linear') is not built by vLLM "
+            f"0.33.0's nemotron_nas.py (it builds {builds}), so kvsim does not model it"
+        )
 
 
 def first_kv_heads(blocks: list[NasBlock]) -> int:
