@@ -259,20 +259,51 @@ impl Engine<'_> {
     /// admitted sequence to `scheduled`. A head that cannot start blocks the rest (head-of-line), unless
     /// nothing runs at all: then it can never start and is rejected.
     pub(super) fn admit_waiting(&mut self, budget: u64) {
-        let mut budget = self.admit_swapped(budget);
+        let budget = self.admit_swapped(budget);
         if !self.swapped.is_empty() {
             return;
         }
         if self.tier.is_some() {
+            self.tier_admit_plain(budget);
+            return;
+        }
+        self.admit_loop::<false>(budget);
+    }
+
+    /// The waiting phase with a CPU tier, its usual heads (nothing held, a head the tier holds nothing
+    /// for: `tier_has_nothing_for`) admitted by the plain loop; the first other one hands the rest of
+    /// the phase to the tier's loop (`tier_admit_waiting`), which decides such heads alike.
+    #[inline(never)]
+    fn tier_admit_plain(&mut self, budget: u64) {
+        if !self.tier_hot.held_empty {
             self.tier_admit_waiting(budget);
             return;
         }
+        self.admit_loop::<true>(budget);
+    }
+
+    /// `admit_waiting`'s loop; `TIER`: with a CPU tier and nothing held (`tier_admit_plain`), whose
+    /// rules for a head are the tier loop's (`tier_admit_waiting`).
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // one call site each: the tier-off loop as it was
+    fn admit_loop<const TIER: bool>(&mut self, mut budget: u64) {
         let cfg = self.cfg;
         while budget > 0 {
             let Some(k) = self.waiting_head() else {
                 break;
             };
-            if self.running.len() as u64 + self.slab[k].seats() > cfg.max_num_seqs {
+            if TIER {
+                if self.running.len() as u64 >= cfg.max_num_seqs {
+                    break;
+                }
+                if !self.tier_has_nothing_for(k) {
+                    // (nothing skipped: a tier refuses `skip_over_budget`)
+                    debug_assert!(self.skipped.is_empty());
+                    self.tier_admit_waiting(budget);
+                    return;
+                }
+                self.slab[k].next_store = 0;
+            } else if self.running.len() as u64 + self.slab[k].seats() > cfg.max_num_seqs {
                 if self.running.is_empty() {
                     self.waiting.pop_front();
                     self.reject_seq(k, reject::NEVER_ADMITTED);
@@ -286,15 +317,16 @@ impl Engine<'_> {
                 self.reject_seq(k, reject::EXCEEDS_STEP_BUDGET);
                 continue;
             }
-            if num_new == SKIP {
+            if !TIER && num_new == SKIP {
                 self.waiting.pop_front();
                 self.skipped.push(k);
                 continue;
             }
             if num_new == 0 {
-                // (A prefill replica's blocks held for transfers come back.)
+                // (A prefill replica's blocks held for transfers come back; with a tier, nothing is
+                // held here: the tier loop's test.)
                 if self.running.is_empty()
-                    && self.sends.as_ref().is_none_or(|s| s.sending.is_empty())
+                    && (TIER || self.sends.as_ref().is_none_or(|s| s.sending.is_empty()))
                 {
                     self.waiting.pop_front();
                     self.reject_seq(k, reject::NEVER_ADMITTED);
@@ -303,18 +335,25 @@ impl Engine<'_> {
                 break; // head-of-line blocking: a waiting request never preempts
             }
             self.waiting.pop_front();
-            self.running.push(k);
-            self.scheduled.push((k, num_new));
-            budget -= num_new;
-            let s = &mut self.slab[k];
-            s.adm_no = self.next_adm;
-            self.next_adm += ADM_STRIDE;
-            if self.out.first_scheduled[s.row - self.out_base] < 0 {
-                self.out.first_scheduled[s.row - self.out_base] = self.t;
+            if TIER {
+                self.tier_admitted(k, num_new);
+            } else {
+                self.running.push(k);
+                self.scheduled.push((k, num_new));
+                let s = &mut self.slab[k];
+                s.adm_no = self.next_adm;
+                self.next_adm += ADM_STRIDE;
+                if self.out.first_scheduled[s.row - self.out_base] < 0 {
+                    self.out.first_scheduled[s.row - self.out_base] = self.t;
+                }
             }
+            budget -= num_new;
             if self.cancelled() {
                 break; // after an admission: a blocked head costs no check
             }
+        }
+        if TIER {
+            return; // (`held_empty` stays true: nothing held, as the tier loop would leave it)
         }
         // vLLM 0.9.2-0.11.2 put skipped requests back at the head in reverse order (`prepend_request`
         // into a queue, then `prepend_requests`, which reversed it once more): the last skipped first.

@@ -145,7 +145,7 @@ impl Engine<'_> {
 
     /// Waiting or held request `k` (out of its queue) admitted with `num_new` tokens this step.
     #[inline]
-    fn tier_admitted(&mut self, k: usize, num_new: u64) {
+    pub(in crate::engine) fn tier_admitted(&mut self, k: usize, num_new: u64) {
         self.note_remote_admitted(k);
         let s = &mut self.slab[k];
         s.held = false;
@@ -181,7 +181,7 @@ impl Engine<'_> {
     /// GPU hits: never admitted (it stored nothing, and nobody else names its private chunks), local
     /// to this replica, and its first chunk already private (deferred keys: no content key to look up).
     #[inline]
-    fn tier_has_nothing_for(&self, k: usize) -> bool {
+    pub(in crate::engine) fn tier_has_nothing_for(&self, k: usize) -> bool {
         let s = &self.slab[k];
         let tier = self.tier_ref();
         !s.admitted_before
