@@ -1154,6 +1154,8 @@ def test_deepseek_v4_weights_and_refusals():
         ({"compress_ratios": [4] * 10}, "compress_ratios"),
         ({"head_dim": 256}, "head_dim"),
         ({"model_type": "deepseek_v41"}, "deepseek_v41"),
+        # SGLang's copies of the V4 releases (model_type 'deepseek_ref'): no config class in vLLM 0.33.0
+        ({"model_type": "deepseek_ref"}, "registers no config class named 'deepseek_ref'"),
         ({"expert_dtype": "fp6"}, "expert_dtype"),
         (
             {"quantization_config": {**base["quantization_config"], "moe_quant_algo": "MXFP8"}},

@@ -134,3 +134,19 @@ def test_claims_cli_refuses_workers_below_one(tmp_path, capsys):
     assert "\n" not in err
     assert "--workers" in err
     assert not (tmp_path / "claims.md").exists()
+
+
+def test_requests_ran_lists_workloads_in_one_order_whatever_the_rows_order():
+    """The setup table's "requests per point" for a sweep of two traces of different lengths: the rows come
+    in the order their points finished (it varies between runs), the listing does not."""
+    import polars as pl
+
+    from kvsim.analysis.claims_model import requests_ran
+
+    rows = pl.DataFrame(
+        {"workload": ["mooncake-synthetic", "mooncake-conversation"] * 2, "num_requests": [3993, 12031] * 2}
+    )
+    listed = "mooncake-conversation 12,031, mooncake-synthetic 3,993"
+    assert requests_ran(rows, 20_000) == listed
+    assert requests_ran(rows.reverse(), 20_000) == listed
+    assert requests_ran(rows.with_columns(num_requests=pl.lit(20_000)), 20_000) == "20,000"

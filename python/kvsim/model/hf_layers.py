@@ -220,7 +220,9 @@ def _deepseek_v4_layers(
     if model_type != "deepseek_v4":
         raise InvalidArgumentError(
             f"model {where}: model_type {model_type!r} with 'compress_ratios': only DeepSeek-V4 "
-            "('deepseek_v4') is modelled (DeepSeek-V4.1's shared KV source layers and Engram are not)"
+            "('deepseek_v4', transformers' config class) is modelled; vLLM 0.33.0 registers no config class "
+            f"named {model_type!r} (transformers_utils/config.py's _CONFIG_REGISTRY; its 'deepseek_v41', "
+            "DeepSeek-V4.1 with shared KV source layers and Engram, is not modelled)"
         )
     ratios = cfg.get("compress_ratios")
     if ratios is None:
