@@ -286,6 +286,8 @@ _KEPT_FIELDS = (
     "moe_shared_expert_intermediate_size",
     "shared_intermediate_size",
     "position_embedding_type",
+    # MiniMax-M3's sparse layers and their indexer (`kvsim.model.dsa.minimax_m3_sparse`).
+    "sparse_attention_config",
 )
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import params_state
+from kvsim.model.dsa import MINIMAX_M3_TYPES, minimax_m3_sparse
 from kvsim.model.hf_layers import (
     DSA_TYPES,
     MIMO_V2_TYPES,
@@ -632,6 +633,18 @@ def param_breakdown(
         b.add("attn", heads * head_dim * (2 if gated else 1), hidden, n_attn, layers=at, **q)
         b.add("attn", kv_heads * head_dim, hidden, 2 * n_attn, layers=at, **q)
         b.add("attn", hidden, heads * head_dim, n_attn, row=True, module="self_attn.o_proj", layers=at)
+        if model_type in MINIMAX_M3_TYPES:
+            # MiniMax-M3's sparse layers (vLLM 0.33.0's `models/minimax_m3/nvidia/model.py`
+            # MiniMaxM3SparseAttention): `index_q` (`sparse_num_index_heads` x `sparse_index_dim`, split as the
+            # KV heads are) and `index_k` (one head, whole on every rank) fused into the layer's qkv_proj
+            # (`MinimaxM3QKVParallelLinearWithIndexer`, priced as q, k and v are), and their norms
+            # (`index_q_norm`, `index_k_norm`: a head's width each, whole on every rank).
+            m3 = minimax_m3_sparse(cfg, layers, where)
+            sparse_at = [i for i, s in enumerate(m3.layers) if s]
+            n_sparse = len(sparse_at)
+            b.add("attn", m3.index_heads * m3.index_dim, hidden, n_sparse, layers=sparse_at, **q)  # index_q
+            b.add("attn", m3.index_dim, hidden, n_sparse, layers=sparse_at, whole=True, **q)  # index_k
+            b.loose(2 * m3.index_dim * n_sparse, whole=True)  # index_q_norm, index_k_norm
         # Biases: a column-parallel layer's (q, k, v) split with it, a row-parallel one's (the output
         # projection's) whole on every rank (`RowParallelLinear`).
         if opt_like:
