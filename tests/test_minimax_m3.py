@@ -163,3 +163,24 @@ def test_no_sparse_config_is_refused_and_other_fields_still_are():
         _model({**_cfg(), "index_topk": 2048})
     with pytest.raises(InvalidArgumentError, match=r"'layer_types'"):
         _model({**_cfg(), "layer_types": ["full_attention"] * 60})
+
+
+def test_the_dense_layers_mlp_is_dense_intermediate_size_wide():
+    """vLLM 0.33.0 builds the 3 dense layers' MLP `dense_intermediate_size` (12,288) wide, not the experts'
+    `intermediate_size` (3,072) kvsim counted: 3 x 3 x 6,144 x (12,288 - 3,072) = 509,607,936 parameters;
+    the router's score-correction bias under `use_routing_bias` (128 a MoE layer, 57 layers) and the
+    per-head q / k norms (2 x 128 a layer, 60 layers) are counted too."""
+    m = _model()
+    narrow = _model({**_cfg(), "dense_intermediate_size": 3072})
+    assert m.num_params - narrow.num_params == 3 * 3 * 6144 * (12288 - 3072) == 509_607_936
+    unbiased = _model({**_cfg(), "use_routing_bias": False})
+    assert m.num_params - unbiased.num_params == 57 * 128
+    # 60 layers: embeddings and lm_head (2 x 200,064 x 6,144); attention q, k, v, o (64 x 128 and 2 x 4 x 128
+    # rows over 6,144, o 6,144 x 8,192) and q / k norms; the 57 sparse layers' index projections and norms;
+    # 3 dense MLPs (3 x 6,144 x 12,288); 57 MoE layers of 128 experts and a shared one of 3 x 6,144 x 3,072,
+    # a router (128 x 6,144) and its bias; two norms a layer and the final one.
+    attention = 60 * ((64 * 128 + 2 * 4 * 128) * 6144 + 6144 * 64 * 128 + 2 * 128)
+    index = 57 * ((4 * 128 + 128) * 6144 + 2 * 128)
+    moe = 57 * ((128 + 1) * 3 * 6144 * 3072 + 128 * 6144 + 128)
+    total = 2 * 200064 * 6144 + attention + index + 3 * 3 * 6144 * 12288 + moe + 2 * 6144 * 60 + 6144
+    assert m.num_params == total == 426_174_572_928
