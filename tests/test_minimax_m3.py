@@ -163,6 +163,8 @@ def test_no_sparse_config_is_refused_and_other_fields_still_are():
         _model({**_cfg(), "index_topk": 2048})
     with pytest.raises(InvalidArgumentError, match=r"'layer_types'"):
         _model({**_cfg(), "layer_types": ["full_attention"] * 60})
+    with pytest.raises(InvalidArgumentError, match=r"'sliding_window'"):
+        _model({**_cfg(), "sliding_window": 4096})
 
 
 def test_the_dense_layers_mlp_is_dense_intermediate_size_wide():

@@ -539,8 +539,10 @@ def _minimax_m3_layers(
         "linear_attn_config",
         "hybrid_override_pattern",
         "layer_types",
+        "sliding_window",
+        "attention_chunk_size",
     ):
-        if cfg.get(key) is not None:
+        if cfg.get(key):
             raise InvalidArgumentError(
                 f"model {where}: field {key!r} (model_type {model_type!r}) names layer kinds vLLM 0.33.0's "
                 "MiniMax-M3 does not read (every layer is full or block-sparse attention): not modelled"
