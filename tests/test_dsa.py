@@ -400,16 +400,19 @@ def test_the_replicated_weights_are_read_whole_by_every_rank():
     assert mem[8] == pytest.approx(mem[1] / 8 + 7 / 8 * whole * per_byte, rel=1e-6)
 
 
-def test_minimax_m3_block_sparse_attention_is_refused_by_name():
+def test_minimax_m3_block_sparse_attention_is_refused_by_name_on_other_model_types():
     """MiniMax-M3's sparse layers keep an index key cache beside their KV (vLLM 0.33.0's
-    `MiniMaxM3IndexerCache`): kvsim sized it as plain attention, silently; refused by name until modelled."""
+    `MiniMaxM3IndexerCache`): read for MiniMax-M3's model types (tests/test_minimax_m3.py); on another model
+    type kvsim would size them as plain attention, silently: refused by name."""
     cfg = json.loads((HF / "mixtral-8x7b.json").read_text())
     sparse = {
         "use_sparse_attention": True,
         "sparse_attention_freq": [0] * 3 + [1] * 29,
         "sparse_index_dim": 128,
     }
-    with pytest.raises(InvalidArgumentError, match=r"'sparse_attention_config'.*index key cache"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"'sparse_attention_config'.*MiniMax-M3 only.*index key cache"
+    ):
         hf_config._from_dict({**cfg, "sparse_attention_config": sparse}, "m3", "m3", "m3", None)
     off = {**sparse, "sparse_attention_freq": [0] * 32}  # no sparse layer: plain attention, as vLLM builds it
     hf_config._from_dict({**cfg, "sparse_attention_config": off}, "m3", "m3", "m3", None)

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.dsa import dsa_index_bytes
+from kvsim.model.dsa import dsa_index_bytes, index_key_bytes
 from kvsim.model.encoders import Tower
 from kvsim.model.layers import FULL, Layer
 
@@ -174,8 +174,10 @@ class Model:
 
     @property
     def is_dsa(self) -> bool:
-        """Whether the model's attention is DeepSeek-V3.2's sparse MLA (an indexer picks `index_topk` keys a
-        query; `kvsim.model.hf_layers._deepseek_v32_layers`)."""
+        """Whether the model's attention is sparse: DeepSeek-V3.2's sparse MLA (an indexer picks `index_topk`
+        keys a query; `kvsim.model.hf_layers._deepseek_v32_layers`) or MiniMax-M3's block-sparse attention
+        (not MLA: an indexer picks `sparse_topk_blocks` blocks a query; `hf_layers._minimax_m3_layers`), whose
+        rules `kvsim.model.dsa.resolve` applies."""
         return any(lay.kind == "full" and lay.index_heads for lay in self.layers)
 
     @property
@@ -213,6 +215,9 @@ class Model:
                 heads = layer.num_kv_heads or self.num_kv_heads
                 # K and V: 2 x head_dim, or K's and V's widths where they differ (MiMo-V2)
                 bits += heads * layer.kv_width(self.head_dim) * dtype_bits(self.kv_dtype)
+            if layer.kind == "full" and layer.index_head_dim:
+                # MiniMax-M3's sparse layer: its index key (bf16, one copy a GPU, whatever the KV dtype)
+                bits += 8 * index_key_bytes(self, layer.index_head_dim)
         return -(-(bits + math.ceil(dsv4)) // 8)
 
     @property

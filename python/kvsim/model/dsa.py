@@ -1,10 +1,12 @@
-"""Sparse attention's rules (DESIGN.md §Defaults and sizing, "DeepSeek-V3.2"): DeepSeek-V3.2's and GLM-5's
-indexer key cache, the block size its indexer takes, the KV dtype vLLM 0.33.0 gives them and the layouts
-kvsim refuses. One place for them: `kvsim.model.config.SimConfig` and `kvsim.model.sizing` (`size_pool`,
-`pool_blocks`) go through `resolve`."""
+"""Sparse attention's rules (DESIGN.md §Defaults and sizing, "DeepSeek-V3.2" and "MiniMax-M3"): DeepSeek-V3.2's
+and GLM-5's indexer key cache, MiniMax-M3's index key cache, the block size their indexers take, the KV dtype
+vLLM 0.33.0 gives them and the layouts kvsim refuses. One place for them: `kvsim.model.config.SimConfig` and
+`kvsim.model.sizing` (`size_pool`, `pool_blocks`) go through `resolve`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
@@ -113,14 +115,204 @@ def dsa_block_size(model: Any, arch: str | None, kv_dtype: str, block_size: int 
     return block_size
 
 
+# MiniMax-M3 (vLLM 0.33.0, `vllm/models/minimax_m3/`). Its model types: the published text config's
+# (`minimax_m3`, MiniMaxAI/MiniMax-M3), the multimodal wrapper vLLM registers (`minimax_m3_vl`,
+# `vllm/transformers_utils/config.py`; NVIDIA's MiniMax-M3-NVFP4) and that wrapper's text config
+# (`minimax_m3_text`, `vllm/transformers_utils/configs/minimax_m3.py` MiniMaxM3TextConfig).
+MINIMAX_M3_TYPES = frozenset({"minimax_m3", "minimax_m3_vl", "minimax_m3_text"})
+# The block of its sparse layers' kernels: one sparse block is one KV page (`SPARSE_BLOCK_SIZE` 128 in
+# `common/ops/sparse_attn.py` and `common/ops/index_topk.py`), the only kernel block size its attention and
+# indexer backends take (`MiniMaxM3SparseBackend`, `common/sparse_attention.py`, and `MiniMaxM3IndexerBackend`,
+# `common/indexer.py`: `get_supported_kernel_block_sizes` [128]; the NVIDIA MSA and AMD backends subclass them).
+MINIMAX_M3_BLOCK = 128
+# The one head width its sparse attention and indexer backends take (`get_supported_head_sizes` [128]).
+MINIMAX_M3_HEAD = 128
+# The KV cache dtypes its sparse attention backend takes (`MiniMaxM3SparseBackend.supported_kv_cache_dtypes`;
+# auto: the model's dtype).
+MINIMAX_M3_KV_DTYPES = ("auto", "bfloat16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+@dataclass(frozen=True)
+class MiniMaxM3Sparse:
+    """MiniMax-M3's `sparse_attention_config` as vLLM 0.33.0 reads it (`nvidia/model.py`
+    `MiniMaxM3SparseAttention`, `MiniMaxM3DecoderLayer`, `common/indexer.py`).
+
+    Attributes:
+        layers: whether each decoder layer is sparse (`sparse_attention_freq[i] != 0`,
+            `_sparse_attention_layer_ids`): its attention reads the top-k blocks the indexer picks and it keeps
+            an index key cache (`MiniMaxM3IndexerCache`) beside its K and V.
+        index_heads: `sparse_num_index_heads`, the index query heads (as many as the KV heads, split as they
+            are: `MinimaxM3QKVParallelLinearWithIndexer`).
+        index_dim: `sparse_index_dim`, the width of an index query head and of the one index key a token.
+        topk_blocks: `sparse_topk_blocks`, the blocks a query attends (its init and local blocks among them:
+            `common/ops/index_topk.py` forces them into the top-k).
+    """
+
+    layers: tuple[bool, ...]
+    index_heads: int
+    index_dim: int
+    topk_blocks: int
+
+    @property
+    def topk_tokens(self) -> int:
+        """The keys a query of a sparse layer attends at most: `topk_blocks` blocks of 128 tokens."""
+        return self.topk_blocks * MINIMAX_M3_BLOCK
+
+
+def _m3_whole(v: Any, least: int) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int) and v >= least
+
+
+def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> MiniMaxM3Sparse:
+    """MiniMax-M3's sparse layers and indexer read from `cfg` (a `minimax_m3*` config's text fields), the one
+    reading of `sparse_attention_config` (the layers in `kvsim.model.hf_layers`, the weights in
+    `kvsim.model.params`, the top-k reads in `kvsim.model.timing`).
+
+    Raises:
+        InvalidArgumentError: what vLLM 0.33.0 refuses or builds otherwise than the config says, and what
+            kvsim does not model, each named by its field: no `sparse_attention_config` (vLLM's
+            MiniMaxM3TextConfig puts the preview's in its place), a `sparse_attention_freq` that is not a list
+            of the layers' 0 / 1; on a config with sparse layers: `sparse_num_index_heads` other than
+            `num_key_value_heads` (vLLM asserts it), `sparse_index_dim` or `head_dim` other than 128 (the
+            backends' only head size), `sparse_block_size` other than 128 (the kernels' `SPARSE_BLOCK_SIZE`),
+            a `sparse_topk_blocks` below 1, `sparse_init_block` / `sparse_local_block` below 0,
+            `sparse_score_type` other than max (the only one the kernels implement), a sparse layer whose
+            `sparse_disable_index_value` entry is 0 (vLLM builds no index value or output projection).
+    """
+    sparse = cfg.get("sparse_attention_config")
+    if not isinstance(sparse, Mapping):
+        raise InvalidArgumentError(
+            f"model {where}: MiniMax-M3 without a 'sparse_attention_config' object: vLLM 0.33.0's "
+            "MiniMaxM3TextConfig would put the preview checkpoint's in its place (57 sparse layers), which kvsim "
+            "does not guess; give the field"
+        )
+    freq = sparse.get("sparse_attention_freq")
+    if freq is None:
+        freq = [0] * num_layers  # (`_sparse_attention_layer_ids`: no list, no sparse layer)
+    if not isinstance(freq, list) or len(freq) != num_layers or not all(_m3_whole(f, 0) for f in freq):
+        raise InvalidArgumentError(
+            f"model {where}: field 'sparse_attention_config.sparse_attention_freq' must list the {num_layers} "
+            "layers, each 0 (dense attention) or 1 (sparse: top-k blocks and an index key cache)"
+        )
+    layers = tuple(f != 0 for f in freq)
+    if not any(layers):
+        return MiniMaxM3Sparse(layers, 0, 0, 0)
+
+    def field(key: str, default: Any = None, least: int = 1) -> int:
+        v = sparse.get(key, default)
+        if not _m3_whole(v, least):
+            at = f" of at least {least}" if least else ""
+            raise InvalidArgumentError(
+                f"model {where}: field 'sparse_attention_config.{key}' {v!r} must be a whole number{at} "
+                "(vLLM 0.33.0's MiniMax-M3 reads it for its sparse layers)"
+            )
+        return int(v)
+
+    heads, dim = field("sparse_num_index_heads"), field("sparse_index_dim")
+    topk, block = field("sparse_topk_blocks"), field("sparse_block_size")
+    field("sparse_init_block", 0, least=0)
+    field("sparse_local_block", 0, least=0)
+    kv_heads = cfg.get("num_key_value_heads")
+    if heads != kv_heads:
+        raise InvalidArgumentError(
+            f"model {where}: field 'sparse_attention_config.sparse_num_index_heads' {heads} is not the "
+            f"{kv_heads} KV heads: vLLM 0.33.0's MinimaxM3QKVParallelLinearWithIndexer asserts "
+            '"total_num_index_heads == total_num_kv_heads"'
+        )
+    head_dim = cfg.get("head_dim")
+    for key, v in (("sparse_attention_config.sparse_index_dim", dim), ("head_dim", head_dim)):
+        if v != MINIMAX_M3_HEAD:
+            raise InvalidArgumentError(
+                f"model {where}: field {key!r} {v!r}: vLLM 0.33.0's MiniMax-M3 sparse attention and indexer "
+                f"backends take heads of {MINIMAX_M3_HEAD} only (get_supported_head_sizes)"
+            )
+    if block != MINIMAX_M3_BLOCK:
+        raise InvalidArgumentError(
+            f"model {where}: field 'sparse_attention_config.sparse_block_size' {block}: vLLM 0.33.0's MiniMax-M3 "
+            f"kernels score and attend blocks of {MINIMAX_M3_BLOCK} tokens whatever the config says "
+            "(SPARSE_BLOCK_SIZE, models/minimax_m3/common/ops/sparse_attn.py): not modelled"
+        )
+    score = sparse.get("sparse_score_type", "max")
+    if score != "max":
+        raise InvalidArgumentError(
+            f"model {where}: field 'sparse_attention_config.sparse_score_type' {score!r}: vLLM 0.33.0's MiniMax-M3 "
+            'indexer kernels implement "max" only (models/minimax_m3/common/ops/index_topk.py): not modelled'
+        )
+    no_value = sparse.get("sparse_disable_index_value")
+    if no_value is not None and (not isinstance(no_value, list) or len(no_value) != num_layers):
+        raise InvalidArgumentError(
+            f"model {where}: field 'sparse_attention_config.sparse_disable_index_value' must list the "
+            f"{num_layers} layers"
+        )
+    if any(s and not (no_value or [0] * num_layers)[i] for i, s in enumerate(layers)):
+        raise InvalidArgumentError(
+            f"model {where}: field 'sparse_attention_config.sparse_disable_index_value' leaves a sparse layer's "
+            "index value on: vLLM 0.33.0's MiniMax-M3 builds no index value or output projection (its "
+            "MiniMaxM3SparseAttention disables them on every sparse layer), which kvsim does not model"
+        )
+    return MiniMaxM3Sparse(layers, heads, dim, topk)
+
+
+def index_key_bytes(model: Any, index_dim: int) -> int:
+    """Bytes one token's index key takes in one layer on one GPU: DeepSeek-V3.2's (an MLA model) fp8 key and
+    scales (`dsa_index_bytes`); MiniMax-M3's bf16 vector of `index_dim` values, 2 bytes each, one copy a GPU
+    (`MiniMaxM3IndexerCache.get_kv_cache_spec`: an `MLAAttentionSpec` of 1 head of `sparse_index_dim`, no V,
+    in bf16, the dtype `indexer_kv_dtype` auto resolves to: `AttentionConfig.resolve_indexer_kv_dtype("bf16")`
+    in `nvidia/model.py`; 256 bytes for MiniMax-M3's 128)."""
+    return dsa_index_bytes(index_dim) if model.is_mla else 2 * index_dim
+
+
+def minimax_m3_block_size(model: Any, arch: str | None, kv_dtype: str | None, block_size: int | None) -> int:
+    """MiniMax-M3's block size: `block_size` when given, else 128 (vLLM 0.33.0's
+    `Platform._preferred_block_size_for_backends`: the least block every backend takes, its sparse attention's
+    and indexer's only kernel block, 128, which its dense layers' backends take too; on ROCm as on CUDA).
+    `kv_dtype` is the `kv_cache_dtype` asked (None: auto).
+
+    Raises:
+        InvalidArgumentError: a `kv_cache_dtype` its sparse backend does not take (fp16, fp32: not
+            modelled) or a block size that is not a multiple of 128 (vLLM's `select_common_block_size` finds
+            no kernel block for it: "No common block size").
+    """
+    where = f"model {model.name}" + (f" on {arch}" if arch else "")
+    if kv_dtype is not None and kv_dtype not in MINIMAX_M3_KV_DTYPES:
+        raise InvalidArgumentError(
+            f"{where}: kv_cache_dtype {kv_dtype}: vLLM 0.33.0's MiniMax-M3 sparse attention backend takes "
+            "bfloat16 and fp8 (e4m3, e5m2) only (MiniMaxM3SparseBackend.supported_kv_cache_dtypes): not modelled"
+        )
+    if block_size is None:
+        return MINIMAX_M3_BLOCK
+    if block_size % MINIMAX_M3_BLOCK:
+        raise InvalidArgumentError(
+            f"{where}: block_size {block_size} is not a multiple of {MINIMAX_M3_BLOCK}: vLLM 0.33.0's MiniMax-M3 "
+            f"sparse attention and indexer take kernel blocks of {MINIMAX_M3_BLOCK} tokens only (one sparse block "
+            f'a page; "No common block size"): give a multiple of {MINIMAX_M3_BLOCK}, or leave it unset'
+        )
+    return block_size
+
+
 def resolve(
     model: Any, arch: str | None, kv_cache_dtype: str | None, block_size: int | None
 ) -> tuple[str | None, int]:
     """A sparse-attention model's KV cache dtype (`dsa_kv_dtype`: None or auto stays so unless vLLM picks
-    another) and block size (`dsa_block_size`, which refuses what is not modelled) on `arch`."""
+    another) and block size (`dsa_block_size`, which refuses what is not modelled) on `arch`; MiniMax-M3's
+    (not MLA) its own (`minimax_m3_block_size`: the dtype as asked)."""
+    if not model.is_mla:
+        return kv_cache_dtype, minimax_m3_block_size(model, arch, kv_cache_dtype, block_size)
     kv = dsa_kv_dtype(model, arch, kv_cache_dtype)
     dtype = model.kv_dtype if kv in (None, "auto") else kv
     return kv, dsa_block_size(model, arch, dtype, block_size)
 
 
-__all__ = ["DSA_CUDA_BLOCK", "dsa_block_size", "dsa_index_bytes", "dsa_kv_dtype", "resolve"]
+__all__ = [
+    "DSA_CUDA_BLOCK",
+    "MINIMAX_M3_BLOCK",
+    "MINIMAX_M3_TYPES",
+    "MiniMaxM3Sparse",
+    "dsa_block_size",
+    "dsa_index_bytes",
+    "dsa_kv_dtype",
+    "index_key_bytes",
+    "minimax_m3_block_size",
+    "minimax_m3_sparse",
+    "resolve",
+]

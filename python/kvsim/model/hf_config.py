@@ -286,6 +286,11 @@ _KEPT_FIELDS = (
     "moe_shared_expert_intermediate_size",
     "shared_intermediate_size",
     "position_embedding_type",
+    # MiniMax-M3's sparse layers and their indexer (`kvsim.model.dsa.minimax_m3_sparse`), its dense layers'
+    # MLP width and router bias (`kvsim.model.params`).
+    "sparse_attention_config",
+    "dense_intermediate_size",
+    "use_routing_bias",
 )
 
 

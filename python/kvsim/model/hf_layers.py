@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.dsa import MINIMAX_M3_TYPES, minimax_m3_sparse
 from kvsim.model.layers import (
     DSV4_RATIOS,
     FLASHKDA_CHECKPOINT_ALIGNMENT,
@@ -338,6 +339,8 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
     if model_type in MIMO_V2_TYPES:
         return _mimo_v2_layers(cfg, num_layers, where, field_int, field_window)
     _refuse_unread_layers(cfg, model_type, where)
+    if model_type in MINIMAX_M3_TYPES:
+        return _minimax_m3_layers(cfg, model_type, num_layers, where)
     if model_type in DSA_TYPES:
         return _deepseek_v32_layers(cfg, num_layers, where, field_int)
     if model_type.startswith("gemma4"):
@@ -487,9 +490,10 @@ def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> N
     """Refuses by name the configs whose layers vLLM 0.33.0 builds from fields kvsim does not read (it read
     them as plain attention, silently): per-layer `block_configs` on a model type other than Nemotron-NAS's
     (`nemotron-nas`, read by `kvsim.model.nemotron_nas`), `hybrid_layer_pattern` on a model type other than
-    MiMo-V2-Flash's (`mimo_v2_flash`, read by `_mimo_v2_layers`), MiniMax-M3's `sparse_attention_config` (an index key cache on its sparse
-    layers) and DeepSeek-V3.2's indexer key cache (`index_topk`: `DeepseekV32IndexerCache` in
-    `deepseek_v2.py`, 132 more bytes a token a layer, in blocks of 64)."""
+    MiMo-V2-Flash's (`mimo_v2_flash`, read by `_mimo_v2_layers`), MiniMax-M3's `sparse_attention_config` on a
+    model type other than MiniMax-M3's (`MINIMAX_M3_TYPES`, read by `_minimax_m3_layers`: an index key cache on
+    its sparse layers) and DeepSeek-V3.2's indexer key cache (`index_topk`: `DeepseekV32IndexerCache` in
+    `deepseek_v2.py`, 132 more bytes a token a layer, in blocks of 64) on a model type other than `DSA_TYPES`."""
     if cfg.get("block_configs") is not None:
         raise InvalidArgumentError(
             f"model {where}: field 'block_configs' (per-layer blocks) is read for Nemotron-NAS only "
@@ -502,12 +506,17 @@ def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> N
             f"'mimo_v2_flash'), not for model_type {model_type!r}: its layers are not modelled"
         )
     sparse = cfg.get("sparse_attention_config")
-    if isinstance(sparse, dict) and any(sparse.get("sparse_attention_freq") or []):
+    if (
+        isinstance(sparse, dict)
+        and model_type not in MINIMAX_M3_TYPES
+        and any(sparse.get("sparse_attention_freq") or [])
+    ):
         raise InvalidArgumentError(
-            f"model {where}: field 'sparse_attention_config' (model_type {model_type!r}, MiniMax-M3's "
-            "block-sparse attention) is not modelled by kvsim: its sparse layers' index key cache "
-            "(`MiniMaxM3IndexerCache`, vLLM's models/minimax_m3/common/indexer.py) and top-k block reads are "
-            "not read, and kvsim would size the model as plain attention"
+            f"model {where}: field 'sparse_attention_config' (MiniMax-M3's block-sparse attention) is read for "
+            f"MiniMax-M3 only (model_type {', '.join(map(repr, sorted(MINIMAX_M3_TYPES)))}), not for model_type "
+            f"{model_type!r}: its sparse layers' index key cache (`MiniMaxM3IndexerCache`, vLLM's "
+            "models/minimax_m3/common/indexer.py) and top-k block reads are not read, and kvsim would size the "
+            "model as plain attention"
         )
     if cfg.get("index_topk") is not None and model_type not in DSA_TYPES:
         raise InvalidArgumentError(
@@ -515,6 +524,38 @@ def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> N
             "modelled only for DeepSeek-V3.2 ('deepseek_v32') and GLM-5 ('glm_moe_dsa'): this model's indexer "
             "caches are not read"
         )
+
+
+def _minimax_m3_layers(
+    cfg: dict[str, Any], model_type: str, num_layers: int, where: str
+) -> tuple[Layer, ...]:
+    """MiniMax-M3's layers (vLLM 0.33.0's `models/minimax_m3/nvidia/model.py`; DESIGN.md §Defaults and sizing,
+    "MiniMax-M3"): a sparse layer (`dsa.minimax_m3_sparse`) is full attention of the model's KV heads read
+    over its top-k blocks, with an index key cache of `sparse_index_dim` beside its K and V
+    (`index_head_dim`, `index_heads`); the others plain full attention. Every layer's cache spec is a
+    `FullAttentionSpec` (the index cache's an `MLAAttentionSpec`, a subclass): one KV-cache group, a block
+    taking every layer's pages (`UniformTypeKVCacheSpecs`)."""
+    for key in (
+        "attn_type_list",
+        "layers_block_type",
+        "linear_attn_config",
+        "hybrid_override_pattern",
+        "layer_types",
+        "sliding_window",
+        "attention_chunk_size",
+    ):
+        if cfg.get(key):
+            raise InvalidArgumentError(
+                f"model {where}: field {key!r} (model_type {model_type!r}) names layer kinds vLLM 0.33.0's "
+                "MiniMax-M3 does not read (every layer is full or block-sparse attention): not modelled"
+            )
+    sparse = minimax_m3_sparse(cfg, num_layers, where)
+    if not any(sparse.layers):
+        return ()
+    return tuple(
+        Layer("full", index_head_dim=sparse.index_dim, index_heads=sparse.index_heads) if s else FULL
+        for s in sparse.layers
+    )
 
 
 # The model types vLLM 0.33.0 serves with DeepSeek-V3.2's sparse attention (`vllm/models/deepseek_v32/`:

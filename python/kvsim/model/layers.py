@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError, UnsplittableModelError
-from kvsim.model.dsa import dsa_index_bytes
+from kvsim.model.dsa import dsa_index_bytes, index_key_bytes
 
 # kvsim's token limit (the knobs' bound on token counts, `knob_table.MAX_TOKENS`, which is this one):
 # also the most tokens a block may hold.
@@ -241,7 +241,8 @@ class Layer:
         index_head_dim, index_heads: a `deepseek_v4` layer's indexer head width and heads (`index_head_dim`,
             `index_n_heads`; ratio 4); a DeepSeek-V3.2 `full` (MLA) layer's: every layer's attention is sparse
             (`index_heads` > 0), and a layer with an indexer key cache has its `index_head_dim` (0 where
-            the index-sharing fields skip it; `hf_layers._deepseek_v32_layers`).
+            the index-sharing fields skip it; `hf_layers._deepseek_v32_layers`); a MiniMax-M3 sparse `full`
+            layer's (not MLA): `sparse_index_dim` and `sparse_num_index_heads` (`hf_layers._minimax_m3_layers`).
     """
 
     kind: str
@@ -413,6 +414,11 @@ def _attention_page(layer: Layer, model: Any, tp: int, kv_bits: int, block_size:
         heads = max(1, heads // tp)  # ModelConfig.get_num_kv_heads: replicated when tp > heads
         # K and V (`head_size + head_size_v`: twice the head width unless V's differs, MiMo-V2)
         width, coef = layer.kv_width(model.head_dim), 1
+        if layer.index_head_dim and layer.kind == "full":
+            # MiniMax-M3's sparse layer: its index key cache (bf16, one copy a GPU; `MiniMaxM3IndexerCache`)
+            # joins its K and V's group (`UniformTypeKVCacheSpecs`): a block takes both pages.
+            index = block_size * index_key_bytes(model, layer.index_head_dim)
+            return block_size * heads * width * kv_bits // 8 + index
     return block_size * heads * coef * width * kv_bits // 8
 
 

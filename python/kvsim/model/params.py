@@ -38,6 +38,7 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import params_state
+from kvsim.model.dsa import MINIMAX_M3_TYPES, minimax_m3_sparse
 from kvsim.model.hf_layers import (
     DSA_TYPES,
     MIMO_V2_TYPES,
@@ -632,6 +633,18 @@ def param_breakdown(
         b.add("attn", heads * head_dim * (2 if gated else 1), hidden, n_attn, layers=at, **q)
         b.add("attn", kv_heads * head_dim, hidden, 2 * n_attn, layers=at, **q)
         b.add("attn", hidden, heads * head_dim, n_attn, row=True, module="self_attn.o_proj", layers=at)
+        if model_type in MINIMAX_M3_TYPES:
+            # MiniMax-M3's sparse layers (vLLM 0.33.0's `models/minimax_m3/nvidia/model.py`
+            # MiniMaxM3SparseAttention): `index_q` (`sparse_num_index_heads` x `sparse_index_dim`, split as the
+            # KV heads are) and `index_k` (one head, whole on every rank) fused into the layer's qkv_proj
+            # (`MinimaxM3QKVParallelLinearWithIndexer`, priced as q, k and v are), and their norms
+            # (`index_q_norm`, `index_k_norm`: a head's width each, whole on every rank).
+            m3 = minimax_m3_sparse(cfg, layers, where)
+            sparse_at = [i for i, s in enumerate(m3.layers) if s]
+            n_sparse = len(sparse_at)
+            b.add("attn", m3.index_heads * m3.index_dim, hidden, n_sparse, layers=sparse_at, **q)  # index_q
+            b.add("attn", m3.index_dim, hidden, n_sparse, layers=sparse_at, whole=True, **q)  # index_k
+            b.loose(2 * m3.index_dim * n_sparse, whole=True)  # index_q_norm, index_k_norm
         # Biases: a column-parallel layer's (q, k, v) split with it, a row-parallel one's (the output
         # projection's) whole on every rank (`RowParallelLinear`).
         if opt_like:
@@ -650,6 +663,10 @@ def param_breakdown(
                 b.loose((heads + kv_heads) * head_dim * n_attn)
             else:
                 b.loose(2 * head_dim * n_attn, whole=True)
+        if model_type in MINIMAX_M3_TYPES:
+            # q_norm, k_norm: one head's width each, whole on every rank (MiniMax-M3's per-head
+            # `MiniMAXGemmaRMSNorm(head_dim)`, `models/minimax_m3/nvidia/model.py`)
+            b.loose(2 * head_dim * n_attn, whole=True)
     state = [i for i in range(layers) if linear[i]]
     if n_linear and model_type.startswith("kimi_linear"):
         _kimi_delta_attention(b, cfg, hidden, layers, state, where)
@@ -699,6 +716,11 @@ def param_breakdown(
     dense_ffn = (
         pick("intermediate_size_mlp", default=ffn, required=False) if model_type.startswith("llama4") else ffn
     )
+    if model_type in MINIMAX_M3_TYPES:
+        # MiniMax-M3's dense layers' MLP is `dense_intermediate_size` wide (vLLM 0.33.0's `nvidia/model.py`
+        # MiniMaxM3DecoderLayer; 12,288 when absent, `MiniMaxM3TextConfig`'s default), not the experts'
+        # `intermediate_size` (kvsim counted 3,072: 509,607,936 parameters too few over MiniMax-M3's 3 layers)
+        dense_ffn = pick("dense_intermediate_size", default=12288, least=1)
     if opt_like:
         b.add("mlp", ffn, hidden, n_dense, module="fc1", layers=dense_at)
         b.add("mlp", hidden, ffn, n_dense, row=True, module="fc2", layers=dense_at)
@@ -744,10 +766,12 @@ def param_breakdown(
         # The router's e_score_correction_bias: DeepSeek's where it routes with `noaux_tc`; Kimi-Linear's on
         # every MoE layer, whatever its routing (`KimiMoE` builds it unconditionally, float32:
         # `models/kimi_k3/nvidia/model.py`, `amd/linear.py`), counted in the checkpoint's dtype as `other`.
+        # MiniMax-M3's under `use_routing_bias` (`MiniMaxM3MoE`, float32, `nvidia/model.py`).
         if (
             cfg.get("topk_method") == "noaux_tc"
             or model_type == "deepseek_v3"
             or model_type.startswith("kimi_linear")
+            or (model_type in MINIMAX_M3_TYPES and cfg.get("use_routing_bias") is True)
         ):
             b.loose(experts * n_moe, whole=True)
     return b

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.dsa import dsa_index_bytes
+from kvsim.model.dsa import dsa_index_bytes, index_key_bytes, minimax_m3_sparse
 from kvsim.model.gpus import Gpu
 from kvsim.model.knobs import MAX_COEFFICIENT_PS
 from kvsim.model.layers import Layer
@@ -663,6 +663,19 @@ def roofline_time_model(
                 parts.append((FULL, 0, float(dsa_index_bytes(idx)), 2.0 * lay.index_heads * idx * fp8_share))
             for part in parts:
                 add_class(*part)
+            continue
+        if not model.is_mla and lay.kind == "full" and lay.index_heads:
+            # MiniMax-M3's block-sparse attention (DESIGN.md §Time model): a query attends its top-k blocks of
+            # 128 tokens (all while the context is shorter), read as a window of that many keys; its indexer
+            # scores every key, reading its bf16 index key, 2 FLOPs a value of each of the GPU's index heads
+            # (split as the KV heads are).
+            m3 = minimax_m3_sparse(model.config_fields, model.num_layers, model.name)
+            kvh = max(1, (lay.num_kv_heads or model.num_kv_heads) // tp)
+            width = lay.kv_width(model.head_dim)
+            idx_heads = max(1, lay.index_heads // tp)
+            add_class(SLIDING, m3.topk_tokens, kvh * width * kv_bits / 8, 2.0 * heads * width)
+            idx = lay.index_head_dim
+            add_class(FULL, 0, float(index_key_bytes(model, idx)), 2.0 * idx_heads * idx)
             continue
         kind = {"sliding_window": SLIDING, "chunked_local": CHUNKED}.get(lay.kind, FULL)
         window = lay.window if kind != FULL else 0

@@ -1,0 +1,188 @@
+"""MiniMax-M3's block-sparse attention (DESIGN.md §Defaults and sizing, "MiniMax-M3"; vLLM 0.33.0's
+`vllm/models/minimax_m3/`): the index key cache beside the K and V of its sparse layers, one KV-cache group,
+blocks of 128 tokens, the index projections' weights, the config fields vLLM refuses or builds otherwise
+refused by name, and the roofline's top-k block reads.
+
+The fixture `tests/data/hf/minimax-m3.json` (tests/data/hf/README.md): 60 layers, 64 heads and 4 KV heads of
+128, hidden 6144; `sparse_attention_config`: layers 3-59 sparse (`sparse_attention_freq` 0, 0, 0, then 1),
+`sparse_num_index_heads` 4, `sparse_index_dim` 128, `sparse_topk_blocks` 16, `sparse_block_size` 128."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+import kvsim
+from kvsim.errors import InvalidArgumentError
+from kvsim.model import gpus, hf_config
+from kvsim.model.layers import kv_layout
+from kvsim.model.timing import roofline_time_model
+
+HF = Path(__file__).parent / "data" / "hf"
+KV = 2 * 128 * 2  # one KV head's K and V of 128, bf16: 512 bytes a token
+INDEX = 128 * 2  # one index key of 128 bf16 values a token (MiniMaxM3IndexerCache), whatever the KV dtype
+
+
+def _cfg() -> dict:
+    return json.loads((HF / "minimax-m3.json").read_text())
+
+
+def _model(cfg: dict | None = None):
+    return hf_config._from_dict(cfg or _cfg(), "m3", "m3", "m3", None)
+
+
+def _with_sparse(**fields) -> dict:
+    cfg = copy.deepcopy(_cfg())
+    cfg["sparse_attention_config"].update(fields)
+    return cfg
+
+
+def test_57_sparse_layers_keep_an_index_key_beside_k_and_v():
+    """60 layers: layers 0-2 dense (4 KV heads x (K 128 + V 128), bf16: 2,048 B a token), layers 3-59 sparse
+    with the same K and V and a 128-value bf16 index key (256 B): 60 x 2,048 + 57 x 256 = 137,472 B a token
+    on one GPU; at tp 8 a GPU keeps one KV head (4 heads replicated over 8) and the whole index key:
+    60 x 512 + 57 x 256 = 45,312 B, in one group of 128-token blocks of 128 x 45,312 = 5,799,936 B."""
+    m = _model()
+    assert m.is_dsa
+    assert not m.is_hybrid
+    assert [bool(lay.index_head_dim) for lay in m.layers] == [False] * 3 + [True] * 57
+    assert {(lay.index_head_dim, lay.index_heads) for lay in m.layers[3:]} == {(128, 4)}
+    assert m.kv_bytes_per_token == 60 * 4 * KV + 57 * INDEX == 137_472
+    layout = kv_layout(m, 128, tensor_parallel_size=8)
+    assert len(layout.groups) == 1
+    assert layout.groups[0].kind == "full"
+    assert layout.bytes_per_block == 128 * (60 * KV + 57 * INDEX) == 5_799_936
+    # fp8 K and V (1 byte a value); the index key stays bf16: 128 x (60 x 256 + 57 x 256)
+    assert kv_layout(m, 128, tensor_parallel_size=8, kv_bits=8).bytes_per_block == 128 * 117 * 256
+
+
+def test_b200_tp8_takes_128_token_blocks_and_the_index_in_every_block():
+    """vLLM 0.33.0 picks 128-token blocks for it (its sparse attention and indexer backends' only kernel
+    block) and keeps the KV dtype auto (bf16); the pool's blocks are its bytes over 5,799,936."""
+    path = HF / "minimax-m3.json"
+    cfg = kvsim.SimConfig(model=str(path), gpu="b200", tensor_parallel_size=8, max_model_len=32768)
+    assert cfg.block_size == 128
+    assert cfg.kv_cache_dtype == "auto"
+    assert cfg.pool.layout.bytes_per_block == 5_799_936
+    assert cfg.pool.pool_bytes == cfg.num_blocks * 5_799_936
+    fp8 = cfg.replace(kv_cache_dtype="fp8")
+    assert fp8.pool.layout.bytes_per_block == 128 * 117 * 256
+    assert kvsim.SimConfig(model=str(path), num_blocks=1000, tensor_parallel_size=8).block_size == 128
+    assert cfg.replace(block_size=256).pool.layout.bytes_per_block == 2 * 5_799_936
+    with pytest.raises(InvalidArgumentError, match="not a multiple of 128"):
+        cfg.replace(block_size=64)
+    with pytest.raises(InvalidArgumentError, match="supported_kv_cache_dtypes"):
+        cfg.replace(kv_cache_dtype="fp16")
+    with pytest.raises(InvalidArgumentError, match="not a multiple of 128"):
+        kvsim.pool_blocks(_model(), None, 16, kv_cache_bytes=10**11)
+    blocks = kvsim.pool_blocks(_model(), None, 128, kv_cache_bytes=10**11, include_null_block=False)
+    assert blocks == 10**11 // (128 * 137_472)
+
+
+def test_v0_rules_refused_as_for_every_sparse_model():
+    with pytest.raises(InvalidArgumentError, match=r"only vLLM v1 serves, so preemption 'auto'"):
+        kvsim.SimConfig.preset("vllm-v0", model=_model(), gpu="b200", tensor_parallel_size=8)
+
+
+def test_the_multimodal_wrapper_reads_the_same_layers():
+    """NVIDIA's MiniMax-M3-NVFP4 names the model `minimax_m3_vl` (vLLM's MiniMaxM3Config, the language
+    model in `text_config`): the same layers and bytes."""
+    text = {k: v for k, v in _cfg().items() if k not in ("model_type", "architectures")}
+    wrapper = {"model_type": "minimax_m3_vl", "text_config": text}
+    m = _model(wrapper)
+    assert m.layers == _model().layers
+    assert m.kv_bytes_per_token == 137_472
+
+
+def test_the_index_projections_weights():
+    """Each sparse layer's qkv_proj also projects index_q (4 heads x 128 rows over 6144) and index_k (one
+    head of 128 rows, whole on every rank), and two norms of 128 (whole): 57 x (512 + 128) x 6144 +
+    57 x 2 x 128 = 224,147,712 parameters more than the same model without sparse layers, bf16; at tp 8 every
+    GPU holds index_k and the norms whole: 57 x 128 x 6144 x 2 + 57 x 256 x 2 = 89,682,432 bytes."""
+    from kvsim.model.shard import replicated
+
+    m = _model()
+    dense = _model(_with_sparse(sparse_attention_freq=[0] * 60))
+    assert dense.layers == ()
+    assert not dense.is_dsa
+    assert m.num_params - dense.num_params == 57 * 640 * 6144 + 57 * 256 == 224_147_712
+    assert m.param_bytes - dense.param_bytes == 2 * 224_147_712
+    assert replicated(m)[0] - replicated(dense)[0] == 57 * 128 * 6144 * 2 + 57 * 256 * 2 == 89_682_432
+
+
+def test_sparse_layers_read_their_top_k_blocks_and_every_index_key():
+    """A query of a sparse layer attends 16 blocks of 128 tokens (2,048 keys: a window, as DeepSeek-V3.2's
+    top-k); its indexer reads every key's 256-byte index key. Past 2,048 tokens a longer context costs the
+    3 dense layers' K and V and 57 index keys a token: (3 x 512 + 57 x 256) / (60 x 512) of the dense
+    model's growth."""
+    b200 = gpus.get("b200")
+    m = _model()
+    dense = dataclasses.replace(m, layers=())
+    sparse = roofline_time_model(m, b200, tensor_parallel_size=8)
+    plain = roofline_time_model(dense, b200, tensor_parallel_size=8)
+    assert {(a.kind, a.window, a.layers) for a in sparse.attention} == {(0, 0, 3 + 57), (1, 2048, 57)}
+    long_ctx = [(100_000, 1)] * 64
+    grow = sparse.step_ps([(200_000, 1)] * 64) - sparse.step_ps(long_ctx)
+    grow_plain = plain.step_ps([(200_000, 1)] * 64) - plain.step_ps(long_ctx)
+    assert grow == pytest.approx(grow_plain * (3 * 512 + 57 * 256) / (60 * 512), rel=0.01)
+    short = [(1024, 1)] * 64
+    assert sparse.step_ps(short) > plain.step_ps(short)  # (the index keys on top of the same K and V)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"sparse_num_index_heads": 8}, r"total_num_index_heads == total_num_kv_heads"),
+        ({"sparse_index_dim": 64}, r"heads of 128 only"),
+        ({"sparse_block_size": 64}, r"SPARSE_BLOCK_SIZE"),
+        ({"sparse_score_type": "mean"}, r"\"max\" only"),
+        ({"sparse_disable_index_value": [0] * 60}, r"index value"),
+        ({"sparse_attention_freq": [0] * 3 + [1] * 56}, r"must list the 60 layers"),
+        ({"sparse_topk_blocks": 0}, r"sparse_topk_blocks' 0 must be a whole number of at least 1"),
+        ({"sparse_local_block": -1}, r"sparse_local_block' -1 must be a whole number"),
+    ],
+)
+def test_what_vllm_refuses_or_builds_otherwise_is_refused_by_name(fields, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        _model(_with_sparse(**fields))
+
+
+def test_no_sparse_config_is_refused_and_other_fields_still_are():
+    """vLLM's MiniMaxM3TextConfig would put the preview checkpoint's sparse layers in place of a missing
+    `sparse_attention_config`: refused, not guessed. `index_topk` (DeepSeek's) is refused here as on any
+    model type but DeepSeek-V3.2's and GLM-5's."""
+    cfg = _cfg()
+    del cfg["sparse_attention_config"]
+    with pytest.raises(InvalidArgumentError, match=r"without a 'sparse_attention_config'"):
+        _model(cfg)
+    with pytest.raises(InvalidArgumentError, match=r"'index_topk'"):
+        _model({**_cfg(), "index_topk": 2048})
+    with pytest.raises(InvalidArgumentError, match=r"'layer_types'"):
+        _model({**_cfg(), "layer_types": ["full_attention"] * 60})
+    with pytest.raises(InvalidArgumentError, match=r"'sliding_window'"):
+        _model({**_cfg(), "sliding_window": 4096})
+
+
+def test_the_dense_layers_mlp_is_dense_intermediate_size_wide():
+    """vLLM 0.33.0 builds the 3 dense layers' MLP `dense_intermediate_size` (12,288) wide, not the experts'
+    `intermediate_size` (3,072) kvsim counted: 3 x 3 x 6,144 x (12,288 - 3,072) = 509,607,936 parameters;
+    the router's score-correction bias under `use_routing_bias` (128 a MoE layer, 57 layers) and the
+    per-head q / k norms (2 x 128 a layer, 60 layers) are counted too."""
+    m = _model()
+    narrow = _model({**_cfg(), "dense_intermediate_size": 3072})
+    assert m.num_params - narrow.num_params == 3 * 3 * 6144 * (12288 - 3072) == 509_607_936
+    unbiased = _model({**_cfg(), "use_routing_bias": False})
+    assert m.num_params - unbiased.num_params == 57 * 128
+    # 60 layers: embeddings and lm_head (2 x 200,064 x 6,144); attention q, k, v, o (64 x 128 and 2 x 4 x 128
+    # rows over 6,144, o 6,144 x 8,192) and q / k norms; the 57 sparse layers' index projections and norms;
+    # 3 dense MLPs (3 x 6,144 x 12,288); 57 MoE layers of 128 experts and a shared one of 3 x 6,144 x 3,072,
+    # a router (128 x 6,144) and its bias; two norms a layer and the final one.
+    attention = 60 * ((64 * 128 + 2 * 4 * 128) * 6144 + 6144 * 64 * 128 + 2 * 128)
+    index = 57 * ((4 * 128 + 128) * 6144 + 2 * 128)
+    moe = 57 * ((128 + 1) * 3 * 6144 * 3072 + 128 * 6144 + 128)
+    total = 2 * 200064 * 6144 + attention + index + 3 * 3 * 6144 * 12288 + moe + 2 * 6144 * 60 + 6144
+    assert m.num_params == total == 426_174_572_928
