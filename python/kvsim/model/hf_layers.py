@@ -218,12 +218,23 @@ def _deepseek_v4_layers(
     """DeepSeek-V4's layers (`model_type` `deepseek_v4`): `compress_ratios` (one per layer, the MTP layers'
     after them, unread: they keep caches only under speculative decoding), `sliding_window`,
     `index_head_dim`; the latent layout vLLM prices (head_dim 512 with 64 RoPE values) is checked."""
+    if model_type == "deepseek_v41":
+        raise InvalidArgumentError(
+            f"model {where}: model_type 'deepseek_v41' (DeepSeek-V4.1, vLLM 0.33.0's DeepseekV41Config) is not "
+            "modelled: only DeepSeek-V4 ('deepseek_v4') is; V4.1's shared KV source layers and Engram are not"
+        )
     if model_type != "deepseek_v4":
+        # (SGLang's copies of DeepSeek-V4 name it 'deepseek_ref': no config class of that name in vLLM 0.33.0,
+        # transformers_utils/config.py's _CONFIG_REGISTRY)
+        unregistered = (
+            "; vLLM 0.33.0 registers no config class named 'deepseek_ref'"
+            if model_type == "deepseek_ref"
+            else ""
+        )
         raise InvalidArgumentError(
             f"model {where}: model_type {model_type!r} with 'compress_ratios': only DeepSeek-V4 "
-            "('deepseek_v4', transformers' config class) is modelled; vLLM 0.33.0 registers no config class "
-            f"named {model_type!r} (transformers_utils/config.py's _CONFIG_REGISTRY; its 'deepseek_v41', "
-            "DeepSeek-V4.1 with shared KV source layers and Engram, is not modelled)"
+            f"('deepseek_v4') is modelled{unregistered} (DeepSeek-V4.1's 'deepseek_v41', with shared KV source "
+            "layers and Engram, is not either)"
         )
     ratios = cfg.get("compress_ratios")
     if ratios is None:
