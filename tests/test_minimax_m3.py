@@ -186,3 +186,33 @@ def test_the_dense_layers_mlp_is_dense_intermediate_size_wide():
     moe = 57 * ((128 + 1) * 3 * 6144 * 3072 + 128 * 6144 + 128)
     total = 2 * 200064 * 6144 + attention + index + 3 * 3 * 6144 * 12288 + moe + 2 * 6144 * 60 + 6144
     assert m.num_params == total == 426_174_572_928
+
+
+def test_the_moe_fields_read_as_vllm_reads_them():
+    """vLLM 0.33.0's MiniMaxM3MoE builds its experts and shared expert `intermediate_size` wide (no
+    `moe_intermediate_size`), `n_shared_experts` (1), `num_local_experts` (128), `num_experts_per_tok` (4)
+    and `use_routing_bias` (true) taking MiniMaxM3TextConfig's defaults when absent; `_is_moe_layer` reads
+    `moe_layer_freq` by layer and no `first_k_dense_replace`. kvsim read `moe_intermediate_size`, took no
+    shared expert, no experts, one expert a token and no router bias when those were absent, and a
+    `use_routing_bias` of 1 or "false" as no bias, silently."""
+    m = _model()
+    # the experts' width is intermediate_size's: a moe_intermediate_size vLLM does not read changes nothing
+    assert _model({**_cfg(), "moe_intermediate_size": 1536}).num_params == m.num_params
+    narrow = _model({**_cfg(), "intermediate_size": 1536})
+    assert m.num_params - narrow.num_params == 57 * (128 + 1) * 3 * 6144 * (3072 - 1536)
+    for key in ("n_shared_experts", "num_local_experts", "num_experts_per_tok", "use_routing_bias"):
+        absent = _model({k: v for k, v in _cfg().items() if k != key})
+        assert absent.num_params == m.num_params, key
+        assert absent.num_active_params == m.num_active_params, key
+    for bad in (1, 0, "false", None):
+        with pytest.raises(InvalidArgumentError, match="'use_routing_bias'"):
+            _model({**_cfg(), "use_routing_bias": bad})
+    no_freq = {k: v for k, v in _cfg().items() if k != "moe_layer_freq"}
+    with pytest.raises(InvalidArgumentError, match="without 'moe_layer_freq'"):
+        _model(no_freq)
+    for bad in (1, [1] * 59, "1"):
+        with pytest.raises(InvalidArgumentError, match="'moe_layer_freq'"):
+            _model({**_cfg(), "moe_layer_freq": bad})
+    # first_k_dense_replace is not read: the list says which layers are dense
+    assert _model({**_cfg(), "first_k_dense_replace": 5}).num_params == m.num_params
+

@@ -230,6 +230,43 @@ def _layer_flags(cfg: Mapping[str, Any], layers: int, experts: int, pick: Any, w
     return [i >= dense_first and (i + 1 - first) % step == 0 and i not in only_mlp for i in range(layers)]
 
 
+def _minimax_m3_moe_layers(cfg: Mapping[str, Any], layers: int, where: str) -> None:
+    """MiniMax-M3's `moe_layer_freq` as vLLM 0.33.0 reads it (`nvidia/model.py` `_is_moe_layer`:
+    `moe_layer_freq[layer_id] != 0`, no `first_k_dense_replace`): a list of the layers' 0 / 1.
+
+    Raises:
+        InvalidArgumentError: no `moe_layer_freq` (vLLM's `MiniMaxM3TextConfig` puts the preview checkpoint's
+            3 dense then 57 MoE layers in its place, which kvsim does not guess, as for
+            `sparse_attention_config`), or one that is not a list of the layers' whole numbers (vLLM indexes
+            it by layer: a number fails there).
+    """
+    freq = cfg.get("moe_layer_freq")
+    if freq is None:
+        raise InvalidArgumentError(
+            f"model {where}: MiniMax-M3 without 'moe_layer_freq': vLLM 0.33.0's MiniMaxM3TextConfig would put the "
+            "preview checkpoint's (3 dense layers, then 57 MoE) in its place and reads no 'first_k_dense_replace', "
+            "which kvsim does not guess; give the field"
+        )
+    if not isinstance(freq, list) or len(freq) != layers or not all(isinstance(f, int) for f in freq):
+        raise InvalidArgumentError(
+            f"model {where}: field 'moe_layer_freq' {freq!r} must list the {layers} layers, each 0 (a dense MLP) "
+            "or 1 (MoE): vLLM 0.33.0's MiniMax-M3 reads it by layer (`_is_moe_layer`)"
+        )
+
+
+def _minimax_m3_routing_bias(cfg: Mapping[str, Any], where: str) -> bool:
+    """Whether MiniMax-M3's MoE layers hold the router's `e_score_correction_bias` (`MiniMaxM3MoE`:
+    `use_routing_bias`, true when absent: `MiniMaxM3TextConfig`'s default).
+
+    Raises:
+        InvalidArgumentError: a `use_routing_bias` that is not true or false.
+    """
+    v = cfg.get("use_routing_bias", True)
+    if not isinstance(v, bool):
+        raise InvalidArgumentError(f"model {where}: field 'use_routing_bias' {v!r} must be true or false")
+    return v
+
+
 def _linear_attention_layers(cfg: Mapping[str, Any], layers: int, where: str) -> list[bool]:
     """Which decoder layers' mixer is a state layer: a gated delta net (Qwen3-Next / Qwen3.5's
     `linear_attention` layers, from `layer_types`, else Qwen3-Next's `full_attention_interval`) or Kimi's
@@ -676,7 +713,11 @@ def param_breakdown(
     per_layer_norms = 4 if model_type.startswith(("gemma2", "gemma3")) else 2
     b.loose((per_layer_norms * hidden * layers + hidden) * (2 if opt_like else 1), whole=True)
     # MLP and experts.
-    experts = pick("n_routed_experts", "num_local_experts", "num_experts", default=0, required=False)
+    is_m3 = model_type in MINIMAX_M3_TYPES
+    # (MiniMax-M3: `MiniMaxM3TextConfig`'s defaults where a field is absent, as vLLM 0.33.0 reads the config)
+    experts = pick(
+        "n_routed_experts", "num_local_experts", "num_experts", default=128 if is_m3 else 0, required=False
+    )
     if model_type == "gpt_oss" and experts < 1:  # vLLM's gpt_oss.py: every layer's MLP is its experts
         raise InvalidArgumentError(
             f"model {where}: field 'num_local_experts' {experts} must be at least 1 (gpt-oss's MLP is its experts)"
@@ -697,6 +738,8 @@ def param_breakdown(
                 f"model {where}: field {key!r} 0: vLLM builds this model's MoE block whenever the field is set, "
                 "and one of no experts is no model it loads (leave the field out, or null, for a dense model)"
             )
+    if is_m3:
+        _minimax_m3_moe_layers(cfg, layers, where)
     moe_flags = _layer_flags(cfg, layers, experts, pick, where)
     n_moe = sum(moe_flags)
     n_dense = layers - n_moe
@@ -732,8 +775,16 @@ def param_breakdown(
     if experts:
         # gpt-oss and Llama 4 give the expert width as intermediate_size; the others as moe_intermediate_size.
         moe_ffn = pick("moe_intermediate_size", default=ffn, required=False)
+        if is_m3:
+            # MiniMax-M3's experts and shared expert are `intermediate_size` wide (vLLM 0.33.0's `MiniMaxM3MoE`
+            # reads no `moe_intermediate_size`)
+            moe_ffn = ffn
         per_tok = pick(
-            "num_experts_per_tok", "experts_per_token", "num_experts_per_token", default=1, required=False
+            "num_experts_per_tok",
+            "experts_per_token",
+            "num_experts_per_token",
+            default=4 if is_m3 else 1,
+            required=False,
         )
         if not 1 <= per_tok <= experts:
             key = next(
@@ -750,7 +801,7 @@ def param_breakdown(
         if model_type == "gpt_oss":
             b.other += (2 * moe_ffn + hidden) * experts * n_moe  # the experts' biases
             b.loose(experts * n_moe, whole=True)  # the router's bias
-        shared = pick("n_shared_experts", "num_shared_experts", default=0, required=False)
+        shared = pick("n_shared_experts", "num_shared_experts", default=1 if is_m3 else 0, required=False)
         shared_ffn = moe_ffn * shared
         sx = f"{moe}.shared_experts"
         if cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE / Qwen3-Next: one shared expert
@@ -771,7 +822,7 @@ def param_breakdown(
             cfg.get("topk_method") == "noaux_tc"
             or model_type == "deepseek_v3"
             or model_type.startswith("kimi_linear")
-            or (model_type in MINIMAX_M3_TYPES and cfg.get("use_routing_bias") is True)
+            or (is_m3 and _minimax_m3_routing_bias(cfg, where))
         ):
             b.loose(experts * n_moe, whole=True)
     return b
