@@ -216,3 +216,12 @@ def test_the_moe_fields_read_as_vllm_reads_them():
     # first_k_dense_replace is not read: the list says which layers are dense
     assert _model({**_cfg(), "first_k_dense_replace": 5}).num_params == m.num_params
 
+
+@pytest.mark.parametrize("freq", [5, 1.5, True])
+def test_a_malformed_sparse_config_on_another_model_type_is_refused_by_name(freq):
+    """`sparse_attention_config` on a model type other than MiniMax-M3's: a `sparse_attention_freq` that is not
+    a list (a number) raised a bare TypeError."""
+    cfg = json.loads((HF / "minimax-m2.json").read_text())
+    cfg["sparse_attention_config"] = {"sparse_attention_freq": freq}
+    with pytest.raises(InvalidArgumentError, match="'sparse_attention_config'"):
+        hf_config._from_dict(cfg, "m2", "m2", "m2", None)

@@ -517,11 +517,9 @@ def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> N
             f"'mimo_v2_flash'), not for model_type {model_type!r}: its layers are not modelled"
         )
     sparse = cfg.get("sparse_attention_config")
-    if (
-        isinstance(sparse, dict)
-        and model_type not in MINIMAX_M3_TYPES
-        and any(sparse.get("sparse_attention_freq") or [])
-    ):
+    freq = sparse.get("sparse_attention_freq") if isinstance(sparse, dict) else None
+    # (a value not a list, a number or a string: not a list of dense layers' zeros, refused as sparse layers)
+    if model_type not in MINIMAX_M3_TYPES and freq is not None and (not isinstance(freq, list) or any(freq)):
         raise InvalidArgumentError(
             f"model {where}: field 'sparse_attention_config' (MiniMax-M3's block-sparse attention) is read for "
             f"MiniMax-M3 only (model_type {', '.join(map(repr, sorted(MINIMAX_M3_TYPES)))}), not for model_type "
