@@ -165,6 +165,10 @@ def test_no_sparse_config_is_refused_and_other_fields_still_are():
         _model({**_cfg(), "layer_types": ["full_attention"] * 60})
     with pytest.raises(InvalidArgumentError, match=r"'sliding_window'"):
         _model({**_cfg(), "sliding_window": 4096})
+    # No KV heads: MiniMaxM3TextConfig's default (4) is not guessed (the message named "the None KV heads")
+    no_kv = {k: v for k, v in _cfg().items() if k != "num_key_value_heads"}
+    with pytest.raises(InvalidArgumentError, match=r"without 'num_key_value_heads'.*give the field"):
+        _model(no_kv)
 
 
 def test_the_dense_layers_mlp_is_dense_intermediate_size_wide():

@@ -192,7 +192,8 @@ def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> Mi
     if not isinstance(freq, list) or len(freq) != num_layers or not all(_m3_whole(f, 0) for f in freq):
         raise InvalidArgumentError(
             f"model {where}: field 'sparse_attention_config.sparse_attention_freq' must list the {num_layers} "
-            "layers, each 0 (dense attention) or 1 (sparse: top-k blocks and an index key cache)"
+            "layers, each a whole number: 0 dense attention, any other sparse (top-k blocks and an index key "
+            "cache; vLLM 0.33.0's _sparse_attention_layer_ids takes every entry that is not 0)"
         )
     layers = tuple(f != 0 for f in freq)
     if not any(layers):
@@ -213,6 +214,11 @@ def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> Mi
     field("sparse_init_block", 0, least=0)
     field("sparse_local_block", 0, least=0)
     kv_heads = cfg.get("num_key_value_heads")
+    if kv_heads is None:
+        raise InvalidArgumentError(
+            f"model {where}: MiniMax-M3 without 'num_key_value_heads' (MiniMaxM3TextConfig's default, 4, which "
+            "its index heads must equal, is not guessed): give the field"
+        )
     if heads != kv_heads:
         raise InvalidArgumentError(
             f"model {where}: field 'sparse_attention_config.sparse_num_index_heads' {heads} is not the "
