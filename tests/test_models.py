@@ -115,18 +115,25 @@ MARKETED_GB = {
     "rtx-5090": 32,
     "rtx-pro-6000": 96,
     "a10g": 24,
+    "a10": 24,
     "l4": 24,
     "l40s": 48,
+    "l40": 48,
+    "rtx-6000-ada": 48,
     "a100-40gb": 40,
     "a100-80gb": 80,
     "h100-80gb": 80,
     "h100-pcie": 80,
     "h20": 96,
     "h200": 141,
+    "h200-nvl": 141,
     "b200": 180,
     "gb200": 186,
+    "b300": 288,
+    "gb300": 288,
     "mi300x": 192,
     "mi325x": 256,
+    "mi350x": 288,
     "mi355x": 288,
 }
 
@@ -140,12 +147,94 @@ def test_gpu_presets() -> None:
         assert 0.95 * gb * 10**9 <= g.memory_bytes <= gb * GIB, name
         assert g.hbm_bandwidth > g.pcie_bandwidth > 0, name
         assert g.peak_flops > 1e13, name
-        # fp8 runs at twice bf16's rate where the tensor cores have it, fp4 at twice fp8's.
+        # fp8 runs at twice bf16's rate where the tensor cores have it, fp4 at twice fp8's (Blackwell Ultra's
+        # at three times: 13.5 and 15 PFLOPS against 4.5 and 5).
         assert g.fp8_flops in (0, pytest.approx(2 * g.peak_flops, rel=0.02)), name
-        assert g.fp4_flops in (0, pytest.approx(2 * g.fp8_flops, rel=0.02)) or name == "rtx-5090", name
+        ultra = name in ("b300", "gb300") and g.fp4_flops == 3 * g.fp8_flops
+        assert g.fp4_flops in (0, pytest.approx(2 * g.fp8_flops, rel=0.02)) or name == "rtx-5090" or ultra, (
+            name
+        )
         assert g.source, name
     assert gpus.get("a100-80gb").hbm_bandwidth > gpus.get("a100-40gb").hbm_bandwidth
     assert gpus.get("H100-80GB") is gpus.get("h100-80gb")  # names are case-insensitive
+
+
+# The presets added for the GPUs served on in 2026: (CUDA's total in GiB, as the cited messages print it; memory
+# bandwidth; dense bf16, fp8 and fp4 FLOP/s; host link; peer link; arch), each against gpus.py's cited figures.
+GPUS_2026 = {
+    "b300": (267.69, 8.0e12, 2250e12, 4500e12, 13500e12, 128e9, 900e9, "sm_103"),
+    "gb300": (276.50, 8.0e12, 2500e12, 5000e12, 15000e12, 450e9, 900e9, "sm_103"),
+    "h200-nvl": (139.80, 4.8e12, 835.5e12, 1670.5e12, 0, 64e9, 450e9, "sm_90"),
+    "rtx-6000-ada": (47.53, 960e9, 364.2e12, 728.5e12, 0, 32e9, 0, "sm_89"),
+    "l40": (44.31, 864e9, 181.05e12, 362e12, 0, 32e9, 0, "sm_89"),
+    "a10": (22.06, 600e9, 125e12, 0, 0, 32e9, 0, "sm_86"),
+    "mi350x": (287.98, 8.0e12, 2300e12, 4600e12, 9200e12, 64e9, 0, "gfx950"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GPUS_2026))
+def test_2026_gpu_presets_hold_their_cited_figures(name: str) -> None:
+    gib, bw, bf16, fp8, fp4, link, peer, arch = GPUS_2026[name]
+    g = gpus.get(name)
+    assert f"{g.memory_bytes / GIB:.2f}" == f"{gib:.2f}"
+    assert (g.hbm_bandwidth, g.peak_flops, g.fp8_flops, g.fp4_flops) == (bw, bf16, fp8, fp4)
+    assert (g.pcie_bandwidth, g.peer_bandwidth, g.arch) == (link, peer, arch)
+    if name == "a10":  # 16 GiB of weights leave 3.93 GiB: not one 131,072-token request, vLLM's refusal
+        with pytest.raises(InvalidArgumentError, match="does not fit one request"):
+            kvsim.SimConfig(model="llama-3.1-8b", gpu=name)
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu=name, max_model_len=8192 if name == "a10" else None)
+    assert cfg.num_blocks > 0
+    assert cfg.pool.figures is not None
+    assert cfg.pool.figures.available_kv_bytes is not None
+    assert cfg.pool.figures.available_kv_bytes > 0
+
+
+def test_2026_gpus_take_vllms_rules_for_their_arch() -> None:
+    """What vLLM 0.33.0 decides by compute capability, for sm_103 (B300, GB300: the 10.x family, as B200) and
+    sm_121 (GB10: the 12.x family, as the RTX 5090, and its own batch-default rule)."""
+    from kvsim.model import memory
+    from kvsim.model.gpus import datacenter_blackwell, vllm_server_batch_defaults
+    from kvsim.model.sizing import mxfp4_padding_bytes
+
+    # `get_batch_defaults`: >= 160 GiB first (B300, GB300, MI350X), then >= 70 GiB unless an A100 or a GB10.
+    for name in ("b300", "gb300", "mi350x"):
+        assert vllm_server_batch_defaults(gpus.get(name)) == (16384, 1024), name
+    assert vllm_server_batch_defaults(gpus.get("h200-nvl")) == (8192, 1024)
+    for name in ("rtx-6000-ada", "l40", "a10"):
+        assert vllm_server_batch_defaults(gpus.get(name)) == (2048, 256), name
+    gb10 = gpus.from_spec(
+        {"name": "gb10", "memory": "122572MiB", "bandwidth": "273GB/s", "tflops": 100, "arch": "sm_121"}
+    )
+    assert vllm_server_batch_defaults(gb10) == (2048, 256)  # is_gb10: the small tier though >= 70 GiB
+    assert vllm_server_batch_defaults(dataclasses.replace(gb10, arch="sm_120")) == (8192, 1024)
+    assert kvsim.SimConfig(model="llama-3.1-8b", gpu=gb10).max_num_batched_tokens == 2048
+    # `is_device_capability_family(100)`: the 1024-wide CUDA graph ceiling, by arch (a described sm_100 too).
+    assert [
+        datacenter_blackwell(a) for a in ("sm_100", "sm_103", "sm_90", "sm_120", "sm_121", "gfx950", "")
+    ] == [
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+    ]
+    b200 = kvsim.SimConfig(model="llama-3.1-8b", gpu="b200").pool
+    for gpu in (
+        "b300",
+        "gb300",
+        gpus.from_spec({"arch": "sm_100", "name": "my-b200"}, base=gpus.get("b200")),
+    ):
+        assert kvsim.SimConfig(model="llama-3.1-8b", gpu=gpu).pool.cudagraph_bytes == b200.cudagraph_bytes
+    assert b200.cudagraph_bytes == memory.cudagraph_estimate(
+        models.get("llama-3.1-8b"), 1024, 16384, blackwell=True
+    )
+    # gpt-oss's MXFP4 experts: FlashInfer's TRT-LLM kernels on 10.x, Marlin on 12.x, as on sm_100 and sm_120.
+    m = models.get("gpt-oss-120b")
+    assert mxfp4_padding_bytes(m, "sm_103", 1) == mxfp4_padding_bytes(m, "sm_100", 1) > 0
+    assert mxfp4_padding_bytes(m, "sm_121", 1) == mxfp4_padding_bytes(m, "sm_120", 1) > 0
+    assert mxfp4_padding_bytes(m, "gfx950", 1) > 0
 
 
 def test_pool_blocks_on_a_gpu() -> None:

@@ -138,6 +138,11 @@ GPUS: dict[str, Gpu] = {
         # CUDA: 22,587 MiB = 22.06 GiB (torch.cuda.get_device_properties of an AWS A10G, total_memory=22587MB,
         # in public GitHub files found by code search; no issue thread to cite).
         _g("a10g", 22587 * MIB, 600e9, 125e12, 32e9, "NVIDIA A10 Tensor Core GPU datasheet (AWS A10G)"),
+        # A10 datasheet: 24 GB GDDR6, 600 GB/s, 125 TFLOPS bf16 dense (250 with sparsity); PCIe 4.0 x16;
+        # nvidia-smi reports 23,028 MiB ("NVIDIA A10, 23028 MiB" in public GitHub files found by code search; AWS's
+        # A10G reports the same). CUDA: no total found for an A10 itself; taken as the A10G's 22,587 MiB = 22.06 GiB
+        # (the same board memory and nvidia-smi total).
+        _g("a10", 22587 * MIB, 600e9, 125e12, 32e9, "NVIDIA A10 Tensor Core GPU datasheet"),
         # L4 datasheet: 24 GB GDDR6, 300 GB/s, 121 TFLOPS bf16 dense (242 with sparsity), 242.5 fp8 dense,
         # PCIe Gen4 x16; nvidia-smi reports 23,034 MiB.
         # CUDA: 22.05 GiB (pytorch/pytorch#175666, vLLM's CI on L4s: "Free memory on device cuda:1 (19.77/22.05 GiB)").
@@ -146,6 +151,28 @@ GPUS: dict[str, Gpu] = {
         # dense, PCIe Gen4 x16 (64 GB/s both ways); nvidia-smi reports 46,068 MiB.
         # CUDA: 47,576,711,168 bytes = 44.31 GiB (deviceQuery of an L40S, driver 12.4; 44.39-44.52 seen elsewhere).
         _g("l40s", 47576711168, 864e9, 362.05e12, 32e9, "NVIDIA L40S GPU datasheet", fp8=733e12),
+        # L40 datasheet: 48 GB GDDR6, 864 GB/s, 181.05 TFLOPS bf16 dense (362.1 with sparsity), 362 fp8 dense
+        # (724 with sparsity), PCIe Gen4 x16; nvidia-smi reports 46,068 MiB as the L40S does ("NVIDIA L40, 46068
+        # MiB" in a public GitHub file found by code search). CUDA: taken as the L40S's 47,576,711,168 bytes = 44.31
+        # GiB (the same board memory; torch.cuda.get_device_properties of L40s prints "NVIDIA L40 (44.3GB)" in
+        # public GitHub files found by code search).
+        _g("l40", 47576711168, 864e9, 181.05e12, 32e9, "NVIDIA L40 GPU datasheet", fp8=362e12),
+        # RTX 6000 Ada Generation datasheet: 48 GB GDDR6 (ECC), 960 GB/s, 1,457 TFLOPS fp8 with sparsity (728.5
+        # dense); bf16 364.2 TFLOPS dense with fp32 accumulate (Ada whitepaper, Appendix A: a professional card,
+        # not halved as GeForce's are); PCIe Gen4 x16; nvidia-smi reports 49,140 MiB (ECC off).
+        # CUDA: 47.53 GiB = 48,671 MiB (PyTorch's "total capacity of 47.53 GiB" on 49,140 MiB 48 GB cards in
+        # public GitHub files found by code search; a named one's torch.cuda.get_device_properties prints "NVIDIA
+        # RTX 6000 Ada Generation (47.5 GB)"). With ECC on it reports 46,068 MiB and CUDA 44.43 GiB
+        # (DINGYANB/MTVCrafter#21): describe that with --gpu-memory.
+        _g(
+            "rtx-6000-ada",
+            48671 * MIB,
+            960e9,
+            364.2e12,
+            32e9,
+            "NVIDIA RTX 6000 Ada Generation datasheet; Ada GPU architecture whitepaper, Appendix A",
+            fp8=728.5e12,
+        ),
         # A100 datasheet (SXM4 40GB): 1,555 GB/s, 312 TFLOPS bf16/fp16 dense, PCIe Gen4 64 GB/s (both ways),
         # NVLink 600 GB/s (both ways).
         # CUDA: 42,298,834,944 bytes = 39.39 GiB (bottlerocket-os/bottlerocket#3873, deviceQuery of A100-SXM4-40GBs; the
@@ -218,6 +245,22 @@ GPUS: dict[str, Gpu] = {
             fp8=1978.9e12,
             peer=450e9,
         ),
+        # H200 datasheet (NVL, the PCIe card): 141 GB HBM3e, 4.8 TB/s, 1,671 TFLOPS bf16 and 3,341 fp8 with
+        # sparsity (835.5 and 1,670.5 dense), PCIe Gen5 128 GB/s (both ways), 2- or 4-way NVLink bridge 900 GB/s
+        # per GPU (both ways: kvsim prices every tensor-parallel group over it, right within a bridged 2 or 4);
+        # nvidia-smi reports 143,771 MiB as for the SXM part.
+        # CUDA: 139.80 GiB = 143,155 MiB ("NVIDIA H200 NVL (139.80 GiB)" and "2x NVIDIA H200 NVL (139.80 GB each)"
+        # in public GitHub files found by code search; no issue thread to cite).
+        _g(
+            "h200-nvl",
+            143155 * MIB,
+            4.8e12,
+            835.5e12,
+            64e9,
+            "NVIDIA H200 Tensor Core GPU datasheet (NVL)",
+            fp8=1670.5e12,
+            peer=450e9,
+        ),
         # HGX B200 datasheet, per GPU (1/8 of the board): 180 GB HBM3e, 7.7 TB/s, 2.25 PFLOPS bf16, 4.5 fp8,
         # 9 fp4 dense (the sheet's 36 / 72 / 144 PFLOPS per 8 GPUs are with sparsity); PCIe Gen6 x16
         # (128 GB/s each way), NVLink 1.8 TB/s per GPU (both ways); nvidia-smi reports 183,359 MiB.
@@ -246,6 +289,43 @@ GPUS: dict[str, Gpu] = {
             "NVIDIA GB200 NVL72 datasheet",
             fp8=5000e12,
             fp4=10000e12,
+            peer=900e9,
+        ),
+        # HGX B300 datasheet, per GPU (1/8 of the board): 288 GB HBM3e (2.3 TB / 8), 2.25 PFLOPS bf16, 4.5 fp8,
+        # 13.5 fp4 dense (the sheet's 36 / 72 PFLOPS per 8 GPUs are with sparsity, its fp4 144 | 108 with |
+        # without);
+        # 8 TB/s (NVIDIA's "Inside NVIDIA Blackwell Ultra" technical blog: 288 GB HBM3e at 8 TB/s a GPU); PCIe Gen6
+        # x16 (128 GB/s each way), NVLink 1.8 TB/s per GPU (both ways); nvidia-smi reports 275,040 MiB.
+        # CUDA: 267.69 GiB = 274,115 MiB (vLLM's "Free memory on device (264.8/267.69 GiB)" and PyTorch's "total
+        # capacity of 267.69 GiB" on NVIDIA B300 SXM6 AC nodes, in public GitHub files found by code search; no
+        # issue thread to cite).
+        _g(
+            "b300",
+            274115 * MIB,
+            8.0e12,
+            2250e12,
+            128e9,
+            "NVIDIA HGX B300 datasheet",
+            fp8=4500e12,
+            fp4=13500e12,
+            peer=900e9,
+        ),
+        # GB300 NVL72 datasheet, per GPU (1/72 of the rack): up to 20 TB HBM3e (~279 GB a GPU; 288 GB Blackwell
+        # Ultra's), 576 TB/s (8 TB/s), 2.5 PFLOPS bf16, 5 fp8, 15 fp4 dense (the sheet's 360 / 720 PFLOPS are with
+        # sparsity, its fp4 1,440 | 1,080 with | without); host link: NVLink-C2C to Grace, 900 GB/s both ways;
+        # NVLink 1.8 TB/s per GPU (both ways) to the other 71; nvidia-smi reports 284,208 MiB.
+        # CUDA: 276.50 GiB = 283,136 MiB (stas00/ml-engineering's debug/pytorch.md: "total capacity of 276.50 GiB"
+        # on a DGX Station's GB300; the same in a 64-GPU GB300 cluster's torchtitan runs, "peak 244.94 of
+        # 276.50 GiB", in public GitHub files found by code search).
+        _g(
+            "gb300",
+            283136 * MIB,
+            8.0e12,
+            2500e12,
+            450e9,
+            "NVIDIA GB300 NVL72 datasheet",
+            fp8=5000e12,
+            fp4=15000e12,
             peer=900e9,
         ),
         # AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, 1,307.4 TFLOPS bf16 dense (2,614.9 with
@@ -290,13 +370,28 @@ GPUS: dict[str, Gpu] = {
             fp8=5033.2e12,
             fp4=10066.3e12,
         ),
+        # AMD Instinct MI350X datasheet: 288 GB HBM3E, 8 TB/s, 2.3 PFLOPS bf16 dense, 4.6 fp8 and 9.2 fp4 (MXFP4)
+        # dense (the MI355X's silicon at 2.2 GHz, not 2.4), PCIe Gen5 x16 (its Infinity Fabric figure is not
+        # recorded here: its collectives are priced over PCIe). ROCm's torch: taken as the MI355X's 287.98 GiB (the
+        # same 288 GB of HBM3E; "MI350X (294 GB)", i.e. 294,892 MiB, in a public GitHub file found by code search,
+        # and gfx950's HIP out-of-memory messages "total capacity of 287.98 GiB" in many).
+        _g(
+            "mi350x",
+            294892 * MIB,
+            8.0e12,
+            2300e12,
+            64e9,
+            "AMD Instinct MI350X accelerator datasheet",
+            fp8=4600e12,
+            fp4=9200e12,
+        ),
     )
 }
 
 # Each preset's architecture: NVIDIA's compute capabilities ("CUDA GPUs - Compute Capability",
-# developer.nvidia.com/cuda-gpus: Turing 7.5, A100 8.0, GA102 and A10 8.6, Ada 8.9, Hopper 9.0, B200 and
-# GB200 10.0, RTX Blackwell 12.0) and AMD's LLVM targets (ROCm's "GPU hardware specifications": MI300X and
-# MI325X gfx942, MI355X gfx950).
+# developer.nvidia.com/cuda-gpus: Turing 7.5, A100 8.0, GA102 and A10 8.6, Ada (L4, L40, L40S, RTX 6000 Ada) 8.9,
+# Hopper 9.0, B200 and GB200 10.0, Blackwell Ultra B300 and GB300 10.3, RTX Blackwell 12.0, GB10 12.1) and AMD's
+# LLVM targets (ROCm's "GPU hardware specifications": MI300X and MI325X gfx942, MI350X and MI355X gfx950).
 ARCHS = {
     "rtx-2070": "sm_75",
     "rtx-3090": "sm_86",
@@ -304,18 +399,25 @@ ARCHS = {
     "rtx-5090": "sm_120",
     "rtx-pro-6000": "sm_120",
     "a10g": "sm_86",
+    "a10": "sm_86",
     "l4": "sm_89",
     "l40s": "sm_89",
+    "l40": "sm_89",
+    "rtx-6000-ada": "sm_89",
     "a100-40gb": "sm_80",
     "a100-80gb": "sm_80",
     "h100-80gb": "sm_90",
     "h100-pcie": "sm_90",
     "h20": "sm_90",
     "h200": "sm_90",
+    "h200-nvl": "sm_90",
     "b200": "sm_100",
     "gb200": "sm_100",
+    "b300": "sm_103",
+    "gb300": "sm_103",
     "mi300x": "gfx942",
     "mi325x": "gfx942",
+    "mi350x": "gfx950",
     "mi355x": "gfx950",
 }
 GPUS = {n: dataclasses.replace(g, arch=ARCHS[n]) for n, g in GPUS.items()}
@@ -336,17 +438,29 @@ def vllm_server_batch_defaults(
     (`serve-0.28`, from 0.28.0): 16384 and 1024 on a GPU of at least 160 GiB (B200, MI300X), 8192 and
     1024 on one of at least 70 GiB that is not an A100 (H100, H200), else 2048 and 256; 0.9.0 to 0.27.1
     (`serve-0.9`) had no 160 GiB tier; the v0 engine (`v0`) took 256 sequences and, chunked prefill off,
-    max(max_model_len, 2048) tokens. (0.33.0 also keeps NVIDIA's GB10 on the small tier; no preset is a
-    GB10.) `kvsim.model.config.SimConfig` applies vLLM's caps on top (`max_num_seqs` at most the tokens)."""
+    max(max_model_len, 2048) tokens. 0.33.0 also keeps NVIDIA's GB10 (DGX Spark, compute capability 12.1:
+    `is_device_capability((12, 1))`) off the 70 GiB tier, "the memory but not the compute of a large discrete
+    GPU": a GPU of arch `sm_121` below 160 GiB takes the small tier (no preset is a GB10; describe one with
+    `arch = "sm_121"`). `kvsim.model.config.SimConfig` applies vLLM's caps on top (`max_num_seqs` at most the
+    tokens)."""
     if rule not in BATCH_RULES:
         raise InvalidArgumentError(f"batch_rule {rule!r} is not one of {', '.join(BATCH_RULES)}")
     if rule == "v0":
         return max(max_model_len, 2048), 256
     if rule == "serve-0.28" and gpu.memory_bytes >= 160 * GIB:
         return 16384, 1024
-    if gpu.memory_bytes >= 70 * GIB and "a100" not in gpu.name.lower():
+    if gpu.memory_bytes >= 70 * GIB and "a100" not in gpu.name.lower() and gpu.arch != "sm_121":
         return 8192, 1024
     return 2048, 256
+
+
+def datacenter_blackwell(arch: str | None) -> bool:
+    """Whether `arch` is compute capability 10.x (B200, GB200: sm_100; B300, GB300: sm_103), the family vLLM
+    0.33.0's `is_device_capability_family(100)` tests (its 1024-wide CUDA graph ceiling, FlashInfer's MLA and
+    TRT-LLM MoE kernels, GLM-5's fp8 KV cache)."""
+    arch = arch or ""
+    family = arch.removeprefix("sm_")
+    return arch.startswith("sm_") and family.isdigit() and int(family) // 10 == 10
 
 
 def names() -> list[str]:
@@ -530,6 +644,7 @@ __all__ = [
     "GPUS",
     "SPEC_KEYS",
     "Gpu",
+    "datacenter_blackwell",
     "from_file",
     "from_spec",
     "get",

@@ -104,8 +104,8 @@ def cudagraph_capture_sizes(
     max_num_seqs: int, max_num_batched_tokens: int, blackwell: bool = False
 ) -> list[int]:
     """The batch sizes vLLM 0.33.0 captures CUDA graphs for by default (`VllmConfig`'s
-    `_set_cudagraph_sizes`): up to min(2 · max_num_seqs, 512 (1024 on Blackwell B200/GB200),
-    max_num_batched_tokens): 1, 2, 4, then every 8 below 256, every 16 from 256, plus max_num_seqs
+    `_set_cudagraph_sizes`): up to min(2 · max_num_seqs, 512 (1024 on compute capability 10.x: B200, GB200,
+    B300, GB300), max_num_batched_tokens): 1, 2, 4, then every 8 below 256, every 16 from 256, plus max_num_seqs
     (uniform decode) and max_num_batched_tokens when they fit."""
     top = min(2 * max_num_seqs, 1024 if blackwell else 512, max_num_batched_tokens)
     sizes = [i for i in (1, 2, 4) if i <= top]

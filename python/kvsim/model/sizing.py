@@ -32,7 +32,7 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import dsa
-from kvsim.model.gpus import Gpu
+from kvsim.model.gpus import Gpu, datacenter_blackwell
 from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.knobs import KNOBS
 from kvsim.model.layers import KVLayout, kv_layout
@@ -61,8 +61,9 @@ GPU_MEMORY_UTILIZATION: float = KNOBS["gpu_memory_utilization"].default
 # alignment its kernels pad the experts' hidden size and each rank's intermediate size to
 # (`fused_moe/oracle/mxfp4.py`: `_get_priority_backends_for_gpt_oss`, each backend's `is_supported_config`,
 # `mxfp4_round_up_hidden_size_and_intermediate_size`): Marlin from sm_80 (hidden to 256, intermediate to
-# 128), the OAI Triton kernels on Hopper (intermediate to 64), FlashInfer's TRT-LLM kernels on Blackwell
-# B200 (256 and 128), Marlin on RTX Blackwell (sm_120 moves Triton after it), Triton on ROCm (256 and 256).
+# 128), the OAI Triton kernels on Hopper (intermediate to 64), FlashInfer's TRT-LLM kernels on datacenter
+# Blackwell, B200 and B300 (256 and 128: `is_device_capability_family(100)`, 10.x), Marlin on RTX Blackwell and
+# GB10 (the 12.x family moves Triton after it), Triton on ROCm (256 and 256).
 # `create_weights` allocates the padded shapes, scales alike (`quantization/mxfp4.py`).
 MXFP4_GPT_OSS_ALIGN: dict[str, tuple[int, int]] = {
     "sm_80": (256, 128),
@@ -70,7 +71,9 @@ MXFP4_GPT_OSS_ALIGN: dict[str, tuple[int, int]] = {
     "sm_89": (256, 128),
     "sm_90": (1, 64),
     "sm_100": (256, 128),
+    "sm_103": (256, 128),
     "sm_120": (256, 128),
+    "sm_121": (256, 128),
     "gfx942": (256, 256),
     "gfx950": (256, 256),
 }
@@ -435,7 +438,7 @@ def size_pool(
             enforce_eager=enforce_eager,
             activation_reserve_bytes=activation_reserve_bytes,
             cudagraph_memory_bytes=cudagraph_memory_bytes,
-            blackwell=g.name in ("b200", "gb200"),
+            blackwell=datacenter_blackwell(g.arch),
             peer_link=g.peer_bandwidth > 0,
         )
         if num_blocks is not None:
