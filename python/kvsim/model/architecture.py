@@ -175,8 +175,8 @@ class Model:
     @property
     def is_dsa(self) -> bool:
         """Whether the model's attention is sparse: DeepSeek-V3.2's sparse MLA (an indexer picks `index_topk`
-        keys a query; `kvsim.model.hf_layers._deepseek_v32_layers`) or MiniMax-M3's block-sparse attention
-        (not MLA: an indexer picks `sparse_topk_blocks` blocks a query; `hf_layers._minimax_m3_layers`), whose
+        keys a query; `kvsim.model.hf_sparse.deepseek_v32_layers`) or MiniMax-M3's block-sparse attention
+        (not MLA: an indexer picks `sparse_topk_blocks` blocks a query; `hf_sparse.minimax_m3_layers`), whose
         rules `kvsim.model.dsa.resolve` applies."""
         return any(lay.kind == "full" and lay.index_heads for lay in self.layers)
 

@@ -159,7 +159,8 @@ class MiniMaxM3Sparse:
         return self.topk_blocks * MINIMAX_M3_BLOCK
 
 
-def _m3_whole(v: Any, least: int) -> bool:
+def whole_at_least(v: Any, least: int) -> bool:
+    """Whether `v` is an integer (not a boolean) of at least `least` (a config field's check)."""
     return not isinstance(v, bool) and isinstance(v, int) and v >= least
 
 
@@ -189,7 +190,7 @@ def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> Mi
     freq = sparse.get("sparse_attention_freq")
     if freq is None:
         freq = [0] * num_layers  # (`_sparse_attention_layer_ids`: no list, no sparse layer)
-    if not isinstance(freq, list) or len(freq) != num_layers or not all(_m3_whole(f, 0) for f in freq):
+    if not isinstance(freq, list) or len(freq) != num_layers or not all(whole_at_least(f, 0) for f in freq):
         raise InvalidArgumentError(
             f"model {where}: field 'sparse_attention_config.sparse_attention_freq' must list the {num_layers} "
             "layers, each a whole number: 0 dense attention, any other sparse (top-k blocks and an index key "
@@ -201,7 +202,7 @@ def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> Mi
 
     def field(key: str, default: Any = None, least: int = 1) -> int:
         v = sparse.get(key, default)
-        if not _m3_whole(v, least):
+        if not whole_at_least(v, least):
             at = f" of at least {least}" if least else ""
             raise InvalidArgumentError(
                 f"model {where}: field 'sparse_attention_config.{key}' {v!r} must be a whole number{at} "

@@ -249,7 +249,7 @@ _KEPT_FIELDS = (
     "swa_head_dim",
     "swa_v_head_dim",
     "add_swa_attention_sink_bias",
-    # DeepSeek-V4 (`hf_layers._deepseek_v4_layers`, `params._deepseek_v4`, `quant.deepseek_v4`).
+    # DeepSeek-V4 (`hf_sparse.deepseek_v4_layers`, `params._deepseek_v4`, `quant.deepseek_v4`).
     "o_groups",
     "o_lora_rank",
     "index_n_heads",

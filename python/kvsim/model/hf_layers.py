@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.dsa import MINIMAX_M3_TYPES, minimax_m3_sparse
+from kvsim.model.dsa import MINIMAX_M3_TYPES, whole_at_least
+from kvsim.model.hf_sparse import DSA_TYPES, deepseek_v4_layers, deepseek_v32_layers, minimax_m3_layers
 from kvsim.model.layers import (
-    DSV4_RATIOS,
     FLASHKDA_CHECKPOINT_ALIGNMENT,
     FULL,
     MAX_WINDOW,
@@ -36,17 +36,12 @@ _HF_LAYER_TYPES = {
 }
 
 
-def _whole(v: Any, least: int) -> bool:
-    """Whether `v` is an integer (not a boolean) of at least `least`."""
-    return not isinstance(v, bool) and isinstance(v, int) and v >= least
-
-
 def full_attention_interval(cfg: Mapping[str, Any], where: str) -> int:
     """Qwen3-Next's `full_attention_interval`: every so many layers one is full attention, the others gated
     delta nets (4 when absent, transformers' `Qwen3NextConfig`); a whole number of at least 1. The one
     reading of the field (the layers here, the weights in `kvsim.model.params`)."""
     v = cfg.get("full_attention_interval", 4)
-    if not _whole(v, 1):
+    if not whole_at_least(v, 1):
         raise InvalidArgumentError(
             f"model {where}: field 'full_attention_interval' {v!r} must be a whole number of at least 1"
         )
@@ -60,7 +55,7 @@ def jamba_period(cfg: Mapping[str, Any], what: str, period: int, offset: int, wh
     refuses an offset of the period or more (`_check_supported_offset`)."""
     p, o = cfg.get(f"{what}_layer_period", period), cfg.get(f"{what}_layer_offset", offset)
     for key, v, least in ((f"{what}_layer_period", p, 1), (f"{what}_layer_offset", o, 0)):
-        if not _whole(v, least):
+        if not whole_at_least(v, least):
             raise InvalidArgumentError(
                 f"model {where}: field {key!r} {v!r} must be a whole number{' of at least 1' if least else ''}"
             )
@@ -182,7 +177,7 @@ def kimi_linear_attention(
     numbers = []
     for key, default in (("num_heads", None), ("head_dim", None), ("short_conv_kernel_size", 4)):
         v = lac.get(key, default)
-        if not _whole(v, 1) or (isinstance(v, int) and v > STATE_DIM_MAX):
+        if not whole_at_least(v, 1) or (isinstance(v, int) and v > STATE_DIM_MAX):
             raise InvalidArgumentError(
                 f"model {where}: field 'linear_attn_config.{key}' {v!r} must be a whole number of at least 1 "
                 f"up to {STATE_DIM_MAX:,}"
@@ -193,7 +188,7 @@ def kimi_linear_attention(
     if (
         not isinstance(kda, list)
         or not kda
-        or not all(_whole(i, 1) and i <= num_layers for i in kda)
+        or not all(whole_at_least(i, 1) and i <= num_layers for i in kda)
         or len(set(kda)) != len(kda)
     ):
         raise InvalidArgumentError(
@@ -210,67 +205,6 @@ def kimi_full_rank_gate(cfg: Mapping[str, Any]) -> bool:
     lac = cfg.get("linear_attn_config")
     # (a value not true or false is refused where the layers are read, `kimi_linear_attention`)
     return isinstance(lac, dict) and lac.get("use_full_rank_gate") is True
-
-
-def _deepseek_v4_layers(
-    cfg: dict[str, Any], model_type: str, num_layers: int, where: str, field_int: Any
-) -> tuple[Layer, ...]:
-    """DeepSeek-V4's layers (`model_type` `deepseek_v4`): `compress_ratios` (one per layer, the MTP layers'
-    after them, unread: they keep caches only under speculative decoding), `sliding_window`,
-    `index_head_dim`; the latent layout vLLM prices (head_dim 512 with 64 RoPE values) is checked."""
-    if model_type == "deepseek_v41":
-        raise InvalidArgumentError(
-            f"model {where}: model_type 'deepseek_v41' (DeepSeek-V4.1, vLLM 0.33.0's DeepseekV41Config) is not "
-            "modelled: only DeepSeek-V4 ('deepseek_v4') is; V4.1's shared KV source layers and Engram are not"
-        )
-    if model_type != "deepseek_v4":
-        # (SGLang's copies of DeepSeek-V4 name it 'deepseek_ref': no config class of that name in vLLM 0.33.0,
-        # transformers_utils/config.py's _CONFIG_REGISTRY)
-        unregistered = (
-            "; vLLM 0.33.0 registers no config class named 'deepseek_ref'"
-            if model_type == "deepseek_ref"
-            else ""
-        )
-        raise InvalidArgumentError(
-            f"model {where}: model_type {model_type!r} with 'compress_ratios': only DeepSeek-V4 "
-            f"('deepseek_v4') is modelled{unregistered} (DeepSeek-V4.1's 'deepseek_v41', with shared KV source "
-            "layers and Engram, is not either)"
-        )
-    ratios = cfg.get("compress_ratios")
-    if ratios is None:
-        raise InvalidArgumentError(
-            f"model {where}: DeepSeek-V4 without 'compress_ratios' (the upstream 'layer_types' / "
-            "'compress_rates' spelling is not read): kvsim needs each layer's ratio"
-        )
-    if (
-        not isinstance(ratios, list)
-        or len(ratios) < num_layers
-        or any(isinstance(r, bool) or not isinstance(r, int) for r in ratios)
-    ):
-        raise InvalidArgumentError(
-            f"model {where}: 'compress_ratios' must list a whole-number ratio for each of the {num_layers} "
-            "layers (the MTP layers' may follow)"
-        )
-    for key, want in (("head_dim", 512), ("qk_rope_head_dim", 64)):
-        if cfg.get(key) != want:
-            raise InvalidArgumentError(
-                f"model {where}: DeepSeek-V4 field {key!r} {cfg.get(key)!r}: only {want} is modelled (the "
-                "fp8_ds_mla entry of 448 NoPE + 64 RoPE values that vLLM's FlashMLA backend stores)"
-            )
-    window = field_int("sliding_window", least=1)
-    index_dim = field_int("index_head_dim", 128)
-    index_heads = field_int("index_n_heads", 64)
-    for i, r in enumerate(ratios[:num_layers]):
-        if r not in DSV4_RATIOS:
-            raise InvalidArgumentError(
-                f"model {where}: compress_ratios[{i}] {r} is not one of {', '.join(map(str, DSV4_RATIOS))}"
-            )
-    return tuple(
-        Layer(
-            "deepseek_v4", window, 1, 512, compress_ratio=r, index_head_dim=index_dim, index_heads=index_heads
-        )
-        for r in ratios[:num_layers]
-    )
 
 
 def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> tuple[Layer, ...]:
@@ -294,7 +228,7 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
 
     def field_int(key: str, default: int | None = None, least: int = 0, most: int | None = None) -> int:
         v = cfg.get(key, default)
-        if not _whole(v, least) or (most is not None and isinstance(v, int) and v > most):
+        if not whole_at_least(v, least) or (most is not None and isinstance(v, int) and v > most):
             at_least = f" of at least {least}" if least else ""
             at_most = f" up to {most:,}" if most is not None else ""
             raise InvalidArgumentError(
@@ -325,7 +259,7 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
         return Layer("sliding_window", window)
 
     if model_type.startswith("deepseek_v4") or cfg.get("compress_ratios") is not None:
-        return _deepseek_v4_layers(cfg, model_type, num_layers, where, field_int)
+        return deepseek_v4_layers(cfg, model_type, num_layers, where, field_int)
     if model_type == NAS_TYPE:
         # Nemotron-NAS: each layer's attention from its block (`kvsim.model.nemotron_nas`): its own KV heads,
         # or none at all (a no-op attention: no cache, no attention computed)
@@ -351,9 +285,9 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
         return _mimo_v2_layers(cfg, num_layers, where, field_int, field_window)
     _refuse_unread_layers(cfg, model_type, where)
     if model_type in MINIMAX_M3_TYPES:
-        return _minimax_m3_layers(cfg, model_type, num_layers, where)
+        return minimax_m3_layers(cfg, model_type, num_layers, where)
     if model_type in DSA_TYPES:
-        return _deepseek_v32_layers(cfg, num_layers, where, field_int)
+        return deepseek_v32_layers(cfg, num_layers, where, field_int)
     if model_type.startswith("gemma4"):
         return _gemma4_layers(cfg, num_layers, where, field_int, sliding)
     if model_type == "minimax_m2":
@@ -533,111 +467,6 @@ def _refuse_unread_layers(cfg: dict[str, Any], model_type: str, where: str) -> N
             "modelled only for DeepSeek-V3.2 ('deepseek_v32') and GLM-5 ('glm_moe_dsa'): this model's indexer "
             "caches are not read"
         )
-
-
-def _minimax_m3_layers(
-    cfg: dict[str, Any], model_type: str, num_layers: int, where: str
-) -> tuple[Layer, ...]:
-    """MiniMax-M3's layers (vLLM 0.33.0's `models/minimax_m3/nvidia/model.py`; DESIGN.md §Defaults and sizing,
-    "MiniMax-M3"): a sparse layer (`dsa.minimax_m3_sparse`) is full attention of the model's KV heads read
-    over its top-k blocks, with an index key cache of `sparse_index_dim` beside its K and V
-    (`index_head_dim`, `index_heads`); the others plain full attention. Every layer's cache spec is a
-    `FullAttentionSpec` (the index cache's an `MLAAttentionSpec`, a subclass): one KV-cache group, a block
-    taking every layer's pages (`UniformTypeKVCacheSpecs`)."""
-    for key in (
-        "attn_type_list",
-        "layers_block_type",
-        "linear_attn_config",
-        "hybrid_override_pattern",
-        "layer_types",
-        "sliding_window",
-        "attention_chunk_size",
-    ):
-        if cfg.get(key):
-            raise InvalidArgumentError(
-                f"model {where}: field {key!r} (model_type {model_type!r}) names layer kinds vLLM 0.33.0's "
-                "MiniMax-M3 does not read (every layer is full or block-sparse attention): not modelled"
-            )
-    sparse = minimax_m3_sparse(cfg, num_layers, where)
-    if not any(sparse.layers):
-        return ()
-    return tuple(
-        Layer("full", index_head_dim=sparse.index_dim, index_heads=sparse.index_heads) if s else FULL
-        for s in sparse.layers
-    )
-
-
-# The model types vLLM 0.33.0 serves with DeepSeek-V3.2's sparse attention (`vllm/models/deepseek_v32/`:
-# DeepseekV32ForCausalLM, and GLM-5's GlmMoeDsaForCausalLM on the same classes).
-DSA_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
-
-
-def dsa_indexer_layers(cfg: Mapping[str, Any], num_layers: int, where: str) -> list[bool]:
-    """DeepSeek-V3.2's layers that build an indexer (and its key cache): vLLM 0.33.0's
-    `deepseek_v32/attention.py` skips layer i when `max(i - index_skip_topk_offset + 1, 0) %
-    index_topk_freq` is not 0 (1 and 2 by default: every layer has one), or where `index_topk_pattern`
-    has an "S". The one reading of the fields (the layers here, the weights in `kvsim.model.params`)."""
-    freq, offset = cfg.get("index_topk_freq", 1), cfg.get("index_skip_topk_offset", 2)
-    for key, v, least in (("index_topk_freq", freq, 1), ("index_skip_topk_offset", offset, 0)):
-        if not _whole(v, least):
-            raise InvalidArgumentError(
-                f"model {where}: field {key!r} {v!r} must be a whole number{' of at least 1' if least else ''}"
-            )
-    pattern = cfg.get("index_topk_pattern")
-    if pattern is not None:
-        # (vLLM indexes it by layer: an "S" skips, anything else builds an indexer)
-        if not isinstance(pattern, (str, list)):
-            raise InvalidArgumentError(
-                f"model {where}: field 'index_topk_pattern' {pattern!r} must be a string (or list) of a letter a "
-                "layer, S where the layer skips its indexer"
-            )
-        return [not (i < len(pattern) and pattern[i] == "S") for i in range(num_layers)]
-    return [max(i - offset + 1, 0) % freq == 0 for i in range(num_layers)]
-
-
-def _deepseek_v32_layers(
-    cfg: dict[str, Any], num_layers: int, where: str, field_int: Any
-) -> tuple[Layer, ...]:
-    """DeepSeek-V3.2's layers: MLA layers whose latent cache is read sparsely (`index_topk` keys a query),
-    each with an indexer key cache where `dsa_indexer_layers` builds an indexer."""
-    # (vLLM sizes its top-k buffer by `index_topk` and builds the attention from the two ranks: each must be
-    # a whole number; the top-k a window the engine takes)
-    field_int("index_topk", least=1, most=MAX_WINDOW)
-    field_int("q_lora_rank", least=1, most=STATE_DIM_MAX)
-    field_int("kv_lora_rank", least=1, most=STATE_DIM_MAX)
-    dim = field_int("index_head_dim", least=1, most=STATE_DIM_MAX)
-    heads = field_int("index_n_heads", least=1, most=STATE_DIM_MAX)
-    if dim % 128:
-        raise InvalidArgumentError(
-            f"model {where}: field 'index_head_dim' {dim} is not a multiple of 128 (the indexer quantizes its "
-            "keys in blocks of 128 values)"
-        )
-    # Layer-kind fields vLLM's sparse-attention classes do not take (every layer is sparse MLA): refused by
-    # name, not read as another model's would be. GLM-5.2 lists its layers as `deepseek_sparse_attention`;
-    # with such a list vLLM sets no cache-wide window (`arg_utils.py`: only when every layer slides).
-    types = cfg.get("layer_types")
-    if types is not None and (
-        not isinstance(types, list)
-        or any(t not in ("deepseek_sparse_attention", "full_attention") for t in types)
-    ):
-        raise InvalidArgumentError(
-            f"model {where}: field 'layer_types' of a sparse-attention model names kinds other than "
-            "deepseek_sparse_attention: not modelled (every layer is sparse MLA)"
-        )
-    unread = [
-        k
-        for k in ("attention_chunk_size", "hybrid_override_pattern", "layers_block_type", "attn_type_list")
-        if cfg.get(k) is not None
-    ]
-    if cfg.get("sliding_window") is not None and types is None:
-        unread.append("sliding_window")
-    if unread:
-        raise InvalidArgumentError(
-            f"model {where}: field {unread[0]!r} on a sparse-attention model (DeepSeek-V3.2's classes) is not "
-            "modelled: its layers are all sparse MLA"
-        )
-    has = dsa_indexer_layers(cfg, num_layers, where)
-    return tuple(Layer("full", index_head_dim=dim if h else 0, index_heads=heads) for h in has)
 
 
 def _pattern_layer_types(
@@ -869,9 +698,7 @@ def _hf_state(
 
 
 __all__ = [
-    "DSA_TYPES",
     "MIMO_V2_TYPES",
-    "dsa_indexer_layers",
     "full_attention_interval",
     "granite_layer_is_mamba",
     "jamba_attention_layers",

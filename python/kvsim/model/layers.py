@@ -241,8 +241,8 @@ class Layer:
         index_head_dim, index_heads: a `deepseek_v4` layer's indexer head width and heads (`index_head_dim`,
             `index_n_heads`; ratio 4); a DeepSeek-V3.2 `full` (MLA) layer's: every layer's attention is sparse
             (`index_heads` > 0), and a layer with an indexer key cache has its `index_head_dim` (0 where
-            the index-sharing fields skip it; `hf_layers._deepseek_v32_layers`); a MiniMax-M3 sparse `full`
-            layer's (not MLA): `sparse_index_dim` and `sparse_num_index_heads` (`hf_layers._minimax_m3_layers`).
+            the index-sharing fields skip it; `hf_sparse.deepseek_v32_layers`); a MiniMax-M3 sparse `full`
+            layer's (not MLA): `sparse_index_dim` and `sparse_num_index_heads` (`hf_sparse.minimax_m3_layers`).
     """
 
     kind: str

@@ -40,13 +40,12 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.model import params_state
 from kvsim.model.dsa import MINIMAX_M3_TYPES, minimax_m3_sparse
 from kvsim.model.hf_layers import (
-    DSA_TYPES,
     MIMO_V2_TYPES,
-    dsa_indexer_layers,
     full_attention_interval,
     kimi_full_rank_gate,
     kimi_linear_attention,
 )
+from kvsim.model.hf_sparse import DSA_TYPES, dsa_indexer_layers
 from kvsim.model.nemotron_nas import MODEL_TYPE as NAS_TYPE
 from kvsim.model.nemotron_nas import nas_blocks, nemotron_nas
 from kvsim.model.param_names import gate_up, qkv
@@ -485,7 +484,7 @@ def _deepseek_v4(
     o_groups, o_lora = pick("o_groups"), pick("o_lora_rank")
     idx_heads, idx_dim = pick("index_n_heads"), pick("index_head_dim")
     hc = pick("hc_mult", default=1, required=False)
-    # `compress_ratios` is checked where the layers are read (`hf_layers._deepseek_v4_layers`).
+    # `compress_ratios` is checked where the layers are read (`hf_sparse.deepseek_v4_layers`).
     given = cfg.get("compress_ratios")
     ratios = [max(1, r) if isinstance(r, int) else 1 for r in (given if isinstance(given, list) else [])]
     ratios = ratios[:layers]
