@@ -237,6 +237,25 @@ def test_2026_gpus_take_vllms_rules_for_their_arch() -> None:
     assert mxfp4_padding_bytes(m, "gfx950", 1) > 0
 
 
+def test_described_gpu_arch_outside_vllms_capabilities_is_refused() -> None:
+    """A described GPU's `arch` is a compute capability vLLM 0.33.0 runs on (6.0 and up) with a family it has
+    rules for (up to 12.x): `sm_10` is 1.0, not Blackwell's `sm_100`, which the MLA block-size and GLM-5 KV
+    rules read by prefix would have taken it for while the CUDA-graph ceiling and the quantization floor read
+    it as 1.0."""
+    base = {"memory": "180GiB", "bandwidth": "8TB/s", "tflops": 2250}
+    for arch, cc in (
+        ("sm_10", "1.0"),
+        ("sm_12", "1.2"),
+        ("sm_52", "5.2"),
+        ("sm_900", "90.0"),
+        ("sm_089", "8.9"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=rf"gpu: arch '{arch}' is compute capability {cc}: "):
+            gpus.from_spec({**base, "arch": arch})
+    for arch in ("sm_60", "sm_75", "sm_89", "sm_100", "sm_103", "sm_110", "sm_121", "gfx950"):
+        assert gpus.from_spec({**base, "arch": arch}).arch == arch
+
+
 def test_pool_blocks_on_a_gpu() -> None:
     m, g = models.get("opt-13b"), gpus.get("a100-40gb")
     kv = sizing.available_kv_bytes(m, g, 0.9)

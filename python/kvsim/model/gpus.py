@@ -581,6 +581,19 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
                 f"{where}: arch {arch!r} must be sm_XY (an NVIDIA GPU of compute capability X.Y: sm_90) or "
                 "gfxNNN (an AMD GPU: gfx942)"
             )
+        if arch.startswith("sm_"):
+            digits = arch[3:]
+            major, minor = int(digits[:-1]), int(digits[-1])
+            if digits[0] == "0" or major < 6 or major > 12:
+                # vLLM 0.33.0 runs on compute capability 6.0 and up ("Kepler and Maxwell NVIDIA GPUs ... vLLM
+                # doesn't support these GPUs": `CudaPlatformBase.supported_dtypes`) and decides by families up
+                # to 12.x; `sm_10` is 1.0, not Blackwell's 10.0 (`sm_100`), which some of kvsim's rules would
+                # otherwise have read it as.
+                raise InvalidArgumentError(
+                    f"{where}: arch {arch!r} is compute capability {major}.{minor}: vLLM 0.33.0 runs on 6.0 "
+                    "and up and has rules for families up to 12.x (sm_90 is 9.0, sm_100 10.0, sm_103 10.3, "
+                    "sm_121 12.1); leave arch unset for a GPU it has no rules for"
+                )
         fields["arch"] = arch
     fields.setdefault("pcie_bandwidth", 32e9)
     fields.setdefault("fp8_flops", 0.0)
