@@ -256,6 +256,43 @@ def test_described_gpu_arch_outside_vllms_capabilities_is_refused() -> None:
         assert gpus.from_spec({**base, "arch": arch}).arch == arch
 
 
+def test_device_names_find_their_presets() -> None:
+    """The preset a device name as torch prints it is (`kvsim.gpu.bytes.gpu_preset_for`, which names the
+    roofline a calibration is compared with and the preset a device check sizes): it matched by substring in
+    a short table, so an L40S or an L40 was the L4 (a third of its rate and bandwidth), an H100 PCIe the SXM
+    part, an H200 NVL the SXM H200, and the A10, B200, B300, RTX and MI3xx presets were found for none."""
+    cases = {
+        "NVIDIA L40S": "l40s",
+        "NVIDIA L40": "l40",
+        "NVIDIA L4": "l4",
+        "NVIDIA A10": "a10",
+        "NVIDIA A10G": "a10g",
+        "NVIDIA A100-SXM4-80GB": "a100-80gb",
+        "NVIDIA A100 80GB PCIe": "a100-80gb",
+        "NVIDIA A100-SXM4-40GB": "a100-40gb",
+        "NVIDIA H100 80GB HBM3": "h100-80gb",
+        "NVIDIA H100 PCIe": "h100-pcie",
+        "NVIDIA H100 NVL": None,
+        "NVIDIA H200": "h200",
+        "NVIDIA H200 NVL": "h200-nvl",
+        "NVIDIA H20": "h20",
+        "NVIDIA B200": "b200",
+        "NVIDIA GB200": "gb200",
+        "NVIDIA B300 SXM6 AC": "b300",
+        "NVIDIA GB300": "gb300",
+        "NVIDIA GeForce RTX 2070": "rtx-2070",
+        "NVIDIA GeForce RTX 4090": "rtx-4090",
+        "NVIDIA RTX 6000 Ada Generation": "rtx-6000-ada",
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition": "rtx-pro-6000",
+        "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": None,
+        "AMD Instinct MI300X": "mi300x",
+        "AMD Instinct MI350X": "mi350x",
+        "Tesla T4": None,
+    }
+    assert {name: gpus.preset_for_device(name) for name in cases} == cases
+    assert {p for p in cases.values() if p} <= set(gpus.names())
+
+
 def test_pool_blocks_on_a_gpu() -> None:
     m, g = models.get("opt-13b"), gpus.get("a100-40gb")
     kv = sizing.available_kv_bytes(m, g, 0.9)

@@ -463,6 +463,53 @@ def datacenter_blackwell(arch: str | None) -> bool:
     return arch.startswith("sm_") and family.isdigit() and int(family) // 10 == 10
 
 
+# The preset a CUDA/ROCm device name (`torch.cuda.get_device_name`) is, most specific first (`h200 nvl`
+# before `h200`, `gb200` before `b200`, `a100` before `a10`, `l40s` before `l40` before `l4`); a variant without
+# a preset of its own (H100 NVL, RTX PRO 6000 Workstation Edition) matches none.
+_DEVICE_NAMES = (
+    (r"\bh200 nvl\b", "h200-nvl"),
+    (r"\bh200\b", "h200"),
+    (r"\bh100 nvl\b", None),
+    (r"\bh100 pcie\b", "h100-pcie"),
+    (r"\bh100\b", "h100-80gb"),
+    (r"\bh20\b", "h20"),
+    (r"\bgb300\b", "gb300"),
+    (r"\bb300\b", "b300"),
+    (r"\bgb200\b", "gb200"),
+    (r"\bb200\b", "b200"),
+    (r"\ba100\b.*\b80\s*gb\b", "a100-80gb"),
+    (r"\ba100\b", "a100-40gb"),
+    (r"\ba10g\b", "a10g"),
+    (r"\ba10\b", "a10"),
+    (r"\bl40s\b", "l40s"),
+    (r"\bl40\b", "l40"),
+    (r"\bl4\b", "l4"),
+    (r"\brtx 6000 ada\b", "rtx-6000-ada"),
+    (r"\brtx pro 6000 blackwell server\b", "rtx-pro-6000"),
+    (r"\brtx pro 6000\b", None),
+    (r"\brtx 2070\b", "rtx-2070"),
+    (r"\brtx 3090\b", "rtx-3090"),
+    (r"\brtx 4090\b", "rtx-4090"),
+    (r"\brtx 5090\b", "rtx-5090"),
+    (r"\bmi300x\b", "mi300x"),
+    (r"\bmi325x\b", "mi325x"),
+    (r"\bmi350x\b", "mi350x"),
+    (r"\bmi355x\b", "mi355x"),
+)
+
+
+def preset_for_device(device_name: str) -> str | None:
+    """The preset a device name as torch reports it is (`NVIDIA H200 NVL` -> `h200-nvl`, `NVIDIA L40S` ->
+    `l40s`, `NVIDIA A100-SXM4-80GB` -> `a100-80gb`), else None (a GPU without a preset)."""
+    import re
+
+    name = re.sub(r"[-_]", " ", device_name.lower())
+    for pattern, preset in _DEVICE_NAMES:
+        if re.search(pattern, name):
+            return preset
+    return None
+
+
 def names() -> list[str]:
     """The preset names, sorted."""
     return sorted(GPUS)
@@ -662,6 +709,7 @@ __all__ = [
     "from_spec",
     "get",
     "names",
+    "preset_for_device",
     "resolve",
     "vllm_server_batch_defaults",
 ]
