@@ -237,6 +237,62 @@ def test_2026_gpus_take_vllms_rules_for_their_arch() -> None:
     assert mxfp4_padding_bytes(m, "gfx950", 1) > 0
 
 
+def test_described_gpu_arch_outside_vllms_capabilities_is_refused() -> None:
+    """A described GPU's `arch` is a compute capability vLLM 0.33.0 runs on (6.0 and up) with a family it has
+    rules for (up to 12.x): `sm_10` is 1.0, not Blackwell's `sm_100`, which the MLA block-size and GLM-5 KV
+    rules read by prefix would have taken it for while the CUDA-graph ceiling and the quantization floor read
+    it as 1.0."""
+    base = {"memory": "180GiB", "bandwidth": "8TB/s", "tflops": 2250}
+    for arch, cc in (
+        ("sm_10", "1.0"),
+        ("sm_12", "1.2"),
+        ("sm_52", "5.2"),
+        ("sm_900", "90.0"),
+        ("sm_089", "8.9"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=rf"gpu: arch '{arch}' is compute capability {cc}: "):
+            gpus.from_spec({**base, "arch": arch})
+    for arch in ("sm_60", "sm_75", "sm_89", "sm_100", "sm_103", "sm_110", "sm_121", "gfx950"):
+        assert gpus.from_spec({**base, "arch": arch}).arch == arch
+
+
+def test_device_names_find_their_presets() -> None:
+    """The preset a device name as torch prints it is (`kvsim.gpu.bytes.gpu_preset_for`, which names the
+    roofline a calibration is compared with and the preset a device check sizes): it matched by substring in
+    a short table, so an L40S or an L40 was the L4 (a third of its rate and bandwidth), an H100 PCIe the SXM
+    part, an H200 NVL the SXM H200, and the A10, B200, B300, RTX and MI3xx presets were found for none."""
+    cases = {
+        "NVIDIA L40S": "l40s",
+        "NVIDIA L40": "l40",
+        "NVIDIA L4": "l4",
+        "NVIDIA A10": "a10",
+        "NVIDIA A10G": "a10g",
+        "NVIDIA A100-SXM4-80GB": "a100-80gb",
+        "NVIDIA A100 80GB PCIe": "a100-80gb",
+        "NVIDIA A100-SXM4-40GB": "a100-40gb",
+        "NVIDIA H100 80GB HBM3": "h100-80gb",
+        "NVIDIA H100 PCIe": "h100-pcie",
+        "NVIDIA H100 NVL": None,
+        "NVIDIA H200": "h200",
+        "NVIDIA H200 NVL": "h200-nvl",
+        "NVIDIA H20": "h20",
+        "NVIDIA B200": "b200",
+        "NVIDIA GB200": "gb200",
+        "NVIDIA B300 SXM6 AC": "b300",
+        "NVIDIA GB300": "gb300",
+        "NVIDIA GeForce RTX 2070": "rtx-2070",
+        "NVIDIA GeForce RTX 4090": "rtx-4090",
+        "NVIDIA RTX 6000 Ada Generation": "rtx-6000-ada",
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition": "rtx-pro-6000",
+        "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": None,
+        "AMD Instinct MI300X": "mi300x",
+        "AMD Instinct MI350X": "mi350x",
+        "Tesla T4": None,
+    }
+    assert {name: gpus.preset_for_device(name) for name in cases} == cases
+    assert {p for p in cases.values() if p} <= set(gpus.names())
+
+
 def test_pool_blocks_on_a_gpu() -> None:
     m, g = models.get("opt-13b"), gpus.get("a100-40gb")
     kv = sizing.available_kv_bytes(m, g, 0.9)

@@ -254,19 +254,11 @@ def run_bytes(
 
 
 def gpu_preset_for(device_name: str) -> str | None:
-    """The `kvsim.gpus` preset matching a CUDA device name (`NVIDIA H200` -> `h200`), else None."""
-    name = device_name.lower()
-    table = (
-        ("h200", "h200"),
-        ("h100", "h100-80gb"),
-        ("a100", "a100-80gb" if "80g" in name else "a100-40gb"),
-        ("l4", "l4"),
-        ("2070", "rtx-2070"),
-    )
-    for needle, preset in table:
-        if needle in name:
-            return preset
-    return None
+    """The `kvsim.gpus` preset matching a CUDA device name (`NVIDIA H200` -> `h200`), else None
+    (`kvsim.model.gpus.preset_for_device`)."""
+    from kvsim.model.gpus import preset_for_device
+
+    return preset_for_device(device_name)
 
 
 def fits_on_device(m: Model, device: str, utilization: float = 0.9, block_size: int = 16) -> dict[str, Any]:

@@ -463,6 +463,53 @@ def datacenter_blackwell(arch: str | None) -> bool:
     return arch.startswith("sm_") and family.isdigit() and int(family) // 10 == 10
 
 
+# The preset a CUDA/ROCm device name (`torch.cuda.get_device_name`) is, most specific first (`h200 nvl`
+# before `h200`, `gb200` before `b200`, `a100` before `a10`, `l40s` before `l40` before `l4`); a variant without
+# a preset of its own (H100 NVL, RTX PRO 6000 Workstation Edition) matches none.
+_DEVICE_NAMES = (
+    (r"\bh200 nvl\b", "h200-nvl"),
+    (r"\bh200\b", "h200"),
+    (r"\bh100 nvl\b", None),
+    (r"\bh100 pcie\b", "h100-pcie"),
+    (r"\bh100\b", "h100-80gb"),
+    (r"\bh20\b", "h20"),
+    (r"\bgb300\b", "gb300"),
+    (r"\bb300\b", "b300"),
+    (r"\bgb200\b", "gb200"),
+    (r"\bb200\b", "b200"),
+    (r"\ba100\b.*\b80\s*gb\b", "a100-80gb"),
+    (r"\ba100\b", "a100-40gb"),
+    (r"\ba10g\b", "a10g"),
+    (r"\ba10\b", "a10"),
+    (r"\bl40s\b", "l40s"),
+    (r"\bl40\b", "l40"),
+    (r"\bl4\b", "l4"),
+    (r"\brtx 6000 ada\b", "rtx-6000-ada"),
+    (r"\brtx pro 6000 blackwell server\b", "rtx-pro-6000"),
+    (r"\brtx pro 6000\b", None),
+    (r"\brtx 2070\b", "rtx-2070"),
+    (r"\brtx 3090\b", "rtx-3090"),
+    (r"\brtx 4090\b", "rtx-4090"),
+    (r"\brtx 5090\b", "rtx-5090"),
+    (r"\bmi300x\b", "mi300x"),
+    (r"\bmi325x\b", "mi325x"),
+    (r"\bmi350x\b", "mi350x"),
+    (r"\bmi355x\b", "mi355x"),
+)
+
+
+def preset_for_device(device_name: str) -> str | None:
+    """The preset a device name as torch reports it is (`NVIDIA H200 NVL` -> `h200-nvl`, `NVIDIA L40S` ->
+    `l40s`, `NVIDIA A100-SXM4-80GB` -> `a100-80gb`), else None (a GPU without a preset)."""
+    import re
+
+    name = re.sub(r"[-_]", " ", device_name.lower())
+    for pattern, preset in _DEVICE_NAMES:
+        if re.search(pattern, name):
+            return preset
+    return None
+
+
 def names() -> list[str]:
     """The preset names, sorted."""
     return sorted(GPUS)
@@ -581,6 +628,19 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
                 f"{where}: arch {arch!r} must be sm_XY (an NVIDIA GPU of compute capability X.Y: sm_90) or "
                 "gfxNNN (an AMD GPU: gfx942)"
             )
+        if arch.startswith("sm_"):
+            digits = arch[3:]
+            major, minor = int(digits[:-1]), int(digits[-1])
+            if digits[0] == "0" or major < 6 or major > 12:
+                # vLLM 0.33.0 runs on compute capability 6.0 and up ("Kepler and Maxwell NVIDIA GPUs ... vLLM
+                # doesn't support these GPUs": `CudaPlatformBase.supported_dtypes`) and decides by families up
+                # to 12.x; `sm_10` is 1.0, not Blackwell's 10.0 (`sm_100`), which some of kvsim's rules would
+                # otherwise have read it as.
+                raise InvalidArgumentError(
+                    f"{where}: arch {arch!r} is compute capability {major}.{minor}: vLLM 0.33.0 runs on 6.0 "
+                    "and up and has rules for families up to 12.x (sm_90 is 9.0, sm_100 10.0, sm_103 10.3, "
+                    "sm_121 12.1); leave arch unset for a GPU it has no rules for"
+                )
         fields["arch"] = arch
     fields.setdefault("pcie_bandwidth", 32e9)
     fields.setdefault("fp8_flops", 0.0)
@@ -649,6 +709,7 @@ __all__ = [
     "from_spec",
     "get",
     "names",
+    "preset_for_device",
     "resolve",
     "vllm_server_batch_defaults",
 ]
