@@ -161,11 +161,12 @@ def nemotron_nas(
         if block.kv_heads:
             kv = block.kv_heads
             b.add("attn", heads * head_dim, hidden, layers=[i], **q)
-            b.add("attn", kv * head_dim, hidden, 2, layers=[i], **q)
+            b.add("attn", kv * head_dim, hidden, 2, layers=[i], kv_heads=kv, **q)
             b.add("attn", hidden, heads * head_dim, row=True, module="self_attn.o_proj", layers=[i])
             b.loose(hidden, whole=True)  # input_layernorm
             if qkv_bias:
-                b.loose((heads + 2 * kv) * head_dim)
+                b.loose(heads * head_dim)
+                b.loose(2 * kv * head_dim, kv_heads=kv)
             if o_bias:
                 b.loose(hidden, whole=True)  # (a row-parallel layer's bias: whole on every rank)
         if block.ffn:

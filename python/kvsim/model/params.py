@@ -62,6 +62,16 @@ LAYERS_PREFIX = "model.layers"
 WHOLE_GROUPS = frozenset({"router"})
 
 
+def kv_share(kv_heads: int, tp: int) -> int:
+    """The GPUs one attention layer's K and V rows are split over: vLLM 0.33.0's `QKVParallelLinear`
+    (`vllm/model_executor/layers/linear.py`) gives each of `tp` ranks `kv_heads // tp` KV heads, or past as
+    many ranks as heads one, each head's K and V rows (its biases too) loaded whole on `tp // kv_heads`
+    ranks (`num_kv_head_replicas`; the loader takes rank r's from head r // replicas): a GPU holds
+    1 / min(tp, kv_heads) of them, their quantization scales alike (fp8 blocks' `weight_scale_inv`, NVFP4's,
+    MXFP4's and the int formats' group scales follow the rows: `adjust_block_scale_shard`)."""
+    return min(tp, kv_heads) if kv_heads else tp
+
+
 @dataclass(frozen=True)
 class Matrix:
     """`count` weight matrices of `rows` (output features) x `cols` (input features); `row_parallel` when
@@ -75,7 +85,9 @@ class Matrix:
     module (qkv, gate-up) is named by its first part, which decides for all of them (vLLM requires the parts
     of one fused module to be quantized alike). `parts`, where given, are the checkpoint's names of every part
     of the fused module (below `model.layers.N.`, the first `module`) and `fused` vLLM's name of it, whose
-    ignore-list entries vLLM reads first (`fused_parts_refusal`)."""
+    ignore-list entries vLLM reads first (`fused_parts_refusal`). `kv_heads`, where given, says the matrices
+    are the K or V rows of attention layers of that many KV heads (`QKVParallelLinear`'s k and v, MiniMax-M3's
+    `index_q`), which vLLM replicates past as many GPUs as heads (`kv_share`)."""
 
     rows: int
     cols: int
@@ -86,6 +98,7 @@ class Matrix:
     whole: bool = False
     parts: tuple[str, ...] = ()
     fused: str = ""
+    kv_heads: int = 0
 
     def name(self, layer: int | None = None) -> str:
         """vLLM's name of the module in decoder layer `layer` (`model.layers.3.self_attn.q_proj`), or its
@@ -106,6 +119,8 @@ class Breakdown:
         other: parameters outside matrices (norms, biases, sinks, learned positions).
         other_whole: of `other`, those every tensor-parallel rank holds whole (norms, a row-parallel layer's
             bias, a router's bias; `loose`).
+        other_kv: of `other` (not whole), the K/V heads' loose parameters by their layers' KV head count
+            (k and v biases, MiniMax-M2's k_norm), which vLLM replicates as it does their rows (`kv_share`).
         other_gemm: of `other_whole`, the weights of matrices vLLM builds unquantized and multiplies every
             token (DeepSeek-V3.2's and GLM-5's fused indexer key / weights projection, DeepSeek-V4's
             compressors, indexer projections and hyper-connection mixers), which the roofline reads.
@@ -119,6 +134,7 @@ class Breakdown:
     other: int = 0
     other_whole: int = 0
     other_gemm: int = 0
+    other_kv: dict[int, int] = field(default_factory=dict)
     num_experts: int = 0
     experts_per_token: int = 0
     expert_ffn: int = 0
@@ -136,27 +152,34 @@ class Breakdown:
         whole: bool = False,
         parts: tuple[str, ...] = (),
         fused: str = "",
+        kv_heads: int = 0,
     ) -> None:
         """`count` matrices of `rows` x `cols` in `group`; with `layers`, spread evenly over those decoder
         layers (`count` a multiple of their number), each layer's named `module` below `model.layers.N.`;
         `whole`: vLLM builds them whole on every tensor-parallel rank, as it builds every router
-        (`WHOLE_GROUPS`); `parts` and `fused`: the fused module's parts and vLLM's name (`Matrix`)."""
+        (`WHOLE_GROUPS`); `parts` and `fused`: the fused module's parts and vLLM's name; `kv_heads`: the K
+        or V rows of layers of that many KV heads (`Matrix`)."""
         held = tuple(layers) if layers is not None else ()
         if count and rows and cols:
             assert not held or count % len(held) == 0, (group, module, count, held)
             whole = whole or group in WHOLE_GROUPS
-            self.matrices[group].append(Matrix(rows, cols, count, row, module, held, whole, parts, fused))
+            kv = 0 if whole else kv_heads
+            self.matrices[group].append(Matrix(rows, cols, count, row, module, held, whole, parts, fused, kv))
 
-    def loose(self, n: int, whole: bool = False, gemm: bool = False) -> None:
+    def loose(self, n: int, whole: bool = False, gemm: bool = False, kv_heads: int = 0) -> None:
         """`n` parameters outside the matrices (`other`); `whole`: every tensor-parallel rank holds them
         whole (norms, a row-parallel layer's bias, a router's bias, learned positions); `gemm` (whole ones
-        only): unquantized matrices every token multiplies (`other_gemm`)."""
+        only): unquantized matrices every token multiplies (`other_gemm`); `kv_heads` (split ones only): the
+        K/V heads' of layers of that many KV heads (`other_kv`)."""
         assert whole or not gemm
+        assert not (whole and kv_heads)
         self.other += n
         if whole:
             self.other_whole += n
         if gemm:
             self.other_gemm += n
+        if kv_heads and n:
+            self.other_kv[kv_heads] = self.other_kv.get(kv_heads, 0) + n
 
     def whole_part(self) -> Breakdown:
         """The weights every tensor-parallel rank holds whole: the `whole` matrices (with their modules and
@@ -167,6 +190,20 @@ class Breakdown:
         for g in GROUPS:
             part.matrices[g] = [m for m in self.matrices[g] if m.whole]
         return part
+
+    def kv_part(self, heads: int) -> Breakdown:
+        """The K/V rows (and their loose parameters, as `other`) of the attention layers of `heads` KV heads,
+        under the same `aliases`, to be priced as the model is (`whole_part`'s way): what vLLM replicates
+        past `heads` GPUs (`kv_share`)."""
+        part = Breakdown(other=self.other_kv.get(heads, 0), aliases=self.aliases)
+        for g in GROUPS:
+            part.matrices[g] = [m for m in self.matrices[g] if m.kv_heads == heads]
+        return part
+
+    def kv_head_counts(self) -> list[int]:
+        """The KV head counts of the layers whose K/V rows are marked (`Matrix.kv_heads`, `other_kv`)."""
+        counts = {m.kv_heads for g in GROUPS for m in self.matrices[g] if m.kv_heads} | set(self.other_kv)
+        return sorted(counts)
 
     def row_inputs(self) -> list[tuple[str, Matrix]]:
         """Each module group's row-parallel matrices (whose input features a tensor-parallel rank splits)."""
@@ -395,7 +432,7 @@ def _gemma4(
         )  # q
         if not is_shared:
             # k, v (v: K's copy under attention_k_eq_v)
-            b.add("attn", kv * dim, hidden, 2, layers=[i], **qkv("self_attn"))
+            b.add("attn", kv * dim, hidden, 2, layers=[i], kv_heads=kv, **qkv("self_attn"))
         b.add("attn", hidden, heads * dim, row=True, module="self_attn.o_proj", layers=[i])  # o
         b.loose(dim * (1 if is_shared else 2), whole=True)  # q_norm, k_norm
         width = ffn * (2 if double and is_shared else 1)
@@ -460,11 +497,12 @@ def _mimo_v2_attention(
             q_heads, kv, k_dim, v_dim = heads, kv_heads, head_dim, full_v
         q = qkv("self_attn")
         b.add("attn", q_heads * k_dim, hidden, layers=[i], **q)  # q
-        b.add("attn", kv * k_dim, hidden, layers=[i], **q)  # k
-        b.add("attn", kv * v_dim, hidden, layers=[i], **q)  # v
+        b.add("attn", kv * k_dim, hidden, layers=[i], kv_heads=kv, **q)  # k
+        b.add("attn", kv * v_dim, hidden, layers=[i], kv_heads=kv, **q)  # v
         b.add("attn", hidden, q_heads * v_dim, row=True, module="self_attn.o_proj", layers=[i])  # o
         if cfg.get("attention_bias"):
-            b.loose(q_heads * k_dim + kv * (k_dim + v_dim))  # q, k, v biases (split with the heads)
+            b.loose(q_heads * k_dim)  # q, k, v biases (split with the heads)
+            b.loose(kv * (k_dim + v_dim), kv_heads=kv)
         if pattern[i] and sinks:
             b.loose(q_heads)  # the attention sinks (a rank's heads)
 
@@ -667,7 +705,7 @@ def param_breakdown(
         gated = n_linear > 0 or bool(cfg.get("attn_output_gate"))
         q = qkv("self_attn")  # (q, k and v: vLLM's fused qkv_proj, named by its first part)
         b.add("attn", heads * head_dim * (2 if gated else 1), hidden, n_attn, layers=at, **q)
-        b.add("attn", kv_heads * head_dim, hidden, 2 * n_attn, layers=at, **q)
+        b.add("attn", kv_heads * head_dim, hidden, 2 * n_attn, layers=at, kv_heads=kv_heads, **q)
         b.add("attn", hidden, heads * head_dim, n_attn, row=True, module="self_attn.o_proj", layers=at)
         if model_type in MINIMAX_M3_TYPES:
             # MiniMax-M3's sparse layers (vLLM 0.33.0's `models/minimax_m3/nvidia/model.py`
@@ -678,16 +716,27 @@ def param_breakdown(
             m3 = minimax_m3_sparse(cfg, layers, where)
             sparse_at = [i for i, s in enumerate(m3.layers) if s]
             n_sparse = len(sparse_at)
-            b.add("attn", m3.index_heads * m3.index_dim, hidden, n_sparse, layers=sparse_at, **q)  # index_q
+            # index_q (as many heads as KV heads, vLLM asserts: replicated as they are)
+            b.add(
+                "attn",
+                m3.index_heads * m3.index_dim,
+                hidden,
+                n_sparse,
+                layers=sparse_at,
+                kv_heads=m3.index_heads,
+                **q,
+            )
             b.add("attn", m3.index_dim, hidden, n_sparse, layers=sparse_at, whole=True, **q)  # index_k
             b.loose(2 * m3.index_dim * n_sparse, whole=True)  # index_q_norm, index_k_norm
         # Biases: a column-parallel layer's (q, k, v) split with it, a row-parallel one's (the output
         # projection's) whole on every rank (`RowParallelLinear`).
         if opt_like:
-            b.loose((heads * head_dim + 2 * kv_heads * head_dim) * layers)  # q, k, v biases
+            b.loose(heads * head_dim * layers)  # q, k, v biases
+            b.loose(2 * kv_heads * head_dim * layers, kv_heads=kv_heads)
             b.loose(hidden * layers, whole=True)  # the output projection's bias
         elif cfg.get("attention_bias") or model_type.startswith("qwen2"):
-            b.loose((heads * head_dim + 2 * kv_heads * head_dim) * layers)  # q, k, v biases (Qwen2)
+            b.loose(heads * head_dim * layers)  # q, k, v biases (Qwen2)
+            b.loose(2 * kv_heads * head_dim * layers, kv_heads=kv_heads)
             if model_type == "gpt_oss":
                 b.loose(hidden * layers, whole=True)  # o_proj's bias
                 b.loose(heads * layers)  # the attention sinks (a rank's heads)
@@ -696,7 +745,9 @@ def param_breakdown(
             # every rank, or every head's (MiniMax-M2's per-layer qk norm over the whole projection, split
             # with the heads: `MiniMaxText01RMSNormTP`, `minimax_m2.py`).
             if model_type.startswith("minimax_m2"):
-                b.loose((heads + kv_heads) * head_dim * n_attn)
+                # (k_norm sharded as the KV heads are, replicated past them: `weight_shard_world_size`)
+                b.loose(heads * head_dim * n_attn)
+                b.loose(kv_heads * head_dim * n_attn, kv_heads=kv_heads)
             else:
                 b.loose(2 * head_dim * n_attn, whole=True)
         if model_type in MINIMAX_M3_TYPES:

@@ -105,10 +105,11 @@ def _attention(
     n = len(at)
     q = qkv(name)  # (vLLM's fused qkv_proj, named by its first part)
     b.add("attn", heads * head_dim, hidden, n, layers=at, **q)
-    b.add("attn", kv_heads * head_dim, hidden, 2 * n, layers=at, **q)
+    b.add("attn", kv_heads * head_dim, hidden, 2 * n, layers=at, kv_heads=kv_heads, **q)
     b.add("attn", hidden, heads * head_dim, n, row=True, module=f"{name}.o_proj", layers=at)
     if bias:
-        b.loose((heads + 2 * kv_heads) * head_dim * n)
+        b.loose(heads * head_dim * n)
+        b.loose(2 * kv_heads * head_dim * n, kv_heads=kv_heads)
         b.loose(hidden * n, whole=True)  # o's bias (row-parallel: whole on every rank)
 
 

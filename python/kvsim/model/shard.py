@@ -1,6 +1,6 @@
 """One GPU's share of a model under tensor parallelism, as vLLM splits its layers (DESIGN.md §Defaults and
-sizing, "Tensor parallelism"): the attention heads and KV heads over the ranks (or the KV heads replicated;
-not past gpt-oss's KV heads, nor past the OLMo family's, whose key norm spans them all), a
+sizing, "Tensor parallelism"): the attention heads and KV heads over the ranks (or the KV heads replicated, a
+GPU holding its head's K and V rows: `replicated_kv`; not past gpt-oss's KV heads, nor past the OLMo family's, whose key norm spans them all), a
 gated delta net's key and value heads and a KDA layer's heads, DeepSeek-V4's output groups (`o_groups`),
 the routed experts' intermediate width (Kimi-Linear's padded where vLLM pads it; gpt-oss's over every GPU)
 and its fp8 blocks and int groups, the row-parallel layers' input features and their quantization groups,
@@ -333,6 +333,22 @@ def replicated(m: Model) -> tuple[int, int]:
     return sum(g.whole_bytes for g in groups), params
 
 
+def replicated_kv(m: Model, tp: int) -> tuple[int, int, int, int]:
+    """The K/V rows of `m`'s attention layers vLLM 0.33.0 replicates over `tp` GPUs (layers of fewer KV heads
+    than GPUs: `kvsim.model.params.kv_share`), as loaded: (bytes, parameters) on the whole model, then one
+    GPU's (`kvsim.model.timing.split_kv`, 1 / kv_heads of each layer's). A model whose weights were repriced
+    in a dtype (`Model.with_weight_dtype`) has them in that dtype, as `replicated` does."""
+    from kvsim.model.timing import split_kv
+
+    if tp == 1:
+        return 0, 0, 0, 0
+    nbytes, params, gpu_bytes, gpu_params = split_kv(_loaded_groups(m).values(), tp)
+    if not m.weight_bytes:
+        bits = dtype_bits(m.weight_dtype)
+        nbytes, gpu_bytes = -(-params * bits // 8), -(-gpu_params * bits // 8)
+    return nbytes, params, gpu_bytes, gpu_params
+
+
 def loaded_expert_padding(m: Model, tp: int, expert_parallel: bool, dp: int = 1) -> tuple[int, int]:
     """`expert_padding` of `m` as loaded (`_loaded_experts`)."""
     if not padded_expert_width(m, tp, dp, expert_parallel=expert_parallel):
@@ -599,7 +615,8 @@ def shard(
     expert_parallel: bool = False,
 ) -> Model:
     """One GPU's share of `m` under tensor parallelism: weights / tp (those vLLM builds whole on every rank
-    whole: `replicated`), KV heads // tp (at least 1), and the
+    whole: `replicated`; past as many GPUs as a layer's KV heads, its K and V rows at 1 / kv_heads, one
+    replicated head's: `replicated_kv`), KV heads // tp (at least 1), and the
     zeros vLLM pads a GPU's routed experts with where it pads them (Kimi-Linear: `expert_padding`), in the
     weights' bytes and the parameters a token multiplies.
     A mixture-of-experts model's routed experts are one GPU's 1/(tp x dp) (`expert_gpus`): with
@@ -669,28 +686,32 @@ def shard(
             for lay in layers
         )
     pad_bytes, pad_params = loaded_expert_padding(m, tp, expert_parallel, dp)
-    # The weights every GPU holds whole (`replicated`; every token multiplies them), the rest over tp.
+    # The weights every GPU holds whole (`replicated`; every token multiplies them), the K/V rows of the
+    # layers of fewer KV heads than GPUs at one GPU's share of them, 1 / kv_heads (`replicated_kv`), the rest
+    # over tp.
     whole_bytes, whole_params = replicated(m) if tp > 1 else (0, 0)
+    kv_bytes, kv_params, kv_gpu_bytes, kv_gpu_params = replicated_kv(m, tp)
+    held_bytes, held_params = whole_bytes + kv_gpu_bytes, whole_params + kv_gpu_params
     out = dataclasses.replace(
         m,
         num_kv_heads=kv_heads,
         layers=layers,
-        num_params=-(-(m.num_params - whole_params) // tp) + whole_params,
-        num_active_params=-(-(m.num_active_params - whole_params) // tp) + whole_params,
-        weight_bytes=-(-(m.param_bytes - whole_bytes) // tp) + whole_bytes
-        if m.weight_bytes or whole_bytes
+        num_params=-(-(m.num_params - whole_params - kv_params) // tp) + held_params,
+        num_active_params=-(-(m.num_active_params - whole_params - kv_params) // tp) + held_params,
+        weight_bytes=-(-(m.param_bytes - whole_bytes - kv_bytes) // tp) + held_bytes
+        if m.weight_bytes or held_bytes
         else 0,
         towers=tuple(dataclasses.replace(t, split=-(-t.split // tp)) for t in m.towers),
     )
     if m.num_experts and (n > tp or expert_parallel):
         # The routed experts over tp x dp GPUs, the rest over tp (`expert_gpus`) but what is whole.
         experts_bytes, experts_params = _loaded_experts(m)
-        rest_bytes = m.param_bytes - experts_bytes - whole_bytes
-        rest_params = m.num_params - experts_params - whole_params
+        rest_bytes = m.param_bytes - experts_bytes - whole_bytes - kv_bytes
+        rest_params = m.num_params - experts_params - whole_params - kv_params
         out = dataclasses.replace(
             out,
-            num_params=-(-rest_params // tp) + -(-experts_params // n) + whole_params,
-            weight_bytes=-(-rest_bytes // tp) + -(-experts_bytes // n) + whole_bytes,
+            num_params=-(-rest_params // tp) + -(-experts_params // n) + held_params,
+            weight_bytes=-(-rest_bytes // tp) + -(-experts_bytes // n) + held_bytes,
         )
     if pad_bytes:
         # Kimi-Linear's padded experts (`padded_expert_width`): allocated, read and multiplied; the

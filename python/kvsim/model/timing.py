@@ -290,7 +290,9 @@ class WeightGroup:
     matrix multiplications run at the fp8 (or fp4) rate; of them, those vLLM holds whole on every
     tensor-parallel rank (`whole_params`, `whole_bytes`: `kvsim.model.params.Breakdown.whole_part`); for
     `other`, the unquantized whole matrices every token multiplies (`gemm_params`, `gemm_bytes`:
-    `Breakdown.other_gemm`)."""
+    `Breakdown.other_gemm`); of the rest, the K/V rows of the attention layers by their KV head count
+    (`kv`: (heads, parameters, bytes) each, `Breakdown.kv_part`), which vLLM replicates past as many GPUs as
+    heads (`split_kv`)."""
 
     params: int
     bytes: int
@@ -299,6 +301,27 @@ class WeightGroup:
     whole_bytes: int = 0
     gemm_params: int = 0
     gemm_bytes: int = 0
+    kv: tuple[tuple[int, int, int], ...] = ()
+
+
+def split_kv(groups: Iterable[WeightGroup], tp: int) -> tuple[int, int, int, int]:
+    """Of `groups`' weights split over `tp` GPUs, the K/V rows vLLM 0.33.0 replicates there (the layers of
+    fewer KV heads than `tp`: `kvsim.model.params.kv_share`): their bytes and parameters on the whole model,
+    then one GPU's, 1 / kv_heads of each layer's rather than 1 / tp (rounded up). The one place the sizing
+    (`kvsim.model.shard.shard`) and the roofline (`dense_mem`, `dense_flop_tok`) read the rule from."""
+    from kvsim.model.params import kv_share
+
+    total_bytes = total_params = gpu_bytes = gpu_params = 0
+    for g in groups:
+        for heads, params, nbytes in g.kv:
+            n = kv_share(heads, tp)
+            if n == tp:
+                continue
+            total_bytes += nbytes
+            total_params += params
+            gpu_bytes += -(-nbytes // n)
+            gpu_params += -(-params // n)
+    return total_bytes, total_params, gpu_bytes, gpu_params
 
 
 def model_breakdown(model: Model) -> tuple[Breakdown, str]:
@@ -369,12 +392,22 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
     # by the quantization decided on the whole model, layer by layer (a whole matrix of a layer the ignore
     # list names in the checkpoint's dtype).
     whole = b.whole_part()
+    # The K/V rows by their layers' KV head count (`Breakdown.kv_part`), priced alike.
+    kv_parts = [(h, b.kv_part(h)) for h in b.kv_head_counts()]
     out = {}
     for g in GROUPS:
         fmt = q.formats.get(g)
         rate = fmt.rate if fmt else "bf16"
+        kv = tuple(
+            (h, part.params(g), q.group_bytes(part, g, bits)) for h, part in kv_parts if part.params(g)
+        )
         out[g] = WeightGroup(
-            b.params(g), q.group_bytes(b, g, bits), rate, whole.params(g), q.group_bytes(whole, g, bits)
+            b.params(g),
+            q.group_bytes(b, g, bits),
+            rate,
+            whole.params(g),
+            q.group_bytes(whole, g, bits),
+            kv=kv,
         )
     out["other"] = WeightGroup(
         b.other,
@@ -384,6 +417,7 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
         -(-whole.other * bits // 8),
         b.other_gemm,
         -(-b.other_gemm * bits // 8),
+        tuple((h, part.other, -(-part.other * bits // 8)) for h, part in kv_parts if part.other),
     )
     return out
 
@@ -506,13 +540,19 @@ def roofline_time_model(
     # GLM-5's fused indexer key / weights projection, DeepSeek-V4's compressors, indexer projections and
     # hyper-connection mixers) are read and multiplied whole too; the rest of `other` (norms, biases,
     # convolutions) is not charged.
+    # Past as many GPUs as KV heads, a GPU holds, reads and multiplies its replicated KV head's K and V rows
+    # whole (`split_kv`), not 1/tp of them.
     dense = [groups[g] for g in ("attn", "mlp", "shared_experts", "router")]
     loose = groups["other"]
-    dense_bytes = sum((g.bytes - g.whole_bytes) / tp + g.whole_bytes for g in dense) + loose.gemm_bytes
-    dense_flop_tok = sum(
-        2 * ((g.params - g.whole_params) / tp + g.whole_params) / (_flops(gpu, g.rate) * eff.gemm_compute)
-        for g in dense
-    ) + 2 * loose.gemm_params / (_flops(gpu, "bf16") * eff.gemm_compute)
+    dense_bytes = 0.0
+    dense_flop_tok = 0.0
+    for g in dense:
+        rep_bytes, rep_params, rep_gpu_bytes, rep_gpu_params = split_kv([g], tp)
+        dense_bytes += (g.bytes - g.whole_bytes - rep_bytes) / tp + g.whole_bytes + rep_gpu_bytes
+        held = (g.params - g.whole_params - rep_params) / tp + g.whole_params + rep_gpu_params
+        dense_flop_tok += 2 * held / (_flops(gpu, g.rate) * eff.gemm_compute)
+    dense_bytes += loose.gemm_bytes
+    dense_flop_tok += 2 * loose.gemm_params / (_flops(gpu, "bf16") * eff.gemm_compute)
     # Activations in and out of each matrix, per token.
     moe_layers = _moe_layer_count(model)
     dense_layers = L - moe_layers
