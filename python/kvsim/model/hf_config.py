@@ -199,7 +199,7 @@ _KEPT_FIELDS = (
     "mlp_only_layers",
     "topk_method",
     "quantization_config",
-    # The layers' kinds and state shapes (`layers_from_hf_config`, `params._gated_delta_net`).
+    # The layers' kinds and state shapes (`layers_from_hf_config`, `params_models.gated_delta_net`).
     "layer_types",
     "sliding_window",
     "sliding_window_pattern",
@@ -231,7 +231,7 @@ _KEPT_FIELDS = (
     "mamba_ssm_dtype",
     "attn_type_list",
     "compress_ratios",
-    # Gemma 4 (`hf_layers._gemma4_layers`, `params._gemma4`).
+    # Gemma 4 (`hf_layers._gemma4_layers`, `params_models.gemma4`).
     "global_head_dim",
     "num_global_key_value_heads",
     "attention_k_eq_v",
@@ -241,7 +241,7 @@ _KEPT_FIELDS = (
     "use_double_wide_mlp",
     "expert_intermediate_size",
     "top_k_experts",
-    # MiMo-V2-Flash (`hf_layers._mimo_v2_layers`, `params._mimo_v2_attention`).
+    # MiMo-V2-Flash (`hf_layers._mimo_v2_layers`, `params_models.mimo_v2_attention`).
     "hybrid_layer_pattern",
     "sliding_window_size",
     "swa_num_attention_heads",
@@ -249,7 +249,7 @@ _KEPT_FIELDS = (
     "swa_head_dim",
     "swa_v_head_dim",
     "add_swa_attention_sink_bias",
-    # DeepSeek-V4 (`hf_sparse.deepseek_v4_layers`, `params._deepseek_v4`, `quant.deepseek_v4`).
+    # DeepSeek-V4 (`hf_sparse.deepseek_v4_layers`, `params_models.deepseek_v4`, `quant.deepseek_v4`).
     "o_groups",
     "o_lora_rank",
     "index_n_heads",

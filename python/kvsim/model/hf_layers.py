@@ -557,7 +557,7 @@ def _gemma4_layers(
     - the last `num_kv_shared_layers` layers: `kv_sharing_target_layer_name` is the last earlier layer of
       the same type, so they keep no cache of their own (`shared`).
 
-    Per-layer embeddings (E2B / E4B) keep no cache: their weights are counted in `params._gemma4`.
+    Per-layer embeddings (E2B / E4B) keep no cache: their weights are counted in `params_models.gemma4`.
     """
     types = cfg.get("layer_types")
     if not isinstance(types, list) or len(types) != n:
