@@ -1503,7 +1503,7 @@ def test_kimi_k3_by_hand():
     a token in bf16; a KDA state of 3 x 12,288 x 3 x 2 B conv and 96 x 128 x 128 x 4 B, with a FlashKDA
     prefill checkpoint block on Hopper / Blackwell (3 blocks a request in align mode, 2 on an A100)."""
     from kvsim.model.layers import kv_layout
-    from kvsim.model.timing import model_breakdown, weight_groups
+    from kvsim.model.weights import model_breakdown, weight_groups
 
     m = models.get("kimi-k3")
     h, p, d, lat, e = 7168, 96 * 128, 128, 3584, 3072

@@ -255,7 +255,7 @@ def test_the_indexer_scores_at_the_fp8_rate():
 
 def test_the_weights_reread_from_kept_fields():
     """The roofline re-derives the weights from the fields a Model keeps: the index-sharing fields too."""
-    from kvsim.model.timing import weight_groups
+    from kvsim.model.weights import weight_groups
 
     cfg = {**_v32(), "index_topk_freq": 4, "index_skip_topk_offset": 3}
     m = hf_config._from_dict(cfg, "t", "t", "t", None)
@@ -382,7 +382,7 @@ def test_the_replicated_weights_are_read_whole_by_every_rank():
     fused key / weights projection, unquantized outside the groups: `other`'s `gemm_bytes`): at tp 8 the
     step's dense read is its tp-1 read over 8 plus 7/8 of the replicated bytes, about 1.9 GiB for
     DeepSeek-V3.2."""
-    from kvsim.model.timing import weight_groups
+    from kvsim.model.weights import weight_groups
 
     h200 = gpus.get("h200")
     v32 = models.get("deepseek-v3.2")

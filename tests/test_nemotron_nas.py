@@ -63,7 +63,7 @@ def test_super_49b_parameters_are_the_published_total():
 
 def test_the_roofline_reads_the_weights_the_model_holds():
     """The roofline re-derives the weights from the kept config fields (`block_configs` among them)."""
-    from kvsim.model.timing import weight_groups
+    from kvsim.model.weights import weight_groups
 
     m = hf_config.from_hf_config(SUPER)
     groups = weight_groups(m)

@@ -275,7 +275,7 @@ def test_the_roofline_reads_the_weights_the_model_holds(name):
     """The roofline re-derives the weights from the fields a Model keeps (`Model.config_fields`): every field
     the hybrids' weights read is kept (the Nemotron-H pattern was not, and the time model failed on it)."""
     from kvsim import models
-    from kvsim.model.timing import weight_groups
+    from kvsim.model.weights import weight_groups
 
     m = models.get(name)
     groups = weight_groups(m)

@@ -14,7 +14,7 @@ import pytest
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import models, quant
 from kvsim.model.params import Breakdown
-from kvsim.model.timing import model_breakdown, weight_groups
+from kvsim.model.weights import model_breakdown, weight_groups
 
 HF = Path(__file__).parent / "data" / "hf"
 QWEN_35B = HF / "qwen3.6-35b-a3b-nvfp4"

@@ -13,7 +13,8 @@ import pytest
 
 from kvsim.model import gpus, models
 from kvsim.model.shard import replicated, shard
-from kvsim.model.timing import roofline_time_model, weight_groups
+from kvsim.model.timing import roofline_time_model
+from kvsim.model.weights import weight_groups
 
 
 def _split_evenly(m: models.Model, tp: int) -> int:

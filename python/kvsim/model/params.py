@@ -184,7 +184,7 @@ class Breakdown:
     def whole_part(self) -> Breakdown:
         """The weights every tensor-parallel rank holds whole: the `whole` matrices (with their modules and
         layers) and `other_whole` (as `other`), under the same `aliases`, to be priced as the model is, layer
-        by layer (`kvsim.model.timing.weight_groups`: the quantization decided on the whole model,
+        by layer (`kvsim.model.weights.weight_groups`: the quantization decided on the whole model,
         `Quantization.for_model`, then `Quantization.group_bytes` of this part)."""
         part = Breakdown(other=self.other_whole, aliases=self.aliases)
         for g in GROUPS:

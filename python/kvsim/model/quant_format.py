@@ -49,7 +49,7 @@ class Format:
     group: int = 0
     zeros: bool = False
     # weights only: the activations stay 16-bit (ModelOpt's W4A16_NVFP4, vLLM's Marlin kernels), so the
-    # layer computes at the 16-bit rate (`kvsim.model.timing.weight_groups`); the bytes are the format's
+    # layer computes at the 16-bit rate (`kvsim.model.weights.weight_groups`); the bytes are the format's
     a16: bool = False
 
     def matrix_bytes(self, m: Matrix) -> int:

@@ -22,7 +22,7 @@ from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
 from kvsim.model.quant import not_whole_groups
-from kvsim.model.timing import WeightGroup
+from kvsim.model.weights import WeightGroup
 
 
 def resolve(model: Model | str, gpu: Gpu | str | None) -> tuple[Model, Gpu | None]:
@@ -288,7 +288,7 @@ def expert_padding(
 ) -> tuple[int, int]:
     """The bytes and the parameters' worth of zeros one GPU's routed experts hold beyond the checkpoint's
     share (`padded_expert_width`; (0, 0) where vLLM pads nothing), given all the routed experts' bytes as
-    vLLM loads them and their parameters (`kvsim.model.timing.weight_groups`). vLLM allocates every
+    vLLM loads them and their parameters (`kvsim.model.weights.weight_groups`). vLLM allocates every
     expert's gate-up (`w13_weight`: 2 x width x hidden) and down (`w2_weight`: hidden x width) at the padded
     width in the experts' own format, so the padding is the experts' bytes in the ratio of the padding to
     the share: (padded x n - width) / (width x n) over the n = tp x dp GPUs the fused MoE splits them over
@@ -305,7 +305,7 @@ def expert_padding(
 def _loaded_groups(m: Model) -> dict[str, WeightGroup]:
     """`m`'s weights by module group as loaded: in its own quantization (vLLM's online fp8 when `m` was
     loaded with `--quantization fp8` and its config has none)."""
-    from kvsim.model.timing import weight_groups  # (timing's reader of the weight groups)
+    from kvsim.model.weights import weight_groups  # (timing's reader of the weight groups)
 
     online = m.quant_method == "fp8" and "quantization_config" not in m.config_fields
     return weight_groups(m, "fp8" if online else None)
@@ -336,9 +336,9 @@ def replicated(m: Model) -> tuple[int, int]:
 def replicated_kv(m: Model, tp: int) -> tuple[int, int, int, int]:
     """The K/V rows of `m`'s attention layers vLLM 0.33.0 replicates over `tp` GPUs (layers of fewer KV heads
     than GPUs: `kvsim.model.params.kv_share`), as loaded: (bytes, parameters) on the whole model, then one
-    GPU's (`kvsim.model.timing.split_kv`, 1 / kv_heads of each layer's). A model whose weights were repriced
+    GPU's (`kvsim.model.weights.split_kv`, 1 / kv_heads of each layer's). A model whose weights were repriced
     in a dtype (`Model.with_weight_dtype`) has them in that dtype, as `replicated` does."""
-    from kvsim.model.timing import split_kv
+    from kvsim.model.weights import split_kv
 
     if tp == 1:
         return 0, 0, 0, 0
@@ -400,7 +400,7 @@ def _check_experts(m: Model, tp: int, dp: int = 1) -> None:
 def _quantization(m: Model) -> quant.Quantization:
     """`m`'s quantization as vLLM 0.33.0 takes it, read again from its kept config (DeepSeek-V4's fp8 as
     `DeepseekV4FP8Config`; vLLM's online fp8 where `m` was loaded with `--quantization fp8`)."""
-    from kvsim.model.timing import model_breakdown
+    from kvsim.model.weights import model_breakdown
 
     kept = m.config_fields
     where = f"model {m.name!r}"
