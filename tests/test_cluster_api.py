@@ -435,7 +435,8 @@ def test_light_load_spreads_over_the_fleet(backend):
 
 # -- sweeps ------------------------------------------------------------------------------------------------------
 def test_sweep_takes_replicas_and_router_as_axes():
-    from kvsim.analysis.sweep import SweepSpec, aggregate, run_sweep
+    from kvsim.analysis.sweep import SweepSpec, run_sweep
+    from kvsim.analysis.sweep_stats import aggregate
 
     spec = SweepSpec(
         base={"num_blocks": 200},

@@ -14,12 +14,11 @@ import pytest
 from kvsim.analysis.sweep import (
     ResultStore,
     SweepSpec,
-    aggregate,
     parse_grid_args,
     parse_workload,
     run_sweep,
-    t_quantile_975,
 )
+from kvsim.analysis.sweep_stats import aggregate, t_quantile_975
 from kvsim.cli import main
 from kvsim.errors import InvalidArgumentError
 

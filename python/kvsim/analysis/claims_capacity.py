@@ -39,7 +39,8 @@ from kvsim.analysis.claims_model import (
     feature_error,
     not_testable,
 )
-from kvsim.analysis.sweep import make_workload, rows_frame, t_quantile_975, workload_label
+from kvsim.analysis.sweep import make_workload, rows_frame, workload_label
+from kvsim.analysis.sweep_stats import t_quantile_975
 
 FIG12_SLO_S_PER_TOKEN = 0.25
 # §6.2 on ShareGPT, over OPT-13B, 66B and 175B: 1.7-2.7x Orca (Oracle), 2.7-8x Orca (Max). The text gives

@@ -16,7 +16,8 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.analysis.sweep import DEFAULT_BASE, SweepSpec, aggregate
+from kvsim.analysis.sweep import DEFAULT_BASE, SweepSpec
+from kvsim.analysis.sweep_stats import aggregate
 from kvsim.errors import InvalidArgumentError
 
 CONFIRMED, DIFFERS, NOT_TESTABLE = "CONFIRMED", "DIFFERS", "NOT TESTABLE"

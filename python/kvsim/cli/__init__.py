@@ -24,13 +24,13 @@ from kvsim.analysis.sweep import (
     CONFIG_FIELDS,
     EXECUTORS,
     SweepSpec,
-    aggregate,
     check_output,
     coerce,
     make_workload,
     parse_grid_args,
     run_sweep,
 )
+from kvsim.analysis.sweep_stats import aggregate
 from kvsim.cli import calibrate as cli_calibrate
 from kvsim.cli import plan as cli_plan
 from kvsim.cli.flags import METRICS_POINTER, Parser, _add_workload_flags, _Formatter, _run_parser

@@ -1,0 +1,119 @@
+"""A sweep's rows aggregated over seeds (DESIGN.md §Sweeps, "Aggregation"): the parameter and metric columns
+of a rows frame, and per point the mean, standard deviation and 95 % confidence half-width (Student's t).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import polars as pl
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.config import SimConfig
+
+# A sweep's parameter columns (`kvsim.analysis.sweep` reads them from here): every SimConfig field, the
+# workload's parameters (`workload.*`) and the SLOs of a row (`ttft:500,tpot:50`,
+# kvsim.engine.metrics.goodput_label).
+CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SimConfig) if f.name != "extra")
+WORKLOAD_PREFIX = "workload."
+SLO_COLUMN = "goodput_slos_ms"
+
+# Two-sided 97.5 % quantiles of Student's t for 1..30 degrees of freedom (no scipy dependency).
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def t_quantile_975(df: int) -> float:
+    """Student's t 0.975 quantile (the 95 % two-sided interval); large df use a Cornish-Fisher term."""
+    if df < 1:
+        return math.nan
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df * df)
+
+
+def parameter_columns(frame: pl.DataFrame) -> list[str]:
+    """The columns of a sweep frame that identify a point apart from its seed."""
+    return [
+        c
+        for c in frame.columns
+        if c in CONFIG_FIELDS
+        or c.startswith(WORKLOAD_PREFIX)
+        or c in ("workload", "requests", "backend", SLO_COLUMN)
+    ]
+
+
+def metric_columns(frame: pl.DataFrame) -> list[str]:
+    """Numeric columns that are results (summary metrics and wall time), not parameters."""
+    params = set(parameter_columns(frame)) | {"point_id", "seed", "kvsim_version"}
+    return [c for c in frame.columns if c not in params and frame[c].dtype.is_numeric()]
+
+
+def aggregate(
+    frame: pl.DataFrame, metrics: Sequence[str] | None = None, by: Sequence[str] | None = None
+) -> pl.DataFrame:
+    """Mean, standard deviation and 95 % confidence half-width of each metric across seeds.
+
+    Args:
+        frame: sweep rows.
+        metrics: metric columns (default: every numeric result column).
+        by: grouping columns (default: every parameter column, i.e. all but the seed).
+
+    Raises:
+        InvalidArgumentError: a metric listed twice.
+
+    Returns:
+        One row per group: the `by` columns, `n_seeds`, and `<m>_mean`, `<m>_std`, `<m>_ci95` per metric
+        (`ci95` = t(0.975, n-1) · std / sqrt(n), null for one value), each over the seeds with a value of
+        that metric (n of them: a null, such as a latency with no request finished, is no sample; `<m>_n`
+        when some seed has none).
+    """
+    if frame.height == 0:
+        return frame
+    by = list(by) if by is not None else parameter_columns(frame)
+    metrics = list(metrics) if metrics is not None else metric_columns(frame)
+    twice = sorted({m for m in metrics if metrics.count(m) > 1})
+    if twice:
+        raise InvalidArgumentError(f"metrics {twice} listed twice; name each once")
+    exprs: list[pl.Expr] = [pl.len().alias("n_seeds")]
+    for m in metrics:
+        col = pl.col(m).cast(pl.Float64)
+        # (polars' count is of the non-null values; a NaN is no value either)
+        n = col.fill_nan(None).count().alias(f"{m}_n")
+        exprs += [col.mean().alias(f"{m}_mean"), col.std().alias(f"{m}_std"), n]
+    out = frame.group_by(by, maintain_order=True).agg(exprs)
+    ci = []
+    for m in metrics:
+        counts = out[f"{m}_n"].to_list()
+        tq = pl.Series([t_quantile_975(int(k) - 1) if k > 1 else None for k in counts], dtype=pl.Float64)
+        ci.append(
+            (pl.lit(tq) * pl.col(f"{m}_std") / pl.col(f"{m}_n").cast(pl.Float64).sqrt())
+            .fill_nan(None)
+            .alias(f"{m}_ci95")
+        )
+    out = out.with_columns(ci)
+    # (each metric's count only where it is not every seed's: a column that would say n_seeds again is
+    # left out)
+    same = [f"{m}_n" for m in metrics if (out[f"{m}_n"] == out["n_seeds"]).all()]
+    return out.drop(same)
+
+
+# The sweep's API; the names from kvsim.analysis.executors, sweep_store and kvsim.workloads.registry stay
+# importable from here, the module README names.
+
+
+__all__ = [
+    "CONFIG_FIELDS",
+    "SLO_COLUMN",
+    "WORKLOAD_PREFIX",
+    "aggregate",
+    "metric_columns",
+    "parameter_columns",
+    "t_quantile_975",
+]
