@@ -283,8 +283,9 @@ def minimax_m3_block_size(model: Any, arch: str | None, kv_dtype: str | None, bl
     where = f"model {model.name}" + (f" on {arch}" if arch else "")
     if kv_dtype is not None and kv_dtype not in MINIMAX_M3_KV_DTYPES:
         raise InvalidArgumentError(
-            f"{where}: kv_cache_dtype {kv_dtype}: vLLM 0.33.0's MiniMax-M3 sparse attention backend takes "
-            "bfloat16 and fp8 (e4m3, e5m2) only (MiniMaxM3SparseBackend.supported_kv_cache_dtypes): not modelled"
+            f"{where}: kv_cache_dtype {kv_dtype}: vLLM 0.33.0's MiniMax-M3 sparse attention backends take "
+            "bfloat16 and fp8 (e4m3, e5m2) (MiniMaxM3SparseBackend.supported_kv_cache_dtypes) and, on NVIDIA's "
+            "SM100 MSA backend, nvfp4 (MiniMaxM3SparseMSANvfp4Backend), which kvsim does not model: not modelled"
         )
     if block_size is None:
         return MINIMAX_M3_BLOCK
