@@ -32,7 +32,7 @@ parameter counts of the checkpoints the test-suite holds (Llama, Qwen2.5/3, gpt-
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,18 +186,20 @@ class Breakdown:
         layers) and `other_whole` (as `other`), under the same `aliases`, to be priced as the model is, layer
         by layer (`kvsim.model.weights.weight_groups`: the quantization decided on the whole model,
         `Quantization.for_model`, then `Quantization.group_bytes` of this part)."""
-        part = Breakdown(other=self.other_whole, aliases=self.aliases)
-        for g in GROUPS:
-            part.matrices[g] = [m for m in self.matrices[g] if m.whole]
-        return part
+        return self._part(self.other_whole, lambda m: m.whole)
 
     def kv_part(self, heads: int) -> Breakdown:
         """The K/V rows (and their loose parameters, as `other`) of the attention layers of `heads` KV heads,
         under the same `aliases`, to be priced as the model is (`whole_part`'s way): what vLLM replicates
         past `heads` GPUs (`kv_share`)."""
-        part = Breakdown(other=self.other_kv.get(heads, 0), aliases=self.aliases)
+        return self._part(self.other_kv.get(heads, 0), lambda m: m.kv_heads == heads)
+
+    def _part(self, other: int, keep: Callable[[Matrix], bool]) -> Breakdown:
+        """The matrices `keep` takes (with their modules and layers) and `other` loose parameters, under the
+        same `aliases`."""
+        part = Breakdown(other=other, aliases=self.aliases)
         for g in GROUPS:
-            part.matrices[g] = [m for m in self.matrices[g] if m.kv_heads == heads]
+            part.matrices[g] = [m for m in self.matrices[g] if keep(m)]
         return part
 
     def kv_head_counts(self) -> list[int]:

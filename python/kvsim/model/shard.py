@@ -305,7 +305,7 @@ def expert_padding(
 def _loaded_groups(m: Model) -> dict[str, WeightGroup]:
     """`m`'s weights by module group as loaded: in its own quantization (vLLM's online fp8 when `m` was
     loaded with `--quantization fp8` and its config has none)."""
-    from kvsim.model.weights import weight_groups  # (timing's reader of the weight groups)
+    from kvsim.model.weights import weight_groups
 
     online = m.quant_method == "fp8" and "quantization_config" not in m.config_fields
     return weight_groups(m, "fp8" if online else None)

@@ -37,7 +37,7 @@ import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.dsa import dsa_index_bytes, index_key_bytes, minimax_m3_sparse
@@ -45,10 +45,7 @@ from kvsim.model.gpus import Gpu
 from kvsim.model.knobs import MAX_COEFFICIENT_PS
 from kvsim.model.layers import Layer
 from kvsim.model.models import Model
-from kvsim.model.weights import split_kv, weight_groups
-
-if TYPE_CHECKING:
-    pass
+from kvsim.model.weights import checked_pick, split_kv, weight_groups
 
 PS_PER_S = 10**12
 
@@ -732,16 +729,7 @@ def _moe_layer_count(model: Model) -> int:
     from kvsim.model.params import _layer_flags
 
     cfg = model.config_fields  # (empty for the 2024 presets)
-
-    def pick(*keys: str, default: Any = None, required: bool = True, least: int = 0) -> Any:
-        # (the fields were checked, `least` included, when the Model was built from them)
-        for k in keys:
-            v = cfg.get(k)
-            if isinstance(v, int) and not isinstance(v, bool):
-                return v
-        return default
-
-    return sum(_layer_flags(cfg, model.num_layers, model.num_experts, pick, model.name))
+    return sum(_layer_flags(cfg, model.num_layers, model.num_experts, checked_pick(cfg), model.name))
 
 
 __all__ = [

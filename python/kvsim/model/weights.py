@@ -57,6 +57,21 @@ def split_kv(groups: Iterable[WeightGroup], tp: int) -> tuple[int, int, int, int
     return total_bytes, total_params, gpu_bytes, gpu_params
 
 
+def checked_pick(cfg: Mapping[str, Any]) -> Any:
+    """`param_breakdown`'s field reader (`pick`) over a built Model's config fields: the first of the keys
+    given that holds a whole number, else the default; nothing is checked again (the fields were checked,
+    `least` included, when the Model was built from them)."""
+
+    def pick(*keys: str, default: Any = None, required: bool = True, least: int = 0) -> Any:
+        for k in keys:
+            v = cfg.get(k)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+        return default
+
+    return pick
+
+
 def model_breakdown(model: Model) -> tuple[Breakdown, str]:
     """`model`'s weight matrices (`kvsim.model.params.param_breakdown` of its kept config fields) and the
     checkpoint's dtype."""
@@ -72,14 +87,7 @@ def model_breakdown(model: Model) -> tuple[Breakdown, str]:
         cfg = {"model_type": "opt" if opt else "llama", "tie_word_embeddings": opt}
         dtype = model.weight_dtype
 
-    def pick(*keys: str, default: Any = None, required: bool = True, least: int = 0) -> Any:
-        # (the fields were checked, `least` included, when the Model was built from them)
-        for k in keys:
-            v = cfg.get(k)
-            if isinstance(v, int) and not isinstance(v, bool):
-                return v
-        return default
-
+    pick = checked_pick(cfg)
     b = param_breakdown(
         cfg,
         model.num_layers,
@@ -155,4 +163,4 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
     return out
 
 
-__all__ = ["WeightGroup", "model_breakdown", "split_kv", "weight_groups"]
+__all__ = ["WeightGroup", "checked_pick", "model_breakdown", "split_kv", "weight_groups"]
