@@ -518,6 +518,7 @@ def roofline_time_model(
         acc[3] += 1
 
     state_bytes = 0.0
+    m3_topk = 0  # (MiniMax-M3's top-k keys, read from its config once, at its first sparse layer)
     for lay in layers if layers is not None else model.layer_list():
         if lay.kind == "none":
             continue  # (no attention: Nemotron-NAS's no-op attention layers)
@@ -569,11 +570,12 @@ def roofline_time_model(
             # 128 tokens (all while the context is shorter), read as a window of that many keys; its indexer
             # scores every key, reading its bf16 index key, 2 FLOPs a value of each of the GPU's index heads
             # (split as the KV heads are).
-            m3 = minimax_m3_sparse(model.config_fields, model.num_layers, model.name)
+            if not m3_topk:
+                m3_topk = minimax_m3_sparse(model.config_fields, model.num_layers, model.name).topk_tokens
             kvh = max(1, (lay.num_kv_heads or model.num_kv_heads) // tp)
             width = lay.kv_width(model.head_dim)
             idx_heads = max(1, lay.index_heads // tp)
-            add_class(SLIDING, m3.topk_tokens, kvh * width * kv_bits / 8, 2.0 * heads * width)
+            add_class(SLIDING, m3_topk, kvh * width * kv_bits / 8, 2.0 * heads * width)
             idx = lay.index_head_dim
             add_class(FULL, 0, float(index_key_bytes(model, idx)), 2.0 * idx_heads * idx)
             continue
