@@ -1,0 +1,607 @@
+"""Records vLLM's own CPU-tier decisions (its native KV offloading) on hybrid KV-cache layouts into golden files.
+
+Run with a Python that has vLLM installed (the venv of `scripts/vllm_hybrid_golden.py`'s docstring: its
+scheduler, KV-cache manager and `OffloadingConnector`'s scheduler side run on CPU, no GPU):
+
+    /tmp/venv-vllm/bin/python scripts/vllm_offload_hybrid_golden.py tests/data/vllm_offload_hybrid [NAME ...]
+
+The recorder is `scripts/vllm_offload_golden.py`'s (the same worker stand-in: a load is reported done in the
+step that issued it, a store in the step after, a flushed job at once; the same arrival and clock rules) on
+a `KVCacheConfig` of several groups built as `scripts/vllm_hybrid_golden.py` builds it (groups as (kind,
+window, block size), in order; `prefix_cache_retention_interval` 0, vLLM's default). One backing tensor of
+`num_blocks` pages of 4,096 bytes holds every group's layer (vLLM's groups overlay one allocation), so one
+CPU chunk is `blocks_per_chunk` pages and the tier holds `cpu_chunks` of them, each one key of one group.
+
+Each file: the scenario, `arrivals` (kvsim's clock, ms), then per step that computed tokens:
+- `scheduled`: tokens per request; `tables`: every request's block table per group (0: the null block);
+  `free_blocks`: the GPU pool's free blocks after scheduling;
+- `loads` / `stores` (as in tests/data/vllm_offload: `[request, CPU chunks]` per job issued since the step
+  before) and `load_keys` / `store_keys`: per job `[request, [[group, end_token], ...]]`, each key named by
+  its group's index and the end (exclusive, in the request's tokens) of the chunk it holds, in vLLM's
+  order (group by group); `load_blocks`: per load job `[request, [GPU blocks per group]]`;
+- `flushed`: jobs vLLM flushed in this step's metadata;
+- `tier`: every key in the tier after scheduling, `[group, prefix, ready]`, sorted: `prefix` the chunk's
+  whole token prefix as segments `[content, tokens]` (a request r's own output tokens would be segment
+  `[-1 - r, n]`; with prompt-only stores none are), `ready` false while its store is in flight;
+  `tier_chunks` their count.
+`trailing` holds the jobs issued after the last step that computed tokens; `flushes` the total.
+
+Content `c`'s token `i` is token id `c * 100_000 + i` (kvsim's segment (c, n)); request r's k-th output
+token is 900_000 + r * 1000 + k. kvsim never imports vLLM: CI reads the files only.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+# groups: (kind, window, block_size); kinds "full", "sliding_window", "chunked_local", "mamba" (align mode).
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "swa_store_then_load": {
+        # (a) A window of 8 tokens beside full attention; a pool too small to keep the shared prefix, which
+        # comes back from the tier: full attention's every chunk, the window's chunks ending at the replay
+        # boundary floor((P - 1) / 4) * 4.
+        "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
+        "num_blocks": 20,
+        "cpu_chunks": 40,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 32,
+        "requests": [
+            (0, [(1, 24)], 3),
+            (4, [(2, 30)], 3),
+            (8, [(1, 24), (3, 5)], 4),
+            (12, [(1, 24)], 2),
+        ],
+    },
+    "swa_aligned_prompt_reload": {
+        # (a) The same prompt again (P a multiple of the chunk): the hit stops at floor((P - 1) / 4) * 4,
+        # the window's chunks there; and a prompt that is the prefix plus one token.
+        "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
+        "num_blocks": 16,
+        "cpu_chunks": 40,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 32,
+        "requests": [
+            (0, [(4, 20)], 2),
+            (3, [(5, 28)], 2),
+            (6, [(4, 20)], 2),
+            (9, [(4, 20), (6, 1)], 2),
+            (12, [(4, 17)], 2),
+        ],
+    },
+    "swa_pending_store_defers": {
+        # (b) The second request's prefix is in the tier but still being stored: it waits a step.
+        "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
+        "num_blocks": 40,
+        "cpu_chunks": 40,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 64,
+        "requests": [(0, [(7, 17)], 3), (1, [(7, 17)], 2), (1, [(7, 13), (8, 3)], 2)],
+    },
+    "swa_being_loaded_defers": {
+        # (b) Two requests want the same chunks from the tier: the second waits for the first's load.
+        "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
+        "num_blocks": 24,
+        "cpu_chunks": 40,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 64,
+        "requests": [
+            (0, [(9, 21)], 2),
+            (3, [(10, 36)], 2),
+            (6, [(9, 21), (11, 2)], 3),
+            (6, [(9, 21), (12, 3)], 3),
+        ],
+    },
+    "swa_tier_full_lru": {
+        # (c) A tier of six chunks shared by both groups' keys: stores that cannot evict enough are
+        # dropped and offered again; LRU evicts across groups.
+        "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
+        "num_blocks": 24,
+        "cpu_chunks": 6,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 16,
+        "requests": [
+            (0, [(13, 12)], 6),
+            (0, [(14, 10)], 6),
+            (2, [(15, 14)], 4),
+            (9, [(13, 12), (16, 2)], 2),
+            (9, [(14, 9)], 2),
+            (14, [(15, 14), (17, 3)], 2),
+        ],
+    },
+    "swa_tier_arc": {
+        # (c) The same traffic shape under ARC.
+        "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
+        "num_blocks": 11,
+        "cpu_chunks": 12,
+        "eviction_policy": "arc",
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 32,
+        "requests": [
+            (0, [(18, 13)], 2),
+            (2, [(19, 13)], 2),
+            (4, [(18, 13), (20, 2)], 2),
+            (6, [(21, 13)], 2),
+            (8, [(18, 13)], 2),
+            (10, [(19, 13)], 2),
+            (12, [(22, 14)], 2),
+            (14, [(18, 13)], 2),
+        ],
+    },
+    "swa_window_chunks_missing": {
+        # (d) Request 0 (30 tokens) stores full attention's chunks to 28 and the window's at 24 and 28
+        # only (its replay boundary 29 floored); fillers evict the GPU. Request 2 shares 20 tokens: full
+        # attention's chunks hit to 20 but no window chunk ends there, so the tier gives nothing (it stores
+        # the window at its junction 20, the GPU's full-attention-only hit, and at its own boundary 28);
+        # request 4 shares 26: the window's chunks at 20 (request 2's) and 24 give a hit of 24; request 6
+        # shares 30: a hit of 28.
+        "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
+        "num_blocks": 24,
+        "cpu_chunks": 80,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 32,
+        "requests": [
+            (0, [(23, 30)], 2),
+            (3, [(24, 40)], 2),
+            (6, [(23, 20), (25, 10)], 2),
+            (9, [(26, 40)], 2),
+            (12, [(23, 26), (27, 6)], 2),
+            (15, [(28, 40)], 2),
+            (18, [(23, 30), (29, 5)], 2),
+        ],
+    },
+    "swa_junction_stored": {
+        # A shared-prefix junction: request 1 hits the GPU's full attention to 16 but the window there was
+        # never kept, so the junction 16 is its shared_prefix_boundary: the window's blocks ending there
+        # are stored too; request 2 then finds them in the tier.
+        "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
+        "num_blocks": 30,
+        "cpu_chunks": 60,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 40,
+        "requests": [
+            (0, [(27, 26)], 2),
+            (2, [(27, 16), (28, 14)], 2),
+            (4, [(29, 60)], 2),
+            (6, [(27, 16), (30, 9)], 2),
+        ],
+    },
+    "swa_two_blocks_per_chunk": {
+        # (e) blocks_per_chunk 2 with two groups (a chunk 8 tokens; the window's mask in blocks).
+        "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
+        "num_blocks": 22,
+        "blocks_per_chunk": 2,
+        "cpu_chunks": 20,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 32,
+        "requests": [
+            (0, [(31, 26)], 2),
+            (3, [(32, 36)], 2),
+            (6, [(31, 26), (33, 4)], 2),
+            (7, [(31, 17)], 2),
+        ],
+    },
+    "swa_window_not_block_multiple": {
+        # A window of 9 (≡ 1 mod the block): the store keeps cdiv(8, 4) = 2 blocks at the boundary, the
+        # lookup wants cdiv(9, 4) = 3 chunks.
+        "groups": [("sliding_window", 9, 4), ("full", 0, 4)],
+        "num_blocks": 22,
+        "cpu_chunks": 40,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 32,
+        "requests": [(0, [(34, 26)], 2), (3, [(35, 36)], 2), (6, [(34, 26), (36, 3)], 2)],
+    },
+    "gemma_like_three_windows": {
+        # Several sliding-window groups (windows 12, 12, 6) and full attention: the fixed point.
+        "groups": [
+            ("sliding_window", 12, 4),
+            ("sliding_window", 6, 4),
+            ("sliding_window", 12, 4),
+            ("full", 0, 4),
+        ],
+        "num_blocks": 34,
+        "cpu_chunks": 60,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 32,
+        "requests": [
+            (0, [(37, 26)], 2),
+            (3, [(38, 30)], 2),
+            (6, [(37, 26), (39, 6)], 2),
+            (9, [(37, 22)], 2),
+        ],
+    },
+    "swa_preempt_store_in_flight": {
+        # Preemption while the victim's stores are in flight, and window blocks freed during prefill
+        # re-allocated (a store fencing a sliding-window block is flushed).
+        "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
+        "num_blocks": 18,
+        "cpu_chunks": 60,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 8,
+        "requests": [(0, [(40, 20)], 14), (0, [(41, 18)], 14), (1, [(42, 9)], 12)],
+    },
+    "chunked_local_full": {
+        # (g) Chunked local attention (chunk 8) beside full attention.
+        "groups": [("chunked_local", 8, 4), ("full", 0, 4)],
+        "num_blocks": 22,
+        "cpu_chunks": 60,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 32,
+        "requests": [
+            (0, [(43, 26)], 2),
+            (3, [(44, 36)], 2),
+            (6, [(43, 26), (45, 4)], 2),
+            (8, [(43, 19)], 2),
+            (10, [(43, 24)], 2),
+        ],
+    },
+    "mamba_align_full": {
+        # (h) A Mamba group in align mode beside full attention (block 16).
+        "groups": [("mamba", 0, 16), ("full", 0, 16)],
+        "num_blocks": 14,
+        "cpu_chunks": 60,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 64,
+        "requests": [
+            (0, [(46, 100)], 2),
+            (3, [(47, 150)], 2),
+            (8, [(46, 100), (48, 20)], 2),
+            (11, [(46, 100)], 2),
+        ],
+    },
+}
+
+
+def random_scenario(seed: int) -> dict[str, Any]:
+    """Shared prefixes among requests of their own on a GPU pool too small to keep them (so hits move to
+    the tier), a small tier (LRU or ARC), one or two sliding-window groups beside full attention."""
+    rng = random.Random(seed)
+    bs = rng.choice([2, 4])
+    windows = [rng.choice([bs * 2, bs * 3, bs * 2 + 1, bs * 4]) for _ in range(rng.choice([1, 1, 2]))]
+    groups = [("sliding_window", w, bs) for w in windows] + [("full", 0, bs)]
+    num_blocks = rng.randint(14, 24)
+    prefixes = [(100 + seed * 10 + k, rng.randint(4, 6 * bs)) for k in range(rng.randint(1, 3))]
+    requests = []
+    for i in range(rng.randint(8, 14)):
+        segments = []
+        if rng.random() < 0.75:
+            # Mostly the whole prefix (the window's chunks are kept at a prompt's replay boundary only, so
+            # only prompts that end alike find them), sometimes part of it.
+            c, n = rng.choice(prefixes)
+            segments.append((c, n if rng.random() < 0.7 else rng.randint(max(1, n // 2), n)))
+        if rng.random() < 0.6 or not segments:
+            segments.append((200 + seed * 20 + i, rng.randint(1, 4 * bs)))
+        tokens = rng.randint(1, 6)
+        # Every request fits the pool in full attention with its windows alongside.
+        if (len(groups)) * -(-(sum(n for _, n in segments) + tokens) // bs) <= num_blocks - 2:
+            requests.append((rng.randint(0, 30), segments, tokens))
+    requests.sort(key=lambda r: r[0])
+    return {
+        "groups": groups,
+        "num_blocks": num_blocks,
+        "blocks_per_chunk": rng.choice([1, 1, 2]),
+        "cpu_chunks": rng.randint(6, 40),
+        "eviction_policy": rng.choice(["lru", "lru", "arc"]),
+        "store_threshold": rng.choice([0, 0, 0, 2]),
+        "max_num_seqs": rng.randint(2, 4),
+        "max_num_batched_tokens": rng.choice([8, 16, 32]),
+        "requests": requests,
+    }
+
+
+for _seed in range(12):
+    SCENARIOS[f"random_{_seed}"] = random_scenario(_seed)
+
+MAX_MODEL_LEN = 256
+PAGE_BYTES = 4096  # one GPU block's bytes (every group's) in the recorder's KV-cache config
+
+
+def token_ids(segments: list[tuple[int, int]]) -> list[int]:
+    return [c * 100_000 + i for c, n in segments for i in range(n)]
+
+
+def _model_dir() -> Path:
+    model_dir = Path("/tmp/kvsim-golden-model")
+    model_dir.mkdir(exist_ok=True)
+    (model_dir / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 1,
+                "vocab_size": 1000,
+                "max_position_embeddings": 1 << 24,
+                "torch_dtype": "float16",
+            }
+        )
+    )
+    return model_dir
+
+
+def _scheduler(sc: dict[str, Any]) -> tuple[Any, int]:
+    import torch
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import (
+        ChunkedLocalAttentionSpec,
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        KVCacheTensor,
+        MambaSpec,
+        SlidingWindowSpec,
+    )
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    n = sc["num_blocks"]
+    bpc = sc.get("blocks_per_chunk", 1)
+    attn_bs = min(bs for kind, _, bs in sc["groups"] if kind != "mamba")
+    has_mamba = any(kind == "mamba" for kind, _, _ in sc["groups"])
+    mc = ModelConfig(
+        model=str(_model_dir()), skip_tokenizer_init=True, max_model_len=MAX_MODEL_LEN, dtype="float16"
+    )
+    schc = SchedulerConfig(
+        max_num_seqs=sc["max_num_seqs"],
+        max_num_batched_tokens=sc["max_num_batched_tokens"],
+        max_model_len=MAX_MODEL_LEN,
+        enable_chunked_prefill=True,
+        async_scheduling=False,
+        is_encoder_decoder=False,
+    )
+    cc = CacheConfig(
+        block_size=attn_bs,
+        enable_prefix_caching=True,
+        kv_offloading_size=sc["cpu_chunks"] * PAGE_BYTES * bpc / 2**30,
+    )
+    vc = VllmConfig(
+        model_config=mc, scheduler_config=schc, cache_config=cc, device_config=DeviceConfig("cpu")
+    )
+    if has_mamba:
+        vc.cache_config.mamba_cache_mode = "align"
+        vc.cache_config.mamba_block_size = attn_bs
+    extra = vc.kv_transfer_config.kv_connector_extra_config
+    extra["eviction_policy"] = sc.get("eviction_policy", "lru")
+    if bpc != 1:
+        extra["blocks_per_chunk"] = bpc
+    if sc.get("store_threshold"):
+        extra["store_threshold"] = sc["store_threshold"]
+
+    def spec(kind: str, window: int, bs: int) -> Any:
+        common = dict(block_size=bs, num_kv_heads=1, head_size=8, dtype=torch.float16)
+        if kind == "full":
+            return FullAttentionSpec(**common)
+        if kind == "sliding_window":
+            return SlidingWindowSpec(**common, sliding_window=window)
+        if kind == "chunked_local":
+            return ChunkedLocalAttentionSpec(**common, attention_chunk_size=window)
+        return MambaSpec(
+            block_size=bs,
+            shapes=((2, 16),),
+            dtypes=(torch.float16,),
+            mamba_cache_mode="align",
+            num_prefill_checkpoint_blocks=0,
+            prefill_checkpoint_alignment=None,
+        )
+
+    names = [f"layer{i}" for i in range(len(sc["groups"]))]
+    kvc = KVCacheConfig(
+        num_blocks=n,
+        kv_cache_tensors=[
+            KVCacheTensor(size=n * PAGE_BYTES, layers=names, layer_stride=0, block_stride=PAGE_BYTES)
+        ],
+        kv_cache_groups=[KVCacheGroupSpec([nm], spec(*g)) for nm, g in zip(names, sc["groups"], strict=True)],
+        prefix_cache_retention_interval=0,
+    )
+    vc.cache_config.num_gpu_blocks = n
+    sched_bs, hash_bs = resolve_kv_cache_block_sizes(kvc, vc)
+    s = Scheduler(vc, kvc, StructuredOutputManager(vc), block_size=sched_bs, hash_block_size=hash_bs)
+    return s, hash_bs
+
+
+class Worker:
+    """Stands in for the workers: a load is done in the step that issued it, a store in the step after, a
+    flushed job at once."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, int, str, bool]] = []  # (due step, job, request, is load)
+
+    def run(self, step: int, meta: Any) -> Any:
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingWorkerMetadata
+        from vllm.v1.outputs import KVConnectorOutput
+
+        for jid, job in meta.load_jobs.items():
+            self.pending.append((step, jid, job.req_id, True))
+        for jid, job in meta.store_jobs.items():
+            self.pending.append((step + 1, jid, job.req_id, False))
+        flush = set(meta.jobs_to_flush or ())
+        self.pending = [(step if p[1] in flush else p[0], *p[1:]) for p in self.pending]
+        done = [p for p in self.pending if p[0] <= step]
+        self.pending = [p for p in self.pending if p[0] > step]
+        wm = OffloadingWorkerMetadata()
+        received = set()
+        for _, jid, rid, is_load in done:
+            wm.mark_completed(jid)
+            if is_load:
+                received.add(rid)
+        return KVConnectorOutput(
+            finished_recving=received, kv_connector_worker_meta=wm if wm.completed_jobs else None
+        ), len(flush)
+
+
+def _segments_of(tokens: list[int], n: int, num_prompt: int, rid: int) -> list[list[int]]:
+    """The first n tokens as segments [content, count] (request rid's output tokens: [-1 - rid, count])."""
+    segs: list[list[int]] = []
+    for i, t in enumerate(tokens[:n]):
+        c = t // 100_000 if i < num_prompt else -1 - rid
+        if segs and segs[-1][0] == c:
+            segs[-1][1] += 1
+        else:
+            segs.append([c, 1])
+    return segs
+
+
+def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.kv_offload.base import get_offload_block_hash, get_offload_group_idx
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    init_none_hash(sha256)
+    s, hash_bs = _scheduler(sc)
+    connector = s.connector.connector_scheduler
+    manager = connector.manager
+    hasher = get_request_block_hasher(hash_bs, sha256)
+    worker = Worker()
+    pending = list(enumerate(sc["requests"]))
+    steps: list[dict[str, Any]] = []
+    arrivals: dict[int, int] = {}
+    hash_names: dict[bytes, tuple[int, list[list[int]]]] = {}  # block hash -> (tokens, prefix segments)
+
+    def learn_hashes() -> None:
+        for req in s.requests.values():
+            toks = list(req.all_token_ids)
+            for i, h in enumerate(req.block_hashes):
+                if h not in hash_names:
+                    n = (i + 1) * hash_bs
+                    hash_names[h] = (n, _segments_of(toks, n, req.num_prompt_tokens, int(req.request_id)))
+
+    def key_end(key: bytes) -> list[int]:
+        return [get_offload_group_idx(key), hash_names[get_offload_block_hash(key)][0]]
+
+    def job_keys(jid: int) -> list[list[int]]:
+        keys = connector._jobs[jid].keys
+        return sorted((key_end(k) for k in keys), key=lambda ge: (ge[0], ge[1]))
+
+    def tier() -> list[list[Any]]:
+        pol = manager._policy
+        chunks = dict(pol.chunks) if hasattr(pol, "chunks") else {**pol.t1, **pol.t2}
+        out = []
+        for key, chunk in chunks.items():
+            g = get_offload_group_idx(key)
+            out.append([g, hash_names[get_offload_block_hash(key)][1], bool(chunk.is_ready)])
+        return sorted(out, key=lambda e: (e[1], e[0]))
+
+    loads: list[list[Any]] = []
+    stores: list[list[Any]] = []
+    load_keys: list[list[Any]] = []
+    store_keys: list[list[Any]] = []
+    load_blocks: list[list[Any]] = []
+    flushes = 0
+    flushed_since = 0
+    clock = 0.0
+    last_computed = True
+    for step in range(800):
+        idle = not s.has_requests() and not connector._jobs
+        if last_computed or idle:
+            due = [(rid, r) for rid, r in pending if r[0] <= step]
+            if due and not last_computed:
+                clock += 0.5
+            for rid, (arrival, segments, max_tokens) in due:
+                params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+                s.add_request(Request(str(rid), token_ids(segments), params, None, block_hasher=hasher))
+                pending.remove((rid, (arrival, segments, max_tokens)))
+                arrivals[rid] = clock
+        learn_hashes()
+        out = s.schedule()
+        meta = out.kv_connector_metadata
+        for jid, job in meta.load_jobs.items():
+            loads.append([job.req_id, len(job.src_spec.block_ids)])
+            load_keys.append([job.req_id, job_keys(jid)])
+            load_blocks.append([job.req_id, list(job.dst_spec.group_sizes)])
+        for jid, job in meta.store_jobs.items():
+            stores.append([job.req_id, len(job.dst_spec.block_ids)])
+            store_keys.append([job.req_id, job_keys(jid)])
+        tier_now = tier()
+        output, flushed = worker.run(step, meta)
+        flushes += flushed
+        flushed_since += flushed
+        ids = list(out.num_scheduled_tokens)
+        if ids:
+            coordinator = s.kv_cache_manager.coordinator
+            steps.append(
+                {
+                    "scheduled": dict(out.num_scheduled_tokens),
+                    "tables": {
+                        r: [[b.block_id for b in g] for g in coordinator.get_blocks(r)]
+                        for r in sorted(s.requests, key=int)
+                        if any(coordinator.get_blocks(r))
+                    },
+                    "free_blocks": s.kv_cache_manager.block_pool.get_num_free_blocks(),
+                    "loads": loads,
+                    "stores": stores,
+                    "load_keys": load_keys,
+                    "store_keys": store_keys,
+                    "load_blocks": load_blocks,
+                    "flushed": flushed_since,
+                    "tier": tier_now,
+                    "tier_chunks": manager._num_chunks - manager._get_num_free_chunks(),
+                }
+            )
+            loads, stores, load_keys, store_keys, load_blocks = [], [], [], [], []
+            flushed_since = 0
+            clock += 1
+        last_computed = bool(ids)
+        sampled = []
+        for r in ids:
+            req = s.requests[r]
+            done = req.num_computed_tokens >= req.num_tokens
+            sampled.append([900_000 + int(r) * 1000 + req.num_output_tokens] if done else [])
+        mro = ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=sampled,
+            kv_connector_output=output,
+        )
+        learn_hashes()
+        s.update_from_output(out, mro)
+        if not s.has_requests() and not pending and not connector._jobs:
+            break
+    else:
+        raise RuntimeError(
+            f"{name}: did not finish: {[(r, q.status, q.num_computed_tokens) for r, q in s.requests.items()]} jobs {connector._jobs}"
+        )
+    return {
+        "name": name,
+        "vllm": "0.33.0",
+        **sc,
+        "arrivals": [arrivals[i] for i in range(len(sc["requests"]))],
+        "steps": steps,
+        "trailing": {
+            "loads": loads,
+            "stores": stores,
+            "load_keys": load_keys,
+            "store_keys": store_keys,
+            "load_blocks": load_blocks,
+            "flushed": flushed_since,
+        },
+        "flushes": flushes,
+    }
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[1] if len(argv) > 1 else "tests/data/vllm_offload_hybrid")
+    out.mkdir(parents=True, exist_ok=True)
+    only = set(argv[2:])
+    for name, sc in SCENARIOS.items():
+        if only and name not in only:
+            continue
+        data = record(name, sc)
+        (out / f"{name}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
+        nl = sum(len(st["loads"]) for st in data["steps"])
+        ns = sum(len(st["stores"]) for st in data["steps"])
+        print(f"{name}: {len(data['steps'])} steps, {nl} loads, {ns} stores, {data['flushes']} flushes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
