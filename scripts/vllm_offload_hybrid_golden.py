@@ -28,11 +28,23 @@ Each file: the scenario, `arrivals` (kvsim's clock, ms), then per step that comp
 
 Content `c`'s token `i` is token id `c * 100_000 + i` (kvsim's segment (c, n)); request r's k-th output
 token is 900_000 + r * 1000 + k. kvsim never imports vLLM: CI reads the files only.
+
+The recorder runs under `PYTHONHASHSEED=2` (it starts itself again with it): vLLM walks the requests that
+finished in a step as a set of request-id strings (`SchedulerOutput.finished_req_ids`), so where two of them
+offer stores to a full tier their order is the set's, which the hash seed decides (`random_0`: requests 3
+and 4 finish together; seeds 0, 1 and 3 give the other order). kvsim offers them in finish order (a
+departure, DESIGN.md §Departures); seed 2's order is that one. Every other scenario records the same under
+any seed.
+
+A window group's admission cap counts two batches in flight, as vLLM 0.33.0's default asynchronous
+scheduling makes it (`VllmConfig.max_concurrent_batches`), though the recorder's steps are synchronous: the
+rule kvsim models (DESIGN.md §Hybrid attention).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -60,7 +72,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         # (a) The same prompt again (P a multiple of the chunk): the hit stops at floor((P - 1) / 4) * 4,
         # the window's chunks there; and a prompt that is the prefix plus one token.
         "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
-        "num_blocks": 16,
+        "num_blocks": 17,
         "cpu_chunks": 40,
         "max_num_seqs": 2,
         "max_num_batched_tokens": 32,
@@ -165,7 +177,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "requests": [
             (0, [(27, 26)], 2),
             (2, [(27, 16), (28, 14)], 2),
-            (4, [(29, 60)], 2),
+            (4, [(29, 40)], 2),
             (6, [(27, 16), (30, 9)], 2),
         ],
     },
@@ -195,14 +207,15 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "requests": [(0, [(34, 26)], 2), (3, [(35, 36)], 2), (6, [(34, 26), (36, 3)], 2)],
     },
     "gemma_like_three_windows": {
-        # Several sliding-window groups (windows 12, 12, 6) and full attention: the fixed point.
+        # Several sliding-window groups (windows 12, 6, 16) and full attention: the fixed point. (Layers
+        # of one spec make one group in vLLM's grouping, and in kvsim's: the windows differ.)
         "groups": [
             ("sliding_window", 12, 4),
             ("sliding_window", 6, 4),
-            ("sliding_window", 12, 4),
+            ("sliding_window", 16, 4),
             ("full", 0, 4),
         ],
-        "num_blocks": 34,
+        "num_blocks": 38,
         "cpu_chunks": 60,
         "max_num_seqs": 3,
         "max_num_batched_tokens": 32,
@@ -294,6 +307,129 @@ def random_scenario(seed: int) -> dict[str, Any]:
 
 for _seed in range(12):
     SCENARIOS[f"random_{_seed}"] = random_scenario(_seed)
+
+
+def _peak_blocks(groups: list[tuple[str, int, int]], tokens: int, mbt: int) -> int:
+    """The blocks of all groups a request of `tokens` tokens (its last token's K/V never computed) holds at
+    most, a window's or local chunk's capped as vLLM's `max_admission_blocks_per_request` caps them with
+    two batches in flight (kvsim rejects at arrival a request over `num_blocks - 1`, where vLLM would wait
+    forever)."""
+    total = 0
+    for kind, window, bs in groups:
+        n = -(-(tokens - 1) // bs)
+        if kind == "sliding_window":
+            n = min(n, -(-(window - 1 + 2 * mbt) // bs) + 1)
+        elif kind == "chunked_local":
+            n = min(n, -(-(window + 2 * mbt) // bs))
+        total += n
+    return total
+
+
+def reload_scenario(seed: int, cpu_chunks: int | None = None) -> dict[str, Any]:
+    """Built to load from the tier: a window group keeps its chunks only at a prompt's replay boundary
+    floor((P - 1) / C) * C (and at a shared-prefix junction), so later requests repeat an earlier prompt
+    whole, or with a short suffix of their own (their hit then ends at that boundary), after fillers of
+    fresh content have evicted the GPU's prefix cache (a small pool). Fillers and suffixed prompts join
+    the prompts repeated later. One or two sliding windows (or a chunked-local group) beside full
+    attention; some tiers small enough that stores fail and evict (`cpu_chunks` overrides the drawn
+    size)."""
+    rng = random.Random(7000 + seed)
+    bs = rng.choice([2, 4])
+    mults = [2 * bs, 3 * bs, 4 * bs, 2 * bs + 1]
+    local = rng.random() < 0.3
+    if local:
+        groups = [("chunked_local", rng.choice(mults[:3]), bs)]
+        if rng.random() < 0.5:
+            groups.insert(0, ("sliding_window", rng.choice(mults), bs))
+    else:
+        windows = rng.sample(mults, rng.choice([1, 1, 2]))
+        groups = [("sliding_window", w, bs) for w in windows]
+    groups.append(("full", 0, bs))
+    bpc = rng.choice([1, 1, 2])
+    chunk = bs * bpc
+    mbt = rng.choice([8, 16, 32])
+    num_blocks = rng.randint(18, 30)
+    small_tier = rng.random() < 0.3
+    longest = max(w for _, w, _ in groups)
+
+    def fits(p: int, tokens: int) -> bool:
+        return _peak_blocks(groups, p + tokens, mbt) <= num_blocks - 1
+
+    top = longest + chunk + 1
+    while fits(top + 1, 6):
+        top += 1
+    low = min(top, longest + chunk + 1)
+    # A window W = 2 * bs + 1 is stored cdiv(W - 1, bs) blocks wide but looked up cdiv(W, C) chunks wide
+    # (the spec's 4.7): only a window reaching the sequence's start hits, so its originals end their
+    # replay boundary at 2 * bs (P - 1 in [2 * bs, 2 * bs + C)); fillers stay long.
+    odd = any(kind == "sliding_window" and w % bs for kind, w, _ in groups)
+    # With a small tier the originals are short too, the fillers long: a filler's stores fail while the
+    # tier holds an original or two.
+    short = (low, min(top, low + 2 * chunk))
+    originals = (2 * bs + 1, 2 * bs + chunk) if odd else short if small_tier else (low, top)
+
+    def chunks(p: int) -> int:
+        """A prompt's chunks in the tier, at most: full attention's and a local chunk's every chunk, a
+        window's `cdiv(W, C)`."""
+        return sum(-(-p // chunk) if kind != "sliding_window" else -(-w // chunk) for kind, w, _ in groups)
+
+    content = 300 + seed * 40
+    seen: list[list[tuple[int, int]]] = []
+    requests = []
+    arrival = 0
+    for _ in range(rng.randint(12, 16)):
+        r = rng.random()
+        if not seen or r < 0.4:
+            # A fresh prompt (an original or a filler: both may be repeated later).
+            segments = [(content, rng.randint(*(originals if rng.random() < 0.5 else (low, top))))]
+            content += 1
+            seen.append(segments)
+        else:
+            segments = list(rng.choice(seen))
+            if rng.random() < 0.5:
+                segments.append((content, rng.randint(1, 2 * bs)))
+                content += 1
+                if fits(sum(n for _, n in segments), 6):
+                    seen.append(segments)
+        tokens = rng.randint(1, 6)
+        if fits(sum(n for _, n in segments), tokens):
+            requests.append((arrival, segments, tokens))
+        arrival += rng.randint(1, 4)
+    drawn = (
+        rng.randint(chunks(originals[1]) + 2, 2 * chunks(originals[1])) if small_tier else rng.randint(40, 80)
+    )
+    return {
+        "groups": groups,
+        "num_blocks": num_blocks,
+        "blocks_per_chunk": bpc,
+        "cpu_chunks": cpu_chunks or drawn,
+        "eviction_policy": rng.choice(["lru", "arc"]),
+        "max_num_seqs": rng.randint(2, 4),
+        "max_num_batched_tokens": mbt,
+        "requests": requests,
+    }
+
+
+# The seeds kept (of the first 40: those whose requests load at least twice, covering windows of 2, 3, 4
+# and 2 + 1/bs blocks, two windows, chunked local, LRU and ARC, blocks_per_chunk 1 and 2, max_num_seqs 2
+# to 4), each with its tier's size where it is set here: small tiers where stores fail (vLLM's "cannot
+# store chunks") and the loads still happen.
+RELOAD_SEEDS: dict[int, int | None] = {
+    0: None,
+    1: None,
+    3: None,
+    11: 8,
+    12: None,
+    20: None,
+    22: 8,
+    23: None,
+    25: 8,
+    29: None,
+    33: None,
+    35: None,
+}
+for _seed, _cpu in RELOAD_SEEDS.items():
+    SCENARIOS[f"reload_{_seed}"] = reload_scenario(_seed, _cpu)
 
 MAX_MODEL_LEN = 256
 PAGE_BYTES = 4096  # one GPU block's bytes (every group's) in the recorder's KV-cache config
@@ -401,6 +537,11 @@ def _scheduler(sc: dict[str, Any]) -> tuple[Any, int]:
         prefix_cache_retention_interval=0,
     )
     vc.cache_config.num_gpu_blocks = n
+    # The steps run synchronously (the stand-in worker), but a window group's admission cap counts two
+    # batches in flight, as vLLM 0.33.0's default asynchronous scheduling makes it (`max_in_flight_tokens`
+    # = `max_concurrent_batches` x `max_num_batched_tokens`) and as kvsim models it (DESIGN.md §Hybrid
+    # attention): with one batch, a prompt kvsim's cap refuses at arrival would be admitted.
+    type(vc).max_concurrent_batches = property(lambda self: 2)
     sched_bs, hash_bs = resolve_kv_cache_block_sizes(kvc, vc)
     s = Scheduler(vc, kvc, StructuredOutputManager(vc), block_size=sched_bs, hash_block_size=hash_bs)
     return s, hash_bs
@@ -589,6 +730,8 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    if os.environ.get("PYTHONHASHSEED") != "2":
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "2"})
     out = Path(argv[1] if len(argv) > 1 else "tests/data/vllm_offload_hybrid")
     out.mkdir(parents=True, exist_ok=True)
     only = set(argv[2:])

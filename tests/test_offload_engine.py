@@ -297,16 +297,6 @@ def test_a_tier_of_less_than_one_chunk_is_refused_not_run_as_none(size):
     assert one.kv_offloading_chunks == 1
 
 
-def test_a_hybrid_model_with_a_tier_is_refused():
-    # (kvsim's limit, said as such: vLLM 0.33.0's offloading connector takes hybrid models)
-    with pytest.raises(
-        InvalidArgumentError,
-        match=r"size 8 GiB\) is modelled for a model of one full-attention group.*"
-        r"vLLM 0\.33\.0 offloads a hybrid model's groups too",
-    ):
-        kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-80gb", kv_offloading_size="8GiB")
-
-
 def test_more_tier_more_hits_on_repeated_prefixes():
     """Eight prefixes visited round-robin through a GPU pool that holds two: a tier that holds them all
     turns the misses into hits, one that holds fewer adds nothing (LRU over a cycle)."""

@@ -333,8 +333,8 @@ def _check_requires(values: dict[str, Any]) -> None:
 def tier_size(tier_bytes: Any, values: dict[str, Any], model: Any) -> float | None:
     """`kv_offloading_bytes` checked and turned into the engine's `kv_offloading_size` (GiB, as vLLM's
     `--kv-offloading-size`; exact: bytes ÷ 2**30): None for 0 (no tier). Refused, naming the value and
-    the one that stops it, where the engine does not model a tier (a hybrid model, or any of
-    `TIER_NEEDS` changed); `check_tier_chunks` refuses a tier of no chunk or more than the page draws.
+    the one that stops it, where the engine does not model a tier (any of `TIER_NEEDS` changed) or the
+    page does not replay one (a hybrid model); `check_tier_chunks` refuses a tier of no chunk or more than the page draws.
 
     Raises:
         InvalidArgumentError: as above.
@@ -347,7 +347,8 @@ def tier_size(tier_bytes: Any, values: dict[str, Any], model: Any) -> float | No
     if is_hybrid(model):
         raise InvalidArgumentError(
             f"{what} needs a model of one full-attention group, not {name} ({layout(model, 16).describe()}): "
-            "kvsim models vLLM's KV offloading for full attention only"
+            "the page replays a CPU tier for full attention only (kvsim's engines model a hybrid model's "
+            "tier for its attention groups: `kvsim run`)"
         )
     for knob, needed in TIER_NEEDS.items():
         if values[knob] != needed:

@@ -48,6 +48,7 @@ class ConfigCpuTier:
         waiting_over_budget: str
         append_check: str
         watermark_rule: str
+        prefix_cache_retention_interval: int | None
 
         @property
         def pool(self) -> Any: ...
@@ -58,29 +59,37 @@ class ConfigCpuTier:
     # vLLM's CPU tier pads each chunk to this many bytes (`CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT`).
     CPU_CHUNK_ALIGNMENT = 4096
 
+    def _gpu_block_bytes(self) -> int | None:
+        """One GPU's bytes of one block id: the block's KV for one full-attention group; for a hybrid
+        model the pool's stride, one group's block over its layers (vLLM 0.33.0's
+        `worker_kv_bytes_per_block`, `kv_cache_tensors[0].size // num_blocks`: every group's layers
+        overlay one allocation, so a CPU slot holds one group's block, whichever group's key it is)."""
+        layout = self.pool.layout
+        if layout is not None and not layout.single_full:
+            return int(layout.bytes_per_block)
+        per_token = self.pool.kv_bytes_per_token
+        if per_token is None:
+            return None
+        return int(per_token * self.engine_block_size)
+
     @property
     def kv_offloading_chunk_bytes(self) -> int | None:
         """Host bytes one CPU-tier chunk takes: its blocks' KV on every tensor-parallel rank, padded to
         4 KiB (vLLM 0.33.0's `CPUOffloadingSpec`); None without a model."""
-        per_token = self.pool.kv_bytes_per_token
-        if per_token is None:
+        block = self._gpu_block_bytes()
+        if block is None:
             return None
-        raw = (
-            per_token
-            * self.engine_block_size
-            * self.tensor_parallel_size
-            * self.kv_offloading_blocks_per_chunk
-        )
+        raw = block * self.tensor_parallel_size * self.kv_offloading_blocks_per_chunk
         return -(-raw // self.CPU_CHUNK_ALIGNMENT) * self.CPU_CHUNK_ALIGNMENT
 
     @property
     def kv_offloading_block_bytes(self) -> int | None:
         """Host bytes one GPU block's KV takes across the tensor-parallel ranks (what a load or a store
         moves per block, unpadded); None without a model."""
-        per_token = self.pool.kv_bytes_per_token
-        if per_token is None:
+        block = self._gpu_block_bytes()
+        if block is None:
             return None
-        return per_token * self.engine_block_size * self.tensor_parallel_size
+        return block * self.tensor_parallel_size
 
     def _size_cpu_tier(self) -> None:
         """The CPU tier (DESIGN.md §CPU tier): its chunks from `kv_offloading_size`, its transfer time per
@@ -113,13 +122,13 @@ class ConfigCpuTier:
                 )
             object.__setattr__(self, "kv_offloading_chunks", chunks)
         if self.kv_offloading_ps_per_block is None:
-            per_token = self.pool.kv_bytes_per_token
+            block = self._gpu_block_bytes()
             ps = 0
-            if per_token is not None and self.gpu is not None:
+            if block is not None and self.gpu is not None:
                 from kvsim.model.gpus import resolve as resolve_gpu
 
                 gpu = resolve_gpu(self.gpu)
-                ps = round(per_token * self.engine_block_size * PS_PER_S / gpu.pcie_bandwidth)
+                ps = round(block * PS_PER_S / gpu.pcie_bandwidth)
                 if ps > MAX_COEFFICIENT_PS:
                     # (it blamed kv_offloading_ps_per_block, a knob nobody set, and refused runs with no
                     # tier, where nothing crosses the link)
@@ -141,11 +150,24 @@ class ConfigCpuTier:
             what = f"the CPU tier (kv_offloading_size {self.kv_offloading_size:g} GiB)"
         layout = self.pool.layout
         if layout is not None and not layout.single_full:
-            raise InvalidArgumentError(
-                f"{what} is modelled for a model of one full-attention group; "
-                f"{getattr(self.model, 'name', self.model)} has {layout.describe()} (vLLM 0.33.0 offloads a "
-                "hybrid model's groups too; kvsim does not model that yet: DESIGN.md §CPU tier)"
-            )
+            name = getattr(self.model, "name", self.model)
+            kinds = {g.kind for g in layout.groups}
+            if "mamba" in kinds:
+                raise InvalidArgumentError(
+                    f"{what} is not modelled for a model with state layers: {name} has {layout.describe()} "
+                    "(vLLM 0.33.0 offloads a Mamba group's states as they are committed; kvsim models a "
+                    "hybrid model's tier for attention groups only: DESIGN.md §CPU tier)"
+                )
+            if len({g.block_size for g in layout.groups}) > 1:
+                raise InvalidArgumentError(
+                    f"{what} is not modelled for KV-cache groups of unequal block sizes: {name} has "
+                    f"{layout.describe()} (DESIGN.md §CPU tier)"
+                )
+            if self.prefix_cache_retention_interval != 0:
+                raise InvalidArgumentError(
+                    f"{what} with a hybrid model is modelled with prefix_cache_retention_interval 0 (vLLM's "
+                    f"default) only, not {self.prefix_cache_retention_interval}"
+                )
         for knob, value, needed in (
             ("policy", self.policy, "vllm"),
             ("enable_prefix_caching", self.enable_prefix_caching, True),

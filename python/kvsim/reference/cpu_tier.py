@@ -303,7 +303,9 @@ class CpuTier:
         if a is None or a.finished:
             return
         a.finished = True
-        ordered = sorted(a.seen, key=a.seen.__getitem__)
+        # By position, then key: one request's keys at one position are one content's in several KV-cache
+        # groups, whose keys order as their groups (vLLM's `order_request_keys`).
+        ordered = sorted(a.seen, key=lambda k: (a.seen[k], k))
         if self.eviction == "lru":
             for key in reversed(ordered):
                 if key not in self.chunks:

@@ -451,12 +451,17 @@ class HybridKVCacheManager:
         num_cache: int,
         num_prompt: int,
         checkpoint: bool = False,
+        computed: int | None = None,
     ) -> list[tuple[int, int]]:
         """A new request takes its hits (skipped ones as null blocks), then blocks for `num_tokens` tokens
-        group by group, and keys its full blocks up to `num_cache` tokens. The caller checked `need`."""
+        group by group, and keys its full blocks up to `num_cache` tokens. The caller checked `need`.
+        `computed`: the tokens it has computed once a CPU-tier load lands (its hits and the loaded ones:
+        the windows skip from there, vLLM's `allocate_new_computed_blocks` with external tokens), else its
+        hits'."""
         req = _Request([GroupTable() for _ in self.groups], num_prompt=num_prompt, junction=hit.junction)
+        done = hit.tokens if computed is None else computed
         for g, spec in enumerate(self.groups):
-            skipped = spec.skipped(hit.tokens) // spec.block_size
+            skipped = spec.skipped(done) // spec.block_size
             taken = hit.hits[g][skipped:]
             self.pool._acquire([b for b in taken if b != NULL])
             table = req.tables[g]
@@ -478,6 +483,11 @@ class HybridKVCacheManager:
         return self._allocate_and_cache(
             self._requests[request_id], segments, num_tokens, num_cache, checkpoint
         )
+
+    def cache_loaded(self, request_id: int, segments: Sequence[tuple[int, int]], num_tokens: int) -> None:
+        """A CPU-tier load landed: the request's blocks up to `num_tokens` take their keys (vLLM's
+        `cache_blocks` in `_update_waiting_for_remote_kv`)."""
+        self._cache(self._requests[request_id], segments, num_tokens)
 
     def _allocate_and_cache(
         self,

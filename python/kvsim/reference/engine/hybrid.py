@@ -89,6 +89,8 @@ class Hybrid(State):
         if kv.need(s.idx, end, None, s.num_computed, checkpoint=checkpoint) > kv.num_free_blocks:
             return False
         new = kv.grow(s.idx, s.segments(), end, end, checkpoint)
+        if self.connector:
+            self.touched.update(b for b, _ in new)
         self.log_group_allocations(s, new)
         s.num_computed = end
         return True

@@ -12,11 +12,12 @@ vLLM 0.33.0's rules: `vllm/v1/core/sched/scheduler.py` (the waiting loop, `skip_
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvsim.errors import InternalError
 from kvsim.reference.cpu_tier import MISS, PENDING, CpuTier
 from kvsim.reference.engine.admission import NEVER, SKIP
+from kvsim.reference.engine.offload_hybrid import HybridTier
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
 from kvsim.reference.engine.timing import transfer_end
@@ -34,13 +35,16 @@ class Job:
     end: int  # ps: when its last byte has moved
     avail: int  # the first observation (numbered from 1) that may see it complete
     remote: bool = False  # a decode replica's transfer from the prefill pool (no tier chunks)
+    # A hybrid model's store: the blocks of its window groups, watched from its creation (the rest only
+    # once its request finished).
+    fenced: list[int] = field(default_factory=list)
 
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class Offload(State):
+class Offload(HybridTier, State):
     """The engine's CPU tier (`self.tier`, None without one)."""
 
     tier: CpuTier | None
@@ -116,6 +120,20 @@ class Offload(State):
                     skipped_held.append(queue.popleft())
                     continue
                 num_new = self.try_resume_loaded(s, budget)
+            elif self.hybrid:
+                got = self.h_lookup(s)
+                if got is None:
+                    skipped_waiting.append(queue.popleft())
+                    continue
+                if got[1]:
+                    if self.h_admit_load(s, *got):
+                        skipped_held.append(queue.popleft())
+                        continue
+                    num_new = 0
+                else:
+                    num_new = self.try_admit(s, budget)
+                    if num_new > 0:
+                        s.junction = self.hkv.junction(s.idx)
             else:
                 found = self.tier_lookup(s)
                 if found is None:
@@ -158,7 +176,10 @@ class Offload(State):
                 self.sends_decided.append((s.idx, self.t))
             s.remote = False  # one transfer per request (vLLM clears `do_remote_prefill` once allocated)
             s.prefilling = s.num_computed < s.num_tokens
-            self.touched.update(self.kv.block_table(s.idx))
+            if self.hybrid:
+                self.touched.update(b for t in self.hkv.tables(s.idx) for b in t if b != 0)
+            else:
+                self.touched.update(self.kv.block_table(s.idx))
             self.running.append(s)
             scheduled.append((s, num_new))
             budget -= num_new
@@ -257,24 +278,32 @@ class Offload(State):
         if new is None:
             return False
         cfg, bs = self.cfg, self.bs
-        total, end = s.num_tokens, local + ext
+        end = local + ext
         tpc = self.tpc
         first = (local // bs) // cfg.kv_offloading_blocks_per_chunk
         keys = self.chunk_keys(s, end // tpc)[first:]
         self.tier.prepare_load(s.idx, [(k, first + i) for i, k in enumerate(keys)])
         self.loading.update(keys)
-        blocks = end // bs - local // bs
+        s.next_store = end // tpc  # vLLM's chunk-level policy: stores resume after the loaded chunks
+        self.queue_load(s, keys, list(new), end, local, ext)
+        return True
+
+    def queue_load(self, s: Seq, keys: list[int], dest: list[int], end: int, local: int, ext: int) -> None:
+        """A load of the tier's `keys` into GPU blocks `dest` admitted for `s`, `ext` tokens after `local`
+        GPU hits: queued on the link, `s` held until it lands, its hits counted."""
+        cfg = self.cfg
+        total = s.num_tokens
+        blocks = len(dest)
         start = max(self.t, self.load_free)
         self.load_free = transfer_end(
             "load", start, cfg.kv_offloading_latency_ps, blocks, cfg.kv_offloading_ps_per_block
         )
-        self.loads.append(Job(True, s, keys, list(new), self.load_free, self.num_observed + 1))
+        self.loads.append(Job(True, s, keys, dest, self.load_free, self.num_observed + 1))
         s.jobs += 1
         s.held = s.prefilling = True
         s.loaded = False
         s.load_at = self.t
         s.num_computed = end
-        s.next_store = end // tpc  # vLLM's chunk-level policy: stores resume after the loaded chunks
         # Hits count the tokens the request does not compute: a load of its whole prompt leaves the last
         # token to compute again, as the GPU's hits stop one token short.
         hit = ext - (end == total)
@@ -286,7 +315,6 @@ class Offload(State):
         self.log("cpu-hit", s, -1, hit)
         self.log("load", s, -1, len(keys))
         self.note_admission(s, local, total, hit)
-        return True
 
     def admit_remote(self, s: Seq, hits: list[int], last_key: int | None, local: int, ext: int) -> bool:
         """A decode replica admits a remote request's transfer of `ext` tokens (its prompt's full blocks
@@ -323,6 +351,8 @@ class Offload(State):
         """A held request whose load has landed, admitted as a resumed one (vLLM: WAITING with computed
         tokens): its next chunk allocated after the full-prompt gate and the watermark; the tokens it
         computes, 0 if it cannot start now, or NEVER."""
+        if self.hybrid:
+            return self.h_resume_loaded(s, budget, NEVER)
         cfg, bs, kv = self.cfg, self.bs, self.kv
         total = s.num_tokens
         num_new = total - s.num_computed
@@ -350,9 +380,12 @@ class Offload(State):
         """A held request's load is observed complete: its blocks take their keys; a load of the whole
         prompt leaves its last token to compute (vLLM's `_update_waiting_for_remote_kv`)."""
         s.loaded = True
-        if s.num_computed == s.num_tokens:
-            s.num_computed -= 1
-        self.kv._cache_loaded(s.idx, s.segments(), s.num_computed)
+        if self.hybrid:
+            self.h_land(s)
+        else:
+            if s.num_computed == s.num_tokens:
+                s.num_computed -= 1
+            self.kv._cache_loaded(s.idx, s.segments(), s.num_computed)
         wait = self.t - s.load_at
         self.c["load_wait_ps"] += wait
         self.cols["load_wait_ps"][s.idx] += wait
@@ -372,6 +405,8 @@ class Offload(State):
             self.touched.clear()
             return False, 0
         observation = self.num_observed + 1
+        if self.hybrid:
+            self.h_sync_tables(scheduled)
         flushed: list[Job] = []
         for s in self.preempted_now:
             flushed.extend(job for job in self.stores if job.seq is s)
@@ -388,6 +423,9 @@ class Offload(State):
             n = min(n, s.num_tokens)
             if cfg.kv_offloading_prompt_only:
                 n = min(n, s.prompt_len)
+            if self.hybrid:
+                planned |= self.h_offer(s, done, n, step_end, observation, flushed)
+                continue
             num_chunks = n // self.tpc
             start = s.next_store
             if num_chunks <= start:
@@ -409,16 +447,7 @@ class Offload(State):
             blocks = [
                 table[(start + i) * bpc + j] for i, k in enumerate(keys) if k in chosen for j in range(bpc)
             ]
-            begin = max(step_end, self.store_free)
-            self.store_free = transfer_end(
-                "store", begin, cfg.kv_offloading_latency_ps, len(blocks), cfg.kv_offloading_ps_per_block
-            )
-            job = Job(False, s, stored, blocks, self.store_free, observation + 1)
-            self.stores.append(job)
-            s.jobs += 1
-            self.c["num_stores"] += 1
-            self.c["stored_blocks"] += len(blocks)
-            self.log("store", s, -1, len(stored))
+            job = self.queue_store(s, stored, blocks, step_end, observation)
             planned = True
             if done:
                 self.fence(job)
@@ -428,6 +457,7 @@ class Offload(State):
             tier.finish(s.idx)
             self.block_keys.pop(s.idx, None)
             s.table = []
+            s.conn = None
         self.touched.clear()
         self.c["stores_skipped"] = tier.num_stores_skipped
         flush_end = 0
@@ -437,8 +467,26 @@ class Offload(State):
             flush_end = max(flush_end, job.end)
         return planned, flush_end
 
-    def fence(self, job: Job) -> None:
-        for b in job.blocks:
+    def queue_store(self, s: Seq, keys: list[int], blocks: list[int], step_end: int, observation: int) -> Job:
+        """A store of the tier's `keys` from GPU blocks `blocks`, queued on the link from the step's end
+        (seen no earlier than the observation after `observation`), counted and logged."""
+        cfg = self.cfg
+        begin = max(step_end, self.store_free)
+        self.store_free = transfer_end(
+            "store", begin, cfg.kv_offloading_latency_ps, len(blocks), cfg.kv_offloading_ps_per_block
+        )
+        job = Job(False, s, keys, blocks, self.store_free, observation + 1)
+        self.stores.append(job)
+        s.jobs += 1
+        self.c["num_stores"] += 1
+        self.c["stored_blocks"] += len(blocks)
+        self.log("store", s, -1, len(keys))
+        return job
+
+    def fence(self, job: Job, blocks: list[int] | None = None) -> None:
+        """`job` (a store) watches `blocks` (all it reads by default): a step that allocates one waits
+        for it."""
+        for b in job.blocks if blocks is None else blocks:
             self.fences.setdefault(b, []).append(job)
 
     def unfence(self, job: Job) -> None:
@@ -453,6 +501,9 @@ class Offload(State):
         """A request finished (its blocks are about to be freed): the stores it has in flight fence the
         blocks they read, and its table is kept for the stores it will offer next step."""
         if self.tier is None:
+            return
+        if self.hybrid:
+            self.h_finished(s)
             return
         s.table = self.kv.block_table(s.idx)
         for job in self.stores:

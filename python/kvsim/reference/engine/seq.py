@@ -43,6 +43,12 @@ class Seq:
     prefilling: bool = False
     load_at: int = -1
     table: list[int] = field(default_factory=list)  # a finished one's blocks, for its last stores
+    # A hybrid model's tier (DESIGN.md §CPU tier, "A hybrid model"): the connector's copy of each group's
+    # table (None until scheduled since its last lookup; stale window blocks zeroed), each group's next
+    # chunk to offer, and the shared-prefix junction its last admission found.
+    conn: list[list[int]] | None = None
+    next_stores: list[int] = field(default_factory=list)
+    junction: int = 0
     # Prefill/decode disaggregation: its prompt was computed on a prefill replica; its full blocks' KV
     # comes over the decode replica's inbound link (vLLM's `do_remote_prefill`).
     remote: bool = False

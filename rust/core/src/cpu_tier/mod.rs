@@ -438,8 +438,8 @@ impl CpuTier {
         self.finish_rec(rid, rec);
     }
 
-    /// Request `rid` finished (`on_request_finished`): its keys, ordered by position (ties in order of
-    /// first access), are re-ranked from its last chunk to its first, so its first is the most recent.
+    /// Request `rid` finished (`on_request_finished`): its keys, ordered by position (ties by key: a
+    /// hybrid model's groups, `engine::offload::hybrid`), are re-ranked from its last chunk to its first, so its first is the most recent.
     /// LRU: each held one gets a fresh rank. ARC: one it only inserted moves to the most recent end of
     /// its list; one it reused moves from T1 to T2, or to T2's most recent end. Its record is dropped.
     pub fn finish(&mut self, rid: u64) {
@@ -503,8 +503,10 @@ impl CpuTier {
         let mut ordered = a.take_distinct();
         // One run of keys in order of position (a request's private chunks), or sorted by position.
         let run = run_in_order(&ordered);
-        if run.is_none() && !ordered.is_sorted_by_key(|&(_, pos)| pos) {
-            ordered.sort_by_key(|&(_, pos)| pos); // stable, as Python's sorted
+        if run.is_none() && !ordered.is_sorted_by_key(|&(key, pos)| (pos, key)) {
+            // By position, then key: one request's keys at one position are one content's in several
+            // KV-cache groups, whose keys order as their groups (vLLM's `order_request_keys`).
+            ordered.sort_by_key(|&(key, pos)| (pos, key));
         }
         if self.eviction == Eviction::Lru
             && let Some((hi, lo, n)) = run

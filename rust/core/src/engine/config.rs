@@ -421,11 +421,25 @@ impl EngineConfig {
                 || self.skip_over_budget
                 || self.one_free_block
                 || !self.watermark_while_running
-                || self.groups.is_some()
             {
                 invalid_arg!(
-                    "the CPU tier takes vLLM v1's rules: policy 'vllm', prefix caching on, preemption 'recompute', waiting_over_budget 'stop', append_check 'exact', watermark_rule 'while-running', one full-attention group"
+                    "the CPU tier takes vLLM v1's rules: policy 'vllm', prefix caching on, preemption 'recompute', waiting_over_budget 'stop', append_check 'exact', watermark_rule 'while-running'"
                 );
+            }
+            if let Some(groups) = &self.groups {
+                // (DESIGN.md §CPU tier, "A hybrid model": attention groups of one block size, vLLM's
+                // default retention)
+                let specs = groups.specs();
+                if specs
+                    .iter()
+                    .any(|g| g.kind == crate::kv_groups::GroupKind::Mamba)
+                    || specs.iter().any(|g| g.block_size != self.block_size)
+                    || groups.retention() != Some(0)
+                {
+                    invalid_arg!(
+                        "the CPU tier of a hybrid model is modelled for attention groups of the engine's block size with prefix_cache_retention_interval 0"
+                    );
+                }
             }
         }
         match &self.time {

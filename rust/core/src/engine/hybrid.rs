@@ -16,6 +16,11 @@ use crate::{BlockId, BlockPool};
 pub(super) struct HybridSeq {
     pub(super) tables: HybridTables,
     pub(super) keys: KeyCache,
+    /// With a CPU tier (DESIGN.md §CPU tier, "A hybrid model"): the connector's copy of each group's
+    /// table (None until scheduled since its last lookup; stale window blocks zeroed), and each group's
+    /// next chunk to offer.
+    pub(super) conn: Option<Vec<Vec<BlockId>>>,
+    pub(super) next_stores: Vec<u64>,
 }
 
 /// The tokens of a prefill chunk of `n` from `start` (a request of `num_tokens` tokens, prompt
@@ -200,6 +205,10 @@ impl Engine<'_> {
             &mut self.group_new,
         );
         s.num_computed = end;
+        if let Some(tier) = self.tier.as_deref_mut() {
+            // (a CPU tier's stores read what a step allocates: vLLM's flush, the connector's tables)
+            tier.touched.extend(self.group_new.iter().map(|&(b, _)| b));
+        }
         if self.log.is_some() {
             self.log_group_allocations(row);
         }
@@ -244,7 +253,7 @@ impl Engine<'_> {
     }
 
     /// One `allocate` per block in `group_blocks` (`count`: its group), an `evict` first if it lost a key.
-    fn log_group_allocations(&mut self, row: usize) {
+    pub(super) fn log_group_allocations(&mut self, row: usize) {
         let Memory::Paged(pool) = &mut self.mem else {
             return;
         };

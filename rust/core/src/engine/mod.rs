@@ -376,7 +376,7 @@ impl<'a> Engine<'a> {
                     break Ok(()); // more input to come: the next arrival is not known yet
                 }
                 if let Some(tier) = &self.tier
-                    && !tier.finished_last.is_empty()
+                    && tier.has_finished_last()
                 {
                     // The finished requests' last stores, in a step of their own.
                     self.tier_empty_step();

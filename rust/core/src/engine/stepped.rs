@@ -334,7 +334,7 @@ impl<'a> Engine<'a> {
             || self
                 .tier
                 .as_deref()
-                .is_some_and(|t| !t.finished_last.is_empty())
+                .is_some_and(super::offload::Tier::has_finished_last)
         {
             return Some(self.t);
         }

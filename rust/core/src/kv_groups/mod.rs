@@ -368,6 +368,11 @@ impl Groups {
         end.saturating_sub(start)
     }
 
+    /// vLLM's `prefix_cache_retention_interval` (None: every block of a sparse group keyed).
+    pub fn retention(&self) -> Option<u64> {
+        self.retention
+    }
+
     pub fn specs(&self) -> &[GroupSpec] {
         &self.specs
     }
@@ -381,6 +386,17 @@ impl Groups {
     }
 
     /// The request's first `n` full-block keys at the block size of group `g`.
+    /// The content keys of the first `n` blocks of group `g`'s block size (`cache` extended as needed).
+    pub fn content_keys<'k>(
+        &self,
+        cache: &'k mut KeyCache,
+        segs: &[Segment],
+        g: usize,
+        n: u64,
+    ) -> &'k [BlockKey] {
+        self.keys(cache, segs, g, n)
+    }
+
     fn keys<'k>(
         &self,
         cache: &'k mut KeyCache,

@@ -129,25 +129,76 @@ impl Groups {
         keyed: &mut StepKeys,
         new: &mut Vec<(BlockId, usize)>,
     ) {
+        self.take_hits(pool, req, hit, hit.tokens, num_prompt);
+        self.allocate_and_cache(
+            pool, req, cache, segs, num_tokens, num_cache, checkpoint, keyed, new,
+        );
+    }
+
+    /// A new request admitted with a CPU-tier load (DESIGN.md §CPU tier, "A hybrid model"): its hits
+    /// taken and its windows skipped as of `computed` tokens (its hits and the loaded ones: vLLM's
+    /// `allocate_new_computed_blocks` with external tokens), then blocks for `computed` tokens, none of
+    /// them keyed past the hits (they are keyed when the load lands: `cache_loaded`). The caller checked
+    /// `need`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn admit_loading(
+        &self,
+        pool: &mut BlockPool,
+        req: &mut HybridTables,
+        cache: &mut KeyCache,
+        segs: &[Segment],
+        hit: &Lookup,
+        computed: u64,
+        num_prompt: u64,
+        keyed: &mut StepKeys,
+        new: &mut Vec<(BlockId, usize)>,
+    ) {
+        self.take_hits(pool, req, hit, computed, num_prompt);
+        self.allocate_and_cache(
+            pool, req, cache, segs, computed, hit.tokens, false, keyed, new,
+        );
+    }
+
+    /// A CPU-tier load landed: the request's blocks up to `num_tokens` take their keys (vLLM's
+    /// `cache_blocks` in `_update_waiting_for_remote_kv`).
+    pub fn cache_loaded(
+        &self,
+        pool: &mut BlockPool,
+        req: &mut HybridTables,
+        cache: &mut KeyCache,
+        segs: &[Segment],
+        num_tokens: u64,
+        keyed: &mut StepKeys,
+    ) {
+        self.cache(pool, req, cache, segs, num_tokens, keyed);
+    }
+
+    /// A new request's tables: its hits, those a window skipped as of `done` tokens as null blocks
+    /// (`req` reset, its vectors' buffers kept).
+    fn take_hits(
+        &self,
+        pool: &mut BlockPool,
+        req: &mut HybridTables,
+        hit: &Lookup,
+        done: u64,
+        num_prompt: u64,
+    ) {
         req.tables
             .resize_with(self.specs.len(), GroupTable::default);
         req.num_prompt = num_prompt;
         req.junction = hit.junction;
         for (g, (spec, table)) in self.specs.iter().zip(req.tables.iter_mut()).enumerate() {
             let hits = &hit.hits[g];
-            let skipped = (spec.skipped_blocks(hit.tokens) as usize).min(hits.len());
+            let skipped = (spec.skipped_blocks(done) as usize).min(hits.len());
             let taken = &hits[skipped..];
             pool.acquire(taken.iter().copied().filter(|&b| b != BlockId::NULL));
             table.blocks.clear();
             table
                 .blocks
-                .resize(spec.skipped_blocks(hit.tokens) as usize, BlockId::NULL);
+                .resize(spec.skipped_blocks(done) as usize, BlockId::NULL);
             table.blocks.extend_from_slice(taken);
             table.num_cached = table.blocks.len() as u64;
         }
-        self.allocate_and_cache(
-            pool, req, cache, segs, num_tokens, num_cache, checkpoint, keyed, new,
-        );
     }
 
     /// A running request's blocks for `num_tokens` tokens, keys up to `num_cache` tokens (the keys its

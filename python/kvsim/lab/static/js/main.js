@@ -153,7 +153,7 @@ function whyNot(param, value, bundle) {
     if (needed !== undefined && !sameValue(needed, value)) {
       return `the CPU tier needs ${PARAM_WORDS[param] || param} ${valueWord(param, needed)}`;
     }
-    if (param === "model" && (opts.hybrid_models || []).includes(value)) return "the CPU tier needs full attention";
+    if (param === "model" && (opts.hybrid_models || []).includes(value)) return "the page replays a CPU tier for full attention only";
   }
   if ((param === "block_size" || param === "model") && q.num_blocks === undefined) {
     // Bytes per block as the server cuts the pool (a hybrid model's: its largest group's layers × page).
@@ -241,7 +241,7 @@ function syncTier(bundle) {
   let hint = t ? `= ${int(t.chunks)} chunks of ${bytes(t.chunk_bytes)} (a block's KV padded to 4 KiB, as vLLM sizes it)` +
     (rest > 0 ? `; ${bytes(rest)} left over, unused` : "") : "0: no tier";
   const needs = opts.tier_needs || {};
-  const stop = bundle.layout ? `none for model ${q.model}: it is hybrid (the tier models full attention only)`
+  const stop = bundle.layout ? `none for model ${q.model}: it is hybrid (the page replays a tier for full attention only)`
     : Object.entries(needs).filter(([k, v]) => !sameValue(q[k], v))
       .map(([k, v]) => `needs ${PARAM_WORDS[k] || k} ${valueWord(k, v)}`).join(", ");
   if (!t && stop) hint = bundle.layout ? `0: no tier; ${stop}` : `0: no tier; a tier ${stop}`;

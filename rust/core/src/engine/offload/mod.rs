@@ -10,6 +10,7 @@
 //! decode replica's transfers), `stores.rs` the stores and a finished request's last ones,
 //! `observe.rs` the observations, the stall and the quiet, progress and occupancy helpers.
 
+mod hybrid;
 mod observe;
 mod stores;
 mod waiting;
@@ -68,6 +69,9 @@ pub(super) struct Stored {
     /// when its request finishes (`tier_finished`) while it is in flight.
     blocks: Vec<BlockId>,
     table: Option<(usize, usize)>,
+    /// A hybrid model's store: how many of `blocks`, from the first, are its window groups' (fenced from
+    /// its creation; the rest once its request finished). `blocks` lists them first.
+    windowed: usize,
 }
 
 /// What the last stores of a request finished in the step before need (it has left the slab), if it
@@ -170,9 +174,19 @@ pub(super) struct Tier {
     /// Vectors of stores seen complete, for later stores' keys and blocks.
     spare_keys: Vec<Vec<BlockKey>>,
     spare_blocks: Vec<Vec<BlockId>>,
+    /// A hybrid model's requests finished in the step before, with what their last offers read
+    /// (`hybrid.rs`).
+    h_last: Vec<hybrid::HLast>,
 }
 
 impl Tier {
+    /// Requests finished in the step before wait for this step's offer (their last stores, their
+    /// finish in the tier).
+    #[inline]
+    pub(in crate::engine) fn has_finished_last(&self) -> bool {
+        !self.finished_last.is_empty() || !self.h_last.is_empty()
+    }
+
     /// Whether this step's offer may make a store that reads blocks the step allocates (vLLM's flush):
     /// a fence stands (a finished request's stores in flight) or a finished request has chunks left to
     /// offer (its last stores read its blocks). The step's new blocks are watched then.
@@ -237,6 +251,7 @@ impl Tier {
             spare_blocks: Vec::new(),
             occ_busy: 0,
             occ_steps: 0,
+            h_last: Vec::new(),
         }
     }
 
@@ -280,6 +295,7 @@ impl Tier {
             run,
             blocks,
             table,
+            windowed: 0,
         }))
     }
 

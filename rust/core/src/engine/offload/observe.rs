@@ -260,7 +260,7 @@ impl Engine<'_> {
     pub(in crate::engine) fn tier_offers_pending(&self) -> bool {
         self.tier
             .as_deref()
-            .is_some_and(|t| !t.finished_last.is_empty() || !t.preempted_now.is_empty())
+            .is_some_and(|t| t.has_finished_last() || !t.preempted_now.is_empty())
     }
 
     /// A lockstep step that admitted nobody with nothing pending (`tier_step_stores` has nothing to

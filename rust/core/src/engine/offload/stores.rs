@@ -122,6 +122,12 @@ impl Engine<'_> {
     /// one reading a block this step allocated: vLLM's flush) is seen at this step's end. Returns
     /// whether a store was planned and when the last store the step waits for ends (0 if none).
     pub(in crate::engine) fn offer_stores(&mut self, step_end: i64) -> (bool, i64) {
+        if self.cfg.groups.is_some() && self.tier_ref().has_cpu {
+            if self.nothing_to_offer() {
+                return (false, 0); // (nothing was allocated either: `touched` is empty)
+            }
+            return self.h_offer_stores(step_end);
+        }
         if self.nothing_to_offer() {
             self.tier_mut().touched.clear();
             return (false, 0);
@@ -462,7 +468,7 @@ impl Engine<'_> {
 
     /// `num` chunks evicted from the tier for a store of row `row`: counted, and a `cpu-evict` row each.
     #[inline]
-    fn log_evictions(&mut self, num: u64, row: usize) {
+    pub(super) fn log_evictions(&mut self, num: u64, row: usize) {
         self.out.counters.cpu_evictions += i128::from(num);
         if num > 0 && self.log.is_some() {
             // (the event log on: tested once, not for each chunk)
@@ -478,6 +484,9 @@ impl Engine<'_> {
     pub(in crate::engine) fn tier_finished(&mut self, k: usize) {
         if !self.tier_ref().has_cpu {
             return;
+        }
+        if self.cfg.groups.is_some() {
+            return self.h_tier_finished(k);
         }
         let offers = self.tier_keys_for_finish(k);
         let s = &self.slab[k];

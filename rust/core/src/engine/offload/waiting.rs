@@ -119,6 +119,9 @@ impl Engine<'_> {
             }
             return Some(self.try_resume_loaded(k, budget));
         }
+        if self.cfg.groups.is_some() {
+            return self.h_tier_head(k, budget, skipped_waiting);
+        }
         match self.tier_lookup(k) {
             Found::Skip => {
                 self.waiting.pop_front();
@@ -159,7 +162,15 @@ impl Engine<'_> {
         if self.out.first_scheduled[row - self.out_base] < 0 {
             self.out.first_scheduled[row - self.out_base] = self.t;
         }
-        if self.tier_hot.pending {
+        if let Some(hs) = &self.slab[k].hybrid {
+            // A hybrid model's: always watched (a window's store fences its blocks from its creation,
+            // and the connector's tables go stale where a block is taken again).
+            let tier = self.tier.as_deref_mut().expect("a CPU tier");
+            for t in &hs.tables.tables {
+                tier.touched
+                    .extend(t.blocks.iter().filter(|&&b| b != crate::BlockId::NULL));
+            }
+        } else if self.tier_hot.pending {
             // Watched only while a store may fence blocks (vLLM's flush): a fence, or a request
             // finished with chunks left to offer, is known before the step's admissions.
             let tier = self.tier.as_deref_mut().expect("a CPU tier");
@@ -186,7 +197,7 @@ impl Engine<'_> {
         let tier = self.tier_ref();
         !s.admitted_before
             && !s.remote
-            && self.defer_keys
+            && self.defer_keys // (false for a hybrid pool)
             && tier.has_cpu
             && s.private_from < tier.tpc // (its first chunk's blocks, `blocks_per_chunk`, not all hashed)
     }
@@ -454,7 +465,7 @@ impl Engine<'_> {
     /// A transfer into `k`'s blocks just allocated (its `keys`, the tier's chunks a load reads, or a
     /// decode replica's `remote` transfer) on the link until `link_end`: `k` held until it lands, its
     /// tokens up to `end` computed then.
-    fn hold_for_landing(
+    pub(super) fn hold_for_landing(
         &mut self,
         k: usize,
         (keys, remote): (Vec<BlockKey>, bool),
@@ -532,6 +543,9 @@ impl Engine<'_> {
     /// the full-prompt gate and the watermark; the tokens it computes, 0 if it cannot start now, or
     /// `NEVER`.
     fn try_resume_loaded(&mut self, k: usize, budget: u64) -> u64 {
+        if self.cfg.groups.is_some() {
+            return self.h_resume_loaded(k, budget);
+        }
         let cfg = self.cfg;
         let bs = cfg.block_size;
         let total = self.slab[k].num_tokens();
@@ -576,6 +590,11 @@ impl Engine<'_> {
     /// A held request's load is observed complete: its blocks take their keys; a load of the whole
     /// prompt leaves its last token to compute (vLLM's `_update_waiting_for_remote_kv`).
     pub(super) fn land(&mut self, k: usize) {
+        if self.cfg.groups.is_some() {
+            self.slab[k].loaded = true;
+            self.h_land(k);
+            return self.note_load_wait(k);
+        }
         let bs = self.cfg.block_size;
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("the CPU tier is paged")
@@ -590,6 +609,12 @@ impl Engine<'_> {
             s.num_computed -= 1;
             s.table.num_computed_tokens -= 1;
         }
+        self.note_load_wait(k);
+    }
+
+    /// A landed load's wait counted (`load_wait_ps`).
+    fn note_load_wait(&mut self, k: usize) {
+        let s = &self.slab[k];
         let wait = self.t - s.load_at;
         let row = s.row;
         self.out.counters.load_wait_ps += i128::from(wait);

@@ -1,0 +1,158 @@
+"""The CPU tier for a hybrid model in the engines (DESIGN.md §CPU tier, "A hybrid model"): the Rust engine
+and the Python reference agree exactly on random layouts of full-attention, sliding-window and
+chunked-local groups with random tier sizes, chunk sizes, eviction policies, store thresholds, link times
+and traffic; the tier is sized from the pool's block (one group's block over its layers, vLLM's stride);
+and what kvsim does not model of vLLM's offloading of hybrid models is refused by name."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given
+
+import kvsim
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.layers import Layer
+from kvsim.workloads import Workload
+from tests.test_engine_differential import assert_same, workloads
+from tests.test_hybrid_engine import BASE, STATE, toy
+
+
+@st.composite
+def tiered_hybrid_configs(draw) -> kvsim.SimConfig:
+    """Two to eight layers of full attention, sliding windows (one or two sizes) or local chunks (vLLM
+    takes no model with both), equal pages; vLLM v1's scheduler rules and a random tier."""
+    n = draw(st.integers(2, 8))
+    windows = draw(st.lists(st.sampled_from([3, 5, 8, 9, 17, 40]), min_size=1, max_size=2))
+    chunk = draw(st.sampled_from([4, 8, 32]))
+    local = draw(st.booleans())
+    layers = [Layer("full")]
+    for _ in range(n - 1):
+        kind = draw(st.sampled_from(["full", "window"]))
+        if kind == "full":
+            layers.append(Layer("full"))
+        elif local:
+            layers.append(Layer("chunked_local", chunk))
+        else:
+            layers.append(Layer("sliding_window", draw(st.sampled_from(windows))))
+    if draw(st.booleans()):
+        layers.reverse()  # (a window group first, as gpt-oss's)
+    linear = draw(st.booleans())
+    return kvsim.SimConfig(
+        model=toy(layers),
+        block_size=draw(st.sampled_from([1, 2, 4, 16])),
+        num_blocks=draw(st.integers(8, 90)),
+        hybrid_kv_cache_manager="on" if local else "auto",
+        free_order=draw(st.sampled_from(["classic", "lifo_unhashed"])),
+        max_num_seqs=draw(st.integers(1, 8)),
+        max_num_batched_tokens=draw(st.sampled_from([7, 32, 100, 512])),
+        chunked_prefill=draw(st.booleans()),
+        admission_gate=draw(st.sampled_from(["none", "full-prompt"])),
+        watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
+        max_model_len=draw(st.one_of(st.none(), st.integers(60, 300))),
+        time_model="linear" if linear else "ticks",
+        c0_ps=draw(st.integers(1, 10**9)) if linear else None,
+        c_tok_ps=draw(st.integers(0, 10**6)) if linear else None,
+        c_ctx_ps=draw(st.integers(0, 10**4)) if linear else None,
+        kv_offloading_chunks=draw(st.integers(1, 60)),
+        kv_offloading_blocks_per_chunk=draw(st.sampled_from([1, 1, 2, 3])),
+        kv_offloading_eviction_policy=draw(st.sampled_from(["lru", "arc"])),
+        kv_offloading_store_threshold=draw(st.sampled_from([0, 0, 2])),
+        kv_offloading_prompt_only=draw(st.booleans()),
+        kv_offloading_ps_per_block=draw(st.sampled_from([0, 0, 10**5, 10**8, 3 * 10**9])),
+        kv_offloading_latency_ps=draw(st.sampled_from([0, 6 * 10**6, 2 * 10**9])),
+    )
+
+
+@given(workloads(), tiered_hybrid_configs(), st.sampled_from([0, 1, 3]))
+def test_rust_engine_equals_reference_with_a_hybrid_models_cpu_tier(w, cfg, every):
+    res = assert_same(w, cfg, every)
+    s = res.summary
+    assert set(res.requests["status"]) <= {"finished", "rejected"}
+    assert 0 <= s["cpu_tier_peak_occupancy"] <= 1
+    assert s["loaded_blocks"] >= s["loads"]
+    assert s["stored_blocks"] >= s["stores"]
+    assert res.requests["cpu_hit_tokens"].sum() == s["cpu_hit_tokens"]
+    assert (res.requests["load_wait_s"] >= 0).all()
+
+
+def _repeats() -> Workload:
+    """Four prompts of 64 tokens, each sent again after the three others: the GPU pool holds one."""
+    ids, lens, offsets, arrival = [], [], [0], []
+    for i in range(16):
+        ids += [1 + i % 4]
+        lens += [64]
+        offsets.append(len(ids))
+        arrival.append(i * 0.05)
+    return Workload(
+        arrival=arrival, output_len=[2] * 16, seg_offsets=offsets, segment_id=ids, segment_len=lens
+    )
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_sliding_window_models_repeats_come_back_from_the_tier(backend):
+    """gpt-oss's shape (a window group and full attention): a prompt sent again after the GPU's cache
+    lost it comes back from the tier, the full group's chunks and the window's last ones, one token short
+    of the prompt; with no tier, it is computed again."""
+    cfg = kvsim.SimConfig(
+        model=toy([Layer("sliding_window", 16), Layer("full")]),
+        block_size=16,
+        num_blocks=14,
+        max_num_seqs=1,
+        kv_offloading_chunks=64,
+        kv_offloading_ps_per_block=0,
+    )
+    w = _repeats()
+    on = kvsim.simulate(w, cfg, backend=backend, record_events=True)
+    off = kvsim.simulate(w, cfg.replace(kv_offloading_chunks=0), backend=backend)
+    assert off.summary["prefix_hit_tokens"] == 0
+    hits = on.requests.sort("request_id")["cpu_hit_tokens"].to_list()
+    # The first four compute their prompts; each repeat loads 48 of its 64 tokens: the hit stops at
+    # the last token (63), floored to the chunk (48), and the window's chunk ending there is stored
+    # (the replay boundary's: floor(63 / 16) * 16).
+    assert hits[:4] == [0] * 4
+    assert hits[4:] == [48] * 12
+    loads = on.events.filter(on.events["kind"] == "load")["count"].to_list()
+    assert loads == [4] * 12  # three full-attention chunks and the window's one
+    assert on.summary["cpu_hit_tokens"] == 12 * 48
+
+
+def test_a_hybrid_models_chunk_is_one_block_of_the_pool():
+    """A CPU slot holds one GPU block id's bytes on every rank (vLLM's `worker_kv_bytes_per_block`: the
+    pool's stride, one group's block over its layers, whichever group's key it holds), padded to 4 KiB."""
+    cfg = kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-80gb", kv_offloading_size=8)
+    layout = cfg.pool.layout
+    assert not layout.single_full
+    raw = layout.bytes_per_block * cfg.tensor_parallel_size
+    assert cfg.kv_offloading_chunk_bytes == -(-raw // 4096) * 4096
+    assert cfg.kv_offloading_chunks == 8 * 2**30 // cfg.kv_offloading_chunk_bytes
+    # One slot per group's key: the same tier holds as many chunks as a model of one full group whose
+    # blocks are as large would.
+    assert cfg.kv_offloading_block_bytes == raw
+
+
+def test_what_kvsim_does_not_model_of_a_hybrid_models_tier_is_refused():
+    with pytest.raises(InvalidArgumentError, match=r"not modelled for a model with state layers: qwen3-next"):
+        kvsim.SimConfig(
+            model="qwen3-next-80b-a3b", gpu="h100-80gb", tensor_parallel_size=4, kv_offloading_size=8
+        )
+    wide = toy([Layer("sliding_window", 16), Layer("full"), Layer("mamba", state=STATE)])
+    with pytest.raises(InvalidArgumentError, match="state layers"):
+        kvsim.SimConfig(model=wide, num_blocks=40, block_size=16, kv_offloading_chunks=8)
+    swa = toy([Layer("sliding_window", 16), Layer("full")])
+    with pytest.raises(InvalidArgumentError, match=r"prefix_cache_retention_interval 0 .* only, not 32"):
+        kvsim.SimConfig(
+            model=swa,
+            num_blocks=40,
+            block_size=16,
+            kv_offloading_chunks=8,
+            prefix_cache_retention_interval=32,
+        )
+    unequal = toy([Layer("sliding_window", 16), Layer("full", head_dim=2 * BASE.head_dim)])
+    cfg = kvsim.SimConfig(model=unequal, num_blocks=40, block_size=16)
+    if len({g.block_size for g in cfg.kv_groups}) > 1:
+        with pytest.raises(InvalidArgumentError, match="unequal block sizes"):
+            cfg.replace(kv_offloading_chunks=8)
+    assert dataclasses.is_dataclass(BASE)

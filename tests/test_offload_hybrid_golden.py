@@ -1,0 +1,108 @@
+"""kvsim against vLLM 0.33.0's native KV offloading on hybrid KV-cache layouts (DESIGN.md §CPU tier, "A
+hybrid model").
+
+`scripts/vllm_offload_hybrid_golden.py` drove vLLM's real `Scheduler` with `kv_offloading_size` set (its
+`OffloadingConnector` and CPU manager over several KV-cache groups, on CPU from its PyPI wheel) through
+each scenario, workers reporting a load done in its own step and a store in the next (kvsim's transfers of
+zero duration), and recorded per step that computed tokens: every request's table in every group, the
+loads and stores issued since the step before (request, chunks of all groups) and the flushes
+(`tests/data/vllm_offload_hybrid/*.json`). Both of kvsim's engines replay the same requests and must make
+the same decisions with the same block ids.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import kvsim
+from tests.test_hybrid_golden import config_of as hybrid_config_of
+from tests.test_offload_golden import by_step as _unused  # noqa: F401  (the single-group replay's twin)
+from tests.test_offload_golden import workload_of
+
+DATA = Path(__file__).parent / "data" / "vllm_offload_hybrid"
+# Mamba (align) groups' tier (their states' hand-off stores) is not modelled: kvsim refuses it.
+REFUSED = {"mamba_align_full"}
+SCENARIOS = sorted(p.stem for p in DATA.glob("*.json") if p.stem not in REFUSED)
+
+
+def test_every_recorded_scenario_is_here():
+    assert len(SCENARIOS) >= 20, SCENARIOS
+
+
+def config_of(sc: dict) -> kvsim.SimConfig:
+    return hybrid_config_of(sc).replace(
+        kv_offloading_chunks=sc["cpu_chunks"],
+        kv_offloading_blocks_per_chunk=sc.get("blocks_per_chunk", 1),
+        kv_offloading_eviction_policy=sc.get("eviction_policy", "lru"),
+        kv_offloading_store_threshold=sc.get("store_threshold", 0),
+        kv_offloading_ps_per_block=0,
+        kv_offloading_latency_ps=0,
+    )
+
+
+def by_step(res: kvsim.SimResult, steps: int, groups: int) -> list[dict]:
+    """After each step's scheduling: every request's held blocks per group; and the loads and stores
+    issued since the step before, from the event log (its `step` column counts the steps that computed
+    tokens before)."""
+    assert res.events is not None
+    tables: dict[str, list[list[int]]] = {}
+    out = [{"tables": {}, "loads": [], "stores": []} for _ in range(steps + 1)]
+    rows = list(res.events.iter_rows(named=True))
+    i = 0
+    for j in range(steps + 1):
+        while i < len(rows) and rows[i]["step"] <= j:
+            e = rows[i]
+            i += 1
+            r, kind, block, count = str(e["request_id"]), e["kind"], e["block"], e["count"]
+            if kind in ("prefix-hit", "allocate"):
+                tables.setdefault(r, [[] for _ in range(groups)])[count].append(block)
+            elif kind in ("window", "free"):
+                tables[r][count].remove(block)
+                if not any(tables[r]):
+                    del tables[r]
+            elif kind in ("load", "store"):
+                out[j][kind + "s"].append([r, count])
+        out[j]["tables"] = {r: [list(t) for t in g] for r, g in tables.items()}
+    return out
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_kvsim_offloads_a_hybrid_model_as_vllm_does(name, backend):
+    sc = json.loads((DATA / f"{name}.json").read_text())
+    groups = len(sc["groups"])
+    res = kvsim.simulate(
+        workload_of(sc), config_of(sc), backend=backend, record_events=True, record_timeseries=True
+    )
+    steps = sc["steps"]
+    ours = by_step(res, len(steps), groups)
+    for j, step in enumerate(steps):
+        mine = ours[j]
+        theirs = {r: [[b for b in g if b != 0] for g in t] for r, t in step["tables"].items()}
+        assert mine["tables"] == theirs, f"step {j}: tables kvsim {mine['tables']} vLLM {theirs}"
+        assert mine["loads"] == step["loads"], f"step {j}: loads kvsim {mine['loads']} vLLM {step['loads']}"
+        assert mine["stores"] == step["stores"], (
+            f"step {j}: stores kvsim {mine['stores']} vLLM {step['stores']}"
+        )
+    trailing = ours[len(steps)]
+    assert trailing["loads"] == sc["trailing"]["loads"]
+    assert trailing["stores"] == sc["trailing"]["stores"]
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for j, step in enumerate(steps):
+        for r in step["scheduled"]:
+            first.setdefault(int(r), j)
+            last[int(r)] = j
+    n = len(sc["requests"])
+    assert res.timeseries is not None
+    step_at = {
+        round(t * 1e4): int(j) for j, t in zip(res.timeseries["step"], res.timeseries["time_s"], strict=True)
+    }
+    req = res.requests.sort("request_id")
+    assert [step_at[round(t * 1e4)] for t in req["first_scheduled"]] == [first[r] for r in range(n)]
+    assert [step_at[round(t * 1e4) - 10] for t in req["finish"]] == [last[r] for r in range(n)]
+    assert res.summary["completed"] == n
+    assert res.raw.counters["num_flushes"] == sc["flushes"]
