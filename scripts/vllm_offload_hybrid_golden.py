@@ -8,7 +8,8 @@ scheduler, KV-cache manager and `OffloadingConnector`'s scheduler side run on CP
 The recorder is `scripts/vllm_offload_golden.py`'s (the same worker stand-in: a load is reported done in the
 step that issued it, a store in the step after, a flushed job at once; the same arrival and clock rules) on
 a `KVCacheConfig` of several groups built as `scripts/vllm_hybrid_golden.py` builds it (groups as (kind,
-window, block size), in order; `prefix_cache_retention_interval` 0, vLLM's default). One backing tensor of
+window, block size), in order; `prefix_cache_retention_interval` 0, vLLM's default; `prompt_only` False
+sets the connector's `offload_prompt_only` off, storing output tokens' chunks too). One backing tensor of
 `num_blocks` pages of 4,096 bytes holds every group's layer (vLLM's groups overlay one allocation), so one
 CPU chunk is `blocks_per_chunk` pages and the tier holds `cpu_chunks` of them, each one key of one group.
 
@@ -22,7 +23,7 @@ Each file: the scenario, `arrivals` (kvsim's clock, ms), then per step that comp
 - `flushed`: jobs vLLM flushed in this step's metadata;
 - `tier`: every key in the tier after scheduling, `[group, prefix, ready]`, sorted: `prefix` the chunk's
   whole token prefix as segments `[content, tokens]` (a request r's own output tokens would be segment
-  `[-1 - r, n]`; with prompt-only stores none are), `ready` false while its store is in flight;
+  `[-1 - r, n]`; with prompt-only stores, vLLM's default, none are), `ready` false while its store is in flight;
   `tier_chunks` their count.
 `trailing` holds the jobs issued after the last step that computed tokens; `flushes` the total.
 
@@ -431,6 +432,43 @@ RELOAD_SEEDS: dict[int, int | None] = {
 for _seed, _cpu in RELOAD_SEEDS.items():
     SCENARIOS[f"reload_{_seed}"] = reload_scenario(_seed, _cpu)
 
+
+def decode_scenario(seed: int) -> dict[str, Any]:
+    """`reload_scenario`'s traffic varied toward the paths it leaves out: output tokens stored too
+    (`offload_prompt_only` off, mostly), long outputs on a smaller pool (preemptions, with stores in
+    flight, and readmissions that load from the tier), store thresholds, three blocks a chunk, and some
+    layouts without full attention (windows and local chunks alone: the alignment is their chunk)."""
+    sc = reload_scenario(seed)
+    sc["groups"] = [g for g in sc["groups"] if g[0] != "full" or random.Random(seed).random() < 0.8]
+    rng = random.Random(60000 + seed)
+    sc["prompt_only"] = rng.random() < 0.2
+    sc["store_threshold"] = rng.choice([0, 0, 0, 2])
+    if rng.random() < 0.3:
+        sc["blocks_per_chunk"] = 3
+    mbt = sc["max_num_batched_tokens"]
+    reqs = []
+    for arrival, segments, tokens in sc["requests"]:
+        longer = rng.randint(tokens + 6, tokens + 30)
+        if _peak_blocks(sc["groups"], sum(n for _, n in segments) + longer, mbt) <= sc["num_blocks"] - 1:
+            tokens = longer
+        reqs.append((arrival, segments, tokens))
+    sc["num_blocks"] = max(sc["num_blocks"] - rng.randint(2, 6), 12)
+    sc["requests"] = [
+        r
+        for r in reqs
+        if _peak_blocks(sc["groups"], sum(n for _, n in r[1]) + r[2], mbt) <= sc["num_blocks"] - 1
+    ]
+    return sc
+
+
+# Seeds kept (of 100 to 129): preemptions with stores in flight and readmissions that load (106, 108, 109),
+# output tokens' chunks stored beside loads and flushes (106, 122, 129), local chunks' loads (122, 123),
+# three blocks a chunk (108, 111, 123), no full attention (111: a window and local chunks; 124: one
+# window), a store threshold (109).
+DECODE_SEEDS = (106, 108, 109, 111, 122, 123, 124, 129)
+for _seed in DECODE_SEEDS:
+    SCENARIOS[f"decode_{_seed}"] = decode_scenario(_seed)
+
 MAX_MODEL_LEN = 256
 PAGE_BYTES = 4096  # one GPU block's bytes (every group's) in the recorder's KV-cache config
 
@@ -509,6 +547,8 @@ def _scheduler(sc: dict[str, Any]) -> tuple[Any, int]:
         extra["blocks_per_chunk"] = bpc
     if sc.get("store_threshold"):
         extra["store_threshold"] = sc["store_threshold"]
+    if not sc.get("prompt_only", True):
+        extra["offload_prompt_only"] = False
 
     def spec(kind: str, window: int, bs: int) -> Any:
         common = dict(block_size=bs, num_kv_heads=1, head_size=8, dtype=torch.float16)

@@ -38,6 +38,7 @@ def config_of(sc: dict) -> kvsim.SimConfig:
         kv_offloading_blocks_per_chunk=sc.get("blocks_per_chunk", 1),
         kv_offloading_eviction_policy=sc.get("eviction_policy", "lru"),
         kv_offloading_store_threshold=sc.get("store_threshold", 0),
+        kv_offloading_prompt_only=sc.get("prompt_only", True),
         kv_offloading_ps_per_block=0,
         kv_offloading_latency_ps=0,
     )
@@ -106,3 +107,42 @@ def test_kvsim_offloads_a_hybrid_model_as_vllm_does(name, backend):
     assert [step_at[round(t * 1e4) - 10] for t in req["finish"]] == [last[r] for r in range(n)]
     assert res.summary["completed"] == n
     assert res.raw.counters["num_flushes"] == sc["flushes"]
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_the_reference_moves_vllms_keys(name, monkeypatch):
+    """Each load and store of the reference engine moves the chunks vLLM's moved, key by key (the group and
+    the chunk's end), in the same step: the replay above compares their counts only."""
+    from kvsim.reference.cpu_tier import CpuTier
+    from kvsim.reference.engine.offload import Offload
+
+    sc = json.loads((DATA / f"{name}.json").read_text())
+    position: dict[tuple[int, int], int] = {}  # (request, key) -> its chunk's index, as offered
+    jobs: dict[tuple[int, str], list[list]] = {}
+
+    def offered(method):
+        def wrapped(self, rid, keys):
+            position.update(((rid, k), i) for k, i in keys)
+            return method(self, rid, keys)
+
+        return wrapped
+
+    def queued(kind, method):
+        def wrapped(self, s, keys, *rest):
+            ends = sorted([k & 0xFF, (position[(s.idx, k)] + 1) * self.tpc] for k in keys)
+            step = min(self.c["num_steps"], len(sc["steps"]))
+            jobs.setdefault((step, kind), []).append([str(s.idx), ends])
+            return method(self, s, keys, *rest)
+
+        return wrapped
+
+    monkeypatch.setattr(CpuTier, "prepare_store", offered(CpuTier.prepare_store))
+    monkeypatch.setattr(CpuTier, "prepare_load", offered(CpuTier.prepare_load))
+    monkeypatch.setattr(Offload, "queue_store", queued("store", Offload.queue_store))
+    monkeypatch.setattr(Offload, "queue_load", queued("load", Offload.queue_load))
+    kvsim.simulate(workload_of(sc), config_of(sc), backend="reference")
+    for j, step in enumerate([*sc["steps"], sc["trailing"]]):
+        for kind in ("load", "store"):
+            theirs = sorted(json.dumps([r, sorted(ks)]) for r, ks in step[f"{kind}_keys"])
+            mine = sorted(json.dumps(job) for job in jobs.get((j, kind), []))
+            assert mine == theirs, f"step {j}: {kind} keys kvsim {mine} vLLM {theirs}"
