@@ -469,6 +469,33 @@ DECODE_SEEDS = (106, 108, 109, 111, 122, 123, 124, 129)
 for _seed in DECODE_SEEDS:
     SCENARIOS[f"decode_{_seed}"] = decode_scenario(_seed)
 
+
+def unequal_scenario(seed: int) -> dict[str, Any]:
+    """A reload scenario (`reload_scenario`) whose groups' block sizes differ, as Gemma 4's do (vLLM
+    unifies the groups' pages by giving a layer of fewer bytes a token more tokens a block): the full
+    group's blocks twice the windows' (even seeds) or the windows' twice the full group's (odd: its chunk
+    then no multiple of theirs, so vLLM stores every window chunk). The hash block is the smaller size.
+    Scenarios with local chunks are left out (vLLM asserts equal block sizes for them)."""
+    sc = reload_scenario(seed)
+    wide_full = seed % 2 == 0
+    groups = []
+    for kind, window, bs in sc["groups"]:
+        if kind == "chunked_local":
+            kind = "sliding_window"
+        grown = (kind == "full") == wide_full
+        groups.append((kind, window, 2 * bs if grown else bs))
+    # (distinct windows: layers of one spec make one group)
+    seen: set[tuple[str, int, int]] = set()
+    groups = [g for g in groups if not (g in seen or seen.add(g))]
+    return {**sc, "groups": groups}
+
+
+# The seeds kept (of the first 16: those whose requests load, windows twice the full group's blocks and
+# the full group's twice the windows').
+UNEQUAL_SEEDS = (0, 1, 2, 3, 4, 7, 11, 12, 13, 14, 15)
+for _seed in UNEQUAL_SEEDS:
+    SCENARIOS[f"unequal_{_seed}"] = unequal_scenario(_seed)
+
 MAX_MODEL_LEN = 256
 PAGE_BYTES = 4096  # one GPU block's bytes (every group's) in the recorder's KV-cache config
 

@@ -6,8 +6,6 @@ and what kvsim does not model of vLLM's offloading of hybrid models is refused b
 
 from __future__ import annotations
 
-import dataclasses
-
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given
@@ -23,20 +21,27 @@ from tests.test_hybrid_engine import BASE, STATE, toy
 @st.composite
 def tiered_hybrid_configs(draw) -> kvsim.SimConfig:
     """Two to eight layers of full attention, sliding windows (one or two sizes) or local chunks (vLLM
-    takes no model with both), equal pages; vLLM v1's scheduler rules and a random tier."""
+    takes no model with both); some with heads twice as wide, whose groups then take half the tokens a
+    block (unequal block sizes, as Gemma 4's: not with local chunks, which vLLM serves at one block size);
+    vLLM v1's scheduler rules and a random tier."""
     n = draw(st.integers(2, 8))
     windows = draw(st.lists(st.sampled_from([3, 5, 8, 9, 17, 40]), min_size=1, max_size=2))
     chunk = draw(st.sampled_from([4, 8, 32]))
     local = draw(st.booleans())
-    layers = [Layer("full")]
+    wide = () if local else draw(st.sampled_from([(), ("full",), ("sliding_window",)]))
+
+    def layer(kind: str, window: int = 0) -> Layer:
+        return Layer(kind, window, head_dim=2 * BASE.head_dim) if kind in wide else Layer(kind, window)
+
+    layers = [layer("full")]
     for _ in range(n - 1):
         kind = draw(st.sampled_from(["full", "window"]))
         if kind == "full":
-            layers.append(Layer("full"))
+            layers.append(layer("full"))
         elif local:
             layers.append(Layer("chunked_local", chunk))
         else:
-            layers.append(Layer("sliding_window", draw(st.sampled_from(windows))))
+            layers.append(layer("sliding_window", draw(st.sampled_from(windows))))
     if draw(st.booleans()):
         layers.reverse()  # (a window group first, as gpt-oss's)
     linear = draw(st.booleans())
@@ -150,9 +155,15 @@ def test_what_kvsim_does_not_model_of_a_hybrid_models_tier_is_refused():
             kv_offloading_chunks=8,
             prefix_cache_retention_interval=32,
         )
-    unequal = toy([Layer("sliding_window", 16), Layer("full", head_dim=2 * BASE.head_dim)])
-    cfg = kvsim.SimConfig(model=unequal, num_blocks=40, block_size=16)
-    if len({g.block_size for g in cfg.kv_groups}) > 1:
-        with pytest.raises(InvalidArgumentError, match="unequal block sizes"):
-            cfg.replace(kv_offloading_chunks=8)
-    assert dataclasses.is_dataclass(BASE)
+
+
+def test_a_model_whose_groups_have_unequal_blocks_has_a_tier():
+    """Gemma 4: its full-attention layers take 32 tokens a block, its windows 16 (vLLM unifies the pages):
+    its tier keys each group's chunks at that group's block size, one slot each."""
+    cfg = kvsim.SimConfig(model="gemma-4-31b", gpu="h100-80gb", max_model_len=8192, kv_offloading_size=8)
+    assert {g.block_size for g in cfg.kv_groups} == {16, 32}
+    raw = cfg.pool.layout.bytes_per_block * cfg.tensor_parallel_size
+    assert cfg.kv_offloading_chunk_bytes == -(-raw // 4096) * 4096
+    w = _repeats()
+    res = kvsim.simulate(w, cfg)
+    assert res.summary["completed"] == len(w)

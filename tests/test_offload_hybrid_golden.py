@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 import kvsim
+from kvsim.model.layers import Layer
+from tests.test_hybrid_engine import BASE, toy
 from tests.test_hybrid_golden import config_of as hybrid_config_of
 from tests.test_offload_golden import by_step as _unused  # noqa: F401  (the single-group replay's twin)
 from tests.test_offload_golden import workload_of
@@ -33,7 +35,9 @@ def test_every_recorded_scenario_is_here():
 
 
 def config_of(sc: dict) -> kvsim.SimConfig:
-    return hybrid_config_of(sc).replace(
+    sizes = {bs for _, _, bs in sc["groups"]}
+    base = hybrid_config_of(sc) if len(sizes) == 1 else unequal_config_of(sc)
+    return base.replace(
         kv_offloading_chunks=sc["cpu_chunks"],
         kv_offloading_blocks_per_chunk=sc.get("blocks_per_chunk", 1),
         kv_offloading_eviction_policy=sc.get("eviction_policy", "lru"),
@@ -42,6 +46,23 @@ def config_of(sc: dict) -> kvsim.SimConfig:
         kv_offloading_ps_per_block=0,
         kv_offloading_latency_ps=0,
     )
+
+
+def unequal_config_of(sc: dict) -> kvsim.SimConfig:
+    """A toy model whose groups' block sizes differ as the scenario's do: a layer whose heads are twice as
+    wide takes half the tokens a block (vLLM unifies the groups' pages so)."""
+    big = max(bs for _, _, bs in sc["groups"])
+    layers = [Layer(kind, window, head_dim=BASE.head_dim * big // bs) for kind, window, bs in sc["groups"]]
+    cfg = kvsim.SimConfig(
+        model=toy(layers, sc["name"]),
+        block_size=min(bs for _, _, bs in sc["groups"]),
+        num_blocks=sc["num_blocks"],
+        max_num_seqs=sc["max_num_seqs"],
+        max_num_batched_tokens=sc["max_num_batched_tokens"],
+        max_model_len=256,
+    )
+    assert [(g.kind, g.window, g.block_size) for g in cfg.kv_groups] == [tuple(g) for g in sc["groups"]]
+    return cfg
 
 
 def by_step(res: kvsim.SimResult, steps: int, groups: int) -> list[dict]:
@@ -117,7 +138,7 @@ def test_the_reference_moves_vllms_keys(name, monkeypatch):
     from kvsim.reference.engine.offload import Offload
 
     sc = json.loads((DATA / f"{name}.json").read_text())
-    position: dict[tuple[int, int], int] = {}  # (request, key) -> its chunk's index, as offered
+    position: dict[tuple[int, int], int] = {}  # (request, key) -> where its chunk ends, in engine blocks
     jobs: dict[tuple[int, str], list[list]] = {}
 
     def offered(method):
@@ -129,7 +150,7 @@ def test_the_reference_moves_vllms_keys(name, monkeypatch):
 
     def queued(kind, method):
         def wrapped(self, s, keys, *rest):
-            ends = sorted([k & 0xFF, (position[(s.idx, k)] + 1) * self.tpc] for k in keys)
+            ends = sorted([k & 0xFF, position[(s.idx, k)] * self.bs] for k in keys)
             step = min(self.c["num_steps"], len(sc["steps"]))
             jobs.setdefault((step, kind), []).append([str(s.idx), ends])
             return method(self, s, keys, *rest)

@@ -158,10 +158,12 @@ class ConfigCpuTier:
                     "(vLLM 0.33.0 offloads a Mamba group's states as they are committed; kvsim models a "
                     "hybrid model's tier for attention groups only: DESIGN.md §CPU tier)"
                 )
-            if len({g.block_size for g in layout.groups}) > 1:
+            if any(g.block_size % self.engine_block_size for g in layout.groups) or all(
+                g.block_size != self.engine_block_size for g in layout.groups
+            ):
                 raise InvalidArgumentError(
-                    f"{what} is not modelled for KV-cache groups of unequal block sizes: {name} has "
-                    f"{layout.describe()} (DESIGN.md §CPU tier)"
+                    f"{what} is not modelled for KV-cache groups whose block sizes are not multiples of the "
+                    f"least ({self.engine_block_size}): {name} has {layout.describe()} (DESIGN.md §CPU tier)"
                 )
             if self.prefix_cache_retention_interval != 0:
                 raise InvalidArgumentError(

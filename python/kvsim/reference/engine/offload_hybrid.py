@@ -62,11 +62,34 @@ class HybridTier(State):
         def log_group_allocations(self, s: Seq, new: list[tuple[int, int]]) -> None: ...
 
     # -- the groups as the connector sees them -------------------------------------------------------
+    def h_tpc(self, g: int) -> int:
+        """Tokens a chunk of group `g` holds (vLLM's `tokens_per_chunk`: its blocks' tokens; the groups'
+        block sizes may differ, each a multiple of the engine's)."""
+        return self.hkv.groups[g].block_size * self.cfg.kv_offloading_blocks_per_chunk
+
+    def h_pos(self, g: int, i: int) -> int:
+        """Chunk `i` of group `g`'s position for the tier's ranking: where it ends, in engine blocks (vLLM
+        ranks a request's keys by the tokens their chunks end at, whatever their group)."""
+        return (i + 1) * self.h_tpc(g) // self.bs
+
+    def h_align(self) -> int | None:
+        """vLLM's `alignment_tokens` for the offloading: the full-attention groups' chunk when they share
+        one; with no full-attention group the largest chunk; None if they differ."""
+        full = {self.h_tpc(g) for g, spec in enumerate(self.hkv.groups) if spec.kind == "full"}
+        if len(full) == 1:
+            return full.pop()
+        if not full:
+            return max(self.h_tpc(g) for g in range(len(self.hkv.groups)))
+        return None
+
     def h_windows(self) -> list[int | None]:
         """Each group's window in chunks (vLLM's `sliding_window_size_in_chunks`): None for full
-        attention, `ceil(W / C)` for a sliding window of W tokens, `ceil(A / C)` for local chunks of A."""
-        tpc = self.tpc
-        return [None if g.kind == "full" else _cdiv(g.window, tpc) for g in self.hkv.groups]
+        attention, `ceil(W / C)` for a sliding window of W tokens, `ceil(A / C)` for local chunks of A
+        (C its chunk's tokens)."""
+        return [
+            None if g.kind == "full" else _cdiv(g.window, self.h_tpc(i))
+            for i, g in enumerate(self.hkv.groups)
+        ]
 
     def h_load_window(self, g: int, num_tokens: int) -> int | None:
         """The chunks a load into group `g` ending at `num_tokens` reads (`load_window_size_in_chunks`):
@@ -74,20 +97,22 @@ class HybridTier(State):
         spec = self.hkv.groups[g]
         if spec.kind == "full":
             return None
-        window = _cdiv(spec.window, self.tpc)
+        tpc = self.h_tpc(g)
+        window = _cdiv(spec.window, tpc)
         if spec.kind == "sliding_window":
-            window = max(window, _cdiv(spec.window - 1 + (-num_tokens % self.tpc), self.tpc))
+            window = max(window, _cdiv(spec.window - 1 + (-num_tokens % tpc), tpc))
         return window
 
     def h_keys(self, s: Seq, g: int, n: int) -> list[int]:
-        """Group `g`'s keys of `s`'s first `n` chunks."""
-        bpc = self.cfg.kv_offloading_blocks_per_chunk
+        """Group `g`'s keys of `s`'s first `n` chunks: each the content key of the engine block its chunk
+        ends with (one chain for every group, so one prefix's keys differ only in their group)."""
+        per = self.h_tpc(g) // self.bs  # engine blocks a chunk
         keys = self.block_keys.setdefault(s.idx, [])
-        need = n * bpc
+        need = n * per
         if len(keys) < need:
             last = keys[-1] if keys else None
             keys.extend(iter_block_keys(s.segments(), self.bs, len(keys), last, need - len(keys)))
-        return [tier_key(k, g) for k in keys[bpc - 1 : need : bpc]]
+        return [tier_key(k, g) for k in keys[per - 1 : need : per]]
 
     # -- the lookup ----------------------------------------------------------------------------------
     def h_lookup(self, s: Seq) -> tuple[Lookup, int] | None:
@@ -106,16 +131,14 @@ class HybridTier(State):
     def h_tier_hit(self, s: Seq, local: int) -> int | None:
         """The tokens beyond `local` GPU hits every group's chunks in the tier serve (vLLM's
         `_lookup_complete_chunks`): 0 for less than a chunk, None to defer."""
-        tpc = self.tpc
         windows = self.h_windows()
         total = s.num_tokens
-        num_keys = total // tpc
         full = [g for g, w in enumerate(windows) if w is None]
         windowed = sorted(
             (g for g, w in enumerate(windows) if w is not None), key=lambda g: -(windows[g] or 0)
         )
         order = full + windowed
-        keys = [self.h_keys(s, g, num_keys) for g in range(len(windows))]
+        keys = [self.h_keys(s, g, total // self.h_tpc(g)) for g in range(len(windows))]
         max_hit = total - 1 if windowed else total
         hit_tokens = 0
         defer = False
@@ -124,6 +147,8 @@ class HybridTier(State):
             looked_windowed = False
             current, todo = todo, []
             for g in current:
+                tpc = self.h_tpc(g)
+                num_keys = len(keys[g])
                 max_hit = min(max_hit, num_keys * tpc)
                 if max_hit - local < tpc:
                     return 0
@@ -159,6 +184,7 @@ class HybridTier(State):
         if self.loading:
             end = local + hit_tokens
             for g in range(len(windows)):
+                tpc = self.h_tpc(g)
                 ks = keys[g][local // tpc : _cdiv(end, tpc)]
                 span = self.h_load_window(g, end)
                 if span is not None:
@@ -217,7 +243,7 @@ class HybridTier(State):
         watermark and the blocks the requests still prefilling need); False changes nothing. The load
         reads every group's chunks its blocks need: full attention all of them, a window its last."""
         assert self.tier is not None
-        cfg, kv, tpc, bs = self.cfg, self.hkv, self.tpc, self.bs
+        cfg, kv = self.cfg, self.hkv
         local, total = hit.tokens, s.num_tokens
         end = local + ext
         free = kv.num_free_blocks
@@ -244,14 +270,17 @@ class HybridTier(State):
         bpc = cfg.kv_offloading_blocks_per_chunk
         load: list[tuple[int, int]] = []
         dest: list[int] = []
-        last = _cdiv(end, tpc)
         for g, table in enumerate(tables):
+            bs = kv.groups[g].block_size
+            last = _cdiv(end, self.h_tpc(g))
             first = _cdiv(local, bs)
             stop = _cdiv(end, bs)
             begin = next((i for i in range(first, stop) if table[i] != NULL), stop)
             if begin < stop:
                 chunk = begin // bpc
-                load.extend((k, chunk + i) for i, k in enumerate(self.h_keys(s, g, last)[chunk:]))
+                load.extend(
+                    (k, self.h_pos(g, chunk + i)) for i, k in enumerate(self.h_keys(s, g, last)[chunk:])
+                )
             dest.extend(table[begin:stop])
             s.next_stores[g] = last  # vLLM's chunk-level policy: stores resume after the loaded chunks
         keys = [k for k, _ in load]
@@ -328,7 +357,9 @@ class HybridTier(State):
         spec = self.hkv.groups[g]
         if spec.kind != "sliding_window":
             return None
-        bpc, bs, align = self.cfg.kv_offloading_blocks_per_chunk, self.bs, self.tpc
+        bpc, bs, align = self.cfg.kv_offloading_blocks_per_chunk, spec.block_size, self.h_align()
+        if align is None or align % bs:
+            return None  # (the mask cannot say a block: every block may be stored)
         need = _cdiv(spec.window - 1, bs)
         first, stop = start * bpc, end * bpc
         mask = [False] * (stop - first)
@@ -345,15 +376,15 @@ class HybridTier(State):
     ) -> bool:
         """The chunks of every group `s` may store up to `n` offloadable tokens, offered to the tier in
         one call, group by group (vLLM's `_build_store_jobs`); returns whether a store was planned."""
-        tier, cfg, kv, tpc = self.tier, self.cfg, self.hkv, self.tpc
+        tier, cfg, kv = self.tier, self.cfg, self.hkv
         assert tier is not None
         assert s.conn is not None
         bpc = cfg.kv_offloading_blocks_per_chunk
-        keyed = s.num_tokens // tpc
         ranges: list[tuple[int, int]] = []
         offer: list[tuple[int, int]] = []
         for g, c in enumerate(s.conn):
-            num = min(n // tpc, len(c) // bpc, keyed)
+            tpc = self.h_tpc(g)
+            num = min(n // tpc, len(c) // bpc, s.num_tokens // tpc)
             start = s.next_stores[g]
             ranges.append((start, num))
             if num <= start:
@@ -368,7 +399,7 @@ class HybridTier(State):
                     continue
                 if any(c[i * bpc + b] == NULL and marks[b] for b in range(bpc)):
                     continue
-                offer.append((keys[i], i))
+                offer.append((keys[i], self.h_pos(g, i)))
         if not offer:
             for g, (_, num) in enumerate(ranges):
                 s.next_stores[g] = max(s.next_stores[g], num)

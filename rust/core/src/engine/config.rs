@@ -433,11 +433,12 @@ impl EngineConfig {
                 if specs
                     .iter()
                     .any(|g| g.kind == crate::kv_groups::GroupKind::Mamba)
-                    || specs.iter().any(|g| g.block_size != self.block_size)
+                    || specs.iter().any(|g| g.block_size % self.block_size != 0)
+                    || !specs.iter().any(|g| g.block_size == self.block_size)
                     || groups.retention() != Some(0)
                 {
                     invalid_arg!(
-                        "the CPU tier of a hybrid model is modelled for attention groups of the engine's block size with prefix_cache_retention_interval 0"
+                        "the CPU tier of a hybrid model is modelled for attention groups whose block sizes are multiples of the engine's (one of them that size) with prefix_cache_retention_interval 0"
                     );
                 }
             }

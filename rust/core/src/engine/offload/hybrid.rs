@@ -58,14 +58,64 @@ struct Offerer<'a> {
     keys: &'a [BlockKey],
 }
 
-/// Each group's window in chunks (vLLM's `sliding_window_size_in_chunks`): None for full attention,
-/// `ceil(W / C)` for a sliding window of W tokens, `ceil(A / C)` for local chunks of A.
-fn windows(groups: &Groups, tpc: u64) -> Vec<Option<u64>> {
-    groups
-        .specs()
-        .iter()
-        .map(|g| (g.kind != GroupKind::Full).then(|| cdiv(g.window, tpc)))
-        .collect()
+/// The groups' chunks as the connector sees them: a chunk of group `g` holds `blocks_per_chunk` of its
+/// blocks (`tpc(g)` tokens, vLLM's `tokens_per_chunk`: the groups' block sizes may differ, each a
+/// multiple of the engine's `bs`), named by the content key of the engine block it ends with (one chain
+/// for every group) and ranked by where it ends.
+struct Chunking<'g> {
+    groups: &'g Groups,
+    bs: u64,
+    bpc: u64,
+}
+
+impl Chunking<'_> {
+    #[inline]
+    fn tpc(&self, g: usize) -> u64 {
+        self.groups.specs()[g].block_size * self.bpc
+    }
+
+    /// Engine blocks a chunk of group `g` spans.
+    #[inline]
+    fn per(&self, g: usize) -> u64 {
+        self.tpc(g) / self.bs
+    }
+
+    /// Chunk `i` of group `g`'s key, from `content` (the engine blocks' content keys).
+    #[inline]
+    fn key(&self, content: &[BlockKey], g: usize, i: u64) -> BlockKey {
+        chunk_key(content[((i + 1) * self.per(g) - 1) as usize], g)
+    }
+
+    /// Chunk `i` of group `g`'s position for the tier's ranking: where it ends, in engine blocks (vLLM
+    /// ranks a request's keys by the tokens their chunks end at, whatever their group).
+    #[inline]
+    fn pos(&self, g: usize, i: u64) -> u64 {
+        (i + 1) * self.per(g)
+    }
+
+    /// Each group's window in chunks (vLLM's `sliding_window_size_in_chunks`): None for full
+    /// attention, `ceil(W / C)` for a sliding window of W tokens, `ceil(A / C)` for local chunks of A.
+    fn windows(&self) -> Vec<Option<u64>> {
+        (0..self.groups.len())
+            .map(|g| {
+                let spec = &self.groups.specs()[g];
+                (spec.kind != GroupKind::Full).then(|| cdiv(spec.window, self.tpc(g)))
+            })
+            .collect()
+    }
+
+    /// vLLM's `alignment_tokens` for the offloading: the full-attention groups' chunk when they share
+    /// one; with no full-attention group the largest chunk; None if they differ.
+    fn align(&self) -> Option<u64> {
+        let full: Vec<u64> = (0..self.groups.len())
+            .filter(|&g| self.groups.specs()[g].kind == GroupKind::Full)
+            .map(|g| self.tpc(g))
+            .collect();
+        match full.first() {
+            None => (0..self.groups.len()).map(|g| self.tpc(g)).max(),
+            Some(&c) => full.iter().all(|&d| d == c).then_some(c),
+        }
+    }
 }
 
 /// The chunks a load into a group ending at `num_tokens` reads (`load_window_size_in_chunks`): a
@@ -82,15 +132,18 @@ fn load_window(spec: &GroupSpec, tpc: u64, num_tokens: u64) -> Option<u64> {
 }
 
 /// Which of chunks `start..end`'s blocks a group may store (vLLM's `reachable_block_mask` with the
-/// offloading's alignment, the full-attention chunk `tpc`; retention 0): a sliding window only the blocks
-/// a hit at the replay boundary or the junction needs; None for all.
+/// offloading's alignment `align`, the full-attention chunk; retention 0): a sliding window only the
+/// blocks a hit at the replay boundary or the junction needs; None for all (also where the alignment is
+/// no multiple of the group's block, which the mask cannot say).
 fn store_mask(
     spec: &GroupSpec,
-    (bs, bpc, tpc): (u64, u64, u64),
+    (bpc, align): (u64, Option<u64>),
     (prompt_len, junction): (u64, u64),
     start: u64,
     end: u64,
 ) -> Option<Vec<bool>> {
+    let bs = spec.block_size;
+    let tpc = align.filter(|a| a % bs == 0)?;
     if spec.kind != GroupKind::SlidingWindow {
         return None;
     }
@@ -163,16 +216,34 @@ impl<'a> Engine<'a> {
         cfg.groups.as_ref().expect("a hybrid pool")
     }
 
-    /// `k`'s content keys of its first `blocks` blocks (every group's block size is one: the tier
-    /// refuses others), a copy.
+    /// `k`'s content keys of its first `blocks` engine blocks (a group of the engine's block size
+    /// keeps their chain: the tier refuses a layout without one), a copy.
     fn content_keys(&mut self, k: usize, blocks: u64) -> Vec<BlockKey> {
         let groups = self.tier_groups();
+        let bs = self.cfg.block_size;
+        let g = (0..groups.len())
+            .find(|&g| groups.specs()[g].block_size == bs)
+            .expect("a group of the engine's block size");
         let s = &mut self.slab[k];
         s.sync_output();
         let hs = s.hybrid.get_or_insert_with(Box::default);
         groups
-            .content_keys(&mut hs.keys, &s.segs, 0, blocks)
+            .content_keys(&mut hs.keys, &s.segs, g, blocks)
             .to_vec()
+    }
+
+    /// The groups' chunks (`Chunking`).
+    fn chunking(&self) -> Chunking<'a> {
+        self.chunking_of(self.tier_ref())
+    }
+
+    /// `chunking` of `tier` (taken out of the engine).
+    fn chunking_of(&self, tier: &Tier) -> Chunking<'a> {
+        Chunking {
+            groups: self.tier_groups(),
+            bs: self.cfg.block_size,
+            bpc: tier.cfg.blocks_per_chunk,
+        }
     }
 
     /// `tier_head` for a hybrid model's waiting request `k`: its lookup (vLLM's
@@ -229,15 +300,11 @@ impl<'a> Engine<'a> {
     /// `_lookup_complete_chunks`): 0 for less than a chunk, None to defer.
     fn h_tier_hit(&mut self, k: usize, local: u64) -> Option<u64> {
         let groups = self.tier_groups();
-        let (tpc, bpc) = {
-            let t = self.tier_ref();
-            (t.tpc, t.cfg.blocks_per_chunk)
-        };
+        let ch = self.chunking();
         let total = self.slab[k].num_tokens();
-        let num_keys = total / tpc;
-        let content = self.content_keys(k, num_keys * bpc);
-        let key = |g: usize, c: u64| chunk_key(content[((c + 1) * bpc - 1) as usize], g);
-        let wins = windows(groups, tpc);
+        let content = self.content_keys(k, total / ch.bs);
+        let key = |g: usize, c: u64| ch.key(&content, g, c);
+        let wins = ch.windows();
         let full: Vec<usize> = (0..wins.len()).filter(|&g| wins[g].is_none()).collect();
         let mut windowed: Vec<usize> = (0..wins.len()).filter(|&g| wins[g].is_some()).collect();
         windowed.sort_by_key(|&g| std::cmp::Reverse(wins[g]));
@@ -255,6 +322,8 @@ impl<'a> Engine<'a> {
             let mut looked_windowed = false;
             let current = std::mem::take(&mut todo);
             for g in current {
+                let tpc = ch.tpc(g);
+                let num_keys = total / tpc;
                 max_hit = max_hit.min(num_keys * tpc);
                 if max_hit < local + tpc {
                     return Some(0);
@@ -304,6 +373,7 @@ impl<'a> Engine<'a> {
         if !tier.loading.is_empty() {
             let end = local + hit_tokens;
             for g in 0..wins.len() {
+                let tpc = ch.tpc(g);
                 let mut from = local / tpc;
                 let to = cdiv(end, tpc);
                 if let Some(span) = load_window(&groups.specs()[g], tpc, end) {
@@ -382,17 +452,11 @@ impl<'a> Engine<'a> {
     /// nothing. The load reads every group's chunks its blocks need: full attention all of them, a window
     /// its last.
     fn h_admit_load(&mut self, k: usize, ext: u64) -> bool {
-        let cfg = self.cfg;
         let groups = self.tier_groups();
-        let bs = cfg.block_size;
-        let (tpc, bpc, latency, per_block) = {
+        let ch = self.chunking();
+        let (latency, per_block) = {
             let t = self.tier_ref();
-            (
-                t.tpc,
-                t.cfg.blocks_per_chunk,
-                t.cfg.latency_ps,
-                t.cfg.ps_per_block,
-            )
+            (t.cfg.latency_ps, t.cfg.ps_per_block)
         };
         let local = self.lookup.tokens;
         let total = self.slab[k].num_tokens();
@@ -421,15 +485,16 @@ impl<'a> Engine<'a> {
         );
         let row = s.row;
         // The load's chunks, group by group: from each group's first block it fills.
-        let last = cdiv(end, tpc);
-        let (first_block, stop) = (cdiv(local, bs), cdiv(end, bs));
         let mut starts = Vec::with_capacity(groups.len());
         let mut blocks = 0;
         for (g, table) in hs.tables.tables.iter().enumerate() {
+            let bs = groups.specs()[g].block_size;
+            let (first_block, stop) = (cdiv(local, bs), cdiv(end, bs));
             let begin = (first_block..stop)
                 .find(|&i| table.blocks[i as usize] != BlockId::NULL)
                 .unwrap_or(stop);
-            starts.push((begin < stop).then_some(begin / bpc));
+            let last = cdiv(end, ch.tpc(g));
+            starts.push((begin < stop).then_some((begin / ch.bpc, last)));
             blocks += stop - begin;
             hs.next_stores[g] = last; // vLLM's chunk-level policy: stores resume after the loaded chunks
         }
@@ -441,13 +506,11 @@ impl<'a> Engine<'a> {
         if self.log.is_some() {
             self.h_log_admission(row, end);
         }
-        let content = self.content_keys(k, last * bpc);
+        let content = self.content_keys(k, cdiv(end, ch.bs));
         let mut load: Vec<(BlockKey, u64)> = Vec::new();
         for (g, start) in starts.iter().enumerate() {
-            if let Some(first) = *start {
-                load.extend(
-                    (first..last).map(|c| (chunk_key(content[((c + 1) * bpc - 1) as usize], g), c)),
-                );
+            if let Some((first, last)) = *start {
+                load.extend((first..last).map(|c| (ch.key(&content, g, c), ch.pos(g, c))));
             }
         }
         let start = self.t.max(self.tier_ref().load_free);
@@ -856,7 +919,8 @@ impl<'a> Engine<'a> {
         }
         // The blocks of the chunks stored: the window groups' first (fenced at once), then the rest.
         let groups = self.tier_groups();
-        let bpc = tier.cfg.blocks_per_chunk;
+        let ch = self.chunking_of(tier);
+        let bpc = ch.bpc;
         let chosen: HashSet<BlockKey> = stored.iter().copied().collect();
         let (mut blocks, mut rest) = (Vec::new(), Vec::new());
         for (g, (&(start, num), c)) in ranges.iter().zip(who.conn).enumerate() {
@@ -866,8 +930,7 @@ impl<'a> Engine<'a> {
                 &mut blocks
             };
             for i in start..num {
-                let content = who.keys[((i + 1) * bpc - 1) as usize];
-                if chosen.contains(&chunk_key(content, g)) {
+                if chosen.contains(&ch.key(who.keys, g, i)) {
                     let chunk = &c[(i * bpc) as usize..((i + 1) * bpc) as usize];
                     out.extend(chunk.iter().filter(|&&b| b != BlockId::NULL));
                 }
@@ -943,13 +1006,15 @@ impl<'a> Engine<'a> {
         who: &Offerer<'_>,
     ) -> (Vec<(u64, u64)>, Vec<(BlockKey, u64)>) {
         let groups = self.tier_groups();
-        let bs = self.cfg.block_size;
-        let (tpc, bpc) = (tier.tpc, tier.cfg.blocks_per_chunk);
-        let keyed = who.num_tokens / tpc;
+        let ch = self.chunking_of(tier);
+        let (bpc, align) = (ch.bpc, ch.align());
         let mut ranges = Vec::with_capacity(groups.len());
         let mut offer: Vec<(BlockKey, u64)> = Vec::new();
         for (g, c) in who.conn.iter().enumerate() {
-            let num = (who.n / tpc).min(c.len() as u64 / bpc).min(keyed);
+            let tpc = ch.tpc(g);
+            let num = (who.n / tpc)
+                .min(c.len() as u64 / bpc)
+                .min(who.num_tokens / tpc);
             let start = who.next_stores[g];
             ranges.push((start, num));
             if num <= start {
@@ -957,7 +1022,7 @@ impl<'a> Engine<'a> {
             }
             let mask = store_mask(
                 &groups.specs()[g],
-                (bs, bpc, tpc),
+                (bpc, align),
                 (who.prompt_len, who.junction),
                 start,
                 num,
@@ -976,8 +1041,7 @@ impl<'a> Engine<'a> {
                 {
                     continue;
                 }
-                let content = who.keys[((i + 1) * bpc - 1) as usize];
-                offer.push((chunk_key(content, g), i));
+                offer.push((ch.key(who.keys, g, i), ch.pos(g, i)));
             }
         }
         (ranges, offer)
