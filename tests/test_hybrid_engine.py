@@ -394,3 +394,36 @@ def test_a_deepseek_v4_prefix_hit_lands_on_256_token_blocks(backend):
     )
     res = kvsim.simulate(w, cfg, backend=backend)
     assert list(res.raw.cached_tokens) == [0] + [700 // 256 * 256] * (n - 1)
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_request_whose_local_chunks_straddle_blocks_past_the_pool_is_refused(backend):
+    """Local chunks of 2 tokens in blocks of 16: a chunk starting inside a block takes two of them, one
+    more than vLLM's cap counts. A request that needs every block of the pool plus that one would preempt
+    itself and be readmitted forever: it is refused at arrival (reason 2), and the run ends."""
+    import signal
+
+    cfg = kvsim.SimConfig(
+        model=toy([Layer("full")] * 3 + [Layer("chunked_local", 2)]),
+        block_size=16,
+        num_blocks=20,
+        hybrid_kv_cache_manager="on",
+        max_num_seqs=7,
+        max_num_batched_tokens=7,
+        max_model_len=293,
+    )
+    # 88 + 2 - 1 tokens: 6 blocks in each full group (18) and a local chunk's 2: 20 of the 19 usable.
+    w = Workload(arrival=[0.0, 0.0], prompt_len=[88, 40], output_len=[2, 2])
+
+    def hang(*_):
+        raise AssertionError("the run did not end")
+
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(60)
+    try:
+        res = kvsim.simulate(w, cfg, backend=backend)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert list(res.requests.sort("request_id")["status"]) == ["rejected", "finished"]
+    assert list(res.raw.reject_reason) == [2, 0]

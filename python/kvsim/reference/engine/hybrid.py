@@ -20,13 +20,19 @@ class Hybrid(State):
     hkv: HybridKVCacheManager
 
     def hybrid_peak_blocks(self, s: Seq) -> int:
-        """Blocks of all groups the sequence holds at most: full attention every token's, a window or
-        chunk at most its admission cap, a state its one block (what rejection at arrival compares)."""
+        """Blocks of all groups the sequence holds at most: full attention every token's, a window at most
+        its admission cap, local chunks too, one block more where a chunk is no multiple of the block
+        (vLLM's cap, `ceil((A + in flight) / B)`, misses the block a chunk starting inside one takes: a
+        request needing it would preempt itself and be readmitted forever), a state its one block (what
+        rejection at arrival compares)."""
         last = s.prompt_len + s.target - 1
         total = 0
         for spec in self.hkv.groups:
             n = -(-last // spec.block_size)
-            total += min(n, spec.cap) if spec.cap is not None else n
+            if spec.cap is not None:
+                straddles = spec.kind == "chunked_local" and spec.window % spec.block_size != 0
+                n = min(n, spec.cap + straddles)
+            total += n
         return total
 
     def hybrid_try_admit(self, s: Seq, budget: int) -> int:

@@ -365,13 +365,19 @@ impl Groups {
     }
 
     /// The most blocks of all groups a request of `last` tokens with a slot holds (full attention every
-    /// token's, a window or chunk at most its cap, a state its one block): rejection at arrival.
+    /// token's, a window at most its cap, local chunks too (one block more where a chunk is no multiple of
+    /// the block), a state its one block): rejection at arrival.
     pub fn peak_blocks(&self, last: u64) -> u64 {
         self.specs
             .iter()
             .map(|s| {
                 let n = cdiv(last, s.block_size);
-                s.cap.map_or(n, |c| n.min(c))
+                // (local chunks that are no multiple of the block one block more than vLLM's cap: a chunk
+                // starting inside a block takes it, and a request needing it would preempt itself and be
+                // readmitted forever)
+                let extra =
+                    u64::from(s.kind == GroupKind::ChunkedLocal && s.window % s.block_size != 0);
+                s.cap.map_or(n, |c| n.min(c + extra))
             })
             .sum()
     }
