@@ -7,6 +7,7 @@ and what kvsim does not model of vLLM's offloading of hybrid models is refused b
 from __future__ import annotations
 
 import hypothesis.strategies as st
+import numpy as np
 import pytest
 from hypothesis import given
 
@@ -167,3 +168,85 @@ def test_a_model_whose_groups_have_unequal_blocks_has_a_tier():
     w = _repeats()
     res = kvsim.simulate(w, cfg)
     assert res.summary["completed"] == len(w)
+
+
+def _deadlock_case() -> tuple[Workload, kvsim.SimConfig]:
+    """An adversarial pass's case: three loads admitted at once leave two free blocks, and each held
+    request needs three to compute its prompt's last token (a block of full attention and one per window
+    group, which vLLM's reservation for requests still prefilling counts none of)."""
+    PROMPTS = [
+        [(2, 3), (70000, 142)],
+        [(3, 10), (70002, 111)],
+        [(2, 120), (70001, 124), (1012, 21)],
+        [(2, 3), (70000, 141)],
+        [(3, 10), (70002, 110)],
+    ]
+    w = Workload(
+        arrival=[0.221, 0.221, 0.221, 0.42600000000000005, 0.42600000000000005],
+        output_len=[1, 2, 120, 2, 1],
+        max_tokens=[2, 1, 120, 1, 2],
+        num_samples=[1, 1, 3, 1, 1],
+        seg_offsets=list(np.cumsum([0] + [len(p) for p in PROMPTS])),
+        segment_id=np.array([s for p in PROMPTS for s, _ in p], dtype=np.uint64),
+        segment_len=[n for p in PROMPTS for _, n in p],
+    )
+    cfg = kvsim.SimConfig(
+        model=toy(
+            [
+                Layer("full"),
+                Layer("sliding_window", 5),
+                Layer("full"),
+                Layer("sliding_window", 5),
+                Layer("sliding_window", 5),
+            ]
+        ),
+        block_size=8,
+        num_blocks=75,
+        hybrid_kv_cache_manager="on",
+        free_order="classic",
+        max_num_seqs=1,
+        max_num_batched_tokens=16,
+        chunked_prefill=True,
+        admission_gate="none",
+        watermark=0.0,
+        max_model_len=None,
+        time_model="ticks",
+        iteration_time_ps=1000000000,
+        kv_offloading_chunks=750,
+        kv_offloading_blocks_per_chunk=1,
+        kv_offloading_eviction_policy="lru",
+        kv_offloading_store_threshold=0,
+        kv_offloading_prompt_only=True,
+        kv_offloading_ps_per_block=0,
+        kv_offloading_latency_ps=0,
+    )
+    return w, cfg
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_run_that_deadlocks_as_vllm_would_says_so(backend):
+    w, cfg = _deadlock_case()
+    with pytest.raises(
+        InvalidArgumentError, match=r"the run deadlocks at 495000000000 ps: 3 request\(s\) hold blocks"
+    ):
+        kvsim.simulate(w, cfg, backend=backend)
+    # (without the tier, nothing holds blocks for a load: the run ends)
+    assert kvsim.simulate(w, cfg.replace(kv_offloading_chunks=0), backend=backend).summary["completed"] > 0
+
+
+@given(
+    workloads(max_requests=20),
+    tiered_hybrid_configs(),
+    st.integers(1, 3),
+    st.sampled_from(["round-robin", "least-kv", "random", "weighted"]),
+)
+def test_a_fleet_of_hybrid_replicas_with_cpu_tiers_agrees(w, cfg, replicas, router):
+    """(The Rust fleet's replicas took the workload's deferred keys, which a hybrid pool never uses: a
+    request skipped the tier's lookup and its first offer indexed an empty vector.)"""
+    extra = {"router_weights": {"prefix": 0.0}} if router == "weighted" else {}
+    runs = [
+        kvsim.simulate_cluster(w, cfg, replicas=replicas, router=router, backend=b, **extra)
+        for b in ("rust", "reference")
+    ]
+    assert runs[0].summary == runs[1].summary
+    assert runs[0].requests.equals(runs[1].requests, null_equal=True)

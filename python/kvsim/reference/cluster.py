@@ -264,7 +264,10 @@ class Router:
             for r in range(n):
                 v = views[r]
                 blocks = max(prompt_len - 1, 0) // self.replicas[r].block_size
-                prefix = float(self.hits(r, v, segments, prompt_len)) / float(blocks) if blocks else 0.0
+                # (read only with a prefix weight: a hybrid replica has no prefix map a router reads, and
+                # a weighted router reading none is the one it may have)
+                hits = self.hits(r, v, segments, prompt_len) if wp and blocks else 0
+                prefix = float(hits) / float(blocks) if blocks else 0.0
                 queue = float(hi - loads[r]) / float(hi - lo) if hi != lo else 1.0
                 kv = 1.0 - float(v.kv_used) / float(v.kv_total)
                 key[r] = -(wp * prefix + wq * queue + wk * kv)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from kvsim.errors import InternalError
+from kvsim.errors import InternalError, InvalidArgumentError
 from kvsim.reference.cpu_tier import MISS, PENDING, CpuTier
 from kvsim.reference.engine.admission import NEVER, SKIP
 from kvsim.reference.engine.offload_hybrid import HybridTier
@@ -574,6 +574,13 @@ class Offload(HybridTier, State):
         if target is None:
             if self.sending:
                 return False  # a prefill replica: its transfers' ends are not decided yet
+            if self.held:
+                raise InvalidArgumentError(
+                    f"the run deadlocks at {self.t} ps: {len(self.held)} request(s) hold blocks for loads that landed and "
+                    "cannot allocate what their prompts still need, and nothing runs; vLLM 0.33.0's scheduler would "
+                    "wait here forever (its reservation for requests still prefilling counts no block a sliding "
+                    "window needs: DESIGN.md §CPU tier)"
+                )
             raise InternalError(f"no progress at time {self.t} ps")
         if limit is not None and target >= limit:
             return False

@@ -62,6 +62,9 @@ impl<'a> Engine<'a> {
         cancel: Option<&AtomicBool>,
     ) -> Result<Self> {
         let mut e = Self::new_cancellable(view, cfg, cancel)?;
+        // (a hybrid pool keys its own blocks, never deferred, as `new` decides: the fleet's driver reads
+        // the workload only)
+        let defer_keys = defer_keys && cfg.groups.is_none();
         e.defer_keys = defer_keys;
         e.private_from = Vec::new();
         e.fill_events = cfg.policy.is_paged() && cfg.enable_prefix_caching && !defer_keys;

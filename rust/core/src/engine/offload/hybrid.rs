@@ -835,6 +835,8 @@ impl<'a> Engine<'a> {
             let tables = &hs.tables.tables;
             match &mut hs.conn {
                 None => {
+                    debug_assert_eq!(hs.next_stores.len(), tables.len(), "a lookup started it");
+                    hs.next_stores.resize(tables.len(), 0);
                     hs.conn = Some(tables.iter().map(|t| t.blocks.clone()).collect());
                     before.push((k, vec![0; tables.len()]));
                 }

@@ -167,6 +167,20 @@ impl Engine<'_> {
         self.observe() || planned
     }
 
+    /// Why a stalled engine with no transfer in flight and no arrival to come cannot go on: requests
+    /// held for loads that landed and cannot continue (a deadlock vLLM would wait in), else a bug.
+    #[cold]
+    fn stall_error(&self) -> crate::KvError {
+        let held = self.tier_ref().held.len();
+        if held > 0 {
+            return crate::KvError::InvalidArgument(format!(
+                "the run deadlocks at {} ps: {held} request(s) hold blocks for loads that landed and cannot allocate what their prompts still need, and nothing runs; vLLM 0.33.0's scheduler would wait here forever (its reservation for requests still prefilling counts no block a sliding window needs: DESIGN.md §CPU tier)",
+                self.t
+            ));
+        }
+        crate::KvError::Internal(format!("no progress at time {} ps", self.t))
+    }
+
     /// A stalled engine jumps to the earliest end of a transfer or `arrival` (the next row's), if before
     /// `limit`, and observes there: `Ok(true)`; `Ok(false)` if it must wait for the caller; an error if
     /// nothing can ever happen.
@@ -178,15 +192,12 @@ impl Engine<'_> {
     ) -> crate::Result<bool> {
         let target = match (self.next_transfer(), arrival) {
             (Some(a), Some(b)) => a.min(b),
-            (a, b) => match a.or(b) {
-                Some(x) => x,
-                None => {
-                    return Err(crate::KvError::Internal(format!(
-                        "no progress at time {} ps",
-                        self.t
-                    )));
-                }
-            },
+            (a, b) => {
+                let Some(x) = a.or(b) else {
+                    return Err(self.stall_error());
+                };
+                x
+            }
         };
         if target >= limit {
             return Ok(false);
