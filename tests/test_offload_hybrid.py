@@ -14,6 +14,7 @@ from hypothesis import given
 import kvsim
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.layers import Layer
+from kvsim.model.segments import output_id
 from kvsim.workloads import Workload
 from tests.test_engine_differential import assert_same, workloads
 from tests.test_hybrid_engine import BASE, STATE, toy
@@ -250,3 +251,25 @@ def test_a_fleet_of_hybrid_replicas_with_cpu_tiers_agrees(w, cfg, replicas, rout
     ]
     assert runs[0].summary == runs[1].summary
     assert runs[0].requests.equals(runs[1].requests, null_equal=True)
+
+
+@given(workloads(max_requests=24), tiered_hybrid_configs(), st.integers(1, 31), st.booleans())
+def test_a_streamed_hybrid_run_with_a_tier_equals_the_whole_run(w, cfg, size, independent):
+    """Fed in chunks, a hybrid model's run with a tier makes the whole run's decisions on both engines,
+    independent chunks too (whose first chunk set the Rust engine's deferred keys, which a hybrid pool
+    never uses, as the fleet's replicas did)."""
+    from kvsim.engine.streaming import chunks, simulate_stream
+
+    quotes = any(int(i) >= int(output_id(0)) for i in w.segment_id)
+    whole = kvsim.simulate(w, cfg, backend="reference")
+    for backend in ("rust", "reference"):
+        res = simulate_stream(
+            chunks(w, size),
+            cfg,
+            backend=backend,
+            rows="memory",
+            independent_chunks=independent and not quotes,
+        )
+        assert res.requests is not None
+        assert res.requests.equals(whole.requests, null_equal=True), backend
+        assert res.summary == whole.summary, backend

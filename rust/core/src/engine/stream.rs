@@ -164,9 +164,11 @@ impl StreamEngine {
         let quotes = chunk.segment_id.iter().any(|&id| id >= OUTPUT_BIT);
         if self.independent && !self.fed_any {
             // The first chunk decides: deferred keys unless outputs are quoted.
+            // (a hybrid pool keys its own blocks, never deferred, as `Engine::new` decides)
             let e = &mut self.engine;
-            e.defer_keys = !quotes;
-            e.fill_events = self.cfg.policy.is_paged() && self.cfg.enable_prefix_caching && quotes;
+            e.defer_keys = !quotes && self.cfg.groups.is_none();
+            e.fill_events =
+                self.cfg.policy.is_paged() && self.cfg.enable_prefix_caching && !e.defer_keys;
         } else if self.engine.defer_keys && quotes {
             invalid_arg!(
                 "a chunk quotes a generated output but the first chunk did not: with independent chunks the first one must show whether outputs are quoted (or stream without independent_chunks)"

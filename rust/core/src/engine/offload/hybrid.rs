@@ -506,7 +506,14 @@ impl<'a> Engine<'a> {
         if self.log.is_some() {
             self.h_log_admission(row, end);
         }
-        let content = self.content_keys(k, cdiv(end, ch.bs));
+        // (up to the end of each group's last chunk: a load may end inside it)
+        let spanned = starts
+            .iter()
+            .enumerate()
+            .filter_map(|(g, s)| s.map(|(_, last)| last * ch.per(g)))
+            .max()
+            .unwrap_or(0);
+        let content = self.content_keys(k, spanned);
         let mut load: Vec<(BlockKey, u64)> = Vec::new();
         for (g, start) in starts.iter().enumerate() {
             if let Some((first, last)) = *start {
