@@ -184,7 +184,7 @@ def test_openapi_and_page(client):
         # A CPU tier where the engine does not model one, or of no chunk: refused naming the tier.
         ({"kv_offloading_bytes": str(2**26), "policy": "reserve"}, "kv_offloading_bytes", 400),
         ({"preset": "memory-pressure", "kv_offloading_bytes": str(2**26)}, "kv_offloading_bytes", 400),
-        ({"preset": "sliding-window", "kv_offloading_bytes": str(2**26)}, "kv_offloading_bytes", 400),
+        ({"preset": "state-layers", "kv_offloading_bytes": str(2**26)}, "kv_offloading_bytes", 400),
         # (the field the client changed, not the preset's tier it conflicts with)
         ({"preset": "cpu-tier", "enable_prefix_caching": "false"}, "enable_prefix_caching", 400),
         ({"kv_offloading_bytes": "4096"}, "kv_offloading_bytes", 400),  # under one 2 MiB chunk

@@ -1,9 +1,13 @@
 """The lab's CPU tier (DESIGN.md §Lab, §CPU tier): the replay's tier columns and held requests against
-the reference engine's own tier, stepped, at every state of random runs; the replay still equals the
-engine's time series with a tier; the query's tier control, refused where the engine refuses a tier."""
+the reference engine's own tier, stepped, at every state of random runs, for a model of one full-attention
+group and for hybrid models (their attention groups: each held request's tables per group against the
+engine's manager); the replay still equals the engine's time series with a tier; the query's tier control,
+refused where the engine refuses a tier."""
 
 from __future__ import annotations
 
+import hypothesis.strategies as st
+import numpy as np
 import pytest
 from hypothesis import given, settings
 
@@ -13,9 +17,12 @@ from kvsim.lab.bundle import bundle, resolve, snapshot
 from kvsim.lab.presets import get as get_preset
 from kvsim.lab.state import run_track, state_at
 from kvsim.reference.engine.core import Engine
+from kvsim.workloads import Workload
 from tests.test_engine_differential import workloads
+from tests.test_lab_hybrid import check_tables
 from tests.test_lab_state import check_against_engine
 from tests.test_offload_engine import tier_configs
+from tests.test_offload_hybrid import tiered_hybrid_configs
 
 GIB = 2**30
 
@@ -27,11 +34,19 @@ class _Watched(Engine):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.seen: dict[int, dict[str, object]] = {}
+        self.at: dict[int, int] = {}
+        # States whose note follows an iteration that scheduled nothing at the very instant step k starts:
+        # the log dates its rows as step k's, so the replay shows them after step k (a gap of the log).
+        self.same_instant: set[int] = set()
 
     def note(self) -> None:
         tier = self.tier
         assert tier is not None
         chunks = tier.chunks.values()
+        k = self.c["num_steps"]
+        if self.at.get(k) == self.t:
+            self.same_instant.add(k)
+        self.at[k] = self.t
         # A step that schedules nothing does not count: the note before the next counted step wins.
         self.seen[self.c["num_steps"]] = {
             "cpu_chunks": tier.used,
@@ -42,6 +57,14 @@ class _Watched(Engine):
             "cpu_stores": self.c["num_stores"],
             "cpu_evictions": self.c["cpu_evictions"],
             "held": {s.idx: "loaded" if s.loaded else "loading" for s in self.seqs if s.held},
+            # A hybrid model's tables per group (block 0 where a window left), every request's holding any.
+            "tables": {s.idx: self.hkv.tables(s.idx) for s in self.seqs if s.idx in self.hkv}
+            if self.hybrid
+            else None,
+            # ... and which of their blocks have a key (a load's have none until it lands).
+            "keyed": {b for b, key in enumerate(self.hkv.pool._key) if b and key is not None}
+            if self.hybrid
+            else None,
         }
 
     def step(self) -> None:
@@ -58,7 +81,7 @@ def watched(w, cfg) -> list[dict[str, object]]:
     e = _Watched(prepare(w, cfg), cfg, 1, True)
     e.run()
     assert sorted(e.seen) == list(range(len(e.seen)))
-    return [e.seen[k] for k in range(len(e.seen))]
+    return [{**e.seen[k], "same_instant": k in e.same_instant} for k in range(len(e.seen))]
 
 
 def check_tier(w, cfg) -> None:
@@ -76,11 +99,30 @@ def check_tier(w, cfg) -> None:
         held = want["held"]
         assert isinstance(held, dict)
         assert t.metrics["held"][k] == len(held), k
-    # Per request: the statuses the replay shows while held are the engine's.
-    for k in sorted({0, t.num_steps // 4, t.num_steps // 2, 3 * t.num_steps // 4, t.num_steps}):
-        seqs, _, _ = state_at(t, k)
-        shown = {i: row[3] for i, row in enumerate(_by_index(t, seqs)) if row[3] in ("loading", "loaded")}
+    # Per request: the statuses the replay shows while held are the engine's; a hybrid model's tables
+    # per group, held requests' included, are the engine's manager's, at every state.
+    every = (
+        range(t.num_steps + 1) if t.groups else (0, t.num_steps // 4, t.num_steps // 2, 3 * t.num_steps // 4)
+    )
+    for k in sorted({*every, t.num_steps}):
+        if t.groups and seen[k]["same_instant"]:
+            continue  # (the log dates such an iteration's rows as step k's: `_Watched.same_instant`)
+        seqs, blocks, _ = state_at(t, k)
+        by_index = _by_index(t, seqs)
+        shown = {i: row[3] for i, row in enumerate(by_index) if row[3] in ("loading", "loaded")}
         assert shown == seen[k]["held"], k
+        tables = seen[k]["tables"]
+        if tables is not None:
+            got = {i: row[9] for i, row in enumerate(by_index) if row[3] in ("running", "loading", "loaded")}
+            assert got == tables, k
+            keyed = seen[k]["keyed"]
+            assert isinstance(keyed, set)
+            for i, tbl in got.items():  # each block in its group, keyless while its load is in flight
+                for g, table in enumerate(tbl):
+                    for b in table:
+                        if b:
+                            assert blocks[b][6] == g, (k, i, g, b)
+                            assert (blocks[b][4] is not None) == (b in keyed), (k, i, g, b)
     assert rows  # the run had sequences
 
 
@@ -148,6 +190,65 @@ def test_a_tier_of_0_bytes_is_no_tier():
     assert on["contiguous"] is not None  # the contiguous baseline runs without a tier
 
 
+@st.composite
+def repeated_documents(draw) -> Workload:
+    """Requests reading one of a few documents (together past the GPU's pool) with a short question of
+    their own (one of two a document), some sent again later: the GPU's cache loses prompts the tier still
+    holds, so they load (a window's chunks are stored where a later hit can end: the prompt's end and a
+    shared prefix's)."""
+    n = draw(st.integers(2, 16))
+    docs = draw(st.lists(st.integers(8, 64), min_size=1, max_size=4))
+    ids, lens, offsets = [], [], [0]
+    for _ in range(n):
+        d = draw(st.integers(0, len(docs) - 1))
+        q = draw(st.integers(0, 1))  # (one of two questions: a prompt may come again whole)
+        ids += [1 + d, 1000 + 2 * d + q]
+        lens += [docs[d], 4 + 3 * q]
+        offsets.append(len(ids))
+    gaps = draw(st.lists(st.sampled_from([0.0, 0.01, 0.05, 0.05]), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, 30), min_size=n, max_size=n))
+    return Workload(
+        arrival=np.cumsum(gaps),
+        output_len=output,
+        max_tokens=output,
+        seg_offsets=offsets,
+        segment_id=ids,
+        segment_len=lens,
+    )
+
+
+@st.composite
+def loading_hybrid_configs(draw):
+    """`tiered_hybrid_configs` with a window or local chunks beside full attention, most with a small
+    GPU pool and a tier that holds what it loses (so that loads happen)."""
+    cfg = draw(tiered_hybrid_configs().filter(lambda c: not c.pool.layout.single_full))
+    if draw(st.integers(0, 3)):
+        cfg = cfg.replace(
+            num_blocks=draw(st.integers(24, 96)),
+            block_size=draw(st.sampled_from([2, 4, 4, 16])),
+            kv_offloading_chunks=draw(st.integers(8, 80)),
+            max_model_len=None,
+            max_num_batched_tokens=draw(st.sampled_from([64, 512])),
+            kv_offloading_prompt_only=True,
+        )
+    return cfg
+
+
+@settings(deadline=None)
+@given(st.one_of(repeated_documents(), workloads(max_requests=20)), loading_hybrid_configs())
+def test_a_hybrid_models_replayed_tier_is_the_engines_at_every_state(w, cfg):
+    """A hybrid model's attention groups with a tier (sliding windows, local chunks, full attention): the
+    tier's columns, the held requests and every request's tables per group (a held one's too: allocated
+    at its load's admission, keyed when it lands) are the reference engine's at every state, and the
+    replay equals the engine's time series."""
+    if len(w) == 0:
+        return
+    check_tier(w, cfg)
+    t = run_track(w, cfg, backend="rust")
+    if t.groups:
+        check_tables(t)
+
+
 @pytest.mark.parametrize(
     ("preset", "overrides", "says"),
     [
@@ -155,7 +256,16 @@ def test_a_tier_of_0_bytes_is_no_tier():
         ("copilot", {"enable_prefix_caching": False}, "needs enable_prefix_caching true, not false"),
         ("memory-pressure", {}, "needs preemption 'recompute', not 'swap'"),
         ("parallel-sampling", {}, "needs sampling 'independent', not 'fork-cow'"),
-        ("sliding-window", {}, "needs a model of one full-attention group, not gpt-oss-20b"),
+        (
+            "state-layers",
+            {"enable_prefix_caching": True},
+            "is not modelled for qwen3-next-80b-a3b: it has state",
+        ),
+        (
+            "copilot",
+            {"model": "granite-4.0-h-tiny"},
+            "kvsim models a hybrid model's CPU tier for its attention",
+        ),
         ("copilot", {"kv_offloading_bytes": 4096}, "holds no chunk"),
         ("copilot", {"kv_offloading_bytes": 2**50}, "more than the page draws"),
     ],
@@ -170,3 +280,86 @@ def test_a_tier_is_refused_where_the_engine_refuses_one(preset, overrides, says)
 def test_presets_with_a_tier_replay_as_the_engine_runs(preset, tier_bytes):
     r = resolve(preset, kv_offloading_bytes=tier_bytes)
     check_tier(r.preset.workload, r.paged)
+
+
+# gpt-oss-20b (a 128-token sliding window beside full attention) in the CPU-tier preset's traffic, its
+# GPU pool 12 MiB (32 blocks): req-8 loads its 96-token document from the tier into both groups.
+HYBRID_TIER = {"model": "gpt-oss-20b", "kv_cache_bytes": 12 * 2**20}
+
+
+def test_a_hybrid_model_loads_into_every_attention_group():
+    """req-8 finds the document in the tier, not on the GPU: one load of 12 chunks (6 per group: the full
+    group's all, the window's last 6, the window being 128 tokens), held loading at state 47 with a table per
+    group whose blocks have no key while the load is in flight (the snapshot marks them `loading`), keyed
+    from the landing (state 48, loaded, held until it resumes); the replay is the reference engine's at
+    every state (tier, held requests, tables per group, keys)."""
+    r = resolve("cpu-tier", **HYBRID_TIER)
+    assert [g.kind for g in r.paged.kv_groups] == ["sliding_window", "full"]
+    check_tier(r.preset.workload, r.paged)
+    check_tables(run_track(r.preset.workload, r.paged, names=r.preset.segment_names))
+    s = snapshot("cpu-tier", step=47, **HYBRID_TIER)
+    (req8,) = [q for q in s["requests"] if q["status"] in ("loading", "loaded")]
+    assert (req8["name"], req8["status"], req8["context_tokens"]) == ("req-8", "loading", 96)
+    assert [len(t) for t in req8["block_tables"]] == [6, 6]
+    assert s["tier"]["cpu_loading_chunks"] == 12
+    assert s["tier"]["cpu_hit_tokens"] == 96  # (the document: its question is computed)
+    assert s["num_held"] == 1
+    by_id = {b["block_id"]: b for b in s["blocks"]}
+    for g, table in enumerate(req8["block_tables"]):
+        for b in table:
+            assert by_id[b]["group"] == g
+            assert by_id[b]["loading"] is True
+            assert by_id[b]["prefix_key"] is None
+    landed = snapshot("cpu-tier", step=48, **HYBRID_TIER)
+    (again,) = [q for q in landed["requests"] if q["name"] == "req-8"]
+    assert again["status"] == "loaded"
+    assert again["block_tables"] == req8["block_tables"]
+    by_id = {b["block_id"]: b for b in landed["blocks"]}
+    full = [by_id[b] for t in again["block_tables"] for b in t]
+    assert not any(b.get("loading") for b in full)
+    # Keyed when the load lands: the full blocks of the document (the last, partial, keeps none).
+    assert all(b["prefix_key"] is not None for b in full if b["num_tokens"] == 16)
+    b = bundle("cpu-tier", **HYBRID_TIER)
+    assert b["tier"]["chunks"] == s["tier"]["chunks"] > 0
+    assert b["layout"] is not None
+    assert b["contiguous"] is None
+
+
+def test_the_models_a_tier_is_refused_with_are_the_ones_the_page_disables():
+    """`/api/presets` says which models a tier is refused with (`tier_refused_models`: those with state
+    layers) and what it needs (`tier_needs`); every model the page offers resolves with a tier exactly when
+    it is not listed (or its chunks do not fit the preset's tier, said so), a hybrid model of attention
+    groups included."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    from kvsim.lab.query import model_names, tier_refused
+    from kvsim.lab.server import create_app
+
+    opts = TestClient(create_app()).get("/api/presets").json()["options"]
+    refused = opts["tier_refused_models"]
+    assert opts["tier_needs"] == {
+        "policy": "vllm",
+        "enable_prefix_caching": True,
+        "preemption": "recompute",
+        "sampling": "independent",
+    }
+    assert {"qwen3-next-80b-a3b", "granite-4.0-h-tiny"} <= set(refused)
+    assert not {"gpt-oss-20b", "mistral-7b", "gemma-3-27b", "llama-4-scout", "llama-3-8b"} & set(refused)
+    for name in model_names():
+        assert (name in refused) == (tier_refused(name) is not None), name
+        # (16 blocks: the memory refuses no model; a tier whose chunks do not fit is said so apart)
+        why = ""
+        try:
+            tier = resolve("cpu-tier", model=name, num_blocks=16).paged.kv_offloading_chunks
+        except InvalidArgumentError as e:
+            why = str(e)
+        if why:
+            assert ("has state layers" in why) == (name in refused), (name, why)
+            assert "kv_offloading_bytes" in why
+        else:
+            assert tier > 0, name
+            assert name not in refused, name

@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from .conftest import LabPage
+from .test_lab_hybrid import assert_group_tables
 from .test_lab_page import assert_blocks, python_snapshot
+
+# gpt-oss-20b (a 128-token sliding window beside full attention) in the CPU-tier preset's traffic, with a
+# GPU pool of 12 MiB (32 blocks): req-8 loads its document into both groups (tests/test_lab_tier.py).
+HYBRID_TIER = {"preset": "cpu-tier", "model": "gpt-oss-20b", "kv_cache_bytes": 12 * 2**20}
 
 # The tier canvas's cells, each classified by the nearest of the four state colours at its middle.
 CHUNKS_DRAWN = """() => {
@@ -198,14 +203,17 @@ def test_the_tier_control_runs_a_tier_and_a_refused_one_changes_nothing(sized_la
     lab.problems.console = [m for m in lab.problems.console if "status of 4" not in m]
 
 
-@pytest.mark.parametrize("preset", ["memory-pressure", "sliding-window"])
+@pytest.mark.parametrize("preset", ["memory-pressure", "state-layers", "sliding-window"])
 def test_the_control_says_what_a_tier_needs(lab: LabPage, preset: str) -> None:
     lab.open(preset=preset)
     hint = lab.page.inner_text("#c-tier-chunks")
     if preset == "memory-pressure":
         assert "0: no tier; a tier needs preemption recompute" in hint
-    else:  # (it read "a tier model gpt-oss-20b is hybrid")
-        assert hint.startswith("0: no tier; none for model gpt-oss-20b: it is hybrid"), hint
+    elif preset == "state-layers":  # (it read "a tier model ... is hybrid")
+        want = "0: no tier; none for model qwen3-next-80b-a3b: its state (Mamba) layers are not modelled with a tier"
+        assert hint == want, hint
+    else:  # a hybrid model of attention groups takes a tier
+        assert hint == "0: no tier", hint
 
 
 def test_the_control_says_what_of_the_size_a_tier_cannot_use(lab: LabPage) -> None:
@@ -269,3 +277,62 @@ def test_the_charts_stored_area_says_it_includes_loads_in_flight(lab: LabPage) -
     lab.open(preset="copilot", step=3)
     assert lab.page.inner_text(entry).strip() == "paged stored"
     assert lab.page.get_attribute(entry, "title") is None
+
+
+def test_a_hybrid_models_tier_drawn_is_the_snapshots_forward_and_back(sized_lab: LabPage) -> None:
+    """A hybrid model's tier: the chunks drawn, the counters and the held request equal `snapshot` at
+    steps forward and back, with the grid's blocks and every group's table; req-8 held loading (states 46
+    and 47) then loaded (48) with a table per group, a block the load fills keyless until it lands."""
+    lab = sized_lab
+    lab.open(**HYBRID_TIER)
+    assert lab.page.locator("#tier-panel").is_visible()
+    assert lab.page.locator("#grid-groups li").count() == 2
+    q = lab.query()
+    for step in (lab.step(), 1, 20, 46, 47, 48, 49, 58, 47, 5, 0):
+        if step != lab.step():
+            lab.seek(step)
+        snap = python_snapshot(q, step)
+        assert_tier(lab, snap)
+        assert_blocks(lab, snap)
+        assert_group_tables(lab, snap)
+    width = lab.page.viewport_size["width"]
+    assert lab.page.evaluate(
+        f"document.documentElement.scrollWidth <= {width} && window.innerWidth <= {width}"
+    ), lab.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+
+
+def test_a_hybrid_models_held_request_and_its_filling_blocks(lab: LabPage) -> None:
+    """req-8's card says it is loading, with a table per group; a block of its window group the load is
+    filling has no key (the inspector says it is being filled) until the load lands (state 48); the step
+    that admits the load (state 46) names it, 12 chunks (6 a group); with a tier on, a model with state layers is offered disabled, saying why."""
+    lab.open(**HYBRID_TIER, step=47)
+    q = lab.query()
+    snap = python_snapshot(q, 47)
+    req8 = next(r for r in snap["requests"] if r["name"] == "req-8")
+    assert req8["status"] == "loading"
+    card = lab.page.locator('#seq-list .seq[data-rid="7"]')
+    assert card.get_attribute("data-status") == "loading"
+    assert "Loading from CPU" in (card.text_content() or "")
+    assert card.locator(".group-row").count() == 2
+    block = req8["block_tables"][0][-1]  # (the window group's)
+    for step, loading in ((47, True), (48, False)):
+        lab.seek(step)
+        lab.page.locator(f'#grid .cell[data-block="{block}"]').click()
+        lab.page.wait_for_function("document.body.dataset.settled === document.body.dataset.step")
+        want = next(b for b in python_snapshot(q, step)["blocks"] if b["block_id"] == block)
+        assert bool(want.get("loading")) == loading
+        assert lab.page.get_attribute("#insp-group", "data-group") == "0"
+        assert lab.page.get_attribute("#insp-held", "data-filling") == ("true" if loading else "false")
+        key = lab.page.inner_text("#insp-key")
+        assert ("none yet" in key) if loading else (key == want["prefix_key"])
+    lab.seek(46)  # (the state after the step that admitted the load)
+    assert python_snapshot(q, 45)["tier"]["cpu_loads"] == 0
+    flows = lab.page.eval_on_selector_all(
+        "#tier-flows [data-flow]", "els => els.map(e => [e.dataset.flow, e.textContent])"
+    )
+    load = next(t for k, t in flows if k == "load")
+    assert "12 chunks" in load
+    assert "req-8" in load
+    why = lab.page.get_attribute('#c-model option[value="qwen3-next-80b-a3b"]', "data-why")
+    assert why == "the CPU tier is not modelled for state (Mamba) layers"
+    assert lab.page.get_attribute('#c-model option[value="gpt-oss-20b"]', "data-why") is None

@@ -376,7 +376,10 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
         r = reqs[rid]
         name = sequence_name(r["name"], r["num_samples"], sample)
         tables = row[9] if groups else [row[8]]
-        if row[3] == "loading":
+        if row[3] == "loading" and groups:
+            # (a hybrid model's block rows carry the keys its manager gave: the load's blocks have none)
+            filling.update(b for b in row[8] if blocks[b][4] is None)
+        elif row[3] == "loading":
             filling.update(row[8][loading_hits(t, index[(rid, sample)], k) :])
         sizes = [spec.block_size for spec in groups] if groups else [bs]
         for x, table in enumerate(tables):

@@ -169,6 +169,19 @@ def is_hybrid(model: Any) -> bool:
     return not layout(model, 16).single_full
 
 
+def tier_refused(model: Any) -> str | None:
+    """Why the engines model no CPU tier for `model` (None: they do, and the page replays it): a hybrid
+    model's tier is modelled for its attention groups only (full attention, sliding windows, local
+    chunks; DESIGN.md §CPU tier, "A hybrid model"), so not for one with state (Mamba) layers."""
+    lay = layout(model, 16)
+    if any(g.kind == "mamba" for g in lay.groups):
+        return (
+            f"it has state layers ({lay.describe()}), and kvsim models a hybrid model's CPU tier for its "
+            "attention groups only (vLLM 0.33.0 offloads a Mamba group's states as they are committed)"
+        )
+    return None
+
+
 @functools.cache
 def requires() -> dict[str, dict[str, dict[str, list[Any]]]]:
     """Which values need another's: `REQUIRES`, and for each hybrid model the only values of the lab's
@@ -200,8 +213,11 @@ def options() -> dict[str, Any]:
         "model_bytes_per_token": {n: lab_model(n).kv_bytes_per_token for n in names},
         "model_bytes_per_block": {n: {b: bytes_per_block(n, b) for b in BLOCK_SIZES} for n in names},
         "hybrid_models": [n for n in names if is_hybrid(n)],
-        # A CPU tier (`kv_offloading_bytes`) runs only with these values, and not on a hybrid model.
+        # A CPU tier (`kv_offloading_bytes`) runs only with these values, and not on these models (why).
         "tier_needs": TIER_NEEDS,
+        "tier_refused_models": {
+            n: "the CPU tier is not modelled for state (Mamba) layers" for n in names if tier_refused(n)
+        },
         "max_tier_chunks": MAX_TIER_CHUNKS,
     }
 
@@ -333,8 +349,8 @@ def _check_requires(values: dict[str, Any]) -> None:
 def tier_size(tier_bytes: Any, values: dict[str, Any], model: Any) -> float | None:
     """`kv_offloading_bytes` checked and turned into the engine's `kv_offloading_size` (GiB, as vLLM's
     `--kv-offloading-size`; exact: bytes ÷ 2**30): None for 0 (no tier). Refused, naming the value and
-    the one that stops it, where the engine does not model a tier (any of `TIER_NEEDS` changed) or the
-    page does not replay one (a hybrid model); `check_tier_chunks` refuses a tier of no chunk or more than the page draws.
+    the one that stops it, where the engine does not model a tier (any of `TIER_NEEDS` changed, or a model
+    with state layers: `tier_refused`); `check_tier_chunks` refuses a tier of no chunk or more than the page draws.
 
     Raises:
         InvalidArgumentError: as above.
@@ -344,12 +360,8 @@ def tier_size(tier_bytes: Any, values: dict[str, Any], model: Any) -> float | No
         return None
     what = f"kv_offloading_bytes {n} ({fmt_bytes(n)} of CPU tier)"
     name = model if isinstance(model, str) else model.name
-    if is_hybrid(model):
-        raise InvalidArgumentError(
-            f"{what} needs a model of one full-attention group, not {name} ({layout(model, 16).describe()}): "
-            "the page replays a CPU tier for full attention only (kvsim's engines model a hybrid model's "
-            "tier for its attention groups: `kvsim run`)"
-        )
+    if tier_refused(model):
+        raise InvalidArgumentError(f"{what} is not modelled for {name}: {tier_refused(model)}")
     for knob, needed in TIER_NEEDS.items():
         if values[knob] != needed:
             raise InvalidArgumentError(

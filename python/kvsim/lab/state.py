@@ -64,6 +64,7 @@ from kvsim.lab.state_seqs import (
     STORE,
     STORE_DONE,
     SWAP_OUT,
+    WINDOW,
     _SeqPass,
 )
 from kvsim.model.config import SimConfig
@@ -279,7 +280,9 @@ def _event_states(
     safe = np.maximum(last, 0)
     last_rel = np.empty(n, np.int64)
     last_rel[order] = np.where((last >= 0) & (s_sorted[safe] == s_sorted), order[safe], -1)
-    after_finish = (kind == FREE) & (last_rel >= 0) & (kind[np.maximum(last_rel, 0)] == FINISH)
+    # (a hybrid model's tier frees the blocks a finishing request's windows left behind, `window` rows,
+    # before its other blocks)
+    after_finish = np.isin(kind, (FREE, WINDOW)) & (last_rel >= 0) & (kind[np.maximum(last_rel, 0)] == FINISH)
     pred = np.isin(kind, tuple(POST_STEP)) | after_finish
     others = np.cumsum(~pred)
     starts = _group_starts(step)  # the log is in step order: each step count's first event
@@ -330,8 +333,22 @@ def _replay(
     hr = None
     if paged and config.kv_groups:
         # A hybrid model: the manager's pass first, for the tokens each admission's prefix hit covered.
-        hr = replay_hybrid(inp, config, step, kind, seq, block, count, post, num_steps)
-    sp = _SeqPass(res, inp, config, step, kind, seq, block, count, post, num_steps, hr.hits if hr else None)
+        batch = res.raw.timeseries["batch"].tolist() if config.kv_offloading_chunks else None
+        hr = replay_hybrid(inp, config, step, kind, seq, block, count, post, num_steps, batch)
+    sp = _SeqPass(
+        res,
+        inp,
+        config,
+        step,
+        kind,
+        seq,
+        block,
+        count,
+        post,
+        num_steps,
+        hr.hits if hr else None,
+        hr.load_ends if hr else None,
+    )
     upto = np.searchsorted(st, np.arange(num_steps + 1), "right")  # events in states 0..k
     during_at = np.searchsorted(step, np.arange(1, num_steps + 1), "left")  # events through step j
     labels = [*request_names, *(names or {}).values(), *sample_labels(inp, request_names)[1]]
@@ -340,7 +357,20 @@ def _replay(
     if paged and config.kv_groups:
         assert hr is not None
         return _replay_hybrid(
-            res, inp, config, kind, upto, num_steps, sp, hr, names or {}, request_names, labels
+            res,
+            inp,
+            config,
+            kind,
+            count,
+            step,
+            post,
+            upto,
+            num_steps,
+            sp,
+            hr,
+            names or {},
+            request_names,
+            labels,
         )
     if paged:
         bp = _BlockPass(inp, config, kind, seq, block, count, st, last_rel, sp, upto, during_at)
@@ -397,6 +427,9 @@ def _replay_hybrid(
     inp: EngineInput,
     config: SimConfig,
     kind: np.ndarray,
+    count: np.ndarray,
+    step: np.ndarray,
+    post: np.ndarray,
     upto: np.ndarray,
     num_steps: int,
     sp: _SeqPass,
@@ -409,7 +442,9 @@ def _replay_hybrid(
     sequence counts from the sequences' pass. Token measures are the engine's: a block is the engine's
     block size of token slots, less the slots left empty in each attention group's partly filled last
     block (a state block counts as full). A layout of unequal attention pages is refused (`check_layout`):
-    its wider blocks hold more slots than the page draws."""
+    its wider blocks hold more slots than the page draws. A CPU tier's columns are the classic track's
+    (`tier_columns`); its held requests hold their blocks (counted allocated, none of their slots empty:
+    the engine measures the running sequences' partly filled blocks only)."""
     from kvsim.lab.query import check_layout
 
     check_layout(config)
@@ -457,6 +492,9 @@ def _replay_hybrid(
     for name, counted in CUMULATIVE_KINDS.items():
         metrics[name] = np.r_[0, np.cumsum(np.isin(kind, counted))][upto]
     metrics = {name: np.asarray(metrics[name]).tolist() for name in METRIC_COLUMNS}
+    if config.kv_offloading_chunks:
+        tier = tier_columns(kind, count, np.minimum(np.where(post, step, step + 1), num_steps))
+        metrics.update({k: _pad_to(v, s_total).tolist() for k, v in tier.items()})
     for g in range(len(groups)):
         metrics[f"group_blocks_{g}"] = hr.group_blocks[:, g].tolist()
     held_d = hr.held_during * bs

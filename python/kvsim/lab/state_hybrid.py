@@ -14,6 +14,12 @@ window, frees) must equal the log's rows one by one, else the pass stops with `I
 contiguous replay does when a logged placement differs. Nothing is decided here: which requests run, when
 and with how many tokens is read from the log; the manager only says which block ids that gives, exactly
 as the engine's did, and what it kept cached.
+
+With a CPU tier (DESIGN.md §CPU tier, "A hybrid model"; §Lab) the pass reads the tier's rows too: a load's
+admission (`admit` ... `cpu-hit`, `load`) takes its GPU hits and allocates its blocks for the hit and loaded
+tokens, keyed when its `load-done` lands (`cache_loaded`); the held request resumes in the held queue's order
+as the step's batch says (a resume has no row of its own); a finishing request's windows are freed first
+(`window` rows after its `finish`); stores and the tier's evictions leave the GPU pool as it is.
 """
 
 from __future__ import annotations
@@ -33,10 +39,15 @@ from kvsim.reference.kv_groups import NULL, HybridKVCacheManager
 ADMIT, ALLOCATE, PREFIX_HIT, EVICT = EVENT["admit"], EVENT["allocate"], EVENT["prefix-hit"], EVENT["evict"]
 FREE, PREEMPT, FINISH, REJECT = EVENT["free"], EVENT["preempt"], EVENT["finish"], EVENT["reject"]
 SCHEDULE, WINDOW = EVENT["schedule"], EVENT["window"]
+STORE, LOAD, CPU_HIT, CPU_EVICT = EVENT["store"], EVENT["load"], EVENT["cpu-hit"], EVENT["cpu-evict"]
+STORE_DONE, LOAD_DONE = EVENT["store-done"], EVENT["load-done"]
+# The CPU tier's rows that leave the GPU pool as it is (the tier's own: `state.tier_columns`).
+TIER_ONLY = (STORE, CPU_EVICT, STORE_DONE)
 NAMES = {code: kind for kind, code in EVENT.items()}
 # Block states (as `state_blocks.BLOCK_STATES`).
 FREE_S, PRIVATE_S, SHARED_S, CACHED_S, NULL_S = range(5)
-WAITING, RUNNING, PREEMPTED, DONE = range(4)
+# LOADING: held by the CPU tier while its load is in flight; LOADED: landed, held until it resumes.
+WAITING, RUNNING, PREEMPTED, DONE, LOADING, LOADED = range(6)
 
 
 @dataclass
@@ -50,7 +61,10 @@ class HybridRows:
         table_rows: `(state, sequence, keeps, tails)`: from that state on, a sequence's table in group g
             is the first `keeps[g]` blocks of its table before, then `tails[g]` (block 0 where a window's
             tokens were skipped).
-        hits: admission event index -> the tokens its prefix hit covered.
+        hits: admission event index -> the tokens its prefix hit covered (on the GPU).
+        load_ends: a CPU-tier `load` row's event index -> the tokens its request holds computed once it
+            lands (its GPU hit and the tokens loaded: not a chunk boundary where the load stops one token
+            short of the sequence).
         held, shared_saved, group_blocks, block_counts: per state 0..S: blocks held, tokens a shared block
             stores once for its extra holders (Σ (ref_cnt − 1) × block size), blocks held per group, and
             blocks per block state.
@@ -62,6 +76,7 @@ class HybridRows:
     key_records: list[tuple[int, int, int]]
     table_rows: list[tuple[int, int, tuple[int, ...], tuple[tuple[int, ...], ...]]]
     hits: dict[int, int]
+    load_ends: dict[int, int]
     held: np.ndarray
     shared_saved: np.ndarray
     group_blocks: np.ndarray
@@ -83,6 +98,7 @@ class _HybridPass:
         count: np.ndarray,
         post: np.ndarray,
         num_steps: int,
+        batch: list[int] | None = None,
     ) -> None:
         self.inp, self.config = inp, config
         self.groups = list(config.kv_groups)
@@ -103,6 +119,13 @@ class _HybridPass:
         self.step_, self.kind, self.seq = step.tolist(), kind.tolist(), seq.tolist()
         self.block, self.count, self.post = block.tolist(), count.tolist(), post.tolist()
         self.num_steps = num_steps
+        # A CPU tier (DESIGN.md §CPU tier, "A hybrid model"): each step's batch (the time series': a
+        # resume has no row of its own), the held queue in the order loads were admitted, those landed.
+        self.tier = bool(config.kv_offloading_chunks)
+        self.batch = batch or []
+        self.held_order: list[int] = []
+        self.landed: set[int] = set()
+        self.load_ends: dict[int, int] = {}
         n = len(inp)
         self.prompt = inp.prompt_len.tolist()
         self.rid = inp.request_id.astype(np.int64).tolist()
@@ -300,6 +323,7 @@ class _HybridPass:
             self.key_records,
             self.table_rows,
             self.hits,
+            self.load_ends,
             self.held,
             self.shared_saved,
             self.group_blocks,
@@ -308,6 +332,10 @@ class _HybridPass:
         )
 
     def post_event(self, i: int, hi: int, j: int) -> int:
+        """An event of state j: a finish (with a CPU tier, the blocks its windows left behind freed
+        first, vLLM's `_connector_finished`: `window` rows after the `finish`), a rejection, and with a
+        CPU tier what a step that scheduled nothing did before step j (a load admitted, stores, a held
+        request rejected) and the transfers seen complete (a load landing keys its blocks)."""
         kind, s = self.kind[i], self.seq[i]
         if kind == FINISH:
             i += 1
@@ -315,13 +343,125 @@ class _HybridPass:
             self.status[s] = DONE
             self.running.discard(s)
             self.active.discard(s)
+            if self.tier:
+                i = self.frees(s, self.kv.remove_skipped(s, self.c[s]), WINDOW, i, hi, j)
             i = self.frees(s, self.kv.free(s), FREE, i, hi, j)
             self.mark_all(s)
             return i
         if kind == REJECT:
-            self.status[s] = DONE
+            self.reject(s)
             return i + 1
+        if kind == LOAD_DONE:
+            self.land(s)
+            return i + 1
+        if kind in TIER_ONLY:
+            return i + 1
+        if kind == ADMIT and self.tier:
+            return self.admit(s, i, hi, j, 1)
+        if kind == FREE and self.status[s] in (LOADING, LOADED):
+            return self.release_held(s, i, hi, j)
+        if self.tier and kind in (PREEMPT, WINDOW):
+            # An iteration that scheduled nothing before step j (it preempted the request it would have
+            # grown, and perhaps admitted loads): its rows up to the transfers it saw complete.
+            end = i
+            while (
+                end < hi
+                and self.step_[end] == j
+                and self.post[end]
+                and self.kind[end] not in (LOAD_DONE, STORE_DONE, FINISH)
+            ):
+                end += 1
+            self.schedule_step(j, i, end, ran=False)
+            return end
         raise InternalError(f"the hybrid replay: event {NAMES[kind]} at step {j} out of place")
+
+    # -- the CPU tier's held requests -----------------------------------------------------------------
+    def reject(self, s: int) -> None:
+        """`s` rejected (a held one leaves the held queue: its blocks were freed by the rows before)."""
+        self.status[s] = DONE
+        if s in self.landed:
+            self.landed.discard(s)
+        if s in self.held_order:
+            self.held_order.remove(s)
+
+    def release_held(self, s: int, i: int, hi: int, j: int) -> int:
+        """A landed held request rejected (its prompt over the step's budget, chunked prefill off): its
+        blocks freed (the `free` rows at `i`), then its `reject` row."""
+        i = self.frees(s, self.kv.free(s), FREE, i, hi, j)
+        self.mark_all(s)
+        if i >= hi or (self.kind[i], self.seq[i]) != (REJECT, s):
+            raise InternalError(
+                f"the hybrid replay at step {j}: held seq {s} freed its blocks but is not rejected"
+            )
+        self.reject(s)
+        return i + 1
+
+    def land(self, s: int) -> None:
+        """A load seen complete: the request's blocks up to its computed tokens take their keys (vLLM's
+        `cache_blocks` in `_update_waiting_for_remote_kv`); it is held until it resumes."""
+        if self.status[s] != LOADING:
+            raise InternalError(f"the hybrid replay: seq {s} lands a load it is not waiting for")
+        self.kv.cache_loaded(s, self.segments(s, self.g[s]), self.c[s])
+        self.note_keys(s)
+        self.status[s] = LOADED
+        self.landed.add(s)
+
+    def load_row(self, i: int, hi: int, s: int) -> int | None:
+        """Where the admission at `i` continues into a CPU-tier load: the index of its `cpu-hit` row after
+        its `prefix-hit`, `evict` and `allocate` rows; None for an ordinary admission."""
+        if not self.tier:
+            return None
+        x = i + 1
+        kind, seq = self.kind, self.seq
+        while x < hi and seq[x] == s and kind[x] in (PREFIX_HIT, ALLOCATE, EVICT):
+            x += 1
+        return x if x < hi and seq[x] == s and kind[x] == CPU_HIT else None
+
+    def resume_held(self, i: int, hi: int, j: int, listed: dict[int, int], grown: set[int]) -> int:
+        """The waiting phase's held requests (vLLM's `kv_holding_waiting`, before the waiting queue): in the
+        held queue's order, a landed one rejected (its `free` rows, then its `reject`) or resumed, as many
+        as the step's batch exceeds the running sequences it schedules (a resume has no row of its own:
+        one computing a token may have none at all); a resume frees the blocks its windows left behind
+        (`window` rows), then allocates its next tokens' blocks."""
+        ready = [q for q in self.held_order if q in self.landed]
+        if not ready:
+            return i
+        admitted = sum(
+            1 for e in range(i, hi) if self.kind[e] == ADMIT and self.load_row(e, hi, self.seq[e]) is None
+        )
+        m = self.batch[j] - len(self.running) - admitted + sum(1 for v in listed.values() if v == 0)
+        if m < 0 or m > len(ready):
+            raise InternalError(
+                f"the hybrid replay at step {j}: {m} held requests resumed of {len(ready)} landed"
+            )
+        resumed = 0
+        for q in ready:
+            if i < hi and self.seq[i] == q and self.kind[i] in (FREE, REJECT):
+                i = self.release_held(q, i, hi, j) if self.kind[i] == FREE else i + 1
+                if self.status[q] != DONE:
+                    self.reject(q)
+                continue
+            if resumed == m:
+                break
+            resumed += 1
+            c = self.c[q]
+            left = self.kv.remove_skipped(q, c)
+            if left:
+                i = self.frees(q, left, WINDOW, i, hi, j)
+            self.held_order.remove(q)
+            self.landed.discard(q)
+            self.status[q] = RUNNING
+            self.running.add(q)
+            self.serial[q] = self.next_serial
+            self.next_serial += 1
+            self.base[q], self.decode[q] = j, False
+            self.version[q] += 1
+            self.mark_all(q)
+            end = c + listed.get(q, 1)
+            new = self.kv.grow(q, self.segments(q, self.g[q]), end, end)
+            i = self.allocations(q, new, i, hi, j)
+            grown.add(q)
+        return i
 
     def schedule_step(self, j: int, lo: int, hi: int, ran: bool) -> None:
         """Step j's scheduling: the running phase (windows, preemptions, growth, in the running list's
@@ -342,6 +482,12 @@ class _HybridPass:
                 work.add(s)
         work &= self.running
         i = lo
+        # Requests rejected before anything this step logged (as they joined the queue, or in a waiting
+        # phase after a running phase that took no block): with a CPU tier they may follow the transfers
+        # seen complete before the step, so not be rows of the state before it.
+        while i < hi and kind[i] == REJECT and self.status[seq[i]] in (WAITING, PREEMPTED):
+            self.reject(seq[i])
+            i += 1
         stopped = False
         grown: set[int] = set()
         for s in sorted(work, key=self.serial.__getitem__):
@@ -382,17 +528,22 @@ class _HybridPass:
             new = self.kv.grow(s, self.segments(s, g), end, end, checkpoint)
             i = self.allocations(s, new, i, hi, j)
             grown.add(s)
-        # The waiting phase.
+        # The waiting phase: with a CPU tier, the held requests first.
+        if ran and self.tier:
+            i = self.resume_held(i, hi, j, listed, grown)
         while i < hi:
             k, s = kind[i], seq[i]
             if k == ADMIT:
                 i = self.admit(s, i, hi, j, listed.get(s, 1))
-                grown.add(s)
+                if self.status[s] == RUNNING:
+                    grown.add(s)
             elif k == REJECT:
-                self.status[s] = DONE
+                self.reject(s)
                 i += 1
-            elif k == SCHEDULE:
+            elif k == SCHEDULE or (self.tier and k in TIER_ONLY):
                 i += 1
+            elif k == FREE and self.status[s] in (LOADING, LOADED):
+                i = self.release_held(s, i, hi, j)
             else:
                 raise InternalError(
                     f"the hybrid replay at step {j}: the log has {NAMES[k]} of block {self.block[i]} for seq {s} "
@@ -405,8 +556,10 @@ class _HybridPass:
             self.advance(s, j, listed.get(s, 1))
 
     def admit(self, s: int, i: int, hi: int, j: int, num_new: int) -> int:
-        """An admission: the manager's lookup (its hit blocks against the log's), then its blocks."""
+        """An admission: the manager's lookup (its hit blocks against the log's), then its blocks. With a
+        CPU tier, one whose rows go on to a `cpu-hit` and a `load` is a load's (`admit_load`)."""
         e = i
+        x = self.load_row(i, hi, s)
         i += 1
         self.materialize(s, j)
         g = self.g[s]
@@ -414,6 +567,8 @@ class _HybridPass:
         segs = self.segments(s, g)
         kv = self.kv
         hit = kv.lookup(segs, total - 1)
+        if x is not None:
+            return self.admit_load(s, e, i, hi, j, hit, hit.tokens + self.count[x])
         for gi, blocks in enumerate(hit.hits):
             spec = self.groups[gi]
             skipped = spec.skipped(hit.tokens) // spec.block_size
@@ -432,6 +587,35 @@ class _HybridPass:
         self.serial[s] = self.next_serial
         self.next_serial += 1
         self.c[s], self.base[s], self.decode[s] = hit.tokens, j, False
+        self.version[s] += 1
+        self.mark_all(s)
+        return i
+
+    def admit_load(self, s: int, e: int, i: int, hi: int, j: int, hit: Any, end: int) -> int:
+        """A load admitted (the engine's `h_admit_load`): the request takes its GPU hits, skipping a
+        window's tokens as of `end` (its hits and the tokens its `cpu-hit` row says the load brings), and
+        the blocks for `end` tokens, keyed only up to its hits (the rest when the load lands); it is held,
+        neither running nor computing, its tokens computed from now on as the replay shows them."""
+        kv = self.kv
+        for gi, blocks in enumerate(hit.hits):
+            spec = self.groups[gi]
+            for b in blocks[spec.skipped(end) // spec.block_size :]:
+                if b != NULL:
+                    self.expect(i, hi, PREFIX_HIT, s, b, gi, j)
+                    i += 1
+                    self.take(s, b, gi)
+        segs = self.segments(s, self.g[s])
+        new = kv.admit(s, segs, hit, end, hit.tokens, self.prompt[s], computed=end)
+        i = self.allocations(s, new, i, hi, j)
+        for kind in (CPU_HIT, LOAD):
+            if i >= hi or (self.kind[i], self.seq[i]) != (kind, s):
+                raise InternalError(f"the hybrid replay at step {j}: seq {s}'s load has no {NAMES[kind]} row")
+            i += 1
+        self.hits[e] = hit.tokens
+        self.load_ends[i - 1] = end
+        self.status[s] = LOADING
+        self.held_order.append(s)
+        self.c[s], self.base[s], self.decode[s] = end, j, False
         self.version[s] += 1
         self.mark_all(s)
         return i
@@ -531,9 +715,11 @@ def replay_hybrid(
     count: np.ndarray,
     post: np.ndarray,
     num_steps: int,
+    batch: list[int] | None = None,
 ) -> HybridRows:
-    """The blocks of a hybrid run (module docstring): rows, counts and the tokens each admission hit."""
-    return _HybridPass(inp, config, step, kind, seq, block, count, post, num_steps).run()
+    """The blocks of a hybrid run (module docstring): rows, counts and the tokens each admission hit;
+    with a CPU tier, `batch` is each step's (the time series'), which says how many held requests resume."""
+    return _HybridPass(inp, config, step, kind, seq, block, count, post, num_steps, batch).run()
 
 
 def internal_tokens(
@@ -575,7 +761,10 @@ def internal_tokens(
             slack += -cs % b
         state_out += np.bincount(ks, slack, minlength=s_total).astype(np.int64)
     during[:] = state_out[1:]
-    fin = (st == finished) & (k0 >= 1) & (k0 <= num_steps)
+    # A finish: a sequence's first finished row (a CPU tier's rows about a finished request, its last
+    # stores, give it more rows, finished still).
+    first_fin = np.r_[True, (q[1:] != q[:-1]) | (st[:-1] != finished)]
+    fin = (st == finished) & first_fin & (k0 >= 1) & (k0 <= num_steps)
     if fin.any():
         extra = np.zeros(int(fin.sum()), np.int64)
         for b in block_sizes:

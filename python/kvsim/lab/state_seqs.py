@@ -99,10 +99,13 @@ class _SeqPass:
         post: np.ndarray,
         num_steps: int,
         hits: dict[int, int] | None = None,
+        load_ends: dict[int, int] | None = None,
     ) -> None:
         # A hybrid model's admissions: event index -> the tokens its prefix hit covered (its prefix-hit
-        # rows are per group, and a window's hit starts past the tokens it skips).
+        # rows are per group, and a window's hit starts past the tokens it skips); with a CPU tier, its
+        # `load` rows' -> the tokens computed once it lands (the row counts chunks of every group).
         self.hits = hits
+        self.load_ends = load_ends
         self.rows: list[tuple[int, int, int, int, int, int, int]] = []  # (k, seq, status, c, rc, g, rg)
         self.arrivals: list[tuple[int, int]] = []  # (k, seq): it appears, waiting
         self.aux: dict[int, int] = {}  # event index -> a release's, swap-in's or fork parent's tokens
@@ -373,7 +376,10 @@ class _SeqPass:
             elif kind == LOAD:
                 # A load admitted: its blocks hold the GPU hits and the loaded chunks, `cnt` chunks from
                 # the one holding the first token after the hits; the request is held, not running.
-                end = ((s.c // bs) * bs // tpc + cnt) * tpc
+                if self.load_ends is not None:
+                    end = self.load_ends[e_idx[pos]]
+                else:
+                    end = ((s.c // bs) * bs // tpc + cnt) * tpc
                 logical += end - s.c
                 s.c = end
                 held_tokens[i] = end

@@ -74,8 +74,9 @@ export class Inspector {
       const st = track.seqs.row(h.seq)[S.status];
       return st === "loading" || st === "loaded";
     }).map((h) => replay.name(h.rid, h.sample));
+    // (a hybrid model's block rows carry the keys its manager gave: a block the load fills has none yet)
     const filling = holders.some((h) => track.seqs.row(h.seq)[S.status] === "loading" &&
-      h.logical >= track.loadingHits(h.seq, replay.step));
+      (track.groups ? !blk.prefix_key : h.logical >= track.loadingHits(h.seq, replay.step)));
     const heldNote = held.length ? `<p class="hint insp-held" id="insp-held" data-filling="${filling}">Held by ` +
       `${esc(held.join(", "))}, held for a CPU-tier load: ${filling
         ? "this block is being filled by the load in flight (its KV arrives over the host link) and takes its prefix key when the load is seen complete."

@@ -147,13 +147,15 @@ function whyNot(param, value, bundle) {
       return `${other} ${q[other]} needs ${words}${theirs.map((a) => valueWord(param, a)).join(" or ")}`;
     }
   }
-  // A CPU tier runs with vLLM v1's knobs and a model of one full-attention group (the server's rule).
+  // A CPU tier runs with vLLM v1's knobs, and not on a model with state layers (the server's rule: a
+  // hybrid model's tier is modelled for its attention groups only).
   if (Number(q.kv_offloading_bytes || 0) > 0) {
     const needed = (opts.tier_needs || {})[param];
     if (needed !== undefined && !sameValue(needed, value)) {
       return `the CPU tier needs ${PARAM_WORDS[param] || param} ${valueWord(param, needed)}`;
     }
-    if (param === "model" && (opts.hybrid_models || []).includes(value)) return "the page replays a CPU tier for full attention only";
+    const refused = (opts.tier_refused_models || {})[value];
+    if (param === "model" && refused) return refused;
   }
   if ((param === "block_size" || param === "model") && q.num_blocks === undefined) {
     // Bytes per block as the server cuts the pool (a hybrid model's: its largest group's layers × page).
@@ -241,10 +243,11 @@ function syncTier(bundle) {
   let hint = t ? `= ${int(t.chunks)} chunks of ${bytes(t.chunk_bytes)} (a block's KV padded to 4 KiB, as vLLM sizes it)` +
     (rest > 0 ? `; ${bytes(rest)} left over, unused` : "") : "0: no tier";
   const needs = opts.tier_needs || {};
-  const stop = bundle.layout ? `none for model ${q.model}: it is hybrid (the page replays a tier for full attention only)`
+  const refused = (opts.tier_refused_models || {})[q.model];
+  const stop = refused ? `none for model ${q.model}: its state (Mamba) layers are not modelled with a tier`
     : Object.entries(needs).filter(([k, v]) => !sameValue(q[k], v))
       .map(([k, v]) => `needs ${PARAM_WORDS[k] || k} ${valueWord(k, v)}`).join(", ");
-  if (!t && stop) hint = bundle.layout ? `0: no tier; ${stop}` : `0: no tier; a tier ${stop}`;
+  if (!t && stop) hint = refused ? `0: no tier; ${stop}` : `0: no tier; a tier ${stop}`;
   $("c-tier-chunks").textContent = hint;
   if (!t && stop) input.dataset.why = stop;
   else delete input.dataset.why;
