@@ -429,6 +429,23 @@ impl Engine<'_> {
         })
     }
 
+    /// vLLM's flush: each store of `flushed` (ids; a repeat counted once) still in flight is seen complete
+    /// at observation `observation`, and counted. Returns when the last of them ends (0: none).
+    fn apply_flushes(&mut self, tier: &mut Tier, flushed: &[u64], observation: u64) -> i64 {
+        let mut flush_end = 0;
+        for (i, &id) in flushed.iter().enumerate() {
+            if flushed[..i].contains(&id) {
+                continue;
+            }
+            if let Some(job) = tier.stores.iter_mut().find(|j| j.id == id) {
+                job.avail = job.avail.min(observation);
+                self.out.counters.num_flushes += 1;
+                flush_end = flush_end.max(job.end);
+            }
+        }
+        flush_end
+    }
+
     #[inline]
     fn tier_ref(&self) -> &Tier {
         self.tier.as_deref().expect("a CPU tier")

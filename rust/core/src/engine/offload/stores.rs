@@ -241,19 +241,7 @@ impl Engine<'_> {
         tier.finish_last();
         tier.touched.clear();
         self.tier_hot.pending = !tier.fences.is_empty();
-        let mut flush_end = 0;
-        let mut seen: Vec<u64> = Vec::new();
-        for id in flushed {
-            if seen.contains(&id) {
-                continue;
-            }
-            seen.push(id);
-            if let Some(job) = tier.stores.iter_mut().find(|j| j.id == id) {
-                job.avail = job.avail.min(observation);
-                self.out.counters.num_flushes += 1;
-                flush_end = flush_end.max(job.end);
-            }
-        }
+        let flush_end = self.apply_flushes(&mut tier, &flushed, observation);
         self.tier = Some(tier);
         (planned, flush_end)
     }
