@@ -288,6 +288,24 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             (26, [(50, 64), (52, 40)], 3),
         ],
     },
+    "mamba_aligned_prompt": {
+        # (h) A prompt of 96 tokens, a multiple of the chunk: its hit is bounded by 95 tokens, rounded down
+        # to the state's chunk (80), so the state request 0 stored at 96 (its replay boundary) serves
+        # neither request 2 (no state at 80 yet: it computes, storing one) nor full attention's chunks
+        # beyond 80; request 4 loads 80 tokens.
+        "groups": [("full", 0, 16), ("mamba", 0, 16)],
+        "num_blocks": 16,
+        "cpu_chunks": 80,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 48,
+        "requests": [
+            (0, [(88, 96), (89, 10)], 2),
+            (4, [(90, 170)], 2),
+            (9, [(88, 96)], 2),
+            (13, [(91, 170)], 2),
+            (18, [(88, 96)], 2),
+        ],
+    },
     "mamba_window_full": {
         # (h) A sliding window of 32 tokens, a Mamba group and full attention (block 16): the lookup's
         # window groups are the window (two chunks) and the state (one), the hit's bound rounded down

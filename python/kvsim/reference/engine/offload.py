@@ -88,6 +88,8 @@ class Offload(HybridTier, State):
                 cfg.kv_offloading_chunks, cfg.kv_offloading_eviction_policy, cfg.kv_offloading_store_threshold
             )
             self.tpc = self.bs * cfg.kv_offloading_blocks_per_chunk
+            if self.hybrid:
+                self.hkv.boundary_states = []  # a Mamba group's states are handed to the tier as keyed
 
     # -- keys -----------------------------------------------------------------------------------------
     def chunk_keys(self, s: Seq, n: int) -> list[int]:
@@ -414,7 +416,11 @@ class Offload(HybridTier, State):
         if self.fences and self.touched:
             for b in self.touched:
                 flushed.extend(self.fences.get(b, ()))
-        planned = False
+        planned = (
+            self.hybrid
+            and self.hkv.boundary_states is not None
+            and self.h_offer_states(step_end, observation)
+        )
         finished = self.finished_last
         self.finished_last = []
         bpc = cfg.kv_offloading_blocks_per_chunk
