@@ -1,5 +1,5 @@
 """The CPU tier for a model of several KV-cache groups (DESIGN.md §CPU tier, "A hybrid model"; the twin of
-`rust/core/src/engine/offload/hybrid.rs`): a waiting request's hits continued into the tier group by group
+`rust/core/src/engine/offload/hybrid/`): a waiting request's hits continued into the tier group by group
 (full attention a prefix, a window a run from the right, to a fixed point), its load over every group,
 the stores a step offers per group (a sliding window's only at the replay boundary and the shared-prefix
 junction), the connector's copy of each table whose window blocks reused since go stale, and the fences a
@@ -45,7 +45,7 @@ class HybridTier(State):
     """The CPU tier's rules over a hybrid pool (`self.hkv`); `offload.py` hands these the hybrid case."""
 
     if TYPE_CHECKING:
-        # offload.py's state and the methods these call there
+        # offload.py's state and the methods these call there (and hybrid.py's)
         tpc: int
         block_keys: dict[int, list[int]]
         loading: Counter[int]
@@ -60,6 +60,7 @@ class HybridTier(State):
             self, s: Seq, keys: list[int], blocks: list[int], step_end: int, observation: int
         ) -> Job: ...
         def log_group_allocations(self, s: Seq, new: list[tuple[int, int]]) -> None: ...
+        def hybrid_grow(self, s: Seq, num_new: int, watermark: int) -> list[tuple[int, int]] | None: ...
 
     # -- the groups as the connector sees them -------------------------------------------------------
     def h_tpc(self, g: int) -> int:
@@ -292,7 +293,9 @@ class HybridTier(State):
     def h_resume_loaded(self, s: Seq, budget: int, never: int) -> int:
         """A held request whose load has landed, admitted as a resumed one over a hybrid pool: the
         full-prompt gate, then its window's blocks left behind freed and its next chunk's allocated if the
-        watermark allows; the tokens it computes, 0 if it cannot start now, or `never`."""
+        watermark allows (`hybrid_grow`, a running sequence's growth with the watermark; no chunk reserves
+        a Mamba checkpoint, the tier refusing state layers); the tokens it computes, 0 if it cannot start
+        now, or `never`."""
         cfg, kv = self.cfg, self.hkv
         total = s.num_tokens
         num_new = total - s.num_computed
@@ -309,14 +312,8 @@ class HybridTier(State):
             and kv.need(s.idx, full, None, s.num_computed, capped=True) + watermark > kv.num_free_blocks
         ):
             return 0
-        for b, g in kv.remove_skipped(s.idx, s.num_computed):
-            self.log("window", s, b, g)
-        end = s.num_computed + num_new
-        if kv.need(s.idx, end, None, s.num_computed) + watermark > kv.num_free_blocks:
+        if self.hybrid_grow(s, num_new, watermark) is None:
             return 0
-        new = kv.grow(s.idx, s.segments(), end, end)
-        self.log_group_allocations(s, new)
-        s.num_computed = end
         return num_new
 
     # -- stores --------------------------------------------------------------------------------------
