@@ -7,8 +7,11 @@ scheduler side run on CPU; torch and the wheel's pure-Python dependencies are en
 
 Each scenario drives `vllm.v1.core.sched.scheduler.Scheduler` with `--kv-offloading-size` set (vLLM builds
 the `OffloadingConnector` with its CPU manager, LRU or ARC) step by step. The workers are replaced by a
-stand-in that reports a load done in the step that issued it and a store in the step after (kvsim's
-transfers of zero duration: DESIGN.md §CPU tier, Time), and a flushed job at once. Requests join before a
+stand-in that reports each transfer done when kvsim would see it done (`Worker`; DESIGN.md §CPU tier,
+"Time"): with transfers of zero duration, a load in the step that issued it and a store in the step after,
+a flushed job at once; with a scenario's `latency_ms` and `ms_per_block` (the `slow_*` ones), later, the
+clock jumping as kvsim's stall does and a flush lengthening its step. Each step records its start on
+kvsim's clock (`start`) and, where a flush lengthened it, its `end`. Requests join before a
 step that follows one which computed tokens (or before the first step, or when vLLM holds nothing at all),
 so that kvsim, whose steps that compute nothing take no time, sees them at the same point. Per step that
 computed tokens it records the tokens each request was scheduled, every request's block table, the loads
@@ -192,6 +195,29 @@ def random_scenario(seed: int) -> dict[str, Any]:
 for _seed in range(16):
     SCENARIOS[f"random_{_seed}"] = random_scenario(_seed)
 
+# Transfers that take time (kvsim's `kv_offloading_latency_ps` and `_ps_per_block`, on its clock of 1 ms a
+# step; times exact in binary): loads that last several steps while other requests run and a second request
+# waits for chunks being loaded, stores in flight across steps (their chunks neither hit nor evicted until
+# done), flushes that lengthen their step, transfers queued one after the other on the link.
+for _name, _latency, _per_block in [
+    ("store_then_load", 0.25, 0.5),
+    ("pending_store_defers", 0.5, 0.75),
+    ("being_loaded_defers", 0.25, 0.75),
+    ("tier_full", 0.5, 0.5),
+    ("preempt_with_store_in_flight", 0.25, 0.5),
+    ("whole_prompt_loaded", 1.5, 0.25),
+    ("hit_fences_finished_store", 0.25, 1.0),
+    ("two_blocks_per_chunk", 0.0, 0.625),
+]:
+    SCENARIOS[f"slow_{_name}"] = {**SCENARIOS[_name], "latency_ms": _latency, "ms_per_block": _per_block}
+for _seed in range(16, 28):
+    _rng = random.Random(_seed)
+    SCENARIOS[f"slow_random_{_seed}"] = {
+        **random_scenario(_seed),
+        "latency_ms": _rng.choice([0.0, 0.25, 1.0, 2.5]),
+        "ms_per_block": _rng.choice([0.125, 0.25, 0.5, 1.0]),
+    }
+
 MAX_MODEL_LEN = 256
 PAGE_BYTES = 4096  # one GPU block's bytes in the recorder's KV-cache config
 
@@ -271,33 +297,54 @@ def _scheduler(sc: dict[str, Any]) -> Any:
 
 
 class Worker:
-    """Stands in for the workers: a load is done in the step that issued it, a store in the step after, a
-    flushed job at once."""
+    """Stands in for the workers, on kvsim's clock (DESIGN.md §CPU tier, "Time"): a transfer of `n` GPU
+    blocks lasts `latency + n * per_block` ms, one after the other per direction; a load starts when the
+    step that issued it starts, a store when it ends; a transfer is reported done by the first step whose
+    end is at or after its end, a store not by the step that issued it (vLLM's worker submits it in the
+    next step); a flushed job at once, the step lasting until it has ended. With both times 0 (kvsim's
+    transfers of zero duration): a load done in the step that issued it, a store in the step after."""
 
-    def __init__(self) -> None:
-        self.pending: list[tuple[int, int, str, bool]] = []  # (due step, job, request, is load)
+    def __init__(self, latency: float = 0.0, per_block: float = 0.0) -> None:
+        self.latency, self.per_block = latency, per_block
+        self.free = {True: 0.0, False: 0.0}  # per direction (is load): when its last transfer ends
+        # (end, first step that may report it, job, request, is load)
+        self.pending: list[tuple[float, int, int, str, bool]] = []
 
-    def run(self, step: int, meta: Any) -> Any:
+    def _end(self, is_load: bool, start: float, blocks: int) -> float:
+        end = max(start, self.free[is_load]) + self.latency + blocks * self.per_block
+        self.free[is_load] = end
+        return end
+
+    def earliest_end(self) -> float | None:
+        return min((p[0] for p in self.pending), default=None)
+
+    def run(self, step: int, meta: Any, start: float, end: float) -> tuple[Any, int, float]:
+        """Step `step` from `start` to `end` (ms): its output, the jobs it flushed and when it ends
+        (`end`, or later for a flush)."""
         from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingWorkerMetadata
         from vllm.v1.outputs import KVConnectorOutput
 
         for jid, job in meta.load_jobs.items():
-            self.pending.append((step, jid, job.req_id, True))
+            blocks = len(job.dst_spec.block_ids)
+            self.pending.append((self._end(True, start, blocks), step, jid, job.req_id, True))
         for jid, job in meta.store_jobs.items():
-            self.pending.append((step + 1, jid, job.req_id, False))
+            blocks = len(job.src_spec.block_ids)
+            self.pending.append((self._end(False, end, blocks), step + 1, jid, job.req_id, False))
         flush = set(meta.jobs_to_flush or ())
-        self.pending = [(step if p[1] in flush else p[0], *p[1:]) for p in self.pending]
-        done = [p for p in self.pending if p[0] <= step]
-        self.pending = [p for p in self.pending if p[0] > step]
+        end = max([end] + [p[0] for p in self.pending if p[2] in flush])
+        self.pending = [(p[0], step if p[2] in flush else p[1], *p[2:]) for p in self.pending]
+        done = [p for p in self.pending if p[0] <= end and p[1] <= step]
+        self.pending = [p for p in self.pending if not (p[0] <= end and p[1] <= step)]
         wm = OffloadingWorkerMetadata()
         received = set()
-        for _, jid, rid, is_load in done:
+        for _, _, jid, rid, is_load in done:
             wm.mark_completed(jid)
             if is_load:
                 received.add(rid)
-        return KVConnectorOutput(
+        output = KVConnectorOutput(
             finished_recving=received, kv_connector_worker_meta=wm if wm.completed_jobs else None
-        ), len(flush)
+        )
+        return output, len(flush), end
 
 
 def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
@@ -313,20 +360,24 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     connector = s.connector.connector_scheduler
     manager = connector.manager
     hasher = get_request_block_hasher(bs, sha256)
-    worker = Worker()
+    worker = Worker(sc.get("latency_ms", 0.0), sc.get("ms_per_block", 0.0))
     pending = list(enumerate(sc["requests"]))
     steps: list[dict[str, Any]] = []
     arrivals: dict[int, int] = {}
     loads: list[list[Any]] = []
     stores: list[list[Any]] = []
     flushes = 0
-    # kvsim's clock (ms): a step that computed tokens lasts 1 ms, one that did not none; requests that join
-    # an idle vLLM (after its steps that only finished transfers) join kvsim half a millisecond later, so
-    # that kvsim too observes those transfers before they arrive.
+    # kvsim's clock (ms): a step that computed tokens lasts 1 ms (or until the stores it flushed end), one
+    # that did not none; requests that join an idle vLLM (after its steps that only finished transfers) join
+    # kvsim half a millisecond later, so that kvsim too observes those transfers before they arrive. A step
+    # that computed nothing, issued nothing and saw nothing done is kvsim's stall: the next step starts at
+    # the earliest end of a transfer in flight (unless requests join then).
     clock = 0.0
     last_computed = True
+    stalled = False
     for step in range(600):
         idle = not s.has_requests() and not connector._jobs
+        due = []
         if last_computed or idle:
             due = [(rid, r) for rid, r in pending if r[0] <= step]
             if due and not last_computed:
@@ -336,6 +387,8 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
                 s.add_request(Request(str(rid), token_ids(segments), params, None, block_hasher=hasher))
                 pending.remove((rid, (arrival, segments, max_tokens)))
                 arrivals[rid] = clock
+        if stalled and not due and (first_end := worker.earliest_end()) is not None:
+            clock = max(clock, first_end)
         out = s.schedule()
         meta = out.kv_connector_metadata
         for job in meta.load_jobs.values():
@@ -346,9 +399,11 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
             stores.append(
                 [job.req_id, len(job.dst_spec.block_ids) if hasattr(job.dst_spec, "block_ids") else -1]
             )
-        output, flushed = worker.run(step, meta)
-        flushes += flushed
         ids = list(out.num_scheduled_tokens)
+        output, flushed, end = worker.run(step, meta, clock, clock + 1 if ids else clock)
+        flushes += flushed
+        done = output.kv_connector_worker_meta is not None
+        stalled = not (ids or meta.load_jobs or meta.store_jobs or done)
         if ids:
             coordinator = s.kv_cache_manager.coordinator
             steps.append(
@@ -362,10 +417,11 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
                     "loads": loads,
                     "stores": stores,
                     "tier_chunks": manager._num_chunks - manager._get_num_free_chunks(),
+                    **({"start": clock, "end": end} if end != clock + 1 else {"start": clock}),
                 }
             )
             loads, stores = [], []
-            clock += 1
+        clock = end
         last_computed = bool(ids)
         sampled = []
         for r in ids:

@@ -48,6 +48,19 @@ def test_presets_route(client):
     asks = {p["name"]: p.get("max_tokens") for p in body["presets"] if p["available"]}
     assert asks["copilot"] == "max_tokens 128 each"
     assert "2,048 − prompt" in asks["chat"]
+    # The presets in the page's order: the hybrid models' after the others, the CPU tier's beside their kin.
+    assert names == [
+        "copilot",
+        "chat",
+        "parallel-sampling",
+        "memory-pressure",
+        "cpu-tier",
+        "mooncake",
+        "sliding-window",
+        "sliding-window-tier",
+        "state-layers",
+        "state-layers-caching",
+    ]
 
 
 def test_run_route_is_the_bundle(client):

@@ -137,7 +137,11 @@ def test_replay_equals_the_engine_on_random_hybrid_layouts(w, cfg):
         check_tables(t)
 
 
-@pytest.mark.parametrize("name", ["sliding-window", "state-layers", "state-layers-caching"])
+# The presets of models served by vLLM's hybrid KV-cache manager (one with a CPU tier).
+HYBRID_PRESETS = ["sliding-window", "sliding-window-tier", "state-layers", "state-layers-caching"]
+
+
+@pytest.mark.parametrize("name", HYBRID_PRESETS)
 @pytest.mark.parametrize("backend", ["rust", "reference"])
 def test_hybrid_presets_replay_equals_the_engine(name, backend):
     r = resolve(name)
@@ -148,7 +152,7 @@ def test_hybrid_presets_replay_equals_the_engine(name, backend):
 
 
 def test_both_backends_give_one_hybrid_bundle():
-    for name in ("sliding-window", "state-layers", "state-layers-caching"):
+    for name in HYBRID_PRESETS:
         a = kvsim.lab.bundle(name)
         b = kvsim.lab.bundle(name, backend="reference")
         a.pop("elapsed_s")

@@ -6,17 +6,22 @@ refused where the engine refuses a tier."""
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
 import hypothesis.strategies as st
 import numpy as np
 import pytest
 from hypothesis import given, settings
 
 from kvsim.engine.engine_input import prepare
+from kvsim.engine.simulate import simulate
 from kvsim.errors import InvalidArgumentError
 from kvsim.lab.bundle import bundle, resolve, snapshot
 from kvsim.lab.presets import get as get_preset
 from kvsim.lab.state import run_track, state_at
 from kvsim.reference.engine.core import Engine
+from kvsim.reference.engine.offload_hybrid import GROUP_BITS
 from kvsim.workloads import Workload
 from tests.test_engine_differential import workloads
 from tests.test_lab_hybrid import check_tables
@@ -25,6 +30,7 @@ from tests.test_offload_engine import tier_configs
 from tests.test_offload_hybrid import tiered_hybrid_configs
 
 GIB = 2**30
+GROUP_MASK = (1 << GROUP_BITS) - 1
 
 
 class _Watched(Engine):
@@ -63,6 +69,12 @@ class _Watched(Engine):
             else None,
             # ... and which of their blocks have a key (a load's have none until it lands).
             "keyed": {b for b, key in enumerate(self.hkv.pool._key) if b and key is not None}
+            if self.hybrid
+            else None,
+            # ... and the tier's chunks per group (a chunk's key ends with its group's index), those a load
+            # reads too.
+            "group_chunks": Counter(key & GROUP_MASK for key in tier.chunks) if self.hybrid else None,
+            "group_loading": Counter(key & GROUP_MASK for key, c in tier.chunks.items() if c.pins > 0)
             if self.hybrid
             else None,
         }
@@ -281,7 +293,9 @@ def test_a_tier_is_refused_where_the_engine_refuses_one(preset, overrides, says)
     assert says in str(e.value)
 
 
-@pytest.mark.parametrize(("preset", "tier_bytes"), [("cpu-tier", None), ("copilot", 8 * 2**20)])
+@pytest.mark.parametrize(
+    ("preset", "tier_bytes"), [("cpu-tier", None), ("sliding-window-tier", None), ("copilot", 8 * 2**20)]
+)
 def test_presets_with_a_tier_replay_as_the_engine_runs(preset, tier_bytes):
     r = resolve(preset, kv_offloading_bytes=tier_bytes)
     check_tier(r.preset.workload, r.paged)
@@ -328,6 +342,90 @@ def test_a_hybrid_model_loads_into_every_attention_group():
     assert b["tier"]["chunks"] == s["tier"]["chunks"] > 0
     assert b["layout"] is not None
     assert b["contiguous"] is None
+
+
+# The sliding-window-tier preset's groups (gpt-oss-120b's: a 128-token window, then full attention) and the
+# content of its conversation's first turn (a block's key is named after the segment holding its last token).
+WINDOW, FULL = 0, 1
+TURN_1 = ("sys-travel-agent", "thread-42-turn-1")
+
+
+def _turn_1_keys(snap: dict[str, Any]) -> dict[int, set[int]]:
+    """Per group, the table positions of the blocks on the GPU (held or cached) keyed with turn 1's content."""
+    out: dict[int, set[int]] = {WINDOW: set(), FULL: set()}
+    for b in snap["blocks"]:
+        key = b["prefix_key"]
+        if key is not None and key.split(":")[0] in TURN_1:
+            out[b["group"]].add(int(key.rsplit("-", 1)[1]))
+    return out
+
+
+def test_the_sliding_window_tier_preset_loads_turn_1_back_into_both_groups():
+    """gpt-oss-120b with a CPU tier (the `sliding-window-tier` preset), checked against the engines' own
+    counters: req-1's 260-token prompt is stored as it is computed, 16 chunks of the full-attention group
+    and 8 of the window group (the blocks ending at 256 tokens, where a later hit can end); it is pushed out
+    of the GPU, and req-8 (turn 2) loads those 24 chunks back at the opening state, held, its window table
+    8 null blocks then the 8 the load fills, keyless until it lands two states later; req-9 (turn 2
+    edited) loads them again, since the GPU keeps turn 1's window blocks keyed only where req-8's own prompt
+    ends. The GPU serves no hit in the whole run: its 512 hit tokens all come from the tier."""
+    p = get_preset("sliding-window-tier")
+    r = resolve("sliding-window-tier")
+    assert [(g.kind, g.window) for g in r.paged.kv_groups] == [("sliding_window", 128), ("full", 0)]
+    assert (r.paged.num_blocks, r.paged.kv_offloading_chunks) == (64, 128)
+    assert r.contiguous is None
+    seen = watched(p.workload, p.config)  # the reference engine, stepped
+    res = simulate(p.workload, p.config)  # the Rust engine's counters
+    s = res.summary
+    assert (s["prefix_hit_tokens"], s["cpu_hit_tokens"]) == (0, 512)
+    assert (s["loads"], s["loaded_blocks"], s["cpu_evictions"], s["stores_failed"]) == (2, 48, 0, 0)
+    names = [f"req-{i + 1}" for i in range(len(p.workload))]
+    hits = dict(zip(names, res.requests["cpu_hit_tokens"].to_list(), strict=True))
+    assert hits == {name: 256 if name in ("req-8", "req-9") else 0 for name in names}
+    assert res.requests["cached_tokens"].sum() == 0
+    # req-1's first step stores its prompt: every full block of the full-attention group, the window's 8.
+    assert seen[1]["group_chunks"] == {FULL: 16, WINDOW: 8}
+    first = snapshot("sliding-window-tier", step=1)
+    assert first["tier"]["cpu_stored_chunks"] == first["tier"]["cpu_pending_chunks"] == 24
+    # Pushed out of the GPU: the state before req-8's load has no block keyed with turn 1.
+    k = p.step
+    assert _turn_1_keys(snapshot("sliding-window-tier", step=k - 1)) == {WINDOW: set(), FULL: set()}
+    # The opening state: req-8 held, its load of 24 chunks in flight, 16 of the full group, 8 of the window.
+    snap = snapshot("sliding-window-tier", step=k)
+    tier = snap["tier"]
+    for name in ("cpu_chunks", "cpu_pending_chunks", "cpu_loading_chunks", "cpu_hit_tokens", "cpu_loads"):
+        assert tier[name] == seen[k][name], name
+    assert (tier["cpu_loading_chunks"], tier["cpu_hit_tokens"], tier["cpu_loads"]) == (24, 256, 1)
+    assert seen[k]["group_loading"] == {FULL: 16, WINDOW: 8}
+    assert seen[k]["held"] == {7: "loading"}
+    (req8,) = [q for q in snap["requests"] if q["status"] in ("loading", "loaded")]
+    assert (req8["name"], req8["status"], req8["context_tokens"]) == ("req-8", "loading", 256)
+    window, full = req8["block_tables"]
+    # (the window's first 8 positions hold the null block: tokens it skips as of 256, none loaded)
+    assert [b == 0 for b in window] == [True] * 8 + [False] * 8
+    assert [b == 0 for b in full] == [False] * 16
+    by_id = {b["block_id"]: b for b in snap["blocks"]}
+    for g, table in enumerate(req8["block_tables"]):
+        for b in table[8 if g == WINDOW else 0 :]:
+            assert (by_id[b]["group"], by_id[b]["loading"], by_id[b]["prefix_key"]) == (g, True, None)
+    assert snapshot("sliding-window-tier", step=k + 1)["tier"]["cpu_loading_chunks"] == 24
+    # Landed two states later: its blocks keyed, the full group's all, the window's only those ending at
+    # req-8's own prompt's end (288 tokens: positions 10 to 17, of which the load brought 10 to 15).
+    landed = snapshot("sliding-window-tier", step=k + 2)
+    assert seen[k + 2]["held"] == {7: "loaded"}
+    assert landed["tier"]["cpu_loading_chunks"] == 0
+    assert _turn_1_keys(landed) == {WINDOW: set(range(10, 16)), FULL: set(range(16))}
+    # req-9 shares turn 1 with req-8, which holds its full-attention blocks keyed on the GPU, but a window
+    # hit at 256 tokens needs positions 8 to 15 keyed: the tier serves it again.
+    j = next(i for i in range(k + 2, len(seen)) if seen[i]["held"] == {8: "loading"})
+    before = snapshot("sliding-window-tier", step=j - 1)
+    keys = _turn_1_keys(before)
+    assert keys[FULL] == set(range(16))
+    assert {8, 9} - keys[WINDOW] == {8, 9}
+    again = snapshot("sliding-window-tier", step=j)
+    assert (again["tier"]["cpu_loading_chunks"], again["tier"]["cpu_hit_tokens"]) == (24, 512)
+    assert seen[j]["group_loading"] == {FULL: 16, WINDOW: 8}
+    end = snapshot("sliding-window-tier", step=len(seen) - 1)
+    assert (end["tier"]["cpu_loads"], end["tier"]["cpu_evictions"]) == (2, 0)
 
 
 def test_the_models_a_tier_is_refused_with_are_the_ones_the_page_disables():

@@ -2,8 +2,8 @@
 
 `scripts/vllm_offload_golden.py` drove vLLM's real `Scheduler` with `kv_offloading_size` set (its
 `OffloadingConnector` and CPU manager, on CPU from its PyPI wheel) through each scenario, with workers that
-report a load done in its own step and a store in the next (kvsim's transfers of zero duration), and
-recorded per step that computed tokens: every request's block table after scheduling, the loads and stores
+report each transfer done when kvsim's clock says it is seen done (zero durations: a load in its own step
+and a store in the next; `slow_*`: a latency and a time a block), and recorded per step that computed tokens: every request's block table after scheduling, the loads and stores
 issued since the step before (request, chunks) and the chunks the tier holds
 (`tests/data/vllm_offload/*.json`). Both of kvsim's engines replay the same requests and must make the
 same decisions: the tables are rebuilt from kvsim's event log (prefix hits and allocations append, a
@@ -25,7 +25,12 @@ SCENARIOS = sorted(p.stem for p in DATA.glob("*.json"))
 
 
 def test_every_recorded_scenario_is_here():
-    assert len(SCENARIOS) >= 16, SCENARIOS
+    assert len(SCENARIOS) >= 46, SCENARIOS
+    # 20 with transfers that take time, among them steps a flush lengthens and loads that last steps
+    slow = [json.loads((DATA / f"{n}.json").read_text()) for n in SCENARIOS if n.startswith("slow_")]
+    assert len(slow) >= 20
+    assert all(sc["ms_per_block"] > 0 for sc in slow)
+    assert any("end" in st for sc in slow for st in sc["steps"])
 
 
 def config_of(sc: dict) -> kvsim.SimConfig:
@@ -39,8 +44,9 @@ def config_of(sc: dict) -> kvsim.SimConfig:
         kv_offloading_blocks_per_chunk=sc.get("blocks_per_chunk", 1),
         kv_offloading_eviction_policy=sc.get("eviction_policy", "lru"),
         kv_offloading_store_threshold=sc.get("store_threshold", 0),
-        kv_offloading_ps_per_block=0,
-        kv_offloading_latency_ps=0,
+        # (milliseconds exact in binary: whole picoseconds)
+        kv_offloading_ps_per_block=round(sc.get("ms_per_block", 0) * 1e9),
+        kv_offloading_latency_ps=round(sc.get("latency_ms", 0) * 1e9),
     )
 
 
@@ -116,13 +122,15 @@ def test_kvsim_offloads_as_vllm_does(name, backend):
             last[int(r)] = j
     n = len(sc["requests"])
     assert res.timeseries is not None
-    # Steps in tenths of a millisecond (kvsim's steps last 1 ms; requests joining an idle engine, half).
-    step_at = {
-        round(t * 1e4): int(j) for j, t in zip(res.timeseries["step"], res.timeseries["time_s"], strict=True)
-    }
+    # kvsim's clock is the recording's: each step that computed tokens starts where the recorder's model of
+    # it (a step lasts 1 ms, a flush lengthens it, a stall jumps to the end of a transfer) says, and ends
+    # 1 ms later or when the stores it flushed end. Times in ps (the recording's ms are exact in binary).
+    assert [round(t * 1e12) for t in res.timeseries["time_s"]] == [round(st["start"] * 1e9) for st in steps]
+    step_at = {round(st["start"] * 1e9): j for j, st in enumerate(steps)}
+    end_at = {round(st.get("end", st["start"] + 1) * 1e9): j for j, st in enumerate(steps)}
     req = res.requests.sort("request_id")
-    assert [step_at[round(t * 1e4)] for t in req["first_scheduled"]] == [first[r] for r in range(n)]
-    # A request finishes at the end of its last step, 1 ms after its start.
-    assert [step_at[round(t * 1e4) - 10] for t in req["finish"]] == [last[r] for r in range(n)]
+    assert [step_at[round(t * 1e12)] for t in req["first_scheduled"]] == [first[r] for r in range(n)]
+    # A request finishes at the end of its last step.
+    assert [end_at[round(t * 1e12)] for t in req["finish"]] == [last[r] for r in range(n)]
     assert res.summary["completed"] == n
     assert res.raw.counters["num_flushes"] == sc["flushes"]

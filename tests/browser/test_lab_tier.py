@@ -336,3 +336,52 @@ def test_a_hybrid_models_held_request_and_its_filling_blocks(lab: LabPage) -> No
     why = lab.page.get_attribute('#c-model option[value="qwen3-next-80b-a3b"]', "data-why")
     assert why == "the CPU tier is not modelled for state (Mamba) layers"
     assert lab.page.get_attribute('#c-model option[value="gpt-oss-20b"]', "data-why") is None
+
+
+def test_the_sliding_window_tier_preset_drawn_is_the_snapshots(sized_lab: LabPage) -> None:
+    """The `sliding-window-tier` preset (gpt-oss-120b, a sliding window beside full attention, with a CPU
+    tier; tests/test_lab_tier.py checks its meaning against the engines) opens with req-8's load of turn 1
+    in flight: its card says so, with a row per group, the window's 8 leading null blocks (the tokens its
+    window skips, none loaded, as their chip's title says) and the full group's 16 blocks; the step names the load of 24 chunks. The
+    tier drawn, the grid and every group's table equal `snapshot` at steps forward and back (req-1's
+    stores, the load in flight and landed, req-9's second load, the end)."""
+    lab = sized_lab
+    lab.open(preset="sliding-window-tier")
+    opening = lab.step()
+    assert opening == 39
+    assert lab.page.locator("#tier-panel").is_visible()
+    assert lab.page.locator("#grid-groups li").count() == 2
+    q = lab.query()
+    snap = python_snapshot(q, opening)
+    req8 = next(r for r in snap["requests"] if r["name"] == "req-8")
+    assert req8["status"] == "loading"
+    card = lab.page.locator('#seq-list .seq[data-rid="7"]')
+    assert card.get_attribute("data-status") == "loading"
+    assert "Loading from CPU" in (card.text_content() or "")
+    rows = card.locator(".group-row")
+    assert rows.count() == 2
+    nulls = rows.nth(0).locator("[data-null]")
+    assert nulls.get_attribute("data-null") == "8"
+    # (its title says why: never held, the load started past them; the chip's "left" alone read as if
+    # req-8 had held them)
+    assert "were never held (a prefix hit or a CPU-tier load started past them)" in (
+        nulls.get_attribute("title") or ""
+    )
+    assert rows.nth(1).locator("[data-null]").count() == 0
+    flows = lab.page.eval_on_selector_all(
+        "#tier-flows [data-flow]", "els => els.map(e => [e.dataset.flow, e.textContent])"
+    )
+    load = next(t for k, t in flows if k == "load")
+    assert "24 chunks" in load
+    assert "req-8" in load
+    for step in (opening, 1, 2, 38, 40, 41, 42, 47, 49, snap["num_steps"], 39, 12, 0):
+        if step != lab.step():
+            lab.seek(step)
+        snap = python_snapshot(q, step)
+        assert_tier(lab, snap)
+        assert_blocks(lab, snap)
+        assert_group_tables(lab, snap)
+    width = lab.page.viewport_size["width"]
+    assert lab.page.evaluate(
+        f"document.documentElement.scrollWidth <= {width} && window.innerWidth <= {width}"
+    ), lab.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")

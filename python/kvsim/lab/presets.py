@@ -2,8 +2,9 @@
 
 `copilot` is the seed page's `shared-system-prompt` preset, exactly (issue 11 part 3); the others show
 what the seed page could not: real decoding over time, copy-on-write samples, preemption by recompute and
-by swap, a slice of a real trace, and models whose layers are not all full attention (vLLM's hybrid
-KV-cache manager: sliding windows, state layers) (DESIGN.md §Lab).
+by swap, a CPU tier (vLLM's native KV offloading), a slice of a real trace, and models whose layers are not
+all full attention (vLLM's hybrid KV-cache manager: sliding windows, state layers; sliding windows with a
+CPU tier) (DESIGN.md §Lab).
 """
 
 from __future__ import annotations
@@ -260,6 +261,12 @@ SYS_AGENT = 3
 WINDOW_MAX_TOKENS = 256
 STATE_MAX_TOKENS = 512
 
+# The hybrid CPU-tier preset's content ids (a conversation's system prompt and first turn, the answer to it,
+# the two second turns), its GPU pool and its tier.
+SYS_TRAVEL, THREAD_TURN_1, THREAD_ANSWER, THREAD_TURN_2, THREAD_EDIT = 8, 9, 10, 11, 12
+HYBRID_TIER_BLOCKS = 64
+HYBRID_TIER_CHUNKS = 128
+
 
 def sliding_window() -> Preset:
     """gpt-oss-20b (DESIGN.md §Hybrid attention): 12 layers of 128-token sliding windows alternating with 12
@@ -296,6 +303,66 @@ def sliding_window() -> Preset:
         labels=["Agent #1", "Agent #2", "Agent #3", "Summarizer"],
         system_prompts=[names.get(r[0][0][0]) for r in rows],
         max_tokens=f"max_tokens {WINDOW_MAX_TOKENS} each",
+    )
+
+
+def sliding_window_tier() -> Preset:
+    """A hybrid model's CPU tier (DESIGN.md §CPU tier, "A hybrid model"): gpt-oss-120b, 18 sliding-window
+    layers of 128 tokens and 18 of full attention (two KV-cache groups of 18 layers, 576 KiB a block),
+    with 64 GPU blocks of 16 tokens (36 MiB) and a CPU tier of 128 chunks (72 MiB). req-1 is a
+    conversation's first turn, 260 tokens (the 32-token `sys-travel-agent` and the 228-token
+    `thread-42-turn-1`); as it is computed the tier stores 24 chunks: every full block of the
+    full-attention group (16) but only the 8 window blocks ending at its prompt's last block boundary (256
+    tokens), where a later request's hit can end (vLLM's sparse retention). Six requests of their own push
+    it out of the GPU pool; req-8, the second turn (turn 1, its 12-token answer, a new message), finds no
+    GPU hit and 256 tokens in the tier: it loads 24 chunks (16 of the full-attention group, the window's 8)
+    and is held while the load is in flight, then computes only the rest. req-9, the second turn edited
+    (turn 1 and another message), loads the same 24 chunks again: req-8 holds turn 1's full-attention
+    blocks, but its window group keys blocks only where its own later hit could end (its prompt's end),
+    so the GPU has no window hit at 256 tokens, and a hit needs every group. The link's latency is 2.5 ms,
+    as in `cpu-tier`, so that a load spans steps."""
+    rows = [
+        ([(SYS_TRAVEL, 32), (THREAD_TURN_1, 228)], 12),
+        *[([(800 + i, 96 + 24 * (i % 3))], 10 + 2 * i) for i in range(6)],
+        ([(SYS_TRAVEL, 32), (THREAD_TURN_1, 228), (THREAD_ANSWER, 12), (THREAD_TURN_2, 30)], 16),
+        ([(SYS_TRAVEL, 32), (THREAD_TURN_1, 228), (THREAD_EDIT, 20)], 10),
+    ]
+    arrival = [0.0, 0.004, 0.008, 0.012, 0.016, 0.020, 0.024, 0.028, 0.040]
+    w = _table(rows, arrival, TIER_MAX_TOKENS)
+    cfg = SimConfig(
+        model="gpt-oss-120b",
+        num_blocks=HYBRID_TIER_BLOCKS,
+        block_size=16,
+        kv_offloading_chunks=HYBRID_TIER_CHUNKS,
+        kv_offloading_latency_ps=TIER_LATENCY_PS,
+    )
+    names = {SYS_TRAVEL: "sys-travel-agent", THREAD_TURN_1: "thread-42-turn-1"}
+    labels = [
+        "Thread 42, turn 1",
+        *[f"Chat #{i + 1}" for i in range(6)],
+        "Thread 42, turn 2",
+        "Thread 42, turn 2 edited",
+    ]
+    return Preset(
+        name="sliding-window-tier",
+        title="CPU tier with sliding windows (gpt-oss-120b)",
+        description=(
+            "gpt-oss-120b (sliding-window and full-attention layers: two KV-cache groups) with a 64-block GPU "
+            "pool and a 128-chunk CPU tier. A conversation's first turn (req-1, 260 tokens) is stored to the "
+            "tier: every full block of the full-attention group, but only the 8 window blocks that end where a "
+            "later hit can (256 tokens). Six other requests push it out of the GPU; the second turn (req-8) "
+            "loads those 24 chunks back, 16 full-attention and 8 window, held while the load is in flight; "
+            "req-9, the turn edited, loads them again (req-8 keeps window keys only at its own prompt's end). "
+            "Opens while req-8's load is in flight."
+        ),
+        workload=w,
+        config=cfg,
+        step=39,
+        segment_names=names,
+        request_names=[f"req-{i + 1}" for i in range(len(rows))],
+        labels=labels,
+        system_prompts=[names.get(r[0][0][0]) for r in rows],
+        max_tokens=f"max_tokens {TIER_MAX_TOKENS} each",
     )
 
 
@@ -427,6 +494,7 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "cpu-tier": cpu_tier,
     "mooncake": mooncake,
     "sliding-window": sliding_window,
+    "sliding-window-tier": sliding_window_tier,
     "state-layers": state_layers,
     "state-layers-caching": state_layers_caching,
 }

@@ -45,9 +45,10 @@ from kvsim.lab.state_blocks import (
     _seq_rows,
     sample_labels,
 )
-from kvsim.lab.state_hybrid import block_rows as hybrid_block_rows
-from kvsim.lab.state_hybrid import internal_tokens, replay_hybrid
-from kvsim.lab.state_hybrid import seq_rows as hybrid_seq_rows
+from kvsim.lab.state_hybrid import replay_hybrid
+from kvsim.lab.state_hybrid_rows import block_rows as hybrid_block_rows
+from kvsim.lab.state_hybrid_rows import internal_tokens
+from kvsim.lab.state_hybrid_rows import seq_rows as hybrid_seq_rows
 from kvsim.lab.state_seqs import (
     COW_COPY,
     CPU_EVICT,
@@ -438,10 +439,10 @@ def _replay_hybrid(
     request_names: list[str],
     labels: list[str],
 ) -> Track:
-    """A hybrid model's track: blocks and tables from the manager's pass (`state_hybrid`), tokens and
-    sequence counts from the sequences' pass. Token measures are the engine's: a block is the engine's
-    block size of token slots, less the slots left empty in each attention group's partly filled last
-    block (a state block counts as full). A layout of unequal attention pages is refused (`check_layout`):
+    """A hybrid model's track: blocks and tables from the manager's pass (`state_hybrid`, made columns by
+    `state_hybrid_rows`), tokens and sequence counts from the sequences' pass. Token measures are the
+    engine's: a block is the engine's block size of token slots, less the slots left empty in each
+    attention group's partly filled last block (a state block counts as full). A layout of unequal attention pages is refused (`check_layout`):
     its wider blocks hold more slots than the page draws. A CPU tier's columns are the classic track's
     (`tier_columns`); its held requests hold their blocks (counted allocated, none of their slots empty:
     the engine measures the running sequences' partly filled blocks only)."""

@@ -86,20 +86,31 @@ class Hybrid(State):
 
     def hybrid_try_grow(self, s: Seq, num_new: int) -> bool:
         """Room for `num_new` more tokens of running `s`: blocks that left a window are freed first
-        (whether or not the rest fits), then every group's new blocks must be free."""
+        (whether or not the rest fits), then every group's new blocks must be free (`hybrid_grow`, no
+        watermark)."""
+        new = self.hybrid_grow(s, num_new, 0)
+        if new is None:
+            return False
+        if self.connector:
+            self.touched.update(b for b, _ in new)
+        return True
+
+    def hybrid_grow(self, s: Seq, num_new: int, watermark: int) -> list[tuple[int, int]] | None:
+        """`num_new` more tokens of `s` (a running sequence, or a held one resumed after its load,
+        `h_resume_loaded`) with `watermark` blocks left free: blocks that left a window are freed first
+        (whether or not the rest fits), then every group's new blocks are allocated if they fit; those
+        blocks, or None if not."""
         kv = self.hkv
         for b, g in kv.remove_skipped(s.idx, s.num_computed):
             self.log("window", s, b, g)
         end = s.num_computed + num_new
         checkpoint = kv.needs_checkpoint(s.num_computed, end, s.num_tokens, s.prompt_len)
-        if kv.need(s.idx, end, None, s.num_computed, checkpoint=checkpoint) > kv.num_free_blocks:
-            return False
+        if kv.need(s.idx, end, None, s.num_computed, checkpoint=checkpoint) + watermark > kv.num_free_blocks:
+            return None
         new = kv.grow(s.idx, s.segments(), end, end, checkpoint)
-        if self.connector:
-            self.touched.update(b for b, _ in new)
         self.log_group_allocations(s, new)
         s.num_computed = end
-        return True
+        return new
 
     def hybrid_split(self, s: Seq, start: int, num_new: int, junction: int) -> int:
         """A prefill chunk cut to the Mamba groups' block boundaries (`HybridKVCacheManager.split`)."""

@@ -1,5 +1,5 @@
 """The CPU tier for a model of several KV-cache groups (DESIGN.md §CPU tier, "A hybrid model"; the twin of
-`rust/core/src/engine/offload/hybrid.rs`): a waiting request's hits continued into the tier group by group
+`rust/core/src/engine/offload/hybrid/`): a waiting request's hits continued into the tier group by group
 (full attention a prefix, a window a run from the right, a Mamba state a window of one chunk, to a fixed
 point), its load over every group, the stores a step offers per group (a sliding window's only at the
 replay boundary and the shared-prefix junction; a Mamba group's states as the GPU's cache keys them, each
@@ -48,7 +48,7 @@ class HybridTier(State):
     """The CPU tier's rules over a hybrid pool (`self.hkv`); `offload.py` hands these the hybrid case."""
 
     if TYPE_CHECKING:
-        # offload.py's state and the methods these call there
+        # offload.py's state and the methods these call there (and hybrid.py's)
         tpc: int
         block_keys: dict[int, list[int]]
         loading: Counter[int]
@@ -63,6 +63,7 @@ class HybridTier(State):
             self, s: Seq, keys: list[int], blocks: list[int], step_end: int, observation: int
         ) -> Job: ...
         def log_group_allocations(self, s: Seq, new: list[tuple[int, int]]) -> None: ...
+        def hybrid_grow(self, s: Seq, num_new: int, watermark: int) -> list[tuple[int, int]] | None: ...
 
     # -- the groups as the connector sees them -------------------------------------------------------
     def h_tpc(self, g: int) -> int:
@@ -311,7 +312,9 @@ class HybridTier(State):
     def h_resume_loaded(self, s: Seq, budget: int, never: int) -> int:
         """A held request whose load has landed, admitted as a resumed one over a hybrid pool: the
         full-prompt gate, then its window's blocks left behind freed and its next chunk's allocated if the
-        watermark allows; the tokens it computes, 0 if it cannot start now, or `never`."""
+        watermark allows (`hybrid_grow`, a running sequence's growth with the watermark; no chunk reserves
+        a Mamba checkpoint, the tier refusing state layers); the tokens it computes, 0 if it cannot start
+        now, or `never`."""
         cfg, kv = self.cfg, self.hkv
         if s.landed is not None:
             # The pass reaches it first since its load landed: its states' keys are set now (vLLM's
@@ -347,15 +350,8 @@ class HybridTier(State):
             > kv.num_free_blocks
         ):
             return 0
-        for b, g in kv.remove_skipped(s.idx, start):
-            self.log("window", s, b, g)
-        end = start + num_new
-        checkpoint = kv.needs_checkpoint(start, end, total, s.prompt_len)
-        if kv.need(s.idx, end, None, start, checkpoint=checkpoint) + watermark > kv.num_free_blocks:
+        if self.hybrid_grow(s, num_new, watermark) is None:
             return 0
-        new = kv.grow(s.idx, s.segments(), end, end, checkpoint)
-        self.log_group_allocations(s, new)
-        s.num_computed = end
         return num_new
 
     # -- stores --------------------------------------------------------------------------------------

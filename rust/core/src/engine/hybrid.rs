@@ -149,14 +149,29 @@ impl Engine<'_> {
     }
 
     /// Room for `num_new` more tokens of running `k`: blocks that left a window are freed first (whether
-    /// or not the rest fits), then every group's new blocks must be free.
+    /// or not the rest fits), then every group's new blocks must be free (`hybrid_grow`, no watermark).
     pub(super) fn hybrid_try_grow(&mut self, k: usize, num_new: u64) -> bool {
+        if !self.hybrid_grow(k, num_new, 0) {
+            return false;
+        }
+        if let Some(tier) = self.tier.as_deref_mut() {
+            // (a CPU tier's stores read what a step allocates: vLLM's flush, the connector's tables)
+            tier.touched.extend(self.group_new.iter().map(|&(b, _)| b));
+        }
+        true
+    }
+
+    /// `num_new` more tokens of `k` (a running sequence, or a held one resumed after its load,
+    /// `h_resume_loaded`) with `watermark` blocks left free: blocks that left a window are freed first
+    /// (whether or not the rest fits), then every group's new blocks are allocated (`self.group_new`)
+    /// if they fit; false if not.
+    pub(super) fn hybrid_grow(&mut self, k: usize, num_new: u64, watermark: u64) -> bool {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("hybrid pools are paged")
         };
         let s = &mut self.slab[k];
-        let hs = s.hybrid.as_mut().expect("a running sequence holds tables");
+        let hs = s.hybrid.as_mut().expect("a growing sequence holds tables");
         self.group_new.clear();
         groups.remove_skipped(pool, &mut hs.tables, s.num_computed, &mut self.group_new);
         let row = s.row;
@@ -175,7 +190,7 @@ impl Engine<'_> {
         let tables = &s
             .hybrid
             .as_ref()
-            .expect("a running sequence holds tables")
+            .expect("a growing sequence holds tables")
             .tables;
         if groups.need(
             pool,
@@ -186,12 +201,13 @@ impl Engine<'_> {
             false,
             checkpoint,
             &self.step_keys,
-        ) > u64::from(pool.num_free_blocks())
+        ) + watermark
+            > u64::from(pool.num_free_blocks())
         {
             return false;
         }
         s.sync_output();
-        let hs = s.hybrid.as_mut().expect("a running sequence holds tables");
+        let hs = s.hybrid.as_mut().expect("a growing sequence holds tables");
         self.group_new.clear();
         groups.grow(
             pool,
@@ -205,10 +221,6 @@ impl Engine<'_> {
             &mut self.group_new,
         );
         s.num_computed = end;
-        if let Some(tier) = self.tier.as_deref_mut() {
-            // (a CPU tier's stores read what a step allocates: vLLM's flush, the connector's tables)
-            tier.touched.extend(self.group_new.iter().map(|&(b, _)| b));
-        }
         if self.log.is_some() {
             self.log_group_allocations(row);
         }

@@ -153,10 +153,11 @@ export class SeqTables {
         const span = lead === 1 ? "L_0" : `L_0–L_${lead - 1}`;
         const one = lead === 1;
         // (a state table keeps only its latest states; a window's, the blocks it still reads: the null
-        // block stands for those it left and for those a prefix hit started past)
+        // block stands for those it left and for those a prefix hit, or a CPU-tier load, started past)
         const why = g.kind === "mamba"
           ? `${one ? "an earlier state" : "earlier states"}: replaced by a newer one, or never held (a hit starts from a cached state)`
-          : `${one ? "this block" : "these blocks"} left the window, or a prefix hit started past ${one ? "it" : "them"}`;
+          : `${one ? "this block" : "these blocks"} left the window, or ${one ? "was" : "were"} never held (a prefix hit ` +
+            `or a CPU-tier load started past ${one ? "it" : "them"})`;
         chips.push(`<span class="chip-map null" data-null="${lead}" title="${why}: vLLM’s null block (P_0) in ` +
           `${one ? "its" : "their"} place">${span}→∅ <small>(${g.kind === "mamba" ? "null" : "left"})</small></span>`);
       }

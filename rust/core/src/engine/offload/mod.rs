@@ -175,7 +175,7 @@ pub(super) struct Tier {
     spare_keys: Vec<Vec<BlockKey>>,
     spare_blocks: Vec<Vec<BlockId>>,
     /// A hybrid model's requests finished in the step before, with what their last offers read
-    /// (`hybrid.rs`).
+    /// (`hybrid/`).
     h_last: Vec<hybrid::HLast>,
 }
 

@@ -1,0 +1,446 @@
+//! A hybrid model's tier, the waiting side (the twin of `python/kvsim/reference/engine/offload_hybrid.py`'s
+//! lookup, loads and resumption; `offload/waiting.rs` is a single group's): a waiting request's lookup
+//! (`h_tier_head`; its hits continued into the tier group by group, `h_tier_hit`, over vLLM's prefix and
+//! sliding-window runs), its load's admission (`h_admit_load`: the full-prompt gate, the watermark and
+//! what the requests still prefilling need), a landed load's keys (`h_land`) and its resumption
+//! (`h_resume_loaded`).
+
+use super::{cdiv, load_window};
+use crate::cpu_tier::{CpuTier, MISS, PENDING};
+use crate::engine::admission::{GpuHits, NEVER};
+use crate::engine::offload::private_hi;
+use crate::engine::timing::Transfer;
+use crate::engine::{Engine, Memory, event};
+use crate::{BlockId, BlockKey};
+
+/// vLLM's `_maximal_prefix_lookup` over `keys`: how many the tier holds from the first, None if one of
+/// them is pending.
+fn prefix_run(cpu: &CpuTier, keys: impl Iterator<Item = BlockKey>) -> Option<u64> {
+    let mut pending = false;
+    let mut n = 0;
+    for key in keys {
+        let got = cpu.lookup(key);
+        if got == MISS {
+            break;
+        }
+        n += 1;
+        pending |= got == PENDING;
+    }
+    (!pending).then_some(n)
+}
+
+/// vLLM's `_sliding_window_lookup` over chunks `0..len` of a range (`key` names them): where the last run
+/// of `window` chunks the tier holds ends, scanning from the right (the first run needing `first`), a
+/// shorter run reaching the range's start counting; 0 if none; None if a chunk of the run found is pending.
+fn window_run(
+    cpu: &CpuTier,
+    len: u64,
+    key: impl Fn(u64) -> BlockKey,
+    window: u64,
+    first: u64,
+) -> Option<u64> {
+    let (mut run, mut pending, mut required) = (0, false, first);
+    for c in (0..len).rev() {
+        let got = cpu.lookup(key(c));
+        if got == MISS {
+            run = 0;
+            pending = false;
+            required = window;
+        } else {
+            run += 1;
+            pending |= got == PENDING;
+        }
+        if run == required {
+            return (!pending).then_some(c + required);
+        }
+    }
+    (!pending).then_some(run)
+}
+
+impl Engine<'_> {
+    /// `tier_head` for a hybrid model's waiting request `k`: its lookup (vLLM's
+    /// `get_num_new_matched_tokens`: the connector's tables start over, every chunk is offered again;
+    /// a transfer of its own in flight, a pending chunk in its hit or one another request is loading
+    /// skip it), then a load's admission or an ordinary one.
+    pub(in crate::engine::offload) fn h_tier_head(
+        &mut self,
+        k: usize,
+        budget: u64,
+        skipped_waiting: &mut Vec<usize>,
+    ) -> Option<u64> {
+        let n_groups = self.tier_groups().len();
+        {
+            let hs = self.slab[k].hybrid.get_or_insert_with(Box::default);
+            hs.conn = None;
+            hs.next_stores.clear();
+            hs.next_stores.resize(n_groups, 0);
+        }
+        if self.slab[k].jobs > 0 {
+            self.waiting.pop_front();
+            skipped_waiting.push(k);
+            return None;
+        }
+        let groups = self.tier_groups();
+        let Memory::Paged(pool) = &self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let s = &mut self.slab[k];
+        let total = s.num_tokens();
+        s.sync_output();
+        let hs = s.hybrid.get_or_insert_with(Box::default);
+        groups.lookup(pool, &s.segs, &mut hs.keys, total - 1, &mut self.lookup);
+        let local = self.lookup.tokens;
+        match self.h_tier_hit(k, local) {
+            None => {
+                self.waiting.pop_front();
+                skipped_waiting.push(k);
+                None
+            }
+            Some(0) => Some(self.try_admit_after(k, budget, GpuHits::Ask)),
+            Some(ext) => {
+                if self.h_admit_load(k, ext) {
+                    self.waiting.pop_front();
+                    self.tier_mut().skipped_held.push(k);
+                    return None;
+                }
+                Some(0)
+            }
+        }
+    }
+
+    /// The tokens beyond `local` GPU hits every group's chunks in the tier serve (vLLM's
+    /// `_lookup_complete_chunks`): 0 for less than a chunk, None to defer.
+    fn h_tier_hit(&mut self, k: usize, local: u64) -> Option<u64> {
+        let groups = self.tier_groups();
+        let ch = self.chunking();
+        let total = self.slab[k].num_tokens();
+        let content = self.content_keys(k, total / ch.bs);
+        let key = |g: usize, c: u64| ch.key(&content, g, c);
+        let wins = ch.windows();
+        let full: Vec<usize> = (0..wins.len()).filter(|&g| wins[g].is_none()).collect();
+        let mut windowed: Vec<usize> = (0..wins.len()).filter(|&g| wins[g].is_some()).collect();
+        windowed.sort_by_key(|&g| std::cmp::Reverse(wins[g]));
+        let order: Vec<usize> = full.iter().chain(&windowed).copied().collect();
+        let cpu = &self.tier_ref().cpu;
+        let mut max_hit = if windowed.is_empty() {
+            total
+        } else {
+            total - 1
+        };
+        let mut hit_tokens = 0;
+        let mut defer = false;
+        let mut todo = order.clone();
+        while !todo.is_empty() {
+            let mut looked_windowed = false;
+            let current = std::mem::take(&mut todo);
+            for g in current {
+                let tpc = ch.tpc(g);
+                let num_keys = total / tpc;
+                max_hit = max_hit.min(num_keys * tpc);
+                if max_hit < local + tpc {
+                    return Some(0);
+                }
+                let num_chunks = cdiv(max_hit, tpc).min(num_keys);
+                let start = local / tpc;
+                let found = match wins[g] {
+                    None => prefix_run(cpu, (start..num_chunks).map(|c| key(g, c))),
+                    Some(window) => {
+                        let spec = &groups.specs()[g];
+                        let first = load_window(spec, tpc, max_hit.min(num_chunks * tpc))
+                            .expect("a window");
+                        window_run(
+                            cpu,
+                            num_chunks - start,
+                            |c| key(g, start + c),
+                            window,
+                            first,
+                        )
+                    }
+                };
+                match found {
+                    Some(0) => return Some(0),
+                    None => defer = true,
+                    Some(n) => max_hit = max_hit.min(tpc * (start + n)),
+                }
+                if max_hit < local + tpc {
+                    return Some(0);
+                }
+                let new = max_hit - local;
+                if new < hit_tokens {
+                    if defer {
+                        defer = false;
+                        todo.clone_from(&order);
+                    } else if looked_windowed && todo.is_empty() {
+                        todo.clone_from(&windowed);
+                    }
+                }
+                looked_windowed |= wins[g].is_some();
+                hit_tokens = new;
+            }
+        }
+        if defer {
+            return None;
+        }
+        let tier = self.tier_ref();
+        if !tier.loading.is_empty() {
+            let end = local + hit_tokens;
+            for g in 0..wins.len() {
+                let tpc = ch.tpc(g);
+                let mut from = local / tpc;
+                let to = cdiv(end, tpc);
+                if let Some(span) = load_window(&groups.specs()[g], tpc, end) {
+                    from = from.max(to.saturating_sub(span));
+                }
+                if (from..to).any(|c| tier.loading.contains_key(&key(g, c))) {
+                    return None;
+                }
+            }
+        }
+        Some(hit_tokens)
+    }
+
+    /// What the requests still prefilling (running or held) need to hold their whole sequences, the
+    /// windows capped (vLLM's `_request_remaining_blocks`).
+    fn h_inflight_reserved(&self) -> u64 {
+        let groups = self.tier_groups();
+        let Memory::Paged(pool) = &self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let mml = self.cfg.max_model_len;
+        let tier = self.tier_ref();
+        let mut out = 0;
+        for &k in self
+            .running
+            .iter()
+            .chain(&tier.held)
+            .chain(&tier.skipped_held)
+        {
+            let s = &self.slab[k];
+            if s.prefilling {
+                let tokens = mml.map_or(s.num_tokens(), |m| s.num_tokens().min(m));
+                let tables = &s.hybrid.as_ref().expect("tables").tables;
+                out += groups.need(
+                    pool,
+                    Some(tables),
+                    tokens,
+                    None,
+                    s.num_computed,
+                    true,
+                    false,
+                    &self.step_keys,
+                );
+            }
+        }
+        out
+    }
+
+    /// Whether a load whose hits and loaded tokens end at `end` (of a request of `total` tokens; its GPU
+    /// hit in `self.lookup`) fits: the full-prompt gate, the watermark and the blocks the requests still
+    /// prefilling need.
+    fn h_load_fits(&self, total: u64, end: u64) -> bool {
+        let cfg = self.cfg;
+        let groups = self.tier_groups();
+        let watermark = self.admission_watermark();
+        let reserved = self.h_inflight_reserved();
+        let Memory::Paged(pool) = &self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let free = u64::from(pool.num_free_blocks());
+        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
+        let keyed = &self.step_keys;
+        let hit = Some(&self.lookup);
+        if cfg.full_prompt_gate
+            && groups.need(pool, None, full, hit, end, true, false, keyed) + watermark > free
+        {
+            return false;
+        }
+        (groups.need(pool, None, end, hit, end, false, false, keyed) + watermark)
+            .saturating_add(reserved)
+            <= free
+    }
+
+    /// Admits the load of `ext` tokens after the GPU hit (in `self.lookup`) if its blocks fit (the
+    /// full-prompt gate, the watermark and the blocks the requests still prefilling need); false changes
+    /// nothing. The load reads every group's chunks its blocks need: full attention all of them, a window
+    /// its last.
+    fn h_admit_load(&mut self, k: usize, ext: u64) -> bool {
+        let groups = self.tier_groups();
+        let ch = self.chunking();
+        let (latency, per_block) = {
+            let t = self.tier_ref();
+            (t.cfg.latency_ps, t.cfg.ps_per_block)
+        };
+        let local = self.lookup.tokens;
+        let total = self.slab[k].num_tokens();
+        let end = local + ext;
+        if !self.h_load_fits(total, end) {
+            return false;
+        }
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let s = &mut self.slab[k];
+        s.sync_output();
+        let prompt = s.prompt_len;
+        let hs = s.hybrid.get_or_insert_with(Box::default);
+        self.group_new.clear();
+        groups.admit_loading(
+            pool,
+            &mut hs.tables,
+            &mut hs.keys,
+            &s.segs,
+            &self.lookup,
+            end,
+            prompt,
+            &mut self.step_keys,
+            &mut self.group_new,
+        );
+        let row = s.row;
+        // The load's chunks, group by group: from each group's first block it fills.
+        let mut starts = Vec::with_capacity(groups.len());
+        let mut blocks = 0;
+        for (g, table) in hs.tables.tables.iter().enumerate() {
+            let bs = groups.specs()[g].block_size;
+            let (first_block, stop) = (cdiv(local, bs), cdiv(end, bs));
+            let begin = (first_block..stop)
+                .find(|&i| table.blocks[i as usize] != BlockId::NULL)
+                .unwrap_or(stop);
+            let last = cdiv(end, ch.tpc(g));
+            starts.push((begin < stop).then_some((begin / ch.bpc, last)));
+            blocks += stop - begin;
+            hs.next_stores[g] = last; // vLLM's chunk-level policy: stores resume after the loaded chunks
+        }
+        let tier = self.tier.as_deref_mut().expect("a CPU tier");
+        for t in &hs.tables.tables {
+            tier.touched
+                .extend(t.blocks.iter().filter(|&&b| b != BlockId::NULL));
+        }
+        if self.log.is_some() {
+            self.h_log_admission(row, end);
+        }
+        // (up to the end of each group's last chunk: a load may end inside it)
+        let spanned = starts
+            .iter()
+            .enumerate()
+            .filter_map(|(g, s)| s.map(|(_, last)| last * ch.per(g)))
+            .max()
+            .unwrap_or(0);
+        let content = self.content_keys(k, spanned);
+        let mut load: Vec<(BlockKey, u64)> = Vec::new();
+        for (g, start) in starts.iter().enumerate() {
+            if let Some((first, last)) = *start {
+                load.extend((first..last).map(|c| (ch.key(&content, g, c), ch.pos(g, c))));
+            }
+        }
+        let start = self.t.max(self.tier_ref().load_free);
+        let link_end =
+            self.transfer_end_or_overflow(Transfer::Load, start, latency, blocks, per_block);
+        let tier = self.tier.as_deref_mut().expect("a CPU tier");
+        tier.cpu.prepare_load(private_hi(row), &load);
+        for &(key, _) in &load {
+            *tier.loading.entry(key).or_insert(0) += 1;
+        }
+        tier.load_free = link_end;
+        let listed: Vec<BlockKey> = load.iter().map(|&(key, _)| key).collect();
+        let chunks = listed.len();
+        self.hold_for_landing(k, (listed, false), link_end, end);
+        let c = &mut self.out.counters;
+        c.num_loads += 1;
+        self.progress += 1;
+        c.loaded_blocks += i128::from(blocks);
+        let hit = ext; // (a hybrid model's hit ends short of the prompt: nothing computed again)
+        c.cpu_hit_tokens += i128::from(hit);
+        self.out.cpu_hit_tokens[row - self.out_base] += hit as i64;
+        self.log_count(event::CPU_HIT, row, -1, hit as i64);
+        self.log_count(event::LOAD, row, -1, chunks as i64);
+        self.note_admission(k, local, total, hit);
+        true
+    }
+
+    /// A load's admission logged: the request's hits its windows kept as of `end` tokens, then its new
+    /// blocks (`self.group_new`).
+    fn h_log_admission(&mut self, row: usize, end: u64) {
+        let groups = self.tier_groups();
+        self.log(event::ADMIT, row, -1);
+        for g in 0..groups.len() {
+            let spec = &groups.specs()[g];
+            let skipped = spec.skipped(end) / spec.block_size;
+            for i in skipped as usize..self.lookup.hits[g].len() {
+                let b = self.lookup.hits[g][i];
+                if b != BlockId::NULL {
+                    self.log_count(event::PREFIX_HIT, row, i64::from(b.0), g as i64);
+                }
+            }
+        }
+        self.log_group_allocations(row);
+    }
+
+    /// A held request whose load has landed, admitted as a resumed one over a hybrid pool: the
+    /// full-prompt gate, then the blocks its windows left behind freed and its next chunk's allocated if
+    /// the watermark allows (`hybrid_grow`, a running sequence's growth with the watermark; no chunk
+    /// reserves a Mamba checkpoint, the tier refusing state layers); the tokens it computes, 0 if it
+    /// cannot start now, or `NEVER`.
+    pub(in crate::engine::offload) fn h_resume_loaded(&mut self, k: usize, budget: u64) -> u64 {
+        let cfg = self.cfg;
+        let groups = self.tier_groups();
+        let total = self.slab[k].num_tokens();
+        let computed = self.slab[k].num_computed;
+        let mut num_new = total - computed;
+        if cfg.chunked_prefill {
+            num_new = num_new.min(budget);
+        } else if num_new > cfg.max_num_batched_tokens {
+            return NEVER;
+        } else if num_new > budget {
+            return 0;
+        }
+        let watermark = self.admission_watermark();
+        let Memory::Paged(pool) = &self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let hs = self.slab[k]
+            .hybrid
+            .as_ref()
+            .expect("a held request holds tables");
+        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
+        if cfg.full_prompt_gate
+            && groups.need(
+                pool,
+                Some(&hs.tables),
+                full,
+                None,
+                computed,
+                true,
+                false,
+                &self.step_keys,
+            ) + watermark
+                > u64::from(pool.num_free_blocks())
+        {
+            return 0;
+        }
+        if !self.hybrid_grow(k, num_new, watermark) {
+            return 0;
+        }
+        num_new
+    }
+
+    /// A held request's load landed over a hybrid pool: its blocks up to the loaded tokens take their
+    /// keys.
+    pub(in crate::engine::offload) fn h_land(&mut self, k: usize) {
+        let groups = self.tier_groups();
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let s = &mut self.slab[k];
+        debug_assert!(s.num_computed < s.num_tokens(), "a hybrid hit ends short");
+        s.sync_output();
+        let hs = s.hybrid.as_mut().expect("a held request holds tables");
+        groups.cache_loaded(
+            pool,
+            &mut hs.tables,
+            &mut hs.keys,
+            &s.segs,
+            s.num_computed,
+            &mut self.step_keys,
+        );
+    }
+}
