@@ -210,7 +210,10 @@ def test_the_control_says_what_a_tier_needs(lab: LabPage, preset: str) -> None:
     if preset == "memory-pressure":
         assert "0: no tier; a tier needs preemption recompute" in hint
     elif preset == "state-layers":  # (it read "a tier model ... is hybrid")
-        want = "0: no tier; none for model qwen3-next-80b-a3b: its state (Mamba) layers are not modelled with a tier"
+        want = (
+            "0: no tier; none for model qwen3-next-80b-a3b: the lab does not replay a tier with its state "
+            "(Mamba) layers"
+        )
         assert hint == want, hint
     else:  # a hybrid model of attention groups takes a tier
         assert hint == "0: no tier", hint
@@ -334,7 +337,7 @@ def test_a_hybrid_models_held_request_and_its_filling_blocks(lab: LabPage) -> No
     assert "12 chunks" in load
     assert "req-8" in load
     why = lab.page.get_attribute('#c-model option[value="qwen3-next-80b-a3b"]', "data-why")
-    assert why == "the CPU tier is not modelled for state (Mamba) layers"
+    assert why == "the lab does not replay a CPU tier with state (Mamba) layers"
     assert lab.page.get_attribute('#c-model option[value="gpt-oss-20b"]', "data-why") is None
 
 
