@@ -310,11 +310,13 @@ class HybridTier(State):
         return True
 
     def h_resume_loaded(self, s: Seq, budget: int, never: int) -> int:
-        """A held request whose load has landed, admitted as a resumed one over a hybrid pool: the
-        full-prompt gate, then its window's blocks left behind freed and its next chunk's allocated if the
-        watermark allows (`hybrid_grow`, a running sequence's growth with the watermark; no chunk reserves
-        a Mamba checkpoint, the tier refusing state layers); the tokens it computes, 0 if it cannot start
-        now, or `never`."""
+        """A held request whose load has landed, admitted as a resumed one over a hybrid pool: the first
+        time the pass reaches it, its states' keys count as keyed in this step and its states are handed
+        off (`HybridKVCacheManager.adopt_loaded`); its chunk cut to the Mamba groups' block boundaries
+        (`hybrid_split`), the full-prompt gate, then its window's blocks left behind freed and its next
+        chunk's allocated if the watermark allows (`hybrid_grow`, a running sequence's growth with the
+        watermark, a checkpoint reserved as for any prefill chunk); the tokens it computes, 0 if it cannot
+        start now, or `never`."""
         cfg, kv = self.cfg, self.hkv
         if s.landed is not None:
             # The pass reaches it first since its load landed: its states' keys are set now (vLLM's
