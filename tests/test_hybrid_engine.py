@@ -16,7 +16,7 @@ import kvsim
 from kvsim.model.layers import Layer, MambaState
 from kvsim.model.models import Model
 from kvsim.workloads import Workload
-from tests.test_engine_differential import assert_same, workloads
+from tests.test_engine_differential import assert_same, output_id, workloads
 
 BASE = Model(
     name="toy",
@@ -262,14 +262,62 @@ def test_a_fleet_of_hybrid_replicas_agrees(w, cfg, router):
     assert a.summary == b.summary
 
 
-def test_prefix_reading_routers_are_refused_for_hybrid_replicas():
-    cfg = kvsim.SimConfig(model=toy([Layer("sliding_window", 8), Layer("full")]), num_blocks=40)
-    w = Workload(arrival=[0.0], prompt_len=[10], output_len=[2])
-    for router, extra in (("prefix-affinity", {}), ("weighted", {})):
-        with pytest.raises(kvsim.InvalidArgumentError, match="prefix caches"):
-            kvsim.simulate_cluster(w, cfg, replicas=2, router=router, **extra)
-    ok = kvsim.simulate_cluster(w, cfg, replicas=2, router="weighted", router_weights={"prefix": 0.0})
-    assert ok.summary["completed"] == 1
+@given(
+    workloads(max_requests=30),
+    hybrid_configs(),
+    st.sampled_from(["prefix-affinity", "weighted"]),
+    st.sampled_from([0.0, 0.0, 0.001, 0.01]),
+    st.integers(2, 3),
+)
+def test_prefix_reading_routers_agree_on_hybrid_fleets(w, cfg, router, refresh, n):
+    """A router that reads prefix hits, on replicas of a hybrid model: each replica's hit is its lookup
+    over every group (exact, or on a refreshed view's snapshot of its keys): Rust == reference."""
+    kw = {"router_weights": {"prefix": 3.0, "queue": 1.0}} if router == "weighted" else {}
+    a = kvsim.simulate_cluster(w, cfg, replicas=n, router=router, router_refresh_s=refresh, **kw)
+    b = kvsim.simulate_cluster(
+        w, cfg, replicas=n, router=router, router_refresh_s=refresh, backend="reference", **kw
+    )
+    assert a.requests.equals(b.requests, null_equal=True)
+    assert a.summary == b.summary
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+@pytest.mark.parametrize("refresh", [0.0, 0.05])
+def test_prefix_affinity_follows_a_hybrid_models_cached_prefix(backend, refresh):
+    """Two conversations' first turns go to two replicas of a sliding-window model; their second turns,
+    later, each go where their own prefix is cached, and hit there exactly what one replica running the
+    first turn then the second hits (the hit the router read is the one the admission gets)."""
+    cfg = kvsim.SimConfig(
+        model=toy([Layer("sliding_window", 32), Layer("full")]), num_blocks=200, block_size=16
+    )
+    a, b = 7001, 7002  # the two conversations' first turns (prompt 200, output 20 each)
+    w = Workload(
+        arrival=[0.0, 0.0, 0.1, 0.1],
+        output_len=[20, 20, 5, 5],
+        seg_offsets=[0, 1, 2, 5, 8],
+        segment_id=[a, b, a, output_id(0), 8001, b, output_id(1), 8002],
+        segment_len=[200, 200, 200, 20, 30, 200, 20, 30],
+    )
+    res = kvsim.simulate_cluster(
+        w, cfg, replicas=2, router="prefix-affinity", router_refresh_s=refresh, backend=backend
+    )
+    rows = res.requests.sort("request_id")
+    first, second = rows["replica"].to_list()[:2], rows["replica"].to_list()[2:]
+    assert sorted(first) == [0, 1]
+    assert second == first  # each follow-up where its own conversation's blocks are
+    # The hit each follow-up got is what its conversation alone on one replica gives.
+    for turn in (0, 1):
+        one = Workload(
+            arrival=[0.0, 0.1],
+            output_len=[20, 5],
+            seg_offsets=[0, 1, 4],
+            segment_id=[(a, b)[turn], (a, b)[turn], output_id(0), 8001 + turn],
+            segment_len=[200, 200, 20, 30],
+        )
+        single = kvsim.simulate(one, cfg, backend=backend)
+        hit = single.requests["cached_tokens"].to_list()[1]
+        assert hit > 0
+        assert rows["cached_tokens"].to_list()[2 + turn] == hit
 
 
 def test_kvsim_run_says_what_the_groups_hold(capsys):

@@ -185,3 +185,32 @@ def test_the_readme_state_layers_sentence_is_its_runs(capsys):
     assert f"Maximum concurrency for 262,144 tokens per request: {m.group(2)}" in out
     assert re.search(rf"TTFT\s+{re.escape(m.group(3))}\s", out)
     assert re.search(r"prefix hit rate\s+0\.0 %", out)
+
+
+def test_the_readme_hybrid_fleet_sentence_is_its_runs(capsys):
+    """The Fleets section's sentence on a hybrid model's replicas quotes two runs of its example's command
+    with gpt-oss-120b, behind prefix-affinity and round-robin: each rate is what `kvsim run` prints now."""
+    import shlex
+
+    from kvsim.cli import main
+    from kvsim.workloads import traces_dir
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(
+        r"gpt-oss-120b on the same run hits ([\d.]+ %) behind prefix-affinity and ([\d.]+ %) behind round-robin",
+        text,
+    )
+    assert m, "the README's hybrid fleet sentence"
+    if not (traces_dir() / "mooncake").is_dir():
+        pytest.skip("the Mooncake traces are absent")
+    cmd = (
+        "kvsim run --model llama-3-8b --gpu h100-80gb --workload mooncake-conversation --requests 3000 "
+        "--replicas 4 --router prefix-affinity"
+    )
+    assert cmd.replace("--replicas", "\\ --replicas") in text  # the example the sentence says it reruns
+    args = shlex.split(cmd)[1:]
+    args[args.index("llama-3-8b")] = "gpt-oss-120b"
+    for router, rate in (("prefix-affinity", m.group(1)), ("round-robin", m.group(2))):
+        args[args.index("--router") + 1] = router
+        assert main(args) == 0
+        assert re.search(rf"prefix hit rate\s+{re.escape(rate)}", capsys.readouterr().out), router

@@ -20,7 +20,7 @@ import polars as pl
 from kvsim.engine.engine_input import EngineInput, prepare
 from kvsim.engine.simulate import BACKENDS, RowStats, SimResult, over, request_rows, summary_from
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.config import CLUSTER_KNOBS, DEFAULT_ROUTER_WEIGHTS, PS_PER_S, SimConfig, convert
+from kvsim.model.config import CLUSTER_KNOBS, PS_PER_S, SimConfig, convert
 from kvsim.reference.engine import EngineOutput
 
 # The router's knobs that `simulate_cluster(..., **router_overrides)` takes (`router` has its own keyword).
@@ -149,7 +149,6 @@ def simulate_cluster(
 
         goodput = parse_goodput(goodput)
     spec = router_spec(configs[0])
-    _check_hybrid_router(configs, spec)
     pd = _pd_spec(configs, spec, prefill_config)
     inp = prepare(workload, configs[0])
     _check_same_input(workload, configs, inp)
@@ -338,22 +337,6 @@ def _configs(
             )
     each = [c.replace(**changes, replicas=1) if changes or c.replicas != 1 else c for c in config]
     return each, list(each)
-
-
-def _check_hybrid_router(configs: list[SimConfig], spec: Any) -> None:
-    """Refuses a router that reads the replicas' prefix caches on replicas of a hybrid model: their caches
-    key each KV-cache group apart (DESIGN.md §Hybrid attention), and what such a router would look up there
-    is not modelled yet."""
-    reads_prefix = spec.name == "prefix-affinity" or (
-        spec.name == "weighted" and (spec.weights or DEFAULT_ROUTER_WEIGHTS).get("prefix", 0) > 0
-    )
-    hybrid = [i for i, c in enumerate(configs) if c.kv_groups]
-    if reads_prefix and hybrid:
-        raise InvalidArgumentError(
-            f"router {spec.name!r} reads the replicas' prefix caches, and replica {hybrid[0]} runs a model with "
-            "several KV-cache groups (hybrid attention), whose prefix cache kvsim's routers do not read yet: "
-            "use round-robin, random, least-loaded, least-kv, or weighted with prefix weight 0"
-        )
 
 
 def router_spec(config: SimConfig) -> Any:

@@ -10,7 +10,7 @@ its hits, new blocks and keys) or `grow` (a running one), and `free`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvsim.errors import InternalError, InvalidArgumentError
@@ -254,19 +254,28 @@ class HybridKVCacheManager:
             keys.extend(iter_block_keys(segments, bs, len(keys), parent, n - len(keys)))
         return keys
 
-    def _cached(self, key: int, gids: list[int]) -> list[int] | None:
-        """The block cached under `key` in each of `gids`, or None if any misses (`get_cached_block`)."""
+    def _cached(self, key: int, gids: list[int], held: Callable[[int], bool] | None) -> list[int] | None:
+        """The block cached under `key` in each of `gids`, or None if any misses (`get_cached_block`);
+        against `held` (a snapshot of the pool's keys, a router's view), NULL for each block held."""
         out = []
         for g in gids:
+            if held is not None:
+                if not held(group_key(key, g)):
+                    return None
+                out.append(NULL)
+                continue
             b = self.pool.lookup(group_key(key, g))
             if b is None:
                 return None
             out.append(b)
         return out
 
-    def lookup(self, segments: Sequence[tuple[int, int]], max_tokens: int) -> Lookup:
+    def lookup(
+        self, segments: Sequence[tuple[int, int]], max_tokens: int, held: Callable[[int], bool] | None = None
+    ) -> Lookup:
         """The longest prefix of at most `max_tokens` tokens every group can serve (vLLM's
-        `find_longest_cache_hit`, §Hybrid attention); no side effects."""
+        `find_longest_cache_hit`, §Hybrid attention); no side effects. With `held`, the keys a snapshot of
+        the pool holds (a router's view, §Clusters) stand for the pool's (the hit's blocks then NULL)."""
         n_groups = len(self.groups)
         if not self.enable_caching:
             return Lookup([[] for _ in range(n_groups)], 0, 0)
@@ -282,7 +291,7 @@ class HybridKVCacheManager:
                 if spec.kind == "full" and hits[gids[0]] is not None:
                     curr = min(curr, lengths[gids[0]])
                     continue
-                found, curr = self._find(req, segments, spec, gids, curr)
+                found, curr = self._find(req, segments, spec, gids, curr, held)
                 for g, blocks in zip(gids, found, strict=True):
                     hits[g], lengths[g] = blocks, curr
                 longest = max(longest, curr)
@@ -310,6 +319,7 @@ class HybridKVCacheManager:
         spec: GroupSpec,
         gids: list[int],
         max_len: int,
+        held: Callable[[int], bool] | None = None,
     ) -> tuple[list[list[int]], int]:
         """One spec's longest hit within `max_len` tokens: per group its blocks, and the tokens hit."""
         bs, align = spec.block_size, self.alignment
@@ -318,7 +328,7 @@ class HybridKVCacheManager:
         if spec.kind == "full":
             found: list[list[int]] = [[] for _ in gids]
             for i in range(n):
-                cached = self._cached(keys[i], gids)
+                cached = self._cached(keys[i], gids, held)
                 if cached is None:
                     break
                 for out, b in zip(found, cached, strict=True):
@@ -334,7 +344,7 @@ class HybridKVCacheManager:
             run = 0
             matched = False
             for i in range(n - 1, -1, -1):
-                cached = self._cached(keys[i], gids)
+                cached = self._cached(keys[i], gids, held)
                 if cached is None:
                     run = 0
                     continue
@@ -360,7 +370,7 @@ class HybridKVCacheManager:
             first = start // bs
             found = [[NULL] * first for _ in gids]
             for i in range(first, n):
-                cached = self._cached(keys[i], gids)
+                cached = self._cached(keys[i], gids, held)
                 if cached is None:
                     break
                 for out, b in zip(found, cached, strict=True):

@@ -83,16 +83,25 @@ class Replica:
         return self.engine.paged and self.engine.cfg.enable_prefix_caching
 
     def key_set(self) -> set[int]:
-        """The keys of this replica's prefix map now (empty when it does not cache)."""
-        return self.engine.kv.pool.key_set() if self.caches() else set()
+        """The keys of this replica's prefix map now (empty when it does not cache; a hybrid model's keyed
+        per group, `kv_groups.group_key`)."""
+        if not self.caches():
+            return set()
+        e = self.engine
+        return (e.hkv.pool if e.hybrid else e.kv.pool).key_set()
 
     def prefix_hit_blocks(
         self, segments: list[tuple[int, int]], prompt_len: int, keys: set[int] | None = None
     ) -> int:
         """Leading full blocks of a prompt, among its first `(prompt_len - 1) // block_size`, whose key
-        is in this replica's prefix map (or in `keys`, a snapshot of it): the hit it would give now."""
+        is in this replica's prefix map (or in `keys`, a snapshot of it): the hit it would give now. A
+        hybrid model's: the tokens its manager's lookup over every group would hit (`kv_groups.lookup`,
+        as its admission looks up), in blocks of the engine's block size."""
         if not self.caches():
             return 0
+        if self.engine.hybrid:
+            snapshot = None if keys is None else keys.__contains__
+            return self.engine.hkv.lookup(segments, max(prompt_len - 1, 0), snapshot).tokens // self.engine.bs
         pool = self.engine.kv.pool
         held = pool.holds_key if keys is None else keys.__contains__
         bs = self.engine.bs

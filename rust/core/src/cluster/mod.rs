@@ -142,6 +142,9 @@ struct Driver<'i> {
     block_size: Vec<u64>,
     /// Every view's `hit_blocks` is 0 (set while routing units without keys).
     hits_zero: bool,
+    /// The replicas that run a hybrid model (their prefix hits are their lookups over their groups, looked up
+    /// for every unit: `Replica::hybrid_hit_blocks`).
+    hybrid_replicas: usize,
     /// The fleet's output columns, in workload order: rows done move here from their replica as it
     /// steps (`Replica::drain_done`), the rest at the end (`gather`).
     out: EngineOutput,
@@ -222,7 +225,9 @@ impl Driver<'_> {
         // A unit with no key to look up (the router reads no prefix, or no full block of its prompt
         // comes before its private content) hits 0 blocks everywhere, and its lookup size is then
         // unread (no hit scores 0 whatever it is): a replica vouched for up to `a` is not looked at.
-        let hits = self.wants_keys && self.keys.iter().any(|k| !k.is_empty());
+        // (a hybrid model's lookup hashes at its groups' block sizes: always looked at)
+        let hits = self.wants_keys
+            && (self.hybrid_replicas > 0 || self.keys.iter().any(|k| !k.is_empty()));
         if !hits && !self.hits_zero {
             for v in &mut self.views {
                 v.hit_blocks = 0;
@@ -269,7 +274,7 @@ impl Driver<'_> {
         }
         if quiet {
             // The rest of its view holds (none in flight); its prefix map is the one at `a`.
-            self.read_hits(r, bs);
+            self.read_hits(r, bs, prompt);
             return Ok(());
         }
         // A replica whose steps up to `a` leave the signals the router reads as they are (but for
@@ -306,14 +311,19 @@ impl Driver<'_> {
         v.in_flight = rep.in_flight(a);
         // Looked up only now: the steps just taken may have registered or evicted keys.
         if hits {
-            self.read_hits(r, bs);
+            self.read_hits(r, bs, prompt);
         }
         Ok(())
     }
 
     /// Replica `r`'s leading prefix hits for the unit being routed, from its prefix map as it is now
     /// (stepped to the arrival, or vouched for up to it); the router reads prefix hits.
-    fn read_hits(&mut self, r: usize, bs: u64) {
+    fn read_hits(&mut self, r: usize, bs: u64, prompt: u64) {
+        let no_snapshot: Option<&HashSet<BlockKey, BuildHasherDefault<IdHasher>>> = None;
+        if let Some(hit) = self.replicas[r].hybrid_hit_blocks(&self.segs, prompt, no_snapshot) {
+            self.views[r].hit_blocks = hit; // (a hybrid model: its lookup over every group)
+            return;
+        }
         let keys = self.keys_of(bs);
         self.views[r].hit_blocks = if keys.is_empty() {
             0
@@ -355,11 +365,14 @@ impl Driver<'_> {
             v.in_flight += snap.routed;
             v.lookup_blocks = prompt.saturating_sub(1) / bs;
             if self.wants_keys && rep.caches_prefixes() {
-                v.hit_blocks = self
-                    .keys_of(bs)
-                    .iter()
-                    .take_while(|k| snap.keys.contains(k))
-                    .count() as u64;
+                v.hit_blocks = match rep.hybrid_hit_blocks(&self.segs, prompt, Some(&snap.keys)) {
+                    Some(hit) => hit, // (a hybrid model: its lookup over every group)
+                    None => self
+                        .keys_of(bs)
+                        .iter()
+                        .take_while(|k| snap.keys.contains(k))
+                        .count() as u64,
+                };
             }
             self.views[r] = v;
             // The exact view's caches (a run reads one kind of view; kept true all the same).
@@ -445,6 +458,7 @@ fn drive(
         advances: 0,
         block_size: cfgs.iter().map(|c| c.block_size).collect(),
         hits_zero: true,
+        hybrid_replicas: cfgs.iter().filter(|c| c.groups.is_some()).count(),
         out: EngineOutput::new(inp.len()),
     };
     let mut router = Router::new(spec.clone());

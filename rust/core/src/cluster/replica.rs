@@ -10,7 +10,9 @@ use std::sync::atomic::AtomicBool;
 use crate::engine::{
     Buffers, Engine, EngineConfig, EngineInput, EngineOutput, RouterReads, forever,
 };
-use crate::{BlockKey, Result};
+use crate::{BlockKey, Result, Segment};
+use std::collections::HashSet;
+use std::hash::BuildHasher;
 
 /// Compaction waits for at least this many done rows (and for them to be half the columns).
 const COMPACT_MIN: usize = 1024;
@@ -335,6 +337,18 @@ impl Replica {
     /// first, its prefix map holds.
     pub fn leading_hits(&self, keys: &[BlockKey]) -> u64 {
         self.engine.leading_hits(keys)
+    }
+
+    /// A hybrid model's prefix hit in blocks of its engine block size, against its prefix map or a
+    /// stale view's `snapshot` of it (`Engine::hybrid_hit_tokens`); None for a model of one group.
+    pub fn hybrid_hit_blocks<S: BuildHasher>(
+        &self,
+        segs: &[Segment],
+        prompt: u64,
+        snapshot: Option<&HashSet<BlockKey, S>>,
+    ) -> Option<u64> {
+        let tokens = self.engine.hybrid_hit_tokens(segs, prompt, snapshot)?;
+        Some(tokens / self.cfg.block_size)
     }
 
     /// The prefix map's keys (a stale router view's snapshot).

@@ -6,7 +6,10 @@
 use std::sync::atomic::AtomicBool;
 
 use super::{Engine, EngineConfig, EngineInput, EngineOutput, Memory, Result, offload};
-use crate::BlockKey;
+use crate::kv_groups::{KeyCache, Lookup};
+use crate::{BlockId, BlockKey, Segment};
+use std::collections::HashSet;
+use std::hash::BuildHasher;
 
 /// A prefill replica's finished requests that hold their blocks until their transfers end (DESIGN.md
 /// §Prefill/decode disaggregation, step 7, vLLM's delayed free): `sending` maps a row to its slab slot
@@ -428,6 +431,40 @@ impl<'a> Engine<'a> {
                 .count() as u64,
             _ => 0,
         }
+    }
+
+    /// A hybrid model's prefix hit for a prompt of segments `segs` and `prompt` tokens, in tokens: what
+    /// its lookup over every group would hit now (`Groups::lookup`, within `prompt - 1` tokens as its
+    /// admission looks up; DESIGN.md §Clusters, `prefix_hit_blocks`), against its prefix map or, given
+    /// one, `snapshot` (a stale router view's copy of the map's keys). None for a model of one group.
+    pub(crate) fn hybrid_hit_tokens<S: BuildHasher>(
+        &self,
+        segs: &[Segment],
+        prompt: u64,
+        snapshot: Option<&HashSet<BlockKey, S>>,
+    ) -> Option<u64> {
+        let groups = self.cfg.groups.as_ref()?;
+        let Memory::Paged(pool) = &self.mem else {
+            return Some(0);
+        };
+        let (mut cache, mut out) = (KeyCache::default(), Lookup::default());
+        let max = prompt.saturating_sub(1);
+        match snapshot {
+            // (a snapshot's block ids are unread: only the tokens hit are)
+            Some(keys) => {
+                let held = |k| keys.contains(&k).then_some(BlockId::NULL);
+                groups.lookup_in(
+                    &held,
+                    pool.enable_caching(),
+                    segs,
+                    &mut cache,
+                    max,
+                    &mut out,
+                );
+            }
+            None => groups.lookup(pool, segs, &mut cache, max, &mut out),
+        }
+        Some(out.tokens)
     }
 
     /// Every key in the prefix map (empty unless paged with caching on).

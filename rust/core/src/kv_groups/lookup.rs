@@ -7,12 +7,17 @@ use super::{GroupKind, Groups, KeyCache, Lookup, cdiv, group_key};
 use crate::{BlockId, BlockKey, BlockPool, Segment};
 
 impl Groups {
-    /// The block cached under `key` in each of `gids`, pushed into `out`; false (and `out` as it was) if
-    /// any misses (vLLM's `get_cached_block`).
-    fn cached(pool: &BlockPool, key: BlockKey, gids: &[usize], out: &mut Vec<BlockId>) -> bool {
+    /// The block cached under `key` in each of `gids` (`held` answers for the pool), pushed into `out`;
+    /// false (and `out` as it was) if any misses (vLLM's `get_cached_block`).
+    fn cached<F: Fn(BlockKey) -> Option<BlockId>>(
+        held: &F,
+        key: BlockKey,
+        gids: &[usize],
+        out: &mut Vec<BlockId>,
+    ) -> bool {
         let start = out.len();
         for &g in gids {
-            let Some(b) = pool.lookup(group_key(key, g)) else {
+            let Some(b) = held(group_key(key, g)) else {
                 out.truncate(start);
                 return false;
             };
@@ -31,6 +36,21 @@ impl Groups {
         max_tokens: u64,
         out: &mut Lookup,
     ) {
+        let held = |key| pool.lookup(key);
+        self.lookup_in(&held, pool.enable_caching(), segs, cache, max_tokens, out);
+    }
+
+    /// `lookup` against `held`, which answers for a pool's prefix map (the pool itself, or a router's
+    /// snapshot of its keys, DESIGN.md §Clusters), with prefix caching on or off (`caching`).
+    pub fn lookup_in<F: Fn(BlockKey) -> Option<BlockId>>(
+        &self,
+        held: &F,
+        caching: bool,
+        segs: &[Segment],
+        cache: &mut KeyCache,
+        max_tokens: u64,
+        out: &mut Lookup,
+    ) {
         let n = self.specs.len();
         out.hits.resize_with(n, Vec::new);
         for h in &mut out.hits {
@@ -38,7 +58,7 @@ impl Groups {
         }
         out.tokens = 0;
         out.junction = 0;
-        if !pool.enable_caching() {
+        if !caching {
             return;
         }
         let mut found = vec![false; n];
@@ -56,7 +76,7 @@ impl Groups {
                     curr = curr.min(lengths[gids[0]]);
                     continue;
                 }
-                curr = self.find(pool, segs, cache, gids, curr, out, &mut scratch);
+                curr = self.find(held, segs, cache, gids, curr, out, &mut scratch);
                 for &g in gids {
                     found[g] = true;
                     lengths[g] = curr;
@@ -92,9 +112,9 @@ impl Groups {
 
     /// One spec's longest hit within `max_len` tokens into `out.hits[g]` for `g` in `gids`; the tokens.
     #[allow(clippy::too_many_arguments)]
-    fn find(
+    fn find<F: Fn(BlockKey) -> Option<BlockId>>(
         &self,
-        pool: &BlockPool,
+        held: &F,
         segs: &[Segment],
         cache: &mut KeyCache,
         gids: &[usize],
@@ -113,7 +133,7 @@ impl Groups {
             GroupKind::Full => {
                 for &key in keys {
                     scratch.clear();
-                    if !Self::cached(pool, key, gids, scratch) {
+                    if !Self::cached(held, key, gids, scratch) {
                         break;
                     }
                     for (&g, &b) in gids.iter().zip(scratch.iter()) {
@@ -139,7 +159,7 @@ impl Groups {
                 let mut matched = false;
                 for i in (0..n).rev() {
                     scratch.clear();
-                    if !Self::cached(pool, keys[i as usize], gids, scratch) {
+                    if !Self::cached(held, keys[i as usize], gids, scratch) {
                         run = 0;
                         continue;
                     }
@@ -181,7 +201,7 @@ impl Groups {
                 }
                 for &key in &keys[first as usize..] {
                     scratch.clear();
-                    if !Self::cached(pool, key, gids, scratch) {
+                    if !Self::cached(held, key, gids, scratch) {
                         break;
                     }
                     for (&g, &b) in gids.iter().zip(scratch.iter()) {

@@ -330,6 +330,9 @@ async function run(query, step, fromUrl = false) {
     `${bytes(bundle.num_blocks * bundle.bytes_per_block)}` +
     `${bundle.layout ? ` · ${int(bundle.layout.groups.length)} KV-cache groups` : ""})`;
   setGroupLegend(replay);
+  // With a CPU tier, the legends name the style of a block a load in flight is filling.
+  $("grid-filling-legend").hidden = !bundle.tier;
+  $("paged-map-filling").hidden = !bundle.tier;
   const start = typeof step === "number" ? step : bundle.default_step;
   lab.step = Math.max(0, Math.min(bundle.num_steps, start));
   if (fromUrl && typeof step === "string") {
