@@ -5,8 +5,9 @@ scheduler, KV-cache manager and `OffloadingConnector`'s scheduler side run on CP
 
     /tmp/venv-vllm/bin/python scripts/vllm_offload_hybrid_golden.py tests/data/vllm_offload_hybrid [NAME ...]
 
-The recorder is `scripts/vllm_offload_golden.py`'s (the same worker stand-in: a load is reported done in the
-step that issued it, a store in the step after, a flushed job at once; the same arrival and clock rules) on
+The recorder is `scripts/vllm_offload_golden.py`'s (its worker stand-in, imported, with transfers of zero
+duration: a load is reported done in the step that issued it, a store in the step after, a flushed job at
+once; the same arrival and clock rules) on
 a `KVCacheConfig` of several groups built as `scripts/vllm_hybrid_golden.py` builds it (groups as (kind,
 window, block size), in order; `prefix_cache_retention_interval` 0, vLLM's default; `prompt_only` False
 sets the connector's `offload_prompt_only` off, storing output tokens' chunks too; `mamba_checkpoint_blocks`
@@ -51,6 +52,9 @@ import random
 import sys
 from pathlib import Path
 from typing import Any
+
+# The single-group recorder's stand-in worker, on kvsim's clock; here every transfer takes no time.
+from vllm_offload_golden import Worker
 
 # groups: (kind, window, block_size); kinds "full", "sliding_window", "chunked_local", "mamba" (align mode).
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -866,36 +870,6 @@ def _scheduler(sc: dict[str, Any]) -> tuple[Any, int]:
     return s, hash_bs
 
 
-class Worker:
-    """Stands in for the workers: a load is done in the step that issued it, a store in the step after, a
-    flushed job at once."""
-
-    def __init__(self) -> None:
-        self.pending: list[tuple[int, int, str, bool]] = []  # (due step, job, request, is load)
-
-    def run(self, step: int, meta: Any) -> Any:
-        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingWorkerMetadata
-        from vllm.v1.outputs import KVConnectorOutput
-
-        for jid, job in meta.load_jobs.items():
-            self.pending.append((step, jid, job.req_id, True))
-        for jid, job in meta.store_jobs.items():
-            self.pending.append((step + 1, jid, job.req_id, False))
-        flush = set(meta.jobs_to_flush or ())
-        self.pending = [(step if p[1] in flush else p[0], *p[1:]) for p in self.pending]
-        done = [p for p in self.pending if p[0] <= step]
-        self.pending = [p for p in self.pending if p[0] > step]
-        wm = OffloadingWorkerMetadata()
-        received = set()
-        for _, jid, rid, is_load in done:
-            wm.mark_completed(jid)
-            if is_load:
-                received.add(rid)
-        return KVConnectorOutput(
-            finished_recving=received, kv_connector_worker_meta=wm if wm.completed_jobs else None
-        ), len(flush)
-
-
 def _segments_of(tokens: list[int], n: int, num_prompt: int, rid: int) -> list[list[int]]:
     """The first n tokens as segments [content, count] (request rid's output tokens: [-1 - rid, count])."""
     segs: list[list[int]] = []
@@ -982,7 +956,7 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
             stores.append([job.req_id, len(job.dst_spec.block_ids)])
             store_keys.append([job.req_id, job_keys(jid)])
         tier_now = tier()
-        output, flushed = worker.run(step, meta)
+        output, flushed, _ = worker.run(step, meta, 0.0, 0.0)  # (transfers of zero duration)
         flushes += flushed
         flushed_since += flushed
         ids = list(out.num_scheduled_tokens)
