@@ -12,8 +12,10 @@ stand-in that reports each transfer done when kvsim would see it done (`Worker`;
 a flushed job at once; with a scenario's `latency_ms` and `ms_per_block` (the `slow_*` ones), later, the
 clock jumping as kvsim's stall does and a flush lengthening its step. Each step records its start on
 kvsim's clock (`start`) and, where a flush lengthened it, its `end`. Requests join before a
-step that follows one which computed tokens (or before the first step, or when vLLM holds nothing at all),
-so that kvsim, whose steps that compute nothing take no time, sees them at the same point. Per step that
+step that follows one which computed tokens (or before the first step, when vLLM holds nothing at all, or
+after a step kvsim would stall on, half a millisecond later, where no transfer ends before then: kvsim's
+stall jumps to that arrival), so that kvsim, whose steps that compute nothing take no time, sees them at
+the same point. Per step that
 computed tokens it records the tokens each request was scheduled, every request's block table, the loads
 and stores issued since the step before (request and chunks) and the chunks in the tier.
 `tests/test_offload_golden.py` replays each scenario on both of kvsim's engines. kvsim never imports
@@ -95,6 +97,33 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             (3, [(16, 30)], 2),
             (6, [(15, 26), (17, 4)], 2),
             (7, [(15, 17)], 2),
+        ],
+    },
+    "two_blocks_per_chunk_load": {
+        # Two blocks a chunk, a prefix loaded back from the tier (a GPU hit ending inside a chunk).
+        "num_blocks": 12,
+        "block_size": 4,
+        "blocks_per_chunk": 2,
+        "cpu_chunks": 20,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 32,
+        "requests": [(0, [(40, 26)], 2), (3, [(41, 30)], 2), (6, [(40, 26), (42, 3)], 2), (7, [(40, 19)], 2)],
+    },
+    "two_loads_at_once": {
+        # Two requests whose prefixes (evicted from the GPU) come back from the tier in one step: two loads
+        # at once, one after the other on the link.
+        "num_blocks": 20,
+        "block_size": 4,
+        "cpu_chunks": 40,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 64,
+        "requests": [
+            (0, [(50, 24)], 2),
+            (0, [(51, 20)], 2),
+            (3, [(52, 44)], 2),
+            (5, [(53, 40)], 2),
+            (8, [(50, 24), (54, 3)], 2),
+            (8, [(51, 20), (55, 3)], 2),
         ],
     },
     "preempt_with_store_in_flight": {
@@ -208,8 +237,19 @@ for _name, _latency, _per_block in [
     ("whole_prompt_loaded", 1.5, 0.25),
     ("hit_fences_finished_store", 0.25, 1.0),
     ("two_blocks_per_chunk", 0.0, 0.625),
+    ("arc_eviction", 0.25, 0.5),
+    ("store_threshold", 0.5, 0.5),
+    ("two_blocks_per_chunk_load", 0.75, 0.5),
+    ("two_loads_at_once", 0.5, 0.5),
 ]:
     SCENARIOS[f"slow_{_name}"] = {**SCENARIOS[_name], "latency_ms": _latency, "ms_per_block": _per_block}
+for _name, _latency, _per_block in [
+    ("store_then_load", 20.0, 5.0),
+    ("being_loaded_defers", 10.0, 3.0),
+    ("preempt_with_store_in_flight", 3.0, 2.0),
+    ("two_blocks_per_chunk_load", 6.0, 2.0),
+]:
+    SCENARIOS[f"slow_very_{_name}"] = {**SCENARIOS[_name], "latency_ms": _latency, "ms_per_block": _per_block}
 for _seed in range(16, 28):
     _rng = random.Random(_seed)
     SCENARIOS[f"slow_random_{_seed}"] = {
@@ -368,20 +408,29 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     stores: list[list[Any]] = []
     flushes = 0
     # kvsim's clock (ms): a step that computed tokens lasts 1 ms (or until the stores it flushed end), one
-    # that did not none; requests that join an idle vLLM (after its steps that only finished transfers) join
-    # kvsim half a millisecond later, so that kvsim too observes those transfers before they arrive. A step
+    # that did not none; requests that join an idle vLLM (after its steps that only finished transfers) or
+    # one stalled on transfers join kvsim half a millisecond later, so that kvsim too observes those
+    # transfers before they arrive (a stall's requests wait for a transfer ending by then). A step
     # that computed nothing, issued nothing and saw nothing done is kvsim's stall: the next step starts at
     # the earliest end of a transfer in flight (unless requests join then).
     clock = 0.0
     last_computed = True
     stalled = False
+    stall_joins = 0  # requests that joined while transfers were in flight and nothing else happened
     for step in range(600):
         idle = not s.has_requests() and not connector._jobs
         due = []
-        if last_computed or idle:
+        if last_computed or idle or stalled:
             due = [(rid, r) for rid, r in pending if r[0] <= step]
             if due and not last_computed:
-                clock += 0.5
+                # (after a stall: kvsim jumps to the earliest of the arrival and a transfer's end; one that
+                # ends by the arrival is seen first, the requests join after the jump to it)
+                first_end = worker.earliest_end()
+                if stalled and first_end is not None and first_end <= clock + 0.5:
+                    due = []
+                else:
+                    clock += 0.5
+                    stall_joins += len(due) if stalled and first_end is not None else 0
             for rid, (arrival, segments, max_tokens) in due:
                 params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
                 s.add_request(Request(str(rid), token_ids(segments), params, None, block_hasher=hasher))
@@ -447,6 +496,7 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
         "steps": steps,
         "trailing": {"loads": loads, "stores": stores},
         "flushes": flushes,
+        **({"stall_joins": stall_joins} if stall_joins else {}),
     }
 
 

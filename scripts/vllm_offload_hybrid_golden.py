@@ -9,7 +9,8 @@ The recorder is `scripts/vllm_offload_golden.py`'s (the same worker stand-in: a 
 step that issued it, a store in the step after, a flushed job at once; the same arrival and clock rules) on
 a `KVCacheConfig` of several groups built as `scripts/vllm_hybrid_golden.py` builds it (groups as (kind,
 window, block size), in order; `prefix_cache_retention_interval` 0, vLLM's default; `prompt_only` False
-sets the connector's `offload_prompt_only` off, storing output tokens' chunks too). One backing tensor of
+sets the connector's `offload_prompt_only` off, storing output tokens' chunks too; `mamba_checkpoint_blocks`
+is each Mamba group's `num_prefill_checkpoint_blocks`, as in `scripts/vllm_hybrid_golden.py`). One backing tensor of
 `num_blocks` pages of 4,096 bytes holds every group's layer (vLLM's groups overlay one allocation), so one
 CPU chunk is `blocks_per_chunk` pages and the tier holds `cpu_chunks` of them, each one key of one group.
 
@@ -266,6 +267,170 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             (11, [(46, 100)], 2),
         ],
     },
+    "mamba_junction_reload": {
+        # (h) Mamba beside full attention, a pool too small to keep prompts: request 0's state is stored
+        # at its replay boundary (96) only; request 2 shares 64 tokens of it, which full attention's
+        # chunks hold but no state does (no load): it computes them and its state at the junction (64)
+        # is keyed and stored; requests 4 and 5 then load 64 and 96 tokens (a state chunk each, the
+        # full group's chunks up to it); request 6 repeats request 2's prompt whole.
+        "groups": [("mamba", 0, 16), ("full", 0, 16)],
+        "num_blocks": 16,
+        "cpu_chunks": 80,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 48,
+        "requests": [
+            (0, [(50, 100)], 2),
+            (4, [(51, 160)], 2),
+            (9, [(50, 64), (52, 40)], 2),
+            (14, [(53, 170)], 2),
+            (19, [(50, 64), (54, 30)], 2),
+            (21, [(50, 100), (55, 10)], 2),
+            (26, [(50, 64), (52, 40)], 3),
+        ],
+    },
+    "mamba_aligned_prompt": {
+        # (h) A prompt of 96 tokens, a multiple of the chunk: its hit is bounded by 95 tokens, rounded down
+        # to the state's chunk (80), so the state request 0 stored at 96 (its replay boundary) serves
+        # neither request 2 (no state at 80 yet: it computes, storing one) nor full attention's chunks
+        # beyond 80; request 4 loads 80 tokens.
+        "groups": [("full", 0, 16), ("mamba", 0, 16)],
+        "num_blocks": 16,
+        "cpu_chunks": 80,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 48,
+        "requests": [
+            (0, [(88, 96), (89, 10)], 2),
+            (4, [(90, 170)], 2),
+            (9, [(88, 96)], 2),
+            (13, [(91, 170)], 2),
+            (18, [(88, 96)], 2),
+        ],
+    },
+    "mamba_window_full": {
+        # (h) A sliding window of 32 tokens, a Mamba group and full attention (block 16): the lookup's
+        # window groups are the window (two chunks) and the state (one), the hit's bound rounded down
+        # to the state's chunk.
+        "groups": [("sliding_window", 32, 16), ("mamba", 0, 16), ("full", 0, 16)],
+        "num_blocks": 24,
+        "cpu_chunks": 80,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 64,
+        "requests": [
+            (0, [(56, 90)], 2),
+            (4, [(57, 150)], 2),
+            (9, [(56, 90), (58, 20)], 2),
+            (13, [(59, 150)], 2),
+            (18, [(56, 90)], 3),
+            (20, [(56, 80), (60, 30)], 2),
+        ],
+    },
+    "mamba_tier_full_lru": {
+        # (h) A tier of seven chunks: states and full attention's chunks compete for it; a state whose
+        # store finds no room is not offered again; repeats load what is left.
+        "groups": [("full", 0, 16), ("mamba", 0, 16)],
+        "num_blocks": 16,
+        "cpu_chunks": 7,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 32,
+        "requests": [
+            (0, [(61, 50)], 3),
+            (0, [(62, 70)], 3),
+            (2, [(63, 40)], 2),
+            (8, [(61, 50)], 2),
+            (9, [(64, 90)], 2),
+            (14, [(62, 70), (65, 5)], 2),
+            (16, [(61, 50), (66, 8)], 2),
+        ],
+    },
+    "mamba_arc": {
+        # (h) The same shape under ARC.
+        "groups": [("mamba", 0, 16), ("full", 0, 16)],
+        "num_blocks": 15,
+        "cpu_chunks": 12,
+        "eviction_policy": "arc",
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 48,
+        "requests": [
+            (0, [(67, 60)], 2),
+            (2, [(68, 60)], 2),
+            (4, [(67, 60), (69, 4)], 2),
+            (6, [(70, 80)], 2),
+            (8, [(67, 60)], 2),
+            (10, [(68, 60)], 2),
+            (12, [(71, 90)], 2),
+            (14, [(67, 60)], 2),
+        ],
+    },
+    "mamba_two_blocks_per_chunk": {
+        # (h) Chunks of two blocks (32 tokens): a state is stored only at a boundary that is a multiple of
+        # 32 (request 0's replay boundary 96; request 1's, 80, dropped), and the hit is rounded down to 32.
+        "groups": [("mamba", 0, 16), ("full", 0, 16)],
+        "num_blocks": 16,
+        "blocks_per_chunk": 2,
+        "cpu_chunks": 40,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 64,
+        "requests": [
+            (0, [(72, 100)], 2),
+            (3, [(73, 90)], 2),
+            (6, [(74, 170)], 2),
+            (11, [(72, 100), (75, 6)], 2),
+            (13, [(73, 90)], 2),
+        ],
+    },
+    "mamba_checkpoints": {
+        # (h) States with a prefill checkpoint (Mamba 2's): a prompt's last chunk takes the tail with the
+        # checkpoint at the replay boundary, which is keyed and stored; repeats load it.
+        "groups": [("mamba", 0, 16), ("full", 0, 16)],
+        "mamba_checkpoint_blocks": 1,
+        "num_blocks": 17,
+        "cpu_chunks": 60,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 64,
+        "requests": [
+            (0, [(76, 100)], 2),
+            (3, [(77, 150)], 2),
+            (8, [(76, 100), (78, 20)], 2),
+            (11, [(76, 100)], 2),
+            (14, [(76, 64), (79, 40)], 2),
+        ],
+    },
+    "mamba_decode": {
+        # (h) Output tokens' chunks stored too (prompt-only off) for full attention, none for the states
+        # (their keys stop at the replay boundary); long outputs on a small pool preempt, with stores in
+        # flight, and readmissions load.
+        "groups": [("mamba", 0, 16), ("full", 0, 16)],
+        "num_blocks": 16,
+        "cpu_chunks": 60,
+        "prompt_only": False,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 48,
+        "requests": [
+            (0, [(80, 70)], 40),
+            (1, [(81, 60)], 50),
+            (2, [(82, 50)], 30),
+            (10, [(80, 70), (83, 12)], 20),
+            (20, [(81, 60)], 10),
+            (30, [(80, 70)], 6),
+        ],
+    },
+    "mamba_store_threshold": {
+        # (h) A store threshold of 2: a state is stored at its second offer (a repeat's hand-off of the
+        # same boundary), each hand-off offered once.
+        "groups": [("mamba", 0, 16), ("full", 0, 16)],
+        "num_blocks": 16,
+        "cpu_chunks": 40,
+        "store_threshold": 2,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 48,
+        "requests": [
+            (0, [(84, 70)], 2),
+            (3, [(85, 150)], 2),
+            (7, [(84, 70)], 2),
+            (10, [(86, 150)], 2),
+            (14, [(84, 70), (87, 9)], 2),
+        ],
+    },
 }
 
 
@@ -497,6 +662,89 @@ for _seed in UNEQUAL_SEEDS:
     SCENARIOS[f"unequal_{_seed}"] = unequal_scenario(_seed)
 
 MAX_MODEL_LEN = 256
+
+
+def mamba_scenario(seed: int) -> dict[str, Any]:
+    """Mamba (align) groups' tier on random traffic: a state group and full attention in either order
+    (sometimes a sliding window too), block 16, prompts repeated whole, with a suffix of their own, or in
+    part (a shared-prefix junction, whose state is keyed and stored) after fillers that evict the GPU's
+    prefix cache; tiers large or small (failed stores), LRU or ARC, one or two blocks a chunk, prefill
+    checkpoints or not, store thresholds, output tokens stored or not, some long outputs (preemptions)."""
+    rng = random.Random(90000 + seed)
+    bs = 16
+    groups = [("mamba", 0, bs), ("full", 0, bs)]
+    if rng.random() < 0.5:
+        groups.reverse()
+    if rng.random() < 0.3:
+        groups.insert(rng.randint(0, 2), ("sliding_window", rng.choice([17, 32, 48]), bs))
+    checkpoints = rng.choice([0, 0, 1])
+    bpc = rng.choice([1, 1, 2])
+    mbt = rng.choice([32, 48, 64])
+    num_blocks = rng.randint(15, 26)
+    small_tier = rng.random() < 0.35
+    prompt_only = rng.random() < 0.7
+
+    def peak(tokens: int) -> int:
+        total = 0
+        for kind, window, b in groups:
+            n = -(-(tokens - 1) // b)
+            if kind == "mamba":
+                n = min(n, 2 + checkpoints)
+            elif kind == "sliding_window":
+                n = min(n, -(-(window - 1 + 2 * mbt) // b) + 1)
+            total += n
+        return total
+
+    content = 400 + seed * 40
+    seen: list[list[tuple[int, int]]] = []
+    requests = []
+    arrival = 0
+    for _ in range(rng.randint(9, 14)):
+        r = rng.random()
+        if not seen or r < 0.35:
+            segments = [(content, rng.randint(33, 140))]
+            content += 1
+            seen.append(segments)
+        elif r < 0.55:
+            # part of an earlier prompt (a junction where it ends), then a suffix of its own
+            base = rng.choice(seen)
+            c, n = base[0]
+            segments = [(c, rng.randint(17, n)), (content, rng.randint(5, 40))]
+            content += 1
+            seen.append(segments)
+        else:
+            segments = list(rng.choice(seen))
+            if rng.random() < 0.5:
+                segments.append((content, rng.randint(1, 30)))
+                content += 1
+        tokens = rng.randint(1, 6) if rng.random() < 0.75 else rng.randint(10, 40)
+        p = sum(n for _, n in segments)
+        if p + tokens <= MAX_MODEL_LEN - 16 and peak(p + tokens) <= num_blocks - 1:
+            requests.append((arrival, segments, tokens))
+        arrival += rng.randint(1, 4)
+    return {
+        "groups": groups,
+        "mamba_checkpoint_blocks": checkpoints,
+        "num_blocks": num_blocks,
+        "blocks_per_chunk": bpc,
+        "cpu_chunks": rng.randint(6, 14) if small_tier else rng.randint(40, 90),
+        "eviction_policy": rng.choice(["lru", "lru", "arc"]),
+        "store_threshold": rng.choice([0, 0, 0, 2]),
+        "prompt_only": prompt_only,
+        "max_num_seqs": rng.randint(2, 4),
+        "max_num_batched_tokens": mbt,
+        "requests": requests,
+    }
+
+
+# Seeds kept (of the first 24: those whose requests load, or whose stores are flushed): windows beside
+# the states (0, 4, 12, 15), prefill checkpoints (9, 12, 13, 20, 23), two blocks a chunk (10-13, 16, 20,
+# 23), small tiers (3, 13), a store threshold (11), output tokens stored (11, 12, 13, 23), ARC (0, 2, 3, 9,
+# 10, 12).
+MAMBA_SEEDS: tuple[int, ...] = (0, 2, 3, 4, 6, 9, 10, 11, 12, 13, 15, 16, 20, 22, 23)
+for _seed in MAMBA_SEEDS:
+    SCENARIOS[f"mamba_random_{_seed}"] = mamba_scenario(_seed)
+
 PAGE_BYTES = 4096  # one GPU block's bytes (every group's) in the recorder's KV-cache config
 
 
@@ -577,6 +825,8 @@ def _scheduler(sc: dict[str, Any]) -> tuple[Any, int]:
     if not sc.get("prompt_only", True):
         extra["offload_prompt_only"] = False
 
+    checkpoints = sc.get("mamba_checkpoint_blocks", 0)
+
     def spec(kind: str, window: int, bs: int) -> Any:
         common = dict(block_size=bs, num_kv_heads=1, head_size=8, dtype=torch.float16)
         if kind == "full":
@@ -590,8 +840,10 @@ def _scheduler(sc: dict[str, Any]) -> tuple[Any, int]:
             shapes=((2, 16),),
             dtypes=(torch.float16,),
             mamba_cache_mode="align",
-            num_prefill_checkpoint_blocks=0,
-            prefill_checkpoint_alignment=None,
+            # Checkpoint blocks as Mamba2's mixer declares them (one block, any token alignment), as
+            # scripts/vllm_hybrid_golden.py gives them.
+            num_prefill_checkpoint_blocks=checkpoints,
+            prefill_checkpoint_alignment=1 if checkpoints else None,
         )
 
     names = [f"layer{i}" for i in range(len(sc["groups"]))]

@@ -281,6 +281,138 @@ def test_prefix_reading_routers_agree_on_hybrid_fleets(w, cfg, router, refresh, 
     assert a.summary == b.summary
 
 
+@st.composite
+def reusing_workloads(draw, spaced: bool = False) -> Workload:
+    """2-20 requests, each a shared prefix of 1-150 tokens (three of them), often a second shared part, some
+    quoting an earlier request's answer, some a part of their own: most prompts can hit another's blocks.
+    `spaced`: 100 s apart (each request alone on its replica)."""
+    n = draw(st.integers(2, 20))
+    gaps = draw(st.lists(st.sampled_from([0.0, 0.0005, 0.001, 0.003, 0.02, 0.5]), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
+    prefix = draw(st.lists(st.integers(1, 150), min_size=3, max_size=3))
+    offsets, ids, lens = [0], [], []
+    for i in range(n):
+        p = draw(st.integers(0, 2))
+        ids.append(500 + p)
+        lens.append(prefix[p])
+        if draw(st.booleans()):
+            ids.append(600 + p)
+            lens.append(draw(st.sampled_from([5, 30, 64])))
+        if i > 0 and draw(st.integers(0, 2)) == 0:
+            j = draw(st.integers(0, i - 1))
+            ids.append(output_id(j))
+            lens.append(draw(st.integers(1, output[j])))
+        if draw(st.booleans()):
+            ids.append(1000 + i)
+            lens.append(draw(st.integers(1, 40)))
+        offsets.append(len(ids))
+    return Workload(
+        arrival=np.arange(n) * 100.0 if spaced else np.cumsum(gaps),
+        output_len=output,
+        seg_offsets=offsets,
+        segment_id=np.array(ids, dtype=np.uint64),
+        segment_len=lens,
+    )
+
+
+def caching(cfg: kvsim.SimConfig, lengths: bool = True) -> kvsim.SimConfig:
+    """`cfg` with prefix caching on (chunked prefill too, which Mamba states then need) and, with
+    `lengths`, no `max_model_len` (the replicas of a fleet must give the workload the same columns); as it
+    was where the layout refuses that."""
+    for changes in (
+        {"enable_prefix_caching": True, "chunked_prefill": True, "max_model_len": None},
+        {"max_model_len": None},
+    ):
+        if not lengths:
+            changes.pop("max_model_len")
+        try:
+            return cfg.replace(**changes)
+        except kvsim.errors.InvalidArgumentError:
+            pass
+    return cfg
+
+
+@st.composite
+def mixed_fleets(draw) -> list[kvsim.SimConfig]:
+    """2-5 replicas, each of a random hybrid model (mostly caching) or of full attention alone."""
+    fleet = []
+    for _ in range(draw(st.integers(2, 5))):
+        if draw(st.integers(0, 2)):
+            cfg = draw(hybrid_configs())
+            fleet.append(caching(cfg) if draw(st.integers(0, 3)) else cfg.replace(max_model_len=None))
+        else:
+            fleet.append(
+                kvsim.SimConfig(
+                    model=toy([Layer("full")] * 2),
+                    block_size=draw(st.sampled_from([1, 2, 4, 16])),
+                    num_blocks=draw(st.integers(4, 80)),
+                    enable_prefix_caching=draw(st.sampled_from([True, True, False])),
+                    max_num_seqs=draw(st.integers(1, 8)),
+                    max_num_batched_tokens=draw(st.sampled_from([32, 100, 512])),
+                )
+            )
+    return fleet
+
+
+@given(
+    reusing_workloads(),
+    mixed_fleets(),
+    st.sampled_from(["prefix-affinity", "weighted"]),
+    st.sampled_from([0.0, 0.0, 0.0005, 0.001, 0.01]),
+)
+def test_prefix_reading_routers_agree_on_mixed_fleets(w, fleet, router, refresh):
+    """Fleets of replicas of hybrid models and of a full-attention one, of several block sizes, on prompts
+    that share prefixes, behind a router that reads prefix hits, exact or refreshed: Rust == reference."""
+    kw = {"router_weights": {"prefix": 3.0, "queue": 1.0}} if router == "weighted" else {}
+    try:
+        a = kvsim.simulate_cluster(w, fleet, router=router, router_refresh_s=refresh, **kw)
+    except kvsim.errors.InvalidArgumentError:
+        with pytest.raises(kvsim.errors.InvalidArgumentError):
+            kvsim.simulate_cluster(
+                w, fleet, router=router, router_refresh_s=refresh, backend="reference", **kw
+            )
+        return
+    b = kvsim.simulate_cluster(w, fleet, router=router, router_refresh_s=refresh, backend="reference", **kw)
+    assert a.requests.equals(b.requests, null_equal=True)
+    assert a.summary == b.summary
+
+
+@given(
+    reusing_workloads(spaced=True),
+    hybrid_configs(),
+    st.sampled_from(["prefix-affinity", "weighted"]),
+    st.integers(2, 3),
+)
+def test_the_hit_a_router_reads_is_the_one_admission_gets(w, cfg, router, n):
+    """Requests that each arrive alone: the hit the router reads of the replica it picks (the reference's
+    `prefix_hit_blocks`) is the hit the request gets there, in blocks of the engine's block size; the Rust
+    fleet routes alike."""
+    from unittest import mock
+
+    from kvsim.reference import cluster as ref_cluster
+
+    cfg = caching(cfg, lengths=False)
+    kw = {"router_weights": {"prefix": 3.0, "queue": 1.0}} if router == "weighted" else {}
+    read: list[tuple[int, int, int]] = []
+    pick = ref_cluster.Router.pick
+
+    def reading(self, views, segments, prompt_len):
+        r = pick(self, views, segments, prompt_len)
+        rep = self.replicas[r]
+        read.append((r, rep.prefix_hit_blocks(segments, prompt_len, views[r].keys), rep.block_size))
+        return r
+
+    with mock.patch.object(ref_cluster.Router, "pick", reading):
+        b = kvsim.simulate_cluster(w, cfg, replicas=n, router=router, backend="reference", **kw)
+    a = kvsim.simulate_cluster(w, cfg, replicas=n, router=router, **kw)
+    assert a.requests.equals(b.requests, null_equal=True)
+    rows = b.requests.sort("request_id")
+    for i, (r, hit, bs) in enumerate(read):
+        if rows["status"][i] == "finished":
+            assert rows["replica"][i] == r
+            assert hit == rows["cached_tokens"][i] // bs, i
+
+
 @pytest.mark.parametrize("backend", ["rust", "reference"])
 @pytest.mark.parametrize("refresh", [0.0, 0.05])
 def test_prefix_affinity_follows_a_hybrid_models_cached_prefix(backend, refresh):

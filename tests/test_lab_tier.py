@@ -17,9 +17,10 @@ from hypothesis import given, settings
 from kvsim.engine.engine_input import prepare
 from kvsim.engine.simulate import simulate
 from kvsim.errors import InvalidArgumentError
-from kvsim.lab.bundle import bundle, resolve, snapshot
+from kvsim.lab.bundle import bundle, filling_blocks, resolve, run_tracks, snapshot, snapshot_from
 from kvsim.lab.presets import get as get_preset
 from kvsim.lab.state import run_track, state_at
+from kvsim.reference.engine import EVENT
 from kvsim.reference.engine.core import Engine
 from kvsim.reference.engine.offload_hybrid import GROUP_BITS
 from kvsim.workloads import Workload
@@ -31,6 +32,7 @@ from tests.test_offload_hybrid import tiered_hybrid_configs
 
 GIB = 2**30
 GROUP_MASK = (1 << GROUP_BITS) - 1
+ADMIT, ALLOCATE, LOAD, LOAD_DONE = EVENT["admit"], EVENT["allocate"], EVENT["load"], EVENT["load-done"]
 
 
 class _Watched(Engine):
@@ -77,6 +79,10 @@ class _Watched(Engine):
             "group_loading": Counter(key & GROUP_MASK for key, c in tier.chunks.items() if c.pins > 0)
             if self.hybrid
             else None,
+            # The GPU blocks the loads in flight write (their KV not there until the load is seen complete),
+            # and how many rows the log has by now.
+            "filling": {b for job in self.loads if job.load and not job.remote for b in job.blocks},
+            "events": len(self.events) if self.events is not None else 0,
         }
 
     def step(self) -> None:
@@ -93,7 +99,36 @@ def watched(w, cfg) -> list[dict[str, object]]:
     e = _Watched(prepare(w, cfg), cfg, 1, True)
     e.run()
     assert sorted(e.seen) == list(range(len(e.seen)))
-    return [{**e.seen[k], "same_instant": k in e.same_instant} for k in range(len(e.seen))]
+    assert e.events is not None
+    log = e.events
+    out = []
+    for k in range(len(e.seen)):
+        n = e.seen[k]["events"]
+        assert isinstance(n, int)
+        # (what the log says is being filled, from its rows up to this state alone)
+        out.append(
+            {**e.seen[k], "same_instant": k in e.same_instant, "filling_logged": filling_from_log(log[:n])}
+        )
+    return out
+
+
+def filling_from_log(rows: list[tuple[int, int, int, int, int, int]]) -> set[int]:
+    """The blocks loads in flight fill, read from the engine's log rows alone: a `load` row's request was
+    given the blocks of its `allocate` rows since its `admit` (its GPU hits are `prefix-hit` rows), and
+    they are being filled until its `load-done` row."""
+    since_admit: dict[int, list[int]] = {}
+    filling: dict[int, list[int]] = {}
+    for _, _, kind, seq, block, _ in rows:
+        if kind == ADMIT:
+            since_admit[seq] = []
+        elif kind == ALLOCATE and seq in since_admit:
+            since_admit[seq].append(block)
+        elif kind == LOAD:
+            assert seq not in filling, f"seq {seq} loads twice at once"
+            filling[seq] = since_admit.pop(seq)
+        elif kind == LOAD_DONE:
+            del filling[seq]
+    return {b for blocks in filling.values() for b in blocks}
 
 
 def check_tier(w, cfg) -> None:
@@ -111,6 +146,13 @@ def check_tier(w, cfg) -> None:
         held = want["held"]
         assert isinstance(held, dict)
         assert t.metrics["held"][k] == len(held), k
+        # The blocks the snapshot (and the page) mark as being filled by a load in flight: exactly those
+        # the engine's loads in flight write, and those its log says were allocated for a load that has not
+        # landed.
+        assert want["filling"] == want["filling_logged"], k
+        if not (t.groups and want["same_instant"]):
+            seqs, blocks, _ = state_at(t, k)
+            assert filling_blocks(t, k, seqs, blocks) == want["filling"], k
     # Per request: the statuses the replay shows while held are the engine's; a hybrid model's tables
     # per group, held requests' included, are the engine's manager's, at every state.
     every = (
@@ -236,7 +278,11 @@ def loading_hybrid_configs(draw):
     # (groups of one block size: the lab shows blocks of one size, `query.check_layout`)
     cfg = draw(
         tiered_hybrid_configs().filter(
-            lambda c: not c.pool.layout.single_full and len({g.block_size for g in c.kv_groups}) == 1
+            lambda c: (
+                not c.pool.layout.single_full
+                and len({g.block_size for g in c.kv_groups}) == 1
+                and all(g.kind != "mamba" for g in c.kv_groups)
+            )  # (the lab replays attention groups' tiers)
         )
     )
     if draw(st.integers(0, 3)):
@@ -276,12 +322,12 @@ def test_a_hybrid_models_replayed_tier_is_the_engines_at_every_state(w, cfg):
         (
             "state-layers",
             {"enable_prefix_caching": True},
-            "is not modelled for qwen3-next-80b-a3b: it has state",
+            "is not replayed for qwen3-next-80b-a3b: it has state",
         ),
         (
             "copilot",
             {"model": "granite-4.0-h-tiny"},
-            "kvsim models a hybrid model's CPU tier for its attention",
+            "the lab replays a hybrid model's CPU tier for its attention",
         ),
         ("copilot", {"kv_offloading_bytes": 4096}, "holds no chunk"),
         ("copilot", {"kv_offloading_bytes": 2**50}, "more than the page draws"),
@@ -466,3 +512,42 @@ def test_the_models_a_tier_is_refused_with_are_the_ones_the_page_disables():
         else:
             assert tier > 0, name
             assert name not in refused, name
+
+
+@pytest.mark.parametrize(("preset", "loads"), [("cpu-tier", 1), ("sliding-window-tier", 2)])
+def test_the_blocks_shown_filling_are_those_loads_in_flight_write(preset, loads):
+    """At every state of the presets with a tier, the snapshot's blocks marked `loading` (the page draws
+    them as being filled) are exactly the GPU blocks the reference engine's loads in flight write, stepped,
+    and those the log allocated for a load whose `load-done` has not come: none before the first load, the
+    blocks of req-8's load at the opening state, none from the state its load lands on."""
+    r = resolve(preset)
+    p = r.preset
+    seen = watched(p.workload, p.config)
+    paged, contiguous = run_tracks(r)
+    assert len(seen) == paged.num_steps + 1
+    shown = []
+    for k, want in enumerate(seen):
+        snap = snapshot_from(r, paged, contiguous, k)
+        marked = {b["block_id"] for b in snap["blocks"] if b.get("loading")}
+        assert marked == want["filling"] == want["filling_logged"], k
+        # (a block being filled is held by the loading request alone, and has no key yet)
+        for b in snap["blocks"]:
+            if b["block_id"] in marked:
+                assert (b["state"], b["ref_cnt"], b["prefix_key"]) == ("private", 1, None), (k, b)
+        loading = [q["name"] for q in snap["requests"] if q["status"] == "loading"]
+        assert bool(marked) == bool(loading), k
+        shown.append(marked)
+    # The opening state: req-8's load in flight fills its blocks past its GPU hits (it has none).
+    k = p.step
+    opening = snapshot_from(r, paged, contiguous, k)
+    (req8,) = [q for q in opening["requests"] if q["status"] == "loading"]
+    tables = req8["block_tables"] if paged.groups else [req8["block_table"]]
+    assert req8["name"] == "req-8"
+    assert shown[k] == {b for table in tables for b in table if b} != set()
+    # ... until the state its load lands on (req-8 `loaded`), then none until the next load.
+    landed = next(j for j in range(k, len(seen)) if seen[j]["held"] == {7: "loaded"})
+    assert all(shown[j] == shown[k] for j in range(k, landed))
+    assert shown[landed] == set()
+    starts = sum(1 for j in range(1, len(shown)) if shown[j] and not shown[j - 1])
+    assert starts == loads
+    assert shown[0] == shown[-1] == set()

@@ -25,12 +25,16 @@ SCENARIOS = sorted(p.stem for p in DATA.glob("*.json"))
 
 
 def test_every_recorded_scenario_is_here():
-    assert len(SCENARIOS) >= 46, SCENARIOS
-    # 20 with transfers that take time, among them steps a flush lengthens and loads that last steps
+    assert len(SCENARIOS) >= 56, SCENARIOS
+    # 28 with transfers that take time, among them steps a flush lengthens, loads that last steps, two
+    # loads issued at once (one after the other on the link), and requests that join while the engine
+    # stalls on transfers (the recorder counts them: `stall_joins`)
     slow = [json.loads((DATA / f"{n}.json").read_text()) for n in SCENARIOS if n.startswith("slow_")]
-    assert len(slow) >= 20
+    assert len(slow) >= 28
+    assert any(len(st["loads"]) >= 2 for sc in slow for st in sc["steps"])
     assert all(sc["ms_per_block"] > 0 for sc in slow)
     assert any("end" in st for sc in slow for st in sc["steps"])
+    assert sum(sc.get("stall_joins", 0) for sc in slow) > 0
 
 
 def config_of(sc: dict) -> kvsim.SimConfig:
@@ -67,13 +71,15 @@ def workload_of(sc: dict) -> Workload:
 
 
 def by_step(res: kvsim.SimResult, steps: int) -> list[dict]:
-    """After each step's scheduling: every request's table; and the loads and stores issued since the
-    step before, from the event log (its `step` column counts the steps that computed tokens before)."""
+    """After each step's scheduling: every request's table and the chunks in the tier; and the loads and
+    stores issued since the step before, from the event log (its `step` column counts the steps that
+    computed tokens before)."""
     assert res.events is not None
     tables: dict[str, list[int]] = {}
     out = [{"tables": {}, "loads": [], "stores": []} for _ in range(steps + 1)]
     rows = list(res.events.iter_rows(named=True))
     i = 0
+    chunks = 0  # in the tier: stored (a store's count is its chunks) less evicted
     for j in range(steps + 1):
         while i < len(rows) and rows[i]["step"] <= j:
             e = rows[i]
@@ -87,7 +93,12 @@ def by_step(res: kvsim.SimResult, steps: int) -> list[dict]:
                     del tables[r]
             elif kind in ("load", "store"):
                 out[j][kind + "s"].append([r, e["count"]])
+            if kind == "store":
+                chunks += e["count"]
+            elif kind == "cpu-evict":
+                chunks -= 1
         out[j]["tables"] = {r: list(t) for r, t in tables.items()}
+        out[j]["tier_chunks"] = chunks
     return out
 
 
@@ -108,6 +119,10 @@ def test_kvsim_offloads_as_vllm_does(name, backend):
         assert mine["loads"] == step["loads"], f"step {j}: loads kvsim {mine['loads']} vLLM {step['loads']}"
         assert mine["stores"] == step["stores"], (
             f"step {j}: stores kvsim {mine['stores']} vLLM {step['stores']}"
+        )
+        # The chunks the tier holds (ready or pending) after the step's stores are planned.
+        assert mine["tier_chunks"] == step["tier_chunks"], (
+            f"step {j}: tier chunks kvsim {mine['tier_chunks']} vLLM {step['tier_chunks']}"
         )
     trailing = ours[len(steps)]
     assert trailing["loads"] == sc["trailing"]["loads"]

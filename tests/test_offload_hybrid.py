@@ -1,10 +1,13 @@
 """The CPU tier for a hybrid model in the engines (DESIGN.md §CPU tier, "A hybrid model"): the Rust engine
-and the Python reference agree exactly on random layouts of full-attention, sliding-window and
-chunked-local groups with random tier sizes, chunk sizes, eviction policies, store thresholds, link times
-and traffic; the tier is sized from the pool's block (one group's block over its layers, vLLM's stride);
-and what kvsim does not model of vLLM's offloading of hybrid models is refused by name."""
+and the Python reference agree exactly on random layouts of full-attention, sliding-window,
+chunked-local and Mamba (state) groups with random tier sizes, chunk sizes, eviction policies, store
+thresholds, link times and traffic; the tier is sized from the pool's block (one group's block over its
+layers, vLLM's stride); and what kvsim does not model of vLLM's offloading of hybrid models is refused by
+name."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import hypothesis.strategies as st
 import numpy as np
@@ -25,27 +28,35 @@ def tiered_hybrid_configs(draw) -> kvsim.SimConfig:
     """Two to eight layers of full attention, sliding windows (one or two sizes) or local chunks (vLLM
     takes no model with both); some with heads twice as wide, whose groups then take half the tokens a
     block (unequal block sizes, as Gemma 4's: not with local chunks, which vLLM serves at one block size);
-    vLLM v1's scheduler rules and a random tier."""
+    in a third of them Mamba (state) layers too, with or without a prefill checkpoint (their block raised to
+    hold the state, every group's block one size: the tier refuses a state beside another); vLLM v1's
+    scheduler rules and a random tier."""
     n = draw(st.integers(2, 8))
     windows = draw(st.lists(st.sampled_from([3, 5, 8, 9, 17, 40]), min_size=1, max_size=2))
     chunk = draw(st.sampled_from([4, 8, 32]))
     local = draw(st.booleans())
-    wide = () if local else draw(st.sampled_from([(), ("full",), ("sliding_window",)]))
+    mamba = draw(st.integers(0, 2)) == 0
+    state = dataclasses.replace(STATE, checkpoint_blocks=draw(st.sampled_from([0, 1])))
+    wide = () if local or mamba else draw(st.sampled_from([(), ("full",), ("sliding_window",)]))
 
     def layer(kind: str, window: int = 0) -> Layer:
         return Layer(kind, window, head_dim=2 * BASE.head_dim) if kind in wide else Layer(kind, window)
 
     layers = [layer("full")]
     for _ in range(n - 1):
-        kind = draw(st.sampled_from(["full", "window"]))
-        if kind == "full":
+        kind = draw(st.sampled_from(["full", "window", "mamba"] if mamba else ["full", "window"]))
+        if kind == "mamba":
+            layers.append(Layer("mamba", state=state))
+        elif kind == "full":
             layers.append(layer("full"))
         elif local:
             layers.append(Layer("chunked_local", chunk))
         else:
             layers.append(layer("sliding_window", draw(st.sampled_from(windows))))
+    if mamba and all(lay.kind != "mamba" for lay in layers):
+        layers.append(Layer("mamba", state=state))
     if draw(st.booleans()):
-        layers.reverse()  # (a window group first, as gpt-oss's)
+        layers.reverse()  # (a window group first, as gpt-oss's; a state group first, as Nemotron-H's)
     linear = draw(st.booleans())
     return kvsim.SimConfig(
         model=toy(layers),
@@ -55,7 +66,8 @@ def tiered_hybrid_configs(draw) -> kvsim.SimConfig:
         free_order=draw(st.sampled_from(["classic", "lifo_unhashed"])),
         max_num_seqs=draw(st.integers(1, 8)),
         max_num_batched_tokens=draw(st.sampled_from([7, 32, 100, 512])),
-        chunked_prefill=draw(st.booleans()),
+        # (Mamba prefix caching needs chunked prefill: vLLM asserts it on)
+        chunked_prefill=True if mamba else draw(st.booleans()),
         admission_gate=draw(st.sampled_from(["none", "full-prompt"])),
         watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
         max_model_len=draw(st.one_of(st.none(), st.integers(60, 300))),
@@ -141,12 +153,12 @@ def test_a_hybrid_models_chunk_is_one_block_of_the_pool():
 
 
 def test_what_kvsim_does_not_model_of_a_hybrid_models_tier_is_refused():
-    with pytest.raises(InvalidArgumentError, match=r"not modelled for a model with state layers: qwen3-next"):
-        kvsim.SimConfig(
-            model="qwen3-next-80b-a3b", gpu="h100-80gb", tensor_parallel_size=4, kv_offloading_size=8
-        )
-    wide = toy([Layer("sliding_window", 16), Layer("full"), Layer("mamba", state=STATE)])
-    with pytest.raises(InvalidArgumentError, match="state layers"):
+    # A state group beside groups of another block size (here a full-attention layer with heads twice as
+    # wide: its group takes 32 tokens a block, the others 16).
+    wide = toy([Layer("full", head_dim=128), Layer("full"), Layer("mamba", state=STATE)])
+    with pytest.raises(
+        InvalidArgumentError, match=r"not modelled for a Mamba \(state\) group beside groups of another block"
+    ):
         kvsim.SimConfig(model=wide, num_blocks=40, block_size=16, kv_offloading_chunks=8)
     swa = toy([Layer("sliding_window", 16), Layer("full")])
     with pytest.raises(InvalidArgumentError, match=r"prefix_cache_retention_interval 0 .* only, not 32"):
@@ -157,6 +169,43 @@ def test_what_kvsim_does_not_model_of_a_hybrid_models_tier_is_refused():
             kv_offloading_chunks=8,
             prefix_cache_retention_interval=32,
         )
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_model_with_state_layers_has_a_tier(backend):
+    """Qwen3-Next (gated delta net layers beside full attention, DESIGN.md §CPU tier, "A Mamba group"):
+    a repeat comes back from the tier, its state group's chunk ending at the hit with the full group's
+    chunks before it; the states are stored as the GPU's cache keys them, one block each."""
+    cfg = kvsim.SimConfig(
+        model="qwen3-next-80b-a3b",
+        gpu="h100-80gb",
+        tensor_parallel_size=4,
+        max_model_len=8192,
+        num_blocks=24,
+        kv_offloading_size=8,
+        kv_offloading_ps_per_block=0,
+    )
+    groups = cfg.kv_groups
+    assert {g.kind for g in groups} == {"mamba", "full"}
+    bs = groups[0].block_size
+    assert {g.block_size for g in groups} == {bs}
+    prompt = 3 * bs + bs // 2  # (its replay boundary, 3 blocks: the state stored there)
+    w = Workload(
+        arrival=[0.0, 1.0, 2.0],
+        output_len=[2, 2, 2],
+        seg_offsets=[0, 1, 2, 3],
+        segment_id=[1, 2, 1],
+        segment_len=[prompt, 13 * bs, prompt],  # (the second evicts the first from the GPU)
+    )
+    res = kvsim.simulate(w, cfg, backend=backend, record_events=True)
+    assert res.summary["completed"] == 3
+    hits = res.requests.sort("request_id")["cpu_hit_tokens"].to_list()
+    assert hits == [0, 0, 3 * bs]
+    ev = res.events
+    loads = ev.filter(ev["kind"] == "load")["count"].to_list()
+    full = sum(g.kind == "full" for g in groups)
+    states = len(groups) - full
+    assert loads == [3 * full + states]  # every full group's 3 chunks, each state group's last one
 
 
 def test_a_model_whose_groups_have_unequal_blocks_has_a_tier():

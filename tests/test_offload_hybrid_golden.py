@@ -25,9 +25,7 @@ from tests.test_offload_golden import by_step as _unused  # noqa: F401  (the sin
 from tests.test_offload_golden import workload_of
 
 DATA = Path(__file__).parent / "data" / "vllm_offload_hybrid"
-# Mamba (align) groups' tier (their states' hand-off stores) is not modelled: kvsim refuses it.
-REFUSED = {"mamba_align_full"}
-SCENARIOS = sorted(p.stem for p in DATA.glob("*.json") if p.stem not in REFUSED)
+SCENARIOS = sorted(p.stem for p in DATA.glob("*.json"))
 
 
 def test_every_recorded_scenario_is_here():

@@ -122,11 +122,13 @@ class LabPage:
         return None if raw in (None, "", "null") else float(raw)
 
     def cells(self) -> list[dict[str, Any]]:
-        """Every drawn grid cell as {block_id, state, ref_cnt, num_tokens}."""
+        """Every drawn grid cell as {block_id, state, ref_cnt, num_tokens, filling} (filling: drawn as a
+        block a CPU-tier load in flight is filling)."""
         return self.page.eval_on_selector_all(
             "#grid .cell",
             """els => els.map(e => ({block_id: Number(e.dataset.block), state: e.dataset.state,
-                 ref_cnt: Number(e.dataset.ref), num_tokens: Number(e.dataset.tokens)}))""",
+                 ref_cnt: Number(e.dataset.ref), num_tokens: Number(e.dataset.tokens),
+                 filling: e.dataset.filling === 'true'}))""",
         )
 
     def query(self) -> dict[str, Any]:

@@ -54,15 +54,16 @@ def assert_cards(lab: LabPage, snap: dict[str, Any]) -> None:
 
 
 def assert_blocks(lab: LabPage, snap: dict[str, Any]) -> None:
-    """Every drawn cell against the snapshot's block of the same id."""
+    """Every drawn cell against the snapshot's block of the same id (its state, ref count, tokens, and
+    whether it is drawn as being filled by a CPU-tier load in flight: the snapshot's `loading`)."""
     want = {b["block_id"]: b for b in snap["blocks"]}
     cells = lab.cells()
     assert cells, "no cell drawn"
     diff = []
     for c in cells:
         b = want[c["block_id"]]
-        got = (c["state"], c["ref_cnt"], c["num_tokens"])
-        exp = (b["state"], b["ref_cnt"], b["num_tokens"])
+        got = (c["state"], c["ref_cnt"], c["num_tokens"], c["filling"])
+        exp = (b["state"], b["ref_cnt"], b["num_tokens"], bool(b.get("loading")))
         if got != exp:
             diff.append((c["block_id"], got, exp))
     assert diff == [], f"blocks differ from the snapshot at step {snap['step']}: (id, page, snapshot)"

@@ -210,7 +210,10 @@ def test_the_control_says_what_a_tier_needs(lab: LabPage, preset: str) -> None:
     if preset == "memory-pressure":
         assert "0: no tier; a tier needs preemption recompute" in hint
     elif preset == "state-layers":  # (it read "a tier model ... is hybrid")
-        want = "0: no tier; none for model qwen3-next-80b-a3b: its state (Mamba) layers are not modelled with a tier"
+        want = (
+            "0: no tier; none for model qwen3-next-80b-a3b: the lab does not replay a tier with its state "
+            "(Mamba) layers"
+        )
         assert hint == want, hint
     else:  # a hybrid model of attention groups takes a tier
         assert hint == "0: no tier", hint
@@ -334,7 +337,7 @@ def test_a_hybrid_models_held_request_and_its_filling_blocks(lab: LabPage) -> No
     assert "12 chunks" in load
     assert "req-8" in load
     why = lab.page.get_attribute('#c-model option[value="qwen3-next-80b-a3b"]', "data-why")
-    assert why == "the CPU tier is not modelled for state (Mamba) layers"
+    assert why == "the lab does not replay a CPU tier with state (Mamba) layers"
     assert lab.page.get_attribute('#c-model option[value="gpt-oss-20b"]', "data-why") is None
 
 
@@ -385,3 +388,130 @@ def test_the_sliding_window_tier_preset_drawn_is_the_snapshots(sized_lab: LabPag
     assert lab.page.evaluate(
         f"document.documentElement.scrollWidth <= {width} && window.innerWidth <= {width}"
     ), lab.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+
+
+# Per grid cell, the share of its canvas pixels in the loading colour's hue (magenta: saturated, hue 285 to
+# 340 degrees; the blocks' other colours are blue, teal, gold, purple and greys) and the share close to the
+# colour of computed KV (a private block's fill, or a hybrid model's group colour).
+CELL_LOOKS = """async () => {
+  const m = await import('/static/js/grid.js');
+  const replay = window.kvlab.replay;
+  const kv = replay.groups ? m.groupColors(replay.groups).map((c) => c.main) : null;
+  const rgb = (css) => {
+    const c = document.createElement('canvas'); c.width = c.height = 1;
+    const x = c.getContext('2d'); x.fillStyle = css; x.fillRect(0, 0, 1, 1);
+    return Array.from(x.getImageData(0, 0, 1, 1).data.slice(0, 3));
+  };
+  const privateRgb = rgb(getComputedStyle(document.documentElement).getPropertyValue('--c-private').trim());
+  const kvRgb = kv ? kv.map(rgb) : null;
+  const canvas = document.querySelector('#grid canvas.grid-canvas');
+  const k = canvas.width / canvas.clientWidth;
+  const ctx = canvas.getContext('2d');
+  const out = {};
+  for (const cell of document.querySelectorAll('#grid .cell')) {
+    const x0 = Math.round(cell.offsetLeft * k), y0 = Math.round(cell.offsetTop * k);
+    const w = Math.max(1, Math.round(cell.offsetWidth * k)), h = Math.max(1, Math.round(cell.offsetHeight * k));
+    const px = ctx.getImageData(x0, y0, w, h).data;
+    const g = Number(cell.dataset.group ?? -1);
+    const fill = kvRgb ? (g >= 0 ? kvRgb[g] : null) : privateRgb;
+    let magenta = 0, computed = 0;
+    for (let i = 0; i < px.length; i += 4) {
+      const [r, gg, b] = [px[i], px[i + 1], px[i + 2]];
+      const hi = Math.max(r, gg, b), lo = Math.min(r, gg, b);
+      if (hi - lo > 50) {
+        let hue = hi === r ? 60 * (((gg - b) / (hi - lo)) % 6) : hi === gg ? 60 * ((b - r) / (hi - lo) + 2)
+          : 60 * ((r - gg) / (hi - lo) + 4);
+        if (hue < 0) hue += 360;
+        if (hue >= 285 && hue <= 340) magenta += 1;
+      }
+      if (fill && Math.abs(r - fill[0]) + Math.abs(gg - fill[1]) + Math.abs(b - fill[2]) < 24) computed += 1;
+    }
+    const n = px.length / 4;
+    out[cell.dataset.block] = {magenta: magenta / n, computed: computed / n};
+  }
+  return out;
+}"""
+
+
+def assert_filling_drawn(lab: LabPage, filling: set[int]) -> None:
+    """The grid draws exactly `filling` as blocks a load in flight is filling: their cells say so (data,
+    title, label), their pixels are in the loading colour's hatching, none in the colour of computed KV;
+    no other cell has a pixel of the loading colour."""
+    cells = {c["block_id"]: c for c in lab.cells()}
+    assert {b for b, c in cells.items() if c["filling"]} == filling
+    looks = lab.page.evaluate(CELL_LOOKS)
+    for b in cells:
+        look = looks[str(b)]
+        if b in filling:
+            assert look["magenta"] > 0.08, (b, look)
+            assert look["computed"] < 0.01, (b, look)
+            cell = lab.page.locator(f'#grid .cell[data-block="{b}"]')
+            assert "being filled by a CPU-tier load in flight" in (cell.get_attribute("title") or "")
+            assert "being filled by a CPU-tier load in flight" in (cell.get_attribute("aria-label") or "")
+        else:
+            assert look["magenta"] == 0, (b, look)
+            assert lab.page.locator(f'#grid .cell[data-block="{b}"]').get_attribute("title") is None
+
+
+@pytest.mark.parametrize(("preset", "landed"), [("cpu-tier", 43), ("sliding-window-tier", 41)])
+def test_the_grid_draws_the_blocks_a_load_fills_as_filling_until_it_lands(
+    sized_lab: LabPage, preset: str, landed: int
+) -> None:
+    """At the opening step req-8's load is in flight: the grid draws the blocks it fills (the snapshot's
+    `loading` blocks, req-8's blocks) in a style of their own, named in the legend, hatched in the tier
+    panel's "being loaded" colour with no fill of computed KV, titled so; req-8's chips say so too. From the
+    state its load lands on, no block is drawn so (nor any pixel of that colour), and scrubbing back draws
+    them again."""
+    lab = sized_lab
+    lab.open(preset=preset)
+    opening = lab.step()
+    q = lab.query()
+    snap = python_snapshot(q, opening)
+    filling = {b["block_id"] for b in snap["blocks"] if b.get("loading")}
+    (req8,) = [r for r in snap["requests"] if r["status"] == "loading"]
+    assert req8["name"] == "req-8"
+    tables = req8.get("block_tables") or [req8["block_table"]]
+    assert filling == {b for t in tables for b in t if b} != set()
+    legend = lab.page.locator("#grid-filling-legend")
+    assert legend.is_visible()
+    assert "Being filled by a CPU-tier load" in legend.inner_text()
+    assert "still on the host link" in (legend.get_attribute("title") or "")
+    # The legend's cell (its glyph) and the tier panel's "being loaded" cell are in the same colour, the
+    # grid's hatching.
+    colours = lab.page.evaluate(
+        """() => [getComputedStyle(document.querySelector('#grid-filling-legend .cell'), '::after').color,
+             getComputedStyle(document.querySelector('#tier-legend .cell.t-loading')).backgroundColor]"""
+    )
+    assert colours[0] == colours[1], colours
+    for step, want in ((opening, filling), (landed, set()), (opening, filling)):
+        if step != lab.step():
+            lab.seek(step)
+        assert {b["block_id"] for b in python_snapshot(q, step)["blocks"] if b.get("loading")} == want
+        assert_filling_drawn(lab, want)
+        card = lab.page.locator('#seq-list .seq[data-rid="7"]')
+        chips = card.locator('.chip-map[data-filling="true"]')
+        assert {int(chips.nth(i).get_attribute("data-block") or -1) for i in range(chips.count())} <= want
+        assert (chips.count() > 0) == bool(want)
+        if want:
+            assert "being filled by the CPU-tier load in flight" in (
+                chips.first.get_attribute("aria-label") or ""
+            )
+        # The paged panel's map says how many private blocks are being filled; the derivation, how much of
+        # what it counts stored is still on the link.
+        caption = lab.page.inner_text("#paged-map-caption")
+        assert (f"({len(want)} of them being filled by a CPU-tier load)" in caption) == bool(want), caption
+        derivation = lab.page.inner_text("#derivation")
+        assert ("of it still on the link from the CPU tier" in derivation) == bool(want)
+        # The inspector's state line on one of req-8's blocks: being loaded while the load is in flight.
+        block = min(filling)
+        lab.page.locator(f'#grid .cell[data-block="{block}"]').click()
+        lab.page.wait_for_function("document.body.dataset.settled === document.body.dataset.step")
+        assert lab.page.get_attribute("#insp-state", "data-filling") == ("true" if want else "false")
+        assert ("BEING LOADED" in lab.page.inner_text("#insp-state")) == bool(want)
+
+
+def test_no_filling_style_without_a_tier(lab: LabPage) -> None:
+    lab.open(preset="copilot")
+    assert lab.page.locator("#grid-filling-legend").is_hidden()
+    assert lab.page.locator("#paged-map-filling").is_hidden()
+    assert not any(c["filling"] for c in lab.cells())

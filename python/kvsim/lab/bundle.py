@@ -352,6 +352,31 @@ def loading_hits(t: Track, seq: int, k: int) -> int:
     return int((codes[first:last] == EVENT_KINDS.index("prefix-hit")).sum())
 
 
+def filling_blocks(
+    t: Track, k: int, seqs: dict[tuple[int, int], list[Any]], blocks: dict[int, list[Any]]
+) -> set[int]:
+    """The blocks a CPU-tier load in flight is filling at state k (`seqs` and `blocks`: `state_at(t, k)`):
+    those of a request held `loading` past its GPU hits, which hold no KV yet and take their keys when the
+    load lands (its `load-done` makes the request `loaded`). One full-attention group: its table past
+    `loading_hits`; a hybrid model's block rows carry the keys its manager gave, so the load's blocks are
+    the request's blocks with no key. The page's replay derives the same (`TrackReplay.filling`)."""
+    out: set[int] = set()
+    index: dict[tuple[int, int], int] | None = None
+    for (rid, sample), row in seqs.items():
+        if row[3] != "loading":
+            continue
+        if t.groups:
+            out.update(b for table in row[9] for b in table if b and blocks[b][4] is None)
+            continue
+        if index is None:
+            index = {
+                (int(r), int(s_)): i
+                for i, (r, s_) in enumerate(zip(t.inp.request_id, t.inp.sample, strict=True))
+            }
+        out.update(row[8][loading_hits(t, index[(rid, sample)], k) :])
+    return out
+
+
 def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, Any]:
     """Blocks and requests of one track at state k. A hybrid model's requests have `block_tables`, one
     per KV-cache group (block 0 where a window's tokens left; `block_table` is None), and its blocks their
@@ -366,21 +391,13 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
     reqs = {r["request_id"]: r for r in _requests(p)}
     held: dict[int, int] = {}  # block -> tokens it holds
     holders: dict[int, list[str]] = {}  # block -> the sequences whose tables hold it
-    filling: set[int] = set()  # blocks a CPU-tier load in flight is filling (no key until it lands)
-    index = {
-        (int(r), int(s_)): i for i, (r, s_) in enumerate(zip(t.inp.request_id, t.inp.sample, strict=True))
-    }
+    filling = filling_blocks(t, k, seqs, blocks)  # (no KV, and no key, until the load lands)
     requests = []
     for (rid, sample), row in sorted(seqs.items()):
         c, g = tokens_at(row, k)
         r = reqs[rid]
         name = sequence_name(r["name"], r["num_samples"], sample)
         tables = row[9] if groups else [row[8]]
-        if row[3] == "loading" and groups:
-            # (a hybrid model's block rows carry the keys its manager gave: the load's blocks have none)
-            filling.update(b for b in row[8] if blocks[b][4] is None)
-        elif row[3] == "loading":
-            filling.update(row[8][loading_hits(t, index[(rid, sample)], k) :])
         sizes = [spec.block_size for spec in groups] if groups else [bs]
         for x, table in enumerate(tables):
             size = sizes[x]
@@ -610,6 +627,7 @@ __all__ = [
     "configure",
     "decode",
     "encode",
+    "filling_blocks",
     "metric_columns",
     "options",
     "preset_kv_cache_bytes",

@@ -345,7 +345,7 @@ def sliding_window_tier() -> Preset:
     ]
     return Preset(
         name="sliding-window-tier",
-        title="CPU tier with sliding windows (gpt-oss-120b)",
+        title="Windowed CPU tier (gpt-oss-120b)",
         description=(
             "gpt-oss-120b (sliding-window and full-attention layers: two KV-cache groups) with a 64-block GPU "
             "pool and a 128-chunk CPU tier. A conversation's first turn (req-1, 260 tokens) is stored to the "

@@ -170,14 +170,16 @@ def is_hybrid(model: Any) -> bool:
 
 
 def tier_refused(model: Any) -> str | None:
-    """Why the engines model no CPU tier for `model` (None: they do, and the page replays it): a hybrid
-    model's tier is modelled for its attention groups only (full attention, sliding windows, local
-    chunks; DESIGN.md §CPU tier, "A hybrid model"), so not for one with state (Mamba) layers."""
+    """Why the page replays no CPU tier for `model` (None: it does): it replays a hybrid model's tier for
+    its attention groups (full attention, sliding windows, local chunks; DESIGN.md §Lab), not a Mamba
+    group's states, which the engines model (DESIGN.md §CPU tier, "A Mamba group") and the replay does
+    not read."""
     lay = layout(model, 16)
     if any(g.kind == "mamba" for g in lay.groups):
         return (
-            f"it has state layers ({lay.describe()}), and kvsim models a hybrid model's CPU tier for its "
-            "attention groups only (vLLM 0.33.0 offloads a Mamba group's states as they are committed)"
+            f"it has state layers ({lay.describe()}), and the lab replays a hybrid model's CPU tier for its "
+            "attention groups only (the engines model a Mamba group's states in the tier; the lab does not "
+            "replay their stores)"
         )
     return None
 
@@ -216,7 +218,9 @@ def options() -> dict[str, Any]:
         # A CPU tier (`kv_offloading_bytes`) runs only with these values, and not on these models (why).
         "tier_needs": TIER_NEEDS,
         "tier_refused_models": {
-            n: "the CPU tier is not modelled for state (Mamba) layers" for n in names if tier_refused(n)
+            n: "the lab does not replay a CPU tier with state (Mamba) layers"
+            for n in names
+            if tier_refused(n)
         },
         "max_tier_chunks": MAX_TIER_CHUNKS,
     }
@@ -349,8 +353,8 @@ def _check_requires(values: dict[str, Any]) -> None:
 def tier_size(tier_bytes: Any, values: dict[str, Any], model: Any) -> float | None:
     """`kv_offloading_bytes` checked and turned into the engine's `kv_offloading_size` (GiB, as vLLM's
     `--kv-offloading-size`; exact: bytes ÷ 2**30): None for 0 (no tier). Refused, naming the value and
-    the one that stops it, where the engine does not model a tier (any of `TIER_NEEDS` changed, or a model
-    with state layers: `tier_refused`); `check_tier_chunks` refuses a tier of no chunk or more than the page draws.
+    the one that stops it, where the engine does not model a tier (any of `TIER_NEEDS` changed) or the
+    lab does not replay it (a model with state layers: `tier_refused`); `check_tier_chunks` refuses a tier of no chunk or more than the page draws.
 
     Raises:
         InvalidArgumentError: as above.
@@ -361,7 +365,7 @@ def tier_size(tier_bytes: Any, values: dict[str, Any], model: Any) -> float | No
     what = f"kv_offloading_bytes {n} ({fmt_bytes(n)} of CPU tier)"
     name = model if isinstance(model, str) else model.name
     if tier_refused(model):
-        raise InvalidArgumentError(f"{what} is not modelled for {name}: {tier_refused(model)}")
+        raise InvalidArgumentError(f"{what} is not replayed for {name}: {tier_refused(model)}")
     for knob, needed in TIER_NEEDS.items():
         if values[knob] != needed:
             raise InvalidArgumentError(

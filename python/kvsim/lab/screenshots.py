@@ -9,6 +9,7 @@ extra), each saved as a 256-colour PNG (`_shrink`). The browser tests start the 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -68,18 +69,34 @@ def _wait_ready(page: Any) -> None:
         raise RuntimeError(f"the page refused the run: {err}")
 
 
+def _page_colours() -> list[tuple[int, int, int]]:
+    """The colours lab.css names in hex (its custom properties: the states', the tier's, the page's): a
+    legend's swatch or a few chunks are too few pixels for a median cut over the whole page to keep, which
+    gave them a neighbour's colour (the tier's amber "pending" swatch came out red)."""
+    css = (Path(__file__).parent / "static" / "lab.css").read_text()
+    found = re.findall(r"--c-[\w-]+:\s*#([0-9a-fA-F]{6})\b", css)
+    return list(dict.fromkeys((int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)) for h in found))
+
+
 def _shrink(path: Path) -> None:
-    """Rewrites a screenshot as a 256-colour PNG (median cut, no dither): the page's flat panels and few
-    colours survive it, at about a third of the bytes. Left as captured without Pillow (which matplotlib,
-    a kvsim dependency, brings)."""
+    """Rewrites a screenshot as a 256-colour PNG (no dither): a median cut's colours and the stylesheet's
+    own (`_page_colours`), each pixel the nearest of them; the page's flat panels and few colours survive
+    it, at about a third of the bytes. Left as captured without Pillow (which matplotlib, a kvsim
+    dependency, brings)."""
     try:
         from PIL import Image
     except ImportError:  # pragma: no cover - depends on the environment
         return
+    keep = _page_colours()
     with Image.open(path) as im:
-        small = im.convert("RGB").quantize(
-            colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE
-        )
+        rgb = im.convert("RGB")
+    cut = rgb.quantize(colors=256 - len(keep), method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    palette = (cut.getpalette() or [])[: 3 * (256 - len(keep))]
+    for c in keep:
+        palette.extend(c)
+    ref = Image.new("P", (1, 1))
+    ref.putpalette(palette)
+    small = rgb.quantize(palette=ref, dither=Image.Dither.NONE)
     small.save(path, optimize=True)
 
 

@@ -152,11 +152,11 @@ class ConfigCpuTier:
         if layout is not None and not layout.single_full:
             name = getattr(self.model, "name", self.model)
             kinds = {g.kind for g in layout.groups}
-            if "mamba" in kinds:
+            if "mamba" in kinds and len({g.block_size for g in layout.groups}) > 1:
                 raise InvalidArgumentError(
-                    f"{what} is not modelled for a model with state layers: {name} has {layout.describe()} "
-                    "(vLLM 0.33.0 offloads a Mamba group's states as they are committed; kvsim models a "
-                    "hybrid model's tier for attention groups only: DESIGN.md §CPU tier)"
+                    f"{what} is not modelled for a Mamba (state) group beside groups of another block size: "
+                    f"{name} has {layout.describe()} (kvsim models a state group's tier where every group "
+                    'has one block size: DESIGN.md §CPU tier, "A Mamba group")'
                 )
             if any(g.block_size % self.engine_block_size for g in layout.groups) or all(
                 g.block_size != self.engine_block_size for g in layout.groups

@@ -99,6 +99,7 @@ class GroupTable:
 
 @dataclass
 class _Request:
+    rid: int
     tables: list[GroupTable]
     # Keys of the request's full blocks so far, per block size (chained from the first block).
     keys: dict[int, list[int]] = field(default_factory=dict)
@@ -171,6 +172,10 @@ class HybridKVCacheManager:
         self.checkpoints = self.align and all(spec.checkpoint_blocks > 0 for spec in mamba)
         # Keys a Mamba group set in this step (vLLM's `cached_blocks_this_step`): cleared by `new_step`.
         self.keyed_this_step: set[int] = set()
+        # A CPU tier's hand-offs (DESIGN.md §CPU tier, "A Mamba group"; vLLM's
+        # `_pending_boundary_state_offloads`): each state block keyed since the last `take_boundary_states`,
+        # as (request, group, block, boundary); None: not recorded (no tier).
+        self.boundary_states: list[tuple[int, int, int, int]] | None = None
 
     # -- queries --------------------------------------------------------------------------------------
     @property
@@ -274,7 +279,7 @@ class HybridKVCacheManager:
         n_groups = len(self.groups)
         if not self.enable_caching:
             return Lookup([[] for _ in range(n_groups)], 0, 0)
-        req = _Request([])
+        req = _Request(-1, [])
         hits: list[list[int] | None] = [None] * n_groups
         lengths = [0] * n_groups
         hit_length = max_tokens
@@ -468,7 +473,9 @@ class HybridKVCacheManager:
         `computed`: the tokens it has computed once a CPU-tier load lands (its hits and the loaded ones:
         the windows skip from there, vLLM's `allocate_new_computed_blocks` with external tokens), else its
         hits'."""
-        req = _Request([GroupTable() for _ in self.groups], num_prompt=num_prompt, junction=hit.junction)
+        req = _Request(
+            request_id, [GroupTable() for _ in self.groups], num_prompt=num_prompt, junction=hit.junction
+        )
         done = hit.tokens if computed is None else computed
         for g, spec in enumerate(self.groups):
             skipped = spec.skipped(done) // spec.block_size
@@ -494,10 +501,38 @@ class HybridKVCacheManager:
             self._requests[request_id], segments, num_tokens, num_cache, checkpoint
         )
 
-    def cache_loaded(self, request_id: int, segments: Sequence[tuple[int, int]], num_tokens: int) -> None:
+    def cache_loaded(
+        self, request_id: int, segments: Sequence[tuple[int, int]], num_tokens: int
+    ) -> list[tuple[int, int, int, int]]:
         """A CPU-tier load landed: the request's blocks up to `num_tokens` take their keys (vLLM's
-        `cache_blocks` in `_update_waiting_for_remote_kv`)."""
-        self._cache(self._requests[request_id], segments, num_tokens)
+        `cache_blocks` in `_update_waiting_for_remote_kv`). The state blocks keyed are returned as
+        (group, block, boundary, key), neither marked keyed in this step nor handed off: vLLM keys them
+        when its waiting pass first reaches the request, where the engine calls `adopt_loaded`."""
+        landed: list[tuple[int, int, int, int]] = []
+        self._cache(self._requests[request_id], segments, num_tokens, landed)
+        return landed
+
+    def adopt_loaded(self, request_id: int, landed: list[tuple[int, int, int, int]]) -> None:
+        """The waiting pass reached a request whose load landed: its state keys (`cache_loaded`'s) count as
+        keyed in this step and its states are handed off, as vLLM keys them there."""
+        for g, b, boundary, key in landed:
+            self.keyed_this_step.add(key)
+            if self.boundary_states is not None:
+                self.boundary_states.append((request_id, g, b, boundary))
+
+    def take_boundary_states(self) -> list[tuple[int, list[tuple[int, int, int]]]]:
+        """The step's hand-offs, drained (vLLM's `take_boundary_state_offloads`): per request, in the order
+        of its first, its (group, block, boundary), group by group, each group's in keying order."""
+        if not self.boundary_states:
+            return []
+        entries = self.boundary_states
+        self.boundary_states = []
+        out: dict[int, list[tuple[int, int, int]]] = {}
+        for g in sorted({g for _, g, _, _ in entries}):
+            for rid, gg, b, boundary in entries:
+                if gg == g:
+                    out.setdefault(rid, []).append((g, b, boundary))
+        return list(out.items())
 
     def _allocate_and_cache(
         self,
@@ -522,8 +557,15 @@ class HybridKVCacheManager:
         self._cache(req, segments, num_cache)
         return new
 
-    def _cache(self, req: _Request, segments: Sequence[tuple[int, int]], num_tokens: int) -> None:
-        """Keys each group's full blocks up to `num_tokens` tokens (vLLM's `cache_blocks`)."""
+    def _cache(
+        self,
+        req: _Request,
+        segments: Sequence[tuple[int, int]],
+        num_tokens: int,
+        landed: list[tuple[int, int, int, int]] | None = None,
+    ) -> None:
+        """Keys each group's full blocks up to `num_tokens` tokens (vLLM's `cache_blocks`); a state block
+        keyed is marked keyed in this step and handed off (`boundary_states`), or listed in `landed`."""
         if not self.enable_caching:
             return
         cacheable = num_tokens if len(self.groups) == 1 else num_tokens // self.sched_bs * self.sched_bs
@@ -542,7 +584,12 @@ class HybridKVCacheManager:
                 key = group_key(keys[i], g)
                 self.pool.register(b, key)
                 if spec.kind == "mamba":
+                    if landed is not None:
+                        landed.append((g, b, (i + 1) * bs, key))
+                        continue
                     self.keyed_this_step.add(key)
+                    if self.boundary_states is not None:
+                        self.boundary_states.append((req.rid, g, b, (i + 1) * bs))
             table.num_cached = num_full
 
     def _mask(self, spec: GroupSpec, req: _Request, start: int, end: int) -> list[bool] | None:
@@ -580,6 +627,8 @@ class HybridKVCacheManager:
         out: list[tuple[int, int]] = []
         if req is None:
             return out
+        if self.boundary_states:  # its hand-offs not offered yet are dropped (vLLM's `pop_blocks_for_free`)
+            self.boundary_states = [e for e in self.boundary_states if e[0] != request_id]
         for g, table in enumerate(req.tables):
             blocks = [b for b in table.blocks if b != NULL]
             blocks.reverse()

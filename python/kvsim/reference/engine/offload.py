@@ -89,6 +89,8 @@ class Offload(HybridTier, State):
                 cfg.kv_offloading_chunks, cfg.kv_offloading_eviction_policy, cfg.kv_offloading_store_threshold
             )
             self.tpc = self.bs * cfg.kv_offloading_blocks_per_chunk
+            if self.hybrid:
+                self.hkv.boundary_states = []  # a Mamba group's states are handed to the tier as keyed
 
     # -- keys -----------------------------------------------------------------------------------------
     def chunk_keys(self, s: Seq, n: int) -> list[int]:
@@ -364,9 +366,10 @@ class Offload(HybridTier, State):
         free = kv.num_free_blocks
         watermark = self.admission_watermark()
         full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
+        checkpoint = kv.needs_checkpoint(end, full, total, s.prompt_len)  # (False: no state groups here)
         if (
             cfg.admission_gate == "full-prompt"
-            and kv.need(s.idx, full, hit, end, capped=True) + watermark > free
+            and kv.need(s.idx, full, hit, end, capped=True, checkpoint=checkpoint) + watermark > free
         ):
             return False
         if kv.need(s.idx, end, hit, end) + watermark > free - self.h_inflight_reserved():
@@ -479,7 +482,11 @@ class Offload(HybridTier, State):
         if self.fences and self.touched:
             for b in self.touched:
                 flushed.extend(self.fences.get(b, ()))
-        planned = False
+        planned = (
+            self.hybrid
+            and self.hkv.boundary_states is not None
+            and self.h_offer_states(step_end, observation)
+        )
         finished = self.finished_last
         self.finished_last = []
         bpc = cfg.kv_offloading_blocks_per_chunk

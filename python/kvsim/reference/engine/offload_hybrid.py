@@ -1,16 +1,19 @@
 """The CPU tier for a model of several KV-cache groups (DESIGN.md §CPU tier, "A hybrid model"; the twin of
 `rust/core/src/engine/offload/hybrid/`): a waiting request's hits continued into the tier group by group
-(full attention a prefix, a window a run from the right, to a fixed point), its load over every group,
-the stores a step offers per group (a sliding window's only at the replay boundary and the shared-prefix
-junction), the connector's copy of each table whose window blocks reused since go stale, and the fences a
-window's store makes at once.
+(full attention a prefix, a window a run from the right, a Mamba state a window of one chunk, to a fixed
+point), its load over every group, the stores a step offers per group (a sliding window's only at the
+replay boundary and the shared-prefix junction; a Mamba group's states as the GPU's cache keys them, each
+alone, before the others), the connector's copy of each table whose window blocks reused since go stale,
+and the fences a window's or a state's store makes at once.
 
 vLLM 0.33.0's rules: `vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py`
-(`_lookup_complete_chunks`, `_sliding_window_lookup`, `update_state_after_alloc`, `_update_req_states`,
+(`_lookup_complete_chunks`, `_sliding_window_lookup`, `resolve_mamba_align_size`,
+`update_state_after_alloc`, `_update_req_states`, `_build_aligned_boundary_store_jobs`,
 `_build_store_jobs`), `offloading/config.py` (`get_sliding_window_size_in_chunks`) and
-`vllm/v1/core/single_type_kv_cache_manager.py` (`SlidingWindowManager.reachable_block_mask`). The
-single-group tier is `offload.py`; the tier itself `kvsim.reference.cpu_tier`, whose keys here name a chunk
-by its last block's content and its group (`tier_key`).
+`vllm/v1/core/single_type_kv_cache_manager.py` (`SlidingWindowManager.reachable_block_mask`,
+`MambaManager.cache_blocks`' hand-offs). The single-group tier is `offload.py`; the tier itself
+`kvsim.reference.cpu_tier`, whose keys here name a chunk by its last block's content and its group
+(`tier_key`).
 """
 
 from __future__ import annotations
@@ -86,11 +89,19 @@ class HybridTier(State):
     def h_windows(self) -> list[int | None]:
         """Each group's window in chunks (vLLM's `sliding_window_size_in_chunks`): None for full
         attention, `ceil(W / C)` for a sliding window of W tokens, `ceil(A / C)` for local chunks of A
-        (C its chunk's tokens)."""
+        (C its chunk's tokens), 1 for a Mamba state."""
         return [
-            None if g.kind == "full" else _cdiv(g.window, self.h_tpc(i))
+            None if g.kind == "full" else 1 if g.kind == "mamba" else _cdiv(g.window, self.h_tpc(i))
             for i, g in enumerate(self.hkv.groups)
         ]
+
+    def h_state_chunk(self) -> int | None:
+        """The tokens a Mamba group's chunk holds, None without one (vLLM's `resolve_mamba_align_size`:
+        a hit is rounded down to it)."""
+        for g, spec in enumerate(self.hkv.groups):
+            if spec.kind == "mamba":
+                return self.h_tpc(g)
+        return None
 
     def h_load_window(self, g: int, num_tokens: int) -> int | None:
         """The chunks a load into group `g` ending at `num_tokens` reads (`load_window_size_in_chunks`):
@@ -98,6 +109,8 @@ class HybridTier(State):
         spec = self.hkv.groups[g]
         if spec.kind == "full":
             return None
+        if spec.kind == "mamba":
+            return 1
         tpc = self.h_tpc(g)
         window = _cdiv(spec.window, tpc)
         if spec.kind == "sliding_window":
@@ -141,6 +154,9 @@ class HybridTier(State):
         order = full + windowed
         keys = [self.h_keys(s, g, total // self.h_tpc(g)) for g in range(len(windows))]
         max_hit = total - 1 if windowed else total
+        state = self.h_state_chunk()
+        if state is not None:
+            max_hit = max_hit // state * state
         hit_tokens = 0
         defer = False
         todo = order
@@ -233,10 +249,12 @@ class HybridTier(State):
         whole sequence, the windows capped (vLLM's `_request_remaining_blocks`)."""
         mml = self.cfg.max_model_len
         out = 0
+        kv = self.hkv
         for s in (*self.running, *self.held, *self.skipped_held):
             if s.prefilling:
                 tokens = s.num_tokens if mml is None else min(s.num_tokens, mml)
-                out += self.hkv.need(s.idx, tokens, None, s.num_computed, capped=True)
+                checkpoint = kv.needs_checkpoint(s.num_computed, tokens, s.num_tokens, s.prompt_len)
+                out += kv.need(s.idx, tokens, None, s.num_computed, capped=True, checkpoint=checkpoint)
         return out
 
     def h_admit_load(self, s: Seq, hit: Lookup, ext: int) -> bool:
@@ -250,9 +268,10 @@ class HybridTier(State):
         free = kv.num_free_blocks
         watermark = self.admission_watermark()
         full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
+        checkpoint = kv.needs_checkpoint(end, full, total, s.prompt_len)
         if (
             cfg.admission_gate == "full-prompt"
-            and kv.need(s.idx, full, hit, end, capped=True) + watermark > free
+            and kv.need(s.idx, full, hit, end, capped=True, checkpoint=checkpoint) + watermark > free
         ):
             return False
         if kv.need(s.idx, end, hit, end) + watermark > free - self.h_inflight_reserved():
@@ -291,25 +310,46 @@ class HybridTier(State):
         return True
 
     def h_resume_loaded(self, s: Seq, budget: int, never: int) -> int:
-        """A held request whose load has landed, admitted as a resumed one over a hybrid pool: the
-        full-prompt gate, then its window's blocks left behind freed and its next chunk's allocated if the
-        watermark allows (`hybrid_grow`, a running sequence's growth with the watermark; no chunk reserves
-        a Mamba checkpoint, the tier refusing state layers); the tokens it computes, 0 if it cannot start
-        now, or `never`."""
+        """A held request whose load has landed, admitted as a resumed one over a hybrid pool: the first
+        time the pass reaches it, its states' keys count as keyed in this step and its states are handed
+        off (`HybridKVCacheManager.adopt_loaded`); its chunk cut to the Mamba groups' block boundaries
+        (`hybrid_split`), the full-prompt gate, then its window's blocks left behind freed and its next
+        chunk's allocated if the watermark allows (`hybrid_grow`, a running sequence's growth with the
+        watermark, a checkpoint reserved as for any prefill chunk); the tokens it computes, 0 if it cannot
+        start now, or `never`."""
         cfg, kv = self.cfg, self.hkv
+        if s.landed is not None:
+            # The pass reaches it first since its load landed: its states' keys are set now (vLLM's
+            # `_update_waiting_for_remote_kv`), keyed in this step and handed off.
+            kv.adopt_loaded(s.idx, s.landed)
+            s.landed = None
         total = s.num_tokens
-        num_new = total - s.num_computed
+        start = s.num_computed
+        num_new = total - start
         if cfg.chunked_prefill:
             num_new = min(num_new, budget)
         elif num_new > cfg.max_num_batched_tokens:
             return never
         elif num_new > budget:
             return 0
+        if kv.align:
+            num_new = self.hybrid_split(s, start, num_new, kv.junction(s.idx))
+            if num_new == 0:
+                return 0  # no block boundary within reach: the waiting phase stops here
         watermark = self.admission_watermark()
         full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
         if (
             cfg.admission_gate == "full-prompt"
-            and kv.need(s.idx, full, None, s.num_computed, capped=True) + watermark > kv.num_free_blocks
+            and kv.need(
+                s.idx,
+                full,
+                None,
+                start,
+                capped=True,
+                checkpoint=kv.needs_checkpoint(start, full, total, s.prompt_len),
+            )
+            + watermark
+            > kv.num_free_blocks
         ):
             return 0
         if self.hybrid_grow(s, num_new, watermark) is None:
@@ -384,8 +424,8 @@ class HybridTier(State):
             num = min(n // tpc, len(c) // bpc, s.num_tokens // tpc)
             start = s.next_stores[g]
             ranges.append((start, num))
-            if num <= start:
-                continue
+            if num <= start or kv.groups[g].kind == "mamba":
+                continue  # (a state group's chunks are its hand-offs: `h_offer_states`)
             keys = self.h_keys(s, g, num)
             mask = self.h_store_mask(s, g, start, num)
             for i in range(start, num):
@@ -418,7 +458,7 @@ class HybridTier(State):
         now: list[int] = []  # a window's blocks: fenced at once (they may leave it before the finish)
         for g, ((start, num), c) in enumerate(zip(ranges, s.conn, strict=True)):
             windowed = kv.groups[g].kind != "full"
-            if num > start:
+            if num > start and kv.groups[g].kind != "mamba":
                 keys = self.h_keys(s, g, num)
                 for i in range(start, num):
                     if keys[i] not in chosen:
@@ -442,6 +482,40 @@ class HybridTier(State):
             self.fence(job, now)
         return True
 
+    def h_offer_states(self, step_end: int, observation: int) -> bool:
+        """The step's state hand-offs (vLLM's `_build_aligned_boundary_store_jobs`, before every other
+        store): each state the GPU's cache keyed at a boundary that is a multiple of its group's chunk and
+        within its request's offloadable tokens, offered alone: reused if ready in the tier, else stored
+        (one block, fenced at once: the state is freed at its request's next allocation) or failed (the
+        hand-off is gone); returns whether a store was planned."""
+        tier, cfg = self.tier, self.cfg
+        assert tier is not None
+        planned = False
+        for rid, entries in self.hkv.take_boundary_states():
+            s = self.seqs[rid]
+            limit = min(s.num_tokens, s.prompt_len) if cfg.kv_offloading_prompt_only else s.num_tokens
+            for g, block, boundary in entries:
+                tpc = self.h_tpc(g)
+                if boundary > limit or boundary % tpc:
+                    continue
+                i = boundary // tpc - 1
+                key = self.h_keys(s, g, i + 1)[i]
+                out = tier.prepare_store(s.idx, [(key, self.h_pos(g, i))])
+                if out is None:
+                    self.c["stores_failed"] += 1
+                    continue
+                stored, evicted = out
+                self.c["cpu_evictions"] += len(evicted)
+                for _ in evicted:
+                    self.log("cpu-evict", s)
+                if not stored:
+                    continue
+                job = self.queue_store(s, stored, [block], step_end, observation)
+                job.fenced = [block]
+                self.fence(job, [block])
+                planned = True
+        return planned
+
     def h_finished(self, s: Seq) -> None:
         """A request finished: the blocks its windows left behind are freed first (vLLM's
         `_connector_finished` does so before the connector sees the request's tables), then the blocks
@@ -458,4 +532,5 @@ class HybridTier(State):
         """A held request's load landed: its blocks up to the loaded tokens take their keys."""
         if s.num_computed >= s.num_tokens:
             raise InternalError("a hybrid model's load ends short of the sequence's tokens")
-        self.hkv.cache_loaded(s.idx, s.segments(), s.num_computed)
+        landed = self.hkv.cache_loaded(s.idx, s.segments(), s.num_computed)
+        s.landed = landed or None

@@ -49,6 +49,9 @@ class Seq:
     conn: list[list[int]] | None = None
     next_stores: list[int] = field(default_factory=list)
     junction: int = 0
+    # A landed load's state keys (group, block, boundary, key), until the waiting pass first reaches it
+    # (DESIGN.md §CPU tier, "A Mamba group"): None if none.
+    landed: list[tuple[int, int, int, int]] | None = None
     # Prefill/decode disaggregation: its prompt was computed on a prefill replica; its full blocks' KV
     # comes over the decode replica's inbound link (vLLM's `do_remote_prefill`).
     remote: bool = False

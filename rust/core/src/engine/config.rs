@@ -427,18 +427,25 @@ impl EngineConfig {
                 );
             }
             if let Some(groups) = &self.groups {
-                // (DESIGN.md §CPU tier, "A hybrid model": attention groups of one block size, vLLM's
-                // default retention)
+                // (DESIGN.md §CPU tier, "A hybrid model": groups whose block sizes are multiples of the
+                // engine's, vLLM's default retention; Mamba groups only where every group has one block
+                // size, "A Mamba group")
                 let specs = groups.specs();
-                if specs
-                    .iter()
-                    .any(|g| g.kind == crate::kv_groups::GroupKind::Mamba)
-                    || specs.iter().any(|g| g.block_size % self.block_size != 0)
+                if specs.iter().any(|g| g.block_size % self.block_size != 0)
                     || !specs.iter().any(|g| g.block_size == self.block_size)
                     || groups.retention() != Some(0)
                 {
                     invalid_arg!(
-                        "the CPU tier of a hybrid model is modelled for attention groups whose block sizes are multiples of the engine's (one of them that size) with prefix_cache_retention_interval 0"
+                        "the CPU tier of a hybrid model is modelled for groups whose block sizes are multiples of the engine's (one of them that size) with prefix_cache_retention_interval 0"
+                    );
+                }
+                if specs
+                    .iter()
+                    .any(|g| g.kind == crate::kv_groups::GroupKind::Mamba)
+                    && specs.iter().any(|g| g.block_size != self.block_size)
+                {
+                    invalid_arg!(
+                        "the CPU tier is not modelled for a Mamba (state) group beside groups of another block size"
                     );
                 }
             }

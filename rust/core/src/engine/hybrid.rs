@@ -21,6 +21,9 @@ pub(super) struct HybridSeq {
     /// next chunk to offer.
     pub(super) conn: Option<Vec<Vec<BlockId>>>,
     pub(super) next_stores: Vec<u64>,
+    /// A landed load's state keys, until the waiting pass first reaches it (DESIGN.md §CPU tier, "A
+    /// Mamba group"; `h_resume_loaded`).
+    pub(super) landed: Vec<crate::kv_groups::StateKeyed>,
 }
 
 /// The tokens of a prefill chunk of `n` from `start` (a request of `num_tokens` tokens, prompt
@@ -130,8 +133,9 @@ impl Engine<'_> {
             &mut self.group_new,
         );
         s.num_computed = end;
+        let row = s.row;
+        self.take_states(k);
         if self.log.is_some() {
-            let row = s.row;
             self.log(event::ADMIT, row, -1);
             for g in 0..groups.len() {
                 let skipped = groups.specs()[g].skipped(hit) / groups.specs()[g].block_size;
@@ -221,10 +225,17 @@ impl Engine<'_> {
             &mut self.group_new,
         );
         s.num_computed = end;
+        self.take_states(k);
         if self.log.is_some() {
             self.log_group_allocations(row);
         }
         true
+    }
+
+    /// The state blocks `k`'s allocation just keyed, handed to the CPU tier (`StepKeys::hand_off`; none
+    /// without one).
+    pub(super) fn take_states(&mut self, k: usize) {
+        self.step_keys.hand_off(k);
     }
 
     /// The tokens running `k` computes this step out of the `n` the budget gives (`mamba_split`); `n`
@@ -280,6 +291,8 @@ impl Engine<'_> {
         };
         self.group_new.clear();
         groups.free(pool, &mut hs.tables, &mut self.group_new);
+        hs.landed.clear();
+        self.step_keys.drop_owner(k); // (its states not offered yet: vLLM's `pop_blocks_for_free`)
         let row = s.row;
         if self.log.is_some() {
             for i in 0..self.group_new.len() {

@@ -91,7 +91,9 @@ pub struct Engine<'a> {
     /// A hybrid pool: the waiting head's lookup, and the (block, group) pairs an operation touched.
     lookup: crate::kv_groups::Lookup,
     group_new: Vec<(BlockId, usize)>,
-    /// A hybrid pool's Mamba keys set in this step (cleared at each step's start, `schedule`).
+    /// A hybrid pool's Mamba keys set in this step (cleared at each step's start, `schedule`); with a
+    /// CPU tier, also the state blocks keyed since the step's last offer, each with its request's slab
+    /// slot (DESIGN.md §CPU tier, "A Mamba group": `StepKeys::hand_off`, `h_offer_states`).
     step_keys: crate::kv_groups::StepKeys,
     num_rejected: u64,
     /// Loads and remote transfers admitted, preemptions and rejections so far (each counted as it
@@ -242,7 +244,7 @@ impl<'a> Engine<'a> {
             new_blocks: Vec::new(),
             lookup: crate::kv_groups::Lookup::default(),
             group_new: Vec::new(),
-            step_keys: crate::kv_groups::StepKeys::default(),
+            step_keys: crate::kv_groups::StepKeys::new(cfg.groups.is_some() && cfg.tier.is_some()),
             num_rejected: 0,
             progress: 0,
             tier_hot: offload::TierHot::default(),

@@ -141,9 +141,26 @@ pub struct Groups {
 /// keyed in a step is computed by that step's forward pass, so no request of the same step starts from it.
 /// Held by the engine (the groups are read-only configuration) and cleared at each step's start
 /// (`clear`, vLLM's `new_step_starts`).
+///
+/// With a CPU tier it also lists the state blocks a call keys (`fresh`: DESIGN.md §CPU tier, "A Mamba
+/// group"; vLLM's `_pending_boundary_state_offloads`), which the engine hands off after each call that
+/// keys (`hand_off`, naming the request its own way) until the step's offer takes them (`take_handed`);
+/// nothing is listed without one (`record` false).
 #[derive(Clone, Debug, Default)]
 pub struct StepKeys {
     keys: Vec<BlockKey>,
+    record: bool,
+    fresh: Vec<StateKeyed>,
+    handed: Vec<(usize, StateKeyed)>,
+}
+
+/// A state block keyed: its group, block, boundary (the tokens its state follows) and key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateKeyed {
+    pub group: usize,
+    pub block: BlockId,
+    pub boundary: u64,
+    pub key: BlockKey,
 }
 
 impl StepKeys {
@@ -154,6 +171,48 @@ impl StepKeys {
     #[inline]
     fn contains(&self, key: BlockKey) -> bool {
         self.keys.contains(&key)
+    }
+
+    /// No keys yet; `record`: the state blocks keyed are listed (a CPU tier's hand-offs).
+    pub fn new(record: bool) -> Self {
+        StepKeys {
+            record,
+            ..StepKeys::default()
+        }
+    }
+
+    /// The state blocks listed since the last take, taken.
+    pub fn take_fresh(&mut self) -> std::vec::Drain<'_, StateKeyed> {
+        self.fresh.drain(..)
+    }
+
+    /// The state blocks listed since the last take handed off as request `owner`'s (the caller's name).
+    pub fn hand_off(&mut self, owner: usize) {
+        if self.record {
+            self.handed
+                .extend(self.fresh.drain(..).map(|st| (owner, st)));
+        }
+    }
+
+    /// A landed load's state `st`, of request `owner`: its key counts as keyed in this step and it is
+    /// handed off (when the waiting pass first reaches the request).
+    pub fn adopt(&mut self, owner: usize, st: StateKeyed) {
+        self.keys.push(st.key);
+        self.handed.push((owner, st));
+    }
+
+    /// Request `owner`'s hand-offs not taken yet are dropped (its tables are freed: vLLM's
+    /// `pop_blocks_for_free`).
+    pub fn drop_owner(&mut self, owner: usize) {
+        if !self.handed.is_empty() {
+            self.handed.retain(|&(j, _)| j != owner);
+        }
+    }
+
+    /// The hand-offs since the last take, in order, moved to `out` (emptied first).
+    pub fn take_handed(&mut self, out: &mut Vec<(usize, StateKeyed)>) {
+        out.clear();
+        std::mem::swap(out, &mut self.handed);
     }
 }
 

@@ -5,8 +5,8 @@
 //! most blocks a request holds (`peak_blocks`). `python/kvsim/reference/kv_groups.py` is the spec.
 
 use super::{
-    GroupKind, GroupSpec, GroupTable, Groups, HybridTables, KeyCache, Lookup, StepKeys, cdiv,
-    group_key,
+    GroupKind, GroupSpec, GroupTable, Groups, HybridTables, KeyCache, Lookup, StateKeyed, StepKeys,
+    cdiv, group_key,
 };
 use crate::{BlockId, BlockPool, Segment};
 
@@ -65,7 +65,13 @@ impl Groups {
             {
                 return DEFERRED;
             }
-            let skipped = spec.skipped_blocks(computed);
+            // (a state group's table is its hit, whatever a load skips: vLLM's `MambaManager` counts
+            // every hit block that is free, taken or not)
+            let skipped = if mamba {
+                0
+            } else {
+                spec.skipped_blocks(computed)
+            };
             total += required
                 .saturating_sub(skipped.max(hits.len() as u64))
                 .min(most);
@@ -160,7 +166,9 @@ impl Groups {
     }
 
     /// A CPU-tier load landed: the request's blocks up to `num_tokens` take their keys (vLLM's
-    /// `cache_blocks` in `_update_waiting_for_remote_kv`).
+    /// `cache_blocks` in `_update_waiting_for_remote_kv`). The state blocks keyed are listed in `keyed`
+    /// (`take_fresh`), neither marked keyed in this step nor anything else: vLLM keys them when its
+    /// waiting pass first reaches the request, where the engine hands them off (`StepKeys::adopt`).
     pub fn cache_loaded(
         &self,
         pool: &mut BlockPool,
@@ -170,7 +178,7 @@ impl Groups {
         num_tokens: u64,
         keyed: &mut StepKeys,
     ) {
-        self.cache(pool, req, cache, segs, num_tokens, keyed);
+        self.cache_as(pool, req, cache, segs, num_tokens, keyed, true);
     }
 
     /// A new request's tables: its hits, those a window skipped as of `done` tokens as null blocks
@@ -255,7 +263,8 @@ impl Groups {
     }
 
     /// Keys each group's full blocks up to `num_tokens` tokens (vLLM's `cache_blocks`); the keys of
-    /// Mamba groups go into `keyed` too (vLLM's `MambaManager.cached_blocks_this_step`).
+    /// Mamba groups go into `keyed` too (vLLM's `MambaManager.cached_blocks_this_step`), their blocks
+    /// listed when it records them (a CPU tier's hand-offs).
     fn cache(
         &self,
         pool: &mut BlockPool,
@@ -264,6 +273,21 @@ impl Groups {
         segs: &[Segment],
         num_tokens: u64,
         keyed: &mut StepKeys,
+    ) {
+        self.cache_as(pool, req, cache, segs, num_tokens, keyed, false);
+    }
+
+    /// `cache`; `landed`: a landed load's, whose state blocks are listed only (`cache_loaded`).
+    #[allow(clippy::too_many_arguments)]
+    fn cache_as(
+        &self,
+        pool: &mut BlockPool,
+        req: &mut HybridTables,
+        cache: &mut KeyCache,
+        segs: &[Segment],
+        num_tokens: u64,
+        keyed: &mut StepKeys,
+        landed: bool,
     ) {
         if !pool.enable_caching() {
             return;
@@ -291,7 +315,17 @@ impl Groups {
                 let key = group_key(keys[i as usize], g);
                 pool.insert_key(b, key);
                 if spec.kind == GroupKind::Mamba {
-                    keyed.keys.push(key);
+                    if !landed {
+                        keyed.keys.push(key);
+                    }
+                    if landed || keyed.record {
+                        keyed.fresh.push(StateKeyed {
+                            group: g,
+                            block: b,
+                            boundary: (i + 1) * spec.block_size,
+                            key,
+                        });
+                    }
                 }
             }
             table.num_cached = num_full;

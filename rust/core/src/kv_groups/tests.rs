@@ -556,3 +556,63 @@ fn mamba_align_refusals() {
     };
     cfg.validate().unwrap();
 }
+
+/// A CPU tier's hand-offs (DESIGN.md §CPU tier, "A Mamba group"): a state group beside full attention,
+/// block 4, retention 0. A 14-token prompt computed in one chunk keys the state at its replay boundary
+/// (12) only, marked keyed in the step and handed off as its request's; without recording nothing is
+/// listed; an adopted state (a landed load's) is marked keyed and handed off, dropped with its request.
+#[test]
+fn state_blocks_keyed_are_handed_off_as_their_requests() {
+    let spec = |kind| GroupSpec {
+        kind,
+        window: 0,
+        block_size: 4,
+        cap: None,
+        checkpoint_blocks: 0,
+    };
+    let groups = Groups::new(
+        vec![spec(GroupKind::Mamba), spec(GroupKind::Full)],
+        4,
+        Some(0),
+        true,
+    )
+    .unwrap();
+    let s = segs(9, 14);
+    let admit = |keyed: &mut StepKeys, end: u64| {
+        let mut pool = BlockPool::new(20, true, FreeOrder::LifoUnhashed).unwrap();
+        let (mut cache, mut req, mut hit) = (
+            KeyCache::default(),
+            HybridTables::default(),
+            Lookup::default(),
+        );
+        groups.lookup(&pool, &s, &mut cache, 13, &mut hit);
+        let mut new = Vec::new();
+        groups.admit(
+            &mut pool, &mut req, &mut cache, &s, &hit, end, end, 14, false, keyed, &mut new,
+        );
+        req.tables[0].blocks.clone()
+    };
+    let mut off = StepKeys::new(false);
+    admit(&mut off, 12);
+    off.hand_off(3);
+    let mut out = Vec::new();
+    off.take_handed(&mut out);
+    assert!(out.is_empty());
+    let mut on = StepKeys::new(true);
+    let table = admit(&mut on, 12);
+    assert_eq!(on.keys.len(), 1);
+    on.hand_off(3);
+    on.take_handed(&mut out);
+    assert_eq!(out.len(), 1);
+    let (owner, st) = out[0];
+    assert_eq!((owner, st.group, st.boundary), (3, 0, 12));
+    assert_eq!(st.block, table[2]);
+    assert_eq!(on.keys, vec![st.key]);
+    on.clear();
+    on.adopt(5, st);
+    on.adopt(6, st);
+    on.drop_owner(5);
+    on.take_handed(&mut out);
+    assert_eq!(out, vec![(6, st)]);
+    assert_eq!(on.keys, vec![st.key, st.key]);
+}

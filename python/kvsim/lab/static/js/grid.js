@@ -48,9 +48,15 @@ export function stateColors() {
     shared: get("--c-shared", "#b47cff"),
     cached: get("--c-cached", "#e3a82b"),
     null: get("--c-null", "#555"),
+    // A block a CPU-tier load in flight is filling: the tier panel's "being loaded" colour.
+    filling: get("--c-loading", "#f05bcb"),
     bg: get("--c-bg-deep", "#0b0e12"),
   };
 }
+
+/** What a cell says of a block a CPU-tier load in flight is filling (its title, and its aria-label's end). */
+export const FILLING_TEXT = "being filled by a CPU-tier load in flight: allocated and counted as stored, " +
+  "but its KV is still on the host link; it takes its prefix key when the load lands";
 
 // A hybrid model's KV-cache groups are told apart by colour (a hue per kind: full attention blue, sliding
 // window teal, chunked local gold, state layers pink; several groups of a kind in shades of it), the
@@ -79,7 +85,9 @@ export function groupColors(groups) {
   });
 }
 
-const STACK = ["private", "shared", "cached", "null"]; // bottom up; free is the rest (background)
+// Bottom up; free is the rest (background). "filling": a private block a CPU-tier load is filling.
+const STACK = ["private", "filling", "shared", "cached", "null"];
+const FREE = STACK.length;
 const CACHED_ALPHA = 0.55;
 
 const strips = new WeakMap(); // canvas -> its ImageData, reused while its size holds
@@ -132,14 +140,16 @@ export function drawPoolStrip(canvas, track, colors, windowRange = null) {
     const cols = Math.min(Math.floor(w), n);
     const colW = w / cols;
     const gap = colW >= 4 ? 1 : 0;
-    // The state of each row's code, as an index into STACK (4: free).
-    const order = track.stateNames.map((name) => (STACK.includes(name) ? STACK.indexOf(name) : 4));
+    // The state of each row's code, as an index into STACK (FREE: free).
+    const order = track.stateNames.map((name) => (STACK.includes(name) ? STACK.indexOf(name) : FREE));
     const fills = STACK.map((st) => (st === "cached" ? pixel(colors[st], CACHED_ALPHA, colors.bg) : pixel(colors[st])));
     const freeFill = pixel(colors.free);
     const cur = track.blocks.cur;
     const codes = track.blockState;
-    const stackOf = (b) => (cur[b] < 0 ? 4 : order[codes[cur[b]]]);
-    const count = new Float64Array(5);
+    const filling = track.filling;
+    const FILLING = STACK.indexOf("filling");
+    const stackOf = (b) => (cur[b] < 0 ? FREE : filling && filling.has(b) ? FILLING : order[codes[cur[b]]]);
+    const count = new Float64Array(FREE + 1);
     const paint = (x0, x1, top, bottom, value) => {
       const a = Math.max(0, Math.round(top * dpr));
       const z = Math.min(H, Math.round(bottom * dpr));
@@ -155,15 +165,17 @@ export function drawPoolStrip(canvas, track, colors, windowRange = null) {
       const x0 = Math.round(x * dpr);
       if (hi - lo === 1) {
         const k = stackOf(lo);
-        const bh = k === 0 ? Math.max(3, h * (track.tokens[lo] / bs)) : k === 4 ? 3 : h;
-        paint(x0, Math.min(W, Math.round((x + colW - gap) * dpr)), h - bh, h, k === 4 ? freeFill : fills[k]);
+        // (a block being filled: to the height of the tokens its load brings, in the loading colour)
+        const bh = k === 0 || k === FILLING ? Math.max(3, h * (track.tokens[lo] / bs))
+          : k === FREE ? 3 : h;
+        paint(x0, Math.min(W, Math.round((x + colW - gap) * dpr)), h - bh, h, k === FREE ? freeFill : fills[k]);
         continue;
       }
       count.fill(0);
       for (let b = lo; b < hi; b += 1) count[stackOf(b)] += 1;
       const x1 = Math.min(W, Math.max(x0 + 1, Math.round((x + Math.max(1, colW - gap)) * dpr)));
       let y = h;
-      for (let k = 0; k < 4; k += 1) {
+      for (let k = 0; k < FREE; k += 1) {
         if (!count[k]) continue;
         const bh = (h * count[k]) / (hi - lo);
         paint(x0, x1, y - bh, y, fills[k]);
@@ -318,6 +330,10 @@ export class BlockGrid {
     const gc = this.groupColors && blk.group >= 0 ? this.groupColors[blk.group] : null;
     const c = gc ? { ...this.colors, private: gc.main, shared: gc.main, cached: gc.main } : this.colors;
     const st = blk.state;
+    if (blk.filling) {
+      this._paintFilling(ctx, x, y, blk, g, gc);
+      return;
+    }
     if (!g.big && !g.medium && (st === "free" || st === "private" || st === "cached")) {
       this._paintSmall(ctx, x, y, blk, size, c, gc);
       return;
@@ -415,6 +431,55 @@ export class BlockGrid {
     }
   }
 
+  /** A block a CPU-tier load in flight is filling: allocated, but its KV not there yet, so drawn empty
+   * (no fill of computed KV), hatched in the loading colour with a solid border of it (a hybrid model's:
+   * its group's colour, the group a block belongs to being told by colour) and, on larger cells, a "↓"
+   * (arriving over the host link). */
+  _paintFilling(ctx, x, y, blk, g, gc) {
+    const { size, radius } = g;
+    const color = this.colors.filling;
+    const round = (inset) => {
+      ctx.beginPath();
+      ctx.roundRect(x + inset, y + inset, size - 2 * inset, size - 2 * inset, Math.max(0, radius - inset));
+    };
+    ctx.save();
+    round(0);
+    ctx.clip();
+    ctx.fillStyle = gc ? gc.empty : "#1b2b48";
+    ctx.fillRect(x, y, size, size);
+    const period = size >= 20 ? 7 : 5;
+    ctx.strokeStyle = color;
+    ctx.globalAlpha = 0.55;
+    ctx.lineWidth = size >= 20 ? 1.5 : 1;
+    ctx.beginPath();
+    for (let o = -size; o < 2 * size; o += period) {
+      ctx.moveTo(x + o, y);
+      ctx.lineTo(x + o + size, y + size);
+    }
+    ctx.stroke();
+    ctx.restore();
+    const width = size >= 12 ? 2 : 1;
+    ctx.save();
+    round(width / 2);
+    ctx.strokeStyle = gc ? gc.border : color;
+    ctx.lineWidth = width;
+    ctx.stroke();
+    ctx.restore();
+    if (g.big || g.medium) {
+      // The glyph on a disc of the cell's empty colour, readable over the hatching.
+      const r = size * 0.26;
+      ctx.beginPath();
+      ctx.arc(x + size / 2, y + size / 2, r, 0, 2 * Math.PI);
+      ctx.fillStyle = gc ? gc.empty : "#1b2b48";
+      ctx.fill();
+      ctx.fillStyle = color;
+      ctx.font = `bold ${Math.round(size * 0.42)}px ui-sans-serif, system-ui, sans-serif`;
+      ctx.textAlign = "center";
+      ctx.textBaseline = "middle";
+      ctx.fillText("↓", x + size / 2, y + size / 2 + 1);
+    }
+  }
+
   /** How full a block's cell is drawn: its tokens of its group's block size (a state block: full). */
   _fill(blk) {
     const t = this.track;
@@ -460,7 +525,8 @@ export class BlockGrid {
   _sprite(blk, g) {
     const st = blk.state;
     const badge = st === "shared" && (g.big || g.medium);
-    const key = `${st}|${st === "private" ? this._fill(blk) : ""}|${badge ? blk.ref_cnt : ""}|${blk.group ?? -1}`;
+    const key = `${st}|${st === "private" && !blk.filling ? this._fill(blk) : ""}|${badge ? blk.ref_cnt : ""}|` +
+      `${blk.group ?? -1}|${blk.filling ? "filling" : ""}`;
     let sprite = this.sprites.get(key);
     if (sprite === undefined) {
       const dpr = window.devicePixelRatio || 1;
@@ -523,9 +589,10 @@ export class BlockGrid {
       if (i < 0 || i >= this.cells.length) return;
       // What the cell shows, read from the replay's columns (no row built).
       const st = t.stateOf(b);
-      const blk = { block_id: b, state: st, ref_cnt: t.refOf(b), num_tokens: t.tokens[b], group: t.groupOf(b) };
+      const blk = { block_id: b, state: st, ref_cnt: t.refOf(b), num_tokens: t.tokens[b], group: t.groupOf(b),
+        filling: t.isFilling(b) };
       // Touch the canvas and the element only where the block really changed (a jump marks every block).
-      const sig = `${st}|${blk.ref_cnt}|${blk.num_tokens}|${blk.group}`;
+      const sig = `${st}|${blk.ref_cnt}|${blk.num_tokens}|${blk.group}|${blk.filling}`;
       if (this.sigs[i] === sig) return;
       this.sigs[i] = sig;
       todo.push(blk);
@@ -551,12 +618,17 @@ export class BlockGrid {
     this._ensureTabStop();
   }
 
-  /** Cell i's element describes its block: data-state, data-ref, data-tokens and the aria-label. */
+  /** Cell i's element describes its block: data-state, data-ref, data-tokens, data-filling, the
+   * aria-label, and a title on a block a CPU-tier load is filling. */
   _describe(i, blk) {
     const cell = this.cells[i];
     cell.dataset.state = blk.state;
     cell.dataset.ref = String(blk.ref_cnt);
     cell.dataset.tokens = String(blk.num_tokens);
+    cell.dataset.filling = String(blk.filling);
+    if (blk.filling) cell.title = `P_${blk.block_id}: ${FILLING_TEXT}`;
+    else if (cell.title) cell.removeAttribute("title");
+    const filling = blk.filling ? `, ${FILLING_TEXT}` : "";
     const groups = this.track.groups;
     if (groups) {
       cell.dataset.group = String(blk.group);
@@ -564,11 +636,11 @@ export class BlockGrid {
       const what = g === null ? "" : `group ${blk.group} (${g.label}), `;
       const tokens = g && g.kind === "mamba" ? `a state of ${blk.num_tokens} tokens`
         : `${blk.num_tokens} of ${this.track.groupBlockSize(blk.group)} tokens`;
-      cell.setAttribute("aria-label", `P_${blk.block_id}: ${what}${blk.state}, ref ${blk.ref_cnt}, ${tokens}`);
+      cell.setAttribute("aria-label", `P_${blk.block_id}: ${what}${blk.state}, ref ${blk.ref_cnt}, ${tokens}${filling}`);
       return;
     }
     cell.setAttribute("aria-label",
-      `P_${blk.block_id}: ${blk.state}, ref ${blk.ref_cnt}, ${blk.num_tokens} of ${this.track.blockSize} tokens`);
+      `P_${blk.block_id}: ${blk.state}, ref ${blk.ref_cnt}, ${blk.num_tokens} of ${this.track.blockSize} tokens${filling}`);
   }
 
   /** Whether some cell's element still describes an earlier step. */

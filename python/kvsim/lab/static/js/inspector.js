@@ -69,14 +69,13 @@ export class Inspector {
       }
     }
     // A CPU tier: a holder held for its load (its blocks allocated when the load was admitted); a block
-    // past its GPU hits is being filled by the load in flight, and takes its key when the load lands.
+    // past its GPU hits is being filled by the load in flight, and takes its key when the load lands
+    // (`TrackReplay.filling`, which the grid draws too).
     const held = holders.filter((h) => {
       const st = track.seqs.row(h.seq)[S.status];
       return st === "loading" || st === "loaded";
     }).map((h) => replay.name(h.rid, h.sample));
-    // (a hybrid model's block rows carry the keys its manager gave: a block the load fills has none yet)
-    const filling = holders.some((h) => track.seqs.row(h.seq)[S.status] === "loading" &&
-      (track.groups ? !blk.prefix_key : h.logical >= track.loadingHits(h.seq, replay.step)));
+    const filling = blk.filling;
     const heldNote = held.length ? `<p class="hint insp-held" id="insp-held" data-filling="${filling}">Held by ` +
       `${esc(held.join(", "))}, held for a CPU-tier load: ${filling
         ? "this block is being filled by the load in flight (its KV arrives over the host link) and takes its prefix key when the load is seen complete."
@@ -84,8 +83,10 @@ export class Inspector {
     const key = filling ? null : blk.prefix_key;
     const title = `<b class="mono" id="insp-id">P_${b}</b>`;
     const html = `
-      <p class="insp-state s-${blk.state}-text" id="insp-state" data-state="${blk.state}">
-        <span class="cell s-${blk.state} demo" aria-hidden="true"></span>${STATE_TEXT[blk.state] || esc(blk.state)}
+      <p class="insp-state s-${filling ? "filling" : blk.state}-text" id="insp-state" data-state="${blk.state}"
+        data-filling="${filling}">
+        <span class="cell s-${filling ? "filling" : blk.state} demo" aria-hidden="true"></span>${STATE_TEXT[blk.state] ||
+          esc(blk.state)}${filling ? " · BEING LOADED" : ""}
         <span class="ref" id="insp-ref" data-ref="${blk.ref_cnt}">ref_cnt = ${blk.ref_cnt}</span></p>
       <p class="hint">${STATE_NOTE[blk.state] || ""}</p>
       ${heldNote}
@@ -112,9 +113,10 @@ export class Inspector {
       ${holders.length ? `<p class="label">Block tables holding it</p><ul class="holders">${holders.map((h) =>
         `<li><button type="button" class="linkish" data-seq="${h.seq}">${esc(replay.name(h.rid, h.sample))}</button>
          at L_${h.logical}${track.groups ? ` of G${h.group}` : ""}</li>`).join("")}</ul>` : ""}
-      ${slots.length ? `<p class="label">Token slots in P_${b} (${bs} slots)</p><div class="slots${group ? " grouped" : ""}"
+      ${slots.length ? `<p class="label">Token slots in P_${b} (${bs} slots${filling ? "; the load is filling them" : ""})</p><div
+        class="slots${group ? " grouped" : ""}${filling ? " filling" : ""}"
         ${group ? `style="--g:${groupColors(track.groups)[blk.group].main}"` : ""}>${slots.join("")}</div>`
-        : `<div class="usage-bar thin"><span class="used" style="width:${state ? 100 : (100 * blk.num_tokens) / bs}%"></span></div>`}
+        : `<div class="usage-bar thin${filling ? " filling" : ""}"><span class="used" style="width:${state ? 100 : (100 * blk.num_tokens) / bs}%"></span></div>`}
     `;
     // Scrubbing re-shows the selected block every step: touch the DOM only when what it shows changed.
     if (title !== this.lastTitle) this.title.innerHTML = title;

@@ -147,8 +147,8 @@ function whyNot(param, value, bundle) {
       return `${other} ${q[other]} needs ${words}${theirs.map((a) => valueWord(param, a)).join(" or ")}`;
     }
   }
-  // A CPU tier runs with vLLM v1's knobs, and not on a model with state layers (the server's rule: a
-  // hybrid model's tier is modelled for its attention groups only).
+  // A CPU tier runs with vLLM v1's knobs, and not on a model with state layers (the server's rule: the
+  // lab replays a hybrid model's tier for its attention groups only).
   if (Number(q.kv_offloading_bytes || 0) > 0) {
     const needed = (opts.tier_needs || {})[param];
     if (needed !== undefined && !sameValue(needed, value)) {
@@ -244,7 +244,7 @@ function syncTier(bundle) {
     (rest > 0 ? `; ${bytes(rest)} left over, unused` : "") : "0: no tier";
   const needs = opts.tier_needs || {};
   const refused = (opts.tier_refused_models || {})[q.model];
-  const stop = refused ? `none for model ${q.model}: its state (Mamba) layers are not modelled with a tier`
+  const stop = refused ? `none for model ${q.model}: the lab does not replay a tier with its state (Mamba) layers`
     : Object.entries(needs).filter(([k, v]) => !sameValue(q[k], v))
       .map(([k, v]) => `needs ${PARAM_WORDS[k] || k} ${valueWord(k, v)}`).join(", ");
   if (!t && stop) hint = refused ? `0: no tier; ${stop}` : `0: no tier; a tier ${stop}`;
@@ -330,6 +330,9 @@ async function run(query, step, fromUrl = false) {
     `${bytes(bundle.num_blocks * bundle.bytes_per_block)}` +
     `${bundle.layout ? ` · ${int(bundle.layout.groups.length)} KV-cache groups` : ""})`;
   setGroupLegend(replay);
+  // With a CPU tier, the legends name the style of a block a load in flight is filling.
+  $("grid-filling-legend").hidden = !bundle.tier;
+  $("paged-map-filling").hidden = !bundle.tier;
   const start = typeof step === "number" ? step : bundle.default_step;
   lab.step = Math.max(0, Math.min(bundle.num_steps, start));
   if (fromUrl && typeof step === "string") {

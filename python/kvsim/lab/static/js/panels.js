@@ -159,9 +159,7 @@ export class Panels {
     const alloc = r.metric("paged_allocated_bytes");
     // (a CPU tier's load in flight: its blocks count as stored from the load's admission, the engine's
     // accounting, though their KV is still on the link; the figure says how much of it that is)
-    const tier = r.bundle.tier;
-    const onLink = tier && r.hasMetric("cpu_loading_chunks")
-      ? r.metric("cpu_loading_chunks") * tier.blocks_per_chunk * r.bundle.bytes_per_block : 0;
+    const onLink = this.onLinkBytes();
     const stored = setMetric($("paged-stored"), r, "paged_stored_bytes",
       (v) => (onLink > 0 && v !== null ? `${bytes(v)} (${bytes(onLink)} of it still on the link from the CPU tier)` : bytes(v)));
     const slack = setMetric($("paged-slack"), r, "paged_tail_slack_bytes",
@@ -188,8 +186,11 @@ export class Panels {
   drawMaps(pool = true) {
     const r = this.replay;
     if (pool) drawPoolStrip($("paged-map"), r.paged, this.colors);
+    // (the private blocks a CPU-tier load in flight is filling, drawn apart, said apart)
+    const filling = r.paged.filling.size;
     const counts = ["private", "shared", "cached", "free"].map((s) => [s, r.metric(`paged_${s}_blocks`)])
-      .filter(([, v]) => v !== null).map(([s, v]) => `${int(v)} ${s}`);
+      .filter(([, v]) => v !== null).map(([s, v]) => `${int(v)} ${s}` +
+        (s === "private" && filling ? ` (${int(filling)} of them being filled by a CPU-tier load)` : ""));
     setText($("paged-map-caption"), `${int(r.numBlocks)} blocks${counts.length ? ` · ${counts.join(" · ")}` : ""}`);
     this.drawRegions();
   }
@@ -263,6 +264,15 @@ export class Panels {
     return this.hatchPattern;
   }
 
+  /** A CPU tier: the bytes of the blocks its loads in flight are filling at this step (counted as stored
+   * from the load's admission, the engine's accounting, though their KV is still on the host link). */
+  onLinkBytes() {
+    const r = this.replay;
+    const tier = r.bundle.tier;
+    return tier && r.hasMetric("cpu_loading_chunks")
+      ? r.metric("cpu_loading_chunks") * tier.blocks_per_chunk * r.bundle.bytes_per_block : 0;
+  }
+
   /** A hybrid model's derivation: per group its layers, page and block bytes; how the pages were made one
    * size; how many blocks the pool holds and why; the blocks each group holds at this step. Every number
    * is the bundle's (`layout`, computed in Python as vLLM forms the groups) or a metric column at the step. */
@@ -307,7 +317,7 @@ export class Panels {
           `attention, vLLM’s --disable-hybrid-kv-cache-manager), a token would take ${bytes(m.full_attention_bytes_per_token)}.`
         : "."),
       `<b>Held at step <span data-deriv="step"></span></b>, group by group (blocks × ${bytes(b.bytes_per_block)}): ${held}; ` +
-        `in all <b>${v("paged_allocated_bytes")}</b> allocated, ${v("paged_stored_bytes")} stored` +
+        `in all <b>${v("paged_allocated_bytes")}</b> allocated, ${v("paged_stored_bytes")} stored${b.tier ? v("on_link") : ""}` +
         `${L.groups.some((g) => g.kind === "mamba") ? " (a state block counted full)" : ""}; shared prefix blocks ` +
         `are held once (${v("prefix_saved_bytes")} saved).`,
       `<b>Tail slack is bounded</b>: only a table’s last block can be partial, ${attention === 1
@@ -339,7 +349,7 @@ export class Panels {
       `<b>Contiguous</b> (${esc(b.query.contiguous_policy || b.contiguous.policy)}) reserves each request’s whole region when it starts:` +
         ` <b>${v("contiguous_reserved_bytes")}</b> at step <span data-deriv="step"></span>, of which ${v("contiguous_used_bytes")} hold computed tokens.`,
       `<b>Paged</b> allocates a block only when a token needs it: <b>${v("paged_allocated_bytes")}</b> allocated,` +
-        ` ${v("paged_stored_bytes")} stored; shared prefix blocks are held once (${v("prefix_saved_bytes")} saved).`,
+        ` ${v("paged_stored_bytes")} stored${b.tier ? v("on_link") : ""}; shared prefix blocks are held once (${v("prefix_saved_bytes")} saved).`,
       `<b>Tail slack is bounded</b>: only a sequence’s last block can be partial, so each wastes at most B − 1 = ${int(b.block_size - 1)} tokens` +
         ` (${bytes((b.block_size - 1) * bpt)}): slack now ${v("paged_tail_slack_bytes")}` +
         (r.hasMetric("paged_tail_slack_bound_bytes") ? ` ≤ bound ${v("paged_tail_slack_bound_bytes")}.` : "."),
@@ -360,6 +370,12 @@ export class Panels {
         const n = r.metric(`paged_group_blocks_${name.slice(6)}`);
         setData(el, "value", String(n));
         setText(el, `${int(n)} blocks = ${bytes(n * b.bytes_per_block)}`);
+        continue;
+      }
+      if (name === "on_link") {
+        const onLink = this.onLinkBytes();
+        setData(el, "value", String(onLink));
+        setText(el, onLink > 0 ? ` (${bytes(onLink)} of it still on the link from the CPU tier)` : "");
         continue;
       }
       const value = r.metric(name);

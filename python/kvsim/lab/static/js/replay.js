@@ -194,6 +194,7 @@ export class TrackReplay {
     ]);
     this.blockState = bState; // per row: the state's code (the grid reads it without building rows)
     this.blockKeyIndex = bIndex; // per row: its key's block position (-1: none)
+    this.blockLabel = bLabel; // per row: its key's content label (-1: no key)
     this.blockRef = bRef;
     this.blockGroup = bGroup;
     this.stateNames = states;
@@ -283,6 +284,12 @@ export class TrackReplay {
     this.tokens = new Int32Array(numBlocks); // tokens held per block at this step
     this.live = new Set(); // sequences whose block table is not empty
     this.changedBlocks = null;
+    // A CPU tier: the blocks a load in flight is filling at this step (`_filling`), and per `loading`
+    // sequence row the GPU hits its load started after (`loadingHits`, found once per row).
+    this.filling = new Set();
+    this.fillingHits = new Map();
+    const load = this.kindNames.indexOf("load");
+    this.hasLoads = load >= 0 && this.evKind.includes(load);
   }
 
   /** The sequence entity of (request, sample), or undefined. */
@@ -325,14 +332,54 @@ export class TrackReplay {
     this.step = k;
     const before = this.tokens;
     this.tokens = this._tokens(k);
+    const wasFilling = this.filling;
+    this.filling = this._filling(k);
     if (changedBlocks === null) {
       this.changedBlocks = null;
     } else {
       const set = new Set(changedBlocks);
       for (let b = 0; b < this.numBlocks; b += 1) if (before[b] !== this.tokens[b]) set.add(b);
+      // A load landing changes no block row (its request's status changes): its blocks are redrawn.
+      for (const b of wasFilling) if (!this.filling.has(b)) set.add(b);
+      for (const b of this.filling) if (!wasFilling.has(b)) set.add(b);
       this.changedBlocks = set;
     }
     return this.changedBlocks;
+  }
+
+  /** A CPU tier: the blocks a load in flight is filling at step k, the snapshot's `loading` blocks
+   * (`bundle.filling_blocks`): those of a sequence held `loading` past its GPU hits. They are allocated
+   * and counted as stored, but their KV is still on the host link; they take their keys when the load
+   * lands (its `load-done` makes the sequence `loaded`). One table per sequence: the table past
+   * `loadingHits`; a hybrid model's block rows carry the keys its manager gave, so the blocks with none. */
+  _filling(k) {
+    const out = new Set();
+    if (!this.hasLoads) return out;
+    for (const e of this.live) {
+      const i = this.seqs.cur[e];
+      const row = this.seqs.rowIndex(i);
+      if (row[S.status] !== "loading") continue;
+      if (this.groups) {
+        for (const b of row[S.table]) {
+          const r = this.blocks.cur[b];
+          if (r >= 0 && this.blockLabel[r] < 0) out.add(b);
+        }
+        continue;
+      }
+      let hits = this.fillingHits.get(i);
+      if (hits === undefined) {
+        hits = this.loadingHits(e, k);
+        this.fillingHits.set(i, hits);
+      }
+      const table = row[S.table];
+      for (let x = hits; x < table.length; x += 1) out.add(table[x]);
+    }
+    return out;
+  }
+
+  /** Whether a CPU-tier load in flight is filling block b at this step. */
+  isFilling(b) {
+    return this.filling.has(b);
   }
 
   _noteLive(e) {
@@ -417,10 +464,12 @@ export class TrackReplay {
     return i < 0 ? "free" : this.stateNames[this.blockState[i]];
   }
 
-  /** The block as the inspector and the grid show it. */
+  /** The block as the inspector and the grid show it (`filling`: a load in flight is filling it). */
   block(b) {
     const row = this.blocks.row(b);
-    if (!row) return { block_id: b, state: "free", ref_cnt: 0, prefix_key: null, request_ids: [], num_tokens: 0 };
+    if (!row) {
+      return { block_id: b, state: "free", ref_cnt: 0, prefix_key: null, request_ids: [], num_tokens: 0, filling: false };
+    }
     const st = row[B.state];
     const tokens = this.tokens[b];
     // A block's key is registered once it is full (the row carries the key it gets): the contract's rule.
@@ -435,6 +484,7 @@ export class TrackReplay {
       request_ids: row[B.reqs] || [],
       num_tokens: tokens,
       group: row[B.group],
+      filling: this.filling.has(b),
     };
   }
 

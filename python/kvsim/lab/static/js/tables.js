@@ -2,7 +2,7 @@
 // block table at the current step (from the bundle's seq rows). Clicking a chip selects that block.
 
 import { esc, int, pct } from "./format.js";
-import { groupColors } from "./grid.js";
+import { FILLING_TEXT, groupColors } from "./grid.js";
 import { S, TrackReplay } from "./replay.js";
 
 const MAX_CARDS = 30;
@@ -86,7 +86,10 @@ export class SeqTables {
     const keep = new Map();
     const elements = [];
     for (const { seq, row } of visible) {
-      const sig = `${row[S.status]}|${SeqTables.tablesText(replay, row)}|${seq === this.selectedSeq}`;
+      // (a `loading` sequence's chips mark the blocks its load is filling: they change when it lands,
+      // with its status)
+      const filling = row[S.status] === "loading" ? row[S.table].filter((b) => track.isFilling(b)).join(",") : "";
+      const sig = `${row[S.status]}|${SeqTables.tablesText(replay, row)}|${seq === this.selectedSeq}|${filling}`;
       let card = this.cards.get(seq);
       if (!card || card.sig !== sig) {
         const holder = document.createElement("div");
@@ -127,15 +130,21 @@ export class SeqTables {
     if (card.bar) card.bar.style.width = `${(100 * fill).toFixed(1)}%`;
   }
 
-  /** The chips of one table: L_i → P_k, each a button selecting its block (from `start`, at most `max`). */
+  /** The chips of one table: L_i → P_k, each a button selecting its block (from `start`, at most `max`);
+   * a block a CPU-tier load in flight is filling marked so (the grid's style, a title saying it). */
   _chips(table, start, max, group = null) {
     const chips = [];
     const end = Math.min(table.length, start + max);
+    const track = this.replay.paged;
     for (let i = start; i < end; i += 1) {
       const b = table[i];
       const where = group === null ? "" : ` of group ${group}`;
-      chips.push(`<button type="button" class="chip-map${b === this.selectedBlock ? " sel" : ""}" data-block="${b}"
-        aria-label="logical block ${i}${where} maps to physical block ${b}"><span>L_${i}</span>→<b>P_${b}</b></button>`);
+      const filling = track.isFilling(b);
+      const why = filling ? ", being filled by the CPU-tier load in flight (its KV not there yet)" : "";
+      chips.push(`<button type="button" class="chip-map${b === this.selectedBlock ? " sel" : ""}${filling ? " filling" : ""}"
+        data-block="${b}" data-filling="${filling}"${filling ? ` title="P_${b} is ${esc(FILLING_TEXT)}"` : ""}
+        aria-label="logical block ${i}${where} maps to physical block ${b}${why}"><span>L_${i}</span>→<b>P_${b}</b>${filling
+          ? '<i class="arrive" aria-hidden="true">↓</i>' : ""}</button>`);
     }
     if (table.length > end) chips.push(`<span class="hint">+${int(table.length - end)} more</span>`);
     return chips;
@@ -176,7 +185,9 @@ export class SeqTables {
     const target = req.target_tokens ?? null;
     const table = row[S.table] || [];
     const chips = replay.groups ? [] : this._chips(table, 0, MAX_CHIPS);
-    const held = replay.groups ? `${int(table.length)} blocks held in ${replay.groups.length} tables` : `${int(table.length)} blocks`;
+    const filling = status === "loading" ? table.filter((b) => replay.paged.isFilling(b)).length : 0;
+    const held = (replay.groups ? `${int(table.length)} blocks held in ${replay.groups.length} tables` : `${int(table.length)} blocks`) +
+      (filling ? `, <span class="filling-count" data-filling="${filling}">${int(filling)} being filled by its CPU-tier load</span>` : "");
     return `<article class="seq st-${status}${seq === this.selectedSeq ? " selected" : ""}" data-seq="${seq}"
         data-rid="${rid}" data-sample="${row[S.sample]}" data-status="${status}" data-ctx="${ctx}"
         data-table="${esc(SeqTables.tablesText(replay, row))}">

@@ -47,7 +47,7 @@ function tierColors() {
   const css = getComputedStyle(document.documentElement);
   const get = (n, d) => css.getPropertyValue(n).trim() || d;
   return {
-    loading: get("--c-tier-loading", "#35c28a"),
+    loading: get("--c-tier-loading", "#f05bcb"),
     ready: get("--c-tier-ready", "#4d8dff"),
     pending: get("--c-tier-pending", "#e3a82b"),
     free: get("--c-free", "#262d38"),

@@ -177,6 +177,8 @@ pub(super) struct Tier {
     /// A hybrid model's requests finished in the step before, with what their last offers read
     /// (`hybrid/`).
     h_last: Vec<hybrid::HLast>,
+    /// Scratch of the step's state hand-offs (`hybrid/`'s `h_offer_states`).
+    h_states: Vec<(usize, crate::kv_groups::StateKeyed)>,
 }
 
 impl Tier {
@@ -252,6 +254,7 @@ impl Tier {
             occ_busy: 0,
             occ_steps: 0,
             h_last: Vec::new(),
+            h_states: Vec::new(),
         }
     }
 

@@ -488,7 +488,7 @@ impl Engine<'_> {
         let groups = cfg.groups.as_ref().expect("a hybrid pool");
         let local = self.lookup.tokens;
         let total = self.slab[k].num_tokens();
-        if !self.h_load_fits(total, end) {
+        if !self.h_load_fits(total, self.slab[k].prompt_len, end) {
             return false;
         }
         let Memory::Paged(pool) = &mut self.mem else {

@@ -1,10 +1,12 @@
 //! The CPU tier for a model of several KV-cache groups (DESIGN.md §CPU tier, "A hybrid model"; the twin
 //! of `python/kvsim/reference/engine/offload_hybrid.py`): a waiting request's hits continued into the
-//! tier group by group (full attention a prefix, a window a run from the right, to a fixed point), its
-//! load over every group, the stores a step offers per group (a sliding window's only at the replay
-//! boundary and the shared-prefix junction), the connector's copy of each table whose window blocks
-//! reused since go stale, and the fences a window's store makes at once. Such a run takes full steps, and
-//! every path here is the general one: the tier's keys are listed, never runs of private names.
+//! tier group by group (full attention a prefix, a window a run from the right, a Mamba state a window of
+//! one chunk, to a fixed point), its load over every group, the stores a step offers per group (a sliding
+//! window's only at the replay boundary and the shared-prefix junction; a Mamba group's states as the
+//! GPU's cache keys them, each alone, before the others), the connector's copy of each table whose window
+//! blocks reused since go stale, and the fences a window's or a state's store makes at once. Such a run
+//! takes full steps, and every path here is the general one: the tier's keys are listed, never runs of
+//! private names.
 //!
 //! This file holds what both sides share (the reference's "the groups as the connector sees them"): a
 //! chunk's key, the groups' chunks (`Chunking`), a load's window, a request's content keys, and what a
@@ -83,14 +85,27 @@ impl Chunking<'_> {
     }
 
     /// Each group's window in chunks (vLLM's `sliding_window_size_in_chunks`): None for full
-    /// attention, `ceil(W / C)` for a sliding window of W tokens, `ceil(A / C)` for local chunks of A.
+    /// attention, `ceil(W / C)` for a sliding window of W tokens, `ceil(A / C)` for local chunks of A,
+    /// 1 for a Mamba state.
     fn windows(&self) -> Vec<Option<u64>> {
         (0..self.groups.len())
             .map(|g| {
                 let spec = &self.groups.specs()[g];
-                (spec.kind != GroupKind::Full).then(|| cdiv(spec.window, self.tpc(g)))
+                match spec.kind {
+                    GroupKind::Full => None,
+                    GroupKind::Mamba => Some(1),
+                    _ => Some(cdiv(spec.window, self.tpc(g))),
+                }
             })
             .collect()
+    }
+
+    /// The tokens a Mamba group's chunk holds, None without one (vLLM's `resolve_mamba_align_size`: a
+    /// hit is rounded down to it).
+    fn state_chunk(&self) -> Option<u64> {
+        (0..self.groups.len())
+            .find(|&g| self.groups.specs()[g].kind == GroupKind::Mamba)
+            .map(|g| self.tpc(g))
     }
 
     /// vLLM's `alignment_tokens` for the offloading: the full-attention groups' chunk when they share
@@ -108,15 +123,16 @@ impl Chunking<'_> {
 }
 
 /// The chunks a load into a group ending at `num_tokens` reads (`load_window_size_in_chunks`): a
-/// sliding window widened by the hit's partial last chunk.
+/// sliding window widened by the hit's partial last chunk; a state's one.
 fn load_window(spec: &GroupSpec, tpc: u64, num_tokens: u64) -> Option<u64> {
     match spec.kind {
         GroupKind::Full => None,
+        GroupKind::Mamba => Some(1),
         GroupKind::SlidingWindow => {
             let pad = (tpc - num_tokens % tpc) % tpc;
             Some(cdiv(spec.window, tpc).max(cdiv(spec.window - 1 + pad, tpc)))
         }
-        _ => Some(cdiv(spec.window, tpc)),
+        GroupKind::ChunkedLocal => Some(cdiv(spec.window, tpc)),
     }
 }
 

@@ -2,8 +2,9 @@
 //! stores and `h_finished`; `offload/stores.rs` is a single group's): the step's offer
 //! (`h_offer_stores`), the connector's copies of the tables brought up to date (`h_sync_tables`), the
 //! chunks each request may store, per group and within a sliding window's mask (`h_offer_list`), offered
-//! to the tier (`h_offer`) and queued on the link with their fences (`h_queue_store`), and a finished
-//! request's tables and deferred fences (`h_tier_finished`).
+//! to the tier (`h_offer`) and queued on the link with their fences (`h_queue_store`), a Mamba group's
+//! states offered one by one as the GPU's cache keyed them (`h_offer_states`), and a finished request's
+//! tables and deferred fences (`h_tier_finished`).
 
 use std::collections::HashSet;
 
@@ -11,7 +12,7 @@ use super::{HLast, cdiv};
 use crate::engine::offload::{Job, Stored, Tier, What, private_hi};
 use crate::engine::timing::Transfer;
 use crate::engine::{Engine, Memory, event};
-use crate::kv_groups::{GroupKind, GroupSpec};
+use crate::kv_groups::{GroupKind, GroupSpec, StateKeyed};
 use crate::{BlockId, BlockKey};
 
 /// A request whose chunks a step offers: its tables, next chunks, keys, and what bounds them.
@@ -145,7 +146,7 @@ impl Engine<'_> {
         }
         let prompt_only = tier.cfg.prompt_only;
         let offloadable = |n: u64, prompt: u64| if prompt_only { n.min(prompt) } else { n };
-        let mut planned = false;
+        let mut planned = self.h_offer_states(&mut tier, step_end);
         for i in 0..self.scheduled.len() {
             let k = self.scheduled[i].0;
             let keys = {
@@ -204,6 +205,76 @@ impl Engine<'_> {
         let flush_end = self.apply_flushes(&mut tier, &flushed, observation);
         self.tier = Some(tier);
         (planned, flush_end)
+    }
+
+    /// The step's state hand-offs (`StepKeys::take_handed`; vLLM's `_build_aligned_boundary_store_jobs`, before every
+    /// other store), request by request in the order of each one's first, each request's group by group,
+    /// each group's in keying order: a state keyed at a boundary that is a multiple of its group's chunk
+    /// and within its request's offloadable tokens is offered alone, reused if ready in the tier, else
+    /// stored (one block, fenced at once: the state is freed at its request's next allocation) or failed
+    /// (the hand-off is gone); returns whether a store was planned.
+    fn h_offer_states(&mut self, tier: &mut Tier, step_end: i64) -> bool {
+        let mut states = std::mem::take(&mut tier.h_states);
+        self.step_keys.take_handed(&mut states);
+        if states.is_empty() {
+            tier.h_states = states;
+            return false;
+        }
+        let mut groups_keyed: Vec<usize> = states.iter().map(|(_, st)| st.group).collect();
+        groups_keyed.sort_unstable();
+        groups_keyed.dedup();
+        let mut order: Vec<(usize, Vec<StateKeyed>)> = Vec::new();
+        for g in groups_keyed {
+            for &(k, st) in states.iter().filter(|(_, st)| st.group == g) {
+                match order.iter_mut().find(|(j, _)| *j == k) {
+                    Some((_, list)) => list.push(st),
+                    None => order.push((k, vec![st])),
+                }
+            }
+        }
+        let ch = self.chunking_of(tier);
+        let prompt_only = tier.cfg.prompt_only;
+        let mut planned = false;
+        let (mut stored, mut evicted) = (Vec::new(), Vec::new());
+        for (k, list) in order {
+            let s = &self.slab[k];
+            let row = s.row;
+            let limit = if prompt_only {
+                s.num_tokens().min(s.prompt_len)
+            } else {
+                s.num_tokens()
+            };
+            for st in list {
+                let tpc = ch.tpc(st.group);
+                if st.boundary > limit || st.boundary % tpc != 0 {
+                    continue;
+                }
+                let i = st.boundary / tpc - 1;
+                let content = self.content_keys(k, (i + 1) * ch.per(st.group));
+                let offer = [(ch.key(&content, st.group, i), ch.pos(st.group, i))];
+                stored.clear();
+                evicted.clear();
+                let before = tier.cpu.num_evicted();
+                if tier
+                    .cpu
+                    .prepare_store(private_hi(row), &offer, &mut stored, &mut evicted)
+                    .is_none()
+                {
+                    self.out.counters.stores_failed += 1;
+                    continue;
+                }
+                self.log_evictions(tier.cpu.num_evicted() - before, row);
+                if stored.is_empty() {
+                    continue;
+                }
+                let keys = std::mem::take(&mut stored);
+                self.h_queue_store(tier, (Some(k), row), keys, (vec![st.block], 1), step_end);
+                planned = true;
+            }
+        }
+        states.clear();
+        tier.h_states = states; // (its buffer kept)
+        planned
     }
 
     /// vLLM's `_update_req_states`: each scheduled request's copy of its tables takes the blocks its
@@ -313,6 +384,9 @@ impl Engine<'_> {
         let chosen: HashSet<BlockKey> = stored.iter().copied().collect();
         let (mut blocks, mut rest) = (Vec::new(), Vec::new());
         for (g, (&(start, num), c)) in ranges.iter().zip(who.conn).enumerate() {
+            if groups.specs()[g].kind == GroupKind::Mamba {
+                continue; // (a state group's chunks are its hand-offs: `h_offer_states`)
+            }
             let out = if groups.specs()[g].kind == GroupKind::Full {
                 &mut rest
             } else {
@@ -406,8 +480,8 @@ impl Engine<'_> {
                 .min(who.num_tokens / tpc);
             let start = who.next_stores[g];
             ranges.push((start, num));
-            if num <= start {
-                continue;
+            if num <= start || groups.specs()[g].kind == GroupKind::Mamba {
+                continue; // (a state group's chunks are its hand-offs: `h_offer_states`)
             }
             let mask = store_mask(
                 &groups.specs()[g],

@@ -127,6 +127,9 @@ impl Engine<'_> {
         } else {
             total - 1
         };
+        if let Some(state) = ch.state_chunk() {
+            max_hit = max_hit / state * state;
+        }
         let mut hit_tokens = 0;
         let mut defer = false;
         let mut todo = order.clone();
@@ -219,6 +222,8 @@ impl Engine<'_> {
             if s.prefilling {
                 let tokens = mml.map_or(s.num_tokens(), |m| s.num_tokens().min(m));
                 let tables = &s.hybrid.as_ref().expect("tables").tables;
+                let checkpoint =
+                    groups.needs_checkpoint(s.num_computed, tokens, s.num_tokens(), s.prompt_len);
                 out += groups.need(
                     pool,
                     Some(tables),
@@ -226,7 +231,7 @@ impl Engine<'_> {
                     None,
                     s.num_computed,
                     true,
-                    false,
+                    checkpoint,
                     &self.step_keys,
                 );
             }
@@ -234,10 +239,10 @@ impl Engine<'_> {
         out
     }
 
-    /// Whether a load whose hits and loaded tokens end at `end` (of a request of `total` tokens; its GPU
-    /// hit in `self.lookup`) fits: the full-prompt gate, the watermark and the blocks the requests still
-    /// prefilling need.
-    pub(in crate::engine::offload) fn h_load_fits(&self, total: u64, end: u64) -> bool {
+    /// Whether a load whose hits and loaded tokens end at `end` (of a request of `total` tokens and a
+    /// prompt of `prompt`; its GPU hit in `self.lookup`) fits: the full-prompt gate, the watermark and
+    /// the blocks the requests still prefilling need.
+    pub(in crate::engine::offload) fn h_load_fits(&self, total: u64, prompt: u64, end: u64) -> bool {
         let cfg = self.cfg;
         let groups = self.tier_groups();
         let watermark = self.admission_watermark();
@@ -249,8 +254,9 @@ impl Engine<'_> {
         let full = cfg.max_model_len.map_or(total, |m| total.min(m));
         let keyed = &self.step_keys;
         let hit = Some(&self.lookup);
+        let checkpoint = groups.needs_checkpoint(end, full, total, prompt);
         if cfg.full_prompt_gate
-            && groups.need(pool, None, full, hit, end, true, false, keyed) + watermark > free
+            && groups.need(pool, None, full, hit, end, true, checkpoint, keyed) + watermark > free
         {
             return false;
         }
@@ -273,7 +279,7 @@ impl Engine<'_> {
         let local = self.lookup.tokens;
         let total = self.slab[k].num_tokens();
         let end = local + ext;
-        if !self.h_load_fits(total, end) {
+        if !self.h_load_fits(total, self.slab[k].prompt_len, end) {
             return false;
         }
         let Memory::Paged(pool) = &mut self.mem else {
@@ -296,6 +302,7 @@ impl Engine<'_> {
             &mut self.group_new,
         );
         let row = s.row;
+        self.step_keys.hand_off(k);
         // The load's chunks, group by group: from each group's first block it fills.
         let mut starts = Vec::with_capacity(groups.len());
         let mut blocks = 0;
@@ -375,16 +382,20 @@ impl Engine<'_> {
         self.log_group_allocations(row);
     }
 
-    /// A held request whose load has landed, admitted as a resumed one over a hybrid pool: the
-    /// full-prompt gate, then the blocks its windows left behind freed and its next chunk's allocated if
-    /// the watermark allows (`hybrid_grow`, a running sequence's growth with the watermark; no chunk
-    /// reserves a Mamba checkpoint, the tier refusing state layers); the tokens it computes, 0 if it
+    /// A held request whose load has landed, admitted as a resumed one over a hybrid pool: the first
+    /// time the pass reaches it, its states' keys count as keyed in this step and its states are handed
+    /// off (vLLM's `_update_waiting_for_remote_kv`); its chunk cut to the Mamba groups' block boundaries
+    /// (`hybrid_split`), the full-prompt gate, then the blocks its windows left behind freed and its
+    /// next chunk's allocated if the watermark allows (`hybrid_grow`, a running sequence's growth with
+    /// the watermark, a checkpoint reserved as for any prefill chunk); the tokens it computes, 0 if it
     /// cannot start now, or `NEVER`.
     pub(in crate::engine::offload) fn h_resume_loaded(&mut self, k: usize, budget: u64) -> u64 {
         let cfg = self.cfg;
         let groups = self.tier_groups();
+        self.h_adopt_landed(k);
         let total = self.slab[k].num_tokens();
         let computed = self.slab[k].num_computed;
+        let prompt = self.slab[k].prompt_len;
         let mut num_new = total - computed;
         if cfg.chunked_prefill {
             num_new = num_new.min(budget);
@@ -392,6 +403,12 @@ impl Engine<'_> {
             return NEVER;
         } else if num_new > budget {
             return 0;
+        }
+        if groups.align() {
+            num_new = self.hybrid_split(k, num_new);
+            if num_new == 0 {
+                return 0; // no block boundary within reach: the waiting phase stops here
+            }
         }
         let watermark = self.admission_watermark();
         let Memory::Paged(pool) = &self.mem else {
@@ -410,7 +427,7 @@ impl Engine<'_> {
                 None,
                 computed,
                 true,
-                false,
+                groups.needs_checkpoint(computed, full, total, prompt),
                 &self.step_keys,
             ) + watermark
                 > u64::from(pool.num_free_blocks())
@@ -423,8 +440,24 @@ impl Engine<'_> {
         num_new
     }
 
+    /// The waiting pass reached `k`, held, for the first time since its load landed: its state keys
+    /// (`h_land`'s) count as keyed in this step and its states are handed off (DESIGN.md §CPU tier, "A
+    /// Mamba group").
+    fn h_adopt_landed(&mut self, k: usize) {
+        let Some(hs) = self.slab[k].hybrid.as_mut() else {
+            return;
+        };
+        if hs.landed.is_empty() {
+            return;
+        }
+        for st in hs.landed.drain(..) {
+            self.step_keys.adopt(k, st);
+        }
+        self.tier_hot.pending = true; // (the step's offer takes them, scheduled or not)
+    }
+
     /// A held request's load landed over a hybrid pool: its blocks up to the loaded tokens take their
-    /// keys.
+    /// keys; the state blocks keyed wait for the waiting pass to reach it (`h_adopt_landed`).
     pub(in crate::engine::offload) fn h_land(&mut self, k: usize) {
         let groups = self.tier_groups();
         let Memory::Paged(pool) = &mut self.mem else {
@@ -442,5 +475,6 @@ impl Engine<'_> {
             s.num_computed,
             &mut self.step_keys,
         );
+        hs.landed.extend(self.step_keys.take_fresh());
     }
 }
