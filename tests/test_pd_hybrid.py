@@ -204,3 +204,37 @@ def test_gpt_oss_behind_a_prefill_pool_agrees_and_moves_the_pool_s_stride():
     moved = req.filter(req["prefill_replica"] >= 0)["prompt_len"].to_numpy() // 16
     assert s["pd_transfers"] == len(moved)
     assert s["pd_transfer_blocks"] == int(sum(m + min(m, 8) for m in moved))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_prefill_replica_holds_only_the_window_s_blocks_it_reads(backend):
+    """vLLM's `_connector_finished` frees a finished request's out-of-window blocks before its delayed
+    free: A (400 tokens) takes 25 window blocks and 25 full ones on a prefill replica of 51 usable blocks,
+    and at its finish (1 ms) keeps 2 + 25 until its transfer of 27 blocks at 10 ms a block ends (271 ms).
+    C (160 distinct tokens: 10 + 10 blocks) arriving at 2 ms fits in the 24 left, so it is scheduled at
+    once; had A kept its whole table (50 blocks), C would wait for the transfer's end."""
+    ms = 1e-3
+    w = Workload(
+        arrival=np.array([0.0, 2 * ms]),
+        output_len=[2, 2],
+        seg_offsets=[0, 1, 2],
+        segment_id=np.array([7, 9], dtype=np.uint64),
+        segment_len=[400, 160],
+    )
+    cfg = _swa_config(time_model="ticks", iteration_time_ps=10**9, watermark=0.0)
+    per_block = 10**10
+    r = kvsim.simulate_cluster(
+        w,
+        cfg,
+        replicas=1,
+        prefill_replicas=1,
+        prefill_config=cfg.replace(num_blocks=52),
+        pd_threshold_tokens=0,
+        pd_link_ps_per_block=per_block,
+        backend=backend,
+    )
+    q = r.requests
+    first_on_p = (q["arrival"] + q["ttft_prefill_queue_s"]).to_list()
+    assert first_on_p == pytest.approx([0.0, 2 * ms], abs=1e-12)
+    assert q["ttft_transfer_s"].to_list()[0] == pytest.approx(27 * per_block * 1e-12, abs=1e-12)
+    assert r.summary["completed"] == 2
