@@ -242,7 +242,12 @@ impl Engine<'_> {
     /// Whether a load whose hits and loaded tokens end at `end` (of a request of `total` tokens and a
     /// prompt of `prompt`; its GPU hit in `self.lookup`) fits: the full-prompt gate, the watermark and
     /// the blocks the requests still prefilling need.
-    pub(in crate::engine::offload) fn h_load_fits(&self, total: u64, prompt: u64, end: u64) -> bool {
+    pub(in crate::engine::offload) fn h_load_fits(
+        &self,
+        total: u64,
+        prompt: u64,
+        end: u64,
+    ) -> bool {
         let cfg = self.cfg;
         let groups = self.tier_groups();
         let watermark = self.admission_watermark();
