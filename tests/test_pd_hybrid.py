@@ -238,3 +238,11 @@ def test_the_prefill_replica_holds_only_the_window_s_blocks_it_reads(backend):
     assert first_on_p == pytest.approx([0.0, 2 * ms], abs=1e-12)
     assert q["ttft_transfer_s"].to_list()[0] == pytest.approx(27 * per_block * 1e-12, abs=1e-12)
     assert r.summary["completed"] == 2
+
+
+def test_a_packed_layout_is_refused_by_name():
+    """DeepSeek-V4's caches packed with unequal pages: vLLM's NIXL reads each group in its own regions, so
+    a block's bytes would differ by group, which kvsim does not model."""
+    cfg = kvsim.SimConfig(model="deepseek-v4-flash", gpu="b200", tensor_parallel_size=8)
+    with pytest.raises(InvalidArgumentError, match=r"packed with unequal pages \(DeepSeek-V4"):
+        kvsim.simulate_cluster(synthetic(5, seed=1), cfg, prefill_replicas=1)
