@@ -137,7 +137,7 @@ fn what_a_disaggregated_fleet_does_not_model_is_refused() {
         prefill_replicas: 0,
         ..pd(0)
     };
-    assert!(err(&plain, &[cfg.clone()], &spec, &none).contains("prefill_replicas 0"));
+    assert!(err(&plain, std::slice::from_ref(&cfg), &spec, &none).contains("prefill_replicas 0"));
     // A Mamba (state) group's transfer is not modelled: refused by name, in either pool.
     let spec_of = |kind, window, checkpoint_blocks| crate::kv_groups::GroupSpec {
         kind,
