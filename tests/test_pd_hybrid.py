@@ -66,13 +66,19 @@ def pd_hybrid_configs(draw) -> kvsim.SimConfig:
     w=pd_workloads(),
     cfg=pd_hybrid_configs(),
     args=pd_args(),
-    prefill=st.one_of(st.none(), st.tuples(st.integers(4, 120), st.sampled_from([7, 32, 512]))),
+    prefill=st.one_of(
+        st.none(),
+        st.tuples(st.integers(4, 120), st.sampled_from([7, 32, 512]), st.sampled_from([None, 1, 4, 16])),
+    ),
     model_link=st.booleans(),
 )
 def test_both_engines_agree_on_disaggregated_hybrid_fleets(w, cfg, args, prefill, model_link):
-    if prefill is not None:  # a prefill pool of its own memory and budget
+    if prefill is not None:  # a prefill pool of its own memory, budget and block size
+        blocks, budget, bs = prefill
         try:
-            args["prefill_config"] = cfg.replace(num_blocks=prefill[0], max_num_batched_tokens=prefill[1])
+            args["prefill_config"] = cfg.replace(
+                num_blocks=blocks, max_num_batched_tokens=budget, block_size=bs or cfg.block_size
+            )
         except InvalidArgumentError:
             assume(False)
     if model_link:  # the link's time per block from the pool's stride
@@ -246,3 +252,24 @@ def test_a_packed_layout_is_refused_by_name():
     cfg = kvsim.SimConfig(model="deepseek-v4-flash", gpu="b200", tensor_parallel_size=8)
     with pytest.raises(InvalidArgumentError, match=r"packed with unequal pages \(DeepSeek-V4"):
         kvsim.simulate_cluster(synthetic(5, seed=1), cfg, prefill_replicas=1)
+
+
+def test_the_threshold_reads_a_hybrid_decode_replica_s_lookup_even_for_a_private_prompt():
+    """The threshold's hit on a hybrid decode replica is its lookup over every group (§Clusters), whatever
+    the prompt's keys: a model of chunked-local layers only (chunks of 4 tokens) counts the chunks before
+    the last as hits with nothing cached, so of a 25-token prompt of its own (private: no key of it can be
+    cached) the part not cached is under a 16-token threshold and it prefills on its decode replica, on
+    both engines (the Rust driver once read no hit for a prompt without keys and sent it to the prefill
+    pool)."""
+    model = toy([Layer("chunked_local", 4), Layer("chunked_local", 4)], "local-only")
+    cfg = kvsim.SimConfig(model=model, num_blocks=60, block_size=1, time_model="ticks")
+    w = Workload(arrival=[0.0], prompt_len=[25], output_len=[2])
+    runs = [
+        kvsim.simulate_cluster(
+            w, cfg, replicas=1, prefill_replicas=1, pd_threshold_tokens=16, pd_link_ps_per_block=0, backend=b
+        )
+        for b in BACKENDS
+    ]
+    assert_fleets_equal(runs[1], runs[0])
+    assert runs[1].requests["prefill_replica"].to_list() == [-1]
+    assert runs[1].summary["pd_local_prefills"] == 1

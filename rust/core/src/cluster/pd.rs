@@ -130,8 +130,14 @@ fn check(
 }
 
 /// What a router reads of `rep` at the instant it was stepped to (`a`), with the unit's prefix hits on
-/// it (`keys`: its prompt's lookup keys at the replica's block size; `segs` its segments).
-fn signals(rep: &Replica, a: i64, keys: &[BlockKey], segs: &[Segment], prompt: u64) -> Signals {
+/// it if `want` (`keys`: its prompt's lookup keys at the replica's block size; `segs` its segments).
+fn signals(
+    rep: &Replica,
+    a: i64,
+    (want, keys): (bool, &[BlockKey]),
+    segs: &[Segment],
+    prompt: u64,
+) -> Signals {
     let (kv_used, kv_total) = rep.kv();
     let bs = rep.config().block_size;
     Signals {
@@ -140,21 +146,33 @@ fn signals(rep: &Replica, a: i64, keys: &[BlockKey], segs: &[Segment], prompt: u
         in_flight: rep.in_flight(a),
         kv_used,
         kv_total,
-        hit_blocks: hit_blocks(rep, keys, segs, prompt),
+        hit_blocks: hit_blocks(rep, (want, keys), segs, prompt),
         lookup_blocks: prompt.saturating_sub(1) / bs,
     }
 }
 
-/// `rep`'s prefix hit for a prompt, in blocks of its block size: its leading `keys` in its prefix map,
-/// or a hybrid model's lookup over every group (`Replica::hybrid_hit_blocks`); 0 when no keys were
-/// asked for (`keys` empty: not read, or a prompt without a full block to look up).
-fn hit_blocks(rep: &Replica, keys: &[BlockKey], segs: &[Segment], prompt: u64) -> u64 {
-    if keys.is_empty() {
+/// `rep`'s prefix hit for a prompt if it is read (`want`), in blocks of its block size: a hybrid model's
+/// lookup over every group (`Replica::hybrid_hit_blocks`, which reads the prompt's segments `segs`,
+/// whatever its keys: a chunked-local group's skipped chunks hit with nothing cached), else its leading
+/// `keys` in its prefix map (none for a prompt whose blocks cannot hit: its keys are private).
+fn hit_blocks(
+    rep: &Replica,
+    (want, keys): (bool, &[BlockKey]),
+    segs: &[Segment],
+    prompt: u64,
+) -> u64 {
+    if !want {
         return 0;
     }
     let no_snapshot: Option<&HashSet<BlockKey, BuildHasherDefault<IdHasher>>> = None;
-    rep.hybrid_hit_blocks(segs, prompt, no_snapshot)
-        .unwrap_or_else(|| rep.leading_hits(keys))
+    if let Some(hit) = rep.hybrid_hit_blocks(segs, prompt, no_snapshot) {
+        return hit;
+    }
+    if keys.is_empty() {
+        0
+    } else {
+        rep.leading_hits(keys)
+    }
 }
 
 /// The disaggregated fleet's state between units.
@@ -390,20 +408,20 @@ impl PdDriver<'_, '_> {
                 }
             }
         }
-        let router_keys: &[BlockKey] = if self.wants_keys { &self.keys } else { &[] };
+        let router = (want_d && self.wants_keys, &self.keys[..]);
         for (v, rep) in self.views_d.iter_mut().zip(&self.decode) {
-            *v = signals(rep, a, router_keys, &self.segs, prompt);
+            *v = signals(rep, a, router, &self.segs, prompt);
         }
         let d = self.route_d.pick(self.decode.len(), &self.views_d);
         self.replica[row] = d as i64;
-        let hits = hit_blocks(&self.decode[d], &self.keys, &self.segs, prompt);
+        let hits = hit_blocks(&self.decode[d], (want_d, &self.keys), &self.segs, prompt);
         if prompt - hits * self.bs < self.pd.threshold_tokens {
             self.decode[d].push(&inp, row..row + 1, &self.private_from);
             self.ne_d[d] = next_start(&self.decode[d]);
             return Ok(());
         }
         for (v, rep) in self.views_p.iter_mut().zip(&self.prefill) {
-            *v = signals(rep, a, &self.keys_p, &self.segs, prompt);
+            *v = signals(rep, a, (want_p, &self.keys_p), &self.segs, prompt);
         }
         let p = self.route_p.pick(self.prefill.len(), &self.views_p);
         self.push_prefill(p, row, d);
