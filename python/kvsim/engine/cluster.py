@@ -216,10 +216,6 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
                 f"prefill_config's KV cache dtype {a}{why_a} differs from the decode replicas' {b}{why_b}: both "
                 "pools of a disaggregated fleet keep one KV layout (the transfer copies blocks as they are)"
             )
-        if prefill_config.kv_groups:
-            raise InvalidArgumentError(
-                "prefill_config: a hybrid model's transfer (several KV-cache groups) is not modelled"
-            )
     for i, c in enumerate(configs):
         if c != first:
             raise InvalidArgumentError(
@@ -249,11 +245,8 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
             f"{what}: kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled with a prefill "
             "pool (the connector and the tier would share the held queue)"
         )
-    if first.kv_groups:
-        raise InvalidArgumentError(
-            f"{what}: model {getattr(first.model, 'name', first.model)} has several KV-cache groups (hybrid "
-            "attention), whose transfer is not modelled"
-        )
+    for c, whose in ((first, what), (pc, "prefill_config")):
+        _check_hybrid_transfer(c, whose)
     for knob, needed in (
         ("policy", "vllm"),
         ("preemption", "recompute"),
@@ -269,12 +262,12 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
             )
     ps_per_block = first.pd_link_ps_per_block
     if ps_per_block is None:
-        per_token = first.pool.kv_bytes_per_token
-        if per_token is None:
+        block = _pd_block_bytes(first)
+        if block is None:
             raise InvalidArgumentError(
                 f"{what}: pd_link_ps_per_block is needed without a model (the KV bytes of a block are unknown)"
             )
-        ps_per_block = round(per_token * first.engine_block_size * PS_PER_S / first.pd_link_bandwidth)
+        ps_per_block = round(block * PS_PER_S / first.pd_link_bandwidth)
         if ps_per_block > 1 << 40:
             raise InvalidArgumentError(
                 f"pd_link_bandwidth {first.pd_link_bandwidth!r} makes a block's transfer last {ps_per_block} "
@@ -282,6 +275,41 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
             )
     latency = round(first.pd_link_latency_s * PS_PER_S)
     return PdSpec(p, first.pd_threshold_tokens, latency, ps_per_block, prefill_config)
+
+
+def _pd_block_bytes(config: SimConfig) -> float | None:
+    """One GPU's bytes of one block a transfer moves: the model's KV per token times the block size; for
+    a hybrid model the pool's stride, whichever group's block it is (vLLM 0.33.0's NIXL reads a block of
+    any group across every layer slot: DESIGN.md §Prefill/decode disaggregation, a hybrid model); None
+    without a model."""
+    layout = config.pool.layout
+    if layout is not None and not layout.single_full:
+        return layout.bytes_per_block
+    per_token = config.pool.kv_bytes_per_token
+    return None if per_token is None else per_token * config.engine_block_size
+
+
+def _check_hybrid_transfer(config: SimConfig, what: str) -> None:
+    """Refuses, by name, the hybrid layouts whose transfer is not modelled: Mamba (state) groups and a
+    packed layout of unequal group pages (DeepSeek-V4)."""
+    layout = config.pool.layout
+    if layout is None or layout.single_full:
+        return
+    name = getattr(config.model, "name", config.model)
+    kinds = {g.kind for g in layout.groups}
+    if "mamba" in kinds:
+        raise InvalidArgumentError(
+            f"{what}: model {name} has Mamba (state) KV-cache groups, whose transfer is not modelled (vLLM's "
+            "NIXL connector stops the prefill one token short and reads only each request's running state; "
+            "DESIGN.md §Prefill/decode disaggregation, a hybrid model); full-attention, sliding-window and "
+            "chunked-local groups are"
+        )
+    if any(g.bytes_per_block != layout.bytes_per_block for g in layout.groups):
+        raise InvalidArgumentError(
+            f"{what}: model {name}'s KV-cache groups are packed with unequal pages (DeepSeek-V4's "
+            "block-outermost layout), whose transfer is not modelled (vLLM's NIXL connector reads each group "
+            "in its own regions); uniform-page hybrid layouts are"
+        )
 
 
 def _configs(
@@ -579,7 +607,7 @@ def _pd_result(
         s[f"{name.removesuffix('_s')}_p50_s"] = float(np.percentile(x, 50)) if len(x) else None
         s[f"{name.removesuffix('_s')}_p99_s"] = float(np.percentile(x, 99)) if len(x) else None
     first_cfg = configs[0]
-    per_token = first_cfg.pool.kv_bytes_per_token
+    block_bytes = _pd_block_bytes(first_cfg)
     blocks = sum(c["pd_transfer_blocks"] for c in decode_c)
     makespan = max((c.get("makespan_ps", 0) for c in counters), default=0)
     s["prefill_replicas"] = pd.prefill_replicas
@@ -588,9 +616,7 @@ def _pd_result(
     s["pd_transfers"] = sum(c["pd_transfers"] for c in decode_c)
     s["pd_transfer_blocks"] = blocks
     s["pd_transfer_bytes"] = (
-        blocks * per_token * first_cfg.engine_block_size * first_cfg.tensor_parallel_size
-        if per_token is not None
-        else None
+        blocks * block_bytes * first_cfg.tensor_parallel_size if block_bytes is not None else None
     )
     link_busy = sum(c["pd_link_busy_ps"] for c in decode_c)
     s["pd_link_utilization"] = over(link_busy, d * makespan)

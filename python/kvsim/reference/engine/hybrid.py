@@ -118,6 +118,15 @@ class Hybrid(State):
             start, num_new, s.num_tokens, s.prompt_len, junction, self.cfg.max_num_batched_tokens
         )
 
+    def hybrid_connector_finished(self, s: Seq) -> None:
+        """A request finished on a replica of a disaggregated fleet (its NIXL connector, either pool):
+        the blocks its windows left behind at its computed tokens are freed first (vLLM's
+        `_connector_finished` calls `remove_skipped_blocks` before the connector sees its tables), before
+        the rest is freed or held for the transfer (DESIGN.md §Prefill/decode disaggregation, a hybrid
+        model)."""
+        for b, g in self.hkv.remove_skipped(s.idx, s.num_computed):
+            self.log("window", s, b, g)
+
     def hybrid_release(self, s: Seq) -> None:
         for b, g in self.hkv.free(s.idx):
             self.log("free", s, b, g)

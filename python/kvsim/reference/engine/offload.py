@@ -22,6 +22,7 @@ from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
 from kvsim.reference.engine.timing import transfer_end
 from kvsim.reference.hashing import iter_block_keys
+from kvsim.reference.kv_groups import NULL, Lookup
 
 
 @dataclass(eq=False)
@@ -122,6 +123,17 @@ class Offload(HybridTier, State):
                     skipped_held.append(queue.popleft())
                     continue
                 num_new = self.try_resume_loaded(s, budget)
+            elif self.hybrid and self.tier is None:
+                # A decode replica's connector over a hybrid pool: a remote request's transfer, else an
+                # ordinary admission.
+                found_h = self.h_remote_lookup(s)
+                if found_h is not None:
+                    if self.h_admit_remote(s, *found_h):
+                        skipped_held.append(queue.popleft())
+                        continue
+                    num_new = 0
+                else:
+                    num_new = self.try_admit(s, budget)
             elif self.hybrid:
                 got = self.h_lookup(s)
                 if got is None:
@@ -327,9 +339,58 @@ class Offload(HybridTier, State):
         new = self.hold_for_transfer(s, hits, last_key, local, ext)
         if new is None:
             return False
-        bs = self.bs
-        total, end = s.num_tokens, local + ext
-        blocks = end // bs - local // bs
+        bs, end = self.bs, local + ext
+        self.queue_remote(s, new, end // bs - local // bs, local, end)
+        return True
+
+    def h_remote_lookup(self, s: Seq) -> tuple[Lookup, int] | None:
+        """A hybrid decode replica's remote request: its GPU hit every group agrees on (within
+        `prompt_len - 1` tokens) and the tokens beyond it up to the scheduler's last full block of its
+        prompt (the transfer); None for an ordinary admission (not remote, or nothing to transfer)."""
+        if not s.remote:
+            return None
+        kv = self.hkv
+        hit = kv.lookup(s.segments(), s.num_tokens - 1)
+        ext = s.num_tokens // kv.sched_bs * kv.sched_bs - hit.tokens
+        return (hit, ext) if ext > 0 else None
+
+    def h_admit_remote(self, s: Seq, hit: Lookup, ext: int) -> bool:
+        """`admit_remote` over a hybrid pool (DESIGN.md §Prefill/decode disaggregation, a hybrid model):
+        the transfer's blocks held by a hybrid load's rules (the full-prompt gate with the windows' caps,
+        the watermark and what the requests still prefilling need), each group's positions its window
+        skipped at the transferred tokens null, its hits above them taken, new blocks for the rest; the
+        transfer moves exactly the new blocks. False changes nothing."""
+        cfg, kv = self.cfg, self.hkv
+        local, total = hit.tokens, s.num_tokens
+        end = local + ext
+        free = kv.num_free_blocks
+        watermark = self.admission_watermark()
+        full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
+        checkpoint = kv.needs_checkpoint(end, full, total, s.prompt_len)  # (False: no state groups here)
+        if (
+            cfg.admission_gate == "full-prompt"
+            and kv.need(s.idx, full, hit, end, capped=True, checkpoint=checkpoint) + watermark > free
+        ):
+            return False
+        if kv.need(s.idx, end, hit, end) + watermark > free - self.h_inflight_reserved():
+            return False
+        new = kv.admit(s.idx, s.segments(), hit, end, local, s.prompt_len, computed=end)
+        self.touched.update(b for t in kv.tables(s.idx) for b in t if b != NULL)
+        self.log("admit", s)
+        for g, blocks in enumerate(hit.hits):
+            skipped = kv.groups[g].skipped(end) // kv.groups[g].block_size
+            for b in blocks[skipped:]:
+                if b != NULL:
+                    self.log("prefix-hit", s, b, g)
+        self.log_group_allocations(s, new)
+        self.queue_remote(s, [b for b, _ in new], len(new), local, end)
+        return True
+
+    def queue_remote(self, s: Seq, new: list[int], blocks: int, local: int, end: int) -> None:
+        """A remote request's transfer of `blocks` blocks into `new` (held for it), `end - local` tokens
+        after `local` GPU hits: queued on the inbound link, its end handed to the prefill side."""
+        assert self.pd_link is not None
+        total = s.num_tokens
         latency, per_block = self.pd_link
         start = max(self.t, self.pd_free)
         self.pd_free = transfer_end("remote", start, latency, blocks, per_block)
@@ -347,7 +408,6 @@ class Offload(HybridTier, State):
         c["pd_transfer_blocks"] += blocks
         c["pd_link_busy_ps"] += duration
         self.note_admission(s, local, total)
-        return True
 
     def try_resume_loaded(self, s: Seq, budget: int) -> int:
         """A held request whose load has landed, admitted as a resumed one (vLLM: WAITING with computed
@@ -383,7 +443,13 @@ class Offload(HybridTier, State):
         prompt leaves its last token to compute (vLLM's `_update_waiting_for_remote_kv`)."""
         s.loaded = True
         if self.hybrid:
-            self.h_land(s)
+            if s.num_computed == s.num_tokens:
+                # A decode replica's transfer of a whole prompt: its blocks keyed, then its last token
+                # computed again (vLLM's `_update_waiting_for_remote_kv`, in that order).
+                self.hkv.cache_loaded(s.idx, s.segments(), s.num_computed)
+                s.num_computed -= 1
+            else:
+                self.h_land(s)
         else:
             if s.num_computed == s.num_tokens:
                 s.num_computed -= 1

@@ -178,6 +178,8 @@ class Running(State):
             self.log("finish", s)
             if tier:
                 self.tier_finished(s)
+            if self.hybrid and (self.hold_sends or (tier and self.tier is None)):
+                self.hybrid_connector_finished(s)
             if self.prefill_side:
                 self.done_rows.append(s.idx)
             if self.hold_sends:

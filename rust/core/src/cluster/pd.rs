@@ -8,12 +8,14 @@
 //! unless no decision reads a replica (`route_blind`: rows routed a batch at a time).
 //! The reference's twin is `kvsim.reference.cluster._run_pd`.
 
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::AtomicBool;
 
 use super::{
     ClusterOutput, Replica, Router, RouterKind, RouterSpec, Signals, every_1024th, validate,
 };
-use crate::block_pool::RowMap;
+use crate::block_pool::{IdHasher, RowMap};
 use crate::block_table::BlockTable;
 use crate::engine::{
     EngineConfig, EngineInput, EngineOutput, OUTPUT_BIT, Policy, Preemption, for_each_row_column,
@@ -74,10 +76,17 @@ fn check(
         pd.prefill_replicas,
     ));
     validate(inp, &all)?;
-    if prefill_cfg.groups.is_some() {
-        invalid_arg!(
-            "prefill_config: a hybrid model's transfer (several KV-cache groups) is not modelled"
-        );
+    for (c, whose) in [(&cfgs[0], "kv_groups"), (prefill_cfg, "prefill_config")] {
+        let mamba = c.groups.as_ref().is_some_and(|g| {
+            g.specs()
+                .iter()
+                .any(|s| s.kind == crate::kv_groups::GroupKind::Mamba)
+        });
+        if mamba {
+            invalid_arg!(
+                "{whose}: Mamba (state) KV-cache groups with a prefill pool: their transfer is not modelled (full-attention, sliding-window and chunked-local groups are)"
+            );
+        }
     }
     if inp.has_forks() {
         invalid_arg!("sampling 'fork-cow': a disaggregated fleet routes one sequence a request");
@@ -112,18 +121,23 @@ fn check(
         || c.skip_over_budget
         || c.one_free_block
         || !c.watermark_while_running
-        || c.groups.is_some()
     {
         invalid_arg!(
-            "a disaggregated fleet's decode replicas take vLLM v1's rules: policy 'vllm', preemption 'recompute', waiting_over_budget 'stop', append_check 'exact', watermark_rule 'while-running', one full-attention group"
+            "a disaggregated fleet's decode replicas take vLLM v1's rules: policy 'vllm', preemption 'recompute', waiting_over_budget 'stop', append_check 'exact', watermark_rule 'while-running'"
         );
     }
     Ok(())
 }
 
 /// What a router reads of `rep` at the instant it was stepped to (`a`), with the unit's prefix hits on
-/// it (`keys`: its prompt's lookup keys at the replica's block size).
-fn signals(rep: &Replica, a: i64, keys: &[BlockKey], prompt: u64) -> Signals {
+/// it if `want` (`keys`: its prompt's lookup keys at the replica's block size; `segs` its segments).
+fn signals(
+    rep: &Replica,
+    a: i64,
+    (want, keys): (bool, &[BlockKey]),
+    segs: &[Segment],
+    prompt: u64,
+) -> Signals {
     let (kv_used, kv_total) = rep.kv();
     let bs = rep.config().block_size;
     Signals {
@@ -132,12 +146,32 @@ fn signals(rep: &Replica, a: i64, keys: &[BlockKey], prompt: u64) -> Signals {
         in_flight: rep.in_flight(a),
         kv_used,
         kv_total,
-        hit_blocks: if keys.is_empty() {
-            0
-        } else {
-            rep.leading_hits(keys)
-        },
+        hit_blocks: hit_blocks(rep, (want, keys), segs, prompt),
         lookup_blocks: prompt.saturating_sub(1) / bs,
+    }
+}
+
+/// `rep`'s prefix hit for a prompt if it is read (`want`), in blocks of its block size: a hybrid model's
+/// lookup over every group (`Replica::hybrid_hit_blocks`, which reads the prompt's segments `segs`,
+/// whatever its keys: a chunked-local group's skipped chunks hit with nothing cached), else its leading
+/// `keys` in its prefix map (none for a prompt whose blocks cannot hit: its keys are private).
+fn hit_blocks(
+    rep: &Replica,
+    (want, keys): (bool, &[BlockKey]),
+    segs: &[Segment],
+    prompt: u64,
+) -> u64 {
+    if !want {
+        return 0;
+    }
+    let no_snapshot: Option<&HashSet<BlockKey, BuildHasherDefault<IdHasher>>> = None;
+    if let Some(hit) = rep.hybrid_hit_blocks(segs, prompt, no_snapshot) {
+        return hit;
+    }
+    if keys.is_empty() {
+        0
+    } else {
+        rep.leading_hits(keys)
     }
 }
 
@@ -374,24 +408,20 @@ impl PdDriver<'_, '_> {
                 }
             }
         }
-        let router_keys: &[BlockKey] = if self.wants_keys { &self.keys } else { &[] };
+        let router = (want_d && self.wants_keys, &self.keys[..]);
         for (v, rep) in self.views_d.iter_mut().zip(&self.decode) {
-            *v = signals(rep, a, router_keys, prompt);
+            *v = signals(rep, a, router, &self.segs, prompt);
         }
         let d = self.route_d.pick(self.decode.len(), &self.views_d);
         self.replica[row] = d as i64;
-        let hits = if self.keys.is_empty() {
-            0
-        } else {
-            self.decode[d].leading_hits(&self.keys)
-        };
+        let hits = hit_blocks(&self.decode[d], (want_d, &self.keys), &self.segs, prompt);
         if prompt - hits * self.bs < self.pd.threshold_tokens {
             self.decode[d].push(&inp, row..row + 1, &self.private_from);
             self.ne_d[d] = next_start(&self.decode[d]);
             return Ok(());
         }
         for (v, rep) in self.views_p.iter_mut().zip(&self.prefill) {
-            *v = signals(rep, a, &self.keys_p, prompt);
+            *v = signals(rep, a, (want_p, &self.keys_p), &self.segs, prompt);
         }
         let p = self.route_p.pick(self.prefill.len(), &self.views_p);
         self.push_prefill(p, row, d);

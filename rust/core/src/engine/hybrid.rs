@@ -255,6 +255,31 @@ impl Engine<'_> {
     }
 
     /// Frees sequence `k`'s tables (finish or recompute preemption).
+    /// A request finished on a replica of a disaggregated fleet (its NIXL connector, either pool): the
+    /// blocks its windows left behind at its computed tokens are freed first (vLLM's
+    /// `_connector_finished` calls `remove_skipped_blocks` before the connector sees its tables), before
+    /// the rest is freed or held for the transfer (DESIGN.md §Prefill/decode disaggregation).
+    pub(in crate::engine) fn hybrid_connector_finished(&mut self, k: usize) {
+        let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let s = &mut self.slab[k];
+        let computed = s.num_computed;
+        let Some(hs) = s.hybrid.as_mut() else {
+            return;
+        };
+        self.group_new.clear();
+        groups.remove_skipped(pool, &mut hs.tables, computed, &mut self.group_new);
+        let row = s.row;
+        if self.log.is_some() {
+            for i in 0..self.group_new.len() {
+                let (b, g) = self.group_new[i];
+                self.log_count(event::WINDOW, row, i64::from(b.0), g as i64);
+            }
+        }
+    }
+
     pub(super) fn hybrid_release(&mut self, k: usize) {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
         let Memory::Paged(pool) = &mut self.mem else {

@@ -297,6 +297,9 @@ impl Engine<'_> {
             self.log(event::FINISH, row, -1);
             if self.tier.is_some() {
                 self.tier_finished(k);
+            } else if self.cfg.groups.is_some() && self.sends.as_ref().is_some_and(|s| s.hold) {
+                // A hybrid prefill replica (DESIGN.md §Prefill/decode disaggregation).
+                self.hybrid_connector_finished(k);
             }
             if let Some(sends) = self.sends.as_deref_mut() {
                 sends.done.push(row);

@@ -436,6 +436,11 @@ impl Groups {
         &self.specs
     }
 
+    /// The scheduler's block size: the groups' block sizes' least common multiple.
+    pub fn scheduler_block_size(&self) -> u64 {
+        self.scheduler_block_size
+    }
+
     pub fn len(&self) -> usize {
         self.specs.len()
     }

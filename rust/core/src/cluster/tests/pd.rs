@@ -137,7 +137,51 @@ fn what_a_disaggregated_fleet_does_not_model_is_refused() {
         prefill_replicas: 0,
         ..pd(0)
     };
-    assert!(err(&plain, &[cfg], &spec, &none).contains("prefill_replicas 0"));
+    assert!(err(&plain, std::slice::from_ref(&cfg), &spec, &none).contains("prefill_replicas 0"));
+    // A Mamba (state) group's transfer is not modelled: refused by name, in either pool.
+    let spec_of = |kind, window, checkpoint_blocks| crate::kv_groups::GroupSpec {
+        kind,
+        window,
+        block_size: 4,
+        cap: None,
+        checkpoint_blocks,
+    };
+    let mamba = crate::kv_groups::Groups::new(
+        vec![
+            spec_of(crate::kv_groups::GroupKind::Mamba, 0, 0),
+            spec_of(crate::kv_groups::GroupKind::Full, 0, 0),
+        ],
+        4,
+        Some(0),
+        false,
+    )
+    .unwrap();
+    let hybrid = EngineConfig {
+        groups: Some(mamba),
+        ..cfg.clone()
+    };
+    assert!(
+        err(&plain, std::slice::from_ref(&hybrid), &spec, &pd(0))
+            .contains("Mamba (state) KV-cache groups")
+    );
+    let windows = crate::kv_groups::Groups::new(
+        vec![
+            spec_of(crate::kv_groups::GroupKind::SlidingWindow, 8, 0),
+            spec_of(crate::kv_groups::GroupKind::Full, 0, 0),
+        ],
+        4,
+        Some(0),
+        true,
+    )
+    .unwrap();
+    let swa = EngineConfig {
+        groups: Some(windows),
+        ..cfg
+    };
+    assert!(
+        run_pd(plain.view(), &[swa], None, &spec, &pd(0), &cancel).is_ok(),
+        "sliding windows beside full attention are modelled"
+    );
 }
 
 /// A decode replica's transfer that would end past the clock's range stops the fleet with its error:

@@ -471,6 +471,10 @@ impl Engine<'_> {
     #[inline(never)]
     pub(in crate::engine) fn tier_finished(&mut self, k: usize) {
         if !self.tier_ref().has_cpu {
+            if self.cfg.groups.is_some() {
+                // A hybrid decode replica's connector (DESIGN.md §Prefill/decode disaggregation).
+                self.hybrid_connector_finished(k);
+            }
             return;
         }
         if self.cfg.groups.is_some() {

@@ -120,6 +120,9 @@ impl Engine<'_> {
             return Some(self.try_resume_loaded(k, budget));
         }
         if self.cfg.groups.is_some() {
+            if !self.tier_ref().has_cpu {
+                return self.h_remote_head(k, budget);
+            }
             return self.h_tier_head(k, budget, skipped_waiting);
         }
         match self.tier_lookup(k) {
@@ -436,12 +439,91 @@ impl Engine<'_> {
     /// after `local` GPU hits, in `self.hits`) if the blocks fit, by a load's rules
     /// (`hold_for_transfer`); the transfer queues on the inbound link. False changes nothing.
     fn admit_remote(&mut self, k: usize, last_key: Option<BlockKey>, local: u64, ext: u64) -> bool {
-        let Some((row, end, total)) = self.hold_for_transfer(k, last_key, local, ext) else {
+        let Some((_, end, _)) = self.hold_for_transfer(k, last_key, local, ext) else {
             return false;
         };
         let bs = self.cfg.block_size;
+        self.queue_remote(k, end / bs - local / bs, local, end);
+        true
+    }
+
+    /// `tier_head` for waiting request `k` on a hybrid decode replica (its connector, no CPU tier): a
+    /// remote request's GPU hit every group agrees on (within `prompt_len - 1` tokens) and its transfer
+    /// up to the scheduler's last full block of its prompt, admitted by a hybrid load's rules
+    /// (`h_admit_remote`); otherwise (not remote, or nothing to transfer) an ordinary admission.
+    fn h_remote_head(&mut self, k: usize, budget: u64) -> Option<u64> {
+        if !self.slab[k].remote {
+            return Some(self.try_admit_after(k, budget, GpuHits::Ask));
+        }
+        let cfg = self.cfg;
+        let groups = cfg.groups.as_ref().expect("a hybrid pool");
+        let Memory::Paged(pool) = &self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let s = &mut self.slab[k];
+        let total = s.num_tokens();
+        s.sync_output();
+        let hs = s.hybrid.get_or_insert_with(Box::default);
+        groups.lookup(pool, &s.segs, &mut hs.keys, total - 1, &mut self.lookup);
+        let sbs = groups.scheduler_block_size();
+        let (local, end) = (self.lookup.tokens, total / sbs * sbs);
+        if end <= local {
+            return Some(self.try_admit_after(k, budget, GpuHits::Ask));
+        }
+        if self.h_admit_remote(k, end) {
+            self.waiting.pop_front();
+            self.tier_mut().skipped_held.push(k);
+            return None;
+        }
+        Some(0)
+    }
+
+    /// `admit_remote` over a hybrid pool (DESIGN.md §Prefill/decode disaggregation, a hybrid model): the
+    /// transfer's blocks up to `end` after the GPU hit (in `self.lookup`) held if they fit (the
+    /// full-prompt gate with the windows' caps, the watermark and what the requests still prefilling
+    /// need): each group's positions its window skipped at `end` null, its hits above them taken, new
+    /// blocks for the rest, which the transfer moves. False changes nothing.
+    fn h_admit_remote(&mut self, k: usize, end: u64) -> bool {
+        let cfg = self.cfg;
+        let groups = cfg.groups.as_ref().expect("a hybrid pool");
+        let local = self.lookup.tokens;
+        let total = self.slab[k].num_tokens();
+        if !self.h_load_fits(total, self.slab[k].prompt_len, end) {
+            return false;
+        }
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let s = &mut self.slab[k];
+        s.sync_output();
+        let prompt = s.prompt_len;
+        let hs = s.hybrid.get_or_insert_with(Box::default);
+        self.group_new.clear();
+        groups.admit_loading(
+            pool,
+            &mut hs.tables,
+            &mut hs.keys,
+            &s.segs,
+            &self.lookup,
+            end,
+            prompt,
+            &mut self.step_keys,
+            &mut self.group_new,
+        );
+        let row = s.row;
+        if self.log.is_some() {
+            self.h_log_admission(row, end);
+        }
+        let blocks = self.group_new.len() as u64;
+        self.queue_remote(k, blocks, local, end);
+        true
+    }
+
+    /// A remote request's transfer of `blocks` blocks (held for it), tokens `local..end` after its GPU
+    /// hits: queued on the inbound link, its end handed to the prefill side, `k` held until it lands.
+    fn queue_remote(&mut self, k: usize, blocks: u64, local: u64, end: u64) {
+        let (row, total) = (self.slab[k].row, self.slab[k].num_tokens());
         let t = self.t;
-        let blocks = end / bs - local / bs;
         let tier = self.tier_ref();
         let (latency, per_block) = tier.pd_link.expect("a decode replica's link");
         let start = t.max(tier.pd_free);
@@ -459,7 +541,6 @@ impl Engine<'_> {
         c.pd_transfer_blocks += i128::from(blocks);
         c.pd_link_busy_ps += i128::from(duration);
         self.note_admission(k, local, total, 0);
-        true
     }
 
     /// A transfer into `k`'s blocks just allocated (its `keys`, the tier's chunks a load reads, or a
@@ -592,7 +673,11 @@ impl Engine<'_> {
     pub(super) fn land(&mut self, k: usize) {
         if self.cfg.groups.is_some() {
             self.slab[k].loaded = true;
-            self.h_land(k);
+            if self.slab[k].num_computed == self.slab[k].num_tokens() {
+                self.h_land_whole(k);
+            } else {
+                self.h_land(k);
+            }
             return self.note_load_wait(k);
         }
         let bs = self.cfg.block_size;
@@ -610,6 +695,28 @@ impl Engine<'_> {
             s.table.num_computed_tokens -= 1;
         }
         self.note_load_wait(k);
+    }
+
+    /// A hybrid decode replica's transfer of a whole prompt landed: its blocks keyed up to its tokens,
+    /// then its last token left to compute again (vLLM's `_update_waiting_for_remote_kv`, in that order).
+    fn h_land_whole(&mut self, k: usize) {
+        let cfg = self.cfg;
+        let groups = cfg.groups.as_ref().expect("a hybrid pool");
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let s = &mut self.slab[k];
+        s.sync_output();
+        let hs = s.hybrid.as_mut().expect("a held request holds tables");
+        groups.cache_loaded(
+            pool,
+            &mut hs.tables,
+            &mut hs.keys,
+            &s.segs,
+            s.num_computed,
+            &mut self.step_keys,
+        );
+        s.num_computed -= 1;
     }
 
     /// A landed load's wait counted (`load_wait_ps`).

@@ -242,7 +242,12 @@ impl Engine<'_> {
     /// Whether a load whose hits and loaded tokens end at `end` (of a request of `total` tokens and a
     /// prompt of `prompt`; its GPU hit in `self.lookup`) fits: the full-prompt gate, the watermark and
     /// the blocks the requests still prefilling need.
-    fn h_load_fits(&self, total: u64, prompt: u64, end: u64) -> bool {
+    pub(in crate::engine::offload) fn h_load_fits(
+        &self,
+        total: u64,
+        prompt: u64,
+        end: u64,
+    ) -> bool {
         let cfg = self.cfg;
         let groups = self.tier_groups();
         let watermark = self.admission_watermark();
@@ -366,7 +371,7 @@ impl Engine<'_> {
 
     /// A load's admission logged: the request's hits its windows kept as of `end` tokens, then its new
     /// blocks (`self.group_new`).
-    fn h_log_admission(&mut self, row: usize, end: u64) {
+    pub(in crate::engine::offload) fn h_log_admission(&mut self, row: usize, end: u64) {
         let groups = self.tier_groups();
         self.log(event::ADMIT, row, -1);
         for g in 0..groups.len() {

@@ -1,0 +1,275 @@
+"""Prefill/decode disaggregation of a hybrid model (DESIGN.md §Prefill/decode disaggregation, "A hybrid
+model"): both engines agree on random hybrid layouts (full attention, sliding windows, local chunks) behind
+a prefill pool, and the transfer moves what vLLM 0.33.0's NIXL connector reads: every group's blocks the
+decode side allocated for it (neither hit nor skipped by a window), each the pool's stride; a decode-side
+prefix hit shrinks the read; Mamba groups are refused by name."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+
+import kvsim
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.layers import Layer
+from kvsim.model.segments import output_id
+from kvsim.workloads import Workload, synthetic
+from tests.test_cluster_api import outcome
+from tests.test_hybrid_engine import layer_lists, toy
+from tests.test_pd import assert_fleets_equal, pd_args, pd_workloads
+
+BACKENDS = ("reference", "rust")
+
+
+@st.composite
+def pd_hybrid_configs(draw) -> kvsim.SimConfig:
+    """Hybrid layouts under the rules the held queue is modelled for (vLLM v1's); Mamba layers mostly
+    turned into sliding windows (a model keeping one is refused, on both engines alike)."""
+    layers = draw(layer_lists())
+    keep_mamba = draw(st.sampled_from([False] * 9 + [True]))
+    window = next((lay.window for lay in layers if lay.kind == "sliding_window"), 24)
+    if not keep_mamba:
+        layers = [lay if lay.kind != "mamba" else Layer("sliding_window", window) for lay in layers]
+        if all(lay.kind == "shared" for lay in layers):
+            layers[0] = Layer("full")
+    if "chunked_local" in {lay.kind for lay in layers} and "sliding_window" in {lay.kind for lay in layers}:
+        layers = [lay if lay.kind != "chunked_local" else Layer("full") for lay in layers]
+    has_mamba = any(lay.kind == "mamba" for lay in layers)
+    caching = draw(st.booleans())
+    linear = draw(st.booleans())
+    cfg = kvsim.SimConfig(
+        model=toy(layers),
+        block_size=draw(st.sampled_from([1, 2, 4, 16])),
+        num_blocks=draw(st.integers(8, 400)),
+        enable_prefix_caching=caching,
+        hybrid_kv_cache_manager="on" if has_mamba else draw(st.sampled_from(["auto", "on", "on", "off"])),
+        free_order=draw(st.sampled_from(["classic", "lifo_unhashed"])),
+        max_num_seqs=draw(st.integers(1, 8)),
+        max_num_batched_tokens=draw(st.sampled_from([7, 32, 100, 512])),
+        chunked_prefill=True if has_mamba and caching else draw(st.booleans()),
+        admission_gate=draw(st.sampled_from(["none", "full-prompt"])),
+        watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
+        max_model_len=draw(st.one_of(st.none(), st.integers(60, 300))),
+        time_model="linear" if linear else "ticks",
+        c0_ps=draw(st.integers(1, 10**9)) if linear else None,
+        c_tok_ps=draw(st.integers(0, 10**6)) if linear else None,
+        c_ctx_ps=draw(st.integers(0, 10**4)) if linear else None,
+    )
+    retention = draw(st.sampled_from([0, 0, None, cfg.pool.layout.scheduler_block_size * 2]))
+    return cfg.replace(prefix_cache_retention_interval=retention)
+
+
+@settings(deadline=None)
+@given(
+    w=pd_workloads(),
+    cfg=pd_hybrid_configs(),
+    args=pd_args(),
+    prefill=st.one_of(
+        st.none(),
+        st.tuples(st.integers(4, 120), st.sampled_from([7, 32, 512]), st.sampled_from([None, 1, 4, 16])),
+    ),
+    model_link=st.booleans(),
+)
+def test_both_engines_agree_on_disaggregated_hybrid_fleets(w, cfg, args, prefill, model_link):
+    if prefill is not None:  # a prefill pool of its own memory, budget and block size
+        blocks, budget, bs = prefill
+        try:
+            args["prefill_config"] = cfg.replace(
+                num_blocks=blocks, max_num_batched_tokens=budget, block_size=bs or cfg.block_size
+            )
+        except InvalidArgumentError:
+            assume(False)
+    if model_link:  # the link's time per block from the pool's stride
+        del args["pd_link_ps_per_block"]
+    rust = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="rust", **args))
+    if not isinstance(rust, tuple):
+        assume(rust.raw.counters["num_steps"] + sum(c["num_steps"] for c in rust.prefill_counters) < 200_000)
+    ref = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="reference", **args))
+    assert_fleets_equal(rust, ref)
+
+
+# -- what moves ------------------------------------------------------------------------------------------
+WINDOW, BS = 32, 16
+SWA = toy([Layer("sliding_window", WINDOW), Layer("full")], "swa")
+PER_BLOCK_PS = 1000
+
+
+def vllm_blocks(end: int, hit: int, window: int = WINDOW, bs: int = BS) -> int:
+    """What vLLM 0.33.0's decode side reads for a sliding-window + full model, computed from its rules
+    here: each group's blocks it allocates for `end` tokens beyond its hit, the window's positions below
+    `end - window + 1` null (`add_local_computed_blocks`), the window's list clipped to its last
+    `cdiv(window, bs) + 1` (`get_exchange_clipped_blocks`)."""
+    full = end // bs - hit // bs
+    skipped = max(0, end - window + 1) // bs
+    swa = min(-(-end // bs) - max(skipped, hit // bs), -(-window // bs) + 1)
+    return full + max(0, swa)
+
+
+def _swa_config(**kw) -> kvsim.SimConfig:
+    return kvsim.SimConfig(model=SWA, num_blocks=400, block_size=BS, max_num_batched_tokens=512, **kw)
+
+
+def _run(w: Workload, cfg: kvsim.SimConfig, backend: str):
+    return kvsim.simulate_cluster(
+        w,
+        cfg,
+        replicas=1,
+        prefill_replicas=1,
+        pd_threshold_tokens=0,
+        pd_link_ps_per_block=PER_BLOCK_PS,
+        backend=backend,
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("prompt", [400, 410, 20, 40])
+def test_the_decode_side_reads_the_window_s_blocks_only(backend, prompt):
+    """One request on a 32-token window beside full attention, block 16: the full group's blocks up to the
+    prompt's last full block move, and of the window's only the ceil(31 / 16) = 2 it still reads."""
+    cfg = _swa_config()
+    r = _run(Workload(arrival=[0.0], prompt_len=[prompt], output_len=[5]), cfg, backend)
+    end = prompt // BS * BS
+    want = vllm_blocks(end, 0)
+    s = r.summary
+    assert s["pd_transfers"] == (1 if end else 0)
+    assert s["pd_transfer_blocks"] == want
+    assert want == end // BS + min(end // BS, 2)
+    stride = cfg.pool.layout.bytes_per_block
+    assert stride == cfg.pool.layout.groups[0].bytes_per_block == cfg.pool.layout.groups[1].bytes_per_block
+    assert s["pd_transfer_bytes"] == want * stride * cfg.tensor_parallel_size
+    assert r.raw.counters["pd_link_busy_ps"] == want * PER_BLOCK_PS
+    assert r.requests["status"].to_list() == ["finished"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_decode_side_prefix_hit_shrinks_the_read(backend):
+    """A conversation's second turn (the first's prompt and answer, then 50 new tokens) on the decode
+    replica that ran the first: every block the first turn keyed (retention None: all of them) is a hit in
+    both groups, so only the blocks past it move, fewer than on a fresh replica."""
+    cfg = _swa_config(prefix_cache_retention_interval=None)
+    first = Workload(arrival=[0.0], output_len=[40], seg_offsets=[0, 1], segment_id=[7], segment_len=[400])
+    two = Workload(
+        arrival=[0.0, 5.0],
+        output_len=[40, 5],
+        seg_offsets=[0, 1, 4],
+        segment_id=np.array([7, 7, output_id(0), 8], dtype=np.uint64),
+        segment_len=[400, 400, 40, 50],
+    )
+    one = _run(first, cfg, backend).summary["pd_transfer_blocks"]
+    both = _run(two, cfg, backend)
+    assert both.requests["status"].to_list() == ["finished", "finished"]
+    second = both.summary["pd_transfer_blocks"] - one
+    # The first turn computed 439 of its 440 tokens: 27 full blocks keyed, the window's last two of them
+    # among them; the second's 490-token prompt hits 432 tokens (27 blocks) and moves up to token 480.
+    hit, end = 27 * BS, 490 // BS * BS
+    assert one == vllm_blocks(400, 0)
+    assert second == vllm_blocks(end, hit) == 3 + 2
+    assert second < vllm_blocks(end, 0)
+    # The hit is the decode replica's: its prefix hit counts it.
+    assert both.replicas[0].summary["prefix_hit_rate"] > 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_transfer_reads_a_chunked_local_group_s_last_chunk(backend):
+    """Llama 4's chunked local attention (chunks of 64 tokens, block 16) beside full attention: the local
+    group's blocks before the transfer's last chunk are null on the decode side, so of a 200-token prompt
+    (192 tokens moved) it reads the 0 blocks of chunk 192..255 that hold transferred tokens, the full group
+    12; a 230-token prompt moves 224 tokens: 14 full blocks and the local chunk 192..223's 2."""
+    model = toy([Layer("chunked_local", 64), Layer("full")], "local")
+    cfg = kvsim.SimConfig(model=model, num_blocks=400, block_size=BS, max_num_batched_tokens=512)
+    for prompt, want in ((200, 12), (230, 14 + 2)):
+        r = _run(Workload(arrival=[0.0], prompt_len=[prompt], output_len=[5]), cfg, backend)
+        assert r.summary["pd_transfer_blocks"] == want
+        assert r.requests["status"].to_list() == ["finished"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_model_with_state_groups_is_refused_by_name(backend):
+    from tests.test_hybrid_engine import STATE
+
+    model = toy([Layer("mamba", state=STATE), Layer("full")], "nemotron-ish")
+    cfg = kvsim.SimConfig(model=model, num_blocks=200, block_size=16)
+    with pytest.raises(InvalidArgumentError, match=r"Mamba \(state\) KV-cache groups"):
+        _run(synthetic(5, seed=1), cfg, backend)
+
+
+def test_gpt_oss_behind_a_prefill_pool_agrees_and_moves_the_pool_s_stride():
+    """gpt-oss-120b (18 sliding-window layers of 128 tokens, 18 full) on an H100: both engines alike, each
+    block 18 layers x 32 KiB, and every transfer moves its full-attention blocks plus at most
+    ceil(127 / 16) = 8 window blocks."""
+    cfg = kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-80gb")
+    w = synthetic(60, seed=3, arrival_rate=20.0)
+    runs = [kvsim.simulate_cluster(w, cfg, replicas=2, prefill_replicas=1, backend=b) for b in BACKENDS]
+    assert_fleets_equal(runs[1], runs[0])
+    s = runs[1].summary
+    assert cfg.pool.layout.bytes_per_block == 18 * 32 * 1024
+    assert s["pd_transfer_bytes"] == s["pd_transfer_blocks"] * 18 * 32 * 1024
+    req = runs[1].requests
+    moved = req.filter(req["prefill_replica"] >= 0)["prompt_len"].to_numpy() // 16
+    assert s["pd_transfers"] == len(moved)
+    assert s["pd_transfer_blocks"] == int(sum(m + min(m, 8) for m in moved))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_prefill_replica_holds_only_the_window_s_blocks_it_reads(backend):
+    """vLLM's `_connector_finished` frees a finished request's out-of-window blocks before its delayed
+    free: A (400 tokens) takes 25 window blocks and 25 full ones on a prefill replica of 51 usable blocks,
+    and at its finish (1 ms) keeps 2 + 25 until its transfer of 27 blocks at 10 ms a block ends (271 ms).
+    C (160 distinct tokens: 10 + 10 blocks) arriving at 2 ms fits in the 24 left, so it is scheduled at
+    once; had A kept its whole table (50 blocks), C would wait for the transfer's end."""
+    ms = 1e-3
+    w = Workload(
+        arrival=np.array([0.0, 2 * ms]),
+        output_len=[2, 2],
+        seg_offsets=[0, 1, 2],
+        segment_id=np.array([7, 9], dtype=np.uint64),
+        segment_len=[400, 160],
+    )
+    cfg = _swa_config(time_model="ticks", iteration_time_ps=10**9, watermark=0.0)
+    per_block = 10**10
+    r = kvsim.simulate_cluster(
+        w,
+        cfg,
+        replicas=1,
+        prefill_replicas=1,
+        prefill_config=cfg.replace(num_blocks=52),
+        pd_threshold_tokens=0,
+        pd_link_ps_per_block=per_block,
+        backend=backend,
+    )
+    q = r.requests
+    first_on_p = (q["arrival"] + q["ttft_prefill_queue_s"]).to_list()
+    assert first_on_p == pytest.approx([0.0, 2 * ms], abs=1e-12)
+    assert q["ttft_transfer_s"].to_list()[0] == pytest.approx(27 * per_block * 1e-12, abs=1e-12)
+    assert r.summary["completed"] == 2
+
+
+def test_a_packed_layout_is_refused_by_name():
+    """DeepSeek-V4's caches packed with unequal pages: vLLM's NIXL reads each group in its own regions, so
+    a block's bytes would differ by group, which kvsim does not model."""
+    cfg = kvsim.SimConfig(model="deepseek-v4-flash", gpu="b200", tensor_parallel_size=8)
+    with pytest.raises(InvalidArgumentError, match=r"packed with unequal pages \(DeepSeek-V4"):
+        kvsim.simulate_cluster(synthetic(5, seed=1), cfg, prefill_replicas=1)
+
+
+def test_the_threshold_reads_a_hybrid_decode_replica_s_lookup_even_for_a_private_prompt():
+    """The threshold's hit on a hybrid decode replica is its lookup over every group (§Clusters), whatever
+    the prompt's keys: a model of chunked-local layers only (chunks of 4 tokens) counts the chunks before
+    the last as hits with nothing cached, so of a 25-token prompt of its own (private: no key of it can be
+    cached) the part not cached is under a 16-token threshold and it prefills on its decode replica, on
+    both engines (the Rust driver once read no hit for a prompt without keys and sent it to the prefill
+    pool)."""
+    model = toy([Layer("chunked_local", 4), Layer("chunked_local", 4)], "local-only")
+    cfg = kvsim.SimConfig(model=model, num_blocks=60, block_size=1, time_model="ticks")
+    w = Workload(arrival=[0.0], prompt_len=[25], output_len=[2])
+    runs = [
+        kvsim.simulate_cluster(
+            w, cfg, replicas=1, prefill_replicas=1, pd_threshold_tokens=16, pd_link_ps_per_block=0, backend=b
+        )
+        for b in BACKENDS
+    ]
+    assert_fleets_equal(runs[1], runs[0])
+    assert runs[1].requests["prefill_replica"].to_list() == [-1]
+    assert runs[1].summary["pd_local_prefills"] == 1
