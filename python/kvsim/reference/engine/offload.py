@@ -22,7 +22,7 @@ from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
 from kvsim.reference.engine.timing import transfer_end
 from kvsim.reference.hashing import iter_block_keys
-from kvsim.reference.kv_groups import NULL, Lookup
+from kvsim.reference.kv_groups import Lookup
 
 
 @dataclass(eq=False)
@@ -360,29 +360,11 @@ class Offload(HybridTier, State):
         the watermark and what the requests still prefilling need), each group's positions its window
         skipped at the transferred tokens null, its hits above them taken, new blocks for the rest; the
         transfer moves exactly the new blocks. False changes nothing."""
-        cfg, kv = self.cfg, self.hkv
-        local, total = hit.tokens, s.num_tokens
+        local = hit.tokens
         end = local + ext
-        free = kv.num_free_blocks
-        watermark = self.admission_watermark()
-        full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
-        checkpoint = kv.needs_checkpoint(end, full, total, s.prompt_len)  # (False: no state groups here)
-        if (
-            cfg.admission_gate == "full-prompt"
-            and kv.need(s.idx, full, hit, end, capped=True, checkpoint=checkpoint) + watermark > free
-        ):
+        new = self.h_hold_tables(s, hit, end)
+        if new is None:
             return False
-        if kv.need(s.idx, end, hit, end) + watermark > free - self.h_inflight_reserved():
-            return False
-        new = kv.admit(s.idx, s.segments(), hit, end, local, s.prompt_len, computed=end)
-        self.touched.update(b for t in kv.tables(s.idx) for b in t if b != NULL)
-        self.log("admit", s)
-        for g, blocks in enumerate(hit.hits):
-            skipped = kv.groups[g].skipped(end) // kv.groups[g].block_size
-            for b in blocks[skipped:]:
-                if b != NULL:
-                    self.log("prefix-hit", s, b, g)
-        self.log_group_allocations(s, new)
         self.queue_remote(s, [b for b, _ in new], len(new), local, end)
         return True
 

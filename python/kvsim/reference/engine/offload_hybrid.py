@@ -257,14 +257,14 @@ class HybridTier(State):
                 out += kv.need(s.idx, tokens, None, s.num_computed, capped=True, checkpoint=checkpoint)
         return out
 
-    def h_admit_load(self, s: Seq, hit: Lookup, ext: int) -> bool:
-        """Admits the load of `ext` tokens after the GPU hit if its blocks fit (the full-prompt gate, the
-        watermark and the blocks the requests still prefilling need); False changes nothing. The load
-        reads every group's chunks its blocks need: full attention all of them, a window its last."""
-        assert self.tier is not None
+    def h_hold_tables(self, s: Seq, hit: Lookup, end: int) -> list[tuple[int, int]] | None:
+        """`s`'s tables up to `end` tokens after its GPU hit `hit`, if they fit (the full-prompt gate with the
+        windows' caps, the watermark and the blocks the requests still prefilling need): each group's
+        positions its window skipped at `end` null, its hits above them taken, new blocks for the rest,
+        logged; those new blocks, or None (nothing changed). A CPU tier's load and a decode replica's
+        transfer (`h_admit_remote`) hold them alike (Rust `h_hold_tables`)."""
         cfg, kv = self.cfg, self.hkv
         local, total = hit.tokens, s.num_tokens
-        end = local + ext
         free = kv.num_free_blocks
         watermark = self.admission_watermark()
         full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
@@ -273,13 +273,11 @@ class HybridTier(State):
             cfg.admission_gate == "full-prompt"
             and kv.need(s.idx, full, hit, end, capped=True, checkpoint=checkpoint) + watermark > free
         ):
-            return False
+            return None
         if kv.need(s.idx, end, hit, end) + watermark > free - self.h_inflight_reserved():
-            return False
+            return None
         new = kv.admit(s.idx, s.segments(), hit, end, local, s.prompt_len, computed=end)
-        s.junction = kv.junction(s.idx)
-        tables = kv.tables(s.idx)
-        self.touched.update(b for t in tables for b in t if b != NULL)
+        self.touched.update(b for t in kv.tables(s.idx) for b in t if b != NULL)
         self.log("admit", s)
         for g, blocks in enumerate(hit.hits):
             skipped = kv.groups[g].skipped(end) // kv.groups[g].block_size
@@ -287,6 +285,21 @@ class HybridTier(State):
                 if b != NULL:
                     self.log("prefix-hit", s, b, g)
         self.log_group_allocations(s, new)
+        return new
+
+    def h_admit_load(self, s: Seq, hit: Lookup, ext: int) -> bool:
+        """Admits the load of `ext` tokens after the GPU hit if its blocks fit (the full-prompt gate, the
+        watermark and the blocks the requests still prefilling need); False changes nothing. The load
+        reads every group's chunks its blocks need: full attention all of them, a window its last."""
+        assert self.tier is not None
+        cfg, kv = self.cfg, self.hkv
+        local = hit.tokens
+        end = local + ext
+        new = self.h_hold_tables(s, hit, end)
+        if new is None:
+            return False
+        s.junction = kv.junction(s.idx)
+        tables = kv.tables(s.idx)
         bpc = cfg.kv_offloading_blocks_per_chunk
         load: list[tuple[int, int]] = []
         dest: list[int] = []

@@ -484,33 +484,11 @@ impl Engine<'_> {
     /// need): each group's positions its window skipped at `end` null, its hits above them taken, new
     /// blocks for the rest, which the transfer moves. False changes nothing.
     fn h_admit_remote(&mut self, k: usize, end: u64) -> bool {
-        let cfg = self.cfg;
-        let groups = cfg.groups.as_ref().expect("a hybrid pool");
         let local = self.lookup.tokens;
-        let total = self.slab[k].num_tokens();
-        if !self.h_load_fits(total, self.slab[k].prompt_len, end) {
+        if !self.h_hold_tables(k, end) {
             return false;
         }
-        let Memory::Paged(pool) = &mut self.mem else {
-            unreachable!("hybrid pools are paged")
-        };
-        let s = &mut self.slab[k];
-        s.sync_output();
-        let prompt = s.prompt_len;
-        let hs = s.hybrid.get_or_insert_with(Box::default);
-        self.group_new.clear();
-        groups.admit_loading(
-            pool,
-            &mut hs.tables,
-            &mut hs.keys,
-            &s.segs,
-            &self.lookup,
-            end,
-            prompt,
-            &mut self.step_keys,
-            &mut self.group_new,
-        );
-        let row = s.row;
+        let row = self.slab[k].row;
         if self.log.is_some() {
             self.h_log_admission(row, end);
         }

@@ -270,20 +270,13 @@ impl Engine<'_> {
             <= free
     }
 
-    /// Admits the load of `ext` tokens after the GPU hit (in `self.lookup`) if its blocks fit (the
-    /// full-prompt gate, the watermark and the blocks the requests still prefilling need); false changes
-    /// nothing. The load reads every group's chunks its blocks need: full attention all of them, a window
-    /// its last.
-    fn h_admit_load(&mut self, k: usize, ext: u64) -> bool {
-        let groups = self.tier_groups();
-        let ch = self.chunking();
-        let (latency, per_block) = {
-            let t = self.tier_ref();
-            (t.cfg.latency_ps, t.cfg.ps_per_block)
-        };
-        let local = self.lookup.tokens;
+    /// A held request's tables up to `end` tokens after the GPU hit (in `self.lookup`), if they fit
+    /// (`h_load_fits`): each group's positions its window skipped at `end` null, its hits above them
+    /// taken, new blocks (in `self.group_new`) for the rest (`Groups::admit_loading`). A CPU tier's load
+    /// and a decode replica's transfer (`h_admit_remote`) hold them alike; false changes nothing.
+    pub(in crate::engine::offload) fn h_hold_tables(&mut self, k: usize, end: u64) -> bool {
+        let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
         let total = self.slab[k].num_tokens();
-        let end = local + ext;
         if !self.h_load_fits(total, self.slab[k].prompt_len, end) {
             return false;
         }
@@ -306,6 +299,27 @@ impl Engine<'_> {
             &mut self.step_keys,
             &mut self.group_new,
         );
+        true
+    }
+
+    /// Admits the load of `ext` tokens after the GPU hit (in `self.lookup`) if its blocks fit (the
+    /// full-prompt gate, the watermark and the blocks the requests still prefilling need); false changes
+    /// nothing. The load reads every group's chunks its blocks need: full attention all of them, a window
+    /// its last.
+    fn h_admit_load(&mut self, k: usize, ext: u64) -> bool {
+        let groups = self.tier_groups();
+        let ch = self.chunking();
+        let (latency, per_block) = {
+            let t = self.tier_ref();
+            (t.cfg.latency_ps, t.cfg.ps_per_block)
+        };
+        let local = self.lookup.tokens;
+        let end = local + ext;
+        if !self.h_hold_tables(k, end) {
+            return false;
+        }
+        let s = &mut self.slab[k];
+        let hs = s.hybrid.as_mut().expect("tables just held");
         let row = s.row;
         self.step_keys.hand_off(k);
         // The load's chunks, group by group: from each group's first block it fills.
@@ -365,7 +379,7 @@ impl Engine<'_> {
         self.out.cpu_hit_tokens[row - self.out_base] += hit as i64;
         self.log_count(event::CPU_HIT, row, -1, hit as i64);
         self.log_count(event::LOAD, row, -1, chunks as i64);
-        self.note_admission(k, local, total, hit);
+        self.note_admission(k, local, self.slab[k].num_tokens(), hit);
         true
     }
 
