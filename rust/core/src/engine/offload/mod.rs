@@ -432,6 +432,26 @@ impl Engine<'_> {
         })
     }
 
+    /// vLLM's flush list as a step's offers begin: the stores in flight of the requests preempted in the
+    /// step (`preempted_now`, emptied) and every store fencing a block the step allocated or hit
+    /// (`touched`); the offers may add a finished request's own.
+    fn flushes_due(&self, tier: &mut Tier) -> Vec<u64> {
+        let mut flushed: Vec<u64> = Vec::new();
+        for &k in &tier.preempted_now {
+            let row = self.slab[k].row;
+            flushed.extend(tier.stores.iter().filter(|j| j.row == row).map(|j| j.id));
+        }
+        tier.preempted_now.clear();
+        if !tier.fences.is_empty() {
+            for b in &tier.touched {
+                if let Some(ids) = tier.fences.get(b) {
+                    flushed.extend_from_slice(ids);
+                }
+            }
+        }
+        flushed
+    }
+
     /// vLLM's flush: each store of `flushed` (ids; a repeat counted once) still in flight is seen complete
     /// at observation `observation`, and counted. Returns when the last of them ends (0: none).
     fn apply_flushes(&mut self, tier: &mut Tier, flushed: &[u64], observation: u64) -> i64 {

@@ -211,19 +211,7 @@ impl Engine<'_> {
             return (false, 0);
         }
         let observation = self.tier_hot.observed + 1;
-        let mut flushed: Vec<u64> = Vec::new();
-        for &k in &tier.preempted_now {
-            let row = self.slab[k].row;
-            flushed.extend(tier.stores.iter().filter(|j| j.row == row).map(|j| j.id));
-        }
-        tier.preempted_now.clear();
-        if !tier.fences.is_empty() {
-            for b in &tier.touched {
-                if let Some(ids) = tier.fences.get(b) {
-                    flushed.extend_from_slice(ids);
-                }
-            }
-        }
+        let mut flushed = self.flushes_due(&mut tier);
         let mut planned = false;
         let mut last_offers = std::mem::take(&mut tier.last_offers);
         let mut all = true;

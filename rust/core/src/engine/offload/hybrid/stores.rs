@@ -131,19 +131,7 @@ impl Engine<'_> {
         let touched: HashSet<BlockId> = tier.touched.iter().copied().collect();
         let mut h_last = std::mem::take(&mut tier.h_last);
         self.h_sync_tables(&tier, &touched, &mut h_last);
-        let mut flushed: Vec<u64> = Vec::new();
-        for &k in &tier.preempted_now {
-            let row = self.slab[k].row;
-            flushed.extend(tier.stores.iter().filter(|j| j.row == row).map(|j| j.id));
-        }
-        tier.preempted_now.clear();
-        if !tier.fences.is_empty() {
-            for b in &tier.touched {
-                if let Some(ids) = tier.fences.get(b) {
-                    flushed.extend_from_slice(ids);
-                }
-            }
-        }
+        let mut flushed = self.flushes_due(&mut tier);
         let prompt_only = tier.cfg.prompt_only;
         let offloadable = |n: u64, prompt: u64| if prompt_only { n.min(prompt) } else { n };
         let mut planned = self.h_offer_states(&mut tier, step_end);
