@@ -337,18 +337,22 @@ def _scheduler(sc: dict[str, Any]) -> Any:
 
 
 class Worker:
-    """Stands in for the workers, on kvsim's clock (DESIGN.md §CPU tier, "Time"): a transfer of `n` GPU
-    blocks lasts `latency + n * per_block` ms, one after the other per direction; a load starts when the
-    step that issued it starts, a store when it ends; a transfer is reported done by the first step whose
-    end is at or after its end, a store not by the step that issued it (vLLM's worker submits it in the
-    next step); a flushed job at once, the step lasting until it has ended. With both times 0 (kvsim's
-    transfers of zero duration): a load done in the step that issued it, a store in the step after."""
+    """Stands in for the workers, on kvsim's clock (DESIGN.md §CPU tier, "Time"), in the order of vLLM
+    0.33.0's `OffloadingConnectorWorker` (`v1/worker/gpu_model_runner.py` calls its
+    `handle_preemptions` before the forward pass): a transfer of `n` GPU blocks lasts `latency + n *
+    per_block` ms, one after the other per direction; at a step's start the stores deferred from the step
+    before and the step's flushed stores are submitted and the flushed ones waited for; then the step's
+    loads start and its forward pass runs; its other stores are deferred to the next step's start. A
+    transfer is reported done by the first step whose end is at or after its end. With both times 0
+    (kvsim's transfers of zero duration): a load done in the step that issued it, a store in the step
+    after, a flushed one in its own."""
 
     def __init__(self, latency: float = 0.0, per_block: float = 0.0) -> None:
         self.latency, self.per_block = latency, per_block
         self.free = {True: 0.0, False: 0.0}  # per direction (is load): when its last transfer ends
-        # (end, first step that may report it, job, request, is load)
+        # (end, step that submitted it, job, request, is load)
         self.pending: list[tuple[float, int, int, str, bool]] = []
+        self.deferred: list[tuple[int, str, int]] = []  # the step before's stores: (job, request, blocks)
 
     def _end(self, is_load: bool, start: float, blocks: int) -> float:
         end = max(start, self.free[is_load]) + self.latency + blocks * self.per_block
@@ -359,22 +363,27 @@ class Worker:
         return min((p[0] for p in self.pending), default=None)
 
     def run(self, step: int, meta: Any, start: float, end: float) -> tuple[Any, int, float]:
-        """Step `step` from `start` to `end` (ms): its output, the jobs it flushed and when it ends
-        (`end`, or later for a flush)."""
+        """Step `step` from `start`, computing until `end` if it computes (`end > start`): its output,
+        the jobs it flushed and when it ends (its compute after the flush's wait)."""
         from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingWorkerMetadata
         from vllm.v1.outputs import KVConnectorOutput
 
-        for jid, job in meta.load_jobs.items():
-            blocks = len(job.dst_spec.block_ids)
-            self.pending.append((self._end(True, start, blocks), step, jid, job.req_id, True))
-        for jid, job in meta.store_jobs.items():
-            blocks = len(job.src_spec.block_ids)
-            self.pending.append((self._end(False, end, blocks), step + 1, jid, job.req_id, False))
+        compute = end - start
         flush = set(meta.jobs_to_flush or ())
-        end = max([end] + [p[0] for p in self.pending if p[2] in flush])
-        self.pending = [(p[0], step if p[2] in flush else p[1], *p[2:]) for p in self.pending]
-        done = [p for p in self.pending if p[0] <= end and p[1] <= step]
-        self.pending = [p for p in self.pending if not (p[0] <= end and p[1] <= step)]
+        submit, later = self.deferred, []
+        for jid, job in meta.store_jobs.items():
+            (submit if jid in flush else later).append((jid, job.req_id, len(job.src_spec.block_ids)))
+        for jid, rid, blocks in submit:
+            self.pending.append((self._end(False, start, blocks), step, jid, rid, False))
+        self.deferred = later
+        wait = max([start] + [p[0] for p in self.pending if p[2] in flush])
+        for jid, job in meta.load_jobs.items():
+            self.pending.append(
+                (self._end(True, wait, len(job.dst_spec.block_ids)), step, jid, job.req_id, True)
+            )
+        end = wait + compute
+        done = [p for p in self.pending if p[0] <= end]
+        self.pending = [p for p in self.pending if not p[0] <= end]
         wm = OffloadingWorkerMetadata()
         received = set()
         for _, _, jid, rid, is_load in done:

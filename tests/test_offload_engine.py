@@ -131,10 +131,11 @@ def test_a_hit_in_the_tier_waits_for_its_load(backend):
 def test_a_decode_block_taken_from_a_finished_requests_store_waits_for_it(record_events):
     """vLLM's flush in a decode step: req-4 finishes at step 10 with its prompt's last store still on the
     link (until 15 ms: every store waits 2 ms behind the ones before it), which fences its blocks; that
-    step's decode block for req-2 is one of them, so the step lasts until the store ends. The
-    Rust engine's decode steps without an event log take such a block in their fast path, which once
-    skipped the fence (found by a 3,000-example hypothesis run of the fleet test): both engines, with the
-    log and without, flush once and end at 15 ms."""
+    step's decode block for req-2 is one of them, so the step waits until the store ends, then computes
+    for its 1 ms (vLLM's worker order: DESIGN.md §CPU tier, "Time"). The Rust engine's decode steps
+    without an event log take such a block in their fast path, which once skipped the fence (found by a
+    3,000-example hypothesis run of the fleet test): both engines, with the log and without, flush once
+    and end at 16 ms (15 ms when a flushing step lasted until its compute or its flush ended)."""
     w = Workload(
         arrival=[0.0, 0.0025, 0.0025, 0.0065],
         output_len=[9, 8, 8, 2],
@@ -153,7 +154,7 @@ def test_a_decode_block_taken_from_a_finished_requests_store_waits_for_it(record
     )
     for backend in ("rust", "reference"):
         c = kvsim.simulate(w, cfg, backend=backend, record_events=record_events).raw.counters
-        assert (c["num_flushes"], c["makespan_ps"]) == (1, 15 * 10**9), backend
+        assert (c["num_flushes"], c["makespan_ps"]) == (1, 16 * 10**9), backend
 
 
 @pytest.mark.parametrize("record_events", [True, False])
@@ -161,11 +162,12 @@ def test_a_decode_block_a_finished_requests_last_offer_reads_waits_for_its_store
     """vLLM's flush for a store made at the finish: req-1's second sample (a 50-token prompt, 48 tokens hit
     on the GPU) finishes in step 6 with its prompt's chunks not yet stored (the 40-chunk ARC tier had no
     room when it offered them), so step 7 offers them as its last stores, and block 48, one of them, is
-    the decode block req-0 takes in that very step: step 7 lasts until that store ends (0.140042 s, not
-    its tick's 0.119036 s). The Rust engine's decode steps in lockstep mode watched the step's new blocks
-    only while a fence stood, not while a finished request's last offer waited (found by the adversarial
-    pass, `test_the_tiers_fast_paths_decide_as_the_reference`): both engines, with the log and without,
-    flush four times and end at 0.144048 s."""
+    the decode block req-0 takes in that very step: step 7 waits until that store ends (0.140042 s), then
+    computes for its tick (1 ms), so step 8 starts at 0.141042 s, not at its tick's 0.119036 s. The Rust
+    engine's decode steps in lockstep mode watched the step's new blocks only while a fence stood, not
+    while a finished request's last offer waited (found by the adversarial pass,
+    `test_the_tiers_fast_paths_decide_as_the_reference`): both engines, with the log and without, flush
+    four times and end at 0.145048 s."""
     w = Workload(
         arrival=[0.0] * 8,
         output_len=[6, 1, 1, 1, 1, 1, 1, 1],
@@ -187,17 +189,18 @@ def test_a_decode_block_a_finished_requests_last_offer_reads_waits_for_its_store
     for backend in ("rust", "reference"):
         res = kvsim.simulate(w, cfg, backend=backend, record_events=record_events)
         c = res.raw.counters
-        assert (c["num_flushes"], c["makespan_ps"]) == (4, 144_048_000_000), backend
+        assert (c["num_flushes"], c["makespan_ps"]) == (4, 145_048_000_000), backend
         if record_events:
             step8 = res.events.filter(res.events["step"] == 8)["time_s"]
-            assert step8.min() == pytest.approx(0.140042), backend
+            assert step8.min() == pytest.approx(0.141042), backend
 
 
 def test_a_loads_blocks_are_not_watched_past_its_step():
     """A load admitted in a lockstep step that offers nothing (nobody scheduled, nothing pending) noted its
     GPU hits and new blocks for vLLM's flush, and nothing cleared them until a later step's offer, where a
     store fenced at a finish in between met them and counted a flush the reference does not (found by the
-    adversarial pass: 21 flushes against 20, every time alike). Both engines, 20 flushes, 12 loads."""
+    adversarial pass: 21 flushes against 20, every time alike). Both engines, 20 flushes, 10 loads (12
+    when a flushing step's loads started at its start rather than after its wait)."""
     w = Workload(
         arrival=[0.0] * 6 + [0.05] + [0.45] * 7,
         output_len=[18, 46, 60, 60, 24, 5, 24, 4, 28, 28, 31, 24, 4, 31],
@@ -237,7 +240,7 @@ def test_a_loads_blocks_are_not_watched_past_its_step():
     )
     for backend in ("rust", "reference"):
         c = kvsim.simulate(w, cfg, backend=backend).raw.counters
-        assert (c["num_flushes"], c["num_loads"], c["makespan_ps"]) == (20, 12, 1_112_162_000_000), backend
+        assert (c["num_flushes"], c["num_loads"], c["makespan_ps"]) == (20, 10, 1_165_162_000_000), backend
 
 
 def test_the_tier_is_sized_from_host_memory_as_vllm_sizes_it():

@@ -11,6 +11,7 @@ vLLM 0.33.0's rules: `vllm/v1/core/sched/scheduler.py` (the waiting loop, `skip_
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -446,8 +447,9 @@ class Offload(HybridTier, State):
         after this step and each request finished in the step before has, prompt tokens only by default,
         offered to the tier from the first not offered yet; a store starts when the step ends. Then the
         finished ones are done with the tier. A store this step must wait for (a preempted request's, or
-        one reading a block this step allocated: vLLM's flush) is seen at this step's end. Returns whether
-        a store was planned and when the last store the step waits for ends (0 if none)."""
+        one reading a block this step allocated: vLLM's flush) is seen at this step's end, and the step's
+        new transfers are timed in vLLM's order of a flushing step (`flush_step`). Returns whether a store
+        was planned and, if the step flushes, when it ends (0 if it flushes nothing)."""
         tier, cfg = self.tier, self.cfg
         if tier is None:  # a decode replica's connector: no stores
             self.preempted_now = []
@@ -455,6 +457,7 @@ class Offload(HybridTier, State):
             self.touched.clear()
             return False, 0
         observation = self.num_observed + 1
+        free0, num_before = self.store_free, len(self.stores)  # (a flushing step times its stores again)
         if self.hybrid:
             self.h_sync_tables(scheduled)
         flushed: list[Job] = []
@@ -514,12 +517,45 @@ class Offload(HybridTier, State):
             s.conn = None
         self.touched.clear()
         self.c["stores_skipped"] = tier.num_stores_skipped
-        flush_end = 0
-        for job in dict.fromkeys(flushed):  # each once, in order
+        waits = dict.fromkeys(flushed)  # each once, in order
+        for job in waits:
             job.avail = min(job.avail, observation)
             self.c["num_flushes"] += 1
-            flush_end = max(flush_end, job.end)
-        return planned, flush_end
+        if not waits:
+            return planned, 0
+        new = list(itertools.islice(self.stores, num_before, None))
+        return planned, self.flush_step(step_end, free0, new, waits, observation)
+
+    def flush_step(
+        self, step_end: int, free0: int, new: list[Job], waits: dict[Job, None], observation: int
+    ) -> int:
+        """vLLM's order of a flushing step (DESIGN.md §CPU tier, "Time"; its worker's
+        `handle_preemptions` before the forward pass): the step's new stores `new` (planned from
+        `step_end` on a link free from `free0`) timed again, those it waits for (`waits`) first from the
+        step's start, then its loads from the end of the wait, its compute after the wait, and its other
+        new stores from the step's end. Returns the step's end."""
+        cfg = self.cfg
+        latency, per_block = cfg.kv_offloading_latency_ps, cfg.kv_offloading_ps_per_block
+        start = self.t
+        free = free0
+        for job in new:
+            if job in waits:
+                job.end = free = transfer_end("store", max(start, free), latency, len(job.blocks), per_block)
+        wait = max(start, *(job.end for job in waits))
+        end = wait + (step_end - start)
+        for job in new:
+            if job not in waits:
+                job.end = free = transfer_end("store", max(end, free), latency, len(job.blocks), per_block)
+        self.store_free = free
+        mine = [job for job in self.loads if job.avail == observation and not job.remote]
+        if mine:
+            free = max(
+                (job.end for job in self.loads if not job.remote and job.avail != observation), default=0
+            )
+            for job in mine:
+                job.end = free = transfer_end("load", max(wait, free), latency, len(job.blocks), per_block)
+            self.load_free = free
+        return end
 
     def queue_store(self, s: Seq, keys: list[int], blocks: list[int], step_end: int, observation: int) -> Job:
         """A store of the tier's `keys` from GPU blocks `blocks`, queued on the link from the step's end

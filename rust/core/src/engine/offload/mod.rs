@@ -36,6 +36,9 @@ pub(super) struct Job {
     end: i64,
     /// The first observation (numbered from 1) that may see it complete.
     avail: u64,
+    /// The GPU blocks it moves, as its link charges them (a flushing step times it again:
+    /// `flush_step`).
+    blocks: u64,
     what: What,
 }
 
@@ -453,9 +456,17 @@ impl Engine<'_> {
     }
 
     /// vLLM's flush: each store of `flushed` (ids; a repeat counted once) still in flight is seen complete
-    /// at observation `observation`, and counted. Returns when the last of them ends (0: none).
-    fn apply_flushes(&mut self, tier: &mut Tier, flushed: &[u64], observation: u64) -> i64 {
-        let mut flush_end = 0;
+    /// at observation `observation`, and counted; if any is, the step's new transfers are timed in vLLM's
+    /// order (`flush_step`). `before` is the store link's free time and the last job id as the step's
+    /// offers began. Returns the step's end if it flushes, else 0.
+    fn apply_flushes(
+        &mut self,
+        tier: &mut Tier,
+        flushed: &[u64],
+        observation: u64,
+        (step_end, before): (i64, (i64, u64)),
+    ) -> i64 {
+        let mut any = false;
         for (i, &id) in flushed.iter().enumerate() {
             if flushed[..i].contains(&id) {
                 continue;
@@ -463,10 +474,99 @@ impl Engine<'_> {
             if let Some(job) = tier.stores.iter_mut().find(|j| j.id == id) {
                 job.avail = job.avail.min(observation);
                 self.out.counters.num_flushes += 1;
-                flush_end = flush_end.max(job.end);
+                any = true;
             }
         }
-        flush_end
+        if !any {
+            return 0;
+        }
+        if self.clock_overflow.is_some() {
+            return step_end; // (the run stops after this step with its error, as the reference raises it)
+        }
+        self.flush_step(tier, flushed, observation, step_end, before)
+    }
+
+    /// vLLM's order of a flushing step (DESIGN.md §CPU tier, "Time"; its worker's `handle_preemptions`
+    /// before the forward pass): the step's new stores (ids above `id0`, planned from `step_end` on a
+    /// link free from `free0`) timed again, those it waits for (`flushed`) first from the step's start,
+    /// then its loads from the end of the wait, its compute after the wait, and its other new stores from
+    /// the step's end. Returns the step's end.
+    #[cold]
+    fn flush_step(
+        &mut self,
+        tier: &mut Tier,
+        flushed: &[u64],
+        observation: u64,
+        step_end: i64,
+        (free0, id0): (i64, u64),
+    ) -> i64 {
+        let (latency, per_block) = (tier.cfg.latency_ps, tier.cfg.ps_per_block);
+        let start = self.t;
+        let mut free = free0;
+        for job in &mut tier.stores {
+            if job.id > id0 && flushed.contains(&job.id) {
+                let begin = start.max(free);
+                free = self.transfer_end_or_overflow(
+                    Transfer::Store,
+                    begin,
+                    latency,
+                    job.blocks,
+                    per_block,
+                );
+                job.end = free;
+            }
+        }
+        let wait = tier
+            .stores
+            .iter()
+            .filter(|j| flushed.contains(&j.id))
+            .map(|j| j.end)
+            .fold(start, i64::max);
+        let end = wait.saturating_add(step_end - start);
+        for job in &mut tier.stores {
+            if job.id > id0 && !flushed.contains(&job.id) {
+                let begin = end.max(free);
+                free = self.transfer_end_or_overflow(
+                    Transfer::Store,
+                    begin,
+                    latency,
+                    job.blocks,
+                    per_block,
+                );
+                job.end = free;
+            }
+        }
+        tier.store_free = free;
+        let mine = |j: &Job| j.avail == observation && matches!(j.what, What::Load(_));
+        if tier.loads.iter().any(mine) {
+            let mut free = tier
+                .loads
+                .iter()
+                .filter(|j| matches!(j.what, What::Load(_)) && !mine(j))
+                .map(|j| j.end)
+                .max()
+                .unwrap_or(0);
+            for job in tier.loads.iter_mut().filter(|j| mine(j)) {
+                let begin = wait.max(free);
+                free = self.transfer_end_or_overflow(
+                    Transfer::Load,
+                    begin,
+                    latency,
+                    job.blocks,
+                    per_block,
+                );
+                job.end = free;
+            }
+            tier.load_free = free;
+        }
+        self.tier_hot.min_end = tier
+            .loads
+            .iter()
+            .chain(&tier.stores)
+            .map(|j| j.end)
+            .min()
+            .unwrap_or(i64::MAX);
+        end
     }
 
     #[inline]

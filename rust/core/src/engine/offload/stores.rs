@@ -211,6 +211,7 @@ impl Engine<'_> {
             return (false, 0);
         }
         let observation = self.tier_hot.observed + 1;
+        let before = (tier.store_free, tier.next_job); // (a flushing step times its stores again)
         let mut flushed = self.flushes_due(&mut tier);
         let mut planned = false;
         let mut last_offers = std::mem::take(&mut tier.last_offers);
@@ -229,7 +230,7 @@ impl Engine<'_> {
         tier.finish_last();
         tier.touched.clear();
         self.tier_hot.pending = !tier.fences.is_empty();
-        let flush_end = self.apply_flushes(&mut tier, &flushed, observation);
+        let flush_end = self.apply_flushes(&mut tier, &flushed, observation, (step_end, before));
         self.tier = Some(tier);
         (planned, flush_end)
     }
@@ -323,6 +324,7 @@ impl Engine<'_> {
                         row,
                         end: tier.store_free,
                         avail,
+                        blocks: count,
                         what,
                     },
                 );
@@ -436,6 +438,7 @@ impl Engine<'_> {
                 row,
                 end: tier.store_free,
                 avail,
+                blocks: n,
                 what,
             },
         );

@@ -511,7 +511,7 @@ impl Engine<'_> {
         let tier = self.tier.as_deref_mut().expect("a connector");
         tier.pd_free = link_end;
         tier.sends_decided.push((row, tier.pd_free));
-        self.hold_for_landing(k, (Vec::new(), true), link_end, end);
+        self.hold_for_landing(k, (Vec::new(), true), (link_end, blocks), end);
         self.slab[k].remote = false;
         let c = &mut self.out.counters;
         c.pd_transfers += 1;
@@ -528,7 +528,7 @@ impl Engine<'_> {
         &mut self,
         k: usize,
         (keys, remote): (Vec<BlockKey>, bool),
-        link_end: i64,
+        (link_end, blocks): (i64, u64),
         end: u64,
     ) {
         let row = self.slab[k].row;
@@ -541,6 +541,7 @@ impl Engine<'_> {
             row,
             end: link_end,
             avail: self.tier_hot.observed + 1,
+            blocks,
             what: if remote {
                 What::Remote
             } else {
@@ -589,7 +590,7 @@ impl Engine<'_> {
         }
         tier.load_free = link_end;
         let listed = keys.iter().map(|&(key, _)| key).collect();
-        self.hold_for_landing(k, (listed, false), link_end, end);
+        self.hold_for_landing(k, (listed, false), (link_end, blocks), end);
         self.slab[k].next_store = num_chunks; // vLLM's chunk-level policy: stores resume after the loaded chunks
         let c = &mut self.out.counters;
         c.num_loads += 1;

@@ -128,6 +128,7 @@ impl Engine<'_> {
         self.flush_occupancy(); // (the offers may change it)
         let mut tier = self.tier.take().expect("a CPU tier");
         let observation = self.tier_hot.observed + 1;
+        let before = (tier.store_free, tier.next_job); // (a flushing step times its stores again)
         let touched: HashSet<BlockId> = tier.touched.iter().copied().collect();
         let mut h_last = std::mem::take(&mut tier.h_last);
         self.h_sync_tables(&tier, &touched, &mut h_last);
@@ -190,7 +191,7 @@ impl Engine<'_> {
         tier.touched.clear();
         self.out.counters.stores_skipped = i128::from(tier.cpu.num_stores_skipped());
         self.tier_hot.pending = !tier.fences.is_empty();
-        let flush_end = self.apply_flushes(&mut tier, &flushed, observation);
+        let flush_end = self.apply_flushes(&mut tier, &flushed, observation, (step_end, before));
         self.tier = Some(tier);
         (planned, flush_end)
     }
@@ -440,6 +441,7 @@ impl Engine<'_> {
                 row,
                 end: tier.store_free,
                 avail,
+                blocks: n,
                 what,
             },
         );

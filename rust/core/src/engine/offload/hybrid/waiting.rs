@@ -369,7 +369,7 @@ impl Engine<'_> {
         tier.load_free = link_end;
         let listed: Vec<BlockKey> = load.iter().map(|&(key, _)| key).collect();
         let chunks = listed.len();
-        self.hold_for_landing(k, (listed, false), link_end, end);
+        self.hold_for_landing(k, (listed, false), (link_end, blocks), end);
         let c = &mut self.out.counters;
         c.num_loads += 1;
         self.progress += 1;
