@@ -10,8 +10,9 @@ the `OffloadingConnector` with its CPU manager, LRU or ARC) step by step. The wo
 stand-in that reports each transfer done when kvsim would see it done (`Worker`; DESIGN.md §CPU tier,
 "Time"): with transfers of zero duration, a load in the step that issued it and a store in the step after,
 a flushed job at once; with a scenario's `latency_ms` and `ms_per_block` (the `slow_*` ones), later, the
-clock jumping as kvsim's stall does and a flush lengthening its step. Each step records its start on
-kvsim's clock (`start`) and, where a flush lengthened it, its `end`. Requests join before a
+clock jumping as kvsim's stall does and a flushing step waiting for its flushed stores before it computes
+(vLLM's worker order). Each step records its start on kvsim's clock (`start`) and, where a flush
+lengthened it, its `end`. Requests join before a
 step that follows one which computed tokens (or before the first step, when vLLM holds nothing at all, or
 after a step kvsim would stall on, half a millisecond later, where no transfer ends before then: kvsim's
 stall jumps to that arrival), so that kvsim, whose steps that compute nothing take no time, sees them at
@@ -416,7 +417,7 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     loads: list[list[Any]] = []
     stores: list[list[Any]] = []
     flushes = 0
-    # kvsim's clock (ms): a step that computed tokens lasts 1 ms (or until the stores it flushed end), one
+    # kvsim's clock (ms): a step that computed tokens lasts 1 ms (after the wait for the stores it flushes), one
     # that did not none; requests that join an idle vLLM (after its steps that only finished transfers) or
     # one stalled on transfers join kvsim half a millisecond later, so that kvsim too observes those
     # transfers before they arrive (a stall's requests wait for a transfer ending by then). A step

@@ -139,7 +139,8 @@ def test_kvsim_offloads_as_vllm_does(name, backend):
     assert res.timeseries is not None
     # kvsim's clock is the recording's: each step that computed tokens starts where the recorder's model of
     # it (a step lasts 1 ms, a flush lengthens it, a stall jumps to the end of a transfer) says, and ends
-    # 1 ms later or when the stores it flushed end. Times in ps (the recording's ms are exact in binary).
+    # 1 ms after it starts or, if it flushes, 1 ms after the stores it waits for end. Times in ps (the
+    # recording's ms are exact in binary).
     assert [round(t * 1e12) for t in res.timeseries["time_s"]] == [round(st["start"] * 1e9) for st in steps]
     step_at = {round(st["start"] * 1e9): j for j, st in enumerate(steps)}
     end_at = {round(st.get("end", st["start"] + 1) * 1e9): j for j, st in enumerate(steps)}
