@@ -16,7 +16,8 @@ lengthened it, its `end`. Requests join before a
 step that follows one which computed tokens (or before the first step, when vLLM holds nothing at all, or
 after a step kvsim would stall on, half a millisecond later, where no transfer ends before then: kvsim's
 stall jumps to that arrival), so that kvsim, whose steps that compute nothing take no time, sees them at
-the same point. Per step that
+the same point. These clock, arrival and stall rules are one helper, `Clock`, which the hybrid recorder
+(`scripts/vllm_offload_hybrid_golden.py`) imports with `Worker`. Per step that
 computed tokens it records the tokens each request was scheduled, every request's block table, the loads
 and stores issued since the step before (request and chunks) and the chunks in the tier.
 `tests/test_offload_golden.py` replays each scenario on both of kvsim's engines. kvsim never imports
@@ -397,6 +398,62 @@ class Worker:
         return output, len(flush), end
 
 
+class Clock:
+    """kvsim's clock (ms) over a recorder's steps, both recorders' (DESIGN.md §CPU tier, "Time"): a step
+    that computes tokens lasts 1 ms after the stores it flushes end (the worker's `run`), one that does not
+    computes nothing; requests that join an idle vLLM (after its steps that only finished transfers) or one
+    stalled on transfers join kvsim half a millisecond later, so that kvsim too observes those transfers
+    before they arrive (a stall's requests wait for a transfer ending by then, which kvsim sees first). A
+    step that computed nothing, issued nothing and saw nothing done is kvsim's stall: the next step starts
+    at the earliest end of a transfer in flight (unless requests join then). Requests join before a step
+    that follows one which computed tokens, before the first step, when vLLM holds nothing at all, and
+    after a stall."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.now = 0.0
+        self.last_computed = True
+        self.stalled = False
+        self.stall_joins = 0  # requests that joined while transfers were in flight and nothing else happened
+
+    def join(self, step: int, pending: list[tuple[int, Any]], idle: bool) -> list[tuple[int, Any]]:
+        """The requests of `pending` (`(id, (arrival step, ...))`, taken out of it) that join before step
+        `step`, `idle` when vLLM holds no request and no job; the clock moved to their arrival (`now`), or
+        to a stall's end."""
+        due: list[tuple[int, Any]] = []
+        if self.last_computed or idle or self.stalled:
+            due = [(rid, r) for rid, r in pending if r[0] <= step]
+            if due and not self.last_computed:
+                # (after a stall: kvsim jumps to the earliest of the arrival and a transfer's end; one that
+                # ends by the arrival is seen first, the requests join after the jump to it)
+                first_end = self.worker.earliest_end()
+                if self.stalled and first_end is not None and first_end <= self.now + 0.5:
+                    due = []
+                else:
+                    self.now += 0.5
+                    self.stall_joins += len(due) if self.stalled and first_end is not None else 0
+        if self.stalled and not due and (first_end := self.worker.earliest_end()) is not None:
+            self.now = max(self.now, first_end)
+        for d in due:
+            pending.remove(d)
+        return due
+
+    def run(self, step: int, meta: Any, computes: bool) -> tuple[Any, int, float, float]:
+        """The worker's step `step` from `now` (`computes`: it scheduled tokens): its output, the jobs it
+        flushed, its start and its end (`now` after)."""
+        start = self.now
+        output, flushed, end = self.worker.run(step, meta, start, start + 1 if computes else start)
+        done = output.kv_connector_worker_meta is not None
+        self.stalled = not (computes or meta.load_jobs or meta.store_jobs or done)
+        self.now, self.last_computed = end, computes
+        return output, flushed, start, end
+
+    @staticmethod
+    def times(start: float, end: float) -> dict[str, float]:
+        """A computing step's times as recorded: its `start`, and its `end` where a flush lengthened it."""
+        return {"start": start, "end": end} if end != start + 1 else {"start": start}
+
+
 def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
@@ -413,41 +470,18 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     worker = Worker(sc.get("latency_ms", 0.0), sc.get("ms_per_block", 0.0))
     pending = list(enumerate(sc["requests"]))
     steps: list[dict[str, Any]] = []
-    arrivals: dict[int, int] = {}
+    arrivals: dict[int, float] = {}
     loads: list[list[Any]] = []
     stores: list[list[Any]] = []
     flushes = 0
-    # kvsim's clock (ms): a step that computed tokens lasts 1 ms (after the wait for the stores it flushes), one
-    # that did not none; requests that join an idle vLLM (after its steps that only finished transfers) or
-    # one stalled on transfers join kvsim half a millisecond later, so that kvsim too observes those
-    # transfers before they arrive (a stall's requests wait for a transfer ending by then). A step
-    # that computed nothing, issued nothing and saw nothing done is kvsim's stall: the next step starts at
-    # the earliest end of a transfer in flight (unless requests join then).
-    clock = 0.0
-    last_computed = True
-    stalled = False
-    stall_joins = 0  # requests that joined while transfers were in flight and nothing else happened
+    clock = Clock(worker)
     for step in range(600):
-        idle = not s.has_requests() and not connector._jobs
-        due = []
-        if last_computed or idle or stalled:
-            due = [(rid, r) for rid, r in pending if r[0] <= step]
-            if due and not last_computed:
-                # (after a stall: kvsim jumps to the earliest of the arrival and a transfer's end; one that
-                # ends by the arrival is seen first, the requests join after the jump to it)
-                first_end = worker.earliest_end()
-                if stalled and first_end is not None and first_end <= clock + 0.5:
-                    due = []
-                else:
-                    clock += 0.5
-                    stall_joins += len(due) if stalled and first_end is not None else 0
-            for rid, (arrival, segments, max_tokens) in due:
-                params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-                s.add_request(Request(str(rid), token_ids(segments), params, None, block_hasher=hasher))
-                pending.remove((rid, (arrival, segments, max_tokens)))
-                arrivals[rid] = clock
-        if stalled and not due and (first_end := worker.earliest_end()) is not None:
-            clock = max(clock, first_end)
+        for rid, (_, segments, max_tokens) in clock.join(
+            step, pending, not s.has_requests() and not connector._jobs
+        ):
+            params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+            s.add_request(Request(str(rid), token_ids(segments), params, None, block_hasher=hasher))
+            arrivals[rid] = clock.now
         out = s.schedule()
         meta = out.kv_connector_metadata
         for job in meta.load_jobs.values():
@@ -459,10 +493,8 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
                 [job.req_id, len(job.dst_spec.block_ids) if hasattr(job.dst_spec, "block_ids") else -1]
             )
         ids = list(out.num_scheduled_tokens)
-        output, flushed, end = worker.run(step, meta, clock, clock + 1 if ids else clock)
+        output, flushed, start, end = clock.run(step, meta, bool(ids))
         flushes += flushed
-        done = output.kv_connector_worker_meta is not None
-        stalled = not (ids or meta.load_jobs or meta.store_jobs or done)
         if ids:
             coordinator = s.kv_cache_manager.coordinator
             steps.append(
@@ -476,12 +508,10 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
                     "loads": loads,
                     "stores": stores,
                     "tier_chunks": manager._num_chunks - manager._get_num_free_chunks(),
-                    **({"start": clock, "end": end} if end != clock + 1 else {"start": clock}),
+                    **clock.times(start, end),
                 }
             )
             loads, stores = [], []
-        clock = end
-        last_computed = bool(ids)
         sampled = []
         for r in ids:
             req = s.requests[r]
@@ -506,7 +536,7 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
         "steps": steps,
         "trailing": {"loads": loads, "stores": stores},
         "flushes": flushes,
-        **({"stall_joins": stall_joins} if stall_joins else {}),
+        **({"stall_joins": clock.stall_joins} if clock.stall_joins else {}),
     }
 
 

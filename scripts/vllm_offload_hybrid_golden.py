@@ -5,9 +5,12 @@ scheduler, KV-cache manager and `OffloadingConnector`'s scheduler side run on CP
 
     /tmp/venv-vllm/bin/python scripts/vllm_offload_hybrid_golden.py tests/data/vllm_offload_hybrid [NAME ...]
 
-The recorder is `scripts/vllm_offload_golden.py`'s (its worker stand-in, imported, with transfers of zero
-duration: a load is reported done in the step that issued it, a store in the step after, a flushed job at
-once; the same arrival and clock rules) on
+The recorder is `scripts/vllm_offload_golden.py`'s (its worker stand-in `Worker` and its clock `Clock`,
+imported: the same arrival, stall and clock rules; transfers of zero duration, a load reported done in the
+step that issued it, a store in the step after, a flushed job at once, except in the `slow_*` scenarios,
+whose `latency_ms` and `ms_per_block` time them as the single group's `slow_*` ones are: there each step
+records its `start` on kvsim's clock and, where a flush lengthened it, its `end`, and the file counts the
+requests that joined an engine stalled on transfers, `stall_joins`) on
 a `KVCacheConfig` of several groups built as `scripts/vllm_hybrid_golden.py` builds it (groups as (kind,
 window, block size), in order; `prefix_cache_retention_interval` 0, vLLM's default; `prompt_only` False
 sets the connector's `offload_prompt_only` off, storing output tokens' chunks too; `mamba_checkpoint_blocks`
@@ -53,8 +56,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# The single-group recorder's stand-in worker, on kvsim's clock; here every transfer takes no time.
-from vllm_offload_golden import Worker
+# The single-group recorder's stand-in worker and clock (kvsim's).
+from vllm_offload_golden import Clock, Worker
 
 # groups: (kind, window, block_size); kinds "full", "sliding_window", "chunked_local", "mamba" (align mode).
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -749,6 +752,88 @@ MAMBA_SEEDS: tuple[int, ...] = (0, 2, 3, 4, 6, 9, 10, 11, 12, 13, 15, 16, 20, 22
 for _seed in MAMBA_SEEDS:
     SCENARIOS[f"mamba_random_{_seed}"] = mamba_scenario(_seed)
 
+# Transfers that take time (kvsim's `kv_offloading_latency_ps` and `_ps_per_block`; the recorder's clock
+# is the single group's, `Clock`, times exact in binary): loads lasting several steps while others run,
+# requests deferred on chunks still being stored or loaded, stores in flight at a preemption and at a
+# finish whose blocks the next step takes again (flushes that lengthen their step), transfers queued on the
+# link, requests joining while the engine stalls on a transfer.
+SCENARIOS["swa_finished_store_fenced"] = {
+    # Request 0 finishes with its stores in flight; request 1 hits its blocks on the GPU and request 2,
+    # on a pool with little else free, allocates the blocks it freed: the step flushes the stores. (Only
+    # timed: with transfers of zero duration nothing is in flight across the finish.)
+    "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
+    "num_blocks": 16,
+    "cpu_chunks": 40,
+    "max_num_seqs": 3,
+    "max_num_batched_tokens": 32,
+    "requests": [(0, [(92, 17)], 1), (1, [(92, 17), (93, 3)], 2), (1, [(94, 9)], 2), (4, [(92, 17)], 2)],
+}
+SCENARIOS["mamba_finished_store_fenced"] = {
+    # The same with a state group: request 0's state at its replay boundary (64) is stored, fenced at
+    # once; the next step's allocations take its freed blocks.
+    "groups": [("mamba", 0, 16), ("full", 0, 16)],
+    "num_blocks": 12,
+    "cpu_chunks": 40,
+    "max_num_seqs": 3,
+    "max_num_batched_tokens": 80,
+    "requests": [(0, [(95, 70)], 1), (1, [(95, 70), (96, 5)], 2), (1, [(97, 40)], 2), (5, [(95, 70)], 2)],
+}
+_TIMED_ONLY = ("swa_finished_store_fenced", "mamba_finished_store_fenced")
+for _name, _latency, _per_block in [
+    ("swa_store_then_load", 0.25, 0.5),
+    ("swa_pending_store_defers", 0.5, 0.75),
+    ("swa_being_loaded_defers", 0.25, 0.75),
+    ("swa_tier_full_lru", 0.5, 0.5),
+    ("swa_tier_arc", 0.25, 0.5),
+    ("swa_junction_stored", 0.5, 0.25),
+    ("swa_two_blocks_per_chunk", 0.0, 0.625),
+    ("swa_preempt_store_in_flight", 0.5, 1.0),
+    ("gemma_like_three_windows", 0.25, 0.5),
+    ("chunked_local_full", 0.25, 0.5),
+    ("mamba_align_full", 0.5, 0.5),
+    ("mamba_junction_reload", 0.25, 0.75),
+    ("mamba_window_full", 0.5, 0.5),
+    ("mamba_tier_full_lru", 0.25, 0.5),
+    ("mamba_checkpoints", 0.5, 0.25),
+    ("mamba_decode", 0.25, 0.5),
+    ("mamba_two_blocks_per_chunk", 0.25, 0.5),
+    ("swa_finished_store_fenced", 0.25, 0.5),
+    ("mamba_finished_store_fenced", 0.5, 1.0),
+]:
+    SCENARIOS[f"slow_{_name}"] = {**SCENARIOS[_name], "latency_ms": _latency, "ms_per_block": _per_block}
+for _name, _latency, _per_block in [
+    ("swa_store_then_load", 10.0, 3.0),
+    ("swa_being_loaded_defers", 6.0, 2.0),
+    ("swa_preempt_store_in_flight", 3.0, 2.0),
+    ("chunked_local_full", 4.0, 2.0),
+    ("mamba_junction_reload", 6.0, 2.0),
+    ("swa_finished_store_fenced", 3.0, 2.0),
+]:
+    SCENARIOS[f"slow_very_{_name}"] = {**SCENARIOS[_name], "latency_ms": _latency, "ms_per_block": _per_block}
+for _name in _TIMED_ONLY:
+    del SCENARIOS[_name]
+
+
+def _timed(sc: dict[str, Any], seed: int) -> dict[str, Any]:
+    rng = random.Random(50000 + seed)
+    return {
+        **sc,
+        "latency_ms": rng.choice([0.0, 0.25, 1.0, 2.5]),
+        "ms_per_block": rng.choice([0.125, 0.25, 0.5, 1.0]),
+    }
+
+
+for _seed in (0, 3, 8, 10, 11):
+    SCENARIOS[f"slow_random_{_seed}"] = _timed(random_scenario(_seed), _seed)
+for _seed in (1, 11, 22, 29):
+    SCENARIOS[f"slow_reload_{_seed}"] = _timed(reload_scenario(_seed, RELOAD_SEEDS[_seed]), _seed)
+for _seed in (106, 108, 109, 111, 122, 123):
+    SCENARIOS[f"slow_decode_{_seed}"] = _timed(decode_scenario(_seed), _seed)
+for _seed in (0, 4, 9, 11, 12, 13):
+    SCENARIOS[f"slow_mamba_random_{_seed}"] = _timed(mamba_scenario(_seed), _seed)
+for _seed in (0, 1, 12, 14):
+    SCENARIOS[f"slow_unequal_{_seed}"] = _timed(unequal_scenario(_seed), _seed)
+
 PAGE_BYTES = 4096  # one GPU block's bytes (every group's) in the recorder's KV-cache config
 
 
@@ -895,10 +980,11 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     connector = s.connector.connector_scheduler
     manager = connector.manager
     hasher = get_request_block_hasher(hash_bs, sha256)
-    worker = Worker()
+    timed = "latency_ms" in sc or "ms_per_block" in sc
+    clock = Clock(Worker(sc.get("latency_ms", 0.0), sc.get("ms_per_block", 0.0)))
     pending = list(enumerate(sc["requests"]))
     steps: list[dict[str, Any]] = []
-    arrivals: dict[int, int] = {}
+    arrivals: dict[int, float] = {}
     hash_names: dict[bytes, tuple[int, list[list[int]]]] = {}  # block hash -> (tokens, prefix segments)
 
     def learn_hashes() -> None:
@@ -932,19 +1018,12 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     load_blocks: list[list[Any]] = []
     flushes = 0
     flushed_since = 0
-    clock = 0.0
-    last_computed = True
     for step in range(800):
         idle = not s.has_requests() and not connector._jobs
-        if last_computed or idle:
-            due = [(rid, r) for rid, r in pending if r[0] <= step]
-            if due and not last_computed:
-                clock += 0.5
-            for rid, (arrival, segments, max_tokens) in due:
-                params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-                s.add_request(Request(str(rid), token_ids(segments), params, None, block_hasher=hasher))
-                pending.remove((rid, (arrival, segments, max_tokens)))
-                arrivals[rid] = clock
+        for rid, (_, segments, max_tokens) in clock.join(step, pending, idle):
+            params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+            s.add_request(Request(str(rid), token_ids(segments), params, None, block_hasher=hasher))
+            arrivals[rid] = clock.now
         learn_hashes()
         out = s.schedule()
         meta = out.kv_connector_metadata
@@ -956,10 +1035,10 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
             stores.append([job.req_id, len(job.dst_spec.block_ids)])
             store_keys.append([job.req_id, job_keys(jid)])
         tier_now = tier()
-        output, flushed, _ = worker.run(step, meta, 0.0, 0.0)  # (transfers of zero duration)
+        ids = list(out.num_scheduled_tokens)
+        output, flushed, start, end = clock.run(step, meta, bool(ids))
         flushes += flushed
         flushed_since += flushed
-        ids = list(out.num_scheduled_tokens)
         if ids:
             coordinator = s.kv_cache_manager.coordinator
             steps.append(
@@ -979,12 +1058,13 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
                     "flushed": flushed_since,
                     "tier": tier_now,
                     "tier_chunks": manager._num_chunks - manager._get_num_free_chunks(),
+                    # (the times only where transfers take time: the scenarios of zero duration were
+                    # recorded without them)
+                    **(Clock.times(start, end) if timed else {}),
                 }
             )
             loads, stores, load_keys, store_keys, load_blocks = [], [], [], [], []
             flushed_since = 0
-            clock += 1
-        last_computed = bool(ids)
         sampled = []
         for r in ids:
             req = s.requests[r]
@@ -1019,6 +1099,7 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
             "flushed": flushed_since,
         },
         "flushes": flushes,
+        **({"stall_joins": clock.stall_joins} if clock.stall_joins else {}),
     }
 
 

@@ -4,10 +4,13 @@ hybrid model").
 `scripts/vllm_offload_hybrid_golden.py` drove vLLM's real `Scheduler` with `kv_offloading_size` set (its
 `OffloadingConnector` and CPU manager over several KV-cache groups, on CPU from its PyPI wheel) through
 each scenario, workers reporting a load done in its own step and a store in the next (kvsim's transfers of
-zero duration), and recorded per step that computed tokens: every request's table in every group, the
-loads and stores issued since the step before (request, chunks of all groups) and the flushes
-(`tests/data/vllm_offload_hybrid/*.json`). Both of kvsim's engines replay the same requests and must make
-the same decisions with the same block ids.
+zero duration) or, in the `slow_*` scenarios, when kvsim's clock says it is seen done (a latency and a time
+a block, the single group's recorder's clock: tests/test_offload_golden.py), and recorded per step that
+computed tokens: every request's table in every group, the loads and stores issued since the step before
+(request, chunks of all groups), the chunks the tier holds, the flushes and, where transfers take time,
+the step's start (`tests/data/vllm_offload_hybrid/*.json`). Both of kvsim's engines replay the same
+requests and must make the same decisions with the same block ids, hold as many chunks in the tier, and
+(`slow_*`) start every step and finish every request at the recording's times.
 """
 
 from __future__ import annotations
@@ -29,7 +32,16 @@ SCENARIOS = sorted(p.stem for p in DATA.glob("*.json"))
 
 
 def test_every_recorded_scenario_is_here():
-    assert len(SCENARIOS) >= 20, SCENARIOS
+    assert len(SCENARIOS) >= 131, SCENARIOS
+    # 50 with transfers that take time (`slow_*`): windows, local chunks and Mamba states, steps a flush
+    # lengthens, loads that last several steps, requests that join while the engine stalls on transfers
+    slow = [json.loads((DATA / f"{n}.json").read_text()) for n in SCENARIOS if n.startswith("slow_")]
+    assert len(slow) >= 50
+    assert all(sc["ms_per_block"] > 0 and "start" in sc["steps"][0] for sc in slow)
+    assert any("end" in st for sc in slow for st in sc["steps"])
+    assert sum(sc.get("stall_joins", 0) for sc in slow) > 0
+    kinds = {g[0] for sc in slow for g in sc["groups"]}
+    assert kinds == {"full", "sliding_window", "chunked_local", "mamba"}, kinds
 
 
 def config_of(sc: dict) -> kvsim.SimConfig:
@@ -41,8 +53,9 @@ def config_of(sc: dict) -> kvsim.SimConfig:
         kv_offloading_eviction_policy=sc.get("eviction_policy", "lru"),
         kv_offloading_store_threshold=sc.get("store_threshold", 0),
         kv_offloading_prompt_only=sc.get("prompt_only", True),
-        kv_offloading_ps_per_block=0,
-        kv_offloading_latency_ps=0,
+        # (milliseconds exact in binary: whole picoseconds; zero but in the `slow_*` scenarios)
+        kv_offloading_ps_per_block=round(sc.get("ms_per_block", 0) * 1e9),
+        kv_offloading_latency_ps=round(sc.get("latency_ms", 0) * 1e9),
     )
 
 
@@ -72,6 +85,7 @@ def by_step(res: kvsim.SimResult, steps: int, groups: int) -> list[dict]:
     out = [{"tables": {}, "loads": [], "stores": []} for _ in range(steps + 1)]
     rows = list(res.events.iter_rows(named=True))
     i = 0
+    chunks = 0  # in the tier: stored (a store's count is its chunks, every group's) less evicted
     for j in range(steps + 1):
         while i < len(rows) and rows[i]["step"] <= j:
             e = rows[i]
@@ -85,7 +99,12 @@ def by_step(res: kvsim.SimResult, steps: int, groups: int) -> list[dict]:
                     del tables[r]
             elif kind in ("load", "store"):
                 out[j][kind + "s"].append([r, count])
+            if kind == "store":
+                chunks += count
+            elif kind == "cpu-evict":
+                chunks -= 1
         out[j]["tables"] = {r: [list(t) for t in g] for r, g in tables.items()}
+        out[j]["tier_chunks"] = chunks
     return out
 
 
@@ -107,6 +126,10 @@ def test_kvsim_offloads_a_hybrid_model_as_vllm_does(name, backend):
         assert mine["stores"] == step["stores"], (
             f"step {j}: stores kvsim {mine['stores']} vLLM {step['stores']}"
         )
+        # The chunks the tier holds (ready or pending, every group's) after the step's stores are planned.
+        assert mine["tier_chunks"] == step["tier_chunks"], (
+            f"step {j}: tier chunks kvsim {mine['tier_chunks']} vLLM {step['tier_chunks']}"
+        )
     trailing = ours[len(steps)]
     assert trailing["loads"] == sc["trailing"]["loads"]
     assert trailing["stores"] == sc["trailing"]["stores"]
@@ -118,12 +141,25 @@ def test_kvsim_offloads_a_hybrid_model_as_vllm_does(name, backend):
             last[int(r)] = j
     n = len(sc["requests"])
     assert res.timeseries is not None
-    step_at = {
-        round(t * 1e4): int(j) for j, t in zip(res.timeseries["step"], res.timeseries["time_s"], strict=True)
-    }
     req = res.requests.sort("request_id")
-    assert [step_at[round(t * 1e4)] for t in req["first_scheduled"]] == [first[r] for r in range(n)]
-    assert [step_at[round(t * 1e4) - 10] for t in req["finish"]] == [last[r] for r in range(n)]
+    if "latency_ms" in sc:
+        # Transfers that take time (`slow_*`): kvsim's clock is the recording's, as in the single group's
+        # replay (tests/test_offload_golden.py): each step that computed tokens starts where the recorder's
+        # clock says (a step lasts 1 ms after the stores it flushes end, a stall jumps to a transfer's
+        # end) and ends 1 ms later or at its recorded `end`; times in ps, the recording's ms exact in binary.
+        starts = [round(st["start"] * 1e9) for st in steps]
+        assert [round(t * 1e12) for t in res.timeseries["time_s"]] == starts
+        step_at = {t: j for j, t in enumerate(starts)}
+        end_at = {round(st.get("end", st["start"] + 1) * 1e9): j for j, st in enumerate(steps)}
+        assert [step_at[round(t * 1e12)] for t in req["first_scheduled"]] == [first[r] for r in range(n)]
+        assert [end_at[round(t * 1e12)] for t in req["finish"]] == [last[r] for r in range(n)]
+    else:
+        step_at = {
+            round(t * 1e4): int(j)
+            for j, t in zip(res.timeseries["step"], res.timeseries["time_s"], strict=True)
+        }
+        assert [step_at[round(t * 1e4)] for t in req["first_scheduled"]] == [first[r] for r in range(n)]
+        assert [step_at[round(t * 1e4) - 10] for t in req["finish"]] == [last[r] for r in range(n)]
     assert res.summary["completed"] == n
     assert res.raw.counters["num_flushes"] == sc["flushes"]
 
