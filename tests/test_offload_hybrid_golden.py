@@ -24,7 +24,6 @@ import kvsim
 from kvsim.model.layers import Layer
 from tests.test_hybrid_engine import BASE, toy
 from tests.test_hybrid_golden import config_of as hybrid_config_of
-from tests.test_offload_golden import by_step as _unused  # noqa: F401  (the single-group replay's twin)
 from tests.test_offload_golden import workload_of
 
 DATA = Path(__file__).parent / "data" / "vllm_offload_hybrid"
