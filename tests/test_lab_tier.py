@@ -1,8 +1,8 @@
 """The lab's CPU tier (DESIGN.md §Lab, §CPU tier): the replay's tier columns and held requests against
 the reference engine's own tier, stepped, at every state of random runs, for a model of one full-attention
-group and for hybrid models (their attention groups: each held request's tables per group against the
-engine's manager); the replay still equals the engine's time series with a tier; the query's tier control,
-refused where the engine refuses a tier."""
+group and for hybrid models (attention groups, and state (Mamba) groups beside them: each held request's
+tables per group against the engine's manager); the replay still equals the engine's time series with a
+tier; the query's tier control, refused where the engine refuses a tier."""
 
 from __future__ import annotations
 
@@ -310,6 +310,37 @@ def test_a_hybrid_models_replayed_tier_is_the_engines_at_every_state(w, cfg):
     t = run_track(w, cfg, backend="rust")
     if t.groups:
         check_tables(t)
+
+
+@st.composite
+def loading_state_configs(draw):
+    """`tiered_hybrid_configs` with state (Mamba) layers beside attention (every group's block one size, the
+    block raised to hold a state), most with a small GPU pool and a tier that holds what it loses (so that
+    states and blocks load back)."""
+    cfg = draw(tiered_hybrid_configs().filter(lambda c: any(g.kind == "mamba" for g in c.kv_groups)))
+    if draw(st.integers(0, 3)):
+        cfg = cfg.replace(
+            num_blocks=draw(st.integers(24, 96)),
+            kv_offloading_chunks=draw(st.integers(8, 80)),
+            max_model_len=None,
+            max_num_batched_tokens=draw(st.sampled_from([64, 512])),
+            kv_offloading_prompt_only=True,
+        )
+    return cfg
+
+
+@settings(deadline=None)
+@given(st.one_of(repeated_documents(), workloads(max_requests=20)), loading_state_configs())
+def test_a_state_models_replayed_tier_is_the_engines_at_every_state(w, cfg):
+    """A model with state (Mamba) layers with a tier (DESIGN.md §CPU tier, "A Mamba group": each state the
+    GPU's cache keys stored alone, a state loaded as a window of one chunk, one state block a group): the
+    tier's columns, the held requests and every request's tables per group (a held one's states and blocks,
+    allocated at its load's admission; which have keys, before and after it lands; the blocks shown being
+    filled) are the reference engine's at every state, and the replay equals the engine's time series."""
+    if len(w) == 0:
+        return
+    check_tier(w, cfg)
+    check_tables(run_track(w, cfg, backend="rust"))
 
 
 @pytest.mark.parametrize(

@@ -462,7 +462,9 @@ class _HybridPass:
             self.version[q] += 1
             self.mark_all(q)
             end = c + listed.get(q, 1)
-            new = self.kv.grow(q, self.segments(q, self.g[q]), end, end)
+            # (a Mamba group's chunk may reserve a prefill checkpoint, as any prefill chunk does)
+            checkpoint = self.kv.needs_checkpoint(c, end, self.prompt[q] + self.g[q], self.prompt[q])
+            new = self.kv.grow(q, self.segments(q, self.g[q]), end, end, checkpoint)
             i = self.allocations(q, new, i, hi, j)
             grown.add(q)
         return i
