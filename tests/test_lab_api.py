@@ -60,6 +60,7 @@ def test_presets_route(client):
         "sliding-window-tier",
         "state-layers",
         "state-layers-caching",
+        "state-layers-tier",
     ]
 
 

@@ -137,8 +137,14 @@ def test_replay_equals_the_engine_on_random_hybrid_layouts(w, cfg):
         check_tables(t)
 
 
-# The presets of models served by vLLM's hybrid KV-cache manager (one with a CPU tier).
-HYBRID_PRESETS = ["sliding-window", "sliding-window-tier", "state-layers", "state-layers-caching"]
+# The presets of models served by vLLM's hybrid KV-cache manager (two with a CPU tier).
+HYBRID_PRESETS = [
+    "sliding-window",
+    "sliding-window-tier",
+    "state-layers",
+    "state-layers-caching",
+    "state-layers-tier",
+]
 
 
 @pytest.mark.parametrize("name", HYBRID_PRESETS)

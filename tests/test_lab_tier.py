@@ -1,8 +1,8 @@
 """The lab's CPU tier (DESIGN.md §Lab, §CPU tier): the replay's tier columns and held requests against
 the reference engine's own tier, stepped, at every state of random runs, for a model of one full-attention
-group and for hybrid models (their attention groups: each held request's tables per group against the
-engine's manager); the replay still equals the engine's time series with a tier; the query's tier control,
-refused where the engine refuses a tier."""
+group and for hybrid models (attention groups, and state (Mamba) groups beside them: each held request's
+tables per group against the engine's manager); the replay still equals the engine's time series with a
+tier; the query's tier control, refused where the engine refuses a tier."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from tests.test_engine_differential import workloads
 from tests.test_lab_hybrid import check_tables
 from tests.test_lab_state import check_against_engine
 from tests.test_offload_engine import tier_configs
-from tests.test_offload_hybrid import tiered_hybrid_configs
+from tests.test_offload_hybrid import deadlocks_alike, tiered_hybrid_configs
 
 GIB = 2**30
 GROUP_MASK = (1 << GROUP_BITS) - 1
@@ -304,12 +304,59 @@ def test_a_hybrid_models_replayed_tier_is_the_engines_at_every_state(w, cfg):
     tier's columns, the held requests and every request's tables per group (a held one's too: allocated
     at its load's admission, keyed when it lands) are the reference engine's at every state, and the
     replay equals the engine's time series."""
-    if len(w) == 0:
+    if len(w) == 0 or _deadlocks(w, cfg):
         return
     check_tier(w, cfg)
     t = run_track(w, cfg, backend="rust")
     if t.groups:
         check_tables(t)
+
+
+@st.composite
+def loading_state_configs(draw):
+    """`tiered_hybrid_configs` with state (Mamba) layers beside attention (every group's block one size, the
+    block raised to hold a state), most with a small GPU pool and a tier that holds what it loses (so that
+    states and blocks load back)."""
+    cfg = draw(tiered_hybrid_configs().filter(lambda c: any(g.kind == "mamba" for g in c.kv_groups)))
+    if draw(st.integers(0, 3)):
+        cfg = cfg.replace(
+            num_blocks=draw(st.integers(24, 96)),
+            kv_offloading_chunks=draw(st.integers(8, 80)),
+            max_model_len=None,
+            max_num_batched_tokens=draw(st.sampled_from([64, 512])),
+            kv_offloading_prompt_only=True,
+        )
+    return cfg
+
+
+@settings(deadline=None)
+@given(st.one_of(repeated_documents(), workloads(max_requests=20)), loading_state_configs())
+def test_a_state_models_replayed_tier_is_the_engines_at_every_state(w, cfg):
+    """A model with state (Mamba) layers with a tier (DESIGN.md §CPU tier, "A Mamba group": each state the
+    GPU's cache keys stored alone, a state loaded as a window of one chunk, one state block a group): the
+    tier's columns, the held requests and every request's tables per group (a held one's states and blocks,
+    allocated at its load's admission; which have keys, before and after it lands; the blocks shown being
+    filled) are the reference engine's at every state, and the replay equals the engine's time series."""
+    if len(w) == 0 or _deadlocks(w, cfg):
+        return
+    check_tier(w, cfg)
+    check_tables(run_track(w, cfg, backend="rust"))
+
+
+def _deadlocks(w: Workload, cfg: Any) -> bool:
+    """Whether the run deadlocks as vLLM would (loads admitted together leave too few blocks for their
+    prompts' last tokens): then the lab refuses it with the engines' message (a 400 on the API), which
+    both engines give alike (`deadlocks_alike`)."""
+    why = ""
+    try:
+        run_track(w, cfg, backend="rust")
+    except InvalidArgumentError as e:
+        why = str(e)
+    if not why:
+        return False
+    assert "the run deadlocks at" in why
+    assert deadlocks_alike(w, cfg)
+    return True
 
 
 @pytest.mark.parametrize(
@@ -319,16 +366,8 @@ def test_a_hybrid_models_replayed_tier_is_the_engines_at_every_state(w, cfg):
         ("copilot", {"enable_prefix_caching": False}, "needs enable_prefix_caching true, not false"),
         ("memory-pressure", {}, "needs preemption 'recompute', not 'swap'"),
         ("parallel-sampling", {}, "needs sampling 'independent', not 'fork-cow'"),
-        (
-            "state-layers",
-            {"enable_prefix_caching": True},
-            "is not replayed for qwen3-next-80b-a3b: it has state",
-        ),
-        (
-            "copilot",
-            {"model": "granite-4.0-h-tiny"},
-            "the lab replays a hybrid model's CPU tier for its attention",
-        ),
+        # (a model with state layers takes a tier with prefix caching on, as any model: not off)
+        ("state-layers", {}, "needs enable_prefix_caching true, not false"),
         ("copilot", {"kv_offloading_bytes": 4096}, "holds no chunk"),
         ("copilot", {"kv_offloading_bytes": 2**50}, "more than the page draws"),
     ],
@@ -340,7 +379,14 @@ def test_a_tier_is_refused_where_the_engine_refuses_one(preset, overrides, says)
 
 
 @pytest.mark.parametrize(
-    ("preset", "tier_bytes"), [("cpu-tier", None), ("sliding-window-tier", None), ("copilot", 8 * 2**20)]
+    ("preset", "tier_bytes"),
+    [
+        ("cpu-tier", None),
+        ("sliding-window-tier", None),
+        ("state-layers-tier", None),
+        ("copilot", 8 * 2**20),
+        ("state-layers-caching", 2**30),  # (its states stored, one chunk each; no load: the GPU keeps them)
+    ],
 )
 def test_presets_with_a_tier_replay_as_the_engine_runs(preset, tier_bytes):
     r = resolve(preset, kv_offloading_bytes=tier_bytes)
@@ -474,32 +520,31 @@ def test_the_sliding_window_tier_preset_loads_turn_1_back_into_both_groups():
     assert (end["tier"]["cpu_loads"], end["tier"]["cpu_evictions"]) == (2, 0)
 
 
-def test_the_models_a_tier_is_refused_with_are_the_ones_the_page_disables():
-    """`/api/presets` says which models a tier is refused with (`tier_refused_models`: those with state
-    layers) and what it needs (`tier_needs`); every model the page offers resolves with a tier exactly when
-    it is not listed (or its chunks do not fit the preset's tier, said so), a hybrid model of attention
-    groups included."""
+def test_every_model_the_page_offers_runs_with_a_tier():
+    """`/api/presets` says what a tier needs (`tier_needs`) and refuses no model (it listed those with state
+    layers, `tier_refused_models`, while the lab replayed a hybrid model's tier for its attention groups
+    only): every model the page offers resolves with a tier, state layers included (or its chunks do not fit
+    the preset's tier, said so, naming the size)."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from starlette.testclient import TestClient
 
-    from kvsim.lab.query import model_names, tier_refused
+    from kvsim.lab.query import layout, model_names
     from kvsim.lab.server import create_app
 
     opts = TestClient(create_app()).get("/api/presets").json()["options"]
-    refused = opts["tier_refused_models"]
+    assert "tier_refused_models" not in opts
     assert opts["tier_needs"] == {
         "policy": "vllm",
         "enable_prefix_caching": True,
         "preemption": "recompute",
         "sampling": "independent",
     }
-    assert {"qwen3-next-80b-a3b", "granite-4.0-h-tiny"} <= set(refused)
-    assert not {"gpt-oss-20b", "mistral-7b", "gemma-3-27b", "llama-4-scout", "llama-3-8b"} & set(refused)
+    states = 0
     for name in model_names():
-        assert (name in refused) == (tier_refused(name) is not None), name
+        states += any(g.kind == "mamba" for g in layout(name, 16).groups)
         # (16 blocks: the memory refuses no model; a tier whose chunks do not fit is said so apart)
         why = ""
         try:
@@ -507,19 +552,23 @@ def test_the_models_a_tier_is_refused_with_are_the_ones_the_page_disables():
         except InvalidArgumentError as e:
             why = str(e)
         if why:
-            assert ("has state layers" in why) == (name in refused), (name, why)
-            assert "kv_offloading_bytes" in why
+            assert "kv_offloading_bytes" in why, (name, why)
+            assert "holds no chunk" in why, (name, why)
         else:
             assert tier > 0, name
-            assert name not in refused, name
+    assert states >= 5  # (Qwen3-Next, Qwen3.6, Granite 4, Nemotron 3 Nano, Kimi Linear: state layers)
 
 
-@pytest.mark.parametrize(("preset", "loads"), [("cpu-tier", 1), ("sliding-window-tier", 2)])
-def test_the_blocks_shown_filling_are_those_loads_in_flight_write(preset, loads):
+@pytest.mark.parametrize(
+    ("preset", "loads", "loader"),
+    [("cpu-tier", 1, 7), ("sliding-window-tier", 2, 7), ("state-layers-tier", 1, 5)],
+)
+def test_the_blocks_shown_filling_are_those_loads_in_flight_write(preset, loads, loader):
     """At every state of the presets with a tier, the snapshot's blocks marked `loading` (the page draws
     them as being filled) are exactly the GPU blocks the reference engine's loads in flight write, stepped,
     and those the log allocated for a load whose `load-done` has not come: none before the first load, the
-    blocks of req-8's load at the opening state, none from the state its load lands on."""
+    blocks of the opening state's load (req-8's; req-6's, states included, on `state-layers-tier`), none
+    from the state its load lands on."""
     r = resolve(preset)
     p = r.preset
     seen = watched(p.workload, p.config)
@@ -537,17 +586,121 @@ def test_the_blocks_shown_filling_are_those_loads_in_flight_write(preset, loads)
         loading = [q["name"] for q in snap["requests"] if q["status"] == "loading"]
         assert bool(marked) == bool(loading), k
         shown.append(marked)
-    # The opening state: req-8's load in flight fills its blocks past its GPU hits (it has none).
+    # The opening state: the load in flight fills its request's blocks past its GPU hits (it has none).
     k = p.step
     opening = snapshot_from(r, paged, contiguous, k)
-    (req8,) = [q for q in opening["requests"] if q["status"] == "loading"]
-    tables = req8["block_tables"] if paged.groups else [req8["block_table"]]
-    assert req8["name"] == "req-8"
+    (held,) = [q for q in opening["requests"] if q["status"] == "loading"]
+    tables = held["block_tables"] if paged.groups else [held["block_table"]]
+    assert held["name"] == f"req-{loader + 1}"
     assert shown[k] == {b for table in tables for b in table if b} != set()
-    # ... until the state its load lands on (req-8 `loaded`), then none until the next load.
-    landed = next(j for j in range(k, len(seen)) if seen[j]["held"] == {7: "loaded"})
+    # ... until the state its load lands on (`loaded`), then none until the next load.
+    landed = next(j for j in range(k, len(seen)) if seen[j]["held"] == {loader: "loaded"})
     assert all(shown[j] == shown[k] for j in range(k, landed))
     assert shown[landed] == set()
     starts = sum(1 for j in range(1, len(shown)) if shown[j] and not shown[j - 1])
     assert starts == loads
     assert shown[0] == shown[-1] == set()
+
+
+# The state-layers-tier preset's groups (Qwen3-Next-80B-A3B's: three of state layers, then full attention),
+# and the content of its conversation's first turn.
+STATE_GROUPS, ATTENTION = (0, 1, 2), 3
+RESEARCH_TURN_1 = ("sys-research-agent", "thread-7-turn-1")
+
+
+def _research_turn_1_keys(snap: dict[str, Any]) -> dict[int, set[int]]:
+    """Per group, the table positions of the blocks on the GPU (held or cached) keyed with turn 1's content."""
+    out: dict[int, set[int]] = {g: set() for g in (*STATE_GROUPS, ATTENTION)}
+    for b in snap["blocks"]:
+        key = b["prefix_key"]
+        if key is not None and key.split(":")[0] in RESEARCH_TURN_1:
+            out[b["group"]].add(int(key.rsplit("-", 1)[1]))
+    return out
+
+
+def test_the_state_layers_tier_preset_loads_turn_1s_states_back():
+    """Qwen3-Next-80B-A3B with a CPU tier (the `state-layers-tier` preset), checked against the engines' own
+    results: req-1's first step computes 1,088 of its 1,200 tokens (its prompt's last block boundary) and
+    the tier stores its state there, one chunk per state group, each in a store of its own, and its two
+    full-attention blocks in one; four other requests push it out of the GPU (no state of it left, only its
+    first attention block), and req-6 (turn 2) loads those 5 chunks back at the opening state (the state
+    after the step that starts the load), held, each state table the null block then the state being
+    loaded (the state after 1,088 tokens), keyless until it lands two states later; then it resumes at
+    1,088 tokens and its own states at 1,632 are stored. The GPU serves no hit in the whole run: its 1,088
+    hit tokens all come from the tier."""
+    p = get_preset("state-layers-tier")
+    r = resolve("state-layers-tier")
+    assert [g.kind for g in r.paged.kv_groups] == ["mamba", "mamba", "mamba", "full"]
+    assert r.paged.engine_block_size == 544
+    assert (r.paged.num_blocks, r.paged.kv_offloading_chunks) == (24, 32)
+    assert r.contiguous is None
+    seen = watched(p.workload, p.config)  # the reference engine, stepped
+    res = simulate(p.workload, p.config)  # the Rust engine's counters
+    s = res.summary
+    assert (s["prefix_hit_tokens"], s["cpu_hit_tokens"]) == (0, 1088)
+    assert (s["loads"], s["loaded_blocks"], s["cpu_evictions"], s["stores_failed"]) == (1, 5, 0, 0)
+    names = [f"req-{i + 1}" for i in range(len(p.workload))]
+    hits = dict(zip(names, res.requests["cpu_hit_tokens"].to_list(), strict=True))
+    assert hits == {name: 1088 if name == "req-6" else 0 for name in names}
+    assert res.requests["cached_tokens"].sum() == 0
+    # req-1's first step: 1,088 tokens computed, its states there stored one a store, then its attention.
+    first = snapshot("state-layers-tier", step=1)
+    (req1,) = [q for q in first["requests"] if q["name"] == "req-1"]
+    assert req1["context_tokens"] == 1088
+    assert seen[1]["group_chunks"] == {0: 1, 1: 1, 2: 1, ATTENTION: 2}
+    assert (seen[1]["cpu_stores"], first["tier"]["cpu_stores"]) == (4, 4)
+    assert first["tier"]["cpu_stored_chunks"] == first["tier"]["cpu_pending_chunks"] == 5
+    assert _research_turn_1_keys(first) == {0: {1}, 1: {1}, 2: {1}, ATTENTION: {0, 1}}
+    # Pushed out of the GPU: the state before req-6's load keeps turn 1's first attention block alone.
+    k = p.step
+    assert _research_turn_1_keys(snapshot("state-layers-tier", step=k - 1)) == {
+        0: set(),
+        1: set(),
+        2: set(),
+        ATTENTION: {0},
+    }
+    # The opening state: req-6 held, its load of 5 chunks in flight, a state of each state group and the
+    # two attention blocks.
+    snap = snapshot("state-layers-tier", step=k)
+    tier = snap["tier"]
+    for name in ("cpu_chunks", "cpu_pending_chunks", "cpu_loading_chunks", "cpu_hit_tokens", "cpu_loads"):
+        assert tier[name] == seen[k][name], name
+    assert (tier["cpu_loading_chunks"], tier["cpu_hit_tokens"], tier["cpu_loads"]) == (5, 1088, 1)
+    assert seen[k]["group_loading"] == {0: 1, 1: 1, 2: 1, ATTENTION: 2}
+    assert seen[k]["held"] == {5: "loading"}
+    (req6,) = [q for q in snap["requests"] if q["status"] in ("loading", "loaded")]
+    assert (req6["name"], req6["status"], req6["context_tokens"]) == ("req-6", "loading", 1088)
+    by_id = {b["block_id"]: b for b in snap["blocks"]}
+    for g, table in enumerate(req6["block_tables"]):
+        if g in STATE_GROUPS:
+            assert table[0] == 0  # (no state before the one loaded)
+            assert len(table) == 2
+            assert by_id[table[1]]["num_tokens"] == 1088  # (the state after 1,088 tokens)
+        else:
+            assert len(table) == 2
+            assert 0 not in table
+        for b in table:
+            if b:
+                assert (by_id[b]["group"], by_id[b]["loading"], by_id[b]["prefix_key"]) == (g, True, None)
+    assert snapshot("state-layers-tier", step=k + 1)["tier"]["cpu_loading_chunks"] == 5
+    # Landed two states later: its attention blocks keyed with turn 1's content; the states it loaded take
+    # no key (the GPU's cache keys a state only where a later hit can end: req-6's prompt's last block
+    # boundary, 1,632), as in the engine.
+    landed = snapshot("state-layers-tier", step=k + 2)
+    assert seen[k + 2]["held"] == {5: "loaded"}
+    assert landed["tier"]["cpu_loading_chunks"] == 0
+    assert not any(b.get("loading") for b in landed["blocks"])
+    assert _research_turn_1_keys(landed) == {0: set(), 1: set(), 2: set(), ATTENTION: {0, 1}}
+    keyed = seen[k + 2]["keyed"]
+    assert isinstance(keyed, set)
+    for g in STATE_GROUPS:
+        assert req6["block_tables"][g][1] not in keyed
+    # Resumed: it computes 1,088 to 1,632, whose states are stored (one a store) with its third attention
+    # block: one more chunk in each group.
+    after = snapshot("state-layers-tier", step=k + 3)
+    (req6,) = [q for q in after["requests"] if q["name"] == "req-6"]
+    assert (req6["status"], req6["context_tokens"]) == ("running", 1632)
+    assert seen[k + 3]["group_chunks"] == {g: n + 1 for g, n in seen[k + 2]["group_chunks"].items()}
+    assert seen[k + 3]["cpu_stores"] == seen[k + 2]["cpu_stores"] + 4
+    end = snapshot("state-layers-tier", step=len(seen) - 1)
+    assert (end["tier"]["cpu_loads"], end["tier"]["cpu_evictions"]) == (1, 0)

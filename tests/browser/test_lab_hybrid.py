@@ -15,7 +15,13 @@ import pytest
 from .conftest import LabPage
 from .test_lab_page import assert_blocks, assert_cards, python_snapshot
 
-HYBRID = ["sliding-window", "sliding-window-tier", "state-layers", "state-layers-caching"]
+HYBRID = [
+    "sliding-window",
+    "sliding-window-tier",
+    "state-layers",
+    "state-layers-caching",
+    "state-layers-tier",
+]
 
 # The grid canvas's colour at the middle of cell `b` (an [r, g, b] list), and a CSS colour as [r, g, b].
 CELL_PIXEL = """(b) => {

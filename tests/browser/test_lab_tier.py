@@ -3,7 +3,8 @@ phone's viewport: the tier drawn beside the GPU pool, its chunks by state read b
 pixels and its counters equal `kvsim.lab.snapshot` (itself checked against the reference engine's tier,
 tests/test_lab_tier.py) at steps forward and back; the transfers of a step named from the log; the request
 held for its load shown as held (not running) in the tier panel, the batch line and its card; the tier
-control runs a tier and a refused one changes nothing, the server's reason on the page."""
+control runs a tier (on a model with state layers too) and a refused one changes nothing, the server's reason on
+the page."""
 
 from __future__ import annotations
 
@@ -209,12 +210,8 @@ def test_the_control_says_what_a_tier_needs(lab: LabPage, preset: str) -> None:
     hint = lab.page.inner_text("#c-tier-chunks")
     if preset == "memory-pressure":
         assert "0: no tier; a tier needs preemption recompute" in hint
-    elif preset == "state-layers":  # (it read "a tier model ... is hybrid")
-        want = (
-            "0: no tier; none for model qwen3-next-80b-a3b: the lab does not replay a tier with its state "
-            "(Mamba) layers"
-        )
-        assert hint == want, hint
+    elif preset == "state-layers":  # (a model with state layers takes a tier with prefix caching on)
+        assert hint == "0: no tier; a tier needs prefix caching on", hint
     else:  # a hybrid model of attention groups takes a tier
         assert hint == "0: no tier", hint
 
@@ -307,7 +304,8 @@ def test_a_hybrid_models_tier_drawn_is_the_snapshots_forward_and_back(sized_lab:
 def test_a_hybrid_models_held_request_and_its_filling_blocks(lab: LabPage) -> None:
     """req-8's card says it is loading, with a table per group; a block of its window group the load is
     filling has no key (the inspector says it is being filled) until the load lands (state 48); the step
-    that admits the load (state 46) names it, 12 chunks (6 a group); with a tier on, a model with state layers is offered disabled, saying why."""
+    that admits the load (state 46) names it, 12 chunks (6 a group); with a tier on, every model is offered,
+    those with state layers included."""
     lab.open(**HYBRID_TIER, step=47)
     q = lab.query()
     snap = python_snapshot(q, 47)
@@ -336,8 +334,11 @@ def test_a_hybrid_models_held_request_and_its_filling_blocks(lab: LabPage) -> No
     load = next(t for k, t in flows if k == "load")
     assert "12 chunks" in load
     assert "req-8" in load
-    why = lab.page.get_attribute('#c-model option[value="qwen3-next-80b-a3b"]', "data-why")
-    assert why == "the lab does not replay a CPU tier with state (Mamba) layers"
+    # (a model whose block does not fit the 12 MiB is disabled for that reason alone, not the tier's)
+    for model in ("qwen3-next-80b-a3b", "granite-4.0-h-tiny", "gpt-oss-20b"):
+        why = lab.page.get_attribute(f'#c-model option[value="{model}"]', "data-why") or ""
+        assert "tier" not in why, (model, why)
+        assert "state" not in why, (model, why)
     assert lab.page.get_attribute('#c-model option[value="gpt-oss-20b"]', "data-why") is None
 
 
@@ -390,8 +391,77 @@ def test_the_sliding_window_tier_preset_drawn_is_the_snapshots(sized_lab: LabPag
     ), lab.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
 
 
+def test_the_state_layers_tier_preset_drawn_is_the_snapshots(sized_lab: LabPage) -> None:
+    """The `state-layers-tier` preset (Qwen3-Next-80B-A3B, three groups of state layers beside full
+    attention, with a CPU tier; tests/test_lab_tier.py checks its meaning against the engines) opens with
+    req-6's load in flight: its card says so, with a row per group, each state group's row the null block
+    (no earlier state: the load brings the one it resumes from) then the state being loaded; the step names
+    the load of 5 chunks and the tier's caption what a state's chunk is. The inspector on a state being
+    loaded says so (a state of 1,088 tokens on the link, no key yet); once landed, the state holds its
+    tokens, keyless (the GPU keys a state only where a later hit can end). The tier drawn, the grid and
+    every group's table equal `snapshot` at steps forward and back (req-1's states stored, the load in
+    flight and landed, req-6's own states stored, the end)."""
+    lab = sized_lab
+    lab.open(preset="state-layers-tier")
+    opening = lab.step()
+    assert opening == 91
+    assert lab.page.locator("#tier-panel").is_visible()
+    assert lab.page.locator("#grid-groups li").count() == 4
+    assert "a state group’s chunk is one block" in lab.page.inner_text("#tier-caption")
+    q = lab.query()
+    snap = python_snapshot(q, opening)
+    req6 = next(r for r in snap["requests"] if r["name"] == "req-6")
+    assert req6["status"] == "loading"
+    card = lab.page.locator('#seq-list .seq[data-rid="5"]')
+    assert card.get_attribute("data-status") == "loading"
+    assert "Loading from CPU" in (card.text_content() or "")
+    rows = card.locator(".group-row")
+    assert rows.count() == 4
+    for g in range(3):
+        nulls = rows.nth(g).locator("[data-null]")
+        assert nulls.get_attribute("data-null") == "1"
+        assert "a CPU-tier load from the state it brings" in (nulls.get_attribute("title") or "")
+    assert rows.nth(3).locator("[data-null]").count() == 0
+    flows = lab.page.eval_on_selector_all(
+        "#tier-flows [data-flow]", "els => els.map(e => [e.dataset.flow, e.textContent])"
+    )
+    load = next(t for k, t in flows if k == "load")
+    assert "5 chunks" in load
+    assert "req-6" in load
+    hit = next(t for k, t in flows if k == "hit")
+    assert "1,088 tokens" in hit
+    # A state being loaded (group 0's), in the inspector: while the load is in flight, then landed.
+    state = req6["block_tables"][0][1]
+    for step, loading in ((opening, True), (93, False)):
+        if step != lab.step():
+            lab.seek(step)
+        lab.page.locator(f'#grid .cell[data-block="{state}"]').click()
+        lab.page.wait_for_function("document.body.dataset.settled === document.body.dataset.step")
+        want = next(b for b in python_snapshot(q, step)["blocks"] if b["block_id"] == state)
+        assert (bool(want.get("loading")), want["group"], want["num_tokens"]) == (loading, 0, 1088)
+        assert want["prefix_key"] is None
+        assert lab.page.get_attribute("#insp-state", "data-filling") == ("true" if loading else "false")
+        assert ("BEING LOADED" in lab.page.inner_text("#insp-state")) == loading
+        occupancy = lab.page.inner_text("#insp-occupancy")
+        assert "a state of 1,088 tokens" in occupancy
+        assert ("the state is on the link" in occupancy) == loading
+        key = lab.page.inner_text("#insp-key")
+        assert ("none yet" in key and "where its group keeps one" in key) if loading else ("none" in key)
+    for step in (opening, 1, 2, 11, 12, 90, 92, 93, 94, 95, snap["num_steps"], 91, 5, 0):
+        if step != lab.step():
+            lab.seek(step)
+        snap = python_snapshot(q, step)
+        assert_tier(lab, snap)
+        assert_blocks(lab, snap)
+        assert_group_tables(lab, snap)
+    width = lab.page.viewport_size["width"]
+    assert lab.page.evaluate(
+        f"document.documentElement.scrollWidth <= {width} && window.innerWidth <= {width}"
+    ), lab.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+
+
 # Per grid cell, the share of its canvas pixels in the loading colour's hue (magenta: saturated, hue 285 to
-# 340 degrees; the blocks' other colours are blue, teal, gold, purple and greys) and the share close to the
+# 340 degrees; the blocks' other colours are blue, teal, gold, rose, purple and greys) and the share close to the
 # colour of computed KV (a private block's fill, or a hybrid model's group colour).
 CELL_LOOKS = """async () => {
   const m = await import('/static/js/grid.js');
@@ -433,13 +503,22 @@ CELL_LOOKS = """async () => {
 }"""
 
 
+def _state_groups(lab: LabPage) -> list[int]:
+    """The indices of the run's state (Mamba) groups (none without groups)."""
+    return lab.page.evaluate(
+        "(window.kvlab.replay.groups || []).flatMap((g, i) => (g.kind === 'mamba' ? [i] : []))"
+    )
+
+
 def assert_filling_drawn(lab: LabPage, filling: set[int]) -> None:
     """The grid draws exactly `filling` as blocks a load in flight is filling: their cells say so (data,
     title, label), their pixels are in the loading colour's hatching, none in the colour of computed KV;
-    no other cell has a pixel of the loading colour."""
+    no other cell has a pixel of the loading colour (but for a state block's edge: rose antialiased over
+    the page's dark blue passes through magenta hues, under 2 % of its pixels)."""
     cells = {c["block_id"]: c for c in lab.cells()}
     assert {b for b, c in cells.items() if c["filling"]} == filling
     looks = lab.page.evaluate(CELL_LOOKS)
+    states = _state_groups(lab)
     for b in cells:
         look = looks[str(b)]
         if b in filling:
@@ -449,28 +528,32 @@ def assert_filling_drawn(lab: LabPage, filling: set[int]) -> None:
             assert "being filled by a CPU-tier load in flight" in (cell.get_attribute("title") or "")
             assert "being filled by a CPU-tier load in flight" in (cell.get_attribute("aria-label") or "")
         else:
-            assert look["magenta"] == 0, (b, look)
+            edge = 0.02 if lab.page.evaluate(f"window.kvlab.replay.paged.groupOf({b})") in states else 0
+            assert look["magenta"] <= edge, (b, look)
             assert lab.page.locator(f'#grid .cell[data-block="{b}"]').get_attribute("title") is None
 
 
-@pytest.mark.parametrize(("preset", "landed"), [("cpu-tier", 43), ("sliding-window-tier", 41)])
+@pytest.mark.parametrize(
+    ("preset", "landed", "loader"),
+    [("cpu-tier", 43, 7), ("sliding-window-tier", 41, 7), ("state-layers-tier", 93, 5)],
+)
 def test_the_grid_draws_the_blocks_a_load_fills_as_filling_until_it_lands(
-    sized_lab: LabPage, preset: str, landed: int
+    sized_lab: LabPage, preset: str, landed: int, loader: int
 ) -> None:
-    """At the opening step req-8's load is in flight: the grid draws the blocks it fills (the snapshot's
-    `loading` blocks, req-8's blocks) in a style of their own, named in the legend, hatched in the tier
-    panel's "being loaded" colour with no fill of computed KV, titled so; req-8's chips say so too. From the
-    state its load lands on, no block is drawn so (nor any pixel of that colour), and scrubbing back draws
-    them again."""
+    """At the opening step a load is in flight (req-8's; req-6's, states included, on `state-layers-tier`):
+    the grid draws the blocks it fills (the snapshot's `loading` blocks, the loader's blocks) in a style of
+    their own, named in the legend, hatched in the tier panel's "being loaded" colour with no fill of
+    computed KV, titled so; the loader's chips say so too. From the state its load lands on, no block is
+    drawn so (nor any pixel of that colour), and scrubbing back draws them again."""
     lab = sized_lab
     lab.open(preset=preset)
     opening = lab.step()
     q = lab.query()
     snap = python_snapshot(q, opening)
     filling = {b["block_id"] for b in snap["blocks"] if b.get("loading")}
-    (req8,) = [r for r in snap["requests"] if r["status"] == "loading"]
-    assert req8["name"] == "req-8"
-    tables = req8.get("block_tables") or [req8["block_table"]]
+    (held,) = [r for r in snap["requests"] if r["status"] == "loading"]
+    assert held["name"] == f"req-{loader + 1}"
+    tables = held.get("block_tables") or [held["block_table"]]
     assert filling == {b for t in tables for b in t if b} != set()
     legend = lab.page.locator("#grid-filling-legend")
     assert legend.is_visible()
@@ -488,7 +571,7 @@ def test_the_grid_draws_the_blocks_a_load_fills_as_filling_until_it_lands(
             lab.seek(step)
         assert {b["block_id"] for b in python_snapshot(q, step)["blocks"] if b.get("loading")} == want
         assert_filling_drawn(lab, want)
-        card = lab.page.locator('#seq-list .seq[data-rid="7"]')
+        card = lab.page.locator(f'#seq-list .seq[data-rid="{loader}"]')
         chips = card.locator('.chip-map[data-filling="true"]')
         assert {int(chips.nth(i).get_attribute("data-block") or -1) for i in range(chips.count())} <= want
         assert (chips.count() > 0) == bool(want)
@@ -502,7 +585,7 @@ def test_the_grid_draws_the_blocks_a_load_fills_as_filling_until_it_lands(
         assert (f"({len(want)} of them being filled by a CPU-tier load)" in caption) == bool(want), caption
         derivation = lab.page.inner_text("#derivation")
         assert ("of it still on the link from the CPU tier" in derivation) == bool(want)
-        # The inspector's state line on one of req-8's blocks: being loaded while the load is in flight.
+        # The inspector's state line on one of the loader's blocks: being loaded while the load is in flight.
         block = min(filling)
         lab.page.locator(f'#grid .cell[data-block="{block}"]').click()
         lab.page.wait_for_function("document.body.dataset.settled === document.body.dataset.step")

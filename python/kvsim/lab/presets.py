@@ -4,7 +4,7 @@
 what the seed page could not: real decoding over time, copy-on-write samples, preemption by recompute and
 by swap, a CPU tier (vLLM's native KV offloading), a slice of a real trace, and models whose layers are not
 all full attention (vLLM's hybrid KV-cache manager: sliding windows, state layers; sliding windows with a
-CPU tier) (DESIGN.md §Lab).
+CPU tier; state layers with a CPU tier) (DESIGN.md §Lab).
 """
 
 from __future__ import annotations
@@ -453,6 +453,68 @@ def state_layers_caching() -> Preset:
     )
 
 
+# The state-layer CPU-tier preset's content ids (a conversation's system prompt and first turn, the answer to
+# it, its second turn), its GPU pool and its tier.
+SYS_RESEARCH, RESEARCH_TURN_1, RESEARCH_ANSWER, RESEARCH_TURN_2 = 13, 14, 15, 16
+STATE_TIER_BLOCKS = 24
+STATE_TIER_CHUNKS = 32
+
+
+def state_layers_tier() -> Preset:
+    """A CPU tier on a model with state layers (DESIGN.md §CPU tier, "A Mamba group"): Qwen3-Next-80B-A3B
+    (three KV-cache groups of gated-delta-net state layers, one of full attention; blocks of 544 tokens,
+    12.75 MiB each) with prefix caching on, a 24-block GPU pool and a CPU tier of 32 chunks (408 MiB). req-1
+    is a conversation's first turn, 1,200 tokens (the 600-token `sys-research-agent` and the 600-token
+    `thread-7-turn-1`); its first step computes 1,088 tokens (its prompt's last block boundary), the GPU's
+    prefix cache keys the state there, and the tier stores it, one chunk per state group, each alone before
+    the step's other stores, then the two full-attention blocks. Four requests of their own take its blocks
+    on the GPU (all but its first attention block, with no state to start from); req-6, the second turn
+    (turn 1, a 40-token answer, a 500-token message), finds no GPU hit and 1,088 tokens in the tier: it
+    loads 5 chunks (the three states at 1,088 tokens and the two attention blocks) and is held while the
+    load is in flight, then computes only the rest, its own states at 1,632 tokens stored in turn. The
+    link's latency is 2.5 ms, as in `cpu-tier`, so that the load spans steps."""
+    rows = [
+        ([(SYS_RESEARCH, 600), (RESEARCH_TURN_1, 600)], 40),
+        *[([(900 + i, 700 + 150 * (i % 3))], 30 + 10 * i) for i in range(4)],
+        ([(SYS_RESEARCH, 600), (RESEARCH_TURN_1, 600), (RESEARCH_ANSWER, 40), (RESEARCH_TURN_2, 500)], 30),
+    ]
+    arrival = [0.0, 0.02, 0.03, 0.04, 0.05, 0.09]
+    w = _table(rows, arrival, STATE_MAX_TOKENS)
+    from kvsim.lab.query import lab_model
+
+    cfg = SimConfig(
+        model=lab_model("qwen3-next-80b-a3b"),
+        num_blocks=STATE_TIER_BLOCKS,
+        block_size=16,
+        gdn_prefill_backend="triton",
+        kv_offloading_chunks=STATE_TIER_CHUNKS,
+        kv_offloading_latency_ps=TIER_LATENCY_PS,
+    )
+    names = {SYS_RESEARCH: "sys-research-agent", RESEARCH_TURN_1: "thread-7-turn-1"}
+    labels = ["Thread 7, turn 1", *[f"Chat #{i + 1}" for i in range(4)], "Thread 7, turn 2"]
+    return Preset(
+        name="state-layers-tier",
+        title="States in a CPU tier (Qwen3-Next-80B)",
+        description=(
+            "Qwen3-Next-80B-A3B (three groups of state layers, one of full attention, blocks of 544 tokens) "
+            "with prefix caching on, a 24-block GPU pool and a 32-chunk CPU tier. A conversation's first turn "
+            "(req-1, 1,200 tokens) computes 1,088 tokens in its first step; the tier stores its state there, "
+            "one chunk per state group, each alone, and its two full-attention blocks. Four other requests "
+            "push it out of the GPU (no state of it is left to start from); the second turn (req-6) loads "
+            "those 5 chunks back, the three states at 1,088 tokens and the two attention blocks, held while "
+            "the load is in flight, then computes only the rest. Opens at the step that starts the load."
+        ),
+        workload=w,
+        config=cfg,
+        step=91,
+        segment_names=names,
+        request_names=[f"req-{i + 1}" for i in range(len(rows))],
+        labels=labels,
+        system_prompts=[names.get(r[0][0][0]) for r in rows],
+        max_tokens=f"max_tokens {STATE_MAX_TOKENS} each",
+    )
+
+
 MOONCAKE_FILE = "mooncake/conversation_trace.jsonl"
 MOONCAKE_SLICE = 120
 
@@ -497,6 +559,7 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "sliding-window-tier": sliding_window_tier,
     "state-layers": state_layers,
     "state-layers-caching": state_layers_caching,
+    "state-layers-tier": state_layers_tier,
 }
 
 

@@ -169,21 +169,6 @@ def is_hybrid(model: Any) -> bool:
     return not layout(model, 16).single_full
 
 
-def tier_refused(model: Any) -> str | None:
-    """Why the page replays no CPU tier for `model` (None: it does): it replays a hybrid model's tier for
-    its attention groups (full attention, sliding windows, local chunks; DESIGN.md §Lab), not a Mamba
-    group's states, which the engines model (DESIGN.md §CPU tier, "A Mamba group") and the replay does
-    not read."""
-    lay = layout(model, 16)
-    if any(g.kind == "mamba" for g in lay.groups):
-        return (
-            f"it has state layers ({lay.describe()}), and the lab replays a hybrid model's CPU tier for its "
-            "attention groups only (the engines model a Mamba group's states in the tier; the lab does not "
-            "replay their stores)"
-        )
-    return None
-
-
 @functools.cache
 def requires() -> dict[str, dict[str, dict[str, list[Any]]]]:
     """Which values need another's: `REQUIRES`, and for each hybrid model the only values of the lab's
@@ -215,13 +200,8 @@ def options() -> dict[str, Any]:
         "model_bytes_per_token": {n: lab_model(n).kv_bytes_per_token for n in names},
         "model_bytes_per_block": {n: {b: bytes_per_block(n, b) for b in BLOCK_SIZES} for n in names},
         "hybrid_models": [n for n in names if is_hybrid(n)],
-        # A CPU tier (`kv_offloading_bytes`) runs only with these values, and not on these models (why).
+        # A CPU tier (`kv_offloading_bytes`) runs only with these values (on every model offered).
         "tier_needs": TIER_NEEDS,
-        "tier_refused_models": {
-            n: "the lab does not replay a CPU tier with state (Mamba) layers"
-            for n in names
-            if tier_refused(n)
-        },
         "max_tier_chunks": MAX_TIER_CHUNKS,
     }
 
@@ -350,11 +330,12 @@ def _check_requires(values: dict[str, Any]) -> None:
             )
 
 
-def tier_size(tier_bytes: Any, values: dict[str, Any], model: Any) -> float | None:
+def tier_size(tier_bytes: Any, values: dict[str, Any]) -> float | None:
     """`kv_offloading_bytes` checked and turned into the engine's `kv_offloading_size` (GiB, as vLLM's
     `--kv-offloading-size`; exact: bytes ÷ 2**30): None for 0 (no tier). Refused, naming the value and
-    the one that stops it, where the engine does not model a tier (any of `TIER_NEEDS` changed) or the
-    lab does not replay it (a model with state layers: `tier_refused`); `check_tier_chunks` refuses a tier of no chunk or more than the page draws.
+    the one that stops it, where the engine does not model a tier (any of `TIER_NEEDS` changed); the lab
+    replays a tier on every model it offers (a hybrid model's groups, attention and states alike:
+    `state_hybrid`). `check_tier_chunks` refuses a tier of no chunk or more than the page draws.
 
     Raises:
         InvalidArgumentError: as above.
@@ -363,9 +344,6 @@ def tier_size(tier_bytes: Any, values: dict[str, Any], model: Any) -> float | No
     if n == 0:
         return None
     what = f"kv_offloading_bytes {n} ({fmt_bytes(n)} of CPU tier)"
-    name = model if isinstance(model, str) else model.name
-    if tier_refused(model):
-        raise InvalidArgumentError(f"{what} is not replayed for {name}: {tier_refused(model)}")
     for knob, needed in TIER_NEEDS.items():
         if values[knob] != needed:
             raise InvalidArgumentError(
@@ -471,7 +449,6 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
     tier = tier_size(
         tier_bytes,
         {"policy": policy, "enable_prefix_caching": caching, "preemption": preemption, "sampling": sampling},
-        model,
     )
     n = len(p.workload)
     if n > LIMITS["max_requests"]:

@@ -15,11 +15,15 @@ contiguous replay does when a logged placement differs. Nothing is decided here:
 and with how many tokens is read from the log; the manager only says which block ids that gives, exactly
 as the engine's did, and what it kept cached.
 
-With a CPU tier (DESIGN.md §CPU tier, "A hybrid model"; §Lab) the pass reads the tier's rows too: a load's
-admission (`admit` ... `cpu-hit`, `load`) takes its GPU hits and allocates its blocks for the hit and loaded
-tokens, keyed when its `load-done` lands (`cache_loaded`); the held request resumes in the held queue's order
-as the step's batch says (a resume has no row of its own); a finishing request's windows are freed first
-(`window` rows after its `finish`); stores and the tier's evictions leave the GPU pool as it is.
+With a CPU tier (DESIGN.md §CPU tier, "A hybrid model", "A Mamba group"; §Lab) the pass reads the tier's rows
+too: a load's admission (`admit` ... `cpu-hit`, `load`) takes its GPU hits and allocates its blocks for the
+hit and loaded tokens (a state group's: one fresh block at the load's end, the state it reads), keyed when
+its `load-done` lands (`cache_loaded`: a window's and a state's only where their group keeps keys); the held
+request resumes in the held queue's order as the step's batch says (a resume has no row of its own), its
+chunk reserving a state's prefill checkpoint as any prefill chunk does; a finishing request's windows are
+freed first (`window` rows after its `finish`); stores (a state's hand-off alone, as any) and the tier's
+evictions leave the GPU pool as it is. What a state keyed in this step or a landed load's states adopted
+decide (whether an admission waits a step) is the log's: the pass admits what the log admits.
 
 The pass gives rows (`HybridRows`); `kvsim.lab.state_hybrid_rows` turns them into the columns the lab keeps
 for every track (`BlockRows` with each block's group, `SeqRows` with a table per group) and measures the
@@ -462,7 +466,9 @@ class _HybridPass:
             self.version[q] += 1
             self.mark_all(q)
             end = c + listed.get(q, 1)
-            new = self.kv.grow(q, self.segments(q, self.g[q]), end, end)
+            # (a Mamba group's chunk may reserve a prefill checkpoint, as any prefill chunk does)
+            checkpoint = self.kv.needs_checkpoint(c, end, self.prompt[q] + self.g[q], self.prompt[q])
+            new = self.kv.grow(q, self.segments(q, self.g[q]), end, end, checkpoint)
             i = self.allocations(q, new, i, hi, j)
             grown.add(q)
         return i

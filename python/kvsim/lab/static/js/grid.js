@@ -56,13 +56,16 @@ export function stateColors() {
 
 /** What a cell says of a block a CPU-tier load in flight is filling (its title, and its aria-label's end). */
 export const FILLING_TEXT = "being filled by a CPU-tier load in flight: allocated and counted as stored, " +
-  "but its KV is still on the host link; it takes its prefix key when the load lands";
+  "but its KV (a state layer's block: its state) is still on the host link; it takes its prefix key when the " +
+  "load lands where its group keeps one (a sliding window's and a state's only where a later hit can end)";
 
 // A hybrid model's KV-cache groups are told apart by colour (a hue per kind: full attention blue, sliding
-// window teal, chunked local gold, state layers pink; several groups of a kind in shades of it), the
+// window teal, chunked local gold, state layers rose; several groups of a kind in shades of it), the
 // block's state by its pattern as without groups (filled to its tokens, striped when shared, a dashed
-// outline when cached).
-const KIND_HUES = { full: 218, sliding_window: 168, chunked_local: 45, mamba: 330 };
+// outline when cached). State layers were pink (hue 330, three groups 316 to 344): with a CPU tier their
+// first group took the hue of the blocks a load is filling (`--c-loading`, 315); rose (346 to 14 for
+// three groups) keeps 30 degrees from it.
+const KIND_HUES = { full: 218, sliding_window: 168, chunked_local: 45, mamba: 0 };
 
 /** Per group {main, dark, empty} colours (CSS strings). */
 export function groupColors(groups) {

@@ -53,6 +53,9 @@ export class Inspector {
     // A hybrid model's block: its group's block size, and a state block holds a state, not token slots.
     const group = track.groups && blk.group >= 0 ? track.groups[blk.group] : null;
     const state = group !== null && group.kind === "mamba";
+    // (a sliding window's and a state group's blocks are keyed only where a later hit can end: vLLM's sparse
+    // retention, a load's landing included)
+    const sparse = state || (group !== null && group.kind === "sliding_window");
     const bs = track.groupBlockSize(blk.group);
     const bpb = bundle.bytes_per_block;
     const bpt = group ? bpb / bs : bundle.bytes_per_token ?? (bundle.model && bundle.model.bytes_per_token);
@@ -69,8 +72,8 @@ export class Inspector {
       }
     }
     // A CPU tier: a holder held for its load (its blocks allocated when the load was admitted); a block
-    // past its GPU hits is being filled by the load in flight, and takes its key when the load lands
-    // (`TrackReplay.filling`, which the grid draws too).
+    // past its GPU hits is being filled by the load in flight, and takes its key when the load lands where
+    // its group keeps one (`TrackReplay.filling`, which the grid draws too).
     const held = holders.filter((h) => {
       const st = track.seqs.row(h.seq)[S.status];
       return st === "loading" || st === "loaded";
@@ -78,7 +81,8 @@ export class Inspector {
     const filling = blk.filling;
     const heldNote = held.length ? `<p class="hint insp-held" id="insp-held" data-filling="${filling}">Held by ` +
       `${esc(held.join(", "))}, held for a CPU-tier load: ${filling
-        ? "this block is being filled by the load in flight (its KV arrives over the host link) and takes its prefix key when the load is seen complete."
+        ? `this block is being filled by the load in flight (its ${state ? "state" : "KV"} arrives over the host link) and takes its prefix key when the load is seen complete${
+          sparse ? `, if its group keeps one there (a ${state ? "state" : "window block"} is keyed only where a later hit can end)` : ""}.`
         : "this block holds its KV already (found on the GPU, or the load has landed)."}</p>` : "";
     const key = filling ? null : blk.prefix_key;
     const title = `<b class="mono" id="insp-id">P_${b}</b>`;
@@ -97,7 +101,8 @@ export class Inspector {
           ? `G${blk.group} · ${esc(group.label)} · ${int(group.num_layers)} layers: a page in each (${bytes(group.page_bytes)})`
           : '<span class="hint">none (free)</span>'}</dd>` : ""}
         <dt>Occupancy</dt><dd id="insp-occupancy" data-tokens="${blk.num_tokens}">${state
-          ? `a state of <b>${int(blk.num_tokens)}</b> tokens (fixed size, whatever the length)`
+          ? `a state of <b>${int(blk.num_tokens)}</b> tokens (fixed size, whatever the length)${filling
+            ? " <small>(counted as stored from the load's admission, as the engine counts it: the state is on the link)</small>" : ""}`
           : `<b>${blk.num_tokens} / ${bs}</b> tokens${filling
             ? " <small>(counted as stored from the load's admission, as the engine counts them: they are on the link)</small>" : ""}`}</dd>
         <dt>Slack</dt><dd id="insp-slack">${slack === null ? "—"
@@ -107,7 +112,7 @@ export class Inspector {
           ? names.map((n, i) => `<span class="pill">${esc(n)}</span>${i < names.length - 1 ? " " : ""}`).join("")
           : '<span class="hint">no sequence</span>'}</dd>
         <dt>Prefix key</dt><dd class="mono" id="insp-key">${key ? esc(key) : filling
-          ? '<span class="hint">none yet (taken when the load lands)</span>'
+          ? `<span class="hint">none yet (taken when the load lands${sparse ? ", where its group keeps one" : ""})</span>`
           : '<span class="hint">none (a partial or unkeyed block)</span>'}</dd>
       </dl>
       ${holders.length ? `<p class="label">Block tables holding it</p><ul class="holders">${holders.map((h) =>

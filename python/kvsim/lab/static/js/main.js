@@ -147,15 +147,12 @@ function whyNot(param, value, bundle) {
       return `${other} ${q[other]} needs ${words}${theirs.map((a) => valueWord(param, a)).join(" or ")}`;
     }
   }
-  // A CPU tier runs with vLLM v1's knobs, and not on a model with state layers (the server's rule: the
-  // lab replays a hybrid model's tier for its attention groups only).
+  // A CPU tier runs with vLLM v1's knobs (the server's rule), on every model offered.
   if (Number(q.kv_offloading_bytes || 0) > 0) {
     const needed = (opts.tier_needs || {})[param];
     if (needed !== undefined && !sameValue(needed, value)) {
       return `the CPU tier needs ${PARAM_WORDS[param] || param} ${valueWord(param, needed)}`;
     }
-    const refused = (opts.tier_refused_models || {})[value];
-    if (param === "model" && refused) return refused;
   }
   if ((param === "block_size" || param === "model") && q.num_blocks === undefined) {
     // Bytes per block as the server cuts the pool (a hybrid model's: its largest group's layers × page).
@@ -243,11 +240,9 @@ function syncTier(bundle) {
   let hint = t ? `= ${int(t.chunks)} chunks of ${bytes(t.chunk_bytes)} (a block's KV padded to 4 KiB, as vLLM sizes it)` +
     (rest > 0 ? `; ${bytes(rest)} left over, unused` : "") : "0: no tier";
   const needs = opts.tier_needs || {};
-  const refused = (opts.tier_refused_models || {})[q.model];
-  const stop = refused ? `none for model ${q.model}: the lab does not replay a tier with its state (Mamba) layers`
-    : Object.entries(needs).filter(([k, v]) => !sameValue(q[k], v))
-      .map(([k, v]) => `needs ${PARAM_WORDS[k] || k} ${valueWord(k, v)}`).join(", ");
-  if (!t && stop) hint = refused ? `0: no tier; ${stop}` : `0: no tier; a tier ${stop}`;
+  const stop = Object.entries(needs).filter(([k, v]) => !sameValue(q[k], v))
+    .map(([k, v]) => `needs ${PARAM_WORDS[k] || k} ${valueWord(k, v)}`).join(", ");
+  if (!t && stop) hint = `0: no tier; a tier ${stop}`;
   $("c-tier-chunks").textContent = hint;
   if (!t && stop) input.dataset.why = stop;
   else delete input.dataset.why;

@@ -89,7 +89,9 @@ export class Panels {
     const rules = [kinds.has("full") && "full attention keeps every block",
       kinds.has("sliding_window") && "a sliding window frees the blocks that leave it (the null block takes their place)",
       kinds.has("chunked_local") && "a local chunk frees the chunks before it (the null block takes their place)",
-      kinds.has("mamba") && "a state layer holds one block whatever the length"].filter(Boolean);
+      kinds.has("mamba") && (b.query.enable_prefix_caching === false ? "a state layer holds one block whatever the length"
+        : "a state layer holds one block for its running state whatever the length (null entries before it; for a " +
+          "step after its state moves to a new block, the one before too)")].filter(Boolean);
     $("paged-explain").textContent = b.layout
       ? `One pool of blocks of ${bytes(b.bytes_per_block)}, shared by ${b.layout.groups.length} KV-cache groups of ` +
         `${b.layout.group_size} layers: a block id is one page in each layer of the group holding it. Each request ` +

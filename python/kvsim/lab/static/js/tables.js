@@ -164,7 +164,8 @@ export class SeqTables {
         // (a state table keeps only its latest states; a window's, the blocks it still reads: the null
         // block stands for those it left and for those a prefix hit, or a CPU-tier load, started past)
         const why = g.kind === "mamba"
-          ? `${one ? "an earlier state" : "earlier states"}: replaced by a newer one, or never held (a hit starts from a cached state)`
+          ? `${one ? "an earlier state" : "earlier states"}: replaced by a newer one, or never held (a hit starts from a cached ` +
+            `state, a CPU-tier load from the state it brings)`
           : `${one ? "this block" : "these blocks"} left the window, or ${one ? "was" : "were"} never held (a prefix hit ` +
             `or a CPU-tier load started past ${one ? "it" : "them"})`;
         chips.push(`<span class="chip-map null" data-null="${lead}" title="${why}: vLLM’s null block (P_0) in ` +

@@ -88,12 +88,17 @@ export class TierView {
     this.colors = this.colors || tierColors();
     setText(this.title, `CPU tier · host memory (${int(tier.chunks)} chunks × ${bytes(tier.chunk_bytes)} = ` +
       `${bytes(tier.chunks * tier.chunk_bytes)})`);
+    // (a model with state layers: its states are chunks of their own, DESIGN.md §CPU tier, "A Mamba group")
+    const states = !!(replay.groups && replay.groups.some((g) => g.kind === "mamba"));
     const link = tier.s_per_block > 0 ? `${span(tier.latency_s)} + ${span(tier.s_per_block)} a block`
       : `${span(tier.latency_s)} a transfer (no time per block: no GPU is given to derive its host link from)`;
     setText(this.caption, `vLLM’s native KV offloading: a chunk is ${int(tier.blocks_per_chunk)} GPU ` +
       `block${tier.blocks_per_chunk === 1 ? "" : "s"} of one request, stored as its tokens are computed` +
       `${tier.prompt_only ? " (prompt tokens only)" : ""}, evicted ${tier.eviction_policy.toUpperCase()}; the link takes ` +
-      `${link}. The log names no chunk, so the cells are grouped by state.`);
+      `${link}.${states ? " With state layers, a state group’s chunk is one block, the state after the chunk’s last " +
+        "token: stored alone, before the step’s other stores, where the GPU’s prefix cache keys a state (a prompt’s " +
+        "last block boundary, a shared prefix’s end); a load reads the one state its request resumes from." : ""} ` +
+      "The log names no chunk nor its group, so the cells are grouped by state.");
     // The canvas's height follows the tier's rows (measured once per run, not per step).
     forgetCanvasSizes(this.canvas);
     const { w } = canvasSize(this.canvas);
