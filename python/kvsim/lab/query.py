@@ -316,13 +316,7 @@ def _check_requires(values: dict[str, Any]) -> None:
                 what = layout(value, 16)
                 why = (
                     f" (its layers form {len(what.groups)} KV-cache group{'s' if len(what.groups) != 1 else ''}: "
-                    "vLLM's hybrid KV-cache manager serves it"
-                    + (
-                        "; kvsim does not model its Mamba states with prefix caching yet"
-                        if other == "enable_prefix_caching"
-                        else ""
-                    )
-                    + ")"
+                    "vLLM's hybrid KV-cache manager serves it)"
                 )
             shown = " or ".join(_word(a) for a in allowed)
             raise InvalidArgumentError(
