@@ -16,7 +16,7 @@ compiled `vllm._C` is never loaded, only warned about; every recorded file came 
 With prefix caching on, a state group runs in vLLM's Mamba "align" mode (`mamba_align_*`): the scenario's
 `mamba_checkpoint_blocks` is each MambaSpec's `num_prefill_checkpoint_blocks` (1: Mamba2's prefill
 checkpoint, alignment 1), and retention is vLLM's default (`prefix_cache_retention_interval` 0: a state
-is keyed only at the replay boundary and at a shared-prefix junction).
+is keyed only at the replay boundary and at a shared-prefix junction) unless the scenario names another.
 
 Each scenario builds vLLM's `KVCacheConfig` from the groups it names (kinds, windows, block sizes, in
 order), drives `vllm.v1.core.sched.scheduler.Scheduler` step by step (requests join before the step of
@@ -227,6 +227,19 @@ def _resumed(
         ],
     }
 
+
+# A retention interval (`prefix_cache_retention_interval` 32: a state kept every two blocks as well). Without
+# prefill checkpoints; with them, vLLM's coordinator passes its Mamba manager no prefill end (dense
+# retention: every chunk publishes a state), so a chunk covering a boundary reserves a checkpoint block
+# whether or not it finishes the prefill.
+SCENARIOS["mamba_align_retention"] = {
+    **SCENARIOS["mamba_align_pressure"],
+    "prefix_cache_retention_interval": 32,
+}
+SCENARIOS["mamba_align_retention_checkpoints"] = {
+    **SCENARIOS["mamba_align_checkpoints"],
+    "prefix_cache_retention_interval": 32,
+}
 
 SCENARIOS.update(
     {
@@ -504,7 +517,7 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
         num_blocks=sc["num_blocks"],
         kv_cache_tensors=[],
         kv_cache_groups=groups,
-        prefix_cache_retention_interval=0,
+        prefix_cache_retention_interval=sc.get("prefix_cache_retention_interval", 0),
     )
     import math
 

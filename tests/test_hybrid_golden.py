@@ -35,7 +35,16 @@ GATE_CHECKPOINT = (
     "kvsim's full-prompt gate places a resumed request's Mamba checkpoint from the prefill's end (T - 1), "
     "vLLM's MambaManager from the request's T tokens: kvsim admits it where vLLM waits"
 )
+# With a retention interval vLLM's coordinator passes its Mamba manager no prefill end
+# (`KVCacheCoordinator.get_num_blocks_to_allocate`: `prefill_end = 0` when `retention_interval != 0`), so
+# every chunk that starts on a boundary and covers `floor((end - 1) / B)·B` with a block to spare reserves a
+# checkpoint block; kvsim's `needs_checkpoint` asks the chunk to finish the prefill whatever the retention.
+RETENTION_CHECKPOINT = (
+    "under a retention interval vLLM reserves a Mamba checkpoint block in every chunk covering a boundary, "
+    "kvsim only in the chunk finishing the prefill (step 0: request 0's first chunk of 64)"
+)
 XFAIL = {
+    "mamba_align_retention_checkpoints": RETENTION_CHECKPOINT,
     "mamba_align_resumed_decode": GATE_CHECKPOINT + " (step 11: request 1, 65 tokens, hit 48)",
     "mamba_align_resumed_sub_block_first_block": GATE_CHECKPOINT
     + " (step 9: request 2, 33 tokens, block 32)",
@@ -72,6 +81,7 @@ def config_of(sc: dict) -> kvsim.SimConfig:
         max_model_len=256,
         enable_prefix_caching=sc.get("enable_prefix_caching", True),
         hybrid_kv_cache_manager=manager,
+        prefix_cache_retention_interval=sc.get("prefix_cache_retention_interval", 0),
     )
     assert [(g.kind, g.window if g.kind != "mamba" else 0, g.block_size) for g in cfg.kv_groups] == [
         tuple(g) for g in sc["groups"]
