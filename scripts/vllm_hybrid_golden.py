@@ -16,7 +16,7 @@ compiled `vllm._C` is never loaded, only warned about; every recorded file came 
 With prefix caching on, a state group runs in vLLM's Mamba "align" mode (`mamba_align_*`): the scenario's
 `mamba_checkpoint_blocks` is each MambaSpec's `num_prefill_checkpoint_blocks` (1: Mamba2's prefill
 checkpoint, alignment 1), and retention is vLLM's default (`prefix_cache_retention_interval` 0: a state
-is keyed only at the replay boundary and at a shared-prefix junction).
+is keyed only at the replay boundary and at a shared-prefix junction) unless the scenario names another.
 
 Each scenario builds vLLM's `KVCacheConfig` from the groups it names (kinds, windows, block sizes, in
 order), drives `vllm.v1.core.sched.scheduler.Scheduler` step by step (requests join before the step of
@@ -204,6 +204,72 @@ for _base in ("mamba_align_sharing", "mamba_align_pressure"):
         **SCENARIOS[_base],
         "mamba_checkpoint_blocks": 1,
     }
+
+
+def _resumed(
+    num_blocks: int, prompt: int, state_groups: int = 1, block: int = 16, budget: int = 32
+) -> dict[str, Any]:
+    """Resumed prefills with prefill checkpoints: request 0 (40 tokens, 60 out) grows in a small pool and
+    vLLM preempts the newer requests (recompute: their computed tokens back to 0, the outputs kept), which
+    come back from their prefix hit with `T` tokens, the prefill ending at `T - 1`. Where `T - 1` is a
+    multiple of the block the prefill's last boundary and the allocation's differ by a block."""
+    return {
+        "groups": [("mamba", 0, block)] * state_groups + [("full", 0, block)],
+        "num_blocks": num_blocks,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": budget,
+        "enable_prefix_caching": True,
+        "mamba_checkpoint_blocks": 1,
+        "requests": [
+            (0, [(110, 40)], 60),
+            (1, [(111, prompt)], 40 if block > 16 else 30),
+            (2, [(112, 30)], 20),
+        ],
+    }
+
+
+# A retention interval (`prefix_cache_retention_interval` 32: a state kept every two blocks as well). Without
+# prefill checkpoints; with them, vLLM's coordinator passes its Mamba manager no prefill end (dense
+# retention: every chunk publishes a state), so a chunk covering a boundary reserves a checkpoint block
+# whether or not it finishes the prefill.
+SCENARIOS["mamba_align_retention"] = {
+    **SCENARIOS["mamba_align_pressure"],
+    "prefix_cache_retention_interval": 32,
+}
+SCENARIOS["mamba_align_retention_checkpoints"] = {
+    **SCENARIOS["mamba_align_checkpoints"],
+    "prefix_cache_retention_interval": 32,
+}
+
+SCENARIOS.update(
+    {
+        # Request 1 (65 tokens, 64 = 4 blocks) preempted mid-prefill, twice, and resumed: from 0, from its
+        # hit at 48 (a last chunk of 17 with the checkpoint block), from 0 again; request 2 after 16
+        # outputs.
+        "mamba_align_resumed_prefill": _resumed(12, 65),
+        # The neighbour: 66 tokens.
+        "mamba_align_resumed_prefill_neighbour": _resumed(12, 66),
+        # Request 1 (58 tokens) preempted after 7 outputs waits with 65 tokens (64 = 4 blocks) and a hit
+        # at 48: the full-prompt gate's checkpoint at 64 (vLLM) or 48 (the prefill's, kvsim) decides
+        # whether it asks a checkpoint block (step 11).
+        "mamba_align_resumed_decode": _resumed(13, 58),
+        # The neighbour: 59 tokens, back with 66 and the hit at 48.
+        "mamba_align_resumed_decode_neighbour": _resumed(13, 59),
+        # 64 tokens: request 1 back with 65 and a hit at 48, request 2 with 31, then 33 and a hit at 16,
+        # where the gate does not decide (the pool is short either way, or long enough).
+        "mamba_align_resumed_decode_slack": _resumed(11, 64),
+        # Two state groups, a budget of 40: chunks cut to 32; request 2 back with 33 tokens and a hit at 16.
+        "mamba_align_resumed_two_states": _resumed(14, 64, state_groups=2, budget=40),
+        # A block (32) wider than the budget (24): resumed prefills advance inside a block. Request 1 back
+        # with 97 tokens (96 = 3 blocks) from 0, request 2 with 33 (32 = 1 block) from 0.
+        "mamba_align_resumed_sub_block": _resumed(10, 63, block=32, budget=24),
+        # Request 1 back with 87 tokens and a hit at 64: its chunks from 64 end off the block.
+        "mamba_align_resumed_sub_block_hit": _resumed(9, 65, block=32, budget=24),
+        # Request 2 back with 33 tokens (32 = 1 block) from 0: the gate's checkpoint at 32 (vLLM) or none
+        # (kvsim) decides whether it starts (step 9).
+        "mamba_align_resumed_sub_block_first_block": _resumed(11, 63, block=32, budget=24),
+    }
+)
 
 
 # Layer layouts of real models (their published config.json: layer kinds, windows, KV heads, head width),
@@ -451,7 +517,7 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
         num_blocks=sc["num_blocks"],
         kv_cache_tensors=[],
         kv_cache_groups=groups,
-        prefix_cache_retention_interval=0,
+        prefix_cache_retention_interval=sc.get("prefix_cache_retention_interval", 0),
     )
     import math
 
