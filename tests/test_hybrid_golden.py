@@ -24,32 +24,6 @@ from tests.test_hybrid_engine import BASE, STATE, toy
 DATA = Path(__file__).parent / "data" / "vllm_hybrid"
 SCENARIOS = sorted(p.stem for p in DATA.glob("*.json") if p.stem not in ("layouts", "capacity"))
 
-# Recorded departures from vLLM, kept failing until an engine change settles them (strict: a fix shows).
-# vLLM's full-prompt gate (`KVCacheManager.allocate_slots(full_sequence_must_fit=True)` with the request's
-# `T` tokens) has `MambaManager.get_num_blocks_to_allocate` place the prefill checkpoint from the tokens it
-# is asked for, `floor((T - 1) / B)·B`; kvsim's gate places it from the prefill's end `T - 1` (the
-# scheduler's split's rule, `needs_checkpoint`). For a request back from a preemption with output tokens
-# and `T - 1` a multiple of `B`, from a hit at `T - 1 - B` (or from 0 with `T = B + 1`), vLLM's gate asks
-# one more block per state group, and where the pool is that tight kvsim starts the request a step early.
-GATE_CHECKPOINT = (
-    "kvsim's full-prompt gate places a resumed request's Mamba checkpoint from the prefill's end (T - 1), "
-    "vLLM's MambaManager from the request's T tokens: kvsim admits it where vLLM waits"
-)
-# With a retention interval vLLM's coordinator passes its Mamba manager no prefill end
-# (`KVCacheCoordinator.get_num_blocks_to_allocate`: `prefill_end = 0` when `retention_interval != 0`), so
-# every chunk that starts on a boundary and covers `floor((end - 1) / B)·B` with a block to spare reserves a
-# checkpoint block; kvsim's `needs_checkpoint` asks the chunk to finish the prefill whatever the retention.
-RETENTION_CHECKPOINT = (
-    "under a retention interval vLLM reserves a Mamba checkpoint block in every chunk covering a boundary, "
-    "kvsim only in the chunk finishing the prefill (step 0: request 0's first chunk of 64)"
-)
-XFAIL = {
-    "mamba_align_retention_checkpoints": RETENTION_CHECKPOINT,
-    "mamba_align_resumed_decode": GATE_CHECKPOINT + " (step 11: request 1, 65 tokens, hit 48)",
-    "mamba_align_resumed_sub_block_first_block": GATE_CHECKPOINT
-    + " (step 9: request 2, 33 tokens, block 32)",
-}
-
 
 def test_every_recorded_scenario_is_here():
     assert len(SCENARIOS) >= 6, SCENARIOS
@@ -128,15 +102,7 @@ def tables_by_step(res: kvsim.SimResult, groups: int) -> dict[int, dict[str, lis
     return out
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=XFAIL[n]))
-        if n in XFAIL
-        else n
-        for n in SCENARIOS
-    ],
-)
+@pytest.mark.parametrize("name", SCENARIOS)
 @pytest.mark.parametrize("backend", ["rust", "reference"])
 def test_kvsim_makes_vllms_decisions(name, backend):
     sc = json.loads((DATA / f"{name}.json").read_text())

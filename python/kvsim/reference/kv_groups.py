@@ -191,15 +191,23 @@ class HybridKVCacheManager:
         self.keyed_this_step.clear()
 
     def needs_checkpoint(self, start: int, end: int, num_tokens: int, num_prompt: int) -> bool:
-        """A chunk `[start, end)` of a request of `num_tokens` tokens reserves a prefill checkpoint: it
-        finishes the prefill, starts on a block boundary and covers the last boundary before the prefill's
-        last token with a block to spare before it (vLLM's `is_mamba_prefill_checkpoint_valid`)."""
+        """An allocation of `[start, end)` for a request of `num_tokens` tokens reserves a prefill
+        checkpoint (vLLM 0.33.0's `MambaManager.get_num_blocks_to_allocate`: the checkpoint position of the
+        allocation's end): it reaches the prefill's end (any chunk under a retention interval, whose
+        coordinator passes 0), starts on a block boundary and covers the last boundary before `end` with a
+        block to spare before it (`is_mamba_prefill_checkpoint_valid`). `end` is a chunk's end, or the
+        whole sequence for the full-prompt gate."""
         if not self.checkpoints:
             return False
+        prefill_end = 0 if self.retention else max(num_prompt, num_tokens - 1)
+        return end >= prefill_end and self._checkpoint_valid(start, end, end)
+
+    def _checkpoint_valid(self, start: int, end: int, upto: int) -> bool:
+        """`is_mamba_prefill_checkpoint_valid` for a query `[start, end)` and the checkpoint position of
+        `upto` tokens (the last boundary before it)."""
         bs = self.mamba_block_size
-        prefill_end = max(num_prompt, num_tokens - 1)
-        ckpt = (prefill_end - 1) // bs * bs
-        return end >= prefill_end and start % bs == 0 and start + bs <= ckpt < end
+        ckpt = (upto - 1) // bs * bs
+        return start % bs == 0 and start + bs <= ckpt < end
 
     def split(
         self, start: int, n: int, num_tokens: int, num_prompt: int, junction: int, budget_max: int
@@ -214,7 +222,8 @@ class HybridKVCacheManager:
         end = start + n
         if start >= prefill_end:
             return n
-        use_ckpt = self.needs_checkpoint(start, end, num_tokens, num_prompt)
+        # (the scheduler's split places the checkpoint from the prefill's end, whatever the chunk's)
+        use_ckpt = self.checkpoints and end >= prefill_end and self._checkpoint_valid(start, end, prefill_end)
         if end < prefill_end:
             aligned = end // bs * bs
             if aligned > start or bs <= budget_max:

@@ -364,19 +364,32 @@ impl Groups {
         self.align
     }
 
-    /// Whether a chunk `[start, end)` of a request of `num_tokens` tokens (prompt `num_prompt`) reserves
-    /// a prefill checkpoint block in every Mamba group (vLLM's `MambaManager._needs_internal_checkpoint`
-    /// and `MambaSpec.is_mamba_prefill_checkpoint_valid` with the hash and checkpoint grids at the block):
-    /// it finishes the prefill, starts on a boundary and covers the last boundary before the prefill's
-    /// last token with a block to spare before it.
+    /// Whether an allocation of `[start, end)` for a request of `num_tokens` tokens (prompt
+    /// `num_prompt`) reserves a prefill checkpoint block in every Mamba group (vLLM 0.33.0's
+    /// `MambaManager.get_num_blocks_to_allocate` and `_needs_internal_checkpoint`, with
+    /// `get_mamba_prefill_checkpoint_position` of the allocation's end and
+    /// `is_mamba_prefill_checkpoint_valid`, the hash and checkpoint grids at the block): it reaches the
+    /// prefill's end (`max(num_prompt, num_tokens - 1)`; any chunk under a retention interval, whose
+    /// coordinator passes 0), starts on a boundary and covers the last boundary before `end` with a
+    /// block to spare before it. `end` is a chunk's end, or the whole sequence for the full-prompt gate.
     pub fn needs_checkpoint(&self, start: u64, end: u64, num_tokens: u64, num_prompt: u64) -> bool {
         if !self.checkpoints {
             return false;
         }
+        let prefill_end = if self.retention.is_some_and(|r| r != 0) {
+            0 // (vLLM's `KVCacheCoordinator.get_num_blocks_to_allocate`)
+        } else {
+            num_prompt.max(num_tokens.saturating_sub(1))
+        };
+        end >= prefill_end && self.checkpoint_valid(start, end, end)
+    }
+
+    /// vLLM's `is_mamba_prefill_checkpoint_valid` for a query `[start, end)` and the checkpoint
+    /// position of `upto` tokens (the last boundary before `upto`).
+    fn checkpoint_valid(&self, start: u64, end: u64, upto: u64) -> bool {
         let bs = self.mamba_block_size;
-        let prefill_end = num_prompt.max(num_tokens.saturating_sub(1));
-        let ckpt = prefill_end.saturating_sub(1) / bs * bs;
-        end >= prefill_end && start % bs == 0 && start + bs <= ckpt && ckpt < end
+        let ckpt = upto.saturating_sub(1) / bs * bs;
+        start % bs == 0 && start + bs <= ckpt && ckpt < end
     }
 
     /// The tokens of a chunk of `n` from `start` (a request of `num_tokens` tokens, prompt `num_prompt`,
@@ -403,7 +416,10 @@ impl Groups {
             return n;
         }
         let mut end = start + n;
-        let use_ckpt = self.needs_checkpoint(start, end, num_tokens, num_prompt);
+        // (the scheduler's split places the checkpoint from the prefill's end, whatever the chunk's)
+        let use_ckpt = self.checkpoints
+            && end >= prefill_end
+            && self.checkpoint_valid(start, end, prefill_end);
         if end < prefill_end {
             let aligned = end / bs * bs;
             if aligned > start || bs <= max_batched {
