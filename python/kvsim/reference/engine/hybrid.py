@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
-from kvsim.reference.kv_groups import NULL, HybridKVCacheManager
+from kvsim.reference.kv_groups import NULL, HybridKVCacheManager, Lookup
 
 NEVER = -1
 SKIP = -2
@@ -35,13 +35,18 @@ class Hybrid(State):
             total += n
         return total
 
+    def hybrid_lookup(self, s: Seq) -> Lookup:
+        """A waiting request's prefix lookup over every group (vLLM's `find_longest_cache_hit`, up to its
+        tokens but one). An ordinary admission (`hybrid_try_admit`), a CPU tier's lookup (`h_lookup`) and a
+        decode replica's transfer (`h_remote_lookup`) start alike."""
+        return self.hkv.lookup(s.segments(), s.num_tokens - 1)
+
     def hybrid_try_admit(self, s: Seq, budget: int) -> int:
         """`try_admit` for a hybrid pool: 0 if the head cannot start now, NEVER, SKIP, or its first
         chunk's tokens (vLLM's `get_computed_blocks` + `allocate_slots(full_sequence_must_fit=...)`)."""
         cfg, kv = self.cfg, self.hkv
         total = s.num_tokens
-        segs = s.segments()
-        hit = kv.lookup(segs, total - 1)
+        hit = self.hybrid_lookup(s)
         num_new = total - hit.tokens
         if cfg.chunked_prefill:
             num_new = min(num_new, budget)
@@ -72,17 +77,24 @@ class Hybrid(State):
         checkpoint = kv.needs_checkpoint(hit.tokens, end, total, s.prompt_len)
         if kv.need(s.idx, end, hit, hit.tokens, checkpoint=checkpoint) + watermark > free:
             return 0
-        new = kv.admit(s.idx, segs, hit, end, end, s.prompt_len, checkpoint)
+        new = kv.admit(s.idx, s.segments(), hit, end, end, s.prompt_len, checkpoint)
+        self.log_hybrid_admission(s, hit, hit.tokens, new)
+        s.num_computed = end
+        self.note_admission(s, hit.tokens, total)
+        return num_new
+
+    def log_hybrid_admission(self, s: Seq, hit: Lookup, done: int, new: list[tuple[int, int]]) -> None:
+        """An admission over a hybrid pool logged: `admit`, the hits its windows kept as of `done` tokens
+        (its hit's at an ordinary admission, the loaded or transferred tokens' when its tables are held for
+        a transfer: `h_hold_tables`), then its new blocks `new`."""
+        kv = self.hkv
         self.log("admit", s)
         for g, blocks in enumerate(hit.hits):
-            skipped = kv.groups[g].skipped(hit.tokens) // kv.groups[g].block_size
+            skipped = kv.groups[g].skipped(done) // kv.groups[g].block_size
             for b in blocks[skipped:]:
                 if b != NULL:
                     self.log("prefix-hit", s, b, g)
         self.log_group_allocations(s, new)
-        s.num_computed = end
-        self.note_admission(s, hit.tokens, total)
-        return num_new
 
     def hybrid_try_grow(self, s: Seq, num_new: int) -> bool:
         """Room for `num_new` more tokens of running `s`: blocks that left a window are freed first

@@ -350,7 +350,7 @@ class Offload(HybridTier, State):
         if not s.remote:
             return None
         kv = self.hkv
-        hit = kv.lookup(s.segments(), s.num_tokens - 1)
+        hit = self.hybrid_lookup(s)
         ext = s.num_tokens // kv.sched_bs * kv.sched_bs - hit.tokens
         return (hit, ext) if ext > 0 else None
 

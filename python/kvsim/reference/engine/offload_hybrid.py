@@ -64,6 +64,9 @@ class HybridTier(State):
         ) -> Job: ...
         def log_group_allocations(self, s: Seq, new: list[tuple[int, int]]) -> None: ...
         def hybrid_grow(self, s: Seq, num_new: int, watermark: int) -> list[tuple[int, int]] | None: ...
+        def log_hybrid_admission(
+            self, s: Seq, hit: Lookup, done: int, new: list[tuple[int, int]]
+        ) -> None: ...
 
     # -- the groups as the connector sees them -------------------------------------------------------
     def h_tpc(self, g: int) -> int:
@@ -138,7 +141,7 @@ class HybridTier(State):
         s.next_stores = [0] * n_groups
         if s.jobs:
             return None
-        hit = self.hkv.lookup(s.segments(), s.num_tokens - 1)
+        hit = self.hybrid_lookup(s)
         ext = self.h_tier_hit(s, hit.tokens)
         return None if ext is None else (hit, ext)
 
@@ -278,13 +281,7 @@ class HybridTier(State):
             return None
         new = kv.admit(s.idx, s.segments(), hit, end, local, s.prompt_len, computed=end)
         self.touched.update(b for t in kv.tables(s.idx) for b in t if b != NULL)
-        self.log("admit", s)
-        for g, blocks in enumerate(hit.hits):
-            skipped = kv.groups[g].skipped(end) // kv.groups[g].block_size
-            for b in blocks[skipped:]:
-                if b != NULL:
-                    self.log("prefix-hit", s, b, g)
-        self.log_group_allocations(s, new)
+        self.log_hybrid_admission(s, hit, end, new)
         return new
 
     def h_admit_load(self, s: Seq, hit: Lookup, ext: int) -> bool:

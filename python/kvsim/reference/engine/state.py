@@ -15,7 +15,7 @@ from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.cpu_tier import CpuTier
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.kv_cache_manager import KVCacheManager
-from kvsim.reference.kv_groups import HybridKVCacheManager
+from kvsim.reference.kv_groups import HybridKVCacheManager, Lookup
 
 
 class State:
@@ -88,6 +88,7 @@ class State:
 
         # hybrid.py
         def hybrid_peak_blocks(self, s: Seq) -> int: ...
+        def hybrid_lookup(self, s: Seq) -> Lookup: ...
         def hybrid_try_admit(self, s: Seq, budget: int) -> int: ...
         def hybrid_try_grow(self, s: Seq, num_new: int) -> bool: ...
 

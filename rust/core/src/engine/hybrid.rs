@@ -57,13 +57,13 @@ impl Engine<'_> {
         self.cfg.groups.as_ref().expect("a hybrid pool")
     }
 
-    /// `try_admit` for a hybrid pool: 0 if the head cannot start now, `NEVER`, `SKIP`, or its first
-    /// chunk's tokens (vLLM's `get_computed_blocks` + `allocate_slots(full_sequence_must_fit=...)`).
-    pub(super) fn hybrid_try_admit(&mut self, k: usize, budget: u64) -> u64 {
-        let cfg = self.cfg;
-        let groups = cfg.groups.as_ref().expect("a hybrid pool");
-        let watermark = self.admission_watermark();
-        let Memory::Paged(pool) = &mut self.mem else {
+    /// A waiting request's prefix lookup over every group (vLLM's `find_longest_cache_hit`, up to its
+    /// tokens but one) into `self.lookup`, its output synced and its hybrid state made; the hit's tokens.
+    /// An ordinary admission (`hybrid_try_admit`), a CPU tier's lookup (`h_tier_head`) and a decode
+    /// replica's transfer (`h_remote_head`) start alike.
+    pub(super) fn hybrid_lookup(&mut self, k: usize) -> u64 {
+        let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
+        let Memory::Paged(pool) = &self.mem else {
             unreachable!("hybrid pools are paged")
         };
         let s = &mut self.slab[k];
@@ -71,7 +71,21 @@ impl Engine<'_> {
         s.sync_output();
         let hs = s.hybrid.get_or_insert_with(Box::default);
         groups.lookup(pool, &s.segs, &mut hs.keys, total - 1, &mut self.lookup);
-        let hit = self.lookup.tokens;
+        self.lookup.tokens
+    }
+
+    /// `try_admit` for a hybrid pool: 0 if the head cannot start now, `NEVER`, `SKIP`, or its first
+    /// chunk's tokens (vLLM's `get_computed_blocks` + `allocate_slots(full_sequence_must_fit=...)`).
+    pub(super) fn hybrid_try_admit(&mut self, k: usize, budget: u64) -> u64 {
+        let cfg = self.cfg;
+        let groups = cfg.groups.as_ref().expect("a hybrid pool");
+        let watermark = self.admission_watermark();
+        let hit = self.hybrid_lookup(k);
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let s = &mut self.slab[k];
+        let total = s.num_tokens();
         let prompt = s.prompt_len;
         let mut num_new = total - hit;
         if cfg.chunked_prefill {
@@ -118,6 +132,7 @@ impl Engine<'_> {
         {
             return 0;
         }
+        let hs = s.hybrid.as_mut().expect("its lookup made it");
         self.group_new.clear();
         groups.admit(
             pool,
@@ -136,20 +151,29 @@ impl Engine<'_> {
         let row = s.row;
         self.take_states(k);
         if self.log.is_some() {
-            self.log(event::ADMIT, row, -1);
-            for g in 0..groups.len() {
-                let skipped = groups.specs()[g].skipped(hit) / groups.specs()[g].block_size;
-                for i in skipped as usize..self.lookup.hits[g].len() {
-                    let b = self.lookup.hits[g][i];
-                    if b != BlockId::NULL {
-                        self.log_count(event::PREFIX_HIT, row, i64::from(b.0), g as i64);
-                    }
-                }
-            }
-            self.log_group_allocations(row);
+            self.log_hybrid_admission(row, hit);
         }
         self.note_admission(k, hit, total, 0);
         num_new
+    }
+
+    /// An admission over a hybrid pool logged: `admit`, the request's hits its windows kept as of `done`
+    /// tokens (its hit's at an ordinary admission, the loaded or transferred tokens' when its tables are
+    /// held for a transfer: `h_hold_tables`), then its new blocks (`self.group_new`).
+    pub(super) fn log_hybrid_admission(&mut self, row: usize, done: u64) {
+        let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
+        self.log(event::ADMIT, row, -1);
+        for g in 0..groups.len() {
+            let spec = &groups.specs()[g];
+            let skipped = spec.skipped(done) / spec.block_size;
+            for i in skipped as usize..self.lookup.hits[g].len() {
+                let b = self.lookup.hits[g][i];
+                if b != BlockId::NULL {
+                    self.log_count(event::PREFIX_HIT, row, i64::from(b.0), g as i64);
+                }
+            }
+        }
+        self.log_group_allocations(row);
     }
 
     /// Room for `num_new` more tokens of running `k`: blocks that left a window are freed first (whether

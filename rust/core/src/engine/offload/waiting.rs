@@ -126,27 +126,49 @@ impl Engine<'_> {
             return self.h_tier_head(k, budget, skipped_waiting);
         }
         match self.tier_lookup(k) {
-            Found::Skip => {
-                self.waiting.pop_front();
-                skipped_waiting.push(k);
-                None
-            }
+            Found::Skip => self.skip_head(k, skipped_waiting),
             Found::Hits {
                 last_key,
                 local,
                 ext,
             } if ext > 0 => {
-                if self.admit_transfer(k, last_key, local, ext) {
-                    self.waiting.pop_front();
-                    self.tier_mut().skipped_held.push(k);
-                    return None;
-                }
-                Some(0)
+                let admitted = self.admit_transfer(k, last_key, local, ext);
+                self.hold_head(k, admitted)
             }
             Found::Hits { last_key: l, .. } => {
                 Some(self.try_admit_after(k, budget, GpuHits::Taken(l)))
             }
         }
+    }
+
+    /// The waiting head `k` set aside until the pass ends (`skipped_waiting`): it cannot be decided now
+    /// (a transfer of its own in flight, a chunk of its hit pending or being loaded). None: it left.
+    #[inline]
+    pub(in crate::engine::offload) fn skip_head(
+        &mut self,
+        k: usize,
+        skipped_waiting: &mut Vec<usize>,
+    ) -> Option<u64> {
+        self.waiting.pop_front();
+        skipped_waiting.push(k);
+        None
+    }
+
+    /// The waiting head `k` after its transfer's admission was tried (a load from the tier or a decode
+    /// replica's transfer, `admitted` if its blocks were held): admitted, it leaves the waiting queue for
+    /// the pass's held requests (None); else it cannot start now (0: head-of-line blocking).
+    #[inline]
+    pub(in crate::engine::offload) fn hold_head(
+        &mut self,
+        k: usize,
+        admitted: bool,
+    ) -> Option<u64> {
+        if !admitted {
+            return Some(0);
+        }
+        self.waiting.pop_front();
+        self.tier_mut().skipped_held.push(k);
+        None
     }
 
     /// Waiting or held request `k` (out of its queue) admitted with `num_new` tokens this step.
@@ -457,25 +479,14 @@ impl Engine<'_> {
         }
         let cfg = self.cfg;
         let groups = cfg.groups.as_ref().expect("a hybrid pool");
-        let Memory::Paged(pool) = &self.mem else {
-            unreachable!("hybrid pools are paged")
-        };
-        let s = &mut self.slab[k];
-        let total = s.num_tokens();
-        s.sync_output();
-        let hs = s.hybrid.get_or_insert_with(Box::default);
-        groups.lookup(pool, &s.segs, &mut hs.keys, total - 1, &mut self.lookup);
+        let local = self.hybrid_lookup(k);
         let sbs = groups.scheduler_block_size();
-        let (local, end) = (self.lookup.tokens, total / sbs * sbs);
+        let end = self.slab[k].num_tokens() / sbs * sbs;
         if end <= local {
             return Some(self.try_admit_after(k, budget, GpuHits::Ask));
         }
-        if self.h_admit_remote(k, end) {
-            self.waiting.pop_front();
-            self.tier_mut().skipped_held.push(k);
-            return None;
-        }
-        Some(0)
+        let admitted = self.h_admit_remote(k, end);
+        self.hold_head(k, admitted)
     }
 
     /// `admit_remote` over a hybrid pool (DESIGN.md §Prefill/decode disaggregation, a hybrid model): the
@@ -490,7 +501,7 @@ impl Engine<'_> {
         }
         let row = self.slab[k].row;
         if self.log.is_some() {
-            self.h_log_admission(row, end);
+            self.log_hybrid_admission(row, end);
         }
         let blocks = self.group_new.len() as u64;
         self.queue_remote(k, blocks, local, end);

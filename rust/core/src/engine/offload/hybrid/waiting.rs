@@ -76,34 +76,15 @@ impl Engine<'_> {
             hs.next_stores.resize(n_groups, 0);
         }
         if self.slab[k].jobs > 0 {
-            self.waiting.pop_front();
-            skipped_waiting.push(k);
-            return None;
+            return self.skip_head(k, skipped_waiting);
         }
-        let groups = self.tier_groups();
-        let Memory::Paged(pool) = &self.mem else {
-            unreachable!("hybrid pools are paged")
-        };
-        let s = &mut self.slab[k];
-        let total = s.num_tokens();
-        s.sync_output();
-        let hs = s.hybrid.get_or_insert_with(Box::default);
-        groups.lookup(pool, &s.segs, &mut hs.keys, total - 1, &mut self.lookup);
-        let local = self.lookup.tokens;
+        let local = self.hybrid_lookup(k);
         match self.h_tier_hit(k, local) {
-            None => {
-                self.waiting.pop_front();
-                skipped_waiting.push(k);
-                None
-            }
+            None => self.skip_head(k, skipped_waiting),
             Some(0) => Some(self.try_admit_after(k, budget, GpuHits::Ask)),
             Some(ext) => {
-                if self.h_admit_load(k, ext) {
-                    self.waiting.pop_front();
-                    self.tier_mut().skipped_held.push(k);
-                    return None;
-                }
-                Some(0)
+                let admitted = self.h_admit_load(k, ext);
+                self.hold_head(k, admitted)
             }
         }
     }
@@ -342,7 +323,7 @@ impl Engine<'_> {
                 .extend(t.blocks.iter().filter(|&&b| b != BlockId::NULL));
         }
         if self.log.is_some() {
-            self.h_log_admission(row, end);
+            self.log_hybrid_admission(row, end);
         }
         // (up to the end of each group's last chunk: a load may end inside it)
         let spanned = starts
@@ -381,24 +362,6 @@ impl Engine<'_> {
         self.log_count(event::LOAD, row, -1, chunks as i64);
         self.note_admission(k, local, self.slab[k].num_tokens(), hit);
         true
-    }
-
-    /// A load's admission logged: the request's hits its windows kept as of `end` tokens, then its new
-    /// blocks (`self.group_new`).
-    pub(in crate::engine::offload) fn h_log_admission(&mut self, row: usize, end: u64) {
-        let groups = self.tier_groups();
-        self.log(event::ADMIT, row, -1);
-        for g in 0..groups.len() {
-            let spec = &groups.specs()[g];
-            let skipped = spec.skipped(end) / spec.block_size;
-            for i in skipped as usize..self.lookup.hits[g].len() {
-                let b = self.lookup.hits[g][i];
-                if b != BlockId::NULL {
-                    self.log_count(event::PREFIX_HIT, row, i64::from(b.0), g as i64);
-                }
-            }
-        }
-        self.log_group_allocations(row);
     }
 
     /// A held request whose load has landed, admitted as a resumed one over a hybrid pool: the first
