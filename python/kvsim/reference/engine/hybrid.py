@@ -113,8 +113,7 @@ class Hybrid(State):
         (whether or not the rest fits), then every group's new blocks are allocated if they fit; those
         blocks, or None if not."""
         kv = self.hkv
-        for b, g in kv.remove_skipped(s.idx, s.num_computed):
-            self.log("window", s, b, g)
+        self.hybrid_remove_skipped(s)
         end = s.num_computed + num_new
         checkpoint = kv.needs_checkpoint(s.num_computed, end, s.num_tokens, s.prompt_len)
         if kv.need(s.idx, end, None, s.num_computed, checkpoint=checkpoint) + watermark > kv.num_free_blocks:
@@ -136,6 +135,12 @@ class Hybrid(State):
         `_connector_finished` calls `remove_skipped_blocks` before the connector sees its tables), before
         the rest is freed or held for the transfer (DESIGN.md §Prefill/decode disaggregation, a hybrid
         model)."""
+        self.hybrid_remove_skipped(s)
+
+    def hybrid_remove_skipped(self, s: Seq) -> None:
+        """The blocks `s`'s windows left behind at its computed tokens freed (vLLM's
+        `remove_skipped_blocks`) and logged (`window`). A growth (`hybrid_grow`) and a finish on a fleet's
+        replica (`hybrid_connector_finished`) alike."""
         for b, g in self.hkv.remove_skipped(s.idx, s.num_computed):
             self.log("window", s, b, g)
 

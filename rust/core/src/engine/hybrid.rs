@@ -195,24 +195,12 @@ impl Engine<'_> {
     /// if they fit; false if not.
     pub(super) fn hybrid_grow(&mut self, k: usize, num_new: u64, watermark: u64) -> bool {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
+        self.hybrid_remove_skipped(k);
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("hybrid pools are paged")
         };
         let s = &mut self.slab[k];
-        let hs = s.hybrid.as_mut().expect("a growing sequence holds tables");
-        self.group_new.clear();
-        groups.remove_skipped(pool, &mut hs.tables, s.num_computed, &mut self.group_new);
         let row = s.row;
-        if self.log.is_some() {
-            for i in 0..self.group_new.len() {
-                let (b, g) = self.group_new[i];
-                self.log_count(event::WINDOW, row, i64::from(b.0), g as i64);
-            }
-        }
-        let Memory::Paged(pool) = &mut self.mem else {
-            unreachable!()
-        };
-        let s = &mut self.slab[k];
         let end = s.num_computed + num_new;
         let checkpoint = groups.needs_checkpoint(s.num_computed, end, s.num_tokens(), s.prompt_len);
         let tables = &s
@@ -278,12 +266,18 @@ impl Engine<'_> {
         )
     }
 
-    /// Frees sequence `k`'s tables (finish or recompute preemption).
     /// A request finished on a replica of a disaggregated fleet (its NIXL connector, either pool): the
     /// blocks its windows left behind at its computed tokens are freed first (vLLM's
     /// `_connector_finished` calls `remove_skipped_blocks` before the connector sees its tables), before
     /// the rest is freed or held for the transfer (DESIGN.md §Prefill/decode disaggregation).
     pub(in crate::engine) fn hybrid_connector_finished(&mut self, k: usize) {
+        self.hybrid_remove_skipped(k);
+    }
+
+    /// The blocks `k`'s windows left behind at its computed tokens freed (vLLM's `remove_skipped_blocks`)
+    /// and logged (`window`), listed in `self.group_new`; nothing for a sequence without tables. A
+    /// growth (`hybrid_grow`) and a finish on a fleet's replica (`hybrid_connector_finished`) alike.
+    fn hybrid_remove_skipped(&mut self, k: usize) {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("hybrid pools are paged")
@@ -296,14 +290,10 @@ impl Engine<'_> {
         self.group_new.clear();
         groups.remove_skipped(pool, &mut hs.tables, computed, &mut self.group_new);
         let row = s.row;
-        if self.log.is_some() {
-            for i in 0..self.group_new.len() {
-                let (b, g) = self.group_new[i];
-                self.log_count(event::WINDOW, row, i64::from(b.0), g as i64);
-            }
-        }
+        self.log_group_blocks(event::WINDOW, row);
     }
 
+    /// Frees sequence `k`'s tables (finish or recompute preemption).
     pub(super) fn hybrid_release(&mut self, k: usize) {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
         let Memory::Paged(pool) = &mut self.mem else {
@@ -318,10 +308,15 @@ impl Engine<'_> {
         hs.landed.clear();
         self.step_keys.drop_owner(k); // (its states not offered yet: vLLM's `pop_blocks_for_free`)
         let row = s.row;
+        self.log_group_blocks(event::FREE, row);
+    }
+
+    /// One `kind` row per block in `self.group_new` (`count`: its group), when a log is kept.
+    fn log_group_blocks(&mut self, kind: i64, row: usize) {
         if self.log.is_some() {
             for i in 0..self.group_new.len() {
                 let (b, g) = self.group_new[i];
-                self.log_count(event::FREE, row, i64::from(b.0), g as i64);
+                self.log_count(kind, row, i64::from(b.0), g as i64);
             }
         }
     }
