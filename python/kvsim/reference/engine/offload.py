@@ -12,6 +12,7 @@ vLLM 0.33.0's rules: `vllm/v1/core/sched/scheduler.py` (the waiting loop, `skip_
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kvsim.errors import InternalError, InvalidArgumentError
@@ -245,15 +246,21 @@ class Offload(HybridTier, State):
             return None
         return hits, last_key, local, ext
 
-    def inflight_reserved(self) -> int:
-        """Blocks the requests still prefilling (running, held, or set aside held in this pass) need to
-        finish their prompts (vLLM's `_inflight_prefill_reserved_blocks`)."""
+    def prefilling_to_finish(self) -> Iterator[tuple[Seq, int]]:
+        """The requests still prefilling (running, held, or held and set aside in this pass), each with the
+        tokens it must hold to finish (its sequence, capped at `max_model_len`): what a transfer's
+        admission leaves room for (`inflight_reserved`, `h_inflight_reserved`)."""
         mml = self.cfg.max_model_len
-        out = 0
         for s in (*self.running, *self.held, *self.skipped_held):
             if s.prefilling:
-                tokens = s.num_tokens if mml is None else min(s.num_tokens, mml)
-                out += max(0, _cdiv(tokens, self.bs) - len(self.kv.block_table(s.idx)))
+                yield s, s.num_tokens if mml is None else min(s.num_tokens, mml)
+
+    def inflight_reserved(self) -> int:
+        """Blocks the requests still prefilling need to finish their prompts (vLLM's
+        `_inflight_prefill_reserved_blocks`)."""
+        out = 0
+        for s, tokens in self.prefilling_to_finish():
+            out += max(0, _cdiv(tokens, self.bs) - len(self.kv.block_table(s.idx)))
         return out
 
     def hold_for_transfer(

@@ -29,6 +29,8 @@ from kvsim.reference.hashing import iter_block_keys
 from kvsim.reference.kv_groups import NULL, Lookup
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from kvsim.reference.engine.offload import Job
 
 # A chunk's key: its last block's content key with the low byte its group's index (vLLM's `OffloadKey`,
@@ -67,6 +69,7 @@ class HybridTier(State):
         def log_hybrid_admission(
             self, s: Seq, hit: Lookup, done: int, new: list[tuple[int, int]]
         ) -> None: ...
+        def prefilling_to_finish(self) -> Iterator[tuple[Seq, int]]: ...
 
     # -- the groups as the connector sees them -------------------------------------------------------
     def h_tpc(self, g: int) -> int:
@@ -250,14 +253,11 @@ class HybridTier(State):
     def h_inflight_reserved(self) -> int:
         """`inflight_reserved` over a hybrid pool: what each request still prefilling needs to hold its
         whole sequence, the windows capped (vLLM's `_request_remaining_blocks`)."""
-        mml = self.cfg.max_model_len
-        out = 0
         kv = self.hkv
-        for s in (*self.running, *self.held, *self.skipped_held):
-            if s.prefilling:
-                tokens = s.num_tokens if mml is None else min(s.num_tokens, mml)
-                checkpoint = kv.needs_checkpoint(s.num_computed, tokens, s.num_tokens, s.prompt_len)
-                out += kv.need(s.idx, tokens, None, s.num_computed, capped=True, checkpoint=checkpoint)
+        out = 0
+        for s, tokens in self.prefilling_to_finish():
+            checkpoint = kv.needs_checkpoint(s.num_computed, tokens, s.num_tokens, s.prompt_len)
+            out += kv.need(s.idx, tokens, None, s.num_computed, capped=True, checkpoint=checkpoint)
         return out
 
     def h_hold_tables(self, s: Seq, hit: Lookup, end: int) -> list[tuple[int, int]] | None:

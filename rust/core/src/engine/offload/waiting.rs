@@ -332,25 +332,35 @@ impl Engine<'_> {
         }
     }
 
-    /// Blocks the requests still prefilling (running or held) need to finish their prompts (vLLM's
-    /// `_inflight_prefill_reserved_blocks`).
-    fn inflight_reserved(&self) -> u64 {
-        let (bs, mml) = (self.cfg.block_size, self.cfg.max_model_len);
+    /// The requests still prefilling (running, held, or held and set aside in this pass), each with the
+    /// tokens it must hold to finish (its sequence, capped at `max_model_len`): what a transfer's
+    /// admission leaves room for (`inflight_reserved`, `h_inflight_reserved`).
+    #[inline]
+    pub(in crate::engine::offload) fn prefilling_to_finish(
+        &self,
+    ) -> impl Iterator<Item = (usize, u64)> + '_ {
+        let mml = self.cfg.max_model_len;
         let tier = self.tier_ref();
-        let mut out = 0;
-        for &k in self
-            .running
+        self.running
             .iter()
             .chain(&tier.held)
             .chain(&tier.skipped_held)
-        {
-            let s = &self.slab[k];
-            if s.prefilling {
-                let tokens = mml.map_or(s.num_tokens(), |m| s.num_tokens().min(m));
-                out += blocks_for(tokens, bs).saturating_sub(s.table.blocks().len() as u64);
-            }
-        }
-        out
+            .filter(|&&k| self.slab[k].prefilling)
+            .map(move |&k| {
+                let total = self.slab[k].num_tokens();
+                (k, mml.map_or(total, |m| total.min(m)))
+            })
+    }
+
+    /// Blocks the requests still prefilling (running or held) need to finish their prompts (vLLM's
+    /// `_inflight_prefill_reserved_blocks`).
+    fn inflight_reserved(&self) -> u64 {
+        let bs = self.cfg.block_size;
+        self.prefilling_to_finish()
+            .map(|(k, tokens)| {
+                blocks_for(tokens, bs).saturating_sub(self.slab[k].table.blocks().len() as u64)
+            })
+            .sum()
     }
 
     /// Holds the blocks for a transfer of `ext` tokens after `local` GPU hits (in `self.hits`) if they

@@ -190,22 +190,13 @@ impl Engine<'_> {
         let Memory::Paged(pool) = &self.mem else {
             unreachable!("hybrid pools are paged")
         };
-        let mml = self.cfg.max_model_len;
-        let tier = self.tier_ref();
-        let mut out = 0;
-        for &k in self
-            .running
-            .iter()
-            .chain(&tier.held)
-            .chain(&tier.skipped_held)
-        {
-            let s = &self.slab[k];
-            if s.prefilling {
-                let tokens = mml.map_or(s.num_tokens(), |m| s.num_tokens().min(m));
+        self.prefilling_to_finish()
+            .map(|(k, tokens)| {
+                let s = &self.slab[k];
                 let tables = &s.hybrid.as_ref().expect("tables").tables;
                 let checkpoint =
                     groups.needs_checkpoint(s.num_computed, tokens, s.num_tokens(), s.prompt_len);
-                out += groups.need(
+                groups.need(
                     pool,
                     Some(tables),
                     tokens,
@@ -214,10 +205,9 @@ impl Engine<'_> {
                     true,
                     checkpoint,
                     &self.step_keys,
-                );
-            }
-        }
-        out
+                )
+            })
+            .sum()
     }
 
     /// Whether a load whose hits and loaded tokens end at `end` (of a request of `total` tokens and a
