@@ -403,16 +403,12 @@ class Offload(HybridTier, State):
         tokens): its next chunk allocated after the full-prompt gate and the watermark; the tokens it
         computes, 0 if it cannot start now, or NEVER."""
         if self.hybrid:
-            return self.h_resume_loaded(s, budget, NEVER)
+            return self.h_resume_loaded(s, budget)
+        num_new, final = self.resumed_chunk(s, budget)
+        if final:
+            return num_new
         cfg, bs, kv = self.cfg, self.bs, self.kv
         total = s.num_tokens
-        num_new = total - s.num_computed
-        if cfg.chunked_prefill:
-            num_new = min(num_new, budget)
-        elif num_new > cfg.max_num_batched_tokens:
-            return NEVER
-        elif num_new > budget:
-            return 0
         table = len(kv.block_table(s.idx))
         watermark = self.admission_watermark()
         free = kv.num_free_blocks
@@ -426,6 +422,22 @@ class Offload(HybridTier, State):
         self.log_allocations(s, new)
         s.num_computed += num_new
         return num_new
+
+    def resumed_chunk(self, s: Seq, budget: int) -> tuple[int, bool]:
+        """The tokens a held request whose load has landed computes out of those it has left (vLLM's waiting
+        loop for a request with computed tokens), and False: with chunked prefill as many as `budget`
+        takes; without, all of them; or the answer and True: NEVER over a step's budget, 0 over what is
+        left of it (it cannot start now). A single group's resumption (`try_resume_loaded`) and a hybrid
+        pool's (`h_resume_loaded`) alike (Rust `resumed_chunk`)."""
+        cfg = self.cfg
+        num_new = s.num_tokens - s.num_computed
+        if cfg.chunked_prefill:
+            return min(num_new, budget), False
+        if num_new > cfg.max_num_batched_tokens:
+            return NEVER, True
+        if num_new > budget:
+            return 0, True
+        return num_new, False
 
     def land(self, s: Seq) -> None:
         """A held request's load is observed complete: its blocks take their keys; a load of the whole

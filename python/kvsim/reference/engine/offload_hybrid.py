@@ -70,6 +70,7 @@ class HybridTier(State):
             self, s: Seq, hit: Lookup, done: int, new: list[tuple[int, int]]
         ) -> None: ...
         def prefilling_to_finish(self) -> Iterator[tuple[Seq, int]]: ...
+        def resumed_chunk(self, s: Seq, budget: int) -> tuple[int, bool]: ...
 
     # -- the groups as the connector sees them -------------------------------------------------------
     def h_tpc(self, g: int) -> int:
@@ -319,14 +320,14 @@ class HybridTier(State):
         self.queue_load(s, keys, dest, end, local, ext)
         return True
 
-    def h_resume_loaded(self, s: Seq, budget: int, never: int) -> int:
+    def h_resume_loaded(self, s: Seq, budget: int) -> int:
         """A held request whose load has landed, admitted as a resumed one over a hybrid pool: the first
         time the pass reaches it, its states' keys count as keyed in this step and its states are handed
         off (`HybridKVCacheManager.adopt_loaded`); its chunk cut to the Mamba groups' block boundaries
         (`hybrid_split`), the full-prompt gate, then its window's blocks left behind freed and its next
         chunk's allocated if the watermark allows (`hybrid_grow`, a running sequence's growth with the
         watermark, a checkpoint reserved as for any prefill chunk); the tokens it computes, 0 if it cannot
-        start now, or `never`."""
+        start now, or NEVER."""
         cfg, kv = self.cfg, self.hkv
         if s.landed is not None:
             # The pass reaches it first since its load landed: its states' keys are set now (vLLM's
@@ -335,13 +336,9 @@ class HybridTier(State):
             s.landed = None
         total = s.num_tokens
         start = s.num_computed
-        num_new = total - start
-        if cfg.chunked_prefill:
-            num_new = min(num_new, budget)
-        elif num_new > cfg.max_num_batched_tokens:
-            return never
-        elif num_new > budget:
-            return 0
+        num_new, final = self.resumed_chunk(s, budget)
+        if final:
+            return num_new
         if kv.align:
             num_new = self.hybrid_split(s, start, num_new, kv.junction(s.idx))
             if num_new == 0:

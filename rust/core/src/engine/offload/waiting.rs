@@ -626,18 +626,14 @@ impl Engine<'_> {
         if self.cfg.groups.is_some() {
             return self.h_resume_loaded(k, budget);
         }
+        let num_new = match self.resumed_chunk(k, budget) {
+            Ok(num_new) => num_new,
+            Err(answer) => return answer,
+        };
         let cfg = self.cfg;
         let bs = cfg.block_size;
         let total = self.slab[k].num_tokens();
         let computed = self.slab[k].num_computed;
-        let mut num_new = total - computed;
-        if cfg.chunked_prefill {
-            num_new = num_new.min(budget);
-        } else if num_new > cfg.max_num_batched_tokens {
-            return NEVER;
-        } else if num_new > budget {
-            return 0;
-        }
         let watermark = self.admission_watermark();
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("the CPU tier is paged")
@@ -665,6 +661,31 @@ impl Engine<'_> {
             self.log_allocations(row, event::ALLOCATE);
         }
         num_new
+    }
+
+    /// The tokens a held request whose load has landed computes out of those it has left (vLLM's waiting
+    /// loop for a request with computed tokens): with chunked prefill as many as `budget` takes;
+    /// without, all of them, or `Err(NEVER)` over a step's budget and `Err(0)` over what is left of it
+    /// (it cannot start now). A single group's resumption (`try_resume_loaded`) and a hybrid pool's
+    /// (`h_resume_loaded`) alike.
+    #[inline]
+    pub(in crate::engine::offload) fn resumed_chunk(
+        &self,
+        k: usize,
+        budget: u64,
+    ) -> Result<u64, u64> {
+        let cfg = self.cfg;
+        let s = &self.slab[k];
+        let num_new = s.num_tokens() - s.num_computed;
+        if cfg.chunked_prefill {
+            Ok(num_new.min(budget))
+        } else if num_new > cfg.max_num_batched_tokens {
+            Err(NEVER)
+        } else if num_new > budget {
+            Err(0)
+        } else {
+            Ok(num_new)
+        }
     }
 
     /// A held request's load is observed complete: its blocks take their keys; a load of the whole

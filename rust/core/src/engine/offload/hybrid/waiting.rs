@@ -7,7 +7,7 @@
 
 use super::{cdiv, load_window};
 use crate::cpu_tier::{CpuTier, MISS, PENDING};
-use crate::engine::admission::{GpuHits, NEVER};
+use crate::engine::admission::GpuHits;
 use crate::engine::offload::private_hi;
 use crate::engine::timing::Transfer;
 use crate::engine::{Engine, Memory, event};
@@ -368,14 +368,10 @@ impl Engine<'_> {
         let total = self.slab[k].num_tokens();
         let computed = self.slab[k].num_computed;
         let prompt = self.slab[k].prompt_len;
-        let mut num_new = total - computed;
-        if cfg.chunked_prefill {
-            num_new = num_new.min(budget);
-        } else if num_new > cfg.max_num_batched_tokens {
-            return NEVER;
-        } else if num_new > budget {
-            return 0;
-        }
+        let mut num_new = match self.resumed_chunk(k, budget) {
+            Ok(num_new) => num_new,
+            Err(answer) => return answer,
+        };
         if groups.align() {
             num_new = self.hybrid_split(k, num_new);
             if num_new == 0 {
