@@ -284,10 +284,7 @@ class Offload(HybridTier, State):
         new = self.kv._admit_load(s.idx, hits, last_key, end)
         self.touched.update(hits)
         self.touched.update(new)
-        self.log("admit", s)
-        for b in hits:
-            self.log("prefix-hit", s, b)
-        self.log_allocations(s, new)
+        self.log_admission(s, hits, new)
         return new
 
     def admit_load(self, s: Seq, hits: list[int], last_key: int | None, local: int, ext: int) -> bool:

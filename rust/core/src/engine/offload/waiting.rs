@@ -423,12 +423,7 @@ impl Engine<'_> {
             tier.touched.extend_from_slice(&self.new_blocks);
         }
         if self.log.is_some() {
-            self.log(event::ADMIT, row, -1);
-            for i in 0..self.hits.len() {
-                let b = i64::from(self.hits[i].0);
-                self.log(event::PREFIX_HIT, row, b);
-            }
-            self.log_allocations(row, event::ALLOCATE);
+            self.log_admission(row);
         }
         Some((row, end, total))
     }
