@@ -715,23 +715,8 @@ impl Engine<'_> {
     /// A hybrid decode replica's transfer of a whole prompt landed: its blocks keyed up to its tokens,
     /// then its last token left to compute again (vLLM's `_update_waiting_for_remote_kv`, in that order).
     fn h_land_whole(&mut self, k: usize) {
-        let cfg = self.cfg;
-        let groups = cfg.groups.as_ref().expect("a hybrid pool");
-        let Memory::Paged(pool) = &mut self.mem else {
-            unreachable!("hybrid pools are paged")
-        };
-        let s = &mut self.slab[k];
-        s.sync_output();
-        let hs = s.hybrid.as_mut().expect("a held request holds tables");
-        groups.cache_loaded(
-            pool,
-            &mut hs.tables,
-            &mut hs.keys,
-            &s.segs,
-            s.num_computed,
-            &mut self.step_keys,
-        );
-        s.num_computed -= 1;
+        self.h_cache_loaded(k);
+        self.slab[k].num_computed -= 1;
     }
 
     /// A landed load's wait counted (`load_wait_ps`).

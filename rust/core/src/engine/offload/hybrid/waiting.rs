@@ -427,12 +427,24 @@ impl Engine<'_> {
     /// A held request's load landed over a hybrid pool: its blocks up to the loaded tokens take their
     /// keys; the state blocks keyed wait for the waiting pass to reach it (`h_adopt_landed`).
     pub(in crate::engine::offload) fn h_land(&mut self, k: usize) {
+        debug_assert!(
+            self.slab[k].num_computed < self.slab[k].num_tokens(),
+            "a hybrid hit ends short"
+        );
+        self.h_cache_loaded(k);
+        let hs = self.slab[k].hybrid.as_mut().expect("tables just keyed");
+        hs.landed.extend(self.step_keys.take_fresh());
+    }
+
+    /// A held request's blocks up to its computed tokens keyed as its transfer landed (`cache_loaded`,
+    /// vLLM's `cache_blocks` in `_update_waiting_for_remote_kv`): a CPU tier's load (`h_land`) and a
+    /// decode replica's transfer of a whole prompt (`h_land_whole`) alike.
+    pub(in crate::engine::offload) fn h_cache_loaded(&mut self, k: usize) {
         let groups = self.tier_groups();
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("hybrid pools are paged")
         };
         let s = &mut self.slab[k];
-        debug_assert!(s.num_computed < s.num_tokens(), "a hybrid hit ends short");
         s.sync_output();
         let hs = s.hybrid.as_mut().expect("a held request holds tables");
         groups.cache_loaded(
@@ -443,6 +455,5 @@ impl Engine<'_> {
             s.num_computed,
             &mut self.step_keys,
         );
-        hs.landed.extend(self.step_keys.take_fresh());
     }
 }
