@@ -106,16 +106,21 @@ class Admission(State):
             return 0
         new = self.kv.allocate(s.idx, segs, num_new)
         assert new is not None, "capacity was checked"
-        self.log("admit", s)
-        for b in hits:
-            self.log("prefix-hit", s, b)
-        self.log_allocations(s, new)
+        self.log_admission(s, hits, new)
         if cfg.policy == "reserve":
             s.reserved_blocks = need - first
             self.outstanding += s.reserved_blocks
         s.num_computed = hit + num_new
         self.note_admission(s, hit, total)
         return num_new
+
+    def log_admission(self, s: Seq, hits: list[int], new: list[int]) -> None:
+        """A paged admission's events: `admit`, a `prefix-hit` per block in `hits`, an `allocate` per new
+        block. An ordinary admission's and a transfer's (`hold_for_transfer`) alike."""
+        self.log("admit", s)
+        for b in hits:
+            self.log("prefix-hit", s, b)
+        self.log_allocations(s, new)
 
     def note_admission(self, s: Seq, hit: int, total: int, cpu_hit: int = 0) -> None:
         """Counters and row columns of a paged admission that took `hit` cached tokens of `total` on the

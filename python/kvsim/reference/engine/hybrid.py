@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
-from kvsim.reference.kv_groups import NULL, HybridKVCacheManager
+from kvsim.reference.kv_groups import NULL, HybridKVCacheManager, Lookup
 
 NEVER = -1
 SKIP = -2
@@ -35,13 +35,18 @@ class Hybrid(State):
             total += n
         return total
 
+    def hybrid_lookup(self, s: Seq) -> Lookup:
+        """A waiting request's prefix lookup over every group (vLLM's `find_longest_cache_hit`, up to its
+        tokens but one). An ordinary admission (`hybrid_try_admit`), a CPU tier's lookup (`h_lookup`) and a
+        decode replica's transfer (`h_remote_lookup`) start alike."""
+        return self.hkv.lookup(s.segments(), s.num_tokens - 1)
+
     def hybrid_try_admit(self, s: Seq, budget: int) -> int:
         """`try_admit` for a hybrid pool: 0 if the head cannot start now, NEVER, SKIP, or its first
         chunk's tokens (vLLM's `get_computed_blocks` + `allocate_slots(full_sequence_must_fit=...)`)."""
         cfg, kv = self.cfg, self.hkv
         total = s.num_tokens
-        segs = s.segments()
-        hit = kv.lookup(segs, total - 1)
+        hit = self.hybrid_lookup(s)
         num_new = total - hit.tokens
         if cfg.chunked_prefill:
             num_new = min(num_new, budget)
@@ -72,17 +77,24 @@ class Hybrid(State):
         checkpoint = kv.needs_checkpoint(hit.tokens, end, total, s.prompt_len)
         if kv.need(s.idx, end, hit, hit.tokens, checkpoint=checkpoint) + watermark > free:
             return 0
-        new = kv.admit(s.idx, segs, hit, end, end, s.prompt_len, checkpoint)
+        new = kv.admit(s.idx, s.segments(), hit, end, end, s.prompt_len, checkpoint)
+        self.log_hybrid_admission(s, hit, hit.tokens, new)
+        s.num_computed = end
+        self.note_admission(s, hit.tokens, total)
+        return num_new
+
+    def log_hybrid_admission(self, s: Seq, hit: Lookup, done: int, new: list[tuple[int, int]]) -> None:
+        """An admission over a hybrid pool logged: `admit`, the hits its windows kept as of `done` tokens
+        (its hit's at an ordinary admission, the loaded or transferred tokens' when its tables are held for
+        a transfer: `h_hold_tables`), then its new blocks `new`."""
+        kv = self.hkv
         self.log("admit", s)
         for g, blocks in enumerate(hit.hits):
-            skipped = kv.groups[g].skipped(hit.tokens) // kv.groups[g].block_size
+            skipped = kv.groups[g].skipped(done) // kv.groups[g].block_size
             for b in blocks[skipped:]:
                 if b != NULL:
                     self.log("prefix-hit", s, b, g)
         self.log_group_allocations(s, new)
-        s.num_computed = end
-        self.note_admission(s, hit.tokens, total)
-        return num_new
 
     def hybrid_try_grow(self, s: Seq, num_new: int) -> bool:
         """Room for `num_new` more tokens of running `s`: blocks that left a window are freed first
@@ -101,8 +113,7 @@ class Hybrid(State):
         (whether or not the rest fits), then every group's new blocks are allocated if they fit; those
         blocks, or None if not."""
         kv = self.hkv
-        for b, g in kv.remove_skipped(s.idx, s.num_computed):
-            self.log("window", s, b, g)
+        self.hybrid_remove_skipped(s)
         end = s.num_computed + num_new
         checkpoint = kv.needs_checkpoint(s.num_computed, end, s.num_tokens, s.prompt_len)
         if kv.need(s.idx, end, None, s.num_computed, checkpoint=checkpoint) + watermark > kv.num_free_blocks:
@@ -124,6 +135,12 @@ class Hybrid(State):
         `_connector_finished` calls `remove_skipped_blocks` before the connector sees its tables), before
         the rest is freed or held for the transfer (DESIGN.md §Prefill/decode disaggregation, a hybrid
         model)."""
+        self.hybrid_remove_skipped(s)
+
+    def hybrid_remove_skipped(self, s: Seq) -> None:
+        """The blocks `s`'s windows left behind at its computed tokens freed (vLLM's
+        `remove_skipped_blocks`) and logged (`window`). A growth (`hybrid_grow`) and a finish on a fleet's
+        replica (`hybrid_connector_finished`) alike."""
         for b, g in self.hkv.remove_skipped(s.idx, s.num_computed):
             self.log("window", s, b, g)
 

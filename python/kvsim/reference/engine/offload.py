@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kvsim.errors import InternalError, InvalidArgumentError
@@ -246,15 +247,21 @@ class Offload(HybridTier, State):
             return None
         return hits, last_key, local, ext
 
-    def inflight_reserved(self) -> int:
-        """Blocks the requests still prefilling (running, held, or set aside held in this pass) need to
-        finish their prompts (vLLM's `_inflight_prefill_reserved_blocks`)."""
+    def prefilling_to_finish(self) -> Iterator[tuple[Seq, int]]:
+        """The requests still prefilling (running, held, or held and set aside in this pass), each with the
+        tokens it must hold to finish (its sequence, capped at `max_model_len`): what a transfer's
+        admission leaves room for (`inflight_reserved`, `h_inflight_reserved`)."""
         mml = self.cfg.max_model_len
-        out = 0
         for s in (*self.running, *self.held, *self.skipped_held):
             if s.prefilling:
-                tokens = s.num_tokens if mml is None else min(s.num_tokens, mml)
-                out += max(0, _cdiv(tokens, self.bs) - len(self.kv.block_table(s.idx)))
+                yield s, s.num_tokens if mml is None else min(s.num_tokens, mml)
+
+    def inflight_reserved(self) -> int:
+        """Blocks the requests still prefilling need to finish their prompts (vLLM's
+        `_inflight_prefill_reserved_blocks`)."""
+        out = 0
+        for s, tokens in self.prefilling_to_finish():
+            out += max(0, _cdiv(tokens, self.bs) - len(self.kv.block_table(s.idx)))
         return out
 
     def hold_for_transfer(
@@ -278,10 +285,7 @@ class Offload(HybridTier, State):
         new = self.kv._admit_load(s.idx, hits, last_key, end)
         self.touched.update(hits)
         self.touched.update(new)
-        self.log("admit", s)
-        for b in hits:
-            self.log("prefix-hit", s, b)
-        self.log_allocations(s, new)
+        self.log_admission(s, hits, new)
         return new
 
     def admit_load(self, s: Seq, hits: list[int], last_key: int | None, local: int, ext: int) -> bool:
@@ -351,7 +355,7 @@ class Offload(HybridTier, State):
         if not s.remote:
             return None
         kv = self.hkv
-        hit = kv.lookup(s.segments(), s.num_tokens - 1)
+        hit = self.hybrid_lookup(s)
         ext = s.num_tokens // kv.sched_bs * kv.sched_bs - hit.tokens
         return (hit, ext) if ext > 0 else None
 
@@ -397,16 +401,12 @@ class Offload(HybridTier, State):
         tokens): its next chunk allocated after the full-prompt gate and the watermark; the tokens it
         computes, 0 if it cannot start now, or NEVER."""
         if self.hybrid:
-            return self.h_resume_loaded(s, budget, NEVER)
+            return self.h_resume_loaded(s, budget)
+        num_new, final = self.resumed_chunk(s, budget)
+        if final:
+            return num_new
         cfg, bs, kv = self.cfg, self.bs, self.kv
         total = s.num_tokens
-        num_new = total - s.num_computed
-        if cfg.chunked_prefill:
-            num_new = min(num_new, budget)
-        elif num_new > cfg.max_num_batched_tokens:
-            return NEVER
-        elif num_new > budget:
-            return 0
         table = len(kv.block_table(s.idx))
         watermark = self.admission_watermark()
         free = kv.num_free_blocks
@@ -420,6 +420,22 @@ class Offload(HybridTier, State):
         self.log_allocations(s, new)
         s.num_computed += num_new
         return num_new
+
+    def resumed_chunk(self, s: Seq, budget: int) -> tuple[int, bool]:
+        """The tokens a held request whose load has landed computes out of those it has left (vLLM's waiting
+        loop for a request with computed tokens), and False: with chunked prefill as many as `budget`
+        takes; without, all of them; or the answer and True: NEVER over a step's budget, 0 over what is
+        left of it (it cannot start now). A single group's resumption (`try_resume_loaded`) and a hybrid
+        pool's (`h_resume_loaded`) alike (Rust `resumed_chunk`)."""
+        cfg = self.cfg
+        num_new = s.num_tokens - s.num_computed
+        if cfg.chunked_prefill:
+            return min(num_new, budget), False
+        if num_new > cfg.max_num_batched_tokens:
+            return NEVER, True
+        if num_new > budget:
+            return 0, True
+        return num_new, False
 
     def land(self, s: Seq) -> None:
         """A held request's load is observed complete: its blocks take their keys; a load of the whole

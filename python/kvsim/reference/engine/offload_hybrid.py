@@ -29,6 +29,8 @@ from kvsim.reference.hashing import iter_block_keys
 from kvsim.reference.kv_groups import NULL, Lookup
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from kvsim.reference.engine.offload import Job
 
 # A chunk's key: its last block's content key with the low byte its group's index (vLLM's `OffloadKey`,
@@ -64,6 +66,11 @@ class HybridTier(State):
         ) -> Job: ...
         def log_group_allocations(self, s: Seq, new: list[tuple[int, int]]) -> None: ...
         def hybrid_grow(self, s: Seq, num_new: int, watermark: int) -> list[tuple[int, int]] | None: ...
+        def log_hybrid_admission(
+            self, s: Seq, hit: Lookup, done: int, new: list[tuple[int, int]]
+        ) -> None: ...
+        def prefilling_to_finish(self) -> Iterator[tuple[Seq, int]]: ...
+        def resumed_chunk(self, s: Seq, budget: int) -> tuple[int, bool]: ...
 
     # -- the groups as the connector sees them -------------------------------------------------------
     def h_tpc(self, g: int) -> int:
@@ -138,7 +145,7 @@ class HybridTier(State):
         s.next_stores = [0] * n_groups
         if s.jobs:
             return None
-        hit = self.hkv.lookup(s.segments(), s.num_tokens - 1)
+        hit = self.hybrid_lookup(s)
         ext = self.h_tier_hit(s, hit.tokens)
         return None if ext is None else (hit, ext)
 
@@ -247,14 +254,11 @@ class HybridTier(State):
     def h_inflight_reserved(self) -> int:
         """`inflight_reserved` over a hybrid pool: what each request still prefilling needs to hold its
         whole sequence, the windows capped (vLLM's `_request_remaining_blocks`)."""
-        mml = self.cfg.max_model_len
-        out = 0
         kv = self.hkv
-        for s in (*self.running, *self.held, *self.skipped_held):
-            if s.prefilling:
-                tokens = s.num_tokens if mml is None else min(s.num_tokens, mml)
-                checkpoint = kv.needs_checkpoint(s.num_computed, tokens, s.num_tokens, s.prompt_len)
-                out += kv.need(s.idx, tokens, None, s.num_computed, capped=True, checkpoint=checkpoint)
+        out = 0
+        for s, tokens in self.prefilling_to_finish():
+            checkpoint = kv.needs_checkpoint(s.num_computed, tokens, s.num_tokens, s.prompt_len)
+            out += kv.need(s.idx, tokens, None, s.num_computed, capped=True, checkpoint=checkpoint)
         return out
 
     def h_hold_tables(self, s: Seq, hit: Lookup, end: int) -> list[tuple[int, int]] | None:
@@ -278,13 +282,7 @@ class HybridTier(State):
             return None
         new = kv.admit(s.idx, s.segments(), hit, end, local, s.prompt_len, computed=end)
         self.touched.update(b for t in kv.tables(s.idx) for b in t if b != NULL)
-        self.log("admit", s)
-        for g, blocks in enumerate(hit.hits):
-            skipped = kv.groups[g].skipped(end) // kv.groups[g].block_size
-            for b in blocks[skipped:]:
-                if b != NULL:
-                    self.log("prefix-hit", s, b, g)
-        self.log_group_allocations(s, new)
+        self.log_hybrid_admission(s, hit, end, new)
         return new
 
     def h_admit_load(self, s: Seq, hit: Lookup, ext: int) -> bool:
@@ -322,14 +320,14 @@ class HybridTier(State):
         self.queue_load(s, keys, dest, end, local, ext)
         return True
 
-    def h_resume_loaded(self, s: Seq, budget: int, never: int) -> int:
+    def h_resume_loaded(self, s: Seq, budget: int) -> int:
         """A held request whose load has landed, admitted as a resumed one over a hybrid pool: the first
         time the pass reaches it, its states' keys count as keyed in this step and its states are handed
         off (`HybridKVCacheManager.adopt_loaded`); its chunk cut to the Mamba groups' block boundaries
         (`hybrid_split`), the full-prompt gate, then its window's blocks left behind freed and its next
         chunk's allocated if the watermark allows (`hybrid_grow`, a running sequence's growth with the
         watermark, a checkpoint reserved as for any prefill chunk); the tokens it computes, 0 if it cannot
-        start now, or `never`."""
+        start now, or NEVER."""
         cfg, kv = self.cfg, self.hkv
         if s.landed is not None:
             # The pass reaches it first since its load landed: its states' keys are set now (vLLM's
@@ -338,13 +336,9 @@ class HybridTier(State):
             s.landed = None
         total = s.num_tokens
         start = s.num_computed
-        num_new = total - start
-        if cfg.chunked_prefill:
-            num_new = min(num_new, budget)
-        elif num_new > cfg.max_num_batched_tokens:
-            return never
-        elif num_new > budget:
-            return 0
+        num_new, final = self.resumed_chunk(s, budget)
+        if final:
+            return num_new
         if kv.align:
             num_new = self.hybrid_split(s, start, num_new, kv.junction(s.idx))
             if num_new == 0:

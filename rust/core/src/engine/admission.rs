@@ -172,8 +172,9 @@ impl Engine<'_> {
         BlockTable::find_hits_cached(pool, &s.keys, &mut self.hits)
     }
 
-    /// A paged admission's events: `admit`, a `prefix-hit` per block in `hits`, an `allocate` per new block.
-    fn log_admission(&mut self, row: usize) {
+    /// A paged admission's events: `admit`, a `prefix-hit` per block in `hits`, an `allocate` per new block
+    /// (`new_blocks`). An ordinary admission's and a transfer's (`hold_for_transfer`) alike.
+    pub(super) fn log_admission(&mut self, row: usize) {
         self.log(event::ADMIT, row, -1);
         for i in 0..self.hits.len() {
             let b = i64::from(self.hits[i].0);

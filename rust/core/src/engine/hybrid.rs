@@ -57,13 +57,13 @@ impl Engine<'_> {
         self.cfg.groups.as_ref().expect("a hybrid pool")
     }
 
-    /// `try_admit` for a hybrid pool: 0 if the head cannot start now, `NEVER`, `SKIP`, or its first
-    /// chunk's tokens (vLLM's `get_computed_blocks` + `allocate_slots(full_sequence_must_fit=...)`).
-    pub(super) fn hybrid_try_admit(&mut self, k: usize, budget: u64) -> u64 {
-        let cfg = self.cfg;
-        let groups = cfg.groups.as_ref().expect("a hybrid pool");
-        let watermark = self.admission_watermark();
-        let Memory::Paged(pool) = &mut self.mem else {
+    /// A waiting request's prefix lookup over every group (vLLM's `find_longest_cache_hit`, up to its
+    /// tokens but one) into `self.lookup`, its output synced and its hybrid state made; the hit's tokens.
+    /// An ordinary admission (`hybrid_try_admit`), a CPU tier's lookup (`h_tier_head`) and a decode
+    /// replica's transfer (`h_remote_head`) start alike.
+    pub(super) fn hybrid_lookup(&mut self, k: usize) -> u64 {
+        let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
+        let Memory::Paged(pool) = &self.mem else {
             unreachable!("hybrid pools are paged")
         };
         let s = &mut self.slab[k];
@@ -71,7 +71,21 @@ impl Engine<'_> {
         s.sync_output();
         let hs = s.hybrid.get_or_insert_with(Box::default);
         groups.lookup(pool, &s.segs, &mut hs.keys, total - 1, &mut self.lookup);
-        let hit = self.lookup.tokens;
+        self.lookup.tokens
+    }
+
+    /// `try_admit` for a hybrid pool: 0 if the head cannot start now, `NEVER`, `SKIP`, or its first
+    /// chunk's tokens (vLLM's `get_computed_blocks` + `allocate_slots(full_sequence_must_fit=...)`).
+    pub(super) fn hybrid_try_admit(&mut self, k: usize, budget: u64) -> u64 {
+        let cfg = self.cfg;
+        let groups = cfg.groups.as_ref().expect("a hybrid pool");
+        let watermark = self.admission_watermark();
+        let hit = self.hybrid_lookup(k);
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        let s = &mut self.slab[k];
+        let total = s.num_tokens();
         let prompt = s.prompt_len;
         let mut num_new = total - hit;
         if cfg.chunked_prefill {
@@ -118,6 +132,7 @@ impl Engine<'_> {
         {
             return 0;
         }
+        let hs = s.hybrid.as_mut().expect("its lookup made it");
         self.group_new.clear();
         groups.admit(
             pool,
@@ -136,20 +151,29 @@ impl Engine<'_> {
         let row = s.row;
         self.take_states(k);
         if self.log.is_some() {
-            self.log(event::ADMIT, row, -1);
-            for g in 0..groups.len() {
-                let skipped = groups.specs()[g].skipped(hit) / groups.specs()[g].block_size;
-                for i in skipped as usize..self.lookup.hits[g].len() {
-                    let b = self.lookup.hits[g][i];
-                    if b != BlockId::NULL {
-                        self.log_count(event::PREFIX_HIT, row, i64::from(b.0), g as i64);
-                    }
-                }
-            }
-            self.log_group_allocations(row);
+            self.log_hybrid_admission(row, hit);
         }
         self.note_admission(k, hit, total, 0);
         num_new
+    }
+
+    /// An admission over a hybrid pool logged: `admit`, the request's hits its windows kept as of `done`
+    /// tokens (its hit's at an ordinary admission, the loaded or transferred tokens' when its tables are
+    /// held for a transfer: `h_hold_tables`), then its new blocks (`self.group_new`).
+    pub(super) fn log_hybrid_admission(&mut self, row: usize, done: u64) {
+        let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
+        self.log(event::ADMIT, row, -1);
+        for g in 0..groups.len() {
+            let spec = &groups.specs()[g];
+            let skipped = spec.skipped(done) / spec.block_size;
+            for i in skipped as usize..self.lookup.hits[g].len() {
+                let b = self.lookup.hits[g][i];
+                if b != BlockId::NULL {
+                    self.log_count(event::PREFIX_HIT, row, i64::from(b.0), g as i64);
+                }
+            }
+        }
+        self.log_group_allocations(row);
     }
 
     /// Room for `num_new` more tokens of running `k`: blocks that left a window are freed first (whether
@@ -171,24 +195,12 @@ impl Engine<'_> {
     /// if they fit; false if not.
     pub(super) fn hybrid_grow(&mut self, k: usize, num_new: u64, watermark: u64) -> bool {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
+        self.hybrid_remove_skipped(k);
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("hybrid pools are paged")
         };
         let s = &mut self.slab[k];
-        let hs = s.hybrid.as_mut().expect("a growing sequence holds tables");
-        self.group_new.clear();
-        groups.remove_skipped(pool, &mut hs.tables, s.num_computed, &mut self.group_new);
         let row = s.row;
-        if self.log.is_some() {
-            for i in 0..self.group_new.len() {
-                let (b, g) = self.group_new[i];
-                self.log_count(event::WINDOW, row, i64::from(b.0), g as i64);
-            }
-        }
-        let Memory::Paged(pool) = &mut self.mem else {
-            unreachable!()
-        };
-        let s = &mut self.slab[k];
         let end = s.num_computed + num_new;
         let checkpoint = groups.needs_checkpoint(s.num_computed, end, s.num_tokens(), s.prompt_len);
         let tables = &s
@@ -254,12 +266,18 @@ impl Engine<'_> {
         )
     }
 
-    /// Frees sequence `k`'s tables (finish or recompute preemption).
     /// A request finished on a replica of a disaggregated fleet (its NIXL connector, either pool): the
     /// blocks its windows left behind at its computed tokens are freed first (vLLM's
     /// `_connector_finished` calls `remove_skipped_blocks` before the connector sees its tables), before
     /// the rest is freed or held for the transfer (DESIGN.md §Prefill/decode disaggregation).
     pub(in crate::engine) fn hybrid_connector_finished(&mut self, k: usize) {
+        self.hybrid_remove_skipped(k);
+    }
+
+    /// The blocks `k`'s windows left behind at its computed tokens freed (vLLM's `remove_skipped_blocks`)
+    /// and logged (`window`), listed in `self.group_new`; nothing for a sequence without tables. A
+    /// growth (`hybrid_grow`) and a finish on a fleet's replica (`hybrid_connector_finished`) alike.
+    fn hybrid_remove_skipped(&mut self, k: usize) {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("hybrid pools are paged")
@@ -272,14 +290,10 @@ impl Engine<'_> {
         self.group_new.clear();
         groups.remove_skipped(pool, &mut hs.tables, computed, &mut self.group_new);
         let row = s.row;
-        if self.log.is_some() {
-            for i in 0..self.group_new.len() {
-                let (b, g) = self.group_new[i];
-                self.log_count(event::WINDOW, row, i64::from(b.0), g as i64);
-            }
-        }
+        self.log_group_blocks(event::WINDOW, row);
     }
 
+    /// Frees sequence `k`'s tables (finish or recompute preemption).
     pub(super) fn hybrid_release(&mut self, k: usize) {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
         let Memory::Paged(pool) = &mut self.mem else {
@@ -294,10 +308,15 @@ impl Engine<'_> {
         hs.landed.clear();
         self.step_keys.drop_owner(k); // (its states not offered yet: vLLM's `pop_blocks_for_free`)
         let row = s.row;
+        self.log_group_blocks(event::FREE, row);
+    }
+
+    /// One `kind` row per block in `self.group_new` (`count`: its group), when a log is kept.
+    fn log_group_blocks(&mut self, kind: i64, row: usize) {
         if self.log.is_some() {
             for i in 0..self.group_new.len() {
                 let (b, g) = self.group_new[i];
-                self.log_count(event::FREE, row, i64::from(b.0), g as i64);
+                self.log_count(kind, row, i64::from(b.0), g as i64);
             }
         }
     }

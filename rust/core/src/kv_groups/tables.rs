@@ -136,7 +136,7 @@ impl Groups {
         new: &mut Vec<(BlockId, usize)>,
     ) {
         self.take_hits(pool, req, hit, hit.tokens, num_prompt);
-        self.allocate_and_cache(
+        self.grow(
             pool, req, cache, segs, num_tokens, num_cache, checkpoint, keyed, new,
         );
     }
@@ -160,7 +160,7 @@ impl Groups {
         new: &mut Vec<(BlockId, usize)>,
     ) {
         self.take_hits(pool, req, hit, computed, num_prompt);
-        self.allocate_and_cache(
+        self.grow(
             pool, req, cache, segs, computed, hit.tokens, false, keyed, new,
         );
     }
@@ -178,7 +178,7 @@ impl Groups {
         num_tokens: u64,
         keyed: &mut StepKeys,
     ) {
-        self.cache_as(pool, req, cache, segs, num_tokens, keyed, true);
+        self.cache(pool, req, cache, segs, num_tokens, keyed, true);
     }
 
     /// A new request's tables: its hits, those a window skipped as of `done` tokens as null blocks
@@ -209,32 +209,15 @@ impl Groups {
         }
     }
 
-    /// A running request's blocks for `num_tokens` tokens, keys up to `num_cache` tokens (the keys its
-    /// Mamba groups set added to `keyed`); `checkpoint`: the chunk reserves a Mamba prefill checkpoint
-    /// (`needs_checkpoint`). The caller checked `need`.
+    /// A request's blocks for `num_tokens` tokens group by group (pushed into `new` as (block, group)),
+    /// then its keys up to `num_cache` tokens (the keys its Mamba groups set added to `keyed`):
+    /// a running request's growth, and a new one's after its hits (`admit`, `admit_loading`);
+    /// `checkpoint`: the chunk reserves a Mamba prefill checkpoint (`needs_checkpoint`). A Mamba group
+    /// pops at most one block, two with a checkpoint (the checkpoint's at position `ceil(end / B) - 2`,
+    /// then the running one), the positions before them padded with null blocks (vLLM's
+    /// `MambaManager.allocate_new_blocks` in align mode). The caller checked `need`.
     #[allow(clippy::too_many_arguments)]
     pub fn grow(
-        &self,
-        pool: &mut BlockPool,
-        req: &mut HybridTables,
-        cache: &mut KeyCache,
-        segs: &[Segment],
-        num_tokens: u64,
-        num_cache: u64,
-        checkpoint: bool,
-        keyed: &mut StepKeys,
-        new: &mut Vec<(BlockId, usize)>,
-    ) {
-        self.allocate_and_cache(
-            pool, req, cache, segs, num_tokens, num_cache, checkpoint, keyed, new,
-        );
-    }
-
-    /// New blocks group by group, then keys. A Mamba group pops at most one block, two with a checkpoint
-    /// (the checkpoint's at position `ceil(end / B) - 2`, then the running one), the positions before them
-    /// padded with null blocks (vLLM's `MambaManager.allocate_new_blocks` in align mode).
-    #[allow(clippy::too_many_arguments)]
-    fn allocate_and_cache(
         &self,
         pool: &mut BlockPool,
         req: &mut HybridTables,
@@ -259,27 +242,15 @@ impl Groups {
                 new.push((b, g));
             }
         }
-        self.cache(pool, req, cache, segs, num_cache, keyed);
+        self.cache(pool, req, cache, segs, num_cache, keyed, false);
     }
 
     /// Keys each group's full blocks up to `num_tokens` tokens (vLLM's `cache_blocks`); the keys of
     /// Mamba groups go into `keyed` too (vLLM's `MambaManager.cached_blocks_this_step`), their blocks
-    /// listed when it records them (a CPU tier's hand-offs).
-    fn cache(
-        &self,
-        pool: &mut BlockPool,
-        req: &mut HybridTables,
-        cache: &mut KeyCache,
-        segs: &[Segment],
-        num_tokens: u64,
-        keyed: &mut StepKeys,
-    ) {
-        self.cache_as(pool, req, cache, segs, num_tokens, keyed, false);
-    }
-
-    /// `cache`; `landed`: a landed load's, whose state blocks are listed only (`cache_loaded`).
+    /// listed when it records them (a CPU tier's hand-offs). `landed`: a landed load's, whose state
+    /// blocks are listed only (`cache_loaded`).
     #[allow(clippy::too_many_arguments)]
-    fn cache_as(
+    fn cache(
         &self,
         pool: &mut BlockPool,
         req: &mut HybridTables,

@@ -126,27 +126,49 @@ impl Engine<'_> {
             return self.h_tier_head(k, budget, skipped_waiting);
         }
         match self.tier_lookup(k) {
-            Found::Skip => {
-                self.waiting.pop_front();
-                skipped_waiting.push(k);
-                None
-            }
+            Found::Skip => self.skip_head(k, skipped_waiting),
             Found::Hits {
                 last_key,
                 local,
                 ext,
             } if ext > 0 => {
-                if self.admit_transfer(k, last_key, local, ext) {
-                    self.waiting.pop_front();
-                    self.tier_mut().skipped_held.push(k);
-                    return None;
-                }
-                Some(0)
+                let admitted = self.admit_transfer(k, last_key, local, ext);
+                self.hold_head(k, admitted)
             }
             Found::Hits { last_key: l, .. } => {
                 Some(self.try_admit_after(k, budget, GpuHits::Taken(l)))
             }
         }
+    }
+
+    /// The waiting head `k` set aside until the pass ends (`skipped_waiting`): it cannot be decided now
+    /// (a transfer of its own in flight, a chunk of its hit pending or being loaded). None: it left.
+    #[inline]
+    pub(in crate::engine::offload) fn skip_head(
+        &mut self,
+        k: usize,
+        skipped_waiting: &mut Vec<usize>,
+    ) -> Option<u64> {
+        self.waiting.pop_front();
+        skipped_waiting.push(k);
+        None
+    }
+
+    /// The waiting head `k` after its transfer's admission was tried (a load from the tier or a decode
+    /// replica's transfer, `admitted` if its blocks were held): admitted, it leaves the waiting queue for
+    /// the pass's held requests (None); else it cannot start now (0: head-of-line blocking).
+    #[inline]
+    pub(in crate::engine::offload) fn hold_head(
+        &mut self,
+        k: usize,
+        admitted: bool,
+    ) -> Option<u64> {
+        if !admitted {
+            return Some(0);
+        }
+        self.waiting.pop_front();
+        self.tier_mut().skipped_held.push(k);
+        None
     }
 
     /// Waiting or held request `k` (out of its queue) admitted with `num_new` tokens this step.
@@ -310,25 +332,35 @@ impl Engine<'_> {
         }
     }
 
-    /// Blocks the requests still prefilling (running or held) need to finish their prompts (vLLM's
-    /// `_inflight_prefill_reserved_blocks`).
-    fn inflight_reserved(&self) -> u64 {
-        let (bs, mml) = (self.cfg.block_size, self.cfg.max_model_len);
+    /// The requests still prefilling (running, held, or held and set aside in this pass), each with the
+    /// tokens it must hold to finish (its sequence, capped at `max_model_len`): what a transfer's
+    /// admission leaves room for (`inflight_reserved`, `h_inflight_reserved`).
+    #[inline]
+    pub(in crate::engine::offload) fn prefilling_to_finish(
+        &self,
+    ) -> impl Iterator<Item = (usize, u64)> + '_ {
+        let mml = self.cfg.max_model_len;
         let tier = self.tier_ref();
-        let mut out = 0;
-        for &k in self
-            .running
+        self.running
             .iter()
             .chain(&tier.held)
             .chain(&tier.skipped_held)
-        {
-            let s = &self.slab[k];
-            if s.prefilling {
-                let tokens = mml.map_or(s.num_tokens(), |m| s.num_tokens().min(m));
-                out += blocks_for(tokens, bs).saturating_sub(s.table.blocks().len() as u64);
-            }
-        }
-        out
+            .filter(|&&k| self.slab[k].prefilling)
+            .map(move |&k| {
+                let total = self.slab[k].num_tokens();
+                (k, mml.map_or(total, |m| total.min(m)))
+            })
+    }
+
+    /// Blocks the requests still prefilling (running or held) need to finish their prompts (vLLM's
+    /// `_inflight_prefill_reserved_blocks`).
+    fn inflight_reserved(&self) -> u64 {
+        let bs = self.cfg.block_size;
+        self.prefilling_to_finish()
+            .map(|(k, tokens)| {
+                blocks_for(tokens, bs).saturating_sub(self.slab[k].table.blocks().len() as u64)
+            })
+            .sum()
     }
 
     /// Holds the blocks for a transfer of `ext` tokens after `local` GPU hits (in `self.hits`) if they
@@ -391,12 +423,7 @@ impl Engine<'_> {
             tier.touched.extend_from_slice(&self.new_blocks);
         }
         if self.log.is_some() {
-            self.log(event::ADMIT, row, -1);
-            for i in 0..self.hits.len() {
-                let b = i64::from(self.hits[i].0);
-                self.log(event::PREFIX_HIT, row, b);
-            }
-            self.log_allocations(row, event::ALLOCATE);
+            self.log_admission(row);
         }
         Some((row, end, total))
     }
@@ -457,25 +484,14 @@ impl Engine<'_> {
         }
         let cfg = self.cfg;
         let groups = cfg.groups.as_ref().expect("a hybrid pool");
-        let Memory::Paged(pool) = &self.mem else {
-            unreachable!("hybrid pools are paged")
-        };
-        let s = &mut self.slab[k];
-        let total = s.num_tokens();
-        s.sync_output();
-        let hs = s.hybrid.get_or_insert_with(Box::default);
-        groups.lookup(pool, &s.segs, &mut hs.keys, total - 1, &mut self.lookup);
+        let local = self.hybrid_lookup(k);
         let sbs = groups.scheduler_block_size();
-        let (local, end) = (self.lookup.tokens, total / sbs * sbs);
+        let end = self.slab[k].num_tokens() / sbs * sbs;
         if end <= local {
             return Some(self.try_admit_after(k, budget, GpuHits::Ask));
         }
-        if self.h_admit_remote(k, end) {
-            self.waiting.pop_front();
-            self.tier_mut().skipped_held.push(k);
-            return None;
-        }
-        Some(0)
+        let admitted = self.h_admit_remote(k, end);
+        self.hold_head(k, admitted)
     }
 
     /// `admit_remote` over a hybrid pool (DESIGN.md §Prefill/decode disaggregation, a hybrid model): the
@@ -490,7 +506,7 @@ impl Engine<'_> {
         }
         let row = self.slab[k].row;
         if self.log.is_some() {
-            self.h_log_admission(row, end);
+            self.log_hybrid_admission(row, end);
         }
         let blocks = self.group_new.len() as u64;
         self.queue_remote(k, blocks, local, end);
@@ -606,18 +622,14 @@ impl Engine<'_> {
         if self.cfg.groups.is_some() {
             return self.h_resume_loaded(k, budget);
         }
+        let num_new = match self.resumed_chunk(k, budget) {
+            Ok(num_new) => num_new,
+            Err(answer) => return answer,
+        };
         let cfg = self.cfg;
         let bs = cfg.block_size;
         let total = self.slab[k].num_tokens();
         let computed = self.slab[k].num_computed;
-        let mut num_new = total - computed;
-        if cfg.chunked_prefill {
-            num_new = num_new.min(budget);
-        } else if num_new > cfg.max_num_batched_tokens {
-            return NEVER;
-        } else if num_new > budget {
-            return 0;
-        }
         let watermark = self.admission_watermark();
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("the CPU tier is paged")
@@ -645,6 +657,31 @@ impl Engine<'_> {
             self.log_allocations(row, event::ALLOCATE);
         }
         num_new
+    }
+
+    /// The tokens a held request whose load has landed computes out of those it has left (vLLM's waiting
+    /// loop for a request with computed tokens): with chunked prefill as many as `budget` takes;
+    /// without, all of them, or `Err(NEVER)` over a step's budget and `Err(0)` over what is left of it
+    /// (it cannot start now). A single group's resumption (`try_resume_loaded`) and a hybrid pool's
+    /// (`h_resume_loaded`) alike.
+    #[inline]
+    pub(in crate::engine::offload) fn resumed_chunk(
+        &self,
+        k: usize,
+        budget: u64,
+    ) -> Result<u64, u64> {
+        let cfg = self.cfg;
+        let s = &self.slab[k];
+        let num_new = s.num_tokens() - s.num_computed;
+        if cfg.chunked_prefill {
+            Ok(num_new.min(budget))
+        } else if num_new > cfg.max_num_batched_tokens {
+            Err(NEVER)
+        } else if num_new > budget {
+            Err(0)
+        } else {
+            Ok(num_new)
+        }
     }
 
     /// A held request's load is observed complete: its blocks take their keys; a load of the whole
@@ -679,23 +716,8 @@ impl Engine<'_> {
     /// A hybrid decode replica's transfer of a whole prompt landed: its blocks keyed up to its tokens,
     /// then its last token left to compute again (vLLM's `_update_waiting_for_remote_kv`, in that order).
     fn h_land_whole(&mut self, k: usize) {
-        let cfg = self.cfg;
-        let groups = cfg.groups.as_ref().expect("a hybrid pool");
-        let Memory::Paged(pool) = &mut self.mem else {
-            unreachable!("hybrid pools are paged")
-        };
-        let s = &mut self.slab[k];
-        s.sync_output();
-        let hs = s.hybrid.as_mut().expect("a held request holds tables");
-        groups.cache_loaded(
-            pool,
-            &mut hs.tables,
-            &mut hs.keys,
-            &s.segs,
-            s.num_computed,
-            &mut self.step_keys,
-        );
-        s.num_computed -= 1;
+        self.h_cache_loaded(k);
+        self.slab[k].num_computed -= 1;
     }
 
     /// A landed load's wait counted (`load_wait_ps`).

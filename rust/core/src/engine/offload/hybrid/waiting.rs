@@ -7,7 +7,7 @@
 
 use super::{cdiv, load_window};
 use crate::cpu_tier::{CpuTier, MISS, PENDING};
-use crate::engine::admission::{GpuHits, NEVER};
+use crate::engine::admission::GpuHits;
 use crate::engine::offload::private_hi;
 use crate::engine::timing::Transfer;
 use crate::engine::{Engine, Memory, event};
@@ -76,34 +76,15 @@ impl Engine<'_> {
             hs.next_stores.resize(n_groups, 0);
         }
         if self.slab[k].jobs > 0 {
-            self.waiting.pop_front();
-            skipped_waiting.push(k);
-            return None;
+            return self.skip_head(k, skipped_waiting);
         }
-        let groups = self.tier_groups();
-        let Memory::Paged(pool) = &self.mem else {
-            unreachable!("hybrid pools are paged")
-        };
-        let s = &mut self.slab[k];
-        let total = s.num_tokens();
-        s.sync_output();
-        let hs = s.hybrid.get_or_insert_with(Box::default);
-        groups.lookup(pool, &s.segs, &mut hs.keys, total - 1, &mut self.lookup);
-        let local = self.lookup.tokens;
+        let local = self.hybrid_lookup(k);
         match self.h_tier_hit(k, local) {
-            None => {
-                self.waiting.pop_front();
-                skipped_waiting.push(k);
-                None
-            }
+            None => self.skip_head(k, skipped_waiting),
             Some(0) => Some(self.try_admit_after(k, budget, GpuHits::Ask)),
             Some(ext) => {
-                if self.h_admit_load(k, ext) {
-                    self.waiting.pop_front();
-                    self.tier_mut().skipped_held.push(k);
-                    return None;
-                }
-                Some(0)
+                let admitted = self.h_admit_load(k, ext);
+                self.hold_head(k, admitted)
             }
         }
     }
@@ -209,22 +190,13 @@ impl Engine<'_> {
         let Memory::Paged(pool) = &self.mem else {
             unreachable!("hybrid pools are paged")
         };
-        let mml = self.cfg.max_model_len;
-        let tier = self.tier_ref();
-        let mut out = 0;
-        for &k in self
-            .running
-            .iter()
-            .chain(&tier.held)
-            .chain(&tier.skipped_held)
-        {
-            let s = &self.slab[k];
-            if s.prefilling {
-                let tokens = mml.map_or(s.num_tokens(), |m| s.num_tokens().min(m));
+        self.prefilling_to_finish()
+            .map(|(k, tokens)| {
+                let s = &self.slab[k];
                 let tables = &s.hybrid.as_ref().expect("tables").tables;
                 let checkpoint =
                     groups.needs_checkpoint(s.num_computed, tokens, s.num_tokens(), s.prompt_len);
-                out += groups.need(
+                groups.need(
                     pool,
                     Some(tables),
                     tokens,
@@ -233,10 +205,9 @@ impl Engine<'_> {
                     true,
                     checkpoint,
                     &self.step_keys,
-                );
-            }
-        }
-        out
+                )
+            })
+            .sum()
     }
 
     /// Whether a load whose hits and loaded tokens end at `end` (of a request of `total` tokens and a
@@ -342,7 +313,7 @@ impl Engine<'_> {
                 .extend(t.blocks.iter().filter(|&&b| b != BlockId::NULL));
         }
         if self.log.is_some() {
-            self.h_log_admission(row, end);
+            self.log_hybrid_admission(row, end);
         }
         // (up to the end of each group's last chunk: a load may end inside it)
         let spanned = starts
@@ -383,24 +354,6 @@ impl Engine<'_> {
         true
     }
 
-    /// A load's admission logged: the request's hits its windows kept as of `end` tokens, then its new
-    /// blocks (`self.group_new`).
-    pub(in crate::engine::offload) fn h_log_admission(&mut self, row: usize, end: u64) {
-        let groups = self.tier_groups();
-        self.log(event::ADMIT, row, -1);
-        for g in 0..groups.len() {
-            let spec = &groups.specs()[g];
-            let skipped = spec.skipped(end) / spec.block_size;
-            for i in skipped as usize..self.lookup.hits[g].len() {
-                let b = self.lookup.hits[g][i];
-                if b != BlockId::NULL {
-                    self.log_count(event::PREFIX_HIT, row, i64::from(b.0), g as i64);
-                }
-            }
-        }
-        self.log_group_allocations(row);
-    }
-
     /// A held request whose load has landed, admitted as a resumed one over a hybrid pool: the first
     /// time the pass reaches it, its states' keys count as keyed in this step and its states are handed
     /// off (vLLM's `_update_waiting_for_remote_kv`); its chunk cut to the Mamba groups' block boundaries
@@ -415,14 +368,10 @@ impl Engine<'_> {
         let total = self.slab[k].num_tokens();
         let computed = self.slab[k].num_computed;
         let prompt = self.slab[k].prompt_len;
-        let mut num_new = total - computed;
-        if cfg.chunked_prefill {
-            num_new = num_new.min(budget);
-        } else if num_new > cfg.max_num_batched_tokens {
-            return NEVER;
-        } else if num_new > budget {
-            return 0;
-        }
+        let mut num_new = match self.resumed_chunk(k, budget) {
+            Ok(num_new) => num_new,
+            Err(answer) => return answer,
+        };
         if groups.align() {
             num_new = self.hybrid_split(k, num_new);
             if num_new == 0 {
@@ -478,12 +427,24 @@ impl Engine<'_> {
     /// A held request's load landed over a hybrid pool: its blocks up to the loaded tokens take their
     /// keys; the state blocks keyed wait for the waiting pass to reach it (`h_adopt_landed`).
     pub(in crate::engine::offload) fn h_land(&mut self, k: usize) {
+        debug_assert!(
+            self.slab[k].num_computed < self.slab[k].num_tokens(),
+            "a hybrid hit ends short"
+        );
+        self.h_cache_loaded(k);
+        let hs = self.slab[k].hybrid.as_mut().expect("tables just keyed");
+        hs.landed.extend(self.step_keys.take_fresh());
+    }
+
+    /// A held request's blocks up to its computed tokens keyed as its transfer landed (`cache_loaded`,
+    /// vLLM's `cache_blocks` in `_update_waiting_for_remote_kv`): a CPU tier's load (`h_land`) and a
+    /// decode replica's transfer of a whole prompt (`h_land_whole`) alike.
+    pub(in crate::engine::offload) fn h_cache_loaded(&mut self, k: usize) {
         let groups = self.tier_groups();
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("hybrid pools are paged")
         };
         let s = &mut self.slab[k];
-        debug_assert!(s.num_computed < s.num_tokens(), "a hybrid hit ends short");
         s.sync_output();
         let hs = s.hybrid.as_mut().expect("a held request holds tables");
         groups.cache_loaded(
@@ -494,6 +455,5 @@ impl Engine<'_> {
             s.num_computed,
             &mut self.step_keys,
         );
-        hs.landed.extend(self.step_keys.take_fresh());
     }
 }
