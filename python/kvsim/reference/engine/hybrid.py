@@ -139,8 +139,8 @@ class Hybrid(State):
 
     def hybrid_remove_skipped(self, s: Seq) -> None:
         """The blocks `s`'s windows left behind at its computed tokens freed (vLLM's
-        `remove_skipped_blocks`) and logged (`window`). A growth (`hybrid_grow`) and a finish on a fleet's
-        replica (`hybrid_connector_finished`) alike."""
+        `remove_skipped_blocks`) and logged (`window`). A growth (`hybrid_grow`), a finish on a fleet's
+        replica (`hybrid_connector_finished`) and a finish handed to a CPU tier (`h_finished`) alike."""
         for b, g in self.hkv.remove_skipped(s.idx, s.num_computed):
             self.log("window", s, b, g)
 

@@ -70,6 +70,7 @@ class HybridTier(State):
             self, s: Seq, hit: Lookup, done: int, new: list[tuple[int, int]]
         ) -> None: ...
         def prefilling_to_finish(self) -> Iterator[tuple[Seq, int]]: ...
+        def hybrid_remove_skipped(self, s: Seq) -> None: ...
         def resumed_chunk(self, s: Seq, budget: int) -> tuple[int, bool]: ...
 
     # -- the groups as the connector sees them -------------------------------------------------------
@@ -528,8 +529,7 @@ class HybridTier(State):
         `_connector_finished` does so before the connector sees the request's tables), then the blocks
         of its stores in flight that a window's fence did not watch yet are watched (vLLM's
         `request_finished`: the deferred fences)."""
-        for b, g in self.hkv.remove_skipped(s.idx, s.num_computed):
-            self.log("window", s, b, g)
+        self.hybrid_remove_skipped(s)
         for job in self.stores:
             if job.seq is s:
                 fenced = set(job.fenced)

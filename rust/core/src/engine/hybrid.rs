@@ -276,8 +276,9 @@ impl Engine<'_> {
 
     /// The blocks `k`'s windows left behind at its computed tokens freed (vLLM's `remove_skipped_blocks`)
     /// and logged (`window`), listed in `self.group_new`; nothing for a sequence without tables. A
-    /// growth (`hybrid_grow`) and a finish on a fleet's replica (`hybrid_connector_finished`) alike.
-    fn hybrid_remove_skipped(&mut self, k: usize) {
+    /// growth (`hybrid_grow`), a finish on a fleet's replica (`hybrid_connector_finished`) and a finish
+    /// handed to a CPU tier (`h_tier_finished`) alike.
+    pub(super) fn hybrid_remove_skipped(&mut self, k: usize) {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("hybrid pools are paged")

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use super::{HLast, cdiv};
 use crate::engine::offload::{Job, Stored, Tier, What, private_hi};
 use crate::engine::timing::Transfer;
-use crate::engine::{Engine, Memory, event};
+use crate::engine::{Engine, event};
 use crate::kv_groups::{GroupKind, GroupSpec, StateKeyed};
 use crate::{BlockId, BlockKey};
 
@@ -70,25 +70,13 @@ impl Engine<'_> {
     /// flight a window's fence did not watch yet are watched (vLLM's `request_finished`: the deferred
     /// fences), and what its last offer reads is kept.
     pub(in crate::engine::offload) fn h_tier_finished(&mut self, k: usize) {
-        let groups = self.tier_groups();
         let bs = self.cfg.block_size;
-        {
-            let Memory::Paged(pool) = &mut self.mem else {
-                unreachable!("hybrid pools are paged")
-            };
-            let s = &mut self.slab[k];
-            let computed = s.num_computed;
-            let hs = s.hybrid.as_mut().expect("a finished request holds tables");
-            self.group_new.clear();
-            groups.remove_skipped(pool, &mut hs.tables, computed, &mut self.group_new);
-        }
+        debug_assert!(
+            self.slab[k].hybrid.is_some(),
+            "a finished request holds tables"
+        );
+        self.hybrid_remove_skipped(k);
         let row = self.slab[k].row;
-        if self.log.is_some() {
-            for i in 0..self.group_new.len() {
-                let (b, g) = self.group_new[i];
-                self.log_count(event::WINDOW, row, i64::from(b.0), g as i64);
-            }
-        }
         let num_tokens = self.slab[k].num_tokens();
         let keys = self.content_keys(k, num_tokens / bs);
         let s = &mut self.slab[k];
