@@ -2,7 +2,9 @@
 model"): both engines agree on random hybrid layouts (full attention, sliding windows, local chunks) behind
 a prefill pool, and the transfer moves what vLLM 0.33.0's NIXL connector reads: every group's blocks the
 decode side allocated for it (neither hit nor skipped by a window), each the pool's stride; a decode-side
-prefix hit shrinks the read; Mamba groups are refused by name."""
+prefix hit shrinks the read; with Mamba (state) groups the prefill side computes the prompt but its last
+token, the transfer moves those tokens' blocks and one state slot a group, and the decode side computes the
+last token from the loaded state."""
 
 from __future__ import annotations
 
@@ -25,10 +27,10 @@ BACKENDS = ("reference", "rust")
 
 @st.composite
 def pd_hybrid_configs(draw) -> kvsim.SimConfig:
-    """Hybrid layouts under the rules the held queue is modelled for (vLLM v1's); Mamba layers mostly
-    turned into sliding windows (a model keeping one is refused, on both engines alike)."""
+    """Hybrid layouts under the rules the held queue is modelled for (vLLM v1's); Mamba layers turned into
+    sliding windows two times in three (a model keeping them moves one state slot a group)."""
     layers = draw(layer_lists())
-    keep_mamba = draw(st.sampled_from([False] * 9 + [True]))
+    keep_mamba = draw(st.sampled_from([False, False, True]))
     window = next((lay.window for lay in layers if lay.kind == "sliding_window"), 24)
     if not keep_mamba:
         layers = [lay if lay.kind != "mamba" else Layer("sliding_window", window) for lay in layers]
@@ -185,14 +187,90 @@ def test_the_transfer_reads_a_chunked_local_group_s_last_chunk(backend):
         assert r.requests["status"].to_list() == ["finished"]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_model_with_state_groups_is_refused_by_name(backend):
+# -- a Mamba (state) group -------------------------------------------------------------------------------
+def _mamba_config(**kw) -> kvsim.SimConfig:
     from tests.test_hybrid_engine import STATE
 
     model = toy([Layer("mamba", state=STATE), Layer("full")], "nemotron-ish")
-    cfg = kvsim.SimConfig(model=model, num_blocks=200, block_size=16)
-    with pytest.raises(InvalidArgumentError, match=r"Mamba \(state\) KV-cache groups"):
-        _run(synthetic(5, seed=1), cfg, backend)
+    base = {"num_blocks": 200, "block_size": BS, "max_num_batched_tokens": 512}
+    return kvsim.SimConfig(model=model, **{**base, **kw})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_state_group_s_prefill_stops_one_token_short_and_the_decode_side_computes_it(backend):
+    """One state group beside full attention, block 16, one 100-token request (output 5) behind a prefill
+    pool, linear time (1,000 ps a step + 10 ps a token), 100 ps a block on the link; worked by hand from
+    vLLM 0.33.0's rules (DESIGN.md §Prefill/decode disaggregation, "A Mamba (state) group"):
+    - the prefill replica runs the prompt cut to 99 tokens (`_truncate_request_for_prefill`): align mode
+      cuts it at the last boundary before its last token, [0, 96) then [96, 99) with its one token sampled:
+      99 tokens in 2 steps, 1,960 + 1,030 = 2,990 ps;
+    - the decode replica loads 99 tokens (`_get_remote_prefill_token_count`): the full group's
+      ceil(99 / 16) = 7 blocks, its partial last one included, and the state group's one slot
+      (`clip_ssm_state_blocks`): 8 blocks, 800 ps;
+    - it then computes token 100 from the loaded state (no token computed again: 99 < 100), 1,010 ps,
+      and samples its first token; TTFT 2,990 + 800 + 1,010 = 4,800 ps; four decode steps follow."""
+    cfg = _mamba_config(time_model="linear", c0_ps=1000, c_tok_ps=10, c_ctx_ps=0)
+    r = kvsim.simulate_cluster(
+        Workload(arrival=[0.0], prompt_len=[100], output_len=[5]),
+        cfg,
+        replicas=1,
+        prefill_replicas=1,
+        pd_threshold_tokens=0,
+        pd_link_ps_per_block=100,
+        backend=backend,
+    )
+    q = r.requests
+    assert q["status"].to_list() == ["finished"]
+    assert r.summary["pd_transfers"] == 1
+    assert r.summary["pd_transfer_blocks"] == 7 + 1
+    assert r.summary["pd_transfer_bytes"] == 8 * cfg.pool.layout.bytes_per_block
+    p = r.prefill_counters[0]
+    assert (p["num_steps"], p["sum_batched_tokens"], p["prompt_tokens_admitted"]) == (2, 99, 99)
+    d = r.raw.counters
+    assert d["sum_batched_tokens"] == 1 + 4  # the last prompt token, then four decode tokens
+    ps = 1e-12
+    assert q["ttft_prefill_queue_s"].to_list() == [0.0]
+    assert q["ttft_prefill_s"].to_list()[0] == pytest.approx(2990 * ps, abs=1e-15)
+    assert q["ttft_transfer_s"].to_list()[0] == pytest.approx(800 * ps, abs=1e-15)
+    assert q["ttft_decode_queue_s"].to_list()[0] == pytest.approx(1010 * ps, abs=1e-15)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("prompt", "want"),
+    [
+        (97, 6 + 1),  # 96 tokens move: 6 full blocks and the state slot
+        (98, 7 + 1),  # 97 tokens: the full group's partial seventh block too
+        (1, 1 + 1),  # a one-token prompt moves whole (no backoff): its partial block and the slot
+    ],
+)
+def test_a_state_group_moves_one_slot_beside_the_prompt_but_its_last_token(backend, prompt, want):
+    cfg = _mamba_config(time_model="ticks")
+    r = _run(Workload(arrival=[0.0], prompt_len=[prompt], output_len=[3]), cfg, backend)
+    assert r.requests["status"].to_list() == ["finished"]
+    assert r.summary["pd_transfer_blocks"] == want
+    computed = r.prefill_counters[0]["sum_batched_tokens"]
+    assert computed == max(prompt - 1, 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_decode_side_state_hit_of_every_token_but_the_last_moves_nothing(backend):
+    """Two requests of one 97-token prompt (sparse retention None: every state block keyed): the first
+    leaves the state at 96 keyed on the decode replica, so the second's hit there is 96 = its prompt but
+    the last token: no transfer (vLLM's `get_num_new_matched_tokens` answers 0), an ordinary admission
+    computing the last token, and the prefill replica's blocks are freed at once."""
+    cfg = _mamba_config(time_model="ticks", prefix_cache_retention_interval=None)
+    w = Workload(
+        arrival=[0.0, 0.1],
+        output_len=[3, 3],
+        seg_offsets=[0, 1, 2],
+        segment_id=np.array([7, 7], dtype=np.uint64),
+        segment_len=[97, 97],
+    )
+    r = _run(w, cfg, backend)
+    assert r.requests["status"].to_list() == ["finished", "finished"]
+    assert r.summary["pd_transfers"] == 1
+    assert r.summary["pd_transfer_blocks"] == 6 + 1
 
 
 def test_gpt_oss_behind_a_prefill_pool_agrees_and_moves_the_pool_s_stride():
@@ -210,6 +288,27 @@ def test_gpt_oss_behind_a_prefill_pool_agrees_and_moves_the_pool_s_stride():
     moved = req.filter(req["prefill_replica"] >= 0)["prompt_len"].to_numpy() // 16
     assert s["pd_transfers"] == len(moved)
     assert s["pd_transfer_blocks"] == int(sum(m + min(m, 8) for m in moved))
+
+
+def test_qwen3_next_behind_a_prefill_pool_agrees_and_moves_three_state_slots_a_request():
+    """Qwen3-Next-80B-A3B on H100s at tp 4 (three state groups of 12 gated-delta-net layers beside 12
+    full-attention layers, block 320): both engines alike, and each transfer moves its prompt but the last
+    token's full-attention blocks, the partial last one included, and one state slot a state group (the
+    README's figure: 3 of a conversation's 46.4 blocks), each the pool's stride."""
+    cfg = kvsim.SimConfig(model="qwen3-next-80b-a3b", gpu="h100-80gb", tensor_parallel_size=4)
+    layout = cfg.pool.layout
+    assert [g.kind for g in layout.groups] == ["mamba"] * 3 + ["full"]
+    bs = layout.scheduler_block_size
+    assert bs == 320
+    w = synthetic(60, seed=3, arrival_rate=20.0)
+    runs = [kvsim.simulate_cluster(w, cfg, replicas=2, prefill_replicas=1, backend=b) for b in BACKENDS]
+    assert_fleets_equal(runs[1], runs[0])
+    s = runs[1].summary
+    req = runs[1].requests
+    prompts = req.filter(req["prefill_replica"] >= 0)["prompt_len"].to_numpy()
+    assert s["pd_transfers"] == len(prompts) > 0
+    assert s["pd_transfer_blocks"] == int(sum(-(-(n - 1) // bs) + 3 for n in prompts))
+    assert s["pd_transfer_bytes"] == s["pd_transfer_blocks"] * layout.bytes_per_block * 4
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

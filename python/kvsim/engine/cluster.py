@@ -290,20 +290,13 @@ def _pd_block_bytes(config: SimConfig) -> float | None:
 
 
 def _check_hybrid_transfer(config: SimConfig, what: str) -> None:
-    """Refuses, by name, the hybrid layouts whose transfer is not modelled: Mamba (state) groups and a
-    packed layout of unequal group pages (DeepSeek-V4)."""
+    """Refuses, by name, the hybrid layouts whose transfer is not modelled: a packed layout of unequal
+    group pages (DeepSeek-V4). Mamba (state) groups are modelled (DESIGN.md §Prefill/decode
+    disaggregation, a hybrid model, "A Mamba (state) group")."""
     layout = config.pool.layout
     if layout is None or layout.single_full:
         return
     name = getattr(config.model, "name", config.model)
-    kinds = {g.kind for g in layout.groups}
-    if "mamba" in kinds:
-        raise InvalidArgumentError(
-            f"{what}: model {name} has Mamba (state) KV-cache groups, whose transfer is not modelled (vLLM's "
-            "NIXL connector stops the prefill one token short and reads only each request's running state; "
-            "DESIGN.md §Prefill/decode disaggregation, a hybrid model); full-attention, sliding-window and "
-            "chunked-local groups are"
-        )
     if any(g.bytes_per_block != layout.bytes_per_block for g in layout.groups):
         raise InvalidArgumentError(
             f"{what}: model {name}'s KV-cache groups are packed with unequal pages (DeepSeek-V4's "

@@ -449,6 +449,11 @@ def _run_pd(
     decode = [Replica(inp, cfg, timeseries_every, record_events, link) for cfg in configs]
     prefill_cfg = pd.prefill_config or configs[0]
     prefill = [Replica(inp, prefill_cfg, timeseries_every, record_events) for _ in range(pd.prefill_replicas)]
+    # A model with a Mamba group: the prefill replica computes the prompt but its last token, which the
+    # decode side computes from the state after it (vLLM's `_prefill_backoff`, DESIGN.md
+    # §Prefill/decode disaggregation, "A Mamba (state) group").
+    layout = prefill_cfg.pool.layout
+    backoff = int(layout is not None and any(g.kind == "mamba" for g in layout.groups))
     for rep in prefill:
         rep.engine.prefill_side = True
         rep.engine.hold_sends = not prefill_cfg.is_contiguous
@@ -558,7 +563,7 @@ def _run_pd(
             rows_d[d].extend(range(lo, hi))
             continue
         p = route_p.pick([view_of(rep, False) for rep in prefill], segments, prompt_len)
-        prefill[p].push(inp, lo, hi, first_token_only=True)
+        prefill[p].push(inp, lo, hi, first_token_only=True, backoff=backoff)
         pending[p][len(prefill[p].engine.seqs) - 1] = (lo, d)
         undecided[p][d] += 1
         rows_p[p].append(lo)

@@ -163,6 +163,7 @@ class HybridKVCacheManager:
         # One group: vLLM's unitary coordinator (its own block size aligns hits, no junction).
         self.alignment = self.groups[0].block_size if len(self.groups) == 1 else scheduler_block_size
         mamba = [spec for spec in self.groups if spec.kind == "mamba"]
+        self.has_mamba = bool(mamba)
         # Mamba states with prefix caching: vLLM's `mamba_cache_mode="align"` (DESIGN.md §Hybrid attention).
         self.align = enable_caching and bool(mamba)
         self.mamba_block_size = mamba[0].block_size if mamba else 0
@@ -178,6 +179,15 @@ class HybridKVCacheManager:
         self.boundary_states: list[tuple[int, int, int, int]] | None = None
 
     # -- queries --------------------------------------------------------------------------------------
+    def remote_end(self, total: int) -> int:
+        """Where a decode replica's transfer of a prompt of `total` tokens ends (DESIGN.md §Prefill/decode
+        disaggregation, "A hybrid model"): the scheduler's last full block of it; with a Mamba group the
+        prompt but its last token, which the decode side computes from the loaded state (vLLM's
+        `_get_remote_prefill_token_count`; a one-token prompt whole) (Rust `Groups::remote_end`)."""
+        if self.has_mamba:
+            return total - 1 if total > 1 else total
+        return total // self.sched_bs * self.sched_bs
+
     @property
     def num_free_blocks(self) -> int:
         return self.pool.num_free_blocks

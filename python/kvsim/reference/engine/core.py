@@ -35,7 +35,7 @@ from kvsim.reference.engine.output import (
 )
 from kvsim.reference.engine.preemption import Preemption
 from kvsim.reference.engine.running import Running
-from kvsim.reference.engine.seq import Seq
+from kvsim.reference.engine.seq import Seq, cut_segments
 from kvsim.reference.engine.timing import Timing
 from kvsim.reference.kv_cache_manager import KVCacheManager
 from kvsim.reference.kv_groups import HybridKVCacheManager
@@ -142,6 +142,7 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
         arrival: int | None = None,
         first_token_only: bool = False,
         remote: bool = False,
+        backoff: int = 0,
     ) -> None:
         """Appends rows `lo..hi` of `inp` (one row if `hi` is None) as this engine's next rows; a row's
         `fork_parent` names a row of `inp` among them (a fork-cow group is pushed together, parent first).
@@ -149,7 +150,9 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
 
         Prefill/decode disaggregation (one row): `arrival` replaces the row's arrival (a hand-off joins its
         decode replica when its prefill finished); `first_token_only` caps its target at 1 (vLLM's
-        `max_tokens=1` on a prefill replica); `remote` marks its prompt as computed on a prefill replica."""
+        `max_tokens=1` on a prefill replica); `remote` marks its prompt as computed on a prefill replica;
+        `backoff` drops that many tokens from the end of a prompt longer than it (vLLM's
+        `_truncate_request_for_prefill` on a prefill replica of a model with Mamba groups)."""
         hi = lo + 1 if hi is None else hi
         base = len(self.seqs)
         m = hi - lo
@@ -164,6 +167,9 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                 int(inp.output_seg[i]),
             )
             s.remote = remote
+            if backoff and s.prompt_len > backoff:
+                s.prompt = cut_segments(s.prompt, backoff)
+                s.prompt_len -= backoff
             self.seqs.append(s)
             parent = int(inp.fork_parent[i])
             self.fork_of.append(base + parent - lo if parent >= 0 else -1)

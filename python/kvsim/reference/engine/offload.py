@@ -351,12 +351,13 @@ class Offload(HybridTier, State):
     def h_remote_lookup(self, s: Seq) -> tuple[Lookup, int] | None:
         """A hybrid decode replica's remote request: its GPU hit every group agrees on (within
         `prompt_len - 1` tokens) and the tokens beyond it up to the scheduler's last full block of its
-        prompt (the transfer); None for an ordinary admission (not remote, or nothing to transfer)."""
+        prompt (with a Mamba group: up to its last token but one) (the transfer); None for an ordinary
+        admission (not remote, or nothing to transfer)."""
         if not s.remote:
             return None
         kv = self.hkv
         hit = self.hybrid_lookup(s)
-        ext = s.num_tokens // kv.sched_bs * kv.sched_bs - hit.tokens
+        ext = kv.remote_end(s.num_tokens) - hit.tokens
         return (hit, ext) if ext > 0 else None
 
     def h_admit_remote(self, s: Seq, hit: Lookup, ext: int) -> bool:

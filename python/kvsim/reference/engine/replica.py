@@ -33,8 +33,11 @@ class Replica:
         arrival: int | None = None,
         first_token_only: bool = False,
         remote: bool = False,
+        backoff: int = 0,
     ) -> None:
-        self.engine.push(inp, lo, hi, arrival=arrival, first_token_only=first_token_only, remote=remote)
+        self.engine.push(
+            inp, lo, hi, arrival=arrival, first_token_only=first_token_only, remote=remote, backoff=backoff
+        )
 
     def advance_until(self, horizon_ps: int) -> None:
         self.engine.advance_until(horizon_ps)

@@ -5,6 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+def cut_segments(prompt: list[tuple[int, int]], n: int) -> list[tuple[int, int]]:
+    """`prompt`'s segments less their last `n` tokens (a segment emptied is dropped)."""
+    out = list(prompt)
+    while n > 0:
+        seg, length = out[-1]
+        if length > n:
+            out[-1] = (seg, length - n)
+            break
+        out.pop()
+        n -= length
+    return out
+
+
 @dataclass
 class Seq:
     """One sequence (a request, or one sample of it) as the scheduler sees it."""

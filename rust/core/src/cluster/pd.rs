@@ -76,18 +76,6 @@ fn check(
         pd.prefill_replicas,
     ));
     validate(inp, &all)?;
-    for (c, whose) in [(&cfgs[0], "kv_groups"), (prefill_cfg, "prefill_config")] {
-        let mamba = c.groups.as_ref().is_some_and(|g| {
-            g.specs()
-                .iter()
-                .any(|s| s.kind == crate::kv_groups::GroupKind::Mamba)
-        });
-        if mamba {
-            invalid_arg!(
-                "{whose}: Mamba (state) KV-cache groups with a prefill pool: their transfer is not modelled (full-attention, sliding-window and chunked-local groups are)"
-            );
-        }
-    }
     if inp.has_forks() {
         invalid_arg!("sampling 'fork-cow': a disaggregated fleet routes one sequence a request");
     }
@@ -185,6 +173,9 @@ struct PdDriver<'i, 'p> {
     bs_p: u64,
     caching_p: bool,
     wants_keys: bool,
+    /// Prompt tokens a prefill replica leaves to the decode side: 1 for a model with a Mamba group
+    /// (vLLM's `_prefill_backoff`), else 0.
+    backoff: i64,
     private_from: Vec<u64>,
     decode: Vec<Replica>,
     prefill: Vec<Replica>,
@@ -277,6 +268,7 @@ impl PdDriver<'_, '_> {
                     Some(finish),
                     false,
                     true,
+                    0,
                 );
                 self.remote_of[dst].insert(rep.len() - 1, (src, on_src));
                 self.unpushed[src] -= 1;
@@ -430,7 +422,16 @@ impl PdDriver<'_, '_> {
 
     /// Pushes `row` to prefill replica `p` (its decode replica `d`) with target 1.
     fn push_prefill(&mut self, p: usize, row: usize, d: usize) {
-        self.prefill[p].push_pd(&self.inp, row, &self.private_from, None, true, false);
+        let backoff = self.backoff;
+        self.prefill[p].push_pd(
+            &self.inp,
+            row,
+            &self.private_from,
+            None,
+            true,
+            false,
+            backoff,
+        );
         self.pending[p].insert(self.prefill[p].len() - 1, (row, d));
         self.undecided[p][d] += 1;
         self.pre[row] = p as i64;
@@ -564,6 +565,15 @@ pub fn run_pd(
             RouterKind::Weighted => spec.weights.prefix != 0.0,
             _ => false,
         },
+        // A model with a Mamba group: the prefill replica computes the prompt but its last token, which
+        // the decode side computes from the state after it (DESIGN.md §Prefill/decode disaggregation,
+        // "A Mamba (state) group").
+        backoff: i64::from(
+            prefill_cfg
+                .groups
+                .as_ref()
+                .is_some_and(crate::kv_groups::Groups::has_mamba),
+        ),
         private_from,
         route_d: Router::new(spec.clone()),
         route_p: Router::new(RouterSpec {

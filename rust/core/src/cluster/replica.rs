@@ -140,8 +140,11 @@ impl Replica {
 
     /// Prefill/decode disaggregation: appends row `row` of `inp` as `push` does, with its arrival
     /// replaced by `arrival` (a hand-off joins its decode replica when its prefill finished), its target
-    /// capped at 1 with `first_token_only` (vLLM's `max_tokens=1` on a prefill replica), and marked
-    /// remote with `remote` (a prefill replica computed its prompt).
+    /// capped at 1 with `first_token_only` (vLLM's `max_tokens=1` on a prefill replica), its prompt
+    /// less its last `backoff` tokens when it is longer (vLLM's `_truncate_request_for_prefill` on a
+    /// prefill replica of a model with Mamba groups), and marked remote with `remote` (a prefill replica
+    /// computed its prompt).
+    #[allow(clippy::too_many_arguments)]
     pub fn push_pd(
         &mut self,
         inp: &EngineInput<'_>,
@@ -150,6 +153,7 @@ impl Replica {
         arrival: Option<i64>,
         first_token_only: bool,
         remote: bool,
+        backoff: i64,
     ) {
         self.push(inp, row..row + 1, private_from);
         let b = &mut *self.buf;
@@ -161,6 +165,26 @@ impl Replica {
                 let x = col.last_mut().expect("a row pushed");
                 *x = (*x).min(1);
             }
+        }
+        let prompt = b.prompt_len.last_mut().expect("a row pushed");
+        if backoff > 0 && *prompt > backoff {
+            *prompt -= backoff;
+            // The row's segments less their last `backoff` tokens (a segment emptied is dropped).
+            let mut n = backoff;
+            while n > 0 {
+                let len = b
+                    .segment_len
+                    .last_mut()
+                    .expect("a prompt longer than the backoff");
+                if *len > n {
+                    *len -= n;
+                    break;
+                }
+                n -= *len;
+                b.segment_len.pop();
+                b.segment_id.pop();
+            }
+            *b.seg_offsets.last_mut().expect("a row pushed") = b.segment_id.len() as i64;
         }
         if remote {
             self.engine.mark_remote(self.rows - 1);

@@ -364,6 +364,23 @@ impl Groups {
         self.align
     }
 
+    /// Whether a group holds Mamba states (with prefix caching or without).
+    pub fn has_mamba(&self) -> bool {
+        self.mamba_block_size > 0
+    }
+
+    /// Where a decode replica's transfer of a prompt of `total` tokens ends (DESIGN.md §Prefill/decode
+    /// disaggregation, "A hybrid model"): the scheduler's last full block of it; with a Mamba group the
+    /// prompt but its last token, which the decode side computes from the loaded state (vLLM's
+    /// `_get_remote_prefill_token_count`; a one-token prompt whole).
+    pub fn remote_end(&self, total: u64) -> u64 {
+        if self.has_mamba() {
+            if total > 1 { total - 1 } else { total }
+        } else {
+            total / self.scheduler_block_size() * self.scheduler_block_size()
+        }
+    }
+
     /// Whether an allocation of `[start, end)` for a request of `num_tokens` tokens (prompt
     /// `num_prompt`) reserves a prefill checkpoint block in every Mamba group (vLLM 0.33.0's
     /// `MambaManager.get_num_blocks_to_allocate` and `_needs_internal_checkpoint`, with

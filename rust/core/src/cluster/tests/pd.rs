@@ -138,7 +138,6 @@ fn what_a_disaggregated_fleet_does_not_model_is_refused() {
         ..pd(0)
     };
     assert!(err(&plain, std::slice::from_ref(&cfg), &spec, &none).contains("prefill_replicas 0"));
-    // A Mamba (state) group's transfer is not modelled: refused by name, in either pool.
     let spec_of = |kind, window, checkpoint_blocks| crate::kv_groups::GroupSpec {
         kind,
         window,
@@ -146,24 +145,6 @@ fn what_a_disaggregated_fleet_does_not_model_is_refused() {
         cap: None,
         checkpoint_blocks,
     };
-    let mamba = crate::kv_groups::Groups::new(
-        vec![
-            spec_of(crate::kv_groups::GroupKind::Mamba, 0, 0),
-            spec_of(crate::kv_groups::GroupKind::Full, 0, 0),
-        ],
-        4,
-        Some(0),
-        false,
-    )
-    .unwrap();
-    let hybrid = EngineConfig {
-        groups: Some(mamba),
-        ..cfg.clone()
-    };
-    assert!(
-        err(&plain, std::slice::from_ref(&hybrid), &spec, &pd(0))
-            .contains("Mamba (state) KV-cache groups")
-    );
     let windows = crate::kv_groups::Groups::new(
         vec![
             spec_of(crate::kv_groups::GroupKind::SlidingWindow, 8, 0),
@@ -182,6 +163,89 @@ fn what_a_disaggregated_fleet_does_not_model_is_refused() {
         run_pd(plain.view(), &[swa], None, &spec, &pd(0), &cancel).is_ok(),
         "sliding windows beside full attention are modelled"
     );
+}
+
+/// A Mamba (state) group beside full attention, block 16, one 100-token request (output 5) behind one
+/// prefill replica, linear time (1,000 ps a step + 10 ps a token), 100 ps a block on the link; by hand
+/// from vLLM 0.33.0's rules (DESIGN.md §Prefill/decode disaggregation, "A Mamba (state) group"): the
+/// prefill replica computes the prompt but its last token (`_truncate_request_for_prefill`), cut by
+/// align mode at the last boundary before it, [0, 96) then [96, 99) sampling its one token (1,960 +
+/// 1,030 ps); the decode replica loads those 99 tokens (`_get_remote_prefill_token_count`): the full
+/// group's 7 blocks, its partial last one included, and the state group's one slot
+/// (`clip_ssm_state_blocks`), 800 ps; then it computes token 100 from the loaded state (1,010 ps) and
+/// samples its first token at 4,800 ps, then decodes four more.
+#[test]
+fn a_state_group_s_prefill_stops_one_token_short_and_the_decode_side_computes_the_last() {
+    let cancel = AtomicBool::new(false);
+    let spec_of = |kind| crate::kv_groups::GroupSpec {
+        kind,
+        window: 0,
+        block_size: 16,
+        cap: (kind == crate::kv_groups::GroupKind::Mamba).then_some(2),
+        checkpoint_blocks: 0,
+    };
+    let groups = crate::kv_groups::Groups::new(
+        vec![
+            spec_of(crate::kv_groups::GroupKind::Mamba),
+            spec_of(crate::kv_groups::GroupKind::Full),
+        ],
+        16,
+        Some(0),
+        true,
+    )
+    .unwrap();
+    let cfg = EngineConfig {
+        watermark_while_running: true,
+        max_num_batched_tokens: 512,
+        groups: Some(groups),
+        time: TimeModel::Linear {
+            c0_ps: 1_000,
+            c_tok_ps: 10,
+            c_ctx_ps: 0,
+        },
+        ..EngineConfig::for_tests(200, 16)
+    };
+    cfg.validate().unwrap();
+    let w = Cols {
+        arrival_ps: vec![0],
+        prompt_len: vec![100],
+        target: vec![5],
+        max_gen: vec![5],
+        fork_parent: vec![-1],
+        output_seg: vec![1 << 63],
+        seg_offsets: vec![0, 1],
+        segment_id: vec![5],
+        segment_len: vec![100],
+    };
+    let spec = RouterSpec::named("round-robin").unwrap();
+    let link = PdSpec {
+        prefill_replicas: 1,
+        threshold_tokens: 0,
+        link_latency_ps: 0,
+        link_ps_per_block: 100,
+    };
+    let out = run_pd(
+        w.view(),
+        std::slice::from_ref(&cfg),
+        None,
+        &spec,
+        &link,
+        &cancel,
+    )
+    .unwrap();
+    let (d, p) = (&out.cluster.counters[0], &out.cluster.counters[1]);
+    assert_eq!(
+        (p.num_steps, p.sum_batched_tokens, p.prompt_tokens_admitted),
+        (2, 99, 99)
+    );
+    assert_eq!(out.prefill_finish, [2_990]);
+    assert_eq!((d.pd_transfers, d.pd_transfer_blocks), (1, 7 + 1));
+    assert_eq!(d.pd_link_busy_ps, 800);
+    assert_eq!(out.cluster.out.load_wait_ps, [800]);
+    // The last prompt token, then four decode tokens, on the decode replica.
+    assert_eq!(d.sum_batched_tokens, 1 + 4);
+    assert_eq!(out.cluster.out.first_token, [2_990 + 800 + 1_010]);
+    assert_eq!(out.cluster.out.status, [0]);
 }
 
 /// A decode replica's transfer that would end past the clock's range stops the fleet with its error:

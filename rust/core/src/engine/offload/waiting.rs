@@ -476,7 +476,8 @@ impl Engine<'_> {
 
     /// `tier_head` for waiting request `k` on a hybrid decode replica (its connector, no CPU tier): a
     /// remote request's GPU hit every group agrees on (within `prompt_len - 1` tokens) and its transfer
-    /// up to the scheduler's last full block of its prompt, admitted by a hybrid load's rules
+    /// up to the scheduler's last full block of its prompt (with a Mamba group: up to its last token but
+    /// one), admitted by a hybrid load's rules
     /// (`h_admit_remote`); otherwise (not remote, or nothing to transfer) an ordinary admission.
     fn h_remote_head(&mut self, k: usize, budget: u64) -> Option<u64> {
         if !self.slab[k].remote {
@@ -485,8 +486,7 @@ impl Engine<'_> {
         let cfg = self.cfg;
         let groups = cfg.groups.as_ref().expect("a hybrid pool");
         let local = self.hybrid_lookup(k);
-        let sbs = groups.scheduler_block_size();
-        let end = self.slab[k].num_tokens() / sbs * sbs;
+        let end = groups.remote_end(self.slab[k].num_tokens());
         if end <= local {
             return Some(self.try_admit_after(k, budget, GpuHits::Ask));
         }
