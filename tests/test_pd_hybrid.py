@@ -290,6 +290,22 @@ def test_gpt_oss_behind_a_prefill_pool_agrees_and_moves_the_pool_s_stride():
     assert s["pd_transfer_blocks"] == int(sum(m + min(m, 8) for m in moved))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_prefill_pool_of_another_block_size_is_refused_for_state_groups_with_prefix_caching(backend):
+    """vLLM 0.33.0's NIXL worker refuses Mamba states with prefix caching across pools of unequal blocks
+    (`_validate_remote_agent_handshake`); without prefix caching it reads them."""
+    cfg = _mamba_config(time_model="ticks")
+    other = cfg.replace(block_size=2 * BS)
+    assert other.engine_block_size != cfg.engine_block_size
+    w = Workload(arrival=[0.0], prompt_len=[40], output_len=[2])
+    args = {"replicas": 1, "prefill_replicas": 1, "pd_link_ps_per_block": 1, "backend": backend}
+    with pytest.raises(InvalidArgumentError, match=r"prefill_config's block size 32 differs .* Mamba"):
+        kvsim.simulate_cluster(w, cfg, prefill_config=other, **args)
+    off = cfg.replace(enable_prefix_caching=False)
+    r = kvsim.simulate_cluster(w, off, prefill_config=other.replace(enable_prefix_caching=False), **args)
+    assert r.requests["status"].to_list() == ["finished"]
+
+
 def test_qwen3_next_behind_a_prefill_pool_agrees_and_moves_three_state_slots_a_request():
     """Qwen3-Next-80B-A3B on H100s at tp 4 (three state groups of 12 gated-delta-net layers beside 12
     full-attention layers, block 320): both engines alike, and each transfer moves its prompt but the last

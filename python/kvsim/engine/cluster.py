@@ -247,6 +247,20 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
         )
     for c, whose in ((first, what), (pc, "prefill_config")):
         _check_hybrid_transfer(c, whose)
+    layout = first.pool.layout
+    if (
+        layout is not None
+        and any(g.kind == "mamba" for g in layout.groups)
+        and first.enable_prefix_caching
+        and pc.engine_block_size != first.engine_block_size
+    ):
+        raise InvalidArgumentError(
+            f"prefill_config's block size {pc.engine_block_size} differs from the decode replicas' "
+            f"{first.engine_block_size} for model {getattr(first.model, 'name', first.model)}'s Mamba (state) "
+            "groups with prefix caching: vLLM 0.33.0's NIXL connector refuses it (\"Prefix caching with "
+            'heterogeneous physical_blocks_per_logical is not supported for Mamba hybrid models"); give both '
+            'pools one block size (DESIGN.md §Prefill/decode disaggregation, "A Mamba (state) group")'
+        )
     for knob, needed in (
         ("policy", "vllm"),
         ("preemption", "recompute"),

@@ -76,6 +76,17 @@ fn check(
         pd.prefill_replicas,
     ));
     validate(inp, &all)?;
+    let states = cfgs[0]
+        .groups
+        .as_ref()
+        .is_some_and(crate::kv_groups::Groups::has_mamba);
+    if states && cfgs[0].enable_prefix_caching && prefill_cfg.block_size != cfgs[0].block_size {
+        invalid_arg!(
+            "prefill_config's block size {} differs from the decode replicas' {} for Mamba (state) groups with prefix caching: vLLM 0.33.0's NIXL connector refuses it (give both pools one block size)",
+            prefill_cfg.block_size,
+            cfgs[0].block_size
+        );
+    }
     if inp.has_forks() {
         invalid_arg!("sampling 'fork-cow': a disaggregated fleet routes one sequence a request");
     }

@@ -246,6 +246,21 @@ fn a_state_group_s_prefill_stops_one_token_short_and_the_decode_side_computes_th
     assert_eq!(d.sum_batched_tokens, 1 + 4);
     assert_eq!(out.cluster.out.first_token, [2_990 + 800 + 1_010]);
     assert_eq!(out.cluster.out.status, [0]);
+    // A prefill pool of another block size: vLLM refuses it for states with prefix caching.
+    let other = EngineConfig {
+        block_size: 32,
+        ..cfg.clone()
+    };
+    let err = run_pd(
+        w.view(),
+        std::slice::from_ref(&cfg),
+        Some(&other),
+        &RouterSpec::named("round-robin").unwrap(),
+        &pd(0),
+        &cancel,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("block size 32 differs"), "{err}");
 }
 
 /// A decode replica's transfer that would end past the clock's range stops the fleet with its error:
