@@ -270,6 +270,17 @@ SCENARIOS.update(
         "mamba_align_resumed_sub_block_first_block": _resumed(11, 63, block=32, budget=24),
     }
 )
+# Dense retention (`prefix_cache_retention_interval` None: every block a sparse group holds keyed). vLLM's
+# coordinator passes its Mamba manager no prefill end whenever the interval is not 0, None included
+# (`KVCacheCoordinator.get_num_blocks_to_allocate`: `if self.retention_interval != 0`), so with prefill
+# checkpoints a chunk covering a boundary reserves a checkpoint block as under a positive interval.
+# (`mamba_align_dense_checkpoints`, `mamba_align_dense_resumed_prefill`, `mamba_align_dense_resumed_decode`)
+for _name in ("retention_checkpoints", "resumed_prefill", "resumed_decode"):
+    _base = "mamba_align_" + _name
+    SCENARIOS["mamba_align_dense_" + _name.removeprefix("retention_")] = {
+        **SCENARIOS[_base],
+        "prefix_cache_retention_interval": None,
+    }
 
 
 # Layer layouts of real models (their published config.json: layer kinds, windows, KV heads, head width),

@@ -203,13 +203,13 @@ class HybridKVCacheManager:
     def needs_checkpoint(self, start: int, end: int, num_tokens: int, num_prompt: int) -> bool:
         """An allocation of `[start, end)` for a request of `num_tokens` tokens reserves a prefill
         checkpoint (vLLM 0.33.0's `MambaManager.get_num_blocks_to_allocate`: the checkpoint position of the
-        allocation's end): it reaches the prefill's end (any chunk under a retention interval, whose
-        coordinator passes 0), starts on a block boundary and covers the last boundary before `end` with a
+        allocation's end): it reaches the prefill's end (any chunk unless the retention interval is 0:
+        the coordinator passes 0 for a positive interval and for None, dense retention), starts on a block boundary and covers the last boundary before `end` with a
         block to spare before it (`is_mamba_prefill_checkpoint_valid`). `end` is a chunk's end, or the
         whole sequence for the full-prompt gate."""
         if not self.checkpoints:
             return False
-        prefill_end = 0 if self.retention else max(num_prompt, num_tokens - 1)
+        prefill_end = 0 if self.retention != 0 else max(num_prompt, num_tokens - 1)
         return end >= prefill_end and self._checkpoint_valid(start, end, end)
 
     def _checkpoint_valid(self, start: int, end: int, upto: int) -> bool:

@@ -386,17 +386,18 @@ impl Groups {
     /// `MambaManager.get_num_blocks_to_allocate` and `_needs_internal_checkpoint`, with
     /// `get_mamba_prefill_checkpoint_position` of the allocation's end and
     /// `is_mamba_prefill_checkpoint_valid`, the hash and checkpoint grids at the block): it reaches the
-    /// prefill's end (`max(num_prompt, num_tokens - 1)`; any chunk under a retention interval, whose
-    /// coordinator passes 0), starts on a boundary and covers the last boundary before `end` with a
+    /// prefill's end (`max(num_prompt, num_tokens - 1)`; any chunk unless the retention interval is 0:
+    /// the coordinator passes 0 for a positive interval and for None, dense retention), starts on a boundary and covers the last boundary before `end` with a
     /// block to spare before it. `end` is a chunk's end, or the whole sequence for the full-prompt gate.
     pub fn needs_checkpoint(&self, start: u64, end: u64, num_tokens: u64, num_prompt: u64) -> bool {
         if !self.checkpoints {
             return false;
         }
-        let prefill_end = if self.retention.is_some_and(|r| r != 0) {
-            0 // (vLLM's `KVCacheCoordinator.get_num_blocks_to_allocate`)
-        } else {
+        // (vLLM's `KVCacheCoordinator.get_num_blocks_to_allocate`: 0 if `retention_interval != 0`)
+        let prefill_end = if self.retention == Some(0) {
             num_prompt.max(num_tokens.saturating_sub(1))
+        } else {
+            0
         };
         end >= prefill_end && self.checkpoint_valid(start, end, end)
     }

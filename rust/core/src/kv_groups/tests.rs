@@ -156,6 +156,10 @@ fn a_second_request_hits_the_window_at_the_prompts_end() {
 }
 
 fn mamba_full(bs: u64, checkpoint_blocks: u64) -> Groups {
+    mamba_full_retention(bs, checkpoint_blocks, Some(0))
+}
+
+fn mamba_full_retention(bs: u64, checkpoint_blocks: u64, retention: Option<u64>) -> Groups {
     Groups::new(
         vec![
             GroupSpec {
@@ -174,7 +178,7 @@ fn mamba_full(bs: u64, checkpoint_blocks: u64) -> Groups {
             },
         ],
         bs,
-        Some(0),
+        retention,
         true,
     )
     .unwrap()
@@ -452,6 +456,24 @@ fn mamba_checkpoint_reserves_a_second_block() {
     // Without checkpoints in every Mamba group: none.
     assert!(!mamba_full(512, 0).needs_checkpoint(0, 5000, 5000, 5000));
     d.pool.check_invariants().unwrap();
+}
+
+/// vLLM's coordinator gives its Mamba manager no prefill end unless the retention interval is 0
+/// (`KVCacheCoordinator.get_num_blocks_to_allocate`: `retention_interval != 0`, None included): a chunk
+/// short of the prefill's end that covers its own checkpoint reserves one under dense (None) or sparse
+/// retention, never under vLLM's default 0.
+#[test]
+fn a_chunk_short_of_the_prefill_reserves_a_checkpoint_unless_retention_is_0() {
+    for (retention, reserves) in [(Some(0), false), (None, true), (Some(1024), true)] {
+        let groups = mamba_full_retention(512, 1, retention);
+        assert_eq!(
+            groups.needs_checkpoint(0, 2048, 5000, 5000),
+            reserves,
+            "{retention:?}"
+        );
+        // The chunk finishing the prefill: alike.
+        assert!(groups.needs_checkpoint(0, 5000, 5000, 5000));
+    }
 }
 
 /// The chunk rule (vLLM's `_mamba_block_aligned_split`), B = 512.
