@@ -551,28 +551,29 @@ class Offload(HybridTier, State):
         `step_end` on a link free from `free0`) timed again, those it waits for (`waits`) first from the
         step's start, then its loads from the end of the wait, its compute after the wait, and its other
         new stores from the step's end. Returns the step's end."""
-        cfg = self.cfg
-        latency, per_block = cfg.kv_offloading_latency_ps, cfg.kv_offloading_ps_per_block
         start = self.t
-        free = free0
-        for job in new:
-            if job in waits:
-                job.end = free = transfer_end("store", max(start, free), latency, len(job.blocks), per_block)
+        free = self._requeue("store", [job for job in new if job in waits], start, free0)
         wait = max(start, *(job.end for job in waits))
         end = wait + (step_end - start)
-        for job in new:
-            if job not in waits:
-                job.end = free = transfer_end("store", max(end, free), latency, len(job.blocks), per_block)
-        self.store_free = free
+        self.store_free = self._requeue("store", [job for job in new if job not in waits], end, free)
         mine = [job for job in self.loads if job.avail == observation and not job.remote]
         if mine:
             free = max(
                 (job.end for job in self.loads if not job.remote and job.avail != observation), default=0
             )
-            for job in mine:
-                job.end = free = transfer_end("load", max(wait, free), latency, len(job.blocks), per_block)
-            self.load_free = free
+            self.load_free = self._requeue("load", mine, wait, free)
         return end
+
+    def _requeue(self, what: str, jobs: list[Job], start: int, free: int) -> int:
+        """`jobs` on their link (`what`) again, one after the other from when it is free (`free`), none
+        before `start`; returns when the link is free again."""
+        cfg = self.cfg
+        for job in jobs:
+            begin = max(start, free)
+            job.end = free = transfer_end(
+                what, begin, cfg.kv_offloading_latency_ps, len(job.blocks), cfg.kv_offloading_ps_per_block
+            )
+        return free
 
     def queue_store(self, s: Seq, keys: list[int], blocks: list[int], step_end: int, observation: int) -> Job:
         """A store of the tier's `keys` from GPU blocks `blocks`, queued on the link from the step's end

@@ -318,6 +318,16 @@ impl Tier {
     }
 
     /// A store on the link from now (`hot`: the engine's `tier_hot`).
+    /// The earliest end of a transfer in flight (`TierHot::min_end`), `i64::MAX` if none is.
+    fn min_end(&self) -> i64 {
+        self.loads
+            .iter()
+            .chain(&self.stores)
+            .map(|j| j.end)
+            .min()
+            .unwrap_or(i64::MAX)
+    }
+
     fn push_store(&mut self, hot: &mut TierHot, job: Job) {
         hot.min_end = hot.min_end.min(job.end);
         self.stores.push(job);
@@ -500,73 +510,51 @@ impl Engine<'_> {
         step_end: i64,
         (free0, id0): (i64, u64),
     ) -> i64 {
-        let (latency, per_block) = (tier.cfg.latency_ps, tier.cfg.ps_per_block);
-        let start = self.t;
-        let mut free = free0;
-        for job in &mut tier.stores {
-            if job.id > id0 && flushed.contains(&job.id) {
-                let begin = start.max(free);
-                free = self.transfer_end_or_overflow(
-                    Transfer::Store,
-                    begin,
-                    latency,
-                    job.blocks,
-                    per_block,
-                );
-                job.end = free;
-            }
-        }
+        let (start, link) = (self.t, (tier.cfg.latency_ps, tier.cfg.ps_per_block));
+        let new = |j: &Job| j.id > id0;
+        let waited = |j: &Job| flushed.contains(&j.id);
+        let stores = tier.stores.iter_mut().filter(|j| new(j) && waited(j));
+        let free = self.requeue(stores, (Transfer::Store, link), start, free0);
         let wait = tier
             .stores
             .iter()
-            .filter(|j| flushed.contains(&j.id))
+            .filter(|j| waited(j))
             .map(|j| j.end)
             .fold(start, i64::max);
         let end = wait.saturating_add(step_end - start);
-        for job in &mut tier.stores {
-            if job.id > id0 && !flushed.contains(&job.id) {
-                let begin = end.max(free);
-                free = self.transfer_end_or_overflow(
-                    Transfer::Store,
-                    begin,
-                    latency,
-                    job.blocks,
-                    per_block,
-                );
-                job.end = free;
-            }
-        }
-        tier.store_free = free;
+        let stores = tier.stores.iter_mut().filter(|j| new(j) && !waited(j));
+        tier.store_free = self.requeue(stores, (Transfer::Store, link), end, free);
         let mine = |j: &Job| j.avail == observation && matches!(j.what, What::Load(_));
         if tier.loads.iter().any(mine) {
-            let mut free = tier
+            let free = tier
                 .loads
                 .iter()
                 .filter(|j| matches!(j.what, What::Load(_)) && !mine(j))
                 .map(|j| j.end)
                 .max()
                 .unwrap_or(0);
-            for job in tier.loads.iter_mut().filter(|j| mine(j)) {
-                let begin = wait.max(free);
-                free = self.transfer_end_or_overflow(
-                    Transfer::Load,
-                    begin,
-                    latency,
-                    job.blocks,
-                    per_block,
-                );
-                job.end = free;
-            }
-            tier.load_free = free;
+            let loads = tier.loads.iter_mut().filter(|j| mine(j));
+            tier.load_free = self.requeue(loads, (Transfer::Load, link), wait, free);
         }
-        self.tier_hot.min_end = tier
-            .loads
-            .iter()
-            .chain(&tier.stores)
-            .map(|j| j.end)
-            .min()
-            .unwrap_or(i64::MAX);
+        self.tier_hot.min_end = tier.min_end();
         end
+    }
+
+    /// `jobs` on their link (`what`, its latency and time a block) again, one after the other from when
+    /// it is free (`free`), none before `from`; returns when the link is free again.
+    fn requeue<'j>(
+        &mut self,
+        jobs: impl Iterator<Item = &'j mut Job>,
+        (what, (latency, per_block)): (Transfer, (u64, u64)),
+        from: i64,
+        mut free: i64,
+    ) -> i64 {
+        for job in jobs {
+            let begin = from.max(free);
+            free = self.transfer_end_or_overflow(what, begin, latency, job.blocks, per_block);
+            job.end = free;
+        }
+        free
     }
 
     #[inline]

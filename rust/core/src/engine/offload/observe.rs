@@ -84,13 +84,7 @@ impl Engine<'_> {
             tier.stores_spare = stores;
             seen = true;
         }
-        self.tier_hot.min_end = tier
-            .loads
-            .iter()
-            .chain(&tier.stores)
-            .map(|j| j.end)
-            .min()
-            .unwrap_or(i64::MAX);
+        self.tier_hot.min_end = tier.min_end();
         self.tier = Some(tier);
         seen
     }
