@@ -282,17 +282,23 @@ def loading_hybrid_configs(draw):
                 not c.pool.layout.single_full
                 and len({g.block_size for g in c.kv_groups}) == 1
                 and all(g.kind != "mamba" for g in c.kv_groups)
-            )  # (the lab replays attention groups' tiers)
+            )  # (state layers: `loading_state_configs`)
         )
     )
+    return _small_pool(draw, cfg, block_size=draw(st.sampled_from([2, 4, 4, 16])))
+
+
+def _small_pool(draw, cfg, **more):
+    """Most of the time `cfg` with a small GPU pool and a tier that holds what it loses (so that loads
+    happen), and `more`."""
     if draw(st.integers(0, 3)):
         cfg = cfg.replace(
             num_blocks=draw(st.integers(24, 96)),
-            block_size=draw(st.sampled_from([2, 4, 4, 16])),
             kv_offloading_chunks=draw(st.integers(8, 80)),
             max_model_len=None,
             max_num_batched_tokens=draw(st.sampled_from([64, 512])),
             kv_offloading_prompt_only=True,
+            **more,
         )
     return cfg
 
@@ -318,15 +324,7 @@ def loading_state_configs(draw):
     block raised to hold a state), most with a small GPU pool and a tier that holds what it loses (so that
     states and blocks load back)."""
     cfg = draw(tiered_hybrid_configs().filter(lambda c: any(g.kind == "mamba" for g in c.kv_groups)))
-    if draw(st.integers(0, 3)):
-        cfg = cfg.replace(
-            num_blocks=draw(st.integers(24, 96)),
-            kv_offloading_chunks=draw(st.integers(8, 80)),
-            max_model_len=None,
-            max_num_batched_tokens=draw(st.sampled_from([64, 512])),
-            kv_offloading_prompt_only=True,
-        )
-    return cfg
+    return _small_pool(draw, cfg)
 
 
 @settings(deadline=None)

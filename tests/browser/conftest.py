@@ -134,6 +134,16 @@ class LabPage:
     def query(self) -> dict[str, Any]:
         return self.page.evaluate("window.kvlab.replay.bundle.query")
 
+    def fits(self) -> bool:
+        """Nothing wider than the screen asked for (a phone's window widens to a page wider than it, so
+        the page is measured against the viewport's width, not the window's)."""
+        width = self.page.viewport_size["width"]
+        return bool(
+            self.page.evaluate(
+                f"document.documentElement.scrollWidth <= {width} && window.innerWidth <= {width}"
+            )
+        )
+
 
 # The sizes the page is tested at: a desktop window, a phone (iPhone 12-15's CSS pixels) and the narrowest
 # phone the layout supports.

@@ -85,13 +85,6 @@ def assert_drawn(lab: LabPage, snap: dict[str, Any]) -> None:
     assert not away & rest
 
 
-def fits(lab: LabPage) -> bool:
-    width = lab.page.viewport_size["width"]
-    return bool(
-        lab.page.evaluate(f"document.documentElement.scrollWidth <= {width} && window.innerWidth <= {width}")
-    )
-
-
 def test_the_page_draws_the_snapshot_forward_and_back(sized_lab: LabPage) -> None:
     r = pd.preset_run("disaggregated")
     open_pd(sized_lab)
@@ -108,7 +101,7 @@ def test_the_page_draws_the_snapshot_forward_and_back(sized_lab: LabPage) -> Non
         seek(sized_lab, k)
         assert_drawn(sized_lab, pd.snapshot(r, k))
     # Nothing is wider than the screen (the viewport asked for: a mobile page's window widens to its content).
-    assert fits(sized_lab)
+    assert sized_lab.fits()
     # Every fill a held block is drawn in has its legend entry (blocks shared by two requests were drawn
     # purple with none).
     legend = set(sized_lab.page.evaluate(LEGEND_FILLS))
@@ -150,7 +143,7 @@ def test_the_pressure_preset_draws_a_preemption_and_the_decode_pools_cache(sized
         seek(sized_lab, k)
         assert_drawn(sized_lab, pd.snapshot(r, k))
     assert pd.snapshot(r, last)["pools"][1]["cached"]
-    assert fits(sized_lab)
+    assert sized_lab.fits()
     # The presets' links: the other preset's page opens from here.
     with sized_lab.page.expect_navigation():
         sized_lab.page.click('#pd-presets a[href="pd?preset=disaggregated"]')

@@ -92,6 +92,20 @@ def assert_tier(lab: LabPage, snap: dict[str, Any]) -> None:
     assert (f"{len(held)} held for CPU-tier loads" in batch) == bool(held)
 
 
+def walk(lab: LabPage, q: dict[str, Any], steps: tuple[int, ...], groups: bool) -> None:
+    """The page at each of `steps` in turn (a seek as a user's drag) is the Python snapshot's: the tier, the
+    blocks and (`groups`) each request's table per group; and nothing is wider than the screen."""
+    for step in steps:
+        if step != lab.step():
+            lab.seek(step)
+        snap = python_snapshot(q, step)
+        assert_tier(lab, snap)
+        assert_blocks(lab, snap)
+        if groups:
+            assert_group_tables(lab, snap)
+    assert lab.fits(), lab.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+
+
 def test_the_tier_drawn_is_the_snapshots_forward_and_back(sized_lab: LabPage) -> None:
     lab = sized_lab
     lab.open(preset="cpu-tier")
@@ -99,18 +113,7 @@ def test_the_tier_drawn_is_the_snapshots_forward_and_back(sized_lab: LabPage) ->
     q = lab.query()
     # The opening step (req-8 loading), the first stores pending, the tier full with an eviction, the load
     # landing, the end; then back.
-    for step in (lab.step(), 1, 5, 24, 25, 43, 44, 56, 41, 4, 0):
-        if step != lab.step():
-            lab.seek(step)
-        snap = python_snapshot(q, step)
-        assert_tier(lab, snap)
-        assert_blocks(lab, snap)
-    # Nothing wider than the screen asked for (a phone's window widens to a page wider than it, so the
-    # page is measured against the viewport's width, not the window's).
-    width = lab.page.viewport_size["width"]
-    assert lab.page.evaluate(
-        f"document.documentElement.scrollWidth <= {width} && window.innerWidth <= {width}"
-    ), lab.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    walk(lab, q, (lab.step(), 1, 5, 24, 25, 43, 44, 56, 41, 4, 0), groups=False)
 
 
 def test_a_held_request_is_shown_neither_running_nor_computing(lab: LabPage) -> None:
@@ -288,17 +291,7 @@ def test_a_hybrid_models_tier_drawn_is_the_snapshots_forward_and_back(sized_lab:
     assert lab.page.locator("#tier-panel").is_visible()
     assert lab.page.locator("#grid-groups li").count() == 2
     q = lab.query()
-    for step in (lab.step(), 1, 20, 46, 47, 48, 49, 58, 47, 5, 0):
-        if step != lab.step():
-            lab.seek(step)
-        snap = python_snapshot(q, step)
-        assert_tier(lab, snap)
-        assert_blocks(lab, snap)
-        assert_group_tables(lab, snap)
-    width = lab.page.viewport_size["width"]
-    assert lab.page.evaluate(
-        f"document.documentElement.scrollWidth <= {width} && window.innerWidth <= {width}"
-    ), lab.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    walk(lab, q, (lab.step(), 1, 20, 46, 47, 48, 49, 58, 47, 5, 0), groups=True)
 
 
 def test_a_hybrid_models_held_request_and_its_filling_blocks(lab: LabPage) -> None:
@@ -378,17 +371,7 @@ def test_the_sliding_window_tier_preset_drawn_is_the_snapshots(sized_lab: LabPag
     load = next(t for k, t in flows if k == "load")
     assert "24 chunks" in load
     assert "req-8" in load
-    for step in (opening, 1, 2, 38, 40, 41, 42, 47, 49, snap["num_steps"], 39, 12, 0):
-        if step != lab.step():
-            lab.seek(step)
-        snap = python_snapshot(q, step)
-        assert_tier(lab, snap)
-        assert_blocks(lab, snap)
-        assert_group_tables(lab, snap)
-    width = lab.page.viewport_size["width"]
-    assert lab.page.evaluate(
-        f"document.documentElement.scrollWidth <= {width} && window.innerWidth <= {width}"
-    ), lab.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    walk(lab, q, (opening, 1, 2, 38, 40, 41, 42, 47, 49, snap["num_steps"], 39, 12, 0), groups=True)
 
 
 def test_the_state_layers_tier_preset_drawn_is_the_snapshots(sized_lab: LabPage) -> None:
@@ -447,17 +430,7 @@ def test_the_state_layers_tier_preset_drawn_is_the_snapshots(sized_lab: LabPage)
         assert ("the state is on the link" in occupancy) == loading
         key = lab.page.inner_text("#insp-key")
         assert ("none yet" in key and "where its group keeps one" in key) if loading else ("none" in key)
-    for step in (opening, 1, 2, 11, 12, 90, 92, 93, 94, 95, snap["num_steps"], 91, 5, 0):
-        if step != lab.step():
-            lab.seek(step)
-        snap = python_snapshot(q, step)
-        assert_tier(lab, snap)
-        assert_blocks(lab, snap)
-        assert_group_tables(lab, snap)
-    width = lab.page.viewport_size["width"]
-    assert lab.page.evaluate(
-        f"document.documentElement.scrollWidth <= {width} && window.innerWidth <= {width}"
-    ), lab.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    walk(lab, q, (opening, 1, 2, 11, 12, 90, 92, 93, 94, 95, snap["num_steps"], 91, 5, 0), groups=True)
 
 
 # Per grid cell, the share of its canvas pixels in the loading colour's hue (magenta: saturated, hue 285 to
