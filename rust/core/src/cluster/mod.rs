@@ -17,6 +17,7 @@ use crate::engine::{
     Counters, EngineConfig, EngineInput, EngineOutput, OUTPUT_BIT, Policy, RouterReads,
     for_each_row_column, private_starts,
 };
+use crate::kv_groups::SharedKeys;
 use crate::{BlockKey, KvError, Result, Segment, invalid_arg};
 pub use replica::Replica;
 pub use router::{Router, RouterKind, RouterSpec, Signals, SplitMix64, TieBreak, Weights};
@@ -123,6 +124,8 @@ struct Driver<'i> {
     sizes: Vec<u64>,
     keys: Vec<Vec<BlockKey>>,
     segs: Vec<Segment>,
+    /// A hybrid model's key chains of the unit's prompt, which every replica's lookup reads.
+    hybrid_keys: SharedKeys,
     views: Vec<Signals>,
     snaps: Vec<Snapshot>,
     snap_at: Option<i64>,
@@ -205,6 +208,7 @@ impl Driver<'_> {
         self.segs.clear();
         self.segs
             .extend((lo..hi).map(|k| Segment::new(inp.segment_id[k], inp.segment_len[k] as u64)));
+        self.hybrid_keys.reset();
         let prompt = inp.prompt_len[row] as u64;
         for (s, &bs) in self.sizes.iter().enumerate() {
             let limit = self.private_from.get(row).map_or(u64::MAX, |&p| p / bs);
@@ -320,7 +324,8 @@ impl Driver<'_> {
     /// (stepped to the arrival, or vouched for up to it); the router reads prefix hits.
     fn read_hits(&mut self, r: usize, bs: u64, prompt: u64) {
         let no_snapshot: Option<&HashSet<BlockKey, BuildHasherDefault<IdHasher>>> = None;
-        if let Some(hit) = self.replicas[r].hybrid_hit_blocks(&self.segs, prompt, no_snapshot) {
+        let unit = (&self.segs[..], &mut self.hybrid_keys);
+        if let Some(hit) = self.replicas[r].hybrid_hit_blocks(unit, prompt, no_snapshot) {
             self.views[r].hit_blocks = hit; // (a hybrid model: its lookup over every group)
             return;
         }
@@ -365,7 +370,8 @@ impl Driver<'_> {
             v.in_flight += snap.routed;
             v.lookup_blocks = prompt.saturating_sub(1) / bs;
             if self.wants_keys && rep.caches_prefixes() {
-                v.hit_blocks = match rep.hybrid_hit_blocks(&self.segs, prompt, Some(&snap.keys)) {
+                let unit = (&self.segs[..], &mut self.hybrid_keys);
+                v.hit_blocks = match rep.hybrid_hit_blocks(unit, prompt, Some(&snap.keys)) {
                     Some(hit) => hit, // (a hybrid model: its lookup over every group)
                     None => self
                         .keys_of(bs)
@@ -448,6 +454,7 @@ fn drive(
         keys: vec![Vec::new(); sizes.len()],
         sizes,
         segs: Vec::new(),
+        hybrid_keys: SharedKeys::default(),
         views: vec![Signals::default(); cfgs.len()],
         snaps: (0..cfgs.len()).map(|_| Snapshot::default()).collect(),
         snap_at: None,

@@ -21,6 +21,7 @@ use crate::engine::{
     EngineConfig, EngineInput, EngineOutput, OUTPUT_BIT, Policy, Preemption, for_each_row_column,
     private_starts,
 };
+use crate::kv_groups::SharedKeys;
 use crate::{BlockKey, Result, Segment, invalid_arg};
 
 /// A hand-off's prefill replica for a row the route-first drive prefills on its decode replica.
@@ -129,12 +130,13 @@ fn check(
 }
 
 /// What a router reads of `rep` at the instant it was stepped to (`a`), with the unit's prefix hits on
-/// it if `want` (`keys`: its prompt's lookup keys at the replica's block size; `segs` its segments).
+/// it if `want` (`keys`: its prompt's lookup keys at the replica's block size; `unit` its segments and
+/// a hybrid model's key chains).
 fn signals(
     rep: &Replica,
     a: i64,
     (want, keys): (bool, &[BlockKey]),
-    segs: &[Segment],
+    unit: (&[Segment], &mut SharedKeys),
     prompt: u64,
 ) -> Signals {
     let (kv_used, kv_total) = rep.kv();
@@ -145,26 +147,27 @@ fn signals(
         in_flight: rep.in_flight(a),
         kv_used,
         kv_total,
-        hit_blocks: hit_blocks(rep, (want, keys), segs, prompt),
+        hit_blocks: hit_blocks(rep, (want, keys), unit, prompt),
         lookup_blocks: prompt.saturating_sub(1) / bs,
     }
 }
 
 /// `rep`'s prefix hit for a prompt if it is read (`want`), in blocks of its block size: a hybrid model's
-/// lookup over every group (`Replica::hybrid_hit_blocks`, which reads the prompt's segments `segs`,
-/// whatever its keys: a chunked-local group's skipped chunks hit with nothing cached), else its leading
-/// `keys` in its prefix map (none for a prompt whose blocks cannot hit: its keys are private).
+/// lookup over every group (`Replica::hybrid_hit_blocks`, which reads the prompt's segments and key
+/// chains `unit`, whatever its keys: a chunked-local group's skipped chunks hit with nothing cached),
+/// else its leading `keys` in its prefix map (none for a prompt whose blocks cannot hit: its keys are
+/// private).
 fn hit_blocks(
     rep: &Replica,
     (want, keys): (bool, &[BlockKey]),
-    segs: &[Segment],
+    unit: (&[Segment], &mut SharedKeys),
     prompt: u64,
 ) -> u64 {
     if !want {
         return 0;
     }
     let no_snapshot: Option<&HashSet<BlockKey, BuildHasherDefault<IdHasher>>> = None;
-    if let Some(hit) = rep.hybrid_hit_blocks(segs, prompt, no_snapshot) {
+    if let Some(hit) = rep.hybrid_hit_blocks(unit, prompt, no_snapshot) {
         return hit;
     }
     if keys.is_empty() {
@@ -218,6 +221,8 @@ struct PdDriver<'i, 'p> {
     ne_d: Vec<i64>,
     ne_p: Vec<i64>,
     segs: Vec<Segment>,
+    /// A hybrid model's key chains of the unit's prompt, which every replica's lookup reads.
+    hybrid_keys: SharedKeys,
     /// The unit's prompt keys at the decode pool's block size and, for a router that reads prefix
     /// hits, at the prefill pool's.
     keys: Vec<BlockKey>,
@@ -400,6 +405,7 @@ impl PdDriver<'_, '_> {
             self.segs.extend(
                 (lo..hi).map(|k| Segment::new(inp.segment_id[k], inp.segment_len[k] as u64)),
             );
+            self.hybrid_keys.reset();
             let private = self.private_from.get(row).copied();
             for (want, bs, keys) in [
                 (want_d, self.bs, &mut self.keys),
@@ -413,18 +419,25 @@ impl PdDriver<'_, '_> {
         }
         let router = (want_d && self.wants_keys, &self.keys[..]);
         for (v, rep) in self.views_d.iter_mut().zip(&self.decode) {
-            *v = signals(rep, a, router, &self.segs, prompt);
+            *v = signals(rep, a, router, (&self.segs, &mut self.hybrid_keys), prompt);
         }
         let d = self.route_d.pick(self.decode.len(), &self.views_d);
         self.replica[row] = d as i64;
-        let hits = hit_blocks(&self.decode[d], (want_d, &self.keys), &self.segs, prompt);
+        let unit = (&self.segs[..], &mut self.hybrid_keys);
+        let hits = hit_blocks(&self.decode[d], (want_d, &self.keys), unit, prompt);
         if prompt - hits * self.bs < self.pd.threshold_tokens {
             self.decode[d].push(&inp, row..row + 1, &self.private_from);
             self.ne_d[d] = next_start(&self.decode[d]);
             return Ok(());
         }
         for (v, rep) in self.views_p.iter_mut().zip(&self.prefill) {
-            *v = signals(rep, a, (want_p, &self.keys_p), &self.segs, prompt);
+            *v = signals(
+                rep,
+                a,
+                (want_p, &self.keys_p),
+                (&self.segs, &mut self.hybrid_keys),
+                prompt,
+            );
         }
         let p = self.route_p.pick(self.prefill.len(), &self.views_p);
         self.push_prefill(p, row, d);
@@ -605,6 +618,7 @@ pub fn run_pd(
         ne_d: vec![i64::MAX; decode.len()],
         ne_p: vec![i64::MAX; prefill.len()],
         segs: Vec::new(),
+        hybrid_keys: SharedKeys::default(),
         keys: Vec::new(),
         keys_p: Vec::new(),
         views_d: vec![Signals::default(); decode.len()],

@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 use crate::engine::{
     Buffers, Engine, EngineConfig, EngineInput, EngineOutput, RouterReads, forever,
 };
+use crate::kv_groups::SharedKeys;
 use crate::{BlockKey, Result, Segment};
 use std::collections::HashSet;
 use std::hash::BuildHasher;
@@ -364,14 +365,17 @@ impl Replica {
     }
 
     /// A hybrid model's prefix hit in blocks of its engine block size, against its prefix map or a
-    /// stale view's `snapshot` of it (`Engine::hybrid_hit_tokens`); None for a model of one group.
+    /// stale view's `snapshot` of it (`Engine::hybrid_hit_tokens`, the prompt's chains from `keys`); None
+    /// for a model of one group.
     pub fn hybrid_hit_blocks<S: BuildHasher>(
         &self,
-        segs: &[Segment],
+        (segs, keys): (&[Segment], &mut SharedKeys),
         prompt: u64,
         snapshot: Option<&HashSet<BlockKey, S>>,
     ) -> Option<u64> {
-        let tokens = self.engine.hybrid_hit_tokens(segs, prompt, snapshot)?;
+        let tokens = self
+            .engine
+            .hybrid_hit_tokens((segs, keys), prompt, snapshot)?;
         Some(tokens / self.cfg.block_size)
     }
 

@@ -6,7 +6,7 @@
 use std::sync::atomic::AtomicBool;
 
 use super::{Engine, EngineConfig, EngineInput, EngineOutput, Memory, Result, offload};
-use crate::kv_groups::{KeyCache, Lookup};
+use crate::kv_groups::{Lookup, SharedKeys};
 use crate::{BlockId, BlockKey, Segment};
 use std::collections::HashSet;
 use std::hash::BuildHasher;
@@ -436,10 +436,11 @@ impl<'a> Engine<'a> {
     /// A hybrid model's prefix hit for a prompt of segments `segs` and `prompt` tokens, in tokens: what
     /// its lookup over every group would hit now (`Groups::lookup`, within `prompt - 1` tokens as its
     /// admission looks up; DESIGN.md §Clusters, `prefix_hit_blocks`), against its prefix map or, given
-    /// one, `snapshot` (a stale router view's copy of the map's keys). None for a model of one group.
+    /// one, `snapshot` (a stale router view's copy of the map's keys); the prompt's key chains from
+    /// `keys`, which the lookups of every replica share. None for a model of one group.
     pub(crate) fn hybrid_hit_tokens<S: BuildHasher>(
         &self,
-        segs: &[Segment],
+        (segs, keys): (&[Segment], &mut SharedKeys),
         prompt: u64,
         snapshot: Option<&HashSet<BlockKey, S>>,
     ) -> Option<u64> {
@@ -447,22 +448,15 @@ impl<'a> Engine<'a> {
         let Memory::Paged(pool) = &self.mem else {
             return Some(0);
         };
-        let (mut cache, mut out) = (KeyCache::default(), Lookup::default());
+        let (cache, mut out) = (keys.for_groups(groups), Lookup::default());
         let max = prompt.saturating_sub(1);
         match snapshot {
             // (a snapshot's block ids are unread: only the tokens hit are)
             Some(keys) => {
                 let held = |k| keys.contains(&k).then_some(BlockId::NULL);
-                groups.lookup_in(
-                    &held,
-                    pool.enable_caching(),
-                    segs,
-                    &mut cache,
-                    max,
-                    &mut out,
-                );
+                groups.lookup_in(&held, pool.enable_caching(), segs, cache, max, &mut out);
             }
-            None => groups.lookup(pool, segs, &mut cache, max, &mut out),
+            None => groups.lookup(pool, segs, cache, max, &mut out),
         }
         Some(out.tokens)
     }

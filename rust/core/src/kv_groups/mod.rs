@@ -237,6 +237,32 @@ impl KeyCache {
     }
 }
 
+/// One prompt's key chains shared by the lookups of several pools (a router reading every replica's hit,
+/// DESIGN.md §Clusters): a chain depends only on the prompt's segments and its block size, so pools whose
+/// groups have the same block sizes read the same chains; a pool of other sizes starts them afresh.
+/// `reset` with each new prompt.
+#[derive(Clone, Debug, Default)]
+pub struct SharedKeys {
+    cache: KeyCache,
+    sizes: Vec<u64>,
+}
+
+impl SharedKeys {
+    /// A new prompt: its chains are made again as lookups read them.
+    pub fn reset(&mut self) {
+        self.cache.clear();
+    }
+
+    /// The chains for a pool of `groups`.
+    pub fn for_groups(&mut self, groups: &Groups) -> &mut KeyCache {
+        if self.sizes != groups.block_sizes {
+            self.sizes.clone_from(&groups.block_sizes);
+            self.cache.clear();
+        }
+        &mut self.cache
+    }
+}
+
 /// A request's state in a hybrid pool.
 #[derive(Clone, Debug, Default)]
 pub struct HybridTables {

@@ -638,3 +638,36 @@ fn state_blocks_keyed_are_handed_off_as_their_requests() {
     assert_eq!(out, vec![(6, st)]);
     assert_eq!(on.keys, vec![st.key, st.key]);
 }
+
+fn full_only(block_size: u64) -> Groups {
+    let full = GroupSpec {
+        kind: GroupKind::Full,
+        window: 0,
+        block_size,
+        cap: None,
+        checkpoint_blocks: 0,
+    };
+    let window = GroupSpec {
+        kind: GroupKind::SlidingWindow,
+        window: 64,
+        ..full
+    };
+    Groups::new(vec![window, full], block_size, Some(0), true).unwrap()
+}
+
+/// A router's shared chains (`SharedKeys`) read as a request's own: the same keys for pools of one block
+/// size in turn, and afresh for a pool of another (a prefill pool of another block size), then back.
+#[test]
+fn shared_chains_are_each_pools_own() {
+    let (a, b) = (full_only(4), full_only(8));
+    let s = segs(11, 40);
+    let own = |g: &Groups, n: u64| g.keys(&mut KeyCache::default(), &s, 0, n).to_vec();
+    let mut shared = SharedKeys::default();
+    for (g, n) in [(&a, 5), (&a, 9), (&b, 4), (&a, 3), (&b, 5)] {
+        assert_eq!(g.keys(shared.for_groups(g), &s, 0, n), own(g, n));
+    }
+    shared.reset();
+    let other = segs(12, 40);
+    let fresh = a.keys(&mut KeyCache::default(), &other, 0, 9).to_vec();
+    assert_eq!(a.keys(shared.for_groups(&a), &other, 0, 9), fresh);
+}
