@@ -205,6 +205,28 @@ def test_auto_is_the_roofline_with_a_model_and_a_gpu():
     assert cal.roofline.dense_mem_ps > roofline_time_model(kvsim.models.get("qwen3-8b"), PRO).dense_mem_ps
 
 
+def test_tensor_parallel_time_line_names_the_link_its_all_reduces_take():
+    """The roofline prices tp's all-reduces on the GPU-to-GPU link where the GPU's figures have one, else on
+    PCIe (`timing.peer_bandwidth`); the time line says which, so a GPU priced over PCIe is not a surprise.
+    The MI350 series' 7 Infinity Fabric links (537.6 GB/s each way) make its tp-8 steps faster than the
+    MI300X's (448 GB/s, less compute), where over PCIe they were slower."""
+    line = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", tensor_parallel_size=2).time_line()
+    assert "tp 2's all-reduces over the GPU-to-GPU link at 450 GB/s each way" in line
+    line = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40", tensor_parallel_size=2).time_line()
+    assert "tp 2's all-reduces over PCIe at 32 GB/s each way (no GPU-to-GPU link in l40's figures" in line
+    assert "all-reduces" not in kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb").time_line()
+
+    def step(gpu: str) -> tuple[int, int]:
+        rt = kvsim.SimConfig(model="llama-3.1-70b", gpu=gpu, tensor_parallel_size=8).roofline
+        return rt.step_ps([(1024, 1)] * 64), rt.step_ps([(2048, 2048)])
+
+    mi300x, mi355x, mi350x = step("mi300x"), step("mi355x"), step("mi350x")
+    for mi35x in (mi355x, mi350x):
+        assert mi35x[0] < mi300x[0]  # a decode step
+        assert mi35x[1] < mi300x[1]  # a prefill chunk
+    assert mi355x[1] <= mi350x[1]  # (the same links, more compute)
+
+
 def test_hand_set_coefficients_survive_replace():
     rt = RooflineTimeModel(1, 2, 3, 4, 5, 6, (), 0, 7, 8, (AttentionClass(FULL, 0, 9, 10, 11),))
     cfg = kvsim.SimConfig(num_blocks=64).with_roofline(rt)

@@ -235,6 +235,8 @@ class ConfigTimeModel:
                 f"time: roofline of {model} on {gpu}, datasheet figures (efficiencies 1: an optimistic bound; "
                 "--calibration NAME for a profiled GPU's)"
             )
+        if self.tensor_parallel_size > 1 and getattr(self, "_hand_roofline", None) is None:
+            head += f", {self._collectives_link()}"
         seqs = min(64, self.max_num_seqs)
         chunk = min(2048, self.max_num_batched_tokens)
         decode = rt.step_ps([(1024, 1)] * seqs)
@@ -242,6 +244,26 @@ class ConfigTimeModel:
         return (
             f"{head}: a step of {seqs} decodes at 1,024 tokens {fmt_duration_ps(decode)}, a prefill chunk of "
             f"{chunk:,} tokens {fmt_duration_ps(prefill)}"
+        )
+
+    def _collectives_link(self) -> str:
+        """The link the roofline prices tensor parallelism's all-reduces on (`timing.peer_bandwidth`): the
+        GPU-to-GPU link (NVLink, Infinity Fabric) when its figures have one, else PCIe, said so."""
+        from kvsim.model.gpus import resolve as resolve_gpu
+
+        gpu = resolve_gpu(self.gpu)
+        tp = self.tensor_parallel_size
+        cal = self._calibration  # type: ignore[attr-defined]
+        link = 1.0 if cal is None else cal.efficiencies.link
+        scaled = "" if link == 1.0 else f" × the calibration's link efficiency {link:g}"
+        if gpu.peer_bandwidth:
+            return (
+                f"tp {tp}'s all-reduces over the GPU-to-GPU link at {gpu.peer_bandwidth / 1e9:g} GB/s each way"
+                f"{scaled}"
+            )
+        return (
+            f"tp {tp}'s all-reduces over PCIe at {gpu.pcie_bandwidth / 1e9:g} GB/s each way{scaled} (no GPU-to-GPU "
+            f"link in {gpu.name}'s figures; a GPU spec's peer_link gives one)"
         )
 
     @property

@@ -357,9 +357,10 @@ GPUS: dict[str, Gpu] = {
             peer=448e9,
         ),
         # AMD Instinct MI355X datasheet: 288 GB HBM3E, 8 TB/s, 2,516.6 TFLOPS bf16 dense, 5,033.2 fp8 and
-        # 10,066.3 fp4 (MXFP4) dense, PCIe Gen5 x16 (its Infinity Fabric figure is not recorded here: its
-        # collectives are priced over PCIe). ROCm's torch: 287.98 GiB (ROCm/TheRock#2118, gfx950: "total
-        # capacity of 287.98 GiB").
+        # 10,066.3 fp4 (MXFP4) dense, PCIe Gen5 x16, 7 Infinity Fabric links of 153.6 GB/s peak each (AMD's
+        # MI355X specifications; "7 IF links per socket", AMD's CDNA 4 talk at Hot Chips 2025): 1,075.2 GB/s
+        # aggregate, taken as 537.6 GB/s each way, as the MI300X's 7 x 128 GB/s. ROCm's torch: 287.98 GiB
+        # (ROCm/TheRock#2118, gfx950: "total capacity of 287.98 GiB").
         _g(
             "mi355x",
             294892 * MIB,
@@ -369,10 +370,11 @@ GPUS: dict[str, Gpu] = {
             "AMD Instinct MI355X accelerator datasheet",
             fp8=5033.2e12,
             fp4=10066.3e12,
+            peer=537.6e9,
         ),
         # AMD Instinct MI350X datasheet: 288 GB HBM3E, 8 TB/s, 2.3 PFLOPS bf16 dense, 4.6 fp8 and 9.2 fp4 (MXFP4)
-        # dense (the MI355X's silicon at 2.2 GHz, not 2.4), PCIe Gen5 x16 (its Infinity Fabric figure is not
-        # recorded here: its collectives are priced over PCIe). ROCm's torch: taken as the MI355X's 287.98 GiB (the
+        # dense (the MI355X's silicon at 2.2 GHz, not 2.4), PCIe Gen5 x16, the MI355X's 7 Infinity Fabric links of
+        # 153.6 GB/s (AMD's MI350X specifications; taken as 537.6 GB/s each way). ROCm's torch: taken as the MI355X's 287.98 GiB (the
         # same 288 GB of HBM3E; "MI350X (294 GB)", i.e. 294,892 MiB, in a public GitHub file found by code search,
         # and gfx950's HIP out-of-memory messages "total capacity of 287.98 GiB" in many).
         _g(
@@ -384,6 +386,7 @@ GPUS: dict[str, Gpu] = {
             "AMD Instinct MI350X accelerator datasheet",
             fp8=4600e12,
             fp4=9200e12,
+            peer=537.6e9,
         ),
     )
 }
