@@ -45,6 +45,13 @@ any seed.
 A window group's admission cap counts two batches in flight, as vLLM 0.33.0's default asynchronous
 scheduling makes it (`VllmConfig.max_concurrent_batches`), though the recorder's steps are synchronous: the
 rule kvsim models (DESIGN.md §Hybrid attention).
+
+Every group here is one layer (`layer{i}`, one layer slot, no padding layers), so each group's block moves
+the same bytes and the `slow_*` clock's one time a block (`Worker`, a transfer of `n` blocks taking `n *
+per_block`) is kvsim's charge of each group's blocks at its own layers' time (DESIGN.md §CPU tier, "A hybrid
+model"; kvsim's replay, `tests/test_offload_hybrid_golden.py`, checks its groups' times are all alike). A
+scenario with groups of unequal layer counts would need the clock to charge each group's blocks (the load
+and store specs' `group_sizes`) at its share.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The CPU tier for a hybrid model in the engines (DESIGN.md §CPU tier, "A hybrid model"): the Rust engine
 and the Python reference agree exactly on random layouts of full-attention, sliding-window,
 chunked-local and Mamba (state) groups with random tier sizes, chunk sizes, eviction policies, store
-thresholds, link times and traffic; the tier is sized from the pool's block (one group's block over its
-layers, vLLM's stride); and what kvsim does not model of vLLM's offloading of hybrid models is refused by
+thresholds, link times and traffic, groups with padding layers among them; the tier is sized from the
+pool's block (one group's block over its layers, vLLM's stride) while a group's block moves its own layers on
+the link; and what kvsim does not model of vLLM's offloading of hybrid models is refused by
 name."""
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ from tests.test_hybrid_engine import BASE, STATE, toy
 
 
 @st.composite
-def tiered_hybrid_configs(draw) -> kvsim.SimConfig:
+def tiered_hybrid_configs(draw, padded: bool = False) -> kvsim.SimConfig:
     """Two to eight layers of full attention, sliding windows (one or two sizes) or local chunks (vLLM
     takes no model with both); some with heads twice as wide, whose groups then take half the tokens a
     block (unequal block sizes, as Gemma 4's: not with local chunks, which vLLM serves at one block size);
     in a third of them Mamba (state) layers too, with or without a prefill checkpoint (their block raised to
     hold the state, every group's block one size: the tier refuses a state beside another); vLLM v1's
-    scheduler rules and a random tier."""
+    scheduler rules and a random tier. `padded`: 2 or 3 full-attention layers and windows (or local
+    chunks) of one size whose counts leave a group with padding layers (Gemma 3's shape: vLLM pads the
+    last group of a kind to the group size), on a link that takes time, its time a block odd or not a
+    multiple of the groups' shares (each group's block on the link at its own layers: rounded)."""
     n = draw(st.integers(2, 8))
     windows = draw(st.lists(st.sampled_from([3, 5, 8, 9, 17, 40]), min_size=1, max_size=2))
     chunk = draw(st.sampled_from([4, 8, 32]))
@@ -55,6 +59,14 @@ def tiered_hybrid_configs(draw) -> kvsim.SimConfig:
             layers.append(layer("sliding_window", draw(st.sampled_from(windows))))
     if mamba and all(lay.kind != "mamba" for lay in layers):
         layers.append(Layer("mamba", state=state))
+    if padded:
+        # (f full layers beside w windows: a group of max(f, w) layers where w < 1.5 f, else of f; either
+        # way some group holds fewer layers than the group size)
+        f = draw(st.integers(2, 3))
+        w = draw(st.sampled_from([f + 1, 2 * f - 1, 2 * f + 1]))
+        kind, window = ("chunked_local", chunk) if local else ("sliding_window", windows[0])
+        layers = [Layer("full")] * f + [Layer(kind, window)] * w
+        draw(st.randoms()).shuffle(layers)
     if draw(st.booleans()):
         layers.reverse()  # (a window group first, as gpt-oss's; a state group first, as Nemotron-H's)
     linear = draw(st.booleans())
@@ -80,7 +92,9 @@ def tiered_hybrid_configs(draw) -> kvsim.SimConfig:
         kv_offloading_eviction_policy=draw(st.sampled_from(["lru", "arc"])),
         kv_offloading_store_threshold=draw(st.sampled_from([0, 0, 2])),
         kv_offloading_prompt_only=draw(st.booleans()),
-        kv_offloading_ps_per_block=draw(st.sampled_from([0, 0, 10**5, 10**8, 3 * 10**9])),
+        kv_offloading_ps_per_block=draw(
+            st.sampled_from([7, 10**5 + 1, 10**8, 3 * 10**9] if padded else [0, 0, 10**5, 10**8, 3 * 10**9])
+        ),
         kv_offloading_latency_ps=draw(st.sampled_from([0, 6 * 10**6, 2 * 10**9])),
     )
 
@@ -116,6 +130,21 @@ def test_rust_engine_equals_reference_with_a_hybrid_models_cpu_tier(w, cfg, ever
     assert s["stored_blocks"] >= s["stores"]
     assert res.requests["cpu_hit_tokens"].sum() == s["cpu_hit_tokens"]
     assert (res.requests["load_wait_s"] >= 0).all()
+
+
+@given(workloads(), tiered_hybrid_configs(padded=True), st.sampled_from([0, 1, 3]))
+def test_rust_engine_equals_reference_with_padded_groups_on_the_link(w, cfg, every):
+    """Groups with padding layers (DESIGN.md §CPU tier, "A hybrid model": each group's block on the link at
+    its own layers' time and bytes): both engines time every transfer, flushes included, and count the
+    bytes moved alike."""
+    layout = cfg.pool.layout
+    assert any(len(g.layer_ids) < g.num_layers for g in layout.groups)
+    if deadlocks_alike(w, cfg):
+        return
+    res = assert_same(w, cfg, every)
+    s = res.summary
+    assert s["loaded_bytes"] <= s["loaded_blocks"] * cfg.kv_offloading_block_bytes
+    assert s["stored_bytes"] <= s["stored_blocks"] * cfg.kv_offloading_block_bytes
 
 
 def _repeats() -> Workload:
@@ -171,6 +200,90 @@ def test_a_hybrid_models_chunk_is_one_block_of_the_pool():
     # One slot per group's key: the same tier holds as many chunks as a model of one full group whose
     # blocks are as large would.
     assert cfg.kv_offloading_block_bytes == raw
+
+
+def test_a_groups_block_on_the_link_takes_its_own_layers():
+    """vLLM 0.33.0's offloading worker copies a block of a group over the group's own layers, its padding
+    layers none (`OffloadingConnectorWorker.register_kv_caches`, `SingleDirectionOffloadingHandler.
+    _fill_direct_ops`): Gemma 3 27B's window groups, 9 or 8 layers of the 10 the pool's stride holds, move
+    0.9 and 0.8 of its bytes, in 0.9 and 0.8 of its time; the full-attention group, 10 layers, the
+    stride. A slot still holds the stride (`test_a_hybrid_models_chunk_is_one_block_of_the_pool`)."""
+    cfg = kvsim.SimConfig(model="gemma-3-27b", gpu="h100-80gb", kv_offloading_size=10, max_model_len=8192)
+    layout = cfg.pool.layout
+    assert [(g.kind, len(g.layer_ids), g.num_layers) for g in layout.groups] == [
+        *[("sliding_window", 9, 10)] * 4,
+        *[("sliding_window", 8, 10)] * 2,
+        ("full", 10, 10),
+    ]
+    page = layout.groups[0].page_bytes
+    assert layout.bytes_per_block == 10 * page
+    assert cfg.kv_offloading_block_bytes == 10 * page  # (tp 1)
+    assert cfg.kv_offloading_group_block_bytes == (*[9 * page] * 4, *[8 * page] * 2, 10 * page)
+    # The link's time of a stride's block (1.25 MiB over H100's 64 GB/s), a group's at its share.
+    ps = cfg.kv_offloading_ps_per_block
+    assert ps == round(10 * page * 10**12 / 64e9) == 20_480_000
+    assert cfg.kv_offloading_group_ps_per_block == (*[18_432_000] * 4, *[16_384_000] * 2, 20_480_000)
+    # Given, the knob is a stride's block too; shares round half up to the picosecond.
+    assert cfg.replace(kv_offloading_ps_per_block=7).kv_offloading_group_ps_per_block == (6,) * 6 + (7,)
+    # DeepSeek-V4's packed layout: vLLM moves the whole packed block for every group.
+    v4 = kvsim.SimConfig(
+        model="deepseek-v4-flash", gpu="h100-80gb", tensor_parallel_size=8, kv_offloading_size=10
+    )
+    assert v4.pool.layout.packed
+    assert set(v4.kv_offloading_group_block_bytes or ()) == {v4.kv_offloading_block_bytes}
+    assert set(v4.kv_offloading_group_ps_per_block or ()) == {v4.kv_offloading_ps_per_block}
+    # One full-attention group: no per-group charge (every block `kv_offloading_block_bytes`).
+    dense = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size=10, max_model_len=8192)
+    assert dense.kv_offloading_group_ps_per_block is None
+    assert dense.kv_offloading_group_block_bytes is None
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_padded_groups_blocks_take_less_time_on_the_link(backend):
+    """Full attention of 2 layers and windows of 3 (wider than any sequence here) make three groups of 2
+    layer slots, the last window group 1 layer and a padding slot (vLLM 0.33.0's
+    `_get_kv_cache_groups_uniform_page_size`): its block moves half the bytes, in half the time. A prompt
+    stored, evicted from the GPU by another and loaded again 48 tokens deep (3 blocks of each group) waits
+    3 x (1 + 1 + 0.5) ms (the engine stalls until the load ends), not 9 ms; the bytes moved follow the
+    groups alike (the Rust twin: `a_padded_groups_blocks_take_less_time_on_the_link`)."""
+    window = Layer("sliding_window", 1000)
+    cfg = kvsim.SimConfig(
+        model=toy([Layer("full"), window, Layer("full"), window, window]),
+        block_size=16,
+        num_blocks=14,
+        max_num_seqs=1,
+        max_model_len=256,
+        kv_offloading_chunks=64,
+        kv_offloading_ps_per_block=10**9,
+        kv_offloading_latency_ps=0,
+    )
+    layout = cfg.pool.layout
+    assert [(g.kind, len(g.layer_ids), g.num_layers) for g in layout.groups] == [
+        ("full", 2, 2),
+        ("sliding_window", 2, 2),
+        ("sliding_window", 1, 2),
+    ]
+    page = layout.groups[0].page_bytes
+    assert cfg.kv_offloading_group_ps_per_block == (10**9, 10**9, 5 * 10**8)
+    assert cfg.kv_offloading_group_block_bytes == (2 * page, 2 * page, page)
+    w = Workload(
+        arrival=[0.0, 1.0, 2.0],
+        output_len=[1, 1, 1],
+        seg_offsets=[0, 1, 2, 3],
+        segment_id=[1, 2, 1],
+        segment_len=[64, 64, 64],
+    )
+    res = kvsim.simulate(w, cfg, backend=backend)
+    rows = res.requests.sort("request_id")
+    assert rows["cpu_hit_tokens"].to_list() == [0, 0, 48]
+    assert rows["load_wait_s"].to_list() == [0.0, 0.0, 0.0075]
+    s = res.summary
+    assert s["loaded_blocks"] == 9
+    assert s["loaded_bytes"] == 3 * 5 * page
+    # Each prompt's store: its 4 full-attention blocks and each window's 3 before the replay boundary.
+    assert s["stored_blocks"] == 20
+    assert s["stored_bytes"] == 2 * (4 * 2 + 3 * 2 + 3) * page
+    assert s["stored_bytes"] < s["stored_blocks"] * cfg.kv_offloading_block_bytes
 
 
 def test_what_kvsim_does_not_model_of_a_hybrid_models_tier_is_refused():

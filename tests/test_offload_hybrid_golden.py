@@ -46,7 +46,7 @@ def test_every_recorded_scenario_is_here():
 def config_of(sc: dict) -> kvsim.SimConfig:
     sizes = {bs for _, _, bs in sc["groups"]}
     base = hybrid_config_of(sc) if len(sizes) == 1 else unequal_config_of(sc)
-    return base.replace(
+    cfg = base.replace(
         kv_offloading_chunks=sc["cpu_chunks"],
         kv_offloading_blocks_per_chunk=sc.get("blocks_per_chunk", 1),
         kv_offloading_eviction_policy=sc.get("eviction_policy", "lru"),
@@ -56,6 +56,10 @@ def config_of(sc: dict) -> kvsim.SimConfig:
         kv_offloading_ps_per_block=round(sc.get("ms_per_block", 0) * 1e9),
         kv_offloading_latency_ps=round(sc.get("latency_ms", 0) * 1e9),
     )
+    # One layer a group, as the recorder's: no group has padding layers, so each group's block takes the
+    # recorder's one time a block (DESIGN.md §CPU tier, "A hybrid model": a group's own layers' time).
+    assert set(cfg.kv_offloading_group_ps_per_block or ()) <= {cfg.kv_offloading_ps_per_block}
+    return cfg
 
 
 def unequal_config_of(sc: dict) -> kvsim.SimConfig:

@@ -562,10 +562,16 @@ def fleet_summary(
         s["cpu_tier_peak_occupancy"] = max(
             (x["peak_cpu_chunks"] / k if k else 0.0) for x, k in zip(counters, chunks, strict=True)
         )
-        # Bytes moved: each replica's blocks at its own block's bytes (replicas may differ in block size).
+        # Bytes moved: each replica's blocks at its own block's bytes (replicas may differ in block size);
+        # a hybrid model's each group's blocks at the group's own bytes, counted by its engine.
         per = [cfg.kv_offloading_block_bytes for cfg in configs]
+        grouped = [cfg.kv_offloading_group_block_bytes is not None for cfg in configs]
         for done, blocks in (("loaded", "loaded_blocks"), ("stored", "stored_blocks")):
-            moved = [int(x[blocks]) * b for x, b in zip(counters, per, strict=True) if b is not None]
+            moved = [
+                int(x[f"{done}_group_bytes"]) if g else int(x[blocks]) * b
+                for x, b, g in zip(counters, per, grouped, strict=True)
+                if b is not None
+            ]
             s[f"{done}_bytes"] = sum(moved) if len(moved) == len(per) else None
     return s
 

@@ -73,6 +73,14 @@ def config_kwargs(config: SimConfig) -> dict[str, Any]:
             config.kv_offloading_store_threshold,
             config.kv_offloading_ps_per_block,
             config.kv_offloading_latency_ps,
+            # (a hybrid model's groups: each group's block at its own time on the link and its own bytes)
+            list(
+                zip(
+                    config.kv_offloading_group_ps_per_block or (),
+                    config.kv_offloading_group_block_bytes or (),
+                    strict=True,
+                )
+            ),
         )
         if config.kv_offloading_chunks
         else None,

@@ -430,13 +430,17 @@ def tier_summary(c: dict[str, Any], config: SimConfig) -> dict[str, Any]:
     s["cpu_hit_rate_first_admission"] = over(c["first_cpu_hit_tokens"], first)
     s["hit_rate_first_admission"] = over(c["first_hit_tokens"] + c["first_cpu_hit_tokens"], first)
     block_bytes = config.kv_offloading_block_bytes
+    grouped = config.kv_offloading_group_block_bytes is not None  # (each group's blocks at its own bytes)
     for name, done, jobs, blocks in (
         ("load", "loaded", "num_loads", "loaded_blocks"),
         ("store", "stored", "num_stores", "stored_blocks"),
     ):
         s[f"{name}s"] = c[jobs]
         s[f"{done}_blocks"] = c[blocks]
-        s[f"{done}_bytes"] = c[blocks] * block_bytes if block_bytes is not None else None
+        if grouped:
+            s[f"{done}_bytes"] = c[f"{done}_group_bytes"]
+        else:
+            s[f"{done}_bytes"] = c[blocks] * block_bytes if block_bytes is not None else None
     s["stores_failed"] = c["stores_failed"]
     s["stores_skipped"] = c["stores_skipped"]
     s["cpu_evictions"] = c["cpu_evictions"]

@@ -91,6 +91,31 @@ class ConfigCpuTier:
             return None
         return block * self.tensor_parallel_size
 
+    @property
+    def kv_offloading_group_block_bytes(self) -> tuple[int, ...] | None:
+        """Per KV-cache group of a hybrid model (`kv_groups`), the host bytes a CPU-tier transfer moves for
+        one of its blocks across the tensor-parallel ranks: the group's own layers' pages, padding layers
+        none (`KVLayout.transfer_bytes_per_block`, vLLM 0.33.0's offloading worker); None for one
+        full-attention group (every block `kv_offloading_block_bytes`) or without a model."""
+        layout = self.pool.layout
+        if layout is None or layout.single_full:
+            return None
+        return tuple(b * self.tensor_parallel_size for b in layout.transfer_bytes_per_block)
+
+    @property
+    def kv_offloading_group_ps_per_block(self) -> tuple[int, ...] | None:
+        """Per KV-cache group of a hybrid model, the time one of its blocks takes on the host link (DESIGN.md
+        §CPU tier, "A hybrid model"): `kv_offloading_ps_per_block`, the time of one block id's bytes (the
+        pool's stride, the largest group's layers: derived from the GPU's link or given), times the group's
+        bytes over the stride, rounded to the picosecond (half up); a group without padding layers takes
+        `kv_offloading_ps_per_block` exactly. None for one full-attention group."""
+        group_bytes = self.kv_offloading_group_block_bytes
+        per_block = self.kv_offloading_ps_per_block
+        if group_bytes is None or per_block is None:
+            return None
+        stride = self.pool.layout.bytes_per_block * self.tensor_parallel_size
+        return tuple((2 * per_block * b + stride) // (2 * stride) for b in group_bytes)
+
     def _size_cpu_tier(self) -> None:
         """The CPU tier (DESIGN.md §CPU tier): its chunks from `kv_offloading_size`, its transfer time per
         block from the GPU's host link, and the configurations it is modelled for."""

@@ -261,7 +261,8 @@ KNOBS: dict[str, Knob] = {
         None,
         "duration",
         "time to move one block to or from the CPU tier over the host link; unset: the block's bytes per "
-        "GPU over the GPU's host link (model and gpu), else 0",
+        "GPU over the GPU's host link (model and gpu), else 0 (a hybrid model: a block of the pool's "
+        "stride, each group's block taking its own layers' share)",
         lo=0,
         hi=MAX_COEFFICIENT_PS,
         optional=True,

@@ -347,6 +347,9 @@ class KVLayout:
         hybrid: more than one group (vLLM's `HybridKVCacheCoordinator`).
         mamba_align: Mamba groups keep checkpoints for prefix caching (`mamba_cache_mode="align"`).
         promoted: the hybrid manager is off, local layers counted as full attention.
+        packed: the groups' caches are packed block-outermost, each block id one region of every group's
+            pages (DeepSeek-V4: `_get_packed_kv_cache_groups`); otherwise each layer slot is its own
+            tensor, which the groups overlay (layer-outermost).
     """
 
     groups: tuple[KVGroup, ...]
@@ -356,6 +359,7 @@ class KVLayout:
     mamba_align: bool = False
     promoted: bool = False
     notes: tuple[str, ...] = field(default=(), compare=False)
+    packed: bool = False
 
     @property
     def hybrid(self) -> bool:
@@ -365,6 +369,23 @@ class KVLayout:
     def single_full(self) -> bool:
         """One full-attention group: the engine's classic case."""
         return len(self.groups) == 1 and self.groups[0].kind == "full"
+
+    @property
+    def transfer_bytes_per_block(self) -> tuple[int, ...]:
+        """Per group, one GPU's bytes a CPU-tier transfer moves for one of its blocks (DESIGN.md §CPU tier,
+        "A hybrid model"): the group's own layers' pages, its padding layers none. vLLM 0.33.0's offloading
+        worker registers per group only the group's own layers (`OffloadingConnectorWorker.
+        register_kv_caches`, `vllm/distributed/kv_transfer/kv_connector/v1/offloading/worker.py`: a group's
+        `CanonicalKVCacheRef`s are its `layer_names`', a padding layer having no name) and copies a block
+        of group `g` once per ref (`SingleDirectionOffloadingHandler._fill_direct_ops`,
+        `vllm/v1/kv_offload/cpu/gpu_worker.py`: `group_size * data_ref.page_size_bytes` per ref). A packed
+        layout moves the whole packed block for every group (`register_kv_caches` gives each group one
+        ref of the block's stride): `bytes_per_block`. The page is kvsim's, padded as the pool pads it (a
+        Mamba state to the attention page: vLLM's ref takes the unpadded state, a departure)."""
+        if self.packed or not self.hybrid:
+            # (one group has no padding layer, its pages possibly unequal: `UniformTypeKVCacheSpecs`)
+            return tuple(self.bytes_per_block for _ in self.groups)
+        return tuple(len(g.layer_ids) * g.page_bytes for g in self.groups)
 
     def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
         """Blocks of all groups one request of `max_model_len` tokens holds at most."""

@@ -198,4 +198,5 @@ def deepseek_v4_layout(
         False,
         False,
         tuple(notes),
+        packed=len(groups) > 1,
     )

@@ -7,7 +7,8 @@ use crate::errors::{InternalError, IntoPyResult, invalid};
 use kvsim_core::FreeOrder;
 use kvsim_core::cpu_tier::Eviction;
 use kvsim_core::engine::{
-    AttnClass, AttnKind, EngineConfig, Policy, Preemption, Roofline, TierConfig, TimeModel,
+    AttnClass, AttnKind, EngineConfig, GroupLink, Policy, Preemption, Roofline, TierConfig,
+    TimeModel,
 };
 use kvsim_core::kv_groups::{GroupKind, GroupSpec, Groups};
 use pyo3::prelude::*;
@@ -18,7 +19,8 @@ use std::cell::Cell;
 /// `watermark_while_running` and `one_free_block` default to false, `max_model_len` may be None,
 /// `roofline` (the roofline's coefficients, a dict) is needed by `time_model` "roofline" only,
 /// `kv_groups` (a hybrid model's groups), `scheduler_block_size`, `retention_interval` and `cpu_tier` (the
-/// CPU tier: (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold, ps_per_block, latency_ps))
+/// CPU tier: (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold, ps_per_block, latency_ps,
+/// group_link: a hybrid model's (ps_per_block, bytes_per_block) per group, else empty))
 /// are optional;
 /// every other one is required.
 pub(crate) const KNOBS: [&str; 28] = [
@@ -215,28 +217,34 @@ fn roofline_arg(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Roofline> {
     Ok(r)
 }
 
+/// `cpu_tier` as Python passes it (`cpu_tier`'s fields, in order).
+type CpuTierArg = (
+    i128,
+    String,
+    bool,
+    i128,
+    i128,
+    i128,
+    i128,
+    Vec<(i128, i128)>,
+);
+
 /// The engine's configuration from the knobs in `d` (`KNOBS`; keys in `also` are the caller's own and
 /// skipped). An unknown or missing key, or a value of the wrong type, is an `InvalidArgumentError`
 /// naming the key (and `configs[r]` for a replica), checked before any range; then the ranges, in
 /// `KNOBS` order.
 /// The CPU tier (`cpu_tier`: (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold,
-/// ps_per_block, latency_ps)), checked into the core's type; None without one.
+/// ps_per_block, latency_ps, group_link), `group_link` a hybrid model's (ps_per_block, bytes_per_block)
+/// per group, else empty), checked into the core's type; None without one.
 fn cpu_tier(k: &Knobs<'_, '_>) -> PyResult<Option<TierConfig>> {
     let Some(v) = k.get("cpu_tier")?.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
     let name = k.origin.name("cpu_tier");
-    let (chunks, eviction, prompt_only, bpc, threshold, per_block, latency): (
-        i128,
-        String,
-        bool,
-        i128,
-        i128,
-        i128,
-        i128,
-    ) = v.extract().map_err(|_| {
+    let (chunks, eviction, prompt_only, bpc, threshold, per_block, latency, group_link): CpuTierArg =
+        v.extract().map_err(|_| {
         invalid(format!(
-            "{name} {} must be (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold, ps_per_block, latency_ps)",
+            "{name} {} must be (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold, ps_per_block, latency_ps, group_link)",
             repr(&v)
         ))
     })?;
@@ -257,6 +265,15 @@ fn cpu_tier(k: &Knobs<'_, '_>) -> PyResult<Option<TierConfig>> {
         store_threshold: u64_arg(threshold, "cpu_tier store_threshold")?,
         ps_per_block: u64_arg(per_block, "cpu_tier ps_per_block")?,
         latency_ps: u64_arg(latency, "cpu_tier latency_ps")?,
+        group_link: group_link
+            .into_iter()
+            .map(|(ps, bytes)| {
+                Ok(GroupLink {
+                    ps_per_block: u64_arg(ps, "cpu_tier group_link ps_per_block")?,
+                    bytes_per_block: u64_arg(bytes, "cpu_tier group_link bytes_per_block")?,
+                })
+            })
+            .collect::<PyResult<_>>()?,
     }))
 }
 

@@ -38,6 +38,9 @@ class Job:
     end: int  # ps: when its last byte has moved
     avail: int  # the first observation (numbered from 1) that may see it complete
     remote: bool = False  # a decode replica's transfer from the prefill pool (no tier chunks)
+    # Its blocks' time on the link, its latency aside (a flushing step times it again): each at
+    # `kv_offloading_ps_per_block`, a hybrid model's each at its group's (`Offload.link_ps`).
+    link_ps: int = 0
     # A hybrid model's store: the blocks of its window groups, watched from its creation (the rest only
     # once its request finished).
     fenced: list[int] = field(default_factory=list)
@@ -68,6 +71,10 @@ class Offload(HybridTier, State):
     fences: dict[int, list[Job]]
     touched: set[int]  # blocks this step allocated or took as hits
     preempted_now: list[Seq]
+    # A hybrid model's groups: one of a group's blocks on the link, its time and its host bytes (its own
+    # layers: `SimConfig.kv_offloading_group_ps_per_block`, `kv_offloading_group_block_bytes`).
+    group_ps: tuple[int, ...]
+    group_bytes: tuple[int, ...]
 
     def init_tier(self) -> None:
         cfg = self.cfg
@@ -93,6 +100,22 @@ class Offload(HybridTier, State):
             self.tpc = self.bs * cfg.kv_offloading_blocks_per_chunk
             if self.hybrid:
                 self.hkv.boundary_states = []  # a Mamba group's states are handed to the tier as keyed
+                # Each group's block at its own time on the link and its own bytes (DESIGN.md §CPU tier,
+                # "A hybrid model": its own layers, not the pool's stride).
+                self.group_ps = cfg.kv_offloading_group_ps_per_block or ()
+                self.group_bytes = cfg.kv_offloading_group_block_bytes or ()
+
+    def link_ps(self, blocks: int, per_group: list[int] | None) -> int:
+        """The time `blocks` blocks take on the host link, its latency aside: `per_group` (a hybrid
+        model's blocks of each group) each group's at its own time a block, else every block at
+        `kv_offloading_ps_per_block`."""
+        if per_group is None:
+            return blocks * self.cfg.kv_offloading_ps_per_block
+        return sum(n * ps for n, ps in zip(per_group, self.group_ps, strict=True))
+
+    def group_bytes_moved(self, per_group: list[int]) -> int:
+        """The host bytes a hybrid model's transfer of `per_group` blocks (per group) moves."""
+        return sum(n * b for n, b in zip(per_group, self.group_bytes, strict=True))
 
     # -- keys -----------------------------------------------------------------------------------------
     def chunk_keys(self, s: Seq, n: int) -> list[int]:
@@ -307,17 +330,28 @@ class Offload(HybridTier, State):
         self.queue_load(s, keys, list(new), end, local, ext)
         return True
 
-    def queue_load(self, s: Seq, keys: list[int], dest: list[int], end: int, local: int, ext: int) -> None:
-        """A load of the tier's `keys` into GPU blocks `dest` admitted for `s`, `ext` tokens after `local`
-        GPU hits: queued on the link, `s` held until it lands, its hits counted."""
+    def queue_load(
+        self,
+        s: Seq,
+        keys: list[int],
+        dest: list[int],
+        end: int,
+        local: int,
+        ext: int,
+        per_group: list[int] | None = None,
+    ) -> None:
+        """A load of the tier's `keys` into GPU blocks `dest` (a hybrid model's: `per_group` of each group)
+        admitted for `s`, `ext` tokens after `local` GPU hits: queued on the link, `s` held until it
+        lands, its hits counted."""
         cfg = self.cfg
         total = s.num_tokens
         blocks = len(dest)
         start = max(self.t, self.load_free)
+        link = self.link_ps(blocks, per_group)
         self.load_free = transfer_end(
-            "load", start, cfg.kv_offloading_latency_ps, blocks, cfg.kv_offloading_ps_per_block
+            "load", start, cfg.kv_offloading_latency_ps, blocks, cfg.kv_offloading_ps_per_block, link
         )
-        self.loads.append(Job(True, s, keys, dest, self.load_free, self.num_observed + 1))
+        self.loads.append(Job(True, s, keys, dest, self.load_free, self.num_observed + 1, link_ps=link))
         s.jobs += 1
         s.held = s.prefilling = True
         s.loaded = False
@@ -330,6 +364,8 @@ class Offload(HybridTier, State):
         c["cpu_hit_tokens"] += hit
         c["num_loads"] += 1
         c["loaded_blocks"] += blocks
+        if per_group is not None:
+            c["loaded_group_bytes"] += self.group_bytes_moved(per_group)
         self.cols["cpu_hit_tokens"][s.idx] += hit
         self.log("cpu-hit", s, -1, hit)
         self.log("load", s, -1, len(keys))
@@ -384,7 +420,18 @@ class Offload(HybridTier, State):
         self.pd_free = transfer_end("remote", start, latency, blocks, per_block)
         duration = self.pd_free - start
         self.sends_decided.append((s.idx, self.pd_free))
-        self.loads.append(Job(True, s, [], list(new), self.pd_free, self.num_observed + 1, remote=True))
+        self.loads.append(
+            Job(
+                True,
+                s,
+                [],
+                list(new),
+                self.pd_free,
+                self.num_observed + 1,
+                remote=True,
+                link_ps=blocks * per_block,
+            )
+        )
         s.jobs += 1
         s.held = s.prefilling = True
         s.loaded = False
@@ -571,23 +618,40 @@ class Offload(HybridTier, State):
         for job in jobs:
             begin = max(start, free)
             job.end = free = transfer_end(
-                what, begin, cfg.kv_offloading_latency_ps, len(job.blocks), cfg.kv_offloading_ps_per_block
+                what,
+                begin,
+                cfg.kv_offloading_latency_ps,
+                len(job.blocks),
+                cfg.kv_offloading_ps_per_block,
+                job.link_ps,
             )
         return free
 
-    def queue_store(self, s: Seq, keys: list[int], blocks: list[int], step_end: int, observation: int) -> Job:
-        """A store of the tier's `keys` from GPU blocks `blocks`, queued on the link from the step's end
-        (seen no earlier than the observation after `observation`), counted and logged."""
+    def queue_store(
+        self,
+        s: Seq,
+        keys: list[int],
+        blocks: list[int],
+        step_end: int,
+        observation: int,
+        per_group: list[int] | None = None,
+    ) -> Job:
+        """A store of the tier's `keys` from GPU blocks `blocks` (a hybrid model's: `per_group` of each
+        group), queued on the link from the step's end (seen no earlier than the observation after
+        `observation`), counted and logged."""
         cfg = self.cfg
         begin = max(step_end, self.store_free)
+        link = self.link_ps(len(blocks), per_group)
         self.store_free = transfer_end(
-            "store", begin, cfg.kv_offloading_latency_ps, len(blocks), cfg.kv_offloading_ps_per_block
+            "store", begin, cfg.kv_offloading_latency_ps, len(blocks), cfg.kv_offloading_ps_per_block, link
         )
-        job = Job(False, s, keys, blocks, self.store_free, observation + 1)
+        job = Job(False, s, keys, blocks, self.store_free, observation + 1, link_ps=link)
         self.stores.append(job)
         s.jobs += 1
         self.c["num_stores"] += 1
         self.c["stored_blocks"] += len(blocks)
+        if per_group is not None:
+            self.c["stored_group_bytes"] += self.group_bytes_moved(per_group)
         self.log("store", s, -1, len(keys))
         return job
 

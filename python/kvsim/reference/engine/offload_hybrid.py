@@ -59,10 +59,23 @@ class HybridTier(State):
 
         def fence(self, job: Job, blocks: list[int] | None = None) -> None: ...
         def queue_load(
-            self, s: Seq, keys: list[int], dest: list[int], end: int, local: int, ext: int
+            self,
+            s: Seq,
+            keys: list[int],
+            dest: list[int],
+            end: int,
+            local: int,
+            ext: int,
+            per_group: list[int] | None = None,
         ) -> None: ...
         def queue_store(
-            self, s: Seq, keys: list[int], blocks: list[int], step_end: int, observation: int
+            self,
+            s: Seq,
+            keys: list[int],
+            blocks: list[int],
+            step_end: int,
+            observation: int,
+            per_group: list[int] | None = None,
         ) -> Job: ...
         def log_group_allocations(self, s: Seq, new: list[tuple[int, int]]) -> None: ...
         def hybrid_grow(self, s: Seq, num_new: int, watermark: int) -> list[tuple[int, int]] | None: ...
@@ -302,6 +315,7 @@ class HybridTier(State):
         bpc = cfg.kv_offloading_blocks_per_chunk
         load: list[tuple[int, int]] = []
         dest: list[int] = []
+        per_group: list[int] = []  # its blocks of each group, each group's at its own time on the link
         for g, table in enumerate(tables):
             bs = kv.groups[g].block_size
             last = _cdiv(end, self.h_tpc(g))
@@ -314,11 +328,12 @@ class HybridTier(State):
                     (k, self.h_pos(g, chunk + i)) for i, k in enumerate(self.h_keys(s, g, last)[chunk:])
                 )
             dest.extend(table[begin:stop])
+            per_group.append(stop - begin)
             s.next_stores[g] = last  # vLLM's chunk-level policy: stores resume after the loaded chunks
         keys = [k for k, _ in load]
         self.tier.prepare_load(s.idx, load)
         self.loading.update(keys)
-        self.queue_load(s, keys, dest, end, local, ext)
+        self.queue_load(s, keys, dest, end, local, ext, per_group)
         return True
 
     def h_resume_loaded(self, s: Seq, budget: int) -> int:
@@ -464,6 +479,7 @@ class HybridTier(State):
         chosen = set(stored)
         blocks: list[int] = []
         now: list[int] = []  # a window's blocks: fenced at once (they may leave it before the finish)
+        per_group = [0] * len(ranges)  # its blocks of each group, each group's at its own time on the link
         for g, ((start, num), c) in enumerate(zip(ranges, s.conn, strict=True)):
             windowed = kv.groups[g].kind != "full"
             if num > start and kv.groups[g].kind != "mamba":
@@ -476,10 +492,11 @@ class HybridTier(State):
                         if bid == NULL:
                             continue
                         blocks.append(bid)
+                        per_group[g] += 1
                         if windowed:
                             now.append(bid)
             s.next_stores[g] = max(s.next_stores[g], num)
-        job = self.queue_store(s, stored, blocks, step_end, observation)
+        job = self.queue_store(s, stored, blocks, step_end, observation, per_group)
         job.fenced = now
         if done:
             self.fence(job)
@@ -518,7 +535,9 @@ class HybridTier(State):
                     self.log("cpu-evict", s)
                 if not stored:
                     continue
-                job = self.queue_store(s, stored, [block], step_end, observation)
+                one = [0] * len(self.hkv.groups)
+                one[g] = 1
+                job = self.queue_store(s, stored, [block], step_end, observation, one)
                 job.fenced = [block]
                 self.fence(job, [block])
                 planned = True

@@ -94,6 +94,11 @@ COUNTERS = (
     "load_wait_ps",
     "w_cpu_chunks",
     "peak_cpu_chunks",
+    # A hybrid model's tier: the host bytes its loads and stores moved, each group's blocks at its own
+    # bytes (`SimConfig.kv_offloading_group_block_bytes`); 0 for one full-attention group, whose bytes are
+    # its blocks times `kv_offloading_block_bytes`.
+    "loaded_group_bytes",
+    "stored_group_bytes",
     # Prefill/decode disaggregation (DESIGN.md §Prefill/decode disaggregation): a decode replica's transfers
     # from the prefill pool, their blocks and their summed durations on its inbound link; 0 elsewhere.
     "pd_transfers",

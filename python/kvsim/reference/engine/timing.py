@@ -117,11 +117,14 @@ TRANSFERS = {
 }
 
 
-def transfer_end(what: str, start: int, latency: int, blocks: int, per_block: int) -> int:
+def transfer_end(
+    what: str, start: int, latency: int, blocks: int, per_block: int, link_ps: int | None = None
+) -> int:
     """When a transfer (`TRANSFERS`) of `blocks` blocks starting at `start` ends on a link taking `latency`
-    plus `per_block` a block; one that would end past `MAX_TIME_PS` stops the run (the Rust engine stops
-    with the same text after the step)."""
-    end = start + latency + blocks * per_block
+    plus `per_block` a block (or `link_ps` for them all: a hybrid model's groups each at their own time a
+    block); one that would end past `MAX_TIME_PS` stops the run (the Rust engine stops with the same text
+    after the step)."""
+    end = start + latency + (blocks * per_block if link_ps is None else link_ps)
     if end > MAX_TIME_PS:
         name, knobs = TRANSFERS[what]
         raise InvalidArgumentError(

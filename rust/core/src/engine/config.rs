@@ -302,7 +302,7 @@ pub struct EngineConfig {
 }
 
 /// The CPU tier's knobs (`SimConfig.kv_offloading_*`).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TierConfig {
     /// Chunks the tier holds (at least 1).
     pub chunks: u64,
@@ -317,6 +317,21 @@ pub struct TierConfig {
     pub ps_per_block: u64,
     /// Fixed time of each transfer.
     pub latency_ps: u64,
+    /// A hybrid model's groups, in their order (DESIGN.md §CPU tier, "A hybrid model"): what one of a
+    /// group's blocks takes on the host link and moves, its own layers (vLLM 0.33.0's offloading worker
+    /// copies a group's own layers, its padding layers none: `SimConfig.kv_offloading_group_ps_per_block`
+    /// and `kv_offloading_group_block_bytes`); one per group with `EngineConfig::groups`, else empty
+    /// (every block `ps_per_block`).
+    pub group_link: Vec<GroupLink>,
+}
+
+/// One KV-cache group's block on the CPU tier's host link (`TierConfig::group_link`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupLink {
+    /// Time to move one of its blocks, each way.
+    pub ps_per_block: u64,
+    /// Host bytes one of its blocks moves (every tensor-parallel rank's).
+    pub bytes_per_block: u64,
 }
 
 /// The largest block the engines take, in tokens: the event ring holds a block's worth of steps (a
@@ -405,50 +420,7 @@ impl EngineConfig {
             }
         }
         if let Some(tier) = &self.tier {
-            if tier.chunks < 1 || tier.blocks_per_chunk < 1 {
-                invalid_arg!("the CPU tier needs at least 1 chunk of at least 1 block");
-            }
-            // (a chunk's tokens, blocks_per_chunk x block_size, are a u64 the engine divides by)
-            if tier.blocks_per_chunk > MAX_BLOCK_SIZE {
-                invalid_arg!(
-                    "the CPU tier's blocks_per_chunk {} must be at most {MAX_BLOCK_SIZE}",
-                    tier.blocks_per_chunk
-                );
-            }
-            if self.policy != Policy::Vllm
-                || !self.enable_prefix_caching
-                || self.preemption != Preemption::Recompute
-                || self.skip_over_budget
-                || self.one_free_block
-                || !self.watermark_while_running
-            {
-                invalid_arg!(
-                    "the CPU tier takes vLLM v1's rules: policy 'vllm', prefix caching on, preemption 'recompute', waiting_over_budget 'stop', append_check 'exact', watermark_rule 'while-running'"
-                );
-            }
-            if let Some(groups) = &self.groups {
-                // (DESIGN.md §CPU tier, "A hybrid model": groups whose block sizes are multiples of the
-                // engine's, vLLM's default retention; Mamba groups only where every group has one block
-                // size, "A Mamba group")
-                let specs = groups.specs();
-                if specs.iter().any(|g| g.block_size % self.block_size != 0)
-                    || !specs.iter().any(|g| g.block_size == self.block_size)
-                    || groups.retention() != Some(0)
-                {
-                    invalid_arg!(
-                        "the CPU tier of a hybrid model is modelled for groups whose block sizes are multiples of the engine's (one of them that size) with prefix_cache_retention_interval 0"
-                    );
-                }
-                if specs
-                    .iter()
-                    .any(|g| g.kind == crate::kv_groups::GroupKind::Mamba)
-                    && specs.iter().any(|g| g.block_size != self.block_size)
-                {
-                    invalid_arg!(
-                        "the CPU tier is not modelled for a Mamba (state) group beside groups of another block size"
-                    );
-                }
-            }
+            self.validate_tier(tier)?;
         }
         match &self.time {
             TimeModel::Ticks { iteration_ps: 0 } => {
@@ -456,6 +428,62 @@ impl EngineConfig {
             }
             TimeModel::Roofline(r) => r.validate()?,
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// The CPU tier's checks (`validate`).
+    fn validate_tier(&self, tier: &TierConfig) -> Result<()> {
+        if tier.chunks < 1 || tier.blocks_per_chunk < 1 {
+            invalid_arg!("the CPU tier needs at least 1 chunk of at least 1 block");
+        }
+        let groups = self.groups.as_ref().map_or(0, Groups::len);
+        if tier.group_link.len() != groups {
+            invalid_arg!(
+                "the CPU tier's group_link has {} entries for {groups} KV-cache groups (one a group of a hybrid model, none otherwise)",
+                tier.group_link.len()
+            );
+        }
+        // (a chunk's tokens, blocks_per_chunk x block_size, are a u64 the engine divides by)
+        if tier.blocks_per_chunk > MAX_BLOCK_SIZE {
+            invalid_arg!(
+                "the CPU tier's blocks_per_chunk {} must be at most {MAX_BLOCK_SIZE}",
+                tier.blocks_per_chunk
+            );
+        }
+        if self.policy != Policy::Vllm
+            || !self.enable_prefix_caching
+            || self.preemption != Preemption::Recompute
+            || self.skip_over_budget
+            || self.one_free_block
+            || !self.watermark_while_running
+        {
+            invalid_arg!(
+                "the CPU tier takes vLLM v1's rules: policy 'vllm', prefix caching on, preemption 'recompute', waiting_over_budget 'stop', append_check 'exact', watermark_rule 'while-running'"
+            );
+        }
+        if let Some(groups) = &self.groups {
+            // (DESIGN.md §CPU tier, "A hybrid model": groups whose block sizes are multiples of the
+            // engine's, vLLM's default retention; Mamba groups only where every group has one block
+            // size, "A Mamba group")
+            let specs = groups.specs();
+            if specs.iter().any(|g| g.block_size % self.block_size != 0)
+                || !specs.iter().any(|g| g.block_size == self.block_size)
+                || groups.retention() != Some(0)
+            {
+                invalid_arg!(
+                    "the CPU tier of a hybrid model is modelled for groups whose block sizes are multiples of the engine's (one of them that size) with prefix_cache_retention_interval 0"
+                );
+            }
+            if specs
+                .iter()
+                .any(|g| g.kind == crate::kv_groups::GroupKind::Mamba)
+                && specs.iter().any(|g| g.block_size != self.block_size)
+            {
+                invalid_arg!(
+                    "the CPU tier is not modelled for a Mamba (state) group beside groups of another block size"
+                );
+            }
         }
         Ok(())
     }

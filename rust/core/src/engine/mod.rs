@@ -31,7 +31,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use config::{
-    AttnClass, AttnKind, EngineConfig, Policy, Preemption, Roofline, TierConfig, TimeModel,
+    AttnClass, AttnKind, EngineConfig, GroupLink, Policy, Preemption, Roofline, TierConfig,
+    TimeModel,
 };
 pub use input::EngineInput;
 pub(crate) use output::for_each_row_column;
@@ -275,9 +276,7 @@ impl<'a> Engine<'a> {
             final_input: true,
             horizon: i64::MAX,
             quiet: quiet::QuietMemo::new(),
-            tier: cfg
-                .tier
-                .map(|t| Box::new(offload::Tier::new(t, cfg.block_size))),
+            tier: offload::Tier::of(cfg),
             remote_rows: std::collections::HashSet::new(),
             sends: None,
         };
@@ -683,6 +682,7 @@ mod tests {
                 store_threshold: 0,
                 ps_per_block,
                 latency_ps,
+                group_link: Vec::new(),
             }),
             watermark_while_running: true,
             ..EngineConfig::for_tests(64, 16)

@@ -44,6 +44,11 @@ pub struct Counters {
     pub load_wait_ps: i128,
     pub w_cpu_chunks: i128,
     pub peak_cpu_chunks: i128,
+    /// A hybrid model's tier: the host bytes its loads and stores moved, each group's blocks at its own
+    /// bytes (`TierConfig::group_link`); 0 for one full-attention group, whose bytes the caller takes as
+    /// its blocks times the block's.
+    pub loaded_group_bytes: i128,
+    pub stored_group_bytes: i128,
     /// Prefill/decode disaggregation (DESIGN.md §Prefill/decode disaggregation): a decode replica's
     /// transfers from the prefill pool, their blocks and their summed durations on its inbound link.
     pub pd_transfers: i128,
@@ -97,6 +102,8 @@ impl Counters {
             ("load_wait_ps", self.load_wait_ps),
             ("w_cpu_chunks", self.w_cpu_chunks),
             ("peak_cpu_chunks", self.peak_cpu_chunks),
+            ("loaded_group_bytes", self.loaded_group_bytes),
+            ("stored_group_bytes", self.stored_group_bytes),
             ("pd_transfers", self.pd_transfers),
             ("pd_transfer_blocks", self.pd_transfer_blocks),
             ("pd_link_busy_ps", self.pd_link_busy_ps),

@@ -36,9 +36,11 @@ pub(super) struct Job {
     end: i64,
     /// The first observation (numbered from 1) that may see it complete.
     avail: u64,
-    /// The GPU blocks it moves, as its link charges them (a flushing step times it again:
-    /// `flush_step`).
+    /// The GPU blocks it moves.
     blocks: u64,
+    /// Their time on the link, its latency aside (a flushing step times it again: `flush_step`): each
+    /// block at `ps_per_block`, a hybrid model's each at its group's (`TierConfig::group_link`).
+    link_ps: u64,
     what: What,
 }
 
@@ -211,6 +213,7 @@ impl Tier {
             store_threshold: 0,
             ps_per_block: 0,
             latency_ps: 0,
+            group_link: Vec::new(),
         };
         Tier {
             has_cpu: false,
@@ -219,13 +222,18 @@ impl Tier {
         }
     }
 
+    /// The engine's CPU tier (`EngineConfig::tier`), None without one.
+    pub(super) fn of(cfg: &super::EngineConfig) -> Option<Box<Self>> {
+        let tier = cfg.tier.clone()?;
+        Some(Box::new(Tier::new(tier, cfg.block_size)))
+    }
+
     pub(super) fn new(cfg: TierConfig, block_size: u64) -> Self {
         Tier {
             has_cpu: true,
             pd_link: None,
             pd_free: 0,
             sends_decided: Vec::new(),
-            cfg,
             cpu: {
                 let mut cpu = CpuTier::new(cfg.chunks, cfg.eviction, cfg.store_threshold);
                 cpu.count_evictions_only(); // (only counted: `log_evictions`)
@@ -235,6 +243,7 @@ impl Tier {
             tpc_log2: (block_size * cfg.blocks_per_chunk)
                 .is_power_of_two()
                 .then(|| (block_size * cfg.blocks_per_chunk).trailing_zeros()),
+            cfg,
             held: VecDeque::new(),
             loads: Vec::new(),
             stores: Vec::new(),
@@ -319,6 +328,17 @@ impl Tier {
 
     /// A store on the link from now (`hot`: the engine's `tier_hot`).
     /// The earliest end of a transfer in flight (`TierHot::min_end`), `i64::MAX` if none is.
+    /// A hybrid model's `n` blocks of group `g` on the link (`TierConfig::group_link`): their time on
+    /// it and the host bytes they move, added to `charge`.
+    #[inline]
+    fn charge_group(&self, charge: &mut (u64, u64), g: usize, n: u64) {
+        let link = self.cfg.group_link[g];
+        charge.0 = charge.0.saturating_add(n.saturating_mul(link.ps_per_block));
+        charge.1 = charge
+            .1
+            .saturating_add(n.saturating_mul(link.bytes_per_block));
+    }
+
     fn min_end(&self) -> i64 {
         self.loads
             .iter()
@@ -423,7 +443,7 @@ impl Engine<'_> {
     /// The key of `k`'s chunk `c` (its last block's; `ensure_tier_keys` must cover it).
     #[inline]
     fn chunk_key(&self, k: usize, c: u64) -> BlockKey {
-        let bpc = self.cfg.tier.expect("a CPU tier").blocks_per_chunk;
+        let bpc = self.cfg.tier.as_ref().expect("a CPU tier").blocks_per_chunk;
         let s = &self.slab[k];
         tier_key(&s.tier_keys, s.row, (c + 1) * bpc - 1)
     }
@@ -440,6 +460,21 @@ impl Engine<'_> {
         per_block: u64,
     ) -> i64 {
         transfer_end(start, latency, blocks, per_block).unwrap_or_else(|| {
+            self.overflow(transfer_overflow_message(what, blocks, start));
+            i64::MAX
+        })
+    }
+
+    /// When a transfer of `blocks` blocks taking `link_ps` on the link (`Job::link_ps`) after `latency`
+    /// ends, as `transfer_end_or_overflow`.
+    fn link_end_or_overflow(
+        &mut self,
+        what: Transfer,
+        start: i64,
+        latency: u64,
+        (blocks, link_ps): (u64, u64),
+    ) -> i64 {
+        transfer_end(start, latency, 1, link_ps).unwrap_or_else(|| {
             self.overflow(transfer_overflow_message(what, blocks, start));
             i64::MAX
         })
@@ -510,7 +545,7 @@ impl Engine<'_> {
         step_end: i64,
         (free0, id0): (i64, u64),
     ) -> i64 {
-        let (start, link) = (self.t, (tier.cfg.latency_ps, tier.cfg.ps_per_block));
+        let (start, link) = (self.t, tier.cfg.latency_ps);
         let new = |j: &Job| j.id > id0;
         let waited = |j: &Job| flushed.contains(&j.id);
         let stores = tier.stores.iter_mut().filter(|j| new(j) && waited(j));
@@ -540,18 +575,18 @@ impl Engine<'_> {
         end
     }
 
-    /// `jobs` on their link (`what`, its latency and time a block) again, one after the other from when
-    /// it is free (`free`), none before `from`; returns when the link is free again.
+    /// `jobs` on their link (`what`, its latency; each job's time on it, `Job::link_ps`) again, one after
+    /// the other from when it is free (`free`), none before `from`; returns when the link is free again.
     fn requeue<'j>(
         &mut self,
         jobs: impl Iterator<Item = &'j mut Job>,
-        (what, (latency, per_block)): (Transfer, (u64, u64)),
+        (what, latency): (Transfer, u64),
         from: i64,
         mut free: i64,
     ) -> i64 {
         for job in jobs {
             let begin = from.max(free);
-            free = self.transfer_end_or_overflow(what, begin, latency, job.blocks, per_block);
+            free = self.link_end_or_overflow(what, begin, latency, (job.blocks, job.link_ps));
             job.end = free;
         }
         free

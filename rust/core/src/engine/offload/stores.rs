@@ -325,6 +325,7 @@ impl Engine<'_> {
                         end: tier.store_free,
                         avail,
                         blocks: count,
+                        link_ps: count.saturating_mul(per_block),
                         what,
                     },
                 );
@@ -439,6 +440,7 @@ impl Engine<'_> {
                 end: tier.store_free,
                 avail,
                 blocks: n,
+                link_ps: n.saturating_mul(per_block),
                 what,
             },
         );

@@ -527,7 +527,8 @@ impl Engine<'_> {
         let tier = self.tier.as_deref_mut().expect("a connector");
         tier.pd_free = link_end;
         tier.sends_decided.push((row, tier.pd_free));
-        self.hold_for_landing(k, (Vec::new(), true), (link_end, blocks), end);
+        let link_ps = blocks.saturating_mul(per_block);
+        self.hold_for_landing(k, (Vec::new(), true), (link_end, blocks, link_ps), end);
         self.slab[k].remote = false;
         let c = &mut self.out.counters;
         c.pd_transfers += 1;
@@ -538,13 +539,13 @@ impl Engine<'_> {
     }
 
     /// A transfer into `k`'s blocks just allocated (its `keys`, the tier's chunks a load reads, or a
-    /// decode replica's `remote` transfer) on the link until `link_end`: `k` held until it lands, its
-    /// tokens up to `end` computed then.
+    /// decode replica's `remote` transfer) on the link until `link_end` (`blocks` blocks, `link_ps` of
+    /// it theirs: `Job::link_ps`): `k` held until it lands, its tokens up to `end` computed then.
     pub(super) fn hold_for_landing(
         &mut self,
         k: usize,
         (keys, remote): (Vec<BlockKey>, bool),
-        (link_end, blocks): (i64, u64),
+        (link_end, blocks, link_ps): (i64, u64, u64),
         end: u64,
     ) {
         let row = self.slab[k].row;
@@ -558,6 +559,7 @@ impl Engine<'_> {
             end: link_end,
             avail: self.tier_hot.observed + 1,
             blocks,
+            link_ps,
             what: if remote {
                 What::Remote
             } else {
@@ -606,7 +608,8 @@ impl Engine<'_> {
         }
         tier.load_free = link_end;
         let listed = keys.iter().map(|&(key, _)| key).collect();
-        self.hold_for_landing(k, (listed, false), (link_end, blocks), end);
+        let link_ps = blocks.saturating_mul(per_block);
+        self.hold_for_landing(k, (listed, false), (link_end, blocks, link_ps), end);
         self.slab[k].next_store = num_chunks; // vLLM's chunk-level policy: stores resume after the loaded chunks
         let c = &mut self.out.counters;
         c.num_loads += 1;

@@ -173,3 +173,100 @@ impl<'a> Engine<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::FreeOrder;
+    use crate::engine::{EngineConfig, EngineInput, GroupLink, TierConfig, run};
+    use crate::kv_groups::{GroupKind, GroupSpec, Groups};
+    use std::sync::atomic::AtomicBool;
+
+    const MS: u64 = 1_000_000_000;
+
+    /// DESIGN.md §CPU tier, "A hybrid model": each group's blocks take their own time on the link and
+    /// move their own bytes. Full attention of 2 layers and windows of 3 (1,000 tokens, wider than any
+    /// sequence here) make three groups of 2 layer slots, the last window group holding 1 layer and a
+    /// padding slot (vLLM 0.33.0's `_get_kv_cache_groups_uniform_page_size`): its block moves half the
+    /// bytes (the offloading worker copies a group's own layers), so half the time. A prompt of 64
+    /// tokens stored, evicted from the GPU by another, and loaded again 48 tokens deep (3 blocks of each
+    /// group) waits 3 × (1 + 1 + 0.5) ms, not 9 ms; the twin of
+    /// `test_a_padded_groups_blocks_take_less_time_on_the_link` in `tests/test_offload_hybrid.py`.
+    #[test]
+    fn a_padded_groups_blocks_take_less_time_on_the_link() {
+        let spec = |kind, window, cap| GroupSpec {
+            kind,
+            window,
+            block_size: 16,
+            cap,
+            checkpoint_blocks: 0,
+        };
+        let groups = Groups::new(
+            vec![
+                spec(GroupKind::Full, 0, None),
+                spec(GroupKind::SlidingWindow, 1000, Some(17)),
+                spec(GroupKind::SlidingWindow, 1000, Some(17)),
+            ],
+            16,
+            Some(0),
+            true,
+        )
+        .unwrap();
+        let link = |ps_per_block, bytes_per_block| GroupLink {
+            ps_per_block,
+            bytes_per_block,
+        };
+        let cfg = EngineConfig {
+            free_order: FreeOrder::LifoUnhashed,
+            max_num_seqs: 1,
+            full_prompt_gate: true,
+            watermark_while_running: true,
+            max_model_len: Some(256),
+            groups: Some(groups),
+            tier: Some(TierConfig {
+                chunks: 64,
+                eviction: crate::cpu_tier::Eviction::Lru,
+                prompt_only: true,
+                blocks_per_chunk: 1,
+                store_threshold: 0,
+                ps_per_block: MS,
+                latency_ps: 0,
+                group_link: vec![link(MS, 16384), link(MS, 16384), link(MS / 2, 8192)],
+            }),
+            ..EngineConfig::for_tests(14, 16)
+        };
+        cfg.validate().unwrap();
+        let s = 1_000 * MS as i64;
+        let inp = EngineInput {
+            arrival_ps: &[0, s, 2 * s],
+            prompt_len: &[64, 64, 64],
+            target: &[1, 1, 1],
+            max_gen: &[1, 1, 1],
+            fork_parent: &[-1, -1, -1],
+            output_seg: &[1 << 63, (1 << 63) + 1, (1 << 63) + 2],
+            seg_offsets: &[0, 1, 2, 3],
+            segment_id: &[1, 2, 1],
+            segment_len: &[64, 64, 64],
+        };
+        let out = run(inp, &cfg, 0, false, &AtomicBool::new(false)).unwrap();
+        assert_eq!(out.cpu_hit_tokens, [0, 0, 48]);
+        assert_eq!(out.counters.loaded_blocks, 9);
+        assert_eq!(out.load_wait_ps, [0, 0, 7_500_000_000]);
+        assert_eq!(out.counters.loaded_group_bytes, 3 * (16384 + 16384 + 8192));
+        // Each prompt's store: its 4 full-attention blocks and each window's 3 before the replay boundary.
+        assert_eq!(out.counters.stored_blocks, 20);
+        assert_eq!(
+            out.counters.stored_group_bytes,
+            2 * (4 * 16384 + 3 * 16384 + 3 * 8192)
+        );
+        // Every group's block at the pool's stride (as before): 9 ms.
+        let flat = EngineConfig {
+            tier: cfg.tier.clone().map(|t| TierConfig {
+                group_link: vec![link(MS, 16384); 3],
+                ..t
+            }),
+            ..cfg.clone()
+        };
+        let out = run(inp, &flat, 0, false, &AtomicBool::new(false)).unwrap();
+        assert_eq!(out.load_wait_ps, [0, 0, 9 * MS as i64]);
+    }
+}

@@ -245,7 +245,10 @@ impl Engine<'_> {
                     continue;
                 }
                 let keys = std::mem::take(&mut stored);
-                self.h_queue_store(tier, (Some(k), row), keys, (vec![st.block], 1), step_end);
+                let mut charge = (0, 0);
+                tier.charge_group(&mut charge, st.group, 1);
+                let blocks = (vec![st.block], 1);
+                self.h_queue_store(tier, (Some(k), row), keys, blocks, charge, step_end);
                 planned = true;
             }
         }
@@ -360,6 +363,7 @@ impl Engine<'_> {
         let bpc = ch.bpc;
         let chosen: HashSet<BlockKey> = stored.iter().copied().collect();
         let (mut blocks, mut rest) = (Vec::new(), Vec::new());
+        let mut charge = (0, 0); // (each group's blocks at its own time on the link and bytes)
         for (g, (&(start, num), c)) in ranges.iter().zip(who.conn).enumerate() {
             if groups.specs()[g].kind == GroupKind::Mamba {
                 continue; // (a state group's chunks are its hand-offs: `h_offer_states`)
@@ -369,17 +373,26 @@ impl Engine<'_> {
             } else {
                 &mut blocks
             };
+            let before = out.len();
             for i in start..num {
                 if chosen.contains(&ch.key(who.keys, g, i)) {
                     let chunk = &c[(i * bpc) as usize..((i + 1) * bpc) as usize];
                     out.extend(chunk.iter().filter(|&&b| b != BlockId::NULL));
                 }
             }
+            tier.charge_group(&mut charge, g, (out.len() - before) as u64);
         }
         advance(who.next_stores);
         let windowed = blocks.len();
         blocks.extend_from_slice(&rest);
-        let id = self.h_queue_store(tier, (who.k, row), stored, (blocks, windowed), step_end);
+        let id = self.h_queue_store(
+            tier,
+            (who.k, row),
+            stored,
+            (blocks, windowed),
+            charge,
+            step_end,
+        );
         if who.k.is_none() && rest.iter().any(|b| touched.contains(b)) {
             flushed.push(id); // (a finished request's store reading a block this step allocated)
         }
@@ -387,25 +400,27 @@ impl Engine<'_> {
     }
 
     /// A store of `stored` (request `k`, None once finished, of row `row`) from `blocks`, the first
-    /// `windowed` of them its window groups': on the link from the step's end, counted and logged, its
-    /// window blocks fenced (all of them if its request finished). Returns its id.
+    /// `windowed` of them its window groups', taking `link_ps` on the link and moving `bytes` (each
+    /// group's blocks at their own: `Tier::charge_group`): on the link from the step's end, counted and
+    /// logged, its window blocks fenced (all of them if its request finished). Returns its id.
     fn h_queue_store(
         &mut self,
         tier: &mut Tier,
         (k, row): (Option<usize>, usize),
         stored: Vec<BlockKey>,
         (blocks, windowed): (Vec<BlockId>, usize),
+        (link_ps, bytes): (u64, u64),
         step_end: i64,
     ) -> u64 {
         let n = blocks.len() as u64;
         let begin = step_end.max(tier.store_free);
-        let (latency, per_block) = (tier.cfg.latency_ps, tier.cfg.ps_per_block);
-        tier.store_free =
-            self.transfer_end_or_overflow(Transfer::Store, begin, latency, n, per_block);
+        let latency = tier.cfg.latency_ps;
+        tier.store_free = self.link_end_or_overflow(Transfer::Store, begin, latency, (n, link_ps));
         tier.next_job += 1;
         let id = tier.next_job;
         self.out.counters.num_stores += 1;
         self.out.counters.stored_blocks += i128::from(n);
+        self.out.counters.stored_group_bytes += i128::from(bytes);
         self.log_count(event::STORE, row, -1, stored.len() as i64);
         if let Some(k) = k {
             self.slab[k].jobs += 1;
@@ -430,6 +445,7 @@ impl Engine<'_> {
                 end: tier.store_free,
                 avail,
                 blocks: n,
+                link_ps,
                 what,
             },
         );

@@ -280,10 +280,7 @@ impl Engine<'_> {
     fn h_admit_load(&mut self, k: usize, ext: u64) -> bool {
         let groups = self.tier_groups();
         let ch = self.chunking();
-        let (latency, per_block) = {
-            let t = self.tier_ref();
-            (t.cfg.latency_ps, t.cfg.ps_per_block)
-        };
+        let latency = self.tier_ref().cfg.latency_ps;
         let local = self.lookup.tokens;
         let end = local + ext;
         if !self.h_hold_tables(k, end) {
@@ -295,6 +292,7 @@ impl Engine<'_> {
         self.step_keys.hand_off(k);
         // The load's chunks, group by group: from each group's first block it fills.
         let mut starts = Vec::with_capacity(groups.len());
+        let mut per_group = Vec::with_capacity(groups.len()); // (each group's blocks at its own time)
         let mut blocks = 0;
         for (g, table) in hs.tables.tables.iter().enumerate() {
             let bs = groups.specs()[g].block_size;
@@ -305,6 +303,7 @@ impl Engine<'_> {
             let last = cdiv(end, ch.tpc(g));
             starts.push((begin < stop).then_some((begin / ch.bpc, last)));
             blocks += stop - begin;
+            per_group.push(stop - begin);
             hs.next_stores[g] = last; // vLLM's chunk-level policy: stores resume after the loaded chunks
         }
         let tier = self.tier.as_deref_mut().expect("a CPU tier");
@@ -329,9 +328,14 @@ impl Engine<'_> {
                 load.extend((first..last).map(|c| (ch.key(&content, g, c), ch.pos(g, c))));
             }
         }
-        let start = self.t.max(self.tier_ref().load_free);
-        let link_end =
-            self.transfer_end_or_overflow(Transfer::Load, start, latency, blocks, per_block);
+        let tier = self.tier_ref();
+        let start = self.t.max(tier.load_free);
+        let mut charge = (0, 0);
+        for (g, &n) in per_group.iter().enumerate() {
+            tier.charge_group(&mut charge, g, n);
+        }
+        let (link_ps, bytes) = charge;
+        let link_end = self.link_end_or_overflow(Transfer::Load, start, latency, (blocks, link_ps));
         let tier = self.tier.as_deref_mut().expect("a CPU tier");
         tier.cpu.prepare_load(private_hi(row), &load);
         for &(key, _) in &load {
@@ -340,9 +344,10 @@ impl Engine<'_> {
         tier.load_free = link_end;
         let listed: Vec<BlockKey> = load.iter().map(|&(key, _)| key).collect();
         let chunks = listed.len();
-        self.hold_for_landing(k, (listed, false), (link_end, blocks), end);
+        self.hold_for_landing(k, (listed, false), (link_end, blocks, link_ps), end);
         let c = &mut self.out.counters;
         c.num_loads += 1;
+        c.loaded_group_bytes += i128::from(bytes);
         self.progress += 1;
         c.loaded_blocks += i128::from(blocks);
         let hit = ext; // (a hybrid model's hit ends short of the prompt: nothing computed again)
