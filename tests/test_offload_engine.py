@@ -12,7 +12,7 @@ from hypothesis import given
 
 import kvsim
 from kvsim.errors import InvalidArgumentError
-from kvsim.workloads import Workload
+from kvsim.workloads import Workload, synthetic
 from tests.test_engine_differential import assert_same, workloads
 
 
@@ -256,6 +256,35 @@ def test_the_tier_is_sized_from_host_memory_as_vllm_sizes_it():
         kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size=64).kv_offloading_chunks
         == 32_768
     )
+
+
+def test_an_mla_latent_on_tp_ranks_is_kept_once_in_the_tier_as_vllm_keeps_it():
+    """vLLM 0.33.0's replicated layout (`offloading/config.py` `replicated_layout`, `CPUOffloadingSpec`
+    `num_copies`): DeepSeek-V3's MLA latent is the same on every TP rank, so on CUDA at tp 8 a chunk is one
+    copy, 16 tokens x 61 layers x 1,152 B = 1,124,352 B padded to 4 KiB, and 64 GiB hold 8x the chunks of a
+    copy a rank; ROCm keeps a copy a rank (no shared region), as does a model with per-head KV. A store
+    moves one rank's bytes (only rank 0 writes), a load every rank's."""
+    mla = kvsim.SimConfig(model="deepseek-v3", gpu="h200", tensor_parallel_size=8, kv_offloading_size=64)
+    assert mla.kv_offloading_replicated
+    assert mla.kv_offloading_chunk_bytes == 1_126_400
+    assert mla.kv_offloading_chunks == 64 * 2**30 // 1_126_400 == 61_008
+    assert mla.kv_offloading_store_block_bytes == 1_124_352
+    assert mla.kv_offloading_block_bytes == 8 * 1_124_352
+    rocm = kvsim.SimConfig(model="deepseek-v3", gpu="mi300x", tensor_parallel_size=8, kv_offloading_size=64)
+    assert not rocm.kv_offloading_replicated
+    assert rocm.kv_offloading_chunk_bytes == 8 * 1_124_352
+    gqa = kvsim.SimConfig(model="llama-3.1-70b", gpu="h200", tensor_parallel_size=4, kv_offloading_size=64)
+    assert not gqa.kv_offloading_replicated
+    # (80 layers x 2 of the 8 KV heads a GPU x 128 x K and V x 2 B, 16 tokens, a copy on each of 4 ranks)
+    assert (
+        gqa.kv_offloading_chunk_bytes == gqa.kv_offloading_store_block_bytes == 4 * 16 * 80 * 2 * 128 * 2 * 2
+    )
+    # The bytes a run moved: stores at one rank's, loads at every rank's.
+    w = synthetic(60, arrival_rate=50, num_system_prompts=2, system_prompt_len=600, seed=3)
+    small = mla.replace(num_blocks=300, kv_offloading_size=None, kv_offloading_chunks=2000)
+    s = kvsim.simulate(w, small).summary
+    assert s["stored_bytes"] == s["stored_blocks"] * 1_124_352 > 0
+    assert s["loaded_bytes"] == s["loaded_blocks"] * 8 * 1_124_352 > 0
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from kvsim.engine.engine_input import EngineInput, prepare
-from kvsim.engine.simulate import BACKENDS, RowStats, SimResult, over, request_rows, summary_from
+from kvsim.engine.simulate import BACKENDS, RowStats, SimResult, moved_bytes, over, request_rows, summary_from
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import CLUSTER_KNOBS, PS_PER_S, SimConfig, convert
 from kvsim.reference.engine import EngineOutput
@@ -564,15 +564,9 @@ def fleet_summary(
         )
         # Bytes moved: each replica's blocks at its own block's bytes (replicas may differ in block size);
         # a hybrid model's each group's blocks at the group's own bytes, counted by its engine.
-        per = [cfg.kv_offloading_block_bytes for cfg in configs]
-        grouped = [cfg.kv_offloading_group_block_bytes is not None for cfg in configs]
-        for done, blocks in (("loaded", "loaded_blocks"), ("stored", "stored_blocks")):
-            moved = [
-                int(x[f"{done}_group_bytes"]) if g else int(x[blocks]) * b
-                for x, b, g in zip(counters, per, grouped, strict=True)
-                if b is not None
-            ]
-            s[f"{done}_bytes"] = sum(moved) if len(moved) == len(per) else None
+        for done in ("loaded", "stored"):
+            moved = [moved_bytes(cfg, x, done) for cfg, x in zip(configs, counters, strict=True)]
+            s[f"{done}_bytes"] = None if None in moved else sum(m for m in moved if m is not None)
     return s
 
 

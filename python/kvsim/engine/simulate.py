@@ -411,6 +411,21 @@ def summary_from(stats: RowStats, c: dict[str, Any], config: SimConfig) -> dict[
     return s
 
 
+def moved_bytes(config: Any, c: Any, done: str) -> int | None:
+    """The host bytes a run's CPU-tier transfers moved, `done` "loaded" or "stored" (DESIGN.md §CPU tier,
+    Metrics): its blocks at a load's or a store's bytes a block (`SimConfig.kv_offloading_block_bytes`,
+    `kv_offloading_store_block_bytes`: a store under the replicated layout is one rank's), a hybrid model's
+    each group's blocks at the group's own bytes (counted by the engine over every rank, so a store's share
+    of one rank's under the replicated layout); None without a model."""
+    if config.kv_offloading_group_block_bytes is not None:
+        total = int(c[f"{done}_group_bytes"])
+        if done == "stored":
+            total = total * config.kv_offloading_copies // config.tensor_parallel_size
+        return total
+    per = config.kv_offloading_block_bytes if done == "loaded" else config.kv_offloading_store_block_bytes
+    return int(c[f"{done}_blocks"]) * per if per is not None else None
+
+
 def tier_summary(c: dict[str, Any], config: SimConfig) -> dict[str, Any]:
     """The CPU tier's metrics (DESIGN.md §CPU tier, §Metrics): hits on the GPU and in the tier and the
     misses, as token rates over the prompt tokens admitted (vLLM's `prefix_cache_*` and
@@ -429,18 +444,13 @@ def tier_summary(c: dict[str, Any], config: SimConfig) -> dict[str, Any]:
     first = c["first_prompt_tokens"]
     s["cpu_hit_rate_first_admission"] = over(c["first_cpu_hit_tokens"], first)
     s["hit_rate_first_admission"] = over(c["first_hit_tokens"] + c["first_cpu_hit_tokens"], first)
-    block_bytes = config.kv_offloading_block_bytes
-    grouped = config.kv_offloading_group_block_bytes is not None  # (each group's blocks at its own bytes)
     for name, done, jobs, blocks in (
         ("load", "loaded", "num_loads", "loaded_blocks"),
         ("store", "stored", "num_stores", "stored_blocks"),
     ):
         s[f"{name}s"] = c[jobs]
         s[f"{done}_blocks"] = c[blocks]
-        if grouped:
-            s[f"{done}_bytes"] = c[f"{done}_group_bytes"]
-        else:
-            s[f"{done}_bytes"] = c[blocks] * block_bytes if block_bytes is not None else None
+        s[f"{done}_bytes"] = moved_bytes(config, c, done)
     s["stores_failed"] = c["stores_failed"]
     s["stores_skipped"] = c["stores_skipped"]
     s["cpu_evictions"] = c["cpu_evictions"]

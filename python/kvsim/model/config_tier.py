@@ -37,6 +37,7 @@ class ConfigCpuTier:
         model: Any
         gpu: Any
         tensor_parallel_size: int
+        data_parallel_size: int
         kv_offloading_size: float | None
         kv_offloading_chunks: int
         kv_offloading_blocks_per_chunk: int
@@ -73,23 +74,66 @@ class ConfigCpuTier:
         return int(per_token * self.engine_block_size)
 
     @property
+    def kv_offloading_replicated(self) -> bool:
+        """Whether the CPU tier keeps one copy of a block for all the tensor-parallel ranks, which hold the
+        same KV: vLLM 0.33.0's *replicated layout* (`offloading/config.py`: the model uses MLA, every layer's
+        KV is replicated on the TP ranks, `kv_tp_replicas == tensor_parallel_size` (an MLA latent's spec
+        has `max_tp_shards=1`; a Mamba or linear-attention state is sharded), TP alone (world size = TP: no
+        DP ranks, no pipeline or context parallelism), one host's `mp` executor (kvsim takes a replica's
+        GPUs to be one host's), and `CPUOffloadingSpec._uses_shared_region`: CUDA, not ROCm). Then
+        `num_copies` is 1, not the world size, and only rank 0 writes a store (`_is_store_writer`)."""
+        if self.model is None or self.tensor_parallel_size <= 1 or self.data_parallel_size != 1:
+            return False
+        from kvsim.model.models import resolve
+
+        if not resolve(self.model).is_mla:
+            return False
+        layout = self.pool.layout
+        if layout is not None and any(g.kind == "mamba" for g in layout.groups):
+            return False
+        if self.gpu is not None:
+            from kvsim.model.gpus import resolve as resolve_gpu
+
+            arch = resolve_gpu(self.gpu).arch or ""
+            if arch.startswith("gfx"):
+                return False  # (ROCm: a private buffer a rank, so a copy each)
+        return True
+
+    @property
+    def kv_offloading_copies(self) -> int:
+        """The copies of a block's KV the CPU tier keeps: one a tensor-parallel rank (vLLM 0.33.0's
+        `CPUOffloadingSpec`: `num_copies = world_size`), or one for all of them under the replicated layout
+        (`kv_offloading_replicated`)."""
+        return 1 if self.kv_offloading_replicated else self.tensor_parallel_size
+
+    @property
     def kv_offloading_chunk_bytes(self) -> int | None:
-        """Host bytes one CPU-tier chunk takes: its blocks' KV on every tensor-parallel rank, padded to
-        4 KiB (vLLM 0.33.0's `CPUOffloadingSpec`); None without a model."""
+        """Host bytes one CPU-tier chunk takes: its blocks' KV, a copy on every tensor-parallel rank (one for
+        them all under the replicated layout: `kv_offloading_copies`), padded to 4 KiB (vLLM 0.33.0's
+        `CPUOffloadingSpec`); None without a model."""
         block = self._gpu_block_bytes()
         if block is None:
             return None
-        raw = block * self.tensor_parallel_size * self.kv_offloading_blocks_per_chunk
+        raw = block * self.kv_offloading_copies * self.kv_offloading_blocks_per_chunk
         return -(-raw // self.CPU_CHUNK_ALIGNMENT) * self.CPU_CHUNK_ALIGNMENT
 
     @property
     def kv_offloading_block_bytes(self) -> int | None:
-        """Host bytes one GPU block's KV takes across the tensor-parallel ranks (what a load or a store
-        moves per block, unpadded); None without a model."""
+        """Host bytes a load moves per GPU block, unpadded: the block's KV on every tensor-parallel rank
+        (each rank loads its own, from the one copy under the replicated layout too); None without a model."""
         block = self._gpu_block_bytes()
         if block is None:
             return None
         return block * self.tensor_parallel_size
+
+    @property
+    def kv_offloading_store_block_bytes(self) -> int | None:
+        """Host bytes a store moves per GPU block: `kv_offloading_block_bytes`, or one rank's under the
+        replicated layout (only rank 0 writes: `kv_offloading_replicated`); None without a model."""
+        block = self._gpu_block_bytes()
+        if block is None:
+            return None
+        return block * self.kv_offloading_copies
 
     @property
     def kv_offloading_group_block_bytes(self) -> tuple[int, ...] | None:
