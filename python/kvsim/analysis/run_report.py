@@ -264,6 +264,24 @@ _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
 )
 
 
+# A disaggregated fleet's cache group (DESIGN.md §Metrics): each pool's prefix hit rate beside the fleet's,
+# which counts every lookup of both pools (a disaggregated prompt is looked up on both).
+_PD_CACHE = (
+    ("prefill_prefix_hit_rate", "prefix hit rate, prefill replicas", "%"),
+    ("decode_prefix_hit_rate", "prefix hit rate, decode replicas", "%"),
+    ("prefix_hit_rate", "prefix hit rate, both pools", "%"),
+    ("prefix_hit_rate_first_admission", "  first admissions, both pools", "%"),
+    ("blocks_saved_by_sharing", "blocks saved by sharing", "blocks"),
+    ("evictions", "evictions", "blocks"),
+    ("cow_copies", "copy-on-write copies", "blocks"),
+)
+_PD_CACHE_NOTE = (
+    "  (hit tokens / prompt tokens looked up: a disaggregated prompt is looked up on its prefill replica,\n"
+    "  where a hit saves computing it, and on its decode replica, where a hit saves moving it; blocks saved,\n"
+    "  evictions and copies are the decode replicas')"
+)
+
+
 def _num(v: Any, unit: str = "") -> str:
     if v is None:
         return "-"
@@ -296,7 +314,10 @@ def render_table(
     values = {**summary, **serving}
     lines: list[str] = []
     ticks = f" of ticks: {tick} a step, not a GPU's time" if tick else ""
+    pd = "prefill_prefix_hit_rate" in values  # (a disaggregated fleet: each pool's hit rate)
     for title, rows in _GROUPS:
+        if title == "cache" and pd:
+            rows = _PD_CACHE
         shown = [(k, label, unit) for k, label, unit in rows if k in values]  # (None: over nothing, "-")
         if title == "throughput":
             shown = [r for r in shown if r[0] in values]
@@ -319,6 +340,8 @@ def render_table(
             f"  {label:<36} {_num(values[k], unit):>14} {'' if unit in ('%', 'count') else unit}"
             for k, label, unit in shown
         ]
+        if title == "cache" and pd:
+            lines.append(_PD_CACHE_NOTE)
         if title == "throughput":
             lines.append(f"== latency (ms{ticks}) ==")
             cols = ["mean", "median", "std", *[_pct_key(p) for p in pcts]]
@@ -408,8 +431,31 @@ def fleet_record(result: Any) -> dict[str, Any]:
         "load_imbalance": s["load_imbalance"],
         "load_imbalance_requests": s["load_imbalance_requests"],
         "per_replica": [r.summary for r in result.replicas],
-        **({"disaggregation": pd_record(s)} if s.get("prefill_replicas") else {}),
+        **(
+            {"disaggregation": pd_record(s), "per_prefill_replica": prefill_rows(result)}
+            if s.get("prefill_replicas")
+            else {}
+        ),
     }
+
+
+def prefill_rows(result: Any) -> list[dict[str, Any]]:
+    """A disaggregated fleet's prefill replicas, one record each: the requests routed to it, the prompt
+    tokens it looked up (admitted, resumes included), its prefix hit tokens and rate, its preemptions (its
+    counters, `ClusterResult.prefill_counters`)."""
+    from kvsim.engine.simulate import over
+
+    routed = result.requests["prefill_replica"].to_numpy()
+    return [
+        {
+            "requests": int((routed == i).sum()),
+            "prompt_tokens": c["prompt_tokens_admitted"],
+            "prefix_hit_tokens": c["prefix_hit_tokens"],
+            "prefix_hit_rate": over(c["prefix_hit_tokens"], c["prompt_tokens_admitted"]),
+            "preemptions": c["num_preemptions"],
+        }
+        for i, c in enumerate(result.prefill_counters)
+    ]
 
 
 # A disaggregated fleet's summary keys (DESIGN.md §Prefill/decode disaggregation, Metrics).
@@ -427,6 +473,12 @@ PD_KEYS = (
     "pd_transfer_blocks",
     "pd_transfer_bytes",
     "pd_link_utilization",
+    "prefill_prefix_hit_tokens",
+    "prefill_prompt_tokens",
+    "prefill_prefix_hit_rate",
+    "decode_prefix_hit_tokens",
+    "decode_prompt_tokens",
+    "decode_prefix_hit_rate",
     "decode_pool_utilization",
     "decode_pool_mean_batch",
     "prefill_pool_utilization",
@@ -498,7 +550,11 @@ def render_fleet(result: Any) -> str:
         from kvsim.model.units import fmt_duration_ps
 
         how += f", view refreshed every {fmt_duration_ps(spec.refresh_ps)}"
-    lines = [f"== fleet: {s['replicas']} replicas, router {how} =="]
+    prefill = s.get("prefill_replicas")
+    which = (
+        f"{s['replicas']} decode and {prefill} prefill replicas" if prefill else f"{s['replicas']} replicas"
+    )
+    lines = [f"== fleet: {which}, router {how} =="]
     head = ("replica", "requests", "req/s", "hit rate", "TTFT p99 ms", "preemptions")
     lines.append("  " + "".join(f"{h:>12}" for h in head))
     for i, r in enumerate(result.replicas):
@@ -514,8 +570,19 @@ def render_fleet(result: Any) -> str:
             f"{x['preemptions']:,}",
         )
         lines.append("  " + "".join(f"{c:>12}" for c in cells))
+    if prefill:  # (p0, p1, ...: the prefill replicas; they finish no request and have no TTFT of their own)
+        for i, x in enumerate(prefill_rows(result)):
+            cells = (
+                f"p{i}",
+                f"{x['requests']:,}",
+                "-",
+                _num(x["prefix_hit_rate"], "%"),
+                "-",
+                f"{x['preemptions']:,}",
+            )
+            lines.append("  " + "".join(f"{c:>12}" for c in cells))
     lines.append(
-        f"  load imbalance (max / mean): work (computed tokens) {s['load_imbalance']:.3f}, requests "
+        f"  load imbalance (max / mean{' over the decode replicas' if prefill else ''}): work (computed tokens) {s['load_imbalance']:.3f}, requests "
         f"{s['load_imbalance_requests']:.3f}"
     )
     if s.get("prefill_replicas"):
