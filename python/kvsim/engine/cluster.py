@@ -74,8 +74,10 @@ class ClusterResult:
     raw: EngineOutput
     replica: np.ndarray
     router: Any
-    # Prefill/decode disaggregation: the prefill replicas' counters (`replicas` holds the decode pool).
+    # Prefill/decode disaggregation: the prefill replicas' counters (`replicas` holds the decode pool) and
+    # the config they ran (None without a prefill pool).
     prefill_counters: list[dict[str, int]] = dataclasses.field(default_factory=list)
+    prefill_config: SimConfig | None = None
 
     def serving(
         self,
@@ -589,6 +591,7 @@ def _pd_result(
     d = len(configs)
     decode_c, prefill_c = counters[:d], counters[d:]
     result.prefill_counters = prefill_c
+    result.prefill_config = pd.prefill_config or configs[0]
     arrival = inp.arrival_ps
     pre = extra["prefill_replica"]
     remote = (pre >= 0) & (extra["prefill_finish"] >= 0) & (columns["first_token"] >= 0)
