@@ -47,18 +47,27 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         and admissions_never_waited_for_memory(result, workload)
     )
     knobs = "memory knobs (block size, pool size, gpu memory utilization, preemption mode, swap space)"
-    # (a P/D fleet's queueing runs from arrival to the decode replica's first step: the remote prefill and
-    # the KV transfer are in it)
-    pd = (
-        " from arrival to the decode replica, remote prefill and transfer included"
-        if cfg.prefill_replicas
-        else ""
-    )
+    pool, where, span, remote = "the pool peaked at {} of its capacity", "", "", ""
+    if cfg.prefill_replicas:
+        # A P/D fleet's `queueing_s` runs from arrival to the decode replica's first step, the remote
+        # prefill (its queue and its compute) and the KV transfer in it: the decode replicas' seats and
+        # token budget are judged by their own queue only (DESIGN.md §Defaults and sizing, the notes),
+        # and the prefill pool's memory must be calm too for the memory knobs to change nothing.
+        queue, parts = pd_decode_queue(result)
+        calm = calm and prefill_pool_calm(result, workload)
+        pool = "the decode replicas' pools peaked at {} of their capacity, the prefill replicas' below 90 %"
+        where = " on their decode replicas"
+        span = ", from the hand-off to the first step there, less the transfer"
+        if queue is not None and parts and sum(parts.values()) > queue:  # (the remote side's part is larger)
+            remote = (
+                "; the rest of the wait for that step is the prefill pool's and the link's: "
+                + ", ".join(f"{name} p99 {1000 * v:,.1f} ms" for name, v in parts.items())
+            )
     if calm and (queue is None or e2e is None or queue <= 0.01 * e2e):
         notes.append(
-            f"not memory-bound: the pool peaked at {_pct(peak)} of its capacity, nothing was preempted and "
-            f"requests barely queued (p99 {1000 * max(queue or 0.0, 0.0):.1f} ms{pd}); {knobs} cannot change this answer; "
-            "raise the load to see them"
+            f"not memory-bound: {pool.format(_pct(peak))}, nothing was preempted and requests barely "
+            f"queued{where} (p99 {1000 * max(queue or 0.0, 0.0):.1f} ms{span}{remote}); {knobs} cannot change "
+            "this answer; raise the load to see them"
         )
     elif calm:
         # Overloaded, but not by memory: requests queued while the pool never came near full and nothing
@@ -74,9 +83,9 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
                 "--max-num-batched-tokens) and the iteration time"
             )
         notes.append(
-            f"not memory-bound: requests queued (p99 {1000 * queue:,.1f} ms{pd}) but the pool peaked at {_pct(peak)} "
-            f"of its capacity and nothing was preempted: {limit}, not for memory; {knobs} cannot change "
-            "this answer"
+            f"not memory-bound: requests queued{where} (p99 {1000 * queue:,.1f} ms{span}{remote}) but "
+            f"{pool.format(_pct(peak))} and nothing was preempted: {limit}, not for memory; {knobs} cannot "
+            "change this answer"
         )
     growth = queue_growth(result)
     if growth is not None:
@@ -151,6 +160,50 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
                 f"prefix caching is on, but {info['name']} cannot hit the cache across requests ({why}): "
                 f"its hit rate on first admissions is 0 whatever the cache{resumed}"
             )
+
+
+def pd_decode_queue(result: Any) -> tuple[float | None, dict[str, float] | None]:
+    """A disaggregated fleet's queueing on its decode replicas (DESIGN.md §Defaults and sizing, Not
+    memory-bound): the p99 over finished requests of the time from the hand-off (arrival, for a request
+    prefilled locally) to the first step on the decode replica, less the transfer (`queueing_s` less
+    `ttft_prefill_queue_s`, `ttft_prefill_s` and `ttft_transfer_s`: the waits for the decode replica's
+    blocks, seats and token budget); and the remote parts' p99s (prefill queueing, prefill, transfer), the
+    summary's. (None, None) with no request finished."""
+    import numpy as np
+    import polars as pl
+
+    q = result.requests.filter(pl.col("status") == "finished")
+    if not q.height:
+        return None, None
+    wait = (q["first_scheduled"] - q["arrival"]).to_numpy()
+    for name in ("ttft_prefill_queue_s", "ttft_prefill_s", "ttft_transfer_s"):
+        wait = wait - q[name].to_numpy()
+    s = result.summary
+    parts = {
+        "prefill queueing": s["ttft_prefill_queue_p99_s"],
+        "prefill": s["ttft_prefill_p99_s"],
+        "transfer": s["ttft_transfer_p99_s"],
+    }
+    return float(np.percentile(np.maximum(wait, 0.0), 99)), parts
+
+
+def prefill_pool_calm(result: Any, workload: Any) -> bool:
+    """Whether a disaggregated fleet's prefill pool was as calm as the notes require of a pool: no
+    preemption, its fullest replica's peak allocation below 90 % of its capacity and no admission that can
+    have waited for blocks (`admissions_never_waited_for_memory`, over the prefill replicas' config)."""
+    from types import SimpleNamespace
+
+    cfg, cs = result.prefill_config, result.prefill_counters
+    if cfg is None or not cs:
+        return True
+    cap = cfg.capacity_tokens
+    peak = max(c["peak_allocated_tokens"] for c in cs) / cap if cap else 0.0
+    pool = SimpleNamespace(config=cfg, summary={"peak_allocated_fraction": peak})
+    return (
+        sum(c["num_preemptions"] for c in cs) == 0
+        and peak < 0.9
+        and admissions_never_waited_for_memory(pool, workload)
+    )
 
 
 def _pct(x: float) -> str:
@@ -264,6 +317,24 @@ _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
 )
 
 
+# A disaggregated fleet's cache group (DESIGN.md §Metrics): each pool's prefix hit rate beside the fleet's,
+# which counts every lookup of both pools (a disaggregated prompt is looked up on both).
+_PD_CACHE = (
+    ("prefill_prefix_hit_rate", "prefix hit rate, prefill replicas", "%"),
+    ("decode_prefix_hit_rate", "prefix hit rate, decode replicas", "%"),
+    ("prefix_hit_rate", "prefix hit rate, both pools", "%"),
+    ("prefix_hit_rate_first_admission", "  first admissions, both pools", "%"),
+    ("blocks_saved_by_sharing", "blocks saved by sharing", "blocks"),
+    ("evictions", "evictions", "blocks"),
+    ("cow_copies", "copy-on-write copies", "blocks"),
+)
+_PD_CACHE_NOTE = (
+    "  (hit tokens / prompt tokens looked up: a disaggregated prompt is looked up on its prefill replica,\n"
+    "  where a hit saves computing it, and on its decode replica, where a hit saves moving it; blocks saved,\n"
+    "  evictions and copies are the decode replicas')"
+)
+
+
 def _num(v: Any, unit: str = "") -> str:
     if v is None:
         return "-"
@@ -296,7 +367,10 @@ def render_table(
     values = {**summary, **serving}
     lines: list[str] = []
     ticks = f" of ticks: {tick} a step, not a GPU's time" if tick else ""
+    pd = "prefill_prefix_hit_rate" in values  # (a disaggregated fleet: each pool's hit rate)
     for title, rows in _GROUPS:
+        if title == "cache" and pd:
+            rows = _PD_CACHE
         shown = [(k, label, unit) for k, label, unit in rows if k in values]  # (None: over nothing, "-")
         if title == "throughput":
             shown = [r for r in shown if r[0] in values]
@@ -319,6 +393,8 @@ def render_table(
             f"  {label:<36} {_num(values[k], unit):>14} {'' if unit in ('%', 'count') else unit}"
             for k, label, unit in shown
         ]
+        if title == "cache" and pd:
+            lines.append(_PD_CACHE_NOTE)
         if title == "throughput":
             lines.append(f"== latency (ms{ticks}) ==")
             cols = ["mean", "median", "std", *[_pct_key(p) for p in pcts]]
@@ -408,8 +484,31 @@ def fleet_record(result: Any) -> dict[str, Any]:
         "load_imbalance": s["load_imbalance"],
         "load_imbalance_requests": s["load_imbalance_requests"],
         "per_replica": [r.summary for r in result.replicas],
-        **({"disaggregation": pd_record(s)} if s.get("prefill_replicas") else {}),
+        **(
+            {"disaggregation": pd_record(s), "per_prefill_replica": prefill_rows(result)}
+            if s.get("prefill_replicas")
+            else {}
+        ),
     }
+
+
+def prefill_rows(result: Any) -> list[dict[str, Any]]:
+    """A disaggregated fleet's prefill replicas, one record each: the requests routed to it, the prompt
+    tokens it looked up (admitted, resumes included), its prefix hit tokens and rate, its preemptions (its
+    counters, `ClusterResult.prefill_counters`)."""
+    from kvsim.engine.simulate import over
+
+    routed = result.requests["prefill_replica"].to_numpy()
+    return [
+        {
+            "requests": int((routed == i).sum()),
+            "prompt_tokens": c["prompt_tokens_admitted"],
+            "prefix_hit_tokens": c["prefix_hit_tokens"],
+            "prefix_hit_rate": over(c["prefix_hit_tokens"], c["prompt_tokens_admitted"]),
+            "preemptions": c["num_preemptions"],
+        }
+        for i, c in enumerate(result.prefill_counters)
+    ]
 
 
 # A disaggregated fleet's summary keys (DESIGN.md §Prefill/decode disaggregation, Metrics).
@@ -427,6 +526,12 @@ PD_KEYS = (
     "pd_transfer_blocks",
     "pd_transfer_bytes",
     "pd_link_utilization",
+    "prefill_prefix_hit_tokens",
+    "prefill_prompt_tokens",
+    "prefill_prefix_hit_rate",
+    "decode_prefix_hit_tokens",
+    "decode_prompt_tokens",
+    "decode_prefix_hit_rate",
     "decode_pool_utilization",
     "decode_pool_mean_batch",
     "prefill_pool_utilization",
@@ -498,7 +603,11 @@ def render_fleet(result: Any) -> str:
         from kvsim.model.units import fmt_duration_ps
 
         how += f", view refreshed every {fmt_duration_ps(spec.refresh_ps)}"
-    lines = [f"== fleet: {s['replicas']} replicas, router {how} =="]
+    prefill = s.get("prefill_replicas")
+    which = (
+        f"{s['replicas']} decode and {prefill} prefill replicas" if prefill else f"{s['replicas']} replicas"
+    )
+    lines = [f"== fleet: {which}, router {how} =="]
     head = ("replica", "requests", "req/s", "hit rate", "TTFT p99 ms", "preemptions")
     lines.append("  " + "".join(f"{h:>12}" for h in head))
     for i, r in enumerate(result.replicas):
@@ -514,8 +623,19 @@ def render_fleet(result: Any) -> str:
             f"{x['preemptions']:,}",
         )
         lines.append("  " + "".join(f"{c:>12}" for c in cells))
+    if prefill:  # (p0, p1, ...: the prefill replicas; they finish no request and have no TTFT of their own)
+        for i, x in enumerate(prefill_rows(result)):
+            cells = (
+                f"p{i}",
+                f"{x['requests']:,}",
+                "-",
+                _num(x["prefix_hit_rate"], "%"),
+                "-",
+                f"{x['preemptions']:,}",
+            )
+            lines.append("  " + "".join(f"{c:>12}" for c in cells))
     lines.append(
-        f"  load imbalance (max / mean): work (computed tokens) {s['load_imbalance']:.3f}, requests "
+        f"  load imbalance (max / mean{' over the decode replicas' if prefill else ''}): work (computed tokens) {s['load_imbalance']:.3f}, requests "
         f"{s['load_imbalance_requests']:.3f}"
     )
     if s.get("prefill_replicas"):

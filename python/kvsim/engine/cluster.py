@@ -53,7 +53,10 @@ class ClusterResult:
         summary: the fleet's summary (DESIGN.md §Cluster): every key of a single run's summary,
             computed over all rows and all replicas' counters, plus `replicas`, `router`,
             `load_imbalance` (max / mean of the replicas' computed tokens) and `load_imbalance_requests`
-            (max / mean of the requests routed to each replica); with `goodput`, its columns.
+            (max / mean of the requests routed to each replica); with `goodput`, its columns. A
+            disaggregated fleet's (prefill_replicas > 0) adds its own keys (DESIGN.md §Prefill/decode
+            disaggregation, Metrics), among them each pool's prefix hit rate (`prefill_prefix_hit_rate`,
+            `decode_prefix_hit_rate`); its `prefix_hit_*` count every lookup of both pools.
         replicas: one `SimResult` per replica: the rows routed to it, its summary (its own counters and
             config) and its raw columns and counters.
         config: the fleet's configuration as run: one `SimConfig` (with `replicas` and the router's
@@ -71,8 +74,10 @@ class ClusterResult:
     raw: EngineOutput
     replica: np.ndarray
     router: Any
-    # Prefill/decode disaggregation: the prefill replicas' counters (`replicas` holds the decode pool).
+    # Prefill/decode disaggregation: the prefill replicas' counters (`replicas` holds the decode pool) and
+    # the config they ran (None without a prefill pool).
     prefill_counters: list[dict[str, int]] = dataclasses.field(default_factory=list)
+    prefill_config: SimConfig | None = None
 
     def serving(
         self,
@@ -586,6 +591,7 @@ def _pd_result(
     d = len(configs)
     decode_c, prefill_c = counters[:d], counters[d:]
     result.prefill_counters = prefill_c
+    result.prefill_config = pd.prefill_config or configs[0]
     arrival = inp.arrival_ps
     pre = extra["prefill_replica"]
     remote = (pre >= 0) & (extra["prefill_finish"] >= 0) & (columns["first_token"] >= 0)
@@ -627,6 +633,7 @@ def _pd_result(
     )
     link_busy = sum(c["pd_link_busy_ps"] for c in decode_c)
     s["pd_link_utilization"] = over(link_busy, d * makespan)
+    s.update(pd_prefix_hits(decode_c, prefill_c))
     for pool, cs in (("decode", decode_c), ("prefill", prefill_c)):
         busy = sum(c["busy_ps"] for c in cs)
         steps = sum(c["num_steps"] for c in cs)
@@ -637,6 +644,30 @@ def _pd_result(
     pools = (s["prefill_pool_utilization"], s["decode_pool_utilization"])
     hi, lo = (max(pools), min(pools)) if None not in pools else (None, None)
     s["pd_pool_imbalance"] = None if hi is None else hi / lo if lo else (1.0 if hi == 0 else None)
+
+
+def pd_prefix_hits(decode_c: Sequence[dict[str, int]], prefill_c: Sequence[dict[str, int]]) -> dict[str, Any]:
+    """A disaggregated fleet's prefix-cache hits (DESIGN.md §Metrics, §Prefill/decode disaggregation):
+    each pool's hit tokens over the prompt tokens its replicas looked up (admitted, resumes included), and
+    the fleet's `prefix_hit_*` over every lookup of both pools. A disaggregated prompt is looked up twice:
+    on its prefill replica, where a hit saves computing it, and on its decode replica, where a hit saves
+    transferring it (its transferred tokens count there as looked up and not hit)."""
+    out: dict[str, Any] = {}
+    for pool, cs in (("prefill", prefill_c), ("decode", decode_c)):
+        hits = sum(c["prefix_hit_tokens"] for c in cs)
+        looked_up = sum(c["prompt_tokens_admitted"] for c in cs)
+        out[f"{pool}_prefix_hit_tokens"] = hits
+        out[f"{pool}_prompt_tokens"] = looked_up
+        out[f"{pool}_prefix_hit_rate"] = over(hits, looked_up)
+    both = [*prefill_c, *decode_c]
+    out["prefix_hit_tokens"] = out["prefill_prefix_hit_tokens"] + out["decode_prefix_hit_tokens"]
+    out["prefix_hit_rate"] = over(
+        out["prefix_hit_tokens"], out["prefill_prompt_tokens"] + out["decode_prompt_tokens"]
+    )
+    out["prefix_hit_rate_first_admission"] = over(
+        sum(c["first_hit_tokens"] for c in both), sum(c["first_prompt_tokens"] for c in both)
+    )
+    return out
 
 
 def _per_request(workload: Any, rows: np.ndarray, values: np.ndarray, fill: int) -> np.ndarray:
