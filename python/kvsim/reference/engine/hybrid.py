@@ -60,19 +60,11 @@ class Hybrid(State):
                 return 0  # no block boundary within reach: the waiting phase stops here
         watermark = self.admission_watermark()
         free = kv.num_free_blocks
-        if cfg.admission_gate == "full-prompt" and (
-            kv.need(
-                s.idx,
-                total,
-                hit,
-                hit.tokens,
-                capped=True,
-                checkpoint=kv.needs_checkpoint(hit.tokens, total, total, s.prompt_len),
-            )
-            + watermark
-            > free
-        ):
-            return 0
+        if cfg.admission_gate == "full-prompt":
+            full = self.gate_tokens(total)
+            checkpoint = kv.needs_checkpoint(hit.tokens, full, total, s.prompt_len)
+            if kv.need(s.idx, full, hit, hit.tokens, capped=True, checkpoint=checkpoint) + watermark > free:
+                return 0
         end = hit.tokens + num_new
         checkpoint = kv.needs_checkpoint(hit.tokens, end, total, s.prompt_len)
         if kv.need(s.idx, end, hit, hit.tokens, checkpoint=checkpoint) + watermark > free:

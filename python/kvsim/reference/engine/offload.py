@@ -276,7 +276,7 @@ class Offload(HybridTier, State):
         free = pool.num_free_blocks
         evictable = sum(1 for b in hits if pool.ref_cnt(b) == 0)
         watermark = self.admission_watermark()
-        full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
+        full = self.gate_tokens(total)
         if cfg.admission_gate == "full-prompt" and _cdiv(full, bs) - len(hits) + evictable + watermark > free:
             return None
         end = local + ext
@@ -411,7 +411,7 @@ class Offload(HybridTier, State):
         table = len(kv.block_table(s.idx))
         watermark = self.admission_watermark()
         free = kv.num_free_blocks
-        full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
+        full = self.gate_tokens(total)
         if cfg.admission_gate == "full-prompt" and _cdiv(full, bs) - table + watermark > free:
             return 0
         if _cdiv(s.num_computed + num_new, bs) - table + watermark > free:

@@ -6,7 +6,7 @@
 //! With Mamba groups and prefix caching (vLLM's `mamba_cache_mode="align"`) prefill chunks are cut to
 //! block boundaries first (`mamba_split`), and a request whose Mamba hit was keyed in the same step waits.
 
-use super::admission::{NEVER, over_budget};
+use super::admission::{NEVER, gate_tokens, over_budget};
 use super::{Engine, EngineConfig, Memory, MemoryState, event};
 use crate::kv_groups::{GroupKind, GroupSpec, Groups, HybridTables, KeyCache};
 use crate::{BlockId, BlockPool};
@@ -101,20 +101,22 @@ impl Engine<'_> {
         }
         let free = u64::from(pool.num_free_blocks());
         let keyed = &self.step_keys;
-        if cfg.full_prompt_gate
-            && groups.need(
+        if cfg.full_prompt_gate {
+            let full = gate_tokens(cfg, total);
+            let checkpoint = groups.needs_checkpoint(hit, full, total, prompt);
+            let need = groups.need(
                 pool,
                 None,
-                total,
+                full,
                 Some(&self.lookup),
                 hit,
                 true,
-                groups.needs_checkpoint(hit, total, total, prompt),
+                checkpoint,
                 keyed,
-            ) + watermark
-                > free
-        {
-            return 0;
+            );
+            if need + watermark > free {
+                return 0;
+            }
         }
         let end = hit + num_new;
         let checkpoint = groups.needs_checkpoint(hit, end, total, prompt);

@@ -6,7 +6,7 @@ use super::{Job, What, private_hi};
 use crate::BlockKey;
 use crate::block_table::{BlockTable, blocks_for, div_bs};
 use crate::cpu_tier::{MISS, PENDING};
-use crate::engine::admission::{GpuHits, NEVER};
+use crate::engine::admission::{GpuHits, NEVER, gate_tokens};
 use crate::engine::timing::Transfer;
 use crate::engine::{Engine, Memory, event, reject};
 
@@ -385,7 +385,7 @@ impl Engine<'_> {
         let free = u64::from(pool.num_free_blocks());
         let num_hits = self.hits.len() as u64;
         let evictable = BlockTable::num_evictable(pool, &self.hits);
-        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
+        let full = gate_tokens(cfg, total);
         if cfg.full_prompt_gate && blocks_for(full, bs) - num_hits + evictable + watermark > free {
             return None;
         }
@@ -637,7 +637,7 @@ impl Engine<'_> {
         let s = &mut self.slab[k];
         let table = s.table.blocks().len() as u64;
         let free = u64::from(pool.num_free_blocks());
-        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
+        let full = gate_tokens(cfg, total);
         if cfg.full_prompt_gate && blocks_for(full, bs) - table + watermark > free {
             return 0;
         }

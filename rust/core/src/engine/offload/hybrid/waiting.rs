@@ -7,7 +7,7 @@
 
 use super::{cdiv, load_window};
 use crate::cpu_tier::{CpuTier, MISS, PENDING};
-use crate::engine::admission::GpuHits;
+use crate::engine::admission::{GpuHits, gate_tokens};
 use crate::engine::offload::private_hi;
 use crate::engine::timing::Transfer;
 use crate::engine::{Engine, Memory, event};
@@ -227,7 +227,7 @@ impl Engine<'_> {
             unreachable!("hybrid pools are paged")
         };
         let free = u64::from(pool.num_free_blocks());
-        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
+        let full = gate_tokens(cfg, total);
         let keyed = &self.step_keys;
         let hit = Some(&self.lookup);
         let checkpoint = groups.needs_checkpoint(end, full, total, prompt);
@@ -386,7 +386,7 @@ impl Engine<'_> {
             .hybrid
             .as_ref()
             .expect("a held request holds tables");
-        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
+        let full = gate_tokens(cfg, total);
         if cfg.full_prompt_gate
             && groups.need(
                 pool,
