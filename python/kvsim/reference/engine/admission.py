@@ -8,6 +8,7 @@ from __future__ import annotations
 from kvsim.reference.engine.output import REJECTED
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
+from kvsim.reference.kv_groups import Lookup
 
 NEVER = -1  # try_admit: this sequence can never start
 # try_admit: chunked prefill off, more tokens than the budget left, and `waiting_over_budget="skip"`
@@ -72,10 +73,12 @@ class Admission(State):
         assert mml is None or total < mml, f"a waiting request of {total} tokens, max_model_len {mml}"
         return total if mml is None else min(total, mml)
 
-    def try_admit(self, s: Seq, budget: int) -> int:
+    def try_admit(self, s: Seq, budget: int, looked: Lookup | None = None) -> int:
         """Allocates a waiting sequence's first chunk; returns its token count, 0 if it cannot start now,
         NEVER if it cannot ever start (without chunked prefill, more tokens than a step's budget) or SKIP
-        (see `over_budget`)."""
+        (see `over_budget`). `looked`: over a hybrid pool, `s`'s lookup over every group made just before
+        (a CPU tier's or a decode replica's, which found nothing to load), not run twice (Rust
+        `GpuHits::Looked`)."""
         cfg, bs = self.cfg, self.bs
         total = s.num_tokens
         if not self.paged:
@@ -92,7 +95,7 @@ class Admission(State):
             self.log("admit", s, *region)
             return num_new
         if self.hybrid:
-            return self.hybrid_try_admit(s, budget)
+            return self.hybrid_try_admit(s, budget, looked)
         segs = s.segments()
         hits, _ = self.kv._hits(segs, total)
         hit = len(hits) * bs

@@ -34,11 +34,14 @@ pub(super) fn gate_tokens(cfg: &EngineConfig, total: u64) -> u64 {
 }
 
 /// A waiting request's GPU hits for `try_admit_after`: to be looked up, or in `Engine::hits` already
-/// with the last one's key (a CPU tier's lookup took them just before: not asked twice).
+/// with the last one's key (a CPU tier's lookup took them just before: not asked twice), or, over a
+/// hybrid pool, its lookup over every group in `Engine::lookup` already (`Looked`: a CPU tier's or a
+/// decode replica's lookup ran it just before and found nothing to load; not run twice).
 #[derive(Clone, Copy, Debug)]
 pub(super) enum GpuHits {
     Ask,
     Taken(Option<crate::BlockKey>),
+    Looked,
 }
 
 impl Engine<'_> {
@@ -91,11 +94,12 @@ impl Engine<'_> {
                 self.log_count(event::ADMIT, row, region.0 as i64, region.1 as i64);
                 num_new
             }
-            Memory::Paged(_) if cfg.groups.is_some() => self.hybrid_try_admit(k, budget),
+            Memory::Paged(_) if cfg.groups.is_some() => self.hybrid_try_admit(k, budget, found),
             Memory::Paged(_) => {
                 let last_key = match found {
                     GpuHits::Taken(last_key) => last_key,
                     GpuHits::Ask => self.gpu_hits(k),
+                    GpuHits::Looked => unreachable!("a hybrid pool's lookup"),
                 };
                 let Memory::Paged(pool) = &mut self.mem else {
                     unreachable!()

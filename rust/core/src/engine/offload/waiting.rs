@@ -478,7 +478,8 @@ impl Engine<'_> {
     /// remote request's GPU hit every group agrees on (within `prompt_len - 1` tokens) and its transfer
     /// up to the scheduler's last full block of its prompt (with a Mamba group: up to its last token but
     /// one), admitted by a hybrid load's rules
-    /// (`h_admit_remote`); otherwise (not remote, or nothing to transfer) an ordinary admission.
+    /// (`h_admit_remote`); otherwise (not remote, or nothing to transfer: with the lookup made here,
+    /// `Looked`) an ordinary admission.
     fn h_remote_head(&mut self, k: usize, budget: u64) -> Option<u64> {
         if !self.slab[k].remote {
             return Some(self.try_admit_after(k, budget, GpuHits::Ask));
@@ -488,7 +489,7 @@ impl Engine<'_> {
         let local = self.hybrid_lookup(k);
         let end = groups.remote_end(self.slab[k].num_tokens());
         if end <= local {
-            return Some(self.try_admit_after(k, budget, GpuHits::Ask));
+            return Some(self.try_admit_after(k, budget, GpuHits::Looked));
         }
         let admitted = self.h_admit_remote(k, end);
         self.hold_head(k, admitted)

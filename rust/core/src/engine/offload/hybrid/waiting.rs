@@ -61,7 +61,7 @@ impl Engine<'_> {
     /// `tier_head` for a hybrid model's waiting request `k`: its lookup (vLLM's
     /// `get_num_new_matched_tokens`: the connector's tables start over, every chunk is offered again;
     /// a transfer of its own in flight, a pending chunk in its hit or one another request is loading
-    /// skip it), then a load's admission or an ordinary one.
+    /// skip it), then a load's admission or an ordinary one (with the lookup made here: `Looked`).
     pub(in crate::engine::offload) fn h_tier_head(
         &mut self,
         k: usize,
@@ -81,7 +81,7 @@ impl Engine<'_> {
         let local = self.hybrid_lookup(k);
         match self.h_tier_hit(k, local) {
             None => self.skip_head(k, skipped_waiting),
-            Some(0) => Some(self.try_admit_after(k, budget, GpuHits::Ask)),
+            Some(0) => Some(self.try_admit_after(k, budget, GpuHits::Looked)),
             Some(ext) => {
                 let admitted = self.h_admit_load(k, ext);
                 self.hold_head(k, admitted)
