@@ -11,7 +11,7 @@ import dataclasses
 import hypothesis.strategies as st
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 
 import kvsim
 from kvsim.model.layers import Layer, MambaState
@@ -109,6 +109,40 @@ def hybrid_configs(draw) -> kvsim.SimConfig:
 def test_rust_engine_equals_reference_on_hybrid_layouts(w, cfg, every):
     res = assert_same(w, cfg, every)
     assert set(res.requests["status"]) <= {"finished", "rejected"}
+
+
+@given(hybrid_configs(), st.integers(60, 200), st.data())
+def test_the_gate_s_cap_at_max_model_len_never_bites(cfg, mml, data):
+    """vLLM 0.33.0's full-prompt gate asks room for `min(request.num_tokens, max_model_len)`
+    (`KVCacheManager.allocate_slots`, `full_sequence_must_fit`); both engines cap alike (`gate_tokens`),
+    and the cap never bites: a prompt reaching `max_model_len` is rejected at arrival (reason 1) and the
+    target keeps `prompt + target <= max_model_len`, so a waiting request, new or preempted, has fewer
+    tokens. The reference asserts it at every gate (the Rust engine debug-asserts it); here on prompts
+    around `max_model_len`, outputs past it and pools small enough to preempt, the engines agree and no
+    sequence ends past `max_model_len` tokens (DESIGN.md §Engine, step 3)."""
+    # About a long sequence's blocks (its full-attention groups' grow with it), so that two preempt.
+    per_seq = sum(-(-mml // g.block_size) if g.kind == "full" else 4 for g in cfg.pool.layout.groups)
+    try:
+        cfg = cfg.replace(
+            max_model_len=mml,
+            admission_gate="full-prompt",
+            num_blocks=data.draw(st.integers(per_seq, 3 * per_seq // 2)),
+            max_num_seqs=data.draw(st.integers(2, 8)),
+            chunked_prefill=True,
+        )
+    except kvsim.InvalidArgumentError:
+        assume(False)
+    n = data.draw(st.integers(2, 8))
+    prompts = data.draw(st.lists(st.integers(mml // 3, mml + 3), min_size=n, max_size=n))
+    outputs = data.draw(st.lists(st.integers(1, 300), min_size=n, max_size=n))
+    arrivals = sorted(data.draw(st.lists(st.sampled_from([0.0, 1e-3, 5e-3]), min_size=n, max_size=n)))
+    w = Workload(arrival=arrivals, prompt_len=prompts, output_len=outputs)
+    res = assert_same(w, cfg)
+    raw = res.raw
+    prompt = np.asarray(prompts)
+    np.testing.assert_array_equal(raw.reject_reason[prompt >= mml], 1)
+    fits = prompt < mml
+    assert (prompt[fits] + raw.generated[fits] <= mml).all()
 
 
 @given(workloads(), st.integers(4, 80), st.sampled_from([1, 4, 16]), st.booleans(), st.integers(1, 8))

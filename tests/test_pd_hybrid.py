@@ -291,19 +291,118 @@ def test_gpt_oss_behind_a_prefill_pool_agrees_and_moves_the_pool_s_stride():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_prefill_pool_of_another_block_size_is_refused_for_state_groups_with_prefix_caching(backend):
+def test_a_prefill_pool_of_another_block_size_is_refused_for_state_groups(backend):
     """vLLM 0.33.0's NIXL worker refuses Mamba states with prefix caching across pools of unequal blocks
-    (`_validate_remote_agent_handshake`); without prefix caching it reads them."""
+    (`_validate_remote_agent_handshake`); without prefix caching it pairs the attention blocks by kernel
+    block (`_apply_prefix_caching`), which kvsim does not model: refused too, saying which. One block size
+    runs."""
     cfg = _mamba_config(time_model="ticks")
     other = cfg.replace(block_size=2 * BS)
     assert other.engine_block_size != cfg.engine_block_size
     w = Workload(arrival=[0.0], prompt_len=[40], output_len=[2])
     args = {"replicas": 1, "prefill_replicas": 1, "pd_link_ps_per_block": 1, "backend": backend}
-    with pytest.raises(InvalidArgumentError, match=r"prefill_config's block size 32 differs .* Mamba"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"prefill_config's block size 32 differs .* Mamba .* refuses"
+    ):
         kvsim.simulate_cluster(w, cfg, prefill_config=other, **args)
     off = cfg.replace(enable_prefix_caching=False)
-    r = kvsim.simulate_cluster(w, off, prefill_config=other.replace(enable_prefix_caching=False), **args)
+    with pytest.raises(InvalidArgumentError, match=r"block size 32 differs .* by kernel block .* not model"):
+        kvsim.simulate_cluster(w, off, prefill_config=other.replace(enable_prefix_caching=False), **args)
+    r = kvsim.simulate_cluster(w, off, prefill_config=off.replace(max_num_seqs=2), **args)
     assert r.requests["status"].to_list() == ["finished"]
+
+
+def test_a_prefill_pool_of_another_tp_moves_the_decode_side_s_share_of_a_state():
+    """Granite-4.0-H-Tiny (Mamba 2 states beside full attention) decoding at tp 2 behind a prefill pool at
+    tp 1: vLLM 0.33.0's NIXL worker reads each decode rank's slice of the prefill rank's conv and SSM state
+    (`_build_mamba_remote`, `ssm_conv_transfer_utils.py` `remote_conv_offsets`: the 3-read), so a decode
+    rank moves its own share, which is kvsim's rule (the decode side's blocks and stride); the block is 400
+    tokens at both sizes (the attention and state pages both halve), so the fleet runs, both engines alike."""
+    cfg = kvsim.SimConfig(model="granite-4.0-h-tiny", gpu="h100-80gb", tensor_parallel_size=2)
+    pre = kvsim.SimConfig(model="granite-4.0-h-tiny", gpu="h100-80gb", tensor_parallel_size=1)
+    assert cfg.engine_block_size == pre.engine_block_size == 400
+    assert pre.pool.layout.bytes_per_block == 2 * cfg.pool.layout.bytes_per_block
+    w = synthetic(40, seed=3, arrival_rate=20.0)
+    runs = [
+        kvsim.simulate_cluster(w, cfg, replicas=1, prefill_replicas=1, prefill_config=pre, backend=b)
+        for b in BACKENDS
+    ]
+    assert_fleets_equal(runs[1], runs[0])
+    s = runs[1].summary
+    req = runs[1].requests
+    prompts = req.filter(req["prefill_replica"] >= 0)["prompt_len"].to_numpy()
+    assert s["pd_transfers"] == len(prompts) > 0
+    states = sum(g.kind == "mamba" for g in cfg.pool.layout.groups)
+    assert s["pd_transfer_blocks"] == int(sum(-(-(n - 1) // 400) + states for n in prompts))
+    assert s["pd_transfer_bytes"] == s["pd_transfer_blocks"] * cfg.pool.layout.bytes_per_block * 2
+
+
+def test_a_prefill_pool_of_another_tp_that_resizes_the_block_is_refused(capsys):
+    """Qwen3-Next-80B-A3B's 2 KV heads are replicated at tp 4 and 8 while its states split: its block is 320
+    tokens at tp 4 and 192 at tp 8 (272 and 144 without prefix caching), so a prefill pool at tp 8 behind
+    decode replicas at tp 4 is refused naming both sizes, with or without prefix caching; and on the command line, one line, exit 2."""
+    from kvsim.cli import main
+
+    cfg = kvsim.SimConfig(model="qwen3-next-80b-a3b", gpu="h100-80gb", tensor_parallel_size=4)
+    pre = cfg.replace(tensor_parallel_size=8)
+    for caching in (True, False):
+        with pytest.raises(
+            InvalidArgumentError,
+            match=r"block size (192|144) differs from the decode replicas' (320|272) \(tensor_parallel_size 8 against 4",
+        ):
+            kvsim.simulate_cluster(
+                synthetic(3, seed=1),
+                cfg.replace(enable_prefix_caching=caching),
+                prefill_replicas=1,
+                prefill_config=pre.replace(enable_prefix_caching=caching),
+            )
+    argv = ["run", "--model", "qwen3-next-80b-a3b", "--gpu", "h100-80gb", "--tensor-parallel-size", "4"]
+    argv += ["--requests", "3", "--replicas", "1", "--prefill-replicas", "1"]
+    assert main([*argv, "--prefill-config", "tensor_parallel_size=8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "block size 192 differs from the decode replicas' 320" in err[0], err
+
+
+def test_pools_whose_tp_sizes_do_not_divide_one_another_are_refused(capsys, tmp_path):
+    """vLLM 0.33.0's NIXL connector asserts that one pool's TP divides the other's
+    (`kv_connector/utils.py` `TransferTopology.tp_ratio`), for any model: decode at tp 2 behind a prefill
+    pool at tp 3 is refused naming both; and on the command line, one line, exit 2."""
+    from kvsim.cli import main
+
+    cfg = kvsim.SimConfig(num_blocks=60, block_size=4, tensor_parallel_size=2)
+    w = Workload(arrival=[0.0], prompt_len=[40], output_len=[2])
+    args = {"prefill_replicas": 1, "pd_link_ps_per_block": 1}
+    with pytest.raises(
+        InvalidArgumentError, match=r"tensor_parallel_size 3 and the decode replicas' 2 do not"
+    ):
+        kvsim.simulate_cluster(w, cfg, prefill_config=cfg.replace(tensor_parallel_size=3), **args)
+    four = kvsim.simulate_cluster(w, cfg, prefill_config=cfg.replace(tensor_parallel_size=4), **args)
+    assert four.requests["status"].to_list() == ["finished"]
+    # On the command line (a catalogue model takes no tp 3: a Llama-3.1-8B of 24 heads, 6 KV heads does).
+    import json
+
+    from kvsim.model.catalogue import ENTRIES
+
+    model = tmp_path / "config.json"
+    fields = {"num_attention_heads": 24, "num_key_value_heads": 6, "hidden_size": 3072, "head_dim": 128}
+    model.write_text(json.dumps({**ENTRIES["llama-3.1-8b"][1], **fields, "intermediate_size": 12288}))
+    argv = [
+        "run",
+        "--requests",
+        "3",
+        "--model",
+        str(model),
+        "--gpu",
+        "h100-80gb",
+        "--tensor-parallel-size",
+        "2",
+    ]
+    argv += ["--replicas", "1", "--prefill-replicas", "1", "--prefill-config", "tensor_parallel_size=3"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "tensor_parallel_size 3 and the decode replicas' 2 do not divide" in err[0], err
 
 
 def test_qwen3_next_behind_a_prefill_pool_agrees_and_moves_three_state_slots_a_request():

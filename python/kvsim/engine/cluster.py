@@ -252,19 +252,42 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
         )
     for c, whose in ((first, what), (pc, "prefill_config")):
         _check_hybrid_transfer(c, whose)
+    tp, ptp = first.tensor_parallel_size, pc.tensor_parallel_size
+    if max(tp, ptp) % min(tp, ptp):
+        raise InvalidArgumentError(
+            f"prefill_config's tensor_parallel_size {ptp} and the decode replicas' {tp} do not divide one "
+            "another: vLLM 0.33.0's NIXL connector maps each decode rank onto whole prefill ranks or the "
+            'reverse and asserts it (TransferTopology.tp_ratio, "Local tensor parallel size ... is not '
+            'divisible by remote tensor parallel size"); give the pools TP sizes of which one divides the '
+            "other (DESIGN.md §Prefill/decode disaggregation)"
+        )
     layout = first.pool.layout
     if (
         layout is not None
         and any(g.kind == "mamba" for g in layout.groups)
-        and first.enable_prefix_caching
         and pc.engine_block_size != first.engine_block_size
     ):
+        if first.enable_prefix_caching:
+            why = (
+                "with prefix caching vLLM 0.33.0's NIXL connector refuses it (\"Prefix caching with "
+                'heterogeneous physical_blocks_per_logical is not supported for Mamba hybrid models")'
+            )
+        else:
+            why = (
+                "vLLM 0.33.0's NIXL connector then pairs the pools' attention blocks by kernel block "
+                "(TransferTopology.block_size_ratio, _apply_prefix_caching), which kvsim, with no kernel blocks, "
+                "does not model"
+            )
+        tps = (
+            f" (tensor_parallel_size {ptp} against {tp}: a block holds one GPU's share of a state)"
+            if tp != ptp
+            else ""
+        )
         raise InvalidArgumentError(
             f"prefill_config's block size {pc.engine_block_size} differs from the decode replicas' "
-            f"{first.engine_block_size} for model {getattr(first.model, 'name', first.model)}'s Mamba (state) "
-            "groups with prefix caching: vLLM 0.33.0's NIXL connector refuses it (\"Prefix caching with "
-            'heterogeneous physical_blocks_per_logical is not supported for Mamba hybrid models"); give both '
-            'pools one block size (DESIGN.md §Prefill/decode disaggregation, "A Mamba (state) group")'
+            f"{first.engine_block_size}{tps} for model {getattr(first.model, 'name', first.model)}'s Mamba "
+            f"(state) groups: {why}; give both pools one block size (DESIGN.md §Prefill/decode "
+            'disaggregation, "A Mamba (state) group")'
         )
     for knob, needed in (
         ("policy", "vllm"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from kvsim.reference.engine.output import REJECTED
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
+from kvsim.reference.kv_groups import Lookup
 
 NEVER = -1  # try_admit: this sequence can never start
 # try_admit: chunked prefill off, more tokens than the budget left, and `waiting_over_budget="skip"`
@@ -61,10 +62,23 @@ class Admission(State):
         the waiting phase ends, vLLM >= 0.12) or SKIP (try the next one, vLLM 0.9.2 to 0.11.2)."""
         return SKIP if self.cfg.waiting_over_budget == "skip" else 0
 
-    def try_admit(self, s: Seq, budget: int) -> int:
+    def gate_tokens(self, total: int) -> int:
+        """The tokens the full-prompt gate asks room for, for a waiting request of `total` tokens: vLLM
+        0.33.0's `min(request.num_tokens, max_model_len)` (`KVCacheManager.allocate_slots` with
+        `full_sequence_must_fit`; `Scheduler._request_remaining_blocks`). The cap never bites in kvsim: a
+        request reaching `max_model_len` is rejected at arrival and its target keeps `prompt + target <=
+        max_model_len`, so a waiting one (new, preempted, held) has at most `max_model_len − 1` tokens
+        (DESIGN.md §Engine, step 3; asserted here, Rust `gate_tokens`)."""
+        mml = self.cfg.max_model_len
+        assert mml is None or total < mml, f"a waiting request of {total} tokens, max_model_len {mml}"
+        return total if mml is None else min(total, mml)
+
+    def try_admit(self, s: Seq, budget: int, looked: Lookup | None = None) -> int:
         """Allocates a waiting sequence's first chunk; returns its token count, 0 if it cannot start now,
         NEVER if it cannot ever start (without chunked prefill, more tokens than a step's budget) or SKIP
-        (see `over_budget`)."""
+        (see `over_budget`). `looked`: over a hybrid pool, `s`'s lookup over every group made just before
+        (a CPU tier's or a decode replica's, which found nothing to load), not run twice (Rust
+        `GpuHits::Looked`)."""
         cfg, bs = self.cfg, self.bs
         total = s.num_tokens
         if not self.paged:
@@ -81,7 +95,7 @@ class Admission(State):
             self.log("admit", s, *region)
             return num_new
         if self.hybrid:
-            return self.hybrid_try_admit(s, budget)
+            return self.hybrid_try_admit(s, budget, looked)
         segs = s.segments()
         hits, _ = self.kv._hits(segs, total)
         hit = len(hits) * bs
@@ -99,7 +113,7 @@ class Admission(State):
         if cfg.policy == "reserve":
             need = self.peak_blocks(s) - len(hits)
         elif cfg.admission_gate == "full-prompt":
-            need = -(-total // bs) - len(hits)
+            need = -(-self.gate_tokens(total) // bs) - len(hits)
         else:
             need = first
         if need + evictable + self.admission_watermark() > free:

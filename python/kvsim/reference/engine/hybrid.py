@@ -41,12 +41,13 @@ class Hybrid(State):
         decode replica's transfer (`h_remote_lookup`) start alike."""
         return self.hkv.lookup(s.segments(), s.num_tokens - 1)
 
-    def hybrid_try_admit(self, s: Seq, budget: int) -> int:
+    def hybrid_try_admit(self, s: Seq, budget: int, looked: Lookup | None = None) -> int:
         """`try_admit` for a hybrid pool: 0 if the head cannot start now, NEVER, SKIP, or its first
-        chunk's tokens (vLLM's `get_computed_blocks` + `allocate_slots(full_sequence_must_fit=...)`)."""
+        chunk's tokens (vLLM's `get_computed_blocks` + `allocate_slots(full_sequence_must_fit=...)`). Its
+        lookup is run here, or is `looked` (made just before: Rust `GpuHits::Looked`)."""
         cfg, kv = self.cfg, self.hkv
         total = s.num_tokens
-        hit = self.hybrid_lookup(s)
+        hit = self.hybrid_lookup(s) if looked is None else looked
         num_new = total - hit.tokens
         if cfg.chunked_prefill:
             num_new = min(num_new, budget)
@@ -60,19 +61,11 @@ class Hybrid(State):
                 return 0  # no block boundary within reach: the waiting phase stops here
         watermark = self.admission_watermark()
         free = kv.num_free_blocks
-        if cfg.admission_gate == "full-prompt" and (
-            kv.need(
-                s.idx,
-                total,
-                hit,
-                hit.tokens,
-                capped=True,
-                checkpoint=kv.needs_checkpoint(hit.tokens, total, total, s.prompt_len),
-            )
-            + watermark
-            > free
-        ):
-            return 0
+        if cfg.admission_gate == "full-prompt":
+            full = self.gate_tokens(total)
+            checkpoint = kv.needs_checkpoint(hit.tokens, full, total, s.prompt_len)
+            if kv.need(s.idx, full, hit, hit.tokens, capped=True, checkpoint=checkpoint) + watermark > free:
+                return 0
         end = hit.tokens + num_new
         checkpoint = kv.needs_checkpoint(hit.tokens, end, total, s.prompt_len)
         if kv.need(s.idx, end, hit, hit.tokens, checkpoint=checkpoint) + watermark > free:

@@ -150,15 +150,15 @@ class Offload(HybridTier, State):
                 num_new = self.try_resume_loaded(s, budget)
             elif self.hybrid and self.tier is None:
                 # A decode replica's connector over a hybrid pool: a remote request's transfer, else an
-                # ordinary admission.
+                # ordinary admission (a remote one's with the lookup made here).
                 found_h = self.h_remote_lookup(s)
-                if found_h is not None:
+                if found_h is not None and found_h[1] > 0:
                     if self.h_admit_remote(s, *found_h):
                         skipped_held.append(queue.popleft())
                         continue
                     num_new = 0
                 else:
-                    num_new = self.try_admit(s, budget)
+                    num_new = self.try_admit(s, budget, None if found_h is None else found_h[0])
             elif self.hybrid:
                 got = self.h_lookup(s)
                 if got is None:
@@ -170,7 +170,7 @@ class Offload(HybridTier, State):
                         continue
                     num_new = 0
                 else:
-                    num_new = self.try_admit(s, budget)
+                    num_new = self.try_admit(s, budget, got[0])
                     if num_new > 0:
                         s.junction = self.hkv.junction(s.idx)
             else:
@@ -299,7 +299,7 @@ class Offload(HybridTier, State):
         free = pool.num_free_blocks
         evictable = sum(1 for b in hits if pool.ref_cnt(b) == 0)
         watermark = self.admission_watermark()
-        full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
+        full = self.gate_tokens(total)
         if cfg.admission_gate == "full-prompt" and _cdiv(full, bs) - len(hits) + evictable + watermark > free:
             return None
         end = local + ext
@@ -387,14 +387,12 @@ class Offload(HybridTier, State):
     def h_remote_lookup(self, s: Seq) -> tuple[Lookup, int] | None:
         """A hybrid decode replica's remote request: its GPU hit every group agrees on (within
         `prompt_len - 1` tokens) and the tokens beyond it up to the scheduler's last full block of its
-        prompt (with a Mamba group: up to its last token but one) (the transfer); None for an ordinary
-        admission (not remote, or nothing to transfer)."""
+        prompt (with a Mamba group: up to its last token but one) (the transfer; none if not positive: an
+        ordinary admission with this lookup); None if not remote (an ordinary admission)."""
         if not s.remote:
             return None
-        kv = self.hkv
         hit = self.hybrid_lookup(s)
-        ext = kv.remote_end(s.num_tokens) - hit.tokens
-        return (hit, ext) if ext > 0 else None
+        return hit, self.hkv.remote_end(s.num_tokens) - hit.tokens
 
     def h_admit_remote(self, s: Seq, hit: Lookup, ext: int) -> bool:
         """`admit_remote` over a hybrid pool (DESIGN.md §Prefill/decode disaggregation, a hybrid model):
@@ -458,7 +456,7 @@ class Offload(HybridTier, State):
         table = len(kv.block_table(s.idx))
         watermark = self.admission_watermark()
         free = kv.num_free_blocks
-        full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
+        full = self.gate_tokens(total)
         if cfg.admission_gate == "full-prompt" and _cdiv(full, bs) - table + watermark > free:
             return 0
         if _cdiv(s.num_computed + num_new, bs) - table + watermark > free:

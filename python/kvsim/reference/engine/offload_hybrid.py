@@ -285,7 +285,7 @@ class HybridTier(State):
         local, total = hit.tokens, s.num_tokens
         free = kv.num_free_blocks
         watermark = self.admission_watermark()
-        full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
+        full = self.gate_tokens(total)
         checkpoint = kv.needs_checkpoint(end, full, total, s.prompt_len)
         if (
             cfg.admission_gate == "full-prompt"
@@ -360,7 +360,7 @@ class HybridTier(State):
             if num_new == 0:
                 return 0  # no block boundary within reach: the waiting phase stops here
         watermark = self.admission_watermark()
-        full = total if cfg.max_model_len is None else min(total, cfg.max_model_len)
+        full = self.gate_tokens(total)
         if (
             cfg.admission_gate == "full-prompt"
             and kv.need(

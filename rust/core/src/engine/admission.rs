@@ -18,12 +18,30 @@ pub(super) fn over_budget(cfg: &EngineConfig) -> u64 {
     if cfg.skip_over_budget { SKIP } else { 0 }
 }
 
+/// The tokens the full-prompt gate asks room for, for a waiting request of `total` tokens: vLLM 0.33.0's
+/// `min(request.num_tokens, max_model_len)` (`KVCacheManager.allocate_slots` with
+/// `full_sequence_must_fit`; `Scheduler._request_remaining_blocks`). The cap never bites here: a request
+/// reaching `max_model_len` is rejected at arrival and its target keeps `prompt + target <= max_model_len`,
+/// so a waiting one (new, preempted, held) has at most `max_model_len − 1` tokens (DESIGN.md §Engine, step
+/// 3; debug-asserted, the reference's `gate_tokens` asserts it always).
+pub(super) fn gate_tokens(cfg: &EngineConfig, total: u64) -> u64 {
+    debug_assert!(
+        cfg.max_model_len.is_none_or(|m| total < m),
+        "a waiting request of {total} tokens, max_model_len {:?}",
+        cfg.max_model_len
+    );
+    cfg.max_model_len.map_or(total, |m| total.min(m))
+}
+
 /// A waiting request's GPU hits for `try_admit_after`: to be looked up, or in `Engine::hits` already
-/// with the last one's key (a CPU tier's lookup took them just before: not asked twice).
+/// with the last one's key (a CPU tier's lookup took them just before: not asked twice), or, over a
+/// hybrid pool, its lookup over every group in `Engine::lookup` already (`Looked`: a CPU tier's or a
+/// decode replica's lookup ran it just before and found nothing to load; not run twice).
 #[derive(Clone, Copy, Debug)]
 pub(super) enum GpuHits {
     Ask,
     Taken(Option<crate::BlockKey>),
+    Looked,
 }
 
 impl Engine<'_> {
@@ -76,11 +94,12 @@ impl Engine<'_> {
                 self.log_count(event::ADMIT, row, region.0 as i64, region.1 as i64);
                 num_new
             }
-            Memory::Paged(_) if cfg.groups.is_some() => self.hybrid_try_admit(k, budget),
+            Memory::Paged(_) if cfg.groups.is_some() => self.hybrid_try_admit(k, budget, found),
             Memory::Paged(_) => {
                 let last_key = match found {
                     GpuHits::Taken(last_key) => last_key,
                     GpuHits::Ask => self.gpu_hits(k),
+                    GpuHits::Looked => unreachable!("a hybrid pool's lookup"),
                 };
                 let Memory::Paged(pool) = &mut self.mem else {
                     unreachable!()
@@ -102,7 +121,7 @@ impl Engine<'_> {
                 let need = if cfg.policy == Policy::Reserve {
                     peak_blocks(cfg, s) - num_hits
                 } else if cfg.full_prompt_gate {
-                    blocks_for(total, bs) - num_hits
+                    blocks_for(gate_tokens(cfg, total), bs) - num_hits
                 } else {
                     first
                 };

@@ -6,7 +6,7 @@
 //! With Mamba groups and prefix caching (vLLM's `mamba_cache_mode="align"`) prefill chunks are cut to
 //! block boundaries first (`mamba_split`), and a request whose Mamba hit was keyed in the same step waits.
 
-use super::admission::{NEVER, over_budget};
+use super::admission::{GpuHits, NEVER, gate_tokens, over_budget};
 use super::{Engine, EngineConfig, Memory, MemoryState, event};
 use crate::kv_groups::{GroupKind, GroupSpec, Groups, HybridTables, KeyCache};
 use crate::{BlockId, BlockPool};
@@ -75,12 +75,17 @@ impl Engine<'_> {
     }
 
     /// `try_admit` for a hybrid pool: 0 if the head cannot start now, `NEVER`, `SKIP`, or its first
-    /// chunk's tokens (vLLM's `get_computed_blocks` + `allocate_slots(full_sequence_must_fit=...)`).
-    pub(super) fn hybrid_try_admit(&mut self, k: usize, budget: u64) -> u64 {
+    /// chunk's tokens (vLLM's `get_computed_blocks` + `allocate_slots(full_sequence_must_fit=...)`). Its
+    /// lookup is run here, or (`GpuHits::Looked`) is in `self.lookup` already.
+    pub(super) fn hybrid_try_admit(&mut self, k: usize, budget: u64, found: GpuHits) -> u64 {
         let cfg = self.cfg;
         let groups = cfg.groups.as_ref().expect("a hybrid pool");
         let watermark = self.admission_watermark();
-        let hit = self.hybrid_lookup(k);
+        let hit = match found {
+            GpuHits::Ask => self.hybrid_lookup(k),
+            GpuHits::Looked => self.lookup.tokens,
+            GpuHits::Taken(_) => unreachable!("a single group's hits"),
+        };
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("hybrid pools are paged")
         };
@@ -101,20 +106,22 @@ impl Engine<'_> {
         }
         let free = u64::from(pool.num_free_blocks());
         let keyed = &self.step_keys;
-        if cfg.full_prompt_gate
-            && groups.need(
+        if cfg.full_prompt_gate {
+            let full = gate_tokens(cfg, total);
+            let checkpoint = groups.needs_checkpoint(hit, full, total, prompt);
+            let need = groups.need(
                 pool,
                 None,
-                total,
+                full,
                 Some(&self.lookup),
                 hit,
                 true,
-                groups.needs_checkpoint(hit, total, total, prompt),
+                checkpoint,
                 keyed,
-            ) + watermark
-                > free
-        {
-            return 0;
+            );
+            if need + watermark > free {
+                return 0;
+            }
         }
         let end = hit + num_new;
         let checkpoint = groups.needs_checkpoint(hit, end, total, prompt);

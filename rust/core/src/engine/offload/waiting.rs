@@ -6,7 +6,7 @@ use super::{Job, What, private_hi};
 use crate::BlockKey;
 use crate::block_table::{BlockTable, blocks_for, div_bs};
 use crate::cpu_tier::{MISS, PENDING};
-use crate::engine::admission::{GpuHits, NEVER};
+use crate::engine::admission::{GpuHits, NEVER, gate_tokens};
 use crate::engine::timing::Transfer;
 use crate::engine::{Engine, Memory, event, reject};
 
@@ -385,7 +385,7 @@ impl Engine<'_> {
         let free = u64::from(pool.num_free_blocks());
         let num_hits = self.hits.len() as u64;
         let evictable = BlockTable::num_evictable(pool, &self.hits);
-        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
+        let full = gate_tokens(cfg, total);
         if cfg.full_prompt_gate && blocks_for(full, bs) - num_hits + evictable + watermark > free {
             return None;
         }
@@ -478,7 +478,8 @@ impl Engine<'_> {
     /// remote request's GPU hit every group agrees on (within `prompt_len - 1` tokens) and its transfer
     /// up to the scheduler's last full block of its prompt (with a Mamba group: up to its last token but
     /// one), admitted by a hybrid load's rules
-    /// (`h_admit_remote`); otherwise (not remote, or nothing to transfer) an ordinary admission.
+    /// (`h_admit_remote`); otherwise (not remote, or nothing to transfer: with the lookup made here,
+    /// `Looked`) an ordinary admission.
     fn h_remote_head(&mut self, k: usize, budget: u64) -> Option<u64> {
         if !self.slab[k].remote {
             return Some(self.try_admit_after(k, budget, GpuHits::Ask));
@@ -488,7 +489,7 @@ impl Engine<'_> {
         let local = self.hybrid_lookup(k);
         let end = groups.remote_end(self.slab[k].num_tokens());
         if end <= local {
-            return Some(self.try_admit_after(k, budget, GpuHits::Ask));
+            return Some(self.try_admit_after(k, budget, GpuHits::Looked));
         }
         let admitted = self.h_admit_remote(k, end);
         self.hold_head(k, admitted)
@@ -640,7 +641,7 @@ impl Engine<'_> {
         let s = &mut self.slab[k];
         let table = s.table.blocks().len() as u64;
         let free = u64::from(pool.num_free_blocks());
-        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
+        let full = gate_tokens(cfg, total);
         if cfg.full_prompt_gate && blocks_for(full, bs) - table + watermark > free {
             return 0;
         }

@@ -7,7 +7,7 @@
 
 use super::{cdiv, load_window};
 use crate::cpu_tier::{CpuTier, MISS, PENDING};
-use crate::engine::admission::GpuHits;
+use crate::engine::admission::{GpuHits, gate_tokens};
 use crate::engine::offload::private_hi;
 use crate::engine::timing::Transfer;
 use crate::engine::{Engine, Memory, event};
@@ -61,7 +61,7 @@ impl Engine<'_> {
     /// `tier_head` for a hybrid model's waiting request `k`: its lookup (vLLM's
     /// `get_num_new_matched_tokens`: the connector's tables start over, every chunk is offered again;
     /// a transfer of its own in flight, a pending chunk in its hit or one another request is loading
-    /// skip it), then a load's admission or an ordinary one.
+    /// skip it), then a load's admission or an ordinary one (with the lookup made here: `Looked`).
     pub(in crate::engine::offload) fn h_tier_head(
         &mut self,
         k: usize,
@@ -81,7 +81,7 @@ impl Engine<'_> {
         let local = self.hybrid_lookup(k);
         match self.h_tier_hit(k, local) {
             None => self.skip_head(k, skipped_waiting),
-            Some(0) => Some(self.try_admit_after(k, budget, GpuHits::Ask)),
+            Some(0) => Some(self.try_admit_after(k, budget, GpuHits::Looked)),
             Some(ext) => {
                 let admitted = self.h_admit_load(k, ext);
                 self.hold_head(k, admitted)
@@ -227,7 +227,7 @@ impl Engine<'_> {
             unreachable!("hybrid pools are paged")
         };
         let free = u64::from(pool.num_free_blocks());
-        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
+        let full = gate_tokens(cfg, total);
         let keyed = &self.step_keys;
         let hit = Some(&self.lookup);
         let checkpoint = groups.needs_checkpoint(end, full, total, prompt);
@@ -391,7 +391,7 @@ impl Engine<'_> {
             .hybrid
             .as_ref()
             .expect("a held request holds tables");
-        let full = cfg.max_model_len.map_or(total, |m| total.min(m));
+        let full = gate_tokens(cfg, total);
         if cfg.full_prompt_gate
             && groups.need(
                 pool,
