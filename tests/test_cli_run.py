@@ -1377,6 +1377,38 @@ def test_a_kv_memory_beside_blocks_without_a_model_is_named_not_listed(capsys):
     assert "note: --num-gpu-blocks-override 500 sizes the pool, not --kv-cache-memory-bytes 12.0 GiB: " in out
 
 
+def test_a_block_size_a_mamba_state_raises_is_said_and_saved_as_the_pools(capsys, tmp_path):
+    """--block-size 32 on Qwen3-Next ran 576-token blocks (vLLM's _align_hybrid_block_size, which logs
+    "Setting attention block size to 576 tokens ...") while `config:` said block_size=32 and the saved
+    JSON "block_size": 32 beside 576-token groups. Now a note names both, `config:` the pool's (and the one
+    asked), and the JSON's pool_sizing the pool's with the given one labelled beside it."""
+    argv = ["run", "--model", "qwen3-next-80b-a3b", "--gpu", "h200", "-tp", "2", "--requests", "3"]
+    assert main([*argv, "--block-size", "32", "--save-result", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "block 576," in out
+    config = next(line for line in out.splitlines() if line.startswith("config: "))
+    assert "block_size=576 (raised from 32 for the state layers)" in config
+    assert "block_size=32," not in config
+    notes = [line for line in out.splitlines() if line.startswith("note: block size")]
+    assert notes == [
+        "note: block size 32 raised to 576 tokens: qwen3-next-80b-a3b keeps Mamba states, and vLLM raises the "
+        'attention block until a page holds one (it logs "Setting attention block size to 576 tokens to ensure '
+        "that attention page size is >= mamba page size.\"); every group's block is 576 tokens "
+        "(--save-result's pool_sizing: block_size 576, block_size_given 32)"
+    ]
+    saved = json.loads(next(tmp_path.glob("*.json")).read_text())
+    sizing = saved["pool_sizing"]
+    assert (sizing["block_size"], sizing["block_size_given"]) == (576, 32)
+    assert {g["block_size"] for g in sizing["kv_groups"]} == {576}
+    assert sizing["tokens"] == sizing["num_blocks"] * 576
+    # A size the state needs no raise for, and a model without states: no note, the two sizes agree.
+    for run, size in ((argv, "576"), (LLAMA_ON_H100, "32")):
+        assert main([*run, "--block-size", size, "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["pool_sizing"]["block_size"] == data["pool_sizing"]["block_size_given"] == int(size)
+        assert not [n for n in data["notes"] if n.startswith("block size")]
+
+
 def test_the_config_line_leaves_out_a_swap_time_a_run_never_uses(capsys):
     """A hybrid model cannot swap (vLLM's hybrid manager: recompute only); its swap time was printed for
     the 16-token block asked, not the 576-token block it runs. Recompute preemption (the default) never

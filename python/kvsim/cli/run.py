@@ -724,6 +724,24 @@ def encoder_notes(config: Any) -> list[str]:
     return notes
 
 
+def block_size_note(config: Any) -> str | None:
+    """The block size given (`--block-size`, or the run file's) and the one the pool has, where a state
+    layer raised it as vLLM 0.33.0 does: `Platform._align_hybrid_block_size` (vllm/platforms/interface.py)
+    raises the attention block until an attention page holds a Mamba state and logs "Setting attention
+    block size to N tokens to ensure that attention page size is >= mamba page size."; None otherwise (an
+    unset size's raise is vLLM's usual start, which the pool line and `config:` show)."""
+    pool = config.pool
+    used, asked = pool.pool_block_size, config.block_size
+    if used == asked or config._given.get("block_size") is None:
+        return None
+    return (
+        f"block size {asked} raised to {used} tokens: {pool.model} keeps Mamba states, and vLLM raises the "
+        f'attention block until a page holds one (it logs "Setting attention block size to {used} tokens to '
+        "ensure that attention page size is >= mamba page size.\"); every group's block is "
+        f"{used} tokens (--save-result's pool_sizing: block_size {used}, block_size_given {asked})"
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import kvsim
     from kvsim.engine import metrics
@@ -781,6 +799,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"the routed experts spread over the ranks' GPUs; --replicas {dp} runs all {dp} behind a router"
         )
     notes.extend(encoder_notes(config))
+    raised = block_size_note(config)
+    if raised is not None:
+        notes.append(raised)
     out = {
         "kvsim_version": kvsim.__version__,
         "argv": getattr(args, "_argv", None),
@@ -835,6 +856,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"prefill {out['prefill_pool']}")
             print(f"prefill {out['prefill_time']}")
         raw_cfg, human = config.to_dict(), config.describe()
+        pool_bs = config.pool.pool_block_size
+        if pool_bs != config.block_size:  # (a state layer raised it: the pool's, and the one asked)
+            human["block_size"] = f"{pool_bs} (raised from {config.block_size} for the state layers)"
         shown = {
             k: human[k]
             for k, v in raw_cfg.items()
@@ -846,7 +870,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
             and not (k.startswith("kv_offloading_") and not config.kv_offloading_chunks)  # no tier: moot
             # (an unset block size resolves to vLLM's 16 but for some MLA models: shown where it is not 16)
-            and not (k == "block_size" and v == DEFAULT_BLOCK_SIZE)
+            and not (k == "block_size" and v == DEFAULT_BLOCK_SIZE and pool_bs == v)
             # (a sizing knob another overrode, as vLLM lets it: the notes say which one sized the pool)
             and k not in getattr(args, "overridden_knobs", ())
         }
