@@ -1409,6 +1409,28 @@ def test_a_block_size_a_mamba_state_raises_is_said_and_saved_as_the_pools(capsys
         assert not [n for n in data["notes"] if n.startswith("block size")]
 
 
+def test_internal_fragmentation_says_what_it_is_a_share_of(capsys):
+    """128-token blocks on a large pool printed "internal fragmentation 0.0 %" while 13 % of the slots
+    they allocated held no token (the JSON's stored_share_of_allocated 0.867): the share was of the whole
+    pool. The table now labels that row and adds the share of the allocated slots."""
+    argv = ["run", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--block-size", "128", "--requests", "500"]
+    assert main([*argv, "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)["summary"]
+    assert s["internal_fragmentation_of_allocated"] == pytest.approx(1 - s["stored_share_of_allocated"])
+    assert s["internal_fragmentation_of_allocated"] > 0.1 > 100 * s["internal_fragmentation"]
+    assert main(argv) == 0
+    rows = {
+        line[:38].strip(): line[38:].strip()
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("  internal fragmentation")
+    }
+    share = 100 * s["internal_fragmentation_of_allocated"]
+    assert rows == {
+        "internal fragmentation / pool": f"{100 * s['internal_fragmentation']:.1f} %",
+        "internal fragmentation / allocated": f"{share:.1f} %",
+    }
+
+
 def test_the_config_line_leaves_out_a_swap_time_a_run_never_uses(capsys):
     """A hybrid model cannot swap (vLLM's hybrid manager: recompute only); its swap time was printed for
     the 16-token block asked, not the 576-token block it runs. Recompute preemption (the default) never
