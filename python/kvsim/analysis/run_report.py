@@ -331,12 +331,18 @@ def render_table(
 
 
 def render_groups(config: Any, summary: dict[str, Any]) -> str:
-    """A hybrid model's KV-cache groups (DESIGN.md §Hybrid attention): each group's kind and the blocks its
-    tables held, time-weighted and at their peak; empty for one full-attention group."""
+    """A hybrid model's KV-cache groups (DESIGN.md §Hybrid attention): each group's kind and the entries
+    its running requests' block tables held, time-weighted and at their peak; empty for one full-attention
+    group. Entries, not blocks: a block that prefix caching shares counts once per request holding it
+    (the engines count no distinct blocks a group), so a peak can pass the pool's blocks (gpt-oss-120b's
+    full group 15,149 in a pool of 14,564; the heading once said "blocks held")."""
     groups = config.kv_groups
     if not groups:
         return ""
-    lines = ["== KV-cache groups (blocks held) ==", f"  {'group':<28} {'mean':>14} {'peak':>14}"]
+    lines = [
+        "== KV-cache groups: block-table entries (a block shared by n requests counts n times) ==",
+        f"  {'group':<28} {'mean':>14} {'peak':>14}",
+    ]
     for g, spec in enumerate(groups):
         what = f"{g}: {spec.kind}" + (f" {spec.window}" if spec.window else "")
         mean, peak = summary[f"mean_group_blocks_{g}"], summary[f"peak_group_blocks_{g}"]
