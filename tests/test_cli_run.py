@@ -1431,6 +1431,26 @@ def test_internal_fragmentation_says_what_it_is_a_share_of(capsys):
     }
 
 
+def test_a_fleet_of_one_reads_one_replica_and_transfers_read_binary_units(capsys):
+    """A P/D run of one prefill and one decode replica printed "== fleet: 1 replicas" and "1 decode
+    replicas", and its transfers in decimal GB (40.28 GB) where every other size kvsim prints is binary
+    (fmt_bytes: GiB, MiB)."""
+    from kvsim.model.units import fmt_bytes
+
+    argv = ["run", "--model", "llama-3.1-8b", "--num-gpu-blocks-override", "500", "--requests", "20"]
+    argv += ["--prefill-replicas", "1"]
+    assert main([*argv, "--json"]) == 0
+    moved = json.loads(capsys.readouterr().out)["summary"]["pd_transfer_bytes"]
+    assert moved > 2**20
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "== fleet: 1 replica, router round-robin ==" in out
+    assert "== disaggregation: 1 prefill : 1 decode replica; " in out
+    transfers = next(line for line in out.splitlines() if line.startswith("  transfers: "))
+    assert f" blocks, {fmt_bytes(moved)}); " in transfers, transfers
+    assert " GB" not in transfers
+
+
 def test_the_config_line_leaves_out_a_swap_time_a_run_never_uses(capsys):
     """A hybrid model cannot swap (vLLM's hybrid manager: recompute only); its swap time was printed for
     the 16-token block asked, not the 576-token block it runs. Recompute preemption (the default) never

@@ -456,11 +456,18 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else 1000 * v
 
 
+def _replicas(n: int) -> str:
+    """`replica` or `replicas` for `n` of them (`== fleet: 1 replicas` once)."""
+    return "replica" if n == 1 else "replicas"
+
+
 def render_pd(s: dict[str, Any]) -> str:
     """The human disaggregation section: TTFT split into its four parts (p50, p99), the transfers and
     the utilisation of the links and of each pool."""
+    from kvsim.model.units import fmt_bytes
+
     lines = [
-        f"== disaggregation: {s['prefill_replicas']} prefill : {s['replicas']} decode replicas; "
+        f"== disaggregation: {s['prefill_replicas']} prefill : {s['replicas']} decode {_replicas(s['replicas'])}; "
         f"{s['pd_disaggregated']:,} requests routed to a prefill replica, {s['pd_local_prefills']:,} prefilled locally ==",
         "  " + "".join(f"{h:>18}" for h in ("TTFT part", "p50 ms", "p99 ms")),
     ]
@@ -473,7 +480,8 @@ def render_pd(s: dict[str, Any]) -> str:
             "its decode queueing is its whole TTFT, its queue and its prefill)"
         )
     size = s["pd_transfer_bytes"]
-    moved = f"{s['pd_transfer_blocks']:,} blocks" + ("" if size is None else f", {size / 1e9:,.2f} GB")
+    # (in binary units, as every size kvsim prints: this once read decimal GB, 40.28 GB for 37.5 GiB)
+    moved = f"{s['pd_transfer_blocks']:,} blocks" + ("" if size is None else f", {fmt_bytes(size)}")
 
     def fig(key: str, fmt: str, scale: float = 1.0) -> str:
         # (over no time or no step: None, "-")
@@ -505,7 +513,7 @@ def render_fleet(result: Any) -> str:
         from kvsim.model.units import fmt_duration_ps
 
         how += f", view refreshed every {fmt_duration_ps(spec.refresh_ps)}"
-    lines = [f"== fleet: {s['replicas']} replicas, router {how} =="]
+    lines = [f"== fleet: {s['replicas']} {_replicas(s['replicas'])}, router {how} =="]
     head = ("replica", "requests", "req/s", "hit rate", "TTFT p99 ms", "preemptions")
     lines.append("  " + "".join(f"{h:>12}" for h in head))
     for i, r in enumerate(result.replicas):
