@@ -197,6 +197,40 @@ def test_a_sweep_that_runs_with_and_without_a_tier_shows_the_tiers_metrics(capsy
     assert rows[1][-2] != "null"
 
 
+def test_a_sweeps_intervals_say_what_they_are_and_flag_a_share_past_its_bounds(capsys, tmp_path):
+    """Two seeds printed `slo_attainment 0.649 ± 4.0` with no legend: a t-interval (t = 12.7 at one degree
+    of freedom) far outside a share's [0, 1]. A line under the table says what ± is and over how many
+    seeds; a share's interval past 0 or 1 is kept as computed and marked, and the legend says what the mark
+    means; other metrics' intervals are not marked."""
+    out = tmp_path / "s.parquet"
+    argv = ["sweep", "--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--base", "kv_cache_bytes=2GiB"]
+    argv += ["--grid", "block_size=16,32", "--requests", "200", "--seeds", "2", "--goodput", "ttft:200"]
+    argv += ["--workload", "sharegpt:arrival_rate=4", "--output", str(out), "--no-progress"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = [[c.strip() for c in ln.strip("│").split("┆")] for ln in lines if ln.startswith("│")]
+    header, rows = table[0], table[3:]
+    marked = 0
+    assert header[:3] == ["block_size", "num_blocks", "n_seeds"]
+    for name in header[3:]:
+        for cell in (r[header.index(name)] for r in rows):
+            mean, ci = (float(x) for x in cell.removesuffix(" (past 0..1)").split(" ± "))
+            past = mean - ci < 0 or mean + ci > 1
+            assert cell.endswith("(past 0..1)") == (past and name.startswith("slo_attainment")), (name, cell)
+            marked += cell.endswith("(past 0..1)")
+    assert marked  # (this sweep has one: slo_attainment 0.045 ± 0.064)
+    legend = [ln for ln in lines if ln.startswith(("±: ", "(past 0..1): "))]
+    assert legend[0].startswith("±: the 95 % t-interval's half-width over each point's 2 seeds: ")
+    assert "t = 12.7 at 2 seeds (so the interval is wide" in legend[0]
+    assert legend[1].startswith("(past 0..1): a share (in [0, 1]) whose interval reaches below 0 or above 1")
+    # One seed: no interval, no legend.
+    assert (
+        main([*argv[: argv.index("--seeds")], "--output", str(tmp_path / "one.parquet"), "--no-progress"])
+        == 0
+    )
+    assert not [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("±", "(past"))]
+
+
 def test_a_sweep_shows_what_its_axes_move(capsys, tmp_path):
     """Over block size the default columns were throughput, batch, utilisation and e2e p99, identical for
     16 and 32: now the blocks the memory holds, internal fragmentation and preemptions come first. The

@@ -30,7 +30,7 @@ from kvsim.analysis.sweep import (
     parse_grid_args,
     run_sweep,
 )
-from kvsim.analysis.sweep_stats import aggregate
+from kvsim.analysis.sweep_stats import aggregate, is_share
 from kvsim.cli import calibrate as cli_calibrate
 from kvsim.cli import plan as cli_plan
 from kvsim.cli.flags import METRICS_POINTER, Parser, _add_workload_flags, _Formatter, _run_parser
@@ -351,6 +351,35 @@ def known_metrics(spec: SweepSpec, skip_invalid: bool = False) -> list[str]:
     return [*known, "wall_s", "workload_s"]
 
 
+PAST_BOUNDS = "(past 0..1)"
+
+
+def ci_legend(table: Any) -> list[str]:
+    """The lines under a sweep table that say what its `±` is (the seeds it is over, and t's size with
+    few of them), and what `(past 0..1)` marks; none when no cell has an interval."""
+    import polars as pl
+
+    from kvsim.analysis.sweep_stats import t_quantile_975
+
+    cells = [c for c in table.columns if table[c].dtype == pl.String]
+    if not any(table[c].str.contains(" ± ", literal=True).any() for c in cells):
+        return []
+    n = sorted(set(table["n_seeds"].to_list()))
+    seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]} to {n[-1]}"
+    few = min(n)
+    lines = [
+        f"±: the 95 % t-interval's half-width over each point's {seeds} seeds: t(0.975, n-1) × std / √n, "
+        f"t = {t_quantile_975(few - 1):.3g} at {few} seeds"
+        + (" (so the interval is wide: run more --seeds to narrow it)" if few <= 3 else "")
+    ]
+    if any(table[c].str.contains(PAST_BOUNDS, literal=True).any() for c in cells):
+        lines.append(
+            f"{PAST_BOUNDS}: a share (in [0, 1]) whose interval reaches below 0 or above 1, printed as "
+            "computed: the t-interval means little so near a share's bound; more seeds narrow it"
+        )
+    return lines
+
+
 def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
     """The rows aggregated across seeds, in grid order, with the parameters that vary as the axes (the
     grid's names and, if several, the workload) and `mean ± 95 % CI` of each metric in `show`."""
@@ -367,6 +396,13 @@ def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
         cell = pl.format("{} ± {}", mean, pl.col(f"{m}_ci95").round_sig_figs(2)).fill_null(
             mean.cast(pl.String)
         )
+        if is_share(m):  # (a share's t-interval past [0, 1] is shown as computed, and flagged)
+            raw, ci = pl.col(f"{m}_mean"), pl.col(f"{m}_ci95")
+            cell = (
+                pl.when((raw - ci < 0) | (raw + ci > 1))
+                .then(pl.format("{} {}", cell, pl.lit(PAST_BOUNDS)))
+                .otherwise(cell)
+            )
         if f"{m}_n" in agg.columns:  # (some seeds without a value: the cell says over how many)
             cell = (
                 pl.when(pl.col(f"{m}_n") < pl.col("n_seeds"))
@@ -430,7 +466,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         with pl.Config(
             tbl_rows=200, tbl_cols=30, tbl_width_chars=200, tbl_hide_dataframe_shape=True, fmt_str_lengths=80
         ):
-            print(sweep_table(outcome.frame, spec, show))
+            table = sweep_table(outcome.frame, spec, show)
+            print(table)
+            for line in ci_legend(table):
+                print(line)
     return 0
 
 
