@@ -80,7 +80,8 @@ _VLLM_HUMAN_INT_FLAGS = ("--kv-cache-memory-bytes", "--max-num-batched-tokens", 
 def _vllm_human_int(flag: str, text: str) -> str:
     """`text` with vLLM's one-letter suffix (`32k`, `12G`) written out as a whole number, as vLLM reads it
     on `flag`; anything else (`12GiB`, `8192`) unchanged, for kvsim's own parsing."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)([kKmMgGtT])\s*", text)
+    # (a sign kept, so that `-12G` reaches the flag's own "must not be negative", not "unknown size unit")
+    m = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)([kKmMgGtT])\s*", text)
     if not m:
         return text
     number, suffix = m.groups()
