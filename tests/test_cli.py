@@ -270,6 +270,31 @@ def test_a_number_beyond_a_floats_range_is_named_as_written(capsys, tmp_path, ar
     assert not (tmp_path / "s.parquet").exists()
 
 
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("-12GiB", "kv_cache_bytes '-12GiB' must not be negative"),
+        ("-12", "kv_cache_bytes '-12' must not be negative"),
+        ("-12G", "kv_cache_bytes '-12884901888' must not be negative"),  # (vLLM's 12G, 12 * 2**30)
+        ("-1.5e3 MiB", "must not be negative"),
+    ],
+)
+def test_a_negative_size_reaches_the_flags_own_error(capsys, value, said):
+    """`--kv-cache-memory-bytes -12GiB` stopped at argparse's "expected one argument" (a dash and a digit
+    with a unit read as an unknown flag), where `=-12GiB` gave kvsim's "must not be negative"; `-12G` (vLLM's
+    one-letter suffix) said "unknown size unit". Both spellings now give the flag's own error."""
+    base = ["run", "--model", "llama-3.1-8b", "--requests", "3", "--kv-cache-memory-bytes"]
+    for argv in ([*base, value], [*base[:-1], f"--kv-cache-memory-bytes={value}"]):
+        line = _one_error(capsys, argv)
+        assert line.startswith("kvsim run: error: argument --kv-cache-memory-bytes: "), line
+        assert said in line, line
+    # Other flags' negative values with units, and a flag after one, parse as before.
+    line = _one_error(capsys, ["run", "--num-blocks", "100", "--pd-link-latency", "-5ms", "--requests", "3"])
+    assert line.startswith(
+        "kvsim run: error: argument --pd-link-latency: pd_link_latency_s '-5ms' must not be negative"
+    )
+
+
 def test_a_plan_probe_past_the_clock_says_to_search_higher_rates(capsys):
     """`--start-rate 1e-290` ended in the engine input's "row 19: arrival 2.46e+291 s is past the simulated
     clock's range ...: rebase the timestamps to the first request", which no flag of the search changes."""

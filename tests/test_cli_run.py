@@ -1257,6 +1257,200 @@ def test_the_knobs_run_where_they_are_read(capsys):
     capsys.readouterr()
 
 
+LLAMA_ON_H100 = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requests", "3"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--placement", "buddy"], "--placement: 'buddy' does nothing here: placement is how a contiguous"),
+        (["--gdn-prefill-backend", "flashinfer"], "--gdn-prefill-backend: 'flashinfer' does nothing here"),
+        (
+            ["--language-model-only"],
+            "--language-model-only: the flag does nothing here: model llama-3.1-8b is",
+        ),
+        (["--hybrid-kv-cache-manager", "off"], "--hybrid-kv-cache-manager: 'off' does nothing here"),
+        (["--hybrid-kv-cache-manager", "on"], "--hybrid-kv-cache-manager: 'on' does nothing here"),
+        (["--disable-hybrid-kv-cache-manager"], "--disable-hybrid-kv-cache-manager: the flag does nothing"),
+        (["--router", "prefix-affinity"], "--router: 'prefix-affinity' does nothing here: a router picks"),
+        (["--router", "random", "--router-seed", "3"], "--router: 'random' does nothing here"),
+    ],
+)
+def test_a_flag_that_does_nothing_for_this_run_is_refused_by_name(capsys, argv, said):
+    """A review found these accepted with exit 0 and no word (`config:` listing them as if they took
+    effect): a placement under a paged policy, a GDN kernel, --language-model-only and the hybrid
+    manager's switch on a text-only model of full-attention layers (vLLM reads none of them there), a
+    router in front of one replica."""
+    assert main([*LLAMA_ON_H100, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"kvsim run: error: argument {said}"), err
+    assert err.rstrip().endswith("drop the flag"), err
+
+
+def test_those_flags_run_where_they_act(capsys):
+    """The same flags where the run reads them: each changes what runs (so the refusals above are not
+    of flags that never act)."""
+    small = ["--num-gpu-blocks-override", "500", "--requests", "5"]
+    pairs = (
+        (["--policy", "static", "--max-model-len", "4096"], ["--placement", "buddy"]),
+        (["--replicas", "2"], ["--router", "least-loaded"]),
+        (["--prefill-replicas", "2", "--pd-link-ps-per-block", "1000"], ["--router", "random"]),
+    )
+    for base, flag in pairs:
+        assert main(["run", *small, *base, "--json"]) == 0, base
+        without = json.loads(capsys.readouterr().out)
+        assert main(["run", *small, *base, *flag, "--json"]) == 0, flag
+        with_flag = json.loads(capsys.readouterr().out)
+        key = flag[0].lstrip("-").replace("-", "_")
+        assert with_flag["config"][key] != without["config"][key]
+    sizes = []
+    for flags in ([], ["--language-model-only"]):
+        assert main(["run", "--model", "gemma-3-12b", "--gpu", "h100-80gb", "--requests", "3", *flags]) == 0
+        sizes.append(capsys.readouterr().out.split("\n", 2)[1])
+    assert sizes[0] != sizes[1]  # (the towers' memory goes to the KV cache)
+    gdn = ["run", "--model", "qwen3-next-80b-a3b", "--gpu", "h200", "-tp", "2", "--requests", "3"]
+    assert main([*gdn, "--gdn-prefill-backend", "triton"]) == 0
+    assert "block 544" in capsys.readouterr().out  # (no checkpoints: FlashInfer's 64-token grid gone)
+    oss = [
+        "run",
+        "--model",
+        "gpt-oss-120b",
+        "--gpu",
+        "h100-80gb",
+        "--requests",
+        "3",
+        "--max-model-len",
+        "65536",
+    ]
+    assert main([*oss, "--hybrid-kv-cache-manager", "off"]) == 0
+    assert "in 2 groups" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "used", "unused", "said"),
+    [
+        (
+            ["--num-gpu-blocks-override", "2000", "--kv-cache-memory-bytes", "12GiB"],
+            "num_blocks=2000",
+            "kv_cache_bytes",
+            "--num-gpu-blocks-override 2,000 sizes the pool, not --kv-cache-memory-bytes 12.0 GiB (whose KV "
+            'memory holds 6,145 blocks): vLLM lets the override win (its get_kv_cache_configs logs "Overriding '
+            'num_gpu_blocks=6145 with num_gpu_blocks_override=2000")',
+        ),
+        (
+            ["--num-gpu-blocks-override", "2000", "--gpu-memory-utilization", "0.5"],
+            "num_blocks=2000",
+            "gpu_memory_utilization",
+            "--num-gpu-blocks-override 2,000 sizes the pool, not --gpu-memory-utilization 0.5 (whose KV memory "
+            "holds 11,112 blocks)",
+        ),
+        (
+            ["--kv-cache-memory-bytes", "12GiB", "--gpu-memory-utilization", "0.5"],
+            "kv_cache_bytes=12 GiB",
+            "gpu_memory_utilization",
+            "--kv-cache-memory-bytes 12.0 GiB is the KV memory, not what --gpu-memory-utilization 0.5 leaves",
+        ),
+    ],
+)
+def test_a_sizing_flag_another_overrides_is_named_not_listed(capsys, flags, used, unused, said):
+    """vLLM lets num_gpu_blocks_override win over the blocks the KV memory holds, and kv_cache_memory_bytes
+    over gpu_memory_utilization: `config:` listed both (`num_blocks=2000, ..., kv_cache_bytes=12 GiB`)
+    under a pool line of the override's. The run says which one sized the pool and lists only it."""
+    assert main([*LLAMA_ON_H100, *flags]) == 0
+    out = capsys.readouterr().out
+    config = next(line for line in out.splitlines() if line.startswith("config: "))
+    assert used in config, config
+    assert f"{unused}=" not in config, config
+    notes = [line for line in out.splitlines() if line.startswith("note: ")]
+    assert any(line.startswith(f"note: {said}") for line in notes), notes
+    sized = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", gpu_memory_utilization=0.5)
+    assert sized.num_blocks == 11112  # (the count the note names is the pool that flag alone sizes)
+
+
+def test_a_kv_memory_beside_blocks_without_a_model_is_named_not_listed(capsys):
+    """No model: the KV memory cuts into no block at all, and the blocks given are the pool."""
+    argv = ["run", "--num-gpu-blocks-override", "500", "--kv-cache-memory-bytes", "12GiB", "--requests", "3"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "kv_cache_bytes=" not in next(line for line in out.splitlines() if line.startswith("config: "))
+    assert "note: --num-gpu-blocks-override 500 sizes the pool, not --kv-cache-memory-bytes 12.0 GiB: " in out
+
+
+def test_a_block_size_a_mamba_state_raises_is_said_and_saved_as_the_pools(capsys, tmp_path):
+    """--block-size 32 on Qwen3-Next ran 576-token blocks (vLLM's _align_hybrid_block_size, which logs
+    "Setting attention block size to 576 tokens ...") while `config:` said block_size=32 and the saved
+    JSON "block_size": 32 beside 576-token groups. Now a note names both, `config:` the pool's (and the one
+    asked), and the JSON's pool_sizing the pool's with the given one labelled beside it."""
+    argv = ["run", "--model", "qwen3-next-80b-a3b", "--gpu", "h200", "-tp", "2", "--requests", "3"]
+    assert main([*argv, "--block-size", "32", "--save-result", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "block 576," in out
+    config = next(line for line in out.splitlines() if line.startswith("config: "))
+    assert "block_size=576 (raised from 32 for the state layers)" in config
+    assert "block_size=32," not in config
+    notes = [line for line in out.splitlines() if line.startswith("note: block size")]
+    assert notes == [
+        "note: block size 32 raised to 576 tokens: qwen3-next-80b-a3b keeps Mamba states, and vLLM raises the "
+        'attention block until a page holds one (it logs "Setting attention block size to 576 tokens to ensure '
+        "that attention page size is >= mamba page size.\"); every group's block is 576 tokens "
+        "(--save-result's pool_sizing: block_size 576, block_size_given 32)"
+    ]
+    saved = json.loads(next(tmp_path.glob("*.json")).read_text())
+    sizing = saved["pool_sizing"]
+    assert (sizing["block_size"], sizing["block_size_given"]) == (576, 32)
+    assert {g["block_size"] for g in sizing["kv_groups"]} == {576}
+    assert sizing["tokens"] == sizing["num_blocks"] * 576
+    # A size the state needs no raise for, and a model without states: no note, the two sizes agree.
+    for run, size in ((argv, "576"), (LLAMA_ON_H100, "32")):
+        assert main([*run, "--block-size", size, "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["pool_sizing"]["block_size"] == data["pool_sizing"]["block_size_given"] == int(size)
+        assert not [n for n in data["notes"] if n.startswith("block size")]
+
+
+def test_internal_fragmentation_says_what_it_is_a_share_of(capsys):
+    """128-token blocks on a large pool printed "internal fragmentation 0.0 %" while 13 % of the slots
+    they allocated held no token (the JSON's stored_share_of_allocated 0.867): the share was of the whole
+    pool. The table now labels that row and adds the share of the allocated slots."""
+    argv = ["run", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--block-size", "128", "--requests", "500"]
+    assert main([*argv, "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)["summary"]
+    assert s["internal_fragmentation_of_allocated"] == pytest.approx(1 - s["stored_share_of_allocated"])
+    assert s["internal_fragmentation_of_allocated"] > 0.1 > 100 * s["internal_fragmentation"]
+    assert main(argv) == 0
+    rows = {
+        line[:38].strip(): line[38:].strip()
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("  internal fragmentation")
+    }
+    share = 100 * s["internal_fragmentation_of_allocated"]
+    assert rows == {
+        "internal fragmentation / pool": f"{100 * s['internal_fragmentation']:.1f} %",
+        "internal fragmentation / allocated": f"{share:.1f} %",
+    }
+
+
+def test_a_fleet_of_one_reads_one_replica_and_transfers_read_binary_units(capsys):
+    """A P/D run of one prefill and one decode replica printed "== fleet: 1 replicas" and "1 decode
+    replicas", and its transfers in decimal GB (40.28 GB) where every other size kvsim prints is binary
+    (fmt_bytes: GiB, MiB)."""
+    from kvsim.model.units import fmt_bytes
+
+    argv = ["run", "--model", "llama-3.1-8b", "--num-gpu-blocks-override", "500", "--requests", "20"]
+    argv += ["--prefill-replicas", "1"]
+    assert main([*argv, "--json"]) == 0
+    moved = json.loads(capsys.readouterr().out)["summary"]["pd_transfer_bytes"]
+    assert moved > 2**20
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "== fleet: 1 replica, router round-robin ==" in out
+    assert "== disaggregation: 1 prefill : 1 decode replica; " in out
+    transfers = next(line for line in out.splitlines() if line.startswith("  transfers: "))
+    assert f" blocks, {fmt_bytes(moved)}); " in transfers, transfers
+    assert " GB" not in transfers
+
+
 def test_the_config_line_leaves_out_a_swap_time_a_run_never_uses(capsys):
     """A hybrid model cannot swap (vLLM's hybrid manager: recompute only); its swap time was printed for
     the 16-token block asked, not the 576-token block it runs. Recompute preemption (the default) never

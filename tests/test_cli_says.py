@@ -197,15 +197,52 @@ def test_a_sweep_that_runs_with_and_without_a_tier_shows_the_tiers_metrics(capsy
     assert rows[1][-2] != "null"
 
 
+def test_a_sweeps_intervals_say_what_they_are_and_flag_a_share_past_its_bounds(capsys, tmp_path):
+    """Two seeds printed `slo_attainment 0.649 ± 4.0` with no legend: a t-interval (t = 12.7 at one degree
+    of freedom) far outside a share's [0, 1]. A line under the table says what ± is and over how many
+    seeds; a share's interval past 0 or 1 is kept as computed and marked, and the legend says what the mark
+    means; other metrics' intervals are not marked."""
+    out = tmp_path / "s.parquet"
+    argv = ["sweep", "--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--base", "kv_cache_bytes=2GiB"]
+    argv += ["--grid", "block_size=16,32", "--requests", "200", "--seeds", "2", "--goodput", "ttft:200"]
+    argv += ["--workload", "sharegpt:arrival_rate=4", "--output", str(out), "--no-progress"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = [[c.strip() for c in ln.strip("│").split("┆")] for ln in lines if ln.startswith("│")]
+    header, rows = table[0], table[3:]
+    marked = 0
+    assert header[:3] == ["block_size", "num_blocks", "n_seeds"]
+    for name in header[3:]:
+        for cell in (r[header.index(name)] for r in rows):
+            mean, ci = (float(x) for x in cell.removesuffix(" (past 0..1)").split(" ± "))
+            past = mean - ci < 0 or mean + ci > 1
+            assert cell.endswith("(past 0..1)") == (past and name.startswith("slo_attainment")), (name, cell)
+            marked += cell.endswith("(past 0..1)")
+    assert marked  # (this sweep has one: slo_attainment 0.045 ± 0.064)
+    legend = [ln for ln in lines if ln.startswith(("±: ", "(past 0..1): "))]
+    assert legend[0].startswith("±: the 95 % t-interval's half-width over each point's 2 seeds: ")
+    assert "t = 12.7 at 2 seeds (so the interval is wide" in legend[0]
+    assert legend[1].startswith("(past 0..1): a share (in [0, 1]) whose interval reaches below 0 or above 1")
+    # One seed: no interval, no legend.
+    assert (
+        main([*argv[: argv.index("--seeds")], "--output", str(tmp_path / "one.parquet"), "--no-progress"])
+        == 0
+    )
+    assert not [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("±", "(past"))]
+
+
 def test_a_sweep_shows_what_its_axes_move(capsys, tmp_path):
     """Over block size the default columns were throughput, batch, utilisation and e2e p99, identical for
-    16 and 32: now the blocks the memory holds, internal fragmentation and preemptions come first."""
+    16 and 32: now the blocks the memory holds, internal fragmentation and preemptions come first. The
+    fragmentation is the share of the slots allocated (as a share of the pool it reads ~0 wherever the pool
+    is large, whatever the block size)."""
     header, rows = sweep_table(capsys, tmp_path, "--grid", "block_size=16,32")
-    assert header[:5] == ["block_size", "num_blocks", "n_seeds", "internal_fragmentation", "preemptions"]
+    frag = "internal_fragmentation_of_allocated"
+    assert header[:5] == ["block_size", "num_blocks", "n_seeds", frag, "preemptions"]
     col = {name: [r[i] for r in rows] for i, name in enumerate(header)}
     assert col["block_size"] == ["16", "32"]
     assert int(col["num_blocks"][0]) == 2 * int(col["num_blocks"][1])  # 12 GiB cut into blocks of each size
-    assert float(col["internal_fragmentation"][0]) < float(col["internal_fragmentation"][1])
+    assert 0.0 < float(col[frag][0]) < float(col[frag][1]) < 1.0
     assert header[5:] == ["throughput_rps", "e2e_s_p99"]  # then what any knob is for
     assert "kv_utilization" not in header  # block size barely moves it (0.3533 and 0.3537 once)
     # A policy grid leads with what a policy moves; --show still chooses.

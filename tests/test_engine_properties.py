@@ -238,6 +238,11 @@ def test_engine_invariants(backend, reqs, cfg):
         assert s["kv_utilization"] + s["internal_fragmentation"] == pytest.approx(
             s["kv_allocated_fraction"], abs=eps
         )
+        # The same unused slots as a share of those allocated: what tokens stored leave of them.
+        if s["stored_share_of_allocated"] is not None:
+            assert s["internal_fragmentation_of_allocated"] == pytest.approx(
+                1.0 - s["stored_share_of_allocated"], abs=eps
+            )
         # Below one block per running sequence: only each sequence's last block is partial.
         assert s["internal_fragmentation"] * cap <= (bs - 1) * s["time_weighted_batch"] + eps
         assert s["blocks_saved_by_sharing"] >= 0.0

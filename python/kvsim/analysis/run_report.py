@@ -289,7 +289,8 @@ _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("kv_utilization", "KV utilization (tokens stored)", "%"),
             ("kv_allocated_fraction", "KV allocated", "%"),
             ("peak_allocated_fraction", "peak allocated", "%"),
-            ("internal_fragmentation", "internal fragmentation", "%"),
+            ("internal_fragmentation", "internal fragmentation / pool", "%"),
+            ("internal_fragmentation_of_allocated", "internal fragmentation / allocated", "%"),
             ("reservation_waste", "reservation waste", "%"),
             ("external_fragmentation", "external fragmentation", "%"),
             ("mean_batch", "mean batch (per step)", "sequences"),
@@ -406,12 +407,18 @@ def render_table(
 
 
 def render_groups(config: Any, summary: dict[str, Any]) -> str:
-    """A hybrid model's KV-cache groups (DESIGN.md §Hybrid attention): each group's kind and the blocks its
-    tables held, time-weighted and at their peak; empty for one full-attention group."""
+    """A hybrid model's KV-cache groups (DESIGN.md §Hybrid attention): each group's kind and the entries
+    its running requests' block tables held, time-weighted and at their peak; empty for one full-attention
+    group. Entries, not blocks: a block that prefix caching shares counts once per request holding it
+    (the engines count no distinct blocks a group), so a peak can pass the pool's blocks (gpt-oss-120b's
+    full group 15,149 in a pool of 14,564; the heading once said "blocks held")."""
     groups = config.kv_groups
     if not groups:
         return ""
-    lines = ["== KV-cache groups (blocks held) ==", f"  {'group':<28} {'mean':>14} {'peak':>14}"]
+    lines = [
+        "== KV-cache groups: block-table entries (a block shared by n requests counts n times) ==",
+        f"  {'group':<28} {'mean':>14} {'peak':>14}",
+    ]
     for g, spec in enumerate(groups):
         what = f"{g}: {spec.kind}" + (f" {spec.window}" if spec.window else "")
         mean, peak = summary[f"mean_group_blocks_{g}"], summary[f"peak_group_blocks_{g}"]
@@ -554,11 +561,18 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else 1000 * v
 
 
+def _replicas(n: int) -> str:
+    """`replica` or `replicas` for `n` of them (`== fleet: 1 replicas` once)."""
+    return "replica" if n == 1 else "replicas"
+
+
 def render_pd(s: dict[str, Any]) -> str:
     """The human disaggregation section: TTFT split into its four parts (p50, p99), the transfers and
     the utilisation of the links and of each pool."""
+    from kvsim.model.units import fmt_bytes
+
     lines = [
-        f"== disaggregation: {s['prefill_replicas']} prefill : {s['replicas']} decode replicas; "
+        f"== disaggregation: {s['prefill_replicas']} prefill : {s['replicas']} decode {_replicas(s['replicas'])}; "
         f"{s['pd_disaggregated']:,} requests routed to a prefill replica, {s['pd_local_prefills']:,} prefilled locally ==",
         "  " + "".join(f"{h:>18}" for h in ("TTFT part", "p50 ms", "p99 ms")),
     ]
@@ -571,7 +585,8 @@ def render_pd(s: dict[str, Any]) -> str:
             "its decode queueing is its whole TTFT, its queue and its prefill)"
         )
     size = s["pd_transfer_bytes"]
-    moved = f"{s['pd_transfer_blocks']:,} blocks" + ("" if size is None else f", {size / 1e9:,.2f} GB")
+    # (in binary units, as every size kvsim prints: this once read decimal GB, 40.28 GB for 37.5 GiB)
+    moved = f"{s['pd_transfer_blocks']:,} blocks" + ("" if size is None else f", {fmt_bytes(size)}")
 
     def fig(key: str, fmt: str, scale: float = 1.0) -> str:
         # (over no time or no step: None, "-")
@@ -605,7 +620,9 @@ def render_fleet(result: Any) -> str:
         how += f", view refreshed every {fmt_duration_ps(spec.refresh_ps)}"
     prefill = s.get("prefill_replicas")
     which = (
-        f"{s['replicas']} decode and {prefill} prefill replicas" if prefill else f"{s['replicas']} replicas"
+        f"{s['replicas']} decode and {prefill} prefill replicas"
+        if prefill
+        else f"{s['replicas']} {_replicas(s['replicas'])}"
     )
     lines = [f"== fleet: {which}, router {how} =="]
     head = ("replica", "requests", "req/s", "hit rate", "TTFT p99 ms", "preemptions")

@@ -38,6 +38,40 @@ def t_quantile_975(df: int) -> float:
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df * df)
 
 
+# Metrics that are shares, bounded by [0, 1]: a t-interval that passes a bound (0.649 ± 4.0 at 2 seeds)
+# is flagged where it is printed (`kvsim.cli.sweep_table`), not cut to the bounds.
+SHARE_METRICS: frozenset[str] = frozenset(
+    {
+        "kv_utilization",
+        "kv_allocated_fraction",
+        "peak_allocated_fraction",
+        "internal_fragmentation",
+        "internal_fragmentation_of_allocated",
+        "reservation_waste",
+        "external_fragmentation",
+        "stored_share_of_allocated",
+        "prefix_hit_rate",
+        "prefix_hit_rate_first_admission",
+        "cpu_hit_rate",
+        "miss_rate",
+        "external_prefix_cache_hit_rate",
+        "hit_rate_first_admission",
+        "cpu_hit_rate_first_admission",
+        "cpu_tier_occupancy",
+        "cpu_tier_peak_occupancy",
+        "pd_link_utilization",
+        "decode_pool_utilization",
+        "prefill_pool_utilization",
+        "slo_attainment",
+    }
+)
+
+
+def is_share(metric: str) -> bool:
+    """Whether `metric` is a share in [0, 1] (`SHARE_METRICS`, and each SLO's `slo_attainment_<metric>`)."""
+    return metric in SHARE_METRICS or metric.startswith("slo_attainment_")
+
+
 def parameter_columns(frame: pl.DataFrame) -> list[str]:
     """The columns of a sweep frame that identify a point apart from its seed."""
     return [
@@ -110,9 +144,11 @@ def aggregate(
 
 __all__ = [
     "CONFIG_FIELDS",
+    "SHARE_METRICS",
     "SLO_COLUMN",
     "WORKLOAD_PREFIX",
     "aggregate",
+    "is_share",
     "metric_columns",
     "parameter_columns",
     "t_quantile_975",

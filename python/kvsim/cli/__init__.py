@@ -30,7 +30,7 @@ from kvsim.analysis.sweep import (
     parse_grid_args,
     run_sweep,
 )
-from kvsim.analysis.sweep_stats import aggregate
+from kvsim.analysis.sweep_stats import aggregate, is_share
 from kvsim.cli import calibrate as cli_calibrate
 from kvsim.cli import plan as cli_plan
 from kvsim.cli.flags import METRICS_POINTER, Parser, _add_workload_flags, _Formatter, _run_parser
@@ -45,7 +45,9 @@ DEFAULT_SHOW = ("throughput_rps", "mean_batch", "kv_utilization", "e2e_s_p99")
 # printed identical throughput, batch and utilisation for 16 and 32, and not what block size changes).
 _POOL = ("peak_allocated_fraction", "preemptions")
 AXIS_METRICS: dict[str, tuple[str, ...]] = {
-    "block_size": ("internal_fragmentation", "preemptions"),
+    # (internal fragmentation as a share of the slots allocated, what a block size trades: as a share of
+    # the pool it read 0.0 % for 128-token blocks that wasted 13 % of what they held)
+    "block_size": ("internal_fragmentation_of_allocated", "preemptions"),
     **dict.fromkeys(
         (
             "num_blocks",
@@ -181,7 +183,7 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
         metavar="M1,M2,...",
         default=None,
         help="metrics to print aggregated across seeds (mean ± 95%% CI) when the sweep ends (default: what "
-        "the grid's axes move, e.g. internal_fragmentation,preemptions for block_size, then "
+        "the grid's axes move, e.g. internal_fragmentation_of_allocated,preemptions for block_size, then "
         f"{','.join(AFTER_MOVED)}; {','.join(DEFAULT_SHOW)} for axes that name none (a workload's "
         "rate); with SLOs request_goodput,slo_attainment,slo_attainment_<metric>. A pool's derived "
         "num_blocks shows beside the axes when it differs)",
@@ -349,6 +351,35 @@ def known_metrics(spec: SweepSpec, skip_invalid: bool = False) -> list[str]:
     return [*known, "wall_s", "workload_s"]
 
 
+PAST_BOUNDS = "(past 0..1)"
+
+
+def ci_legend(table: Any) -> list[str]:
+    """The lines under a sweep table that say what its `±` is (the seeds it is over, and t's size with
+    few of them), and what `(past 0..1)` marks; none when no cell has an interval."""
+    import polars as pl
+
+    from kvsim.analysis.sweep_stats import t_quantile_975
+
+    cells = [c for c in table.columns if table[c].dtype == pl.String]
+    if not any(table[c].str.contains(" ± ", literal=True).any() for c in cells):
+        return []
+    n = sorted(set(table["n_seeds"].to_list()))
+    seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]} to {n[-1]}"
+    few = min(n)
+    lines = [
+        f"±: the 95 % t-interval's half-width over each point's {seeds} seeds: t(0.975, n-1) × std / √n, "
+        f"t = {t_quantile_975(few - 1):.3g} at {few} seeds"
+        + (" (so the interval is wide: run more --seeds to narrow it)" if few <= 3 else "")
+    ]
+    if any(table[c].str.contains(PAST_BOUNDS, literal=True).any() for c in cells):
+        lines.append(
+            f"{PAST_BOUNDS}: a share (in [0, 1]) whose interval reaches below 0 or above 1, printed as "
+            "computed: the t-interval means little so near a share's bound; more seeds narrow it"
+        )
+    return lines
+
+
 def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
     """The rows aggregated across seeds, in grid order, with the parameters that vary as the axes (the
     grid's names and, if several, the workload) and `mean ± 95 % CI` of each metric in `show`."""
@@ -365,6 +396,13 @@ def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
         cell = pl.format("{} ± {}", mean, pl.col(f"{m}_ci95").round_sig_figs(2)).fill_null(
             mean.cast(pl.String)
         )
+        if is_share(m):  # (a share's t-interval past [0, 1] is shown as computed, and flagged)
+            raw, ci = pl.col(f"{m}_mean"), pl.col(f"{m}_ci95")
+            cell = (
+                pl.when((raw - ci < 0) | (raw + ci > 1))
+                .then(pl.format("{} {}", cell, pl.lit(PAST_BOUNDS)))
+                .otherwise(cell)
+            )
         if f"{m}_n" in agg.columns:  # (some seeds without a value: the cell says over how many)
             cell = (
                 pl.when(pl.col(f"{m}_n") < pl.col("n_seeds"))
@@ -423,8 +461,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if show and outcome.frame.height:
         import polars as pl
 
-        with pl.Config(tbl_rows=200, tbl_cols=30, tbl_width_chars=200, tbl_hide_dataframe_shape=True):
-            print(sweep_table(outcome.frame, spec, show))
+        # (a metric's whole name: polars cuts names and cells at 32 characters by default, and
+        # internal_fragmentation_of_allocated read `internal_fragmentation_of_allo…`)
+        with pl.Config(
+            tbl_rows=200, tbl_cols=30, tbl_width_chars=200, tbl_hide_dataframe_shape=True, fmt_str_lengths=80
+        ):
+            table = sweep_table(outcome.frame, spec, show)
+            print(table)
+            for line in ci_legend(table):
+                print(line)
     return 0
 
 

@@ -30,7 +30,18 @@ class Parser(argparse.ArgumentParser):
     own checks print them (a CLI error is one line): one flag's value (an invalid choice, a missing
     value, `invalid int value`; its messages start with `argument --flag:`) as it is; a missing or
     unknown argument with a pointer to the command's `--help` in place of its usage (the usage of `kvsim
-    plan` is 69 lines). Subparsers inherit the class (argparse's `parser_class` default)."""
+    plan` is 69 lines). Subparsers inherit the class (argparse's `parser_class` default).
+
+    A negative value with a unit (`--kv-cache-memory-bytes -12GiB`, `--pd-link-latency -5ms`) is a value,
+    as a bare negative number is to argparse: argparse took it for an unknown flag and said "expected one
+    argument", where `=-12GiB` reached the flag's own error ("must not be negative"). (No kvsim flag is
+    a dash and a digit, which argparse's rule guards against.)"""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        import re
+
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-(\d[\d_]*\.?\d*|\.\d+)([eE][+-]?\d+)?\s*[A-Za-z/]*$")
 
     def error(self, message: str) -> NoReturn:
         if not message.startswith("argument "):

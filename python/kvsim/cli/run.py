@@ -36,7 +36,7 @@ from kvsim.analysis.sweep import (
 )
 from kvsim.cli.flags import _BARE, GPU_FLAGS, _knob_flags
 from kvsim.errors import InvalidArgumentError, KvsimError
-from kvsim.model.config import CLUSTER_KNOBS, DEFAULT_BLOCK_SIZE, KNOBS
+from kvsim.model.config import CLUSTER_KNOBS, CONTIGUOUS_POLICIES, DEFAULT_BLOCK_SIZE, KNOBS
 from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
 from kvsim.workloads.registry import format_value
 
@@ -80,7 +80,8 @@ _VLLM_HUMAN_INT_FLAGS = ("--kv-cache-memory-bytes", "--max-num-batched-tokens", 
 def _vllm_human_int(flag: str, text: str) -> str:
     """`text` with vLLM's one-letter suffix (`32k`, `12G`) written out as a whole number, as vLLM reads it
     on `flag`; anything else (`12GiB`, `8192`) unchanged, for kvsim's own parsing."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)([kKmMgGtT])\s*", text)
+    # (a sign kept, so that `-12G` reaches the flag's own "must not be negative", not "unknown size unit")
+    m = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)([kKmMgGtT])\s*", text)
     if not m:
         return text
     number, suffix = m.groups()
@@ -193,6 +194,8 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
         raise
     _refuse_idle_swap(args, config, cfg, flag_of)
     _refuse_modelless_knobs(args, config, cfg, flag_of)
+    _refuse_idle_model_knobs(args, config, cfg, flag_of)
+    args.sizing_notes, args.overridden_knobs = _overridden_sizing(args, config, cfg, flag_of)
     args.prefill_sim_config = _prefill_config(args, cfg)
     if args.prefill_sim_config is not None and not config.prefill_replicas:
         # (`simulate_cluster` refuses it in a fleet; a single replica never reads it)
@@ -272,6 +275,109 @@ def _refuse_modelless_knobs(
                 f"{_given_at(args, flag_of, name)}: a model's knob, but this run names no model (its pool is given in blocks): give "
                 "--model or drop it"
             )
+
+
+def _refuse_idle_model_knobs(
+    args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
+) -> None:
+    """A model's knob the user gave that this model gives nothing to act on, in vLLM 0.33.0 as here:
+    refused by name (it ran unread and `config:` listed it). `--language-model-only` on a text-only
+    checkpoint (vLLM builds a multimodal config, the one that reads the flag, only for a multimodal
+    architecture: `ModelConfig.__post_init__`); `--gdn-prefill-backend` on a model without gated delta net
+    layers (vLLM reads it only in its GDN attention backend, `vllm/v1/attention/backends/gdn_attn.py`);
+    `--hybrid-kv-cache-manager` on a model of one KV-cache group (vLLM's hybrid manager and the unified
+    one it falls back to allocate the same pool: `unify_hybrid_kv_cache_specs` has nothing to unify)."""
+    if config.model is None:
+        return
+    from kvsim.model.models import resolve
+
+    model = resolve(config.model)
+    layout = config.pool.layout
+
+    def refuse(name: str, why: str) -> None:
+        value = cfg[name]
+        switch = isinstance(value, bool) or flag_of.get(name) == "--disable-hybrid-kv-cache-manager"
+        what = "the flag" if switch else repr(value)
+        raise FlagError(f"{_given_at(args, flag_of, name)}: {what} does nothing here: {why}; drop the flag")
+
+    if cfg.get("language_model_only") and not (model.encoders or model.towers or model.uncounted):
+        refuse(
+            "language_model_only",
+            f"model {model.name} is text-only, no encoder or projector to leave out (vLLM reads the flag "
+            "only for a multimodal checkpoint)",
+        )
+    backend = cfg.get("gdn_prefill_backend", KNOBS["gdn_prefill_backend"].default)
+    if backend != KNOBS["gdn_prefill_backend"].default and not any(
+        lay.state is not None and lay.state.gdn_head_k_dim for lay in model.layer_list()
+    ):
+        refuse(
+            "gdn_prefill_backend",
+            f"model {model.name} has no gated delta net layers, the only ones whose prefill kernel it picks",
+        )
+    manager = cfg.get("hybrid_kv_cache_manager", KNOBS["hybrid_kv_cache_manager"].default)
+    if (
+        manager != KNOBS["hybrid_kv_cache_manager"].default
+        and layout is not None
+        and not layout.hybrid
+        and not layout.promoted
+    ):
+        refuse(
+            "hybrid_kv_cache_manager",
+            f"model {model.name}'s layers make one KV-cache group ({layout.groups[0].kind}), which vLLM's "
+            "hybrid KV-cache manager and the unified one allocate alike (it matters for sliding-window, "
+            "chunked-local and state layers beside full attention)",
+        )
+
+
+def _overridden_sizing(
+    args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
+) -> tuple[list[str], set[str]]:
+    """Pool-sizing knobs the user gave that another one overrides, as vLLM 0.33.0 lets it: the notes that
+    say which one sized the pool, and the overridden knobs (left off `config:`, which lists what took
+    effect). `num_gpu_blocks_override` wins over the blocks the KV memory holds, however that memory was
+    given (`get_kv_cache_configs`, vllm/v1/core/kv_cache_planning.py, logs "Overriding num_gpu_blocks=M
+    with num_gpu_blocks_override=N"); `kv_cache_memory_bytes` over `gpu_memory_utilization` (the worker
+    skips the memory profiling: "This does not respect the gpu_memory_utilization config",
+    `Worker.determine_available_memory`, vllm/v1/worker/gpu_worker.py)."""
+    from kvsim.model.units import fmt_bytes
+
+    def said(name: str) -> str:
+        return flag_of.get(name, f"run file {args.toml}: [config] {name}")
+
+    notes: list[str] = []
+    overridden: set[str] = set()
+    blocks = cfg.get("num_blocks")
+    kv = cfg.get("kv_cache_bytes")
+    gmu = cfg.get("gpu_memory_utilization")
+    if blocks is not None and (kv is not None or gmu is not None):
+        # (the KV memory the override replaces: kv_cache_memory_bytes when given, which itself overrides
+        # gpu_memory_utilization below)
+        by = "kv_cache_bytes" if kv is not None else "gpu_memory_utilization"
+        given = f"{said(by)} {fmt_bytes(kv) if kv is not None else f'{gmu:g}'}"
+        try:
+            sized = config.replace(num_blocks=None).num_blocks
+        except KvsimError:  # (a KV memory too small for a block: then vLLM fails before the override)
+            sized = None
+        holds = f" (whose KV memory holds {sized:,} blocks)" if sized is not None else ""
+        log = (
+            f'"Overriding num_gpu_blocks={sized} with num_gpu_blocks_override={blocks}"'
+            if sized is not None
+            else f'"Overriding num_gpu_blocks=M with num_gpu_blocks_override={blocks}"'
+        )
+        notes.append(
+            f"{said('num_blocks')} {blocks:,} sizes the pool, not {given}{holds}: vLLM lets the override "
+            f"win (its get_kv_cache_configs logs {log}), so {said(by)} sizes nothing here"
+        )
+        overridden.add(by)
+    if kv is not None and gmu is not None:
+        notes.append(
+            f"{said('kv_cache_bytes')} {fmt_bytes(kv)} is the KV memory, not what {said('gpu_memory_utilization')} "
+            f"{gmu:g} leaves: vLLM's kv_cache_memory_bytes skips the memory profiling and ignores "
+            'gpu_memory_utilization ("This does not respect the gpu_memory_utilization config"), so '
+            f"{said('gpu_memory_utilization')} sizes nothing here"
+        )
+        overridden.add("gpu_memory_utilization")
+    return notes, overridden
 
 
 def _refuse_idle_swap(
@@ -464,7 +570,8 @@ def _refuse_idle_knobs(config: Any, prefill: Any = None) -> None:
     `random` and by a tie drawn at random, the load cap by `prefix-affinity`, the weights by `weighted`);
     the CPU tier's by a run with a tier (`--kv-offloading-size` or `--kv-offloading-chunks`); the swap
     time by a run that swaps; a disaggregated fleet's by a run with prefill replicas (it ran as a fleet of
-    one). (`SimConfig` takes them all: sweeps and searches vary the knob that reads them, `kvsim plan
+    one); the placement by a contiguous policy; the router by a run with more than one replica in a pool
+    (in front of one, every request went to it). (`SimConfig` takes them all: sweeps and searches vary the knob that reads them, `kvsim plan
     --split` the prefill count; only `kvsim run` refuses. A model's knobs without a model:
     `_refuse_modelless_knobs`.)"""
     from kvsim.engine.cluster import PD_KNOBS
@@ -480,7 +587,23 @@ def _refuse_idle_knobs(config: Any, prefill: Any = None) -> None:
                 "pool: give --prefill-replicas N or drop the flag"
             )
 
+    if (
+        given("placement")
+        and not config.is_contiguous
+        and not (prefill is not None and prefill.is_contiguous)
+    ):
+        raise FlagError(
+            f"argument {_knob_flags('placement')[0]}: {config.placement!r} does nothing here: placement is how "
+            f"a contiguous policy ({', '.join(CONTIGUOUS_POLICIES)}) lays out its regions, and this run's "
+            f"policy {config.policy!r} is paged; give one of them with {_knob_flags('policy')[0]} or drop the flag"
+        )
     router = config.router
+    if given("router") and config.replicas == 1 and config.prefill_replicas <= 1:
+        raise FlagError(
+            f"argument {_knob_flags('router')[0]}: {router!r} does nothing here: a router picks among replicas, "
+            f"and this run has one{' in each pool' if config.prefill_replicas else ''} (every request goes to "
+            "it); give --replicas N or drop the flag"
+        )
     stateful = router in STATEFUL_ROUTERS
     reads = {
         "router_refresh_s": (stateful, f"routers that read replica state ({', '.join(STATEFUL_ROUTERS)})"),
@@ -602,6 +725,24 @@ def encoder_notes(config: Any) -> list[str]:
     return notes
 
 
+def block_size_note(config: Any) -> str | None:
+    """The block size given (`--block-size`, or the run file's) and the one the pool has, where a state
+    layer raised it as vLLM 0.33.0 does: `Platform._align_hybrid_block_size` (vllm/platforms/interface.py)
+    raises the attention block until an attention page holds a Mamba state and logs "Setting attention
+    block size to N tokens to ensure that attention page size is >= mamba page size."; None otherwise (an
+    unset size's raise is vLLM's usual start, which the pool line and `config:` show)."""
+    pool = config.pool
+    used, asked = pool.pool_block_size, config.block_size
+    if used == asked or config._given.get("block_size") is None:
+        return None
+    return (
+        f"block size {asked} raised to {used} tokens: {pool.model} keeps Mamba states, and vLLM raises the "
+        f'attention block until a page holds one (it logs "Setting attention block size to {used} tokens to '
+        "ensure that attention page size is >= mamba page size.\"); every group's block is "
+        f"{used} tokens (--save-result's pool_sizing: block_size {used}, block_size_given {asked})"
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import kvsim
     from kvsim.engine import metrics
@@ -622,7 +763,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     save_dir = _save_dir_from_args(args)
     config = _config_from_args(args, data)
     _refuse_idle_knobs(config, getattr(args, "prefill_sim_config", None))
-    notes: list[str] = []
+    notes: list[str] = list(getattr(args, "sizing_notes", []))
     workload, info = _workload_from_args(args, data, notes)
     backend = args.backend or data.get("backend", "rust")
     # ITL's distribution is exact from the engines' record (kvsim.engine.metrics.itl_values): no time series.
@@ -659,6 +800,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"the routed experts spread over the ranks' GPUs; --replicas {dp} runs all {dp} behind a router"
         )
     notes.extend(encoder_notes(config))
+    raised = block_size_note(config)
+    if raised is not None:
+        notes.append(raised)
     out = {
         "kvsim_version": kvsim.__version__,
         "argv": getattr(args, "_argv", None),
@@ -713,6 +857,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"prefill {out['prefill_pool']}")
             print(f"prefill {out['prefill_time']}")
         raw_cfg, human = config.to_dict(), config.describe()
+        pool_bs = config.pool.pool_block_size
+        if pool_bs != config.block_size:  # (a state layer raised it: the pool's, and the one asked)
+            human["block_size"] = f"{pool_bs} (raised from {config.block_size} for the state layers)"
         shown = {
             k: human[k]
             for k, v in raw_cfg.items()
@@ -724,7 +871,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
             and not (k.startswith("kv_offloading_") and not config.kv_offloading_chunks)  # no tier: moot
             # (an unset block size resolves to vLLM's 16 but for some MLA models: shown where it is not 16)
-            and not (k == "block_size" and v == DEFAULT_BLOCK_SIZE)
+            and not (k == "block_size" and v == DEFAULT_BLOCK_SIZE and pool_bs == v)
+            # (a sizing knob another overrode, as vLLM lets it: the notes say which one sized the pool)
+            and k not in getattr(args, "overridden_knobs", ())
         }
         # (a size in GiB, as vLLM's flag takes it, with its unit: `kv_offloading_size=64 GiB`, not `=64.0`)
         print(

@@ -390,6 +390,9 @@ def summary_from(stats: RowStats, c: dict[str, Any], config: SimConfig) -> dict[
         s[name] = over(c[key], denom)
     alloc = c["w_allocated"]
     s["stored_share_of_allocated"] = over(c["w_stored"], alloc)
+    # (the allocated slots a partial block or a region leaves unused: what a block size trades; the
+    # `internal_fragmentation` above is the same slots over the whole pool, small wherever the pool is)
+    s["internal_fragmentation_of_allocated"] = over(c["w_internal"], alloc)
     s["peak_allocated_fraction"] = c["peak_allocated_tokens"] / cap if cap else 0.0
     s["capacity_tokens"] = cap
     s["prefix_hit_tokens"] = c["prefix_hit_tokens"]

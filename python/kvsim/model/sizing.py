@@ -192,7 +192,8 @@ class PoolSizing:
 
     Attributes:
         num_blocks: blocks, counting vLLM's null block (what vLLM reports as "# GPU blocks").
-        block_size: tokens per block.
+        block_size: tokens per block as given (`pool_block_size`: as the pool has them, which a Mamba
+            state may raise; `to_dict()`'s `block_size` is that one, `block_size_given` this).
         source: `num_blocks` (given), `kv_cache_bytes` (given) or `gpu` (sized from the device).
         model: the model's name, or None.
         kv_bytes_per_token: one GPU's KV bytes per token, or None without a model.
@@ -235,8 +236,14 @@ class PoolSizing:
     kv_room_bytes: int | None = None
 
     @property
+    def pool_block_size(self) -> int:
+        """The pool's attention block size: `block_size` as given, or what a state layer raised it to
+        (`KVLayout.block_size`: vLLM's `_align_hybrid_block_size`)."""
+        return self.layout.block_size if self.layout is not None else self.block_size
+
+    @property
     def tokens(self) -> int:
-        return self.num_blocks * self.block_size
+        return self.num_blocks * self.pool_block_size
 
     @property
     def pool_bytes(self) -> int | None:
@@ -304,6 +311,10 @@ class PoolSizing:
             for f in dataclasses.fields(self)
             if f.name not in ("layout", "figures")
         }
+        # (the pool's block size, what each block holds; the one given beside it, which a state layer may
+        # have raised: a 576-token pool once read "block_size": 16)
+        out["block_size"] = self.pool_block_size
+        out["block_size_given"] = self.block_size
         out["startup"] = None if self.figures is None else self.figures.to_dict()
         if self.layout is not None:
             out["kv_groups"] = [
