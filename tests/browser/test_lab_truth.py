@@ -98,7 +98,7 @@ def test_times_are_labelled_with_their_clock(sized_lab: LabPage) -> None:
     assert tm["name"] == "ticks"
     assert "ticks: 1 ms a step, not a GPU’s time" in text(lab, "#pd-clock")
     spec = text(lab, "#pd-link-spec")
-    assert "the replicas’ steps are ticks" in spec, spec
+    assert "the replicas’ steps are ticks of 1 ms, not a GPU’s step time" in spec, spec
 
 
 def test_a_swapped_out_sequence_holds_its_blocks_in_the_cpu_swap_space(sized_lab: LabPage) -> None:

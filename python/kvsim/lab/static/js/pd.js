@@ -1,7 +1,7 @@
 // kvsim lab: the disaggregated fleet's page. Draws the server's snapshots (api/pd) as they are: no state
 // is computed here, only shown (DESIGN.md §Lab, "A disaggregated fleet").
 
-import { bytes, clockNote, int, pct } from "./format.js";
+import { bytes, clockNote, int, pct, secs } from "./format.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -56,8 +56,8 @@ function drawLink(snap, tm) {
   const ticks = tm && tm.name === "ticks";
   $("pd-link-spec").textContent =
     `latency ${fmtMs(l.latency_s)} + ${(l.s_per_block * 1e6).toFixed(1)} µs per block; one transfer at a time` +
-    (ticks ? `. The link’s figures are a link’s; the replicas’ steps are ticks (${clockNote(tm)}): ` +
-      "a transfer’s span is told in steps of that clock, not against a GPU’s step time" : "");
+    (ticks ? `. The link’s figures are a real link’s; the replicas’ steps are ticks of ${secs(tm.step_s).replace(".0 ms", " ms")}, ` +
+      "not a GPU’s step time, so a transfer’s span in steps is not one a GPU would see" : "");
   $("pd-link-spec").dataset.timeModel = tm ? tm.name : "";
 }
 
@@ -138,7 +138,7 @@ async function main() {
     return [dt, dd];
   }));
   const note = clockNote(data.time_model);
-  $("pd-clock").textContent = note ? `Times: ${note}.` : "";
+  $("pd-clock").textContent = note ? `Times are ${note}.` : "";
   $("pd-clock").dataset.timeModel = data.time_model ? data.time_model.name : "";
   const slider = $("pd-instant");
   slider.max = String(data.snapshots.length - 1);
