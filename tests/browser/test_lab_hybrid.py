@@ -66,7 +66,7 @@ def assert_group_tables(lab: LabPage, snap: dict[str, Any]) -> None:
     rows = lab.page.eval_on_selector_all(
         "#seq-list .seq",
         """els => els.map(e => [Number(e.dataset.rid), [...e.querySelectorAll('.group-row')].map(g =>
-             [Number(g.dataset.group), Number((g.querySelector('[data-null]') || {dataset: {null: 0}}).dataset.null),
+             [Number(g.dataset.group), [...g.querySelectorAll('[data-null]')].reduce((n, c) => n + Number(c.dataset.null), 0),
               [...g.querySelectorAll('.chip-map[data-block]')].map(c => Number(c.dataset.block))])])""",
     )
     for rid, groups in rows:

@@ -51,3 +51,26 @@ def test_an_unknown_preset_is_one_line_and_status_2(tmp_path: Path) -> None:
     assert "\n" not in err
     assert "no-such-preset" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_shrink_keeps_the_colours_the_page_draws(tmp_path: Path) -> None:
+    """A colour the page computes (a group's hue) or blends (a half-opaque swatch) on a few pixels of a
+    busy capture comes out exact: `_shrink` keeps the colours and swatch pixels the page reports (G0's
+    crimson once came out (169,39,77), the cached swatch grey)."""
+    from PIL import Image
+
+    im = Image.new("RGB", (400, 300))
+    # A busy capture: far more colours than a palette holds.
+    im.putdata([((x * 7) % 256, (y * 5) % 256, ((x + y) * 3) % 256) for y in range(300) for x in range(400)])
+    crimson, amber = (228, 33, 78), (120, 92, 40)
+    for x in range(10, 16):
+        for y in range(10, 16):
+            im.putpixel((x, y), crimson)
+            im.putpixel((x + 100, y + 100), amber)
+    path = tmp_path / "page.png"
+    im.save(path)
+    screenshots._shrink(path, {"colours": [list(crimson)], "points": [[112, 112]]})
+    with Image.open(path) as out:
+        rgb = out.convert("RGB")
+        assert rgb.getpixel((12, 12)) == crimson
+        assert rgb.getpixel((112, 112)) == amber

@@ -16,7 +16,7 @@ import numpy as np
 import kvsim.lab.presets as _presets
 from kvsim.arguments import as_int
 from kvsim.errors import InvalidArgumentError
-from kvsim.lab.bundle_info import _layout_info, _model_info, tier_info
+from kvsim.lab.bundle_info import _layout_info, _model_info, tier_info, time_info
 from kvsim.lab.bundle_run import run_tracks
 from kvsim.lab.columns import COLUMN_DTYPES, column, decode, encode
 from kvsim.lab.query import (
@@ -317,6 +317,16 @@ def _bundle_from(r: Resolved, paged: Track, contiguous: Track | None, t0: float)
         "layout": _layout_info(r.paged, r.query.get("kv_cache_bytes")),
         # The CPU tier's constants (None: no tier); its state per step is in the paged metric columns.
         "tier": tier_info(r.paged, paged, r.query.get("kv_offloading_bytes")),
+        # The CPU swap space's blocks (None: the run never swaps); what it holds at a step is the swapped-out
+        # sequences' blocks, which the event log gives.
+        "swap_space_blocks": int(r.paged.cpu_blocks)
+        if r.paged.preemption in ("swap", "auto") and r.paged.cpu_blocks
+        else None,
+        # The clock the times are on (`"ticks"`: 1 ms a step, a counter of steps, not a GPU's time).
+        "time_model": time_info(r.paged),
+        # The prefix keys' labels (`paged.key_labels`) that name shared content, a named segment such as a
+        # system prompt, as ids [lo, hi): the others name a request's or a sample's own tokens.
+        "shared_key_labels": [len(p.workload), len(p.workload) + len(p.segment_names)],
         "num_steps": steps,
         "default_step": min(p.step, steps),
         "requests": _requests(p),
@@ -377,6 +387,39 @@ def filling_blocks(
     return out
 
 
+def _swap_space(cfg: SimConfig, requests: list[dict[str, Any]]) -> dict[str, int] | None:
+    """The CPU swap space of a run that may swap: its `capacity_blocks` and the `used_blocks` its swapped-out
+    sequences hold (their `swapped_blocks`); None when the run never swaps."""
+    if cfg.preemption not in ("swap", "auto") or not cfg.cpu_blocks:
+        return None
+    used = sum(r.get("swapped_blocks", 0) for r in requests)
+    return {"capacity_blocks": int(cfg.cpu_blocks), "used_blocks": used}
+
+
+def swapped_blocks(t: Track, k: int) -> dict[tuple[int, int], int]:
+    """Per swapped-out sequence at state k, `(request id, sample)`, the blocks its latest swap-out moved to
+    the CPU swap space: the frees of its sequence that follow the swap-out in the same step (the engine
+    frees a swapped-out table's blocks right after it)."""
+    raw = t.result.raw.events
+    if raw is None:
+        return {}
+    kind = np.asarray(raw["kind"])
+    seq = np.asarray(raw["seq"])
+    step = np.asarray(raw["step"])
+    n = int(t.metrics["event_upto"][min(k, len(t.metrics["event_upto"]) - 1)])
+    swap_out, free = EVENT_KINDS.index("swap-out"), EVENT_KINDS.index("free")
+    out: dict[tuple[int, int], int] = {}
+    for i in np.flatnonzero(kind[:n] == swap_out).tolist():
+        q = int(seq[i])
+        blocks = 0
+        j = i + 1
+        while j < len(kind) and step[j] == step[i] and (seq[j] != q or kind[j] == free):
+            blocks += int(seq[j] == q)
+            j += 1
+        out[(int(t.inp.request_id[q]), int(np.broadcast_to(t.inp.sample, (len(t.inp),))[q]))] = blocks
+    return out
+
+
 def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, Any]:
     """Blocks and requests of one track at state k. A hybrid model's requests have `block_tables`, one
     per KV-cache group (block 0 where a window's tokens left; `block_table` is None), and its blocks their
@@ -392,6 +435,7 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
     held: dict[int, int] = {}  # block -> tokens it holds
     holders: dict[int, list[str]] = {}  # block -> the sequences whose tables hold it
     filling = filling_blocks(t, k, seqs, blocks)  # (no KV, and no key, until the load lands)
+    swapped = swapped_blocks(t, k) if t.paged else {}
     requests = []
     for (rid, sample), row in sorted(seqs.items()):
         c, g = tokens_at(row, k)
@@ -425,6 +469,8 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
                 "context_tokens": c,
                 "target_tokens": r["target_tokens"],
                 "block_table": None if groups else list(row[8]),
+                # A swapped-out sequence's context is in the CPU swap space: its blocks there.
+                **({"swapped_blocks": swapped.get((rid, sample), 0)} if row[3] == "swapped" else {}),
                 **({"block_tables": [list(x) for x in row[9]]} if groups else {}),
                 "region": None
                 if region is None or region[2] is None
@@ -513,6 +559,8 @@ def snapshot_from(r: Resolved, paged: Track, contiguous: Track | None, step: int
     out["tier"] = tier
     out["num_held"] = int(pm["num_held"][k])
     out.update(track_snapshot(paged, k, bpt, r.preset))
+    # The CPU swap space: its blocks (None: no swapping) and those the swapped-out sequences hold in it.
+    out["swap_space"] = _swap_space(r.paged, out["requests"])
     out["contiguous"] = None if contiguous is None else track_snapshot(contiguous, k, bpt, r.preset)
     return out
 

@@ -190,6 +190,17 @@ def tier_info(cfg: SimConfig, t: Track, tier_bytes: int | None) -> dict[str, Any
     }
 
 
+def time_info(cfg: SimConfig) -> dict[str, Any]:
+    """The run's clock (DESIGN.md §Lab): `name` the time model the engine ran under; with `"ticks"` (a
+    config that names no GPU) every step lasts `step_s` (1 ms), a counter of steps, not a GPU's time."""
+    ticks = cfg.time_model == "ticks"
+    return {
+        "name": cfg.time_model,
+        "step_s": cfg.iteration_time_ps / 1e12 if ticks else None,
+        "gpu": getattr(cfg, "gpu", None),
+    }
+
+
 def _human(n: float) -> str:
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:

@@ -28,6 +28,7 @@ import numpy as np
 
 from kvsim.arguments import as_int
 from kvsim.errors import InternalError, InvalidArgumentError
+from kvsim.lab.bundle_info import time_info
 from kvsim.lab.pd_replay import Replay, replay
 from kvsim.lab.presets import _table
 from kvsim.model.config import SimConfig
@@ -503,5 +504,7 @@ def timeline(name: str) -> dict[str, Any]:
         "summary": {k: r.summary.get(k) for k in keys},
         "phases": list(PHASES),
         "opening": opening(r),
+        # The replicas' clock (`"ticks"`: 1 ms a step, not a GPU's time; the link's figures are a link's).
+        "time_model": time_info(p.config),
         "snapshots": [snapshot(r, i) for i in range(len(r.instants))],
     }

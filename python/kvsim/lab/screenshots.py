@@ -2,7 +2,7 @@
 preset (the whole page at the preset's opening step in a 1440×900 desktop window), <preset>-phone.png (the
 same at a phone's 390×844; the disaggregated fleet's page, `/pd`, for its presets) and copilot-inspector.png (the block pool with the inspector open on a shared
 block), by running the lab server in a thread and driving Debian's chromium with playwright (the `browser`
-extra), each saved as a 256-colour PNG (`_shrink`). The browser tests start the server the same way
+extra), each saved as a 256-colour PNG keeping the colours the page draws (`_shrink`). The browser tests start the server the same way
 (`LabThread`).
 """
 
@@ -78,18 +78,62 @@ def _page_colours() -> list[tuple[int, int, int]]:
     return list(dict.fromkeys((int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)) for h in found))
 
 
-def _shrink(path: Path) -> None:
-    """Rewrites a screenshot as a 256-colour PNG (no dither): a median cut's colours and the stylesheet's
-    own (`_page_colours`), each pixel the nearest of them; the page's flat panels and few colours survive
-    it, at about a third of the bytes. Left as captured without Pillow (which matplotlib, a kvsim
-    dependency, brings)."""
+# The colours the page computes rather than names in lab.css, as the page reports them: a hybrid model's
+# group colours (`groupColors`: each group's main, dark, border and empty, drawn in the grid, the strip and
+# the inspector), and the centres of its swatches (legend squares, demo cells, group tags: CSS blends such
+# as the cached swatch's half-opaque amber), whose pixels `_shrink` keeps exactly. Without them a median
+# cut gave G0's crimson (228,33,78) as (169,39,77) in one capture and the cached swatch a grey.
+DRAWN_COLOURS = """async () => {
+  const toRgb = (css) => { const c = document.createElement('canvas'); c.width = c.height = 1;
+    const x = c.getContext('2d'); x.fillStyle = css; x.fillRect(0, 0, 1, 1);
+    const d = x.getImageData(0, 0, 1, 1).data; return [d[0], d[1], d[2]]; };
+  const colours = [];
+  const groups = window.kvlab && kvlab.replay && kvlab.replay.groups;
+  if (groups) {
+    const { groupColors } = await import(new URL('static/js/grid.js', document.baseURI).href);
+    for (const g of groupColors(groups)) for (const css of [g.main, g.dark, g.border, g.empty]) colours.push(toRgb(css));
+  }
+  const points = [];
+  for (const el of document.querySelectorAll('.sw, .cell.demo, .pd-demo, .group-tag, .legend .cell')) {
+    const r = el.getBoundingClientRect();
+    if (r.width < 3 || r.height < 3) continue;
+    points.push([Math.floor(r.left + r.width / 2 + scrollX), Math.floor(r.top + r.height / 2 + scrollY)]);
+  }
+  return { colours, points };
+}"""
+
+
+def _drawn_colours(view: Any) -> dict[str, list[list[int]]]:
+    """What `DRAWN_COLOURS` reports of the page in `view` (nothing when it cannot tell)."""
+    try:
+        got = view.evaluate(DRAWN_COLOURS)
+    except Exception:  # pragma: no cover - a page without the lab's modules
+        return {"colours": [], "points": []}
+    return {"colours": list(got.get("colours", [])), "points": list(got.get("points", []))}
+
+
+def _shrink(path: Path, drawn: dict[str, list[list[int]]] | None = None, scale: float = 1.0) -> None:
+    """Rewrites a screenshot as a 256-colour PNG (no dither): the stylesheet's own colours
+    (`_page_colours`), those the page computes (`drawn`: its group colours and its swatches' pixels, at
+    page points × `scale`), then a median cut's for the rest, each pixel the nearest of them; the page's
+    flat panels and few colours survive it, at about a third of the bytes. Left as captured without
+    Pillow (which matplotlib, a kvsim dependency, brings)."""
     try:
         from PIL import Image
     except ImportError:  # pragma: no cover - depends on the environment
         return
-    keep = _page_colours()
     with Image.open(path) as im:
         rgb = im.convert("RGB")
+    keep = _page_colours()
+    if drawn:
+        keep.extend((int(c[0]), int(c[1]), int(c[2])) for c in drawn.get("colours", []))
+        w, h = rgb.size
+        for x, y in drawn.get("points", []):
+            px, py = int(x * scale), int(y * scale)
+            if 0 <= px < w and 0 <= py < h:
+                r, g, b = rgb.getpixel((px, py))  # type: ignore[misc]
+                keep.append((int(r), int(g), int(b)))
+    keep = list(dict.fromkeys(keep))[:128]  # (distinct; half the palette at most, the cut has the rest)
     cut = rgb.quantize(colors=256 - len(keep), method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     palette = (cut.getpalette() or [])[: 3 * (256 - len(keep))]
     for c in keep:
@@ -151,8 +195,9 @@ def take(out: Path, names: Sequence[str] | None = None) -> list[Path]:
                     view.add_style_tag(content=PAINT_ALL)
                     view.wait_for_timeout(150)  # let the canvases settle after the last resize
                     path = out / f"{name}{suffix}.png"
+                    drawn = _drawn_colours(view)
                     view.screenshot(path=str(path), full_page=True)
-                    _shrink(path)
+                    _shrink(path, drawn)
                     written.append(path)
             if "copilot" in wanted:
                 page.goto(f"{server.url}?preset=copilot")
@@ -160,8 +205,16 @@ def take(out: Path, names: Sequence[str] | None = None) -> list[Path]:
                 page.click('#grid .cell[data-state="shared"]')
                 page.wait_for_timeout(100)
                 path = out / "copilot-inspector.png"
-                page.locator("section.pool").screenshot(path=str(path))
-                _shrink(path)
+                pool = page.locator("section.pool")
+                box = pool.bounding_box() or {"x": 0, "y": 0}
+                drawn = _drawn_colours(page)
+                scroll = page.evaluate("[scrollX, scrollY]")
+                # (the swatches' page points, moved to the element's capture)
+                drawn["points"] = [
+                    [x - box["x"] - scroll[0], y - box["y"] - scroll[1]] for x, y in drawn["points"]
+                ]
+                pool.screenshot(path=str(path))
+                _shrink(path, drawn)
                 written.append(path)
             if errors:
                 raise RuntimeError(f"the page logged errors: {errors}")

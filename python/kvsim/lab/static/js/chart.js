@@ -141,10 +141,13 @@ export class Chart {
       ctx.setLineDash(s.dash || []);
       ctx.strokeStyle = s.color;
       ctx.lineWidth = s.width || 1.6;
+      // A round join: the default miter's point on a one-step spike pokes past the value (a spike of
+      // 293 MiB drew above the 300 MiB grid line).
+      ctx.lineJoin = "round";
       ctx.stroke();
     }
     ctx.setLineDash([]);
-    this.geometry = { x0, pw, w };
+    this.geometry = { x0, pw, w, padT, ph, ymax };
     this.moveCursor(replay.step);
   }
 

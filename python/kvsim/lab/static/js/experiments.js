@@ -99,12 +99,13 @@ function sharing(r) {
 export const EXPERIMENTS = [
   {
     id: "prefix",
-    title: "Prefix caching & copy-on-write",
+    title: "Prefix caching: shared full blocks",
     setup: { preset: "copilot", enable_prefix_caching: true },
     setupText: "Load Copilot with prefix caching on",
     toggle: "Open the Copilot preset. Then switch Prefix caching off and on again.",
     look: "req-1, req-2 and req-3 share the blocks of the 32-token system prompt sys-coding-agent-v1: those " +
-      "cells are striped with a ref-count badge of 3, and the inspector lists all three requests. With caching " +
+      "cells are striped with a ref-count badge of 3, and the inspector lists all three requests. Only full blocks " +
+      "are shared, and none is ever copied (copy-on-write is the fork-cow samples’, see Parallel sampling). With caching " +
       "off every request holds its own copy: prefix savings fall to 0 and the pool allocates more.",
     verifies: "Verifies multi-tenant de-duplication",
     condition: "every held block’s ref_cnt equals the block tables holding it, and prefix saved = " +

@@ -57,6 +57,16 @@ export function secs(t) {
   return `${t.toFixed(3)} s`;
 }
 
+/** What a run's times are (the bundle's `time_model`): under "ticks" (no GPU named) every engine step
+ * lasts a fixed tick, so a time counts steps and is not a GPU's time. */
+export function clockNote(tm) {
+  if (!tm) return "";
+  if (tm.name === "ticks") {
+    return `ticks: ${secs(tm.step_s).replace(".0 ms", " ms")} a step, not a GPU’s time`;
+  }
+  return `the ${tm.name} time model${tm.gpu ? ` of ${tm.gpu}` : ""}`;
+}
+
 /** HTML-escape a string for innerHTML templates. */
 export function esc(s) {
   return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);

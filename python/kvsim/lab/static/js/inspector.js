@@ -16,7 +16,7 @@ const STATE_TEXT = {
 const STATE_NOTE = {
   free: "On the free queue, holds no key: the next allocation may take it.",
   private: "Held by one sequence.",
-  shared: "Shared by several sequences (prefix cache or forked samples): written once, read by all; a write into a shared partial block copies it first (copy-on-write).",
+  shared: "Shared by several block tables.",
   cached: "Free (ref 0) but still carries its prefix key: a later request with the same prefix finds it; it is evicted only when popped for reuse.",
   null: "vLLM’s null block: taken at start and never handed out, so capacity is one block less.",
 };
@@ -85,14 +85,30 @@ export class Inspector {
           sparse ? `, if its group keeps one there (a ${state ? "state" : "window block"} is keyed only where a later hit can end)` : ""}.`
         : "this block holds its KV already (found on the GPU, or the load has landed)."}</p>` : "";
     const key = filling ? null : blk.prefix_key;
+    // Why it is shared: a full block is read by all and never written again (prefix caching shares only
+    // full blocks and never copies); a partial one is the prompt's last block forked samples share under
+    // fork-cow, copied on the first write into it (copy-on-write).
+    const full = blk.num_tokens >= bs || state;
+    const note = blk.state !== "shared" ? STATE_NOTE[blk.state] || ""
+      : full ? `Shared by ${blk.ref_cnt} block tables: a full block, read by all and never written again (a prefix-cache ` +
+        "hit or forked samples’ common prompt). Prefix caching shares only full blocks and never copies one."
+      : `Shared by ${blk.ref_cnt} forked samples (fork-cow): their prompt’s last, partial block; the first sample to ` +
+        "write into it gets a copy (copy-on-write), the others keep this one.";
+    // A hybrid model's block is drawn in its group's colours: the swatch and the state's words take them.
+    const gc = group && !filling ? groupColors(track.groups)[blk.group] : null;
+    const swatch = !gc ? "" : blk.state === "shared"
+      ? `background: repeating-linear-gradient(135deg, ${gc.main} 0 5px, ${gc.dark} 5px 10px); border-color: #fff`
+      : blk.state === "cached" ? `--c-cached: ${gc.main}; background: ${gc.empty}; border-color: ${gc.main}`
+      : blk.state === "private" ? `background: ${gc.main}; border-color: ${gc.border}` : "";
     const title = `<b class="mono" id="insp-id">P_${b}</b>`;
     const html = `
       <p class="insp-state s-${filling ? "filling" : blk.state}-text" id="insp-state" data-state="${blk.state}"
-        data-filling="${filling}">
-        <span class="cell s-${filling ? "filling" : blk.state} demo" aria-hidden="true"></span>${STATE_TEXT[blk.state] ||
+        data-filling="${filling}"${swatch ? ` data-colour="${gc.main}" style="color: ${gc.main}"` : ""}>
+        <span class="cell s-${filling ? "filling" : blk.state} demo" aria-hidden="true"${swatch
+          ? ` style="${swatch}"` : ""}></span>${STATE_TEXT[blk.state] ||
           esc(blk.state)}${filling ? " · BEING LOADED" : ""}
         <span class="ref" id="insp-ref" data-ref="${blk.ref_cnt}">ref_cnt = ${blk.ref_cnt}</span></p>
-      <p class="hint">${STATE_NOTE[blk.state] || ""}</p>
+      <p class="hint" id="insp-note">${note}</p>
       ${heldNote}
       <dl class="kv">
         <dt>Base offset</dt><dd class="mono" id="insp-offset" data-offset="${offset}">${hex(offset, width)}

@@ -4,7 +4,7 @@
 import { fetchPresets, fetchRun, lastFetch } from "./api.js";
 import { Chart } from "./chart.js";
 import { Experiments } from "./experiments.js";
-import { bytes, esc, int, secs } from "./format.js";
+import { bytes, clockNote, esc, int, secs } from "./format.js";
 import { BlockGrid, WINDOW, canvasSize, forgetCanvasSizes, groupColors, stateColors } from "./grid.js";
 import { Inspector } from "./inspector.js";
 import { Panels } from "./panels.js";
@@ -61,6 +61,7 @@ const chart = new Chart({
   canvas: $("chart"), cursor: $("chart-cursor"), legend: $("chart-legend"),
   onSeek: (k) => requestStep(k),
 });
+lab.chart = chart; // (the tests read its geometry)
 const tier = new TierView({ root: $("tier-panel") });
 lab.tier = tier;
 const experiments = new Experiments({ root: $("exp-list"), onApply: (over) => applyOverrides(over) });
@@ -498,6 +499,8 @@ function render(changed) {
   scrub.value = String(lab.step);
   const t = r.metric("time_s");
   $("r-step").textContent = `step ${int(lab.step)} / ${int(r.numSteps)}${t !== null ? ` · t = ${secs(t)}` : ""}`;
+  const note = clockNote(r.bundle.time_model);
+  setTextOnce($("r-clock"), note ? `(${note}; step k: the state after k engine steps)` : "(step k: the state after k engine steps)");
   $("r-step").dataset.step = String(lab.step);
   document.body.dataset.step = String(lab.step);
   if (lazy.some((v) => v.stale) || grid.hasPending()) {
@@ -508,6 +511,11 @@ function render(changed) {
   } else {
     settle();
   }
+}
+
+function setTextOnce(el, text) {
+  if (el.textContent !== text) el.textContent = text;
+  el.dataset.timeModel = lab.replay ? lab.replay.bundle.time_model?.name ?? "" : "";
 }
 
 function selectBlock(b) {

@@ -181,8 +181,15 @@ export class Panels {
       .map(([name, label]) => [label, track.metric(name, k)])
       .filter(([label, v]) => v !== null && (v > 0 || label === "running" || label === "waiting"));
     setData(el, "running", String(track.metric("num_running", k)));
+    // The swapped-out sequences' blocks wait in the CPU swap space (`TrackReplay.swapSpace`).
+    const swap = track === this.replay.paged ? track.swapSpace(k) : { seqs: 0, blocks: 0 };
+    setData(el, "swapBlocks", String(swap.blocks));
+    const cap = this.replay.bundle.swap_space_blocks;
     setHtml(el, parts.length ? `At this step: ${parts.map(([label, v]) =>
-      `<b class="${label === "running" ? "run" : ""}">${int(v)}</b> ${label}`).join(" · ")}` : "");
+      `<b class="${label === "running" ? "run" : ""}">${int(v)}</b> ${label}` +
+      (label === "swapped" && swap.seqs ? ` (their ${int(swap.blocks)} block${swap.blocks === 1 ? "" : "s"} in the CPU swap space` +
+        `${cap ? `, of its ${int(cap)}` : ""})` : ""))
+      .join(" · ")}` : "");
   }
 
   drawMaps(pool = true) {
@@ -193,7 +200,10 @@ export class Panels {
     const counts = ["private", "shared", "cached", "free"].map((s) => [s, r.metric(`paged_${s}_blocks`)])
       .filter(([, v]) => v !== null).map(([s, v]) => `${int(v)} ${s}` +
         (s === "private" && filling ? ` (${int(filling)} of them being filled by a CPU-tier load)` : ""));
-    setText($("paged-map-caption"), `${int(r.numBlocks)} blocks${counts.length ? ` · ${counts.join(" · ")}` : ""}`);
+    // Block 0 is vLLM's null block (never handed out): the counts add up to the pool with it.
+    const nulls = r.numBlocks > 0 && r.paged.stateOf(0) === "null" ? 1 : 0;
+    setText($("paged-map-caption"), `${int(r.numBlocks)} blocks${counts.length
+      ? ` · ${nulls ? `${nulls} null · ` : ""}${counts.join(" · ")}` : ""}`);
     this.drawRegions();
   }
 

@@ -1,7 +1,7 @@
 // kvsim lab: the disaggregated fleet's page. Draws the server's snapshots (api/pd) as they are: no state
 // is computed here, only shown (DESIGN.md §Lab, "A disaggregated fleet").
 
-import { bytes, int, pct } from "./format.js";
+import { bytes, clockNote, int, pct, secs } from "./format.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -43,7 +43,7 @@ function drawPool(pool) {
     (pool.cached ? `, ${pool.cached} free cached` : "");
 }
 
-function drawLink(snap) {
+function drawLink(snap, tm) {
   const l = snap.link;
   const el = $("pd-link-state");
   el.dataset.onLink = l.on_link.join(",");
@@ -53,8 +53,12 @@ function drawLink(snap) {
     : "idle";
   el.innerHTML = on + (l.queued.length ? `<br>queued: ${l.queued.join(", ")}` : "") +
     `<br><small>${snap.transfers_done} transfer(s) done</small>`;
+  const ticks = tm && tm.name === "ticks";
   $("pd-link-spec").textContent =
-    `latency ${fmtMs(l.latency_s)} + ${(l.s_per_block * 1e6).toFixed(1)} µs per block; one transfer at a time`;
+    `latency ${fmtMs(l.latency_s)} + ${(l.s_per_block * 1e6).toFixed(1)} µs per block; one transfer at a time` +
+    (ticks ? `. The link’s figures are a real link’s; the replicas’ steps are ticks of ${secs(tm.step_s).replace(".0 ms", " ms")}, ` +
+      "not a GPU’s step time, so a transfer’s span in steps is not one a GPU would see" : "");
+  $("pd-link-spec").dataset.timeModel = tm ? tm.name : "";
 }
 
 function drawRequests(snap) {
@@ -94,7 +98,7 @@ function show(data, index) {
   $("pd-instant").value = String(index);
   $("pd-instant-label").textContent = `${index} of ${data.snapshots.length - 1} · t = ${fmtMs(snap.time_s)}`;
   for (const pool of snap.pools) drawPool(pool);
-  drawLink(snap);
+  drawLink(snap, data.time_model);
   drawRequests(snap);
   document.getElementById("pd").dataset.instant = String(index);
   const url = new URL(location.href);
@@ -133,6 +137,9 @@ async function main() {
     dd.dataset.value = v == null ? "" : String(v);
     return [dt, dd];
   }));
+  const note = clockNote(data.time_model);
+  $("pd-clock").textContent = note ? `Times are ${note}.` : "";
+  $("pd-clock").dataset.timeModel = data.time_model ? data.time_model.name : "";
   const slider = $("pd-instant");
   slider.max = String(data.snapshots.length - 1);
   const asked = Number.parseInt(params.get("instant") ?? "", 10);

@@ -101,6 +101,12 @@ export class RowTrack {
 
   /** The row in force for entity e at step k, without moving (binary search over e's rows). */
   rowAt(e, k) {
+    const i = this.indexAt(e, k);
+    return i < 0 ? null : this.rowIndex(i);
+  }
+
+  /** The index of the row in force for entity e at step k (-1: none), without moving. */
+  indexAt(e, k) {
     if (this.byEntity === null) {
       // CSR lists of row indices per entity, in step order.
       const start = new Int32Array(this.numEntities + 1);
@@ -119,7 +125,7 @@ export class RowTrack {
       if (this.steps[idx[mid]] <= k) lo = mid + 1;
       else hi = mid;
     }
-    return lo === start[e] ? null : this.rowIndex(idx[lo - 1]);
+    return lo === start[e] ? -1 : idx[lo - 1];
   }
 }
 
@@ -148,7 +154,7 @@ function offsetsOf(counts) {
 /** One track (paged or contiguous) of a bundle, replayable to any step; `groups` a hybrid model's KV-cache
  * groups (the bundle's `layout.groups`), null for one table per sequence. */
 export class TrackReplay {
-  constructor(track, numBlocks, blockSize, groups = null) {
+  constructor(track, numBlocks, blockSize, groups = null, sharedLabels = null) {
     this.track = track;
     this.blockSize = blockSize;
     this.numBlocks = numBlocks;
@@ -290,6 +296,125 @@ export class TrackReplay {
     this.fillingHits = new Map();
     const load = this.kindNames.indexOf("load");
     this.hasLoads = load >= 0 && this.evKind.includes(load);
+    // The prefix keys' labels that name shared content (a named segment: `bundle.shared_key_labels`).
+    this.sharedLabels = sharedLabels;
+    // Per event, the state it belongs to: "step k" on the page is the state after k engine steps, and an
+    // event listed at step k is one of those that made it (`event_upto`; else the step after its count).
+    this.evState = new Int32Array(this.numEvents);
+    if (this.eventUpto) {
+      let k = 0;
+      for (let i = 0; i < this.numEvents; i += 1) {
+        while (k < this.eventUpto.length - 1 && this.eventUpto[k] <= i) k += 1;
+        this.evState[i] = k;
+      }
+    } else {
+      for (let i = 0; i < this.numEvents; i += 1) this.evState[i] = this.evStep[i] + 1;
+    }
+    // Swaps: per swap-out event, the blocks it moved to the CPU swap space (the frees of its sequence that
+    // follow it in the same step: the engine frees a swapped-out table's blocks right after); per sequence,
+    // its swap-out events in order.
+    const swapOut = this.kindNames.indexOf("swap-out");
+    const free = this.kindNames.indexOf("free");
+    this.swapOuts = new Map();
+    this.swapBlocks = new Map();
+    for (let i = 0; swapOut >= 0 && i < this.numEvents; i += 1) {
+      if (this.evKind[i] !== swapOut) continue;
+      const q = this.evSeq[i];
+      let n = 0;
+      for (let j = i + 1; j < this.numEvents && this.evStep[j] === this.evStep[i]; j += 1) {
+        if (this.evSeq[j] === q && this.evKind[j] === free) n += 1;
+        else if (this.evSeq[j] === q) break;
+      }
+      this.swapBlocks.set(i, n);
+      if (!this.swapOuts.has(q)) this.swapOuts.set(q, []);
+      this.swapOuts.get(q).push(i);
+    }
+  }
+
+  /** The blocks sequence q holds in the CPU swap space at step k (its latest swap-out's; 0 unless it is
+   * swapped out then). */
+  swappedBlocks(q, k) {
+    const row = this.seqs.rowAt(q, k);
+    const outs = this.swapOuts.get(q);
+    if (!row || row[S.status] !== "swapped" || !outs) return 0;
+    const n = this.eventCount(k);
+    let last = -1;
+    for (const i of outs) if (i < n) last = i;
+    return last < 0 ? 0 : this.swapBlocks.get(last);
+  }
+
+  /** How many blocks of sequence q's group-g table left its window by step k (its `window` events since
+   * its latest preemption, which restarts its tables); the rest of its leading null blocks were never
+   * held (a prefix hit or a CPU-tier load started past them). */
+  windowLeft(q, g, k) {
+    if (!this.windowEvents) {
+      // Per sequence, its window and preempt events in order (built on first use).
+      const win = this.kindNames.indexOf("window");
+      const pre = this.kindNames.indexOf("preempt");
+      this.windowEvents = new Map();
+      for (let i = 0; i < this.numEvents; i += 1) {
+        const kind = this.evKind[i];
+        if (kind !== win && kind !== pre) continue;
+        const e = this.evSeq[i];
+        if (!this.windowEvents.has(e)) this.windowEvents.set(e, []);
+        this.windowEvents.get(e).push(i);
+      }
+      this.preemptCode = pre;
+    }
+    const n = this.eventCount(k);
+    let left = 0;
+    for (const i of this.windowEvents.get(q) || []) {
+      if (i >= n) break;
+      if (this.evKind[i] === this.preemptCode) left = 0;
+      else if (this.evCount[i] === g) left += 1;
+    }
+    return left;
+  }
+
+  /** The blocks in the CPU swap space at step k: the swapped-out sequences' (their count and blocks). */
+  swapSpace(k) {
+    let seqs = 0;
+    let blocks = 0;
+    for (const q of this.swapOuts.keys()) {
+      const n = this.swappedBlocks(q, k);
+      const row = this.seqs.rowAt(q, k);
+      if (row && row[S.status] === "swapped") {
+        seqs += 1;
+        blocks += n;
+      }
+    }
+    return { seqs, blocks };
+  }
+
+  /** Block b's prefix key at state k when it is the anchor of shared content: the key names a shared
+   * segment (a system prompt's block, not a request's or a sample's own tokens) and the block carries it
+   * then (the contract's fullness rule, as `block`: a held block only once full; a hybrid model's row
+   * carries a key only while the block has one). Null otherwise. */
+  sharedKeyAt(b, k) {
+    const i = this.blocks.indexAt(b, k);
+    if (i < 0 || !this.sharedLabels) return null;
+    const label = this.blockLabel[i];
+    if (label < this.sharedLabels[0] || label >= this.sharedLabels[1]) return null;
+    const row = this.blocks.rowIndex(i);
+    const st = row[B.state];
+    if (this.groups || st === "cached") return row[B.key];
+    if (st !== "private" && st !== "shared") return null;
+    // A held block's tokens at k: the most any table holding it says (min(B, c − i·B)); a block a load in
+    // flight is filling has no key yet.
+    let held = 0;
+    for (const rid of row[B.reqs]) {
+      for (let s = 0; ; s += 1) {
+        const q = this.seqOf(rid, s);
+        if (q === undefined) break;
+        const seq = this.seqs.rowAt(q, k);
+        if (!seq) continue;
+        const at = seq[S.table].indexOf(b);
+        if (at < 0) continue;
+        if (seq[S.status] === "loading") return null;
+        held = Math.max(held, Math.min(this.blockSize, Math.max(0, TrackReplay.ctxAt(seq, k) - at * this.blockSize)));
+      }
+    }
+    return held === this.blockSize ? row[B.key] : null;
   }
 
   /** The sequence entity of (request, sample), or undefined. */
@@ -570,7 +695,8 @@ export class Replay {
     this.numBlocks = bundle.num_blocks;
     this.groups = bundle.layout ? bundle.layout.groups : null;
     this.requests = new Map((bundle.requests || []).map((r) => [r.request_id, r]));
-    this.paged = new TrackReplay(bundle.paged, bundle.num_blocks, bundle.block_size, this.groups);
+    this.paged = new TrackReplay(bundle.paged, bundle.num_blocks, bundle.block_size, this.groups,
+      bundle.shared_key_labels || null);
     this.contig = bundle.contiguous ? new TrackReplay(bundle.contiguous, 0, bundle.block_size) : null;
     this.step = -1;
   }

@@ -79,8 +79,9 @@ export class EventStream {
     return ids;
   }
 
-  _text(replay, ev) {
-    const [step, , kind, rid, sample, block, count] = ev;
+  _text(replay, ev, i) {
+    const [, , kind, rid, sample, block, count] = ev;
+    const state = replay.paged.evState[i];
     const req = replay.requests.get(rid);
     const who = rid >= 0 ? `<button type="button" class="linkish who" data-filter="${esc(req ? req.name : rid)}"
       title="show only this request's events">${esc(replay.name(rid, sample))}</button>` : "";
@@ -92,15 +93,18 @@ export class EventStream {
     const tag = g && kind !== "schedule" ? ` <span class="hint">G${count} ${esc(g.label)}</span>` : "";
     let key = "";
     let anchor = false;
-    if (block >= 0 && (kind === "prefix-hit" || kind === "allocate" || kind === "evict")) {
-      // The block's key as it stood at the state this event belongs to (the row just before for evict).
-      const row = replay.paged.blocks.rowAt(block, kind === "evict" ? Math.max(0, step - 1) : step + 1);
+    if (block >= 0 && kind === "allocate") {
+      // An allocation is a prefix-cache anchor only when the block, at the state this event belongs to,
+      // carries a key naming shared content (a system prompt's block: not a request's or a sample's own
+      // tokens) and is full, so registered (`TrackReplay.sharedKeyAt`).
+      const k = replay.paged.sharedKeyAt(block, state);
+      anchor = k !== null;
+      if (anchor) key = ` <span class="mono key">${esc(k)}</span>`;
+    } else if (block >= 0 && (kind === "prefix-hit" || kind === "evict")) {
+      // The block's key as it stood at the state this event belongs to (the state before, for evict).
+      const row = replay.paged.blocks.rowAt(block, kind === "evict" ? Math.max(0, state - 1) : state);
       const k = row ? row[B.key] : null;
-      // An allocation shows its key only when it names shared content (a system prompt's block), not
-      // the request's own.
-      const own = replay.requests.get(rid);
-      anchor = kind === "allocate" && !!k && !!own && !k.startsWith(`${own.name}:`);
-      if (k && (kind !== "allocate" || anchor)) key = ` <span class="mono key">${esc(k)}</span>`;
+      if (k) key = ` <span class="mono key">${esc(k)}</span>`;
     }
     if (kind === "window") {
       if (g && g.kind === "mamba") {
@@ -165,12 +169,12 @@ export class EventStream {
       if (items.length < SHOWN) {
         const ev = track.event(i);
         items.push(`<li class="ev ev-${ev[E.kind]}" data-index="${i}" data-kind="${ev[E.kind]}" data-rid="${ev[E.rid]}">
-          <span class="ev-when">step ${int(ev[E.step])} · ${secs(ev[E.time])}</span>
+          <span class="ev-when" data-state="${track.evState[i]}">step ${int(track.evState[i])} · ${secs(ev[E.time])}</span>
           <span class="ev-kind">${esc(KIND_LABELS[ev[E.kind]] || ev[E.kind])}</span>
-          <span class="ev-text">${this._text(replay, ev)}</span></li>`);
+          <span class="ev-text">${this._text(replay, ev, i)}</span></li>`);
       }
     }
-    this.count.textContent = `${int(n)} events by step ${int(replay.step)} of ${int(total)}` +
+    this.count.textContent = `${int(n)} of ${int(total)} events happened by step ${int(replay.step)}` +
       (matched !== n ? ` · ${int(matched)} match` : "") + (matched > SHOWN ? ` · latest ${SHOWN} shown` : "");
     this.list.innerHTML = items.join("") || '<li class="hint">No event yet at this step (or none matches the filters).</li>';
   }

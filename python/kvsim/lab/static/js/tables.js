@@ -89,7 +89,9 @@ export class SeqTables {
       // (a `loading` sequence's chips mark the blocks its load is filling: they change when it lands,
       // with its status)
       const filling = row[S.status] === "loading" ? row[S.table].filter((b) => track.isFilling(b)).join(",") : "";
-      const sig = `${row[S.status]}|${SeqTables.tablesText(replay, row)}|${seq === this.selectedSeq}|${filling}`;
+      // (a swapped-out sequence's card says its blocks in the swap space: its latest swap-out's)
+      const swapped = row[S.status] === "swapped" ? track.swappedBlocks(seq, k) : 0;
+      const sig = `${row[S.status]}|${SeqTables.tablesText(replay, row)}|${seq === this.selectedSeq}|${filling}|${swapped}`;
       let card = this.cards.get(seq);
       if (!card || card.sig !== sig) {
         const holder = document.createElement("div");
@@ -152,24 +154,38 @@ export class SeqTables {
 
   /** A hybrid model's tables, a row per KV-cache group: the leading null blocks (tokens a window or chunk
    * left) as one dim chip, then the blocks held. */
-  _groupRows(replay, row) {
+  _groupRows(replay, row, seq, k) {
     return replay.groups.map((g, x) => {
       const table = row[S.tables][x] || [];
       let lead = 0;
       while (lead < table.length && table[lead] === 0) lead += 1;
       const chips = [];
-      if (lead > 0) {
-        const span = lead === 1 ? "L_0" : `L_0–L_${lead - 1}`;
+      const range = (a, b) => (a === b ? `L_${a}` : `L_${a}–L_${b}`);
+      if (lead > 0 && g.kind === "mamba") {
         const one = lead === 1;
-        // (a state table keeps only its latest states; a window's, the blocks it still reads: the null
-        // block stands for those it left and for those a prefix hit, or a CPU-tier load, started past)
-        const why = g.kind === "mamba"
-          ? `${one ? "an earlier state" : "earlier states"}: replaced by a newer one, or never held (a hit starts from a cached ` +
-            `state, a CPU-tier load from the state it brings)`
-          : `${one ? "this block" : "these blocks"} left the window, or ${one ? "was" : "were"} never held (a prefix hit ` +
-            `or a CPU-tier load started past ${one ? "it" : "them"})`;
+        // (a state table keeps only its latest states: the null block stands for those a newer one replaced
+        // and for those a hit, or a CPU-tier load, started past)
+        const why = `${one ? "an earlier state" : "earlier states"}: replaced by a newer one, or never held (a hit starts ` +
+          "from a cached state, a CPU-tier load from the state it brings)";
         chips.push(`<span class="chip-map null" data-null="${lead}" title="${why}: vLLM’s null block (P_0) in ` +
-          `${one ? "its" : "their"} place">${span}→∅ <small>(${g.kind === "mamba" ? "null" : "left"})</small></span>`);
+          `${one ? "its" : "their"} place">${range(0, lead - 1)}→∅ <small>(null)</small></span>`);
+      } else if (lead > 0) {
+        // A window's leading null blocks: those it never held (a prefix hit or a CPU-tier load started past
+        // them) come first, then those that left it (its `window` events): told apart.
+        const left = Math.min(lead, replay.paged.windowLeft(seq, x, k));
+        const never = lead - left;
+        if (never > 0) {
+          const one = never === 1;
+          chips.push(`<span class="chip-map null" data-null="${never}" data-never="${never}" title="${one ? "this block was"
+            : "these blocks were"} never held (a prefix hit or a CPU-tier load started past ${one ? "it" : "them"}): ` +
+            `vLLM’s null block (P_0) in ${one ? "its" : "their"} place">${range(0, never - 1)}→∅ <small>(never held)</small></span>`);
+        }
+        if (left > 0) {
+          const one = left === 1;
+          chips.push(`<span class="chip-map null" data-null="${left}" data-left="${left}" title="${one ? "this block"
+            : "these blocks"} left the window (freed): vLLM’s null block (P_0) in ${one ? "its" : "their"} place">` +
+            `${range(never, lead - 1)}→∅ <small>(left)</small></span>`);
+        }
       }
       chips.push(...this._chips(table, lead, Math.max(4, Math.floor(MAX_CHIPS / replay.groups.length) + 4), x));
       if (table.length === 0) chips.push('<span class="hint">no blocks</span>');
@@ -187,8 +203,15 @@ export class SeqTables {
     const table = row[S.table] || [];
     const chips = replay.groups ? [] : this._chips(table, 0, MAX_CHIPS);
     const filling = status === "loading" ? table.filter((b) => replay.paged.isFilling(b)).length : 0;
-    const held = (replay.groups ? `${int(table.length)} blocks held in ${replay.groups.length} tables` : `${int(table.length)} blocks`) +
+    // A swapped-out sequence's context is in the CPU swap space, not in no memory: its blocks there.
+    const swapped = status === "swapped" ? replay.paged.swappedBlocks(seq, k) : 0;
+    const away = status === "swapped"
+      ? `<span class="swapped-count" data-swapped="${swapped}">${int(swapped)} block${swapped === 1 ? "" : "s"} in the CPU swap space</span>` +
+        " (none on the GPU until it is swapped in)" : "";
+    const held = away || (replay.groups ? `${int(table.length)} blocks held in ${replay.groups.length} tables` : `${int(table.length)} blocks`) +
       (filling ? `, <span class="filling-count" data-filling="${filling}">${int(filling)} being filled by its CPU-tier load</span>` : "");
+    const none = status === "swapped" ? `<span class="hint">swapped out: its ${int(swapped)} block${swapped === 1 ? "" : "s"} wait in the CPU swap space</span>`
+      : '<span class="hint">no blocks</span>';
     return `<article class="seq st-${status}${seq === this.selectedSeq ? " selected" : ""}" data-seq="${seq}"
         data-rid="${rid}" data-sample="${row[S.sample]}" data-status="${status}" data-ctx="${ctx}"
         data-table="${esc(SeqTables.tablesText(replay, row))}">
@@ -198,8 +221,8 @@ export class SeqTables {
       <p class="seq-tokens">${req.system_prompt ? `Sys prompt <b>${int(req.system_tokens)}</b> tok <span class="mono">${esc(req.system_prompt)}</span> • ` : ""}User prompt <b>${int(req.user_tokens ?? 0)}</b> tok • Generated <b class="d-gen"></b> tok</p>
       <div class="fillbar" title="context against target"><span></span></div>
       <p class="seq-fill">Context fill <b class="d-ctx2">${int(ctx)}</b> tokens${target ? ` · target ${int(target)} (<span class="d-pct"></span>)` : ""} · ${held}</p>
-      ${replay.groups ? `<div class="group-rows">${this._groupRows(replay, row)}</div>`
-        : `<div class="chips-map">${chips.join("") || '<span class="hint">no blocks</span>'}</div>`}
+      ${replay.groups ? `<div class="group-rows">${this._groupRows(replay, row, seq, k)}</div>`
+        : `<div class="chips-map">${chips.join("") || none}</div>`}
     </article>`;
   }
 
