@@ -7,6 +7,10 @@ blocks over an H100's 64 GB/s host link).
 
     valgrind --tool=callgrind --callgrind-out-file=cg.out python -m bench.callgrind_engine 100000 [MODE [T]]
     callgrind_annotate --inclusive=yes cg.out | grep 'engine::run \\['
+
+MODE `workload` builds the workload and stops: the process's total (`callgrind_annotate cg.out | grep
+'PROGRAM TOTALS'`) subtracted from a run's gives the instructions of the `kvsim.simulate` call itself, the
+benchmark's measure (the engine, the input's preparation and the result's columns).
 """
 
 import sys
@@ -42,6 +46,9 @@ def with_tier(cfg: kvsim.SimConfig, tier_tokens: int) -> kvsim.SimConfig:
 
 def main(n: int, mode: str = "ticks", tier_tokens: int = 0) -> None:
     w = synthetic(n, arrival_rate=100, lengths="sharegpt-paper", seed=7)
+    if mode == "workload":
+        print(len(w))
+        return
     cfg = config(mode)
     if tier_tokens:
         cfg = with_tier(cfg, tier_tokens)
