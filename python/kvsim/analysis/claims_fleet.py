@@ -27,10 +27,10 @@ from kvsim.model.config import SimConfig
 TRACE = "mooncake-conversation"
 ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
 FLEET_SIZES = (4, 8)
-# The fleet's total KV memory: four H100-80GB pools of Llama-3-8B as vLLM 0.33.0 sizes them (usable blocks
+# The fleet's total KV memory: four H100-80GB pools of Llama-3.1-8B as vLLM 0.33.0 sizes them (usable blocks
 # of 16 tokens at its default utilisation 0.92, vllm serve's batch limits on an H100), rounded down to a
 # multiple of every fleet size so that it splits evenly over the replicas.
-TOTAL_BLOCKS = 4 * SimConfig(model="llama-3-8b", gpu="h100-80gb").capacity_blocks // 8 * 8
+TOTAL_BLOCKS = 4 * SimConfig(model="llama-3.1-8b", gpu="h100-80gb").capacity_blocks // 8 * 8
 MARGIN = 0.01  # prefix-affinity must beat round-robin's hit rate by at least one point
 
 
@@ -42,7 +42,7 @@ def fleet_experiments() -> list[Experiment]:
             [TRACE],
             {"router": list(ROUTERS)},
             {
-                "model": "llama-3-8b",
+                "model": "llama-3.1-8b",
                 "gpu": "h100-80gb",
                 "kv_cache_bytes": None,
                 "num_blocks": TOTAL_BLOCKS // n + 1,
@@ -50,7 +50,7 @@ def fleet_experiments() -> list[Experiment]:
             },
             requests=20_000,
             seeds=1,
-            why=f"{n} replicas of Llama-3-8B (roofline time on an H100 each) sharing {TOTAL_BLOCKS:,} blocks "
+            why=f"{n} replicas of Llama-3.1-8B (roofline time on an H100 each) sharing {TOTAL_BLOCKS:,} blocks "
             f"of 16 tokens (four H100s' pools), {TOTAL_BLOCKS // n:,} each; the whole trace by timestamp; "
             "routers with exact views",
         )

@@ -72,14 +72,14 @@ def seed_experiments() -> list[Experiment]:
             ["mooncake-conversation", "mooncake-synthetic"],
             {"num_blocks": [2**14 + 1, 2**16 + 1, 2**18 + 1, 2**20 + 1, 2**22 + 1, 2**23 + 1]},
             {
-                "model": "llama-3-8b",
+                "model": "llama-3.1-8b",
                 "gpu": "h100-80gb",
                 "kv_cache_bytes": None,
                 "enable_prefix_caching": True,
             },
             requests=20_000,
             seeds=1,
-            why="whole traces replayed by timestamp; Llama-3-8B roofline time on an H100; prefix cache of "
+            why="whole traces replayed by timestamp; Llama-3.1-8B (a 131,072-token context: about half of these prompts exceed Llama-3-8B's 8,192) roofline time on an H100; prefix cache of "
             "2^18-2^27 tokens (blocks of 16); the largest holds every distinct block of both traces",
         ),
         Experiment(

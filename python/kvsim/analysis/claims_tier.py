@@ -1,5 +1,5 @@
 """The CPU tier's claims (DESIGN.md §CPU tier, §Claims): both Mooncake traces on an H100 with two GPU pools
-(vLLM's for Llama-3-8B, and one of 2^16 tokens) and CPU tiers of 0 to 2^26 tokens, the hit rate held against the trace's own reuse ceiling (`kvsim.analysis.claims_seed.
+(vLLM's for Llama-3.1-8B, and one of 2^16 tokens) and CPU tiers of 0 to 2^26 tokens, the hit rate held against the trace's own reuse ceiling (`kvsim.analysis.claims_seed.
 mooncake_ceiling`, computed from its hash ids, not by the engine) and TTFT with the loads' time charged;
 and a fleet of 4 behind its routers with and without tiers.
 
@@ -23,21 +23,21 @@ TRACES = ("mooncake-conversation", "mooncake-synthetic")
 # A quarter of the traces' rate: one H100 serves them without a queue that grows without end (the traces
 # come from a cluster; at their own rate one GPU's TTFT is minutes).
 TIME_SCALE = 4.0
-# The GPU pools, in blocks of 16 (the null block counted): 2^16 tokens, and vLLM's for Llama-3-8B on an
+# The GPU pools, in blocks of 16 (the null block counted): 2^16 tokens, and vLLM's for Llama-3.1-8B on an
 # H100-80GB (utilisation 0.92).
-H100_BLOCKS: int = SimConfig(model="llama-3-8b", gpu="h100-80gb").capacity_blocks + 1
+H100_BLOCKS: int = SimConfig(model="llama-3.1-8b", gpu="h100-80gb").capacity_blocks + 1
 POOLS = (2**12 + 1, H100_BLOCKS)
-# The tier in chunks of one 16-token block: 0 and 2^20 to 2^26 tokens (Llama-3-8B's 128 KiB a token: up
+# The tier in chunks of one 16-token block: 0 and 2^20 to 2^26 tokens (Llama-3.1-8B's 128 KiB a token: up
 # to 8 TiB of host memory, more than a server holds; the largest shows where the trace's reuse ends).
 TIER_TOKENS = (0, 2**20, 2**22, 2**24, 2**26)
 TIER_CHUNKS = [t // 16 for t in TIER_TOKENS]
-BASE = {"model": "llama-3-8b", "gpu": "h100-80gb", "kv_cache_bytes": None, "enable_prefix_caching": True}
+BASE = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "kv_cache_bytes": None, "enable_prefix_caching": True}
 FLEET_ROUTERS = ("round-robin", "prefix-affinity")
 FLEET_REPLICAS = 4
-FLEET_TIER_TOKENS = 2**22  # per replica: 512 GiB of Llama-3-8B's KV in host memory
-# The fleet's GPU pools: one H100-80GB's pool of Llama-3-8B split over the 4 replicas (a quarter of the
+FLEET_TIER_TOKENS = 2**22  # per replica: 512 GiB of Llama-3.1-8B's KV in host memory
+# The fleet's GPU pools: one H100-80GB's pool of Llama-3.1-8B split over the 4 replicas (a quarter of the
 # fleet claims' four pools: a small GPU cache, where a CPU tier shows its gain).
-FLEET_BLOCKS = SimConfig(model="llama-3-8b", gpu="h100-80gb").capacity_blocks // 8 * 8
+FLEET_BLOCKS = SimConfig(model="llama-3.1-8b", gpu="h100-80gb").capacity_blocks // 8 * 8
 FLEET_POOL = FLEET_BLOCKS // FLEET_REPLICAS + 1  # a replica's, the null block counted
 MARGIN = 0.05  # the largest tier's hit rate within 5 points of the ceiling
 CEILING_SLACK = 1e-9  # above the ceiling by more than float rounding: a bug
@@ -52,7 +52,7 @@ def tier_experiments() -> list[Experiment]:
             dict(BASE),
             requests=20_000,
             seeds=1,
-            why=f"whole traces at a quarter of their rate (arrivals × {TIME_SCALE:g}); Llama-3-8B on an H100-80GB "
+            why=f"whole traces at a quarter of their rate (arrivals × {TIME_SCALE:g}); Llama-3.1-8B on an H100-80GB "
             f"(roofline time) with a GPU pool of 2^16 tokens and vLLM's ({(H100_BLOCKS - 1) * 16:,} tokens), each "
             "with a CPU tier of 0 and 2^20-2^26 tokens (vLLM's native offloading, LRU, prompt tokens only, "
             "transfers on the H100's 64 GB/s host link)",
@@ -64,7 +64,7 @@ def tier_experiments() -> list[Experiment]:
             {**BASE, "num_blocks": FLEET_POOL, "replicas": FLEET_REPLICAS},
             requests=20_000,
             seeds=1,
-            why=f"{FLEET_REPLICAS} replicas of Llama-3-8B (roofline time on an H100 each) sharing one H100's "
+            why=f"{FLEET_REPLICAS} replicas of Llama-3.1-8B (roofline time on an H100 each) sharing one H100's "
             f"pool ({FLEET_BLOCKS:,} blocks of 16 tokens, {FLEET_POOL - 1:,} a replica: a quarter of the "
             "fleet claims'), without and with a CPU tier of 2^22 tokens each; the conversation trace by "
             "timestamp",

@@ -80,7 +80,7 @@ def draw_tier_ttft(ax: Axes, res: Results) -> None:
     cut = max(rows, key=lambda r: 1 - r[2] / r[0])
     i = rows.index(cut)
     ax.set_title(
-        "TTFT without and with the tier (Llama-3-8B on an H100, traces at a quarter of their rate)\n"
+        "TTFT without and with the tier (Llama-3.1-8B on an H100, traces at a quarter of their rate)\n"
         f"mean TTFT falls most for {labels[i].replace(chr(10), ', ')}: {cut[0]:.3g} s -> {cut[2]:.3g} s",
         fontsize="medium",
     )
