@@ -1444,7 +1444,7 @@ def test_a_fleet_of_one_reads_one_replica_and_transfers_read_binary_units(capsys
     assert moved > 2**20
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "== fleet: 1 replica, router round-robin ==" in out
+    assert "== fleet: 1 decode and 1 prefill replica, router round-robin ==" in out
     assert "== disaggregation: 1 prefill : 1 decode replica; " in out
     transfers = next(line for line in out.splitlines() if line.startswith("  transfers: "))
     assert f" blocks, {fmt_bytes(moved)}); " in transfers, transfers

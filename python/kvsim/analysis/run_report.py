@@ -619,11 +619,12 @@ def render_fleet(result: Any) -> str:
 
         how += f", view refreshed every {fmt_duration_ps(spec.refresh_ps)}"
     prefill = s.get("prefill_replicas")
-    which = (
-        f"{s['replicas']} decode and {prefill} prefill replicas"
-        if prefill
-        else f"{s['replicas']} {_replicas(s['replicas'])}"
-    )
+    if (
+        prefill
+    ):  # (one noun for both pools: "1 decode and 1 prefill replica", "2 decode and 1 prefill replicas")
+        which = f"{s['replicas']} decode and {prefill} prefill {_replicas(s['replicas'] + prefill - 1)}"
+    else:
+        which = f"{s['replicas']} {_replicas(s['replicas'])}"
     lines = [f"== fleet: {which}, router {how} =="]
     head = ("replica", "requests", "req/s", "hit rate", "TTFT p99 ms", "preemptions")
     lines.append("  " + "".join(f"{h:>12}" for h in head))
