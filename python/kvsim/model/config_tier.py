@@ -80,7 +80,8 @@ class ConfigCpuTier:
         KV is replicated on the TP ranks, `kv_tp_replicas == tensor_parallel_size` (an MLA latent's spec
         has `max_tp_shards=1`; a Mamba or linear-attention state is sharded), TP alone (world size = TP: no
         DP ranks, no pipeline or context parallelism), one host's `mp` executor (kvsim takes a replica's
-        GPUs to be one host's), and `CPUOffloadingSpec._uses_shared_region`: CUDA, not ROCm). Then
+        GPUs to be one host's), and `CPUOffloadingSpec._uses_shared_region`: CUDA, not ROCm; with no GPU
+        named, CUDA, as a pool given in bytes or blocks has no platform to say otherwise). Then
         `num_copies` is 1, not the world size, and only rank 0 writes a store (`_is_store_writer`)."""
         if self.model is None or self.tensor_parallel_size <= 1 or self.data_parallel_size != 1:
             return False
