@@ -310,20 +310,29 @@ def test_a_file_with_absolute_timestamps_replays_from_its_first_request(capsys, 
     assert any("replayed from its first request" in n for n in data["notes"])
 
 
-def test_requests_longer_than_the_models_context_are_noted(capsys, tmp_path):
-    """vLLM's max_model_len defaults to the model's context and refuses longer requests; kvsim's default
-    runs them, and says how many a vLLM server would have refused."""
+def test_max_model_len_defaults_to_the_models_context_as_vllms(capsys, tmp_path):
+    """vLLM's max_model_len defaults to the model's context: a prompt that reaches it is refused and an
+    output is cut at it. kvsim's does the same with a model, and says so, since the user did not choose
+    it; a longer max_model_len (allowed) runs them whole."""
     path = tmp_path / "long.csv"
     pl.DataFrame(
         {"arrival": [0.0, 1.0, 2.0], "prompt_len": [100, 2000, 3000], "output_len": [10, 100, 10]}
     ).write_csv(path)
     argv = ["run", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB", "--workload", str(path)]
-    notes = _json(capsys, argv)["notes"]
-    assert any(n.startswith("2 of 3 requests need more than the model's context of 2,048") for n in notes), (
-        notes
-    )
-    capped = _json(capsys, [*argv, "--max-model-len", "2048"])["notes"]
-    assert not any("model's context" in n for n in capped)
+    out = _json(capsys, argv)
+    assert out["summary"]["rejected"] == 1
+    assert out["summary"]["completed"] == 2
+    assert (
+        "max_model_len is the model's context, 2,048 tokens (vLLM's default): 1 prompt reaches it (refused) "
+        "and 1 output ends at it (cut short); --max-model-len with --allow-long-max-model-len runs them longer"
+    ) in out["notes"], out["notes"]
+    assert out["summary"]["output_tokens"] == 10 + (2048 - 2000)
+    given = _json(capsys, [*argv, "--max-model-len", "2048"])
+    assert not any("model's context" in n for n in given["notes"])
+    assert given["summary"]["rejected"] == 1
+    longer = [*argv, "--max-model-len", "4096", "--allow-long-max-model-len"]
+    whole = _json(capsys, longer)["summary"]
+    assert (whole["rejected"], whole["output_tokens"]) == (0, 120)
 
 
 def test_a_trace_file_row_error_is_one_line(capsys, tmp_path):

@@ -369,13 +369,13 @@ def test_a_sweep_says_which_combinations_skip_invalid_left_out(capsys, tmp_path)
         "--grid",
         "tensor_parallel_size=1,2,3",
     ]
-    argv += ["--grid", "policy=vllm,static", "--requests", "50", "--skip-invalid", "--output", str(out)]
+    argv += ["--grid", "max_model_len=2048,4096", "--requests", "50", "--skip-invalid", "--output", str(out)]
     assert main([*argv, "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "sweep: 2 points run" in printed
     (note,) = [line for line in printed.splitlines() if line.startswith("note: ")]
     assert note.startswith("note: 4 invalid grid combination(s) skipped (--skip-invalid): ")
-    assert "'policy': 'static'" in note
+    assert "'max_model_len': 4096" in note
     assert "'tensor_parallel_size': 3" in note
 
 

@@ -125,21 +125,37 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
             f"{picked}: what vllm serve picks on {g.name} when not given (batch_rule {cfg.batch_rule}, "
             "DESIGN.md §Defaults and sizing); pass the flags to choose others"
         )
-    if cfg.model is not None and cfg.max_model_len is None and len(workload):
-        # vLLM's max_model_len defaults to the model's context length and refuses longer requests;
-        # kvsim's default is no limit, so say which requests a vLLM server would have refused.
-        from kvsim.model.models import resolve
-
-        context = resolve(cfg.model).max_model_len
-        want = np.asarray(workload.prompt_len) + np.minimum(
-            np.asarray(workload.output_len), np.asarray(workload.max_tokens)
+    if cfg.model is not None and given.get("max_model_len") is None and len(workload):
+        # vLLM's max_model_len defaults to the model's context (and so does kvsim's with a model): say
+        # what that default refused and cut, since the user did not choose it.
+        context = int(cfg.max_model_len)
+        prompt = np.asarray(workload.prompt_len)
+        refused = int((prompt >= context).sum())
+        cut = int(
+            (
+                (prompt < context)
+                & (
+                    prompt + np.minimum(np.asarray(workload.output_len), np.asarray(workload.max_tokens))
+                    > context
+                )
+            ).sum()
         )
-        over = int((want > context).sum())
-        if over:
+        if refused or cut:
+            what = " and ".join(
+                part
+                for part in (
+                    f"{refused:,} prompt{'s' * (refused != 1)} reach{'es' * (refused == 1)} it (refused)"
+                    if refused
+                    else "",
+                    f"{cut:,} output{'s' * (cut != 1)} end{'s' * (cut == 1)} at it (cut short)"
+                    if cut
+                    else "",
+                )
+                if part
+            )
             notes.append(
-                f"{over:,} of {len(workload):,} requests need more than the model's context of {context:,} "
-                f"tokens, which vLLM (whose max_model_len defaults to it) would refuse or cut short; kvsim "
-                f"ran them whole (no max_model_len): --max-model-len {context} does as vLLM does"
+                f"max_model_len is the model's context, {context:,} tokens (vLLM's default): {what}; "
+                "--max-model-len with --allow-long-max-model-len runs them longer"
             )
     if cfg.enable_prefix_caching and not cfg.is_contiguous and len(workload):
         ids = np.asarray(workload.segment_id)

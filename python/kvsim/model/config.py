@@ -88,6 +88,7 @@ _DERIVED = (
     "kv_offloading_ps_per_block",
     "max_num_seqs",
     "max_num_batched_tokens",
+    "max_model_len",
 )
 
 
@@ -212,6 +213,7 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier):
         self._resolve_kv_cache_dtype()
         self._resolve_block_size()
         self._check_context()
+        self._default_context()
         self._batch_limits()
         self._check_combinations()
         self._check_parallelism()
@@ -362,6 +364,15 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier):
                 f"({said}): vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
                 "(set allow_long_max_model_len to simulate that)"
             )
+
+    def _default_context(self) -> None:
+        """vLLM's `max_model_len` defaults to the model's context (`_get_and_verify_max_len`,
+        `vllm/config/model.py`, 0.33.0): with a model and none given, the model's context, so a prompt that
+        reaches it is refused and an output is cut at it, as a vLLM server does (`_given` keeps it unset,
+        so `replace` with another model takes that model's). Without a model (a pool in blocks or bytes,
+        kvsim's own experiments) it stays unset: no limit."""
+        if self.max_model_len is None and self.model is not None:
+            object.__setattr__(self, "max_model_len", resolve_model_len(self.model))
 
     def _check_combinations(self) -> None:
         if self.policy == "static" and self.max_model_len is None:

@@ -365,9 +365,9 @@ KNOBS: dict[str, Knob] = {
     "max_model_len": Knob(
         None,
         "int",
-        "longest prompt + output; static reserves this much per request; unset: no limit; vLLM's "
-        "--max-model-len defaults to the model's context and refuses longer requests; kvsim's unset runs "
-        "them whole and notes them; vLLM's 32k (32,000) and 32K (32,768) too",
+        "longest prompt + output (a prompt that reaches it is refused, an output cut at it); static "
+        "reserves this much per request; unset: the model's context, as vLLM's --max-model-len, or no "
+        "limit without a model; vLLM's 32k (32,000) and 32K (32,768) too",
         lo=1,
         hi=MAX_TOKENS,
         optional=True,
