@@ -1336,6 +1336,121 @@ def test_those_flags_run_where_they_act(capsys):
     assert "in 2 groups" not in capsys.readouterr().out
 
 
+PLAN = ["plan", "--slo", "ttft_p99:2s", "--max-probes", "2", "--workers", "1", "--requests", "5"]
+SWEEP = ["sweep", "--requests", "5", "--no-progress", "--workers", "1", "--no-resume"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "base", "said"),
+    [
+        (
+            ["--placement", "buddy"],
+            ["placement=buddy"],
+            "placement: 'buddy' does nothing here: placement is how",
+        ),
+        (
+            ["--gdn-prefill-backend", "flashinfer"],
+            ["gdn_prefill_backend=flashinfer"],
+            "gdn-prefill-backend: 'flashinfer' does nothing here",
+        ),
+        (["--language-model-only"], ["language_model_only=true"], "language-model-only: "),
+        (
+            ["--hybrid-kv-cache-manager", "off"],
+            ["hybrid_kv_cache_manager=off"],
+            "hybrid-kv-cache-manager: 'off'",
+        ),
+        (
+            ["--router", "prefix-affinity"],
+            ["router=prefix-affinity"],
+            "router: 'prefix-affinity' does nothing",
+        ),
+        (
+            ["--replicas", "2", "--router-seed", "3"],
+            ["replicas=2", "router_seed=3"],
+            "router-seed: read only by the random router",
+        ),
+    ],
+)
+def test_plan_and_sweep_refuse_a_flag_that_does_nothing_at_any_point(capsys, tmp_path, flags, base, said):
+    """`kvsim plan` and `kvsim sweep` accepted the flags `kvsim run` refuses (exit 0, the search or the
+    grid run with the knob unread): the same rule (`kvsim.cli.run.refuse_idle_at_every_point`) refuses
+    them there, by the flag or the base field given, before any probe or point runs."""
+    model = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb"]
+    assert main([*PLAN, *model, *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"kvsim plan: error: argument --{said}"), err
+    assert err.rstrip().endswith(" or drop the flag") or err.rstrip().endswith("; drop the flag"), err
+    out = tmp_path / "sweep.parquet"
+    sweep_base = [a for b in ("model=llama-3.1-8b", "gpu=h100-80gb", *base) for a in ("--base", b)]
+    assert main([*SWEEP, *sweep_base, "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    field = base[-1].split("=")[0]
+    assert err.startswith(f"kvsim sweep: error: argument --base {field}: "), err
+    assert err.rstrip().endswith("drop it"), err
+    assert not out.exists()  # (refused before any point ran)
+
+
+def test_a_sweep_file_s_idle_base_field_is_named_by_its_table(capsys, tmp_path):
+    """A sweep file's `[base]` field is named by the file and its table, as its other errors are."""
+    path = tmp_path / "s.toml"
+    path.write_text('[base]\nnum_blocks = 500\nplacement = "buddy"\n')
+    assert main([*SWEEP, "--file", str(path), "--output", str(tmp_path / "s.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvsim sweep: error: sweep file {path}: [base] placement: 'buddy' does nothing"), (
+        err
+    )
+
+
+def test_plan_and_sweep_take_those_flags_where_some_point_reads_them(capsys, tmp_path):
+    """Refused only where no point reads the knob: a search over replica counts (`--smallest replicas`,
+    `--split`) reads `--router`, a `--compare` of policies with a contiguous one reads `--placement`, a
+    compare of models with a multimodal one `--language-model-only`; a sweep's grid likewise. A knob the
+    search or grid varies is what it measures, not refused (the candidates tie, the rows repeat)."""
+    blocks = ["--num-gpu-blocks-override", "500"]
+    accepted = (
+        [*blocks, "--smallest", "replicas", "--router", "least-loaded"],
+        [*blocks, "--split", "--max-gpus", "3", "--router", "least-loaded", "--pd-link-ps-per-block", "1000"],
+        [*blocks, "--max-model-len", "4096", "--compare", "policy=vllm,static", "--placement", "buddy"],
+        [*LLAMA_ON_H100[1:5], "--compare", "model=llama-3.1-8b,gemma-3-12b", "--language-model-only"],
+        [*blocks, "--compare", "placement=first-fit,buddy"],
+    )
+    for flags in accepted:
+        assert main([*PLAN, *flags, "--json"]) == 0, flags
+        out = json.loads(capsys.readouterr().out)
+        knob = next(f for f in reversed(flags) if f.startswith("--")).lstrip("-").replace("-", "_")
+        if knob in out["config"]:
+            assert out["config"][knob] != kvsim.SimConfig(num_blocks=500).describe()[knob], flags
+    for i, grid in enumerate(
+        (
+            ["--base", "max_model_len=4096", "--base", "placement=buddy", "--grid", "policy=vllm,static"],
+            ["--base", "router=least-loaded", "--grid", "replicas=1,2"],
+            ["--grid", "placement=first-fit,buddy"],
+        )
+    ):
+        out = tmp_path / f"{i}.parquet"
+        assert main([*SWEEP, "--base", "num_blocks=500", *grid, "--output", str(out)]) == 0, grid
+        assert pl.read_parquet(out).height == 2
+    capsys.readouterr()
+
+
+def test_plan_names_the_sizing_flag_that_won_unless_the_search_varies_it(capsys):
+    """`kvsim run`'s note on a sizing flag another overrides (`_overridden_sizing`) in `kvsim plan`: the
+    search ran on the override's pool without a word; a search over the KV memory sizes each probe's pool
+    itself, so there the note would be wrong."""
+    argv = [*PLAN, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--num-gpu-blocks-override", "2000"]
+    argv += ["--kv-cache-memory-bytes", "12GiB"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert (
+        "note: --num-gpu-blocks-override 2,000 sizes the pool, not --kv-cache-memory-bytes 12.0 GiB (whose"
+        in out
+    )
+    assert main([*argv, "--smallest", "kv_cache_bytes"]) == 0
+    assert "sizes the pool, not" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("flags", "used", "unused", "said"),
     [

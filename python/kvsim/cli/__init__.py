@@ -34,7 +34,7 @@ from kvsim.analysis.sweep_stats import aggregate, is_share
 from kvsim.cli import calibrate as cli_calibrate
 from kvsim.cli import plan as cli_plan
 from kvsim.cli.flags import METRICS_POINTER, Parser, _add_workload_flags, _Formatter, _run_parser
-from kvsim.cli.run import FlagError, _int_flag, cmd_run
+from kvsim.cli.run import FieldSpelling, FlagError, _int_flag, cmd_run, refuse_idle_at_every_point
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.lab import cli as lab_cli
 from kvsim.model.config import PAPER_SETUP
@@ -293,6 +293,7 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
             raise FlagError(f"argument --base: {exc}") from None
     # A flag overrides the file's value of its field, in the base or the grid; a field given in both
     # --base and --grid (or in both of a file's tables) is refused by SweepSpec.points.
+    args.base_flags = set(flag_base)  # (a base field given by --base, not by the file: its refusal's name)
     spec.base = {**{k: v for k, v in spec.base.items() if k not in flag_grid}, **flag_base}
     spec.grid = {**{k: v for k, v in spec.grid.items() if k not in flag_base}, **flag_grid}
     if args.workload:
@@ -326,6 +327,28 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
 def _flag_error(flag: str, exc: InvalidArgumentError) -> InvalidArgumentError:
     """`exc` reworded to name the flag the bad value came from."""
     return InvalidArgumentError(f"argument {flag}: {exc}")
+
+
+def refuse_idle_fields(args: argparse.Namespace, spec: SweepSpec) -> None:
+    """`kvsim run`'s refusals of a knob that does nothing (`kvsim.cli.run.refuse_idle_at_every_point`),
+    over the sweep's points: a base field is refused only where no point reads it (a base `placement`
+    under a grid of policies with a contiguous one, a base `router` under a grid of replica counts),
+    named as given (`--base NAME=V`, or the sweep file's `[base]`). A grid axis is what the sweep measures,
+    not refused: values that do the same give the same rows."""
+    flags: set[str] = getattr(args, "base_flags", set())
+
+    def where(name: str) -> str:
+        if name in flags or not args.file:
+            return f"argument --base {name}"
+        return f"sweep file {args.file}: [base] {name}"
+
+    configs: dict[str, Any] = {}
+    for point in spec.points(skip_invalid=args.skip_invalid):
+        key = repr(sorted(point.config.items(), key=lambda kv: kv[0]))
+        if key not in configs:
+            configs[key] = point.sim_config()
+    points = [(c, None) for c in configs.values()]
+    refuse_idle_at_every_point(points, where, FieldSpelling(), given=set(spec.base))
 
 
 def known_metrics(spec: SweepSpec, skip_invalid: bool = False) -> list[str]:
@@ -429,6 +452,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         twice = sorted({m for m in show if show.count(m) > 1})
         if twice:  # checked before any work: the table would have two columns of one name
             raise FlagError(f"argument --show: {','.join(twice)} given twice; name each metric once")
+    refuse_idle_fields(args, spec)
     known = known_metrics(spec, args.skip_invalid)
     if args.show is None:
         show = default_show(spec, known)

@@ -11,16 +11,20 @@ from typing import Any
 from kvsim.analysis.plan import MEMORY_KNOBS
 from kvsim.analysis.plan_search import DEFAULT_MAX_PROBES, METRICS
 from kvsim.analysis.sweep import EXECUTORS
-from kvsim.cli.flags import METRICS_POINTER, _Formatter, add_run_inputs
+from kvsim.cli.flags import METRICS_POINTER, _Formatter, _knob_flags, add_run_inputs
 from kvsim.cli.run import (
     FlagError,
+    Spelling,
     _config_from_args,
     _float_flag,
+    _given_at,
     _int_flag,
     _workload_from_args,
     read_run_file,
+    refuse_idle_at_every_point,
 )
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.config import KNOBS
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -259,8 +263,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "argument --prefill-config: kvsim plan searches fleets whose prefill replicas run the decode "
             "replicas' config; a prefill config of their own runs with kvsim run, not in a search yet"
         )
-    config = _config_from_args(args, data)
-    notes: list[str] = []
+    config = _config_from_args(args, data, refuse_idle=False)
+    _refuse_idle_knobs(args, config)
+    notes: list[str] = _sizing_notes(args)
     workload, info = _workload_from_args(args, data, notes)
     backend = args.backend or data.get("backend", "rust")
     slos = opts.pop("slos")
@@ -344,6 +349,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(_ranking_table(ranking.table))
         print()
         print(_best_line(ranking))
+        for note in notes:
+            print(f"note: {note}")
         if plot is not None:
             print(f"plot: {plot} (the best candidate's search)")
         return 0
@@ -355,6 +362,59 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if plot is not None:
         print(f"plot: {plot}")
     return 0
+
+
+def _points(args: argparse.Namespace, config: Any) -> list[Any]:
+    """The configurations a search runs, as far as a knob's being read goes: `--compare`'s candidates (a
+    refused one runs nothing), the base config and one of more replicas under `--smallest replicas`
+    (which starts at --replicas and adds replicas), and one of a prefill pool and two decode replicas
+    under `--split` (its disaggregated fleets); else the base config alone (a rate or memory search
+    changes neither the policy, the fleet nor the model)."""
+    if args.compare is not None:
+        changes = _compare(args.compare)[1]
+    elif args.smallest == "replicas":
+        changes = [{}, {"replicas": max(2, config.replicas)}]
+    elif args.split:
+        changes = [
+            {},
+            {"prefill_replicas": max(1, config.prefill_replicas), "replicas": max(2, config.replicas)},
+        ]
+    else:
+        changes = [{}]
+    points = []
+    for change in changes:
+        try:
+            points.append(config.replace(**change) if change else config)
+        except InvalidArgumentError:
+            continue
+    return points or [config]
+
+
+def _refuse_idle_knobs(args: argparse.Namespace, config: Any) -> None:
+    """`kvsim run`'s refusals of a knob that does nothing (`kvsim.cli.run.refuse_idle_at_every_point`),
+    over the configurations the search runs (`_points`): a knob is refused only where none of them reads
+    it (`--router` is read by `--smallest replicas` and `--split`, `--placement` by a `--compare` of
+    policies with a contiguous one). The knob `--compare` varies is what the search measures, not refused:
+    candidates that do the same tie, and the answer says so."""
+    compared = _compare(args.compare)[0] if args.compare is not None else None
+
+    def where(name: str) -> str:
+        if name in args.given_knobs:
+            return _given_at(args, args.flag_of, name)
+        return f"argument {_knob_flags(name)[0]}"
+
+    points = [(c, None) for c in _points(args, config)]
+    refuse_idle_at_every_point(points, where, Spelling(args.flag_of), given=set(KNOBS) - {compared})
+
+
+def _sizing_notes(args: argparse.Namespace) -> list[str]:
+    """`kvsim run`'s notes on a sizing flag another overrides (`_overridden_sizing`), but for a search
+    whose probes vary the pool's memory (`--smallest` of a memory knob, a `--compare` of one), where the
+    knob searched sizes each probe's pool instead."""
+    compared = _compare(args.compare)[0] if args.compare is not None else None
+    if args.smallest in MEMORY_KNOBS or compared in MEMORY_KNOBS:
+        return []
+    return list(getattr(args, "sizing_notes", []))
 
 
 def _split(

@@ -13,6 +13,7 @@ import argparse
 import datetime
 import json
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +150,11 @@ def _gpu_from_flags(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
         raise FlagError(f"argument {flag}: {text}") from None
 
 
-def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
+def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_idle: bool = True) -> Any:
+    """The run's SimConfig from its flags and run file, refusing what it would not read; `refuse_idle=False`
+    leaves a model's idle knobs to the caller (`kvsim plan`, whose candidates may read them: it refuses
+    them over its points, `refuse_idle_at_every_point`). Keeps the flag each knob was given by in
+    `args.flag_of`, and the knobs the user gave (flags and run file) in `args.given_knobs`."""
     import kvsim
 
     cfg: dict[str, Any] = {}
@@ -194,7 +199,9 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any]) -> Any:
         raise
     _refuse_idle_swap(args, config, cfg, flag_of)
     _refuse_modelless_knobs(args, config, cfg, flag_of)
-    _refuse_idle_model_knobs(args, config, cfg, flag_of)
+    args.flag_of, args.given_knobs = flag_of, set(cfg)
+    if refuse_idle:
+        _refuse_idle_model_knobs(args, config, cfg, flag_of)
     args.sizing_notes, args.overridden_knobs = _overridden_sizing(args, config, cfg, flag_of)
     args.prefill_sim_config = _prefill_config(args, cfg)
     if args.prefill_sim_config is not None and not config.prefill_replicas:
@@ -277,56 +284,106 @@ def _refuse_modelless_knobs(
             )
 
 
-def _refuse_idle_model_knobs(
-    args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
-) -> None:
-    """A model's knob the user gave that this model gives nothing to act on, in vLLM 0.33.0 as here:
-    refused by name (it ran unread and `config:` listed it). `--language-model-only` on a text-only
-    checkpoint (vLLM builds a multimodal config, the one that reads the flag, only for a multimodal
-    architecture: `ModelConfig.__post_init__`); `--gdn-prefill-backend` on a model without gated delta net
-    layers (vLLM reads it only in its GDN attention backend, `vllm/v1/attention/backends/gdn_attn.py`);
-    `--hybrid-kv-cache-manager` on a model of one KV-cache group (vLLM's hybrid manager and the unified
-    one it falls back to allocate the same pool: `unify_hybrid_kv_cache_specs` has nothing to unify)."""
+class Spelling:
+    """How a refusal names a knob and its value: `kvsim run`'s and `kvsim plan`'s by their flags
+    (`--replicas N`, "drop the flag"; `flag_of` names the spelling given, so that
+    `--disable-hybrid-kv-cache-manager` is "the flag"), `kvsim sweep`'s by SimConfig field as its `--base`
+    and `--grid` take them (`FieldSpelling`: `replicas=N`, "drop it")."""
+
+    drop = "drop the flag"
+
+    def __init__(self, flag_of: dict[str, str] | None = None) -> None:
+        self.flag_of = dict(flag_of or {})
+
+    def knob(self, name: str) -> str:
+        return _knob_flags(name)[0]
+
+    def setting(self, name: str, value: str) -> str:
+        return f"{self.knob(name)} {value}"
+
+    def value(self, name: str, value: Any) -> str:
+        switch = isinstance(value, bool) or self.flag_of.get(name) == "--disable-hybrid-kv-cache-manager"
+        return "the flag" if switch else repr(value)
+
+
+class FieldSpelling(Spelling):
+    """`kvsim sweep`'s spelling: SimConfig fields (`policy`, `replicas=N`)."""
+
+    drop = "drop it"
+
+    def knob(self, name: str) -> str:
+        return name
+
+    def setting(self, name: str, value: str) -> str:
+        return f"{name}={value}"
+
+    def value(self, name: str, value: Any) -> str:
+        return format_value(value) if isinstance(value, bool) else repr(value)
+
+
+FLAGS = Spelling()
+
+
+def idle_model_knobs(config: Any, spell: Spelling = FLAGS) -> dict[str, str | None]:
+    """A model's knobs set away from their defaults in `config`, each None where the model gives it
+    something to act on, else why it does nothing, in vLLM 0.33.0 as here (the refusal's text after the
+    knob's name). `language_model_only` on a text-only checkpoint (vLLM builds a multimodal config, the
+    one that reads the flag, only for a multimodal architecture: `ModelConfig.__post_init__`);
+    `gdn_prefill_backend` on a model without gated delta net layers (vLLM reads it only in its GDN
+    attention backend, `vllm/v1/attention/backends/gdn_attn.py`); `hybrid_kv_cache_manager` on a model of
+    one KV-cache group (vLLM's hybrid manager and the unified one it falls back to allocate the same pool:
+    `unify_hybrid_kv_cache_specs` has nothing to unify). The one rule of `kvsim run`, `kvsim plan` and
+    `kvsim sweep` (`refuse_idle_at_every_point`)."""
     if config.model is None:
-        return
+        return {}
     from kvsim.model.models import resolve
 
     model = resolve(config.model)
     layout = config.pool.layout
+    out: dict[str, str | None] = {}
 
-    def refuse(name: str, why: str) -> None:
-        value = cfg[name]
-        switch = isinstance(value, bool) or flag_of.get(name) == "--disable-hybrid-kv-cache-manager"
-        what = "the flag" if switch else repr(value)
-        raise FlagError(f"{_given_at(args, flag_of, name)}: {what} does nothing here: {why}; drop the flag")
+    def idle(name: str, why: str | None) -> None:
+        value = getattr(config, name)
+        out[name] = (
+            None if why is None else f"{spell.value(name, value)} does nothing here: {why}; {spell.drop}"
+        )
 
-    if cfg.get("language_model_only") and not (model.encoders or model.towers or model.uncounted):
-        refuse(
+    if config.language_model_only:
+        idle(
             "language_model_only",
-            f"model {model.name} is text-only, no encoder or projector to leave out (vLLM reads the flag "
+            None
+            if model.encoders or model.towers or model.uncounted
+            else f"model {model.name} is text-only, no encoder or projector to leave out (vLLM reads the flag "
             "only for a multimodal checkpoint)",
         )
-    backend = cfg.get("gdn_prefill_backend", KNOBS["gdn_prefill_backend"].default)
-    if backend != KNOBS["gdn_prefill_backend"].default and not any(
-        lay.state is not None and lay.state.gdn_head_k_dim for lay in model.layer_list()
-    ):
-        refuse(
+    if config.gdn_prefill_backend != KNOBS["gdn_prefill_backend"].default:
+        gdn = any(lay.state is not None and lay.state.gdn_head_k_dim for lay in model.layer_list())
+        idle(
             "gdn_prefill_backend",
-            f"model {model.name} has no gated delta net layers, the only ones whose prefill kernel it picks",
+            None
+            if gdn
+            else f"model {model.name} has no gated delta net layers, the only ones whose prefill kernel it picks",
         )
-    manager = cfg.get("hybrid_kv_cache_manager", KNOBS["hybrid_kv_cache_manager"].default)
-    if (
-        manager != KNOBS["hybrid_kv_cache_manager"].default
-        and layout is not None
-        and not layout.hybrid
-        and not layout.promoted
-    ):
-        refuse(
+    if config.hybrid_kv_cache_manager != KNOBS["hybrid_kv_cache_manager"].default and layout is not None:
+        idle(
             "hybrid_kv_cache_manager",
-            f"model {model.name}'s layers make one KV-cache group ({layout.groups[0].kind}), which vLLM's "
+            None
+            if layout.hybrid or layout.promoted
+            else f"model {model.name}'s layers make one KV-cache group ({layout.groups[0].kind}), which vLLM's "
             "hybrid KV-cache manager and the unified one allocate alike (it matters for sliding-window, "
             "chunked-local and state layers beside full attention)",
         )
+    return out
+
+
+def _refuse_idle_model_knobs(
+    args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
+) -> None:
+    """`kvsim run`'s refusal of a model's knob the user gave that this model gives nothing to act on
+    (`idle_model_knobs`; it ran unread and `config:` listed it)."""
+    for name, why in idle_model_knobs(config, Spelling(flag_of)).items():
+        if why is not None and name in cfg:
+            raise FlagError(f"{_given_at(args, flag_of, name)}: {why}")
 
 
 def _overridden_sizing(
@@ -563,46 +620,51 @@ def write_probe(folder: Path) -> str | None:
         return exc.strerror or str(exc)
 
 
-def _refuse_idle_knobs(config: Any, prefill: Any = None) -> None:
-    """A knob set away from its default that this run does not read: refused by its flag (it was accepted
-    and dropped, and `config:` showed it as if it took effect). The router's knobs are read by the routers
-    DESIGN.md §Fleet names (the tie-break and the refresh by those that read replica state, the seed by
-    `random` and by a tie drawn at random, the load cap by `prefix-affinity`, the weights by `weighted`);
-    the CPU tier's by a run with a tier (`--kv-offloading-size` or `--kv-offloading-chunks`); the swap
-    time by a run that swaps; a disaggregated fleet's by a run with prefill replicas (it ran as a fleet of
-    one); the placement by a contiguous policy; the router by a run with more than one replica in a pool
-    (in front of one, every request went to it). (`SimConfig` takes them all: sweeps and searches vary the knob that reads them, `kvsim plan
-    --split` the prefill count; only `kvsim run` refuses. A model's knobs without a model:
+def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dict[str, str | None]:
+    """The knobs set away from their defaults in `config` (with `prefill`, a P/D run's prefill pool) that
+    only some runs read, each None where this one reads it, else why it does nothing (the refusal's text
+    after the knob's name). The router's knobs are read by the routers DESIGN.md §Fleet names (the
+    tie-break and the refresh by those that read replica state, the seed by `random` and by a tie drawn at
+    random, the load cap by `prefix-affinity`, the weights by `weighted`); the CPU tier's by a run with a
+    tier (`--kv-offloading-size` or `--kv-offloading-chunks`); the swap time by a run that swaps; a
+    disaggregated fleet's by a run with prefill replicas (it ran as a fleet of one); the placement by a
+    contiguous policy; the router by a run with more than one replica in a pool (in front of one, every
+    request went to it). (`SimConfig` takes them all, as the base of sweeps and searches that vary the knob
+    that reads them: `kvsim plan` and `kvsim sweep` refuse one only where it does nothing at every point,
+    `refuse_idle_at_every_point`. A model's knobs: `idle_model_knobs`; without a model:
     `_refuse_modelless_knobs`.)"""
     from kvsim.engine.cluster import PD_KNOBS
     from kvsim.reference.cluster import STATEFUL_ROUTERS
 
+    out: dict[str, str | None] = {}
+
     def given(name: str) -> bool:
         return bool(getattr(config, name) != KNOBS[name].default)
 
-    if not config.prefill_replicas:
-        for name in (n for n in PD_KNOBS if n != "prefill_replicas" and given(n)):
-            raise FlagError(
-                f"argument {_knob_flags(name)[0]}: a disaggregated fleet's knob, but this run has no prefill "
-                "pool: give --prefill-replicas N or drop the flag"
-            )
-
-    if (
-        given("placement")
-        and not config.is_contiguous
-        and not (prefill is not None and prefill.is_contiguous)
-    ):
-        raise FlagError(
-            f"argument {_knob_flags('placement')[0]}: {config.placement!r} does nothing here: placement is how "
-            f"a contiguous policy ({', '.join(CONTIGUOUS_POLICIES)}) lays out its regions, and this run's "
-            f"policy {config.policy!r} is paged; give one of them with {_knob_flags('policy')[0]} or drop the flag"
+    for name in (n for n in PD_KNOBS if n != "prefill_replicas" and given(n)):
+        out[name] = (
+            None
+            if config.prefill_replicas
+            else "a disaggregated fleet's knob, but this run has no prefill pool: give "
+            f"{spell.setting('prefill_replicas', 'N')} or {spell.drop}"
+        )
+    if given("placement"):
+        contiguous = config.is_contiguous or (prefill is not None and prefill.is_contiguous)
+        out["placement"] = (
+            None
+            if contiguous
+            else f"{spell.value('placement', config.placement)} does nothing here: placement is how a "
+            f"contiguous policy ({', '.join(CONTIGUOUS_POLICIES)}) lays out its regions, and this run's policy "
+            f"{config.policy!r} is paged; give one of them with {spell.knob('policy')} or {spell.drop}"
         )
     router = config.router
-    if given("router") and config.replicas == 1 and config.prefill_replicas <= 1:
-        raise FlagError(
-            f"argument {_knob_flags('router')[0]}: {router!r} does nothing here: a router picks among replicas, "
-            f"and this run has one{' in each pool' if config.prefill_replicas else ''} (every request goes to "
-            "it); give --replicas N or drop the flag"
+    if given("router"):
+        out["router"] = (
+            None
+            if config.replicas > 1 or config.prefill_replicas > 1
+            else f"{spell.value('router', router)} does nothing here: a router picks among replicas, and this "
+            f"run has one{' in each pool' if config.prefill_replicas else ''} (every request goes to it); "
+            f"give {spell.setting('replicas', 'N')} or {spell.drop}"
         )
     stateful = router in STATEFUL_ROUTERS
     reads = {
@@ -616,12 +678,18 @@ def _refuse_idle_knobs(config: Any, prefill: Any = None) -> None:
         "router_weights": (router == "weighted", "router weighted"),
     }
     for name, (read, who) in reads.items():
-        if given(name) and not read:
-            raise FlagError(
-                f"argument {_knob_flags(name)[0]}: read only by {who}, and this run's router is {router!r}: "
-                "give a router that reads it or drop the flag"
+        if given(name):
+            out[name] = (
+                None
+                if read
+                else f"read only by {who}, and this run's router is {router!r}: give a router that reads it "
+                f"or {spell.drop}"
             )
     tier = config.kv_offloading_chunks > 0 or (prefill is not None and prefill.kv_offloading_chunks > 0)
+    no_tier = (
+        f"a CPU tier's knob, but this run has no CPU tier: give {spell.knob('kv_offloading_size')} (or "
+        f"{spell.knob('kv_offloading_chunks')}) or {spell.drop}"
+    )
     tier_knobs = (
         "kv_offloading_eviction_policy",
         "kv_offloading_prompt_only",
@@ -630,21 +698,61 @@ def _refuse_idle_knobs(config: Any, prefill: Any = None) -> None:
         "kv_offloading_latency_ps",
     )
     for name in tier_knobs:
-        if given(name) and not tier:
-            raise FlagError(
-                f"argument {_knob_flags(name)[0]}: a CPU tier's knob, but this run has no CPU tier: give "
-                "--kv-offloading-size (or --kv-offloading-chunks) or drop the flag"
-            )
-    if config._given.get("kv_offloading_ps_per_block") is not None and not tier:
-        raise FlagError(
-            f"argument {_knob_flags('kv_offloading_ps_per_block')[0]}: a CPU tier's knob, but this run has no "
-            "CPU tier: give --kv-offloading-size (or --kv-offloading-chunks) or drop the flag"
+        if given(name):
+            out[name] = None if tier else no_tier
+    if config._given.get("kv_offloading_ps_per_block") is not None:
+        out["kv_offloading_ps_per_block"] = None if tier else no_tier
+    if config._given.get("swap_ps_per_block") is not None:
+        out["swap_ps_per_block"] = (
+            None
+            if config.preemption != "recompute"
+            else "the time a swap takes, but preemption is 'recompute', which never swaps: add "
+            f"{spell.setting('preemption', 'swap')} or auto, or {spell.drop}"
         )
-    if config._given.get("swap_ps_per_block") is not None and config.preemption == "recompute":
-        raise FlagError(
-            f"argument {_knob_flags('swap_ps_per_block')[0]}: the time a swap takes, but preemption is "
-            "'recompute', which never swaps: add --preemption-mode swap or auto, or drop the flag"
-        )
+    return out
+
+
+def _refuse_idle_knobs(config: Any, prefill: Any = None) -> None:
+    """`kvsim run`'s refusal of a knob set away from its default that this run does not read
+    (`idle_knobs`): refused by its flag (it was accepted and dropped, and `config:` showed it as if it took
+    effect)."""
+    refuse_idle_at_every_point(
+        [(config, prefill)], lambda name: f"argument {_knob_flags(name)[0]}", model=False
+    )
+
+
+def refuse_idle_at_every_point(
+    points: Iterable[tuple[Any, Any]],
+    where: Callable[[str], str],
+    spell: Spelling = FLAGS,
+    *,
+    model: bool = True,
+    given: set[str] | None = None,
+) -> None:
+    """The rule of `kvsim run`, `kvsim plan` and `kvsim sweep`: a knob that does nothing at every point
+    that sets it is refused by name (`where(name)`, then why, one line; the first such knob). `points` are
+    the (config, prefill config or None) pairs a command runs: one for `kvsim run`; a search's candidates
+    or the replica counts it tries; a sweep's grid. So a sweep over policies reads `placement` at its
+    contiguous points, a search over replica counts reads `router`, and neither is refused there.
+    `idle_knobs`' knobs, and `idle_model_knobs`' with `model`; only the knobs in `given` when it is not
+    None (the user's, not a preset's)."""
+    why: dict[str, str] = {}
+    acts: set[str] = set()
+    for config, prefill in points:
+        verdicts = {
+            **(idle_model_knobs(config, spell) if model else {}),
+            **idle_knobs(config, prefill, spell),
+        }
+        for name, idle in verdicts.items():
+            if given is not None and name not in given:
+                continue
+            if idle is None:
+                acts.add(name)
+            else:
+                why.setdefault(name, idle)
+    for name, text in why.items():
+        if name not in acts:
+            raise FlagError(f"{where(name)}: {text}")
 
 
 def is_fleet(config: Any) -> bool:
