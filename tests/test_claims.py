@@ -150,3 +150,24 @@ def test_requests_ran_lists_workloads_in_one_order_whatever_the_rows_order():
     assert requests_ran(rows, 20_000) == listed
     assert requests_ran(rows.reverse(), 20_000) == listed
     assert requests_ran(rows.with_columns(num_requests=pl.lit(20_000)), 20_000) == "20,000"
+
+
+def test_every_sweep_claims_command_sets_no_knob_the_cli_would_refuse():
+    """The reproduction commands in claims.md run: no experiment's base sets a knob that does nothing at
+    every one of its points (`kvsim sweep` refuses those by name, as `kvsim run` does: a placement under
+    vLLM's paged policy was in the base of the sharing and block-size experiments)."""
+    from kvsim.cli.run import FieldSpelling, refuse_idle_at_every_point
+    from kvsim.errors import InvalidArgumentError
+
+    checked = 0
+    for e in claims.experiments():
+        if not hasattr(e, "spec") or not e.command().startswith("python -m bench.sweep"):
+            continue
+        spec = e.spec(0.01)
+        points = [(p.sim_config(), None) for p in spec.points()]
+        try:
+            refuse_idle_at_every_point(points, lambda name: name, FieldSpelling(), given=set(spec.base))
+        except InvalidArgumentError as exc:
+            pytest.fail(f"{e.name}: {exc}")
+        checked += 1
+    assert checked >= 10

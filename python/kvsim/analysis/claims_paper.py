@@ -14,6 +14,7 @@ from kvsim.analysis.claims_model import (
     CONFIRMED,
     DIFFERS,
     GIB,
+    OPT13B_PAGED,
     OPT13B_PAPER,
     PAPER,
     PAPER_FIG2,
@@ -56,7 +57,7 @@ def paper_experiments() -> list[Experiment]:
             "sharing-parallel-cow",
             ["alpaca:arrival_rate=10", "sharegpt:arrival_rate=1"],
             {"workload.num_samples": [2, 4, 6]},
-            {**OPT13B_PAPER, "sampling": "fork-cow", "preemption": "auto", "cpu_blocks": 327},
+            {**OPT13B_PAGED, "sampling": "fork-cow", "preemption": "auto", "cpu_blocks": 327},
             requests=5_000,
             why="parallel sampling n = 2, 4, 6 with copy-on-write forks (paper §4.4) in sequence groups, "
             "vLLM v0's preemption (a group is swapped whole, a lone sequence recomputed; 4 GiB of CPU "
@@ -97,7 +98,7 @@ def paper_experiments() -> list[Experiment]:
             "block-size-paper",
             ["sharegpt:arrivals=all-at-once", "alpaca:arrivals=all-at-once"],
             {"block_size": [8, 16, 32, 64, 128, 256]},
-            OPT13B_PAPER,
+            OPT13B_PAGED,
             requests=5_000,
             seeds=2,
             why="vLLM on OPT-13B, 12 GiB KV at every block size, requests queued at t=0 so memory is the "
