@@ -49,6 +49,15 @@ def _text(cfg: dict) -> dict:
     return {**cfg, **cfg["text_config"]} if isinstance(cfg.get("text_config"), dict) else cfg
 
 
+def test_catalogue_families_hold_each_preset_once_in_its_order():
+    """The family modules (`catalogue_dense`, ...) hold every name `catalogue.ORDER` lists, each in one family,
+    so the merged `ENTRIES` loses none and keeps the catalogue's order."""
+    names = [name for family in catalogue.FAMILIES for name in family]
+    assert len(names) == len(set(names))
+    assert sorted(names) == sorted(catalogue.ORDER)
+    assert list(catalogue.ENTRIES) == list(catalogue.ORDER)
+
+
 @pytest.mark.parametrize("name", sorted(catalogue.ENTRIES))
 def test_every_catalogue_preset_is_its_published_config(name):
     """Field by field: the preset's config fields are the published file's, and the model built from the

@@ -416,7 +416,7 @@ def test_a_smallest_kv_cache_search_probes_no_cache_the_gpu_cannot_hold(capsys):
     assert "does not fit" not in out
     assert "converged: smallest kv_cache_bytes" in out
     import kvsim
-    from kvsim.analysis.plan import smallest_memory
+    from kvsim.analysis.plan_smallest import smallest_memory
     from kvsim.errors import InvalidArgumentError
     from kvsim.workloads import synthetic
 

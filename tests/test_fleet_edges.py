@@ -163,10 +163,11 @@ def test_prefix_hits_are_read_after_the_replica_steps_to_the_arrival():
 HUGE = 10**400  # an int no float holds: float(HUGE) raises OverflowError
 
 
-def _plan_module():
+def _plan_module(name: str = "plan"):
+    """`kvsim.analysis.plan`, or its sibling `name` (`plan_smallest`, `plan_compare`)."""
     import importlib
 
-    return importlib.import_module("kvsim.analysis.plan")
+    return importlib.import_module(f"kvsim.analysis.{name}")
 
 
 def _workload() -> Workload:
@@ -202,11 +203,11 @@ SLO = {"ttft_p99": 2.0}
         (lambda: _plan_module().plan(_workload(), CFG, 5), "slos 5"),
         (lambda: _plan_module().plan(_workload(), CFG, None), "slos None"),
         (lambda: _plan_module().plan(None, CFG, SLO), "workload None"),
-        (lambda: _plan_module().smallest_replicas(_workload(), CFG, SLO, rate=HUGE), "rate"),
-        (lambda: _plan_module().smallest_memory(_workload(), CFG, SLO, low=HUGE), "low"),
-        (lambda: _plan_module().best_of(_workload(), CFG, SLO, 5), "candidates 5"),
-        (lambda: _plan_module().smallest_replicas(_workload(), [CFG, CFG], SLO), "config"),
-        (lambda: _plan_module().smallest_memory(_workload(), [CFG, CFG], SLO), "config"),
+        (lambda: _plan_module("plan_smallest").smallest_replicas(_workload(), CFG, SLO, rate=HUGE), "rate"),
+        (lambda: _plan_module("plan_smallest").smallest_memory(_workload(), CFG, SLO, low=HUGE), "low"),
+        (lambda: _plan_module("plan_compare").best_of(_workload(), CFG, SLO, 5), "candidates 5"),
+        (lambda: _plan_module("plan_smallest").smallest_replicas(_workload(), [CFG, CFG], SLO), "config"),
+        (lambda: _plan_module("plan_smallest").smallest_memory(_workload(), [CFG, CFG], SLO), "config"),
     ],
 )
 def test_bad_arguments_are_kvsims_error_naming_them(call, needle):
@@ -274,7 +275,7 @@ def test_a_replica_search_stopped_by_the_probe_limit_says_so_without_a_zero_perc
     bracket reached 0 %"; it says the bracket was still open, between the failing and the passing count."""
     import functools
 
-    r = _plan_module().smallest_replicas(
+    r = _plan_module("plan_smallest").smallest_replicas(
         _workload(),
         CFG,
         SLO,
@@ -377,7 +378,7 @@ def test_numpy_numbers_are_numbers_to_the_capacity_search():
     )
     assert r.probes.height == 3
     assert r.slos[0].bound == 2.0
-    s = P.smallest_replicas(
+    s = _plan_module("plan_smallest").smallest_replicas(
         w, CFG, SLO, rate=np.float32(20.0), max_replicas=np.int64(4), max_probes=2, workers=1
     )
     assert s.probes["rate"][0] == 20.0
@@ -421,14 +422,16 @@ def test_smallest_memory_of_a_fleet_searches_within_the_memory_limit(monkeypatch
         summary["ttft_s_p99"] = 1.0 if config.num_blocks >= 5000 else 10.0
         return summary
 
-    r = P.smallest_memory(_workload(), fleet, SLO, rate=20.0, probe=probe, max_probes=12)
+    r = _plan_module("plan_smallest").smallest_memory(
+        _workload(), fleet, SLO, rate=20.0, probe=probe, max_probes=12
+    )
     assert max(seen) == 3000, seen
     assert r.status == "above-cap", r.status
     assert r.value is None
     with pytest.raises(
         InvalidArgumentError, match="high 5000: 5000 blocks per replica are more than the 3000"
     ):
-        P.smallest_memory(_workload(), fleet, SLO, rate=20.0, high=5000)
+        _plan_module("plan_smallest").smallest_memory(_workload(), fleet, SLO, rate=20.0, high=5000)
     # The cap the limit sets is the pools' own, with the same rule as the engine's.
     with pytest.raises(InvalidArgumentError, match="num_blocks 12004 needs"):
         kvsim.simulate_cluster(_workload(), CFG.replace(replicas=4, num_blocks=3001))

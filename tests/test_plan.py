@@ -18,18 +18,16 @@ from hypothesis import strategies as st
 
 import kvsim
 from kvsim.analysis.plan import (
-    Candidate,
     at_rate,
-    best_of,
     cluster_probe,
     default_probe,
     set_replicas,
     simulate_probe,
-    smallest_memory,
-    smallest_replicas,
     workload_rate,
 )
+from kvsim.analysis.plan_compare import Candidate, best_of
 from kvsim.analysis.plan_search import METRICS, SLO, check_precision, parse_slos
+from kvsim.analysis.plan_smallest import smallest_memory, smallest_replicas
 from kvsim.cli import main
 from kvsim.errors import InvalidArgumentError
 

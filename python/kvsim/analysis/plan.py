@@ -1,7 +1,8 @@
 """Capacity search (DESIGN.md §Capacity search): the highest request rate a configuration sustains under
 SLOs (`plan`), and the inverse questions: the smallest replica count (`smallest_replicas`), the smallest
-memory (`smallest_memory`) that meets a target rate, and the best of a list of candidates by rate at SLO
-(`best_of`).
+memory (`smallest_memory`) that meets a target rate (`kvsim.analysis.plan_smallest`), and the best of a
+list of candidates by rate at SLO (`best_of`, `kvsim.analysis.plan_compare`). This module holds the rates,
+the probes and the search's rounds they all run on, and `plan`.
 
 Every probe is a full simulation through a *probe*: a function `(workload, config) -> summary dict`
 (`simulate_probe`, `kvsim.simulate(...).summary`, by default); a cluster's summary (the same keys plus the
@@ -41,13 +42,12 @@ import math
 import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from kvsim._core import POOL_BYTES_PER_BLOCK
 from kvsim.analysis.plan_search import (
     DEFAULT_MAX_PROBES,
     DEFAULT_PRECISION,
@@ -58,8 +58,7 @@ from kvsim.analysis.plan_search import (
     check_precision,
     parse_slos,
 )
-from kvsim.errors import InvalidArgumentError, UnsplittableModelError
-from kvsim.model.units import fmt_bytes
+from kvsim.errors import InvalidArgumentError
 from kvsim.reference.engine import REJECT_REASONS
 
 RATE_RANGE = 2.0**12  # the default cap and floor of a rate search: the start rate x and / this factor
@@ -518,182 +517,6 @@ def plan(
     )  # fmt: skip
 
 
-def _target(workload: Any, rate: float | None) -> tuple[Any, float]:
-    base = workload_rate(workload)
-    if rate is None:
-        return workload, base
-    r = _check_positive("rate", rate)
-    return at_rate(workload, r, base, "give a higher --rate"), r
-
-
-def smallest_replicas(
-    workload: Any,
-    config: Any,
-    slos: Mapping[str, Any] | Sequence[str | SLO] | str,
-    *,
-    rate: float | None = None,
-    goodput: Any = None,
-    max_replicas: int = 1024,
-    start: int = 1,
-    max_probes: int = DEFAULT_MAX_PROBES,
-    probe: Callable[[Any, Any], Mapping[str, Any]] | None = None,
-    replicas: Callable[[Any, int], Any] = set_replicas,
-    executor: str = "threads",
-    workers: int | None = None,
-    scheduler: str | None = None,
-    backend: str = "rust",
-) -> PlanResult:
-    """The smallest replica count at which the fleet meets every SLO at `rate` (integer bisection: exact).
-
-    Each probe is `probe(workload at rate, replicas(config, n))`; the default `replicas` is
-    `set_replicas` (`config.replace(replicas=n)`) and the default probe `cluster_probe` (a fleet:
-    `kvsim.simulate` would ignore the count). Assumes monotonicity (more replicas never fail where fewer
-    pass); contradicting probes are reported in `violations`.
-
-    Args:
-        rate: the target rate in requests per second (default: the workload's own).
-        max_replicas: the cap; `start`: the first count probed.
-        Others: as `plan`.
-
-    Raises:
-        InvalidArgumentError: as `plan`; and from the default `replicas`, a SimConfig without that knob.
-    """
-    slos_ = parse_slos(slos)
-    max_replicas = _check_count("max_replicas", max_replicas, 1)
-    start = _check_count("start", start, 1)
-    max_probes = _check_count("max_probes", max_probes, 2)
-    if start > max_replicas:
-        raise InvalidArgumentError(f"start {start} must be at most max_replicas {max_replicas}")
-    from kvsim.analysis.executors import check_executor
-
-    width = check_executor(executor, workers, scheduler)
-    run_probe = _resolve_probe(probe, slos_, goodput, backend, default=cluster_probe)
-    target, r = _target(workload, rate)
-    search = Search(float(start), False, True, 0.0, 1.0, float(max_replicas), max_probes, width)
-
-    def make(n: float) -> tuple[Any, Any, dict[str, Any]]:
-        return target, replicas(config, int(n)), {"rate": r}
-
-    aside = _aside(workload, config, probe) if replicas is set_replicas else None
-    return _search(
-        search, make, run_probe, slos_, "replicas", executor, workers, scheduler, _setup(workload, config, r),
-        unservable=aside,
-    )  # fmt: skip
-
-
-def smallest_memory(
-    workload: Any,
-    config: Any,
-    slos: Mapping[str, Any] | Sequence[str | SLO] | str,
-    *,
-    knob: str = "num_blocks",
-    rate: float | None = None,
-    goodput: Any = None,
-    low: float | None = None,
-    high: float | None = None,
-    precision: Any = DEFAULT_PRECISION,
-    max_probes: int = DEFAULT_MAX_PROBES,
-    probe: Callable[[Any, Any], Mapping[str, Any]] | None = None,
-    executor: str = "threads",
-    workers: int | None = None,
-    scheduler: str | None = None,
-    backend: str = "rust",
-) -> PlanResult:
-    """The smallest memory (`knob`: `num_blocks`, `kv_cache_bytes` or `gpu_memory_utilization`) at which
-    `config` meets every SLO at `rate`, to `precision` (`num_blocks` bisects to the block when the
-    precision asks for it).
-
-    Assumes monotonicity (more memory never fails where less passes); contradicting probes are reported.
-    A value the configuration refuses (a GPU share that cannot hold the model's weights) fails its probe
-    without a simulation; the row says why in `refused`.
-
-    Args:
-        knob: the memory knob varied (`set_knob`).
-        rate: the target rate (default: the workload's own).
-        low, high: the floor and cap (default: num_blocks 2 and the config's own x 64; kv_cache_bytes
-            1 MiB and the config's pool bytes x 64; gpu_memory_utilization 0.01 and 1.0). The search starts
-            at the config's own value. The default cap of num_blocks and kv_cache_bytes stays within what
-            the memory limit lets the pools hold (all replicas' together); a `high` beyond it is refused.
-        Others: as `plan`.
-
-    Raises:
-        InvalidArgumentError: an unknown knob, bad bounds (a `high` whose pools exceed the memory limit),
-            and as `plan`.
-    """
-    if knob not in MEMORY_KNOBS:
-        raise InvalidArgumentError(f"knob {knob!r} is not one of {', '.join(MEMORY_KNOBS)}")
-    if not hasattr(config, "replace") or not hasattr(config, knob):
-        raise InvalidArgumentError(
-            f"config {type(config).__name__} has no {knob} to vary: smallest_memory needs one SimConfig"
-        )
-    slos_ = parse_slos(slos)
-    prec = check_precision(precision)
-    max_probes = _check_count("max_probes", max_probes, 2)
-    most = _most_blocks(config)
-    if knob == "num_blocks":
-        own = float(config.num_blocks)
-        lo_d, hi_d = 2.0, min(own * 64, most)
-    elif knob == "kv_cache_bytes":
-        pool = config.pool
-        if pool.kv_cache_bytes is None and pool.kv_bytes_per_token is None:
-            raise InvalidArgumentError("knob kv_cache_bytes needs a model (its KV bytes per token)")
-        own = float(pool.kv_cache_bytes or pool.num_blocks * pool.block_size * pool.kv_bytes_per_token)
-        lo_d, hi_d = float(2**20), own * 64
-        if pool.kv_bytes_per_token:
-            hi_d = min(hi_d, most * pool.block_size * pool.kv_bytes_per_token)
-        room = pool.kv_room_bytes
-        if room is not None:  # (a larger cache does not fit beside the weights: refused, not a failure)
-            if room < lo_d:
-                raise InvalidArgumentError(
-                    f"knob kv_cache_bytes: {config.model}'s weights leave {fmt_bytes(room)} of {config.gpu}: "
-                    "no KV cache to search over"
-                )
-            hi_d = min(hi_d, float(room))
-            if high is not None and float(high) > room:
-                raise InvalidArgumentError(
-                    f"high {float(high):g}: kv_cache_bytes above {room} B ({fmt_bytes(room)}) does not fit "
-                    f"{config.gpu} beside {config.model}'s weights"
-                )
-    else:
-        own = float(config.gpu_memory_utilization)
-        lo_d, hi_d = 0.01, 1.0
-    lo_ = lo_d if low is None else _check_positive("low", low)
-    hi_ = hi_d if high is None else _check_positive("high", high)
-    if not lo_ < hi_:
-        raise InvalidArgumentError(f"low {lo_:g} must be below high {hi_:g}")
-    if high is not None and knob != "gpu_memory_utilization":
-        blocks = set_knob(config, hi_, knob=knob).num_blocks
-        if blocks is not None and blocks > most:
-            raise InvalidArgumentError(
-                f"high {hi_:g}: {blocks} blocks per replica are more than the {int(most)} whose bookkeeping "
-                f"fits the memory limit ({_replica_count(config)} replica(s) of "
-                f"{POOL_BYTES_PER_BLOCK} bytes per block against {_memory_limit()} bytes)"
-            )
-    start = min(max(own, lo_), hi_)
-    from kvsim.analysis.executors import check_executor
-
-    width = check_executor(executor, workers, scheduler)
-    run_probe = _resolve_probe(probe, slos_, goodput, backend, default=default_probe(config))
-    target, r = _target(workload, rate)
-    integer = knob != "gpu_memory_utilization"
-    search = Search(start, False, integer, prec, lo_, hi_, max_probes, width)
-    setter = functools.partial(set_knob, knob=knob)
-
-    def make(x: float) -> tuple[Any, Any, dict[str, Any]]:
-        return target, setter(config, x), {"rate": r}
-
-    return _search(
-        search, make, run_probe, slos_, knob, executor, workers, scheduler, _setup(workload, config, r, False),
-        refusals_fail=True, unservable=_aside(workload, config, probe),
-    )  # fmt: skip
-
-
-def _memory_limit() -> int:
-    from kvsim._core import pool_memory
-
-    return int(pool_memory(2)[1])
-
-
 def _replica_count(config: Any) -> int:
     """The replicas a config's probe runs, its prefill replicas counted (a disaggregated fleet of one
     decode replica is a fleet too)."""
@@ -705,132 +528,12 @@ def _replica_count(config: Any) -> int:
     return n
 
 
-def _most_blocks(config: Any) -> float:
-    """The most blocks per replica whose pools' bookkeeping fits the memory limit (DESIGN.md §Memory
-    limits; a fleet's pools count together): a probe above it would be refused by the engine, so a
-    memory search's default cap stays at or below it. A single contiguous replica keeps no per-block
-    arrays: no bound."""
-    n = _replica_count(config)
-    if n == 1 and getattr(config, "is_contiguous", False):
-        return math.inf
-    return float(_memory_limit() // (POOL_BYTES_PER_BLOCK * n))
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One option for `best_of`: a label, config changes (`SimConfig.replace`), and optionally its own
-    probe (a router is a cluster probe's argument, not a config field)."""
-
-    label: str
-    changes: Mapping[str, Any] = field(default_factory=dict)
-    probe: Callable[[Any, Any], Mapping[str, Any]] | None = None
-
-
-@dataclass
-class BestOf:
-    """What `best_of` found: `table` (one row per candidate: `candidate`, `rate`, `status`, `monotone`,
-    `probes`, sorted by rate, best first; ties keep the order given), `best` (the label of the highest rate at SLO, None if none
-    passed anywhere; the first given of `tied`), `tied` (every candidate at that rate and status, in the
-    order given: more than one is a tie, which the order given does not decide), every searched
-    candidate's `PlanResult` in `plans`, and the candidates whose configuration is refused (a
-    tensor-parallel size vLLM cannot split the model over) with the reason in `refused` (status `refused`
-    in the table, no rate, no plan)."""
-
-    table: pl.DataFrame
-    best: str | None
-    plans: dict[str, PlanResult]
-    refused: dict[str, str] = field(default_factory=dict)
-    tied: list[str] = field(default_factory=list)
-
-
-def best_of(
-    workload: Any,
-    config: Any,
-    slos: Mapping[str, Any] | Sequence[str | SLO] | str,
-    candidates: Sequence[Candidate | Mapping[str, Any]] | Mapping[str, Mapping[str, Any]],
-    **kwargs: Any,
-) -> BestOf:
-    """The candidate (block size, policy, router, ...) that sustains the highest rate under the SLOs: one
-    `plan` per candidate (its probes in parallel), compared by the answer.
-
-    Args:
-        candidates: `Candidate`s, mappings of config changes (`[{"block_size": 8}, {"block_size": 16}]`,
-            labelled by their text), or a mapping label -> changes.
-        kwargs: `plan`'s keyword arguments (a candidate's own probe replaces `probe`).
-
-    Raises:
-        InvalidArgumentError: no candidates, two with one label, a bad change (from `SimConfig.replace`),
-            every candidate's configuration refused as vLLM would (`UnsplittableModelError`: a
-            tensor-parallel size the model cannot be split over; some refused are reported in `refused`),
-            and as `plan`.
-    """
-    items: list[Candidate] = []
-    if not isinstance(candidates, Mapping | Sequence):
-        raise InvalidArgumentError(
-            f"candidates {candidates!r} must be a list of Candidates or of config changes, or a mapping "
-            "label -> changes"
-        )
-    if isinstance(candidates, Mapping):
-        items = [Candidate(str(k), dict(v)) for k, v in candidates.items()]
-    else:
-        for c in candidates:
-            if isinstance(c, Candidate):
-                items.append(c)
-            elif isinstance(c, Mapping):
-                items.append(Candidate(",".join(f"{k}={v}" for k, v in c.items()), dict(c)))
-            else:
-                raise InvalidArgumentError(f"candidate {c!r} is neither a Candidate nor a mapping of changes")
-    if not items:
-        raise InvalidArgumentError("best_of needs at least one candidate")
-    labels = [c.label for c in items]
-    if len(set(labels)) != len(labels):
-        raise InvalidArgumentError(f"candidates repeat a label: {labels}")
-    plans: dict[str, PlanResult] = {}
-    refused: dict[str, str] = {}
-    configs = {}
-    for c in items:
-        try:
-            configs[c.label] = config.replace(**c.changes) if c.changes else config
-        except UnsplittableModelError as exc:  # (any other bad change is the caller's error: raised)
-            refused[c.label] = str(exc)
-    if not configs:
-        raise InvalidArgumentError(f"every candidate's configuration is refused: {refused}")
-    for c in items:
-        if c.label in refused:
-            continue
-        kw = dict(kwargs)
-        if c.probe is not None:
-            kw["probe"] = c.probe
-        plans[c.label] = plan(workload, configs[c.label], slos, **kw)
-    table = pl.DataFrame(
-        {
-            "candidate": labels,
-            "rate": [plans[c].value if c in plans else None for c in labels],
-            "status": [plans[c].status if c in plans else "refused" for c in labels],
-            "monotone": [plans[c].monotone if c in plans else None for c in labels],
-            "probes": [plans[c].probes.height if c in plans else 0 for c in labels],
-        },
-        schema_overrides={"rate": pl.Float64, "monotone": pl.Boolean},
-    ).sort("rate", descending=True, nulls_last=True, maintain_order=True)
-    best = table["candidate"][0] if table["rate"][0] is not None else None
-    top, status = table["rate"][0], table["status"][0]
-    tied = [
-        c
-        for c, r, st in zip(table["candidate"], table["rate"], table["status"], strict=True)
-        if best is not None and r == top and st == status
-    ]
-    return BestOf(table, best, plans, refused, tied)
-
-
 __all__ = [
     "MEMORY_KNOBS",
     "METRICS",
     "SLO",
-    "BestOf",
-    "Candidate",
     "PlanResult",
     "at_rate",
-    "best_of",
     "check_precision",
     "cluster_probe",
     "default_probe",
@@ -839,7 +542,5 @@ __all__ = [
     "set_knob",
     "set_replicas",
     "simulate_probe",
-    "smallest_memory",
-    "smallest_replicas",
     "workload_rate",
 ]

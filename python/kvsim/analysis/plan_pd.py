@@ -3,9 +3,9 @@ splits"; issue 28 item 4): the cheapest split (P prefill replicas : D decode rep
 SLOs at a request rate, against the best aggregated fleet of the same GPUs (the fewest replicas meeting
 the same SLOs), each with its goodput per GPU.
 
-Both searches are `smallest_replicas` (integer bisection, `kvsim.analysis.plan`) over a fleet's probe,
-`pd_probe` (`kvsim.simulate_cluster(..., prefill_replicas=P).summary`; P = 0 is the aggregated fleet,
-bit for bit). The split search runs one bisection over D per P, P = 1, 2, ...; it assumes monotonicity
+Both searches are `smallest_replicas` (integer bisection, `kvsim.analysis.plan_smallest`) over a fleet's
+probe, `pd_probe` (`kvsim.simulate_cluster(..., prefill_replicas=P).summary`; P = 0 is the aggregated
+fleet, bit for bit). The split search runs one bisection over D per P, P = 1, 2, ...; it assumes monotonicity
 in each pool's size (more decode replicas never fail where fewer pass, at a fixed P; more prefill
 replicas never need more decode replicas), so:
 - D(P), the fewest decode replicas meeting the SLOs with P prefill replicas, is searched at most up to
@@ -30,14 +30,9 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.analysis.plan import (
-    PlanResult,
-    _check_count,
-    _target,
-    plan,
-    smallest_replicas,
-)
+from kvsim.analysis.plan import PlanResult, _check_count, plan
 from kvsim.analysis.plan_search import DEFAULT_MAX_PROBES, SLO, parse_slos
+from kvsim.analysis.plan_smallest import _target, smallest_replicas
 from kvsim.errors import InvalidArgumentError
 
 

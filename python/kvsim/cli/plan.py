@@ -108,7 +108,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         choices=(*MEMORY_KNOBS, "replicas"),
         default=None,
         help="instead of the highest rate: the smallest memory knob, or replica count, that meets the SLOs "
-        "at --rate (kvsim.analysis.plan.smallest_memory / smallest_replicas, which starts at --replicas; "
+        "at --rate (kvsim.analysis.plan_smallest.smallest_memory / smallest_replicas, which starts at --replicas; "
         "--min-rate/--max-rate/--start-rate do not apply) (default: none)",
     )
     s.add_argument(
@@ -122,7 +122,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="NAME=V1,V2,...",
         default=None,
         help="rank values of one SimConfig field by their highest rate under the SLOs "
-        "(kvsim.analysis.plan.best_of: block_size=8,16,32, policy=vllm,orca-oracle; router_weights, whose "
+        "(kvsim.analysis.plan_compare.best_of: block_size=8,16,32, policy=vllm,orca-oracle; router_weights, whose "
         "one value is a list, takes them apart with ';': 'router_weights=prefix=3,queue=1;queue=1') "
         "(default: none)",
     )
@@ -273,7 +273,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.split:
         return _split(args, workload, config, info, notes, backend, slos, opts)
     if args.smallest == "replicas":
-        from kvsim.analysis.plan import smallest_replicas
+        from kvsim.analysis.plan_smallest import smallest_replicas
 
         opts.pop("precision", None)  # a count is bisected exactly
         # --replicas, which the search varies, is where it starts (the first count probed)
@@ -281,11 +281,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         opts["max_replicas"] = max(1024, config.replicas)
         result = smallest_replicas(workload, config, slos, backend=backend, **opts)
     elif args.smallest is not None:
-        from kvsim.analysis.plan import smallest_memory
+        from kvsim.analysis.plan_smallest import smallest_memory
 
         result = smallest_memory(workload, config, slos, knob=args.smallest, backend=backend, **opts)
     elif args.compare is not None:
-        from kvsim.analysis.plan import best_of
+        from kvsim.analysis.plan_compare import best_of
 
         _, candidates = _compare(args.compare)
         ranking = best_of(workload, config, slos, candidates, backend=backend, **opts)

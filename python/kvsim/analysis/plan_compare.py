@@ -1,0 +1,123 @@
+"""The capacity search's comparison (DESIGN.md §Capacity search): the best of a list of candidates by the
+rate each sustains at SLO (`best_of`), one `kvsim.analysis.plan.plan` a candidate."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from kvsim.analysis.plan import plan
+from kvsim.analysis.plan_search import SLO, PlanResult
+from kvsim.errors import InvalidArgumentError, UnsplittableModelError
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One option for `best_of`: a label, config changes (`SimConfig.replace`), and optionally its own
+    probe (a router is a cluster probe's argument, not a config field)."""
+
+    label: str
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    probe: Callable[[Any, Any], Mapping[str, Any]] | None = None
+
+
+@dataclass
+class BestOf:
+    """What `best_of` found: `table` (one row per candidate: `candidate`, `rate`, `status`, `monotone`,
+    `probes`, sorted by rate, best first; ties keep the order given), `best` (the label of the highest rate at SLO, None if none
+    passed anywhere; the first given of `tied`), `tied` (every candidate at that rate and status, in the
+    order given: more than one is a tie, which the order given does not decide), every searched
+    candidate's `PlanResult` in `plans`, and the candidates whose configuration is refused (a
+    tensor-parallel size vLLM cannot split the model over) with the reason in `refused` (status `refused`
+    in the table, no rate, no plan)."""
+
+    table: pl.DataFrame
+    best: str | None
+    plans: dict[str, PlanResult]
+    refused: dict[str, str] = field(default_factory=dict)
+    tied: list[str] = field(default_factory=list)
+
+
+def best_of(
+    workload: Any,
+    config: Any,
+    slos: Mapping[str, Any] | Sequence[str | SLO] | str,
+    candidates: Sequence[Candidate | Mapping[str, Any]] | Mapping[str, Mapping[str, Any]],
+    **kwargs: Any,
+) -> BestOf:
+    """The candidate (block size, policy, router, ...) that sustains the highest rate under the SLOs: one
+    `plan` per candidate (its probes in parallel), compared by the answer.
+
+    Args:
+        candidates: `Candidate`s, mappings of config changes (`[{"block_size": 8}, {"block_size": 16}]`,
+            labelled by their text), or a mapping label -> changes.
+        kwargs: `plan`'s keyword arguments (a candidate's own probe replaces `probe`).
+
+    Raises:
+        InvalidArgumentError: no candidates, two with one label, a bad change (from `SimConfig.replace`),
+            every candidate's configuration refused as vLLM would (`UnsplittableModelError`: a
+            tensor-parallel size the model cannot be split over; some refused are reported in `refused`),
+            and as `plan`.
+    """
+    items: list[Candidate] = []
+    if not isinstance(candidates, Mapping | Sequence):
+        raise InvalidArgumentError(
+            f"candidates {candidates!r} must be a list of Candidates or of config changes, or a mapping "
+            "label -> changes"
+        )
+    if isinstance(candidates, Mapping):
+        items = [Candidate(str(k), dict(v)) for k, v in candidates.items()]
+    else:
+        for c in candidates:
+            if isinstance(c, Candidate):
+                items.append(c)
+            elif isinstance(c, Mapping):
+                items.append(Candidate(",".join(f"{k}={v}" for k, v in c.items()), dict(c)))
+            else:
+                raise InvalidArgumentError(f"candidate {c!r} is neither a Candidate nor a mapping of changes")
+    if not items:
+        raise InvalidArgumentError("best_of needs at least one candidate")
+    labels = [c.label for c in items]
+    if len(set(labels)) != len(labels):
+        raise InvalidArgumentError(f"candidates repeat a label: {labels}")
+    plans: dict[str, PlanResult] = {}
+    refused: dict[str, str] = {}
+    configs = {}
+    for c in items:
+        try:
+            configs[c.label] = config.replace(**c.changes) if c.changes else config
+        except UnsplittableModelError as exc:  # (any other bad change is the caller's error: raised)
+            refused[c.label] = str(exc)
+    if not configs:
+        raise InvalidArgumentError(f"every candidate's configuration is refused: {refused}")
+    for c in items:
+        if c.label in refused:
+            continue
+        kw = dict(kwargs)
+        if c.probe is not None:
+            kw["probe"] = c.probe
+        plans[c.label] = plan(workload, configs[c.label], slos, **kw)
+    table = pl.DataFrame(
+        {
+            "candidate": labels,
+            "rate": [plans[c].value if c in plans else None for c in labels],
+            "status": [plans[c].status if c in plans else "refused" for c in labels],
+            "monotone": [plans[c].monotone if c in plans else None for c in labels],
+            "probes": [plans[c].probes.height if c in plans else 0 for c in labels],
+        },
+        schema_overrides={"rate": pl.Float64, "monotone": pl.Boolean},
+    ).sort("rate", descending=True, nulls_last=True, maintain_order=True)
+    best = table["candidate"][0] if table["rate"][0] is not None else None
+    top, status = table["rate"][0], table["status"][0]
+    tied = [
+        c
+        for c, r, st in zip(table["candidate"], table["rate"], table["status"], strict=True)
+        if best is not None and r == top and st == status
+    ]
+    return BestOf(table, best, plans, refused, tied)
+
+
+__all__ = ["BestOf", "Candidate", "best_of"]
