@@ -156,7 +156,7 @@ def test_every_sweep_claims_command_sets_no_knob_the_cli_would_refuse():
     """The reproduction commands in claims.md run: no experiment's base sets a knob that does nothing at
     every one of its points (`kvsim sweep` refuses those by name, as `kvsim run` does: a placement under
     vLLM's paged policy was in the base of the sharing and block-size experiments)."""
-    from kvsim.cli.run import FieldSpelling, refuse_idle_at_every_point
+    from kvsim.cli.refusals import FieldSpelling, refuse_idle_at_every_point
     from kvsim.errors import InvalidArgumentError
 
     checked = 0

@@ -26,7 +26,7 @@ GIB = 2**30
 # The paper's Orca baselines place regions with a buddy allocator (SPEC §2); paged policies ignore it.
 OPT13B_PAPER = {"max_model_len": 2048, "enable_prefix_caching": False, "placement": "buddy"}
 # The same for experiments whose every point is paged (vLLM's policy): a placement there does nothing, and
-# its reproduction command would be refused for it (`kvsim.cli.run.idle_knobs`).
+# its reproduction command would be refused for it (`kvsim.cli.refusals.idle_knobs`).
 OPT13B_PAGED = {k: v for k, v in OPT13B_PAPER.items() if k != "placement"}
 SEED_TOKENS = 8192  # the seed simulators' pool: 8,192 tokens = 512 blocks of 16
 SEED_BASE = {"model": "opt-13b", "kv_cache_bytes": SEED_TOKENS * 819_200, "time_model": "ticks"}

@@ -33,8 +33,9 @@ from kvsim.analysis.sweep import (
 from kvsim.analysis.sweep_stats import aggregate, is_share
 from kvsim.cli import calibrate as cli_calibrate
 from kvsim.cli import plan as cli_plan
-from kvsim.cli.flags import METRICS_POINTER, Parser, _add_workload_flags, _Formatter, _run_parser
-from kvsim.cli.run import FieldSpelling, FlagError, _int_flag, cmd_run, refuse_idle_at_every_point
+from kvsim.cli.flags import METRICS_POINTER, FlagError, Parser, _add_workload_flags, _Formatter, _run_parser
+from kvsim.cli.refusals import FieldSpelling, refuse_idle_at_every_point
+from kvsim.cli.run import _int_flag, cmd_run
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.lab import cli as lab_cli
 from kvsim.model.config import PAPER_SETUP

@@ -10,7 +10,13 @@ import argparse
 from typing import Any, NoReturn
 
 from kvsim.analysis.sweep import CONFIG_FIELDS, WORKLOADS
+from kvsim.errors import KvsimError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
+
+
+class FlagError(KvsimError):
+    """A bad flag value: printed as `kvsim run: error: argument --flag: ...`."""
+
 
 _WORKLOAD_HELP = "; ".join(f"{k}: {v.description}" for k, v in WORKLOADS.items())
 METRICS_POINTER = (

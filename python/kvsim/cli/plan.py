@@ -11,18 +11,9 @@ from typing import Any
 from kvsim.analysis.plan import MEMORY_KNOBS
 from kvsim.analysis.plan_search import DEFAULT_MAX_PROBES, METRICS
 from kvsim.analysis.sweep import EXECUTORS
-from kvsim.cli.flags import METRICS_POINTER, _Formatter, _knob_flags, add_run_inputs
-from kvsim.cli.run import (
-    FlagError,
-    Spelling,
-    _config_from_args,
-    _float_flag,
-    _given_at,
-    _int_flag,
-    _workload_from_args,
-    read_run_file,
-    refuse_idle_at_every_point,
-)
+from kvsim.cli.flags import METRICS_POINTER, FlagError, _Formatter, _knob_flags, add_run_inputs
+from kvsim.cli.refusals import Spelling, _given_at, refuse_idle_at_every_point
+from kvsim.cli.run import _config_from_args, _float_flag, _int_flag, _workload_from_args, read_run_file
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import KNOBS
 

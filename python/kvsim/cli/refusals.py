@@ -1,0 +1,367 @@
+"""The rule that refuses a knob doing nothing for a run, by name (`kvsim run`, `kvsim plan`, `kvsim sweep`):
+`idle_knobs` and `idle_model_knobs` tell, for one configuration, which knobs it sets and does not read, and
+`refuse_idle_at_every_point` refuses one that no point of a command reads; the knobs a run without a model
+cannot act on, swap space without swapping, and the note naming the sizing flag vLLM lets win. Messages
+are spelled as flags (`FLAGS`) or as a sweep's fields (`FieldSpelling`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kvsim.cli.flags import FlagError, _knob_flags
+from kvsim.errors import KvsimError
+from kvsim.model.config import CONTIGUOUS_POLICIES, KNOBS
+from kvsim.workloads.registry import format_value
+
+
+def _given_at(args: argparse.Namespace, flag_of: dict[str, str], name: str) -> str:
+    """Where knob `name`'s value came from: its flag, or the run file."""
+    return f"argument {flag_of[name]}" if name in flag_of else f"run file {args.toml}: [config] {name}"
+
+
+def _refuse_modelless_knobs(
+    args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
+) -> None:
+    """A pool given in blocks with no model: the model's sizing and serving knobs the user gave have
+    nothing to act on (`config:` listed `tensor_parallel_size=1000` as if it took effect). (A preset's own
+    values, `gpu_memory_utilization` 0.9 of the older ones, are not the user's.)"""
+    if config.model is not None:
+        return
+    for name in (
+        "tensor_parallel_size",
+        "data_parallel_size",
+        "enable_expert_parallel",
+        "kv_cache_dtype",
+        "quantization",
+        "gpu_memory_utilization",
+        "enforce_eager",
+        "language_model_only",
+        "cudagraph_memory_bytes",
+        "activation_reserve_bytes",
+    ):
+        if name in cfg and cfg[name] != KNOBS[name].default:
+            raise FlagError(
+                f"{_given_at(args, flag_of, name)}: a model's knob, but this run names no model (its pool is given in blocks): give "
+                "--model or drop it"
+            )
+
+
+class Spelling:
+    """How a refusal names a knob and its value: `kvsim run`'s and `kvsim plan`'s by their flags
+    (`--replicas N`, "drop the flag"; `flag_of` names the spelling given, so that
+    `--disable-hybrid-kv-cache-manager` is "the flag"), `kvsim sweep`'s by SimConfig field as its `--base`
+    and `--grid` take them (`FieldSpelling`: `replicas=N`, "drop it")."""
+
+    drop = "drop the flag"
+
+    def __init__(self, flag_of: dict[str, str] | None = None) -> None:
+        self.flag_of = dict(flag_of or {})
+
+    def knob(self, name: str) -> str:
+        return _knob_flags(name)[0]
+
+    def setting(self, name: str, value: str) -> str:
+        return f"{self.knob(name)} {value}"
+
+    def value(self, name: str, value: Any) -> str:
+        switch = isinstance(value, bool) or self.flag_of.get(name) == "--disable-hybrid-kv-cache-manager"
+        return "the flag" if switch else repr(value)
+
+
+class FieldSpelling(Spelling):
+    """`kvsim sweep`'s spelling: SimConfig fields (`policy`, `replicas=N`)."""
+
+    drop = "drop it"
+
+    def knob(self, name: str) -> str:
+        return name
+
+    def setting(self, name: str, value: str) -> str:
+        return f"{name}={value}"
+
+    def value(self, name: str, value: Any) -> str:
+        return format_value(value) if isinstance(value, bool) else repr(value)
+
+
+FLAGS = Spelling()
+
+
+def idle_model_knobs(config: Any, spell: Spelling = FLAGS) -> dict[str, str | None]:
+    """A model's knobs set away from their defaults in `config`, each None where the model gives it
+    something to act on, else why it does nothing, in vLLM 0.33.0 as here (the refusal's text after the
+    knob's name). `language_model_only` on a text-only checkpoint (vLLM builds a multimodal config, the
+    one that reads the flag, only for a multimodal architecture: `ModelConfig.__post_init__`);
+    `gdn_prefill_backend` on a model without gated delta net layers (vLLM reads it only in its GDN
+    attention backend, `vllm/v1/attention/backends/gdn_attn.py`); `hybrid_kv_cache_manager` on a model of
+    one KV-cache group (vLLM's hybrid manager and the unified one it falls back to allocate the same pool:
+    `unify_hybrid_kv_cache_specs` has nothing to unify). The one rule of `kvsim run`, `kvsim plan` and
+    `kvsim sweep` (`refuse_idle_at_every_point`)."""
+    if config.model is None:
+        return {}
+    from kvsim.model.models import resolve
+
+    model = resolve(config.model)
+    layout = config.pool.layout
+    out: dict[str, str | None] = {}
+
+    def idle(name: str, why: str | None) -> None:
+        value = getattr(config, name)
+        out[name] = (
+            None if why is None else f"{spell.value(name, value)} does nothing here: {why}; {spell.drop}"
+        )
+
+    if config.language_model_only:
+        idle(
+            "language_model_only",
+            None
+            if model.encoders or model.towers or model.uncounted
+            else f"model {model.name} is text-only, no encoder or projector to leave out (vLLM reads the flag "
+            "only for a multimodal checkpoint)",
+        )
+    if config.gdn_prefill_backend != KNOBS["gdn_prefill_backend"].default:
+        gdn = any(lay.state is not None and lay.state.gdn_head_k_dim for lay in model.layer_list())
+        idle(
+            "gdn_prefill_backend",
+            None
+            if gdn
+            else f"model {model.name} has no gated delta net layers, the only ones whose prefill kernel it picks",
+        )
+    if config.hybrid_kv_cache_manager != KNOBS["hybrid_kv_cache_manager"].default and layout is not None:
+        idle(
+            "hybrid_kv_cache_manager",
+            None
+            if layout.hybrid or layout.promoted
+            else f"model {model.name}'s layers make one KV-cache group ({layout.groups[0].kind}), which vLLM's "
+            "hybrid KV-cache manager and the unified one allocate alike (it matters for sliding-window, "
+            "chunked-local and state layers beside full attention)",
+        )
+    return out
+
+
+def _refuse_idle_model_knobs(
+    args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
+) -> None:
+    """`kvsim run`'s refusal of a model's knob the user gave that this model gives nothing to act on
+    (`idle_model_knobs`; it ran unread and `config:` listed it)."""
+    for name, why in idle_model_knobs(config, Spelling(flag_of)).items():
+        if why is not None and name in cfg:
+            raise FlagError(f"{_given_at(args, flag_of, name)}: {why}")
+
+
+def _overridden_sizing(
+    args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
+) -> tuple[list[str], set[str]]:
+    """Pool-sizing knobs the user gave that another one overrides, as vLLM 0.33.0 lets it: the notes that
+    say which one sized the pool, and the overridden knobs (left off `config:`, which lists what took
+    effect). `num_gpu_blocks_override` wins over the blocks the KV memory holds, however that memory was
+    given (`get_kv_cache_configs`, vllm/v1/core/kv_cache_planning.py, logs "Overriding num_gpu_blocks=M
+    with num_gpu_blocks_override=N"); `kv_cache_memory_bytes` over `gpu_memory_utilization` (the worker
+    skips the memory profiling: "This does not respect the gpu_memory_utilization config",
+    `Worker.determine_available_memory`, vllm/v1/worker/gpu_worker.py)."""
+    from kvsim.model.units import fmt_bytes
+
+    def said(name: str) -> str:
+        return flag_of.get(name, f"run file {args.toml}: [config] {name}")
+
+    notes: list[str] = []
+    overridden: set[str] = set()
+    blocks = cfg.get("num_blocks")
+    kv = cfg.get("kv_cache_bytes")
+    gmu = cfg.get("gpu_memory_utilization")
+    if blocks is not None and (kv is not None or gmu is not None):
+        # (the KV memory the override replaces: kv_cache_memory_bytes when given, which itself overrides
+        # gpu_memory_utilization below)
+        by = "kv_cache_bytes" if kv is not None else "gpu_memory_utilization"
+        given = f"{said(by)} {fmt_bytes(kv) if kv is not None else f'{gmu:g}'}"
+        try:
+            sized = config.replace(num_blocks=None).num_blocks
+        except KvsimError:  # (a KV memory too small for a block: then vLLM fails before the override)
+            sized = None
+        holds = f" (whose KV memory holds {sized:,} blocks)" if sized is not None else ""
+        log = (
+            f'"Overriding num_gpu_blocks={sized} with num_gpu_blocks_override={blocks}"'
+            if sized is not None
+            else f'"Overriding num_gpu_blocks=M with num_gpu_blocks_override={blocks}"'
+        )
+        notes.append(
+            f"{said('num_blocks')} {blocks:,} sizes the pool, not {given}{holds}: vLLM lets the override "
+            f"win (its get_kv_cache_configs logs {log}), so {said(by)} sizes nothing here"
+        )
+        overridden.add(by)
+    if kv is not None and gmu is not None:
+        notes.append(
+            f"{said('kv_cache_bytes')} {fmt_bytes(kv)} is the KV memory, not what {said('gpu_memory_utilization')} "
+            f"{gmu:g} leaves: vLLM's kv_cache_memory_bytes skips the memory profiling and ignores "
+            'gpu_memory_utilization ("This does not respect the gpu_memory_utilization config"), so '
+            f"{said('gpu_memory_utilization')} sizes nothing here"
+        )
+        overridden.add("gpu_memory_utilization")
+    return notes, overridden
+
+
+def _refuse_idle_swap(
+    args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
+) -> None:
+    """A CPU swap space given (`--swap-space`, `--cpu-blocks`, or the run file's) with preemption
+    `recompute` would do nothing: a victim's blocks are freed, never swapped. vLLM 0.33.0, whose engine
+    preempts by recompute only, has no such flag (neither vllm/engine/arg_utils.py nor
+    vllm/config/cache.py names swap_space), so `vllm serve --swap-space 4` stops at argparse's
+    "unrecognized arguments"; kvsim refuses it too, saying what would use it."""
+    from kvsim.model.units import fmt_bytes
+
+    if config.preemption != "recompute":
+        return
+    for name in ("swap_space_bytes", "cpu_blocks"):
+        value = cfg.get(name)
+        if not value:  # not given, or 0 (no CPU pool, which is what recompute has)
+            continue
+        where = _given_at(args, flag_of, name)
+        what = (
+            f"a CPU swap space of {fmt_bytes(value)}"
+            if name == "swap_space_bytes"
+            else f"a CPU pool of {value} blocks"
+        )
+        raise FlagError(
+            f"{where}: {what} would do nothing: preemption is 'recompute', which frees a "
+            "preempted request's blocks and never swaps (vLLM 0.33.0 preempts only so and has no "
+            "--swap-space: vllm serve refuses the flag); add --preemption-mode swap or auto (vLLM v0's) "
+            "to swap to it, or drop it"
+        )
+
+
+def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dict[str, str | None]:
+    """The knobs set away from their defaults in `config` (with `prefill`, a P/D run's prefill pool) that
+    only some runs read, each None where this one reads it, else why it does nothing (the refusal's text
+    after the knob's name). The router's knobs are read by the routers DESIGN.md §Fleet names (the
+    tie-break and the refresh by those that read replica state, the seed by `random` and by a tie drawn at
+    random, the load cap by `prefix-affinity`, the weights by `weighted`); the CPU tier's by a run with a
+    tier (`--kv-offloading-size` or `--kv-offloading-chunks`); the swap time by a run that swaps; a
+    disaggregated fleet's by a run with prefill replicas (it ran as a fleet of one); the placement by a
+    contiguous policy; the router by a run with more than one replica in a pool (in front of one, every
+    request went to it). (`SimConfig` takes them all, as the base of sweeps and searches that vary the knob
+    that reads them: `kvsim plan` and `kvsim sweep` refuse one only where it does nothing at every point,
+    `refuse_idle_at_every_point`. A model's knobs: `idle_model_knobs`; without a model:
+    `_refuse_modelless_knobs`.)"""
+    from kvsim.engine.cluster import PD_KNOBS
+    from kvsim.reference.cluster import STATEFUL_ROUTERS
+
+    out: dict[str, str | None] = {}
+
+    def given(name: str) -> bool:
+        return bool(getattr(config, name) != KNOBS[name].default)
+
+    for name in (n for n in PD_KNOBS if n != "prefill_replicas" and given(n)):
+        out[name] = (
+            None
+            if config.prefill_replicas
+            else "a disaggregated fleet's knob, but this run has no prefill pool: give "
+            f"{spell.setting('prefill_replicas', 'N')} or {spell.drop}"
+        )
+    if given("placement"):
+        contiguous = config.is_contiguous or (prefill is not None and prefill.is_contiguous)
+        out["placement"] = (
+            None
+            if contiguous
+            else f"{spell.value('placement', config.placement)} does nothing here: placement is how a "
+            f"contiguous policy ({', '.join(CONTIGUOUS_POLICIES)}) lays out its regions, and this run's policy "
+            f"{config.policy!r} is paged; give one of them with {spell.knob('policy')} or {spell.drop}"
+        )
+    router = config.router
+    if given("router"):
+        out["router"] = (
+            None
+            if config.replicas > 1 or config.prefill_replicas > 1
+            else f"{spell.value('router', router)} does nothing here: a router picks among replicas, and this "
+            f"run has one{' in each pool' if config.prefill_replicas else ''} (every request goes to it); "
+            f"give {spell.setting('replicas', 'N')} or {spell.drop}"
+        )
+    stateful = router in STATEFUL_ROUTERS
+    reads = {
+        "router_refresh_s": (stateful, f"routers that read replica state ({', '.join(STATEFUL_ROUTERS)})"),
+        "router_tie_break": (stateful, f"routers that read replica state ({', '.join(STATEFUL_ROUTERS)})"),
+        "router_seed": (
+            router == "random" or (stateful and config.router_tie_break == "random"),
+            "the random router and ties drawn at random",
+        ),
+        "prefix_load_cap": (router == "prefix-affinity", "router prefix-affinity"),
+        "router_weights": (router == "weighted", "router weighted"),
+    }
+    for name, (read, who) in reads.items():
+        if given(name):
+            out[name] = (
+                None
+                if read
+                else f"read only by {who}, and this run's router is {router!r}: give a router that reads it "
+                f"or {spell.drop}"
+            )
+    tier = config.kv_offloading_chunks > 0 or (prefill is not None and prefill.kv_offloading_chunks > 0)
+    no_tier = (
+        f"a CPU tier's knob, but this run has no CPU tier: give {spell.knob('kv_offloading_size')} (or "
+        f"{spell.knob('kv_offloading_chunks')}) or {spell.drop}"
+    )
+    tier_knobs = (
+        "kv_offloading_eviction_policy",
+        "kv_offloading_prompt_only",
+        "kv_offloading_blocks_per_chunk",
+        "kv_offloading_store_threshold",
+        "kv_offloading_latency_ps",
+    )
+    for name in tier_knobs:
+        if given(name):
+            out[name] = None if tier else no_tier
+    if config._given.get("kv_offloading_ps_per_block") is not None:
+        out["kv_offloading_ps_per_block"] = None if tier else no_tier
+    if config._given.get("swap_ps_per_block") is not None:
+        out["swap_ps_per_block"] = (
+            None
+            if config.preemption != "recompute"
+            else "the time a swap takes, but preemption is 'recompute', which never swaps: add "
+            f"{spell.setting('preemption', 'swap')} or auto, or {spell.drop}"
+        )
+    return out
+
+
+def _refuse_idle_knobs(config: Any, prefill: Any = None) -> None:
+    """`kvsim run`'s refusal of a knob set away from its default that this run does not read
+    (`idle_knobs`): refused by its flag (it was accepted and dropped, and `config:` showed it as if it took
+    effect)."""
+    refuse_idle_at_every_point(
+        [(config, prefill)], lambda name: f"argument {_knob_flags(name)[0]}", model=False
+    )
+
+
+def refuse_idle_at_every_point(
+    points: Iterable[tuple[Any, Any]],
+    where: Callable[[str], str],
+    spell: Spelling = FLAGS,
+    *,
+    model: bool = True,
+    given: set[str] | None = None,
+) -> None:
+    """The rule of `kvsim run`, `kvsim plan` and `kvsim sweep`: a knob that does nothing at every point
+    that sets it is refused by name (`where(name)`, then why, one line; the first such knob). `points` are
+    the (config, prefill config or None) pairs a command runs: one for `kvsim run`; a search's candidates
+    or the replica counts it tries; a sweep's grid. So a sweep over policies reads `placement` at its
+    contiguous points, a search over replica counts reads `router`, and neither is refused there.
+    `idle_knobs`' knobs, and `idle_model_knobs`' with `model`; only the knobs in `given` when it is not
+    None (the user's, not a preset's)."""
+    why: dict[str, str] = {}
+    acts: set[str] = set()
+    for config, prefill in points:
+        verdicts = {
+            **(idle_model_knobs(config, spell) if model else {}),
+            **idle_knobs(config, prefill, spell),
+        }
+        for name, idle in verdicts.items():
+            if given is not None and name not in given:
+                continue
+            if idle is None:
+                acts.add(name)
+            else:
+                why.setdefault(name, idle)
+    for name, text in why.items():
+        if name not in acts:
+            raise FlagError(f"{where(name)}: {text}")
