@@ -140,7 +140,34 @@ def test_the_plots_draw_the_claims_ceilings_and_none_that_does_not_bound_its_row
             assert tier_top[(t, pool)] == ceiling(tier, w, pool, workload=label, num_blocks=pool)[0]
     # The tier's rows as if the 64K-token pool had rejected nobody: its ceilings (which leave out the
     # requests it rejects) are no longer drawn; the other pool's stay.
-    frame = tier.frame.with_columns(pl.lit(0, dtype=pl.Int64).alias("rejected"))
+    small = pl.col("num_blocks") == POOLS[0]
+    frame = tier.frame.with_columns(
+        pl.when(small).then(pl.lit(0, dtype=pl.Int64)).otherwise(pl.col("rejected")).alias("rejected")
+    )
     _, _, tops = trace_ceilings(results | {"tier-mooncake": Results(tier.experiment, frame, None)})
     assert set(tops) == {(t, POOLS[1]) for t in TRACES}
     assert all(tops[k] == tier_top[k] for k in tops)
+
+
+def test_the_ceiling_leaves_out_the_prompts_max_model_len_refuses():
+    """A prompt that reaches `max_model_len` is rejected at arrival (the model's context by default), so
+    it neither counts in the ceiling nor leaves a prefix for later requests, and an output cut at
+    `max_model_len` holds fewer blocks; the engine's rejections agree with `admitted`'s."""
+    w = kvsim.Workload(
+        arrival=[0.0, 1.0, 2.0, 3.0],
+        prompt_len=[64, 100, 48, 90],
+        output_len=[4, 4, 100, 4],
+        segment_id=[1, 2, 1, 3, 1],
+        segment_len=[48, 16, 100, 48, 90],
+        seg_offsets=[0, 2, 3, 4, 5],
+    )
+    assert admitted(w, None, max_model_len=96) == [True, False, True, True]
+    # the third request's 100 output tokens end at 96 - 48 = 48: 95 tokens, 6 blocks of 16 (10 uncut)
+    assert admitted(w, 6, max_model_len=96) == [True, False, True, True]
+    assert admitted(w, 6) == [True, False, False, True]
+    # the refused prompt leaves no prefix: the last request hits the first one's 48 tokens, not the
+    # refused one's 100 (80 of them, its last block short of its prompt's end)
+    assert mooncake_ceiling(w, max_model_len=96) == pytest.approx(48 / (64 + 48 + 90))
+    assert mooncake_ceiling(w) == pytest.approx((48 + 80) / (64 + 100 + 48 + 90))
+    r = kvsim.simulate(w, kvsim.SimConfig(num_blocks=7, block_size=16, max_model_len=96))
+    assert r.summary["rejected"] == admitted(w, 6, max_model_len=96).count(False) == 1

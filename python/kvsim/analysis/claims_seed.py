@@ -201,20 +201,43 @@ def seed_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
     return out
 
 
-def admitted(workload: Any, capacity_blocks: int | None, block_size: int = 16) -> list[bool]:
+def admitted(
+    workload: Any, capacity_blocks: int | None, block_size: int = 16, max_model_len: int | None = None
+) -> list[bool]:
     """Which requests a pool of `capacity_blocks` blocks (the null block not counted; None: any) admits: a
-    request whose peak, `ceil((prompt_len + output_len - 1) / block_size)` blocks, exceeds the pool is rejected
-    at arrival (DESIGN.md §Engine, step 1). A claim that uses it checks the count against the run's
+    prompt that reaches `max_model_len` (None: no limit) is rejected at arrival, and so is a request whose
+    peak, `ceil((prompt_len + output_len - 1) / block_size)` blocks (its output cut at `max_model_len`),
+    exceeds the pool (DESIGN.md §Engine, step 1). A claim that uses it checks the count against the run's
     `rejected`, so that the rule here cannot drift from the engine's unnoticed."""
     prompt = np.asarray(workload.prompt_len, dtype=np.int64)
-    if capacity_blocks is None:
-        return [True] * len(prompt)
-    peak = -(-(prompt + np.asarray(workload.output_len, dtype=np.int64) - 1) // block_size)
-    return (peak <= capacity_blocks).tolist()
+    output = np.asarray(workload.output_len, dtype=np.int64)
+    keep = np.ones(len(prompt), dtype=bool)
+    if max_model_len is not None:
+        keep &= prompt < max_model_len
+        output = np.minimum(output, np.maximum(max_model_len - prompt, 0))
+    if capacity_blocks is not None:
+        keep &= -(-(prompt + output - 1) // block_size) <= capacity_blocks
+    return keep.tolist()
+
+
+def experiment_max_model_len(res: Results) -> int | None:
+    """The `max_model_len` an experiment's runs had: its base's, else its model's context (the config's
+    default, `SimConfig._default_context`), else none."""
+    from kvsim.model.config import resolve_model_len
+
+    base = res.experiment.spec().base
+    if base.get("max_model_len") is not None:
+        return int(base["max_model_len"])
+    return resolve_model_len(base["model"]) if base.get("model") is not None else None
 
 
 def mooncake_ceiling(
-    workload: Any, block_size: int = 16, *, capacity_blocks: int | None = None, whole_prompt: bool = False
+    workload: Any,
+    block_size: int = 16,
+    *,
+    capacity_blocks: int | None = None,
+    whole_prompt: bool = False,
+    max_model_len: int | None = None,
 ) -> float:
     """Prefix hit rate of an infinite cache, from the trace's hash ids alone (no engine).
 
@@ -223,7 +246,7 @@ def mooncake_ceiling(
     tokens and ends the prefix. Hits are whole `block_size` blocks, at most `prompt_len - 1` tokens: a
     block short of the prompt's end on the GPU, or (`whole_prompt`, a CPU tier's load: DESIGN.md §CPU tier,
     "Metrics") the whole prompt but its last token, which is computed again. Divided by the prompt tokens
-    of the requests counted: with `capacity_blocks`, those a pool of that many blocks admits (`admitted`);
+    of the requests counted: with `capacity_blocks` or `max_model_len`, those such a pool admits (`admitted`);
     a request it rejects computes nothing, so it neither counts nor leaves a prefix for later ones, as in
     the engine, whose hit rates are over the requests it admitted.
     """
@@ -232,7 +255,7 @@ def mooncake_ceiling(
     ids = np.asarray(workload.segment_id).tolist()
     lens = np.asarray(workload.segment_len).tolist()
     prompt = np.asarray(workload.prompt_len).tolist()
-    keep = admitted(workload, capacity_blocks, block_size)
+    keep = admitted(workload, capacity_blocks, block_size, max_model_len)
     hit_total = prompt_total = 0
     for i in range(len(prompt)):
         if not keep[i]:
@@ -257,7 +280,8 @@ def checked_ceiling(
     """`mooncake_ceiling` of the workload `requests` over those a pool of `num_blocks` (the null block
     counted) admits, and why it does not bound the rows of `res` matching `where` (None if it does): the
     requests it counts are not those the runs admitted (`admitted`'s count against the rows' `rejected`)."""
-    mine = admitted(requests, num_blocks - 1).count(False)
+    mml = experiment_max_model_len(res)
+    mine = admitted(requests, num_blocks - 1, max_model_len=mml).count(False)
     rows = res.agg
     for k, v in where.items():
         rows = rows.filter(pl.col(k) == v)
@@ -265,7 +289,10 @@ def checked_ceiling(
     why = (
         None if theirs == [mine] else f"the ceiling leaves out {mine:,} requests, the runs rejected {theirs}"
     )
-    return mooncake_ceiling(requests, capacity_blocks=num_blocks - 1, whole_prompt=whole_prompt), why
+    top = mooncake_ceiling(
+        requests, capacity_blocks=num_blocks - 1, whole_prompt=whole_prompt, max_model_len=mml
+    )
+    return top, why
 
 
 def trace_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:

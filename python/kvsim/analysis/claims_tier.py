@@ -15,7 +15,7 @@ from itertools import pairwise
 from typing import Any
 
 from kvsim.analysis.claims_model import CONFIRMED, DIFFERS, Claim, Experiment, Results, not_testable, pct
-from kvsim.analysis.claims_seed import admitted, checked_ceiling, mooncake_ceiling
+from kvsim.analysis.claims_seed import admitted, checked_ceiling, experiment_max_model_len, mooncake_ceiling
 from kvsim.analysis.sweep import make_workload
 from kvsim.model.config import SimConfig
 
@@ -104,11 +104,13 @@ def trace_rows(res: Results, trace: str, scale: float) -> Any:
     return make_workload(trace, {}, res.experiment.spec(scale).requests, 0)
 
 
-def pool_ceiling(workload: Any, num_blocks: int) -> float:
+def pool_ceiling(workload: Any, num_blocks: int, max_model_len: int | None = None) -> float:
     """The reuse ceiling of GPU + tier hits on a pool of `num_blocks` (the null block counted): an infinite
-    cache's over the requests the pool admits, a hit reaching the prompt's last token as a load's does
-    (`mooncake_ceiling`)."""
-    return mooncake_ceiling(workload, capacity_blocks=num_blocks - 1, whole_prompt=True)
+    cache's over the requests the pool admits (under `max_model_len`, None: no limit), a hit reaching the
+    prompt's last token as a load's does (`mooncake_ceiling`)."""
+    return mooncake_ceiling(
+        workload, capacity_blocks=num_blocks - 1, whole_prompt=True, max_model_len=max_model_len
+    )
 
 
 def ceiling(res: Results, requests: Any, num_blocks: int, /, **where: Any) -> tuple[float, str | None]:
@@ -153,7 +155,7 @@ def tier_claims(results: Mapping[str, Results], scale: float) -> list[Claim]:
             ok &= why is None
             ok &= all(b >= a - 0.01 for a, b in pairwise(rates))
             ok &= all(r <= top + CEILING_SLACK for r in rates) and top - rates[-1] <= MARGIN
-            rejected = admitted(rows, pool - 1).count(False)
+            rejected = admitted(rows, pool - 1, max_model_len=experiment_max_model_len(res)).count(False)
             tops.append(f"{pool_label(pool)}: {pct(top)}")
             parts.append(f"{pool_label(pool)}: " + ", ".join(pct(r) for r in rates))
             notes.append(
@@ -165,8 +167,9 @@ def tier_claims(results: Mapping[str, Results], scale: float) -> list[Claim]:
             Claim(cid, claim, source, "; ".join(tops), "; ".join(parts) + " (tier 0, 2^20, 2^22, 2^24, 2^26 tokens)",
                   tol, CONFIRMED if ok else DIFFERS, cmd,
                   "hits (GPU + tier) over the prompt tokens of first admissions; each pool's ceiling is an "
-                  "infinite cache's over the requests that pool admits (one whose peak blocks exceed the pool is "
-                  "rejected at arrival: it computes nothing and counts nowhere), its hits whole blocks up to the "
+                  "infinite cache's over the requests that pool admits (one whose peak blocks exceed the pool, or "
+                  "whose prompt reaches max_model_len, is rejected at arrival: it computes nothing and counts "
+                  "nowhere), its hits whole blocks up to the "
                   "prompt's last token, as a load's; " + "; ".join(notes))
         )  # fmt: skip
         cid = f"C-tier-ttft-{trace}"
