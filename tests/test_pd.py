@@ -365,7 +365,7 @@ def test_kvsim_run_prints_the_split(capsys, backend):
     assert main([*argv, "--pd-threshold", "1000000"]) == 0
     out = capsys.readouterr().out
     assert "0 requests routed to a prefill replica, 80 prefilled locally" in out
-    assert "its decode queueing is its whole TTFT, its queue and its prefill" in out
+    assert "its decode queue+step part is its whole TTFT, its queue and its prefill" in out
 
 
 @pytest.mark.parametrize(

@@ -539,7 +539,9 @@ PD_PARTS = (
     ("prefill queueing", "ttft_prefill_queue"),
     ("prefill", "ttft_prefill"),
     ("transfer", "ttft_transfer"),
-    ("decode queueing", "ttft_decode_queue"),  # (a local prefill's whole TTFT: `render_pd` says so)
+    # (the rest of TTFT: the decode replica's queue and the step that makes the first token; a local
+    # prefill's whole TTFT: `render_pd` says so)
+    ("decode queue+step", "ttft_decode_queue"),
 )
 PD_KEYS = (
     "prefill_replicas",
@@ -582,6 +584,10 @@ def _replicas(n: int) -> str:
     return "replica" if n == 1 else "replicas"
 
 
+def _requests(n: int) -> str:
+    return "request" if n == 1 else "requests"
+
+
 def render_pd(s: dict[str, Any]) -> str:
     """The human disaggregation section: TTFT split into its four parts (p50, p99), the transfers and
     the utilisation of the links and of each pool."""
@@ -589,7 +595,8 @@ def render_pd(s: dict[str, Any]) -> str:
 
     lines = [
         f"== disaggregation: {s['prefill_replicas']} prefill : {s['replicas']} decode {_replicas(s['replicas'])}; "
-        f"{s['pd_disaggregated']:,} requests routed to a prefill replica, {s['pd_local_prefills']:,} prefilled locally ==",
+        f"{s['pd_disaggregated']:,} {_requests(s['pd_disaggregated'])} routed to a prefill replica, "
+        f"{s['pd_local_prefills']:,} prefilled locally ==",
         "  " + "".join(f"{h:>18}" for h in ("TTFT part", "p50 ms", "p99 ms")),
     ]
     for label, key in PD_PARTS:
@@ -598,7 +605,7 @@ def render_pd(s: dict[str, Any]) -> str:
     if s["pd_local_prefills"]:
         lines.append(
             "  (a request prefilled on its decode replica has no prefill, transfer or prefill queueing part: "
-            "its decode queueing is its whole TTFT, its queue and its prefill)"
+            "its decode queue+step part is its whole TTFT, its queue and its prefill)"
         )
     size = s["pd_transfer_bytes"]
     # (in binary units, as every size kvsim prints: this once read decimal GB, 40.28 GB for 37.5 GiB)
