@@ -747,12 +747,16 @@ def test_vllms_quantization_flag():
 
 def test_vllms_four_startup_figures_for_one_full_attention_group():
     """Model loading = one GPU's weights; Available KV = the sized KV bytes; concurrency = vLLM's blocks
-    (kvsim's less its extra null block) over ceil(L / 16); tokens = int(concurrency x L)."""
+    (kvsim's: the null block one of them, as vLLM v1 counts them) over ceil(L / 16); tokens = int(concurrency
+    x L); under v0's count (`pool_null_block="extra"`) vLLM's blocks are kvsim's less its extra null block."""
     cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", max_model_len=32768)
     fig = cfg.pool.figures
     assert fig.model_loading_bytes == models.get("llama-3.1-8b").loaded_bytes
     assert fig.available_kv_bytes == cfg.pool.kv_cache_bytes
-    assert fig.num_blocks == cfg.num_blocks - 1
+    assert fig.num_blocks == cfg.num_blocks
+    extra = cfg.replace(pool_null_block="extra")
+    assert extra.num_blocks == cfg.num_blocks + 1
+    assert extra.pool.figures.num_blocks == cfg.num_blocks
     assert fig.max_concurrency == fig.num_blocks / (32768 // 16)
     assert fig.kv_cache_tokens == int(fig.max_concurrency * 32768) == fig.num_blocks * 16
     lines = fig.lines()

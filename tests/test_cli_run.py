@@ -52,14 +52,14 @@ def test_gpu_memory_utilization_changes_the_pool(capsys):
 
 def test_kv_cache_memory_bytes_and_block_override(capsys):
     base = ["run", "--requests", "20", "--model", "opt-13b", "--gpu", "a100-40gb"]
-    assert _json(capsys, [*base, "--kv-cache-memory-bytes", "12GiB"])["config"]["num_blocks"] == 984
+    assert _json(capsys, [*base, "--kv-cache-memory-bytes", "12GiB"])["config"]["num_blocks"] == 983
     assert _json(capsys, [*base, "--num-gpu-blocks-override", "300"])["config"]["num_blocks"] == 300
 
 
 def test_every_run_prints_the_pool_line(capsys):
     assert main(["run", "--requests", "20", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]) == 0
     out = capsys.readouterr().out
-    assert "pool: 984 blocks × 16 tokens = 15,744 tokens = 12.0 GiB (kv_cache_bytes 12.0 GiB" in out
+    assert "pool: 983 blocks × 16 tokens = 15,728 tokens = 12.0 GiB (kv_cache_bytes 12.0 GiB" in out
 
 
 def test_tensor_parallel_flag_and_a_model_that_does_not_fit(capsys):
@@ -76,7 +76,7 @@ def test_fp8_kv_cache_flag(capsys):
     base = ["run", "--requests", "20", "--model", "llama-3-8b", "--kv-cache-memory-bytes", "8GiB"]
     fp16 = _json(capsys, base)["config"]["num_blocks"]
     fp8 = _json(capsys, [*base, "--kv-cache-dtype", "fp8"])["config"]["num_blocks"]
-    assert fp8 - 1 == 2 * (fp16 - 1)
+    assert fp8 == 2 * fp16
 
 
 def test_a_hugging_face_config_path_as_model(capsys):
@@ -1459,7 +1459,7 @@ def test_plan_names_the_sizing_flag_that_won_unless_the_search_varies_it(capsys)
             "num_blocks=2000",
             "kv_cache_bytes",
             "--num-gpu-blocks-override 2,000 sizes the pool, not --kv-cache-memory-bytes 12.0 GiB (whose KV "
-            'memory holds 6,145 blocks): vLLM lets the override win (its get_kv_cache_configs logs "Overriding '
+            'memory holds 6,144 blocks): vLLM lets the override win (its get_kv_cache_configs logs "Overriding '
             'num_gpu_blocks=6145 with num_gpu_blocks_override=2000")',
         ),
         (
@@ -1467,7 +1467,7 @@ def test_plan_names_the_sizing_flag_that_won_unless_the_search_varies_it(capsys)
             "num_blocks=2000",
             "gpu_memory_utilization",
             "--num-gpu-blocks-override 2,000 sizes the pool, not --gpu-memory-utilization 0.5 (whose KV memory "
-            "holds 11,112 blocks)",
+            "holds 11,111 blocks)",
         ),
         (
             ["--kv-cache-memory-bytes", "12GiB", "--gpu-memory-utilization", "0.5"],
@@ -1489,7 +1489,7 @@ def test_a_sizing_flag_another_overrides_is_named_not_listed(capsys, flags, used
     notes = [line for line in out.splitlines() if line.startswith("note: ")]
     assert any(line.startswith(f"note: {said}") for line in notes), notes
     sized = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", gpu_memory_utilization=0.5)
-    assert sized.num_blocks == 11112  # (the count the note names is the pool that flag alone sizes)
+    assert sized.num_blocks == 11111  # (the count the note names is the pool that flag alone sizes)
 
 
 def test_a_kv_memory_beside_blocks_without_a_model_is_named_not_listed(capsys):

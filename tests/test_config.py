@@ -73,7 +73,7 @@ def test_integral_floats_and_numpy_numbers_are_converted():
 def test_units_are_accepted_where_a_field_takes_them():
     cfg = SimConfig(model="opt-13b", kv_cache_bytes="12GiB", iteration_time_ps="1ms")
     assert cfg.kv_cache_bytes == 12 * 2**30
-    assert cfg.num_blocks == 984  # the paper's 15.7K token slots
+    assert cfg.num_blocks == 983  # the paper's 15.7K token slots, the null block one of the 983 blocks
     assert cfg.iteration_time_ps == 10**9
     linear = SimConfig(num_blocks=4, time_model="linear", c0_ps="120us", c_tok_ps="1us", c_ctx_ps=0)
     assert linear.c0_ps == 120 * 10**6
@@ -221,7 +221,7 @@ def test_naming_a_gpu_sizes_the_pool_vllm_s_way():
     # The weights memory: the weights and the rotary cache (8,192 positions of 128 in bf16: 2 MiB).
     assert m.loaded_bytes == m.param_bytes + 2 * 2**20
     kv = math.floor(g.memory_bytes * 0.92) - m.loaded_bytes - reserve  # 0.92: vLLM 0.20.0 on (§Presets)
-    assert cfg.num_blocks == kv // (16 * m.kv_bytes_per_token) + 1
+    assert cfg.num_blocks == kv // (16 * m.kv_bytes_per_token)  # (the null block one of them, as vLLM v1's)
     half = SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.5)
     high = SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.95)
     assert half.num_blocks < cfg.num_blocks < high.num_blocks
@@ -231,7 +231,7 @@ def test_naming_a_gpu_sizes_the_pool_vllm_s_way():
 
 
 def test_kv_cache_bytes_and_num_blocks_override_the_gpu():
-    assert SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes="12GiB").num_blocks == 984
+    assert SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes="12GiB").num_blocks == 983
     assert SimConfig(model="opt-13b", gpu="a100-40gb", num_blocks=77).num_blocks == 77
 
 
@@ -341,7 +341,7 @@ def test_tensor_parallel_must_divide_the_heads():
 def test_fp8_kv_cache_doubles_the_tokens():
     bf16 = SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB")
     fp8 = SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype="fp8")
-    assert fp8.num_blocks - 1 == 2 * (bf16.num_blocks - 1)
+    assert fp8.num_blocks == 2 * bf16.num_blocks
     with pytest.raises(InvalidArgumentError, match="kv_cache_dtype 'int3'"):
         SimConfig(num_blocks=4, kv_cache_dtype="int3")
 
@@ -357,7 +357,7 @@ def test_swap_space_is_converted_to_blocks_with_the_model():
 
 def test_replace_derives_the_pool_again():
     cfg = SimConfig(model="opt-13b", kv_cache_bytes="12GiB")
-    assert cfg.replace(block_size=32).num_blocks == 12 * 2**30 // (32 * 819_200) + 1
+    assert cfg.replace(block_size=32).num_blocks == 12 * 2**30 // (32 * 819_200)
     assert SimConfig(num_blocks=50).replace(block_size=32).num_blocks == 50
 
 
@@ -432,10 +432,10 @@ def test_vllm_kv_cache_dtype_spellings():
     assert c.kv_cache_dtype == "fp16"
     assert c.num_blocks == a.num_blocks
     halves = {
-        SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype=d).num_blocks - 1
+        SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype=d).num_blocks
         for d in ("fp8", "fp8_e4m3", "fp8_e5m2")
     }
-    assert halves == {2 * (a.num_blocks - 1)}
+    assert halves == {2 * a.num_blocks}
     with pytest.raises(InvalidArgumentError, match="kv_cache_dtype 'nvfp4' is not one of"):
         SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype="nvfp4")
 
@@ -515,8 +515,8 @@ def test_an_mla_models_unset_block_size_is_its_backends():
     sixteen = SimConfig(gpu="b200", block_size=16, **base)  # (given: kept)
     assert (sixteen.block_size, 2 * b200.num_blocks - sixteen.num_blocks) == (
         16,
-        1,
-    )  # (whole blocks of the bytes)
+        0,
+    )  # (whole blocks of the bytes, the null block one of them)
     assert SimConfig(gpu="h200", **base).block_size == 16
     assert SimConfig(gpu="h200", kv_cache_dtype="fp8", **base).block_size == 64
     assert SimConfig(gpu="mi300x", **base).block_size == 16

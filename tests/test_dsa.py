@@ -205,7 +205,7 @@ def test_pool_blocks_applies_the_same_rules():
         kvsim.pool_blocks("deepseek-v3.2", "h200", 16, kv_cache_bytes=10**11)
     with pytest.raises(InvalidArgumentError, match=r"below compute capability 9\.0"):
         kvsim.pool_blocks("deepseek-v3.2", "a100-80gb", 64, kv_cache_bytes=10**11)
-    glm = kvsim.pool_blocks("glm-5", "b200", 64, kv_cache_bytes=10**11, include_null_block=False)
+    glm = kvsim.pool_blocks("glm-5", "b200", 64, kv_cache_bytes=10**11)
     assert glm == 10**11 // (64 * 78 * (576 + INDEX))
 
 

@@ -174,11 +174,18 @@ def test_preemption_while_prefilling_in_chunks(backend):
 
 
 # -- the paper's arithmetic (OPT-13B, 12 GiB of KV) ----------------------------------------------------
-# 12 GiB / (16 tokens * 819,200 B) = 983.04 -> 983 usable blocks (+ the null block = 984), 15,728 slots.
+# 12 GiB / (16 tokens * 819,200 B) = 983.04 -> 983 usable blocks (+ the null block = 984), 15,728 slots:
+# the paper's vLLM (v0) had no null block (`pool_null_block="extra"`); vLLM v1 counts its null block among
+# the 983 (the default): 982 usable, 15,712 slots.
+PAPER_POOL = {"kv_cache_bytes": 12 * 2**30, "pool_null_block": "extra"}
+
+
 def test_opt13b_12gib_pool_size():
-    cfg = SimConfig(model="opt-13b", kv_cache_bytes=12 * 2**30)
+    cfg = SimConfig(model="opt-13b", **PAPER_POOL)
     assert cfg.num_blocks == 984
     assert cfg.capacity_tokens == 15_728
+    v1 = SimConfig(model="opt-13b", kv_cache_bytes=12 * 2**30)
+    assert (v1.num_blocks, v1.capacity_tokens) == (983, 15_712)
 
 
 # 20 requests at t=0: prompt 1024, max_tokens 1024, output 10 (budget 2**16, never the limit).
@@ -201,7 +208,7 @@ def test_opt13b_12gib_pool_size():
 def test_opt13b_batch_size(backend, policy, extra, at_once, makespan):
     cfg = SimConfig(
         model="opt-13b",
-        kv_cache_bytes=12 * 2**30,
+        **PAPER_POOL,
         policy=policy,
         max_num_batched_tokens=2**16,
         **extra,
@@ -220,9 +227,7 @@ def test_opt13b_batch_size(backend, policy, extra, at_once, makespan):
 # mean over the 10 ticks of 7*(1024+k) = 7*1028.5 during the first batch.
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_orca_max_utilization_single_batch(backend):
-    cfg = SimConfig(
-        model="opt-13b", kv_cache_bytes=12 * 2**30, policy="orca-max", max_num_batched_tokens=2**16
-    )
+    cfg = SimConfig(model="opt-13b", **PAPER_POOL, policy="orca-max", max_num_batched_tokens=2**16)
     res = kvsim.simulate(build([Req(1024, 10, max_tokens=1024) for _ in range(7)]), cfg, backend=backend)
     s = res.summary
     assert s["makespan_s"] == pytest.approx(0.010)
@@ -815,7 +820,7 @@ def test_defaults_are_the_newest_release_and_presets_name_older_ones():
 _LLAMA3_8B_ACTIVATIONS = max(8192 * (4 * 4096 + 3 * 14336) * 2, int(256 * 128256 * 31 / 2))
 
 
-def _vllm_pool_blocks(utilization: float, seqs: int = 1024, graphs: bool = True) -> int:
+def _vllm_pool_blocks(utilization: float, seqs: int = 1024, graphs: bool = True, v0: bool = False) -> int:
     """Llama-3-8B's pool on an H100-80GB by vLLM's rule as DESIGN.md §Defaults writes it, from the
     published config (meta-llama/Meta-Llama-3-8B config.json) and the H100's 85,028,896,768 bytes as CUDA
     reports them, not from kvsim's sizing code: floor(memory × utilization) − bf16 weights and the rotary
@@ -823,7 +828,8 @@ def _vllm_pool_blocks(utilization: float, seqs: int = 1024, graphs: bool = True)
     peak (the larger of the 8,192-token forward pass and the sampler's 15.5 bytes for each of `seqs` rows of
     logits: vllm serve's limits on an H100 are 8192 and 1024) − 0.25 GiB of non-torch memory − the CUDA
     graphs (0.20.0 on: 51 capture sizes up to 512, each PIECEWISE and FULL, the first priced as a 512-token
-    pass, all 102 at 0.22 MiB a layer), in blocks of 16 tokens, plus the null block."""
+    pass, all 102 at 0.22 MiB a layer), in blocks of 16 tokens, the null block one of them (vLLM v1's
+    count; `v0` adds it, as `pool_null_block="extra"` does)."""
     memory = 85_028_896_768
     weights = 8_030_261_248 * 2 + 8192 * 128 * 2
     activations = max(8192 * (4 * 4096 + 3 * 14336) * 2, int(seqs * 128256 * 31 / 2))
@@ -831,7 +837,7 @@ def _vllm_pool_blocks(utilization: float, seqs: int = 1024, graphs: bool = True)
     cudagraphs = 512 * (4 * 4096 + 3 * 14336) * 2 + 102 * 32 * (22 * 2**20 // 100) if graphs else 0
     per_token = 32 * 2 * 8 * 128 * 2  # layers × (K, V) × KV heads × head dim × bf16
     left = math.floor(memory * utilization) - weights - activations - non_torch - cudagraphs
-    return left // (16 * per_token) + 1
+    return left // (16 * per_token) + (1 if v0 else 0)
 
 
 def test_gpu_sized_pools_follow_each_presets_gpu_memory_utilization():
@@ -846,15 +852,15 @@ def test_gpu_sized_pools_follow_each_presets_gpu_memory_utilization():
     reserve = _LLAMA3_8B_ACTIVATIONS
     expected = (math.floor(85_028_896_768 * 0.92) - 8_030_261_248 * 2 - 8192 * 128 * 2 - reserve) // (
         16 * 131072
-    ) + 1
+    )
     assert kvsim.pool_blocks("llama-3-8b", "h100-80gb", 16, activation_reserve_bytes=reserve) == expected
     for name in ("vllm-latest", "vllm-0.20"):
         assert SimConfig.preset(name, **sized).num_blocks == newest, name
     for name in ("vllm-0.19", "vllm-v1", "vllm-0.11"):
         assert SimConfig.preset(name, **sized).num_blocks == _vllm_pool_blocks(0.9, graphs=False), name
-    assert SimConfig.preset("vllm-v0", **sized).num_blocks == _vllm_pool_blocks(0.9, 256, False)
+    assert SimConfig.preset("vllm-v0", **sized).num_blocks == _vllm_pool_blocks(0.9, 256, False, v0=True)
     assert SimConfig.preset("vllm-v0", gpu_memory_utilization=0.92, **sized).num_blocks == _vllm_pool_blocks(
-        0.92, 256, False
+        0.92, 256, False, v0=True
     )
     assert _vllm_pool_blocks(0.9, graphs=False) < _vllm_pool_blocks(0.92, graphs=False)
 

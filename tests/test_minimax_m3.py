@@ -79,7 +79,7 @@ def test_b200_tp8_takes_128_token_blocks_and_the_index_in_every_block():
         cfg.replace(kv_cache_dtype="fp16")
     with pytest.raises(InvalidArgumentError, match="not a multiple of 128"):
         kvsim.pool_blocks(_model(), None, 16, kv_cache_bytes=10**11)
-    blocks = kvsim.pool_blocks(_model(), None, 128, kv_cache_bytes=10**11, include_null_block=False)
+    blocks = kvsim.pool_blocks(_model(), None, 128, kv_cache_bytes=10**11)
     assert blocks == 10**11 // (128 * 137_472)
 
 

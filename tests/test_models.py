@@ -36,8 +36,10 @@ def _params_from_config(m: models.Model) -> int:
 def test_check_values_of_the_spec() -> None:
     assert models.get("opt-13b").kv_bytes_per_token == 819_200 == 800 * 1024
     assert models.get("llama-3-8b").kv_bytes_per_token == 131_072
-    # 12 GiB of OPT-13B KV holds 15,728 token slots (the paper's Table 1 says 15.7K).
-    assert kvsim.pool_blocks("opt-13b", None, 1, kv_cache_bytes=12 * GIB, include_null_block=False) == 15_728
+    # 12 GiB of OPT-13B KV holds 15,728 token slots (the paper's Table 1 says 15.7K): vLLM v1's pool of
+    # that many blocks (the null block one of them), v0's that many usable blocks and kvsim's null block.
+    assert kvsim.pool_blocks("opt-13b", None, 1, kv_cache_bytes=12 * GIB) == 15_728
+    assert kvsim.pool_blocks("opt-13b", None, 1, kv_cache_bytes=12 * GIB, null_block="extra") == 15_729
 
 
 def test_kv_bytes_formula_for_every_preset() -> None:
@@ -302,14 +304,14 @@ def test_pool_blocks_on_a_gpu() -> None:
     # is 12.4 GB)
     assert kv / 1e9 == pytest.approx(12, rel=0.04)
     blocks = kvsim.pool_blocks("opt-13b", "a100-40gb", 16, 0.9)  # the paper's vLLM (v0) share
-    assert blocks == kv // (16 * 819_200) + 1
-    assert kvsim.pool_blocks(m, g, 16, 0.9, include_null_block=False) == blocks - 1
+    assert blocks == kv // (16 * 819_200)  # (vLLM v1's count: the null block one of them)
+    assert kvsim.pool_blocks(m, g, 16, 0.9, null_block="extra") == blocks + 1
     reserved = kvsim.pool_blocks(m, g, 16, 0.9, activation_reserve_bytes=GIB)
-    assert reserved == (kv - GIB) // (16 * 819_200) + 1
-    assert kvsim.pool_blocks(m, g, 16, 0.9, kv_dtype="fp8") == kv // (16 * 409_600) + 1
+    assert reserved == (kv - GIB) // (16 * 819_200)
+    assert kvsim.pool_blocks(m, g, 16, 0.9, kv_dtype="fp8") == kv // (16 * 409_600)
     assert kvsim.pool_blocks(m, g, 16, 0.8) < blocks
     # Unset, the share is vLLM 0.20.0 and later's 0.92 (DESIGN.md §Presets), as SimConfig's.
-    newest = (math.floor(g.memory_bytes * 0.92) - m.param_bytes) // (16 * 819_200) + 1
+    newest = (math.floor(g.memory_bytes * 0.92) - m.param_bytes) // (16 * 819_200)
     assert kvsim.pool_blocks(m, g, 16) == newest > blocks
     assert sizing.available_kv_bytes(m, g) == math.floor(g.memory_bytes * 0.92) - m.param_bytes
 
@@ -317,9 +319,13 @@ def test_pool_blocks_on_a_gpu() -> None:
 def test_pool_blocks_errors() -> None:
     with pytest.raises(InvalidArgumentError, match="does not fit"):
         kvsim.pool_blocks("llama-2-70b", "a100-80gb", 16)
+    # vLLM v1's count: one usable block needs two blocks' bytes (the null block one of them); v0's one
+    with pytest.raises(InvalidArgumentError, match=r"one block of 16 tokens .* beside the null block"):
+        kvsim.pool_blocks("opt-13b", None, 16, kv_cache_bytes=2 * 16 * 819_200 - 1)
+    assert kvsim.pool_blocks("opt-13b", None, 16, kv_cache_bytes=2 * 16 * 819_200) == 2
     with pytest.raises(InvalidArgumentError, match="one block"):
-        kvsim.pool_blocks("opt-13b", None, 16, kv_cache_bytes=16 * 819_200 - 1)
-    assert kvsim.pool_blocks("opt-13b", None, 16, kv_cache_bytes=16 * 819_200) == 2
+        kvsim.pool_blocks("opt-13b", None, 16, kv_cache_bytes=16 * 819_200 - 1, null_block="extra")
+    assert kvsim.pool_blocks("opt-13b", None, 16, kv_cache_bytes=16 * 819_200, null_block="extra") == 2
     with pytest.raises(InvalidArgumentError, match="block_size"):
         kvsim.pool_blocks("opt-13b", "a100-40gb", 0)
     with pytest.raises(InvalidArgumentError, match="gpu_memory_utilization"):
@@ -800,12 +806,12 @@ def test_a_rope_scaling_kvsim_cannot_read_is_refused_by_name(rope):
         ({"kv_cache_bytes": float("nan")}, "kv_cache_bytes nan"),  # (ValueError)
         ({"activation_reserve_bytes": float("nan")}, "activation_reserve_bytes nan"),  # (it returned nan)
         ({"kv_dtype": "int4"}, "kv_cache_dtype 'int4' is not one of"),  # (SimConfig refuses it; this took it)
-        ({"include_null_block": "no"}, "include_null_block 'no' must be True or False"),
+        ({"null_block": "no"}, "pool_null_block 'no' is not one of"),
     ],
 )
 def test_pool_blocks_takes_its_arguments_as_simconfig_does(kw, said):
     args = {"block_size": 16, **kw}
     with pytest.raises(InvalidArgumentError, match=re.escape(said)):
         kvsim.pool_blocks("llama-3-8b", "h100-80gb", **args)
-    # Units are taken as SimConfig takes them: "1GiB" of 2 MiB blocks and the null block.
-    assert kvsim.pool_blocks("llama-3-8b", None, 16, kv_cache_bytes="1GiB") == 513
+    # Units are taken as SimConfig takes them: "1GiB" of 2 MiB blocks, the null block one of them.
+    assert kvsim.pool_blocks("llama-3-8b", None, 16, kv_cache_bytes="1GiB") == 512

@@ -75,7 +75,8 @@ class CapacityExperiment(Experiment):
         sizes = ", ".join(f"{w}: {self.requests_of(w, scale)}" for w in self.workloads)
         return (
             f"kvsim plan --model {base['model']} --gpu {base['gpu']} --kv-cache-memory-bytes 12GiB "
-            f"--max-model-len {base['max_model_len']} --no-enable-prefix-caching --workload W --requests N "
+            f"--max-model-len {base['max_model_len']} --no-enable-prefix-caching --pool-null-block "
+            f"{base['pool_null_block']} --workload W --requests N "
             f"--seed S --policy P {slo} --precision {100 * self.precision:g}% --workers {self.width} (W, N: "
             f"{sizes}; P: {', '.join(self.grid['policy'])}, a contiguous one with --placement "
             f"{base['placement']}; S: 0..{self.seeds - 1})"

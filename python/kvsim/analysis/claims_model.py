@@ -24,7 +24,14 @@ CONFIRMED, DIFFERS, NOT_TESTABLE = "CONFIRMED", "DIFFERS", "NOT TESTABLE"
 PAPER = "Kwon et al., SOSP 2023 (arXiv 2309.06180)"
 GIB = 2**30
 # The paper's Orca baselines place regions with a buddy allocator (SPEC §2); paged policies ignore it.
-OPT13B_PAPER = {"max_model_len": 2048, "enable_prefix_caching": False, "placement": "buddy"}
+# The paper's vLLM was v0's, which had no null block: its 12 GiB held 983 usable blocks of 16 (15,728 slots,
+# Table 1's "15.7K"), one more than vLLM v1's count gives (`pool_null_block`).
+OPT13B_PAPER = {
+    "max_model_len": 2048,
+    "enable_prefix_caching": False,
+    "placement": "buddy",
+    "pool_null_block": "extra",
+}
 # The same for experiments whose every point is paged (vLLM's policy): a placement there does nothing, and
 # its reproduction command would be refused for it (`kvsim.cli.refusals.idle_knobs`).
 OPT13B_PAGED = {k: v for k, v in OPT13B_PAPER.items() if k != "placement"}

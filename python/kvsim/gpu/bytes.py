@@ -185,7 +185,7 @@ def run_bytes(
     workload, base, _ = sample_run(24 if quick else 96, num_blocks=32 if quick else 64, seed=seed)
     bs = base.block_size
     block_bytes = bs * m.kv_bytes_per_token
-    budget = (base.num_blocks - 1) * block_bytes + block_bytes // 2  # half a block is left over
+    budget = base.num_blocks * block_bytes + block_bytes // 2  # half a block is left over
     config = dataclasses.replace(base, num_blocks=None, model=m, kv_cache_bytes=budget)
     predicted_blocks = kvsim.pool_blocks(m, None, bs, kv_cache_bytes=budget)
     out: dict[str, Any] = {
@@ -202,7 +202,7 @@ def run_bytes(
         pool = _pool(m, int(config.num_blocks), bs, device, meter)
     predicted = int(config.num_blocks) * block_bytes
     out["pool"] = {"predicted": predicted, **meter.as_dict(), "agree": meter.allocated == predicted}
-    out["pool"]["usable_within_budget"] = (int(config.num_blocks) - 1) * block_bytes <= budget
+    out["pool"]["within_budget"] = int(config.num_blocks) * block_bytes <= budget
     # The paged run's peak.
     res = kvsim.simulate(workload, config, record_events=True)
     inp = prepare(workload, config)
@@ -245,7 +245,7 @@ def run_bytes(
     }
     del reservations
     out["passed"] = all(out[k]["agree"] for k in ("pool", "paged_peak", "contiguous_peak"))
-    out["passed"] = out["passed"] and out["pool"]["usable_within_budget"]
+    out["passed"] = out["passed"] and out["pool"]["within_budget"]
     if device.startswith("cuda"):
         out["fits_on_device"] = fits_on_device(m, device)
     else:

@@ -219,7 +219,7 @@ def report_markdown(data: dict[str, Any]) -> str:
         "## Bytes",
         "",
         f"{b['model']} ({b['kv_dtype']} KV, {b['kv_bytes_per_token']} B per token, block {b['block_size']}), "
-        f"KV budget {b['kv_cache_bytes']} B -> `kvsim.pool_blocks` = {b['pool_blocks']} blocks (null block included).",
+        f"KV budget {b['kv_cache_bytes']} B -> `kvsim.pool_blocks` = {b['pool_blocks']} blocks (the null block one of them, as vLLM v1 counts).",
         "",
         "| what | kvsim predicts (B) | measured (B) | how | allocator overhead (B) | agree |",
         "|---|---|---|---|---|---|",

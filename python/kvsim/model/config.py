@@ -146,6 +146,7 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier):
     hybrid_kv_cache_manager: str = default("hybrid_kv_cache_manager")
     gdn_prefill_backend: str = default("gdn_prefill_backend")
     prefix_cache_retention_interval: int | None = default("prefix_cache_retention_interval")
+    pool_null_block: str = default("pool_null_block")
     free_order: str = default("free_order")
     preemption: str = default("preemption")
     cpu_blocks: int = default("cpu_blocks")
@@ -492,6 +493,7 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier):
             cudagraph_memory_bytes=self.cudagraph_memory_bytes,
             data_parallel_size=self.data_parallel_size,
             enable_expert_parallel=self.enable_expert_parallel,
+            null_block=self.pool_null_block,
         )
         object.__setattr__(self, "_pool", pool)
         object.__setattr__(self, "num_blocks", pool.num_blocks)
@@ -691,6 +693,7 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier):
             "vllm-0.11": {**classic, "waiting_over_budget": "skip"},
             "vllm-v0": {
                 **classic,
+                "pool_null_block": "extra",  # (v0 had no null block: its floor(...) blocks all usable)
                 "waiting_over_budget": "stop",
                 "watermark": 0.01,
                 "watermark_rule": "always",

@@ -20,6 +20,7 @@ POLICIES = ("vllm", "reserve", "static", "orca-max", "orca-pow2", "orca-oracle")
 CONTIGUOUS_POLICIES = ("static", "orca-max", "orca-pow2", "orca-oracle")
 PLACEMENTS = ("first-fit", "buddy")
 FREE_ORDERS = ("classic", "lifo_unhashed")
+NULL_BLOCKS = ("within", "extra")
 PREEMPTIONS = ("recompute", "swap", "auto")
 V0_SWAP_SPACE_BYTES = 4 * 2**30  # vLLM v0's default `swap_space` (GiB of CPU memory per GPU)
 SAMPLINGS = ("fork-cow", "independent")
@@ -170,6 +171,14 @@ KNOBS: dict[str, Knob] = {
         optional=True,
         unit="tokens",
         metavar="TOKENS",
+    ),
+    "pool_null_block": Knob(
+        "within",
+        "choice",
+        "a pool sized from memory: within (vLLM v1: the null block is one of the floor(KV bytes / block bytes) "
+        "blocks, vLLM's '# GPU blocks') or extra (vLLM v0 and the paper, which had none: floor(...) usable "
+        "blocks, the null block added); num_blocks given is taken as it is",
+        choices=NULL_BLOCKS,
     ),
     "free_order": Knob(
         "lifo_unhashed",

@@ -9,10 +9,10 @@ GPU holds `1/tp` of the weights (but those vLLM replicates, whole: `kvsim.model.
 `max(1, kv_heads // tp)` of the KV heads (an MLA latent is replicated on every GPU), as vLLM shards them; the pool is one GPU's, and every GPU holds the same blocks. The
 activation reserve, when not given, is `activation_reserve_estimate`: the peak of one forward pass over
 `max_num_batched_tokens` tokens, which vLLM measures with a profiling run. kvsim's `num_blocks` counts the null block (block 0, taken at start and never handed
-out), so by default one is added: the pool then offers the `floor(...)` usable blocks of vLLM v0 (the
-paper's, which had no null block). vLLM v1 reports `floor(...)` as "# GPU blocks" and takes its null
-block out of them, one usable block fewer (`num_blocks=floor(...)` reproduces it). Pass
-`include_null_block=False` for the bare quotient.
+out). vLLM v1 reports `floor(...)` as "# GPU blocks" and takes its null block out of them; so does kvsim
+(`SimConfig.pool_null_block` "within", the default). vLLM v0 (the paper's) had no null block: its
+`floor(...)` blocks were all usable, which "extra" (the `vllm-v0` preset's) reproduces with the null block
+added.
 
 Check: 12 GiB of OPT-13B KV (819,200 B per token) holds floor(12·2**30 / 819200) = 15,728 token slots,
 the paper's "15.7K" (Table 1). OPT-13B on an A100-40GB at utilisation 0.9 with no activation reserve
@@ -353,6 +353,7 @@ def size_pool(
     cudagraph_memory_bytes: int | None = None,
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
+    null_block: str = "within",
 ) -> PoolSizing:
     """The pool of a configuration: `num_blocks` if given, else from `kv_cache_bytes`, else from the GPU.
 
@@ -467,12 +468,12 @@ def size_pool(
     if kv_cache_bytes is not None:
         if g is not None:
             _check_kv_cache_bytes_fit(kv_cache_bytes, m, g, common["kv_room_bytes"])
-        blocks = _blocks(kv_cache_bytes, m, layout, "kv_cache_bytes")
+        blocks = _blocks(kv_cache_bytes, m, layout, "kv_cache_bytes", null_block)
         return PoolSizing(
             num_blocks=blocks,
             source="kv_cache_bytes",
             kv_cache_bytes=kv_cache_bytes,
-            figures=figures(blocks - 1, kv_cache_bytes),
+            figures=figures(blocks - (null_block == "extra"), kv_cache_bytes),
             **common,
         )
     if g is None:
@@ -493,7 +494,7 @@ def size_pool(
         data_parallel_size=data_parallel_size,
     )
     _check_one_request(kv, m, layout, context, in_flight, "gpu_memory_utilization")
-    blocks = _blocks(kv, m, layout, "gpu_memory_utilization")
+    blocks = _blocks(kv, m, layout, "gpu_memory_utilization", null_block)
     return PoolSizing(
         num_blocks=blocks,
         source="gpu",
@@ -505,7 +506,7 @@ def size_pool(
         kv_cache_bytes=kv,
         non_torch_bytes=None if nonkv.measured else nonkv.non_torch,
         cudagraph_bytes=None if nonkv.measured else nonkv.cudagraph,
-        figures=figures(blocks - 1, kv),
+        figures=figures(blocks - (null_block == "extra"), kv),
         **common,
     )
 
@@ -554,19 +555,24 @@ def _check_kv_cache_bytes_fit(kv: int, m: Model, g: Gpu, room: int) -> None:
         )
 
 
-def _blocks(kv: int, m: Model, layout: KVLayout, knob: str) -> int:
+def _blocks(kv: int, m: Model, layout: KVLayout, knob: str, null_block: str = "within") -> int:
+    """The pool's `num_blocks` for `kv` bytes: `floor(kv / block bytes)`, the null block among them
+    (`null_block` "within": vLLM v1's `get_num_blocks`, whose `BlockPool` takes block 0 out of them), or
+    that many usable blocks and the null block added ("extra": vLLM v0's count, which had no null block)."""
     from kvsim.model.config import (
         MAX_BLOCKS,  # the pool's limit has one home (config imports this module lazily)
     )
 
     block_size = layout.block_size
     block_bytes = layout.bytes_per_block
-    usable = kv // block_bytes
+    usable = kv // block_bytes - (1 if null_block == "within" else 0)
     if usable < 1:
         raise InvalidArgumentError(
             f"{knob}: {fmt_bytes(kv)}{f' ({kv:,} B)' if fmt_bytes(kv) != f'{kv} B' else ''} of KV cache cannot "
             f"hold one block of {block_size} tokens of "
-            f"{m.name} ({fmt_bytes(block_bytes)}); raise {knob} or lower block_size"
+            f"{m.name} ({fmt_bytes(block_bytes)})"
+            + (" beside the null block" if null_block == "within" else "")
+            + f"; raise {knob} or lower block_size"
         )
     if usable + 1 > MAX_BLOCKS:
         raise InvalidArgumentError(
@@ -657,7 +663,7 @@ def pool_blocks(
     kv_cache_bytes: int | None = None,
     activation_reserve_bytes: int = 0,
     kv_dtype: str | None = None,
-    include_null_block: bool = True,
+    null_block: str = "within",
 ) -> int:
     """The `num_blocks` of a pool for `model` on `gpu` (see the module docstring).
 
@@ -670,17 +676,19 @@ def pool_blocks(
         activation_reserve_bytes: bytes kept for activations (vLLM measures its peak by profiling;
             0 reproduces the paper's 12 GB for OPT-13B on an A100-40GB).
         kv_dtype: override the model's KV dtype (e.g. `"fp8"`).
-        include_null_block: count vLLM's null block in the result (kvsim's convention).
+        null_block: "within" (vLLM v1, `SimConfig`'s default): `floor(KV bytes / block bytes)`, the null
+            block one of them (vLLM's "# GPU blocks"); "extra" (vLLM v0 and the paper, which had none): that
+            many usable blocks and the null block added (`SimConfig.pool_null_block`).
 
     Returns:
-        The number of blocks, at least 2 with the null block (1 without).
+        The number of blocks, the null block counted: at least 2.
 
     Raises:
         InvalidArgumentError: a bad argument, or too little KV memory for one block.
     """
     from kvsim.model.knobs import convert
 
-    # Each argument by SimConfig's rule for its knob (units, types, ranges); `include_null_block` a bool.
+    # Each argument by SimConfig's rule for its knob (units, types, ranges).
     block_size = convert("block_size", block_size)
     if block_size is None:  # (SimConfig derives an unset one from the model and the GPU; this takes it given)
         raise InvalidArgumentError("block_size None must be given (vLLM's default is 16)")
@@ -689,8 +697,7 @@ def pool_blocks(
     activation_reserve_bytes = convert("activation_reserve_bytes", activation_reserve_bytes)
     if kv_dtype is not None:
         kv_dtype = convert("kv_cache_dtype", kv_dtype)
-    if not isinstance(include_null_block, bool):
-        raise InvalidArgumentError(f"include_null_block {include_null_block!r} must be True or False")
+    null_block = convert("pool_null_block", null_block)
     m, g = resolve(model, gpu)
     if m.is_dsa:
         # Sparse attention's own rules, as SimConfig's (`kvsim.model.dsa.resolve`)
@@ -710,12 +717,13 @@ def pool_blocks(
             raise InvalidArgumentError(f"kv_cache_bytes {kv_cache_bytes} must not be negative")
         kv = int(kv_cache_bytes)
     block_bytes = block_size * m.kv_bytes_per_token
-    usable = kv // block_bytes
+    usable = kv // block_bytes - (1 if null_block == "within" else 0)
     if usable < 1:
         raise InvalidArgumentError(
             f"{kv} B of KV cache cannot hold one block of {block_size} tokens of {m.name} ({block_bytes} B)"
+            + (" beside the null block" if null_block == "within" else "")
         )
-    return usable + (1 if include_null_block else 0)
+    return usable + 1
 
 
 __all__ = [
