@@ -74,39 +74,21 @@ def test_every_catalogue_preset_is_its_published_config(name):
 
 
 # The 2024 presets written by hand (`kvsim.model.models.MODELS`), each against its published config.json:
-# every field the hand preset states. DeepSeek-V3's preset holds its README's rounded 671B / 37B and prices
-# a byte a parameter (fp8, not the file's 128 x 128 blocks with their scales), and states no experts (its
-# roofline takes the 37B active): those fields are compared with the README's rounding; its head_dim is
-# MLA's (unused), the file's the default hidden / heads.
-HAND_PRESETS = ("qwen2.5-7b", "qwen2.5-72b", "deepseek-v3")
+# every field the hand preset states. (DeepSeek-V3's, once one of them with its README's rounded 671B / 37B
+# and no experts, is the catalogue's: checked field by field above.)
+HAND_PRESETS = ("qwen2.5-7b", "qwen2.5-72b")
 
 
 @pytest.mark.parametrize("name", HAND_PRESETS)
 def test_the_hand_written_presets_are_their_published_configs(name):
     preset = models.get(name)
     from_file = models.from_hf_config(HF / f"{name}.json")
-    rounded = {
-        "num_params",
-        "num_active_params",
-        "weight_bytes",
-        "quantization",
-        "num_experts",
-        "experts_per_token",
-        "expert_ffn",
-    }
-    exact = [f for f in FIELDS if not (name == "deepseek-v3" and (f in rounded or f == "head_dim"))]
-    for f in exact:
+    for f in FIELDS:
         if f == "weight_bytes":
             assert preset.param_bytes == from_file.param_bytes, (name, f)
         else:
             assert getattr(preset, f) == getattr(from_file, f), (name, f)
     assert preset.kv_bytes_per_token == from_file.kv_bytes_per_token
-    if name == "deepseek-v3":
-        assert from_file.num_params / 1e9 == pytest.approx(671, rel=1e-3)  # README: 671B (MTP excluded)
-        assert from_file.num_active_params / 1e9 == pytest.approx(37, rel=0.02)  # README: 37B activated
-        assert from_file.param_bytes == pytest.approx(
-            preset.param_bytes, rel=0.005
-        )  # bf16 embeddings, scales
     assert preset.source.startswith("https://huggingface.co/")
 
 
@@ -118,6 +100,7 @@ PUBLISHED = {
     "qwen3-8b": (8.2, None, 0.01),  # model card: 8.2B
     "qwen3-32b": (32.8, None, 0.01),  # model card: 32.8B
     "qwen3-30b-a3b": (30.5, 3.3, 0.02),  # model card: 30.5B total, 3.3B activated
+    "deepseek-v3": (671, 37, 0.001),  # README: 671B total (MTP excluded), 37B activated
     "qwen3-235b-a22b": (235, 22, 0.02),  # model card: 235B total, 22B activated
     "gpt-oss-20b": (20.9, None, 0.01),  # model card: 20.9B total (3.6B active without the embedding)
     "gpt-oss-120b": (116.8, None, 0.01),  # model card: 116.8B total (5.1B active without the embedding)

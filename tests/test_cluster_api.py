@@ -497,3 +497,52 @@ def test_sweep_takes_the_tie_break_as_an_axis():
     lowest, drawn = frame["load_imbalance"].to_list()
     assert lowest > 2.0, lowest  # light load: nearly everything on replica 0
     assert drawn < 1.5, drawn
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_mixed_fleets_tier_metrics_cover_its_tiers_whatever_their_order(backend):
+    """A fleet of replicas with and without a CPU tier: the fleet's tier keys were built only when the first
+    replica had a tier (`[plain, tiered]` reported none, `[tiered, plain]` all). They now cover every
+    replica's tier in any order: chunks and moves summed over the tiers, hit rates over every replica's
+    prompt tokens (a replica without a tier hits none in it), occupancy over the tiers' busy time."""
+    from itertools import permutations
+
+    from kvsim.engine.cluster import fleet_summary
+    from kvsim.engine.simulate import RowStats
+
+    w = synthetic(120, seed=5, arrival_rate=30.0, num_system_prompts=6, system_prompt_len=400)
+    base = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", num_blocks=120)
+    plain, tiered = base, base.replace(kv_offloading_chunks=300)
+    other = base.replace(block_size=32, num_blocks=60, kv_offloading_chunks=100)
+    res = kvsim.simulate_cluster(w, [plain, tiered], router="round-robin", backend=backend)
+    s, mine = res.summary, res.replicas[1].summary
+    assert "cpu_tier_chunks" not in res.replicas[0].summary
+    assert s["cpu_tier_chunks"] == 300
+    for key in ("stored_blocks", "stored_bytes", "loaded_blocks", "loaded_bytes", "cpu_hit_tokens", "loads"):
+        assert s[key] == mine[key], key
+    assert s["loaded_blocks"] > 0
+    assert s["loaded_bytes"] == s["loaded_blocks"] * tiered.kv_offloading_block_bytes
+    admitted = sum(r.raw.counters["prompt_tokens_admitted"] for r in res.replicas)
+    assert s["cpu_hit_rate"] == mine["cpu_hit_tokens"] / admitted < mine["cpu_hit_rate"]
+    assert s["cpu_tier_occupancy"] == pytest.approx(mine["cpu_tier_occupancy"], rel=1e-12)
+    assert s["cpu_tier_peak_occupancy"] == mine["cpu_tier_peak_occupancy"]
+    # The other backend's summary is the same, key for key.
+    twin = kvsim.simulate_cluster(
+        w, [plain, tiered], router="round-robin", backend="reference" if backend == "rust" else "rust"
+    )
+    assert twin.summary == s
+    # The same replicas' counters in any order give the same fleet summary (three replicas: two tiers of
+    # different chunks and block sizes, one without).
+    res3 = kvsim.simulate_cluster(w, [plain, tiered, other], router="round-robin", backend=backend)
+    reps = [(r.raw.counters, r.config) for r in res3.replicas]
+    expected = {k: v for k, v in res3.summary.items() if k not in FLEET_KEYS}
+    assert expected["cpu_tier_chunks"] == 400
+    assert expected["stored_bytes"] == sum(r.summary["stored_bytes"] for r in res3.replicas[1:]) > 0
+    peaks = [r.summary["cpu_tier_peak_occupancy"] for r in res3.replicas[1:]]
+    assert expected["cpu_tier_peak_occupancy"] == max(peaks)
+    for order in permutations(reps):
+        stats = RowStats()  # (read once: a fresh one each time)
+        stats.add(res3.requests)
+        got = fleet_summary(stats, [c for c, _ in order], [cfg for _, cfg in order])
+        assert got == expected, [cfg.kv_offloading_chunks for _, cfg in order]
+        assert list(got) == list(expected)

@@ -70,12 +70,40 @@ def test_deepseek_v3_uses_mla() -> None:
     assert m.is_mla
     assert (m.num_layers, m.kv_lora_rank, m.qk_rope_head_dim) == (61, 512, 64)
     assert m.kv_bytes_per_token == 61 * 576 * 2
-    assert m.param_bytes == m.num_params  # fp8 weights: one byte each
     assert m.num_active_params < m.num_params
 
 
+def test_deepseek_v3_is_a_mixture_of_experts() -> None:
+    """DeepSeek-V3 (and R1) were a preset of the README's 671B / 37B without experts, which kvsim took for a
+    dense model: data and expert parallelism refused. Its config.json (tests/data/hf/deepseek-v3.json): 3
+    dense layers of ffn 18432, then 58 MoE layers of 256 routed experts of 2048 (8 a token) and one shared
+    expert; fp8 weights in 128 x 128 blocks."""
+    m = models.get("deepseek-v3")
+    assert models.get("deepseek-r1") is m
+    assert (m.num_experts, m.experts_per_token, m.expert_ffn) == (256, 8, 2048)
+    assert m.weight_dtype == "fp8"
+    assert m.quant_method == "fp8"
+    # Every count by hand from the config fields (no MTP layer): embeddings and lm_head, each layer's MLA
+    # (q_a 7168x1536, q_b 1536x128x192, kv_a 7168x576, kv_b 512x128x256, o 16384x7168, the two latent
+    # norms), two layer norms, the dense MLP (3 x 7168 x 18432) or the MoE (router 256 x 7168 and its 256
+    # correction biases, 256 + 1 experts of 3 x 7168 x 2048), the final norm.
+    h, v = 7168, 129280
+    mla = h * 1536 + 1536 + 1536 * 128 * 192 + h * 576 + 512 + 512 * 128 * 256 + 128 * 128 * h
+    expert = 3 * h * 2048
+    dense, moe = 3 * h * 18432, 256 * h + 256 + 257 * expert
+    base = 2 * v * h + 61 * (mla + 2 * h) + h
+    assert m.num_params == base + 3 * dense + 58 * moe == 671_026_419_200
+    assert m.num_active_params == base + 3 * dense + 58 * (moe - 248 * expert) == 37_552_297_472
+    # README: 671B total, 37B activated (MTP excluded)
+    assert m.num_params / 1e9 == pytest.approx(671, rel=0.001)
+    assert m.num_active_params / 1e9 == pytest.approx(37, rel=0.02)
+    # Loaded: one byte a parameter but the bf16 embeddings, lm_head, norms and routers, plus the fp32 scale
+    # of each 128 x 128 block.
+    assert m.num_params < m.param_bytes < 1.005 * m.num_params
+
+
 @pytest.mark.parametrize(
-    "name", [n for n in models.names() if n != "deepseek-v3" and n not in catalogue.ENTRIES]
+    "name", [n for n in models.names() if n not in catalogue.ENTRIES]
 )  # the catalogue's (Qwen3, MoE, hybrid) are checked against their model cards in tests/test_catalogue.py
 def test_parameter_counts_match_the_architecture(name: str) -> None:
     m = models.get(name)
@@ -356,8 +384,9 @@ def test_linear_time_model_roofline() -> None:
     assert slow.c_tok_ps == pytest.approx(2 * t.c_tok_ps, abs=1)
     assert slow.c0_ps == pytest.approx(2 * t.c0_ps, abs=1)
     # MoE: FLOPs follow the active parameters, weight traffic all of them.
-    ds = sizing.linear_time_model("deepseek-v3", "h200")
-    assert ds.c_tok_ps == round(2 * 37e9 / 989.4e12 * 1e12)
+    ds, h200 = sizing.linear_time_model("deepseek-v3", "h200"), gpus.get("h200")
+    assert ds.c_tok_ps == round(2 * 37_552_297_472 / 989.4e12 * 1e12)
+    assert ds.c0_ps == round(models.get("deepseek-v3").param_bytes / h200.hbm_bandwidth * 1e12)
     with pytest.raises(InvalidArgumentError, match="flops_efficiency"):
         sizing.linear_time_model(m, g, flops_efficiency=0)
 
@@ -376,11 +405,9 @@ def test_hf_config_gives_the_presets_architecture(name):
     assert (m.num_layers, m.num_kv_heads, m.hidden_size) == (p.num_layers, p.num_kv_heads, p.hidden_size)
     assert m.weight_dtype == p.weight_dtype
     assert m.is_mla == p.is_mla
-    if name == "deepseek-v3":  # the preset holds the README's rounded 671B / 37B
-        assert m.num_params == pytest.approx(p.num_params, rel=1e-3)
-        assert m.num_active_params == pytest.approx(p.num_active_params, rel=0.02)
-    else:  # exact: the presets' counts are the safetensors totals
-        assert m.num_params == p.num_params
+    # exact: the presets' counts are the safetensors totals (DeepSeek-V3's is built from this file)
+    assert m.num_params == p.num_params
+    assert m.num_active_params == p.num_active_params
 
 
 def test_hf_moe_config_counts_total_and_active_experts():

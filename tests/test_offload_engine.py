@@ -270,6 +270,12 @@ def test_an_mla_latent_on_tp_ranks_is_kept_once_in_the_tier_as_vllm_keeps_it():
     assert mla.kv_offloading_chunks == 64 * 2**30 // 1_126_400 == 61_008
     assert mla.kv_offloading_store_block_bytes == 1_124_352
     assert mla.kv_offloading_block_bytes == 8 * 1_124_352
+    # With DP ranks (DeepSeek-V3 takes them: its experts) the replicated layout is off (TP alone): a copy a rank.
+    dp2 = mla.replace(data_parallel_size=2)
+    assert not dp2.kv_offloading_replicated
+    assert dp2.kv_offloading_copies == 8
+    assert dp2.kv_offloading_chunk_bytes == dp2.kv_offloading_store_block_bytes == 8 * 1_124_352
+    assert dp2.kv_offloading_chunks == 64 * 2**30 // (8 * 1_124_352) == 7_639
     rocm = kvsim.SimConfig(model="deepseek-v3", gpu="mi300x", tensor_parallel_size=8, kv_offloading_size=64)
     assert not rocm.kv_offloading_replicated
     assert rocm.kv_offloading_chunk_bytes == 8 * 1_124_352

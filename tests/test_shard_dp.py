@@ -246,3 +246,50 @@ def test_kvsim_run_says_a_dp_run_is_one_ranks_engine(capsys):
     assert "--replicas 4 runs all 4 behind a router" in out
     assert main([*argv, "--replicas", "4"]) == 0
     assert "data_parallel_size 4:" not in capsys.readouterr().out
+
+
+def test_deepseek_v3_takes_data_and_expert_parallelism(capsys):
+    """DeepSeek-V3 (and R1) was a preset without its experts, which kvsim refused data and expert parallelism
+    for as a dense model's. Its 58 MoE layers' 256 routed experts (tests/data/hf/deepseek-v3.json), each a
+    gate, an up and a down projection of 7,168 x 2,048 in fp8 with an fp32 scale a 128 x 128 block, are the
+    weights dp spreads over tp x dp GPUs; the rest stays split by tp (what is whole, whole)."""
+    from kvsim.model.gpus import get as gpu
+    from kvsim.model.models import resolve
+    from kvsim.model.shard import replicated, shard
+    from kvsim.model.timing import roofline_time_model
+
+    cfg = json.loads((HF / "deepseek-v3.json").read_text())
+    layers = cfg["num_hidden_layers"] - cfg["first_k_dense_replace"]
+    hidden, width = cfg["hidden_size"], cfg["moe_intermediate_size"]
+    block = cfg["quantization_config"]["weight_block_size"]
+    assert (layers, cfg["n_routed_experts"], hidden, width, block) == (58, 256, 7168, 2048, [128, 128])
+    one = 3 * (hidden * width + 4 * (hidden // 128) * (width // 128))  # (fp8 bytes and the fp32 scales)
+    experts = layers * cfg["n_routed_experts"] * one
+    m = resolve("deepseek-r1")
+    whole = replicated(m)[0]
+    rest = m.param_bytes - experts - whole
+    assert shard(m, None, 8).param_bytes == -(-(rest + experts) // 8) + whole
+    dp2 = shard(m, None, 8, data_parallel_size=2).param_bytes
+    assert dp2 == -(-rest // 8) + -(-experts // 16) + whole
+    assert shard(m, None, 8, data_parallel_size=2, expert_parallel=True).param_bytes == dp2
+    assert shard(m, None, 8, expert_parallel=True).param_bytes == -(-rest // 8) + -(-experts // 8) + whole
+    base = dict(model="deepseek-v3", gpu="h200", tensor_parallel_size=8)
+    alone = kvsim.SimConfig(**base)
+    two = kvsim.SimConfig(**base, data_parallel_size=2)
+    assert two.pool.weight_bytes - alone.pool.weight_bytes == dp2 - shard(m, None, 8).param_bytes
+    assert two.num_blocks > alone.num_blocks
+    assert kvsim.SimConfig(**base, enable_expert_parallel=True).enable_expert_parallel
+    # The roofline's MoE terms: the experts a batch touches, and every rank's tokens gathered to them.
+    terms = {t.name for t in roofline_time_model(m, gpu("h200"), tensor_parallel_size=8).terms}
+    assert {"moe_mem", "moe_flop_tok"} <= terms
+    assert "ep_gather_scatter_tok" not in terms
+    rl = roofline_time_model(m, gpu("h200"), tensor_parallel_size=8, data_parallel_size=2)
+    assert "ep_gather_scatter_tok" in {t.name for t in rl.terms}
+    for flags, says in (
+        (["-dp", "2"], "tp 8 × dp 2 (routed experts split over 16 GPUs)"),
+        (["-ep"], "tp 8 (routed experts whole on 8 GPUs: expert parallelism)"),
+        (["-dp", "2", "-ep"], "tp 8 × dp 2 (routed experts whole on 16 GPUs: expert parallelism)"),
+    ):
+        argv = ["run", "--model", "deepseek-r1", "--gpu", "h200", "-tp", "8", *flags, "--requests", "5"]
+        assert main(argv) == 0
+        assert says in capsys.readouterr().out

@@ -10,6 +10,7 @@ and per-replica counters into rows and summaries with the single run's own helpe
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,16 @@ import numpy as np
 import polars as pl
 
 from kvsim.engine.engine_input import EngineInput, prepare
-from kvsim.engine.simulate import BACKENDS, RowStats, SimResult, moved_bytes, over, request_rows, summary_from
+from kvsim.engine.simulate import (
+    BACKENDS,
+    RowStats,
+    SimResult,
+    moved_bytes,
+    over,
+    request_rows,
+    summary_from,
+    tier_summary,
+)
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import CLUSTER_KNOBS, PS_PER_S, SimConfig, convert
 from kvsim.reference.engine import EngineOutput
@@ -559,7 +569,8 @@ def fleet_summary(
     """A single run's summary keys over a fleet: the row metrics over all rows; the step and memory
     metrics from every replica's counters (sums over replicas; fractions of capacity time-weighted over
     each replica's busy time and capacity, `Σ w / Σ busy · capacity`; peaks the largest replica's; the
-    duration the last replica's makespan). For one replica it is `summary_from` exactly."""
+    duration the last replica's makespan; the CPU-tier keys over the replicas with a tier, whichever they
+    are). For one replica it is `summary_from` exactly; the replicas' order changes none of the tier keys."""
     if len(counters) == 1:
         return summary_from(stats, counters[0], configs[0])
     c = fleet_counters(counters)
@@ -581,19 +592,30 @@ def fleet_summary(
     s["capacity_tokens"] = sum(caps)
     # (each replica's mean over its busy time; one that never stepped saved none; none if none stepped)
     saved = [over(x["w_logical_blocks"] - x["w_held_blocks"], x["busy_ps"]) for x in counters]
-    s["blocks_saved_by_sharing"] = sum(v or 0.0 for v in saved) if any(v is not None for v in saved) else None
-    if "cpu_tier_chunks" in s:  # CPU tiers: the fleet's chunks, occupancy over each tier's busy time
-        chunks = [cfg.kv_offloading_chunks for cfg in configs]
-        tier_denom = sum(b * k for b, k in zip(busy, chunks, strict=True))
-        s["cpu_tier_chunks"] = sum(chunks)
-        s["cpu_tier_occupancy"] = over(c["w_cpu_chunks"], tier_denom)
+    # (`math.fsum`: the exact sum rounded once, so the replicas' order does not move its last bit)
+    s["blocks_saved_by_sharing"] = (
+        math.fsum(v or 0.0 for v in saved) if any(v is not None for v in saved) else None
+    )
+    # CPU tiers, whichever replicas have one (a mixed fleet's first replica may have none): the hit and miss
+    # rates over every replica's prompt tokens (a replica without a tier hits none in it), the moves and
+    # their bytes summed, the chunks the tiers' sum, occupancy over each tier's busy time, the peak the
+    # fullest tier's. The keys are there whenever some replica has a tier, as for one replica.
+    tiers = [(cfg, x) for cfg, x in zip(configs, counters, strict=True) if cfg.kv_offloading_chunks]
+    if tiers:
+        # (the rates and counts from the fleet's counters; what a config decides is set below over the tiers)
+        s.update(tier_summary(c, tiers[0][0]))
+        s["cpu_tier_chunks"] = sum(cfg.kv_offloading_chunks for cfg, _ in tiers)
+        s["cpu_tier_occupancy"] = over(
+            sum(x["w_cpu_chunks"] for _, x in tiers),
+            sum(x["busy_ps"] * cfg.kv_offloading_chunks for cfg, x in tiers),
+        )
         s["cpu_tier_peak_occupancy"] = max(
-            (x["peak_cpu_chunks"] / k if k else 0.0) for x, k in zip(counters, chunks, strict=True)
+            x["peak_cpu_chunks"] / cfg.kv_offloading_chunks for cfg, x in tiers
         )
         # Bytes moved: each replica's blocks at its own block's bytes (replicas may differ in block size);
         # a hybrid model's each group's blocks at the group's own bytes, counted by its engine.
         for done in ("loaded", "stored"):
-            moved = [moved_bytes(cfg, x, done) for cfg, x in zip(configs, counters, strict=True)]
+            moved = [moved_bytes(cfg, x, done) for cfg, x in tiers]
             s[f"{done}_bytes"] = None if None in moved else sum(m for m in moved if m is not None)
     return s
 

@@ -63,6 +63,7 @@ ORDER: tuple[str, ...] = (
     "nemotron-3-nano-30b-a3b",
     "llama-3.3-nemotron-super-49b-v1",
     "granite-4.0-h-tiny",
+    "deepseek-v3",
 )
 
 FAMILIES: tuple[dict[str, tuple[str, dict[str, Any]]], ...] = (DENSE, MOE, MULTIMODAL, STATE)

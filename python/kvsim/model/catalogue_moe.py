@@ -1,6 +1,6 @@
 """The catalogue's mixture-of-experts decoders without state layers or vision towers
-(`kvsim.model.catalogue.ENTRIES`): Qwen3's MoE sizes, gpt-oss, DeepSeek-V4-Flash, MiniMax-M2, DeepSeek-V3.2 and
-GLM-5; split from the catalogue by family, which merges the families in its own order."""
+(`kvsim.model.catalogue.ENTRIES`): Qwen3's MoE sizes, gpt-oss, DeepSeek-V4-Flash, MiniMax-M2, DeepSeek-V3,
+DeepSeek-V3.2 and GLM-5; split from the catalogue by family, which merges the families in its own order."""
 
 from __future__ import annotations
 
@@ -31,6 +31,41 @@ _GPT_OSS = {
     "sliding_window": 128,
     "tie_word_embeddings": False,
     "vocab_size": 201088,
+}
+
+# deepseek-ai/DeepSeek-V3's config.json fields kvsim reads (`tests/data/hf/deepseek-v3.json`), which
+# DeepSeek-V3.2 shares but for its indexer, its fp8 scales' format and its stated YaRN scaling (the stored V3 file
+# states no `rope_scaling`: its default-RoPE cache of 163,840 rows is the size YaRN's 4,096 x 40 gives).
+_DEEPSEEK_V3: dict[str, Any] = {
+    "model_type": "deepseek_v3",
+    "attention_bias": False,
+    "first_k_dense_replace": 3,
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 163840,
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_attention_heads": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "quantization_config": {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+    },
+    "tie_word_embeddings": False,
+    "topk_method": "noaux_tc",
+    "torch_dtype": "bfloat16",
+    "v_head_dim": 128,
+    "vocab_size": 129280,
 }
 
 # name -> (Hugging Face id, config.json fields kvsim reads)
@@ -164,40 +199,22 @@ MOE: dict[str, tuple[str, dict[str, Any]]] = {
             "rotary_dim": 64,
         },
     ),
+    # deepseek-ai/DeepSeek-V3 (and DeepSeek-R1, `catalogue_aliases`): 61 MLA layers (latent 512 + RoPE key 64),
+    # d 7168, 128 heads; 3 dense layers (ffn 18432), then 58 of 256 routed experts of 2048, 8 per token, and
+    # 1 shared; fp8 weights in 128 x 128 blocks, bf16 KV. README: 671B total, 37B activated (MTP excluded).
+    "deepseek-v3": ("deepseek-ai/DeepSeek-V3", _DEEPSEEK_V3),
     # deepseek-ai/DeepSeek-V3.2: DeepSeek-V3's architecture (61 MLA layers, 256 experts, fp8 in 128 x 128
     # blocks) with sparse attention: an indexer of 64 heads of 128 on every layer picks 2,048 keys a query
     # (DeepSeek's inference/config_671B_v3.2.json); its keys cached beside the latent (132 bytes a token a layer).
     "deepseek-v3.2": (
         "deepseek-ai/DeepSeek-V3.2",
         {
+            **_DEEPSEEK_V3,
             "model_type": "deepseek_v32",
-            "attention_bias": False,
-            "first_k_dense_replace": 3,
-            "hidden_size": 7168,
             "index_head_dim": 128,
             "index_n_heads": 64,
             "index_topk": 2048,
-            "intermediate_size": 18432,
-            "kv_lora_rank": 512,
-            "max_position_embeddings": 163840,
-            "moe_intermediate_size": 2048,
-            "moe_layer_freq": 1,
-            "n_routed_experts": 256,
-            "n_shared_experts": 1,
-            "num_attention_heads": 128,
-            "num_experts_per_tok": 8,
-            "num_hidden_layers": 61,
-            "num_key_value_heads": 128,
-            "q_lora_rank": 1536,
-            "qk_nope_head_dim": 128,
-            "qk_rope_head_dim": 64,
-            "quantization_config": {
-                "activation_scheme": "dynamic",
-                "fmt": "e4m3",
-                "quant_method": "fp8",
-                "scale_fmt": "ue8m0",
-                "weight_block_size": [128, 128],
-            },
+            "quantization_config": {**_DEEPSEEK_V3["quantization_config"], "scale_fmt": "ue8m0"},
             "rope_scaling": {
                 "beta_fast": 32,
                 "beta_slow": 1,
@@ -208,11 +225,6 @@ MOE: dict[str, tuple[str, dict[str, Any]]] = {
                 "type": "yarn",
             },
             "rope_theta": 10000,
-            "tie_word_embeddings": False,
-            "topk_method": "noaux_tc",
-            "torch_dtype": "bfloat16",
-            "v_head_dim": 128,
-            "vocab_size": 129280,
         },
     ),
     # zai-org/GLM-5: DeepSeek-V3.2's sparse attention (an indexer of 32 heads of 128 on every layer, 2,048 keys a

@@ -2,8 +2,8 @@
 
 Parameter counts are the published totals (Hugging Face safetensors metadata) for Llama, Mistral and
 Qwen, which the test-suite re-derives from the architecture fields below; OPT's are derived from its
-config the same way (learned positions, biases, tied embeddings); DeepSeek-V3's is its README's 671B
-main-model total, of which 37B are active per token (`num_active_params`, used for FLOPs). The `Model`
+config the same way (learned positions, biases, tied embeddings). DeepSeek-V3 (and R1) is the catalogue's
+(`kvsim.model.catalogue`), built from its config.json fields like the other mixture-of-experts presets. The `Model`
 type is `kvsim.model.architecture`'s, reading a `config.json` `kvsim.model.hf_config`'s; both are
 re-exported here, their documented path.
 """
@@ -194,29 +194,6 @@ MODELS: dict[str, Model] = {
             32768,
             _HF.format("Qwen/Qwen2.5-72B-Instruct"),
             "bf16",
-        ),
-        # deepseek-ai/DeepSeek-V3 config.json: 61 layers, d 7168, 128 heads, MLA kv_lora_rank 512 +
-        # qk_rope_head_dim 64; README: 671B total / 37B active (MTP module excluded), fp8 weights, bf16 KV.
-        Model(
-            name="deepseek-v3",
-            num_layers=61,
-            hidden_size=7168,
-            num_attention_heads=128,
-            num_kv_heads=128,
-            head_dim=128,
-            intermediate_size=18432,
-            vocab_size=129280,
-            num_params=671_000_000_000,
-            num_active_params=37_000_000_000,
-            max_model_len=163840,
-            weight_dtype="fp8",
-            kv_dtype="bf16",
-            kv_lora_rank=512,
-            qk_rope_head_dim=64,
-            qk_nope_head_dim=128,
-            source=_HF.format("deepseek-ai/DeepSeek-V3"),
-            # (YaRN, 4,096 original positions × 40, of the 64 rotated features, in bf16: kvsim.model.rope)
-            rope_cache_bytes=4096 * 40 * 64 * 2,
         ),
     )
 }
