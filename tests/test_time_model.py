@@ -227,6 +227,79 @@ def test_tensor_parallel_time_line_names_the_link_its_all_reduces_take():
     assert mi355x[1] <= mi350x[1]  # (the same links, more compute)
 
 
+@pytest.mark.parametrize(
+    ("gpu", "per_link"), [("mi300x", 64e9), ("mi325x", 64e9), ("mi350x", 76.8e9), ("mi355x", 76.8e9)]
+)
+def test_an_infinity_fabric_mesh_gives_a_collective_one_link_a_peer(gpu: str, per_link: float) -> None:
+    """AMD Instinct's 8-GPU platforms are a full mesh of 7 Infinity Fabric links a GPU, one to each peer
+    (`Gpu.peer_links`): tp 2 crosses one link, tp 4 three (each GPU reaches its 3 peers directly), tp 8 all
+    seven, not the 7 links' sum at any tp; the all-reduce term and the time line both use that figure."""
+    from kvsim.model.timing import collective_link
+
+    g = kvsim.gpus.get(gpu)
+    assert (g.peer_links, g.peer_domain, g.gpus_per_host) == (7, 8, 8)
+    assert g.peer_bandwidth == pytest.approx(7 * per_link)
+    m = kvsim.models.get("llama-3.1-70b")
+    for tp, links in ((2, 1), (4, 3), (8, 7)):
+        assert collective_link(g, tp).bandwidth == pytest.approx(links * per_link)
+        rt = roofline_time_model(m, g, tensor_parallel_size=tp)
+        used = (
+            2
+            * m.num_layers
+            * (2 * (tp - 1) / tp)
+            * m.hidden_size
+            * 2
+            / {t.name: t.ps for t in rt.terms}["tp_allreduce_tok"]
+            * PS
+        )
+        assert used == pytest.approx(links * per_link, rel=1e-9)
+        line = kvsim.SimConfig(model="llama-3.1-8b", gpu=gpu, tensor_parallel_size=tp).time_line()
+        assert (
+            f"tp {tp}'s all-reduces over the GPU-to-GPU link at {links * per_link / 1e9:g} GB/s each way"
+            in line
+        )
+        assert f"({links} of its 7 mesh links of {per_link / 1e9:g} GB/s" in line
+
+
+@pytest.mark.parametrize("gpu", ["h100-80gb", "h200", "b200", "gb200"])
+def test_a_switched_nvlink_gives_every_group_the_whole_link(gpu: str) -> None:
+    """NVSwitch gives each GPU its whole NVLink bandwidth to any peer: tp 2, 4 and 8 price alike (GB200's
+    NVL72 domain: up to 72, across its 4-GPU compute trays)."""
+    from kvsim.model.timing import collective_link
+
+    g = kvsim.gpus.get(gpu)
+    assert g.peer_links == 0
+    groups = (2, 4, 8, 16, 72) if gpu == "gb200" else (2, 4, 8)
+    assert {collective_link(g, n).bandwidth for n in groups} == {g.peer_bandwidth}
+    m = kvsim.models.get("llama-3.1-70b")
+    rates = {
+        tp: 2
+        * m.num_layers
+        * (2 * (tp - 1) / tp)
+        * m.hidden_size
+        * 2
+        * PS
+        / {t.name: t.ps for t in roofline_time_model(m, g, tensor_parallel_size=tp).terms}["tp_allreduce_tok"]
+        for tp in (2, 4, 8)
+    }
+    assert rates == pytest.approx(dict.fromkeys((2, 4, 8), g.peer_bandwidth), rel=1e-9)
+
+
+def test_a_gpu_file_describes_its_topology(tmp_path):
+    """`peer_links`, `peer_domain` and `gpus_per_host` in a GPU file; a preset's carry over; bad values are
+    refused naming the key."""
+    from kvsim.model.timing import collective_link
+
+    path = tmp_path / "mesh.toml"
+    path.write_text('preset = "h100-80gb"\npeer_links = 3\npeer_link = "300GB/s"\n')
+    g = kvsim.gpus.resolve(str(path))
+    assert (g.peer_links, g.peer_domain, g.gpus_per_host) == (3, 8, 8)
+    assert collective_link(g, 2).bandwidth == 100e9
+    assert collective_link(g, 8).bandwidth == 300e9
+    with pytest.raises(InvalidArgumentError, match="gpus_per_host -1 must be a whole number"):
+        kvsim.gpus.from_spec({"memory": "48GiB", "bandwidth": "864GB/s", "tflops": 362, "gpus_per_host": -1})
+
+
 def test_hand_set_coefficients_survive_replace():
     rt = RooflineTimeModel(1, 2, 3, 4, 5, 6, (), 0, 7, 8, (AttentionClass(FULL, 0, 9, 10, 11),))
     cfg = kvsim.SimConfig(num_blocks=64).with_roofline(rt)

@@ -291,8 +291,63 @@ def _flops(gpu: Gpu, rate: str) -> float:
 
 
 def peer_bandwidth(gpu: Gpu) -> float:
-    """One direction of the GPU-to-GPU link (NVLink, Infinity Fabric), else the host link (PCIe)."""
+    """One direction of the GPU-to-GPU link (NVLink, Infinity Fabric; all of a mesh's links), else the host link
+    (PCIe). A collective's bandwidth over a group of GPUs is `collective_link`'s."""
     return getattr(gpu, "peer_bandwidth", 0.0) or gpu.pcie_bandwidth
+
+
+@dataclass(frozen=True)
+class CollectiveLink:
+    """What a collective over `group` GPUs crosses: `bandwidth` one direction a GPU (bytes per second, before
+    the `link` efficiency) and `how`, the words the time line says it in."""
+
+    group: int
+    bandwidth: float
+    how: str
+    hosts: int = 1
+
+
+def _gbs(rate: float) -> str:
+    return f"{rate / 1e9:g} GB/s"
+
+
+def collective_link(gpu: Gpu, group: int) -> CollectiveLink:
+    """The bandwidth a ring collective over `group` GPUs (tp's all-reduce, tp · dp's MoE all-gather and
+    reduce-scatter) runs at on each GPU, one direction (DESIGN.md §Time model, "The collectives' link"):
+
+    - within the peer link's domain (`Gpu.peer_domain`): a switched or bridged link (NVSwitch, an NVLink
+      bridge: `peer_links` 0) gives every GPU its whole `peer_bandwidth` whatever the group; a full mesh of N
+      links (AMD Instinct's Infinity Fabric) gives min(group − 1, N) links' worth, a GPU reaching its group's
+      peers over one link each (tp 2 one link, tp 4 three, tp 8 all seven);
+    - without a peer link, the host link (PCIe).
+    """
+    group = max(1, group)
+    host = getattr(gpu, "gpus_per_host", 0) or 0
+    domain = getattr(gpu, "peer_domain", 0) or 0
+    links = getattr(gpu, "peer_links", 0) or 0
+    peer = getattr(gpu, "peer_bandwidth", 0.0) or 0.0
+    hosts = -(-group // host) if host else 1  # (the hosts a group spans)
+    if not peer:
+        rate = gpu.pcie_bandwidth
+        how = (
+            f"over PCIe at {_gbs(rate)} each way (no GPU-to-GPU link in {gpu.name}'s figures; a GPU spec's "
+            "peer_link gives one)"
+        )
+        inner = group
+    else:
+        inner = min(group, domain) if domain else group
+        if links:
+            per = peer / links
+            used = max(1, min(inner - 1, links))
+            rate = used * per
+            how = (
+                f"over the GPU-to-GPU link at {_gbs(rate)} each way ({used} of its {links} mesh links of "
+                f"{_gbs(per)}, one to each peer)"
+            )
+        else:
+            rate = peer
+            how = f"over the GPU-to-GPU link at {_gbs(rate)} each way"
+    return CollectiveLink(group, rate, how, hosts)
 
 
 def roofline_time_model(
@@ -313,7 +368,7 @@ def roofline_time_model(
 
     Args:
         tensor_parallel_size: GPUs each layer is split over (weights, heads, FLOPs divided; two
-            all-reduces of the hidden state per layer over the peer link).
+            all-reduces of the hidden state per layer over `collective_link(gpu, tp)`).
         data_parallel_size, expert_parallel: vLLM's `--data-parallel-size` and `--enable-expert-parallel`:
             a mixture-of-experts model's routed experts are spread over `tp · dp` GPUs (whole under expert
             parallelism; without it each expert's width is split over them, vLLM's fused MoE flattening
@@ -355,7 +410,8 @@ def roofline_time_model(
 
     mx = mxfp4_padding(model, gpu.arch, tp, tp * dp if ep > 1 else 0, dp)
     hbm = gpu.hbm_bandwidth
-    link = peer_bandwidth(gpu) * eff.link
+    link = collective_link(gpu, tp).bandwidth * eff.link  # (tp's all-reduces, the logits' gather)
+    moe_link = collective_link(gpu, gather).bandwidth * eff.link  # (the MoE layers' gather and scatter)
     mem_rate = hbm * eff.gemm_memory
     att_mem = hbm * eff.attention_memory
     att_mixed = hbm * eff.attention_mixed
@@ -669,7 +725,7 @@ def roofline_time_model(
     # the same GPUs: per own token, each ring moves (tp·dp − 1) hidden states through this GPU's link.
     if gather > 1:
         fixed += 2 * moe_layers * (gather - 1) * eff.collective_hop_ps / PS_PER_S
-        a2a_tok = 2 * moe_layers * (gather - 1) * h * act / link
+        a2a_tok = 2 * moe_layers * (gather - 1) * h * act / moe_link
         tok += a2a_tok
         terms.append(
             Term(
@@ -741,9 +797,11 @@ __all__ = [
     "FULL",
     "SLIDING",
     "AttentionClass",
+    "CollectiveLink",
     "Efficiencies",
     "RooflineTimeModel",
     "Term",
+    "collective_link",
     "peer_bandwidth",
     "roofline_time_model",
 ]
