@@ -285,6 +285,43 @@ def test_a_switched_nvlink_gives_every_group_the_whole_link(gpu: str) -> None:
     assert rates == pytest.approx(dict.fromkeys((2, 4, 8), g.peer_bandwidth), rel=1e-9)
 
 
+def test_a_group_past_the_host_crosses_the_network_and_the_time_line_says_so():
+    """An HGX H200 host holds 8 GPUs: tp 16's ring crosses the network between two hosts, a 400 Gb/s NIC a GPU
+    (`NETWORK_BANDWIDTH`, 50 GB/s each way) on each of a host's 8 GPUs, 400 GB/s below NVLink's 450; the
+    MI355X's mesh at tp 64 the same. H200 NVL's bridge joins 4: tp 8 crosses PCIe between bridges (4 x 64
+    GB/s). GB200's 4-GPU trays are one NVLink domain of 72: tp 8 stays on NVLink, and the line says the
+    group spans 2 hosts."""
+    from kvsim.model.timing import NETWORK_BANDWIDTH, collective_link
+
+    assert NETWORK_BANDWIDTH == 50e9
+    h200 = kvsim.gpus.get("h200")
+    assert collective_link(h200, 8).bandwidth == 450e9
+    assert collective_link(h200, 16).bandwidth == collective_link(h200, 32).bandwidth == 400e9
+    assert collective_link(kvsim.gpus.get("mi355x"), 64).bandwidth == 400e9
+    assert collective_link(kvsim.gpus.get("h200-nvl"), 4).bandwidth == 450e9
+    assert collective_link(kvsim.gpus.get("h200-nvl"), 8).bandwidth == 256e9
+    gb200 = kvsim.gpus.get("gb200")
+    assert collective_link(gb200, 72).bandwidth == 900e9
+    assert collective_link(gb200, 144).bandwidth == 900e9  # (72 GPUs' NICs: 3.6 TB/s, above NVLink)
+    line = kvsim.SimConfig(model="llama-3.1-70b", gpu="h200", tensor_parallel_size=16).time_line()
+    assert (
+        "tp 16's all-reduces over the GPU-to-GPU link at 450 GB/s each way; the group spans 2 hosts of 8"
+        in line
+    )
+    assert "the network (a 400 Gb/s NIC a GPU, 50 GB/s each way, × 8 = 400 GB/s): priced at 400 GB/s" in line
+    line = kvsim.SimConfig(model="llama-3.1-70b", gpu="gb200", tensor_parallel_size=8).time_line()
+    assert "900 GB/s each way; the group spans 2 hosts of 4 GPUs, all in one GPU-to-GPU domain of 72" in line
+    m = kvsim.models.get("llama-3.1-70b")
+    t8, t16 = (
+        {t.name: t.ps for t in roofline_time_model(m, h200, tensor_parallel_size=tp).terms}[
+            "tp_allreduce_tok"
+        ]
+        for tp in (8, 16)
+    )
+    assert t16 == pytest.approx(2 * m.num_layers * (30 / 16) * m.hidden_size * 2 / 400e9 * PS, rel=1e-9)
+    assert t8 == pytest.approx(2 * m.num_layers * (14 / 8) * m.hidden_size * 2 / 450e9 * PS, rel=1e-9)
+
+
 def test_a_gpu_file_describes_its_topology(tmp_path):
     """`peer_links`, `peer_domain` and `gpus_per_host` in a GPU file; a preset's carry over; bad values are
     refused naming the key."""
