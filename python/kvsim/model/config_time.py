@@ -249,19 +249,26 @@ class ConfigTimeModel:
         )
 
     def _collectives_link(self) -> str:
-        """The link the roofline prices tensor parallelism's all-reduces on (`timing.collective_link`), with the
-        figure it uses; "" at tp 1."""
+        """The links the roofline prices the collectives on (`timing.collective_link`), each with the figure
+        it uses: tensor parallelism's all-reduces (tp > 1) and, with DP ranks, a mixture-of-experts model's
+        all-gather and reduce-scatter over tp · dp GPUs; "" when it prices none."""
         from kvsim.model.gpus import resolve as resolve_gpu
+        from kvsim.model.models import resolve as resolve_model
         from kvsim.model.timing import collective_link
 
         gpu = resolve_gpu(self.gpu)
-        tp = self.tensor_parallel_size
+        tp, dp = self.tensor_parallel_size, self.data_parallel_size
         cal = self._calibration  # type: ignore[attr-defined]
         eff = 1.0 if cal is None else cal.efficiencies.link
         scaled = "" if eff == 1.0 else f" (× the calibration's link efficiency {eff:g})"
         parts = []
         if tp > 1:
             parts.append(f"tp {tp}'s all-reduces {collective_link(gpu, tp).how}{scaled}")
+        if dp > 1 and resolve_model(self.model).num_experts:
+            parts.append(
+                f"the MoE layers' all-gather and reduce-scatter over tp·dp = {tp * dp} GPUs "
+                f"{collective_link(gpu, tp * dp).how}{scaled}"
+            )
         return ", ".join(parts)
 
     @property
