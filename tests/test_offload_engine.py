@@ -279,6 +279,19 @@ def test_an_mla_latent_on_tp_ranks_is_kept_once_in_the_tier_as_vllm_keeps_it():
     rocm = kvsim.SimConfig(model="deepseek-v3", gpu="mi300x", tensor_parallel_size=8, kv_offloading_size=64)
     assert not rocm.kv_offloading_replicated
     assert rocm.kv_offloading_chunk_bytes == 8 * 1_124_352
+    # One host's mp executor: past a host's GPUs (HGX H200: 8; a GB200 NVL72 compute tray: 4) vLLM runs the
+    # Ray or multi-node executor, and the tier keeps a copy a rank.
+    for gpu, tp in (("h200", 16), ("h200", 32), ("b200", 16), ("gb200", 8)):
+        wide = kvsim.SimConfig(model="deepseek-v3", gpu=gpu, tensor_parallel_size=tp, kv_offloading_size=64)
+        assert not wide.kv_offloading_replicated
+        assert wide.kv_offloading_store_block_bytes == wide.kv_offloading_block_bytes
+        per_rank = wide.kv_offloading_block_bytes // tp
+        assert wide.kv_offloading_chunk_bytes == -(-tp * per_rank // 4096) * 4096
+    tray = kvsim.SimConfig(
+        model="deepseek-v3", gpu="gb200", tensor_parallel_size=4, max_model_len=32768, kv_offloading_size=64
+    )
+    assert tray.kv_offloading_replicated
+    assert kvsim.gpus.get("gb200").gpus_per_host == 4
     gqa = kvsim.SimConfig(model="llama-3.1-70b", gpu="h200", tensor_parallel_size=4, kv_offloading_size=64)
     assert not gqa.kv_offloading_replicated
     # (80 layers x 2 of the 8 KV heads a GPU x 128 x K and V x 2 B, 16 tokens, a copy on each of 4 ranks)

@@ -79,12 +79,20 @@ class ConfigCpuTier:
         same KV: vLLM 0.33.0's *replicated layout* (`offloading/config.py`: the model uses MLA, every layer's
         KV is replicated on the TP ranks, `kv_tp_replicas == tensor_parallel_size` (an MLA latent's spec
         has `max_tp_shards=1`; a Mamba or linear-attention state is sharded), TP alone (world size = TP: no
-        DP ranks, no pipeline or context parallelism), one host's `mp` executor (kvsim takes a replica's
-        GPUs to be one host's), and `CPUOffloadingSpec._uses_shared_region`: CUDA, not ROCm; with no GPU
-        named, CUDA, as a pool given in bytes or blocks has no platform to say otherwise). Then
-        `num_copies` is 1, not the world size, and only rank 0 writes a store (`_is_store_writer`)."""
+        DP ranks, no pipeline or context parallelism), one host's `mp` executor (the world size, tp here, at
+        most the GPU's `gpus_per_host`: beyond one host vLLM runs the Ray or multi-node executor and the
+        layout does not apply; a GPU without a host size is taken as one host), and
+        `CPUOffloadingSpec._uses_shared_region`: CUDA, not ROCm; with no GPU named, CUDA, as a pool given in
+        bytes or blocks has no platform to say otherwise). Then `num_copies` is 1, not the world size, and
+        only rank 0 writes a store (`_is_store_writer`)."""
         if self.model is None or self.tensor_parallel_size <= 1 or self.data_parallel_size != 1:
             return False
+        if self.gpu is not None:
+            from kvsim.model.gpus import resolve as resolve_gpu
+
+            host = resolve_gpu(self.gpu).gpus_per_host
+            if host and self.tensor_parallel_size > host:
+                return False  # (a world past one host: not the mp executor, a copy a rank)
         from kvsim.model.models import resolve
 
         if not resolve(self.model).is_mla:

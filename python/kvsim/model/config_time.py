@@ -235,8 +235,10 @@ class ConfigTimeModel:
                 f"time: roofline of {model} on {gpu}, datasheet figures (efficiencies 1: an optimistic bound; "
                 "--calibration NAME for a profiled GPU's)"
             )
-        if self.tensor_parallel_size > 1 and getattr(self, "_hand_roofline", None) is None:
-            head += f", {self._collectives_link()}"
+        if getattr(self, "_hand_roofline", None) is None:
+            link = self._collectives_link()
+            if link:
+                head += f", {link}"
         seqs = min(64, self.max_num_seqs)
         chunk = min(2048, self.max_num_batched_tokens)
         decode = rt.step_ps([(1024, 1)] * seqs)
@@ -247,24 +249,27 @@ class ConfigTimeModel:
         )
 
     def _collectives_link(self) -> str:
-        """The link the roofline prices tensor parallelism's all-reduces on (`timing.peer_bandwidth`): the
-        GPU-to-GPU link (NVLink, Infinity Fabric) when its figures have one, else PCIe, said so."""
+        """The links the roofline prices the collectives on (`timing.collective_link`), each with the figure
+        it uses: tensor parallelism's all-reduces (tp > 1) and, with DP ranks, a mixture-of-experts model's
+        all-gather and reduce-scatter over tp · dp GPUs; "" when it prices none."""
         from kvsim.model.gpus import resolve as resolve_gpu
+        from kvsim.model.models import resolve as resolve_model
+        from kvsim.model.timing import collective_link
 
         gpu = resolve_gpu(self.gpu)
-        tp = self.tensor_parallel_size
+        tp, dp = self.tensor_parallel_size, self.data_parallel_size
         cal = self._calibration  # type: ignore[attr-defined]
-        link = 1.0 if cal is None else cal.efficiencies.link
-        scaled = "" if link == 1.0 else f" × the calibration's link efficiency {link:g}"
-        if gpu.peer_bandwidth:
-            return (
-                f"tp {tp}'s all-reduces over the GPU-to-GPU link at {gpu.peer_bandwidth / 1e9:g} GB/s each way"
-                f"{scaled}"
+        eff = 1.0 if cal is None else cal.efficiencies.link
+        scaled = "" if eff == 1.0 else f" (× the calibration's link efficiency {eff:g})"
+        parts = []
+        if tp > 1:
+            parts.append(f"tp {tp}'s all-reduces {collective_link(gpu, tp).how}{scaled}")
+        if dp > 1 and resolve_model(self.model).num_experts:
+            parts.append(
+                f"the MoE layers' all-gather and reduce-scatter over tp·dp = {tp * dp} GPUs "
+                f"{collective_link(gpu, tp * dp).how}{scaled}"
             )
-        return (
-            f"tp {tp}'s all-reduces over PCIe at {gpu.pcie_bandwidth / 1e9:g} GB/s each way{scaled} (no GPU-to-GPU "
-            f"link in {gpu.name}'s figures; a GPU spec's peer_link gives one)"
-        )
+        return ", ".join(parts)
 
     @property
     def roofline(self) -> Any:

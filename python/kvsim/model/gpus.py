@@ -44,6 +44,14 @@ class Gpu:
             what tensor- and expert-parallel collectives cross; 0: none, they cross the host link (PCIe).
         arch: the architecture vLLM picks kernels by: `sm_XY` for an NVIDIA GPU of compute capability X.Y,
             `gfxNNN` for an AMD one; "" unknown (a described GPU without `arch`).
+        peer_links: how the peer link joins the GPUs: 0, a switch or bridge (NVSwitch, an NVLink bridge)
+            giving every GPU its whole `peer_bandwidth` to any peer; N, a full mesh of N point-to-point links
+            (AMD Instinct's Infinity Fabric), one to each peer, `peer_bandwidth` their sum, so a collective
+            over G GPUs uses min(G - 1, N) of them (`kvsim.model.timing.collective_link`).
+        peer_domain: GPUs the peer link joins (8 on an HGX board, 72 in an NVL72 rack, 4 over H200 NVL's
+            bridge); 0: unknown, taken as any number.
+        gpus_per_host: GPUs one host (one operating system: a server, an NVL72 compute tray) holds, what
+            vLLM's `mp` executor can span; 0: unknown (PCIe cards: servers vary), taken as any number.
     """
 
     name: str
@@ -56,6 +64,9 @@ class Gpu:
     fp4_flops: float = 0.0
     peer_bandwidth: float = 0.0
     arch: str = ""
+    peer_links: int = 0
+    peer_domain: int = 0
+    gpus_per_host: int = 0
 
 
 def _g(
@@ -247,7 +258,8 @@ GPUS: dict[str, Gpu] = {
         ),
         # H200 datasheet (NVL, the PCIe card): 141 GB HBM3e, 4.8 TB/s, 1,671 TFLOPS bf16 and 3,341 fp8 with
         # sparsity (835.5 and 1,670.5 dense), PCIe Gen5 128 GB/s (both ways), 2- or 4-way NVLink bridge 900 GB/s
-        # per GPU (both ways: kvsim prices every tensor-parallel group over it, right within a bridged 2 or 4);
+        # per GPU (both ways: kvsim prices a tensor-parallel group within a bridged 4 over it, a larger one over the
+        # host's PCIe between bridges too: `TOPOLOGY`, `kvsim.model.timing.collective_link`);
         # nvidia-smi reports 143,771 MiB as for the SXM part.
         # CUDA: 139.80 GiB = 143,155 MiB ("NVIDIA H200 NVL (139.80 GiB)" and "2x NVIDIA H200 NVL (139.80 GB each)"
         # in public GitHub files found by code search; no issue thread to cite).
@@ -423,7 +435,53 @@ ARCHS = {
     "mi350x": "gfx950",
     "mi355x": "gfx950",
 }
-GPUS = {n: dataclasses.replace(g, arch=ARCHS[n]) for n, g in GPUS.items()}
+
+# Each preset's topology: (GPUs a host holds, GPUs the peer link joins, the peer link's mesh links: 0 a switch
+# or bridge). Presets without a peer link or a host size (PCIe cards: servers vary) have none.
+TOPOLOGY = {
+    # NVIDIA DGX A100 datasheet: 8 A100 SXM4 GPUs on 6 NVSwitches (the HGX A100 8-GPU board).
+    "a100-40gb": (8, 8, 0),
+    "a100-80gb": (8, 8, 0),
+    # NVIDIA DGX H100 datasheet: 8 H100 SXM5 GPUs on 4 NVSwitches (the HGX H100 8-GPU board).
+    "h100-80gb": (8, 8, 0),
+    # NVIDIA H20 product brief: the HGX H20 8-GPU board, NVLink 900 GB/s through NVSwitch as HGX H100's.
+    "h20": (8, 8, 0),
+    # NVIDIA H200 Tensor Core GPU datasheet, SXM: "HGX H200 partner and NVIDIA-Certified Systems with 4 or 8
+    # GPUs", NVSwitch; taken as 8 (the DGX H200's).
+    "h200": (8, 8, 0),
+    # NVIDIA H200 Tensor Core GPU datasheet, NVL: "MGX H200 NVL partner and NVIDIA-Certified Systems with up to
+    # 8 GPUs", joined by a "2- or 4-way NVLink bridge": 4 GPUs a bridge, the host's PCIe between bridges.
+    "h200-nvl": (8, 4, 0),
+    # NVIDIA HGX B200 and HGX B300 datasheets: 8 GPUs a board, NVLink 5 through NVLink switches.
+    "b200": (8, 8, 0),
+    "b300": (8, 8, 0),
+    # NVIDIA GB200 NVL72 and GB300 NVL72 datasheets: 72 GPUs and 36 Grace CPUs in one NVLink domain (NVLink
+    # switch trays), 1 Grace and 2 GPUs a superchip; a compute tray (one host, one OS) holds 2 superchips, 4
+    # GPUs (NVIDIA's technical blog "NVIDIA GB200 NVL72 Delivers Trillion-Parameter LLM Training and Real-Time
+    # Inference": 18 compute trays; setloop.io/blog/gb200-nvl72-architecture: "two Grace CPUs and four Blackwell
+    # GPUs per tray", 18 trays, nine NVLink Switch trays). So the NVLink collectives reach 72 GPUs, one host 4.
+    "gb200": (4, 72, 0),
+    "gb300": (4, 72, 0),
+    # AMD Instinct MI300X, MI325X, MI350X and MI355X datasheets and platform briefs: 8 OAM GPUs on a universal
+    # base board, fully connected by Infinity Fabric, 7 links a GPU, one to each peer (MI300X / MI325X: 128 GB/s
+    # peak a link, both ways, 64 each way: "up to seven Infinity Fabric links, each with 16 lanes ... 128GB/s of
+    # bidirectional bandwidth per link", wheelersnetwork.com/2024/01; MI350X / MI355X: 153.6 GB/s peak a link,
+    # 76.8 each way, the presets' sources above).
+    "mi300x": (8, 8, 7),
+    "mi325x": (8, 8, 7),
+    "mi350x": (8, 8, 7),
+    "mi355x": (8, 8, 7),
+}
+
+
+def _with_topology(g: Gpu) -> Gpu:
+    host, domain, links = TOPOLOGY.get(g.name, (0, 0, 0))
+    return dataclasses.replace(
+        g, arch=ARCHS[g.name], gpus_per_host=host, peer_domain=domain, peer_links=links
+    )
+
+
+GPUS = {n: _with_topology(g) for n, g in GPUS.items()}
 
 
 # How `vllm serve` picks `--max-num-batched-tokens` and `--max-num-seqs` when they are not given
@@ -542,7 +600,20 @@ def get(name: str) -> Gpu:
 
 # A described GPU's fields: (key, unit) -> the Gpu field. Sizes take units (48GiB), rates GB/s or TB/s
 # (bytes per second: 864GB/s), FLOP rates TFLOPS as a plain number.
-SPEC_KEYS = ("name", "memory", "bandwidth", "tflops", "fp8_tflops", "fp4_tflops", "link", "peer_link", "arch")
+SPEC_KEYS = (
+    "name",
+    "memory",
+    "bandwidth",
+    "tflops",
+    "fp8_tflops",
+    "fp4_tflops",
+    "link",
+    "peer_link",
+    "peer_links",
+    "peer_domain",
+    "gpus_per_host",
+    "arch",
+)
 
 
 def _rate(key: str, value: Any, where: str) -> float:
@@ -586,7 +657,8 @@ def _tflops(key: str, value: Any, where: str, required: bool) -> float:
 def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None) -> Gpu:
     """A `Gpu` from a description: `memory` (a size: `48GiB`), `bandwidth` (`864GB/s`), `tflops` (dense
     bf16), `fp8_tflops`, `fp4_tflops`, `link` (host link, one direction: `32GB/s`), `peer_link` (GPU-to-GPU link such as NVLink,
-    one direction; unset: the host link), `arch` (`sm_90`, `gfx942`: the kernels vLLM picks), `name`. With `base` (a
+    one direction; unset: the host link), `peer_links` (0: a switch; N: a full mesh of N links sharing
+    `peer_link`), `peer_domain` (GPUs the peer link joins), `gpus_per_host` (0: unknown), `arch` (`sm_90`, `gfx942`: the kernels vLLM picks), `name`. With `base` (a
     preset), the keys given replace its figures; without, `memory`, `bandwidth` and `tflops` are needed
     and `link` defaults to PCIe 4.0's 32 GB/s. The same numbers give the same answers as a preset.
 
@@ -622,6 +694,14 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
         fields["pcie_bandwidth"] = _rate("link", spec["link"], where)
     if spec.get("peer_link") is not None:
         fields["peer_bandwidth"] = _rate("peer_link", spec["peer_link"], where)
+    for key in ("peer_links", "peer_domain", "gpus_per_host"):
+        if spec.get(key) is not None:
+            v = spec[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise InvalidArgumentError(
+                    f"{where}: {key} {v!r} must be a whole number of at least 0 (0: unknown)"
+                )
+            fields[key] = v
     if spec.get("arch") is not None:
         import re
 
@@ -650,6 +730,8 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
     fields.setdefault("fp4_flops", 0.0)
     fields.setdefault("peer_bandwidth", 0.0)
     fields.setdefault("arch", "")
+    for key in ("peer_links", "peer_domain", "gpus_per_host"):
+        fields.setdefault(key, 0)
     name = spec.get("name") or (f"{base.name}-custom" if base is not None else "custom-gpu")
     if not isinstance(name, str) or not name.strip():
         raise InvalidArgumentError(f"{where}: name {name!r} must be a non-empty string")
@@ -706,6 +788,7 @@ __all__ = [
     "BATCH_RULES",
     "GPUS",
     "SPEC_KEYS",
+    "TOPOLOGY",
     "Gpu",
     "datacenter_blackwell",
     "from_file",
