@@ -1460,7 +1460,7 @@ def test_plan_names_the_sizing_flag_that_won_unless_the_search_varies_it(capsys)
             "kv_cache_bytes",
             "--num-gpu-blocks-override 2,000 sizes the pool, not --kv-cache-memory-bytes 12.0 GiB (whose KV "
             'memory holds 6,144 blocks): vLLM lets the override win (its get_kv_cache_configs logs "Overriding '
-            'num_gpu_blocks=6145 with num_gpu_blocks_override=2000")',
+            'num_gpu_blocks=6144 with num_gpu_blocks_override=2000")',
         ),
         (
             ["--num-gpu-blocks-override", "2000", "--gpu-memory-utilization", "0.5"],

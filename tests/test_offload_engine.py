@@ -281,7 +281,8 @@ def test_an_mla_latent_on_tp_ranks_is_kept_once_in_the_tier_as_vllm_keeps_it():
     assert rocm.kv_offloading_chunk_bytes == 8 * 1_124_352
     # One host's mp executor: past a host's GPUs (HGX H200: 8; a GB200 NVL72 compute tray: 4) vLLM runs the
     # Ray or multi-node executor, and the tier keeps a copy a rank.
-    for gpu, tp in (("h200", 16), ("h200", 32), ("b200", 16), ("gb200", 8)):
+    # (tp 32 splits DeepSeek-V3's fp8 experts below a 128-wide block: vLLM refuses it, and so does kvsim)
+    for gpu, tp in (("h200", 16), ("b200", 16), ("gb200", 8)):
         wide = kvsim.SimConfig(model="deepseek-v3", gpu=gpu, tensor_parallel_size=tp, kv_offloading_size=64)
         assert not wide.kv_offloading_replicated
         assert wide.kv_offloading_store_block_bytes == wide.kv_offloading_block_bytes

@@ -207,7 +207,7 @@ def test_auto_is_the_roofline_with_a_model_and_a_gpu():
 
 def test_tensor_parallel_time_line_names_the_link_its_all_reduces_take():
     """The roofline prices tp's all-reduces on the GPU-to-GPU link where the GPU's figures have one, else on
-    PCIe (`timing.peer_bandwidth`); the time line says which, so a GPU priced over PCIe is not a surprise.
+    PCIe (`collectives.peer_bandwidth`); the time line says which, so a GPU priced over PCIe is not a surprise.
     The MI350 series' 7 Infinity Fabric links (537.6 GB/s each way) make its tp-8 steps faster than the
     MI300X's (448 GB/s, less compute), where over PCIe they were slower."""
     line = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", tensor_parallel_size=2).time_line()
@@ -234,7 +234,7 @@ def test_an_infinity_fabric_mesh_gives_a_collective_one_link_a_peer(gpu: str, pe
     """AMD Instinct's 8-GPU platforms are a full mesh of 7 Infinity Fabric links a GPU, one to each peer
     (`Gpu.peer_links`): tp 2 crosses one link, tp 4 three (each GPU reaches its 3 peers directly), tp 8 all
     seven, not the 7 links' sum at any tp; the all-reduce term and the time line both use that figure."""
-    from kvsim.model.timing import collective_link
+    from kvsim.model.collectives import collective_link
 
     g = kvsim.gpus.get(gpu)
     assert (g.peer_links, g.peer_domain, g.gpus_per_host) == (7, 8, 8)
@@ -265,7 +265,7 @@ def test_an_infinity_fabric_mesh_gives_a_collective_one_link_a_peer(gpu: str, pe
 def test_a_switched_nvlink_gives_every_group_the_whole_link(gpu: str) -> None:
     """NVSwitch gives each GPU its whole NVLink bandwidth to any peer: tp 2, 4 and 8 price alike (GB200's
     NVL72 domain: up to 72, across its 4-GPU compute trays)."""
-    from kvsim.model.timing import collective_link
+    from kvsim.model.collectives import collective_link
 
     g = kvsim.gpus.get(gpu)
     assert g.peer_links == 0
@@ -291,7 +291,7 @@ def test_a_group_past_the_host_crosses_the_network_and_the_time_line_says_so():
     MI355X's mesh at tp 64 the same. H200 NVL's bridge joins 4: tp 8 crosses PCIe between bridges (4 x 64
     GB/s). GB200's 4-GPU trays are one NVLink domain of 72: tp 8 stays on NVLink, and the line says the
     group spans 2 hosts."""
-    from kvsim.model.timing import NETWORK_BANDWIDTH, collective_link
+    from kvsim.model.collectives import NETWORK_BANDWIDTH, collective_link
 
     assert NETWORK_BANDWIDTH == 50e9
     h200 = kvsim.gpus.get("h200")
@@ -326,7 +326,7 @@ def test_the_time_line_names_the_link_of_data_parallel_moe_collectives():
     """With DP ranks a MoE model's all-gather and reduce-scatter cross tp·dp GPUs' link, at dp > 1 even at tp
     1: the time line names it (PCIe on an H100 PCIe; one Infinity Fabric link at tp·dp 2 on an MI355X, the
     term priced at it)."""
-    from kvsim.model.timing import collective_link
+    from kvsim.model.collectives import collective_link
 
     line = kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-pcie", data_parallel_size=4).time_line()
     assert (
@@ -346,7 +346,7 @@ def test_the_time_line_names_the_link_of_data_parallel_moe_collectives():
 def test_a_gpu_file_describes_its_topology(tmp_path):
     """`peer_links`, `peer_domain` and `gpus_per_host` in a GPU file; a preset's carry over; bad values are
     refused naming the key."""
-    from kvsim.model.timing import collective_link
+    from kvsim.model.collectives import collective_link
 
     path = tmp_path / "mesh.toml"
     path.write_text('preset = "h100-80gb"\npeer_links = 3\npeer_link = "300GB/s"\n')

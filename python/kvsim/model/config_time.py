@@ -249,12 +249,12 @@ class ConfigTimeModel:
         )
 
     def _collectives_link(self) -> str:
-        """The links the roofline prices the collectives on (`timing.collective_link`), each with the figure
+        """The links the roofline prices the collectives on (`collectives.collective_link`), each with the figure
         it uses: tensor parallelism's all-reduces (tp > 1) and, with DP ranks, a mixture-of-experts model's
         all-gather and reduce-scatter over tp · dp GPUs; "" when it prices none."""
+        from kvsim.model.collectives import collective_link
         from kvsim.model.gpus import resolve as resolve_gpu
         from kvsim.model.models import resolve as resolve_model
-        from kvsim.model.timing import collective_link
 
         gpu = resolve_gpu(self.gpu)
         tp, dp = self.tensor_parallel_size, self.data_parallel_size
