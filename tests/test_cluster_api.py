@@ -546,3 +546,30 @@ def test_a_mixed_fleets_tier_metrics_cover_its_tiers_whatever_their_order(backen
         got = fleet_summary(stats, [c for c, _ in order], [cfg for _, cfg in order])
         assert got == expected, [cfg.kv_offloading_chunks for _, cfg in order]
         assert list(got) == list(expected)
+
+
+def test_a_fleet_gives_group_figures_only_for_replicas_of_the_same_groups():
+    """A hybrid model's per-group blocks (`mean_group_blocks_<g>`, `peak_group_blocks_<g>`) came from the
+    first replica's groups over every replica's summed counters: a fleet of gpt-oss-20b (a window group and a
+    full group) beside Llama-3.1-8B (one group) had them only with gpt-oss first, adding Llama's blocks to
+    nothing or to another group's. Now a fleet has them only when its replicas' groups are the same, the
+    sums of theirs, in any order; each replica's summary keeps its own."""
+    from kvsim.engine.cluster import fleet_summary
+    from kvsim.engine.simulate import RowStats
+
+    w = synthetic(60, seed=3, arrival_rate=20.0)
+    oss = kvsim.SimConfig(model="gpt-oss-20b", kv_cache_bytes="1GiB")
+    llama = kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes="1GiB")
+    keys = ("mean_group_blocks_0", "peak_group_blocks_0", "mean_group_blocks_1", "peak_group_blocks_1")
+    mixed = kvsim.simulate_cluster(w, [oss, llama], router="round-robin")
+    assert all(k in mixed.replicas[0].summary for k in keys)
+    assert not any(k.startswith(("mean_group_blocks_", "peak_group_blocks_")) for k in mixed.summary)
+    stats = RowStats()
+    stats.add(mixed.requests)
+    reps = [(r.raw.counters, r.config) for r in mixed.replicas]
+    swapped = fleet_summary(stats, [c for c, _ in reversed(reps)], [cfg for _, cfg in reversed(reps)])
+    assert not any(k.startswith(("mean_group_blocks_", "peak_group_blocks_")) for k in swapped)
+    same = kvsim.simulate_cluster(w, [oss, oss.replace(kv_cache_bytes="2GiB")], router="round-robin")
+    for g in (0, 1):
+        peaks = [r.summary[f"peak_group_blocks_{g}"] for r in same.replicas]
+        assert same.summary[f"peak_group_blocks_{g}"] == max(peaks) > 0

@@ -590,6 +590,13 @@ def fleet_summary(
         (x["peak_allocated_tokens"] / cap if cap else 0.0) for x, cap in zip(counters, caps, strict=True)
     )
     s["capacity_tokens"] = sum(caps)
+    # A hybrid model's per-group blocks (`summary_from` reads the first replica's groups): summed over
+    # replicas whose groups are the same groups; a fleet whose replicas' groups differ (two models, or a
+    # hybrid model beside one of a single group) has no fleet figure for them, whatever its order (each
+    # replica's summary keeps its own).
+    if len({cfg.kv_groups for cfg in configs}) > 1:
+        for key in [k for k in s if k.startswith(("mean_group_blocks_", "peak_group_blocks_"))]:
+            del s[key]
     # (each replica's mean over its busy time; one that never stepped saved none; none if none stepped)
     saved = [over(x["w_logical_blocks"] - x["w_held_blocks"], x["busy_ps"]) for x in counters]
     # (`math.fsum`: the exact sum rounded once, so the replicas' order does not move its last bit)
