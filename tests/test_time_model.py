@@ -322,6 +322,30 @@ def test_a_group_past_the_host_crosses_the_network_and_the_time_line_says_so():
     assert t8 == pytest.approx(2 * m.num_layers * (14 / 8) * m.hidden_size * 2 / 450e9 * PS, rel=1e-9)
 
 
+def test_a_gpus_own_network_prices_the_crossing():
+    """Blackwell Ultra systems ship an 800 Gb/s ConnectX-8 a GPU (the DGX B300 datasheet; GB300 NVL72):
+    B300's tp 16 crosses two hosts at 8 x 100 GB/s, where an H200's 400 Gb/s NICs give 8 x 50; a GPU file's
+    `network` sets it (a wrong value is refused naming the key); GB300's NVLink domain of 72 needs no NIC
+    below 73 GPUs."""
+    from kvsim.model.collectives import collective_link
+    from kvsim.model.gpus import from_spec
+
+    b300 = kvsim.gpus.get("b300")
+    assert b300.network_bandwidth == 100e9
+    assert collective_link(b300, 16).bandwidth == 800e9
+    assert (
+        "the network (an 800 Gb/s NIC a GPU, 100 GB/s each way, × 8 = 800 GB/s)"
+        in collective_link(b300, 16).how
+    )
+    assert collective_link(kvsim.gpus.get("gb300"), 72).bandwidth == kvsim.gpus.get("gb300").peer_bandwidth
+    h200 = kvsim.gpus.get("h200")
+    slow = from_spec({"network": "25GB/s"}, "gpu file x.toml", base=h200)
+    assert collective_link(slow, 16).bandwidth == 8 * 25e9
+    assert "(a 200 Gb/s NIC a GPU, 25 GB/s each way" in collective_link(slow, 16).how
+    with pytest.raises(kvsim.InvalidArgumentError, match=r"gpu file x\.toml: network"):
+        from_spec({"network": "fast"}, "gpu file x.toml", base=h200)
+
+
 def test_the_time_line_names_the_link_of_data_parallel_moe_collectives():
     """With DP ranks a MoE model's all-gather and reduce-scatter cross tp·dp GPUs' link, at dp > 1 even at tp
     1: the time line names it (PCIe on an H100 PCIe; one Infinity Fabric link at tp·dp 2 on an MI355X, the

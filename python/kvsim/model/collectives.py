@@ -20,8 +20,8 @@ def peer_bandwidth(gpu: Gpu) -> float:
 
 # The network between hosts (between NVLink domains), one direction a GPU: a 400 Gb/s NIC a GPU, 50 GB/s, as
 # NVIDIA's DGX H100, DGX H200 and DGX B200 datasheets give (8 ConnectX-7 ports of 400 Gb/s for 8 GPUs) and as
-# `pd_link_bandwidth`'s default takes it. (B300 and GB300 systems ship 800 Gb/s ConnectX-8 NICs: kvsim takes
-# 400 for every GPU, the lower bound.)
+# `pd_link_bandwidth`'s default takes it; a GPU's own `network_bandwidth` where it differs (B300 and GB300
+# systems' 800 Gb/s ConnectX-8: `gpu_tables.NETWORK`; a GPU file's `network`).
 NETWORK_BANDWIDTH = 50e9
 
 
@@ -34,6 +34,11 @@ class CollectiveLink:
     bandwidth: float
     how: str
     hosts: int = 1
+
+
+def _article(number: str) -> str:
+    """`number` with its indefinite article as read aloud ("an 800", "a 400")."""
+    return f"{'an' if number.startswith(('8', '11', '18')) else 'a'} {number}"
 
 
 def _gbs(rate: float) -> str:
@@ -51,7 +56,7 @@ def collective_link(gpu: Gpu, group: int) -> CollectiveLink:
     - without a peer link, the host link (PCIe);
     - a group past the domain crosses the host's PCIe between domains (H200 NVL's bridges of 4 in a host of
       8), past the host (`Gpu.gpus_per_host`; an NVL72 domain's 72 GPUs past its 4-GPU trays are one NVLink
-      domain still) the network between hosts (`NETWORK_BANDWIDTH` a GPU); NCCL runs a ring through each
+      domain still) the network between hosts (`Gpu.network_bandwidth` a GPU, else `NETWORK_BANDWIDTH`); NCCL runs a ring through each
       GPU's own NIC or host link, so a crossing carries the traffic over the domain's (host's) GPUs' links
       together: min(the domain's rate, its GPUs × the crossing's rate a GPU).
     """
@@ -95,11 +100,12 @@ def collective_link(gpu: Gpu, group: int) -> CollectiveLink:
     unit = max(host, domain) if peer else host
     if host and group > unit:
         n = unit
-        crossing = n * NETWORK_BANDWIDTH
+        net = getattr(gpu, "network_bandwidth", 0.0) or NETWORK_BANDWIDTH
+        crossing = n * net
         how += (
             f"; the group spans {hosts} hosts of {host} GPUs"
             + (f" ({-(-group // unit)} GPU-to-GPU domains of {unit})" if unit > host else "")
-            + f", joined by the network (a 400 Gb/s NIC a GPU, {_gbs(NETWORK_BANDWIDTH)} each way, × {n} = "
+            + f", joined by the network ({_article(f'{net * 8 / 1e9:g}')} Gb/s NIC a GPU, {_gbs(net)} each way, × {n} = "
             f"{_gbs(crossing)})"
         )
         rate = min(rate, crossing)

@@ -1,6 +1,6 @@
 """The GPU presets' tables that `kvsim.model.gpus` applies to its records: each preset's architecture (a CUDA
 compute capability or an AMD LLVM target) and its topology (GPUs a host holds, GPUs its peer link joins, the
-peer link's mesh links), each figure with its source.
+peer link's mesh links) and its network between hosts, each figure with its source.
 """
 
 # Each preset's architecture: NVIDIA's compute capabilities ("CUDA GPUs - Compute Capability",
@@ -71,4 +71,14 @@ TOPOLOGY = {
     "mi325x": (8, 8, 7),
     "mi350x": (8, 8, 7),
     "mi355x": (8, 8, 7),
+}
+
+# Each preset's network between hosts where it is not a 400 Gb/s NIC a GPU (50 GB/s each way, the DGX H100,
+# DGX H200 and DGX B200 datasheets' 8 ConnectX-7 ports of 400 Gb/s for 8 GPUs: `collectives.NETWORK_BANDWIDTH`):
+# Blackwell Ultra systems ship an 800 Gb/s ConnectX-8 a GPU (NVIDIA DGX B300 datasheet: "8x OSFP ports serving
+# 8x single-port NVIDIA ConnectX-8 VPI, up to 800Gb/s"; GB300 NVL72: "NVIDIA ConnectX-8 SuperNIC", 800 Gb/s a
+# GPU), 100 GB/s each way.
+NETWORK = {
+    "b300": 100e9,
+    "gb300": 100e9,
 }

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.gpu_tables import ARCHS, TOPOLOGY
+from kvsim.model.gpu_tables import ARCHS, NETWORK, TOPOLOGY
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -53,6 +53,9 @@ class Gpu:
             bridge); 0: unknown, taken as any number.
         gpus_per_host: GPUs one host (one operating system: a server, an NVL72 compute tray) holds, what
             vLLM's `mp` executor can span; 0: unknown (PCIe cards: servers vary), taken as any number.
+        network_bandwidth: the network between hosts, one direction a GPU (its NIC), bytes per second, what a
+            collective past a host (past an NVL72's NVLink domain) crosses; 0: a 400 Gb/s NIC a GPU
+            (`kvsim.model.collectives.NETWORK_BANDWIDTH`).
     """
 
     name: str
@@ -68,6 +71,7 @@ class Gpu:
     peer_links: int = 0
     peer_domain: int = 0
     gpus_per_host: int = 0
+    network_bandwidth: float = 0.0
 
 
 def _g(
@@ -408,7 +412,12 @@ GPUS: dict[str, Gpu] = {
 def _with_topology(g: Gpu) -> Gpu:
     host, domain, links = TOPOLOGY.get(g.name, (0, 0, 0))
     return dataclasses.replace(
-        g, arch=ARCHS[g.name], gpus_per_host=host, peer_domain=domain, peer_links=links
+        g,
+        arch=ARCHS[g.name],
+        gpus_per_host=host,
+        peer_domain=domain,
+        peer_links=links,
+        network_bandwidth=NETWORK.get(g.name, 0.0),
     )
 
 
@@ -543,6 +552,7 @@ SPEC_KEYS = (
     "peer_links",
     "peer_domain",
     "gpus_per_host",
+    "network",
     "arch",
 )
 
@@ -589,7 +599,8 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
     """A `Gpu` from a description: `memory` (a size: `48GiB`), `bandwidth` (`864GB/s`), `tflops` (dense
     bf16), `fp8_tflops`, `fp4_tflops`, `link` (host link, one direction: `32GB/s`), `peer_link` (GPU-to-GPU link such as NVLink,
     one direction; unset: the host link), `peer_links` (0: a switch; N: a full mesh of N links sharing
-    `peer_link`), `peer_domain` (GPUs the peer link joins), `gpus_per_host` (0: unknown), `arch` (`sm_90`, `gfx942`: the kernels vLLM picks), `name`. With `base` (a
+    `peer_link`), `peer_domain` (GPUs the peer link joins), `gpus_per_host` (0: unknown), `network` (the NIC a GPU
+    between hosts, one direction: `50GB/s`; unset: 400 Gb/s), `arch` (`sm_90`, `gfx942`: the kernels vLLM picks), `name`. With `base` (a
     preset), the keys given replace its figures; without, `memory`, `bandwidth` and `tflops` are needed
     and `link` defaults to PCIe 4.0's 32 GB/s. The same numbers give the same answers as a preset.
 
@@ -625,6 +636,8 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
         fields["pcie_bandwidth"] = _rate("link", spec["link"], where)
     if spec.get("peer_link") is not None:
         fields["peer_bandwidth"] = _rate("peer_link", spec["peer_link"], where)
+    if spec.get("network") is not None:
+        fields["network_bandwidth"] = _rate("network", spec["network"], where)
     for key in ("peer_links", "peer_domain", "gpus_per_host"):
         if spec.get(key) is not None:
             v = spec[key]
@@ -660,6 +673,7 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
     fields.setdefault("fp8_flops", 0.0)
     fields.setdefault("fp4_flops", 0.0)
     fields.setdefault("peer_bandwidth", 0.0)
+    fields.setdefault("network_bandwidth", 0.0)
     fields.setdefault("arch", "")
     for key in ("peer_links", "peer_domain", "gpus_per_host"):
         fields.setdefault(key, 0)
