@@ -1283,6 +1283,20 @@ LLAMA_ON_H100 = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requ
         (["--disable-hybrid-kv-cache-manager"], "--disable-hybrid-kv-cache-manager: the flag does nothing"),
         (["--router", "prefix-affinity"], "--router: 'prefix-affinity' does nothing here: a router picks"),
         (["--router", "random", "--router-seed", "3"], "--router: 'random' does nothing here"),
+        (
+            ["--num-gpu-blocks-override", "2000", "--pool-null-block", "extra"],
+            "--pool-null-block: 'extra' does nothing here: the pool is given in blocks",
+        ),
+        (
+            ["--allow-long-max-model-len"],
+            "--allow-long-max-model-len: the flag does nothing here: it lets a max_model_len longer than "
+            "model llama-3.1-8b's context of 131,072 through, and none is given",
+        ),
+        (
+            ["--max-model-len", "4096", "--allow-long-max-model-len"],
+            "--allow-long-max-model-len: the flag does nothing here: it lets a max_model_len longer than "
+            "model llama-3.1-8b's context of 131,072 through, and 4,096 is not longer",
+        ),
     ],
 )
 def test_a_flag_that_does_nothing_for_this_run_is_refused_by_name(capsys, argv, said):
@@ -1295,6 +1309,49 @@ def test_a_flag_that_does_nothing_for_this_run_is_refused_by_name(capsys, argv, 
     assert err.count("\n") == 1
     assert err.startswith(f"kvsim run: error: argument {said}"), err
     assert err.rstrip().endswith("drop the flag"), err
+
+
+def test_the_pool_and_context_knobs_run_where_they_act(capsys):
+    """--pool-null-block on a pool sized from memory and --allow-long-max-model-len beside a longer
+    --max-model-len change the run (the refusals above are of flags idle there, not always); the sweep
+    refuses them by the same rule, and an override's note quotes vLLM's own count under either."""
+    base = ["run", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--requests", "3", "--json"]
+    assert main(base) == 0
+    within = json.loads(capsys.readouterr().out)["config"]["num_blocks"]
+    assert main([*base, "--pool-null-block", "extra"]) == 0
+    extra = json.loads(capsys.readouterr().out)
+    assert extra["config"]["num_blocks"] == within + 1
+    assert "plus kvsim's null block (v0 had none)" in extra["pool"]
+    assert main([*base, "--max-model-len", "16384", "--allow-long-max-model-len"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["max_model_len"] == 16384
+    argv = ["run", "--preset", "vllm-v0", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--requests", "3"]
+    assert main([*argv, "--num-gpu-blocks-override", "3000", "--kv-cache-memory-bytes", "12GiB"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        'logs "Overriding num_gpu_blocks=6144 with num_gpu_blocks_override=3000"' in out
+    )  # (not v0's 6,145)
+    sweep = [
+        "sweep",
+        "--base",
+        "num_blocks=3000",
+        "--base",
+        "pool_null_block=extra",
+        "--grid",
+        "block_size=16,32",
+    ]
+    assert main([*sweep, "--requests", "5", "--no-progress"]) == 2
+    assert "argument --base pool_null_block: 'extra' does nothing here" in capsys.readouterr().err
+
+
+def test_static_needs_a_given_max_model_len(capsys):
+    """A static policy reserves max_model_len a request: the model's context it now defaults to (40,960
+    tokens for Qwen3-8B) would refuse every request a pool cannot hold whole, for a figure nobody chose."""
+    argv = ["run", "--policy", "static", "--model", "qwen3-8b", "--num-gpu-blocks-override", "2000"]
+    assert main([*argv, "--requests", "5"]) == 2
+    assert "policy 'static' reserves max_model_len per request: set max_model_len (--max-model-len)" in (
+        capsys.readouterr().err
+    )
+    assert main([*argv, "--requests", "5", "--max-model-len", "2048"]) == 0
 
 
 def test_those_flags_run_where_they_act(capsys):

@@ -691,7 +691,7 @@ def test_a_max_model_len_past_the_context_is_refused_as_vllm_refuses_it(tmp_path
         kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", max_model_len=131_073)
     assert str(e.value) == (
         "max_model_len 131,073 is longer than model llama-3.1-8b's context (max_position_embeddings 131,072): "
-        "vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (set allow_long_max_model_len to simulate that)"
+        "vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (allow_long_max_model_len, --allow-long-max-model-len, simulates that)"
     )
     assert (
         kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", max_model_len=131_072).max_model_len == 131_072

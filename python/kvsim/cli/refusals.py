@@ -177,7 +177,9 @@ def _overridden_sizing(
         by = "kv_cache_bytes" if kv is not None else "gpu_memory_utilization"
         given = f"{said(by)} {fmt_bytes(kv) if kv is not None else f'{gmu:g}'}"
         try:
-            sized = config.replace(num_blocks=None).num_blocks
+            # (vLLM v1's count, the null block among them, whatever `pool_null_block` a preset set: the
+            # figure its log line prints)
+            sized = config.replace(num_blocks=None, pool_null_block="within").num_blocks
         except KvsimError:  # (a KV memory too small for a block: then vLLM fails before the override)
             sized = None
         holds = f" (whose KV memory holds {sized:,} blocks)" if sized is not None else ""
@@ -314,6 +316,33 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
             out[name] = None if tier else no_tier
     if config._given.get("kv_offloading_ps_per_block") is not None:
         out["kv_offloading_ps_per_block"] = None if tier else no_tier
+    if given("pool_null_block"):
+        out["pool_null_block"] = (
+            None
+            if config.pool.source != "num_blocks"
+            else f"{spell.value('pool_null_block', config.pool_null_block)} does nothing here: the pool is "
+            f"given in blocks ({spell.knob('num_blocks')}), taken as it is; it is how a pool sized from memory "
+            f"counts vLLM's null block; {spell.drop}"
+        )
+    if config.allow_long_max_model_len:
+        mml = config._given.get("max_model_len")
+        if config.model is None:
+            why = "it lets a max_model_len longer than a model's context through, and this run names no model"
+        else:
+            from kvsim.model.models import resolve
+
+            ctx = resolve(config.model).longest_context
+            why = (
+                f"it lets a max_model_len longer than model {resolve(config.model).name}'s context of {ctx:,} "
+                f"through, and {'none is given' if mml is None else f'{mml:,} is not longer'}"
+            )
+            if mml is not None and mml > ctx:
+                why = ""
+        out["allow_long_max_model_len"] = (
+            None
+            if not why
+            else f"{spell.value('allow_long_max_model_len', True)} does nothing here: {why}; {spell.drop}"
+        )
     if config._given.get("swap_ps_per_block") is not None:
         out["swap_ps_per_block"] = (
             None
@@ -324,12 +353,12 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
     return out
 
 
-def _refuse_idle_knobs(config: Any, prefill: Any = None) -> None:
+def _refuse_idle_knobs(config: Any, prefill: Any = None, given: set[str] | None = None) -> None:
     """`kvsim run`'s refusal of a knob set away from its default that this run does not read
     (`idle_knobs`): refused by its flag (it was accepted and dropped, and `config:` showed it as if it took
-    effect)."""
+    effect); with `given`, only the user's knobs (a preset's own, `vllm-v0`'s `pool_null_block`, are not)."""
     refuse_idle_at_every_point(
-        [(config, prefill)], lambda name: f"argument {_knob_flags(name)[0]}", model=False
+        [(config, prefill)], lambda name: f"argument {_knob_flags(name)[0]}", model=False, given=given
     )
 
 

@@ -363,7 +363,7 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier):
             raise InvalidArgumentError(
                 f"max_model_len {self.max_model_len:,} is longer than model {m.name}'s context "
                 f"({said}): vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
-                "(set allow_long_max_model_len to simulate that)"
+                "(allow_long_max_model_len, --allow-long-max-model-len, simulates that)"
             )
 
     def _default_context(self) -> None:
@@ -376,9 +376,11 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier):
             object.__setattr__(self, "max_model_len", resolve_model_len(self.model))
 
     def _check_combinations(self) -> None:
-        if self.policy == "static" and self.max_model_len is None:
+        if self.policy == "static" and self._given.get("max_model_len") is None:  # type: ignore[attr-defined]
+            # (given, not the model's context it defaults to: a region of 40,960 tokens a request for
+            # Qwen3-8B would refuse every request the pool cannot hold whole, for a default nobody chose)
             raise InvalidArgumentError(
-                "policy 'static' reserves max_model_len per request: set max_model_len"
+                "policy 'static' reserves max_model_len per request: set max_model_len (--max-model-len)"
             )
         if self.append_check == "one-free-block" and self.policy != "vllm":
             raise InvalidArgumentError(

@@ -234,6 +234,7 @@ class PoolSizing:
     tower_bytes: int | None = None
     rope_cache_bytes: int | None = None
     kv_room_bytes: int | None = None
+    null_block: str = "within"
 
     @property
     def pool_block_size(self) -> int:
@@ -303,6 +304,10 @@ class PoolSizing:
             why = (
                 f"num_blocks given; {per_token}{tp}" if self.model else "num_blocks given, no model: no bytes"
             )
+        if self.null_block == "extra" and self.source != "num_blocks":
+            # (vLLM v0's count: the memory's floor(...) blocks all usable; kvsim's null block one more)
+            v0 = self.num_blocks - 1
+            why += f"; vLLM v0's {v0:,} block{'s' * (v0 != 1)}, plus kvsim's null block (v0 had none)"
         return f"{head} ({why})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -474,6 +479,7 @@ def size_pool(
             source="kv_cache_bytes",
             kv_cache_bytes=kv_cache_bytes,
             figures=figures(blocks - (null_block == "extra"), kv_cache_bytes),
+            null_block=null_block,
             **common,
         )
     if g is None:
@@ -507,6 +513,7 @@ def size_pool(
         non_torch_bytes=None if nonkv.measured else nonkv.non_torch,
         cudagraph_bytes=None if nonkv.measured else nonkv.cudagraph,
         figures=figures(blocks - (null_block == "extra"), kv),
+        null_block=null_block,
         **common,
     )
 

@@ -103,8 +103,8 @@ WORKLOADS: dict[str, WorkloadKind] = {
             "sharegpt",
             {"lengths": "sharegpt-paper", "arrival_rate": 2.0, "max_tokens": "context"},
             description="paper ShareGPT statistics (161.31 in / 337.99 out), Poisson 2 req/s, max_tokens = "
-            "2048 − prompt (vLLM's server default for a client that sends none; :max_tokens=exact for the "
-            "true output)",
+            "2048 − prompt (the paper's: what vLLM fills in for a client that sends none at OPT-13B's context "
+            "of 2,048; :max_tokens=exact for the true output)",
         ),
         WorkloadKind(
             "alpaca",
