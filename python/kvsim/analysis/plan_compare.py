@@ -27,18 +27,30 @@ class Candidate:
 @dataclass
 class BestOf:
     """What `best_of` found: `table` (one row per candidate: `candidate`, `rate`, `status`, `monotone`,
-    `probes`, sorted by rate, best first; ties keep the order given), `best` (the label of the highest rate at SLO, None if none
-    passed anywhere; the first given of `tied`), `tied` (every candidate at that rate and status, in the
-    order given: more than one is a tie, which the order given does not decide), every searched
-    candidate's `PlanResult` in `plans`, and the candidates whose configuration is refused (a
-    tensor-parallel size vLLM cannot split the model over) with the reason in `refused` (status `refused`
-    in the table, no rate, no plan)."""
+    `probes`, `set_aside`: the requests its search set aside, rejected at every probe whatever the rate,
+    `PlanResult.unservable`), ranked (`RANKING`): fewest requests set aside first, then the highest rate
+    at SLO (none, passing at no rate probed, below any rate), the refused last; ties keep the order given. A
+    candidate that sets aside more requests is judged on fewer of them (a shorter `max_model_len`, a model
+    of a shorter context), so it ranks below one that serves more, whatever its rate. `best` (the first
+    ranked, None if it passed at no rate probed: then `served_best` names the first ranked that passed,
+    which sets aside more requests; the first given of `tied`), `tied` (every candidate at the best's
+    rate, status and requests set aside, in the order given: more than one is a tie, which the order
+    given does not decide), every searched candidate's `PlanResult` in `plans`, and the candidates whose
+    configuration is refused (a tensor-parallel size vLLM cannot split the model over) with the reason in
+    `refused` (status `refused` in the table, no rate, no plan)."""
 
     table: pl.DataFrame
     best: str | None
     plans: dict[str, PlanResult]
     refused: dict[str, str] = field(default_factory=dict)
     tied: list[str] = field(default_factory=list)
+    served_best: str | None = None
+
+
+RANKING = (
+    "fewest requests set aside first (a candidate judged on fewer requests ranks below, whatever its rate), "
+    "then the highest rate at SLO (passing at no rate probed ranks below any rate); the refused last"
+)
 
 
 def best_of(
@@ -100,6 +112,7 @@ def best_of(
         if c.probe is not None:
             kw["probe"] = c.probe
         plans[c.label] = plan(workload, configs[c.label], slos, **kw)
+    aside = {c: sum(plans[c].unservable.values()) for c in plans}
     table = pl.DataFrame(
         {
             "candidate": labels,
@@ -107,17 +120,24 @@ def best_of(
             "status": [plans[c].status if c in plans else "refused" for c in labels],
             "monotone": [plans[c].monotone if c in plans else None for c in labels],
             "probes": [plans[c].probes.height if c in plans else 0 for c in labels],
+            "set_aside": [aside.get(c) for c in labels],
         },
-        schema_overrides={"rate": pl.Float64, "monotone": pl.Boolean},
-    ).sort("rate", descending=True, nulls_last=True, maintain_order=True)
+        schema_overrides={"rate": pl.Float64, "monotone": pl.Boolean, "set_aside": pl.Int64},
+    )
+    # (`RANKING`; the refused, with no count, last)
+    table = table.sort(["set_aside", "rate"], descending=[False, True], nulls_last=True, maintain_order=True)
     best = table["candidate"][0] if table["rate"][0] is not None else None
-    top, status = table["rate"][0], table["status"][0]
+    top, status, top_aside = table["rate"][0], table["status"][0], table["set_aside"][0]
     tied = [
         c
-        for c, r, st in zip(table["candidate"], table["rate"], table["status"], strict=True)
-        if best is not None and r == top and st == status
+        for c, r, st, a in zip(
+            table["candidate"], table["rate"], table["status"], table["set_aside"], strict=True
+        )
+        if best is not None and r == top and st == status and a == top_aside
     ]
-    return BestOf(table, best, plans, refused, tied)
+    served = table.filter(pl.col("rate").is_not_null())
+    served_best = best if best is not None else (served["candidate"][0] if served.height else None)
+    return BestOf(table, best, plans, refused, tied, served_best)
 
 
-__all__ = ["BestOf", "Candidate", "best_of"]
+__all__ = ["RANKING", "BestOf", "Candidate", "best_of"]

@@ -86,6 +86,7 @@ class SplitPlan:
         split_caps: P -> the most decode replicas its bisection could take: the GPU limit, the least D
             found at a smaller P (more prefill replicas never need more), and only a split strictly
             cheaper than the best so far (an `above-cap` there says no cheaper split exists at that P).
+        requests: the workload's requests (0: not known).
     """
 
     rate: float
@@ -97,6 +98,39 @@ class SplitPlan:
     split_searches: dict[int, PlanResult] = field(default_factory=dict)
     slos: tuple[SLO, ...] = ()
     split_caps: dict[int, int] = field(default_factory=dict)
+    requests: int = 0
+
+    @property
+    def set_aside(self) -> dict[str, dict[str, int]]:
+        """Search (`aggregated`, `P=<p>`) -> the requests it set aside by reason, rejected at every probe
+        whatever the fleet (`PlanResult.unservable`: a prompt reaching `max_model_len`; more samples than
+        `max_num_seqs` seats, in the aggregated fleet only): each search judges the SLOs on the rest."""
+        out = {"aggregated": dict(self.aggregated_search.unservable)}
+        out.update({f"P={p}": dict(r.unservable) for p, r in self.split_searches.items()})
+        return out
+
+    def _aside_lines(self) -> list[str]:
+        """What the searches set aside, in words (nothing where none did)."""
+        counts = {k: sum(v.values()) for k, v in self.set_aside.items()}
+        if not any(counts.values()):
+            return []
+        of = f" of {self.requests:,}" if self.requests else ""
+
+        def why(reasons: dict[str, int]) -> str:
+            return "; ".join(f"{n:,}: {r.replace(': ', ', ', 1)}" for r, n in reasons.items())
+
+        if len(set(counts.values())) == 1:
+            n = next(iter(counts.values()))
+            return [
+                f"{n:,}{of} request(s) set aside, rejected at every probe whatever the fleet "
+                f"({why(self.aggregated_search.unservable)}): the SLOs are judged on the rest"
+            ]
+        each = ", ".join(f"{k} {n:,}" for k, n in counts.items())
+        reasons = why({r: n for v in self.set_aside.values() for r, n in v.items()})
+        return [
+            f"requests set aside, rejected at every probe whatever the fleet ({reasons}), differ by search "
+            f"({each}{of}): each is judged on the rest, so the fleets are judged on different requests"
+        ]
 
     @property
     def aggregated_gpus(self) -> int | None:
@@ -179,6 +213,7 @@ class SplitPlan:
                 else f"the aggregated fleet saves {s - a} GPU(s)"
             )
             lines.append(f"{verdict} {at}")
+        lines += self._aside_lines()
         if self.violations:
             pairs = ", ".join(f"{w}: {a} passes, {b} fails" for w, a, b in self.violations[:3])
             lines.append(f"NOT MONOTONE in the pool sizes ({pairs}): the answers are the lowest passing")
@@ -206,6 +241,8 @@ class SplitPlan:
             },
             "slos": [{"metric": s.metric, "bound": s.bound} for s in self.slos],
             "violations": [list(v) for v in self.violations],
+            "requests": self.requests,
+            "set_aside": self.set_aside,
             "message": self.message,
             "searches": self.table().to_dicts(),
             "probes": {
@@ -316,7 +353,7 @@ def best_split(
             d_cap = d  # monotone in P: more prefill replicas never need more decode replicas
             if best is None or p + d < sum(best):
                 best = (p, d)
-    return SplitPlan(r, tp, max_gpus, agg, best, aggregated, searches, slos_, caps)
+    return SplitPlan(r, tp, max_gpus, agg, best, aggregated, searches, slos_, caps, len(workload))
 
 
 # ------------------------------------------------------------------------------------ fleets' knees

@@ -378,6 +378,45 @@ def known_metrics(spec: SweepSpec, skip_invalid: bool = False) -> list[str]:
 PAST_BOUNDS = "(past 0..1)"
 
 
+def with_rejected(show: list[str], frame: Any) -> list[str]:
+    """The default metrics (`default_show`) with `rejected` where some point rejected requests (before the
+    throughput, which is over the requests served): points that reject different requests are measured on
+    different requests, and a table without the count hid it (llama-3-8b's 8,192-token context refuses
+    the long prompts gpt-oss-20b's 131,072 serves)."""
+    if (
+        "rejected" in show
+        or "rejected" not in frame.columns
+        or not (frame["rejected"].fill_null(0) > 0).any()
+    ):
+        return show
+    at = show.index("throughput_rps") if "throughput_rps" in show else len(show)
+    return [*show[:at], "rejected", *show[at:]]
+
+
+def rejected_note(frame: Any) -> str | None:
+    """A note when a sweep's points rejected different numbers of requests (a point's mean over its
+    seeds): their metrics are over different requests served."""
+    import polars as pl
+
+    if "rejected" not in frame.columns or "point_id" not in frame.columns:
+        return None
+    n = [pl.col("num_requests").mean()] if "num_requests" in frame.columns else []
+    per_point = frame.group_by("point_id", maintain_order=True).agg(
+        pl.col("rejected").fill_null(0).mean(), *n
+    )
+    lo, hi = per_point["rejected"].min(), per_point["rejected"].max()
+    if lo == hi:
+        return None
+    total = per_point["num_requests"].unique().to_list() if n else []
+    of = f" of {total[0]:,.0f}" if len(total) == 1 else ""
+    return (
+        f"the points rejected different numbers of requests ({lo:,.4g} to {hi:,.4g}{of}; column rejected), "
+        "so they served different requests: a point's throughput and latencies are over the requests it "
+        "served, not one set shared by every point (a rejected request was never served: e.g. a prompt "
+        "reaching max_model_len, which defaults to the model's context)"
+    )
+
+
 def ci_legend(table: Any) -> list[str]:
     """The lines under a sweep table that say what its `±` is (the seeds it is over, and t's size with
     few of them), and what `(past 0..1)` marks; none when no cell has an interval."""
@@ -491,10 +530,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         with pl.Config(
             tbl_rows=200, tbl_cols=30, tbl_width_chars=200, tbl_hide_dataframe_shape=True, fmt_str_lengths=80
         ):
+            if args.show is None:
+                show = with_rejected(show, outcome.frame)
             table = sweep_table(outcome.frame, spec, show)
             print(table)
             for line in ci_legend(table):
                 print(line)
+        note = rejected_note(outcome.frame)
+        if note is not None:
+            print(f"note: {note}")
     return 0
 
 

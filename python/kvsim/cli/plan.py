@@ -9,10 +9,11 @@ import json
 from typing import Any
 
 from kvsim.analysis.plan import MEMORY_KNOBS
+from kvsim.analysis.plan_compare import RANKING
 from kvsim.analysis.plan_search import DEFAULT_MAX_PROBES, METRICS
 from kvsim.analysis.sweep import EXECUTORS
 from kvsim.cli.flags import METRICS_POINTER, FlagError, _Formatter, _knob_flags, add_run_inputs
-from kvsim.cli.refusals import Spelling, _given_at, refuse_idle_at_every_point
+from kvsim.cli.refusals import Spelling, _given_at, _refuse_idle_swap, refuse_idle_at_every_point
 from kvsim.cli.run import _config_from_args, _float_flag, _int_flag, _workload_from_args, read_run_file
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import KNOBS
@@ -112,7 +113,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--compare",
         metavar="NAME=V1,V2,...",
         default=None,
-        help="rank values of one SimConfig field by their highest rate under the SLOs "
+        help="rank values of one SimConfig field by the requests each sets aside (rejected at every probe: "
+        "fewest first, as one judged on fewer requests ranks below), then their highest rate under the SLOs "
         "(kvsim.analysis.plan_compare.best_of: block_size=8,16,32, policy=vllm,orca-oracle; router_weights, whose "
         "one value is a list, takes them apart with ';': 'router_weights=prefix=3,queue=1;queue=1') "
         "(default: none)",
@@ -279,6 +281,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from kvsim.analysis.plan_compare import best_of
 
         _, candidates = _compare(args.compare)
+        _check_candidates(config, candidates)
         ranking = best_of(workload, config, slos, candidates, backend=backend, **opts)
         result = (
             ranking.plans[ranking.best]
@@ -301,6 +304,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             if ranking is None
             else {
                 "best": ranking.best,
+                "served_best": ranking.served_best,
+                "ranking": RANKING,
                 "tied": ranking.tied,
                 "candidates": ranking.table.to_dicts(),
                 "plans": {k: v.to_dict() for k, v in ranking.plans.items()},
@@ -339,7 +344,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print()
         print(_ranking_table(ranking.table))
         print()
-        print(_best_line(ranking))
+        print(_best_line(ranking, info["requests"]))
         for note in notes:
             print(f"note: {note}")
         if plot is not None:
@@ -381,11 +386,33 @@ def _points(args: argparse.Namespace, config: Any) -> list[Any]:
     return points or [config]
 
 
+def _check_candidates(config: Any, candidates: list[dict[str, Any]]) -> None:
+    """`--compare`'s candidates as `best_of` takes them: one whose configuration vLLM cannot split
+    (`UnsplittableModelError`) is reported refused in the ranking; any other refusal (a model that does not
+    fit, a max_model_len past its context, swap preemption with no swap space) stops the search, one line
+    that names the candidate."""
+    from kvsim.errors import UnsplittableModelError
+
+    for change in candidates:
+        try:
+            config.replace(**change)
+        except UnsplittableModelError:
+            continue
+        except InvalidArgumentError as exc:
+            label = ",".join(f"{k}={v}" for k, v in change.items())
+            hint = (
+                " (give --swap-space GiB, or --cpu-blocks N, for it to swap to)"
+                if change.get("preemption") == "swap" and "cpu_blocks" in str(exc)
+                else ""
+            )
+            raise FlagError(f"argument --compare: candidate {label}: {exc}{hint}") from None
+
+
 def _refuse_idle_knobs(args: argparse.Namespace, config: Any) -> None:
     """`kvsim run`'s refusals of a knob that does nothing (`kvsim.cli.run.refuse_idle_at_every_point`),
     over the configurations the search runs (`_points`): a knob is refused only where none of them reads
     it (`--router` is read by `--smallest replicas` and `--split`, `--placement` by a `--compare` of
-    policies with a contiguous one). The knob `--compare` varies is what the search measures, not refused:
+    policies with a contiguous one, `--swap-space` by a `--compare` of preemption modes with one that swaps). The knob `--compare` varies is what the search measures, not refused:
     candidates that do the same tie, and the answer says so."""
     compared = _compare(args.compare)[0] if args.compare is not None else None
 
@@ -395,6 +422,8 @@ def _refuse_idle_knobs(args: argparse.Namespace, config: Any) -> None:
         return f"argument {_knob_flags(name)[0]}"
 
     points = [(c, None) for c in _points(args, config)]
+    if compared not in ("swap_space_bytes", "cpu_blocks"):  # (a swap space a candidate swaps to is read)
+        _refuse_idle_swap(args, [c for c, _ in points], args.given_cfg, args.flag_of)
     refuse_idle_at_every_point(points, where, Spelling(args.flag_of), given=set(KNOBS) - {compared})
 
 
@@ -495,23 +524,55 @@ def _compare_cuts_the_pool(config: Any, text: str) -> bool:
     return False
 
 
-def _best_line(ranking: Any) -> str:
+def _best_line(ranking: Any, total: int) -> str:
     """The compared candidates' answer: the best, or the candidates tied at the best rate (the order given
-    decides nothing then), or none."""
-    if ranking.best is None:
+    decides nothing then), or none; with the requests each set aside where that differs
+    (`plan_compare.RANKING`: one judged on fewer requests ranks below, whatever its rate)."""
+    t = ranking.table.filter(ranking.table["set_aside"].is_not_null())
+    asides = set(t["set_aside"].to_list())
+
+    def of(n: int) -> str:
+        return f"{n:,} of {total:,} requests"
+
+    if ranking.served_best is None:
         return "best: none (no candidate passed)"
-    t = ranking.table
+    if ranking.best is None:  # the candidates serving the most passed nowhere; one serving fewer passed
+        first = t.row(0, named=True)
+        served = t.filter(t["candidate"] == ranking.served_best).row(0, named=True)
+        return (
+            f"best: none among the candidates that set aside the fewest requests ({first['candidate']} sets "
+            f"aside {of(first['set_aside'])} and passed at no rate probed: {first['status']}); "
+            f"{served['candidate']} passes at "
+            f"{served['rate']:.4g} req/s only by setting aside {of(served['set_aside'])}, judged on fewer: "
+            "it ranks below"
+        )
+    top = t.row(0, named=True)
     if len(ranking.tied) > 1:
-        return f"best: a tie at {t['rate'][0]:.4g} req/s ({t['status'][0]}) between {', '.join(ranking.tied)}"
-    return f"best: {ranking.best}"
+        line = f"best: a tie at {top['rate']:.4g} req/s ({top['status']}) between {', '.join(ranking.tied)}"
+    else:
+        line = f"best: {ranking.best}"
+    if len(asides) > 1:
+        below = [
+            f"{r['candidate']} ({r['set_aside']:,})"
+            for r in t.iter_rows(named=True)
+            if r["set_aside"] > top["set_aside"]
+        ]
+        line += (
+            f" ({of(top['set_aside'])} set aside); ranked below it whatever their rate, for setting aside more "
+            f"requests (judged on fewer): {', '.join(below)}"
+        )
+    elif top["set_aside"]:
+        line += f" (every candidate sets aside {of(top['set_aside'])})"
+    return line
 
 
 def _ranking_table(table: Any) -> str:
-    rows = [["candidate", "rate (req/s)", "status", "monotone", "probes"]]
+    rows = [["candidate", "rate (req/s)", "status", "monotone", "probes", "set aside"]]
     for r in table.iter_rows(named=True):
         rate = "-" if r["rate"] is None else f"{r['rate']:.4g}"
         monotone = "-" if r["monotone"] is None else "yes" if r["monotone"] else "NO"
-        rows.append([r["candidate"], rate, r["status"], monotone, str(r["probes"])])
+        aside = "-" if r["set_aside"] is None else f"{r['set_aside']:,}"
+        rows.append([r["candidate"], rate, r["status"], monotone, str(r["probes"]), aside])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

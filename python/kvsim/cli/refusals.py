@@ -205,16 +205,17 @@ def _overridden_sizing(
 
 
 def _refuse_idle_swap(
-    args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
+    args: argparse.Namespace, configs: Iterable[Any], cfg: dict[str, Any], flag_of: dict[str, str]
 ) -> None:
     """A CPU swap space given (`--swap-space`, `--cpu-blocks`, or the run file's) with preemption
     `recompute` would do nothing: a victim's blocks are freed, never swapped. vLLM 0.33.0, whose engine
     preempts by recompute only, has no such flag (neither vllm/engine/arg_utils.py nor
     vllm/config/cache.py names swap_space), so `vllm serve --swap-space 4` stops at argparse's
-    "unrecognized arguments"; kvsim refuses it too, saying what would use it."""
+    "unrecognized arguments"; kvsim refuses it too, saying what would use it. `configs`: the points a
+    command runs (`kvsim run`'s one; `kvsim plan`'s candidates), refused only where none of them swaps."""
     from kvsim.model.units import fmt_bytes
 
-    if config.preemption != "recompute":
+    if any(c.preemption != "recompute" for c in configs):
         return
     for name in ("swap_space_bytes", "cpu_blocks"):
         value = cfg.get(name)

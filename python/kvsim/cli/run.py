@@ -154,9 +154,10 @@ def _gpu_from_flags(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
 
 def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_idle: bool = True) -> Any:
     """The run's SimConfig from its flags and run file, refusing what it would not read; `refuse_idle=False`
-    leaves a model's idle knobs to the caller (`kvsim plan`, whose candidates may read them: it refuses
-    them over its points, `refuse_idle_at_every_point`). Keeps the flag each knob was given by in
-    `args.flag_of`, and the knobs the user gave (flags and run file) in `args.given_knobs`."""
+    leaves a model's idle knobs and an idle swap space to the caller (`kvsim plan`, whose candidates may
+    read them: it refuses them over its points, `refuse_idle_at_every_point`, `_refuse_idle_swap`). Keeps
+    the flag each knob was given by in `args.flag_of`, and the knobs the user gave (flags and run file) in
+    `args.given_knobs`, with their values in `args.given_cfg`."""
     import kvsim
 
     cfg: dict[str, Any] = {}
@@ -199,9 +200,11 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
         if field in flag_of:
             raise FlagError(f"argument {flag_of[field]}: {exc}") from None
         raise
-    _refuse_idle_swap(args, config, cfg, flag_of)
+    if refuse_idle:
+        _refuse_idle_swap(args, [config], cfg, flag_of)
     _refuse_modelless_knobs(args, config, cfg, flag_of)
     args.flag_of, args.given_knobs = flag_of, set(cfg)
+    args.given_cfg = cfg
     if refuse_idle:
         _refuse_idle_model_knobs(args, config, cfg, flag_of)
     args.sizing_notes, args.overridden_knobs = _overridden_sizing(args, config, cfg, flag_of)
