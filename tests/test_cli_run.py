@@ -1685,3 +1685,18 @@ def test_the_config_line_shows_a_block_size_other_than_vllms_16(capsys):
         assert main(["run", *argv, "--requests", "5"]) == 0
         (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("config: ")]
         assert (shown in line) if shown else ("block_size" not in line), line
+
+
+def test_plan_refuses_pool_null_block_only_where_no_probe_reads_it(capsys):
+    """A preset's own pool_null_block (vllm-v0's 'extra') is not the user's, so not refused; a search of
+    the pool's memory runs probes that set that knob, and whether they read --pool-null-block follows
+    them: a num_blocks search never does (refused), a kv_cache_bytes search cut from memory does (run)."""
+    slo = ["--slo", "ttft_p99:2s", "--requests", "60", "--max-probes", "2", "--workers", "1"]
+    assert main(["plan", "--preset", "vllm-v0", "--num-gpu-blocks-override", "500", *slo]) == 0
+    capsys.readouterr()
+    model = ["plan", "--model", "llama-3-8b", "--pool-null-block", "extra", *slo]
+    assert main([*model, "--kv-cache-memory-bytes", "4GiB", "--smallest", "num_blocks"]) == 2
+    assert "argument --pool-null-block: 'extra' does nothing here: the pool is given in blocks" in (
+        capsys.readouterr().err
+    )
+    assert main([*model, "--num-gpu-blocks-override", "3000", "--smallest", "kv_cache_bytes"]) == 0

@@ -652,7 +652,8 @@ def test_a_request_whose_local_chunks_straddle_blocks_past_the_pool_is_refused(b
 
 def test_the_groups_table_counts_table_entries_which_can_pass_the_pool(capsys):
     """The groups table summed each running request's block table, a prefix-shared block once per holder,
-    under the heading "blocks held": gpt-oss-120b's full group peaked at 15,149 in a pool of 14,564. With
+    under the heading "blocks held": gpt-oss-120b's full group peaked at 15,149 in a pool of 14,564 (14,563
+    since a sized pool counts vLLM's null block among its blocks). With
     one system prompt shared by every request the entries pass the pool many times over; the heading says
     they are entries, a shared block counted once per request."""
     from kvsim.cli import main

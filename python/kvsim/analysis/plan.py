@@ -1,7 +1,7 @@
 """Capacity search (DESIGN.md §Capacity search): the highest request rate a configuration sustains under
 SLOs (`plan`), and the inverse questions: the smallest replica count (`smallest_replicas`), the smallest
 memory (`smallest_memory`) that meets a target rate (`kvsim.analysis.plan_smallest`), and the best of a
-list of candidates by rate at SLO (`best_of`, `kvsim.analysis.plan_compare`). This module holds the rates,
+list of candidates by requests set aside, then rate at SLO (`best_of`, `kvsim.analysis.plan_compare`). This module holds the rates,
 the probes and the search's rounds they all run on, and `plan`.
 
 Every probe is a full simulation through a *probe*: a function `(workload, config) -> summary dict`

@@ -1,5 +1,6 @@
-"""The capacity search's comparison (DESIGN.md §Capacity search): the best of a list of candidates by the
-rate each sustains at SLO (`best_of`), one `kvsim.analysis.plan.plan` a candidate."""
+"""The capacity search's comparison (DESIGN.md §Capacity search): the best of a list of candidates
+(`best_of`), one `kvsim.analysis.plan.plan` a candidate, ranked by the requests each sets aside (fewest
+first: candidates judged on more requests first) and then by the rate each sustains at SLO."""
 
 from __future__ import annotations
 
@@ -60,8 +61,9 @@ def best_of(
     candidates: Sequence[Candidate | Mapping[str, Any]] | Mapping[str, Mapping[str, Any]],
     **kwargs: Any,
 ) -> BestOf:
-    """The candidate (block size, policy, router, ...) that sustains the highest rate under the SLOs: one
-    `plan` per candidate (its probes in parallel), compared by the answer.
+    """The candidate (block size, policy, router, ...) that sustains the highest rate under the SLOs among
+    those that set aside the fewest requests: one `plan` per candidate (its probes in parallel), ranked by
+    the requests set aside, then by the answer.
 
     Args:
         candidates: `Candidate`s, mappings of config changes (`[{"block_size": 8}, {"block_size": 16}]`,

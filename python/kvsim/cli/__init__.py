@@ -331,7 +331,7 @@ def _flag_error(flag: str, exc: InvalidArgumentError) -> InvalidArgumentError:
 
 
 def refuse_idle_fields(args: argparse.Namespace, spec: SweepSpec) -> None:
-    """`kvsim run`'s refusals of a knob that does nothing (`kvsim.cli.run.refuse_idle_at_every_point`),
+    """`kvsim run`'s refusals of a knob that does nothing (`kvsim.cli.refusals.refuse_idle_at_every_point`),
     over the sweep's points: a base field is refused only where no point reads it (a base `placement`
     under a grid of policies with a contiguous one, a base `router` under a grid of replica counts),
     named as given (`--base NAME=V`, or the sweep file's `[base]`). A grid axis is what the sweep measures,

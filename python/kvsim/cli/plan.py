@@ -16,7 +16,6 @@ from kvsim.cli.flags import METRICS_POINTER, FlagError, _Formatter, _knob_flags,
 from kvsim.cli.refusals import Spelling, _given_at, _refuse_idle_swap, refuse_idle_at_every_point
 from kvsim.cli.run import _config_from_args, _float_flag, _int_flag, _workload_from_args, read_run_file
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.config import KNOBS
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -365,7 +364,23 @@ def _points(args: argparse.Namespace, config: Any) -> list[Any]:
     refused one runs nothing), the base config and one of more replicas under `--smallest replicas`
     (which starts at --replicas and adds replicas), and one of a prefill pool and two decode replicas
     under `--split` (its disaggregated fleets); else the base config alone (a rate or memory search
-    changes neither the policy, the fleet nor the model)."""
+    changes neither the policy, the fleet nor the model); a search of a memory knob (`--smallest num_blocks`,
+    `kv_cache_bytes`, `gpu_memory_utilization`) runs probes that set that knob (`set_knob`), so its point is
+    one such probe, which decides whether `--pool-null-block` is read (a pool given in blocks never reads
+    it, one cut from memory does)."""
+    if args.smallest in MEMORY_KNOBS:
+        from kvsim.analysis.plan import set_knob
+
+        knob = args.smallest
+        value = {
+            "num_blocks": config.num_blocks,
+            "kv_cache_bytes": config.pool.kv_cache_bytes or config.pool.pool_bytes,
+            "gpu_memory_utilization": config.gpu_memory_utilization,
+        }[knob]
+        try:
+            return [set_knob(config, value, knob=knob)] if value is not None else [config]
+        except InvalidArgumentError:
+            return [config]
     if args.compare is not None:
         changes = _compare(args.compare)[1]
     elif args.smallest == "replicas":
@@ -409,7 +424,7 @@ def _check_candidates(config: Any, candidates: list[dict[str, Any]]) -> None:
 
 
 def _refuse_idle_knobs(args: argparse.Namespace, config: Any) -> None:
-    """`kvsim run`'s refusals of a knob that does nothing (`kvsim.cli.run.refuse_idle_at_every_point`),
+    """`kvsim run`'s refusals of a knob that does nothing (`kvsim.cli.refusals.refuse_idle_at_every_point`),
     over the configurations the search runs (`_points`): a knob is refused only where none of them reads
     it (`--router` is read by `--smallest replicas` and `--split`, `--placement` by a `--compare` of
     policies with a contiguous one, `--swap-space` by a `--compare` of preemption modes with one that swaps). The knob `--compare` varies is what the search measures, not refused:
@@ -424,7 +439,10 @@ def _refuse_idle_knobs(args: argparse.Namespace, config: Any) -> None:
     points = [(c, None) for c in _points(args, config)]
     if compared not in ("swap_space_bytes", "cpu_blocks"):  # (a swap space a candidate swaps to is read)
         _refuse_idle_swap(args, [c for c, _ in points], args.given_cfg, args.flag_of)
-    refuse_idle_at_every_point(points, where, Spelling(args.flag_of), given=set(KNOBS) - {compared})
+    # (the user's knobs only: a preset's own, vllm-v0's pool_null_block, are not refused)
+    refuse_idle_at_every_point(
+        points, where, Spelling(args.flag_of), given=set(args.given_knobs) - {compared}
+    )
 
 
 def _sizing_notes(args: argparse.Namespace) -> list[str]:

@@ -726,7 +726,8 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier):
 
 
 def resolve_model_len(model: Any) -> int:
-    """A model's context length (`max_position_embeddings`), what vLLM's `max_model_len` defaults to."""
+    """A model's context length (`Model.max_model_len`: its config's context field, or a limit vLLM
+    applies), what vLLM's `max_model_len` defaults to."""
     from kvsim.model.models import resolve
 
     return int(resolve(model).max_model_len)

@@ -600,7 +600,7 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
     bf16), `fp8_tflops`, `fp4_tflops`, `link` (host link, one direction: `32GB/s`), `peer_link` (GPU-to-GPU link such as NVLink,
     one direction; unset: the host link), `peer_links` (0: a switch; N: a full mesh of N links sharing
     `peer_link`), `peer_domain` (GPUs the peer link joins), `gpus_per_host` (0: unknown), `network` (the NIC a GPU
-    between hosts, one direction: `50GB/s`; unset: 400 Gb/s), `arch` (`sm_90`, `gfx942`: the kernels vLLM picks), `name`. With `base` (a
+    between hosts, one direction: `50GB/s`; unset: `base`'s, else a 400 Gb/s NIC), `arch` (`sm_90`, `gfx942`: the kernels vLLM picks), `name`. With `base` (a
     preset), the keys given replace its figures; without, `memory`, `bandwidth` and `tflops` are needed
     and `link` defaults to PCIe 4.0's 32 GB/s. The same numbers give the same answers as a preset.
 
