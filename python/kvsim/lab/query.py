@@ -22,6 +22,7 @@ from kvsim.model.config import (
     SimConfig,
 )
 from kvsim.model.layers import KVLayout, kv_layout
+from kvsim.model.sizing import usable_blocks
 from kvsim.model.units import fmt_bytes
 from kvsim.workloads import Workload
 
@@ -276,7 +277,7 @@ def _pool_blocks(kv_bytes: int, block_size: int, model: Any) -> int:
     name = model if isinstance(model, str) else model.name
     lay = layout(model, block_size)
     per_block = lay.bytes_per_block
-    blocks = kv_bytes // per_block
+    blocks = usable_blocks(kv_bytes, per_block, "within") + 1  # (the rule SimConfig's pools follow)
     # A state layer's page sets a hybrid model's block (vLLM raises the block size to hold it): the block
     # size asked for does not change it.
     engine_bs = lay.block_size

@@ -562,6 +562,14 @@ def _check_kv_cache_bytes_fit(kv: int, m: Model, g: Gpu, room: int) -> None:
         )
 
 
+def usable_blocks(kv: int, block_bytes: int, null_block: str) -> int:
+    """The blocks a pool of `kv` bytes hands out: `floor(kv / block_bytes)` less vLLM v1's null block among
+    them (`null_block` "within"), or all of them ("extra": vLLM v0's, kvsim's null block added beside).
+    The pool's `num_blocks` is this plus one either way; the one home of the rule (`_blocks`,
+    `pool_blocks`)."""
+    return kv // block_bytes - (1 if null_block == "within" else 0)
+
+
 def _blocks(kv: int, m: Model, layout: KVLayout, knob: str, null_block: str = "within") -> int:
     """The pool's `num_blocks` for `kv` bytes: `floor(kv / block bytes)`, the null block among them
     (`null_block` "within": vLLM v1's `get_num_blocks`, whose `BlockPool` takes block 0 out of them), or
@@ -572,7 +580,7 @@ def _blocks(kv: int, m: Model, layout: KVLayout, knob: str, null_block: str = "w
 
     block_size = layout.block_size
     block_bytes = layout.bytes_per_block
-    usable = kv // block_bytes - (1 if null_block == "within" else 0)
+    usable = usable_blocks(kv, block_bytes, null_block)
     if usable < 1:
         raise InvalidArgumentError(
             f"{knob}: {fmt_bytes(kv)}{f' ({kv:,} B)' if fmt_bytes(kv) != f'{kv} B' else ''} of KV cache cannot "
@@ -724,7 +732,7 @@ def pool_blocks(
             raise InvalidArgumentError(f"kv_cache_bytes {kv_cache_bytes} must not be negative")
         kv = int(kv_cache_bytes)
     block_bytes = block_size * m.kv_bytes_per_token
-    usable = kv // block_bytes - (1 if null_block == "within" else 0)
+    usable = usable_blocks(kv, block_bytes, null_block)
     if usable < 1:
         raise InvalidArgumentError(
             f"{kv} B of KV cache cannot hold one block of {block_size} tokens of {m.name} ({block_bytes} B)"
