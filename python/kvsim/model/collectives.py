@@ -115,3 +115,13 @@ def collective_link(gpu: Gpu, group: int) -> CollectiveLink:
     elif peer and domain and group > domain:
         how += f": priced at {_gbs(rate)} each way"
     return CollectiveLink(group, rate, how, hosts)
+
+
+def moe_gather_group(num_experts: int, tp: int, dp: int) -> int:
+    """The GPUs a MoE layer's tokens are gathered over and scattered back from (the roofline's term and the
+    time line's words both read it): tp x dp with DP ranks, under expert parallelism (its all-to-all:
+    `FusedMoEParallelConfig.use_all2all_kernels` needs dp > 1) or without (vLLM's naive dispatch/combine,
+    `MoERunner.do_naive_dispatch_combine`, dp > 1); 1 otherwise: at dp 1 every TP rank holds every token
+    already, its experts' partial outputs summed by the TP all-reduce the layer has anyway (expert
+    parallelism at dp 1 moves nothing more)."""
+    return tp * dp if num_experts and dp > 1 else 1

@@ -255,7 +255,7 @@ class ConfigTimeModel:
         """The links the roofline prices the collectives on (`collectives.collective_link`), each with the figure
         it uses: tensor parallelism's all-reduces (tp > 1) and, with DP ranks, a mixture-of-experts model's
         all-gather and reduce-scatter over tp · dp GPUs; "" when it prices none."""
-        from kvsim.model.collectives import collective_link
+        from kvsim.model.collectives import collective_link, moe_gather_group
         from kvsim.model.gpus import resolve as resolve_gpu
         from kvsim.model.models import resolve as resolve_model
 
@@ -267,10 +267,11 @@ class ConfigTimeModel:
         parts = []
         if tp > 1:
             parts.append(f"tp {tp}'s all-reduces {collective_link(gpu, tp).how}{scaled}")
-        if dp > 1 and resolve_model(self.model).num_experts:
+        gather = moe_gather_group(resolve_model(self.model).num_experts, tp, dp)
+        if gather > 1:
             parts.append(
-                f"the MoE layers' all-gather and reduce-scatter over tp·dp = {tp * dp} GPUs "
-                f"{collective_link(gpu, tp * dp).how}{scaled}"
+                f"the MoE layers' all-gather and reduce-scatter over tp·dp = {gather} GPUs "
+                f"{collective_link(gpu, gather).how}{scaled}"
             )
         return ", ".join(parts)
 

@@ -40,7 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.collectives import NETWORK_BANDWIDTH, CollectiveLink, collective_link, peer_bandwidth
+from kvsim.model.collectives import (
+    NETWORK_BANDWIDTH,
+    CollectiveLink,
+    collective_link,
+    moe_gather_group,
+    peer_bandwidth,
+)
 from kvsim.model.dsa import dsa_index_bytes, index_key_bytes, minimax_m3_sparse
 from kvsim.model.gpus import Gpu
 from kvsim.model.knobs import MAX_COEFFICIENT_PS
@@ -340,12 +346,7 @@ def roofline_time_model(
         raise InvalidArgumentError(
             f"expert parallelism over {ep} GPUs does not divide {model.name}'s {model.num_experts} experts"
         )
-    # The GPUs a MoE layer's tokens are gathered over and scattered back from: tp x dp with DP ranks, under
-    # expert parallelism (its all-to-all: `FusedMoEParallelConfig.use_all2all_kernels` needs dp > 1) or
-    # without (vLLM's naive dispatch/combine, `MoERunner.do_naive_dispatch_combine`, dp > 1); 1 otherwise:
-    # at dp 1 every TP rank holds every token already, its experts' partial outputs summed by the TP
-    # all-reduce the layer has anyway (expert parallelism at dp 1 moves nothing more).
-    gather = tp * dp if model.num_experts and dp > 1 else 1
+    gather = moe_gather_group(model.num_experts, tp, dp)  # (the MoE layers' gather and scatter group)
     groups = weight_groups(model, quantization)
     from kvsim.model.sizing import mxfp4_padding  # (sizing imports this module's names lazily too)
 
