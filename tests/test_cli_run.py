@@ -1700,3 +1700,21 @@ def test_plan_refuses_pool_null_block_only_where_no_probe_reads_it(capsys):
         capsys.readouterr().err
     )
     assert main([*model, "--num-gpu-blocks-override", "3000", "--smallest", "kv_cache_bytes"]) == 0
+
+
+def test_sweep_refuses_a_swap_space_and_a_models_knob_no_point_reads(capsys):
+    """kvsim sweep took `--base cpu_blocks=40` under recompute and `--base tensor_parallel_size=2` with no
+    model silently (kvsim run and plan refuse both); now by the same rule, over its points: a grid of
+    preemption modes with one that swaps reads the swap space, a grid of models reads -tp."""
+    small = ["--requests", "5", "--no-progress"]
+    for base, said in (
+        (["--base", "cpu_blocks=40"], "argument --base cpu_blocks: a CPU pool of 40 blocks would do nothing"),
+        (["--base", "tensor_parallel_size=2"], "argument --base tensor_parallel_size: a model's knob"),
+    ):
+        assert main(["sweep", "--base", "num_blocks=300", *base, "--grid", "block_size=16,32", *small]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"kvsim sweep: error: {said}"), err
+    grid = ["--grid", "preemption=recompute,swap"]
+    assert main(["sweep", "--base", "num_blocks=300", "--base", "cpu_blocks=40", *grid, *small]) == 0
+    grid = ["--grid", "model=llama-3-8b"]
+    assert main(["sweep", "--base", "num_blocks=300", "--base", "tensor_parallel_size=2", *grid, *small]) == 0

@@ -34,7 +34,12 @@ from kvsim.analysis.sweep_stats import aggregate, is_share
 from kvsim.cli import calibrate as cli_calibrate
 from kvsim.cli import plan as cli_plan
 from kvsim.cli.flags import METRICS_POINTER, FlagError, Parser, _add_workload_flags, _Formatter, _run_parser
-from kvsim.cli.refusals import FieldSpelling, refuse_idle_at_every_point
+from kvsim.cli.refusals import (
+    FieldSpelling,
+    _refuse_idle_swap,
+    _refuse_modelless_knobs,
+    refuse_idle_at_every_point,
+)
 from kvsim.cli.run import _int_flag, cmd_run
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.lab import cli as lab_cli
@@ -350,6 +355,11 @@ def refuse_idle_fields(args: argparse.Namespace, spec: SweepSpec) -> None:
             configs[key] = point.sim_config()
     points = [(c, None) for c in configs.values()]
     refuse_idle_at_every_point(points, where, FieldSpelling(), given=set(spec.base))
+    if configs:
+        # (the swap space and the modelless knobs, as kvsim run refuses them: over every point)
+        values = list(configs.values())
+        _refuse_idle_swap(None, values, spec.base, {}, where=where)
+        _refuse_modelless_knobs(None, values[0], spec.base, {}, where=where, configs=values)
 
 
 def known_metrics(spec: SweepSpec, skip_invalid: bool = False) -> list[str]:

@@ -23,12 +23,19 @@ def _given_at(args: argparse.Namespace, flag_of: dict[str, str], name: str) -> s
 
 
 def _refuse_modelless_knobs(
-    args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
+    args: argparse.Namespace | None,
+    config: Any,
+    cfg: dict[str, Any],
+    flag_of: dict[str, str],
+    where: Callable[[str], str] | None = None,
+    configs: Iterable[Any] = (),
 ) -> None:
     """A pool given in blocks with no model: the model's sizing and serving knobs the user gave have
     nothing to act on (`config:` listed `tensor_parallel_size=1000` as if it took effect). (A preset's own
-    values, `gpu_memory_utilization` 0.9 of the older ones, are not the user's.)"""
-    if config.model is not None:
+    values, `gpu_memory_utilization` 0.9 of the older ones, are not the user's.) `where` names a knob
+    (`kvsim sweep`'s `--base` fields; else its flag or the run file), and with `configs` (a sweep's points)
+    a knob is refused only where none of them names a model."""
+    if config.model is not None or any(c.model is not None for c in configs):
         return
     for name in (
         "tensor_parallel_size",
@@ -43,9 +50,11 @@ def _refuse_modelless_knobs(
         "activation_reserve_bytes",
     ):
         if name in cfg and cfg[name] != KNOBS[name].default:
+            said = where(name) if where is not None else _given_at(args, flag_of, name)  # type: ignore[arg-type]
+            model = "model=NAME" if where is not None else "--model"
             raise FlagError(
-                f"{_given_at(args, flag_of, name)}: a model's knob, but this run names no model (its pool is given in blocks): give "
-                "--model or drop it"
+                f"{said}: a model's knob, but this run names no model (its pool is given in blocks): give "
+                f"{model} or drop it"
             )
 
 
@@ -205,14 +214,19 @@ def _overridden_sizing(
 
 
 def _refuse_idle_swap(
-    args: argparse.Namespace, configs: Iterable[Any], cfg: dict[str, Any], flag_of: dict[str, str]
+    args: argparse.Namespace | None,
+    configs: Iterable[Any],
+    cfg: dict[str, Any],
+    flag_of: dict[str, str],
+    where: Callable[[str], str] | None = None,
 ) -> None:
     """A CPU swap space given (`--swap-space`, `--cpu-blocks`, or the run file's) with preemption
     `recompute` would do nothing: a victim's blocks are freed, never swapped. vLLM 0.33.0, whose engine
     preempts by recompute only, has no such flag (neither vllm/engine/arg_utils.py nor
     vllm/config/cache.py names swap_space), so `vllm serve --swap-space 4` stops at argparse's
     "unrecognized arguments"; kvsim refuses it too, saying what would use it. `configs`: the points a
-    command runs (`kvsim run`'s one; `kvsim plan`'s candidates), refused only where none of them swaps."""
+    command runs (`kvsim run`'s one; `kvsim plan`'s candidates; `kvsim sweep`'s points, its `--base` fields
+    named by `where`), refused only where none of them swaps."""
     from kvsim.model.units import fmt_bytes
 
     if any(c.preemption != "recompute" for c in configs):
@@ -221,16 +235,17 @@ def _refuse_idle_swap(
         value = cfg.get(name)
         if not value:  # not given, or 0 (no CPU pool, which is what recompute has)
             continue
-        where = _given_at(args, flag_of, name)
+        said = where(name) if where is not None else _given_at(args, flag_of, name)  # type: ignore[arg-type]
+        how = "preemption=swap" if where is not None else "--preemption-mode swap"
         what = (
             f"a CPU swap space of {fmt_bytes(value)}"
             if name == "swap_space_bytes"
             else f"a CPU pool of {value} blocks"
         )
         raise FlagError(
-            f"{where}: {what} would do nothing: preemption is 'recompute', which frees a "
+            f"{said}: {what} would do nothing: preemption is 'recompute', which frees a "
             "preempted request's blocks and never swaps (vLLM 0.33.0 preempts only so and has no "
-            "--swap-space: vllm serve refuses the flag); add --preemption-mode swap or auto (vLLM v0's) "
+            f"--swap-space: vllm serve refuses the flag); add {how} or auto (vLLM v0's) "
             "to swap to it, or drop it"
         )
 
