@@ -417,7 +417,7 @@ class PlanResult:
                 "converged": f"highest rate meeting {slos}: {self._fmt(self.value)} (passes; "
                 f"{self._fmt(hi)} fails; within {100 * (self.achieved or 0):.2g} % ≤ {100 * self.precision:g} %)",
                 "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
-                f"{self._fmt(lo)} passes, {self._fmt(hi)} fails",
+                f"{self._fmt(lo)} passes, {self._fmt(hi)} fails (max_probes, --max-probes, allows more)",
                 "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: at such rates "
                 "the workload's requests arrive nearly at once, so this says the whole run served as one burst "
                 "meets the SLOs, not that the rate can be sustained (more requests make a run outlast the "
@@ -434,7 +434,7 @@ class PlanResult:
                     if self.precision > 0
                     else f"stopped at {n} probes with the bracket still open: "  # an exact integer search
                 )
-                + f"{self._fmt(lo)} fails, {self._fmt(hi)} passes",
+                + f"{self._fmt(lo)} fails, {self._fmt(hi)} passes (max_probes, --max-probes, allows more)",
                 "above-cap": f"fails {slos} at every {self.axis} probed, up to the cap {self._fmt(lo)}",
                 "below-floor": f"passes {slos} at every {self.axis} probed, down to the floor "
                 f"{self._fmt(hi)}",
