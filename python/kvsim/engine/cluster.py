@@ -319,14 +319,31 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
             raise InvalidArgumentError(
                 f"{what}: pd_link_ps_per_block is needed without a model (the KV bytes of a block are unknown)"
             )
-        ps_per_block = round(block * PS_PER_S / first.pd_link_bandwidth)
+        bandwidth = pd_link_bandwidth(first)
+        ps_per_block = round(block * PS_PER_S / bandwidth)
         if ps_per_block > 1 << 40:
             raise InvalidArgumentError(
-                f"pd_link_bandwidth {first.pd_link_bandwidth!r} makes a block's transfer last {ps_per_block} "
+                f"pd_link_bandwidth {bandwidth!r} makes a block's transfer last {ps_per_block} "
                 f"ps, more than {1 << 40}"
             )
     latency = round(first.pd_link_latency_s * PS_PER_S)
     return PdSpec(p, first.pd_threshold_tokens, latency, ps_per_block, prefill_config)
+
+
+def pd_link_bandwidth(config: SimConfig) -> float:
+    """A decode replica's inbound link, bytes per second per GPU: `pd_link_bandwidth` given, else its GPU's
+    NIC (`Gpu.network_bandwidth`: B300 and GB300's 800 Gb/s ConnectX-8), else a 400 Gb/s NIC a GPU
+    (`collectives.NETWORK_BANDWIDTH`, NVIDIA's DGX H100 / H200 / B200): one figure for the NIC the
+    collectives past a host cross too."""
+    if config.pd_link_bandwidth is not None:
+        return float(config.pd_link_bandwidth)
+    from kvsim.model.collectives import NETWORK_BANDWIDTH
+
+    if config.gpu is not None:
+        from kvsim.model.gpus import resolve as resolve_gpu
+
+        return resolve_gpu(config.gpu).network_bandwidth or NETWORK_BANDWIDTH
+    return NETWORK_BANDWIDTH
 
 
 def _pd_block_bytes(config: SimConfig) -> float | None:

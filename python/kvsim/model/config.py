@@ -201,7 +201,7 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier):
     router_tie_break: str = default("router_tie_break")
     prefill_replicas: int = default("prefill_replicas")
     pd_threshold_tokens: int = default("pd_threshold_tokens")
-    pd_link_bandwidth: float = default("pd_link_bandwidth")
+    pd_link_bandwidth: float | None = default("pd_link_bandwidth")
     pd_link_latency_s: float = default("pd_link_latency_s")
     pd_link_ps_per_block: int | None = default("pd_link_ps_per_block")
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

@@ -665,10 +665,11 @@ KNOBS: dict[str, Knob] = {
         flags=("--pd-threshold",),
     ),
     "pd_link_bandwidth": Knob(
-        50e9,
+        None,
         "float",
-        "fleet, disaggregated: a decode replica's inbound link, bytes per second per GPU (a 400 Gb/s NIC per "
-        "GPU, as NVIDIA's DGX H100/H200)",
+        "fleet, disaggregated: a decode replica's inbound link, bytes per second per GPU; unset: the GPU's NIC "
+        "(a 400 Gb/s NIC per GPU, as NVIDIA's DGX H100/H200; B300 and GB300's 800 Gb/s ConnectX-8)",
+        optional=True,
         lo=1.0,
         hi=1e300,
         unit="B/s",
