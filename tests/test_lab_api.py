@@ -474,3 +474,24 @@ def test_a_request_the_server_cannot_parse_is_answered_in_json():
     answer = json.loads(body)
     assert answer["field"] == "request"
     assert "Invalid HTTP request" in answer["error"]
+
+
+def test_a_static_baseline_reserves_the_longest_request_not_the_models_context():
+    """The page's contiguous baseline reserves max_model_len a request under `static`: the one the paged
+    track was given, else the workload's longest request. With max_model_len defaulting to the model's
+    context, it read 131,072 tokens a request for Llama-3.1-8B (a pool of 2 GiB holds 1 / 8 of one): the
+    user's max_model_len, not the default, is what the baseline takes."""
+    import kvsim
+    from kvsim.lab.query import _contiguous_track
+    from kvsim.workloads import synthetic
+
+    w = synthetic(50, arrival_rate=5, seed=1)
+    paged = kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes="2GiB")
+    assert paged.max_model_len == 131_072
+    longest = int((w.prompt_len + w.output_len).max())
+    track = _contiguous_track(paged, w, "static")
+    assert track is not None
+    assert track.max_model_len == longest < 131_072
+    track = _contiguous_track(paged.replace(max_model_len=4096), w, "static")
+    assert track is not None
+    assert track.max_model_len == 4096

@@ -239,6 +239,9 @@ def _contiguous_track(paged: SimConfig, workload: Workload, policy: str) -> SimC
     if paged.kv_groups:
         return None
     longest = int((workload.prompt_len + workload.output_len).max()) if len(workload) else 1
+    # (the max_model_len the paged track was given, not the model's context it defaults to: a static
+    # baseline reserving 131,072 tokens a request for Llama-3.1-8B would hold nothing the pool can fit)
+    given = getattr(paged, "_given", {}).get("max_model_len")
     return paged.replace(
         policy=policy,
         sampling="independent",
@@ -247,9 +250,9 @@ def _contiguous_track(paged: SimConfig, workload: Workload, policy: str) -> SimC
         swap_space_bytes=None,
         kv_offloading_size=None,
         kv_offloading_chunks=0,
-        max_model_len=paged.max_model_len or longest,
+        max_model_len=given or longest,
         # (kvsim's own baseline, not a vLLM server: the workload's longest request may pass the model's context)
-        allow_long_max_model_len=paged.allow_long_max_model_len or paged.max_model_len is None,
+        allow_long_max_model_len=paged.allow_long_max_model_len or given is None,
     )
 
 
