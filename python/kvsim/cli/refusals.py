@@ -342,21 +342,25 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
         )
     if config.allow_long_max_model_len:
         mml = config._given.get("max_model_len")
+        why: str | None
         if config.model is None:
             why = "it lets a max_model_len longer than a model's context through, and this run names no model"
         else:
             from kvsim.model.models import resolve
 
-            ctx = resolve(config.model).longest_context
+            m = resolve(config.model)
+            longer = mml is not None and mml > m.longest_context
             why = (
-                f"it lets a max_model_len longer than model {resolve(config.model).name}'s context of {ctx:,} "
-                f"through, and {'none is given' if mml is None else f'{mml:,} is not longer'}"
+                None
+                if longer
+                else (
+                    f"it lets a max_model_len longer than model {m.name}'s context of {m.longest_context:,} "
+                    f"through, and {'none is given' if mml is None else f'{mml:,} is not longer'}"
+                )
             )
-            if mml is not None and mml > ctx:
-                why = ""
         out["allow_long_max_model_len"] = (
             None
-            if not why
+            if why is None
             else f"{spell.value('allow_long_max_model_len', True)} does nothing here: {why}; {spell.drop}"
         )
     if config._given.get("swap_ps_per_block") is not None:
