@@ -619,7 +619,7 @@ def test_hf_mla_config_deepseek_v2_lite_shapes(tmp_path):
     assert sizing.kv_bytes_per_token(m, tensor_parallel_size=2) == 27 * 576 * 2
     assert sizing.kv_bytes_per_token(m, "fp8") == 27 * 576
     assert 15.5e9 < m.num_params < 16e9  # published: 15.7B total
-    # MLA's widths as the config states them; a null q_lora_rank
+    # MLA's widths as the config states them (the roofline's, `timing.mla_layer_values`); a null q_lora_rank
     # is none (the query projected from the hidden state), and head_dim stays hidden / heads
     assert (m.qk_nope_head_dim, m.v_head_dim, m.q_lora_rank, m.head_dim) == (128, 128, 0, 2048 // 16)
 
