@@ -37,6 +37,8 @@ FIELDS = (
     "kv_lora_rank",
     "qk_nope_head_dim",
     "qk_rope_head_dim",
+    "q_lora_rank",
+    "v_head_dim",
     "weight_bytes",
     "quantization",
     "num_experts",

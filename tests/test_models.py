@@ -619,6 +619,24 @@ def test_hf_mla_config_deepseek_v2_lite_shapes(tmp_path):
     assert sizing.kv_bytes_per_token(m, tensor_parallel_size=2) == 27 * 576 * 2
     assert sizing.kv_bytes_per_token(m, "fp8") == 27 * 576
     assert 15.5e9 < m.num_params < 16e9  # published: 15.7B total
+    # MLA's widths as the config states them (the roofline's, `timing.mla_layer_values`); a null q_lora_rank
+    # is none (the query projected from the hidden state), and head_dim stays hidden / heads
+    assert (m.qk_nope_head_dim, m.v_head_dim, m.q_lora_rank, m.head_dim) == (128, 128, 0, 2048 // 16)
+
+
+def test_mla_widths_are_read_from_the_config_and_default_as_the_weights_read_them():
+    """DeepSeek-V3's config.json: q_lora_rank 1536, qk_nope_head_dim 128, v_head_dim 128 (its head_dim, absent,
+    is hidden / heads = 56). Without `v_head_dim` the value heads are `head_dim` wide, as the weights count
+    them (`params`); a model without a latent has none of these widths."""
+    cfg = json.loads((HF / "deepseek-v3.json").read_text())
+    m = hf_config._from_dict(cfg, "d", "d", "d", None)
+    assert (m.q_lora_rank, m.qk_nope_head_dim, m.v_head_dim, m.head_dim) == (1536, 128, 128, 56)
+    no_v = hf_config._from_dict({k: v for k, v in cfg.items() if k != "v_head_dim"}, "d", "d", "d", None)
+    assert no_v.v_head_dim == 56
+    glm = models.get("glm-5")  # (its own widths: q_lora 2048, qk_nope 192, v_head 256)
+    assert (glm.q_lora_rank, glm.qk_nope_head_dim, glm.v_head_dim) == (2048, 192, 256)
+    llama = models.get("llama-3.1-8b")
+    assert (llama.q_lora_rank, llama.qk_nope_head_dim, llama.v_head_dim) == (0, 0, 0)
 
 
 def test_an_mla_latent_of_zero_is_refused_not_read_as_ordinary_attention():

@@ -4,8 +4,11 @@ attention, exactness in both engines on real models, the configuration's rules a
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import re
+from pathlib import Path
 
 import hypothesis.strategies as st
 import numpy as np
@@ -21,6 +24,7 @@ from kvsim.model.timing import (
     AttentionClass,
     Efficiencies,
     RooflineTimeModel,
+    mla_layer_values,
     roofline_time_model,
     weight_groups,
 )
@@ -92,6 +96,75 @@ def test_a_step_is_the_larger_of_streaming_and_computing():
     # A 2,048-token prefill: its pairs, not its keys, price its attention.
     chunk = roofline_step(rt, [(2048, 2048)]) - rt.base_ps(2048, 1)
     assert chunk == a.flop_ps * (2048 * 2048 - 2048 * 2047 // 2) > a.kv_ps * 2048
+
+
+HF = Path(__file__).parent / "data" / "hf"
+DSV3, H200 = kvsim.models.get("deepseek-v3"), kvsim.gpus.get("h200")
+
+
+def _terms(rt: RooflineTimeModel) -> dict[str, float]:
+    return {t.name: t.ps for t in rt.terms}
+
+
+def test_an_mla_layer_moves_its_latent_and_heads_widths_not_hidden_over_heads():
+    """DeepSeek-V3's config states no head_dim (kvsim's is hidden / heads = 56, a width vLLM's MLA never
+    moves): its activations and elementwise values are MLA's (DESIGN.md §Time model, "MLA's widths"), from
+    the published config.json's fields. At tp 8, 16 heads a GPU: the fused A projection, q_b_proj (a query
+    of 128 + 64 a head), the absorbed W_UK (the query 512 + 64 wide a head) and W_UV, o_proj; the two latent
+    norms, the RoPE parts' rotary, the latent's KV write."""
+    cfg = json.loads((HF / "deepseek-v3.json").read_text())
+    h, r, rope = cfg["hidden_size"], cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+    p, v, c = cfg["qk_nope_head_dim"], cfg["v_head_dim"], cfg["q_lora_rank"]
+    n = cfg["num_attention_heads"] // 8
+    act, elem = mla_layer_values(DSV3, 8)
+    assert act == (h + c + r + rope) + (c + n * (p + rope)) + (n * p + n * r) + (n * r + n * v) + (n * v + h)
+    assert elem == 2 * c + 2 * r + 2 * (n * rope + rope) + (r + rope)
+    assert (act, elem) == (43_584, 6_848)  # (hidden / heads gave 17,920 and 5,376)
+    rt = roofline_time_model(DSV3, H200, tensor_parallel_size=8)
+    dense, layers, ffn = cfg["first_k_dense_replace"], cfg["num_hidden_layers"], cfg["intermediate_size"] // 8
+    values = layers * act + dense * (2 * h + 3 * ffn)  # the dense layers' MLP: gate_up and down in and out
+    assert _terms(rt)["dense_mem_tok"] == pytest.approx(values * 2 / 4.8e12 * PS, rel=1e-12)
+    assert rt.dense_mem_tok_ps == round(values * 2 / 4.8e12 * PS)
+
+
+def test_an_mla_models_per_token_terms_follow_its_latent_not_head_dim():
+    """The per-token terms of an MLA model move with its latent (1 + 2 x 16 values a layer through the
+    matrices for each latent value at tp 8, 3 elementwise) and not with head_dim; a GQA model's move with
+    head_dim (so the first check could fail)."""
+    base = roofline_time_model(DSV3, H200, tensor_parallel_size=8)
+    other = roofline_time_model(dataclasses.replace(DSV3, head_dim=128), H200, tensor_parallel_size=8)
+    assert (other.dense_mem_tok_ps, other.tok_ps) == (base.dense_mem_tok_ps, base.tok_ps)
+    llama = kvsim.models.get("llama-3.1-8b")
+    gqa = [roofline_time_model(dataclasses.replace(llama, head_dim=d), H200) for d in (128, 256)]
+    assert gqa[1].dense_mem_tok_ps > gqa[0].dense_mem_tok_ps
+    assert gqa[1].tok_ps > gqa[0].tok_ps
+    wider = roofline_time_model(dataclasses.replace(DSV3, kv_lora_rank=1024), H200, tensor_parallel_size=8)
+    t0, t1, more = _terms(base), _terms(wider), 1024 - 512
+    assert t1["dense_mem_tok"] - t0["dense_mem_tok"] == pytest.approx(61 * more * 33 * 2 / 4.8e12 * PS)
+    assert t1["elementwise_tok"] - t0["elementwise_tok"] == pytest.approx(61 * more * 3 * 2 / 4.8e12 * PS)
+
+
+def test_kimi_mla_layers_have_their_own_widths_and_its_kda_layers_keep_head_dim():
+    """Kimi-Linear: 7 MLA layers without a query latent (`q_proj` and `kv_a_proj_with_mqa` each read the
+    hidden state) and without rotary (vLLM's KimiMLAAttention builds none: NoPE), 20 KDA layers priced as
+    before (heads x head_dim, hidden / heads = 72). Kimi-K3's output gate, fused into the A projection, adds
+    heads x v_head out and the gate's multiply (read g and o, write o) elementwise."""
+    m = kvsim.models.get("kimi-linear-48b-a3b")
+    n, h, r, rope, p, v = 32, 2304, 512, 64, 128, 128
+    act, elem = mla_layer_values(m, 1)
+    assert act == (h + n * (p + rope)) + (h + r + rope) + (n * p + n * r) + (n * r + n * v) + (n * v + h)
+    assert elem == 2 * r + (r + rope)
+    gqa = (h + 3 * 32 * 72) + (32 * 72 + h)
+    values = 7 * act + 20 * gqa + 1 * (2 * h + 3 * 9216)  # (one dense layer, first_k_dense_replace 1)
+    rt = roofline_time_model(m, H200)
+    assert _terms(rt)["dense_mem_tok"] == pytest.approx(values * 2 / 4.8e12 * PS, rel=1e-12)
+    k3 = kvsim.models.get("kimi-k3")
+    gated = mla_layer_values(k3, 8)
+    plain = dataclasses.replace(
+        k3, config_json=json.dumps({**k3.config_fields, "mla_use_output_gate": False})
+    )
+    ungated = mla_layer_values(plain, 8)
+    assert (gated[0] - ungated[0], gated[1] - ungated[1]) == (96 // 8 * 128, 3 * 96 // 8 * 128)
 
 
 def test_tensor_parallelism_halves_the_weights_and_adds_all_reduces():

@@ -90,6 +90,12 @@ class Model:
         qk_rope_head_dim: MLA decoupled RoPE key width (0 for non-MLA models).
         qk_nope_head_dim: MLA's per-head key width without RoPE (0 where the config states none): what
             vLLM's FlashInfer MLA backend takes (`kvsim.model.layers.mla_default_block_size`).
+        q_lora_rank: MLA's query latent width (the config's `q_lora_rank`; 0 where it is absent or null: the
+            query projected from the hidden state directly, `q_proj`; 0 for non-MLA models).
+        v_head_dim: MLA's per-head value width (the config's `v_head_dim`; where it states none, `head_dim`,
+            as the weights count it, `kvsim.model.params`; 0 for non-MLA models). With `qk_nope_head_dim`,
+            `q_lora_rank` and the latent, the widths the roofline's activations and elementwise kernels move
+            for an MLA layer (`kvsim.model.timing.mla_layer_values`), not `head_dim`.
         source: where the numbers come from.
         layers: each decoder layer's cache (`kvsim.model.layers.Layer`: full attention, sliding window,
             chunked local, Mamba state, shared); empty: `num_layers` full-attention layers.
@@ -131,6 +137,8 @@ class Model:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
+    q_lora_rank: int = 0
+    v_head_dim: int = 0
     source: str = ""
     layers: tuple[Layer, ...] = ()
     weight_bytes: int = 0

@@ -70,7 +70,8 @@ def from_hf_config(path: str | Path, name: str | None = None, quantization: str 
     names for it, with Falcon's and ChatGLM's rules: `_kv_heads`; default: the attention heads; `multi_query`
     gives 1), `head_dim` (default hidden / heads), `intermediate_size`
     (`ffn_dim` for OPT), `vocab_size`, `max_position_embeddings`, `torch_dtype` (or `dtype`), MLA's
-    `kv_lora_rank` + `qk_rope_head_dim` (DeepSeek-V2/V3), and `quantization_config` (`kvsim.model.quant`:
+    `kv_lora_rank` + `qk_rope_head_dim` (DeepSeek-V2/V3) with its `q_lora_rank`, `qk_nope_head_dim` and
+    `v_head_dim`, and `quantization_config` (`kvsim.model.quant`:
     fp8, MXFP4, NVFP4, AWQ, GPTQ, compressed-tensors). The parameter count is not in a config: it is
     derived from these fields (`kvsim.model.params`: embeddings, tied or not; attention projections, MLA's
     low-rank ones included; a gated MLP for Llama-like models, two matrices for OPT/GPT; mixture-of-experts
@@ -633,6 +634,10 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         kv_lora_rank=cache_lora,
         qk_rope_head_dim=cache_rope,
         qk_nope_head_dim=pick("qk_nope_head_dim", default=0, required=False) if cache_lora else 0,
+        # (read as the weights read them, `kvsim.model.params`: a null q_lora_rank is none, a missing
+        # v_head_dim is head_dim)
+        q_lora_rank=pick("q_lora_rank", default=0, required=False) if cache_lora else 0,
+        v_head_dim=pick("v_head_dim", default=head_dim, required=False) if cache_lora else 0,
         source=str(p),
         layers=model_layers,
         weight_bytes=q.weight_bytes(b, dtype_bits(dtype)),

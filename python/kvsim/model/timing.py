@@ -420,7 +420,15 @@ def roofline_time_model(
     per_layer_act = (h + q_width + 2 * kv_width) + (q_width + h)  # qkv in/out, o in/out
     # (the layers with attention projections: Nemotron-NAS's no-op attention layers have none)
     attn_L = L - sum(lay.kind == "none" for lay in model.layer_list())
-    act_tok = attn_L * per_layer_act + dense_layers * (h + 2 * mlp_width + mlp_width + h)
+    # An MLA model's attention layers move its latent's and heads' widths, not head_dim (hidden / heads where
+    # the config states none: 56 for DeepSeek-V3); its other layers (Kimi-Linear's KDA) keep the above.
+    mla_L = sum(lay.kind in ATTENTION_KINDS for lay in model.layer_list()) if model.is_mla else 0
+    mla_act, mla_elem = mla_layer_values(model, tp) if mla_L else (0, 0)
+    act_tok = (
+        (attn_L - mla_L) * per_layer_act
+        + mla_L * mla_act
+        + dense_layers * (h + 2 * mlp_width + mlp_width + h)
+    )
     dense_mem_tok = act_tok * act / mem_rate
     terms.append(
         Term(
@@ -607,18 +615,23 @@ def roofline_time_model(
         terms.append(
             Term(f"attention {what} kv", a.kv_ps, "per key read", f"{a.layers} layers' KV bytes / HBM")
         )
+        per_pair = "(2·heads·(r + rope) + 2·heads·r)" if model.is_mla else "4·heads·head_dim"
         terms.append(
             Term(
                 f"attention {what} flop",
                 a.flop_ps,
                 "per query-key pair",
-                f"{a.layers} layers × 4·heads·head_dim FLOPs / tensor rate",
+                f"{a.layers} layers × {per_pair} FLOPs / tensor rate",
             )
         )
 
     # Per token, outside the max: elementwise kernels (norms, rotary, activation, KV write, embedding).
     elem = (
-        L * 6 * h + attn_L * (2 * (q_width + kv_width) + 2 * kv_width) + dense_layers * 3 * mlp_width + 2 * h
+        L * 6 * h
+        + (attn_L - mla_L) * (2 * (q_width + kv_width) + 2 * kv_width)
+        + mla_L * mla_elem
+        + dense_layers * 3 * mlp_width
+        + 2 * h
     )
     if model.num_experts:
         # Each expert's width as the GPUs hold it, padded where vLLM pads it (Kimi-Linear's a GPU's
@@ -722,6 +735,45 @@ def roofline_time_model(
     )
 
 
+def mla_layer_values(model: Model, tp: int) -> tuple[int, int]:
+    """(activation values, elementwise values) one token moves through one MLA layer on one of `tp` GPUs:
+    the widths vLLM 0.33.0's MLA attention moves (`model_executor/layers/mla.py`
+    MultiHeadLatentAttentionWrapper.forward; `model_executor/layers/attention/mla_attention.py`
+    MLAAttention.forward_impl and its module docstring), not `head_dim`. With `n` = heads / tp, the latent
+    `r` (`kv_lora_rank`), the RoPE width `ρ`, the key width without RoPE `p`, the value width `v` and the
+    query latent `c` (`q_lora_rank`; DeepSeek-V3: 16 heads at tp 8, r 512, ρ 64, p 128, v 128, c 1536):
+
+    - activations, each matrix's input and output: the A projection, hidden in and `c + r + ρ` out
+      (`fused_qkv_a_proj`), or without a query latent `q_proj` (hidden in, `n·(p + ρ)` out) and
+      `kv_a_proj_with_mqa` (hidden in, `r + ρ` out); Kimi-K3's output gate fused into it, `n·v` more out;
+      `q_b_proj`, `c` in and `n·(p + ρ)` out; the decode path's absorbed `kv_b_proj` (`forward_mqa`): W_UK,
+      `n·p` in and `n·r` out (the query `r + ρ` wide a head), and after the attention W_UV (`_v_up_proj`),
+      `n·r` in and `n·v` out; `o_proj`, `n·v` in and hidden out;
+    - elementwise, read and written: `q_a_layernorm` (`2c`) and `kv_a_layernorm` (`2r`); the rotary
+      embedding of the query's and the key's RoPE parts (`2·(n·ρ + ρ)`; none on Kimi's NoPE MLA, whose
+      `kimi_linear.py` builds no rotary); the KV write of the latent entry (`r + ρ`, as a GQA layer's is its
+      K and V); Kimi-K3's output gate (`sigmoid(g) · o`: `3·n·v`).
+
+    Every token is charged the decode path's values: a prefill token of dense MLA goes through `forward_mha`
+    instead (`kv_b_proj` up-projects its latent, `r` in and `n·(p + v)` out, where W_UK and W_UV move
+    `n·(p + 2r + v)`), but the activations weigh where a step is memory-bound, its decodes; sparse MLA
+    (DeepSeek-V3.2, GLM-5) runs every token through `forward_mqa`."""
+    n = model.num_attention_heads // tp
+    h, r, rope, c = model.hidden_size, model.kv_lora_rank, model.qk_rope_head_dim, model.q_lora_rank
+    # (a config without them: the widths the weights count, `kvsim.model.params`)
+    p = model.qk_nope_head_dim or model.head_dim
+    v = model.v_head_dim or model.head_dim
+    gate = n * v if model.config_fields.get("mla_use_output_gate") else 0
+    if c:
+        a_proj = (h + c + r + rope + gate) + (c + n * (p + rope))  # fused_qkv_a_proj, q_b_proj
+    else:
+        a_proj = (h + n * (p + rope)) + (h + r + rope + gate)  # q_proj, kv_a_proj_with_mqa
+    act = a_proj + (n * p + n * r) + (n * r + n * v) + (n * v + h)  # W_UK, W_UV, o_proj
+    rotary = 0 if model.model_type == "kimi_linear" else 2 * (n * rope + rope)
+    elem = 2 * c + 2 * r + rotary + (r + rope) + 3 * gate
+    return act, elem
+
+
 def _moe_layer_count(model: Model) -> int:
     """Decoder layers holding routed experts."""
     if not model.num_experts:
@@ -745,6 +797,7 @@ __all__ = [
     "RooflineTimeModel",
     "Term",
     "collective_link",
+    "mla_layer_values",
     "peer_bandwidth",
     "roofline_time_model",
 ]
