@@ -619,7 +619,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if prefill_cfg is not None:
             print(f"prefill {out['prefill_pool']}")
             print(f"prefill {out['prefill_time']}")
-        raw_cfg, human = config.to_dict(), config.describe()
+        raw_cfg, human = config.resolved(), config.describe()
         pool_bs = config.pool.pool_block_size
         if pool_bs != config.block_size:  # (a state layer raised it: the pool's, and the one asked)
             human["block_size"] = f"{pool_bs} (raised from {config.block_size} for the state layers)"
