@@ -415,7 +415,9 @@ def test_describe_reproduces_the_configuration(kwargs):
     assert again.resolved() == cfg.resolved()
     assert again.to_dict() == cfg.to_dict()
     # Every value as shown, the derived ones given, reads back to the same resolved configuration too.
-    shown = {k: v for k, v in described.items() if v is not None and k not in ("derived", "cpu_blocks")}
+    shown = {
+        k: v for k, v in described.items() if v is not None and k not in ("derived", "given", "cpu_blocks")
+    }
     assert SimConfig(**shown).resolved() == cfg.resolved()
 
 

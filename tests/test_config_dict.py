@@ -63,7 +63,7 @@ def test_describe_and_resolved_show_the_effective_values_to_dict_the_given_ones(
     assert {"max_model_len", "num_blocks", "time_model", "max_num_seqs", "max_num_batched_tokens"} <= set(
         described["derived"]
     )
-    assert set(described) - {"derived"} == set(resolved)  # (every field, and the one key naming the derived)
+    assert set(described) - {"derived", "given"} == set(resolved)  # (every field, and the keys naming how)
     # A rebuild from the resolved values alone makes them given: the old model's context sticks.
     assert SimConfig(**resolved).replace(model="llama-3.1-8b").max_model_len == 8192
 

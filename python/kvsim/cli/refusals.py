@@ -186,8 +186,8 @@ def _overridden_sizing(
         by = "kv_cache_bytes" if kv is not None else "gpu_memory_utilization"
         given = f"{said(by)} {fmt_bytes(kv) if kv is not None else f'{gmu:g}'}"
         try:
-            # (vLLM v1's count, the null block among them, whatever `pool_null_block` a preset set: the
-            # figure its log line prints)
+            # (vLLM's count, floor(KV bytes / block bytes), the figure its log line prints: "within"'s
+            # num_blocks, which "extra" gives one more for kvsim's null block)
             sized = config.replace(num_blocks=None, pool_null_block="within").num_blocks
         except KvsimError:  # (a KV memory too small for a block: then vLLM fails before the override)
             sized = None
@@ -197,9 +197,15 @@ def _overridden_sizing(
             if sized is not None
             else f'"Overriding num_gpu_blocks=M with num_gpu_blocks_override={blocks}"'
         )
+        # (vLLM v0, whose count "extra" follows, took it in LLMEngine._initialize_kv_caches, logging the same)
+        where = (
+            "v0's LLMEngine._initialize_kv_caches"
+            if config.pool_null_block == "extra"
+            else "its get_kv_cache_configs"
+        )
         notes.append(
             f"{said('num_blocks')} {blocks:,} sizes the pool, not {given}{holds}: vLLM lets the override "
-            f"win (its get_kv_cache_configs logs {log}), so {said(by)} sizes nothing here"
+            f"win ({where} logs {log}), so {said(by)} sizes nothing here"
         )
         overridden.add(by)
     if kv is not None and gmu is not None:
@@ -332,14 +338,6 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
             out[name] = None if tier else no_tier
     if config._given.get("kv_offloading_ps_per_block") is not None:
         out["kv_offloading_ps_per_block"] = None if tier else no_tier
-    if given("pool_null_block"):
-        out["pool_null_block"] = (
-            None
-            if config.pool.source != "num_blocks"
-            else f"{spell.value('pool_null_block', config.pool_null_block)} does nothing here: the pool is "
-            f"given in blocks ({spell.knob('num_blocks')}), taken as it is; it is how a pool sized from memory "
-            f"counts vLLM's null block; {spell.drop}"
-        )
     if config.allow_long_max_model_len:
         mml = config._given.get("max_model_len")
         why: str | None
@@ -376,7 +374,7 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
 def _refuse_idle_knobs(config: Any, prefill: Any = None, given: set[str] | None = None) -> None:
     """`kvsim run`'s refusal of a knob set away from its default that this run does not read
     (`idle_knobs`): refused by its flag (it was accepted and dropped, and `config:` showed it as if it took
-    effect); with `given`, only the user's knobs (a preset's own, `vllm-v0`'s `pool_null_block`, are not)."""
+    effect); with `given`, only the user's knobs (not a preset's own)."""
     refuse_idle_at_every_point(
         [(config, prefill)], lambda name: f"argument {_knob_flags(name)[0]}", model=False, given=given
     )

@@ -623,6 +623,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         pool_bs = config.pool.pool_block_size
         if pool_bs != config.block_size:  # (a state layer raised it: the pool's, and the one asked)
             human["block_size"] = f"{pool_bs} (raised from {config.block_size} for the state layers)"
+        for k, given in human["given"].items():  # (vllm-v0's num_blocks N: a pool of N + 1)
+            why = ": vLLM v0's blocks, all usable, and kvsim's null block" if k == "num_blocks" else ""
+            human[k] = f"{human[k]} ({given} given{why})"
         shown = {
             k: human[k]
             for k, v in raw_cfg.items()

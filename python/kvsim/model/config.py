@@ -83,8 +83,8 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
     Placement (`first-fit` or `buddy`) is how contiguous policies place their regions; paged policies
     ignore it, so one sweep can cross policies with a placement.
 
-    Memory: `num_blocks` counts vLLM's null block (capacity `num_blocks - 1` blocks of `block_size` tokens);
-    or give `model` and `gpu` (names or objects of `kvsim.models` / `kvsim.gpus`; a model may also be a
+    Memory: `num_blocks` counts vLLM's null block (capacity `num_blocks - 1` blocks of `block_size` tokens;
+    given under `pool_null_block="extra"`, vLLM v0's count, all usable, the pool has one block more); or give `model` and `gpu` (names or objects of `kvsim.models` / `kvsim.gpus`; a model may also be a
     Hugging Face config.json path) and the pool is sized as vLLM does (`kvsim.sizing.size_pool`:
     `gpu_memory_utilization` × device memory − weights / `tensor_parallel_size` − the activation reserve),
     or by `kv_cache_bytes` directly. `pool` describes the result (`pool.line()`).
@@ -228,7 +228,8 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
             raise InvalidArgumentError(
                 f"roofline {roofline!r} must be a kvsim.model.timing.RooflineTimeModel"
             )
-        new = dataclasses.replace(self)
+        # (from the fields as given: a v0 pool's num_blocks N resolved to N + 1 would grow again)
+        new = dataclasses.replace(self, **self._given)  # type: ignore[attr-defined]
         object.__setattr__(new, "_given", self._given)  # type: ignore[attr-defined]
         object.__setattr__(new, "time_model", "roofline")
         object.__setattr__(new, "_roofline", roofline)
