@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.analysis.run_report import (
+    data_parallel_notes,
     fleet_record,
     render_fleet,
     render_groups,
@@ -555,13 +556,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     run_notes(result, workload, info, notes)
     dp = config.data_parallel_size
-    if dp > 1 and config.replicas == 1:
+    several = config.replicas > 1 or config.prefill_replicas > 0
+    if dp > 1 and not several:
         # (a mixture-of-experts model: its DP ranks share the experts, each rank an engine of its own)
         notes.append(
             f"data_parallel_size {dp}: vLLM runs {dp} engines, one a DP rank, and spreads the requests over "
             f"them; this run is one rank's engine given the whole workload ({dp} times its share), sized with "
             f"the routed experts spread over the ranks' GPUs; --replicas {dp} runs all {dp} behind a router"
         )
+    if fleet and several:  # (a fleet of DP ranks: what a replica is, and the groups they make)
+        notes.extend(data_parallel_notes(result))
     notes.extend(encoder_notes(config))
     raised = block_size_note(config)
     if raised is not None:
