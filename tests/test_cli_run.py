@@ -1284,10 +1284,6 @@ LLAMA_ON_H100 = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requ
         (["--router", "prefix-affinity"], "--router: 'prefix-affinity' does nothing here: a router picks"),
         (["--router", "random", "--router-seed", "3"], "--router: 'random' does nothing here"),
         (
-            ["--num-gpu-blocks-override", "2000", "--pool-null-block", "extra"],
-            "--pool-null-block: 'extra' does nothing here: the pool is given in blocks",
-        ),
-        (
             ["--allow-long-max-model-len"],
             "--allow-long-max-model-len: the flag does nothing here: it lets a max_model_len longer than "
             "model llama-3.1-8b's context of 131,072 through, and none is given",
@@ -1311,10 +1307,10 @@ def test_a_flag_that_does_nothing_for_this_run_is_refused_by_name(capsys, argv, 
     assert err.rstrip().endswith("drop the flag"), err
 
 
-def test_the_pool_and_context_knobs_run_where_they_act(capsys):
-    """--pool-null-block on a pool sized from memory and --allow-long-max-model-len beside a longer
-    --max-model-len change the run (the refusals above are of flags idle there, not always); the sweep
-    refuses them by the same rule, and an override's note quotes vLLM's own count under either."""
+def test_the_pool_and_context_knobs_run_where_they_act(capsys, tmp_path):
+    """--pool-null-block on a pool sized from memory or given in blocks and --allow-long-max-model-len
+    beside a longer --max-model-len change the run (the refusals above are of flags idle there, not
+    always), in a sweep too, and an override's note quotes vLLM's own count under either."""
     base = ["run", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--requests", "3", "--json"]
     assert main(base) == 0
     within = json.loads(capsys.readouterr().out)["config"]["num_blocks"]
@@ -1339,8 +1335,10 @@ def test_the_pool_and_context_knobs_run_where_they_act(capsys):
         "--grid",
         "block_size=16,32",
     ]
-    assert main([*sweep, "--requests", "5", "--no-progress"]) == 2
-    assert "argument --base pool_null_block: 'extra' does nothing here" in capsys.readouterr().err
+    # (v0's count: 3,000 usable blocks and kvsim's null block; once refused as doing nothing)
+    out_file = tmp_path / "s.parquet"
+    assert main([*sweep, "--requests", "5", "--no-progress", "--output", str(out_file)]) == 0
+    assert pl.read_parquet(out_file)["num_blocks"].to_list() == [3001, 3001]
 
 
 def test_static_needs_a_given_max_model_len(capsys):
@@ -1687,19 +1685,43 @@ def test_the_config_line_shows_a_block_size_other_than_vllms_16(capsys):
         assert (shown in line) if shown else ("block_size" not in line), line
 
 
-def test_plan_refuses_pool_null_block_only_where_no_probe_reads_it(capsys):
-    """A preset's own pool_null_block (vllm-v0's 'extra') is not the user's, so not refused; a search of
-    the pool's memory runs probes that set that knob, and whether they read --pool-null-block follows
-    them: a num_blocks search never does (refused), a kv_cache_bytes search cut from memory does (run)."""
+def test_plan_reads_pool_null_block_in_every_memory_search(capsys):
+    """A search of the pool's memory runs probes that set that knob, and --pool-null-block counts every
+    probe's blocks: a kv_cache_bytes search's cut from memory, a num_blocks search's given (vLLM v0's
+    count: N usable, kvsim's null block beside; it was refused there as doing nothing)."""
     slo = ["--slo", "ttft_p99:2s", "--requests", "60", "--max-probes", "2", "--workers", "1"]
     assert main(["plan", "--preset", "vllm-v0", "--num-gpu-blocks-override", "500", *slo]) == 0
     capsys.readouterr()
-    model = ["plan", "--model", "llama-3-8b", "--pool-null-block", "extra", *slo]
-    assert main([*model, "--kv-cache-memory-bytes", "4GiB", "--smallest", "num_blocks"]) == 2
-    assert "argument --pool-null-block: 'extra' does nothing here: the pool is given in blocks" in (
-        capsys.readouterr().err
+    model = ["plan", "--model", "llama-3-8b", *slo, "--json"]
+    for rule, pool in (("within", "pool: 2,048 blocks"), ("extra", "pool: 2,049 blocks")):
+        argv = [
+            *model,
+            "--pool-null-block",
+            rule,
+            "--kv-cache-memory-bytes",
+            "4GiB",
+            "--smallest",
+            "num_blocks",
+        ]
+        assert main(argv) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["pool"].startswith(pool), rule
+        # (the search starts at the num_blocks that gives the pool: vLLM's 2,048 under either rule)
+        assert data["probes"][0]["num_blocks"] == 2048, rule
+    assert (
+        main(
+            [
+                *model,
+                "--pool-null-block",
+                "extra",
+                "--num-gpu-blocks-override",
+                "3000",
+                "--smallest",
+                "kv_cache_bytes",
+            ]
+        )
+        == 0
     )
-    assert main([*model, "--num-gpu-blocks-override", "3000", "--smallest", "kv_cache_bytes"]) == 0
 
 
 def test_sweep_refuses_a_swap_space_and_a_models_knob_no_point_reads(capsys):

@@ -407,11 +407,18 @@ def test_design_md_defaults_table_is_the_knobs_table():
 )
 def test_describe_reproduces_the_configuration(kwargs):
     """Saved results carry `describe()`: its human units must read back to the same configuration
-    (a rounded `11.5 GiB` or `1.235 us` would not)."""
+    (a rounded `11.5 GiB` or `1.235 us` would not), its derived fields derived again
+    (tests/test_config_dict.py)."""
     cfg = SimConfig(**kwargs)
     described = cfg.describe()
-    again = SimConfig(**{k: v for k, v in described.items() if v is not None and k != "cpu_blocks"})
+    again = SimConfig.from_dict(described)
+    assert again.resolved() == cfg.resolved()
     assert again.to_dict() == cfg.to_dict()
+    # Every value as shown, the derived ones given, reads back to the same resolved configuration too.
+    shown = {
+        k: v for k, v in described.items() if v is not None and k not in ("derived", "given", "cpu_blocks")
+    }
+    assert SimConfig(**shown).resolved() == cfg.resolved()
 
 
 def test_cpu_blocks_and_swap_space_together_name_the_field():

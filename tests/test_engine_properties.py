@@ -373,8 +373,9 @@ def test_replace_validates_again():
 
 def test_presets_and_valid_configs_construct():
     assert SimConfig.preset("vllm-latest", num_blocks=16).free_order == "lifo_unhashed"
-    assert SimConfig.preset("vllm-v0", num_blocks=16).watermark_blocks == 0  # int(0.01 * 15)
-    assert SimConfig.preset("vllm-v0", num_blocks=201).watermark_blocks == 2  # int(0.01 * 200)
+    assert SimConfig.preset("vllm-v0", num_blocks=16).watermark_blocks == 0  # int(0.01 * 16)
+    # (v0's int(watermark * num_gpu_blocks), its 200 blocks all usable: vllm/core/block_manager_v1.py)
+    assert SimConfig.preset("vllm-v0", num_blocks=200).watermark_blocks == 2  # int(0.01 * 200)
     assert SimConfig.preset("vllm-v0", num_blocks=16).watermark_rule == "always"
     # vLLM v1 (while-running) counts its null block: int(0.01 * 200) = 2 where v0's int(0.01 * 199) = 1.
     assert SimConfig(num_blocks=200, watermark=0.01).watermark_blocks == 2

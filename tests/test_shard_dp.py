@@ -238,14 +238,18 @@ def test_the_pool_line_says_how_the_routed_experts_are_spread():
 
 def test_kvsim_run_says_a_dp_run_is_one_ranks_engine(capsys):
     """With data_parallel_size 4 one engine runs, given the whole workload, where vLLM spreads it over four;
-    `kvsim run` says so and how to run all four (--replicas 4), and says nothing when they run."""
+    `kvsim run` says so and how to run all four (--replicas 4), and when they run, that each replica is one
+    rank (tests/test_fleet_dp.py)."""
     argv = ["run", "qwen3-30b-a3b", "--gpu", "h100-80gb", "-dp", "4", "--requests", "50"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "note: data_parallel_size 4: vLLM runs 4 engines" in out
     assert "--replicas 4 runs all 4 behind a router" in out
     assert main([*argv, "--replicas", "4"]) == 0
-    assert "data_parallel_size 4:" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "vLLM runs 4 engines" not in out
+    assert "note: data_parallel_size 4 with 4 replicas: each replica is one DP rank's engine" in out
+    assert "1 DP group of 4 ranks" in out
 
 
 def test_deepseek_v3_takes_data_and_expert_parallelism(capsys):

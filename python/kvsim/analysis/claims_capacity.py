@@ -138,7 +138,7 @@ def run_capacity(
                 r = kvsim.plan(workload, config, e.slos, precision=e.precision, workers=e.width)
                 wall = time.perf_counter() - t0
                 label = workload_label(p.workload, p.workload_params)
-                resolved = config.to_dict()
+                resolved = config.resolved()
                 lo, hi = r.bracket
                 row: dict[str, Any] = {"point_id": p.point_id(resolved), "workload": label, "seed": p.seed,
                                        "requests": requests, "backend": p.backend}  # fmt: skip

@@ -153,7 +153,7 @@ def smallest_memory(
     max_probes = _check_count("max_probes", max_probes, 2)
     most = _most_blocks(config)
     if knob == "num_blocks":
-        own = float(config.num_blocks)
+        own = float(config.pool.vllm_blocks)  # (the num_blocks that gives this pool: v0's one fewer)
         lo_d, hi_d = 2.0, min(own * 64, most)
     elif knob == "kv_cache_bytes":
         pool = config.pool

@@ -495,14 +495,111 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def data_parallel_pools(result: Any) -> list[tuple[str, int, list[Any]]]:
+    """A fleet's pools whose replicas are data-parallel ranks (`data_parallel_size` above 1: a
+    mixture-of-experts model's), each `(pool, replicas, their configs)`: pool "" for an aggregated
+    fleet, "decode" and "prefill" for a disaggregated one's. A replica is one DP rank's engine
+    (DESIGN.md §Defaults and sizing, "Data and expert parallelism"), never a group of them."""
+    configs = (
+        result.config if isinstance(result.config, list) else [result.config] * result.summary["replicas"]
+    )
+    prefill = result.summary.get("prefill_replicas") or 0
+    pools = [("decode" if prefill else "", configs)]
+    if prefill:
+        pools.append(("prefill", [result.prefill_config or configs[0]] * prefill))
+    return [(name, len(cs), cs) for name, cs in pools if any(c.data_parallel_size > 1 for c in cs)]
+
+
+def _dp_groups(n: int, dp: int) -> str:
+    """`1.5 DP groups of 2 ranks` for `n` ranks of `data_parallel_size` `dp`."""
+    groups = str(n // dp) if n % dp == 0 else f"{n / dp:g}"
+    return f"{groups} DP group{'' if n == dp else 's'} of {dp} ranks"
+
+
+def _dp_phrase(result: Any) -> str:
+    """The fleet line's words on its data-parallel pools: `, each replica a data-parallel rank
+    (data_parallel_size 2: 1.5 DP groups of 2 ranks)`; empty without data parallelism."""
+    parts = []
+    for pool, n, cs in data_parallel_pools(result):
+        sizes = sorted({c.data_parallel_size for c in cs})
+        which = f"{pool} replica" if pool else "replica"
+        if len(sizes) == 1:
+            parts.append(
+                f"each {which} a data-parallel rank (data_parallel_size {sizes[0]}: {_dp_groups(n, sizes[0])})"
+            )
+        else:  # (a fleet of replicas given one config each)
+            each = ", ".join(str(c.data_parallel_size) for c in cs)
+            parts.append(f"each {which} a data-parallel rank (data_parallel_size per replica: {each})")
+    return "".join(f", {p}" for p in parts)
+
+
+def _n(n: int, noun: str) -> str:
+    """`1 rank`, `3 ranks`."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def data_parallel_notes(result: Any) -> list[str]:
+    """`kvsim run`'s notes on a fleet of data-parallel ranks: what a replica is then (one DP rank's engine,
+    as vLLM runs one per rank: its own pool and scheduler, sized and timed as a rank whose routed experts
+    its group shares, `kvsim.model.shard.shard` and `kvsim.model.timing.roofline_time_model`), what the
+    fleet is in ranks, groups and GPUs, and a replica count that is not a whole number of groups."""
+    out = []
+    for pool, n, cs in data_parallel_pools(result):
+        sizes = {c.data_parallel_size for c in cs}
+        if len(sizes) > 1:
+            continue  # (no one group size to speak of: the fleet line lists each replica's)
+        c = cs[0]
+        dp, tp = c.data_parallel_size, c.tensor_parallel_size
+        how = (
+            "whole experts: expert parallelism"
+            if c.enable_expert_parallel
+            else "each expert's width split over them"
+        )
+        replicas = _n(n, f"{pool} replica" if pool else "replica")
+        text = (
+            f"data_parallel_size {dp} with {replicas}: each replica is one DP rank's engine, as vLLM runs an engine "
+            "per rank (its own pool and its own scheduler; kvsim's replicas step apart where vLLM's ranks step "
+            f"together), sized with the routed experts spread over its group's tp x dp = {tp * dp} GPUs ({how}) "
+            "and timed with every rank's tokens reaching them (the other ranks' batches taken as large as its "
+            f"own); {'they are' if n > 1 else 'it is'} {_n(n, 'rank')} on {_n(n * tp, 'GPU')}, {_dp_groups(n, dp)}"
+        )
+        if n % dp:
+            lower = n - n % dp
+            whole = f"{lower} or {lower + dp}" if lower else f"{dp}"
+            rest = n % dp
+            text += (
+                f"; {n} is not a multiple of {dp}, so the last group's {_n(rest, 'rank')} "
+                f"{'are' if rest != 1 else 'is'} priced as sharing its experts with ranks the fleet does not "
+                f"have (vLLM's data_parallel_size {dp} runs {dp} ranks): {whole} would be whole groups"
+            )
+        out.append(text)
+    return out
+
+
 def fleet_record(result: Any) -> dict[str, Any]:
-    """A fleet run's own part of `kvsim run --json` (`fleet`): the router as run, the load imbalance and
-    each replica's summary (DESIGN.md §Cluster)."""
+    """A fleet run's own part of `kvsim run --json` (`fleet`): the router as run, the load imbalance,
+    each replica's summary (DESIGN.md §Cluster), and with data parallelism what its replicas are
+    (`data_parallel`: each pool's replicas, each one DP rank, their group size and the groups they make)."""
     import dataclasses
 
     s = result.summary
+    dp: list[dict[str, Any]] = [
+        {
+            "pool": pool or "all",
+            "replicas_are": "data-parallel ranks",
+            "data_parallel_size": [c.data_parallel_size for c in cs],
+            "ranks": n,
+        }
+        for pool, n, cs in data_parallel_pools(result)
+    ]
+    for d in dp:
+        sizes = set(d["data_parallel_size"])
+        if len(sizes) == 1:
+            d["data_parallel_size"] = sizes.pop()
+            d["groups"] = d["ranks"] / d["data_parallel_size"]
     return {
         "replicas": s["replicas"],
+        **({"data_parallel": dp} if dp else {}),
         "router": dataclasses.asdict(result.router),
         "load_imbalance": s["load_imbalance"],
         "load_imbalance_requests": s["load_imbalance_requests"],
@@ -648,7 +745,7 @@ def render_fleet(result: Any) -> str:
         which = f"{s['replicas']} decode and {prefill} prefill {_replicas(s['replicas'] + prefill - 1)}"
     else:
         which = f"{s['replicas']} {_replicas(s['replicas'])}"
-    lines = [f"== fleet: {which}, router {how} =="]
+    lines = [f"== fleet: {which}{_dp_phrase(result)}, router {how} =="]
     head = ("replica", "requests", "req/s", "hit rate", "TTFT p99 ms", "preemptions")
     lines.append("  " + "".join(f"{h:>12}" for h in head))
     for i, r in enumerate(result.replicas):

@@ -187,7 +187,7 @@ class Point:
     def point_id(self, resolved: Mapping[str, Any] | None = None) -> str:
         """A stable hash of everything that determines this point's row (the SLOs only when there are
         some, so a sweep without them keeps the ids it had before SLOs existed)."""
-        resolved = resolved if resolved is not None else self.sim_config().to_dict()
+        resolved = resolved if resolved is not None else self.sim_config().resolved()
         # The fleet's knobs only when one differs from its default, so a one-replica point keeps the id
         # it had before fleets existed.
         resolved = {k: v for k, v in resolved.items() if not (k in CLUSTER_KNOBS and v == KNOBS[k].default)}
@@ -250,7 +250,7 @@ def run_point(point: Point) -> dict[str, Any]:
     t0 = time.perf_counter()
     result = simulate_point(point, workload, config, False)
     wall = time.perf_counter() - t0
-    resolved = config.to_dict()
+    resolved = config.resolved()
     row: dict[str, Any] = {
         "point_id": point.point_id(resolved),
         "workload": workload_label(point.workload, point.workload_params),

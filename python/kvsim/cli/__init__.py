@@ -39,6 +39,7 @@ from kvsim.cli.refusals import (
     _refuse_idle_swap,
     _refuse_modelless_knobs,
     refuse_idle_at_every_point,
+    sweep_sizing_notes,
 )
 from kvsim.cli.run import _int_flag, cmd_run
 from kvsim.errors import InvalidArgumentError, KvsimError
@@ -300,6 +301,7 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
     # A flag overrides the file's value of its field, in the base or the grid; a field given in both
     # --base and --grid (or in both of a file's tables) is refused by SweepSpec.points.
     args.base_flags = set(flag_base)  # (a base field given by --base, not by the file: its refusal's name)
+    args.grid_flags = set(flag_grid)
     spec.base = {**{k: v for k, v in spec.base.items() if k not in flag_grid}, **flag_base}
     spec.grid = {**{k: v for k, v in spec.grid.items() if k not in flag_base}, **flag_grid}
     if args.workload:
@@ -335,24 +337,39 @@ def _flag_error(flag: str, exc: InvalidArgumentError) -> InvalidArgumentError:
     return InvalidArgumentError(f"argument {flag}: {exc}")
 
 
-def refuse_idle_fields(args: argparse.Namespace, spec: SweepSpec) -> None:
+def sweep_configs(args: argparse.Namespace, spec: SweepSpec) -> list[tuple[Any, dict[str, Any]]]:
+    """The sweep's distinct configurations (its valid ones with `--skip-invalid`), each with what was given
+    for it (its base and grid fields)."""
+    configs: dict[str, tuple[Any, dict[str, Any]]] = {}
+    for point in spec.points(skip_invalid=args.skip_invalid):
+        key = repr(sorted(point.config.items(), key=lambda kv: kv[0]))
+        if key not in configs:
+            configs[key] = (point.sim_config(), dict(point.config))
+    return list(configs.values())
+
+
+def sweep_field(args: argparse.Namespace, spec: SweepSpec, name: str) -> str:
+    """A sweep's field as given: `--base NAME` / `--grid NAME`, or the sweep file's `[base] NAME` /
+    `[grid] NAME`."""
+    table = "grid" if name in spec.grid else "base"
+    if name in getattr(args, f"{table}_flags", set()) or not args.file:
+        return f"--{table} {name}"
+    return f"sweep file {args.file}: [{table}] {name}"
+
+
+def refuse_idle_fields(args: argparse.Namespace, spec: SweepSpec) -> list[tuple[Any, dict[str, Any]]]:
     """`kvsim run`'s refusals of a knob that does nothing (`kvsim.cli.refusals.refuse_idle_at_every_point`),
     over the sweep's points: a base field is refused only where no point reads it (a base `placement`
     under a grid of policies with a contiguous one, a base `router` under a grid of replica counts),
     named as given (`--base NAME=V`, or the sweep file's `[base]`). A grid axis is what the sweep measures,
-    not refused: values that do the same give the same rows."""
-    flags: set[str] = getattr(args, "base_flags", set())
+    not refused: values that do the same give the same rows. Returns the configurations (`sweep_configs`)."""
 
     def where(name: str) -> str:
-        if name in flags or not args.file:
-            return f"argument --base {name}"
-        return f"sweep file {args.file}: [base] {name}"
+        said = sweep_field(args, spec, name)
+        return f"argument {said}" if said.startswith("--") else said
 
-    configs: dict[str, Any] = {}
-    for point in spec.points(skip_invalid=args.skip_invalid):
-        key = repr(sorted(point.config.items(), key=lambda kv: kv[0]))
-        if key not in configs:
-            configs[key] = point.sim_config()
+    pairs = sweep_configs(args, spec)
+    configs = {i: c for i, (c, _) in enumerate(pairs)}
     points = [(c, None) for c in configs.values()]
     refuse_idle_at_every_point(points, where, FieldSpelling(), given=set(spec.base))
     if configs:
@@ -360,6 +377,7 @@ def refuse_idle_fields(args: argparse.Namespace, spec: SweepSpec) -> None:
         values = list(configs.values())
         _refuse_idle_swap(None, values, spec.base, {}, where=where)
         _refuse_modelless_knobs(None, values[0], spec.base, {}, where=where, configs=values)
+    return pairs
 
 
 def known_metrics(spec: SweepSpec, skip_invalid: bool = False) -> list[str]:
@@ -502,7 +520,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         twice = sorted({m for m in show if show.count(m) > 1})
         if twice:  # checked before any work: the table would have two columns of one name
             raise FlagError(f"argument --show: {','.join(twice)} given twice; name each metric once")
-    refuse_idle_fields(args, spec)
+    configs = refuse_idle_fields(args, spec)
+    # (kvsim run's notes on a sizing field another overrides, once for the sweep: printed with the others)
+    sizing = sweep_sizing_notes(configs, lambda name: sweep_field(args, spec, name))
     known = known_metrics(spec, args.skip_invalid)
     if args.show is None:
         show = default_show(spec, known)
@@ -549,6 +569,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         note = rejected_note(outcome.frame)
         if note is not None:
             print(f"note: {note}")
+    for line in sizing:
+        print(f"note: {line}")
     return 0
 
 

@@ -366,14 +366,13 @@ def _points(args: argparse.Namespace, config: Any) -> list[Any]:
     under `--split` (its disaggregated fleets); else the base config alone (a rate or memory search
     changes neither the policy, the fleet nor the model); a search of a memory knob (`--smallest num_blocks`,
     `kv_cache_bytes`, `gpu_memory_utilization`) runs probes that set that knob (`set_knob`), so its point is
-    one such probe, which decides whether `--pool-null-block` is read (a pool given in blocks never reads
-    it, one cut from memory does)."""
+    one such probe (a knob is read or not as such a probe reads it)."""
     if args.smallest in MEMORY_KNOBS:
         from kvsim.analysis.plan import set_knob
 
         knob = args.smallest
         value = {
-            "num_blocks": config.num_blocks,
+            "num_blocks": config.pool.vllm_blocks,
             "kv_cache_bytes": config.pool.kv_cache_bytes or config.pool.pool_bytes,
             "gpu_memory_utilization": config.gpu_memory_utilization,
         }[knob]
@@ -439,7 +438,7 @@ def _refuse_idle_knobs(args: argparse.Namespace, config: Any) -> None:
     points = [(c, None) for c in _points(args, config)]
     if compared not in ("swap_space_bytes", "cpu_blocks"):  # (a swap space a candidate swaps to is read)
         _refuse_idle_swap(args, [c for c, _ in points], args.given_cfg, args.flag_of)
-    # (the user's knobs only: a preset's own, vllm-v0's pool_null_block, are not refused)
+    # (the user's knobs only: a preset's own are not refused)
     refuse_idle_at_every_point(
         points, where, Spelling(args.flag_of), given=set(args.given_knobs) - {compared}
     )

@@ -8,7 +8,8 @@ are spelled as flags (`FLAGS`) or as a sweep's fields (`FieldSpelling`).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kvsim.cli.flags import FlagError, _knob_flags
@@ -164,19 +165,35 @@ def _overridden_sizing(
     args: argparse.Namespace, config: Any, cfg: dict[str, Any], flag_of: dict[str, str]
 ) -> tuple[list[str], set[str]]:
     """Pool-sizing knobs the user gave that another one overrides, as vLLM 0.33.0 lets it: the notes that
-    say which one sized the pool, and the overridden knobs (left off `config:`, which lists what took
-    effect). `num_gpu_blocks_override` wins over the blocks the KV memory holds, however that memory was
-    given (`get_kv_cache_configs`, vllm/v1/core/kv_cache_planning.py, logs "Overriding num_gpu_blocks=M
-    with num_gpu_blocks_override=N"); `kv_cache_memory_bytes` over `gpu_memory_utilization` (the worker
-    skips the memory profiling: "This does not respect the gpu_memory_utilization config",
-    `Worker.determine_available_memory`, vllm/v1/worker/gpu_worker.py)."""
-    from kvsim.model.units import fmt_bytes
+    say which one sized the pool (`sizing_override_notes`, spelled as `kvsim run`'s flags or its run
+    file's fields), and the overridden knobs (left off `config:`, which lists what took effect)."""
 
     def said(name: str) -> str:
         return flag_of.get(name, f"run file {args.toml}: [config] {name}")
 
-    notes: list[str] = []
-    overridden: set[str] = set()
+    notes = sizing_override_notes(config, cfg, said)
+    return list(notes.values()), set(notes)
+
+
+# How much of a configuration `sizing_override_notes` says: its values and the blocks its KV memory holds,
+# its values alone, or neither (a note over configurations that differ in them).
+DETAILS = ("full", "values", "none")
+
+
+def sizing_override_notes(
+    config: Any, cfg: dict[str, Any], said: Callable[[str], str], *, detail: str = "full"
+) -> dict[str, str]:
+    """The knobs of `cfg` (what was given for `config`) that another knob of it overrides in sizing the
+    pool, as vLLM 0.33.0 lets it, each with the note that says which one sized the pool (knobs spelled by
+    `said`; `detail`, one of `DETAILS`: less of this configuration, for a note over several). `num_gpu_blocks_override`
+    wins over the blocks the KV memory holds, however that memory was given (`get_kv_cache_configs`,
+    vllm/v1/core/kv_cache_planning.py, logs "Overriding num_gpu_blocks=M with num_gpu_blocks_override=N";
+    vLLM v0's `LLMEngine._initialize_kv_caches` the same); `kv_cache_memory_bytes` over
+    `gpu_memory_utilization` (the worker skips the memory profiling: "This does not respect the
+    gpu_memory_utilization config", `Worker.determine_available_memory`, vllm/v1/worker/gpu_worker.py)."""
+    from kvsim.model.units import fmt_bytes
+
+    notes: dict[str, str] = {}
     blocks = cfg.get("num_blocks")
     kv = cfg.get("kv_cache_bytes")
     gmu = cfg.get("gpu_memory_utilization")
@@ -184,33 +201,65 @@ def _overridden_sizing(
         # (the KV memory the override replaces: kv_cache_memory_bytes when given, which itself overrides
         # gpu_memory_utilization below)
         by = "kv_cache_bytes" if kv is not None else "gpu_memory_utilization"
-        given = f"{said(by)} {fmt_bytes(kv) if kv is not None else f'{gmu:g}'}"
-        try:
-            # (vLLM v1's count, the null block among them, whatever `pool_null_block` a preset set: the
-            # figure its log line prints)
-            sized = config.replace(num_blocks=None, pool_null_block="within").num_blocks
-        except KvsimError:  # (a KV memory too small for a block: then vLLM fails before the override)
-            sized = None
+        sized = None
+        # (a KV memory too small for a block: vLLM fails before the override, and no count is said)
+        with contextlib.suppress(KvsimError):
+            if detail == "full":
+                # (vLLM's count, floor(KV bytes / block bytes), the figure its log line prints: "within"'s
+                # num_blocks, which "extra" gives one more for kvsim's null block)
+                sized = config.replace(num_blocks=None, pool_null_block="within").num_blocks
+        values = detail != "none"
+        given = f"{said(by)} {fmt_bytes(kv) if kv is not None else f'{gmu:g}'}" if values else said(by)
         holds = f" (whose KV memory holds {sized:,} blocks)" if sized is not None else ""
+        n = str(blocks) if values else "N"
         log = (
-            f'"Overriding num_gpu_blocks={sized} with num_gpu_blocks_override={blocks}"'
-            if sized is not None
-            else f'"Overriding num_gpu_blocks=M with num_gpu_blocks_override={blocks}"'
+            f'"Overriding num_gpu_blocks={"M" if sized is None else sized} with num_gpu_blocks_override={n}"'
         )
-        notes.append(
-            f"{said('num_blocks')} {blocks:,} sizes the pool, not {given}{holds}: vLLM lets the override "
-            f"win (its get_kv_cache_configs logs {log}), so {said(by)} sizes nothing here"
+        # (vLLM v0, whose count "extra" follows, took it in LLMEngine._initialize_kv_caches, logging the same)
+        where = (
+            "v0's LLMEngine._initialize_kv_caches"
+            if config.pool_null_block == "extra"
+            else "its get_kv_cache_configs"
         )
-        overridden.add(by)
+        override = f"{said('num_blocks')} {blocks:,}" if values else said("num_blocks")
+        notes[by] = (
+            f"{override} sizes the pool, not {given}{holds}: vLLM lets the override win ({where} logs {log}), "
+            f"so {said(by)} sizes nothing here"
+        )
     if kv is not None and gmu is not None:
-        notes.append(
-            f"{said('kv_cache_bytes')} {fmt_bytes(kv)} is the KV memory, not what {said('gpu_memory_utilization')} "
-            f"{gmu:g} leaves: vLLM's kv_cache_memory_bytes skips the memory profiling and ignores "
-            'gpu_memory_utilization ("This does not respect the gpu_memory_utilization config"), so '
-            f"{said('gpu_memory_utilization')} sizes nothing here"
+        kv_said = said("kv_cache_bytes") + (f" {fmt_bytes(kv)}" if detail != "none" else "")
+        gmu_said = said("gpu_memory_utilization") + (f" {gmu:g}" if detail != "none" else "")
+        notes["gpu_memory_utilization"] = (
+            f"{kv_said} is the KV memory, not what {gmu_said} leaves: vLLM's kv_cache_memory_bytes skips the "
+            'memory profiling and ignores gpu_memory_utilization ("This does not respect the '
+            f'gpu_memory_utilization config"), so {said("gpu_memory_utilization")} sizes nothing here'
         )
-        overridden.add("gpu_memory_utilization")
-    return notes, overridden
+    return notes
+
+
+def sweep_sizing_notes(points: Sequence[tuple[Any, dict[str, Any]]], said: Callable[[str], str]) -> list[str]:
+    """`kvsim run`'s notes on a sizing knob another overrides (`sizing_override_notes`), over a sweep's
+    configurations (each `(config, what was given for it)`), each said once: as `kvsim run` says it where
+    every configuration it applies to gives one note, else with less of them (`DETAILS`: without the blocks
+    their KV memory holds, then without their values); with how many of the configurations it applies to
+    where not all."""
+    out: list[str] = []
+    for knob in ("kv_cache_bytes", "gpu_memory_utilization"):
+        hits = [(c, cfg) for c, cfg in points if knob in sizing_override_notes(c, cfg, said)]
+        if not hits:
+            continue
+        for detail in DETAILS:
+            notes = (sizing_override_notes(c, cfg, said, detail=detail)[knob] for c, cfg in hits)
+            texts = list(dict.fromkeys(notes))
+            if len(texts) == 1:
+                break
+        where = (
+            ""
+            if len(hits) == len(points)
+            else f" (at {len(hits)} of the sweep's {len(points)} configurations)"
+        )
+        out.extend(text + where for text in texts)
+    return out
 
 
 def _refuse_idle_swap(
@@ -332,14 +381,6 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
             out[name] = None if tier else no_tier
     if config._given.get("kv_offloading_ps_per_block") is not None:
         out["kv_offloading_ps_per_block"] = None if tier else no_tier
-    if given("pool_null_block"):
-        out["pool_null_block"] = (
-            None
-            if config.pool.source != "num_blocks"
-            else f"{spell.value('pool_null_block', config.pool_null_block)} does nothing here: the pool is "
-            f"given in blocks ({spell.knob('num_blocks')}), taken as it is; it is how a pool sized from memory "
-            f"counts vLLM's null block; {spell.drop}"
-        )
     if config.allow_long_max_model_len:
         mml = config._given.get("max_model_len")
         why: str | None
@@ -376,7 +417,7 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
 def _refuse_idle_knobs(config: Any, prefill: Any = None, given: set[str] | None = None) -> None:
     """`kvsim run`'s refusal of a knob set away from its default that this run does not read
     (`idle_knobs`): refused by its flag (it was accepted and dropped, and `config:` showed it as if it took
-    effect); with `given`, only the user's knobs (a preset's own, `vllm-v0`'s `pool_null_block`, are not)."""
+    effect); with `given`, only the user's knobs (not a preset's own)."""
     refuse_idle_at_every_point(
         [(config, prefill)], lambda name: f"argument {_knob_flags(name)[0]}", model=False, given=given
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.analysis.run_report import (
+    data_parallel_notes,
     fleet_record,
     render_fleet,
     render_groups,
@@ -555,13 +556,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     run_notes(result, workload, info, notes)
     dp = config.data_parallel_size
-    if dp > 1 and config.replicas == 1:
+    several = config.replicas > 1 or config.prefill_replicas > 0
+    if dp > 1 and not several:
         # (a mixture-of-experts model: its DP ranks share the experts, each rank an engine of its own)
         notes.append(
             f"data_parallel_size {dp}: vLLM runs {dp} engines, one a DP rank, and spreads the requests over "
             f"them; this run is one rank's engine given the whole workload ({dp} times its share), sized with "
             f"the routed experts spread over the ranks' GPUs; --replicas {dp} runs all {dp} behind a router"
         )
+    if fleet and several:  # (a fleet of DP ranks: what a replica is, and the groups they make)
+        notes.extend(data_parallel_notes(result))
     notes.extend(encoder_notes(config))
     raised = block_size_note(config)
     if raised is not None:
@@ -619,10 +623,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if prefill_cfg is not None:
             print(f"prefill {out['prefill_pool']}")
             print(f"prefill {out['prefill_time']}")
-        raw_cfg, human = config.to_dict(), config.describe()
+        raw_cfg, human = config.resolved(), config.describe()
         pool_bs = config.pool.pool_block_size
         if pool_bs != config.block_size:  # (a state layer raised it: the pool's, and the one asked)
             human["block_size"] = f"{pool_bs} (raised from {config.block_size} for the state layers)"
+        for k, given in human["given"].items():  # (vllm-v0's num_blocks N: a pool of N + 1)
+            why = ": vLLM v0's blocks, all usable, and kvsim's null block" if k == "num_blocks" else ""
+            human[k] = f"{human[k]} ({given} given{why})"
         shown = {
             k: human[k]
             for k, v in raw_cfg.items()

@@ -9,8 +9,9 @@ the choices and limits every layer imports. Field names follow vLLM's spelling w
 `gpu_memory_utilization`, `tensor_parallel_size`, `kv_cache_dtype`). DESIGN.md §Engine describes what each
 knob does and §Defaults lists the table; the defaults are the newest vLLM release's rules and presets give
 older releases' (DESIGN.md §Presets). The time model's methods (`time_model` resolved, its coefficients
-derived, `time_line`) are in `kvsim.model.config_time`, the CPU tier's sizing in `kvsim.model.config_tier`:
-base classes of `SimConfig`.
+derived, `time_line`) are in `kvsim.model.config_time`, the CPU tier's sizing in `kvsim.model.config_tier`,
+its dictionaries (`to_dict`, `resolved`, `describe`, `from_dict`) in `kvsim.model.config_dict`: base classes of
+`SimConfig`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 
 from kvsim.arguments import keyword_check
 from kvsim.errors import InvalidArgumentError, KvsimError
+from kvsim.model.config_dict import DERIVED_FIELDS as _DERIVED
+from kvsim.model.config_dict import ConfigDict
 from kvsim.model.config_tier import ConfigCpuTier
 from kvsim.model.config_time import ConfigTimeModel
 from kvsim.model.knobs import (
@@ -72,35 +75,16 @@ HYBRID_ONLY: dict[str, str] = {
     "watermark_rule": "while-running",
 }
 
-# Fields a config derives when they are left unset: `replace` derives them again rather than keeping the
-# values derived for the old configuration.
-_DERIVED = (
-    "kv_cache_dtype",
-    "block_size",
-    "num_blocks",
-    "time_model",
-    "c0_ps",
-    "c_tok_ps",
-    "c_ctx_ps",
-    "swap_ps_per_block",
-    "cpu_blocks",
-    "kv_offloading_chunks",
-    "kv_offloading_ps_per_block",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "max_model_len",
-)
-
 
 @dataclass(frozen=True)
-class SimConfig(ConfigTimeModel, ConfigCpuTier):
+class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
     """A simulation configuration; construct with keywords (all validated), or from a preset.
 
     Placement (`first-fit` or `buddy`) is how contiguous policies place their regions; paged policies
     ignore it, so one sweep can cross policies with a placement.
 
-    Memory: `num_blocks` counts vLLM's null block (capacity `num_blocks - 1` blocks of `block_size` tokens);
-    or give `model` and `gpu` (names or objects of `kvsim.models` / `kvsim.gpus`; a model may also be a
+    Memory: `num_blocks` counts vLLM's null block (capacity `num_blocks - 1` blocks of `block_size` tokens;
+    given under `pool_null_block="extra"`, vLLM v0's count, all usable, the pool has one block more); or give `model` and `gpu` (names or objects of `kvsim.models` / `kvsim.gpus`; a model may also be a
     Hugging Face config.json path) and the pool is sized as vLLM does (`kvsim.sizing.size_pool`:
     `gpu_memory_utilization` × device memory − weights / `tensor_parallel_size` − the activation reserve),
     or by `kv_cache_bytes` directly. `pool` describes the result (`pool.line()`).
@@ -207,10 +191,10 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier):
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        given = {name: getattr(self, name) for name in _DERIVED}
-        object.__setattr__(self, "_given", given)
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, convert(f.name, getattr(self, f.name)))
+        # (as given, converted: `to_dict` writes them, `replace` passes them on)
+        object.__setattr__(self, "_given", {name: getattr(self, name) for name in _DERIVED})
         self._resolve_kv_cache_dtype()
         self._resolve_block_size()
         self._check_context()
@@ -233,7 +217,7 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier):
     def with_roofline(self, roofline: Any) -> SimConfig:
         """A copy whose steps are timed by `roofline` (a `kvsim.model.timing.RooflineTimeModel` of
         hand-set coefficients; no model or GPU needed), everything else unchanged. `replace` keeps them
-        unless it changes `time_model`; `to_dict` names the time model, not these coefficients.
+        unless it changes `time_model`; `to_dict` and `resolved` name the time model, not these coefficients.
 
         Raises:
             InvalidArgumentError: not a `RooflineTimeModel`.
@@ -244,7 +228,8 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier):
             raise InvalidArgumentError(
                 f"roofline {roofline!r} must be a kvsim.model.timing.RooflineTimeModel"
             )
-        new = dataclasses.replace(self)
+        # (from the fields as given: a v0 pool's num_blocks N resolved to N + 1 would grow again)
+        new = dataclasses.replace(self, **self._given)  # type: ignore[attr-defined]
         object.__setattr__(new, "_given", self._given)  # type: ignore[attr-defined]
         object.__setattr__(new, "time_model", "roofline")
         object.__setattr__(new, "_roofline", roofline)
@@ -610,33 +595,6 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier):
         new = dataclasses.replace(self, **{**kept, **changes})
         hand = getattr(self, "_hand_roofline", None)
         return new.with_roofline(hand) if hand is not None and "time_model" not in changes else new
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every field, resolved (the sized `num_blocks`, the time model's coefficients), models and GPUs
-        by name: what identifies a configuration (sweeps hash it)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        for name in ("model", "gpu"):
-            if out[name] is not None and not isinstance(out[name], str):
-                out[name] = getattr(out[name], "name", str(out[name]))
-        return out
-
-    def describe(self) -> dict[str, Any]:
-        """`to_dict()` in human units (sizes `12 GiB`, times `1 ms`), for `--json` and saved results; each
-        value reads back exactly (`kvsim.model.units.exact_bytes`, `exact_duration_ps`), so the description
-        reproduces the configuration."""
-        from kvsim.model.units import exact_bytes as fmt_bytes
-        from kvsim.model.units import exact_duration_ps as fmt_duration_ps
-
-        out: dict[str, Any] = {}
-        for name, value in self.to_dict().items():
-            kind = KNOBS[name].kind
-            if value is not None and kind == "bytes":
-                out[name] = fmt_bytes(value)
-            elif value is not None and kind == "duration":
-                out[name] = fmt_duration_ps(value)
-            else:
-                out[name] = value
-        return out
 
     # -- presets ---------------------------------------------------------------------------------------
     @classmethod

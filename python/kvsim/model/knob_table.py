@@ -110,8 +110,9 @@ KNOBS: dict[str, Knob] = {
     "num_blocks": Knob(
         None,
         "int",
-        "KV blocks in the pool, counting vLLM's null block (vLLM's --num-gpu-blocks-override); "
-        "unset: sized from model + gpu (or kv_cache_bytes)",
+        "KV blocks in the pool, counting vLLM's null block (vLLM's --num-gpu-blocks-override; with "
+        "pool_null_block extra, vLLM v0's: all usable, kvsim's null block added); unset: sized from model + "
+        "gpu (or kv_cache_bytes)",
         lo=2,
         hi=MAX_BLOCKS,
         optional=True,
@@ -175,9 +176,10 @@ KNOBS: dict[str, Knob] = {
     "pool_null_block": Knob(
         "within",
         "choice",
-        "a pool sized from memory: within (vLLM v1: the null block is one of the floor(KV bytes / block bytes) "
-        "blocks, vLLM's '# GPU blocks') or extra (vLLM v0 and the paper, which had none: floor(...) usable "
-        "blocks, the null block added); num_blocks given is taken as it is",
+        "how vLLM's block count holds the null block (the floor(KV bytes / block bytes) blocks sized from "
+        "memory, vLLM's '# GPU blocks', or the num_blocks given, its --num-gpu-blocks-override): within "
+        "(vLLM v1: the null block is one of them) or extra (vLLM v0 and the paper, which had none: all of "
+        "them usable, the null block added)",
         choices=NULL_BLOCKS,
     ),
     "free_order": Knob(

@@ -12,7 +12,8 @@ activation reserve, when not given, is `activation_reserve_estimate`: the peak o
 out). vLLM v1 reports `floor(...)` as "# GPU blocks" and takes its null block out of them; so does kvsim
 (`SimConfig.pool_null_block` "within", the default). vLLM v0 (the paper's) had no null block: its
 `floor(...)` blocks were all usable, which "extra" (the `vllm-v0` preset's) reproduces with the null block
-added.
+added. A given `num_blocks` (vLLM's `--num-gpu-blocks-override`) is counted by the same rule
+(`pool_num_blocks`): N blocks, N − 1 usable, under "within"; N usable and the null block under "extra".
 
 Check: 12 GiB of OPT-13B KV (819,200 B per token) holds floor(12·2**30 / 819200) = 15,728 token slots,
 the paper's "15.7K" (Table 1). OPT-13B on an A100-40GB at utilisation 0.9 with no activation reserve
@@ -247,6 +248,13 @@ class PoolSizing:
         return self.num_blocks * self.pool_block_size
 
     @property
+    def vllm_blocks(self) -> int:
+        """vLLM's count of this pool's blocks (its "# GPU blocks", or the `--num-gpu-blocks-override` given):
+        `num_blocks`, less kvsim's null block under `null_block` "extra" (vLLM v0's count, which had none:
+        `pool_num_blocks`)."""
+        return self.num_blocks - (1 if self.null_block == "extra" else 0)
+
+    @property
     def pool_bytes(self) -> int | None:
         if self.layout is not None:
             return self.num_blocks * self.layout.bytes_per_block
@@ -304,9 +312,10 @@ class PoolSizing:
             why = (
                 f"num_blocks given; {per_token}{tp}" if self.model else "num_blocks given, no model: no bytes"
             )
-        if self.null_block == "extra" and self.source != "num_blocks":
-            # (vLLM v0's count: the memory's floor(...) blocks all usable; kvsim's null block one more)
-            v0 = self.num_blocks - 1
+        if self.null_block == "extra":
+            # (vLLM v0's count: the memory's floor(...) blocks, or the override's, all usable; kvsim's null
+            # block one more)
+            v0 = self.vllm_blocks
             why += f"; vLLM v0's {v0:,} block{'s' * (v0 != 1)}, plus kvsim's null block (v0 had none)"
         return f"{head} ({why})"
 
@@ -462,8 +471,22 @@ def size_pool(
             budget = math.floor(g.memory_bytes * gpu_memory_utilization)
             available = budget - m.loaded_bytes - nonkv.total
     if num_blocks is not None:
+        # (vLLM's num_gpu_blocks_override, counted by `null_block`'s rule as a sized pool is: vLLM v1's N
+        # blocks hold its null block, v0's N were all usable)
+        blocks = pool_num_blocks(num_blocks, null_block)
+        from kvsim.model.config import MAX_BLOCKS
+
+        if blocks > MAX_BLOCKS:
+            raise InvalidArgumentError(
+                f"num_blocks {num_blocks} with pool_null_block {null_block!r} gives {blocks} blocks (kvsim's null "
+                f"block added beside vLLM v0's), more than the {MAX_BLOCKS} a pool can hold"
+            )
         return PoolSizing(
-            num_blocks=num_blocks, source="num_blocks", figures=figures(num_blocks, available), **common
+            num_blocks=blocks,
+            source="num_blocks",
+            figures=figures(num_blocks, available),
+            null_block=null_block,
+            **common,
         )
     if m is None:
         raise InvalidArgumentError(
@@ -562,12 +585,22 @@ def _check_kv_cache_bytes_fit(kv: int, m: Model, g: Gpu, room: int) -> None:
         )
 
 
+def pool_num_blocks(vllm_blocks: int, null_block: str) -> int:
+    """The pool's `num_blocks` (kvsim's, its null block counted) for vLLM's count of `vllm_blocks` (its
+    "# GPU blocks": `floor(KV bytes / block bytes)`, or `--num-gpu-blocks-override`): that count where the
+    null block is one of them (`null_block` "within": vLLM v1, whose `BlockPool` takes block 0 out of its
+    `num_gpu_blocks`), or one more ("extra": vLLM v0 had no null block, its `num_gpu_blocks` all usable:
+    `LLMEngine._initialize_kv_caches` takes the override as that count and `vllm/core/block_manager_v1.py`'s
+    allocators hand out every one; kvsim's null block is added beside them). The one home of the rule
+    (`usable_blocks`, `size_pool`'s given `num_blocks`)."""
+    return vllm_blocks + (1 if null_block == "extra" else 0)
+
+
 def usable_blocks(kv: int, block_bytes: int, null_block: str) -> int:
     """The blocks a pool of `kv` bytes hands out: `floor(kv / block_bytes)` less vLLM v1's null block among
-    them (`null_block` "within"), or all of them ("extra": vLLM v0's, kvsim's null block added beside).
-    The pool's `num_blocks` is this plus one either way; the one home of the rule (`_blocks`,
-    `pool_blocks`)."""
-    return kv // block_bytes - (1 if null_block == "within" else 0)
+    them (`null_block` "within"), or all of them ("extra": vLLM v0's, kvsim's null block added beside):
+    `pool_num_blocks` less the null block (`_blocks`, `pool_blocks`)."""
+    return pool_num_blocks(kv // block_bytes, null_block) - 1
 
 
 def _blocks(kv: int, m: Model, layout: KVLayout, knob: str, null_block: str = "within") -> int:
@@ -760,5 +793,6 @@ __all__ = [
     "mxfp4_padding",
     "mxfp4_padding_bytes",
     "pool_blocks",
+    "pool_num_blocks",
     "size_pool",
 ]
