@@ -150,7 +150,7 @@ export function drawPoolStrip(canvas, track, colors, windowRange = null) {
     const fills = STACK.map((st) => (st === "cached" ? pixel(colors[st], CACHED_ALPHA, colors.bg) : pixel(colors[st])));
     const freeFill = pixel(colors.free);
     // (a held block's empty slots: its colour dimmed)
-    const slots = STACK.map((st) => pixel(colors[st], 0.3, colors.bg));
+    const slots = STACK.map((st) => pixel(colors[st], 0.45, colors.bg));
     const cur = track.blocks.cur;
     const codes = track.blockState;
     const filling = track.filling;
