@@ -110,7 +110,7 @@ SCRUB = """async (steps) => {
     const t1 = await frame();         // ... and the browser has painted it by the next
     seek.push(lab.lastSeekMs);
     painted.push(t1 - t0);
-    if (Number(document.body.dataset.step) !== k) throw new Error(`step ${k} not shown`);
+    if (Number(document.body.dataset.moment) !== k) throw new Error(`instant ${k} not shown`);
   }
   return {seek, painted};
 }"""
@@ -162,7 +162,7 @@ def test_interaction_to_next_paint(page: Any) -> None:
     jumps = _interactions(page, 40, click)
     page.focus("#r-scrub")
     steps = _interactions(page, 40, lambda _: page.keyboard.press("ArrowRight"))
-    assert int(page.evaluate("document.body.dataset.step")) == int(
+    assert int(page.evaluate("document.body.dataset.moment")) == int(
         page.eval_on_selector("#r-scrub", "e => e.value")
     )
     for name, out in (("a click on the scrubber", jumps), ("the arrow key, one step", steps)):
@@ -184,8 +184,9 @@ def _steps(n: int, count: int, seed: int) -> list[int]:
 
 
 def test_scrubbing_redraws_within_frames(page: Any) -> None:
-    """Random jumps across the whole run (forward and back, keyframes and row undo) and a drag (+1 steps)."""
-    n = int(page.evaluate("window.kvlab.replay.numSteps"))
+    """Random jumps across the whole run (forward and back, keyframes and row undo) and a drag (+1 instant:
+    a step of either track)."""
+    n = int(page.evaluate("window.kvlab.replay.numMoments")) - 1
     start = n // 3
     out_jump = page.evaluate(SCRUB, _steps(n, 60, 1))
     out_drag = page.evaluate(SCRUB, list(range(start, start + 60)))

@@ -105,13 +105,20 @@ class LabPage:
         self.wait_ready(before + 1)
 
     def seek(self, step: int) -> None:
-        """Moves the scrubber to `step` as a user dragging it does (input events)."""
+        """Moves the scrubber to the first instant at which the paged track is at state `step` (the
+        contiguous one at its last state by then), as a user dragging it does (input events)."""
+        moment = int(self.page.evaluate(f"kvlab.replay.momentOfStep({int(step)})"))
+        self.seek_moment(moment)
+        self.page.wait_for_function(f"document.body.dataset.step === '{step}'", timeout=10_000)
+
+    def seek_moment(self, moment: int) -> None:
+        """Moves the scrubber to instant `moment` (each track at its last state by then)."""
         self.page.eval_on_selector(
             "#r-scrub",
             "(el, k) => { el.value = String(k); el.dispatchEvent(new Event('input', {bubbles: true})); }",
-            step,
+            moment,
         )
-        self.page.wait_for_function(f"document.body.dataset.step === '{step}'", timeout=10_000)
+        self.page.wait_for_function(f"document.body.dataset.moment === '{moment}'", timeout=10_000)
         self.page.wait_for_function(SETTLED, timeout=10_000)
 
     def step(self) -> int:

@@ -395,9 +395,9 @@ def test_a_step_in_the_address_outside_the_run_is_said_not_silently_moved(lab: L
     a word: the banner says which step the page shows instead; a step in range says nothing, and a
     control's rerun that moves the step (a shorter run) is not blamed on the address."""
     lab.open(preset="copilot", step=999)
-    n = lab.page.evaluate("Number(document.querySelector('#r-scrub').max)")
+    n = lab.page.evaluate("kvlab.replay.numSteps")  # (the paged run's: the address's step is its)
     assert lab.page.inner_text("#banner") == (
-        f"step 999 in the address is outside this run's steps 0–{n}: showing step {n}"
+        f"step 999 in the address is outside the paged run's steps 0–{n}: showing step {n}"
     )
     lab.open(preset="copilot", step="abc")
     text = lab.page.inner_text("#banner")

@@ -371,8 +371,11 @@ def test_a_run_past_the_caps_is_refused_and_changes_nothing(lab: LabPage) -> Non
     lab.wait_ready(before + 1)
     assert lab.page.locator("#banner").is_visible()
     text = lab.page.locator("#banner").inner_text()
-    assert "kv_cache_bytes" in text
+    # (in the field's words and MiB: the API's parameter and bytes are not what the user typed)
+    assert text.startswith(f"KV cache memory (MiB) {mib} MiB"), text
+    assert "kv_cache_bytes" not in text
     assert f"more than the page draws (max_blocks {cap:,})" in text
+    assert text.endswith("The page still shows the previous run; its settings are back in the controls.")
     assert lab.query()["preset"] == big
     assert lab.cells() == shown
     assert lab.page.locator("#c-kv-memory").input_value() == shown_memory

@@ -198,7 +198,7 @@ def test_the_tier_control_runs_a_tier_and_a_refused_one_changes_nothing(sized_la
     lab.change("#c-tier", 64)
     banner = lab.page.locator("#banner")
     assert banner.is_visible()
-    assert "kv_offloading_bytes" in banner.inner_text()
+    assert banner.inner_text().startswith("CPU tier (MiB) 64 MiB")  # (the field's words, not the API's)
     assert "needs policy 'vllm'" in banner.inner_text()
     assert lab.query() == before
     assert lab.page.input_value("#c-policy") == "reserve"

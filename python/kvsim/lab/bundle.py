@@ -86,16 +86,17 @@ CUMULATIVE_COLUMNS = ("cow_copies", "evictions", "preemptions", "swaps")
 def metric_columns(
     paged: Track, contiguous: Track | None, bpt: int
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The snapshot's scalar keys, one value per state 0..S (S the longer track's steps), as arrays: the
-    paged track's columns hold every card's number (the contiguous ones too), each track its own counts.
-    Without a contiguous track (a hybrid model) the contiguous keys and the multiplier are left out (the
-    snapshot's None, the page's "—"), and the paged track adds its blocks per KV-cache group
-    (`paged_group_blocks_<g>`)."""
-    s = max(paged.num_steps, contiguous.num_steps if contiguous is not None else 0) + 1
-    pm = {k: _pad(v, s).astype(np.int64) for k, v in paged.metrics.items()}
+    """The snapshot's scalar keys per track, one value per state of that track (0..its steps), as
+    arrays: the paged track's (`paged_*`, `prefix_saved_bytes`, its counts) and the contiguous track's
+    (`contiguous_*`, its counts). The two tracks' clocks differ (a contiguous batch steps at its own pace),
+    so step k of one is not step k of the other: what compares them is `moment_columns`, per shared
+    instant. Without a contiguous track (a hybrid model) its dict is empty (the snapshot's None, the
+    page's "—"), and the paged track adds its blocks per KV-cache group (`paged_group_blocks_<g>`)."""
+    pm = {k: np.asarray(v).astype(np.int64) for k, v in paged.metrics.items()}
     bs = paged.config.engine_block_size
     # Whole columns at once (int64: bytes stay far below 2**53 within LIMITS).
     pa, ps = pm["allocated_tokens"], pm["stored_tokens"]
+    s = len(pa)
     # Tail slack: at most B − 1 slots per sequence holding blocks (running, or held for a CPU tier's load:
     # its blocks allocated) in each table with token slots (one per attention group of a hybrid model; a
     # state block has none).
@@ -118,7 +119,7 @@ def metric_columns(
             p_out[name] = pm[name]
     tracks: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = [(p_out, pm)]
     if contiguous is not None:
-        cm = {k: _pad(v, s).astype(np.int64) for k, v in contiguous.metrics.items()}
+        cm = {k: np.asarray(v).astype(np.int64) for k, v in contiguous.metrics.items()}
         cap = contiguous.config.capacity_tokens
         ca, cs = cm["allocated_tokens"], cm["stored_tokens"]
         ce = cm["external_tokens"]
@@ -129,13 +130,8 @@ def metric_columns(
             "contiguous_waste_fraction": _fraction(ca - cs, ca),
             "contiguous_internal_fragmentation": _fraction(ca - cs, ca),
             "contiguous_external_bytes": ce * bpt,
-            "contiguous_external_fragmentation": _fraction(ce, np.full(s, cap, np.int64)),
+            "contiguous_external_fragmentation": _fraction(ce, np.full(len(ca), cap, np.int64)),
         }
-        # The paged side's sequences holding blocks: running, and those a CPU tier holds for their loads.
-        p_out["concurrency_multiplier"] = concurrency_multiplier(
-            ca, cm["running"], pa, pm["running"] + pm["held"]
-        )
-        p_out.update(c_out)
         tracks.append((c_out, cm))
     for out, m in tracks:
         for name in COUNT_COLUMNS:
@@ -146,6 +142,62 @@ def metric_columns(
             out[name] = m[name]
         out["time_s"] = m["time_ps"] / 1e12
     return p_out, c_out
+
+
+def moment_columns(paged: Track, contiguous: Track | None) -> dict[str, np.ndarray]:
+    """The shared instants the page steps through: every time at which either track's state changes (a
+    state k holds from the time its step starts until the next one's), in order, with each track's state
+    in force then (`paged_step`, `contiguous_step`: its last state at or before `time_s`; past its end,
+    its last) and what compares them there (`concurrency_multiplier`: each side at that instant). Both
+    tracks serve the same arrivals but a contiguous batch steps at its own pace, so their clocks part (on
+    the mooncake preset from step 1,743: paged 9,503 steps, contiguous 9,752, one makespan): a figure of
+    one beside the other's at the same step number compared two moments. Without a contiguous track the
+    instants are the paged steps."""
+    tp = np.asarray(paged.metrics["time_ps"], np.int64)
+    if contiguous is None:
+        return {"paged_step": np.arange(len(tp), dtype=np.int64), "time_s": tp / 1e12}
+    tc = np.asarray(contiguous.metrics["time_ps"], np.int64)
+    t = np.union1d(tp, tc)
+    a = np.maximum(np.searchsorted(tp, t, "right") - 1, 0)
+    b = np.maximum(np.searchsorted(tc, t, "right") - 1, 0)
+    pm, cm = paged.metrics, contiguous.metrics
+    # The paged side's sequences holding blocks: running, and those a CPU tier holds for their loads.
+    held = np.asarray(pm["held"], np.int64)[a] if "held" in pm else 0
+    multiplier = concurrency_multiplier(
+        np.asarray(cm["allocated_tokens"], np.int64)[b],
+        np.asarray(cm["running"], np.int64)[b],
+        np.asarray(pm["allocated_tokens"], np.int64)[a],
+        np.asarray(pm["running"], np.int64)[a] + held,
+    )
+    return {
+        "paged_step": a.astype(np.int64),
+        "contiguous_step": b.astype(np.int64),
+        "time_s": t / 1e12,
+        "concurrency_multiplier": multiplier,
+    }
+
+
+def moment_of(moments: dict[str, np.ndarray], step: int | None, contiguous_step: int | None) -> int:
+    """The instant at which the paged track reaches state `step` (the first with that paged state: the
+    contiguous track at its last state by then), or the contiguous one reaches `contiguous_step`, or,
+    both given, the instant at which both are in force (InvalidArgumentError where there is none: two
+    states of different moments)."""
+    ps = moments["paged_step"]
+    if contiguous_step is None:
+        assert step is not None
+        return int(np.searchsorted(ps, step, "left"))
+    cs = moments["contiguous_step"]
+    if step is None:
+        return int(np.searchsorted(cs, contiguous_step, "left"))
+    both = np.nonzero((ps == step) & (cs == contiguous_step))[0]
+    if not len(both):
+        lo, hi = np.searchsorted(ps, step, "left"), np.searchsorted(ps, step, "right")
+        raise InvalidArgumentError(
+            f"contiguous_step {contiguous_step} is not in force while the paged track is at step {step} "
+            f"(its steps then: {int(cs[lo])} to {int(cs[hi - 1])}): the two tracks are compared at one "
+            "instant"
+        )
+    return int(both[0])
 
 
 SCALARS = (
@@ -231,6 +283,65 @@ def _seq_columns(t: Track) -> dict[str, np.ndarray]:
     return {name: cols[name] for name in SEQ_COLUMNS}
 
 
+# The page's controls' labels, as the page words them (index.html), for the settings a run can differ in
+# from its preset's.
+CONTROL_LABELS = {
+    "model": "Model",
+    "block_size": "Block size (B)",
+    "num_blocks": "KV cache memory",
+    "enable_prefix_caching": "Prefix caching",
+    "policy": "Paged policy",
+    "sampling": "Sampling",
+    "preemption": "Preemption",
+    "contiguous_policy": "Contiguous baseline",
+    "placement": "Placement",
+    "kv_offloading_bytes": "CPU tier",
+}
+
+
+def preset_differences(r: Resolved) -> list[dict[str, Any]]:
+    """The settings in which the run `r` differs from its preset's own (its description tells the preset's
+    story, whose facts hold of those settings only): per setting its `field`, the page's `label`, and the
+    preset's and the run's values in words. The pool compares its blocks (a memory that cuts the same
+    blocks runs the same); a custom workload has no preset to differ from."""
+    if r.preset.name == "custom":
+        return []
+    own = resolve(r.preset.name)
+
+    def words(field: str, x: Resolved) -> str:
+        q = x.query
+        if field == "num_blocks":
+            return f"{x.paged.num_blocks:,} blocks"
+        if field == "enable_prefix_caching":
+            return "on" if q[field] else "off"
+        if field == "kv_offloading_bytes":
+            chunks = x.paged.kv_offloading_chunks
+            return f"{chunks:,} chunks" if chunks else "none"
+        return str(q[field])
+
+    out = []
+    for field, label in CONTROL_LABELS.items():
+        preset_value, run_value = words(field, own), words(field, r)
+        if preset_value != run_value:
+            out.append({"field": field, "label": label, "preset": preset_value, "run": run_value})
+    return out
+
+
+def reject_reasons(t: Track) -> dict[int, str]:
+    """Why the engine rejected each request it rejected (request id -> its `reject_reason`, as
+    `kvsim.simulate`'s requests table words it: "needs more blocks than the pool holds", ...)."""
+    req = t.result.requests
+    if req is None:
+        return {}
+    rejected = req.filter(req["status"] == "rejected")
+    return {
+        int(rid): str(why)
+        for rid, why in zip(
+            rejected["request_id"].to_list(), rejected["reject_reason"].to_list(), strict=True
+        )
+    }
+
+
 def _track_payload(t: Track, metrics: dict[str, np.ndarray]) -> dict[str, Any]:
     """One track as sent: the event log, block and sequence rows as columns (numpy arrays: `encode`
     writes them as JSON arrays), codes with their names (`event_kinds`, `block_states`, `statuses`,
@@ -258,6 +369,8 @@ def _track_payload(t: Track, metrics: dict[str, np.ndarray]) -> dict[str, Any]:
         "seq_request_id": t.inp.request_id.astype(np.int64),
         "seq_sample": np.broadcast_to(t.inp.sample, (len(t.inp),)).astype(np.int64),
         "num_events": len(raw["step"]),
+        # Per rejected request (its id, as text: a JSON key), why the engine rejected it.
+        "reject_reasons": {str(rid): why for rid, why in reject_reasons(t).items()},
         "events": events,
         "metrics": metrics,
         "blocks": _block_columns(t),
@@ -291,7 +404,8 @@ def _bundle_from(r: Resolved, paged: Track, contiguous: Track | None, t0: float)
     info = _model_info(r.paged)
     bpt = info["bytes_per_token"]
     pm, cm = metric_columns(paged, contiguous, bpt)
-    steps = max(paged.num_steps, contiguous.num_steps if contiguous is not None else 0)
+    steps = paged.num_steps
+    moments = moment_columns(paged, contiguous)
     p = r.preset
     bs = r.paged.engine_block_size
     return {
@@ -302,6 +416,8 @@ def _bundle_from(r: Resolved, paged: Track, contiguous: Track | None, t0: float)
             "description": p.description,
             "default_step": min(p.step, steps),
             "max_tokens": p.max_tokens,
+            # The settings this run changed from the preset's (its description is true of the preset's).
+            "differs": preset_differences(r),
         },
         "model": info,
         # The engine's block size (a Mamba state may raise the one asked for: `query.block_size`).
@@ -327,8 +443,12 @@ def _bundle_from(r: Resolved, paged: Track, contiguous: Track | None, t0: float)
         # The prefix keys' labels (`paged.key_labels`) that name shared content, a named segment such as a
         # system prompt, as ids [lo, hi): the others name a request's or a sample's own tokens.
         "shared_key_labels": [len(p.workload), len(p.workload) + len(p.segment_names)],
+        # The paged track's steps (the contiguous track's are `contiguous.num_steps`); the page steps
+        # through the shared instants, `moments` (`moment_columns`).
         "num_steps": steps,
         "default_step": min(p.step, steps),
+        "moments": moments,
+        "num_moments": len(moments["time_s"]),
         "requests": _requests(p),
         "paged": _track_payload(paged, pm),
         "contiguous": None if contiguous is None else _track_payload(contiguous, cm),
@@ -435,6 +555,7 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
     held: dict[int, int] = {}  # block -> tokens it holds
     holders: dict[int, list[str]] = {}  # block -> the sequences whose tables hold it
     filling = filling_blocks(t, k, seqs, blocks)  # (no KV, and no key, until the load lands)
+    why = reject_reasons(t)
     swapped = swapped_blocks(t, k) if t.paged else {}
     requests = []
     for (rid, sample), row in sorted(seqs.items()):
@@ -471,6 +592,8 @@ def track_snapshot(t: Track, k: int, bpt: int, p: _presets.Preset) -> dict[str, 
                 "block_table": None if groups else list(row[8]),
                 # A swapped-out sequence's context is in the CPU swap space: its blocks there.
                 **({"swapped_blocks": swapped.get((rid, sample), 0)} if row[3] == "swapped" else {}),
+                # A rejected request: why the engine rejected it.
+                **({"reject_reason": why.get(rid)} if row[3] == "rejected" else {}),
                 **({"block_tables": [list(x) for x in row[9]]} if groups else {}),
                 "region": None
                 if region is None or region[2] is None
@@ -520,25 +643,74 @@ def _scalar(v: np.generic) -> int | float | None:
     return None if isinstance(x, float) and np.isnan(x) else x
 
 
-def snapshot_from(r: Resolved, paged: Track, contiguous: Track | None, step: int | None) -> dict[str, Any]:
+def snapshot_from(
+    r: Resolved,
+    paged: Track,
+    contiguous: Track | None,
+    step: int | None,
+    contiguous_step: int | None = None,
+) -> dict[str, Any]:
+    """The snapshot at one instant: the paged track at state `step` and the contiguous one at
+    `contiguous_step`, which must be in force at the same time (`moment_of`); either alone picks the first
+    instant at which its track is there (the other at its last state by then), neither the step the page
+    opens on."""
     info = _model_info(r.paged)
     bpt = info["bytes_per_token"]
-    steps = max(paged.num_steps, contiguous.num_steps if contiguous is not None else 0)
-    # None: the step the page opens on (a workload of your own has none: its end).
-    opening = steps if r.query.get("preset") == "custom" else min(r.preset.step, steps)
-    k = opening if step is None else as_int(step)  # a numpy integer is an integer, a bool is not
-    if k is None:
+    steps = paged.num_steps
+    c_steps = contiguous.num_steps if contiguous is not None else None
+    k = None if step is None else as_int(step)  # a numpy integer is an integer, a bool is not
+    if step is not None and k is None:
         raise InvalidArgumentError(f"step {step!r} must be an integer")
-    if not 0 <= k <= steps:
-        raise InvalidArgumentError(f"step {k} must be between 0 and {steps} (the run's steps)")
-    pm, _ = metric_columns(paged, contiguous, bpt)
+    kc = None if contiguous_step is None else as_int(contiguous_step)
+    if contiguous_step is not None and kc is None:
+        raise InvalidArgumentError(f"contiguous_step {contiguous_step!r} must be an integer")
+    if k is not None and not 0 <= k <= steps:
+        more = (
+            f"; the contiguous track's go to {c_steps}: contiguous_step={k} shows its step {k}"
+            if c_steps is not None and steps < k <= c_steps
+            else ""
+        )
+        raise InvalidArgumentError(f"step {k} must be between 0 and {steps} (the paged track's steps){more}")
+    if kc is not None:
+        if c_steps is None:
+            raise InvalidArgumentError(
+                f"contiguous_step {kc}: this run has no contiguous track (a hybrid model's)"
+            )
+        if not 0 <= kc <= c_steps:
+            raise InvalidArgumentError(
+                f"contiguous_step {kc} must be between 0 and {c_steps} (the contiguous track's steps)"
+            )
+    if k is None and kc is None:
+        # None: the step the page opens on (a workload of your own has none: its end).
+        k = steps if r.query.get("preset") == "custom" else min(r.preset.step, steps)
+    pm, cm = metric_columns(paged, contiguous, bpt)
+    moments = moment_columns(paged, contiguous)
+    m = moment_of(moments, k, kc)
+    k = int(moments["paged_step"][m])
     out: dict[str, Any] = {
         "step": k,
         "num_steps": steps,
+        # The instant shown (each track's state is the last it reached by then) and each track's own.
+        "time_s": float(moments["time_s"][m]),
+        "paged_time_s": float(pm["time_s"][k]),
         "bytes_per_token": bpt,
         "block_size": r.paged.engine_block_size,
     }
-    out.update({name: _scalar(pm[name][k]) if name in pm else None for name in SCALARS})
+    kc = None
+    if contiguous is not None:
+        kc = int(moments["contiguous_step"][m])
+        out["contiguous_step"] = kc
+        out["contiguous_num_steps"] = c_steps
+        out["contiguous_time_s"] = float(cm["time_s"][kc])
+
+    def scalar(name: str) -> int | float | None:
+        if name == "concurrency_multiplier":
+            return _scalar(moments[name][m]) if name in moments else None
+        if name in pm:
+            return _scalar(pm[name][k])
+        return _scalar(cm[name][kc]) if name in cm and kc is not None else None
+
+    out.update({name: scalar(name) for name in SCALARS})
     if paged.groups:
         out["groups"] = [
             {
@@ -561,7 +733,9 @@ def snapshot_from(r: Resolved, paged: Track, contiguous: Track | None, step: int
     out.update(track_snapshot(paged, k, bpt, r.preset))
     # The CPU swap space: its blocks (None: no swapping) and those the swapped-out sequences hold in it.
     out["swap_space"] = _swap_space(r.paged, out["requests"])
-    out["contiguous"] = None if contiguous is None else track_snapshot(contiguous, k, bpt, r.preset)
+    out["contiguous"] = (
+        None if contiguous is None or kc is None else track_snapshot(contiguous, kc, bpt, r.preset)
+    )
     return out
 
 
@@ -570,6 +744,7 @@ def snapshot(
     config: SimConfig | None = None,
     step: int | None = None,
     *,
+    contiguous_step: int | None = None,
     backend: str = "rust",
     contiguous_policy: str | None = None,
     segment_names: dict[int, str] | None = None,
@@ -577,7 +752,8 @@ def snapshot(
     **overrides: Any,
 ) -> dict[str, Any]:
     """The state the page shows at `step` (None: the step the page opens on, a preset's; the end for a
-    workload of your own) of `workload` under `config` (paged track)
+    workload of your own) of `workload` under `config` (paged track; `contiguous_step` picks the contiguous
+    track's state instead, or with `step` one of those in force at the same instant: `snapshot_from`)
     beside `contiguous_policy` (contiguous track, placed by `config.placement`; default: the preset's, or
     `orca-oracle` for a custom workload), in bytes and fractions
     (DESIGN.md §Lab). `segment_names` (content id -> name) and `request_names` make prefix keys readable.
@@ -593,6 +769,8 @@ def snapshot(
     """
     if step is not None and as_int(step) is None:  # before the run, not after it
         raise InvalidArgumentError(f"step {step!r} must be an integer")
+    if contiguous_step is not None and as_int(contiguous_step) is None:
+        raise InvalidArgumentError(f"contiguous_step {contiguous_step!r} must be an integer")
     if isinstance(workload, str):
         given = [
             name
@@ -637,7 +815,7 @@ def snapshot(
         )
         r = _resolve_custom(p, config, contiguous_policy)
     paged, contiguous = run_tracks(r, backend)
-    return snapshot_from(r, paged, contiguous, step)
+    return snapshot_from(r, paged, contiguous, step, contiguous_step)
 
 
 def _resolve_custom(p: _presets.Preset, config: SimConfig, contiguous_policy: str) -> Resolved:
@@ -677,6 +855,8 @@ __all__ = [
     "encode",
     "filling_blocks",
     "metric_columns",
+    "moment_columns",
+    "moment_of",
     "options",
     "preset_kv_cache_bytes",
     "resolve",

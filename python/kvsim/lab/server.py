@@ -65,6 +65,14 @@ PARAMS: dict[str, tuple[str, str]] = {
         "CPU tier (vLLM's native KV offloading) in bytes of host memory, 0 for none (default: the preset's)",
     ),
 }
+# /api/state's: which state of each track (the two at one instant: `bundle.snapshot_from`).
+STEP_PARAMS: dict[str, tuple[str, str]] = {
+    "step": ("integer", "the paged track's state after this many steps"),
+    "contiguous_step": (
+        "integer",
+        "the contiguous track's state after this many steps (with step: one in force at the same instant)",
+    ),
+}
 CACHE_SIZE = 8
 # A query value's most characters (the longest a valid one takes is a few dozen), and what an integer is.
 MAX_VALUE_CHARS = 256
@@ -123,13 +131,17 @@ def _field_of(message: str, given: Iterable[str] = ()) -> str:
     the client gave that the message names (a combination refused for a value the preset set names the
     one the client changed); else the first word if it is a parameter at all."""
     first = message.split(" ", 1)[0].strip("'\"")
-    given = [g for g in given if g not in ("preset", "step")]
+    given = [g for g in given if g not in ("preset", "step", "contiguous_step")]
     if first in given:
         return first
     named = [g for g in given if re.search(rf"\b{re.escape(g)}\b", message)]
     if named:
         return named[0]
-    return first if first in PARAMS or first in ("step", "steps", "events", "requests") else "query"
+    return (
+        first
+        if first in PARAMS or first in ("step", "contiguous_step", "steps", "events", "requests")
+        else "query"
+    )
 
 
 _cache: OrderedDict[tuple[Any, ...], tuple[Any, ...]] = OrderedDict()
@@ -139,7 +151,7 @@ _lock = threading.Lock()
 
 def _key(params: dict[str, Any]) -> tuple[tuple[Any, ...], Any]:
     """The resolved query's cache key, and the resolved query."""
-    query = {k: v for k, v in params.items() if k != "step"}
+    query = {k: v for k, v in params.items() if k not in STEP_PARAMS}
     preset = query.pop("preset", "copilot")
     r = resolve(preset, **query)
     return tuple(sorted(r.query.items())), r
@@ -227,7 +239,7 @@ def _run_payload(params: dict[str, Any]) -> bytes:
 
 async def api_state(request: Request) -> Response:
     try:
-        params = _parse(request, {**PARAMS, "step": ("integer", "state after this many steps")})
+        params = _parse(request, {**PARAMS, **STEP_PARAMS})
         return Json(await run_in_threadpool(_state_payload, params))
     except BadParameter as e:
         return _error(e)
@@ -237,7 +249,7 @@ async def api_state(request: Request) -> Response:
 
 def _state_payload(params: dict[str, Any]) -> dict[str, Any]:
     r, paged, contiguous = _tracks(params)
-    return snapshot_from(r, paged, contiguous, params.get("step"))
+    return snapshot_from(r, paged, contiguous, params.get("step"), params.get("contiguous_step"))
 
 
 async def pd_page(request: Request) -> Response:
@@ -316,7 +328,7 @@ def openapi() -> dict[str, Any]:
                 schema["enum"] = enums[name]
             if name in ranges:
                 schema["minimum"], schema["maximum"] = ranges[name]
-            if name == "step":
+            if name in STEP_PARAMS:
                 schema["minimum"] = 0
             out.append(
                 {"name": name, "in": "query", "required": False, "description": desc, "schema": schema}
@@ -353,8 +365,8 @@ def openapi() -> dict[str, Any]:
             },
             "/api/state": {
                 "get": {
-                    "summary": "the snapshot at a step",
-                    "parameters": params({"step": ("integer", "state after this many steps")}),
+                    "summary": "the snapshot at an instant (each track's state then)",
+                    "parameters": params(STEP_PARAMS),
                     "responses": {"200": ok, "400": error, "413": error},
                 }
             },

@@ -1,8 +1,12 @@
 // The time-series chart: the bundle's per-step metric columns (allocated, stored, slack, and what the
-// contiguous baseline reserves) drawn once per bundle; the cursor at the current step is a separate
-// element, so scrubbing moves it without redrawing the lines. Click or drag on the chart to seek.
+// contiguous baseline reserves) drawn once per bundle against simulated time, each track's values at its
+// own steps' times (the two runs' clocks differ: a column of pixels is one instant for both); the cursor
+// at the current instant is a separate element, so scrubbing moves it without redrawing the lines. Click
+// or drag on the chart to seek to the instant under the pointer.
 
 import { prepareCanvas } from "./grid.js";
+import { secs } from "./format.js";
+import { upperBound } from "./replay.js";
 
 // Drawn in this order. Stored is never above allocated (allocated = stored + tail slack): stored is an
 // area, and allocated a line drawn over it, so where the two meet (a small slack) both stay visible.
@@ -47,7 +51,7 @@ export class Chart {
       if (!this.replay) return;
       const rect = canvas.getBoundingClientRect();
       const x = Math.max(0, Math.min(1, (ev.clientX - rect.left - this.padL) / (rect.width - this.padL - this.padR)));
-      this.onSeek(Math.round(x * this.replay.numSteps));
+      this.onSeek(this.momentAt(x));
     };
     let dragging = false;
     canvas.addEventListener("pointerdown", (ev) => {
@@ -71,10 +75,27 @@ export class Chart {
     // With a CPU tier, a block a load is still filling counts as stored from the load's admission (the
     // engine's accounting, as the paged panel's "Stored" and the inspector say): the legend says so too.
     const tiered = Boolean(replay.bundle && replay.bundle.tier);
+    this.legend.hidden = this.canvas.dataset.empty === "true"; // (no line drawn: nothing to name)
     this.legend.innerHTML = SERIES.filter((s) => replay.hasMetric(s.name)).map((s) =>
       `<span data-series="${s.name}"${s.name === "paged_stored_bytes" && tiered ? ` title="${ON_LINK}"` : ""}>` +
       `<i class="${s.area ? "area" : s.dash ? "dash" : ""}" style="--c:${s.color}"></i>` +
       `${s.name === "paged_stored_bytes" && tiered ? `${s.label} (loads in flight included)` : s.label}</span>`).join("");
+  }
+
+  /** The chart's time span: [first instant, last instant] (seconds). */
+  span() {
+    const t = this.replay.momentTime;
+    if (!t || t.length === 0) return [0, 0];
+    return [t[0], t[t.length - 1]];
+  }
+
+  /** The moment at fraction x of the time axis: the last instant at or before that time. */
+  momentAt(x) {
+    const r = this.replay;
+    const t = r.momentTime;
+    if (!t) return Math.round(x * (r.numMoments - 1));
+    const [t0, t1] = this.span();
+    return Math.max(0, upperBound(t, t0 + x * (t1 - t0)) - 1);
   }
 
   draw() {
@@ -82,11 +103,28 @@ export class Chart {
     if (!replay) return;
     const { ctx, w, h } = prepareCanvas(this.canvas);
     ctx.clearRect(0, 0, w, h);
-    const n = replay.numSteps;
-    const series = SERIES.map((s) => ({ ...s, col: replay.paged.metrics[s.name] || (replay.contig && replay.contig.metrics[s.name]) }))
-      .filter((s) => s.col);
+    const n = replay.numMoments - 1;
+    // Each series with its own track's times (a contiguous column at the contiguous steps' times).
+    const series = SERIES.map((s) => {
+      const track = s.name in replay.paged.metrics ? replay.paged : replay.contig && s.name in replay.contig.metrics ? replay.contig : null;
+      return track ? { ...s, col: track.metrics[s.name], time: track.metrics.time_s } : null;
+    }).filter((s) => s);
+    const [t0, t1] = this.span();
     let top = 0;
     for (const s of series) for (const v of s.col) if (v > top) top = v;
+    this.canvas.dataset.empty = String(top === 0);
+    if (!(top > 0)) {
+      // Nothing was ever held (no step ran, or nothing allocated): no axis to read, a sentence instead.
+      ctx.fillStyle = "rgba(230,236,245,0.6)";
+      ctx.font = "12px ui-sans-serif, system-ui, sans-serif";
+      ctx.textAlign = "center";
+      ctx.fillText(n === 0 ? "no step ran: nothing to chart" : "no KV memory was held in this run", w / 2, h / 2);
+      this.canvas.dataset.yticks = "[]";
+      this.geometry = null;
+      this.cursor.hidden = true;
+      return;
+    }
+    this.cursor.hidden = false;
     const ticks = niceTicks(top);
     const ymax = ticks[ticks.length - 1].value;
     this.canvas.dataset.yticks = JSON.stringify(ticks);
@@ -95,7 +133,7 @@ export class Chart {
     const x0 = this.padL;
     const pw = w - this.padL - this.padR;
     const ph = h - padT - padB;
-    const X = (k) => x0 + (n === 0 ? 0 : (k / n) * pw);
+    const X = (t) => x0 + (t1 <= t0 ? 0 : ((t - t0) / (t1 - t0)) * pw);
     const Y = (v) => padT + ph - (v / ymax) * ph;
     // Axes and labels.
     ctx.strokeStyle = "rgba(255,255,255,0.12)";
@@ -112,24 +150,30 @@ export class Chart {
       ctx.fillText(t.label, x0 - 6, Math.min(h - padB, Math.max(padT + 8, y + 4)));
     }
     ctx.textAlign = "left";
-    ctx.fillText("step 0", x0, h - 3);
+    ctx.fillText(`t = ${secs(t0)}`, x0, h - 3);
     ctx.textAlign = "right";
-    ctx.fillText(`step ${n}`, x0 + pw, h - 3);
-    // One point per pixel column at most: the max over the steps it covers keeps peaks visible.
+    ctx.fillText(`t = ${secs(t1)}`, x0 + pw, h - 3);
+    // One point per pixel column at most: the max over the states in force during the instants it covers
+    // keeps peaks visible (a state holds from its step's time to the next one's; past a track's end, its
+    // last).
     const cols = Math.max(1, Math.min(n + 1, Math.floor(pw)));
     for (const s of series) {
       ctx.beginPath();
+      const len = Math.min(s.col.length, s.time.length);
       for (let c = 0; c < cols; c += 1) {
-        const lo = Math.floor((c * (n + 1)) / cols);
-        const hi = Math.max(lo + 1, Math.floor(((c + 1) * (n + 1)) / cols));
+        const a = t0 + ((t1 - t0) * c) / cols;
+        const b = t0 + ((t1 - t0) * (c + 1)) / cols;
+        // States in force in [a, b): the last at or before a, and those starting before b.
+        let k = Math.max(0, upperBound(s.time, a) - 1);
+        const end = Math.max(k + 1, upperBound(s.time, c === cols - 1 ? b : b - 1e-12));
         let v = 0;
-        for (let k = lo; k < hi && k < s.col.length; k += 1) if (s.col[k] > v) v = s.col[k];
-        const x = cols === 1 ? x0 : X(lo);
+        for (; k < end && k < len; k += 1) if (s.col[k] > v) v = s.col[k];
+        const x = cols === 1 ? x0 : X(a);
         if (c === 0) ctx.moveTo(x, Y(v));
         else ctx.lineTo(x, Y(v));
       }
       if (s.area) {
-        ctx.lineTo(X(n), Y(0));
+        ctx.lineTo(X(t1), Y(0));
         ctx.lineTo(x0, Y(0));
         ctx.closePath();
         ctx.globalAlpha = 0.45;
@@ -147,15 +191,16 @@ export class Chart {
       ctx.stroke();
     }
     ctx.setLineDash([]);
-    this.geometry = { x0, pw, w, padT, ph, ymax };
-    this.moveCursor(replay.step);
+    this.geometry = { x0, pw, w, padT, ph, ymax, t0, t1 };
+    this.moveCursor();
   }
 
-  moveCursor(k) {
+  /** The cursor at the replay's current instant. */
+  moveCursor() {
     if (!this.replay || !this.geometry) return;
-    const n = this.replay.numSteps;
-    const { x0, pw } = this.geometry;
-    const x = x0 + (n === 0 ? 0 : (k / n) * pw);
+    const { x0, pw, t0, t1 } = this.geometry;
+    const t = this.replay.time ?? t0;
+    const x = x0 + (t1 <= t0 ? 0 : ((t - t0) / (t1 - t0)) * pw);
     this.cursor.style.backgroundPositionX = `${x.toFixed(1)}px`;
   }
 }

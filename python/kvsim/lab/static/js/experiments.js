@@ -2,7 +2,7 @@
 // at the current step. The checks compare numbers the bundle gives (metrics, replayed rows) with each
 // other; they derive nothing the engine did not report.
 
-import { bytes, esc, int, times } from "./format.js";
+import { bytes, esc, int, secs, times } from "./format.js";
 import { S } from "./replay.js";
 
 /** Every held block's ref_cnt against the number of block tables holding it at this step. */
@@ -189,10 +189,10 @@ export const EXPERIMENTS = [
       const ext = r.metric("paged_external_fragmentation");
       // The paged side's sequences holding blocks: running, and any held for a CPU-tier load.
       const pRun = r.paged.metric("num_running", r.step) + (r.paged.metric("num_held", r.step) ?? 0);
-      const cRun = r.contig.metric("num_running", r.step);
+      const cRun = r.contig.metric("num_running", r.contigStep);
       if (!pRun || !cRun || !res || !alloc) {
-        return notHere(`at step ${int(r.step)} ${!pRun ? "the paged" : "the contiguous"} side runs nothing, so ` +
-          "there is no batch to compare (the multiplier shows —): scrub to a step where both run.");
+        return notHere(`at t = ${secs(r.time)} ${!pRun ? "the paged" : "the contiguous"} side runs nothing, so ` +
+          "there is no batch to compare (the multiplier shows —): scrub to an instant where both run.");
       }
       const want = (res / cRun) / (alloc / pRun);
       const ratioOk = mult !== null && Number.isFinite(mult) && Math.abs(mult - want) <= 1e-9 * Math.max(1, want);
@@ -301,7 +301,8 @@ export class Experiments {
       el.dataset.pass = String(res.pass);
       const verdict = res.pass === true ? "✓ holds" : res.pass === false ? "✗ fails" : "— not here";
       el.innerHTML = `<span class="verdict">${verdict}</span> <span>${res.pass === null ? res.text
-        : `at step ${int(replay.step)}: ${res.text}`}</span>`;
+        : `${replay.contig && x.id === "contiguous" ? `at t = ${secs(replay.time)} (paged step ${int(replay.step)}, ` +
+          `contiguous step ${int(replay.contigStep)})` : `at step ${int(replay.step)}`}: ${res.text}`}</span>`;
     }
     // With state layers the block is raised until it holds a state (vLLM's hybrid manager: 544 tokens
     // for Qwen3-Next), so blocks of 16 and 32 run alike: the toggle would change nothing.

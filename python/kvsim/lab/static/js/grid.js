@@ -65,7 +65,7 @@ export const FILLING_TEXT = "being filled by a CPU-tier load in flight: allocate
 // outline when cached). State layers were pink (hue 330, three groups 316 to 344): with a CPU tier their
 // first group took the hue of the blocks a load is filling (`--c-loading`, 315); rose (346 to 14 for
 // three groups) keeps 30 degrees from it.
-const KIND_HUES = { full: 218, sliding_window: 168, chunked_local: 45, mamba: 0 };
+const KIND_HUES = { full: 218, sliding_window: 150, chunked_local: 45, mamba: 10 };
 
 /** Per group {main, dark, empty} colours (CSS strings). */
 export function groupColors(groups) {
@@ -77,8 +77,10 @@ export function groupColors(groups) {
     const i = seen.get(g.kind) || 0;
     seen.set(g.kind, i + 1);
     const spread = n > 1 ? (i - (n - 1) / 2) / (n - 1) : 0; // -0.5 .. 0.5
-    const hue = (KIND_HUES[g.kind] ?? 0) + spread * 28;
-    const light = 62 + spread * 22;
+    // Groups of one kind spread over a band of hues (20° apart, at most 100°: gemma-3's six window groups
+    // were six greens 28° apart in all) and alternate deep and light, so neighbours differ twice over.
+    const hue = (KIND_HUES[g.kind] ?? 0) + spread * Math.min(100, 20 * (n - 1));
+    const light = n > 1 ? (i % 2 === 0 ? 52 : 72) : 62;
     return {
       main: `hsl(${hue.toFixed(0)} 78% ${light.toFixed(0)}%)`,
       dark: `hsl(${hue.toFixed(0)} 60% ${(light - 20).toFixed(0)}%)`,
@@ -147,6 +149,8 @@ export function drawPoolStrip(canvas, track, colors, windowRange = null) {
     const order = track.stateNames.map((name) => (STACK.includes(name) ? STACK.indexOf(name) : FREE));
     const fills = STACK.map((st) => (st === "cached" ? pixel(colors[st], CACHED_ALPHA, colors.bg) : pixel(colors[st])));
     const freeFill = pixel(colors.free);
+    // (a held block's empty slots: its colour dimmed)
+    const slots = STACK.map((st) => pixel(colors[st], 0.45, colors.bg));
     const cur = track.blocks.cur;
     const codes = track.blockState;
     const filling = track.filling;
@@ -168,10 +172,13 @@ export function drawPoolStrip(canvas, track, colors, windowRange = null) {
       const x0 = Math.round(x * dpr);
       if (hi - lo === 1) {
         const k = stackOf(lo);
-        // (a block being filled: to the height of the tokens its load brings, in the loading colour)
-        const bh = k === 0 || k === FILLING ? Math.max(3, h * (track.tokens[lo] / bs))
-          : k === FREE ? 3 : h;
-        paint(x0, Math.min(W, Math.round((x + colW - gap) * dpr)), h - bh, h, k === FREE ? freeFill : fills[k]);
+        const x1 = Math.min(W, Math.round((x + colW - gap) * dpr));
+        // A held block's bar is its B token slots: the tokens it holds bright, its empty slots dim (a
+        // private block of 1 token read as free); a block being filled: the tokens its load brings.
+        const partial = k === 0 || k === FILLING;
+        if (partial) paint(x0, x1, 0, h, slots[k]);
+        const bh = partial ? Math.max(2, h * (track.tokens[lo] / bs)) : k === FREE ? 3 : h;
+        paint(x0, x1, h - bh, h, k === FREE ? freeFill : fills[k]);
         continue;
       }
       count.fill(0);

@@ -25,7 +25,8 @@ const OPTION_LISTS = {
 const lab = {
   presets: null,
   replay: null,
-  step: 0,
+  step: 0, // the paged track's state shown
+  moment: 0, // the scrubber: the shared instant shown (each track's state by then: `Replay`)
   selected: -1,
   playing: false,
   pending: null,
@@ -64,7 +65,7 @@ const chart = new Chart({
 lab.chart = chart; // (the tests read its geometry)
 const tier = new TierView({ root: $("tier-panel") });
 lab.tier = tier;
-const experiments = new Experiments({ root: $("exp-list"), onApply: (over) => applyOverrides(over) });
+const experiments = new Experiments({ root: $("exp-list"), onApply: (over) => { lab.lastEdit = null; applyOverrides(over); } });
 lab.experiments = experiments; // the tests re-check a state they alter
 
 function banner(msg) {
@@ -80,9 +81,11 @@ function queryFromUrl() {
   const q = {};
   for (const p of PARAMS) if (u.has(p)) q[p] = u.get(p);
   // (a step that is not a whole number stays its text: the page says it shows the opening step instead)
-  const raw = u.has("step") ? u.get("step") : null;
-  const step = raw !== null && /^-?[0-9]+$/.test(raw.trim()) ? Number.parseInt(raw, 10) : raw;
-  return { query: q, step };
+  const num = (name) => {
+    const raw = u.has(name) ? u.get(name) : null;
+    return raw !== null && /^-?[0-9]+$/.test(raw.trim()) ? Number.parseInt(raw, 10) : raw;
+  };
+  return { query: q, step: num("step"), contigStep: num("contiguous_step") };
 }
 
 let urlTimer = 0;
@@ -97,6 +100,7 @@ function writeUrl() {
       if (v !== undefined && v !== null) u.set(p, String(v));
     }
     u.set("step", String(lab.step));
+    if (r.contig) u.set("contiguous_step", String(r.contigStep));
     const url = `${window.location.pathname}?${u.toString()}`;
     if (url !== `${window.location.pathname}${window.location.search}`) window.history.replaceState(null, "", url);
   }, 400); // once the scrubbing pauses: replaceState costs a frame's worth of time in chromium
@@ -223,7 +227,18 @@ function syncControls(bundle) {
   const pre = lab.presets.presets.find((p) => p.name === q.preset);
   const asks = bundle.preset && bundle.preset.max_tokens
     ? ` Clients ask for ${bundle.preset.max_tokens}${bundle.contiguous ? ": what orca-max reserves" : ""}.` : "";
-  $("c-preset-desc").textContent = pre ? `${pre.description || ""}${asks}` : "";
+  // The preset's story is true of its own settings: where the run changed one, the page says which (the
+  // bundle's `preset.differs`) and that the story describes the preset's settings, not this run.
+  const desc = $("c-preset-desc");
+  const differs = (bundle.preset && bundle.preset.differs) || [];
+  const story = pre ? `${pre.description || ""}${asks}` : "";
+  desc.dataset.differs = differs.map((d) => d.field).join(",");
+  desc.classList.toggle("differs", differs.length > 0);
+  desc.innerHTML = differs.length === 0 ? esc(story)
+    : `<span class="differs-note"><b>This run differs from the preset:</b> ${differs.map((d) =>
+      `${esc(d.label)} ${esc(d.run)} (preset: ${esc(d.preset)})`).join(" · ")}. The preset’s description below ` +
+      "is true of the preset’s own settings, not of this run; the figures on the page are this run’s.</span> " +
+      `<span class="preset-story"><b>The preset with its own settings:</b> ${esc(story)}</span>`;
 }
 
 /** The CPU tier's control: its memory in MiB (0: none), the chunks it gives, and what it needs where the
@@ -258,9 +273,57 @@ function readControl(el) {
   return el.value;
 }
 
+// The memory fields take MiB (the API bytes): a refusal names the field as the page labels it and speaks
+// in MiB.
+const MEMORY_FIELDS = { kv_cache_bytes: "KV cache memory (MiB)", kv_offloading_bytes: "CPU tier (MiB)" };
+const STILL_SHOWN = "The page still shows the previous run; its settings are back in the controls.";
+const mib = (b) => `${Number((b / MIB).toPrecision(6))} MiB`;
+
+/** Why a value typed into a memory field is refused before any run (null: the server judges it). */
+function memoryWhyNot(param, raw) {
+  const label = MEMORY_FIELDS[param];
+  const text = raw.trim();
+  const v = Number(text);
+  if (text === "" || !Number.isFinite(v)) return `${label}: ${JSON.stringify(raw)} is not a number of MiB.`;
+  const bpb = lab.replay ? lab.replay.bundle.bytes_per_block : null;
+  if (param === "kv_cache_bytes" && v <= 0) {
+    return `${label} ${text} MiB: the memory must be more than 0 MiB` +
+      `${bpb ? `, and a pool needs 2 blocks (vLLM's null block and one to use): at least ${mib(2 * bpb)} here` : ""}.`;
+  }
+  if (param === "kv_offloading_bytes" && v < 0) return `${label} ${text} MiB: give 0 MiB for no tier, or more.`;
+  return null;
+}
+
+/** The server's refusal of a memory field's value, in the field's words and MiB (the API's are bytes). */
+function inFieldUnits(err) {
+  const e = lab.lastEdit;
+  if (!e || err.field !== e.param) return err.message;
+  return err.message
+    .replace(new RegExp(`^${e.param} -?[0-9]+(?: \\([^)]*\\))?`), `${MEMORY_FIELDS[e.param]} ${e.typed} MiB`)
+    .replace(/must be between ([0-9]+) and ([0-9]+)/, (_, lo, hi) => `must be between ${mib(Number(lo))} and ${mib(Number(hi))}`);
+}
+
+/** A change refused before a run: said in the banner, the controls back to the run shown. */
+function refuse(message) {
+  banner(`${message} ${STILL_SHOWN}`);
+  if (lab.replay) syncControls(lab.replay.bundle);
+  lab.completed += 1;
+  document.body.dataset.runs = String(lab.completed);
+  document.body.dataset.error = message;
+}
+
 for (const el of document.querySelectorAll("[data-param]")) {
   el.addEventListener("change", () => {
     const param = el.dataset.param;
+    lab.lastEdit = null;
+    if (param in MEMORY_FIELDS) {
+      const why = memoryWhyNot(param, el.value);
+      if (why) {
+        refuse(why);
+        return;
+      }
+      lab.lastEdit = { param, typed: el.value.trim() };
+    }
     const value = readControl(el);
     if (param === "preset") run({ preset: value }, null);
     else applyOverrides({ [param]: value });
@@ -275,7 +338,7 @@ function applyOverrides(over) {
     base.kv_cache_bytes = poolBytes(lab.replay.bundle);
   }
   if ("kv_cache_bytes" in over || "block_size" in over || "model" in over) delete base.num_blocks;
-  let step = lab.step;
+  let step = lab.step; // (the paged state: a new run's clock differs)
   if (over.preset && over.preset !== base.preset) {
     run({ ...over }, null);
     return;
@@ -286,7 +349,7 @@ function applyOverrides(over) {
 
 // ---------------------------------------------------------------- runs
 
-async function run(query, step, fromUrl = false) {
+async function run(query, step, fromUrl = false, contigStep = null) {
   const seq = ++lab.runSeq;
   const t0 = performance.now();
   $("lab").setAttribute("aria-busy", "true");
@@ -296,12 +359,13 @@ async function run(query, step, fromUrl = false) {
     bundle = await fetchRun(query);
   } catch (err) {
     if (seq !== lab.runSeq) return;
-    banner(err.message);
+    const message = inFieldUnits(err);
+    banner(lab.replay ? `${message} ${STILL_SHOWN}` : message);
     $("lab").setAttribute("aria-busy", "false");
     if (lab.replay) syncControls(lab.replay.bundle); // the rejected change changed nothing
     lab.completed += 1;
     document.body.dataset.runs = String(lab.completed);
-    document.body.dataset.error = err.message;
+    document.body.dataset.error = message;
     document.body.dataset.ready = "true";
     return;
   }
@@ -316,7 +380,7 @@ async function run(query, step, fromUrl = false) {
   lab.replay = replay;
   syncControls(bundle);
   const scrub = $("r-scrub");
-  scrub.max = String(bundle.num_steps);
+  scrub.max = String(replay.numMoments - 1);
   grid.reset(replay.paged);
   tables.setReplay(replay);
   stream.setReplay(replay);
@@ -329,14 +393,9 @@ async function run(query, step, fromUrl = false) {
   // With a CPU tier, the legends name the style of a block a load in flight is filling.
   $("grid-filling-legend").hidden = !bundle.tier;
   $("paged-map-filling").hidden = !bundle.tier;
-  const start = typeof step === "number" ? step : bundle.default_step;
-  lab.step = Math.max(0, Math.min(bundle.num_steps, start));
-  if (fromUrl && typeof step === "string") {
-    banner(`step ${JSON.stringify(step)} in the address is not a step number: showing the opening step, ${lab.step}`);
-  } else if (fromUrl && start !== lab.step) {
-    banner(`step ${start} in the address is outside this run's steps 0–${bundle.num_steps}: showing step ${lab.step}`);
-  }
-  replay.seek(lab.step);
+  lab.moment = openingMoment(replay, step, fromUrl ? contigStep : null, fromUrl);
+  replay.seekMoment(lab.moment);
+  lab.step = replay.step;
   chart.setReplay(replay);
   if (lab.selected >= bundle.num_blocks) lab.selected = -1;
   render(null);
@@ -358,6 +417,40 @@ async function run(query, step, fromUrl = false) {
   delete document.body.dataset.error;
   document.body.dataset.ready = "true";
   writeUrl();
+}
+
+/** The moment a run opens on: the paged track's state `step` (a number; else the opening step), or with
+ * `contigStep` from the address the moment both are in force. An address's step past the paged track's
+ * end but within the contiguous one's (a link from before the page compared the tracks at one instant,
+ * when the scrubber ran to the longer track's end) opens where the contiguous track is at that step. */
+function openingMoment(replay, step, contigStep, fromUrl) {
+  const bundle = replay.bundle;
+  const n = replay.numSteps;
+  const start = typeof step === "number" ? step : bundle.default_step;
+  const clamped = Math.max(0, Math.min(n, start));
+  const cn = replay.contigSteps;
+  if (fromUrl && typeof step === "string") {
+    banner(`step ${JSON.stringify(step)} in the address is not a step number: showing the opening step, ${clamped}`);
+    return replay.momentOfStep(clamped);
+  }
+  if (fromUrl && typeof step === "number" && step > n && cn !== null && step <= cn && contigStep === null) {
+    const m = replay.momentOfContigStep(step);
+    banner(`step ${int(step)} in the address is past the paged run's end (${int(n)} steps; the contiguous run's ` +
+      `${int(cn)}): showing the instant the contiguous run reaches step ${int(step)}, t = ${secs(replay.momentTime[m])}, ` +
+      "the paged run ended");
+    return m;
+  }
+  if (fromUrl && start !== clamped) {
+    banner(`step ${start} in the address is outside the paged run's steps 0–${n}: showing step ${clamped}`);
+    return replay.momentOfStep(clamped);
+  }
+  if (fromUrl && contigStep !== null && replay.contig) {
+    const both = typeof contigStep === "number" ? replay.momentOfBoth(clamped, contigStep) : -1;
+    if (both >= 0) return both;
+    banner(`contiguous_step ${JSON.stringify(contigStep)} in the address is not in force while the paged run is at ` +
+      `step ${int(clamped)}: showing the contiguous run where it is at that instant`);
+  }
+  return replay.momentOfStep(clamped);
 }
 
 /** A hybrid model's groups under the grid: each one's colour, kind, window, layers and the blocks it holds
@@ -491,18 +584,22 @@ function render(changed) {
     }
     marks.push(performance.now());
   }
-  chart.moveCursor(lab.step);
+  chart.moveCursor();
   // Where a redraw's time goes (the page benchmark reports it); a stale view's time is 0 here.
   lab.lastRender = Object.fromEntries(["grid", "panels", ...lazy.filter((v) => v.name !== "grid").map((v) => v.name)]
     .map((name, i) => [name, marks[i + 1] - marks[i]]));
   const scrub = $("r-scrub");
-  scrub.value = String(lab.step);
-  const t = r.metric("time_s");
-  $("r-step").textContent = `step ${int(lab.step)} / ${int(r.numSteps)}${t !== null ? ` · t = ${secs(t)}` : ""}`;
+  scrub.value = String(lab.moment);
+  $("r-step").textContent = clockText(r);
   const note = clockNote(r.bundle.time_model);
-  setTextOnce($("r-clock"), note ? `(${note}; step k: the state after k engine steps)` : "(step k: the state after k engine steps)");
+  const how = r.contig ? "; both runs at the same instant t, each at the last state it reached by then, " +
+    "step k of a run: its state after k engine steps" : "; step k: the state after k engine steps";
+  setTextOnce($("r-clock"), `(${note ? `${note}` : "simulated time"}${how})`);
   $("r-step").dataset.step = String(lab.step);
+  $("r-step").dataset.contiguousStep = r.contig ? String(r.contigStep) : "";
+  $("r-step").dataset.time = String(r.time);
   document.body.dataset.step = String(lab.step);
+  document.body.dataset.moment = String(lab.moment);
   if (lazy.some((v) => v.stale) || grid.hasPending()) {
     // Catch up once the user stops scrubbing (no redraw for 200 ms), in an idle period.
     delete document.body.dataset.settled;
@@ -511,6 +608,28 @@ function render(changed) {
   } else {
     settle();
   }
+}
+
+/** The scrubber's reading: the shared instant and each run's step there (an ended run says so); a run
+ * in which no step ran says that, not a clock. */
+function clockText(r) {
+  const t = r.time;
+  const steps = (n, k, ended) => (n === 0 ? "no step ran" : `step ${int(k)} / ${int(n)}${ended ? " (ended)" : ""}`);
+  if (!r.contig) {
+    if (r.numSteps === 0) return `step 0 / 0 · no step ran: ${noStepWhy(r)}`;
+    return `step ${int(lab.step)} / ${int(r.numSteps)} · t = ${secs(t)}`;
+  }
+  if (r.numSteps === 0 && r.contigSteps === 0) return `step 0 / 0 · no step ran in either run: ${noStepWhy(r)}`;
+  return `t = ${secs(t)} · paged ${steps(r.numSteps, lab.step, r.ended(r.paged))} · ` +
+    `contiguous ${steps(r.contigSteps, r.contigStep, r.ended(r.contig))}`;
+}
+
+/** Why a run took no step: its requests' fates (every one rejected at arrival, as a pool too small). */
+function noStepWhy(r) {
+  const rejected = r.paged.metric("num_rejected", 0);
+  const total = r.bundle.requests.length;
+  return rejected === total ? `every request was rejected at arrival (${int(total)} of ${int(total)})`
+    : `${int(rejected)} of ${int(total)} requests rejected`;
 }
 
 function setTextOnce(el, text) {
@@ -525,20 +644,23 @@ function selectBlock(b) {
   tables.markBlock(b);
 }
 
-/** Seek now (synchronously) and redraw what changed. */
-function seek(k) {
+/** Seek to moment m now (synchronously) and redraw what changed. */
+function seek(m) {
   const r = lab.replay;
   if (!r) return;
-  const step = Math.max(0, Math.min(r.numSteps, k | 0));
+  const moment = Math.max(0, Math.min(r.numMoments - 1, m | 0));
   const t0 = performance.now();
-  const changed = r.seek(step);
+  const changed = r.seekMoment(moment);
   lab.lastReplayMs = performance.now() - t0;
-  lab.step = step;
+  lab.moment = moment;
+  lab.step = r.step;
   render(changed);
   lab.lastSeekMs = performance.now() - t0;
   writeUrl();
 }
 lab.seek = seek;
+/** Seek to the paged track's state k (the first moment it is in force). */
+lab.seekStep = (k) => lab.replay && seek(lab.replay.momentOfStep(k));
 
 /** Seek at the next frame, coalescing a burst of scrubber events into one redraw. */
 function requestStep(k) {
@@ -554,10 +676,10 @@ function requestStep(k) {
 
 $("r-scrub").addEventListener("input", (ev) => requestStep(Number(ev.target.value)));
 $("r-start").addEventListener("click", () => seek(0));
-$("r-end").addEventListener("click", () => lab.replay && seek(lab.replay.numSteps));
-$("r-prev").addEventListener("click", () => seek(lab.step - 1));
-$("r-next").addEventListener("click", () => seek(lab.step + 1));
-$("r-default").addEventListener("click", () => lab.replay && seek(lab.replay.bundle.default_step));
+$("r-end").addEventListener("click", () => lab.replay && seek(lab.replay.numMoments - 1));
+$("r-prev").addEventListener("click", () => seek(lab.moment - 1));
+$("r-next").addEventListener("click", () => seek(lab.moment + 1));
+$("r-default").addEventListener("click", () => lab.replay && seek(lab.replay.momentOfStep(lab.replay.bundle.default_step)));
 $("r-play").addEventListener("click", () => setPlaying(!lab.playing));
 $("r-link").addEventListener("click", async () => {
   const btn = $("r-link");
@@ -572,7 +694,7 @@ $("r-link").addEventListener("click", async () => {
 
 function setPlaying(on) {
   const r = lab.replay;
-  if (on && r && lab.step >= r.numSteps) seek(0);
+  if (on && r && lab.moment >= r.numMoments - 1) seek(0);
   lab.playing = on && !!r;
   const btn = $("r-play");
   btn.textContent = lab.playing ? "⏸" : "▶";
@@ -587,9 +709,9 @@ function setPlaying(on) {
     const n = Math.floor(acc);
     if (n > 0) {
       acc -= n;
-      const next = Math.min(lab.replay.numSteps, lab.step + n);
+      const next = Math.min(lab.replay.numMoments - 1, lab.moment + n);
       seek(next);
-      if (next >= lab.replay.numSteps) {
+      if (next >= lab.replay.numMoments - 1) {
         setPlaying(false);
         return;
       }
@@ -603,10 +725,10 @@ document.addEventListener("keydown", (ev) => {
   const t = ev.target;
   if (t.closest && (t.closest("input, select, textarea, button") || t.closest("#grid"))) return;
   if (ev.key === " ") { ev.preventDefault(); setPlaying(!lab.playing); }
-  else if (ev.key === "ArrowRight" || ev.key === ".") { ev.preventDefault(); seek(lab.step + 1); }
-  else if (ev.key === "ArrowLeft" || ev.key === ",") { ev.preventDefault(); seek(lab.step - 1); }
+  else if (ev.key === "ArrowRight" || ev.key === ".") { ev.preventDefault(); seek(lab.moment + 1); }
+  else if (ev.key === "ArrowLeft" || ev.key === ",") { ev.preventDefault(); seek(lab.moment - 1); }
   else if (ev.key === "Home") { ev.preventDefault(); seek(0); }
-  else if (ev.key === "End" && lab.replay) { ev.preventDefault(); seek(lab.replay.numSteps); }
+  else if (ev.key === "End" && lab.replay) { ev.preventDefault(); seek(lab.replay.numMoments - 1); }
 });
 
 let resizeTimer = 0;
@@ -634,8 +756,8 @@ async function start() {
     document.body.dataset.ready = "true";
     return;
   }
-  const { query, step } = queryFromUrl();
+  const { query, step, contigStep } = queryFromUrl();
   if (!query.preset) query.preset = lab.presets.presets[0].name;
-  await run(query, step, true);
+  await run(query, step, true, contigStep);
 }
 lab.ready = start();

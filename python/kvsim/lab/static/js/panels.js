@@ -3,7 +3,7 @@
 // Elements carry the raw value in data-value so tests compare it with kvsim.lab.snapshot exactly.
 
 import { drawPoolStrip, prepareCanvas } from "./grid.js";
-import { bytes, esc, int, metric, pct, times } from "./format.js";
+import { bytes, esc, int, metric, pct, secs, times } from "./format.js";
 import { S } from "./replay.js";
 
 // Writes only what changed: scrubbing redraws every step, and an unchanged write still costs the
@@ -100,7 +100,7 @@ export class Panels {
         `(${bytes(b.bytes_per_block)} each), allocated as tokens are computed and stitched together by ` +
         "per-sequence block tables, so no request needs contiguous memory and no hole is ever too small.";
     $("card-multiplier").closest(".card").querySelector(".card-note").textContent = b.contiguous
-      ? "Sequences paging fits in the memory one contiguous sequence holds, at each side’s batch (— when a side runs nothing)"
+      ? "Sequences paging fits in the memory one contiguous sequence holds, each side’s batch at the same instant t (— when a side runs nothing)"
       : "— here: no contiguous baseline for a hybrid model";
     $("card-waste").closest(".card").querySelector(".card-note").textContent = b.contiguous
       ? "Reserved for tokens not (yet) generated" : "— here: no contiguous baseline for a hybrid model";
@@ -124,7 +124,7 @@ export class Panels {
     setMetric($("contig-reserved"), r, "contiguous_reserved_bytes", bytes);
     setMetric($("paged-allocated"), r, "paged_allocated_bytes", bytes);
     this.renderBatch($("paged-batch"), r.paged, r.step);
-    if (r.contig) this.renderBatch($("contig-batch"), r.contig, r.step);
+    if (r.contig) this.renderBatch($("contig-batch"), r.contig, r.contigStep);
   }
 
   /** Redraw each track's detail (bars, fragmentation, maps) at the replay's step; `changed` the blocks
@@ -181,11 +181,20 @@ export class Panels {
       .map(([name, label]) => [label, track.metric(name, k)])
       .filter(([label, v]) => v !== null && (v > 0 || label === "running" || label === "waiting"));
     setData(el, "running", String(track.metric("num_running", k)));
+    setData(el, "step", String(k));
+    // Each run's own step at the shared instant, and whether it has ended by then (every request done).
+    const r = this.replay;
+    const n = track === r.paged ? r.numSteps : r.contigSteps;
+    const ended = k >= n;
+    setData(el, "ended", String(ended));
+    const at = n === 0 ? "No step ran" : ended
+      ? `Ended at t = ${secs(track.metric("time_s", n))} (step ${int(n)} of ${int(n)})`
+      : `At step ${int(k)} of ${int(n)}`;
     // The swapped-out sequences' blocks wait in the CPU swap space (`TrackReplay.swapSpace`).
     const swap = track === this.replay.paged ? track.swapSpace(k) : { seqs: 0, blocks: 0 };
     setData(el, "swapBlocks", String(swap.blocks));
     const cap = this.replay.bundle.swap_space_blocks;
-    setHtml(el, parts.length ? `At this step: ${parts.map(([label, v]) =>
+    setHtml(el, parts.length ? `${at}: ${parts.map(([label, v]) =>
       `<b class="${label === "running" ? "run" : ""}">${int(v)}</b> ${label}` +
       (label === "swapped" && swap.seqs ? ` (their ${int(swap.blocks)} block${swap.blocks === 1 ? "" : "s"} in the CPU swap space` +
         `${cap ? `, of its ${int(cap)}` : ""})` : ""))
@@ -232,7 +241,7 @@ export class Panels {
     for (const g of regions) {
       const e = track.seqOf(g.rid, g.sample);
       const row = e === undefined ? null : track.seqs.row(e);
-      const usedTok = row ? Math.min(g.size, Math.max(0, row[S.ctx] + row[S.ctxRate] * (r.step - row[S.step]))) : 0;
+      const usedTok = row ? Math.min(g.size, Math.max(0, row[S.ctx] + row[S.ctxRate] * (r.contigStep - row[S.step]))) : 0;
       boxes.push({ g, x: X(g.offset), ww: Math.max(1, X(g.size) - 1), used: Math.max(usedTok > 0 ? 1 : 0, X(usedTok)) });
     }
     const layer = (rect) => {

@@ -17,6 +17,18 @@ export function upperBound(a, x) {
   return lo;
 }
 
+/** Index of the first element of the sorted Int32Array `a` at or above `x`. */
+export function lowerBound(a, x) {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (a[mid] < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /**
  * Rows sorted by step, each about one entity; `cur[e]` is the row in force for entity e (or -1). Rows
  * come as columns: `steps` and `ent` (Int32Arrays) and `makeRow(i)`, which builds row i as an array (the
@@ -685,12 +697,16 @@ export class TrackReplay {
   }
 }
 
-/** A whole bundle: the paged and contiguous tracks at one shared step. A hybrid model's bundle has no
- * contiguous track (`contig` null) and its KV-cache groups (`groups`). */
+/** A whole bundle: the paged and contiguous tracks at one shared instant. The tracks' clocks differ (a
+ * contiguous batch steps at its own pace), so the page steps through *moments* (the bundle's `moments`:
+ * every time at which either track's state changes, each track's last state by then): moment m shows the
+ * paged track at state `paged_step[m]` and the contiguous one at `contiguous_step[m]`, both in force at
+ * `time_s[m]`. A hybrid model's bundle has no contiguous track (`contig` null: its moments are the paged
+ * steps) and its KV-cache groups (`groups`). */
 export class Replay {
   constructor(bundle) {
     this.bundle = bundle;
-    this.numSteps = bundle.num_steps;
+    this.numSteps = bundle.num_steps; // the paged track's
     this.blockSize = bundle.block_size;
     this.numBlocks = bundle.num_blocks;
     this.groups = bundle.layout ? bundle.layout.groups : null;
@@ -698,25 +714,89 @@ export class Replay {
     this.paged = new TrackReplay(bundle.paged, bundle.num_blocks, bundle.block_size, this.groups,
       bundle.shared_key_labels || null);
     this.contig = bundle.contiguous ? new TrackReplay(bundle.contiguous, 0, bundle.block_size) : null;
-    this.step = -1;
+    this.contigSteps = this.contig ? bundle.contiguous.num_steps : null;
+    const mo = bundle.moments || {};
+    const steps = Array.from({ length: this.numSteps + 1 }, (_, k) => k);
+    this.momentPaged = i32(mo.paged_step || steps);
+    this.momentContig = this.contig ? i32(mo.contiguous_step) : null;
+    this.momentTime = mo.time_s ? new Float64Array(mo.time_s) : null;
+    this.momentMultiplier = mo.concurrency_multiplier ? new Float64Array(mo.concurrency_multiplier) : null;
+    this.numMoments = this.momentPaged.length;
+    this.step = -1; // the paged track's state
+    this.contigStep = -1; // the contiguous track's
+    this.moment = -1;
   }
 
+  /** The first moment at which the paged track is at state k (the contiguous one at its last by then). */
+  momentOfStep(k) {
+    return Math.min(this.numMoments - 1, lowerBound(this.momentPaged, k));
+  }
+
+  /** The first moment at which the contiguous track is at state k. */
+  momentOfContigStep(k) {
+    return this.momentContig ? Math.min(this.numMoments - 1, lowerBound(this.momentContig, k)) : 0;
+  }
+
+  /** The moment at which the paged track is at state k and the contiguous one at state kc (-1: none). */
+  momentOfBoth(k, kc) {
+    if (!this.momentContig) return kc === null ? this.momentOfStep(k) : -1;
+    for (let m = lowerBound(this.momentPaged, k); m < this.numMoments && this.momentPaged[m] === k; m += 1) {
+      if (this.momentContig[m] === kc) return m;
+    }
+    return -1;
+  }
+
+  /** Seek to the paged track's state k (the first moment it is in force). */
   seek(k) {
-    const step = Math.max(0, Math.min(this.numSteps, k | 0));
+    return this.seekMoment(this.momentOfStep(Math.max(0, Math.min(this.numSteps, k | 0))));
+  }
+
+  /** Seek both tracks to moment m; returns the paged blocks that changed (null: all). */
+  seekMoment(m) {
+    const moment = Math.max(0, Math.min(this.numMoments - 1, m | 0));
+    const step = this.momentPaged[moment];
     const changed = this.paged.seek(step);
-    if (this.contig) this.contig.seek(step);
+    if (this.contig) {
+      this.contigStep = this.momentContig[moment];
+      this.contig.seek(this.contigStep);
+    }
     this.step = step;
+    this.moment = moment;
     return changed;
   }
 
-  /** A metric at the current step: the paged track's column, else the contiguous one's. */
+  /** The time of the current moment (s), null when the bundle has no clock. */
+  get time() {
+    return this.momentTime ? this.momentTime[this.moment] : this.paged.metric("time_s", this.step);
+  }
+
+  /** Whether a track has ended by the current moment: its last state is in force, every request done. */
+  ended(track) {
+    return track === this.contig ? this.contigStep >= this.contigSteps : this.step >= this.numSteps;
+  }
+
+  /** A metric at the current moment: the multiplier (comparing the tracks) the moment's, a paged column at
+   * the paged state (k, the current by default), a contiguous one at the contiguous state. */
   metric(name, k = this.step) {
+    if (name === "concurrency_multiplier") {
+      if (!this.momentMultiplier) return null;
+      const m = k === this.step ? this.moment : this.momentOfStep(k);
+      return this.momentMultiplier[Math.max(0, m)];
+    }
     const v = this.paged.metric(name, k);
-    return v !== null || !this.contig ? v : this.contig.metric(name, k);
+    if (v !== null || !this.contig) return v;
+    return this.contig.metric(name, k === this.step ? this.contigStep : this.momentContig[this.momentOfStep(k)]);
   }
 
   hasMetric(name) {
+    if (name === "concurrency_multiplier") return this.momentMultiplier !== null;
     return name in this.paged.metrics || (this.contig !== null && name in this.contig.metrics);
+  }
+
+  /** Why the engine rejected request `rid` in `track` (its run's words), or null. */
+  rejectReason(track, rid) {
+    const reasons = track.track.reject_reasons || {};
+    return reasons[String(rid)] ?? null;
   }
 
   /** The request's display name (req-1 ...), with the sample when it has several. */

@@ -114,6 +114,10 @@ export class EventStream {
       return `${blk} left ${who}’s ${g ? esc(g.label) : "window"} table (G${count}): freed, vLLM’s null block takes its ` +
         "place there (the window no longer reads its tokens)";
     }
+    if (kind === "reject") {
+      const why = replay.rejectReason(replay.paged, rid);
+      return `${who} rejected${why ? `: <span class="reject-why" data-reason="${esc(why)}">${esc(why)}</span>` : ""}`;
+    }
     return this._plain(kind, who, blk, key, anchor, count) + tag;
   }
 

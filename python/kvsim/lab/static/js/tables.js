@@ -210,8 +210,11 @@ export class SeqTables {
         " (none on the GPU until it is swapped in)" : "";
     const held = away || (replay.groups ? `${int(table.length)} blocks held in ${replay.groups.length} tables` : `${int(table.length)} blocks`) +
       (filling ? `, <span class="filling-count" data-filling="${filling}">${int(filling)} being filled by its CPU-tier load</span>` : "");
+    // A rejected request says why (the engine's reason: the bundle's `reject_reasons`).
+    const why = status === "rejected" ? replay.rejectReason(replay.paged, rid) : null;
     const none = status === "swapped" ? `<span class="hint">swapped out: its ${int(swapped)} block${swapped === 1 ? "" : "s"} wait in the CPU swap space</span>`
-      : '<span class="hint">no blocks</span>';
+      : why ? `<span class="reject-why" data-reason="${esc(why)}">rejected: ${esc(why)}</span>`
+        : '<span class="hint">no blocks</span>';
     return `<article class="seq st-${status}${seq === this.selectedSeq ? " selected" : ""}" data-seq="${seq}"
         data-rid="${rid}" data-sample="${row[S.sample]}" data-status="${status}" data-ctx="${ctx}"
         data-table="${esc(SeqTables.tablesText(replay, row))}">
@@ -221,7 +224,7 @@ export class SeqTables {
       <p class="seq-tokens">${req.system_prompt ? `Sys prompt <b>${int(req.system_tokens)}</b> tok <span class="mono">${esc(req.system_prompt)}</span> • ` : ""}User prompt <b>${int(req.user_tokens ?? 0)}</b> tok • Generated <b class="d-gen"></b> tok</p>
       <div class="fillbar" title="context against target"><span></span></div>
       <p class="seq-fill">Context fill <b class="d-ctx2">${int(ctx)}</b> tokens${target ? ` · target ${int(target)} (<span class="d-pct"></span>)` : ""} · ${held}</p>
-      ${replay.groups ? `<div class="group-rows">${this._groupRows(replay, row, seq, k)}</div>`
+      ${replay.groups && !why ? `<div class="group-rows">${this._groupRows(replay, row, seq, k)}</div>`
         : `<div class="chips-map">${chips.join("") || none}</div>`}
     </article>`;
   }
