@@ -1,12 +1,66 @@
 """Checks from a review of kvsim's answers (kvsim plan's above all): a quantization the checkpoint lacks is
-refused naming the model as given."""
+refused naming the model as given; a KV cache given in bytes (--kv-cache-memory-bytes) on a GPU must
+hold one request of max_model_len, as vLLM checks it, so that a memory search does not answer a pool
+vLLM refuses (without a GPU the run says vLLM refuses it)."""
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 
 import kvsim
+from kvsim.analysis.plan_smallest import smallest_memory
+from kvsim.cli import main
 from kvsim.errors import InvalidArgumentError
+from kvsim.workloads.registry import make_workload, parse_workload
+
+
+def test_kv_cache_memory_bytes_must_hold_one_request(capsys):
+    """vLLM checks --kv-cache-memory-bytes as it checks profiled memory: 5,289,181,078 B holds 40,352 of
+    Llama-3.1-8B's 131,072 tokens, which kvsim ran at 'Maximum concurrency ... 0.31x'. With a GPU the least
+    that starts is the request's blocks and the null block; without one the pool is kvsim's experiment,
+    run, and the run says vLLM refuses it; a pool in blocks stays an experiment."""
+    with pytest.raises(InvalidArgumentError, match="To serve at least one request") as exc:
+        kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", kv_cache_bytes=5_289_181_078)
+    least = int(str(exc.value).split("needs at least ")[1].split(" B")[0].replace(",", ""))
+    assert least == (131_072 // 16 + 1) * 16 * 128 * 1024  # 8,193 blocks of 2 MiB
+    ok = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", kv_cache_bytes=least)
+    assert ok.pool.figures is not None
+    assert ok.pool.figures.max_concurrency >= 1
+    with pytest.raises(InvalidArgumentError, match="does not fit one request"):
+        kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", kv_cache_bytes=least - 1)
+    kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", num_blocks=100)  # (blocks: not checked)
+    argv = ["run", "--model", "llama-3.1-8b", "--gpu", "l40s", "--kv-cache-memory-bytes", "5289181078"]
+    assert main([*argv, "--requests", "10"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "To serve at least one request with the model's max seq len (131072)" in err[0]
+    # Without a GPU: run, and said.
+    assert kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes=least).pool.vllm_refusal is None
+    small = kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes=least - 1)
+    assert "To serve at least one request" in small.pool.vllm_refusal
+    assert main(["run", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "1GiB", "--requests", "5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("vllm: GPU KV cache size: 8,192 tokens") for line in out)
+    (note,) = [line for line in out if line.startswith("note: vLLM refuses this pool at start-up")]
+    assert "estimated maximum model length is 8176" in note
+    assert main(["run", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "1GiB", "--requests", "5",
+                 "--max-model-len", "8176"]) == 0  # fmt: skip
+    assert "vLLM refuses this pool" not in capsys.readouterr().out
+
+
+def test_the_smallest_kv_cache_bytes_is_one_vllm_starts():
+    """`--smallest kv_cache_bytes` answered 4.9 GiB at the default max_model_len, a pool vLLM refuses:
+    values below one request fail without a run, refused, and the answer starts."""
+    w = make_workload(*parse_workload("sharegpt"), 40, 0)
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", max_model_len=16384)
+    r = smallest_memory(w, cfg, {"ttft_p99": 1.0}, knob="kv_cache_bytes", rate=2.0, workers=2, max_probes=14)
+    assert r.value is not None
+    kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", max_model_len=16384, kv_cache_bytes=r.value)
+    refused = r.probes.filter(pl.col("refused").is_not_null())
+    assert refused.height
+    assert all("does not fit one request" in t for t in refused["refused"])
+    assert "refused by the configuration" in r.message
 
 
 def test_a_quantization_the_checkpoint_lacks_names_the_preset():
@@ -16,3 +70,16 @@ def test_a_quantization_the_checkpoint_lacks_names_the_preset():
     assert "huggingface.co" not in str(exc.value)
     with pytest.raises(InvalidArgumentError, match="is not a GPTQ checkpoint"):
         kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", quantization="gptq_marlin")
+
+
+def test_a_memory_search_whose_every_probe_is_refused_says_its_rate(capsys):
+    """Every probe refused without a run (the override's 2,000 blocks, 3.9 GiB, and half that, below the
+    8 GiB one request of 65,536 tokens needs) left the probes without a `rate` column, and the header's
+    target rate crashed (ColumnNotFoundError)."""
+    argv = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--num-gpu-blocks-override", "2000"]
+    argv += ["--kv-cache-memory-bytes", "12GiB", "--max-model-len", "65536", "--requests", "5"]
+    argv += ["--slo", "ttft_p99:2s", "--workers", "1", "--max-probes", "2", "--rate", "1.5"]
+    assert main([*argv, "--smallest", "kv_cache_bytes"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "workload: sharegpt, 5 requests; every probe at 1.5 req/s"
+    assert "2 value(s) failed without a run, refused by the configuration" in out[-1]

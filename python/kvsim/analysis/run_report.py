@@ -37,6 +37,13 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
             f"times are ticks ({why}): every step takes {tick} (time_model ticks, --iteration-time-ps), so "
             f"the duration, the throughputs and the latencies count steps, not a GPU's time; {how}"
         )
+    refusal = cfg.pool.vllm_refusal if cfg.pool is not None else None
+    if refusal is not None:
+        # (a pool in bytes without a GPU: kvsim's experiment, run; the vllm: lines stop before the check)
+        notes.append(
+            f"vLLM refuses this pool at start-up, so it never serves with the vllm: figures above: {refusal}. "
+            "kvsim runs it without a GPU as an experiment; with --gpu it refuses it as vLLM does"
+        )
     peak = s.get("peak_allocated_fraction", 0.0)
     queue = s.get("queueing_s_p99")
     e2e = s.get("e2e_s_p50")

@@ -315,11 +315,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         }
         print(json.dumps(out, default=str, ensure_ascii=False))
         return 0
-    target = (
-        f"every probe at {result.probes['rate'][0]:.4g} req/s"
-        if args.smallest and result.probes.height
-        else "probes scale its arrivals"
-    )
+    if args.smallest:
+        # (the target rate, also where every probe was refused without a run and so has no `rate`)
+        from kvsim.analysis.plan import workload_rate
+
+        target = f"every probe at {opts.get('rate') or workload_rate(workload):.4g} req/s"
+    else:
+        target = "probes scale its arrivals"
     print(f"workload: {info['name']}, {info['requests']:,} requests; {target}")
     # (the base config's pool; a search over memory, or candidates that cut it otherwise, probe others)
     varies = args.smallest in ("num_blocks", "kv_cache_bytes", "gpu_memory_utilization") or (

@@ -211,6 +211,9 @@ class PoolSizing:
         rope_cache_bytes: the rotary caches every GPU holds (part of the weights), or None without a model.
         kv_room_bytes: with a model and a GPU, the most KV cache one GPU holds beside its weights (device
             memory less the weights: a `kv_cache_bytes` above it is refused), else None.
+        vllm_refusal: vLLM's start-up refusal of a pool kvsim runs anyway, else None: a `kv_cache_bytes`
+            given with a model but no GPU (kvsim's experiment) that cannot hold one request of
+            `max_model_len` (with a GPU, refused as vLLM refuses it).
     """
 
     num_blocks: int
@@ -235,6 +238,7 @@ class PoolSizing:
     rope_cache_bytes: int | None = None
     kv_room_bytes: int | None = None
     null_block: str = "within"
+    vllm_refusal: str | None = None
 
     @property
     def pool_block_size(self) -> int:
@@ -462,6 +466,10 @@ def size_pool(
             budget = math.floor(g.memory_bytes * gpu_memory_utilization)
             available = budget - m.loaded_bytes - nonkv.total
     if num_blocks is not None:
+        if kv_cache_bytes is not None and m is not None and g is not None and layout is not None:
+            # vLLM checks the KV memory given before the override replaces its blocks
+            # (get_kv_cache_configs: the check, then get_num_blocks' override)
+            _check_one_request(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
         return PoolSizing(
             num_blocks=num_blocks, source="num_blocks", figures=figures(num_blocks, available), **common
         )
@@ -471,8 +479,19 @@ def size_pool(
         )
     assert layout is not None
     if kv_cache_bytes is not None:
+        refusal = None
         if g is not None:
             _check_kv_cache_bytes_fit(kv_cache_bytes, m, g, common["kv_room_bytes"])
+            # vLLM checks `--kv-cache-memory-bytes` as it checks the memory it profiles (GPUWorker's
+            # determine_available_memory returns it; get_kv_cache_configs then runs the check)
+            _check_one_request(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
+        else:
+            # Without a GPU a pool in bytes is kvsim's experiment (the tests' small pools): run, and what
+            # vLLM would say kept (`PoolSizing.vllm_refusal`), so that its start-up figures say it too.
+            try:
+                _check_one_request(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
+            except InvalidArgumentError as exc:
+                refusal = str(exc).split(": ", 1)[1]
         blocks = _blocks(kv_cache_bytes, m, layout, "kv_cache_bytes", null_block)
         return PoolSizing(
             num_blocks=blocks,
@@ -480,6 +499,7 @@ def size_pool(
             kv_cache_bytes=kv_cache_bytes,
             figures=figures(blocks - (null_block == "extra"), kv_cache_bytes),
             null_block=null_block,
+            vllm_refusal=refusal,
             **common,
         )
     if g is None:
@@ -543,7 +563,20 @@ def _check_one_request(kv: int, m: Model, layout: KVLayout, context: int, in_fli
         f"{knob}: model {m.name} does not fit one request: To serve at least one request with the model's max "
         f"seq len ({context}), ({format_gib(needed)} GiB KV cache is needed, which is larger than the available "
         f"KV cache memory ({format_gib(room)} GiB). {estimate}Try increasing `gpu_memory_utilization` or "
-        "decreasing `max_model_len` (vLLM's refusal; kvsim's --max-model-len sets the context)"
+        f"decreasing `max_model_len` (vLLM's refusal; {_one_request_hint(knob, needed + bpb)}kvsim's "
+        "--max-model-len sets the context)"
+    )
+
+
+def _one_request_hint(knob: str, least: int) -> str:
+    """What raises the memory of `_check_one_request`'s refusal where vLLM's words do not say it: a KV cache
+    given in bytes (`--kv-cache-memory-bytes`, which vLLM takes instead of `gpu_memory_utilization`'s
+    share) holds one request from `least` bytes (the request's blocks and the null block)."""
+    if knob != "kv_cache_bytes":
+        return ""
+    return (
+        f"kv_cache_bytes, --kv-cache-memory-bytes, is the KV memory here, gpu_memory_utilization unread: one "
+        f"request needs at least {least:,} B ({fmt_bytes(least)}); "
     )
 
 
