@@ -1,7 +1,8 @@
 """Checks from a review of kvsim's answers (kvsim plan's above all): a quantization the checkpoint lacks is
 refused naming the model as given; a KV cache given in bytes (--kv-cache-memory-bytes) on a GPU must
 hold one request of max_model_len, as vLLM checks it, so that a memory search does not answer a pool
-vLLM refuses (without a GPU the run says vLLM refuses it)."""
+vLLM refuses (without a GPU the run says vLLM refuses it); the two ends of a search's bracket read as
+two."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import polars as pl
 import pytest
 
 import kvsim
+from kvsim.analysis.plan_search import SLO, PlanResult
 from kvsim.analysis.plan_smallest import smallest_memory
 from kvsim.cli import main
 from kvsim.errors import InvalidArgumentError
@@ -61,6 +63,25 @@ def test_the_smallest_kv_cache_bytes_is_one_vllm_starts():
     assert refused.height
     assert all("does not fit one request" in t for t in refused["refused"])
     assert "refused by the configuration" in r.message
+
+
+def _result(axis: str, lo: float, hi: float) -> PlanResult:
+    value = lo if axis == "rate" else hi
+    return PlanResult(axis, value, (lo, hi), 0.02, "converged", (SLO("ttft_p99", 1.0),), pl.DataFrame())
+
+
+def test_the_bracket_ends_read_as_two():
+    """The review's pair: 5,289,181,078 B passed and 5,244,112,693 B failed, printed '4.9 GiB (4.9 GiB
+    fails)'."""
+    msg = _result("kv_cache_bytes", 5_244_112_693, 5_289_181_078).message
+    assert msg.endswith(": 4.93 GiB (4.88 GiB fails)")
+    msg = _result("kv_cache_bytes", 2**30, 2**30 + 1).message  # (one byte apart)
+    passes, fails = msg.split(": ")[-1].removesuffix(" fails)").split(" (")
+    assert passes != fails
+    msg = _result("rate", 3.37101, 3.37102).message
+    assert "3.37101 req/s (passes; 3.37102 req/s fails;" in msg
+    # Apart at the usual digits: as before.
+    assert _result("rate", 3.371, 3.4).message.split(": ", 1)[1].startswith("3.371 req/s (passes; 3.4 req/s")
 
 
 def test_a_quantization_the_checkpoint_lacks_names_the_preset():

@@ -39,6 +39,7 @@ DEFAULT_PRECISION = 0.02
 DEFAULT_MAX_PROBES = 40
 
 STATUSES = ("converged", "probe-limit", "above-cap", "below-floor")
+_BYTE_UNITS = {"TiB": 2**40, "GiB": 2**30, "MiB": 2**20, "KiB": 2**10}  # (`kvsim.model.units.fmt_bytes`'s)
 
 
 @dataclass(frozen=True)
@@ -338,16 +339,28 @@ class PlanResult:
         lo, hi = self.bracket
         return None if lo is None or hi is None or lo <= 0 else (hi - lo) / lo
 
-    def _fmt(self, x: float | None) -> str:
+    def _fmt(self, x: float | None, digits: int = 4) -> str:
         if x is None:
             return "-"
         if self.axis == "rate":
-            return f"{x:.4g} req/s"
+            return f"{x:.{digits}g} req/s"
         if self.axis == "kv_cache_bytes":
             from kvsim.model.units import fmt_bytes
 
-            return fmt_bytes(x)
-        return f"{x:.4g}" if not float(x).is_integer() else f"{int(x):,}"
+            if digits == 4:
+                return fmt_bytes(x)
+            _, unit = fmt_bytes(x).split()  # (the same unit, more decimals; bytes are exact)
+            return f"{x / _BYTE_UNITS[unit]:.{digits - 3}f} {unit}" if unit != "B" else f"{int(x):,} B"
+        return f"{x:.{digits}g}" if not float(x).is_integer() else f"{int(x):,}"
+
+    def _fmt2(self, a: float | None, b: float | None) -> tuple[str, str]:
+        """`a` and `b` as `_fmt` gives them, with more digits (exact bytes) where those coincide: a
+        passing and a failing value the message names side by side must read as two."""
+        for digits in (4, 5, 6, 7, 8, 10, 12, 17):
+            x, y = self._fmt(a, digits), self._fmt(b, digits)
+            if x != y or a == b:
+                return x, y
+        return x, y
 
     def _unloaded_failure(self) -> str | None:
         """A rate search that failed down to its floor where a lower rate does not help: at the two lowest
@@ -412,12 +425,13 @@ class PlanResult:
         lo, hi = self.bracket
         slos = ", ".join(s.label() for s in self.slos)
         n = self.probes.height
+        flo, fhi = self._fmt2(lo, hi)  # (the bracket's ends, told apart)
         if self.axis == "rate":
             what = {
-                "converged": f"highest rate meeting {slos}: {self._fmt(self.value)} (passes; "
-                f"{self._fmt(hi)} fails; within {100 * (self.achieved or 0):.2g} % ≤ {100 * self.precision:g} %)",
+                "converged": f"highest rate meeting {slos}: {flo} (passes; "
+                f"{fhi} fails; within {100 * (self.achieved or 0):.2g} % ≤ {100 * self.precision:g} %)",
                 "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
-                f"{self._fmt(lo)} passes, {self._fmt(hi)} fails (max_probes, --max-probes, allows more)",
+                f"{flo} passes, {fhi} fails (max_probes, --max-probes, allows more)",
                 "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: at such rates "
                 "the workload's requests arrive nearly at once, so this says the whole run served as one burst "
                 "meets the SLOs, not that the rate can be sustained (more requests make a run outlast the "
@@ -427,14 +441,14 @@ class PlanResult:
             }[self.status]
         else:
             what = {
-                "converged": f"smallest {self.axis} meeting {slos}: {self._fmt(self.value)}"
-                + (f" ({self._fmt(lo)} fails)" if lo is not None else " (the smallest value probed)"),
+                "converged": f"smallest {self.axis} meeting {slos}: {fhi}"
+                + (f" ({flo} fails)" if lo is not None else " (the smallest value probed)"),
                 "probe-limit": (
                     f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
                     if self.precision > 0
                     else f"stopped at {n} probes with the bracket still open: "  # an exact integer search
                 )
-                + f"{self._fmt(lo)} fails, {self._fmt(hi)} passes (max_probes, --max-probes, allows more)",
+                + f"{flo} fails, {fhi} passes (max_probes, --max-probes, allows more)",
                 "above-cap": f"fails {slos} at every {self.axis} probed, up to the cap {self._fmt(lo)}",
                 "below-floor": f"passes {slos} at every {self.axis} probed, down to the floor "
                 f"{self._fmt(hi)}",
@@ -462,9 +476,10 @@ class PlanResult:
             if refused:
                 what += f"; {len(refused)} value(s) failed without a run, refused by the configuration ({refused[0]})"
         if self.violations:
-            shown = ", ".join(f"{self._fmt(a)} {'fails' if self.axis == 'rate' else 'passes'} but "
-                              f"{self._fmt(b)} {'passes' if self.axis == 'rate' else 'fails'}"
-                              for a, b in self.violations[:3])  # fmt: skip
+            pairs = [self._fmt2(a, b) for a, b in self.violations[:3]]
+            shown = ", ".join(f"{a} {'fails' if self.axis == 'rate' else 'passes'} but "
+                              f"{b} {'passes' if self.axis == 'rate' else 'fails'}"
+                              for a, b in pairs)  # fmt: skip
             more = f" (and {len(self.violations) - 3} more pairs)" if len(self.violations) > 3 else ""
             what += (
                 f". NOT MONOTONE: {shown}{more}; the answer is taken below the first failure, where every "
