@@ -1,20 +1,96 @@
-"""Checks from a review of kvsim's answers (kvsim plan's above all): a quantization the checkpoint lacks is
-refused naming the model as given; a KV cache given in bytes (--kv-cache-memory-bytes) on a GPU must
-hold one request of max_model_len, as vLLM checks it, so that a memory search does not answer a pool
-vLLM refuses (without a GPU the run says vLLM refuses it); the two ends of a search's bracket read as
-two."""
+"""Checks from a review of kvsim's answers (kvsim plan's above all): a rate that passed only as a burst
+(its queue growing through the run, kvsim run's overloaded note) says so; a quantization the checkpoint
+lacks is refused naming the model as given; a KV cache given in bytes (--kv-cache-memory-bytes) on a GPU
+must hold one request of max_model_len, as vLLM checks it, so that a memory search does not answer a
+pool vLLM refuses (without a GPU the run says vLLM refuses it); the two ends of a search's bracket read
+as two."""
 
 from __future__ import annotations
+
+import functools
+import json
 
 import polars as pl
 import pytest
 
 import kvsim
+from kvsim.analysis.plan import at_rate, workload_rate
 from kvsim.analysis.plan_search import SLO, PlanResult
 from kvsim.analysis.plan_smallest import smallest_memory
+from kvsim.analysis.run_report import queue_growth
 from kvsim.cli import main
 from kvsim.errors import InvalidArgumentError
 from kvsim.workloads.registry import make_workload, parse_workload
+
+BURST = ["--model", "llama-3.1-70b", "--gpu", "h100-80gb", "-tp", "4", "--workload", "sharegpt"]
+
+
+BURST_SLOS = ["--slo", "ttft_p99:2s", "--slo", "tpot_p99:100ms", "--workers", "2"]
+
+
+def _workload(n: int = 60, rate: float = 2.0) -> kvsim.Workload:
+    return kvsim.workloads.synthetic(
+        n, arrival_rate=rate, seed=0, lengths="sharegpt-paper", max_model_len=2048
+    )
+
+
+def _knee_probe(workload, config, *, knee: float, overloaded: bool = False) -> dict:
+    """A stand-in probe: `ttft_s_p99` = rate / knee, so `ttft_p99 <= 1 s` holds up to `knee`; every run
+    `overloaded` or none."""
+    rate = workload_rate(workload)
+    return {"ttft_s_p99": rate / knee, "completed": len(workload), "rejected": 0, "overloaded": overloaded}
+
+
+def test_a_rate_that_passed_as_a_burst_says_so(capsys):
+    """The answer's probe ran overloaded by `kvsim run`'s own rule (`queue_growth`): the search flags it
+    (`burst`, the message, the table's `overloaded` column, `--json`), and `kvsim run` at that rate says
+    overloaded too."""
+    argv = ["plan", *BURST, "--requests", "300", *BURST_SLOS]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "converged"
+    assert out["burst"] is True
+    rate = out["value"]
+    answer = [p for p in out["probes"] if p["rate"] == rate]
+    assert answer
+    assert answer[0]["overloaded"] is True
+    assert answer[0]["passed"] is True
+    assert answer[0]["served_rps"] < 0.1 * rate  # (served far below the rate it "sustains")
+    assert "NOT A STEADY STATE" in out["message"]
+    assert "--requests" in out["message"]
+    # The same rule as kvsim run's note, on the same run.
+    w = make_workload(*parse_workload("sharegpt"), 300, 0)
+    cfg = kvsim.SimConfig(model="llama-3.1-70b", gpu="h100-80gb", tensor_parallel_size=4)
+    assert queue_growth(kvsim.simulate(at_rate(w, rate), cfg)) is not None
+    assert main(["run", *BURST, "--requests", "300", "--request-rate", f"{rate}"]) == 0
+    assert any(line.startswith("note: overloaded: ") for line in capsys.readouterr().out.splitlines())
+    assert main(argv) == 0
+    text = capsys.readouterr().out.splitlines()
+    (header,) = [line for line in text if line.startswith("round")]
+    assert header.split()[-1] == "overloaded"
+    (last,) = [line for line in text if line.startswith("converged: ")]
+    assert "NOT A STEADY STATE: the run at " in last
+
+
+def test_a_steady_answer_has_no_burst_caveat():
+    """Probes whose queue did not grow leave the answer as it was: no flag, no caveat, no column."""
+    probe = functools.partial(_knee_probe, knee=5.0)
+    r = kvsim.plan(_workload(), kvsim.SimConfig(num_blocks=64), {"ttft_p99": 1.0}, probe=probe, workers=2)
+    assert r.status == "converged"
+    assert not r.burst
+    assert "STEADY" not in r.message
+    assert "overloaded" not in r.table()
+    bursty = kvsim.plan(
+        _workload(),
+        kvsim.SimConfig(num_blocks=64),
+        {"ttft_p99": 1.0},
+        probe=functools.partial(_knee_probe, knee=5.0, overloaded=True),
+        workers=2,
+    )
+    assert bursty.burst
+    assert bursty.value == r.value
+    assert bursty.message.startswith(r.message)
+    assert "NOT A STEADY STATE" in bursty.message
 
 
 def test_kv_cache_memory_bytes_must_hold_one_request(capsys):

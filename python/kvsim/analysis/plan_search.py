@@ -334,6 +334,41 @@ class PlanResult:
         return not self.violations
 
     @property
+    def burst(self) -> bool:
+        """Whether the answer's probe was overloaded: its queue grew through the run (the probes'
+        `overloaded`, `kvsim.analysis.plan.probe_summary`: the rule of `kvsim run`'s "overloaded" note),
+        so it passed as a burst that the run ended on before the growing wait broke the SLOs, not at a
+        steady state; the answer then grows with the workload's request count (more requests, `--requests`,
+        make a run outlast the SLOs). False without an answer, or for a probe that does not say."""
+        row = self._answer_row()
+        return bool(row is not None and row.get("overloaded"))
+
+    def _answer_row(self) -> dict[str, Any] | None:
+        if self.value is None or self.axis not in self.probes.columns:
+            return None
+        rows = self.probes.filter(pl.col(self.axis) == self.value)
+        return rows.row(0, named=True) if rows.height else None
+
+    def burst_caveat(self) -> str:
+        """What a `burst` answer is, in a sentence (empty for another answer)."""
+        row = self._answer_row()
+        if row is None or not row.get("overloaded"):
+            return ""
+        done = row.get("completed")
+        served = row.get("served_rps")
+        what = f"its {done:,} requests" if isinstance(done, int) else "its requests"
+        if self.axis != "rate" and isinstance(row.get("rate"), float | int):
+            what += f", arriving at {row['rate']:.4g} req/s,"
+        speed = f" at {served:.4g} req/s" if isinstance(served, float) else ""
+        at = self._fmt(self.value) if self.axis == "rate" else f"{self.axis} {self._fmt(self.value)}"
+        return (
+            f"NOT A STEADY STATE: the run at {at} was overloaded ({what} were served{speed}, the queue "
+            "growing through the run: kvsim run's overloaded note): it passed as a burst that ended before "
+            "the growing wait broke the SLOs, so the answer is the burst's and changes with the request "
+            "count; more requests (--requests) make the runs outlast the SLOs"
+        )
+
+    @property
     def achieved(self) -> float | None:
         """The bracket's relative width `(upper - lower) / lower`, when both ends exist."""
         lo, hi = self.bracket
@@ -475,6 +510,8 @@ class PlanResult:
             refused = [r for r in self.probes["refused"].to_list() if r]
             if refused:
                 what += f"; {len(refused)} value(s) failed without a run, refused by the configuration ({refused[0]})"
+        if self.burst and (self.status != "above-cap" or self.axis != "rate"):  # (above-cap's words say it)
+            what += f". {self.burst_caveat()}"
         if self.violations:
             pairs = [self._fmt2(a, b) for a, b in self.violations[:3]]
             shown = ", ".join(f"{a} {'fails' if self.axis == 'rate' else 'passes'} but "
@@ -493,6 +530,8 @@ class PlanResult:
         if self.axis != "rate" and "rate" in self.probes.columns:
             cols.append("rate")
         cols += [c for c in ("completed", "rejected") if c in self.probes.columns]
+        if "overloaded" in self.probes.columns and self.probes["overloaded"].fill_null(False).any():
+            cols.append("overloaded")  # (the probes whose queue grew through the run; shown when any did)
         units = {s.metric: "" if s.unit == "fraction" else f" ({s.unit})" for s in self.slos}
         rows = [[c + units.get(c, "") for c in cols]]
         for r in self.probes.sort(self.axis).iter_rows(named=True):
@@ -501,6 +540,8 @@ class PlanResult:
                 v = r[c]
                 if c == "passed":
                     out.append("pass" if v else "FAIL")
+                elif c == "overloaded":
+                    out.append("-" if v is None else "yes" if v else "no")
                 elif isinstance(v, float):
                     out.append(f"{v:.4g}")
                 elif v is None:
@@ -523,6 +564,7 @@ class PlanResult:
             "achieved_precision": self.achieved,
             "status": self.status,
             "monotone": self.monotone,
+            "burst": self.burst,
             "violations": [list(v) for v in self.violations],
             "slos": [
                 {"metric": s.metric, "bound": s.bound, "unit": s.unit, "upper": s.upper} for s in self.slos
