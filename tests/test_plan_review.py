@@ -1,9 +1,10 @@
 """Checks from a review of kvsim's answers (kvsim plan's above all): a rate that passed only as a burst
-(its queue growing through the run, kvsim run's overloaded note) says so; a quantization the checkpoint
-lacks is refused naming the model as given; a KV cache given in bytes (--kv-cache-memory-bytes) on a GPU
-must hold one request of max_model_len, as vLLM checks it, so that a memory search does not answer a
-pool vLLM refuses (without a GPU the run says vLLM refuses it); the two ends of a search's bracket read
-as two."""
+(its queue growing through the run, kvsim run's overloaded note) says so; --compare ties candidates its
+searches cannot order, names no best between bursts, and --json's best is null when the text says there
+is none; a second --compare is refused; a quantization the checkpoint lacks is refused naming the model
+as given; a KV cache given in bytes (--kv-cache-memory-bytes) on a GPU must hold one request of
+max_model_len, as vLLM checks it, so that a memory search does not answer a pool vLLM refuses (without a
+GPU the run says vLLM refuses it); the two ends of a search's bracket read as two."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 import kvsim
 from kvsim.analysis.plan import at_rate, workload_rate
+from kvsim.analysis.plan_compare import Candidate, best_of
 from kvsim.analysis.plan_search import SLO, PlanResult
 from kvsim.analysis.plan_smallest import smallest_memory
 from kvsim.analysis.run_report import queue_growth
@@ -91,6 +93,93 @@ def test_a_steady_answer_has_no_burst_caveat():
     assert bursty.value == r.value
     assert bursty.message.startswith(r.message)
     assert "NOT A STEADY STATE" in bursty.message
+
+
+def _compare(knees: dict[str, float], bursts: tuple[str, ...] = ()) -> object:
+    candidates = [
+        Candidate(name, {}, functools.partial(_knee_probe, knee=k, overloaded=name in bursts))
+        for name, k in knees.items()
+    ]
+    return best_of(_workload(), kvsim.SimConfig(num_blocks=64), {"ttft_p99": 1.0}, candidates, workers=2)
+
+
+def test_candidates_whose_searches_cannot_be_ordered_tie():
+    """A tie is candidates whose searches cannot order them: one failed at no rate up to the other's
+    answer (its bracket reaches it), whether the two answers are equal or not; knees 0.8 % apart whose
+    probes separate them (one failed where the other passed) stay ordered, and the best line says the lead
+    is below the precision; knees 20 % apart are ordered, no remark."""
+    from kvsim.analysis.plan_compare import _reaches
+    from kvsim.cli.plan import _best_line
+
+    same = _compare({"a": 5.0, "b": 5.0})
+    assert same.tied == ["a", "b"]
+    assert same.decided is None
+    assert _best_line(same, 60).startswith("best: a tie at ")
+    top = PlanResult("rate", 5.03, (5.03, 5.10), 0.02, "converged", (), pl.DataFrame())
+    overlapping = PlanResult("rate", 5.00, (5.00, 5.08), 0.02, "converged", (), pl.DataFrame())
+    below = PlanResult("rate", 4.99, (4.99, 5.03), 0.02, "converged", (), pl.DataFrame())
+    assert _reaches(overlapping, top.value)
+    assert not _reaches(below, top.value)
+    close = _compare({"a": 5.0, "b": 5.04})
+    ra, rb = close.plans["a"], close.plans["b"]
+    assert ra.bracket[1] <= rb.value  # (a failed where b passed)
+    assert close.tied == ["b"]
+    assert close.decided == "b"
+    line = _best_line(close, 60)
+    assert line.startswith(
+        "best: b (ahead of a by 0.86 %, less than the searches' 2 % precision: a failed at "
+    )
+    apart = _compare({"a": 5.0, "b": 6.0})
+    assert apart.tied == ["b"]
+    assert apart.best == apart.decided == "b"
+    assert _best_line(apart, 60) == "best: b"
+
+
+def test_no_best_between_bursts():
+    """A best whose answer is a burst decides nothing: `decided` None, `bursts` names it."""
+    out = _compare({"a": 5.0, "b": 6.0}, bursts=("b",))
+    assert out.best == "b"
+    assert out.bursts == ["b"]
+    assert out.decided is None
+    assert out.table.filter(pl.col("candidate") == "b")["burst"].to_list() == [True]
+    steady_best = _compare({"a": 5.0, "b": 6.0}, bursts=("a",))
+    assert steady_best.decided == "b"
+
+
+def test_json_best_is_null_when_the_text_says_tie(capsys):
+    """The review's case: block sizes 16 and 32 both pass up to the cap; the text says a tie, and --json
+    named block_size=16 'best'."""
+    argv = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requests", "100", "--workers", "2"]
+    argv += ["--slo", "ttft_p99:1s", "--compare", "block_size=16,32"]
+    assert main(argv) == 0
+    (best,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("best: ")]
+    assert best.startswith("best: a tie at ")
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    compare = out["compare"]
+    assert compare["tied"] == ["block_size=16", "block_size=32"]
+    assert compare["best"] is None
+    assert compare["searched"] == "block_size=16"  # (whose search the top-level fields are)
+    assert out["value"] == compare["plans"]["block_size=16"]["value"]
+
+
+def test_a_second_compare_is_refused(capsys):
+    argv = [
+        "plan",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-80gb",
+        "--requests",
+        "10",
+        "--slo",
+        "ttft_p99:1s",
+    ]
+    code = main([*argv, "--compare", "kv_cache_dtype=auto,fp8", "--compare", "block_size=16,32"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "argument --compare: given 2 times" in err[0]
 
 
 def test_kv_cache_memory_bytes_must_hold_one_request(capsys):
