@@ -59,6 +59,7 @@ from kvsim.analysis.plan_search import (
     parse_slos,
 )
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.units import fmt_count
 from kvsim.reference.engine import REJECT_REASONS
 
 RATE_RANGE = 2.0**12  # the default cap and floor of a rate search: the start rate x and / this factor
@@ -429,7 +430,9 @@ def _setup(workload: Any, config: Any, rate: float | None = None, pool: bool = T
     fleet = None
     each: str | None = ""
     if isinstance(config, list | tuple) and config:
-        fleet = f"{len(config)} replicas (heterogeneous), router {getattr(config[0], 'router', '?')}"
+        fleet = (
+            f"{fmt_count(len(config), 'replica')} (heterogeneous), router {getattr(config[0], 'router', '?')}"
+        )
         config = config[0]  # the first replica's model; its pool is not every replica's (not shown)
         each = None
     elif isinstance(getattr(config, "prefill_replicas", None), int) and config.prefill_replicas > 0:
@@ -451,7 +454,7 @@ def _setup(workload: Any, config: Any, rate: float | None = None, pool: bool = T
     if fleet is not None:
         parts.append(fleet)
     lengths = meta.get("lengths")
-    parts.append(f"{len(workload):,} requests" + (f" ({lengths})" if lengths else ""))
+    parts.append(fmt_count(len(workload), "request") + (f" ({lengths})" if lengths else ""))
     if rate is not None:
         parts.append(f"at {rate:.4g} req/s")
     return " · ".join(parts)

@@ -34,6 +34,7 @@ from kvsim.analysis.plan import PlanResult, _check_count, plan, probe_summary
 from kvsim.analysis.plan_search import DEFAULT_MAX_PROBES, SLO, parse_slos
 from kvsim.analysis.plan_smallest import _target, smallest_replicas
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.units import fmt_count
 
 
 def pd_probe(
@@ -193,7 +194,7 @@ class SplitPlan:
             lines.append(f"aggregated: no fleet of at most {self.max_gpus} GPUs meets the SLOs {at}")
         else:
             lines.append(
-                f"aggregated: {self.aggregated} replicas = {self.aggregated_gpus} GPUs, "
+                f"aggregated: {fmt_count(self.aggregated, 'replica')} = {fmt_count(self.aggregated_gpus or 0, 'GPU')}, "
                 f"{self.aggregated_goodput_per_gpu:.4g} req/s per GPU"
             )
         if self.split is None:
@@ -201,17 +202,17 @@ class SplitPlan:
         else:
             p, d = self.split
             lines.append(
-                f"disaggregated: {p} prefill : {d} decode = {self.split_gpus} GPUs, "
+                f"disaggregated: {p} prefill : {d} decode = {fmt_count(self.split_gpus or 0, 'GPU')}, "
                 f"{self.split_goodput_per_gpu:.4g} req/s per GPU"
             )
         a, s = self.aggregated_gpus, self.split_gpus
         if a is not None and s is not None:
             verdict = (
-                f"the split saves {a - s} GPU(s)"
+                f"the split saves {fmt_count(a - s, 'GPU')}"
                 if s < a
                 else "the aggregated fleet is as cheap"
                 if s == a
-                else f"the aggregated fleet saves {s - a} GPU(s)"
+                else f"the aggregated fleet saves {fmt_count(s - a, 'GPU')}"
             )
             lines.append(f"{verdict} {at}")
         searches = [("aggregated", self.aggregated_search)]

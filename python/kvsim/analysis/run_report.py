@@ -10,6 +10,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from kvsim.model.units import fmt_count
+
 
 def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]) -> None:
     """What the user should know about this run's answer (appended to `notes`; DESIGN.md §Defaults).
@@ -117,7 +119,8 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         reasons = result.requests["reject_reason"].drop_nulls().value_counts(sort=True)
         why = "; ".join(f"{reason}: {n:,}" for reason, n in reasons.iter_rows())
         notes.append(
-            f"{s['rejected']:,} of {s['num_requests']:,} requests were rejected, never run ({why}); "
+            f"{s['rejected']:,} of {fmt_count(s['num_requests'], 'request')} "
+            f"{'was' if s['rejected'] == 1 else 'were'} rejected, never run ({why}); "
             "latencies and throughput count finished requests only"
         )
     given = getattr(cfg, "_given", {})
@@ -616,7 +619,7 @@ def render_pd(s: dict[str, Any]) -> str:
         )
     size = s["pd_transfer_bytes"]
     # (in binary units, as every size kvsim prints: this once read decimal GB, 40.28 GB for 37.5 GiB)
-    moved = f"{s['pd_transfer_blocks']:,} blocks" + ("" if size is None else f", {fmt_bytes(size)}")
+    moved = fmt_count(s["pd_transfer_blocks"], "block") + ("" if size is None else f", {fmt_bytes(size)}")
 
     def fig(key: str, fmt: str, scale: float = 1.0) -> str:
         # (over no time or no step: None, "-")

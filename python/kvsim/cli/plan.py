@@ -16,6 +16,7 @@ from kvsim.cli.flags import METRICS_POINTER, FlagError, _Formatter, _knob_flags,
 from kvsim.cli.refusals import Spelling, _given_at, _refuse_idle_swap, refuse_idle_at_every_point
 from kvsim.cli.run import _config_from_args, _float_flag, _int_flag, _workload_from_args, read_run_file
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.units import fmt_count
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -336,7 +337,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         target = f"every probe at {opts.get('rate') or workload_rate(workload):.4g} req/s"
     else:
         target = "probes scale its arrivals"
-    print(f"workload: {info['name']}, {info['requests']:,} requests; {target}")
+    print(f"workload: {info['name']}, {fmt_count(info['requests'], 'request')}; {target}")
     # (the base config's pool; a search over memory, or candidates that cut it otherwise, probe others)
     varies = args.smallest in ("num_blocks", "kv_cache_bytes", "gpu_memory_utilization") or (
         args.compare is not None and _compare_cuts_the_pool(config, args.compare)
@@ -499,7 +500,9 @@ def _split(
         }
         print(json.dumps(out, default=str, ensure_ascii=False))
         return 0
-    print(f"workload: {info['name']}, {info['requests']:,} requests; every probe at {result.rate:.4g} req/s")
+    print(
+        f"workload: {info['name']}, {fmt_count(info['requests'], 'request')}; every probe at {result.rate:.4g} req/s"
+    )
     print(config.pool.line())
     print(config.time_line())
     print(

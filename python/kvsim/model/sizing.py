@@ -51,7 +51,7 @@ from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
 from kvsim.model.quant import min_capability
 from kvsim.model.shard import resolve, shard
-from kvsim.model.units import fmt_bytes
+from kvsim.model.units import fmt_bytes, fmt_count
 
 # The default share of device memory: the knob's (KNOBS), vLLM 0.20.0 and later's 0.92.
 GPU_MEMORY_UTILIZATION: float = KNOBS["gpu_memory_utilization"].default
@@ -281,7 +281,10 @@ class PoolSizing:
                 "kept every token"
             )
         else:
-            head = f"pool: {self.num_blocks:,} blocks × {self.block_size} tokens = {self.tokens:,} tokens"
+            head = (
+                f"pool: {fmt_count(self.num_blocks, 'block')} × {fmt_count(self.block_size, 'token')} = "
+                f"{fmt_count(self.tokens, 'token')}"
+            )
             if self.pool_bytes is not None:
                 head += f" = {fmt_bytes(self.pool_bytes)}"
             per_token = (
