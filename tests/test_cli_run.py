@@ -1495,7 +1495,7 @@ def test_plan_names_the_sizing_flag_that_won_unless_the_search_varies_it(capsys)
     search ran on the override's pool without a word; a search over the KV memory sizes each probe's pool
     itself, so there the note would be wrong."""
     argv = [*PLAN, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--num-gpu-blocks-override", "2000"]
-    argv += ["--kv-cache-memory-bytes", "12GiB"]
+    argv += ["--kv-cache-memory-bytes", "12GiB", "--max-model-len", "65536"]  # (12 GiB holds one request)
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert (
@@ -1510,7 +1510,16 @@ def test_plan_names_the_sizing_flag_that_won_unless_the_search_varies_it(capsys)
     ("flags", "used", "unused", "said"),
     [
         (
-            ["--num-gpu-blocks-override", "2000", "--kv-cache-memory-bytes", "12GiB"],
+            # (12 GiB holds 98,304 tokens: one request of the model's 131,072 does not fit, which vLLM
+            # refuses before the override replaces the blocks)
+            [
+                "--num-gpu-blocks-override",
+                "2000",
+                "--kv-cache-memory-bytes",
+                "12GiB",
+                "--max-model-len",
+                "65536",
+            ],
             "num_blocks=2000",
             "kv_cache_bytes",
             "--num-gpu-blocks-override 2,000 sizes the pool, not --kv-cache-memory-bytes 12.0 GiB (whose KV "
@@ -1525,7 +1534,14 @@ def test_plan_names_the_sizing_flag_that_won_unless_the_search_varies_it(capsys)
             "holds 11,111 blocks)",
         ),
         (
-            ["--kv-cache-memory-bytes", "12GiB", "--gpu-memory-utilization", "0.5"],
+            [
+                "--kv-cache-memory-bytes",
+                "12GiB",
+                "--gpu-memory-utilization",
+                "0.5",
+                "--max-model-len",
+                "65536",
+            ],
             "kv_cache_bytes=12 GiB",
             "gpu_memory_utilization",
             "--kv-cache-memory-bytes 12.0 GiB is the KV memory, not what --gpu-memory-utilization 0.5 leaves",

@@ -391,13 +391,14 @@ def test_a_compare_whose_best_candidates_tie_says_so(capsys):
     (best,) = [line for line in out if line.startswith("best: ")]
     assert best.startswith("best: a tie at ")
     assert best.endswith("between placement=buddy, placement=first-fit")
-    # --json says the same: `tied` lists both (`best` is the first given, as before).
+    # --json says the same: `tied` lists both, and no `best` (it named the first given).
     import json
 
     assert main([*argv, "--json"]) == 0
     compare = json.loads(capsys.readouterr().out)["compare"]
     assert compare["tied"] == ["placement=buddy", "placement=first-fit"]
-    assert compare["best"] == "placement=buddy"
+    assert compare["best"] is None
+    assert compare["searched"] == "placement=buddy"
     # The header's pool is every candidate's here; over block sizes it is the base config's only.
     (pool,) = [line for line in out if line.startswith("pool: ")]
     assert "the probes vary it" not in pool

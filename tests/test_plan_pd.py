@@ -154,7 +154,7 @@ def test_cli_split_prints_both_fleets(capsys):
     out = capsys.readouterr().out
     assert "aggregated: 2 replicas = 2 GPUs, 30 req/s per GPU" in out
     assert "disaggregated: 1 prefill : 2 decode = 3 GPUs, 20 req/s per GPU" in out
-    assert "the aggregated fleet saves 1 GPU(s)" in out
+    assert "the aggregated fleet saves 1 GPU at " in out
     assert "P=1" in out
 
 

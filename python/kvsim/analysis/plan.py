@@ -59,6 +59,7 @@ from kvsim.analysis.plan_search import (
     parse_slos,
 )
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.units import fmt_count
 from kvsim.reference.engine import REJECT_REASONS
 
 RATE_RANGE = 2.0**12  # the default cap and floor of a rate search: the start rate x and / this factor
@@ -124,13 +125,26 @@ def at_rate(
 # ------------------------------------------------------------------------------------------- probes
 
 
+def probe_summary(result: Any) -> dict[str, Any]:
+    """What kvsim's own probes return: the run's `summary`, and `overloaded`: whether its queue grew
+    through the run (`kvsim.analysis.run_report.queue_growth`, the rule of `kvsim run`'s "overloaded"
+    note), so that a probe passing there passed as a burst the run ended on, not at a steady state
+    (`PlanResult.burst`)."""
+    from kvsim.analysis.run_report import queue_growth
+
+    summary = dict(result.summary)
+    summary["overloaded"] = queue_growth(result) is not None
+    return summary
+
+
 def simulate_probe(
     workload: Any, config: Any, *, goodput: Any = None, backend: str = "rust"
 ) -> dict[str, Any]:
-    """The default probe: `kvsim.simulate(workload, config, goodput=...).summary` (one replica)."""
+    """The default probe: `kvsim.simulate(workload, config, goodput=...).summary` (one replica), with
+    `overloaded` (`probe_summary`)."""
     from kvsim.engine.simulate import simulate
 
-    return simulate(workload, config, backend=backend, goodput=goodput).summary
+    return probe_summary(simulate(workload, config, backend=backend, goodput=goodput))
 
 
 def cluster_probe(
@@ -139,10 +153,10 @@ def cluster_probe(
     """The probe of a fleet: `kvsim.simulate_cluster(workload, config).summary`, the config's own
     `replicas` and `router` unless `router` names another (a `functools.partial` of it with another router
     is a `best_of` candidate's probe). The default of `smallest_replicas`, and of `plan` for a config of
-    several replicas."""
+    several replicas. With `overloaded` (`probe_summary`)."""
     from kvsim.engine.cluster import simulate_cluster
 
-    return dict(simulate_cluster(workload, config, router=router, goodput=goodput, backend=backend).summary)
+    return probe_summary(simulate_cluster(workload, config, router=router, goodput=goodput, backend=backend))
 
 
 def default_probe(config: Any) -> Callable[..., dict[str, Any]]:
@@ -373,6 +387,9 @@ def _search(
                 row["rejected"] = summary.get("rejected")
                 if summary.get("queueing_s_p99") is not None:  # (whether requests waited for each other)
                     row["queueing_s_p99"] = float(summary["queueing_s_p99"])
+                if summary.get("overloaded") is not None:  # (kvsim's probes: `probe_summary`)
+                    row["overloaded"] = bool(summary["overloaded"])
+                    row["served_rps"] = summary.get("throughput_rps")
                 row["wall_s"] = wall
                 rows.append(row)
             round_no += 1
@@ -413,7 +430,9 @@ def _setup(workload: Any, config: Any, rate: float | None = None, pool: bool = T
     fleet = None
     each: str | None = ""
     if isinstance(config, list | tuple) and config:
-        fleet = f"{len(config)} replicas (heterogeneous), router {getattr(config[0], 'router', '?')}"
+        fleet = (
+            f"{fmt_count(len(config), 'replica')} (heterogeneous), router {getattr(config[0], 'router', '?')}"
+        )
         config = config[0]  # the first replica's model; its pool is not every replica's (not shown)
         each = None
     elif isinstance(getattr(config, "prefill_replicas", None), int) and config.prefill_replicas > 0:
@@ -435,7 +454,7 @@ def _setup(workload: Any, config: Any, rate: float | None = None, pool: bool = T
     if fleet is not None:
         parts.append(fleet)
     lengths = meta.get("lengths")
-    parts.append(f"{len(workload):,} requests" + (f" ({lengths})" if lengths else ""))
+    parts.append(fmt_count(len(workload), "request") + (f" ({lengths})" if lengths else ""))
     if rate is not None:
         parts.append(f"at {rate:.4g} req/s")
     return " · ".join(parts)
@@ -539,6 +558,7 @@ __all__ = [
     "default_probe",
     "parse_slos",
     "plan",
+    "probe_summary",
     "set_knob",
     "set_replicas",
     "simulate_probe",

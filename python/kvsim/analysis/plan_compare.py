@@ -29,16 +29,20 @@ class Candidate:
 class BestOf:
     """What `best_of` found: `table` (one row per candidate: `candidate`, `rate`, `status`, `monotone`,
     `probes`, `set_aside`: the requests its search set aside, rejected at every probe whatever the rate,
-    `PlanResult.unservable`), ranked (`RANKING`): fewest requests set aside first, then the highest rate
+    `PlanResult.unservable`, `burst`: `PlanResult.burst`), ranked (`RANKING`): fewest requests set aside first, then the highest rate
     at SLO (none, passing at no rate probed, below any rate), the refused last; ties keep the order given. A
     candidate that sets aside more requests is judged on fewer of them (a shorter `max_model_len`, a model
     of a shorter context), so it ranks below one that serves more, whatever its rate. `best` (the first
     ranked, None if it passed at no rate probed: then `served_best` names the first ranked that passed,
-    which sets aside more requests; the first given of `tied`), `tied` (every candidate at the best's
-    rate, status and requests set aside, in the order given: more than one is a tie, which the order
-    given does not decide), every searched candidate's `PlanResult` in `plans`, and the candidates whose
-    configuration is refused (a tensor-parallel size vLLM cannot split the model over) with the reason in
-    `refused` (status `refused` in the table, no rate, no plan)."""
+    which sets aside more requests), `tied` (the best and every candidate
+    setting aside as many requests whose search cannot be told from the best's: it passed somewhere and
+    failed at no rate up to the best's answer, so its knee may be as high, each known only within its
+    bracket, the precision; the same rate is one such; ranked, those at one rate in the order given: more
+    than one is a tie, which neither the ranking nor the order given decides), `bursts` (the candidates whose answer is a burst,
+    `PlanResult.burst`: passed with the queue growing through the run, not a steady state), `decided`
+    (`best` unless tied or a burst), every searched candidate's `PlanResult` in `plans`, and the
+    candidates whose configuration is refused (a tensor-parallel size vLLM cannot split the model over)
+    with the reason in `refused` (status `refused` in the table, no rate, no plan)."""
 
     table: pl.DataFrame
     best: str | None
@@ -46,11 +50,22 @@ class BestOf:
     refused: dict[str, str] = field(default_factory=dict)
     tied: list[str] = field(default_factory=list)
     served_best: str | None = None
+    bursts: list[str] = field(default_factory=list)
+
+    @property
+    def decided(self) -> str | None:
+        """`best` where the searches decide it: None when it is tied with another (`tied`) or when its
+        answer, or a tied one's, is a burst (`bursts`, `PlanResult.burst`: a rate the run passed as one
+        burst, not a steady state, which ranks nothing); `kvsim plan --compare --json`'s `best`."""
+        if self.best is None or len(self.tied) > 1 or set(self.tied or [self.best]) & set(self.bursts):
+            return None
+        return self.best
 
 
 RANKING = (
     "fewest requests set aside first (a candidate judged on fewer requests ranks below, whatever its rate), "
-    "then the highest rate at SLO (passing at no rate probed ranks below any rate); the refused last"
+    "then the highest rate at SLO (passing at no rate probed ranks below any rate); the refused last; "
+    "candidates whose searches cannot be ordered (one failed at no rate up to the other's answer) tie"
 )
 
 
@@ -123,23 +138,42 @@ def best_of(
             "monotone": [plans[c].monotone if c in plans else None for c in labels],
             "probes": [plans[c].probes.height if c in plans else 0 for c in labels],
             "set_aside": [aside.get(c) for c in labels],
+            "burst": [plans[c].burst if c in plans else None for c in labels],
         },
-        schema_overrides={"rate": pl.Float64, "monotone": pl.Boolean, "set_aside": pl.Int64},
+        schema_overrides={
+            "rate": pl.Float64,
+            "monotone": pl.Boolean,
+            "set_aside": pl.Int64,
+            "burst": pl.Boolean,
+        },
     )
     # (`RANKING`; the refused, with no count, last)
     table = table.sort(["set_aside", "rate"], descending=[False, True], nulls_last=True, maintain_order=True)
     best = table["candidate"][0] if table["rate"][0] is not None else None
-    top, status, top_aside = table["rate"][0], table["status"][0], table["set_aside"][0]
-    tied = [
-        c
-        for c, r, st, a in zip(
-            table["candidate"], table["rate"], table["status"], table["set_aside"], strict=True
-        )
-        if best is not None and r == top and st == status and a == top_aside
-    ]
+    tied = []
+    if best is not None:
+        top, top_aside = plans[best].value, table["set_aside"][0]
+        assert top is not None
+        tied = [
+            c
+            for c, a in zip(table["candidate"], table["set_aside"], strict=True)
+            if c in plans and a == top_aside and _reaches(plans[c], top)
+        ]
     served = table.filter(pl.col("rate").is_not_null())
     served_best = best if best is not None else (served["candidate"][0] if served.height else None)
-    return BestOf(table, best, plans, refused, tied, served_best)
+    bursts = [c for c in labels if c in plans and plans[c].burst]
+    return BestOf(table, best, plans, refused, tied, served_best, bursts)
+
+
+def _reaches(result: PlanResult, top: float) -> bool:
+    """Whether a candidate's search leaves its knee possibly at or above `top` (the best's answer): it
+    passed somewhere (a rate) and failed at no rate up to `top` (its bracket's failing end above `top`, or
+    none). The searches then cannot order the two (the knees are known only within their brackets, each
+    within the precision): a tie."""
+    if result.value is None:
+        return False
+    failing = result.bracket[1]
+    return failing is None or failing > top
 
 
 __all__ = ["RANKING", "BestOf", "Candidate", "best_of"]

@@ -30,10 +30,11 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.analysis.plan import PlanResult, _check_count, plan
+from kvsim.analysis.plan import PlanResult, _check_count, plan, probe_summary
 from kvsim.analysis.plan_search import DEFAULT_MAX_PROBES, SLO, parse_slos
 from kvsim.analysis.plan_smallest import _target, smallest_replicas
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.units import fmt_count
 
 
 def pd_probe(
@@ -48,7 +49,8 @@ def pd_probe(
     backend: str = "rust",
 ) -> dict[str, Any]:
     """A fleet's probe: `kvsim.simulate_cluster(workload, config, prefill_replicas=P, ...).summary`
-    (`config.replicas` decode replicas; P = 0: the aggregated fleet of `config.replicas` replicas)."""
+    (`config.replicas` decode replicas; P = 0: the aggregated fleet of `config.replicas` replicas), with
+    `overloaded` (`kvsim.analysis.plan.probe_summary`)."""
     from kvsim.engine.cluster import simulate_cluster
 
     knobs: dict[str, Any] = {
@@ -57,10 +59,10 @@ def pd_probe(
         "pd_link_latency_s": pd_link_latency_s,
     }
     given: dict[str, Any] = {k: v for k, v in knobs.items() if v is not None}  # None: the config's own
-    return dict(
+    return probe_summary(
         simulate_cluster(
             workload, config, prefill_replicas=prefill_replicas, goodput=goodput, backend=backend, **given
-        ).summary
+        )
     )
 
 
@@ -192,7 +194,7 @@ class SplitPlan:
             lines.append(f"aggregated: no fleet of at most {self.max_gpus} GPUs meets the SLOs {at}")
         else:
             lines.append(
-                f"aggregated: {self.aggregated} replicas = {self.aggregated_gpus} GPUs, "
+                f"aggregated: {fmt_count(self.aggregated, 'replica')} = {fmt_count(self.aggregated_gpus or 0, 'GPU')}, "
                 f"{self.aggregated_goodput_per_gpu:.4g} req/s per GPU"
             )
         if self.split is None:
@@ -200,19 +202,23 @@ class SplitPlan:
         else:
             p, d = self.split
             lines.append(
-                f"disaggregated: {p} prefill : {d} decode = {self.split_gpus} GPUs, "
+                f"disaggregated: {p} prefill : {d} decode = {fmt_count(self.split_gpus or 0, 'GPU')}, "
                 f"{self.split_goodput_per_gpu:.4g} req/s per GPU"
             )
         a, s = self.aggregated_gpus, self.split_gpus
         if a is not None and s is not None:
             verdict = (
-                f"the split saves {a - s} GPU(s)"
+                f"the split saves {fmt_count(a - s, 'GPU')}"
                 if s < a
                 else "the aggregated fleet is as cheap"
                 if s == a
-                else f"the aggregated fleet saves {s - a} GPU(s)"
+                else f"the aggregated fleet saves {fmt_count(s - a, 'GPU')}"
             )
             lines.append(f"{verdict} {at}")
+        searches = [("aggregated", self.aggregated_search)]
+        if self.split is not None and self.split[0] in self.split_searches:
+            searches.append((f"P={self.split[0]}", self.split_searches[self.split[0]]))
+        lines += [f"{name}: {r.burst_caveat()}" for name, r in searches if r.burst]
         lines += self._aside_lines()
         if self.violations:
             pairs = ", ".join(f"{w}: {a} passes, {b} fails" for w, a, b in self.violations[:3])
@@ -230,6 +236,7 @@ class SplitPlan:
                 "replicas": self.aggregated,
                 "gpus": self.aggregated_gpus,
                 "goodput_per_gpu": self.aggregated_goodput_per_gpu,
+                "burst": self.aggregated_search.burst,
             },
             "disaggregated": None
             if self.split is None
@@ -238,6 +245,7 @@ class SplitPlan:
                 "decode_replicas": self.split[1],
                 "gpus": self.split_gpus,
                 "goodput_per_gpu": self.split_goodput_per_gpu,
+                "burst": self.split[0] in self.split_searches and self.split_searches[self.split[0]].burst,
             },
             "slos": [{"metric": s.metric, "bound": s.bound} for s in self.slos],
             "violations": [list(v) for v in self.violations],

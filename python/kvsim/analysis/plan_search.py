@@ -39,6 +39,7 @@ DEFAULT_PRECISION = 0.02
 DEFAULT_MAX_PROBES = 40
 
 STATUSES = ("converged", "probe-limit", "above-cap", "below-floor")
+_BYTE_UNITS = {"TiB": 2**40, "GiB": 2**30, "MiB": 2**20, "KiB": 2**10}  # (`kvsim.model.units.fmt_bytes`'s)
 
 
 @dataclass(frozen=True)
@@ -333,21 +334,68 @@ class PlanResult:
         return not self.violations
 
     @property
+    def burst(self) -> bool:
+        """Whether the answer's probe was overloaded: its queue grew through the run (the probes'
+        `overloaded`, `kvsim.analysis.plan.probe_summary`: the rule of `kvsim run`'s "overloaded" note),
+        so it passed as a burst that the run ended on before the growing wait broke the SLOs, not at a
+        steady state; the answer then grows with the workload's request count (more requests, `--requests`,
+        make a run outlast the SLOs). False without an answer, or for a probe that does not say."""
+        row = self._answer_row()
+        return bool(row is not None and row.get("overloaded"))
+
+    def _answer_row(self) -> dict[str, Any] | None:
+        if self.value is None or self.axis not in self.probes.columns:
+            return None
+        rows = self.probes.filter(pl.col(self.axis) == self.value)
+        return rows.row(0, named=True) if rows.height else None
+
+    def burst_caveat(self) -> str:
+        """What a `burst` answer is, in a sentence (empty for another answer)."""
+        row = self._answer_row()
+        if row is None or not row.get("overloaded"):
+            return ""
+        done = row.get("completed")
+        served = row.get("served_rps")
+        what = f"its {done:,} requests" if isinstance(done, int) else "its requests"
+        if self.axis != "rate" and isinstance(row.get("rate"), float | int):
+            what += f", arriving at {row['rate']:.4g} req/s,"
+        speed = f" at {served:.4g} req/s" if isinstance(served, float) else ""
+        at = self._fmt(self.value) if self.axis == "rate" else f"{self.axis} {self._fmt(self.value)}"
+        return (
+            f"NOT A STEADY STATE: the run at {at} was overloaded ({what} were served{speed}, the queue "
+            "growing through the run: kvsim run's overloaded note): it passed as a burst that ended before "
+            "the growing wait broke the SLOs, so the answer is the burst's and changes with the request "
+            "count; more requests (--requests) make the runs outlast the SLOs"
+        )
+
+    @property
     def achieved(self) -> float | None:
         """The bracket's relative width `(upper - lower) / lower`, when both ends exist."""
         lo, hi = self.bracket
         return None if lo is None or hi is None or lo <= 0 else (hi - lo) / lo
 
-    def _fmt(self, x: float | None) -> str:
+    def _fmt(self, x: float | None, digits: int = 4) -> str:
         if x is None:
             return "-"
         if self.axis == "rate":
-            return f"{x:.4g} req/s"
+            return f"{x:.{digits}g} req/s"
         if self.axis == "kv_cache_bytes":
             from kvsim.model.units import fmt_bytes
 
-            return fmt_bytes(x)
-        return f"{x:.4g}" if not float(x).is_integer() else f"{int(x):,}"
+            if digits == 4:
+                return fmt_bytes(x)
+            _, unit = fmt_bytes(x).split()  # (the same unit, more decimals; bytes are exact)
+            return f"{x / _BYTE_UNITS[unit]:.{digits - 3}f} {unit}" if unit != "B" else f"{int(x):,} B"
+        return f"{x:.{digits}g}" if not float(x).is_integer() else f"{int(x):,}"
+
+    def _fmt2(self, a: float | None, b: float | None) -> tuple[str, str]:
+        """`a` and `b` as `_fmt` gives them, with more digits (exact bytes) where those coincide: a
+        passing and a failing value the message names side by side must read as two."""
+        for digits in (4, 5, 6, 7, 8, 10, 12, 17):
+            x, y = self._fmt(a, digits), self._fmt(b, digits)
+            if x != y or a == b:
+                return x, y
+        return x, y
 
     def _unloaded_failure(self) -> str | None:
         """A rate search that failed down to its floor where a lower rate does not help: at the two lowest
@@ -412,12 +460,13 @@ class PlanResult:
         lo, hi = self.bracket
         slos = ", ".join(s.label() for s in self.slos)
         n = self.probes.height
+        flo, fhi = self._fmt2(lo, hi)  # (the bracket's ends, told apart)
         if self.axis == "rate":
             what = {
-                "converged": f"highest rate meeting {slos}: {self._fmt(self.value)} (passes; "
-                f"{self._fmt(hi)} fails; within {100 * (self.achieved or 0):.2g} % ≤ {100 * self.precision:g} %)",
+                "converged": f"highest rate meeting {slos}: {flo} (passes; "
+                f"{fhi} fails; within {100 * (self.achieved or 0):.2g} % ≤ {100 * self.precision:g} %)",
                 "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
-                f"{self._fmt(lo)} passes, {self._fmt(hi)} fails (max_probes, --max-probes, allows more)",
+                f"{flo} passes, {fhi} fails (max_probes, --max-probes, allows more)",
                 "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: at such rates "
                 "the workload's requests arrive nearly at once, so this says the whole run served as one burst "
                 "meets the SLOs, not that the rate can be sustained (more requests make a run outlast the "
@@ -427,14 +476,14 @@ class PlanResult:
             }[self.status]
         else:
             what = {
-                "converged": f"smallest {self.axis} meeting {slos}: {self._fmt(self.value)}"
-                + (f" ({self._fmt(lo)} fails)" if lo is not None else " (the smallest value probed)"),
+                "converged": f"smallest {self.axis} meeting {slos}: {fhi}"
+                + (f" ({flo} fails)" if lo is not None else " (the smallest value probed)"),
                 "probe-limit": (
                     f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
                     if self.precision > 0
                     else f"stopped at {n} probes with the bracket still open: "  # an exact integer search
                 )
-                + f"{self._fmt(lo)} fails, {self._fmt(hi)} passes (max_probes, --max-probes, allows more)",
+                + f"{flo} fails, {fhi} passes (max_probes, --max-probes, allows more)",
                 "above-cap": f"fails {slos} at every {self.axis} probed, up to the cap {self._fmt(lo)}",
                 "below-floor": f"passes {slos} at every {self.axis} probed, down to the floor "
                 f"{self._fmt(hi)}",
@@ -461,10 +510,13 @@ class PlanResult:
             refused = [r for r in self.probes["refused"].to_list() if r]
             if refused:
                 what += f"; {len(refused)} value(s) failed without a run, refused by the configuration ({refused[0]})"
+        if self.burst and (self.status != "above-cap" or self.axis != "rate"):  # (above-cap's words say it)
+            what += f". {self.burst_caveat()}"
         if self.violations:
-            shown = ", ".join(f"{self._fmt(a)} {'fails' if self.axis == 'rate' else 'passes'} but "
-                              f"{self._fmt(b)} {'passes' if self.axis == 'rate' else 'fails'}"
-                              for a, b in self.violations[:3])  # fmt: skip
+            pairs = [self._fmt2(a, b) for a, b in self.violations[:3]]
+            shown = ", ".join(f"{a} {'fails' if self.axis == 'rate' else 'passes'} but "
+                              f"{b} {'passes' if self.axis == 'rate' else 'fails'}"
+                              for a, b in pairs)  # fmt: skip
             more = f" (and {len(self.violations) - 3} more pairs)" if len(self.violations) > 3 else ""
             what += (
                 f". NOT MONOTONE: {shown}{more}; the answer is taken below the first failure, where every "
@@ -478,6 +530,8 @@ class PlanResult:
         if self.axis != "rate" and "rate" in self.probes.columns:
             cols.append("rate")
         cols += [c for c in ("completed", "rejected") if c in self.probes.columns]
+        if "overloaded" in self.probes.columns and self.probes["overloaded"].fill_null(False).any():
+            cols.append("overloaded")  # (the probes whose queue grew through the run; shown when any did)
         units = {s.metric: "" if s.unit == "fraction" else f" ({s.unit})" for s in self.slos}
         rows = [[c + units.get(c, "") for c in cols]]
         for r in self.probes.sort(self.axis).iter_rows(named=True):
@@ -486,6 +540,8 @@ class PlanResult:
                 v = r[c]
                 if c == "passed":
                     out.append("pass" if v else "FAIL")
+                elif c == "overloaded":
+                    out.append("-" if v is None else "yes" if v else "no")
                 elif isinstance(v, float):
                     out.append(f"{v:.4g}")
                 elif v is None:
@@ -508,6 +564,7 @@ class PlanResult:
             "achieved_precision": self.achieved,
             "status": self.status,
             "monotone": self.monotone,
+            "burst": self.burst,
             "violations": [list(v) for v in self.violations],
             "slos": [
                 {"metric": s.metric, "bound": s.bound, "unit": s.unit, "upper": s.upper} for s in self.slos

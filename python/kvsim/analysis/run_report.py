@@ -10,6 +10,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from kvsim.model.units import fmt_count
+
 
 def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]) -> None:
     """What the user should know about this run's answer (appended to `notes`; DESIGN.md §Defaults).
@@ -36,6 +38,13 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         notes.append(
             f"times are ticks ({why}): every step takes {tick} (time_model ticks, --iteration-time-ps), so "
             f"the duration, the throughputs and the latencies count steps, not a GPU's time; {how}"
+        )
+    refusal = cfg.pool.vllm_refusal if cfg.pool is not None else None
+    if refusal is not None:
+        # (a pool in bytes without a GPU: kvsim's experiment, run; the vllm: lines stop before the check)
+        notes.append(
+            f"vLLM refuses this pool at start-up, so it never serves with the vllm: figures above: {refusal}. "
+            "kvsim runs it without a GPU as an experiment; with --gpu it refuses it as vLLM does"
         )
     peak = s.get("peak_allocated_fraction", 0.0)
     queue = s.get("queueing_s_p99")
@@ -110,7 +119,8 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         reasons = result.requests["reject_reason"].drop_nulls().value_counts(sort=True)
         why = "; ".join(f"{reason}: {n:,}" for reason, n in reasons.iter_rows())
         notes.append(
-            f"{s['rejected']:,} of {s['num_requests']:,} requests were rejected, never run ({why}); "
+            f"{s['rejected']:,} of {fmt_count(s['num_requests'], 'request')} "
+            f"{'was' if s['rejected'] == 1 else 'were'} rejected, never run ({why}); "
             "latencies and throughput count finished requests only"
         )
     given = getattr(cfg, "_given", {})
@@ -706,7 +716,7 @@ def render_pd(s: dict[str, Any]) -> str:
         )
     size = s["pd_transfer_bytes"]
     # (in binary units, as every size kvsim prints: this once read decimal GB, 40.28 GB for 37.5 GiB)
-    moved = f"{s['pd_transfer_blocks']:,} blocks" + ("" if size is None else f", {fmt_bytes(size)}")
+    moved = fmt_count(s["pd_transfer_blocks"], "block") + ("" if size is None else f", {fmt_bytes(size)}")
 
     def fig(key: str, fmt: str, scale: float = 1.0) -> str:
         # (over no time or no step: None, "-")

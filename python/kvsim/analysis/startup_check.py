@@ -20,6 +20,8 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvsim.model.units import fmt_count
+
 GIB = 1 << 30
 LOGS = Path(__file__).with_name("vllm_startup_logs.csv")
 SOURCE = (
@@ -163,7 +165,7 @@ def summary(checked: list[Row] | None = None) -> str:
 
         exact = sum(lo - 1 <= int(r.log["kv_cache_blocks"]) <= hi + 1 for r in part for lo, hi in [r.blocks])
         lines.append(
-            f"- {label} ({len(part)} runs): largest difference kvsim - vLLM in GiB: weights {worst('weights_gib', 'weights')}, "
+            f"- {label} ({fmt_count(len(part), 'run')}): largest difference kvsim - vLLM in GiB: weights {worst('weights_gib', 'weights')}, "
             f"activation {worst('activation_gib', 'activation')}, non-torch {worst('non_torch_gib', 'non_torch')}, "
             f"CUDA-graph estimate {worst('cudagraph_estimated_gib', 'cudagraph')}, available KV "
             f"{worst('available_gib', 'available')}; blocks cut from the logged KV memory within a block of vLLM's: "

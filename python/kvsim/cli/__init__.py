@@ -45,6 +45,7 @@ from kvsim.cli.run import _int_flag, cmd_run
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.lab import cli as lab_cli
 from kvsim.model.config import PAPER_SETUP
+from kvsim.model.units import fmt_count
 
 RESULTS = Path("results")
 DEFAULT_SHOW = ("throughput_rps", "mean_batch", "kv_utilization", "e2e_s_p99")
@@ -544,7 +545,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         skip_invalid=args.skip_invalid,
     )
     print(
-        f"{spec.name}: {outcome.ran} points run, {outcome.skipped} already in {outcome.path} "
+        f"{spec.name}: {fmt_count(outcome.ran, 'point')} run, {outcome.skipped:,} already in {outcome.path} "
         f"({outcome.wall_s:.1f} s)"
     )
     if args.skip_invalid:

@@ -16,6 +16,7 @@ from kvsim.cli.flags import METRICS_POINTER, FlagError, _Formatter, _knob_flags,
 from kvsim.cli.refusals import Spelling, _given_at, _refuse_idle_swap, refuse_idle_at_every_point
 from kvsim.cli.run import _config_from_args, _float_flag, _int_flag, _workload_from_args, read_run_file
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.units import fmt_count
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -110,6 +111,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--compare",
+        action="append",  # (collected to refuse a second one, which compared nothing: _search_options)
         metavar="NAME=V1,V2,...",
         default=None,
         help="rank values of one SimConfig field by the requests each sets aside (rejected at every probe: "
@@ -145,6 +147,13 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
 
     if not args.slo:
         raise FlagError("argument --slo: give at least one SLO (--slo ttft_p99:2s --slo tpot_p99:100ms)")
+    if args.compare is not None:
+        if len(args.compare) > 1:  # (the last one alone ran: the others were dropped without a word)
+            raise FlagError(
+                f"argument --compare: given {len(args.compare)} times ({', '.join(args.compare)}); it "
+                "compares the values of one field: give it once, one search per field"
+            )
+        args.compare = args.compare[0]
     opts: dict[str, Any] = {}
     for flag, key, value, convert in (
         ("--slo", "slos", args.slo, parse_slos),
@@ -262,6 +271,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     backend = args.backend or data.get("backend", "rust")
     slos = opts.pop("slos")
     ranking = None
+    shown = None
     if args.split:
         return _split(args, workload, config, info, notes, backend, slos, opts)
     if args.smallest == "replicas":
@@ -282,11 +292,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _, candidates = _compare(args.compare)
         _check_candidates(config, candidates)
         ranking = best_of(workload, config, slos, candidates, backend=backend, **opts)
-        result = (
-            ranking.plans[ranking.best]
+        shown = (
+            ranking.best
             if ranking.best is not None
-            else next(ranking.plans[c] for c in ranking.table["candidate"] if c in ranking.plans)
+            else next(c for c in ranking.table["candidate"] if c in ranking.plans)
         )
+        result = ranking.plans[shown]
     else:
         result = kvsim.plan(workload, config, slos, backend=backend, **opts)
     plot = None
@@ -302,10 +313,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "compare": None
             if ranking is None
             else {
-                "best": ranking.best,
+                # (null where the searches do not decide it: a tie, or a burst; `searched` names the
+                # candidate whose search the top-level fields give, the first ranked that has one)
+                "best": ranking.decided,
+                "searched": shown,
                 "served_best": ranking.served_best,
                 "ranking": RANKING,
                 "tied": ranking.tied,
+                "bursts": ranking.bursts,
                 "candidates": ranking.table.to_dicts(),
                 "plans": {k: v.to_dict() for k, v in ranking.plans.items()},
                 "refused": ranking.refused,
@@ -315,12 +330,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         }
         print(json.dumps(out, default=str, ensure_ascii=False))
         return 0
-    target = (
-        f"every probe at {result.probes['rate'][0]:.4g} req/s"
-        if args.smallest and result.probes.height
-        else "probes scale its arrivals"
-    )
-    print(f"workload: {info['name']}, {info['requests']:,} requests; {target}")
+    if args.smallest:
+        # (the target rate, also where every probe was refused without a run and so has no `rate`)
+        from kvsim.analysis.plan import workload_rate
+
+        target = f"every probe at {opts.get('rate') or workload_rate(workload):.4g} req/s"
+    else:
+        target = "probes scale its arrivals"
+    print(f"workload: {info['name']}, {fmt_count(info['requests'], 'request')}; {target}")
     # (the base config's pool; a search over memory, or candidates that cut it otherwise, probe others)
     varies = args.smallest in ("num_blocks", "kv_cache_bytes", "gpu_memory_utilization") or (
         args.compare is not None and _compare_cuts_the_pool(config, args.compare)
@@ -347,7 +364,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"note: {note}")
         if plot is not None:
-            print(f"plot: {plot} (the best candidate's search)")
+            print(f"plot: {plot} (the search of {shown}, ranked first)")
         return 0
     print(result.table())
     print()
@@ -482,7 +499,9 @@ def _split(
         }
         print(json.dumps(out, default=str, ensure_ascii=False))
         return 0
-    print(f"workload: {info['name']}, {info['requests']:,} requests; every probe at {result.rate:.4g} req/s")
+    print(
+        f"workload: {info['name']}, {fmt_count(info['requests'], 'request')}; every probe at {result.rate:.4g} req/s"
+    )
     print(config.pool.line())
     print(config.time_line())
     print(
@@ -564,10 +583,27 @@ def _best_line(ranking: Any, total: int) -> str:
             "it ranks below"
         )
     top = t.row(0, named=True)
-    if len(ranking.tied) > 1:
+    tied = t.filter(t["candidate"].is_in(ranking.tied))
+    if len(ranking.tied) > 1 and tied["rate"].n_unique() == 1 and tied["status"].n_unique() == 1:
         line = f"best: a tie at {top['rate']:.4g} req/s ({top['status']}) between {', '.join(ranking.tied)}"
+    elif len(ranking.tied) > 1:
+        each = ", ".join(
+            f"{r['candidate']} ({r['rate']:.4g} req/s, {r['status']})" for r in tied.iter_rows(named=True)
+        )
+        line = (
+            f"best: a tie between {each}: their searches cannot order them (none failed at a rate up to "
+            f"{top['rate']:.4g} req/s, each knee known only within its bracket, --precision)"
+        )
     else:
-        line = f"best: {ranking.best}"
+        line = f"best: {ranking.best}" + _margin(ranking, t)
+    bursts = [c for c in ranking.tied if c in ranking.bursts]
+    if bursts:
+        line = (
+            f"best: none decided: the answer{'s' * (len(bursts) > 1)} of {', '.join(bursts)} "
+            f"{'are bursts' if len(bursts) > 1 else 'is a burst'}, not a steady state (passed with the queue "
+            "growing through the run, NOT A STEADY STATE above), which ranks nothing; more "
+            f"requests (--requests) make the runs outlast the SLOs; as ranked, {line[len('best: ') :]}"
+        )
     if len(asides) > 1:
         below = [
             f"{r['candidate']} ({r['set_aside']:,})"
@@ -583,13 +619,39 @@ def _best_line(ranking: Any, total: int) -> str:
     return line
 
 
+def _margin(ranking: Any, t: Any) -> str:
+    """How far the best leads the next candidate setting aside as many requests, where that is less than
+    the searches' precision: the next one's search failed at a rate the best's passed, so the order
+    stands (`plan_compare.best_of`), but by less than the precision the answers are given to."""
+    top = t.row(0, named=True)
+    rest = t.filter((t["set_aside"] == top["set_aside"]) & t["rate"].is_not_null())
+    if rest.height < 2:
+        return ""
+    second = rest.row(1, named=True)
+    precision = ranking.plans[top["candidate"]].precision
+    lead = top["rate"] / second["rate"] - 1
+    if lead >= precision:
+        return ""
+    failed = ranking.plans[second["candidate"]].bracket[1]
+    return (
+        f" (ahead of {second['candidate']} by {100 * lead:.2g} %, less than the searches' "
+        f"{100 * precision:g} % precision: {second['candidate']} failed at {failed:.4g} req/s, "
+        f"{top['candidate']} passed up to {top['rate']:.4g})"
+    )
+
+
 def _ranking_table(table: Any) -> str:
     rows = [["candidate", "rate (req/s)", "status", "monotone", "probes", "set aside"]]
+    burst = bool(table["burst"].fill_null(False).any())  # (a column when some answer is a burst)
+    if burst:
+        rows[0].append("burst")
     for r in table.iter_rows(named=True):
         rate = "-" if r["rate"] is None else f"{r['rate']:.4g}"
         monotone = "-" if r["monotone"] is None else "yes" if r["monotone"] else "NO"
         aside = "-" if r["set_aside"] is None else f"{r['set_aside']:,}"
         rows.append([r["candidate"], rate, r["status"], monotone, str(r["probes"]), aside])
+        if burst:
+            rows[-1].append("-" if r["burst"] is None else "YES" if r["burst"] else "no")
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -46,6 +46,7 @@ from kvsim.cli.refusals import (
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import CLUSTER_KNOBS, DEFAULT_BLOCK_SIZE, KNOBS
 from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
+from kvsim.model.units import fmt_count
 from kvsim.workloads.registry import format_value
 
 # ---------------------------------------------------------------------------------------------- run
@@ -614,7 +615,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         seed = f", seed {info['seed']}" if info["seed"] is not None else ""
         print(
-            f"workload: {info['name']}{':' + params if params else ''}, {info['requests']:,} requests{seed}"
+            f"workload: {info['name']}{':' + params if params else ''}, {fmt_count(info['requests'], 'request')}{seed}"
         )
         print(out["pool"])
         for line in out["startup"]:

@@ -298,7 +298,8 @@ class Model:
             )
         from kvsim.model.hf_config import _from_dict  # (its reader builds Models: imported when used)
 
-        rebuilt = _from_dict(json.loads(self.config_json), self.name, self.source, self.source, quantization)
+        # (errors name the model as given, a preset's name rather than its config's address)
+        rebuilt = _from_dict(json.loads(self.config_json), self.name, self.name, self.source, quantization)
         return dataclasses.replace(
             rebuilt,
             layers=self.layers,

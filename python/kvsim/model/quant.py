@@ -56,6 +56,22 @@ _ALIASES = {
 }
 
 
+# A method as said, with its article ("an AWQ checkpoint"): the names spoken as letters, as vLLM's docs
+# write them.
+_SPOKEN = {
+    "fp8": "an FP8",
+    "awq": "an AWQ",
+    "awq_marlin": "an AWQ",
+    "gptq": "a GPTQ",
+    "gptq_marlin": "a GPTQ",
+    "compressed-tensors": "a compressed-tensors",
+    "mxfp4": "an MXFP4",
+    "modelopt": "a ModelOpt",
+    "modelopt_fp4": "a ModelOpt",
+    "modelopt_mixed": "a ModelOpt",
+}
+
+
 def _group_size(qc: dict[str, Any], where: str, *keys: str, default: int | None = None) -> int:
     """An integer format's `group_size`: inputs per scale, or -1 for one scale per output row (per channel)."""
     group = int_field(qc, where, *keys, default=default)
@@ -659,7 +675,8 @@ def with_flag(checkpoint: Quantization, flag: str | None, where: str) -> Quantiz
     if not checkpoint.method:
         if flag != "fp8":
             raise InvalidArgumentError(
-                f"quantization {flag!r}: {where} is not a {flag} checkpoint (it has no quantization_config); "
+                f"quantization {flag!r}: {where} is not {_SPOKEN[flag]} checkpoint (it has no "
+                "quantization_config); "
                 "only 'fp8' quantizes an unquantized checkpoint at load time"
             )
         return Quantization("fp8", {g: Format("fp8", 8, "tensor") for g in LINEAR_GROUPS})

@@ -52,7 +52,7 @@ from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
 from kvsim.model.quant import min_capability
 from kvsim.model.shard import resolve, shard
-from kvsim.model.units import fmt_bytes
+from kvsim.model.units import fmt_bytes, fmt_count
 
 # The default share of device memory: the knob's (KNOBS), vLLM 0.20.0 and later's 0.92.
 GPU_MEMORY_UTILIZATION: float = KNOBS["gpu_memory_utilization"].default
@@ -212,6 +212,9 @@ class PoolSizing:
         rope_cache_bytes: the rotary caches every GPU holds (part of the weights), or None without a model.
         kv_room_bytes: with a model and a GPU, the most KV cache one GPU holds beside its weights (device
             memory less the weights: a `kv_cache_bytes` above it is refused), else None.
+        vllm_refusal: vLLM's start-up refusal of a pool kvsim runs anyway, else None: a `kv_cache_bytes`
+            given with a model but no GPU (kvsim's experiment) that cannot hold one request of
+            `max_model_len` (with a GPU, refused as vLLM refuses it).
     """
 
     num_blocks: int
@@ -236,6 +239,7 @@ class PoolSizing:
     rope_cache_bytes: int | None = None
     kv_room_bytes: int | None = None
     null_block: str = "within"
+    vllm_refusal: str | None = None
 
     @property
     def pool_block_size(self) -> int:
@@ -285,7 +289,10 @@ class PoolSizing:
                 "kept every token"
             )
         else:
-            head = f"pool: {self.num_blocks:,} blocks × {self.block_size} tokens = {self.tokens:,} tokens"
+            head = (
+                f"pool: {fmt_count(self.num_blocks, 'block')} × {fmt_count(self.block_size, 'token')} = "
+                f"{fmt_count(self.tokens, 'token')}"
+            )
             if self.pool_bytes is not None:
                 head += f" = {fmt_bytes(self.pool_bytes)}"
             per_token = (
@@ -471,6 +478,10 @@ def size_pool(
             budget = math.floor(g.memory_bytes * gpu_memory_utilization)
             available = budget - m.loaded_bytes - nonkv.total
     if num_blocks is not None:
+        if kv_cache_bytes is not None and m is not None and g is not None and layout is not None:
+            # vLLM checks the KV memory given before the override replaces its blocks
+            # (get_kv_cache_configs: the check, then get_num_blocks' override)
+            _check_one_request(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
         # (vLLM's num_gpu_blocks_override, counted by `null_block`'s rule as a sized pool is: vLLM v1's N
         # blocks hold its null block, v0's N were all usable)
         blocks = pool_num_blocks(num_blocks, null_block)
@@ -494,8 +505,19 @@ def size_pool(
         )
     assert layout is not None
     if kv_cache_bytes is not None:
+        refusal = None
         if g is not None:
             _check_kv_cache_bytes_fit(kv_cache_bytes, m, g, common["kv_room_bytes"])
+            # vLLM checks `--kv-cache-memory-bytes` as it checks the memory it profiles (GPUWorker's
+            # determine_available_memory returns it; get_kv_cache_configs then runs the check)
+            _check_one_request(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
+        else:
+            # Without a GPU a pool in bytes is kvsim's experiment (the tests' small pools): run, and what
+            # vLLM would say kept (`PoolSizing.vllm_refusal`), so that its start-up figures say it too.
+            try:
+                _check_one_request(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
+            except InvalidArgumentError as exc:
+                refusal = str(exc).split(": ", 1)[1]
         blocks = _blocks(kv_cache_bytes, m, layout, "kv_cache_bytes", null_block)
         return PoolSizing(
             num_blocks=blocks,
@@ -503,6 +525,7 @@ def size_pool(
             kv_cache_bytes=kv_cache_bytes,
             figures=figures(blocks - (null_block == "extra"), kv_cache_bytes),
             null_block=null_block,
+            vllm_refusal=refusal,
             **common,
         )
     if g is None:
@@ -566,7 +589,20 @@ def _check_one_request(kv: int, m: Model, layout: KVLayout, context: int, in_fli
         f"{knob}: model {m.name} does not fit one request: To serve at least one request with the model's max "
         f"seq len ({context}), ({format_gib(needed)} GiB KV cache is needed, which is larger than the available "
         f"KV cache memory ({format_gib(room)} GiB). {estimate}Try increasing `gpu_memory_utilization` or "
-        "decreasing `max_model_len` (vLLM's refusal; kvsim's --max-model-len sets the context)"
+        f"decreasing `max_model_len` (vLLM's refusal; {_one_request_hint(knob, needed + bpb)}kvsim's "
+        "--max-model-len sets the context)"
+    )
+
+
+def _one_request_hint(knob: str, least: int) -> str:
+    """What raises the memory of `_check_one_request`'s refusal where vLLM's words do not say it: a KV cache
+    given in bytes (`--kv-cache-memory-bytes`, which vLLM takes instead of `gpu_memory_utilization`'s
+    share) holds one request from `least` bytes (the request's blocks and the null block)."""
+    if knob != "kv_cache_bytes":
+        return ""
+    return (
+        f"kv_cache_bytes, --kv-cache-memory-bytes, is the KV memory here, gpu_memory_utilization unread: one "
+        f"request needs at least {least:,} B ({fmt_bytes(least)}); "
     )
 
 

@@ -118,6 +118,12 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def fmt_count(n: int, noun: str, plural: str | None = None) -> str:
+    """`n` (thousands separated) and `noun` agreeing with it: `1 replica`, `3 replicas`, `1,024 blocks`
+    (`plural` where adding an s does not make it)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def fmt_duration_ps(ps: float) -> str:
     """`ps` picoseconds in the largest unit that keeps it at least 1 (`1 ms`, `120 us`)."""
     for unit in ("s", "ms", "us", "ns"):
@@ -161,6 +167,7 @@ __all__ = [
     "exact_bytes",
     "exact_duration_ps",
     "fmt_bytes",
+    "fmt_count",
     "fmt_duration_ps",
     "parse_bytes",
     "parse_duration_ps",

@@ -1,0 +1,300 @@
+"""A review of `kvsim plan`'s answers: a rate that passed only as a burst (its queue growing through the
+run, `kvsim run`'s overloaded note) says so; `--compare` ties candidates its searches cannot order, names
+no best between bursts, and `--json`'s `best` is null when the text says there is none; a memory search
+does not answer a pool vLLM refuses (`--kv-cache-memory-bytes` below one request of `max_model_len`);
+the two ends of a bracket read as two; a second `--compare` is refused; counts agree with their nouns."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import polars as pl
+import pytest
+
+import kvsim
+from kvsim.analysis.plan import at_rate, workload_rate
+from kvsim.analysis.plan_compare import Candidate, best_of
+from kvsim.analysis.plan_pd import SplitPlan
+from kvsim.analysis.plan_search import SLO, PlanResult
+from kvsim.analysis.plan_smallest import smallest_memory
+from kvsim.analysis.run_report import queue_growth
+from kvsim.cli import main
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.units import fmt_count
+from kvsim.workloads.registry import make_workload, parse_workload
+
+# The review's burst: 300 ShareGPT-like requests on Llama-3.1-70B at tp 4 pass up to 612.8 req/s, where
+# they are served at 11.7 req/s (3,000 requests: 41.7 req/s; 10,000: 36.1).
+BURST = ["--model", "llama-3.1-70b", "--gpu", "h100-80gb", "-tp", "4", "--workload", "sharegpt"]
+BURST_SLOS = ["--slo", "ttft_p99:2s", "--slo", "tpot_p99:100ms", "--workers", "2"]
+
+
+def _workload(n: int = 60, rate: float = 2.0) -> kvsim.Workload:
+    return kvsim.workloads.synthetic(
+        n, arrival_rate=rate, seed=0, lengths="sharegpt-paper", max_model_len=2048
+    )
+
+
+def _knee_probe(workload, config, *, knee: float, overloaded: bool = False) -> dict:
+    """A stand-in probe: `ttft_s_p99` = rate / knee, so `ttft_p99 <= 1 s` holds up to `knee`; every run
+    `overloaded` or none."""
+    rate = workload_rate(workload)
+    return {"ttft_s_p99": rate / knee, "completed": len(workload), "rejected": 0, "overloaded": overloaded}
+
+
+# ------------------------------------------------------------------------------------------- bursts
+
+
+def test_a_rate_that_passed_as_a_burst_says_so(capsys):
+    """The answer's probe ran overloaded by `kvsim run`'s own rule (`queue_growth`): the search flags it
+    (`burst`, the message, the table's `overloaded` column, `--json`), and `kvsim run` at that rate says
+    overloaded too."""
+    argv = ["plan", *BURST, "--requests", "300", *BURST_SLOS]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "converged"
+    assert out["burst"] is True
+    rate = out["value"]
+    answer = [p for p in out["probes"] if p["rate"] == rate]
+    assert answer
+    assert answer[0]["overloaded"] is True
+    assert answer[0]["passed"] is True
+    assert answer[0]["served_rps"] < 0.1 * rate  # (served far below the rate it "sustains")
+    assert "NOT A STEADY STATE" in out["message"]
+    assert "--requests" in out["message"]
+    # The same rule as kvsim run's note, on the same run.
+    w = make_workload(*parse_workload("sharegpt"), 300, 0)
+    cfg = kvsim.SimConfig(model="llama-3.1-70b", gpu="h100-80gb", tensor_parallel_size=4)
+    assert queue_growth(kvsim.simulate(at_rate(w, rate), cfg)) is not None
+    assert main(["run", *BURST, "--requests", "300", "--request-rate", f"{rate}"]) == 0
+    assert any(line.startswith("note: overloaded: ") for line in capsys.readouterr().out.splitlines())
+    assert main(argv) == 0
+    text = capsys.readouterr().out.splitlines()
+    (header,) = [line for line in text if line.startswith("round")]
+    assert header.split()[-1] == "overloaded"
+    (last,) = [line for line in text if line.startswith("converged: ")]
+    assert "NOT A STEADY STATE: the run at " in last
+
+
+def test_a_steady_answer_has_no_burst_caveat():
+    """Probes whose queue did not grow leave the answer as it was: no flag, no caveat, no column."""
+    probe = functools.partial(_knee_probe, knee=5.0)
+    r = kvsim.plan(_workload(), kvsim.SimConfig(num_blocks=64), {"ttft_p99": 1.0}, probe=probe, workers=2)
+    assert r.status == "converged"
+    assert not r.burst
+    assert "STEADY" not in r.message
+    assert "overloaded" not in r.table()
+    bursty = kvsim.plan(
+        _workload(),
+        kvsim.SimConfig(num_blocks=64),
+        {"ttft_p99": 1.0},
+        probe=functools.partial(_knee_probe, knee=5.0, overloaded=True),
+        workers=2,
+    )
+    assert bursty.burst
+    assert bursty.value == r.value
+    assert bursty.message.startswith(r.message)
+    assert "NOT A STEADY STATE" in bursty.message
+
+
+# ------------------------------------------------------------------------------------------ compare
+
+
+def _compare(knees: dict[str, float], bursts: tuple[str, ...] = ()) -> object:
+    candidates = [
+        Candidate(name, {}, functools.partial(_knee_probe, knee=k, overloaded=name in bursts))
+        for name, k in knees.items()
+    ]
+    return best_of(_workload(), kvsim.SimConfig(num_blocks=64), {"ttft_p99": 1.0}, candidates, workers=2)
+
+
+def test_candidates_whose_searches_cannot_be_ordered_tie():
+    """A tie is candidates whose searches cannot order them: one failed at no rate up to the other's
+    answer (its bracket reaches it), whether the two answers are equal or not; knees 0.8 % apart whose
+    probes separate them (one failed where the other passed) stay ordered, and the best line says the lead
+    is below the precision; knees 20 % apart are ordered, no remark."""
+    from kvsim.analysis.plan_compare import _reaches
+    from kvsim.cli.plan import _best_line
+
+    same = _compare({"a": 5.0, "b": 5.0})
+    assert same.tied == ["a", "b"]
+    assert same.decided is None
+    assert _best_line(same, 60).startswith("best: a tie at ")
+    top = PlanResult("rate", 5.03, (5.03, 5.10), 0.02, "converged", (), pl.DataFrame())
+    overlapping = PlanResult("rate", 5.00, (5.00, 5.08), 0.02, "converged", (), pl.DataFrame())
+    below = PlanResult("rate", 4.99, (4.99, 5.03), 0.02, "converged", (), pl.DataFrame())
+    assert _reaches(overlapping, top.value)
+    assert not _reaches(below, top.value)
+    close = _compare({"a": 5.0, "b": 5.04})
+    ra, rb = close.plans["a"], close.plans["b"]
+    assert ra.bracket[1] <= rb.value  # (a failed where b passed)
+    assert close.tied == ["b"]
+    assert close.decided == "b"
+    line = _best_line(close, 60)
+    assert line.startswith(
+        "best: b (ahead of a by 0.86 %, less than the searches' 2 % precision: a failed at "
+    )
+    apart = _compare({"a": 5.0, "b": 6.0})
+    assert apart.tied == ["b"]
+    assert apart.best == apart.decided == "b"
+    assert _best_line(apart, 60) == "best: b"
+
+
+def test_no_best_between_bursts():
+    """A best whose answer is a burst decides nothing: `decided` None, `bursts` names it."""
+    out = _compare({"a": 5.0, "b": 6.0}, bursts=("b",))
+    assert out.best == "b"
+    assert out.bursts == ["b"]
+    assert out.decided is None
+    assert out.table.filter(pl.col("candidate") == "b")["burst"].to_list() == [True]
+    steady_best = _compare({"a": 5.0, "b": 6.0}, bursts=("a",))
+    assert steady_best.decided == "b"
+
+
+def test_json_best_is_null_when_the_text_says_tie(capsys):
+    """The review's case: block sizes 16 and 32 both pass up to the cap; the text says a tie, and --json
+    named block_size=16 'best'."""
+    argv = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requests", "100", "--workers", "2"]
+    argv += ["--slo", "ttft_p99:1s", "--compare", "block_size=16,32"]
+    assert main(argv) == 0
+    (best,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("best: ")]
+    assert best.startswith("best: a tie at ")
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    compare = out["compare"]
+    assert compare["tied"] == ["block_size=16", "block_size=32"]
+    assert compare["best"] is None
+    assert compare["searched"] == "block_size=16"  # (whose search the top-level fields are)
+    assert out["value"] == compare["plans"]["block_size=16"]["value"]
+
+
+def test_a_second_compare_is_refused(capsys):
+    argv = [
+        "plan",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-80gb",
+        "--requests",
+        "10",
+        "--slo",
+        "ttft_p99:1s",
+    ]
+    code = main([*argv, "--compare", "kv_cache_dtype=auto,fp8", "--compare", "block_size=16,32"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "argument --compare: given 2 times" in err[0]
+
+
+# ----------------------------------------------------------------------------- one request's memory
+
+
+def test_kv_cache_memory_bytes_must_hold_one_request(capsys):
+    """vLLM checks --kv-cache-memory-bytes as it checks profiled memory: 5,289,181,078 B holds 40,352 of
+    Llama-3.1-8B's 131,072 tokens, which kvsim ran at 'Maximum concurrency ... 0.31x'. With a GPU the least
+    that starts is the request's blocks and the null block; without one the pool is kvsim's experiment,
+    run, and the run says vLLM refuses it; a pool in blocks stays an experiment."""
+    with pytest.raises(InvalidArgumentError, match="To serve at least one request") as exc:
+        kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", kv_cache_bytes=5_289_181_078)
+    least = int(str(exc.value).split("needs at least ")[1].split(" B")[0].replace(",", ""))
+    assert least == (131_072 // 16 + 1) * 16 * 128 * 1024  # 8,193 blocks of 2 MiB
+    ok = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", kv_cache_bytes=least)
+    assert ok.pool.figures is not None
+    assert ok.pool.figures.max_concurrency >= 1
+    with pytest.raises(InvalidArgumentError, match="does not fit one request"):
+        kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", kv_cache_bytes=least - 1)
+    kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", num_blocks=100)  # (blocks: not checked)
+    argv = ["run", "--model", "llama-3.1-8b", "--gpu", "l40s", "--kv-cache-memory-bytes", "5289181078"]
+    assert main([*argv, "--requests", "10"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "To serve at least one request with the model's max seq len (131072)" in err[0]
+    # Without a GPU: run, and said.
+    assert kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes=least).pool.vllm_refusal is None
+    small = kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes=least - 1)
+    assert "To serve at least one request" in small.pool.vllm_refusal
+    assert main(["run", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "1GiB", "--requests", "5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("vllm: GPU KV cache size: 8,192 tokens") for line in out)
+    (note,) = [line for line in out if line.startswith("note: vLLM refuses this pool at start-up")]
+    assert "estimated maximum model length is 8176" in note
+    assert main(["run", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "1GiB", "--requests", "5",
+                 "--max-model-len", "8176"]) == 0  # fmt: skip
+    assert "vLLM refuses this pool" not in capsys.readouterr().out
+
+
+def test_the_smallest_kv_cache_bytes_is_one_vllm_starts():
+    """`--smallest kv_cache_bytes` answered 4.9 GiB at the default max_model_len, a pool vLLM refuses:
+    values below one request fail without a run, refused, and the answer starts."""
+    w = make_workload(*parse_workload("sharegpt"), 40, 0)
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", max_model_len=16384)
+    r = smallest_memory(w, cfg, {"ttft_p99": 1.0}, knob="kv_cache_bytes", rate=2.0, workers=2, max_probes=14)
+    assert r.value is not None
+    kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", max_model_len=16384, kv_cache_bytes=r.value)
+    refused = r.probes.filter(pl.col("refused").is_not_null())
+    assert refused.height
+    assert all("does not fit one request" in t for t in refused["refused"])
+    assert "refused by the configuration" in r.message
+
+
+# ---------------------------------------------------------------------------------------- formatting
+
+
+def _result(axis: str, lo: float, hi: float) -> PlanResult:
+    value = lo if axis == "rate" else hi
+    return PlanResult(axis, value, (lo, hi), 0.02, "converged", (SLO("ttft_p99", 1.0),), pl.DataFrame())
+
+
+def test_the_bracket_ends_read_as_two():
+    """The review's pair: 5,289,181,078 B passed and 5,244,112,693 B failed, printed '4.9 GiB (4.9 GiB
+    fails)'."""
+    msg = _result("kv_cache_bytes", 5_244_112_693, 5_289_181_078).message
+    assert msg.endswith(": 4.93 GiB (4.88 GiB fails)")
+    msg = _result("kv_cache_bytes", 2**30, 2**30 + 1).message  # (one byte apart)
+    passes, fails = msg.split(": ")[-1].removesuffix(" fails)").split(" (")
+    assert passes != fails
+    msg = _result("rate", 3.37101, 3.37102).message
+    assert "3.37101 req/s (passes; 3.37102 req/s fails;" in msg
+    # Apart at the usual digits: as before.
+    assert _result("rate", 3.371, 3.4).message.split(": ", 1)[1].startswith("3.371 req/s (passes; 3.4 req/s")
+
+
+# -------------------------------------------------------------------------------------------- words
+
+
+def test_a_quantization_the_checkpoint_lacks_names_the_preset():
+    with pytest.raises(InvalidArgumentError) as exc:
+        kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", quantization="awq")
+    assert "model 'llama-3.1-8b' is not an AWQ checkpoint" in str(exc.value)
+    assert "huggingface.co" not in str(exc.value)
+    with pytest.raises(InvalidArgumentError, match="is not a GPTQ checkpoint"):
+        kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", quantization="gptq_marlin")
+
+
+def test_counts_agree_with_their_nouns():
+    assert (fmt_count(1, "replica"), fmt_count(3, "GPU"), fmt_count(1024, "block")) == (
+        "1 replica",
+        "3 GPUs",
+        "1,024 blocks",
+    )
+    search = PlanResult("replicas", 1, (None, 1), 0.0, "converged", (SLO("ttft_p99", 1.0),), pl.DataFrame())
+    one = SplitPlan(40.0, 1, 4, 1, (1, 1), search, {1: search}, (SLO("ttft_p99", 1.0),))
+    lines = one.message.splitlines()
+    assert lines[0] == "aggregated: 1 replica = 1 GPU, 40 req/s per GPU"
+    assert lines[1].startswith("disaggregated: 1 prefill : 1 decode = 2 GPUs, ")
+    assert lines[2].startswith("the aggregated fleet saves 1 GPU at ")
+
+
+def test_a_memory_search_whose_every_probe_is_refused_says_its_rate(capsys):
+    """Every probe refused without a run (the override's 2,000 blocks, 3.9 GiB, and half that, below the
+    8 GiB one request of 65,536 tokens needs) left the probes without a `rate` column, and the header's
+    target rate crashed (ColumnNotFoundError)."""
+    argv = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--num-gpu-blocks-override", "2000"]
+    argv += ["--kv-cache-memory-bytes", "12GiB", "--max-model-len", "65536", "--requests", "5"]
+    argv += ["--slo", "ttft_p99:2s", "--workers", "1", "--max-probes", "2", "--rate", "1.5"]
+    assert main([*argv, "--smallest", "kv_cache_bytes"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "workload: sharegpt, 5 requests; every probe at 1.5 req/s"
+    assert "2 value(s) failed without a run, refused by the configuration" in out[-1]
