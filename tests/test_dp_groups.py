@@ -262,3 +262,12 @@ def test_the_cli_runs_a_dp_group_and_refuses_a_partial_one(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "replicas 3 with data_parallel_size 2" in err[0]
+
+
+def test_the_replica_search_refuses_dp_groups():
+    """`smallest_replicas` bisects over counts, most of which are not whole DP groups: refused by name."""
+    from kvsim.analysis.plan_smallest import smallest_replicas
+
+    cfg = kvsim.SimConfig(**MOE, data_parallel_size=2)
+    with pytest.raises(InvalidArgumentError, match="smallest replicas with data_parallel_size 2"):
+        smallest_replicas(synthetic(4, seed=1), cfg, "ttft_p99:1s")

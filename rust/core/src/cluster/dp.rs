@@ -27,6 +27,8 @@ pub struct Groups {
     waves: Vec<Wave>,
     /// `advance`'s scratch: each rank's plan.
     plans: Vec<Option<(u64, u64)>>,
+    /// Each replica's dummy batch time (its config's: computed once, on first use).
+    dummy: Vec<Option<u64>>,
 }
 
 /// Where an idle group at `now` lands for a row arriving at `arrival > now`, with its `wave` and the
@@ -61,6 +63,7 @@ impl Groups {
             size,
             waves: vec![Wave::default(); n / size],
             plans: Vec::with_capacity(size),
+            dummy: vec![None; n],
         }
     }
 
@@ -102,14 +105,17 @@ impl Groups {
             }
             self.plans.clear();
             let (mut any, mut d) = (false, 0u64);
-            for rep in &mut reps[ranks.clone()] {
+            for (rep, dummy) in reps[ranks.clone()]
+                .iter_mut()
+                .zip(&mut self.dummy[ranks.clone()])
+            {
                 let plan = rep.group_plan()?;
                 d = d.max(match plan {
                     Some((dt, _)) => {
                         any = true;
                         dt
                     }
-                    None => rep.dummy_time(),
+                    None => *dummy.get_or_insert_with(|| rep.dummy_time()),
                 });
                 self.plans.push(plan);
             }
