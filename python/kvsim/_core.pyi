@@ -238,6 +238,7 @@ def run_cluster(
     pd_link_latency_ps: int = 0,
     pd_link_ps_per_block: int = 0,
     prefill_config: dict[str, Any] | None = None,
+    dp_group: int = 1,
     arrival_ps: npt.NDArray[np.int64],
     prompt_len: npt.NDArray[np.int64],
     target: npt.NDArray[np.int64],

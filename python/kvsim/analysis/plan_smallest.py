@@ -78,9 +78,18 @@ def smallest_replicas(
         Others: as `plan`.
 
     Raises:
-        InvalidArgumentError: as `plan`; and from the default `replicas`, a SimConfig without that knob.
+        InvalidArgumentError: as `plan`; and from the default `replicas`, a SimConfig without that knob,
+            or one whose `data_parallel_size` is above 1 (its fleets are whole DP groups).
     """
     slos_ = parse_slos(slos)
+    dp = getattr(config, "data_parallel_size", 1)
+    if replicas is set_replicas and dp > 1:
+        # (every count probed but 1 and the multiples of dp would be refused: DP groups are whole)
+        raise InvalidArgumentError(
+            f"smallest replicas with data_parallel_size {dp}: a mixture-of-experts model's ranks step in DP "
+            f"groups of {dp} (DESIGN.md §Data-parallel groups), and the search does not step by groups; run "
+            f"the counts with kvsim run --replicas (a multiple of {dp}) or kvsim sweep --grid replicas=..."
+        )
     max_replicas = _check_count("max_replicas", max_replicas, 1)
     start = _check_count("start", start, 1)
     max_probes = _check_count("max_probes", max_probes, 2)

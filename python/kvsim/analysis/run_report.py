@@ -552,7 +552,8 @@ def data_parallel_notes(result: Any) -> list[str]:
     """`kvsim run`'s notes on a fleet of data-parallel ranks: what a replica is then (one DP rank's engine,
     as vLLM runs one per rank: its own pool and scheduler, sized and timed as a rank whose routed experts
     its group shares, `kvsim.model.shard.shard` and `kvsim.model.timing.roofline_time_model`), what the
-    fleet is in ranks, groups and GPUs, and a replica count that is not a whole number of groups."""
+    fleet is in ranks, groups and GPUs (a replica count is a whole number of groups: `SimConfig` refuses
+    another)."""
     out = []
     for pool, n, cs in data_parallel_pools(result):
         sizes = {c.data_parallel_size for c in cs}
@@ -568,20 +569,11 @@ def data_parallel_notes(result: Any) -> list[str]:
         replicas = _n(n, f"{pool} replica" if pool else "replica")
         text = (
             f"data_parallel_size {dp} with {replicas}: each replica is one DP rank's engine, as vLLM runs an engine "
-            "per rank (its own pool and its own scheduler; kvsim's replicas step apart where vLLM's ranks step "
-            f"together), sized with the routed experts spread over its group's tp x dp = {tp * dp} GPUs ({how}) "
+            "per rank (its own pool and its own scheduler; a group's ranks step together, each step as long as "
+            f"its slowest rank's: DESIGN.md §Data-parallel groups), sized with the routed experts spread over its group's tp x dp = {tp * dp} GPUs ({how}) "
             "and timed with every rank's tokens reaching them (the other ranks' batches taken as large as its "
             f"own); {'they are' if n > 1 else 'it is'} {_n(n, 'rank')} on {_n(n * tp, 'GPU')}, {_dp_groups(n, dp)}"
         )
-        if n % dp:
-            lower = n - n % dp
-            whole = f"{lower} or {lower + dp}" if lower else f"{dp}"
-            rest = n % dp
-            text += (
-                f"; {n} is not a multiple of {dp}, so the last group's {_n(rest, 'rank')} "
-                f"{'are' if rest != 1 else 'is'} priced as sharing its experts with ranks the fleet does not "
-                f"have (vLLM's data_parallel_size {dp} runs {dp} ranks): {whole} would be whole groups"
-            )
         out.append(text)
     return out
 

@@ -10,7 +10,8 @@ vLLM 0.19's scheduler (`SimConfig.preset("vllm-0.19")`), under three time models
 datasheet figures (`time_model="roofline"`, efficiencies 1), the roofline calibrated on the GPU's
 per-operator profile (`calibration=` the shipped calibration of that GPU), and the old straight line
 (`time_model="linear"`). A data-parallel run is a fleet of `dp` replicas behind the least-loaded router
-(vLLM's DP load balancer sends a request to the engine with the fewest waiting and running ones).
+(vLLM's DP load balancer sends a request to the engine with the fewest waiting and running ones): of a
+mixture-of-experts model, one DP group whose ranks step together (DESIGN.md §Data-parallel groups).
 
 Metrics come from the request rows alike on both sides (`run_metrics`): TTFT (first token − arrival), TPOT
 ((last token − first token) / (output − 1)), E2E (last token − arrival), each's mean, p50, p90 and p99;
@@ -207,8 +208,9 @@ def config(run: Run, time_model: str) -> Any:
         "model": run.model,
         "gpu": run.gpu,
         "tensor_parallel_size": int(e.get("tensor_parallel_size") or 1),
-        # DP ranks are the fleet's replicas; kvsim reads data_parallel_size only for a mixture-of-experts
-        # model's experts, spread over every rank's GPUs (SimConfig refuses it on a dense model).
+        # DP ranks are the fleet's replicas, one DP group stepping together (DESIGN.md §Data-parallel
+        # groups); kvsim reads data_parallel_size only for a mixture-of-experts model, whose experts are
+        # spread over every rank's GPUs (SimConfig refuses it on a dense model).
         "data_parallel_size": dp if moe else 1,
         "enable_expert_parallel": ep,
         "max_num_seqs": int(e["max_num_seqs"]),
@@ -406,7 +408,7 @@ def why_not(results: dict[str, Any]) -> list[str]:
             + (
                 "the routed experts (fused-MoE kernels over 64 experts of 768 columns per GPU) stream at the dense "
                 "projections' rate and the gather and scatter of hidden states between the two ranks keep the "
-                "datasheet's PCIe rate; vLLM's data-parallel ranks also step together, kvsim's replicas apart; "
+                "datasheet's PCIe rate (the ranks step together, as vLLM's do, each step the slower rank's); "
                 if e.get("enable_expert_parallel")
                 else ""
             )

@@ -164,6 +164,9 @@ def simulate_cluster(
 
         goodput = parse_goodput(goodput)
     spec = router_spec(configs[0])
+    group = dp_group(configs)
+    if group > 1:
+        spec = dataclasses.replace(spec, dp_group=group)
     pd = _pd_spec(configs, spec, prefill_config)
     inp = prepare(workload, configs[0])
     _check_same_input(workload, configs, inp)
@@ -427,6 +430,34 @@ def _configs(
             )
     each = [c.replace(**changes, replicas=1) if changes or c.replicas != 1 else c for c in config]
     return each, list(each)
+
+
+def dp_group(configs: list[SimConfig]) -> int:
+    """How many consecutive replicas step together (DESIGN.md §Data-parallel groups): a fleet of more than
+    one replica of a mixture-of-experts model at `data_parallel_size` D > 1 is made of DP groups of D ranks
+    (vLLM's `DPEngineCoreProc`); 1 otherwise (one replica, or D = 1: each steps apart).
+
+    Raises:
+        InvalidArgumentError: replicas that disagree on `data_parallel_size`, or whose count is not a
+            multiple of it.
+    """
+    sizes = [c.data_parallel_size for c in configs]
+    for i, d in enumerate(sizes):
+        if d != sizes[0]:
+            raise InvalidArgumentError(
+                f"data_parallel_size {d} of config[{i}] differs from config[0]'s {sizes[0]}: the ranks of a DP "
+                "group share one data_parallel_size"
+            )
+    d, n = sizes[0], len(configs)
+    if d <= 1 or n == 1:
+        return 1
+    if n % d:
+        raise InvalidArgumentError(
+            f"replicas {n} with data_parallel_size {d}: a mixture-of-experts model's DP ranks step together in "
+            f"groups of {d} (DESIGN.md §Data-parallel groups), so replicas must be 1 (one rank's engine) or a "
+            f"multiple of {d}"
+        )
+    return d
 
 
 def router_spec(config: SimConfig) -> Any:

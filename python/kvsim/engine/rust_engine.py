@@ -232,6 +232,8 @@ def run_cluster(
         pd_link_latency_ps=0 if pd is None else pd.link_latency_ps,
         pd_link_ps_per_block=0 if pd is None else pd.link_ps_per_block,
         prefill_config=None if pd is None or pd.prefill_config is None else config_kwargs(pd.prefill_config),
+        # (a fleet's data-parallel groups, `RouterSpec.dp_group`; a router without it: none)
+        dp_group=getattr(router, "dp_group", 1),
         **input_kwargs(inp),
     )
     columns = dict(result["outputs"])

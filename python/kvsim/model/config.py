@@ -203,6 +203,7 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
         self._check_combinations()
         self._check_parallelism()
         self._size()
+        self._check_dp_groups()
         self._resolve_time_model()
         self._check_time_fields()
         if self.time_model == "linear":
@@ -435,6 +436,28 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
                 f"data_parallel_size {dp}: {whose}, so each DP rank is an independent engine kvsim would "
                 f"simulate as one; use replicas {dp} (--replicas {dp}) for a fleet of them behind a router "
                 "(a mixture-of-experts model's DP ranks share its experts, which kvsim models)"
+            )
+
+    def _check_dp_groups(self) -> None:
+        """Refuses what a fleet of DP groups (D > 1 ranks a group, DESIGN.md §Data-parallel groups) cannot be."""
+        dp, n = self.data_parallel_size, self.replicas
+        if dp <= 1 or n <= 1:
+            return
+        if n % dp:
+            raise InvalidArgumentError(
+                f"replicas {n} with data_parallel_size {dp}: a mixture-of-experts model's DP ranks step "
+                f"together in groups of {dp} (DESIGN.md §Data-parallel groups), so replicas must be 1 (one "
+                f"rank's engine) or a multiple of {dp}"
+            )
+        if self.prefill_replicas:
+            raise InvalidArgumentError(
+                f"prefill_replicas {self.prefill_replicas} with data_parallel_size {dp} and replicas {n}: a "
+                "disaggregated fleet of DP groups is not modelled"
+            )
+        if self.kv_offloading_chunks:
+            raise InvalidArgumentError(
+                f"kv_offloading_size with data_parallel_size {dp} and replicas {n}: a CPU tier on the ranks "
+                "of a DP group is not modelled (its stores lengthen and stall a rank's steps)"
             )
 
     def _size(self) -> None:

@@ -22,6 +22,7 @@ from kvsim.engine.engine_input import EngineInput
 from kvsim.errors import InternalError, InvalidArgumentError
 from kvsim.model.config import ROUTER_TIE_BREAKS, SimConfig
 from kvsim.reference.block_pool import check_pool_memory
+from kvsim.reference.dp import Groups
 from kvsim.reference.engine import COLUMN_DTYPE, COLUMN_FILL, EVENT_COLUMNS, FINISHED, Replica
 
 MASK64 = (1 << 64) - 1
@@ -70,6 +71,8 @@ class RouterSpec:
             `random`, the tied replica `ties[(z * t) >> 64]` for the stream's next draw z (t tied, in
             index order); `lowest`, the lowest index; `round-robin`, the first tied replica at or after
             `k mod N` in cyclic order, for the unit's 0-based count k.
+        dp_group: the fleet's data-parallel groups: every `dp_group` consecutive replicas are the ranks of
+            one, stepping together (DESIGN.md §Data-parallel groups; `kvsim.reference.dp`); 1: apart.
 
     Raises:
         InvalidArgumentError: a field out of its domain, naming the field and the value.
@@ -81,6 +84,7 @@ class RouterSpec:
     prefix_load_cap: float = 1.5
     weights: Mapping[str, float] | None = None
     tie_break: str = "random"
+    dp_group: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or self.name not in ROUTERS:
@@ -100,6 +104,11 @@ class RouterSpec:
             if value < 0 or (hi is not None and value > hi):
                 bound = f"between 0 and {hi}" if hi is not None else "at least 0"
                 raise InvalidArgumentError(f"{name} {value!r} must be {bound}")
+        if isinstance(self.dp_group, bool) or not isinstance(self.dp_group, int | np.integer):
+            raise InvalidArgumentError(f"dp_group {self.dp_group!r} is not an integer")
+        if self.dp_group < 1:
+            raise InvalidArgumentError(f"dp_group {self.dp_group} must be at least 1")
+        object.__setattr__(self, "dp_group", int(self.dp_group))
         object.__setattr__(self, "seed", int(self.seed))
         object.__setattr__(self, "refresh_ps", int(self.refresh_ps))
         cap = _finite_float("prefix_load_cap", self.prefix_load_cap)
@@ -125,7 +134,9 @@ class RouterSpec:
 
     def __hash__(self) -> int:
         w = None if self.weights is None else tuple(sorted(self.weights.items()))
-        return hash((self.name, self.seed, self.refresh_ps, self.prefix_load_cap, w, self.tie_break))
+        return hash(
+            (self.name, self.seed, self.refresh_ps, self.prefix_load_cap, w, self.tie_break, self.dp_group)
+        )
 
     @property
     def reads_state(self) -> bool:
@@ -346,12 +357,28 @@ def run_cluster(
             raise InvalidArgumentError(f"configs[{i}] {cfg!r} is not a SimConfig")
     if isinstance(timeseries_every, bool) or not isinstance(timeseries_every, int) or timeseries_every < 0:
         raise InvalidArgumentError(f"timeseries_every {timeseries_every!r} must be an int >= 0")
+    g = router.dp_group
+    if pd is not None and g > 1:
+        raise InvalidArgumentError(
+            f"dp_group {g}: a disaggregated fleet (prefill_replicas > 0) with data-parallel groups is not modelled"
+        )
+    if len(configs) % g:
+        raise InvalidArgumentError(
+            f"dp_group {g}: the {len(configs)} replicas must form whole data-parallel groups (a divisor of the "
+            "replica count, 1 for none)"
+        )
+    if g > 1 and any(cfg.kv_offloading_chunks for cfg in configs):
+        raise InvalidArgumentError(
+            f"dp_group {g}: a CPU tier with data-parallel groups is not modelled (its stores lengthen and stall "
+            "a rank's steps)"
+        )
     if pd is not None:
         _check_fleet(inp, [*configs, *[pd.prefill_config or configs[0]] * pd.prefill_replicas])
         return _run_pd(inp, configs, router, timeseries_every, record_events, pd)
     _check_fleet(inp, configs)
     n = len(inp)
     replicas = [Replica(inp, cfg, timeseries_every, record_events) for cfg in configs]
+    groups = Groups(len(replicas), g) if g > 1 else None
     pick = Router(router, replicas)
     rows_of: list[list[int]] = [[] for _ in replicas]  # each replica's rows, as input rows
     replica = np.zeros(n, dtype=np.int64)
@@ -366,8 +393,7 @@ def run_cluster(
                 s = a // every * every
                 if s != window:
                     window = s
-                    for rep in replicas:
-                        rep.advance_until(s)
+                    advance(replicas, groups, s)
                     views = [view_of(rep, True) for rep in replicas]
                     routed = [0] * len(replicas)
                 now = [
@@ -375,8 +401,7 @@ def run_cluster(
                     for v, k in zip(views, routed, strict=True)
                 ]
             else:
-                for rep in replicas:
-                    rep.advance_until(a)
+                advance(replicas, groups, a)
                 now = [view_of(rep, False) for rep in replicas]
             r = pick.pick(now, inp.segments(lo), int(inp.prompt_len[lo]))
         else:
@@ -385,6 +410,8 @@ def run_cluster(
         rows_of[r].extend(range(lo, hi))
         replica[lo:hi] = r
         routed[r] += 1
+    if groups is not None:
+        groups.advance_all(replicas, MAX_HORIZON)
     columns = {k: np.full(n, COLUMN_FILL[k], dtype=COLUMN_DTYPE[k]) for k in COLUMN_FILL}
     counters, timeseries, events = [], [], []
     for rep, rows in zip(replicas, rows_of, strict=True):
@@ -402,6 +429,15 @@ def run_cluster(
             events.append({})
     columns["replica"] = replica
     return ClusterOutput(columns, counters, timeseries, events)
+
+
+def advance(replicas: list[Replica], groups: Groups | None, horizon: int) -> None:
+    """Every replica to `horizon` (each step starting before it), in its group if the fleet has DP groups."""
+    if groups is not None:
+        groups.advance_all(replicas, horizon)
+        return
+    for rep in replicas:
+        rep.advance_until(horizon)
 
 
 def _gather(

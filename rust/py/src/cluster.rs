@@ -138,7 +138,8 @@ fn pd_args(
 /// `router_tie_break` (`random`, the default: a tie among the best replicas is drawn from the
 /// `router_seed` stream; `lowest`: the lowest index; `round-robin`: the first at or after unit k mod N).
 /// Time series and event logs are not recorded for clusters (`timeseries_every` must be 0 and
-/// `record_events` false).
+/// `record_events` false). `dp_group` D > 1: every D consecutive replicas are the ranks of a
+/// data-parallel group, stepping together (DESIGN.md §Data-parallel groups; `kvsim_core::cluster::dp`).
 ///
 /// With `prefill_replicas` P > 0 the fleet is disaggregated (DESIGN.md §Prefill/decode
 /// disaggregation; `kvsim_core::cluster::pd::run_pd`): `configs` are the decode replicas, P prefill
@@ -160,8 +161,8 @@ fn pd_args(
     *, configs, router, router_seed = None, router_refresh_ps = None, prefix_load_cap = None,
     router_weights = None, router_tie_break = None, timeseries_every = None, record_events = None,
     prefill_replicas = None, pd_threshold_tokens = None, pd_link_latency_ps = None, pd_link_ps_per_block = None,
-    prefill_config = None, **columns
-), text_signature = "(*, configs, router, router_seed=0, router_refresh_ps=0, prefix_load_cap=1.5, router_weights=None, router_tie_break='random', timeseries_every=0, record_events=False, prefill_replicas=0, pd_threshold_tokens=0, pd_link_latency_ps=0, pd_link_ps_per_block=0, prefill_config=None, **columns)")]
+    prefill_config = None, dp_group = None, **columns
+), text_signature = "(*, configs, router, router_seed=0, router_refresh_ps=0, prefix_load_cap=1.5, router_weights=None, router_tie_break='random', timeseries_every=0, record_events=False, prefill_replicas=0, pd_threshold_tokens=0, pd_link_latency_ps=0, pd_link_ps_per_block=0, prefill_config=None, dp_group=1, **columns)")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_cluster<'py>(
     py: Python<'py>,
@@ -179,6 +180,7 @@ pub(crate) fn run_cluster<'py>(
     pd_link_latency_ps: Option<Bound<'py, PyAny>>,
     pd_link_ps_per_block: Option<Bound<'py, PyAny>>,
     prefill_config: Option<Bound<'py, PyAny>>,
+    dp_group: Option<Bound<'py, PyAny>>,
     columns: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let (pd, prefill_cfg) = pd_args(
@@ -228,6 +230,16 @@ pub(crate) fn run_cluster<'py>(
         router_weights.as_ref(),
         router_tie_break.as_ref(),
     )?;
+    let spec = match &dp_group {
+        Some(v) if !v.is_none() => {
+            let g = int_arg(v, "dp_group")?;
+            match usize::try_from(g.value) {
+                Ok(n) if n >= 1 => spec.with_dp_group(n),
+                _ => return Err(invalid(format!("dp_group {g} must be at least 1"))),
+            }
+        }
+        _ => spec,
+    };
     let origin = Origin::Call("run_cluster");
     let empty = PyDict::new(py);
     let columns = columns.unwrap_or(&empty);

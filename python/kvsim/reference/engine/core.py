@@ -20,6 +20,7 @@ from kvsim.model.config import SimConfig
 from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.engine.admission import Admission
 from kvsim.reference.engine.events import EVENT_COLUMNS, EventLog
+from kvsim.reference.engine.group import Group
 from kvsim.reference.engine.hybrid import Hybrid
 from kvsim.reference.engine.memory import Memory
 from kvsim.reference.engine.offload import Offload
@@ -41,7 +42,7 @@ from kvsim.reference.kv_cache_manager import KVCacheManager
 from kvsim.reference.kv_groups import HybridKVCacheManager
 
 
-class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, EventLog):
+class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, EventLog, Group):
     """One replica's state and its loop; each base class holds one concern's rules (as Rust's `impl
     Engine` blocks, one per file)."""
 
@@ -109,6 +110,7 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
         self.cpu_used = 0
         self.swap_blocks_step = 0
         self.running: list[Seq] = []
+        self.planned: list[tuple[Seq, int]] = []  # a rank of a DP group: the step `group_plan` scheduled
         self.init_tier()
         self.c = dict.fromkeys(COUNTERS, 0)
         for g in range(len(groups)):  # hybrid: time-weighted and peak blocks each group's tables hold

@@ -119,7 +119,6 @@ class Running(State):
 
     def step(self) -> None:
         """One iteration at `t` once the arrivals joined: schedule, time, measure, sample, finish."""
-        cols = self.cols
         before = (self.num_rejected, self.c["num_preemptions"])
         loads = self.c["num_loads"] + self.c["pd_transfers"]  # loads or transfers admitted: progress
         scheduled = self.schedule()
@@ -149,6 +148,13 @@ class Running(State):
                 raise InvalidArgumentError(clock_overflow_message(self.c["num_steps"], self.t))
             _, flush_end = self.offer_stores(scheduled, self.t + dt)
             dt = max(dt, flush_end - self.t)
+        self.commit_step(scheduled, dt)
+
+    def commit_step(self, scheduled: list[tuple[Seq, int]], dt: int) -> None:
+        """The step's second half, once its batch is scheduled and it lasts `dt`: measure, sample, finish
+        (a rank of a data-parallel group takes it with its group's duration, `group.py`)."""
+        cols = self.cols
+        tier = self.connector
         if self.t + dt > MAX_TIME_PS:
             raise InvalidArgumentError(clock_overflow_message(self.c["num_steps"], self.t))
         self.measure(dt, len(scheduled), sum(k for _, k in scheduled))

@@ -29,6 +29,19 @@ class Timing(State):
         context = sum(s.num_computed for s, _ in scheduled)
         return cfg.c0_ps + cfg.c_tok_ps * tokens + cfg.c_ctx_ps * context + self.swap_time()
 
+    def dummy_time(self) -> int:
+        """A dummy batch's duration (a rank of a data-parallel group with nothing to run: vLLM's
+        `execute_dummy_batch`, `_dummy_run(1)`): one sequence computing one token over one key, no swap."""
+        cfg = self.cfg
+        if cfg.time_model == "ticks":
+            return int(cfg.iteration_time_ps)
+        if cfg.time_model == "roofline":
+            return roofline_step(cfg.roofline, [(1, 1)])
+        assert cfg.c0_ps is not None
+        assert cfg.c_tok_ps is not None
+        assert cfg.c_ctx_ps is not None
+        return int(cfg.c0_ps + cfg.c_tok_ps + cfg.c_ctx_ps)
+
     def swap_time(self) -> int:
         """PCIe time of the blocks swapped out or in during this step (every time model)."""
         blocks, self.swap_blocks_step = self.swap_blocks_step, 0

@@ -3,6 +3,7 @@
 //! every replica is the engine stepped to the arrival (`replica.rs`), so between arrivals each runs
 //! its own steps, event skipping kept. The reference's twin is `kvsim.reference.cluster`.
 
+pub mod dp;
 pub mod pd;
 pub mod replica;
 pub mod router;
@@ -41,9 +42,20 @@ struct Snapshot {
 }
 
 /// Checks a cluster's configs against the workload as `Engine::new` checks one.
-fn validate(inp: &EngineInput<'_>, cfgs: &[EngineConfig]) -> Result<()> {
+fn validate(inp: &EngineInput<'_>, cfgs: &[EngineConfig], dp_group: usize) -> Result<()> {
     if cfgs.is_empty() {
         invalid_arg!("configs: a cluster needs at least one replica, got 0");
+    }
+    if dp_group == 0 || cfgs.len() % dp_group != 0 {
+        invalid_arg!(
+            "dp_group {dp_group}: the {} replicas must form whole data-parallel groups (a divisor of the replica count, 1 for none)",
+            cfgs.len()
+        );
+    }
+    if dp_group > 1 && cfgs.iter().any(|c| c.tier.is_some()) {
+        invalid_arg!(
+            "dp_group {dp_group}: a CPU tier with data-parallel groups is not modelled (its stores lengthen and stall a rank's steps)"
+        );
     }
     for (r, cfg) in cfgs.iter().enumerate() {
         cfg.validate().map_err(|e| in_replica(r, cfgs.len(), e))?;
@@ -151,6 +163,8 @@ struct Driver<'i> {
     /// The fleet's output columns, in workload order: rows done move here from their replica as it
     /// steps (`Replica::drain_done`), the rest at the end (`gather`).
     out: EngineOutput,
+    /// Data-parallel groups (DESIGN.md §Data-parallel groups): a replica is advanced with its group.
+    groups: Option<dp::Groups>,
 }
 
 /// How many rows ahead of the unit being routed the driver asks for the input's lines (`prefetch`).
@@ -285,18 +299,19 @@ impl Driver<'_> {
         // the running count it tells) shows now what it would show at `a`: it takes those steps
         // later, in one piece. Its `kv_used` is then now's, read only by routers that need no more.
         let mut running = None;
-        match self.replicas[r].quiet_through(a, self.reads) {
-            Some((until, n)) if self.lazy => {
-                self.quiet_until[r] = until;
-                running = Some(n);
-            }
-            _ => {
-                self.replicas[r].advance_until(a, cancel)?;
-                self.replicas[r].drain_done(&mut self.out);
-                self.moved[r] = true;
-                self.quiet_until[r] = i64::MIN;
-                self.advances += 1;
-            }
+        let vouch = if self.lazy {
+            self.replicas[r].quiet_through(a, self.reads)
+        } else {
+            None
+        };
+        if let Some((until, n)) = vouch {
+            self.quiet_until[r] = until;
+            running = Some(n);
+        } else {
+            self.advance_replica(r, a, cancel)?;
+            self.moved[r] = true;
+            self.quiet_until[r] = i64::MIN;
+            self.advances += 1;
         }
         let rep = &self.replicas[r];
         let v = &mut self.views[r];
@@ -317,6 +332,34 @@ impl Driver<'_> {
         if hits {
             self.read_hits(r, bs, prompt);
         }
+        Ok(())
+    }
+
+    /// What the router reads for `row`, arriving at `a`: exact, stale, or nothing (grouped replicas behind a
+    /// router that reads nothing: every group runs at the end).
+    fn read(&mut self, row: usize, a: i64, spec: &RouterSpec, cancel: &AtomicBool) -> Result<()> {
+        if !spec.kind.reads_state() {
+            Ok(())
+        } else if spec.refresh_ps > 0 {
+            self.read_stale(row, a, spec.refresh_ps, cancel)
+        } else {
+            self.read_exact(row, a, cancel)
+        }
+    }
+
+    /// Replica `r` advanced to `horizon` (every step starting before it), with its group if it has one,
+    /// and its rows done moved out.
+    fn advance_replica(&mut self, r: usize, horizon: i64, cancel: &AtomicBool) -> Result<()> {
+        if let Some(groups) = &mut self.groups {
+            let g = groups.group_of(r);
+            groups.advance(g, &mut self.replicas, horizon, cancel)?;
+            for q in groups.ranks(g) {
+                self.replicas[q].drain_done(&mut self.out);
+            }
+            return Ok(());
+        }
+        self.replicas[r].advance_until(horizon, cancel)?;
+        self.replicas[r].drain_done(&mut self.out);
         Ok(())
     }
 
@@ -343,8 +386,15 @@ impl Driver<'_> {
         let s = a.div_euclid(refresh) * refresh;
         if self.snap_at != Some(s) {
             self.snap_at = Some(s);
+            if let Some(groups) = &mut self.groups {
+                for g in 0..groups.len() {
+                    groups.advance(g, &mut self.replicas, s, cancel)?;
+                }
+            }
             for (rep, snap) in self.replicas.iter_mut().zip(&mut self.snaps) {
-                rep.advance_until(s, cancel)?;
+                if self.groups.is_none() {
+                    rep.advance_until(s, cancel)?;
+                }
                 rep.drain_done(&mut self.out);
                 let (kv_used, kv_total) = rep.kv();
                 snap.signals = Signals {
@@ -413,7 +463,7 @@ fn drive(
     cancel: &AtomicBool,
     lazy: bool,
 ) -> Result<(ClusterOutput, u64)> {
-    validate(&inp, cfgs)?;
+    validate(&inp, cfgs, spec.dp_group)?;
     let defer_keys = !inp.segment_id.iter().any(|&id| id >= OUTPUT_BIT);
     let forks = inp.has_forks();
     let private_from = if defer_keys
@@ -425,8 +475,9 @@ fn drive(
     } else {
         Vec::new()
     };
-    // Past this, the router reads state (the interleaved drive).
-    if !spec.kind.reads_state() {
+    // Past this, the router reads state (the interleaved drive), or the replicas step in groups.
+    let grouped = spec.dp_group > 1;
+    if !spec.kind.reads_state() && !grouped {
         let out = run_independent(&inp, cfgs, spec, cancel, &private_from, defer_keys, forks)?;
         return Ok((out, 0));
     }
@@ -458,7 +509,8 @@ fn drive(
         views: vec![Signals::default(); cfgs.len()],
         snaps: (0..cfgs.len()).map(|_| Snapshot::default()).collect(),
         snap_at: None,
-        lazy,
+        // (a group's ranks are stepped by their group: no replica vouches for itself)
+        lazy: lazy && !grouped,
         reads: router_reads(spec),
         moved: vec![true; cfgs.len()],
         quiet_until: vec![i64::MIN; cfgs.len()],
@@ -467,6 +519,7 @@ fn drive(
         hits_zero: true,
         hybrid_replicas: cfgs.iter().filter(|c| c.groups.is_some()).count(),
         out: EngineOutput::new(inp.len()),
+        groups: grouped.then(|| dp::Groups::new(cfgs.len(), spec.dp_group)),
     };
     let mut router = Router::new(spec.clone());
     let mut replica = vec![0i64; inp.len()];
@@ -484,17 +537,16 @@ fn drive(
         if d.wants_keys && !d.sizes.is_empty() {
             d.hash_prompt(row);
         }
-        if spec.refresh_ps > 0 {
-            d.read_stale(row, arrival, spec.refresh_ps, cancel)?;
-        } else {
-            d.read_exact(row, arrival, cancel)?;
-        }
+        d.read(row, arrival, spec, cancel)?;
         let r = router.pick(cfgs.len(), &d.views);
         d.replicas[r].push(&inp, row..end, &d.private_from);
         d.quiet_until[r] = d.quiet_until[r].min(arrival - 1);
         d.snaps[r].routed += 1;
         replica[row..end].fill(r as i64);
         row = end;
+    }
+    if let Some(groups) = &mut d.groups {
+        groups.finish(&mut d.replicas, cancel)?;
     }
     for rep in &mut d.replicas {
         rep.finish(cancel)?;

@@ -71,12 +71,18 @@ fn check(
             "prefill_replicas 0: a disaggregated fleet needs at least one prefill replica"
         );
     }
+    if spec.dp_group > 1 {
+        invalid_arg!(
+            "dp_group {}: a disaggregated fleet (prefill_replicas > 0) with data-parallel groups is not modelled",
+            spec.dp_group
+        );
+    }
     let mut all = cfgs.to_vec();
     all.extend(std::iter::repeat_n(
         prefill_cfg.clone(),
         pd.prefill_replicas,
     ));
-    validate(inp, &all)?;
+    validate(inp, &all, 1)?;
     let states = cfgs[0]
         .groups
         .as_ref()

@@ -334,6 +334,46 @@ impl Replica {
         self.engine.take_output(self.rows)
     }
 
+    // -- a rank of a data-parallel group (DESIGN.md §Data-parallel groups; `Engine`'s `group.rs`) -----
+    /// The group step's first half at the rank's clock: its rows due join and it schedules; its step's
+    /// own duration and batched tokens, or None (a dummy batch).
+    pub fn group_plan(&mut self) -> Result<Option<(u64, u64)>> {
+        self.engine.cover_output_rows(self.rows);
+        self.engine.group_plan()
+    }
+
+    /// The planned step recorded with the group's duration `d`.
+    pub fn group_commit(&mut self, d: u64, tokens: u64) -> Result<()> {
+        self.engine.group_commit(d, tokens)?;
+        self.compact();
+        Ok(())
+    }
+
+    /// An idle rank's clock moved to `t` with its group.
+    pub fn group_dummy(&mut self, t: i64) {
+        self.engine.group_dummy(t);
+    }
+
+    /// A dummy batch's duration under this rank's time model.
+    pub fn dummy_time(&self) -> u64 {
+        self.engine.dummy_time()
+    }
+
+    /// A request is running, waiting or swapped out.
+    pub fn has_work(&self) -> bool {
+        self.engine.has_work()
+    }
+
+    /// The next pushed row's arrival that has not joined.
+    pub fn next_arrival(&self) -> Option<i64> {
+        self.engine.next_arrival()
+    }
+
+    /// The rank's clock.
+    pub fn clock(&self) -> i64 {
+        self.engine.clock()
+    }
+
     // -- signals (DESIGN.md §The stepped replica) --------------------------------------------------------
     pub fn waiting(&self) -> u64 {
         self.engine.num_waiting()

@@ -136,6 +136,9 @@ pub struct RouterSpec {
     pub weights: Weights,
     /// How a tie among the best replicas is settled (routers that read state).
     pub tie_break: TieBreak,
+    /// The fleet's data-parallel groups: this many consecutive replicas step together (1: each apart;
+    /// DESIGN.md §Data-parallel groups). Carried here as the fleet's other knobs are.
+    pub dp_group: usize,
 }
 
 impl RouterSpec {
@@ -161,6 +164,7 @@ impl RouterSpec {
             prefix_load_cap,
             weights: Weights::parse(weights)?,
             tie_break: TieBreak::default(),
+            dp_group: 1,
         })
     }
 
@@ -168,6 +172,12 @@ impl RouterSpec {
     #[must_use]
     pub fn with_tie_break(self, tie_break: TieBreak) -> Self {
         RouterSpec { tie_break, ..self }
+    }
+
+    /// `self` with replicas stepping in data-parallel groups of `dp_group` (1: apart).
+    #[must_use]
+    pub fn with_dp_group(self, dp_group: usize) -> Self {
+        RouterSpec { dp_group, ..self }
     }
 
     /// `name` with the defaults: seed 0, exact view, cap 1.5, the default weights, ties drawn.

@@ -7,12 +7,13 @@
 //! slab; `running` the running phase and the step's end; `admission` the waiting phase; `preemption`
 //! preemption, swap and groups; `memory` the memory backends and the time-weighted record; `timing`
 //! the time models; `events` the event log; `lockstep` event skipping; `stream` and `stepped` runs
-//! fed in pieces.
+//! fed in pieces; `group` a data-parallel group's rank, stepped by its group.
 
 mod admission;
 pub mod config;
 pub mod contiguous;
 mod events;
+mod group;
 mod hybrid;
 mod input;
 mod lockstep;

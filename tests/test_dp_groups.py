@@ -1,0 +1,273 @@
+"""A mixture-of-experts model's data-parallel ranks step together (DESIGN.md §Data-parallel groups): the
+group step's rule (its duration is the slowest rank's; an idle rank's clock moves with the group; vLLM's
+wave of dummy steps up to a 32nd step), the Rust groups against the reference's over random workloads,
+fleets, group sizes and routers, what `data_parallel_size` with `replicas` means, and what is refused."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import assume, event, given
+
+import kvsim
+from kvsim.cli import main
+from kvsim.engine import rust_engine
+from kvsim.engine.cluster import prepare, router_spec
+from kvsim.errors import InvalidArgumentError
+from kvsim.reference import cluster as reference
+from kvsim.reference.dp import WAVE_CHECK_STEPS
+from kvsim.workloads import Workload, synthetic
+from tests.test_cluster_differential import router_args
+from tests.test_engine_differential import configs, workloads
+
+MS = 10**9  # picoseconds
+BACKENDS = ("reference", "rust")
+
+
+def run(inp, cfgs, spec, backend):
+    """(columns, counters) of a fleet run on one backend, or ("raise", message)."""
+    try:
+        if backend == "reference":
+            out = reference.run_cluster(inp, cfgs, spec)
+            return {k: np.asarray(v) for k, v in out.columns.items()}, [dict(c) for c in out.counters]
+        res = rust_engine.run_cluster(inp, cfgs, spec)
+        return {k: np.asarray(v) for k, v in res["columns"].items()}, [dict(c) for c in res["counters"]]
+    except InvalidArgumentError as exc:
+        return ("raise", str(exc))
+
+
+def fleet_run(w, cfg, n, group, backend, router="round-robin"):
+    spec = dataclasses.replace(router_spec(cfg), name=router, dp_group=group)
+    return run(prepare(w, cfg), [cfg] * n, spec, backend)
+
+
+def rows(arrivals_ms, prompts, outputs) -> Workload:
+    return Workload(
+        arrival=np.asarray(arrivals_ms, dtype=float) / 1e3, prompt_len=prompts, output_len=outputs
+    )
+
+
+# -- the group step's rule -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rank_beside_a_prefill_steps_as_long_as_it(backend):
+    """Two ranks: rank 0 prefills 1,000 tokens (1 + 10 ms under this line) while rank 1 prefills 10 (1.1 ms):
+    the group's step lasts 11 ms, so rank 1's first token comes at 11 ms, not 1.1 ms; apart, at 1.1 ms."""
+    cfg = kvsim.SimConfig(
+        num_blocks=200, block_size=16, time_model="linear", c0_ps=MS, c_tok_ps=10**7, c_ctx_ps=0,
+        max_num_batched_tokens=2048, max_num_seqs=4,
+    )  # fmt: skip
+    w = rows([0, 0], [1000, 10], [3, 3])
+    cols, counters = fleet_run(w, cfg, 2, 2, backend)
+    apart, _ = fleet_run(w, cfg, 2, 1, backend)
+    assert list(cols["replica"]) == [0, 1]
+    assert apart["first_token"][1] == MS + 10 * 10**7
+    assert cols["first_token"][1] == cols["first_token"][0] == MS + 1000 * 10**7
+    # Then both decode a token a step (1.01 ms each): the same steps, the same ends.
+    assert cols["finish"][0] == cols["finish"][1] == 11 * MS + 2 * (MS + 10**7)
+    assert [c["num_steps"] for c in counters] == [3, 3]
+    assert counters[0]["busy_ps"] == counters[1]["busy_ps"] == cols["finish"][0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_idle_rank_moves_with_its_group(backend):
+    """One request on rank 0 of a group of three: the others schedule nothing and record no step, but their
+    clocks end where the group's does (each run's makespan)."""
+    cfg = kvsim.SimConfig(num_blocks=100, block_size=16, time_model="ticks")
+    cols, counters = fleet_run(rows([0], [20], [5]), cfg, 3, 3, backend)
+    assert [c["num_steps"] for c in counters] == [5, 0, 0]
+    assert [c["makespan_ps"] for c in counters] == [cols["finish"][0]] * 3 == [5 * MS] * 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_request_in_the_waves_tail_joins_at_a_dummy_step(backend):
+    """1 ms ticks. Rank 0's request runs steps 1 and 2 (0 to 2 ms); the group then steps dummy batches until
+    its 32nd step: a request for rank 1 arriving at 5.5 ms waits for the step starting at 6 ms (apart it
+    starts at 5.5 ms); one arriving after the wave ended (32 ms) starts when it arrives."""
+    cfg = kvsim.SimConfig(num_blocks=100, block_size=16, time_model="ticks")
+    during = rows([0, 5.5], [4, 4], [2, 2])
+    cols, _ = fleet_run(during, cfg, 2, 2, backend)
+    apart, _ = fleet_run(during, cfg, 2, 1, backend)
+    assert cols["first_scheduled"][1] == 6 * MS
+    assert apart["first_scheduled"][1] == 5.5 * MS
+    # The wave's last dummy step is the 32nd (31 to 32 ms): an arrival during it starts the next wave at 32.
+    cols, _ = fleet_run(rows([0, 31.5], [4, 4], [2, 2]), cfg, 2, 2, backend)
+    assert cols["first_scheduled"][1] == WAVE_CHECK_STEPS * MS
+    cols, _ = fleet_run(rows([0, 40.5], [4, 4], [2, 2]), cfg, 2, 2, backend)
+    assert cols["first_scheduled"][1] == 40.5 * MS
+    # A wave that is still busy at its 32nd step goes on: no dummy steps between its requests' steps.
+    cols, counters = fleet_run(rows([0, 33.5], [4, 4], [40, 2]), cfg, 2, 2, backend)
+    assert cols["first_scheduled"][1] == 34 * MS
+    assert counters[0]["num_steps"] == 40
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_groups_of_one_fleet_step_apart_from_each_other(backend):
+    """Four ranks in two groups: a request on group 1 never waits for group 0's long prefill."""
+    cfg = kvsim.SimConfig(
+        num_blocks=200, block_size=16, time_model="linear", c0_ps=MS, c_tok_ps=10**7, c_ctx_ps=0,
+        max_num_batched_tokens=2048,
+    )  # fmt: skip
+    w = rows([0, 0, 0, 0], [1000, 10, 10, 10], [2, 2, 2, 2])
+    cols, _ = fleet_run(w, cfg, 4, 2, backend)
+    assert list(cols["first_token"]) == [11 * MS, 11 * MS, MS + 10**8, MS + 10**8]
+
+
+# -- Rust against the reference -------------------------------------------------------------------------------
+@st.composite
+def grouped_fleets(draw):
+    """Configs for `size` x `groups` ranks: copies of one, or ranks differing in memory, block size,
+    caching, seats and the line's coefficients (a group of mixed GPUs)."""
+    base = draw(configs())
+    size = draw(st.integers(2, 3))
+    n = size * draw(st.integers(1, 2))
+    if draw(st.booleans()):
+        return [base] * n, size
+    out = [base]
+    for _ in range(n - 1):
+        change = {
+            "num_blocks": draw(st.integers(2, 60)),
+            "block_size": draw(st.sampled_from([1, 2, 4, 16])),
+            "enable_prefix_caching": draw(st.booleans()),
+            "max_num_seqs": draw(st.integers(1, min(8, base.max_num_batched_tokens))),
+        }
+        if base.time_model == "linear":
+            change["c0_ps"] = draw(st.integers(1, 10**9))
+        try:
+            out.append(base.replace(**change))
+        except InvalidArgumentError:
+            assume(False)
+    return out, size
+
+
+@given(w=workloads(), fleet=grouped_fleets(), data=st.data())
+def test_rust_groups_equal_the_reference_groups(w, fleet, data):
+    cfgs, size = fleet
+    args = router_args(data.draw)
+    spec = dataclasses.replace(
+        router_spec(cfgs[0].replace(**args)), dp_group=size
+    )  # (the router's knobs, checked by SimConfig)
+    try:
+        inp = prepare(w, cfgs[0])
+    except InvalidArgumentError:
+        assume(False)
+    ref = run(inp, cfgs, spec, "reference")
+    rust = run(inp, cfgs, spec, "rust")
+    if (isinstance(ref, tuple) and ref[0] == "raise") or (isinstance(rust, tuple) and rust[0] == "raise"):
+        event("refused")
+        assert ref == rust
+        return
+    event("ran")
+    (rc, rn), (sc, sn) = ref, rust
+    assert rc.keys() == sc.keys()
+    for k in rc:
+        np.testing.assert_array_equal(rc[k], sc[k], err_msg=k)
+    assert rn == sn
+    # The invariant: every rank of a group ends on its group's clock.
+    for g in range(len(cfgs) // size):
+        assert len({c["makespan_ps"] for c in rn[g * size : (g + 1) * size]}) == 1
+
+
+@given(w=workloads(max_requests=40), cfg=configs(), data=st.data())
+def test_busy_groups_agree(w, cfg, data):
+    """More requests a rank, the routers that read state, exact and refreshed."""
+    router = data.draw(st.sampled_from(["least-loaded", "least-kv", "prefix-affinity", "weighted", "random"]))
+    refresh = data.draw(st.sampled_from([0, 2 * MS]))
+    spec = dataclasses.replace(router_spec(cfg), name=router, refresh_ps=refresh, dp_group=2)
+    inp = prepare(w, cfg)
+    assert _equal(run(inp, [cfg] * 4, spec, "reference"), run(inp, [cfg] * 4, spec, "rust"))
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a[0], str) or isinstance(b[0], str):  # ("raise", message)
+        return a == b
+    return a[0].keys() == b[0].keys() and all(np.array_equal(a[0][k], b[0][k]) for k in a[0]) and a[1] == b[1]
+
+
+# -- what a user asks for, and what is refused -------------------------------------------------------------------
+MOE = {"model": "qwen3-30b-a3b", "gpu": "h100-80gb", "enable_expert_parallel": True}
+
+
+def test_dp_with_as_many_replicas_is_a_group():
+    """data_parallel_size 2 with replicas 2 is vLLM's deployment: its ranks step together (one makespan);
+    with replicas 4, two groups; replicas 1 stays one rank's engine given the whole workload."""
+    from kvsim.engine.cluster import dp_group
+
+    cfg = kvsim.SimConfig(**MOE, data_parallel_size=2)
+    w = synthetic(40, arrival_rate=20.0, lengths="sharegpt-paper", seed=5)
+    res = kvsim.simulate_cluster(w, cfg, replicas=2, router="least-loaded")
+    assert res.summary["replicas"] == 2
+    spans = [r.raw.counters["makespan_ps"] for r in res.replicas]
+    assert spans[0] == spans[1]
+    assert dp_group([cfg.replace(replicas=1)] * 4) == 2
+    assert dp_group([cfg.replace(replicas=1)]) == 1
+    apart = kvsim.SimConfig(**{**MOE, "enable_expert_parallel": False}, data_parallel_size=1)
+    assert dp_group([apart] * 3) == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"replicas": 3}, "replicas 3 with data_parallel_size 2: a mixture-of-experts model's DP ranks step"),
+        (
+            {"replicas": 2, "prefill_replicas": 1},
+            "prefill_replicas 1 with data_parallel_size 2 and replicas 2: a disaggregated fleet of DP groups",
+        ),
+        (
+            {"replicas": 2, "kv_offloading_size": 4.0},
+            "kv_offloading_size with data_parallel_size 2 and replicas 2: a CPU tier on the ranks",
+        ),
+    ],
+)
+def test_what_dp_groups_do_not_model_is_refused(change, words):
+    with pytest.raises(InvalidArgumentError, match=words):
+        kvsim.SimConfig(**MOE, data_parallel_size=2, **change)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_engines_refuse_what_groups_do_not_model(backend):
+    cfg = kvsim.SimConfig(num_blocks=100, block_size=16)
+    w = rows([0], [10], [2])
+    out = fleet_run(w, cfg, 3, 2, backend)
+    assert out == ("raise", "dp_group 2: the 3 replicas must form whole data-parallel groups (a divisor of "
+                   "the replica count, 1 for none)")  # fmt: skip
+    tier = kvsim.SimConfig(
+        num_blocks=100, block_size=16, kv_offloading_chunks=4, kv_offloading_ps_per_block=1
+    )
+    out = fleet_run(w, tier, 2, 2, backend)
+    assert out[0] == "raise"
+    assert "a CPU tier with data-parallel groups is not modelled" in out[1]
+
+
+def test_a_list_of_ranks_must_share_its_dp_size():
+    a = kvsim.SimConfig(**MOE, data_parallel_size=2)
+    b = kvsim.SimConfig(**MOE, data_parallel_size=4)
+    w = synthetic(4, seed=1)
+    with pytest.raises(InvalidArgumentError, match="data_parallel_size 4 of config\\[1\\] differs"):
+        kvsim.simulate_cluster(w, [a, b])
+
+
+def test_the_cli_runs_a_dp_group_and_refuses_a_partial_one(capsys):
+    argv = ["run", "qwen3-30b-a3b", "--gpu", "h100-80gb", "-dp", "2", "-ep", "--requests", "30", "--json"]
+    assert main([*argv, "--replicas", "2"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert out["fleet"]["router"]["dp_group"] == 2
+    spans = {r["makespan_s"] for r in out["fleet"]["per_replica"]}
+    assert len(spans) == 1
+    assert main([*argv[:-1], "--replicas", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "replicas 3 with data_parallel_size 2" in err[0]
+
+
+def test_the_replica_search_refuses_dp_groups():
+    """`smallest_replicas` bisects over counts, most of which are not whole DP groups: refused by name."""
+    from kvsim.analysis.plan_smallest import smallest_replicas
+
+    cfg = kvsim.SimConfig(**MOE, data_parallel_size=2)
+    with pytest.raises(InvalidArgumentError, match="smallest replicas with data_parallel_size 2"):
+        smallest_replicas(synthetic(4, seed=1), cfg, "ttft_p99:1s")
