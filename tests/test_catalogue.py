@@ -679,7 +679,7 @@ def test_gpt_oss_experts_are_padded_as_vllms_default_backend_pads_them():
     2,944 with Marlin (A100, RTX 5090) and FlashInfer's TRT-LLM kernels (B200): 5.13 GiB more for
     gpt-oss-120b, whose "Model loading took 65.9651 GiB" vLLM 0.11.2 logged with Marlin (blog.huikang.dev,
     quoted in robertelee78/hf2q). Expert parallelism pads whole experts; other models are untouched."""
-    from kvsim.model.sizing import mxfp4_padding_bytes
+    from kvsim.model.mxfp4_padding import mxfp4_padding_bytes
 
     m = models.get("gpt-oss-120b")
     per = m.num_experts * m.num_layers * 3 * 17 / 32  # elements of (hidden x a rank's intermediate) to bytes

@@ -72,7 +72,8 @@ def test_a_disaggregated_fleet_with_dp_is_refused_and_none_without_dp(capsys):
     # (DP groups with a prefill/decode split: not modelled, refused by name)
     assert main([*MOE, "--replicas", "2", "--prefill-replicas", "1", "-dp", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "data_parallel_size" in err[0]
+    assert len(err) == 1
+    assert "data_parallel_size" in err[0]
     fleet, notes = _run(capsys, ["--replicas", "3"])
     assert fleet == ["== fleet: 3 replicas, router round-robin =="]
     assert notes == []

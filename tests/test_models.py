@@ -225,7 +225,7 @@ def test_2026_gpus_take_vllms_rules_for_their_arch() -> None:
     sm_121 (GB10: the 12.x family, as the RTX 5090, and its own batch-default rule)."""
     from kvsim.model import memory
     from kvsim.model.gpus import datacenter_blackwell, vllm_server_batch_defaults
-    from kvsim.model.sizing import mxfp4_padding_bytes
+    from kvsim.model.mxfp4_padding import mxfp4_padding_bytes
 
     # `get_batch_defaults`: >= 160 GiB first (B300, GB300, MI350X), then >= 70 GiB unless an A100 or a GB10.
     for name in ("b300", "gb300", "mi350x"):

@@ -180,8 +180,9 @@ def test_gpt_oss_mxfp4_padding_pads_the_tp_times_dp_share():
     the whole 2,880 is not padded at tp 1 alone; on an A100 (Marlin: hidden to 3,072, intermediate to 128)
     3,072 x 768 instead of 2,880 x 720. 17/32 bytes an element (4-bit values, a byte's scale per 32)."""
     from kvsim.model.models import resolve
+    from kvsim.model.mxfp4_padding import mxfp4_padding_bytes
     from kvsim.model.shard import shard
-    from kvsim.model.sizing import mxfp4_padding_bytes, size_pool
+    from kvsim.model.sizing import size_pool
 
     cfg = json.loads((HF / "gpt-oss-120b.json").read_text())
     layers, experts, hidden, width = (

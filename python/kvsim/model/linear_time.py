@@ -102,7 +102,7 @@ def linear_time_model(
     Raises:
         InvalidArgumentError: an efficiency outside (0, 1] or a block size below 1.
     """
-    from kvsim.model.sizing import mxfp4_padding  # (sizing imports this module)
+    from kvsim.model.mxfp4_padding import mxfp4_padding
 
     m, g = resolve(model, gpu)
     assert g is not None

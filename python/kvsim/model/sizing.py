@@ -50,34 +50,13 @@ from kvsim.model.linear_time import (
 from kvsim.model.memory import StartupFigures, format_gib, non_kv_memory
 from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
+from kvsim.model.mxfp4_padding import mxfp4_padding_bytes
 from kvsim.model.quant import min_capability
 from kvsim.model.shard import resolve, shard
 from kvsim.model.units import fmt_bytes, fmt_count
 
 # The default share of device memory: the knob's (KNOBS), vLLM 0.20.0 and later's 0.92.
 GPU_MEMORY_UTILIZATION: float = KNOBS["gpu_memory_utilization"].default
-
-
-# vLLM 0.33.0's MXFP4 MoE backend for gpt-oss by GPU architecture, with default settings, and the
-# alignment its kernels pad the experts' hidden size and each rank's intermediate size to
-# (`fused_moe/oracle/mxfp4.py`: `_get_priority_backends_for_gpt_oss`, each backend's `is_supported_config`,
-# `mxfp4_round_up_hidden_size_and_intermediate_size`): Marlin from sm_80 (hidden to 256, intermediate to
-# 128), the OAI Triton kernels on Hopper (intermediate to 64), FlashInfer's TRT-LLM kernels on datacenter
-# Blackwell, B200 and B300 (256 and 128: `is_device_capability_family(100)`, 10.x), Marlin on RTX Blackwell and
-# GB10 (the 12.x family moves Triton after it), Triton on ROCm (256 and 256).
-# `create_weights` allocates the padded shapes, scales alike (`quantization/mxfp4.py`).
-MXFP4_GPT_OSS_ALIGN: dict[str, tuple[int, int]] = {
-    "sm_80": (256, 128),
-    "sm_86": (256, 128),
-    "sm_89": (256, 128),
-    "sm_90": (1, 64),
-    "sm_100": (256, 128),
-    "sm_103": (256, 128),
-    "sm_120": (256, 128),
-    "sm_121": (256, 128),
-    "gfx942": (256, 256),
-    "gfx950": (256, 256),
-}
 
 
 def check_capability(m: Model, gpu: Gpu) -> None:
@@ -94,51 +73,6 @@ def check_capability(m: Model, gpu: Gpu) -> None:
         f"{method} is not supported for the current GPU. Minimum capability: {least}. Current capability: "
         f'{arch[3:]}."'
     )
-
-
-@dataclass(frozen=True)
-class Mxfp4Padding:
-    """What vLLM 0.33.0's MXFP4 backend pads one GPU's gpt-oss experts with (`mxfp4_padding`): the bytes
-    (values and scales) and elements beyond the checkpoint's share, and each expert's intermediate width
-    on the GPU as padded (0: nothing padded)."""
-
-    bytes: int = 0
-    elements: int = 0
-    width: int = 0
-
-
-def mxfp4_padding(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1) -> Mxfp4Padding:
-    """One GPU's gpt-oss experts as vLLM 0.33.0's default backend on `arch` pads them
-    (`MXFP4_GPT_OSS_ALIGN`): each expert's gate-up (2 x intermediate x hidden) and down (hidden x
-    intermediate) at the padded sizes less the unpadded, 17/32 bytes an element (4-bit values, an 8-bit
-    scale per 32). Without expert parallelism each rank's intermediate share is padded, the share of the
-    fused MoE's tp x `dp` GPUs (`kvsim.model.shard.moe_tp_size`: vLLM flattens the data-parallel ranks into
-    the experts' split); under expert parallelism over `ep` GPUs (`ep` > 0) whole experts are. Nothing for
-    other models, an unknown architecture, or no GPU (the expert biases' padding, a few MB, is not
-    counted). The one rule the sizing (`mxfp4_padding_bytes`) and both time models read: the kernels take
-    the padded tensors' shapes (Triton's `matmul_ogs` its K and N from the weights, Marlin's
-    `fused_marlin_moe` `marlin_moe_intermediate_size` from them, FlashInfer's TRT-LLM MoE the padded
-    `intermediate_size_per_partition` and hidden size that `RoutedExperts` sets in the MoE config), so
-    they stream the zeros and multiply them."""
-    if arch is None or arch not in MXFP4_GPT_OSS_ALIGN or not m.num_experts or not m.expert_ffn:
-        return Mxfp4Padding()
-    if m.model_type != "gpt_oss" or m.quant_method != "mxfp4":
-        return Mxfp4Padding()
-    h_align, i_align = MXFP4_GPT_OSS_ALIGN[arch]
-    hidden, inter = m.hidden_size, m.expert_ffn
-    share = inter if ep else -(-inter // (tp * dp))
-    width = -(-share // i_align) * i_align
-    padded = -(-hidden // h_align) * h_align * width
-    experts = m.num_experts // ep if ep else m.num_experts
-    elements = experts * m.num_layers * 3 * (padded - hidden * share)
-    if not elements:
-        return Mxfp4Padding()
-    return Mxfp4Padding(elements * 17 // 32, elements, width)
-
-
-def mxfp4_padding_bytes(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1) -> int:
-    """The bytes one GPU's gpt-oss experts take beyond their MXFP4 values and scales (`mxfp4_padding`)."""
-    return mxfp4_padding(m, arch, tp, ep, dp).bytes
 
 
 def expert_parallel_weight_bytes(
@@ -815,7 +749,6 @@ __all__ = [
     "PS_PER_S",
     "Calibration",
     "LinearTimeModel",
-    "Mxfp4Padding",
     "PoolSizing",
     "RooflineCalibration",
     "activation_reserve_estimate",
@@ -826,8 +759,6 @@ __all__ = [
     "kv_bytes_per_token",
     "linear_time_model",
     "load_calibration",
-    "mxfp4_padding",
-    "mxfp4_padding_bytes",
     "pool_blocks",
     "pool_num_blocks",
     "size_pool",

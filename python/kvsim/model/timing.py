@@ -348,7 +348,7 @@ def roofline_time_model(
         )
     gather = moe_gather_group(model.num_experts, tp, dp)  # (the MoE layers' gather and scatter group)
     groups = weight_groups(model, quantization)
-    from kvsim.model.sizing import mxfp4_padding  # (sizing imports this module's names lazily too)
+    from kvsim.model.mxfp4_padding import mxfp4_padding
 
     mx = mxfp4_padding(model, gpu.arch, tp, tp * dp if ep > 1 else 0, dp)
     hbm = gpu.hbm_bandwidth
@@ -460,7 +460,7 @@ def roofline_time_model(
             model, tp, experts.bytes, experts.params, dp, expert_parallel=ep > 1
         )
         # gpt-oss's MXFP4 experts padded to the tiles of vLLM's backend on this GPU
-        # (`kvsim.model.sizing.mxfp4_padding`): its kernels take the padded shapes too.
+        # (`kvsim.model.mxfp4_padding`): its kernels take the padded shapes too.
         pad_bytes += mx.bytes
         pad_params += mx.elements
         per_gpu_bytes = experts.bytes / share + pad_bytes
