@@ -213,7 +213,12 @@ def test_dp_with_as_many_replicas_is_a_group():
         ({"replicas": 3}, "replicas 3 with data_parallel_size 2: a mixture-of-experts model's DP ranks step"),
         (
             {"replicas": 2, "prefill_replicas": 1},
-            "prefill_replicas 1 with data_parallel_size 2 and replicas 2: a disaggregated fleet of DP groups",
+            "prefill_replicas 1 with data_parallel_size 2: a disaggregated fleet of data-parallel ranks",
+        ),
+        (
+            # (one decode rank too: the prefill pool's ranks would step apart)
+            {"replicas": 1, "prefill_replicas": 3},
+            "prefill_replicas 3 with data_parallel_size 2: a disaggregated fleet of data-parallel ranks",
         ),
         (
             {"replicas": 2, "kv_offloading_size": 4.0},
@@ -271,3 +276,12 @@ def test_the_replica_search_refuses_dp_groups():
     cfg = kvsim.SimConfig(**MOE, data_parallel_size=2)
     with pytest.raises(InvalidArgumentError, match="smallest replicas with data_parallel_size 2"):
         smallest_replicas(synthetic(4, seed=1), cfg, "ttft_p99:1s")
+
+
+def test_a_prefill_pool_of_dp_ranks_is_refused():
+    """A prefill_config of DP ranks beside decode replicas of none: refused as a disaggregated fleet of DP
+    ranks is (its ranks would step apart), naming the prefill config's field."""
+    w = rows([0], [10], [2])
+    decode = kvsim.SimConfig(**MOE, prefill_replicas=1)
+    with pytest.raises(InvalidArgumentError, match="prefill_config's data_parallel_size 2: a disaggregated"):
+        kvsim.simulate_cluster(w, decode, prefill_config=kvsim.SimConfig(**MOE, data_parallel_size=2))

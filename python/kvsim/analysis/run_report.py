@@ -506,46 +506,34 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
 
 
 def data_parallel_pools(result: Any) -> list[tuple[str, int, list[Any]]]:
-    """A fleet's pools whose replicas are data-parallel ranks (`data_parallel_size` above 1: a
-    mixture-of-experts model's), each `(pool, replicas, their configs)`: pool "" for an aggregated
-    fleet, "decode" and "prefill" for a disaggregated one's. A replica is one DP rank's engine
-    (DESIGN.md §Defaults and sizing, "Data and expert parallelism"), never a group of them."""
+    """A fleet's replicas when they are data-parallel ranks (`data_parallel_size` above 1: a
+    mixture-of-experts model's), as `[(pool, replicas, their configs)]` (pool "": an aggregated fleet, the
+    only one with DP ranks: a disaggregated one is refused), else `[]`. A replica is one DP rank's engine
+    (DESIGN.md §Defaults and sizing, "Data and expert parallelism"), never a group of them; the ranks of
+    a group step together (§Data-parallel groups), and every replica has the group's
+    `data_parallel_size` (`kvsim.engine.cluster.dp_group` refuses others)."""
     configs = (
         result.config if isinstance(result.config, list) else [result.config] * result.summary["replicas"]
     )
-    prefill = result.summary.get("prefill_replicas") or 0
-    pools = [("decode" if prefill else "", configs)]
-    if prefill:
-        pools.append(("prefill", [result.prefill_config or configs[0]] * prefill))
-    return [(name, len(cs), cs) for name, cs in pools if any(c.data_parallel_size > 1 for c in cs)]
+    if not any(c.data_parallel_size > 1 for c in configs):
+        return []
+    return [("", len(configs), configs)]
 
 
 def _dp_groups(n: int, dp: int) -> str:
-    """`1.5 DP groups of 2 ranks` for `n` ranks of `data_parallel_size` `dp`."""
-    groups = str(n // dp) if n % dp == 0 else f"{n / dp:g}"
-    return f"{groups} DP group{'' if n == dp else 's'} of {dp} ranks"
+    """`2 DP groups of 2 ranks` for `n` ranks of `data_parallel_size` `dp` (a whole number of groups)."""
+    return f"{n // dp} DP group{'' if n == dp else 's'} of {dp} ranks"
 
 
 def _dp_phrase(result: Any) -> str:
-    """The fleet line's words on its data-parallel pools: `, each replica a data-parallel rank
-    (data_parallel_size 2: 1.5 DP groups of 2 ranks)`; empty without data parallelism."""
+    """The fleet line's words on its data-parallel ranks: `, each replica a data-parallel rank
+    (data_parallel_size 2: 2 DP groups of 2 ranks)`; empty without data parallelism."""
     parts = []
     for pool, n, cs in data_parallel_pools(result):
-        sizes = sorted({c.data_parallel_size for c in cs})
+        dp = cs[0].data_parallel_size
         which = f"{pool} replica" if pool else "replica"
-        if len(sizes) == 1:
-            parts.append(
-                f"each {which} a data-parallel rank (data_parallel_size {sizes[0]}: {_dp_groups(n, sizes[0])})"
-            )
-        else:  # (a fleet of replicas given one config each)
-            each = ", ".join(str(c.data_parallel_size) for c in cs)
-            parts.append(f"each {which} a data-parallel rank (data_parallel_size per replica: {each})")
+        parts.append(f"each {which} a data-parallel rank (data_parallel_size {dp}: {_dp_groups(n, dp)})")
     return "".join(f", {p}" for p in parts)
-
-
-def _n(n: int, noun: str) -> str:
-    """`1 rank`, `3 ranks`."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def data_parallel_notes(result: Any) -> list[str]:
@@ -556,9 +544,6 @@ def data_parallel_notes(result: Any) -> list[str]:
     another)."""
     out = []
     for pool, n, cs in data_parallel_pools(result):
-        sizes = {c.data_parallel_size for c in cs}
-        if len(sizes) > 1:
-            continue  # (no one group size to speak of: the fleet line lists each replica's)
         c = cs[0]
         dp, tp = c.data_parallel_size, c.tensor_parallel_size
         how = (
@@ -566,13 +551,13 @@ def data_parallel_notes(result: Any) -> list[str]:
             if c.enable_expert_parallel
             else "each expert's width split over them"
         )
-        replicas = _n(n, f"{pool} replica" if pool else "replica")
+        replicas = fmt_count(n, f"{pool} replica" if pool else "replica")
         text = (
             f"data_parallel_size {dp} with {replicas}: each replica is one DP rank's engine, as vLLM runs an engine "
             "per rank (its own pool and its own scheduler; a group's ranks step together, each step as long as "
             f"its slowest rank's: DESIGN.md §Data-parallel groups), sized with the routed experts spread over its group's tp x dp = {tp * dp} GPUs ({how}) "
             "and timed with every rank's tokens reaching them (the other ranks' batches taken as large as its "
-            f"own); {'they are' if n > 1 else 'it is'} {_n(n, 'rank')} on {_n(n * tp, 'GPU')}, {_dp_groups(n, dp)}"
+            f"own); {'they are' if n > 1 else 'it is'} {fmt_count(n, 'rank')} on {fmt_count(n * tp, 'GPU')}, {_dp_groups(n, dp)}"
         )
         out.append(text)
     return out
@@ -589,16 +574,12 @@ def fleet_record(result: Any) -> dict[str, Any]:
         {
             "pool": pool or "all",
             "replicas_are": "data-parallel ranks",
-            "data_parallel_size": [c.data_parallel_size for c in cs],
+            "data_parallel_size": cs[0].data_parallel_size,
             "ranks": n,
+            "groups": n // cs[0].data_parallel_size,
         }
         for pool, n, cs in data_parallel_pools(result)
     ]
-    for d in dp:
-        sizes = set(d["data_parallel_size"])
-        if len(sizes) == 1:
-            d["data_parallel_size"] = sizes.pop()
-            d["groups"] = d["ranks"] / d["data_parallel_size"]
     return {
         "replicas": s["replicas"],
         **({"data_parallel": dp} if dp else {}),

@@ -247,6 +247,13 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
         )
     what = f"prefill_replicas {p}"
     pc = prefill_config or first
+    if pc.data_parallel_size > 1:
+        # (the decode replicas' own is refused by SimConfig; a prefill pool of DP ranks would step apart)
+        raise InvalidArgumentError(
+            f"prefill_config's data_parallel_size {pc.data_parallel_size}: a disaggregated fleet of "
+            "data-parallel ranks is not modelled (a mixture-of-experts model's DP ranks step together, "
+            "DESIGN.md §Data-parallel groups)"
+        )
     if prefill_config is not None and prefill_config.kv_offloading_chunks:
         raise InvalidArgumentError(
             "prefill_config: kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled on a "

@@ -441,18 +441,22 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
     def _check_dp_groups(self) -> None:
         """Refuses what a fleet of DP groups (D > 1 ranks a group, DESIGN.md §Data-parallel groups) cannot be."""
         dp, n = self.data_parallel_size, self.replicas
-        if dp <= 1 or n <= 1:
+        if dp <= 1:
+            return
+        if self.prefill_replicas:
+            # (whatever the decode replicas: a prefill pool of DP ranks would step apart, which vLLM's don't)
+            raise InvalidArgumentError(
+                f"prefill_replicas {self.prefill_replicas} with data_parallel_size {dp}: a disaggregated fleet "
+                "of data-parallel ranks is not modelled (a mixture-of-experts model's DP ranks step together, "
+                "DESIGN.md §Data-parallel groups)"
+            )
+        if n <= 1:
             return
         if n % dp:
             raise InvalidArgumentError(
                 f"replicas {n} with data_parallel_size {dp}: a mixture-of-experts model's DP ranks step "
                 f"together in groups of {dp} (DESIGN.md §Data-parallel groups), so replicas must be 1 (one "
                 f"rank's engine) or a multiple of {dp}"
-            )
-        if self.prefill_replicas:
-            raise InvalidArgumentError(
-                f"prefill_replicas {self.prefill_replicas} with data_parallel_size {dp} and replicas {n}: a "
-                "disaggregated fleet of DP groups is not modelled"
             )
         if self.kv_offloading_chunks:
             raise InvalidArgumentError(

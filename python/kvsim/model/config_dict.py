@@ -107,7 +107,8 @@ class ConfigDict:
         the values given for fields it shows resolved to another (`given_otherwise`: vllm-v0's `num_blocks`
         300 shows the pool's 301). Each value reads back exactly (`kvsim.model.units.exact_bytes`,
         `exact_duration_ps`), so `SimConfig.from_dict(c.describe())` reproduces the configuration, derived
-        fields derived."""
+        fields derived; but not a roofline set by hand (`with_roofline`: its time model is named, not its
+        coefficients, so the rebuilt config asks for a model and a gpu, as `to_dict()`'s does)."""
         out = {name: _human(name, value) for name, value in self.resolved().items()}
         out[DERIVED_KEY] = list(self.derived)
         out[GIVEN_KEY] = {name: _human(name, value) for name, value in self.given_otherwise().items()}
