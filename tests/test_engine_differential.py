@@ -60,13 +60,17 @@ def workloads(draw, max_requests: int = 24) -> Workload:
 def rooflines(draw, windows: bool = True) -> RooflineTimeModel:
     """Random roofline coefficients in every regime: memory- or compute-bound dense and expert terms (the
     crossover within a step's tokens), a random experts table (its last entry past its end), one to three
-    attention classes, windowed ones (sliding, chunked) unless `windows` is False."""
+    attention classes, windowed ones (sliding, chunked) unless `windows` is False, each with a prefilling
+    sequence's own pair price (or none: its decode's) and a price per key it had cached (dense MLA's
+    prefill path), zero or not."""
     small = st.integers(0, 10**4)
     kinds = [FULL, SLIDING, CHUNKED] if windows else [FULL]
     classes = []
     for kind in draw(st.lists(st.sampled_from(kinds), min_size=1, max_size=3)):
         window = 0 if kind == FULL else draw(st.integers(1, 64))
-        classes.append(AttentionClass(kind, window, draw(small), draw(small), draw(small)))
+        prefill = draw(st.one_of(st.none(), small))
+        context = draw(st.one_of(st.just(0), small))
+        classes.append(AttentionClass(kind, window, draw(small), draw(small), draw(small), prefill, context))
     table = draw(st.lists(st.integers(0, 10**9), max_size=40))
     return RooflineTimeModel(
         fixed_ps=draw(st.integers(0, 10**9)),
@@ -343,7 +347,7 @@ def test_quiet_spans_agree(n, gap, block_size, policy, time_model, every, seed, 
         **time,
     )
     if time_model == "roofline-windows":
-        window = AttentionClass(SLIDING, 1 + seed % 300, 5000, 700, 9000)
+        window = AttentionClass(SLIDING, 1 + seed % 300, 5000, 700, 9000, 300 + seed % 500, seed % 3 * 40)
         roofline = dataclasses.replace(roofline, attention=(*roofline.attention, window))
     if time_model.startswith("roofline"):
         cfg = cfg.with_roofline(roofline)

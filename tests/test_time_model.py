@@ -167,6 +167,61 @@ def test_kimi_mla_layers_have_their_own_widths_and_its_kda_layers_keep_head_dim(
     assert (gated[0] - ungated[0], gated[1] - ungated[1]) == (96 // 8 * 128, 3 * 96 // 8 * 128)
 
 
+def test_dense_mla_prefill_pairs_take_forward_mha_and_decodes_the_absorbed_path():
+    """DeepSeek-V3 at tp 8 (16 heads a GPU, r 512, rope 64, p 128, v 128) on an H200: a decode attends the
+    latent entries (vLLM's absorbed `forward_mqa`: 2·16·(512 + 64) + 2·16·512 = 16 · 2,176 FLOPs a pair and
+    layer), a prefilling sequence's queries the up-projected keys and values (`forward_mha`: 2·16·(128 +
+    64) + 2·16·128 = 16 · 640), and each of its chunks gathers and up-projects the latents it had cached
+    (`_compute_prefill_context`): per cached key and layer the gather (1,152 bytes read, 1,152 written), the
+    fp8 kv_b_proj (1,024 bytes in, 8,192 out, 2·512·16·256 FLOPs at the fp8 rate) and the keys' concatenation
+    (4,224 bytes in, 6,144 out), at 4.8 TB/s and 1,978.9 TFLOPS fp8 (989.4 bf16, the attention's)."""
+    rt = roofline_time_model(DSV3, H200, tensor_parallel_size=8)
+    (a,) = rt.attention
+    layers, n, bf16, fp8, hbm = 61, 16, 989.4e12, 1978.9e12, 4.8e12
+    assert a.flop_ps == round(layers * n * 2176 / bf16 * PS)
+    assert a.prefill_ps == a.prefill_flop_ps == round(layers * n * 640 / bf16 * PS)
+    gemm = max((1024 + 8192) / hbm, 2 * 512 * n * 256 / fp8)
+    assert gemm == 2 * 512 * n * 256 / fp8  # (compute-bound)
+    assert a.context_ps == round(layers * ((1152 + 1152 + 4224 + 6144) / hbm + gemm) * PS)
+    # A decode pays the absorbed path's pairs where they outweigh its latent's bytes (a key, a pair).
+    assert a.decode_ps == max(a.kv_ps, a.flop_ps)
+    slow = roofline_time_model(
+        DSV3, H200, tensor_parallel_size=8, efficiencies=Efficiencies(attention_compute=0.1)
+    )
+    (s,) = slow.attention
+    assert s.flop_ps > s.kv_ps
+    assert roofline_step(slow, [(1000, 1)]) - slow.base_ps(1, 1) == 1000 * s.flop_ps
+    assert s.flop_ps == pytest.approx(layers * n * 2176 / (0.1 * bf16) * PS, abs=1)
+    # A first chunk of 2,048 tokens: its pairs at forward_mha's price, nothing cached.
+    pairs = 2048 * 2048 - 2048 * 2047 // 2
+    assert roofline_step(rt, [(2048, 2048)]) - rt.base_ps(2048, 1) == a.prefill_ps * pairs
+    # A second chunk, 2,048 cached: its pairs, and the cached latents up-projected once.
+    pairs = 2048 * 4096 - 2048 * 2047 // 2
+    second = roofline_step(rt, [(4096, 2048)]) - rt.base_ps(2048, 1)
+    assert second == a.prefill_ps * pairs + a.context_ps * 2048
+    # Beside a decode at 1,000 tokens: it keeps the absorbed price; its keys are not the chunk's context.
+    both = roofline_step(rt, [(1000, 1), (4096, 2048)]) - rt.base_ps(2049, 2)
+    assert both == 1000 * max(a.mixed_ps, a.flop_ps) + second
+    # Sparse MLA (DeepSeek-V3.2: every token through forward_mqa) and GQA keep one price, no context.
+    for m in (kvsim.models.get("deepseek-v3.2"), LLAMA):
+        for c in roofline_time_model(m, H200, tensor_parallel_size=8).attention:
+            assert (c.prefill_ps, c.context_ps) == (c.flop_ps, 0)
+
+
+def test_kimi_mla_layers_take_the_prefill_path_too():
+    """Kimi-Linear's 7 MLA layers (32 heads at tp 1; bf16 weights: kv_b_proj at the bf16 rate) take the same
+    prefill path; its KDA layers have no attention class."""
+    m = kvsim.models.get("kimi-linear-48b-a3b")
+    (a,) = roofline_time_model(m, H200).attention
+    n, bf16, hbm = 32, 989.4e12, 4.8e12
+    assert a.layers == 7
+    assert a.flop_ps == round(7 * n * 2176 / bf16 * PS)
+    assert a.prefill_ps == round(7 * n * 640 / bf16 * PS)
+    gemm = max((512 + n * 256) * 2 / hbm, 2 * 512 * n * 256 / bf16)
+    moved = 2 * 576 * 2 + (n * 128 + 64) * 2 + n * 192 * 2
+    assert a.context_ps == round(7 * (moved / hbm + gemm) * PS)
+
+
 def test_tensor_parallelism_halves_the_weights_and_adds_all_reduces():
     m, g = kvsim.models.get("qwen3-32b"), kvsim.gpus.get("h100-80gb")
     one, two = (roofline_time_model(m, g, tensor_parallel_size=tp) for tp in (1, 2))
@@ -244,6 +299,14 @@ def test_decodes_beside_a_prefill_cost_the_mixed_rate():
         {"model": "gpt-oss-20b", "gpu": "h100-80gb", "max_num_batched_tokens": 512},  # windows: full steps
         {"model": "gpt-oss-20b", "gpu": "h100-80gb", "hybrid_kv_cache_manager": "off"},  # ... in one group
         {"model": "qwen3-30b-a3b", "gpu": "h100-80gb", "num_blocks": 1500, "max_num_batched_tokens": 256},
+        # dense MLA: prefill chunks at forward_mha's price and their cached latents up-projected
+        {
+            "model": "deepseek-v3",
+            "gpu": "h200",
+            "tensor_parallel_size": 8,
+            "num_blocks": 600,
+            "max_num_batched_tokens": 256,
+        },
         {
             "model": "qwen3-32b",
             "gpu": "rtx-pro-6000",
@@ -532,9 +595,18 @@ def test_the_binding_refuses_a_bad_roofline():
     cfg = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb")
     kw = config_kwargs(cfg)
     inp = input_kwargs(prepare(synthetic(2, seed=1), cfg))
-    bad = dict(kw["roofline"], attention=[(3, 0, 1, 1, 1)])
+    bad = dict(kw["roofline"], attention=[(3, 0, 1, 1, 1, 1, 0)])
     with pytest.raises(InvalidArgumentError, match="attention class kind 3"):
         _core.run_engine(**{**kw, "roofline": bad}, timeseries_every=0, record_events=False, **inp)
+    short = dict(kw["roofline"], attention=[(0, 0, 1, 1, 1)])  # (no prefill_flop_ps, context_ps)
+    with pytest.raises(InvalidArgumentError, match="prefill_flop_ps, context_ps"):
+        _core.run_engine(**{**kw, "roofline": short}, timeseries_every=0, record_events=False, **inp)
+    for i, name in ((5, "prefill_flop_ps"), (6, "context_ps")):
+        big = [0, 0, 1, 1, 1, 1, 0]
+        big[i] = 2**40 + 1
+        over = dict(kw["roofline"], attention=[tuple(big)])
+        with pytest.raises(InvalidArgumentError, match=f"roofline {name} {2**40 + 1} must be at most"):
+            _core.run_engine(**{**kw, "roofline": over}, timeseries_every=0, record_events=False, **inp)
     with pytest.raises(InvalidArgumentError, match="roofline"):
         _core.run_engine(**{**kw, "roofline": None}, timeseries_every=0, record_events=False, **inp)
 

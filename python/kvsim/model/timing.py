@@ -10,13 +10,17 @@ per operator group: the larger of streaming its bytes and computing its FLOPs):
                                                                        shared experts, router
     + max(moe_mem[min(T, len - 1)], moe_flop · T)                      routed experts touched
     + max(head_mem, head_flop · S)                                     LM head, one row per sequence
-    + Σ_class max(kv', flop) · Xd + max(kv · Xp, flop · Yp)            attention, per layer class
+    + Σ_class max(kv', flop) · Xd                                      attention, per layer class:
+              + max(kv · Xp, prefill_flop · Yp) + context · (Xp − Tp)    decodes, then prefill chunks
 
 where, for each attention class (full attention, a sliding window, chunked local attention; a hybrid
 model has several), `Xd` sums the keys read by the sequences that compute one token (decode), `Xp` the
-keys read and `Yp` the query-key pairs of those that compute more (prefill chunks): a sequence that has
-`c` tokens computed after the step, `n` of them in this step, reads `c` keys and forms `n·c − n(n−1)/2`
-pairs under full attention (a window caps both: `kvsim.reference.engine.timing.keys_and_pairs`). A
+keys read and `Yp` the query-key pairs of those that compute more (prefill chunks), `Tp` their tokens in
+the step (so `Xp − Tp` the keys they had cached): a sequence that has `c` tokens computed after the step,
+`n` of them in this step, reads `c` keys and forms `n·c − n(n−1)/2` pairs under full attention (a window
+caps both: `kvsim.reference.engine.timing.keys_and_pairs`). `prefill_flop` is `flop` but for a dense MLA
+layer, whose prefill chunks vLLM runs at the heads' widths (`forward_mha`) where its decodes attend the
+latent (`forward_mqa`), and `context` is 0 but for it: each chunk up-projects the latents it had cached. A
 decode's keys cost `kv' = kv` in a step of decodes only and `kv' = mixed_kv` in a step that also prefills:
 vLLM runs one attention kernel per layer and step, and with a prefill chunk in it the decodes go through
 the prefill path (LLMServingSim's profile of vLLM 0.19 on an RTX PRO 6000 times 128 decodes over 1,024 keys at 405 µs
@@ -144,19 +148,29 @@ class Efficiencies:
 class AttentionClass:
     """The attention layers of one kind and window: picoseconds per key read (`kv_ps`, their KV bytes
     over HBM bandwidth), per key a decoding sequence reads in a step that also prefills (`mixed_kv_ps`;
-    None: `kv_ps`) and per query-key pair (`flop_ps`, their FLOPs over the FLOP rate), summed over the
-    class's layers."""
+    None: `kv_ps`), per query-key pair (`flop_ps`, their FLOPs over the FLOP rate), per query-key pair of
+    a sequence computing more than one token (`prefill_flop_ps`, None: `flop_ps`; a dense MLA layer's
+    prefill path, `forward_mha`, at its heads' widths) and per key such a sequence had cached before the
+    step (`context_ps`: a dense MLA layer's up-projection of the cached latents, 0 elsewhere), summed over
+    the class's layers."""
 
     kind: int
     window: int
     kv_ps: int
     flop_ps: int
     mixed_kv_ps: int | None = None
+    prefill_flop_ps: int | None = None
+    context_ps: int = 0
     layers: int = 0
 
     @property
     def mixed_ps(self) -> int:
         return self.kv_ps if self.mixed_kv_ps is None else self.mixed_kv_ps
+
+    @property
+    def prefill_ps(self) -> int:
+        """Per query-key pair of a sequence computing more than one token."""
+        return self.flop_ps if self.prefill_flop_ps is None else self.prefill_flop_ps
 
     @property
     def decode_ps(self) -> int:
@@ -217,7 +231,8 @@ class RooflineTimeModel:
         values += [("moe_mem_ps", v) for v in self.moe_mem_ps]
         for a in self.attention:
             values += [("attention kv_ps", a.kv_ps), ("attention flop_ps", a.flop_ps)]
-            values += [("attention mixed_kv_ps", a.mixed_ps)]
+            values += [("attention mixed_kv_ps", a.mixed_ps), ("attention prefill_flop_ps", a.prefill_ps)]
+            values += [("attention context_ps", a.context_ps)]
             if a.kind not in (FULL, SLIDING, CHUNKED) or (a.kind != FULL) != (a.window > 0):
                 raise InvalidArgumentError(
                     f"attention class kind {a.kind} window {a.window}: a window belongs to sliding (1) and "
@@ -278,7 +293,10 @@ class RooflineTimeModel:
             "moe_flop_tok_ps": self.moe_flop_tok_ps,
             "head_mem_ps": self.head_mem_ps,
             "head_flop_seq_ps": self.head_flop_seq_ps,
-            "attention": [(a.kind, a.window, a.kv_ps, a.flop_ps, a.mixed_ps) for a in self.attention],
+            "attention": [
+                (a.kind, a.window, a.kv_ps, a.flop_ps, a.mixed_ps, a.prefill_ps, a.context_ps)
+                for a in self.attention
+            ],
         }
 
     def describe(self) -> str:
@@ -515,14 +533,27 @@ def roofline_time_model(
     kv_bits = dtype_bits(kv_cache_dtype) if kv_cache_dtype else dtype_bits(model.kv_dtype)
     classes: dict[tuple[int, int], list[float]] = {}
 
-    def add_class(kind: int, window: int, kv_bytes: float, flops: float) -> None:
-        """One layer's keys into its class: bytes and FLOPs a key, over the attention's rates."""
-        acc = classes.setdefault((kind, window), [0.0, 0.0, 0.0, 0])
+    def add_class(
+        kind: int,
+        window: int,
+        kv_bytes: float,
+        flops: float,
+        prefill_flops: float | None = None,
+        context_s: float = 0.0,
+    ) -> None:
+        """One layer's keys into its class: bytes and FLOPs a key, over the attention's rates; FLOPs a pair
+        of a prefilling sequence where its path differs (`prefill_flops`) and seconds a key it had cached
+        (`context_s`)."""
+        acc = classes.setdefault((kind, window), [0.0, 0.0, 0.0, 0, 0.0, 0.0])
         acc[0] += kv_bytes / att_mem
         acc[1] += flops / att_flops
         acc[2] += kv_bytes / att_mixed
         acc[3] += 1
+        acc[4] += (flops if prefill_flops is None else prefill_flops) / att_flops
+        acc[5] += context_s
 
+    # (kv_b_proj's rate: an fp8 checkpoint's runs at the fp8 rate, vLLM quantizing its bf16 input)
+    mla_gemm_rate = _flops(gpu, groups["attn"].rate) * eff.gemm_compute
     state_bytes = 0.0
     m3_topk = 0  # (MiniMax-M3's top-k keys, read from its config once, at its first sparse layer)
     for lay in layers if layers is not None else model.layer_list():
@@ -588,17 +619,27 @@ def roofline_time_model(
         kind = {"sliding_window": SLIDING, "chunked_local": CHUNKED}.get(lay.kind, FULL)
         window = lay.window if kind != FULL else 0
         if model.is_mla:
-            width = model.kv_lora_rank + model.qk_rope_head_dim
-            kv_bytes = width * kv_bits / 8
-            flops = 2 * heads * width + 2 * heads * model.kv_lora_rank
-        else:
-            kvh = max(1, (lay.num_kv_heads or model.num_kv_heads) // tp)
-            # K and V widths (2 x head_dim, or MiMo-V2's K 192 + V 128): the bytes read a key, and
-            # 2·heads·K FLOPs for the scores, 2·heads·V for the weighted values
-            width = lay.kv_width(model.head_dim)
-            kv_bytes = kvh * width * kv_bits / 8
-            flops = 2 * heads * width
-        add_class(kind, window, kv_bytes, flops)
+            # Dense MLA (DESIGN.md §Time model, "MLA's prefill path"): a decode attends the latent entries
+            # (`forward_mqa`, absorbed: 2·heads·(r + ρ) FLOPs for the scores, 2·heads·r for the weighted
+            # latents); a prefilling sequence's queries attend up-projected keys and values
+            # (`forward_mha`: 2·heads·(p + ρ) + 2·heads·v), after its cached latents are gathered and
+            # up-projected through kv_b_proj on every chunk (`mla_context_seconds`).
+            r, rope = model.kv_lora_rank, model.qk_rope_head_dim
+            p, v = mla_head_widths(model)
+            add_class(
+                kind,
+                window,
+                (r + rope) * kv_bits / 8,
+                2.0 * heads * (r + rope) + 2 * heads * r,
+                2.0 * heads * (p + rope) + 2 * heads * v,
+                mla_context_seconds(model, tp, kv_bits, mem_rate, mla_gemm_rate),
+            )
+            continue
+        kvh = max(1, (lay.num_kv_heads or model.num_kv_heads) // tp)
+        # K and V widths (2 x head_dim, or MiMo-V2's K 192 + V 128): the bytes read a key, and
+        # 2·heads·K FLOPs for the scores, 2·heads·V for the weighted values
+        width = lay.kv_width(model.head_dim)
+        add_class(kind, window, kvh * width * kv_bits / 8, 2.0 * heads * width)
     attention = tuple(
         AttentionClass(
             kind,
@@ -606,9 +647,11 @@ def roofline_time_model(
             coefficient("attention kv_ps", kv, ("attention_memory",)),
             coefficient("attention flop_ps", fl, ("attention_compute",)),
             coefficient("attention mixed_kv_ps", mixed, ("attention_mixed",)),
+            coefficient("attention prefill_flop_ps", pfl, ("attention_compute",)),
+            coefficient("attention context_ps", ctx, ("gemm_memory", "gemm_compute")),
             int(n),
         )
-        for (kind, window), (kv, fl, mixed, n) in sorted(classes.items())
+        for (kind, window), (kv, fl, mixed, n, pfl, ctx) in sorted(classes.items())
     )
     for a in attention:
         what = ATTENTION_KINDS[a.kind] + (f" {a.window}" if a.window else "")
@@ -624,6 +667,24 @@ def roofline_time_model(
                 f"{a.layers} layers × {per_pair} FLOPs / tensor rate",
             )
         )
+        if a.prefill_ps != a.flop_ps or a.context_ps:
+            terms.append(
+                Term(
+                    f"attention {what} prefill flop",
+                    a.prefill_ps,
+                    "per query-key pair of a prefilling sequence",
+                    f"{a.layers} layers × (2·heads·(p + rope) + 2·heads·v) FLOPs / tensor rate (MLA's forward_mha)",
+                )
+            )
+            terms.append(
+                Term(
+                    f"attention {what} context",
+                    a.context_ps,
+                    "per key a prefilling sequence had cached",
+                    f"{a.layers} layers' gather, kv_b_proj up-projection (2·r·heads·(p + v) FLOPs) and key "
+                    "concatenation of the cached latents, each chunk",
+                )
+            )
 
     # Per token, outside the max: elementwise kernels (norms, rotary, activation, KV write, embedding).
     elem = (
@@ -760,9 +821,7 @@ def mla_layer_values(model: Model, tp: int) -> tuple[int, int]:
     (DeepSeek-V3.2, GLM-5) runs every token through `forward_mqa`."""
     n = model.num_attention_heads // tp
     h, r, rope, c = model.hidden_size, model.kv_lora_rank, model.qk_rope_head_dim, model.q_lora_rank
-    # (a config without them: the widths the weights count, `kvsim.model.params`)
-    p = model.qk_nope_head_dim or model.head_dim
-    v = model.v_head_dim or model.head_dim
+    p, v = mla_head_widths(model)
     gate = n * v if model.config_fields.get("mla_use_output_gate") else 0
     if c:
         a_proj = (h + c + r + rope + gate) + (c + n * (p + rope))  # fused_qkv_a_proj, q_b_proj
@@ -772,6 +831,33 @@ def mla_layer_values(model: Model, tp: int) -> tuple[int, int]:
     rotary = 0 if model.model_type == "kimi_linear" else 2 * (n * rope + rope)
     elem = 2 * c + 2 * r + rotary + (r + rope) + 3 * gate
     return act, elem
+
+
+def mla_head_widths(model: Model) -> tuple[int, int]:
+    """An MLA layer's key width without RoPE `p` (`qk_nope_head_dim`) and value width `v` (`v_head_dim`),
+    `head_dim` where the config states none (the widths the weights count, `kvsim.model.params`)."""
+    return model.qk_nope_head_dim or model.head_dim, model.v_head_dim or model.head_dim
+
+
+def mla_context_seconds(model: Model, tp: int, kv_bits: int, mem_rate: float, gemm_rate: float) -> float:
+    """Seconds one dense MLA layer spends on one GPU of `tp` per cached key of a prefilling sequence, each
+    step it prefills: vLLM 0.34.0's `forward_mha` (`model_executor/layers/attention/mla_attention.py`)
+    attends the context through `_compute_prefill_context`, which gathers the cached entries into a
+    workspace (`gather_and_maybe_dequant_cache`: the entry `r + ρ` read at the cache's width, written at
+    bf16), up-projects their latents through `kv_b_proj` (`r` in, `n·(p + v)` out, 2·r·n·(p + v) FLOPs at
+    its weights' rate) and writes the keys whole (`_concat_k_nope_k_pe`: `n·p + ρ` in, `n·(p + ρ)` out):
+    each kernel its own roofline, the gather and the concatenation at HBM bandwidth, the GEMM the larger of
+    its bytes and FLOPs (`n` = heads / tp; DeepSeek-V3 at tp 8: 2,304 + 10,368 bytes and 4.2 MFLOP a key
+    and layer). The attention kernel's own reads of the up-projected keys and values are not counted
+    here (the class's `kv_ps` prices a key at its latent entry)."""
+    n = model.num_attention_heads // tp
+    r, rope = model.kv_lora_rank, model.qk_rope_head_dim
+    p, v = mla_head_widths(model)
+    act = 2  # bytes of a bf16 value
+    gather = (r + rope) * kv_bits / 8 + (r + rope) * act
+    concat = (n * p + rope) * act + n * (p + rope) * act
+    gemm = max((r + n * (p + v)) * act / mem_rate, 2 * r * n * (p + v) / gemm_rate)
+    return (gather + concat) / mem_rate + gemm
 
 
 def _moe_layer_count(model: Model) -> int:
@@ -797,6 +883,8 @@ __all__ = [
     "RooflineTimeModel",
     "Term",
     "collective_link",
+    "mla_context_seconds",
+    "mla_head_widths",
     "mla_layer_values",
     "peer_bandwidth",
     "roofline_time_model",

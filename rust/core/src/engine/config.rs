@@ -112,6 +112,12 @@ pub struct AttnClass {
     pub flop_ps: u64,
     /// Per key a decoding sequence reads in a step that also prefills (the prefill kernel's path).
     pub mixed_kv_ps: u64,
+    /// Per query-key pair of a sequence computing more than one token (a dense MLA layer's prefill
+    /// path, `forward_mha`; `flop_ps` elsewhere).
+    pub prefill_flop_ps: u64,
+    /// Per key of such a sequence cached before the step (its keys read less its tokens in the step):
+    /// a dense MLA layer's up-projection of the cached latents on every prefill chunk (0 elsewhere).
+    pub context_ps: u64,
 }
 
 impl AttnClass {
@@ -157,8 +163,9 @@ impl AttnClass {
 /// The roofline's integer coefficients (`kvsim.model.timing.RooflineTimeModel`): a step of `T` tokens
 /// over `S` sequences lasts `fixed + seq·S + tok·T + max(dense_mem + dense_mem_tok·T, dense_flop·T) +
 /// max(moe_mem[min(T, len − 1)], moe_flop·T) + max(head_mem, head_flop·S) + Σ_class max(kv', flop)·Xd +
-/// max(kv·Xp, flop·Yp)` picoseconds (`Xd` the keys read by sequences computing one token, `Xp`, `Yp` the
-/// keys and pairs of the others; `kv'` is `kv`, or `mixed_kv` when some sequence prefills).
+/// max(kv·Xp, prefill_flop·Yp) + context·(Xp − Tp)` picoseconds (`Xd` the keys read by sequences
+/// computing one token, `Xp`, `Yp` the keys and pairs of the others, `Tp` their tokens in the step; `kv'`
+/// is `kv`, or `mixed_kv` when some sequence prefills).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Roofline {
     pub fixed_ps: u64,
@@ -231,6 +238,8 @@ impl Roofline {
                 ("kv_ps", a.kv_ps),
                 ("flop_ps", a.flop_ps),
                 ("mixed_kv_ps", a.mixed_kv_ps),
+                ("prefill_flop_ps", a.prefill_flop_ps),
+                ("context_ps", a.context_ps),
             ]
         });
         let table = self.moe_mem_ps.iter().map(|&v| ("moe_mem_ps", v));

@@ -6,12 +6,13 @@ use super::config::{AttnKind, Roofline};
 use super::{Engine, MAX_TIME_PS, TimeModel};
 
 /// A roofline step's attention aggregates, one class's: keys read by sequences computing one token
-/// (`xd`), keys read and query-key pairs of the others (`xp`, `yp`).
+/// (`xd`), keys read, query-key pairs and tokens in the step of the others (`xp`, `yp`, `tp`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct AttnSums {
     pub xd: u128,
     pub xp: u128,
     pub yp: u128,
+    pub tp: u128,
 }
 
 impl Roofline {
@@ -38,9 +39,10 @@ impl Roofline {
 }
 
 impl super::config::AttnClass {
-    /// `max(kv', flop) · Xd + max(kv · Xp, flop · Yp)`: keys read by decodes are below 2^73 (2^32
-    /// sequences of at most 2^41 tokens), so with coefficients of at most 2^40 the decode and key terms
-    /// fit 128 bits; pairs may not, and saturate.
+    /// `max(kv', flop) · Xd + max(kv · Xp, prefill_flop · Yp) + context · (Xp − Tp)` (a prefilling
+    /// sequence reads at least its own tokens' keys, so `Xp ≥ Tp`): keys read are below 2^73 (2^32
+    /// sequences of at most 2^41 tokens), so with coefficients of at most 2^40 the decode, key and
+    /// context terms fit 128 bits; pairs may not, and saturate.
     #[inline]
     fn attention_ps(&self, x: &AttnSums) -> u128 {
         let per_key = if x.xp > 0 {
@@ -52,9 +54,10 @@ impl super::config::AttnClass {
         if x.xp == 0 {
             return decode;
         }
-        let prefill =
-            (u128::from(self.kv_ps) * x.xp).max(u128::from(self.flop_ps).saturating_mul(x.yp));
-        decode.saturating_add(prefill)
+        let pairs = (u128::from(self.kv_ps) * x.xp)
+            .max(u128::from(self.prefill_flop_ps).saturating_mul(x.yp));
+        let context = u128::from(self.context_ps) * (x.xp - x.tp);
+        decode.saturating_add(pairs).saturating_add(context)
     }
 }
 
@@ -63,29 +66,7 @@ impl Engine<'_> {
     pub(super) fn step_time(&mut self) -> (u64, u64) {
         let cfg = self.cfg;
         if let TimeModel::Roofline(r) = &cfg.time {
-            let mut tokens = 0u64;
-            self.attn_sums.clear();
-            self.attn_sums
-                .resize(r.attention.len(), AttnSums::default());
-            for &(k, n) in &self.scheduled {
-                tokens += n;
-                let c = self.slab[k].num_computed;
-                for (a, x) in r.attention.iter().zip(self.attn_sums.iter_mut()) {
-                    let (keys, pairs) = if a.kind == AttnKind::Full && n == 1 {
-                        (u128::from(c), 0)
-                    } else {
-                        a.keys_and_pairs(c, n)
-                    };
-                    if n == 1 {
-                        x.xd += keys;
-                    } else {
-                        x.xp += keys;
-                        x.yp += pairs;
-                    }
-                }
-            }
-            let dt = r.time(tokens, self.scheduled.len() as u64, &self.attn_sums);
-            return (self.with_swap(dt), tokens);
+            return self.roofline_step_time(r);
         }
         let (mut tokens, mut context) = (0u64, 0u64);
         for &(k, n) in &self.scheduled {
@@ -93,6 +74,36 @@ impl Engine<'_> {
             context += self.slab[k].num_computed;
         }
         (self.linear_time(tokens, context), tokens)
+    }
+
+    /// `step_time` under the roofline, out of line: inlined into `Engine::advance` with the MLA prefill
+    /// terms it moved the ticks benchmark by +0.7 % (results/README.md, "Dense MLA's prefill path").
+    #[inline(never)]
+    fn roofline_step_time(&mut self, r: &Roofline) -> (u64, u64) {
+        let mut tokens = 0u64;
+        self.attn_sums.clear();
+        self.attn_sums
+            .resize(r.attention.len(), AttnSums::default());
+        for &(k, n) in &self.scheduled {
+            tokens += n;
+            let c = self.slab[k].num_computed;
+            for (a, x) in r.attention.iter().zip(self.attn_sums.iter_mut()) {
+                let (keys, pairs) = if a.kind == AttnKind::Full && n == 1 {
+                    (u128::from(c), 0)
+                } else {
+                    a.keys_and_pairs(c, n)
+                };
+                if n == 1 {
+                    x.xd += keys;
+                } else {
+                    x.xp += keys;
+                    x.yp += pairs;
+                    x.tp += u128::from(n);
+                }
+            }
+        }
+        let dt = r.time(tokens, self.scheduled.len() as u64, &self.attn_sums);
+        (self.with_swap(dt), tokens)
     }
 
     /// A lockstep step's duration under the roofline: the running sequences, each computing one token,
@@ -115,6 +126,7 @@ impl Engine<'_> {
                 let n = u128::from(n);
                 x.xp += c;
                 x.yp += n * c - n * (n - 1) / 2;
+                x.tp += n;
             }
         }
         let dt = r.time_uniform(tokens, self.running.len() as u64, &x);

@@ -277,6 +277,8 @@ fn test_roofline() -> TimeModel {
             kv_ps: 900_000,
             flop_ps: 400_000,
             mixed_kv_ps: 2_000_000,
+            prefill_flop_ps: 300_000,
+            context_ps: 50_000,
         }],
     }))
 }
