@@ -30,7 +30,14 @@ from kvsim.engine.simulate import (
     tier_summary,
 )
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.config import CLUSTER_KNOBS, PS_PER_S, SimConfig, convert
+from kvsim.model.config import (
+    CLUSTER_KNOBS,
+    DP_DISAGGREGATED,
+    PS_PER_S,
+    SimConfig,
+    check_whole_dp_groups,
+    convert,
+)
 from kvsim.reference.engine import EngineOutput
 
 # The router's knobs that `simulate_cluster(..., **router_overrides)` takes (`router` has its own keyword).
@@ -250,9 +257,7 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
     if pc.data_parallel_size > 1:
         # (the decode replicas' own is refused by SimConfig; a prefill pool of DP ranks would step apart)
         raise InvalidArgumentError(
-            f"prefill_config's data_parallel_size {pc.data_parallel_size}: a disaggregated fleet of "
-            "data-parallel ranks is not modelled (a mixture-of-experts model's DP ranks step together, "
-            "DESIGN.md §Data-parallel groups)"
+            f"prefill_config's data_parallel_size {pc.data_parallel_size}: {DP_DISAGGREGATED}"
         )
     if prefill_config is not None and prefill_config.kv_offloading_chunks:
         raise InvalidArgumentError(
@@ -458,12 +463,7 @@ def dp_group(configs: list[SimConfig]) -> int:
     d, n = sizes[0], len(configs)
     if d <= 1 or n == 1:
         return 1
-    if n % d:
-        raise InvalidArgumentError(
-            f"replicas {n} with data_parallel_size {d}: a mixture-of-experts model's DP ranks step together in "
-            f"groups of {d} (DESIGN.md §Data-parallel groups), so replicas must be 1 (one rank's engine) or a "
-            f"multiple of {d}"
-        )
+    check_whole_dp_groups(n, d)
     return d
 
 

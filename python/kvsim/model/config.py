@@ -76,6 +76,24 @@ HYBRID_ONLY: dict[str, str] = {
 }
 
 
+# A disaggregated fleet of DP ranks: refused (`SimConfig`, `kvsim.engine.cluster`'s prefill_config).
+DP_DISAGGREGATED = (
+    "a disaggregated fleet of data-parallel ranks is not modelled (a mixture-of-experts model's DP ranks step "
+    "together, DESIGN.md §Data-parallel groups)"
+)
+
+
+def check_whole_dp_groups(n: int, dp: int) -> None:
+    """Refuses `n` > 1 replicas that are not whole DP groups of `dp` ranks (`SimConfig` of one config,
+    `kvsim.engine.cluster.dp_group` of a list)."""
+    if n > 1 and dp > 1 and n % dp:
+        raise InvalidArgumentError(
+            f"replicas {n} with data_parallel_size {dp}: a mixture-of-experts model's DP ranks step together "
+            f"in groups of {dp} (DESIGN.md §Data-parallel groups), so replicas must be 1 (one rank's engine) "
+            f"or a multiple of {dp}"
+        )
+
+
 @dataclass(frozen=True)
 class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
     """A simulation configuration; construct with keywords (all validated), or from a preset.
@@ -446,18 +464,11 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
         if self.prefill_replicas:
             # (whatever the decode replicas: a prefill pool of DP ranks would step apart, which vLLM's don't)
             raise InvalidArgumentError(
-                f"prefill_replicas {self.prefill_replicas} with data_parallel_size {dp}: a disaggregated fleet "
-                "of data-parallel ranks is not modelled (a mixture-of-experts model's DP ranks step together, "
-                "DESIGN.md §Data-parallel groups)"
+                f"prefill_replicas {self.prefill_replicas} with data_parallel_size {dp}: {DP_DISAGGREGATED}"
             )
         if n <= 1:
             return
-        if n % dp:
-            raise InvalidArgumentError(
-                f"replicas {n} with data_parallel_size {dp}: a mixture-of-experts model's DP ranks step "
-                f"together in groups of {dp} (DESIGN.md §Data-parallel groups), so replicas must be 1 (one "
-                f"rank's engine) or a multiple of {dp}"
-            )
+        check_whole_dp_groups(n, dp)
         if self.kv_offloading_chunks:
             raise InvalidArgumentError(
                 f"kv_offloading_size with data_parallel_size {dp} and replicas {n}: a CPU tier on the ranks "
