@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import hypothesis.strategies as st
 import numpy as np
-from hypothesis import assume, given
+from hypothesis import given
 
 import kvsim
 from kvsim import _core
-from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import KNOBS
 from kvsim.workloads import synthetic
+from tests.fleet_strategies import fleet_of
 from tests.test_cluster_api import assert_one_replica_equal, outcome
 from tests.test_engine_differential import configs, workloads
 
@@ -43,22 +43,11 @@ def fleets(draw):
     free order and seats (sharing what shapes the input: sampling and max_model_len)."""
     base = draw(configs())
     n = draw(st.integers(1, 4))
-    if draw(st.booleans()):
-        return [base] * n
-    out = [base]
-    for _ in range(n - 1):
-        change = {
-            "num_blocks": draw(st.integers(2, 60)),
-            "block_size": draw(st.sampled_from([1, 2, 4, 16])),
-            "enable_prefix_caching": draw(st.booleans()),
-            "free_order": draw(st.sampled_from(["classic", "lifo_unhashed"])),
-            "max_num_seqs": draw(st.integers(1, min(8, base.max_num_batched_tokens))),
-        }
-        try:
-            out.append(base.replace(**change))
-        except InvalidArgumentError:
-            assume(False)
-    return out
+    return draw(fleet_of(base, n, free_order))
+
+
+def free_order(draw, base) -> dict:
+    return {"free_order": draw(st.sampled_from(["classic", "lifo_unhashed"]))}
 
 
 def router_args(draw) -> dict:

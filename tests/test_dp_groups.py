@@ -20,6 +20,7 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.reference import cluster as reference
 from kvsim.reference.dp import WAVE_CHECK_STEPS
 from kvsim.workloads import Workload, synthetic
+from tests.fleet_strategies import fleet_of
 from tests.test_cluster_differential import router_args
 from tests.test_engine_differential import configs, workloads
 
@@ -123,23 +124,11 @@ def grouped_fleets(draw):
     base = draw(configs())
     size = draw(st.integers(2, 3))
     n = size * draw(st.integers(1, 2))
-    if draw(st.booleans()):
-        return [base] * n, size
-    out = [base]
-    for _ in range(n - 1):
-        change = {
-            "num_blocks": draw(st.integers(2, 60)),
-            "block_size": draw(st.sampled_from([1, 2, 4, 16])),
-            "enable_prefix_caching": draw(st.booleans()),
-            "max_num_seqs": draw(st.integers(1, min(8, base.max_num_batched_tokens))),
-        }
-        if base.time_model == "linear":
-            change["c0_ps"] = draw(st.integers(1, 10**9))
-        try:
-            out.append(base.replace(**change))
-        except InvalidArgumentError:
-            assume(False)
-    return out, size
+    return draw(fleet_of(base, n, line_coefficients)), size
+
+
+def line_coefficients(draw, base) -> dict:
+    return {"c0_ps": draw(st.integers(1, 10**9))} if base.time_model == "linear" else {}
 
 
 @given(w=workloads(), fleet=grouped_fleets(), data=st.data())

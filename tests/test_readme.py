@@ -39,9 +39,19 @@ def _resolve(name: str) -> object:
     raise ModuleNotFoundError(name)
 
 
+# Names the docs give that are None in some builds: the extension's profile, in a build without one
+# (DESIGN.md's profile-guided build; `_core.pyi`: `str | None`). They must still resolve.
+MAY_BE_NONE = {"kvsim._core.PGO_PROFILE"}
+
+
 @pytest.mark.parametrize("name", _dotted_names())
 def test_every_dotted_name_in_the_docs_resolves(name):
-    assert _resolve(name) is not None
+    value = _resolve(name)  # a missing module or attribute raises
+    assert value is not None or name in MAY_BE_NONE
+
+
+def test_the_names_that_may_be_none_are_in_the_docs():
+    assert set(_dotted_names()) >= MAY_BE_NONE
 
 
 @pytest.mark.parametrize("module", sorted(set(re.findall(r"python -m ((?:kvsim|bench)(?:\.\w+)+)", _text()))))

@@ -4,6 +4,7 @@
 //! step with the group's duration; a rank with nothing to run takes `group_dummy` (its clock moves, its
 //! counters do not). The twin of `python/kvsim/reference/engine/group.py`.
 
+use super::seq::join_arrived;
 use super::timing::AttnSums;
 use super::{AttnKind, Engine, KvError, Result, TimeModel};
 
@@ -12,15 +13,7 @@ impl Engine<'_> {
     fn join_due(&mut self) {
         let base = self.row_base;
         let end = base + self.inp.arrival_ps.len();
-        while self.nxt < end && self.inp.arrival_ps[self.nxt - base] <= self.t {
-            self.join(self.nxt);
-            self.nxt += 1;
-        }
-    }
-
-    /// Whether a request is running, waiting or swapped out (vLLM's `has_unfinished_requests`).
-    pub(crate) fn has_work(&self) -> bool {
-        !(self.running.is_empty() && self.nothing_waits() && self.swapped.is_empty())
+        join_arrived!(self, self.inp.arrival_ps, base, end, self.nxt);
     }
 
     /// The arrival of the next row pushed that has not joined (None: none).

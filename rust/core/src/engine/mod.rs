@@ -46,8 +46,8 @@ pub use events::{event, reject};
 use memory::{
     Aggregates, Memory, MemoryState, peak_blocks, peak_blocks_of, region_size, region_size_of,
 };
-use seq::Seq;
 pub(crate) use seq::private_starts;
+use seq::{Seq, join_arrived};
 
 use crate::{BlockId, BlockPool, KvError, Result, invalid_arg};
 use contiguous::{Buddy, FirstFit, Space};
@@ -369,11 +369,8 @@ impl<'a> Engine<'a> {
         }
         let mut nxt = self.nxt;
         let result = loop {
-            while nxt < end && arrivals[nxt - base] <= self.t {
-                self.join(nxt);
-                nxt += 1;
-            }
-            if self.running.is_empty() && self.nothing_waits() && self.swapped.is_empty() {
+            join_arrived!(self, arrivals, base, end, nxt);
+            if !self.has_work() {
                 if nxt == end && !self.final_input {
                     break Ok(()); // more input to come: the next arrival is not known yet
                 }

@@ -335,8 +335,7 @@ impl<'a> Engine<'a> {
         {
             return sends.stall_target(self.t, next);
         }
-        let idle = self.running.is_empty() && self.nothing_waits() && self.swapped.is_empty();
-        if !idle
+        if self.has_work()
             || self
                 .tier
                 .as_deref()
