@@ -758,6 +758,39 @@ def test_vllms_four_startup_figures_for_one_full_attention_group():
     assert over.pool.figures.num_blocks == 5000
 
 
+def test_a_v0_pool_logs_as_vllm_v0_did():
+    """The `vllm-v0` preset's pool (all its blocks usable) prints v0's start-up lines, not v1's: the weights
+    to four decimals, the memory profile's budget and terms adding up to it, "# cuda blocks" and "# CPU
+    blocks" (the swap space's), and v0's concurrency, blocks x block size / max_model_len with no rounding
+    up to whole blocks (v1 divides by ceil(L / block size) and has "GPU KV cache size")."""
+    cfg = kvsim.SimConfig.preset("vllm-v0", model="llama-3-8b", gpu="h100-80gb", max_model_len=8000)
+    fig, pool = cfg.pool.figures, cfg.pool
+    assert fig.v0 is not None
+    assert fig.num_blocks == cfg.num_blocks - 1
+    lines = fig.lines()
+    assert not any("GPU KV cache size" in x or "Available KV cache memory" in x for x in lines)
+    assert lines[0] == f"Model loading took {pool.weight_bytes / GIB:.4f} GiB"
+    usable = pool.memory_bytes * 0.9
+    assert lines[1] == (
+        f"the current vLLM instance can use total_gpu_memory ({pool.memory_bytes / GIB:.2f}GiB) x "
+        f"gpu_memory_utilization (0.90) = {usable / GIB:.2f}GiB"
+    )
+    terms = [float(x) for x in re.findall(r"([0-9.]+)GiB", lines[2])]
+    assert terms[-1] == round(pool.kv_cache_bytes / GIB, 2)
+    assert abs(sum(terms) - usable / GIB) < 0.03  # weights + non-torch + activations + KV = the budget
+    assert lines[3] == f"# cuda blocks: {fig.num_blocks}, # CPU blocks: {cfg.cpu_blocks}"
+    assert cfg.cpu_blocks == 4 * GIB // pool.to_dict()["bytes_per_block"]  # v0's default swap space of 4 GiB
+    # 8,000 tokens is 500 blocks of 16 exactly; v0 divides tokens by tokens, so 8,001 would not round up.
+    assert lines[4] == f"Maximum concurrency for 8000 tokens per request: {fig.num_blocks * 16 / 8000:.2f}x"
+    odd = cfg.replace(max_model_len=8001).pool.figures
+    assert odd.lines()[4].endswith(f"{odd.num_blocks * 16 / 8001:.2f}x")
+    # A pool given in bytes or blocks profiled nothing: the blocks and the concurrency only.
+    given = kvsim.SimConfig.preset("vllm-v0", model="llama-3-8b", kv_cache_bytes="8GiB").pool.figures
+    assert [x.split(" ")[0] for x in given.lines()] == ["Model", "#", "Maximum"]
+    # v1's pool of the same model keeps v1's lines.
+    assert kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb").pool.figures.v0 is None
+
+
 def test_non_kv_memory_terms_and_enforce_eager():
     """The pool is the share less weights, the activation peak, non-torch memory and CUDA graphs;
     --enforce-eager keeps nothing for graphs; a measured graph figure replaces the estimate; releases before

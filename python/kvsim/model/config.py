@@ -519,6 +519,7 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
             data_parallel_size=self.data_parallel_size,
             enable_expert_parallel=self.enable_expert_parallel,
             null_block=self.pool_null_block,
+            cpu_blocks=self.cpu_blocks,
         )
         object.__setattr__(self, "_pool", pool)
         object.__setattr__(self, "num_blocks", pool.num_blocks)

@@ -188,6 +188,35 @@ def format_gib(b: int) -> str:
 
 
 @dataclass(frozen=True)
+class V0Startup:
+    """What vLLM v0's start-up log adds to the four figures (the engine of the `vllm-v0` preset: a pool
+    whose `num_blocks` are all usable, `pool_null_block="extra"`). Read from vLLM v0.10's V0 worker and
+    executor (`vllm/worker/worker.py` `determine_num_available_blocks`, its memory-profiling message;
+    `vllm/executor/executor_base.py` `initialize_cache`, the "# cuda blocks" and concurrency lines;
+    `vllm/worker/model_runner.py` `load_model`, "Model loading took"), as real V0 logs of 0.8-0.10 print them.
+
+    Attributes:
+        block_size: tokens per block.
+        cpu_blocks: the swap space's blocks ("# CPU blocks": `swap_space_bytes // block bytes`).
+        memory_bytes: the GPU's memory (its "total_gpu_memory"); None when the pool was not sized from a
+            GPU (v0 had no `--kv-cache-memory-bytes` and profiled nothing kvsim could print).
+        gpu_memory_utilization: the share of it vLLM may use.
+        activation_bytes: the activation peak ("PyTorch activation peak memory").
+        non_torch_bytes: non-torch memory; None when a measured total replaced the terms
+            (`activation_reserve_bytes`): v0's breakdown line is then not printed.
+        kv_bytes: the memory left for the KV cache ("the rest of the memory reserved for KV Cache").
+    """
+
+    block_size: int
+    cpu_blocks: int
+    memory_bytes: int | None = None
+    gpu_memory_utilization: float = 0.0
+    activation_bytes: int = 0
+    non_torch_bytes: int | None = None
+    kv_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class StartupFigures:
     """The four figures vLLM logs at start-up, as kvsim computes them for a configuration.
 
@@ -201,6 +230,7 @@ class StartupFigures:
         max_concurrency: "Maximum concurrency for L tokens per request: Z×": vLLM's `num_blocks` (kvsim's
             less its extra null block) over the blocks one request of `max_model_len` tokens holds.
         num_blocks: vLLM's `num_gpu_blocks` (its log's "# GPU blocks").
+        v0: vLLM v0's further figures, for a v0 pool (`V0Startup`); None for v1's.
     """
 
     model_loading_bytes: int
@@ -209,11 +239,14 @@ class StartupFigures:
     max_model_len: int
     max_concurrency: float
     num_blocks: int
+    v0: V0Startup | None = None
 
     def lines(self) -> list[str]:
         """The figures worded as vLLM 0.33.0 logs them: three lines, the KV cache's size and the concurrency
         on one (`update_kv_cache_capacity` in `vllm/v1/core/kv_cache_utils.py`; releases before logged them
-        on two)."""
+        on two). A v0 pool's as vLLM v0 logged them (`v0_lines`)."""
+        if self.v0 is not None:
+            return self.v0_lines(self.v0)
         out = [f"Model loading took {format_gib(self.model_loading_bytes)} GiB memory"]
         if self.available_kv_bytes is not None:
             out.append(f"Available KV cache memory: {format_gib(self.available_kv_bytes)} GiB")
@@ -221,6 +254,30 @@ class StartupFigures:
             f"GPU KV cache size: {self.kv_cache_tokens:,} tokens, Maximum concurrency for {self.max_model_len:,} "
             f"tokens per request: {self.max_concurrency:.2f}x"
         )
+        return out
+
+    def v0_lines(self, v0: V0Startup) -> list[str]:
+        """vLLM v0's start-up lines (`V0Startup`): the weights to four decimals; from a GPU, the memory
+        profile's budget and its terms to two (the profiling's own time, which kvsim does not know, left
+        out, as the weights' loading time is); the GPU and CPU blocks without separators; the concurrency
+        as v0 computed it, `num_gpu_blocks × block_size / max_model_len` (no rounding up to whole blocks)."""
+        out = [f"Model loading took {self.model_loading_bytes / GIB:.4f} GiB"]
+        if v0.memory_bytes is not None:
+            usable = v0.memory_bytes * v0.gpu_memory_utilization
+            out.append(
+                f"the current vLLM instance can use total_gpu_memory ({v0.memory_bytes / GIB:.2f}GiB) x "
+                f"gpu_memory_utilization ({v0.gpu_memory_utilization:.2f}) = {usable / GIB:.2f}GiB"
+            )
+            if v0.non_torch_bytes is not None:
+                out.append(
+                    f"model weights take {self.model_loading_bytes / GIB:.2f}GiB; non_torch_memory takes "
+                    f"{v0.non_torch_bytes / GIB:.2f}GiB; PyTorch activation peak memory takes "
+                    f"{v0.activation_bytes / GIB:.2f}GiB; the rest of the memory reserved for KV Cache is "
+                    f"{v0.kv_bytes / GIB:.2f}GiB."
+                )
+        concurrency = self.num_blocks * v0.block_size / self.max_model_len
+        out.append(f"# cuda blocks: {self.num_blocks}, # CPU blocks: {v0.cpu_blocks}")
+        out.append(f"Maximum concurrency for {self.max_model_len} tokens per request: {concurrency:.2f}x")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -248,6 +305,7 @@ __all__ = [
     "SAMPLER_BYTES_PER_LOGIT",
     "NonKV",
     "StartupFigures",
+    "V0Startup",
     "activation_peak",
     "cudagraph_capture_sizes",
     "cudagraph_estimate",

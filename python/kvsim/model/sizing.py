@@ -47,7 +47,7 @@ from kvsim.model.linear_time import (
     linear_time_model,
     load_calibration,
 )
-from kvsim.model.memory import StartupFigures, format_gib, non_kv_memory
+from kvsim.model.memory import StartupFigures, V0Startup, format_gib, non_kv_memory
 from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
 from kvsim.model.mxfp4_padding import mxfp4_padding_bytes
@@ -309,6 +309,7 @@ def size_pool(
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
     null_block: str = "within",
+    cpu_blocks: int = 0,
 ) -> PoolSizing:
     """The pool of a configuration: `num_blocks` if given, else from `kv_cache_bytes`, else from the GPU.
 
@@ -386,12 +387,16 @@ def size_pool(
     context = max_model_len if max_model_len is not None else (m.max_model_len if m else 0)
     in_flight = 2 * max_num_batched_tokens  # vLLM's async scheduling keeps two batches in flight
 
-    def figures(vllm_blocks: int, available: int | None) -> StartupFigures | None:
+    def figures(
+        vllm_blocks: int, available: int | None, profile: V0Startup | None = None
+    ) -> StartupFigures | None:
         if m is None or layout is None:
             return None
         concurrency = layout.max_concurrency(vllm_blocks, context, in_flight)
+        # (a v0 pool, all of its blocks usable: v0's start-up lines, with its memory profile from a GPU)
+        v0 = (profile or V0Startup(block_size, cpu_blocks)) if null_block == "extra" else None
         return StartupFigures(
-            m.loaded_bytes, available, int(concurrency * context), context, concurrency, vllm_blocks
+            m.loaded_bytes, available, int(concurrency * context), context, concurrency, vllm_blocks, v0
         )
 
     nonkv = None
@@ -492,7 +497,19 @@ def size_pool(
         kv_cache_bytes=kv,
         non_torch_bytes=None if nonkv.measured else nonkv.non_torch,
         cudagraph_bytes=None if nonkv.measured else nonkv.cudagraph,
-        figures=figures(blocks - (null_block == "extra"), kv),
+        figures=figures(
+            blocks - (null_block == "extra"),
+            kv,
+            V0Startup(
+                block_size,
+                cpu_blocks,
+                g.memory_bytes,
+                gpu_memory_utilization,
+                nonkv.activation,
+                None if nonkv.measured else nonkv.non_torch,
+                kv,
+            ),
+        ),
         null_block=null_block,
         **common,
     )
