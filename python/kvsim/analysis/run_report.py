@@ -299,6 +299,43 @@ def queue_growth(result: Any) -> tuple[float, float, float, float] | None:
     return offered, served, first, last
 
 
+STEADY_SPANS = 5.0
+"""How many times its finished requests' e2e p99 a run's arrivals must last for the run to show a steady
+state (`too_short`; DESIGN.md §Capacity search, "Steady state")."""
+
+
+def warmup(result: Any) -> tuple[int, float, float] | None:
+    """The run's finished requests, the span of their arrivals and their end-to-end latency p99 (seconds,
+    arrival to finish), or None with fewer than 2 finished."""
+    import numpy as np
+    import polars as pl
+
+    req = result.requests.filter(pl.col("status") == "finished")
+    if req.height < 2:
+        return None
+    arrival = req["arrival"].to_numpy()
+    e2e = req["finish"].to_numpy() - arrival
+    return req.height, float(arrival.max() - arrival.min()), float(np.quantile(e2e, 0.99))
+
+
+def too_short(result: Any) -> tuple[float, float, float] | None:
+    """Whether the run was too short to reach a steady state: (the span of its finished requests'
+    arrivals, their e2e p99, both in seconds, and the rate they arrived at) when the arrivals lasted less
+    than `STEADY_SPANS` times the e2e p99, else None. A run starts empty: a request arriving at time t
+    shares the engine only with those that arrived since t less their own latency, so until the arrivals
+    have lasted about the longest latencies the engine holds fewer requests than the rate keeps in it in
+    steady state, its steps are shorter, and TTFT and TPOT are measured on a lighter engine; the requests
+    of the first e2e p99 of arrivals are that warm-up, a fifth of those judged at the bound (DESIGN.md
+    §Capacity search, "Steady state", for the measurements that set it)."""
+    w = warmup(result)
+    if w is None:
+        return None
+    n, span, e2e = w
+    if span >= STEADY_SPANS * e2e:
+        return None
+    return span, e2e, (n - 1) / span if span > 0 else math.inf
+
+
 _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     (
         "throughput",
