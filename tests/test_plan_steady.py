@@ -1,7 +1,8 @@
 """Whether `kvsim plan`'s answer is a steady state (DESIGN.md §Capacity search, "Steady state"): a run
 too short to reach one (its arrivals lasting less than `STEADY_SPANS` times its requests' e2e p99) is
 flagged, which the rule of a queue growing through the run alone missed: 3,000 ShareGPT-like requests on
-Llama-3.1-70B at tp 4 answered 41.7 req/s where 30,000 answer 35.5; a long run is not flagged."""
+Llama-3.1-70B at tp 4 answered 41.7 req/s where 30,000 answer 35.5; a long run is not flagged; a
+`probe-limit` search that never found one end of its bracket says so instead of "- fails"."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import functools
 import json
 import math
 
+import polars as pl
+
 import kvsim
 from kvsim.analysis.plan import at_rate, workload_rate
 from kvsim.analysis.plan_compare import Candidate, best_of
+from kvsim.analysis.plan_search import SLO, PlanResult
 from kvsim.analysis.run_report import STEADY_SPANS, queue_growth, too_short
 from kvsim.cli import main
 from kvsim.workloads.registry import make_workload, parse_workload
@@ -153,3 +157,50 @@ def test_a_best_from_a_run_too_short_says_so():
     table = _ranking_table(out.table).splitlines()
     assert table[0].split()[-1] == "steady"
     assert [r.split()[-1] for r in table[2:]] == ["NO:too-short", "yes"]
+
+
+# ---------------------------------------------------------------------------------------- probe-limit
+
+
+def test_a_probe_limit_without_one_end_says_so():
+    """`probe-limit` with every probe passing (or failing) names no "-" end: it says what every probe did
+    and how far the probes went; with both ends, the bracket as before."""
+    slos = {"ttft_p99": 1.0}
+    cfg = kvsim.SimConfig(num_blocks=64)
+    up = kvsim.plan(_workload(), cfg, slos, workers=2, max_probes=4,
+                    probe=functools.partial(_knee_probe, knee=1000.0))  # fmt: skip
+    assert up.status == "probe-limit"
+    assert up.bracket[1] is None
+    assert "- " not in up.message
+    top = up.probes["rate"].max()
+    assert f"every rate probed passes, up to {top:.4g} req/s: no failing rate bounds the answer yet" in (
+        up.message
+    )
+    down = kvsim.plan(_workload(), cfg, slos, workers=2, max_probes=4,
+                      probe=functools.partial(_knee_probe, knee=0.001))  # fmt: skip
+    assert down.status == "probe-limit"
+    assert down.value is None
+    assert "- " not in down.message
+    low = down.probes["rate"].min()
+    assert f"every rate probed fails, down to {low:.4g} req/s: no passing rate bounds the answer yet" in (
+        down.message
+    )
+    both = kvsim.plan(_workload(), cfg, slos, workers=2, max_probes=6,
+                      probe=functools.partial(_knee_probe, knee=5.0))  # fmt: skip
+    assert both.status == "probe-limit"
+    lo, hi = both.bracket
+    assert f"{lo:.4g} req/s passes, {hi:.4g} req/s fails (max_probes" in both.message
+    # The inverse axes (a failing end below, a passing end above).
+    slo = SLO("ttft_p99", 1.0)
+    frame = pl.DataFrame({"round": [0, 0], "replicas": [2, 4], "passed": [True, True]})
+    res = PlanResult("replicas", 2, (None, 2), 0.0, "probe-limit", (slo,), frame)
+    assert (
+        "every replica count probed passes, down to 2: no failing replica count bounds the answer yet"
+        in res.message
+    )
+    frame = pl.DataFrame({"round": [0, 0], "replicas": [2, 4], "passed": [False, False]})
+    res = PlanResult("replicas", None, (4, None), 0.0, "probe-limit", (slo,), frame)
+    assert (
+        "every replica count probed fails, up to 4: no passing replica count bounds the answer yet"
+        in res.message
+    )

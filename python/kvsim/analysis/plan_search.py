@@ -505,6 +505,28 @@ class PlanResult:
             "the batch's token budget)"
         )
 
+    def _open_bracket(self, low: str, high: str, noun: str) -> str:
+        """The bracket a `probe-limit` search stopped at, in words: "X passes, Y fails" (for a rate; the
+        other axes' "X fails, Y passes"), or, where the search never found one end, what every probe did
+        up to (or down to) the farthest value probed: no probe failed (or passed) to bracket the answer."""
+        lo, hi = self.bracket
+        flo, fhi = self._fmt2(lo, hi)
+        if lo is not None and hi is not None:
+            return f"{flo} {low}, {fhi} {high}"
+        x = (
+            [float(v) for v in self.probes[self.axis].drop_nulls()]
+            if self.axis in self.probes.columns
+            else []
+        )
+        adj = {"passes": "passing", "fails": "failing"}
+        if lo is not None:  # (no probe gave the upper end's outcome)
+            top = self._fmt(max(x, default=lo))
+            return f"every {noun} probed {low}, up to {top}: no {adj[high]} {noun} bounds the answer yet"
+        if hi is not None:
+            bottom = self._fmt(min(x, default=hi))
+            return f"every {noun} probed {high}, down to {bottom}: no {adj[low]} {noun} bounds the answer yet"
+        return f"no {noun} probed"
+
     @property
     def message(self) -> str:
         """The outcome in one or two sentences."""
@@ -517,7 +539,8 @@ class PlanResult:
                 "converged": f"highest rate meeting {slos}: {flo} (passes; "
                 f"{fhi} fails; within {100 * (self.achieved or 0):.2g} % ≤ {100 * self.precision:g} %)",
                 "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
-                f"{flo} passes, {fhi} fails (max_probes, --max-probes, allows more)",
+                + self._open_bracket("passes", "fails", "rate")
+                + " (max_probes, --max-probes, allows more)",
                 "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: at such rates "
                 "the workload's requests arrive nearly at once, so this says the whole run served as one burst "
                 "meets the SLOs, not that the rate can be sustained (more requests make a run outlast the "
@@ -534,7 +557,10 @@ class PlanResult:
                     if self.precision > 0
                     else f"stopped at {n} probes with the bracket still open: "  # an exact integer search
                 )
-                + f"{flo} fails, {fhi} passes (max_probes, --max-probes, allows more)",
+                + self._open_bracket(
+                    "fails", "passes", "replica count" if self.axis == "replicas" else f"{self.axis} value"
+                )
+                + " (max_probes, --max-probes, allows more)",
                 "above-cap": f"fails {slos} at every {self.axis} probed, up to the cap {self._fmt(lo)}",
                 "below-floor": f"passes {slos} at every {self.axis} probed, down to the floor "
                 f"{self._fmt(hi)}",
