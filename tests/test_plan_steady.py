@@ -204,3 +204,21 @@ def test_a_probe_limit_without_one_end_says_so():
         "every replica count probed fails, up to 4: no passing replica count bounds the answer yet"
         in res.message
     )
+
+
+def test_an_inverse_searchs_answer_too_short_says_its_rate():
+    """A replica search's answer whose run was too short names the rate its requests arrived at, once,
+    and the requests a steady state needs at that rate."""
+    slo = SLO("ttft_p99", 1.0)
+    frame = pl.DataFrame(
+        {"round": [0], "replicas": [2], "passed": [True], "ttft_p99": [0.5], "rate": [200.0],
+         "completed": [300], "rejected": [0], "overloaded": [False], "steady": [False],
+         "arrival_span_s": [1.5], "e2e_s_p99": [7.5]}
+    )  # fmt: skip
+    res = PlanResult("replicas", 2, (1, 2), 0.0, "converged", (slo,), frame)
+    assert res.steady is False
+    assert (
+        "NOT A STEADY STATE: the run at replicas 2 was too short to reach one (its 300 requests at 200 req/s "
+        "arrived over 1.5 s, 0.2 times their e2e p99 of 7.5 s; a steady state needs arrivals over 5 times "
+        "it: about 7,500 requests at this rate, or more)"
+    ) in res.message

@@ -405,6 +405,8 @@ class PlanResult:
                 if isinstance(rate, float | int) and rate > 0
                 else ""
             )
+            if self.axis != "rate":  # ("its N requests, arriving at R req/s," would arrive twice)
+                what = what.replace(", arriving at ", " at ").rstrip(",")
             timing = (
                 f"{what} arrived over {span:.3g} s, {span / e2e:.2g} times their e2e p99 of {e2e:.3g} s; a "
                 f"steady state needs arrivals over {STEADY_SPANS:g} times it{need}"
