@@ -390,7 +390,10 @@ def test_a_compare_whose_best_candidates_tie_says_so(capsys):
     out = capsys.readouterr().out.splitlines()
     (best,) = [line for line in out if line.startswith("best: ")]
     assert best.startswith("best: a tie at ")
-    assert best.endswith("between placement=buddy, placement=first-fit")
+    assert "between placement=buddy, placement=first-fit; " in best
+    # (300 requests at 3.4 req/s arrive over less than 5 times their e2e p99: not a steady state)
+    assert best.endswith("from runs too short to reach a steady state (NOT A STEADY STATE above), so the "
+                         "rate may be overstated; more requests (--requests) tell whether the order holds")  # fmt: skip
     # --json says the same: `tied` lists both, and no `best` (it named the first given).
     import json
 

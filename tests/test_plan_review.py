@@ -72,7 +72,9 @@ def test_a_rate_that_passed_as_a_burst_says_so(capsys):
     assert main(argv) == 0
     text = capsys.readouterr().out.splitlines()
     (header,) = [line for line in text if line.startswith("round")]
-    assert header.split()[-1] == "overloaded"
+    assert header.split()[-1] == "steady"
+    (row,) = [line for line in text if line.split()[1:2] == [f"{rate:.4g}"]]
+    assert row.split()[-1] == "NO:overloaded"
     (last,) = [line for line in text if line.startswith("converged: ")]
     assert "NOT A STEADY STATE: the run at " in last
 
@@ -145,9 +147,10 @@ def test_no_best_between_bursts():
     """A best whose answer is a burst decides nothing: `decided` None, `bursts` names it."""
     out = _compare({"a": 5.0, "b": 6.0}, bursts=("b",))
     assert out.best == "b"
-    assert out.bursts == ["b"]
+    assert out.bursts == out.unsteady == ["b"]
     assert out.decided is None
     assert out.table.filter(pl.col("candidate") == "b")["burst"].to_list() == [True]
+    assert out.table.filter(pl.col("candidate") == "b")["steady"].to_list() == [False]
     steady_best = _compare({"a": 5.0, "b": 6.0}, bursts=("a",))
     assert steady_best.decided == "b"
 

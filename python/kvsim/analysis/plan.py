@@ -126,14 +126,22 @@ def at_rate(
 
 
 def probe_summary(result: Any) -> dict[str, Any]:
-    """What kvsim's own probes return: the run's `summary`, and `overloaded`: whether its queue grew
-    through the run (`kvsim.analysis.run_report.queue_growth`, the rule of `kvsim run`'s "overloaded"
-    note), so that a probe passing there passed as a burst the run ended on, not at a steady state
-    (`PlanResult.burst`)."""
-    from kvsim.analysis.run_report import queue_growth
+    """What kvsim's own probes return: the run's `summary`, with whether the run was a steady state
+    (DESIGN.md §Capacity search, "Steady state"): `overloaded`, its queue grew through the run
+    (`kvsim.analysis.run_report.queue_growth`, the rule of `kvsim run`'s "overloaded" note), so that a
+    probe passing there passed as a burst the run ended on (`PlanResult.burst`); `steady`, False when
+    overloaded or when its arrivals lasted less than `run_report.STEADY_SPANS` times its requests' e2e p99
+    (`run_report.too_short`: the run ended before its engine filled to the rate's steady load); and
+    `arrival_span_s`, the span of its finished requests' arrivals, which the answer's caveat quotes with
+    the summary's `e2e_s_p99` (`PlanResult.steady_caveat`)."""
+    from kvsim.analysis.run_report import queue_growth, too_short, warmup
 
     summary = dict(result.summary)
-    summary["overloaded"] = queue_growth(result) is not None
+    overloaded = queue_growth(result) is not None
+    summary["overloaded"] = overloaded
+    summary["steady"] = not overloaded and too_short(result) is None
+    w = warmup(result)
+    summary["arrival_span_s"] = None if w is None else w[1]
     return summary
 
 
@@ -390,6 +398,10 @@ def _search(
                 if summary.get("overloaded") is not None:  # (kvsim's probes: `probe_summary`)
                     row["overloaded"] = bool(summary["overloaded"])
                     row["served_rps"] = summary.get("throughput_rps")
+                if summary.get("steady") is not None:  # (kvsim's probes: `probe_summary`)
+                    row["steady"] = bool(summary["steady"])
+                    row["arrival_span_s"] = summary.get("arrival_span_s")
+                    row["e2e_s_p99"] = summary.get("e2e_s_p99")
                 row["wall_s"] = wall
                 rows.append(row)
             round_no += 1

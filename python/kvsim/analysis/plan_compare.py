@@ -29,7 +29,7 @@ class Candidate:
 class BestOf:
     """What `best_of` found: `table` (one row per candidate: `candidate`, `rate`, `status`, `monotone`,
     `probes`, `set_aside`: the requests its search set aside, rejected at every probe whatever the rate,
-    `PlanResult.unservable`, `burst`: `PlanResult.burst`), ranked (`RANKING`): fewest requests set aside first, then the highest rate
+    `PlanResult.unservable`, `burst`: `PlanResult.burst`, `steady`: `PlanResult.steady`), ranked (`RANKING`): fewest requests set aside first, then the highest rate
     at SLO (none, passing at no rate probed, below any rate), the refused last; ties keep the order given. A
     candidate that sets aside more requests is judged on fewer of them (a shorter `max_model_len`, a model
     of a shorter context), so it ranks below one that serves more, whatever its rate. `best` (the first
@@ -39,7 +39,9 @@ class BestOf:
     failed at no rate up to the best's answer, so its knee may be as high, each known only within its
     bracket, the precision; the same rate is one such; ranked, those at one rate in the order given: more
     than one is a tie, which neither the ranking nor the order given decides), `bursts` (the candidates whose answer is a burst,
-    `PlanResult.burst`: passed with the queue growing through the run, not a steady state), `decided`
+    `PlanResult.burst`: passed with the queue growing through the run, not a steady state), `unsteady`
+    (the candidates whose answer is not a steady state, `PlanResult.steady` False: the bursts and those
+    whose run was too short to reach one, whose rates are overstated but still rates), `decided`
     (`best` unless tied or a burst), every searched candidate's `PlanResult` in `plans`, and the
     candidates whose configuration is refused (a tensor-parallel size vLLM cannot split the model over)
     with the reason in `refused` (status `refused` in the table, no rate, no plan)."""
@@ -51,6 +53,7 @@ class BestOf:
     tied: list[str] = field(default_factory=list)
     served_best: str | None = None
     bursts: list[str] = field(default_factory=list)
+    unsteady: list[str] = field(default_factory=list)
 
     @property
     def decided(self) -> str | None:
@@ -139,12 +142,14 @@ def best_of(
             "probes": [plans[c].probes.height if c in plans else 0 for c in labels],
             "set_aside": [aside.get(c) for c in labels],
             "burst": [plans[c].burst if c in plans else None for c in labels],
+            "steady": [plans[c].steady if c in plans else None for c in labels],
         },
         schema_overrides={
             "rate": pl.Float64,
             "monotone": pl.Boolean,
             "set_aside": pl.Int64,
             "burst": pl.Boolean,
+            "steady": pl.Boolean,
         },
     )
     # (`RANKING`; the refused, with no count, last)
@@ -162,7 +167,8 @@ def best_of(
     served = table.filter(pl.col("rate").is_not_null())
     served_best = best if best is not None else (served["candidate"][0] if served.height else None)
     bursts = [c for c in labels if c in plans and plans[c].burst]
-    return BestOf(table, best, plans, refused, tied, served_best, bursts)
+    unsteady = [c for c in labels if c in plans and plans[c].steady is False]
+    return BestOf(table, best, plans, refused, tied, served_best, bursts, unsteady)
 
 
 def _reaches(result: PlanResult, top: float) -> bool:

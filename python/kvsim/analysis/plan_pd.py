@@ -50,7 +50,7 @@ def pd_probe(
 ) -> dict[str, Any]:
     """A fleet's probe: `kvsim.simulate_cluster(workload, config, prefill_replicas=P, ...).summary`
     (`config.replicas` decode replicas; P = 0: the aggregated fleet of `config.replicas` replicas), with
-    `overloaded` (`kvsim.analysis.plan.probe_summary`)."""
+    `overloaded` and `steady` (`kvsim.analysis.plan.probe_summary`)."""
     from kvsim.engine.cluster import simulate_cluster
 
     knobs: dict[str, Any] = {
@@ -218,7 +218,7 @@ class SplitPlan:
         searches = [("aggregated", self.aggregated_search)]
         if self.split is not None and self.split[0] in self.split_searches:
             searches.append((f"P={self.split[0]}", self.split_searches[self.split[0]]))
-        lines += [f"{name}: {r.burst_caveat()}" for name, r in searches if r.burst]
+        lines += [f"{name}: {r.steady_caveat()}" for name, r in searches if r.steady is False]
         lines += self._aside_lines()
         if self.violations:
             pairs = ", ".join(f"{w}: {a} passes, {b} fails" for w, a, b in self.violations[:3])
@@ -237,6 +237,7 @@ class SplitPlan:
                 "gpus": self.aggregated_gpus,
                 "goodput_per_gpu": self.aggregated_goodput_per_gpu,
                 "burst": self.aggregated_search.burst,
+                "steady": self.aggregated_search.steady,
             },
             "disaggregated": None
             if self.split is None
@@ -246,6 +247,9 @@ class SplitPlan:
                 "gpus": self.split_gpus,
                 "goodput_per_gpu": self.split_goodput_per_gpu,
                 "burst": self.split[0] in self.split_searches and self.split_searches[self.split[0]].burst,
+                "steady": self.split_searches[self.split[0]].steady
+                if self.split[0] in self.split_searches
+                else None,
             },
             "slos": [{"metric": s.metric, "bound": s.bound} for s in self.slos],
             "violations": [list(v) for v in self.violations],

@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.units import fmt_count
 
 # --------------------------------------------------------------------------------------------- SLOs
 
@@ -285,6 +286,16 @@ class Search:
 # ------------------------------------------------------------------------------------------- result
 
 
+def _steady(row: Mapping[str, Any]) -> bool | None:
+    """Whether a probe's run was a steady state: False when overloaded (its queue grew through the run)
+    or its `steady` is False (too short), True when it says so, None when the probe says neither (a
+    caller's probe)."""
+    if row.get("overloaded"):
+        return False
+    steady = row.get("steady")
+    return None if steady is None else bool(steady)
+
+
 @dataclass
 class PlanResult:
     """What a capacity search found.
@@ -303,7 +314,10 @@ class PlanResult:
         slos: the bounds.
         probes: one row per probe in the order run: `round`, the axis (`rate` or the knob), `passed`, one
             column per SLO metric (its value), `rate` (the target rate of knob searches), `completed`,
-            `rejected`, `queueing_s_p99` (when the probe's summary has it), `wall_s`.
+            `rejected`, `queueing_s_p99` (when the probe's summary has it), from kvsim's probes
+            (`kvsim.analysis.plan.probe_summary`) `overloaded`, `served_rps`, `steady`, `arrival_span_s`
+            and `e2e_s_p99` (whether the run was a steady state, and its length against its latency),
+            `wall_s`.
         violations: pairs that contradict monotonicity: (a failing rate, a passing rate above it); for the
             other axes (a passing value, a failing value above it). Empty when the probes are monotone.
         setup: a line naming the workload and configuration (for the plot).
@@ -339,9 +353,21 @@ class PlanResult:
         `overloaded`, `kvsim.analysis.plan.probe_summary`: the rule of `kvsim run`'s "overloaded" note),
         so it passed as a burst that the run ended on before the growing wait broke the SLOs, not at a
         steady state; the answer then grows with the workload's request count (more requests, `--requests`,
-        make a run outlast the SLOs). False without an answer, or for a probe that does not say."""
+        make a run outlast the SLOs). False without an answer, or for a probe that does not say. One of
+        the two ways an answer is not a steady state (`steady`)."""
         row = self._answer_row()
         return bool(row is not None and row.get("overloaded"))
+
+    @property
+    def steady(self) -> bool | None:
+        """Whether the answer's probe ran at a steady state (the probes' `steady`,
+        `kvsim.analysis.plan.probe_summary`; DESIGN.md §Capacity search, "Steady state"): False when it
+        was overloaded (`burst`) or too short to reach one, its arrivals lasting less than
+        `run_report.STEADY_SPANS` times its requests' e2e p99, so that its engine never held the load the
+        rate keeps in it and the answer overstates what the configuration sustains; None without an
+        answer, or for a probe that does not say."""
+        row = self._answer_row()
+        return None if row is None else _steady(row)
 
     def _answer_row(self) -> dict[str, Any] | None:
         if self.value is None or self.axis not in self.probes.columns:
@@ -349,23 +375,50 @@ class PlanResult:
         rows = self.probes.filter(pl.col(self.axis) == self.value)
         return rows.row(0, named=True) if rows.height else None
 
-    def burst_caveat(self) -> str:
-        """What a `burst` answer is, in a sentence (empty for another answer)."""
+    def steady_caveat(self) -> str:
+        """Why the answer is not a steady state and what to do, in a sentence (empty for another
+        answer): its run was overloaded (`burst`) or too short (`steady`)."""
         row = self._answer_row()
-        if row is None or not row.get("overloaded"):
+        if row is None or _steady(row) is not False:
             return ""
+        from kvsim.analysis.run_report import STEADY_SPANS
+
         done = row.get("completed")
-        served = row.get("served_rps")
         what = f"its {done:,} requests" if isinstance(done, int) else "its requests"
         if self.axis != "rate" and isinstance(row.get("rate"), float | int):
             what += f", arriving at {row['rate']:.4g} req/s,"
-        speed = f" at {served:.4g} req/s" if isinstance(served, float) else ""
         at = self._fmt(self.value) if self.axis == "rate" else f"{self.axis} {self._fmt(self.value)}"
+        if row.get("overloaded"):
+            served = row.get("served_rps")
+            speed = f" at {served:.4g} req/s" if isinstance(served, float) else ""
+            return (
+                f"NOT A STEADY STATE: the run at {at} was overloaded ({what} were served{speed}, the queue "
+                "growing through the run: kvsim run's overloaded note): it passed as a burst that ended "
+                "before the growing wait broke the SLOs, so the answer is the burst's and changes with the "
+                "request count; more requests (--requests) make the runs outlast the SLOs"
+            )
+        span, e2e = row.get("arrival_span_s"), row.get("e2e_s_p99")
+        if isinstance(span, float) and isinstance(e2e, float) and e2e > 0:
+            rate = row.get("rate") if self.axis != "rate" else self.value
+            need = (
+                f": about {fmt_count(math.ceil(STEADY_SPANS * e2e * rate), 'request')} at this rate, or more"
+                if isinstance(rate, float | int) and rate > 0
+                else ""
+            )
+            if self.axis != "rate":  # ("its N requests, arriving at R req/s," would arrive twice)
+                what = what.replace(", arriving at ", " at ").rstrip(",")
+            timing = (
+                f"{what} arrived over {span:.3g} s, {span / e2e:.2g} times their e2e p99 of {e2e:.3g} s; a "
+                f"steady state needs arrivals over {STEADY_SPANS:g} times it{need}"
+            )
+        else:
+            timing = f"{what} arrived over less than {STEADY_SPANS:g} times their e2e p99"
         return (
-            f"NOT A STEADY STATE: the run at {at} was overloaded ({what} were served{speed}, the queue "
-            "growing through the run: kvsim run's overloaded note): it passed as a burst that ended before "
-            "the growing wait broke the SLOs, so the answer is the burst's and changes with the request "
-            "count; more requests (--requests) make the runs outlast the SLOs"
+            f"NOT A STEADY STATE: the run at {at} was too short to reach one ({timing}): a run starts "
+            "empty, and until its arrivals have lasted about its requests' longest latencies the engine "
+            "holds fewer of them than the rate keeps in it, so TTFT and TPOT were measured on a lighter "
+            "engine and the answer can overstate what is sustained; more requests (--requests) make the "
+            "runs long enough"
         )
 
     @property
@@ -454,6 +507,28 @@ class PlanResult:
             "the batch's token budget)"
         )
 
+    def _open_bracket(self, low: str, high: str, noun: str) -> str:
+        """The bracket a `probe-limit` search stopped at, in words: "X passes, Y fails" (for a rate; the
+        other axes' "X fails, Y passes"), or, where the search never found one end, what every probe did
+        up to (or down to) the farthest value probed: no probe failed (or passed) to bracket the answer."""
+        lo, hi = self.bracket
+        flo, fhi = self._fmt2(lo, hi)
+        if lo is not None and hi is not None:
+            return f"{flo} {low}, {fhi} {high}"
+        x = (
+            [float(v) for v in self.probes[self.axis].drop_nulls()]
+            if self.axis in self.probes.columns
+            else []
+        )
+        adj = {"passes": "passing", "fails": "failing"}
+        if lo is not None:  # (no probe gave the upper end's outcome)
+            top = self._fmt(max(x, default=lo))
+            return f"every {noun} probed {low}, up to {top}: no {adj[high]} {noun} bounds the answer yet"
+        if hi is not None:
+            bottom = self._fmt(min(x, default=hi))
+            return f"every {noun} probed {high}, down to {bottom}: no {adj[low]} {noun} bounds the answer yet"
+        return f"no {noun} probed"
+
     @property
     def message(self) -> str:
         """The outcome in one or two sentences."""
@@ -466,7 +541,8 @@ class PlanResult:
                 "converged": f"highest rate meeting {slos}: {flo} (passes; "
                 f"{fhi} fails; within {100 * (self.achieved or 0):.2g} % ≤ {100 * self.precision:g} %)",
                 "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
-                f"{flo} passes, {fhi} fails (max_probes, --max-probes, allows more)",
+                + self._open_bracket("passes", "fails", "rate")
+                + " (max_probes, --max-probes, allows more)",
                 "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: at such rates "
                 "the workload's requests arrive nearly at once, so this says the whole run served as one burst "
                 "meets the SLOs, not that the rate can be sustained (more requests make a run outlast the "
@@ -483,7 +559,10 @@ class PlanResult:
                     if self.precision > 0
                     else f"stopped at {n} probes with the bracket still open: "  # an exact integer search
                 )
-                + f"{flo} fails, {fhi} passes (max_probes, --max-probes, allows more)",
+                + self._open_bracket(
+                    "fails", "passes", "replica count" if self.axis == "replicas" else f"{self.axis} value"
+                )
+                + " (max_probes, --max-probes, allows more)",
                 "above-cap": f"fails {slos} at every {self.axis} probed, up to the cap {self._fmt(lo)}",
                 "below-floor": f"passes {slos} at every {self.axis} probed, down to the floor "
                 f"{self._fmt(hi)}",
@@ -510,8 +589,10 @@ class PlanResult:
             refused = [r for r in self.probes["refused"].to_list() if r]
             if refused:
                 what += f"; {len(refused)} value(s) failed without a run, refused by the configuration ({refused[0]})"
-        if self.burst and (self.status != "above-cap" or self.axis != "rate"):  # (above-cap's words say it)
-            what += f". {self.burst_caveat()}"
+        if self.steady is False and (
+            self.status != "above-cap" or self.axis != "rate"
+        ):  # (above-cap says it)
+            what += f". {self.steady_caveat()}"
         if self.violations:
             pairs = [self._fmt2(a, b) for a, b in self.violations[:3]]
             shown = ", ".join(f"{a} {'fails' if self.axis == 'rate' else 'passes'} but "
@@ -530,18 +611,20 @@ class PlanResult:
         if self.axis != "rate" and "rate" in self.probes.columns:
             cols.append("rate")
         cols += [c for c in ("completed", "rejected") if c in self.probes.columns]
-        if "overloaded" in self.probes.columns and self.probes["overloaded"].fill_null(False).any():
-            cols.append("overloaded")  # (the probes whose queue grew through the run; shown when any did)
+        if any(_steady(r) is False for r in self.probes.iter_rows(named=True)):
+            cols.append("steady")  # (the probes that ran no steady state, and why; shown when any did)
         units = {s.metric: "" if s.unit == "fraction" else f" ({s.unit})" for s in self.slos}
         rows = [[c + units.get(c, "") for c in cols]]
         for r in self.probes.sort(self.axis).iter_rows(named=True):
             out = []
             for c in cols:
-                v = r[c]
+                v = r.get(c)
                 if c == "passed":
                     out.append("pass" if v else "FAIL")
-                elif c == "overloaded":
-                    out.append("-" if v is None else "yes" if v else "no")
+                elif c == "steady":
+                    state = _steady(r)
+                    why = "overloaded" if r.get("overloaded") else "too-short"
+                    out.append("-" if state is None else "yes" if state else f"NO:{why}")
                 elif isinstance(v, float):
                     out.append(f"{v:.4g}")
                 elif v is None:
@@ -565,6 +648,7 @@ class PlanResult:
             "status": self.status,
             "monotone": self.monotone,
             "burst": self.burst,
+            "steady": self.steady,
             "violations": [list(v) for v in self.violations],
             "slos": [
                 {"metric": s.metric, "bound": s.bound, "unit": s.unit, "upper": s.upper} for s in self.slos

@@ -321,6 +321,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 "ranking": RANKING,
                 "tied": ranking.tied,
                 "bursts": ranking.bursts,
+                "unsteady": ranking.unsteady,
                 "candidates": ranking.table.to_dicts(),
                 "plans": {k: v.to_dict() for k, v in ranking.plans.items()},
                 "refused": ranking.refused,
@@ -604,6 +605,14 @@ def _best_line(ranking: Any, total: int) -> str:
             "growing through the run, NOT A STEADY STATE above), which ranks nothing; more "
             f"requests (--requests) make the runs outlast the SLOs; as ranked, {line[len('best: ') :]}"
         )
+    short = [c for c in ranking.tied if c in ranking.unsteady and c not in ranking.bursts]
+    if short and not bursts:
+        line += (
+            f"; the answer{'s' * (len(short) > 1)} of {', '.join(short)} "
+            f"{'come' if len(short) > 1 else 'comes'} from runs too short to reach a steady state (NOT A "
+            "STEADY STATE above), so the rate may be overstated; more requests (--requests) tell whether the "
+            "order holds"
+        )
     if len(asides) > 1:
         below = [
             f"{r['candidate']} ({r['set_aside']:,})"
@@ -642,16 +651,19 @@ def _margin(ranking: Any, t: Any) -> str:
 
 def _ranking_table(table: Any) -> str:
     rows = [["candidate", "rate (req/s)", "status", "monotone", "probes", "set aside"]]
-    burst = bool(table["burst"].fill_null(False).any())  # (a column when some answer is a burst)
-    if burst:
-        rows[0].append("burst")
+    # (a column when some answer is not a steady state: overloaded, a burst, or a run too short to reach one)
+    unsteady = bool((~table["steady"].fill_null(True)).any())
+    if unsteady:
+        rows[0].append("steady")
     for r in table.iter_rows(named=True):
         rate = "-" if r["rate"] is None else f"{r['rate']:.4g}"
         monotone = "-" if r["monotone"] is None else "yes" if r["monotone"] else "NO"
         aside = "-" if r["set_aside"] is None else f"{r['set_aside']:,}"
         rows.append([r["candidate"], rate, r["status"], monotone, str(r["probes"]), aside])
-        if burst:
-            rows[-1].append("-" if r["burst"] is None else "YES" if r["burst"] else "no")
+        if unsteady:
+            state = r["steady"]
+            why = "NO:overloaded" if r["burst"] else "NO:too-short"
+            rows[-1].append("-" if state is None else "yes" if state else why)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
