@@ -165,9 +165,14 @@ def test_the_readme_plan_sentence_prints_what_it_says(capsys):
     if not (traces_dir() / "mooncake").is_dir():
         pytest.skip("the Mooncake traces are absent")
     assert main(shlex.split(m.group(1))[1:]) == 0
-    printed = " ".join(capsys.readouterr().out.split())
+    out = capsys.readouterr().out
+    printed = " ".join(out.split())
     for part in m.group(2).split("..."):
         assert part.strip() in printed, (part, printed[-600:])
+    # The quote "ends" the answer's line: nothing after it (an example once showed an answer whose line went
+    # on to say NOT A STEADY STATE, a burst's answer standing as the example of a valid one).
+    answer = next(line for line in out.splitlines() if line.startswith("converged:"))
+    assert " ".join(answer.split()).endswith(m.group(2).split("...")[-1].strip()), answer
 
 
 def test_the_readme_state_layers_sentence_is_its_runs(capsys):
