@@ -61,8 +61,9 @@ def rooflines(draw, windows: bool = True) -> RooflineTimeModel:
     """Random roofline coefficients in every regime: memory- or compute-bound dense and expert terms (the
     crossover within a step's tokens), a random experts table (its last entry past its end), one to three
     attention classes, windowed ones (sliding, chunked) unless `windows` is False, each with a prefilling
-    sequence's own pair price (or none: its decode's) and a price per key it had cached (dense MLA's
-    prefill path), zero or not."""
+    sequence's own pair and key prices (or none: its decode's) and the prices of the keys it had cached
+    (dense MLA's prefill path: per key, the GEMM's per key bytes and FLOPs, its weights per step), zero or
+    not."""
     small = st.integers(0, 10**4)
     kinds = [FULL, SLIDING, CHUNKED] if windows else [FULL]
     classes = []
@@ -70,7 +71,23 @@ def rooflines(draw, windows: bool = True) -> RooflineTimeModel:
         window = 0 if kind == FULL else draw(st.integers(1, 64))
         prefill = draw(st.one_of(st.none(), small))
         context = draw(st.one_of(st.just(0), small))
-        classes.append(AttentionClass(kind, window, draw(small), draw(small), draw(small), prefill, context))
+        gemm, flop = (draw(st.one_of(st.just(0), small)) for _ in range(2))
+        weight = draw(st.one_of(st.just(0), st.integers(0, 10**7)))
+        classes.append(
+            AttentionClass(
+                kind,
+                window,
+                draw(small),
+                draw(small),
+                draw(small),
+                prefill,
+                context,
+                prefill_kv_ps=draw(st.one_of(st.none(), small)),
+                context_gemm_ps=gemm,
+                context_flop_ps=flop,
+                context_weight_ps=weight,
+            )
+        )
     table = draw(st.lists(st.integers(0, 10**9), max_size=40))
     return RooflineTimeModel(
         fixed_ps=draw(st.integers(0, 10**9)),
@@ -347,7 +364,19 @@ def test_quiet_spans_agree(n, gap, block_size, policy, time_model, every, seed, 
         **time,
     )
     if time_model == "roofline-windows":
-        window = AttentionClass(SLIDING, 1 + seed % 300, 5000, 700, 9000, 300 + seed % 500, seed % 3 * 40)
+        window = AttentionClass(
+            SLIDING,
+            1 + seed % 300,
+            5000,
+            700,
+            9000,
+            300 + seed % 500,
+            seed % 3 * 40,
+            prefill_kv_ps=7000 + seed % 4000,
+            context_gemm_ps=seed % 2 * 30,
+            context_flop_ps=seed % 5 * 20,
+            context_weight_ps=seed % 3 * 10**6,
+        )
         roofline = dataclasses.replace(roofline, attention=(*roofline.attention, window))
     if time_model.startswith("roofline"):
         cfg = cfg.with_roofline(roofline)

@@ -170,19 +170,25 @@ def test_kimi_mla_layers_have_their_own_widths_and_its_kda_layers_keep_head_dim(
 def test_dense_mla_prefill_pairs_take_forward_mha_and_decodes_the_absorbed_path():
     """DeepSeek-V3 at tp 8 (16 heads a GPU, r 512, rope 64, p 128, v 128) on an H200: a decode attends the
     latent entries (vLLM's absorbed `forward_mqa`: 2·16·(512 + 64) + 2·16·512 = 16 · 2,176 FLOPs a pair and
-    layer), a prefilling sequence's queries the up-projected keys and values (`forward_mha`: 2·16·(128 +
-    64) + 2·16·128 = 16 · 640), and each of its chunks gathers and up-projects the latents it had cached
-    (`_compute_prefill_context`): per cached key and layer the gather (1,152 bytes read, 1,152 written), the
-    fp8 kv_b_proj (1,024 bytes in, 8,192 out, 2·512·16·256 FLOPs at the fp8 rate) and the keys' concatenation
-    (4,224 bytes in, 6,144 out), at 4.8 TB/s and 1,978.9 TFLOPS fp8 (989.4 bf16, the attention's)."""
+    layer, 1,152 bytes a key), alone or beside a prefill; a prefilling sequence's queries the up-projected
+    keys and values (`forward_mha`: 2·16·(128 + 64) + 2·16·128 = 16 · 640 FLOPs a pair, 16·(192 + 128)
+    bf16 values read a key), and each step its chunks gather and up-project the latents they had cached
+    (`_compute_prefill_context`): per cached key and layer the gather (1,152 bytes read, 1,152 written) and
+    the keys' concatenation (4,224 bytes in, 6,144 out), then the fp8 kv_b_proj GEMM (1,024 bytes in, 8,192
+    out, 2·512·16·256 FLOPs at the fp8 rate) whose 512·16·256 fp8 weights (2 MiB, and their block scales)
+    are read once a step, at 4.8 TB/s and 1,978.9 TFLOPS fp8 (989.4 bf16, the attention's)."""
     rt = roofline_time_model(DSV3, H200, tensor_parallel_size=8)
     (a,) = rt.attention
     layers, n, bf16, fp8, hbm = 61, 16, 989.4e12, 1978.9e12, 4.8e12
+    assert a.kv_ps == round(layers * 1152 / hbm * PS)
     assert a.flop_ps == round(layers * n * 2176 / bf16 * PS)
     assert a.prefill_ps == a.prefill_flop_ps == round(layers * n * 640 / bf16 * PS)
-    gemm = max((1024 + 8192) / hbm, 2 * 512 * n * 256 / fp8)
-    assert gemm == 2 * 512 * n * 256 / fp8  # (compute-bound)
-    assert a.context_ps == round(layers * ((1152 + 1152 + 4224 + 6144) / hbm + gemm) * PS)
+    assert a.prefill_key_ps == a.prefill_kv_ps == round(layers * n * 320 * 2 / hbm * PS)
+    assert a.context_ps == round(layers * (1152 + 1152 + 4224 + 6144) / hbm * PS)
+    assert a.context_gemm_ps == round(layers * (1024 + 8192) / hbm * PS)
+    assert a.context_flop_ps == round(layers * 2 * 512 * n * 256 / fp8 * PS)
+    scales = 4 / (128 * 128)  # (fp32 block scales a 128 × 128 block of fp8 weights)
+    assert a.context_weight_ps == pytest.approx(layers * 512 * n * 256 * (1 + scales) / hbm * PS, rel=1e-3)
     # A decode pays the absorbed path's pairs where they outweigh its latent's bytes (a key, a pair).
     assert a.decode_ps == max(a.kv_ps, a.flop_ps)
     slow = roofline_time_model(
@@ -192,34 +198,88 @@ def test_dense_mla_prefill_pairs_take_forward_mha_and_decodes_the_absorbed_path(
     assert s.flop_ps > s.kv_ps
     assert roofline_step(slow, [(1000, 1)]) - slow.base_ps(1, 1) == 1000 * s.flop_ps
     assert s.flop_ps == pytest.approx(layers * n * 2176 / (0.1 * bf16) * PS, abs=1)
-    # A first chunk of 2,048 tokens: its pairs at forward_mha's price, nothing cached.
+    # A first chunk of 2,048 tokens: its pairs at forward_mha's price (compute-bound), nothing cached.
     pairs = 2048 * 2048 - 2048 * 2047 // 2
+    assert a.prefill_ps * pairs > a.prefill_key_ps * 2048
     assert roofline_step(rt, [(2048, 2048)]) - rt.base_ps(2048, 1) == a.prefill_ps * pairs
-    # A second chunk, 2,048 cached: its pairs, and the cached latents up-projected once.
+    # A second chunk, 2,048 cached: its pairs, the cached latents gathered and up-projected once (the GEMM
+    # just memory-bound at 2,048 keys: its weights outweigh its FLOPs' lead over its activations).
     pairs = 2048 * 4096 - 2048 * 2047 // 2
+    gemm = a.context_weight_ps + a.context_gemm_ps * 2048
+    assert gemm > a.context_flop_ps * 2048
     second = roofline_step(rt, [(4096, 2048)]) - rt.base_ps(2048, 1)
-    assert second == a.prefill_ps * pairs + a.context_ps * 2048
-    # Beside a decode at 1,000 tokens: it keeps the absorbed price; its keys are not the chunk's context.
+    assert second == a.prefill_ps * pairs + a.context_ps * 2048 + gemm
+    # Beside a decode at 1,000 tokens: it keeps the absorbed path's price (forward_mqa, as alone); its keys
+    # are not the chunk's context.
+    assert a.mixed_ps == a.kv_ps
     both = roofline_step(rt, [(1000, 1), (4096, 2048)]) - rt.base_ps(2049, 2)
-    assert both == 1000 * max(a.mixed_ps, a.flop_ps) + second
+    assert both == 1000 * a.decode_ps + second
     # Sparse MLA (DeepSeek-V3.2: every token through forward_mqa) and GQA keep one price, no context.
     for m in (kvsim.models.get("deepseek-v3.2"), LLAMA):
         for c in roofline_time_model(m, H200, tensor_parallel_size=8).attention:
-            assert (c.prefill_ps, c.context_ps) == (c.flop_ps, 0)
+            assert (c.prefill_ps, c.prefill_key_ps, c.context_ps) == (c.flop_ps, c.kv_ps, 0)
+            assert (c.context_gemm_ps, c.context_flop_ps, c.context_weight_ps) == (0, 0, 0)
+
+
+def test_dense_mla_prefill_costs_by_hand():
+    """DeepSeek-V3 at tp 8 on an H200, each prefill term against the formula: a short chunk reads its keys
+    and values up-projected (memory-bound below about 200 queries), a prefix hit's few cached keys pay the
+    up-projection's weights whole (the GEMM memory-bound), many cached keys its FLOPs (the weights' read
+    hidden), and the weights are read once a step however many sequences bring cached keys."""
+    rt = roofline_time_model(DSV3, H200, tensor_parallel_size=8)
+    (a,) = rt.attention
+
+    def attention(rows: list[tuple[int, int]]) -> int:
+        return roofline_step(rt, rows) - rt.base_ps(sum(n for _, n in rows), len(rows))
+
+    # 32 new tokens after 128 cached: 160 keys read up-projected, 4,624 pairs; 128 keys up-projected.
+    pairs = 32 * 160 - 32 * 31 // 2
+    assert a.prefill_key_ps * 160 > a.prefill_ps * pairs
+    context = a.context_ps * 128 + a.context_weight_ps + a.context_gemm_ps * 128
+    assert attention([(160, 32)]) == a.prefill_key_ps * 160 + context
+    # The weights (26.7 µs over 61 layers) against the per-key terms: 128 cached keys cost their weights
+    # more than twice over.
+    assert a.context_weight_ps == pytest.approx(26.66e6, rel=1e-3)
+    assert context == pytest.approx(a.context_weight_ps + 128 * (a.context_ps + a.context_gemm_ps))
+    # 122,880 cached keys: the GEMM compute-bound, the weights' read hidden under its FLOPs.
+    big = attention([(131072, 8192)])
+    pairs = 8192 * 131072 - 8192 * 8191 // 2
+    assert big == a.prefill_ps * pairs + (a.context_ps + a.context_flop_ps) * 122880
+    # Two chunks with 1,000 cached keys each: one read of the weights for the step's 2,000.
+    one, two = attention([(1100, 100)]), attention([(1100, 100), (1100, 100)])
+    pairs = 100 * 1100 - 100 * 99 // 2
+    keys = max(a.prefill_key_ps * 1100, a.prefill_ps * pairs)
+    assert one == keys + a.context_ps * 1000 + a.context_weight_ps + a.context_gemm_ps * 1000
+    assert two == 2 * keys + a.context_ps * 2000 + a.context_weight_ps + a.context_gemm_ps * 2000
+    assert two - 2 * one == -a.context_weight_ps
+    # Nothing cached (first chunks, with or without decodes beside them): no weights read.
+    first = attention([(500, 500), (300, 300)])
+    assert first == max(a.prefill_key_ps * 800, a.prefill_ps * (500 * 501 // 2 + 300 * 301 // 2))
+    # A calibrated mixed-batch penalty leaves a dense MLA layer's decodes alone (forward_mqa apart), and
+    # still slows a GQA model's.
+    eff = Efficiencies(attention_mixed=0.5)
+    (m,) = roofline_time_model(DSV3, H200, tensor_parallel_size=8, efficiencies=eff).attention
+    assert m.mixed_ps == m.kv_ps == a.kv_ps
+    (g,) = roofline_time_model(LLAMA, H200, efficiencies=eff).attention
+    assert g.mixed_ps == pytest.approx(2 * g.kv_ps, abs=1)
 
 
 def test_kimi_mla_layers_take_the_prefill_path_too():
-    """Kimi-Linear's 7 MLA layers (32 heads at tp 1; bf16 weights: kv_b_proj at the bf16 rate) take the same
-    prefill path; its KDA layers have no attention class."""
+    """Kimi-Linear's 7 MLA layers (32 heads at tp 1; bf16 weights: kv_b_proj at the bf16 rate, 2 bytes a
+    parameter) take the same prefill path; its KDA layers have no attention class."""
     m = kvsim.models.get("kimi-linear-48b-a3b")
     (a,) = roofline_time_model(m, H200).attention
     n, bf16, hbm = 32, 989.4e12, 4.8e12
     assert a.layers == 7
     assert a.flop_ps == round(7 * n * 2176 / bf16 * PS)
     assert a.prefill_ps == round(7 * n * 640 / bf16 * PS)
-    gemm = max((512 + n * 256) * 2 / hbm, 2 * 512 * n * 256 / bf16)
+    assert a.prefill_key_ps == round(7 * n * 320 * 2 / hbm * PS)
     moved = 2 * 576 * 2 + (n * 128 + 64) * 2 + n * 192 * 2
-    assert a.context_ps == round(7 * (moved / hbm + gemm) * PS)
+    assert a.context_ps == round(7 * moved / hbm * PS)
+    assert a.context_gemm_ps == round(7 * (512 + n * 256) * 2 / hbm * PS)
+    assert a.context_flop_ps == round(7 * 2 * 512 * n * 256 / bf16 * PS)
+    assert a.context_weight_ps == round(7 * 512 * n * 256 * 2 / hbm * PS)
+    assert a.mixed_ps == a.kv_ps
 
 
 def test_tensor_parallelism_halves_the_weights_and_adds_all_reduces():
@@ -595,14 +655,15 @@ def test_the_binding_refuses_a_bad_roofline():
     cfg = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb")
     kw = config_kwargs(cfg)
     inp = input_kwargs(prepare(synthetic(2, seed=1), cfg))
-    bad = dict(kw["roofline"], attention=[(3, 0, 1, 1, 1, 1, 0)])
+    bad = dict(kw["roofline"], attention=[(3, 0, 1, 1, 1, 1, 0, 1, 0, 0, 0)])
     with pytest.raises(InvalidArgumentError, match="attention class kind 3"):
         _core.run_engine(**{**kw, "roofline": bad}, timeseries_every=0, record_events=False, **inp)
-    short = dict(kw["roofline"], attention=[(0, 0, 1, 1, 1)])  # (no prefill_flop_ps, context_ps)
-    with pytest.raises(InvalidArgumentError, match="prefill_flop_ps, context_ps"):
+    short = dict(kw["roofline"], attention=[(0, 0, 1, 1, 1, 1, 0)])  # (no prefill_kv_ps, context_gemm_ps, …)
+    with pytest.raises(InvalidArgumentError, match="prefill_kv_ps, context_gemm_ps, context_flop_ps"):
         _core.run_engine(**{**kw, "roofline": short}, timeseries_every=0, record_events=False, **inp)
-    for i, name in ((5, "prefill_flop_ps"), (6, "context_ps")):
-        big = [0, 0, 1, 1, 1, 1, 0]
+    names = ("prefill_flop_ps", "context_ps", "prefill_kv_ps", "context_gemm_ps", "context_flop_ps")
+    for i, name in enumerate((*names, "context_weight_ps"), start=5):
+        big = [0, 0, 1, 1, 1, 1, 0, 1, 0, 0, 0]
         big[i] = 2**40 + 1
         over = dict(kw["roofline"], attention=[tuple(big)])
         with pytest.raises(InvalidArgumentError, match=f"roofline {name} {2**40 + 1} must be at most"):

@@ -11,21 +11,26 @@ per operator group: the larger of streaming its bytes and computing its FLOPs):
     + max(moe_mem[min(T, len - 1)], moe_flop · T)                      routed experts touched
     + max(head_mem, head_flop · S)                                     LM head, one row per sequence
     + Σ_class max(kv', flop) · Xd                                      attention, per layer class:
-              + max(kv · Xp, prefill_flop · Yp) + context · (Xp − Tp)    decodes, then prefill chunks
+              + max(prefill_kv · Xp, prefill_flop · Yp)                  decodes, prefill chunks,
+              + context · C + max(context_weight + context_gemm · C,     the chunks' cached keys
+                                  context_flop · C)                      (C = Xp − Tp; 0 when C is 0)
 
 where, for each attention class (full attention, a sliding window, chunked local attention; a hybrid
 model has several), `Xd` sums the keys read by the sequences that compute one token (decode), `Xp` the
 keys read and `Yp` the query-key pairs of those that compute more (prefill chunks), `Tp` their tokens in
 the step (so `Xp − Tp` the keys they had cached): a sequence that has `c` tokens computed after the step,
 `n` of them in this step, reads `c` keys and forms `n·c − n(n−1)/2` pairs under full attention (a window
-caps both: `kvsim.reference.engine.timing.keys_and_pairs`). `prefill_flop` is `flop` but for a dense MLA
-layer, whose prefill chunks vLLM runs at the heads' widths (`forward_mha`) where its decodes attend the
-latent (`forward_mqa`), and `context` is 0 but for it: each chunk up-projects the latents it had cached. A
-decode's keys cost `kv' = kv` in a step of decodes only and `kv' = mixed_kv` in a step that also prefills:
-vLLM runs one attention kernel per layer and step, and with a prefill chunk in it the decodes go through
-the prefill path (LLMServingSim's profile of vLLM 0.19 on an RTX PRO 6000 times 128 decodes over 1,024 keys at 405 µs
-alone and at 672-761 µs beside a chunk of 16 to 512 tokens). `moe_mem` is tabulated per token count
-(the expected number of experts a batch touches is not linear in its tokens). The engines see only these
+caps both: `kvsim.reference.engine.timing.keys_and_pairs`). `prefill_kv` is `kv` and `prefill_flop` is
+`flop` but for a dense MLA layer, whose prefill chunks vLLM runs at the heads' widths (`forward_mha`: keys
+and values up-projected) where its decodes attend the latent (`forward_mqa`), and the four `context`
+coefficients are 0 but for it: each step's chunks gather and up-project the `C` latents they had cached
+(the gather and the keys' concatenation, `context` a key, then the `kv_b_proj` GEMM, its weights read once
+a step). A decode's keys cost `kv' = kv` in a step of decodes only and `kv' = mixed_kv` in a step that also
+prefills: vLLM runs one attention kernel per layer and step, and with a prefill chunk in it the decodes go
+through the prefill path (LLMServingSim's profile of vLLM 0.19 on an RTX PRO 6000 times 128 decodes over
+1,024 keys at 405 µs alone and at 672-761 µs beside a chunk of 16 to 512 tokens); a dense MLA layer's
+`mixed_kv` is its `kv` (vLLM's MLA keeps its decodes on `forward_mqa`). `moe_mem` is tabulated per token
+count (the expected number of experts a batch touches is not linear in its tokens). The engines see only these
 integers (`RooflineTimeModel`); `roofline_time_model` derives them, `Efficiencies` scale the datasheet
 rates (1: the datasheet peak), and a calibration (`kvsim calibrate`) fits them to measured profiles.
 
@@ -41,7 +46,7 @@ import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.collectives import (
@@ -148,11 +153,13 @@ class Efficiencies:
 class AttentionClass:
     """The attention layers of one kind and window: picoseconds per key read (`kv_ps`, their KV bytes
     over HBM bandwidth), per key a decoding sequence reads in a step that also prefills (`mixed_kv_ps`;
-    None: `kv_ps`), per query-key pair (`flop_ps`, their FLOPs over the FLOP rate), per query-key pair of
-    a sequence computing more than one token (`prefill_flop_ps`, None: `flop_ps`; a dense MLA layer's
-    prefill path, `forward_mha`, at its heads' widths) and per key such a sequence had cached before the
-    step (`context_ps`: a dense MLA layer's up-projection of the cached latents, 0 elsewhere), summed over
-    the class's layers."""
+    None: `kv_ps`), per query-key pair (`flop_ps`, their FLOPs over the FLOP rate), per query-key pair and
+    per key read of a sequence computing more than one token (`prefill_flop_ps`, `prefill_kv_ps`, None:
+    `flop_ps`, `kv_ps`; a dense MLA layer's prefill path, `forward_mha`, at its heads' widths), and for the
+    `C` keys such sequences had cached before the step (a dense MLA layer's gather and up-projection of
+    its cached latents, all 0 elsewhere) per key the gather and the keys' concatenation (`context_ps`), the
+    `kv_b_proj` GEMM's activations and FLOPs (`context_gemm_ps`, `context_flop_ps`), and its weights once
+    a step where `C` > 0 (`context_weight_ps`), summed over the class's layers."""
 
     kind: int
     window: int
@@ -161,11 +168,20 @@ class AttentionClass:
     mixed_kv_ps: int | None = None
     prefill_flop_ps: int | None = None
     context_ps: int = 0
+    prefill_kv_ps: int | None = None
+    context_gemm_ps: int = 0
+    context_flop_ps: int = 0
+    context_weight_ps: int = 0
     layers: int = 0
 
     @property
     def mixed_ps(self) -> int:
         return self.kv_ps if self.mixed_kv_ps is None else self.mixed_kv_ps
+
+    @property
+    def prefill_key_ps(self) -> int:
+        """Per key read by a sequence computing more than one token."""
+        return self.kv_ps if self.prefill_kv_ps is None else self.prefill_kv_ps
 
     @property
     def prefill_ps(self) -> int:
@@ -232,7 +248,10 @@ class RooflineTimeModel:
         for a in self.attention:
             values += [("attention kv_ps", a.kv_ps), ("attention flop_ps", a.flop_ps)]
             values += [("attention mixed_kv_ps", a.mixed_ps), ("attention prefill_flop_ps", a.prefill_ps)]
-            values += [("attention context_ps", a.context_ps)]
+            values += [("attention context_ps", a.context_ps), ("attention prefill_kv_ps", a.prefill_key_ps)]
+            values += [("attention context_gemm_ps", a.context_gemm_ps)]
+            values += [("attention context_flop_ps", a.context_flop_ps)]
+            values += [("attention context_weight_ps", a.context_weight_ps)]
             if a.kind not in (FULL, SLIDING, CHUNKED) or (a.kind != FULL) != (a.window > 0):
                 raise InvalidArgumentError(
                     f"attention class kind {a.kind} window {a.window}: a window belongs to sliding (1) and "
@@ -294,7 +313,19 @@ class RooflineTimeModel:
             "head_mem_ps": self.head_mem_ps,
             "head_flop_seq_ps": self.head_flop_seq_ps,
             "attention": [
-                (a.kind, a.window, a.kv_ps, a.flop_ps, a.mixed_ps, a.prefill_ps, a.context_ps)
+                (
+                    a.kind,
+                    a.window,
+                    a.kv_ps,
+                    a.flop_ps,
+                    a.mixed_ps,
+                    a.prefill_ps,
+                    a.context_ps,
+                    a.prefill_key_ps,
+                    a.context_gemm_ps,
+                    a.context_flop_ps,
+                    a.context_weight_ps,
+                )
                 for a in self.attention
             ],
         }
@@ -538,22 +569,29 @@ def roofline_time_model(
         window: int,
         kv_bytes: float,
         flops: float,
-        prefill_flops: float | None = None,
-        context_s: float = 0.0,
+        mla: MlaPrefill | None = None,
     ) -> None:
-        """One layer's keys into its class: bytes and FLOPs a key, over the attention's rates; FLOPs a pair
-        of a prefilling sequence where its path differs (`prefill_flops`) and seconds a key it had cached
-        (`context_s`)."""
-        acc = classes.setdefault((kind, window), [0.0, 0.0, 0.0, 0, 0.0, 0.0])
+        """One layer's keys into its class: bytes and FLOPs a key, over the attention's rates; a dense MLA
+        layer's prefill path where it differs (`mla`: bytes and FLOPs a key and pair of a prefilling
+        sequence, and the seconds of its cached keys' up-projection), its decodes beside a prefill at `kv`
+        (vLLM's MLA keeps them on `forward_mqa`)."""
+        acc = classes.setdefault((kind, window), [0.0] * 10)
         acc[0] += kv_bytes / att_mem
         acc[1] += flops / att_flops
-        acc[2] += kv_bytes / att_mixed
+        acc[2] += kv_bytes / (att_mem if mla else att_mixed)
         acc[3] += 1
-        acc[4] += (flops if prefill_flops is None else prefill_flops) / att_flops
-        acc[5] += context_s
+        acc[4] += (mla.flops if mla else flops) / att_flops
+        acc[5] += (mla.kv_bytes if mla else kv_bytes) / att_mem
+        if mla:
+            acc[6] += mla.context.copy_s
+            acc[7] += mla.context.gemm_mem_s
+            acc[8] += mla.context.gemm_flop_s
+            acc[9] += mla.context.weight_s
 
-    # (kv_b_proj's rate: an fp8 checkpoint's runs at the fp8 rate, vLLM quantizing its bf16 input)
+    # (kv_b_proj's rate and its weights' bytes a parameter: an fp8 checkpoint's runs at the fp8 rate, vLLM
+    # quantizing its bf16 input)
     mla_gemm_rate = _flops(gpu, groups["attn"].rate) * eff.gemm_compute
+    mla_weight_bytes = groups["attn"].bytes / groups["attn"].params if groups["attn"].params else act
     state_bytes = 0.0
     m3_topk = 0  # (MiniMax-M3's top-k keys, read from its config once, at its first sparse layer)
     for lay in layers if layers is not None else model.layer_list():
@@ -621,9 +659,10 @@ def roofline_time_model(
         if model.is_mla:
             # Dense MLA (DESIGN.md §Time model, "MLA's prefill path"): a decode attends the latent entries
             # (`forward_mqa`, absorbed: 2·heads·(r + ρ) FLOPs for the scores, 2·heads·r for the weighted
-            # latents); a prefilling sequence's queries attend up-projected keys and values
-            # (`forward_mha`: 2·heads·(p + ρ) + 2·heads·v), after its cached latents are gathered and
-            # up-projected through kv_b_proj on every chunk (`mla_context_seconds`).
+            # latents), beside a prefill as alone; a prefilling sequence's queries attend up-projected keys
+            # and values (`forward_mha`: heads·(p + ρ + v) bf16 values read a key, 2·heads·(p + ρ) +
+            # 2·heads·v FLOPs a pair), after its cached latents are gathered and up-projected through
+            # kv_b_proj each step (`mla_context_seconds`).
             r, rope = model.kv_lora_rank, model.qk_rope_head_dim
             p, v = mla_head_widths(model)
             add_class(
@@ -631,8 +670,11 @@ def roofline_time_model(
                 window,
                 (r + rope) * kv_bits / 8,
                 2.0 * heads * (r + rope) + 2 * heads * r,
-                2.0 * heads * (p + rope) + 2 * heads * v,
-                mla_context_seconds(model, tp, kv_bits, mem_rate, mla_gemm_rate),
+                MlaPrefill(
+                    heads * (p + rope + v) * act,
+                    2.0 * heads * (p + rope) + 2 * heads * v,
+                    mla_context_seconds(model, tp, kv_bits, mla_weight_bytes, mem_rate, mla_gemm_rate),
+                ),
             )
             continue
         kvh = max(1, (lay.num_kv_heads or model.num_kv_heads) // tp)
@@ -646,12 +688,16 @@ def roofline_time_model(
             window,
             coefficient("attention kv_ps", kv, ("attention_memory",)),
             coefficient("attention flop_ps", fl, ("attention_compute",)),
-            coefficient("attention mixed_kv_ps", mixed, ("attention_mixed",)),
+            coefficient("attention mixed_kv_ps", mixed, ("attention_mixed", "attention_memory")),
             coefficient("attention prefill_flop_ps", pfl, ("attention_compute",)),
-            coefficient("attention context_ps", ctx, ("gemm_memory", "gemm_compute")),
-            int(n),
+            coefficient("attention context_ps", ctx, GM),
+            prefill_kv_ps=coefficient("attention prefill_kv_ps", pkv, ("attention_memory",)),
+            context_gemm_ps=coefficient("attention context_gemm_ps", gemm, GM),
+            context_flop_ps=coefficient("attention context_flop_ps", cfl, GC),
+            context_weight_ps=coefficient("attention context_weight_ps", weight, GM),
+            layers=int(n),
         )
-        for (kind, window), (kv, fl, mixed, n, pfl, ctx) in sorted(classes.items())
+        for (kind, window), (kv, fl, mixed, n, pfl, pkv, ctx, gemm, cfl, weight) in sorted(classes.items())
     )
     for a in attention:
         what = ATTENTION_KINDS[a.kind] + (f" {a.window}" if a.window else "")
@@ -667,24 +713,23 @@ def roofline_time_model(
                 f"{a.layers} layers × {per_pair} FLOPs / tensor rate",
             )
         )
-        if a.prefill_ps != a.flop_ps or a.context_ps:
-            terms.append(
-                Term(
-                    f"attention {what} prefill flop",
-                    a.prefill_ps,
-                    "per query-key pair of a prefilling sequence",
-                    f"{a.layers} layers × (2·heads·(p + rope) + 2·heads·v) FLOPs / tensor rate (MLA's forward_mha)",
-                )
-            )
-            terms.append(
-                Term(
-                    f"attention {what} context",
-                    a.context_ps,
-                    "per key a prefilling sequence had cached",
-                    f"{a.layers} layers' gather, kv_b_proj up-projection (2·r·heads·(p + v) FLOPs) and key "
-                    "concatenation of the cached latents, each chunk",
-                )
-            )
+        if a.prefill_ps != a.flop_ps or a.prefill_key_ps != a.kv_ps or a.context_ps:
+            mla_terms = (
+                ("prefill kv", a.prefill_key_ps, "per key read by a prefilling sequence",
+                 "heads·(p + rope + v) bf16 values of its up-projected keys and values / HBM (MLA's forward_mha)"),
+                ("prefill flop", a.prefill_ps, "per query-key pair of a prefilling sequence",
+                 "(2·heads·(p + rope) + 2·heads·v) FLOPs / tensor rate (MLA's forward_mha)"),
+                ("context", a.context_ps, "per key a prefilling sequence had cached",
+                 "gather and key concatenation of the cached latents / HBM, each step"),
+                ("context gemm", a.context_gemm_ps, "per key a prefilling sequence had cached",
+                 "kv_b_proj's activations, r in and heads·(p + v) out / HBM"),
+                ("context flop", a.context_flop_ps, "per key a prefilling sequence had cached",
+                 "kv_b_proj's 2·r·heads·(p + v) FLOPs / its weights' tensor rate"),
+                ("context weight", a.context_weight_ps, "per step with cached keys",
+                 "kv_b_proj's weights read again, r·heads·(p + v) parameters / HBM"),
+            )  # fmt: skip
+            for name, value, unit, how in mla_terms:
+                terms.append(Term(f"attention {what} {name}", value, unit, f"{a.layers} layers' {how}"))
 
     # Per token, outside the max: elementwise kernels (norms, rotary, activation, KV write, embedding).
     elem = (
@@ -839,25 +884,51 @@ def mla_head_widths(model: Model) -> tuple[int, int]:
     return model.qk_nope_head_dim or model.head_dim, model.v_head_dim or model.head_dim
 
 
-def mla_context_seconds(model: Model, tp: int, kv_bits: int, mem_rate: float, gemm_rate: float) -> float:
-    """Seconds one dense MLA layer spends on one GPU of `tp` per cached key of a prefilling sequence, each
-    step it prefills: vLLM 0.34.0's `forward_mha` (`model_executor/layers/attention/mla_attention.py`)
-    attends the context through `_compute_prefill_context`, which gathers the cached entries into a
-    workspace (`gather_and_maybe_dequant_cache`: the entry `r + ρ` read at the cache's width, written at
-    bf16), up-projects their latents through `kv_b_proj` (`r` in, `n·(p + v)` out, 2·r·n·(p + v) FLOPs at
-    its weights' rate) and writes the keys whole (`_concat_k_nope_k_pe`: `n·p + ρ` in, `n·(p + ρ)` out):
-    each kernel its own roofline, the gather and the concatenation at HBM bandwidth, the GEMM the larger of
-    its bytes and FLOPs (`n` = heads / tp; DeepSeek-V3 at tp 8: 2,304 + 10,368 bytes and 4.2 MFLOP a key
-    and layer). The attention kernel's own reads of the up-projected keys and values are not counted
-    here (the class's `kv_ps` prices a key at its latent entry)."""
+class MlaContext(NamedTuple):
+    """Seconds of one dense MLA layer's up-projection of its cached latents (`mla_context_seconds`)."""
+
+    copy_s: float  # per cached key: the gather and the keys' concatenation
+    gemm_mem_s: float  # per cached key: kv_b_proj's activations
+    gemm_flop_s: float  # per cached key: kv_b_proj's FLOPs
+    weight_s: float  # per step: kv_b_proj's weights
+
+
+class MlaPrefill(NamedTuple):
+    """A dense MLA layer's prefill path (`forward_mha`): bytes a key read and FLOPs a pair, and its cached
+    keys' up-projection."""
+
+    kv_bytes: float
+    flops: float
+    context: MlaContext
+
+
+def mla_context_seconds(
+    model: Model, tp: int, kv_bits: int, weight_bytes: float, mem_rate: float, gemm_rate: float
+) -> MlaContext:
+    """One dense MLA layer's time on one GPU of `tp` for the keys its prefilling sequences had cached, each
+    step: vLLM 0.34.0's `forward_mha` (`model_executor/layers/attention/mla_attention.py`) attends the
+    context through `_compute_prefill_context`, which gathers the cached entries into a workspace
+    (`gather_and_maybe_dequant_cache`: the entry `r + ρ` read at the cache's width, written at bf16),
+    up-projects their latents through `kv_b_proj` (`r` in, `n·(p + v)` out, 2·r·n·(p + v) FLOPs at its
+    weights' rate, its `r·n·(p + v)` weights read at `weight_bytes` a parameter once per workspace chunk)
+    and writes the keys whole (`_concat_k_nope_k_pe`: `n·p + ρ` in, `n·(p + ρ)` out): each kernel its own
+    roofline, the gather and the concatenation at HBM bandwidth (`copy_s` a key), the GEMM the larger of
+    its bytes (`weight_s` + `gemm_mem_s` a key) and FLOPs (`gemm_flop_s` a key) (`n` = heads / tp;
+    DeepSeek-V3 at tp 8: 2,304 + 10,368 bytes, 9,216 bytes and 4.2 MFLOP a key and layer, 2 MiB of fp8
+    weights). The attention kernel's reads of the up-projected keys and values are the class's
+    `prefill_kv`."""
     n = model.num_attention_heads // tp
     r, rope = model.kv_lora_rank, model.qk_rope_head_dim
     p, v = mla_head_widths(model)
     act = 2  # bytes of a bf16 value
     gather = (r + rope) * kv_bits / 8 + (r + rope) * act
     concat = (n * p + rope) * act + n * (p + rope) * act
-    gemm = max((r + n * (p + v)) * act / mem_rate, 2 * r * n * (p + v) / gemm_rate)
-    return (gather + concat) / mem_rate + gemm
+    return MlaContext(
+        (gather + concat) / mem_rate,
+        (r + n * (p + v)) * act / mem_rate,
+        2 * r * n * (p + v) / gemm_rate,
+        r * n * (p + v) * weight_bytes / mem_rate,
+    )
 
 
 def _moe_layer_count(model: Model) -> int:
@@ -880,6 +951,8 @@ __all__ = [
     "AttentionClass",
     "CollectiveLink",
     "Efficiencies",
+    "MlaContext",
+    "MlaPrefill",
     "RooflineTimeModel",
     "Term",
     "collective_link",

@@ -163,7 +163,8 @@ fn kv_groups(k: &Knobs<'_, '_>) -> PyResult<Option<(Vec<GroupSpec>, u64, Option<
 
 /// The roofline's coefficients (`kvsim.model.timing.RooflineTimeModel.engine_kwargs`): a dict of
 /// non-negative integers, `moe_mem_ps` a list of them and `attention` a list of (kind, window, kv_ps,
-/// flop_ps, mixed_kv_ps, prefill_flop_ps, context_ps) tuples; checked into the core's `Roofline`.
+/// flop_ps, mixed_kv_ps, prefill_flop_ps, context_ps, prefill_kv_ps, context_gemm_ps, context_flop_ps,
+/// context_weight_ps) tuples; checked into the core's `Roofline`.
 fn roofline_arg(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Roofline> {
     let d = v
         .cast::<PyDict>()
@@ -181,13 +182,13 @@ fn roofline_arg(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Roofline> {
     let table: Vec<i64> = field("moe_mem_ps")?
         .extract()
         .map_err(|_| invalid(format!("{name}['moe_mem_ps'] must be a list of integers")))?;
-    let classes: Vec<(i64, i64, i64, i64, i64, i64, i64)> =
-        field("attention")?.extract().map_err(|_| {
-            invalid(format!(
-                "{name}['attention'] must be a list of (kind, window, kv_ps, flop_ps, mixed_kv_ps, \
-                 prefill_flop_ps, context_ps) integer tuples"
-            ))
-        })?;
+    let classes: Vec<AttnClassArg> = field("attention")?.extract().map_err(|_| {
+        invalid(format!(
+            "{name}['attention'] must be a list of (kind, window, kv_ps, flop_ps, mixed_kv_ps, \
+             prefill_flop_ps, context_ps, prefill_kv_ps, context_gemm_ps, context_flop_ps, \
+             context_weight_ps) integer tuples"
+        ))
+    })?;
     let r = Roofline {
         fixed_ps: int("fixed_ps")?,
         seq_ps: int("seq_ps")?,
@@ -204,22 +205,32 @@ fn roofline_arg(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Roofline> {
         head_flop_seq_ps: int("head_flop_seq_ps")?,
         attention: classes
             .into_iter()
-            .map(|(kind, window, kv, flop, mixed, prefill, context)| {
-                Ok(AttnClass {
-                    kind: AttnKind::from_code(kind).py()?,
-                    window: u64_arg(i128::from(window), "attention window")?,
-                    kv_ps: u64_arg(i128::from(kv), "attention kv_ps")?,
-                    flop_ps: u64_arg(i128::from(flop), "attention flop_ps")?,
-                    mixed_kv_ps: u64_arg(i128::from(mixed), "attention mixed_kv_ps")?,
-                    prefill_flop_ps: u64_arg(i128::from(prefill), "attention prefill_flop_ps")?,
-                    context_ps: u64_arg(i128::from(context), "attention context_ps")?,
-                })
-            })
+            .map(
+                |(kind, window, kv, flop, mixed, prefill, context, pkv, gemm, cflop, weight)| {
+                    let arg = |v: i64, what: &str| u64_arg(i128::from(v), what);
+                    Ok(AttnClass {
+                        kind: AttnKind::from_code(kind).py()?,
+                        window: u64_arg(i128::from(window), "attention window")?,
+                        kv_ps: u64_arg(i128::from(kv), "attention kv_ps")?,
+                        flop_ps: u64_arg(i128::from(flop), "attention flop_ps")?,
+                        mixed_kv_ps: u64_arg(i128::from(mixed), "attention mixed_kv_ps")?,
+                        prefill_flop_ps: u64_arg(i128::from(prefill), "attention prefill_flop_ps")?,
+                        context_ps: u64_arg(i128::from(context), "attention context_ps")?,
+                        prefill_kv_ps: arg(pkv, "attention prefill_kv_ps")?,
+                        context_gemm_ps: arg(gemm, "attention context_gemm_ps")?,
+                        context_flop_ps: arg(cflop, "attention context_flop_ps")?,
+                        context_weight_ps: arg(weight, "attention context_weight_ps")?,
+                    })
+                },
+            )
             .collect::<PyResult<_>>()?,
     };
     r.validate().py()?;
     Ok(r)
 }
+
+/// An attention class as Python passes it (`roofline_arg`).
+type AttnClassArg = (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64);
 
 /// `cpu_tier` as Python passes it (`cpu_tier`'s fields, in order).
 type CpuTierArg = (

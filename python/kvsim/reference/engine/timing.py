@@ -80,12 +80,13 @@ def roofline_step(rt: RooflineTimeModel, rows: list[tuple[int, int]]) -> int:
 
         fixed + seq·S + tok·T + max(dense_mem + dense_mem_tok·T, dense_flop·T)
         + max(moe_mem[min(T, len − 1)], moe_flop·T) + max(head_mem, head_flop·S)
-        + Σ_class max(kv', flop)·Xd + max(kv·Xp, prefill_flop·Yp) + context·(Xp − Tp)
+        + Σ_class max(kv', flop)·Xd + max(prefill_kv·Xp, prefill_flop·Yp)
+                  + context·C + max(context_weight + context_gemm·C, context_flop·C)
 
     with T the batched tokens, S the sequences, Tp the tokens of the sequences computing more than one, and
     per attention class Xd the keys read by sequences computing one token, Xp and Yp the keys read and the
-    query-key pairs of the others (Xp − Tp: the keys they had cached before the step); kv' is the class's
-    kv when no sequence prefills (Xp = 0), its mixed_kv otherwise."""
+    query-key pairs of the others, C = Xp − Tp the keys they had cached before the step (the last line only
+    where C > 0); kv' is the class's kv when no sequence prefills (Xp = 0), its mixed_kv otherwise."""
     tokens = sum(n for _, n in rows)
     prefill = sum(n for _, n in rows if n != 1)
     seqs = len(rows)
@@ -110,7 +111,11 @@ def roofline_step(rt: RooflineTimeModel, rows: list[tuple[int, int]]) -> int:
         decode = max(a.mixed_ps if xp else a.kv_ps, a.flop_ps)
         total += decode * xd
         if xp:
-            total += max(a.kv_ps * xp, a.prefill_ps * yp) + a.context_ps * (xp - prefill)
+            total += max(a.prefill_key_ps * xp, a.prefill_ps * yp)
+            cached = xp - prefill
+            if cached:
+                gemm = max(a.context_weight_ps + a.context_gemm_ps * cached, a.context_flop_ps * cached)
+                total += a.context_ps * cached + gemm
     return total
 
 

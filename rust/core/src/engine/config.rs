@@ -116,8 +116,16 @@ pub struct AttnClass {
     /// path, `forward_mha`; `flop_ps` elsewhere).
     pub prefill_flop_ps: u64,
     /// Per key of such a sequence cached before the step (its keys read less its tokens in the step):
-    /// a dense MLA layer's up-projection of the cached latents on every prefill chunk (0 elsewhere).
+    /// a dense MLA layer's gather and key concatenation of the cached latents, each step (0 elsewhere).
     pub context_ps: u64,
+    /// Per key read by a sequence computing more than one token (a dense MLA layer's `forward_mha`
+    /// reads its keys and values up-projected; `kv_ps` elsewhere).
+    pub prefill_kv_ps: u64,
+    /// Per cached key, the up-projection GEMM's (`kv_b_proj`) activations and FLOPs, and its weights
+    /// once a step with cached keys (dense MLA; 0 elsewhere).
+    pub context_gemm_ps: u64,
+    pub context_flop_ps: u64,
+    pub context_weight_ps: u64,
 }
 
 impl AttnClass {
@@ -163,9 +171,10 @@ impl AttnClass {
 /// The roofline's integer coefficients (`kvsim.model.timing.RooflineTimeModel`): a step of `T` tokens
 /// over `S` sequences lasts `fixed + seq·S + tok·T + max(dense_mem + dense_mem_tok·T, dense_flop·T) +
 /// max(moe_mem[min(T, len − 1)], moe_flop·T) + max(head_mem, head_flop·S) + Σ_class max(kv', flop)·Xd +
-/// max(kv·Xp, prefill_flop·Yp) + context·(Xp − Tp)` picoseconds (`Xd` the keys read by sequences
-/// computing one token, `Xp`, `Yp` the keys and pairs of the others, `Tp` their tokens in the step; `kv'`
-/// is `kv`, or `mixed_kv` when some sequence prefills).
+/// max(prefill_kv·Xp, prefill_flop·Yp) + context·C + max(context_weight + context_gemm·C, context_flop·C)`
+/// picoseconds (`Xd` the keys read by sequences computing one token, `Xp`, `Yp` the keys and pairs of the
+/// others, `C` = `Xp − Tp` the keys they had cached, `Tp` their tokens in the step, the context terms
+/// only where `C > 0`; `kv'` is `kv`, or `mixed_kv` when some sequence prefills).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Roofline {
     pub fixed_ps: u64,
@@ -240,6 +249,10 @@ impl Roofline {
                 ("mixed_kv_ps", a.mixed_kv_ps),
                 ("prefill_flop_ps", a.prefill_flop_ps),
                 ("context_ps", a.context_ps),
+                ("prefill_kv_ps", a.prefill_kv_ps),
+                ("context_gemm_ps", a.context_gemm_ps),
+                ("context_flop_ps", a.context_flop_ps),
+                ("context_weight_ps", a.context_weight_ps),
             ]
         });
         let table = self.moe_mem_ps.iter().map(|&v| ("moe_mem_ps", v));

@@ -39,10 +39,12 @@ impl Roofline {
 }
 
 impl super::config::AttnClass {
-    /// `max(kv', flop) · Xd + max(kv · Xp, prefill_flop · Yp) + context · (Xp − Tp)` (a prefilling
-    /// sequence reads at least its own tokens' keys, so `Xp ≥ Tp`): keys read are below 2^73 (2^32
-    /// sequences of at most 2^41 tokens), so with coefficients of at most 2^40 the decode, key and
-    /// context terms fit 128 bits; pairs may not, and saturate.
+    /// `max(kv', flop) · Xd + max(prefill_kv · Xp, prefill_flop · Yp) + context · C +
+    /// max(context_weight + context_gemm · C, context_flop · C)`, `C = Xp − Tp` the keys the prefilling
+    /// sequences had cached (a prefilling sequence reads at least its own tokens' keys, so `Xp ≥ Tp`),
+    /// the context terms only where `C > 0` (the weights read once a step): keys read are below 2^73 (2^32 sequences of at most 2^41 tokens), so with
+    /// coefficients of at most 2^40 the decode, key and context terms fit 128 bits; pairs may not, and
+    /// saturate.
     #[inline]
     fn attention_ps(&self, x: &AttnSums) -> u128 {
         let per_key = if x.xp > 0 {
@@ -54,10 +56,17 @@ impl super::config::AttnClass {
         if x.xp == 0 {
             return decode;
         }
-        let pairs = (u128::from(self.kv_ps) * x.xp)
+        let pairs = (u128::from(self.prefill_kv_ps) * x.xp)
             .max(u128::from(self.prefill_flop_ps).saturating_mul(x.yp));
-        let context = u128::from(self.context_ps) * (x.xp - x.tp);
-        decode.saturating_add(pairs).saturating_add(context)
+        let total = decode.saturating_add(pairs);
+        let cached = x.xp - x.tp;
+        if cached == 0 {
+            return total;
+        }
+        let w = u128::from;
+        let gemm = (w(self.context_weight_ps) + w(self.context_gemm_ps) * cached)
+            .max(w(self.context_flop_ps) * cached);
+        total.saturating_add(w(self.context_ps) * cached + gemm)
     }
 }
 

@@ -279,6 +279,10 @@ fn test_roofline() -> TimeModel {
             mixed_kv_ps: 2_000_000,
             prefill_flop_ps: 300_000,
             context_ps: 50_000,
+            prefill_kv_ps: 1_500_000,
+            context_gemm_ps: 20_000,
+            context_flop_ps: 30_000,
+            context_weight_ps: 40_000_000,
         }],
     }))
 }
