@@ -485,7 +485,7 @@ export class TrackReplay {
   }
 
   /** A CPU tier: the blocks a load in flight is filling at step k, the snapshot's `loading` blocks
-   * (`bundle.filling_blocks`): those of a sequence held `loading` past its GPU hits. They are allocated
+   * (`snapshot.filling_blocks`): those of a sequence held `loading` past its GPU hits. They are allocated
    * and counted as stored, but their KV is still on the host link; they take their keys when the load
    * lands (its `load-done` makes the sequence `loaded`). One table per sequence: the table past
    * `loadingHits`; a hybrid model's block rows carry the keys its manager gave, so the blocks with none. */
@@ -666,7 +666,7 @@ export class TrackReplay {
 
   /** A CPU tier: the blocks sequence q, held for a load at step k, found on the GPU (its prefix-hit rows
    * between its last admit and its load); the blocks after them are being filled by the load and take
-   * their keys when it lands (`bundle.loading_hits`). */
+   * their keys when it lands (`snapshot.loading_hits`). */
   loadingHits(q, k) {
     const load = this.kindNames.indexOf("load");
     const admit = this.kindNames.indexOf("admit");
