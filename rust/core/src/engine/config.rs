@@ -196,8 +196,11 @@ impl Roofline {
     /// 2^120 and their sum fits 128 bits.
     #[inline]
     pub fn base(&self, tokens: u64, seqs: u64) -> u128 {
-        self.base_apart(tokens, seqs)
-            + self.experts_ps(u128::from(tokens) * u128::from(self.moe_senders))
+        let total = self.base_apart(tokens, seqs);
+        if self.moe_mem_ps.is_empty() {
+            return total; // (no experts: no product to form)
+        }
+        total + self.experts_ps(u128::from(tokens) * u128::from(self.moe_senders))
     }
 
     /// Everything but attention and the routed experts (a rank of a DP group: its driver adds the
