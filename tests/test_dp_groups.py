@@ -73,6 +73,38 @@ def test_a_rank_beside_a_prefill_steps_as_long_as_it(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_each_ranks_experts_compute_the_tokens_gathered_from_all_ranks(backend):
+    """Two ranks, batches of 100 and 1 tokens (vLLM's all-gather before each MoE layer hands every rank's
+    experts all 101): a roofline of a fixed 1 µs, an experts table of (0, 0.3, 0.5) ms and 10 µs a token
+    gathered, nothing else. The group's first step lasts 1 µs + max(0.5 ms, 101 × 10 µs) = 1.011 ms on
+    both ranks; a lone rank takes the other's batch as large as its own (`moe_senders` 2): 200 tokens,
+    2.001 ms, and 2 tokens, 0.501 ms. Then rank 0 decodes (1 token) beside rank 1's dummy batch (1
+    token): 2 tokens gathered, 1 µs + 0.5 ms (one token alone would read 0.3 ms)."""
+    from kvsim.model.timing import FULL, AttentionClass, RooflineTimeModel
+
+    us = 10**6
+    rt = RooflineTimeModel(
+        fixed_ps=us, seq_ps=0, tok_ps=0, dense_mem_ps=0, dense_mem_tok_ps=0, dense_flop_tok_ps=0,
+        moe_mem_ps=(0, 300 * us, 500 * us), moe_flop_tok_ps=10 * us, head_mem_ps=0, head_flop_seq_ps=0,
+        attention=(AttentionClass(FULL, 0, 0, 0),), moe_senders=2,
+    )  # fmt: skip
+    assert rt.experts_ps(101) == 1010 * us
+    cfg = kvsim.SimConfig(num_blocks=200, block_size=16, max_num_batched_tokens=2048, max_num_seqs=4)
+    cfg = cfg.with_roofline(rt)
+    w = rows([0, 0], [100, 1], [3, 2])
+    cols, counters = fleet_run(w, cfg, 2, 2, backend)
+    assert list(cols["replica"]) == [0, 1]
+    first = us + 1010 * us
+    assert list(cols["first_token"]) == [first, first]
+    # step 2: both decode (2 tokens gathered); step 3: rank 0 decodes beside rank 1's dummy batch
+    assert cols["finish"][1] == first + us + 500 * us
+    assert cols["finish"][0] == first + 2 * (us + 500 * us)
+    assert [c["num_steps"] for c in counters] == [3, 2]
+    apart, _ = fleet_run(w, cfg, 2, 1, backend)
+    assert list(apart["first_token"]) == [us + 2000 * us, us + 500 * us]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_an_idle_rank_moves_with_its_group(backend):
     """One request on rank 0 of a group of three: the others schedule nothing and record no step, but their
     clocks end where the group's does (each run's makespan)."""
@@ -120,11 +152,25 @@ def test_groups_of_one_fleet_step_apart_from_each_other(backend):
 @st.composite
 def grouped_fleets(draw):
     """Configs for `size` x `groups` ranks: copies of one, or ranks differing in memory, block size,
-    caching, seats and the line's coefficients (a group of mixed GPUs)."""
+    caching, seats and the line's or the roofline's coefficients (a group of mixed GPUs: its experts'
+    table and FLOPs too, each rank's read at the group's tokens gathered)."""
     base = draw(configs())
     size = draw(st.integers(2, 3))
     n = size * draw(st.integers(1, 2))
-    return draw(fleet_of(base, n, line_coefficients)), size
+    cfgs = draw(fleet_of(base, n, line_coefficients))
+    if base.time_model == "roofline" and any(c is not base for c in cfgs):
+        # (ranks of mixed GPUs: each its own fixed time and experts' table and FLOPs)
+        for i in range(1, n):
+            table = draw(st.lists(st.integers(0, 10**9), max_size=40))
+            cfgs[i] = cfgs[i].with_roofline(
+                dataclasses.replace(
+                    base.roofline,
+                    fixed_ps=draw(st.integers(0, 10**9)),
+                    moe_mem_ps=tuple(table),
+                    moe_flop_tok_ps=draw(st.integers(0, 10**8)) if table else 0,
+                )
+            )
+    return cfgs, size
 
 
 def line_coefficients(draw, base) -> dict:

@@ -59,7 +59,8 @@ def workloads(draw, max_requests: int = 24) -> Workload:
 @st.composite
 def rooflines(draw, windows: bool = True) -> RooflineTimeModel:
     """Random roofline coefficients in every regime: memory- or compute-bound dense and expert terms (the
-    crossover within a step's tokens), a random experts table (its last entry past its end), one to three
+    crossover within a step's tokens), a random experts table (its last entry past its end) read at one to
+    four DP ranks' tokens (`moe_senders`: a lone rank takes the others' batches as its own), one to three
     attention classes, windowed ones (sliding, chunked) unless `windows` is False, each with a prefilling
     sequence's own pair and key prices (or none: its decode's) and the prices of the keys it had cached
     (dense MLA's prefill path: per key, the GEMM's per key bytes and FLOPs, its weights per step), zero or
@@ -101,6 +102,7 @@ def rooflines(draw, windows: bool = True) -> RooflineTimeModel:
         head_mem_ps=draw(st.integers(0, 10**8)),
         head_flop_seq_ps=draw(st.integers(0, 10**7)),
         attention=tuple(classes),
+        moe_senders=draw(st.integers(1, 4)),
     )
 
 

@@ -312,11 +312,18 @@ def test_experts_touched_grow_with_the_batch_and_saturate():
     for t in (1, 8, 64):  # E (1 - (1 - k/E)^T) of E experts touched, uniform routing
         assert table[t] == round(experts * (1 - (1 - k / e) ** t) / 1597e9 * PS)
     assert table[1] == pytest.approx(full * k / e, rel=1e-6)
-    # Expert parallelism over 2 GPUs (DP 2): each holds half the experts, and both ranks' tokens reach them.
+    # Expert parallelism over 2 GPUs (DP 2): each holds half the experts, and both ranks' tokens reach them:
+    # the table and the FLOPs per token gathered, a lone rank's 4 tokens read as 8 (`moe_senders` 2).
     ep = roofline_time_model(m, PRO, data_parallel_size=2, expert_parallel=True, max_num_batched_tokens=2048)
     assert ep.moe_mem_ps[-1] == round(experts / 2 / 1597e9 * PS)
-    assert ep.moe_mem_ps[4] == round(experts / 2 * (1 - (1 - k / e) ** 8) / 1597e9 * PS)
-    assert ep.moe_flop_tok_ps == rt.moe_flop_tok_ps  # 2 ranks' tokens over 2 GPUs: the same per token
+    assert ep.moe_mem_ps[8] == round(experts / 2 * (1 - (1 - k / e) ** 8) / 1597e9 * PS)
+    assert ep.moe_senders == 2
+    assert rt.moe_senders == 1
+    assert ep.experts_ps(8) == max(ep.moe_mem_ps[8], 8 * ep.moe_flop_tok_ps)
+    one = dataclasses.replace(ep, moe_senders=1)
+    assert ep.base_ps(4, 1) - one.base_ps(4, 1) == ep.experts_ps(8) - ep.experts_ps(4)
+    # half the experts a GPU, each token gathered from both ranks: per own token, as one GPU alone
+    assert 2 * ep.moe_flop_tok_ps == pytest.approx(rt.moe_flop_tok_ps, abs=2)
     assert ep.fixed_ps > 0
     assert ep.tok_ps > rt.tok_ps
     # The pool: one GPU holds the rest of the weights and half the experts.
@@ -774,6 +781,8 @@ def test_gpt_oss_padded_mxfp4_experts_are_read_and_multiplied():
         ({"attention": (1,)}, "roofline attention (1,) must hold AttentionClass values"),  # (AttributeError)
         ({"attention": None}, "roofline attention None must be a tuple"),  # (TypeError)
         ({"moe_mem_ps": None}, "roofline moe_mem_ps None must be a tuple"),  # (TypeError)
+        ({"moe_senders": 0}, "roofline moe_senders 0 must be a whole number in [1, 65536]"),
+        ({"moe_senders": 2.0}, "roofline moe_senders 2.0 must be a whole number in [1, 65536]"),
     ],
 )
 def test_a_hand_made_roofline_of_the_wrong_shape_is_refused_by_field(change, said):

@@ -355,9 +355,7 @@ def step_breakdown(cfg: Any, batch: int, context: int) -> dict[str, float]:
     t = batch
     total = rt.step_ps([(context, 1)] * batch)
     dense = max(rt.dense_mem_ps + rt.dense_mem_tok_ps * t, rt.dense_flop_tok_ps * t)
-    experts = (
-        max(rt.moe_mem_ps[min(t, len(rt.moe_mem_ps) - 1)], rt.moe_flop_tok_ps * t) if rt.moe_mem_ps else 0
-    )
+    experts = rt.experts_ps(rt.moe_senders * t)  # (a lone rank: the other ranks' batches as large)
     attention = rt.decode_ps * context * batch
     comm = t * (terms.get("tp_allreduce_tok", 0) + terms.get("ep_gather_scatter_tok", 0))
     comm += terms.get("tp_allreduce", 0) + terms.get("ep_gather_scatter", 0)

@@ -8,7 +8,7 @@ per operator group: the larger of streaming its bytes and computing its FLOPs):
     fixed + seq · S + tok · T                                          overheads, elementwise, collectives
     + max(dense_mem + dense_mem_tok · T, dense_flop · T)               attention projections, dense MLP,
                                                                        shared experts, router
-    + max(moe_mem[min(T, len - 1)], moe_flop · T)                      routed experts touched
+    + max(moe_mem[min(N, len - 1)], moe_flop · N)                      routed experts touched
     + max(head_mem, head_flop · S)                                     LM head, one row per sequence
     + Σ_class max(kv', flop) · Xd                                      attention, per layer class:
               + max(prefill_kv · Xp, prefill_flop · Yp)                  decodes, prefill chunks,
@@ -18,9 +18,12 @@ per operator group: the larger of streaming its bytes and computing its FLOPs):
 where, for each attention class (full attention, a sliding window, chunked local attention; a hybrid
 model has several), `Xd` sums the keys read by the sequences that compute one token (decode), `Xp` the
 keys read and `Yp` the query-key pairs of those that compute more (prefill chunks), `Tp` their tokens in
-the step (so `Xp − Tp` the keys they had cached): a sequence that has `c` tokens computed after the step,
-`n` of them in this step, reads `c` keys and forms `n·c − n(n−1)/2` pairs under full attention (a window
-caps both: `kvsim.reference.engine.timing.keys_and_pairs`). `prefill_kv` is `kv` and `prefill_flop` is
+the step (so `Xp − Tp` the keys they had cached), and `N` the tokens the experts compute: every DP rank's
+tokens of the step, which a DP group's driver sums over its ranks (`experts_ps`) and a lone engine takes
+as `moe_senders · T` (the other ranks' batches as large as its own; `N = T` without DP ranks). A sequence
+that has `c` tokens computed after the step, `n` of them in this step, reads `c` keys and forms
+`n·c − n(n−1)/2` pairs under full attention (a window caps both:
+`kvsim.reference.engine.timing.keys_and_pairs`). `prefill_kv` is `kv` and `prefill_flop` is
 `flop` but for a dense MLA layer, whose prefill chunks vLLM runs at the heads' widths (`forward_mha`: keys
 and values up-projected) where its decodes attend the latent (`forward_mqa`), and the four `context`
 coefficients are 0 but for it: each step's chunks gather and up-project the `C` latents they had cached
@@ -29,8 +32,8 @@ a step). A decode's keys cost `kv' = kv` in a step of decodes only and `kv' = mi
 prefills: vLLM runs one attention kernel per layer and step, and with a prefill chunk in it the decodes go
 through the prefill path (LLMServingSim's profile of vLLM 0.19 on an RTX PRO 6000 times 128 decodes over
 1,024 keys at 405 µs alone and at 672-761 µs beside a chunk of 16 to 512 tokens); a dense MLA layer's
-`mixed_kv` is its `kv` (vLLM's MLA keeps its decodes on `forward_mqa`). `moe_mem` is tabulated per token
-count (the expected number of experts a batch touches is not linear in its tokens). The engines see only these
+`mixed_kv` is its `kv` (vLLM's MLA keeps its decodes on `forward_mqa`). `moe_mem` is tabulated by `N`
+(the expected number of experts a batch touches is not linear in its tokens). The engines see only these
 integers (`RooflineTimeModel`); `roofline_time_model` derives them, `Efficiencies` scale the datasheet
 rates (1: the datasheet peak), and a calibration (`kvsim calibrate`) fits them to measured profiles.
 
@@ -72,6 +75,9 @@ ATTENTION_KINDS = ("full", "sliding_window", "chunked_local")
 # The longest table of expected experts touched (tokens 0 .. MOE_TABLE_MAX - 1): past it (or past the
 # token budget, or where it reaches its saturated value) the last entry holds.
 MOE_TABLE_MAX = 1 << 16
+
+# The most DP ranks whose tokens a lone engine's experts are taken to compute (`moe_senders`).
+MAX_MOE_SENDERS = 1 << 16
 
 # Collective latency per ring step (one hop between two GPUs), 3 µs: NCCL's small-message all-reduce took
 # ~6 µs on 2 NVLink H100s (2 hops; NVIDIA/nccl#1259, nccl-tests all_reduce_perf -g 2 with CUDA graphs) and
@@ -221,6 +227,7 @@ class RooflineTimeModel:
     head_mem_ps: int
     head_flop_seq_ps: int
     attention: tuple[AttentionClass, ...]
+    moe_senders: int = 1
     terms: tuple[Term, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -265,6 +272,11 @@ class RooflineTimeModel:
                 )
         if not self.moe_mem_ps and self.moe_flop_tok_ps:
             raise InvalidArgumentError("roofline moe_flop_tok_ps without a moe_mem_ps table")
+        s = self.moe_senders
+        if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= MAX_MOE_SENDERS:
+            raise InvalidArgumentError(
+                f"roofline moe_senders {s!r} must be a whole number in [1, {MAX_MOE_SENDERS}]"
+            )
 
     @property
     def needs_full_steps(self) -> bool:
@@ -277,17 +289,23 @@ class RooflineTimeModel:
         """Per key read by a decoding sequence, all classes (full attention only when it matters)."""
         return sum(a.decode_ps for a in self.attention)
 
+    def experts_ps(self, gathered: int) -> int:
+        """The routed experts' term for the `gathered` tokens they compute (every DP rank's tokens of
+        the step: `max(moe_mem[min(N, len − 1)], moe_flop · N)`; 0 without experts)."""
+        if not self.moe_mem_ps:
+            return 0
+        table = self.moe_mem_ps
+        return max(table[min(gathered, len(table) - 1)], self.moe_flop_tok_ps * gathered)
+
     def base_ps(self, tokens: int, seqs: int) -> int:
-        """Everything but attention, for a step of `tokens` batched tokens over `seqs` sequences."""
-        moe = 0
-        if self.moe_mem_ps:
-            moe = max(self.moe_mem_ps[min(tokens, len(self.moe_mem_ps) - 1)], self.moe_flop_tok_ps * tokens)
+        """Everything but attention, for a step of `tokens` batched tokens over `seqs` sequences of a lone
+        engine (its experts compute `moe_senders · tokens`: the other DP ranks' batches taken as large)."""
         return (
             self.fixed_ps
             + self.seq_ps * seqs
             + self.tok_ps * tokens
             + max(self.dense_mem_ps + self.dense_mem_tok_ps * tokens, self.dense_flop_tok_ps * tokens)
-            + moe
+            + self.experts_ps(self.moe_senders * tokens)
             + max(self.head_mem_ps, self.head_flop_seq_ps * seqs)
         )
 
@@ -312,6 +330,7 @@ class RooflineTimeModel:
             "moe_flop_tok_ps": self.moe_flop_tok_ps,
             "head_mem_ps": self.head_mem_ps,
             "head_flop_seq_ps": self.head_flop_seq_ps,
+            "moe_senders": self.moe_senders,
             "attention": [
                 (
                     a.kind,
@@ -369,8 +388,9 @@ def roofline_time_model(
             a mixture-of-experts model's routed experts are spread over `tp · dp` GPUs (whole under expert
             parallelism; without it each expert's width is split over them, vLLM's fused MoE flattening
             the DP ranks into its tensor parallelism: `kvsim.model.shard.moe_tp_size`), and every rank's
-            tokens reach them (the other ranks' batches taken as large as this one's), an all-gather and a
-            reduce-scatter of the hidden states per MoE layer (vLLM's default all-to-all, or its naive
+            tokens reach them (the experts' table and FLOPs per token gathered: a DP group's step sums its
+            ranks' tokens, a lone engine takes the other ranks' batches as large as its own,
+            `moe_senders`), an all-gather and a reduce-scatter of the hidden states per MoE layer (vLLM's default all-to-all, or its naive
             dispatch and combine over the same GPUs without expert parallelism).
         kv_cache_dtype: the KV cache's dtype when not the model's.
         efficiencies: fractions of the datasheet rates and the overheads (default: the datasheet's).
@@ -513,13 +533,17 @@ def roofline_time_model(
         pad_bytes += mx.bytes
         pad_params += mx.elements
         per_gpu_bytes = experts.bytes / share + pad_bytes
-        senders = dp  # every DP rank's tokens reach a GPU's experts (EP's all-to-all, else naive dispatch)
+        # Every DP rank's tokens reach a GPU's experts (the all-to-all's all-gather, or the naive dispatch):
+        # the table and the FLOPs are per token gathered, `N`. A DP group's step gathers its ranks' own
+        # tokens (`experts_ps`, the group's driver); a lone engine takes the other ranks' batches as large
+        # as its own, `N = senders · T` (`moe_senders`).
+        senders = dp
         full = coefficient("moe_mem_ps", per_gpu_bytes / mem_rate, GM)
         table = []
-        limit = min(max_num_batched_tokens, MOE_TABLE_MAX - 1)
+        limit = min(senders * max_num_batched_tokens, MOE_TABLE_MAX - 1)
         miss = 1 - k / e
-        for t in range(limit + 1):
-            v = coefficient("moe_mem_ps", per_gpu_bytes * (1 - miss ** (t * senders)) / mem_rate, GM)
+        for n in range(limit + 1):
+            v = coefficient("moe_mem_ps", per_gpu_bytes * (1 - miss**n) / mem_rate, GM)
             table.append(v)
             if v == full:
                 break
@@ -528,7 +552,6 @@ def roofline_time_model(
             2
             * (experts.params / share + pad_params)
             * (k / e)
-            * senders
             / (_flops(gpu, experts.rate) * eff.gemm_compute)
         )
         terms.append(
@@ -536,14 +559,15 @@ def roofline_time_model(
                 "moe_mem",
                 ps(per_gpu_bytes / mem_rate),
                 "per step, all experts touched",
-                f"{per_gpu_bytes:,.0f} B of experts on one GPU / HBM × E[touched] = {e}·(1 − (1 − {k}/{e})^(T·{senders}))",
+                f"{per_gpu_bytes:,.0f} B of experts on one GPU / HBM × E[touched] = {e}·(1 − (1 − {k}/{e})^N), "
+                f"N the tokens gathered from the DP ranks ({senders}·T alone)",
             )
         )
         terms.append(
             Term(
                 "moe_flop_tok",
                 ps(moe_flop_tok),
-                "per token",
+                "per token gathered",
                 f"2 FLOPs × {k} of {e} experts' parameters / tensor rate",
             )
         )
@@ -835,6 +859,7 @@ def roofline_time_model(
     return RooflineTimeModel(
         fixed_ps=round(ps(fixed)),
         moe_mem_ps=moe_table,
+        moe_senders=dp if model.num_experts else 1,
         attention=attention,
         **coefficients,
         terms=tuple(terms),

@@ -1,8 +1,8 @@
 """Data-parallel groups (DESIGN.md §Data-parallel groups; the twin of `rust/core/src/cluster/dp.rs`): a
 mixture-of-experts model's DP ranks, `size` consecutive replicas of the fleet, step together on one clock.
 Each group step every rank schedules, the step lasts the slowest rank's time (a rank with nothing runs a
-dummy batch), every rank that scheduled records it with that duration and the others' clocks move with the
-group; vLLM's wave (`DPEngineCoreProc.run_busy_loop`, `vllm/v1/engine/core.py`) ends only at a 32nd step
+dummy batch of one token; each rank's routed experts compute every rank's tokens, gathered), every rank
+that scheduled records it with that duration and the others' clocks move with the group; vLLM's wave (`DPEngineCoreProc.run_busy_loop`, `vllm/v1/engine/core.py`) ends only at a 32nd step
 with no rank holding a request."""
 
 from __future__ import annotations
@@ -57,7 +57,12 @@ class Groups:
             if t >= horizon:
                 return
             plans = [e.group_plan() for e in ranks]
-            d = max(p[0] if p is not None else e.dummy_time() for e, p in zip(ranks, plans, strict=True))
+            # Every rank's experts compute the tokens gathered from all ranks (a dummy batch's one too).
+            gathered = sum(p[1] if p is not None else 1 for p in plans)
+            d = max(
+                (p[0] if p is not None else e.dummy_time()) + e.experts_time(gathered)
+                for e, p in zip(ranks, plans, strict=True)
+            )
             if all(p is None for p in plans):
                 pending = [a for a in (e.next_arrival() for e in ranks) if a is not None]
                 if not pending:

@@ -203,6 +203,7 @@ fn roofline_arg(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Roofline> {
         moe_flop_tok_ps: int("moe_flop_tok_ps")?,
         head_mem_ps: int("head_mem_ps")?,
         head_flop_seq_ps: int("head_flop_seq_ps")?,
+        moe_senders: int("moe_senders")?,
         attention: classes
             .into_iter()
             .map(

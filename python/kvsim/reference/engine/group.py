@@ -1,8 +1,9 @@
 """A rank of a data-parallel group (DESIGN.md §Data-parallel groups; the twin of
 `rust/core/src/engine/group.rs`): the engine's step split in two so that the group's driver
 (`kvsim.reference.dp`) can time every rank's step by the slowest: `group_plan` joins the rows due and
-schedules (the step's batch and its own duration), `group_commit` records it with the group's duration; a
-rank with nothing to run takes `group_dummy` (its clock moves, its counters do not)."""
+schedules (the step's batch and its own duration but the experts' term, which the driver adds for the
+ranks' tokens gathered), `group_commit` records it with the group's duration; a rank with nothing to run
+takes `group_dummy` (its clock moves, its counters do not)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ class Group(State):
 
     def group_plan(self) -> tuple[int, int] | None:
         """The rows due join and the rank schedules at its clock, again while a schedule only rejects or
-        preempts (no time passes, as in one engine); the step's own duration and batched tokens, or None
-        when it scheduled nothing (a dummy batch)."""
+        preempts (no time passes, as in one engine); the step's own duration but the routed experts' term
+        (`step_time_apart`: the driver adds `experts_time` of the ranks' tokens) and its batched tokens, or
+        None when it scheduled nothing (a dummy batch)."""
         while True:
             self.join_arrivals()
             if self.idle:
@@ -37,7 +39,7 @@ class Group(State):
             if scheduled:
                 self.log_schedule(scheduled)
                 self.planned = scheduled
-                return self.step_time(scheduled), sum(n for _, n in scheduled)
+                return self.step_time_apart(scheduled), sum(n for _, n in scheduled)
             if before == (self.num_rejected, self.c["num_preemptions"]):
                 raise InternalError(f"no progress at time {self.t} ps")
 

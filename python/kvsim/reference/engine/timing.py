@@ -29,14 +29,34 @@ class Timing(State):
         context = sum(s.num_computed for s, _ in scheduled)
         return cfg.c0_ps + cfg.c_tok_ps * tokens + cfg.c_ctx_ps * context + self.swap_time()
 
+    def step_time_apart(self, scheduled: list[tuple[Seq, int]]) -> int:
+        """A rank of a data-parallel group's step: `step_time` but the routed experts' term, which the
+        group's driver adds once it knows every rank's tokens (`experts_time`)."""
+        cfg = self.cfg
+        if cfg.time_model == "roofline":
+            rows = [(s.num_computed, n) for s, n in scheduled]
+            return roofline_step(cfg.roofline, rows, experts=False) + self.swap_time()
+        return self.step_time(scheduled)
+
+    def experts_time(self, gathered: int) -> int:
+        """The routed experts' term of a data-parallel group's step whose ranks' tokens sum to `gathered`
+        (vLLM's all-gather before each MoE layer: every rank's experts compute them all); 0 but under the
+        roofline of a mixture-of-experts model."""
+        cfg = self.cfg
+        if cfg.time_model == "roofline":
+            return cfg.roofline.experts_ps(gathered)
+        return 0
+
     def dummy_time(self) -> int:
         """A dummy batch's duration (a rank of a data-parallel group with nothing to run: vLLM's
-        `execute_dummy_batch`, `_dummy_run(1)`): one sequence computing one token over one key, no swap."""
+        `execute_dummy_batch`, `_dummy_run(1)`): one sequence computing one token over one key, no swap;
+        the routed experts' term left to the group's driver (`experts_time`: the rank's one token joins
+        the gather)."""
         cfg = self.cfg
         if cfg.time_model == "ticks":
             return int(cfg.iteration_time_ps)
         if cfg.time_model == "roofline":
-            return roofline_step(cfg.roofline, [(1, 1)])
+            return roofline_step(cfg.roofline, [(1, 1)], experts=False)
         assert cfg.c0_ps is not None
         assert cfg.c_tok_ps is not None
         assert cfg.c_ctx_ps is not None
@@ -74,19 +94,21 @@ def keys_and_pairs(kind: int, window: int, c: int, n: int) -> tuple[int, int]:
     return c - (c - n) // window * window, upto(c) - upto(c - n)
 
 
-def roofline_step(rt: RooflineTimeModel, rows: list[tuple[int, int]]) -> int:
+def roofline_step(rt: RooflineTimeModel, rows: list[tuple[int, int]], experts: bool = True) -> int:
     """The roofline's picoseconds for a step whose scheduled sequences have (tokens computed after the
     step, tokens computed in it) = `rows` (DESIGN.md §Time model):
 
         fixed + seq·S + tok·T + max(dense_mem + dense_mem_tok·T, dense_flop·T)
-        + max(moe_mem[min(T, len − 1)], moe_flop·T) + max(head_mem, head_flop·S)
+        + max(moe_mem[min(N, len − 1)], moe_flop·N) + max(head_mem, head_flop·S)
         + Σ_class max(kv', flop)·Xd + max(prefill_kv·Xp, prefill_flop·Yp)
                   + context·C + max(context_weight + context_gemm·C, context_flop·C)
 
     with T the batched tokens, S the sequences, Tp the tokens of the sequences computing more than one, and
     per attention class Xd the keys read by sequences computing one token, Xp and Yp the keys read and the
     query-key pairs of the others, C = Xp − Tp the keys they had cached before the step (the last line only
-    where C > 0); kv' is the class's kv when no sequence prefills (Xp = 0), its mixed_kv otherwise."""
+    where C > 0); kv' is the class's kv when no sequence prefills (Xp = 0), its mixed_kv otherwise. N, the
+    tokens the routed experts compute, is a lone engine's `moe_senders · T`; without `experts` their term
+    is left out (a rank of a DP group: its driver adds it for the ranks' tokens gathered)."""
     tokens = sum(n for _, n in rows)
     prefill = sum(n for _, n in rows if n != 1)
     seqs = len(rows)
@@ -97,8 +119,8 @@ def roofline_step(rt: RooflineTimeModel, rows: list[tuple[int, int]]) -> int:
         + max(rt.dense_mem_ps + rt.dense_mem_tok_ps * tokens, rt.dense_flop_tok_ps * tokens)
         + max(rt.head_mem_ps, rt.head_flop_seq_ps * seqs)
     )
-    if rt.moe_mem_ps:
-        total += max(rt.moe_mem_ps[min(tokens, len(rt.moe_mem_ps) - 1)], rt.moe_flop_tok_ps * tokens)
+    if experts:
+        total += rt.experts_ps(rt.moe_senders * tokens)
     for a in rt.attention:
         xd = xp = yp = 0
         for c, n in rows:

@@ -1,8 +1,8 @@
 //! Data-parallel groups (DESIGN.md §Data-parallel groups): a mixture-of-experts model's DP ranks, `size`
 //! consecutive replicas of the fleet, step together on one clock. Each group step every rank schedules
 //! (`Replica::group_plan`), the step lasts the slowest rank's time (a rank with nothing runs a dummy
-//! batch), every rank that scheduled records it with that duration and the others' clocks move with the
-//! group; vLLM's wave (`DPEngineCoreProc`'s busy loop) ends only at a 32nd step with no rank holding a
+//! batch of one token; each rank's routed experts compute every rank's tokens, gathered), every rank
+//! that scheduled records it with that duration and the others' clocks move with the group; vLLM's wave (`DPEngineCoreProc`'s busy loop) ends only at a 32nd step with no rank holding a
 //! request. The reference's twin is `kvsim.reference.dp`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,9 +25,10 @@ struct Wave {
 pub struct Groups {
     size: usize,
     waves: Vec<Wave>,
-    /// `advance`'s scratch: each rank's plan.
-    plans: Vec<Option<(u64, u64)>>,
-    /// Each replica's dummy batch time (its config's: computed once, on first use).
+    /// `advance`'s scratch: each rank's batched tokens (None: a dummy batch) and its own time but the
+    /// routed experts' term.
+    plans: Vec<(Option<u64>, u64)>,
+    /// Each replica's dummy batch time but the experts' term (its config's: computed once, on first use).
     dummy: Vec<Option<u64>>,
 }
 
@@ -104,21 +105,29 @@ impl Groups {
                 return Err(KvError::InvalidOperation("interrupted".into()));
             }
             self.plans.clear();
-            let (mut any, mut d) = (false, 0u64);
+            let (mut any, mut gathered) = (false, 0u64);
             for (rep, dummy) in reps[ranks.clone()]
                 .iter_mut()
                 .zip(&mut self.dummy[ranks.clone()])
             {
                 let plan = rep.group_plan()?;
-                d = d.max(match plan {
-                    Some((dt, _)) => {
-                        any = true;
-                        dt
-                    }
-                    None => *dummy.get_or_insert_with(|| rep.dummy_time()),
-                });
-                self.plans.push(plan);
+                let own = if let Some((dt, tokens)) = plan {
+                    any = true;
+                    gathered = gathered.saturating_add(tokens);
+                    dt
+                } else {
+                    gathered = gathered.saturating_add(1); // (a dummy batch's one token)
+                    *dummy.get_or_insert_with(|| rep.dummy_time())
+                };
+                self.plans.push((plan.map(|(_, tokens)| tokens), own));
             }
+            // Every rank's experts compute the tokens gathered from all ranks (a dummy batch's one too).
+            let d = reps[ranks.clone()]
+                .iter()
+                .zip(&self.plans)
+                .map(|(rep, &(_, own))| own.saturating_add(rep.experts_time(gathered)))
+                .max()
+                .unwrap_or(0);
             if !any {
                 let next = reps[ranks.clone()]
                     .iter()
@@ -137,14 +146,14 @@ impl Groups {
                 self.waves[g] = wave;
                 continue;
             }
-            for (rep, plan) in reps[ranks.clone()].iter_mut().zip(&self.plans) {
-                if let Some((_, tokens)) = *plan {
+            for (rep, &(plan, _)) in reps[ranks.clone()].iter_mut().zip(&self.plans) {
+                if let Some(tokens) = plan {
                     rep.group_commit(d, tokens)?;
                 }
             }
             // (no overflow: `group_commit` refused an end past the clock's range)
             let end = t + d as i64;
-            for (rep, plan) in reps[ranks.clone()].iter_mut().zip(&self.plans) {
+            for (rep, &(plan, _)) in reps[ranks.clone()].iter_mut().zip(&self.plans) {
                 if plan.is_none() {
                     rep.group_dummy(end);
                 }

@@ -336,7 +336,7 @@ impl Replica {
 
     // -- a rank of a data-parallel group (DESIGN.md §Data-parallel groups; `Engine`'s `group.rs`) -----
     /// The group step's first half at the rank's clock: its rows due join and it schedules; its step's
-    /// own duration and batched tokens, or None (a dummy batch).
+    /// own duration but the routed experts' term and its batched tokens, or None (a dummy batch).
     pub fn group_plan(&mut self) -> Result<Option<(u64, u64)>> {
         self.engine.cover_output_rows(self.rows);
         self.engine.group_plan()
@@ -354,9 +354,14 @@ impl Replica {
         self.engine.group_dummy(t);
     }
 
-    /// A dummy batch's duration under this rank's time model.
+    /// A dummy batch's duration under this rank's time model, but the routed experts' term.
     pub fn dummy_time(&self) -> u64 {
         self.engine.dummy_time()
+    }
+
+    /// The routed experts' term of a group step whose ranks' tokens sum to `gathered`.
+    pub fn experts_time(&self, gathered: u64) -> u64 {
+        self.engine.experts_time(gathered)
     }
 
     /// A request is running, waiting or swapped out.

@@ -170,11 +170,13 @@ impl AttnClass {
 
 /// The roofline's integer coefficients (`kvsim.model.timing.RooflineTimeModel`): a step of `T` tokens
 /// over `S` sequences lasts `fixed + seq·S + tok·T + max(dense_mem + dense_mem_tok·T, dense_flop·T) +
-/// max(moe_mem[min(T, len − 1)], moe_flop·T) + max(head_mem, head_flop·S) + Σ_class max(kv', flop)·Xd +
+/// max(moe_mem[min(N, len − 1)], moe_flop·N) + max(head_mem, head_flop·S) + Σ_class max(kv', flop)·Xd +
 /// max(prefill_kv·Xp, prefill_flop·Yp) + context·C + max(context_weight + context_gemm·C, context_flop·C)`
 /// picoseconds (`Xd` the keys read by sequences computing one token, `Xp`, `Yp` the keys and pairs of the
 /// others, `C` = `Xp − Tp` the keys they had cached, `Tp` their tokens in the step, the context terms
-/// only where `C > 0`; `kv'` is `kv`, or `mixed_kv` when some sequence prefills).
+/// only where `C > 0`; `kv'` is `kv`, or `mixed_kv` when some sequence prefills; `N` the tokens the routed
+/// experts compute, every DP rank's: a group's driver sums its ranks', a lone engine takes
+/// `moe_senders · T`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Roofline {
     pub fixed_ps: u64,
@@ -183,36 +185,62 @@ pub struct Roofline {
     pub dense_mem_ps: u64,
     pub dense_mem_tok_ps: u64,
     pub dense_flop_tok_ps: u64,
-    /// Picoseconds of the routed experts a batch of `T` tokens touches, by `T` (empty: no experts).
+    /// Picoseconds of the routed experts `N` tokens gathered touch, by `N` (empty: no experts).
     pub moe_mem_ps: Vec<u64>,
+    /// Picoseconds per token the routed experts compute (every DP rank's, gathered).
     pub moe_flop_tok_ps: u64,
     pub head_mem_ps: u64,
     pub head_flop_seq_ps: u64,
     pub attention: Vec<AttnClass>,
+    /// The DP ranks whose tokens a lone engine's experts compute, the others' batches taken as large as
+    /// its own (1 without DP ranks; at least 1, at most `MAX_MOE_SENDERS`).
+    pub moe_senders: u64,
 }
 
+/// The most DP ranks a lone engine's experts are taken to gather (`Roofline::moe_senders`).
+pub const MAX_MOE_SENDERS: u64 = 1 << 16;
+
 impl Roofline {
-    /// Everything but attention, exactly: every coefficient is at most `MAX_COEFFICIENT_PS` (2^40,
-    /// `validate`), so each product is below 2^104 and their sum fits 128 bits.
+    /// Everything but attention, exactly, for a lone engine (its experts compute `moe_senders · tokens`):
+    /// every coefficient is at most `MAX_COEFFICIENT_PS` (2^40, `validate`), so each product is below
+    /// 2^120 and their sum fits 128 bits.
     #[inline]
     pub fn base(&self, tokens: u64, seqs: u64) -> u128 {
+        let total = self.base_apart(tokens, seqs);
+        if self.moe_mem_ps.is_empty() {
+            return total; // (no experts: no product to form)
+        }
+        total + self.experts_ps(u128::from(tokens) * u128::from(self.moe_senders))
+    }
+
+    /// Everything but attention and the routed experts (a rank of a DP group: its driver adds the
+    /// experts' term for the ranks' tokens gathered).
+    #[inline]
+    pub fn base_apart(&self, tokens: u64, seqs: u64) -> u128 {
         let (t, s) = (u128::from(tokens), u128::from(seqs));
         let w = u128::from;
         let dense = (w(self.dense_mem_ps) + w(self.dense_mem_tok_ps) * t)
             .max(w(self.dense_flop_tok_ps) * t);
-        let mut total = w(self.fixed_ps)
+        w(self.fixed_ps)
             + w(self.seq_ps) * s
             + w(self.tok_ps) * t
             + dense
-            + w(self.head_mem_ps).max(w(self.head_flop_seq_ps) * s);
-        if let Some(&last) = self.moe_mem_ps.last() {
-            let mem = usize::try_from(tokens)
-                .ok()
-                .and_then(|i| self.moe_mem_ps.get(i).copied())
-                .unwrap_or(last);
-            total += w(mem).max(w(self.moe_flop_tok_ps) * t);
-        }
-        total
+            + w(self.head_mem_ps).max(w(self.head_flop_seq_ps) * s)
+    }
+
+    /// The routed experts' term for the `gathered` tokens they compute: `max(moe_mem[min(N, len − 1)],
+    /// moe_flop·N)`, 0 without experts (`gathered` below 2^80: 2^40 tokens of 2^16 senders, or a group's
+    /// ranks' sum).
+    #[inline]
+    pub fn experts_ps(&self, gathered: u128) -> u128 {
+        let Some(&last) = self.moe_mem_ps.last() else {
+            return 0;
+        };
+        let mem = usize::try_from(gathered)
+            .ok()
+            .and_then(|i| self.moe_mem_ps.get(i).copied())
+            .unwrap_or(last);
+        u128::from(mem).max(u128::from(self.moe_flop_tok_ps) * gathered)
     }
 
     /// A windowed class keeps the engine in full steps: a decoding sequence's keys stop growing at its
@@ -269,6 +297,12 @@ impl Roofline {
                     a.window
                 );
             }
+        }
+        if !(1..=MAX_MOE_SENDERS).contains(&self.moe_senders) {
+            invalid_arg!(
+                "roofline moe_senders {} must be in [1, {MAX_MOE_SENDERS}]",
+                self.moe_senders
+            );
         }
         if self.moe_mem_ps.is_empty() && self.moe_flop_tok_ps != 0 {
             invalid_arg!(

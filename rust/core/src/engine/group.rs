@@ -1,8 +1,9 @@
 //! A rank of a data-parallel group (DESIGN.md §Data-parallel groups): the engine's step split in two, so
 //! that the group's driver (`crate::cluster::dp`) can time every rank's step by the slowest: `group_plan`
-//! joins the rows due and schedules (the step's batch and its own duration), `group_commit` records the
-//! step with the group's duration; a rank with nothing to run takes `group_dummy` (its clock moves, its
-//! counters do not). The twin of `python/kvsim/reference/engine/group.py`.
+//! joins the rows due and schedules (the step's batch and its own duration but the experts' term, which
+//! the driver adds for the ranks' tokens gathered), `group_commit` records the step with the group's
+//! duration; a rank with nothing to run takes `group_dummy` (its clock moves, its counters do not). The
+//! twin of `python/kvsim/reference/engine/group.py`.
 
 use super::seq::join_arrived;
 use super::timing::AttnSums;
@@ -35,7 +36,8 @@ impl Engine<'_> {
 
     /// The group step's first half at the clock: the rows due join and the rank schedules, again while a
     /// schedule only rejects or preempts (no time passes, as in one engine). Returns the step's own
-    /// duration and batched tokens, or None when it scheduled nothing (a dummy batch).
+    /// duration but the routed experts' term (`step_time_apart`: the driver adds `experts_time` of the
+    /// ranks' tokens gathered) and its batched tokens, or None when it scheduled nothing (a dummy batch).
     pub(crate) fn group_plan(&mut self) -> Result<Option<(u64, u64)>> {
         loop {
             self.join_due();
@@ -52,7 +54,7 @@ impl Engine<'_> {
                 if self.log.is_some() {
                     self.log_schedule(0);
                 }
-                return Ok(Some(self.step_time()));
+                return Ok(Some(self.step_time_apart()));
             }
             if before == (self.num_rejected, self.out.counters.num_preemptions) {
                 return Err(KvError::Internal(format!(
@@ -76,7 +78,8 @@ impl Engine<'_> {
     }
 
     /// A dummy batch's duration under the time model: one sequence computing one token over one key
-    /// (vLLM's `execute_dummy_batch`, `_dummy_run(1)`), no swap.
+    /// (vLLM's `execute_dummy_batch`, `_dummy_run(1)`), no swap; the routed experts' term left to the
+    /// group's driver (`experts_time`: the rank's one token joins the gather).
     pub(crate) fn dummy_time(&self) -> u64 {
         match &self.cfg.time {
             TimeModel::Ticks { iteration_ps } => *iteration_ps,
@@ -101,7 +104,7 @@ impl Engine<'_> {
                         }
                     })
                     .collect();
-                r.time(1, 1, &sums)
+                r.time_apart(1, 1, &sums)
             }
         }
     }

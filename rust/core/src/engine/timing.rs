@@ -27,6 +27,15 @@ impl Roofline {
         u64::try_from(total).unwrap_or(u64::MAX)
     }
 
+    /// The same without the routed experts' term (a rank of a DP group: `Engine::step_time_apart`).
+    pub(super) fn time_apart(&self, tokens: u64, seqs: u64, sums: &[AttnSums]) -> u64 {
+        let mut total = self.base_apart(tokens, seqs);
+        for (a, x) in self.attention.iter().zip(sums) {
+            total = total.saturating_add(a.attention_ps(x));
+        }
+        u64::try_from(total).unwrap_or(u64::MAX)
+    }
+
     /// The same when every class reads the same keys and pairs (full attention only: lockstep).
     #[inline]
     pub(super) fn time_uniform(&self, tokens: u64, seqs: u64, x: &AttnSums) -> u64 {
@@ -89,6 +98,38 @@ impl Engine<'_> {
     /// terms it moved the ticks benchmark by +0.7 % (results/README.md, "Dense MLA's prefill path").
     #[inline(never)]
     fn roofline_step_time(&mut self, r: &Roofline) -> (u64, u64) {
+        let tokens = self.roofline_sums(r);
+        let dt = r.time(tokens, self.scheduled.len() as u64, &self.attn_sums);
+        (self.with_swap(dt), tokens)
+    }
+
+    /// A rank of a DP group's step (`group_plan`): `step_time` but the routed experts' term, which the
+    /// group's driver adds for every rank's tokens (`experts_time`); the batched tokens.
+    pub(super) fn step_time_apart(&mut self) -> (u64, u64) {
+        let cfg = self.cfg;
+        let TimeModel::Roofline(r) = &cfg.time else {
+            return self.step_time();
+        };
+        let tokens = self.roofline_sums(r);
+        let dt = r.time_apart(tokens, self.scheduled.len() as u64, &self.attn_sums);
+        (self.with_swap(dt), tokens)
+    }
+
+    /// The routed experts' term of a DP group's step whose ranks' tokens sum to `gathered` (every rank's
+    /// experts compute them all, vLLM's all-gather before each MoE layer), saturating; 0 but under the
+    /// roofline of a mixture-of-experts model.
+    pub(crate) fn experts_time(&self, gathered: u64) -> u64 {
+        match &self.cfg.time {
+            TimeModel::Roofline(r) => {
+                u64::try_from(r.experts_ps(u128::from(gathered))).unwrap_or(u64::MAX)
+            }
+            _ => 0,
+        }
+    }
+
+    /// The scheduled sequences' attention aggregates into `attn_sums`; the batched tokens.
+    #[inline]
+    fn roofline_sums(&mut self, r: &Roofline) -> u64 {
         let mut tokens = 0u64;
         self.attn_sums.clear();
         self.attn_sums
@@ -111,8 +152,7 @@ impl Engine<'_> {
                 }
             }
         }
-        let dt = r.time(tokens, self.scheduled.len() as u64, &self.attn_sums);
-        (self.with_swap(dt), tokens)
+        tokens
     }
 
     /// A lockstep step's duration under the roofline: the running sequences, each computing one token,

@@ -269,6 +269,7 @@ fn test_roofline() -> TimeModel {
         dense_flop_tok_ps: 20_000_000,
         moe_mem_ps: vec![0, 50_000_000, 90_000_000, 120_000_000],
         moe_flop_tok_ps: 5_000_000,
+        moe_senders: 1,
         head_mem_ps: 40_000_000,
         head_flop_seq_ps: 2_000_000,
         attention: vec![AttnClass {
