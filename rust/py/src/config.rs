@@ -161,7 +161,7 @@ fn kv_groups(k: &Knobs<'_, '_>) -> PyResult<Option<(Vec<GroupSpec>, u64, Option<
     Ok(Some((specs, sched, retention)))
 }
 
-/// The roofline's coefficients (`kvsim.model.timing.RooflineTimeModel.engine_kwargs`): a dict of
+/// The roofline's coefficients (`kvsim.model.roofline.RooflineTimeModel.engine_kwargs`): a dict of
 /// non-negative integers, `moe_mem_ps` a list of them and `attention` a list of (kind, window, kv_ps,
 /// flop_ps, mixed_kv_ps, prefill_flop_ps, context_ps, prefill_kv_ps, context_gemm_ps, context_flop_ps,
 /// context_weight_ps) tuples; checked into the core's `Roofline`.
