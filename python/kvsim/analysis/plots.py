@@ -419,9 +419,12 @@ def draw_timeseries(
 
 
 def timeseries(requests: int = 3_000, every: int = 20) -> tuple[dict[str, pl.DataFrame], int, str]:
-    """Time series of Orca (Max, Oracle) and vLLM on the Fig. 13a setup (`record_timeseries=every`);
-    returns them, the pool's capacity in tokens and the setup line."""
+    """Time series of Orca (Max, Oracle) and vLLM (`record_timeseries=every`) on the Fig. 13a experiment's
+    configuration (`fig13a-sharegpt`: OPT-13B, 12 GiB, buddy placement, vLLM v0's pool with kvsim's null
+    block beside it, Poisson 2 req/s), its first `requests` requests of seed 0 (the claims run 20,000 x 3
+    seeds); returns them, the pool's capacity in tokens and the setup line."""
     import kvsim
+    from kvsim.analysis.claims_model import OPT13B_PAPER
     from kvsim.analysis.sweep import DEFAULT_BASE
 
     rate = 2.0
@@ -431,29 +434,40 @@ def timeseries(requests: int = 3_000, every: int = 20) -> tuple[dict[str, pl.Dat
     out: dict[str, pl.DataFrame] = {}
     cfg = None
     for policy in ("orca-max", "orca-oracle", "vllm"):
-        cfg = kvsim.SimConfig(**DEFAULT_BASE, policy=policy, max_model_len=2048, enable_prefix_caching=False)
+        paper = {k: v for k, v in OPT13B_PAPER.items() if policy != "vllm" or k != "placement"}
+        cfg = kvsim.SimConfig(**{**DEFAULT_BASE, **paper}, policy=policy)
         result = kvsim.simulate(w, cfg, record_timeseries=every)
         if result.timeseries is None:
             raise InvalidArgumentError("simulate returned no time series")
         out[policy] = result.timeseries
     assert cfg is not None
+    # (usable blocks: vLLM v0's 983 of 12 GiB, as the claims' setup lines and `kvsim run`'s pool line give)
     setup = (
         f"{cfg.model} on {cfg.gpu} · {cfg.capacity_blocks:,} blocks × {cfg.block_size} tokens · "
-        f"sharegpt (Poisson {rate:g} req/s) · {requests:,} requests, seed 0"
+        f"sharegpt (Poisson {rate:g} req/s) · Fig. 13a's setup, its first {requests:,} requests, seed 0"
     )
     return out, cfg.capacity_tokens, setup
 
 
 def fig12_finding(res: Results, label: str) -> str:
-    """Knee rates (seed 0) and vLLM's ratio over each Orca baseline, from the rows drawn."""
-    f = res.frame.filter((pl.col("workload") == label) & (pl.col("seed") == 0))
-    knee = {r["policy"]: r["knee_rate"] for r in f.iter_rows(named=True)}
-    v = knee.get("vllm")
+    """vLLM's knee over each Orca baseline's, the claims' numbers (`claims_capacity.seed_ratios`: each seed's
+    ratio, their mean over the seeds), and the mean knees; the curves drawn are seed 0's."""
+    from kvsim.analysis.claims_capacity import seed_ratios
+
+    f = res.frame.filter(pl.col("workload") == label)
+    seeds = f["seed"].n_unique()
+
+    def knee(p: str) -> float | None:
+        ks = [k for k in f.filter(pl.col("policy") == p)["knee_rate"].to_list() if k is not None]
+        return sum(ks) / len(ks) if ks else None
+
+    v = knee("vllm")
     parts = [f"vLLM {v:.3g}" if v else "vLLM -"]
     for p in ("orca-oracle", "orca-pow2", "orca-max"):
-        k = knee.get(p)
-        parts.append(f"{POLICY_LABEL[p]} {k:.3g} ({v / k:.2f}x)" if k and v else f"{POLICY_LABEL[p]} -")
-    return "knee req/s at the SLO: " + ", ".join(parts)
+        k, ratios = knee(p), seed_ratios(res, label, p)
+        ratio = f" ({sum(ratios) / len(ratios):.2f}x)" if ratios else ""
+        parts.append(f"{POLICY_LABEL[p]} {k:.3g}{ratio}" if k else f"{POLICY_LABEL[p]} -")
+    return f"knee req/s at the SLO, mean of {seeds} seeds (ratio: mean of each seed's): " + ", ".join(parts)
 
 
 def draw_fig12(ax: Axes, res: Any, label: str) -> None:
