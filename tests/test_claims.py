@@ -30,6 +30,10 @@ def test_every_claim_has_a_row_with_a_verdict_and_a_command(report):
         assert f"| {c.id} |" in text
     ran = {c.id: c for c in report.claims if c.id in ("S-fragmentation", "S-memory-budget")}
     assert all(c.verdict != NOT_TESTABLE for c in ran.values())
+    # The memory budget's load is one that memory limits: throughput moves with the pool, not the rate.
+    budget = report.results["seed-memory-budget"]
+    _, thr = budget.series("throughput_rps", "num_blocks")
+    assert thr[-1] > 2 * thr[0]
     assert "python -m bench.sweep --name claims-seed-fragmentation" in ran["S-fragmentation"].command
     skipped = [c for c in report.claims if c.id.startswith("P-fig13")]
     assert skipped
@@ -171,3 +175,26 @@ def test_every_sweep_claims_command_sets_no_knob_the_cli_would_refuse():
             pytest.fail(f"{e.name}: {exc}")
         checked += 1
     assert checked >= 10
+
+
+def test_paired_ratios_divide_each_seed_by_its_own_base():
+    import polars as pl
+
+    from kvsim.analysis.claims_model import Experiment, Results, mean_ci
+
+    # Seed 1 is twice as fast at every block size: unpaired, block 128 would spread over 0.4x-1.6x of the
+    # mean; paired, each seed's ratio is 0.8 exactly.
+    rows = [
+        {"workload": "w", "seed": s, "block_size": b, "throughput_rps": (1 + s) * t, "requests": 10}
+        for s in (0, 1)
+        for b, t in ((16, 10.0), (64, 9.9), (128, 8.0))
+    ]
+    res = Results(Experiment("x", ["w"], {}, {}), pl.DataFrame(rows), None)
+    ratios = res.paired_ratios("throughput_rps", "block_size", 16, workload="w")
+    assert ratios[16] == [1.0, 1.0]
+    assert ratios[128] == pytest.approx([0.8, 0.8])
+    assert mean_ci(ratios[128]) == pytest.approx((0.8, 0.0))
+    assert mean_ci(ratios[64])[0] == pytest.approx(0.99)
+    m, ci = mean_ci([1.0, 3.0])
+    assert m == 2.0
+    assert ci == pytest.approx(12.706 * 1.0, rel=1e-3)

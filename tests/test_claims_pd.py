@@ -177,7 +177,9 @@ def test_the_module_reads_its_arguments(tmp_path, monkeypatch, capsys):
 def test_the_readmes_pd_sentence_is_the_committed_rows():
     """README's sentence on the `D-pd-*` claims quotes the goodput-per-GPU ratios of the committed rows
     (results/claims/pd-goodput.parquet, written by `python -m kvsim.analysis.claims_pd results`): the
-    Mooncake trace's tight and loose levels and ShareGPT's tight one, and says which way each goes."""
+    Mooncake trace's tight and loose levels and ShareGPT's tight one, says which way each goes, and its
+    caveats: the search range, the aggregated fleets' rise at the tight level, the fleets left out when
+    loose and what counting them would give."""
     import re
     from pathlib import Path
 
@@ -190,9 +192,72 @@ def test_the_readmes_pd_sentence_is_the_committed_rows():
     )
     assert m, "the README's P/D sentence"
     frame = pl.read_parquet(root / "results" / "claims" / "pd-goodput.parquet")
-    moon = [r["ratio"] for r in claims_pd.comparison(frame, "mooncake-conversation")]
-    share = [r["ratio"] for r in claims_pd.comparison(frame, "sharegpt")]
+    moon_levels = claims_pd.comparison(frame, "mooncake-conversation")
+    share_levels = claims_pd.comparison(frame, "sharegpt")
+    moon = [r["ratio"] for r in moon_levels]
+    share = [r["ratio"] for r in share_levels]
     assert len(moon) == len(share) == 5  # tight first, loose last (`level_index` order)
     assert moon[0] > 1 > moon[-1]
     assert max(share) < 1
     assert (f"{moon[0]:.1f}", f"{moon[-1]:.2f}", f"{share[0]:.2f}") == m.groups()
+    n = claims_pd.MAX_GPUS
+    assert (
+        f"every fleet of at most {n} GPUs (aggregated 1-{n} replicas, every split P:D with P + D <= {n})"
+        in text
+    )
+    rise = re.search(r"still rises (\d+) % from (\d+) to (\d+) GPUs \(the best split's has stopped\)", text)
+    assert rise, "the README's plateau caveat"
+    assert f"aggregated: still rising +{rise.group(1)}% from <= {rise.group(2)} to <= {rise.group(3)}" in (
+        claims_pd._plateau(moon_levels[0])
+    )
+    assert "split: stopped rising" in claims_pd._plateau(moon_levels[0])
+    out = re.search(r"(\d+) of (\d+) fleets on the Mooncake trace, (\d+) on ShareGPT, are left out", text)
+    assert out, "the README's left-out caveat"
+    assert (
+        len(moon_levels[-1]["left_out"]),
+        moon_levels[-1]["fleets"],
+        len(share_levels[-1]["left_out"]),
+    ) == (tuple(int(g) for g in out.groups()))
+    counted = claims_pd.comparison(
+        frame.with_columns(pl.lit(True).alias("sustained")), "mooncake-conversation"
+    )
+    assert counted[-1]["ratio"] > 1  # "with those short runs counted the splits would lead"
+
+
+def test_an_unsustained_knee_is_left_out_and_the_plateau_said():
+    """A knee from a run too short to count (`sustained` False) is not a fleet's best, and the note says so;
+    a family whose best still rises at the cap is said to (the search range was once three GPUs, and its
+    best was whatever the cap allowed)."""
+    knees = {(0, 1): 10.0, (0, 2): 21.0, (0, 3): 33.0, (1, 1): 30.0, (1, 2): 45.0}
+    frame = _frame(knees, knees, workloads=("sharegpt",))
+    # (0, 3) at 11/GPU beats (0, 1)'s 10/GPU by more than 5 %: aggregated still rising from <= 1 to 3 GPUs
+    levels = comparison(frame, "sharegpt")
+    assert levels[0]["aggregated"] == ((0, 3), 11.0)
+    assert levels[0]["max_gpus"] == 3
+    assert "aggregated: still rising +10% from <= 1 to <= 3 GPUs" in claims_pd._plateau(levels[0])
+    assert "split: stopped rising" not in claims_pd._plateau(levels[0])  # (1, 2) 15/GPU vs nothing <= 1
+    short = frame.with_columns(
+        pl.when((pl.col("prefill") == 0) & (pl.col("decode") == 3))
+        .then(False)
+        .otherwise(True)
+        .alias("sustained")
+    )
+    levels = comparison(short, "sharegpt")
+    assert levels[0]["aggregated"] == ((0, 2), 10.5)
+    assert levels[0]["left_out"] == [(0, 3)]
+    assert "aggregated: 1 fleet(s) left out" in claims_pd._plateau(levels[0])
+    e = pd_experiments()[0]
+    c = next(c for c in pd_claims({e.name: PdResults(e, short, None)}) if c.id == "D-pd-sharegpt-tight")
+    assert c.ours == (
+        "1.43x (1P:1D 15 req/s/GPU vs 2 aggregated 10.5 req/s/GPU); sustained knees only: 1 of 5 fleets left out"
+    )
+    assert "left out at this level" in c.note
+    assert "3 aggregated" in c.note
+    assert f"fleets of at most {claims_pd.MAX_GPUS} GPUs searched" in c.claim
+
+
+def test_the_fleets_are_every_fleet_up_to_the_cap():
+    n = claims_pd.MAX_GPUS
+    assert len(set(claims_pd.FLEETS)) == len(claims_pd.FLEETS) == n + n * (n - 1) // 2
+    assert max(p + d for p, d in claims_pd.FLEETS) == n
+    assert {(0, d) for d in range(1, n + 1)} <= set(claims_pd.FLEETS)

@@ -171,3 +171,43 @@ def test_the_ceiling_leaves_out_the_prompts_max_model_len_refuses():
     assert mooncake_ceiling(w) == pytest.approx((48 + 80) / (64 + 100 + 48 + 90))
     r = kvsim.simulate(w, kvsim.SimConfig(num_blocks=7, block_size=16, max_model_len=96))
     assert r.summary["rejected"] == admitted(w, 6, max_model_len=96).count(False) == 1
+
+
+@needs_rows
+def test_the_readmes_tier_sentence_is_the_committed_rows():
+    """README's tier paragraph quotes what a realistic tier (2^21 tokens, 256 GiB of Llama-3.1-8B's KV) reaches
+    on the committed rows, beside the sizes the ceiling takes in bytes (the claims once gave tokens only)."""
+    import re
+
+    from kvsim.analysis.claims_tier import POOLS, REALISTIC_TIER_TOKENS, TIME_SCALE, hit_rate, tier_label
+
+    root = Path(__file__).resolve().parents[1]
+    text = " ".join((root / "README.md").read_text().split())
+    assert tier_label(REALISTIC_TIER_TOKENS) == "2^21 tokens (256 GiB)"
+    assert tier_label(2**24) == "2^24 tokens (2 TiB)"
+    assert tier_label(2**26) == "2^26 tokens (8 TiB)"
+    m = re.search(
+        r"A tier of that share, 2\^21 tokens \(256 GiB\), reaches ([\d.]+)-([\d.]+) % on the conversation trace "
+        r"\((\d+)-(\d+) % of its ceiling, by GPU pool\) and ([\d.]+)-([\d.]+) % on the synthetic one \((\d+) %\), "
+        r"and cuts mean TTFT less \(([\d.]+) s to ([\d.]+) s on vLLM's pool on the conversation trace, ([\d.]+) s "
+        r"with 8 TiB\)",
+        text,
+    )
+    assert m, "the README's tier sentence"
+    res = tier_results()
+    chunks = REALISTIC_TIER_TOKENS // 16
+    claims = {c.id: c for c in tier_claims({"tier-mooncake": res, "tier-fleet-mooncake": _fleet()}, 1.0)}
+    for trace, (lo, hi) in (("mooncake-conversation", (1, 2)), ("mooncake-synthetic", (5, 6))):
+        label = f"{trace}:time_scale={TIME_SCALE}"
+        rates = sorted(
+            hit_rate(res, workload=label, num_blocks=p, kv_offloading_chunks=chunks) for p in POOLS
+        )
+        assert (f"{100 * rates[0]:.1f}", f"{100 * rates[1]:.1f}") == (m.group(lo), m.group(hi))
+        shares = re.findall(r"\((\d+)%\)", claims[f"C-tier-{trace}"].ours)
+        if trace == "mooncake-conversation":
+            assert sorted(shares) == [m.group(3), m.group(4)]
+        else:
+            assert set(shares) == {m.group(7)}
+    vllm = {"workload": f"mooncake-conversation:time_scale={TIME_SCALE}", "num_blocks": POOLS[1]}
+    ttft = [res.get("ttft_s_mean", **vllm, kv_offloading_chunks=c)[0] for c in (0, chunks, 2**26 // 16)]
+    assert [f"{t:.3g}" for t in ttft] == [m.group(8), m.group(9), m.group(10)]

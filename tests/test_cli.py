@@ -306,3 +306,19 @@ def test_a_plan_probe_past_the_clock_says_to_search_higher_rates(capsys):
     # --smallest refuses --start-rate and --min-rate: its rate is --rate's
     line = _one_error(capsys, [*argv, "--smallest", "num_blocks", "--rate", "1e-290"])
     assert line.endswith("give a higher --rate"), line
+
+
+def test_python_dash_m_kvsim_runs_the_cli():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import kvsim
+
+    env = {**os.environ, "PYTHONPATH": str(Path(kvsim.__file__).parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-m", "kvsim", "--help"], capture_output=True, text=True, env=env, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: kvsim")

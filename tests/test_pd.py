@@ -349,8 +349,8 @@ def test_kvsim_run_prints_the_split(capsys, backend):
     assert [line.split()[0] for line in section[2:6]] == ["prefill", "prefill", "transfer", "decode"]
     assert section[6].lstrip().startswith("transfers: ")
     assert "link utilisation" in section[6]
-    assert "pool utilisation (busy / makespan): prefill" in section[7]
-    assert "pool imbalance (busier / idler utilisation): " in section[8]
+    assert "busy time (busy / makespan): prefill replicas" in section[7]
+    assert "busy imbalance (busier / idler side): " in section[8]
     assert main([*argv, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     pd = data["fleet"]["disaggregation"]

@@ -232,3 +232,44 @@ def test_the_readme_hybrid_fleet_sentence_is_its_runs(capsys):
         args[args.index("--router") + 1] = router
         assert main(args) == 0
         assert re.search(rf"prefix hit rate\s+{re.escape(rate)}", capsys.readouterr().out), router
+
+
+def test_the_readmes_verdict_summary_is_claims_md():
+    """README's summary of the claims' verdicts (its counts, the DIFFERS claims by id, Fig. 13's batch sizes
+    and the Fig. 12 knees it explains them with) is what results/claims.md, written by `python -m
+    bench.sweep`, says: a count must not outlive the run that made it (the README once gave none)."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    claims = (ROOT / "results" / "claims.md").read_text()
+    total = re.search(r"\*\*(\d+) claims: (\d+) CONFIRMED, (\d+) DIFFERS, (\d+) NOT TESTABLE\.\*\*", claims)
+    assert total, "claims.md's summary line"
+    m = re.search(
+        r"Of its (\d+) claims (\d+) are CONFIRMED, (\d+) DIFFER and (\d+) are NOT TESTABLE \([^)]*\)\. The DIFFERS "
+        r"claims: ((?:`[A-Za-z0-9.-]+`,? ?)+)\.",
+        text,
+    )
+    assert m, "the README's verdict summary"
+    assert m.groups()[:4] == total.groups()
+    rows = dict(re.findall(r"^\| ([A-Za-z0-9.-]+) \|.*\| \*\*([A-Z ]+)\*\* \|$", claims, re.M))
+    differs = {k for k, v in rows.items() if v == "DIFFERS"}
+    assert set(re.findall(r"`([A-Za-z0-9.-]+)`", m.group(5))) == differs
+    assert len(differs) == int(total.group(3))
+
+    def ours(cid: str) -> str:
+        row = next(line for line in claims.splitlines() if line.startswith(f"| {cid} |"))
+        return row.split(" | ")[4].split()[0]
+
+    fig13 = re.search(
+        r"vLLM batches ([\d.]+) requests at once against the paper's 30\.42 on ShareGPT and ([\d.]+) against "
+        r"its 132\.44 on Alpaca",
+        text,
+    )
+    assert fig13, "the README's Fig. 13 sentence"
+    assert fig13.groups() == (ours("P-fig13a-sharegpt-vllm"), ours("P-fig13b-alpaca-vllm"))
+    knees = re.search(r"its Fig\. 12 knees, ([\d.]+) and ([\d.]+) req/s", text)
+    assert knees, "the README's Fig. 12 knees"
+    for ds, knee in zip(("sharegpt", "alpaca"), knees.groups(), strict=True):
+        assert f"**P-fig12-{ds}-orca-oracle** (" in claims
+        note = claims.split(f"**P-fig12-{ds}-orca-oracle** (", 1)[1].split("\n", 1)[0]
+        assert f"vLLM {knee}," in note
+    assert float(knees.group(1)) > 2 * 2.0
+    assert float(knees.group(2)) > 2 * 30.0

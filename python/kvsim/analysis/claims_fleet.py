@@ -30,7 +30,10 @@ FLEET_SIZES = (4, 8)
 # The fleet's total KV memory: four H100-80GB pools of Llama-3.1-8B as vLLM 0.33.0 sizes them (usable blocks
 # of 16 tokens at its default utilisation 0.92, vllm serve's batch limits on an H100), rounded down to a
 # multiple of every fleet size so that it splits evenly over the replicas.
-TOTAL_BLOCKS = 4 * SimConfig(model="llama-3.1-8b", gpu="h100-80gb").capacity_blocks // 8 * 8
+H100_POOL = SimConfig(
+    model="llama-3.1-8b", gpu="h100-80gb"
+)  # `kvsim run`'s 28,140 blocks, the null one counted
+TOTAL_BLOCKS = 4 * H100_POOL.capacity_blocks // 8 * 8
 MARGIN = 0.01  # prefix-affinity must beat round-robin's hit rate by at least one point
 
 
@@ -50,9 +53,12 @@ def fleet_experiments() -> list[Experiment]:
             },
             requests=20_000,
             seeds=1,
-            why=f"{n} replicas of Llama-3.1-8B (roofline time on an H100 each) sharing {TOTAL_BLOCKS:,} blocks "
-            f"of 16 tokens (four H100s' pools), {TOTAL_BLOCKS // n:,} each; the whole trace by timestamp; "
-            "routers with exact views",
+            why=f"{n} replicas of Llama-3.1-8B (roofline time on an H100 each) sharing {TOTAL_BLOCKS:,} usable "
+            f"blocks of 16 tokens (four H100s' pools of {H100_POOL.capacity_blocks:,} usable blocks, "
+            f"{H100_POOL.num_blocks:,} with the null block as `kvsim run` prints, less "
+            f"{4 * H100_POOL.capacity_blocks - TOTAL_BLOCKS} so that 8 replicas split it evenly), "
+            f"{TOTAL_BLOCKS // n:,} usable each ({TOTAL_BLOCKS // n + 1:,} with its null block); the whole trace "
+            "by timestamp; routers with exact views",
         )
         for n in FLEET_SIZES
     ]

@@ -196,6 +196,30 @@ class Results:
         sel = sel.sort(by)
         return sel[by].to_list(), [float(x) for x in sel[f"{metric}_mean"]]
 
+    def paired_ratios(self, metric: str, by: str, base: Any, **where: Any) -> dict[Any, list[float]]:
+        """Per value of `by` (sorted): `metric` over `metric` at `by == base`, seed by seed (a paired
+        comparison: each seed's workload against itself), over the rows matching `where`."""
+        sel = self.frame
+        for k, v in where.items():
+            sel = sel.filter(pl.col(k) == v)
+        ref = {int(r["seed"]): float(r[metric]) for r in sel.filter(pl.col(by) == base).iter_rows(named=True)}
+        out: dict[Any, list[float]] = {}
+        for r in sel.sort(by, "seed").iter_rows(named=True):
+            out.setdefault(r[by], []).append(float(r[metric]) / ref[int(r["seed"])])
+        return out
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, 95 % t-interval half-width; 0 for one value) of `values`."""
+    from kvsim.analysis.sweep_stats import t_quantile_975
+
+    n = len(values)
+    m = sum(values) / n
+    if n < 2:
+        return m, 0.0
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+    return m, t_quantile_975(n - 1) * sd / math.sqrt(n)
+
 
 def _held_blocks() -> pl.Expr:
     """Time-averaged blocks physically held = allocated tokens / block size."""

@@ -12,11 +12,17 @@ under loose SLOs (where the aggregated fleet uses every GPU for both phases).
 
 The experiment (`PdExperiment`): for each workload, the *base* latencies are measured first, on one
 aggregated replica at 1/64 of the workload's own rate (nearly unloaded for Poisson arrivals; a trace's
-bursts of requests sharing a timestamp keep their size at any rate): TTFT p99 and TPOT p50. Each
+bursts of requests sharing a timestamp keep their size at any rate): TTFT p90 and TPOT p50. Each
 SLO level bounds a request's TTFT and TPOT by multiples of them (`LEVELS`). For every fleet of `FLEETS`
-(aggregated 1-4 replicas, every split of at most 4 GPUs) and every level, `kvsim.plan` finds the highest
-rate at which `goodput_fraction >= 0.9` (the knee, to 5 %); goodput per GPU is that knee over the
-fleet's GPUs. Each family's best fleet is compared level by level (`best_per_gpu`). Probes repeat across
+(every fleet of at most `MAX_GPUS` = 10 GPUs: aggregated 1-10 replicas, every split P:D with P + D <= 10)
+and every level, `kvsim.plan` finds the highest rate at which `goodput_fraction >= 0.9` (the knee, to
+5 %); goodput per GPU is that knee over the fleet's GPUs. Each family's best fleet is compared level by
+level (`best_per_gpu`), over the *sustained* knees only: a knee whose run lasts less than `SUSTAINED` x a
+request's latency bound is a burst that drains before its bounds bite (the runs hold a fixed number of
+requests, so a large fleet's high rate makes a short run), and is left out. Each claim says whether each
+family's best has stopped rising: the best of the fleets of at most 10 GPUs against those of at most 8
+(`PLATEAU_STEP`), within the knees' precision or not. One seed; the workloads' first requests only
+(`WORKLOADS`: ShareGPT-like 5,000, the Mooncake conversation trace's first 1,000). Probes repeat across
 levels (every level's search starts at the same rates), so one fleet's simulations are cached by rate.
 
 Run: `python -m kvsim.analysis.claims_pd [RESULTS]` writes `RESULTS/claims/pd-goodput.parquet` (one row per
@@ -59,7 +65,16 @@ LEVELS: tuple[tuple[str, float, float], ...] = (
     ("loose", 10.0, 5.0),
 )
 ATTAINMENT = 0.9  # DistServe's SLO attainment goal
-FLEETS: tuple[tuple[int, int], ...] = ((0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (2, 1))
+# The fleets searched: every fleet of at most MAX_GPUS GPUs (TP 1: a GPU a replica), aggregated 1 to MAX_GPUS
+# replicas and every split P:D with P + D <= MAX_GPUS. Goodput per GPU rises with a fleet's size (burst
+# absorption, statistical multiplexing), so a smaller cap (it was 3 GPUs) made the "best" fleet of each
+# family whatever the cap allowed; each claim says whether its best has stopped rising (PLATEAU_STEP).
+MAX_GPUS = 10
+FLEETS: tuple[tuple[int, int], ...] = tuple(
+    [(0, d) for d in range(1, MAX_GPUS + 1)]
+    + [(p, n - p) for n in range(2, MAX_GPUS + 1) for p in range(1, n)]
+)
+PLATEAU_STEP = 2  # the best of fleets <= MAX_GPUS against the best of fleets <= MAX_GPUS - PLATEAU_STEP
 PRECISION = 0.05
 WIDTH = 2  # probes per round: the answer depends on the probe points, so it is fixed
 BASE_RATE_DIVISOR = 64.0
@@ -90,12 +105,14 @@ def pd_experiments() -> list[PdExperiment]:
             seeds=1,
             scalable=False,
             why=f"{MODEL} on {GPU} (TP 1, router round-robin in both pools, every request disaggregated, "
-            "50 GB/s link): knee (kvsim.plan, 5 %) of goodput_fraction >= 0.9 for each fleet "
-            f"{', '.join(f'{p}:{d}' for p, d in FLEETS)} (prefill:decode; 0: aggregated) at each SLO level "
+            "50 GB/s link): knee (kvsim.plan, 5 %) of goodput_fraction >= 0.9 for every fleet of at most "
+            f"{MAX_GPUS} GPUs (aggregated 1-{MAX_GPUS} replicas, every prefill:decode split P:D with P + D <= "
+            f"{MAX_GPUS}; {len(FLEETS)} fleets) at each SLO level "
             f"{', '.join(f'{n} (TTFT x{a:g}, TPOT x{b:g})' for n, a, b in LEVELS)} of the base latencies (one "
             "aggregated replica at 1/64 of the rate: nearly unloaded for Poisson arrivals; a trace's bursts of "
-            "simultaneous requests keep their size at any rate); "
-            f"requests: {', '.join(f'{w} {n}' for w, n in WORKLOADS.items())}",
+            "simultaneous requests keep their size at any rate); knees from runs shorter than "
+            f"{SUSTAINED:g}x a request's latency bound left out; one seed; requests (each workload's first): "
+            f"{', '.join(f'{w} {n:,}' for w, n in WORKLOADS.items())}",
         )
     ]
 
@@ -253,17 +270,64 @@ def read_pd(e: Experiment, results_dir: Path) -> PdResults:
 
 def comparison(frame: pl.DataFrame, workload: str) -> list[dict[str, Any]]:
     """Per level (in `level_index` order): the best aggregated fleet and the best split by goodput per GPU,
-    and their ratio (`best_per_gpu`)."""
+    and their ratio (`best_per_gpu`), over the sustained knees (a row without a `sustained` column counts
+    as sustained); `left_out`, the fleets whose knee was not sustained; `plateau`, per family: (its best
+    among fleets of at most `MAX_GPUS - PLATEAU_STEP` GPUs, its best among all, the most GPUs of a fleet
+    with a sustained knee), each best a (fleet, per GPU) or None."""
     f = frame.filter(pl.col("workload") == workload)
     out: list[dict[str, Any]] = []
     for idx in sorted(set(f["level_index"].to_list())):
         g = f.filter(pl.col("level_index") == idx)
-        knees = {(r["prefill"], r["decode"]): r["knee_rate"] for r in g.iter_rows(named=True)}
         tp = max(1, int(g["gpus"][0]) // (int(g["prefill"][0]) + int(g["decode"][0])))
+        knees: dict[tuple[int, int], float | None] = {}
+        left_out: list[tuple[int, int]] = []
+        for r in g.iter_rows(named=True):
+            fleet = (r["prefill"], r["decode"])
+            if r["knee_rate"] is not None and not r.get("sustained", True):
+                left_out.append(fleet)
+                knees[fleet] = None
+            else:
+                knees[fleet] = r["knee_rate"]
         best = best_per_gpu(knees, tp)
+        cap = max(p + d for p, d in knees) * tp
+        below = best_per_gpu({k: v for k, v in knees.items() if (k[0] + k[1]) * tp <= cap - PLATEAU_STEP}, tp)
+        plateau: dict[str, tuple[Any, Any, int]] = {}
+        for key, family in (("aggregated", lambda k: k[0] == 0), ("disaggregated", lambda k: k[0] > 0)):
+            sized = [(p + d) * tp for (p, d), v in knees.items() if v is not None and family((p, d))]
+            plateau[key] = (below[key], best[key], max(sized, default=0))
         out.append({"level": g["level"][0], "level_index": idx, "tpot_slo_ms": g["tpot_slo_ms"][0],
-                    "ttft_slo_ms": g["ttft_slo_ms"][0], **best})  # fmt: skip
+                    "ttft_slo_ms": g["ttft_slo_ms"][0], **best, "left_out": left_out, "plateau": plateau,
+                    "max_gpus": cap, "fleets": len(knees)})  # fmt: skip
     return out
+
+
+def _plateau(lv: Mapping[str, Any]) -> str:
+    """Whether each family's best per GPU stopped rising at the search's cap, in words."""
+    cap = lv["max_gpus"]
+    parts = []
+    for key, name in (("aggregated", "aggregated"), ("disaggregated", "split")):
+        below, best, most = lv["plateau"][key]
+        if best is None:
+            continue
+        out = [f for f in lv["left_out"] if (f[0] > 0) == (key == "disaggregated")]
+        if out:
+            parts.append(
+                f"{name}: {len(out)} fleet(s) left out (runs too short: the rate outruns the requests; "
+                f"sustained knees up to {most} GPUs), so whether its best keeps rising is not tested"
+            )
+        elif below is None or best[1] > below[1] * (1 + WIN_MARGIN):
+            rise = "" if below is None else f" +{best[1] / below[1] - 1:.0%}"
+            parts.append(f"{name}: still rising{rise} from <= {cap - PLATEAU_STEP} to <= {cap} GPUs")
+        else:
+            parts.append(
+                f"{name}: stopped rising (<= {cap} GPUs within {WIN_MARGIN:.0%} of <= {cap - PLATEAU_STEP})"
+            )
+    return "; ".join(parts)
+
+
+def _name(fleet: tuple[int, int]) -> str:
+    p, d = fleet
+    return f"{d} aggregated" if p == 0 else f"{p}P:{d}D"
 
 
 def _fleet(best: tuple[tuple[int, int], float] | None) -> str:
@@ -282,16 +346,21 @@ def pd_claims(results: Mapping[str, Results], scale: float = 1.0) -> list[Claim]
         for w in e.workloads:
             label = WORKLOAD_LABEL[w]
             source = "DistServe (Zhong et al., OSDI 2024); Splitwise (Patel et al., ISCA 2024); issue 28"
+            scope = (
+                f" (fleets of at most {MAX_GPUS} GPUs searched: aggregated 1-{MAX_GPUS} replicas, every "
+                f"split P:D with P + D <= {MAX_GPUS}; one seed, the {'trace' if 'mooncake' in w else 'workload'}'s "
+                f"first {e.counts[w]:,} requests)"
+            )
             for kind in ("tight", "loose"):
                 cid = f"D-pd-{w.split('-')[0]}-{kind}"
                 if kind == "tight":
                     claim = (f"{label}, {MODEL} on {GPU}: under a tight TPOT SLO the best disaggregated split "
-                             "serves more goodput per GPU than the best aggregated fleet")  # fmt: skip
+                             "serves more goodput per GPU than the best aggregated fleet" + scope)  # fmt: skip
                     value = "disaggregated > aggregated (DistServe: up to 7.4x goodput)"
                     tol = f"ratio > {1 + WIN_MARGIN:g} at the tightest TPOT level"
                 else:
                     claim = (f"{label}, {MODEL} on {GPU}: under loose SLOs disaggregation does not win "
-                             "(the aggregated fleet's goodput per GPU is at least as high)")  # fmt: skip
+                             "(the aggregated fleet's goodput per GPU is at least as high)" + scope)  # fmt: skip
                     value = "disaggregated <= aggregated"
                     tol = f"ratio <= {1 + WIN_MARGIN:g} at the loosest level"
                 if res is None or res.error or not res.frame.height:
@@ -311,6 +380,8 @@ def pd_claims(results: Mapping[str, Results], scale: float = 1.0) -> list[Claim]
                     continue
                 ok = ratio > 1 + WIN_MARGIN if kind == "tight" else ratio <= 1 + WIN_MARGIN
                 ours = f"{ratio:.2f}x ({_fleet(lv['disaggregated'])} vs {_fleet(lv['aggregated'])})"
+                if lv["left_out"]:
+                    ours += f"; sustained knees only: {len(lv['left_out'])} of {lv['fleets']} fleets left out"
                 trend = ", ".join(
                     f"{x['level']} {x['ratio']:.2f}x" if x["ratio"] is not None else f"{x['level']} -"
                     for x in levels
@@ -319,49 +390,56 @@ def pd_claims(results: Mapping[str, Results], scale: float = 1.0) -> list[Claim]
                 bad = int(g["violations"].sum())
                 note = (
                     f"SLO {lv['level']}: TTFT <= {lv['ttft_slo_ms']:.4g} ms, TPOT <= {lv['tpot_slo_ms']:.4g} ms "
-                    f"for {ATTAINMENT:.0%} of requests; disaggregated / aggregated goodput per GPU by level: "
-                    f"{trend}; " + ("searches monotone" if bad == 0 else f"{bad} non-monotone probe pairs")
+                    f"for {ATTAINMENT:.0%} of requests; {_plateau(lv)}; disaggregated / aggregated goodput per "
+                    f"GPU by level: {trend}; "
+                    + ("searches monotone" if bad == 0 else f"{bad} non-monotone probe pairs")
                 )
+                if lv["left_out"]:
+                    note += (
+                        f"; left out at this level, knees from runs shorter than {SUSTAINED:g}x a request's "
+                        f"latency bound: {', '.join(_name(f) for f in lv['left_out'])}"
+                    )
                 # Fleets with no knee at this level: every probe failed, even the least rate (a trace's
                 # bursts keep their size at any rate: the base run is not unloaded for them).
                 floor = g.filter((pl.col("level") == lv["level"]) & pl.col("knee_rate").is_null())
                 if floor.height:
                     names = [
-                        f"{d} aggregated" if p == 0 else f"{p}P:{d}D"
+                        _name((p, d))
                         for p, d in zip(floor["prefill"].to_list(), floor["decode"].to_list(), strict=True)
                     ]
                     note += f"; no knee at this level (every probe failed) for {', '.join(names)}"
-                unsustained = int(g.filter(~pl.col("sustained") & pl.col("knee_rate").is_not_null()).height)
-                if unsustained:
-                    note += (
-                        f"; {unsustained} knee(s) from runs shorter than {SUSTAINED:g}x a request's bounds"
-                    )
                 if not ok:
-                    note += "; " + _why_differs(kind, g.filter(pl.col("level") == lv["level"]))
+                    note += "; " + _why_differs(kind, g.filter(pl.col("level") == lv["level"]), lv)
                 out.append(
                     Claim(cid, claim, source, value, ours, tol, CONFIRMED if ok else DIFFERS, cmd, note)
                 )
     return out
 
 
-def _why_differs(kind: str, level_rows: pl.DataFrame) -> str:
+def _why_differs(kind: str, level_rows: pl.DataFrame, lv: Mapping[str, Any]) -> str:
     """Why kvsim disagrees, with the level's own knees: one aggregated replica against 1 prefill : 1
-    decode (the decode replica freed of prefills), and how busy that prefill replica is at its knee."""
+    decode (the decode replica freed of prefills), and how busy the best split's prefill replicas are at
+    its knee."""
     rows = {(r["prefill"], r["decode"]): r for r in level_rows.iter_rows(named=True)}
     one, pair = rows.get((0, 1), {}).get("knee_rate"), rows.get((1, 1), {}).get("knee_rate")
-    util = rows.get((1, 1), {}).get("prefill_utilization_at_knee")
     seen = (
         f"one aggregated replica's knee {one:.3g} req/s, 1P:1D's {pair:.3g} req/s"
         if one is not None and pair is not None
         else "knees missing for 1 or 1P:1D"
     )
-    busy = f" (busy {util:.0%} of the time at 1P:1D's knee)" if util is not None else ""
+    best = lv.get("disaggregated")
+    util = None if best is None else rows.get(best[0], {}).get("prefill_utilization_at_knee")
+    busy = (
+        f"; the best split's prefill replicas are busy {util:.0%} of the time at {_name(best[0])}'s knee"
+        if best and util is not None
+        else ""
+    )
     if kind == "tight":
         return (
-            f"at this level {seen}: freeing a decode replica of prefills gains less than the GPU the "
-            f"prefill replica costs, and the prefill replica sits mostly idle{busy}; with chunked prefill "
-            "an aggregated decode step slows only by its prefill tokens' compute, small for these short "
-            "prompts. DistServe's vLLM baseline (2024) ran whole prefills between decode steps"
+            f"at this level {seen}: freeing decode replicas of prefills gains less than the GPUs the "
+            f"prefill replicas cost{busy}; with chunked prefill an aggregated decode step slows only by its "
+            "prefill tokens' compute, small for these short prompts. DistServe's vLLM baseline (2024) ran "
+            "whole prefills between decode steps"
         )
     return (
         f"at this level {seen}: the split's decode pool sustains more per GPU than an aggregated replica "
@@ -398,6 +476,7 @@ __all__ = [
     "ATTAINMENT",
     "FLEETS",
     "LEVELS",
+    "MAX_GPUS",
     "CachedProbe",
     "FleetRuns",
     "PdExperiment",

@@ -461,7 +461,10 @@ def _setup(workload: Any, config: Any, rate: float | None = None, pool: bool = T
         name = getattr(model, "name", model)
         parts.append(f"{name} on {getattr(gpu, 'name', gpu)}" if gpu is not None else str(name))
     if hasattr(config, "capacity_blocks") and each is not None:
-        blocks = f"{config.capacity_blocks:,} blocks × " if pool else "blocks of "
+        # (the pool's blocks as `kvsim run`'s pool line counts them, the null block included)
+        blocks = (
+            f"{getattr(config, 'num_blocks', config.capacity_blocks):,} blocks × " if pool else "blocks of "
+        )
         parts.append(f"{blocks}{config.block_size} tokens, {config.policy}{each}")
     if fleet is not None:
         parts.append(fleet)

@@ -32,7 +32,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from kvsim.analysis.claims import experiments
-from kvsim.analysis.claims_model import PAPER_FIG2, PAPER_FIG13, POLICY_LABEL, Results
+from kvsim.analysis.claims_model import PAPER_FIG2, PAPER_FIG13, POLICY_LABEL, Results, mean_ci
 from kvsim.analysis.claims_seed import checked_ceiling
 from kvsim.analysis.plots_common import (
     COLORS,
@@ -87,11 +87,16 @@ def block_size_finding(res: Results) -> str:
 def block_size_paper_finding(res: Results) -> str:
     out = []
     for label in sorted(set(res.frame["workload"].to_list())):
-        sizes, thr, _ = series(res, "throughput_rps", "block_size", workload=label)
-        base = thr[sizes.index(16)]
-        lo, hi = min(thr) / base, max(thr) / base
-        out.append(f"{label.split(':')[0]} {lo:.2f}x-{hi:.2f}x (block {sizes[thr.index(max(thr))]} best)")
-    return "throughput relative to block 16: " + ", ".join(out)
+        ratios = {
+            b: mean_ci(v)[0]
+            for b, v in res.paired_ratios("throughput_rps", "block_size", 16, workload=label).items()
+        }
+        best = max(ratios, key=lambda b: ratios[b])
+        out.append(
+            f"{label.split(':')[0]} {min(ratios.values()):.2f}x-{max(ratios.values()):.2f}x "
+            f"(64: {ratios[64]:.3f}x, 128: {ratios[128]:.3f}x; block {best} best)"
+        )
+    return "throughput over block 16, per seed: " + ", ".join(out)
 
 
 def prefix_sharing_findings(res: Results) -> tuple[str, str, str]:
@@ -113,7 +118,7 @@ def memory_budget_findings(res: Results) -> tuple[str, str]:
     _, p99, _ = series(res, "e2e_s_p99", "num_blocks")
     span = f"{blocks[0] - 1:,} → {blocks[-1] - 1:,} blocks"
     return (
-        f"{span}: throughput {_change(thr[0], thr[-1])} ({thr[0]:.3g} → {thr[-1]:.3g} req/s)",
+        f"{span}: throughput {_change(thr[0], thr[-1])} ({thr[0]:,.4g} → {thr[-1]:,.4g} req/s)",
         f"{span}: P99 latency {_change(p99[0], p99[-1])} ({p99[0]:.3g} → {p99[-1]:.3g} s)",
     )
 
@@ -227,18 +232,24 @@ def draw_block_size(ax: Axes, res: Results) -> None:
 
 
 def draw_block_size_paper(ax: Axes, res: Results) -> None:
-    """Saturation throughput against block size for ShareGPT and Alpaca, relative to block 16."""
-    title = "Block size vs saturation throughput"
+    """Saturation throughput against block size for ShareGPT and Alpaca, each seed's over its own block 16
+    (paired: the same requests), mean ± 95 % t-interval of the ratios and each seed's ratio."""
+    title = "Block size vs saturation throughput (paired per seed)"
     if why := _missing(res):
         _empty(ax, title, why)
         return
     for label in sorted(set(res.frame["workload"].to_list())):
-        sizes, thr, ci = series(res, "throughput_rps", "block_size", workload=label)
-        base = thr[sizes.index(16)]
-        ax.errorbar(sizes, [t / base for t in thr], yerr=[c / base for c in ci], fmt="o-", capsize=3,
-                    label=label.split(":")[0])  # fmt: skip
+        ratios = res.paired_ratios("throughput_rps", "block_size", 16, workload=label)
+        sizes = list(ratios)
+        stats = [mean_ci(ratios[b]) for b in sizes]
+        line = ax.errorbar(sizes, [m for m, _ in stats], yerr=[c for _, c in stats], fmt="o-", capsize=3,
+                           label=f"{label.split(':')[0]} (mean ± 95 % CI)")  # fmt: skip
+        xs = [b for b in sizes for _ in ratios[b]]
+        ys = [r for b in sizes for r in ratios[b]]
+        ax.scatter(xs, ys, s=10, alpha=0.5, color=line[0].get_color(), zorder=3)
+    ax.scatter([], [], s=10, alpha=0.5, color="#495057", label="one seed's ratio")
     ax.set_xscale("log", base=2)
-    ax.set_ylabel("throughput relative to block 16 (x)")
+    ax.set_ylabel("throughput over the same seed's block 16 (x)")
     ax.set_ylim(bottom=0)
     _title(ax, title, block_size_paper_finding(res))
     _label_with_setup(ax, "block size (tokens)", res)
@@ -408,9 +419,12 @@ def draw_timeseries(
 
 
 def timeseries(requests: int = 3_000, every: int = 20) -> tuple[dict[str, pl.DataFrame], int, str]:
-    """Time series of Orca (Max, Oracle) and vLLM on the Fig. 13a setup (`record_timeseries=every`);
-    returns them, the pool's capacity in tokens and the setup line."""
+    """Time series of Orca (Max, Oracle) and vLLM (`record_timeseries=every`) on the Fig. 13a experiment's
+    configuration (`fig13a-sharegpt`: OPT-13B, 12 GiB, buddy placement, vLLM v0's pool with kvsim's null
+    block beside it, Poisson 2 req/s), its first `requests` requests of seed 0 (the claims run 20,000 x 3
+    seeds); returns them, the pool's capacity in tokens and the setup line."""
     import kvsim
+    from kvsim.analysis.claims_model import OPT13B_PAPER
     from kvsim.analysis.sweep import DEFAULT_BASE
 
     rate = 2.0
@@ -420,29 +434,40 @@ def timeseries(requests: int = 3_000, every: int = 20) -> tuple[dict[str, pl.Dat
     out: dict[str, pl.DataFrame] = {}
     cfg = None
     for policy in ("orca-max", "orca-oracle", "vllm"):
-        cfg = kvsim.SimConfig(**DEFAULT_BASE, policy=policy, max_model_len=2048, enable_prefix_caching=False)
+        paper = {k: v for k, v in OPT13B_PAPER.items() if policy != "vllm" or k != "placement"}
+        cfg = kvsim.SimConfig(**{**DEFAULT_BASE, **paper}, policy=policy)
         result = kvsim.simulate(w, cfg, record_timeseries=every)
         if result.timeseries is None:
             raise InvalidArgumentError("simulate returned no time series")
         out[policy] = result.timeseries
     assert cfg is not None
+    # (usable blocks: vLLM v0's 983 of 12 GiB, as the claims' setup lines and `kvsim run`'s pool line give)
     setup = (
         f"{cfg.model} on {cfg.gpu} · {cfg.capacity_blocks:,} blocks × {cfg.block_size} tokens · "
-        f"sharegpt (Poisson {rate:g} req/s) · {requests:,} requests, seed 0"
+        f"sharegpt (Poisson {rate:g} req/s) · Fig. 13a's setup, its first {requests:,} requests, seed 0"
     )
     return out, cfg.capacity_tokens, setup
 
 
 def fig12_finding(res: Results, label: str) -> str:
-    """Knee rates (seed 0) and vLLM's ratio over each Orca baseline, from the rows drawn."""
-    f = res.frame.filter((pl.col("workload") == label) & (pl.col("seed") == 0))
-    knee = {r["policy"]: r["knee_rate"] for r in f.iter_rows(named=True)}
-    v = knee.get("vllm")
+    """vLLM's knee over each Orca baseline's, the claims' numbers (`claims_capacity.seed_ratios`: each seed's
+    ratio, their mean over the seeds), and the mean knees; the curves drawn are seed 0's."""
+    from kvsim.analysis.claims_capacity import seed_ratios
+
+    f = res.frame.filter(pl.col("workload") == label)
+    seeds = f["seed"].n_unique()
+
+    def knee(p: str) -> float | None:
+        ks = [k for k in f.filter(pl.col("policy") == p)["knee_rate"].to_list() if k is not None]
+        return sum(ks) / len(ks) if ks else None
+
+    v = knee("vllm")
     parts = [f"vLLM {v:.3g}" if v else "vLLM -"]
     for p in ("orca-oracle", "orca-pow2", "orca-max"):
-        k = knee.get(p)
-        parts.append(f"{POLICY_LABEL[p]} {k:.3g} ({v / k:.2f}x)" if k and v else f"{POLICY_LABEL[p]} -")
-    return "knee req/s at the SLO: " + ", ".join(parts)
+        k, ratios = knee(p), seed_ratios(res, label, p)
+        ratio = f" ({sum(ratios) / len(ratios):.2f}x)" if ratios else ""
+        parts.append(f"{POLICY_LABEL[p]} {k:.3g}{ratio}" if k else f"{POLICY_LABEL[p]} -")
+    return f"knee req/s at the SLO, mean of {seeds} seeds (ratio: mean of each seed's): " + ", ".join(parts)
 
 
 def draw_fig12(ax: Axes, res: Any, label: str) -> None:

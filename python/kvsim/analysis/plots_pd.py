@@ -16,7 +16,15 @@ def _ms(v: float) -> str:
 
 def draw_pd_goodput(ax: Any, frame: pl.DataFrame, workload: str) -> None:
     """One workload's panel: per level, each family's best goodput per GPU, labelled by its fleet."""
-    from kvsim.analysis.claims_pd import ATTAINMENT, GPU, MODEL, WORKLOAD_LABEL, comparison
+    from kvsim.analysis.claims_pd import (
+        ATTAINMENT,
+        GPU,
+        MAX_GPUS,
+        MODEL,
+        SUSTAINED,
+        WORKLOAD_LABEL,
+        comparison,
+    )
 
     levels = comparison(frame, workload)
     xs = list(range(len(levels)))
@@ -44,15 +52,20 @@ def draw_pd_goodput(ax: Any, frame: pl.DataFrame, workload: str) -> None:
                 )
     ax.set_xticks(xs)
     ax.set_xticklabels(
-        [f"{lv['level']}\nTPOT {_ms(lv['tpot_slo_ms'])}\nTTFT {_ms(lv['ttft_slo_ms'])}" for lv in levels],
+        [
+            f"{lv['level']}\nTPOT {_ms(lv['tpot_slo_ms'])}\nTTFT {_ms(lv['ttft_slo_ms'])}"
+            + (f"\n{len(lv['left_out'])} of {lv['fleets']} fleets\nleft out" if lv["left_out"] else "")
+            for lv in levels
+        ],
         fontsize="small",
     )
     ax.set_ylabel("goodput per GPU (req/s at SLO)")
     n = int(frame.filter(pl.col("workload") == workload)["requests"][0])
-    ax.set_title(f"{WORKLOAD_LABEL.get(workload, workload)} ({n:,} requests)")
+    ax.set_title(f"{WORKLOAD_LABEL.get(workload, workload)} (its first {n:,} requests)")
     ax.set_xlabel(
         f"SLO tightness (tight TPOT ... loose); {MODEL} on {GPU}, {ATTAINMENT:.0%} of requests within both;\n"
-        "labels: aggregated replicas, or prefill:decode replicas"
+        f"the best of every fleet of at most {MAX_GPUS} GPUs; left out: knees from runs shorter\n"
+        f"than {SUSTAINED:g}x a request's latency bound; labels: aggregated replicas, or prefill:decode; one seed"
     )
     ax.set_ylim(0, ax.get_ylim()[1] * 1.06)  # room for the labels above the top points
     ax.grid(alpha=0.3)

@@ -740,14 +740,13 @@ def render_pd(s: dict[str, Any]) -> str:
         f"  transfers: {s['pd_transfers']:,} ({moved}); link utilisation {fig('pd_link_utilization', '.2f', 100)} %"
     )
     lines.append(
-        f"  pool utilisation (busy / makespan): prefill {fig('prefill_pool_utilization', '.1f', 100)} %, decode "
+        f"  busy time (busy / makespan): prefill replicas {fig('prefill_pool_utilization', '.1f', 100)} %, decode replicas "
         f"{fig('decode_pool_utilization', '.1f', 100)} %; mean batch: prefill {fig('prefill_pool_mean_batch', '.2f')}, "
         f"decode {fig('decode_pool_mean_batch', '.2f')}"
     )
     ratio = s["pd_pool_imbalance"]
     lines.append(
-        "  pool imbalance (busier / idler utilisation): "
-        + ("one pool idle" if ratio is None else f"{ratio:.2f}")
+        "  busy imbalance (busier / idler side): " + ("one side idle" if ratio is None else f"{ratio:.2f}")
     )
     return "\n".join(lines)
 
