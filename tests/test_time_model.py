@@ -550,19 +550,22 @@ def test_a_gpus_own_network_prices_the_crossing():
 
 
 def test_the_time_line_names_the_link_of_data_parallel_moe_collectives():
-    """With DP ranks a MoE model's all-gather and reduce-scatter cross tp·dp GPUs' link, at dp > 1 even at tp
-    1: the time line names it (PCIe on an H100 PCIe; one Infinity Fabric link at tp·dp 2 on an MI355X, the
+    """With DP ranks a MoE model's all-gather and reduce-scatter cross the DP group's link, at dp > 1 even at
+    tp 1: the time line names it (PCIe on an H100 PCIe; one Infinity Fabric link at dp 2 on an MI355X, the
     term priced at it)."""
     from kvsim.model.collectives import collective_link
 
     line = kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-pcie", data_parallel_size=4).time_line()
     assert (
-        "the MoE layers' all-gather and reduce-scatter over tp·dp = 4 GPUs over PCIe at 64 GB/s each way"
+        "the MoE layers' all-gather and reduce-scatter over the DP group's 4 GPUs over PCIe at 64 GB/s each way"
         in line
     )
     assert "all-reduces" not in line
     line = kvsim.SimConfig(model="gpt-oss-120b", gpu="mi355x", data_parallel_size=2).time_line()
-    assert "over tp·dp = 2 GPUs over the GPU-to-GPU link at 76.8 GB/s each way (1 of its 7 mesh links" in line
+    assert (
+        "over the DP group's 2 GPUs over the GPU-to-GPU link at 76.8 GB/s each way (1 of its 7 mesh links"
+        in line
+    )
     m, g = kvsim.models.get("gpt-oss-120b"), kvsim.gpus.get("mi355x")
     rt = roofline_time_model(m, g, data_parallel_size=2)
     moe = {t.name: t.ps for t in rt.terms}["ep_gather_scatter_tok"]

@@ -45,9 +45,12 @@ def _gbs(rate: float) -> str:
     return f"{rate / 1e9:g} GB/s"
 
 
-def collective_link(gpu: Gpu, group: int) -> CollectiveLink:
-    """The bandwidth a ring collective over `group` GPUs (tp's all-reduce, tp · dp's MoE all-gather and
-    reduce-scatter) runs at on each GPU, one direction (DESIGN.md §Time model, "The collectives' link"):
+def collective_link(gpu: Gpu, group: int, stride: int = 1) -> CollectiveLink:
+    """The bandwidth a ring collective over `group` GPUs (tp's all-reduce, the MoE layers' all-gather and
+    reduce-scatter over the EP group's tp · dp GPUs or the DP group's dp) runs at on each GPU, one direction
+    (DESIGN.md §Time model, "The collectives' link"). The group's GPUs are `stride` apart (vLLM's DP group:
+    one GPU of each DP rank, tp apart; every other group here is contiguous, stride 1), so it spans
+    `group · stride` GPUs and holds `domain / stride` of a domain's (a host's) GPUs:
 
     - within the peer link's domain (`Gpu.peer_domain`): a switched or bridged link (NVSwitch, an NVLink
       bridge: `peer_links` 0) gives every GPU its whole `peer_bandwidth` whatever the group; a full mesh of N
@@ -61,11 +64,18 @@ def collective_link(gpu: Gpu, group: int) -> CollectiveLink:
       together: min(the domain's rate, its GPUs × the crossing's rate a GPU).
     """
     group = max(1, group)
+    stride = max(1, stride)
+    span = group * stride  # (the GPUs from the group's first to its last, the contiguous block it lies in)
     host = getattr(gpu, "gpus_per_host", 0) or 0
     domain = getattr(gpu, "peer_domain", 0) or 0
     links = getattr(gpu, "peer_links", 0) or 0
     peer = getattr(gpu, "peer_bandwidth", 0.0) or 0.0
-    hosts = -(-group // host) if host else 1
+    hosts = -(-span // host) if host else 1
+
+    def members(gpus: int) -> int:
+        """The group's GPUs among `gpus` consecutive ones (a domain, a host): one in every `stride`."""
+        return max(1, min(group, -(-gpus // stride)))
+
     if not peer:
         rate = gpu.pcie_bandwidth
         how = (
@@ -74,7 +84,7 @@ def collective_link(gpu: Gpu, group: int) -> CollectiveLink:
         )
         inner = group
     else:
-        inner = min(group, domain) if domain else group
+        inner = members(domain) if domain else group
         if links:
             per = peer / links
             used = max(1, min(inner - 1, links))
@@ -87,10 +97,10 @@ def collective_link(gpu: Gpu, group: int) -> CollectiveLink:
             rate = peer
             how = f"over the GPU-to-GPU link at {_gbs(rate)} each way"
     # Past the domain within a host: the host's PCIe between domains.
-    if peer and domain and group > domain and (not host or domain < host):
-        n = domain
+    if peer and domain and span > domain and (not host or domain < host):
+        n = members(domain)
         crossing = n * gpu.pcie_bandwidth
-        joined = min(group, host) if host else group
+        joined = min(span, host) if host else span
         how += (
             f"; {joined} GPUs span {-(-joined // domain)} GPU-to-GPU domains of {domain}, joined by PCIe "
             f"({_gbs(gpu.pcie_bandwidth)} each way a GPU × {n} = {_gbs(crossing)})"
@@ -98,30 +108,110 @@ def collective_link(gpu: Gpu, group: int) -> CollectiveLink:
         rate = min(rate, crossing)
     # Past the host (past the NVLink domain where it spans hosts, as an NVL72's).
     unit = max(host, domain) if peer else host
-    if host and group > unit:
-        n = unit
+    if host and span > unit:
+        n = members(unit)
         net = getattr(gpu, "network_bandwidth", 0.0) or NETWORK_BANDWIDTH
         crossing = n * net
         how += (
             f"; the group spans {hosts} hosts of {host} GPUs"
-            + (f" ({-(-group // unit)} GPU-to-GPU domains of {unit})" if unit > host else "")
+            + (f" ({-(-span // unit)} GPU-to-GPU domains of {unit})" if unit > host else "")
+            + (f", {n} of its GPUs in each" if n < unit else "")
             + f", joined by the network ({_article(f'{net * 8 / 1e9:g}')} Gb/s NIC a GPU, {_gbs(net)} each way, × {n} = "
             f"{_gbs(crossing)})"
         )
         rate = min(rate, crossing)
         how += f": priced at {_gbs(rate)} each way"
-    elif host and group > host:
+    elif host and span > host:
         how += f"; the group spans {hosts} hosts of {host} GPUs, all in one GPU-to-GPU domain of {domain}"
-    elif peer and domain and group > domain:
+    elif peer and domain and span > domain:
         how += f": priced at {_gbs(rate)} each way"
     return CollectiveLink(group, rate, how, hosts)
 
 
-def moe_gather_group(num_experts: int, tp: int, dp: int) -> int:
-    """The GPUs a MoE layer's tokens are gathered over and scattered back from (the roofline's term and the
-    time line's words both read it): tp x dp with DP ranks, under expert parallelism (its all-to-all:
-    `FusedMoEParallelConfig.use_all2all_kernels` needs dp > 1) or without (vLLM's naive dispatch/combine,
-    `MoERunner.do_naive_dispatch_combine`, dp > 1); 1 otherwise: at dp 1 every TP rank holds every token
-    already, its experts' partial outputs summed by the TP all-reduce the layer has anyway (expert
-    parallelism at dp 1 moves nothing more)."""
-    return tp * dp if num_experts and dp > 1 else 1
+# vLLM's model files whose decoder layer runs the sequence-parallel MoE layer by layer (the attention's output
+# reduce-scattered over TP in place of its all-reduce, the next layer's input all-gathered: vLLM 0.33.0's
+# `DeepseekV2DecoderLayer.forward`, `model_executor/models/deepseek_v2.py`), by the config's `model_type`:
+# DeepSeek-V2 / V3 (Kimi-K2's config says deepseek_v3), DeepSeek-V3.2 and GLM-5, all served by that file.
+DECODER_LAYER_SP = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa"})
+
+
+@dataclass(frozen=True)
+class MoeCollectives:
+    """The collectives a step's layers run under tp and dp (DESIGN.md §Time model, "Under expert parallelism";
+    vLLM 0.33.0, the release the time model follows; the EP and DP groups of `vllm/distributed/parallel_state.py`):
+
+    - `gather`, `stride`: the group the MoE layers' tokens are all-gathered over and reduce-scattered back
+      from, its GPUs `stride` apart (`collective_link`'s); 1 where nothing is gathered (dp 1: every TP rank
+      holds every token already).
+    - `gather_share`: the hidden states each of those rings moves through a GPU's link per token of its DP
+      rank's batch, as a fraction (numerator, denominator): the group's other members' tokens.
+    - `tp_units`, `tp_rings`: tensor parallelism's collectives over the step's layers, per token: `tp_units`
+      times `(tp − 1)/tp` hidden states through a GPU's link (an all-reduce is 2, an all-gather or a
+      reduce-scatter 1) and `tp_rings` ring collectives of `tp − 1` steps each (an all-reduce 2).
+    - `sequence_parallel`: vLLM's sequence-parallel MoE (`ParallelConfig.use_sequence_parallel_moe`).
+    """
+
+    gather: int
+    stride: int
+    gather_share: tuple[int, int]
+    tp_units: int
+    tp_rings: int
+    sequence_parallel: bool
+    decoder_layer_sp: bool = False
+
+
+def moe_collectives(
+    model: object, tp: int, dp: int, expert_parallel: bool, moe_flags: tuple[bool, ...]
+) -> MoeCollectives:
+    """What a step's collectives move (`MoeCollectives`) for `model` (its `num_experts`, `num_layers` and
+    `model_type`) at `tp` x `dp`, with or without expert parallelism, `moe_flags` its layers holding routed
+    experts. vLLM 0.33.0 (DESIGN.md §Time model, "Under expert parallelism"):
+
+    - tp > 1 at dp 1 (expert parallelism or not): no gather; every layer's attention (or mixer) all-reduces
+      its output over TP, and so does its MLP or MoE layer (`MoERunner._maybe_reduce_final_output`: the
+      experts' partial sums, whole experts under EP or a tp-th of each without): 2 all-reduces a layer.
+    - dp > 1 without sequence parallelism (no expert parallelism, or tp 1): the default all-to-all
+      (`AgRsAll2AllManager`, `device_communicators/all2all.py`) all-gathers each DP rank's tokens over the
+      DP group (`_get_comm_group`: `get_dp_group()`, one GPU of each DP rank, tp apart) and reduce-scatters
+      the outputs back: `dp − 1` other ranks' hidden states per own token, over `dp` GPUs `tp` apart; the
+      TP all-reduces stay 2 a layer.
+    - expert parallelism with tp > 1 and dp > 1: sequence-parallel MoE. Each TP rank takes a tp-th of its DP
+      rank's tokens (`sequence_parallel_chunk`; `DPMetadata.sp_local_sizes`, `ceil(n / tp)` a GPU) and the
+      all-gather and reduce-scatter run over the EP group, all `tp · dp` GPUs (`get_ep_group()`): `(tp · dp −
+      1) / tp` hidden states per own token. The runner's TP all-reduce is skipped (`is_sequence_parallel`);
+      the model puts the tokens back together: DeepSeek's decoder layer (`DECODER_LAYER_SP`) reduce-scatters
+      the attention's output over TP in place of its all-reduce and all-gathers the next layer's input (the
+      hidden state, or hidden state and residual, 2 hidden widths, before a layer that is not one and at the
+      model's end), so a MoE layer moves one all-reduce's worth; the other model files (`Qwen3MoeSparseMoeBlock`,
+      `Qwen3NextSparseMoeBlock` and the like) keep the attention's all-reduce and all-gather the MoE block's
+      output over TP: an all-reduce and an all-gather a MoE layer.
+    """
+    num_experts = getattr(model, "num_experts", 0)
+    layers = len(moe_flags)
+    sp = bool(num_experts) and expert_parallel and tp > 1 and dp > 1
+    if not num_experts or dp == 1:
+        gather, stride, share = 1, 1, (0, 1)
+    elif sp:
+        gather, stride, share = tp * dp, 1, (tp * dp - 1, tp)
+    else:
+        gather, stride, share = dp, tp, (dp - 1, 1)
+    if not sp:
+        return MoeCollectives(gather, stride, share, 4 * layers, 4 * layers, False)
+    decoder_sp = getattr(model, "model_type", "") in DECODER_LAYER_SP
+    if not decoder_sp:
+        # A MoE layer: the attention's all-reduce (2) and the MoE block's all-gather (1); a layer without
+        # routed experts its two all-reduces.
+        units = rings = sum(3 if moe else 4 for moe in moe_flags)
+        return MoeCollectives(gather, stride, share, units, rings, True)
+    units = rings = 0
+    for i, moe in enumerate(moe_flags):
+        if i and moe_flags[i - 1]:
+            # The previous layer left its output sharded over TP: all-gathered after this layer's input
+            # norm (the hidden state) before a MoE layer, before the layer (hidden state and residual, 2
+            # widths: `DeepseekV2Model.forward`) otherwise.
+            units, rings = units + (1 if moe else 2), rings + 1
+        # A MoE layer: the attention's output reduce-scattered (1); another layer its two all-reduces.
+        units, rings = (units + 1, rings + 1) if moe else (units + 4, rings + 4)
+    if moe_flags and moe_flags[-1]:
+        units, rings = units + 2, rings + 1  # (the model's end: hidden state and residual gathered)
+    return MoeCollectives(gather, stride, share, units, rings, True, decoder_sp)

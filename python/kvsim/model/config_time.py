@@ -254,8 +254,9 @@ class ConfigTimeModel:
     def _collectives_link(self) -> str:
         """The links the roofline prices the collectives on (`collectives.collective_link`), each with the figure
         it uses: tensor parallelism's all-reduces (tp > 1) and, with DP ranks, a mixture-of-experts model's
-        all-gather and reduce-scatter over tp · dp GPUs; "" when it prices none."""
-        from kvsim.model.collectives import collective_link, moe_gather_group
+        all-gather and reduce-scatter over the DP group (dp GPUs, tp apart) or, sequence-parallel under expert
+        parallelism at tp > 1, the EP group's tp · dp GPUs; "" when it prices none."""
+        from kvsim.model.collectives import collective_link, moe_collectives
         from kvsim.model.gpus import resolve as resolve_gpu
         from kvsim.model.models import resolve as resolve_model
 
@@ -267,11 +268,19 @@ class ConfigTimeModel:
         parts = []
         if tp > 1:
             parts.append(f"tp {tp}'s all-reduces {collective_link(gpu, tp).how}{scaled}")
-        gather = moe_gather_group(resolve_model(self.model).num_experts, tp, dp)
-        if gather > 1:
+        from kvsim.model.timing import _moe_layer_flags
+
+        model = resolve_model(self.model)
+        coll = moe_collectives(model, tp, dp, self.enable_expert_parallel, _moe_layer_flags(model))
+        if coll.gather > 1:
+            group = (
+                f"the EP group's tp·dp = {coll.gather} GPUs (sequence-parallel)"
+                if coll.sequence_parallel
+                else f"the DP group's {coll.gather} GPUs" + (f", {tp} apart" if tp > 1 else "")
+            )
             parts.append(
-                f"the MoE layers' all-gather and reduce-scatter over tp·dp = {gather} GPUs "
-                f"{collective_link(gpu, gather).how}{scaled}"
+                f"the MoE layers' all-gather and reduce-scatter over {group} "
+                f"{collective_link(gpu, coll.gather, coll.stride).how}{scaled}"
             )
         return ", ".join(parts)
 

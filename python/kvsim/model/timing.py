@@ -14,7 +14,7 @@ from kvsim.model.collectives import (
     NETWORK_BANDWIDTH,
     CollectiveLink,
     collective_link,
-    moe_gather_group,
+    moe_collectives,
     peer_bandwidth,
 )
 from kvsim.model.dsa import dsa_index_bytes, index_key_bytes, minimax_m3_sparse
@@ -73,8 +73,11 @@ def roofline_time_model(
             the DP ranks into its tensor parallelism: `kvsim.model.shard.moe_tp_size`), and every rank's
             tokens reach them (the experts' table and FLOPs per token gathered: a DP group's step sums its
             ranks' tokens, a lone engine takes the other ranks' batches as large as its own,
-            `moe_senders`), an all-gather and a reduce-scatter of the hidden states per MoE layer (vLLM's default all-to-all, or its naive
-            dispatch and combine over the same GPUs without expert parallelism).
+            `moe_senders`), an all-gather and a reduce-scatter of the hidden states per MoE layer over
+            the DP group (vLLM's default all-to-all, or its naive dispatch and combine without expert
+            parallelism) or, under expert parallelism at tp > 1, over the EP group with a tp-th of each
+            rank's tokens a GPU, the TP collectives vLLM's sequence-parallel MoE swaps in beside it
+            (`kvsim.model.collectives.moe_collectives`).
         kv_cache_dtype: the KV cache's dtype when not the model's.
         efficiencies: fractions of the datasheet rates and the overheads (default: the datasheet's).
         max_num_batched_tokens: the longest step, which bounds the experts table.
@@ -98,14 +101,19 @@ def roofline_time_model(
         raise InvalidArgumentError(
             f"expert parallelism over {ep} GPUs does not divide {model.name}'s {model.num_experts} experts"
         )
-    gather = moe_gather_group(model.num_experts, tp, dp)  # (the MoE layers' gather and scatter group)
+    # The step's collectives (`collectives.moe_collectives`): the MoE layers' gather and scatter group (the DP
+    # group, or the EP group when sequence-parallel) and tensor parallelism's collectives over the layers.
+    coll = moe_collectives(model, tp, dp, ep > 1, _moe_layer_flags(model))
+    gather = coll.gather
     groups = weight_groups(model, quantization)
     from kvsim.model.mxfp4_padding import mxfp4_padding
 
     mx = mxfp4_padding(model, gpu.arch, tp, tp * dp if ep > 1 else 0, dp)
     hbm = gpu.hbm_bandwidth
     link = collective_link(gpu, tp).bandwidth * eff.link  # (tp's all-reduces, the logits' gather)
-    moe_link = collective_link(gpu, gather).bandwidth * eff.link  # (the MoE layers' gather and scatter)
+    moe_link = (
+        collective_link(gpu, gather, coll.stride).bandwidth * eff.link
+    )  # (the MoE layers' gather and scatter)
     mem_rate = hbm * eff.gemm_memory
     att_mem = hbm * eff.attention_memory
     att_mixed = hbm * eff.attention_mixed
@@ -464,8 +472,11 @@ def roofline_time_model(
         )
     )
     fixed = eff.step_overhead_ps / PS_PER_S + L * eff.layer_overhead_ps / PS_PER_S
-    # Tensor parallelism: two ring all-reduces of the hidden state per layer.
-    if tp > 1:
+    # Tensor parallelism: two ring all-reduces of the hidden state per layer; under the sequence-parallel MoE
+    # (expert parallelism, tp > 1, dp > 1) a MoE layer's share is its reduce-scatters and all-gathers
+    # (`MoeCollectives.tp_units`, `tp_rings`: DeepSeek's decoder layer one all-reduce's worth, the other
+    # models' MoE blocks an all-reduce and an all-gather).
+    if tp > 1 and not coll.sequence_parallel:
         hops = 2 * (tp - 1)
         fixed += 2 * L * hops * eff.collective_hop_ps / PS_PER_S
         ar_tok = 2 * L * (2 * (tp - 1) / tp) * h * act / link
@@ -486,21 +497,56 @@ def roofline_time_model(
                 f"2 × {L} layers × {hops} ring steps × hop latency",
             )
         )
+    elif tp > 1:
+        units, rings = coll.tp_units, coll.tp_rings
+        fixed += rings * (tp - 1) * eff.collective_hop_ps / PS_PER_S
+        ar_tok = units * (tp - 1) / tp * h * act / link
+        tok += ar_tok
+        shape = (
+            "reduce-scatter after attention, all-gather before the next layer"
+            if coll.decoder_layer_sp
+            else "all-reduce after attention, all-gather after the MoE block"
+        )
+        terms.append(
+            Term(
+                "tp_allreduce_tok",
+                ps(ar_tok),
+                "per token",
+                f"{units} × (tp−1)/tp × hidden / link (sequence-parallel MoE layers: {shape})",
+            )
+        )
+        terms.append(
+            Term(
+                "tp_allreduce",
+                rings * (tp - 1) * eff.collective_hop_ps,
+                "per step",
+                f"{rings} ring collectives × {tp - 1} ring steps × hop latency",
+            )
+        )
     # Expert parallelism: vLLM's default all-to-all (`all2all_backend="allgather_reducescatter"`,
     # vllm/config/parallel.py) gathers every rank's hidden states before each MoE layer and reduce-scatters
     # its output after; with DP ranks and no expert parallelism vLLM's naive dispatch and combine
     # (`MoERunner._maybe_dispatch` / `_maybe_combine`, `fused_moe/runner/moe_runner.py`) do the same over
     # the same GPUs: per own token, each ring moves (tp·dp − 1) hidden states through this GPU's link.
+    # Without expert parallelism (or at tp 1) the ring runs over the DP group (dp GPUs, tp apart), `dp − 1`
+    # hidden states per own token; under the sequence-parallel MoE over the EP group's tp·dp GPUs, each
+    # holding a tp-th of its rank's tokens: `(tp·dp − 1)/tp` (`collectives.moe_collectives`).
     if gather > 1:
         fixed += 2 * moe_layers * (gather - 1) * eff.collective_hop_ps / PS_PER_S
-        a2a_tok = 2 * moe_layers * (gather - 1) * h * act / moe_link
+        moved, per = coll.gather_share
+        if per == 1:
+            a2a_tok = 2 * moe_layers * moved * h * act / moe_link
+            per_tok = "(dp−1)"
+        else:
+            a2a_tok = 2 * moe_layers * moved * h * act / per / moe_link
+            per_tok = "(tp·dp−1)/tp"
         tok += a2a_tok
         terms.append(
             Term(
                 "ep_gather_scatter_tok",
                 ps(a2a_tok),
                 "per token",
-                f"all-gather + reduce-scatter × {moe_layers} MoE layers × (tp·dp−1) × hidden / link",
+                f"all-gather + reduce-scatter × {moe_layers} MoE layers × {per_tok} × hidden / link",
             )
         )
         terms.append(
@@ -636,6 +682,18 @@ def mla_context_seconds(
         (r + n * (p + v)) * act / mem_rate,
         2 * r * n * (p + v) / gemm_rate,
         r * n * (p + v) * weight_bytes / mem_rate,
+    )
+
+
+def _moe_layer_flags(model: Model) -> tuple[bool, ...]:
+    """Whether each decoder layer holds routed experts (all False for a dense model)."""
+    if not model.num_experts:
+        return (False,) * model.num_layers
+    from kvsim.model.params import _layer_flags
+
+    cfg = model.config_fields  # (empty for the 2024 presets)
+    return tuple(
+        bool(f) for f in _layer_flags(cfg, model.num_layers, model.num_experts, checked_pick(cfg), model.name)
     )
 
 

@@ -1,0 +1,169 @@
+"""The roofline's collectives under tp and dp (DESIGN.md §Time model, "Under expert parallelism"): what vLLM
+0.33.0 moves over which group, per MoE layer and per other layer, priced by hand.
+
+Every figure below is the default efficiencies' (link 1.0, a ring step 3 µs) on an HGX board (NVSwitch,
+450 GB/s each way a GPU, 8 GPUs a host, 400 Gb/s = 50 GB/s a GPU between hosts), bf16 activations (2 bytes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kvsim
+from kvsim.model.collectives import collective_link, moe_collectives
+from kvsim.model.timing import roofline_time_model
+from kvsim.workloads import synthetic
+
+PS = 1e12
+HOP = 3e6  # ps, a ring step (`Efficiencies.collective_hop_ps`)
+NVLINK = 450e9
+
+
+def _terms(model: str, gpu: str, tp: int, dp: int, ep: bool) -> dict[str, float]:
+    rt = roofline_time_model(
+        kvsim.models.get(model),
+        kvsim.gpus.get(gpu),
+        tensor_parallel_size=tp,
+        data_parallel_size=dp,
+        expert_parallel=ep,
+    )
+    return {t.name: t.ps for t in rt.terms}
+
+
+def test_deepseek_v3_tp2_dp4_ep_is_sequence_parallel():
+    """DeepSeek-V3 (61 layers, the first 3 dense, 58 MoE; hidden 7,168) on H200 at tp 2, dp 4, expert
+    parallelism: vLLM's sequence-parallel MoE. Tensor parallelism: the 3 dense layers' 2 all-reduces each
+    (4 passes of (tp−1)/tp hidden states each), each MoE layer's attention output reduce-scattered (1) and
+    the next MoE layer's input all-gathered (1, 57 of them), the model's end gathering hidden state and
+    residual (2): 12 + 58 + 57 + 2 = 129 passes of half a hidden state, 128 ring collectives of 1 step.
+    The EP gather and scatter: each of the 8 GPUs holds half its rank's tokens, so per own token each ring
+    moves 7/2 hidden states, twice a MoE layer, over the one-host EP group's NVLink."""
+    t = _terms("deepseek-v3", "h200", 2, 4, True)
+    h = 7168 * 2
+    assert t["tp_allreduce_tok"] == pytest.approx(129 * h / 2 / NVLINK * PS)  # 2,054,826.7 ps
+    assert t["tp_allreduce_tok"] == pytest.approx(2_054_826.67, abs=0.01)
+    assert t["tp_allreduce"] == 128 * 1 * HOP  # 384 µs
+    assert t["ep_gather_scatter_tok"] == pytest.approx(2 * 58 * 7 / 2 * h / NVLINK * PS)
+    assert t["ep_gather_scatter_tok"] == pytest.approx(12_934_257.78, abs=0.01)
+    assert t["ep_gather_scatter"] == 2 * 58 * 7 * HOP  # (the ring still runs over 8 GPUs: 7 steps)
+    # Before (kvsim's earlier charge): 2 all-reduces a layer (244 passes) and 7 hidden states per own token.
+    assert 244 * h / 2 / NVLINK * PS + 2 * 58 * 7 * h / NVLINK * PS == pytest.approx(29_755_164.44, abs=0.01)
+    assert t["tp_allreduce_tok"] + t["ep_gather_scatter_tok"] == pytest.approx(14_989_084.44, abs=0.01)
+
+
+def test_qwen3_moe_tp2_dp4_ep_keeps_the_attention_all_reduce():
+    """Qwen3-30B-A3B (48 MoE layers, hidden 2,048) on H100 at tp 2, dp 4, EP: its MoE block chunks the
+    tokens over TP and all-gathers its output (1 pass) after the attention's all-reduce (2): 3 passes a
+    layer, 144 in all, 144 ring collectives; the EP ring moves 7/2 hidden states per own token."""
+    t = _terms("qwen3-30b-a3b", "h100-80gb", 2, 4, True)
+    h = 2048 * 2
+    assert t["tp_allreduce_tok"] == pytest.approx(144 * h / 2 / NVLINK * PS)
+    assert t["tp_allreduce_tok"] == pytest.approx(655_360.0)
+    assert t["tp_allreduce"] == 144 * HOP
+    assert t["ep_gather_scatter_tok"] == pytest.approx(2 * 48 * 3.5 * h / NVLINK * PS)
+    assert t["ep_gather_scatter_tok"] == pytest.approx(3_058_346.67, abs=0.01)
+    assert t["ep_gather_scatter"] == 2 * 48 * 7 * HOP
+
+
+@pytest.mark.parametrize("ep", [False, True])
+def test_tp4_dp1_is_two_all_reduces_a_layer_expert_parallel_or_not(ep):
+    """At dp 1 nothing is gathered, with expert parallelism or without: the attention's and the MoE layer's
+    all-reduces, 2 a layer: 48 × 2 × 2·3/4 hidden states of Qwen3-30B-A3B per token, 48 × 2 × 6 ring steps."""
+    t = _terms("qwen3-30b-a3b", "h100-80gb", 4, 1, ep)
+    assert t["tp_allreduce_tok"] == pytest.approx(48 * 2 * 1.5 * 2048 * 2 / NVLINK * PS)
+    assert t["tp_allreduce_tok"] == pytest.approx(1_310_720.0)
+    assert t["tp_allreduce"] == 48 * 2 * 6 * HOP
+    assert "ep_gather_scatter_tok" not in t
+    assert "ep_gather_scatter" not in t
+
+
+def test_tp1_dp_ep_unchanged():
+    """tp 1, dp 2, EP: the DP group is the EP group; one other rank's hidden states per own token."""
+    t = _terms("qwen3-30b-a3b", "h100-80gb", 1, 2, True)
+    assert t["ep_gather_scatter_tok"] == pytest.approx(2 * 48 * 1 * 4096 / NVLINK * PS)
+    assert t["ep_gather_scatter"] == 2 * 48 * 1 * HOP
+    assert "tp_allreduce_tok" not in t
+
+
+def test_tp_dp_without_ep_gathers_over_the_dp_group():
+    """Without expert parallelism the naive dispatch gathers over the DP group (dp GPUs, tp apart): at tp 2,
+    dp 2 one other rank's hidden states per own token (not tp·dp − 1 = 3), the TP all-reduces 2 a layer."""
+    t = _terms("qwen3-30b-a3b", "h100-80gb", 2, 2, False)
+    assert t["ep_gather_scatter_tok"] == pytest.approx(2 * 48 * 1 * 4096 / NVLINK * PS)
+    assert t["ep_gather_scatter"] == 2 * 48 * 1 * HOP
+    assert t["tp_allreduce_tok"] == pytest.approx(48 * 2 * 1 * 4096 / NVLINK * PS)
+    assert t["tp_allreduce"] == 48 * 2 * 2 * HOP
+
+
+def test_deepseek_v3_tp8_dp2_without_ep_crosses_one_nic():
+    """DeepSeek-V3 on two H200 hosts at tp 8, dp 2, no EP: the DP group is 2 GPUs 8 apart, one a host, so
+    its ring goes through one 50 GB/s NIC: 2 × 58 × 1 hidden state per own token at 50 GB/s."""
+    h200 = kvsim.gpus.get("h200")
+    assert collective_link(h200, 2, stride=8).bandwidth == 50e9
+    t = _terms("deepseek-v3", "h200", 8, 2, False)
+    assert t["ep_gather_scatter_tok"] == pytest.approx(2 * 58 * 7168 * 2 / 50e9 * PS)
+    assert t["ep_gather_scatter_tok"] == pytest.approx(33_259_520.0)
+    assert t["ep_gather_scatter"] == 2 * 58 * 1 * HOP
+
+
+def test_a_strided_group_holds_a_domains_share():
+    """`collective_link(gpu, group, stride)`: a group of GPUs `stride` apart spans group × stride GPUs and
+    holds a stride-th of each host's: 4 GPUs 2 apart in one HGX host ride NVSwitch; 4 GPUs 4 apart span two
+    hosts with 2 in each (2 NICs: 100 GB/s); on an MI355X mesh 2 GPUs 4 apart use one link each."""
+    h200 = kvsim.gpus.get("h200")
+    assert collective_link(h200, 4, stride=2).bandwidth == NVLINK
+    assert collective_link(h200, 4, stride=4).bandwidth == 100e9
+    assert collective_link(h200, 16).bandwidth == collective_link(h200, 16, stride=1).bandwidth == 400e9
+    assert collective_link(kvsim.gpus.get("mi355x"), 2, stride=4).bandwidth == pytest.approx(76.8e9)
+
+
+def test_the_plan_names_the_group():
+    """`moe_collectives`: the group, its stride, the share per own token and the TP passes, by case."""
+    ds = kvsim.models.get("deepseek-v3")
+    flags = (False,) * 3 + (True,) * 58
+    sp = moe_collectives(ds, 2, 4, True, flags)
+    assert (sp.gather, sp.stride, sp.gather_share, sp.tp_units, sp.tp_rings) == (8, 1, (7, 2), 129, 128)
+    assert sp.sequence_parallel
+    assert sp.decoder_layer_sp
+    dp = moe_collectives(ds, 2, 4, False, flags)
+    assert (dp.gather, dp.stride, dp.gather_share, dp.tp_units) == (4, 2, (3, 1), 4 * 61)
+    assert not dp.sequence_parallel
+    assert moe_collectives(ds, 8, 1, True, flags).gather == 1
+
+
+def test_the_time_line_names_the_ep_group_when_sequence_parallel():
+    line = kvsim.SimConfig(
+        model="qwen3-30b-a3b",
+        gpu="h100-80gb",
+        tensor_parallel_size=2,
+        data_parallel_size=4,
+        enable_expert_parallel=True,
+    ).time_line()
+    assert "all-gather and reduce-scatter over the EP group's tp·dp = 8 GPUs (sequence-parallel)" in line
+    line = kvsim.SimConfig(
+        model="qwen3-30b-a3b", gpu="h100-80gb", tensor_parallel_size=2, data_parallel_size=4
+    ).time_line()
+    assert "all-gather and reduce-scatter over the DP group's 4 GPUs, 2 apart" in line
+
+
+def test_both_engines_agree_on_a_sequence_parallel_group():
+    """The collectives are coefficients (`tok_ps`, `fixed_ps`) both engines read: a DP group of Qwen3-30B-A3B
+    at tp 2, dp 2, EP steps alike in Rust and the reference (every column and counter)."""
+    from tests.test_dp_groups import fleet_run
+
+    cfg = kvsim.SimConfig(
+        model="qwen3-30b-a3b",
+        gpu="h100-80gb",
+        tensor_parallel_size=2,
+        data_parallel_size=2,
+        enable_expert_parallel=True,
+    )
+    w = synthetic(24, arrival_rate=40.0, lengths="sharegpt-paper", seed=3)
+    ref = fleet_run(w, cfg, 2, 2, "reference")
+    rust = fleet_run(w, cfg, 2, 2, "rust")
+    assert not isinstance(ref[0], str)
+    assert ref[0].keys() == rust[0].keys()
+    for k in ref[0]:
+        np.testing.assert_array_equal(ref[0][k], rust[0][k], err_msg=k)
+    assert ref[1] == rust[1]
