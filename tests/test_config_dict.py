@@ -111,6 +111,46 @@ def test_from_dict_refuses_what_it_cannot_read(data, match):
         SimConfig.from_dict(data)
 
 
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (
+            {"num_blocks": 5000},
+            r"num_blocks 5000: derived names num_blocks, which this configuration derives as ",
+        ),
+        (
+            {"num_blocks": "abc"},
+            r"num_blocks 'abc' must be an integer.*a value given for a field derived names",
+        ),
+        ({"swap_ps_per_block": "1 ms"}, r"swap_ps_per_block '1 ms': derived names swap_ps_per_block"),
+        (
+            {"time_model": "linear"},
+            r"time_model 'linear': derived names time_model, which this configuration ",
+        ),
+    ],
+)
+def test_from_dict_refuses_an_edited_derived_value(edit, match):
+    """A value beside a name in `derived` that is not what the configuration derives would be dropped (the
+    field is derived again): refused by name, never ignored."""
+    described = SimConfig(model="llama-3.1-8b", **H100).describe()
+    with pytest.raises(InvalidArgumentError, match=match):
+        SimConfig.from_dict({**described, **edit})
+    with pytest.raises(InvalidArgumentError, match=r"time_model 'bogus' is not one of .*derived names"):
+        SimConfig.from_dict({"derived": ["time_model"], "time_model": "bogus", "num_blocks": 100})
+
+
+def test_from_dict_takes_a_derived_value_in_any_form_it_reads():
+    """The derived value as `describe()` writes it ('32.768 us'), as `resolved()` does (picoseconds), or
+    unset (`to_dict()`'s None) rebuilds the same configuration."""
+    cfg = SimConfig(model="llama-3.1-8b", **H100)
+    described = cfg.describe()
+    assert isinstance(described["swap_ps_per_block"], str)
+    for value in (described["swap_ps_per_block"], cfg.swap_ps_per_block, None):
+        assert SimConfig.from_dict({**described, "swap_ps_per_block": value}) == cfg
+    assert SimConfig.from_dict({**described, "num_blocks": None, "time_model": "auto"}) == cfg
+    assert SimConfig.from_dict({**cfg.resolved(), "derived": list(cfg.derived)}) == cfg
+
+
 def test_described_config_in_run_json_rebuilds_the_run_config(capsys):
     """`kvsim run --json`'s (and `--save-result`'s) `config` shows the effective values and which were
     derived; `SimConfig.from_dict` reads it back to the run's configuration."""

@@ -119,12 +119,14 @@ class ConfigDict:
         """The configuration `to_dict()` or `describe()` wrote (or any mapping of fields): the fields its
         `derived` list names are left unset, so they are derived again and stay derived (a `replace` with
         another model takes that model's context and pool), and those its `given` mapping names take the
-        value given there.
+        value given there. A value beside a name in `derived` must be what the configuration derives (an
+        edited one is refused, never dropped).
 
         Raises:
             InvalidArgumentError: not a mapping; `derived` not a list, or `given` not a mapping, of the
                 names of fields a configuration derives (a name in both); a field's name or value (as
-                `SimConfig(...)`).
+                `SimConfig(...)`); a value for a field `derived` names that is not what the configuration
+                derives (in `describe()`'s units or the field's own; unset, the knob's default, is allowed).
         """
         if not isinstance(data, Mapping):
             raise InvalidArgumentError(f"SimConfig.from_dict needs a mapping of fields, got {data!r}")
@@ -152,11 +154,35 @@ class ConfigDict:
             raise InvalidArgumentError(
                 f"{', '.join(both)}: both derived and given; a field is one or the other"
             )
-        for name in derived:
-            fields.pop(name, None)
+        shown = {
+            name: (fields[name], _read_derived(name, fields.pop(name))) for name in derived if name in fields
+        }
         fields.update(given)
         build: Any = cls  # (SimConfig: this is one of its base classes)
-        return build(**fields)  # type: ignore[no-any-return]
+        config: SimConfig = build(**fields)
+        for name, (value, read) in shown.items():
+            actual = getattr(config, name)
+            if read != default(name) and read != actual:
+                raise InvalidArgumentError(
+                    f"{name} {value!r}: {DERIVED_KEY} names {name}, which this configuration derives as "
+                    f"{_human(name, actual)!r}, so the value given would be ignored; to set {name}, remove it "
+                    f"from {DERIVED_KEY}, or to derive it, remove the value"
+                )
+        return config
+
+
+def _read_derived(name: str, value: Any) -> Any:
+    """A value given beside `derived`'s `name`, read as `SimConfig` reads the field (`describe()`'s '1 ms' as
+    picoseconds); the knob's default (unset, as `to_dict()` writes a derived field) stays unset. Refuses a
+    value the field cannot take, by name."""
+    from kvsim.model.knobs import convert
+
+    if value == default(name):
+        return value
+    try:
+        return convert(name, value)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{exc} (a value given for a field {DERIVED_KEY} names)") from None
 
 
 def _human(name: str, value: Any) -> Any:
