@@ -270,11 +270,7 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
             "one clock cannot order against the decode replicas' steps (DESIGN.md §Prefill/decode "
             "disaggregation)"
         )
-    if first.kv_offloading_chunks:
-        raise InvalidArgumentError(
-            f"{what}: kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled with a prefill "
-            "pool (the connector and the tier would share the held queue)"
-        )
+    # (a CPU tier on the decode replicas: SimConfig refuses it when built, PD_TIER)
     for c, whose in ((first, what), (pc, "prefill_config")):
         _check_hybrid_transfer(c, whose)
     tp, ptp = first.tensor_parallel_size, pc.tensor_parallel_size
