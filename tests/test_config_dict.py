@@ -63,7 +63,8 @@ def test_describe_and_resolved_show_the_effective_values_to_dict_the_given_ones(
     assert {"max_model_len", "num_blocks", "time_model", "max_num_seqs", "max_num_batched_tokens"} <= set(
         described["derived"]
     )
-    assert set(described) - {"derived", "given"} == set(resolved)  # (every field, and the keys naming how)
+    # (every field, the annotations, and the keys naming how)
+    assert set(described) - {"derived", "given", "extra"} == set(resolved)
     # A rebuild from the resolved values alone makes them given: the old model's context sticks.
     assert SimConfig(**resolved).replace(model="llama-3.1-8b").max_model_len == 8192
 
@@ -109,6 +110,60 @@ def test_every_derived_field_is_derived_again(kwargs):
 def test_from_dict_refuses_what_it_cannot_read(data, match):
     with pytest.raises(InvalidArgumentError, match=match):
         SimConfig.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (
+            {"num_blocks": 5000},
+            r"num_blocks 5000: derived names num_blocks, which this configuration derives as ",
+        ),
+        (
+            {"num_blocks": "abc"},
+            r"num_blocks 'abc' must be an integer.*a value given for a field derived names",
+        ),
+        ({"swap_ps_per_block": "1 ms"}, r"swap_ps_per_block '1 ms': derived names swap_ps_per_block"),
+        (
+            {"time_model": "linear"},
+            r"time_model 'linear': derived names time_model, which this configuration ",
+        ),
+    ],
+)
+def test_from_dict_refuses_an_edited_derived_value(edit, match):
+    """A value beside a name in `derived` that is not what the configuration derives would be dropped (the
+    field is derived again): refused by name, never ignored."""
+    described = SimConfig(model="llama-3.1-8b", **H100).describe()
+    with pytest.raises(InvalidArgumentError, match=match):
+        SimConfig.from_dict({**described, **edit})
+    with pytest.raises(InvalidArgumentError, match=r"time_model 'bogus' is not one of .*derived names"):
+        SimConfig.from_dict({"derived": ["time_model"], "time_model": "bogus", "num_blocks": 100})
+
+
+def test_from_dict_takes_a_derived_value_in_any_form_it_reads():
+    """The derived value as `describe()` writes it ('32.768 us'), as `resolved()` does (picoseconds), or
+    unset (`to_dict()`'s None) rebuilds the same configuration."""
+    cfg = SimConfig(model="llama-3.1-8b", **H100)
+    described = cfg.describe()
+    assert isinstance(described["swap_ps_per_block"], str)
+    for value in (described["swap_ps_per_block"], cfg.swap_ps_per_block, None):
+        assert SimConfig.from_dict({**described, "swap_ps_per_block": value}) == cfg
+    assert SimConfig.from_dict({**described, "num_blocks": None, "time_model": "auto"}) == cfg
+    assert SimConfig.from_dict({**cfg.resolved(), "derived": list(cfg.derived)}) == cfg
+
+
+def test_the_annotations_survive_a_round_trip_but_identify_nothing():
+    """`extra` (free-form annotations, read by no engine) is kept by `to_dict()` and `describe()`, so every
+    rebuild has it; `resolved()` (a sweep point's id and its row's columns) leaves it out, as equality
+    ignores it."""
+    cfg = SimConfig(model="llama-3-8b", extra={"run": "baseline", "n": 3}, **H100)
+    assert cfg.to_dict()["extra"] == cfg.describe()["extra"] == {"run": "baseline", "n": 3}
+    for how, again in _rebuilt(cfg).items():
+        assert again.extra == cfg.extra, how
+    assert "extra" not in cfg.resolved()
+    assert cfg.resolved() == SimConfig(model="llama-3-8b", **H100).resolved()
+    cfg.to_dict()["extra"]["run"] = "changed"  # (a copy: the config's own annotations stay)
+    assert cfg.extra["run"] == "baseline"
 
 
 def test_described_config_in_run_json_rebuilds_the_run_config(capsys):

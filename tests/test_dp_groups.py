@@ -289,6 +289,48 @@ def test_a_list_of_ranks_must_share_its_dp_size():
         kvsim.simulate_cluster(w, [a, b])
 
 
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (
+            {"model": "gpt-oss-20b"},
+            "model 'gpt-oss-20b' of config\\[1\\] differs from config\\[0\\]'s 'qwen3-30b-a3b'",
+        ),
+        ({"quantization": "fp8"}, "quantization 'fp8' of config\\[1\\] differs from config\\[0\\]'s None"),
+        (
+            {"tensor_parallel_size": 2},
+            "tensor_parallel_size 2 of config\\[1\\] differs from config\\[0\\]'s 1",
+        ),
+        ({"enable_expert_parallel": True}, "enable_expert_parallel True of config\\[1\\] differs"),
+        (
+            {"time_model": "linear"},
+            "time_model 'linear' of config\\[1\\] differs from config\\[0\\]'s 'roofline'",
+        ),
+    ],
+)
+def test_the_ranks_of_a_group_share_one_model_and_parallel_config(change, words):
+    """vLLM's DP ranks are one `vllm serve`: one model (and its weights' quantization), one tp, one expert
+    parallelism; kvsim's group step needs one time model. Refused naming the field and the group's ranks."""
+    a = kvsim.SimConfig(model="qwen3-30b-a3b", gpu="h100-80gb", data_parallel_size=2, max_model_len=8192)
+    w = synthetic(4, seed=1)
+    with pytest.raises(InvalidArgumentError, match=words + ".*config\\[0\\]..config\\[1\\] are one DP group"):
+        kvsim.simulate_cluster(w, [a, a.replace(**change)])
+    # the second group of a fleet is checked too
+    with pytest.raises(InvalidArgumentError, match="of config\\[3\\] differs from config\\[2\\]'s"):
+        kvsim.simulate_cluster(w, [a, a, a, a.replace(**change)])
+
+
+def test_the_ranks_of_a_group_may_differ_in_memory_seats_and_gpu():
+    """What a group's ranks may vary: memory, block size, caching, seats, and the GPU (vLLM's config does
+    not name one; the group step takes the slowest rank's time); two groups may serve different models."""
+    a = kvsim.SimConfig(model="qwen3-30b-a3b", gpu="h100-80gb", data_parallel_size=2, max_model_len=8192)
+    w = synthetic(8, seed=1)
+    other = a.replace(num_blocks=3000, block_size=32, enable_prefix_caching=False, max_num_seqs=8, gpu="h200")
+    assert kvsim.simulate_cluster(w, [a, other]).summary["replicas"] == 2
+    b = a.replace(model="gpt-oss-20b")
+    assert kvsim.simulate_cluster(w, [a, a, b, b]).summary["replicas"] == 4
+
+
 def test_the_cli_runs_a_dp_group_and_refuses_a_partial_one(capsys):
     argv = ["run", "qwen3-30b-a3b", "--gpu", "h100-80gb", "-dp", "2", "-ep", "--requests", "30", "--json"]
     assert main([*argv, "--replicas", "2"]) == 0

@@ -309,8 +309,10 @@ def test_bad_input_is_refused_by_name():
         pd.run(p.workload, p.config.replace(preemption="swap", cpu_blocks=8), p.request_names)
     with pytest.raises(InvalidArgumentError, match=r"^preemption 'swap'"):
         pd.run(p.workload, p.config, p.request_names, p.config.replace(preemption="swap", cpu_blocks=8))
-    with pytest.raises(InvalidArgumentError, match=r"^kv_offloading_chunks 64: the lab's disaggregated page"):
-        pd.run(p.workload, p.config.replace(kv_offloading_chunks=64), p.request_names)
+    with pytest.raises(
+        InvalidArgumentError, match=r"^prefill_replicas 1: kv_offloading_size / kv_offloading"
+    ):
+        p.config.replace(kv_offloading_chunks=64)  # (SimConfig refuses a tier beside a prefill pool)
 
 
 def test_snapshot_refuses_what_is_not_a_run_and_takes_numpy_instants():

@@ -286,6 +286,34 @@ def test_what_is_not_modelled_is_refused_by_name(change, args, words, backend):
         kvsim.simulate_cluster(w, cfg, replicas=2, backend=backend, **kw)
 
 
+def test_a_cpu_tier_beside_a_prefill_pool_is_refused_when_built(capsys):
+    """A CPU tier on a disaggregated fleet's decode replicas is not modelled: SimConfig refuses it when built
+    (as a CPU tier with DP groups), not only simulate_cluster; the CLI names the flag. A tier without a
+    prefill pool, and a prefill pool without a tier, still build."""
+    from kvsim.cli import main
+
+    words = r"^prefill_replicas 1: kv_offloading_size / kv_offloading_chunks \(a CPU tier\) is not modelled"
+    with pytest.raises(InvalidArgumentError, match=words):
+        kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size=4.0, prefill_replicas=1)
+    tier = kvsim.SimConfig(num_blocks=60, block_size=4, kv_offloading_chunks=10)
+    with pytest.raises(InvalidArgumentError, match=words):
+        tier.replace(prefill_replicas=1)
+    assert tier.kv_offloading_chunks == 10
+    assert kvsim.SimConfig(num_blocks=60, block_size=4, prefill_replicas=1).prefill_replicas == 1
+    base = ["run", "llama-3.1-8b", "--gpu", "h100-80gb", "--requests", "5", "--prefill-replicas", "1"]
+    for argv, said in (
+        (["--kv-offloading-size", "4"], "--prefill-replicas: prefill_replicas 1: kv_offloading_size"),
+        (
+            ["--prefill-config", "kv_offloading_size=4"],
+            "--prefill-config: prefill_config: kv_offloading_size",
+        ),
+    ):
+        assert main([*base, *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert err.startswith(f"kvsim run: error: argument {said}"), err
+
+
 def test_a_decode_pool_runs_one_config():
     cfgs = [kvsim.SimConfig(num_blocks=60, block_size=4), kvsim.SimConfig(num_blocks=70, block_size=4)]
     with pytest.raises(InvalidArgumentError, match=r"config\[1\] differs from config\[0\]"):

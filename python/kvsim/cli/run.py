@@ -249,7 +249,9 @@ def _prefill_config(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
             over[key] = coerce(key, value)
         except InvalidArgumentError as exc:
             raise FlagError(f"{flag}: {exc}") from None
-    merged = {**cfg, **over}
+    # (the prefill pool is no decode replica of a disaggregated fleet: its config, built apart, has no
+    # prefill pool of its own, so SimConfig does not refuse it as one, a CPU tier say)
+    merged = {**cfg, **over, "prefill_replicas": 0}
     resized = "gpu" in over or "tensor_parallel_size" in over or "kv_cache_memory_bytes" in over
     if resized and "num_blocks" not in over:  # the prefill side's pool sized anew, unless given here
         merged.pop("num_blocks", None)

@@ -270,11 +270,7 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
             "one clock cannot order against the decode replicas' steps (DESIGN.md §Prefill/decode "
             "disaggregation)"
         )
-    if first.kv_offloading_chunks:
-        raise InvalidArgumentError(
-            f"{what}: kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled with a prefill "
-            "pool (the connector and the tier would share the held queue)"
-        )
+    # (a CPU tier on the decode replicas: SimConfig refuses it when built, PD_TIER)
     for c, whose in ((first, what), (pc, "prefill_config")):
         _check_hybrid_transfer(c, whose)
     tp, ptp = first.tensor_parallel_size, pc.tensor_parallel_size
@@ -451,7 +447,8 @@ def dp_group(configs: list[SimConfig]) -> int:
 
     Raises:
         InvalidArgumentError: replicas that disagree on `data_parallel_size`, or whose count is not a
-            multiple of it.
+            multiple of it; ranks of one group that differ in model, quantization, `tensor_parallel_size`,
+            `enable_expert_parallel` or `time_model` (`DP_SHARED`).
     """
     sizes = [c.data_parallel_size for c in configs]
     for i, d in enumerate(sizes):
@@ -464,7 +461,40 @@ def dp_group(configs: list[SimConfig]) -> int:
     if d <= 1 or n == 1:
         return 1
     check_whole_dp_groups(n, d)
+    for g in range(0, n, d):
+        _check_one_group(configs, g, d)
     return d
+
+
+# What the ranks of one DP group share (vLLM's DP ranks are one `vllm serve`: one model and one parallel
+# config): the model (its weights' quantization too), tp, expert parallelism, and the time model that
+# prices the group step. Memory, block size, caching, seats and the time model's coefficients (a group of
+# mixed GPUs) may differ.
+DP_SHARED = ("model", "quantization", "tensor_parallel_size", "enable_expert_parallel", "time_model")
+
+
+def _check_one_group(configs: list[SimConfig], first: int, d: int) -> None:
+    """Refuses a DP group (ranks `first` .. `first + d - 1`) whose ranks differ in a field of `DP_SHARED`."""
+    from kvsim.model.models import resolve
+
+    def value(c: SimConfig, name: str) -> Any:
+        v = getattr(c, name)
+        return resolve(v) if name == "model" and v is not None else v
+
+    def shown(c: SimConfig, name: str) -> Any:
+        v = getattr(c, name)
+        return getattr(v, "name", v) if name == "model" else v
+
+    base = configs[first]
+    for i in range(first + 1, first + d):
+        for name in DP_SHARED:
+            if value(configs[i], name) != value(base, name):
+                raise InvalidArgumentError(
+                    f"{name} {shown(configs[i], name)!r} of config[{i}] differs from config[{first}]'s "
+                    f"{shown(base, name)!r}: config[{first}]..config[{first + d - 1}] are one DP group "
+                    f"(data_parallel_size {d}), whose ranks share one model and parallel config "
+                    "(DESIGN.md §Data-parallel groups)"
+                )
 
 
 def router_spec(config: SimConfig) -> Any:

@@ -83,6 +83,12 @@ DP_DISAGGREGATED = (
 )
 
 
+PD_TIER = (
+    "kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled with a prefill pool (the connector "
+    "and the tier would share the held queue)"
+)
+
+
 def check_whole_dp_groups(n: int, dp: int) -> None:
     """Refuses `n` > 1 replicas that are not whole DP groups of `dp` ranks (`SimConfig` of one config,
     `kvsim.engine.cluster.dp_group` of a list)."""
@@ -222,6 +228,7 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
         self._check_parallelism()
         self._size()
         self._check_dp_groups()
+        self._check_pd_tier()
         self._resolve_time_model()
         self._check_time_fields()
         if self.time_model == "linear":
@@ -474,6 +481,13 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
                 f"kv_offloading_size with data_parallel_size {dp} and replicas {n}: a CPU tier on the ranks "
                 "of a DP group is not modelled (its stores lengthen and stall a rank's steps)"
             )
+
+    def _check_pd_tier(self) -> None:
+        """Refuses a CPU tier on a disaggregated fleet's decode replicas (DESIGN.md §Prefill/decode
+        disaggregation: not modelled; a prefill pool's own config with a tier, `prefill_config`, is refused
+        by `simulate_cluster`, which reads it as one)."""
+        if self.prefill_replicas and self.kv_offloading_chunks:
+            raise InvalidArgumentError(f"prefill_replicas {self.prefill_replicas}: {PD_TIER}")
 
     def _size(self) -> None:
         from kvsim.model.sizing import size_pool

@@ -39,6 +39,9 @@ DERIVED_FIELDS = (
 # `describe()`'s keys (not fields: `SimConfig.from_dict` reads them): the fields whose values were derived,
 # and the values given for fields resolved to another.
 DERIVED_KEY = "derived"
+# The free-form annotations' field: in `to_dict()` and `describe()` (a round trip keeps them), not in
+# `resolved()` (a configuration's identity, which they are no part of).
+EXTRA = "extra"
 GIVEN_KEY = "given"
 
 
@@ -79,19 +82,21 @@ class ConfigDict:
         """Every field as resolved (the sized `num_blocks`, the defaulted `max_model_len`, the time model's
         coefficients), models and GPUs by name: what identifies a configuration (sweeps hash it, and their
         rows' columns are these values). Rebuilt from it, derived fields would become given ones: rebuild
-        from `to_dict()` or `describe()`."""
+        from `to_dict()` or `describe()`. Without `extra` (free-form annotations): they identify nothing
+        (`SimConfig`'s equality ignores them), so a sweep point's id and its row's columns leave them out;
+        `to_dict()` and `describe()` keep them."""
         fields = dataclasses.fields(self)  # type: ignore[arg-type]  # (SimConfig's)
-        out = {f.name: getattr(self, f.name) for f in fields if f.name != "extra"}
+        out = {f.name: getattr(self, f.name) for f in fields if f.name != EXTRA}
         for name in ("model", "gpu"):
             if out[name] is not None and not isinstance(out[name], str):
                 out[name] = getattr(out[name], "name", str(out[name]))
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field as given, models and GPUs by name: the fields a configuration derives
-        (`DERIVED_FIELDS`) hold what was given for them, unset where the configuration derived them, so
-        `SimConfig(**c.to_dict())` is `c` and stays `c` under `replace` (a new model gets its own context,
-        its own pool). A `with_roofline` configuration's time model is named, not its coefficients. Every
+        """Every field as given (`extra`'s annotations too), models and GPUs by name: the fields a
+        configuration derives (`DERIVED_FIELDS`) hold what was given for them, unset where the configuration
+        derived them, so `SimConfig(**c.to_dict())` is `c` (its `extra` too) and stays `c` under `replace` (a
+        new model gets its own context, its own pool). A `with_roofline` configuration's time model is named, not its coefficients. Every
         value as resolved: `resolved()`; as a user reads it: `describe()`."""
         out = self.resolved()
         given: dict[str, Any] = self._given  # type: ignore[attr-defined]
@@ -99,17 +104,19 @@ class ConfigDict:
         for name in DERIVED_FIELDS:
             if not (hand and name == "time_model"):
                 out[name] = given[name]
+        out[EXTRA] = dict(self.extra)  # type: ignore[attr-defined]
         return out
 
     def describe(self) -> dict[str, Any]:
         """`resolved()` in human units (sizes `12 GiB`, times `1 ms`), for `--json` and saved results, with
-        `derived`, the fields whose shown value the configuration derived (`SimConfig.derived`), and `given`,
-        the values given for fields it shows resolved to another (`given_otherwise`: vllm-v0's `num_blocks`
-        300 shows the pool's 301). Each value reads back exactly (`kvsim.model.units.exact_bytes`,
+        `extra` (the annotations, as given), `derived`, the fields whose shown value the configuration
+        derived (`SimConfig.derived`), and `given`, the values given for fields it shows resolved to another
+        (`given_otherwise`: vllm-v0's `num_blocks` 300 shows the pool's 301). Each value reads back exactly (`kvsim.model.units.exact_bytes`,
         `exact_duration_ps`), so `SimConfig.from_dict(c.describe())` reproduces the configuration, derived
         fields derived; but not a roofline set by hand (`with_roofline`: its time model is named, not its
         coefficients, so the rebuilt config asks for a model and a gpu, as `to_dict()`'s does)."""
         out = {name: _human(name, value) for name, value in self.resolved().items()}
+        out[EXTRA] = dict(self.extra)  # type: ignore[attr-defined]  # (as given: free-form, no units)
         out[DERIVED_KEY] = list(self.derived)
         out[GIVEN_KEY] = {name: _human(name, value) for name, value in self.given_otherwise().items()}
         return out
@@ -119,12 +126,14 @@ class ConfigDict:
         """The configuration `to_dict()` or `describe()` wrote (or any mapping of fields): the fields its
         `derived` list names are left unset, so they are derived again and stay derived (a `replace` with
         another model takes that model's context and pool), and those its `given` mapping names take the
-        value given there.
+        value given there. A value beside a name in `derived` must be what the configuration derives (an
+        edited one is refused, never dropped).
 
         Raises:
             InvalidArgumentError: not a mapping; `derived` not a list, or `given` not a mapping, of the
                 names of fields a configuration derives (a name in both); a field's name or value (as
-                `SimConfig(...)`).
+                `SimConfig(...)`); a value for a field `derived` names that is not what the configuration
+                derives (in `describe()`'s units or the field's own; unset, the knob's default, is allowed).
         """
         if not isinstance(data, Mapping):
             raise InvalidArgumentError(f"SimConfig.from_dict needs a mapping of fields, got {data!r}")
@@ -152,11 +161,35 @@ class ConfigDict:
             raise InvalidArgumentError(
                 f"{', '.join(both)}: both derived and given; a field is one or the other"
             )
-        for name in derived:
-            fields.pop(name, None)
+        shown = {
+            name: (fields[name], _read_derived(name, fields.pop(name))) for name in derived if name in fields
+        }
         fields.update(given)
         build: Any = cls  # (SimConfig: this is one of its base classes)
-        return build(**fields)  # type: ignore[no-any-return]
+        config: SimConfig = build(**fields)
+        for name, (value, read) in shown.items():
+            actual = getattr(config, name)
+            if read != default(name) and read != actual:
+                raise InvalidArgumentError(
+                    f"{name} {value!r}: {DERIVED_KEY} names {name}, which this configuration derives as "
+                    f"{_human(name, actual)!r}, so the value given would be ignored; to set {name}, remove it "
+                    f"from {DERIVED_KEY}, or to derive it, remove the value"
+                )
+        return config
+
+
+def _read_derived(name: str, value: Any) -> Any:
+    """A value given beside `derived`'s `name`, read as `SimConfig` reads the field (`describe()`'s '1 ms' as
+    picoseconds); the knob's default (unset, as `to_dict()` writes a derived field) stays unset. Refuses a
+    value the field cannot take, by name."""
+    from kvsim.model.knobs import convert
+
+    if value == default(name):
+        return value
+    try:
+        return convert(name, value)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{exc} (a value given for a field {DERIVED_KEY} names)") from None
 
 
 def _human(name: str, value: Any) -> Any:
