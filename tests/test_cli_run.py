@@ -1562,7 +1562,11 @@ def test_plan_names_the_sizing_flag_that_won_unless_the_search_varies_it(capsys)
         "note: --num-gpu-blocks-override 2,000 sizes the pool, not --kv-cache-memory-bytes 12.0 GiB (whose"
         in out
     )
-    assert main([*argv, "--smallest", "kv_cache_bytes"]) == 0
+    # (a search of kv_cache_bytes drops the override in every probe: refused by name, one line)
+    assert main([*argv, "--smallest", "kv_cache_bytes"]) == 2
+    assert "argument --num-gpu-blocks-override: --smallest kv_cache_bytes sizes" in capsys.readouterr().err
+    alone = [a for a in argv if a not in ("--num-gpu-blocks-override", "2000")]
+    assert main([*alone, "--smallest", "kv_cache_bytes"]) == 0
     assert "sizes the pool, not" not in capsys.readouterr().out
 
 
@@ -1774,15 +1778,16 @@ def test_plan_reads_pool_null_block_in_every_memory_search(capsys):
             *model,
             "--pool-null-block",
             rule,
-            "--kv-cache-memory-bytes",
-            "4GiB",
+            "--num-gpu-blocks-override",
+            "2048",
             "--smallest",
             "num_blocks",
         ]
         assert main(argv) == 0
         data = json.loads(capsys.readouterr().out)
         assert data["pool"].startswith(pool), rule
-        # (the search starts at the num_blocks that gives the pool: vLLM's 2,048 under either rule)
+        # (the search starts at the num_blocks given: vLLM's 2,048 under either rule; a --kv-cache-memory-bytes
+        # to start from is refused beside a num_blocks search, which drops it)
         assert data["probes"][0]["num_blocks"] == 2048, rule
     assert (
         main(
@@ -1790,8 +1795,8 @@ def test_plan_reads_pool_null_block_in_every_memory_search(capsys):
                 *model,
                 "--pool-null-block",
                 "extra",
-                "--num-gpu-blocks-override",
-                "3000",
+                "--kv-cache-memory-bytes",
+                "6GiB",
                 "--smallest",
                 "kv_cache_bytes",
             ]

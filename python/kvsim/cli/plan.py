@@ -265,6 +265,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "replicas' config; a prefill config of their own runs with kvsim run, not in a search yet"
         )
     config = _config_from_args(args, data, refuse_idle=False)
+    _refuse_dropped_pool_flags(args)
     _refuse_idle_knobs(args, config)
     notes: list[str] = _sizing_notes(args)
     workload, info = _workload_from_args(args, data, notes)
@@ -460,6 +461,25 @@ def _refuse_idle_knobs(args: argparse.Namespace, config: Any) -> None:
     refuse_idle_at_every_point(
         points, where, Spelling(args.flag_of), given=set(args.given_knobs) - {compared}
     )
+
+
+def _refuse_dropped_pool_flags(args: argparse.Namespace) -> None:
+    """`--smallest` of a memory knob sets that knob in every probe (`kvsim.analysis.plan.set_knob`), and the
+    pool follows it alone: a probe of `gpu_memory_utilization` clears `num_blocks` and `kv_cache_bytes`, one
+    of `kv_cache_bytes` clears `num_blocks` and overrides the GPU share, one of `num_blocks` overrides both.
+    Another of the three given (a flag or the run file) would be dropped by every probe, so it is refused by
+    name (a tester found `--kv-cache-memory-bytes 30GiB` gone from a search of the GPU share); the knob
+    searched, given, is where the search starts."""
+    knob = args.smallest
+    if knob not in MEMORY_KNOBS:
+        return
+    for name in MEMORY_KNOBS:
+        if name != knob and name in args.given_knobs:
+            raise FlagError(
+                f"{_given_at(args, args.flag_of, name)}: --smallest {knob} sizes every probe's pool by "
+                f"{knob} alone, so it would be dropped; drop it (to start the search at a pool of your "
+                f"own, give {_knob_flags(knob)[0]}), or search --smallest {name}"
+            )
 
 
 def _sizing_notes(args: argparse.Namespace) -> list[str]:
