@@ -276,7 +276,20 @@ def test_compare_router_weights_takes_weightings_apart_with_semicolons():
             ["--smallest", "num_blocks", "--compare", "block_size=8,16"],
             "argument --compare: not allowed with",
         ),
-        (["--rate", "3"], "argument --rate: the target rate of --smallest"),
+        (
+            ["--rate", "3"],
+            "argument --rate: the target rate of --smallest or --split, neither of which is given",
+        ),
+        (
+            ["--rate", "3"],
+            "to search at 3 req/s, or give --start-rate 3 to start the search for the highest rate",
+        ),
+        (
+            ["--rate", "0"],
+            "argument --rate: '0' is not a positive rate in req/s, and --rate is the target rate",
+        ),
+        (["--rate", "-5"], "argument --rate: '-5' is not a positive rate in req/s"),
+        (["--smallest", "replicas", "--rate", "0"], "argument --rate: '0' must be a positive number"),
         (["--smallest", "num_blocks", "--max-rate", "3"], "argument --max-rate: applies to the rate search"),
         (["--compare", "nope=1,2"], "argument --compare: 'nope' is not a SimConfig field"),
         (["--compare", "block_size=16"], "fewer than two values"),

@@ -175,7 +175,12 @@ def test_cli_split_json(capsys):
             ["--split", "--max-gpus", "3", "--tensor-parallel-size", "2"],
             "a split needs one prefill and one decode",
         ),
-        (["--max-gpus", "4"], "argument --max-gpus: the GPU limit of --split"),
+        (["--max-gpus", "4"], "argument --max-gpus: the GPU limit of the prefill:decode split search, and"),
+        (["--max-gpus", "4"], "--split is not given: add --split, or drop --max-gpus"),
+        (
+            ["--smallest", "replicas", "--max-gpus", "2"],
+            "(--smallest replicas does not read it): add --split",
+        ),
         (["--split", "--smallest", "replicas"], "argument --smallest: not allowed with --split"),
         (["--split", "--start-rate", "3"], "argument --start-rate: applies to the rate search"),
         (["--split", "--rate", "x"], "argument --rate: 'x' is not a number"),

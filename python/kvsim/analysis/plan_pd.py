@@ -308,6 +308,13 @@ def best_split(
         raise InvalidArgumentError(
             f"config {type(config).__name__}: a split search needs one SimConfig (both pools run it)"
         )
+    dp = getattr(config, "data_parallel_size", 1)
+    if dp > 1:  # (smallest_replicas' own refusal named a search the caller never asked for)
+        raise InvalidArgumentError(
+            f"a split search with data_parallel_size {dp}: its fleets step one replica at a time, and a "
+            f"mixture-of-experts model's replicas come in DP groups of {dp} (DESIGN.md §Data-parallel "
+            f"groups); run the fleets with kvsim run --replicas (a multiple of {dp})"
+        )
     slos_ = parse_slos(slos)
     max_gpus = _check_count("max_gpus", max_gpus, 1)
     tp = gpus_per_replica(config)
