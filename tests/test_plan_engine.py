@@ -506,7 +506,7 @@ def test_requests_no_rate_can_serve_are_set_aside_and_the_rest_judged():
     assert r.unservable == {"prompt_len reaches max_model_len: no room to generate": n}
     assert r.value is not None
     assert r.probes["passed"].any()
-    assert f"{n:,} request(s) set aside" in r.message
+    assert f"{n:,} request{'' if n == 1 else 's'} set aside" in r.message
     assert r.to_dict()["unservable"] == r.unservable
     rest = np.flatnonzero(~over)
     for row in r.probes.iter_rows(named=True):
@@ -571,7 +571,7 @@ def test_cli_says_what_it_set_aside(capsys):
     ((reason, n),) = out["unservable"].items()
     assert reason.startswith("prompt_len reaches max_model_len")
     assert n > 0
-    assert f"{n:,} request(s) set aside" in out["message"]
+    assert f"{n:,} request{'' if n == 1 else 's'} set aside" in out["message"]
 
 
 def test_a_selections_rate_is_its_arrivals_and_scales_compose():

@@ -305,4 +305,4 @@ def test_a_memory_search_whose_every_probe_is_refused_says_its_rate(capsys, monk
     assert main([*argv, "--smallest", "kv_cache_bytes"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "workload: sharegpt, 5 requests; every probe at 1.5 req/s"
-    assert "2 value(s) failed without a run, refused by the configuration" in out[-1]
+    assert "2 values failed without a run, refused by the configuration" in out[-1]

@@ -124,7 +124,7 @@ class SplitPlan:
         if len(set(counts.values())) == 1:
             n = next(iter(counts.values()))
             return [
-                f"{n:,}{of} request(s) set aside, rejected at every probe whatever the fleet "
+                f"{n:,}{of} request{'' if (self.requests or n) == 1 else 's'} set aside, rejected at every probe whatever the fleet "
                 f"({why(self.aggregated_search.unservable)}): the SLOs are judged on the rest"
             ]
         each = ", ".join(f"{k} {n:,}" for k, n in counts.items())
@@ -321,7 +321,7 @@ def best_split(
     most = max_gpus // tp
     if most < 2:
         raise InvalidArgumentError(
-            f"max_gpus {max_gpus} holds {most} replica(s) of {tp} GPU(s) (tensor_parallel_size); a split "
+            f"max_gpus {max_gpus} holds {fmt_count(most, 'replica')} of {fmt_count(tp, 'GPU')} (tensor_parallel_size); a split "
             "needs one prefill and one decode replica: at least "
             f"{2 * tp} GPUs"
         )

@@ -575,7 +575,7 @@ def _split(
     print(config.pool.line())
     print(config.time_line())
     print(
-        f"fleets: replicas of {result.gpus_per_replica} GPU(s) each, router {config.router}, at most "
+        f"fleets: replicas of {fmt_count(result.gpus_per_replica, 'GPU')} each, router {config.router}, at most "
         f"{result.max_gpus} GPUs; P=<p>: the fewest decode replicas with p prefill replicas, searched up to "
         "'most' (the GPUs left, the fewest found at a smaller P, and only splits cheaper than the best so "
         "far: above-cap there means no cheaper split at that P); req/s per GPU: the target rate over the GPUs"
