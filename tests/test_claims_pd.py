@@ -245,7 +245,7 @@ def test_an_unsustained_knee_is_left_out_and_the_plateau_said():
     levels = comparison(short, "sharegpt")
     assert levels[0]["aggregated"] == ((0, 2), 10.5)
     assert levels[0]["left_out"] == [(0, 3)]
-    assert "aggregated: 1 fleet(s) left out" in claims_pd._plateau(levels[0])
+    assert "aggregated: 1 fleet left out" in claims_pd._plateau(levels[0])
     e = pd_experiments()[0]
     c = next(c for c in pd_claims({e.name: PdResults(e, short, None)}) if c.id == "D-pd-sharegpt-tight")
     assert c.ours == (

@@ -896,6 +896,47 @@ def test_vllm_serves_batch_defaults_have_a_tier_past_160_gib():
     assert vllm_server_batch_defaults(kvsim.gpus.get("a100-80gb")) == (2048, 256)
 
 
+def test_the_v0_batch_rule_reads_no_gpu_and_the_serve_rules_are_refused_without_one(capsys):
+    """vLLM v0's budget is max(max_model_len, 2048) (SchedulerConfig, `_DEFAULT_MAX_NUM_BATCHED_TOKENS`) on
+    any GPU, so it holds without one: OPT-13B (a 2,048 context) takes 2048, not kvsim's GPU-less 8192. A
+    serve rule picks by the GPU's memory: given without a GPU it is refused by name, and a preset's is not
+    shown in `config:`; any rule given with both limits picks nothing and is refused."""
+    from kvsim.model.gpus import vllm_server_batch_defaults
+
+    sized = {"model": "opt-13b", "kv_cache_bytes": 12 * 2**30}
+    for cfg in (
+        kvsim.SimConfig.preset("vllm-v0", **sized),
+        kvsim.SimConfig.preset("vllm-v0", gpu="a100-40gb", **sized),
+        kvsim.SimConfig(batch_rule="v0", **sized),
+    ):
+        assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (2048, 256)
+    long = kvsim.SimConfig(batch_rule="v0", model="llama-3-8b", kv_cache_bytes=12 * 2**30)
+    assert long.max_num_batched_tokens == 8192  # (its context of 8,192)
+    assert kvsim.SimConfig(batch_rule="serve-0.9", **sized).max_num_batched_tokens == 8192
+    assert vllm_server_batch_defaults(None, "v0", 4096) == (4096, 256)
+    with pytest.raises(kvsim.errors.InvalidArgumentError, match="no GPU"):
+        vllm_server_batch_defaults(None, "serve-0.9")
+    base = ["run", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB", "--requests", "5"]
+    assert main([*base, "--preset", "vllm-v0"]) == 0
+    out = capsys.readouterr().out
+    assert "max_num_batched_tokens=2048, batch_rule=v0" in out, out
+    assert main([*base, "--preset", "vllm-v1"]) == 0
+    out = capsys.readouterr().out
+    assert "batch_rule" not in out, out
+    assert "max_num_batched_tokens=8192" in out, out
+    for rule in ("serve-0.9", "serve-0.28"):
+        assert main([*base, "--batch-rule", rule]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0, err
+        assert f"argument --batch-rule: '{rule}' does nothing here" in err, err
+        assert "this run names no GPU" in err, err
+        assert "give --gpu, --batch-rule v0, or drop the flag" in err, err
+    assert main([*base, "--gpu", "a100-40gb", "--batch-rule", "serve-0.9"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--batch-rule", "v0", "--max-num-seqs", "8", "--max-num-batched-tokens", "4096"]) == 2
+    assert "both are given" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "needle"),
     [
@@ -1521,7 +1562,11 @@ def test_plan_names_the_sizing_flag_that_won_unless_the_search_varies_it(capsys)
         "note: --num-gpu-blocks-override 2,000 sizes the pool, not --kv-cache-memory-bytes 12.0 GiB (whose"
         in out
     )
-    assert main([*argv, "--smallest", "kv_cache_bytes"]) == 0
+    # (a search of kv_cache_bytes drops the override in every probe: refused by name, one line)
+    assert main([*argv, "--smallest", "kv_cache_bytes"]) == 2
+    assert "argument --num-gpu-blocks-override: --smallest kv_cache_bytes sizes" in capsys.readouterr().err
+    alone = [a for a in argv if a not in ("--num-gpu-blocks-override", "2000")]
+    assert main([*alone, "--smallest", "kv_cache_bytes"]) == 0
     assert "sizes the pool, not" not in capsys.readouterr().out
 
 
@@ -1733,15 +1778,16 @@ def test_plan_reads_pool_null_block_in_every_memory_search(capsys):
             *model,
             "--pool-null-block",
             rule,
-            "--kv-cache-memory-bytes",
-            "4GiB",
+            "--num-gpu-blocks-override",
+            "2048",
             "--smallest",
             "num_blocks",
         ]
         assert main(argv) == 0
         data = json.loads(capsys.readouterr().out)
         assert data["pool"].startswith(pool), rule
-        # (the search starts at the num_blocks that gives the pool: vLLM's 2,048 under either rule)
+        # (the search starts at the num_blocks given: vLLM's 2,048 under either rule; a --kv-cache-memory-bytes
+        # to start from is refused beside a num_blocks search, which drops it)
         assert data["probes"][0]["num_blocks"] == 2048, rule
     assert (
         main(
@@ -1749,8 +1795,8 @@ def test_plan_reads_pool_null_block_in_every_memory_search(capsys):
                 *model,
                 "--pool-null-block",
                 "extra",
-                "--num-gpu-blocks-override",
-                "3000",
+                "--kv-cache-memory-bytes",
+                "6GiB",
                 "--smallest",
                 "kv_cache_bytes",
             ]

@@ -376,7 +376,7 @@ def test_a_sweep_says_which_combinations_skip_invalid_left_out(capsys, tmp_path)
     printed = capsys.readouterr().out
     assert "sweep: 2 points run" in printed
     (note,) = [line for line in printed.splitlines() if line.startswith("note: ")]
-    assert note.startswith("note: 4 invalid grid combination(s) skipped (--skip-invalid): ")
+    assert note.startswith("note: 4 invalid grid combinations skipped (--skip-invalid): ")
     assert "'max_model_len': 4096" in note
     assert "'tensor_parallel_size': 3" in note
 
@@ -444,3 +444,38 @@ def test_a_slow_host_link_blames_the_link_and_only_where_a_tier_uses_it(capsys):
     assert "\n" not in err
     assert "host link (1e+06 B/s) moves a KV block in 2.097 s" in err
     assert "kv_offloading_ps_per_block 2097152000000" not in err
+
+
+def test_no_count_is_written_with_a_parenthesised_plural():
+    """A count agrees with its noun (`kvsim.model.units.fmt_count`): "1 value failed", "2 values", never
+    "value(s)". Every string literal in kvsim's Python and every Rust format string that the user may
+    read is searched for a word followed by "(s)" (a unit such as "TTFT (s)" has a space before it; a Rust
+    string's `{}` fields are filled, not written)."""
+    import io
+    import tokenize
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for path in sorted((root / "python" / "kvsim").rglob("*.py")):
+        with path.open("rb") as f:
+            for tok in tokenize.tokenize(f.readline):
+                text = re.sub(r"\{[^{}]*\}", "", tok.string)  # (an f-string's fields are code: `pct(s)`)
+                if tok.type == tokenize.STRING and re.search(r"[A-Za-z]\(s\)", text):
+                    found.append(f"{path.relative_to(root)}:{tok.start[0]}")
+    for path in sorted((root / "rust").rglob("*.rs")):
+        for i, line in enumerate(io.StringIO(path.read_text()), 1):
+            if not line.lstrip().startswith("//") and re.search(r'"[^"]*[A-Za-z]\(s\)[^"]*"', line):
+                found.append(f"{path.relative_to(root)}:{i}")
+    assert not found, found
+
+
+def test_a_sweeps_invalid_combinations_agree_with_their_count(capsys, tmp_path):
+    """`kvsim sweep --skip-invalid` said "1 invalid grid combination(s)": one is singular, two plural."""
+    argv = ["sweep", "--requests", "5", "--no-progress", "--base", "num_blocks=64", "--skip-invalid"]
+    argv += ["--grid", "kv_offloading_chunks=0,4", "--grid", "policy=vllm,reserve"]
+    assert main([*argv, "--output", str(tmp_path / "a.parquet")]) == 0
+    assert "note: 1 invalid grid combination skipped (--skip-invalid): " in capsys.readouterr().out
+    argv += ["--grid", "block_size=16,32"]
+    assert main([*argv, "--output", str(tmp_path / "b.parquet")]) == 0
+    assert "note: 2 invalid grid combinations skipped (--skip-invalid): " in capsys.readouterr().out

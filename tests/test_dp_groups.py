@@ -355,6 +355,27 @@ def test_the_replica_search_refuses_dp_groups():
         smallest_replicas(synthetic(4, seed=1), cfg, "ttft_p99:1s")
 
 
+def test_the_split_search_and_the_cli_name_the_search_asked_for(capsys):
+    """`--split` with -dp 2 said "smallest replicas with data_parallel_size 2", a search the user never
+    asked for: `best_split` and `kvsim plan` name the split (or `--smallest replicas`) and the dp flag."""
+    from kvsim.analysis.plan_pd import best_split
+
+    cfg = kvsim.SimConfig(**MOE, data_parallel_size=2)
+    with pytest.raises(InvalidArgumentError, match="a split search with data_parallel_size 2"):
+        best_split(synthetic(4, seed=1), cfg, "ttft_p99:1s")
+    argv = ["plan", "--model", "qwen3-30b-a3b", "--gpu", "h100-80gb", "-dp", "2", "--replicas", "2"]
+    argv += ["--slo", "ttft_p99:2s", "--requests", "20", "--rate", "1"]
+    for search, said in ((["--split"], "--split"), (["--smallest", "replicas"], "--smallest replicas")):
+        assert main([*argv, *search]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert err.startswith(
+            f"kvsim plan: error: argument -dp: {said} steps replica counts one at a time"
+        ), err
+        assert "smallest replicas with" not in err, err
+        assert "drop it to search single-rank replicas" in err, err
+
+
 def test_a_prefill_pool_of_dp_ranks_is_refused():
     """A prefill_config of DP ranks beside decode replicas of none: refused as a disaggregated fleet of DP
     ranks is (its ranks would step apart), naming the prefill config's field."""

@@ -411,7 +411,7 @@ def _deadlock_case() -> tuple[Workload, kvsim.SimConfig]:
 def test_a_run_that_deadlocks_as_vllm_would_says_so(backend):
     w, cfg = _deadlock_case()
     with pytest.raises(
-        InvalidArgumentError, match=r"the run deadlocks at 495000000000 ps: 3 request\(s\) hold blocks"
+        InvalidArgumentError, match=r"the run deadlocks at 495000000000 ps: 3 requests hold blocks"
     ):
         kvsim.simulate(w, cfg, backend=backend)
     # (without the tier, nothing holds blocks for a load: the run ends)

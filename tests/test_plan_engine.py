@@ -218,7 +218,8 @@ def test_cli_errors_are_one_line_exit_2(capsys, extra, needle):
 
 
 def test_cli_smallest_memory_and_compare(capsys):
-    assert main([*CLI, "--slo", "ttft_p99:1s", "--smallest", "num_blocks", "--rate", "2.5", "--json"]) == 0
+    blocks = [*CLI[:5], "--num-gpu-blocks-override", "983", *CLI[7:]]  # (the search's knob, not the bytes)
+    assert main([*blocks, "--slo", "ttft_p99:1s", "--smallest", "num_blocks", "--rate", "2.5", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["axis"] == "num_blocks"
     assert data["status"] == "converged"
@@ -227,6 +228,31 @@ def test_cli_smallest_memory_and_compare(capsys):
     out = capsys.readouterr().out
     assert "best: policy=vllm" in out
     assert out.index("policy=vllm  ") < out.index("policy=orca-max  ")  # ranked, best first
+
+
+@pytest.mark.parametrize(
+    ("searched", "pool", "flag"),
+    [
+        ("gpu_memory_utilization", ["--kv-cache-memory-bytes", "10GiB"], "--kv-cache-memory-bytes"),
+        ("gpu_memory_utilization", ["--num-gpu-blocks-override", "900"], "--num-gpu-blocks-override"),
+        ("num_blocks", ["--kv-cache-memory-bytes", "10GiB"], "--kv-cache-memory-bytes"),
+        ("num_blocks", ["--gpu-memory-utilization", "0.8"], "--gpu-memory-utilization"),
+        ("kv_cache_bytes", ["--num-gpu-blocks-override", "900"], "--num-gpu-blocks-override"),
+        ("kv_cache_bytes", ["--gpu-memory-utilization", "0.8"], "--gpu-memory-utilization"),
+    ],
+)
+def test_cli_smallest_memory_refuses_the_pool_flag_its_probes_drop(capsys, searched, pool, flag):
+    """`--smallest` of a memory knob sets it in every probe and the pool follows it alone (`set_knob`):
+    another pool flag given would be dropped without a word, so it is refused by name, one line."""
+    argv = ["plan", "--model", "opt-13b", "--gpu", "a100-40gb", "--workload", "sharegpt:arrival_rate=2"]
+    argv += ["--requests", "50", "--slo", "ttft_p99:1s", "--smallest", searched, "--rate", "2", *pool]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert err.startswith(
+        f"kvsim plan: error: argument {flag}: --smallest {searched} sizes every probe's pool"
+    )
+    assert "would be dropped; drop it" in err, err
 
 
 def test_compare_router_weights_takes_weightings_apart_with_semicolons():
@@ -250,7 +276,20 @@ def test_compare_router_weights_takes_weightings_apart_with_semicolons():
             ["--smallest", "num_blocks", "--compare", "block_size=8,16"],
             "argument --compare: not allowed with",
         ),
-        (["--rate", "3"], "argument --rate: the target rate of --smallest"),
+        (
+            ["--rate", "3"],
+            "argument --rate: the target rate of --smallest or --split, neither of which is given",
+        ),
+        (
+            ["--rate", "3"],
+            "to search at 3 req/s, or give --start-rate 3 to start the search for the highest rate",
+        ),
+        (
+            ["--rate", "0"],
+            "argument --rate: '0' is not a positive rate in req/s, and --rate is the target rate",
+        ),
+        (["--rate", "-5"], "argument --rate: '-5' is not a positive rate in req/s"),
+        (["--smallest", "replicas", "--rate", "0"], "argument --rate: '0' must be a positive number"),
         (["--smallest", "num_blocks", "--max-rate", "3"], "argument --max-rate: applies to the rate search"),
         (["--compare", "nope=1,2"], "argument --compare: 'nope' is not a SimConfig field"),
         (["--compare", "block_size=16"], "fewer than two values"),
@@ -467,7 +506,7 @@ def test_requests_no_rate_can_serve_are_set_aside_and_the_rest_judged():
     assert r.unservable == {"prompt_len reaches max_model_len: no room to generate": n}
     assert r.value is not None
     assert r.probes["passed"].any()
-    assert f"{n:,} request(s) set aside" in r.message
+    assert f"{n:,} request{'' if n == 1 else 's'} set aside" in r.message
     assert r.to_dict()["unservable"] == r.unservable
     rest = np.flatnonzero(~over)
     for row in r.probes.iter_rows(named=True):
@@ -532,7 +571,7 @@ def test_cli_says_what_it_set_aside(capsys):
     ((reason, n),) = out["unservable"].items()
     assert reason.startswith("prompt_len reaches max_model_len")
     assert n > 0
-    assert f"{n:,} request(s) set aside" in out["message"]
+    assert f"{n:,} request{'' if n == 1 else 's'} set aside" in out["message"]
 
 
 def test_a_selections_rate_is_its_arrivals_and_scales_compose():

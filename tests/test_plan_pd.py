@@ -127,7 +127,7 @@ def test_an_slo_no_fleet_meets_is_said_plainly():
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"max_gpus": 1}, "max_gpus 1 holds 1 replica(s)"),
+        ({"max_gpus": 1}, "max_gpus 1 holds 1 replica of 1 GPU"),
         ({"max_gpus": 0}, "max_gpus 0 must be a whole number >= 1"),
         ({"rate": -1.0}, "rate -1.0 must be a positive number"),
         ({"max_gpus": 3, "pd_link_bandwidth": 0.0}, "pd_link_bandwidth"),
@@ -170,12 +170,17 @@ def test_cli_split_json(capsys):
     ("extra", "needle"),
     [
         (["--split", "--max-gpus", "0"], "argument --max-gpus: 0 must be at least 1"),
-        (["--split", "--max-gpus", "1"], "argument --max-gpus: max_gpus 1 holds 1 replica(s)"),
+        (["--split", "--max-gpus", "1"], "argument --max-gpus: max_gpus 1 holds 1 replica of 1 GPU"),
         (
             ["--split", "--max-gpus", "3", "--tensor-parallel-size", "2"],
             "a split needs one prefill and one decode",
         ),
-        (["--max-gpus", "4"], "argument --max-gpus: the GPU limit of --split"),
+        (["--max-gpus", "4"], "argument --max-gpus: the GPU limit of the prefill:decode split search, and"),
+        (["--max-gpus", "4"], "--split is not given: add --split, or drop --max-gpus"),
+        (
+            ["--smallest", "replicas", "--max-gpus", "2"],
+            "(--smallest replicas does not read it): add --split",
+        ),
         (["--split", "--smallest", "replicas"], "argument --smallest: not allowed with --split"),
         (["--split", "--start-rate", "3"], "argument --start-rate: applies to the rate search"),
         (["--split", "--rate", "x"], "argument --rate: 'x' is not a number"),

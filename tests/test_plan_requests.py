@@ -100,7 +100,7 @@ def test_split_says_what_it_set_aside(capsys):
     argv = [*LLAMA, "--slo", "ttft_p99:2s", "--split", "--max-gpus", "4", "--rate", "5"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    (line,) = _lines(out, "159 of 300 request(s) set aside")
+    (line,) = _lines(out, "159 of 300 requests set aside")
     assert line.endswith("the SLOs are judged on the rest")
     assert main([*argv, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -165,6 +165,6 @@ def test_split_names_each_searchs_count_where_they_differ():
     cfg = kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes=12 * 2**30, max_model_len=400)
     n = int((np.asarray(w.prompt_len) >= 400).sum())
     r = best_split(w, cfg, {"ttft_p99": 2.0}, max_gpus=3, workers=1)
-    assert r.message.splitlines()[-1].startswith(f"{n} of 60 request(s) set aside")
+    assert r.message.splitlines()[-1].startswith(f"{n} of 60 requests set aside")
     r.aggregated_search.unservable = {**r.aggregated_search.unservable, "more samples than seats": 2}
     assert f"differ by search (aggregated {n + 2}, P=1 {n} of 60)" in r.message

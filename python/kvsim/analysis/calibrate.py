@@ -25,6 +25,7 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.model.gpus import Gpu
 from kvsim.model.models import Model
 from kvsim.model.timing import Efficiencies, RooflineTimeModel, roofline_time_model
+from kvsim.model.units import fmt_count
 
 RATE_PARAMS = (
     "gemm_memory",
@@ -345,7 +346,7 @@ def fit_steps(profile: Profile, holdout_every: int = 5) -> Calibration:
     if len(idx_fit) < len(names):
         # (one row fitted four parameters and printed a held-out error of nan%; none fitted nothing)
         raise InvalidArgumentError(
-            f"{profile.source}: {n} step(s), {len(idx_fit)} of them to fit (every {holdout_every}th held out): "
+            f"{profile.source}: {fmt_count(n, 'step')}, {len(idx_fit)} of them to fit (every {holdout_every}th held out): "
             f"fitting {len(names)} parameters ({', '.join(names)}) needs at least {len(names)}"
         )
 

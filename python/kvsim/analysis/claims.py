@@ -58,6 +58,7 @@ from kvsim.analysis.executors import check_workers
 from kvsim.analysis.sweep import Point, progress_bar, rows_frame, run_point
 from kvsim.analysis.validate import validation_claims
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.units import fmt_count
 
 
 def experiments() -> list[Experiment]:
@@ -164,7 +165,7 @@ def check_scale(scale: Any) -> float:
         )
     if smallest * scale < MIN_SCALED_REQUESTS:
         raise InvalidArgumentError(
-            f"scale {scale:g} leaves {max(0, round(smallest * scale))} request(s) in the smallest experiment "
+            f"scale {scale:g} leaves {fmt_count(max(0, round(smallest * scale)), 'request')} in the smallest experiment "
             f"(fewer than {MIN_SCALED_REQUESTS}); the least scale is {MIN_SCALED_REQUESTS / smallest:.3g}"
         )
     return float(scale)

@@ -52,6 +52,7 @@ from kvsim.analysis.claims_model import (
     not_testable,
 )
 from kvsim.analysis.plan_pd import best_per_gpu, gpus_per_replica, pd_probe
+from kvsim.model.units import fmt_count
 
 MODEL, GPU = "llama-3.1-8b", "h100-80gb"
 WORKLOADS = {"sharegpt": 5000, "mooncake-conversation": 1000}  # workload -> requests (the trace's first)
@@ -312,7 +313,7 @@ def _plateau(lv: Mapping[str, Any]) -> str:
         out = [f for f in lv["left_out"] if (f[0] > 0) == (key == "disaggregated")]
         if out:
             parts.append(
-                f"{name}: {len(out)} fleet(s) left out (runs too short: the rate outruns the requests; "
+                f"{name}: {fmt_count(len(out), 'fleet')} left out (runs too short: the rate outruns the requests; "
                 f"sustained knees up to {most} GPUs), so whether its best keeps rising is not tested"
             )
         elif below is None or best[1] > below[1] * (1 + WIN_MARGIN):

@@ -124,7 +124,7 @@ class SplitPlan:
         if len(set(counts.values())) == 1:
             n = next(iter(counts.values()))
             return [
-                f"{n:,}{of} request(s) set aside, rejected at every probe whatever the fleet "
+                f"{n:,}{of} request{'' if (self.requests or n) == 1 else 's'} set aside, rejected at every probe whatever the fleet "
                 f"({why(self.aggregated_search.unservable)}): the SLOs are judged on the rest"
             ]
         each = ", ".join(f"{k} {n:,}" for k, n in counts.items())
@@ -308,13 +308,20 @@ def best_split(
         raise InvalidArgumentError(
             f"config {type(config).__name__}: a split search needs one SimConfig (both pools run it)"
         )
+    dp = getattr(config, "data_parallel_size", 1)
+    if dp > 1:  # (smallest_replicas' own refusal named a search the caller never asked for)
+        raise InvalidArgumentError(
+            f"a split search with data_parallel_size {dp}: its fleets step one replica at a time, and a "
+            f"mixture-of-experts model's replicas come in DP groups of {dp} (DESIGN.md §Data-parallel "
+            f"groups); run the fleets with kvsim run --replicas (a multiple of {dp})"
+        )
     slos_ = parse_slos(slos)
     max_gpus = _check_count("max_gpus", max_gpus, 1)
     tp = gpus_per_replica(config)
     most = max_gpus // tp
     if most < 2:
         raise InvalidArgumentError(
-            f"max_gpus {max_gpus} holds {most} replica(s) of {tp} GPU(s) (tensor_parallel_size); a split "
+            f"max_gpus {max_gpus} holds {fmt_count(most, 'replica')} of {fmt_count(tp, 'GPU')} (tensor_parallel_size); a split "
             "needs one prefill and one decode replica: at least "
             f"{2 * tp} GPUs"
         )

@@ -573,7 +573,7 @@ class PlanResult:
             if rejecting.height:
                 first = rejecting.row(0, named=True)
                 what += (
-                    f"; {rejecting.height} probe(s) failed for rejecting requests, never served (e.g. "
+                    f"; {fmt_count(rejecting.height, 'probe')} failed for rejecting requests, never served (e.g. "
                     f"{first['rejected']:,} of {first['rejected'] + (first.get('completed') or 0):,} at "
                     f"{self.axis} {self._fmt(first[self.axis])})"
                 )
@@ -582,13 +582,13 @@ class PlanResult:
                 f"{n:,}: {reason.replace(': ', ', ', 1)}" for reason, n in self.unservable.items()
             )
             what += (
-                f"; {aside:,} request(s) set aside, rejected at every probe whatever the {self.axis} ({why}): "
+                f"; {fmt_count(aside, 'request')} set aside, rejected at every probe whatever the {self.axis} ({why}): "
                 "the SLOs are judged on the rest"
             )
         if "refused" in self.probes.columns:
             refused = [r for r in self.probes["refused"].to_list() if r]
             if refused:
-                what += f"; {len(refused)} value(s) failed without a run, refused by the configuration ({refused[0]})"
+                what += f"; {fmt_count(len(refused), 'value')} failed without a run, refused by the configuration ({refused[0]})"
         if self.steady is False and (
             self.status != "above-cap" or self.axis != "rate"
         ):  # (above-cap says it)

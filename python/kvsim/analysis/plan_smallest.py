@@ -37,7 +37,7 @@ from kvsim.analysis.plan_search import (
     parse_slos,
 )
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.units import fmt_bytes
+from kvsim.model.units import fmt_bytes, fmt_count
 
 
 def _target(workload: Any, rate: float | None) -> tuple[Any, float]:
@@ -197,7 +197,7 @@ def smallest_memory(
         if blocks is not None and blocks > most:
             raise InvalidArgumentError(
                 f"high {hi_:g}: {blocks} blocks per replica are more than the {int(most)} whose bookkeeping "
-                f"fits the memory limit ({_replica_count(config)} replica(s) of "
+                f"fits the memory limit ({fmt_count(_replica_count(config), 'replica')} of "
                 f"{POOL_BYTES_PER_BLOCK} bytes per block against {_memory_limit()} bytes)"
             )
     start = min(max(own, lo_), hi_)

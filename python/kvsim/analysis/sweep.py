@@ -56,6 +56,7 @@ from kvsim.analysis.sweep_stats import (
 from kvsim.analysis.sweep_store import ResultStore, check_output, rows_frame
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS, PAPER_SETUP, SimConfig, convert
+from kvsim.model.units import fmt_count
 from kvsim.workloads.registry import (
     WORKLOAD_CACHE,
     WORKLOADS,
@@ -573,7 +574,7 @@ class SweepSpec:
             # (one line, as every CLI error: `kvsim sweep` prints it as it is)
             shown = "; ".join(bad[:8]) + (f"; ... and {len(bad) - 8} more" if len(bad) > 8 else "")
             raise InvalidArgumentError(
-                f"{len(bad)} invalid grid combination(s) (split the grid, or skip them with --skip-invalid): "
+                f"{fmt_count(len(bad), 'invalid grid combination')} (split the grid, or skip them with --skip-invalid): "
                 f"{shown}"
             )
         if not points:

@@ -552,7 +552,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         bad = spec.invalid()
         if bad:  # (what --skip-invalid left out, and why: it said nothing)
             shown = "; ".join(bad[:8]) + (f"; ... and {len(bad) - 8} more" if len(bad) > 8 else "")
-            print(f"note: {len(bad)} invalid grid combination(s) skipped (--skip-invalid): {shown}")
+            print(
+                f"note: {fmt_count(len(bad), 'invalid grid combination')} skipped (--skip-invalid): {shown}"
+            )
     if show and outcome.frame.height:
         import polars as pl
 

@@ -175,7 +175,17 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     opts["executor"] = args.executor
     opts["scheduler"] = args.scheduler
     if args.max_gpus is not None and not args.split:
-        raise FlagError("argument --max-gpus: the GPU limit of --split")
+        other = (
+            f" (--smallest {args.smallest} does not read it)"
+            if args.smallest is not None
+            else " (--compare does not read it)"
+            if args.compare is not None
+            else ""
+        )
+        raise FlagError(
+            "argument --max-gpus: the GPU limit of the prefill:decode split search, and --split is not "
+            f"given{other}: add --split, or drop --max-gpus"
+        )
     if args.split:
         for flag, given in (
             ("--smallest", args.smallest),
@@ -199,7 +209,23 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.smallest is not None and args.compare is not None:
         raise FlagError("argument --compare: not allowed with --smallest (give one of them)")
     if args.rate is not None and args.smallest is None and not args.split:
-        raise FlagError("argument --rate: the target rate of --smallest (for the highest rate, --start-rate)")
+        import math
+
+        try:
+            bad = not (math.isfinite(float(args.rate)) and float(args.rate) > 0)
+        except ValueError:
+            bad = True
+        if bad:
+            raise FlagError(
+                f"argument --rate: {args.rate!r} is not a positive rate in req/s, and --rate is the target "
+                "rate of --smallest or --split, neither of which is given: add one of them with a positive "
+                "--rate, or give a positive --start-rate to start the search for the highest rate there"
+            )
+        raise FlagError(
+            "argument --rate: the target rate of --smallest or --split, neither of which is given: add "
+            f"--smallest KNOB (or --split) to search at {args.rate} req/s, or give --start-rate {args.rate} "
+            "to start the search for the highest rate there"
+        )
     if args.smallest is not None:
         for flag, key in (
             ("--start-rate", "start_rate"),
@@ -265,6 +291,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "replicas' config; a prefill config of their own runs with kvsim run, not in a search yet"
         )
     config = _config_from_args(args, data, refuse_idle=False)
+    _refuse_dropped_pool_flags(args)
+    _refuse_dp_groups(args, config)
     _refuse_idle_knobs(args, config)
     notes: list[str] = _sizing_notes(args)
     workload, info = _workload_from_args(args, data, notes)
@@ -462,6 +490,47 @@ def _refuse_idle_knobs(args: argparse.Namespace, config: Any) -> None:
     )
 
 
+def _refuse_dp_groups(args: argparse.Namespace, config: Any) -> None:
+    """`--smallest replicas` and `--split` step replica counts one at a time (`--split` through its
+    aggregated fleet's fewest replicas and its prefill:decode splits), and a mixture-of-experts model's
+    ranks step in DP groups (DESIGN.md §Data-parallel groups): refused by the flag that set
+    `data_parallel_size`, naming the search the user asked for (`best_split` said "smallest replicas")."""
+    dp = config.data_parallel_size
+    search = "--split" if args.split else "--smallest replicas" if args.smallest == "replicas" else None
+    if search is None or dp <= 1:
+        return
+    said = (
+        _given_at(args, args.flag_of, "data_parallel_size")
+        if "data_parallel_size" in args.given_knobs
+        else f"argument {_knob_flags('data_parallel_size')[0]}"
+    )
+    raise FlagError(
+        f"{said}: {search} steps replica counts one at a time, and with data_parallel_size {dp} a "
+        f"mixture-of-experts model's replicas come in DP groups of {dp} (DESIGN.md §Data-parallel groups): "
+        f"run the counts with kvsim run --replicas N (a multiple of {dp}) or kvsim sweep --grid "
+        "replicas=..., or drop it to search single-rank replicas"
+    )
+
+
+def _refuse_dropped_pool_flags(args: argparse.Namespace) -> None:
+    """`--smallest` of a memory knob sets that knob in every probe (`kvsim.analysis.plan.set_knob`), and the
+    pool follows it alone: a probe of `gpu_memory_utilization` clears `num_blocks` and `kv_cache_bytes`, one
+    of `kv_cache_bytes` clears `num_blocks` and overrides the GPU share, one of `num_blocks` overrides both.
+    Another of the three given (a flag or the run file) would be dropped by every probe, so it is refused by
+    name (a tester found `--kv-cache-memory-bytes 30GiB` gone from a search of the GPU share); the knob
+    searched, given, is where the search starts."""
+    knob = args.smallest
+    if knob not in MEMORY_KNOBS:
+        return
+    for name in MEMORY_KNOBS:
+        if name != knob and name in args.given_knobs:
+            raise FlagError(
+                f"{_given_at(args, args.flag_of, name)}: --smallest {knob} sizes every probe's pool by "
+                f"{knob} alone, so it would be dropped; drop it (to start the search at a pool of your "
+                f"own, give {_knob_flags(knob)[0]}), or search --smallest {name}"
+            )
+
+
 def _sizing_notes(args: argparse.Namespace) -> list[str]:
     """`kvsim run`'s notes on a sizing flag another overrides (`_overridden_sizing`), but for a search
     whose probes vary the pool's memory (`--smallest` of a memory knob, a `--compare` of one), where the
@@ -506,7 +575,7 @@ def _split(
     print(config.pool.line())
     print(config.time_line())
     print(
-        f"fleets: replicas of {result.gpus_per_replica} GPU(s) each, router {config.router}, at most "
+        f"fleets: replicas of {fmt_count(result.gpus_per_replica, 'GPU')} each, router {config.router}, at most "
         f"{result.max_gpus} GPUs; P=<p>: the fewest decode replicas with p prefill replicas, searched up to "
         "'most' (the GPUs left, the fewest found at a smaller P, and only splits cheaper than the best so "
         "far: above-cap there means no cheaper split at that P); req/s per GPU: the target rate over the GPUs"

@@ -404,6 +404,21 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
             if why is None
             else f"{spell.value('allow_long_max_model_len', True)} does nothing here: {why}; {spell.drop}"
         )
+    # batch_rule: how unset batch limits are picked, its verdict even at its default (the callers pass the
+    # user's knobs as `given`, so an explicit `--batch-rule serve-0.28` is refused too, a preset's is not)
+    rule = config.batch_rule
+    limits = [n for n in ("max_num_seqs", "max_num_batched_tokens") if config._given.get(n) is None]
+    out["batch_rule"] = (
+        f"{spell.value('batch_rule', rule)} does nothing here: it picks the batch limits left unset, and "
+        f"both are given ({spell.knob('max_num_seqs')}, {spell.knob('max_num_batched_tokens')}); {spell.drop}"
+        if not limits
+        else None
+        if config.gpu is not None or rule == "v0"
+        else f"{spell.value('batch_rule', rule)} does nothing here: it is how vllm serve picks unset batch "
+        "limits by the GPU's memory, and this run names no GPU (unset, they are 8192 tokens and 256 "
+        f"sequences without one; rule 'v0' reads no GPU): give {spell.knob('gpu')}, "
+        f"{spell.setting('batch_rule', 'v0')}, or {spell.drop}"
+    )
     if config._given.get("swap_ps_per_block") is not None:
         out["swap_ps_per_block"] = (
             None
@@ -448,6 +463,8 @@ def refuse_idle_at_every_point(
         for name, idle in verdicts.items():
             if given is not None and name not in given:
                 continue
+            if given is None and getattr(config, name) == KNOBS[name].default:
+                continue  # (a verdict given at the knob's default: only the user's may refuse it)
             if idle is None:
                 acts.add(name)
             else:

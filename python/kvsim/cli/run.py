@@ -643,6 +643,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                 k == "swap_ps_per_block" and (v == 0 or config.kv_groups or config.preemption == "recompute")
             )
             and not (k.startswith("kv_offloading_") and not config.kv_offloading_chunks)  # no tier: moot
+            # (a preset's serve rule without a GPU, or any rule with both limits given, picks nothing)
+            and not (
+                k == "batch_rule"
+                and (
+                    (config.gpu is None and v != "v0")
+                    or all(
+                        config._given.get(n) is not None for n in ("max_num_seqs", "max_num_batched_tokens")
+                    )
+                )
+            )
             # (an unset block size resolves to vLLM's 16 but for some MLA models: shown where it is not 16)
             and not (k == "block_size" and v == DEFAULT_BLOCK_SIZE and pool_bs == v)
             # (a sizing knob another overrode, as vLLM lets it: the notes say which one sized the pool)

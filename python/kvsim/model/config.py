@@ -268,22 +268,25 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
         `batch_rule`: `kvsim.gpus.vllm_server_batch_defaults`), then vLLM's caps: a defaulted budget at
         least the context with chunked prefill off and at most `max_num_seqs` × the context, defaulted
         sequences at most the budget; both given, a budget below the sequences is vLLM's refusal. Without a
-        GPU (a pool given in blocks or bytes, kvsim's own experiments) they are 8192 and 256, vLLM's `LLM`
-        class on a small GPU, and any pair is simulated."""
+        GPU (a pool given in blocks or bytes, kvsim's own experiments) any pair is simulated, and unset they
+        are batch_rule `v0`'s, which reads no GPU (256 sequences and max(context, 2048) tokens: vLLM v0's
+        `SchedulerConfig`, `_DEFAULT_MAX_NUM_BATCHED_TOKENS`), else 8192 and 256, vLLM's `LLM` class on a
+        small GPU (the `serve-*` rules pick by the GPU: `kvsim run` refuses one given without a GPU)."""
         from kvsim.model.gpus import resolve as resolve_gpu
         from kvsim.model.gpus import vllm_server_batch_defaults
         from kvsim.model.models import resolve
 
         tokens, seqs = self.max_num_batched_tokens, self.max_num_seqs
-        if self.gpu is None:
-            object.__setattr__(
-                self, "max_num_batched_tokens", KNOB_DEFAULT_TOKENS if tokens is None else tokens
-            )
-            object.__setattr__(self, "max_num_seqs", KNOB_DEFAULT_SEQS if seqs is None else seqs)
-            return
         context = self.max_model_len
         if context is None and self.model is not None:
             context = resolve(self.model).max_model_len
+        if self.gpu is None:
+            t0, s0 = KNOB_DEFAULT_TOKENS, KNOB_DEFAULT_SEQS
+            if self.batch_rule == "v0":
+                t0, s0 = vllm_server_batch_defaults(None, "v0", context or 2048)
+            object.__setattr__(self, "max_num_batched_tokens", t0 if tokens is None else tokens)
+            object.__setattr__(self, "max_num_seqs", s0 if seqs is None else seqs)
+            return
         t0, s0 = vllm_server_batch_defaults(resolve_gpu(self.gpu), self.batch_rule, context or 2048)
         if tokens is None:
             tokens = t0

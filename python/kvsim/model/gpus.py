@@ -432,7 +432,7 @@ BATCH_RULES = ("serve-0.28", "serve-0.9", "v0")
 
 
 def vllm_server_batch_defaults(
-    gpu: Gpu, rule: str = "serve-0.28", max_model_len: int = 2048
+    gpu: Gpu | None, rule: str = "serve-0.28", max_model_len: int = 2048
 ) -> tuple[int, int]:
     """`(max_num_batched_tokens, max_num_seqs)` that vLLM's OpenAI server (`vllm serve`) picks on `gpu`
     when neither is given, by `rule` (`BATCH_RULES`). vLLM 0.33.0's `EngineArgs.get_batch_defaults`
@@ -443,11 +443,13 @@ def vllm_server_batch_defaults(
     `is_device_capability((12, 1))`) off the 70 GiB tier, "the memory but not the compute of a large discrete
     GPU": a GPU of arch `sm_121` below 160 GiB takes the small tier (no preset is a GB10; describe one with
     `arch = "sm_121"`). `kvsim.model.config.SimConfig` applies vLLM's caps on top (`max_num_seqs` at most the
-    tokens)."""
+    tokens). `v0` reads no GPU (`gpu` may be None); the `serve-*` rules need one."""
     if rule not in BATCH_RULES:
         raise InvalidArgumentError(f"batch_rule {rule!r} is not one of {', '.join(BATCH_RULES)}")
     if rule == "v0":
         return max(max_model_len, 2048), 256
+    if gpu is None:
+        raise InvalidArgumentError(f"batch_rule {rule!r} picks by the GPU's memory, and no GPU is given")
     if rule == "serve-0.28" and gpu.memory_bytes >= 160 * GIB:
         return 16384, 1024
     if gpu.memory_bytes >= 70 * GIB and "a100" not in gpu.name.lower() and gpu.arch != "sm_121":

@@ -313,7 +313,8 @@ KNOBS: dict[str, Knob] = {
         None,
         "int",
         "token budget of one iteration; vLLM's --max-num-batched-tokens; unset: what vllm serve picks on the GPU "
-        "named (batch_rule: 16384, 8192 or 2048 by GPU memory), 8192 without a GPU; vLLM's 8k (8,000) and 8K "
+        "named (batch_rule: 16384, 8192 or 2048 by GPU memory), 8192 without a GPU (batch_rule v0: max(max_model_len, "
+        "2048), with a GPU or not); vLLM's 8k (8,000) and 8K "
         "(8,192) too",
         lo=1,
         hi=MAX_TOKENS,
@@ -324,10 +325,11 @@ KNOBS: dict[str, Knob] = {
     "batch_rule": Knob(
         "serve-0.28",
         "choice",
-        "how unset max_num_seqs / max_num_batched_tokens are picked with a GPU: vllm serve's rule of 0.28.0 to "
+        "how unset max_num_seqs / max_num_batched_tokens are picked: vllm serve's rule on the GPU named, of 0.28.0 to "
         "0.33.0 (serve-0.28: 16384 / 1024 on >= 160 GiB, 8192 / 1024 on >= 70 GiB not an A100, else 2048 / "
         "256), of 0.9.0 to 0.27.1 (serve-0.9: no 160 GiB tier) or of the v0 engine (v0: 256 sequences, "
-        "max(max_model_len, 2048) tokens); the presets set their release's",
+        "max(max_model_len, 2048) tokens, the one rule that reads no GPU: without one the serve rules give way to "
+        "8192 / 256, and kvsim run refuses one given); the presets set their release's",
         choices=BATCH_RULES,
     ),
     "chunked_prefill": Knob(

@@ -42,6 +42,7 @@ import polars as pl
 from kvsim.arguments import keyword_check
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
+from kvsim.model.units import fmt_count
 from kvsim.workloads.ids import DEFAULT_KEY, content_ids
 
 ROW_COLUMNS = ("request_id", "arrival", "prompt_len", "output_len", "max_tokens", "num_samples", "beam")
@@ -494,7 +495,9 @@ class Workload:
             c for c in ("arrival", "output_len", "segment_id", "segment_len") if c not in frame.columns
         ]
         if missing:
-            raise InvalidArgumentError(f"frame lacks column(s) {missing}; it has {frame.columns}")
+            raise InvalidArgumentError(
+                f"frame lacks {fmt_count(len(missing), 'column')} ({missing}); it has {frame.columns}"
+            )
         for c in ("segment_id", "segment_len"):
             dtype = frame[c].dtype
             if not isinstance(dtype, pl.List) or not dtype.inner.is_integer():
@@ -757,7 +760,7 @@ def _check_output_refs(cols: dict[str, np.ndarray], allow_foreign: bool) -> int:
             ids,
             int(row[k]),
             f"quotes sample {int(sample[k])} of request {int(ids[ref_row[k]])}, which has "
-            f"{int(cols['num_samples'][ref_row[k]])} sample(s)",
+            f"{fmt_count(int(cols['num_samples'][ref_row[k]]), 'sample')}",
         )
     generated = np.minimum(cols["output_len"], cols["max_tokens"])[safe_ref]
     too_long = present & (cols["segment_len"][flat] > generated)

@@ -35,6 +35,7 @@ import polars as pl
 from kvsim.arguments import int_arg
 from kvsim.errors import InvalidArgumentError, TraceFormatError
 from kvsim.model.segments import MAX_REQUEST_ID
+from kvsim.model.units import fmt_count
 from kvsim.workloads.table import Workload
 
 MOONCAKE_BLOCK = 512
@@ -619,7 +620,10 @@ def _read_columns(
         missing = [v for v in mapping.values() if v not in frame.columns]
         if missing:
             raise TraceFormatError(
-                str(p), 1, "header", f"column(s) {missing} missing; columns are {frame.columns}"
+                str(p),
+                1,
+                "header",
+                f"{fmt_count(len(missing), 'column')} missing ({missing}); columns are {frame.columns}",
             )
         cols = _table_fast(frame, mapping, divisor)
         if cols is not None:
@@ -644,7 +648,10 @@ def _read_columns(
             missing = [v for v in mapping.values() if v not in header]
             if missing:
                 raise TraceFormatError(
-                    str(p), 1, "header", f"column(s) {missing} missing; header is {header}"
+                    str(p),
+                    1,
+                    "header",
+                    f"{fmt_count(len(missing), 'column')} missing ({missing}); header is {header}",
                 )
         elif fmt == "jsonl":
             records = _jsonl_records(stack.enter_context(p.open("rb")))

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kvsim.errors import InternalError, InvalidArgumentError
+from kvsim.model.units import fmt_count
 from kvsim.reference.cpu_tier import MISS, PENDING, CpuTier
 from kvsim.reference.engine.admission import NEVER, SKIP
 from kvsim.reference.engine.offload_hybrid import HybridTier
@@ -746,7 +747,8 @@ class Offload(HybridTier, State):
                 return False  # a prefill replica: its transfers' ends are not decided yet
             if self.held:
                 raise InvalidArgumentError(
-                    f"the run deadlocks at {self.t} ps: {len(self.held)} request(s) hold blocks for loads that landed and "
+                    f"the run deadlocks at {self.t} ps: {fmt_count(len(self.held), 'request')} "
+                    f"{'holds' if len(self.held) == 1 else 'hold'} blocks for loads that landed and "
                     "cannot allocate what their prompts still need, and nothing runs; vLLM 0.33.0's scheduler would "
                     "wait here forever (its reservation for requests still prefilling counts no block a sliding "
                     "window needs: DESIGN.md §CPU tier)"
