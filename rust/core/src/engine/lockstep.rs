@@ -277,7 +277,7 @@ impl Engine<'_> {
         }
     }
 
-    fn exit_lockstep(&mut self) {
+    pub(super) fn exit_lockstep(&mut self) {
         for i in 0..self.running.len() {
             let k = self.running[i];
             if self.slab[k].lazy {
@@ -296,12 +296,40 @@ impl Engine<'_> {
     pub(super) fn lockstep_step(&mut self) -> bool {
         if self.one_free_block_binds() {
             // A sequence without an event could find the pool empty this step: walk them all.
-            // A sequence without an event could find the pool empty this step: walk them all.
             self.exit_lockstep();
             return self.full_step();
         }
-        let step = self.step;
         let marks = self.progress_marks(); // (a tier's only)
+        let step = self.step;
+        let Some((tokens, decoding_keys)) = self.lockstep_schedule() else {
+            return self.tier.is_some() && self.tier_scheduled_nothing(marks);
+        };
+        let batch = self.running.len() as u64;
+        let mut dt = if matches!(self.cfg.time, TimeModel::Roofline(_)) {
+            self.lockstep_time(tokens, decoding_keys)
+        } else {
+            self.linear_time(tokens, self.agg.c)
+        };
+        // A CPU tier (present or not for the whole run): the admitted requests' stores and the
+        // finished ones' (the decoding ones offer nothing: `tier_quiet`), and the flush; none of it
+        // when nobody was admitted and nothing is pending (`tier_idle`: the usual decode step, which
+        // stays quiet whatever the observation sees: it adds no fence).
+        let mut tier_moves = false;
+        if self.tier.is_some() && !self.tier_idle() {
+            (dt, tier_moves) = self.tier_step_stores_now(dt);
+        }
+        let state = self.aggregate_state();
+        self.record(dt, batch, tokens, state);
+        self.lockstep_finish(step, tier_moves);
+        true
+    }
+
+    /// A lockstep step's first half (the running phase, the admissions, the aggregates): its batched
+    /// tokens and the running sequences' keys before the admissions joined, or None when nothing was
+    /// scheduled (lockstep is left). Shared by `lockstep_step` and a DP rank's `group_plan`.
+    #[inline]
+    pub(super) fn lockstep_schedule(&mut self) -> Option<(u64, u64)> {
+        let step = self.step;
         let before = self.running.len() as u64;
         self.agg.c += before;
         self.agg.internal -= before as i64;
@@ -319,29 +347,20 @@ impl Engine<'_> {
             let contribution = self.contribution(&self.slab[k]);
             self.add(contribution, k, 1);
         }
-        let batch = self.running.len() as u64;
-        if batch == 0 {
+        if self.running.is_empty() {
             self.exit_lockstep();
-            return self.tier.is_some() && self.tier_scheduled_nothing(marks);
+            return None;
         }
         if self.log.is_some() {
             self.log_schedule(decoding as usize);
         }
-        let mut dt = if matches!(self.cfg.time, TimeModel::Roofline(_)) {
-            self.lockstep_time(tokens, decoding_keys)
-        } else {
-            self.linear_time(tokens, self.agg.c)
-        };
-        // A CPU tier (present or not for the whole run): the admitted requests' stores and the
-        // finished ones' (the decoding ones offer nothing: `tier_quiet`), and the flush; none of it
-        // when nobody was admitted and nothing is pending (`tier_idle`: the usual decode step, which
-        // stays quiet whatever the observation sees: it adds no fence).
-        let mut tier_moves = false;
-        if self.tier.is_some() && !self.tier_idle() {
-            (dt, tier_moves) = self.tier_step_stores_now(dt);
-        }
-        let state = self.aggregate_state();
-        self.record(dt, batch, tokens, state);
+        Some((tokens, decoding_keys))
+    }
+
+    /// A lockstep step's second half, after `record` of step `step`: sampling, and lockstep left where the step leaves
+    /// a sequence prefilling, the tier moving, nothing running or more running than the budget.
+    #[inline]
+    pub(super) fn lockstep_finish(&mut self, step: u64, tier_moves: bool) {
         let prefilling = self.lockstep_sample(step);
         if self.tier.is_some() {
             self.observe();
@@ -353,7 +372,6 @@ impl Engine<'_> {
         {
             self.exit_lockstep();
         }
-        true
     }
 
     /// Takes the *quiet* steps from the current one on together, in closed form, and returns whether it
@@ -480,7 +498,7 @@ impl Engine<'_> {
 
     /// Records `span` quiet steps of `batch` decoding sequences, step j lasting `dt0 + ddt j`: the sums `record`
     /// would make one step at a time, in closed form (exact integers, so equal to the reference's).
-    fn take_quiet_steps(&mut self, span: u64, batch: u64, dt0: i128, ddt: i128) {
+    pub(super) fn take_quiet_steps(&mut self, span: u64, batch: u64, dt0: i128, ddt: i128) {
         let (kk, nn) = (i128::from(span), i128::from(batch));
         let s1 = kk * (kk - 1) / 2; // sum of j
         let s2 = (kk - 1) * kk * (2 * kk - 1) / 6; // sum of j^2
@@ -699,7 +717,7 @@ impl Engine<'_> {
         prefilling
     }
 
-    fn aggregate_state(&self) -> MemoryState {
+    pub(super) fn aggregate_state(&self) -> MemoryState {
         let bs = self.cfg.block_size;
         let a = self.agg;
         match &self.mem {
