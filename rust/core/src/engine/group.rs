@@ -51,7 +51,7 @@ impl Engine<'_> {
                 self.exit_lockstep(); // (as `lockstep_step`: every sequence walked)
             }
             if self.lockstep {
-                if let Some((tokens, decoding_keys)) = self.lockstep_schedule() {
+                if let Some((tokens, decoding_keys)) = self.lockstep_schedule::<true>() {
                     let dt = if matches!(self.cfg.time, TimeModel::Roofline(_)) {
                         self.lockstep_time_apart(tokens, decoding_keys)
                     } else {
@@ -92,7 +92,7 @@ impl Engine<'_> {
             if let Some(msg) = &self.clock_overflow {
                 return Err(KvError::InvalidArgument(msg.clone()));
             }
-            self.lockstep_finish(step, false);
+            self.lockstep_finish::<true>(step, false);
             return Ok(());
         }
         let m = self.memory_state();

@@ -38,7 +38,8 @@ impl Roofline {
 
     /// The same when every class reads the same keys and pairs (full attention only: lockstep); `apart`:
     /// without the routed experts' term (a rank of a DP group).
-    #[inline]
+    #[allow(clippy::inline_always)] // (one body, `apart` a constant at each call: measured)
+    #[inline(always)]
     pub(super) fn time_uniform(&self, tokens: u64, seqs: u64, x: &AttnSums, apart: bool) -> u64 {
         let mut total = if apart {
             self.base_apart(tokens, seqs)
@@ -173,7 +174,8 @@ impl Engine<'_> {
         self.lockstep_time_of(tokens, xd, true)
     }
 
-    #[inline]
+    #[allow(clippy::inline_always)] // (one body, `apart` a constant at each call: measured)
+    #[inline(always)]
     fn lockstep_time_of(&mut self, tokens: u64, xd: u64, apart: bool) -> u64 {
         let cfg = self.cfg;
         let TimeModel::Roofline(r) = &cfg.time else {
