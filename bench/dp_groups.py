@@ -2,10 +2,14 @@
 expert parallelism on an H100, 3,000 ShareGPT-like requests (`sharegpt-paper`, seed 0) over two ranks at
 20 and 200 requests/s, the least-loaded and round-robin routers, the Rust cluster run grouped (`dp_group`
 2: the ranks step together) and apart (`dp_group` 1: the same two ranks as independent replicas), best
-of R runs each (default 3). Prints each case's wall time, the steps a rank took and a digest of every
-output column and counter, so that two builds' runs can be checked equal as well as timed:
+of R runs each (default 3); other rates may follow R. Prints each case's wall time, the steps a rank took
+and a digest of every output column and counter, so that two builds' runs can be checked equal as well as
+timed:
 
-    PYTHONPATH=$PWD/python python -m bench.dp_groups [R]
+    PYTHONPATH=$PWD/python python -m bench.dp_groups [R [RATE ...]]
+
+`one RATE ROUTER GROUP` runs one case once and prints nothing, for callgrind (results/README.md, "DP groups'
+fast paths": `kvsim_core::cluster::run_cluster`'s inclusive instructions).
 """
 
 from __future__ import annotations
@@ -27,6 +31,12 @@ RATES = (20.0, 200.0)
 ROUTERS = ("least-loaded", "round-robin")
 
 
+def config() -> kvsim.SimConfig:
+    return kvsim.SimConfig(
+        model="qwen3-30b-a3b", gpu="h100-80gb", enable_expert_parallel=True, data_parallel_size=2
+    )
+
+
 def digest(res) -> str:
     h = hashlib.sha256()
     for k in sorted(res["columns"]):
@@ -38,11 +48,17 @@ def digest(res) -> str:
 
 
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["one"]:
+        rate, router, group = float(argv[1]), argv[2], int(argv[3])
+        cfg = config()
+        spec = dataclasses.replace(router_spec(cfg), name=router, dp_group=group)
+        inp = prepare(synthetic(N, arrival_rate=rate, lengths="sharegpt-paper", seed=0), cfg)
+        rust_engine.run_cluster(inp, [cfg, cfg], spec)
+        return
     repeats = int(argv[0]) if argv else 3
-    cfg = kvsim.SimConfig(
-        model="qwen3-30b-a3b", gpu="h100-80gb", enable_expert_parallel=True, data_parallel_size=2
-    )
-    for rate in RATES:
+    rates = tuple(float(x) for x in argv[1:]) or RATES
+    cfg = config()
+    for rate in rates:
         w = synthetic(N, arrival_rate=rate, lengths="sharegpt-paper", seed=0)
         inp = prepare(w, cfg)
         for router in ROUTERS:
